@@ -1,0 +1,12 @@
+//! uaring-core: the OPC UA binary protocol, sans-IO.
+//!
+//! Bytes and the current time go in; bytes and timer deadlines come out. No sockets,
+//! no threads, no clock reads, no locks.
+
+pub mod encoding;
+pub mod generated;
+pub mod random;
+pub mod types;
+
+pub use encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};
+pub use types::*;

@@ -1,0 +1,13 @@
+//! The 25 built-in types of Part 6 §5.1.2 and their binary encoding.
+
+mod node_id;
+mod strings;
+mod status_code;
+mod variant;
+mod structs;
+
+pub use node_id::{ExpandedNodeId, Identifier, NodeId};
+pub use status_code::StatusCode;
+pub use strings::{ByteString, DateTime, Guid, UaString, XmlElement};
+pub use structs::{DataValue, DiagnosticInfo, ExtensionObject, ExtensionObjectBody, LocalizedText, QualifiedName};
+pub use variant::{Array, BuiltinType, Variant};

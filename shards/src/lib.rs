@@ -1,0 +1,1 @@
+//! The per-core runtime.
