@@ -6,7 +6,9 @@
 pub mod encoding;
 pub mod generated;
 pub mod random;
+pub mod time;
 pub mod types;
 
 pub use encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};
+pub use time::Now;
 pub use types::*;
