@@ -7,6 +7,7 @@ pub mod encoding;
 pub mod generated;
 pub mod random;
 pub mod time;
+pub mod transport;
 pub mod types;
 
 pub use encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};
