@@ -57,7 +57,9 @@ fn parse_cpu_number(text: &str) -> Result<usize, String> {
     }
     match text.parse::<usize>() {
         Ok(n) if n < CPU_LIMIT => Ok(n),
-        _ => Err(format!("CPU number `{text}` is too large (limit {CPU_LIMIT})")),
+        _ => Err(format!(
+            "CPU number `{text}` is too large (limit {CPU_LIMIT})"
+        )),
     }
 }
 
@@ -71,7 +73,10 @@ pub fn parse_hex_mask(text: &str) -> Result<Vec<usize>, String> {
         .strip_prefix("0x")
         .or_else(|| text.strip_prefix("0X"))
         .unwrap_or(text);
-    let digits: Vec<u8> = digits.bytes().filter(|b| *b != b'_' && *b != b',').collect();
+    let digits: Vec<u8> = digits
+        .bytes()
+        .filter(|b| *b != b'_' && *b != b',')
+        .collect();
     if digits.is_empty() {
         return Err("hex mask has no digits".to_string());
     }
@@ -85,7 +90,9 @@ pub fn parse_hex_mask(text: &str) -> Result<Vec<usize>, String> {
             if value & (1 << bit) != 0 {
                 let cpu = position * 4 + bit;
                 if cpu >= CPU_LIMIT {
-                    return Err(format!("hex mask names CPU {cpu}, above the limit {CPU_LIMIT}"));
+                    return Err(format!(
+                        "hex mask names CPU {cpu}, above the limit {CPU_LIMIT}"
+                    ));
                 }
                 cpus.push(cpu);
             }
@@ -139,7 +146,10 @@ mod tests {
 
     #[test]
     fn lists_parse_with_ranges_singles_and_newlines() {
-        assert_eq!(parse_list("0-3,8-11\n").unwrap(), vec![0, 1, 2, 3, 8, 9, 10, 11]);
+        assert_eq!(
+            parse_list("0-3,8-11\n").unwrap(),
+            vec![0, 1, 2, 3, 8, 9, 10, 11]
+        );
         assert_eq!(parse_list("5").unwrap(), vec![5]);
         assert_eq!(parse_list(" 2,0,1,1 \n").unwrap(), vec![0, 1, 2]);
         assert_eq!(parse_list("\n").unwrap(), Vec::<usize>::new());
@@ -148,7 +158,17 @@ mod tests {
 
     #[test]
     fn bad_lists_are_errors_not_panics() {
-        for bad in ["a", "1-", "-1", "3-1", "1,,2", "1-2-3", "0-99999999999999999999", "0x3", "1 2"] {
+        for bad in [
+            "a",
+            "1-",
+            "-1",
+            "3-1",
+            "1,,2",
+            "1-2-3",
+            "0-99999999999999999999",
+            "0x3",
+            "1 2",
+        ] {
             assert!(parse_list(bad).is_err(), "{bad:?} should fail");
         }
         let err = parse_list("0-2000000").unwrap_err();

@@ -59,8 +59,20 @@ pub struct FixtureCache {
 }
 
 impl FixtureCache {
-    pub fn new(level: u32, kind: &str, id: Option<u64>, size: &str, shared: &[usize]) -> FixtureCache {
-        FixtureCache { level, kind: kind.to_string(), id, size: size.to_string(), shared: shared.to_vec() }
+    pub fn new(
+        level: u32,
+        kind: &str,
+        id: Option<u64>,
+        size: &str,
+        shared: &[usize],
+    ) -> FixtureCache {
+        FixtureCache {
+            level,
+            kind: kind.to_string(),
+            id,
+            size: size.to_string(),
+            shared: shared.to_vec(),
+        }
     }
 }
 
@@ -137,7 +149,11 @@ fn kernel_list(cpus: &[usize]) -> String {
         while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
             j += 1;
         }
-        parts.push(if j > i { format!("{}-{}", sorted[i], sorted[j]) } else { sorted[i].to_string() });
+        parts.push(if j > i {
+            format!("{}-{}", sorted[i], sorted[j])
+        } else {
+            sorted[i].to_string()
+        });
         i = j + 1;
     }
     parts.join(",")
@@ -160,23 +176,60 @@ impl SysfsBuilder {
     pub fn write_to(&self, root: &Path) -> io::Result<()> {
         let cpu_dir = "devices/system/cpu";
         let all: Vec<usize> = self.cpus.iter().map(|c| c.cpu).collect();
-        let online: Vec<usize> = self.cpus.iter().filter(|c| c.online).map(|c| c.cpu).collect();
+        let online: Vec<usize> = self
+            .cpus
+            .iter()
+            .filter(|c| c.online)
+            .map(|c| c.cpu)
+            .collect();
         let possible = self.possible.clone().unwrap_or_else(|| all.clone());
-        let offline: Vec<usize> = possible.iter().copied().filter(|c| !online.contains(c)).collect();
-        write(root, &format!("{cpu_dir}/online"), &format!("{}\n", kernel_list(&online)))?;
-        write(root, &format!("{cpu_dir}/possible"), &format!("{}\n", kernel_list(&possible)))?;
-        write(root, &format!("{cpu_dir}/present"), &format!("{}\n", kernel_list(&all)))?;
-        write(root, &format!("{cpu_dir}/offline"), &format!("{}\n", kernel_list(&offline)))?;
+        let offline: Vec<usize> = possible
+            .iter()
+            .copied()
+            .filter(|c| !online.contains(c))
+            .collect();
+        write(
+            root,
+            &format!("{cpu_dir}/online"),
+            &format!("{}\n", kernel_list(&online)),
+        )?;
+        write(
+            root,
+            &format!("{cpu_dir}/possible"),
+            &format!("{}\n", kernel_list(&possible)),
+        )?;
+        write(
+            root,
+            &format!("{cpu_dir}/present"),
+            &format!("{}\n", kernel_list(&all)),
+        )?;
+        write(
+            root,
+            &format!("{cpu_dir}/offline"),
+            &format!("{}\n", kernel_list(&offline)),
+        )?;
         write(root, &format!("{cpu_dir}/kernel_max"), "8191\n")?;
         for cpu in &self.cpus {
             let base = format!("{cpu_dir}/cpu{}", cpu.cpu);
-            write(root, &format!("{base}/online"), if cpu.online { "1\n" } else { "0\n" })?;
+            write(
+                root,
+                &format!("{base}/online"),
+                if cpu.online { "1\n" } else { "0\n" },
+            )?;
             if !cpu.online {
                 continue;
             }
             let topo = format!("{base}/topology");
-            write(root, &format!("{topo}/core_id"), &format!("{}\n", cpu.core_id))?;
-            write(root, &format!("{topo}/physical_package_id"), &format!("{}\n", cpu.package))?;
+            write(
+                root,
+                &format!("{topo}/core_id"),
+                &format!("{}\n", cpu.core_id),
+            )?;
+            write(
+                root,
+                &format!("{topo}/physical_package_id"),
+                &format!("{}\n", cpu.package),
+            )?;
             if let Some(die) = cpu.die {
                 write(root, &format!("{topo}/die_id"), &format!("{die}\n"))?;
             }
@@ -188,9 +241,17 @@ impl SysfsBuilder {
             if cpu.core_cpus_list {
                 write(root, &format!("{topo}/core_cpus_list"), &siblings)?;
             }
-            let package_cpus: Vec<usize> =
-                self.cpus.iter().filter(|c| c.online && c.package == cpu.package).map(|c| c.cpu).collect();
-            write(root, &format!("{topo}/core_siblings_list"), &format!("{}\n", kernel_list(&package_cpus)))?;
+            let package_cpus: Vec<usize> = self
+                .cpus
+                .iter()
+                .filter(|c| c.online && c.package == cpu.package)
+                .map(|c| c.cpu)
+                .collect();
+            write(
+                root,
+                &format!("{topo}/core_siblings_list"),
+                &format!("{}\n", kernel_list(&package_cpus)),
+            )?;
             for (index, cache) in cpu.caches.iter().enumerate() {
                 let dir = format!("{base}/cache/index{index}");
                 write(root, &format!("{dir}/level"), &format!("{}\n", cache.level))?;
@@ -199,31 +260,67 @@ impl SysfsBuilder {
                     write(root, &format!("{dir}/id"), &format!("{id}\n"))?;
                 }
                 write(root, &format!("{dir}/size"), &format!("{}\n", cache.size))?;
-                write(root, &format!("{dir}/shared_cpu_list"), &format!("{}\n", kernel_list(&cache.shared)))?;
+                write(
+                    root,
+                    &format!("{dir}/shared_cpu_list"),
+                    &format!("{}\n", kernel_list(&cache.shared)),
+                )?;
             }
             if let Some(capacity) = cpu.capacity {
-                write(root, &format!("{base}/cpu_capacity"), &format!("{capacity}\n"))?;
+                write(
+                    root,
+                    &format!("{base}/cpu_capacity"),
+                    &format!("{capacity}\n"),
+                )?;
             }
             if let Some(perf) = cpu.highest_perf {
-                write(root, &format!("{base}/acpi_cppc/highest_perf"), &format!("{perf}\n"))?;
+                write(
+                    root,
+                    &format!("{base}/acpi_cppc/highest_perf"),
+                    &format!("{perf}\n"),
+                )?;
             }
             if let Some(khz) = cpu.max_freq_khz {
-                write(root, &format!("{base}/cpufreq/cpuinfo_max_freq"), &format!("{khz}\n"))?;
+                write(
+                    root,
+                    &format!("{base}/cpufreq/cpuinfo_max_freq"),
+                    &format!("{khz}\n"),
+                )?;
             }
         }
         if !self.nodes.is_empty() {
             let ids: Vec<usize> = self.nodes.iter().map(|(id, _)| *id).collect();
-            write(root, "devices/system/node/online", &format!("{}\n", kernel_list(&ids)))?;
-            write(root, "devices/system/node/possible", &format!("{}\n", kernel_list(&ids)))?;
+            write(
+                root,
+                "devices/system/node/online",
+                &format!("{}\n", kernel_list(&ids)),
+            )?;
+            write(
+                root,
+                "devices/system/node/possible",
+                &format!("{}\n", kernel_list(&ids)),
+            )?;
             for (id, cpus) in &self.nodes {
-                write(root, &format!("devices/system/node/node{id}/cpulist"), &format!("{}\n", kernel_list(cpus)))?;
+                write(
+                    root,
+                    &format!("devices/system/node/node{id}/cpulist"),
+                    &format!("{}\n", kernel_list(cpus)),
+                )?;
             }
         }
         if let Some(cpus) = &self.cpu_core_pmu {
-            write(root, "devices/cpu_core/cpus", &format!("{}\n", kernel_list(cpus)))?;
+            write(
+                root,
+                "devices/cpu_core/cpus",
+                &format!("{}\n", kernel_list(cpus)),
+            )?;
         }
         if let Some(cpus) = &self.cpu_atom_pmu {
-            write(root, "devices/cpu_atom/cpus", &format!("{}\n", kernel_list(cpus)))?;
+            write(
+                root,
+                "devices/cpu_atom/cpus",
+                &format!("{}\n", kernel_list(cpus)),
+            )?;
         }
         for (relative, content) in &self.extra_files {
             write(root, relative, content)?;
@@ -259,9 +356,20 @@ pub fn intel_8p_16e() -> SysfsBuilder {
             let core_id = 4 * k as i64;
             let mut c = FixtureCpu::new(cpu, core_id, 0, &pair);
             c.caches = l1(k as u64, &pair, "48K", "32K");
-            c.caches.push(FixtureCache::new(2, "Unified", Some(k as u64), "2048K", &pair));
-            c.caches.push(FixtureCache::new(3, "Unified", Some(0), "36864K", &all));
-            c.max_freq_khz = Some(if k == 2 || k == 3 { 5_800_000 } else { 5_500_000 });
+            c.caches.push(FixtureCache::new(
+                2,
+                "Unified",
+                Some(k as u64),
+                "2048K",
+                &pair,
+            ));
+            c.caches
+                .push(FixtureCache::new(3, "Unified", Some(0), "36864K", &all));
+            c.max_freq_khz = Some(if k == 2 || k == 3 {
+                5_800_000
+            } else {
+                5_500_000
+            });
             b.cpus.push(c);
         }
     }
@@ -272,8 +380,15 @@ pub fn intel_8p_16e() -> SysfsBuilder {
         let mut c = FixtureCpu::new(cpu, 32 + j as i64, 0, &[cpu]);
         c.cluster = Some(64 + cluster as i64);
         c.caches = l1(8 + j as u64, &[cpu], "32K", "64K");
-        c.caches.push(FixtureCache::new(2, "Unified", Some(8 + cluster as u64), "4096K", &cluster_cpus));
-        c.caches.push(FixtureCache::new(3, "Unified", Some(0), "36864K", &all));
+        c.caches.push(FixtureCache::new(
+            2,
+            "Unified",
+            Some(8 + cluster as u64),
+            "4096K",
+            &cluster_cpus,
+        ));
+        c.caches
+            .push(FixtureCache::new(3, "Unified", Some(0), "36864K", &all));
         c.max_freq_khz = Some(4_300_000);
         b.cpus.push(c);
     }
@@ -302,11 +417,19 @@ pub fn amd_zen5_4_zen5c_8() -> SysfsBuilder {
             let core_id = if zen5 { core as i64 } else { 4 + core as i64 };
             let mut c = FixtureCpu::new(cpu, core_id, 0, &pair);
             c.caches = l1(core as u64, &pair, "48K", "32K");
-            c.caches.push(FixtureCache::new(2, "Unified", Some(core as u64), "1024K", &pair));
+            c.caches.push(FixtureCache::new(
+                2,
+                "Unified",
+                Some(core as u64),
+                "1024K",
+                &pair,
+            ));
             if zen5 {
-                c.caches.push(FixtureCache::new(3, "Unified", Some(0), "16384K", &zen5_l3));
+                c.caches
+                    .push(FixtureCache::new(3, "Unified", Some(0), "16384K", &zen5_l3));
             } else {
-                c.caches.push(FixtureCache::new(3, "Unified", Some(1), "8192K", &zen5c_l3));
+                c.caches
+                    .push(FixtureCache::new(3, "Unified", Some(1), "8192K", &zen5c_l3));
             }
             c.capacity = Some(1024);
             c.highest_perf = Some(166);
@@ -334,8 +457,20 @@ pub fn arm_big_little() -> SysfsBuilder {
         c.cluster = Some(if big { 1 + (cpu as i64 - 4) / 2 } else { 0 });
         c.caches = vec![
             FixtureCache::new(1, "Data", None, if big { "64K" } else { "32K" }, &[cpu]),
-            FixtureCache::new(1, "Instruction", None, if big { "64K" } else { "32K" }, &[cpu]),
-            FixtureCache::new(2, "Unified", None, if big { "512K" } else { "128K" }, &[cpu]),
+            FixtureCache::new(
+                1,
+                "Instruction",
+                None,
+                if big { "64K" } else { "32K" },
+                &[cpu],
+            ),
+            FixtureCache::new(
+                2,
+                "Unified",
+                None,
+                if big { "512K" } else { "128K" },
+                &[cpu],
+            ),
             FixtureCache::new(3, "Unified", None, "3072K", &all),
         ];
         c.capacity = Some(if big { 1024 } else { 414 });
@@ -385,13 +520,28 @@ pub fn two_socket_numa() -> SysfsBuilder {
         let mut c = FixtureCpu::new(cpu, (core % 8) as i64, package, &pair);
         c.die = Some(package);
         c.caches = l1(core as u64, &pair, "48K", "32K");
-        c.caches.push(FixtureCache::new(2, "Unified", Some(core as u64), "2048K", &pair));
-        c.caches.push(FixtureCache::new(3, "Unified", Some(package as u64), "30720K", &package_cpus));
+        c.caches.push(FixtureCache::new(
+            2,
+            "Unified",
+            Some(core as u64),
+            "2048K",
+            &pair,
+        ));
+        c.caches.push(FixtureCache::new(
+            3,
+            "Unified",
+            Some(package as u64),
+            "30720K",
+            &package_cpus,
+        ));
         c.highest_perf = Some(if core % 8 < 2 { 39 } else { 37 });
         c.max_freq_khz = Some(3_900_000);
         b.cpus.push(c);
     }
-    b.nodes = vec![(0, (0..8).chain(16..24).collect()), (1, (8..16).chain(24..32).collect())];
+    b.nodes = vec![
+        (0, (0..8).chain(16..24).collect()),
+        (1, (8..16).chain(24..32).collect()),
+    ];
     b
 }
 
@@ -410,8 +560,20 @@ pub fn offline_cpus() -> SysfsBuilder {
         c.cluster = None;
         c.core_cpus_list = false;
         c.caches = l1(core as u64, &pair, "32K", "32K");
-        c.caches.push(FixtureCache::new(2, "Unified", Some(core as u64), "256K", &pair));
-        c.caches.push(FixtureCache::new(3, "Unified", Some(0), "8192K", &(0..8).collect::<Vec<_>>()));
+        c.caches.push(FixtureCache::new(
+            2,
+            "Unified",
+            Some(core as u64),
+            "256K",
+            &pair,
+        ));
+        c.caches.push(FixtureCache::new(
+            3,
+            "Unified",
+            Some(0),
+            "8192K",
+            &(0..8).collect::<Vec<_>>(),
+        ));
         c.max_freq_khz = Some(3_000_000);
         b.cpus.push(c);
     }
@@ -428,8 +590,15 @@ pub fn vm_2vcpu() -> SysfsBuilder {
         c.die = Some(0);
         c.cluster = Some(cpu as i64);
         c.caches = l1(cpu as u64, &[cpu], "48K", "32K");
-        c.caches.push(FixtureCache::new(2, "Unified", Some(cpu as u64), "2048K", &[cpu]));
-        c.caches.push(FixtureCache::new(3, "Unified", Some(0), "307200K", &[0, 1]));
+        c.caches.push(FixtureCache::new(
+            2,
+            "Unified",
+            Some(cpu as u64),
+            "2048K",
+            &[cpu],
+        ));
+        c.caches
+            .push(FixtureCache::new(3, "Unified", Some(0), "307200K", &[0, 1]));
         c.capacity = Some(1024);
         b.cpus.push(c);
     }

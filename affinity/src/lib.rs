@@ -21,5 +21,9 @@ mod topology;
 
 pub use cli::{run as topology_command_with_output, topology_command};
 pub use mask::MaskError;
-pub use pin::{allowed_cpus, allowed_cpus_of, pin_current_thread, pin_pid, pin_process_all_threads, CpuMask};
-pub use topology::{class_name, Cache, ClassSource, CoreClass, CpuInfo, Node, Topology, TopologyError};
+pub use pin::{
+    allowed_cpus, allowed_cpus_of, pin_current_thread, pin_pid, pin_process_all_threads, CpuMask,
+};
+pub use topology::{
+    class_name, Cache, ClassSource, CoreClass, CpuInfo, Node, Topology, TopologyError,
+};

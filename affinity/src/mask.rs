@@ -34,7 +34,11 @@ impl fmt::Display for MaskError {
         if self.part.is_empty() || self.part == self.expr {
             write!(f, "bad CPU expression {:?}: {}", self.expr, self.reason)
         } else {
-            write!(f, "bad CPU expression {:?} at {:?}: {}", self.expr, self.part, self.reason)
+            write!(
+                f,
+                "bad CPU expression {:?} at {:?}: {}",
+                self.expr, self.part, self.reason
+            )
         }
     }
 }
@@ -48,7 +52,11 @@ impl Topology {
     /// Resolves a mask expression to ascending, de-duplicated CPU numbers.
     /// See the module documentation and docs/Placement.md for the grammar.
     pub fn resolve(&self, expr: &str) -> Result<Vec<usize>, MaskError> {
-        let error = |part: &str, reason: String| MaskError { expr: expr.to_string(), part: part.to_string(), reason };
+        let error = |part: &str, reason: String| MaskError {
+            expr: expr.to_string(),
+            part: part.to_string(),
+            reason,
+        };
         if expr.trim().is_empty() {
             return Err(error("", format!("empty expression; {TERM_HELP}")));
         }
@@ -64,10 +72,15 @@ impl Topology {
                 if unit.is_empty() {
                     return Err(error(inter_trimmed, "empty operand of '&'".to_string()));
                 }
-                let cpus = self.resolve_unit(unit).map_err(|reason| error(unit, reason))?;
+                let cpus = self
+                    .resolve_unit(unit)
+                    .map_err(|reason| error(unit, reason))?;
                 acc = Some(match acc {
                     None => cpus,
-                    Some(prev) => prev.into_iter().filter(|c| cpus.binary_search(c).is_ok()).collect(),
+                    Some(prev) => prev
+                        .into_iter()
+                        .filter(|c| cpus.binary_search(c).is_ok())
+                        .collect(),
                 });
             }
             let cpus = acc.unwrap_or_default();
@@ -90,7 +103,9 @@ impl Topology {
         match modifier {
             None => Ok(cpus),
             Some(m) if m.eq_ignore_ascii_case("nosmt") => Ok(self.one_per_core(&cpus)),
-            Some(m) => Err(format!("unknown modifier `:{m}` (the only modifier is :nosmt)")),
+            Some(m) => Err(format!(
+                "unknown modifier `:{m}` (the only modifier is :nosmt)"
+            )),
         }
     }
 
@@ -100,7 +115,10 @@ impl Topology {
         }
         let allowed = self.allowed();
         let keep_allowed = |cpus: &[usize]| -> Vec<usize> {
-            cpus.iter().copied().filter(|c| allowed.binary_search(c).is_ok()).collect()
+            cpus.iter()
+                .copied()
+                .filter(|c| allowed.binary_search(c).is_ok())
+                .collect()
         };
         if atom.eq_ignore_ascii_case("all") {
             if allowed.is_empty() {
@@ -108,7 +126,11 @@ impl Topology {
             }
             return Ok(allowed);
         }
-        if let Some(class) = self.classes.iter().find(|c| c.name.eq_ignore_ascii_case(atom)) {
+        if let Some(class) = self
+            .classes
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(atom))
+        {
             let cpus = keep_allowed(&class.cpus);
             if cpus.is_empty() {
                 return Err(format!(
@@ -122,10 +144,15 @@ impl Topology {
         }
         let lower = atom.to_ascii_lowercase();
         if let Some(number) = lower.strip_prefix("node") {
-            let id: usize = number.parse().map_err(|_| format!("`{atom}`: expected nodeN with a number N"))?;
+            let id: usize = number
+                .parse()
+                .map_err(|_| format!("`{atom}`: expected nodeN with a number N"))?;
             let node = self.nodes.iter().find(|n| n.id == id).ok_or_else(|| {
                 let ids: Vec<String> = self.nodes.iter().map(|n| format!("node{}", n.id)).collect();
-                format!("no NUMA node {id} on this machine (nodes: {})", ids.join(", "))
+                format!(
+                    "no NUMA node {id} on this machine (nodes: {})",
+                    ids.join(", ")
+                )
             })?;
             let cpus = keep_allowed(&node.cpus);
             if cpus.is_empty() {
@@ -143,10 +170,15 @@ impl Topology {
             let (first, last) = cpulist::parse_range(atom)?;
             (first..=last).collect()
         } else if self.classes.len() == 1 && looks_like_class(atom) {
-            return Err(format!("no class {atom} on this machine: it is homogeneous, its only class is P"));
+            return Err(format!(
+                "no class {atom} on this machine: it is homogeneous, its only class is P"
+            ));
         } else if looks_like_class(atom) {
             let names: Vec<&str> = self.classes.iter().map(|c| c.name.as_str()).collect();
-            return Err(format!("no class {atom} on this machine (classes: {})", names.join(", ")));
+            return Err(format!(
+                "no class {atom} on this machine (classes: {})",
+                names.join(", ")
+            ));
         } else {
             return Err(format!("unknown term `{atom}`; {TERM_HELP}"));
         };
@@ -156,7 +188,11 @@ impl Topology {
 
     /// Numbers, ranges and hex masks must name online, allowed CPUs.
     fn check_explicit(&self, cpus: &[usize], allowed: &[usize]) -> Result<(), String> {
-        let not_online: Vec<usize> = cpus.iter().copied().filter(|c| self.cpu(*c).is_none()).collect();
+        let not_online: Vec<usize> = cpus
+            .iter()
+            .copied()
+            .filter(|c| self.cpu(*c).is_none())
+            .collect();
         if !not_online.is_empty() {
             return Err(format!(
                 "{} {} not online (online: {})",
@@ -165,7 +201,11 @@ impl Topology {
                 cpulist::format_compact(&self.online())
             ));
         }
-        let not_allowed: Vec<usize> = cpus.iter().copied().filter(|c| allowed.binary_search(c).is_err()).collect();
+        let not_allowed: Vec<usize> = cpus
+            .iter()
+            .copied()
+            .filter(|c| allowed.binary_search(c).is_err())
+            .collect();
         if !not_allowed.is_empty() {
             return Err(format!(
                 "{} {} online but not allowed for this process by its affinity/cpuset (allowed: {})",
@@ -189,5 +229,9 @@ fn plural_cpus(cpus: &[usize]) -> String {
 /// `P`, `E`, `E2`, … in any case.
 fn looks_like_class(atom: &str) -> bool {
     let upper = atom.to_ascii_uppercase();
-    upper == "P" || upper == "E" || upper.strip_prefix('E').is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    upper == "P"
+        || upper == "E"
+        || upper
+            .strip_prefix('E')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }

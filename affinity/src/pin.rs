@@ -23,7 +23,10 @@ impl CpuMask {
     /// above [`CPU_LIMIT`].
     pub fn from_cpus(cpus: &[usize]) -> io::Result<CpuMask> {
         let Some(&max) = cpus.iter().max() else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty CPU list: nothing to pin to"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "empty CPU list: nothing to pin to",
+            ));
         };
         if max >= CPU_LIMIT {
             return Err(io::Error::new(
@@ -65,11 +68,25 @@ fn set_affinity(tid: libc::pid_t, cpus: &[usize]) -> io::Result<()> {
     let mask = CpuMask::from_cpus(cpus)?;
     // SAFETY: the pointer and length describe `mask.words`, which lives
     // across the call; the kernel only reads `byte_len` bytes.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setaffinity, tid, mask.byte_len(), mask.words.as_ptr()) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setaffinity,
+            tid,
+            mask.byte_len(),
+            mask.words.as_ptr(),
+        )
+    };
     if rc != 0 {
         let error = io::Error::last_os_error();
-        let who = if tid == 0 { "the current thread".to_string() } else { format!("thread {tid}") };
-        return Err(with_context(error, format!("sched_setaffinity({who}, CPUs {})", format_compact(cpus))));
+        let who = if tid == 0 {
+            "the current thread".to_string()
+        } else {
+            format!("thread {tid}")
+        };
+        return Err(with_context(
+            error,
+            format!("sched_setaffinity({who}, CPUs {})", format_compact(cpus)),
+        ));
     }
     Ok(())
 }
@@ -79,7 +96,14 @@ fn get_affinity(tid: libc::pid_t) -> io::Result<Vec<usize>> {
     loop {
         let byte_len = words.len() * std::mem::size_of::<Word>();
         // SAFETY: the kernel writes at most `byte_len` bytes into `words`.
-        let rc = unsafe { libc::syscall(libc::SYS_sched_getaffinity, tid, byte_len, words.as_mut_ptr()) };
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_sched_getaffinity,
+                tid,
+                byte_len,
+                words.as_mut_ptr(),
+            )
+        };
         if rc >= 0 {
             // The raw system call returns the number of bytes it filled.
             let filled = usize::try_from(rc).unwrap_or(byte_len).min(byte_len);
@@ -94,7 +118,11 @@ fn get_affinity(tid: libc::pid_t) -> io::Result<Vec<usize>> {
             words = vec![0; new_len];
             continue;
         }
-        let who = if tid == 0 { "the current thread".to_string() } else { format!("thread {tid}") };
+        let who = if tid == 0 {
+            "the current thread".to_string()
+        } else {
+            format!("thread {tid}")
+        };
         return Err(with_context(error, format!("sched_getaffinity({who})")));
     }
 }
@@ -108,7 +136,10 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
 /// CPUs the thread `tid` (a pid names its main thread) may run on.
 pub fn allowed_cpus_of(tid: i32) -> io::Result<Vec<usize>> {
     if tid <= 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid thread id {tid}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid thread id {tid}"),
+        ));
     }
     get_affinity(tid)
 }
@@ -122,7 +153,10 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
 /// main thread only) to `cpus`.
 pub fn pin_pid(pid: i32, cpus: &[usize]) -> io::Result<()> {
     if pid <= 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid process id {pid}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid process id {pid}"),
+        ));
     }
     set_affinity(pid, cpus)
 }
@@ -134,7 +168,10 @@ pub fn pin_pid(pid: i32, cpus: &[usize]) -> io::Result<()> {
 /// that exit meanwhile are skipped; any other failure is returned.
 pub fn pin_process_all_threads(pid: i32, cpus: &[usize]) -> io::Result<()> {
     if pid <= 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid process id {pid}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid process id {pid}"),
+        ));
     }
     // Validate the mask once, before touching any thread.
     CpuMask::from_cpus(cpus)?;
@@ -142,12 +179,21 @@ pub fn pin_process_all_threads(pid: i32, cpus: &[usize]) -> io::Result<()> {
     let mut pinned: BTreeSet<i32> = BTreeSet::new();
     const PASSES_MAX: usize = 16;
     for _ in 0..PASSES_MAX {
-        let entries = std::fs::read_dir(&task_dir)
-            .map_err(|e| with_context(e, format!("cannot list threads of process {pid} ({task_dir})")))?;
+        let entries = std::fs::read_dir(&task_dir).map_err(|e| {
+            with_context(
+                e,
+                format!("cannot list threads of process {pid} ({task_dir})"),
+            )
+        })?;
         let mut found_new = false;
         for entry in entries {
-            let entry = entry.map_err(|e| with_context(e, format!("cannot list threads of process {pid}")))?;
-            let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            let entry = entry
+                .map_err(|e| with_context(e, format!("cannot list threads of process {pid}")))?;
+            let Some(tid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
                 continue;
             };
             if pinned.contains(&tid) {
@@ -157,7 +203,9 @@ pub fn pin_process_all_threads(pid: i32, cpus: &[usize]) -> io::Result<()> {
             match set_affinity(tid, cpus) {
                 Ok(()) => {}
                 // The thread exited between listing and pinning.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) || e.kind() == io::ErrorKind::NotFound => {}
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ESRCH)
+                        || e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(with_context(e, format!("pinning process {pid}"))),
             }
             pinned.insert(tid);
@@ -189,8 +237,14 @@ mod tests {
 
     #[test]
     fn bad_masks_are_errors() {
-        assert_eq!(CpuMask::from_cpus(&[]).unwrap_err().kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(CpuMask::from_cpus(&[CPU_LIMIT]).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            CpuMask::from_cpus(&[]).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            CpuMask::from_cpus(&[CPU_LIMIT]).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
         assert!(pin_pid(0, &[0]).is_err());
         assert!(pin_process_all_threads(-5, &[0]).is_err());
         assert!(allowed_cpus_of(0).is_err());
@@ -254,7 +308,9 @@ mod tests {
             .map(|_| {
                 let rx = std::sync::Arc::clone(&stop_rx);
                 std::thread::spawn(move || {
-                    let _ = rx.lock().map(|r| r.recv_timeout(std::time::Duration::from_secs(30)));
+                    let _ = rx
+                        .lock()
+                        .map(|r| r.recv_timeout(std::time::Duration::from_secs(30)));
                 })
             })
             .collect();
@@ -266,7 +322,8 @@ mod tests {
             let name = entry.unwrap().file_name();
             tids.push(name.to_string_lossy().parse::<i32>().unwrap());
         }
-        let masks: Vec<io::Result<Vec<usize>>> = tids.iter().map(|&tid| allowed_cpus_of(tid)).collect();
+        let masks: Vec<io::Result<Vec<usize>>> =
+            tids.iter().map(|&tid| allowed_cpus_of(tid)).collect();
         drop(stop_tx);
         for worker in workers {
             worker.join().unwrap();

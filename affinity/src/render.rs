@@ -15,17 +15,32 @@ impl Topology {
         sorted.dedup();
         let mut parts: Vec<String> = Vec::new();
         for class in &self.classes {
-            let members: Vec<usize> = sorted.iter().copied().filter(|c| class.cpus.binary_search(c).is_ok()).collect();
+            let members: Vec<usize> = sorted
+                .iter()
+                .copied()
+                .filter(|c| class.cpus.binary_search(c).is_ok())
+                .collect();
             if !members.is_empty() {
-                parts.push(format!("class {}: {}", class.name, format_compact(&members)));
+                parts.push(format!(
+                    "class {}: {}",
+                    class.name,
+                    format_compact(&members)
+                ));
             }
         }
-        let unknown: Vec<usize> = sorted.iter().copied().filter(|c| self.cpu(*c).is_none()).collect();
+        let unknown: Vec<usize> = sorted
+            .iter()
+            .copied()
+            .filter(|c| self.cpu(*c).is_none())
+            .collect();
         if !unknown.is_empty() {
             parts.push(format!("not online: {}", format_compact(&unknown)));
         }
         if self.nodes.len() > 1 {
-            let mut nodes: Vec<usize> = sorted.iter().filter_map(|c| self.cpu(*c).and_then(|i| i.node)).collect();
+            let mut nodes: Vec<usize> = sorted
+                .iter()
+                .filter_map(|c| self.cpu(*c).and_then(|i| i.node))
+                .collect();
             nodes.sort_unstable();
             nodes.dedup();
             if !nodes.is_empty() {
@@ -44,7 +59,17 @@ impl Topology {
     /// A table with one row per online CPU followed by a summary of classes,
     /// nodes, caches, offline and allowed CPUs.
     pub fn render_table(&self) -> String {
-        let header = ["CPU", "CORE", "PKG", "NODE", "CLASS", "SMT SIBLINGS", "L2 GROUP", "L3 GROUP", "MAX MHZ"];
+        let header = [
+            "CPU",
+            "CORE",
+            "PKG",
+            "NODE",
+            "CLASS",
+            "SMT SIBLINGS",
+            "L2 GROUP",
+            "L3 GROUP",
+            "MAX MHZ",
+        ];
         let mut rows: Vec<Vec<String>> = Vec::new();
         let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
         let cache_cell = |index: Option<usize>| -> String {
@@ -63,11 +88,14 @@ impl Topology {
                 opt(cpu.core_id),
                 opt(cpu.package),
                 cpu.node.map_or_else(|| "-".to_string(), |n| n.to_string()),
-                self.classes.get(cpu.class).map_or_else(|| "?".to_string(), |c| c.name.clone()),
+                self.classes
+                    .get(cpu.class)
+                    .map_or_else(|| "?".to_string(), |c| c.name.clone()),
                 format_compact(&cpu.siblings),
                 cache_cell(cpu.l2),
                 cache_cell(cpu.l3),
-                cpu.max_freq_khz.map_or_else(|| "-".to_string(), |khz| (khz / 1000).to_string()),
+                cpu.max_freq_khz
+                    .map_or_else(|| "-".to_string(), |khz| (khz / 1000).to_string()),
             ]);
         }
         let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -88,12 +116,19 @@ impl Topology {
             out.push_str(text.trim_end());
             out.push('\n');
         };
-        line(&mut out, &header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+        line(
+            &mut out,
+            &header.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        );
         for row in &rows {
             line(&mut out, row);
         }
         out.push('\n');
-        let _ = writeln!(out, "classes (from {}, fastest first):", self.class_source.as_str());
+        let _ = writeln!(
+            out,
+            "classes (from {}, fastest first):",
+            self.class_source.as_str()
+        );
         for class in &self.classes {
             let _ = writeln!(
                 out,
@@ -104,16 +139,37 @@ impl Topology {
                 class.cores
             );
         }
-        let _ = writeln!(out, "nodes{}:", if self.nodes_from_sysfs { "" } else { " (no NUMA information; one node assumed)" });
+        let _ = writeln!(
+            out,
+            "nodes{}:",
+            if self.nodes_from_sysfs {
+                ""
+            } else {
+                " (no NUMA information; one node assumed)"
+            }
+        );
         for node in &self.nodes {
             let _ = writeln!(out, "  node{} {}", node.id, format_compact(&node.cpus));
         }
-        let shared: Vec<&Cache> = self.caches.iter().filter(|c| c.level >= 2 && c.kind != "Instruction").collect();
+        let shared: Vec<&Cache> = self
+            .caches
+            .iter()
+            .filter(|c| c.level >= 2 && c.kind != "Instruction")
+            .collect();
         if !shared.is_empty() {
             let _ = writeln!(out, "caches:");
             for cache in shared {
-                let size = cache.size_bytes.map_or_else(|| "?".to_string(), format_size);
-                let _ = writeln!(out, "  L{} {} {} shared by {}", cache.level, cache.kind, size, format_compact(&cache.cpus));
+                let size = cache
+                    .size_bytes
+                    .map_or_else(|| "?".to_string(), format_size);
+                let _ = writeln!(
+                    out,
+                    "  L{} {} {} shared by {}",
+                    cache.level,
+                    cache.kind,
+                    size,
+                    format_compact(&cache.cpus)
+                );
             }
         }
         let offline = self.offline();
@@ -181,12 +237,21 @@ impl Topology {
                 class.cores
             );
         }
-        let _ = write!(out, "],\"class_source\":{},\"nodes\":[", json_string(self.class_source.as_str()));
+        let _ = write!(
+            out,
+            "],\"class_source\":{},\"nodes\":[",
+            json_string(self.class_source.as_str())
+        );
         for (i, node) in self.nodes.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            let _ = write!(out, "{{\"node\":{},\"cpus\":{}}}", node.id, json_array(&node.cpus));
+            let _ = write!(
+                out,
+                "{{\"node\":{},\"cpus\":{}}}",
+                node.id,
+                json_array(&node.cpus)
+            );
         }
         out.push_str("],\"caches\":[");
         for (i, cache) in self.caches.iter().enumerate() {

@@ -107,7 +107,11 @@ pub enum TopologyError {
     /// A required file could not be read.
     Io { path: PathBuf, error: io::Error },
     /// A file had content we do not understand.
-    Parse { path: PathBuf, content: String, reason: String },
+    Parse {
+        path: PathBuf,
+        content: String,
+        reason: String,
+    },
     /// `online` lists no CPU.
     NoOnlineCpus { path: PathBuf },
     /// sched_getaffinity failed.
@@ -117,15 +121,27 @@ pub enum TopologyError {
 impl fmt::Display for TopologyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TopologyError::Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
-            TopologyError::Parse { path, content, reason } => {
+            TopologyError::Io { path, error } => {
+                write!(f, "cannot read {}: {error}", path.display())
+            }
+            TopologyError::Parse {
+                path,
+                content,
+                reason,
+            } => {
                 let mut shown: String = content.trim().chars().take(80).collect();
                 if content.trim().chars().count() > 80 {
                     shown.push('…');
                 }
-                write!(f, "cannot parse {} (content {shown:?}): {reason}", path.display())
+                write!(
+                    f,
+                    "cannot parse {} (content {shown:?}): {reason}",
+                    path.display()
+                )
             }
-            TopologyError::NoOnlineCpus { path } => write!(f, "{} lists no online CPU", path.display()),
+            TopologyError::NoOnlineCpus { path } => {
+                write!(f, "{} lists no online CPU", path.display())
+            }
             TopologyError::Affinity(error) => write!(f, "sched_getaffinity failed: {error}"),
         }
     }
@@ -188,7 +204,10 @@ impl Topology {
 
     /// Information about one online CPU.
     pub fn cpu(&self, cpu: usize) -> Option<&CpuInfo> {
-        self.cpus.binary_search_by_key(&cpu, |c| c.cpu).ok().map(|i| &self.cpus[i])
+        self.cpus
+            .binary_search_by_key(&cpu, |c| c.cpu)
+            .ok()
+            .map(|i| &self.cpus[i])
     }
 
     /// Numbers of the online CPUs, ascending.
@@ -198,12 +217,20 @@ impl Topology {
 
     /// Online CPUs this process may use, ascending.
     pub fn allowed(&self) -> Vec<usize> {
-        self.cpus.iter().filter(|c| c.allowed).map(|c| c.cpu).collect()
+        self.cpus
+            .iter()
+            .filter(|c| c.allowed)
+            .map(|c| c.cpu)
+            .collect()
     }
 
     /// Possible CPUs that are not online (from `possible`, else `present`).
     pub fn offline(&self) -> Vec<usize> {
-        self.possible.iter().copied().filter(|c| self.cpu(*c).is_none()).collect()
+        self.possible
+            .iter()
+            .copied()
+            .filter(|c| self.cpu(*c).is_none())
+            .collect()
     }
 
     /// Core classes, fastest first.
@@ -218,7 +245,9 @@ impl Topology {
 
     /// The class name (`P`, `E`, …) of an online CPU.
     pub fn class_of(&self, cpu: usize) -> Option<&str> {
-        self.cpu(cpu).and_then(|c| self.classes.get(c.class)).map(|c| c.name.as_str())
+        self.cpu(cpu)
+            .and_then(|c| self.classes.get(c.class))
+            .map(|c| c.name.as_str())
     }
 
     /// NUMA nodes. Without `devices/system/node` the machine is one node 0.
@@ -251,7 +280,10 @@ impl Topology {
             .iter()
             .copied()
             .filter(|&c| match self.cpu(c) {
-                Some(info) => !info.siblings.iter().any(|&s| s < c && selected.binary_search(&s).is_ok()),
+                Some(info) => !info
+                    .siblings
+                    .iter()
+                    .any(|&s| s < c && selected.binary_search(&s).is_ok()),
                 None => true,
             })
             .collect()
@@ -272,7 +304,10 @@ impl Reader<'_> {
         match std::fs::read(path) {
             Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(TopologyError::Io { path: path.to_path_buf(), error }),
+            Err(error) => Err(TopologyError::Io {
+                path: path.to_path_buf(),
+                error,
+            }),
         }
     }
 
@@ -289,9 +324,15 @@ impl Reader<'_> {
     fn list(&self, path: &Path) -> Result<Option<Vec<usize>>, TopologyError> {
         match self.optional(path)? {
             None => Ok(None),
-            Some(text) => cpulist::parse_list(&text)
-                .map(Some)
-                .map_err(|reason| TopologyError::Parse { path: path.to_path_buf(), content: text, reason }),
+            Some(text) => {
+                cpulist::parse_list(&text)
+                    .map(Some)
+                    .map_err(|reason| TopologyError::Parse {
+                        path: path.to_path_buf(),
+                        content: text,
+                        reason,
+                    })
+            }
         }
     }
 
@@ -334,11 +375,19 @@ impl Reader<'_> {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(TopologyError::Io { path: dir.to_path_buf(), error }),
+            Err(error) => {
+                return Err(TopologyError::Io {
+                    path: dir.to_path_buf(),
+                    error,
+                })
+            }
         };
         let mut numbers = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|error| TopologyError::Io { path: dir.to_path_buf(), error })?;
+            let entry = entry.map_err(|error| TopologyError::Io {
+                path: dir.to_path_buf(),
+                error,
+            })?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
             if let Some(rest) = name.strip_prefix(prefix) {
@@ -388,13 +437,17 @@ fn read_topology(root: &Path) -> Result<Topology, TopologyError> {
     }
     let possible = match reader.list(&reader.path("devices/system/cpu/possible"))? {
         Some(list) => list,
-        None => reader.list(&reader.path("devices/system/cpu/present"))?.unwrap_or_else(|| online.clone()),
+        None => reader
+            .list(&reader.path("devices/system/cpu/present"))?
+            .unwrap_or_else(|| online.clone()),
     };
     // `present` is read for validation only: a corrupt file is reported.
     reader.list(&reader.path("devices/system/cpu/present"))?;
 
     let intersect_online = |list: Vec<usize>| -> Vec<usize> {
-        list.into_iter().filter(|c| online.binary_search(c).is_ok()).collect()
+        list.into_iter()
+            .filter(|c| online.binary_search(c).is_ok())
+            .collect()
     };
 
     // Nodes.
@@ -404,11 +457,17 @@ fn read_topology(root: &Path) -> Result<Topology, TopologyError> {
     for id in &node_ids {
         let path = node_dir.join(format!("node{id}/cpulist"));
         let cpus = reader.list(&path)?.unwrap_or_default();
-        nodes.push(Node { id: *id, cpus: intersect_online(cpus) });
+        nodes.push(Node {
+            id: *id,
+            cpus: intersect_online(cpus),
+        });
     }
     let nodes_from_sysfs = !nodes.is_empty();
     if !nodes_from_sysfs {
-        nodes.push(Node { id: 0, cpus: online.clone() });
+        nodes.push(Node {
+            id: 0,
+            cpus: online.clone(),
+        });
     }
 
     // Per-CPU data.
@@ -433,7 +492,10 @@ fn read_topology(root: &Path) -> Result<Topology, TopologyError> {
         let capacity = reader.hint(&base.join("cpu_capacity"))?;
         let highest_perf = reader.hint(&base.join("acpi_cppc/highest_perf"))?;
         let max_freq_khz = reader.hint(&base.join("cpufreq/cpuinfo_max_freq"))?;
-        let node = nodes.iter().find(|n| n.cpus.binary_search(&cpu).is_ok()).map(|n| n.id);
+        let node = nodes
+            .iter()
+            .find(|n| n.cpus.binary_search(&cpu).is_ok())
+            .map(|n| n.id);
 
         // Caches.
         let cache_dir = base.join("cache");
@@ -444,7 +506,10 @@ fn read_topology(root: &Path) -> Result<Topology, TopologyError> {
             let Some(level) = reader.number::<u32>(&dir.join("level"))? else {
                 continue;
             };
-            let kind = reader.optional(&dir.join("type"))?.map(|t| t.trim().to_string()).unwrap_or_default();
+            let kind = reader
+                .optional(&dir.join("type"))?
+                .map(|t| t.trim().to_string())
+                .unwrap_or_default();
             let id = reader.number::<u64>(&dir.join("id"))?;
             let size_path = dir.join("size");
             let size_bytes = match reader.optional(&size_path)? {
@@ -460,15 +525,27 @@ fn read_topology(root: &Path) -> Result<Topology, TopologyError> {
                     }
                 },
             };
-            let mut shared = intersect_online(reader.list(&dir.join("shared_cpu_list"))?.unwrap_or_default());
+            let mut shared = intersect_online(
+                reader
+                    .list(&dir.join("shared_cpu_list"))?
+                    .unwrap_or_default(),
+            );
             if let Err(pos) = shared.binary_search(&cpu) {
                 shared.insert(pos, cpu);
             }
-            let position = raw_caches.iter().position(|c| c.level == level && c.kind == kind && c.cpus == shared);
+            let position = raw_caches
+                .iter()
+                .position(|c| c.level == level && c.kind == kind && c.cpus == shared);
             let position = match position {
                 Some(p) => p,
                 None => {
-                    raw_caches.push(RawCache { level, kind: kind.clone(), id, size_bytes, cpus: shared });
+                    raw_caches.push(RawCache {
+                        level,
+                        kind: kind.clone(),
+                        id,
+                        size_bytes,
+                        cpus: shared,
+                    });
                     raw_caches.len() - 1
                 }
             };
@@ -517,18 +594,32 @@ fn read_topology(root: &Path) -> Result<Topology, TopologyError> {
     let caches: Vec<Cache> = order
         .iter()
         .filter_map(|&old| slots[old].take())
-        .map(|c| Cache { level: c.level, kind: c.kind, id: c.id, size_bytes: c.size_bytes, cpus: c.cpus })
+        .map(|c| Cache {
+            level: c.level,
+            kind: c.kind,
+            id: c.id,
+            size_bytes: c.size_bytes,
+            cpus: c.cpus,
+        })
         .collect();
 
     // Hybrid PMU lists.
-    let core_pmu = reader.list(&reader.path("devices/cpu_core/cpus"))?.map(intersect_online);
-    let atom_pmu = reader.list(&reader.path("devices/cpu_atom/cpus"))?.map(intersect_online);
+    let core_pmu = reader
+        .list(&reader.path("devices/cpu_core/cpus"))?
+        .map(intersect_online);
+    let atom_pmu = reader
+        .list(&reader.path("devices/cpu_atom/cpus"))?
+        .map(intersect_online);
 
     let (class_source, scores) = choose_scores(&cpus, core_pmu.as_deref(), atom_pmu.as_deref());
     let class_of_score = group_scores(&scores);
     let class_count = class_of_score.values().copied().max().map_or(1, |m| m + 1);
     let mut classes: Vec<CoreClass> = (0..class_count)
-        .map(|i| CoreClass { name: class_name(i), cpus: Vec::new(), cores: 0 })
+        .map(|i| CoreClass {
+            name: class_name(i),
+            cpus: Vec::new(),
+            cores: 0,
+        })
         .collect();
     for (info, score) in cpus.iter_mut().zip(&scores) {
         let class = class_of_score.get(score).copied().unwrap_or(0);
@@ -562,7 +653,11 @@ pub fn class_name(rank: usize) -> String {
 
 /// Picks the first rule that distinguishes the CPUs and returns one score
 /// per CPU (higher = faster).
-fn choose_scores(cpus: &[CpuInfo], core_pmu: Option<&[usize]>, atom_pmu: Option<&[usize]>) -> (ClassSource, Vec<u64>) {
+fn choose_scores(
+    cpus: &[CpuInfo],
+    core_pmu: Option<&[usize]>,
+    atom_pmu: Option<&[usize]>,
+) -> (ClassSource, Vec<u64>) {
     // 1. Intel hybrid PMU devices, when they cover every online CPU.
     if core_pmu.is_some() || atom_pmu.is_some() {
         let core = core_pmu.unwrap_or(&[]);

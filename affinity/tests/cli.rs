@@ -8,7 +8,11 @@ fn call(args: &[&str]) -> (i32, String, String) {
     let mut out = Vec::new();
     let mut err = Vec::new();
     let code = run(&args, &mut out, &mut err);
-    (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
 }
 
 #[test]
@@ -16,7 +20,10 @@ fn resolve_prints_one_ascending_line() {
     let tree = fixture::intel_8p_16e().build("cli-resolve").unwrap();
     let root = tree.path().to_str().unwrap();
     let (code, out, err) = call(&["--sysfs-root", root, "--resolve", "P:nosmt,16"]);
-    assert_eq!((code, out.as_str(), err.as_str()), (0, "0,2,4,6,8,10,12,14,16\n", ""));
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (0, "0,2,4,6,8,10,12,14,16\n", "")
+    );
     let (code, out, _) = call(&[&format!("--sysfs-root={root}"), "--resolve=0xF"]);
     assert_eq!((code, out.as_str()), (0, "0,1,2,3\n"));
 }
@@ -49,7 +56,12 @@ fn table_output() {
     let root = tree.path().to_str().unwrap();
     let (code, out, _) = call(&["--sysfs-root", root]);
     assert_eq!(code, 0);
-    assert_eq!(out.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_digit())).count(), 32);
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .count(),
+        32
+    );
     assert!(out.contains("node1 8-15,24-31"), "{out}");
     assert!(out.contains("3900"), "{out}");
 }

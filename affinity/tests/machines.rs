@@ -6,12 +6,17 @@ use uaring_affinity::{ClassSource, Topology, TopologyError};
 
 fn load(builder: &SysfsBuilder, label: &str) -> (TempTree, Topology) {
     let tree = builder.build(label).expect("write fixture");
-    let topology = Topology::from_sysfs(tree.path()).unwrap_or_else(|e| panic!("fixture {label}: {e}"));
+    let topology =
+        Topology::from_sysfs(tree.path()).unwrap_or_else(|e| panic!("fixture {label}: {e}"));
     (tree, topology)
 }
 
 fn class_cpus(t: &Topology, name: &str) -> Vec<usize> {
-    t.classes().iter().find(|c| c.name == name).map(|c| c.cpus.clone()).unwrap_or_default()
+    t.classes()
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| c.cpus.clone())
+        .unwrap_or_default()
 }
 
 fn err(t: &Topology, expr: &str) -> String {
@@ -65,7 +70,10 @@ fn intel_hybrid_masks() {
     assert_eq!(t.resolve("all").unwrap(), range(0, 31));
     assert_eq!(t.resolve("P").unwrap(), range(0, 15));
     assert_eq!(t.resolve("E").unwrap(), range(16, 31));
-    assert_eq!(t.resolve("P:nosmt").unwrap(), (0..16).step_by(2).collect::<Vec<_>>());
+    assert_eq!(
+        t.resolve("P:nosmt").unwrap(),
+        (0..16).step_by(2).collect::<Vec<_>>()
+    );
     assert_eq!(t.resolve("E:nosmt").unwrap(), range(16, 31));
     let mut all_nosmt: Vec<usize> = (0..16).step_by(2).collect();
     all_nosmt.extend(16..32);
@@ -85,9 +93,20 @@ fn intel_hybrid_masks() {
 #[test]
 fn intel_hybrid_describe() {
     let (_tree, t) = load(&fixture::intel_8p_16e(), "intel-describe");
-    assert_eq!(t.describe(&[16, 0, 1]), "CPUs 0,1,16 (class P: 0,1; class E: 16)");
-    assert_eq!(t.describe(&range(0, 31)), "CPUs 0-31 (class P: 0-15; class E: 16-31)");
+    assert_eq!(
+        t.describe(&[16, 0, 1]),
+        "CPUs 0,1,16 (class P: 0,1; class E: 16)"
+    );
+    assert_eq!(
+        t.describe(&range(0, 31)),
+        "CPUs 0-31 (class P: 0-15; class E: 16-31)"
+    );
     assert_eq!(t.describe(&[3]), "CPU 3 (class P: 3)");
+    // The example in docs/Placement.md.
+    assert_eq!(
+        t.describe(&[0, 2, 4, 6, 16]),
+        "CPUs 0,2,4,6,16 (class P: 0,2,4,6; class E: 16)"
+    );
 }
 
 #[test]
@@ -146,7 +165,10 @@ fn amd_siblings_are_n_plus_12() {
         assert_eq!(t.cpu(cpu + 12).unwrap().siblings, vec![cpu, cpu + 12]);
     }
     let l3_zen5 = t.cpu(13).unwrap().l3.unwrap();
-    assert_eq!(t.caches()[l3_zen5].cpus, (0..4).chain(12..16).collect::<Vec<_>>());
+    assert_eq!(
+        t.caches()[l3_zen5].cpus,
+        (0..4).chain(12..16).collect::<Vec<_>>()
+    );
     assert_eq!(t.caches()[l3_zen5].id, Some(0));
     let l3_zen5c = t.cpu(4).unwrap().l3.unwrap();
     assert_ne!(l3_zen5, l3_zen5c);
@@ -163,7 +185,10 @@ fn amd_masks() {
     assert_eq!(t.resolve("12-13:nosmt").unwrap(), vec![12, 13]);
     assert_eq!(t.resolve("0,12:nosmt").unwrap(), vec![0, 12]);
     assert_eq!(t.resolve("0-1,12-13:nosmt").unwrap(), vec![0, 1, 12, 13]);
-    assert_eq!(t.resolve("0x00F00F").unwrap(), vec![0, 1, 2, 3, 12, 13, 14, 15]);
+    assert_eq!(
+        t.resolve("0x00F00F").unwrap(),
+        vec![0, 1, 2, 3, 12, 13, 14, 15]
+    );
     assert_eq!(t.describe(&[0, 4]), "CPUs 0,4 (class P: 0; class E: 4)");
 }
 
@@ -230,7 +255,10 @@ fn numa_server_is_one_class_with_two_nodes() {
 #[test]
 fn numa_server_masks() {
     let (_tree, t) = load(&fixture::two_socket_numa(), "numa-masks");
-    assert_eq!(t.resolve("node1").unwrap(), (8..16).chain(24..32).collect::<Vec<_>>());
+    assert_eq!(
+        t.resolve("node1").unwrap(),
+        (8..16).chain(24..32).collect::<Vec<_>>()
+    );
     assert_eq!(t.resolve("node1:nosmt").unwrap(), range(8, 15));
     assert_eq!(t.resolve("all:nosmt").unwrap(), range(0, 15));
     assert_eq!(t.resolve("P:nosmt").unwrap(), range(0, 15));
@@ -262,7 +290,10 @@ fn offline_cpus_are_not_listed() {
     assert_eq!(t.nodes().len(), 1);
     assert_eq!(t.cpu(5).unwrap().node, Some(0));
     // Shared caches list online CPUs only.
-    assert_eq!(t.caches()[t.cpu(0).unwrap().l3.unwrap()].cpus, vec![0, 1, 2, 4, 5]);
+    assert_eq!(
+        t.caches()[t.cpu(0).unwrap().l3.unwrap()].cpus,
+        vec![0, 1, 2, 4, 5]
+    );
     assert!(t.render_table().contains("offline: 3,6,7"));
 }
 
@@ -274,7 +305,10 @@ fn offline_cpus_masks() {
     assert_eq!(t.resolve("node0").unwrap(), vec![0, 1, 2, 4, 5]);
     assert_eq!(t.resolve("0x37").unwrap(), vec![0, 1, 2, 4, 5]);
     let e = err(&t, "0-3");
-    assert!(e.contains("\"0-3\"") && e.contains("CPU 3 is not online"), "{e}");
+    assert!(
+        e.contains("\"0-3\"") && e.contains("CPU 3 is not online"),
+        "{e}"
+    );
     let e = err(&t, "0xFF");
     assert!(e.contains("CPUs 3,6,7 are not online"), "{e}");
     assert!(err(&t, "node1").contains("no NUMA node 1"));
@@ -292,13 +326,26 @@ fn vm_is_one_class_p() {
     assert_eq!(t.cpu(1).unwrap().siblings, vec![1]);
     assert_eq!(t.cpu(1).unwrap().capacity, Some(1024));
     assert_eq!(t.describe(&[0, 1]), "CPUs 0,1 (class P: 0,1)");
-    assert_eq!(t.caches()[t.cpu(1).unwrap().l3.unwrap()].size_bytes, Some(300 * 1024 * 1024));
+    assert_eq!(
+        t.caches()[t.cpu(1).unwrap().l3.unwrap()].size_bytes,
+        Some(300 * 1024 * 1024)
+    );
 }
 
 #[test]
 fn vm_masks() {
     let (_tree, t) = load(&fixture::vm_2vcpu(), "vm-masks");
-    for expr in ["all", "P", "P:nosmt", "all:nosmt", "0x3", "0-1", "1,0", "node0", "0,1,1"] {
+    for expr in [
+        "all",
+        "P",
+        "P:nosmt",
+        "all:nosmt",
+        "0x3",
+        "0-1",
+        "1,0",
+        "node0",
+        "0,1,1",
+    ] {
         assert_eq!(t.resolve(expr).unwrap(), vec![0, 1], "{expr}");
     }
     assert_eq!(t.resolve("0x2").unwrap(), vec![1]);
@@ -315,12 +362,25 @@ fn vm_json_and_table() {
         json.starts_with(r#"{"cpus":[{"cpu":0,"core":0,"package":0,"die":0,"cluster":0,"node":0,"class":"P","siblings":[0],"#),
         "{json}"
     );
-    assert!(json.contains(r#""classes":[{"name":"P","cpus":[0,1],"cores":2}]"#), "{json}");
+    assert!(
+        json.contains(r#""classes":[{"name":"P","cpus":[0,1],"cores":2}]"#),
+        "{json}"
+    );
     assert!(json.contains(r#""allowed":[0,1]}"#), "{json}");
     let table = t.render_table();
     let mut lines = table.lines();
     let header = lines.next().unwrap();
-    for column in ["CPU", "CORE", "PKG", "NODE", "CLASS", "SMT SIBLINGS", "L2 GROUP", "L3 GROUP", "MAX MHZ"] {
+    for column in [
+        "CPU",
+        "CORE",
+        "PKG",
+        "NODE",
+        "CLASS",
+        "SMT SIBLINGS",
+        "L2 GROUP",
+        "L3 GROUP",
+        "MAX MHZ",
+    ] {
         assert!(header.contains(column), "{header}");
     }
     let row0: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
@@ -362,7 +422,10 @@ fn restricted_affinity_limits_all_classes_and_nodes() {
     assert!(e.contains("not allowed"), "{e}");
     let t = t.with_allowed(&[0, 1]);
     let e = err(&t, "E");
-    assert!(e.contains("class E (16-31) has no CPU this process may use (allowed: 0,1)"), "{e}");
+    assert!(
+        e.contains("class E (16-31) has no CPU this process may use (allowed: 0,1)"),
+        "{e}"
+    );
     assert!(t.render_table().contains("CPUs marked !"));
     assert!(t.to_json().contains(r#""allowed":false"#));
 }
@@ -411,8 +474,12 @@ fn bad_expressions_name_the_bad_part() {
 #[test]
 fn missing_trailing_newlines_are_fine() {
     let mut b = fixture::vm_2vcpu();
-    b.extra_files.push(("devices/system/cpu/online".into(), "0-1".into()));
-    b.extra_files.push(("devices/system/cpu/cpu0/topology/core_id".into(), "0".into()));
+    b.extra_files
+        .push(("devices/system/cpu/online".into(), "0-1".into()));
+    b.extra_files.push((
+        "devices/system/cpu/cpu0/topology/core_id".into(),
+        "0".into(),
+    ));
     let (_tree, t) = load(&b, "no-newline");
     assert_eq!(t.online(), vec![0, 1]);
 }
@@ -428,12 +495,32 @@ fn load_err(builder: &SysfsBuilder, label: &str) -> TopologyError {
 #[test]
 fn corrupt_files_are_errors_naming_the_file() {
     let cases: &[(&str, &str, &str)] = &[
-        ("devices/system/cpu/cpu1/topology/core_id", "abc\n", "cpu1/topology/core_id"),
+        (
+            "devices/system/cpu/cpu1/topology/core_id",
+            "abc\n",
+            "cpu1/topology/core_id",
+        ),
         ("devices/system/cpu/online", "0-x\n", "cpu/online"),
-        ("devices/system/cpu/cpu0/cache/index2/size", "huge\n", "index2/size"),
-        ("devices/system/cpu/cpu0/cache/index3/shared_cpu_list", "0-\n", "index3/shared_cpu_list"),
-        ("devices/system/cpu/cpu0/cpu_capacity", "big\n", "cpu0/cpu_capacity"),
-        ("devices/system/node/node0/cpulist", "zero\n", "node0/cpulist"),
+        (
+            "devices/system/cpu/cpu0/cache/index2/size",
+            "huge\n",
+            "index2/size",
+        ),
+        (
+            "devices/system/cpu/cpu0/cache/index3/shared_cpu_list",
+            "0-\n",
+            "index3/shared_cpu_list",
+        ),
+        (
+            "devices/system/cpu/cpu0/cpu_capacity",
+            "big\n",
+            "cpu0/cpu_capacity",
+        ),
+        (
+            "devices/system/node/node0/cpulist",
+            "zero\n",
+            "node0/cpulist",
+        ),
         ("devices/cpu_core/cpus", "0-1-2\n", "cpu_core/cpus"),
     ];
     for (path, content, expected) in cases {
@@ -455,7 +542,8 @@ fn missing_or_empty_online_file() {
     assert!(e.to_string().contains("devices/system/cpu/online"), "{e}");
 
     let mut b = fixture::vm_2vcpu();
-    b.extra_files.push(("devices/system/cpu/online".into(), "\n".into()));
+    b.extra_files
+        .push(("devices/system/cpu/online".into(), "\n".into()));
     let e = load_err(&b, "no-online");
     assert!(matches!(e, TopologyError::NoOnlineCpus { .. }), "{e:?}");
 }
@@ -495,7 +583,9 @@ fn online_cpu_without_topology_dir() {
     assert_eq!(cpu1.siblings, vec![1]);
     assert_eq!(cpu1.l2, None);
     assert_eq!(t.resolve("all:nosmt").unwrap(), vec![0, 1]);
-    assert!(t.to_json().contains(r#"{"cpu":1,"core":null,"package":null"#));
+    assert!(t
+        .to_json()
+        .contains(r#"{"cpu":1,"core":null,"package":null"#));
 }
 
 // ---------------------------------------------------------------- the live machine
