@@ -1,0 +1,1 @@
+//! Security policies, certificates and PKI.
