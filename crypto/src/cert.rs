@@ -1,0 +1,525 @@
+//! X.509 application instance certificates: parsing (x509-cert) and generation (rcgen + aws-lc-rs).
+
+use std::net::IpAddr;
+
+use const_oid::db::rfc5280 as oids;
+use const_oid::db::rfc5912;
+use const_oid::ObjectIdentifier;
+use der::{Decode, Encode, Reader, SliceReader};
+use sha1::{Digest, Sha1};
+use x509_cert::ext::pkix::name::GeneralName;
+use x509_cert::ext::pkix::{
+    AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAltName,
+    SubjectKeyIdentifier,
+};
+
+use crate::asymmetric::PrivateKey;
+use crate::policy::THUMBPRINT_LEN;
+use crate::status;
+
+/// Most certificates accepted in one chain ByteString (leaf + issuers).
+pub const CHAIN_LEN_MAX: usize = 8;
+/// Largest DER certificate accepted.
+pub const CERT_DER_LEN_MAX: usize = 32 * 1024;
+
+/// Key usage bits (RFC 5280 §4.2.1.3) present in a certificate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyUsageBits {
+    /// digitalSignature
+    pub digital_signature: bool,
+    /// nonRepudiation (contentCommitment)
+    pub non_repudiation: bool,
+    /// keyEncipherment
+    pub key_encipherment: bool,
+    /// dataEncipherment
+    pub data_encipherment: bool,
+    /// keyCertSign
+    pub key_cert_sign: bool,
+    /// cRLSign
+    pub crl_sign: bool,
+}
+
+/// How the certificate itself is signed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertSignatureAlg {
+    /// sha1WithRSAEncryption: rejected for the non-deprecated policies.
+    RsaSha1,
+    /// sha256WithRSAEncryption
+    RsaSha256,
+    /// sha384WithRSAEncryption
+    RsaSha384,
+    /// sha512WithRSAEncryption
+    RsaSha512,
+    /// RSASSA-PSS
+    RsaPss,
+    /// Anything else (ECDSA, MD5, …): not usable with the RSA policies.
+    Other,
+}
+
+/// A parsed certificate: the DER plus the fields security checks need.
+#[derive(Clone, Debug)]
+pub struct Certificate {
+    der: Vec<u8>,
+    thumbprint: [u8; THUMBPRINT_LEN],
+    tbs_range: (usize, usize),
+    signature: Vec<u8>,
+    signature_alg: CertSignatureAlg,
+    subject_der: Vec<u8>,
+    issuer_der: Vec<u8>,
+    subject: String,
+    issuer: String,
+    serial: Vec<u8>,
+    not_before_unix_s: i64,
+    not_after_unix_s: i64,
+    spki_der: Vec<u8>,
+    rsa_public_key: Vec<u8>,
+    key_bits: usize,
+    application_uri: Option<String>,
+    dns_names: Vec<String>,
+    ip_addresses: Vec<IpAddr>,
+    key_usage: Option<KeyUsageBits>,
+    extended_key_usage: Option<Vec<ObjectIdentifier>>,
+    is_ca: Option<bool>,
+    subject_key_id: Option<Vec<u8>>,
+    authority_key_id: Option<Vec<u8>>,
+}
+
+/// SHA-1 of a DER certificate: the thumbprint of OPC UA security headers.
+pub fn thumbprint(der: &[u8]) -> [u8; THUMBPRINT_LEN] {
+    let mut out = [0u8; THUMBPRINT_LEN];
+    out.copy_from_slice(&Sha1::digest(der));
+    out
+}
+
+/// Lower-case hex.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 15) as usize] as char);
+    }
+    s
+}
+
+fn time_unix_s(t: &x509_cert::time::Time) -> i64 {
+    t.to_unix_duration().as_secs() as i64
+}
+
+impl Certificate {
+    /// Parses exactly one DER certificate. Malformed input is `BadCertificateInvalid`.
+    pub fn from_der(der: &[u8]) -> Result<Self, u32> {
+        if der.len() > CERT_DER_LEN_MAX {
+            return Err(status::BAD_CERTIFICATE_INVALID);
+        }
+        let parsed =
+            x509_cert::Certificate::from_der(der).map_err(|_| status::BAD_CERTIFICATE_INVALID)?;
+        Self::from_parsed(der, &parsed)
+    }
+
+    /// Parses a certificate file: PEM (`CERTIFICATE`) or DER.
+    pub fn from_pem_or_der(bytes: &[u8]) -> Result<Self, u32> {
+        match pem::parse(bytes) {
+            Ok(p) if p.tag() == "CERTIFICATE" => Self::from_der(p.contents()),
+            Ok(_) => Err(status::BAD_CERTIFICATE_INVALID),
+            Err(_) => Self::from_der(bytes),
+        }
+    }
+
+    /// Splits and parses a chain: concatenated DER certificates as carried in the
+    /// SenderCertificate / ClientCertificate ByteStrings; the first one is the leaf.
+    pub fn parse_chain(bytes: &[u8]) -> Result<Vec<Certificate>, u32> {
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if out.len() >= CHAIN_LEN_MAX {
+                return Err(status::BAD_CERTIFICATE_INVALID);
+            }
+            let len = {
+                let mut r = SliceReader::new(rest).map_err(|_| status::BAD_CERTIFICATE_INVALID)?;
+                r.tlv_bytes().map_err(|_| status::BAD_CERTIFICATE_INVALID)?.len()
+            };
+            let (one, tail) = rest.split_at(len);
+            out.push(Self::from_der(one)?);
+            rest = tail;
+        }
+        if out.is_empty() {
+            return Err(status::BAD_CERTIFICATE_INVALID);
+        }
+        Ok(out)
+    }
+
+    fn from_parsed(der: &[u8], c: &x509_cert::Certificate) -> Result<Self, u32> {
+        let bad = |_| status::BAD_CERTIFICATE_INVALID;
+        // Locate the raw TBSCertificate bytes (what the issuer signed).
+        let tbs_range = {
+            let mut r = SliceReader::new(der).map_err(bad)?;
+            let outer = der::Header::decode(&mut r).map_err(bad)?;
+            let _ = outer;
+            let start = u32::from(r.position()) as usize;
+            let tbs = r.tlv_bytes().map_err(bad)?;
+            (start, start + tbs.len())
+        };
+        let tbs = &c.tbs_certificate;
+        let sig_oid = c.signature_algorithm.oid;
+        let signature_alg = if sig_oid == rfc5912::SHA_1_WITH_RSA_ENCRYPTION {
+            CertSignatureAlg::RsaSha1
+        } else if sig_oid == rfc5912::SHA_256_WITH_RSA_ENCRYPTION {
+            CertSignatureAlg::RsaSha256
+        } else if sig_oid == rfc5912::SHA_384_WITH_RSA_ENCRYPTION {
+            CertSignatureAlg::RsaSha384
+        } else if sig_oid == rfc5912::SHA_512_WITH_RSA_ENCRYPTION {
+            CertSignatureAlg::RsaSha512
+        } else if sig_oid == rfc5912::ID_RSASSA_PSS {
+            CertSignatureAlg::RsaPss
+        } else {
+            CertSignatureAlg::Other
+        };
+        let spki_der = tbs.subject_public_key_info.to_der().map_err(bad)?;
+        let rsa_public_key = tbs.subject_public_key_info.subject_public_key.raw_bytes().to_vec();
+        let key_bits = if tbs.subject_public_key_info.algorithm.oid == rfc5912::RSA_ENCRYPTION {
+            aws_lc_rs::rsa::PublicEncryptingKey::from_der(&spki_der)
+                .map(|k| k.key_size_bits())
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let mut cert = Certificate {
+            der: der.to_vec(),
+            thumbprint: thumbprint(der),
+            tbs_range,
+            signature: c.signature.raw_bytes().to_vec(),
+            signature_alg,
+            subject_der: tbs.subject.to_der().map_err(bad)?,
+            issuer_der: tbs.issuer.to_der().map_err(bad)?,
+            subject: tbs.subject.to_string(),
+            issuer: tbs.issuer.to_string(),
+            serial: tbs.serial_number.as_bytes().to_vec(),
+            not_before_unix_s: time_unix_s(&tbs.validity.not_before),
+            not_after_unix_s: time_unix_s(&tbs.validity.not_after),
+            spki_der,
+            rsa_public_key,
+            key_bits,
+            application_uri: None,
+            dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+            key_usage: None,
+            extended_key_usage: None,
+            is_ca: None,
+            subject_key_id: None,
+            authority_key_id: None,
+        };
+        for ext in tbs.extensions.iter().flatten() {
+            let value = ext.extn_value.as_bytes();
+            let id = ext.extn_id;
+            if id == oids::ID_CE_SUBJECT_ALT_NAME {
+                let san = SubjectAltName::from_der(value).map_err(bad)?;
+                for name in san.0 {
+                    match name {
+                        GeneralName::UniformResourceIdentifier(uri) => {
+                            if cert.application_uri.is_none() {
+                                cert.application_uri = Some(uri.to_string());
+                            }
+                        }
+                        GeneralName::DnsName(dns) => cert.dns_names.push(dns.to_string()),
+                        GeneralName::IpAddress(ip) => {
+                            let b = ip.as_bytes();
+                            if let Ok(v4) = <[u8; 4]>::try_from(b) {
+                                cert.ip_addresses.push(IpAddr::from(v4));
+                            } else if let Ok(v6) = <[u8; 16]>::try_from(b) {
+                                cert.ip_addresses.push(IpAddr::from(v6));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            } else if id == oids::ID_CE_KEY_USAGE {
+                let ku = KeyUsage::from_der(value).map_err(bad)?;
+                cert.key_usage = Some(KeyUsageBits {
+                    digital_signature: ku.digital_signature(),
+                    non_repudiation: ku.non_repudiation(),
+                    key_encipherment: ku.key_encipherment(),
+                    data_encipherment: ku.data_encipherment(),
+                    key_cert_sign: ku.key_cert_sign(),
+                    crl_sign: ku.crl_sign(),
+                });
+            } else if id == oids::ID_CE_EXT_KEY_USAGE {
+                let eku = ExtendedKeyUsage::from_der(value).map_err(bad)?;
+                cert.extended_key_usage = Some(eku.0);
+            } else if id == oids::ID_CE_BASIC_CONSTRAINTS {
+                let bc = BasicConstraints::from_der(value).map_err(bad)?;
+                cert.is_ca = Some(bc.ca);
+            } else if id == oids::ID_CE_SUBJECT_KEY_IDENTIFIER {
+                let ski = SubjectKeyIdentifier::from_der(value).map_err(bad)?;
+                cert.subject_key_id = Some(ski.0.as_bytes().to_vec());
+            } else if id == oids::ID_CE_AUTHORITY_KEY_IDENTIFIER {
+                let aki = AuthorityKeyIdentifier::from_der(value).map_err(bad)?;
+                cert.authority_key_id = aki.key_identifier.map(|k| k.as_bytes().to_vec());
+            }
+        }
+        Ok(cert)
+    }
+
+    /// The DER encoding.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+    /// SHA-1 thumbprint of the DER.
+    pub fn thumbprint(&self) -> &[u8; THUMBPRINT_LEN] {
+        &self.thumbprint
+    }
+    /// Thumbprint as lower-case hex (file names in the PKI directories).
+    pub fn thumbprint_hex(&self) -> String {
+        to_hex(&self.thumbprint)
+    }
+    /// The signed TBSCertificate bytes.
+    pub fn tbs_der(&self) -> &[u8] {
+        &self.der[self.tbs_range.0..self.tbs_range.1]
+    }
+    /// The issuer's signature over [`Self::tbs_der`].
+    pub fn signature(&self) -> &[u8] {
+        &self.signature
+    }
+    /// Algorithm of the issuer's signature.
+    pub fn signature_alg(&self) -> CertSignatureAlg {
+        self.signature_alg
+    }
+    /// Subject distinguished name, DER.
+    pub fn subject_der(&self) -> &[u8] {
+        &self.subject_der
+    }
+    /// Issuer distinguished name, DER.
+    pub fn issuer_der(&self) -> &[u8] {
+        &self.issuer_der
+    }
+    /// Subject as an RFC 4514 string.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+    /// Issuer as an RFC 4514 string.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+    /// Serial number bytes (big-endian, as encoded).
+    pub fn serial(&self) -> &[u8] {
+        &self.serial
+    }
+    /// notBefore, seconds since the Unix epoch.
+    pub fn not_before_unix_s(&self) -> i64 {
+        self.not_before_unix_s
+    }
+    /// notAfter, seconds since the Unix epoch.
+    pub fn not_after_unix_s(&self) -> i64 {
+        self.not_after_unix_s
+    }
+    /// Whether `now_unix_s` lies within the validity period.
+    pub fn is_time_valid(&self, now_unix_s: i64) -> bool {
+        self.not_before_unix_s <= now_unix_s && now_unix_s <= self.not_after_unix_s
+    }
+    /// SubjectPublicKeyInfo DER.
+    pub fn spki_der(&self) -> &[u8] {
+        &self.spki_der
+    }
+    /// PKCS#1 RSAPublicKey DER (the subjectPublicKey bits).
+    pub fn rsa_public_key(&self) -> &[u8] {
+        &self.rsa_public_key
+    }
+    /// RSA modulus size in bits; 0 for a non-RSA key.
+    pub fn key_bits(&self) -> usize {
+        self.key_bits
+    }
+    /// RSA modulus size in bytes (signature and ciphertext block size).
+    pub fn key_bytes(&self) -> usize {
+        self.key_bits / 8
+    }
+    /// First URI of subjectAltName: the ApplicationUri.
+    pub fn application_uri(&self) -> Option<&str> {
+        self.application_uri.as_deref()
+    }
+    /// DNS names of subjectAltName.
+    pub fn dns_names(&self) -> &[String] {
+        &self.dns_names
+    }
+    /// IP addresses of subjectAltName.
+    pub fn ip_addresses(&self) -> &[IpAddr] {
+        &self.ip_addresses
+    }
+    /// Key usage extension, if present.
+    pub fn key_usage(&self) -> Option<KeyUsageBits> {
+        self.key_usage
+    }
+    /// Extended key usage OIDs, if the extension is present.
+    pub fn extended_key_usage(&self) -> Option<&[ObjectIdentifier]> {
+        self.extended_key_usage.as_deref()
+    }
+    /// Whether extendedKeyUsage is absent or contains `oid`.
+    pub fn allows_extended_usage(&self, oid: ObjectIdentifier) -> bool {
+        match &self.extended_key_usage {
+            None => true,
+            Some(list) => list.contains(&oid),
+        }
+    }
+    /// basicConstraints cA, if the extension is present.
+    pub fn is_ca(&self) -> Option<bool> {
+        self.is_ca
+    }
+    /// Subject key identifier.
+    pub fn subject_key_id(&self) -> Option<&[u8]> {
+        self.subject_key_id.as_deref()
+    }
+    /// Authority key identifier (keyIdentifier field).
+    pub fn authority_key_id(&self) -> Option<&[u8]> {
+        self.authority_key_id.as_deref()
+    }
+    /// Subject equals issuer.
+    pub fn is_self_issued(&self) -> bool {
+        self.subject_der == self.issuer_der
+    }
+    /// Whether the certificate names `hostname` in its subjectAltName (DNS, case-insensitive, or IP).
+    pub fn has_host(&self, hostname: &str) -> bool {
+        if let Ok(ip) = hostname.parse::<IpAddr>() {
+            return self.ip_addresses.contains(&ip);
+        }
+        self.dns_names.iter().any(|d| d.eq_ignore_ascii_case(hostname))
+    }
+
+    /// Verifies that `issuer`'s key signed this certificate. Only SHA-2 RSA signatures are
+    /// accepted; SHA-1 gives `BadCertificatePolicyCheckFailed`, a bad signature
+    /// `BadCertificateInvalid`.
+    pub fn verify_signed_by(&self, issuer: &Certificate) -> Result<(), u32> {
+        verify_rsa_signature(
+            self.signature_alg,
+            issuer.rsa_public_key(),
+            self.tbs_der(),
+            &self.signature,
+        )
+    }
+}
+
+/// Verifies an X.509-style signature (certificate or CRL) with an RSA public key.
+pub(crate) fn verify_rsa_signature(
+    alg: CertSignatureAlg,
+    rsa_public_key: &[u8],
+    signed: &[u8],
+    signature: &[u8],
+) -> Result<(), u32> {
+    use aws_lc_rs::signature as sig;
+    let candidates: &[&'static dyn sig::VerificationAlgorithm] = match alg {
+        CertSignatureAlg::RsaSha1 | CertSignatureAlg::Other => {
+            return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED)
+        }
+        CertSignatureAlg::RsaSha256 => &[&sig::RSA_PKCS1_2048_8192_SHA256],
+        CertSignatureAlg::RsaSha384 => &[&sig::RSA_PKCS1_2048_8192_SHA384],
+        CertSignatureAlg::RsaSha512 => &[&sig::RSA_PKCS1_2048_8192_SHA512],
+        // The PSS parameters name the hash; all three are acceptable, so try each.
+        CertSignatureAlg::RsaPss => &[
+            &sig::RSA_PSS_2048_8192_SHA256,
+            &sig::RSA_PSS_2048_8192_SHA384,
+            &sig::RSA_PSS_2048_8192_SHA512,
+        ],
+    };
+    for alg in candidates {
+        if sig::UnparsedPublicKey::new(*alg, rsa_public_key).verify(signed, signature).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(status::BAD_CERTIFICATE_INVALID)
+}
+
+/// What goes into a generated application instance certificate.
+#[derive(Clone, Debug)]
+pub struct CertificateRequest {
+    /// ApplicationUri: the subjectAltName URI.
+    pub application_uri: String,
+    /// Subject CN (the application name).
+    pub common_name: String,
+    /// Subject O.
+    pub organization: String,
+    /// DNS names for subjectAltName (the host name).
+    pub dns_names: Vec<String>,
+    /// IP addresses for subjectAltName.
+    pub ip_addresses: Vec<IpAddr>,
+    /// notBefore, Unix seconds (usually now minus a little clock skew).
+    pub not_before_unix_s: i64,
+    /// Validity in days.
+    pub validity_days: u32,
+    /// RSA key size in bits (2048 default).
+    pub key_bits: usize,
+}
+
+impl CertificateRequest {
+    /// A request with the defaults: RSA-2048, 5 years, organization "uaring".
+    pub fn new(application_uri: &str, common_name: &str, now_unix_s: i64) -> Self {
+        CertificateRequest {
+            application_uri: application_uri.to_string(),
+            common_name: common_name.to_string(),
+            organization: "uaring".to_string(),
+            dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+            not_before_unix_s: now_unix_s - 3600,
+            validity_days: 5 * 365,
+            key_bits: 2048,
+        }
+    }
+}
+
+/// Generates a self-signed application instance certificate and its key (OPC 10000-6 §6.2.2):
+/// RSA with sha256WithRSAEncryption; subjectAltName URI + DNS + IP; keyUsage digitalSignature,
+/// nonRepudiation, keyEncipherment, dataEncipherment, keyCertSign; extendedKeyUsage serverAuth +
+/// clientAuth; basicConstraints cA=false; subject and authority key identifiers.
+pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, PrivateKey), u32> {
+    use rcgen::{
+        CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyIdMethod,
+        KeyUsagePurpose, SanType,
+    };
+    let key = PrivateKey::generate(req.key_bits)?;
+    let der = {
+        let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+        let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256)
+            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, req.common_name.as_str());
+        dn.push(DnType::OrganizationName, req.organization.as_str());
+        params.distinguished_name = dn;
+        let uri = rcgen::Ia5String::try_from(req.application_uri.as_str())
+            .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        params.subject_alt_names.push(SanType::URI(uri));
+        for d in &req.dns_names {
+            let d = rcgen::Ia5String::try_from(d.as_str()).map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+            params.subject_alt_names.push(SanType::DnsName(d));
+        }
+        for ip in &req.ip_addresses {
+            params.subject_alt_names.push(SanType::IpAddress(*ip));
+        }
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(req.not_before_unix_s)
+            .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        params.not_after = params.not_before + time::Duration::days(i64::from(req.validity_days));
+        let mut serial = [0u8; 16];
+        crate::asymmetric::random_bytes(&mut serial)?;
+        serial[0] &= 0x7f;
+        serial[0] |= 0x01;
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::ContentCommitment,
+            KeyUsagePurpose::KeyEncipherment,
+            KeyUsagePurpose::DataEncipherment,
+            KeyUsagePurpose::KeyCertSign,
+        ];
+        params.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_identifier_method = KeyIdMethod::Sha256;
+        params.use_authority_key_identifier_extension = true;
+        let cert = params.self_signed(&kp).map_err(|_| status::BAD_INTERNAL_ERROR)?;
+        cert.der().to_vec()
+    };
+    let cert = Certificate::from_der(&der)?;
+    Ok((cert, key))
+}
+
+/// PEM (`CERTIFICATE`) encoding of a DER certificate.
+pub fn to_pem(der: &[u8]) -> String {
+    pem::encode(&pem::Pem::new("CERTIFICATE", der.to_vec()))
+}

@@ -1,0 +1,45 @@
+//! uaring-crypto: the cryptographic building blocks of OPC UA security for uaring.
+//!
+//! - [`PolicyId`]: security policies and their parameters (None, Basic256Sha256,
+//!   Aes128_Sha256_RsaOaep, Aes256_Sha256_RsaPss; the deprecated Basic128Rsa15 and Basic256 are
+//!   recognised but not supported end to end).
+//! - [`derive_channel_keys`] / [`SymmetricKeys`]: P_SHA256 key derivation and in-place,
+//!   allocation-free HMAC + AES-CBC chunk security.
+//! - [`asym_encrypt`], [`asym_decrypt`], [`asym_sign`], [`asym_verify`]: RSA with aws-lc-rs.
+//! - [`Certificate`], [`generate_self_signed`], [`Pki`]: certificates and the PKI directory.
+//! - [`encrypt_user_password`], [`decrypt_user_password`], [`UserStore`], [`LoginLimiter`]:
+//!   user authentication.
+//! - [`cert_command`], [`hash_password_command`]: the CLI helpers.
+//!
+//! Errors are OPC UA status codes as plain `u32` (see [`status`]). Nothing here reads a clock on
+//! the request path: times are passed in.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod asymmetric;
+pub mod cert;
+pub mod cli;
+pub mod kdf;
+pub mod pki;
+pub mod policy;
+pub mod ratelimit;
+pub mod status;
+pub mod symmetric;
+pub mod user;
+
+pub use asymmetric::{
+    asym_decrypt, asym_encrypt, asym_sign, asym_sign_into, asym_verify, cipher_text_block_size,
+    encrypted_len, new_nonce, plain_text_block_size, random_bytes, PrivateKey,
+};
+pub use cert::{generate_self_signed, thumbprint, Certificate, CertificateRequest};
+pub use cli::{cert_command, hash_password_command};
+pub use kdf::{p_hash, p_sha1, p_sha256};
+pub use pki::{CertRole, Crl, Pki, PkiConfig, ACCEPT_ALL_WARNING};
+pub use policy::{check_padding, padding_len, write_padding, PolicyId, SecurityMode};
+pub use ratelimit::{LoginLimiter, LoginLimiterConfig};
+pub use symmetric::{derive_channel_keys, derive_keys, ChannelKeys, SymmetricKeys};
+pub use user::{
+    decrypt_user_password, encrypt_user_password, hash_password, signature_data, verify_password,
+    verify_x509_user_token, UserStore,
+};

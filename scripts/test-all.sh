@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the whole uaring test suite: every Rust test of the workspace, then the interop
+# tests of real, independent OPC UA clients (asyncua from PyPI, node-opcua from npm)
+# against the real `uaring` binary. Installs what those clients need on first use.
+# This is the command README.md names and .ci/run calls.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "Python venv with asyncua and pytest (.venv)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import asyncua, pytest' 2>/dev/null; then
+    python3 -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/python/requirements.txt
+fi
+
+step "node-opcua-client (tests/interop/node/node_modules)"
+if [ ! -d tests/interop/node/node_modules/node-opcua-client ]; then
+    (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error)
+fi
+
+step "cargo test --release --workspace"
+cargo test --release --workspace
+
+step "build the uaring binary"
+cargo build --release -p uaring-shards --bin uaring
+export UARING_BIN="$ROOT/target/release/uaring"
+
+step "asyncua interop (pytest)"
+.venv/bin/python -m pytest -q tests/interop/python
+
+step "node-opcua interop (node --test)"
+(cd tests/interop/node && node --test --test-concurrency=1)
