@@ -6,6 +6,7 @@
 pub mod encoding;
 pub mod generated;
 pub mod random;
+pub mod secure_channel;
 pub mod time;
 pub mod transport;
 pub mod types;
