@@ -6,7 +6,9 @@
 pub mod encoding;
 pub mod generated;
 pub mod random;
+pub mod secure_channel;
 pub mod time;
+pub mod transport;
 pub mod types;
 
 pub use encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};

@@ -1,0 +1,15 @@
+//! UA SecureConversation (Part 6 §6.7): chunk headers, sequence numbers, chunk
+//! splitting and assembly, security tokens, and the [`SecurityPolicy`] trait with the
+//! None policy.
+
+pub mod chunk;
+pub mod policy;
+
+pub use chunk::{
+    max_body_per_chunk, open_chunk, parse_chunk_head, write_abort_chunk, write_chunks, Assembly, ChunkHead, ChunkLimits,
+    MessageAssembler, OpenedChunk, SecurityHeader, SequenceChecker, SequenceCounter, SEQUENCE_HEADER_LEN,
+};
+pub use policy::{
+    AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy, PlainCrypto, Role,
+    SecurityPolicy, SecurityProvider, SECURITY_POLICY_NONE_URI,
+};
