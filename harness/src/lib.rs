@@ -1,1 +1,14 @@
-//! Load harness.
+//! uaring-harness: the native load client, scenarios, measurement, sweeps
+//! and tables behind the `uaring-bench` binary.
+
+pub mod args;
+pub mod echo;
+pub mod opcua;
+pub mod procstat;
+pub mod report;
+pub mod run;
+pub mod scenarios;
+pub mod server;
+pub mod summarize;
+pub mod sweep;
+pub mod uring;

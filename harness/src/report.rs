@@ -1,0 +1,266 @@
+//! One run's result: the JSON object (`--json`) and the readable block.
+
+use serde_json::{json, Map, Value};
+
+use crate::procstat::ProcDelta;
+use crate::uring::ThreadStats;
+
+/// Everything measured in one run's window.
+#[derive(Clone, Debug, Default)]
+pub struct Measured {
+    pub seconds: f64,
+    pub server: Option<ProcDelta>,
+    pub server_rss_kb: u64,
+    pub client: ProcDelta,
+    pub foreign_cores: f64,
+    pub steal_cores: f64,
+}
+
+pub struct RunInfo {
+    pub scenario: String,
+    pub security: String,
+    pub server: String,
+    pub clients: usize,
+    pub inflight: usize,
+    pub server_cpus: String,
+    pub client_cpus: String,
+    pub client_threads: usize,
+    pub variant: Option<String>,
+    /// Extra scenario parameters (nodes, items …) reported as they are.
+    pub params: Vec<(String, Value)>,
+    /// Connections per shard, when the server told.
+    pub shard_connections: Vec<(String, u64)>,
+}
+
+fn round(v: f64, digits: i32) -> f64 {
+    let p = 10f64.powi(digits);
+    (v * p).round() / p
+}
+
+fn us(ns: u64) -> f64 {
+    round(ns as f64 / 1000.0, 2)
+}
+
+/// Builds the result object. Per-op figures are per measured operation.
+pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: u32) -> Map<String, Value> {
+    let ops = stats.ops;
+    let per_op = |total: f64| if ops > 0 { round(total / ops as f64, 3) } else { 0.0 };
+    let h = &stats.hist;
+    let q = |x: f64| if ops > 0 { us(h.value_at_quantile(x)) } else { 0.0 };
+    let mut o = Map::new();
+    o.insert("scenario".into(), json!(info.scenario));
+    if let Some(v) = &info.variant {
+        o.insert("variant".into(), json!(v));
+    }
+    o.insert("server".into(), json!(info.server));
+    o.insert("security".into(), json!(info.security));
+    o.insert("clients".into(), json!(info.clients));
+    o.insert("inflight".into(), json!(info.inflight));
+    for (k, v) in &info.params {
+        o.insert(k.clone(), v.clone());
+    }
+    o.insert("ops".into(), json!(ops));
+    o.insert("seconds".into(), json!(round(m.seconds, 3)));
+    o.insert("ops_per_s".into(), json!(if m.seconds > 0.0 { round(ops as f64 / m.seconds, 1) } else { 0.0 }));
+    o.insert("errors".into(), json!(stats.errors));
+    o.insert("p50_us".into(), json!(q(0.5)));
+    o.insert("p90_us".into(), json!(q(0.9)));
+    o.insert("p99_us".into(), json!(q(0.99)));
+    o.insert("p999_us".into(), json!(q(0.999)));
+    o.insert("max_us".into(), json!(if ops > 0 { us(h.max()) } else { 0.0 }));
+    o.insert("mean_us".into(), json!(if ops > 0 { round(h.mean() / 1000.0, 2) } else { 0.0 }));
+    match &m.server {
+        Some(s) => {
+            o.insert("server_cpu_us_per_op".into(), json!(per_op(s.cpu_ns as f64 / 1000.0)));
+            o.insert("server_sys_share".into(), json!(if s.user_ns + s.sys_ns > 0 { round(s.sys_ns as f64 / (s.user_ns + s.sys_ns) as f64, 3) } else { 0.0 }));
+            o.insert("server_cores".into(), json!(round(s.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3)));
+            o.insert("server_vcs_per_op".into(), json!(per_op(s.voluntary as f64)));
+            o.insert("server_ivcs_per_op".into(), json!(per_op(s.nonvoluntary as f64)));
+            o.insert("server_rss_kb".into(), json!(m.server_rss_kb));
+            let mut shards = Vec::new();
+            for t in &s.threads {
+                if t.name.starts_with("shard") {
+                    let conns = info.shard_connections.iter().find(|(n, _)| *n == t.name).map(|(_, c)| *c);
+                    shards.push(json!({
+                        "name": t.name,
+                        "cpu_us_per_op": per_op(t.cpu_ns as f64 / 1000.0),
+                        "cores": round(t.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3),
+                        "connections": conns,
+                    }));
+                }
+            }
+            if !shards.is_empty() {
+                o.insert("shards".into(), Value::Array(shards));
+            }
+        }
+        None => {
+            o.insert("server_cpu_us_per_op".into(), Value::Null);
+            o.insert("server_rss_kb".into(), Value::Null);
+        }
+    }
+    let c = &m.client;
+    o.insert("client_cpu_us_per_op".into(), json!(per_op(c.cpu_ns as f64 / 1000.0)));
+    o.insert("client_cores".into(), json!(round(c.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3)));
+    o.insert("client_vcs_per_op".into(), json!(per_op(c.voluntary as f64)));
+    o.insert("client_ivcs_per_op".into(), json!(per_op(c.nonvoluntary as f64)));
+    o.insert("bytes_out_per_op".into(), json!(per_op(stats.bytes_out as f64)));
+    o.insert("bytes_in_per_op".into(), json!(per_op(stats.bytes_in as f64)));
+    for (k, v) in &stats.extra {
+        o.insert((*k).to_string(), json!(v));
+    }
+    o.insert("server_cpus".into(), json!(info.server_cpus));
+    o.insert("client_cpus".into(), json!(info.client_cpus));
+    o.insert("client_threads".into(), json!(info.client_threads));
+    o.insert("foreign_cores".into(), json!(round(m.foreign_cores, 3)));
+    o.insert("steal_cores".into(), json!(round(m.steal_cores, 3)));
+    o.insert("discarded_runs".into(), json!(discarded_runs));
+    if let Some(e) = &stats.first_error {
+        o.insert("first_error".into(), json!(e));
+    }
+    o
+}
+
+/// Adds host facts (and the commit, when known) to a result.
+pub fn add_host(o: &mut Map<String, Value>) {
+    let (host, kernel, model, cpus) = crate::procstat::host_facts();
+    o.insert("host".into(), json!(host));
+    o.insert("kernel".into(), json!(kernel));
+    o.insert("cpu_model".into(), json!(model));
+    o.insert("online_cpus".into(), json!(cpus));
+    if let Some(c) = commit() {
+        o.insert("commit".into(), json!(c));
+    }
+}
+
+/// The commit of the source tree: $UARING_COMMIT, else `git rev-parse`.
+pub fn commit() -> Option<String> {
+    if let Ok(c) = std::env::var("UARING_COMMIT") {
+        return Some(c);
+    }
+    let out = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+/// The readable block printed without `--json`.
+pub fn readable(o: &Map<String, Value>) -> String {
+    let g = |k: &str| o.get(k).map(fmt).unwrap_or_else(|| "-".into());
+    let mut s = String::new();
+    s.push_str(&format!(
+        "scenario {}  server {}  security {}  clients {} x inflight {}\n",
+        g("scenario"),
+        g("server"),
+        g("security"),
+        g("clients"),
+        g("inflight")
+    ));
+    s.push_str(&format!("  placement   server cpus {}  client cpus {} ({} threads)\n", g("server_cpus"), g("client_cpus"), g("client_threads")));
+    s.push_str(&format!("  throughput  {} ops in {} s = {} ops/s, {} errors\n", g("ops"), g("seconds"), g("ops_per_s"), g("errors")));
+    s.push_str(&format!(
+        "  latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
+        g("p50_us"),
+        g("p90_us"),
+        g("p99_us"),
+        g("p999_us"),
+        g("max_us")
+    ));
+    s.push_str(&format!(
+        "  server      {} µs CPU/op ({} cores, sys share {}), peak RSS {} kB, cs/op {} vol {} invol\n",
+        g("server_cpu_us_per_op"),
+        g("server_cores"),
+        g("server_sys_share"),
+        g("server_rss_kb"),
+        g("server_vcs_per_op"),
+        g("server_ivcs_per_op")
+    ));
+    s.push_str(&format!(
+        "  client      {} µs CPU/op ({} cores), cs/op {} vol {} invol, {} B out / {} B in per op\n",
+        g("client_cpu_us_per_op"),
+        g("client_cores"),
+        g("client_vcs_per_op"),
+        g("client_ivcs_per_op"),
+        g("bytes_out_per_op"),
+        g("bytes_in_per_op")
+    ));
+    if let Some(Value::Array(shards)) = o.get("shards") {
+        for sh in shards {
+            s.push_str(&format!(
+                "  {:<11} {} µs CPU/op, {} cores, {} connections\n",
+                sh.get("name").map(fmt).unwrap_or_default(),
+                sh.get("cpu_us_per_op").map(fmt).unwrap_or_default(),
+                sh.get("cores").map(fmt).unwrap_or_default(),
+                sh.get("connections").map(fmt).unwrap_or_default()
+            ));
+        }
+    }
+    s.push_str(&format!("  machine     foreign load {} cores, steal {} cores, discarded runs {}\n", g("foreign_cores"), g("steal_cores"), g("discarded_runs")));
+    let shown = [
+        "scenario", "server", "security", "clients", "inflight", "server_cpus", "client_cpus", "client_threads", "ops", "seconds",
+        "ops_per_s", "errors", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us", "server_cpu_us_per_op", "server_cores",
+        "server_sys_share", "server_rss_kb", "server_vcs_per_op", "server_ivcs_per_op", "client_cpu_us_per_op", "client_cores",
+        "client_vcs_per_op", "client_ivcs_per_op", "bytes_out_per_op", "bytes_in_per_op", "shards", "foreign_cores", "steal_cores",
+        "discarded_runs", "host", "kernel", "cpu_model", "online_cpus", "commit",
+    ];
+    let rest: Vec<String> = o.iter().filter(|(k, _)| !shown.contains(&k.as_str())).map(|(k, v)| format!("{k} {}", fmt(v))).collect();
+    if !rest.is_empty() {
+        s.push_str(&format!("  also        {}\n", rest.join(", ")));
+    }
+    s
+}
+
+pub fn fmt(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_required_keys() {
+        let mut stats = ThreadStats::default();
+        for v in [1000u64, 2000, 3000, 4000] {
+            stats.hist.record(v).unwrap();
+        }
+        stats.ops = 4;
+        let info = RunInfo {
+            scenario: "read".into(),
+            security: "none".into(),
+            server: "uaring".into(),
+            clients: 4,
+            inflight: 32,
+            server_cpus: "0".into(),
+            client_cpus: "1".into(),
+            client_threads: 1,
+            variant: None,
+            params: vec![],
+            shard_connections: vec![],
+        };
+        let m = Measured {
+            seconds: 2.0,
+            server: Some(ProcDelta { cpu_ns: 8000, ..Default::default() }),
+            server_rss_kb: 1234,
+            client: ProcDelta { cpu_ns: 4000, ..Default::default() },
+            ..Default::default()
+        };
+        let o = build(&info, &stats, &m, 1);
+        for k in [
+            "scenario", "security", "clients", "inflight", "ops", "seconds", "ops_per_s", "errors", "p50_us", "p90_us", "p99_us",
+            "server_cpu_us_per_op", "client_cpu_us_per_op", "server_rss_kb", "server_cpus", "client_cpus", "discarded_runs",
+        ] {
+            assert!(o.contains_key(k), "missing {k}");
+        }
+        assert_eq!(o["ops_per_s"], json!(2.0));
+        assert_eq!(o["server_cpu_us_per_op"], json!(2.0));
+        assert_eq!(o["client_cpu_us_per_op"], json!(1.0));
+        assert_eq!(o["discarded_runs"], json!(1));
+        assert!(readable(&o).contains("ops/s"));
+    }
+}

@@ -1,0 +1,468 @@
+//! `uaring-bench run`: start (or attach to) a server, drive load, measure one
+//! window, repeat when foreign load spoiled it, print the result.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use crate::args::{split_words, substitute, Args};
+use crate::procstat::{self, ProcSample};
+use crate::report::{self, Measured, RunInfo};
+use crate::server::{free_port, ServerProcess, SpawnSpec};
+use crate::uring::{self, Driver, Shared, Source, ThreadStats, PHASE_MEASURE, PHASE_STOP};
+
+pub type DynDriver = Box<dyn Driver + Send>;
+
+impl Driver for DynDriver {
+    fn start(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut uring::Ctx) -> Result<(), String> {
+        (**self).start(now, out, ctx)
+    }
+    fn on_recv(&mut self, now: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut uring::Ctx) -> Result<(), String> {
+        (**self).on_recv(now, data, out, ctx)
+    }
+    fn poll(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut uring::Ctx) -> Result<(), String> {
+        (**self).poll(now, out, ctx)
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        (**self).next_deadline()
+    }
+}
+
+/// How the load is generated.
+pub enum Plan {
+    /// `conns` connections on the ring loop, spread over the client threads.
+    Ring { conns: usize, factory: Arc<dyn Fn(usize) -> DynDriver + Send + Sync> },
+    /// One pinned OS thread per client running a closure until the phase is
+    /// STOP (used by `connect`, whose unit of work is a whole connection).
+    Threads { count: usize, body: Arc<dyn Fn(usize, SocketAddr, &Shared, &mut ThreadStats) + Send + Sync> },
+}
+
+/// Which server is measured.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The `uaring` binary as a child (`--cpus`, `--listen 127.0.0.1:0`).
+    Uaring { bin: String, args: String },
+    /// Any executable with placeholders in its arguments.
+    External { exe: String, args: String, ready: String },
+    /// An already running server.
+    Url { url: String, pid: Option<i32> },
+    /// The harness's own io_uring echo server.
+    Echo,
+}
+
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub scenario: String,
+    pub target: Target,
+    pub security: String,
+    pub clients: usize,
+    pub inflight: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub server_cpus_expr: String,
+    pub client_cpus_expr: String,
+    pub server_cpus: Vec<usize>,
+    pub client_cpus: Vec<usize>,
+    pub client_threads: usize,
+    pub foreign_max_cores: f64,
+    pub max_repeats: u32,
+    pub json: bool,
+    pub variant: Option<String>,
+    pub pin_external: bool,
+    pub env: Vec<(String, String)>,
+    pub args: Args,
+}
+
+fn sibling_exe(name: &str) -> String {
+    if let Ok(me) = std::env::current_exe() {
+        if let Some(dir) = me.parent() {
+            let p = dir.join(name);
+            if p.exists() {
+                return p.to_string_lossy().into_owned();
+            }
+        }
+    }
+    name.to_string()
+}
+
+pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
+    let topo = uaring_affinity::Topology::system().map_err(|e| format!("topology: {e}"))?;
+    topo.resolve(expr).map_err(|e| format!("cpu mask {expr:?}: {e}"))
+}
+
+impl RunConfig {
+    pub fn from_args(a: &Args) -> Result<RunConfig, String> {
+        let scenario = a.str_or("scenario", "read");
+        let target = if let Some(url) = a.get("url") {
+            Target::Url { url: url.to_string(), pid: a.get("server-pid").map(|p| p.parse()).transpose().map_err(|_| "--server-pid: not a number")? }
+        } else if let Some(exe) = a.get("server-exe") {
+            Target::External { exe: exe.to_string(), args: a.str_or("server-args", ""), ready: a.str_or("ready", "listening on") }
+        } else if scenario == "echo" {
+            Target::Echo
+        } else {
+            Target::Uaring { bin: a.get("server-bin").map(|s| s.to_string()).unwrap_or_else(|| sibling_exe("uaring")), args: a.str_or("server-args", "") }
+        };
+        let server_cpus_expr = a.str_or("server-cpus", "0");
+        let client_cpus_expr = a.str_or("client-cpus", "1");
+        let server_cpus = resolve_cpus(&server_cpus_expr)?;
+        let client_cpus = resolve_cpus(&client_cpus_expr)?;
+        let clients: usize = a.num("clients", 4)?;
+        let default_threads = client_cpus.len().min(clients.max(1)).max(1);
+        let mut env = Vec::new();
+        if let Some(e) = a.get("server-env") {
+            for w in split_words(e)? {
+                let (k, v) = w.split_once('=').ok_or_else(|| format!("--server-env: {w:?} is not KEY=VALUE"))?;
+                env.push((k.to_string(), v.to_string()));
+            }
+        }
+        Ok(RunConfig {
+            scenario,
+            target,
+            security: a.str_or("security", "none"),
+            clients,
+            inflight: a.num("inflight", 32)?,
+            duration_s: a.num("duration", 5.0)?,
+            warmup_s: a.num("warmup", 2.0)?,
+            server_cpus_expr,
+            client_cpus_expr,
+            server_cpus,
+            client_cpus,
+            client_threads: a.num("client-threads", default_threads)?,
+            foreign_max_cores: a.num("foreign-max", 0.15)?,
+            max_repeats: a.num("max-repeats", 3)?,
+            json: a.flag("json"),
+            variant: a.get("variant").map(|s| s.to_string()),
+            pin_external: !a.flag("no-pin"),
+            env,
+            args: a.clone(),
+        })
+    }
+
+    pub fn server_name(&self) -> String {
+        if let Some(n) = self.args.get("server-name") {
+            return n.to_string();
+        }
+        match &self.target {
+            Target::Uaring { .. } => "uaring".into(),
+            Target::External { exe, args, .. } => {
+                let base = |s: &str| std::path::Path::new(s).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                let first = split_words(args).ok().and_then(|w| w.into_iter().find(|x| !x.starts_with('-'))).map(|x| base(&x));
+                match first {
+                    Some(f) if base(exe).starts_with("python") => f,
+                    _ => base(exe),
+                }
+            }
+            Target::Url { url, .. } => url.clone(),
+            Target::Echo => "echo".into(),
+        }
+    }
+}
+
+/// A server ready to be measured.
+pub struct Running {
+    pub process: Option<ServerProcess>,
+    pub pid: Option<i32>,
+    pub addr: SocketAddr,
+    pub url: String,
+}
+
+fn addr_of(host: &str, port: u16) -> Result<SocketAddr, String> {
+    (host, port).to_socket_addrs().map_err(|e| format!("{host}:{port}: {e}"))?.next().ok_or_else(|| format!("{host}:{port}: no address"))
+}
+
+/// Starts the target. `vars` fills extra placeholders (`{items}`, `{sampling}`).
+pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running, String> {
+    let timeout = Duration::from_secs_f64(cfg.args.num("ready-timeout", 30.0)?);
+    let spawned = |spec: SpawnSpec| -> Result<Running, String> {
+        let p = ServerProcess::spawn(&spec)?;
+        let addr = addr_of(&p.host, p.port)?;
+        Ok(Running { pid: Some(p.pid), url: format!("opc.tcp://{}:{}", p.host, p.port), addr, process: Some(p) })
+    };
+    match &cfg.target {
+        Target::Uaring { bin, args } => {
+            let mut argv = vec!["--cpus".to_string(), cfg.server_cpus_expr.clone(), "--listen".into(), "127.0.0.1:0".into()];
+            argv.extend(split_words(&substitute(args, vars))?);
+            spawned(SpawnSpec { exe: bin.clone(), args: argv, env: cfg.env.clone(), ready: cfg.args.str_or("ready", "listening on"), pin: None, port: None, timeout })
+        }
+        Target::External { exe, args, ready } => {
+            let port = free_port().map_err(|e| e.to_string())?;
+            let pki = cfg.args.str_or("pki", "pki");
+            let mut all: Vec<(&str, String)> = vec![("port", port.to_string()), ("pki", pki)];
+            all.extend(vars.iter().cloned());
+            for (k, d) in [("items", "1000"), ("sampling", "10")] {
+                if !all.iter().any(|(n, _)| *n == k) {
+                    all.push((k, d.to_string()));
+                }
+            }
+            let uses_port = args.contains("{port}");
+            let argv = split_words(&substitute(args, &all))?;
+            let pin = cfg.pin_external.then(|| cfg.server_cpus.clone());
+            spawned(SpawnSpec {
+                exe: exe.clone(),
+                args: argv,
+                env: cfg.env.clone(),
+                ready: ready.clone(),
+                pin,
+                port: uses_port.then_some(port),
+                timeout,
+            })
+        }
+        Target::Echo => {
+            let me = std::env::current_exe().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
+            spawned(SpawnSpec {
+                exe: me,
+                args: vec!["echo-server".into(), "--cpus".into(), cfg.server_cpus_expr.clone(), "--port".into(), "0".into()],
+                env: vec![],
+                ready: "benchmark server ready".into(),
+                pin: Some(cfg.server_cpus.clone()),
+                port: None,
+                timeout,
+            })
+        }
+        Target::Url { url, pid } => {
+            let rest = url.strip_prefix("opc.tcp://").unwrap_or(url);
+            let hostport = rest.split('/').next().unwrap_or(rest);
+            let (host, port) = hostport.rsplit_once(':').ok_or_else(|| format!("--url {url}: no port"))?;
+            let port: u16 = port.parse().map_err(|_| format!("--url {url}: bad port"))?;
+            Ok(Running { process: None, pid: *pid, addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?, url: url.clone() })
+        }
+    }
+}
+
+/// Parses per-shard connection counts from server output lines such as
+/// `shard-0 connections 12` or `shard=1 connections=3`; the last line wins.
+pub fn parse_shard_connections(lines: &[String]) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for l in lines {
+        let Some(ci) = l.find("connections") else { continue };
+        let si = match l.find("shard-").or_else(|| l.find("shard=")) {
+            Some(i) => i + 6,
+            None => continue,
+        };
+        let shard: String = l[si..].chars().take_while(|c| c.is_ascii_digit()).collect();
+        let num: String = l[ci + "connections".len()..].trim_start_matches([' ', '=', ':']).chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let (false, Ok(n)) = (shard.is_empty(), num.parse::<u64>()) {
+            let name = format!("shard-{shard}");
+            match out.iter_mut().find(|(s, _)| *s == name) {
+                Some(e) => e.1 = n,
+                None => out.push((name, n)),
+            }
+        }
+    }
+    out
+}
+
+/// Outcome of one measured window.
+pub struct Window {
+    pub stats: ThreadStats,
+    pub measured: Measured,
+    pub output: Vec<String>,
+}
+
+/// Drives `plan` against `running`: waits for every connection to be ready,
+/// warms up, measures, stops the load. The server keeps running.
+pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Window, String> {
+    let shared = Arc::new(Shared::default());
+    let threads = cfg.client_threads.max(1);
+    let mut handles = Vec::new();
+    let expected_ready;
+    match plan {
+        Plan::Ring { conns, factory } => {
+            expected_ready = conns;
+            for t in 0..threads.min(conns.max(1)) {
+                let my: Vec<usize> = (0..conns).filter(|i| i % threads == t).collect();
+                let cpu = cfg.client_cpus.get(t % cfg.client_cpus.len().max(1)).copied();
+                let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
+                handles.push(
+                    std::thread::Builder::new()
+                        .name(format!("load-{t}"))
+                        .spawn(move || -> Result<ThreadStats, String> {
+                            if let Some(cpu) = cpu {
+                                uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+                            }
+                            let mut stats = ThreadStats::default();
+                            let mut conns = Vec::new();
+                            for i in my {
+                                match uring::connect(addr) {
+                                    Ok(fd) => conns.push((fd, factory(i))),
+                                    Err(e) => {
+                                        shared.failed.fetch_add(1, Ordering::SeqCst);
+                                        return Err(format!("connect {addr}: {e}"));
+                                    }
+                                }
+                            }
+                            uring::run_loop(Source::Connected(conns), &shared, &mut stats).map_err(|e| e.to_string())?;
+                            Ok(stats)
+                        })
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+        }
+        Plan::Threads { count, body } => {
+            expected_ready = count;
+            for i in 0..count {
+                let cpu = cfg.client_cpus.get(i % cfg.client_cpus.len().max(1)).copied();
+                let (shared, body, addr) = (shared.clone(), body.clone(), running.addr);
+                handles.push(
+                    std::thread::Builder::new()
+                        .name(format!("load-{i}"))
+                        .spawn(move || -> Result<ThreadStats, String> {
+                            if let Some(cpu) = cpu {
+                                uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+                            }
+                            let mut stats = ThreadStats::default();
+                            body(i, addr, &shared, &mut stats);
+                            Ok(stats)
+                        })
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+        }
+    }
+    let stop_all = |handles: Vec<std::thread::JoinHandle<Result<ThreadStats, String>>>, shared: &Shared| -> Result<ThreadStats, String> {
+        shared.phase.store(PHASE_STOP, Ordering::SeqCst);
+        let mut total = ThreadStats::default();
+        let mut err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(s)) => total.merge(&s),
+                Ok(Err(e)) => err = Some(e),
+                Err(_) => err = Some("a load thread panicked".into()),
+            }
+        }
+        match err {
+            Some(e) if total.ops == 0 => Err(e),
+            Some(e) => {
+                total.first_error.get_or_insert(e);
+                Ok(total)
+            }
+            None => Ok(total),
+        }
+    };
+    // Wait until every connection is ready (sessions activated).
+    let ready_deadline = Instant::now() + Duration::from_secs_f64(cfg.args.num("ready-timeout", 30.0)?);
+    while shared.ready.load(Ordering::SeqCst) < expected_ready {
+        if shared.failed.load(Ordering::SeqCst) > 0 || Instant::now() > ready_deadline {
+            let ready = shared.ready.load(Ordering::SeqCst);
+            let stats = stop_all(handles, &shared);
+            let detail = match stats {
+                Ok(s) => s.first_error.unwrap_or_default(),
+                Err(e) => e,
+            };
+            return Err(format!("only {ready} of {expected_ready} connections became ready: {detail}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_secs_f64(cfg.warmup_s));
+    let me = std::process::id() as i32;
+    let sample_server = |pid: Option<i32>| pid.and_then(procstat::sample_process);
+    let s0: Option<ProcSample> = sample_server(running.pid);
+    let c0 = procstat::sample_process(me).unwrap_or_default();
+    let m0 = procstat::sample_machine();
+    let t0 = Instant::now();
+    shared.phase.store(PHASE_MEASURE, Ordering::SeqCst);
+    let end = t0 + Duration::from_secs_f64(cfg.duration_s);
+    while Instant::now() < end {
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(100)));
+        if let Some(p) = running.process.as_mut() {
+            if !p.is_running() {
+                let _ = stop_all(handles, &shared);
+                return Err("the server exited during the measurement".into());
+            }
+        }
+    }
+    shared.phase.store(PHASE_STOP, Ordering::SeqCst);
+    let seconds = t0.elapsed().as_secs_f64();
+    let s1 = sample_server(running.pid);
+    let c1 = procstat::sample_process(me).unwrap_or_default();
+    let m1 = procstat::sample_machine();
+    let stats = stop_all(handles, &shared)?;
+    let server = match (&s0, &s1) {
+        (Some(a), Some(b)) => Some(procstat::delta(a, b)),
+        _ => None,
+    };
+    let client = procstat::delta(&c0, &c1);
+    let accounted = client.cpu_ns + server.as_ref().map(|s| s.cpu_ns).unwrap_or(0);
+    let foreign = procstat::foreign_cores(m0, m1, accounted, seconds);
+    let steal = m1.steal_ticks.saturating_sub(m0.steal_ticks) as f64 / procstat::clk_tck() as f64 / seconds;
+    let rss = s1.as_ref().map(|s| s.vm_hwm_kb).unwrap_or(0);
+    let output = running.process.as_ref().map(|p| p.drain_output()).unwrap_or_default();
+    Ok(Window { stats, measured: Measured { seconds, server, server_rss_kb: rss, client, foreign_cores: foreign, steal_cores: steal }, output })
+}
+
+pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]) -> RunInfo {
+    RunInfo {
+        scenario: cfg.scenario.clone(),
+        security: cfg.security.clone(),
+        server: cfg.server_name(),
+        clients: cfg.clients,
+        inflight: cfg.inflight,
+        server_cpus: cfg.server_cpus_expr.clone(),
+        client_cpus: cfg.client_cpus_expr.clone(),
+        client_threads: cfg.client_threads,
+        variant: cfg.variant.clone(),
+        params,
+        shard_connections: parse_shard_connections(output),
+    }
+}
+
+/// One complete run with the foreign-load guard: start the server, measure,
+/// stop; repeat while foreign load is above the threshold (up to the limit).
+pub fn run_with_guard(
+    cfg: &RunConfig,
+    vars: &[(&str, String)],
+    make_plan: &dyn Fn(&RunConfig, &Running) -> Result<(Plan, Vec<(String, Value)>), String>,
+) -> Result<Map<String, Value>, String> {
+    let mut discarded = 0u32;
+    loop {
+        let mut running = start_target(cfg, vars)?;
+        let (plan, params) = make_plan(cfg, &running)?;
+        let window = measure(cfg, &mut running, plan);
+        if let Some(p) = running.process.as_mut() {
+            p.stop();
+        }
+        let window = window?;
+        let info = info_for(cfg, params, &window.output);
+        let mut o = report::build(&info, &window.stats, &window.measured, discarded);
+        if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
+            discarded += 1;
+            eprintln!(
+                "uaring-bench: foreign load {:.3} cores > {:.3}: run discarded ({discarded}/{})",
+                window.measured.foreign_cores, cfg.foreign_max_cores, cfg.max_repeats
+            );
+            continue;
+        }
+        if window.measured.foreign_cores > cfg.foreign_max_cores {
+            o.insert("foreign_load_exceeded".into(), json!(true));
+        }
+        report::add_host(&mut o);
+        return Ok(o);
+    }
+}
+
+pub fn print_result(cfg: &RunConfig, o: &Map<String, Value>) {
+    if cfg.json {
+        println!("{}", Value::Object(o.clone()));
+    } else {
+        print!("{}", report::readable(o));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_lines() {
+        let lines = vec![
+            "shard-0 connections 3".to_string(),
+            "noise".to_string(),
+            "stats: shard=1 connections=2 cpu 0".to_string(),
+            "shard-0 connections: 4".to_string(),
+        ];
+        assert_eq!(parse_shard_connections(&lines), vec![("shard-0".to_string(), 4), ("shard-1".to_string(), 2)]);
+    }
+}

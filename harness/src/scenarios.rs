@@ -1,0 +1,29 @@
+//! Scenario name → load plan.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use crate::echo::{EchoClientConn, DEFAULT_REQ_BYTES, DEFAULT_RESP_BYTES};
+use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
+
+pub const SCENARIOS: &[&str] = &["read", "read-batch", "write", "browse", "sub", "counters", "events", "connect", "echo"];
+
+/// Runs one scenario and returns its result object.
+pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
+    match cfg.scenario.as_str() {
+        "echo" => {
+            let req: usize = cfg.args.num("echo-req-bytes", DEFAULT_REQ_BYTES)?;
+            let resp: usize = cfg.args.num("echo-resp-bytes", DEFAULT_RESP_BYTES)?;
+            let plan = move |cfg: &RunConfig, _r: &Running| {
+                let inflight = cfg.inflight;
+                let factory = Arc::new(move |_i: usize| -> DynDriver { Box::new(EchoClientConn::new(inflight, req, resp)) });
+                Ok((Plan::Ring { conns: cfg.clients, factory }, vec![("req_bytes".into(), json!(req)), ("resp_bytes".into(), json!(resp))]))
+            };
+            run_with_guard(cfg, &[], &plan)
+        }
+        "counters" => crate::opcua::run_counters(cfg),
+        s if SCENARIOS.contains(&s) => crate::opcua::run_opcua(cfg),
+        other => Err(format!("unknown scenario {other:?}; one of {}", SCENARIOS.join(", "))),
+    }
+}

@@ -1,0 +1,371 @@
+//! `uaring-bench summarize`: raw JSON lines → Markdown tables (median with
+//! min–max per variant), CSV and SVG bar charts.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::args::Args;
+
+/// Metrics in the tables: (key, column title, decimals).
+pub const METRICS: &[(&str, &str, usize)] = &[
+    ("ops_per_s", "ops/s", 0),
+    ("p50_us", "p50 µs", 1),
+    ("p99_us", "p99 µs", 1),
+    ("server_cpu_us_per_op", "server CPU µs/op", 2),
+    ("client_cpu_us_per_op", "client CPU µs/op", 2),
+    ("server_rss_kb", "server RSS kB", 0),
+];
+
+/// Results of one (scenario, variant) cell.
+#[derive(Clone, Debug, Default)]
+pub struct Cell {
+    pub runs: Vec<Map<String, Value>>,
+    pub failed: usize,
+}
+
+impl Cell {
+    pub fn values(&self, key: &str) -> Vec<f64> {
+        self.runs.iter().filter_map(|r| r.get(key).and_then(|v| v.as_f64())).collect()
+    }
+
+    pub fn stat(&self, key: &str) -> Option<Stat> {
+        Stat::of(&self.values(key))
+    }
+
+    pub fn sum(&self, key: &str) -> u64 {
+        self.runs.iter().filter_map(|r| r.get(key).and_then(|v| v.as_u64())).sum()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stat {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Stat {
+    pub fn of(values: &[f64]) -> Option<Stat> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Some(Stat { median, min: v[0], max: v[n - 1], n })
+    }
+}
+
+/// Grouped results: scenario → variant → cell, both in first-seen order.
+#[derive(Debug, Default)]
+pub struct Table {
+    pub scenarios: Vec<String>,
+    pub variants: Vec<String>,
+    pub cells: BTreeMap<(String, String), Cell>,
+    pub hosts: Vec<Map<String, Value>>,
+}
+
+pub fn group(text: &str) -> Result<Table, String> {
+    let mut t = Table::default();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+        let Value::Object(o) = v else { return Err(format!("line {}: not an object", i + 1)) };
+        let scenario = o
+            .get("scenario_name")
+            .or_else(|| o.get("scenario"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("run")
+            .to_string();
+        let variant = o.get("variant").and_then(|v| v.as_str()).unwrap_or("default").to_string();
+        if !t.scenarios.contains(&scenario) {
+            t.scenarios.push(scenario.clone());
+        }
+        if !t.variants.contains(&variant) {
+            t.variants.push(variant.clone());
+        }
+        let cell = t.cells.entry((scenario, variant)).or_default();
+        if o.contains_key("error") {
+            cell.failed += 1;
+        } else {
+            if t.hosts.is_empty() && o.contains_key("kernel") {
+                t.hosts.push(o.clone());
+            }
+            cell.runs.push(o);
+        }
+    }
+    Ok(t)
+}
+
+fn num(v: f64, decimals: usize) -> String {
+    if decimals == 0 {
+        let r = v.round() as i64;
+        // Thousands separators for readability.
+        let s = r.abs().to_string();
+        let mut out = String::new();
+        for (i, ch) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(ch);
+        }
+        if r < 0 {
+            format!("-{out}")
+        } else {
+            out
+        }
+    } else {
+        format!("{v:.decimals$}")
+    }
+}
+
+fn stat_cell(s: Option<Stat>, decimals: usize) -> String {
+    match s {
+        None => "–".into(),
+        Some(s) if s.n == 1 || s.min == s.max => num(s.median, decimals),
+        Some(s) => format!("{} ({}–{})", num(s.median, decimals), num(s.min, decimals), num(s.max, decimals)),
+    }
+}
+
+/// A short description of a variant's setup from its first run.
+fn setup_of(cell: &Cell) -> String {
+    let Some(r) = cell.runs.first() else { return String::new() };
+    let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
+    format!("{} · {} · srv {} · cli {}", g("server"), g("security"), g("server_cpus"), g("client_cpus"))
+}
+
+pub fn markdown(t: &Table) -> String {
+    let mut s = String::new();
+    for sc in &t.scenarios {
+        let variants: Vec<&String> = t.variants.iter().filter(|v| t.cells.contains_key(&(sc.clone(), (*v).clone()))).collect();
+        if variants.is_empty() {
+            continue;
+        }
+        let first = &t.cells[&(sc.clone(), variants[0].clone())];
+        let shape = first
+            .runs
+            .first()
+            .map(|r| {
+                let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
+                let mut x = format!("scenario `{}`, {} clients × {} in flight", g("scenario"), g("clients"), g("inflight"));
+                if let Some(n) = r.get("nodes") {
+                    x.push_str(&format!(", {} nodes per request", crate::report::fmt(n)));
+                }
+                x.push_str(&format!(", {} s measured", g("seconds")));
+                x
+            })
+            .unwrap_or_default();
+        s.push_str(&format!("#### {sc}\n\n{shape}; median (min–max) over runs.\n\n"));
+        s.push_str("| variant | setup | runs |");
+        for (_, title, _) in METRICS {
+            s.push_str(&format!(" {title} |"));
+        }
+        s.push_str(" ops/s ratio | errors | discarded |\n|---|---|---:|");
+        for _ in METRICS {
+            s.push_str("---:|");
+        }
+        s.push_str("---:|---:|---:|\n");
+        let base = first.stat("ops_per_s").map(|s| s.median).unwrap_or(0.0);
+        for v in variants {
+            let cell = &t.cells[&(sc.clone(), v.clone())];
+            let runs = if cell.failed > 0 { format!("{} (+{} failed)", cell.runs.len(), cell.failed) } else { cell.runs.len().to_string() };
+            s.push_str(&format!("| {v} | {} | {runs} |", setup_of(cell)));
+            for (k, _, d) in METRICS {
+                s.push_str(&format!(" {} |", stat_cell(cell.stat(k), *d)));
+            }
+            let ratio = match cell.stat("ops_per_s") {
+                Some(st) if base > 0.0 => format!("{:.2}", st.median / base),
+                _ => "–".into(),
+            };
+            s.push_str(&format!(" {ratio} | {} | {} |\n", cell.sum("errors"), cell.sum("discarded_runs")));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+pub fn csv(t: &Table) -> String {
+    let mut s = String::from("scenario,variant,metric,runs,median,min,max\n");
+    for ((sc, v), cell) in ordered(t) {
+        for (k, _, _) in METRICS {
+            if let Some(st) = cell.stat(k) {
+                s.push_str(&format!("{sc},{v},{k},{},{},{},{}\n", st.n, st.median, st.min, st.max));
+            }
+        }
+    }
+    s
+}
+
+fn ordered(t: &Table) -> Vec<((String, String), &Cell)> {
+    let mut out = Vec::new();
+    for sc in &t.scenarios {
+        for v in &t.variants {
+            if let Some(c) = t.cells.get(&(sc.clone(), v.clone())) {
+                out.push(((sc.clone(), v.clone()), c));
+            }
+        }
+    }
+    out
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// One SVG per scenario: two panels of horizontal bars (median) with min–max
+/// whiskers: throughput and server CPU per operation, one bar per variant.
+pub fn svg(t: &Table, scenario: &str) -> Option<String> {
+    let cells: Vec<(&String, &Cell)> = t.variants.iter().filter_map(|v| t.cells.get(&(scenario.to_string(), v.clone())).map(|c| (v, c))).collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let panels = [("ops_per_s", "throughput, ops/s", 0usize), ("server_cpu_us_per_op", "server CPU per op, µs", 2usize)];
+    let label_w = 170.0;
+    let bar_area = 360.0;
+    let panel_w = label_w + bar_area + 90.0;
+    let row_h = 22.0;
+    let top = 46.0;
+    let h = top + row_h * cells.len() as f64 + 30.0;
+    let w = panel_w * 2.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"8\" y=\"18\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
+        esc(scenario)
+    );
+    let colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+    for (pi, (key, title, dec)) in panels.iter().enumerate() {
+        let x0 = pi as f64 * panel_w;
+        s.push_str(&format!("<text x=\"{}\" y=\"36\" font-weight=\"bold\">{}</text>\n", x0 + 8.0, esc(title)));
+        let max = cells.iter().filter_map(|(_, c)| c.stat(key)).map(|st| st.max).fold(0.0f64, f64::max);
+        let scale = if max > 0.0 { bar_area / max } else { 0.0 };
+        for (i, (v, c)) in cells.iter().enumerate() {
+            let y = top + i as f64 * row_h;
+            s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", x0 + label_w - 6.0, y + 14.0, esc(v)));
+            if let Some(st) = c.stat(key) {
+                let bw = st.median * scale;
+                s.push_str(&format!(
+                    "<rect x=\"{}\" y=\"{}\" width=\"{bw:.1}\" height=\"{}\" fill=\"{}\"/>\n",
+                    x0 + label_w,
+                    y + 3.0,
+                    row_h - 6.0,
+                    colors[i % colors.len()]
+                ));
+                let (a, b) = (x0 + label_w + st.min * scale, x0 + label_w + st.max * scale);
+                let ym = y + row_h / 2.0;
+                s.push_str(&format!("<path d=\"M{a:.1} {ym:.1}H{b:.1}M{a:.1} {:.1}V{:.1}M{b:.1} {:.1}V{:.1}\" stroke=\"black\" stroke-width=\"1\"/>\n", ym - 4.0, ym + 4.0, ym - 4.0, ym + 4.0));
+                s.push_str(&format!("<text x=\"{:.1}\" y=\"{}\">{}</text>\n", b.max(x0 + label_w + bw) + 4.0, y + 14.0, esc(&num(st.median, *dec))));
+            } else {
+                s.push_str(&format!("<text x=\"{}\" y=\"{}\">–</text>\n", x0 + label_w + 4.0, y + 14.0));
+            }
+        }
+        s.push_str(&format!("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#444\"/>\n", x0 + label_w, top, top + row_h * cells.len() as f64));
+    }
+    s.push_str(&format!("<text x=\"8\" y=\"{}\" fill=\"#555\">bars: median; whiskers: min–max over runs</text>\n</svg>\n", h - 8.0));
+    Some(s)
+}
+
+pub fn header(t: &Table, command: Option<&str>) -> String {
+    let mut s = String::new();
+    if let Some(h) = t.hosts.first() {
+        let g = |k: &str| h.get(k).map(crate::report::fmt).unwrap_or_else(|| "?".into());
+        s.push_str(&format!(
+            "Host `{}`, kernel `{}`, CPU {} ({} online CPUs), commit `{}`.\n\n",
+            g("host"),
+            g("kernel"),
+            g("cpu_model"),
+            g("online_cpus"),
+            g("commit")
+        ));
+    }
+    if let Some(c) = command {
+        s.push_str(&format!("Reproduce: `{c}`\n\n"));
+    }
+    s
+}
+
+fn slug(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
+/// `summarize --in FILE [--md FILE] [--csv FILE] [--svg PREFIX] [--command CMD]`
+pub fn summarize_main(a: &Args) -> Result<i32, String> {
+    let input = a.get("in").or_else(|| a.positional.get(1).map(|s| s.as_str())).ok_or("--in FILE is required")?;
+    let text = std::fs::read_to_string(input).map_err(|e| format!("{input}: {e}"))?;
+    let t = group(&text)?;
+    let mut md = header(&t, a.get("command"));
+    md.push_str(&markdown(&t));
+    if let Some(prefix) = a.get("svg") {
+        let mut links = String::new();
+        for sc in &t.scenarios {
+            if let Some(svg) = svg(&t, sc) {
+                let path = format!("{prefix}-{}.svg", slug(sc));
+                std::fs::write(&path, svg).map_err(|e| format!("{path}: {e}"))?;
+                let name = std::path::Path::new(&path).file_name().unwrap().to_string_lossy().into_owned();
+                links.push_str(&format!("![{sc}]({})\n\n", a.get("svg-link-prefix").map(|p| format!("{p}{name}")).unwrap_or(path.clone())));
+            }
+        }
+        md.push_str(&links);
+    }
+    if let Some(p) = a.get("csv") {
+        std::fs::write(p, csv(&t)).map_err(|e| format!("{p}: {e}"))?;
+    }
+    match a.get("md") {
+        Some(p) => std::fs::write(p, &md).map_err(|e| format!("{p}: {e}"))?,
+        None => print!("{md}"),
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> String {
+        let mut s = String::new();
+        for (v, ops, cpu) in [("a", 100.0, 2.0), ("b", 300.0, 1.0), ("a", 120.0, 2.5), ("b", 200.0, 1.5), ("a", 110.0, 2.2)] {
+            s.push_str(&format!(
+                "{{\"scenario\":\"read\",\"scenario_name\":\"read-d32\",\"variant\":\"{v}\",\"ops_per_s\":{ops},\"server_cpu_us_per_op\":{cpu},\"errors\":0,\"discarded_runs\":0,\"clients\":4,\"inflight\":32,\"kernel\":\"k\"}}\n"
+            ));
+        }
+        s.push_str("{\"scenario_name\":\"read-d32\",\"variant\":\"b\",\"error\":\"boom\"}\n");
+        s
+    }
+
+    #[test]
+    fn median_min_max() {
+        assert_eq!(Stat::of(&[3.0, 1.0, 2.0]).unwrap(), Stat { median: 2.0, min: 1.0, max: 3.0, n: 3 });
+        assert_eq!(Stat::of(&[4.0, 1.0]).unwrap().median, 2.5);
+        assert!(Stat::of(&[]).is_none());
+    }
+
+    #[test]
+    fn table_and_csv_and_svg() {
+        let t = group(&raw()).unwrap();
+        assert_eq!(t.variants, vec!["a", "b"]);
+        let cell_b = &t.cells[&("read-d32".to_string(), "b".to_string())];
+        assert_eq!(cell_b.failed, 1);
+        let md = markdown(&t);
+        assert!(md.contains("| a |"), "{md}");
+        assert!(md.contains("110 (100–120)"), "{md}");
+        assert!(md.contains("250 (200–300)"), "{md}");
+        assert!(md.contains("2.27"), "ratio b/a: {md}");
+        assert!(md.contains("2 (+1 failed)"), "{md}");
+        let c = csv(&t);
+        assert!(c.contains("read-d32,a,ops_per_s,3,110,100,120"), "{c}");
+        let svg = svg(&t, "read-d32").unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches("<rect").count(), 1 + 4);
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(num(1234567.4, 0), "1,234,567");
+        assert_eq!(num(999.0, 0), "999");
+        assert_eq!(num(2.346, 2), "2.35");
+    }
+}

@@ -1,0 +1,268 @@
+//! `uaring-bench sweep`: the same harness run under several configurations
+//! (variants) and scenarios, interleaved over rounds so that drift of the
+//! machine spreads evenly over the variants.
+//!
+//! Variant file: one `name|env|args` line each; `env` is space-separated
+//! `KEY=VALUE` words given to the run (and so to the server it starts),
+//! `args` are `uaring-bench run` arguments. Scenario file: `name|args`.
+//! `#` starts a comment line; blank lines are ignored.
+
+use std::io::Write;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::args::{split_words, Args};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Variant {
+    pub name: String,
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub args: Vec<String>,
+}
+
+fn content_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+}
+
+pub fn parse_variants(text: &str) -> Result<Vec<Variant>, String> {
+    let mut out: Vec<Variant> = Vec::new();
+    for (n, line) in content_lines(text) {
+        let parts: Vec<&str> = line.splitn(3, '|').collect();
+        if parts.len() != 3 {
+            return Err(format!("line {n}: expected name|env|args, got {line:?}"));
+        }
+        let name = parts[0].trim().to_string();
+        if name.is_empty() {
+            return Err(format!("line {n}: empty variant name"));
+        }
+        if out.iter().any(|v| v.name == name) {
+            return Err(format!("line {n}: variant {name:?} defined twice"));
+        }
+        let mut env = Vec::new();
+        for w in split_words(parts[1]).map_err(|e| format!("line {n}: {e}"))? {
+            let (k, v) = w.split_once('=').ok_or_else(|| format!("line {n}: env word {w:?} is not KEY=VALUE"))?;
+            env.push((k.to_string(), v.to_string()));
+        }
+        let args = split_words(parts[2]).map_err(|e| format!("line {n}: {e}"))?;
+        out.push(Variant { name, env, args });
+    }
+    if out.is_empty() {
+        return Err("no variants".into());
+    }
+    Ok(out)
+}
+
+pub fn parse_scenarios(text: &str) -> Result<Vec<Scenario>, String> {
+    let mut out: Vec<Scenario> = Vec::new();
+    for (n, line) in content_lines(text) {
+        let (name, args) = line.split_once('|').ok_or_else(|| format!("line {n}: expected name|args, got {line:?}"))?;
+        let name = name.trim().to_string();
+        if name.is_empty() || out.iter().any(|s| s.name == name) {
+            return Err(format!("line {n}: empty or repeated scenario name {name:?}"));
+        }
+        out.push(Scenario { name, args: split_words(args).map_err(|e| format!("line {n}: {e}"))? });
+    }
+    if out.is_empty() {
+        return Err("no scenarios".into());
+    }
+    Ok(out)
+}
+
+/// The variant order of round `round` (0-based) over `n` variants: the start
+/// rotates by one every two rounds and every other round runs backwards, so
+/// each variant runs first, last and next to each neighbour equally often.
+pub fn round_order(n: usize, round: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let shift = (round / 2) % n;
+    let mut v: Vec<usize> = (0..n).map(|i| (i + shift) % n).collect();
+    if round % 2 == 1 {
+        v.reverse();
+    }
+    v
+}
+
+/// Keys of the sweep command that are not passed on to `run`.
+const SWEEP_KEYS: &[&str] = &["variants", "scenarios", "rounds", "out", "bench-exe"];
+
+fn format_duration(s: f64) -> String {
+    let s = s.max(0.0) as u64;
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+pub fn progress_line(done: usize, total: usize, elapsed_s: f64, label: &str) -> String {
+    let width = 24;
+    let filled = if total > 0 { done * width / total } else { width };
+    let eta = if done > 0 { elapsed_s / done as f64 * (total - done) as f64 } else { f64::NAN };
+    let eta = if eta.is_nan() { "?".to_string() } else { format_duration(eta) };
+    format!("[{}{}] {done}/{total} {label} elapsed {} ETA {eta}", "#".repeat(filled), ".".repeat(width - filled), format_duration(elapsed_s))
+}
+
+/// `sweep --variants FILE [--scenarios FILE] --rounds N [--out FILE] [run args…]`
+pub fn sweep_main(a: &Args) -> Result<i32, String> {
+    let vpath = a.get("variants").ok_or("--variants FILE is required")?;
+    let variants = parse_variants(&std::fs::read_to_string(vpath).map_err(|e| format!("{vpath}: {e}"))?)?;
+    let scenarios = match a.get("scenarios") {
+        Some(p) => parse_scenarios(&std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?)?,
+        None => vec![Scenario { name: a.str_or("scenario", "read"), args: vec![] }],
+    };
+    let rounds: usize = a.num("rounds", 5)?;
+    let mut common: Vec<String> = Vec::new();
+    for (k, v) in &a.values {
+        if !SWEEP_KEYS.contains(&k.as_str()) {
+            common.push(format!("--{k}"));
+            common.push(v.clone());
+        }
+    }
+    for f in &a.flags {
+        if f != "json" {
+            common.push(format!("--{f}"));
+        }
+    }
+    let exe = match a.get("bench-exe") {
+        Some(e) => e.to_string(),
+        None => std::env::current_exe().map_err(|e| e.to_string())?.to_string_lossy().into_owned(),
+    };
+    let mut out: Box<dyn Write> = match a.get("out") {
+        Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{p}: {e}"))?),
+        None => Box::new(std::io::stdout()),
+    };
+    let total = rounds * variants.len() * scenarios.len();
+    let started = Instant::now();
+    let mut done = 0;
+    let mut failures = 0;
+    let commit = crate::report::commit();
+    for round in 0..rounds {
+        for s in &scenarios {
+            for vi in round_order(variants.len(), round) {
+                let v = &variants[vi];
+                let label = format!("round {} {} × {}", round + 1, s.name, v.name);
+                eprint!("\r\x1b[K{}", progress_line(done, total, started.elapsed().as_secs_f64(), &label));
+                let mut argv = vec!["run".to_string()];
+                argv.extend(common.iter().cloned());
+                argv.extend(s.args.iter().cloned());
+                argv.extend(v.args.iter().cloned());
+                argv.extend(["--json".to_string(), "--variant".into(), v.name.clone()]);
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.args(&argv).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+                for (k, val) in &v.env {
+                    cmd.env(k, val);
+                }
+                if let Some(c) = &commit {
+                    cmd.env("UARING_COMMIT", c);
+                }
+                let result = cmd.output();
+                let mut obj = match &result {
+                    Ok(o) => {
+                        let stdout = String::from_utf8_lossy(&o.stdout);
+                        let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
+                        match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
+                            Some(Value::Object(m)) if o.status.success() => m,
+                            _ => {
+                                let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                                let mut m = serde_json::Map::new();
+                                m.insert("error".into(), json!(if err.is_empty() { format!("exit {}", o.status) } else { err }));
+                                m
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let mut m = serde_json::Map::new();
+                        m.insert("error".into(), json!(format!("cannot run {exe}: {e}")));
+                        m
+                    }
+                };
+                if obj.contains_key("error") {
+                    failures += 1;
+                    eprintln!("\r\x1b[K{label}: {}", obj["error"].as_str().unwrap_or(""));
+                }
+                obj.insert("variant".into(), json!(v.name));
+                obj.insert("scenario_name".into(), json!(s.name));
+                obj.insert("round".into(), json!(round + 1));
+                obj.insert("command".into(), json!(argv.join(" ")));
+                if !v.env.is_empty() {
+                    obj.insert("env".into(), json!(v.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")));
+                }
+                writeln!(out, "{}", Value::Object(obj)).map_err(|e| e.to_string())?;
+                out.flush().map_err(|e| e.to_string())?;
+                done += 1;
+            }
+        }
+    }
+    eprintln!("\r\x1b[K{}", progress_line(done, total, started.elapsed().as_secs_f64(), "done"));
+    if failures > 0 {
+        eprintln!("uaring-bench sweep: {failures} of {total} runs failed");
+    }
+    Ok(if failures == total { 1 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_file() {
+        let text = "# placements\n\nsrv0|UARING_IO=uring  X='a b'|--server-cpus 0 --client-cpus 1\nsrv01||--server-cpus 0-1\n";
+        let v = parse_variants(text).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].name, "srv0");
+        assert_eq!(v[0].env, vec![("UARING_IO".into(), "uring".into()), ("X".into(), "a b".into())]);
+        assert_eq!(v[0].args, vec!["--server-cpus", "0", "--client-cpus", "1"]);
+        assert!(v[1].env.is_empty());
+        assert!(parse_variants("a|b").is_err());
+        assert!(parse_variants("a|NOEQUALS|x").is_err());
+        assert!(parse_variants("a||x\na||y").is_err());
+        assert!(parse_variants("# only comments\n").is_err());
+    }
+
+    #[test]
+    fn scenario_file() {
+        let s = parse_scenarios("read-d1|--scenario read --inflight 1\n# c\nread-d32|--scenario read --inflight 32").unwrap();
+        assert_eq!(s[1].name, "read-d32");
+        assert_eq!(s[0].args, vec!["--scenario", "read", "--inflight", "1"]);
+    }
+
+    #[test]
+    fn order_alternates_and_reverses() {
+        assert_eq!(round_order(3, 0), vec![0, 1, 2]);
+        assert_eq!(round_order(3, 1), vec![2, 1, 0]);
+        assert_eq!(round_order(3, 2), vec![1, 2, 0]);
+        assert_eq!(round_order(3, 3), vec![0, 2, 1]);
+        assert_eq!(round_order(2, 0), vec![0, 1]);
+        assert_eq!(round_order(2, 1), vec![1, 0]);
+        // Over 2n rounds every variant is first equally often.
+        for n in 1..6 {
+            let mut first = vec![0; n];
+            for r in 0..2 * n {
+                let o = round_order(n, r);
+                assert_eq!(o.len(), n);
+                let mut sorted = o.clone();
+                sorted.sort();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+                first[o[0]] += 1;
+            }
+            assert!(first.iter().all(|&c| c == 2), "{n}: {first:?}");
+        }
+    }
+
+    #[test]
+    fn progress() {
+        let p = progress_line(1, 4, 10.0, "x");
+        assert!(p.contains("1/4") && p.contains("ETA 30s"), "{p}");
+        assert!(progress_line(0, 4, 0.0, "x").contains("ETA ?"));
+    }
+}
