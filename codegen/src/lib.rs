@@ -4,12 +4,14 @@
 //! The generator may panic on malformed schema input; the code it writes never panics on
 //! malformed network input.
 
+pub mod bin_writer;
 pub mod bsd;
 pub mod gen_consts;
 pub mod gen_messages;
 pub mod gen_types;
 pub mod model;
 pub mod naming;
+pub mod ns0;
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +44,7 @@ pub mod attribute_ids;
 pub mod messages;
 #[rustfmt::skip]
 pub mod node_ids;
+pub mod ns0;
 #[rustfmt::skip]
 pub mod status_codes;
 #[rustfmt::skip]
@@ -68,6 +71,7 @@ pub fn generate(spec: &Path) -> Vec<GenFile> {
         "use uaring_core::generated::messages::{Request, Response};\nuse uaring_core::generated::types::*;\n",
         1,
     );
+    let ns0 = ns0::generate(&read(spec, "Opc.Ua.NodeSet2.xml"), &m, &ids);
     let files = vec![
         (gen.join("mod.rs"), MOD_RS.to_owned()),
         (gen.join("status_codes.rs"), gen_consts::status_codes(&read(spec, "StatusCode.csv"))),
@@ -75,9 +79,12 @@ pub fn generate(spec: &Path) -> Vec<GenFile> {
         (gen.join("attribute_ids.rs"), gen_consts::attribute_ids(&read(spec, "AttributeIds.csv"))),
         (gen.join("types.rs"), gen_types::generate(&m)),
         (gen.join("messages.rs"), gen_messages::generate(&m)),
+        (gen.join("ns0.rs"), ns0::loader_rs(ns0.node_count)),
         (PathBuf::from("core/tests/generated_roundtrip.rs"), tests),
     ];
-    files.into_iter().map(|(path, s)| GenFile { path, contents: s.into_bytes() }).collect()
+    let mut out: Vec<GenFile> = files.into_iter().map(|(path, s)| GenFile { path, contents: s.into_bytes() }).collect();
+    out.push(GenFile { path: gen.join("ns0.bin"), contents: ns0.blob });
+    out
 }
 
 /// The generated files whose checked-in copy under `root` differs (or is missing).

@@ -4,6 +4,7 @@
 //! no threads, no clock reads, no locks.
 
 pub mod address_space;
+pub mod client;
 pub mod encoding;
 pub mod generated;
 pub mod random;
