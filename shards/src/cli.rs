@@ -85,8 +85,8 @@ pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
             "--shards" => {
                 let v = value()?;
                 let n: usize = v.parse().map_err(|_| format!("--shards: not a number: {v:?}"))?;
-                if n == 0 || n > 4096 {
-                    return Err("--shards must be in 1..=4096".into());
+                if n == 0 || n > 256 {
+                    return Err("--shards must be in 1..=256".into());
                 }
                 a.shards = Some(n);
             }

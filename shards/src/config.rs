@@ -180,8 +180,8 @@ impl RuntimeConfig {
         if self.stats_interval_ms == 0 {
             return Err("runtime.stats_interval_ms must be at least 1".into());
         }
-        if self.shards > 4096 {
-            return Err("runtime.shards must be at most 4096".into());
+        if self.shards > 256 {
+            return Err("runtime.shards must be at most 256 (the secure channel id names the shard in 8 bits)".into());
         }
         Ok(())
     }

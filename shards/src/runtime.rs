@@ -35,7 +35,7 @@ pub struct RuntimeOptions {
 
 impl RuntimeOptions {
     pub fn from_config(r: &RuntimeConfig, listen: SocketAddr, cpus: Vec<usize>) -> RuntimeOptions {
-        let shards = if r.shards == 0 { cpus.len().max(1) } else { r.shards };
+        let shards = if r.shards == 0 { cpus.len().clamp(1, crate::server::MAX_SHARDS) } else { r.shards };
         RuntimeOptions {
             listen,
             cpus,
