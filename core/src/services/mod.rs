@@ -1,0 +1,3 @@
+//! Services, one file per service set.
+
+pub mod attribute;
