@@ -344,3 +344,21 @@ fn secured_channels_require_a_client_nonce() {
     let r = uaring_core::services::dispatch(&mut h.shard, &ctx, req(vec![1; 32], hd), h.now);
     assert!(matches!(r, Response::CreateSession(_)), "{r:?}");
 }
+
+#[test]
+fn transfer_works_when_the_client_sent_its_certificate_on_a_none_channel() {
+    let mut h = Harness::new();
+    let ch1 = h.channel;
+    let hd = h.header(&NodeId::NULL);
+    let r = h.call(Request::CreateSession(Box::new(CreateSessionRequest {
+        request_header: hd,
+        client_certificate: vec![0x30, 0x82, 1, 2, 3].into(),
+        requested_session_timeout: 60_000.0,
+        ..CreateSessionRequest::default()
+    })));
+    let Response::CreateSession(cs) = r else { panic!("{r:?}") };
+    let token = cs.authentication_token;
+    assert!(matches!(h.activate_on(ch1, &token, Harness::anonymous()), Response::ActivateSession(_)));
+    let ch2 = h.shard.next_channel_id();
+    assert!(matches!(h.activate_on(ch2, &token, Harness::anonymous()), Response::ActivateSession(_)));
+}

@@ -1,1 +1,31 @@
-//! The per-core runtime.
+//! uaring-shards: the per-core runtime of uaring.
+//!
+//! One pinned thread per selected CPU runs its own event loop on io_uring
+//! ([`uring::UringLoop`]) or, where io_uring cannot be set up, on epoll
+//! ([`epoll::EpollLoop`]). Each loop owns its sockets and drives a
+//! [`Handler`] — the OPC UA server (core's `ShardState` + `ServerConnection`)
+//! or any other protocol (the load client, the echo handler). Nothing on the
+//! request path is shared between shards.
+
+pub mod clock;
+pub mod config;
+mod conn;
+pub mod epoll;
+pub mod event_loop;
+pub mod fleet;
+pub mod handler;
+pub mod memlock;
+pub mod net;
+pub mod runtime;
+mod shard;
+pub mod spsc;
+pub mod stats;
+pub mod cli;
+pub mod server;
+pub mod uring;
+
+pub use config::{Distribution, FileConfig, IoBackend, RuntimeConfig};
+pub use event_loop::EventLoop;
+pub use fleet::{Fleet, ShardWiring, StatsSnapshot};
+pub use handler::{ConnId, ConnStatus, EchoHandler, Handler, Origin};
+pub use shard::LoopConfig;

@@ -1,1 +1,7 @@
-fn main() {}
+//! The `uaring` binary: see `uaring --help`.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = uaring_shards::cli::main(&args);
+    std::process::exit(code);
+}

@@ -47,9 +47,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::generated::messages::{Request, Response};
 use crate::generated::types::{ApplicationDescription, ReferenceDescription};
+use crate::secure_channel::SecurityProvider;
+use crate::server::context::{ConnectionHost, RequestContext};
 use crate::server::shared::ServerShared;
 use crate::time::Now;
+use crate::transport::TransportLimits;
 use crate::types::{ByteString, Guid, Identifier, NodeId, StatusCode, UaString};
 
 /// Limits on sessions, per shard. Every count is a hard cap, sized into pools at start.
@@ -204,6 +208,9 @@ pub struct Session {
     pub client_description: ApplicationDescription,
     /// The client certificate given in CreateSession (null without security).
     pub client_certificate: ByteString,
+    /// The certificate the client's secure channel was opened with when the session was
+    /// created (null without security). A transfer to another channel needs the same one.
+    pub channel_certificate: ByteString,
     /// The secure channel the session is bound to; `None` after that channel closed.
     /// Requests are only accepted on this channel; ActivateSession moves it.
     pub channel_id: Option<u32>,
@@ -320,7 +327,10 @@ pub type SessionResult<T> = Result<T, StatusCode>;
 pub struct ShardState {
     shared: Arc<ServerShared>,
     shard_index: usize,
+    transport: TransportLimits,
+    security: SecurityProvider,
     channel_counter: u32,
+    open_channels: u32,
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
     live_sessions: usize,
@@ -340,7 +350,10 @@ impl ShardState {
         ShardState {
             shared,
             shard_index,
+            transport: TransportLimits::default(),
+            security: SecurityProvider::none_only(),
             channel_counter: 0,
+            open_channels: 0,
             slots: Vec::with_capacity(max_sessions),
             free_slots: Vec::with_capacity(max_sessions),
             live_sessions: 0,
@@ -349,8 +362,35 @@ impl ShardState {
         }
     }
 
+    /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
+    /// shard's channels and are what CreateSession reports as maxRequestMessageSize.
+    pub fn with_transport_limits(mut self, limits: TransportLimits) -> ShardState {
+        self.transport = limits;
+        self
+    }
+
+    /// Uses these security policies and endpoint (policy, mode) pairs (default: None only);
+    /// GetEndpoints and CreateSession advertise one endpoint per pair.
+    pub fn with_security(mut self, security: SecurityProvider) -> ShardState {
+        self.security = security;
+        self
+    }
+
     pub fn shared(&self) -> &Arc<ServerShared> {
         &self.shared
+    }
+
+    pub fn transport_limits(&self) -> &TransportLimits {
+        &self.transport
+    }
+
+    pub fn security(&self) -> &SecurityProvider {
+        &self.security
+    }
+
+    /// Secure channels handed out by [`ConnectionHost::open_channel`] and not yet closed.
+    pub fn open_channel_count(&self) -> u32 {
+        self.open_channels
     }
 
     pub fn shard_index(&self) -> usize {
@@ -451,6 +491,7 @@ impl ShardState {
             name: UaString::null(),
             client_description: ApplicationDescription::default(),
             client_certificate: ByteString::null(),
+            channel_certificate: ByteString::null(),
             channel_id: Some(channel_id),
             security_policy_uri: security_policy_uri.to_owned(),
             identity: None,
@@ -569,6 +610,31 @@ impl ShardState {
     /// Every live session (for diagnostics and tests).
     pub fn sessions(&self) -> impl Iterator<Item = &Session> {
         self.slots.iter().filter_map(|s| s.session.as_ref())
+    }
+}
+
+/// The host interface `ServerConnection` drives: channel ids and limits from this shard,
+/// every request through [`crate::services::dispatch`].
+impl ConnectionHost for ShardState {
+    fn transport_limits(&self) -> &TransportLimits {
+        &self.transport
+    }
+    fn security(&self) -> &SecurityProvider {
+        &self.security
+    }
+    fn open_channel(&mut self) -> Result<u32, StatusCode> {
+        if self.open_channels >= self.transport.max_channels_per_shard {
+            return Err(StatusCode::BadTcpNotEnoughResources);
+        }
+        self.open_channels += 1;
+        Ok(self.next_channel_id())
+    }
+    fn channel_closed(&mut self, channel_id: u32) {
+        self.open_channels = self.open_channels.saturating_sub(1);
+        self.on_channel_closed(channel_id);
+    }
+    fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
+        crate::services::dispatch(self, ctx, request, now)
     }
 }
 

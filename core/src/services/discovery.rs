@@ -34,11 +34,18 @@ pub fn user_token_policies(_shard: &ShardState) -> Vec<UserTokenPolicy> {
     }]
 }
 
-/// The (SecurityPolicyUri, MessageSecurityMode) pairs the server's endpoints accept.
-pub fn endpoint_securities(shard: &ShardState) -> Vec<(String, MessageSecurityMode)> {
-    let _ = shard;
-    // Policy None with mode None is the only one core implements so far.
-    vec![(SECURITY_POLICY_NONE_URI.to_owned(), MessageSecurityMode::None)]
+/// The (SecurityPolicyUri, MessageSecurityMode) pairs the server's endpoints accept, with
+/// the policy's application instance certificate (none for SecurityPolicy None).
+pub fn endpoint_securities(shard: &ShardState) -> Vec<(String, MessageSecurityMode, ByteString)> {
+    let security = shard.security();
+    security
+        .endpoints()
+        .iter()
+        .map(|e| {
+            let cert = security.find(&e.policy_uri).and_then(|p| p.local_certificate()).map(ByteString::from);
+            (e.policy_uri.clone(), e.mode, cert.unwrap_or_default())
+        })
+        .collect()
 }
 
 /// Part 4 §7.14 securityLevel: a relative measure; None is 0, SignAndEncrypt ranks above
@@ -62,10 +69,7 @@ pub fn security_level(policy_uri: &str, mode: MessageSecurityMode) -> u8 {
 
 /// The largest request message the server accepts (CreateSession.maxRequestMessageSize).
 pub fn max_message_size(shard: &ShardState) -> u32 {
-    let _ = shard;
-    // The transport negotiates the real limit per connection in HEL/ACK; 0 means "not
-    // used" in CreateSession (Part 4 §5.7.2.2).
-    0
+    shard.transport_limits().max_message_size
 }
 
 /// The endpoint URL to advertise: the URL the client used (request, else HEL), so a client
@@ -106,10 +110,10 @@ pub fn endpoint_descriptions(shard: &ShardState, endpoint_url: &str, profile_uri
     let tokens = user_token_policies(shard);
     endpoint_securities(shard)
         .into_iter()
-        .map(|(policy, mode)| EndpointDescription {
+        .map(|(policy, mode, certificate)| EndpointDescription {
             endpoint_url: endpoint_url.into(),
             server: server.clone(),
-            server_certificate: ByteString::null(),
+            server_certificate: certificate,
             security_mode: mode,
             security_level: security_level(&policy, mode),
             security_policy_uri: policy.into(),

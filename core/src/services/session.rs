@@ -41,12 +41,19 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
     let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
     let server_endpoints = discovery::endpoint_descriptions(shard, endpoint_url, &[]);
     let max_request_message_size = discovery::max_message_size(shard);
+    let server_certificate = shard
+        .security()
+        .find(ctx.security_policy_uri)
+        .and_then(|p| p.local_certificate())
+        .map(ByteString::from)
+        .unwrap_or_default();
     let Some(session) = shard.session_mut(key) else {
         return fault(handle, StatusCode::BadInternalError, now);
     };
     session.name = req.session_name.clone();
     session.client_description = req.client_description.clone();
     session.client_certificate = req.client_certificate.clone();
+    session.channel_certificate = ctx.client_certificate.map(ByteString::from).unwrap_or_default();
     session.max_response_message_size = req.max_response_message_size;
     Response::CreateSession(Box::new(CreateSessionResponse {
         response_header: response_header(handle, now),
@@ -54,9 +61,8 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
         authentication_token: session.authentication_token.clone(),
         revised_session_timeout: session.timeout_ms,
         server_nonce: session.server_nonce.clone(),
-        // The application instance certificate arrives with the security issue; with
-        // SecurityPolicy None there is none to send.
-        server_certificate: ByteString::null(),
+        // The application instance certificate of the channel's policy (none for None).
+        server_certificate,
         server_endpoints,
         server_software_certificates: Vec::new(),
         server_signature: SignatureData::default(),
@@ -123,7 +129,7 @@ pub fn activate_session(
         // A transfer to another channel: the client must be the same application (same
         // certificate as the original channel) and the same user.
         if session.security_policy_uri != ctx.security_policy_uri
-            || session.client_certificate.as_bytes() != ctx.client_certificate.unwrap_or(&[])
+            || session.channel_certificate.as_bytes() != ctx.client_certificate.unwrap_or(&[])
         {
             return fault(handle, StatusCode::BadSecurityChecksFailed, now);
         }

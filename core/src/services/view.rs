@@ -248,17 +248,12 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
                     continue;
                 }
                 match space.node_expanded(&r.target) {
-                    Some(t) => {
-                        if t.browse_name == e.target_name && seen.insert(&t.node_id) {
-                            next.push(t);
-                        }
-                    }
-                    None if r.target.server_index != 0 && i < last => {
-                        // A node in another server: its BrowseName cannot be checked here.
-                        // The client continues there from element i + 1 (Part 4 §5.9.4.2).
-                        if !targets.iter().any(|t| t.target_id == r.target) {
-                            targets.push(BrowsePathTarget { target_id: r.target.clone(), remaining_path_index: (i + 1) as u32 });
-                        }
+                    Some(t) if t.browse_name == e.target_name && seen.insert(&t.node_id) => next.push(t),
+                    Some(_) => {}
+                    // A node in another server: its BrowseName cannot be checked here. The
+                    // client continues there from element i + 1 (Part 4 §5.9.4.2).
+                    None if r.target.server_index != 0 && i < last && !targets.iter().any(|t| t.target_id == r.target) => {
+                        targets.push(BrowsePathTarget { target_id: r.target.clone(), remaining_path_index: (i + 1) as u32 })
                     }
                     None => {}
                 }

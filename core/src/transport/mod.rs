@@ -347,6 +347,9 @@ pub struct FrameReader {
     pending_size: Option<usize>,
     /// `pending` held a whole frame that was returned by the last `next`; clear it first.
     consumed: bool,
+    /// Message types accepted in the current state; others are BadTcpMessageTypeInvalid
+    /// as soon as the header arrives. `None` accepts every type.
+    filter: Option<fn(MessageType) -> bool>,
 }
 
 impl FrameReader {
@@ -363,6 +366,11 @@ impl FrameReader {
         }
     }
 
+    /// Accept only message types for which `f` is true (checked on each header).
+    pub fn set_filter(&mut self, f: Option<fn(MessageType) -> bool>) {
+        self.filter = f;
+    }
+
     /// Drops any buffered bytes and releases the buffer's memory.
     pub fn clear(&mut self) {
         self.pending = Vec::new();
@@ -370,10 +378,15 @@ impl FrameReader {
         self.consumed = false;
     }
 
-    fn check_header(b: &[u8], max_chunk_size: usize) -> Result<(MessageHeader, usize), StatusCode> {
+    fn check_header(&self, b: &[u8], max_chunk_size: usize) -> Result<(MessageHeader, usize), StatusCode> {
         let mut h = [0u8; MESSAGE_HEADER_LEN];
         h.copy_from_slice(&b[..MESSAGE_HEADER_LEN]);
         let header = MessageHeader::parse(&h)?;
+        if let Some(f) = self.filter {
+            if !f(header.message_type) {
+                return Err(StatusCode::BadTcpMessageTypeInvalid);
+            }
+        }
         let size = header.message_size as usize;
         if size > max_chunk_size {
             return Err(StatusCode::BadTcpMessageTooLarge);
@@ -394,7 +407,7 @@ impl FrameReader {
         if self.pending.is_empty() {
             // Fast path: a whole frame at the front of the input.
             if input.len() >= MESSAGE_HEADER_LEN {
-                let (header, size) = Self::check_header(input, max)?;
+                let (header, size) = self.check_header(input, max)?;
                 if input.len() >= size {
                     let (frame, rest) = input.split_at(size);
                     *input = rest;
@@ -416,7 +429,7 @@ impl FrameReader {
             if self.pending.len() < MESSAGE_HEADER_LEN {
                 return Ok(None);
             }
-            let (_, size) = Self::check_header(&self.pending, max)?;
+            let (_, size) = self.check_header(&self.pending, max)?;
             self.pending.reserve_exact(size - self.pending.len());
             self.pending_size = Some(size);
         }
@@ -428,7 +441,7 @@ impl FrameReader {
         if self.pending.len() < size {
             return Ok(None);
         }
-        let (header, _) = Self::check_header(&self.pending, max)?;
+        let (header, _) = self.check_header(&self.pending, max)?;
         self.consumed = true;
         Ok(Some(Frame { header, bytes: &self.pending }))
     }

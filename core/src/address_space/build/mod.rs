@@ -1,0 +1,187 @@
+//! Building the address space: the builder, namespace 0 from the generated NodeSet, the
+//! live Server object and namespace 1.
+
+pub mod ns0;
+pub mod ns1;
+pub mod server_object;
+
+use std::collections::HashMap;
+
+use super::{ids, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX};
+use crate::server::config::ServerConfig;
+use crate::types::{ExpandedNodeId, Identifier, NodeId};
+use crate::Now;
+
+/// The namespace-0 URI.
+pub const NS0_URI: &str = "http://opcfoundation.org/UA/";
+
+/// Builds the whole address space: namespace 0, the live Server object, namespace 1.
+pub fn build(config: &ServerConfig, now: Now) -> Result<AddressSpace, String> {
+    let uris = vec![NS0_URI.to_string(), config.application.effective_application_uri().to_string()];
+    let info = server_object::server_info(config, now);
+    let mut b = AddressSpaceBuilder::new(uris.clone(), info.clone());
+    ns0::add_namespace0(&mut b)?;
+    server_object::install(&mut b, config, &info, &uris);
+    ns1::add_namespace1(&mut b, config, now.utc)?;
+    Ok(b.finish())
+}
+
+/// Collects nodes, then [`AddressSpaceBuilder::finish`] adds inverse references and the
+/// type hierarchy.
+pub struct AddressSpaceBuilder {
+    nodes: Vec<Node>,
+    dense: [Vec<u32>; 2],
+    map: HashMap<NodeId, u32>,
+    namespace_uris: Vec<String>,
+    server_info: ServerInfo,
+}
+
+impl AddressSpaceBuilder {
+    /// An empty builder. `namespace_uris[0]` should be `http://opcfoundation.org/UA/`.
+    pub fn new(namespace_uris: Vec<String>, server_info: ServerInfo) -> Self {
+        AddressSpaceBuilder { nodes: Vec::new(), dense: [Vec::new(), Vec::new()], map: HashMap::new(), namespace_uris, server_info }
+    }
+
+    /// Reserves room for `n` more nodes.
+    pub fn reserve(&mut self, n: usize) {
+        self.nodes.reserve(n);
+    }
+
+    fn index_of(&self, id: &NodeId) -> Option<u32> {
+        if let Identifier::Numeric(n) = id.identifier {
+            if id.namespace < 2 && n < DENSE_ID_MAX {
+                return match self.dense[id.namespace as usize].get(n as usize) {
+                    Some(&i) if i != NO_INDEX => Some(i),
+                    _ => None,
+                };
+            }
+        }
+        self.map.get(id).copied()
+    }
+
+    /// Is a node with this id present?
+    pub fn contains(&self, id: &NodeId) -> bool {
+        self.index_of(id).is_some()
+    }
+
+    /// The node with this id, for changes before `finish`.
+    pub fn node_mut(&mut self, id: &NodeId) -> Option<&mut Node> {
+        let i = self.index_of(id)?;
+        self.nodes.get_mut(i as usize)
+    }
+
+    /// Adds a node. Its references are the declared ones; inverses are added by `finish`.
+    pub fn add(&mut self, node: Node) -> Result<(), String> {
+        if self.contains(&node.node_id) {
+            return Err(format!("duplicate NodeId {}", node.node_id));
+        }
+        let i = u32::try_from(self.nodes.len()).map_err(|_| "too many nodes".to_string())?;
+        match node.node_id.identifier {
+            Identifier::Numeric(n) if node.node_id.namespace < 2 && n < DENSE_ID_MAX => {
+                let t = &mut self.dense[node.node_id.namespace as usize];
+                if t.len() <= n as usize {
+                    t.resize(n as usize + 1, NO_INDEX);
+                }
+                t[n as usize] = i;
+            }
+            _ => {
+                self.map.insert(node.node_id.clone(), i);
+            }
+        }
+        self.nodes.push(node);
+        Ok(())
+    }
+
+    /// Adds a reference declared on `source` (which must exist).
+    pub fn add_reference(&mut self, source: &NodeId, reference_type: u32, target: NodeId, is_forward: bool) -> Result<(), String> {
+        let n = self.node_mut(source).ok_or_else(|| format!("reference from unknown node {source}"))?;
+        n.references.push(Reference { reference_type: NodeId::ns0(reference_type), is_forward, target: ExpandedNodeId::local(target) });
+        Ok(())
+    }
+
+    /// Adds the inverse references, deduplicates, computes the type hierarchy and returns
+    /// the finished address space.
+    pub fn finish(self) -> AddressSpace {
+        let AddressSpaceBuilder { mut nodes, dense, map, namespace_uris, server_info } = self;
+        let lookup = |id: &NodeId| -> Option<u32> {
+            if let Identifier::Numeric(n) = id.identifier {
+                if id.namespace < 2 && n < DENSE_ID_MAX {
+                    return match dense[id.namespace as usize].get(n as usize) {
+                        Some(&i) if i != NO_INDEX => Some(i),
+                        _ => None,
+                    };
+                }
+            }
+            map.get(id).copied()
+        };
+
+        // Inverses of every declared reference whose target is a local node.
+        let mut inverses: Vec<(u32, Reference)> = Vec::new();
+        for n in &nodes {
+            for r in &n.references {
+                if let Some(t) = r.target.as_local().and_then(&lookup) {
+                    inverses.push((
+                        t,
+                        Reference {
+                            reference_type: r.reference_type.clone(),
+                            is_forward: !r.is_forward,
+                            target: ExpandedNodeId::local(n.node_id.clone()),
+                        },
+                    ));
+                }
+            }
+        }
+        for (t, r) in inverses {
+            nodes[t as usize].references.push(r);
+        }
+        for n in &mut nodes {
+            dedup_refs(&mut n.references);
+        }
+
+        // Type hierarchy and encodings.
+        let mut supertype = vec![NO_INDEX; nodes.len()];
+        let mut encoding_of = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            for r in &n.references {
+                match r.reference_type.as_ns0() {
+                    Some(ids::HAS_SUBTYPE) if !r.is_forward => {
+                        if let Some(p) = r.target.as_local().and_then(&lookup) {
+                            supertype[i] = p;
+                        }
+                    }
+                    Some(ids::HAS_ENCODING) if r.is_forward && matches!(n.attributes, ClassAttributes::DataType { .. }) => {
+                        if let Some(t) = r.target.as_local() {
+                            encoding_of.insert(t.clone(), n.node_id.clone());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        AddressSpace { nodes, dense, map, supertype, encoding_of, namespace_uris, server_info }
+    }
+}
+
+/// Removes repeated references, keeping the first occurrence and the order.
+fn dedup_refs(refs: &mut Vec<Reference>) {
+    if refs.len() < 2 {
+        return;
+    }
+    let mut idx: Vec<usize> = (0..refs.len()).collect();
+    idx.sort_by(|&a, &b| refs[a].cmp(&refs[b]).then(a.cmp(&b)));
+    let mut keep = vec![true; refs.len()];
+    let mut dup = false;
+    for w in idx.windows(2) {
+        if refs[w[0]] == refs[w[1]] {
+            keep[w[1]] = false;
+            dup = true;
+        }
+    }
+    if dup {
+        let mut k = 0;
+        refs.retain(|_| {
+            k += 1;
+            keep[k - 1]
+        });
+    }
+}

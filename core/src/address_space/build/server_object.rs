@@ -1,0 +1,179 @@
+//! The live Server object (`i=2253`): values installed on the namespace-0 nodes at build
+//! time (NamespaceArray, BuildInfo, ServerCapabilities, OperationLimits from the configured
+//! limits) and the dynamic ones (ServerStatus, CurrentTime) computed at read time from `Now`.
+
+use super::AddressSpaceBuilder;
+use crate::address_space::value::ValueCell;
+use crate::address_space::{ClassAttributes, Dynamic, ServerInfo, ValueSource};
+use crate::generated::types::{BuildInfo, ServerState, ServerStatusDataType};
+use crate::server::config::ServerConfig;
+use crate::types::{
+    BuiltinType, DataValue, DateTime, ExtensionObject, LocalizedText, NodeId, UaString, Variant,
+};
+use crate::Now;
+
+/// Namespace-0 ids of the Server object's variables.
+pub mod sid {
+    pub const SERVER_ARRAY: u32 = 2254;
+    pub const NAMESPACE_ARRAY: u32 = 2255;
+    pub const SERVER_STATUS: u32 = 2256;
+    pub const START_TIME: u32 = 2257;
+    pub const CURRENT_TIME: u32 = 2258;
+    pub const STATE: u32 = 2259;
+    pub const BUILD_INFO: u32 = 2260;
+    pub const PRODUCT_NAME: u32 = 2261;
+    pub const PRODUCT_URI: u32 = 2262;
+    pub const MANUFACTURER_NAME: u32 = 2263;
+    pub const SOFTWARE_VERSION: u32 = 2264;
+    pub const BUILD_NUMBER: u32 = 2265;
+    pub const BUILD_DATE: u32 = 2266;
+    pub const SERVICE_LEVEL: u32 = 2267;
+    pub const SERVER_PROFILE_ARRAY: u32 = 2269;
+    pub const LOCALE_ID_ARRAY: u32 = 2271;
+    pub const MIN_SUPPORTED_SAMPLE_RATE: u32 = 2272;
+    pub const MAX_BROWSE_CONTINUATION_POINTS: u32 = 2735;
+    pub const SECONDS_TILL_SHUTDOWN: u32 = 2992;
+    pub const SHUTDOWN_REASON: u32 = 2993;
+    pub const AUDITING: u32 = 2994;
+    pub const MAX_ARRAY_LENGTH: u32 = 11702;
+    pub const MAX_STRING_LENGTH: u32 = 11703;
+    pub const MAX_BYTE_STRING_LENGTH: u32 = 12911;
+    pub const MAX_NODES_PER_READ: u32 = 11705;
+    pub const MAX_NODES_PER_WRITE: u32 = 11707;
+    pub const MAX_NODES_PER_METHOD_CALL: u32 = 11709;
+    pub const MAX_NODES_PER_BROWSE: u32 = 11710;
+    pub const MAX_NODES_PER_REGISTER_NODES: u32 = 11711;
+    pub const MAX_NODES_PER_TRANSLATE: u32 = 11712;
+    pub const MAX_MONITORED_ITEMS_PER_CALL: u32 = 11714;
+}
+
+/// The server profile this server aims at (reported in ServerProfileArray).
+pub const SERVER_PROFILES: &[&str] = &["http://opcfoundation.org/UA-Profile/Server/MicroEmbeddedDevice2017"];
+
+/// ServerInfo from the configuration.
+pub fn server_info(config: &ServerConfig, now: Now) -> ServerInfo {
+    let a = &config.application;
+    ServerInfo {
+        start_time: now.utc,
+        start_mono_ns: now.mono_ns,
+        product_uri: a.product_uri.clone(),
+        manufacturer_name: a.manufacturer.clone(),
+        product_name: "uaring".into(),
+        software_version: env!("CARGO_PKG_VERSION").into(),
+        build_number: a.build_number.clone(),
+        build_date: DateTime(a.build_date_ticks),
+    }
+}
+
+/// The BuildInfo structure.
+pub fn build_info(info: &ServerInfo) -> BuildInfo {
+    BuildInfo {
+        product_uri: info.product_uri.as_str().into(),
+        manufacturer_name: info.manufacturer_name.as_str().into(),
+        product_name: info.product_name.as_str().into(),
+        software_version: info.software_version.as_str().into(),
+        build_number: info.build_number.as_str().into(),
+        build_date: info.build_date,
+    }
+}
+
+/// The ServerStatusDataType structure at `now`.
+pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
+    ServerStatusDataType {
+        start_time: info.start_time,
+        current_time: now.utc,
+        state: ServerState::Running,
+        build_info: build_info(info),
+        seconds_till_shutdown: 0,
+        shutdown_reason: LocalizedText::default(),
+    }
+}
+
+/// Computes a dynamic value at `now`.
+pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
+    let elapsed_ns = now.mono_ns.saturating_sub(info.start_mono_ns);
+    match d {
+        Dynamic::CurrentTime => {
+            DataValue { value: Variant::DateTime(now.utc), source_timestamp: Some(now.utc), ..Default::default() }
+        }
+        Dynamic::ServerStatus => DataValue {
+            value: Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&server_status(info, now)))),
+            source_timestamp: Some(now.utc),
+            ..Default::default()
+        },
+        Dynamic::Counter { period_ms } => {
+            let period_ns = (period_ms.max(1) as u64) * 1_000_000;
+            let n = elapsed_ns / period_ns;
+            // The instant of the last increment, on the UTC clock of the start.
+            let ts = DateTime(info.start_time.0.saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64));
+            DataValue { value: Variant::UInt32(n as u32), source_timestamp: Some(ts), ..Default::default() }
+        }
+        Dynamic::Sine { period_ms } => {
+            let period_ns = (period_ms.max(1) as u64) * 1_000_000;
+            let phase = (elapsed_ns % period_ns) as f64 / period_ns as f64;
+            DataValue {
+                value: Variant::Double((phase * std::f64::consts::TAU).sin()),
+                source_timestamp: Some(now.utc),
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// Sets the value source of a namespace-0 Variable, when the node is present.
+fn set(b: &mut AddressSpaceBuilder, id: u32, src: ValueSource) {
+    if let Some(n) = b.node_mut(&NodeId::ns0(id)) {
+        if let ClassAttributes::Variable(v) = &mut n.attributes {
+            v.value = src;
+        }
+    }
+}
+
+fn set_static(b: &mut AddressSpaceBuilder, id: u32, value: Variant, start: DateTime) {
+    let fixed = value.scalar_type();
+    let dv = DataValue { value, source_timestamp: Some(start), ..Default::default() };
+    set(b, id, ValueSource::Cell(ValueCell::new(dv, fixed)));
+}
+
+fn strings(v: &[&str]) -> Variant {
+    Variant::array(BuiltinType::String, v.iter().map(|s| Variant::String(UaString::from(*s))).collect())
+        .unwrap_or(Variant::Empty)
+}
+
+/// Installs the Server object's values on the namespace-0 nodes.
+pub fn install(b: &mut AddressSpaceBuilder, config: &ServerConfig, info: &ServerInfo, namespace_uris: &[String]) {
+    let start = info.start_time;
+    let lim = &config.operation_limits;
+    let uris: Vec<&str> = namespace_uris.iter().map(String::as_str).collect();
+    set_static(b, sid::NAMESPACE_ARRAY, strings(&uris), start);
+    set_static(b, sid::SERVER_ARRAY, strings(&[config.application.effective_application_uri()]), start);
+    set(b, sid::SERVER_STATUS, ValueSource::Dynamic(Dynamic::ServerStatus));
+    set(b, sid::CURRENT_TIME, ValueSource::Dynamic(Dynamic::CurrentTime));
+    set_static(b, sid::START_TIME, Variant::DateTime(start), start);
+    set_static(b, sid::STATE, Variant::Int32(ServerState::Running.0), start);
+    set_static(b, sid::BUILD_INFO, Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&build_info(info)))), start);
+    set_static(b, sid::PRODUCT_NAME, Variant::String(info.product_name.as_str().into()), start);
+    set_static(b, sid::PRODUCT_URI, Variant::String(info.product_uri.as_str().into()), start);
+    set_static(b, sid::MANUFACTURER_NAME, Variant::String(info.manufacturer_name.as_str().into()), start);
+    set_static(b, sid::SOFTWARE_VERSION, Variant::String(info.software_version.as_str().into()), start);
+    set_static(b, sid::BUILD_NUMBER, Variant::String(info.build_number.as_str().into()), start);
+    set_static(b, sid::BUILD_DATE, Variant::DateTime(info.build_date), start);
+    set_static(b, sid::SECONDS_TILL_SHUTDOWN, Variant::UInt32(0), start);
+    set_static(b, sid::SHUTDOWN_REASON, Variant::LocalizedText(Box::default()), start);
+    set_static(b, sid::SERVICE_LEVEL, Variant::Byte(255), start);
+    set_static(b, sid::AUDITING, Variant::Boolean(false), start);
+    set_static(b, sid::SERVER_PROFILE_ARRAY, strings(SERVER_PROFILES), start);
+    set_static(b, sid::LOCALE_ID_ARRAY, strings(&["en"]), start);
+    set_static(b, sid::MIN_SUPPORTED_SAMPLE_RATE, Variant::Double(lim.min_supported_sample_rate_ms), start);
+    set_static(b, sid::MAX_BROWSE_CONTINUATION_POINTS, Variant::UInt16(lim.max_browse_continuation_points), start);
+    set_static(b, sid::MAX_ARRAY_LENGTH, Variant::UInt32(lim.max_array_length), start);
+    set_static(b, sid::MAX_STRING_LENGTH, Variant::UInt32(lim.max_string_length), start);
+    set_static(b, sid::MAX_BYTE_STRING_LENGTH, Variant::UInt32(lim.max_byte_string_length), start);
+    set_static(b, sid::MAX_NODES_PER_READ, Variant::UInt32(lim.max_nodes_per_read), start);
+    set_static(b, sid::MAX_NODES_PER_WRITE, Variant::UInt32(lim.max_nodes_per_write), start);
+    set_static(b, sid::MAX_NODES_PER_METHOD_CALL, Variant::UInt32(lim.max_nodes_per_method_call), start);
+    set_static(b, sid::MAX_NODES_PER_BROWSE, Variant::UInt32(lim.max_nodes_per_browse), start);
+    set_static(b, sid::MAX_NODES_PER_REGISTER_NODES, Variant::UInt32(lim.max_nodes_per_register_nodes), start);
+    set_static(b, sid::MAX_NODES_PER_TRANSLATE, Variant::UInt32(lim.max_nodes_per_translate_browse_paths_to_node_ids), start);
+    set_static(b, sid::MAX_MONITORED_ITEMS_PER_CALL, Variant::UInt32(lim.max_monitored_items_per_call), start);
+}

@@ -1,0 +1,378 @@
+//! The address space: every node of namespace 0 and namespace 1, built once at start and
+//! shared read-only (`Arc`) by all shards. No locks: the only mutable parts are the
+//! Variable value cells ([`value::ValueCell`]), which are lock-free.
+//!
+//! * Lookup: numeric ids of namespaces 0 and 1 are found through dense tables indexed by
+//!   the id (one bounds check and one load); every other NodeId through a `HashMap`.
+//! * References are stored on both ends: the NodeSet declares each reference once, the
+//!   builder adds the inverse on the target (deduplicated).
+//! * Type hierarchy: each type node knows its supertype (the source of its inverse
+//!   HasSubtype); `is_subtype_of` walks that chain (depth ≤ 16 in namespace 0).
+
+pub mod build;
+pub mod numeric_range;
+pub mod value;
+
+use std::collections::HashMap;
+
+use crate::types::{DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId, QualifiedName, Variant};
+use crate::Now;
+
+pub use build::AddressSpaceBuilder;
+pub use numeric_range::NumericRange;
+pub use value::ValueCell;
+
+pub use crate::generated::types::NodeClass;
+
+/// Well-known namespace-0 ids used by the address space code.
+pub mod ids {
+    pub const BASE_DATA_TYPE: u32 = 24;
+    pub const NUMBER: u32 = 26;
+    pub const ENUMERATION: u32 = 29;
+    pub const STRUCTURE: u32 = 22;
+    pub const REFERENCES: u32 = 31;
+    pub const HIERARCHICAL_REFERENCES: u32 = 33;
+    pub const ORGANIZES: u32 = 35;
+    pub const HAS_ENCODING: u32 = 38;
+    pub const HAS_TYPE_DEFINITION: u32 = 40;
+    pub const HAS_SUBTYPE: u32 = 45;
+    pub const HAS_PROPERTY: u32 = 46;
+    pub const HAS_COMPONENT: u32 = 47;
+    pub const BASE_OBJECT_TYPE: u32 = 58;
+    pub const FOLDER_TYPE: u32 = 61;
+    pub const BASE_VARIABLE_TYPE: u32 = 62;
+    pub const BASE_DATA_VARIABLE_TYPE: u32 = 63;
+    pub const PROPERTY_TYPE: u32 = 68;
+    pub const OBJECTS_FOLDER: u32 = 85;
+    pub const SERVER: u32 = 2253;
+}
+
+/// AccessLevel bits (Part 3 §8.57).
+pub mod access_level {
+    pub const CURRENT_READ: u8 = 0x01;
+    pub const CURRENT_WRITE: u8 = 0x02;
+    pub const HISTORY_READ: u8 = 0x04;
+    pub const HISTORY_WRITE: u8 = 0x08;
+    pub const STATUS_WRITE: u8 = 0x20;
+    pub const TIMESTAMP_WRITE: u8 = 0x40;
+}
+
+/// One reference as stored on a node: its type, direction and the other end.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reference {
+    pub reference_type: NodeId,
+    pub is_forward: bool,
+    pub target: ExpandedNodeId,
+}
+
+/// A node: the attributes every node class has, its references, and the class-specific ones.
+#[derive(Debug)]
+pub struct Node {
+    pub node_id: NodeId,
+    pub node_class: NodeClass,
+    pub browse_name: QualifiedName,
+    pub display_name: LocalizedText,
+    pub description: LocalizedText,
+    pub write_mask: u32,
+    pub user_write_mask: u32,
+    /// Forward and inverse references (inverses added by the builder).
+    pub references: Vec<Reference>,
+    /// The attributes of this node's class. Its variant always matches `node_class`.
+    pub attributes: ClassAttributes,
+}
+
+/// Class-specific attributes.
+#[derive(Debug)]
+pub enum ClassAttributes {
+    Object { event_notifier: u8 },
+    Variable(VariableAttributes),
+    Method { executable: bool, user_executable: bool },
+    ObjectType { is_abstract: bool },
+    VariableType(VariableTypeAttributes),
+    ReferenceType { is_abstract: bool, symmetric: bool, inverse_name: Option<LocalizedText> },
+    DataType { is_abstract: bool, data_type_definition: Option<ExtensionObject> },
+    View { contains_no_loops: bool, event_notifier: u8 },
+}
+
+/// Attributes of a Variable.
+#[derive(Debug)]
+pub struct VariableAttributes {
+    pub value: ValueSource,
+    pub data_type: NodeId,
+    pub value_rank: i32,
+    pub array_dimensions: Vec<u32>,
+    pub access_level: u8,
+    pub user_access_level: u8,
+    pub access_level_ex: Option<u32>,
+    /// Milliseconds; 0 = as fast as the server can, -1 = indeterminate.
+    pub minimum_sampling_interval: f64,
+    pub historizing: bool,
+}
+
+/// Attributes of a VariableType.
+#[derive(Debug)]
+pub struct VariableTypeAttributes {
+    pub value: Variant,
+    pub data_type: NodeId,
+    pub value_rank: i32,
+    pub array_dimensions: Vec<u32>,
+    pub is_abstract: bool,
+}
+
+/// Where a Variable's value comes from.
+#[derive(Debug)]
+pub enum ValueSource {
+    /// Stored in a lock-free cell; writable when the AccessLevel allows.
+    Cell(ValueCell),
+    /// Computed at read time from `Now` and the server's start data (never written).
+    Dynamic(Dynamic),
+}
+
+/// Values computed from the caller's `Now` at read time (core reads no clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dynamic {
+    /// Server.ServerStatus.CurrentTime: `now.utc`.
+    CurrentTime,
+    /// Server.ServerStatus: the ServerStatusDataType structure with CurrentTime = `now.utc`.
+    ServerStatus,
+    /// `Demo.Dynamic.Counter`: UInt32 = floor((now − start) / period). Its source timestamp is
+    /// the instant of the last increment, start + value × period. No timer is needed: the
+    /// value is a pure function of time, so every shard computes the same one.
+    Counter { period_ms: u32 },
+    /// `Demo.Dynamic.Sine`: Double = sin(2π · (now − start) / period), amplitude 1. Source
+    /// timestamp = `now`.
+    Sine { period_ms: u32 },
+}
+
+/// Data the live Server object is computed from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerInfo {
+    pub start_time: DateTime,
+    pub start_mono_ns: u64,
+    pub product_uri: String,
+    pub manufacturer_name: String,
+    pub product_name: String,
+    pub software_version: String,
+    pub build_number: String,
+    pub build_date: DateTime,
+}
+
+impl Default for ServerInfo {
+    fn default() -> Self {
+        ServerInfo {
+            start_time: DateTime::NULL,
+            start_mono_ns: 0,
+            product_uri: "urn:uaring".into(),
+            manufacturer_name: "uaring".into(),
+            product_name: "uaring".into(),
+            software_version: env!("CARGO_PKG_VERSION").into(),
+            build_number: env!("CARGO_PKG_VERSION").into(),
+            build_date: DateTime::NULL,
+        }
+    }
+}
+
+const NO_INDEX: u32 = u32::MAX;
+/// Numeric ids below this go into the dense tables of namespaces 0 and 1.
+const DENSE_ID_MAX: u32 = 1 << 20;
+
+/// The address space. See the module documentation.
+pub struct AddressSpace {
+    nodes: Vec<Node>,
+    /// Dense lookup for numeric NodeIds of namespaces 0 and 1: `dense[ns][id]` is an index
+    /// into `nodes` or `NO_INDEX`.
+    dense: [Vec<u32>; 2],
+    /// Every other NodeId.
+    map: HashMap<NodeId, u32>,
+    /// `supertype[i]`: index of the supertype of type node `i`, or `NO_INDEX`.
+    supertype: Vec<u32>,
+    /// Encoding object index → the DataType it encodes (inverse HasEncoding).
+    encoding_of: HashMap<NodeId, NodeId>,
+    namespace_uris: Vec<String>,
+    server_info: ServerInfo,
+}
+
+impl std::fmt::Debug for AddressSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressSpace").field("nodes", &self.nodes.len()).field("namespaces", &self.namespace_uris).finish()
+    }
+}
+
+impl AddressSpace {
+    /// The node with this id.
+    #[inline]
+    pub fn node(&self, id: &NodeId) -> Option<&Node> {
+        self.index_of(id).map(|i| &self.nodes[i as usize])
+    }
+
+    #[inline]
+    fn index_of(&self, id: &NodeId) -> Option<u32> {
+        if let crate::types::Identifier::Numeric(n) = id.identifier {
+            if id.namespace < 2 && n < DENSE_ID_MAX {
+                let t = &self.dense[id.namespace as usize];
+                return match t.get(n as usize) {
+                    Some(&i) if i != NO_INDEX => Some(i),
+                    _ => None,
+                };
+            }
+        }
+        self.map.get(id).copied()
+    }
+
+    /// The node an ExpandedNodeId names, when it is local to this server.
+    pub fn node_expanded(&self, id: &ExpandedNodeId) -> Option<&Node> {
+        if id.server_index != 0 {
+            return None;
+        }
+        match id.namespace_uri.as_opt() {
+            None => self.node(&id.node_id),
+            Some(uri) => {
+                let ns = self.namespace_index(uri)?;
+                self.node(&NodeId { namespace: ns, identifier: id.node_id.identifier.clone() })
+            }
+        }
+    }
+
+    /// Is `sub` the same type as `base` or a (transitive) subtype of it? Works for
+    /// ReferenceTypes, DataTypes, ObjectTypes and VariableTypes. False when either is unknown.
+    pub fn is_subtype_of(&self, sub: &NodeId, base: &NodeId) -> bool {
+        if sub == base {
+            return self.index_of(sub).is_some();
+        }
+        let (Some(mut i), Some(b)) = (self.index_of(sub), self.index_of(base)) else {
+            return false;
+        };
+        // Bounded walk: the hierarchy is a tree, but never trust data to be acyclic.
+        for _ in 0..64 {
+            let p = self.supertype[i as usize];
+            if p == NO_INDEX {
+                return false;
+            }
+            if p == b {
+                return true;
+            }
+            i = p;
+        }
+        false
+    }
+
+    /// The direct supertype of a type node.
+    pub fn supertype_of(&self, id: &NodeId) -> Option<&NodeId> {
+        let i = self.index_of(id)?;
+        let p = self.supertype[i as usize];
+        (p != NO_INDEX).then(|| &self.nodes[p as usize].node_id)
+    }
+
+    /// The DataType a DataTypeEncoding object (e.g. `ServerStatusDataType_Encoding_DefaultBinary`) encodes.
+    pub fn data_type_of_encoding(&self, encoding_id: &NodeId) -> Option<&NodeId> {
+        self.encoding_of.get(encoding_id)
+    }
+
+    /// The NamespaceArray: index 0 is `http://opcfoundation.org/UA/`, 1 the ApplicationUri.
+    pub fn namespace_uris(&self) -> &[String] {
+        &self.namespace_uris
+    }
+
+    /// The index of a namespace URI.
+    pub fn namespace_index(&self, uri: &str) -> Option<u16> {
+        self.namespace_uris.iter().position(|u| u == uri).and_then(|i| u16::try_from(i).ok())
+    }
+
+    pub fn browse_name_of(&self, id: &NodeId) -> Option<&QualifiedName> {
+        self.node(id).map(|n| &n.browse_name)
+    }
+
+    pub fn display_name_of(&self, id: &NodeId) -> Option<&LocalizedText> {
+        self.node(id).map(|n| &n.display_name)
+    }
+
+    pub fn node_class_of(&self, id: &NodeId) -> Option<NodeClass> {
+        self.node(id).map(|n| n.node_class)
+    }
+
+    /// The target of the node's forward HasTypeDefinition reference (Objects and Variables).
+    pub fn type_definition_of(&self, id: &NodeId) -> Option<&ExpandedNodeId> {
+        self.node(id)?.type_definition()
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Every node, in insertion order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter()
+    }
+
+    /// The data the live Server object is computed from.
+    pub fn server_info(&self) -> &ServerInfo {
+        &self.server_info
+    }
+
+    /// The value of a Variable right now: the stored cell, or the dynamic value computed
+    /// from `now`. `None` when the node is no Variable.
+    pub fn variable_value(&self, node: &Node, now: Now) -> Option<DataValue> {
+        match &node.attributes {
+            ClassAttributes::Variable(v) => Some(match &v.value {
+                ValueSource::Cell(c) => c.load(),
+                ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Computes a dynamic value.
+    pub fn dynamic_value(&self, d: Dynamic, now: Now) -> DataValue {
+        build::server_object::dynamic_value(&self.server_info, d, now)
+    }
+}
+
+impl Node {
+    /// The target of the forward HasTypeDefinition reference.
+    pub fn type_definition(&self) -> Option<&ExpandedNodeId> {
+        self.references
+            .iter()
+            .find(|r| r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
+            .map(|r| &r.target)
+    }
+
+    /// The Variable attributes, when this is a Variable.
+    pub fn as_variable(&self) -> Option<&VariableAttributes> {
+        match &self.attributes {
+            ClassAttributes::Variable(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The stored value cell, when this is a Variable with a stored value.
+    pub fn value_cell(&self) -> Option<&ValueCell> {
+        match &self.attributes {
+            ClassAttributes::Variable(VariableAttributes { value: ValueSource::Cell(c), .. }) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// IsAbstract for the type node classes.
+    pub fn is_abstract(&self) -> Option<bool> {
+        match &self.attributes {
+            ClassAttributes::ObjectType { is_abstract }
+            | ClassAttributes::ReferenceType { is_abstract, .. }
+            | ClassAttributes::DataType { is_abstract, .. } => Some(*is_abstract),
+            ClassAttributes::VariableType(v) => Some(v.is_abstract),
+            _ => None,
+        }
+    }
+
+    /// EventNotifier of Objects and Views.
+    pub fn event_notifier(&self) -> Option<u8> {
+        match &self.attributes {
+            ClassAttributes::Object { event_notifier } | ClassAttributes::View { event_notifier, .. } => Some(*event_notifier),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Server configuration: a plain, serde-friendly struct with defaults.
+//!
+//! Every numeric limit is a hard cap; `0` is rejected by [`ServerConfig::validate`] wherever it
+//! would otherwise read as "unbounded". Other parts add their own sub-structs as fields
+//! (`transport`, `sessions`, …).
+
+use serde::{Deserialize, Serialize};
+
+/// The whole server configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Who the server is and what namespace 1 holds.
+    pub application: ApplicationConfig,
+    /// Per-request operation limits, reported in Server.ServerCapabilities.
+    pub operation_limits: OperationLimits,
+    /// Session pool size, session timeouts and request age, per shard.
+    pub sessions: crate::server::shard::SessionLimits,
+}
+
+impl ServerConfig {
+    /// The configuration of the benchmark contract (`--contract`): ApplicationUri
+    /// `urn:o6:benchmark:server`, no Demo folder, 100,000 operations per request.
+    pub fn contract() -> ServerConfig {
+        let mut c = ServerConfig::default();
+        c.application.contract_mode = true;
+        c.application.demo_namespace = false;
+        c.operation_limits = OperationLimits::contract();
+        c
+    }
+
+    /// Checks every field; the message names the offending field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.application.validate()?;
+        self.operation_limits.validate()?;
+        self.sessions.validate()?;
+        Ok(())
+    }
+}
+
+/// The contract-mode ApplicationUri.
+pub const CONTRACT_APPLICATION_URI: &str = "urn:o6:benchmark:server";
+
+/// Application identity and namespace 1 content.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApplicationConfig {
+    /// ApplicationUri; also the URI of namespace 1. Ignored in contract mode
+    /// (which uses `urn:o6:benchmark:server`); see [`ApplicationConfig::effective_application_uri`].
+    pub application_uri: String,
+    /// ProductUri (BuildInfo.ProductUri).
+    pub product_uri: String,
+    /// ApplicationName (English text).
+    pub application_name: String,
+    /// ManufacturerName (BuildInfo.ManufacturerName).
+    pub manufacturer: String,
+    /// BuildInfo.BuildNumber.
+    pub build_number: String,
+    /// BuildInfo.BuildDate, as 100 ns ticks since 1601-01-01 UTC (0 = unknown, reported as null).
+    pub build_date_ticks: i64,
+    /// Benchmark contract mode: ApplicationUri `urn:o6:benchmark:server`.
+    pub contract_mode: bool,
+    /// Element counts of the benchmark arrays `ns=1;i=2001+k` (`BenchmarkArray<N>`);
+    /// each must be 1..=`OperationLimits::max_array_length`. Empty = none.
+    pub benchmark_array_sizes: Vec<u32>,
+    /// Build the `Demo` folder (`ns=1;s=Demo.*`) under Objects.
+    pub demo_namespace: bool,
+    /// Number of `BenchmarkValue<i>` Int32 variables (`ns=1;i=1001+i`), 1..=10,000. The contract is 100.
+    pub benchmark_value_count: u32,
+}
+
+impl Default for ApplicationConfig {
+    fn default() -> Self {
+        ApplicationConfig {
+            application_uri: "urn:uaring:server".into(),
+            product_uri: "urn:uaring".into(),
+            application_name: "uaring".into(),
+            manufacturer: "uaring".into(),
+            build_number: env!("CARGO_PKG_VERSION").into(),
+            build_date_ticks: 0,
+            contract_mode: false,
+            benchmark_array_sizes: vec![10, 100, 1000],
+            demo_namespace: true,
+            benchmark_value_count: 100,
+        }
+    }
+}
+
+impl ApplicationConfig {
+    /// The ApplicationUri in force (the contract URI in contract mode).
+    pub fn effective_application_uri(&self) -> &str {
+        if self.contract_mode {
+            CONTRACT_APPLICATION_URI
+        } else {
+            &self.application_uri
+        }
+    }
+    fn validate(&self) -> Result<(), String> {
+        if !self.contract_mode && self.application_uri.is_empty() {
+            return Err("application.application_uri is empty".into());
+        }
+        if self.application_name.is_empty() {
+            return Err("application.application_name is empty".into());
+        }
+        if self.benchmark_value_count == 0 || self.benchmark_value_count > 10_000 {
+            return Err("application.benchmark_value_count must be 1..=10000".into());
+        }
+        if self.benchmark_array_sizes.len() > 1000 {
+            return Err("application.benchmark_array_sizes has more than 1000 entries".into());
+        }
+        if self.benchmark_array_sizes.iter().any(|&n| n == 0 || n > 10_000_000) {
+            return Err("application.benchmark_array_sizes entries must be 1..=10000000".into());
+        }
+        Ok(())
+    }
+}
+
+/// Limits on one service request, reported in Server.ServerCapabilities(.OperationLimits).
+/// All counts are hard caps; `0` is invalid everywhere.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OperationLimits {
+    /// Most ReadValueIds in one Read (more → BadTooManyOperations).
+    pub max_nodes_per_read: u32,
+    /// Most WriteValues in one Write.
+    pub max_nodes_per_write: u32,
+    /// Most BrowseDescriptions in one Browse (and ContinuationPoints in one BrowseNext).
+    pub max_nodes_per_browse: u32,
+    /// Most BrowsePaths in one TranslateBrowsePathsToNodeIds.
+    pub max_nodes_per_translate_browse_paths_to_node_ids: u32,
+    /// Most NodeIds in one RegisterNodes / UnregisterNodes.
+    pub max_nodes_per_register_nodes: u32,
+    /// Most MethodToCall in one Call.
+    pub max_nodes_per_method_call: u32,
+    /// Most items in one Create/Modify/Delete/SetMonitoringMode/SetTriggering call.
+    pub max_monitored_items_per_call: u32,
+    /// Browse continuation points per session.
+    pub max_browse_continuation_points: u16,
+    /// Most elements in an array value (written or read), elements.
+    pub max_array_length: u32,
+    /// Longest String value, bytes.
+    pub max_string_length: u32,
+    /// Longest ByteString value, bytes.
+    pub max_byte_string_length: u32,
+    /// Fastest sampling interval the server supports, milliseconds (> 0).
+    pub min_supported_sample_rate_ms: f64,
+}
+
+impl Default for OperationLimits {
+    fn default() -> Self {
+        OperationLimits {
+            max_nodes_per_read: 10_000,
+            max_nodes_per_write: 10_000,
+            max_nodes_per_browse: 1_000,
+            max_nodes_per_translate_browse_paths_to_node_ids: 1_000,
+            max_nodes_per_register_nodes: 10_000,
+            max_nodes_per_method_call: 100,
+            max_monitored_items_per_call: 10_000,
+            max_browse_continuation_points: 10,
+            max_array_length: 1_000_000,
+            max_string_length: 16 * 1024 * 1024,
+            max_byte_string_length: 16 * 1024 * 1024,
+            min_supported_sample_rate_ms: 1.0,
+        }
+    }
+}
+
+impl OperationLimits {
+    /// The benchmark contract: 100,000 operations per request.
+    pub fn contract() -> OperationLimits {
+        OperationLimits {
+            max_nodes_per_read: 100_000,
+            max_nodes_per_write: 100_000,
+            max_nodes_per_browse: 100_000,
+            max_nodes_per_translate_browse_paths_to_node_ids: 100_000,
+            max_nodes_per_register_nodes: 100_000,
+            max_monitored_items_per_call: 100_000,
+            ..OperationLimits::default()
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let counts = [
+            ("max_nodes_per_read", self.max_nodes_per_read),
+            ("max_nodes_per_write", self.max_nodes_per_write),
+            ("max_nodes_per_browse", self.max_nodes_per_browse),
+            ("max_nodes_per_translate_browse_paths_to_node_ids", self.max_nodes_per_translate_browse_paths_to_node_ids),
+            ("max_nodes_per_register_nodes", self.max_nodes_per_register_nodes),
+            ("max_nodes_per_method_call", self.max_nodes_per_method_call),
+            ("max_monitored_items_per_call", self.max_monitored_items_per_call),
+            ("max_browse_continuation_points", self.max_browse_continuation_points as u32),
+            ("max_array_length", self.max_array_length),
+            ("max_string_length", self.max_string_length),
+            ("max_byte_string_length", self.max_byte_string_length),
+        ];
+        for (name, v) in counts {
+            if v == 0 {
+                return Err(format!("operation_limits.{name} is 0 (0 is not 'unbounded'; give a limit)"));
+            }
+            if v > i32::MAX as u32 {
+                return Err(format!("operation_limits.{name} exceeds {}", i32::MAX));
+            }
+        }
+        if !(self.min_supported_sample_rate_ms.is_finite() && self.min_supported_sample_rate_ms > 0.0) {
+            return Err("operation_limits.min_supported_sample_rate_ms must be a positive number".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        ServerConfig::default().validate().unwrap();
+        ServerConfig::contract().validate().unwrap();
+    }
+
+    #[test]
+    fn zero_limit_is_rejected() {
+        let mut c = ServerConfig::default();
+        c.operation_limits.max_nodes_per_read = 0;
+        assert!(c.validate().unwrap_err().contains("max_nodes_per_read"));
+    }
+
+    #[test]
+    fn contract_uri() {
+        assert_eq!(ServerConfig::contract().application.effective_application_uri(), "urn:o6:benchmark:server");
+        assert_eq!(ServerConfig::default().application.effective_application_uri(), "urn:uaring:server");
+    }
+}

@@ -1,0 +1,660 @@
+//! One server-side UA-TCP connection and its secure channel, sans-IO.
+//!
+//! Bytes in ([`ServerConnection::on_recv`]), bytes out (appended to the caller's send
+//! buffer), deadlines out ([`ServerConnection::next_deadline`]). The connection parses
+//! chunks, checks them against the negotiated limits, assembles messages, decodes
+//! requests, hands them to the shard ([`ConnectionHost::dispatch`]) and chunks the
+//! responses. Any protocol violation ends in an ERR with the matching status and
+//! [`ConnStatus::Close`]; nothing here panics on network data.
+//!
+//! States: `AwaitHello` → (HEL) → `AwaitOpen` → (OPN Issue) → `Open` → (CLO / error /
+//! timeout / token expiry) → `Closed`. Each state carries only its own data.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::encoding::{Decode, Decoder, Encode};
+use crate::generated::messages::{Request, Response};
+use crate::generated::node_ids;
+use crate::generated::types::{
+    ChannelSecurityToken, MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, RequestHeader,
+    ResponseHeader, SecurityTokenRequestType, ServiceFault,
+};
+use crate::secure_channel::{
+    open_chunk, parse_chunk_head, write_chunks, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
+    SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter,
+};
+use crate::server::context::{ConnectionHost, RequestContext};
+use crate::time::Now;
+use crate::transport::{
+    negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated, TransportLimits,
+    MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
+};
+use crate::types::{ByteString, NodeId, StatusCode};
+
+/// What the runtime does with the socket after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum ConnStatus {
+    /// Keep reading.
+    Open,
+    /// Flush `out` (it may end with an ERR) and close the socket.
+    Close,
+}
+
+/// A security token of the channel.
+struct Token {
+    id: u32,
+    created_ns: u64,
+    lifetime_ms: u32,
+    crypto: Box<dyn ChunkCrypto>,
+    /// The client has used it (a renewed token becomes the send token then).
+    activated: bool,
+}
+
+impl Token {
+    /// Lifetime plus 25 % grace (Part 4 §5.6.2: clients renew at 75 %; network delay and
+    /// clock differences mean messages may arrive late).
+    fn expires_ns(&self) -> u64 {
+        let ms = self.lifetime_ms as u64;
+        self.created_ns.saturating_add((ms + ms / 4).saturating_mul(1_000_000))
+    }
+}
+
+/// An open secure channel.
+struct Channel {
+    id: u32,
+    policy: Arc<dyn SecurityPolicy>,
+    mode: MessageSecurityMode,
+    client_certificate: Option<Vec<u8>>,
+    /// The newest token (after a renew, possibly not yet used by the client).
+    current: Token,
+    /// The token before the last renew; accepted until it expires.
+    previous: Option<Token>,
+    next_token_id: u32,
+    send_seq: SequenceCounter,
+    recv_seq: SequenceChecker,
+}
+
+enum Phase {
+    AwaitHello { deadline_ns: u64 },
+    AwaitOpen { deadline_ns: u64, recv_seq: Option<SequenceChecker> },
+    Open(Box<Channel>),
+    Closed,
+}
+
+/// A fatal protocol error: sent as ERR, then the connection closes.
+struct Failure {
+    status: StatusCode,
+    reason: &'static str,
+}
+
+fn fail<T>(status: StatusCode, reason: &'static str) -> Result<T, Failure> {
+    Err(Failure { status, reason })
+}
+
+impl From<StatusCode> for Failure {
+    fn from(status: StatusCode) -> Self {
+        Failure { status, reason: "" }
+    }
+}
+
+enum Step {
+    Continue,
+    /// CloseSecureChannel: close without ERR.
+    CloseQuietly,
+}
+
+/// Everything but the frame reader (so a frame borrowed from the reader can be handled
+/// while the rest is mutated).
+struct State {
+    phase: Phase,
+    limits: TransportLimits,
+    negotiated: Option<Negotiated>,
+    endpoint_url: String,
+    peer: Option<SocketAddr>,
+    assembler: MessageAssembler,
+    /// Decryption scratch (unused with SecurityPolicy None).
+    scratch: Vec<u8>,
+    /// Response encoding buffer, reused.
+    body_out: Vec<u8>,
+    /// A channel id obtained from the host and not yet reported closed.
+    channel_to_report: Option<u32>,
+    /// A session was activated on this connection: the full message size applies.
+    session_activated: bool,
+    /// Since when a partly received chunk has been buffered.
+    partial_since_ns: Option<u64>,
+}
+
+/// One accepted TCP connection. See the module documentation.
+pub struct ServerConnection {
+    reader: FrameReader,
+    st: State,
+}
+
+fn only_hello(t: MessageType) -> bool {
+    t == MessageType::Hello
+}
+fn secure_or_error(t: MessageType) -> bool {
+    t.is_secure() || t == MessageType::Error
+}
+
+/// A ServiceFault answering `request_handle` with `status`.
+pub fn service_fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
+    Response::ServiceFault(Box::new(ServiceFault {
+        response_header: ResponseHeader {
+            timestamp: now.utc,
+            request_handle,
+            service_result: status,
+            ..Default::default()
+        },
+    }))
+}
+
+impl ServerConnection {
+    /// A connection just accepted from `peer`. The Hello must arrive within
+    /// `hello_timeout_ms`.
+    pub fn new<H: ConnectionHost + ?Sized>(host: &mut H, peer: Option<SocketAddr>, now: Now) -> ServerConnection {
+        let limits = *host.transport_limits();
+        let mut reader = FrameReader::new();
+        reader.set_filter(Some(only_hello));
+        ServerConnection {
+            reader,
+            st: State {
+                phase: Phase::AwaitHello { deadline_ns: now.deadline_after_ms(limits.hello_timeout_ms as f64) },
+                limits,
+                negotiated: None,
+                endpoint_url: String::new(),
+                peer,
+                assembler: MessageAssembler::new(),
+                scratch: Vec::new(),
+                body_out: Vec::new(),
+                channel_to_report: None,
+                session_activated: false,
+                partial_since_ns: None,
+            },
+        }
+    }
+
+    /// The secure channel id once a channel is open.
+    pub fn channel_id(&self) -> Option<u32> {
+        match &self.st.phase {
+            Phase::Open(c) => Some(c.id),
+            _ => None,
+        }
+    }
+
+    /// The channel is open (OPN done, not closed).
+    pub fn is_open(&self) -> bool {
+        matches!(self.st.phase, Phase::Open(_))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        matches!(self.st.phase, Phase::Closed)
+    }
+
+    /// Bytes held for unfinished chunks and messages.
+    pub fn buffered_bytes(&self) -> usize {
+        self.reader.buffered() + self.st.assembler.buffered()
+    }
+
+    /// Feeds received bytes; appends whole chunks to send to `out`.
+    pub fn on_recv<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        if matches!(self.st.phase, Phase::Closed) {
+            return ConnStatus::Close;
+        }
+        let mut input = data;
+        loop {
+            let max_chunk = match &self.st.negotiated {
+                Some(n) => n.receive_buffer_size,
+                None => MIN_BUFFER_SIZE,
+            };
+            let frame = match self.reader.next(&mut input, max_chunk) {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(status) => {
+                    let f = Failure { status, reason: "bad message header" };
+                    return self.close_with(host, f, out);
+                }
+            };
+            match self.st.handle_frame(host, now, frame, out) {
+                Ok(Step::Continue) => {}
+                Ok(Step::CloseQuietly) => return self.close_quietly(host),
+                Err(f) => return self.close_with(host, f, out),
+            }
+            if matches!(self.st.phase, Phase::Open(_) | Phase::AwaitOpen { .. }) {
+                self.reader.set_filter(Some(secure_or_error));
+            }
+        }
+        self.st.partial_since_ns = if self.reader.buffered() > 0 { Some(self.st.partial_since_ns.unwrap_or(now.mono_ns)) } else { None };
+        ConnStatus::Open
+    }
+
+    /// The earliest monotonic time (ns) at which [`ServerConnection::on_timer`] has work.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let st = &self.st;
+        let mut d: Option<u64> = None;
+        let mut add = |x: u64| d = Some(d.map_or(x, |y: u64| y.min(x)));
+        match &st.phase {
+            Phase::AwaitHello { deadline_ns } | Phase::AwaitOpen { deadline_ns, .. } => add(*deadline_ns),
+            Phase::Open(c) => add(c.current.expires_ns()),
+            Phase::Closed => return None,
+        }
+        if let Some(start) = st.unfinished_since() {
+            add(start.saturating_add(st.limits.message_assembly_timeout_ms.saturating_mul(1_000_000)));
+        }
+        d
+    }
+
+    /// Handles expired deadlines: Hello/Open timeout, an unfinished message held too
+    /// long, and channel token expiry all close the connection with an ERR.
+    pub fn on_timer<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let t = now.mono_ns;
+        let failure = match &self.st.phase {
+            Phase::Closed => return ConnStatus::Close,
+            Phase::AwaitHello { deadline_ns } if t >= *deadline_ns => {
+                Some(Failure { status: StatusCode::BadTimeout, reason: "no Hello in time" })
+            }
+            Phase::AwaitOpen { deadline_ns, .. } if t >= *deadline_ns => {
+                Some(Failure { status: StatusCode::BadTimeout, reason: "no OpenSecureChannel in time" })
+            }
+            Phase::Open(c) if t >= c.current.expires_ns() => {
+                Some(Failure { status: StatusCode::BadSecureChannelTokenUnknown, reason: "the security token expired" })
+            }
+            _ => None,
+        };
+        let failure = failure.or_else(|| {
+            let start = self.st.unfinished_since()?;
+            let limit = start.saturating_add(self.st.limits.message_assembly_timeout_ms.saturating_mul(1_000_000));
+            (t >= limit).then_some(Failure { status: StatusCode::BadTimeout, reason: "message not finished in time" })
+        });
+        match failure {
+            Some(f) => self.close_with(host, f, out),
+            None => ConnStatus::Open,
+        }
+    }
+
+    /// The socket went away: release the channel.
+    pub fn on_close<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, _now: Now) {
+        self.release(host);
+    }
+
+    fn release<H: ConnectionHost + ?Sized>(&mut self, host: &mut H) {
+        if let Some(id) = self.st.channel_to_report.take() {
+            host.channel_closed(id);
+        }
+        self.st.phase = Phase::Closed;
+        self.reader.clear();
+        self.st.assembler.clear();
+        self.st.scratch = Vec::new();
+        self.st.body_out = Vec::new();
+        self.st.partial_since_ns = None;
+    }
+
+    fn close_with<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, f: Failure, out: &mut Vec<u8>) -> ConnStatus {
+        let reason = if f.reason.is_empty() { f.status.name().unwrap_or("error") } else { f.reason };
+        ErrorMessage::new(f.status, reason).write(out);
+        self.release(host);
+        ConnStatus::Close
+    }
+
+    fn close_quietly<H: ConnectionHost + ?Sized>(&mut self, host: &mut H) -> ConnStatus {
+        self.release(host);
+        ConnStatus::Close
+    }
+}
+
+impl State {
+    fn unfinished_since(&self) -> Option<u64> {
+        match (self.partial_since_ns, self.assembler.started_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Largest message body accepted now: the pre-session budget until a session is
+    /// activated on this connection.
+    fn max_message_size(&self) -> usize {
+        if self.session_activated {
+            self.limits.max_message_size as usize
+        } else {
+            self.limits.max_message_size_pre_session as usize
+        }
+    }
+
+    fn handle_frame<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        frame: Frame<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        match frame.header.message_type {
+            MessageType::Hello => self.on_hello(now, frame, out),
+            MessageType::OpenSecureChannel => self.on_open(host, now, frame, out),
+            MessageType::Message | MessageType::CloseSecureChannel => self.on_message(host, now, frame, out),
+            MessageType::Error => Ok(Step::CloseQuietly),
+            MessageType::Acknowledge | MessageType::ReverseHello => {
+                fail(StatusCode::BadTcpMessageTypeInvalid, "unexpected message type")
+            }
+        }
+    }
+
+    fn on_hello(&mut self, now: Now, frame: Frame<'_>, out: &mut Vec<u8>) -> Result<Step, Failure> {
+        if !matches!(self.phase, Phase::AwaitHello { .. }) {
+            return fail(StatusCode::BadTcpMessageTypeInvalid, "second Hello");
+        }
+        let hello = HelloMessage::decode_body(frame.bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default())?;
+        let url = hello.endpoint_url.as_str();
+        if !url.is_empty() && !url.get(..10).is_some_and(|s| s.eq_ignore_ascii_case("opc.tcp://")) {
+            return fail(StatusCode::BadTcpEndpointUrlInvalid, "EndpointUrl is not opc.tcp");
+        }
+        let (ack, negotiated) = negotiate_server(&self.limits, &hello)?;
+        ack.write(out);
+        self.endpoint_url = url.to_owned();
+        self.negotiated = Some(negotiated);
+        self.phase = Phase::AwaitOpen {
+            deadline_ns: now.deadline_after_ms(self.limits.hello_timeout_ms as f64),
+            recv_seq: None,
+        };
+        Ok(Step::Continue)
+    }
+
+    fn on_open<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        frame: Frame<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let head = parse_chunk_head(frame.header, frame.bytes)?;
+        let SecurityHeader::Asymmetric(asym) = &head.security else {
+            return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN without asymmetric header");
+        };
+        let policy = match host.security().find(&asym.security_policy_uri) {
+            Some(p) => p.clone(),
+            None => return fail(StatusCode::BadSecurityPolicyRejected, "security policy not offered"),
+        };
+        if let Phase::Open(c) = &self.phase {
+            if head.secure_channel_id != c.id {
+                return fail(StatusCode::BadSecureChannelIdInvalid, "renew for another channel");
+            }
+            if c.policy.uri() != policy.uri() || c.client_certificate != asym.sender_certificate {
+                return fail(StatusCode::BadSecurityChecksFailed, "renew with other security");
+            }
+        }
+        let crypto = policy.asymmetric(
+            Role::Server,
+            asym.sender_certificate.as_deref(),
+            asym.receiver_certificate_thumbprint.as_deref(),
+        )?;
+        let client_certificate = asym.sender_certificate.clone();
+        let max_size = self.max_message_size();
+        let opened = open_chunk(frame.bytes, head.sequence_offset, &*crypto, &mut self.scratch)?;
+        match &mut self.phase {
+            Phase::Open(c) => c.recv_seq.check(opened.sequence_number)?,
+            Phase::AwaitOpen { recv_seq, .. } => {
+                recv_seq.get_or_insert_with(|| SequenceChecker::new(policy.legacy_sequence_numbers())).check(opened.sequence_number)?
+            }
+            _ => return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN before Hello"),
+        }
+        let max_chunks = self.limits.max_chunk_count;
+        let assembled = self.assembler.push(
+            MessageType::OpenSecureChannel,
+            frame.header.chunk_type,
+            opened.request_id,
+            opened.body,
+            max_size,
+            max_chunks,
+            StatusCode::BadRequestTooLarge,
+            now.mono_ns,
+        )?;
+        let (request_id, body) = match assembled {
+            Assembly::Partial => return Ok(Step::Continue),
+            Assembly::Aborted { .. } => return Ok(Step::Continue),
+            Assembly::Complete { request_id, body } => (request_id, body),
+        };
+        let mut d = Decoder::new(body, self.limits.decode);
+        let type_id = NodeId::decode(&mut d).map_err(|e| Failure { status: e.status, reason: "OPN type id" })?;
+        if type_id.as_ns0() != Some(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary) {
+            return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN does not carry OpenSecureChannelRequest");
+        }
+        let req = OpenSecureChannelRequest::decode(&mut d).map_err(|e| Failure { status: e.status, reason: "OpenSecureChannelRequest" })?;
+        let nonce_len = policy.nonce_len();
+        if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
+            return fail(StatusCode::BadNonceInvalid, "client nonce length");
+        }
+        let lifetime_ms = self.limits.revise_token_lifetime_ms(req.requested_lifetime);
+        let server_nonce = if nonce_len > 0 { crate::random::bytes(nonce_len) } else { Vec::new() };
+        let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+
+        if req.request_type == SecurityTokenRequestType::Issue {
+            let Phase::AwaitOpen { recv_seq, .. } = &mut self.phase else {
+                return fail(StatusCode::BadRequestTypeInvalid, "Issue on an open channel");
+            };
+            let recv_seq = recv_seq.take().unwrap_or_else(|| SequenceChecker::new(policy.legacy_sequence_numbers()));
+            if !host.security().allows(policy.uri(), req.security_mode) {
+                return fail(StatusCode::BadSecurityModeRejected, "security mode not offered with this policy");
+            }
+            let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes())?;
+            let id = host.open_channel()?;
+            self.channel_to_report = Some(id);
+            let channel = Channel {
+                id,
+                policy: policy.clone(),
+                mode: req.security_mode,
+                client_certificate,
+                current: Token { id: 1, created_ns: now.mono_ns, lifetime_ms, crypto: sym, activated: true },
+                previous: None,
+                next_token_id: 2,
+                send_seq: SequenceCounter::new(policy.legacy_sequence_numbers()),
+                recv_seq,
+            };
+            self.phase = Phase::Open(Box::new(channel));
+        } else if req.request_type == SecurityTokenRequestType::Renew {
+            let Phase::Open(c) = &mut self.phase else {
+                return fail(StatusCode::BadRequestTypeInvalid, "Renew without a channel");
+            };
+            if req.security_mode != c.mode {
+                return fail(StatusCode::BadSecurityModeRejected, "Renew with another security mode");
+            }
+            let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes())?;
+            let id = c.next_token_id;
+            c.next_token_id = c.next_token_id.wrapping_add(1).max(1);
+            let new = Token { id, created_ns: now.mono_ns, lifetime_ms, crypto: sym, activated: false };
+            let old = std::mem::replace(&mut c.current, new);
+            if old.activated {
+                c.previous = Some(old);
+            }
+        } else {
+            return fail(StatusCode::BadRequestTypeInvalid, "unknown request type");
+        }
+        let Phase::Open(c) = &mut self.phase else {
+            return fail(StatusCode::BadTcpInternalError, "channel missing");
+        };
+        let resp = OpenSecureChannelResponse {
+            response_header: ResponseHeader {
+                timestamp: now.utc,
+                request_handle: req.request_header.request_handle,
+                service_result: StatusCode::Good,
+                ..Default::default()
+            },
+            server_protocol_version: PROTOCOL_VERSION,
+            security_token: ChannelSecurityToken {
+                channel_id: c.id,
+                token_id: c.current.id,
+                created_at: now.utc,
+                revised_lifetime: lifetime_ms,
+            },
+            server_nonce: ByteString::from(server_nonce),
+        };
+        self.body_out.clear();
+        NodeId::ns0(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary).encode(&mut self.body_out);
+        resp.encode(&mut self.body_out);
+        let header = SecurityHeader::Asymmetric(c.policy.asymmetric_header(c.client_certificate.as_deref()));
+        let limits = ChunkLimits {
+            max_chunk_size: negotiated.send_buffer_size,
+            max_message_size: negotiated.peer_max_message_size,
+            max_chunk_count: negotiated.peer_max_chunk_count,
+        };
+        write_chunks(
+            MessageType::OpenSecureChannel,
+            c.id,
+            &header,
+            request_id,
+            &self.body_out,
+            &*crypto,
+            &mut c.send_seq,
+            &limits,
+            out,
+        )
+        .map_err(|s| Failure {
+            status: if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadResponseTooLarge } else { s },
+            reason: "OpenSecureChannelResponse",
+        })?;
+        Ok(Step::Continue)
+    }
+
+    fn on_message<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        frame: Frame<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let max_size = self.max_message_size();
+        let State { phase, limits, negotiated, endpoint_url, peer, assembler, scratch, body_out, session_activated, .. } =
+            self;
+        let Phase::Open(c) = phase else {
+            return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
+        };
+        let head = parse_chunk_head(frame.header, frame.bytes)?;
+        if head.secure_channel_id != c.id {
+            return fail(StatusCode::BadSecureChannelIdInvalid, "wrong secure channel id");
+        }
+        let SecurityHeader::Symmetric { token_id } = head.security else {
+            return fail(StatusCode::BadTcpMessageTypeInvalid, "symmetric header expected");
+        };
+        // Find the token, activating a renewed one on first use.
+        let token = if token_id == c.current.id {
+            c.current.activated = true;
+            &c.current
+        } else {
+            match &c.previous {
+                Some(p) if p.id == token_id => p,
+                _ => return fail(StatusCode::BadSecureChannelTokenUnknown, "unknown token id"),
+            }
+        };
+        if now.mono_ns >= token.expires_ns() {
+            return fail(StatusCode::BadSecureChannelTokenUnknown, "token expired");
+        }
+        let opened = open_chunk(frame.bytes, head.sequence_offset, &*token.crypto, scratch)?;
+        c.recv_seq.check(opened.sequence_number)?;
+        if frame.header.message_type == MessageType::CloseSecureChannel {
+            return Ok(Step::CloseQuietly);
+        }
+        let assembled = assembler.push(
+            MessageType::Message,
+            frame.header.chunk_type,
+            opened.request_id,
+            opened.body,
+            max_size,
+            limits.max_chunk_count,
+            StatusCode::BadRequestTooLarge,
+            now.mono_ns,
+        )?;
+        let (request_id, body) = match assembled {
+            Assembly::Partial | Assembly::Aborted { .. } => return Ok(Step::Continue),
+            Assembly::Complete { request_id, body } => (request_id, body),
+        };
+        let request = decode_request(body, limits, now);
+        let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let (handle, response, is_activate) = match request {
+            Err((handle, status)) => (handle, service_fault(handle, status, now), false),
+            Ok(req) => {
+                let handle = req.request_header().request_handle;
+                if matches!(req, Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)) {
+                    (handle, service_fault(handle, StatusCode::BadServiceUnsupported, now), false)
+                } else {
+                    let is_activate = matches!(req, Request::ActivateSession(_));
+                    let ctx = RequestContext {
+                        channel_id: c.id,
+                        security_policy_uri: c.policy.uri(),
+                        security_mode: c.mode,
+                        client_certificate: c.client_certificate.as_deref(),
+                        peer: *peer,
+                        endpoint_url: endpoint_url.as_str(),
+                    };
+                    (handle, host.dispatch(&ctx, req, now), is_activate)
+                }
+            }
+        };
+        let mut response = response;
+        response.response_header_mut().request_handle = handle;
+        if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
+            *session_activated = true;
+        }
+        send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)?;
+        Ok(Step::Continue)
+    }
+}
+
+/// Decodes a request body (type id + message). An unknown type id or a body that fails
+/// to decode is `Err((request handle if readable, status))`: the caller answers with a
+/// ServiceFault (BadServiceUnsupported, or the decoder's status).
+fn decode_request(body: &[u8], limits: &TransportLimits, _now: Now) -> Result<Request, (u32, StatusCode)> {
+    let mut d = Decoder::new(body, limits.decode);
+    let Ok(type_id) = NodeId::decode(&mut d) else {
+        return Err((0, StatusCode::BadDecodingError));
+    };
+    let after_type = d.position();
+    let header_handle = || {
+        let rest = body.get(after_type..).unwrap_or_default();
+        RequestHeader::from_bytes(rest, limits.decode).map(|h| h.request_handle).unwrap_or(0)
+    };
+    match Request::decode_body(&type_id, &mut d) {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err((header_handle(), StatusCode::BadServiceUnsupported)),
+        Err(e) => Err((header_handle(), e.status)),
+    }
+}
+
+/// Encodes and chunks a response; a response over the client's limits becomes a
+/// ServiceFault BadResponseTooLarge (Part 4 §5.3), nothing having been sent yet.
+#[allow(clippy::too_many_arguments)]
+fn send_response(
+    c: &mut Channel,
+    body_out: &mut Vec<u8>,
+    negotiated: &Negotiated,
+    request_id: u32,
+    response: &Response,
+    handle: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    let limits = ChunkLimits {
+        max_chunk_size: negotiated.send_buffer_size,
+        max_message_size: negotiated.peer_max_message_size,
+        max_chunk_count: negotiated.peer_max_chunk_count,
+    };
+    body_out.clear();
+    response.encode_with_type_id(body_out);
+    let token = match (&c.previous, c.current.activated) {
+        (Some(p), false) => p,
+        _ => &c.current,
+    };
+    let header = SecurityHeader::Symmetric { token_id: token.id };
+    let crypto: &dyn ChunkCrypto = &*token.crypto;
+    let r = write_chunks(MessageType::Message, c.id, &header, request_id, body_out, crypto, &mut c.send_seq, &limits, out);
+    match r {
+        Ok(_) => Ok(()),
+        Err(StatusCode::BadTcpMessageTooLarge) => {
+            body_out.clear();
+            service_fault(handle, StatusCode::BadResponseTooLarge, now).encode_with_type_id(body_out);
+            write_chunks(MessageType::Message, c.id, &header, request_id, body_out, crypto, &mut c.send_seq, &limits, out)
+                .map(|_| ())
+                .map_err(|_| Failure { status: StatusCode::BadResponseTooLarge, reason: "response too large" })
+        }
+        Err(s) => Err(Failure { status: s, reason: "encoding the response" }),
+    }
+}

@@ -1,0 +1,53 @@
+//! What the services layer learns about the channel a request arrived on, and the
+//! interface a [`crate::server::connection::ServerConnection`] needs from its shard.
+//!
+//! The call the connection makes for every request is
+//! `crate::services::dispatch(shard, &ctx, request, now) -> Response` (through
+//! [`ConnectionHost::dispatch`]).
+
+use std::net::SocketAddr;
+
+use crate::generated::messages::{Request, Response};
+use crate::generated::types::MessageSecurityMode;
+use crate::secure_channel::SecurityProvider;
+use crate::time::Now;
+use crate::transport::TransportLimits;
+use crate::types::StatusCode;
+
+/// The secure channel a request arrived on. Borrowed from the connection for the
+/// duration of one dispatch: no allocation per request. (The fields are `&str`: use
+/// them directly, `ctx.endpoint_url`, not `.as_str()`.)
+#[derive(Debug, Clone, Copy)]
+pub struct RequestContext<'a> {
+    /// The secure channel id (unique across shards; see `ShardState::next_channel_id`).
+    pub channel_id: u32,
+    /// The channel's SecurityPolicyUri.
+    pub security_policy_uri: &'a str,
+    /// The channel's MessageSecurityMode.
+    pub security_mode: MessageSecurityMode,
+    /// The client's application instance certificate from the OPN security header
+    /// (DER), when the policy uses certificates.
+    pub client_certificate: Option<&'a [u8]>,
+    /// The TCP peer, when the runtime knows it.
+    pub peer: Option<SocketAddr>,
+    /// The EndpointUrl the client sent in its Hello ("" when it sent none).
+    pub endpoint_url: &'a str,
+}
+
+/// What a server connection needs from the shard that owns it. `ShardState` implements
+/// it (calling `crate::services::dispatch`); tests implement it with a small dispatcher.
+pub trait ConnectionHost {
+    /// The transport and channel limits in force (validated at start).
+    fn transport_limits(&self) -> &TransportLimits;
+    /// The security policies and endpoint (policy, mode) pairs the server accepts.
+    fn security(&self) -> &SecurityProvider;
+    /// A new secure channel id, or BadTcpNotEnoughResources when the shard already has
+    /// `max_channels_per_shard` channels open.
+    fn open_channel(&mut self) -> Result<u32, StatusCode>;
+    /// The channel closed (CLO, error, timeout, token expiry or socket gone). Called once
+    /// per channel that `open_channel` handed out.
+    fn channel_closed(&mut self, channel_id: u32);
+    /// Runs one service request. Never called with OpenSecureChannel or
+    /// CloseSecureChannel (the connection handles those).
+    fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response;
+}

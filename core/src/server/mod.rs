@@ -1,0 +1,8 @@
+//! The server role: configuration, the state shared by all shards, the per-connection
+//! state machine and the request context.
+
+pub mod config;
+pub mod connection;
+pub mod context;
+pub mod shard;
+pub mod shared;

@@ -1,0 +1,29 @@
+//! `ServerShared`: built once at start, `Arc`-shared read-only by every shard.
+
+use std::sync::Arc;
+
+use crate::address_space::{build, AddressSpace};
+use crate::server::config::ServerConfig;
+use crate::types::DateTime;
+use crate::Now;
+
+/// Everything the shards share: the configuration and the address space (whose value
+/// cells are the only mutable part, and lock-free).
+#[derive(Debug)]
+pub struct ServerShared {
+    pub config: ServerConfig,
+    pub address_space: AddressSpace,
+    /// UTC time of the start (ServerStatus.StartTime).
+    pub start_time: DateTime,
+    /// Monotonic nanoseconds at the start.
+    pub start_mono_ns: u64,
+}
+
+impl ServerShared {
+    /// Validates the configuration and builds the address space (a few milliseconds).
+    pub fn new(config: ServerConfig, now: Now) -> Result<Arc<ServerShared>, String> {
+        config.validate()?;
+        let address_space = build::build(&config, now)?;
+        Ok(Arc::new(ServerShared { config, address_space, start_time: now.utc, start_mono_ns: now.mono_ns }))
+    }
+}

@@ -1,0 +1,540 @@
+//! The Attribute service set (Part 4 §5.10): Read and Write.
+//!
+//! Decisions (all compliant with Part 4):
+//! * Source timestamps are returned only for the Value attribute; the server timestamp is
+//!   the `now` of the request for every attribute (unless a value carries its own).
+//! * Write accepts a StatusCode and a SourceTimestamp with the value (the writable variables
+//!   advertise StatusWrite and TimestampWrite in their AccessLevel); a missing SourceTimestamp
+//!   becomes `now`. A ServerTimestamp in a Write is rejected with `BadWriteNotSupported`: the
+//!   server timestamp is always the server's own clock.
+//! * Only the Value attribute is writable; every node has WriteMask 0, so any other attribute
+//!   answers `BadNotWritable`.
+//! * UserAccessLevel equals AccessLevel (no per-user rights yet).
+
+use crate::address_space::numeric_range::NumericRange;
+use crate::address_space::{access_level, ids, AddressSpace, ClassAttributes, Node, ValueSource, VariableAttributes};
+use crate::server::config::OperationLimits;
+use crate::generated::messages::Response;
+use crate::generated::types::{ReadRequest, ReadResponse, ResponseHeader, ServiceFault, WriteRequest, WriteResponse};
+use crate::server::shared::ServerShared;
+use crate::types::{BuiltinType, DataValue, LocalizedText, NodeId, QualifiedName, StatusCode, Variant};
+use crate::Now;
+
+fn header(request_handle: u32, status: StatusCode, now: Now) -> ResponseHeader {
+    ResponseHeader { timestamp: now.utc, request_handle, service_result: status, ..ResponseHeader::default() }
+}
+
+fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
+    Response::ServiceFault(Box::new(ServiceFault { response_header: header(request_handle, status, now) }))
+}
+
+/// The Read service: a `ReadResponse`, or a `ServiceFault` for a bad request
+/// (BadNothingToDo, BadTooManyOperations, BadMaxAgeInvalid, BadTimestampsToReturnInvalid).
+/// MaxAge is otherwise ignored: every value is current.
+pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let limits = &shared.config.operation_limits;
+    let ts = match check_read_request(limits, req.nodes_to_read.len(), req.max_age, req.timestamps_to_return.0) {
+        Ok(t) => t,
+        Err(s) => return fault(handle, s, now),
+    };
+    let space = &shared.address_space;
+    let results = req
+        .nodes_to_read
+        .iter()
+        .map(|r| read_attribute(space, &r.node_id, r.attribute_id, r.index_range.as_str(), &r.data_encoding, ts, now))
+        .collect();
+    Response::Read(Box::new(ReadResponse { response_header: header(handle, StatusCode::Good, now), results, diagnostic_infos: Vec::new() }))
+}
+
+/// The Write service: a `WriteResponse`, or a `ServiceFault` (BadNothingToDo,
+/// BadTooManyOperations).
+pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let limits = &shared.config.operation_limits;
+    if let Err(s) = check_write_request(limits, req.nodes_to_write.len()) {
+        return fault(handle, s, now);
+    }
+    let space = &shared.address_space;
+    let results = req
+        .nodes_to_write
+        .iter()
+        .map(|w| write_attribute(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now))
+        .collect();
+    Response::Write(Box::new(WriteResponse { response_header: header(handle, StatusCode::Good, now), results, diagnostic_infos: Vec::new() }))
+}
+
+/// Attribute ids (Part 6 AttributeIds.csv).
+pub mod attr {
+    pub const NODE_ID: u32 = 1;
+    pub const NODE_CLASS: u32 = 2;
+    pub const BROWSE_NAME: u32 = 3;
+    pub const DISPLAY_NAME: u32 = 4;
+    pub const DESCRIPTION: u32 = 5;
+    pub const WRITE_MASK: u32 = 6;
+    pub const USER_WRITE_MASK: u32 = 7;
+    pub const IS_ABSTRACT: u32 = 8;
+    pub const SYMMETRIC: u32 = 9;
+    pub const INVERSE_NAME: u32 = 10;
+    pub const CONTAINS_NO_LOOPS: u32 = 11;
+    pub const EVENT_NOTIFIER: u32 = 12;
+    pub const VALUE: u32 = 13;
+    pub const DATA_TYPE: u32 = 14;
+    pub const VALUE_RANK: u32 = 15;
+    pub const ARRAY_DIMENSIONS: u32 = 16;
+    pub const ACCESS_LEVEL: u32 = 17;
+    pub const USER_ACCESS_LEVEL: u32 = 18;
+    pub const MINIMUM_SAMPLING_INTERVAL: u32 = 19;
+    pub const HISTORIZING: u32 = 20;
+    pub const EXECUTABLE: u32 = 21;
+    pub const USER_EXECUTABLE: u32 = 22;
+    pub const DATA_TYPE_DEFINITION: u32 = 23;
+    pub const ROLE_PERMISSIONS: u32 = 24;
+    pub const USER_ROLE_PERMISSIONS: u32 = 25;
+    pub const ACCESS_RESTRICTIONS: u32 = 26;
+    pub const ACCESS_LEVEL_EX: u32 = 27;
+}
+
+/// Which timestamps a Read returns (TimestampsToReturn, Part 4 §7.40).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timestamps {
+    Source,
+    Server,
+    Both,
+    Neither,
+}
+
+impl Timestamps {
+    /// From the enumeration's wire value; `None` for Invalid (4) and unknown values.
+    pub fn from_i32(v: i32) -> Option<Timestamps> {
+        Some(match v {
+            0 => Timestamps::Source,
+            1 => Timestamps::Server,
+            2 => Timestamps::Both,
+            3 => Timestamps::Neither,
+            _ => return None,
+        })
+    }
+    fn source(self) -> bool {
+        matches!(self, Timestamps::Source | Timestamps::Both)
+    }
+    fn server(self) -> bool {
+        matches!(self, Timestamps::Server | Timestamps::Both)
+    }
+}
+
+/// Checks the request-level parameters of a Read: operation count, MaxAge and
+/// TimestampsToReturn. `Err` is the ServiceResult.
+pub fn check_read_request(limits: &OperationLimits, count: usize, max_age: f64, ttr: i32) -> Result<Timestamps, StatusCode> {
+    if count == 0 {
+        return Err(StatusCode::BadNothingToDo);
+    }
+    if count > limits.max_nodes_per_read as usize {
+        return Err(StatusCode::BadTooManyOperations);
+    }
+    if max_age.is_nan() || max_age < 0.0 {
+        return Err(StatusCode::BadMaxAgeInvalid);
+    }
+    Timestamps::from_i32(ttr).ok_or(StatusCode::BadTimestampsToReturnInvalid)
+}
+
+/// Checks the request-level parameters of a Write. `Err` is the ServiceResult.
+pub fn check_write_request(limits: &OperationLimits, count: usize) -> Result<(), StatusCode> {
+    if count == 0 {
+        return Err(StatusCode::BadNothingToDo);
+    }
+    if count > limits.max_nodes_per_write as usize {
+        return Err(StatusCode::BadTooManyOperations);
+    }
+    Ok(())
+}
+
+fn bad(s: StatusCode) -> DataValue {
+    DataValue::status(s)
+}
+
+fn var(v: impl Into<Variant>) -> Result<Variant, StatusCode> {
+    Ok(v.into())
+}
+
+fn u32_array(v: &[u32]) -> Variant {
+    if v.is_empty() {
+        // A null array: no dimensions are known.
+        return Variant::Empty;
+    }
+    Variant::array(BuiltinType::UInt32, v.iter().map(|&x| Variant::UInt32(x)).collect()).unwrap_or(Variant::Empty)
+}
+
+/// The value of a non-Value attribute, or `BadAttributeIdInvalid` when the node's class
+/// lacks it.
+fn attribute_value(node: &Node, attribute_id: u32) -> Result<Variant, StatusCode> {
+    use ClassAttributes as C;
+    let invalid = Err(StatusCode::BadAttributeIdInvalid);
+    match attribute_id {
+        attr::NODE_ID => var(node.node_id.clone()),
+        attr::NODE_CLASS => var(node.node_class.0),
+        attr::BROWSE_NAME => var(node.browse_name.clone()),
+        attr::DISPLAY_NAME => var(node.display_name.clone()),
+        attr::DESCRIPTION => var(node.description.clone()),
+        attr::WRITE_MASK => var(node.write_mask),
+        attr::USER_WRITE_MASK => var(node.user_write_mask),
+        attr::IS_ABSTRACT => node.is_abstract().map(Variant::Boolean).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::SYMMETRIC => match &node.attributes {
+            C::ReferenceType { symmetric, .. } => var(*symmetric),
+            _ => invalid,
+        },
+        attr::INVERSE_NAME => match &node.attributes {
+            C::ReferenceType { inverse_name, .. } => var(inverse_name.clone().unwrap_or_else(LocalizedText::default)),
+            _ => invalid,
+        },
+        attr::CONTAINS_NO_LOOPS => match &node.attributes {
+            C::View { contains_no_loops, .. } => var(*contains_no_loops),
+            _ => invalid,
+        },
+        attr::EVENT_NOTIFIER => node.event_notifier().map(Variant::Byte).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::DATA_TYPE => match &node.attributes {
+            C::Variable(v) => var(v.data_type.clone()),
+            C::VariableType(v) => var(v.data_type.clone()),
+            _ => invalid,
+        },
+        attr::VALUE_RANK => match &node.attributes {
+            C::Variable(v) => var(v.value_rank),
+            C::VariableType(v) => var(v.value_rank),
+            _ => invalid,
+        },
+        attr::ARRAY_DIMENSIONS => match &node.attributes {
+            C::Variable(v) => Ok(u32_array(&v.array_dimensions)),
+            C::VariableType(v) => Ok(u32_array(&v.array_dimensions)),
+            _ => invalid,
+        },
+        attr::ACCESS_LEVEL => node.as_variable().map(|v| Variant::Byte(v.access_level)).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::USER_ACCESS_LEVEL => {
+            node.as_variable().map(|v| Variant::Byte(v.user_access_level)).ok_or(StatusCode::BadAttributeIdInvalid)
+        }
+        attr::ACCESS_LEVEL_EX => node
+            .as_variable()
+            .map(|v| Variant::UInt32(v.access_level_ex.unwrap_or(v.access_level as u32)))
+            .ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::MINIMUM_SAMPLING_INTERVAL => {
+            node.as_variable().map(|v| Variant::Double(v.minimum_sampling_interval)).ok_or(StatusCode::BadAttributeIdInvalid)
+        }
+        attr::HISTORIZING => node.as_variable().map(|v| Variant::Boolean(v.historizing)).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::EXECUTABLE => match &node.attributes {
+            C::Method { executable, .. } => var(*executable),
+            _ => invalid,
+        },
+        attr::USER_EXECUTABLE => match &node.attributes {
+            C::Method { user_executable, .. } => var(*user_executable),
+            _ => invalid,
+        },
+        attr::DATA_TYPE_DEFINITION => match &node.attributes {
+            // Abstract and simple DataTypes have no definition: reading it is not an error
+            // for the class but there is nothing to return.
+            C::DataType { data_type_definition: Some(d), .. } => var(d.clone()),
+            C::DataType { .. } => Err(StatusCode::BadAttributeIdInvalid),
+            _ => invalid,
+        },
+        // Optional attributes this server does not provide.
+        attr::ROLE_PERMISSIONS | attr::USER_ROLE_PERMISSIONS | attr::ACCESS_RESTRICTIONS => invalid,
+        _ => invalid,
+    }
+}
+
+/// Is `v` (a scalar or array value) a structure, as DataEncoding requires?
+fn is_structure(v: &Variant) -> bool {
+    match v {
+        Variant::ExtensionObject(_) => true,
+        Variant::Array(a) => a.value_type == BuiltinType::ExtensionObject,
+        _ => false,
+    }
+}
+
+/// Checks a ReadValueId's DataEncoding for the given attribute and value.
+fn check_encoding(attribute_id: u32, encoding: &QualifiedName, value: Option<&Variant>) -> Result<(), StatusCode> {
+    if encoding.is_null() {
+        return Ok(());
+    }
+    if attribute_id != attr::VALUE {
+        return Err(StatusCode::BadDataEncodingInvalid);
+    }
+    if let Some(v) = value {
+        if !is_structure(v) {
+            return Err(StatusCode::BadDataEncodingInvalid);
+        }
+    }
+    match (encoding.namespace_index, encoding.name.as_str()) {
+        (0, "Default Binary") => Ok(()),
+        (0, "Default XML") | (0, "Default JSON") => Err(StatusCode::BadDataEncodingUnsupported),
+        _ => Err(StatusCode::BadDataEncodingUnsupported),
+    }
+}
+
+/// Reads one attribute of one node (one ReadValueId).
+pub fn read_attribute(
+    space: &AddressSpace,
+    node_id: &NodeId,
+    attribute_id: u32,
+    index_range: &str,
+    data_encoding: &QualifiedName,
+    ts: Timestamps,
+    now: Now,
+) -> DataValue {
+    let Some(node) = space.node(node_id) else {
+        return bad(StatusCode::BadNodeIdUnknown);
+    };
+    let range = match NumericRange::parse(index_range) {
+        Ok(r) => r,
+        Err(e) => return bad(e),
+    };
+    let server_ts = ts.server().then_some(now.utc);
+
+    if attribute_id != attr::VALUE {
+        let v = match attribute_value(node, attribute_id) {
+            Ok(v) => v,
+            Err(e) => return bad(e),
+        };
+        if let Err(e) = check_encoding(attribute_id, data_encoding, None) {
+            return bad(e);
+        }
+        let v = match &range {
+            None => v,
+            Some(r) => match r.read(&v) {
+                Ok(v) => v,
+                Err(e) => return bad(e),
+            },
+        };
+        return DataValue { value: v, server_timestamp: server_ts, ..Default::default() };
+    }
+
+    let mut dv = match &node.attributes {
+        ClassAttributes::Variable(v) => {
+            if v.access_level & access_level::CURRENT_READ == 0 {
+                return bad(StatusCode::BadNotReadable);
+            }
+            if v.user_access_level & access_level::CURRENT_READ == 0 {
+                return bad(StatusCode::BadUserAccessDenied);
+            }
+            match &v.value {
+                ValueSource::Cell(c) => c.load(),
+                ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
+            }
+        }
+        ClassAttributes::VariableType(v) => DataValue::new(v.value.clone()),
+        _ => return bad(StatusCode::BadAttributeIdInvalid),
+    };
+    if let Err(e) = check_encoding(attribute_id, data_encoding, Some(&dv.value)) {
+        return bad(e);
+    }
+    if let Some(r) = &range {
+        match r.read(&dv.value) {
+            Ok(v) => dv.value = v,
+            Err(e) => return bad(e),
+        }
+    }
+    if !ts.source() {
+        dv.source_timestamp = None;
+        dv.source_picoseconds = None;
+    }
+    if ts.server() {
+        if dv.server_timestamp.is_none() {
+            dv.server_timestamp = Some(now.utc);
+        }
+    } else {
+        dv.server_timestamp = None;
+        dv.server_picoseconds = None;
+    }
+    dv
+}
+
+/// The built-in type a DataType is encoded as (its nearest built-in supertype, or itself).
+fn builtin_of(space: &AddressSpace, dt: &NodeId) -> Option<u32> {
+    let mut cur = dt.clone();
+    for _ in 0..64 {
+        if let Some(n) = cur.as_ns0() {
+            if (1..=25).contains(&n) {
+                return Some(n);
+            }
+        }
+        cur = space.supertype_of(&cur)?.clone();
+    }
+    None
+}
+
+/// May a scalar of built-in type `t` be stored in a variable of DataType `dt`?
+fn builtin_fits(space: &AddressSpace, t: BuiltinType, dt: &NodeId) -> bool {
+    let tid = NodeId::ns0(t as u32);
+    if &tid == dt || space.is_subtype_of(&tid, dt) {
+        return true; // Int32 into Int32 / Integer / Number / BaseDataType
+    }
+    // A subtype of a built-in type travels as that built-in type (Duration as Double,
+    // UtcTime as DateTime, …); an Enumeration travels as Int32.
+    if builtin_of(space, dt) == Some(t as u32) {
+        return true;
+    }
+    t == BuiltinType::Int32 && space.is_subtype_of(dt, &NodeId::ns0(ids::ENUMERATION))
+}
+
+/// Does one scalar value fit DataType `dt`?
+fn scalar_fits(space: &AddressSpace, v: &Variant, dt: &NodeId) -> bool {
+    match v {
+        Variant::Empty | Variant::Array(_) => false,
+        Variant::ExtensionObject(eo) => {
+            // The structure's DataType, found through its encoding id.
+            match space.data_type_of_encoding(&eo.type_id) {
+                Some(sdt) => space.is_subtype_of(sdt, dt),
+                None => false,
+            }
+        }
+        v => match v.scalar_type() {
+            Some(t) => builtin_fits(space, t, dt),
+            None => false,
+        },
+    }
+}
+
+/// Does `v`'s type (ignoring rank) fit DataType `dt`?
+fn type_fits(space: &AddressSpace, v: &Variant, dt: &NodeId) -> bool {
+    match v {
+        Variant::Array(a) => {
+            if a.value_type == BuiltinType::Variant {
+                // An array of Variant only fits BaseDataType, and each element must be a scalar.
+                dt.as_ns0() == Some(ids::BASE_DATA_TYPE) && a.values.iter().all(|e| !e.is_array() && !e.is_empty())
+            } else if a.value_type == BuiltinType::ExtensionObject {
+                a.values.iter().all(|e| scalar_fits(space, e, dt))
+            } else {
+                builtin_fits(space, a.value_type, dt)
+            }
+        }
+        v => scalar_fits(space, v, dt),
+    }
+}
+
+/// Does `v`'s rank and shape fit the variable's ValueRank and ArrayDimensions?
+fn rank_fits(var: &VariableAttributes, v: &Variant) -> bool {
+    let vr = v.value_rank();
+    let ok = match var.value_rank {
+        -3 => vr == -1 || vr == 1,
+        -2 => true,
+        -1 => vr == -1,
+        0 => vr >= 1,
+        n if n > 0 => vr == n,
+        _ => false,
+    };
+    if !ok {
+        return false;
+    }
+    // Fixed dimension lengths (0 = any) bound the written shape.
+    if let Variant::Array(a) = v {
+        if var.value_rank > 0 && var.array_dimensions.len() == var.value_rank as usize {
+            let shape: Vec<usize> = match &a.dimensions {
+                Some(d) => d.iter().map(|&x| x.max(0) as usize).collect(),
+                None => vec![a.values.len()],
+            };
+            return shape.iter().zip(&var.array_dimensions).all(|(&len, &max)| max == 0 || len <= max as usize);
+        }
+    }
+    true
+}
+
+/// Writes one attribute of one node (one WriteValue). Returns the operation's StatusCode.
+pub fn write_attribute(
+    space: &AddressSpace,
+    limits: &OperationLimits,
+    node_id: &NodeId,
+    attribute_id: u32,
+    index_range: &str,
+    value: &DataValue,
+    now: Now,
+) -> StatusCode {
+    let Some(node) = space.node(node_id) else {
+        return StatusCode::BadNodeIdUnknown;
+    };
+    if attribute_id != attr::VALUE {
+        // The attribute must exist on the node for BadNotWritable; else it's invalid.
+        return match attribute_value(node, attribute_id) {
+            Ok(_) => StatusCode::BadNotWritable,
+            Err(e) => e,
+        };
+    }
+    let var = match &node.attributes {
+        ClassAttributes::Variable(v) => v,
+        ClassAttributes::VariableType(_) => return StatusCode::BadNotWritable,
+        _ => return StatusCode::BadAttributeIdInvalid,
+    };
+    if var.access_level & access_level::CURRENT_WRITE == 0 {
+        return StatusCode::BadNotWritable;
+    }
+    if var.user_access_level & access_level::CURRENT_WRITE == 0 {
+        return StatusCode::BadUserAccessDenied;
+    }
+    let cell = match &var.value {
+        ValueSource::Cell(c) => c,
+        ValueSource::Dynamic(_) => return StatusCode::BadNotWritable,
+    };
+    let range = match NumericRange::parse(index_range) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if value.server_timestamp.is_some() || value.server_picoseconds.is_some() {
+        return StatusCode::BadWriteNotSupported;
+    }
+    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0 {
+        return StatusCode::BadWriteNotSupported;
+    }
+    if value.source_timestamp.is_some() && var.access_level & access_level::TIMESTAMP_WRITE == 0 {
+        return StatusCode::BadWriteNotSupported;
+    }
+    if value.value.is_empty() {
+        return StatusCode::BadTypeMismatch;
+    }
+    if let Err(e) = check_size(limits, &value.value) {
+        return e;
+    }
+    if !type_fits(space, &value.value, &var.data_type) {
+        return StatusCode::BadTypeMismatch;
+    }
+    let stored = |v: Variant| DataValue {
+        value: v,
+        status: value.status.filter(|s| s.0 != 0),
+        source_timestamp: Some(value.source_timestamp.unwrap_or(now.utc)),
+        source_picoseconds: value.source_timestamp.and(value.source_picoseconds),
+        server_timestamp: None,
+        server_picoseconds: None,
+    };
+    match range {
+        None => {
+            if !rank_fits(var, &value.value) {
+                return StatusCode::BadTypeMismatch;
+            }
+            if cell.store(stored(value.value.clone())) {
+                StatusCode::Good
+            } else {
+                StatusCode::BadTypeMismatch
+            }
+        }
+        Some(r) => match cell.update(|cur| r.write(&cur.value, &value.value).map(&stored)) {
+            Ok(()) => StatusCode::Good,
+            Err(e) => e,
+        },
+    }
+}
+
+/// Rejects values beyond the configured array/string lengths.
+fn check_size(limits: &OperationLimits, v: &Variant) -> Result<(), StatusCode> {
+    let too_long = match v {
+        Variant::Array(a) => a.values.len() > limits.max_array_length as usize,
+        Variant::String(s) => s.as_str().len() > limits.max_string_length as usize,
+        Variant::ByteString(b) => b.as_bytes().len() > limits.max_byte_string_length as usize,
+        _ => false,
+    };
+    if too_long {
+        return Err(StatusCode::BadOutOfRange);
+    }
+    if let Variant::Array(a) = v {
+        for e in &a.values {
+            check_size(limits, e)?;
+        }
+    }
+    Ok(())
+}
+

@@ -1,0 +1,148 @@
+//! The built address space: namespace 0, inverse references, the type hierarchy, namespace 1.
+
+use uaring_core::address_space::{ids, ClassAttributes, NodeClass, ValueSource};
+use uaring_core::server::config::ServerConfig;
+use uaring_core::server::shared::ServerShared;
+use uaring_core::*;
+
+fn now() -> Now {
+    Now::new(5_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+}
+
+fn has_ref(space: &uaring_core::address_space::AddressSpace, from: &NodeId, rt: u32, fwd: bool, to: &NodeId) -> bool {
+    space.node(from).unwrap().references.iter().any(|r| {
+        r.reference_type == NodeId::ns0(rt) && r.is_forward == fwd && r.target.as_local() == Some(to)
+    })
+}
+
+#[test]
+fn key_ns0_nodes() {
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    for (id, name, class) in [
+        (84, "Root", NodeClass::Object),
+        (85, "Objects", NodeClass::Object),
+        (2253, "Server", NodeClass::Object),
+        (35, "Organizes", NodeClass::ReferenceType),
+        (6, "Int32", NodeClass::DataType),
+        (61, "FolderType", NodeClass::ObjectType),
+        (63, "BaseDataVariableType", NodeClass::VariableType),
+        (2256, "ServerStatus", NodeClass::Variable),
+    ] {
+        let n = a.node(&NodeId::ns0(id)).unwrap_or_else(|| panic!("i={id}"));
+        assert_eq!(n.browse_name, QualifiedName::new(0, name));
+        assert_eq!(n.node_class, class);
+        assert_eq!(a.browse_name_of(&NodeId::ns0(id)), Some(&QualifiedName::new(0, name)));
+    }
+    assert!(a.node(&NodeId::ns0(999_999)).is_none());
+    assert!(a.node(&NodeId::string(0, "nope")).is_none());
+    assert!(a.node(&NodeId::numeric(7, 85)).is_none());
+    assert_eq!(a.namespace_uris(), &["http://opcfoundation.org/UA/".to_string(), "urn:uaring:server".to_string()]);
+}
+
+#[test]
+fn inverse_references_are_added_once() {
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    let objects = NodeId::ns0(ids::OBJECTS_FOLDER);
+    let server = NodeId::ns0(ids::SERVER);
+    assert!(has_ref(a, &objects, ids::ORGANIZES, true, &server));
+    assert!(has_ref(a, &server, ids::ORGANIZES, false, &objects));
+    let b0 = NodeId::numeric(1, 1001);
+    assert!(has_ref(a, &objects, ids::ORGANIZES, true, &b0));
+    assert!(has_ref(a, &b0, ids::ORGANIZES, false, &objects));
+    assert!(has_ref(a, &b0, ids::HAS_TYPE_DEFINITION, true, &NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)));
+    assert_eq!(a.type_definition_of(&b0).and_then(|t| t.as_local()), Some(&NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)));
+    // Subtype links exist in both directions.
+    assert!(has_ref(a, &NodeId::ns0(27), ids::HAS_SUBTYPE, true, &NodeId::ns0(6)));
+    assert!(has_ref(a, &NodeId::ns0(6), ids::HAS_SUBTYPE, false, &NodeId::ns0(27)));
+    // No node lists the same reference twice.
+    for n in a.nodes() {
+        let mut refs = n.references.clone();
+        refs.sort();
+        let len = refs.len();
+        refs.dedup();
+        assert_eq!(refs.len(), len, "{}", n.node_id);
+    }
+}
+
+#[test]
+fn type_hierarchy() {
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    let t = |x: u32| NodeId::ns0(x);
+    assert!(a.is_subtype_of(&t(6), &t(6)));
+    assert!(a.is_subtype_of(&t(6), &t(27)));
+    assert!(a.is_subtype_of(&t(6), &t(26)));
+    assert!(a.is_subtype_of(&t(6), &t(24)));
+    assert!(!a.is_subtype_of(&t(11), &t(27)));
+    assert!(!a.is_subtype_of(&t(24), &t(6)));
+    assert!(a.is_subtype_of(&t(290), &t(11))); // Duration is a Double
+    assert!(a.is_subtype_of(&t(ids::HAS_COMPONENT), &t(ids::HIERARCHICAL_REFERENCES)));
+    assert!(a.is_subtype_of(&t(ids::ORGANIZES), &t(ids::REFERENCES)));
+    assert!(!a.is_subtype_of(&t(ids::HAS_TYPE_DEFINITION), &t(ids::HIERARCHICAL_REFERENCES)));
+    assert!(a.is_subtype_of(&t(ids::FOLDER_TYPE), &t(ids::BASE_OBJECT_TYPE)));
+    assert!(a.is_subtype_of(&t(ids::PROPERTY_TYPE), &t(ids::BASE_VARIABLE_TYPE)));
+    assert!(!a.is_subtype_of(&t(999_999), &t(999_999)));
+    assert!(!a.is_subtype_of(&t(6), &t(999_999)));
+}
+
+#[test]
+fn namespace1_benchmark_and_demo() {
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    for i in 0..100u32 {
+        let n = a.node(&NodeId::numeric(1, 1001 + i)).unwrap();
+        assert_eq!(n.browse_name, QualifiedName::new(1, &format!("BenchmarkValue{i}")));
+        assert_eq!(n.display_name.text.as_str(), format!("BenchmarkValue{i}"));
+        let v = n.as_variable().unwrap();
+        assert_eq!(v.data_type, NodeId::ns0(6));
+        assert_eq!(v.value_rank, -1);
+        assert_eq!(v.access_level & 3, 3);
+    }
+    assert!(a.node(&NodeId::numeric(1, 1101)).is_none());
+    for (k, n) in [10u32, 100, 1000].into_iter().enumerate() {
+        let node = a.node(&NodeId::numeric(1, 2001 + k as u32)).unwrap();
+        assert_eq!(node.browse_name.name.as_str(), format!("BenchmarkArray{n}"));
+        let dv = a.variable_value(node, now()).unwrap();
+        let arr = dv.value.as_array().unwrap();
+        assert_eq!(arr.values.len(), n as usize);
+        assert_eq!(arr.values[(n - 1) as usize], Variant::Int32(((n - 1) % 1000) as i32));
+    }
+    for id in ["Demo", "Demo.Static", "Demo.Static.Arrays", "Demo.ReadOnly", "Demo.Dynamic", "Demo.Static.Variant", "Demo.Dynamic.Counter"] {
+        assert!(a.node(&NodeId::string(1, id)).is_some(), "{id}");
+    }
+    let demo = NodeId::string(1, "Demo");
+    assert!(has_ref(a, &NodeId::ns0(ids::OBJECTS_FOLDER), ids::ORGANIZES, true, &demo));
+    assert!(has_ref(a, &demo, ids::HAS_TYPE_DEFINITION, true, &NodeId::ns0(ids::FOLDER_TYPE)));
+    assert!(has_ref(a, &NodeId::string(1, "Demo.Static"), ids::HAS_COMPONENT, true, &NodeId::string(1, "Demo.Static.Int32")));
+    let counter = a.node(&NodeId::string(1, "Demo.Dynamic.Counter")).unwrap();
+    assert!(matches!(counter.attributes, ClassAttributes::Variable(ref v) if matches!(v.value, ValueSource::Dynamic(_))));
+}
+
+#[test]
+fn contract_mode() {
+    let s = ServerShared::new(ServerConfig::contract(), now()).unwrap();
+    let a = &s.address_space;
+    assert_eq!(a.namespace_uris()[1], "urn:o6:benchmark:server");
+    assert!(a.node(&NodeId::string(1, "Demo")).is_none());
+    assert!(a.node(&NodeId::numeric(1, 1100)).is_some());
+    assert_eq!(a.namespace_index("urn:o6:benchmark:server"), Some(1));
+}
+
+#[test]
+fn invalid_config_is_refused() {
+    let mut c = ServerConfig::default();
+    c.operation_limits.max_nodes_per_write = 0;
+    assert!(ServerShared::new(c, now()).is_err());
+}
+
+#[test]
+fn build_is_fast() {
+    // Debug builds are slow; this bound only catches accidental quadratic work.
+    let t = std::time::Instant::now();
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let el = t.elapsed();
+    eprintln!("address space of {} nodes built in {el:?}", s.address_space.len());
+    assert!(el < std::time::Duration::from_secs(3), "{el:?}");
+}

@@ -1,0 +1,238 @@
+//! The `[runtime]` section of the configuration file and the file as a whole.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// Which I/O mechanism the shards use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoBackend {
+    /// io_uring when it can be set up, else epoll (logged once).
+    #[default]
+    Auto,
+    /// io_uring or fail.
+    Uring,
+    /// epoll always.
+    Epoll,
+}
+
+impl FromStr for IoBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(IoBackend::Auto),
+            "uring" | "io_uring" | "io-uring" => Ok(IoBackend::Uring),
+            "epoll" => Ok(IoBackend::Epoll),
+            _ => Err(format!("unknown io backend {s:?} (expected auto, uring or epoll)")),
+        }
+    }
+}
+
+impl fmt::Display for IoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IoBackend::Auto => "auto",
+            IoBackend::Uring => "uring",
+            IoBackend::Epoll => "epoll",
+        })
+    }
+}
+
+/// Which shard gets a new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distribution {
+    /// One SO_REUSEPORT listener per shard; the kernel hashes the 4-tuple.
+    #[default]
+    Reuseport,
+    /// Shard 0 accepts and hands sockets to the shards in turn.
+    RoundRobin,
+    /// Shard 0 accepts and hands each socket to the shard with the fewest open connections.
+    LeastConnections,
+}
+
+impl FromStr for Distribution {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "reuseport" => Ok(Distribution::Reuseport),
+            "round-robin" | "round_robin" | "rr" => Ok(Distribution::RoundRobin),
+            "least-connections" | "least_connections" | "lc" => Ok(Distribution::LeastConnections),
+            _ => Err(format!(
+                "unknown distribution policy {s:?} (expected reuseport, round-robin or least-connections)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Distribution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Distribution::Reuseport => "reuseport",
+            Distribution::RoundRobin => "round-robin",
+            Distribution::LeastConnections => "least-connections",
+        })
+    }
+}
+
+/// `[runtime]`: everything about threads, sockets and rings. docs/Configuration.md
+/// documents every key.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Address to listen on; `--listen` overrides. Port 0 picks a free port.
+    pub listen: String,
+    /// CPUs to run shards on (list, hex mask or expression); `--cpus` overrides.
+    pub cpus: String,
+    /// Number of shards; 0 = one per selected CPU. More shards than CPUs share CPUs round-robin.
+    pub shards: usize,
+    pub io_backend: IoBackend,
+    pub distribution: Distribution,
+    /// Submission queue entries per shard ring (power of two, 16..=32768); 0 = automatic
+    /// (1024, halved until all shards fit RLIMIT_MEMLOCK).
+    pub ring_entries: u32,
+    /// Provided receive buffers per shard (power of two, 1..=32768).
+    pub recv_buffers: u32,
+    /// Size of one receive buffer, bytes.
+    pub recv_buffer_bytes: u32,
+    /// Use multishot accept/recv with a provided buffer ring when the kernel has them.
+    pub multishot: bool,
+    /// Open connections per shard; further connections are closed on accept.
+    pub max_connections_per_shard: usize,
+    /// Unsent output per connection above which the shard stops reading from it.
+    pub max_pending_output_bytes: usize,
+    /// Capacity of each acceptor → shard hand-off queue (round-robin, least-connections).
+    pub handoff_queue: usize,
+    /// listen(2) backlog.
+    pub listen_backlog: u32,
+    /// TCP_NODELAY on every connection.
+    pub tcp_nodelay: bool,
+    /// How long a graceful shutdown waits for pending output before closing sockets, ms.
+    pub shutdown_grace_ms: u64,
+    /// Write per-shard statistics as JSON to this file (atomically replaced); `--stats-file` overrides.
+    pub stats_file: Option<PathBuf>,
+    /// How often the statistics file is rewritten, ms.
+    pub stats_interval_ms: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            listen: "0.0.0.0:4840".to_string(),
+            cpus: "all".to_string(),
+            shards: 0,
+            io_backend: IoBackend::Auto,
+            distribution: Distribution::Reuseport,
+            ring_entries: 0,
+            recv_buffers: 256,
+            recv_buffer_bytes: 16384,
+            multishot: true,
+            max_connections_per_shard: 4096,
+            max_pending_output_bytes: 8 << 20,
+            handoff_queue: 1024,
+            listen_backlog: 1024,
+            tcp_nodelay: true,
+            shutdown_grace_ms: 500,
+            stats_file: None,
+            stats_interval_ms: 1000,
+        }
+    }
+}
+
+/// The smallest and largest ring sizes accepted.
+pub const RING_ENTRIES_MIN: u32 = 16;
+pub const RING_ENTRIES_MAX: u32 = 32768;
+
+impl RuntimeConfig {
+    /// Checks ranges; "0 never means unbounded by accident".
+    pub fn validate(&self) -> Result<(), String> {
+        let e = self.ring_entries;
+        if e != 0 && (!e.is_power_of_two() || !(RING_ENTRIES_MIN..=RING_ENTRIES_MAX).contains(&e)) {
+            return Err(format!(
+                "runtime.ring_entries = {e}: must be 0 (automatic) or a power of two in {RING_ENTRIES_MIN}..={RING_ENTRIES_MAX}"
+            ));
+        }
+        let b = self.recv_buffers;
+        if !b.is_power_of_two() || b > 32768 {
+            return Err(format!("runtime.recv_buffers = {b}: must be a power of two in 1..=32768"));
+        }
+        if !(512..=(16 << 20)).contains(&self.recv_buffer_bytes) {
+            return Err(format!(
+                "runtime.recv_buffer_bytes = {}: must be in 512..=16777216",
+                self.recv_buffer_bytes
+            ));
+        }
+        if self.max_connections_per_shard == 0 || self.max_connections_per_shard > (1 << 24) {
+            return Err("runtime.max_connections_per_shard must be in 1..=16777216".into());
+        }
+        if self.max_pending_output_bytes < 4096 {
+            return Err("runtime.max_pending_output_bytes must be at least 4096".into());
+        }
+        if self.handoff_queue == 0 {
+            return Err("runtime.handoff_queue must be at least 1".into());
+        }
+        if self.listen_backlog == 0 {
+            return Err("runtime.listen_backlog must be at least 1".into());
+        }
+        if self.stats_interval_ms == 0 {
+            return Err("runtime.stats_interval_ms must be at least 1".into());
+        }
+        if self.shards > 256 {
+            return Err("runtime.shards must be at most 256 (the secure channel id names the shard in 8 bits)".into());
+        }
+        Ok(())
+    }
+}
+
+/// A configuration file split into the runtime's `[runtime]` section and the
+/// rest, which belongs to core's `ServerConfig`.
+#[derive(Clone, Debug, Default)]
+pub struct FileConfig {
+    pub runtime: RuntimeConfig,
+    /// Every other top-level key, for core.
+    pub server: toml::Table,
+}
+
+impl FileConfig {
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        let runtime = match table.remove("runtime") {
+            Some(v) => v.try_into::<RuntimeConfig>().map_err(|e| format!("[runtime]: {e}"))?,
+            None => RuntimeConfig::default(),
+        };
+        runtime.validate()?;
+        Ok(FileConfig { runtime, server: table })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_defaults() {
+        let c = FileConfig::parse("").unwrap();
+        assert_eq!(c.runtime, RuntimeConfig::default());
+        assert!(c.server.is_empty());
+    }
+
+    #[test]
+    fn runtime_keys_parse_and_unknown_keys_fail() {
+        let c = FileConfig::parse(
+            "[runtime]\nio_backend = \"epoll\"\ndistribution = \"least-connections\"\nring_entries = 256\n\
+             stats_file = \"/tmp/x.json\"\n[limits]\nmax = 3\n",
+        )
+        .unwrap();
+        assert_eq!(c.runtime.io_backend, IoBackend::Epoll);
+        assert_eq!(c.runtime.distribution, Distribution::LeastConnections);
+        assert_eq!(c.runtime.ring_entries, 256);
+        assert!(c.server.contains_key("limits"));
+        assert!(FileConfig::parse("[runtime]\nring_entrys = 3\n").is_err());
+        assert!(FileConfig::parse("[runtime]\nring_entries = 1000\n").is_err());
+        assert!(FileConfig::parse("[runtime]\nmax_connections_per_shard = 0\n").is_err());
+    }
+}

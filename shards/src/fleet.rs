@@ -1,0 +1,242 @@
+//! What the shards of one process share: per-shard statistics (atomics, each
+//! written by its own shard only), wake-up fds, the stop flag, and the
+//! hand-off queues the acceptor shard uses for round-robin and
+//! least-connections distribution.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::config::Distribution;
+use crate::spsc::{self, Consumer, Producer};
+
+/// Counters of one shard. Written by that shard only (relaxed stores), read by anyone.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct ShardStats {
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections this shard took on (accepted itself or received by hand-off).
+    pub accepted: AtomicU64,
+    /// Connections closed.
+    pub closed: AtomicU64,
+    /// Connections refused (table full, or handler refused).
+    pub refused: AtomicU64,
+    /// Connections this shard accepted and handed to another shard.
+    pub handed_off: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Loop iterations (one io_uring_enter or epoll_wait each).
+    pub loops: AtomicU64,
+}
+
+impl ShardStats {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+    pub(crate) fn sub(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed).saturating_sub(n), Ordering::Relaxed);
+    }
+}
+
+/// A snapshot of one shard's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub open: u64,
+    pub accepted: u64,
+    pub closed: u64,
+    pub refused: u64,
+    pub handed_off: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub loops: u64,
+}
+
+impl ShardStats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            open: r(&self.open),
+            accepted: r(&self.accepted),
+            closed: r(&self.closed),
+            refused: r(&self.refused),
+            handed_off: r(&self.handed_off),
+            bytes_in: r(&self.bytes_in),
+            bytes_out: r(&self.bytes_out),
+            loops: r(&self.loops),
+        }
+    }
+}
+
+/// The shared part of one shard.
+pub struct ShardLink {
+    pub stats: ShardStats,
+    /// Written to wake the shard (stop, hand-off without MSG_RING).
+    pub eventfd: OwnedFd,
+    /// The shard's io_uring fd for IORING_OP_MSG_RING, -1 when it has none.
+    pub ring_fd: AtomicI32,
+    /// The CPU the shard is pinned to, if any.
+    pub cpu: Option<usize>,
+}
+
+/// All shards of one process.
+pub struct Fleet {
+    pub shards: Vec<ShardLink>,
+    pub stop: AtomicBool,
+    pub policy: Distribution,
+}
+
+/// An accepted socket on its way to another shard.
+pub struct Handoff {
+    pub fd: OwnedFd,
+    pub peer: SocketAddr,
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is checked.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+impl Fleet {
+    /// A fleet of `n` shards with their wiring (one entry per shard, to move into its thread).
+    pub fn new(
+        cpus: &[Option<usize>],
+        policy: Distribution,
+        handoff_queue: usize,
+    ) -> io::Result<(Arc<Fleet>, Vec<ShardWiring>)> {
+        let n = cpus.len().max(1);
+        let mut shards = Vec::with_capacity(n);
+        for i in 0..n {
+            shards.push(ShardLink {
+                stats: ShardStats::default(),
+                eventfd: eventfd()?,
+                ring_fd: AtomicI32::new(-1),
+                cpu: cpus.get(i).copied().flatten(),
+            });
+        }
+        let fleet = Arc::new(Fleet { shards, stop: AtomicBool::new(false), policy });
+        let central = policy != Distribution::Reuseport && n > 1;
+        let mut outboxes: Vec<Option<Producer<Handoff>>> = Vec::new();
+        let mut inboxes: Vec<Option<Consumer<Handoff>>> = Vec::new();
+        for i in 0..n {
+            if central && i != 0 {
+                let (p, c) = spsc::channel(handoff_queue);
+                outboxes.push(Some(p));
+                inboxes.push(Some(c));
+            } else {
+                outboxes.push(None);
+                inboxes.push(None);
+            }
+        }
+        let mut wirings = Vec::with_capacity(n);
+        let mut outboxes = Some(outboxes);
+        for (i, inbox) in inboxes.into_iter().enumerate() {
+            wirings.push(ShardWiring {
+                index: i,
+                fleet: fleet.clone(),
+                inbox,
+                outboxes: if i == 0 && central { outboxes.take().unwrap_or_default() } else { Vec::new() },
+                rr_next: 0,
+            });
+        }
+        Ok((fleet, wirings))
+    }
+
+    /// One shard on its own (a load client's loop, tests).
+    pub fn standalone() -> io::Result<ShardWiring> {
+        let (_fleet, mut w) = Fleet::new(&[None], Distribution::Reuseport, 1)?;
+        w.pop().ok_or_else(|| io::Error::other("no shard"))
+    }
+
+    /// Wakes shard `i` through its eventfd.
+    pub fn wake(&self, i: usize) {
+        if let Some(s) = self.shards.get(i) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a valid u64 to our eventfd. EAGAIN
+            // (counter saturated) still leaves it readable, so the result is ignored.
+            unsafe { libc::write(s.eventfd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+        }
+    }
+
+    /// Asks every shard to shut down gracefully.
+    pub fn stop_all(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for i in 0..self.shards.len() {
+            self.wake(i);
+        }
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    pub fn snapshot(&self) -> Vec<StatsSnapshot> {
+        self.shards.iter().map(|s| s.stats.snapshot()).collect()
+    }
+}
+
+/// One shard's end of the fleet.
+pub struct ShardWiring {
+    pub index: usize,
+    pub fleet: Arc<Fleet>,
+    /// Sockets handed to this shard by the acceptor.
+    pub inbox: Option<Consumer<Handoff>>,
+    /// The acceptor's queues to the other shards (index = shard; `None` for itself).
+    pub outboxes: Vec<Option<Producer<Handoff>>>,
+    rr_next: usize,
+}
+
+impl ShardWiring {
+    pub fn stats(&self) -> &ShardStats {
+        &self.fleet.shards[self.index].stats
+    }
+
+    /// Is this shard the one that accepts for everybody?
+    pub fn is_acceptor(&self) -> bool {
+        !self.outboxes.is_empty()
+    }
+
+    /// The shard that should take the next connection.
+    pub fn route(&mut self) -> usize {
+        let n = self.fleet.shards.len();
+        if self.outboxes.is_empty() || n <= 1 {
+            return self.index;
+        }
+        match self.fleet.policy {
+            Distribution::Reuseport => self.index,
+            Distribution::RoundRobin => {
+                let t = self.rr_next % n;
+                self.rr_next = (self.rr_next + 1) % n;
+                t
+            }
+            Distribution::LeastConnections => {
+                let mut best = self.index;
+                let mut best_load = u64::MAX;
+                for (i, s) in self.fleet.shards.iter().enumerate() {
+                    let queued = self.outboxes.get(i).and_then(|o| o.as_ref()).map_or(0, |p| p.len() as u64);
+                    let load = s.stats.open.load(Ordering::Relaxed) + queued;
+                    if load < best_load {
+                        best_load = load;
+                        best = i;
+                    }
+                }
+                best
+            }
+        }
+    }
+
+    /// Queues `h` for shard `target`; gives it back when that queue is full.
+    pub fn hand_to(&mut self, target: usize, h: Handoff) -> Result<(), Handoff> {
+        match self.outboxes.get_mut(target).and_then(|o| o.as_mut()) {
+            Some(p) => p.push(h),
+            None => Err(h),
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The interface between an event loop and the protocol code it drives.
+//!
+//! The loop owns sockets, buffers, timers and the clock; a [`Handler`] owns the
+//! per-shard protocol state and one `Handler::Conn` per socket. All calls
+//! happen on the shard's own thread: nothing here is shared between shards.
+
+use std::net::SocketAddr;
+
+use uaring_core::Now;
+
+/// What the handler wants done with a connection after a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnStatus {
+    /// Keep the connection open.
+    Open,
+    /// Send what is pending in `out`, then close the socket.
+    Close,
+}
+
+/// A connection's identity inside one shard's loop: a slot index and a
+/// generation that changes each time the slot is reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnId {
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// How a connection came to the loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Accepted on one of the shard's listeners (or handed over by the acceptor shard).
+    Accepted,
+    /// Connected outgoing through `EventLoop::connect` / `EventLoop::adopt`.
+    Connected,
+}
+
+/// The protocol side of one shard. Deadlines are CLOCK_MONOTONIC nanoseconds
+/// (`Now::mono_ns`); `u64::MAX` means "no deadline".
+///
+/// Every method that takes `out` may append bytes to it: the loop sends them
+/// (batched: everything appended during one loop iteration leaves in one send).
+pub trait Handler {
+    /// Per-connection state.
+    type Conn;
+
+    /// A new socket. Return `None` to refuse it (the loop closes it at once,
+    /// after sending what was appended to `out`).
+    fn open(&mut self, id: ConnId, peer: SocketAddr, origin: Origin, now: Now, out: &mut Vec<u8>)
+        -> Option<Self::Conn>;
+
+    /// Bytes arrived. `data` is never empty.
+    fn recv(&mut self, conn: &mut Self::Conn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus;
+
+    /// The connection's deadline (see [`Handler::conn_deadline`]) has passed.
+    fn conn_timer(&mut self, conn: &mut Self::Conn, now: Now, out: &mut Vec<u8>) -> ConnStatus;
+
+    /// The earliest time [`Handler::conn_timer`] must run for this connection.
+    /// Queried after every call into the connection.
+    fn conn_deadline(&self, conn: &Self::Conn) -> u64;
+
+    /// The socket is gone (closed by either side, or the loop is stopping).
+    fn closed(&mut self, conn: Self::Conn, now: Now);
+
+    /// Graceful shutdown of the whole loop: say goodbye on this connection
+    /// (append to `out`). The loop sends `out` and then closes the socket.
+    fn shutdown(&mut self, _conn: &mut Self::Conn, _now: Now, _out: &mut Vec<u8>) {}
+
+    /// Shard-wide deadline (sessions, subscriptions, …).
+    fn deadline(&self) -> u64 {
+        u64::MAX
+    }
+
+    /// The shard-wide deadline has passed.
+    fn timer(&mut self, _now: Now) {}
+
+    /// Called once per loop iteration after completions were handled; return
+    /// `false` to stop the loop (a load client that finished its run).
+    fn keep_running(&mut self, _now: Now) -> bool {
+        true
+    }
+}
+
+/// A trivial handler that sends every byte back: the loop's own tests and the
+/// `echo` floor measurement use it.
+#[derive(Default)]
+pub struct EchoHandler {
+    /// Connections opened so far.
+    pub opened: u64,
+}
+
+impl Handler for EchoHandler {
+    type Conn = ();
+    fn open(&mut self, _id: ConnId, _peer: SocketAddr, _o: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+        self.opened += 1;
+        Some(())
+    }
+    fn recv(&mut self, _conn: &mut (), _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        out.extend_from_slice(data);
+        ConnStatus::Open
+    }
+    fn conn_timer(&mut self, _conn: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        ConnStatus::Open
+    }
+    fn conn_deadline(&self, _conn: &()) -> u64 {
+        u64::MAX
+    }
+    fn closed(&mut self, _conn: (), _now: Now) {}
+}

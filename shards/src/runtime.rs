@@ -1,0 +1,280 @@
+//! Starting and stopping a fleet of shards: listeners, threads, pinning,
+//! backend choice and the locked-memory budget.
+
+use std::fmt;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::config::{Distribution, IoBackend, RuntimeConfig};
+use crate::event_loop::{EventLoop, LoopError};
+use crate::fleet::Fleet;
+use crate::handler::Handler;
+use crate::memlock;
+use crate::net;
+use crate::shard::LoopConfig;
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    pub listen: SocketAddr,
+    /// CPUs to pin to; shard `i` runs on `cpus[i % cpus.len()]`. Empty: no pinning.
+    pub cpus: Vec<usize>,
+    /// Number of shards (≥ 1).
+    pub shards: usize,
+    pub backend: IoBackend,
+    pub distribution: Distribution,
+    /// `runtime.ring_entries` as configured (0 = automatic).
+    pub ring_entries: u32,
+    pub loop_cfg: LoopConfig,
+    pub listen_backlog: u32,
+    pub handoff_queue: usize,
+}
+
+impl RuntimeOptions {
+    pub fn from_config(r: &RuntimeConfig, listen: SocketAddr, cpus: Vec<usize>) -> RuntimeOptions {
+        let shards = if r.shards == 0 { cpus.len().clamp(1, crate::server::MAX_SHARDS) } else { r.shards };
+        RuntimeOptions {
+            listen,
+            cpus,
+            shards,
+            backend: r.io_backend,
+            distribution: r.distribution,
+            ring_entries: r.ring_entries,
+            loop_cfg: LoopConfig::from(r),
+            listen_backlog: r.listen_backlog,
+            handoff_queue: r.handoff_queue,
+        }
+    }
+}
+
+/// Why the runtime did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// The configured rings do not fit RLIMIT_MEMLOCK (with `--io-backend uring`).
+    Memlock(memlock::MemlockError),
+    /// Binding the listener(s) failed.
+    Listen(SocketAddr, std::io::Error),
+    /// A shard could not build its loop or its handler.
+    Shard(usize, String),
+    Other(String),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Memlock(e) => write!(f, "{e}"),
+            StartError::Listen(a, e) => write!(f, "cannot listen on {a}: {e}"),
+            StartError::Shard(i, e) => write!(f, "shard {i}: {e}"),
+            StartError::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// A started fleet.
+pub struct Running {
+    /// The address actually bound (the real port when 0 was asked for).
+    pub local_addr: SocketAddr,
+    pub fleet: Arc<Fleet>,
+    /// The backend the shards run on.
+    pub backend: IoBackend,
+    /// One line describing the io_uring features (or the epoll backend).
+    pub features: String,
+    /// Locked memory the rings are budgeted for, bytes (0 on epoll).
+    pub memlock_bytes: u64,
+    pub ring_entries: u32,
+    threads: Vec<JoinHandle<Result<(), String>>>,
+}
+
+impl Running {
+    /// Graceful stop of every shard (returns at once; see [`Running::join`]).
+    pub fn stop(&self) {
+        self.fleet.stop_all();
+    }
+
+    /// Waits for every shard thread. Errors of shards are collected.
+    pub fn join(self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        for (i, t) in self.threads.into_iter().enumerate() {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => errors.push(format!("shard {i}: {e}")),
+                Err(_) => errors.push(format!("shard {i} panicked")),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+fn bind_listeners(opts: &RuntimeOptions) -> Result<(SocketAddr, Vec<Option<TcpListener>>), StartError> {
+    let n = opts.shards;
+    let reuseport = opts.distribution == Distribution::Reuseport && n > 1;
+    let first = net::listen(&opts.listen, reuseport, opts.listen_backlog).map_err(|e| StartError::Listen(opts.listen, e))?;
+    let local = first.local_addr().map_err(|e| StartError::Listen(opts.listen, e))?;
+    let mut out = vec![Some(first)];
+    for _ in 1..n {
+        if reuseport {
+            let l = net::listen(&local, true, opts.listen_backlog).map_err(|e| StartError::Listen(local, e))?;
+            out.push(Some(l));
+        } else {
+            out.push(None);
+        }
+    }
+    Ok((local, out))
+}
+
+/// Decides the backend and ring size before any shard starts: one clear log
+/// line when io_uring is not used.
+fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartError> {
+    if opts.backend == IoBackend::Epoll {
+        return Ok((IoBackend::Epoll, 0));
+    }
+    let pbuf = if opts.loop_cfg.multishot { opts.loop_cfg.recv_buffers } else { 0 };
+    let limit = memlock::memlock_limit_bytes();
+    match memlock::size_rings(opts.shards, opts.ring_entries, pbuf, limit) {
+        Ok(s) => opts.loop_cfg.ring_entries = s.ring_entries,
+        Err(e) if opts.backend == IoBackend::Uring => return Err(StartError::Memlock(e)),
+        Err(e) => {
+            tracing::warn!("using the epoll backend: {e}");
+            return Ok((IoBackend::Epoll, 0));
+        }
+    }
+    let needed = memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf).total_bytes() * opts.shards as u64;
+    // Probe once on this thread so a kernel or sandbox without io_uring is
+    // reported once, not per shard.
+    match crate::uring::setup_ring(opts.loop_cfg.ring_entries) {
+        Ok(_) => Ok((IoBackend::Uring, needed)),
+        Err(e) if opts.backend == IoBackend::Uring => {
+            if e.is_enomem() {
+                let m = memlock::MemlockError {
+                    needed_bytes: needed,
+                    limit_bytes: limit,
+                    shards: opts.shards,
+                    per_shard: memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf),
+                };
+                Err(StartError::Memlock(m))
+            } else {
+                Err(StartError::Other(e.to_string()))
+            }
+        }
+        Err(e) => {
+            tracing::warn!("io_uring unavailable ({e}); using the epoll backend");
+            Ok((IoBackend::Epoll, 0))
+        }
+    }
+}
+
+/// Starts `opts.shards` pinned shard threads, each running `make(shard_index)`'s
+/// handler, and returns once every shard is accepting.
+pub fn start<H, F>(mut opts: RuntimeOptions, make: F) -> Result<Running, StartError>
+where
+    H: Handler + 'static,
+    F: Fn(usize) -> Result<H, String> + Send + Sync + 'static,
+{
+    opts.shards = opts.shards.max(1);
+    let (backend, memlock_bytes) = choose_backend(&mut opts)?;
+    let (local_addr, listeners) = bind_listeners(&opts)?;
+    let cpus_per_shard: Vec<Option<usize>> = (0..opts.shards)
+        .map(|i| if opts.cpus.is_empty() { None } else { Some(opts.cpus[i % opts.cpus.len()]) })
+        .collect();
+    let (fleet, wirings) = Fleet::new(&cpus_per_shard, opts.distribution, opts.handoff_queue)
+        .map_err(|e| StartError::Other(format!("eventfd: {e}")))?;
+    let make = Arc::new(make);
+    let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<String, String>)>();
+    let mut threads = Vec::with_capacity(opts.shards);
+    for (wiring, listener) in wirings.into_iter().zip(listeners) {
+        let i = wiring.index;
+        let cpu = cpus_per_shard[i];
+        let make = make.clone();
+        let tx = ready_tx.clone();
+        let cfg = opts.loop_cfg.clone();
+        let spawned = std::thread::Builder::new().name(format!("uaring-shard-{i}")).spawn(move || {
+            if let Some(cpu) = cpu {
+                if let Err(e) = uaring_affinity::pin_current_thread(&[cpu]) {
+                    tracing::warn!(shard = i, cpu, "cannot pin shard: {e}");
+                }
+            }
+            let handler = match make(i) {
+                Ok(h) => h,
+                Err(e) => {
+                    let _ = tx.send((i, Err(e.clone())));
+                    return Err(e);
+                }
+            };
+            let mut lp = match EventLoop::new(backend, handler, wiring, cfg) {
+                Ok(l) => l,
+                Err(e) => {
+                    let msg = match &e {
+                        LoopError::Uring(s) if s.is_enomem() => format!("{e}: RLIMIT_MEMLOCK too low; lower runtime.ring_entries/runtime.recv_buffers, raise `ulimit -l` / LimitMEMLOCK=, or use --io-backend epoll"),
+                        _ => e.to_string(),
+                    };
+                    let _ = tx.send((i, Err(msg.clone())));
+                    return Err(msg);
+                }
+            };
+            if let Some(l) = listener {
+                if let Err(e) = lp.add_listener(l) {
+                    let _ = tx.send((i, Err(e.to_string())));
+                    return Err(e.to_string());
+                }
+            }
+            let desc = match lp.features() {
+                Some(f) => format!("io_uring: {}", f.describe()),
+                None => "epoll".to_string(),
+            };
+            let _ = tx.send((i, Ok(desc)));
+            drop(tx);
+            lp.run().map_err(|e| e.to_string())
+        });
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                fleet.stop_all();
+                return Err(StartError::Other(format!("cannot spawn shard thread: {e}")));
+            }
+        }
+    }
+    drop(ready_tx);
+    let mut features = String::new();
+    let mut failure = None;
+    for _ in 0..opts.shards {
+        match ready_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok((i, Ok(desc))) => {
+                if i == 0 {
+                    features = desc;
+                }
+            }
+            Ok((i, Err(e))) => {
+                failure = Some(StartError::Shard(i, e));
+                break;
+            }
+            Err(_) => {
+                failure = Some(StartError::Other("shards did not start within 30 s".into()));
+                break;
+            }
+        }
+    }
+    let running = Running {
+        local_addr,
+        fleet,
+        backend,
+        features,
+        memlock_bytes,
+        ring_entries: opts.loop_cfg.ring_entries,
+        threads,
+    };
+    if let Some(f) = failure {
+        running.stop();
+        let _ = running.join();
+        return Err(f);
+    }
+    Ok(running)
+}

@@ -1,0 +1,165 @@
+//! The OPC UA server on the shards: one host per shard (core's `ShardState`,
+//! which implements `ConnectionHost`), one `ServerConnection` per socket.
+//!
+//! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]. Until
+//! core's `ShardState`/`ServerShared` land on main, the shards run
+//! [`InterimHost`]: UA-TCP and SecureConversation from core (HEL/ACK,
+//! OpenSecureChannel, CloseSecureChannel, limits, timeouts) with every service
+//! answered `Bad_ServiceUnsupported`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::secure_channel::SecurityProvider;
+use uaring_core::server::connection::{service_fault, ConnStatus as CoreStatus, ServerConnection};
+use uaring_core::server::context::{ConnectionHost, RequestContext};
+use uaring_core::transport::{ErrorMessage, TransportLimits};
+use uaring_core::{Now, StatusCode};
+
+use crate::handler::{ConnId, ConnStatus, Handler, Origin};
+
+/// The benchmark contract's ApplicationUri.
+pub const CONTRACT_APPLICATION_URI: &str = "urn:o6:benchmark:server";
+
+/// Most shards the secure channel id layout can name (`shard << 24 | counter`).
+pub const MAX_SHARDS: usize = 256;
+
+/// A shard's protocol state as the loop sees it: a `ConnectionHost` with
+/// shard-wide timers.
+pub trait ShardHost: ConnectionHost {
+    /// The earliest time (mono ns) [`ShardHost::timer`] has work.
+    fn next_deadline(&self) -> Option<u64>;
+    fn on_timer(&mut self, now: Now);
+}
+
+/// Drives core's `ServerConnection`s of one shard.
+pub struct UaHandler<S: ShardHost> {
+    pub host: S,
+}
+
+fn status(s: CoreStatus) -> ConnStatus {
+    match s {
+        CoreStatus::Open => ConnStatus::Open,
+        CoreStatus::Close => ConnStatus::Close,
+    }
+}
+
+impl<S: ShardHost> Handler for UaHandler<S> {
+    type Conn = ServerConnection;
+
+    fn open(&mut self, _id: ConnId, peer: SocketAddr, _o: Origin, now: Now, _out: &mut Vec<u8>) -> Option<ServerConnection> {
+        Some(ServerConnection::new(&mut self.host, Some(peer), now))
+    }
+
+    fn recv(&mut self, conn: &mut ServerConnection, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        status(conn.on_recv(&mut self.host, now, data, out))
+    }
+
+    fn conn_timer(&mut self, conn: &mut ServerConnection, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        status(conn.on_timer(&mut self.host, now, out))
+    }
+
+    fn conn_deadline(&self, conn: &ServerConnection) -> u64 {
+        conn.next_deadline().unwrap_or(u64::MAX)
+    }
+
+    fn closed(&mut self, mut conn: ServerConnection, now: Now) {
+        conn.on_close(&mut self.host, now);
+    }
+
+    fn shutdown(&mut self, conn: &mut ServerConnection, now: Now, out: &mut Vec<u8>) {
+        // UA-TCP lets the server end a connection with an Error message; the
+        // client learns why instead of seeing a bare reset. The channel and
+        // its sessions are released in `closed` when the socket goes.
+        if !conn.is_closed() {
+            ErrorMessage::new(StatusCode::BadServerHalted, "server shutting down").write(out);
+        }
+        let _ = now;
+    }
+
+    fn deadline(&self) -> u64 {
+        self.host.next_deadline().unwrap_or(u64::MAX)
+    }
+
+    fn timer(&mut self, now: Now) {
+        self.host.on_timer(now);
+    }
+}
+
+/// The per-shard host used until core's `ShardState` is available: channels
+/// from core, no services.
+pub struct InterimHost {
+    limits: TransportLimits,
+    security: SecurityProvider,
+    shard: u32,
+    counter: u32,
+    open_channels: u32,
+}
+
+impl InterimHost {
+    pub fn new(shard: usize, limits: TransportLimits) -> InterimHost {
+        InterimHost { limits, security: SecurityProvider::none_only(), shard: shard as u32, counter: 0, open_channels: 0 }
+    }
+}
+
+impl ConnectionHost for InterimHost {
+    fn transport_limits(&self) -> &TransportLimits {
+        &self.limits
+    }
+    fn security(&self) -> &SecurityProvider {
+        &self.security
+    }
+    fn open_channel(&mut self) -> Result<u32, StatusCode> {
+        if self.open_channels >= self.limits.max_channels_per_shard {
+            return Err(StatusCode::BadTcpNotEnoughResources);
+        }
+        loop {
+            self.counter = (self.counter + 1) & 0xFF_FFFF;
+            let id = (self.shard << 24) | self.counter;
+            if id != 0 {
+                self.open_channels += 1;
+                return Ok(id);
+            }
+        }
+    }
+    fn channel_closed(&mut self, _channel_id: u32) {
+        self.open_channels = self.open_channels.saturating_sub(1);
+    }
+    fn dispatch(&mut self, _ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
+        service_fault(request.request_header().request_handle, StatusCode::BadServiceUnsupported, now)
+    }
+}
+
+impl ShardHost for InterimHost {
+    fn next_deadline(&self) -> Option<u64> {
+        None
+    }
+    fn on_timer(&mut self, _now: Now) {}
+}
+
+/// What every shard shares, built once at start.
+pub struct ServerSetup {
+    pub contract: bool,
+    pub limits: TransportLimits,
+}
+
+/// Builds the shared server from the non-runtime part of the configuration.
+pub fn build(server: &toml::Table, contract: bool) -> Result<Arc<ServerSetup>, String> {
+    if !server.is_empty() {
+        let keys: Vec<&String> = server.keys().collect();
+        tracing::warn!("configuration sections {keys:?} are not used by this build yet");
+    }
+    let limits = TransportLimits::default();
+    Ok(Arc::new(ServerSetup { contract, limits }))
+}
+
+/// The handler of each shard.
+pub type ServerHandler = UaHandler<InterimHost>;
+
+pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize) -> Result<ServerHandler, String> {
+    if shard >= MAX_SHARDS {
+        return Err(format!("at most {MAX_SHARDS} shards are supported"));
+    }
+    Ok(UaHandler { host: InterimHost::new(shard, setup.limits) })
+}

@@ -1,0 +1,51 @@
+//! The statistics file: per-shard connection counts as JSON, replaced atomically.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::fleet::Fleet;
+
+/// Renders the fleet's counters as one JSON object.
+pub fn render_json(fleet: &Fleet, backend: &str, listen: &str) -> String {
+    let snaps = fleet.snapshot();
+    let mut s = String::with_capacity(256 + snaps.len() * 200);
+    s.push_str(&format!(
+        "{{\"backend\":\"{backend}\",\"distribution\":\"{}\",\"listen\":\"{listen}\",\"stopping\":{},\"shards\":[",
+        fleet.policy,
+        fleet.stopping()
+    ));
+    let mut total = crate::fleet::StatsSnapshot::default();
+    for (i, (sn, link)) in snaps.iter().zip(&fleet.shards).enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let cpu = link.cpu.map_or("null".to_string(), |c| c.to_string());
+        s.push_str(&format!(
+            "{{\"shard\":{i},\"cpu\":{cpu},\"open\":{},\"accepted\":{},\"closed\":{},\"refused\":{},\"handed_off\":{},\"bytes_in\":{},\"bytes_out\":{},\"loops\":{}}}",
+            sn.open, sn.accepted, sn.closed, sn.refused, sn.handed_off, sn.bytes_in, sn.bytes_out, sn.loops
+        ));
+        total.open += sn.open;
+        total.accepted += sn.accepted;
+        total.closed += sn.closed;
+        total.refused += sn.refused;
+    }
+    s.push_str(&format!(
+        "],\"total\":{{\"open\":{},\"accepted\":{},\"closed\":{},\"refused\":{}}}}}",
+        total.open, total.accepted, total.closed, total.refused
+    ));
+    s
+}
+
+/// Writes `json` to `path` through a temporary file and rename, so readers
+/// never see a partial file.
+pub fn write_atomically(path: &Path, json: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(json.as_bytes())?;
+        f.write_all(b"\n")?;
+    }
+    std::fs::rename(&tmp, path)
+}

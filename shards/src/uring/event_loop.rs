@@ -1,0 +1,698 @@
+//! The io_uring event loop of one shard.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use super::{setup_ring, BufRing, Features, SetupError};
+use crate::conn::Phase;
+use crate::fleet::{ShardStats, ShardWiring};
+use crate::handler::{ConnId, Handler, Origin};
+use crate::net;
+use crate::shard::{LoopConfig, ShardCore, STOP_HARD_EXTRA_NS};
+
+// user_data: kind (8 bits) | index (24 bits) | generation (32 bits).
+const K_ACCEPT: u64 = 1;
+const K_RECV: u64 = 2;
+const K_SEND: u64 = 3;
+const K_CANCEL: u64 = 4;
+const K_EVENTFD: u64 = 5;
+const K_TIMEOUT: u64 = 6;
+const K_MSG_SENT: u64 = 7;
+const K_MSG_HANDOFF: u64 = 8;
+const K_LISTENER_CANCEL: u64 = 9;
+
+fn ud(kind: u64, index: u32, generation: u32) -> u64 {
+    (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
+}
+
+fn ud_split(u: u64) -> (u64, u32, u32) {
+    (u >> 56, ((u >> 32) & 0xFF_FFFF) as u32, u as u32)
+}
+
+fn conn_ud(kind: u64, id: ConnId) -> u64 {
+    ud(kind, id.index, id.generation)
+}
+
+/// The provided-buffer group id of every shard's ring (one group per ring).
+const BGID: u16 = 0;
+
+/// How the shard receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecvMode {
+    /// Multishot recv, buffers from the provided buffer ring.
+    Multi,
+    /// Single-shot recv with buffer selection from the ring (5.19 without multishot recv).
+    SingleSelect,
+    /// Single-shot recv into a per-connection buffer (no buffer ring).
+    SingleOwn,
+}
+
+struct Listener {
+    fd: Option<OwnedFd>,
+    armed: bool,
+    multishot: bool,
+    /// Single-shot accept writes the peer address here.
+    addr: Box<(libc::sockaddr_storage, libc::socklen_t)>,
+    /// Accept errors such as EMFILE: re-arm after this instant.
+    backoff_until: u64,
+}
+
+/// One shard's io_uring loop, generic over the protocol handler.
+pub struct UringLoop<H: Handler> {
+    core: ShardCore<H>,
+    // Field order matters for drop: the buffer ring is unmapped before the ring closes,
+    // which is fine because `run` unregisters it first.
+    bufring: Option<BufRing>,
+    ring: IoUring,
+    features: Features,
+    recv_mode: RecvMode,
+    listeners: Vec<Listener>,
+    eventfd_buf: Box<[u8; 8]>,
+    eventfd_armed: bool,
+    timeout_ts: Box<types::Timespec>,
+    timeout_armed_at: Option<u64>,
+    msg_inflight: usize,
+    cqes: Vec<(u64, i32, u32)>,
+    dirty: Vec<ConnId>,
+    added: Vec<ConnId>,
+    aborted: bool,
+}
+
+impl<H: Handler> UringLoop<H> {
+    /// Sets up the ring (on the calling thread, which must be the one that runs
+    /// the loop), the provided buffer ring and the wake-up read.
+    pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> Result<UringLoop<H>, SetupError> {
+        let (ring, features) = setup_ring(cfg.ring_entries)?;
+        Ok(Self::with_ring(ring, features, handler, wiring, cfg))
+    }
+
+    /// Builds the loop around a ring made by [`setup_ring`] on this thread.
+    pub fn with_ring(ring: IoUring, mut features: Features, handler: H, wiring: ShardWiring, cfg: LoopConfig) -> UringLoop<H> {
+        let mut bufring = None;
+        if cfg.multishot {
+            match u16::try_from(cfg.recv_buffers)
+                .map_err(|_| io::Error::other("too many buffers"))
+                .and_then(|n| BufRing::new(&ring, n, cfg.recv_buffer_bytes as usize, BGID))
+            {
+                Ok(b) => {
+                    features.pbuf_ring = true;
+                    bufring = Some(b);
+                }
+                Err(e) => tracing::debug!("provided buffer ring unavailable: {e}"),
+            }
+        }
+        features.multishot = cfg.multishot && bufring.is_some();
+        let recv_mode = if features.multishot { RecvMode::Multi } else { RecvMode::SingleOwn };
+        let fd = ring.as_raw_fd();
+        wiring.fleet.shards[wiring.index].ring_fd.store(fd, std::sync::atomic::Ordering::Release);
+        UringLoop {
+            core: ShardCore::new(handler, wiring, cfg),
+            bufring,
+            ring,
+            features,
+            recv_mode,
+            listeners: Vec::new(),
+            eventfd_buf: Box::new([0; 8]),
+            eventfd_armed: false,
+            timeout_ts: Box::new(types::Timespec::new()),
+            timeout_armed_at: None,
+            msg_inflight: 0,
+            cqes: Vec::with_capacity(256),
+            dirty: Vec::new(),
+            added: Vec::new(),
+            aborted: false,
+        }
+    }
+
+    /// The features in use (for the start-up log line).
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    pub fn handler(&self) -> &H {
+        &self.core.handler
+    }
+
+    pub fn handler_mut(&mut self) -> &mut H {
+        &mut self.core.handler
+    }
+
+    /// Accepts connections on `listener` in this loop.
+    pub fn add_listener(&mut self, listener: TcpListener) {
+        // SAFETY: zeroed sockaddr_storage is valid.
+        let storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        self.listeners.push(Listener {
+            fd: Some(OwnedFd::from(listener)),
+            armed: false,
+            multishot: self.features.multishot,
+            addr: Box::new((storage, 0)),
+            backoff_until: 0,
+        });
+    }
+
+    /// Connects to `addr` (blocking connect, then the socket joins the loop).
+    pub fn connect(&mut self, addr: SocketAddr) -> io::Result<ConnId> {
+        let stream = TcpStream::connect(addr)?;
+        self.adopt(stream)
+    }
+
+    /// Adds an already connected socket.
+    pub fn adopt(&mut self, stream: TcpStream) -> io::Result<ConnId> {
+        let peer = stream.peer_addr()?;
+        // SAFETY: into_raw_fd transfers ownership.
+        let fd = unsafe { OwnedFd::from_raw_fd(stream.into_raw_fd()) };
+        self.core.refresh_now();
+        let id = self
+            .core
+            .add_conn(fd, peer, Origin::Connected)
+            .ok_or_else(|| io::Error::other("connection table full or loop stopping"))?;
+        self.core.table.mark_dirty(id);
+        Ok(id)
+    }
+
+    fn push(&mut self, e: squeue::Entry) {
+        loop {
+            // SAFETY: every entry's buffers live in the loop (connection output,
+            // per-connection buffers, boxed fields) until its completion arrives.
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                return;
+            }
+            // SQ full: hand what we have to the kernel and retry.
+            if let Err(err) = self.ring.submit() {
+                if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EINTR) {
+                    tracing::error!("io_uring submit failed: {err}");
+                }
+                // EBUSY: the CQ is backed up; reap completions into our buffer first.
+                self.reap();
+            }
+        }
+    }
+
+    /// Moves completions from the CQ into `self.cqes` (processed later).
+    fn reap(&mut self) {
+        let mut cq = self.ring.completion();
+        cq.sync();
+        for cqe in &mut cq {
+            self.cqes.push((cqe.user_data(), cqe.result(), cqe.flags()));
+        }
+    }
+
+    fn arm_static(&mut self) {
+        let now = self.core.now.mono_ns;
+        if !self.eventfd_armed {
+            let fd = self.core.wiring.fleet.shards[self.core.wiring.index].eventfd.as_raw_fd();
+            let e = opcode::Read::new(types::Fd(fd), self.eventfd_buf.as_mut_ptr(), 8)
+                .build()
+                .user_data(ud(K_EVENTFD, 0, 0));
+            self.push(e);
+            self.eventfd_armed = true;
+        }
+        for i in 0..self.listeners.len() {
+            let l = &mut self.listeners[i];
+            if self.core.stopping {
+                if !l.armed {
+                    l.fd = None;
+                }
+                continue;
+            }
+            if l.armed || l.backoff_until > now || self.core.table.is_full() {
+                continue;
+            }
+            let Some(fd) = l.fd.as_ref().map(|f| f.as_raw_fd()) else { continue };
+            let e = if l.multishot {
+                opcode::AcceptMulti::new(types::Fd(fd)).flags(libc::SOCK_CLOEXEC).build()
+            } else {
+                l.addr.1 = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                opcode::Accept::new(
+                    types::Fd(fd),
+                    &mut l.addr.0 as *mut _ as *mut libc::sockaddr,
+                    &mut l.addr.1,
+                )
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+            };
+            l.armed = true;
+            self.push(e.user_data(ud(K_ACCEPT, i as u32, 0)));
+        }
+    }
+
+    /// Stops accepting: cancels the accept operations.
+    fn stop_listeners(&mut self) {
+        for i in 0..self.listeners.len() {
+            if self.listeners[i].armed {
+                let e = opcode::AsyncCancel::new(ud(K_ACCEPT, i as u32, 0)).build().user_data(ud(K_LISTENER_CANCEL, i as u32, 0));
+                self.push(e);
+            } else {
+                self.listeners[i].fd = None;
+            }
+        }
+    }
+
+    fn send_wakes(&mut self) {
+        let targets = std::mem::take(&mut self.core.wake);
+        for &t in &targets {
+            let ring_fd = self.core.wiring.fleet.shards[t].ring_fd.load(std::sync::atomic::Ordering::Acquire);
+            if self.features.op_msg_ring && ring_fd >= 0 {
+                let e = opcode::MsgRingData::new(types::Fd(ring_fd), 0, ud(K_MSG_HANDOFF, 0, 0), None)
+                    .build()
+                    .user_data(ud(K_MSG_SENT, t as u32, 0));
+                self.msg_inflight += 1;
+                self.push(e);
+            } else {
+                self.core.wiring.fleet.wake(t);
+            }
+        }
+        self.core.wake = targets;
+        self.core.wake.clear();
+    }
+
+    fn arm_recv(&mut self, id: ConnId) {
+        let mode = self.recv_mode;
+        let bgid = self.bufring.as_ref().map_or(0, |b| b.bgid());
+        let buf_bytes = self.core.cfg.recv_buffer_bytes as usize;
+        let Some(c) = self.core.table.get_mut(id) else { return };
+        let fd = types::Fd(c.fd.as_raw_fd());
+        let e = match mode {
+            RecvMode::Multi => opcode::RecvMulti::new(fd, bgid).build(),
+            RecvMode::SingleSelect => opcode::Recv::new(fd, std::ptr::null_mut(), buf_bytes as u32)
+                .buf_group(bgid)
+                .build()
+                .flags(squeue::Flags::BUFFER_SELECT),
+            RecvMode::SingleOwn => {
+                let buf = c.recv_buf.get_or_insert_with(|| vec![0u8; buf_bytes].into_boxed_slice());
+                opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32).build()
+            }
+        };
+        c.recv_armed = true;
+        self.push(e.user_data(conn_ud(K_RECV, id)));
+    }
+
+    fn cancel_recv(&mut self, id: ConnId) {
+        let Some(c) = self.core.table.get_mut(id) else { return };
+        c.cancel_inflight = true;
+        let e = opcode::AsyncCancel::new(conn_ud(K_RECV, id)).build().user_data(conn_ud(K_CANCEL, id));
+        self.push(e);
+    }
+
+    fn start_send(&mut self, id: ConnId) {
+        let Some(c) = self.core.table.get_mut(id) else { return };
+        let unsent = c.output.unsent();
+        let len = unsent.len().min(1 << 30) as u32;
+        let e = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), unsent.as_ptr(), len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(conn_ud(K_SEND, id));
+        c.send_inflight = true;
+        self.push(e);
+    }
+
+    /// Brings one connection's kernel operations in line with its state.
+    fn reconcile(&mut self, id: ConnId) {
+        let max_pending = self.core.cfg.max_pending_output_bytes;
+        let Some(c) = self.core.table.get_mut(id) else { return };
+        let expired = c.phase != Phase::Open && c.drain_deadline <= self.core.now.mono_ns;
+        match c.phase {
+            Phase::Open => {
+                if c.paused && c.output.pending() <= max_pending / 2 {
+                    c.paused = false;
+                }
+                let (paused, armed, cancelling) = (c.paused, c.recv_armed, c.cancel_inflight);
+                let want_send = !c.send_inflight && c.output.take_batch();
+                if !paused && !armed && !cancelling {
+                    self.arm_recv(id);
+                } else if paused && armed && !cancelling {
+                    self.cancel_recv(id);
+                }
+                if want_send {
+                    self.start_send(id);
+                }
+            }
+            Phase::Draining => {
+                if c.recv_armed && !c.cancel_inflight {
+                    self.cancel_recv(id);
+                }
+                let Some(c) = self.core.table.get_mut(id) else { return };
+                if expired {
+                    c.output.out.clear();
+                    net::shutdown(&c.fd);
+                    c.phase = Phase::Shut;
+                } else if !c.send_inflight {
+                    if c.output.take_batch() {
+                        self.start_send(id);
+                    } else {
+                        net::shutdown(&c.fd);
+                        c.phase = Phase::Shut;
+                    }
+                }
+                if let Some(c) = self.core.table.get_mut(id) {
+                    if c.phase == Phase::Shut && !c.ops_inflight() {
+                        self.core.finalize(id);
+                    }
+                }
+            }
+            Phase::Shut => {
+                if !c.ops_inflight() {
+                    self.core.finalize(id);
+                }
+            }
+        }
+    }
+
+    fn reconcile_dirty(&mut self) {
+        // Reconciling can dirty other connections only through new
+        // completions, which are handled next iteration; one pass suffices.
+        let mut ids = std::mem::take(&mut self.dirty);
+        self.core.table.take_dirty(&mut ids);
+        for &id in &ids {
+            self.reconcile(id);
+        }
+        self.dirty = ids;
+    }
+
+    fn handle(&mut self, user_data: u64, res: i32, flags: u32) {
+        let (kind, index, generation) = ud_split(user_data);
+        let id = ConnId { index, generation };
+        tracing::trace!(shard = self.core.wiring.index, kind, index, generation, res, flags, "cqe");
+        match kind {
+            K_RECV => self.on_recv(id, res, flags),
+            K_SEND => {
+                let Some(c) = self.core.table.get_mut(id) else { return };
+                c.send_inflight = false;
+                if res >= 0 {
+                    ShardStats::add(&self.core.wiring.stats().bytes_out, res as u64);
+                    if c.phase == Phase::Shut {
+                        c.output.discard();
+                    } else {
+                        c.output.advance(res as usize);
+                    }
+                } else {
+                    c.output.discard();
+                    if c.phase == Phase::Open {
+                        self.core.begin_close(id, true);
+                    }
+                }
+                self.core.table.mark_dirty(id);
+            }
+            K_CANCEL => {
+                if let Some(c) = self.core.table.get_mut(id) {
+                    c.cancel_inflight = false;
+                    self.core.table.mark_dirty(id);
+                }
+            }
+            K_ACCEPT => self.on_accept(index as usize, res, flags),
+            K_EVENTFD => {
+                self.eventfd_armed = false;
+                self.take_handoffs();
+            }
+            K_MSG_HANDOFF => self.take_handoffs(),
+            K_MSG_SENT => {
+                self.msg_inflight = self.msg_inflight.saturating_sub(1);
+                if res < 0 {
+                    // The target could not take the message (old kernel, ring gone): eventfd instead.
+                    self.core.wiring.fleet.wake(index as usize);
+                }
+            }
+            K_TIMEOUT => self.timeout_armed_at = None,
+            K_LISTENER_CANCEL => {}
+            _ => tracing::warn!(user_data, "completion with unknown user_data"),
+        }
+    }
+
+    fn take_handoffs(&mut self) {
+        let mut added = std::mem::take(&mut self.added);
+        added.clear();
+        self.core.drain_inbox(&mut added);
+        for &id in &added {
+            self.core.table.mark_dirty(id);
+        }
+        self.added = added;
+    }
+
+    fn on_accept(&mut self, li: usize, res: i32, flags: u32) {
+        let Some(l) = self.listeners.get_mut(li) else { return };
+        if !cqueue::more(flags) {
+            l.armed = false;
+        }
+        if res < 0 {
+            match -res {
+                libc::EINVAL if l.multishot => {
+                    tracing::info!("multishot accept not supported by this kernel: using single-shot accept");
+                    l.multishot = false;
+                }
+                libc::ECANCELED => {}
+                libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                    tracing::warn!("accept failed: {} (backing off 10 ms)", io::Error::from_raw_os_error(-res));
+                    l.backoff_until = self.core.now.mono_ns + 10_000_000;
+                }
+                _ => tracing::debug!("accept failed: {}", io::Error::from_raw_os_error(-res)),
+            }
+            if self.core.stopping && !l.armed {
+                l.fd = None;
+            }
+            return;
+        }
+        // SAFETY: a successful accept returns a new fd that we now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(res as RawFd) };
+        let peer = if l.multishot {
+            net::peer_addr(fd.as_raw_fd())
+        } else {
+            net::from_sockaddr(&l.addr.0, l.addr.1).unwrap_or_else(|| net::peer_addr(fd.as_raw_fd()))
+        };
+        if self.core.stopping {
+            return; // dropping fd closes it
+        }
+        if let Some(id) = self.core.on_accepted(fd, peer) {
+            self.core.table.mark_dirty(id);
+        }
+    }
+
+    fn on_recv(&mut self, id: ConnId, res: i32, flags: u32) {
+        let bid = cqueue::buffer_select(flags);
+        let more = cqueue::more(flags);
+        let Some(c) = self.core.table.get_mut(id) else {
+            if let (Some(bid), Some(b)) = (bid, self.bufring.as_mut()) {
+                b.push(bid);
+            }
+            return;
+        };
+        if !more {
+            c.recv_armed = false;
+        }
+        if res > 0 {
+            let n = res as usize;
+            match (bid, self.bufring.as_mut()) {
+                (Some(bid), Some(b)) => {
+                    self.core.deliver(id, b.get(bid, n));
+                    b.push(bid);
+                }
+                _ => {
+                    if let Some(buf) = c.recv_buf.take() {
+                        self.core.deliver(id, &buf[..n.min(buf.len())]);
+                        if let Some(c) = self.core.table.get_mut(id) {
+                            c.recv_buf = Some(buf);
+                        }
+                    }
+                }
+            }
+        } else if res == 0 {
+            self.core.begin_close(id, false);
+        } else {
+            if let (Some(bid), Some(b)) = (bid, self.bufring.as_mut()) {
+                b.push(bid);
+            }
+            match -res {
+                // Out of provided buffers: they are recycled below; re-armed on reconcile.
+                libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN => {}
+                libc::EINVAL if self.recv_mode == RecvMode::Multi => {
+                    tracing::info!("multishot recv not supported by this kernel: using single-shot recv with the buffer ring");
+                    self.recv_mode = RecvMode::SingleSelect;
+                    self.features.multishot = false;
+                }
+                e => {
+                    tracing::debug!(shard = self.core.wiring.index, "recv failed: {}", io::Error::from_raw_os_error(e));
+                    self.core.begin_close(id, true);
+                }
+            }
+        }
+        self.core.table.mark_dirty(id);
+    }
+
+    /// Submits and waits for at least one completion or `deadline` (mono ns).
+    fn wait(&mut self, deadline: u64) {
+        let has_cqes = {
+            let mut cq = self.ring.completion();
+            cq.sync();
+            !cq.is_empty()
+        };
+        let now = crate::clock::mono_ns();
+        let result = if has_cqes || !self.cqes.is_empty() || deadline <= now {
+            self.ring.submit()
+        } else if deadline == u64::MAX {
+            self.ring.submit_and_wait(1)
+        } else {
+            let rel = deadline - now;
+            let ts = types::Timespec::new().sec(rel / 1_000_000_000).nsec((rel % 1_000_000_000) as u32);
+            if self.features.ext_arg {
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            } else {
+                if self.timeout_armed_at.is_none_or_later(deadline) {
+                    *self.timeout_ts = ts;
+                    let e = opcode::Timeout::new(&*self.timeout_ts as *const _).build().user_data(ud(K_TIMEOUT, 0, 0));
+                    self.push(e);
+                    self.timeout_armed_at = Some(deadline);
+                }
+                self.ring.submit_and_wait(1)
+            }
+        };
+        if let Err(e) = result {
+            match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
+                _ => {
+                    tracing::error!("io_uring_enter failed: {e}");
+                    // Avoid spinning on a persistent error.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    /// Runs until the fleet is told to stop (or the handler says so) and every
+    /// connection has been closed.
+    pub fn run(&mut self) -> io::Result<()> {
+        loop {
+            self.core.refresh_now();
+            let fleet_stop = self.core.wiring.fleet.stopping();
+            if !self.core.stopping && (fleet_stop || !self.core.handler.keep_running(self.core.now)) {
+                self.core.begin_stop();
+                self.stop_listeners();
+            }
+            self.core.fire_timers();
+            if self.core.stopping && !self.aborted && self.core.now.mono_ns >= self.core.stop_deadline {
+                self.aborted = true;
+                self.core.abort_all();
+            }
+            self.arm_static();
+            self.reconcile_dirty();
+            if self.core.stopping {
+                let listeners_done = self.listeners.iter().all(|l| !l.armed);
+                if (self.core.table.len() == 0 && listeners_done)
+                    || self.core.now.mono_ns >= self.core.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS)
+                {
+                    break;
+                }
+            }
+            self.send_wakes();
+            if let Some(b) = self.bufring.as_mut() {
+                b.publish();
+            }
+            let deadline = self.core.next_wakeup();
+            let deadline = if self.listeners.iter().any(|l| !l.armed && l.fd.is_some() && l.backoff_until > 0) {
+                deadline.min(self.listeners.iter().map(|l| l.backoff_until).filter(|&b| b > 0).min().unwrap_or(u64::MAX))
+            } else {
+                deadline
+            };
+            self.wait(deadline);
+            self.reap();
+            self.core.refresh_now();
+            let mut cqes = std::mem::take(&mut self.cqes);
+            for &(u, r, f) in &cqes {
+                self.handle(u, r, f);
+            }
+            cqes.clear();
+            self.cqes = cqes;
+            ShardStats::add(&self.core.wiring.stats().loops, 1);
+        }
+        self.teardown();
+        tracing::debug!(shard = self.core.wiring.index, "shard loop finished");
+        Ok(())
+    }
+
+    /// Cancels what the kernel still holds and waits (bounded) for it, so no
+    /// buffer is freed under an operation.
+    fn teardown(&mut self) {
+        self.core.wiring.fleet.shards[self.core.wiring.index].ring_fd.store(-1, std::sync::atomic::Ordering::Release);
+        for id in self.core.table.ids() {
+            if let Some(c) = self.core.table.get_mut(id) {
+                net::shutdown(&c.fd);
+                c.phase = Phase::Shut;
+            }
+        }
+        let cancel = |s: &mut Self, target: u64| {
+            let e = opcode::AsyncCancel::new(target).build().user_data(ud(K_LISTENER_CANCEL, 0, 0));
+            s.push(e);
+        };
+        if self.eventfd_armed {
+            cancel(self, ud(K_EVENTFD, 0, 0));
+        }
+        if self.timeout_armed_at.is_some() {
+            cancel(self, ud(K_TIMEOUT, 0, 0));
+        }
+        for i in 0..self.listeners.len() {
+            if self.listeners[i].armed {
+                cancel(self, ud(K_ACCEPT, i as u32, 0));
+            }
+        }
+        let give_up = crate::clock::mono_ns() + 200_000_000;
+        loop {
+            let busy = self.eventfd_armed
+                || self.timeout_armed_at.is_some()
+                || self.msg_inflight > 0
+                || self.listeners.iter().any(|l| l.armed)
+                || self.core.table.len() > 0;
+            if !busy || crate::clock::mono_ns() >= give_up {
+                break;
+            }
+            self.wait(crate::clock::mono_ns() + 10_000_000);
+            self.reap();
+            let cqes = std::mem::take(&mut self.cqes);
+            for &(u, r, f) in &cqes {
+                self.handle(u, r, f);
+            }
+            for id in self.core.table.ids() {
+                if self.core.table.get_mut(id).is_some_and(|c| !c.ops_inflight()) {
+                    self.core.finalize(id);
+                }
+            }
+        }
+        if self.eventfd_armed || self.timeout_armed_at.is_some() || self.core.table.len() > 0 {
+            // The kernel still holds buffers: leak them rather than free them under it.
+            tracing::warn!(shard = self.core.wiring.index, "operations still in flight at exit: leaking their buffers");
+            std::mem::forget(std::mem::replace(&mut self.eventfd_buf, Box::new([0; 8])));
+            std::mem::forget(std::mem::replace(&mut self.timeout_ts, Box::new(types::Timespec::new())));
+            if let Some(b) = self.bufring.take() {
+                std::mem::forget(b);
+            }
+            for id in self.core.table.ids() {
+                if let Some(c) = self.core.table.get_mut(id) {
+                    std::mem::forget(std::mem::take(&mut c.output.sending));
+                    std::mem::forget(c.recv_buf.take());
+                }
+            }
+        } else if let Some(b) = self.bufring.take() {
+            b.unregister(&self.ring);
+        }
+        for l in &mut self.listeners {
+            if l.armed {
+                std::mem::forget(std::mem::replace(&mut l.addr, Box::new(unsafe { std::mem::zeroed() })));
+            }
+            l.fd = None;
+        }
+    }
+}
+
+trait OptionDeadline {
+    fn is_none_or_later(&self, deadline: u64) -> bool;
+}
+
+impl OptionDeadline for Option<u64> {
+    fn is_none_or_later(&self, deadline: u64) -> bool {
+        match self {
+            None => true,
+            Some(armed) => *armed > deadline,
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! io_uring building blocks: ring setup with feature probing, the provided
+//! buffer ring, and the event loop ([`UringLoop`](crate::uring::UringLoop)).
+//!
+//! These are public so the load client (uaring-harness) can run on the same
+//! loop as the server.
+
+mod bufring;
+mod event_loop;
+
+pub use bufring::BufRing;
+pub use event_loop::UringLoop;
+
+use std::fmt;
+use std::io;
+
+use io_uring::{opcode, IoUring, Probe};
+
+/// Setup flags that were accepted, and opcodes/features the kernel offers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    pub single_issuer: bool,
+    pub defer_taskrun: bool,
+    pub coop_taskrun: bool,
+    pub submit_all: bool,
+    /// IORING_FEAT_EXT_ARG: wait with a timeout in io_uring_enter.
+    pub ext_arg: bool,
+    /// IORING_FEAT_NODROP: completions are never lost on CQ overflow.
+    pub nodrop: bool,
+    /// IORING_FEAT_FAST_POLL.
+    pub fast_poll: bool,
+    /// IORING_REGISTER_RING_FD succeeded.
+    pub registered_ring_fd: bool,
+    /// Opcodes from the probe.
+    pub op_accept: bool,
+    pub op_recv: bool,
+    pub op_send: bool,
+    pub op_timeout: bool,
+    pub op_async_cancel: bool,
+    pub op_read: bool,
+    pub op_msg_ring: bool,
+    pub op_shutdown: bool,
+    /// Provided-buffer ring registration works (5.19+). Set by the loop after registering.
+    pub pbuf_ring: bool,
+    /// Multishot accept/recv are used (turned off at run time when the kernel answers EINVAL).
+    pub multishot: bool,
+    pub sq_entries: u32,
+    pub cq_entries: u32,
+}
+
+impl Features {
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        parts.push(format!("sq={} cq={}", self.sq_entries, self.cq_entries));
+        let flags = [
+            (self.single_issuer, "SINGLE_ISSUER"),
+            (self.defer_taskrun, "DEFER_TASKRUN"),
+            (self.coop_taskrun, "COOP_TASKRUN"),
+            (self.submit_all, "SUBMIT_ALL"),
+            (self.ext_arg, "EXT_ARG"),
+            (self.nodrop, "NODROP"),
+            (self.fast_poll, "FAST_POLL"),
+            (self.registered_ring_fd, "REGISTERED_RING_FD"),
+            (self.pbuf_ring, "PBUF_RING"),
+            (self.multishot, "MULTISHOT_ACCEPT_RECV"),
+            (self.op_msg_ring, "MSG_RING"),
+        ];
+        let on: Vec<&str> = flags.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
+        let off: Vec<&str> = flags.iter().filter(|(b, _)| !*b).map(|(_, n)| *n).collect();
+        parts.push(format!("on: {}", on.join(",")));
+        if !off.is_empty() {
+            parts.push(format!("off: {}", off.join(",")));
+        }
+        parts.join("; ")
+    }
+
+    /// The opcodes the loop cannot do without.
+    pub fn missing_required(&self) -> Option<&'static str> {
+        if !self.op_accept {
+            Some("IORING_OP_ACCEPT")
+        } else if !self.op_recv {
+            Some("IORING_OP_RECV")
+        } else if !self.op_send {
+            Some("IORING_OP_SEND")
+        } else if !self.op_async_cancel {
+            Some("IORING_OP_ASYNC_CANCEL")
+        } else if !self.op_read {
+            Some("IORING_OP_READ")
+        } else {
+            None
+        }
+    }
+}
+
+/// Why a ring could not be set up.
+#[derive(Debug)]
+pub enum SetupError {
+    /// io_uring_setup failed (ENOSYS, EPERM from seccomp or kernel.io_uring_disabled, ENOMEM, …).
+    Setup(io::Error),
+    /// The kernel lacks an opcode the loop needs.
+    Missing(&'static str),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::Setup(e) => {
+                let hint = match e.raw_os_error() {
+                    Some(libc::ENOSYS) => " (the kernel has no io_uring)",
+                    Some(libc::EPERM) => " (blocked by seccomp or kernel.io_uring_disabled)",
+                    Some(libc::ENOMEM) => " (locked memory: RLIMIT_MEMLOCK too low for the rings)",
+                    _ => "",
+                };
+                write!(f, "io_uring_setup failed: {e}{hint}")
+            }
+            SetupError::Missing(op) => write!(f, "the kernel's io_uring lacks {op}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl SetupError {
+    pub fn is_enomem(&self) -> bool {
+        matches!(self, SetupError::Setup(e) if e.raw_os_error() == Some(libc::ENOMEM))
+    }
+}
+
+/// Creates a ring of `entries` SQ entries (CQ twice that) on the calling
+/// thread, trying the best setup flags first and retrying without the ones
+/// the kernel rejects (EINVAL): SINGLE_ISSUER + DEFER_TASKRUN, then
+/// COOP_TASKRUN + TASKRUN_FLAG, then none. Probes the opcodes.
+///
+/// With SINGLE_ISSUER the ring must only be used from this thread.
+pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
+    #[derive(Clone, Copy)]
+    struct Try {
+        single_issuer: bool,
+        defer: bool,
+        coop: bool,
+        submit_all: bool,
+    }
+    let tries = [
+        Try { single_issuer: true, defer: true, coop: false, submit_all: true },
+        Try { single_issuer: true, defer: false, coop: true, submit_all: true },
+        Try { single_issuer: false, defer: false, coop: true, submit_all: false },
+        Try { single_issuer: false, defer: false, coop: false, submit_all: false },
+    ];
+    let mut last_err = None;
+    for t in tries {
+        let mut b = IoUring::builder();
+        b.setup_cqsize(entries.saturating_mul(2)).setup_clamp();
+        if t.single_issuer {
+            b.setup_single_issuer();
+        }
+        if t.defer {
+            b.setup_defer_taskrun();
+        }
+        if t.coop {
+            b.setup_coop_taskrun().setup_taskrun_flag();
+        }
+        if t.submit_all {
+            b.setup_submit_all();
+        }
+        match b.build(entries) {
+            Ok(ring) => {
+                let mut f = Features {
+                    single_issuer: t.single_issuer,
+                    defer_taskrun: t.defer,
+                    coop_taskrun: t.coop,
+                    submit_all: t.submit_all,
+                    ..Features::default()
+                };
+                let p = ring.params();
+                f.ext_arg = p.is_feature_ext_arg();
+                f.nodrop = p.is_feature_nodrop();
+                f.fast_poll = p.is_feature_fast_poll();
+                f.sq_entries = p.sq_entries();
+                f.cq_entries = p.cq_entries();
+                let mut probe = Probe::new();
+                if ring.submitter().register_probe(&mut probe).is_ok() {
+                    f.op_accept = probe.is_supported(opcode::Accept::CODE);
+                    f.op_recv = probe.is_supported(opcode::Recv::CODE);
+                    f.op_send = probe.is_supported(opcode::Send::CODE);
+                    f.op_timeout = probe.is_supported(opcode::Timeout::CODE);
+                    f.op_async_cancel = probe.is_supported(opcode::AsyncCancel::CODE);
+                    f.op_read = probe.is_supported(opcode::Read::CODE);
+                    f.op_msg_ring = probe.is_supported(opcode::MsgRingData::CODE);
+                    f.op_shutdown = probe.is_supported(opcode::Shutdown::CODE);
+                } else {
+                    // IORING_REGISTER_PROBE is 5.6; everything we need is 5.6+ too,
+                    // so a kernel without the probe cannot run the loop.
+                    return Err(SetupError::Missing("IORING_REGISTER_PROBE"));
+                }
+                if let Some(op) = f.missing_required() {
+                    return Err(SetupError::Missing(op));
+                }
+                f.registered_ring_fd = ring.submitter().register_ring_fd().is_ok();
+                return Ok((ring, f));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
+            Err(e) => return Err(SetupError::Setup(e)),
+        }
+    }
+    Err(SetupError::Setup(last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setup_and_probe() {
+        match setup_ring(64) {
+            Ok((_ring, f)) => {
+                assert!(f.sq_entries >= 64);
+                assert!(f.describe().contains("sq="));
+            }
+            // io_uring may be unavailable in a sandbox: then the failure is explained.
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+}
