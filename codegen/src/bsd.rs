@@ -72,10 +72,14 @@ impl Bsd {
     }
     /// The structures and enums that get generated.
     pub fn generated_structs(&self) -> impl Iterator<Item = &Structured> {
-        self.structs.iter().filter(|s| !BUILTIN_DESCRIPTIONS.contains(&s.name.as_str()))
+        self.structs
+            .iter()
+            .filter(|s| !BUILTIN_DESCRIPTIONS.contains(&s.name.as_str()))
     }
     pub fn generated_enums(&self) -> impl Iterator<Item = &Enumerated> {
-        self.enums.iter().filter(|s| !BUILTIN_ENUMS.contains(&s.name.as_str()))
+        self.enums
+            .iter()
+            .filter(|s| !BUILTIN_ENUMS.contains(&s.name.as_str()))
     }
 }
 
@@ -103,12 +107,17 @@ pub fn parse(text: &str) -> Bsd {
             "StructuredType" => {
                 let name = name.expect("StructuredType without Name");
                 let mut fields = Vec::new();
-                for f in n.children().filter(|c| c.is_element() && c.tag_name().name() == "Field") {
-                    let (is_opc, type_name) = strip_prefix(f.attribute("TypeName").expect("Field without TypeName"));
+                for f in n
+                    .children()
+                    .filter(|c| c.is_element() && c.tag_name().name() == "Field")
+                {
+                    let (is_opc, type_name) =
+                        strip_prefix(f.attribute("TypeName").expect("Field without TypeName"));
                     fields.push(Field {
                         name: f.attribute("Name").expect("Field without Name").to_owned(),
                         bit_length: if is_opc && type_name == "Bit" {
-                            f.attribute("Length").map_or(1, |l| l.parse().expect("bad Bit Length"))
+                            f.attribute("Length")
+                                .map_or(1, |l| l.parse().expect("bad Bit Length"))
                         } else {
                             0
                         },
@@ -116,7 +125,9 @@ pub fn parse(text: &str) -> Bsd {
                         is_opc,
                         length_field: f.attribute("LengthField").map(str::to_owned),
                         switch_field: f.attribute("SwitchField").map(str::to_owned),
-                        switch_value: f.attribute("SwitchValue").map(|v| v.parse().expect("bad SwitchValue")),
+                        switch_value: f
+                            .attribute("SwitchValue")
+                            .map(|v| v.parse().expect("bad SwitchValue")),
                     });
                 }
                 bsd.structs.push(Structured {
@@ -133,15 +144,22 @@ pub fn parse(text: &str) -> Bsd {
                     .filter(|c| c.is_element() && c.tag_name().name() == "EnumeratedValue")
                     .map(|v| {
                         (
-                            v.attribute("Name").expect("EnumeratedValue without Name").to_owned(),
-                            v.attribute("Value").expect("EnumeratedValue without Value").parse().expect("bad Value"),
+                            v.attribute("Name")
+                                .expect("EnumeratedValue without Name")
+                                .to_owned(),
+                            v.attribute("Value")
+                                .expect("EnumeratedValue without Value")
+                                .parse()
+                                .expect("bad Value"),
                         )
                     })
                     .collect();
                 bsd.enums.push(Enumerated {
                     name,
                     doc: doc_of(n),
-                    length_in_bits: n.attribute("LengthInBits").map_or(32, |l| l.parse().expect("bad LengthInBits")),
+                    length_in_bits: n
+                        .attribute("LengthInBits")
+                        .map_or(32, |l| l.parse().expect("bad LengthInBits")),
                     is_option_set: n.attribute("IsOptionSet") == Some("true"),
                     values,
                 });

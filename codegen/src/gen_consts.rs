@@ -27,12 +27,18 @@ pub fn csv_fields(line: &str) -> Vec<String> {
 }
 
 pub fn csv_rows(text: &str) -> Vec<Vec<String>> {
-    text.lines().map(|l| l.trim_end_matches('\r')).filter(|l| !l.trim().is_empty()).map(csv_fields).collect()
+    text.lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.trim().is_empty())
+        .map(csv_fields)
+        .collect()
 }
 
 fn check_ident(s: &str) {
     assert!(
-        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
         "not an identifier: {s:?}"
     );
@@ -46,11 +52,17 @@ pub fn status_codes(text: &str) -> String {
     for r in &rows {
         assert!(r.len() >= 2, "StatusCode.csv row {r:?}");
         check_ident(&r[0]);
-        let v = u32::from_str_radix(r[1].trim_start_matches("0x"), 16).expect("StatusCode.csv value");
+        let v =
+            u32::from_str_radix(r[1].trim_start_matches("0x"), 16).expect("StatusCode.csv value");
         if let Some(d) = r.get(2).filter(|d| !d.is_empty()) {
             writeln!(o, "    /// {}", d.replace('\n', " ")).unwrap();
         }
-        writeln!(o, "    pub const {}: StatusCode = StatusCode(0x{v:08X});", r[0]).unwrap();
+        writeln!(
+            o,
+            "    pub const {}: StatusCode = StatusCode(0x{v:08X});",
+            r[0]
+        )
+        .unwrap();
         parsed.push((r[0].clone(), v));
     }
     o.push_str("}\n\n/// The symbolic name of a status code (the code bits, `code & 0xFFFF_0000`).\npub fn name_of(code: u32) -> Option<&'static str> {\n    Some(match code {\n");

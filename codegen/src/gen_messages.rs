@@ -9,7 +9,9 @@ pub fn services(m: &Model, suffix: &str, header: &str) -> Vec<(String, String, u
     let mut v = Vec::new();
     for s in &m.structs {
         let first_is_header = matches!(s.layout, Layout::Plain)
-            && s.fields.first().is_some_and(|f| f.ty == Ty::Struct(header.to_owned()) && !f.array);
+            && s.fields
+                .first()
+                .is_some_and(|f| f.ty == Ty::Struct(header.to_owned()) && !f.array);
         if !first_is_header {
             continue;
         }
@@ -20,13 +22,25 @@ pub fn services(m: &Model, suffix: &str, header: &str) -> Vec<(String, String, u
         } else {
             continue;
         };
-        assert_eq!(s.fields[0].name, crate::naming::snake(header), "{}: header field name", s.name);
+        assert_eq!(
+            s.fields[0].name,
+            crate::naming::snake(header),
+            "{}: header field name",
+            s.name
+        );
         v.push((variant, s.name.clone(), s.binary_encoding_id));
     }
     v
 }
 
-fn gen_enum(o: &mut String, m: &Model, enum_name: &str, suffix: &str, header: &str, accessor: &str) {
+fn gen_enum(
+    o: &mut String,
+    m: &Model,
+    enum_name: &str,
+    suffix: &str,
+    header: &str,
+    accessor: &str,
+) {
     let list = services(m, suffix, header);
     writeln!(
         o,
@@ -47,9 +61,17 @@ fn gen_enum(o: &mut String, m: &Model, enum_name: &str, suffix: &str, header: &s
     )
     .unwrap();
     for (v, t, id) in &list {
-        writeln!(o, "            {id} => {enum_name}::{v}(Box::new({t}::decode(d)?)),").unwrap();
+        writeln!(
+            o,
+            "            {id} => {enum_name}::{v}(Box::new({t}::decode(d)?)),"
+        )
+        .unwrap();
     }
-    writeln!(o, "            _ => return Ok(None),\n        }}))\n    }}\n").unwrap();
+    writeln!(
+        o,
+        "            _ => return Ok(None),\n        }}))\n    }}\n"
+    )
+    .unwrap();
     // encode_with_type_id
     writeln!(
         o,
@@ -64,13 +86,21 @@ fn gen_enum(o: &mut String, m: &Model, enum_name: &str, suffix: &str, header: &s
     for (mutability, sfx) in [("", ""), ("mut ", "_mut")] {
         writeln!(o, "    pub fn {accessor}{sfx}(&{mutability}self) -> &{mutability}{header} {{\n        match self {{").unwrap();
         for (v, _, _) in &list {
-            writeln!(o, "            {enum_name}::{v}(m) => &{mutability}m.{accessor},").unwrap();
+            writeln!(
+                o,
+                "            {enum_name}::{v}(m) => &{mutability}m.{accessor},"
+            )
+            .unwrap();
         }
         writeln!(o, "        }}\n    }}\n").unwrap();
     }
     writeln!(o, "    /// The `<Type>_Encoding_DefaultBinary` id.\n    pub fn binary_encoding_id(&self) -> u32 {{\n        match self {{").unwrap();
     for (v, t, _) in &list {
-        writeln!(o, "            {enum_name}::{v}(_) => {t}::BINARY_ENCODING_ID,").unwrap();
+        writeln!(
+            o,
+            "            {enum_name}::{v}(_) => {t}::BINARY_ENCODING_ID,"
+        )
+        .unwrap();
     }
     writeln!(o, "        }}\n    }}\n").unwrap();
     writeln!(o, "    /// The schema name of the message type (`\"ReadRequest\"`).\n    pub fn name(&self) -> &'static str {{\n        match self {{").unwrap();
@@ -92,17 +122,39 @@ pub fn generate(m: &Model) -> String {
     o.push_str(
         "//! The service messages as two enums, keyed by their binary encoding ids.\n#![allow(clippy::all)]\n\nuse super::types::*;\nuse crate::encoding::{Decode, DecodeResult, Decoder, Encode, UaStructure};\nuse crate::types::NodeId;\n\n",
     );
-    gen_enum(&mut o, m, "Request", "Request", "RequestHeader", "request_header");
-    gen_enum(&mut o, m, "Response", "Response", "ResponseHeader", "response_header");
+    gen_enum(
+        &mut o,
+        m,
+        "Request",
+        "Request",
+        "RequestHeader",
+        "request_header",
+    );
+    gen_enum(
+        &mut o,
+        m,
+        "Response",
+        "Response",
+        "ResponseHeader",
+        "response_header",
+    );
     o
 }
 
 /// Tests for messages: each variant round-trips through encode_with_type_id/decode_body.
 pub fn generate_tests(m: &Model) -> String {
     let mut o = String::new();
-    for (enum_name, suffix, header) in [("Request", "Request", "RequestHeader"), ("Response", "Response", "ResponseHeader")] {
+    for (enum_name, suffix, header) in [
+        ("Request", "Request", "RequestHeader"),
+        ("Response", "Response", "ResponseHeader"),
+    ] {
         let list = services(m, suffix, header);
-        writeln!(o, "#[test]\nfn messages_{}_roundtrip() {{\n    let all: Vec<{enum_name}> = vec![", suffix.to_lowercase()).unwrap();
+        writeln!(
+            o,
+            "#[test]\nfn messages_{}_roundtrip() {{\n    let all: Vec<{enum_name}> = vec![",
+            suffix.to_lowercase()
+        )
+        .unwrap();
         for (_, t, _) in &list {
             writeln!(o, "        sample_{t}().into(),").unwrap();
         }

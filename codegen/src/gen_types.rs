@@ -1,6 +1,6 @@
 //! Writes core/src/generated/types.rs.
 
-use crate::model::{Layout, Model, RField, RStruct, REnum, Ty};
+use crate::model::{Layout, Model, REnum, RField, RStruct, Ty};
 use crate::naming::lit;
 use std::fmt::Write;
 
@@ -37,7 +37,12 @@ fn gen_struct(o: &mut String, s: &RStruct) {
     doc(o, "", &s.doc);
     match s.layout {
         Layout::Union => {
-            writeln!(o, "{}/// A union: `Null` is switch value 0; each other variant is one arm.", sep(&s.doc)).unwrap();
+            writeln!(
+                o,
+                "{}/// A union: `Null` is switch value 0; each other variant is one arm.",
+                sep(&s.doc)
+            )
+            .unwrap();
             writeln!(o, "#[derive(Clone, Debug, PartialEq, Default)]\npub enum {n} {{\n    #[default]\n    Null,").unwrap();
             for f in &s.fields {
                 writeln!(o, "    {}({}),", f.bsd_name, f.value_ty()).unwrap();
@@ -56,23 +61,45 @@ fn gen_struct(o: &mut String, s: &RStruct) {
             }
             writeln!(o, "        }}\n    }}\n}}\n").unwrap();
             writeln!(o, "impl Decode for {n} {{\n    const MIN_LEN: usize = 4;").unwrap();
-            writeln!(o, "    fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {{").unwrap();
+            writeln!(
+                o,
+                "    fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {{"
+            )
+            .unwrap();
             if s.recursive {
                 writeln!(o, "        d.enter({})?;", lit(n)).unwrap();
             }
-            writeln!(o, "        let r = match u32::decode(d)? {{\n            0 => {n}::Null,").unwrap();
+            writeln!(
+                o,
+                "        let r = match u32::decode(d)? {{\n            0 => {n}::Null,"
+            )
+            .unwrap();
             for f in &s.fields {
-                writeln!(o, "            {} => {n}::{}(Decode::decode(d)?),", f.switch_value.unwrap(), f.bsd_name).unwrap();
-            }
-            writeln!(o, "            _ => return Err(DecodeError::decoding({})),\n        }};", lit(&format!("{n} switch")))
+                writeln!(
+                    o,
+                    "            {} => {n}::{}(Decode::decode(d)?),",
+                    f.switch_value.unwrap(),
+                    f.bsd_name
+                )
                 .unwrap();
+            }
+            writeln!(
+                o,
+                "            _ => return Err(DecodeError::decoding({})),\n        }};",
+                lit(&format!("{n} switch"))
+            )
+            .unwrap();
             if s.recursive {
                 writeln!(o, "        d.leave();").unwrap();
             }
             writeln!(o, "        Ok(r)\n    }}\n}}\n").unwrap();
         }
         Layout::Plain | Layout::Optional { .. } => {
-            writeln!(o, "#[derive(Clone, Debug, PartialEq, Default)]\npub struct {n} {{").unwrap();
+            writeln!(
+                o,
+                "#[derive(Clone, Debug, PartialEq, Default)]\npub struct {n} {{"
+            )
+            .unwrap();
             for f in &s.fields {
                 if f.optional_bit.is_some() {
                     writeln!(o, "    pub {}: Option<{}>,", f.name, f.value_ty()).unwrap();
@@ -86,7 +113,11 @@ fn gen_struct(o: &mut String, s: &RStruct) {
             writeln!(
                 o,
                 "impl Encode for {n} {{\n    fn encode(&self, {}out: &mut Vec<u8>) {{",
-                if self_used || matches!(s.layout, Layout::Optional { .. }) { "" } else { "_" }
+                if self_used || matches!(s.layout, Layout::Optional { .. }) {
+                    ""
+                } else {
+                    "_"
+                }
             )
             .unwrap();
             if let Layout::Optional { mask_bits } = s.layout {
@@ -111,8 +142,16 @@ fn gen_struct(o: &mut String, s: &RStruct) {
             if let Layout::Optional { mask_bits } = s.layout {
                 mins.insert(0, (mask_bits / 8).to_string());
             }
-            let min = if mins.is_empty() { "0".to_owned() } else { mins.join("\n        + ") };
-            writeln!(o, "impl Decode for {n} {{\n    const MIN_LEN: usize = {min};").unwrap();
+            let min = if mins.is_empty() {
+                "0".to_owned()
+            } else {
+                mins.join("\n        + ")
+            };
+            writeln!(
+                o,
+                "impl Decode for {n} {{\n    const MIN_LEN: usize = {min};"
+            )
+            .unwrap();
             let d_used = !s.fields.is_empty() || matches!(s.layout, Layout::Optional { .. });
             writeln!(
                 o,
@@ -166,11 +205,29 @@ fn gen_enum(o: &mut String, e: &REnum) {
     let r = e.repr;
     doc(o, "", &e.e.doc);
     if e.e.is_option_set {
-        writeln!(o, "{}/// An option set: a bit mask; unknown bits are kept.", sep(&e.e.doc)).unwrap();
-        writeln!(o, "#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]").unwrap();
+        writeln!(
+            o,
+            "{}/// An option set: a bit mask; unknown bits are kept.",
+            sep(&e.e.doc)
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]"
+        )
+        .unwrap();
     } else {
-        writeln!(o, "{}/// An enumeration; unknown values are kept.", sep(&e.e.doc)).unwrap();
-        writeln!(o, "#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]").unwrap();
+        writeln!(
+            o,
+            "{}/// An enumeration; unknown values are kept.",
+            sep(&e.e.doc)
+        )
+        .unwrap();
+        writeln!(
+            o,
+            "#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]"
+        )
+        .unwrap();
     }
     writeln!(o, "pub struct {n}(pub {r});\n").unwrap();
     writeln!(o, "impl {n} {{").unwrap();
@@ -184,27 +241,47 @@ fn gen_enum(o: &mut String, e: &REnum) {
         o,
         "    pub const ALL: [Self; {}] = [{}];",
         e.e.values.len(),
-        e.e.values.iter().map(|(vn, _)| format!("Self::{vn}")).collect::<Vec<_>>().join(", ")
+        e.e.values
+            .iter()
+            .map(|(vn, _)| format!("Self::{vn}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     )
     .unwrap();
     if let Some(id) = e.data_type_id {
-        writeln!(o, "    /// The DataType node id (namespace 0).\n    pub const DATA_TYPE_ID: u32 = {id};").unwrap();
+        writeln!(
+            o,
+            "    /// The DataType node id (namespace 0).\n    pub const DATA_TYPE_ID: u32 = {id};"
+        )
+        .unwrap();
     }
-    writeln!(o, "    /// The schema name of this exact value, if it has one.").unwrap();
+    writeln!(
+        o,
+        "    /// The schema name of this exact value, if it has one."
+    )
+    .unwrap();
     if e.e.values.is_empty() {
         writeln!(o, "    pub const fn name(self) -> Option<&'static str> {{\n        let _ = self;\n        None\n    }}").unwrap();
     } else {
-    writeln!(o, "    pub const fn name(self) -> Option<&'static str> {{\n        Some(match self.0 {{").unwrap();
-    let mut done = std::collections::BTreeSet::new();
-    for (vn, v) in &e.e.values {
-        if done.insert(*v) {
-            writeln!(o, "            {v} => {},", lit(vn)).unwrap();
+        writeln!(
+            o,
+            "    pub const fn name(self) -> Option<&'static str> {{\n        Some(match self.0 {{"
+        )
+        .unwrap();
+        let mut done = std::collections::BTreeSet::new();
+        for (vn, v) in &e.e.values {
+            if done.insert(*v) {
+                writeln!(o, "            {v} => {},", lit(vn)).unwrap();
+            }
         }
-    }
-    writeln!(o, "            _ => return None,\n        }})\n    }}").unwrap();
+        writeln!(o, "            _ => return None,\n        }})\n    }}").unwrap();
     }
     if e.e.is_option_set {
-        writeln!(o, "    /// True when every bit of `other` is set in `self`.").unwrap();
+        writeln!(
+            o,
+            "    /// True when every bit of `other` is set in `self`."
+        )
+        .unwrap();
         writeln!(o, "    pub const fn contains(self, other: Self) -> bool {{\n        self.0 & other.0 == other.0\n    }}").unwrap();
     }
     writeln!(o, "}}\n").unwrap();
@@ -260,6 +337,13 @@ pub fn generate(m: &Model) -> String {
          #[allow(unused_imports)]\n\
          use crate::types::{\n    ByteString, DataValue, DateTime, DiagnosticInfo, ExpandedNodeId, ExtensionObject, Guid, LocalizedText, NodeId,\n    QualifiedName, StatusCode, UaString, Variant, XmlElement,\n};\n\n",
     );
+    o.push_str(&generate_items(m));
+    o
+}
+
+/// The enumerations and structures without a module header.
+pub fn generate_items(m: &Model) -> String {
+    let mut o = String::new();
     for e in &m.enums {
         gen_enum(&mut o, e);
     }
@@ -335,7 +419,11 @@ fn sample_field(m: &Model, owner: &str, f: &RField, k: u32) -> String {
         }
     }
     if f.array {
-        format!("vec![{}, {}]", sample_scalar(m, &f.ty, k), sample_scalar(m, &f.ty, k + 1))
+        format!(
+            "vec![{}, {}]",
+            sample_scalar(m, &f.ty, k),
+            sample_scalar(m, &f.ty, k + 1)
+        )
     } else {
         sample_scalar(m, &f.ty, k)
     }
@@ -348,7 +436,8 @@ pub fn generate_tests(m: &Model) -> String {
         "//! Round trip of every generated structure and enumeration: a populated sample (no\n\
          //! default-valued field, non-empty arrays) encodes, decodes to an equal value and\n\
          //! consumes exactly its encoding; every truncation of the encoding fails to decode.\n\
-         #![allow(non_snake_case, unused_imports, clippy::all)]\n\n\
+         #![cfg_attr(rustfmt, rustfmt::skip)]\n\
+         #![allow(non_snake_case, non_upper_case_globals, unused_imports, clippy::all)]\n\n\
          use uaring_core::generated::types::*;\n\
          use uaring_core::{\n    ByteString, DataValue, DateTime, Decode, DecodeLimits, Decoder, DiagnosticInfo, Encode, ExpandedNodeId,\n    ExtensionObject, ExtensionObjectBody, Guid, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant,\n    XmlElement,\n};\n\n\
          fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug>(v: &T) {\n    \
@@ -391,7 +480,11 @@ pub fn generate_tests(m: &Model) -> String {
             }
         }
         writeln!(o, "}}\n").unwrap();
-        writeln!(o, "#[test]\nfn roundtrip_{n}() {{\n    let v = sample_{n}();").unwrap();
+        writeln!(
+            o,
+            "#[test]\nfn roundtrip_{n}() {{\n    let v = sample_{n}();"
+        )
+        .unwrap();
         if !s.fields.is_empty() {
             writeln!(o, "    assert_ne!(v, {n}::default());").unwrap();
         }

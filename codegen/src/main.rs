@@ -15,7 +15,9 @@ fn main() -> ExitCode {
             "--check" => check = true,
             "--root" => root = PathBuf::from(args.next().expect("--root needs a directory")),
             other => {
-                eprintln!("usage: uaring-codegen [--check] [--root DIR] (unknown argument {other})");
+                eprintln!(
+                    "usage: uaring-codegen [--check] [--root DIR] (unknown argument {other})"
+                );
                 return ExitCode::from(2);
             }
         }
@@ -37,7 +39,8 @@ fn main() -> ExitCode {
         if stale.contains(&f.path) {
             let p = root.join(&f.path);
             std::fs::create_dir_all(p.parent().expect("parent")).expect("create dir");
-            std::fs::write(&p, &f.contents).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
+            std::fs::write(&p, &f.contents)
+                .unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
             println!("wrote {}", f.path.display());
         }
     }

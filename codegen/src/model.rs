@@ -125,7 +125,11 @@ pub type Ids = BTreeMap<String, (u32, String)>;
 fn resolve_struct(bsd: &Bsd, ids: &Ids, s: &Structured) -> RStruct {
     let structs = bsd.struct_by_name();
     let enums = bsd.enum_by_name();
-    let length_fields: BTreeSet<&str> = s.fields.iter().filter_map(|f| f.length_field.as_deref()).collect();
+    let length_fields: BTreeSet<&str> = s
+        .fields
+        .iter()
+        .filter_map(|f| f.length_field.as_deref())
+        .collect();
     let mut bits: BTreeMap<&str, u32> = BTreeMap::new();
     let mut mask_bits = 0u32;
     for f in s.fields.iter().filter(|f| f.is_opc && f.type_name == "Bit") {
@@ -141,15 +145,24 @@ fn resolve_struct(bsd: &Bsd, ids: &Ids, s: &Structured) -> RStruct {
             continue;
         }
         // A union's selector: a UInt32 that other fields switch on.
-        if s.fields.iter().any(|g| g.switch_field.as_deref() == Some(f.name.as_str()) && g.switch_value.is_some())
+        if s.fields
+            .iter()
+            .any(|g| g.switch_field.as_deref() == Some(f.name.as_str()) && g.switch_value.is_some())
             && !bits.contains_key(f.name.as_str())
         {
-            assert!(f.is_opc && f.type_name == "UInt32", "{}: union selector {} is not a UInt32", s.name, f.name);
+            assert!(
+                f.is_opc && f.type_name == "UInt32",
+                "{}: union selector {} is not a UInt32",
+                s.name,
+                f.name
+            );
             selector = Some(&f.name);
             continue;
         }
         let ty = if f.is_opc {
-            opc_ty(&f.type_name).unwrap_or_else(|| panic!("{}.{}: unknown opc type {}", s.name, f.name, f.type_name))
+            opc_ty(&f.type_name).unwrap_or_else(|| {
+                panic!("{}.{}: unknown opc type {}", s.name, f.name, f.type_name)
+            })
         } else if let Some(t) = ua_builtin(&f.type_name) {
             t
         } else if structs.contains_key(f.type_name.as_str()) {
@@ -169,7 +182,9 @@ fn resolve_struct(bsd: &Bsd, ids: &Ids, s: &Structured) -> RStruct {
         let (optional_bit, switch_value) = match (&f.switch_field, f.switch_value) {
             (None, _) => (None, None),
             (Some(sf), None) => {
-                let bit = *bits.get(sf.as_str()).unwrap_or_else(|| panic!("{}.{}: switch {sf} is no bit", s.name, f.name));
+                let bit = *bits
+                    .get(sf.as_str())
+                    .unwrap_or_else(|| panic!("{}.{}: switch {sf} is no bit", s.name, f.name));
                 has_optional = true;
                 (Some(bit), None)
             }
@@ -197,17 +212,28 @@ fn resolve_struct(bsd: &Bsd, ids: &Ids, s: &Structured) -> RStruct {
         assert!(!has_optional, "{}: union with optional fields", s.name);
         Layout::Union
     } else if has_optional || mask_bits > 0 {
-        assert!(matches!(mask_bits, 8 | 16 | 32), "{}: encoding mask of {mask_bits} bits", s.name);
+        assert!(
+            matches!(mask_bits, 8 | 16 | 32),
+            "{}: encoding mask of {mask_bits} bits",
+            s.name
+        );
         Layout::Optional { mask_bits }
     } else {
         Layout::Plain
     };
     let mut seen = BTreeSet::new();
     for f in &fields {
-        assert!(seen.insert(f.name.clone()), "{}: two fields map to {}", s.name, f.name);
+        assert!(
+            seen.insert(f.name.clone()),
+            "{}: two fields map to {}",
+            s.name,
+            f.name
+        );
     }
     let id = |n: &str, class: Option<&str>| -> u32 {
-        let (id, c) = ids.get(n).unwrap_or_else(|| panic!("NodeIds.csv has no {n}"));
+        let (id, c) = ids
+            .get(n)
+            .unwrap_or_else(|| panic!("NodeIds.csv has no {n}"));
         if let Some(class) = class {
             assert_eq!(c, class, "{n} is a {c}, expected {class}");
         }
@@ -218,15 +244,25 @@ fn resolve_struct(bsd: &Bsd, ids: &Ids, s: &Structured) -> RStruct {
         doc: s.doc.clone(),
         layout,
         data_type_id: id(&s.name, Some("DataType")),
-        binary_encoding_id: id(&format!("{}_Encoding_DefaultBinary", s.name), Some("Object")),
+        binary_encoding_id: id(
+            &format!("{}_Encoding_DefaultBinary", s.name),
+            Some("Object"),
+        ),
         fields,
         recursive: false,
     }
 }
 
 pub fn build<'a>(bsd: &'a Bsd, ids: &Ids) -> Model<'a> {
-    let mut structs: Vec<RStruct> = bsd.generated_structs().map(|s| resolve_struct(bsd, ids, s)).collect();
-    let by_name: BTreeMap<String, usize> = structs.iter().enumerate().map(|(i, s)| (s.name.clone(), i)).collect();
+    let mut structs: Vec<RStruct> = bsd
+        .generated_structs()
+        .map(|s| resolve_struct(bsd, ids, s))
+        .collect();
+    let by_name: BTreeMap<String, usize> = structs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.clone(), i))
+        .collect();
     // Recursion: which structures can reach themselves through structure-typed fields.
     for i in 0..structs.len() {
         let mut stack: Vec<usize> = Vec::new();
@@ -249,7 +285,11 @@ pub fn build<'a>(bsd: &'a Bsd, ids: &Ids) -> Model<'a> {
             structs[i].recursive = true;
             // A direct, non-array self-containment would need a Box; the bsd has none.
             for f in &structs[i].fields {
-                assert!(!(f.ty == Ty::Struct(structs[i].name.clone()) && !f.array), "{} contains itself", structs[i].name);
+                assert!(
+                    !(f.ty == Ty::Struct(structs[i].name.clone()) && !f.array),
+                    "{} contains itself",
+                    structs[i].name
+                );
             }
         }
     }
@@ -257,7 +297,10 @@ pub fn build<'a>(bsd: &'a Bsd, ids: &Ids) -> Model<'a> {
         .generated_enums()
         .map(|e| REnum {
             e,
-            data_type_id: ids.get(&e.name).filter(|(_, c)| c == "DataType").map(|(i, _)| *i),
+            data_type_id: ids
+                .get(&e.name)
+                .filter(|(_, c)| c == "DataType")
+                .map(|(i, _)| *i),
             repr: if e.is_option_set {
                 match e.length_in_bits {
                     8 => "u8",
@@ -267,12 +310,20 @@ pub fn build<'a>(bsd: &'a Bsd, ids: &Ids) -> Model<'a> {
                     n => panic!("{}: option set of {n} bits", e.name),
                 }
             } else {
-                assert_eq!(e.length_in_bits, 32, "{}: enumeration of {} bits", e.name, e.length_in_bits);
+                assert_eq!(
+                    e.length_in_bits, 32,
+                    "{}: enumeration of {} bits",
+                    e.name, e.length_in_bits
+                );
                 "i32"
             },
         })
         .collect();
-    Model { structs, enums, by_name }
+    Model {
+        structs,
+        enums,
+        by_name,
+    }
 }
 
 impl Model<'_> {

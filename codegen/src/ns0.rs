@@ -76,7 +76,8 @@ const KNOWN_CHILDREN: &[&str] = &[
 ];
 
 fn child<'a, 'i>(n: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
-    n.children().find(|c| c.is_element() && c.tag_name().name() == name)
+    n.children()
+        .find(|c| c.is_element() && c.tag_name().name() == name)
 }
 fn elements<'a, 'i>(n: Node<'a, 'i>) -> impl Iterator<Item = Node<'a, 'i>> {
     n.children().filter(|c| c.is_element())
@@ -139,7 +140,9 @@ fn builtin_id(name: &str) -> Option<u8> {
 }
 
 fn parse_num<T: std::str::FromStr>(s: &str, what: &str) -> T {
-    s.trim().parse().unwrap_or_else(|_| panic!("cannot parse {what} from {s:?}"))
+    s.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("cannot parse {what} from {s:?}"))
 }
 
 /// Writes the body of a built-in scalar of type `t` from its XML element (`None` → the
@@ -159,19 +162,34 @@ fn builtin_scalar(cx: &Ctx, w: &mut W, t: &str, el: Option<Node>) {
         "Float" => w.f32(tx.map_or(0.0, |s| parse_num(s, t))),
         "Double" => w.f64(tx.map_or(0.0, |s| parse_num(s, t))),
         "String" => w.string(tx),
-        "DateTime" => w.i64(tx.map_or(0, |s| parse_datetime(s).unwrap_or_else(|| panic!("bad DateTime {s:?}")))),
+        "DateTime" => w.i64(tx.map_or(0, |s| {
+            parse_datetime(s).unwrap_or_else(|| panic!("bad DateTime {s:?}"))
+        })),
         "Guid" => {
-            let g = el.and_then(|e| child(e, "String")).map(text).unwrap_or("00000000-0000-0000-0000-000000000000");
+            let g = el
+                .and_then(|e| child(e, "String"))
+                .map(text)
+                .unwrap_or("00000000-0000-0000-0000-000000000000");
             w.guid(&parse_guid(g).unwrap_or_else(|| panic!("bad Guid {g:?}")));
         }
-        "ByteString" => w.bytes(tx.map(|s| base64(s).unwrap_or_else(|| panic!("bad base64"))).as_deref()),
+        "ByteString" => w.bytes(
+            tx.map(|s| base64(s).unwrap_or_else(|| panic!("bad base64")))
+                .as_deref(),
+        ),
         "NodeId" | "ExpandedNodeId" => {
-            let id = el.and_then(|e| child(e, "Identifier")).map_or(Id::NULL, |i| cx.node_id(text(i)));
+            let id = el
+                .and_then(|e| child(e, "Identifier"))
+                .map_or(Id::NULL, |i| cx.node_id(text(i)));
             w.node_id(&id);
         }
-        "StatusCode" => w.u32(el.and_then(|e| child(e, "Code")).map_or(0, |c| parse_num(text(c), "StatusCode"))),
+        "StatusCode" => w.u32(
+            el.and_then(|e| child(e, "Code"))
+                .map_or(0, |c| parse_num(text(c), "StatusCode")),
+        ),
         "QualifiedName" => {
-            let ns = el.and_then(|e| child(e, "NamespaceIndex")).map_or(0, |c| parse_num(text(c), "NamespaceIndex"));
+            let ns = el
+                .and_then(|e| child(e, "NamespaceIndex"))
+                .map_or(0, |c| parse_num(text(c), "NamespaceIndex"));
             w.qualified_name(ns, el.and_then(|e| child(e, "Name")).map(text));
         }
         "LocalizedText" => w.localized_text(
@@ -195,23 +213,46 @@ fn builtin_scalar(cx: &Ctx, w: &mut W, t: &str, el: Option<Node>) {
 
 /// `<ExtensionObject><TypeId><Identifier>i=297</Identifier></TypeId><Body><Argument>…`
 fn extension_object(cx: &Ctx, w: &mut W, e: Node) {
-    let tid = child(e, "TypeId").and_then(|t| child(t, "Identifier")).map(text).expect("ExtensionObject without TypeId");
+    let tid = child(e, "TypeId")
+        .and_then(|t| child(t, "Identifier"))
+        .map(text)
+        .expect("ExtensionObject without TypeId");
     let id = cx.numeric(tid);
-    let name = cx.names.get(&id).unwrap_or_else(|| panic!("unknown ExtensionObject TypeId {tid}"));
+    let name = cx
+        .names
+        .get(&id)
+        .unwrap_or_else(|| panic!("unknown ExtensionObject TypeId {tid}"));
     // The XML encoding id (or the DataType id) → the DataType name.
-    let dt = name.strip_suffix("_Encoding_DefaultXml").or(name.strip_suffix("_Encoding_DefaultBinary")).unwrap_or(name);
-    let body = child(e, "Body").and_then(|b| elements(b).next()).expect("ExtensionObject without Body");
-    assert_eq!(body.tag_name().name(), dt, "ExtensionObject TypeId {tid} has a {} body", body.tag_name().name());
+    let dt = name
+        .strip_suffix("_Encoding_DefaultXml")
+        .or(name.strip_suffix("_Encoding_DefaultBinary"))
+        .unwrap_or(name);
+    let body = child(e, "Body")
+        .and_then(|b| elements(b).next())
+        .expect("ExtensionObject without Body");
+    assert_eq!(
+        body.tag_name().name(),
+        dt,
+        "ExtensionObject TypeId {tid} has a {} body",
+        body.tag_name().name()
+    );
     let mut b = W::default();
     struct_body(cx, &mut b, dt, Some(body));
-    let enc = cx.ids.get(&format!("{dt}_Encoding_DefaultBinary")).expect("no DefaultBinary encoding").0;
+    let enc = cx
+        .ids
+        .get(&format!("{dt}_Encoding_DefaultBinary"))
+        .expect("no DefaultBinary encoding")
+        .0;
     w.extension_object(enc, &b.b);
 }
 
 /// A structure's binary body from its XML element, field by field from the bsd.
 fn struct_body(cx: &Ctx, w: &mut W, name: &str, el: Option<Node>) {
     let s = cx.m.get(name);
-    assert!(matches!(s.layout, Layout::Plain), "{name}: only plain structures are converted from XML");
+    assert!(
+        matches!(s.layout, Layout::Plain),
+        "{name}: only plain structures are converted from XML"
+    );
     if let Some(e) = el {
         for c in elements(e) {
             assert!(
@@ -277,7 +318,12 @@ fn variant(cx: &Ctx, w: &mut W, value: Node) {
         w.u8(id | 0x80);
         w.i32(items.len() as i32);
         for it in items {
-            assert_eq!(it.tag_name().name(), t, "{tag} holds a {}", it.tag_name().name());
+            assert_eq!(
+                it.tag_name().name(),
+                t,
+                "{tag} holds a {}",
+                it.tag_name().name()
+            );
             builtin_scalar(cx, w, t, Some(it));
         }
     } else {
@@ -291,7 +337,10 @@ fn variant(cx: &Ctx, w: &mut W, value: Node) {
 fn localized(n: Option<Node>) -> (Option<String>, Option<String>) {
     match n {
         None => (None, None),
-        Some(n) => (n.attribute("Locale").map(str::to_owned), Some(text(n).to_owned())),
+        Some(n) => (
+            n.attribute("Locale").map(str::to_owned),
+            Some(text(n).to_owned()),
+        ),
     }
 }
 
@@ -324,29 +373,75 @@ fn is_under(pre: &Pre, mut id: u32, root: u32) -> bool {
 fn definition(cx: &Ctx, pre: &Pre, node: Node, id: u32, def: Node) -> (u32, Vec<u8>) {
     let mut w = W::default();
     let is_option_set = def.attribute("IsOptionSet") == Some("true");
-    let fields: Vec<Node> = elements(def).filter(|f| f.tag_name().name() == "Field").collect();
+    let fields: Vec<Node> = elements(def)
+        .filter(|f| f.tag_name().name() == "Field")
+        .collect();
     for a in def.attributes() {
-        assert!(["Name", "IsOptionSet", "SymbolicName", "IsUnion", "IsOption"].contains(&a.name()), "Definition attribute {}", a.name());
+        assert!(
+            ["Name", "IsOptionSet", "SymbolicName", "IsUnion", "IsOption"].contains(&a.name()),
+            "Definition attribute {}",
+            a.name()
+        );
     }
     if is_under(pre, id, 22) {
-        let names: Vec<&str> = cx.m.get("StructureField").fields.iter().map(|f| f.bsd_name.as_str()).collect();
-        assert_eq!(names, ["Name", "Description", "DataType", "ValueRank", "ArrayDimensions", "MaxStringLength", "IsOptional"]);
-        let names: Vec<&str> = cx.m.get("StructureDefinition").fields.iter().map(|f| f.bsd_name.as_str()).collect();
-        assert_eq!(names, ["DefaultEncodingId", "BaseDataType", "StructureType", "Fields"]);
+        let names: Vec<&str> =
+            cx.m.get("StructureField")
+                .fields
+                .iter()
+                .map(|f| f.bsd_name.as_str())
+                .collect();
+        assert_eq!(
+            names,
+            [
+                "Name",
+                "Description",
+                "DataType",
+                "ValueRank",
+                "ArrayDimensions",
+                "MaxStringLength",
+                "IsOptional"
+            ]
+        );
+        let names: Vec<&str> =
+            cx.m.get("StructureDefinition")
+                .fields
+                .iter()
+                .map(|f| f.bsd_name.as_str())
+                .collect();
+        assert_eq!(
+            names,
+            [
+                "DefaultEncodingId",
+                "BaseDataType",
+                "StructureType",
+                "Fields"
+            ]
+        );
         // DefaultEncodingId: the "Default Binary" object linked by HasEncoding (the NodeSet
         // declares the reference on either side); else NodeIds.csv's `<Name>_Encoding_DefaultBinary`.
         let mut enc = Id::NULL;
         if let Some(e) = pre.default_binary.get(&id) {
             enc = Id::Numeric(0, *e);
-        } else if let Some((e, _)) = pre.browse.get(&id).and_then(|b| cx.ids.get(&format!("{b}_Encoding_DefaultBinary"))) {
+        } else if let Some((e, _)) = pre
+            .browse
+            .get(&id)
+            .and_then(|b| cx.ids.get(&format!("{b}_Encoding_DefaultBinary")))
+        {
             enc = Id::Numeric(0, *e);
         }
         let _ = node;
         w.node_id(&enc);
-        w.node_id(&Id::Numeric(0, *pre.supertype.get(&id).expect("structure without supertype")));
+        w.node_id(&Id::Numeric(
+            0,
+            *pre.supertype.get(&id).expect("structure without supertype"),
+        ));
         let is_union = def.attribute("IsUnion") == Some("true");
-        let optional = fields.iter().any(|f| f.attribute("IsOptional") == Some("true"));
-        let subtyped = fields.iter().any(|f| f.attribute("AllowSubTypes") == Some("true"));
+        let optional = fields
+            .iter()
+            .any(|f| f.attribute("IsOptional") == Some("true"));
+        let subtyped = fields
+            .iter()
+            .any(|f| f.attribute("AllowSubTypes") == Some("true"));
         // StructureType: Structure 0, StructureWithOptionalFields 1, Union 2,
         // StructureWithSubtypedValues 3, UnionWithSubtypedValues 4.
         let st = match (is_union, optional, subtyped) {
@@ -361,8 +456,17 @@ fn definition(cx: &Ctx, pre: &Pre, node: Node, id: u32, def: Node) -> (u32, Vec<
         for f in &fields {
             for a in f.attributes() {
                 assert!(
-                    ["Name", "DataType", "ValueRank", "ArrayDimensions", "MaxStringLength", "IsOptional", "AllowSubTypes", "SymbolicName"]
-                        .contains(&a.name()),
+                    [
+                        "Name",
+                        "DataType",
+                        "ValueRank",
+                        "ArrayDimensions",
+                        "MaxStringLength",
+                        "IsOptional",
+                        "AllowSubTypes",
+                        "SymbolicName"
+                    ]
+                    .contains(&a.name()),
                     "structure Field attribute {}",
                     a.name()
                 );
@@ -370,29 +474,55 @@ fn definition(cx: &Ctx, pre: &Pre, node: Node, id: u32, def: Node) -> (u32, Vec<
             w.string(Some(f.attribute("Name").expect("Field Name")));
             let (l, t) = localized(child(*f, "Description"));
             w.localized_text(l.as_deref(), t.as_deref());
-            w.node_id(&f.attribute("DataType").map_or(Id::Numeric(0, 24), |d| cx.node_id(d)));
-            w.i32(f.attribute("ValueRank").map_or(-1, |v| parse_num(v, "ValueRank")));
+            w.node_id(
+                &f.attribute("DataType")
+                    .map_or(Id::Numeric(0, 24), |d| cx.node_id(d)),
+            );
+            w.i32(
+                f.attribute("ValueRank")
+                    .map_or(-1, |v| parse_num(v, "ValueRank")),
+            );
             match f.attribute("ArrayDimensions") {
                 None => w.i32(-1),
                 Some(a) => {
-                    let dims: Vec<u32> = a.split(',').map(|x| parse_num(x, "ArrayDimensions")).collect();
+                    let dims: Vec<u32> = a
+                        .split(',')
+                        .map(|x| parse_num(x, "ArrayDimensions"))
+                        .collect();
                     w.i32(dims.len() as i32);
                     dims.iter().for_each(|d| w.u32(*d));
                 }
             }
-            w.u32(f.attribute("MaxStringLength").map_or(0, |v| parse_num(v, "MaxStringLength")));
+            w.u32(
+                f.attribute("MaxStringLength")
+                    .map_or(0, |v| parse_num(v, "MaxStringLength")),
+            );
             w.bool(f.attribute("IsOptional") == Some("true"));
         }
         (cx.ids["StructureDefinition_Encoding_DefaultBinary"].0, w.b)
     } else if is_under(pre, id, 29) || is_option_set {
-        let names: Vec<&str> = cx.m.get("EnumField").fields.iter().map(|f| f.bsd_name.as_str()).collect();
+        let names: Vec<&str> =
+            cx.m.get("EnumField")
+                .fields
+                .iter()
+                .map(|f| f.bsd_name.as_str())
+                .collect();
         assert_eq!(names, ["Value", "DisplayName", "Description", "Name"]);
-        let names: Vec<&str> = cx.m.get("EnumDefinition").fields.iter().map(|f| f.bsd_name.as_str()).collect();
+        let names: Vec<&str> =
+            cx.m.get("EnumDefinition")
+                .fields
+                .iter()
+                .map(|f| f.bsd_name.as_str())
+                .collect();
         assert_eq!(names, ["Fields"]);
         w.i32(fields.len() as i32);
         for f in &fields {
             for a in f.attributes() {
-                assert!(["Name", "Value", "SymbolicName"].contains(&a.name()), "enum Field attribute {}", a.name());
+                assert!(
+                    ["Name", "Value", "SymbolicName"].contains(&a.name()),
+                    "enum Field attribute {}",
+                    a.name()
+                );
             }
             let name = f.attribute("Name").expect("Field Name");
             w.i64(f.attribute("Value").map_or(0, |v| parse_num(v, "Value")));
@@ -422,12 +552,22 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
     let mut aliases = BTreeMap::new();
     if let Some(a) = child(root, "Aliases") {
         for al in elements(a) {
-            aliases.insert(al.attribute("Alias").expect("Alias").to_owned(), text(al).trim().to_owned());
+            aliases.insert(
+                al.attribute("Alias").expect("Alias").to_owned(),
+                text(al).trim().to_owned(),
+            );
         }
     }
     let names = ids.iter().map(|(n, (i, _))| (*i, n.clone())).collect();
-    let cx = Ctx { aliases, m, ids, names };
-    let node_els: Vec<Node> = elements(root).filter(|n| n.tag_name().name().starts_with("UA")).collect();
+    let cx = Ctx {
+        aliases,
+        m,
+        ids,
+        names,
+    };
+    let node_els: Vec<Node> = elements(root)
+        .filter(|n| n.tag_name().name().starts_with("UA"))
+        .collect();
     for n in elements(root) {
         assert!(
             ["Models", "Aliases", "NamespaceUris", "Extensions"].contains(&n.tag_name().name())
@@ -438,10 +578,17 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
     }
     // Pre-pass: supertypes, browse names, encodings.
     let mut encodings: Vec<(u32, u32)> = Vec::new();
-    let mut pre = Pre { supertype: BTreeMap::new(), browse: BTreeMap::new(), default_binary: BTreeMap::new() };
+    let mut pre = Pre {
+        supertype: BTreeMap::new(),
+        browse: BTreeMap::new(),
+        default_binary: BTreeMap::new(),
+    };
     for n in &node_els {
         let id = cx.numeric(n.attribute("NodeId").expect("NodeId"));
-        pre.browse.insert(id, n.attribute("BrowseName").expect("BrowseName").to_owned());
+        pre.browse.insert(
+            id,
+            n.attribute("BrowseName").expect("BrowseName").to_owned(),
+        );
         if let Some(refs) = child(*n, "References") {
             for r in elements(refs) {
                 let fwd = r.attribute("IsForward") != Some("false");
@@ -470,10 +617,18 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
     for n in &node_els {
         let tag = n.tag_name().name();
         for a in n.attributes() {
-            assert!(KNOWN_ATTRS.contains(&a.name()), "{tag}: unknown attribute {}", a.name());
+            assert!(
+                KNOWN_ATTRS.contains(&a.name()),
+                "{tag}: unknown attribute {}",
+                a.name()
+            );
         }
         for c in elements(*n) {
-            assert!(KNOWN_CHILDREN.contains(&c.tag_name().name()), "{tag}: unknown child {}", c.tag_name().name());
+            assert!(
+                KNOWN_CHILDREN.contains(&c.tag_name().name()),
+                "{tag}: unknown child {}",
+                c.tag_name().name()
+            );
         }
         let node_class = match tag {
             "UAObject" => 1,
@@ -495,7 +650,9 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
         w.i32(node_class);
         let bn = attr("BrowseName").expect("BrowseName");
         let (ns, name) = match bn.split_once(':') {
-            Some((p, rest)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => (parse_num(p, "ns"), rest),
+            Some((p, rest)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                (parse_num(p, "ns"), rest)
+            }
             _ => (0u16, bn),
         };
         w.qualified_name(ns, Some(name));
@@ -506,8 +663,13 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
         w.u32(attr("WriteMask").map_or(0, |v| parse_num(v, "WriteMask")));
         w.u32(attr("UserWriteMask").map_or(0, |v| parse_num(v, "UserWriteMask")));
         let is_method = node_class == 4;
-        let access_level_ex: Option<u32> = attr("AccessLevelEx").map(|v| parse_num(v, "AccessLevelEx"));
-        let def = if node_class == 64 { child(*n, "Definition") } else { None };
+        let access_level_ex: Option<u32> =
+            attr("AccessLevelEx").map(|v| parse_num(v, "AccessLevelEx"));
+        let def = if node_class == 64 {
+            child(*n, "Definition")
+        } else {
+            None
+        };
         let mut flags = 0u8;
         for (bit, on) in [
             (1, flag("IsAbstract", false)),
@@ -515,7 +677,10 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
             (4, flag("ContainsNoLoops", false)),
             (8, flag("Historizing", false)),
             (16, is_method && flag("Executable", true)),
-            (32, is_method && flag("UserExecutable", flag("Executable", true))),
+            (
+                32,
+                is_method && flag("UserExecutable", flag("Executable", true)),
+            ),
             (64, access_level_ex.is_some()),
             (128, def.is_some()),
         ] {
@@ -541,25 +706,43 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
         match attr("ArrayDimensions").filter(|a| !a.trim().is_empty()) {
             None => w.i32(0),
             Some(a) => {
-                let dims: Vec<u32> = a.split(',').map(|x| parse_num(x, "ArrayDimensions")).collect();
+                let dims: Vec<u32> = a
+                    .split(',')
+                    .map(|x| parse_num(x, "ArrayDimensions"))
+                    .collect();
                 w.i32(dims.len() as i32);
                 dims.iter().for_each(|d| w.u32(*d));
             }
         }
-        let al: u8 = if is_var { attr("AccessLevel").map_or(1, |v| parse_num(v, "AccessLevel")) } else { 0 };
-        let ual: u8 = if is_var { attr("UserAccessLevel").map_or(al, |v| parse_num(v, "UserAccessLevel")) } else { 0 };
+        let al: u8 = if is_var {
+            attr("AccessLevel").map_or(1, |v| parse_num(v, "AccessLevel"))
+        } else {
+            0
+        };
+        let ual: u8 = if is_var {
+            attr("UserAccessLevel").map_or(al, |v| parse_num(v, "UserAccessLevel"))
+        } else {
+            0
+        };
         w.u8(al);
         w.u8(ual);
         if let Some(x) = access_level_ex {
             w.u32(x);
         }
-        w.f64(attr("MinimumSamplingInterval").map_or(0.0, |v| parse_num(v, "MinimumSamplingInterval")));
+        w.f64(
+            attr("MinimumSamplingInterval")
+                .map_or(0.0, |v| parse_num(v, "MinimumSamplingInterval")),
+        );
         if let Some(d) = def {
-            let Id::Numeric(0, nid) = id else { panic!("DataType {id_str} is not numeric ns=0") };
+            let Id::Numeric(0, nid) = id else {
+                panic!("DataType {id_str} is not numeric ns=0")
+            };
             let (enc, body) = definition(&cx, &pre, *n, nid, d);
             w.extension_object(enc, &body);
         }
-        let refs: Vec<Node> = child(*n, "References").map(|r| elements(r).collect()).unwrap_or_default();
+        let refs: Vec<Node> = child(*n, "References")
+            .map(|r| elements(r).collect())
+            .unwrap_or_default();
         w.i32(refs.len() as i32);
         for r in refs {
             assert_eq!(r.tag_name().name(), "Reference");
@@ -568,7 +751,10 @@ pub fn generate(xml: &str, m: &Model, ids: &Ids) -> Ns0Out {
             w.node_id(&cx.node_id(text(r)));
         }
     }
-    Ns0Out { blob: w.b, node_count: node_els.len() }
+    Ns0Out {
+        blob: w.b,
+        node_count: node_els.len(),
+    }
 }
 
 pub fn loader_rs(node_count: usize) -> String {

@@ -21,7 +21,11 @@ fn generation_is_deterministic() {
     assert_eq!(a.len(), b.len());
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x.path, y.path);
-        assert!(x.contents == y.contents, "{} differs between two runs", x.path.display());
+        assert!(
+            x.contents == y.contents,
+            "{} differs between two runs",
+            x.path.display()
+        );
     }
 }
 
@@ -29,7 +33,10 @@ fn generation_is_deterministic() {
 fn vendored_spec_matches_shared_spec() {
     let shared = uaring_codegen::workspace_root().join("../shared/spec");
     if !shared.is_dir() {
-        println!("note: {} does not exist; skipping the comparison", shared.display());
+        println!(
+            "note: {} does not exist; skipping the comparison",
+            shared.display()
+        );
         return;
     }
     // Every vendored schema file (our README is our own) must equal the shared copy.
@@ -42,10 +49,18 @@ fn vendored_spec_matches_shared_spec() {
             continue;
         }
         let theirs = shared.join(&name);
-        assert!(theirs.exists(), "{} is in codegen/spec but not in shared/spec", Path::new(&name).display());
+        assert!(
+            theirs.exists(),
+            "{} is in codegen/spec but not in shared/spec",
+            Path::new(&name).display()
+        );
         let a = std::fs::read(e.path()).expect("read vendored file");
         let b = std::fs::read(&theirs).expect("read shared file");
-        assert!(a == b, "codegen/spec/{} differs from shared/spec", Path::new(&name).display());
+        assert!(
+            a == b,
+            "codegen/spec/{} differs from shared/spec",
+            Path::new(&name).display()
+        );
         compared += 1;
     }
     assert!(compared >= 5, "only {compared} schema files compared");

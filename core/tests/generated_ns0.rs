@@ -4,12 +4,16 @@ use std::collections::HashMap;
 use uaring_core::generated::node_ids as id;
 use uaring_core::generated::ns0::{self, Ns0Node};
 use uaring_core::generated::types::{
-    Argument, EUInformation, EnumDefinition, EnumValueType, NodeClass, StructureDefinition, StructureType,
+    Argument, EUInformation, EnumDefinition, EnumValueType, NodeClass, StructureDefinition,
+    StructureType,
 };
 use uaring_core::{DecodeLimits, ExtensionObject, NodeId, UaStructure, Variant};
 
 fn by_id(nodes: &[Ns0Node]) -> HashMap<u32, &Ns0Node> {
-    nodes.iter().map(|n| (n.node_id.as_ns0().expect("ns0 numeric"), n)).collect()
+    nodes
+        .iter()
+        .map(|n| (n.node_id.as_ns0().expect("ns0 numeric"), n))
+        .collect()
 }
 
 fn eo_list(v: &Variant) -> Vec<&ExtensionObject> {
@@ -40,9 +44,12 @@ fn node_count_and_well_known_nodes() {
     assert_eq!(objects.browse_name.name.as_str(), "Objects");
     assert_eq!(objects.browse_name.namespace_index, 0);
     assert_eq!(objects.display_name.text.as_str(), "Objects");
-    assert!(objects.references.iter().any(|r| r.reference_type == NodeId::ns0(id::Organizes)
-        && !r.is_forward
-        && r.target == NodeId::ns0(84)));
+    assert!(objects
+        .references
+        .iter()
+        .any(|r| r.reference_type == NodeId::ns0(id::Organizes)
+            && !r.is_forward
+            && r.target == NodeId::ns0(84)));
 
     let server = m[&id::Server];
     assert_eq!(server.browse_name.name.as_str(), "Server");
@@ -95,15 +102,31 @@ fn values_decode_to_their_structures() {
     let def = ssdt.data_type_definition.as_ref().expect("definition");
     let sd: StructureDefinition = def.decode_as(lim).expect("StructureDefinition").unwrap();
     let names: Vec<&str> = sd.fields.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, ["StartTime", "CurrentTime", "State", "BuildInfo", "SecondsTillShutdown", "ShutdownReason"]);
+    assert_eq!(
+        names,
+        [
+            "StartTime",
+            "CurrentTime",
+            "State",
+            "BuildInfo",
+            "SecondsTillShutdown",
+            "ShutdownReason"
+        ]
+    );
     assert_eq!(sd.fields[0].data_type, NodeId::ns0(id::UtcTime));
     assert_eq!(sd.fields[2].data_type, NodeId::ns0(id::ServerState));
-    assert_eq!(sd.default_encoding_id, NodeId::ns0(id::ServerStatusDataType_Encoding_DefaultBinary));
+    assert_eq!(
+        sd.default_encoding_id,
+        NodeId::ns0(id::ServerStatusDataType_Encoding_DefaultBinary)
+    );
     assert_eq!(sd.base_data_type, NodeId::ns0(id::Structure));
     assert_eq!(sd.structure_type, StructureType::Structure);
 
     // An enumeration's definition.
-    let ssd = m[&id::ServerState].data_type_definition.as_ref().expect("ServerState definition");
+    let ssd = m[&id::ServerState]
+        .data_type_definition
+        .as_ref()
+        .expect("ServerState definition");
     let ed: EnumDefinition = ssd.decode_as(lim).expect("EnumDefinition").unwrap();
     assert_eq!(ed.fields[0].name.as_str(), "Running");
     assert_eq!(ed.fields.len(), 8);
@@ -120,8 +143,13 @@ fn values_decode_to_their_structures() {
     assert!(!list.is_empty());
     let first: EnumValueType = list[0].decode_as(lim).expect("EnumValueType").unwrap();
     assert_eq!(first.display_name.text.as_str(), "Unspecified");
-    let all: Vec<EnumValueType> = list.iter().map(|e| e.decode_as(lim).unwrap().unwrap()).collect();
-    assert!(all.iter().any(|v| v.value == 1 && v.display_name.text.as_str() == "Object"));
+    let all: Vec<EnumValueType> = list
+        .iter()
+        .map(|e| e.decode_as(lim).unwrap().unwrap())
+        .collect();
+    assert!(all
+        .iter()
+        .any(|v| v.value == 1 && v.display_name.text.as_str() == "Object"));
 
     // InputArguments (Argument[]) of Server.GetMonitoredItems.
     let ia = m[&id::Server_GetMonitoredItems_InputArguments];
@@ -161,7 +189,10 @@ fn values_decode_to_their_structures() {
             } else if let Some(r) = e.decode_as::<EnumDefinition>(lim) {
                 r.map(|_| EnumDefinition::NAME)
             } else {
-                panic!("{:?}: unexpected ExtensionObject {:?}", n.node_id, e.type_id)
+                panic!(
+                    "{:?}: unexpected ExtensionObject {:?}",
+                    n.node_id, e.type_id
+                )
             }
             .unwrap_or_else(|err| panic!("{:?}: {err}", n.node_id));
             *counts.entry(name).or_default() += 1;
@@ -180,12 +211,16 @@ fn scalar_values_and_namespace_metadata() {
     let m = by_id(&nodes);
     // Server_NamespaceArray has no value in the NodeSet; the OPCUANamespaceMetadata object does.
     let uri = m[&id::OPCUANamespaceMetadata_NamespaceUri];
-    assert!(matches!(&uri.value, Variant::String(s) if s.as_str() == "http://opcfoundation.org/UA/"));
+    assert!(
+        matches!(&uri.value, Variant::String(s) if s.as_str() == "http://opcfoundation.org/UA/")
+    );
     let pd = m[&id::OPCUANamespaceMetadata_NamespacePublicationDate];
     assert!(matches!(pd.value, Variant::DateTime(_)));
     // The binary type dictionary is carried as a ByteString.
     let dict = m[&id::OpcUa_BinarySchema];
-    assert!(matches!(&dict.value, Variant::ByteString(b) if b.as_bytes().starts_with(b"<opc:TypeDictionary")));
+    assert!(
+        matches!(&dict.value, Variant::ByteString(b) if b.as_bytes().starts_with(b"<opc:TypeDictionary"))
+    );
 }
 
 #[test]
@@ -196,7 +231,11 @@ fn decoding_is_fast_enough_and_rejects_truncation() {
     assert_eq!(nodes.len(), 4956);
     // Generous for debug builds; release decodes in a few ms.
     assert!(el.as_millis() < 2000, "decoding ns0 took {el:?}");
-    println!("ns0: {} nodes, {} bytes, decoded in {el:?}", nodes.len(), ns0::NS0_BIN.len());
+    println!(
+        "ns0: {} nodes, {} bytes, decoded in {el:?}",
+        nodes.len(),
+        ns0::NS0_BIN.len()
+    );
     let b = ns0::NS0_BIN;
     assert!(ns0::decode_blob(&b[..b.len() - 1]).is_err());
     assert!(ns0::decode_blob(&b[..b.len() / 2]).is_err());

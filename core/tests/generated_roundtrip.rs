@@ -3,7 +3,8 @@
 //! Round trip of every generated structure and enumeration: a populated sample (no
 //! default-valued field, non-empty arrays) encodes, decodes to an equal value and
 //! consumes exactly its encoding; every truncation of the encoding fails to decode.
-#![allow(non_snake_case, unused_imports, clippy::all)]
+#![cfg_attr(rustfmt, rustfmt::skip)]
+#![allow(non_snake_case, non_upper_case_globals, unused_imports, clippy::all)]
 
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;

@@ -7,6 +7,7 @@ pub mod attribute_ids;
 pub mod messages;
 #[rustfmt::skip]
 pub mod node_ids;
+#[rustfmt::skip]
 pub mod ns0;
 #[rustfmt::skip]
 pub mod status_codes;
