@@ -960,3 +960,63 @@ fn structures_are_written_by_data_type() {
         StatusCode::BadTypeMismatch
     );
 }
+
+#[test]
+fn access_level_bits_are_enforced() {
+    use uaring_core::address_space::build::ns1::variable;
+    use uaring_core::address_space::{AddressSpaceBuilder, ServerInfo};
+    use uaring_core::services::attribute::{read_attribute, write_attribute, Timestamps};
+    let mut b = AddressSpaceBuilder::new(
+        vec!["http://opcfoundation.org/UA/".into(), "urn:t".into()],
+        ServerInfo::default(),
+    );
+    let mk = |id: u32, access: u8| {
+        variable(
+            NodeId::numeric(1, id),
+            QualifiedName::new(1, "v"),
+            NodeId::ns0(6),
+            -1,
+            vec![],
+            DataValue::new(Variant::Int32(1)),
+            access,
+            0.0,
+            None,
+        )
+    };
+    b.add(mk(1, 0x02)).unwrap(); // write-only
+    let mut user_ro = mk(2, 0x03);
+    if let uaring_core::address_space::ClassAttributes::Variable(v) = &mut user_ro.attributes {
+        v.user_access_level = 0x00;
+    }
+    b.add(user_ro).unwrap();
+    assert!(b.add(mk(1, 0x01)).is_err(), "duplicate NodeId");
+    let space = b.finish();
+    let lim = uaring_core::server::config::OperationLimits::default();
+    let read = |id: u32| {
+        read_attribute(
+            &space,
+            &NodeId::numeric(1, id),
+            attr::VALUE,
+            "",
+            &QualifiedName::default(),
+            Timestamps::Both,
+            now(),
+        )
+        .status_code()
+    };
+    let write = |id: u32| {
+        write_attribute(
+            &space,
+            &lim,
+            &NodeId::numeric(1, id),
+            attr::VALUE,
+            "",
+            &DataValue::new(Variant::Int32(2)),
+            now(),
+        )
+    };
+    assert_eq!(read(1), StatusCode::BadNotReadable);
+    assert_eq!(write(1), StatusCode::Good);
+    assert_eq!(read(2), StatusCode::BadUserAccessDenied);
+    assert_eq!(write(2), StatusCode::BadUserAccessDenied);
+}

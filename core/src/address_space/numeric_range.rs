@@ -60,7 +60,7 @@ impl NumericRange {
     pub fn read(&self, v: &Variant) -> Result<Variant, StatusCode> {
         match v {
             Variant::Array(a) => {
-                let shape = shape_of(a);
+                let shape = shape_of(a)?;
                 if self.dims.len() == shape.len() {
                     let (idx, out_dims) = select(&self.dims, &shape, true)?;
                     let values: Vec<Variant> =
@@ -110,7 +110,7 @@ impl NumericRange {
     pub fn write(&self, current: &Variant, new: &Variant) -> Result<Variant, StatusCode> {
         match (current, new) {
             (Variant::Array(a), Variant::Array(n)) => {
-                let shape = shape_of(a);
+                let shape = shape_of(a)?;
                 if self.dims.len() != shape.len() {
                     return Err(StatusCode::BadIndexRangeNoData);
                 }
@@ -172,11 +172,18 @@ fn empty_like(v: &Variant) -> Variant {
     }
 }
 
-fn shape_of(a: &Array) -> Vec<usize> {
-    match &a.dimensions {
+/// The array's shape; `NoData` when its dimensions don't multiply to its length (the
+/// decoder rejects such arrays, but `Array`'s fields are public).
+fn shape_of(a: &Array) -> Result<Vec<usize>, StatusCode> {
+    let shape: Vec<usize> = match &a.dimensions {
         Some(d) => d.iter().map(|&x| x.max(0) as usize).collect(),
         None => vec![a.values.len()],
+    };
+    let product = shape.iter().try_fold(1usize, |acc, &x| acc.checked_mul(x));
+    if shape.is_empty() || product != Some(a.values.len()) {
+        return Err(StatusCode::BadIndexRangeNoData);
     }
+    Ok(shape)
 }
 
 fn make_array(t: BuiltinType, values: Vec<Variant>, dims: Vec<usize>) -> Variant {
@@ -389,5 +396,18 @@ mod tests {
             .unwrap(),
             Variant::String("xyc".into())
         );
+    }
+
+    #[test]
+    fn inconsistent_dimensions_select_nothing() {
+        let a = Array {
+            value_type: BuiltinType::Int32,
+            values: vec![Variant::Int32(1); 3],
+            dimensions: Some(vec![2, 2]),
+        };
+        let v = Variant::Array(Box::new(a));
+        let r = NumericRange::parse("1,1").unwrap().unwrap();
+        assert_eq!(r.read(&v), Err(StatusCode::BadIndexRangeNoData));
+        assert_eq!(r.write(&v, &v), Err(StatusCode::BadIndexRangeNoData));
     }
 }
