@@ -107,3 +107,32 @@ fn secure_channel_messages_are_not_services() {
     let r = h.call(Request::CloseSecureChannel(Box::new(CloseSecureChannelRequest { request_header: hd })));
     assert_eq!(fault_status(&r), Some(StatusCode::BadServiceUnsupported));
 }
+
+/// Every request type, decoded from zeros (defaults: empty arrays, null ids), with and
+/// without a valid session: no panic, one response with the request's handle each.
+#[test]
+fn every_request_type_is_answered() {
+    let mut h = Harness::new();
+    let token = h.open_session();
+    let zeros = vec![0u8; 4096];
+    let mut kinds = 0;
+    for id in 0..20_000u32 {
+        let mut d = uaring_core::Decoder::new(&zeros, uaring_core::DecodeLimits::default());
+        let Ok(Some(req)) = Request::decode_body(&NodeId::ns0(id), &mut d) else { continue };
+        kinds += 1;
+        for t in [NodeId::NULL, token.clone()] {
+            let mut req = req.clone();
+            *req.request_header_mut() = h.header(&t);
+            let name = req.name();
+            let resp = h.call(req);
+            if t.is_null() && !matches!(name, "GetEndpointsRequest" | "FindServersRequest" | "CreateSessionRequest") {
+                assert!(fault_status(&resp).is_some(), "{name} without a session: {resp:?}");
+            }
+        }
+    }
+    assert!(kinds >= 35, "{kinds} request types");
+    // The session is still usable (unless a CloseSession closed it: reopen and check).
+    let token = h.open_session();
+    let r = h.read_request(&token, NodeId::ns0(2258));
+    assert!(matches!(h.call(r), Response::Read(_)));
+}

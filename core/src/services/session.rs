@@ -10,7 +10,7 @@ use crate::server::context::RequestContext;
 use crate::server::shard::{SessionKey, ShardState, UserIdentity};
 use crate::services::{discovery, fault, response_header};
 use crate::time::Now;
-use crate::types::{ByteString, ExtensionObject, ExtensionObjectBody, StatusCode};
+use crate::types::{ByteString, ExtensionObject, StatusCode};
 
 /// Length of every server nonce, with or without security: open62541's client rejects a null
 /// or short nonce even with SecurityPolicy None.
@@ -73,7 +73,7 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
 /// What ActivateSession makes of the userIdentityToken.
 fn identity_from_token(shard: &ShardState, token: &ExtensionObject) -> Result<UserIdentity, StatusCode> {
     let limits = crate::DecodeLimits::default();
-    let policy_id = if token.is_null() || (token.body == ExtensionObjectBody::None && token.type_id.is_null()) {
+    let policy_id = if token.is_null() {
         // A null token means anonymous (Part 4 §5.7.3.2).
         None
     } else if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
