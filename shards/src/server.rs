@@ -13,14 +13,16 @@ use std::sync::Arc;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::secure_channel::SecurityProvider;
 use uaring_core::server::connection::{service_fault, ConnStatus as CoreStatus, ServerConnection};
+use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::{ConnectionHost, RequestContext};
+use uaring_core::server::shared::ServerShared;
 use uaring_core::transport::{ErrorMessage, TransportLimits};
 use uaring_core::{Now, StatusCode};
 
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
 
 /// The benchmark contract's ApplicationUri.
-pub const CONTRACT_APPLICATION_URI: &str = "urn:o6:benchmark:server";
+pub use uaring_core::server::config::CONTRACT_APPLICATION_URI;
 
 /// Most shards the secure channel id layout can name (`shard << 24 | counter`).
 pub const MAX_SHARDS: usize = 256;
@@ -140,18 +142,40 @@ impl ShardHost for InterimHost {
 
 /// What every shard shares, built once at start.
 pub struct ServerSetup {
-    pub contract: bool,
+    pub shared: Arc<ServerShared>,
     pub limits: TransportLimits,
+    pub contract: bool,
 }
 
-/// Builds the shared server from the non-runtime part of the configuration.
-pub fn build(server: &toml::Table, contract: bool) -> Result<Arc<ServerSetup>, String> {
-    if !server.is_empty() {
-        let keys: Vec<&String> = server.keys().collect();
-        tracing::warn!("configuration sections {keys:?} are not used by this build yet");
+/// Reads core's `ServerConfig` from the non-runtime part of the configuration
+/// file. `--contract` turns on contract mode (ApplicationUri
+/// `urn:o6:benchmark:server`) and, unless the file sets them, the contract's
+/// operation limits and no Demo folder.
+pub fn server_config(server: &toml::Table, contract: bool) -> Result<ServerConfig, String> {
+    let mut config: ServerConfig = server.clone().try_into().map_err(|e: toml::de::Error| e.to_string())?;
+    if contract {
+        let base = ServerConfig::contract();
+        config.application.contract_mode = true;
+        let app_sets = |key: &str| server.get("application").and_then(|a| a.get(key)).is_some();
+        if !app_sets("demo_namespace") {
+            config.application.demo_namespace = base.application.demo_namespace;
+        }
+        if !server.contains_key("operation_limits") {
+            config.operation_limits = base.operation_limits;
+        }
     }
+    config.validate()?;
+    Ok(config)
+}
+
+/// Builds the shared server (configuration, address space).
+pub fn build(server: &toml::Table, contract: bool) -> Result<Arc<ServerSetup>, String> {
+    let config = server_config(server, contract)?;
+    let uri = config.application.effective_application_uri().to_string();
+    let shared = ServerShared::new(config, crate::clock::now())?;
+    tracing::info!(application_uri = %uri, "server configuration loaded");
     let limits = TransportLimits::default();
-    Ok(Arc::new(ServerSetup { contract, limits }))
+    Ok(Arc::new(ServerSetup { shared, limits, contract }))
 }
 
 /// The handler of each shard.

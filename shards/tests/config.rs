@@ -1,0 +1,44 @@
+//! The example configuration parses, and every key in it is documented.
+
+use uaring_shards::config::FileConfig;
+use uaring_shards::server::server_config;
+
+const EXAMPLE: &str = include_str!("../../docs/uaring.example.toml");
+const DOC: &str = include_str!("../../docs/Configuration.md");
+
+#[test]
+fn example_parses_into_runtime_and_server_config() {
+    let file = FileConfig::parse(EXAMPLE).expect("example parses");
+    assert_eq!(file.runtime, uaring_shards::RuntimeConfig::default(), "the example shows the runtime defaults");
+    let server = server_config(&file.server, false).expect("core's ServerConfig accepts the example");
+    assert_eq!(server, uaring_core::server::config::ServerConfig::default(), "the example shows core's defaults");
+    let contract = server_config(&file.server, true).expect("contract");
+    assert!(contract.application.contract_mode);
+}
+
+#[test]
+fn embedded_default_is_valid() {
+    let file = FileConfig::parse(uaring_shards::cli::DEFAULT_CONFIG).expect("default parses");
+    server_config(&file.server, false).expect("server part");
+}
+
+#[test]
+fn every_example_key_is_documented() {
+    let table: toml::Table = EXAMPLE.parse().expect("toml");
+    for (section, value) in &table {
+        assert!(DOC.contains(&format!("`[{section}]`")) || DOC.contains(&format!("## `[{section}]`")), "section [{section}] undocumented");
+        let Some(keys) = value.as_table() else { continue };
+        for key in keys.keys() {
+            assert!(DOC.contains(&format!("| `{key}` |")), "key {section}.{key} has no row in docs/Configuration.md");
+        }
+    }
+    // stats_file is commented out in the example (no default) but documented.
+    assert!(DOC.contains("| `stats_file` |"));
+}
+
+#[test]
+fn unknown_keys_are_rejected() {
+    let file = FileConfig::parse("[application]\napplication_urii = \"x\"\n").expect("runtime part is fine");
+    assert!(server_config(&file.server, false).is_err());
+    assert!(FileConfig::parse("[runtime]\nring_entires = 8\n").is_err());
+}

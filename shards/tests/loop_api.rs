@@ -1,0 +1,99 @@
+//! The loop as a library: what the load client builds on. A server loop with
+//! the echo handler and a client loop that connects outgoing sockets, on both
+//! backends.
+
+use std::net::{SocketAddr, TcpListener};
+
+use uaring_core::Now;
+use uaring_shards::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+
+/// Sends `rounds` messages of `size` bytes per connection, one at a time, then stops.
+struct PingClient {
+    size: usize,
+    rounds: u32,
+    done_conns: usize,
+    conns: usize,
+    timer_fired: u32,
+}
+
+struct PingConn {
+    left: u32,
+    pending: usize,
+    deadline: u64,
+}
+
+impl Handler for PingClient {
+    type Conn = PingConn;
+    fn open(&mut self, _id: ConnId, _peer: SocketAddr, origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<PingConn> {
+        assert_eq!(origin, Origin::Connected);
+        out.extend(std::iter::repeat(7u8).take(self.size));
+        // A timer 5 ms out exercises connection deadlines.
+        Some(PingConn { left: self.rounds, pending: self.size, deadline: now.mono_ns + 5_000_000 })
+    }
+    fn recv(&mut self, c: &mut PingConn, _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        c.pending = c.pending.saturating_sub(data.len());
+        if c.pending == 0 {
+            c.left -= 1;
+            if c.left == 0 {
+                self.done_conns += 1;
+                return ConnStatus::Close;
+            }
+            out.extend(std::iter::repeat(9u8).take(self.size));
+            c.pending = self.size;
+        }
+        ConnStatus::Open
+    }
+    fn conn_timer(&mut self, c: &mut PingConn, _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        self.timer_fired += 1;
+        c.deadline = u64::MAX;
+        ConnStatus::Open
+    }
+    fn conn_deadline(&self, c: &PingConn) -> u64 {
+        c.deadline
+    }
+    fn closed(&mut self, _c: PingConn, _now: Now) {}
+    fn keep_running(&mut self, _now: Now) -> bool {
+        self.done_conns < self.conns
+    }
+}
+
+fn run(backend: IoBackend) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server_wiring = Fleet::standalone().expect("fleet");
+    let server_fleet = server_wiring.fleet.clone();
+    let server = std::thread::spawn(move || {
+        let mut lp = EventLoop::new(backend, EchoHandler::default(), server_wiring, LoopConfig::default()).expect("server loop");
+        lp.add_listener(listener).expect("listener");
+        lp.run().expect("server run");
+        lp.handler().opened
+    });
+    let client = std::thread::spawn(move || {
+        let cfg = LoopConfig { ring_entries: 64, recv_buffers: 64, ..LoopConfig::default() };
+        let handler = PingClient { size: 40_000, rounds: 10, done_conns: 0, conns: 8, timer_fired: 0 };
+        let mut lp = EventLoop::new(backend, handler, Fleet::standalone().expect("fleet"), cfg).expect("client loop");
+        assert_eq!(lp.backend(), backend);
+        for _ in 0..8 {
+            lp.connect(addr).expect("connect");
+        }
+        lp.run().expect("client run");
+        (lp.handler().done_conns, lp.handler().timer_fired)
+    });
+    let (done, timers) = client.join().expect("client thread");
+    assert_eq!(done, 8);
+    assert_eq!(timers, 8, "every connection's 5 ms timer fired");
+    server_fleet.stop_all();
+    let opened = server.join().expect("server thread");
+    assert_eq!(opened, 8);
+}
+
+#[test]
+fn client_and_server_loops_on_io_uring() {
+    run(IoBackend::Uring);
+}
+
+#[test]
+fn client_and_server_loops_on_epoll() {
+    run(IoBackend::Epoll);
+}
+
