@@ -134,7 +134,7 @@ pub fn open_chunk<'a>(
         scratch.extend_from_slice(frame);
         if layout.encrypted {
             let enc_len = frame.len() - sequence_offset;
-            if enc_len == 0 || enc_len % layout.cipher_block_size != 0 {
+            if enc_len == 0 || !enc_len.is_multiple_of(layout.cipher_block_size) {
                 return Err(StatusCode::BadSecurityChecksFailed);
             }
             crypto.decrypt(scratch, sequence_offset)?;

@@ -1,0 +1,112 @@
+//! ClientConnection ↔ ServerConnection in memory with the real ShardState and services:
+//! GetEndpoints, CreateSession, ActivateSession (anonymous), Read of the benchmark
+//! variables, a pipeline of Reads, CloseSession, CLO; the channel is reported closed.
+
+mod common;
+
+use common::t0;
+use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::{
+    ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, GetEndpointsRequest, ReadRequest, ReadValueId,
+    UserTokenType,
+};
+use uaring_core::server::connection::{ConnStatus, ServerConnection};
+use uaring_core::server::config::ServerConfig;
+use uaring_core::server::shard::ShardState;
+use uaring_core::server::shared::ServerShared;
+use uaring_core::types::{ByteString, ExtensionObject, NodeId, Variant};
+
+struct Net {
+    shard: ShardState,
+    server: ServerConnection,
+    client: ClientConnection,
+    c2s: Vec<u8>,
+    s2c: Vec<u8>,
+}
+
+impl Net {
+    fn pump(&mut self) {
+        for _ in 0..100 {
+            if self.c2s.is_empty() && self.s2c.is_empty() {
+                return;
+            }
+            let data = std::mem::take(&mut self.c2s);
+            assert_eq!(self.server.on_recv(&mut self.shard, t0(), &data, &mut self.s2c), ConnStatus::Open);
+            let data = std::mem::take(&mut self.s2c);
+            self.client.on_recv(t0(), &data, &mut self.c2s).unwrap();
+        }
+    }
+    fn call(&mut self, r: Request) -> Response {
+        let id = self.client.send_request(r, t0(), &mut self.c2s).unwrap();
+        self.pump();
+        let (rid, resp) = self.client.poll_response().unwrap();
+        assert_eq!(rid, id);
+        assert_eq!(resp.response_header().request_handle, id);
+        resp
+    }
+}
+
+#[test]
+fn session_and_reads_against_real_services() {
+    let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
+    let mut shard = ShardState::new(shared, 0);
+    let server = ServerConnection::new(&mut shard, None, t0());
+    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"));
+    let mut c2s = Vec::new();
+    client.start(t0(), &mut c2s);
+    let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
+    n.pump();
+    assert!(n.client.is_open());
+
+    let Response::GetEndpoints(eps) = n.call(Request::GetEndpoints(Box::default())) else { panic!() };
+    assert!(!eps.endpoints.is_empty());
+    let _ = GetEndpointsRequest::default();
+
+    let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(CreateSessionRequest {
+        session_name: "t".into(),
+        client_nonce: ByteString::from(vec![1u8; 32]),
+        requested_session_timeout: 60_000.0,
+        ..Default::default()
+    }))) else {
+        panic!()
+    };
+    n.client.set_authentication_token(cs.authentication_token.clone());
+    let policy_id = cs
+        .server_endpoints
+        .iter()
+        .flat_map(|e| &e.user_identity_tokens)
+        .find(|p| p.token_type == UserTokenType::Anonymous)
+        .map(|p| p.policy_id.clone())
+        .unwrap_or_default();
+    let act = n.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+        ..Default::default()
+    })));
+    assert!(act.response_header().service_result.is_good(), "{act:?}");
+
+    let nodes: Vec<ReadValueId> = (0..100)
+        .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
+        .collect();
+    let Response::Read(r) = n.call(Request::Read(Box::new(ReadRequest { nodes_to_read: nodes.clone(), ..Default::default() }))) else {
+        panic!()
+    };
+    assert_eq!(r.results.len(), 100);
+    for (i, dv) in r.results.iter().enumerate() {
+        assert_eq!(dv.value, Variant::Int32(i as i32), "BenchmarkValue{i}");
+    }
+    // Pipelined: 200 Reads sent before any is delivered.
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        let req = Request::Read(Box::new(ReadRequest { nodes_to_read: nodes[..1].to_vec(), ..Default::default() }));
+        ids.push(n.client.send_request(req, t0(), &mut n.c2s).unwrap());
+    }
+    n.pump();
+    let got: Vec<u32> = std::iter::from_fn(|| n.client.poll_response()).map(|(id, _)| id).collect();
+    assert_eq!(got, ids);
+
+    let mut out = Vec::new();
+    n.client.close(t0(), &mut out);
+    assert_eq!(n.server.on_recv(&mut n.shard, t0(), &out, &mut n.s2c), ConnStatus::Close);
+    assert_eq!(n.shard.open_channel_count(), 0);
+}
