@@ -134,7 +134,10 @@ pub fn open_chunk<'a>(
         scratch.extend_from_slice(frame);
         if layout.encrypted {
             let enc_len = frame.len() - sequence_offset;
-            if enc_len == 0 || !enc_len.is_multiple_of(layout.cipher_block_size) {
+            // `%` rather than `is_multiple_of` (Rust 1.87) for the workspace MSRV 1.80.
+            #[allow(clippy::manual_is_multiple_of)]
+            let misaligned = enc_len % layout.cipher_block_size.max(1) != 0;
+            if enc_len == 0 || misaligned {
                 return Err(StatusCode::BadSecurityChecksFailed);
             }
             crypto.decrypt(scratch, sequence_offset)?;
