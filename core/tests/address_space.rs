@@ -6,12 +6,23 @@ use uaring_core::server::shared::ServerShared;
 use uaring_core::*;
 
 fn now() -> Now {
-    Now::new(5_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        5_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
-fn has_ref(space: &uaring_core::address_space::AddressSpace, from: &NodeId, rt: u32, fwd: bool, to: &NodeId) -> bool {
+fn has_ref(
+    space: &uaring_core::address_space::AddressSpace,
+    from: &NodeId,
+    rt: u32,
+    fwd: bool,
+    to: &NodeId,
+) -> bool {
     space.node(from).unwrap().references.iter().any(|r| {
-        r.reference_type == NodeId::ns0(rt) && r.is_forward == fwd && r.target.as_local() == Some(to)
+        r.reference_type == NodeId::ns0(rt)
+            && r.is_forward == fwd
+            && r.target.as_local() == Some(to)
     })
 }
 
@@ -32,12 +43,21 @@ fn key_ns0_nodes() {
         let n = a.node(&NodeId::ns0(id)).unwrap_or_else(|| panic!("i={id}"));
         assert_eq!(n.browse_name, QualifiedName::new(0, name));
         assert_eq!(n.node_class, class);
-        assert_eq!(a.browse_name_of(&NodeId::ns0(id)), Some(&QualifiedName::new(0, name)));
+        assert_eq!(
+            a.browse_name_of(&NodeId::ns0(id)),
+            Some(&QualifiedName::new(0, name))
+        );
     }
     assert!(a.node(&NodeId::ns0(999_999)).is_none());
     assert!(a.node(&NodeId::string(0, "nope")).is_none());
     assert!(a.node(&NodeId::numeric(7, 85)).is_none());
-    assert_eq!(a.namespace_uris(), &["http://opcfoundation.org/UA/".to_string(), "urn:uaring:server".to_string()]);
+    assert_eq!(
+        a.namespace_uris(),
+        &[
+            "http://opcfoundation.org/UA/".to_string(),
+            "urn:uaring:server".to_string()
+        ]
+    );
 }
 
 #[test]
@@ -51,11 +71,32 @@ fn inverse_references_are_added_once() {
     let b0 = NodeId::numeric(1, 1001);
     assert!(has_ref(a, &objects, ids::ORGANIZES, true, &b0));
     assert!(has_ref(a, &b0, ids::ORGANIZES, false, &objects));
-    assert!(has_ref(a, &b0, ids::HAS_TYPE_DEFINITION, true, &NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)));
-    assert_eq!(a.type_definition_of(&b0).and_then(|t| t.as_local()), Some(&NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)));
+    assert!(has_ref(
+        a,
+        &b0,
+        ids::HAS_TYPE_DEFINITION,
+        true,
+        &NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)
+    ));
+    assert_eq!(
+        a.type_definition_of(&b0).and_then(|t| t.as_local()),
+        Some(&NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE))
+    );
     // Subtype links exist in both directions.
-    assert!(has_ref(a, &NodeId::ns0(27), ids::HAS_SUBTYPE, true, &NodeId::ns0(6)));
-    assert!(has_ref(a, &NodeId::ns0(6), ids::HAS_SUBTYPE, false, &NodeId::ns0(27)));
+    assert!(has_ref(
+        a,
+        &NodeId::ns0(27),
+        ids::HAS_SUBTYPE,
+        true,
+        &NodeId::ns0(6)
+    ));
+    assert!(has_ref(
+        a,
+        &NodeId::ns0(6),
+        ids::HAS_SUBTYPE,
+        false,
+        &NodeId::ns0(27)
+    ));
     // No node lists the same reference twice.
     for n in a.nodes() {
         let mut refs = n.references.clone();
@@ -80,7 +121,10 @@ fn type_hierarchy() {
     assert!(a.is_subtype_of(&t(290), &t(11))); // Duration is a Double
     assert!(a.is_subtype_of(&t(ids::HAS_COMPONENT), &t(ids::HIERARCHICAL_REFERENCES)));
     assert!(a.is_subtype_of(&t(ids::ORGANIZES), &t(ids::REFERENCES)));
-    assert!(!a.is_subtype_of(&t(ids::HAS_TYPE_DEFINITION), &t(ids::HIERARCHICAL_REFERENCES)));
+    assert!(!a.is_subtype_of(
+        &t(ids::HAS_TYPE_DEFINITION),
+        &t(ids::HIERARCHICAL_REFERENCES)
+    ));
     assert!(a.is_subtype_of(&t(ids::FOLDER_TYPE), &t(ids::BASE_OBJECT_TYPE)));
     assert!(a.is_subtype_of(&t(ids::PROPERTY_TYPE), &t(ids::BASE_VARIABLE_TYPE)));
     assert!(!a.is_subtype_of(&t(999_999), &t(999_999)));
@@ -93,7 +137,10 @@ fn namespace1_benchmark_and_demo() {
     let a = &s.address_space;
     for i in 0..100u32 {
         let n = a.node(&NodeId::numeric(1, 1001 + i)).unwrap();
-        assert_eq!(n.browse_name, QualifiedName::new(1, &format!("BenchmarkValue{i}")));
+        assert_eq!(
+            n.browse_name,
+            QualifiedName::new(1, &format!("BenchmarkValue{i}"))
+        );
         assert_eq!(n.display_name.text.as_str(), format!("BenchmarkValue{i}"));
         let v = n.as_variable().unwrap();
         assert_eq!(v.data_type, NodeId::ns0(6));
@@ -107,17 +154,48 @@ fn namespace1_benchmark_and_demo() {
         let dv = a.variable_value(node, now()).unwrap();
         let arr = dv.value.as_array().unwrap();
         assert_eq!(arr.values.len(), n as usize);
-        assert_eq!(arr.values[(n - 1) as usize], Variant::Int32(((n - 1) % 1000) as i32));
+        assert_eq!(
+            arr.values[(n - 1) as usize],
+            Variant::Int32(((n - 1) % 1000) as i32)
+        );
     }
-    for id in ["Demo", "Demo.Static", "Demo.Static.Arrays", "Demo.ReadOnly", "Demo.Dynamic", "Demo.Static.Variant", "Demo.Dynamic.Counter"] {
+    for id in [
+        "Demo",
+        "Demo.Static",
+        "Demo.Static.Arrays",
+        "Demo.ReadOnly",
+        "Demo.Dynamic",
+        "Demo.Static.Variant",
+        "Demo.Dynamic.Counter",
+    ] {
         assert!(a.node(&NodeId::string(1, id)).is_some(), "{id}");
     }
     let demo = NodeId::string(1, "Demo");
-    assert!(has_ref(a, &NodeId::ns0(ids::OBJECTS_FOLDER), ids::ORGANIZES, true, &demo));
-    assert!(has_ref(a, &demo, ids::HAS_TYPE_DEFINITION, true, &NodeId::ns0(ids::FOLDER_TYPE)));
-    assert!(has_ref(a, &NodeId::string(1, "Demo.Static"), ids::HAS_COMPONENT, true, &NodeId::string(1, "Demo.Static.Int32")));
+    assert!(has_ref(
+        a,
+        &NodeId::ns0(ids::OBJECTS_FOLDER),
+        ids::ORGANIZES,
+        true,
+        &demo
+    ));
+    assert!(has_ref(
+        a,
+        &demo,
+        ids::HAS_TYPE_DEFINITION,
+        true,
+        &NodeId::ns0(ids::FOLDER_TYPE)
+    ));
+    assert!(has_ref(
+        a,
+        &NodeId::string(1, "Demo.Static"),
+        ids::HAS_COMPONENT,
+        true,
+        &NodeId::string(1, "Demo.Static.Int32")
+    ));
     let counter = a.node(&NodeId::string(1, "Demo.Dynamic.Counter")).unwrap();
-    assert!(matches!(counter.attributes, ClassAttributes::Variable(ref v) if matches!(v.value, ValueSource::Dynamic(_))));
+    assert!(
+        matches!(counter.attributes, ClassAttributes::Variable(ref v) if matches!(v.value, ValueSource::Dynamic(_)))
+    );
 }
 
 #[test]
@@ -143,6 +221,45 @@ fn build_is_fast() {
     let t = std::time::Instant::now();
     let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
     let el = t.elapsed();
-    eprintln!("address space of {} nodes built in {el:?}", s.address_space.len());
+    eprintln!(
+        "address space of {} nodes built in {el:?}",
+        s.address_space.len()
+    );
     assert!(el < std::time::Duration::from_secs(3), "{el:?}");
+}
+
+#[test]
+fn whole_namespace0_is_loaded() {
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    let ns0 = a.nodes().filter(|n| n.node_id.namespace == 0).count();
+    assert_eq!(ns0, uaring_core::generated::ns0::NODE_COUNT);
+    let ns1 = a.nodes().filter(|n| n.node_id.namespace == 1).count();
+    // 100 values + 3 arrays + 5 folders + 20 scalars + 20 arrays + ReadOnly + Counter + Sine.
+    assert_eq!(ns1, 100 + 3 + 5 + 40 + 3);
+    // Encodings map to their DataType.
+    assert_eq!(
+        a.data_type_of_encoding(&NodeId::ns0(864)),
+        Some(&NodeId::ns0(862))
+    );
+    assert!(a.is_subtype_of(&NodeId::ns0(862), &NodeId::ns0(22)));
+    // An enumeration DataType.
+    assert!(a.is_subtype_of(&NodeId::ns0(852), &NodeId::ns0(29)));
+    // Every declared reference's local target got its inverse.
+    for n in a.nodes() {
+        for r in &n.references {
+            if let Some(t) = r.target.as_local().and_then(|t| a.node(t)) {
+                assert!(
+                    t.references
+                        .iter()
+                        .any(|b| b.reference_type == r.reference_type
+                            && b.is_forward != r.is_forward
+                            && b.target.as_local() == Some(&n.node_id)),
+                    "{} -> {}",
+                    n.node_id,
+                    t.node_id
+                );
+            }
+        }
+    }
 }

@@ -1,13 +1,924 @@
-//! OPC UA scenarios over core's client role.
+//! OPC UA scenarios over core's client role (`uaring_core::client`): the
+//! harness never encodes or decodes OPC UA itself.
+//!
+//! Each connection is a [`UaDriver`]: core's sans-IO `ClientConnection`
+//! (HEL/ACK, OpenSecureChannel, chunking) plus the session sequence
+//! (CreateSession, ActivateSession), then a [`Workload`]'s setup steps
+//! (subscriptions, monitored items) and its measured requests.
 
-use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::run::RunConfig;
+use serde_json::{json, Map, Value};
+use uaring_core::client::{Client, ClientConfig, ClientConnection};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant};
+use uaring_core::{DecodeLimits, Now};
 
-pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
-    Err(format!("scenario {} needs uaring-core's client role, which is not on main yet", cfg.scenario))
+use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
+use crate::uring::{mono_ns, Ctx, Driver};
+
+/// First and count of the benchmark variables (ns=1;i=1001..1100).
+pub const FIRST_NODE: u32 = 1001;
+pub const NODE_COUNT: u32 = 100;
+const ATTR_VALUE: u32 = 13;
+const ATTR_EVENT_NOTIFIER: u32 = 12;
+const SERVER_OBJECT: u32 = 2253;
+const HIERARCHICAL_REFERENCES: u32 = 33;
+const BASE_EVENT_TYPE: u32 = 2041;
+
+fn realtime_ns() -> i128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
 }
 
+pub fn now_at(mono: u64) -> Now {
+    Now::new(mono, DateTime::from_unix_nanos(realtime_ns()))
+}
+
+fn status_name(s: StatusCode) -> String {
+    format!("{s:?}")
+}
+
+/// The service result of any response (ServiceFault included).
+fn service_result(r: &Response) -> StatusCode {
+    r.response_header().service_result
+}
+
+/// The measured operation of one connection and its setup steps.
+pub trait Workload: Send {
+    /// Setup request number `step` after the session is active; `prev` is
+    /// the response to the previous step. `None`: setup is complete.
+    fn setup(&mut self, _step: usize, _prev: Option<&Response>) -> Result<Option<Request>, String> {
+        Ok(None)
+    }
+    /// Requests to put in flight when setup is complete.
+    fn initial(&self) -> usize;
+    /// The request that follows a response (closed loop), if any.
+    fn next(&mut self, now_ns: u64) -> Option<Request>;
+    /// Checks a response and records the operation(s).
+    fn on_response(&mut self, resp: &Response, sent_ns: u64, now_ns: u64, ctx: &mut Ctx) -> Result<(), String>;
+    /// Timer-driven requests (writers at a fixed rate).
+    fn deadline(&self) -> Option<u64> {
+        None
+    }
+    fn on_timer(&mut self, _now_ns: u64, _ctx: &mut Ctx) -> Vec<Request> {
+        Vec::new()
+    }
+}
+
+#[derive(PartialEq, Debug, Clone, Copy)]
+enum Stage {
+    Channel,
+    CreateSession,
+    Activate,
+    Setup(usize),
+    Running,
+}
+
+pub struct UaDriver {
+    conn: ClientConnection,
+    stage: Stage,
+    work: Box<dyn Workload>,
+    endpoint_url: String,
+    /// Send time by request id (slot = id % len).
+    sent: Vec<(u32, u64)>,
+}
+
+impl UaDriver {
+    pub fn new(endpoint_url: &str, work: Box<dyn Workload>, inflight: usize) -> UaDriver {
+        let cfg = ClientConfig::new(endpoint_url);
+        UaDriver {
+            conn: ClientConnection::new(cfg),
+            stage: Stage::Channel,
+            work,
+            endpoint_url: endpoint_url.to_string(),
+            sent: vec![(0, 0); (inflight * 4 + 64).next_power_of_two()],
+        }
+    }
+
+    fn send(&mut self, req: Request, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
+        let id = self.conn.send_request(req, now_at(now), out).map_err(|s| format!("send: {}", status_name(s)))?;
+        let n = self.sent.len();
+        self.sent[id as usize % n] = (id, now);
+        Ok(())
+    }
+
+    fn sent_at(&self, id: u32, now: u64) -> u64 {
+        let (sid, t) = self.sent[id as usize % self.sent.len()];
+        if sid == id {
+            t
+        } else {
+            now
+        }
+    }
+
+    fn advance_setup(&mut self, step: usize, prev: Option<&Response>, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+        match self.work.setup(step, prev)? {
+            Some(req) => {
+                self.stage = Stage::Setup(step + 1);
+                self.send(req, now, out)
+            }
+            None => {
+                self.stage = Stage::Running;
+                ctx.ready();
+                for _ in 0..self.work.initial() {
+                    if let Some(req) = self.work.next(now) {
+                        self.send(req, now, out)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn handle(&mut self, id: u32, resp: Response, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+        match self.stage {
+            Stage::Channel => Err(format!("unexpected {} before the session", resp.name())),
+            Stage::CreateSession => {
+                let Response::CreateSession(r) = resp else {
+                    return Err(format!("CreateSession answered with {} {}", resp.name(), status_name(service_result(&resp))));
+                };
+                if r.response_header.service_result.is_bad() {
+                    return Err(format!("CreateSession: {}", status_name(r.response_header.service_result)));
+                }
+                self.conn.set_authentication_token(r.authentication_token.clone());
+                let policy_id = r
+                    .server_endpoints
+                    .iter()
+                    .flat_map(|e| e.user_identity_tokens.iter())
+                    .find(|p| p.token_type == UserTokenType::Anonymous)
+                    .map(|p| p.policy_id.clone())
+                    .unwrap_or_else(|| UaString::from("anonymous"));
+                let req = ActivateSessionRequest {
+                    user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+                    locale_ids: vec!["en".into()],
+                    ..Default::default()
+                };
+                self.stage = Stage::Activate;
+                self.send(Request::ActivateSession(Box::new(req)), now, out)
+            }
+            Stage::Activate => {
+                if !matches!(resp, Response::ActivateSession(_)) || service_result(&resp).is_bad() {
+                    return Err(format!("ActivateSession answered with {} {}", resp.name(), status_name(service_result(&resp))));
+                }
+                self.advance_setup(0, None, now, out, ctx)
+            }
+            Stage::Setup(step) => {
+                if service_result(&resp).is_bad() {
+                    return Err(format!("setup step {step}: {} {}", resp.name(), status_name(service_result(&resp))));
+                }
+                self.advance_setup(step, Some(&resp), now, out, ctx)
+            }
+            Stage::Running => {
+                let sent = self.sent_at(id, now);
+                if let Err(e) = self.work.on_response(&resp, sent, now, ctx) {
+                    ctx.error(|| e);
+                }
+                if !ctx.stopping() {
+                    if let Some(req) = self.work.next(now) {
+                        self.send(req, now, out)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn create_session(&mut self, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
+        let req = CreateSessionRequest {
+            client_description: ApplicationDescription {
+                application_uri: "urn:uaring:bench".into(),
+                product_uri: "urn:uaring".into(),
+                application_name: uaring_core::types::LocalizedText::text("uaring-bench"),
+                application_type: ApplicationType::Client,
+                ..Default::default()
+            },
+            endpoint_url: self.endpoint_url.as_str().into(),
+            session_name: "uaring-bench".into(),
+            client_nonce: uaring_core::types::ByteString::from(uaring_core::random::bytes(32)),
+            requested_session_timeout: 120_000.0,
+            max_response_message_size: 0,
+            ..Default::default()
+        };
+        self.stage = Stage::CreateSession;
+        self.send(Request::CreateSession(Box::new(req)), now, out)
+    }
+}
+
+impl Driver for UaDriver {
+    fn start(&mut self, now: u64, out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
+        self.conn.start(now_at(now), out);
+        Ok(())
+    }
+
+    fn on_recv(&mut self, now: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+        self.conn.on_recv(now_at(now), data, out).map_err(|s| format!("connection: {}", status_name(s)))?;
+        while let Some((id, resp)) = self.conn.poll_response() {
+            self.handle(id, resp, now, out, ctx)?;
+        }
+        if self.stage == Stage::Channel && self.conn.is_open() {
+            self.create_session(now, out)?;
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+        if self.conn.next_deadline().is_some_and(|d| d <= now) {
+            self.conn.on_timer(now_at(now), out).map_err(|s| format!("renew: {}", status_name(s)))?;
+        }
+        if self.stage == Stage::Running && self.work.deadline().is_some_and(|d| d <= now) && !ctx.stopping() {
+            for req in self.work.on_timer(now, ctx) {
+                self.send(req, now, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        let a = self.conn.next_deadline();
+        let b = if self.stage == Stage::Running { self.work.deadline() } else { None };
+        match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        }
+    }
+}
+
+fn bench_node(i: u32) -> NodeId {
+    NodeId::numeric(1, FIRST_NODE + i % NODE_COUNT)
+}
+
+fn read_value_id(node: NodeId, attribute_id: u32) -> ReadValueId {
+    ReadValueId { node_id: node, attribute_id, index_range: UaString::default(), data_encoding: QualifiedName::default() }
+}
+
+/// `read` and `read-batch`: Read of `nodes` values per request, round robin
+/// over the benchmark variables; every value must be a Good Int32.
+pub struct ReadWork {
+    pub inflight: usize,
+    pub nodes: usize,
+    cursor: u32,
+}
+
+impl ReadWork {
+    pub fn new(inflight: usize, nodes: usize, start: u32) -> Self {
+        ReadWork { inflight, nodes: nodes.max(1), cursor: start }
+    }
+}
+
+impl Workload for ReadWork {
+    fn initial(&self) -> usize {
+        self.inflight
+    }
+    fn next(&mut self, _now: u64) -> Option<Request> {
+        let mut nodes_to_read = Vec::with_capacity(self.nodes);
+        for _ in 0..self.nodes {
+            nodes_to_read.push(read_value_id(bench_node(self.cursor), ATTR_VALUE));
+            self.cursor = self.cursor.wrapping_add(1);
+        }
+        Some(Request::Read(Box::new(ReadRequest {
+            max_age: 0.0,
+            timestamps_to_return: TimestampsToReturn::Neither,
+            nodes_to_read,
+            ..Default::default()
+        })))
+    }
+    fn on_response(&mut self, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        ctx.complete(now.saturating_sub(sent));
+        let Response::Read(r) = resp else { return Err(format!("Read answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+        if r.response_header.service_result.is_bad() {
+            return Err(format!("Read: {}", status_name(r.response_header.service_result)));
+        }
+        if r.results.len() != self.nodes {
+            return Err(format!("Read: {} results for {} nodes", r.results.len(), self.nodes));
+        }
+        for dv in &r.results {
+            if dv.status_code().is_bad() || !matches!(dv.value, Variant::Int32(_)) {
+                return Err(format!("Read: value {:?} status {}", dv.value, status_name(dv.status_code())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `write`: Write of one Int32 value per request, round robin.
+pub struct WriteWork {
+    pub inflight: usize,
+    cursor: u32,
+    value: i32,
+}
+
+impl WriteWork {
+    pub fn new(inflight: usize, start: u32) -> Self {
+        WriteWork { inflight, cursor: start, value: 0 }
+    }
+}
+
+fn write_request(node: NodeId, value: i32) -> Request {
+    Request::Write(Box::new(WriteRequest {
+        nodes_to_write: vec![WriteValue {
+            node_id: node,
+            attribute_id: ATTR_VALUE,
+            index_range: UaString::default(),
+            value: DataValue::new(Variant::Int32(value)),
+        }],
+        ..Default::default()
+    }))
+}
+
+fn check_write(resp: &Response) -> Result<(), String> {
+    let Response::Write(r) = resp else { return Err(format!("Write answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+    if r.response_header.service_result.is_bad() {
+        return Err(format!("Write: {}", status_name(r.response_header.service_result)));
+    }
+    match r.results.first() {
+        Some(s) if s.is_good() => Ok(()),
+        Some(s) => Err(format!("Write: {}", status_name(*s))),
+        None => Err("Write: no result".into()),
+    }
+}
+
+impl Workload for WriteWork {
+    fn initial(&self) -> usize {
+        self.inflight
+    }
+    fn next(&mut self, _now: u64) -> Option<Request> {
+        self.cursor = self.cursor.wrapping_add(1);
+        self.value = self.value.wrapping_add(1);
+        Some(write_request(bench_node(self.cursor), self.value))
+    }
+    fn on_response(&mut self, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        ctx.complete(now.saturating_sub(sent));
+        check_write(resp)
+    }
+}
+
+/// `browse`: Browse of the Server object's hierarchical references.
+pub struct BrowseWork {
+    pub inflight: usize,
+}
+
+impl Workload for BrowseWork {
+    fn initial(&self) -> usize {
+        self.inflight
+    }
+    fn next(&mut self, _now: u64) -> Option<Request> {
+        Some(Request::Browse(Box::new(BrowseRequest {
+            requested_max_references_per_node: 0,
+            nodes_to_browse: vec![BrowseDescription {
+                node_id: NodeId::ns0(SERVER_OBJECT),
+                browse_direction: BrowseDirection::Forward,
+                reference_type_id: NodeId::ns0(HIERARCHICAL_REFERENCES),
+                include_subtypes: true,
+                node_class_mask: 0,
+                result_mask: 63,
+            }],
+            ..Default::default()
+        })))
+    }
+    fn on_response(&mut self, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        ctx.complete(now.saturating_sub(sent));
+        let Response::Browse(r) = resp else { return Err(format!("Browse answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+        match r.results.first() {
+            Some(b) if b.status_code.is_good() && !b.references.is_empty() => Ok(()),
+            Some(b) => Err(format!("Browse: {} with {} references", status_name(b.status_code), b.references.len())),
+            None => Err(format!("Browse: {}", status_name(r.response_header.service_result))),
+        }
+    }
+}
+
+/// The low 31 bits of monotonic microseconds: what writers write so that a
+/// subscriber on any thread can compute write→notify latency.
+fn stamp_us(mono: u64) -> i32 {
+    ((mono / 1000) & 0x7fff_ffff) as i32
+}
+
+fn stamp_age_ns(stamp: i32, now: u64) -> u64 {
+    let now_us = (now / 1000) & 0x7fff_ffff;
+    let age = (now_us as i64 - stamp as i64).rem_euclid(1 << 31) as u64;
+    age * 1000
+}
+
+/// Writers of the `sub` scenario: Writes at a fixed rate, each value the
+/// send time, round robin over the benchmark variables.
+pub struct WriterWork {
+    period_ns: u64,
+    next_at: u64,
+    cursor: u32,
+    writes: Arc<AtomicU64>,
+}
+
+impl Workload for WriterWork {
+    fn initial(&self) -> usize {
+        0
+    }
+    fn next(&mut self, _now: u64) -> Option<Request> {
+        None
+    }
+    fn on_response(&mut self, resp: &Response, _sent: u64, _now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        ctx.count("write_responses", 1);
+        check_write(resp)
+    }
+    fn deadline(&self) -> Option<u64> {
+        Some(self.next_at)
+    }
+    fn on_timer(&mut self, now: u64, ctx: &mut Ctx) -> Vec<Request> {
+        let mut v = Vec::new();
+        if self.next_at == 0 {
+            self.next_at = now;
+        }
+        // Catch up at most a few periods (a stalled loop does not burst).
+        let mut n = 0;
+        while self.next_at <= now && n < 8 {
+            self.cursor = self.cursor.wrapping_add(1);
+            v.push(write_request(bench_node(self.cursor), stamp_us(now)));
+            self.next_at += self.period_ns;
+            n += 1;
+        }
+        if self.next_at <= now {
+            self.next_at = now + self.period_ns;
+        }
+        if ctx.measuring() {
+            self.writes.fetch_add(v.len() as u64, Ordering::Relaxed);
+            ctx.count("writes", v.len() as u64);
+        }
+        v
+    }
+}
+
+/// What a subscriber subscribes to.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum SubKind {
+    /// Data changes of the benchmark variables, values are writer stamps.
+    Changes,
+    /// Counters ns=1;i=1..N: values are sample counts.
+    Counters,
+    /// Events of the Server object.
+    Events,
+}
+
+/// Subscriber: creates `subs` subscriptions with `items` monitored items
+/// each, then keeps Publish requests in flight and counts notifications.
+pub struct SubscriberWork {
+    pub kind: SubKind,
+    pub subs: usize,
+    pub items: usize,
+    /// First item index (spreads sessions over the nodes).
+    pub offset: usize,
+    pub publishing_ms: f64,
+    pub sampling_ms: f64,
+    pub queue: u32,
+    pub publish_inflight: usize,
+    sub_ids: Vec<u32>,
+    acks: Vec<SubscriptionAcknowledgement>,
+    /// Counters: per item (first value, last value) in the measured window.
+    pub counter_seen: Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+}
+
+impl SubscriberWork {
+    pub fn new(kind: SubKind, subs: usize, items: usize, offset: usize, publishing_ms: f64, sampling_ms: f64, queue: u32) -> Self {
+        SubscriberWork {
+            kind,
+            subs: subs.max(1),
+            items,
+            offset,
+            publishing_ms,
+            sampling_ms,
+            queue,
+            publish_inflight: (subs * 2).clamp(4, 64),
+            sub_ids: Vec::new(),
+            acks: Vec::new(),
+            counter_seen: Arc::new(std::sync::Mutex::new(vec![(u64::MAX, 0); if kind == SubKind::Counters { items } else { 0 }])),
+        }
+    }
+
+    fn item_node(&self, j: usize) -> NodeId {
+        match self.kind {
+            SubKind::Changes => bench_node((self.offset + j) as u32),
+            SubKind::Counters => NodeId::numeric(1, 1 + j as u32),
+            SubKind::Events => NodeId::ns0(SERVER_OBJECT),
+        }
+    }
+
+    fn create_items(&self, sub_id: u32, sub_index: usize) -> Request {
+        let mut items_to_create = Vec::with_capacity(self.items);
+        for j in 0..self.items {
+            let (attr, filter) = match self.kind {
+                SubKind::Events => {
+                    let field = |name: &str| SimpleAttributeOperand {
+                        type_definition_id: NodeId::ns0(BASE_EVENT_TYPE),
+                        browse_path: vec![QualifiedName::new(0, name)],
+                        attribute_id: ATTR_VALUE,
+                        index_range: UaString::default(),
+                    };
+                    let f = EventFilter { select_clauses: vec![field("EventId"), field("Time"), field("Message")], ..Default::default() };
+                    (ATTR_EVENT_NOTIFIER, ExtensionObject::from_struct(&f))
+                }
+                _ => (ATTR_VALUE, ExtensionObject::null()),
+            };
+            items_to_create.push(MonitoredItemCreateRequest {
+                item_to_monitor: read_value_id(self.item_node(j), attr),
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: (sub_index * self.items + j) as u32,
+                    sampling_interval: self.sampling_ms,
+                    filter,
+                    queue_size: self.queue,
+                    discard_oldest: true,
+                },
+            });
+        }
+        Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+            subscription_id: sub_id,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create,
+            ..Default::default()
+        }))
+    }
+
+    fn publish(&mut self) -> Request {
+        let acks = std::mem::take(&mut self.acks);
+        Request::Publish(Box::new(PublishRequest { subscription_acknowledgements: acks, ..Default::default() }))
+    }
+}
+
+impl Workload for SubscriberWork {
+    fn setup(&mut self, step: usize, prev: Option<&Response>) -> Result<Option<Request>, String> {
+        // Steps: CreateSubscription × subs, then CreateMonitoredItems × subs.
+        if let Some(p) = prev {
+            match p {
+                Response::CreateSubscription(r) => self.sub_ids.push(r.subscription_id),
+                Response::CreateMonitoredItems(r) => {
+                    if let Some(bad) = r.results.iter().find(|x| x.status_code.is_bad()) {
+                        return Err(format!("CreateMonitoredItems: {}", status_name(bad.status_code)));
+                    }
+                }
+                other => return Err(format!("unexpected {} during subscription setup", other.name())),
+            }
+        }
+        if step < self.subs {
+            return Ok(Some(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+                requested_publishing_interval: self.publishing_ms,
+                requested_lifetime_count: 10_000,
+                requested_max_keep_alive_count: 10,
+                max_notifications_per_publish: 0,
+                publishing_enabled: true,
+                priority: 0,
+                ..Default::default()
+            }))));
+        }
+        let k = step - self.subs;
+        if k < self.subs {
+            return Ok(Some(self.create_items(self.sub_ids[k], k)));
+        }
+        Ok(None)
+    }
+
+    fn initial(&self) -> usize {
+        self.publish_inflight
+    }
+
+    fn next(&mut self, _now: u64) -> Option<Request> {
+        Some(self.publish())
+    }
+
+    fn on_response(&mut self, resp: &Response, _sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        let Response::Publish(r) = resp else { return Err(format!("Publish answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+        let sr = r.response_header.service_result;
+        if sr.is_bad() {
+            // BadTooManyPublishRequests and BadNoSubscription are not data loss.
+            return Err(format!("Publish: {}", status_name(sr)));
+        }
+        let msg = &r.notification_message;
+        if !msg.notification_data.is_empty() {
+            self.acks.push(SubscriptionAcknowledgement { subscription_id: r.subscription_id, sequence_number: msg.sequence_number });
+        } else {
+            ctx.count("keepalives", 1);
+        }
+        let limits = DecodeLimits::default();
+        for ext in &msg.notification_data {
+            if let Some(dc) = ext.decode_as::<DataChangeNotification>(limits) {
+                let dc = dc.map_err(|e| format!("DataChangeNotification: {e:?}"))?;
+                for item in &dc.monitored_items {
+                    match (self.kind, &item.value.value) {
+                        (SubKind::Changes, Variant::Int32(stamp)) => {
+                            ctx.complete(stamp_age_ns(*stamp, now));
+                            ctx.count("notifications", 1);
+                        }
+                        (SubKind::Counters, v) => {
+                            let n = match v {
+                                Variant::UInt64(x) => *x,
+                                Variant::UInt32(x) => *x as u64,
+                                Variant::Int64(x) => *x as u64,
+                                Variant::Int32(x) => *x as u64,
+                                _ => continue,
+                            };
+                            ctx.count("notifications", 1);
+                            if ctx.measuring() {
+                                let idx = item.client_handle as usize % self.items.max(1);
+                                let mut seen = self.counter_seen.lock().unwrap();
+                                let e = &mut seen[idx];
+                                e.0 = e.0.min(n);
+                                e.1 = e.1.max(n);
+                            }
+                            ctx.complete(0);
+                        }
+                        _ => ctx.count("notifications_other", 1),
+                    }
+                }
+            } else if let Some(ev) = ext.decode_as::<EventNotificationList>(limits) {
+                let ev = ev.map_err(|e| format!("EventNotificationList: {e:?}"))?;
+                for e in &ev.events {
+                    let lat = match e.event_fields.get(1) {
+                        Some(Variant::DateTime(t)) => (realtime_ns() - t.unix_nanos()).max(0) as u64,
+                        _ => 0,
+                    };
+                    ctx.complete(lat);
+                    ctx.count("events", 1);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn endpoint(r: &Running) -> String {
+    r.url.clone()
+}
+
+fn security_check(cfg: &RunConfig) -> Result<(), String> {
+    match cfg.security.as_str() {
+        "none" | "None" => Ok(()),
+        other => Err(format!(
+            "--security {other}: the load client's secured channel needs a SecurityPolicy from uaring-crypto plugged into core's ClientConfig; only `none` is wired up so far"
+        )),
+    }
+}
+
+pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
+    security_check(cfg)?;
+    match cfg.scenario.as_str() {
+        "read" | "read-batch" | "write" | "browse" => {
+            let nodes: usize = if cfg.scenario == "read-batch" { cfg.args.num("nodes", 10)? } else { 1 };
+            let scenario = cfg.scenario.clone();
+            let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+                let url = endpoint(r);
+                let (inflight, scenario) = (cfg.inflight, scenario.clone());
+                let factory = Arc::new(move |i: usize| -> DynDriver {
+                    let start = (i as u32).wrapping_mul(37);
+                    let work: Box<dyn Workload> = match scenario.as_str() {
+                        "write" => Box::new(WriteWork::new(inflight, start)),
+                        "browse" => Box::new(BrowseWork { inflight }),
+                        _ => Box::new(ReadWork::new(inflight, nodes, start)),
+                    };
+                    Box::new(UaDriver::new(&url, work, inflight))
+                });
+                let params = if nodes > 1 { vec![("nodes".to_string(), json!(nodes))] } else { vec![] };
+                Ok((Plan::Ring { conns: cfg.clients, factory }, params))
+            };
+            run_with_guard(cfg, &[], &plan)
+        }
+        "sub" | "events" => run_sub(cfg),
+        "connect" => run_connect(cfg),
+        other => Err(format!("scenario {other} is not an OPC UA load scenario")),
+    }
+}
+
+/// `sub`: sessions × subscriptions × items plus writer sessions; ops are
+/// delivered notifications, latency is write→notify. `events`: sessions ×
+/// subscriptions × event items on the Server object; ops are events.
+fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
+    let events = cfg.scenario == "events";
+    let sessions: usize = cfg.args.num("sessions", cfg.clients.max(1))?;
+    let subs: usize = cfg.args.num("subscriptions", 1)?;
+    let items: usize = cfg.args.num("items", if events { 1 } else { 100 })?;
+    let writers: usize = if events { 0 } else { cfg.args.num("writers", 1)? };
+    let write_rate: f64 = cfg.args.num("write-rate", 1000.0)?;
+    let publishing_ms: f64 = cfg.args.num("publishing-ms", 100.0)?;
+    let sampling_ms: f64 = cfg.args.num("sampling-ms", 10.0)?;
+    let writes = Arc::new(AtomicU64::new(0));
+    let w2 = writes.clone();
+    let plan = move |_cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+        let url = endpoint(r);
+        let writes = w2.clone();
+        let factory = Arc::new(move |i: usize| -> DynDriver {
+            if i < sessions {
+                let kind = if events { SubKind::Events } else { SubKind::Changes };
+                let w = SubscriberWork::new(kind, subs, items, i * 7, publishing_ms, sampling_ms, 1);
+                let inflight = w.publish_inflight;
+                Box::new(UaDriver::new(&url, Box::new(w), inflight))
+            } else {
+                let period_ns = (1e9 / write_rate.max(0.001)) as u64;
+                let w = WriterWork { period_ns, next_at: 0, cursor: (i * 13) as u32, writes: writes.clone() };
+                Box::new(UaDriver::new(&url, Box::new(w), 64))
+            }
+        });
+        let params = vec![
+            ("sessions".to_string(), json!(sessions)),
+            ("subscriptions".to_string(), json!(subs)),
+            ("items".to_string(), json!(items)),
+            ("writers".to_string(), json!(writers)),
+            ("write_rate".to_string(), json!(write_rate)),
+            ("publishing_ms".to_string(), json!(publishing_ms)),
+            ("sampling_ms".to_string(), json!(sampling_ms)),
+        ];
+        Ok((Plan::Ring { conns: sessions + writers, factory }, params))
+    };
+    let mut o = run_with_guard(cfg, &[], &plan)?;
+    if !events {
+        // Each write changes one variable; every monitored item on it should
+        // report it once (queue 1: a faster writer than the sampling loses
+        // intermediate values, which is correct behaviour, not loss).
+        let total_items = (sessions * subs * items) as f64;
+        let per_node = total_items / NODE_COUNT as f64;
+        let w = o.get("writes").and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let expected = (w * per_node).round();
+        let delivered = o.get("notifications").and_then(|v| v.as_f64()).unwrap_or(0.0);
+        o.insert("expected_notifications".into(), json!(expected));
+        o.insert("delivered_ratio".into(), json!(if expected > 0.0 { (delivered / expected * 1000.0).round() / 1000.0 } else { 0.0 }));
+    }
+    let _ = writes;
+    Ok(o)
+}
+
+/// `connect`: full OpenSecureChannel + CreateSession + ActivateSession +
+/// Close per iteration, one blocking client per client thread.
+fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
+    let plan = |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+        let url = endpoint(r);
+        let body = Arc::new(move |_i: usize, _addr: std::net::SocketAddr, shared: &crate::uring::Shared, stats: &mut crate::uring::ThreadStats| {
+            shared.ready.fetch_add(1, Ordering::SeqCst);
+            loop {
+                let phase = shared.phase.load(Ordering::Relaxed);
+                if phase == crate::uring::PHASE_STOP {
+                    break;
+                }
+                let t0 = mono_ns();
+                let r = (|| -> Result<(), String> {
+                    let mut c = Client::connect(&url, Duration::from_secs(10)).map_err(|e| format!("connect: {e:?}"))?;
+                    c.activate_session_anonymous().map_err(|e| format!("session: {e:?}"))?;
+                    c.close().map_err(|e| format!("close: {e:?}"))?;
+                    Ok(())
+                })();
+                let mut ctx = Ctx { phase, stats, shared };
+                match r {
+                    Ok(()) => ctx.complete(mono_ns() - t0),
+                    Err(e) => {
+                        ctx.error(|| e);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        });
+        Ok((Plan::Threads { count: cfg.clients, body }, vec![]))
+    };
+    run_with_guard(cfg, &[], &plan)
+}
+
+/// `counters`: the sampling-capacity search. Items double from
+/// `--start-items` until a run fails, then bisect until the bracket is within
+/// 10 %; pass = every item reaches ≥ 99 % of its expected samples.
 pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
-    run_opcua(cfg)
+    security_check(cfg)?;
+    let start: usize = cfg.args.num("start-items", 1000)?;
+    let max: usize = cfg.args.num("max-items", 1_000_000)?;
+    let sampling_ms: f64 = cfg.args.num("sampling-ms", 10.0)?;
+    let publishing_ms: f64 = cfg.args.num("publishing-ms", 1000.0)?;
+    let sessions: usize = cfg.args.num("sessions", 1)?;
+    let mut cfg = cfg.clone();
+    if let crate::run::Target::Uaring { args, .. } = &mut cfg.target {
+        if !args.contains("{items}") {
+            args.push_str(" --counters {items}");
+        }
+    }
+    let mut steps: Vec<Value> = Vec::new();
+    let mut pass: Option<usize> = None;
+    let mut fail: Option<usize> = None;
+    let mut n = start.max(1);
+    let mut last: Option<Map<String, Value>> = None;
+    for _ in 0..40 {
+        let (ok, o) = counters_step(&cfg, n, sessions, sampling_ms, publishing_ms)?;
+        steps.push(json!({"items": n, "pass": ok, "min_ratio": o.get("min_sample_ratio").cloned().unwrap_or(Value::Null)}));
+        if ok {
+            pass = Some(n);
+            last = Some(o);
+        } else {
+            fail = Some(n);
+            if last.is_none() {
+                last = Some(o);
+            }
+        }
+        n = match (pass, fail) {
+            (Some(p), None) if p * 2 <= max => p * 2,
+            (Some(_), None) => break,
+            (None, Some(f)) if f > 1 => f / 2,
+            (None, Some(_)) => break,
+            (Some(p), Some(f)) => {
+                if (f as f64 - p as f64) <= 0.1 * p as f64 || f <= p + 1 {
+                    break;
+                }
+                (p + f) / 2
+            }
+            (None, None) => break,
+        };
+    }
+    let mut o = last.unwrap_or_default();
+    o.insert("scenario".into(), json!("counters"));
+    o.insert("capacity_items".into(), json!(pass.unwrap_or(0)));
+    o.insert("steps".into(), Value::Array(steps));
+    Ok(o)
+}
+
+fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f64, publishing_ms: f64) -> Result<(bool, Map<String, Value>), String> {
+    let per_session = items.div_ceil(sessions.max(1));
+    let seen: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Vec<(u64, u64)>>>>>> = Default::default();
+    let seen2 = seen.clone();
+    let plan = move |_cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+        let url = endpoint(r);
+        let seen = seen2.clone();
+        seen.lock().unwrap().clear();
+        let factory = Arc::new(move |i: usize| -> DynDriver {
+            let n = per_session.min(items.saturating_sub(i * per_session));
+            let mut w = SubscriberWork::new(SubKind::Counters, 1, n, 0, publishing_ms, sampling_ms, 1);
+            w.offset = i * per_session;
+            seen.lock().unwrap().push(w.counter_seen.clone());
+            let inflight = w.publish_inflight;
+            Box::new(UaDriver::new(&url, Box::new(w), inflight))
+        });
+        Ok((
+            Plan::Ring { conns: sessions, factory },
+            vec![("items".into(), json!(items)), ("sampling_ms".into(), json!(sampling_ms)), ("publishing_ms".into(), json!(publishing_ms))],
+        ))
+    };
+    let vars = [("items", items.to_string()), ("sampling", format!("{sampling_ms}"))];
+    let mut o = run_with_guard(cfg, &vars, &plan)?;
+    let seconds = o.get("seconds").and_then(|v| v.as_f64()).unwrap_or(cfg.duration_s);
+    // Expected samples per item over the window between the first and the
+    // last publish seen: the window minus one publishing interval.
+    let expected = ((seconds * 1000.0 - publishing_ms).max(sampling_ms)) / sampling_ms;
+    let mut min_ratio = f64::INFINITY;
+    let mut reported = 0usize;
+    for s in seen.lock().unwrap().iter() {
+        for &(first, last) in s.lock().unwrap().iter() {
+            if first == u64::MAX {
+                min_ratio = 0.0;
+                continue;
+            }
+            reported += 1;
+            min_ratio = min_ratio.min((last - first) as f64 / expected);
+        }
+    }
+    if !min_ratio.is_finite() {
+        min_ratio = 0.0;
+    }
+    let ok = min_ratio >= 0.99 && reported == items && o.get("errors").and_then(|v| v.as_u64()) == Some(0);
+    o.insert("expected_samples_per_item".into(), json!((expected * 10.0).round() / 10.0));
+    o.insert("min_sample_ratio".into(), json!((min_ratio * 1000.0).round() / 1000.0));
+    o.insert("items_reporting".into(), json!(reported));
+    o.insert("pass".into(), json!(ok));
+    Ok((ok, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_wrap() {
+        let t = 5_000_000_000u64; // 5 s
+        let s = stamp_us(t);
+        assert_eq!(stamp_age_ns(s, t + 250_000), 250_000);
+        // Across the 2^31 µs wrap.
+        let before = ((1u64 << 31) - 10) * 1000;
+        let s = stamp_us(before);
+        assert_eq!(stamp_age_ns(s, before + 30_000), 30_000);
+    }
+
+    #[test]
+    fn read_requests_round_robin() {
+        let mut w = ReadWork::new(2, 3, 98);
+        let Some(Request::Read(r)) = w.next(0) else { panic!() };
+        let ids: Vec<NodeId> = r.nodes_to_read.iter().map(|x| x.node_id.clone()).collect();
+        assert_eq!(ids, vec![NodeId::numeric(1, 1099), NodeId::numeric(1, 1100), NodeId::numeric(1, 1001)]);
+        assert_eq!(r.nodes_to_read[0].attribute_id, ATTR_VALUE);
+    }
+
+    #[test]
+    fn subscriber_setup_sequence() {
+        let mut w = SubscriberWork::new(SubKind::Changes, 2, 5, 0, 100.0, 10.0, 1);
+        let r0 = w.setup(0, None).unwrap().unwrap();
+        assert!(matches!(r0, Request::CreateSubscription(_)));
+        let resp = Response::CreateSubscription(Box::new(CreateSubscriptionResponse { subscription_id: 7, ..Default::default() }));
+        assert!(matches!(w.setup(1, Some(&resp)).unwrap(), Some(Request::CreateSubscription(_))));
+        let resp2 = Response::CreateSubscription(Box::new(CreateSubscriptionResponse { subscription_id: 8, ..Default::default() }));
+        let Some(Request::CreateMonitoredItems(m)) = w.setup(2, Some(&resp2)).unwrap() else { panic!() };
+        assert_eq!(m.subscription_id, 7);
+        assert_eq!(m.items_to_create.len(), 5);
+        let done = Response::CreateMonitoredItems(Box::default());
+        let Some(Request::CreateMonitoredItems(m)) = w.setup(3, Some(&done)).unwrap() else { panic!() };
+        assert_eq!(m.subscription_id, 8);
+        assert!(w.setup(4, Some(&done)).unwrap().is_none());
+    }
 }

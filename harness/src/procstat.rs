@@ -192,8 +192,11 @@ pub fn delta(a: &ProcSample, b: &ProcSample) -> ProcDelta {
             nonvoluntary: tb.nonvoluntary.saturating_sub(n0),
         });
     }
+    // Sum of per-thread deltas: a thread that exited between the samples
+    // drops out of both sides instead of making the total go backwards.
+    let cpu_ns = if b.threads.is_empty() { b.cpu_ns.saturating_sub(a.cpu_ns) } else { threads.iter().map(|t| t.cpu_ns).sum() };
     ProcDelta {
-        cpu_ns: b.cpu_ns.saturating_sub(a.cpu_ns),
+        cpu_ns,
         user_ns: b.utime_ticks.saturating_sub(a.utime_ticks) * 1_000_000_000 / tck,
         sys_ns: b.stime_ticks.saturating_sub(a.stime_ticks) * 1_000_000_000 / tck,
         voluntary: b.voluntary.saturating_sub(a.voluntary),

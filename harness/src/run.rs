@@ -374,11 +374,13 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
             }
         }
     }
-    shared.phase.store(PHASE_STOP, Ordering::SeqCst);
+    // Sample before the load threads see STOP and exit (an exited thread's
+    // schedstat is gone).
     let seconds = t0.elapsed().as_secs_f64();
     let s1 = sample_server(running.pid);
     let c1 = procstat::sample_process(me).unwrap_or_default();
     let m1 = procstat::sample_machine();
+    shared.phase.store(PHASE_STOP, Ordering::SeqCst);
     let stats = stop_all(handles, &shared)?;
     let server = match (&s0, &s1) {
         (Some(a), Some(b)) => Some(procstat::delta(a, b)),

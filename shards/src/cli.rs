@@ -19,8 +19,9 @@ uaring — an OPC UA server for Linux, thread-per-core on io_uring
 usage:
   uaring serve [options]          run the server
   uaring topology [options]       show the CPU topology (uaring topology --help)
-  uaring hash-password            hash a password for the user database (reads stdin)
-  uaring cert <command> [options] manage the PKI store (uaring cert --help)
+  uaring hash-password            hash a password (one line on stdin) into an argon2id PHC string
+  uaring cert [--pki DIR] generate|show|trust …
+                                  manage the PKI directory (default ./pki; see docs/Security.md)
   uaring --help | --version
 
 serve options:
@@ -141,9 +142,29 @@ pub fn main(args: &[String]) -> i32 {
             }
         },
         "topology" => uaring_affinity::topology_command(&args[1..]),
-        "hash-password" | "cert" => {
-            eprintln!("uaring {cmd}: not available in this build (the crypto crate does not provide it yet)");
-            1
+        "hash-password" => uaring_crypto::hash_password_command(),
+        "cert" => {
+            // `uaring cert [--pki DIR] <command> …`; the PKI directory defaults to ./pki.
+            let mut rest = &args[1..];
+            let mut pki = PathBuf::from("pki");
+            if let Some(first) = rest.first() {
+                if let Some(dir) = first.strip_prefix("--pki=") {
+                    pki = PathBuf::from(dir);
+                    rest = &rest[1..];
+                } else if first == "--pki" {
+                    match rest.get(1) {
+                        Some(dir) => {
+                            pki = PathBuf::from(dir);
+                            rest = &rest[2..];
+                        }
+                        None => {
+                            eprintln!("uaring cert: --pki needs a directory");
+                            return 2;
+                        }
+                    }
+                }
+            }
+            uaring_crypto::cert_command(rest, &pki)
         }
         other => {
             eprintln!("uaring: unknown command {other:?}\n\n{USAGE}");

@@ -2,6 +2,7 @@
 
 use uaring_core::{DateTime, Now};
 
+#[allow(clippy::unnecessary_cast)] // time_t/c_long are not i64 everywhere
 fn read(clock: libc::clockid_t) -> (i64, i64) {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; clock_gettime cannot fail for

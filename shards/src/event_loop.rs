@@ -20,7 +20,8 @@ use crate::handler::{ConnId, Handler};
 use crate::shard::LoopConfig;
 use crate::uring::{Features, SetupError, UringLoop};
 
-/// A shard's event loop.
+/// A shard's event loop (one per thread, so the size difference does not matter).
+#[allow(clippy::large_enum_variant)]
 pub enum EventLoop<H: Handler> {
     Uring(UringLoop<H>),
     Epoll(EpollLoop<H>),

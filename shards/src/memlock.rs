@@ -51,6 +51,7 @@ impl ShardBudget {
 }
 
 /// RLIMIT_MEMLOCK (soft limit) in bytes; `None` when unlimited.
+#[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
 pub fn memlock_limit_bytes() -> Option<u64> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid out-pointer.
@@ -114,6 +115,7 @@ pub fn size_rings(
     limit: Option<u64>,
 ) -> Result<Sizing, MemlockError> {
     let shards_u = shards.max(1) as u64;
+    #[allow(clippy::unnecessary_map_or)] // Option::is_none_or needs Rust 1.82; MSRV is 1.80
     let fits = |b: &ShardBudget| limit.map_or(true, |l| b.total_bytes() * shards_u <= l);
     let mut entries = if ring_entries == 0 { AUTO_RING_ENTRIES } else { ring_entries };
     loop {

@@ -298,6 +298,24 @@ fn help_and_subcommands() {
     }
     let out = Command::new(bin()).args(["topology", "--resolve", "all"]).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut child = Command::new(bin())
+        .arg("hash-password")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    child.stdin.take().expect("stdin").write_all(b"correct horse\n").expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("$argon2id$"));
+    let pki = std::env::temp_dir().join(format!("uaring-test-pki-{}", std::process::id()));
+    let out = Command::new(bin())
+        .args(["cert", "--pki", pki.to_str().expect("path"), "generate", "--uri", "urn:test", "--bits", "2048"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(pki.join("own/certs/uaring.der").exists());
+    let _ = std::fs::remove_dir_all(&pki);
     let out = Command::new(bin()).args(["serve", "--bogus"]).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(bin()).args(["serve", "--cpus", "nonsense-expr"]).output().expect("run");

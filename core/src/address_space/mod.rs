@@ -15,7 +15,10 @@ pub mod value;
 
 use std::collections::HashMap;
 
-use crate::types::{DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId, QualifiedName, Variant};
+use crate::types::{
+    DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId, QualifiedName,
+    Variant,
+};
 use crate::Now;
 
 pub use build::AddressSpaceBuilder;
@@ -84,14 +87,31 @@ pub struct Node {
 /// Class-specific attributes.
 #[derive(Debug)]
 pub enum ClassAttributes {
-    Object { event_notifier: u8 },
+    Object {
+        event_notifier: u8,
+    },
     Variable(VariableAttributes),
-    Method { executable: bool, user_executable: bool },
-    ObjectType { is_abstract: bool },
+    Method {
+        executable: bool,
+        user_executable: bool,
+    },
+    ObjectType {
+        is_abstract: bool,
+    },
     VariableType(VariableTypeAttributes),
-    ReferenceType { is_abstract: bool, symmetric: bool, inverse_name: Option<LocalizedText> },
-    DataType { is_abstract: bool, data_type_definition: Option<ExtensionObject> },
-    View { contains_no_loops: bool, event_notifier: u8 },
+    ReferenceType {
+        is_abstract: bool,
+        symmetric: bool,
+        inverse_name: Option<LocalizedText>,
+    },
+    DataType {
+        is_abstract: bool,
+        data_type_definition: Option<ExtensionObject>,
+    },
+    View {
+        contains_no_loops: bool,
+        event_notifier: u8,
+    },
 }
 
 /// Attributes of a Variable.
@@ -194,7 +214,10 @@ pub struct AddressSpace {
 
 impl std::fmt::Debug for AddressSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AddressSpace").field("nodes", &self.nodes.len()).field("namespaces", &self.namespace_uris).finish()
+        f.debug_struct("AddressSpace")
+            .field("nodes", &self.nodes.len())
+            .field("namespaces", &self.namespace_uris)
+            .finish()
     }
 }
 
@@ -228,7 +251,10 @@ impl AddressSpace {
             None => self.node(&id.node_id),
             Some(uri) => {
                 let ns = self.namespace_index(uri)?;
-                self.node(&NodeId { namespace: ns, identifier: id.node_id.identifier.clone() })
+                self.node(&NodeId {
+                    namespace: ns,
+                    identifier: id.node_id.identifier.clone(),
+                })
             }
         }
     }
@@ -275,7 +301,10 @@ impl AddressSpace {
 
     /// The index of a namespace URI.
     pub fn namespace_index(&self, uri: &str) -> Option<u16> {
-        self.namespace_uris.iter().position(|u| u == uri).and_then(|i| u16::try_from(i).ok())
+        self.namespace_uris
+            .iter()
+            .position(|u| u == uri)
+            .and_then(|i| u16::try_from(i).ok())
     }
 
     pub fn browse_name_of(&self, id: &NodeId) -> Option<&QualifiedName> {
@@ -352,7 +381,10 @@ impl Node {
     /// The stored value cell, when this is a Variable with a stored value.
     pub fn value_cell(&self) -> Option<&ValueCell> {
         match &self.attributes {
-            ClassAttributes::Variable(VariableAttributes { value: ValueSource::Cell(c), .. }) => Some(c),
+            ClassAttributes::Variable(VariableAttributes {
+                value: ValueSource::Cell(c),
+                ..
+            }) => Some(c),
             _ => None,
         }
     }
@@ -371,7 +403,8 @@ impl Node {
     /// EventNotifier of Objects and Views.
     pub fn event_notifier(&self) -> Option<u8> {
         match &self.attributes {
-            ClassAttributes::Object { event_notifier } | ClassAttributes::View { event_notifier, .. } => Some(*event_notifier),
+            ClassAttributes::Object { event_notifier }
+            | ClassAttributes::View { event_notifier, .. } => Some(*event_notifier),
             _ => None,
         }
     }

@@ -60,10 +60,11 @@ impl NumericRange {
     pub fn read(&self, v: &Variant) -> Result<Variant, StatusCode> {
         match v {
             Variant::Array(a) => {
-                let shape = shape_of(a);
+                let shape = shape_of(a)?;
                 if self.dims.len() == shape.len() {
                     let (idx, out_dims) = select(&self.dims, &shape, true)?;
-                    let values: Vec<Variant> = idx.into_iter().map(|i| a.values[i].clone()).collect();
+                    let values: Vec<Variant> =
+                        idx.into_iter().map(|i| a.values[i].clone()).collect();
                     return Ok(make_array(a.value_type, values, out_dims));
                 }
                 // One more range than the array has dimensions: the last applies to each
@@ -72,10 +73,16 @@ impl NumericRange {
                     && matches!(a.value_type, BuiltinType::String | BuiltinType::ByteString)
                 {
                     let (idx, out_dims) = select(&self.dims[..shape.len()], &shape, true)?;
-                    let inner = NumericRange { dims: vec![self.dims[shape.len()]] };
+                    let inner = NumericRange {
+                        dims: vec![self.dims[shape.len()]],
+                    };
                     let values = idx
                         .into_iter()
-                        .map(|i| inner.read(&a.values[i]).unwrap_or_else(|_| empty_like(&a.values[i])))
+                        .map(|i| {
+                            inner
+                                .read(&a.values[i])
+                                .unwrap_or_else(|_| empty_like(&a.values[i]))
+                        })
                         .collect();
                     return Ok(make_array(a.value_type, values, out_dims));
                 }
@@ -84,12 +91,16 @@ impl NumericRange {
             Variant::String(s) if self.dims.len() == 1 => {
                 let chars: Vec<char> = s.as_str().chars().collect();
                 let (idx, _) = select(&self.dims, &[chars.len()], true)?;
-                Ok(Variant::String(UaString::from(idx.into_iter().map(|i| chars[i]).collect::<String>())))
+                Ok(Variant::String(UaString::from(
+                    idx.into_iter().map(|i| chars[i]).collect::<String>(),
+                )))
             }
             Variant::ByteString(b) if self.dims.len() == 1 => {
                 let bytes = b.as_bytes();
                 let (idx, _) = select(&self.dims, &[bytes.len()], true)?;
-                Ok(Variant::ByteString(ByteString::from(idx.into_iter().map(|i| bytes[i]).collect::<Vec<u8>>())))
+                Ok(Variant::ByteString(ByteString::from(
+                    idx.into_iter().map(|i| bytes[i]).collect::<Vec<u8>>(),
+                )))
             }
             _ => Err(StatusCode::BadIndexRangeNoData),
         }
@@ -99,7 +110,7 @@ impl NumericRange {
     pub fn write(&self, current: &Variant, new: &Variant) -> Result<Variant, StatusCode> {
         match (current, new) {
             (Variant::Array(a), Variant::Array(n)) => {
-                let shape = shape_of(a);
+                let shape = shape_of(a)?;
                 if self.dims.len() != shape.len() {
                     return Err(StatusCode::BadIndexRangeNoData);
                 }
@@ -126,7 +137,9 @@ impl NumericRange {
                 for (i, c) in idx.into_iter().zip(nc) {
                     chars[i] = c;
                 }
-                Ok(Variant::String(UaString::from(chars.into_iter().collect::<String>())))
+                Ok(Variant::String(UaString::from(
+                    chars.into_iter().collect::<String>(),
+                )))
             }
             (Variant::ByteString(b), Variant::ByteString(n)) if self.dims.len() == 1 => {
                 let mut bytes = b.as_bytes().to_vec();
@@ -139,7 +152,9 @@ impl NumericRange {
                 }
                 Ok(Variant::ByteString(ByteString::from(bytes)))
             }
-            (Variant::Array(_) | Variant::String(_) | Variant::ByteString(_), _) => Err(StatusCode::BadTypeMismatch),
+            (Variant::Array(_) | Variant::String(_) | Variant::ByteString(_), _) => {
+                Err(StatusCode::BadTypeMismatch)
+            }
             _ => Err(StatusCode::BadIndexRangeNoData),
         }
     }
@@ -157,21 +172,36 @@ fn empty_like(v: &Variant) -> Variant {
     }
 }
 
-fn shape_of(a: &Array) -> Vec<usize> {
-    match &a.dimensions {
+/// The array's shape; `NoData` when its dimensions don't multiply to its length (the
+/// decoder rejects such arrays, but `Array`'s fields are public).
+fn shape_of(a: &Array) -> Result<Vec<usize>, StatusCode> {
+    let shape: Vec<usize> = match &a.dimensions {
         Some(d) => d.iter().map(|&x| x.max(0) as usize).collect(),
         None => vec![a.values.len()],
+    };
+    let product = shape.iter().try_fold(1usize, |acc, &x| acc.checked_mul(x));
+    if shape.is_empty() || product != Some(a.values.len()) {
+        return Err(StatusCode::BadIndexRangeNoData);
     }
+    Ok(shape)
 }
 
 fn make_array(t: BuiltinType, values: Vec<Variant>, dims: Vec<usize>) -> Variant {
     let dimensions = (dims.len() > 1).then(|| dims.iter().map(|&d| d as i32).collect());
-    Variant::Array(Box::new(Array { value_type: t, values, dimensions }))
+    Variant::Array(Box::new(Array {
+        value_type: t,
+        values,
+        dimensions,
+    }))
 }
 
 /// Row-major flat indices selected by `ranges` in an array of `shape`, and the selected
 /// shape. With `clamp`, upper bounds past the end are cut; without, they are NoData.
-fn select(ranges: &[(u32, u32)], shape: &[usize], clamp: bool) -> Result<(Vec<usize>, Vec<usize>), StatusCode> {
+fn select(
+    ranges: &[(u32, u32)],
+    shape: &[usize],
+    clamp: bool,
+) -> Result<(Vec<usize>, Vec<usize>), StatusCode> {
     let mut bounds = Vec::with_capacity(ranges.len());
     for (&(lo, hi), &len) in ranges.iter().zip(shape) {
         let (lo, hi) = (lo as usize, hi as usize);
@@ -208,17 +238,48 @@ mod tests {
     use super::*;
 
     fn ints(v: &[i32]) -> Variant {
-        Variant::array(BuiltinType::Int32, v.iter().map(|&x| Variant::Int32(x)).collect()).unwrap()
+        Variant::array(
+            BuiltinType::Int32,
+            v.iter().map(|&x| Variant::Int32(x)).collect(),
+        )
+        .unwrap()
     }
 
     #[test]
     fn parse_cases() {
         assert_eq!(NumericRange::parse("").unwrap(), None);
-        assert_eq!(NumericRange::parse("6").unwrap().unwrap().dims, vec![(6, 6)]);
-        assert_eq!(NumericRange::parse("5:7").unwrap().unwrap().dims, vec![(5, 7)]);
-        assert_eq!(NumericRange::parse("1:2,0:3").unwrap().unwrap().dims, vec![(1, 2), (0, 3)]);
-        for bad in ["7:5", "5:5", "a", "1:", ":1", " 1", "1 ", "-1", "1:2:3", "1,", ",", "99999999999", "+1"] {
-            assert_eq!(NumericRange::parse(bad), Err(StatusCode::BadIndexRangeInvalid), "{bad}");
+        assert_eq!(
+            NumericRange::parse("6").unwrap().unwrap().dims,
+            vec![(6, 6)]
+        );
+        assert_eq!(
+            NumericRange::parse("5:7").unwrap().unwrap().dims,
+            vec![(5, 7)]
+        );
+        assert_eq!(
+            NumericRange::parse("1:2,0:3").unwrap().unwrap().dims,
+            vec![(1, 2), (0, 3)]
+        );
+        for bad in [
+            "7:5",
+            "5:5",
+            "a",
+            "1:",
+            ":1",
+            " 1",
+            "1 ",
+            "-1",
+            "1:2:3",
+            "1,",
+            ",",
+            "99999999999",
+            "+1",
+        ] {
+            assert_eq!(
+                NumericRange::parse(bad),
+                Err(StatusCode::BadIndexRangeInvalid),
+                "{bad}"
+            );
         }
     }
 
@@ -231,34 +292,85 @@ mod tests {
         assert_eq!(r("3:10").unwrap(), ints(&[3, 4]));
         assert_eq!(r("5"), Err(StatusCode::BadIndexRangeNoData));
         assert_eq!(r("0,0"), Err(StatusCode::BadIndexRangeNoData));
-        assert_eq!(NumericRange::parse("0").unwrap().unwrap().read(&Variant::Int32(1)), Err(StatusCode::BadIndexRangeNoData));
+        assert_eq!(
+            NumericRange::parse("0")
+                .unwrap()
+                .unwrap()
+                .read(&Variant::Int32(1)),
+            Err(StatusCode::BadIndexRangeNoData)
+        );
     }
 
     #[test]
     fn read_two_dimensions() {
         // 3x4 matrix, value = 10*row + col.
-        let values: Vec<Variant> = (0..3).flat_map(|r| (0..4).map(move |c| Variant::Int32(10 * r + c))).collect();
-        let m = Variant::Array(Box::new(Array::with_dimensions(BuiltinType::Int32, values, vec![3, 4]).unwrap()));
-        let got = NumericRange::parse("1:2,0:1").unwrap().unwrap().read(&m).unwrap();
+        let values: Vec<Variant> = (0..3)
+            .flat_map(|r| (0..4).map(move |c| Variant::Int32(10 * r + c)))
+            .collect();
+        let m = Variant::Array(Box::new(
+            Array::with_dimensions(BuiltinType::Int32, values, vec![3, 4]).unwrap(),
+        ));
+        let got = NumericRange::parse("1:2,0:1")
+            .unwrap()
+            .unwrap()
+            .read(&m)
+            .unwrap();
         let a = got.as_array().unwrap();
         assert_eq!(a.dimensions, Some(vec![2, 2]));
-        assert_eq!(a.values, vec![Variant::Int32(10), Variant::Int32(11), Variant::Int32(20), Variant::Int32(21)]);
-        let one = NumericRange::parse("2,3").unwrap().unwrap().read(&m).unwrap();
+        assert_eq!(
+            a.values,
+            vec![
+                Variant::Int32(10),
+                Variant::Int32(11),
+                Variant::Int32(20),
+                Variant::Int32(21)
+            ]
+        );
+        let one = NumericRange::parse("2,3")
+            .unwrap()
+            .unwrap()
+            .read(&m)
+            .unwrap();
         assert_eq!(one.as_array().unwrap().values, vec![Variant::Int32(23)]);
     }
 
     #[test]
     fn strings_and_bytestrings() {
         let s = Variant::String("hello".into());
-        assert_eq!(NumericRange::parse("1:3").unwrap().unwrap().read(&s).unwrap(), Variant::String("ell".into()));
+        assert_eq!(
+            NumericRange::parse("1:3")
+                .unwrap()
+                .unwrap()
+                .read(&s)
+                .unwrap(),
+            Variant::String("ell".into())
+        );
         let b = Variant::ByteString(ByteString::from(vec![1, 2, 3]));
         assert_eq!(
-            NumericRange::parse("2:9").unwrap().unwrap().read(&b).unwrap(),
+            NumericRange::parse("2:9")
+                .unwrap()
+                .unwrap()
+                .read(&b)
+                .unwrap(),
             Variant::ByteString(ByteString::from(vec![3]))
         );
-        let arr = Variant::array(BuiltinType::String, vec![Variant::String("abcd".into()), Variant::String("efgh".into())]).unwrap();
-        let got = NumericRange::parse("0:1,1:2").unwrap().unwrap().read(&arr).unwrap();
-        assert_eq!(got.as_array().unwrap().values, vec![Variant::String("bc".into()), Variant::String("fg".into())]);
+        let arr = Variant::array(
+            BuiltinType::String,
+            vec![
+                Variant::String("abcd".into()),
+                Variant::String("efgh".into()),
+            ],
+        )
+        .unwrap();
+        let got = NumericRange::parse("0:1,1:2")
+            .unwrap()
+            .unwrap()
+            .read(&arr)
+            .unwrap();
+        assert_eq!(
+            got.as_array().unwrap().values,
+            vec![Variant::String("bc".into()), Variant::String("fg".into())]
+        );
     }
 
     #[test]
@@ -266,10 +378,36 @@ mod tests {
         let v = ints(&[0, 1, 2, 3, 4]);
         let r = NumericRange::parse("1:2").unwrap().unwrap();
         assert_eq!(r.write(&v, &ints(&[9, 8])).unwrap(), ints(&[0, 9, 8, 3, 4]));
-        assert_eq!(r.write(&v, &ints(&[9])), Err(StatusCode::BadIndexRangeInvalid));
+        assert_eq!(
+            r.write(&v, &ints(&[9])),
+            Err(StatusCode::BadIndexRangeInvalid)
+        );
         let past = NumericRange::parse("4:5").unwrap().unwrap();
-        assert_eq!(past.write(&v, &ints(&[1, 2])), Err(StatusCode::BadIndexRangeNoData));
+        assert_eq!(
+            past.write(&v, &ints(&[1, 2])),
+            Err(StatusCode::BadIndexRangeNoData)
+        );
         let s = NumericRange::parse("0:1").unwrap().unwrap();
-        assert_eq!(s.write(&Variant::String("abc".into()), &Variant::String("xy".into())).unwrap(), Variant::String("xyc".into()));
+        assert_eq!(
+            s.write(
+                &Variant::String("abc".into()),
+                &Variant::String("xy".into())
+            )
+            .unwrap(),
+            Variant::String("xyc".into())
+        );
+    }
+
+    #[test]
+    fn inconsistent_dimensions_select_nothing() {
+        let a = Array {
+            value_type: BuiltinType::Int32,
+            values: vec![Variant::Int32(1); 3],
+            dimensions: Some(vec![2, 2]),
+        };
+        let v = Variant::Array(Box::new(a));
+        let r = NumericRange::parse("1,1").unwrap().unwrap();
+        assert_eq!(r.read(&v), Err(StatusCode::BadIndexRangeNoData));
+        assert_eq!(r.write(&v, &v), Err(StatusCode::BadIndexRangeNoData));
     }
 }

@@ -86,7 +86,10 @@ impl ValueCell {
     /// Atomically applies `f` to the current value (read-modify-write, for IndexRange
     /// writes). `f` returns the new value or an error; it may be called more than once
     /// when writers race.
-    pub fn update(&self, mut f: impl FnMut(&DataValue) -> Result<DataValue, StatusCode>) -> Result<(), StatusCode> {
+    pub fn update(
+        &self,
+        mut f: impl FnMut(&DataValue) -> Result<DataValue, StatusCode>,
+    ) -> Result<(), StatusCode> {
         match self {
             ValueCell::Scalar(c) => loop {
                 let (cur, seq) = c.load_seq();
@@ -129,7 +132,19 @@ impl ScalarCell {
         use BuiltinType::*;
         matches!(
             t,
-            Boolean | SByte | Byte | Int16 | UInt16 | Int32 | UInt32 | Int64 | UInt64 | Float | Double | DateTime | StatusCode
+            Boolean
+                | SByte
+                | Byte
+                | Int16
+                | UInt16
+                | Int32
+                | UInt32
+                | Int64
+                | UInt64
+                | Float
+                | Double
+                | DateTime
+                | StatusCode
         )
     }
 
@@ -227,7 +242,11 @@ impl ScalarCell {
     /// came first.
     fn store_if(&self, expected: u64, dv: &DataValue) -> Result<bool, StatusCode> {
         let bits = Self::to_bits(self.value_type, &dv.value).ok_or(StatusCode::BadTypeMismatch)?;
-        if self.seq.compare_exchange(expected, expected + 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self
+            .seq
+            .compare_exchange(expected, expected + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             return Ok(false);
         }
         self.write_fields(bits, dv);
@@ -240,9 +259,16 @@ impl ScalarCell {
         // The Release fence orders the odd sequence number before the data stores.
         fence(Ordering::Release);
         self.bits.store(bits, Ordering::Relaxed);
-        self.status.store(dv.status.map_or(0, |s| s.0), Ordering::Relaxed);
-        self.source_ts.store(dv.source_timestamp.map_or(NO_TS, |t| t.0), Ordering::Relaxed);
-        self.server_ts.store(dv.server_timestamp.map_or(NO_TS, |t| t.0), Ordering::Relaxed);
+        self.status
+            .store(dv.status.map_or(0, |s| s.0), Ordering::Relaxed);
+        self.source_ts.store(
+            dv.source_timestamp.map_or(NO_TS, |t| t.0),
+            Ordering::Relaxed,
+        );
+        self.server_ts.store(
+            dv.server_timestamp.map_or(NO_TS, |t| t.0),
+            Ordering::Relaxed,
+        );
     }
 
     #[inline]
@@ -253,7 +279,10 @@ impl ScalarCell {
         loop {
             let s = self.seq.load(Ordering::Relaxed);
             if s & 1 == 0
-                && self.seq.compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                && self
+                    .seq
+                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
             {
                 self.write_fields(bits, dv);
                 self.seq.store(s + 2, Ordering::Release);
@@ -287,11 +316,19 @@ mod tests {
         ];
         for v in vals {
             let t = v.scalar_type().unwrap();
-            let dv = DataValue { value: v.clone(), source_timestamp: Some(DateTime(9)), ..Default::default() };
+            let dv = DataValue {
+                value: v.clone(),
+                source_timestamp: Some(DateTime(9)),
+                ..Default::default()
+            };
             let c = ValueCell::new(dv.clone(), Some(t));
             assert!(matches!(c, ValueCell::Scalar(_)), "{t:?}");
             assert_eq!(c.load(), dv);
-            let dv2 = DataValue { value: v, status: Some(StatusCode::Uncertain), ..Default::default() };
+            let dv2 = DataValue {
+                value: v,
+                status: Some(StatusCode::Uncertain),
+                ..Default::default()
+            };
             assert!(c.store(dv2.clone()));
             assert_eq!(c.load(), dv2);
             assert!(!c.store(DataValue::new(Variant::String("x".into()))));
@@ -301,9 +338,13 @@ mod tests {
     #[test]
     fn any_cell_update() {
         let c = ValueCell::new(DataValue::new(Variant::String("a".into())), None);
-        c.update(|_| Ok(DataValue::new(Variant::String("b".into())))).unwrap();
+        c.update(|_| Ok(DataValue::new(Variant::String("b".into()))))
+            .unwrap();
         assert_eq!(c.load().value, Variant::String("b".into()));
-        assert_eq!(c.update(|_| Err(StatusCode::BadTypeMismatch)), Err(StatusCode::BadTypeMismatch));
+        assert_eq!(
+            c.update(|_| Err(StatusCode::BadTypeMismatch)),
+            Err(StatusCode::BadTypeMismatch)
+        );
         assert_eq!(c.load().value, Variant::String("b".into()));
     }
 
@@ -311,7 +352,11 @@ mod tests {
     fn concurrent_writers_and_readers_never_tear() {
         // Each write stores value v with source timestamp v: a reader must always see them equal.
         let c = Arc::new(ValueCell::new(
-            DataValue { value: Variant::Int64(0), source_timestamp: Some(DateTime(0)), ..Default::default() },
+            DataValue {
+                value: Variant::Int64(0),
+                source_timestamp: Some(DateTime(0)),
+                ..Default::default()
+            },
             Some(BuiltinType::Int64),
         ));
         let mut hs = Vec::new();
@@ -320,7 +365,11 @@ mod tests {
             hs.push(std::thread::spawn(move || {
                 for i in 0..20_000i64 {
                     let v = i * 2 + w;
-                    c.store(DataValue { value: Variant::Int64(v), source_timestamp: Some(DateTime(v)), ..Default::default() });
+                    c.store(DataValue {
+                        value: Variant::Int64(v),
+                        source_timestamp: Some(DateTime(v)),
+                        ..Default::default()
+                    });
                 }
             }));
         }

@@ -304,10 +304,29 @@ impl SecurityPolicy for NonePolicy {
 }
 
 /// One endpoint's security configuration: a policy URI and a message security mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// In configuration files the mode is written `"None"`, `"Sign"` or `"SignAndEncrypt"`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EndpointSecurity {
     pub policy_uri: String,
+    #[serde(with = "mode_serde")]
     pub mode: MessageSecurityMode,
+}
+
+mod mode_serde {
+    use super::MessageSecurityMode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(m: &MessageSecurityMode, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(m.name().unwrap_or("Invalid"))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MessageSecurityMode, D::Error> {
+        let name = String::deserialize(d)?;
+        MessageSecurityMode::ALL
+            .into_iter()
+            .find(|m| *m != MessageSecurityMode::Invalid && m.name() == Some(name.as_str()))
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown security mode {name:?} (None, Sign, SignAndEncrypt)")))
+    }
 }
 
 impl EndpointSecurity {

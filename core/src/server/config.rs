@@ -14,6 +14,8 @@ pub struct ServerConfig {
     pub application: ApplicationConfig,
     /// Per-request operation limits, reported in Server.ServerCapabilities.
     pub operation_limits: OperationLimits,
+    /// Session pool size, session timeouts and request age, per shard.
+    pub sessions: crate::server::shard::SessionLimits,
 }
 
 impl ServerConfig {
@@ -31,6 +33,7 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.application.validate()?;
         self.operation_limits.validate()?;
+        self.sessions.validate()?;
         Ok(())
     }
 }
@@ -105,7 +108,11 @@ impl ApplicationConfig {
         if self.benchmark_array_sizes.len() > 1000 {
             return Err("application.benchmark_array_sizes has more than 1000 entries".into());
         }
-        if self.benchmark_array_sizes.iter().any(|&n| n == 0 || n > 10_000_000) {
+        if self
+            .benchmark_array_sizes
+            .iter()
+            .any(|&n| n == 0 || n > 10_000_000)
+        {
             return Err("application.benchmark_array_sizes entries must be 1..=10000000".into());
         }
         Ok(())
@@ -181,25 +188,43 @@ impl OperationLimits {
             ("max_nodes_per_read", self.max_nodes_per_read),
             ("max_nodes_per_write", self.max_nodes_per_write),
             ("max_nodes_per_browse", self.max_nodes_per_browse),
-            ("max_nodes_per_translate_browse_paths_to_node_ids", self.max_nodes_per_translate_browse_paths_to_node_ids),
-            ("max_nodes_per_register_nodes", self.max_nodes_per_register_nodes),
+            (
+                "max_nodes_per_translate_browse_paths_to_node_ids",
+                self.max_nodes_per_translate_browse_paths_to_node_ids,
+            ),
+            (
+                "max_nodes_per_register_nodes",
+                self.max_nodes_per_register_nodes,
+            ),
             ("max_nodes_per_method_call", self.max_nodes_per_method_call),
-            ("max_monitored_items_per_call", self.max_monitored_items_per_call),
-            ("max_browse_continuation_points", self.max_browse_continuation_points as u32),
+            (
+                "max_monitored_items_per_call",
+                self.max_monitored_items_per_call,
+            ),
+            (
+                "max_browse_continuation_points",
+                self.max_browse_continuation_points as u32,
+            ),
             ("max_array_length", self.max_array_length),
             ("max_string_length", self.max_string_length),
             ("max_byte_string_length", self.max_byte_string_length),
         ];
         for (name, v) in counts {
             if v == 0 {
-                return Err(format!("operation_limits.{name} is 0 (0 is not 'unbounded'; give a limit)"));
+                return Err(format!(
+                    "operation_limits.{name} is 0 (0 is not 'unbounded'; give a limit)"
+                ));
             }
             if v > i32::MAX as u32 {
                 return Err(format!("operation_limits.{name} exceeds {}", i32::MAX));
             }
         }
-        if !(self.min_supported_sample_rate_ms.is_finite() && self.min_supported_sample_rate_ms > 0.0) {
-            return Err("operation_limits.min_supported_sample_rate_ms must be a positive number".into());
+        if !(self.min_supported_sample_rate_ms.is_finite()
+            && self.min_supported_sample_rate_ms > 0.0)
+        {
+            return Err(
+                "operation_limits.min_supported_sample_rate_ms must be a positive number".into(),
+            );
         }
         Ok(())
     }
@@ -224,7 +249,17 @@ mod tests {
 
     #[test]
     fn contract_uri() {
-        assert_eq!(ServerConfig::contract().application.effective_application_uri(), "urn:o6:benchmark:server");
-        assert_eq!(ServerConfig::default().application.effective_application_uri(), "urn:uaring:server");
+        assert_eq!(
+            ServerConfig::contract()
+                .application
+                .effective_application_uri(),
+            "urn:o6:benchmark:server"
+        );
+        assert_eq!(
+            ServerConfig::default()
+                .application
+                .effective_application_uri(),
+            "urn:uaring:server"
+        );
     }
 }

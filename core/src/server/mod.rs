@@ -4,4 +4,5 @@
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod shard;
 pub mod shared;

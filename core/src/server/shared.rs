@@ -24,6 +24,11 @@ impl ServerShared {
     pub fn new(config: ServerConfig, now: Now) -> Result<Arc<ServerShared>, String> {
         config.validate()?;
         let address_space = build::build(&config, now)?;
-        Ok(Arc::new(ServerShared { config, address_space, start_time: now.utc, start_mono_ns: now.mono_ns }))
+        Ok(Arc::new(ServerShared {
+            config,
+            address_space,
+            start_time: now.utc,
+            start_mono_ns: now.mono_ns,
+        }))
     }
 }

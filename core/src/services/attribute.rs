@@ -12,20 +12,33 @@
 //! * UserAccessLevel equals AccessLevel (no per-user rights yet).
 
 use crate::address_space::numeric_range::NumericRange;
-use crate::address_space::{access_level, ids, AddressSpace, ClassAttributes, Node, ValueSource, VariableAttributes};
-use crate::server::config::OperationLimits;
+use crate::address_space::{
+    access_level, ids, AddressSpace, ClassAttributes, Node, ValueSource, VariableAttributes,
+};
 use crate::generated::messages::Response;
-use crate::generated::types::{ReadRequest, ReadResponse, ResponseHeader, ServiceFault, WriteRequest, WriteResponse};
+use crate::generated::types::{
+    ReadRequest, ReadResponse, ResponseHeader, ServiceFault, WriteRequest, WriteResponse,
+};
+use crate::server::config::OperationLimits;
 use crate::server::shared::ServerShared;
-use crate::types::{BuiltinType, DataValue, LocalizedText, NodeId, QualifiedName, StatusCode, Variant};
+use crate::types::{
+    BuiltinType, DataValue, LocalizedText, NodeId, QualifiedName, StatusCode, Variant,
+};
 use crate::Now;
 
 fn header(request_handle: u32, status: StatusCode, now: Now) -> ResponseHeader {
-    ResponseHeader { timestamp: now.utc, request_handle, service_result: status, ..ResponseHeader::default() }
+    ResponseHeader {
+        timestamp: now.utc,
+        request_handle,
+        service_result: status,
+        ..ResponseHeader::default()
+    }
 }
 
 fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
-    Response::ServiceFault(Box::new(ServiceFault { response_header: header(request_handle, status, now) }))
+    Response::ServiceFault(Box::new(ServiceFault {
+        response_header: header(request_handle, status, now),
+    }))
 }
 
 /// The Read service: a `ReadResponse`, or a `ServiceFault` for a bad request
@@ -34,7 +47,12 @@ fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
 pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
     let limits = &shared.config.operation_limits;
-    let ts = match check_read_request(limits, req.nodes_to_read.len(), req.max_age, req.timestamps_to_return.0) {
+    let ts = match check_read_request(
+        limits,
+        req.nodes_to_read.len(),
+        req.max_age,
+        req.timestamps_to_return.0,
+    ) {
         Ok(t) => t,
         Err(s) => return fault(handle, s, now),
     };
@@ -42,9 +60,23 @@ pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
     let results = req
         .nodes_to_read
         .iter()
-        .map(|r| read_attribute(space, &r.node_id, r.attribute_id, r.index_range.as_str(), &r.data_encoding, ts, now))
+        .map(|r| {
+            read_attribute(
+                space,
+                &r.node_id,
+                r.attribute_id,
+                r.index_range.as_str(),
+                &r.data_encoding,
+                ts,
+                now,
+            )
+        })
         .collect();
-    Response::Read(Box::new(ReadResponse { response_header: header(handle, StatusCode::Good, now), results, diagnostic_infos: Vec::new() }))
+    Response::Read(Box::new(ReadResponse {
+        response_header: header(handle, StatusCode::Good, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
 }
 
 /// The Write service: a `WriteResponse`, or a `ServiceFault` (BadNothingToDo,
@@ -59,9 +91,23 @@ pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
     let results = req
         .nodes_to_write
         .iter()
-        .map(|w| write_attribute(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now))
+        .map(|w| {
+            write_attribute(
+                space,
+                limits,
+                &w.node_id,
+                w.attribute_id,
+                w.index_range.as_str(),
+                &w.value,
+                now,
+            )
+        })
         .collect();
-    Response::Write(Box::new(WriteResponse { response_header: header(handle, StatusCode::Good, now), results, diagnostic_infos: Vec::new() }))
+    Response::Write(Box::new(WriteResponse {
+        response_header: header(handle, StatusCode::Good, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
 }
 
 /// Attribute ids (Part 6 AttributeIds.csv).
@@ -125,7 +171,12 @@ impl Timestamps {
 
 /// Checks the request-level parameters of a Read: operation count, MaxAge and
 /// TimestampsToReturn. `Err` is the ServiceResult.
-pub fn check_read_request(limits: &OperationLimits, count: usize, max_age: f64, ttr: i32) -> Result<Timestamps, StatusCode> {
+pub fn check_read_request(
+    limits: &OperationLimits,
+    count: usize,
+    max_age: f64,
+    ttr: i32,
+) -> Result<Timestamps, StatusCode> {
     if count == 0 {
         return Err(StatusCode::BadNothingToDo);
     }
@@ -162,7 +213,11 @@ fn u32_array(v: &[u32]) -> Variant {
         // A null array: no dimensions are known.
         return Variant::Empty;
     }
-    Variant::array(BuiltinType::UInt32, v.iter().map(|&x| Variant::UInt32(x)).collect()).unwrap_or(Variant::Empty)
+    Variant::array(
+        BuiltinType::UInt32,
+        v.iter().map(|&x| Variant::UInt32(x)).collect(),
+    )
+    .unwrap_or(Variant::Empty)
 }
 
 /// The value of a non-Value attribute, or `BadAttributeIdInvalid` when the node's class
@@ -178,20 +233,30 @@ fn attribute_value(node: &Node, attribute_id: u32) -> Result<Variant, StatusCode
         attr::DESCRIPTION => var(node.description.clone()),
         attr::WRITE_MASK => var(node.write_mask),
         attr::USER_WRITE_MASK => var(node.user_write_mask),
-        attr::IS_ABSTRACT => node.is_abstract().map(Variant::Boolean).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::IS_ABSTRACT => node
+            .is_abstract()
+            .map(Variant::Boolean)
+            .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::SYMMETRIC => match &node.attributes {
             C::ReferenceType { symmetric, .. } => var(*symmetric),
             _ => invalid,
         },
         attr::INVERSE_NAME => match &node.attributes {
-            C::ReferenceType { inverse_name, .. } => var(inverse_name.clone().unwrap_or_else(LocalizedText::default)),
+            C::ReferenceType { inverse_name, .. } => {
+                var(inverse_name.clone().unwrap_or_else(LocalizedText::default))
+            }
             _ => invalid,
         },
         attr::CONTAINS_NO_LOOPS => match &node.attributes {
-            C::View { contains_no_loops, .. } => var(*contains_no_loops),
+            C::View {
+                contains_no_loops, ..
+            } => var(*contains_no_loops),
             _ => invalid,
         },
-        attr::EVENT_NOTIFIER => node.event_notifier().map(Variant::Byte).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::EVENT_NOTIFIER => node
+            .event_notifier()
+            .map(Variant::Byte)
+            .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::DATA_TYPE => match &node.attributes {
             C::Variable(v) => var(v.data_type.clone()),
             C::VariableType(v) => var(v.data_type.clone()),
@@ -207,30 +272,43 @@ fn attribute_value(node: &Node, attribute_id: u32) -> Result<Variant, StatusCode
             C::VariableType(v) => Ok(u32_array(&v.array_dimensions)),
             _ => invalid,
         },
-        attr::ACCESS_LEVEL => node.as_variable().map(|v| Variant::Byte(v.access_level)).ok_or(StatusCode::BadAttributeIdInvalid),
-        attr::USER_ACCESS_LEVEL => {
-            node.as_variable().map(|v| Variant::Byte(v.user_access_level)).ok_or(StatusCode::BadAttributeIdInvalid)
-        }
+        attr::ACCESS_LEVEL => node
+            .as_variable()
+            .map(|v| Variant::Byte(v.access_level))
+            .ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::USER_ACCESS_LEVEL => node
+            .as_variable()
+            .map(|v| Variant::Byte(v.user_access_level))
+            .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::ACCESS_LEVEL_EX => node
             .as_variable()
             .map(|v| Variant::UInt32(v.access_level_ex.unwrap_or(v.access_level as u32)))
             .ok_or(StatusCode::BadAttributeIdInvalid),
-        attr::MINIMUM_SAMPLING_INTERVAL => {
-            node.as_variable().map(|v| Variant::Double(v.minimum_sampling_interval)).ok_or(StatusCode::BadAttributeIdInvalid)
-        }
-        attr::HISTORIZING => node.as_variable().map(|v| Variant::Boolean(v.historizing)).ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::MINIMUM_SAMPLING_INTERVAL => node
+            .as_variable()
+            .map(|v| Variant::Double(v.minimum_sampling_interval))
+            .ok_or(StatusCode::BadAttributeIdInvalid),
+        attr::HISTORIZING => node
+            .as_variable()
+            .map(|v| Variant::Boolean(v.historizing))
+            .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::EXECUTABLE => match &node.attributes {
             C::Method { executable, .. } => var(*executable),
             _ => invalid,
         },
         attr::USER_EXECUTABLE => match &node.attributes {
-            C::Method { user_executable, .. } => var(*user_executable),
+            C::Method {
+                user_executable, ..
+            } => var(*user_executable),
             _ => invalid,
         },
         attr::DATA_TYPE_DEFINITION => match &node.attributes {
             // Abstract and simple DataTypes have no definition: reading it is not an error
             // for the class but there is nothing to return.
-            C::DataType { data_type_definition: Some(d), .. } => var(d.clone()),
+            C::DataType {
+                data_type_definition: Some(d),
+                ..
+            } => var(d.clone()),
             C::DataType { .. } => Err(StatusCode::BadAttributeIdInvalid),
             _ => invalid,
         },
@@ -250,7 +328,11 @@ fn is_structure(v: &Variant) -> bool {
 }
 
 /// Checks a ReadValueId's DataEncoding for the given attribute and value.
-fn check_encoding(attribute_id: u32, encoding: &QualifiedName, value: Option<&Variant>) -> Result<(), StatusCode> {
+fn check_encoding(
+    attribute_id: u32,
+    encoding: &QualifiedName,
+    value: Option<&Variant>,
+) -> Result<(), StatusCode> {
     if encoding.is_null() {
         return Ok(());
     }
@@ -303,7 +385,11 @@ pub fn read_attribute(
                 Err(e) => return bad(e),
             },
         };
-        return DataValue { value: v, server_timestamp: server_ts, ..Default::default() };
+        return DataValue {
+            value: v,
+            server_timestamp: server_ts,
+            ..Default::default()
+        };
     }
 
     let mut dv = match &node.attributes {
@@ -398,7 +484,8 @@ fn type_fits(space: &AddressSpace, v: &Variant, dt: &NodeId) -> bool {
         Variant::Array(a) => {
             if a.value_type == BuiltinType::Variant {
                 // An array of Variant only fits BaseDataType, and each element must be a scalar.
-                dt.as_ns0() == Some(ids::BASE_DATA_TYPE) && a.values.iter().all(|e| !e.is_array() && !e.is_empty())
+                dt.as_ns0() == Some(ids::BASE_DATA_TYPE)
+                    && a.values.iter().all(|e| !e.is_array() && !e.is_empty())
             } else if a.value_type == BuiltinType::ExtensionObject {
                 a.values.iter().all(|e| scalar_fits(space, e, dt))
             } else {
@@ -430,7 +517,10 @@ fn rank_fits(var: &VariableAttributes, v: &Variant) -> bool {
                 Some(d) => d.iter().map(|&x| x.max(0) as usize).collect(),
                 None => vec![a.values.len()],
             };
-            return shape.iter().zip(&var.array_dimensions).all(|(&len, &max)| max == 0 || len <= max as usize);
+            return shape
+                .iter()
+                .zip(&var.array_dimensions)
+                .all(|(&len, &max)| max == 0 || len <= max as usize);
         }
     }
     true
@@ -478,7 +568,8 @@ pub fn write_attribute(
     if value.server_timestamp.is_some() || value.server_picoseconds.is_some() {
         return StatusCode::BadWriteNotSupported;
     }
-    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0 {
+    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0
+    {
         return StatusCode::BadWriteNotSupported;
     }
     if value.source_timestamp.is_some() && var.access_level & access_level::TIMESTAMP_WRITE == 0 {
@@ -537,4 +628,3 @@ fn check_size(limits: &OperationLimits, v: &Variant) -> Result<(), StatusCode> {
     }
     Ok(())
 }
-

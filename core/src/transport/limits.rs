@@ -2,7 +2,23 @@
 //! (and the client reuses). Every field is a hard cap; `0` is rejected by
 //! [`TransportLimits::validate`], never read as "unbounded".
 
+use serde::{Deserialize, Serialize};
+
 use crate::encoding::DecodeLimits;
+
+/// serde mirror of [`DecodeLimits`] (defined in `encoding`, which has no serde).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "DecodeLimits", deny_unknown_fields)]
+struct DecodeLimitsDef {
+    max_string_len: usize,
+    max_byte_string_len: usize,
+    max_array_len: usize,
+    max_depth: u32,
+}
+
+fn default_decode_limits() -> DecodeLimits {
+    DecodeLimits::default()
+}
 
 /// The smallest chunk buffer Part 6 §7.1.2.3 allows for non-ECC policies, in bytes.
 pub const MIN_BUFFER_SIZE: u32 = 8192;
@@ -19,7 +35,8 @@ pub const MAX_REASON_LEN: usize = 4096;
 /// Plain data with public fields and a [`Default`], so a configuration loader (serde or
 /// otherwise) can mirror it field for field. Call [`TransportLimits::validate`] after
 /// loading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TransportLimits {
     /// Largest chunk we accept, in bytes (the ReceiveBufferSize we offer in ACK/HEL;
     /// negotiated down to the peer's SendBufferSize). At least 8192.
@@ -52,6 +69,7 @@ pub struct TransportLimits {
     /// BadTcpNotEnoughResources.
     pub max_channels_per_shard: u32,
     /// Limits for decoding message bodies (string, byte string and array lengths, nesting).
+    #[serde(with = "DecodeLimitsDef", default = "default_decode_limits")]
     pub decode: DecodeLimits,
 }
 
@@ -180,6 +198,23 @@ mod tests {
         for c in cases {
             assert!(c.validate().is_err(), "{c:?}");
         }
+    }
+
+    #[test]
+    fn serde_roundtrip_defaults_and_unknown_fields() {
+        let d = TransportLimits::default();
+        let j = serde_json::to_string(&d).unwrap();
+        assert_eq!(serde_json::from_str::<TransportLimits>(&j).unwrap(), d);
+        let partial: TransportLimits = serde_json::from_str(r#"{"max_chunk_count": 10, "decode": {"max_string_len": 5, "max_byte_string_len": 6, "max_array_len": 7, "max_depth": 100}}"#).unwrap();
+        assert_eq!(partial.max_chunk_count, 10);
+        assert_eq!(partial.decode.max_array_len, 7);
+        assert_eq!(partial.receive_buffer_size, d.receive_buffer_size);
+        assert!(serde_json::from_str::<TransportLimits>(r#"{"max_chunks": 10}"#).is_err());
+        let e = crate::secure_channel::EndpointSecurity::none();
+        let j = serde_json::to_string(&e).unwrap();
+        assert!(j.contains(r#""mode":"None""#), "{j}");
+        assert_eq!(serde_json::from_str::<crate::secure_channel::EndpointSecurity>(&j).unwrap(), e);
+        assert!(serde_json::from_str::<crate::secure_channel::EndpointSecurity>(r#"{"policy_uri":"x","mode":"Invalid"}"#).is_err());
     }
 
     #[test]

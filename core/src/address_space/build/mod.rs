@@ -7,7 +7,9 @@ pub mod server_object;
 
 use std::collections::HashMap;
 
-use super::{ids, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX};
+use super::{
+    ids, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX,
+};
 use crate::server::config::ServerConfig;
 use crate::types::{ExpandedNodeId, Identifier, NodeId};
 use crate::Now;
@@ -17,7 +19,10 @@ pub const NS0_URI: &str = "http://opcfoundation.org/UA/";
 
 /// Builds the whole address space: namespace 0, the live Server object, namespace 1.
 pub fn build(config: &ServerConfig, now: Now) -> Result<AddressSpace, String> {
-    let uris = vec![NS0_URI.to_string(), config.application.effective_application_uri().to_string()];
+    let uris = vec![
+        NS0_URI.to_string(),
+        config.application.effective_application_uri().to_string(),
+    ];
     let info = server_object::server_info(config, now);
     let mut b = AddressSpaceBuilder::new(uris.clone(), info.clone());
     ns0::add_namespace0(&mut b)?;
@@ -39,7 +44,13 @@ pub struct AddressSpaceBuilder {
 impl AddressSpaceBuilder {
     /// An empty builder. `namespace_uris[0]` should be `http://opcfoundation.org/UA/`.
     pub fn new(namespace_uris: Vec<String>, server_info: ServerInfo) -> Self {
-        AddressSpaceBuilder { nodes: Vec::new(), dense: [Vec::new(), Vec::new()], map: HashMap::new(), namespace_uris, server_info }
+        AddressSpaceBuilder {
+            nodes: Vec::new(),
+            dense: [Vec::new(), Vec::new()],
+            map: HashMap::new(),
+            namespace_uris,
+            server_info,
+        }
     }
 
     /// Reserves room for `n` more nodes.
@@ -93,16 +104,34 @@ impl AddressSpaceBuilder {
     }
 
     /// Adds a reference declared on `source` (which must exist).
-    pub fn add_reference(&mut self, source: &NodeId, reference_type: u32, target: NodeId, is_forward: bool) -> Result<(), String> {
-        let n = self.node_mut(source).ok_or_else(|| format!("reference from unknown node {source}"))?;
-        n.references.push(Reference { reference_type: NodeId::ns0(reference_type), is_forward, target: ExpandedNodeId::local(target) });
+    pub fn add_reference(
+        &mut self,
+        source: &NodeId,
+        reference_type: u32,
+        target: NodeId,
+        is_forward: bool,
+    ) -> Result<(), String> {
+        let n = self
+            .node_mut(source)
+            .ok_or_else(|| format!("reference from unknown node {source}"))?;
+        n.references.push(Reference {
+            reference_type: NodeId::ns0(reference_type),
+            is_forward,
+            target: ExpandedNodeId::local(target),
+        });
         Ok(())
     }
 
     /// Adds the inverse references, deduplicates, computes the type hierarchy and returns
     /// the finished address space.
     pub fn finish(self) -> AddressSpace {
-        let AddressSpaceBuilder { mut nodes, dense, map, namespace_uris, server_info } = self;
+        let AddressSpaceBuilder {
+            mut nodes,
+            dense,
+            map,
+            namespace_uris,
+            server_info,
+        } = self;
         let lookup = |id: &NodeId| -> Option<u32> {
             if let Identifier::Numeric(n) = id.identifier {
                 if id.namespace < 2 && n < DENSE_ID_MAX {
@@ -149,7 +178,10 @@ impl AddressSpaceBuilder {
                             supertype[i] = p;
                         }
                     }
-                    Some(ids::HAS_ENCODING) if r.is_forward && matches!(n.attributes, ClassAttributes::DataType { .. }) => {
+                    Some(ids::HAS_ENCODING)
+                        if r.is_forward
+                            && matches!(n.attributes, ClassAttributes::DataType { .. }) =>
+                    {
                         if let Some(t) = r.target.as_local() {
                             encoding_of.insert(t.clone(), n.node_id.clone());
                         }
@@ -158,7 +190,15 @@ impl AddressSpaceBuilder {
                 }
             }
         }
-        AddressSpace { nodes, dense, map, supertype, encoding_of, namespace_uris, server_info }
+        AddressSpace {
+            nodes,
+            dense,
+            map,
+            supertype,
+            encoding_of,
+            namespace_uris,
+            server_info,
+        }
     }
 }
 

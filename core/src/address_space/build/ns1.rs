@@ -13,12 +13,13 @@
 use super::AddressSpaceBuilder;
 use crate::address_space::value::ValueCell;
 use crate::address_space::{
-    access_level, ids, ClassAttributes, Dynamic, Node, NodeClass, Reference, ValueSource, VariableAttributes,
+    access_level, ids, ClassAttributes, Dynamic, Node, NodeClass, Reference, ValueSource,
+    VariableAttributes,
 };
 use crate::server::config::ServerConfig;
 use crate::types::{
-    BuiltinType, ByteString, DataValue, DateTime, ExpandedNodeId, Guid, LocalizedText, NodeId, QualifiedName, StatusCode,
-    UaString, Variant,
+    BuiltinType, ByteString, DataValue, DateTime, ExpandedNodeId, Guid, LocalizedText, NodeId,
+    QualifiedName, StatusCode, UaString, Variant,
 };
 
 /// First NodeId of the BenchmarkValue variables.
@@ -32,8 +33,10 @@ pub const SINE_PERIOD_MS: u32 = 10_000;
 
 /// AccessLevel of the writable variables: read, write, and (because Write accepts them)
 /// StatusWrite and TimestampWrite.
-pub const WRITABLE: u8 =
-    access_level::CURRENT_READ | access_level::CURRENT_WRITE | access_level::STATUS_WRITE | access_level::TIMESTAMP_WRITE;
+pub const WRITABLE: u8 = access_level::CURRENT_READ
+    | access_level::CURRENT_WRITE
+    | access_level::STATUS_WRITE
+    | access_level::TIMESTAMP_WRITE;
 /// AccessLevel of the read-only variables.
 pub const READ_ONLY: u8 = access_level::CURRENT_READ;
 
@@ -54,10 +57,14 @@ pub fn demo_types() -> Vec<(&'static str, u32, Variant)> {
         ("String", 12, Variant::String(UaString::from(""))),
         ("DateTime", 13, Variant::DateTime(DateTime::NULL)),
         ("Guid", 14, Variant::Guid(Guid::NULL)),
-        ("ByteString", 15, Variant::ByteString(ByteString::from(Vec::new()))),
+        (
+            "ByteString",
+            15,
+            Variant::ByteString(ByteString::from(Vec::new())),
+        ),
         ("NodeId", 17, Variant::NodeId(Box::new(NodeId::NULL))),
-        ("QualifiedName", 20, Variant::QualifiedName(Box::new(QualifiedName::default()))),
-        ("LocalizedText", 21, Variant::LocalizedText(Box::new(LocalizedText::default()))),
+        ("QualifiedName", 20, Variant::QualifiedName(Box::default())),
+        ("LocalizedText", 21, Variant::LocalizedText(Box::default())),
         ("StatusCode", 19, Variant::StatusCode(StatusCode::Good)),
         // DataType BaseDataType: any value; starts as Int32 0.
         ("Variant", ids::BASE_DATA_TYPE, Variant::Int32(0)),
@@ -82,7 +89,17 @@ pub fn variable(
         _ => None,
     };
     let cell = ValueCell::new(value, fixed);
-    make_variable(node_id, browse_name, data_type, value_rank, array_dimensions, ValueSource::Cell(cell), access, minimum_sampling_interval, parent)
+    make_variable(
+        node_id,
+        browse_name,
+        data_type,
+        value_rank,
+        array_dimensions,
+        ValueSource::Cell(cell),
+        access,
+        minimum_sampling_interval,
+        parent,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -103,7 +120,11 @@ fn make_variable(
         target: ExpandedNodeId::local(NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)),
     }];
     if let Some((p, rt)) = parent {
-        references.push(Reference { reference_type: NodeId::ns0(rt), is_forward: false, target: ExpandedNodeId::local(p) });
+        references.push(Reference {
+            reference_type: NodeId::ns0(rt),
+            is_forward: false,
+            target: ExpandedNodeId::local(p),
+        });
     }
     let display_name = LocalizedText::text(browse_name.name.as_str());
     Node {
@@ -146,7 +167,11 @@ pub fn folder(node_id: NodeId, browse_name: QualifiedName, parent: NodeId) -> No
                 is_forward: true,
                 target: ExpandedNodeId::local(NodeId::ns0(ids::FOLDER_TYPE)),
             },
-            Reference { reference_type: NodeId::ns0(ids::ORGANIZES), is_forward: false, target: ExpandedNodeId::local(parent) },
+            Reference {
+                reference_type: NodeId::ns0(ids::ORGANIZES),
+                is_forward: false,
+                target: ExpandedNodeId::local(parent),
+            },
         ],
         attributes: ClassAttributes::Object { event_notifier: 0 },
     }
@@ -160,10 +185,18 @@ fn array_of(t: BuiltinType, v: &Variant, n: usize) -> Variant {
 
 /// Adds namespace 1 (index 1) to the builder. `start` is the source timestamp of the
 /// initial values.
-pub fn add_namespace1(b: &mut AddressSpaceBuilder, config: &ServerConfig, start: DateTime) -> Result<(), String> {
+pub fn add_namespace1(
+    b: &mut AddressSpaceBuilder,
+    config: &ServerConfig,
+    start: DateTime,
+) -> Result<(), String> {
     let app = &config.application;
     let objects = NodeId::ns0(ids::OBJECTS_FOLDER);
-    let initial = |v: Variant| DataValue { value: v, source_timestamp: Some(start), ..Default::default() };
+    let initial = |v: Variant| DataValue {
+        value: v,
+        source_timestamp: Some(start),
+        ..Default::default()
+    };
 
     // The benchmark contract.
     for i in 0..app.benchmark_value_count {
@@ -202,7 +235,11 @@ pub fn add_namespace1(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
     let q = |x: &str| QualifiedName::new(1, x);
     b.add(folder(s("Demo"), q("Demo"), objects.clone()))?;
     b.add(folder(s("Demo.Static"), q("Static"), s("Demo")))?;
-    b.add(folder(s("Demo.Static.Arrays"), q("Arrays"), s("Demo.Static")))?;
+    b.add(folder(
+        s("Demo.Static.Arrays"),
+        q("Arrays"),
+        s("Demo.Static"),
+    ))?;
     b.add(folder(s("Demo.ReadOnly"), q("ReadOnly"), s("Demo")))?;
     b.add(folder(s("Demo.Dynamic"), q("Dynamic"), s("Demo")))?;
 
@@ -218,7 +255,11 @@ pub fn add_namespace1(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
             0.0,
             Some((s("Demo.Static"), ids::HAS_COMPONENT)),
         ))?;
-        let elem_type = if dt == ids::BASE_DATA_TYPE { BuiltinType::Variant } else { BuiltinType::from_id(dt as u8).ok_or("demo type")? };
+        let elem_type = if dt == ids::BASE_DATA_TYPE {
+            BuiltinType::Variant
+        } else {
+            BuiltinType::from_id(dt as u8).ok_or("demo type")?
+        };
         b.add(variable(
             s(&format!("Demo.Static.Arrays.{name}")),
             q(name),
@@ -248,7 +289,9 @@ pub fn add_namespace1(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
         NodeId::ns0(BuiltinType::UInt32 as u32),
         -1,
         Vec::new(),
-        ValueSource::Dynamic(Dynamic::Counter { period_ms: COUNTER_PERIOD_MS }),
+        ValueSource::Dynamic(Dynamic::Counter {
+            period_ms: COUNTER_PERIOD_MS,
+        }),
         READ_ONLY,
         COUNTER_PERIOD_MS as f64,
         Some((s("Demo.Dynamic"), ids::HAS_COMPONENT)),
@@ -259,7 +302,9 @@ pub fn add_namespace1(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
         NodeId::ns0(BuiltinType::Double as u32),
         -1,
         Vec::new(),
-        ValueSource::Dynamic(Dynamic::Sine { period_ms: SINE_PERIOD_MS }),
+        ValueSource::Dynamic(Dynamic::Sine {
+            period_ms: SINE_PERIOD_MS,
+        }),
         READ_ONLY,
         0.0,
         Some((s("Demo.Dynamic"), ids::HAS_COMPONENT)),

@@ -48,7 +48,8 @@ pub mod sid {
 }
 
 /// The server profile this server aims at (reported in ServerProfileArray).
-pub const SERVER_PROFILES: &[&str] = &["http://opcfoundation.org/UA-Profile/Server/MicroEmbeddedDevice2017"];
+pub const SERVER_PROFILES: &[&str] =
+    &["http://opcfoundation.org/UA-Profile/Server/MicroEmbeddedDevice2017"];
 
 /// ServerInfo from the configuration.
 pub fn server_info(config: &ServerConfig, now: Now) -> ServerInfo {
@@ -93,11 +94,15 @@ pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
 pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
     let elapsed_ns = now.mono_ns.saturating_sub(info.start_mono_ns);
     match d {
-        Dynamic::CurrentTime => {
-            DataValue { value: Variant::DateTime(now.utc), source_timestamp: Some(now.utc), ..Default::default() }
-        }
+        Dynamic::CurrentTime => DataValue {
+            value: Variant::DateTime(now.utc),
+            source_timestamp: Some(now.utc),
+            ..Default::default()
+        },
         Dynamic::ServerStatus => DataValue {
-            value: Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&server_status(info, now)))),
+            value: Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(
+                &server_status(info, now),
+            ))),
             source_timestamp: Some(now.utc),
             ..Default::default()
         },
@@ -105,8 +110,16 @@ pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
             let period_ns = (period_ms.max(1) as u64) * 1_000_000;
             let n = elapsed_ns / period_ns;
             // The instant of the last increment, on the UTC clock of the start.
-            let ts = DateTime(info.start_time.0.saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64));
-            DataValue { value: Variant::UInt32(n as u32), source_timestamp: Some(ts), ..Default::default() }
+            let ts = DateTime(
+                info.start_time
+                    .0
+                    .saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64),
+            );
+            DataValue {
+                value: Variant::UInt32(n as u32),
+                source_timestamp: Some(ts),
+                ..Default::default()
+            }
         }
         Dynamic::Sine { period_ms } => {
             let period_ns = (period_ms.max(1) as u64) * 1_000_000;
@@ -131,49 +144,181 @@ fn set(b: &mut AddressSpaceBuilder, id: u32, src: ValueSource) {
 
 fn set_static(b: &mut AddressSpaceBuilder, id: u32, value: Variant, start: DateTime) {
     let fixed = value.scalar_type();
-    let dv = DataValue { value, source_timestamp: Some(start), ..Default::default() };
+    let dv = DataValue {
+        value,
+        source_timestamp: Some(start),
+        ..Default::default()
+    };
     set(b, id, ValueSource::Cell(ValueCell::new(dv, fixed)));
 }
 
 fn strings(v: &[&str]) -> Variant {
-    Variant::array(BuiltinType::String, v.iter().map(|s| Variant::String(UaString::from(*s))).collect())
-        .unwrap_or(Variant::Empty)
+    Variant::array(
+        BuiltinType::String,
+        v.iter()
+            .map(|s| Variant::String(UaString::from(*s)))
+            .collect(),
+    )
+    .unwrap_or(Variant::Empty)
 }
 
 /// Installs the Server object's values on the namespace-0 nodes.
-pub fn install(b: &mut AddressSpaceBuilder, config: &ServerConfig, info: &ServerInfo, namespace_uris: &[String]) {
+pub fn install(
+    b: &mut AddressSpaceBuilder,
+    config: &ServerConfig,
+    info: &ServerInfo,
+    namespace_uris: &[String],
+) {
     let start = info.start_time;
     let lim = &config.operation_limits;
     let uris: Vec<&str> = namespace_uris.iter().map(String::as_str).collect();
     set_static(b, sid::NAMESPACE_ARRAY, strings(&uris), start);
-    set_static(b, sid::SERVER_ARRAY, strings(&[config.application.effective_application_uri()]), start);
-    set(b, sid::SERVER_STATUS, ValueSource::Dynamic(Dynamic::ServerStatus));
-    set(b, sid::CURRENT_TIME, ValueSource::Dynamic(Dynamic::CurrentTime));
+    set_static(
+        b,
+        sid::SERVER_ARRAY,
+        strings(&[config.application.effective_application_uri()]),
+        start,
+    );
+    set(
+        b,
+        sid::SERVER_STATUS,
+        ValueSource::Dynamic(Dynamic::ServerStatus),
+    );
+    set(
+        b,
+        sid::CURRENT_TIME,
+        ValueSource::Dynamic(Dynamic::CurrentTime),
+    );
     set_static(b, sid::START_TIME, Variant::DateTime(start), start);
     set_static(b, sid::STATE, Variant::Int32(ServerState::Running.0), start);
-    set_static(b, sid::BUILD_INFO, Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&build_info(info)))), start);
-    set_static(b, sid::PRODUCT_NAME, Variant::String(info.product_name.as_str().into()), start);
-    set_static(b, sid::PRODUCT_URI, Variant::String(info.product_uri.as_str().into()), start);
-    set_static(b, sid::MANUFACTURER_NAME, Variant::String(info.manufacturer_name.as_str().into()), start);
-    set_static(b, sid::SOFTWARE_VERSION, Variant::String(info.software_version.as_str().into()), start);
-    set_static(b, sid::BUILD_NUMBER, Variant::String(info.build_number.as_str().into()), start);
-    set_static(b, sid::BUILD_DATE, Variant::DateTime(info.build_date), start);
+    set_static(
+        b,
+        sid::BUILD_INFO,
+        Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&build_info(info)))),
+        start,
+    );
+    set_static(
+        b,
+        sid::PRODUCT_NAME,
+        Variant::String(info.product_name.as_str().into()),
+        start,
+    );
+    set_static(
+        b,
+        sid::PRODUCT_URI,
+        Variant::String(info.product_uri.as_str().into()),
+        start,
+    );
+    set_static(
+        b,
+        sid::MANUFACTURER_NAME,
+        Variant::String(info.manufacturer_name.as_str().into()),
+        start,
+    );
+    set_static(
+        b,
+        sid::SOFTWARE_VERSION,
+        Variant::String(info.software_version.as_str().into()),
+        start,
+    );
+    set_static(
+        b,
+        sid::BUILD_NUMBER,
+        Variant::String(info.build_number.as_str().into()),
+        start,
+    );
+    set_static(
+        b,
+        sid::BUILD_DATE,
+        Variant::DateTime(info.build_date),
+        start,
+    );
     set_static(b, sid::SECONDS_TILL_SHUTDOWN, Variant::UInt32(0), start);
-    set_static(b, sid::SHUTDOWN_REASON, Variant::LocalizedText(Box::default()), start);
+    set_static(
+        b,
+        sid::SHUTDOWN_REASON,
+        Variant::LocalizedText(Box::default()),
+        start,
+    );
     set_static(b, sid::SERVICE_LEVEL, Variant::Byte(255), start);
     set_static(b, sid::AUDITING, Variant::Boolean(false), start);
-    set_static(b, sid::SERVER_PROFILE_ARRAY, strings(SERVER_PROFILES), start);
+    set_static(
+        b,
+        sid::SERVER_PROFILE_ARRAY,
+        strings(SERVER_PROFILES),
+        start,
+    );
     set_static(b, sid::LOCALE_ID_ARRAY, strings(&["en"]), start);
-    set_static(b, sid::MIN_SUPPORTED_SAMPLE_RATE, Variant::Double(lim.min_supported_sample_rate_ms), start);
-    set_static(b, sid::MAX_BROWSE_CONTINUATION_POINTS, Variant::UInt16(lim.max_browse_continuation_points), start);
-    set_static(b, sid::MAX_ARRAY_LENGTH, Variant::UInt32(lim.max_array_length), start);
-    set_static(b, sid::MAX_STRING_LENGTH, Variant::UInt32(lim.max_string_length), start);
-    set_static(b, sid::MAX_BYTE_STRING_LENGTH, Variant::UInt32(lim.max_byte_string_length), start);
-    set_static(b, sid::MAX_NODES_PER_READ, Variant::UInt32(lim.max_nodes_per_read), start);
-    set_static(b, sid::MAX_NODES_PER_WRITE, Variant::UInt32(lim.max_nodes_per_write), start);
-    set_static(b, sid::MAX_NODES_PER_METHOD_CALL, Variant::UInt32(lim.max_nodes_per_method_call), start);
-    set_static(b, sid::MAX_NODES_PER_BROWSE, Variant::UInt32(lim.max_nodes_per_browse), start);
-    set_static(b, sid::MAX_NODES_PER_REGISTER_NODES, Variant::UInt32(lim.max_nodes_per_register_nodes), start);
-    set_static(b, sid::MAX_NODES_PER_TRANSLATE, Variant::UInt32(lim.max_nodes_per_translate_browse_paths_to_node_ids), start);
-    set_static(b, sid::MAX_MONITORED_ITEMS_PER_CALL, Variant::UInt32(lim.max_monitored_items_per_call), start);
+    set_static(
+        b,
+        sid::MIN_SUPPORTED_SAMPLE_RATE,
+        Variant::Double(lim.min_supported_sample_rate_ms),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_BROWSE_CONTINUATION_POINTS,
+        Variant::UInt16(lim.max_browse_continuation_points),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_ARRAY_LENGTH,
+        Variant::UInt32(lim.max_array_length),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_STRING_LENGTH,
+        Variant::UInt32(lim.max_string_length),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_BYTE_STRING_LENGTH,
+        Variant::UInt32(lim.max_byte_string_length),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_NODES_PER_READ,
+        Variant::UInt32(lim.max_nodes_per_read),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_NODES_PER_WRITE,
+        Variant::UInt32(lim.max_nodes_per_write),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_NODES_PER_METHOD_CALL,
+        Variant::UInt32(lim.max_nodes_per_method_call),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_NODES_PER_BROWSE,
+        Variant::UInt32(lim.max_nodes_per_browse),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_NODES_PER_REGISTER_NODES,
+        Variant::UInt32(lim.max_nodes_per_register_nodes),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_NODES_PER_TRANSLATE,
+        Variant::UInt32(lim.max_nodes_per_translate_browse_paths_to_node_ids),
+        start,
+    );
+    set_static(
+        b,
+        sid::MAX_MONITORED_ITEMS_PER_CALL,
+        Variant::UInt32(lim.max_monitored_items_per_call),
+        start,
+    );
 }

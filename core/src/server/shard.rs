@@ -1,0 +1,679 @@
+//! [`ShardState`]: everything one shard thread owns on the request path for its connections —
+//! the session pool, each session's browse continuation points, and the session-timeout
+//! deadlines.
+//!
+//! # Identifiers that are unique across shards without coordination
+//!
+//! Shards never talk on the request path, yet channel ids and authentication tokens must be
+//! unique server-wide, and a reconnecting client's ActivateSession (which arrives on whatever
+//! shard accepted the new connection) must be routable to the shard that owns the session.
+//! Both identifiers therefore carry the owning shard:
+//!
+//! * **Secure channel id** ([`ShardState::next_channel_id`]): `shard_index << 24 | counter`,
+//!   `counter` a per-shard 24-bit counter starting at 1 (0 is skipped: channel id 0 is what a
+//!   client sends before it has one). Up to 256 shards; [`channel_shard`] recovers the shard.
+//!   The counter wraps after 16,777,215 channels; a channel that lives through a whole wrap
+//!   could share its id with a new one, which the runtime may check with its channel table.
+//! * **Authentication token** (CreateSession): a ns=0 ByteString NodeId of
+//!   [`AUTH_TOKEN_LEN`] = 32 bytes:
+//!
+//!   | bytes  | content                                                   |
+//!   |--------|-----------------------------------------------------------|
+//!   | 0..2   | owning shard index, u16 little-endian                     |
+//!   | 2..6   | slot in that shard's session pool, u32 little-endian      |
+//!   | 6..32  | 26 bytes from the OS CSPRNG (208 bits: the secret part)   |
+//!
+//!   The whole token is compared in constant time, so knowing the shard and slot of a
+//!   session does not help guess its token. [`token_shard`] reads the shard from any token
+//!   without a lookup: a later issue routes an ActivateSession whose token names another
+//!   shard to that shard over its SPSC queue (hand-over of the connection or the session);
+//!   until then such a request is answered BadSessionIdInvalid.
+//! * **Session id**: `ns=1;g=<random v4 Guid>`, public (it appears in diagnostics) and
+//!   unrelated to the token.
+//!
+//! # Timers
+//!
+//! Each session has one deadline, `last use + revised timeout`. Using a session only moves
+//! the deadline stored in the session; the min-heap of `(deadline, slot, generation)` is not
+//! touched on the request path. When the heap's earliest entry passes, [`ShardState::on_timer`]
+//! pops it and either closes the session (its real deadline passed too) or pushes it back with
+//! its current deadline. Entries of closed sessions are recognised by the slot generation and
+//! dropped. The heap is compacted when stale entries make it grow past twice the pool size, so
+//! it never grows without bound. Nothing walks every session on a tick.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::generated::messages::{Request, Response};
+use crate::generated::types::{ApplicationDescription, ReferenceDescription};
+use crate::secure_channel::SecurityProvider;
+use crate::server::context::{ConnectionHost, RequestContext};
+use crate::server::shared::ServerShared;
+use crate::time::Now;
+use crate::transport::TransportLimits;
+use crate::types::{ByteString, Guid, Identifier, NodeId, StatusCode, UaString};
+
+/// Limits on sessions, per shard. Every count is a hard cap, sized into pools at start.
+///
+/// Browse continuation points per session are limited by
+/// `operation_limits.max_browse_continuation_points` (it is also what
+/// ServerCapabilities.MaxBrowseContinuationPoints reports, so it has exactly one source).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionLimits {
+    /// Most sessions one shard holds at once (created and not yet closed or timed out).
+    /// The session pool is sized from it; one more CreateSession is BadTooManySessions.
+    /// 1..=16,777,215.
+    pub max_sessions_per_shard: u32,
+    /// Shortest session timeout the server grants, milliseconds: a smaller requested
+    /// timeout is raised to it. > 0.
+    pub session_timeout_min_ms: f64,
+    /// Longest session timeout the server grants, milliseconds: a larger (or a zero,
+    /// negative or NaN) requested timeout is lowered to it. >= `session_timeout_min_ms`.
+    pub session_timeout_max_ms: f64,
+    /// Rejects a request (ServiceFault BadTimeout) whose RequestHeader.timestamp is older
+    /// than this many milliseconds by the server's clock. `None`: not checked — the default,
+    /// because client clocks are often skewed and Part 4 makes the timestamp informational.
+    /// A null timestamp is never rejected.
+    pub max_request_age_ms: Option<u32>,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            max_sessions_per_shard: 1000,
+            session_timeout_min_ms: 10_000.0,
+            session_timeout_max_ms: 3_600_000.0,
+            max_request_age_ms: None,
+        }
+    }
+}
+
+impl SessionLimits {
+    /// Checks every field; the message names the offending field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_sessions_per_shard == 0 || self.max_sessions_per_shard > 0xFF_FFFF {
+            return Err("sessions.max_sessions_per_shard must be 1..=16777215".into());
+        }
+        if !(self.session_timeout_min_ms.is_finite() && self.session_timeout_min_ms > 0.0) {
+            return Err("sessions.session_timeout_min_ms must be a positive number".into());
+        }
+        if !(self.session_timeout_max_ms.is_finite() && self.session_timeout_max_ms >= self.session_timeout_min_ms) {
+            return Err("sessions.session_timeout_max_ms must be a number >= session_timeout_min_ms".into());
+        }
+        if self.max_request_age_ms == Some(0) {
+            return Err("sessions.max_request_age_ms is 0 (use null to disable the check)".into());
+        }
+        Ok(())
+    }
+
+    /// The revised session timeout for a requested one (Part 4 CreateSession).
+    pub fn revise_timeout_ms(&self, requested_ms: f64) -> f64 {
+        let (lo, hi) = (self.session_timeout_min_ms, self.session_timeout_max_ms);
+        if !requested_ms.is_finite() || requested_ms <= 0.0 {
+            hi
+        } else {
+            requested_ms.clamp(lo, hi)
+        }
+    }
+}
+
+/// Length of an authentication token's ByteString identifier.
+pub const AUTH_TOKEN_LEN: usize = 32;
+/// Most shards the channel-id layout can name.
+pub const MAX_SHARDS: usize = 256;
+
+/// The shard that issued a secure channel id.
+pub fn channel_shard(channel_id: u32) -> usize {
+    (channel_id >> 24) as usize
+}
+
+/// The shard that owns the session of an authentication token, if the token has this
+/// server's layout. Cheap: no lookup.
+pub fn token_shard(token: &NodeId) -> Option<usize> {
+    token_parts(token).map(|(shard, _)| shard)
+}
+
+fn token_parts(token: &NodeId) -> Option<(usize, u32)> {
+    match &token.identifier {
+        Identifier::ByteString(b) if token.namespace == 0 && b.len() == AUTH_TOKEN_LEN => {
+            let shard = u16::from_le_bytes([b[0], b[1]]) as usize;
+            let slot = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            Some((shard, slot))
+        }
+        _ => None,
+    }
+}
+
+/// Equality that takes the same time wherever the first difference is.
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut d = 0u8;
+    for (x, y) in a.iter().zip(b) {
+        d |= x ^ y;
+    }
+    std::hint::black_box(d) == 0
+}
+
+/// A handle to a session of this shard: pool slot plus the slot's generation, so a handle
+/// kept across a close never reaches the slot's next session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionKey {
+    slot: u32,
+    generation: u32,
+}
+
+/// The user a session was activated for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UserIdentity {
+    /// An AnonymousIdentityToken (or a null token) under the given user token policy id.
+    Anonymous { policy_id: String },
+}
+
+/// A paused Browse: the references still to return for one BrowseDescription, already
+/// filtered and reduced to the requested result fields (a snapshot of the node when the
+/// Browse ran).
+#[derive(Debug)]
+pub struct BrowseContinuationPoint {
+    id: [u8; 16],
+    /// The request (per-session sequence number) that created or last used it.
+    request_seq: u64,
+    /// Max references per BrowseNext result (>= 1).
+    pub max_references: usize,
+    /// Remaining references, returned from the front.
+    pub remaining: VecDeque<ReferenceDescription>,
+}
+
+impl BrowseContinuationPoint {
+    pub fn id(&self) -> ByteString {
+        ByteString::from(&self.id[..])
+    }
+}
+
+/// One session. Owned by its shard's pool.
+#[derive(Debug)]
+pub struct Session {
+    /// The public SessionId (`ns=1;g=…`).
+    pub session_id: NodeId,
+    /// The secret AuthenticationToken (see the module docs for its layout).
+    pub authentication_token: NodeId,
+    /// SessionName from CreateSession.
+    pub name: UaString,
+    /// The client's ApplicationDescription from CreateSession.
+    pub client_description: ApplicationDescription,
+    /// The client certificate given in CreateSession (null without security).
+    pub client_certificate: ByteString,
+    /// The certificate the client's secure channel was opened with when the session was
+    /// created (null without security). A transfer to another channel needs the same one.
+    pub channel_certificate: ByteString,
+    /// The secure channel the session is bound to; `None` after that channel closed.
+    /// Requests are only accepted on this channel; ActivateSession moves it.
+    pub channel_id: Option<u32>,
+    /// SecurityPolicyUri of the channel the session was created on.
+    pub security_policy_uri: String,
+    /// Set by the first successful ActivateSession.
+    pub identity: Option<UserIdentity>,
+    /// The revised session timeout, milliseconds.
+    pub timeout_ms: f64,
+    /// Monotonic time of the last request, nanoseconds.
+    pub last_use_ns: u64,
+    /// `last_use_ns + timeout_ms`: the session is closed when this passes unused.
+    pub deadline_ns: u64,
+    /// The last server nonce handed out (CreateSession or ActivateSession): 32 bytes.
+    pub server_nonce: ByteString,
+    /// LocaleIds from the last ActivateSession.
+    pub locale_ids: Vec<UaString>,
+    /// MaxResponseMessageSize from CreateSession (0: no limit requested).
+    pub max_response_message_size: u32,
+    continuation_points: VecDeque<BrowseContinuationPoint>,
+    cp_counter: u64,
+    request_seq: u64,
+}
+
+impl Session {
+    /// Has ActivateSession succeeded at least once?
+    pub fn is_activated(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    /// Moves the deadline: the session was used at `now`.
+    pub fn touch(&mut self, now: Now) {
+        self.last_use_ns = now.mono_ns;
+        self.deadline_ns = now.deadline_after_ms(self.timeout_ms);
+    }
+
+    /// Starts a new request that may create continuation points; returns its sequence
+    /// number for [`Session::add_continuation_point`].
+    pub fn begin_request(&mut self) -> u64 {
+        self.request_seq += 1;
+        self.request_seq
+    }
+
+    /// Number of live browse continuation points.
+    pub fn continuation_point_count(&self) -> usize {
+        self.continuation_points.len()
+    }
+
+    /// Stores a continuation point created by request `request_seq`, at most `max` per
+    /// session. When full, the oldest one from a *prior* request is released (Part 4 §7.9:
+    /// the server frees continuation points of prior requests when a new request needs
+    /// them); if every stored one belongs to this request, BadNoContinuationPoints.
+    pub fn add_continuation_point(
+        &mut self,
+        request_seq: u64,
+        max: usize,
+        max_references: usize,
+        remaining: VecDeque<ReferenceDescription>,
+    ) -> Result<ByteString, StatusCode> {
+        if max == 0 {
+            return Err(StatusCode::BadNoContinuationPoints);
+        }
+        while self.continuation_points.len() >= max {
+            // The deque is ordered by request_seq (oldest first): a prior request's point,
+            // if any, is at the front.
+            match self.continuation_points.front() {
+                Some(cp) if cp.request_seq < request_seq => {
+                    self.continuation_points.pop_front();
+                }
+                _ => return Err(StatusCode::BadNoContinuationPoints),
+            }
+        }
+        self.cp_counter += 1;
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.cp_counter.to_le_bytes());
+        crate::random::fill(&mut id[8..]);
+        self.continuation_points.push_back(BrowseContinuationPoint {
+            id,
+            request_seq,
+            max_references: max_references.max(1),
+            remaining,
+        });
+        Ok(ByteString::from(&id[..]))
+    }
+
+    /// Removes and returns the continuation point with this id.
+    pub fn take_continuation_point(&mut self, id: &[u8]) -> Option<BrowseContinuationPoint> {
+        let i = self.continuation_points.iter().position(|cp| cp.id[..] == *id)?;
+        self.continuation_points.remove(i)
+    }
+
+    /// Puts back a continuation point that still has references, as used by request
+    /// `request_seq` (it becomes the newest).
+    pub fn restore_continuation_point(&mut self, mut cp: BrowseContinuationPoint, request_seq: u64) {
+        cp.request_seq = request_seq;
+        self.continuation_points.push_back(cp);
+    }
+
+    /// Releases every continuation point.
+    pub fn release_continuation_points(&mut self) {
+        self.continuation_points.clear();
+    }
+}
+
+struct Slot {
+    generation: u32,
+    session: Option<Session>,
+}
+
+/// Why a request's authentication token was not accepted.
+pub type SessionResult<T> = Result<T, StatusCode>;
+
+/// Per-shard state. See the module docs.
+pub struct ShardState {
+    shared: Arc<ServerShared>,
+    shard_index: usize,
+    transport: TransportLimits,
+    security: SecurityProvider,
+    channel_counter: u32,
+    open_channels: u32,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    live_sessions: usize,
+    max_sessions: usize,
+    deadlines: BinaryHeap<Reverse<(u64, u32, u32)>>,
+}
+
+impl ShardState {
+    /// State for shard `shard_index` (0-based, < [`MAX_SHARDS`]). Allocates the session
+    /// pool's bookkeeping for `config.sessions.max_sessions_per_shard` sessions.
+    ///
+    /// # Panics
+    /// When `shard_index >= MAX_SHARDS` (a configuration error caught at start).
+    pub fn new(shared: Arc<ServerShared>, shard_index: usize) -> ShardState {
+        assert!(shard_index < MAX_SHARDS, "shard index {shard_index} >= {MAX_SHARDS}");
+        let max_sessions = (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
+        ShardState {
+            shared,
+            shard_index,
+            transport: TransportLimits::default(),
+            security: SecurityProvider::none_only(),
+            channel_counter: 0,
+            open_channels: 0,
+            slots: Vec::with_capacity(max_sessions),
+            free_slots: Vec::with_capacity(max_sessions),
+            live_sessions: 0,
+            max_sessions,
+            deadlines: BinaryHeap::with_capacity(2 * max_sessions + 1),
+        }
+    }
+
+    /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
+    /// shard's channels and are what CreateSession reports as maxRequestMessageSize.
+    pub fn with_transport_limits(mut self, limits: TransportLimits) -> ShardState {
+        self.transport = limits;
+        self
+    }
+
+    /// Uses these security policies and endpoint (policy, mode) pairs (default: None only);
+    /// GetEndpoints and CreateSession advertise one endpoint per pair.
+    pub fn with_security(mut self, security: SecurityProvider) -> ShardState {
+        self.security = security;
+        self
+    }
+
+    pub fn shared(&self) -> &Arc<ServerShared> {
+        &self.shared
+    }
+
+    pub fn transport_limits(&self) -> &TransportLimits {
+        &self.transport
+    }
+
+    pub fn security(&self) -> &SecurityProvider {
+        &self.security
+    }
+
+    /// Secure channels handed out by [`ConnectionHost::open_channel`] and not yet closed.
+    pub fn open_channel_count(&self) -> u32 {
+        self.open_channels
+    }
+
+    pub fn shard_index(&self) -> usize {
+        self.shard_index
+    }
+
+    /// A new secure channel id, unique across shards: `shard_index << 24 | counter`.
+    pub fn next_channel_id(&mut self) -> u32 {
+        loop {
+            self.channel_counter = (self.channel_counter + 1) & 0xFF_FFFF;
+            let id = (self.shard_index as u32) << 24 | self.channel_counter;
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+
+    /// Sessions currently held (activated or not).
+    pub fn session_count(&self) -> usize {
+        self.live_sessions
+    }
+
+    /// The size of the session pool.
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// The earliest monotonic time (ns) at which [`ShardState::on_timer`] has work; it may
+    /// find none (the session was used since, or closed), which is harmless.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.deadlines.peek().map(|Reverse((d, _, _))| *d)
+    }
+
+    /// Closes every session whose timeout passed unused by `now`.
+    pub fn on_timer(&mut self, now: Now) {
+        while let Some(&Reverse((deadline, slot, generation))) = self.deadlines.peek() {
+            if deadline > now.mono_ns {
+                break;
+            }
+            self.deadlines.pop();
+            let Some(s) = self.slots.get(slot as usize) else { continue };
+            if s.generation != generation {
+                continue;
+            }
+            let Some(session) = &s.session else { continue };
+            if session.deadline_ns <= now.mono_ns {
+                self.remove_session(SessionKey { slot, generation });
+            } else {
+                let d = session.deadline_ns;
+                self.deadlines.push(Reverse((d, slot, generation)));
+            }
+        }
+    }
+
+    /// The secure channel `channel_id` closed: its sessions become unbound. They survive
+    /// until their timeout, so the client can activate them on a new channel.
+    pub fn on_channel_closed(&mut self, channel_id: u32) {
+        // One pass over the pool; a channel close is rare compared to requests.
+        for s in self.slots.iter_mut() {
+            if let Some(session) = &mut s.session {
+                if session.channel_id == Some(channel_id) {
+                    session.channel_id = None;
+                }
+            }
+        }
+    }
+
+    /// Allocates a session bound to `channel_id`. BadTooManySessions when the pool is full.
+    /// The caller fills in the CreateSession details through [`ShardState::session_mut`].
+    pub fn create_session(
+        &mut self,
+        channel_id: u32,
+        security_policy_uri: &str,
+        timeout_ms: f64,
+        now: Now,
+    ) -> SessionResult<SessionKey> {
+        if self.live_sessions >= self.max_sessions {
+            return Err(StatusCode::BadTooManySessions);
+        }
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                if self.slots.len() >= self.max_sessions {
+                    return Err(StatusCode::BadTooManySessions);
+                }
+                self.slots.push(Slot { generation: 0, session: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let mut token = [0u8; AUTH_TOKEN_LEN];
+        token[0..2].copy_from_slice(&(self.shard_index as u16).to_le_bytes());
+        token[2..6].copy_from_slice(&slot.to_le_bytes());
+        crate::random::fill(&mut token[6..]);
+        let max_cps = self.shared.config.operation_limits.max_browse_continuation_points as usize;
+        let mut session = Session {
+            session_id: NodeId::guid(1, Guid::random()),
+            authentication_token: NodeId::byte_string(0, token.to_vec()),
+            name: UaString::null(),
+            client_description: ApplicationDescription::default(),
+            client_certificate: ByteString::null(),
+            channel_certificate: ByteString::null(),
+            channel_id: Some(channel_id),
+            security_policy_uri: security_policy_uri.to_owned(),
+            identity: None,
+            timeout_ms,
+            last_use_ns: now.mono_ns,
+            deadline_ns: 0,
+            server_nonce: ByteString::from(crate::random::bytes(32)),
+            locale_ids: Vec::new(),
+            max_response_message_size: 0,
+            continuation_points: VecDeque::with_capacity(max_cps.min(64)),
+            cp_counter: 0,
+            request_seq: 0,
+        };
+        session.touch(now);
+        let s = &mut self.slots[slot as usize];
+        s.generation = s.generation.wrapping_add(1);
+        let key = SessionKey { slot, generation: s.generation };
+        self.deadlines.push(Reverse((session.deadline_ns, slot, s.generation)));
+        s.session = Some(session);
+        self.live_sessions += 1;
+        if self.deadlines.len() > 2 * self.max_sessions {
+            self.compact_deadlines();
+        }
+        Ok(key)
+    }
+
+    /// Rebuilds the deadline heap from the live sessions (drops stale entries).
+    fn compact_deadlines(&mut self) {
+        self.deadlines.clear();
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some(session) = &s.session {
+                self.deadlines.push(Reverse((session.deadline_ns, i as u32, s.generation)));
+            }
+        }
+    }
+
+    /// The session a token names, whatever channel it is bound to, if it is live and has
+    /// not timed out by `now` (an expired one is closed here, before the timer gets to it).
+    /// Does not touch it.
+    pub fn find_session(&mut self, token: &NodeId, now: Now) -> SessionResult<SessionKey> {
+        let (shard, slot) = token_parts(token).ok_or(StatusCode::BadSessionIdInvalid)?;
+        if shard != self.shard_index {
+            // Owned by another shard: routing it there is a later issue.
+            return Err(StatusCode::BadSessionIdInvalid);
+        }
+        let s = self.slots.get(slot as usize).ok_or(StatusCode::BadSessionIdInvalid)?;
+        let session = s.session.as_ref().ok_or(StatusCode::BadSessionIdInvalid)?;
+        let (Identifier::ByteString(a), Identifier::ByteString(b)) =
+            (&session.authentication_token.identifier, &token.identifier)
+        else {
+            return Err(StatusCode::BadSessionIdInvalid);
+        };
+        if !ct_eq(a, b) {
+            return Err(StatusCode::BadSessionIdInvalid);
+        }
+        let key = SessionKey { slot, generation: s.generation };
+        if session.deadline_ns <= now.mono_ns {
+            self.remove_session(key);
+            return Err(StatusCode::BadSessionIdInvalid);
+        }
+        Ok(key)
+    }
+
+    /// The session for a request other than Create/ActivateSession: the token must name a
+    /// live session bound to `channel_id` (else BadSessionIdInvalid). Touches it.
+    /// Activation is not checked here.
+    pub fn session_for_request(&mut self, token: &NodeId, channel_id: u32, now: Now) -> SessionResult<SessionKey> {
+        let key = self.find_session(token, now)?;
+        let session = self.session_mut(key).ok_or(StatusCode::BadSessionIdInvalid)?;
+        if session.channel_id != Some(channel_id) {
+            return Err(StatusCode::BadSessionIdInvalid);
+        }
+        session.touch(now);
+        Ok(key)
+    }
+
+    pub fn session(&self, key: SessionKey) -> Option<&Session> {
+        let s = self.slots.get(key.slot as usize)?;
+        if s.generation != key.generation {
+            return None;
+        }
+        s.session.as_ref()
+    }
+
+    pub fn session_mut(&mut self, key: SessionKey) -> Option<&mut Session> {
+        let s = self.slots.get_mut(key.slot as usize)?;
+        if s.generation != key.generation {
+            return None;
+        }
+        s.session.as_mut()
+    }
+
+    /// The shared server state and one session, borrowed together (services read the
+    /// address space while they update the session).
+    pub fn shared_and_session(&mut self, key: SessionKey) -> Option<(&ServerShared, &mut Session)> {
+        let s = self.slots.get_mut(key.slot as usize)?;
+        if s.generation != key.generation {
+            return None;
+        }
+        Some((&self.shared, s.session.as_mut()?))
+    }
+
+    /// Closes a session: its continuation points are released and its slot freed.
+    /// Returns false when the key no longer names a session.
+    pub fn remove_session(&mut self, key: SessionKey) -> bool {
+        let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
+        if s.generation != key.generation || s.session.is_none() {
+            return false;
+        }
+        s.session = None;
+        self.free_slots.push(key.slot);
+        self.live_sessions -= 1;
+        true
+    }
+
+    /// Every live session (for diagnostics and tests).
+    pub fn sessions(&self) -> impl Iterator<Item = &Session> {
+        self.slots.iter().filter_map(|s| s.session.as_ref())
+    }
+}
+
+/// The host interface `ServerConnection` drives: channel ids and limits from this shard,
+/// every request through [`crate::services::dispatch`].
+impl ConnectionHost for ShardState {
+    fn transport_limits(&self) -> &TransportLimits {
+        &self.transport
+    }
+    fn security(&self) -> &SecurityProvider {
+        &self.security
+    }
+    fn open_channel(&mut self) -> Result<u32, StatusCode> {
+        if self.open_channels >= self.transport.max_channels_per_shard {
+            return Err(StatusCode::BadTcpNotEnoughResources);
+        }
+        self.open_channels += 1;
+        Ok(self.next_channel_id())
+    }
+    fn channel_closed(&mut self, channel_id: u32) {
+        self.open_channels = self.open_channels.saturating_sub(1);
+        self.on_channel_closed(channel_id);
+    }
+    fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
+        crate::services::dispatch(self, ctx, request, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revise_timeout_clamps() {
+        let l = SessionLimits::default();
+        assert_eq!(l.revise_timeout_ms(1.0), l.session_timeout_min_ms);
+        assert_eq!(l.revise_timeout_ms(1e12), l.session_timeout_max_ms);
+        assert_eq!(l.revise_timeout_ms(0.0), l.session_timeout_max_ms);
+        assert_eq!(l.revise_timeout_ms(f64::NAN), l.session_timeout_max_ms);
+        assert_eq!(l.revise_timeout_ms(60_000.0), 60_000.0);
+        l.validate().unwrap();
+    }
+
+    #[test]
+    fn zero_limits_are_rejected() {
+        let l = SessionLimits { max_sessions_per_shard: 0, ..SessionLimits::default() };
+        assert!(l.validate().is_err());
+        let l = SessionLimits { max_request_age_ms: Some(0), ..SessionLimits::default() };
+        assert!(l.validate().is_err());
+        let l = SessionLimits { session_timeout_max_ms: 1.0, ..SessionLimits::default() };
+        assert!(l.validate().is_err());
+    }
+
+    #[test]
+    fn channel_and_token_layout() {
+        assert_eq!(channel_shard(3 << 24 | 17), 3);
+        let mut b = vec![0u8; AUTH_TOKEN_LEN];
+        b[0] = 7;
+        b[2] = 9;
+        let t = NodeId::byte_string(0, b);
+        assert_eq!(token_parts(&t), Some((7, 9)));
+        assert_eq!(token_shard(&NodeId::ns0(5)), None);
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+    }
+}

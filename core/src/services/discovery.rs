@@ -1,0 +1,147 @@
+//! Discovery service set (Part 4 §5.5): GetEndpoints and FindServers. No session needed.
+//! FindServersOnNetwork and RegisterServer(2) are answered BadServiceUnsupported by the
+//! dispatcher (this server is no discovery server).
+
+use crate::generated::messages::Response;
+use crate::generated::types::{
+    ApplicationDescription, ApplicationType, EndpointDescription, FindServersRequest, FindServersResponse,
+    GetEndpointsRequest, GetEndpointsResponse, MessageSecurityMode, UserTokenPolicy, UserTokenType,
+};
+use crate::server::context::RequestContext;
+use crate::server::shard::ShardState;
+use crate::services::response_header;
+use crate::time::Now;
+use crate::types::{ByteString, LocalizedText, UaString};
+
+/// The UA-TCP / UA-SC / UA-Binary transport profile.
+pub const TRANSPORT_PROFILE_UATCP: &str = "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary";
+/// SecurityPolicy None.
+pub const SECURITY_POLICY_NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
+/// The policy id of the anonymous user token policy.
+pub const ANONYMOUS_POLICY_ID: &str = "anonymous";
+/// Used when neither the request nor the HEL message carried a usable `opc.tcp://` URL.
+pub const FALLBACK_ENDPOINT_URL: &str = "opc.tcp://localhost:4840";
+
+/// The user token policies every endpoint offers. Only Anonymous until the security issue
+/// adds UserName (and the ActivateSession check with it).
+pub fn user_token_policies(_shard: &ShardState) -> Vec<UserTokenPolicy> {
+    vec![UserTokenPolicy {
+        policy_id: ANONYMOUS_POLICY_ID.into(),
+        token_type: UserTokenType::Anonymous,
+        issued_token_type: UaString::null(),
+        issuer_endpoint_url: UaString::null(),
+        security_policy_uri: UaString::null(),
+    }]
+}
+
+/// The (SecurityPolicyUri, MessageSecurityMode) pairs the server's endpoints accept, with
+/// the policy's application instance certificate (none for SecurityPolicy None).
+pub fn endpoint_securities(shard: &ShardState) -> Vec<(String, MessageSecurityMode, ByteString)> {
+    let security = shard.security();
+    security
+        .endpoints()
+        .iter()
+        .map(|e| {
+            let cert = security.find(&e.policy_uri).and_then(|p| p.local_certificate()).map(ByteString::from);
+            (e.policy_uri.clone(), e.mode, cert.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Part 4 §7.14 securityLevel: a relative measure; None is 0, SignAndEncrypt ranks above
+/// Sign, and within a mode the stronger policy ranks higher.
+pub fn security_level(policy_uri: &str, mode: MessageSecurityMode) -> u8 {
+    let policy_rank: u8 = match policy_uri.rsplit('#').next().unwrap_or("") {
+        "None" => 0,
+        "Basic128Rsa15" => 1,
+        "Basic256" => 2,
+        "Aes128_Sha256_RsaOaep" => 3,
+        "Basic256Sha256" => 4,
+        "Aes256_Sha256_RsaPss" => 5,
+        _ => 1,
+    };
+    match mode {
+        MessageSecurityMode::None => 0,
+        MessageSecurityMode::Sign => 10 + policy_rank,
+        _ => 20 + policy_rank,
+    }
+}
+
+/// The largest request message the server accepts (CreateSession.maxRequestMessageSize).
+pub fn max_message_size(shard: &ShardState) -> u32 {
+    shard.transport_limits().max_message_size
+}
+
+/// The endpoint URL to advertise: the URL the client used (request, else HEL), so a client
+/// that reached the server under some host name or address is told that one; otherwise the
+/// fallback.
+pub fn advertised_url<'a>(request_url: &'a str, hel_url: &'a str) -> &'a str {
+    let usable = |u: &str| u.len() > "opc.tcp://".len() && u[..10].eq_ignore_ascii_case("opc.tcp://");
+    if usable(request_url) {
+        request_url
+    } else if usable(hel_url) {
+        hel_url
+    } else {
+        FALLBACK_ENDPOINT_URL
+    }
+}
+
+/// This server's ApplicationDescription.
+pub fn application_description(shard: &ShardState, endpoint_url: &str) -> ApplicationDescription {
+    let app = &shard.shared().config.application;
+    ApplicationDescription {
+        application_uri: app.effective_application_uri().into(),
+        product_uri: app.product_uri.as_str().into(),
+        application_name: LocalizedText::new("en", &app.application_name),
+        application_type: ApplicationType::Server,
+        gateway_server_uri: UaString::null(),
+        discovery_profile_uri: UaString::null(),
+        discovery_urls: vec![endpoint_url.into()],
+    }
+}
+
+/// Every endpoint, advertised under `endpoint_url`, whose transport profile is in
+/// `profile_uris` (empty: all).
+pub fn endpoint_descriptions(shard: &ShardState, endpoint_url: &str, profile_uris: &[UaString]) -> Vec<EndpointDescription> {
+    if !profile_uris.is_empty() && !profile_uris.iter().any(|p| p.as_str() == TRANSPORT_PROFILE_UATCP) {
+        return Vec::new();
+    }
+    let server = application_description(shard, endpoint_url);
+    let tokens = user_token_policies(shard);
+    endpoint_securities(shard)
+        .into_iter()
+        .map(|(policy, mode, certificate)| EndpointDescription {
+            endpoint_url: endpoint_url.into(),
+            server: server.clone(),
+            server_certificate: certificate,
+            security_mode: mode,
+            security_level: security_level(&policy, mode),
+            security_policy_uri: policy.into(),
+            user_identity_tokens: tokens.clone(),
+            transport_profile_uri: TRANSPORT_PROFILE_UATCP.into(),
+        })
+        .collect()
+}
+
+/// GetEndpoints (Part 4 §5.5.4).
+pub fn get_endpoints(shard: &ShardState, ctx: &RequestContext<'_>, req: &GetEndpointsRequest, now: Now) -> Response {
+    let url = advertised_url(req.endpoint_url.as_str(), ctx.endpoint_url);
+    Response::GetEndpoints(Box::new(GetEndpointsResponse {
+        response_header: response_header(req.request_header.request_handle, now),
+        endpoints: endpoint_descriptions(shard, url, &req.profile_uris),
+    }))
+}
+
+/// FindServers (Part 4 §5.5.2): this server only, unless `serverUris` names others only.
+pub fn find_servers(shard: &ShardState, ctx: &RequestContext<'_>, req: &FindServersRequest, now: Now) -> Response {
+    let url = advertised_url(req.endpoint_url.as_str(), ctx.endpoint_url);
+    let me = application_description(shard, url);
+    let wanted =
+        req.server_uris.is_empty() || req.server_uris.iter().any(|u| u.as_str() == me.application_uri.as_str());
+    // One ApplicationName, in English; localeIds cannot select another.
+    let _ = &req.locale_ids;
+    Response::FindServers(Box::new(FindServersResponse {
+        response_header: response_header(req.request_header.request_handle, now),
+        servers: if wanted { vec![me] } else { Vec::new() },
+    }))
+}

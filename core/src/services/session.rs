@@ -1,0 +1,180 @@
+//! Session service set (Part 4 §5.7): CreateSession, ActivateSession, CloseSession, Cancel.
+
+use crate::generated::types::{
+    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, CancelRequest, CancelResponse,
+    CloseSessionRequest, CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, IssuedIdentityToken,
+    MessageSecurityMode, SignatureData, UserNameIdentityToken, UserTokenType, X509IdentityToken,
+};
+use crate::generated::messages::Response;
+use crate::server::context::RequestContext;
+use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::services::{discovery, fault, response_header};
+use crate::time::Now;
+use crate::types::{ByteString, ExtensionObject, StatusCode};
+
+/// Length of every server nonce, with or without security: open62541's client rejects a null
+/// or short nonce even with SecurityPolicy None.
+pub const SERVER_NONCE_LEN: usize = 32;
+
+/// Shortest and longest client nonce accepted on a secured channel (Part 4 §5.7.2.3).
+const CLIENT_NONCE_MIN: usize = 32;
+const CLIENT_NONCE_MAX: usize = 128;
+
+fn is_secured(ctx: &RequestContext<'_>) -> bool {
+    ctx.security_mode != MessageSecurityMode::None
+}
+
+/// CreateSession: allocates a session bound to the request's secure channel.
+pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &CreateSessionRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    if is_secured(ctx) {
+        let n = req.client_nonce.as_bytes().len();
+        if !(CLIENT_NONCE_MIN..=CLIENT_NONCE_MAX).contains(&n) {
+            return fault(handle, StatusCode::BadNonceInvalid, now);
+        }
+    }
+    let timeout_ms = shard.shared().config.sessions.revise_timeout_ms(req.requested_session_timeout);
+    let key = match shard.create_session(ctx.channel_id, ctx.security_policy_uri, timeout_ms, now) {
+        Ok(k) => k,
+        Err(s) => return fault(handle, s, now),
+    };
+    let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
+    let server_endpoints = discovery::endpoint_descriptions(shard, endpoint_url, &[]);
+    let max_request_message_size = discovery::max_message_size(shard);
+    let server_certificate = shard
+        .security()
+        .find(ctx.security_policy_uri)
+        .and_then(|p| p.local_certificate())
+        .map(ByteString::from)
+        .unwrap_or_default();
+    let Some(session) = shard.session_mut(key) else {
+        return fault(handle, StatusCode::BadInternalError, now);
+    };
+    session.name = req.session_name.clone();
+    session.client_description = req.client_description.clone();
+    session.client_certificate = req.client_certificate.clone();
+    session.channel_certificate = ctx.client_certificate.map(ByteString::from).unwrap_or_default();
+    session.max_response_message_size = req.max_response_message_size;
+    Response::CreateSession(Box::new(CreateSessionResponse {
+        response_header: response_header(handle, now),
+        session_id: session.session_id.clone(),
+        authentication_token: session.authentication_token.clone(),
+        revised_session_timeout: session.timeout_ms,
+        server_nonce: session.server_nonce.clone(),
+        // The application instance certificate of the channel's policy (none for None).
+        server_certificate,
+        server_endpoints,
+        server_software_certificates: Vec::new(),
+        server_signature: SignatureData::default(),
+        max_request_message_size,
+    }))
+}
+
+/// What ActivateSession makes of the userIdentityToken.
+fn identity_from_token(shard: &ShardState, token: &ExtensionObject) -> Result<UserIdentity, StatusCode> {
+    let limits = crate::DecodeLimits::default();
+    let policy_id = if token.is_null() {
+        // A null token means anonymous (Part 4 §5.7.3.2).
+        None
+    } else if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
+        let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
+        Some(t.policy_id.as_str().to_owned())
+    } else if token.is::<UserNameIdentityToken>() || token.is::<X509IdentityToken>() || token.is::<IssuedIdentityToken>()
+    {
+        // Credentials are checked once the security issue lands; never accepted silently.
+        return Err(StatusCode::BadIdentityTokenRejected);
+    } else {
+        return Err(StatusCode::BadIdentityTokenInvalid);
+    };
+    let policies = discovery::user_token_policies(shard);
+    let anonymous = policies.iter().find(|p| {
+        p.token_type == UserTokenType::Anonymous
+            && match &policy_id {
+                Some(id) => p.policy_id.as_str() == id,
+                None => true,
+            }
+    });
+    match anonymous {
+        Some(p) => Ok(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() }),
+        // An anonymous token whose policy id names no configured anonymous policy.
+        None => Err(StatusCode::BadIdentityTokenInvalid),
+    }
+}
+
+/// ActivateSession: sets the user identity and (re)binds the session to this channel.
+pub fn activate_session(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    req: &ActivateSessionRequest,
+    now: Now,
+) -> Response {
+    let handle = req.request_header.request_handle;
+    let key = match shard.find_session(&req.request_header.authentication_token, now) {
+        Ok(k) => k,
+        Err(s) => return fault(handle, s, now),
+    };
+    let identity = match identity_from_token(shard, &req.user_identity_token) {
+        Ok(i) => i,
+        Err(s) => return fault(handle, s, now),
+    };
+    let Some(session) = shard.session_mut(key) else {
+        return fault(handle, StatusCode::BadSessionIdInvalid, now);
+    };
+    if session.channel_id != Some(ctx.channel_id) {
+        if !session.is_activated() {
+            // Part 4 §5.7.3.1: the first activation must come over the channel that
+            // created the session.
+            return fault(handle, StatusCode::BadSessionIdInvalid, now);
+        }
+        // A transfer to another channel: the client must be the same application (same
+        // certificate as the original channel) and the same user.
+        if session.security_policy_uri != ctx.security_policy_uri
+            || session.channel_certificate.as_bytes() != ctx.client_certificate.unwrap_or(&[])
+        {
+            return fault(handle, StatusCode::BadSecurityChecksFailed, now);
+        }
+        if session.identity.as_ref() != Some(&identity) {
+            return fault(handle, StatusCode::BadIdentityChangeNotSupported, now);
+        }
+        if ctx.security_mode == MessageSecurityMode::Sign {
+            // Part 4 §5.7.3.1: ActivateSession over a new channel fails on a Sign-only
+            // channel (the user token would travel unencrypted).
+            return fault(handle, StatusCode::BadSecurityModeInsufficient, now);
+        }
+    }
+    session.channel_id = Some(ctx.channel_id);
+    session.identity = Some(identity);
+    session.locale_ids = req.locale_ids.clone();
+    session.server_nonce = ByteString::from(crate::random::bytes(SERVER_NONCE_LEN));
+    session.touch(now);
+    Response::ActivateSession(Box::new(ActivateSessionResponse {
+        response_header: response_header(handle, now),
+        server_nonce: session.server_nonce.clone(),
+        results: Vec::new(),
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+/// CloseSession for a session already validated by the dispatcher (live, on this channel).
+/// Its continuation points are released with it. `deleteSubscriptions` has nothing to act on
+/// until subscriptions exist on this shard.
+pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSessionRequest, now: Now) -> Response {
+    let _ = req.delete_subscriptions;
+    if let Some(s) = shard.session_mut(key) {
+        s.release_continuation_points();
+    }
+    shard.remove_session(key);
+    Response::CloseSession(Box::new(CloseSessionResponse {
+        response_header: response_header(req.request_header.request_handle, now),
+    }))
+}
+
+/// Cancel (Part 4 §5.7.5): every request is answered before the next is read, so nothing
+/// is ever outstanding; the answer is Good with cancelCount 0.
+pub fn cancel(req: &CancelRequest, now: Now) -> Response {
+    let _ = req.request_handle;
+    Response::Cancel(Box::new(CancelResponse {
+        response_header: response_header(req.request_header.request_handle, now),
+        cancel_count: 0,
+    }))
+}

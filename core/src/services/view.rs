@@ -1,0 +1,329 @@
+//! View service set (Part 4 §5.9): Browse, BrowseNext, TranslateBrowsePathsToNodeIds,
+//! RegisterNodes, UnregisterNodes.
+//!
+//! Browse results beyond `requestedMaxReferencesPerNode` are kept in a continuation point of
+//! the session: the remaining references, already filtered and reduced to the requested
+//! fields, so BrowseNext is a copy out of a queue (a snapshot taken by the Browse).
+
+use std::collections::{HashSet, VecDeque};
+
+use crate::address_space::{AddressSpace, Node, Reference};
+use crate::generated::messages::Response;
+use crate::generated::types::{
+    BrowseDescription, BrowseDirection, BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult,
+    BrowsePathTarget, BrowseRequest, BrowseResponse, BrowseResult, NodeClass, ReferenceDescription,
+    RegisterNodesRequest, RegisterNodesResponse, TranslateBrowsePathsToNodeIdsRequest,
+    TranslateBrowsePathsToNodeIdsResponse, UnregisterNodesRequest, UnregisterNodesResponse,
+};
+use crate::server::shard::{SessionKey, ShardState};
+use crate::services::{fault, response_header};
+use crate::time::Now;
+use crate::types::{ByteString, ExpandedNodeId, NodeId, StatusCode};
+
+/// BrowseResultMask bits (Part 4 §5.9.2.2).
+mod mask {
+    pub const REFERENCE_TYPE_ID: u32 = 1;
+    pub const IS_FORWARD: u32 = 2;
+    pub const NODE_CLASS: u32 = 4;
+    pub const BROWSE_NAME: u32 = 8;
+    pub const DISPLAY_NAME: u32 = 16;
+    pub const TYPE_DEFINITION: u32 = 32;
+}
+
+/// Most targets one TranslateBrowsePathsToNodeIds path may collect at any element before
+/// it is answered BadTooManyMatches (Part 4 asks for at least 10).
+pub const MAX_BROWSE_PATH_MATCHES: usize = 10_000;
+
+/// `remainingPathIndex` of a fully resolved target (Part 4 §5.9.4.2: the maximum Index).
+pub const PATH_FULLY_RESOLVED: u32 = u32::MAX;
+
+fn node_class_of(n: &Node) -> NodeClass {
+    NodeClass(n.node_class.0)
+}
+
+/// Is `r`'s type `wanted` (or a subtype, with `include_subtypes`)? A null `wanted` is any.
+fn reference_type_matches(space: &AddressSpace, r: &Reference, wanted: &NodeId, include_subtypes: bool) -> bool {
+    wanted.is_null() || r.reference_type == *wanted || (include_subtypes && space.is_subtype_of(&r.reference_type, wanted))
+}
+
+/// Is `id` null or a ReferenceType node?
+fn valid_reference_type(space: &AddressSpace, id: &NodeId) -> bool {
+    id.is_null() || space.node(id).is_some_and(|n| node_class_of(n) == NodeClass::ReferenceType)
+}
+
+/// The ReferenceDescription of `r`, with only the fields in `result_mask` filled (the
+/// NodeId always).
+fn describe(space: &AddressSpace, r: &Reference, target: Option<&Node>, result_mask: u32) -> ReferenceDescription {
+    let mut d = ReferenceDescription { node_id: r.target.clone(), ..ReferenceDescription::default() };
+    if result_mask & mask::REFERENCE_TYPE_ID != 0 {
+        d.reference_type_id = r.reference_type.clone();
+    }
+    if result_mask & mask::IS_FORWARD != 0 {
+        d.is_forward = r.is_forward;
+    }
+    let Some(t) = target else { return d };
+    let class = node_class_of(t);
+    if result_mask & mask::NODE_CLASS != 0 {
+        d.node_class = class;
+    }
+    if result_mask & mask::BROWSE_NAME != 0 {
+        d.browse_name = t.browse_name.clone();
+    }
+    if result_mask & mask::DISPLAY_NAME != 0 {
+        d.display_name = t.display_name.clone();
+    }
+    if result_mask & mask::TYPE_DEFINITION != 0 && (class == NodeClass::Object || class == NodeClass::Variable) {
+        if let Some(td) = t.type_definition() {
+            d.type_definition = td.clone();
+        }
+    }
+    let _ = space;
+    d
+}
+
+/// Every reference of one BrowseDescription, or the operation's status.
+fn browse_all(space: &AddressSpace, bd: &BrowseDescription) -> Result<Vec<ReferenceDescription>, StatusCode> {
+    let dir = bd.browse_direction;
+    if dir != BrowseDirection::Forward && dir != BrowseDirection::Inverse && dir != BrowseDirection::Both {
+        return Err(StatusCode::BadBrowseDirectionInvalid);
+    }
+    let node = space.node(&bd.node_id).ok_or(StatusCode::BadNodeIdUnknown)?;
+    if !valid_reference_type(space, &bd.reference_type_id) {
+        return Err(StatusCode::BadReferenceTypeIdInvalid);
+    }
+    let mut out = Vec::new();
+    for r in &node.references {
+        let direction_ok = match dir {
+            BrowseDirection::Forward => r.is_forward,
+            BrowseDirection::Inverse => !r.is_forward,
+            _ => true,
+        };
+        if !direction_ok || !reference_type_matches(space, r, &bd.reference_type_id, bd.include_subtypes) {
+            continue;
+        }
+        let target = space.node_expanded(&r.target);
+        if bd.node_class_mask != 0 {
+            // The class of a target outside this server is unknown: it cannot pass a mask.
+            match target {
+                Some(t) if (node_class_of(t).0 as u32) & bd.node_class_mask != 0 => {}
+                _ => continue,
+            }
+        }
+        out.push(describe(space, r, target, bd.result_mask));
+    }
+    Ok(out)
+}
+
+/// `requestedMaxReferencesPerNode`: 0 is "no limit from the client".
+fn max_refs(requested: u32) -> usize {
+    if requested == 0 {
+        usize::MAX
+    } else {
+        requested as usize
+    }
+}
+
+fn check_count(n: usize, max: u32) -> Result<(), StatusCode> {
+    if n == 0 {
+        Err(StatusCode::BadNothingToDo)
+    } else if n > max as usize {
+        Err(StatusCode::BadTooManyOperations)
+    } else {
+        Ok(())
+    }
+}
+
+/// Browse (Part 4 §5.9.2) for a validated, activated session.
+pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let limits = &shard.shared().config.operation_limits;
+    if let Err(s) = check_count(req.nodes_to_browse.len(), limits.max_nodes_per_browse) {
+        return fault(handle, s, now);
+    }
+    let max_cps = limits.max_browse_continuation_points as usize;
+    let Some((shared, session)) = shard.shared_and_session(key) else {
+        return fault(handle, StatusCode::BadSessionIdInvalid, now);
+    };
+    let space: &AddressSpace = &shared.address_space;
+    if !req.view.view_id.is_null() {
+        // Views are whole-address-space views: no View node restricts what is browsed yet.
+        let is_view = space.node(&req.view.view_id).is_some_and(|n| node_class_of(n) == NodeClass::View);
+        if !is_view {
+            return fault(handle, StatusCode::BadViewIdUnknown, now);
+        }
+    }
+    let per_node = max_refs(req.requested_max_references_per_node);
+    let seq = session.begin_request();
+    let mut results = Vec::with_capacity(req.nodes_to_browse.len());
+    for bd in &req.nodes_to_browse {
+        let result = match browse_all(space, bd) {
+            Err(status) => BrowseResult { status_code: status, ..BrowseResult::default() },
+            Ok(mut refs) if refs.len() > per_node => {
+                let rest: VecDeque<ReferenceDescription> = refs.drain(per_node..).collect();
+                match session.add_continuation_point(seq, max_cps, per_node, rest) {
+                    Ok(cp) => BrowseResult { status_code: StatusCode::Good, continuation_point: cp, references: refs },
+                    Err(status) => BrowseResult { status_code: status, ..BrowseResult::default() },
+                }
+            }
+            Ok(refs) => BrowseResult { status_code: StatusCode::Good, continuation_point: ByteString::null(), references: refs },
+        };
+        results.push(result);
+    }
+    Response::Browse(Box::new(BrowseResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+/// BrowseNext (Part 4 §5.9.3) for a validated, activated session.
+pub fn browse_next(shard: &mut ShardState, key: SessionKey, req: &BrowseNextRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let limits = &shard.shared().config.operation_limits;
+    if let Err(s) = check_count(req.continuation_points.len(), limits.max_nodes_per_browse) {
+        return fault(handle, s, now);
+    }
+    let Some(session) = shard.session_mut(key) else {
+        return fault(handle, StatusCode::BadSessionIdInvalid, now);
+    };
+    let seq = session.begin_request();
+    let mut results = Vec::with_capacity(req.continuation_points.len());
+    for id in &req.continuation_points {
+        let Some(mut cp) = session.take_continuation_point(id.as_bytes()) else {
+            results.push(BrowseResult { status_code: StatusCode::BadContinuationPointInvalid, ..BrowseResult::default() });
+            continue;
+        };
+        if req.release_continuation_points {
+            // Released (dropped); the result is Good with no references.
+            results.push(BrowseResult::default());
+            continue;
+        }
+        let n = cp.max_references.min(cp.remaining.len());
+        let references: Vec<ReferenceDescription> = cp.remaining.drain(..n).collect();
+        let continuation_point = if cp.remaining.is_empty() {
+            ByteString::null()
+        } else {
+            let id = cp.id();
+            session.restore_continuation_point(cp, seq);
+            id
+        };
+        results.push(BrowseResult { status_code: StatusCode::Good, continuation_point, references });
+    }
+    Response::BrowseNext(Box::new(BrowseNextResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+/// Resolves one browse path (Part 4 §5.9.4).
+fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
+    let fail = |s: StatusCode| BrowsePathResult { status_code: s, targets: Vec::new() };
+    let elements = &path.relative_path.elements;
+    if elements.is_empty() {
+        return fail(StatusCode::BadNothingToDo);
+    }
+    // TranslateBrowsePathsToNodeIds requires a targetName on every element.
+    if elements.iter().any(|e| e.target_name.name.is_empty()) {
+        return fail(StatusCode::BadBrowseNameInvalid);
+    }
+    if space.node(&path.starting_node).is_none() {
+        return fail(if path.starting_node.is_null() { StatusCode::BadNodeIdInvalid } else { StatusCode::BadNodeIdUnknown });
+    }
+    let mut targets: Vec<BrowsePathTarget> = Vec::new();
+    let mut current: Vec<&Node> = space.node(&path.starting_node).into_iter().collect();
+    let last = elements.len() - 1;
+    for (i, e) in elements.iter().enumerate() {
+        if !valid_reference_type(space, &e.reference_type_id) {
+            return fail(StatusCode::BadNoMatch);
+        }
+        let mut next: Vec<&Node> = Vec::new();
+        let mut seen: HashSet<&NodeId> = HashSet::new();
+        for node in &current {
+            for r in &node.references {
+                // isInverse selects the inverse direction.
+                if r.is_forward == e.is_inverse
+                    || !reference_type_matches(space, r, &e.reference_type_id, e.include_subtypes)
+                {
+                    continue;
+                }
+                match space.node_expanded(&r.target) {
+                    Some(t) if t.browse_name == e.target_name && seen.insert(&t.node_id) => next.push(t),
+                    Some(_) => {}
+                    // A node in another server: its BrowseName cannot be checked here. The
+                    // client continues there from element i + 1 (Part 4 §5.9.4.2).
+                    None if r.target.server_index != 0 && i < last && !targets.iter().any(|t| t.target_id == r.target) => {
+                        targets.push(BrowsePathTarget { target_id: r.target.clone(), remaining_path_index: (i + 1) as u32 })
+                    }
+                    None => {}
+                }
+                if next.len() + targets.len() > MAX_BROWSE_PATH_MATCHES {
+                    return fail(StatusCode::BadTooManyMatches);
+                }
+            }
+        }
+        current = next;
+        if current.is_empty() {
+            break;
+        }
+    }
+    let remote = !targets.is_empty();
+    let local = current.len();
+    targets.splice(
+        0..0,
+        current.iter().map(|n| BrowsePathTarget {
+            target_id: ExpandedNodeId::local(n.node_id.clone()),
+            remaining_path_index: PATH_FULLY_RESOLVED,
+        }),
+    );
+    let status = if local > 0 {
+        StatusCode::Good
+    } else if remote {
+        StatusCode::UncertainReferenceOutOfServer
+    } else {
+        StatusCode::BadNoMatch
+    };
+    BrowsePathResult { status_code: status, targets }
+}
+
+/// TranslateBrowsePathsToNodeIds (Part 4 §5.9.4) for a validated, activated session.
+pub fn translate_browse_paths(shard: &ShardState, req: &TranslateBrowsePathsToNodeIdsRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let shared = shard.shared();
+    if let Err(s) =
+        check_count(req.browse_paths.len(), shared.config.operation_limits.max_nodes_per_translate_browse_paths_to_node_ids)
+    {
+        return fault(handle, s, now);
+    }
+    let space: &AddressSpace = &shared.address_space;
+    let results = req.browse_paths.iter().map(|p| translate_one(space, p)).collect();
+    Response::TranslateBrowsePathsToNodeIds(Box::new(TranslateBrowsePathsToNodeIdsResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+/// RegisterNodes (Part 4 §5.9.5): the registered ids are the ids themselves, which Part 4
+/// allows; lookups are already a table index for numeric ids of namespaces 0 and 1.
+pub fn register_nodes(shard: &ShardState, req: &RegisterNodesRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let max = shard.shared().config.operation_limits.max_nodes_per_register_nodes;
+    if let Err(s) = check_count(req.nodes_to_register.len(), max) {
+        return fault(handle, s, now);
+    }
+    Response::RegisterNodes(Box::new(RegisterNodesResponse {
+        response_header: response_header(handle, now),
+        registered_node_ids: req.nodes_to_register.clone(),
+    }))
+}
+
+/// UnregisterNodes (Part 4 §5.9.6): nothing was allocated by RegisterNodes.
+pub fn unregister_nodes(shard: &ShardState, req: &UnregisterNodesRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let max = shard.shared().config.operation_limits.max_nodes_per_register_nodes;
+    if let Err(s) = check_count(req.nodes_to_unregister.len(), max) {
+        return fault(handle, s, now);
+    }
+    Response::UnregisterNodes(Box::new(UnregisterNodesResponse { response_header: response_header(handle, now) }))
+}
