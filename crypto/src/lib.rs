@@ -26,6 +26,7 @@ pub mod policy;
 pub mod ratelimit;
 pub mod status;
 pub mod symmetric;
+pub mod uasc;
 pub mod user;
 
 pub use asymmetric::{
@@ -39,6 +40,10 @@ pub use pki::{CertRole, Crl, Pki, PkiConfig, ACCEPT_ALL_WARNING};
 pub use policy::{check_padding, padding_len, write_padding, PolicyId, SecurityMode};
 pub use ratelimit::{LoginLimiter, LoginLimiterConfig};
 pub use symmetric::{derive_channel_keys, derive_keys, ChannelKeys, SymmetricKeys};
+pub use uasc::{
+    opn_certificate_status, ConfiguredUsers, HandshakeLimits, OwnIdentity, RsaPolicy, ShardTrust, UserDirectory,
+    UserEntry,
+};
 pub use user::{
     decrypt_user_password, encrypt_user_password, hash_password, signature_data, verify_password,
     verify_x509_user_token, UserStore,

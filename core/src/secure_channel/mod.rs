@@ -11,5 +11,5 @@ pub use chunk::{
 };
 pub use policy::{
     AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy, PlainCrypto, Role,
-    SecurityPolicy, SecurityProvider, SECURITY_POLICY_NONE_URI,
+    SecurityPolicy, SecurityProvider, UserAccess, UserAuthenticator, UserTokenSettings, SECURITY_POLICY_NONE_URI,
 };

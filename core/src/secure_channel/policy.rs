@@ -3,6 +3,7 @@
 //! Basic256Sha256 is a new `impl SecurityPolicy` (in uaring-crypto) registered in the
 //! server's [`SecurityProvider`]: the secure channel code does not change.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::generated::types::MessageSecurityMode;
@@ -136,6 +137,117 @@ pub trait SecurityPolicy: Send + Sync {
         local_nonce: &[u8],
         remote_nonce: &[u8],
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode>;
+
+    // ---- Used by the session layer and the server connection (defaults: policy None). ----
+
+    /// Whether a handshake (OpenSecureChannel: one RSA private-key operation each) from
+    /// `peer` may proceed now. Err is sent as the ERR status (BadTcpServerTooBusy).
+    fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
+        let _ = peer;
+        Ok(())
+    }
+    /// Signs `data` with our private key (CreateSession serverSignature, Part 4 §5.7.2).
+    /// Returns (algorithm URI, signature). Policy None: a null SignatureData.
+    fn sign_own(&self, data: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
+        let _ = data;
+        Ok((String::new(), Vec::new()))
+    }
+    /// Verifies `signature` over `data` with the public key of `signer_certificate`
+    /// (ActivateSession clientSignature, X509IdentityToken userTokenSignature);
+    /// `algorithm_uri` must be this policy's asymmetric signature algorithm.
+    /// Policy None accepts anything (there is nothing to verify with).
+    fn verify_signature(
+        &self,
+        signer_certificate: &[u8],
+        data: &[u8],
+        algorithm_uri: &str,
+        signature: &[u8],
+    ) -> Result<(), StatusCode> {
+        let _ = (signer_certificate, data, algorithm_uri, signature);
+        Ok(())
+    }
+    /// Decrypts a UserNameIdentityToken secret encrypted with this policy (legacy format
+    /// `length ‖ secret ‖ serverNonce`, Part 4 §7.41.2.2) and checks the nonce.
+    /// Policy None cannot decrypt: BadIdentityTokenInvalid.
+    fn decrypt_user_secret(
+        &self,
+        encryption_algorithm: &str,
+        ciphertext: &[u8],
+        server_nonce: &[u8],
+    ) -> Result<Vec<u8>, StatusCode> {
+        let _ = (encryption_algorithm, ciphertext, server_nonce);
+        Err(StatusCode::BadIdentityTokenInvalid)
+    }
+    /// Validates a client application certificate given in CreateSession against the
+    /// trust list, with the ApplicationUri of its ApplicationDescription.
+    fn validate_client_certificate(&self, certificate: &[u8], application_uri: Option<&str>) -> Result<(), StatusCode> {
+        let _ = (certificate, application_uri);
+        Ok(())
+    }
+}
+
+/// The rights of an authenticated user (configuration: `role = "read" | "readwrite"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UserAccess {
+    /// May read and browse; a Write is BadUserAccessDenied and UserAccessLevel lacks
+    /// CurrentWrite.
+    Read,
+    /// May read, browse and write what the AccessLevel allows.
+    ReadWrite,
+}
+
+impl UserAccess {
+    /// The AccessLevel bits this user keeps (ANDed into UserAccessLevel).
+    pub fn access_level_mask(self) -> u8 {
+        match self {
+            // CurrentRead | HistoryRead | (no writes: CurrentWrite 0x02, HistoryWrite 0x08,
+            // StatusWrite 0x20, TimestampWrite 0x40 are cleared).
+            UserAccess::Read => 0xFF & !(0x02 | 0x08 | 0x20 | 0x40),
+            UserAccess::ReadWrite => 0xFF,
+        }
+    }
+}
+
+/// Checks user credentials (user names and passwords, X.509 user certificates): a plug-in
+/// (uaring-crypto implements it with argon2id hashes, a per-address failed-login limiter
+/// and the PKI). Object-safe; one per shard, behind the shard's [`SecurityProvider`].
+pub trait UserAuthenticator: Send + Sync {
+    /// Checks a user name and a decrypted password. Failures are BadUserAccessDenied
+    /// (also when `peer` is rate-limited after too many failures).
+    fn authenticate_password(&self, peer: Option<IpAddr>, user: &str, password: &[u8]) -> Result<UserAccess, StatusCode>;
+    /// Validates an X.509 user certificate (its signature was verified already) and maps
+    /// it to a user: (name, access).
+    fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode>;
+}
+
+/// Which user identity tokens the endpoints accept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserTokenSettings {
+    /// Anonymous logins, with the access they get; `None`: refused.
+    pub anonymous: Option<UserAccess>,
+    /// UserName tokens (needs a [`UserAuthenticator`]).
+    pub user_name: bool,
+    /// X.509 user certificate tokens (needs a [`UserAuthenticator`]).
+    pub x509: bool,
+    /// Accept a UserName password in clear (no encryption) on a channel with
+    /// SecurityPolicy None. Off by default: anyone on the path reads it.
+    pub allow_password_on_none: bool,
+    /// The SecurityPolicyUri advertised in UserName / X.509 token policies of endpoints
+    /// whose channel policy is None (the password is then encrypted with it).
+    pub none_endpoint_token_policy_uri: String,
+}
+
+impl Default for UserTokenSettings {
+    /// Anonymous with full access only (the benchmark contract).
+    fn default() -> Self {
+        UserTokenSettings {
+            anonymous: Some(UserAccess::ReadWrite),
+            user_name: false,
+            x509: false,
+            allow_password_on_none: false,
+            none_endpoint_token_policy_uri: String::new(),
+        }
+    }
 }
 
 /// No protection at all.
@@ -228,6 +340,8 @@ impl EndpointSecurity {
 pub struct SecurityProvider {
     policies: Vec<Arc<dyn SecurityPolicy>>,
     endpoints: Vec<EndpointSecurity>,
+    user_tokens: UserTokenSettings,
+    users: Option<Arc<dyn UserAuthenticator>>,
 }
 
 impl std::fmt::Debug for SecurityProvider {
@@ -249,11 +363,21 @@ impl Default for SecurityProvider {
 impl SecurityProvider {
     /// Policy None with mode None only.
     pub fn none_only() -> Self {
-        SecurityProvider { policies: vec![Arc::new(NonePolicy)], endpoints: vec![EndpointSecurity::none()] }
+        SecurityProvider {
+            policies: vec![Arc::new(NonePolicy)],
+            endpoints: vec![EndpointSecurity::none()],
+            user_tokens: UserTokenSettings::default(),
+            users: None,
+        }
     }
     /// An empty provider; add policies and endpoints.
     pub fn empty() -> Self {
-        SecurityProvider { policies: Vec::new(), endpoints: Vec::new() }
+        SecurityProvider {
+            policies: Vec::new(),
+            endpoints: Vec::new(),
+            user_tokens: UserTokenSettings::default(),
+            users: None,
+        }
     }
     /// Adds (or replaces, by URI) a policy.
     pub fn add_policy(&mut self, policy: Arc<dyn SecurityPolicy>) -> &mut Self {
@@ -267,6 +391,27 @@ impl SecurityProvider {
             self.endpoints.push(e);
         }
         self
+    }
+    /// Sets which user identity tokens are accepted.
+    pub fn set_user_tokens(&mut self, settings: UserTokenSettings) -> &mut Self {
+        self.user_tokens = settings;
+        self
+    }
+    /// Sets the user credential checker (UserName and X.509 tokens).
+    pub fn set_user_authenticator(&mut self, users: Arc<dyn UserAuthenticator>) -> &mut Self {
+        self.users = Some(users);
+        self
+    }
+    pub fn user_tokens(&self) -> &UserTokenSettings {
+        &self.user_tokens
+    }
+    pub fn user_authenticator(&self) -> Option<&Arc<dyn UserAuthenticator>> {
+        self.users.as_ref()
+    }
+    /// A registered policy by URI, whether or not an endpoint uses it (user token
+    /// policies may name a policy no endpoint offers).
+    pub fn policy(&self, uri: &str) -> Option<&Arc<dyn SecurityPolicy>> {
+        self.policies.iter().find(|p| p.uri() == uri)
     }
     pub fn endpoints(&self) -> &[EndpointSecurity] {
         &self.endpoints

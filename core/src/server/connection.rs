@@ -383,6 +383,8 @@ impl State {
                 return fail(StatusCode::BadSecurityChecksFailed, "renew with other security");
             }
         }
+        // Each OPN costs an RSA private-key operation: the policy limits them per address.
+        policy.admit_handshake(self.peer.map(|p| p.ip())).map_err(|s| Failure { status: s, reason: "too many handshakes" })?;
         let crypto = policy.asymmetric(
             Role::Server,
             asym.sender_certificate.as_deref(),
@@ -537,7 +539,9 @@ impl State {
         };
         // Find the token, activating a renewed one on first use.
         let token = if token_id == c.current.id {
+            // Part 6 §6.7.4: the old token is accepted until the new one is first used.
             c.current.activated = true;
+            c.previous = None;
             &c.current
         } else {
             match &c.previous {

@@ -1,0 +1,539 @@
+//! The RSA security policies plugged into uaring-core: [`RsaPolicy`] implements core's
+//! [`SecurityPolicy`] (asymmetric OpenSecureChannel chunks, symmetric MSG chunks, session
+//! signatures, user-token decryption) for Basic256Sha256, Aes128_Sha256_RsaOaep and
+//! Aes256_Sha256_RsaPss; [`ConfiguredUsers`] implements core's [`UserAuthenticator`].
+//!
+//! Ownership (thread per core): the own certificate and key ([`OwnIdentity`]) are built once
+//! and shared read-only by every shard. Each shard owns a [`ShardTrust`]: its own [`Pki`]
+//! (rescanned with `refresh_if_stale` before each validation, so a certificate dropped into
+//! `trusted/certs` is accepted within `rescan_interval_ms`), its handshake limiter and its
+//! failed-login limiter. The mutexes around them are only ever taken by the owning shard's
+//! thread (uncontended), and only on OpenSecureChannel, CreateSession and ActivateSession —
+//! never for a Read or Write.
+//!
+//! Symmetric chunks are signed, encrypted, decrypted and verified in place in the caller's
+//! buffer with key schedules computed once per token: nothing is allocated per message.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use uaring_core::generated::types::MessageSecurityMode;
+use uaring_core::secure_channel::{
+    ChunkCrypto, CryptoLayout, Role, SecurityPolicy, UserAccess, UserAuthenticator,
+};
+use uaring_core::types::StatusCode;
+
+use crate::asymmetric::{asym_decrypt, asym_encrypt, asym_sign_into, asym_verify, PrivateKey};
+use crate::cert::Certificate;
+use crate::pki::{CertRole, Pki};
+use crate::policy::{PolicyId, AES_BLOCK_SIZE};
+use crate::ratelimit::{LoginLimiter, LoginLimiterConfig};
+use crate::status;
+use crate::symmetric::{derive_channel_keys, SymmetricKeys};
+use crate::user::{decrypt_user_password, UserStore};
+
+fn sc(code: u32) -> StatusCode {
+    StatusCode(code)
+}
+
+/// Seconds since the Unix epoch (certificate validity checks).
+fn unix_now_s() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// The application instance certificate and its private key.
+pub struct OwnIdentity {
+    /// The certificate (DER), sent as SenderCertificate and ServerCertificate.
+    pub cert: Certificate,
+    /// The private key.
+    pub key: PrivateKey,
+}
+
+impl OwnIdentity {
+    /// Pairs a certificate with its key (they must match).
+    pub fn new(cert: Certificate, key: PrivateKey) -> Result<Arc<OwnIdentity>, String> {
+        if !key.matches(&cert) {
+            return Err("the private key does not belong to the certificate".into());
+        }
+        Ok(Arc::new(OwnIdentity { cert, key }))
+    }
+}
+
+/// Limits on OpenSecureChannel handshakes per client address (each costs one RSA
+/// private-key decryption and one signature).
+#[derive(Clone, Copy, Debug)]
+pub struct HandshakeLimits {
+    /// Handshakes an address may make in a burst.
+    pub burst: u32,
+    /// One more handshake is allowed every `refill_interval_ms`.
+    pub refill_interval_ms: u64,
+    /// Addresses tracked per shard (bounded map).
+    pub addresses_max: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits { burst: 20, refill_interval_ms: 100, addresses_max: 4096 }
+    }
+}
+
+/// One shard's trust state: its PKI store, handshake limiter and failed-login limiter.
+pub struct ShardTrust {
+    pki: Mutex<Pki>,
+    handshakes: Option<Mutex<LoginLimiter>>,
+    logins: Mutex<LoginLimiter>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for ShardTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardTrust").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave a PKI store or a limiter inconsistent in a
+    // way that matters for security (they are rebuilt from disk / only count); keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ShardTrust {
+    /// Wraps a shard's PKI. `handshakes: None` disables the handshake limit.
+    pub fn new(pki: Pki, handshakes: Option<HandshakeLimits>, logins: LoginLimiterConfig) -> Arc<ShardTrust> {
+        let handshakes = handshakes.map(|h| {
+            Mutex::new(LoginLimiter::new(LoginLimiterConfig {
+                burst: h.burst,
+                refill_interval_ms: h.refill_interval_ms,
+                addresses_max: h.addresses_max,
+            }))
+        });
+        Arc::new(ShardTrust { pki: Mutex::new(pki), handshakes, logins: Mutex::new(LoginLimiter::new(logins)), started: Instant::now() })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Runs `f` on the PKI after rescanning it if stale.
+    pub fn with_pki<R>(&self, f: impl FnOnce(&Pki) -> R) -> R {
+        let now = self.now_ms();
+        let mut pki = lock(&self.pki);
+        pki.refresh_if_stale(now);
+        f(&pki)
+    }
+
+    /// Validates a client application certificate (chain); a failure is copied to
+    /// `rejected/certs`.
+    pub fn validate_client(&self, chain: &[u8], app_uri: Option<&str>) -> Result<Certificate, u32> {
+        self.with_pki(|pki| pki.validate_client(chain, app_uri, unix_now_s()))
+    }
+
+    /// Counts one handshake from `peer`; Err when over the limit.
+    pub fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
+        let (Some(limiter), Some(ip)) = (&self.handshakes, peer) else {
+            return Ok(());
+        };
+        let now = self.now_ms();
+        let mut l = lock(limiter);
+        if l.check(ip, now).is_err() {
+            return Err(StatusCode::BadTcpServerTooBusy);
+        }
+        l.record_failure(ip, now);
+        Ok(())
+    }
+}
+
+/// OpenSecureChannel answers for a failed client certificate (Part 6 §6.7.7: the trust check
+/// comes first and reports BadSecurityChecksFailed, so an untrusted, revoked or badly signed
+/// certificate learns nothing about the trust list; time and usage errors pass through).
+pub fn opn_certificate_status(code: u32) -> StatusCode {
+    match code {
+        status::BAD_CERTIFICATE_TIME_INVALID
+        | status::BAD_CERTIFICATE_ISSUER_TIME_INVALID
+        | status::BAD_CERTIFICATE_USE_NOT_ALLOWED
+        | status::BAD_CERTIFICATE_ISSUER_USE_NOT_ALLOWED
+        | status::BAD_CERTIFICATE_POLICY_CHECK_FAILED => sc(code),
+        _ => StatusCode::BadSecurityChecksFailed,
+    }
+}
+
+/// An RSA security policy: the algorithm suite, the own identity and (server side) the
+/// shard's trust state.
+pub struct RsaPolicy {
+    id: PolicyId,
+    own: Arc<OwnIdentity>,
+    trust: Option<Arc<ShardTrust>>,
+}
+
+impl std::fmt::Debug for RsaPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RsaPolicy").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl RsaPolicy {
+    /// A server-side policy: client certificates are validated by `trust`.
+    /// Unsupported (deprecated) and None policies are refused.
+    pub fn server(id: PolicyId, own: Arc<OwnIdentity>, trust: Arc<ShardTrust>) -> Result<Arc<RsaPolicy>, String> {
+        Self::check(id)?;
+        Ok(Arc::new(RsaPolicy { id, own, trust: Some(trust) }))
+    }
+
+    /// A client-side policy: the server certificate is taken as given (the caller decides
+    /// whether it trusts it).
+    pub fn client(id: PolicyId, own: Arc<OwnIdentity>) -> Result<Arc<RsaPolicy>, String> {
+        Self::check(id)?;
+        Ok(Arc::new(RsaPolicy { id, own, trust: None }))
+    }
+
+    fn check(id: PolicyId) -> Result<(), String> {
+        if id == PolicyId::None {
+            return Err("SecurityPolicy None is core's NonePolicy".into());
+        }
+        if !id.is_supported() {
+            return Err(format!("security policy {} is deprecated and not supported", id.name()));
+        }
+        Ok(())
+    }
+
+    /// The policy.
+    pub fn id(&self) -> PolicyId {
+        self.id
+    }
+
+    /// The own identity.
+    pub fn own(&self) -> &Arc<OwnIdentity> {
+        &self.own
+    }
+
+    fn leaf(chain: &[u8]) -> Result<Certificate, StatusCode> {
+        let chain = Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
+        chain.into_iter().next().ok_or(StatusCode::BadCertificateInvalid)
+    }
+}
+
+impl SecurityPolicy for RsaPolicy {
+    fn uri(&self) -> &str {
+        self.id.uri()
+    }
+
+    fn nonce_len(&self) -> usize {
+        self.id.nonce_len()
+    }
+
+    fn local_certificate(&self) -> Option<&[u8]> {
+        Some(self.own.cert.der())
+    }
+
+    fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
+        // The thumbprint of the leaf, when a chain is sent.
+        match Certificate::parse_chain(certificate) {
+            Ok(chain) if !chain.is_empty() => Some(chain[0].thumbprint().to_vec()),
+            _ => Some(crate::cert::thumbprint(certificate).to_vec()),
+        }
+    }
+
+    fn asymmetric(
+        &self,
+        role: Role,
+        peer_certificate: Option<&[u8]>,
+        receiver_thumbprint: Option<&[u8]>,
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        let peer_bytes = peer_certificate.ok_or(StatusCode::BadCertificateInvalid)?;
+        let peer = match role {
+            Role::Client => Self::leaf(peer_bytes)?,
+            Role::Server => {
+                // Part 6 §6.7.7: the receiver thumbprint must be ours.
+                if receiver_thumbprint != Some(&self.own.cert.thumbprint()[..]) {
+                    return Err(StatusCode::BadCertificateInvalid);
+                }
+                let trust = self.trust.as_ref().ok_or(StatusCode::BadInternalError)?;
+                let leaf = trust.validate_client(peer_bytes, None).map_err(opn_certificate_status)?;
+                let (lo, hi) = self.id.asym_key_bits_range();
+                if leaf.key_bits() < lo || leaf.key_bits() > hi {
+                    return Err(StatusCode::BadCertificatePolicyCheckFailed);
+                }
+                leaf
+            }
+        };
+        if self.id.asym_plain_block_size(peer.key_bytes()) == 0 {
+            return Err(StatusCode::BadCertificatePolicyCheckFailed);
+        }
+        Ok(Box::new(AsymCrypto { id: self.id, own: self.own.clone(), peer }))
+    }
+
+    fn symmetric(
+        &self,
+        role: Role,
+        mode: MessageSecurityMode,
+        local_nonce: &[u8],
+        remote_nonce: &[u8],
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        let encrypt = match mode {
+            MessageSecurityMode::Sign => false,
+            MessageSecurityMode::SignAndEncrypt => true,
+            _ => return Err(StatusCode::BadSecurityModeRejected),
+        };
+        let (client_nonce, server_nonce) = match role {
+            Role::Client => (local_nonce, remote_nonce),
+            Role::Server => (remote_nonce, local_nonce),
+        };
+        let keys = derive_channel_keys(self.id, client_nonce, server_nonce).map_err(sc)?;
+        let (send, recv) = match role {
+            Role::Client => (keys.client, keys.server),
+            Role::Server => (keys.server, keys.client),
+        };
+        Ok(Box::new(SymCrypto { encrypt, send, recv }))
+    }
+
+    fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
+        match &self.trust {
+            Some(t) => t.admit_handshake(peer),
+            None => Ok(()),
+        }
+    }
+
+    fn sign_own(&self, data: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
+        let uri = self.id.asym_signature_algorithm_uri().ok_or(StatusCode::BadSecurityPolicyRejected)?;
+        let mut sig = vec![0u8; self.own.key.key_bytes()];
+        asym_sign_into(self.id, &self.own.key, data, &mut sig).map_err(sc)?;
+        Ok((uri.to_owned(), sig))
+    }
+
+    fn verify_signature(
+        &self,
+        signer_certificate: &[u8],
+        data: &[u8],
+        algorithm_uri: &str,
+        signature: &[u8],
+    ) -> Result<(), StatusCode> {
+        if self.id.asym_signature_algorithm_uri() != Some(algorithm_uri) {
+            return Err(StatusCode::BadSecurityChecksFailed);
+        }
+        let signer = Self::leaf(signer_certificate)?;
+        asym_verify(self.id, &signer, data, signature).map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+
+    fn decrypt_user_secret(
+        &self,
+        encryption_algorithm: &str,
+        ciphertext: &[u8],
+        server_nonce: &[u8],
+    ) -> Result<Vec<u8>, StatusCode> {
+        decrypt_user_password(self.id, &self.own.key, encryption_algorithm, ciphertext, server_nonce)
+            .map(|p| p.to_vec())
+            .map_err(sc)
+    }
+
+    fn validate_client_certificate(&self, certificate: &[u8], application_uri: Option<&str>) -> Result<(), StatusCode> {
+        match &self.trust {
+            Some(t) => t.validate_client(certificate, application_uri).map(|_| ()).map_err(sc),
+            None => Ok(()),
+        }
+    }
+}
+
+/// OpenSecureChannel chunks: RSA encryption to the receiver's key, RSA signature with the
+/// sender's key. Layouts differ per direction (key sizes of the two ends may differ).
+struct AsymCrypto {
+    id: PolicyId,
+    own: Arc<OwnIdentity>,
+    peer: Certificate,
+}
+
+impl ChunkCrypto for AsymCrypto {
+    fn send_layout(&self) -> CryptoLayout {
+        let kb = self.peer.key_bytes();
+        CryptoLayout {
+            encrypted: true,
+            plain_block_size: self.id.asym_plain_block_size(kb),
+            cipher_block_size: kb,
+            signature_len: self.own.key.key_bytes(),
+            extra_padding_byte: self.id.asym_has_extra_padding_byte(kb),
+        }
+    }
+
+    fn recv_layout(&self) -> CryptoLayout {
+        let kb = self.own.key.key_bytes();
+        CryptoLayout {
+            encrypted: true,
+            plain_block_size: self.id.asym_plain_block_size(kb),
+            cipher_block_size: kb,
+            signature_len: self.peer.key_bytes(),
+            extra_padding_byte: self.id.asym_has_extra_padding_byte(kb),
+        }
+    }
+
+    fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
+        asym_sign_into(self.id, &self.own.key, data, signature).map_err(sc)
+    }
+
+    fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
+        asym_verify(self.id, &self.peer, data, signature).map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+
+    fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        if start > buf.len() {
+            return Err(StatusCode::BadInternalError);
+        }
+        let plain = zeroize::Zeroizing::new(buf.split_off(start));
+        let pb = self.id.asym_plain_block_size(self.peer.key_bytes());
+        if pb == 0 || plain.len() % pb != 0 {
+            return Err(StatusCode::BadInternalError);
+        }
+        asym_encrypt(self.id, &self.peer, &plain, buf).map_err(sc)
+    }
+
+    fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        if start > buf.len() {
+            return Err(StatusCode::BadSecurityChecksFailed);
+        }
+        let cipher = buf.split_off(start);
+        asym_decrypt(self.id, &self.own.key, &cipher, buf).map(|_| ()).map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+}
+
+/// MSG / CLO chunks of one token: HMAC-SHA256 and (SignAndEncrypt) AES-CBC with the keys
+/// derived from the nonces; in place, no allocation.
+struct SymCrypto {
+    encrypt: bool,
+    send: SymmetricKeys,
+    recv: SymmetricKeys,
+}
+
+impl SymCrypto {
+    fn layout(&self, keys: &SymmetricKeys) -> CryptoLayout {
+        let block = if self.encrypt { AES_BLOCK_SIZE } else { 1 };
+        CryptoLayout {
+            encrypted: self.encrypt,
+            plain_block_size: block,
+            cipher_block_size: block,
+            signature_len: keys.signature_len(),
+            extra_padding_byte: false,
+        }
+    }
+}
+
+impl ChunkCrypto for SymCrypto {
+    fn send_layout(&self) -> CryptoLayout {
+        self.layout(&self.send)
+    }
+    fn recv_layout(&self) -> CryptoLayout {
+        self.layout(&self.recv)
+    }
+    fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
+        self.send.sign(data, signature).map_err(sc)
+    }
+    fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
+        if self.recv.verify(data, signature) {
+            Ok(())
+        } else {
+            Err(StatusCode::BadSecurityChecksFailed)
+        }
+    }
+    fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        let part = buf.get_mut(start..).ok_or(StatusCode::BadInternalError)?;
+        self.send.encrypt_in_place(part).map_err(sc)
+    }
+    fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        let part = buf.get_mut(start..).ok_or(StatusCode::BadSecurityChecksFailed)?;
+        self.recv.decrypt_in_place(part).map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+}
+
+/// A configured user: name, argon2id PHC hash, access.
+#[derive(Clone, Debug)]
+pub struct UserEntry {
+    /// User name.
+    pub name: String,
+    /// argon2id PHC string (`uaring hash-password`).
+    pub password_hash: String,
+    /// Read or read/write.
+    pub access: UserAccess,
+}
+
+/// The users from the configuration, shared by all shards (read-only).
+#[derive(Debug)]
+pub struct UserDirectory {
+    store: UserStore,
+    access: Vec<(String, UserAccess)>,
+}
+
+impl UserDirectory {
+    /// Builds the directory; rejects malformed or non-argon2id hashes and duplicate names.
+    pub fn new(users: &[UserEntry]) -> Result<Arc<UserDirectory>, String> {
+        let store = UserStore::new(users.iter().map(|u| (u.name.clone(), u.password_hash.clone())).collect())?;
+        Ok(Arc::new(UserDirectory { store, access: users.iter().map(|u| (u.name.clone(), u.access)).collect() }))
+    }
+
+    /// Number of users.
+    pub fn len(&self) -> usize {
+        self.access.len()
+    }
+
+    /// Whether no user is configured.
+    pub fn is_empty(&self) -> bool {
+        self.access.is_empty()
+    }
+
+    fn access_of(&self, name: &str) -> Option<UserAccess> {
+        self.access.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    }
+}
+
+/// Core's [`UserAuthenticator`] for one shard: configured users (argon2id), the shard's
+/// failed-login limiter per client address, and X.509 user certificates validated against
+/// the shard's PKI (a trusted user certificate logs in as its subject common name, with the
+/// access of the configured user of that name, else `x509_access`).
+pub struct ConfiguredUsers {
+    users: Arc<UserDirectory>,
+    trust: Arc<ShardTrust>,
+    x509_access: UserAccess,
+}
+
+impl ConfiguredUsers {
+    /// One per shard.
+    pub fn new(users: Arc<UserDirectory>, trust: Arc<ShardTrust>, x509_access: UserAccess) -> Arc<ConfiguredUsers> {
+        Arc::new(ConfiguredUsers { users, trust, x509_access })
+    }
+}
+
+impl UserAuthenticator for ConfiguredUsers {
+    fn authenticate_password(&self, peer: Option<IpAddr>, user: &str, password: &[u8]) -> Result<UserAccess, StatusCode> {
+        let now = self.trust.now_ms();
+        if let Some(ip) = peer {
+            if lock(&self.trust.logins).check(ip, now).is_err() {
+                // Too many failures from this address: refused without running argon2.
+                return Err(StatusCode::BadUserAccessDenied);
+            }
+        }
+        match self.users.store.authenticate(user, password) {
+            Ok(()) => {
+                if let Some(ip) = peer {
+                    lock(&self.trust.logins).record_success(ip);
+                }
+                self.users.access_of(user).ok_or(StatusCode::BadUserAccessDenied)
+            }
+            Err(_) => {
+                if let Some(ip) = peer {
+                    lock(&self.trust.logins).record_failure(ip, now);
+                }
+                Err(StatusCode::BadUserAccessDenied)
+            }
+        }
+    }
+
+    fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode> {
+        let _ = peer;
+        let cert = self.trust.with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_now_s())).map_err(sc)?;
+        let name = cert.subject().to_owned();
+        let cn = name
+            .split(',')
+            .find_map(|part| part.trim().strip_prefix("CN="))
+            .map(str::to_owned)
+            .unwrap_or_else(|| name.clone());
+        let access = self.users.access_of(&cn).unwrap_or(self.x509_access);
+        Ok((cn, access))
+    }
+}
