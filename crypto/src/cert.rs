@@ -509,8 +509,24 @@ pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, Pr
         ];
         params.extended_key_usages =
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        params.is_ca = IsCa::ExplicitNoCa;
-        params.key_identifier_method = KeyIdMethod::Sha256;
+        // basicConstraints with cA = FALSE, encoded as DER requires: an empty SEQUENCE (a
+        // DEFAULT value is never encoded). rcgen's ExplicitNoCa writes `cA FALSE`, which
+        // strict parsers (Python cryptography, used by asyncua) reject.
+        params.is_ca = IsCa::NoCa;
+        let mut bc = rcgen::CustomExtension::from_oid_content(&[2, 5, 29, 19], vec![0x30, 0x00]);
+        bc.set_criticality(true);
+        params.custom_extensions.push(bc);
+        // With NoCa rcgen writes no subjectKeyIdentifier: write it (RFC 5280 method 1, SHA-1
+        // of the subjectPublicKey) and use the same value as authorityKeyIdentifier, which is
+        // how node-opcua recognises a self-signed certificate.
+        let ski: Vec<u8> = {
+            use sha1::Digest;
+            sha1::Sha1::digest(key.public_key_pkcs1()).to_vec()
+        };
+        let mut ski_ext = vec![0x04, ski.len() as u8];
+        ski_ext.extend_from_slice(&ski);
+        params.custom_extensions.push(rcgen::CustomExtension::from_oid_content(&[2, 5, 29, 14], ski_ext));
+        params.key_identifier_method = KeyIdMethod::PreSpecified(ski);
         params.use_authority_key_identifier_extension = true;
         let cert = params.self_signed(&kp).map_err(|_| status::BAD_INTERNAL_ERROR)?;
         cert.der().to_vec()

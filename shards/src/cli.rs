@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Distribution, FileConfig, IoBackend};
@@ -39,6 +40,10 @@ serve options:
   --ring-entries N          io_uring submission queue entries per shard (power of two)
   --stats-file PATH         write per-shard connection statistics as JSON to PATH every
                             runtime.stats_interval_ms and on SIGUSR1
+  --pki DIR                 PKI directory (default ./pki, or security.pki_dir): own certificate
+                            (generated on first start), trusted/issuers/rejected certificates
+  --accept-all-client-certs accept every client certificate (benchmarks only; on with --contract;
+                            logs a warning)
   -h, --help                show this help
 
 Once accepting, `serve` prints `listening on opc.tcp://HOST:PORT` on stdout.
@@ -58,6 +63,8 @@ pub struct ServeArgs {
     pub distribution: Option<Distribution>,
     pub ring_entries: Option<u32>,
     pub stats_file: Option<PathBuf>,
+    pub pki: Option<PathBuf>,
+    pub accept_all_client_certs: bool,
     pub help: bool,
 }
 
@@ -99,6 +106,8 @@ pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                 a.ring_entries = Some(v.parse().map_err(|_| format!("--ring-entries: not a number: {v:?}"))?);
             }
             "--stats-file" => a.stats_file = Some(PathBuf::from(value()?)),
+            "--pki" => a.pki = Some(PathBuf::from(value()?)),
+            "--accept-all-client-certs" => a.accept_all_client_certs = true,
             _ => return Err(format!("unknown argument {arg:?}")),
         }
         i += 1;
@@ -291,6 +300,13 @@ pub fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    let (sec_config, users) = match crate::security::take_config(&mut file.server) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("uaring serve: configuration: {e}");
+            return 1;
+        }
+    };
     let setup = match server::build(&file.server, a.contract) {
         Ok(s) => s,
         Err(e) => {
@@ -298,11 +314,36 @@ pub fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    let sec_args = crate::security::SecurityArgs {
+        pki: a.pki.clone(),
+        accept_all_client_certs: a.accept_all_client_certs,
+        contract: a.contract,
+    };
+    let app = &setup.shared.config.application;
+    let security = match crate::security::build(
+        sec_config,
+        &users,
+        &sec_args,
+        app.effective_application_uri(),
+        &app.application_name,
+        Some(listen.ip()),
+    ) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("uaring serve: security: {e}");
+            return 1;
+        }
+    };
+    tracing::info!("endpoints: {}", security.describe());
     let opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
     let shards = opts.shards;
     let sigset = block_signals();
     let make_setup = setup.clone();
-    let running = match runtime::start(opts, move |i| server::make_handler(&make_setup, i)) {
+    let running = match runtime::start(opts, move |i| {
+        let handler = server::make_handler(&make_setup, i)?;
+        let provider = security.shard_provider()?;
+        Ok(server::UaHandler { host: handler.host.with_security(provider) })
+    }) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("uaring serve: {e}");

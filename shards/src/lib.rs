@@ -17,6 +17,7 @@ pub mod handler;
 pub mod memlock;
 pub mod net;
 pub mod runtime;
+pub mod security;
 mod shard;
 pub mod spsc;
 pub mod stats;

@@ -173,6 +173,10 @@ pub struct SessionKey {
 pub enum UserIdentity {
     /// An AnonymousIdentityToken (or a null token) under the given user token policy id.
     Anonymous { policy_id: String },
+    /// A configured user who logged in with a UserName token.
+    UserName { policy_id: String, user: String, access: crate::secure_channel::UserAccess },
+    /// An X.509 user certificate (validated, its signature verified); `user` is its CN.
+    Certificate { policy_id: String, user: String, access: crate::secure_channel::UserAccess },
 }
 
 /// A paused Browse: the references still to return for one BrowseDescription, already

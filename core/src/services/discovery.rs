@@ -5,7 +5,7 @@
 use crate::generated::messages::Response;
 use crate::generated::types::{
     ApplicationDescription, ApplicationType, EndpointDescription, FindServersRequest, FindServersResponse,
-    GetEndpointsRequest, GetEndpointsResponse, MessageSecurityMode, UserTokenPolicy, UserTokenType,
+    GetEndpointsRequest, GetEndpointsResponse, MessageSecurityMode, UserTokenPolicy,
 };
 use crate::server::context::RequestContext;
 use crate::server::shard::ShardState;
@@ -22,16 +22,10 @@ pub const ANONYMOUS_POLICY_ID: &str = "anonymous";
 /// Used when neither the request nor the HEL message carried a usable `opc.tcp://` URL.
 pub const FALLBACK_ENDPOINT_URL: &str = "opc.tcp://localhost:4840";
 
-/// The user token policies every endpoint offers. Only Anonymous until the security issue
-/// adds UserName (and the ActivateSession check with it).
-pub fn user_token_policies(_shard: &ShardState) -> Vec<UserTokenPolicy> {
-    vec![UserTokenPolicy {
-        policy_id: ANONYMOUS_POLICY_ID.into(),
-        token_type: UserTokenType::Anonymous,
-        issued_token_type: UaString::null(),
-        issuer_endpoint_url: UaString::null(),
-        security_policy_uri: UaString::null(),
-    }]
+/// The user token policies of endpoints with SecurityPolicy None (see
+/// [`crate::services::identity::user_token_policies_for`] for secured endpoints).
+pub fn user_token_policies(shard: &ShardState) -> Vec<UserTokenPolicy> {
+    crate::services::identity::user_token_policies_for(shard, SECURITY_POLICY_NONE_URI)
 }
 
 /// The (SecurityPolicyUri, MessageSecurityMode) pairs the server's endpoints accept, with
@@ -42,8 +36,8 @@ pub fn endpoint_securities(shard: &ShardState) -> Vec<(String, MessageSecurityMo
         .endpoints()
         .iter()
         .map(|e| {
-            let cert = security.find(&e.policy_uri).and_then(|p| p.local_certificate()).map(ByteString::from);
-            (e.policy_uri.clone(), e.mode, cert.unwrap_or_default())
+            let cert = crate::services::identity::endpoint_certificate(shard, &e.policy_uri);
+            (e.policy_uri.clone(), e.mode, cert)
         })
         .collect()
 }
@@ -107,17 +101,16 @@ pub fn endpoint_descriptions(shard: &ShardState, endpoint_url: &str, profile_uri
         return Vec::new();
     }
     let server = application_description(shard, endpoint_url);
-    let tokens = user_token_policies(shard);
     endpoint_securities(shard)
         .into_iter()
         .map(|(policy, mode, certificate)| EndpointDescription {
+            user_identity_tokens: crate::services::identity::user_token_policies_for(shard, &policy),
             endpoint_url: endpoint_url.into(),
             server: server.clone(),
             server_certificate: certificate,
             security_mode: mode,
             security_level: security_level(&policy, mode),
             security_policy_uri: policy.into(),
-            user_identity_tokens: tokens.clone(),
             transport_profile_uri: TRANSPORT_PROFILE_UATCP.into(),
         })
         .collect()

@@ -13,11 +13,13 @@
 
 pub mod attribute;
 pub mod discovery;
+pub mod identity;
 pub mod session;
 pub mod view;
 
 use crate::generated::messages::{Request, Response};
 use crate::generated::types::{ResponseHeader, ServiceFault};
+use crate::secure_channel::UserAccess;
 use crate::server::context::RequestContext;
 use crate::server::shard::ShardState;
 use crate::time::Now;
@@ -79,8 +81,17 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
     }
     match request {
         Request::Cancel(r) => session::cancel(&r, now),
-        Request::Read(r) => attribute::read(shard.shared(), &r, now),
-        Request::Write(r) => attribute::write(shard.shared(), &r, now),
+        Request::Read(r) => {
+            let mut resp = attribute::read(shard.shared(), &r, now);
+            if session_access(shard, key) == UserAccess::Read {
+                mask_user_access_level(&r, &mut resp, UserAccess::Read.access_level_mask());
+            }
+            resp
+        }
+        Request::Write(r) => match session_access(shard, key) {
+            UserAccess::ReadWrite => attribute::write(shard.shared(), &r, now),
+            UserAccess::Read => write_denied(shard, &r, now),
+        },
         Request::Browse(r) => view::browse(shard, key, &r, now),
         Request::BrowseNext(r) => view::browse_next(shard, key, &r, now),
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
@@ -90,4 +101,51 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         // items: later issues.
         _ => fault(handle, StatusCode::BadServiceUnsupported, now),
     }
+}
+
+/// The access of the session's user (its identity is set: the session is activated).
+fn session_access(shard: &ShardState, key: crate::server::shard::SessionKey) -> UserAccess {
+    match shard.session(key).and_then(|s| s.identity.as_ref()) {
+        Some(id) => identity::access_of(shard, id),
+        None => UserAccess::Read,
+    }
+}
+
+/// UserAccessLevel (attribute 18) as the user sees it: the node's bits ANDed with the
+/// user's mask.
+fn mask_user_access_level(req: &crate::generated::types::ReadRequest, resp: &mut Response, mask: u8) {
+    let Response::Read(r) = resp else { return };
+    for (rv, dv) in req.nodes_to_read.iter().zip(r.results.iter_mut()) {
+        if rv.attribute_id == crate::generated::attribute_ids::UserAccessLevel {
+            if let crate::types::Variant::Byte(b) = &mut dv.value {
+                *b &= mask;
+            }
+        }
+    }
+}
+
+/// A Write by a read-only user: the request is checked as usual, then every operation on
+/// an existing node is BadUserAccessDenied (nothing is written).
+fn write_denied(shard: &ShardState, req: &crate::generated::types::WriteRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let shared = shard.shared();
+    if let Err(s) = attribute::check_write_request(&shared.config.operation_limits, req.nodes_to_write.len()) {
+        return fault(handle, s, now);
+    }
+    let results = req
+        .nodes_to_write
+        .iter()
+        .map(|w| {
+            if shared.address_space.node(&w.node_id).is_some() {
+                StatusCode::BadUserAccessDenied
+            } else {
+                StatusCode::BadNodeIdUnknown
+            }
+        })
+        .collect();
+    Response::Write(Box::new(crate::generated::types::WriteResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
 }

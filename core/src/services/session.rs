@@ -1,16 +1,15 @@
 //! Session service set (Part 4 §5.7): CreateSession, ActivateSession, CloseSession, Cancel.
 
 use crate::generated::types::{
-    ActivateSessionRequest, ActivateSessionResponse, AnonymousIdentityToken, CancelRequest, CancelResponse,
-    CloseSessionRequest, CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, IssuedIdentityToken,
-    MessageSecurityMode, SignatureData, UserNameIdentityToken, UserTokenType, X509IdentityToken,
+    ActivateSessionRequest, ActivateSessionResponse, CancelRequest, CancelResponse, CloseSessionRequest,
+    CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, MessageSecurityMode,
 };
 use crate::generated::messages::Response;
 use crate::server::context::RequestContext;
-use crate::server::shard::{SessionKey, ShardState, UserIdentity};
-use crate::services::{discovery, fault, response_header};
+use crate::server::shard::{SessionKey, ShardState};
+use crate::services::{discovery, fault, identity, response_header};
 use crate::time::Now;
-use crate::types::{ByteString, ExtensionObject, StatusCode};
+use crate::types::{ByteString, StatusCode};
 
 /// Length of every server nonce, with or without security: open62541's client rejects a null
 /// or short nonce even with SecurityPolicy None.
@@ -41,12 +40,20 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
     let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
     let server_endpoints = discovery::endpoint_descriptions(shard, endpoint_url, &[]);
     let max_request_message_size = discovery::max_message_size(shard);
-    let server_certificate = shard
-        .security()
-        .find(ctx.security_policy_uri)
-        .and_then(|p| p.local_certificate())
-        .map(ByteString::from)
-        .unwrap_or_default();
+    let server_certificate = identity::endpoint_certificate(shard, ctx.security_policy_uri);
+    let server_signature = match identity::create_session_signature(
+        shard,
+        ctx,
+        req.client_certificate.as_bytes(),
+        req.client_nonce.as_bytes(),
+        req.client_description.application_uri.as_str(),
+    ) {
+        Ok(s) => s,
+        Err(s) => {
+            shard.remove_session(key);
+            return fault(handle, s, now);
+        }
+    };
     let Some(session) = shard.session_mut(key) else {
         return fault(handle, StatusCode::BadInternalError, now);
     };
@@ -65,40 +72,9 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
         server_certificate,
         server_endpoints,
         server_software_certificates: Vec::new(),
-        server_signature: SignatureData::default(),
+        server_signature,
         max_request_message_size,
     }))
-}
-
-/// What ActivateSession makes of the userIdentityToken.
-fn identity_from_token(shard: &ShardState, token: &ExtensionObject) -> Result<UserIdentity, StatusCode> {
-    let limits = crate::DecodeLimits::default();
-    let policy_id = if token.is_null() {
-        // A null token means anonymous (Part 4 §5.7.3.2).
-        None
-    } else if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
-        let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        Some(t.policy_id.as_str().to_owned())
-    } else if token.is::<UserNameIdentityToken>() || token.is::<X509IdentityToken>() || token.is::<IssuedIdentityToken>()
-    {
-        // Credentials are checked once the security issue lands; never accepted silently.
-        return Err(StatusCode::BadIdentityTokenRejected);
-    } else {
-        return Err(StatusCode::BadIdentityTokenInvalid);
-    };
-    let policies = discovery::user_token_policies(shard);
-    let anonymous = policies.iter().find(|p| {
-        p.token_type == UserTokenType::Anonymous
-            && match &policy_id {
-                Some(id) => p.policy_id.as_str() == id,
-                None => true,
-            }
-    });
-    match anonymous {
-        Some(p) => Ok(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() }),
-        // An anonymous token whose policy id names no configured anonymous policy.
-        None => Err(StatusCode::BadIdentityTokenInvalid),
-    }
 }
 
 /// ActivateSession: sets the user identity and (re)binds the session to this channel.
@@ -113,7 +89,21 @@ pub fn activate_session(
         Ok(k) => k,
         Err(s) => return fault(handle, s, now),
     };
-    let identity = match identity_from_token(shard, &req.user_identity_token) {
+    let server_nonce = match shard.session(key) {
+        Some(s) => s.server_nonce.clone(),
+        None => return fault(handle, StatusCode::BadSessionIdInvalid, now),
+    };
+    // The client proves it holds the key of its certificate (secured channels only).
+    if let Err(s) = identity::verify_client_signature(shard, ctx, server_nonce.as_bytes(), &req.client_signature) {
+        return fault(handle, s, now);
+    }
+    let identity = match identity::identity_from_token(
+        shard,
+        ctx,
+        &req.user_identity_token,
+        &req.user_token_signature,
+        server_nonce.as_bytes(),
+    ) {
         Ok(i) => i,
         Err(s) => return fault(handle, s, now),
     };

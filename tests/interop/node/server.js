@@ -49,4 +49,4 @@ function startServer(args = []) {
   });
 }
 
-module.exports = { startServer };
+module.exports = { startServer, uaringBin };

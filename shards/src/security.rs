@@ -1,0 +1,439 @@
+//! Security wiring of the `uaring` binary: the `[security]` and `[[users]]` sections of the
+//! configuration file, the PKI directory and the own certificate (generated on first start),
+//! and one core `SecurityProvider` per shard (each shard owns its PKI store, handshake limiter
+//! and failed-login limiter: see uaring-crypto's `uasc` module). docs/Security.md describes
+//! every key.
+
+use std::fs;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use uaring_core::generated::types::MessageSecurityMode;
+use uaring_core::secure_channel::{
+    EndpointSecurity, NonePolicy, SecurityProvider, UserAccess, UserTokenSettings, SECURITY_POLICY_NONE_URI,
+};
+use uaring_crypto::{
+    CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig, OwnIdentity, Pki, PkiConfig, PolicyId,
+    RsaPolicy, ShardTrust, UserDirectory, UserEntry,
+};
+
+/// A user role in `[[users]]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Read,
+    Readwrite,
+}
+
+impl Role {
+    fn access(self) -> UserAccess {
+        match self {
+            Role::Read => UserAccess::Read,
+            Role::Readwrite => UserAccess::ReadWrite,
+        }
+    }
+}
+
+/// Anonymous logins: `"readwrite"`, `"read"` or `"off"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Anonymous {
+    Off,
+    Read,
+    Readwrite,
+}
+
+/// `[[users]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    /// argon2id PHC string (`uaring hash-password`).
+    pub password: String,
+    pub role: Role,
+}
+
+/// `[security]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// Security policies offered, by name (`None`, `Basic256Sha256`, `Aes128_Sha256_RsaOaep`,
+    /// `Aes256_Sha256_RsaPss`) or URI. Basic128Rsa15 and Basic256 are refused.
+    pub policies: Vec<String>,
+    /// Message security modes of every non-None policy: `Sign`, `SignAndEncrypt`.
+    pub modes: Vec<String>,
+    /// PKI directory (`--pki` overrides it).
+    pub pki_dir: PathBuf,
+    /// Accept any client certificate (benchmarks only; `--accept-all-client-certs`, on with
+    /// `--contract`).
+    pub accept_all_client_certs: bool,
+    /// Require a CRL for every CA of a chain.
+    pub require_crls: bool,
+    /// Interval between rescans of the trust directories, per shard, milliseconds.
+    pub rescan_interval_ms: u64,
+    /// Most files kept in rejected/certs.
+    pub rejected_files_max: usize,
+    /// Anonymous logins: "readwrite" (default), "read" or "off".
+    pub anonymous: Anonymous,
+    /// UserName tokens (when `[[users]]` exist).
+    pub user_name_tokens: bool,
+    /// X.509 user certificate tokens (the certificate must validate against the PKI).
+    pub x509_user_tokens: bool,
+    /// Role of an X.509 user whose certificate CN names no configured user.
+    pub x509_user_role: Role,
+    /// Accept a UserName password in clear on a None channel.
+    pub allow_password_on_none: bool,
+    /// SecurityPolicy that encrypts UserName passwords (and signs X.509 tokens) on None
+    /// endpoints. "" offers no UserName/X.509 token on None endpoints (unless
+    /// allow_password_on_none).
+    pub user_token_policy_on_none: String,
+    /// OpenSecureChannel handshakes one client address may make in a burst, per shard.
+    pub handshake_burst: u32,
+    /// One more handshake per address is allowed every this many milliseconds.
+    pub handshake_refill_interval_ms: u64,
+    /// Addresses tracked by the handshake and login limiters, per shard.
+    pub limiter_addresses_max: usize,
+    /// Failed logins one client address may make in a burst, per shard.
+    pub login_failure_burst: u32,
+    /// One failed login is forgiven every this many milliseconds.
+    pub login_refill_interval_ms: u64,
+    /// RSA key size of a generated application instance certificate.
+    pub certificate_key_bits: usize,
+    /// Extra DNS names for a generated certificate (the host name is always included).
+    pub certificate_dns_names: Vec<String>,
+    /// Extra IP addresses for a generated certificate (127.0.0.1 and the listen address are
+    /// always included).
+    pub certificate_ip_addresses: Vec<IpAddr>,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig {
+            policies: ["None", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss"]
+                .map(String::from)
+                .to_vec(),
+            modes: ["Sign", "SignAndEncrypt"].map(String::from).to_vec(),
+            pki_dir: PathBuf::from("pki"),
+            accept_all_client_certs: false,
+            require_crls: false,
+            rescan_interval_ms: 1000,
+            rejected_files_max: 256,
+            anonymous: Anonymous::Readwrite,
+            user_name_tokens: true,
+            x509_user_tokens: true,
+            x509_user_role: Role::Read,
+            allow_password_on_none: false,
+            user_token_policy_on_none: "Basic256Sha256".into(),
+            handshake_burst: 50,
+            handshake_refill_interval_ms: 20,
+            limiter_addresses_max: 4096,
+            login_failure_burst: 5,
+            login_refill_interval_ms: 12_000,
+            certificate_key_bits: 2048,
+            certificate_dns_names: Vec::new(),
+            certificate_ip_addresses: Vec::new(),
+        }
+    }
+}
+
+/// Command-line overrides.
+#[derive(Clone, Debug, Default)]
+pub struct SecurityArgs {
+    pub pki: Option<PathBuf>,
+    pub accept_all_client_certs: bool,
+    pub contract: bool,
+}
+
+fn policy_id(name: &str) -> Result<PolicyId, String> {
+    let id = PolicyId::from_uri(name)
+        .or_else(|| PolicyId::ALL.into_iter().find(|p| p.name() == name))
+        .ok_or_else(|| format!("security.policies: unknown policy {name:?}"))?;
+    if !id.is_supported() {
+        return Err(format!(
+            "security.policies: {} is deprecated and not supported (aws-lc-rs cannot sign with RSA-SHA-1)",
+            id.name()
+        ));
+    }
+    Ok(id)
+}
+
+fn mode(name: &str) -> Result<MessageSecurityMode, String> {
+    match name {
+        "Sign" => Ok(MessageSecurityMode::Sign),
+        "SignAndEncrypt" => Ok(MessageSecurityMode::SignAndEncrypt),
+        other => Err(format!("security.modes: {other:?} is not Sign or SignAndEncrypt")),
+    }
+}
+
+/// Takes `[security]` and `[[users]]` out of the configuration table (the rest is core's).
+pub fn take_config(table: &mut toml::Table) -> Result<(SecurityConfig, Vec<UserConfig>), String> {
+    let sec = match table.remove("security") {
+        Some(v) => v.try_into::<SecurityConfig>().map_err(|e| format!("[security]: {e}"))?,
+        None => SecurityConfig::default(),
+    };
+    let users = match table.remove("users") {
+        Some(v) => {
+            let wrapper: toml::Table = [("users".to_string(), v)].into_iter().collect();
+            #[derive(Deserialize)]
+            struct U {
+                users: Vec<UserConfig>,
+            }
+            wrapper.try_into::<U>().map_err(|e| format!("[[users]]: {e}"))?.users
+        }
+        None => Vec::new(),
+    };
+    Ok((sec, users))
+}
+
+/// Everything the shards share, built once at start.
+pub struct SecuritySetup {
+    pub config: SecurityConfig,
+    pub policies: Vec<PolicyId>,
+    pub modes: Vec<MessageSecurityMode>,
+    pub none: bool,
+    pub own: Option<Arc<OwnIdentity>>,
+    pub pki_root: PathBuf,
+    pub pki_config: PkiConfig,
+    pub users: Option<Arc<UserDirectory>>,
+}
+
+impl std::fmt::Debug for SecuritySetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecuritySetup").field("policies", &self.policies).field("modes", &self.modes).finish_non_exhaustive()
+    }
+}
+
+fn now_unix_s() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// Loads the own certificate and key, generating them when both are missing. Concurrent
+/// first starts on one PKI directory are serialized by a lock file in `own/private`.
+fn load_or_create_own(pki: &Pki, req: &CertificateRequest) -> Result<(Arc<OwnIdentity>, bool), String> {
+    let lock = pki.root().join("own/private/.generating");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if pki.own_cert_path().exists() || pki.own_key_path().exists() {
+            if !lock.exists() {
+                let (cert, key) = pki.load_own()?;
+                return Ok((OwnIdentity::new(cert, key)?, false));
+            }
+        } else {
+            match fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+                Ok(_) => {
+                    let r = pki.load_or_create_own(req);
+                    let _ = fs::remove_file(&lock);
+                    let (cert, key, created) = r?;
+                    return Ok((OwnIdentity::new(cert, key)?, created));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("{}: {e}", lock.display())),
+            }
+        }
+        // Another process is generating: wait; a lock older than 60 s is stale.
+        let stale = fs::metadata(&lock)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(60));
+        if stale {
+            let _ = fs::remove_file(&lock);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {} to go away", lock.display()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Validates the configuration, opens the PKI directory (creating its layout), loads or
+/// generates the own certificate, and checks the users. Logs the accept-all warning.
+pub fn build(
+    config: SecurityConfig,
+    users: &[UserConfig],
+    args: &SecurityArgs,
+    application_uri: &str,
+    application_name: &str,
+    listen_ip: Option<IpAddr>,
+) -> Result<SecuritySetup, String> {
+    let mut config = config;
+    if let Some(dir) = &args.pki {
+        config.pki_dir = dir.clone();
+    }
+    if args.accept_all_client_certs || args.contract {
+        config.accept_all_client_certs = true;
+    }
+    if config.handshake_burst == 0 || config.handshake_refill_interval_ms == 0 {
+        return Err("security.handshake_burst and handshake_refill_interval_ms must be > 0".into());
+    }
+    if config.login_failure_burst == 0 || config.login_refill_interval_ms == 0 || config.limiter_addresses_max == 0 {
+        return Err("security.login_failure_burst, login_refill_interval_ms and limiter_addresses_max must be > 0".into());
+    }
+    let mut none = false;
+    let mut policies = Vec::new();
+    for p in &config.policies {
+        match policy_id(p)? {
+            PolicyId::None => none = true,
+            id if !policies.contains(&id) => policies.push(id),
+            _ => {}
+        }
+    }
+    let mut modes = Vec::new();
+    for m in &config.modes {
+        let m = mode(m)?;
+        if !modes.contains(&m) {
+            modes.push(m);
+        }
+    }
+    if !none && (policies.is_empty() || modes.is_empty()) {
+        return Err("security: no endpoint left (policies/modes are empty)".into());
+    }
+    if !config.user_token_policy_on_none.is_empty() {
+        policy_id(&config.user_token_policy_on_none).map_err(|e| e.replace("policies", "user_token_policy_on_none"))?;
+    }
+    let pki_config = PkiConfig {
+        accept_all_client_certs: config.accept_all_client_certs,
+        require_crls: config.require_crls,
+        rescan_interval_ms: config.rescan_interval_ms,
+        rejected_files_max: config.rejected_files_max,
+        ..PkiConfig::default()
+    };
+    let entries: Vec<UserEntry> = users
+        .iter()
+        .map(|u| UserEntry { name: u.name.clone(), password_hash: u.password.clone(), access: u.role.access() })
+        .collect();
+    let user_dir = Some(UserDirectory::new(&entries).map_err(|e| format!("[[users]]: {e}"))?);
+    // The own certificate is needed by every RSA policy, and by UserName/X.509 tokens on None
+    // endpoints.
+    let needs_cert = !policies.is_empty() || (!users.is_empty() && !config.user_token_policy_on_none.is_empty());
+    let pki_root = config.pki_dir.clone();
+    let own = if needs_cert {
+        let pki = Pki::open(&pki_root, pki_config.clone()).map_err(|e| format!("{}: {e}", pki_root.display()))?;
+        let host = uaring_crypto::cli::system_hostname();
+        let mut req = CertificateRequest::new(application_uri, application_name, now_unix_s());
+        req.key_bits = config.certificate_key_bits;
+        req.dns_names = std::iter::once(host).chain(config.certificate_dns_names.iter().cloned()).collect();
+        let mut ips: Vec<IpAddr> = vec![IpAddr::from([127, 0, 0, 1])];
+        if let Some(ip) = listen_ip.filter(|ip| !ip.is_unspecified()) {
+            ips.push(ip);
+        }
+        ips.extend(config.certificate_ip_addresses.iter().copied());
+        ips.dedup();
+        req.ip_addresses = ips;
+        let (own, created) = load_or_create_own(&pki, &req)?;
+        if created {
+            tracing::info!(
+                "generated the application instance certificate {} (RSA-{}, SAN URI {application_uri})",
+                pki.own_cert_path().display(),
+                own.key.key_bits()
+            );
+        }
+        if own.cert.application_uri() != Some(application_uri) {
+            tracing::warn!(
+                "the application instance certificate's URI {:?} is not the ApplicationUri {application_uri:?}: \
+                 clients may refuse it (uaring cert generate --force …)",
+                own.cert.application_uri()
+            );
+        }
+        let (t, i, c) = pki.counts();
+        tracing::info!(trusted = t, issuers = i, crls = c, "PKI {}", pki_root.display());
+        for e in pki.load_errors() {
+            tracing::warn!("PKI: {e}");
+        }
+        Some(own)
+    } else {
+        None
+    };
+    if config.accept_all_client_certs {
+        tracing::warn!("{}", uaring_crypto::ACCEPT_ALL_WARNING);
+        eprintln!("uaring: {}", uaring_crypto::ACCEPT_ALL_WARNING);
+    }
+    if config.allow_password_on_none {
+        tracing::warn!("security.allow_password_on_none: UserName passwords may travel in clear on None channels");
+    }
+    Ok(SecuritySetup { config, policies, modes, none, own, pki_root, pki_config, users: user_dir })
+}
+
+impl SecuritySetup {
+    /// The endpoint list, for the log.
+    pub fn describe(&self) -> String {
+        let mut v = Vec::new();
+        if self.none {
+            v.push("None".to_string());
+        }
+        for p in &self.policies {
+            for m in &self.modes {
+                v.push(format!("{}/{}", p.name(), m.name().unwrap_or("?")));
+            }
+        }
+        v.join(", ")
+    }
+
+    /// The security provider of one shard: its own PKI store and limiters.
+    pub fn shard_provider(&self) -> Result<SecurityProvider, String> {
+        let mut p = SecurityProvider::empty();
+        let c = &self.config;
+        if self.none {
+            p.add_policy(Arc::new(NonePolicy));
+            p.add_endpoint(EndpointSecurity::none());
+        }
+        let mut trust = None;
+        if let Some(own) = &self.own {
+            let pki = Pki::open(&self.pki_root, self.pki_config.clone()).map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
+            let handshakes = HandshakeLimits {
+                burst: c.handshake_burst,
+                refill_interval_ms: c.handshake_refill_interval_ms,
+                addresses_max: c.limiter_addresses_max,
+            };
+            let logins = LoginLimiterConfig {
+                burst: c.login_failure_burst,
+                refill_interval_ms: c.login_refill_interval_ms,
+                addresses_max: c.limiter_addresses_max,
+            };
+            let t = ShardTrust::new(pki, Some(handshakes), logins);
+            // Every supported RSA policy is registered (a None endpoint's token policy may name
+            // one no endpoint offers); endpoints only for the configured ones.
+            for id in [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss] {
+                p.add_policy(RsaPolicy::server(id, own.clone(), t.clone())?);
+            }
+            for id in &self.policies {
+                for m in &self.modes {
+                    p.add_endpoint(EndpointSecurity { policy_uri: id.uri().to_owned(), mode: *m });
+                }
+            }
+            trust = Some(t);
+        }
+        let have_users = self.users.as_ref().is_some_and(|u| !u.is_empty());
+        let user_auth = trust.is_some();
+        if let (Some(users), Some(t)) = (&self.users, &trust) {
+            p.set_user_authenticator(ConfiguredUsers::new(users.clone(), t.clone(), c.x509_user_role.access()));
+        }
+        let none_uri = if c.user_token_policy_on_none.is_empty() {
+            String::new()
+        } else {
+            policy_id(&c.user_token_policy_on_none)?.uri().to_owned()
+        };
+        p.set_user_tokens(UserTokenSettings {
+            anonymous: match c.anonymous {
+                Anonymous::Off => None,
+                Anonymous::Read => Some(UserAccess::Read),
+                Anonymous::Readwrite => Some(UserAccess::ReadWrite),
+            },
+            user_name: user_auth && have_users && c.user_name_tokens,
+            x509: user_auth && c.x509_user_tokens,
+            allow_password_on_none: c.allow_password_on_none,
+            none_endpoint_token_policy_uri: none_uri,
+        });
+        p.validate()?;
+        let _ = SECURITY_POLICY_NONE_URI;
+        Ok(p)
+    }
+}
+
+/// The PKI directory a `uaring cert` command uses: `--pki`, else `./pki`.
+pub fn default_pki_dir() -> &'static Path {
+    Path::new("pki")
+}
