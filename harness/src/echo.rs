@@ -12,8 +12,8 @@ use crate::uring::{Ctx, Driver};
 /// Default sizes: a single-value Read request and its response as encoded
 /// by a None-security channel (measured by the `read` scenario's
 /// bytes_out/bytes_in per op; override with --echo-req-bytes/--echo-resp-bytes).
-pub const DEFAULT_REQ_BYTES: usize = 113;
-pub const DEFAULT_RESP_BYTES: usize = 86;
+pub const DEFAULT_REQ_BYTES: usize = 128;
+pub const DEFAULT_RESP_BYTES: usize = 66;
 const HEADER: usize = 8;
 const MAX_FRAME: usize = 16 * 1024 * 1024;
 

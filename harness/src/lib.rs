@@ -9,6 +9,7 @@ pub mod report;
 pub mod run;
 pub mod scenarios;
 pub mod server;
+pub mod shards_loop;
 pub mod summarize;
 pub mod sweep;
 pub mod uring;

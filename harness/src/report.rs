@@ -79,7 +79,7 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
             o.insert("server_rss_kb".into(), json!(m.server_rss_kb));
             let mut shards = Vec::new();
             for t in &s.threads {
-                if t.name.starts_with("shard") {
+                if t.name.contains("shard") {
                     let conns = info.shard_connections.iter().find(|(n, _)| *n == t.name).map(|(_, c)| *c);
                     shards.push(json!({
                         "name": t.name,

@@ -73,6 +73,8 @@ pub struct RunConfig {
     pub variant: Option<String>,
     pub pin_external: bool,
     pub env: Vec<(String, String)>,
+    /// `shards` (uaring-shards' event loop) or `harness` (the minimal loop in `uring`).
+    pub client_io: String,
     pub args: Args,
 }
 
@@ -137,6 +139,7 @@ impl RunConfig {
             variant: a.get("variant").map(|s| s.to_string()),
             pin_external: !a.flag("no-pin"),
             env,
+            client_io: a.str_or("client-io", "shards"),
             args: a.clone(),
         })
     }
@@ -167,6 +170,47 @@ pub struct Running {
     pub pid: Option<i32>,
     pub addr: SocketAddr,
     pub url: String,
+    /// uaring's `--stats-file` (per-shard connection counts, refreshed on SIGUSR1).
+    pub stats_file: Option<String>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(f) = &self.stats_file {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// Asks uaring for fresh statistics (SIGUSR1) and reads open connections
+/// per shard from its stats file.
+pub fn shard_connections_from_stats(pid: i32, path: &str) -> Vec<(String, u64)> {
+    let before = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    // SAFETY: kill with the pid of our own child.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < deadline {
+        let now = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        if now.is_some() && now != before {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    parse_stats_json(&std::fs::read_to_string(path).unwrap_or_default())
+}
+
+pub fn parse_stats_json(text: &str) -> Vec<(String, u64)> {
+    let Ok(v) = serde_json::from_str::<Value>(text.trim()) else { return Vec::new() };
+    let mut out = Vec::new();
+    if let Some(Value::Array(shards)) = v.get("shards") {
+        for (i, s) in shards.iter().enumerate() {
+            let idx = s.get("shard").and_then(|x| x.as_u64()).unwrap_or(i as u64);
+            if let Some(open) = s.get("open").and_then(|x| x.as_u64()) {
+                out.push((format!("uaring-shard-{idx}"), open));
+            }
+        }
+    }
+    out
 }
 
 fn addr_of(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -179,13 +223,29 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
     let spawned = |spec: SpawnSpec| -> Result<Running, String> {
         let p = ServerProcess::spawn(&spec)?;
         let addr = addr_of(&p.host, p.port)?;
-        Ok(Running { pid: Some(p.pid), url: format!("opc.tcp://{}:{}", p.host, p.port), addr, process: Some(p) })
+        Ok(Running { pid: Some(p.pid), url: format!("opc.tcp://{}:{}", p.host, p.port), addr, process: Some(p), stats_file: None })
     };
     match &cfg.target {
         Target::Uaring { bin, args } => {
-            let mut argv = vec!["--cpus".to_string(), cfg.server_cpus_expr.clone(), "--listen".into(), "127.0.0.1:0".into()];
+            static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let stats_file = std::env::temp_dir()
+                .join(format!("uaring-bench-{}-{}.stats.json", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)))
+                .to_string_lossy()
+                .into_owned();
+            let mut argv = vec![
+                "serve".to_string(),
+                "--cpus".into(),
+                cfg.server_cpus_expr.clone(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--contract".into(),
+                "--stats-file".into(),
+                stats_file.clone(),
+            ];
             argv.extend(split_words(&substitute(args, vars))?);
-            spawned(SpawnSpec { exe: bin.clone(), args: argv, env: cfg.env.clone(), ready: cfg.args.str_or("ready", "listening on"), pin: None, port: None, timeout })
+            let mut r = spawned(SpawnSpec { exe: bin.clone(), args: argv, env: cfg.env.clone(), ready: cfg.args.str_or("ready", "listening on"), pin: None, port: None, timeout })?;
+            r.stats_file = Some(stats_file);
+            Ok(r)
         }
         Target::External { exe, args, ready } => {
             let port = free_port().map_err(|e| e.to_string())?;
@@ -227,7 +287,7 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
             let hostport = rest.split('/').next().unwrap_or(rest);
             let (host, port) = hostport.rsplit_once(':').ok_or_else(|| format!("--url {url}: no port"))?;
             let port: u16 = port.parse().map_err(|_| format!("--url {url}: bad port"))?;
-            Ok(Running { process: None, pid: *pid, addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?, url: url.clone() })
+            Ok(Running { process: None, pid: *pid, addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?, url: url.clone(), stats_file: None })
         }
     }
 }
@@ -257,6 +317,7 @@ pub fn parse_shard_connections(lines: &[String]) -> Vec<(String, u64)> {
 
 /// Outcome of one measured window.
 pub struct Window {
+    pub shard_conns: Vec<(String, u64)>,
     pub stats: ThreadStats,
     pub measured: Measured,
     pub output: Vec<String>,
@@ -276,12 +337,17 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                 let my: Vec<usize> = (0..conns).filter(|i| i % threads == t).collect();
                 let cpu = cfg.client_cpus.get(t % cfg.client_cpus.len().max(1)).copied();
                 let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
+                let client_io = cfg.client_io.clone();
                 handles.push(
                     std::thread::Builder::new()
                         .name(format!("load-{t}"))
                         .spawn(move || -> Result<ThreadStats, String> {
                             if let Some(cpu) = cpu {
                                 uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+                            }
+                            if client_io == "shards" {
+                                let drivers: Vec<DynDriver> = my.iter().map(|&i| factory(i)).collect();
+                                return crate::shards_loop::run_client(addr, drivers, shared);
                             }
                             let mut stats = ThreadStats::default();
                             let mut conns = Vec::new();
@@ -380,6 +446,10 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let s1 = sample_server(running.pid);
     let c1 = procstat::sample_process(me).unwrap_or_default();
     let m1 = procstat::sample_machine();
+    let shard_conns = match (&running.stats_file, running.pid) {
+        (Some(f), Some(pid)) => shard_connections_from_stats(pid, f),
+        _ => Vec::new(),
+    };
     shared.phase.store(PHASE_STOP, Ordering::SeqCst);
     let stats = stop_all(handles, &shared)?;
     let server = match (&s0, &s1) {
@@ -392,7 +462,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let steal = m1.steal_ticks.saturating_sub(m0.steal_ticks) as f64 / procstat::clk_tck() as f64 / seconds;
     let rss = s1.as_ref().map(|s| s.vm_hwm_kb).unwrap_or(0);
     let output = running.process.as_ref().map(|p| p.drain_output()).unwrap_or_default();
-    Ok(Window { stats, measured: Measured { seconds, server, server_rss_kb: rss, client, foreign_cores: foreign, steal_cores: steal }, output })
+    Ok(Window { stats, measured: Measured { seconds, server, server_rss_kb: rss, client, foreign_cores: foreign, steal_cores: steal }, output, shard_conns })
 }
 
 pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]) -> RunInfo {
@@ -427,7 +497,10 @@ pub fn run_with_guard(
             p.stop();
         }
         let window = window?;
-        let info = info_for(cfg, params, &window.output);
+        let mut info = info_for(cfg, params, &window.output);
+        if !window.shard_conns.is_empty() {
+            info.shard_connections = window.shard_conns.clone();
+        }
         let mut o = report::build(&info, &window.stats, &window.measured, discarded);
         if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
             discarded += 1;
@@ -456,6 +529,13 @@ pub fn print_result(cfg: &RunConfig, o: &Map<String, Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_file() {
+        let text = r#"{"backend":"uring","shards":[{"shard":0,"cpu":0,"open":3},{"shard":1,"cpu":1,"open":1}],"total":{"open":4}}"#;
+        assert_eq!(parse_stats_json(text), vec![("uaring-shard-0".to_string(), 3), ("uaring-shard-1".to_string(), 1)]);
+        assert!(parse_stats_json("").is_empty());
+    }
 
     #[test]
     fn shard_lines() {

@@ -15,6 +15,7 @@ pub const METRICS: &[(&str, &str, usize)] = &[
     ("server_cpu_us_per_op", "server CPU µs/op", 2),
     ("client_cpu_us_per_op", "client CPU µs/op", 2),
     ("server_rss_kb", "server RSS kB", 0),
+    ("foreign_cores", "foreign load, cores", 2),
 ];
 
 /// Results of one (scenario, variant) cell.

@@ -1,20 +1,16 @@
 //! The OPC UA server on the shards: one host per shard (core's `ShardState`,
 //! which implements `ConnectionHost`), one `ServerConnection` per socket.
 //!
-//! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]. Until
-//! core's `ShardState`/`ServerShared` land on main, the shards run
-//! [`InterimHost`]: UA-TCP and SecureConversation from core (HEL/ACK,
-//! OpenSecureChannel, CloseSecureChannel, limits, timeouts) with every service
-//! answered `Bad_ServiceUnsupported`.
+//! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]; the
+//! server runs it over core's `ShardState` (sessions, services, timers).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use uaring_core::generated::messages::{Request, Response};
-use uaring_core::secure_channel::SecurityProvider;
-use uaring_core::server::connection::{service_fault, ConnStatus as CoreStatus, ServerConnection};
+use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
 use uaring_core::server::config::ServerConfig;
-use uaring_core::server::context::{ConnectionHost, RequestContext};
+use uaring_core::server::context::ConnectionHost;
+use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::transport::{ErrorMessage, TransportLimits};
 use uaring_core::{Now, StatusCode};
@@ -89,55 +85,13 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 }
 
-/// The per-shard host used until core's `ShardState` is available: channels
-/// from core, no services.
-pub struct InterimHost {
-    limits: TransportLimits,
-    security: SecurityProvider,
-    shard: u32,
-    counter: u32,
-    open_channels: u32,
-}
-
-impl InterimHost {
-    pub fn new(shard: usize, limits: TransportLimits) -> InterimHost {
-        InterimHost { limits, security: SecurityProvider::none_only(), shard: shard as u32, counter: 0, open_channels: 0 }
-    }
-}
-
-impl ConnectionHost for InterimHost {
-    fn transport_limits(&self) -> &TransportLimits {
-        &self.limits
-    }
-    fn security(&self) -> &SecurityProvider {
-        &self.security
-    }
-    fn open_channel(&mut self) -> Result<u32, StatusCode> {
-        if self.open_channels >= self.limits.max_channels_per_shard {
-            return Err(StatusCode::BadTcpNotEnoughResources);
-        }
-        loop {
-            self.counter = (self.counter + 1) & 0xFF_FFFF;
-            let id = (self.shard << 24) | self.counter;
-            if id != 0 {
-                self.open_channels += 1;
-                return Ok(id);
-            }
-        }
-    }
-    fn channel_closed(&mut self, _channel_id: u32) {
-        self.open_channels = self.open_channels.saturating_sub(1);
-    }
-    fn dispatch(&mut self, _ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
-        service_fault(request.request_header().request_handle, StatusCode::BadServiceUnsupported, now)
-    }
-}
-
-impl ShardHost for InterimHost {
+impl ShardHost for ShardState {
     fn next_deadline(&self) -> Option<u64> {
-        None
+        ShardState::next_deadline(self)
     }
-    fn on_timer(&mut self, _now: Now) {}
+    fn on_timer(&mut self, now: Now) {
+        ShardState::on_timer(self, now)
+    }
 }
 
 /// What every shard shares, built once at start.
@@ -179,11 +133,11 @@ pub fn build(server: &toml::Table, contract: bool) -> Result<Arc<ServerSetup>, S
 }
 
 /// The handler of each shard.
-pub type ServerHandler = UaHandler<InterimHost>;
+pub type ServerHandler = UaHandler<ShardState>;
 
 pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize) -> Result<ServerHandler, String> {
     if shard >= MAX_SHARDS {
         return Err(format!("at most {MAX_SHARDS} shards are supported"));
     }
-    Ok(UaHandler { host: InterimHost::new(shard, setup.limits) })
+    Ok(UaHandler { host: ShardState::new(setup.shared.clone(), shard).with_transport_limits(setup.limits) })
 }

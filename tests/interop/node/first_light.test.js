@@ -12,6 +12,7 @@ const {
   BrowseDirection,
   makeBrowsePath,
   resolveNodeId,
+  VariantArrayType,
 } = require("node-opcua-client");
 const { startServer } = require("./server");
 
@@ -126,7 +127,7 @@ function norm(v) {
 test("reads and writes every Demo.Static type, scalar and array", async () => {
   for (const [name, dataType, value] of DEMO) {
     const nodeId = `ns=1;s=Demo.Static.${name}`;
-    const w = await session.write({ nodeId, attributeId: AttributeIds.Value, value: { value: { dataType, value } } });
+    const w = await session.write({ nodeId, attributeId: AttributeIds.Value, value: { value: { dataType, arrayType: VariantArrayType.Scalar, value } } });
     assert.equal(w, StatusCodes.Good, `write ${name}: ${w.toString()}`);
     const r = await session.read({ nodeId, attributeId: AttributeIds.Value });
     assert.equal(r.statusCode, StatusCodes.Good, name);
@@ -134,7 +135,7 @@ test("reads and writes every Demo.Static type, scalar and array", async () => {
     assert.equal(norm(r.value.value), norm(value), name);
 
     const arrId = `ns=1;s=Demo.Static.Arrays.${name}`;
-    const wa = await session.write({ nodeId: arrId, attributeId: AttributeIds.Value, value: { value: { dataType, arrayType: 1, value: [value, value, value] } } });
+    const wa = await session.write({ nodeId: arrId, attributeId: AttributeIds.Value, value: { value: { dataType, arrayType: VariantArrayType.Array, value: [value, value, value] } } });
     assert.equal(wa, StatusCodes.Good, `write array ${name}: ${wa.toString()}`);
     const ra = await session.read({ nodeId: arrId, attributeId: AttributeIds.Value });
     assert.equal(ra.value.dataType, dataType, name);

@@ -1,0 +1,69 @@
+//! End to end through the binary: the echo scenario (its own io_uring echo
+//! server as a child), a two-variant sweep and its summary. No timing is
+//! asserted: only that the pieces fit and report what they must.
+
+use std::process::Command;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_uaring-bench");
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("uaring-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn echo_run_prints_json() {
+    for io in ["shards", "harness"] {
+        let out = Command::new(BENCH)
+            .args(["run", "--scenario", "echo", "--clients", "2", "--inflight", "4", "--duration", "0.3", "--warmup", "0.1"])
+            .args(["--server-cpus", "0", "--client-cpus", "0", "--foreign-max", "1000", "--json", "--client-io", io])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{io}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        for k in ["scenario", "ops", "ops_per_s", "errors", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op", "server_rss_kb", "discarded_runs"] {
+            assert!(v.get(k).is_some(), "missing {k}: {v}");
+        }
+        assert_eq!(v["errors"], 0);
+        assert!(v["ops"].as_u64().unwrap() > 0);
+        assert_eq!(v["bytes_out_per_op"].as_f64().unwrap(), 128.0);
+    }
+}
+
+#[test]
+fn sweep_and_summarize() {
+    let variants = tmp("two.variants");
+    std::fs::write(&variants, "# two placements of the echo floor\na||--server-cpus 0 --client-cpus 0\nb||--server-cpus 0 --client-cpus 0 --clients 1\n").unwrap();
+    let raw = tmp("raw.jsonl");
+    let out = Command::new(BENCH)
+        .args(["sweep", "--variants", variants.to_str().unwrap(), "--scenario", "echo", "--rounds", "2", "--duration", "0.2", "--warmup", "0.05"])
+        .args(["--inflight", "2", "--foreign-max", "1000", "--out", raw.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&raw).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    let order: Vec<&str> = lines.iter().map(|l| l["variant"].as_str().unwrap()).collect();
+    assert_eq!(order, vec!["a", "b", "b", "a"]);
+    let md = tmp("table.md");
+    let svg = tmp("plot");
+    let out = Command::new(BENCH)
+        .args(["summarize", "--in", raw.to_str().unwrap(), "--md", md.to_str().unwrap(), "--svg", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = std::fs::read_to_string(&md).unwrap();
+    assert!(table.contains("| a |") && table.contains("| b |"), "{table}");
+    let plot = std::fs::read_to_string(format!("{}-echo.svg", svg.display())).unwrap();
+    assert!(plot.contains("<svg") && plot.contains(">a<") && plot.contains(">b<"));
+}
+
+#[test]
+fn unknown_scenario_is_an_error() {
+    let out = Command::new(BENCH).args(["run", "--scenario", "nope", "--server-cpus", "0", "--client-cpus", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scenario"));
+}
