@@ -94,5 +94,78 @@ fn rsa(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, symmetric, rsa);
+/// The real path: core's chunk writer and opener through this crate's `RsaPolicy`
+/// (`ChunkCrypto`), one 1 KiB MSG chunk per SignAndEncrypt / Sign, and a whole
+/// OpenSecureChannel chunk (client seals with RSA, server opens: decrypt + verify).
+fn uasc(c: &mut Criterion) {
+    use uaring_core::generated::types::MessageSecurityMode;
+    use uaring_core::secure_channel::{
+        open_chunk, write_chunks, ChunkLimits, Role, SecurityHeader, SecurityPolicy, SequenceCounter,
+    };
+    use uaring_core::transport::MessageType;
+    use uaring_crypto::{OwnIdentity, RsaPolicy};
+    let id = |n: &str| {
+        let (cert, key) = generate_self_signed(&CertificateRequest::new(&format!("urn:{n}"), n, 1_700_000_000)).unwrap();
+        OwnIdentity::new(cert, key).unwrap()
+    };
+    let (server, client) = (id("server"), id("client"));
+    let policy = RsaPolicy::client(PolicyId::Basic256Sha256, client.clone()).unwrap();
+    let limits = ChunkLimits { max_chunk_size: 65536, max_message_size: 0, max_chunk_count: 0 };
+    let mut g = c.benchmark_group("uasc/Basic256Sha256");
+    g.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    let body = vec![0x5Au8; 1024];
+    for mode in [MessageSecurityMode::SignAndEncrypt, MessageSecurityMode::Sign] {
+        let crypto = policy.symmetric(Role::Client, mode, &[1u8; 32], &[2u8; 32]).unwrap();
+        let header = SecurityHeader::Symmetric { token_id: 1 };
+        let mut seq = SequenceCounter::new(true);
+        let mut out = Vec::with_capacity(4096);
+        let name = format!("{mode:?}");
+        g.throughput(Throughput::Bytes(1024));
+        g.bench_function(format!("write-chunk-1KiB/{name}"), |b| {
+            b.iter(|| {
+                out.clear();
+                write_chunks(MessageType::Message, 7, &header, 1, &body, &*crypto, &mut seq, &limits, &mut out).unwrap()
+            })
+        });
+        // The peer's view: keys of the other role open what the client sealed.
+        let peer = RsaPolicy::client(PolicyId::Basic256Sha256, client.clone()).unwrap();
+        let opener = peer.symmetric(Role::Server, mode, &[2u8; 32], &[1u8; 32]).unwrap();
+        out.clear();
+        write_chunks(MessageType::Message, 7, &header, 1, &body, &*crypto, &mut seq, &limits, &mut out).unwrap();
+        let sealed = out.clone();
+        let mut scratch = Vec::with_capacity(4096);
+        g.bench_function(format!("open-chunk-1KiB/{name}"), |b| {
+            b.iter(|| {
+                open_chunk(&sealed, 12, &*opener, &mut scratch).unwrap().body.len()
+            })
+        });
+    }
+    // OPN: client side seals (RSA encrypt to the server + RSA sign), server side opens (RSA
+    // decrypt + verify). The server side is what a handshake flood costs.
+    let asym = policy.asymmetric(Role::Client, Some(server.cert.der()), None).unwrap();
+    let header = SecurityHeader::Asymmetric(policy.asymmetric_header(Some(server.cert.der())));
+    let opn_body = vec![0x11u8; 120];
+    let mut seq = SequenceCounter::new(true);
+    let mut out = Vec::with_capacity(8192);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("opn-client-seal", |b| {
+        b.iter(|| {
+            out.clear();
+            write_chunks(MessageType::OpenSecureChannel, 0, &header, 1, &opn_body, &*asym, &mut seq, &limits, &mut out).unwrap()
+        })
+    });
+    out.clear();
+    write_chunks(MessageType::OpenSecureChannel, 0, &header, 1, &opn_body, &*asym, &mut seq, &limits, &mut out).unwrap();
+    let sealed = out.clone();
+    let server_side = RsaPolicy::client(PolicyId::Basic256Sha256, server.clone()).unwrap();
+    let server_asym = server_side.asymmetric(Role::Client, Some(client.cert.der()), None).unwrap();
+    let seq_offset = 12 + header.encoded_len();
+    let mut scratch = Vec::with_capacity(8192);
+    g.bench_function("opn-server-open", |b| {
+        b.iter(|| open_chunk(&sealed, seq_offset, &*server_asym, &mut scratch).unwrap().body.len())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, symmetric, rsa, uasc);
 criterion_main!(benches);

@@ -437,3 +437,73 @@ impl SecuritySetup {
 pub fn default_pki_dir() -> &'static Path {
     Path::new("pki")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<(SecurityConfig, Vec<UserConfig>), String> {
+        let mut t: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        take_config(&mut t)
+    }
+
+    fn args() -> SecurityArgs {
+        SecurityArgs::default()
+    }
+
+    #[test]
+    fn users_and_keys_parse_unknown_keys_fail() {
+        let (s, u) = parse(
+            "[security]\npolicies = [\"None\"]\nanonymous = \"off\"\n[[users]]\nname = \"a\"\npassword = \"x\"\nrole = \"read\"\n\
+             [[users]]\nname = \"b\"\npassword = \"y\"\nrole = \"readwrite\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.anonymous, Anonymous::Off);
+        assert_eq!(u.len(), 2);
+        assert_eq!(u[1].role, Role::Readwrite);
+        assert!(parse("[security]\npolicys = []\n").is_err());
+        assert!(parse("[[users]]\nname = \"a\"\npassword = \"x\"\nrole = \"admin\"\n").is_err());
+    }
+
+    #[test]
+    fn deprecated_policies_bad_modes_zero_limits_and_bad_hashes_are_refused() {
+        let build_with = |text: &str| {
+            let (s, u) = parse(text).unwrap();
+            build(s, &u, &args(), "urn:x", "x", None)
+        };
+        let e = build_with("[security]\npolicies = [\"Basic256\"]\n").unwrap_err();
+        assert!(e.contains("deprecated"), "{e}");
+        assert!(build_with("[security]\npolicies = [\"http://opcfoundation.org/UA/SecurityPolicy#Basic128Rsa15\"]\n").is_err());
+        assert!(build_with("[security]\nmodes = [\"None\"]\n").is_err());
+        assert!(build_with("[security]\nhandshake_burst = 0\n").is_err());
+        assert!(build_with("[security]\npolicies = [\"None\"]\n[[users]]\nname = \"a\"\npassword = \"plain\"\nrole = \"read\"\n").is_err());
+    }
+
+    #[test]
+    fn none_only_needs_no_certificate_and_offers_anonymous() {
+        let (s, u) = parse("[security]\npolicies = [\"None\"]\nuser_token_policy_on_none = \"\"\n").unwrap();
+        let setup = build(s, &u, &args(), "urn:x", "x", None).unwrap();
+        assert!(setup.own.is_none());
+        let p = setup.shard_provider().unwrap();
+        assert_eq!(p.endpoints().len(), 1);
+        assert_eq!(p.user_tokens().anonymous, Some(UserAccess::ReadWrite));
+    }
+
+    #[test]
+    fn every_policy_and_mode_becomes_an_endpoint_with_a_generated_certificate() {
+        let dir = std::env::temp_dir().join(format!("uaring-sec-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let a = SecurityArgs { pki: Some(dir.clone()), ..SecurityArgs::default() };
+        let setup = build(SecurityConfig::default(), &[], &a, "urn:uaring:test", "test", None).unwrap();
+        let own = setup.own.as_ref().unwrap();
+        assert_eq!(own.cert.application_uri(), Some("urn:uaring:test"));
+        assert_eq!(own.key.key_bits(), 2048);
+        let p = setup.shard_provider().unwrap();
+        assert_eq!(p.endpoints().len(), 7);
+        assert!(setup.describe().contains("Aes256_Sha256_RsaPss/SignAndEncrypt"));
+        // A second start loads the same certificate.
+        let again = build(SecurityConfig::default(), &[], &a, "urn:uaring:test", "test", None).unwrap();
+        assert_eq!(again.own.as_ref().unwrap().cert.der(), own.cert.der());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -8,8 +8,12 @@ const DOC: &str = include_str!("../../docs/Configuration.md");
 
 #[test]
 fn example_parses_into_runtime_and_server_config() {
-    let file = FileConfig::parse(EXAMPLE).expect("example parses");
+    let mut file = FileConfig::parse(EXAMPLE).expect("example parses");
     assert_eq!(file.runtime, uaring_shards::RuntimeConfig::default(), "the example shows the runtime defaults");
+    let (security, users) = uaring_shards::security::take_config(&mut file.server).expect("[security] parses");
+    assert!(users.is_empty());
+    let defaults = uaring_shards::security::SecurityConfig::default();
+    assert_eq!(format!("{security:?}"), format!("{defaults:?}"), "the example shows the security defaults");
     let server = server_config(&file.server, false).expect("core's ServerConfig accepts the example");
     assert_eq!(server, uaring_core::server::config::ServerConfig::default(), "the example shows core's defaults");
     let contract = server_config(&file.server, true).expect("contract");
