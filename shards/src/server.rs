@@ -128,7 +128,7 @@ pub fn build(server: &toml::Table, contract: bool) -> Result<Arc<ServerSetup>, S
     let uri = config.application.effective_application_uri().to_string();
     let shared = ServerShared::new(config, crate::clock::now())?;
     tracing::info!(application_uri = %uri, "server configuration loaded");
-    let limits = TransportLimits::default();
+    let limits = shared.config.transport;
     Ok(Arc::new(ServerSetup { shared, limits, contract }))
 }
 

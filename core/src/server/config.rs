@@ -16,6 +16,9 @@ pub struct ServerConfig {
     pub operation_limits: OperationLimits,
     /// Session pool size, session timeouts and request age, per shard.
     pub sessions: crate::server::shard::SessionLimits,
+    /// UA-TCP and secure-channel limits: buffer sizes, message size, chunk count,
+    /// timeouts, token lifetimes, channels per shard, decoding limits.
+    pub transport: crate::transport::TransportLimits,
 }
 
 impl ServerConfig {
@@ -34,6 +37,7 @@ impl ServerConfig {
         self.application.validate()?;
         self.operation_limits.validate()?;
         self.sessions.validate()?;
+        self.transport.validate().map_err(|e| format!("transport: {e}"))?;
         Ok(())
     }
 }
