@@ -8,6 +8,7 @@ pub mod procstat;
 pub mod report;
 pub mod run;
 pub mod scenarios;
+pub mod security;
 pub mod server;
 pub mod shards_loop;
 pub mod summarize;

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use uaring_core::client::{Client, ClientConfig, ClientConnection};
+use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant};
 use uaring_core::{DecodeLimits, Now};
 
 use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
+use crate::security::{self, Security};
 use crate::uring::{mono_ns, Ctx, Driver};
 
 /// First and count of the benchmark variables (ns=1;i=1001..1100).
@@ -75,6 +76,8 @@ enum Stage {
     Activate,
     Setup(usize),
     Running,
+    Closing,
+    Closed,
 }
 
 pub struct UaDriver {
@@ -84,12 +87,17 @@ pub struct UaDriver {
     endpoint_url: String,
     /// Send time by request id (slot = id % len).
     sent: Vec<(u32, u64)>,
+    security: Option<Arc<Security>>,
 }
 
 impl UaDriver {
-    pub fn new(endpoint_url: &str, work: Box<dyn Workload>, inflight: usize) -> UaDriver {
-        let cfg = ClientConfig::new(endpoint_url);
+    pub fn new(endpoint_url: &str, work: Box<dyn Workload>, inflight: usize, security: Option<Arc<Security>>) -> UaDriver {
+        let mut cfg = ClientConfig::new(endpoint_url);
+        if let Some(sec) = &security {
+            sec.apply(&mut cfg);
+        }
         UaDriver {
+            security,
             conn: ClientConnection::new(cfg),
             stage: Stage::Channel,
             work,
@@ -144,6 +152,19 @@ impl UaDriver {
                     return Err(format!("CreateSession: {}", status_name(r.response_header.service_result)));
                 }
                 self.conn.set_authentication_token(r.authentication_token.clone());
+                let client_signature = match &self.security {
+                    Some(sec) => {
+                        let mut data = if r.server_certificate.is_empty() {
+                            sec.server_certificate.clone()
+                        } else {
+                            r.server_certificate.as_bytes().to_vec()
+                        };
+                        data.extend_from_slice(r.server_nonce.as_bytes());
+                        let (alg, sig) = sec.policy.sign_own(&data).map_err(|s| format!("client signature: {}", status_name(s)))?;
+                        SignatureData { algorithm: alg.as_str().into(), signature: uaring_core::types::ByteString::from(sig) }
+                    }
+                    None => SignatureData::default(),
+                };
                 let policy_id = r
                     .server_endpoints
                     .iter()
@@ -152,6 +173,7 @@ impl UaDriver {
                     .map(|p| p.policy_id.clone())
                     .unwrap_or_else(|| UaString::from("anonymous"));
                 let req = ActivateSessionRequest {
+                    client_signature,
                     user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
                     locale_ids: vec!["en".into()],
                     ..Default::default()
@@ -171,6 +193,11 @@ impl UaDriver {
                 }
                 self.advance_setup(step, Some(&resp), now, out, ctx)
             }
+            Stage::Closing => {
+                self.stage = Stage::Closed;
+                Ok(())
+            }
+            Stage::Closed => Ok(()),
             Stage::Running => {
                 let sent = self.sent_at(id, now);
                 if let Err(e) = self.work.on_response(&resp, sent, now, ctx) {
@@ -186,6 +213,25 @@ impl UaDriver {
         }
     }
 
+    pub fn is_running(&self) -> bool {
+        self.stage == Stage::Running
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.stage == Stage::Closed
+    }
+
+    /// CloseSession (subscriptions deleted); `is_closed` once answered.
+    pub fn close_session(&mut self, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
+        self.stage = Stage::Closing;
+        self.send(Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })), now, out)
+    }
+
+    /// CloseSecureChannel.
+    pub fn close_channel(&mut self, now: u64, out: &mut Vec<u8>) {
+        self.conn.close(now_at(now), out);
+    }
+
     fn create_session(&mut self, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
         let req = CreateSessionRequest {
             client_description: ApplicationDescription {
@@ -199,6 +245,10 @@ impl UaDriver {
             session_name: "uaring-bench".into(),
             client_nonce: uaring_core::types::ByteString::from(uaring_core::random::bytes(32)),
             requested_session_timeout: 120_000.0,
+            client_certificate: match &self.security {
+                Some(sec) => uaring_core::types::ByteString::from(sec.client_certificate.clone()),
+                None => Default::default(),
+            },
             max_response_message_size: 0,
             ..Default::default()
         };
@@ -648,13 +698,12 @@ fn endpoint(r: &Running) -> String {
     r.url.clone()
 }
 
+fn secure(cfg: &RunConfig, url: &str) -> Result<Option<Arc<Security>>, String> {
+    security::prepare(url, &cfg.security, &cfg.args.str_or("security-policy", "Basic256Sha256"))
+}
+
 fn security_check(cfg: &RunConfig) -> Result<(), String> {
-    match cfg.security.as_str() {
-        "none" | "None" => Ok(()),
-        other => Err(format!(
-            "--security {other}: the load client's secured channel needs a SecurityPolicy from uaring-crypto plugged into core's ClientConfig; only `none` is wired up so far"
-        )),
-    }
+    security::parse_mode(&cfg.security).map(|_| ())
 }
 
 pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
@@ -665,6 +714,7 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             let scenario = cfg.scenario.clone();
             let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
                 let url = endpoint(r);
+                let sec = secure(cfg, &url)?;
                 let (inflight, scenario) = (cfg.inflight, scenario.clone());
                 let factory = Arc::new(move |i: usize| -> DynDriver {
                     let start = (i as u32).wrapping_mul(37);
@@ -673,7 +723,7 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                         "browse" => Box::new(BrowseWork { inflight }),
                         _ => Box::new(ReadWork::new(inflight, nodes, start)),
                     };
-                    Box::new(UaDriver::new(&url, work, inflight))
+                    Box::new(UaDriver::new(&url, work, inflight, sec.clone()))
                 });
                 let params = if nodes > 1 { vec![("nodes".to_string(), json!(nodes))] } else { vec![] };
                 Ok((Plan::Ring { conns: cfg.clients, factory }, params))
@@ -700,19 +750,20 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let sampling_ms: f64 = cfg.args.num("sampling-ms", 10.0)?;
     let writes = Arc::new(AtomicU64::new(0));
     let w2 = writes.clone();
-    let plan = move |_cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
+        let sec = secure(cfg, &url)?;
         let writes = w2.clone();
         let factory = Arc::new(move |i: usize| -> DynDriver {
             if i < sessions {
                 let kind = if events { SubKind::Events } else { SubKind::Changes };
                 let w = SubscriberWork::new(kind, subs, items, i * 7, publishing_ms, sampling_ms, 1);
                 let inflight = w.publish_inflight;
-                Box::new(UaDriver::new(&url, Box::new(w), inflight))
+                Box::new(UaDriver::new(&url, Box::new(w), inflight, sec.clone()))
             } else {
                 let period_ns = (1e9 / write_rate.max(0.001)) as u64;
                 let w = WriterWork { period_ns, next_at: 0, cursor: (i * 13) as u32, writes: writes.clone() };
-                Box::new(UaDriver::new(&url, Box::new(w), 64))
+                Box::new(UaDriver::new(&url, Box::new(w), 64, sec.clone()))
             }
         });
         let params = vec![
@@ -748,7 +799,8 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let plan = |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
-        let body = Arc::new(move |_i: usize, _addr: std::net::SocketAddr, shared: &crate::uring::Shared, stats: &mut crate::uring::ThreadStats| {
+        let sec = secure(cfg, &url)?;
+        let body = Arc::new(move |_i: usize, addr: std::net::SocketAddr, shared: &crate::uring::Shared, stats: &mut crate::uring::ThreadStats| {
             shared.ready.fetch_add(1, Ordering::SeqCst);
             loop {
                 let phase = shared.phase.load(Ordering::Relaxed);
@@ -756,12 +808,7 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                     break;
                 }
                 let t0 = mono_ns();
-                let r = (|| -> Result<(), String> {
-                    let mut c = Client::connect(&url, Duration::from_secs(10)).map_err(|e| format!("connect: {e:?}"))?;
-                    c.activate_session_anonymous().map_err(|e| format!("session: {e:?}"))?;
-                    c.close().map_err(|e| format!("close: {e:?}"))?;
-                    Ok(())
-                })();
+                let r = connect_once(addr, &url, sec.clone());
                 let mut ctx = Ctx { phase, stats, shared };
                 match r {
                     Ok(()) => ctx.complete(mono_ns() - t0),
@@ -772,9 +819,63 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 }
             }
         });
-        Ok((Plan::Threads { count: cfg.clients, body }, vec![]))
+        Ok((Plan::Threads { count: cfg.clients, body }, vec![("security_policy".into(), json!(cfg.args.str_or("security-policy", "Basic256Sha256")))]))
     };
     run_with_guard(cfg, &[], &plan)
+}
+
+/// A struct that does nothing after the session is active.
+struct NoWork;
+
+impl Workload for NoWork {
+    fn initial(&self) -> usize {
+        0
+    }
+    fn next(&mut self, _now: u64) -> Option<Request> {
+        None
+    }
+    fn on_response(&mut self, _resp: &Response, _sent: u64, _now: u64, _ctx: &mut Ctx) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// One blocking OpenSecureChannel + CreateSession + ActivateSession +
+/// CloseSession + CloseSecureChannel through the same driver as the load.
+pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Security>>) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    let shared = crate::uring::Shared::default();
+    let mut stats = crate::uring::ThreadStats::default();
+    let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec);
+    let mut out = Vec::with_capacity(4096);
+    let mut buf = vec![0u8; 65536];
+    let mut ctx = Ctx { phase: crate::uring::PHASE_WARMUP, stats: &mut stats, shared: &shared };
+    d.start(mono_ns(), &mut out, &mut ctx)?;
+    let mut closing = false;
+    loop {
+        if !out.is_empty() {
+            s.write_all(&out).map_err(|e| format!("send: {e}"))?;
+            out.clear();
+        }
+        if d.is_closed() {
+            break;
+        }
+        let n = s.read(&mut buf).map_err(|e| format!("recv: {e}"))?;
+        if n == 0 {
+            return Err("connection closed by the server".into());
+        }
+        let mut ctx = Ctx { phase: crate::uring::PHASE_WARMUP, stats: &mut stats, shared: &shared };
+        d.on_recv(mono_ns(), &buf[..n], &mut out, &mut ctx)?;
+        if d.is_running() && !closing {
+            closing = true;
+            d.close_session(mono_ns(), &mut out)?;
+        }
+    }
+    d.close_channel(mono_ns(), &mut out);
+    let _ = s.write_all(&out);
+    Ok(())
 }
 
 /// `counters`: the sampling-capacity search. Items double from
@@ -835,8 +936,9 @@ fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f6
     let per_session = items.div_ceil(sessions.max(1));
     let seen: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Vec<(u64, u64)>>>>>> = Default::default();
     let seen2 = seen.clone();
-    let plan = move |_cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
+        let sec = secure(cfg, &url)?;
         let seen = seen2.clone();
         seen.lock().unwrap().clear();
         let factory = Arc::new(move |i: usize| -> DynDriver {
@@ -845,7 +947,7 @@ fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f6
             w.offset = i * per_session;
             seen.lock().unwrap().push(w.counter_seen.clone());
             let inflight = w.publish_inflight;
-            Box::new(UaDriver::new(&url, Box::new(w), inflight))
+            Box::new(UaDriver::new(&url, Box::new(w), inflight, sec.clone()))
         });
         Ok((
             Plan::Ring { conns: sessions, factory },
