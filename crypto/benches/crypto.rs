@@ -136,7 +136,7 @@ fn uasc(c: &mut Criterion) {
         let mut scratch = Vec::with_capacity(4096);
         g.bench_function(format!("open-chunk-1KiB/{name}"), |b| {
             b.iter(|| {
-                open_chunk(&sealed, 12, &*opener, &mut scratch).unwrap().body.len()
+                open_chunk(&sealed, 12 + header.encoded_len(), &*opener, &mut scratch).unwrap().body.len()
             })
         });
     }
