@@ -1,7 +1,8 @@
 // node-opcua-client (npm) against the real uaring binary with security: every RSA policy in
 // Sign and SignAndEncrypt (read, write, browse), UserName logins (good, wrong password,
 // unknown user; on a SignAndEncrypt endpoint and, encrypted with Basic256Sha256, on the None
-// endpoint), a read-only user, and an X.509 user token. Certificates come from
+// endpoint), a read-only user, an X.509 user token, token renewal under SignAndEncrypt, and an
+// untrusted certificate accepted once copied into trusted/certs. Certificates come from
 // `uaring cert generate`, password hashes from `uaring hash-password`.
 "use strict";
 const { test, before, after } = require("node:test");
@@ -27,6 +28,7 @@ const POLICIES = [SecurityPolicy.Basic256Sha256, SecurityPolicy.Aes128_Sha256_Rs
 const MODES = [MessageSecurityMode.Sign, MessageSecurityMode.SignAndEncrypt];
 
 let root;
+let pki;
 let server;
 let certManager;
 const ids = {};
@@ -51,9 +53,10 @@ function identity(name, uri) {
 
 before(async () => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), "uaring-node-sec-"));
-  const pki = path.join(root, "server-pki");
+  pki = path.join(root, "server-pki");
   ids.app = identity("node-client", "urn:uaring:test:node");
   ids.user = identity("node-x509-user", "urn:uaring:test:node-user");
+  ids.stranger = identity("node-stranger", "urn:uaring:test:node-stranger");
   uaring(["cert", "--pki", pki, "trust", ids.app.der]);
   uaring(["cert", "--pki", pki, "trust", ids.user.der]);
   const adminHash = uaring(["hash-password"], "admin-pw\n").trim();
@@ -61,7 +64,8 @@ before(async () => {
   const cfg = path.join(root, "uaring.toml");
   fs.writeFileSync(
     cfg,
-    `[[users]]\nname = "admin"\npassword = "${adminHash}"\nrole = "readwrite"\n` +
+    `[security]\nrescan_interval_ms = 500\n[transport]\nmin_token_lifetime_ms = 1000\n` +
+      `[[users]]\nname = "admin"\npassword = "${adminHash}"\nrole = "readwrite"\n` +
       `[[users]]\nname = "reader"\npassword = "${readerHash}"\nrole = "read"\n`,
   );
   server = await startServer(["--pki", pki, "--config", cfg]);
@@ -78,14 +82,15 @@ after(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-function newClient(securityPolicy, securityMode) {
+function newClient(securityPolicy, securityMode, ident = ids.app, extra = {}) {
   return OPCUAClient.create({
     applicationName: "node-client",
-    applicationUri: ids.app.uri,
+    applicationUri: ident.uri,
     securityMode,
     securityPolicy,
-    certificateFile: ids.app.certPem,
-    privateKeyFile: ids.app.keyPem,
+    certificateFile: ident.certPem,
+    privateKeyFile: ident.keyPem,
+    ...extra,
     clientCertificateManager: certManager,
     endpointMustExist: false,
     connectionStrategy: { maxRetry: 0, initialDelay: 100, maxDelay: 200 },
@@ -188,4 +193,57 @@ test("X.509 user token logs in", async () => {
       assert.equal(r.statusCode, StatusCodes.Good);
     },
   );
+});
+
+test("token renewal under SignAndEncrypt (2 s tokens, reads across several renewals)", async () => {
+  const client = newClient(SecurityPolicy.Aes256_Sha256_RsaPss, MessageSecurityMode.SignAndEncrypt, ids.app, {
+    defaultSecureTokenLifetime: 2000,
+  });
+  let renewals = 0;
+  client.on("security_token_renewed", () => renewals++);
+  await client.connect(server.url);
+  try {
+    const session = await client.createSession();
+    const until = Date.now() + 5000;
+    let n = 0;
+    while (Date.now() < until) {
+      const r = await session.read({ nodeId: BENCH, attributeId: AttributeIds.Value });
+      assert.equal(r.statusCode, StatusCodes.Good);
+      n++;
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    assert.ok(n > 20);
+    assert.ok(renewals >= 2, `only ${renewals} renewals`);
+    await session.close();
+  } finally {
+    await client.disconnect();
+  }
+});
+
+test("untrusted client certificate: refused, then accepted once copied into trusted/certs", async () => {
+  const attempt = async () => {
+    const client = newClient(SecurityPolicy.Basic256Sha256, MessageSecurityMode.SignAndEncrypt, ids.stranger);
+    try {
+      await client.connect(server.url);
+      const session = await client.createSession();
+      await readWriteBrowse(session, 999);
+      await session.close();
+      return null;
+    } catch (e) {
+      return e;
+    } finally {
+      await client.disconnect();
+    }
+  };
+  assert.ok(await attempt(), "an untrusted certificate must be refused");
+  const rejected = fs.readdirSync(path.join(pki, "rejected", "certs"));
+  assert.equal(rejected.length, 1);
+  fs.copyFileSync(path.join(pki, "rejected", "certs", rejected[0]), path.join(pki, "trusted", "certs", rejected[0]));
+  const start = Date.now();
+  for (;;) {
+    const err = await attempt();
+    if (!err) break;
+    assert.ok(Date.now() - start < 2000, `still refused after 2 s: ${err}`);
+    await new Promise((res) => setTimeout(res, 200));
+  }
 });

@@ -56,7 +56,7 @@ def env(tmp_path_factory):
     reader_hash = uaring("hash-password", stdin="reader-pw\n").strip()
     cfg = root / "uaring.toml"
     cfg.write_text(
-        "[security]\nrescan_interval_ms = 500\n"
+        "[security]\nrescan_interval_ms = 500\n[transport]\nmin_token_lifetime_ms = 1000\n"
         f'[[users]]\nname = "admin"\npassword = "{admin_hash}"\nrole = "readwrite"\n'
         f'[[users]]\nname = "reader"\npassword = "{reader_hash}"\nrole = "read"\n'
     )
@@ -211,3 +211,23 @@ def test_untrusted_certificate_refused_then_trusted_without_restart(env):
             break
         assert time.monotonic() - start < 2.0, f"still refused after 2 s: {err!r}"
         time.sleep(0.2)
+
+
+def test_token_renewal_under_sign_and_encrypt(env):
+    async def body():
+        c = await secure_client(env["server"].url, env["trusted"], sp.SecurityPolicyBasic256Sha256, ua.MessageSecurityMode.SignAndEncrypt)
+        c.secure_channel_timeout = 2000
+        await c.connect()
+        try:
+            first = c.uaclient.protocol._connection.security_token.TokenId
+            node = c.get_node(BENCH)
+            end = time.monotonic() + 4.5
+            while time.monotonic() < end:
+                await node.read_value()
+                await asyncio.sleep(0.05)
+            last = c.uaclient.protocol._connection.security_token.TokenId
+            assert last >= first + 2, (first, last)
+        finally:
+            await c.disconnect()
+
+    run(body())
