@@ -529,7 +529,7 @@ impl Pki {
                 });
             }
         }
-        Ok(chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)?)
+        chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)
     }
 
     /// Loads the own certificate and key, generating and writing them when missing.

@@ -202,7 +202,7 @@ impl UserAccess {
         match self {
             // CurrentRead | HistoryRead | (no writes: CurrentWrite 0x02, HistoryWrite 0x08,
             // StatusWrite 0x20, TimestampWrite 0x40 are cleared).
-            UserAccess::Read => 0xFF & !(0x02 | 0x08 | 0x20 | 0x40),
+            UserAccess::Read => !(0x02 | 0x08 | 0x20 | 0x40),
             UserAccess::ReadWrite => 0xFF,
         }
     }
