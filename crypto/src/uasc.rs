@@ -524,9 +524,31 @@ impl UserAuthenticator for ConfiguredUsers {
         }
     }
 
+    fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
+        match peer {
+            Some(ip) => lock(&self.trust.logins).check(ip, self.trust.now_ms()).is_ok(),
+            None => true,
+        }
+    }
+
+    fn login_failed(&self, peer: Option<IpAddr>) {
+        if let Some(ip) = peer {
+            let now = self.trust.now_ms();
+            lock(&self.trust.logins).record_failure(ip, now);
+        }
+    }
+
     fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode> {
-        let _ = peer;
-        let cert = self.trust.with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_now_s())).map_err(sc)?;
+        if !self.login_allowed(peer) {
+            return Err(StatusCode::BadUserAccessDenied);
+        }
+        let cert = match self.trust.with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_now_s())) {
+            Ok(c) => c,
+            Err(code) => {
+                self.login_failed(peer);
+                return Err(sc(code));
+            }
+        };
         let name = cert.subject().to_owned();
         let cn = name
             .split(',')

@@ -337,3 +337,20 @@ fn endpoints_list_user_token_policies() {
     let r = h.activate(NONE, &token, SignatureData::default(), ExtensionObject::null(), SignatureData::default());
     assert_eq!(fault(&r), Some(StatusCode::BadIdentityTokenInvalid));
 }
+
+#[test]
+fn undecryptable_tokens_count_as_failed_logins() {
+    let mut h = harness(settings());
+    for _ in 0..3 {
+        let (token, nonce, _) = h.create(SAE);
+        let sig = h.client_signature(&nonce);
+        // Encrypted with another nonce: the server cannot accept it (and spends an RSA decryption).
+        let id = h.user_name("admin", "admin-pw", &[3u8; 32]);
+        assert_eq!(fault(&h.activate(SAE, &token, sig, id, SignatureData::default())), Some(StatusCode::BadIdentityTokenInvalid));
+    }
+    // The address is now limited: refused before any decryption, even with the right password.
+    let (token, nonce, _) = h.create(SAE);
+    let sig = h.client_signature(&nonce);
+    let id = h.user_name("admin", "admin-pw", &nonce);
+    assert_eq!(fault(&h.activate(SAE, &token, sig, id, SignatureData::default())), Some(StatusCode::BadUserAccessDenied));
+}

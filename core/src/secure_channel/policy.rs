@@ -218,6 +218,16 @@ pub trait UserAuthenticator: Send + Sync {
     /// Validates an X.509 user certificate (its signature was verified already) and maps
     /// it to a user: (name, access).
     fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode>;
+    /// Whether `peer` may attempt a login now (checked before any RSA work on its token).
+    fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
+        let _ = peer;
+        true
+    }
+    /// A login attempt from `peer` failed before reaching the credential check (a token that
+    /// does not decrypt, a bad user token signature): it counts like a wrong password.
+    fn login_failed(&self, peer: Option<IpAddr>) {
+        let _ = peer;
+    }
 }
 
 /// Which user identity tokens the endpoints accept.

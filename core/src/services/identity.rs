@@ -192,6 +192,10 @@ pub fn identity_from_token(
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::UserName, t.policy_id.as_str())?;
         let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?;
+        // A rate-limited address costs no RSA decryption.
+        if !users.login_allowed(peer_ip(ctx)) {
+            return Err(StatusCode::BadUserAccessDenied);
+        }
         let uri = token_security_uri(&p, ctx);
         let password: Vec<u8> = if t.encryption_algorithm.is_empty() {
             // In clear: only inside an encrypted channel, or where configured for None.
@@ -203,7 +207,13 @@ pub fn identity_from_token(
             t.password.as_bytes().to_vec()
         } else {
             let policy = security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?;
-            policy.decrypt_user_secret(t.encryption_algorithm.as_str(), t.password.as_bytes(), server_nonce)?
+            match policy.decrypt_user_secret(t.encryption_algorithm.as_str(), t.password.as_bytes(), server_nonce) {
+                Ok(p) => p,
+                Err(s) => {
+                    users.login_failed(peer_ip(ctx));
+                    return Err(s);
+                }
+            }
         };
         let user = t.user_name.as_str();
         let access = users.authenticate_password(peer_ip(ctx), user, &password)?;
@@ -213,6 +223,9 @@ pub fn identity_from_token(
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::Certificate, t.policy_id.as_str())?;
         let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?;
+        if !users.login_allowed(peer_ip(ctx)) {
+            return Err(StatusCode::BadUserAccessDenied);
+        }
         let uri = token_security_uri(&p, ctx);
         let policy = security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?;
         if policy.uri() == SECURITY_POLICY_NONE_URI {
@@ -226,7 +239,10 @@ pub fn identity_from_token(
                 token_signature.algorithm.as_str(),
                 token_signature.signature.as_bytes(),
             )
-            .map_err(|_| StatusCode::BadUserSignatureInvalid)?;
+            .map_err(|_| {
+                users.login_failed(peer_ip(ctx));
+                StatusCode::BadUserSignatureInvalid
+            })?;
         let (user, access) = users.authenticate_certificate(peer_ip(ctx), t.certificate_data.as_bytes())?;
         return Ok(UserIdentity::Certificate { policy_id: p.policy_id.as_str().to_owned(), user, access });
     }
