@@ -350,3 +350,66 @@ fn session_signatures_and_user_secrets_round_trip() {
         );
     }
 }
+
+/// A valid OpenSecureChannel chunk with random bytes flipped, truncated or extended: the server
+/// never panics; it answers an ERR and closes (or, if the flip hit nothing that matters, opens).
+#[test]
+fn mutated_open_secure_channel_chunks_never_panic() {
+    let s = setup(2048, 2048, true);
+    let mut p = Pair::new(&s, PolicyId::Basic256Sha256, MessageSecurityMode::SignAndEncrypt, 65536);
+    // Hello → server, ACK → client, which then writes its OPN.
+    let hello = std::mem::take(&mut p.c2s);
+    let mut ack = Vec::new();
+    let _ = p.server.on_recv(&mut p.host, p.now, &hello, &mut ack);
+    p.client.on_recv(p.now, &ack, &mut p.c2s).unwrap();
+    let opn = std::mem::take(&mut p.c2s);
+    assert_eq!(&opn[..3], b"OPN");
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut closed = 0;
+    for i in 0..300 {
+        let mut m = opn.clone();
+        match i % 4 {
+            0 | 1 => {
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() as usize) % m.len();
+                    m[at] ^= 1 << (next() % 8);
+                }
+            }
+            2 => {
+                let cut = 8 + (next() as usize) % (m.len() - 8);
+                m.truncate(cut);
+                let n = m.len() as u32;
+                m[4..8].copy_from_slice(&n.to_le_bytes());
+            }
+            _ => {
+                let extra = 1 + (next() as usize) % 300;
+                m.extend((0..extra).map(|_| next() as u8));
+                let n = m.len() as u32;
+                m[4..8].copy_from_slice(&n.to_le_bytes());
+            }
+        }
+        let mut host = Host {
+            limits: TransportLimits::default(),
+            security: provider(&s),
+            next_id: 0,
+            read_value_len: 0,
+            seen_modes: Vec::new(),
+            client_certs: 0,
+        };
+        let mut server = ServerConnection::new(&mut host, None, t0());
+        let mut out = Vec::new();
+        let _ = server.on_recv(&mut host, t0(), &hello, &mut out);
+        out.clear();
+        if server.on_recv(&mut host, t0(), &m, &mut out) == ConnStatus::Close {
+            assert!(find_err(&out).is_some(), "closed without ERR");
+            closed += 1;
+        }
+    }
+    assert!(closed > 250, "{closed}");
+}
