@@ -231,3 +231,22 @@ def test_token_renewal_under_sign_and_encrypt(env):
             await c.disconnect()
 
     run(body())
+
+
+def test_contract_mode_accepts_any_client_certificate(tmp_path):
+    """--contract: Basic256Sha256 SignAndEncrypt with a certificate the server never saw."""
+    stranger = Identity(tmp_path, "contract-client", "urn:uaring:test:contract")
+    server = Server("--contract", "--pki", str(tmp_path / "contract-pki"))
+    try:
+        async def body():
+            c = await secure_client(server.url, stranger, sp.SecurityPolicyBasic256Sha256, ua.MessageSecurityMode.SignAndEncrypt)
+            await c.connect()
+            try:
+                await read_write_browse(c, 11)
+            finally:
+                await c.disconnect()
+
+        run(body())
+        assert not list((tmp_path / "contract-pki" / "rejected" / "certs").iterdir())
+    finally:
+        assert server.stop() == 0
