@@ -8,7 +8,7 @@ With --counters N: N UInt64 counters ns=1;i=1..N incremented every
 Prints `listening on opc.tcp://HOST:PORT` and `benchmark server ready` once
 listening; exits on SIGTERM/SIGINT.
 
-    python asyncua_server.py --port 4840 [--counters N] [--sampling-ms 10]
+    python asyncua_server.py --port 4840 [--counters N] [--sampling-ms 10] [--events-per-s R]
 """
 import argparse
 import asyncio
@@ -25,6 +25,7 @@ async def main() -> None:
     p.add_argument("--port", type=int, default=4840)
     p.add_argument("--counters", type=int, default=0)
     p.add_argument("--sampling-ms", type=float, default=10.0)
+    p.add_argument("--events-per-s", type=float, default=0.0, help="emit BaseEventType events from the Server object at this rate")
     a = p.parse_args()
     logging.basicConfig(level=logging.ERROR)
     for name in ("asyncua", "asyncua.server", "asyncua.server.uaprocessor"):
@@ -59,9 +60,29 @@ async def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    async def emit_events() -> None:
+        gen = await server.get_event_generator()
+        period = 1.0 / a.events_per_s
+        n = 0
+        loop_t = loop.time()
+        while not stop.is_set():
+            n += 1
+            gen.event.Message = ua.LocalizedText(f"benchmark event {n}")
+            gen.event.Severity = 100
+            await gen.trigger()
+            loop_t += period
+            delay = loop_t - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+
     async with server:
         print(f"listening on {url}", flush=True)
         print("benchmark server ready", flush=True)
+        if a.events_per_s > 0:
+            asyncio.ensure_future(emit_events())
         if counters:
             n = 0
             period = a.sampling_ms / 1000.0
