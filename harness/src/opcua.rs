@@ -509,6 +509,35 @@ pub enum SubKind {
     Events,
 }
 
+/// What a counters subscriber saw of one item.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CounterSeen {
+    pub first: Option<(u64, i128)>,
+    pub last: Option<(u64, i128)>,
+}
+
+impl CounterSeen {
+    pub fn see(&mut self, value: u64, t_ns: i128) {
+        if self.first.map_or(true, |(_, t)| t_ns < t) {
+            self.first = Some((value, t_ns));
+        }
+        if self.last.map_or(true, |(_, t)| t_ns >= t) {
+            self.last = Some((value, t_ns));
+        }
+    }
+
+    /// (samples seen / samples expected, expected) between the first and the
+    /// last report; `None` with fewer than two distinct reports.
+    pub fn ratio(&self, sampling_ms: f64) -> Option<(f64, f64)> {
+        let ((v0, t0), (v1, t1)) = (self.first?, self.last?);
+        if t1 <= t0 {
+            return None;
+        }
+        let expected = (t1 - t0) as f64 / 1e6 / sampling_ms;
+        Some((v1.saturating_sub(v0) as f64 / expected, expected))
+    }
+}
+
 /// Subscriber: creates `subs` subscriptions with `items` monitored items
 /// each, then keeps Publish requests in flight and counts notifications.
 pub struct SubscriberWork {
@@ -523,8 +552,10 @@ pub struct SubscriberWork {
     pub publish_inflight: usize,
     sub_ids: Vec<u32>,
     acks: Vec<SubscriptionAcknowledgement>,
-    /// Counters: per item (first value, last value) in the measured window.
-    pub counter_seen: Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+    /// Counters: per item the first and the last (value, time ns) seen in
+    /// the measured window; the time is the value's source timestamp when
+    /// the server sends one, else the arrival time.
+    pub counter_seen: Arc<std::sync::Mutex<Vec<CounterSeen>>>,
 }
 
 impl SubscriberWork {
@@ -540,7 +571,7 @@ impl SubscriberWork {
             publish_inflight: (subs * 2).clamp(4, 64),
             sub_ids: Vec::new(),
             acks: Vec::new(),
-            counter_seen: Arc::new(std::sync::Mutex::new(vec![(u64::MAX, 0); if kind == SubKind::Counters { items } else { 0 }])),
+            counter_seen: Arc::new(std::sync::Mutex::new(vec![CounterSeen::default(); if kind == SubKind::Counters { items } else { 0 }])),
         }
     }
 
@@ -668,10 +699,11 @@ impl Workload for SubscriberWork {
                             ctx.count("notifications", 1);
                             if ctx.measuring() {
                                 let idx = item.client_handle as usize % self.items.max(1);
-                                let mut seen = self.counter_seen.lock().unwrap();
-                                let e = &mut seen[idx];
-                                e.0 = e.0.min(n);
-                                e.1 = e.1.max(n);
+                                let t = match item.value.source_timestamp {
+                                    Some(ts) if !ts.is_null() => ts.unix_nanos(),
+                                    _ => realtime_ns(),
+                                };
+                                self.counter_seen.lock().unwrap()[idx].see(n, t);
                             }
                             ctx.complete(0);
                         }
@@ -934,7 +966,7 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 
 fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f64, publishing_ms: f64) -> Result<(bool, Map<String, Value>), String> {
     let per_session = items.div_ceil(sessions.max(1));
-    let seen: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Vec<(u64, u64)>>>>>> = Default::default();
+    let seen: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Vec<CounterSeen>>>>>> = Default::default();
     let seen2 = seen.clone();
     let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
@@ -959,19 +991,23 @@ fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f6
     let seconds = o.get("seconds").and_then(|v| v.as_f64()).unwrap_or(cfg.duration_s);
     // Expected samples per item over the window between the first and the
     // last publish seen: the window minus one publishing interval.
-    let expected = ((seconds * 1000.0 - publishing_ms).max(sampling_ms)) / sampling_ms;
+    let _ = seconds;
     let mut min_ratio = f64::INFINITY;
     let mut reported = 0usize;
+    let mut expected_sum = 0.0;
     for s in seen.lock().unwrap().iter() {
-        for &(first, last) in s.lock().unwrap().iter() {
-            if first == u64::MAX {
-                min_ratio = 0.0;
-                continue;
+        for c in s.lock().unwrap().iter() {
+            match c.ratio(sampling_ms) {
+                Some((ratio, expected)) => {
+                    reported += 1;
+                    expected_sum += expected;
+                    min_ratio = min_ratio.min(ratio);
+                }
+                None => min_ratio = 0.0,
             }
-            reported += 1;
-            min_ratio = min_ratio.min((last - first) as f64 / expected);
         }
     }
+    let expected = if reported > 0 { expected_sum / reported as f64 } else { 0.0 };
     if !min_ratio.is_finite() {
         min_ratio = 0.0;
     }
@@ -986,6 +1022,18 @@ fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counter_ratio() {
+        let mut c = CounterSeen::default();
+        assert!(c.ratio(10.0).is_none());
+        c.see(100, 1_000_000_000);
+        assert!(c.ratio(10.0).is_none());
+        c.see(298, 3_000_000_000);
+        let (r, e) = c.ratio(10.0).unwrap();
+        assert_eq!(e, 200.0);
+        assert!((r - 0.99).abs() < 1e-9);
+    }
 
     #[test]
     fn stamps_wrap() {

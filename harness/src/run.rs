@@ -472,9 +472,16 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         server: cfg.server_name(),
         clients: cfg.clients,
         inflight: cfg.inflight,
-        server_cpus: cfg.server_cpus_expr.clone(),
+        server_cpus: match cfg.target {
+            Target::Url { .. } => "as running".into(),
+            Target::External { .. } if !cfg.pin_external => "unpinned".into(),
+            _ => cfg.server_cpus_expr.clone(),
+        },
         client_cpus: cfg.client_cpus_expr.clone(),
-        client_threads: cfg.client_threads,
+        client_threads: match cfg.scenario.as_str() {
+            "connect" => cfg.clients,
+            _ => cfg.client_threads,
+        },
         variant: cfg.variant.clone(),
         params,
         shard_connections: parse_shard_connections(output),

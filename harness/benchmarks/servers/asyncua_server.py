@@ -12,6 +12,7 @@ listening; exits on SIGTERM/SIGINT.
 """
 import argparse
 import asyncio
+import datetime
 import logging
 import signal
 import sys
@@ -86,15 +87,19 @@ async def main() -> None:
         if counters:
             n = 0
             period = a.sampling_ms / 1000.0
+            next_t = loop.time()
             while not stop.is_set():
                 n += 1
-                dv = ua.DataValue(ua.Variant(n, ua.VariantType.UInt64))
+                dv = ua.DataValue(ua.Variant(n, ua.VariantType.UInt64), SourceTimestamp=datetime.datetime.now(datetime.timezone.utc))
                 for c in counters:
                     await server.write_attribute_value(c.nodeid, dv)
-                try:
-                    await asyncio.wait_for(stop.wait(), period)
-                except asyncio.TimeoutError:
-                    pass
+                next_t += period
+                delay = next_t - loop.time()
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), delay)
+                    except asyncio.TimeoutError:
+                        pass
         else:
             await stop.wait()
 
