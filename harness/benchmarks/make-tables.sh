@@ -17,7 +17,7 @@ EXTRA=${EXTRA:-}
 RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
-TABLES=${TABLES:-"depth placement servers"}
+TABLES=${TABLES:-"depth placement servers security distribution"}
 
 sweep() { # name variants scenarios
     local name=$1 variants=$2 scenarios=$3
@@ -36,22 +36,23 @@ for t in $TABLES; do
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
         placement) sweep placement placement.variants placement.scenarios ;;
         servers) sweep servers servers.variants servers.scenarios ;;
+        security) sweep security security.variants security.scenarios ;;
+        distribution) sweep distribution distribution.variants placement.scenarios ;;
     esac
 done
 
 {
     cat harness/benchmarks/Benchmarks.head.md
-    echo
-    echo "## Read at several depths, beside the echo floor"
-    echo
-    cat "$RES/depth.md"
-    echo
-    echo "## Server placement"
-    echo
-    cat "$RES/placement.md"
-    echo
-    echo "## uaring, open62541 (o6) and asyncua under the same client"
-    echo
-    cat "$RES/servers.md"
+    section() { # name title
+        if [ -f "$RES/$1.md" ]; then
+            printf '\n## %s\n\n' "$2"
+            cat "$RES/$1.md"
+        fi
+    }
+    section depth "Read at several depths, beside the echo floor"
+    section placement "Server placement"
+    section servers "uaring, open62541 (o6) and asyncua under the same client"
+    section security "Security modes: uaring and open62541 (o6)"
+    section distribution "Two shards: connection distribution policies"
 } > "$DOC"
 echo "wrote $DOC"
