@@ -21,12 +21,11 @@ if [ ! -d tests/interop/node/node_modules/node-opcua-client ]; then
     (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error)
 fi
 
-step "cargo test --release --workspace"
-cargo test --release --workspace
-
-step "build the uaring binary"
-cargo build --release -p uaring-shards --bin uaring
-export UARING_BIN="$ROOT/target/release/uaring"
+step "cargo test --workspace"
+# Builds the `uaring` binary too (the shards integration tests run it).
+cargo test --workspace --no-fail-fast
+cargo build -p uaring-shards --bin uaring
+export UARING_BIN="$ROOT/target/debug/uaring"
 
 step "asyncua interop (pytest)"
 .venv/bin/python -m pytest -q tests/interop/python

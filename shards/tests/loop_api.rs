@@ -26,8 +26,9 @@ impl Handler for PingClient {
     type Conn = PingConn;
     fn open(&mut self, _id: ConnId, _peer: SocketAddr, origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<PingConn> {
         assert_eq!(origin, Origin::Connected);
-        out.resize(out.len() + self.size, 7);
-        // A timer 5 ms out exercises connection deadlines.
+        let _ = out;
+        // The first message goes out from a timer 5 ms later: that exercises connection
+        // deadlines, and no connection can finish before its timer has fired.
         Some(PingConn { left: self.rounds, pending: self.size, deadline: now.mono_ns + 5_000_000 })
     }
     fn recv(&mut self, c: &mut PingConn, _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
@@ -43,9 +44,10 @@ impl Handler for PingClient {
         }
         ConnStatus::Open
     }
-    fn conn_timer(&mut self, c: &mut PingConn, _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+    fn conn_timer(&mut self, c: &mut PingConn, _now: Now, out: &mut Vec<u8>) -> ConnStatus {
         self.timer_fired += 1;
         c.deadline = u64::MAX;
+        out.resize(out.len() + self.size, 7);
         ConnStatus::Open
     }
     fn conn_deadline(&self, c: &PingConn) -> u64 {
