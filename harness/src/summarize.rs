@@ -134,6 +134,26 @@ fn stat_cell(s: Option<Stat>, decimals: usize) -> String {
     }
 }
 
+/// Open connections per shard (uaring) in each run, distinct splits in order:
+/// `6/4, 5/5`.
+fn shard_split(cell: &Cell) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for r in &cell.runs {
+        if let Some(Value::Array(shards)) = r.get("shards") {
+            let parts: Vec<String> = shards.iter().map(|s| s.get("connections").map(crate::report::fmt).unwrap_or_else(|| "?".into())).collect();
+            let split = parts.join("/");
+            if !seen.contains(&split) {
+                seen.push(split);
+            }
+        }
+    }
+    if seen.is_empty() {
+        "–".into()
+    } else {
+        seen.join(", ")
+    }
+}
+
 /// A short description of a variant's setup from its first run.
 fn setup_of(cell: &Cell) -> String {
     let Some(r) = cell.runs.first() else { return String::new() };
@@ -163,11 +183,11 @@ pub fn markdown(t: &Table) -> String {
             })
             .unwrap_or_default();
         s.push_str(&format!("#### {sc}\n\n{shape}; median (min–max) over runs.\n\n"));
-        s.push_str("| variant | setup | runs |");
+        s.push_str("| variant | setup | conns/shard | runs |");
         for (_, title, _) in METRICS {
             s.push_str(&format!(" {title} |"));
         }
-        s.push_str(" ops/s ratio | errors | discarded |\n|---|---|---:|");
+        s.push_str(" ops/s ratio | errors | discarded |\n|---|---|---|---:|");
         for _ in METRICS {
             s.push_str("---:|");
         }
@@ -176,7 +196,7 @@ pub fn markdown(t: &Table) -> String {
         for v in variants {
             let cell = &t.cells[&(sc.clone(), v.clone())];
             let runs = if cell.failed > 0 { format!("{} (+{} failed)", cell.runs.len(), cell.failed) } else { cell.runs.len().to_string() };
-            s.push_str(&format!("| {v} | {} | {runs} |", setup_of(cell)));
+            s.push_str(&format!("| {v} | {} | {} | {runs} |", setup_of(cell), shard_split(cell)));
             for (k, _, d) in METRICS {
                 s.push_str(&format!(" {} |", stat_cell(cell.stat(k), *d)));
             }
