@@ -509,6 +509,9 @@ pub enum SubKind {
     Events,
 }
 
+/// One counters subscriber's per-item observations, shared with the search.
+type SeenCell = Arc<std::sync::Mutex<Vec<CounterSeen>>>;
+
 /// What a counters subscriber saw of one item.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CounterSeen {
@@ -518,10 +521,10 @@ pub struct CounterSeen {
 
 impl CounterSeen {
     pub fn see(&mut self, value: u64, t_ns: i128) {
-        if self.first.map_or(true, |(_, t)| t_ns < t) {
+        if !matches!(self.first, Some((_, t)) if t_ns >= t) {
             self.first = Some((value, t_ns));
         }
-        if self.last.map_or(true, |(_, t)| t_ns >= t) {
+        if !matches!(self.last, Some((_, t)) if t_ns < t) {
             self.last = Some((value, t_ns));
         }
     }
@@ -966,7 +969,7 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 
 fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f64, publishing_ms: f64) -> Result<(bool, Map<String, Value>), String> {
     let per_session = items.div_ceil(sessions.max(1));
-    let seen: Arc<std::sync::Mutex<Vec<Arc<std::sync::Mutex<Vec<CounterSeen>>>>>> = Default::default();
+    let seen: Arc<std::sync::Mutex<Vec<SeenCell>>> = Default::default();
     let seen2 = seen.clone();
     let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);

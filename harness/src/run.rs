@@ -31,13 +31,19 @@ impl Driver for DynDriver {
     }
 }
 
+/// The body of one blocking client thread: (client index, server address).
+pub type ThreadBody = Arc<dyn Fn(usize, SocketAddr, &Shared, &mut ThreadStats) + Send + Sync>;
+
+/// Builds the load for a started server: the plan and extra result fields.
+pub type MakePlan<'a> = &'a dyn Fn(&RunConfig, &Running) -> Result<(Plan, Vec<(String, Value)>), String>;
+
 /// How the load is generated.
 pub enum Plan {
     /// `conns` connections on the ring loop, spread over the client threads.
     Ring { conns: usize, factory: Arc<dyn Fn(usize) -> DynDriver + Send + Sync> },
     /// One pinned OS thread per client running a closure until the phase is
     /// STOP (used by `connect`, whose unit of work is a whole connection).
-    Threads { count: usize, body: Arc<dyn Fn(usize, SocketAddr, &Shared, &mut ThreadStats) + Send + Sync> },
+    Threads { count: usize, body: ThreadBody },
 }
 
 /// Which server is measured.
@@ -493,7 +499,7 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
 pub fn run_with_guard(
     cfg: &RunConfig,
     vars: &[(&str, String)],
-    make_plan: &dyn Fn(&RunConfig, &Running) -> Result<(Plan, Vec<(String, Value)>), String>,
+    make_plan: MakePlan,
 ) -> Result<Map<String, Value>, String> {
     let mut discarded = 0u32;
     loop {

@@ -109,13 +109,13 @@ fn num(v: f64, decimals: usize) -> String {
         let r = v.round() as i64;
         // Thousands separators for readability.
         let s = r.abs().to_string();
-        let mut out = String::new();
-        for (i, ch) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(ch);
+        let head = s.len() % 3;
+        let mut groups: Vec<&str> = Vec::new();
+        if head > 0 {
+            groups.push(&s[..head]);
         }
+        groups.extend(s.as_bytes()[head..].chunks(3).map(|c| std::str::from_utf8(c).unwrap_or("")));
+        let out = groups.join(",");
         if r < 0 {
             format!("-{out}")
         } else {

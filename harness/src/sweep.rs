@@ -106,7 +106,7 @@ fn format_duration(s: f64) -> String {
 
 pub fn progress_line(done: usize, total: usize, elapsed_s: f64, label: &str) -> String {
     let width = 24;
-    let filled = if total > 0 { done * width / total } else { width };
+    let filled = (done * width).checked_div(total).unwrap_or(width);
     let eta = if done > 0 { elapsed_s / done as f64 * (total - done) as f64 } else { f64::NAN };
     let eta = if eta.is_nan() { "?".to_string() } else { format_duration(eta) };
     format!("[{}{}] {done}/{total} {label} elapsed {} ETA {eta}", "#".repeat(filled), ".".repeat(width - filled), format_duration(elapsed_s))
