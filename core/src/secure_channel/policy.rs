@@ -147,15 +147,17 @@ pub trait SecurityPolicy: Send + Sync {
         Ok(())
     }
     /// Signs `data` with our private key (CreateSession serverSignature, Part 4 §5.7.2).
-    /// Returns (algorithm URI, signature). Policy None: a null SignatureData.
+    /// Returns (algorithm URI, signature). Policy None returns a null SignatureData; the
+    /// default fails closed, so a policy that forgets this method cannot sign.
     fn sign_own(&self, data: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
         let _ = data;
-        Ok((String::new(), Vec::new()))
+        Err(StatusCode::BadSecurityPolicyRejected)
     }
     /// Verifies `signature` over `data` with the public key of `signer_certificate`
     /// (ActivateSession clientSignature, X509IdentityToken userTokenSignature);
     /// `algorithm_uri` must be this policy's asymmetric signature algorithm.
-    /// Policy None accepts anything (there is nothing to verify with).
+    /// Policy None accepts anything (there is nothing to verify with); the default fails
+    /// closed, so a policy that forgets this method never accepts a forged signature.
     fn verify_signature(
         &self,
         signer_certificate: &[u8],
@@ -164,7 +166,7 @@ pub trait SecurityPolicy: Send + Sync {
         signature: &[u8],
     ) -> Result<(), StatusCode> {
         let _ = (signer_certificate, data, algorithm_uri, signature);
-        Ok(())
+        Err(StatusCode::BadSecurityChecksFailed)
     }
     /// Decrypts a UserNameIdentityToken secret encrypted with this policy (legacy format
     /// `length ‖ secret ‖ serverNonce`, Part 4 §7.41.2.2) and checks the nonce.
@@ -179,10 +181,11 @@ pub trait SecurityPolicy: Send + Sync {
         Err(StatusCode::BadIdentityTokenInvalid)
     }
     /// Validates a client application certificate given in CreateSession against the
-    /// trust list, with the ApplicationUri of its ApplicationDescription.
+    /// trust list, with the ApplicationUri of its ApplicationDescription. Policy None has
+    /// no trust list and accepts; the default fails closed.
     fn validate_client_certificate(&self, certificate: &[u8], application_uri: Option<&str>) -> Result<(), StatusCode> {
         let _ = (certificate, application_uri);
-        Ok(())
+        Err(StatusCode::BadCertificateUntrusted)
     }
 }
 
@@ -310,6 +313,15 @@ impl SecurityPolicy for NonePolicy {
             return Err(StatusCode::BadSecurityModeRejected);
         }
         Ok(Box::new(PlainCrypto))
+    }
+    fn sign_own(&self, _: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
+        Ok((String::new(), Vec::new()))
+    }
+    fn verify_signature(&self, _: &[u8], _: &[u8], _: &str, _: &[u8]) -> Result<(), StatusCode> {
+        Ok(())
+    }
+    fn validate_client_certificate(&self, _: &[u8], _: Option<&str>) -> Result<(), StatusCode> {
+        Ok(())
     }
 }
 
