@@ -6,6 +6,7 @@
 pub mod address_space;
 pub mod client;
 pub mod encoding;
+pub mod events;
 pub mod generated;
 pub mod random;
 pub mod secure_channel;

@@ -18,11 +18,9 @@ fn unsupported_services_fault_with_bad_service_unsupported() {
     assert_eq!(fault_status(&r), Some(StatusCode::BadServiceUnsupported));
     assert_eq!(r.response_header().request_handle, handle);
     for req in [
-        Request::CreateSubscription(Box::default()),
         Request::HistoryRead(Box::default()),
         Request::AddNodes(Box::default()),
         Request::QueryFirst(Box::default()),
-        Request::Publish(Box::default()),
     ] {
         let mut req = req;
         *req.request_header_mut() = h.header(&token);

@@ -34,6 +34,8 @@ serve options:
                             default is used
   --contract                benchmark contract mode: ApplicationUri urn:o6:benchmark:server,
                             prints `benchmark server ready` once listening
+  --counters N              sampling-capacity contract: N UInt64 counters ns=1;i=1..N that
+                            increment on every sample or read (application.counters)
   --io-backend B            auto (default: io_uring, else epoll), uring, or epoll
   --distribution P          connection distribution: reuseport (default), round-robin,
                             least-connections
@@ -59,6 +61,7 @@ pub struct ServeArgs {
     pub shards: Option<usize>,
     pub config: Option<PathBuf>,
     pub contract: bool,
+    pub counters: Option<u32>,
     pub io_backend: Option<IoBackend>,
     pub distribution: Option<Distribution>,
     pub ring_entries: Option<u32>,
@@ -88,6 +91,14 @@ pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
         match name {
             "-h" | "--help" => a.help = true,
             "--contract" => a.contract = true,
+            "--counters" => {
+                let v = value()?;
+                let n: u32 = v.parse().map_err(|_| format!("--counters: not a number: {v:?}"))?;
+                if n > 1_000_000 {
+                    return Err("--counters must be in 0..=1000000".into());
+                }
+                a.counters = Some(n);
+            }
             "--listen" => a.listen = Some(value()?),
             "--cpus" => a.cpus = Some(value()?),
             "--shards" => {
@@ -307,6 +318,12 @@ pub fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if let Some(n) = a.counters {
+        let app = file.server.entry("application").or_insert_with(|| toml::Value::Table(Default::default()));
+        if let Some(t) = app.as_table_mut() {
+            t.insert("counters".into(), toml::Value::Integer(n as i64));
+        }
+    }
     let setup = match server::build(&file.server, a.contract) {
         Ok(s) => s,
         Err(e) => {
@@ -342,7 +359,7 @@ pub fn serve(a: ServeArgs) -> i32 {
     let running = match runtime::start(opts, move |i| {
         let handler = server::make_handler(&make_setup, i)?;
         let provider = security.shard_provider()?;
-        Ok(server::UaHandler { host: handler.host.with_security(provider) })
+        Ok(server::UaHandler::new(handler.host.with_security(provider)))
     }) {
         Ok(r) => r,
         Err(e) => {

@@ -73,6 +73,17 @@ pub trait Handler {
     /// The shard-wide deadline has passed.
     fn timer(&mut self, _now: Now) {}
 
+    /// Connections the handler has output for that arose outside a call into them (a
+    /// Publish response produced by a shard timer). The loop then calls
+    /// [`Handler::flush`] for each, once per iteration, before it sends.
+    fn take_ready(&mut self, _into: &mut Vec<ConnId>) {}
+
+    /// Appends the connection's pending asynchronous output to `out` (see
+    /// [`Handler::take_ready`]).
+    fn flush(&mut self, _conn: &mut Self::Conn, _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        ConnStatus::Open
+    }
+
     /// Called once per loop iteration after completions were handled; return
     /// `false` to stop the loop (a load client that finished its run).
     fn keep_running(&mut self, _now: Now) -> bool {

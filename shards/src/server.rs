@@ -4,6 +4,7 @@
 //! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]; the
 //! server runs it over core's `ShardState` (sessions, services, timers).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -29,11 +30,39 @@ pub trait ShardHost: ConnectionHost {
     /// The earliest time (mono ns) [`ShardHost::timer`] has work.
     fn next_deadline(&self) -> Option<u64>;
     fn on_timer(&mut self, now: Now);
+    /// Secure channels with deferred responses (Publish) ready to send.
+    fn take_ready_channels(&mut self, _into: &mut Vec<u32>) {}
 }
 
 /// Drives core's `ServerConnection`s of one shard.
 pub struct UaHandler<S: ShardHost> {
     pub host: S,
+    /// Which connection carries each open secure channel (for deferred responses).
+    channels: HashMap<u32, ConnId>,
+    ready_channels: Vec<u32>,
+}
+
+impl<S: ShardHost> UaHandler<S> {
+    pub fn new(host: S) -> UaHandler<S> {
+        UaHandler { host, channels: HashMap::new(), ready_channels: Vec::new() }
+    }
+
+    /// Learns the connection's channel id once it has one (after OPN).
+    fn track(&mut self, conn: &mut UaConn) {
+        if conn.channel.is_none() {
+            if let Some(ch) = conn.conn.channel_id() {
+                conn.channel = Some(ch);
+                self.channels.insert(ch, conn.id);
+            }
+        }
+    }
+}
+
+/// One server connection on the loop: core's connection, its loop id and its channel.
+pub struct UaConn {
+    pub conn: ServerConnection,
+    id: ConnId,
+    channel: Option<u32>,
 }
 
 fn status(s: CoreStatus) -> ConnStatus {
@@ -44,33 +73,40 @@ fn status(s: CoreStatus) -> ConnStatus {
 }
 
 impl<S: ShardHost> Handler for UaHandler<S> {
-    type Conn = ServerConnection;
+    type Conn = UaConn;
 
-    fn open(&mut self, _id: ConnId, peer: SocketAddr, _o: Origin, now: Now, _out: &mut Vec<u8>) -> Option<ServerConnection> {
-        Some(ServerConnection::new(&mut self.host, Some(peer), now))
+    fn open(&mut self, id: ConnId, peer: SocketAddr, _o: Origin, now: Now, _out: &mut Vec<u8>) -> Option<UaConn> {
+        Some(UaConn { conn: ServerConnection::new(&mut self.host, Some(peer), now), id, channel: None })
     }
 
-    fn recv(&mut self, conn: &mut ServerConnection, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
-        status(conn.on_recv(&mut self.host, now, data, out))
+    fn recv(&mut self, conn: &mut UaConn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        let s = status(conn.conn.on_recv(&mut self.host, now, data, out));
+        self.track(conn);
+        s
     }
 
-    fn conn_timer(&mut self, conn: &mut ServerConnection, now: Now, out: &mut Vec<u8>) -> ConnStatus {
-        status(conn.on_timer(&mut self.host, now, out))
+    fn conn_timer(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        status(conn.conn.on_timer(&mut self.host, now, out))
     }
 
-    fn conn_deadline(&self, conn: &ServerConnection) -> u64 {
-        conn.next_deadline().unwrap_or(u64::MAX)
+    fn conn_deadline(&self, conn: &UaConn) -> u64 {
+        conn.conn.next_deadline().unwrap_or(u64::MAX)
     }
 
-    fn closed(&mut self, mut conn: ServerConnection, now: Now) {
-        conn.on_close(&mut self.host, now);
+    fn closed(&mut self, mut conn: UaConn, now: Now) {
+        if let Some(ch) = conn.channel {
+            if self.channels.get(&ch) == Some(&conn.id) {
+                self.channels.remove(&ch);
+            }
+        }
+        conn.conn.on_close(&mut self.host, now);
     }
 
-    fn shutdown(&mut self, conn: &mut ServerConnection, now: Now, out: &mut Vec<u8>) {
+    fn shutdown(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) {
         // UA-TCP lets the server end a connection with an Error message; the
         // client learns why instead of seeing a bare reset. The channel and
         // its sessions are released in `closed` when the socket goes.
-        if !conn.is_closed() {
+        if !conn.conn.is_closed() {
             ErrorMessage::new(StatusCode::BadServerHalted, "server shutting down").write(out);
         }
         let _ = now;
@@ -83,6 +119,19 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     fn timer(&mut self, now: Now) {
         self.host.on_timer(now);
     }
+
+    fn take_ready(&mut self, into: &mut Vec<ConnId>) {
+        self.host.take_ready_channels(&mut self.ready_channels);
+        for ch in self.ready_channels.drain(..) {
+            if let Some(&id) = self.channels.get(&ch) {
+                into.push(id);
+            }
+        }
+    }
+
+    fn flush(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        status(conn.conn.flush_deferred(&mut self.host, now, out))
+    }
 }
 
 impl ShardHost for ShardState {
@@ -91,6 +140,9 @@ impl ShardHost for ShardState {
     }
     fn on_timer(&mut self, now: Now) {
         ShardState::on_timer(self, now)
+    }
+    fn take_ready_channels(&mut self, into: &mut Vec<u32>) {
+        ShardState::take_ready_channels(self, into)
     }
 }
 
@@ -139,5 +191,5 @@ pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize) -> Result<ServerHand
     if shard >= MAX_SHARDS {
         return Err(format!("at most {MAX_SHARDS} shards are supported"));
     }
-    Ok(UaHandler { host: ShardState::new(setup.shared.clone(), shard).with_transport_limits(setup.limits) })
+    Ok(UaHandler::new(ShardState::new(setup.shared.clone(), shard).with_transport_limits(setup.limits)))
 }

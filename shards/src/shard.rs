@@ -2,10 +2,13 @@
 //! calls into the handler, timers, graceful stop and connection routing.
 //! The io_uring and epoll backends drive it.
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use uaring_core::Now;
+use uaring_core::server::connection::ServerConnection;
+use uaring_core::transport::ErrorMessage;
+use uaring_core::{Now, StatusCode};
 
 use crate::clock;
 use crate::config::RuntimeConfig;
@@ -26,8 +29,12 @@ pub struct LoopConfig {
     /// Use multishot accept/recv and the provided buffer ring when available.
     pub multishot: bool,
     pub max_connections: usize,
-    /// Unsent bytes per connection above which reading pauses.
+    /// Unsent bytes per connection above which reading pauses (and received
+    /// input is held back) until they drain below half.
     pub max_pending_output_bytes: usize,
+    /// Unsent output plus held input across the shard above which the shard stops
+    /// reading and refuses new connections until the total drains below 3/4.
+    pub max_shard_buffered_bytes: usize,
     pub tcp_nodelay: bool,
     /// Graceful stop: how long pending output may take, ms.
     pub shutdown_grace_ms: u64,
@@ -48,10 +55,34 @@ impl From<&RuntimeConfig> for LoopConfig {
             multishot: r.multishot,
             max_connections: r.max_connections_per_shard,
             max_pending_output_bytes: r.max_pending_output_bytes,
+            max_shard_buffered_bytes: r.max_shard_buffered_bytes,
             tcp_nodelay: r.tcp_nodelay,
             shutdown_grace_ms: r.shutdown_grace_ms,
         }
     }
+}
+
+/// Received bytes are handed to the handler in slices of at most this size, and
+/// the connection's bounds are checked after each: a slice of small requests
+/// (GetEndpoints: ~100 bytes in, ~10 KiB out) multiplies into output, so this
+/// caps how far one call can overshoot `max_pending_output_bytes`.
+pub(crate) const DELIVER_SLICE_BYTES: usize = 4096;
+
+/// A backlog buffer larger than this is freed rather than kept once empty.
+const BACKLOG_KEEP_BYTES: usize = 64 * 1024;
+
+/// Input bytes the handler buffers for a connection (unfinished chunks and
+/// messages), so that they count against the shard's budget. The `Handler`
+/// trait cannot be asked yet; the OPC UA server's connection can.
+fn handler_input_bytes<C: 'static>(conn: &C) -> usize {
+    let conn = conn as &dyn Any;
+    if let Some(c) = conn.downcast_ref::<ServerConnection>() {
+        return c.buffered_bytes();
+    }
+    if let Some(c) = conn.downcast_ref::<crate::server::UaConn>() {
+        return c.conn.buffered_bytes();
+    }
+    0
 }
 
 /// After the grace period, how much longer a stopping loop waits for the
@@ -69,9 +100,19 @@ pub(crate) struct ShardCore<H: Handler> {
     pub stop_deadline: u64,
     /// Shards to wake at the end of this iteration (hand-offs).
     pub wake: Vec<usize>,
+    /// Sum of every connection's `held` bytes.
+    pub held_total: usize,
+    /// `held_total` passed `max_shard_buffered_bytes` and has not yet drained below
+    /// 3/4 of it: no connection reads, new connections are refused.
+    pub over_budget: bool,
+    /// Scratch list for [`ShardCore::flush_ready`].
+    ready: Vec<ConnId>,
 }
 
-impl<H: Handler> ShardCore<H> {
+impl<H: Handler> ShardCore<H>
+where
+    H::Conn: 'static,
+{
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> ShardCore<H> {
         ShardCore {
             handler,
@@ -82,6 +123,9 @@ impl<H: Handler> ShardCore<H> {
             stopping: false,
             stop_deadline: u64::MAX,
             wake: Vec::new(),
+            held_total: 0,
+            over_budget: false,
+            ready: Vec::new(),
         }
     }
 
@@ -118,7 +162,19 @@ impl<H: Handler> ShardCore<H> {
         }
         let now = self.now;
         let grace = self.grace_ns();
+        let over_budget = self.over_budget;
         let c = self.table.get_mut(id)?;
+        if over_budget && origin == Origin::Accepted {
+            // New pre-session work would only add to what the shard cannot hold.
+            ShardStats::add(&self.wiring.stats().refused, 1);
+            tracing::debug!(shard = self.wiring.index, %peer, "shard over its buffer budget: refusing new connection");
+            ErrorMessage::new(StatusCode::BadTcpNotEnoughResources, "server busy: shard buffer budget reached")
+                .write(&mut c.output.out);
+            c.phase = Phase::Draining;
+            c.drain_deadline = now.mono_ns.saturating_add(grace.max(100_000_000));
+            self.after_call(id, ConnStatus::Open);
+            return Some(id);
+        }
         match self.handler.open(id, peer, origin, now, &mut c.output.out) {
             Some(user) => c.user = Some(user),
             None => {
@@ -131,17 +187,140 @@ impl<H: Handler> ShardCore<H> {
         Some(id)
     }
 
-    /// Bytes arrived on `id`.
+    /// Bytes arrived on `id`. They go to the handler slice by slice while the
+    /// connection and the shard are within their bounds; the rest waits in the
+    /// connection's backlog (the backend stops receiving meanwhile).
     pub fn deliver(&mut self, id: ConnId, data: &[u8]) {
         ShardStats::add(&self.wiring.stats().bytes_in, data.len() as u64);
-        let now = self.now;
+        let over_budget = self.over_budget;
         let Some(c) = self.table.get_mut(id) else { return };
         if c.phase != Phase::Open {
             return;
         }
-        let Some(user) = c.user.as_mut() else { return };
-        let status = self.handler.recv(user, now, data, &mut c.output.out);
-        self.after_call(id, status);
+        if c.paused || over_budget || !c.backlog.is_empty() {
+            // Received after the bound was passed (a multishot receive still
+            // completing, or the socket read before the pause took effect).
+            c.backlog.extend_from_slice(data);
+            self.account(id);
+            return;
+        }
+        let rest = self.feed(id, data);
+        if !rest.is_empty() {
+            if let Some(c) = self.table.get_mut(id) {
+                c.backlog.extend_from_slice(rest);
+            }
+            self.account(id);
+        }
+    }
+
+    /// Hands `data` to the handler slice by slice while the connection may take
+    /// more. Returns what is left (empty if the connection closed).
+    fn feed<'a>(&mut self, id: ConnId, data: &'a [u8]) -> &'a [u8] {
+        let mut data = data;
+        while !data.is_empty() {
+            let now = self.now;
+            let over_budget = self.over_budget;
+            let Some(c) = self.table.get_mut(id) else { return &[] };
+            if c.phase != Phase::Open {
+                return &[];
+            }
+            if c.paused || over_budget {
+                break;
+            }
+            let Some(user) = c.user.as_mut() else { return &[] };
+            let n = data.len().min(DELIVER_SLICE_BYTES);
+            let status = self.handler.recv(user, now, &data[..n], &mut c.output.out);
+            data = &data[n..];
+            self.after_call(id, status);
+        }
+        data
+    }
+
+    /// Whether `id` may receive now: open, within its own bound and the shard's,
+    /// nothing held back. No side effects (see [`ShardCore::resume`]).
+    pub fn reading_allowed(&mut self, id: ConnId) -> bool {
+        let over_budget = self.over_budget;
+        match self.table.get_mut(id) {
+            Some(c) => c.phase == Phase::Open && !c.paused && !over_budget && c.backlog.is_empty(),
+            None => false,
+        }
+    }
+
+    /// The backends call this when they reconcile a connection: brings its
+    /// accounting up to date, lifts its pause once its output drained below half
+    /// the bound, feeds input held back while it was paused, and returns whether
+    /// the connection should have a receive armed.
+    pub fn resume(&mut self, id: ConnId) -> bool {
+        self.account(id);
+        let max_pending = self.cfg.max_pending_output_bytes;
+        let Some(c) = self.table.get_mut(id) else { return false };
+        if c.phase != Phase::Open {
+            return false;
+        }
+        if c.paused && c.output.pending() <= max_pending / 2 {
+            c.paused = false;
+        }
+        if !c.backlog.is_empty() && !c.paused && !self.over_budget {
+            let mut backlog = std::mem::take(&mut c.backlog);
+            let left = self.feed(id, &backlog).len();
+            let done = backlog.len() - left;
+            backlog.drain(..done);
+            if backlog.is_empty() && backlog.capacity() > BACKLOG_KEEP_BYTES {
+                backlog = Vec::new();
+            }
+            if let Some(c) = self.table.get_mut(id) {
+                if c.phase == Phase::Open {
+                    c.backlog = backlog;
+                }
+            }
+            self.account(id);
+        }
+        self.reading_allowed(id)
+    }
+
+    /// Recounts the bytes `id` holds, updates the shard's total, pauses the
+    /// connection past its own bound, and the shard past its budget.
+    pub fn account(&mut self, id: ConnId) {
+        let max_pending = self.cfg.max_pending_output_bytes;
+        let Some(c) = self.table.get_mut(id) else { return };
+        let input = c.user.as_ref().map_or(0, handler_input_bytes);
+        let held = c.output.pending() + c.backlog.len() + input;
+        let before = c.held;
+        c.held = held;
+        let pause = !c.paused && c.phase == Phase::Open && c.output.pending() > max_pending;
+        if pause {
+            c.paused = true;
+        }
+        self.held_total = self.held_total - before + held;
+        if pause {
+            self.table.mark_dirty(id);
+        }
+        self.check_budget();
+    }
+
+    /// Enters or leaves the over-budget state (hysteresis: leaves below 3/4). Every
+    /// open connection is reconciled on a change, so that receives stop or restart.
+    fn check_budget(&mut self) {
+        let budget = self.cfg.max_shard_buffered_bytes;
+        let change = if self.over_budget {
+            self.held_total <= budget / 4 * 3
+        } else {
+            self.held_total > budget
+        };
+        if !change {
+            return;
+        }
+        self.over_budget = !self.over_budget;
+        tracing::debug!(
+            shard = self.wiring.index,
+            held_bytes = self.held_total,
+            budget_bytes = budget,
+            "shard buffer budget {}",
+            if self.over_budget { "exceeded: reading stops" } else { "regained: reading resumes" }
+        );
+        for id in self.table.ids() {
+            self.table.mark_dirty(id);
+        }
     }
 
     /// Bookkeeping after any call into a connection's handler state.
@@ -160,14 +339,17 @@ impl<H: Handler> ShardCore<H> {
             Some(u) => self.handler.conn_deadline(u),
             None => u64::MAX,
         };
+        if c.phase != Phase::Open {
+            c.backlog = Vec::new();
+        }
         if !c.paused && c.output.pending() > max_pending {
-            c.paused = true;
             dirty = true;
         }
         if dirty {
             self.table.mark_dirty(id);
         }
         self.table.update_timer(id);
+        self.account(id);
     }
 
     /// Closes `id` after its pending output (graceful) or at once (`abort`).
@@ -183,17 +365,40 @@ impl<H: Handler> ShardCore<H> {
                 c.output.out.clear();
                 c.drain_deadline = now;
             }
+            c.backlog = Vec::new();
         }
         self.table.mark_dirty(id);
         self.table.update_timer(id);
+        self.account(id);
     }
 
-    /// Runs due timers: the shard's and the connections'.
+    /// Sends what the handler produced outside connection calls (Publish responses of
+    /// shard timers, or of requests handled on other connections).
+    pub fn flush_ready(&mut self) {
+        let mut ids = std::mem::take(&mut self.ready);
+        self.handler.take_ready(&mut ids);
+        let now = self.now;
+        for &id in &ids {
+            let Some(c) = self.table.get_mut(id) else { continue };
+            if c.phase != Phase::Open {
+                continue;
+            }
+            let Some(user) = c.user.as_mut() else { continue };
+            let status = self.handler.flush(user, now, &mut c.output.out);
+            self.after_call(id, status);
+        }
+        ids.clear();
+        self.ready = ids;
+    }
+
+    /// Runs due timers: the shard's and the connections'; then flushes asynchronous
+    /// output (once per loop iteration, before the sends are reconciled).
     pub fn fire_timers(&mut self) {
         let now = self.now;
         if self.handler.deadline() <= now.mono_ns {
             self.handler.timer(now);
         }
+        self.flush_ready();
         while let Some(id) = self.table.pop_expired(now.mono_ns) {
             let Some(c) = self.table.get_mut(id) else { continue };
             if c.phase == Phase::Open {
@@ -215,6 +420,7 @@ impl<H: Handler> ShardCore<H> {
     /// Forgets `id`: tells the handler, closes the socket.
     pub fn finalize(&mut self, id: ConnId) {
         if let Some(c) = self.table.remove(id) {
+            self.held_total -= c.held;
             if let Some(user) = c.user {
                 self.handler.closed(user, self.now);
             }
@@ -223,6 +429,7 @@ impl<H: Handler> ShardCore<H> {
             ShardStats::sub(&stats.open, 1);
             ShardStats::add(&stats.closed, 1);
             drop(c.fd);
+            self.check_budget();
         }
     }
 
@@ -292,6 +499,9 @@ impl<H: Handler> ShardCore<H> {
 
     /// The earliest time the loop must wake up.
     pub fn next_wakeup(&mut self) -> u64 {
+        if self.table.has_dirty() {
+            return 0;
+        }
         let mut d = self.handler.deadline().min(self.table.next_deadline());
         if self.stopping {
             d = d.min(self.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS));

@@ -146,6 +146,9 @@ pub enum ValueSource {
     Cell(ValueCell),
     /// Computed at read time from `Now` and the server's start data (never written).
     Dynamic(Dynamic),
+    /// The sampling-capacity contract's counter (`--counters N`): a UInt64 that
+    /// increments on every read or sample ([`AddressSpace::variable_value`]); never written.
+    Counter(std::sync::atomic::AtomicU64),
 }
 
 /// Values computed from the caller's `Now` at read time (core reads no clock).
@@ -350,14 +353,40 @@ impl AddressSpace {
             ClassAttributes::Variable(v) => Some(match &v.value {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
+                ValueSource::Counter(c) => counter_value(c, now),
             }),
             _ => None,
         }
     }
 
+    /// The index of a node (stable for the life of the address space), for callers that
+    /// look the same node up many times (monitored items).
+    #[inline]
+    pub fn node_index(&self, id: &NodeId) -> Option<u32> {
+        self.index_of(id)
+    }
+
+    /// The node at an index from [`AddressSpace::node_index`].
+    #[inline]
+    pub fn node_at(&self, index: u32) -> Option<&Node> {
+        self.nodes.get(index as usize)
+    }
+
     /// Computes a dynamic value.
     pub fn dynamic_value(&self, d: Dynamic, now: Now) -> DataValue {
         build::server_object::dynamic_value(&self.server_info, d, now)
+    }
+}
+
+/// Reads a counter: increments it and returns the new value, source-stamped `now`.
+#[inline]
+pub fn counter_value(c: &std::sync::atomic::AtomicU64, now: Now) -> DataValue {
+    let v = c.fetch_add(1, std::sync::atomic::Ordering::Relaxed).wrapping_add(1);
+    DataValue {
+        value: Variant::UInt64(v),
+        source_timestamp: Some(now.utc),
+        server_timestamp: Some(now.utc),
+        ..Default::default()
     }
 }
 

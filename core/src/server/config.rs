@@ -19,6 +19,11 @@ pub struct ServerConfig {
     /// UA-TCP and secure-channel limits: buffer sizes, message size, chunk count,
     /// timeouts, token lifetimes, channels per shard, decoding limits.
     pub transport: crate::transport::TransportLimits,
+    /// Subscriptions, monitored items, publish and retransmission queues, per session and
+    /// per shard.
+    pub subscriptions: crate::subscription::SubscriptionLimits,
+    /// Events: the Demo event generator, the cross-shard event bus, EventFilter limits.
+    pub events: EventConfig,
 }
 
 impl ServerConfig {
@@ -38,6 +43,8 @@ impl ServerConfig {
         self.operation_limits.validate()?;
         self.sessions.validate()?;
         self.transport.validate().map_err(|e| format!("transport: {e}"))?;
+        self.events.validate()?;
+        self.subscriptions.validate()?;
         Ok(())
     }
 }
@@ -71,6 +78,11 @@ pub struct ApplicationConfig {
     pub demo_namespace: bool,
     /// Number of `BenchmarkValue<i>` Int32 variables (`ns=1;i=1001+i`), 1..=10,000. The contract is 100.
     pub benchmark_value_count: u32,
+    /// Sampling-capacity contract (`uaring serve --counters N`): N UInt64 variables
+    /// `ns=1;i=1..N` (`Counter<i>`) that increment on every sample or read, minimum sampling
+    /// interval 1 ms. A separate mode: when N > 0 the BenchmarkValue and BenchmarkArray
+    /// variables are not built (their ids would collide). 0 = off; at most 1,000,000.
+    pub counters: u32,
 }
 
 impl Default for ApplicationConfig {
@@ -86,6 +98,7 @@ impl Default for ApplicationConfig {
             benchmark_array_sizes: vec![10, 100, 1000],
             demo_namespace: true,
             benchmark_value_count: 100,
+            counters: 0,
         }
     }
 }
@@ -108,6 +121,9 @@ impl ApplicationConfig {
         }
         if self.benchmark_value_count == 0 || self.benchmark_value_count > 10_000 {
             return Err("application.benchmark_value_count must be 1..=10000".into());
+        }
+        if self.counters > 1_000_000 {
+            return Err("application.counters must be 0..=1000000".into());
         }
         if self.benchmark_array_sizes.len() > 1000 {
             return Err("application.benchmark_array_sizes has more than 1000 entries".into());
@@ -229,6 +245,49 @@ impl OperationLimits {
             return Err(
                 "operation_limits.min_supported_sample_rate_ms must be a positive number".into(),
             );
+        }
+        Ok(())
+    }
+}
+
+/// Events (docs/Events.md): the Demo event generator, the cross-shard event bus and the
+/// EventFilter limits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventConfig {
+    /// Demo events (`DemoEventType`, source `Demo.Events`) per second, generated on shard 0
+    /// only. `0` = off. At most 1,000,000. Ignored without the Demo folder. Default 1.
+    pub demo_rate_per_s: f64,
+    /// Events kept in the cross-shard broadcast ring (slots). A shard that falls further
+    /// behind than this misses the oldest ones (counted). 16..=1,048,576. Default 4096.
+    pub bus_capacity: u32,
+    /// Most ContentFilterElements in one EventFilter where clause (more: the filter is
+    /// BadEventFilterInvalid). 1..=1024. Default 64.
+    pub max_event_filter_elements: u32,
+    /// Most select clauses in one EventFilter (more: BadEventFilterInvalid). 1..=1024.
+    /// Default 64.
+    pub max_select_clauses: u32,
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        EventConfig { demo_rate_per_s: 1.0, bus_capacity: 4096, max_event_filter_elements: 64, max_select_clauses: 64 }
+    }
+}
+
+impl EventConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !(self.demo_rate_per_s.is_finite() && (0.0..=1_000_000.0).contains(&self.demo_rate_per_s)) {
+            return Err("events.demo_rate_per_s must be 0..=1000000 (0 = off)".into());
+        }
+        if !(16..=1_048_576).contains(&self.bus_capacity) {
+            return Err("events.bus_capacity must be 16..=1048576".into());
+        }
+        if !(1..=1024).contains(&self.max_event_filter_elements) {
+            return Err("events.max_event_filter_elements must be 1..=1024".into());
+        }
+        if !(1..=1024).contains(&self.max_select_clauses) {
+            return Err("events.max_select_clauses must be 1..=1024".into());
         }
         Ok(())
     }

@@ -124,6 +124,8 @@ struct State {
     session_activated: bool,
     /// Since when a partly received chunk has been buffered.
     partial_since_ns: Option<u64>,
+    /// Deferred responses taken from the host, reused.
+    deferred: Vec<(u32, Response)>,
 }
 
 /// One accepted TCP connection. See the module documentation.
@@ -172,6 +174,7 @@ impl ServerConnection {
                 channel_to_report: None,
                 session_activated: false,
                 partial_since_ns: None,
+                deferred: Vec::new(),
             },
         }
     }
@@ -227,7 +230,37 @@ impl ServerConnection {
             }
         }
         self.st.partial_since_ns = if self.reader.buffered() > 0 { Some(self.st.partial_since_ns.unwrap_or(now.mono_ns)) } else { None };
-        ConnStatus::Open
+        // Publish requests answered while this input was handled go out with it.
+        self.flush_deferred(host, now, out)
+    }
+
+    /// Sends the responses the host has ready for this connection's channel (queued Publish
+    /// requests answered by a publishing cycle). The runtime calls it for the channels
+    /// `ShardState::take_ready_channels` names; `on_recv` calls it itself.
+    pub fn flush_deferred<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let State { phase, negotiated, body_out, deferred, .. } = &mut self.st;
+        let Phase::Open(c) = phase else {
+            return if matches!(phase, Phase::Closed) { ConnStatus::Close } else { ConnStatus::Open };
+        };
+        let Some(negotiated) = *negotiated else { return ConnStatus::Open };
+        host.take_deferred(c.id, deferred);
+        if deferred.is_empty() {
+            return ConnStatus::Open;
+        }
+        let mut failure = None;
+        for (request_id, response) in deferred.drain(..) {
+            if failure.is_some() {
+                continue;
+            }
+            let handle = response.response_header().request_handle;
+            if let Err(f) = send_response(c, body_out, &negotiated, request_id, &response, handle, now, out) {
+                failure = Some(f);
+            }
+        }
+        match failure {
+            Some(f) => self.close_with(host, f, out),
+            None => ConnStatus::Open,
+        }
     }
 
     /// The earliest monotonic time (ns) at which [`ServerConnection::on_timer`] has work.
@@ -589,7 +622,11 @@ impl State {
                         peer: *peer,
                         endpoint_url: endpoint_url.as_str(),
                     };
-                    (handle, host.dispatch(&ctx, req, now), is_activate)
+                    match host.dispatch_deferrable(&ctx, req, request_id, now) {
+                        Some(r) => (handle, r, is_activate),
+                        // Answered later (a queued Publish): see `flush_deferred`.
+                        None => return Ok(Step::Continue),
+                    }
                 }
             }
         };

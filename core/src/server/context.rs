@@ -50,4 +50,16 @@ pub trait ConnectionHost {
     /// Runs one service request. Never called with OpenSecureChannel or
     /// CloseSecureChannel (the connection handles those).
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response;
+    /// Runs one service request that may be answered later (Publish): `None` means the
+    /// response will come through [`ConnectionHost::take_deferred`] for this channel, with
+    /// `request_id`. The default answers every request at once.
+    fn dispatch_deferrable(&mut self, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+        let _ = request_id;
+        Some(self.dispatch(ctx, request, now))
+    }
+    /// Responses that became ready for `channel_id` since the last call: (request id,
+    /// response), in order.
+    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Response)>) {
+        let _ = (channel_id, into);
+    }
 }

@@ -52,6 +52,7 @@ use crate::generated::types::{ApplicationDescription, ReferenceDescription};
 use crate::secure_channel::SecurityProvider;
 use crate::server::context::{ConnectionHost, RequestContext};
 use crate::server::shared::ServerShared;
+use crate::subscription::SubscriptionEngine;
 use crate::time::Now;
 use crate::transport::TransportLimits;
 use crate::types::{ByteString, Guid, Identifier, NodeId, StatusCode, UaString};
@@ -162,7 +163,7 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// A handle to a session of this shard: pool slot plus the slot's generation, so a handle
 /// kept across a close never reaches the slot's next session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SessionKey {
     slot: u32,
     generation: u32,
@@ -340,6 +341,7 @@ pub struct ShardState {
     live_sessions: usize,
     max_sessions: usize,
     deadlines: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    subscriptions: SubscriptionEngine,
 }
 
 impl ShardState {
@@ -352,7 +354,6 @@ impl ShardState {
         assert!(shard_index < MAX_SHARDS, "shard index {shard_index} >= {MAX_SHARDS}");
         let max_sessions = (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
         ShardState {
-            shared,
             shard_index,
             transport: TransportLimits::default(),
             security: SecurityProvider::none_only(),
@@ -363,6 +364,8 @@ impl ShardState {
             live_sessions: 0,
             max_sessions,
             deadlines: BinaryHeap::with_capacity(2 * max_sessions + 1),
+            subscriptions: SubscriptionEngine::new(shared.config.subscriptions.clone(), shard_index),
+            shared,
         }
     }
 
@@ -425,11 +428,37 @@ impl ShardState {
     /// The earliest monotonic time (ns) at which [`ShardState::on_timer`] has work; it may
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.deadlines.peek().map(|Reverse((d, _, _))| *d)
+        let s = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
+        match (s, self.subscriptions.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The subscriptions of this shard.
+    pub fn subscriptions(&self) -> &SubscriptionEngine {
+        &self.subscriptions
+    }
+
+    /// The subscriptions and the shared server state, borrowed together.
+    pub fn subscriptions_mut(&mut self) -> (&mut SubscriptionEngine, &ServerShared) {
+        (&mut self.subscriptions, &self.shared)
+    }
+
+    /// Secure channels with Publish responses ready to send (each listed once until its
+    /// responses are taken with [`ConnectionHost::take_deferred`]).
+    pub fn take_ready_channels(&mut self, into: &mut Vec<u32>) {
+        self.subscriptions.take_ready_channels(into);
+    }
+
+    /// Runs due timers: session timeouts, sampling and publishing cycles.
+    pub fn on_timer(&mut self, now: Now) {
+        self.subscriptions.on_timer(&self.shared.address_space, now);
+        self.on_session_timer(now);
     }
 
     /// Closes every session whose timeout passed unused by `now`.
-    pub fn on_timer(&mut self, now: Now) {
+    fn on_session_timer(&mut self, now: Now) {
         while let Some(&Reverse((deadline, slot, generation))) = self.deadlines.peek() {
             if deadline > now.mono_ns {
                 break;
@@ -452,6 +481,7 @@ impl ShardState {
     /// The secure channel `channel_id` closed: its sessions become unbound. They survive
     /// until their timeout, so the client can activate them on a new channel.
     pub fn on_channel_closed(&mut self, channel_id: u32) {
+        self.subscriptions.on_channel_closed(channel_id);
         // One pass over the pool; a channel close is rare compared to requests.
         for s in self.slots.iter_mut() {
             if let Some(session) = &mut s.session {
@@ -598,13 +628,21 @@ impl ShardState {
         Some((&self.shared, s.session.as_mut()?))
     }
 
-    /// Closes a session: its continuation points are released and its slot freed.
+    /// Closes a session: its continuation points are released and its slot freed; its
+    /// subscriptions stay (orphaned) until their lifetime ends or a transfer takes them.
     /// Returns false when the key no longer names a session.
     pub fn remove_session(&mut self, key: SessionKey) -> bool {
+        self.close_session(key, false)
+    }
+
+    /// Closes a session; `delete_subscriptions` as in CloseSession.
+    pub fn close_session(&mut self, key: SessionKey, delete_subscriptions: bool) -> bool {
         let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
         if s.generation != key.generation || s.session.is_none() {
             return false;
         }
+        self.subscriptions.on_session_closed(key, delete_subscriptions);
+        let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
         s.session = None;
         self.free_slots.push(key.slot);
         self.live_sessions -= 1;
@@ -639,6 +677,12 @@ impl ConnectionHost for ShardState {
     }
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
         crate::services::dispatch(self, ctx, request, now)
+    }
+    fn dispatch_deferrable(&mut self, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+        crate::services::dispatch_deferrable(self, ctx, request, request_id, now)
+    }
+    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Response)>) {
+        self.subscriptions.take_responses(channel_id, into);
     }
 }
 

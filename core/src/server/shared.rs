@@ -17,6 +17,8 @@ pub struct ServerShared {
     pub start_time: DateTime,
     /// Monotonic nanoseconds at the start.
     pub start_mono_ns: u64,
+    /// Events: the cross-shard event bus, the Demo alarm, EventIds (docs/Events.md).
+    pub events: crate::events::ServerEvents,
 }
 
 impl ServerShared {
@@ -24,11 +26,13 @@ impl ServerShared {
     pub fn new(config: ServerConfig, now: Now) -> Result<Arc<ServerShared>, String> {
         config.validate()?;
         let address_space = build::build(&config, now)?;
+        let events = crate::events::ServerEvents::new(&config, &address_space, now.utc);
         Ok(Arc::new(ServerShared {
             config,
             address_space,
             start_time: now.utc,
             start_mono_ns: now.mono_ns,
+            events,
         }))
     }
 }

@@ -403,6 +403,7 @@ pub fn read_attribute(
             match &v.value {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
+                ValueSource::Counter(c) => crate::address_space::counter_value(c, now),
             }
         }
         ClassAttributes::VariableType(v) => DataValue::new(v.value.clone()),
@@ -559,7 +560,7 @@ pub fn write_attribute(
     }
     let cell = match &var.value {
         ValueSource::Cell(c) => c,
-        ValueSource::Dynamic(_) => return StatusCode::BadNotWritable,
+        ValueSource::Dynamic(_) | ValueSource::Counter(_) => return StatusCode::BadNotWritable,
     };
     let range = match NumericRange::parse(index_range) {
         Ok(r) => r,

@@ -14,7 +14,9 @@
 pub mod attribute;
 pub mod discovery;
 pub mod identity;
+pub mod method;
 pub mod session;
+pub mod subscription_methods;
 pub mod view;
 
 use crate::generated::messages::{Request, Response};

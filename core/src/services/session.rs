@@ -137,23 +137,26 @@ pub fn activate_session(
     session.locale_ids = req.locale_ids.clone();
     session.server_nonce = ByteString::from(crate::random::bytes(SERVER_NONCE_LEN));
     session.touch(now);
+    let server_nonce = session.server_nonce.clone();
+    // Publish requests queued on a previous channel can no longer be answered.
+    shard.subscriptions_mut().0.on_session_rebound(key, ctx.channel_id);
     Response::ActivateSession(Box::new(ActivateSessionResponse {
         response_header: response_header(handle, now),
-        server_nonce: session.server_nonce.clone(),
+        server_nonce,
         results: Vec::new(),
         diagnostic_infos: Vec::new(),
     }))
 }
 
 /// CloseSession for a session already validated by the dispatcher (live, on this channel).
-/// Its continuation points are released with it. `deleteSubscriptions` has nothing to act on
-/// until subscriptions exist on this shard.
+/// Its continuation points are released with it; its subscriptions are deleted when
+/// `deleteSubscriptions` is set, otherwise they stay for a TransferSubscriptions until their
+/// lifetime ends.
 pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSessionRequest, now: Now) -> Response {
-    let _ = req.delete_subscriptions;
     if let Some(s) = shard.session_mut(key) {
         s.release_continuation_points();
     }
-    shard.remove_session(key);
+    shard.close_session(key, req.delete_subscriptions);
     Response::CloseSession(Box::new(CloseSessionResponse {
         response_header: response_header(req.request_header.request_handle, now),
     }))

@@ -1,6 +1,7 @@
 //! Building the address space: the builder, namespace 0 from the generated NodeSet, the
 //! live Server object and namespace 1.
 
+pub mod counters;
 pub mod ns0;
 pub mod ns1;
 pub mod server_object;
@@ -28,6 +29,7 @@ pub fn build(config: &ServerConfig, now: Now) -> Result<AddressSpace, String> {
     ns0::add_namespace0(&mut b)?;
     server_object::install(&mut b, config, &info, &uris);
     ns1::add_namespace1(&mut b, config, now.utc)?;
+    counters::add_counters(&mut b, config.application.counters)?;
     Ok(b.finish())
 }
 

@@ -9,6 +9,8 @@
 //!   `Demo/ReadOnly` `Demo.ReadOnly.Int32`,
 //!   `Demo/Dynamic` `Demo.Dynamic.Counter` (UInt32, +1 every 100 ms, computed from time)
 //!   and `Demo.Dynamic.Sine` (Double, period 10 s).
+//! * Under `Demo` (EventNotifier SubscribeToEvents): `Demo.Events` (event source), the alarm
+//!   `Demo.Events.Alarm`, `DemoEventType` and `Demo.Methods` — see [`crate::events::nodes`].
 
 use super::AddressSpaceBuilder;
 use crate::address_space::value::ValueCell;
@@ -103,7 +105,7 @@ pub fn variable(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn make_variable(
+pub(crate) fn make_variable(
     node_id: NodeId,
     browse_name: QualifiedName,
     data_type: NodeId,
@@ -199,7 +201,10 @@ pub fn add_namespace1(
     };
 
     // The benchmark contract.
-    for i in 0..app.benchmark_value_count {
+    // Counters mode is a separate contract: its ns=1;i=1..N would collide with these.
+    let contract_values = if app.counters > 0 { 0 } else { app.benchmark_value_count };
+    let contract_arrays: &[u32] = if app.counters > 0 { &[] } else { &app.benchmark_array_sizes };
+    for i in 0..contract_values {
         b.add(variable(
             NodeId::numeric(1, BENCHMARK_VALUE_FIRST_ID + i),
             QualifiedName::new(1, &format!("BenchmarkValue{i}")),
@@ -212,7 +217,7 @@ pub fn add_namespace1(
             Some((objects.clone(), ids::ORGANIZES)),
         ))?;
     }
-    for (k, &n) in app.benchmark_array_sizes.iter().enumerate() {
+    for (k, &n) in contract_arrays.iter().enumerate() {
         let values: Vec<Variant> = (0..n).map(|j| Variant::Int32((j % 1000) as i32)).collect();
         let value = Variant::array(BuiltinType::Int32, values).ok_or("benchmark array")?;
         b.add(variable(
@@ -309,5 +314,8 @@ pub fn add_namespace1(
         0.0,
         Some((s("Demo.Dynamic"), ids::HAS_COMPONENT)),
     ))?;
+    // Events, the Demo alarm and the Demo methods (crate::events::nodes); also makes Demo
+    // an event notifier.
+    crate::events::nodes::add_event_nodes(b, start)?;
     Ok(())
 }

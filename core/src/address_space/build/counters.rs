@@ -1,0 +1,40 @@
+//! The sampling-capacity contract (`uaring serve --counters N`): N UInt64 variables
+//! `ns=1;i=1..N`, BrowseName `Counter<i>`, organized under Objects, whose value increments
+//! on every sample or read ([`crate::address_space::ValueSource::Counter`]). Minimum sampling
+//! interval 1 ms. A client checks the sampling rate from the value deltas and source
+//! timestamps, so a queue of one is enough to measure it.
+
+use std::sync::atomic::AtomicU64;
+
+use super::ns1::make_variable;
+use super::AddressSpaceBuilder;
+use crate::address_space::{ids, ValueSource};
+use crate::types::{BuiltinType, NodeId, QualifiedName};
+
+/// The counters' AccessLevel: CurrentRead only.
+const READ_ONLY: u8 = 0x01;
+/// Their MinimumSamplingInterval, ms.
+pub const COUNTER_MIN_SAMPLING_MS: f64 = 1.0;
+
+/// Adds `n` counters (none when `n == 0`).
+pub fn add_counters(b: &mut AddressSpaceBuilder, n: u32) -> Result<(), String> {
+    if n == 0 {
+        return Ok(());
+    }
+    b.reserve(n as usize);
+    let objects = NodeId::ns0(ids::OBJECTS_FOLDER);
+    for i in 1..=n {
+        b.add(make_variable(
+            NodeId::numeric(1, i),
+            QualifiedName::new(1, &format!("Counter{i}")),
+            NodeId::ns0(BuiltinType::UInt64 as u32),
+            -1,
+            Vec::new(),
+            ValueSource::Counter(AtomicU64::new(0)),
+            READ_ONLY,
+            COUNTER_MIN_SAMPLING_MS,
+            Some((objects.clone(), ids::ORGANIZES)),
+        ))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! Events and conditions (Part 4 §7.22.3, Part 5 §6.4, Part 9), sans-IO like the rest of core.
+//!
+//! * [`Event`]: one event occurrence. The BaseEventType fields are members; type-specific
+//!   fields (the condition's states, the Demo event's `Sequence`, the audit fields) are
+//!   `(browse path, value)` pairs. A field is addressed the way a SimpleAttributeOperand
+//!   names it: (type definition, browse path, attribute). The event carries its type's
+//!   supertype chain, so "is this event of type T" needs no address-space walk.
+//! * [`filter`]: EventFilter compile (per-clause results) and evaluation.
+//! * [`bus`]: the bounded lock-free broadcast ring that carries events from the shard that
+//!   raised them to every shard.
+//! * [`condition`]: the Demo alarm (AlarmConditionType), its shared lock-free state,
+//!   Acknowledge / Confirm, and the ConditionRefresh event sequence.
+//! * [`demo`]: the Demo event generator (a pure function of time, run on shard 0 only) and
+//!   the session-created / session-closed events.
+//! * [`nodes`]: the namespace-1 nodes of all this (called from the ns1 builder).
+//!
+//! See docs/Events.md.
+
+pub mod bus;
+pub mod condition;
+pub mod demo;
+pub mod filter;
+pub mod nodes;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::address_space::AddressSpace;
+use crate::generated::attribute_ids;
+use crate::server::config::ServerConfig;
+use crate::types::{ByteString, DateTime, LocalizedText, NodeId, QualifiedName, UaString, Variant};
+
+pub use bus::{EventBus, EventCursor};
+pub use condition::DemoAlarm;
+pub use demo::DemoEventGenerator;
+pub use filter::{compile, CompiledEventFilter};
+
+/// Namespace-0 ids of the event and condition types and methods used here.
+pub mod ids {
+    pub const BASE_EVENT_TYPE: u32 = 2041;
+    pub const AUDIT_EVENT_TYPE: u32 = 2052;
+    pub const AUDIT_SESSION_EVENT_TYPE: u32 = 2069;
+    pub const AUDIT_CREATE_SESSION_EVENT_TYPE: u32 = 2071;
+    pub const SYSTEM_EVENT_TYPE: u32 = 2130;
+    pub const CONDITION_TYPE: u32 = 2782;
+    pub const REFRESH_START_EVENT_TYPE: u32 = 2787;
+    pub const REFRESH_END_EVENT_TYPE: u32 = 2788;
+    pub const ACKNOWLEDGEABLE_CONDITION_TYPE: u32 = 2881;
+    pub const ALARM_CONDITION_TYPE: u32 = 2915;
+    pub const PROCESS_CONDITION_CLASS_TYPE: u32 = 11164;
+    pub const HAS_EVENT_SOURCE: u32 = 36;
+    pub const HAS_MODELLING_RULE: u32 = 37;
+    pub const HAS_NOTIFIER: u32 = 48;
+    pub const MODELLING_RULE_MANDATORY: u32 = 78;
+    pub const TWO_STATE_VARIABLE_TYPE: u32 = 8995;
+    pub const CONDITION_VARIABLE_TYPE: u32 = 9002;
+    pub const HAS_CONDITION: u32 = 9006;
+    pub const ARGUMENT: u32 = 296;
+    pub const DURATION: u32 = 290;
+    pub const UTC_TIME: u32 = 294;
+    pub const SERVER: u32 = 2253;
+    /// Methods.
+    pub const CONDITION_REFRESH: u32 = 3875;
+    pub const CONDITION_REFRESH2: u32 = 12912;
+    pub const ACKNOWLEDGE: u32 = 9111;
+    pub const CONFIRM: u32 = 9113;
+    pub const GET_MONITORED_ITEMS: u32 = 11492;
+    pub const RESEND_DATA: u32 = 12873;
+}
+
+/// The BaseEventType field names (browse names in namespace 0).
+pub mod base_fields {
+    pub const EVENT_ID: &str = "EventId";
+    pub const EVENT_TYPE: &str = "EventType";
+    pub const SOURCE_NODE: &str = "SourceNode";
+    pub const SOURCE_NAME: &str = "SourceName";
+    pub const TIME: &str = "Time";
+    pub const RECEIVE_TIME: &str = "ReceiveTime";
+    pub const MESSAGE: &str = "Message";
+    pub const SEVERITY: &str = "Severity";
+}
+
+/// Length of an EventId, bytes.
+pub const EVENT_ID_LEN: usize = 16;
+
+/// One type-specific event field: its browse path from the event type and its value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventField {
+    pub path: Vec<QualifiedName>,
+    pub value: Variant,
+}
+
+impl EventField {
+    /// A field whose path is namespace-0 names separated by `/` (e.g. `AckedState/Id`).
+    pub fn ns0(path: &str, value: Variant) -> EventField {
+        EventField { path: path.split('/').map(|p| QualifiedName::new(0, p)).collect(), value }
+    }
+}
+
+/// One event occurrence. Cheap to share: the bus holds it in an `Arc`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// Unique, [`EVENT_ID_LEN`] bytes (see [`EventIdSource`]).
+    pub event_id: ByteString,
+    /// The event type node.
+    pub event_type: NodeId,
+    /// `event_type` and its supertypes up to BaseEventType, most derived first.
+    pub type_chain: Arc<[NodeId]>,
+    pub source_node: NodeId,
+    pub source_name: UaString,
+    pub time: DateTime,
+    pub receive_time: DateTime,
+    pub message: LocalizedText,
+    /// 1..=1000.
+    pub severity: u16,
+    /// The condition node (ConditionId: empty browse path, NodeId attribute) for condition
+    /// events.
+    pub condition_id: Option<NodeId>,
+    /// Type-specific fields.
+    pub fields: Vec<EventField>,
+    /// The notifier nodes this event is reported on: always the Server object, plus the
+    /// notifiers above the source (e.g. `Demo`, `Demo.Events`).
+    pub notifiers: Vec<NodeId>,
+}
+
+impl Event {
+    /// Is the event of type `t` or a subtype of it?
+    pub fn is_of_type(&self, t: &NodeId) -> bool {
+        self.type_chain.iter().any(|x| x == t)
+    }
+
+    /// Is the event reported on this notifier (an Object or View with SubscribeToEvents)?
+    /// This is the check an event monitored item on `notifier` makes before its filter.
+    pub fn is_reported_on(&self, notifier: &NodeId) -> bool {
+        self.notifiers.iter().any(|n| n == notifier)
+    }
+
+    /// The value of a field as a SimpleAttributeOperand selects it (Part 4 §7.7.4.5):
+    /// `Variant::Empty` when the event is not of `type_definition` (BaseEventType or a null
+    /// id match every event), the path names no field of this event, or the attribute is
+    /// neither Value nor (for the ConditionId, empty path) NodeId.
+    pub fn field(&self, type_definition: &NodeId, path: &[QualifiedName], attribute_id: u32) -> Variant {
+        if !type_definition.is_null()
+            && type_definition.as_ns0() != Some(ids::BASE_EVENT_TYPE)
+            && !self.is_of_type(type_definition)
+        {
+            return Variant::Empty;
+        }
+        if path.is_empty() {
+            return match (attribute_id, &self.condition_id) {
+                (attribute_ids::NodeId, Some(c)) => Variant::NodeId(Box::new(c.clone())),
+                _ => Variant::Empty,
+            };
+        }
+        if attribute_id != attribute_ids::Value {
+            return Variant::Empty;
+        }
+        if let [one] = path {
+            if one.namespace_index == 0 {
+                let base = match one.name.as_str() {
+                    base_fields::EVENT_ID => Some(Variant::ByteString(self.event_id.clone())),
+                    base_fields::EVENT_TYPE => Some(Variant::NodeId(Box::new(self.event_type.clone()))),
+                    base_fields::SOURCE_NODE => Some(Variant::NodeId(Box::new(self.source_node.clone()))),
+                    base_fields::SOURCE_NAME => Some(Variant::String(self.source_name.clone())),
+                    base_fields::TIME => Some(Variant::DateTime(self.time)),
+                    base_fields::RECEIVE_TIME => Some(Variant::DateTime(self.receive_time)),
+                    base_fields::MESSAGE => Some(Variant::LocalizedText(Box::new(self.message.clone()))),
+                    base_fields::SEVERITY => Some(Variant::UInt16(self.severity)),
+                    _ => None,
+                };
+                if let Some(v) = base {
+                    return v;
+                }
+            }
+        }
+        self.fields.iter().find(|f| f.path == path).map(|f| f.value.clone()).unwrap_or(Variant::Empty)
+    }
+
+    /// A type-specific field by its `/`-separated namespace-0 path (tests, conditions).
+    pub fn field_ns0(&self, path: &str) -> Variant {
+        let p: Vec<QualifiedName> = path.split('/').map(|s| QualifiedName::new(0, s)).collect();
+        self.field(&NodeId::NULL, &p, attribute_ids::Value)
+    }
+}
+
+/// EventIds unique across the server without a syscall per event: an 8-byte random prefix
+/// chosen at start (OS CSPRNG) followed by a global 64-bit counter (one relaxed
+/// `fetch_add`; raising events is rare next to reading them).
+#[derive(Debug)]
+pub struct EventIdSource {
+    prefix: [u8; 8],
+    counter: AtomicU64,
+}
+
+impl EventIdSource {
+    pub fn new() -> EventIdSource {
+        let mut prefix = [0u8; 8];
+        crate::random::fill(&mut prefix);
+        EventIdSource { prefix, counter: AtomicU64::new(1) }
+    }
+
+    /// A fresh EventId.
+    pub fn next(&self) -> ByteString {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut b = Vec::with_capacity(EVENT_ID_LEN);
+        b.extend_from_slice(&self.prefix);
+        b.extend_from_slice(&n.to_be_bytes());
+        ByteString::from(b)
+    }
+}
+
+impl Default for EventIdSource {
+    fn default() -> Self {
+        EventIdSource::new()
+    }
+}
+
+/// `t` and its supertypes (most derived first), walked through the address space (at most
+/// 32 levels). An unknown `t` gives `[t, BaseEventType]` so BaseEventType selections
+/// still work.
+pub fn type_chain(space: &AddressSpace, t: &NodeId) -> Arc<[NodeId]> {
+    let mut chain = vec![t.clone()];
+    let mut cur = t.clone();
+    for _ in 0..32 {
+        match space.supertype_of(&cur) {
+            Some(p) => {
+                chain.push(p.clone());
+                cur = p.clone();
+            }
+            None => break,
+        }
+    }
+    let base = NodeId::ns0(ids::BASE_EVENT_TYPE);
+    if !chain.contains(&base) {
+        chain.push(base);
+    }
+    chain.into()
+}
+
+/// The event types this server raises, their chains computed once at start.
+#[derive(Debug)]
+pub struct TypeChains {
+    pub base: Arc<[NodeId]>,
+    pub demo: Arc<[NodeId]>,
+    pub alarm: Arc<[NodeId]>,
+    pub refresh_start: Arc<[NodeId]>,
+    pub refresh_end: Arc<[NodeId]>,
+    pub audit_create_session: Arc<[NodeId]>,
+    pub audit_session: Arc<[NodeId]>,
+}
+
+impl TypeChains {
+    pub fn new(space: &AddressSpace) -> TypeChains {
+        let c = |id: u32| type_chain(space, &NodeId::ns0(id));
+        TypeChains {
+            base: c(ids::BASE_EVENT_TYPE),
+            demo: type_chain(space, &nodes::demo_event_type()),
+            alarm: c(ids::ALARM_CONDITION_TYPE),
+            refresh_start: c(ids::REFRESH_START_EVENT_TYPE),
+            refresh_end: c(ids::REFRESH_END_EVENT_TYPE),
+            audit_create_session: c(ids::AUDIT_CREATE_SESSION_EVENT_TYPE),
+            audit_session: c(ids::AUDIT_SESSION_EVENT_TYPE),
+        }
+    }
+}
+
+/// Everything about events the shards share (`ServerShared::events`): the bus, the Demo
+/// alarm, the EventId source and the type chains. Lock-free throughout.
+#[derive(Debug)]
+pub struct ServerEvents {
+    /// The cross-shard broadcast ring.
+    pub bus: EventBus,
+    /// The Demo alarm; `None` without the Demo folder.
+    pub alarm: Option<DemoAlarm>,
+    pub ids: EventIdSource,
+    pub chains: TypeChains,
+    /// The Demo folder exists (Demo events have a source).
+    pub demo_namespace: bool,
+    /// `events.demo_rate_per_s`.
+    pub demo_rate_per_s: f64,
+}
+
+impl ServerEvents {
+    /// Built after the address space (the alarm's initial state is in its value cells).
+    pub fn new(config: &ServerConfig, space: &AddressSpace, start: DateTime) -> ServerEvents {
+        let ids = EventIdSource::new();
+        let chains = TypeChains::new(space);
+        let demo_namespace = config.application.demo_namespace && space.node(&nodes::alarm_id()).is_some();
+        let alarm = demo_namespace.then(|| DemoAlarm::new(&ids, start));
+        let events = ServerEvents {
+            bus: EventBus::new(config.events.bus_capacity as usize),
+            alarm,
+            ids,
+            chains,
+            demo_namespace,
+            demo_rate_per_s: config.events.demo_rate_per_s,
+        };
+        events.store_alarm_cells(space);
+        events
+    }
+}
+
+/// The notifiers of events whose source is `Demo.Events`: the Server object, `Demo` and
+/// `Demo.Events`.
+pub fn demo_notifiers() -> Vec<NodeId> {
+    vec![NodeId::ns0(ids::SERVER), nodes::demo_folder_id(), nodes::demo_events_id()]
+}

@@ -1,0 +1,356 @@
+//! The Method service set: Call (Part 4 §5.11.2).
+//!
+//! Request level: no methods → `BadNothingToDo`; more than
+//! `operation_limits.max_nodes_per_method_call` → `BadTooManyOperations` (ServiceFault).
+//!
+//! Per CallMethodRequest, in this order:
+//! 1. objectId null → `BadNodeIdInvalid`; unknown → `BadNodeIdUnknown`; not an Object or
+//!    ObjectType → `BadNodeIdInvalid`.
+//! 2. methodId null, unknown or not a Method → `BadMethodInvalid`; the method must be a
+//!    HasComponent (or subtype) target of the object, of its type definition or of a
+//!    supertype of that (for an ObjectType: of the type itself) → else `BadMethodInvalid`.
+//! 3. Executable false → `BadNotExecutable`; a method that needs write access (Acknowledge,
+//!    Confirm, GenerateEvent) called by a read-only user → `BadUserAccessDenied`; a method
+//!    of namespace 0 this server does not implement → `BadNotImplemented`.
+//! 4. Fewer input arguments than declared → `BadArgumentsMissing`; more →
+//!    `BadTooManyArguments`; a wrong type (no conversion: a Double argument needs a Double)
+//!    or a value out of range → `BadInvalidArgument` with one status per argument in
+//!    `inputArgumentResults` (`BadTypeMismatch`, `BadOutOfRange`, Good). Variant Null is
+//!    accepted for String, ByteString, LocalizedText and NodeId arguments (as null) and for
+//!    arrays (as empty), never for numbers.
+//! 5. The method runs; its own statuses (e.g. `BadEventIdUnknown`) are the result.
+//!
+//! `inputArgumentResults` has one entry per argument once the count is right, else none.
+//!
+//! Methods: `Demo.Methods.Add(a, b: Double) → Double`, `Sum(values: Double[]) → Double`,
+//! `GenerateEvent(Message: String, Severity: UInt16)` (publishes a DemoEventType event),
+//! Acknowledge (i=9111) / Confirm (i=9113) on the Demo alarm (or its own instance method
+//! nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
+//! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
+//! `services::subscription_methods`.
+
+use crate::address_space::{ids as ns0, AddressSpace, ClassAttributes, Node, NodeClass};
+use crate::events::condition::{ConditionAction, MAX_COMMENT_CHARS};
+use crate::events::nodes::{self, ArgSpec};
+use crate::events::{demo, ids};
+use crate::generated::messages::Response;
+use crate::generated::types::{CallMethodRequest, CallMethodResult, CallRequest, CallResponse};
+use crate::secure_channel::UserAccess;
+use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::services::{fault, identity, response_header, subscription_methods};
+use crate::time::Now;
+use crate::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
+
+/// Reference type HasOrderedComponent (a subtype of HasComponent).
+const HAS_ORDERED_COMPONENT: u32 = 49;
+/// Longest Message of GenerateEvent, characters.
+pub const MAX_MESSAGE_CHARS: usize = 4096;
+
+/// The methods this server implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MethodKind {
+    Add,
+    Sum,
+    GenerateEvent,
+    Acknowledge,
+    Confirm,
+    ConditionRefresh,
+    ConditionRefresh2,
+    GetMonitoredItems,
+    ResendData,
+}
+
+impl MethodKind {
+    fn of(method_id: &NodeId) -> Option<MethodKind> {
+        if let Some(n) = method_id.as_ns0() {
+            return Some(match n {
+                ids::ACKNOWLEDGE => MethodKind::Acknowledge,
+                ids::CONFIRM => MethodKind::Confirm,
+                ids::CONDITION_REFRESH => MethodKind::ConditionRefresh,
+                ids::CONDITION_REFRESH2 => MethodKind::ConditionRefresh2,
+                ids::GET_MONITORED_ITEMS => MethodKind::GetMonitoredItems,
+                ids::RESEND_DATA => MethodKind::ResendData,
+                _ => return None,
+            });
+        }
+        let table = [
+            (nodes::add_method_id(), MethodKind::Add),
+            (nodes::sum_method_id(), MethodKind::Sum),
+            (nodes::generate_event_method_id(), MethodKind::GenerateEvent),
+            (nodes::alarm_acknowledge_id(), MethodKind::Acknowledge),
+            (nodes::alarm_confirm_id(), MethodKind::Confirm),
+        ];
+        table.into_iter().find(|(id, _)| id == method_id).map(|(_, k)| k)
+    }
+
+    fn inputs(self) -> &'static [ArgSpec] {
+        match self {
+            MethodKind::Add => nodes::ADD_IN,
+            MethodKind::Sum => nodes::SUM_IN,
+            MethodKind::GenerateEvent => nodes::GENERATE_EVENT_IN,
+            MethodKind::Acknowledge | MethodKind::Confirm => nodes::ACK_IN,
+            MethodKind::ConditionRefresh | MethodKind::GetMonitoredItems | MethodKind::ResendData => {
+                nodes::SUBSCRIPTION_ID_IN
+            }
+            MethodKind::ConditionRefresh2 => nodes::REFRESH2_IN,
+        }
+    }
+
+    /// Does the method change server state (a read-only user may not call it)?
+    fn needs_write(self) -> bool {
+        matches!(self, MethodKind::GenerateEvent | MethodKind::Acknowledge | MethodKind::Confirm)
+    }
+}
+
+/// Answers a Call request for the session `key`.
+pub fn call(shard: &mut ShardState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let n = req.methods_to_call.len();
+    if n == 0 {
+        return fault(handle, StatusCode::BadNothingToDo, now);
+    }
+    if n > shard.shared().config.operation_limits.max_nodes_per_method_call as usize {
+        return fault(handle, StatusCode::BadTooManyOperations, now);
+    }
+    let access = session_access(shard, key);
+    let user = client_user_id(shard, key);
+    let results = req.methods_to_call.iter().map(|m| call_one(shard, key, access, &user, m, now)).collect();
+    Response::Call(Box::new(CallResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+fn session_access(shard: &ShardState, key: SessionKey) -> UserAccess {
+    match shard.session(key).and_then(|s| s.identity.as_ref()) {
+        Some(id) => identity::access_of(shard, id),
+        None => UserAccess::Read,
+    }
+}
+
+/// ClientUserId for condition comments: the user name or certificate CN; empty when
+/// anonymous.
+fn client_user_id(shard: &ShardState, key: SessionKey) -> String {
+    match shard.session(key).and_then(|s| s.identity.as_ref()) {
+        Some(UserIdentity::UserName { user, .. }) | Some(UserIdentity::Certificate { user, .. }) => user.clone(),
+        _ => String::new(),
+    }
+}
+
+fn status_only(status: StatusCode) -> CallMethodResult {
+    CallMethodResult { status_code: status, ..Default::default() }
+}
+
+fn is_component_ref(space: &AddressSpace, r: &crate::address_space::Reference) -> bool {
+    r.is_forward
+        && match r.reference_type.as_ns0() {
+            Some(ns0::HAS_COMPONENT) | Some(HAS_ORDERED_COMPONENT) => true,
+            _ => space.is_subtype_of(&r.reference_type, &NodeId::ns0(ns0::HAS_COMPONENT)),
+        }
+}
+
+fn has_component(space: &AddressSpace, node: &Node, method_id: &NodeId) -> bool {
+    node.references.iter().any(|r| is_component_ref(space, r) && r.target.as_local() == Some(method_id))
+}
+
+/// Part 4 §5.11.2: the method belongs to the object, its type or a supertype of its type
+/// (an ObjectType: the type itself).
+fn method_of(space: &AddressSpace, object: &Node, method_id: &NodeId) -> bool {
+    if has_component(space, object, method_id) {
+        return true;
+    }
+    if object.node_class != NodeClass::Object {
+        return false;
+    }
+    let Some(mut t) = object.type_definition().and_then(|t| t.as_local()).cloned() else {
+        return false;
+    };
+    for _ in 0..32 {
+        match space.node(&t) {
+            Some(tn) if has_component(space, tn, method_id) => return true,
+            _ => {}
+        }
+        match space.supertype_of(&t) {
+            Some(p) => t = p.clone(),
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Checks one argument against its declaration.
+fn check_arg(spec: &ArgSpec, v: &Variant) -> StatusCode {
+    let ok = match (spec.value_rank, v) {
+        (1, Variant::Empty) => true,
+        (1, Variant::Array(a)) => {
+            a.value_type == spec.builtin && a.dimensions.as_ref().map_or(true, |d| d.len() == 1)
+        }
+        (1, _) => false,
+        (_, Variant::Empty) => matches!(
+            spec.builtin,
+            BuiltinType::String | BuiltinType::ByteString | BuiltinType::LocalizedText | BuiltinType::NodeId
+        ),
+        (_, v) => v.scalar_type() == Some(spec.builtin),
+    };
+    if ok {
+        StatusCode::Good
+    } else {
+        StatusCode::BadTypeMismatch
+    }
+}
+
+fn f64_of(v: &Variant) -> f64 {
+    match v {
+        Variant::Double(x) => *x,
+        _ => 0.0,
+    }
+}
+
+fn u32_of(v: &Variant) -> u32 {
+    match v {
+        Variant::UInt32(x) => *x,
+        _ => 0,
+    }
+}
+
+fn text_of(v: &Variant) -> LocalizedText {
+    match v {
+        Variant::LocalizedText(t) => (**t).clone(),
+        _ => LocalizedText::default(),
+    }
+}
+
+fn call_one(
+    shard: &mut ShardState,
+    key: SessionKey,
+    access: UserAccess,
+    user: &str,
+    m: &CallMethodRequest,
+    now: Now,
+) -> CallMethodResult {
+    let shared = std::sync::Arc::clone(shard.shared());
+    let space = &shared.address_space;
+    if m.object_id.is_null() {
+        return status_only(StatusCode::BadNodeIdInvalid);
+    }
+    let Some(object) = space.node(&m.object_id) else {
+        return status_only(StatusCode::BadNodeIdUnknown);
+    };
+    if !matches!(object.node_class, NodeClass::Object | NodeClass::ObjectType) {
+        return status_only(StatusCode::BadNodeIdInvalid);
+    }
+    let executable = match space.node(&m.method_id) {
+        Some(Node { attributes: ClassAttributes::Method { executable, .. }, .. }) => *executable,
+        _ => return status_only(StatusCode::BadMethodInvalid),
+    };
+    if !method_of(space, object, &m.method_id) {
+        return status_only(StatusCode::BadMethodInvalid);
+    }
+    if !executable {
+        return status_only(StatusCode::BadNotExecutable);
+    }
+    let Some(kind) = MethodKind::of(&m.method_id) else {
+        return status_only(StatusCode::BadNotImplemented);
+    };
+    if kind.needs_write() && access != UserAccess::ReadWrite {
+        return status_only(StatusCode::BadUserAccessDenied);
+    }
+    let specs = kind.inputs();
+    let args = &m.input_arguments;
+    if args.len() < specs.len() {
+        return status_only(StatusCode::BadArgumentsMissing);
+    }
+    if args.len() > specs.len() {
+        return status_only(StatusCode::BadTooManyArguments);
+    }
+    let mut arg_results: Vec<StatusCode> = specs.iter().zip(args).map(|(s, v)| check_arg(s, v)).collect();
+    // Range checks of well-typed arguments.
+    if arg_results.iter().all(|s| s.is_good()) {
+        match kind {
+            MethodKind::GenerateEvent => {
+                if let Variant::String(s) = &args[0] {
+                    if s.as_str().chars().count() > MAX_MESSAGE_CHARS {
+                        arg_results[0] = StatusCode::BadOutOfRange;
+                    }
+                }
+                if !matches!(args[1], Variant::UInt16(1..=1000)) {
+                    arg_results[1] = StatusCode::BadOutOfRange;
+                }
+            }
+            MethodKind::Acknowledge | MethodKind::Confirm => {
+                if text_of(&args[1]).text.as_str().chars().count() > MAX_COMMENT_CHARS {
+                    arg_results[1] = StatusCode::BadOutOfRange;
+                }
+            }
+            _ => {}
+        }
+    }
+    if arg_results.iter().any(|s| s.is_bad()) {
+        return CallMethodResult {
+            status_code: StatusCode::BadInvalidArgument,
+            input_argument_results: arg_results,
+            ..Default::default()
+        };
+    }
+    let done = |status: StatusCode, outputs: Vec<Variant>| CallMethodResult {
+        status_code: status,
+        input_argument_results: vec![StatusCode::Good; specs.len()],
+        input_argument_diagnostic_infos: Vec::new(),
+        output_arguments: if status.is_good() { outputs } else { Vec::new() },
+    };
+    match kind {
+        MethodKind::Add => done(StatusCode::Good, vec![Variant::Double(f64_of(&args[0]) + f64_of(&args[1]))]),
+        MethodKind::Sum => {
+            let sum = args[0].as_array().map_or(0.0, |a| a.values.iter().map(f64_of).sum());
+            done(StatusCode::Good, vec![Variant::Double(sum)])
+        }
+        MethodKind::GenerateEvent => {
+            if !shared.events.demo_namespace {
+                return status_only(StatusCode::BadNodeIdUnknown);
+            }
+            let msg = match &args[0] {
+                Variant::String(s) => s.as_str().to_string(),
+                _ => String::new(),
+            };
+            let sev = match args[1] {
+                Variant::UInt16(s) => s,
+                _ => 1,
+            };
+            shared.events.bus.publish(demo::demo_event(&shared.events, 0, &msg, sev, now.utc));
+            done(StatusCode::Good, Vec::new())
+        }
+        MethodKind::Acknowledge | MethodKind::Confirm => {
+            if m.object_id != nodes::alarm_id() {
+                return status_only(StatusCode::BadNodeIdInvalid);
+            }
+            let event_id = match &args[0] {
+                Variant::ByteString(b) => b.clone(),
+                _ => ByteString::null(),
+            };
+            let action =
+                if kind == MethodKind::Acknowledge { ConditionAction::Acknowledge } else { ConditionAction::Confirm };
+            let r = shared.events.alarm_action(space, action, &event_id, &text_of(&args[1]), user, now.utc);
+            done(r.err().unwrap_or(StatusCode::Good), Vec::new())
+        }
+        MethodKind::ConditionRefresh | MethodKind::ConditionRefresh2 => {
+            let mi = (kind == MethodKind::ConditionRefresh2).then(|| u32_of(&args[1]));
+            let r = subscription_methods::condition_refresh(shard, key, u32_of(&args[0]), mi, now);
+            done(r.err().unwrap_or(StatusCode::Good), Vec::new())
+        }
+        MethodKind::GetMonitoredItems => match subscription_methods::get_monitored_items(shard, key, u32_of(&args[0])) {
+            Ok((server, client)) => {
+                let arr = |v: Vec<u32>| {
+                    Variant::array(BuiltinType::UInt32, v.into_iter().map(Variant::UInt32).collect())
+                        .unwrap_or(Variant::Empty)
+                };
+                done(StatusCode::Good, vec![arr(server), arr(client)])
+            }
+            Err(s) => done(s, Vec::new()),
+        },
+        MethodKind::ResendData => {
+            let r = subscription_methods::resend_data(shard, key, u32_of(&args[0]), now);
+            done(r.err().unwrap_or(StatusCode::Good), Vec::new())
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The Subscription service set (Part 4 §5.13): thin wrappers that check the request,
+//! call the shard's [`crate::subscription::SubscriptionEngine`] and build the response.
+
+use crate::generated::messages::Response;
+use crate::generated::types::{
+    CreateSubscriptionRequest, CreateSubscriptionResponse, DeleteSubscriptionsRequest, DeleteSubscriptionsResponse,
+    ModifySubscriptionRequest, ModifySubscriptionResponse, PublishRequest, RepublishRequest, RepublishResponse,
+    SetPublishingModeRequest, SetPublishingModeResponse, TransferResult, TransferSubscriptionsRequest,
+    TransferSubscriptionsResponse,
+};
+use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::services::{fault, response_header};
+use crate::time::Now;
+use crate::types::StatusCode;
+
+/// The user a subscription belongs to, as TransferSubscriptions compares it.
+pub fn owner_of(shard: &ShardState, key: SessionKey) -> String {
+    match shard.session(key).and_then(|s| s.identity.as_ref()) {
+        Some(UserIdentity::Anonymous { .. }) | None => "anonymous".into(),
+        Some(UserIdentity::UserName { user, .. }) => format!("user:{user}"),
+        Some(UserIdentity::Certificate { user, .. }) => format!("x509:{user}"),
+    }
+}
+
+/// Most ids one DeleteSubscriptions / SetPublishingMode / TransferSubscriptions takes: the
+/// subscriptions a session may own (more cannot all be valid).
+fn check_ids(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
+    if n == 0 {
+        return Err(StatusCode::BadNothingToDo);
+    }
+    if n > shard.subscriptions().limits().max_subscriptions_per_shard as usize {
+        return Err(StatusCode::BadTooManyOperations);
+    }
+    Ok(())
+}
+
+pub fn create_subscription(shard: &mut ShardState, key: SessionKey, req: &CreateSubscriptionRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let owner = owner_of(shard, key);
+    let (subs, _) = shard.subscriptions_mut();
+    match subs.create_subscription(key, &owner, req, now) {
+        Ok(r) => Response::CreateSubscription(Box::new(CreateSubscriptionResponse {
+            response_header: response_header(handle, now),
+            subscription_id: r.subscription_id,
+            revised_publishing_interval: r.publishing_interval_ms,
+            revised_lifetime_count: r.lifetime_count,
+            revised_max_keep_alive_count: r.max_keep_alive_count,
+        })),
+        Err(s) => fault(handle, s, now),
+    }
+}
+
+pub fn modify_subscription(shard: &mut ShardState, key: SessionKey, req: &ModifySubscriptionRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let (subs, _) = shard.subscriptions_mut();
+    match subs.modify_subscription(key, req, now) {
+        Ok(r) => Response::ModifySubscription(Box::new(ModifySubscriptionResponse {
+            response_header: response_header(handle, now),
+            revised_publishing_interval: r.publishing_interval_ms,
+            revised_lifetime_count: r.lifetime_count,
+            revised_max_keep_alive_count: r.max_keep_alive_count,
+        })),
+        Err(s) => fault(handle, s, now),
+    }
+}
+
+pub fn set_publishing_mode(shard: &mut ShardState, key: SessionKey, req: &SetPublishingModeRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
+        return fault(handle, s, now);
+    }
+    let (subs, _) = shard.subscriptions_mut();
+    let results = req.subscription_ids.iter().map(|&id| subs.set_publishing_mode(key, id, req.publishing_enabled)).collect();
+    Response::SetPublishingMode(Box::new(SetPublishingModeResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+pub fn delete_subscriptions(shard: &mut ShardState, key: SessionKey, req: &DeleteSubscriptionsRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
+        return fault(handle, s, now);
+    }
+    let (subs, _) = shard.subscriptions_mut();
+    let results = req.subscription_ids.iter().map(|&id| subs.delete_subscription(key, id, now)).collect();
+    Response::DeleteSubscriptions(Box::new(DeleteSubscriptionsResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}
+
+/// Publish: `None` when queued (answered later through the channel's deferred responses).
+pub fn publish(shard: &mut ShardState, key: SessionKey, channel_id: u32, request_id: u32, req: &PublishRequest, now: Now) -> Option<Response> {
+    let (subs, _) = shard.subscriptions_mut();
+    subs.publish(key, channel_id, request_id, req, now)
+}
+
+pub fn republish(shard: &mut ShardState, key: SessionKey, req: &RepublishRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    let (subs, _) = shard.subscriptions_mut();
+    match subs.republish(key, req.subscription_id, req.retransmit_sequence_number) {
+        Ok(m) => Response::Republish(Box::new(RepublishResponse { response_header: response_header(handle, now), notification_message: m })),
+        Err(s) => fault(handle, s, now),
+    }
+}
+
+pub fn transfer_subscriptions(shard: &mut ShardState, key: SessionKey, req: &TransferSubscriptionsRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
+        return fault(handle, s, now);
+    }
+    let owner = owner_of(shard, key);
+    let (subs, _) = shard.subscriptions_mut();
+    let results = req
+        .subscription_ids
+        .iter()
+        .map(|&id| match subs.transfer_subscription(key, &owner, id, req.send_initial_values, now) {
+            Ok(available) => TransferResult { status_code: StatusCode::Good, available_sequence_numbers: available },
+            Err(s) => TransferResult { status_code: s, available_sequence_numbers: Vec::new() },
+        })
+        .collect();
+    Response::TransferSubscriptions(Box::new(TransferSubscriptionsResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }))
+}

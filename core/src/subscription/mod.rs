@@ -1,0 +1,1701 @@
+//! Subscriptions and monitored items of one shard: the model behind the Subscription and
+//! MonitoredItem service sets (Part 4 §5.12–5.13). Sans-IO like the rest of core: time comes
+//! in as [`Now`], responses to queued Publish requests go out through an outbox the runtime
+//! drains per secure channel.
+//!
+//! # Per-core design
+//!
+//! Everything here belongs to one shard ([`SubscriptionEngine`] lives in `ShardState`): the
+//! subscriptions of the sessions on that shard, their monitored items and queues, the Publish
+//! requests waiting for them and the retransmission queues. Nothing is shared, nothing is
+//! locked; the only shared data touched is the address space's lock-free value cells, read
+//! when an item samples.
+//!
+//! * **Sampling on absolute deadlines.** Items that sample the same node and attribute at the
+//!   same interval share one *source*: it is sampled once per tick and the value fans out to
+//!   every item's filter and queue. Sources that sample at the same interval form one
+//!   *bucket*, a single timer: a bucket due at `t` samples its sources and moves to
+//!   `t + interval` (not `now + interval`, so nothing drifts; a late tick skips the cycles it
+//!   missed and counts them). The timers are a heap over buckets, not items.
+//! * **Exception-based items** (sampling interval 0 on a variable whose value is stored and
+//!   written) are not sampled on a timer: at the start of each publishing cycle of their
+//!   subscription they compare the cell's current value with the last one reported, so a
+//!   Write on any shard is reported within one publishing interval. (Intermediate values of
+//!   several Writes within one interval are not seen; a client that needs every write uses a
+//!   sampling interval and a queue.)
+//! * **Ready list.** An item that queued something reportable puts itself on its
+//!   subscription's ready list once; the publishing cycle only walks that list.
+//! * **Publishing cycle** (per subscription, its own timer on absolute deadlines): with
+//!   notifications and a queued Publish request it sends a NotificationMessage (at most
+//!   MaxNotificationsPerPublish notifications; MoreNotifications when more are waiting and
+//!   the next queued request is answered at once); with nothing to send it counts towards
+//!   the keep-alive; without a Publish request it becomes *late* and the next Publish
+//!   request is answered at once. The lifetime counter counts cycles without a queued
+//!   Publish request; at LifetimeCount the subscription expires with a
+//!   StatusChangeNotification BadTimeout (delivered if the session sends another Publish).
+//! * **Retransmission.** Sent NotificationMessages are kept per subscription until
+//!   acknowledged, at most `max_retransmission_queue_per_session` per session (oldest
+//!   dropped first); Republish returns them, BadMessageNotAvailable once dropped.
+//! * **Bounded memory.** Subscriptions per session and per shard, items per subscription and
+//!   per shard, queue sizes, publish requests per session and the retransmission queue are
+//!   all configured caps (`[subscriptions]`). A client that never publishes or never
+//!   acknowledges cannot grow the shard past them.
+//!
+//! Subscription ids are `shard << 24 | counter` (never 0, unique among live ones), so a later
+//! cross-shard TransferSubscriptions can find the owning shard from the id alone.
+
+pub mod item;
+pub mod limits;
+
+pub use limits::SubscriptionLimits;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use crate::address_space::{
+    access_level, counter_value, AddressSpace, ClassAttributes, Node, NumericRange, ValueSource,
+};
+use crate::generated::attribute_ids as attr;
+use crate::generated::messages::Response;
+use crate::generated::types::{
+    DataChangeFilter, DataChangeNotification, DataChangeTrigger, MonitoredItemCreateRequest,
+    MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult, MonitoredItemNotification,
+    MonitoringMode, NotificationMessage, PublishResponse, StatusChangeNotification, TimestampsToReturn,
+};
+use crate::server::shard::SessionKey;
+use crate::services::attribute::{read_attribute, Timestamps};
+use crate::time::Now;
+use crate::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant};
+use crate::UaStructure;
+
+use item::{DataChangeSettings, ItemQueue, Queued};
+
+const NONE: u32 = u32::MAX;
+
+/// A Publish request waiting for something to send.
+#[derive(Debug)]
+pub struct PendingPublish {
+    /// The secure channel the request came on (the response goes back there).
+    pub channel_id: u32,
+    /// The UA SecureConversation request id to answer.
+    pub request_id: u32,
+    pub request_handle: u32,
+    /// Monotonic time the request is no longer worth answering with data (timeoutHint), or
+    /// `u64::MAX`.
+    pub expires_ns: u64,
+    /// Results of the acknowledgements it carried.
+    pub results: Vec<StatusCode>,
+}
+
+/// What the engine counts (for diagnostics and benchmarks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Source samples taken (one per shared source per tick).
+    pub samples: u64,
+    /// Sampling ticks skipped because the shard was late by more than an interval.
+    pub missed_ticks: u64,
+    /// Notifications sent in NotificationMessages.
+    pub notifications: u64,
+    /// NotificationMessages sent (keep-alives excluded).
+    pub messages: u64,
+    /// Keep-alive messages sent.
+    pub keep_alives: u64,
+    /// Queue overflows (values discarded).
+    pub overflows: u64,
+    /// Subscriptions that expired.
+    pub expired: u64,
+}
+
+/// How an item gets its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sampling {
+    /// Sampled by a source on a bucket timer.
+    Timed,
+    /// Exception-based: checked at each publishing cycle.
+    Exception,
+    /// A non-Value attribute: read once when created or re-enabled.
+    Once,
+}
+
+struct MonitoredItem {
+    id: u32,
+    /// Slot of the owning subscription.
+    sub: u32,
+    client_handle: u32,
+    node_index: u32,
+    attribute_id: u32,
+    range: Option<NumericRange>,
+    timestamps: Timestamps,
+    mode: MonitoringMode,
+    sampling: Sampling,
+    sampling_ms: f64,
+    /// Source slot while sampling on a timer (`NONE` otherwise).
+    source: u32,
+    filter: DataChangeSettings,
+    last: Option<DataValue>,
+    queue: ItemQueue,
+    in_ready: bool,
+    /// Report the queue once although in Sampling mode (a triggering item fired).
+    triggered: bool,
+    /// Items this one triggers: (slot, id).
+    links: Vec<(u32, u32)>,
+}
+
+struct Source {
+    node_index: u32,
+    attribute_id: u32,
+    interval_ns: u64,
+    bucket: u32,
+    /// Position in the bucket's source list.
+    pos: u32,
+    items: Vec<u32>,
+}
+
+struct Bucket {
+    interval_ns: u64,
+    next_ns: u64,
+    sources: Vec<u32>,
+    generation: u32,
+}
+
+struct Subscription {
+    id: u32,
+    session: Option<SessionKey>,
+    /// Who created it (user identity tag), checked by TransferSubscriptions.
+    owner: String,
+    interval_ms: f64,
+    interval_ns: u64,
+    keep_alive_count: u32,
+    lifetime_count: u32,
+    max_notifications: u32,
+    priority: u8,
+    publishing_enabled: bool,
+    next_ns: u64,
+    timer_generation: u32,
+    keep_alive_counter: u32,
+    lifetime_counter: u32,
+    /// A message (data or keep-alive) was sent since creation.
+    message_sent: bool,
+    /// Waiting for a Publish request with something (data or a keep-alive) to send.
+    late: bool,
+    next_seq: u32,
+    items: Vec<u32>,
+    ready: Vec<u32>,
+    exception_items: Vec<u32>,
+    status_change: Option<StatusCode>,
+    retrans: VecDeque<NotificationMessage>,
+}
+
+impl Subscription {
+    fn take_seq(&mut self) -> u32 {
+        let s = self.next_seq;
+        self.next_seq = if s == u32::MAX { 1 } else { s + 1 };
+        s
+    }
+    fn has_notifications(&self) -> bool {
+        self.status_change.is_some() || (self.publishing_enabled && !self.ready.is_empty())
+    }
+    fn available(&self) -> Vec<u32> {
+        self.retrans.iter().map(|m| m.sequence_number).collect()
+    }
+}
+
+#[derive(Default)]
+struct SessionSubs {
+    subs: Vec<u32>,
+    publish: VecDeque<PendingPublish>,
+    /// (subscription slot, sequence number) of every kept message, oldest first.
+    retrans_order: VecDeque<(u32, u32)>,
+    /// Status changes for subscriptions that left this session (transferred away or
+    /// expired): (subscription id, sequence number, status).
+    status_messages: VecDeque<(u32, u32, StatusCode)>,
+}
+
+/// The revised parameters of CreateSubscription / ModifySubscription.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Revised {
+    pub subscription_id: u32,
+    pub publishing_interval_ms: f64,
+    pub lifetime_count: u32,
+    pub max_keep_alive_count: u32,
+}
+
+/// The subscriptions of one shard. See the module docs.
+pub struct SubscriptionEngine {
+    limits: SubscriptionLimits,
+    shard_index: u32,
+    subs: Vec<Option<Subscription>>,
+    sub_free: Vec<u32>,
+    sub_ids: HashMap<u32, u32>,
+    sub_counter: u32,
+    items: Vec<Option<MonitoredItem>>,
+    item_free: Vec<u32>,
+    item_ids: HashMap<u32, u32>,
+    item_counter: u32,
+    sources: Vec<Option<Source>>,
+    source_free: Vec<u32>,
+    source_map: HashMap<(u32, u32, u64), u32>,
+    buckets: Vec<Option<Bucket>>,
+    bucket_free: Vec<u32>,
+    bucket_map: HashMap<u64, u32>,
+    bucket_heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    sub_heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    sessions: HashMap<SessionKey, SessionSubs>,
+    outbox: HashMap<u32, Vec<(u32, Response)>>,
+    ready_channels: Vec<u32>,
+    stats: EngineStats,
+    bucket_generation: u32,
+}
+
+/// A ServiceFault-free response header for a deferred response.
+fn header(request_handle: u32, now: Now) -> crate::generated::types::ResponseHeader {
+    crate::services::response_header(request_handle, now)
+}
+
+impl SubscriptionEngine {
+    /// An empty engine for shard `shard_index` (< 256).
+    pub fn new(limits: SubscriptionLimits, shard_index: usize) -> SubscriptionEngine {
+        SubscriptionEngine {
+            limits,
+            shard_index: shard_index as u32,
+            subs: Vec::new(),
+            sub_free: Vec::new(),
+            sub_ids: HashMap::new(),
+            sub_counter: 0,
+            items: Vec::new(),
+            item_free: Vec::new(),
+            item_ids: HashMap::new(),
+            item_counter: 0,
+            sources: Vec::new(),
+            source_free: Vec::new(),
+            source_map: HashMap::new(),
+            buckets: Vec::new(),
+            bucket_free: Vec::new(),
+            bucket_map: HashMap::new(),
+            bucket_heap: BinaryHeap::new(),
+            sub_heap: BinaryHeap::new(),
+            sessions: HashMap::new(),
+            outbox: HashMap::new(),
+            ready_channels: Vec::new(),
+            stats: EngineStats::default(),
+            bucket_generation: 0,
+        }
+    }
+
+    pub fn limits(&self) -> &SubscriptionLimits {
+        &self.limits
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// Live subscriptions on this shard (orphaned ones included).
+    pub fn subscription_count(&self) -> usize {
+        self.sub_ids.len()
+    }
+
+    /// Live monitored items on this shard.
+    pub fn monitored_item_count(&self) -> usize {
+        self.item_ids.len()
+    }
+
+    /// Subscriptions owned by a session.
+    pub fn session_subscription_count(&self, key: SessionKey) -> usize {
+        self.sessions.get(&key).map_or(0, |s| s.subs.len())
+    }
+
+    /// Publish requests a session has queued.
+    pub fn queued_publish_count(&self, key: SessionKey) -> usize {
+        self.sessions.get(&key).map_or(0, |s| s.publish.len())
+    }
+
+    fn sub_slot(&self, key: SessionKey, id: u32) -> Result<u32, StatusCode> {
+        let slot = *self.sub_ids.get(&id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        match &self.subs[slot as usize] {
+            Some(s) if s.session == Some(key) => Ok(slot),
+            _ => Err(StatusCode::BadSubscriptionIdInvalid),
+        }
+    }
+
+    fn next_sub_id(&mut self) -> u32 {
+        loop {
+            self.sub_counter = (self.sub_counter + 1) & 0xFF_FFFF;
+            let id = self.shard_index << 24 | self.sub_counter;
+            if id != 0 && !self.sub_ids.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn next_item_id(&mut self) -> u32 {
+        loop {
+            self.item_counter = self.item_counter.wrapping_add(1);
+            let id = self.item_counter;
+            if id != 0 && !self.item_ids.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    // ---- timers ----------------------------------------------------------------------
+
+    /// The earliest monotonic time (ns) at which [`SubscriptionEngine::on_timer`] has work.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let a = self.bucket_heap.peek().map(|Reverse((d, _, _))| *d);
+        let b = self.sub_heap.peek().map(|Reverse((d, _, _))| *d);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs every due sampling tick and publishing cycle.
+    pub fn on_timer(&mut self, space: &AddressSpace, now: Now) {
+        // Sampling first, so a publishing cycle due at the same instant sees the samples.
+        while let Some(&Reverse((d, b, generation))) = self.bucket_heap.peek() {
+            if d > now.mono_ns {
+                break;
+            }
+            self.bucket_heap.pop();
+            self.sample_bucket(space, b, generation, now);
+        }
+        while let Some(&Reverse((d, slot, generation))) = self.sub_heap.peek() {
+            if d > now.mono_ns {
+                break;
+            }
+            self.sub_heap.pop();
+            let ok = matches!(&self.subs[slot as usize], Some(s) if s.timer_generation == generation);
+            if ok {
+                self.publishing_cycle(space, slot, now);
+            }
+        }
+        if self.sub_heap.len() > 2 * self.sub_ids.len() + 64 {
+            let mut fresh = BinaryHeap::with_capacity(self.sub_ids.len());
+            for (i, s) in self.subs.iter().enumerate() {
+                if let Some(s) = s {
+                    fresh.push(Reverse((s.next_ns, i as u32, s.timer_generation)));
+                }
+            }
+            self.sub_heap = fresh;
+        }
+    }
+
+    fn sample_bucket(&mut self, space: &AddressSpace, b: u32, generation: u32, now: Now) {
+        let Some(Some(bucket)) = self.buckets.get_mut(b as usize) else { return };
+        if bucket.generation != generation {
+            return;
+        }
+        let sources = std::mem::take(&mut bucket.sources);
+        let interval = bucket.interval_ns.max(1);
+        // Absolute deadlines: the next tick is one interval after the one due, not after now.
+        let mut next = bucket.next_ns.saturating_add(interval);
+        if next <= now.mono_ns {
+            let behind = (now.mono_ns - next) / interval + 1;
+            self.stats.missed_ticks += behind;
+            next = next.saturating_add(behind.saturating_mul(interval));
+        }
+        bucket.next_ns = next;
+        self.bucket_heap.push(Reverse((next, b, generation)));
+        for &s in &sources {
+            let Some(Some(src)) = self.sources.get(s as usize) else { continue };
+            let sample = sample_value(space, src.node_index, src.attribute_id, now);
+            self.stats.samples += 1;
+            let Some(Some(src)) = self.sources.get(s as usize) else { continue };
+            for &it in &src.items {
+                offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
+            }
+        }
+        if let Some(Some(bucket)) = self.buckets.get_mut(b as usize) {
+            bucket.sources = sources;
+        }
+    }
+
+    fn publishing_cycle(&mut self, space: &AddressSpace, slot: u32, now: Now) {
+        // Exception-based items compare the current value at the start of each cycle.
+        let exc = match &mut self.subs[slot as usize] {
+            Some(s) => std::mem::take(&mut s.exception_items),
+            None => return,
+        };
+        for &it in &exc {
+            let Some(Some(item)) = self.items.get(it as usize) else { continue };
+            if item.mode == MonitoringMode::Disabled {
+                continue;
+            }
+            let sample = sample_value(space, item.node_index, item.attribute_id, now);
+            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
+        }
+        let Some(sub) = self.subs[slot as usize].as_mut() else { return };
+        sub.exception_items = exc;
+        let interval = sub.interval_ns.max(1);
+        let mut next = sub.next_ns.saturating_add(interval);
+        if next <= now.mono_ns {
+            next = now.mono_ns.saturating_add(interval - (now.mono_ns - next) % interval);
+        }
+        sub.next_ns = next;
+        self.sub_heap.push(Reverse((next, slot, sub.timer_generation)));
+
+        let has_request = match sub.session {
+            Some(k) => self.sessions.get(&k).is_some_and(|s| !s.publish.is_empty()),
+            None => false,
+        };
+        if has_request {
+            sub.lifetime_counter = 0;
+        } else {
+            sub.lifetime_counter += 1;
+            if sub.lifetime_counter >= sub.lifetime_count {
+                self.expire(slot, now);
+                return;
+            }
+        }
+        if sub.late {
+            return; // still waiting for a Publish request
+        }
+        let wants = if sub.has_notifications() {
+            true
+        } else {
+            sub.keep_alive_counter += 1;
+            !sub.message_sent || sub.keep_alive_counter >= sub.keep_alive_count
+        };
+        if !wants {
+            return;
+        }
+        let key = sub.session;
+        match key.and_then(|k| self.pop_publish(k, now)) {
+            Some(pp) => self.send_from(slot, pp, now),
+            None => {
+                if let Some(s) = self.subs[slot as usize].as_mut() {
+                    s.late = true;
+                }
+            }
+        }
+    }
+
+    /// The subscription's lifetime passed without Publish requests: it is deleted and its
+    /// session gets a StatusChangeNotification BadTimeout with its next Publish.
+    fn expire(&mut self, slot: u32, now: Now) {
+        self.stats.expired += 1;
+        let Some(sub) = self.subs[slot as usize].as_mut() else { return };
+        let (id, seq, key) = (sub.id, sub.take_seq(), sub.session);
+        self.delete_subscription_slot(slot);
+        if let Some(k) = key {
+            if let Some(ss) = self.sessions.get_mut(&k) {
+                ss.status_messages.push_back((id, seq, StatusCode::BadTimeout));
+            }
+            self.service_session(k, now);
+        }
+    }
+
+    // ---- publish path ------------------------------------------------------------------
+
+    /// Takes the oldest Publish request of a session that is still worth answering; older
+    /// ones past their timeoutHint are answered BadTimeout.
+    fn pop_publish(&mut self, key: SessionKey, now: Now) -> Option<PendingPublish> {
+        loop {
+            let pp = self.sessions.get_mut(&key)?.publish.pop_front()?;
+            if pp.expires_ns <= now.mono_ns {
+                let fault = crate::services::fault(pp.request_handle, StatusCode::BadTimeout, now);
+                self.emit(pp.channel_id, pp.request_id, fault);
+                continue;
+            }
+            return Some(pp);
+        }
+    }
+
+    fn emit(&mut self, channel_id: u32, request_id: u32, response: Response) {
+        let q = self.outbox.entry(channel_id).or_default();
+        if q.is_empty() {
+            self.ready_channels.push(channel_id);
+        }
+        q.push((request_id, response));
+    }
+
+    /// Answers `pp` with the next message of subscription `slot` (notifications or a
+    /// keep-alive).
+    fn send_from(&mut self, slot: u32, pp: PendingPublish, now: Now) {
+        let Some(sub) = self.subs[slot as usize].as_mut() else { return };
+        sub.late = false;
+        sub.message_sent = true;
+        sub.keep_alive_counter = 0;
+        sub.lifetime_counter = 0;
+        let key = sub.session;
+        let (message, more, count) = if sub.has_notifications() {
+            build_message(sub, &mut self.items, now)
+        } else {
+            let msg = NotificationMessage { sequence_number: sub.next_seq, publish_time: now.utc, notification_data: Vec::new() };
+            (msg, false, 0)
+        };
+        let data = !message.notification_data.is_empty();
+        if data {
+            self.stats.messages += 1;
+            self.stats.notifications += count as u64;
+            sub.retrans.push_back(message.clone());
+        } else {
+            self.stats.keep_alives += 1;
+        }
+        if more {
+            sub.late = true; // the next queued request gets the rest at once
+        }
+        let sub_id = sub.id;
+        let seq = message.sequence_number;
+        if data {
+            if let Some(k) = key {
+                if let Some(ss) = self.sessions.get_mut(&k) {
+                    ss.retrans_order.push_back((slot, seq));
+                }
+                self.trim_retransmission(k);
+            }
+        }
+        let available = self.subs[slot as usize].as_ref().map(|s| s.available()).unwrap_or_default();
+        let resp = PublishResponse {
+            response_header: header(pp.request_handle, now),
+            subscription_id: sub_id,
+            available_sequence_numbers: available,
+            more_notifications: more,
+            notification_message: message,
+            results: pp.results,
+            diagnostic_infos: Vec::new(),
+        };
+        self.emit(pp.channel_id, pp.request_id, Response::Publish(Box::new(resp)));
+        if more {
+            if let Some(k) = key {
+                self.service_session(k, now);
+            }
+        }
+    }
+
+    /// Drops the oldest kept messages of a session past its retransmission bound.
+    fn trim_retransmission(&mut self, key: SessionKey) {
+        let max = self.limits.max_retransmission_queue_per_session as usize;
+        let Some(ss) = self.sessions.get_mut(&key) else { return };
+        while ss.retrans_order.len() > max {
+            let Some((slot, seq)) = ss.retrans_order.pop_front() else { break };
+            if let Some(Some(sub)) = self.subs.get_mut(slot as usize) {
+                if let Some(i) = sub.retrans.iter().position(|m| m.sequence_number == seq) {
+                    sub.retrans.remove(i);
+                }
+            }
+        }
+    }
+
+    /// Answers queued Publish requests of a session while something is waiting: status
+    /// messages of subscriptions that left, then late subscriptions (highest priority first).
+    fn service_session(&mut self, key: SessionKey, now: Now) {
+        loop {
+            let Some(ss) = self.sessions.get(&key) else { return };
+            if ss.publish.is_empty() {
+                return;
+            }
+            if !ss.status_messages.is_empty() {
+                let Some(pp) = self.pop_publish(key, now) else { return };
+                let Some(ss) = self.sessions.get_mut(&key) else { return };
+                let Some((id, seq, status)) = ss.status_messages.pop_front() else { return };
+                let msg = NotificationMessage {
+                    sequence_number: seq,
+                    publish_time: now.utc,
+                    notification_data: vec![ExtensionObject::from_struct(&StatusChangeNotification {
+                        status,
+                        diagnostic_info: Default::default(),
+                    })],
+                };
+                let resp = PublishResponse {
+                    response_header: header(pp.request_handle, now),
+                    subscription_id: id,
+                    available_sequence_numbers: Vec::new(),
+                    more_notifications: false,
+                    notification_message: msg,
+                    results: pp.results,
+                    diagnostic_infos: Vec::new(),
+                };
+                self.emit(pp.channel_id, pp.request_id, Response::Publish(Box::new(resp)));
+                continue;
+            }
+            let mut best: Option<(u8, u32)> = None;
+            for &slot in &ss.subs {
+                if let Some(Some(s)) = self.subs.get(slot as usize) {
+                    if s.late && best.is_none_or(|(p, _)| s.priority > p) {
+                        best = Some((s.priority, slot));
+                    }
+                }
+            }
+            let Some((_, slot)) = best else { return };
+            let Some(pp) = self.pop_publish(key, now) else { return };
+            self.send_from(slot, pp, now);
+        }
+    }
+
+    /// Publish (Part 4 §5.13.5). Acknowledgements are processed at once; the request is then
+    /// queued and answered when a subscription has something to send (possibly at once, into
+    /// the outbox). `Some(response)` is an immediate answer (a fault), `None` means queued.
+    pub fn publish(
+        &mut self,
+        key: SessionKey,
+        channel_id: u32,
+        request_id: u32,
+        req: &crate::generated::types::PublishRequest,
+        now: Now,
+    ) -> Option<Response> {
+        let handle = req.request_header.request_handle;
+        let mut results = Vec::with_capacity(req.subscription_acknowledgements.len());
+        for ack in &req.subscription_acknowledgements {
+            results.push(self.acknowledge(key, ack.subscription_id, ack.sequence_number));
+        }
+        let ss = self.sessions.entry(key).or_default();
+        if ss.subs.is_empty() && ss.status_messages.is_empty() {
+            return Some(crate::services::fault(handle, StatusCode::BadNoSubscription, now));
+        }
+        if ss.publish.len() >= self.limits.max_publish_requests_per_session as usize {
+            return Some(crate::services::fault(handle, StatusCode::BadTooManyPublishRequests, now));
+        }
+        let hint = req.request_header.timeout_hint;
+        let expires_ns = if hint == 0 { u64::MAX } else { now.deadline_after_ms(hint as f64) };
+        ss.publish.push_back(PendingPublish { channel_id, request_id, request_handle: handle, expires_ns, results });
+        for &slot in &ss.subs {
+            if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                s.lifetime_counter = 0;
+            }
+        }
+        self.service_session(key, now);
+        None
+    }
+
+    fn acknowledge(&mut self, key: SessionKey, sub_id: u32, seq: u32) -> StatusCode {
+        let Ok(slot) = self.sub_slot(key, sub_id) else { return StatusCode::BadSubscriptionIdInvalid };
+        let Some(Some(sub)) = self.subs.get_mut(slot as usize) else { return StatusCode::BadSubscriptionIdInvalid };
+        match sub.retrans.iter().position(|m| m.sequence_number == seq) {
+            Some(i) => {
+                sub.retrans.remove(i);
+                if let Some(ss) = self.sessions.get_mut(&key) {
+                    if let Some(j) = ss.retrans_order.iter().position(|&(s, q)| s == slot && q == seq) {
+                        ss.retrans_order.remove(j);
+                    }
+                }
+                StatusCode::Good
+            }
+            None => StatusCode::BadSequenceNumberUnknown,
+        }
+    }
+
+    /// Republish (Part 4 §5.13.6).
+    pub fn republish(&mut self, key: SessionKey, sub_id: u32, seq: u32) -> Result<NotificationMessage, StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        sub.lifetime_counter = 0;
+        sub.retrans.iter().find(|m| m.sequence_number == seq).cloned().ok_or(StatusCode::BadMessageNotAvailable)
+    }
+
+    /// Responses to queued Publish requests that became ready, for one channel.
+    pub fn take_responses(&mut self, channel_id: u32, into: &mut Vec<(u32, Response)>) {
+        if let Some(mut q) = self.outbox.remove(&channel_id) {
+            into.append(&mut q);
+        }
+    }
+
+    /// Channels with responses waiting (each listed once until taken).
+    pub fn take_ready_channels(&mut self, into: &mut Vec<u32>) {
+        into.append(&mut self.ready_channels);
+    }
+
+    // ---- session life --------------------------------------------------------------------
+
+    /// The channel closed: its queued Publish requests and unsent responses are dropped (the
+    /// messages stay in the retransmission queues for Republish).
+    pub fn on_channel_closed(&mut self, channel_id: u32) {
+        self.outbox.remove(&channel_id);
+        for ss in self.sessions.values_mut() {
+            ss.publish.retain(|p| p.channel_id != channel_id);
+        }
+    }
+
+    /// The session was activated on another channel: Publish requests queued on the old one
+    /// can no longer be answered.
+    pub fn on_session_rebound(&mut self, key: SessionKey, channel_id: u32) {
+        if let Some(ss) = self.sessions.get_mut(&key) {
+            ss.publish.retain(|p| p.channel_id == channel_id);
+        }
+    }
+
+    /// The session closed or timed out. `delete` (CloseSession's deleteSubscriptions):
+    /// its subscriptions go; otherwise they stay, orphaned, until their lifetime ends or
+    /// another session takes them over with TransferSubscriptions.
+    pub fn on_session_closed(&mut self, key: SessionKey, delete: bool) {
+        let Some(ss) = self.sessions.remove(&key) else { return };
+        for p in ss.publish {
+            // Nobody will read these; the channel may still be open, so say why.
+            let _ = p;
+        }
+        for slot in ss.subs {
+            if delete {
+                self.delete_subscription_slot(slot);
+            } else if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                s.session = None;
+                s.late = false;
+            }
+        }
+    }
+
+    // ---- subscription services --------------------------------------------------------
+
+    /// CreateSubscription. `owner` names the session's user (TransferSubscriptions checks it).
+    pub fn create_subscription(
+        &mut self,
+        key: SessionKey,
+        owner: &str,
+        req: &crate::generated::types::CreateSubscriptionRequest,
+        now: Now,
+    ) -> Result<Revised, StatusCode> {
+        if self.sub_ids.len() >= self.limits.max_subscriptions_per_shard as usize {
+            return Err(StatusCode::BadTooManySubscriptions);
+        }
+        let count = self.sessions.get(&key).map_or(0, |s| s.subs.len());
+        if count >= self.limits.max_subscriptions_per_session as usize {
+            return Err(StatusCode::BadTooManySubscriptions);
+        }
+        let interval_ms = self.limits.revise_publishing_interval(req.requested_publishing_interval);
+        let (keep_alive, lifetime) =
+            self.limits.revise_counts(interval_ms, req.requested_max_keep_alive_count, req.requested_lifetime_count);
+        let id = self.next_sub_id();
+        let interval_ns = (interval_ms * 1e6) as u64;
+        let sub = Subscription {
+            id,
+            session: Some(key),
+            owner: owner.to_owned(),
+            interval_ms,
+            interval_ns,
+            keep_alive_count: keep_alive,
+            lifetime_count: lifetime,
+            max_notifications: self.limits.revise_max_notifications(req.max_notifications_per_publish),
+            priority: req.priority,
+            publishing_enabled: req.publishing_enabled,
+            next_ns: now.mono_ns.saturating_add(interval_ns),
+            timer_generation: 0,
+            keep_alive_counter: 0,
+            lifetime_counter: 0,
+            message_sent: false,
+            late: false,
+            next_seq: 1,
+            items: Vec::new(),
+            ready: Vec::new(),
+            exception_items: Vec::new(),
+            status_change: None,
+            retrans: VecDeque::new(),
+        };
+        let slot = match self.sub_free.pop() {
+            Some(s) => {
+                self.subs[s as usize] = Some(sub);
+                s
+            }
+            None => {
+                self.subs.push(Some(sub));
+                (self.subs.len() - 1) as u32
+            }
+        };
+        self.sub_ids.insert(id, slot);
+        self.sub_heap.push(Reverse((now.mono_ns.saturating_add(interval_ns), slot, 0)));
+        self.sessions.entry(key).or_default().subs.push(slot);
+        Ok(Revised { subscription_id: id, publishing_interval_ms: interval_ms, lifetime_count: lifetime, max_keep_alive_count: keep_alive })
+    }
+
+    /// ModifySubscription.
+    pub fn modify_subscription(
+        &mut self,
+        key: SessionKey,
+        req: &crate::generated::types::ModifySubscriptionRequest,
+        now: Now,
+    ) -> Result<Revised, StatusCode> {
+        let slot = self.sub_slot(key, req.subscription_id)?;
+        let interval_ms = self.limits.revise_publishing_interval(req.requested_publishing_interval);
+        let (keep_alive, lifetime) =
+            self.limits.revise_counts(interval_ms, req.requested_max_keep_alive_count, req.requested_lifetime_count);
+        let max_notifications = self.limits.revise_max_notifications(req.max_notifications_per_publish);
+        let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        sub.keep_alive_count = keep_alive;
+        sub.lifetime_count = lifetime;
+        sub.max_notifications = max_notifications;
+        sub.priority = req.priority;
+        sub.lifetime_counter = 0;
+        if interval_ms != sub.interval_ms {
+            sub.interval_ms = interval_ms;
+            sub.interval_ns = (interval_ms * 1e6) as u64;
+            sub.timer_generation = sub.timer_generation.wrapping_add(1);
+            sub.next_ns = now.mono_ns.saturating_add(sub.interval_ns);
+            self.sub_heap.push(Reverse((sub.next_ns, slot, sub.timer_generation)));
+        }
+        Ok(Revised { subscription_id: sub.id, publishing_interval_ms: interval_ms, lifetime_count: lifetime, max_keep_alive_count: keep_alive })
+    }
+
+    /// SetPublishingMode for one subscription.
+    pub fn set_publishing_mode(&mut self, key: SessionKey, sub_id: u32, enabled: bool) -> StatusCode {
+        match self.sub_slot(key, sub_id) {
+            Ok(slot) => {
+                if let Some(s) = self.subs[slot as usize].as_mut() {
+                    s.publishing_enabled = enabled;
+                    s.lifetime_counter = 0;
+                }
+                StatusCode::Good
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// DeleteSubscriptions for one subscription.
+    pub fn delete_subscription(&mut self, key: SessionKey, sub_id: u32, now: Now) -> StatusCode {
+        match self.sub_slot(key, sub_id) {
+            Ok(slot) => {
+                self.delete_subscription_slot(slot);
+                // A queued Publish request with no subscription left is answered now.
+                self.answer_if_no_subscriptions(key, now);
+                StatusCode::Good
+            }
+            Err(e) => e,
+        }
+    }
+
+    fn answer_if_no_subscriptions(&mut self, key: SessionKey, now: Now) {
+        let Some(ss) = self.sessions.get_mut(&key) else { return };
+        if !ss.subs.is_empty() || !ss.status_messages.is_empty() {
+            return;
+        }
+        let pending: Vec<PendingPublish> = ss.publish.drain(..).collect();
+        for pp in pending {
+            let f = crate::services::fault(pp.request_handle, StatusCode::BadNoSubscription, now);
+            self.emit(pp.channel_id, pp.request_id, f);
+        }
+    }
+
+    fn delete_subscription_slot(&mut self, slot: u32) {
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(|s| s.take()) else { return };
+        for it in sub.items {
+            self.remove_item_slot(it);
+        }
+        self.sub_ids.remove(&sub.id);
+        self.sub_free.push(slot);
+        if let Some(k) = sub.session {
+            if let Some(ss) = self.sessions.get_mut(&k) {
+                ss.subs.retain(|&s| s != slot);
+                ss.retrans_order.retain(|&(s, _)| s != slot);
+            }
+        }
+    }
+
+    /// TransferSubscriptions within this shard (Part 4 §5.13.7). `owner` is the user of
+    /// the requesting session; a subscription of another user is BadUserAccessDenied. The
+    /// old session (if any) gets a StatusChangeNotification GoodSubscriptionTransferred.
+    pub fn transfer_subscription(
+        &mut self,
+        key: SessionKey,
+        owner: &str,
+        sub_id: u32,
+        send_initial_values: bool,
+        now: Now,
+    ) -> Result<Vec<u32>, StatusCode> {
+        let slot = *self.sub_ids.get(&sub_id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        if sub.owner != owner {
+            return Err(StatusCode::BadUserAccessDenied);
+        }
+        let old = sub.session;
+        if old != Some(key) {
+            let count = self.sessions.get(&key).map_or(0, |s| s.subs.len());
+            if count >= self.limits.max_subscriptions_per_session as usize {
+                return Err(StatusCode::BadTooManySubscriptions);
+            }
+            let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+            sub.session = Some(key);
+            sub.late = false;
+            sub.lifetime_counter = 0;
+            let seq = sub.take_seq();
+            if let Some(o) = old {
+                if let Some(ss) = self.sessions.get_mut(&o) {
+                    ss.subs.retain(|&s| s != slot);
+                    ss.retrans_order.retain(|&(s, _)| s != slot);
+                    ss.status_messages.push_back((sub_id, seq, StatusCode::GoodSubscriptionTransferred));
+                }
+                self.service_session(o, now);
+            }
+            let ss = self.sessions.entry(key).or_default();
+            ss.subs.push(slot);
+            if let Some(Some(sub)) = self.subs.get(slot as usize) {
+                for m in &sub.retrans {
+                    ss.retrans_order.push_back((slot, m.sequence_number));
+                }
+            }
+        }
+        if send_initial_values {
+            self.resend_slot(slot);
+        }
+        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        Ok(sub.available())
+    }
+
+    /// Server.ResendData: every item in Reporting mode queues its last value again.
+    pub fn resend_data(&mut self, key: SessionKey, sub_id: u32) -> Result<(), StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        self.resend_slot(slot);
+        Ok(())
+    }
+
+    fn resend_slot(&mut self, slot: u32) {
+        let Some(Some(sub)) = self.subs.get_mut(slot as usize) else { return };
+        for &it in &sub.items {
+            let Some(Some(item)) = self.items.get_mut(it as usize) else { continue };
+            if item.mode != MonitoringMode::Reporting {
+                continue;
+            }
+            if let Some(last) = &item.last {
+                let v = item_value(item, last.clone());
+                item.queue.push(Queued::Data(v));
+                if !item.in_ready {
+                    item.in_ready = true;
+                    sub.ready.push(it);
+                }
+            }
+        }
+    }
+
+    /// Server.GetMonitoredItems: (server handles, client handles).
+    pub fn monitored_items_of(&self, key: SessionKey, sub_id: u32) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let mut server = Vec::with_capacity(sub.items.len());
+        let mut client = Vec::with_capacity(sub.items.len());
+        for &it in &sub.items {
+            if let Some(Some(item)) = self.items.get(it as usize) {
+                server.push(item.id);
+                client.push(item.client_handle);
+            }
+        }
+        Ok((server, client))
+    }
+
+    // ---- monitored item services ------------------------------------------------------
+
+    /// CreateMonitoredItems: the subscription check and one result per item. The caller
+    /// checked the operation count. `Err` is the service result.
+    pub fn create_monitored_items(
+        &mut self,
+        space: &AddressSpace,
+        key: SessionKey,
+        sub_id: u32,
+        timestamps: TimestampsToReturn,
+        items: &[MonitoredItemCreateRequest],
+        now: Now,
+    ) -> Result<Vec<MonitoredItemCreateResult>, StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let ts = Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
+        let mut results = Vec::with_capacity(items.len());
+        for r in items {
+            results.push(match self.create_item(space, slot, ts, r, now) {
+                Ok(res) => res,
+                Err(status) => MonitoredItemCreateResult { status_code: status, ..Default::default() },
+            });
+        }
+        Ok(results)
+    }
+
+    fn create_item(
+        &mut self,
+        space: &AddressSpace,
+        slot: u32,
+        ts: Timestamps,
+        r: &MonitoredItemCreateRequest,
+        now: Now,
+    ) -> Result<MonitoredItemCreateResult, StatusCode> {
+        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        if self.item_ids.len() >= self.limits.max_monitored_items_per_shard as usize
+            || sub.items.len() >= self.limits.max_monitored_items_per_subscription as usize
+        {
+            return Err(StatusCode::BadTooManyMonitoredItems);
+        }
+        let sub_interval = sub.interval_ms;
+        let rv = &r.item_to_monitor;
+        let node_index = space.node_index(&rv.node_id).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let node = space.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let mode = r.monitoring_mode;
+        if !(0..=2).contains(&mode.0) {
+            return Err(StatusCode::BadMonitoringModeInvalid);
+        }
+        if rv.attribute_id == attr::EventNotifier {
+            // Event monitored items: not offered yet (the EventFilter path is a separate module).
+            return Err(StatusCode::BadMonitoredItemFilterUnsupported);
+        }
+        // The attribute must be readable now (same checks as Read).
+        let initial = read_attribute(space, &rv.node_id, rv.attribute_id, rv.index_range.as_str(), &rv.data_encoding, Timestamps::Both, now);
+        if let Some(s) = initial.status {
+            if s.is_bad() && matches!(
+                s,
+                StatusCode::BadAttributeIdInvalid
+                    | StatusCode::BadIndexRangeInvalid
+                    | StatusCode::BadNotReadable
+                    | StatusCode::BadUserAccessDenied
+                    | StatusCode::BadDataEncodingInvalid
+                    | StatusCode::BadDataEncodingUnsupported
+            ) {
+                return Err(s);
+            }
+        }
+        let range = NumericRange::parse(rv.index_range.as_str()).map_err(|_| StatusCode::BadIndexRangeInvalid)?;
+        let params = &r.requested_parameters;
+        let filter = data_change_settings(space, node, rv.attribute_id, &params.filter, &initial)?;
+        let (sampling, sampling_ms) = self.revise_sampling(node, rv.attribute_id, params.sampling_interval, sub_interval);
+        let queue_size = self.limits.revise_queue_size(params.queue_size);
+        let id = self.next_item_id();
+        let item = MonitoredItem {
+            id,
+            sub: slot,
+            client_handle: params.client_handle,
+            node_index,
+            attribute_id: rv.attribute_id,
+            range,
+            timestamps: ts,
+            mode,
+            sampling,
+            sampling_ms,
+            source: NONE,
+            filter,
+            last: None,
+            queue: ItemQueue::new(queue_size, params.discard_oldest),
+            in_ready: false,
+            triggered: false,
+            links: Vec::new(),
+        };
+        let it = match self.item_free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(item);
+                i
+            }
+            None => {
+                self.items.push(Some(item));
+                (self.items.len() - 1) as u32
+            }
+        };
+        self.item_ids.insert(id, it);
+        if let Some(s) = self.subs[slot as usize].as_mut() {
+            s.items.push(it);
+        }
+        if mode != MonitoringMode::Disabled {
+            self.start_sampling(it, now);
+            // The first sample is taken at once: its value is the initial notification.
+            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &initial_sample(space, node_index, rv.attribute_id, initial, now), now);
+        }
+        Ok(MonitoredItemCreateResult {
+            status_code: StatusCode::Good,
+            monitored_item_id: id,
+            revised_sampling_interval: sampling_ms,
+            revised_queue_size: queue_size,
+            filter_result: ExtensionObject::null(),
+        })
+    }
+
+    /// Revised sampling interval (Part 4 §5.12.1.2): negative = the publishing interval; 0 =
+    /// exception-based for stored (writable) values, else the fastest supported; never
+    /// below the configured minimum or the node's MinimumSamplingInterval.
+    fn revise_sampling(&self, node: &Node, attribute_id: u32, requested: f64, sub_interval: f64) -> (Sampling, f64) {
+        let requested = if requested.is_nan() || requested < 0.0 { sub_interval } else { requested };
+        if attribute_id != attr::Value {
+            return (Sampling::Once, requested.min(self.limits.max_sampling_interval_ms));
+        }
+        let (stored, node_min) = match &node.attributes {
+            ClassAttributes::Variable(v) => (matches!(v.value, ValueSource::Cell(_)), v.minimum_sampling_interval),
+            _ => (false, 0.0),
+        };
+        if requested == 0.0 && stored {
+            return (Sampling::Exception, 0.0);
+        }
+        let min = if node_min > 0.0 { node_min.max(self.limits.min_sampling_interval_ms) } else { self.limits.min_sampling_interval_ms };
+        (Sampling::Timed, requested.clamp(min, self.limits.max_sampling_interval_ms.max(min)))
+    }
+
+    /// Puts an enabled item on its sampling path.
+    fn start_sampling(&mut self, it: u32, now: Now) {
+        let Some(Some(item)) = self.items.get(it as usize) else { return };
+        match item.sampling {
+            Sampling::Timed => {
+                let interval_ns = ((item.sampling_ms * 1e6) as u64).max(1);
+                let key = (item.node_index, item.attribute_id, interval_ns);
+                let src = match self.source_map.get(&key) {
+                    Some(&s) => s,
+                    None => self.new_source(key, now),
+                };
+                if let Some(Some(s)) = self.sources.get_mut(src as usize) {
+                    s.items.push(it);
+                }
+                if let Some(Some(item)) = self.items.get_mut(it as usize) {
+                    item.source = src;
+                }
+            }
+            Sampling::Exception => {
+                let sub = item.sub;
+                if let Some(Some(s)) = self.subs.get_mut(sub as usize) {
+                    s.exception_items.push(it);
+                }
+            }
+            Sampling::Once => {}
+        }
+    }
+
+    /// Takes an item off its sampling path.
+    fn stop_sampling(&mut self, it: u32) {
+        let Some(Some(item)) = self.items.get_mut(it as usize) else { return };
+        let (sub, src) = (item.sub, std::mem::replace(&mut item.source, NONE));
+        match item.sampling {
+            Sampling::Timed if src != NONE => {
+                let empty = match self.sources.get_mut(src as usize) {
+                    Some(Some(s)) => {
+                        if let Some(i) = s.items.iter().position(|&x| x == it) {
+                            s.items.swap_remove(i);
+                        }
+                        s.items.is_empty()
+                    }
+                    _ => false,
+                };
+                if empty {
+                    self.remove_source(src);
+                }
+            }
+            Sampling::Exception => {
+                if let Some(Some(s)) = self.subs.get_mut(sub as usize) {
+                    s.exception_items.retain(|&x| x != it);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn new_source(&mut self, key: (u32, u32, u64), now: Now) -> u32 {
+        let interval_ns = key.2;
+        let b = match self.bucket_map.get(&interval_ns) {
+            Some(&b) => b,
+            None => {
+                self.bucket_generation = self.bucket_generation.wrapping_add(1);
+                let generation = self.bucket_generation;
+                let next_ns = now.mono_ns.saturating_add(interval_ns);
+                let bucket = Bucket { interval_ns, next_ns, sources: Vec::new(), generation };
+                let b = match self.bucket_free.pop() {
+                    Some(b) => {
+                        self.buckets[b as usize] = Some(bucket);
+                        b
+                    }
+                    None => {
+                        self.buckets.push(Some(bucket));
+                        (self.buckets.len() - 1) as u32
+                    }
+                };
+                self.bucket_map.insert(interval_ns, b);
+                self.bucket_heap.push(Reverse((next_ns, b, generation)));
+                b
+            }
+        };
+        let pos = self.buckets[b as usize].as_ref().map_or(0, |bk| bk.sources.len() as u32);
+        let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, bucket: b, pos, items: Vec::new() };
+        let s = match self.source_free.pop() {
+            Some(s) => {
+                self.sources[s as usize] = Some(source);
+                s
+            }
+            None => {
+                self.sources.push(Some(source));
+                (self.sources.len() - 1) as u32
+            }
+        };
+        if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
+            bk.sources.push(s);
+        }
+        self.source_map.insert(key, s);
+        s
+    }
+
+    fn remove_source(&mut self, s: u32) {
+        let Some(src) = self.sources.get_mut(s as usize).and_then(|x| x.take()) else { return };
+        self.source_free.push(s);
+        self.source_map.remove(&(src.node_index, src.attribute_id, src.interval_ns));
+        let b = src.bucket;
+        let Some(Some(bk)) = self.buckets.get_mut(b as usize) else { return };
+        let pos = src.pos as usize;
+        if pos < bk.sources.len() && bk.sources[pos] == s {
+            bk.sources.swap_remove(pos);
+            if let Some(&moved) = bk.sources.get(pos) {
+                if let Some(Some(m)) = self.sources.get_mut(moved as usize) {
+                    m.pos = pos as u32;
+                }
+            }
+        } else {
+            // The bucket is mid-tick (its list is taken): it is rebuilt without `s` below.
+            bk.sources.retain(|&x| x != s);
+            for (i, &x) in bk.sources.iter().enumerate() {
+                if let Some(Some(m)) = self.sources.get_mut(x as usize) {
+                    m.pos = i as u32;
+                }
+            }
+        }
+        if bk.sources.is_empty() {
+            let interval = bk.interval_ns;
+            self.buckets[b as usize] = None;
+            self.bucket_free.push(b);
+            self.bucket_map.remove(&interval);
+        }
+    }
+
+    fn remove_item_slot(&mut self, it: u32) {
+        self.stop_sampling(it);
+        if let Some(item) = self.items.get_mut(it as usize).and_then(|x| x.take()) {
+            self.item_ids.remove(&item.id);
+            self.item_free.push(it);
+        }
+    }
+
+    fn item_slot(&self, sub_slot: u32, id: u32) -> Result<u32, StatusCode> {
+        let it = *self.item_ids.get(&id).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+        match self.items.get(it as usize) {
+            Some(Some(item)) if item.sub == sub_slot => Ok(it),
+            _ => Err(StatusCode::BadMonitoredItemIdInvalid),
+        }
+    }
+
+    /// ModifyMonitoredItems. `Err` is the service result.
+    pub fn modify_monitored_items(
+        &mut self,
+        space: &AddressSpace,
+        key: SessionKey,
+        sub_id: u32,
+        timestamps: TimestampsToReturn,
+        items: &[MonitoredItemModifyRequest],
+        now: Now,
+    ) -> Result<Vec<MonitoredItemModifyResult>, StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let ts = Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
+        let sub_interval = self.subs[slot as usize].as_ref().map_or(0.0, |s| s.interval_ms);
+        let mut results = Vec::with_capacity(items.len());
+        for r in items {
+            let res = (|| -> Result<MonitoredItemModifyResult, StatusCode> {
+                let it = self.item_slot(slot, r.monitored_item_id)?;
+                let item = self.items[it as usize].as_ref().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                let node = space.node_at(item.node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+                let current = DataValue { value: item.last.as_ref().map(|l| l.value.clone()).unwrap_or_default(), ..Default::default() };
+                let p = &r.requested_parameters;
+                let filter = data_change_settings(space, node, item.attribute_id, &p.filter, &current)?;
+                let (sampling, sampling_ms) = self.revise_sampling(node, item.attribute_id, p.sampling_interval, sub_interval);
+                let queue_size = self.limits.revise_queue_size(p.queue_size);
+                let resample = sampling_ms != item.sampling_ms || sampling != item.sampling;
+                if resample {
+                    self.stop_sampling(it);
+                }
+                let item = self.items[it as usize].as_mut().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                item.client_handle = p.client_handle;
+                item.filter = filter;
+                item.timestamps = ts;
+                item.queue.resize(queue_size, p.discard_oldest);
+                item.sampling = sampling;
+                item.sampling_ms = sampling_ms;
+                let enabled = item.mode != MonitoringMode::Disabled;
+                if resample && enabled {
+                    self.start_sampling(it, now);
+                }
+                Ok(MonitoredItemModifyResult {
+                    status_code: StatusCode::Good,
+                    revised_sampling_interval: sampling_ms,
+                    revised_queue_size: queue_size,
+                    filter_result: ExtensionObject::null(),
+                })
+            })();
+            results.push(res.unwrap_or_else(|s| MonitoredItemModifyResult { status_code: s, ..Default::default() }));
+        }
+        Ok(results)
+    }
+
+    /// DeleteMonitoredItems. `Err` is the service result.
+    pub fn delete_monitored_items(&mut self, key: SessionKey, sub_id: u32, ids: &[u32]) -> Result<Vec<StatusCode>, StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let mut results = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match self.item_slot(slot, id) {
+                Ok(it) => {
+                    self.remove_item_slot(it);
+                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                        s.items.retain(|&x| x != it);
+                        s.ready.retain(|&x| x != it);
+                    }
+                    results.push(StatusCode::Good);
+                }
+                Err(e) => results.push(e),
+            }
+        }
+        Ok(results)
+    }
+
+    /// SetMonitoringMode. `Err` is the service result.
+    pub fn set_monitoring_mode(
+        &mut self,
+        space: &AddressSpace,
+        key: SessionKey,
+        sub_id: u32,
+        mode: MonitoringMode,
+        ids: &[u32],
+        now: Now,
+    ) -> Result<Vec<StatusCode>, StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        if !(0..=2).contains(&mode.0) {
+            return Err(StatusCode::BadMonitoringModeInvalid);
+        }
+        let mut results = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let it = match self.item_slot(slot, id) {
+                Ok(it) => it,
+                Err(e) => {
+                    results.push(e);
+                    continue;
+                }
+            };
+            let Some(Some(item)) = self.items.get_mut(it as usize) else { continue };
+            let old = item.mode;
+            item.mode = mode;
+            if old == mode {
+                results.push(StatusCode::Good);
+                continue;
+            }
+            if mode == MonitoringMode::Disabled {
+                item.queue.clear();
+                item.last = None;
+                item.triggered = false;
+                self.stop_sampling(it);
+                if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                    s.ready.retain(|&x| x != it);
+                }
+                if let Some(Some(item)) = self.items.get_mut(it as usize) {
+                    item.in_ready = false;
+                }
+            } else if old == MonitoringMode::Disabled {
+                self.start_sampling(it, now);
+                let (ni, a) = (item_node(&self.items, it), item_attr(&self.items, it));
+                let s = sample_value(space, ni, a, now);
+                offer(&mut self.items, &mut self.subs, &mut self.stats, it, &s, now);
+            } else if mode == MonitoringMode::Reporting {
+                // Sampling → Reporting: what was queued meanwhile is reported now.
+                let has = !item.queue.is_empty() && !item.in_ready;
+                if has {
+                    item.in_ready = true;
+                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                        s.ready.push(it);
+                    }
+                }
+            } else {
+                // Reporting → Sampling: keep the queue; stop reporting it.
+                item.in_ready = false;
+                if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                    s.ready.retain(|&x| x != it);
+                }
+            }
+            results.push(StatusCode::Good);
+        }
+        Ok(results)
+    }
+
+    /// SetTriggering. `Err` is the service result; otherwise (add results, remove results).
+    pub fn set_triggering(
+        &mut self,
+        key: SessionKey,
+        sub_id: u32,
+        trigger_id: u32,
+        add: &[u32],
+        remove: &[u32],
+    ) -> Result<(Vec<StatusCode>, Vec<StatusCode>), StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let trig = self.item_slot(slot, trigger_id)?;
+        let mut remove_results = Vec::with_capacity(remove.len());
+        for &id in remove {
+            let Some(Some(t)) = self.items.get_mut(trig as usize) else { break };
+            match t.links.iter().position(|&(_, x)| x == id) {
+                Some(i) => {
+                    t.links.swap_remove(i);
+                    remove_results.push(StatusCode::Good);
+                }
+                None => remove_results.push(StatusCode::BadMonitoredItemIdInvalid),
+            }
+        }
+        let max = self.limits.max_triggering_links_per_item as usize;
+        let mut add_results = Vec::with_capacity(add.len());
+        for &id in add {
+            let target = match self.item_slot(slot, id) {
+                Ok(t) => t,
+                Err(e) => {
+                    add_results.push(e);
+                    continue;
+                }
+            };
+            let Some(Some(t)) = self.items.get_mut(trig as usize) else { break };
+            if t.links.iter().any(|&(_, x)| x == id) {
+                add_results.push(StatusCode::Good);
+            } else if t.links.len() >= max {
+                add_results.push(StatusCode::BadTooManyMonitoredItems);
+            } else {
+                t.links.push((target, id));
+                add_results.push(StatusCode::Good);
+            }
+        }
+        Ok((add_results, remove_results))
+    }
+}
+
+fn item_node(items: &[Option<MonitoredItem>], it: u32) -> u32 {
+    items.get(it as usize).and_then(|i| i.as_ref()).map_or(NONE, |i| i.node_index)
+}
+fn item_attr(items: &[Option<MonitoredItem>], it: u32) -> u32 {
+    items.get(it as usize).and_then(|i| i.as_ref()).map_or(0, |i| i.attribute_id)
+}
+
+/// The value of an item for the client: its IndexRange applied and its timestamps reduced
+/// to TimestampsToReturn.
+fn item_value(item: &MonitoredItem, mut dv: DataValue) -> DataValue {
+    match item.timestamps {
+        Timestamps::Both => {}
+        Timestamps::Source => {
+            dv.server_timestamp = None;
+            dv.server_picoseconds = None;
+        }
+        Timestamps::Server => {
+            dv.source_timestamp = None;
+            dv.source_picoseconds = None;
+        }
+        Timestamps::Neither => {
+            dv.source_timestamp = None;
+            dv.source_picoseconds = None;
+            dv.server_timestamp = None;
+            dv.server_picoseconds = None;
+        }
+    }
+    dv
+}
+
+/// Offers a sample to an item: filtered against the last reported value, queued, and the
+/// item put on its subscription's ready list (and its triggered items with it).
+fn offer(
+    items: &mut [Option<MonitoredItem>],
+    subs: &mut [Option<Subscription>],
+    stats: &mut EngineStats,
+    it: u32,
+    sample: &DataValue,
+    _now: Now,
+) {
+    let Some(Some(item)) = items.get_mut(it as usize) else { return };
+    if item.mode == MonitoringMode::Disabled {
+        return;
+    }
+    let ranged;
+    let sample = match &item.range {
+        Some(r) if sample.status.is_none_or(|s| !s.is_bad()) => {
+            ranged = match r.read(&sample.value) {
+                Ok(v) => DataValue { value: v, ..sample.clone() },
+                Err(e) => DataValue { value: Variant::Empty, status: Some(e), ..sample.clone() },
+            };
+            &ranged
+        }
+        _ => sample,
+    };
+    let changed = match &item.last {
+        None => true,
+        Some(l) => item.filter.changed(l, sample),
+    };
+    if !changed {
+        return;
+    }
+    item.last = Some(sample.clone());
+    let before = item.queue.overflows;
+    item.queue.push(Queued::Data(item_value(item, sample.clone())));
+    stats.overflows += item.queue.overflows - before;
+    let sub_slot = item.sub;
+    if item.mode != MonitoringMode::Reporting {
+        return;
+    }
+    let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else { return };
+    if !item.in_ready {
+        item.in_ready = true;
+        sub.ready.push(it);
+    }
+    if item.links.is_empty() {
+        return;
+    }
+    let links = std::mem::take(&mut item.links);
+    for &(t, id) in &links {
+        if let Some(Some(ti)) = items.get_mut(t as usize) {
+            if ti.id == id && ti.mode == MonitoringMode::Sampling && !ti.queue.is_empty() {
+                ti.triggered = true;
+                if !ti.in_ready {
+                    ti.in_ready = true;
+                    sub.ready.push(t);
+                }
+            }
+        }
+    }
+    if let Some(Some(item)) = items.get_mut(it as usize) {
+        item.links = links;
+    }
+}
+
+/// Builds the next NotificationMessage of a subscription from its ready list (at most
+/// MaxNotificationsPerPublish notifications). Returns (message, more waiting, count).
+fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], now: Now) -> (NotificationMessage, bool, usize) {
+    let cap = sub.max_notifications.max(1) as usize;
+    let mut data: Vec<MonitoredItemNotification> = Vec::new();
+    let mut events: Vec<crate::generated::types::EventFieldList> = Vec::new();
+    let mut count = 0usize;
+    let ready = std::mem::take(&mut sub.ready);
+    let mut keep: Vec<u32> = Vec::new();
+    let mut i = 0;
+    if sub.publishing_enabled {
+        while i < ready.len() && count < cap {
+            let it = ready[i];
+            i += 1;
+            let Some(Some(item)) = items.get_mut(it as usize) else { continue };
+            let reportable = item.mode == MonitoringMode::Reporting || item.triggered;
+            while reportable && count < cap {
+                match item.queue.pop() {
+                    Some(Queued::Data(v)) => data.push(MonitoredItemNotification { client_handle: item.client_handle, value: v }),
+                    Some(Queued::Event(fields)) => events.push(crate::generated::types::EventFieldList {
+                        client_handle: item.client_handle,
+                        event_fields: fields,
+                    }),
+                    None => break,
+                }
+                count += 1;
+            }
+            if reportable && !item.queue.is_empty() {
+                keep.push(it);
+            } else {
+                item.in_ready = false;
+                item.triggered = false;
+            }
+        }
+    }
+    keep.extend_from_slice(&ready[i..]);
+    sub.ready = keep;
+    let mut notification_data = Vec::with_capacity(2);
+    if !data.is_empty() {
+        notification_data.push(ExtensionObject::from_struct(&DataChangeNotification { monitored_items: data, diagnostic_infos: Vec::new() }));
+    }
+    if !events.is_empty() {
+        notification_data.push(ExtensionObject::from_struct(&crate::generated::types::EventNotificationList { events }));
+    }
+    if let Some(status) = sub.status_change.take() {
+        notification_data.push(ExtensionObject::from_struct(&StatusChangeNotification { status, diagnostic_info: Default::default() }));
+    }
+    let more = sub.publishing_enabled && !sub.ready.is_empty();
+    let seq = if notification_data.is_empty() { sub.next_seq } else { sub.take_seq() };
+    (NotificationMessage { sequence_number: seq, publish_time: now.utc, notification_data }, more, count)
+}
+
+/// Samples a node's attribute: the hot path for stored, dynamic and counter values; the
+/// generic Read path otherwise.
+fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: Now) -> DataValue {
+    let Some(node) = space.node_at(node_index) else {
+        return DataValue { status: Some(StatusCode::BadNodeIdUnknown), ..Default::default() };
+    };
+    if attribute_id == attr::Value {
+        if let ClassAttributes::Variable(v) = &node.attributes {
+            if v.access_level & access_level::CURRENT_READ != 0 {
+                let mut dv = match &v.value {
+                    ValueSource::Cell(c) => c.load(),
+                    ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
+                    ValueSource::Counter(c) => return counter_value(c, now),
+                };
+                dv.server_timestamp = Some(now.utc);
+                return dv;
+            }
+        }
+    }
+    read_attribute(space, &node.node_id, attribute_id, "", &QualifiedName::default(), Timestamps::Both, now)
+}
+
+/// The first sample of a new item: the value the creation check already read (a counter
+/// must not count twice).
+fn initial_sample(_space: &AddressSpace, _node_index: u32, _attribute_id: u32, initial: DataValue, now: Now) -> DataValue {
+    let mut dv = initial;
+    if dv.server_timestamp.is_none() {
+        dv.server_timestamp = Some(now.utc);
+    }
+    dv
+}
+
+/// Validates MonitoringParameters.filter for a data item (Part 4 §7.22).
+fn data_change_settings(
+    space: &AddressSpace,
+    node: &Node,
+    attribute_id: u32,
+    filter: &ExtensionObject,
+    current: &DataValue,
+) -> Result<DataChangeSettings, StatusCode> {
+    if filter.is_null() {
+        return Ok(DataChangeSettings::default());
+    }
+    let Some(decoded) = filter.decode_as::<DataChangeFilter>(crate::DecodeLimits::default()) else {
+        // EventFilter on a data item, AggregateFilter, or an unknown type.
+        if filter.type_id.as_ns0() == Some(crate::generated::types::EventFilter::BINARY_ENCODING_ID) {
+            return Err(StatusCode::BadFilterNotAllowed);
+        }
+        return Err(StatusCode::BadMonitoredItemFilterUnsupported);
+    };
+    let f = decoded.map_err(|_| StatusCode::BadMonitoredItemFilterInvalid)?;
+    if attribute_id != attr::Value {
+        return Err(StatusCode::BadFilterNotAllowed);
+    }
+    if !(0..=2).contains(&f.trigger.0) {
+        return Err(StatusCode::BadMonitoredItemFilterInvalid);
+    }
+    let deadband = match f.deadband_type {
+        0 => 0.0,
+        1 | 2 => {
+            if !(f.deadband_value.is_finite() && f.deadband_value >= 0.0) {
+                return Err(StatusCode::BadDeadbandFilterInvalid);
+            }
+            if !numeric_variable(space, node, current) {
+                return Err(StatusCode::BadFilterNotAllowed);
+            }
+            if f.deadband_type == 1 {
+                f.deadband_value
+            } else {
+                if f.deadband_value > 100.0 {
+                    return Err(StatusCode::BadDeadbandFilterInvalid);
+                }
+                let (lo, hi) = eu_range(space, node).ok_or(StatusCode::BadDeadbandFilterInvalid)?;
+                f.deadband_value / 100.0 * (hi - lo).abs()
+            }
+        }
+        _ => return Err(StatusCode::BadDeadbandFilterInvalid),
+    };
+    if f.trigger == DataChangeTrigger::Status && deadband > 0.0 {
+        // A deadband needs value changes in the trigger (Part 4 §7.22.2): ignored.
+        return Ok(DataChangeSettings { trigger: f.trigger, deadband: 0.0 });
+    }
+    Ok(DataChangeSettings { trigger: f.trigger, deadband })
+}
+
+/// Is this a Variable of a Number data type (or, when the type is abstract, does it hold
+/// a numeric value)?
+fn numeric_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> bool {
+    let ClassAttributes::Variable(v) = &node.attributes else { return false };
+    let number = NodeId::ns0(crate::generated::node_ids::Number);
+    if v.data_type == number || space.is_subtype_of(&v.data_type, &number) {
+        return true;
+    }
+    let base = v.data_type.as_ns0() == Some(crate::generated::node_ids::BaseDataType);
+    base && item::is_numeric(&current.value) && !current.value.is_empty()
+}
+
+/// The EURange property (Range: low, high) of a node, if it has one.
+fn eu_range(space: &AddressSpace, node: &Node) -> Option<(f64, f64)> {
+    for r in &node.references {
+        if !r.is_forward || r.reference_type.as_ns0() != Some(crate::address_space::ids::HAS_PROPERTY) {
+            continue;
+        }
+        let Some(p) = space.node_expanded(&r.target) else { continue };
+        if p.browse_name.namespace_index != 0 || p.browse_name.name.as_str() != "EURange" {
+            continue;
+        }
+        let dv = space.variable_value(p, Now::new(0, DateTime::NULL))?;
+        let Variant::ExtensionObject(eo) = &dv.value else { return None };
+        let range = eo.decode_as::<crate::generated::types::Range>(crate::DecodeLimits::default())?.ok()?;
+        if range.low.is_finite() && range.high.is_finite() {
+            return Some((range.low, range.high));
+        }
+    }
+    None
+}
