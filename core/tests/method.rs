@@ -1,0 +1,217 @@
+//! The Call service (`services::method::call`): request limits, per-call validation
+//! (object, method, user, argument count and types), the Demo methods, and Acknowledge /
+//! Confirm on the Demo alarm.
+
+mod dispatch_util;
+
+use dispatch_util::*;
+use uaring_core::events::{ids, nodes};
+use uaring_core::generated::messages::Response;
+use uaring_core::generated::types::*;
+use uaring_core::secure_channel::{SecurityProvider, UserAccess, UserTokenSettings};
+use uaring_core::server::config::ServerConfig;
+use uaring_core::server::shard::{SessionKey, ShardState};
+use uaring_core::services::method;
+use uaring_core::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
+
+/// A harness with one activated anonymous session; anonymous users get `access`.
+fn setup(access: UserAccess) -> (Harness, SessionKey) {
+    let mut h = Harness::new();
+    let mut security = SecurityProvider::none_only();
+    security.set_user_tokens(UserTokenSettings { anonymous: Some(access), ..UserTokenSettings::default() });
+    h.shard = ShardState::new(std::sync::Arc::clone(h.shard.shared()), 0).with_security(security);
+    h.channel = h.shard.next_channel_id();
+    let token = h.open_session();
+    let (ch, now) = (h.channel, h.now);
+    let key = h.shard.session_for_request(&token, ch, now).expect("session");
+    (h, key)
+}
+
+fn request(methods: Vec<CallMethodRequest>) -> CallRequest {
+    CallRequest {
+        request_header: RequestHeader { request_handle: 7, ..RequestHeader::default() },
+        methods_to_call: methods,
+    }
+}
+
+fn m(object: NodeId, method: NodeId, args: Vec<Variant>) -> CallMethodRequest {
+    CallMethodRequest { object_id: object, method_id: method, input_arguments: args }
+}
+
+fn call(h: &mut Harness, key: SessionKey, methods: Vec<CallMethodRequest>) -> Vec<CallMethodResult> {
+    let now = h.now;
+    match method::call(&mut h.shard, key, &request(methods), now) {
+        Response::Call(r) => {
+            assert_eq!(r.response_header.request_handle, 7);
+            r.results
+        }
+        other => panic!("Call failed: {other:?}"),
+    }
+}
+
+fn one(h: &mut Harness, key: SessionKey, c: CallMethodRequest) -> CallMethodResult {
+    let mut r = call(h, key, vec![c]);
+    assert_eq!(r.len(), 1);
+    r.remove(0)
+}
+
+fn add(args: Vec<Variant>) -> CallMethodRequest {
+    m(nodes::methods_folder_id(), nodes::add_method_id(), args)
+}
+
+fn doubles(v: &[f64]) -> Variant {
+    Variant::array(BuiltinType::Double, v.iter().map(|x| Variant::Double(*x)).collect()).unwrap()
+}
+
+#[test]
+fn demo_add_and_sum() {
+    let (mut h, key) = setup(UserAccess::Read);
+    let r = one(&mut h, key, add(vec![Variant::Double(2.5), Variant::Double(4.0)]));
+    assert_eq!(r.status_code, StatusCode::Good);
+    assert_eq!(r.output_arguments, vec![Variant::Double(6.5)]);
+    assert_eq!(r.input_argument_results, vec![StatusCode::Good, StatusCode::Good]);
+    let sum = |v: Variant| m(nodes::methods_folder_id(), nodes::sum_method_id(), vec![v]);
+    let r = one(&mut h, key, sum(doubles(&[1.0, 2.0, 3.5])));
+    assert_eq!(r.status_code, StatusCode::Good);
+    assert_eq!(r.output_arguments, vec![Variant::Double(6.5)]);
+    let r = one(&mut h, key, sum(Variant::Empty));
+    assert_eq!(r.output_arguments, vec![Variant::Double(0.0)], "a null array is empty");
+    // A scalar where an array is declared, and an array of the wrong type.
+    let r = one(&mut h, key, sum(Variant::Double(1.0)));
+    assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
+    assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch]);
+    let ints = Variant::array(BuiltinType::Int32, vec![Variant::Int32(1)]).unwrap();
+    assert_eq!(one(&mut h, key, sum(ints)).input_argument_results, vec![StatusCode::BadTypeMismatch]);
+}
+
+#[test]
+fn argument_validation() {
+    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let r = one(&mut h, key, add(vec![Variant::Double(1.0)]));
+    assert_eq!(r.status_code, StatusCode::BadArgumentsMissing);
+    assert!(r.input_argument_results.is_empty() && r.output_arguments.is_empty());
+    let r = one(&mut h, key, add(vec![Variant::Double(1.0), Variant::Double(2.0), Variant::Double(3.0)]));
+    assert_eq!(r.status_code, StatusCode::BadTooManyArguments);
+    let r = one(&mut h, key, add(vec![Variant::Int32(1), Variant::Double(2.0)]));
+    assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
+    assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch, StatusCode::Good]);
+    assert!(r.output_arguments.is_empty());
+    let r = one(&mut h, key, add(vec![Variant::Empty, Variant::Double(2.0)]));
+    assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch, StatusCode::Good], "no Null number");
+    // GenerateEvent: Severity out of range.
+    let gen = |sev: u16| {
+        m(nodes::methods_folder_id(), nodes::generate_event_method_id(), vec![Variant::String("hi".into()), Variant::UInt16(sev)])
+    };
+    let r = one(&mut h, key, gen(0));
+    assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
+    assert_eq!(r.input_argument_results, vec![StatusCode::Good, StatusCode::BadOutOfRange]);
+    // And in range: the event is on the bus.
+    let shared = std::sync::Arc::clone(h.shard.shared());
+    let mut c = shared.events.bus.cursor();
+    assert_eq!(one(&mut h, key, gen(300)).status_code, StatusCode::Good);
+    let mut got = Vec::new();
+    c.poll(&shared.events.bus, |e| got.push((e.message.text.as_str().to_string(), e.severity, e.event_type.clone())));
+    assert_eq!(got, vec![("hi".to_string(), 300, nodes::demo_event_type())]);
+}
+
+#[test]
+fn object_and_method_validation() {
+    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let two = || vec![Variant::Double(1.0), Variant::Double(2.0)];
+    let cases = vec![
+        (m(NodeId::NULL, nodes::add_method_id(), two()), StatusCode::BadNodeIdInvalid),
+        (m(NodeId::string(1, "nope"), nodes::add_method_id(), two()), StatusCode::BadNodeIdUnknown),
+        // A Variable is no object.
+        (m(NodeId::string(1, "Demo.Static.Int32"), nodes::add_method_id(), two()), StatusCode::BadNodeIdInvalid),
+        (m(nodes::methods_folder_id(), NodeId::string(1, "nope"), two()), StatusCode::BadMethodInvalid),
+        (m(nodes::methods_folder_id(), NodeId::NULL, two()), StatusCode::BadMethodInvalid),
+        // Not a Method node.
+        (m(nodes::methods_folder_id(), NodeId::string(1, "Demo.Static.Int32"), two()), StatusCode::BadMethodInvalid),
+        // The method exists but the object does not have it.
+        (m(NodeId::ns0(ids::SERVER), nodes::add_method_id(), two()), StatusCode::BadMethodInvalid),
+        (m(NodeId::ns0(ids::SERVER), NodeId::ns0(ids::CONDITION_REFRESH), vec![Variant::UInt32(1)]), StatusCode::BadMethodInvalid),
+        // A namespace-0 method of the Server this server does not implement.
+        (m(NodeId::ns0(ids::SERVER), NodeId::ns0(12749), vec![Variant::UInt32(1), Variant::UInt32(1)]), StatusCode::BadNotImplemented),
+    ];
+    let (reqs, want): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
+    let got: Vec<StatusCode> = call(&mut h, key, reqs).into_iter().map(|r| r.status_code).collect();
+    assert_eq!(got, want);
+    // Subscription methods: validated here (types), run by the subscription module.
+    let r = one(&mut h, key, m(NodeId::ns0(ids::SERVER), NodeId::ns0(ids::GET_MONITORED_ITEMS), vec![Variant::Int32(1)]));
+    assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
+    assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch]);
+    let r = one(&mut h, key, m(NodeId::ns0(ids::CONDITION_TYPE), NodeId::ns0(ids::CONDITION_REFRESH2), vec![Variant::UInt32(1)]));
+    assert_eq!(r.status_code, StatusCode::BadArgumentsMissing);
+}
+
+#[test]
+fn request_limits() {
+    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let now = h.now;
+    let fault = |r: Response| match r {
+        Response::ServiceFault(f) => f.response_header.service_result,
+        other => panic!("expected a fault: {other:?}"),
+    };
+    assert_eq!(fault(method::call(&mut h.shard, key, &request(vec![]), now)), StatusCode::BadNothingToDo);
+    let max = ServerConfig::default().operation_limits.max_nodes_per_method_call as usize;
+    let many = vec![add(vec![Variant::Double(1.0), Variant::Double(2.0)]); max + 1];
+    assert_eq!(fault(method::call(&mut h.shard, key, &request(many), now)), StatusCode::BadTooManyOperations);
+    let exactly = vec![add(vec![Variant::Double(1.0), Variant::Double(2.0)]); max];
+    assert_eq!(call(&mut h, key, exactly).len(), max);
+}
+
+fn alarm_event_id(s: &uaring_core::server::shared::ServerShared) -> ByteString {
+    s.events.alarm.as_ref().unwrap().state().event_id.clone()
+}
+
+fn ack(object: NodeId, method: NodeId, event_id: ByteString, comment: &str) -> CallMethodRequest {
+    m(object, method, vec![Variant::ByteString(event_id), Variant::LocalizedText(Box::new(LocalizedText::new("en", comment)))])
+}
+
+#[test]
+fn acknowledge_and_confirm_through_call() {
+    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let shared = std::sync::Arc::clone(h.shard.shared());
+    shared.events.set_alarm_active(&shared.address_space, true, h.now.utc).expect("goes active");
+    let alarm = nodes::alarm_id();
+    let acknowledge = NodeId::ns0(ids::ACKNOWLEDGE);
+    let confirm = NodeId::ns0(ids::CONFIRM);
+
+    let r = one(&mut h, key, ack(alarm.clone(), acknowledge.clone(), ByteString::from(vec![9u8; 16]), "x"));
+    assert_eq!(r.status_code, StatusCode::BadEventIdUnknown);
+    // Acknowledge on something that is not the alarm.
+    let r = one(&mut h, key, ack(NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE), acknowledge.clone(), alarm_event_id(&shared), "x"));
+    assert_eq!(r.status_code, StatusCode::BadNodeIdInvalid);
+    // A wrong Comment type.
+    let r = one(&mut h, key, m(alarm.clone(), acknowledge.clone(), vec![Variant::ByteString(alarm_event_id(&shared)), Variant::String("x".into())]));
+    assert_eq!(r.input_argument_results, vec![StatusCode::Good, StatusCode::BadTypeMismatch]);
+
+    let r = one(&mut h, key, ack(alarm.clone(), acknowledge.clone(), alarm_event_id(&shared), "seen"));
+    assert_eq!(r.status_code, StatusCode::Good);
+    let s = shared.events.alarm.as_ref().unwrap().state();
+    assert!(s.acked && !s.confirmed);
+    assert_eq!(s.comment, LocalizedText::new("en", "seen"));
+    // The instance's own method node works as well.
+    let r = one(&mut h, key, ack(alarm.clone(), nodes::alarm_acknowledge_id(), alarm_event_id(&shared), "again"));
+    assert_eq!(r.status_code, StatusCode::BadConditionBranchAlreadyAcked);
+    let r = one(&mut h, key, ack(alarm.clone(), confirm.clone(), alarm_event_id(&shared), "ok"));
+    assert_eq!(r.status_code, StatusCode::Good);
+    let r = one(&mut h, key, ack(alarm.clone(), nodes::alarm_confirm_id(), alarm_event_id(&shared), "ok"));
+    assert_eq!(r.status_code, StatusCode::BadConditionBranchAlreadyConfirmed);
+    let s = shared.events.alarm.as_ref().unwrap().state();
+    assert!(s.acked && s.confirmed && s.active && s.retain(), "active: still retained");
+}
+
+#[test]
+fn read_only_user() {
+    let (mut h, key) = setup(UserAccess::Read);
+    let shared = std::sync::Arc::clone(h.shard.shared());
+    shared.events.set_alarm_active(&shared.address_space, true, h.now.utc).unwrap();
+    let r = one(&mut h, key, ack(nodes::alarm_id(), NodeId::ns0(ids::ACKNOWLEDGE), alarm_event_id(&shared), "x"));
+    assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
+    assert!(!shared.events.alarm.as_ref().unwrap().state().acked, "nothing changed");
+    let gen = m(nodes::methods_folder_id(), nodes::generate_event_method_id(), vec![Variant::String("x".into()), Variant::UInt16(1)]);
+    assert_eq!(one(&mut h, key, gen).status_code, StatusCode::BadUserAccessDenied);
+    // Reading methods are allowed.
+    assert_eq!(one(&mut h, key, add(vec![Variant::Double(1.0), Variant::Double(1.0)])).status_code, StatusCode::Good);
+}
