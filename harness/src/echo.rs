@@ -1,25 +1,39 @@
-//! The physical floor: a minimal io_uring echo server and its client driver.
+//! The echo floor: `uaring_shards::EchoHandler` on uaring's own shard
+//! runtime (the same rings, provided receive buffers, batching, pinning and
+//! connection distribution as the `uaring` server), and its client driver.
 //!
-//! Frames are `[u32 total length LE][u32 reply length LE][padding]`. The
-//! server answers each request frame with a frame of the requested reply
-//! length, so request and reply have the sizes of an OPC UA Read request and
-//! response. Replies produced from one receive go out in one send.
+//! The handler sends every byte back, so a reply is its request. Frames are
+//! `[u32 total length LE][u32 reserved][padding]`, 128 bytes by default: the
+//! size of a single-value Read request as the `read` scenario puts it on the
+//! wire (a Read response is 66 bytes, so the floor moves 62 bytes more per
+//! round trip than a Read does). "uaring ÷ floor" is then the cost of the OPC
+//! UA work alone.
 
-use std::os::fd::RawFd;
+use std::net::SocketAddr;
+
+use uaring_shards::runtime::{self, RuntimeOptions};
+use uaring_shards::{EchoHandler, IoBackend, RuntimeConfig};
 
 use crate::uring::{Ctx, Driver};
 
-/// Default sizes: a single-value Read request and its response as encoded
-/// by a None-security channel (measured by the `read` scenario's
-/// bytes_out/bytes_in per op; override with --echo-req-bytes/--echo-resp-bytes).
-pub const DEFAULT_REQ_BYTES: usize = 128;
-pub const DEFAULT_RESP_BYTES: usize = 66;
+/// Default frame size (request = reply).
+pub const DEFAULT_FRAME_BYTES: usize = 128;
 const HEADER: usize = 8;
 const MAX_FRAME: usize = 16 * 1024 * 1024;
 
-/// Splits complete frames off `pending` + `data`, calling `f` for each frame's
-/// header fields. Incomplete tails stay in `pending`.
-fn frames(pending: &mut Vec<u8>, data: &[u8], mut f: impl FnMut(u32, u32)) -> Result<(), String> {
+/// `--echo-bytes`: 8 bytes (the header) up to 16 MiB.
+pub fn parse_frame_bytes(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if (HEADER..=MAX_FRAME).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("an echo frame is {HEADER}..={MAX_FRAME} bytes"))
+    }
+}
+
+/// Splits complete frames off `pending` + `data`, calling `f` with each
+/// frame's length. Incomplete tails stay in `pending`.
+fn frames(pending: &mut Vec<u8>, data: &[u8], mut f: impl FnMut(u32)) -> Result<(), String> {
     let mut parse = |buf: &[u8]| -> Result<usize, String> {
         let mut off = 0;
         while buf.len() - off >= HEADER {
@@ -30,8 +44,7 @@ fn frames(pending: &mut Vec<u8>, data: &[u8], mut f: impl FnMut(u32, u32)) -> Re
             if buf.len() - off < len {
                 break;
             }
-            let reply = u32::from_le_bytes(buf[off + 4..off + 8].try_into().unwrap());
-            f(len as u32, reply);
+            f(len as u32);
             off += len;
         }
         Ok(off)
@@ -47,53 +60,31 @@ fn frames(pending: &mut Vec<u8>, data: &[u8], mut f: impl FnMut(u32, u32)) -> Re
     Ok(())
 }
 
-fn write_frame(out: &mut Vec<u8>, len: usize, reply: usize) {
+fn write_frame(out: &mut Vec<u8>, len: usize) {
     let len = len.max(HEADER);
     let start = out.len();
     out.resize(start + len, 0);
     out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&(reply as u32).to_le_bytes());
-}
-
-#[derive(Default)]
-pub struct EchoServerConn {
-    pending: Vec<u8>,
-}
-
-impl Driver for EchoServerConn {
-    fn start(&mut self, _now: u64, _out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn on_recv(&mut self, _now: u64, data: &[u8], out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
-        frames(&mut self.pending, data, |_, reply| write_frame(out, reply as usize, 0))
-    }
 }
 
 pub struct EchoClientConn {
     pub inflight: usize,
-    pub req_bytes: usize,
-    pub resp_bytes: usize,
+    pub frame_bytes: usize,
     sent_at: std::collections::VecDeque<u64>,
     pending: Vec<u8>,
 }
 
 impl EchoClientConn {
-    pub fn new(inflight: usize, req_bytes: usize, resp_bytes: usize) -> Self {
-        EchoClientConn {
-            inflight,
-            req_bytes,
-            resp_bytes,
-            sent_at: std::collections::VecDeque::with_capacity(inflight),
-            pending: Vec::new(),
-        }
+    pub fn new(inflight: usize, frame_bytes: usize) -> Self {
+        EchoClientConn { inflight, frame_bytes, sent_at: std::collections::VecDeque::with_capacity(inflight), pending: Vec::new() }
     }
 }
 
 impl Driver for EchoClientConn {
     fn start(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
         for _ in 0..self.inflight {
-            write_frame(out, self.req_bytes, self.resp_bytes);
+            write_frame(out, self.frame_bytes);
+            ctx.mark(out.len());
             self.sent_at.push_back(now);
         }
         ctx.ready();
@@ -102,95 +93,72 @@ impl Driver for EchoClientConn {
 
     fn on_recv(&mut self, now: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
         let sent_at = &mut self.sent_at;
-        let (req, resp) = (self.req_bytes, self.resp_bytes);
-        let mut missing = false;
-        frames(&mut self.pending, data, |_, _| match sent_at.pop_front() {
-            Some(t) => {
-                ctx.complete(now.saturating_sub(t));
-                if !ctx.stopping() {
-                    write_frame(out, req, resp);
-                    sent_at.push_back(now);
+        let size = self.frame_bytes;
+        let mut problem = None;
+        frames(&mut self.pending, data, |len| {
+            if len as usize != size {
+                problem.get_or_insert_with(|| format!("echo reply of {len} bytes to a request of {size}"));
+                return;
+            }
+            match sent_at.pop_front() {
+                Some(t) => {
+                    ctx.complete(now.saturating_sub(t));
+                    if !ctx.stopping() {
+                        write_frame(out, size);
+                        ctx.mark(out.len());
+                        sent_at.push_back(now);
+                    }
+                }
+                None => {
+                    problem.get_or_insert_with(|| "echo reply without a request".to_string());
                 }
             }
-            None => missing = true,
         })?;
-        if missing {
-            return Err("echo reply without a request".into());
+        match problem {
+            Some(p) => Err(p),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
-/// A listening socket with SO_REUSEPORT (so every server thread can have one).
-pub fn listen_reuseport(port: u16) -> std::io::Result<(RawFd, u16)> {
-    // SAFETY: plain socket system calls on an fd we create and own.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let one: libc::c_int = 1;
-        for opt in [libc::SO_REUSEADDR, libc::SO_REUSEPORT] {
-            libc::setsockopt(fd, libc::SOL_SOCKET, opt, &one as *const _ as *const _, 4);
-        }
-        let mut addr: libc::sockaddr_in = std::mem::zeroed();
-        addr.sin_family = libc::AF_INET as u16;
-        addr.sin_port = port.to_be();
-        addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        if libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len) != 0 {
-            let e = std::io::Error::last_os_error();
-            libc::close(fd);
-            return Err(e);
-        }
-        if libc::listen(fd, 1024) != 0 {
-            let e = std::io::Error::last_os_error();
-            libc::close(fd);
-            return Err(e);
-        }
-        let mut got: libc::sockaddr_in = std::mem::zeroed();
-        let mut glen = len;
-        libc::getsockname(fd, &mut got as *mut _ as *mut libc::sockaddr, &mut glen);
-        Ok((fd, u16::from_be(got.sin_port)))
+fn parse_backend(s: &str) -> Result<IoBackend, String> {
+    match s {
+        "auto" => Ok(IoBackend::Auto),
+        "uring" => Ok(IoBackend::Uring),
+        "epoll" => Ok(IoBackend::Epoll),
+        other => Err(format!("--io-backend {other:?}: one of auto, uring, epoll")),
     }
 }
 
-/// `uaring-bench echo-server --cpus EXPR --port N`: one pinned thread per CPU,
-/// each with its own SO_REUSEPORT listener and ring. Runs until killed.
-pub fn echo_server_main(cpus: &[usize], port: u16) -> Result<(), String> {
-    let (first_fd, port) = listen_reuseport(port).map_err(|e| format!("listen: {e}"))?;
-    let mut fds = vec![first_fd];
-    for _ in 1..cpus.len().max(1) {
-        fds.push(listen_reuseport(port).map_err(|e| format!("listen: {e}"))?.0);
-    }
-    let mut handles = Vec::new();
-    for (i, fd) in fds.into_iter().enumerate() {
-        let cpu = cpus.get(i).copied();
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("echo-{i}"))
-                .spawn(move || {
-                    if let Some(cpu) = cpu {
-                        let _ = uaring_affinity::pin_current_thread(&[cpu]);
-                    }
-                    let shared = crate::uring::Shared::default();
-                    let mut stats = crate::uring::ThreadStats::default();
-                    let src = crate::uring::Source::Listen(fd, Box::new(EchoServerConn::default));
-                    if let Err(e) = crate::uring::run_loop(src, &shared, &mut stats) {
-                        eprintln!("echo-{i}: {e}");
-                    }
-                })
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    println!("listening on 127.0.0.1:{port}");
+/// `uaring-bench echo-server --cpus EXPR --port N`: uaring's shard runtime
+/// (one pinned shard per CPU, its default `[runtime]` configuration) with
+/// `EchoHandler` in place of the OPC UA server. Runs until SIGTERM/SIGINT.
+pub fn echo_server_main(cpus: &[usize], port: u16, backend: &str) -> Result<(), String> {
+    let mut rc = RuntimeConfig::default();
+    rc.io_backend = parse_backend(backend)?;
+    let listen = SocketAddr::from(([127, 0, 0, 1], port));
+    let opts = RuntimeOptions::from_config(&rc, listen, cpus.to_vec());
+    // Block the stop signals in every thread (shards inherit the mask) and
+    // wait for them on this one.
+    // SAFETY: sigset operations on a local set; pthread_sigmask on this thread.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    let running = runtime::start(opts, |_shard| Ok(EchoHandler::default())).map_err(|e| e.to_string())?;
+    println!("listening on {}", running.local_addr);
+    println!("echo floor: {} shard(s), {}", cpus.len().max(1), running.features);
     println!("benchmark server ready");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    for h in handles {
-        let _ = h.join();
-    }
-    Ok(())
+    // SAFETY: waits for one of the blocked signals of `set`.
+    while unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) } < 0 {}
+    running.stop();
+    running.join()
 }
 
 #[cfg(test)]
@@ -201,44 +169,50 @@ mod tests {
     #[test]
     fn frames_split_across_reads() {
         let mut buf = Vec::new();
-        write_frame(&mut buf, 20, 7);
-        write_frame(&mut buf, 9, 100);
+        write_frame(&mut buf, 20);
+        write_frame(&mut buf, 9);
         let mut pending = Vec::new();
         let mut seen = Vec::new();
         for chunk in buf.chunks(3) {
-            frames(&mut pending, chunk, |len, reply| seen.push((len, reply))).unwrap();
+            frames(&mut pending, chunk, |len| seen.push(len)).unwrap();
         }
-        assert_eq!(seen, vec![(20, 7), (9, 100)]);
+        assert_eq!(seen, vec![20, 9]);
         assert!(pending.is_empty());
     }
 
     #[test]
     fn bad_length_is_an_error() {
         let mut pending = Vec::new();
-        assert!(frames(&mut pending, &[1, 0, 0, 0, 0, 0, 0, 0], |_, _| {}).is_err());
+        assert!(frames(&mut pending, &[1, 0, 0, 0, 0, 0, 0, 0], |_| {}).is_err());
+        assert!(parse_frame_bytes("7").is_err());
+        assert_eq!(parse_frame_bytes("128").unwrap(), 128);
     }
 
     #[test]
-    fn server_answers_with_requested_size() {
+    fn client_counts_echoed_frames_and_marks_each_request() {
         let shared = Shared::default();
         let mut stats = ThreadStats::default();
-        let mut ctx = Ctx { phase: 1, stats: &mut stats, shared: &shared };
-        let mut s = EchoServerConn::default();
-        let mut req = Vec::new();
-        write_frame(&mut req, 113, 86);
-        write_frame(&mut req, 113, 86);
-        let mut out = Vec::new();
-        s.on_recv(0, &req, &mut out, &mut ctx).unwrap();
-        assert_eq!(out.len(), 172);
-        // The client counts both replies and sends two new requests.
-        let mut c = EchoClientConn::new(2, 113, 86);
+        let mut marks = Vec::new();
+        let mut c = EchoClientConn::new(2, 113);
         let mut first = Vec::new();
-        c.start(0, &mut first, &mut ctx).unwrap();
+        {
+            let mut ctx = Ctx { phase: crate::uring::PHASE_MEASURE, stats: &mut stats, shared: &shared, marks: Some(&mut marks) };
+            c.start(0, &mut first, &mut ctx).unwrap();
+        }
         assert_eq!(first.len(), 226);
+        assert_eq!(marks, vec![113, 226]);
+        // The echo handler sends the bytes back: two replies, two new requests.
         let mut next = Vec::new();
-        c.on_recv(1000, &out, &mut next, &mut ctx).unwrap();
+        let mut ctx = Ctx::new(crate::uring::PHASE_MEASURE, &mut stats, &shared);
+        c.on_recv(1000, &first, &mut next, &mut ctx).unwrap();
         assert_eq!(next.len(), 226);
         assert_eq!(ctx.stats.ops, 2);
         assert_eq!(ctx.stats.hist.max(), 1000);
+        // A reply of another size is an error, not an op.
+        let mut wrong = Vec::new();
+        write_frame(&mut wrong, 64);
+        let mut out = Vec::new();
+        assert!(c.on_recv(2000, &wrong, &mut out, &mut ctx).is_err());
+        assert_eq!(ctx.stats.ops, 2);
     }
 }

@@ -1,33 +1,20 @@
 //! `uaring-bench`: the native benchmark harness for uaring and any other
-//! OPC UA server. See `uaring-bench help`.
+//! OPC UA server. See `uaring-bench --help` and `uaring-bench run --help`.
 
-use uaring_harness::args::Args;
+use clap::Parser;
+use uaring_harness::cli::{Cli, Command};
 use uaring_harness::{echo, run, scenarios, summarize, sweep};
 
-const USAGE: &str = "\
-uaring-bench run --scenario S [options]      one measured run
-uaring-bench sweep --variants FILE [--scenarios FILE] [--rounds 5] [--out FILE] [run options]
-uaring-bench summarize --in FILE [--md FILE] [--csv FILE] [--svg PREFIX] [--command CMD]
-uaring-bench echo-server --cpus EXPR [--port 0]
-
-scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo
-
-run options:
-  --clients N (4) --inflight M (32) --duration S (5) --warmup S (2) --security MODE (none)
-  --server-cpus EXPR (0) --client-cpus EXPR (1) --client-threads N (one per client CPU)
-  server under test (default: the uaring binary beside this one, --server-bin PATH):
-    --server-exe PATH --server-args '... {port} {items} {sampling} {pki} ...' [--ready SUBSTR]
-    --url opc.tcp://HOST:PORT [--server-pid PID]
-    --server-env 'K=V ...'  --server-name NAME  --no-pin
-  --foreign-max CORES (0.15) --max-repeats N (3) --json --variant NAME
-  sub/events: --sessions --subscriptions --items --writers --publishing-ms --sampling-ms
-  counters: --start-items --max-items --sampling-ms (10) --publishing-ms (1000)
-  echo: --echo-req-bytes --echo-resp-bytes
-";
-
 fn main() {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let code = match real_main(&argv) {
+    let argv: Vec<String> = std::env::args().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) => {
+            // --help prints to stdout and exits 0; errors print to stderr and exit 2.
+            e.exit();
+        }
+    };
+    let code = match real_main(cli, &argv) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("uaring-bench: {e}");
@@ -37,27 +24,24 @@ fn main() {
     std::process::exit(code);
 }
 
-fn real_main(argv: &[String]) -> Result<i32, String> {
-    let a = Args::parse(argv)?;
-    let cmd = a.positional.first().map(|s| s.as_str()).unwrap_or("help");
-    if a.flag("help") || cmd == "help" {
-        print!("{USAGE}");
-        return Ok(0);
-    }
-    match cmd {
-        "run" => {
-            let cfg = run::RunConfig::from_args(&a)?;
+fn real_main(cli: Cli, argv: &[String]) -> Result<i32, String> {
+    match cli.command {
+        Command::Run(opts) => {
+            let cfg = run::RunConfig::from_opts(&opts)?;
             let o = scenarios::run_scenario(&cfg)?;
             run::print_result(&cfg, &o);
             Ok(if o.get("errors").and_then(|v| v.as_u64()).unwrap_or(0) > 0 { 1 } else { 0 })
         }
-        "sweep" => sweep::sweep_main(&a),
-        "summarize" => summarize::summarize_main(&a),
-        "echo-server" => {
-            let cpus = run::resolve_cpus(&a.str_or("cpus", "0"))?;
-            echo::echo_server_main(&cpus, a.num("port", 0)?)?;
+        Command::Sweep(opts) => {
+            // The words after `sweep`, minus the sweep's own options, go to every run.
+            let at = argv.iter().position(|w| w == "sweep").map(|i| i + 1).unwrap_or(argv.len());
+            sweep::sweep_main(&opts, &argv[at..])
+        }
+        Command::Summarize(opts) => summarize::summarize_main(&opts),
+        Command::EchoServer(opts) => {
+            let cpus = run::resolve_cpus(&opts.cpus)?;
+            echo::echo_server_main(&cpus, opts.port, &opts.io_backend)?;
             Ok(0)
         }
-        other => Err(format!("unknown command {other:?}\n{USAGE}")),
     }
 }

@@ -58,8 +58,12 @@ pub trait Workload: Send {
     fn initial(&self) -> usize;
     /// The request that follows a response (closed loop), if any.
     fn next(&mut self, now_ns: u64) -> Option<Request>;
-    /// Checks a response and records the operation(s).
-    fn on_response(&mut self, resp: &Response, sent_ns: u64, now_ns: u64, ctx: &mut Ctx) -> Result<(), String>;
+    /// The request last returned by `next` (or `on_timer`) went out under `id`.
+    fn on_sent(&mut self, _id: u32) {}
+    /// Checks the response to request `id` and records the operation(s). A
+    /// response that is not what the contract says is an error and no
+    /// operation is recorded for it.
+    fn on_response(&mut self, id: u32, resp: &Response, sent_ns: u64, now_ns: u64, ctx: &mut Ctx) -> Result<(), String>;
     /// Timer-driven requests (writers at a fixed rate).
     fn deadline(&self) -> Option<u64> {
         None
@@ -107,9 +111,22 @@ impl UaDriver {
     }
 
     fn send(&mut self, req: Request, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
+        self.send_id(req, now, out).map(|_| ())
+    }
+
+    fn send_id(&mut self, req: Request, now: u64, out: &mut Vec<u8>) -> Result<u32, String> {
         let id = self.conn.send_request(req, now_at(now), out).map_err(|s| format!("send: {}", status_name(s)))?;
         let n = self.sent.len();
         self.sent[id as usize % n] = (id, now);
+        Ok(id)
+    }
+
+    /// A measured request: its end is marked for per-request sends and the
+    /// workload learns its id.
+    fn send_work(&mut self, req: Request, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+        let id = self.send_id(req, now, out)?;
+        ctx.mark(out.len());
+        self.work.on_sent(id);
         Ok(())
     }
 
@@ -133,7 +150,7 @@ impl UaDriver {
                 ctx.ready();
                 for _ in 0..self.work.initial() {
                     if let Some(req) = self.work.next(now) {
-                        self.send(req, now, out)?;
+                        self.send_work(req, now, out, ctx)?;
                     }
                 }
                 Ok(())
@@ -200,12 +217,12 @@ impl UaDriver {
             Stage::Closed => Ok(()),
             Stage::Running => {
                 let sent = self.sent_at(id, now);
-                if let Err(e) = self.work.on_response(&resp, sent, now, ctx) {
+                if let Err(e) = self.work.on_response(id, &resp, sent, now, ctx) {
                     ctx.error(|| e);
                 }
                 if !ctx.stopping() {
                     if let Some(req) = self.work.next(now) {
-                        self.send(req, now, out)?;
+                        self.send_work(req, now, out, ctx)?;
                     }
                 }
                 Ok(())
@@ -280,7 +297,7 @@ impl Driver for UaDriver {
         }
         if self.stage == Stage::Running && self.work.deadline().is_some_and(|d| d <= now) && !ctx.stopping() {
             for req in self.work.on_timer(now, ctx) {
-                self.send(req, now, out)?;
+                self.send_work(req, now, out, ctx)?;
             }
         }
         Ok(())
@@ -305,16 +322,45 @@ fn read_value_id(node: NodeId, attribute_id: u32) -> ReadValueId {
 }
 
 /// `read` and `read-batch`: Read of `nodes` values per request, round robin
-/// over the benchmark variables; every value must be a Good Int32.
+/// over the benchmark variables, TimestampsToReturn Neither, MaxAge 0. Every
+/// value must be what the contract says: a Good Int32 equal to the
+/// variable's index (`ns=1;i=1001+k` holds k; nobody writes during a read run).
 pub struct ReadWork {
     pub inflight: usize,
     pub nodes: usize,
     cursor: u32,
+    /// The first variable index of the request last built by `next`.
+    last_start: u32,
+    /// First variable index by request id (slot = id % len).
+    starts: Vec<(u32, u32)>,
 }
 
 impl ReadWork {
     pub fn new(inflight: usize, nodes: usize, start: u32) -> Self {
-        ReadWork { inflight, nodes: nodes.max(1), cursor: start }
+        let slots = (inflight * 4 + 64).next_power_of_two();
+        ReadWork { inflight, nodes: nodes.max(1), cursor: start, last_start: 0, starts: vec![(u32::MAX, 0); slots] }
+    }
+
+    /// Checks a Read response to a request whose first variable index was `start`.
+    pub fn check(&self, resp: &Response, start: Option<u32>) -> Result<(), String> {
+        let Response::Read(r) = resp else { return Err(format!("Read answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+        if r.response_header.service_result.is_bad() {
+            return Err(format!("Read: {}", status_name(r.response_header.service_result)));
+        }
+        if r.results.len() != self.nodes {
+            return Err(format!("Read: {} results for {} nodes", r.results.len(), self.nodes));
+        }
+        for (j, dv) in r.results.iter().enumerate() {
+            let expected = start.map(|s| (s.wrapping_add(j as u32) % NODE_COUNT) as i32);
+            match (&dv.value, expected) {
+                (Variant::Int32(v), Some(e)) if dv.status_code().is_good() && *v == e => {}
+                (Variant::Int32(_), None) if dv.status_code().is_good() => {}
+                (v, e) => {
+                    return Err(format!("Read: value {v:?} status {} (the contract says Int32 {e:?})", status_name(dv.status_code())));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -324,6 +370,7 @@ impl Workload for ReadWork {
     }
     fn next(&mut self, _now: u64) -> Option<Request> {
         let mut nodes_to_read = Vec::with_capacity(self.nodes);
+        self.last_start = self.cursor % NODE_COUNT;
         for _ in 0..self.nodes {
             nodes_to_read.push(read_value_id(bench_node(self.cursor), ATTR_VALUE));
             self.cursor = self.cursor.wrapping_add(1);
@@ -335,20 +382,21 @@ impl Workload for ReadWork {
             ..Default::default()
         })))
     }
-    fn on_response(&mut self, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_sent(&mut self, id: u32) {
+        let n = self.starts.len();
+        self.starts[id as usize % n] = (id, self.last_start);
+    }
+    fn on_response(&mut self, id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        let n = self.starts.len();
+        let start = match self.starts[id as usize % n] {
+            (sid, s) if sid == id => Some(s),
+            _ => None,
+        };
+        self.check(resp, start)?;
+        if start.is_none() {
+            return Err(format!("Read: response to request {id}, which is not in flight"));
+        }
         ctx.complete(now.saturating_sub(sent));
-        let Response::Read(r) = resp else { return Err(format!("Read answered with {} {}", resp.name(), status_name(service_result(resp)))) };
-        if r.response_header.service_result.is_bad() {
-            return Err(format!("Read: {}", status_name(r.response_header.service_result)));
-        }
-        if r.results.len() != self.nodes {
-            return Err(format!("Read: {} results for {} nodes", r.results.len(), self.nodes));
-        }
-        for dv in &r.results {
-            if dv.status_code().is_bad() || !matches!(dv.value, Variant::Int32(_)) {
-                return Err(format!("Read: value {:?} status {}", dv.value, status_name(dv.status_code())));
-            }
-        }
         Ok(())
     }
 }
@@ -399,9 +447,10 @@ impl Workload for WriteWork {
         self.value = self.value.wrapping_add(1);
         Some(write_request(bench_node(self.cursor), self.value))
     }
-    fn on_response(&mut self, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(&mut self, _id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        check_write(resp)?;
         ctx.complete(now.saturating_sub(sent));
-        check_write(resp)
+        Ok(())
     }
 }
 
@@ -428,11 +477,13 @@ impl Workload for BrowseWork {
             ..Default::default()
         })))
     }
-    fn on_response(&mut self, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
-        ctx.complete(now.saturating_sub(sent));
+    fn on_response(&mut self, _id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
         let Response::Browse(r) = resp else { return Err(format!("Browse answered with {} {}", resp.name(), status_name(service_result(resp)))) };
         match r.results.first() {
-            Some(b) if b.status_code.is_good() && !b.references.is_empty() => Ok(()),
+            Some(b) if b.status_code.is_good() && !b.references.is_empty() => {
+                ctx.complete(now.saturating_sub(sent));
+                Ok(())
+            }
             Some(b) => Err(format!("Browse: {} with {} references", status_name(b.status_code), b.references.len())),
             None => Err(format!("Browse: {}", status_name(r.response_header.service_result))),
         }
@@ -467,9 +518,10 @@ impl Workload for WriterWork {
     fn next(&mut self, _now: u64) -> Option<Request> {
         None
     }
-    fn on_response(&mut self, resp: &Response, _sent: u64, _now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(&mut self, _id: u32, resp: &Response, _sent: u64, _now: u64, ctx: &mut Ctx) -> Result<(), String> {
+        check_write(resp)?;
         ctx.count("write_responses", 1);
-        check_write(resp)
+        Ok(())
     }
     fn deadline(&self) -> Option<u64> {
         Some(self.next_at)
@@ -668,7 +720,7 @@ impl Workload for SubscriberWork {
         Some(self.publish())
     }
 
-    fn on_response(&mut self, resp: &Response, _sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(&mut self, _id: u32, resp: &Response, _sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
         let Response::Publish(r) = resp else { return Err(format!("Publish answered with {} {}", resp.name(), status_name(service_result(resp)))) };
         let sr = r.response_header.service_result;
         if sr.is_bad() {
@@ -734,7 +786,7 @@ fn endpoint(r: &Running) -> String {
 }
 
 fn secure(cfg: &RunConfig, url: &str) -> Result<Option<Arc<Security>>, String> {
-    security::prepare(url, &cfg.security, &cfg.args.str_or("security-policy", "Basic256Sha256"))
+    security::prepare(url, &cfg.security, &cfg.opts.security_policy)
 }
 
 fn security_check(cfg: &RunConfig) -> Result<(), String> {
@@ -745,7 +797,7 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     security_check(cfg)?;
     match cfg.scenario.as_str() {
         "read" | "read-batch" | "write" | "browse" => {
-            let nodes: usize = if cfg.scenario == "read-batch" { cfg.args.num("nodes", 10)? } else { 1 };
+            let nodes: usize = if cfg.scenario == "read-batch" { cfg.opts.nodes } else { 1 };
             let scenario = cfg.scenario.clone();
             let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
                 let url = endpoint(r);
@@ -776,13 +828,14 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 /// subscriptions × event items on the Server object; ops are events.
 fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let events = cfg.scenario == "events";
-    let sessions: usize = cfg.args.num("sessions", cfg.clients.max(1))?;
-    let subs: usize = cfg.args.num("subscriptions", 1)?;
-    let items: usize = cfg.args.num("items", if events { 1 } else { 100 })?;
-    let writers: usize = if events { 0 } else { cfg.args.num("writers", 1)? };
-    let write_rate: f64 = cfg.args.num("write-rate", 1000.0)?;
-    let publishing_ms: f64 = cfg.args.num("publishing-ms", 100.0)?;
-    let sampling_ms: f64 = cfg.args.num("sampling-ms", 10.0)?;
+    let o = &cfg.opts;
+    let sessions: usize = o.sessions.unwrap_or(cfg.clients.max(1));
+    let subs: usize = o.subscriptions;
+    let items: usize = o.items.unwrap_or(if events { 1 } else { 100 });
+    let writers: usize = if events { 0 } else { o.writers };
+    let write_rate: f64 = o.write_rate;
+    let publishing_ms: f64 = o.publishing_ms.unwrap_or(100.0);
+    let sampling_ms: f64 = o.sampling_ms;
     let writes = Arc::new(AtomicU64::new(0));
     let w2 = writes.clone();
     let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
@@ -844,7 +897,7 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 }
                 let t0 = mono_ns();
                 let r = connect_once(addr, &url, sec.clone());
-                let mut ctx = Ctx { phase, stats, shared };
+                let mut ctx = Ctx::new(phase, stats, shared);
                 match r {
                     Ok(()) => ctx.complete(mono_ns() - t0),
                     Err(e) => {
@@ -854,7 +907,7 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 }
             }
         });
-        Ok((Plan::Threads { count: cfg.clients, body }, vec![("security_policy".into(), json!(cfg.args.str_or("security-policy", "Basic256Sha256")))]))
+        Ok((Plan::Threads { count: cfg.clients, body }, vec![("security_policy".into(), json!(cfg.opts.security_policy))]))
     };
     run_with_guard(cfg, &[], &plan)
 }
@@ -869,7 +922,7 @@ impl Workload for NoWork {
     fn next(&mut self, _now: u64) -> Option<Request> {
         None
     }
-    fn on_response(&mut self, _resp: &Response, _sent: u64, _now: u64, _ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(&mut self, _id: u32, _resp: &Response, _sent: u64, _now: u64, _ctx: &mut Ctx) -> Result<(), String> {
         Ok(())
     }
 }
@@ -886,7 +939,7 @@ pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Secur
     let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec);
     let mut out = Vec::with_capacity(4096);
     let mut buf = vec![0u8; 65536];
-    let mut ctx = Ctx { phase: crate::uring::PHASE_WARMUP, stats: &mut stats, shared: &shared };
+    let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
     d.start(mono_ns(), &mut out, &mut ctx)?;
     let mut closing = false;
     loop {
@@ -901,7 +954,7 @@ pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Secur
         if n == 0 {
             return Err("connection closed by the server".into());
         }
-        let mut ctx = Ctx { phase: crate::uring::PHASE_WARMUP, stats: &mut stats, shared: &shared };
+        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
         d.on_recv(mono_ns(), &buf[..n], &mut out, &mut ctx)?;
         if d.is_running() && !closing {
             closing = true;
@@ -918,11 +971,11 @@ pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Secur
 /// 10 %; pass = every item reaches ≥ 99 % of its expected samples.
 pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     security_check(cfg)?;
-    let start: usize = cfg.args.num("start-items", 1000)?;
-    let max: usize = cfg.args.num("max-items", 1_000_000)?;
-    let sampling_ms: f64 = cfg.args.num("sampling-ms", 10.0)?;
-    let publishing_ms: f64 = cfg.args.num("publishing-ms", 1000.0)?;
-    let sessions: usize = cfg.args.num("sessions", 1)?;
+    let start: usize = cfg.opts.start_items;
+    let max: usize = cfg.opts.max_items;
+    let sampling_ms: f64 = cfg.opts.sampling_ms;
+    let publishing_ms: f64 = cfg.opts.publishing_ms.unwrap_or(1000.0);
+    let sessions: usize = cfg.opts.sessions.unwrap_or(1);
     let mut cfg = cfg.clone();
     if let crate::run::Target::Uaring { args, .. } = &mut cfg.target {
         if !args.contains("{items}") {

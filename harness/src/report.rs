@@ -22,6 +22,10 @@ pub struct RunInfo {
     pub server: String,
     pub clients: usize,
     pub inflight: usize,
+    /// `batched` or `per-request`.
+    pub send: String,
+    /// `shards` or `harness`.
+    pub client_io: String,
     pub server_cpus: String,
     pub client_cpus: String,
     pub client_threads: usize,
@@ -56,6 +60,8 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
     o.insert("security".into(), json!(info.security));
     o.insert("clients".into(), json!(info.clients));
     o.insert("inflight".into(), json!(info.inflight));
+    o.insert("send".into(), json!(info.send));
+    o.insert("client_io".into(), json!(info.client_io));
     for (k, v) in &info.params {
         o.insert(k.clone(), v.clone());
     }
@@ -108,6 +114,9 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
     for (k, v) in &stats.extra {
         o.insert((*k).to_string(), json!(v));
     }
+    if let Some(n) = stats.extra.get("client_sends") {
+        o.insert("client_sends_per_op".into(), json!(per_op(*n as f64)));
+    }
     o.insert("server_cpus".into(), json!(info.server_cpus));
     o.insert("client_cpus".into(), json!(info.client_cpus));
     o.insert("client_threads".into(), json!(info.client_threads));
@@ -150,12 +159,13 @@ pub fn readable(o: &Map<String, Value>) -> String {
     let g = |k: &str| o.get(k).map(fmt).unwrap_or_else(|| "-".into());
     let mut s = String::new();
     s.push_str(&format!(
-        "scenario {}  server {}  security {}  clients {} x inflight {}\n",
+        "scenario {}  server {}  security {}  clients {} x inflight {}  send {}\n",
         g("scenario"),
         g("server"),
         g("security"),
         g("clients"),
-        g("inflight")
+        g("inflight"),
+        g("send")
     ));
     s.push_str(&format!("  placement   server cpus {}  client cpus {} ({} threads)\n", g("server_cpus"), g("client_cpus"), g("client_threads")));
     s.push_str(&format!("  throughput  {} ops in {} s = {} ops/s, {} errors\n", g("ops"), g("seconds"), g("ops_per_s"), g("errors")));
@@ -198,7 +208,7 @@ pub fn readable(o: &Map<String, Value>) -> String {
     }
     s.push_str(&format!("  machine     foreign load {} cores, steal {} cores, discarded runs {}\n", g("foreign_cores"), g("steal_cores"), g("discarded_runs")));
     let shown = [
-        "scenario", "server", "security", "clients", "inflight", "server_cpus", "client_cpus", "client_threads", "ops", "seconds",
+        "scenario", "server", "security", "clients", "inflight", "send", "server_cpus", "client_cpus", "client_threads", "ops", "seconds",
         "ops_per_s", "errors", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us", "server_cpu_us_per_op", "server_cores",
         "server_sys_share", "server_rss_kb", "server_vcs_per_op", "server_ivcs_per_op", "client_cpu_us_per_op", "client_cores",
         "client_vcs_per_op", "client_ivcs_per_op", "bytes_out_per_op", "bytes_in_per_op", "shards", "foreign_cores", "steal_cores",
@@ -236,6 +246,8 @@ mod tests {
             server: "uaring".into(),
             clients: 4,
             inflight: 32,
+            send: "batched".into(),
+            client_io: "shards".into(),
             server_cpus: "0".into(),
             client_cpus: "1".into(),
             client_threads: 1,
@@ -252,7 +264,7 @@ mod tests {
         };
         let o = build(&info, &stats, &m, 1);
         for k in [
-            "scenario", "security", "clients", "inflight", "ops", "seconds", "ops_per_s", "errors", "p50_us", "p90_us", "p99_us",
+            "scenario", "security", "clients", "inflight", "send", "ops", "seconds", "ops_per_s", "errors", "p50_us", "p90_us", "p99_us",
             "server_cpu_us_per_op", "client_cpu_us_per_op", "server_rss_kb", "server_cpus", "client_cpus", "discarded_runs",
         ] {
             assert!(o.contains_key(k), "missing {k}");

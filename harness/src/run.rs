@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::args::{split_words, substitute, Args};
+use crate::args::{split_words, substitute};
+use crate::cli::{ClientIo, RunOpts, SendMode};
 use crate::procstat::{self, ProcSample};
 use crate::report::{self, Measured, RunInfo};
 use crate::server::{free_port, ServerProcess, SpawnSpec};
-use crate::uring::{self, Driver, Shared, Source, ThreadStats, PHASE_MEASURE, PHASE_STOP};
+use crate::uring::{self, Driver, Shared, ThreadStats, PHASE_DRAIN, PHASE_MEASURE, PHASE_STOP};
 
 pub type DynDriver = Box<dyn Driver + Send>;
 
@@ -79,9 +80,11 @@ pub struct RunConfig {
     pub variant: Option<String>,
     pub pin_external: bool,
     pub env: Vec<(String, String)>,
-    /// `shards` (uaring-shards' event loop) or `harness` (the minimal loop in `uring`).
-    pub client_io: String,
-    pub args: Args,
+    /// uaring-shards' event loop or the harness's client ring (`uring`).
+    pub client_io: ClientIo,
+    /// Batched or one send per request.
+    pub send: SendMode,
+    pub opts: RunOpts,
 }
 
 fn sibling_exe(name: &str) -> String {
@@ -102,57 +105,68 @@ pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
 }
 
 impl RunConfig {
-    pub fn from_args(a: &Args) -> Result<RunConfig, String> {
-        let scenario = a.str_or("scenario", "read");
-        let target = if let Some(url) = a.get("url") {
-            Target::Url { url: url.to_string(), pid: a.get("server-pid").map(|p| p.parse()).transpose().map_err(|_| "--server-pid: not a number")? }
-        } else if let Some(exe) = a.get("server-exe") {
-            Target::External { exe: exe.to_string(), args: a.str_or("server-args", ""), ready: a.str_or("ready", "listening on") }
+    pub fn from_opts(a: &RunOpts) -> Result<RunConfig, String> {
+        let scenario = a.scenario.clone();
+        let target = if let Some(url) = &a.url {
+            Target::Url { url: url.clone(), pid: a.server_pid }
+        } else if let Some(exe) = &a.server_exe {
+            Target::External { exe: exe.clone(), args: a.server_args.clone(), ready: a.ready.clone().unwrap_or_else(|| "listening on".into()) }
         } else if scenario == "echo" {
             Target::Echo
         } else {
-            Target::Uaring { bin: a.get("server-bin").map(|s| s.to_string()).unwrap_or_else(|| sibling_exe("uaring")), args: a.str_or("server-args", "") }
+            Target::Uaring { bin: a.server_bin.clone().unwrap_or_else(|| sibling_exe("uaring")), args: a.server_args.clone() }
         };
-        let server_cpus_expr = a.str_or("server-cpus", "0");
-        let client_cpus_expr = a.str_or("client-cpus", "1");
+        let server_cpus_expr = a.server_cpus.clone();
+        let client_cpus_expr = a.client_cpus.clone();
         let server_cpus = resolve_cpus(&server_cpus_expr)?;
         let client_cpus = resolve_cpus(&client_cpus_expr)?;
-        let clients: usize = a.num("clients", 4)?;
+        let clients = a.clients;
         let default_threads = client_cpus.len().min(clients.max(1)).max(1);
         let mut env = Vec::new();
-        if let Some(e) = a.get("server-env") {
+        if let Some(e) = &a.server_env {
             for w in split_words(e)? {
                 let (k, v) = w.split_once('=').ok_or_else(|| format!("--server-env: {w:?} is not KEY=VALUE"))?;
                 env.push((k.to_string(), v.to_string()));
             }
         }
+        // Per-request sends need the harness's client ring: uaring-shards'
+        // loop batches everything a connection writes in one iteration.
+        let client_io = match (a.client_io, a.send) {
+            (Some(ClientIo::Shards), SendMode::PerRequest) => {
+                return Err("--send per-request needs --client-io harness (uaring-shards' loop batches its sends)".into())
+            }
+            (Some(io), _) => io,
+            (None, SendMode::PerRequest) => ClientIo::Harness,
+            (None, SendMode::Batched) => ClientIo::Shards,
+        };
         Ok(RunConfig {
             scenario,
             target,
-            security: a.str_or("security", "none"),
+            security: a.security.clone(),
             clients,
-            inflight: a.num("inflight", 32)?,
-            duration_s: a.num("duration", 5.0)?,
-            warmup_s: a.num("warmup", 2.0)?,
+            inflight: a.inflight,
+            duration_s: a.duration,
+            warmup_s: a.warmup,
             server_cpus_expr,
             client_cpus_expr,
             server_cpus,
             client_cpus,
-            client_threads: a.num("client-threads", default_threads)?,
-            foreign_max_cores: a.num("foreign-max", 0.15)?,
-            max_repeats: a.num("max-repeats", 3)?,
-            json: a.flag("json"),
-            variant: a.get("variant").map(|s| s.to_string()),
-            pin_external: !a.flag("no-pin"),
+            client_threads: a.client_threads.unwrap_or(default_threads),
+            foreign_max_cores: a.foreign_max,
+            max_repeats: a.max_repeats,
+            json: a.json,
+            variant: a.variant.clone(),
+            pin_external: !a.no_pin,
             env,
-            client_io: a.str_or("client-io", "shards"),
-            args: a.clone(),
+            client_io,
+            send: a.send,
+            opts: a.clone(),
         })
     }
 
     pub fn server_name(&self) -> String {
-        if let Some(n) = self.args.get("server-name") {
-            return n.to_string();
+        if let Some(n) = &self.opts.server_name {
+            return n.clone();
         }
         match &self.target {
             Target::Uaring { .. } => "uaring".into(),
@@ -225,7 +239,7 @@ fn addr_of(host: &str, port: u16) -> Result<SocketAddr, String> {
 
 /// Starts the target. `vars` fills extra placeholders (`{items}`, `{sampling}`).
 pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running, String> {
-    let timeout = Duration::from_secs_f64(cfg.args.num("ready-timeout", 30.0)?);
+    let timeout = Duration::from_secs_f64(cfg.opts.ready_timeout);
     let spawned = |spec: SpawnSpec| -> Result<Running, String> {
         let p = ServerProcess::spawn(&spec)?;
         let addr = addr_of(&p.host, p.port)?;
@@ -249,13 +263,13 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 stats_file.clone(),
             ];
             argv.extend(split_words(&substitute(args, vars))?);
-            let mut r = spawned(SpawnSpec { exe: bin.clone(), args: argv, env: cfg.env.clone(), ready: cfg.args.str_or("ready", "listening on"), pin: None, port: None, timeout })?;
+            let mut r = spawned(SpawnSpec { exe: bin.clone(), args: argv, env: cfg.env.clone(), ready: cfg.opts.ready.clone().unwrap_or_else(|| "listening on".into()), pin: None, port: None, timeout })?;
             r.stats_file = Some(stats_file);
             Ok(r)
         }
         Target::External { exe, args, ready } => {
             let port = free_port().map_err(|e| e.to_string())?;
-            let pki = cfg.args.str_or("pki", "pki");
+            let pki = cfg.opts.pki.clone();
             let mut all: Vec<(&str, String)> = vec![("port", port.to_string()), ("pki", pki)];
             all.extend(vars.iter().cloned());
             for (k, d) in [("items", "1000"), ("sampling", "10")] {
@@ -343,7 +357,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                 let my: Vec<usize> = (0..conns).filter(|i| i % threads == t).collect();
                 let cpu = cfg.client_cpus.get(t % cfg.client_cpus.len().max(1)).copied();
                 let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
-                let client_io = cfg.client_io.clone();
+                let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
                 handles.push(
                     std::thread::Builder::new()
                         .name(format!("load-{t}"))
@@ -351,7 +365,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                             if let Some(cpu) = cpu {
                                 uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
                             }
-                            if client_io == "shards" {
+                            if client_io == ClientIo::Shards {
                                 let drivers: Vec<DynDriver> = my.iter().map(|&i| factory(i)).collect();
                                 return crate::shards_loop::run_client(addr, drivers, shared);
                             }
@@ -366,7 +380,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                                     }
                                 }
                             }
-                            uring::run_loop(Source::Connected(conns), &shared, &mut stats).map_err(|e| e.to_string())?;
+                            uring::run_loop(conns, &shared, &mut stats, per_request).map_err(|e| e.to_string())?;
                             Ok(stats)
                         })
                         .map_err(|e| e.to_string())?,
@@ -415,7 +429,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         }
     };
     // Wait until every connection is ready (sessions activated).
-    let ready_deadline = Instant::now() + Duration::from_secs_f64(cfg.args.num("ready-timeout", 30.0)?);
+    let ready_deadline = Instant::now() + Duration::from_secs_f64(cfg.opts.ready_timeout);
     while shared.ready.load(Ordering::SeqCst) < expected_ready {
         if shared.failed.load(Ordering::SeqCst) > 0 || Instant::now() > ready_deadline {
             let ready = shared.ready.load(Ordering::SeqCst);
@@ -429,6 +443,12 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_secs_f64(cfg.warmup_s));
+    // The window: operations count while the phase is MEASURE, and the CPU
+    // samples of server, client and machine are taken right before the
+    // switch to MEASURE and right after the switch to DRAIN (the load goes
+    // on, uncounted, until every sample is taken; the load threads stay alive
+    // so their CPU time is still readable). `window_skew_us` reports how far
+    // apart the two windows' ends are.
     let me = std::process::id() as i32;
     let sample_server = |pid: Option<i32>| pid.and_then(procstat::sample_process);
     let s0: Option<ProcSample> = sample_server(running.pid);
@@ -446,18 +466,22 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
             }
         }
     }
-    // Sample before the load threads see STOP and exit (an exited thread's
-    // schedstat is gone).
+    shared.phase.store(PHASE_DRAIN, Ordering::SeqCst);
     let seconds = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
     let s1 = sample_server(running.pid);
     let c1 = procstat::sample_process(me).unwrap_or_default();
     let m1 = procstat::sample_machine();
+    let skew_us = t1.elapsed().as_secs_f64() * 1e6;
+    // uaring's per-shard connections: outside the window (SIGUSR1 makes the
+    // server write its stats file, which costs it CPU time).
     let shard_conns = match (&running.stats_file, running.pid) {
         (Some(f), Some(pid)) => shard_connections_from_stats(pid, f),
         _ => Vec::new(),
     };
     shared.phase.store(PHASE_STOP, Ordering::SeqCst);
-    let stats = stop_all(handles, &shared)?;
+    let mut stats = stop_all(handles, &shared)?;
+    stats.extra.insert("window_skew_us", skew_us.round() as u64);
     let server = match (&s0, &s1) {
         (Some(a), Some(b)) => Some(procstat::delta(a, b)),
         _ => None,
@@ -478,6 +502,12 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         server: cfg.server_name(),
         clients: cfg.clients,
         inflight: cfg.inflight,
+        // connect's handshake is sequential: every message is its own write.
+        send: if cfg.scenario == "connect" { SendMode::PerRequest.name().into() } else { cfg.send.name().into() },
+        client_io: match cfg.client_io {
+            ClientIo::Shards => "shards".into(),
+            ClientIo::Harness => "harness".into(),
+        },
         server_cpus: match cfg.target {
             Target::Url { .. } => "as running".into(),
             Target::External { .. } if !cfg.pin_external => "unpinned".into(),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::echo::{EchoClientConn, DEFAULT_REQ_BYTES, DEFAULT_RESP_BYTES};
+use crate::echo::EchoClientConn;
 use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
 
 pub const SCENARIOS: &[&str] = &["read", "read-batch", "write", "browse", "sub", "counters", "events", "connect", "echo"];
@@ -13,12 +13,11 @@ pub const SCENARIOS: &[&str] = &["read", "read-batch", "write", "browse", "sub",
 pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     match cfg.scenario.as_str() {
         "echo" => {
-            let req: usize = cfg.args.num("echo-req-bytes", DEFAULT_REQ_BYTES)?;
-            let resp: usize = cfg.args.num("echo-resp-bytes", DEFAULT_RESP_BYTES)?;
+            let bytes = cfg.opts.echo_bytes;
             let plan = move |cfg: &RunConfig, _r: &Running| {
                 let inflight = cfg.inflight;
-                let factory = Arc::new(move |_i: usize| -> DynDriver { Box::new(EchoClientConn::new(inflight, req, resp)) });
-                Ok((Plan::Ring { conns: cfg.clients, factory }, vec![("req_bytes".into(), json!(req)), ("resp_bytes".into(), json!(resp))]))
+                let factory = Arc::new(move |_i: usize| -> DynDriver { Box::new(EchoClientConn::new(inflight, bytes)) });
+                Ok((Plan::Ring { conns: cfg.clients, factory }, vec![("frame_bytes".into(), json!(bytes))]))
             };
             run_with_guard(cfg, &[], &plan)
         }

@@ -33,7 +33,7 @@ impl ShardsClient {
     fn fail(&mut self, conn: &mut Conn, phase: u8, e: String) {
         if !conn.failed && phase != PHASE_STOP {
             conn.failed = true;
-            let mut ctx = Ctx { phase, stats: &mut self.stats, shared: &self.shared };
+            let mut ctx = Ctx::new(phase, &mut self.stats, &self.shared);
             ctx.error(|| e);
             self.shared.failed.fetch_add(1, Ordering::SeqCst);
         }
@@ -46,7 +46,7 @@ impl Handler for ShardsClient {
     fn open(&mut self, _id: ConnId, _peer: SocketAddr, _origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<Conn> {
         let mut driver = self.pending.pop_front()?;
         let phase = self.shared.phase.load(Ordering::Relaxed);
-        let mut ctx = Ctx { phase, stats: &mut self.stats, shared: &self.shared };
+        let mut ctx = Ctx::new(phase, &mut self.stats, &self.shared);
         match driver.start(now.mono_ns, out, &mut ctx) {
             Ok(()) => Some(Conn { driver, failed: false }),
             Err(e) => {
@@ -63,7 +63,7 @@ impl Handler for ShardsClient {
             self.stats.bytes_in += data.len() as u64;
         }
         let before = out.len();
-        let mut ctx = Ctx { phase, stats: &mut self.stats, shared: &self.shared };
+        let mut ctx = Ctx::new(phase, &mut self.stats, &self.shared);
         let r = conn.driver.on_recv(now.mono_ns, data, out, &mut ctx);
         if phase == crate::uring::PHASE_MEASURE {
             self.stats.bytes_out += (out.len() - before) as u64;
@@ -79,7 +79,7 @@ impl Handler for ShardsClient {
 
     fn conn_timer(&mut self, conn: &mut Conn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
         let phase = self.shared.phase.load(Ordering::Relaxed);
-        let mut ctx = Ctx { phase, stats: &mut self.stats, shared: &self.shared };
+        let mut ctx = Ctx::new(phase, &mut self.stats, &self.shared);
         match conn.driver.poll(now.mono_ns, out, &mut ctx) {
             Ok(()) => ConnStatus::Open,
             Err(e) => {

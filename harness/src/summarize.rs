@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::args::Args;
+use crate::cli::SummarizeOpts;
 
 /// Metrics in the tables: (key, column title, decimals).
 pub const METRICS: &[(&str, &str, usize)] = &[
@@ -314,28 +314,28 @@ fn slug(s: &str) -> String {
 }
 
 /// `summarize --in FILE [--md FILE] [--csv FILE] [--svg PREFIX] [--command CMD]`
-pub fn summarize_main(a: &Args) -> Result<i32, String> {
-    let input = a.get("in").or_else(|| a.positional.get(1).map(|s| s.as_str())).ok_or("--in FILE is required")?;
+pub fn summarize_main(a: &SummarizeOpts) -> Result<i32, String> {
+    let input = a.input();
     let text = std::fs::read_to_string(input).map_err(|e| format!("{input}: {e}"))?;
     let t = group(&text)?;
-    let mut md = header(&t, a.get("command"));
+    let mut md = header(&t, a.command.as_deref());
     md.push_str(&markdown(&t));
-    if let Some(prefix) = a.get("svg") {
+    if let Some(prefix) = &a.svg {
         let mut links = String::new();
         for sc in &t.scenarios {
             if let Some(svg) = svg(&t, sc) {
                 let path = format!("{prefix}-{}.svg", slug(sc));
                 std::fs::write(&path, svg).map_err(|e| format!("{path}: {e}"))?;
                 let name = std::path::Path::new(&path).file_name().unwrap().to_string_lossy().into_owned();
-                links.push_str(&format!("![{sc}]({})\n\n", a.get("svg-link-prefix").map(|p| format!("{p}{name}")).unwrap_or(path.clone())));
+                links.push_str(&format!("![{sc}]({})\n\n", a.svg_link_prefix.as_ref().map(|p| format!("{p}{name}")).unwrap_or(path.clone())));
             }
         }
         md.push_str(&links);
     }
-    if let Some(p) = a.get("csv") {
+    if let Some(p) = &a.csv {
         std::fs::write(p, csv(&t)).map_err(|e| format!("{p}: {e}"))?;
     }
-    match a.get("md") {
+    match &a.md {
         Some(p) => std::fs::write(p, &md).map_err(|e| format!("{p}: {e}"))?,
         None => print!("{md}"),
     }

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::args::{split_words, Args};
+use crate::args::split_words;
+use crate::cli::{run_words_of_sweep, RunOpts, SweepOpts};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Variant {
@@ -90,9 +91,6 @@ pub fn round_order(n: usize, round: usize) -> Vec<usize> {
     v
 }
 
-/// Keys of the sweep command that are not passed on to `run`.
-const SWEEP_KEYS: &[&str] = &["variants", "scenarios", "rounds", "out", "bench-exe"];
-
 fn format_duration(s: f64) -> String {
     let s = s.max(0.0) as u64;
     if s >= 3600 {
@@ -112,32 +110,40 @@ pub fn progress_line(done: usize, total: usize, elapsed_s: f64, label: &str) -> 
     format!("[{}{}] {done}/{total} {label} elapsed {} ETA {eta}", "#".repeat(filled), ".".repeat(width - filled), format_duration(elapsed_s))
 }
 
-/// `sweep --variants FILE [--scenarios FILE] --rounds N [--out FILE] [run args…]`
-pub fn sweep_main(a: &Args) -> Result<i32, String> {
-    let vpath = a.get("variants").ok_or("--variants FILE is required")?;
+/// The `run` words of one run of a sweep: the sweep's own run options, then
+/// the scenario's, then the variant's (the last occurrence wins).
+pub fn run_words(common: &[String], s: &Scenario, v: &Variant) -> Vec<String> {
+    let mut argv = vec!["run".to_string()];
+    argv.extend(common.iter().cloned());
+    argv.extend(s.args.iter().cloned());
+    argv.extend(v.args.iter().cloned());
+    argv.extend(["--json".to_string(), "--variant".into(), v.name.clone()]);
+    argv
+}
+
+/// `sweep --variants FILE [--scenarios FILE] --rounds N [--out FILE] [run args…]`;
+/// `words` are the words after `sweep` on the command line.
+pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
+    let vpath = &a.variants;
     let variants = parse_variants(&std::fs::read_to_string(vpath).map_err(|e| format!("{vpath}: {e}"))?)?;
-    let scenarios = match a.get("scenarios") {
+    let scenarios = match &a.scenarios {
         Some(p) => parse_scenarios(&std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?)?,
-        None => vec![Scenario { name: a.str_or("scenario", "read"), args: vec![] }],
+        None => vec![Scenario { name: a.run.scenario.clone(), args: vec![] }],
     };
-    let rounds: usize = a.num("rounds", 5)?;
-    let mut common: Vec<String> = Vec::new();
-    for (k, v) in &a.values {
-        if !SWEEP_KEYS.contains(&k.as_str()) {
-            common.push(format!("--{k}"));
-            common.push(v.clone());
+    let rounds = a.rounds;
+    let common = run_words_of_sweep(words);
+    // Every combination must parse before the first run starts: a typo in a
+    // variant file fails now, not an hour into the sweep.
+    for s in &scenarios {
+        for v in &variants {
+            RunOpts::try_parse_words(run_words(&common, s, v)).map_err(|e| format!("scenario {} × variant {}: {e}", s.name, v.name))?;
         }
     }
-    for f in &a.flags {
-        if f != "json" {
-            common.push(format!("--{f}"));
-        }
-    }
-    let exe = match a.get("bench-exe") {
-        Some(e) => e.to_string(),
+    let exe = match &a.bench_exe {
+        Some(e) => e.clone(),
         None => std::env::current_exe().map_err(|e| e.to_string())?.to_string_lossy().into_owned(),
     };
-    let mut out: Box<dyn Write> = match a.get("out") {
+    let mut out: Box<dyn Write> = match &a.out {
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{p}: {e}"))?),
         None => Box::new(std::io::stdout()),
     };
@@ -145,6 +151,7 @@ pub fn sweep_main(a: &Args) -> Result<i32, String> {
     let started = Instant::now();
     let mut done = 0;
     let mut failures = 0;
+    let mut all = String::new();
     let commit = crate::report::commit();
     for round in 0..rounds {
         for s in &scenarios {
@@ -152,11 +159,7 @@ pub fn sweep_main(a: &Args) -> Result<i32, String> {
                 let v = &variants[vi];
                 let label = format!("round {} {} × {}", round + 1, s.name, v.name);
                 eprint!("\r\x1b[K{}", progress_line(done, total, started.elapsed().as_secs_f64(), &label));
-                let mut argv = vec!["run".to_string()];
-                argv.extend(common.iter().cloned());
-                argv.extend(s.args.iter().cloned());
-                argv.extend(v.args.iter().cloned());
-                argv.extend(["--json".to_string(), "--variant".into(), v.name.clone()]);
+                let argv = run_words(&common, s, v);
                 let mut cmd = std::process::Command::new(&exe);
                 cmd.args(&argv).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
                 for (k, val) in &v.env {
@@ -197,7 +200,10 @@ pub fn sweep_main(a: &Args) -> Result<i32, String> {
                 if !v.env.is_empty() {
                     obj.insert("env".into(), json!(v.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")));
                 }
-                writeln!(out, "{}", Value::Object(obj)).map_err(|e| e.to_string())?;
+                let line = Value::Object(obj).to_string();
+                writeln!(out, "{line}").map_err(|e| e.to_string())?;
+                all.push_str(&line);
+                all.push('\n');
                 out.flush().map_err(|e| e.to_string())?;
                 done += 1;
             }
@@ -206,6 +212,14 @@ pub fn sweep_main(a: &Args) -> Result<i32, String> {
     eprintln!("\r\x1b[K{}", progress_line(done, total, started.elapsed().as_secs_f64(), "done"));
     if failures > 0 {
         eprintln!("uaring-bench sweep: {failures} of {total} runs failed");
+    }
+    // The summary table: on stdout after a sweep into a file, on stderr when
+    // stdout carries the raw results.
+    let table = crate::summarize::group(&all).map(|t| crate::summarize::markdown(&t))?;
+    if a.out.is_some() {
+        print!("{table}");
+    } else {
+        eprint!("{table}");
     }
     Ok(if failures == total { 1 } else { 0 })
 }

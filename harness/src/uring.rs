@@ -1,13 +1,18 @@
-//! The harness's per-thread io_uring loop, used by the load client and by the
-//! `echo-server`. One thread owns a ring and a set of connections; each
-//! connection has one receive in flight at all times and at most one send,
-//! and everything a protocol driver writes while handling one batch of
-//! completions goes out in one send per connection.
+//! The harness's client ring (`--client-io harness`): one thread owns a ring
+//! and a set of client connections; each connection has one receive in
+//! flight at all times. Servers, the echo floor included, run on
+//! uaring-shards' loop; this loop exists for the client's send modes:
+//!
+//! - `batched`: everything a driver writes while handling one batch of
+//!   completions goes out in one send per connection (what uaring-shards'
+//!   loop does too);
+//! - `per-request`: each request leaves in its own send(2) call
+//!   (MSG_DONTWAIT), as open62541, UA-.NET and UaExpert clients write them.
+//!   Drivers mark where each request ends ([`Ctx::mark`]); a short write's
+//!   remainder goes through the ring and the next requests wait for it.
 //!
 //! The protocol lives in a [`Driver`]: bytes in, bytes out, like core's
-//! sans-IO connections. The loop is deliberately small so that it can be
-//! swapped for uaring-shards' ring building blocks (provided buffers,
-//! batched sends) once that crate exposes them; drivers would not change.
+//! sans-IO connections.
 
 use std::io;
 use std::os::fd::{IntoRawFd, RawFd};
@@ -19,6 +24,9 @@ use io_uring::{opcode, types, IoUring};
 pub const PHASE_WARMUP: u8 = 0;
 pub const PHASE_MEASURE: u8 = 1;
 pub const PHASE_STOP: u8 = 2;
+/// After the window: the load goes on (so the server is measured under the
+/// same load until the CPU samples are taken) but nothing is counted.
+pub const PHASE_DRAIN: u8 = 3;
 
 /// Monotonic nanoseconds (CLOCK_MONOTONIC).
 pub fn mono_ns() -> u64 {
@@ -95,9 +103,27 @@ pub struct Ctx<'a> {
     pub phase: u8,
     pub stats: &'a mut ThreadStats,
     pub shared: &'a Shared,
+    /// Where each request ends in the output buffer (per-request sends);
+    /// `None` when the loop batches.
+    pub marks: Option<&'a mut Vec<usize>>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    pub fn new(phase: u8, stats: &'a mut ThreadStats, shared: &'a Shared) -> Ctx<'a> {
+        Ctx { phase, stats, shared, marks: None }
+    }
+
+    /// A request ends at `end` bytes of the output buffer: with per-request
+    /// sends, the bytes up to here leave in their own send.
+    #[inline]
+    pub fn mark(&mut self, end: usize) {
+        if let Some(m) = self.marks.as_deref_mut() {
+            if !matches!(m.last(), Some(&l) if l >= end) {
+                m.push(end);
+            }
+        }
+    }
+
     /// One operation completed after `latency_ns`.
     #[inline]
     pub fn complete(&mut self, latency_ns: u64) {
@@ -157,7 +183,6 @@ pub trait Driver {
 
 const KIND_RECV: u64 = 1;
 const KIND_SEND: u64 = 2;
-const KIND_ACCEPT: u64 = 3;
 const RECV_BYTES: usize = 256 * 1024;
 
 struct Conn<D> {
@@ -165,6 +190,8 @@ struct Conn<D> {
     driver: D,
     rbuf: Box<[u8]>,
     out: Vec<u8>,
+    /// Request ends in `out` (per-request sends).
+    marks: Vec<usize>,
     sending: Vec<u8>,
     sent: usize,
     send_busy: bool,
@@ -184,7 +211,7 @@ fn push(ring: &mut IoUring, sqe: &io_uring::squeue::Entry) -> io::Result<()> {
     loop {
         // SAFETY: every buffer referenced by an SQE is owned by a `Conn` whose
         // heap allocations outlive the operation (connections are only dropped
-        // when the loop ends, after which the ring is dropped too).
+        // when the loop ends, after in-flight operations completed or leaked).
         let r = unsafe { ring.submission().push(sqe) };
         if r.is_ok() {
             return Ok(());
@@ -211,45 +238,81 @@ fn queue_send<D>(ring: &mut IoUring, idx: usize, c: &mut Conn<D>) -> io::Result<
     push(ring, &sqe)
 }
 
-fn flush<D>(ring: &mut IoUring, idx: usize, c: &mut Conn<D>, stats: &mut ThreadStats, phase: u8) -> io::Result<()> {
-    if !c.send_busy && !c.out.is_empty() && !c.closed {
-        std::mem::swap(&mut c.out, &mut c.sending);
-        c.out.clear();
-        c.sent = 0;
-        if phase == PHASE_MEASURE {
-            stats.bytes_out += c.sending.len() as u64;
-        }
-        queue_send(ring, idx, c)?;
+/// Counts one send operation of the measured window.
+fn count_send(stats: &mut ThreadStats, phase: u8) {
+    if phase == PHASE_MEASURE {
+        *stats.extra.entry("client_sends").or_insert(0) += 1;
     }
-    Ok(())
 }
 
-/// Where connections come from.
-pub enum Source<D> {
-    /// Already connected sockets with their drivers (the load client).
-    Connected(Vec<(RawFd, D)>),
-    /// A listening socket and a driver factory (the echo server): runs
-    /// until the process is told to stop.
-    Listen(RawFd, Box<dyn FnMut() -> D>),
+/// Sends what the driver wrote. Batched: all of it in one send operation.
+/// Per request: one send(2) per marked request; what the kernel does not
+/// take at once (EAGAIN, short write) goes through the ring as one send and
+/// later requests wait behind it, in order.
+fn flush<D>(ring: &mut IoUring, idx: usize, c: &mut Conn<D>, stats: &mut ThreadStats, phase: u8, per_request: bool) -> Result<(), String> {
+    if c.send_busy || c.out.is_empty() || c.closed {
+        return Ok(());
+    }
+    if phase == PHASE_MEASURE {
+        stats.bytes_out += c.out.len() as u64;
+    }
+    let mut start = 0;
+    if per_request {
+        if !matches!(c.marks.last(), Some(&l) if l >= c.out.len()) {
+            c.marks.push(c.out.len());
+        }
+        'messages: for &end in &c.marks {
+            while start < end {
+                let chunk = &c.out[start..end];
+                // SAFETY: a send(2) from a live buffer on a socket we own.
+                let n = unsafe { libc::send(c.fd, chunk.as_ptr() as *const libc::c_void, chunk.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+                if n >= 0 {
+                    count_send(stats, phase);
+                    start += n as usize;
+                    if (n as usize) < chunk.len() {
+                        break 'messages;
+                    }
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => break 'messages,
+                    _ => {
+                        c.closed = true;
+                        c.marks.clear();
+                        return Err(format!("send: {e}"));
+                    }
+                }
+            }
+        }
+        c.marks.clear();
+        if start == c.out.len() {
+            c.out.clear();
+            return Ok(());
+        }
+    }
+    std::mem::swap(&mut c.out, &mut c.sending);
+    c.out.clear();
+    c.sent = start;
+    count_send(stats, phase);
+    queue_send(ring, idx, c).map_err(|e| format!("ring: {e}"))
 }
 
-/// Runs the loop until `shared.phase` is `PHASE_STOP` (client) or forever
-/// (server). Returns the number of connections that closed with an error.
-pub fn run_loop<D: Driver>(source: Source<D>, shared: &Shared, stats: &mut ThreadStats) -> io::Result<()> {
-    let (mut conns, listener) = match source {
-        Source::Connected(v) => (v, None),
-        Source::Listen(fd, f) => (Vec::new(), Some((fd, f))),
-    };
+/// Runs the client loop over connected sockets until `shared.phase` is
+/// `PHASE_STOP`.
+pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut ThreadStats, per_request: bool) -> io::Result<()> {
     let n = conns.len().max(64);
     let entries = (n * 2 + 16).next_power_of_two().min(32768) as u32;
     let mut ring = IoUring::builder().setup_cqsize(entries * 4).build(entries)?;
     let mut cs: Vec<Conn<D>> = Vec::with_capacity(conns.len());
-    for (fd, driver) in conns.drain(..) {
+    for (fd, driver) in conns {
         cs.push(Conn {
             fd,
             driver,
             rbuf: vec![0u8; RECV_BYTES].into_boxed_slice(),
             out: Vec::with_capacity(64 * 1024),
+            marks: Vec::with_capacity(256),
             sending: Vec::with_capacity(64 * 1024),
             sent: 0,
             send_busy: false,
@@ -258,32 +321,30 @@ pub fn run_loop<D: Driver>(source: Source<D>, shared: &Shared, stats: &mut Threa
             dirty: false,
         });
     }
-    let mut listener = listener;
-    let mut accept_sqe = None;
-    if let Some((lfd, _)) = &listener {
-        let sqe = opcode::Accept::new(types::Fd(*lfd), std::ptr::null_mut(), std::ptr::null_mut())
-            .build()
-            .user_data(KIND_ACCEPT);
-        push(&mut ring, &sqe)?;
-        accept_sqe = Some(sqe);
-    }
     let now = mono_ns();
     let mut phase = shared.phase.load(Ordering::Relaxed);
-    for (i, c) in cs.iter_mut().enumerate() {
-        let mut ctx = Ctx { phase, stats, shared };
-        if let Err(e) = c.driver.start(now, &mut c.out, &mut ctx) {
-            stats.first_error.get_or_insert(e);
-            c.closed = true;
+    let fail = |c: &mut Conn<D>, stats: &mut ThreadStats, phase: u8, msg: String| {
+        if !c.closed && phase != PHASE_STOP {
+            let mut ctx = Ctx::new(phase, stats, shared);
+            ctx.error(|| msg);
             shared.failed.fetch_add(1, Ordering::SeqCst);
+        }
+        c.closed = true;
+    };
+    for (i, c) in cs.iter_mut().enumerate() {
+        let mut ctx = Ctx { phase, stats, shared, marks: per_request.then_some(&mut c.marks) };
+        if let Err(e) = c.driver.start(now, &mut c.out, &mut ctx) {
+            fail(c, stats, phase, e);
             continue;
         }
         queue_recv(&mut ring, i, c)?;
-        flush(&mut ring, i, c, stats, phase)?;
+        if let Err(e) = flush(&mut ring, i, c, stats, phase, per_request) {
+            fail(c, stats, phase, e);
+        }
     }
     let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(entries as usize * 4);
     loop {
-        let timeout_ns = if listener.is_some() { 1_000_000_000 } else { 20_000_000 };
-        let mut wait_ns = timeout_ns;
+        let mut wait_ns: u64 = 20_000_000;
         let now = mono_ns();
         for c in &cs {
             if let Some(d) = c.driver.next_deadline() {
@@ -302,7 +363,7 @@ pub fn run_loop<D: Driver>(source: Source<D>, shared: &Shared, stats: &mut Threa
             }
         }
         phase = shared.phase.load(Ordering::Relaxed);
-        if phase == PHASE_STOP && listener.is_none() {
+        if phase == PHASE_STOP {
             break;
         }
         cqes.clear();
@@ -311,64 +372,25 @@ pub fn run_loop<D: Driver>(source: Source<D>, shared: &Shared, stats: &mut Threa
         for &(ud, res) in &cqes {
             let kind = ud & 3;
             let idx = (ud >> 2) as usize;
-            if kind == KIND_ACCEPT {
-                if res >= 0 {
-                    let (_, make) = listener.as_mut().unwrap();
-                    let fd = res;
-                    set_nodelay(fd);
-                    let mut c = Conn {
-                        fd,
-                        driver: make(),
-                        rbuf: vec![0u8; RECV_BYTES].into_boxed_slice(),
-                        out: Vec::with_capacity(64 * 1024),
-                        sending: Vec::with_capacity(64 * 1024),
-                        sent: 0,
-                        send_busy: false,
-                        recv_busy: false,
-                        closed: false,
-                        dirty: false,
-                    };
-                    let i = cs.len();
-                    let mut ctx = Ctx { phase, stats, shared };
-                    if c.driver.start(now, &mut c.out, &mut ctx).is_ok() {
-                        queue_recv(&mut ring, i, &mut c)?;
-                        flush(&mut ring, i, &mut c, stats, phase)?;
-                    }
-                    cs.push(c);
-                }
-                push(&mut ring, accept_sqe.as_ref().unwrap())?;
-                continue;
-            }
             let Some(c) = cs.get_mut(idx) else { continue };
             match kind {
                 KIND_RECV => {
                     c.recv_busy = false;
                     if res <= 0 {
-                        if !c.closed {
-                            c.closed = true;
-                            if listener.is_none() && phase != PHASE_STOP {
-                                let msg = if res == 0 { "connection closed by peer".to_string() } else { format!("recv: {}", io::Error::from_raw_os_error(-res)) };
-                                let mut ctx = Ctx { phase, stats, shared };
-                                ctx.error(|| msg);
-                                shared.failed.fetch_add(1, Ordering::SeqCst);
-                            }
-                        }
+                        let msg = if res == 0 { "connection closed by peer".to_string() } else { format!("recv: {}", io::Error::from_raw_os_error(-res)) };
+                        fail(c, stats, phase, msg);
+                        continue;
+                    }
+                    if c.closed {
                         continue;
                     }
                     if phase == PHASE_MEASURE {
                         stats.bytes_in += res as u64;
                     }
-                    let mut ctx = Ctx { phase, stats, shared };
-                    let data = &c.rbuf[..res as usize];
-                    // SAFETY-free aliasing dodge: copy the slice bounds, the
-                    // driver gets the receive buffer and the out buffer.
-                    let r = c.driver.on_recv(now, data, &mut c.out, &mut ctx);
+                    let mut ctx = Ctx { phase, stats, shared, marks: per_request.then_some(&mut c.marks) };
+                    let r = c.driver.on_recv(now, &c.rbuf[..res as usize], &mut c.out, &mut ctx);
                     if let Err(e) = r {
-                        ctx.error(|| e);
-                        c.closed = true;
-                        if listener.is_none() {
-                            shared.failed.fetch_add(1, Ordering::SeqCst);
-                        }
+                        fail(c, stats, phase, e);
                         continue;
                     }
                     queue_recv(&mut ring, idx, c)?;
@@ -377,16 +399,12 @@ pub fn run_loop<D: Driver>(source: Source<D>, shared: &Shared, stats: &mut Threa
                 KIND_SEND => {
                     c.send_busy = false;
                     if res < 0 {
-                        if !c.closed && listener.is_none() && phase != PHASE_STOP {
-                            let mut ctx = Ctx { phase, stats, shared };
-                            ctx.error(|| format!("send: {}", io::Error::from_raw_os_error(-res)));
-                            shared.failed.fetch_add(1, Ordering::SeqCst);
-                        }
-                        c.closed = true;
+                        fail(c, stats, phase, format!("send: {}", io::Error::from_raw_os_error(-res)));
                         continue;
                     }
                     c.sent += res as usize;
                     if c.sent < c.sending.len() {
+                        count_send(stats, phase);
                         queue_send(&mut ring, idx, c)?;
                     } else {
                         c.sending.clear();
@@ -402,29 +420,23 @@ pub fn run_loop<D: Driver>(source: Source<D>, shared: &Shared, stats: &mut Threa
                 continue;
             }
             if c.driver.next_deadline().is_some_and(|d| d <= now) {
-                let mut ctx = Ctx { phase, stats, shared };
+                let mut ctx = Ctx { phase, stats, shared, marks: per_request.then_some(&mut c.marks) };
                 if let Err(e) = c.driver.poll(now, &mut c.out, &mut ctx) {
-                    ctx.error(|| e);
-                    c.closed = true;
+                    fail(c, stats, phase, e);
                     continue;
                 }
                 c.dirty = true;
             }
             if c.dirty {
                 c.dirty = false;
-                flush(&mut ring, i, c, stats, phase)?;
-            }
-        }
-        if listener.is_some() {
-            // Reclaim closed connections that have nothing in flight at the
-            // end of the vector (indices stay stable for the others).
-            while cs.last().is_some_and(|c| c.closed && !c.send_busy && !c.recv_busy) {
-                cs.pop();
+                if let Err(e) = flush(&mut ring, i, c, stats, phase, per_request) {
+                    fail(c, stats, phase, e);
+                }
             }
         }
     }
     // Let in-flight operations on our buffers end before they are freed:
-    // cancel by closing the sockets, then drain completions briefly.
+    // cancel by shutting the sockets down, then drain completions briefly.
     for c in cs.iter() {
         // SAFETY: shutdown on an fd we own.
         unsafe { libc::shutdown(c.fd, libc::SHUT_RDWR) };
@@ -476,4 +488,107 @@ pub fn connect(addr: std::net::SocketAddr) -> io::Result<RawFd> {
     let s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(10))?;
     s.set_nodelay(true)?;
     Ok(s.into_raw_fd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+    impl Driver for Nothing {
+        fn start(&mut self, _now: u64, _out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
+            Ok(())
+        }
+        fn on_recv(&mut self, _now: u64, _data: &[u8], _out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    fn pair() -> (RawFd, RawFd) {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: socketpair into a valid array.
+        assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) }, 0);
+        (fds[0], fds[1])
+    }
+
+    fn conn(fd: RawFd) -> Conn<Nothing> {
+        Conn {
+            fd,
+            driver: Nothing,
+            rbuf: vec![0u8; 16].into_boxed_slice(),
+            out: Vec::new(),
+            marks: Vec::new(),
+            sending: Vec::new(),
+            sent: 0,
+            send_busy: false,
+            recv_busy: false,
+            closed: false,
+            dirty: false,
+        }
+    }
+
+    fn read_all(fd: RawFd, n: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            // SAFETY: read into the rest of a live buffer.
+            let r = unsafe { libc::read(fd, buf[got..].as_mut_ptr() as *mut libc::c_void, n - got) };
+            assert!(r > 0);
+            got += r as usize;
+        }
+        buf
+    }
+
+    #[test]
+    fn per_request_sends_one_send_per_marked_request_in_order() {
+        let (a, b) = pair();
+        let mut ring = IoUring::new(8).unwrap();
+        let mut stats = ThreadStats::default();
+        let shared = Shared::default();
+        let mut c = conn(a);
+        {
+            let mut ctx = Ctx { phase: PHASE_MEASURE, stats: &mut stats, shared: &shared, marks: Some(&mut c.marks) };
+            for (i, len) in [5usize, 7, 3].into_iter().enumerate() {
+                c.out.extend(std::iter::repeat(i as u8 + 1).take(len));
+                ctx.mark(c.out.len());
+            }
+            // Unmarked trailing bytes leave in one last send.
+            c.out.extend_from_slice(&[9, 9]);
+        }
+        flush(&mut ring, 0, &mut c, &mut stats, PHASE_MEASURE, true).unwrap();
+        assert_eq!(stats.extra.get("client_sends"), Some(&4));
+        assert_eq!(stats.bytes_out, 17);
+        assert!(c.out.is_empty() && c.marks.is_empty() && !c.send_busy);
+        let got = read_all(b, 17);
+        assert_eq!(got, [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 9, 9]);
+        // SAFETY: closing our own fd (a is closed by the Conn).
+        unsafe { libc::close(b) };
+    }
+
+    #[test]
+    fn batched_ignores_marks_and_sends_once() {
+        let (a, b) = pair();
+        let mut ring = IoUring::new(8).unwrap();
+        let mut stats = ThreadStats::default();
+        let shared = Shared::default();
+        let mut c = conn(a);
+        {
+            // A batching loop gives the driver no marks.
+            let mut ctx = Ctx::new(PHASE_MEASURE, &mut stats, &shared);
+            c.out.extend_from_slice(&[1, 2, 3]);
+            ctx.mark(3);
+            c.out.extend_from_slice(&[4, 5]);
+            ctx.mark(5);
+        }
+        assert!(c.marks.is_empty());
+        flush(&mut ring, 0, &mut c, &mut stats, PHASE_MEASURE, false).unwrap();
+        assert_eq!(stats.extra.get("client_sends"), Some(&1));
+        assert!(c.send_busy);
+        ring.submit_and_wait(1).unwrap();
+        let cqe = ring.completion().next().unwrap();
+        assert_eq!(cqe.result(), 5);
+        assert_eq!(read_all(b, 5), [1, 2, 3, 4, 5]);
+        // SAFETY: closing our own fd.
+        unsafe { libc::close(b) };
+    }
 }

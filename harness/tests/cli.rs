@@ -1,6 +1,7 @@
-//! End to end through the binary: the echo scenario (its own io_uring echo
-//! server as a child), a two-variant sweep and its summary. No timing is
-//! asserted: only that the pieces fit and report what they must.
+//! End to end through the binary: the echo scenario (the echo floor on
+//! uaring's shard runtime as a child) in both send modes, a two-variant sweep
+//! and its summary, and the command line's errors. No timing is asserted:
+//! only that the pieces fit and report what they must.
 
 use std::process::Command;
 
@@ -14,10 +15,10 @@ fn tmp(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn echo_run_prints_json() {
-    for io in ["shards", "harness"] {
+    for (io, send) in [("shards", "batched"), ("harness", "batched"), ("harness", "per-request")] {
         let out = Command::new(BENCH)
             .args(["run", "--scenario", "echo", "--clients", "2", "--inflight", "4", "--duration", "0.3", "--warmup", "0.1"])
-            .args(["--server-cpus", "0", "--client-cpus", "0", "--foreign-max", "1000", "--json", "--client-io", io])
+            .args(["--server-cpus", "0", "--client-cpus", "0", "--foreign-max", "1000", "--json", "--client-io", io, "--send", send])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -29,7 +30,53 @@ fn echo_run_prints_json() {
         assert_eq!(v["errors"], 0);
         assert!(v["ops"].as_u64().unwrap() > 0);
         assert_eq!(v["bytes_out_per_op"].as_f64().unwrap(), 128.0);
+        assert_eq!(v["bytes_in_per_op"].as_f64().unwrap(), 128.0);
+        assert_eq!(v["send"], send);
+        assert_eq!(v["client_io"], io);
+        assert!(v["window_skew_us"].as_u64().is_some(), "{v}");
+        if io == "harness" {
+            assert!(v["client_sends_per_op"].as_f64().unwrap() > 0.0, "{v}");
+        }
     }
+}
+
+#[test]
+fn command_line_errors_have_messages() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "--inflght", "7"], "--inflght"),
+        (&["run", "--clients", "many"], "many"),
+        (&["run", "--send", "sometimes"], "sometimes"),
+        (&["run", "--send", "per-request", "--client-io", "shards", "--scenario", "echo"], "per-request"),
+        (&["sweep", "--variants"], "--variants"),
+        (&["summarize", "--md", "x.md"], "--in"),
+        (&["echo-server", "--port", "70000"], "70000"),
+        (&["bogus"], "bogus"),
+    ];
+    for (args, needle) in cases {
+        let out = Command::new(BENCH).args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let out = Command::new(BENCH).args(["run", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--send <SEND>"));
+}
+
+#[test]
+fn sweep_checks_variant_files_before_running() {
+    let variants = tmp("typo.variants");
+    std::fs::write(&variants, "a||--server-cpus 0 --client-cpus 0
+b||--inflght 3
+").unwrap();
+    let out = Command::new(BENCH)
+        .args(["sweep", "--variants", variants.to_str().unwrap(), "--scenario", "echo", "--rounds", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("variant b") && err.contains("--inflght"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing ran");
 }
 
 #[test]
@@ -43,6 +90,9 @@ fn sweep_and_summarize() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The sweep ends with the summary table.
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("#### echo") && summary.contains("| a |") && summary.contains("| b |"), "{summary}");
     let lines: Vec<serde_json::Value> =
         std::fs::read_to_string(&raw).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 4);

@@ -1,0 +1,430 @@
+//! The command line of `uaring-bench`, on clap: every option is declared
+//! with its type, so an unknown option or a malformed value is an error
+//! with a message (`--inflght 7`, `--clients many`), in every command.
+//!
+//! The last occurrence of an option wins (`args_override_self`): a sweep
+//! appends a variant's arguments to a scenario's, and the variant's win.
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::scenarios::SCENARIOS;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "uaring-bench",
+    about = "The native benchmark harness for uaring and any other OPC UA server",
+    args_override_self = true,
+    disable_version_flag = true,
+    after_help = "scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo\n\
+                  docs/Benchmarks.md describes every scenario, request shape and table."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One measured run against one server.
+    Run(RunOpts),
+    /// The same runs under several variants and scenarios, interleaved over rounds;
+    /// ends with the summary table.
+    Sweep(SweepOpts),
+    /// Raw JSON lines → Markdown tables, CSV and SVG plots.
+    Summarize(SummarizeOpts),
+    /// The echo floor: `uaring_shards::EchoHandler` on uaring's shard runtime.
+    EchoServer(EchoServerOpts),
+}
+
+/// How the load client hands requests to the kernel.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SendMode {
+    /// Everything a connection writes in one loop iteration leaves in one send
+    /// (uaring-shards' loop in the client role).
+    #[default]
+    Batched,
+    /// Each request leaves in its own send(2) call, as open62541, UA-.NET and
+    /// UaExpert clients do.
+    PerRequest,
+}
+
+impl SendMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            SendMode::Batched => "batched",
+            SendMode::PerRequest => "per-request",
+        }
+    }
+}
+
+/// Which event loop runs the load client.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientIo {
+    /// uaring-shards' event loop (batched sends only).
+    Shards,
+    /// The harness's own client ring (both send modes).
+    Harness,
+}
+
+fn scenario_name(s: &str) -> Result<String, String> {
+    if SCENARIOS.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("unknown scenario {s:?}; one of {}", SCENARIOS.join(", ")))
+    }
+}
+
+fn security_mode(s: &str) -> Result<String, String> {
+    crate::security::parse_mode(s).map(|_| s.to_string())
+}
+
+fn security_policy(s: &str) -> Result<String, String> {
+    crate::security::parse_policy(s).map(|_| s.to_string())
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn non_negative_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(_) => Err("must be a finite number ≥ 0".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("must be a finite number > 0".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Options of `run` (and of every run of a sweep).
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunOpts {
+    /// read, read-batch, write, browse, sub, counters, events, connect, echo
+    #[arg(long, default_value = "read", value_parser = scenario_name)]
+    pub scenario: String,
+    /// Client connections (each with its own session).
+    #[arg(long, default_value_t = 4, value_parser = positive)]
+    pub clients: usize,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 32, value_parser = positive)]
+    pub inflight: usize,
+    /// Measured window, seconds.
+    #[arg(long, default_value_t = 5.0, value_parser = positive_f64)]
+    pub duration: f64,
+    /// Warm-up before the window, seconds.
+    #[arg(long, default_value_t = 2.0, value_parser = non_negative_seconds)]
+    pub warmup: f64,
+    /// Message security mode: none, sign, sign-encrypt.
+    #[arg(long, default_value = "none", value_parser = security_mode)]
+    pub security: String,
+    /// Security policy of secured runs.
+    #[arg(long, default_value = "Basic256Sha256", value_parser = security_policy)]
+    pub security_policy: String,
+    /// How requests leave the client: batched (one send per connection and loop
+    /// iteration) or per-request (one send(2) per request, as real clients do).
+    #[arg(long = "send", value_enum, default_value_t = SendMode::Batched)]
+    pub send: SendMode,
+    /// CPUs of the server (mask expression, docs/Placement.md).
+    #[arg(long, default_value = "0")]
+    pub server_cpus: String,
+    /// CPUs of the client threads.
+    #[arg(long, default_value = "1")]
+    pub client_cpus: String,
+    /// Client threads (default: one per client CPU, at most one per connection).
+    #[arg(long, value_parser = positive)]
+    pub client_threads: Option<usize>,
+    /// Client event loop: shards (default with --send batched) or harness
+    /// (required by --send per-request).
+    #[arg(long, value_enum)]
+    pub client_io: Option<ClientIo>,
+    /// The uaring binary (default: `uaring` beside this executable).
+    #[arg(long)]
+    pub server_bin: Option<String>,
+    /// Any other server executable; its arguments in --server-args with
+    /// placeholders {port} {items} {sampling} {pki}.
+    #[arg(long)]
+    pub server_exe: Option<String>,
+    /// Extra arguments of the server (uaring: appended to `serve …`).
+    #[arg(long, default_value = "")]
+    pub server_args: String,
+    /// A substring of the server's output line that says it is ready.
+    #[arg(long)]
+    pub ready: Option<String>,
+    /// Seconds to wait for readiness and for every session.
+    #[arg(long, default_value_t = 30.0, value_parser = positive_f64)]
+    pub ready_timeout: f64,
+    /// An already running server.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Its process id, for its CPU time (with --url).
+    #[arg(long)]
+    pub server_pid: Option<i32>,
+    /// Environment of the server: 'K=V …'.
+    #[arg(long)]
+    pub server_env: Option<String>,
+    /// The server's name in the results.
+    #[arg(long)]
+    pub server_name: Option<String>,
+    /// Do not pin an external server to --server-cpus.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// The {pki} placeholder of --server-args.
+    #[arg(long, default_value = "pki")]
+    pub pki: String,
+    /// Foreign load (cores) above which a run is discarded and repeated.
+    #[arg(long, default_value_t = 0.15, value_parser = non_negative_seconds)]
+    pub foreign_max: f64,
+    /// Repeats of a run spoiled by foreign load.
+    #[arg(long, default_value_t = 3)]
+    pub max_repeats: u32,
+    /// One JSON object instead of the readable block.
+    #[arg(long)]
+    pub json: bool,
+    /// The variant's name in the results (set by sweep).
+    #[arg(long)]
+    pub variant: Option<String>,
+    /// read-batch: values per Read request.
+    #[arg(long, default_value_t = 10, value_parser = positive)]
+    pub nodes: usize,
+    /// sub/events/counters: subscriber sessions (default: --clients; counters: 1).
+    #[arg(long, value_parser = positive)]
+    pub sessions: Option<usize>,
+    /// sub/events: subscriptions per session.
+    #[arg(long, default_value_t = 1, value_parser = positive)]
+    pub subscriptions: usize,
+    /// sub/events: monitored items per subscription (default 100; events 1).
+    #[arg(long, value_parser = positive)]
+    pub items: Option<usize>,
+    /// sub: writer sessions.
+    #[arg(long, default_value_t = 1)]
+    pub writers: usize,
+    /// sub: writes per second per writer.
+    #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
+    pub write_rate: f64,
+    /// sub/events/counters: publishing interval, ms (default 100; counters 1000).
+    #[arg(long, value_parser = positive_f64)]
+    pub publishing_ms: Option<f64>,
+    /// sub/counters: sampling interval, ms.
+    #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
+    pub sampling_ms: f64,
+    /// counters: first item count of the capacity search.
+    #[arg(long, default_value_t = 1000, value_parser = positive)]
+    pub start_items: usize,
+    /// counters: largest item count tried.
+    #[arg(long, default_value_t = 1_000_000, value_parser = positive)]
+    pub max_items: usize,
+    /// echo: bytes of each echo frame (the echo handler sends every byte back).
+    #[arg(long, alias = "echo-req-bytes", default_value_t = crate::echo::DEFAULT_FRAME_BYTES, value_parser = crate::echo::parse_frame_bytes)]
+    pub echo_bytes: usize,
+}
+
+impl Default for RunOpts {
+    fn default() -> Self {
+        RunOpts::parse_from(["run"])
+    }
+}
+
+impl RunOpts {
+    /// Parses `run` arguments (without the command word).
+    pub fn parse_from<I, T>(args: I) -> RunOpts
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        RunOpts::try_parse_words(args).expect("valid run arguments")
+    }
+
+    /// Parses `run` arguments; the first word is the command name (ignored).
+    pub fn try_parse_words<I, T>(args: I) -> Result<RunOpts, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        #[derive(Parser)]
+        #[command(name = "uaring-bench run", args_override_self = true, disable_version_flag = true)]
+        struct Only {
+            #[command(flatten)]
+            run: RunOpts,
+        }
+        Only::try_parse_from(args).map(|o| o.run).map_err(|e| e.to_string())
+    }
+}
+
+/// Options of `sweep`; every other option is a `run` option given to each run.
+#[derive(clap::Args, Clone, Debug)]
+pub struct SweepOpts {
+    /// Variant file: `name|env|args` lines.
+    #[arg(long)]
+    pub variants: String,
+    /// Scenario file: `name|args` lines (default: the --scenario given).
+    #[arg(long)]
+    pub scenarios: Option<String>,
+    /// Rounds; the variant order alternates between rounds.
+    #[arg(long, default_value_t = 5, value_parser = positive)]
+    pub rounds: usize,
+    /// Raw results (JSON lines); default stdout.
+    #[arg(long)]
+    pub out: Option<String>,
+    /// The uaring-bench executable for the runs (default: this one).
+    #[arg(long)]
+    pub bench_exe: Option<String>,
+    #[command(flatten)]
+    pub run: RunOpts,
+}
+
+/// Options of `sweep` that are not passed on to its runs: (name, takes a value).
+pub const SWEEP_ONLY: &[(&str, bool)] = &[("variants", true), ("scenarios", true), ("rounds", true), ("out", true), ("bench-exe", true), ("json", false)];
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct SummarizeOpts {
+    /// Raw results (JSON lines).
+    #[arg(long = "in", value_name = "FILE", required_unless_present = "input")]
+    pub input_opt: Option<String>,
+    /// Raw results, as a positional argument.
+    #[arg(value_name = "INPUT", conflicts_with = "input_opt")]
+    pub input: Option<String>,
+    /// Markdown output (default stdout).
+    #[arg(long)]
+    pub md: Option<String>,
+    /// CSV output.
+    #[arg(long)]
+    pub csv: Option<String>,
+    /// SVG plots: PREFIX-<scenario>.svg.
+    #[arg(long, value_name = "PREFIX")]
+    pub svg: Option<String>,
+    /// Prefix of the SVG links in the Markdown.
+    #[arg(long)]
+    pub svg_link_prefix: Option<String>,
+    /// The command shown as "Reproduce:".
+    #[arg(long)]
+    pub command: Option<String>,
+}
+
+impl SummarizeOpts {
+    pub fn input(&self) -> &str {
+        self.input_opt.as_deref().or(self.input.as_deref()).unwrap_or_default()
+    }
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct EchoServerOpts {
+    /// CPUs: one shard per CPU.
+    #[arg(long, default_value = "0")]
+    pub cpus: String,
+    /// Port on 127.0.0.1 (0: a free one, printed as `listening on …`).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// io backend of the shards: auto, uring, epoll.
+    #[arg(long, default_value = "auto")]
+    pub io_backend: String,
+}
+
+/// Removes the sweep-only options (and their values) from a sweep's words,
+/// leaving the `run` options to give to every run.
+pub fn run_words_of_sweep(words: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        if let Some(key) = w.strip_prefix("--") {
+            let (name, inline) = match key.split_once('=') {
+                Some((n, _)) => (n, true),
+                None => (key, false),
+            };
+            if let Some((_, takes)) = SWEEP_ONLY.iter().find(|(n, _)| *n == name) {
+                i += if *takes && !inline { 2 } else { 1 };
+                continue;
+            }
+        }
+        out.push(w.clone());
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(words: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(std::iter::once("uaring-bench").chain(words.iter().copied())).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn run_defaults_and_last_value_wins() {
+        let Command::Run(r) = parse(&["run", "--clients", "4", "--json", "--clients=8", "--scenario", "read", "--json"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(r.clients, 8);
+        assert_eq!(r.inflight, 32);
+        assert!(r.json);
+        assert_eq!(r.send, SendMode::Batched);
+        assert_eq!(r.security, "none");
+    }
+
+    #[test]
+    fn unknown_option_is_an_error() {
+        let e = parse(&["run", "--inflght", "7"]).err().unwrap();
+        assert!(e.contains("--inflght"), "{e}");
+        assert!(e.contains("--inflight"), "suggestion: {e}");
+    }
+
+    #[test]
+    fn malformed_values_are_errors() {
+        for bad in [
+            vec!["run", "--clients", "many"],
+            vec!["run", "--clients", "0"],
+            vec!["run", "--duration", "-1"],
+            vec!["run", "--send", "sometimes"],
+            vec!["run", "--scenario", "nope"],
+            vec!["run", "--security", "maybe"],
+            vec!["run", "--security-policy", "Basic128Rsa15"],
+            vec!["run", "--clients"],
+            vec!["run", "stray"],
+            vec!["sweep", "--rounds", "x", "--variants", "v"],
+            vec!["sweep"],
+            vec!["summarize"],
+            vec!["echo-server", "--port", "70000"],
+            vec!["frobnicate"],
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn send_modes() {
+        let Command::Run(r) = parse(&["run", "--send", "per-request"]).unwrap().command else { panic!() };
+        assert_eq!(r.send, SendMode::PerRequest);
+        assert_eq!(r.send.name(), "per-request");
+    }
+
+    #[test]
+    fn sweep_passes_run_options_on() {
+        let words: Vec<String> = ["--variants", "v", "--rounds=3", "--duration", "1", "--json", "--out", "o", "--send", "per-request"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(run_words_of_sweep(&words), vec!["--duration", "1", "--send", "per-request"]);
+        let Command::Sweep(s) = parse(&["sweep", "--variants", "v", "--duration", "1"]).unwrap().command else { panic!() };
+        assert_eq!(s.rounds, 5);
+        assert_eq!(s.run.duration, 1.0);
+    }
+
+    #[test]
+    fn summarize_input_either_way() {
+        let Command::Summarize(s) = parse(&["summarize", "--in", "a.jsonl"]).unwrap().command else { panic!() };
+        assert_eq!(s.input(), "a.jsonl");
+        let Command::Summarize(s) = parse(&["summarize", "b.jsonl", "--md", "x"]).unwrap().command else { panic!() };
+        assert_eq!(s.input(), "b.jsonl");
+    }
+}
