@@ -1,0 +1,336 @@
+//! Subscriptions and monitored items through `dispatch_deferrable`, with time driven by the
+//! test: absolute-deadline sampling, shared sources, queues, the publish queue, keep-alive,
+//! lifetime, retransmission bounds, MoreNotifications and transfers.
+
+mod dispatch_util;
+
+use dispatch_util::*;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::server::config::ServerConfig;
+use uaring_core::server::context::ConnectionHost;
+use uaring_core::services::dispatch_deferrable;
+use uaring_core::{DecodeLimits, NodeId, StatusCode, Variant};
+
+struct Sub {
+    h: Harness,
+    token: NodeId,
+    request_id: u32,
+}
+
+impl Sub {
+    fn new(config: ServerConfig) -> Sub {
+        let mut h = Harness::with_config(config);
+        let token = h.open_session();
+        Sub { h, token, request_id: 100 }
+    }
+
+    fn create(&mut self, interval: f64, keep_alive: u32, lifetime: u32, max_notifications: u32) -> CreateSubscriptionResponse {
+        let hd = self.h.header(&self.token);
+        match self.h.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+            request_header: hd,
+            requested_publishing_interval: interval,
+            requested_lifetime_count: lifetime,
+            requested_max_keep_alive_count: keep_alive,
+            max_notifications_per_publish: max_notifications,
+            publishing_enabled: true,
+            priority: 0,
+        }))) {
+            Response::CreateSubscription(r) => *r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn items(&mut self, sub: u32, nodes: &[(NodeId, f64, u32)]) -> Vec<MonitoredItemCreateResult> {
+        let hd = self.h.header(&self.token);
+        let items = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (n, sampling, queue))| MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId { node_id: n.clone(), attribute_id: 13, ..Default::default() },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: i as u32 + 1,
+                    sampling_interval: *sampling,
+                    queue_size: *queue,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        match self.h.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: sub,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: items,
+        }))) {
+            Response::CreateMonitoredItems(r) => r.results,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Sends a Publish; `Some` when it was answered at once (a fault).
+    fn publish(&mut self, acks: Vec<SubscriptionAcknowledgement>) -> Option<Response> {
+        self.request_id += 1;
+        let hd = self.h.header(&self.token);
+        let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: acks }));
+        let ch = self.h.channel;
+        dispatch_deferrable(&mut self.h.shard, &Harness::ctx(ch), req, self.request_id, self.h.now)
+    }
+
+    /// Runs the shard's timers at every `step_ms` until `ms` passed.
+    fn run_ms(&mut self, ms: u64, step_ms: u64) {
+        let end = self.h.now.mono_ns + ms * 1_000_000;
+        while self.h.now.mono_ns < end {
+            self.h.advance_ms(step_ms);
+            let now = self.h.now;
+            self.h.shard.on_timer(now);
+        }
+    }
+
+    /// Publish responses ready for the channel.
+    fn responses(&mut self) -> Vec<PublishResponse> {
+        let mut v = Vec::new();
+        let ch = self.h.channel;
+        self.h.shard.take_deferred(ch, &mut v);
+        v.into_iter()
+            .map(|(_, r)| match r {
+                Response::Publish(p) => *p,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn write_i32(&mut self, node: NodeId, v: i32) {
+        let hd = self.h.header(&self.token);
+        let r = self.h.call(Request::Write(Box::new(WriteRequest {
+            request_header: hd,
+            nodes_to_write: vec![WriteValue {
+                node_id: node,
+                attribute_id: 13,
+                value: uaring_core::DataValue::new(Variant::Int32(v)),
+                ..Default::default()
+            }],
+        })));
+        let Response::Write(w) = r else { panic!("{r:?}") };
+        assert_eq!(w.results[0], StatusCode::Good);
+    }
+}
+
+fn data_changes(m: &NotificationMessage) -> Vec<MonitoredItemNotification> {
+    let mut out = Vec::new();
+    for eo in &m.notification_data {
+        if let Some(Ok(d)) = eo.decode_as::<DataChangeNotification>(DecodeLimits::default()) {
+            out.extend(d.monitored_items);
+        }
+    }
+    out
+}
+
+fn status_change(m: &NotificationMessage) -> Option<StatusCode> {
+    m.notification_data
+        .iter()
+        .find_map(|eo| eo.decode_as::<StatusChangeNotification>(DecodeLimits::default()).and_then(|r| r.ok()))
+        .map(|s| s.status)
+}
+
+fn counters(n: u32) -> ServerConfig {
+    let mut c = ServerConfig::default();
+    c.application.counters = n;
+    c
+}
+
+#[test]
+fn sampling_keeps_absolute_deadlines_and_shares_one_source() {
+    let mut s = Sub::new(counters(4));
+    let sub = s.create(1000.0, 10, 100, 0).subscription_id;
+    // Three items on counter 1 at 10 ms share one sample; one on counter 2 samples alone.
+    let r = s.items(sub, &[(NodeId::numeric(1, 1), 10.0, 1), (NodeId::numeric(1, 1), 10.0, 1), (NodeId::numeric(1, 1), 10.0, 1), (NodeId::numeric(1, 2), 10.0, 1)]);
+    assert!(r.iter().all(|x| x.status_code == StatusCode::Good && x.revised_sampling_interval == 10.0));
+    // Timer callbacks at jittery 3 ms / 7 ms steps for 2 s: sampling still happens every
+    // 10 ms (absolute deadlines, no drift).
+    for _ in 0..200 {
+        s.run_ms(3, 3);
+        s.run_ms(7, 7);
+    }
+    let st = s.h.shard.subscriptions().stats();
+    // 2 sources × 200 ticks (+ nothing for the shared items: they fan out).
+    assert!((398..=402).contains(&st.samples), "samples {}", st.samples);
+    assert_eq!(st.missed_ticks, 0);
+    assert!(s.publish(vec![]).is_none());
+    let resp = s.responses();
+    assert_eq!(resp.len(), 1);
+    let n = data_changes(&resp[0].notification_message);
+    assert_eq!(n.len(), 4, "queue of 1: the latest of each item");
+    let Variant::UInt64(c1) = n[0].value.value else { panic!() };
+    // The initial read of each of the three items counted once, then one per tick.
+    assert!((200..=204).contains(&c1), "counter 1 = {c1}");
+    assert_eq!(n[0].value.value, n[1].value.value);
+    assert_eq!(n[1].value.value, n[2].value.value);
+}
+
+#[test]
+fn late_timer_skips_missed_ticks_without_bursting() {
+    let mut s = Sub::new(counters(1));
+    let sub = s.create(1000.0, 10, 100, 0).subscription_id;
+    s.items(sub, &[(NodeId::numeric(1, 1), 10.0, 1)]);
+    s.run_ms(100, 10);
+    let before = s.h.shard.subscriptions().stats().samples;
+    // The shard stalls for 95 ms: nine ticks (110..190 ms) were due; one catch-up sample is
+    // taken, the other eight are counted as missed, and the next tick stays on the 10 ms grid.
+    s.run_ms(95, 95);
+    let st = s.h.shard.subscriptions().stats();
+    assert_eq!(st.samples - before, 1);
+    assert_eq!(st.missed_ticks, 8);
+    s.run_ms(5, 5);
+    assert_eq!(s.h.shard.subscriptions().stats().samples - before, 2, "the tick at 200 ms");
+}
+
+#[test]
+fn keep_alive_lifetime_and_publish_queue() {
+    let mut s = Sub::new(ServerConfig::default());
+    let r = s.create(100.0, 3, 9, 0);
+    assert_eq!((r.revised_max_keep_alive_count, r.revised_lifetime_count), (3, 9));
+    let sub = r.subscription_id;
+    // The first cycle sends a keep-alive at once; then one every third cycle.
+    assert!(s.publish(vec![]).is_none());
+    assert!(s.publish(vec![]).is_none());
+    s.run_ms(100, 10);
+    let k = s.responses();
+    assert_eq!(k.len(), 1);
+    assert!(k[0].notification_message.notification_data.is_empty());
+    assert_eq!(k[0].notification_message.sequence_number, 1);
+    s.run_ms(200, 10);
+    assert!(s.responses().is_empty());
+    s.run_ms(100, 10);
+    assert_eq!(s.responses().len(), 1, "keep-alive after 3 cycles");
+    // No Publish queued now: after 9 cycles the subscription expires with BadTimeout.
+    s.run_ms(1000, 10);
+    assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
+    assert!(s.publish(vec![]).is_none());
+    let e = s.responses();
+    assert_eq!(status_change(&e[0].notification_message), Some(StatusCode::BadTimeout));
+    assert_eq!(e[0].subscription_id, sub);
+    let f = s.publish(vec![]).expect("answered at once");
+    assert_eq!(fault_status(&f), Some(StatusCode::BadNoSubscription));
+}
+
+#[test]
+fn too_many_publish_requests() {
+    let mut cfg = ServerConfig::default();
+    cfg.subscriptions.max_publish_requests_per_session = 3;
+    let mut s = Sub::new(cfg);
+    s.create(10_000.0, 100, 300, 0);
+    s.run_ms(10_000, 10_000); // the first keep-alive has nobody to go to: late
+    assert!(s.publish(vec![]).is_none()); // takes the late keep-alive at once
+    assert_eq!(s.responses().len(), 1);
+    for _ in 0..3 {
+        assert!(s.publish(vec![]).is_none());
+    }
+    let r = s.publish(vec![]).expect("refused at once");
+    assert_eq!(fault_status(&r), Some(StatusCode::BadTooManyPublishRequests));
+    let (token, now) = (s.token.clone(), s.h.now);
+    let key = s.h.shard.find_session(&token, now).unwrap();
+    assert_eq!(s.h.shard.subscriptions().queued_publish_count(key), 3);
+}
+
+#[test]
+fn more_notifications_and_retransmission_bound() {
+    let mut cfg = ServerConfig::default();
+    cfg.subscriptions.max_retransmission_queue_per_session = 2;
+    let mut s = Sub::new(cfg);
+    let sub = s.create(50.0, 10, 100, 2).subscription_id;
+    let nodes: Vec<(NodeId, f64, u32)> = (0..5).map(|i| (NodeId::numeric(1, 1001 + i), 0.0, 1)).collect();
+    let r = s.items(sub, &nodes);
+    assert!(r.iter().all(|x| x.status_code == StatusCode::Good && x.revised_sampling_interval == 0.0), "exception-based");
+    // Five initial values, at most two per message: three messages, MoreNotifications on
+    // the first two, all answered as soon as requests are queued.
+    s.run_ms(50, 10);
+    for _ in 0..3 {
+        assert!(s.publish(vec![]).is_none());
+    }
+    let resp = s.responses();
+    assert_eq!(resp.len(), 3);
+    assert_eq!(resp.iter().map(|r| data_changes(&r.notification_message).len()).collect::<Vec<_>>(), vec![2, 2, 1]);
+    assert_eq!(resp.iter().map(|r| r.more_notifications).collect::<Vec<_>>(), vec![true, true, false]);
+    let seqs: Vec<u32> = resp.iter().map(|r| r.notification_message.sequence_number).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    // Only two kept for Republish: the oldest went.
+    assert_eq!(resp[2].available_sequence_numbers, vec![2, 3]);
+    let hd = s.h.header(&s.token.clone());
+    let r = s.h.call(Request::Republish(Box::new(RepublishRequest { request_header: hd, subscription_id: sub, retransmit_sequence_number: 1 })));
+    assert_eq!(fault_status(&r), Some(StatusCode::BadMessageNotAvailable));
+    let hd = s.h.header(&s.token.clone());
+    let r = s.h.call(Request::Republish(Box::new(RepublishRequest { request_header: hd, subscription_id: sub, retransmit_sequence_number: 3 })));
+    let Response::Republish(rp) = r else { panic!("{r:?}") };
+    assert_eq!(rp.notification_message, resp[2].notification_message, "the same message");
+    // A write on an exception-based item is reported within one publishing interval.
+    s.write_i32(NodeId::numeric(1, 1003), 99);
+    assert!(s.publish(vec![SubscriptionAcknowledgement { subscription_id: sub, sequence_number: 2 }]).is_none());
+    s.run_ms(50, 10);
+    let r = s.responses();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].results, vec![StatusCode::Good]);
+    let n = data_changes(&r[0].notification_message);
+    assert_eq!(n.len(), 1);
+    assert_eq!(n[0].client_handle, 3);
+    assert_eq!(n[0].value.value, Variant::Int32(99));
+}
+
+#[test]
+fn limits_on_subscriptions_and_items() {
+    let mut cfg = ServerConfig::default();
+    cfg.subscriptions.max_subscriptions_per_session = 2;
+    cfg.subscriptions.max_monitored_items_per_subscription = 3;
+    let mut s = Sub::new(cfg);
+    let a = s.create(100.0, 10, 100, 0).subscription_id;
+    s.create(100.0, 10, 100, 0);
+    let hd = s.h.header(&s.token.clone());
+    let r = s.h.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest { request_header: hd, ..Default::default() })));
+    assert_eq!(fault_status(&r), Some(StatusCode::BadTooManySubscriptions));
+    let nodes: Vec<(NodeId, f64, u32)> = (0..4).map(|i| (NodeId::numeric(1, 1001 + i), 100.0, 1)).collect();
+    let r = s.items(a, &nodes);
+    assert_eq!(r.iter().map(|x| x.status_code).collect::<Vec<_>>(), vec![StatusCode::Good, StatusCode::Good, StatusCode::Good, StatusCode::BadTooManyMonitoredItems]);
+    // Queue sizes are capped by the configuration.
+    let mut s2 = Sub::new(ServerConfig::default());
+    let b = s2.create(100.0, 10, 100, 0).subscription_id;
+    let r = s2.items(b, &[(NodeId::numeric(1, 1001), 100.0, u32::MAX)]);
+    assert_eq!(r[0].revised_queue_size, ServerConfig::default().subscriptions.max_queue_size);
+}
+
+#[test]
+fn transfer_within_the_shard_notifies_the_old_session() {
+    let mut s = Sub::new(ServerConfig::default());
+    let sub = s.create(50.0, 10, 100, 0).subscription_id;
+    s.items(sub, &[(NodeId::numeric(1, 1001), 0.0, 1)]);
+    // A second session of the same (anonymous) user on another channel.
+    let ch2 = s.h.shard.next_channel_id();
+    let cs = match s.h.create_session_on(ch2, 60_000.0) {
+        Response::CreateSession(r) => *r,
+        other => panic!("{other:?}"),
+    };
+    let t2 = cs.authentication_token.clone();
+    assert!(matches!(s.h.activate_on(ch2, &t2, Harness::anonymous()), Response::ActivateSession(_)));
+    assert!(s.publish(vec![]).is_none()); // old session waits
+    let hd = s.h.header(&t2);
+    let r = s.h.call_on(ch2, Request::TransferSubscriptions(Box::new(TransferSubscriptionsRequest { request_header: hd, subscription_ids: vec![sub, 4242], send_initial_values: true })));
+    let Response::TransferSubscriptions(t) = r else { panic!("{r:?}") };
+    assert_eq!(t.results[0].status_code, StatusCode::Good);
+    assert_eq!(t.results[1].status_code, StatusCode::BadSubscriptionIdInvalid);
+    // The old session's queued Publish gets GoodSubscriptionTransferred; depending on
+    // timing the initial value may have gone first.
+    s.run_ms(50, 10);
+    let old = s.responses();
+    assert!(old.iter().any(|r| status_change(&r.notification_message) == Some(StatusCode::GoodSubscriptionTransferred)), "{old:?}");
+    // The new session gets the initial values.
+    s.request_id += 1;
+    let hd = s.h.header(&t2);
+    let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: vec![] }));
+    assert!(dispatch_deferrable(&mut s.h.shard, &Harness::ctx(ch2), req, s.request_id, s.h.now).is_none());
+    s.run_ms(50, 10);
+    let mut v = Vec::new();
+    s.h.shard.take_deferred(ch2, &mut v);
+    let Response::Publish(p) = &v[0].1 else { panic!() };
+    assert_eq!(p.subscription_id, sub);
+    assert_eq!(data_changes(&p.notification_message).len(), 1);
+}
