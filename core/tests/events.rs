@@ -633,3 +633,28 @@ fn namespace1_event_nodes() {
     assert!(c.events.alarm.is_none());
     assert!(c.address_space.node(&nodes::alarm_id()).is_none());
 }
+
+#[test]
+fn notifier_matching_for_monitored_items() {
+    let s = shared();
+    let space = &s.address_space;
+    assert!(events::is_event_notifier(space, &NodeId::ns0(2253)));
+    assert!(events::is_event_notifier(space, &nodes::demo_folder_id()));
+    assert!(events::is_event_notifier(space, &nodes::demo_events_id()));
+    assert!(!events::is_event_notifier(space, &NodeId::ns0(85)), "Objects is no notifier");
+    assert!(!events::is_event_notifier(space, &nodes::alarm_id()));
+    assert!(!events::is_event_notifier(space, &NodeId::string(1, "nope")));
+
+    let f = filter(vec![base("Severity")], vec![cmp(FilterOperator::GreaterThan, field(base("Severity")), lit(Variant::Int32(300))).remove(0)]);
+    let (c, _) = events::compile(&f, space).unwrap();
+    let ev = demo_event(&s); // severity 500
+    assert_eq!(c.notification(&NodeId::ns0(2253), &ev), Some(vec![Variant::UInt16(500)]));
+    assert_eq!(c.notification(&nodes::demo_folder_id(), &ev), Some(vec![Variant::UInt16(500)]));
+    assert_eq!(c.notification(&NodeId::ns0(85), &ev), None, "not reported there");
+    let low = demo::demo_event(&s.events, 1, "low", 100, start().utc);
+    assert_eq!(c.notification(&NodeId::ns0(2253), &low), None, "fails the where clause");
+    // A refresh bracket passes any item, whatever its notifier and where clause.
+    let refresh = s.events.condition_refresh(start().utc);
+    assert_eq!(c.refresh_notification(&nodes::demo_events_id(), &refresh[0]), Some(vec![Variant::UInt16(100)]));
+    assert_eq!(c.notification(&nodes::demo_events_id(), &refresh[0]), None);
+}

@@ -397,6 +397,25 @@ impl CompiledEventFilter {
         Some(self.select(ev))
     }
 
+    /// The notification of a monitored item on `notifier` for an event from the bus:
+    /// `None` when the event is not reported on that notifier or fails the where clause.
+    pub fn notification(&self, notifier: &NodeId, ev: &Event) -> Option<Vec<Variant>> {
+        if !ev.is_reported_on(notifier) {
+            return None;
+        }
+        self.apply(ev)
+    }
+
+    /// The notification for an event of a ConditionRefresh queued into this item: the
+    /// RefreshStart/RefreshEnd bracket bypasses the notifier and the where clause (Part 9
+    /// §4.5, §5.5.7); a condition event is checked like a bus event.
+    pub fn refresh_notification(&self, notifier: &NodeId, ev: &Event) -> Option<Vec<Variant>> {
+        if super::condition::is_refresh_bracket(ev) {
+            return Some(self.select(ev));
+        }
+        self.notification(notifier, ev)
+    }
+
     /// The selected fields without the where clause (for the ConditionRefresh bracket
     /// events, which bypass it: Part 9 §4.5).
     pub fn select(&self, ev: &Event) -> Vec<Variant> {

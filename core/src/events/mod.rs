@@ -300,6 +300,16 @@ impl ServerEvents {
     }
 }
 
+/// EventNotifier bit SubscribeToEvents (Part 3 §8.59).
+pub const SUBSCRIBE_TO_EVENTS: u8 = 0x01;
+
+/// Can a client subscribe to events of this node (an Object or View whose EventNotifier has
+/// SubscribeToEvents)? An event monitored item on any other node is refused (e.g.
+/// `BadFilterNotAllowed` / `BadNodeIdInvalid`, the caller's choice).
+pub fn is_event_notifier(space: &AddressSpace, node: &NodeId) -> bool {
+    space.node(node).and_then(|n| n.event_notifier()).is_some_and(|e| e & SUBSCRIBE_TO_EVENTS != 0)
+}
+
 /// The notifiers of events whose source is `Demo.Events`: the Server object, `Demo` and
 /// `Demo.Events`.
 pub fn demo_notifiers() -> Vec<NodeId> {

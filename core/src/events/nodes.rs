@@ -166,6 +166,7 @@ fn object(id: NodeId, name: QualifiedName, type_def: u32, event_notifier: u8, re
 }
 
 /// A read-only Variable with a type definition, under `parent` by `ref_type`.
+#[allow(clippy::too_many_arguments)]
 fn child_variable(
     id: NodeId,
     name: QualifiedName,

@@ -184,7 +184,7 @@ fn check_arg(spec: &ArgSpec, v: &Variant) -> StatusCode {
     let ok = match (spec.value_rank, v) {
         (1, Variant::Empty) => true,
         (1, Variant::Array(a)) => {
-            a.value_type == spec.builtin && a.dimensions.as_ref().map_or(true, |d| d.len() == 1)
+            a.value_type == spec.builtin && !a.dimensions.as_ref().is_some_and(|d| d.len() != 1)
         }
         (1, _) => false,
         (_, Variant::Empty) => matches!(
@@ -278,10 +278,10 @@ fn call_one(
                     arg_results[1] = StatusCode::BadOutOfRange;
                 }
             }
-            MethodKind::Acknowledge | MethodKind::Confirm => {
-                if text_of(&args[1]).text.as_str().chars().count() > MAX_COMMENT_CHARS {
-                    arg_results[1] = StatusCode::BadOutOfRange;
-                }
+            MethodKind::Acknowledge | MethodKind::Confirm
+                if text_of(&args[1]).text.as_str().chars().count() > MAX_COMMENT_CHARS =>
+            {
+                arg_results[1] = StatusCode::BadOutOfRange;
             }
             _ => {}
         }
