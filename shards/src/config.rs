@@ -102,8 +102,14 @@ pub struct RuntimeConfig {
     pub multishot: bool,
     /// Open connections per shard; further connections are closed on accept.
     pub max_connections_per_shard: usize,
-    /// Unsent output per connection above which the shard stops reading from it.
+    /// Unsent output per connection above which the shard stops reading from it (and
+    /// stops handing it requests already received) until it drains below half.
     pub max_pending_output_bytes: usize,
+    /// Per shard, in total: unsent output plus received input not yet answered (held
+    /// back by the shard or buffered in unfinished chunks and messages) across all
+    /// connections. Past it the shard stops reading from every connection and refuses
+    /// new ones (ERR BadTcpNotEnoughResources) until the total drains below three quarters.
+    pub max_shard_buffered_bytes: usize,
     /// Capacity of each acceptor → shard hand-off queue (round-robin, least-connections).
     pub handoff_queue: usize,
     /// listen(2) backlog.
@@ -131,7 +137,8 @@ impl Default for RuntimeConfig {
             recv_buffer_bytes: 16384,
             multishot: true,
             max_connections_per_shard: 4096,
-            max_pending_output_bytes: 8 << 20,
+            max_pending_output_bytes: 1 << 20,
+            max_shard_buffered_bytes: 64 << 20,
             handoff_queue: 1024,
             listen_backlog: 1024,
             tcp_nodelay: true,
@@ -169,7 +176,17 @@ impl RuntimeConfig {
             return Err("runtime.max_connections_per_shard must be in 1..=16777216".into());
         }
         if self.max_pending_output_bytes < 4096 {
-            return Err("runtime.max_pending_output_bytes must be at least 4096".into());
+            return Err(format!(
+                "runtime.max_pending_output_bytes = {}: must be at least 4096",
+                self.max_pending_output_bytes
+            ));
+        }
+        if self.max_shard_buffered_bytes < self.max_pending_output_bytes.max(1 << 20) {
+            return Err(format!(
+                "runtime.max_shard_buffered_bytes = {}: must be at least 1048576 and at least \
+                 runtime.max_pending_output_bytes ({}); there is no unbounded setting",
+                self.max_shard_buffered_bytes, self.max_pending_output_bytes
+            ));
         }
         if self.handoff_queue == 0 {
             return Err("runtime.handoff_queue must be at least 1".into());
@@ -234,5 +251,17 @@ mod tests {
         assert!(FileConfig::parse("[runtime]\nring_entrys = 3\n").is_err());
         assert!(FileConfig::parse("[runtime]\nring_entries = 1000\n").is_err());
         assert!(FileConfig::parse("[runtime]\nmax_connections_per_shard = 0\n").is_err());
+    }
+
+    #[test]
+    fn buffer_budgets_have_no_zero_and_stay_consistent() {
+        let c = FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 33554432\nmax_pending_output_bytes = 65536\n").unwrap();
+        assert_eq!(c.runtime.max_shard_buffered_bytes, 32 << 20);
+        assert_eq!(c.runtime.max_pending_output_bytes, 64 << 10);
+        let zero = FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 0\n").unwrap_err();
+        assert!(zero.contains("max_shard_buffered_bytes"), "{zero}");
+        assert!(FileConfig::parse("[runtime]\nmax_pending_output_bytes = 0\n").is_err());
+        // The shard's budget must hold at least one connection's allowance.
+        assert!(FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 2097152\nmax_pending_output_bytes = 4194304\n").is_err());
     }
 }

@@ -57,12 +57,22 @@ impl Output {
         true
     }
 
+    /// Memory this output holds: the bytes waiting, or the capacity of its two
+    /// buffers beyond what an idle connection keeps, whichever is larger.
+    pub fn held_bytes(&self) -> usize {
+        let capacity = (self.out.capacity() + self.sending.capacity()).saturating_sub(2 * IDLE_BUFFER_KEEP_BYTES);
+        self.pending().max(capacity)
+    }
+
     /// The unsent rest of the batch on the wire.
     pub fn unsent(&self) -> &[u8] {
         &self.sending[self.sent..]
     }
 
     /// `n` bytes of the batch left. Returns true when the batch is complete.
+    /// Only called with no send in flight (the kernel holds no pointer into
+    /// `sending`), so a mostly sent large batch is compacted: a slow reader
+    /// does not keep a large buffer for a small unsent tail.
     pub fn advance(&mut self, n: usize) -> bool {
         self.sent = (self.sent + n).min(self.sending.len());
         if self.sent == self.sending.len() {
@@ -76,6 +86,12 @@ impl Output {
             }
             true
         } else {
+            let unsent = self.sending.len() - self.sent;
+            if self.sending.capacity() > IDLE_BUFFER_KEEP_BYTES && unsent <= self.sending.capacity() / 4 {
+                self.sending.drain(..self.sent);
+                self.sent = 0;
+                self.sending.shrink_to(IDLE_BUFFER_KEEP_BYTES);
+            }
             false
         }
     }
@@ -104,8 +120,16 @@ pub(crate) struct Conn<C> {
     pub dirty: bool,
     /// Reading stopped because too much output is pending.
     pub paused: bool,
+    /// Received bytes not yet handed to the handler: what arrived after the
+    /// connection (or the shard) passed its bound. Fed first when reading resumes.
+    pub backlog: Vec<u8>,
+    /// Bytes this connection held at its last accounting (unsent output, backlog,
+    /// input the handler buffers); part of the shard's total.
+    pub held: usize,
     // io_uring specifics.
     pub recv_armed: bool,
+    /// A poll for the peer closing is armed (while reading is stopped).
+    pub hup_poll_armed: bool,
     pub send_inflight: bool,
     pub cancel_inflight: bool,
     /// Per-connection receive buffer (single-shot fallback only).
@@ -129,7 +153,10 @@ impl<C> Conn<C> {
             timer_at: u64::MAX,
             dirty: false,
             paused: false,
+            backlog: Vec::new(),
+            held: 0,
             recv_armed: false,
+            hup_poll_armed: false,
             send_inflight: false,
             cancel_inflight: false,
             recv_buf: None,
@@ -140,7 +167,7 @@ impl<C> Conn<C> {
 
     /// Operations the kernel still holds for this connection (io_uring).
     pub fn ops_inflight(&self) -> bool {
-        self.recv_armed || self.send_inflight || self.cancel_inflight
+        self.recv_armed || self.hup_poll_armed || self.send_inflight || self.cancel_inflight
     }
 
     pub fn effective_deadline(&self) -> u64 {
@@ -237,6 +264,11 @@ impl<C> Table<C> {
                 self.dirty.push(id.index);
             }
         }
+    }
+
+    /// Connections wait on the dirty list: the loop must not block before reconciling them.
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
     }
 
     /// Takes the dirty list (the caller clears each connection's `dirty` flag).
@@ -384,7 +416,23 @@ mod tests {
         assert_eq!(o.unsent(), b"llo");
         assert!(o.advance(3));
         assert_eq!(o.pending(), 6);
+        assert_eq!(o.held_bytes(), 6);
         assert!(o.take_batch());
         assert_eq!(o.unsent(), b" world");
+    }
+
+    #[test]
+    fn a_mostly_sent_large_batch_is_compacted() {
+        let mut o = Output::new();
+        o.out.extend((0..1_000_000u32).map(|i| i as u8));
+        assert!(o.take_batch());
+        assert!(o.held_bytes() >= 1_000_000);
+        assert!(!o.advance(990_000));
+        assert_eq!(o.pending(), 10_000);
+        assert_eq!(o.unsent()[0], (990_000u32 % 256) as u8);
+        assert!(o.sending.capacity() <= IDLE_BUFFER_KEEP_BYTES, "the tail moved into a small buffer");
+        assert_eq!(o.held_bytes(), 10_000);
+        assert!(o.advance(10_000));
+        assert_eq!(o.pending(), 0);
     }
 }

@@ -46,7 +46,10 @@ fn epoll_ctl(epfd: RawFd, op: libc::c_int, fd: RawFd, events: u32, data: u64) ->
     }
 }
 
-impl<H: Handler> EpollLoop<H> {
+impl<H: Handler> EpollLoop<H>
+where
+    H::Conn: 'static,
+{
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> io::Result<EpollLoop<H>> {
         // SAFETY: plain syscall, checked.
         let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -126,10 +129,16 @@ impl<H: Handler> EpollLoop<H> {
 
     /// Registers the events the connection's state calls for, if they changed.
     fn update_interest(&mut self, id: ConnId) {
+        let reading = self.core.reading_allowed(id);
         let Some(c) = self.core.table.get_mut(id) else { return };
         let mut ev = 0u32;
-        if c.phase == Phase::Open && !c.paused {
-            ev |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        if c.phase == Phase::Open {
+            // Stopped (its own bound, the shard's budget, input held back): only
+            // hear about the peer going away.
+            ev |= libc::EPOLLRDHUP as u32;
+            if reading {
+                ev |= libc::EPOLLIN as u32;
+            }
         }
         if c.epoll_out {
             ev |= libc::EPOLLOUT as u32;
@@ -164,10 +173,10 @@ impl<H: Handler> EpollLoop<H> {
 
     fn on_readable(&mut self, id: ConnId) {
         for _ in 0..READS_PER_EVENT {
-            let Some(c) = self.core.table.get_mut(id) else { return };
-            if c.phase != Phase::Open || c.paused {
+            if !self.core.reading_allowed(id) {
                 return;
             }
+            let Some(c) = self.core.table.get_mut(id) else { return };
             let fd = c.fd.as_raw_fd();
             // SAFETY: reads into our scratch buffer of the given length.
             let n = unsafe { libc::recv(fd, self.scratch.as_mut_ptr() as *mut libc::c_void, self.scratch.len(), 0) };
@@ -248,7 +257,6 @@ impl<H: Handler> EpollLoop<H> {
     }
 
     fn reconcile(&mut self, id: ConnId) {
-        let max_pending = self.core.cfg.max_pending_output_bytes;
         let now = self.core.now.mono_ns;
         let ok = self.flush(id);
         let Some(c) = self.core.table.get_mut(id) else { return };
@@ -258,9 +266,10 @@ impl<H: Handler> EpollLoop<H> {
                     self.core.finalize(id);
                     return;
                 }
-                if c.paused && c.output.pending() <= max_pending / 2 {
-                    c.paused = false;
-                }
+                // Accounting, the connection's and the shard's bounds, held-back
+                // input (whose answers are flushed on the next pass: it marks the
+                // connection dirty).
+                self.core.resume(id);
                 self.update_interest(id);
             }
             Phase::Draining | Phase::Shut => {
@@ -345,6 +354,11 @@ impl<H: Handler> EpollLoop<H> {
                     }
                     T_CONN => {
                         if bits & (libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32 | libc::EPOLLHUP as u32 | libc::EPOLLERR as u32) != 0 {
+                            if bits & libc::EPOLLRDHUP as u32 != 0 && !self.core.reading_allowed(id) {
+                                // The peer went away while we were not reading: what it
+                                // sent will not be processed; send what is pending, then close.
+                                self.core.begin_close(id, false);
+                            }
                             self.on_readable(id);
                             if bits & (libc::EPOLLHUP as u32 | libc::EPOLLERR as u32) != 0 {
                                 self.core.begin_close(id, bits & libc::EPOLLERR as u32 != 0);

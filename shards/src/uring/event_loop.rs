@@ -23,6 +23,7 @@ const K_TIMEOUT: u64 = 6;
 const K_MSG_SENT: u64 = 7;
 const K_MSG_HANDOFF: u64 = 8;
 const K_LISTENER_CANCEL: u64 = 9;
+const K_HUP_POLL: u64 = 10;
 
 fn ud(kind: u64, index: u32, generation: u32) -> u64 {
     (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
@@ -81,7 +82,10 @@ pub struct UringLoop<H: Handler> {
     aborted: bool,
 }
 
-impl<H: Handler> UringLoop<H> {
+impl<H: Handler> UringLoop<H>
+where
+    H::Conn: 'static,
+{
     /// Sets up the ring (on the calling thread, which must be the one that runs
     /// the loop), the provided buffer ring and the wake-up read.
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> Result<UringLoop<H>, SetupError> {
@@ -297,6 +301,16 @@ impl<H: Handler> UringLoop<H> {
         self.push(e);
     }
 
+    /// While reading is stopped, a poll tells us when the peer goes away (no
+    /// receive is armed to see the end of the stream).
+    fn arm_hup_poll(&mut self, id: ConnId) {
+        let Some(c) = self.core.table.get_mut(id) else { return };
+        let mask = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
+        let e = opcode::PollAdd::new(types::Fd(c.fd.as_raw_fd()), mask).build().user_data(conn_ud(K_HUP_POLL, id));
+        c.hup_poll_armed = true;
+        self.push(e);
+    }
+
     fn start_send(&mut self, id: ConnId) {
         let Some(c) = self.core.table.get_mut(id) else { return };
         let unsent = c.output.unsent();
@@ -311,20 +325,22 @@ impl<H: Handler> UringLoop<H> {
 
     /// Brings one connection's kernel operations in line with its state.
     fn reconcile(&mut self, id: ConnId) {
-        let max_pending = self.core.cfg.max_pending_output_bytes;
+        // Accounting, the connection's and the shard's bounds, held-back input.
+        let may_read = self.core.resume(id);
         let Some(c) = self.core.table.get_mut(id) else { return };
         let expired = c.phase != Phase::Open && c.drain_deadline <= self.core.now.mono_ns;
         match c.phase {
             Phase::Open => {
-                if c.paused && c.output.pending() <= max_pending / 2 {
-                    c.paused = false;
-                }
-                let (paused, armed, cancelling) = (c.paused, c.recv_armed, c.cancel_inflight);
+                let paused = !may_read;
+                let (armed, cancelling, hup_poll) = (c.recv_armed, c.cancel_inflight, c.hup_poll_armed);
                 let want_send = !c.send_inflight && c.output.take_batch();
                 if !paused && !armed && !cancelling {
                     self.arm_recv(id);
                 } else if paused && armed && !cancelling {
                     self.cancel_recv(id);
+                }
+                if paused && !hup_poll {
+                    self.arm_hup_poll(id);
                 }
                 if want_send {
                     self.start_send(id);
@@ -393,6 +409,19 @@ impl<H: Handler> UringLoop<H> {
                     if c.phase == Phase::Open {
                         self.core.begin_close(id, true);
                     }
+                }
+                self.core.table.mark_dirty(id);
+            }
+            K_HUP_POLL => {
+                let Some(c) = self.core.table.get_mut(id) else { return };
+                c.hup_poll_armed = false;
+                let open = c.phase == Phase::Open;
+                // While reading, the receive sees the end of the stream after the
+                // data before it; only a stopped connection is closed from here.
+                if res > 0 && open && !self.core.reading_allowed(id) {
+                    // The peer closed (or the socket failed) while we were not reading:
+                    // what it sent will not be processed; send what is pending, then close.
+                    self.core.begin_close(id, res as u32 & libc::POLLERR as u32 != 0);
                 }
                 self.core.table.mark_dirty(id);
             }

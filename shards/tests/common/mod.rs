@@ -14,8 +14,10 @@ pub struct Server {
     stderr: Option<std::thread::JoinHandle<String>>,
 }
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_uaring")
+/// The binary under test: cargo's build of `uaring`, or `UARING_TEST_BIN` (a
+/// measurement run against another build).
+pub fn bin() -> String {
+    std::env::var("UARING_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_uaring").to_string())
 }
 
 impl Server {
@@ -27,7 +29,8 @@ impl Server {
     pub fn start_with(args: &[&str], tweak: impl FnOnce(&mut Command)) -> Server {
         let mut cmd = Command::new(bin());
         cmd.arg("serve").arg("--listen").arg("127.0.0.1:0").args(args);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info");
+        let log = std::env::var("UARING_TEST_LOG").unwrap_or_else(|_| "info".to_string());
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", log);
         tweak(&mut cmd);
         let mut child = cmd.spawn().expect("spawn uaring");
         let stdout = child.stdout.take().expect("stdout");
