@@ -615,7 +615,22 @@ fn namespace1_event_nodes() {
     assert_eq!(alarm.type_definition().and_then(|t| t.as_local()), Some(&NodeId::ns0(ids::ALARM_CONDITION_TYPE)));
     assert!(alarm.references.iter().any(|r| r.target.as_local() == Some(&nodes::alarm_acknowledge_id())));
     assert!(space.is_subtype_of(&nodes::demo_event_type(), &NodeId::ns0(ids::BASE_EVENT_TYPE)));
-    for p in ["EnabledState", "EnabledState.Id", "AckedState", "ConfirmedState.Id", "ActiveState", "Retain", "Severity", "Message", "Comment"] {
+    for p in [
+        "EnabledState",
+        "EnabledState.Id",
+        "AckedState",
+        "ConfirmedState.Id",
+        "ActiveState",
+        "Retain",
+        "Severity",
+        "Message",
+        "Comment",
+        "Comment.SourceTimestamp",
+        "Quality.SourceTimestamp",
+        "Enable",
+        "Disable",
+        "AddComment",
+    ] {
         let id = NodeId::string(1, format!("Demo.Events.Alarm.{p}"));
         assert!(space.node(&id).is_some(), "{id}");
     }

@@ -215,3 +215,40 @@ fn read_only_user() {
     // Reading methods are allowed.
     assert_eq!(one(&mut h, key, add(vec![Variant::Double(1.0), Variant::Double(1.0)])).status_code, StatusCode::Good);
 }
+
+#[test]
+fn enable_disable_and_add_comment() {
+    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let shared = std::sync::Arc::clone(h.shard.shared());
+    shared.events.set_alarm_active(&shared.address_space, true, h.now.utc).unwrap();
+    let alarm = nodes::alarm_id();
+    let state = || shared.events.alarm.as_ref().unwrap().state();
+
+    let r = one(&mut h, key, ack(alarm.clone(), NodeId::ns0(ids::ADD_COMMENT), alarm_event_id(&shared), "note"));
+    assert_eq!(r.status_code, StatusCode::Good);
+    assert_eq!(state().comment, LocalizedText::new("en", "note"));
+    assert!(!state().acked, "a comment acknowledges nothing");
+
+    let mut c = shared.events.bus.cursor();
+    let disable = m(alarm.clone(), NodeId::ns0(ids::DISABLE), vec![]);
+    assert_eq!(one(&mut h, key, disable.clone()).status_code, StatusCode::Good);
+    assert!(!state().enabled && !state().retain());
+    let mut got = Vec::new();
+    c.poll(&shared.events.bus, |e| got.push(e.field_ns0("EnabledState/Id")));
+    assert_eq!(got, vec![Variant::Boolean(false)]);
+    assert_eq!(one(&mut h, key, disable).status_code, StatusCode::BadConditionAlreadyDisabled);
+    let r = one(&mut h, key, ack(alarm.clone(), NodeId::ns0(ids::ACKNOWLEDGE), alarm_event_id(&shared), "x"));
+    assert_eq!(r.status_code, StatusCode::BadConditionDisabled);
+    assert!(shared.events.set_alarm_active(&shared.address_space, false, h.now.utc).is_none(), "a disabled alarm does not change");
+    // An argument to a method that takes none.
+    let r = one(&mut h, key, m(alarm.clone(), nodes::alarm_enable_id(), vec![Variant::Boolean(true)]));
+    assert_eq!(r.status_code, StatusCode::BadTooManyArguments);
+    let enable = m(alarm.clone(), nodes::alarm_enable_id(), vec![]);
+    assert_eq!(one(&mut h, key, enable.clone()).status_code, StatusCode::Good);
+    assert!(state().enabled && state().retain());
+    assert_eq!(one(&mut h, key, enable).status_code, StatusCode::BadConditionAlreadyEnabled);
+
+    let (mut h, key) = setup(UserAccess::Read);
+    let r = one(&mut h, key, m(alarm, NodeId::ns0(ids::DISABLE), vec![]));
+    assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
+}

@@ -46,6 +46,8 @@ pub struct ConditionState {
     pub last_severity: u16,
     pub message: LocalizedText,
     pub comment: LocalizedText,
+    /// When the comment was last set.
+    pub comment_time: DateTime,
     pub client_user_id: UaString,
     /// EventId of the latest event (what Acknowledge / Confirm must name).
     pub event_id: ByteString,
@@ -91,8 +93,11 @@ pub fn alarm_event(s: &ConditionState, chain: &Arc<[NodeId]>) -> Event {
             f("EnabledState", two_state(s.enabled, "Enabled", "Disabled")),
             f("EnabledState/Id", Variant::Boolean(s.enabled)),
             f("Quality", Variant::StatusCode(StatusCode::Good)),
+            f("Quality/SourceTimestamp", Variant::DateTime(s.time)),
             f("LastSeverity", Variant::UInt16(s.last_severity)),
+            f("LastSeverity/SourceTimestamp", Variant::DateTime(s.time)),
             f("Comment", lt(&s.comment)),
+            f("Comment/SourceTimestamp", Variant::DateTime(s.comment_time)),
             f("ClientUserId", Variant::String(s.client_user_id.clone())),
             f("AckedState", two_state(s.acked, "Acknowledged", "Unacknowledged")),
             f("AckedState/Id", Variant::Boolean(s.acked)),
@@ -112,6 +117,12 @@ pub fn alarm_event(s: &ConditionState, chain: &Arc<[NodeId]>) -> Event {
 pub enum ConditionAction {
     Acknowledge,
     Confirm,
+    /// ConditionType.AddComment (i=9029).
+    AddComment,
+    /// ConditionType.Enable (i=9027); EventId and Comment are ignored.
+    Enable,
+    /// ConditionType.Disable (i=9028); EventId and Comment are ignored.
+    Disable,
 }
 
 /// The Demo alarm's shared state.
@@ -133,6 +144,7 @@ impl DemoAlarm {
                 last_severity: SEVERITY_INACTIVE,
                 message: LocalizedText::new("en", "Demo alarm inactive"),
                 comment: LocalizedText::default(),
+                comment_time: start,
                 client_user_id: UaString::null(),
                 event_id: ids.next(),
                 time: start,
@@ -201,6 +213,7 @@ impl ServerEvents {
                     n.message = LocalizedText::new("en", "Demo alarm inactive");
                 }
                 n.comment = LocalizedText::default();
+                n.comment_time = now;
                 n.client_user_id = UaString::null();
                 n.event_id = self.ids.next();
                 n.time = now;
@@ -213,11 +226,14 @@ impl ServerEvents {
         Some(ev)
     }
 
-    /// Acknowledge or Confirm the Demo alarm (Part 9 §5.7.3, §5.7.4) with the EventId of
-    /// its latest event. On success the condition event is published on the bus and the
+    /// Acknowledge, Confirm, AddComment, Enable or Disable the Demo alarm (Part 9 §5.5.4 to
+    /// §5.5.6, §5.7.3, §5.7.4). Acknowledge, Confirm and AddComment name the EventId of the
+    /// alarm's latest event. On success the condition event is published on the bus and the
     /// alarm's Variables are updated.
     ///
-    /// * no alarm: `BadNodeIdUnknown`; disabled: `BadConditionDisabled`;
+    /// * no alarm: `BadNodeIdUnknown`;
+    /// * Enable when enabled / Disable when disabled: `BadConditionAlreadyEnabled` /
+    ///   `BadConditionAlreadyDisabled`; anything else while disabled: `BadConditionDisabled`;
     /// * `event_id` not the latest event's: `BadEventIdUnknown`;
     /// * already acknowledged / confirmed: `BadConditionBranchAlreadyAcked` /
     ///   `BadConditionBranchAlreadyConfirmed`.
@@ -232,30 +248,48 @@ impl ServerEvents {
     ) -> Result<(), StatusCode> {
         let alarm = self.alarm.as_ref().ok_or(StatusCode::BadNodeIdUnknown)?;
         let next = alarm.change(|s| {
-            if !s.enabled {
-                return Err(StatusCode::BadConditionDisabled);
-            }
-            if s.changes == 0 || s.event_id != *event_id {
-                return Err(StatusCode::BadEventIdUnknown);
-            }
             let mut n = s.clone();
             match action {
-                ConditionAction::Acknowledge => {
-                    if s.acked {
-                        return Err(StatusCode::BadConditionBranchAlreadyAcked);
+                ConditionAction::Enable | ConditionAction::Disable => {
+                    let enable = action == ConditionAction::Enable;
+                    if s.enabled == enable {
+                        return Err(if enable {
+                            StatusCode::BadConditionAlreadyEnabled
+                        } else {
+                            StatusCode::BadConditionAlreadyDisabled
+                        });
                     }
-                    n.acked = true;
-                    n.message = LocalizedText::new("en", "Demo alarm acknowledged");
+                    n.enabled = enable;
+                    n.message = LocalizedText::new("en", if enable { "Demo alarm enabled" } else { "Demo alarm disabled" });
                 }
-                ConditionAction::Confirm => {
-                    if s.confirmed {
-                        return Err(StatusCode::BadConditionBranchAlreadyConfirmed);
+                _ => {
+                    if !s.enabled {
+                        return Err(StatusCode::BadConditionDisabled);
                     }
-                    n.confirmed = true;
-                    n.message = LocalizedText::new("en", "Demo alarm confirmed");
+                    if s.changes == 0 || s.event_id != *event_id {
+                        return Err(StatusCode::BadEventIdUnknown);
+                    }
+                    match action {
+                        ConditionAction::Acknowledge => {
+                            if s.acked {
+                                return Err(StatusCode::BadConditionBranchAlreadyAcked);
+                            }
+                            n.acked = true;
+                            n.message = LocalizedText::new("en", "Demo alarm acknowledged");
+                        }
+                        ConditionAction::Confirm => {
+                            if s.confirmed {
+                                return Err(StatusCode::BadConditionBranchAlreadyConfirmed);
+                            }
+                            n.confirmed = true;
+                            n.message = LocalizedText::new("en", "Demo alarm confirmed");
+                        }
+                        _ => n.message = LocalizedText::new("en", "Demo alarm comment"),
+                    }
+                    n.comment = comment.clone();
+                    n.comment_time = now;
                 }
             }
-            n.comment = comment.clone();
             n.client_user_id = UaString::from(client_user_id);
             n.last_severity = s.severity;
             n.event_id = self.ids.next();

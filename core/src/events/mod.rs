@@ -62,6 +62,9 @@ pub mod ids {
     /// Methods.
     pub const CONDITION_REFRESH: u32 = 3875;
     pub const CONDITION_REFRESH2: u32 = 12912;
+    pub const ENABLE: u32 = 9027;
+    pub const DISABLE: u32 = 9028;
+    pub const ADD_COMMENT: u32 = 9029;
     pub const ACKNOWLEDGE: u32 = 9111;
     pub const CONFIRM: u32 = 9113;
     pub const GET_MONITORED_ITEMS: u32 = 11492;

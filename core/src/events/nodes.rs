@@ -7,7 +7,7 @@
 //! | `s=Demo.Events` | BaseObjectType, EventNotifier = SubscribeToEvents, source of the Demo events and the alarm; `Demo` HasNotifier it |
 //! | `s=Demo.Events.Alarm` | AlarmConditionType instance (`Demo.Events` HasComponent and HasCondition it) |
 //! | `s=Demo.Events.Alarm.<Field>` | its Variables: EventId … Severity, Retain, EnabledState (+`.Id`), AckedState (+`.Id`), … |
-//! | `s=Demo.Events.Alarm.Acknowledge`, `.Confirm` | its methods (calling the type's i=9111 / i=9113 on the alarm works too) |
+//! | `s=Demo.Events.Alarm.Acknowledge`, `.Confirm`, `.AddComment`, `.Enable`, `.Disable` | its methods (calling the types' i=9111, i=9113, i=9029, i=9027, i=9028 on the alarm works too) |
 //! | `s=DemoEventType` | ObjectType, subtype of BaseEventType, with the property `1:Sequence` (UInt32) |
 //! | `s=Demo.Methods` | folder with `Add(a, b: Double) → Double`, `Sum(values: Double[]) → Double`, `GenerateEvent(Message: String, Severity: UInt16)` |
 
@@ -57,6 +57,15 @@ pub fn alarm_acknowledge_id() -> NodeId {
 }
 pub fn alarm_confirm_id() -> NodeId {
     NodeId::string(1, "Demo.Events.Alarm.Confirm")
+}
+pub fn alarm_add_comment_id() -> NodeId {
+    NodeId::string(1, "Demo.Events.Alarm.AddComment")
+}
+pub fn alarm_enable_id() -> NodeId {
+    NodeId::string(1, "Demo.Events.Alarm.Enable")
+}
+pub fn alarm_disable_id() -> NodeId {
+    NodeId::string(1, "Demo.Events.Alarm.Disable")
 }
 
 /// The browse name of the Demo event's own field.
@@ -322,7 +331,7 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
             [] => continue,
         };
         let data_type = match path.last().map(|q| q.name.as_str()) {
-            Some("Time" | "ReceiveTime") => ids::UTC_TIME,
+            Some("Time" | "ReceiveTime" | "SourceTimestamp") => ids::UTC_TIME,
             _ => value.scalar_type().map_or(ns0::BASE_DATA_TYPE, |t| t as u32),
         };
         let name = path.last().cloned().unwrap_or_default();
@@ -339,7 +348,10 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
         ))?;
     }
     method(b, alarm_acknowledge_id(), QualifiedName::new(0, "Acknowledge"), alarm.clone(), ACK_IN, &[], start)?;
-    method(b, alarm_confirm_id(), QualifiedName::new(0, "Confirm"), alarm, ACK_IN, &[], start)?;
+    method(b, alarm_confirm_id(), QualifiedName::new(0, "Confirm"), alarm.clone(), ACK_IN, &[], start)?;
+    method(b, alarm_add_comment_id(), QualifiedName::new(0, "AddComment"), alarm.clone(), ACK_IN, &[], start)?;
+    method(b, alarm_enable_id(), QualifiedName::new(0, "Enable"), alarm.clone(), &[], &[], start)?;
+    method(b, alarm_disable_id(), QualifiedName::new(0, "Disable"), alarm, &[], &[], start)?;
 
     // The Demo methods.
     let methods = methods_folder_id();

@@ -10,7 +10,7 @@
 //!    HasComponent (or subtype) target of the object, of its type definition or of a
 //!    supertype of that (for an ObjectType: of the type itself) → else `BadMethodInvalid`.
 //! 3. Executable false → `BadNotExecutable`; a method that needs write access (Acknowledge,
-//!    Confirm, GenerateEvent) called by a read-only user → `BadUserAccessDenied`; a method
+//!    Confirm, AddComment, Enable, Disable, GenerateEvent) called by a read-only user → `BadUserAccessDenied`; a method
 //!    of namespace 0 this server does not implement → `BadNotImplemented`.
 //! 4. Fewer input arguments than declared → `BadArgumentsMissing`; more →
 //!    `BadTooManyArguments`; a wrong type (no conversion: a Double argument needs a Double)
@@ -24,8 +24,8 @@
 //!
 //! Methods: `Demo.Methods.Add(a, b: Double) → Double`, `Sum(values: Double[]) → Double`,
 //! `GenerateEvent(Message: String, Severity: UInt16)` (publishes a DemoEventType event),
-//! Acknowledge (i=9111) / Confirm (i=9113) on the Demo alarm (or its own instance method
-//! nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
+//! Acknowledge (i=9111), Confirm (i=9113), AddComment (i=9029), Enable (i=9027), Disable
+//! (i=9028) on the Demo alarm (or its own instance method nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
 //! `services::subscription_methods`.
 
@@ -54,6 +54,9 @@ enum MethodKind {
     GenerateEvent,
     Acknowledge,
     Confirm,
+    AddComment,
+    Enable,
+    Disable,
     ConditionRefresh,
     ConditionRefresh2,
     GetMonitoredItems,
@@ -66,6 +69,9 @@ impl MethodKind {
             return Some(match n {
                 ids::ACKNOWLEDGE => MethodKind::Acknowledge,
                 ids::CONFIRM => MethodKind::Confirm,
+                ids::ADD_COMMENT => MethodKind::AddComment,
+                ids::ENABLE => MethodKind::Enable,
+                ids::DISABLE => MethodKind::Disable,
                 ids::CONDITION_REFRESH => MethodKind::ConditionRefresh,
                 ids::CONDITION_REFRESH2 => MethodKind::ConditionRefresh2,
                 ids::GET_MONITORED_ITEMS => MethodKind::GetMonitoredItems,
@@ -79,6 +85,9 @@ impl MethodKind {
             (nodes::generate_event_method_id(), MethodKind::GenerateEvent),
             (nodes::alarm_acknowledge_id(), MethodKind::Acknowledge),
             (nodes::alarm_confirm_id(), MethodKind::Confirm),
+            (nodes::alarm_add_comment_id(), MethodKind::AddComment),
+            (nodes::alarm_enable_id(), MethodKind::Enable),
+            (nodes::alarm_disable_id(), MethodKind::Disable),
         ];
         table.into_iter().find(|(id, _)| id == method_id).map(|(_, k)| k)
     }
@@ -88,7 +97,8 @@ impl MethodKind {
             MethodKind::Add => nodes::ADD_IN,
             MethodKind::Sum => nodes::SUM_IN,
             MethodKind::GenerateEvent => nodes::GENERATE_EVENT_IN,
-            MethodKind::Acknowledge | MethodKind::Confirm => nodes::ACK_IN,
+            MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment => nodes::ACK_IN,
+            MethodKind::Enable | MethodKind::Disable => &[],
             MethodKind::ConditionRefresh | MethodKind::GetMonitoredItems | MethodKind::ResendData => {
                 nodes::SUBSCRIPTION_ID_IN
             }
@@ -98,7 +108,15 @@ impl MethodKind {
 
     /// Does the method change server state (a read-only user may not call it)?
     fn needs_write(self) -> bool {
-        matches!(self, MethodKind::GenerateEvent | MethodKind::Acknowledge | MethodKind::Confirm)
+        matches!(
+            self,
+            MethodKind::GenerateEvent
+                | MethodKind::Acknowledge
+                | MethodKind::Confirm
+                | MethodKind::AddComment
+                | MethodKind::Enable
+                | MethodKind::Disable
+        )
     }
 }
 
@@ -184,7 +202,7 @@ fn check_arg(spec: &ArgSpec, v: &Variant) -> StatusCode {
     let ok = match (spec.value_rank, v) {
         (1, Variant::Empty) => true,
         (1, Variant::Array(a)) => {
-            a.value_type == spec.builtin && !a.dimensions.as_ref().is_some_and(|d| d.len() != 1)
+            a.value_type == spec.builtin && matches!(a.dimensions.as_deref(), None | Some([_]))
         }
         (1, _) => false,
         (_, Variant::Empty) => matches!(
@@ -278,7 +296,7 @@ fn call_one(
                     arg_results[1] = StatusCode::BadOutOfRange;
                 }
             }
-            MethodKind::Acknowledge | MethodKind::Confirm
+            MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment
                 if text_of(&args[1]).text.as_str().chars().count() > MAX_COMMENT_CHARS =>
             {
                 arg_results[1] = StatusCode::BadOutOfRange;
@@ -320,17 +338,29 @@ fn call_one(
             shared.events.bus.publish(demo::demo_event(&shared.events, 0, &msg, sev, now.utc));
             done(StatusCode::Good, Vec::new())
         }
-        MethodKind::Acknowledge | MethodKind::Confirm => {
+        MethodKind::Acknowledge
+        | MethodKind::Confirm
+        | MethodKind::AddComment
+        | MethodKind::Enable
+        | MethodKind::Disable => {
             if m.object_id != nodes::alarm_id() {
                 return status_only(StatusCode::BadNodeIdInvalid);
             }
-            let event_id = match &args[0] {
-                Variant::ByteString(b) => b.clone(),
-                _ => ByteString::null(),
+            let (event_id, comment) = match kind {
+                MethodKind::Enable | MethodKind::Disable => (ByteString::null(), LocalizedText::default()),
+                _ => match &args[0] {
+                    Variant::ByteString(b) => (b.clone(), text_of(&args[1])),
+                    _ => (ByteString::null(), text_of(&args[1])),
+                },
             };
-            let action =
-                if kind == MethodKind::Acknowledge { ConditionAction::Acknowledge } else { ConditionAction::Confirm };
-            let r = shared.events.alarm_action(space, action, &event_id, &text_of(&args[1]), user, now.utc);
+            let action = match kind {
+                MethodKind::Acknowledge => ConditionAction::Acknowledge,
+                MethodKind::Confirm => ConditionAction::Confirm,
+                MethodKind::AddComment => ConditionAction::AddComment,
+                MethodKind::Enable => ConditionAction::Enable,
+                _ => ConditionAction::Disable,
+            };
+            let r = shared.events.alarm_action(space, action, &event_id, &comment, user, now.utc);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
         MethodKind::ConditionRefresh | MethodKind::ConditionRefresh2 => {
