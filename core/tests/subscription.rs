@@ -334,3 +334,24 @@ fn transfer_within_the_shard_notifies_the_old_session() {
     assert_eq!(p.subscription_id, sub);
     assert_eq!(data_changes(&p.notification_message).len(), 1);
 }
+
+#[test]
+fn cancel_answers_queued_publish_requests() {
+    let mut s = Sub::new(ServerConfig::default());
+    s.create(10_000.0, 100, 300, 0);
+    s.run_ms(10_000, 10_000); // first keep-alive is late
+    assert!(s.publish(vec![]).is_none());
+    assert_eq!(s.responses().len(), 1);
+    assert!(s.publish(vec![]).is_none());
+    let queued_handle = s.h.handle;
+    let hd = s.h.header(&s.token.clone());
+    let r = s.h.call(Request::Cancel(Box::new(CancelRequest { request_header: hd, request_handle: queued_handle })));
+    let Response::Cancel(c) = r else { panic!("{r:?}") };
+    assert_eq!(c.cancel_count, 1);
+    let mut v = Vec::new();
+    let ch = s.h.channel;
+    s.h.shard.take_deferred(ch, &mut v);
+    assert_eq!(v.len(), 1);
+    assert_eq!(fault_status(&v[0].1), Some(StatusCode::BadRequestCancelledByClient));
+    assert_eq!(v[0].1.response_header().request_handle, queued_handle);
+}

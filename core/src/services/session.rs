@@ -162,12 +162,14 @@ pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSession
     }))
 }
 
-/// Cancel (Part 4 §5.7.5): every request is answered before the next is read, so nothing
-/// is ever outstanding; the answer is Good with cancelCount 0.
-pub fn cancel(req: &CancelRequest, now: Now) -> Response {
-    let _ = req.request_handle;
+/// Cancel (Part 4 §5.7.5): the only requests that can be outstanding are queued Publish
+/// requests; those with the given request handle are answered with
+/// Bad_RequestCancelledByClient and counted. Every other request was answered before the
+/// next one was read.
+pub fn cancel(shard: &mut ShardState, key: SessionKey, req: &CancelRequest, now: Now) -> Response {
+    let cancel_count = shard.subscriptions_mut().0.cancel_publish(key, req.request_handle, now);
     Response::Cancel(Box::new(CancelResponse {
         response_header: response_header(req.request_header.request_handle, now),
-        cancel_count: 0,
+        cancel_count,
     }))
 }

@@ -659,6 +659,26 @@ impl SubscriptionEngine {
         None
     }
 
+    /// Cancel: answers the session's queued Publish requests with this request handle with
+    /// Bad_RequestCancelledByClient; returns how many.
+    pub fn cancel_publish(&mut self, key: SessionKey, request_handle: u32, now: Now) -> u32 {
+        let Some(ss) = self.sessions.get_mut(&key) else { return 0 };
+        let mut cancelled = Vec::new();
+        ss.publish.retain(|p| {
+            if p.request_handle == request_handle {
+                cancelled.push((p.channel_id, p.request_id));
+                false
+            } else {
+                true
+            }
+        });
+        for &(channel, request_id) in &cancelled {
+            let f = crate::services::fault(request_handle, StatusCode::BadRequestCancelledByClient, now);
+            self.emit(channel, request_id, f);
+        }
+        cancelled.len() as u32
+    }
+
     fn acknowledge(&mut self, key: SessionKey, sub_id: u32, seq: u32) -> StatusCode {
         let Ok(slot) = self.sub_slot(key, sub_id) else { return StatusCode::BadSubscriptionIdInvalid };
         let Some(Some(sub)) = self.subs.get_mut(slot as usize) else { return StatusCode::BadSubscriptionIdInvalid };
@@ -1538,8 +1558,11 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], no
     let mut data: Vec<MonitoredItemNotification> = Vec::new();
     let mut events: Vec<crate::generated::types::EventFieldList> = Vec::new();
     let mut count = 0usize;
-    let ready = std::mem::take(&mut sub.ready);
-    let mut keep: Vec<u32> = Vec::new();
+    // The ready list is consumed from the front; what stays is compacted in place (no
+    // allocation per message).
+    let ready = &mut sub.ready;
+    data.reserve(ready.len().min(cap));
+    let mut kept = 0usize;
     let mut i = 0;
     if sub.publishing_enabled {
         while i < ready.len() && count < cap {
@@ -1559,15 +1582,18 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], no
                 count += 1;
             }
             if reportable && !item.queue.is_empty() {
-                keep.push(it);
+                ready[kept] = it;
+                kept += 1;
             } else {
                 item.in_ready = false;
                 item.triggered = false;
             }
         }
     }
-    keep.extend_from_slice(&ready[i..]);
-    sub.ready = keep;
+    // Unvisited entries follow the kept ones.
+    ready.copy_within(i.., kept);
+    let len = kept + (ready.len() - i);
+    ready.truncate(len);
     let mut notification_data = Vec::with_capacity(2);
     if !data.is_empty() {
         notification_data.push(ExtensionObject::from_struct(&DataChangeNotification { monitored_items: data, diagnostic_infos: Vec::new() }));
