@@ -15,7 +15,9 @@ pub mod attribute;
 pub mod discovery;
 pub mod identity;
 pub mod method;
+pub mod monitored_item;
 pub mod session;
+pub mod subscription;
 pub mod subscription_methods;
 pub mod view;
 
@@ -39,13 +41,25 @@ pub fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
     }))
 }
 
-/// Answers one request. See the module docs for the session rules.
+/// Answers one request. See the module docs for the session rules. A Publish cannot be
+/// answered synchronously: it gets BadInternalError here; the connection uses
+/// [`dispatch_deferrable`].
 pub fn dispatch(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
+    let handle = request.request_header().request_handle;
+    match dispatch_deferrable(shard, ctx, request, 0, now) {
+        Some(r) => r,
+        None => fault(handle, StatusCode::BadInternalError, now),
+    }
+}
+
+/// Answers one request, or queues it (`None`: a Publish, answered later with `request_id`
+/// through the shard's deferred responses for `ctx.channel_id`).
+pub fn dispatch_deferrable(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
     if let Some(age_ms) = shard.shared().config.sessions.max_request_age_ms {
         if !header.timestamp.is_null() && header.timestamp.add_ms(age_ms as f64) < now.utc {
-            return fault(handle, StatusCode::BadTimeout, now);
+            return Some(fault(handle, StatusCode::BadTimeout, now));
         }
     }
     let mut response = match request {
@@ -59,30 +73,33 @@ pub fn dispatch(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Reque
         | Request::RegisterServer2(_)
         | Request::OpenSecureChannel(_)
         | Request::CloseSecureChannel(_) => fault(handle, StatusCode::BadServiceUnsupported, now),
-        other => session_service(shard, ctx, other, now),
+        other => session_service(shard, ctx, other, request_id, now)?,
     };
     let h = response.response_header_mut();
     h.request_handle = handle;
     h.timestamp = now.utc;
-    response
+    Some(response)
 }
 
 /// Requests that run in an activated session (and CloseSession).
-fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
+fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
     let key = match shard.session_for_request(&header.authentication_token, ctx.channel_id, now) {
         Ok(k) => k,
-        Err(s) => return fault(handle, s, now),
+        Err(s) => return Some(fault(handle, s, now)),
     };
     if let Request::CloseSession(r) = &request {
-        return session::close_session(shard, key, r, now);
+        return Some(session::close_session(shard, key, r, now));
     }
     if !shard.session(key).is_some_and(|s| s.is_activated()) {
-        return fault(handle, StatusCode::BadSessionNotActivated, now);
+        return Some(fault(handle, StatusCode::BadSessionNotActivated, now));
     }
-    match request {
-        Request::Cancel(r) => session::cancel(&r, now),
+    if let Request::Publish(r) = &request {
+        return subscription::publish(shard, key, ctx.channel_id, request_id, r, now);
+    }
+    Some(match request {
+        Request::Cancel(r) => session::cancel(shard, key, &r, now),
         Request::Read(r) => {
             let mut resp = attribute::read(shard.shared(), &r, now);
             if session_access(shard, key) == UserAccess::Read {
@@ -99,10 +116,20 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
         Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
-        // Call, HistoryRead/Update, Query, node management, subscriptions and monitored
-        // items: later issues.
+        Request::CreateSubscription(r) => subscription::create_subscription(shard, key, &r, now),
+        Request::ModifySubscription(r) => subscription::modify_subscription(shard, key, &r, now),
+        Request::SetPublishingMode(r) => subscription::set_publishing_mode(shard, key, &r, now),
+        Request::DeleteSubscriptions(r) => subscription::delete_subscriptions(shard, key, &r, now),
+        Request::Republish(r) => subscription::republish(shard, key, &r, now),
+        Request::TransferSubscriptions(r) => subscription::transfer_subscriptions(shard, key, &r, now),
+        Request::CreateMonitoredItems(r) => monitored_item::create_monitored_items(shard, key, &r, now),
+        Request::ModifyMonitoredItems(r) => monitored_item::modify_monitored_items(shard, key, &r, now),
+        Request::DeleteMonitoredItems(r) => monitored_item::delete_monitored_items(shard, key, &r, now),
+        Request::SetMonitoringMode(r) => monitored_item::set_monitoring_mode(shard, key, &r, now),
+        Request::SetTriggering(r) => monitored_item::set_triggering(shard, key, &r, now),
+        // HistoryRead/Update, Query, node management: not offered.
         _ => fault(handle, StatusCode::BadServiceUnsupported, now),
-    }
+    })
 }
 
 /// The access of the session's user (its identity is set: the session is activated).
