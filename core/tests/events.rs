@@ -673,3 +673,89 @@ fn notifier_matching_for_monitored_items() {
     assert_eq!(c.refresh_notification(&nodes::demo_events_id(), &refresh[0]), Some(vec![Variant::UInt16(100)]));
     assert_eq!(c.notification(&nodes::demo_events_id(), &refresh[0]), None);
 }
+
+// ---- hostile filters ----
+
+#[path = "common/mod.rs"]
+mod common;
+
+fn random_variant(r: &mut common::Rng) -> Variant {
+    match r.below(10) {
+        0 => Variant::Empty,
+        1 => Variant::Int32(r.next_u64() as i32),
+        2 => Variant::Double(f64::from_bits(r.next_u64())),
+        3 => Variant::String(["Demo%", "_[", "[^a-", "\\", "%%_%", "500", "true"][r.below(7) as usize].into()),
+        4 => Variant::Boolean(r.chance(50)),
+        5 => Variant::NodeId(Box::new(NodeId::ns0(r.below(3000) as u32))),
+        6 => Variant::UInt16(r.next_u64() as u16),
+        7 => Variant::array(BuiltinType::Int32, vec![Variant::Int32(1), Variant::Int32(2)]).unwrap(),
+        8 => Variant::LocalizedText(Box::new(LocalizedText::new("en", "Demo event 4"))),
+        _ => Variant::UInt64(r.next_u64()),
+    }
+}
+
+fn random_sao(r: &mut common::Rng) -> SimpleAttributeOperand {
+    let types = [NodeId::ns0(ids::BASE_EVENT_TYPE), NodeId::ns0(ids::ALARM_CONDITION_TYPE), nodes::demo_event_type(), NodeId::NULL, NodeId::ns0(61), NodeId::numeric(3, 7)];
+    let names = ["Severity", "Message", "Sequence", "AckedState", "Id", "", "EventId", "Time"];
+    let path: Vec<QualifiedName> = (0..r.below(4)).map(|_| QualifiedName::new(r.below(2) as u16, names[r.below(names.len() as u64) as usize])).collect();
+    SimpleAttributeOperand {
+        type_definition_id: types[r.below(types.len() as u64) as usize].clone(),
+        browse_path: path,
+        attribute_id: [1, 13, 13, 4, 0, 99][r.below(6) as usize],
+        index_range: if r.chance(10) { "0:1".into() } else { UaString::null() },
+    }
+}
+
+fn random_operand(r: &mut common::Rng, n: u32) -> ExtensionObject {
+    match r.below(6) {
+        0 | 1 => lit(random_variant(r)),
+        2 => elem(r.below(n as u64 + 2) as u32),
+        3 => field(random_sao(r)),
+        4 => ExtensionObject::from_struct(&AttributeOperand::default()),
+        _ => {
+            // Garbage bodies under operand type ids.
+            let len = r.below(12) as usize;
+            let body: Vec<u8> = (0..len).map(|_| r.next_u64() as u8).collect();
+            let id = [597u32, 594, 603, 600, 1][r.below(5) as usize];
+            ExtensionObject { type_id: NodeId::ns0(id), body: uaring_core::types::ExtensionObjectBody::Binary(body) }
+        }
+    }
+}
+
+#[test]
+fn random_filters_never_panic() {
+    let s = shared();
+    s.events.set_alarm_active(&s.address_space, true, start().utc);
+    let mut evs = vec![demo_event(&s), demo::session_created_event(&s, &NodeId::string(1, "x"), 1, &ByteString::null(), 1.0, start())];
+    evs.extend(s.events.condition_refresh(start().utc));
+    let mut r = common::Rng::new(11);
+    let mut compiled = 0;
+    for _ in 0..3000 {
+        let n = r.below(8) as u32;
+        let elements = (0..n)
+            .map(|_| {
+                let ops = (0..r.below(4)).map(|_| random_operand(&mut r, n)).collect();
+                el(FilterOperator(r.below(20) as i32 - 1), ops)
+            })
+            .collect();
+        let select = (0..r.below(4)).map(|_| random_sao(&mut r)).collect();
+        let f = filter(select, elements);
+        match events::compile(&f, &s.address_space) {
+            Ok((c, res)) => {
+                compiled += 1;
+                assert!(res.select_clause_results.is_empty() || res.select_clause_results.len() == f.select_clauses.len());
+                for ev in &evs {
+                    if let Some(v) = c.apply(ev) {
+                        assert_eq!(v.len(), f.select_clauses.len());
+                    }
+                }
+            }
+            Err((st, res)) => {
+                assert_eq!(st, StatusCode::BadEventFilterInvalid);
+                let er = &res.where_clause_result.element_results;
+                assert!(er.is_empty() || er.len() == f.where_clause.elements.len());
+            }
+        }
+    }
+    assert!(compiled > 100, "the generator also makes valid filters: {compiled}");
+}

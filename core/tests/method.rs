@@ -252,3 +252,42 @@ fn enable_disable_and_add_comment() {
     let r = one(&mut h, key, m(alarm, NodeId::ns0(ids::DISABLE), vec![]));
     assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
 }
+
+/// The argument tables the Call service checks against agree with the NodeSet's
+/// InputArguments / OutputArguments of the namespace-0 methods (names, types, ranks).
+#[test]
+fn argument_tables_match_the_nodeset() {
+    use uaring_core::events::nodes::ArgSpec;
+    let h = Harness::new();
+    let space = &h.shard.shared().address_space;
+    let args_of = |method: u32, prop: &str| -> Vec<(String, NodeId, i32)> {
+        let node = space.node(&NodeId::ns0(method)).unwrap();
+        let Some(p) = node.references.iter().filter(|r| r.is_forward).filter_map(|r| r.target.as_local()).find(|t| {
+            space.browse_name_of(t).is_some_and(|b| b.name.as_str() == prop)
+        }) else {
+            return Vec::new();
+        };
+        let v = space.variable_value(space.node(p).unwrap(), h.now).unwrap().value;
+        let a = v.as_array().expect("an Argument array");
+        a.values
+            .iter()
+            .map(|x| match x {
+                Variant::ExtensionObject(e) => {
+                    let arg: Argument = e.decode_as(Default::default()).unwrap().unwrap();
+                    (arg.name.as_str().to_string(), arg.data_type, arg.value_rank)
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let spec = |s: &[ArgSpec]| s.iter().map(|a| (a.name.to_string(), NodeId::ns0(a.data_type), a.value_rank)).collect::<Vec<_>>();
+    assert_eq!(args_of(ids::ACKNOWLEDGE, "InputArguments"), spec(nodes::ACK_IN));
+    assert_eq!(args_of(ids::CONFIRM, "InputArguments"), spec(nodes::ACK_IN));
+    assert_eq!(args_of(ids::ADD_COMMENT, "InputArguments"), spec(nodes::ACK_IN));
+    assert!(args_of(ids::ENABLE, "InputArguments").is_empty());
+    assert_eq!(args_of(ids::CONDITION_REFRESH, "InputArguments"), spec(nodes::SUBSCRIPTION_ID_IN));
+    assert_eq!(args_of(ids::CONDITION_REFRESH2, "InputArguments"), spec(nodes::REFRESH2_IN));
+    assert_eq!(args_of(ids::GET_MONITORED_ITEMS, "InputArguments"), spec(nodes::SERVER_SUBSCRIPTION_ID_IN));
+    assert_eq!(args_of(ids::GET_MONITORED_ITEMS, "OutputArguments"), spec(nodes::GET_MONITORED_ITEMS_OUT));
+    assert_eq!(args_of(ids::RESEND_DATA, "InputArguments"), spec(nodes::SERVER_SUBSCRIPTION_ID_IN));
+}

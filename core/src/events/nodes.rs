@@ -144,7 +144,10 @@ pub const ACK_IN: &[ArgSpec] = &[
     arg("EventId", 15, BuiltinType::ByteString, -1, "EventId of the condition's latest event"),
     arg("Comment", 21, BuiltinType::LocalizedText, -1, "comment"),
 ];
+/// ConditionRefresh's argument (IntegerId).
 pub const SUBSCRIPTION_ID_IN: &[ArgSpec] = &[arg("SubscriptionId", INTEGER_ID, BuiltinType::UInt32, -1, "")];
+/// GetMonitoredItems' and ResendData's argument (UInt32 in the NodeSet).
+pub const SERVER_SUBSCRIPTION_ID_IN: &[ArgSpec] = &[arg("SubscriptionId", 7, BuiltinType::UInt32, -1, "")];
 pub const REFRESH2_IN: &[ArgSpec] = &[
     arg("SubscriptionId", INTEGER_ID, BuiltinType::UInt32, -1, ""),
     arg("MonitoredItemId", INTEGER_ID, BuiltinType::UInt32, -1, ""),

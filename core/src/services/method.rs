@@ -99,9 +99,8 @@ impl MethodKind {
             MethodKind::GenerateEvent => nodes::GENERATE_EVENT_IN,
             MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment => nodes::ACK_IN,
             MethodKind::Enable | MethodKind::Disable => &[],
-            MethodKind::ConditionRefresh | MethodKind::GetMonitoredItems | MethodKind::ResendData => {
-                nodes::SUBSCRIPTION_ID_IN
-            }
+            MethodKind::ConditionRefresh => nodes::SUBSCRIPTION_ID_IN,
+            MethodKind::GetMonitoredItems | MethodKind::ResendData => nodes::SERVER_SUBSCRIPTION_ID_IN,
             MethodKind::ConditionRefresh2 => nodes::REFRESH2_IN,
         }
     }
