@@ -759,3 +759,31 @@ fn random_filters_never_panic() {
     }
     assert!(compiled > 100, "the generator also makes valid filters: {compiled}");
 }
+
+/// The where clause asyncua builds by default: `EventType InList [every subtype of the
+/// requested types]` (98 ids for BaseEventType).
+#[test]
+fn event_type_in_list_of_subtypes() {
+    let s = shared();
+    let space = &s.address_space;
+    let subtypes_of = |t: NodeId| -> Vec<ExtensionObject> {
+        space.nodes().filter(|n| space.is_subtype_of(&n.node_id, &t)).map(|n| lit(Variant::NodeId(Box::new(n.node_id.clone())))).collect()
+    };
+    let in_list = |list: Vec<ExtensionObject>| {
+        let mut ops = vec![field(base("EventType"))];
+        ops.extend(list);
+        vec![el(FilterOperator::InList, ops)]
+    };
+    let demo = demo_event(&s);
+    let alarm = s.events.set_alarm_active(space, true, start().utc).unwrap();
+    let all = subtypes_of(NodeId::ns0(ids::BASE_EVENT_TYPE));
+    assert!(all.len() > 50 && all.len() <= uaring_core::events::filter::MAX_OPERANDS_PER_ELEMENT - 1, "{}", all.len());
+    assert!(passes(&s, &demo, in_list(all.clone())));
+    assert!(passes(&s, &alarm, in_list(all)));
+    let conditions = subtypes_of(NodeId::ns0(ids::CONDITION_TYPE));
+    assert!(!passes(&s, &demo, in_list(conditions.clone())));
+    assert!(passes(&s, &alarm, in_list(conditions)));
+    // A mixed list takes the general path and still converts: a String naming the NodeId.
+    let mixed = vec![lit(Variant::Int32(5)), lit(Variant::String(nodes::demo_event_type().to_string().as_str().into()))];
+    assert!(passes(&s, &demo, in_list(mixed)));
+}

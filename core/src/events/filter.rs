@@ -52,6 +52,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::collections::HashSet;
 
 use super::{ids, Event};
 use crate::address_space::{AddressSpace, NodeClass, NumericRange};
@@ -115,7 +116,9 @@ enum Op {
     Like(Vec<Token>),
     Not,
     Between,
-    InList,
+    /// InList; when every list entry is a literal NodeId (the shape of "EventType InList
+    /// [subtypes…]" that clients build), the set of them for an O(1) lookup.
+    InList(Option<HashSet<NodeId>>),
     And,
     Or,
     OfType(NodeId),
@@ -333,7 +336,16 @@ fn compile_element(
         FilterOperator::LessThanOrEqual => Op::Le,
         FilterOperator::Not => Op::Not,
         FilterOperator::Between => Op::Between,
-        FilterOperator::InList => Op::InList,
+        FilterOperator::InList => {
+            let ids: Option<HashSet<NodeId>> = operands[1..]
+                .iter()
+                .map(|o| match o {
+                    Operand::Literal(Variant::NodeId(n)) => Some((**n).clone()),
+                    _ => None,
+                })
+                .collect();
+            Op::InList(ids)
+        }
         FilterOperator::And => Op::And,
         FilterOperator::Or => Op::Or,
         FilterOperator::BitwiseAnd => Op::BitwiseAnd,
@@ -447,10 +459,13 @@ impl CompiledEventFilter {
                 let hi = compare(&v, &arg(2)).map(|o| o != Ordering::Greater);
                 tri(and3(lo, hi))
             }
-            Op::InList => {
+            Op::InList(ids) => {
                 let v = arg(0);
                 if v.is_empty() {
                     return Variant::Empty;
+                }
+                if let (Some(set), Variant::NodeId(n)) = (ids, &*v) {
+                    return Variant::Boolean(set.contains(&**n));
                 }
                 let hit = (1..el.operands.len()).any(|k| equals(&v, &arg(k)) == Some(true));
                 Variant::Boolean(hit)
