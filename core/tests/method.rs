@@ -291,3 +291,13 @@ fn argument_tables_match_the_nodeset() {
     assert_eq!(args_of(ids::GET_MONITORED_ITEMS, "OutputArguments"), spec(nodes::GET_MONITORED_ITEMS_OUT));
     assert_eq!(args_of(ids::RESEND_DATA, "InputArguments"), spec(nodes::SERVER_SUBSCRIPTION_ID_IN));
 }
+
+#[test]
+fn user_executable_by_role() {
+    use uaring_core::services::method::user_executable;
+    assert!(user_executable(&NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::ReadWrite));
+    assert!(!user_executable(&NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::Read));
+    assert!(!user_executable(&nodes::generate_event_method_id(), UserAccess::Read));
+    assert!(user_executable(&nodes::add_method_id(), UserAccess::Read));
+    assert!(user_executable(&NodeId::ns0(ids::CONDITION_REFRESH), UserAccess::Read));
+}

@@ -139,6 +139,13 @@ pub fn call(shard: &mut ShardState, key: SessionKey, req: &CallRequest, now: Now
     }))
 }
 
+/// UserExecutable of a method for a user: false for the methods that change state
+/// (Acknowledge, Confirm, AddComment, Enable, Disable, GenerateEvent) when the user may only
+/// read. For the Read service's UserExecutable attribute (ANDed with Executable).
+pub fn user_executable(method_id: &NodeId, access: UserAccess) -> bool {
+    access == UserAccess::ReadWrite || !MethodKind::of(method_id).is_some_and(MethodKind::needs_write)
+}
+
 fn session_access(shard: &ShardState, key: SessionKey) -> UserAccess {
     match shard.session(key).and_then(|s| s.identity.as_ref()) {
         Some(id) => identity::access_of(shard, id),
