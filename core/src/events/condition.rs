@@ -341,7 +341,7 @@ impl ServerEvents {
             severity: 100,
             condition_id: None,
             fields: Vec::new(),
-            notifiers: vec![server.clone()],
+            notifiers: Arc::clone(&self.notifiers_server),
         };
         let mut out = vec![bracket(&self.chains.refresh_start, ids::REFRESH_START_EVENT_TYPE, "ConditionRefresh start")];
         if let Some(alarm) = &self.alarm {

@@ -50,7 +50,7 @@ pub fn demo_event(events: &ServerEvents, sequence: u32, message: &str, severity:
         severity: severity.clamp(1, 1000),
         condition_id: None,
         fields: vec![EventField { path: vec![nodes::sequence_field()], value: Variant::UInt32(sequence) }],
-        notifiers: super::demo_notifiers(),
+        notifiers: Arc::clone(&events.notifiers_demo),
     }
 }
 
@@ -170,7 +170,7 @@ pub fn session_created_event(
         severity: 100,
         condition_id: None,
         fields,
-        notifiers: vec![NodeId::ns0(ids::SERVER)],
+        notifiers: Arc::clone(&ev.notifiers_server),
     }
 }
 
@@ -192,7 +192,7 @@ pub fn session_closed_event(shared: &ServerShared, session_id: &NodeId, timed_ou
         severity: 100,
         condition_id: None,
         fields: audit_fields(shared, session_id, now),
-        notifiers: vec![NodeId::ns0(ids::SERVER)],
+        notifiers: Arc::clone(&ev.notifiers_server),
     }
 }
 

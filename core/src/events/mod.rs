@@ -123,7 +123,7 @@ pub struct Event {
     pub fields: Vec<EventField>,
     /// The notifier nodes this event is reported on: always the Server object, plus the
     /// notifiers above the source (e.g. `Demo`, `Demo.Events`).
-    pub notifiers: Vec<NodeId>,
+    pub notifiers: Arc<[NodeId]>,
 }
 
 impl Event {
@@ -281,6 +281,9 @@ pub struct ServerEvents {
     pub demo_namespace: bool,
     /// `events.demo_rate_per_s`.
     pub demo_rate_per_s: f64,
+    /// [`demo_notifiers`] and [`server_notifiers`], shared by every event that uses them.
+    pub notifiers_demo: Arc<[NodeId]>,
+    pub notifiers_server: Arc<[NodeId]>,
 }
 
 impl ServerEvents {
@@ -297,6 +300,8 @@ impl ServerEvents {
             chains,
             demo_namespace,
             demo_rate_per_s: config.events.demo_rate_per_s,
+            notifiers_demo: demo_notifiers(),
+            notifiers_server: server_notifiers(),
         };
         events.store_alarm_cells(space);
         events
@@ -315,6 +320,11 @@ pub fn is_event_notifier(space: &AddressSpace, node: &NodeId) -> bool {
 
 /// The notifiers of events whose source is `Demo.Events`: the Server object, `Demo` and
 /// `Demo.Events`.
-pub fn demo_notifiers() -> Vec<NodeId> {
-    vec![NodeId::ns0(ids::SERVER), nodes::demo_folder_id(), nodes::demo_events_id()]
+pub fn demo_notifiers() -> Arc<[NodeId]> {
+    Arc::from(vec![NodeId::ns0(ids::SERVER), nodes::demo_folder_id(), nodes::demo_events_id()])
+}
+
+/// The notifiers of events reported on the Server object only.
+pub fn server_notifiers() -> Arc<[NodeId]> {
+    Arc::from(vec![NodeId::ns0(ids::SERVER)])
 }
