@@ -222,8 +222,12 @@ fn whole_namespace0_is_loaded() {
     let ns0 = a.nodes().filter(|n| n.node_id.namespace == 0).count();
     assert_eq!(ns0, uaring_core::generated::ns0::NODE_COUNT);
     let ns1 = a.nodes().filter(|n| n.node_id.namespace == 1).count();
-    // 100 values + 3 arrays + 5 folders + 20 scalars + 20 arrays + ReadOnly + Counter + Sine.
-    assert_eq!(ns1, 100 + 3 + 5 + 40 + 3);
+    // 100 values + 3 arrays + 5 folders + 20 scalars + 20 arrays + ReadOnly + Counter + Sine,
+    // and the event nodes (crate::events::nodes): DemoEventType + Sequence, Demo.Events, the
+    // alarm with its 30 Variables and 5 methods (3 with InputArguments), the Methods folder,
+    // Add and Sum (in + out arguments), GenerateEvent (in arguments).
+    let events = 2 + 1 + 1 + 30 + 5 + 3 + 1 + 3 + 3 + 2;
+    assert_eq!(ns1, 100 + 3 + 5 + 40 + 3 + events);
     // Encodings map to their DataType.
     assert_eq!(
         a.data_type_of_encoding(&NodeId::ns0(864)),
