@@ -154,8 +154,8 @@ pub struct RunOpts {
     /// placeholders {port} {items} {sampling} {pki}.
     #[arg(long)]
     pub server_exe: Option<String>,
-    /// Extra arguments of the server (uaring: appended to `serve …`).
-    #[arg(long, default_value = "")]
+    /// Extra arguments of the server (uaring: appended to `serve …`); may start with `-`.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub server_args: String,
     /// A substring of the server's output line that says it is ready.
     #[arg(long)]
@@ -170,7 +170,7 @@ pub struct RunOpts {
     #[arg(long)]
     pub server_pid: Option<i32>,
     /// Environment of the server: 'K=V …'.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub server_env: Option<String>,
     /// The server's name in the results.
     #[arg(long)]
@@ -399,6 +399,13 @@ mod tests {
         ] {
             assert!(parse(&bad).is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn server_args_may_start_with_a_dash() {
+        let Command::Run(r) = parse(&["run", "--server-args", "--port {port} --secure", "--clients", "2"]).unwrap().command else { panic!() };
+        assert_eq!(r.server_args, "--port {port} --secure");
+        assert_eq!(r.clients, 2);
     }
 
     #[test]

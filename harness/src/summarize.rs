@@ -158,7 +158,8 @@ fn shard_split(cell: &Cell) -> String {
 fn setup_of(cell: &Cell) -> String {
     let Some(r) = cell.runs.first() else { return String::new() };
     let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
-    format!("{} · {} · srv {} · cli {}", g("server"), g("security"), g("server_cpus"), g("client_cpus"))
+    let send = r.get("send").map(crate::report::fmt).unwrap_or_else(|| "send ?".into());
+    format!("{} · {} · {} · srv {} · cli {}", g("server"), g("security"), send, g("server_cpus"), g("client_cpus"))
 }
 
 pub fn markdown(t: &Table) -> String {
@@ -350,7 +351,7 @@ mod tests {
         let mut s = String::new();
         for (v, ops, cpu) in [("a", 100.0, 2.0), ("b", 300.0, 1.0), ("a", 120.0, 2.5), ("b", 200.0, 1.5), ("a", 110.0, 2.2)] {
             s.push_str(&format!(
-                "{{\"scenario\":\"read\",\"scenario_name\":\"read-d32\",\"variant\":\"{v}\",\"ops_per_s\":{ops},\"server_cpu_us_per_op\":{cpu},\"errors\":0,\"discarded_runs\":0,\"clients\":4,\"inflight\":32,\"kernel\":\"k\"}}\n"
+                "{{\"scenario\":\"read\",\"scenario_name\":\"read-d32\",\"variant\":\"{v}\",\"send\":\"per-request\",\"ops_per_s\":{ops},\"server_cpu_us_per_op\":{cpu},\"errors\":0,\"discarded_runs\":0,\"clients\":4,\"inflight\":32,\"kernel\":\"k\"}}\n"
             ));
         }
         s.push_str("{\"scenario_name\":\"read-d32\",\"variant\":\"b\",\"error\":\"boom\"}\n");
@@ -372,6 +373,7 @@ mod tests {
         assert_eq!(cell_b.failed, 1);
         let md = markdown(&t);
         assert!(md.contains("| a |"), "{md}");
+        assert!(md.contains(" · per-request · "), "the send mode is in the setup column: {md}");
         assert!(md.contains("110 (100–120)"), "{md}");
         assert!(md.contains("250 (200–300)"), "{md}");
         assert!(md.contains("2.27"), "ratio b/a: {md}");

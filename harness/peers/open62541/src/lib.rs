@@ -1,0 +1,120 @@
+//! Native open62541 peers for `uaring-bench`, on the `open62541-sys` crate
+//! (open62541 1.5.x built by cmake, Mbed TLS with the `mbedtls` feature).
+//!
+//! - `open62541-contract-server`: the benchmark contract of DESIGN.md on a
+//!   native open62541 server (our own code around the C library).
+//! - `open62541-interop-client`: open62541's client against any server
+//!   (connect, read, write, browse; None and Basic256Sha256 SignAndEncrypt).
+//!
+//! This module holds the small safe helpers both share.
+
+use std::ffi::{c_void, CStr, CString};
+
+pub use open62541_sys as sys;
+use sys::*;
+
+/// The contract's application URI.
+pub const APPLICATION_URI: &str = "urn:o6:benchmark:server";
+/// The client's application URI (in its certificate too).
+pub const CLIENT_URI: &str = "urn:uaring:open62541:client";
+pub const BASIC256SHA256: &str = "http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256";
+/// First NodeId and count of the contract's Int32 variables.
+pub const FIRST_NODE: u32 = 1001;
+pub const NODE_COUNT: u32 = 100;
+
+/// The name of a status code (`BadTypeMismatch` …).
+pub fn status_name(s: UA_StatusCode) -> String {
+    // SAFETY: UA_StatusCode_name returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(UA_StatusCode_name(s)).to_string_lossy().into_owned() }
+}
+
+pub fn check(what: &str, s: UA_StatusCode) -> Result<(), String> {
+    if s == 0 {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", status_name(s)))
+    }
+}
+
+/// A UA_String that owns a copy of `s` (freed by the caller with UA_String_clear
+/// or by the structure it is moved into).
+pub fn ua_string(s: &str) -> UA_String {
+    let c = CString::new(s).expect("no NUL in strings");
+    // SAFETY: copies the NUL-terminated string into a new UA_String.
+    unsafe { UA_String_fromChars(c.as_ptr()) }
+}
+
+/// A UA_ByteString holding a copy of `data` (heap memory of open62541).
+pub fn ua_bytes(data: &[u8]) -> UA_ByteString {
+    // SAFETY: a zeroed UA_ByteString is the empty string; allocBuffer then
+    // gives it `data.len()` bytes which we fill.
+    unsafe {
+        let mut b: UA_ByteString = std::mem::zeroed();
+        if !data.is_empty() {
+            let rc = UA_ByteString_allocBuffer(&mut b, data.len());
+            assert_eq!(rc, 0, "out of memory");
+            std::ptr::copy_nonoverlapping(data.as_ptr(), b.data, data.len());
+        }
+        b
+    }
+}
+
+pub fn numeric(ns: u16, id: u32) -> UA_NodeId {
+    // SAFETY: builds a numeric NodeId by value (no memory involved).
+    unsafe { UA_NODEID_NUMERIC(ns, id) }
+}
+
+/// The UA_DataType of `UA_TYPES[index]`.
+pub fn data_type(index: u32) -> *const UA_DataType {
+    // SAFETY: UA_TYPES is the static array of built-in types; index is one of
+    // the UA_TYPES_* constants.
+    unsafe { std::ptr::addr_of!(UA_TYPES).cast::<UA_DataType>().add(index as usize) }
+}
+
+/// A self-signed application certificate and its private key (DER), made by
+/// open62541's own certificate plug-in (Mbed TLS).
+#[cfg(feature = "mbedtls")]
+pub fn self_signed(uri: &str, common_name: &str) -> Result<(UA_ByteString, UA_ByteString), String> {
+    // SAFETY: the subject and SAN arrays are UA_Strings owned here and
+    // cleared after the call; the outputs are initialised ByteStrings.
+    unsafe {
+        let mut subject = [ua_string("C=DE"), ua_string("O=uaring"), ua_string(&format!("CN={common_name}"))];
+        let mut san = [ua_string(&format!("URI:{uri}")), ua_string("DNS:localhost")];
+        let mut key: UA_ByteString = std::mem::zeroed();
+        let mut cert: UA_ByteString = std::mem::zeroed();
+        let rc = UA_CreateCertificate(
+            UA_Log_Stdout,
+            subject.as_ptr(),
+            subject.len(),
+            san.as_ptr(),
+            san.len(),
+            UA_CertificateFormat::UA_CERTIFICATEFORMAT_DER,
+            std::ptr::null_mut(),
+            &mut key,
+            &mut cert,
+        );
+        for s in subject.iter_mut().chain(san.iter_mut()) {
+            UA_String_clear(s);
+        }
+        check("UA_CreateCertificate", rc)?;
+        Ok((cert, key))
+    }
+}
+
+/// Frees a UA_ByteString's memory.
+pub fn free_bytes(mut b: UA_ByteString) {
+    // SAFETY: b was allocated by open62541.
+    unsafe { UA_ByteString_clear(&mut b) };
+}
+
+/// A bitwise copy of a C structure (C's struct assignment): the copy shares
+/// any heap memory with the original, so exactly one of them may be cleared.
+pub fn shallow<T>(v: &T) -> T {
+    // SAFETY: reads a valid, initialised T; ownership rules are the caller's (see above).
+    unsafe { std::ptr::read(v) }
+}
+
+/// `ptr` as a `*mut c_void` (for open62541's void* APIs).
+pub fn void<T>(ptr: *const T) -> *mut c_void {
+    ptr as *mut c_void
+}
