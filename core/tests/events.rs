@@ -787,3 +787,18 @@ fn event_type_in_list_of_subtypes() {
     let mixed = vec![lit(Variant::Int32(5)), lit(Variant::String(nodes::demo_event_type().to_string().as_str().into()))];
     assert!(passes(&s, &demo, in_list(mixed)));
 }
+
+#[test]
+fn queue_overflow_event() {
+    let s = shared();
+    let ev = s.events.queue_overflow_event(start().utc);
+    assert_eq!(ev.event_type, NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE));
+    assert!(ev.is_of_type(&NodeId::ns0(ids::BASE_EVENT_TYPE)));
+    assert!(ev.is_reported_on(&NodeId::ns0(ids::SERVER)));
+    let f = filter(vec![base("EventType"), base("SourceName")], vec![]);
+    let (c, _) = events::compile(&f, &s.address_space).unwrap();
+    assert_eq!(
+        c.apply(&ev).unwrap(),
+        vec![Variant::NodeId(Box::new(NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE))), Variant::String("Server".into())]
+    );
+}

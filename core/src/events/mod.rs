@@ -42,6 +42,7 @@ pub mod ids {
     pub const AUDIT_SESSION_EVENT_TYPE: u32 = 2069;
     pub const AUDIT_CREATE_SESSION_EVENT_TYPE: u32 = 2071;
     pub const SYSTEM_EVENT_TYPE: u32 = 2130;
+    pub const EVENT_QUEUE_OVERFLOW_EVENT_TYPE: u32 = 3035;
     pub const CONDITION_TYPE: u32 = 2782;
     pub const REFRESH_START_EVENT_TYPE: u32 = 2787;
     pub const REFRESH_END_EVENT_TYPE: u32 = 2788;
@@ -250,6 +251,7 @@ pub struct TypeChains {
     pub refresh_end: Arc<[NodeId]>,
     pub audit_create_session: Arc<[NodeId]>,
     pub audit_session: Arc<[NodeId]>,
+    pub queue_overflow: Arc<[NodeId]>,
 }
 
 impl TypeChains {
@@ -263,6 +265,7 @@ impl TypeChains {
             refresh_end: c(ids::REFRESH_END_EVENT_TYPE),
             audit_create_session: c(ids::AUDIT_CREATE_SESSION_EVENT_TYPE),
             audit_session: c(ids::AUDIT_SESSION_EVENT_TYPE),
+            queue_overflow: c(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE),
         }
     }
 }
@@ -305,6 +308,29 @@ impl ServerEvents {
         };
         events.store_alarm_cells(space);
         events
+    }
+}
+
+impl ServerEvents {
+    /// An EventQueueOverflowEventType event (Part 4, queue parameters of MonitoredItems): what an event
+    /// monitored item queues (unfiltered by its where clause) when it discarded events —
+    /// its queue overflowed, or its shard's bus cursor reported missed events. Source: the
+    /// Server object.
+    pub fn queue_overflow_event(&self, now: DateTime) -> Event {
+        Event {
+            event_id: self.ids.next(),
+            event_type: NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE),
+            type_chain: Arc::clone(&self.chains.queue_overflow),
+            source_node: NodeId::ns0(ids::SERVER),
+            source_name: UaString::from("Server"),
+            time: now,
+            receive_time: now,
+            message: LocalizedText::new("en", "Event queue overflow: events were discarded"),
+            severity: 500,
+            condition_id: None,
+            fields: Vec::new(),
+            notifiers: Arc::clone(&self.notifiers_server),
+        }
     }
 }
 
