@@ -120,6 +120,11 @@ pub(crate) struct Conn<C> {
     pub dirty: bool,
     /// Reading stopped because too much output is pending.
     pub paused: bool,
+    /// Accepted from a peer: subject to the per-connection bound and the shard's
+    /// budget. Outgoing connections (a load client on the loop) are not: pausing a
+    /// client's reads because its own requests are unsent could deadlock it with
+    /// a server doing the same.
+    pub bounded: bool,
     /// Received bytes not yet handed to the handler: what arrived after the
     /// connection (or the shard) passed its bound. Fed first when reading resumes.
     pub backlog: Vec<u8>,
@@ -153,6 +158,7 @@ impl<C> Conn<C> {
             timer_at: u64::MAX,
             dirty: false,
             paused: false,
+            bounded: true,
             backlog: Vec::new(),
             held: 0,
             recv_armed: false,

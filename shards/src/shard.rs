@@ -178,6 +178,7 @@ where
         let grace = self.grace_ns();
         let over_budget = self.over_budget;
         let c = self.table.get_mut(id)?;
+        c.bounded = origin == Origin::Accepted;
         if over_budget && origin == Origin::Accepted {
             // New pre-session work would only add to what the shard cannot hold.
             ShardStats::add(&self.wiring.stats().refused, 1);
@@ -211,7 +212,7 @@ where
         if c.phase != Phase::Open {
             return;
         }
-        if c.paused || over_budget || !c.backlog.is_empty() {
+        if (c.bounded && (c.paused || over_budget)) || !c.backlog.is_empty() {
             // Received after the bound was passed (a multishot receive still
             // completing, or the socket read before the pause took effect).
             c.backlog.extend_from_slice(data);
@@ -238,7 +239,7 @@ where
             if c.phase != Phase::Open {
                 return &[];
             }
-            if c.paused || over_budget {
+            if c.bounded && (c.paused || over_budget) {
                 break;
             }
             let Some(user) = c.user.as_mut() else { return &[] };
@@ -255,7 +256,7 @@ where
     pub fn reading_allowed(&mut self, id: ConnId) -> bool {
         let over_budget = self.over_budget;
         match self.table.get_mut(id) {
-            Some(c) => c.phase == Phase::Open && !c.paused && !over_budget && c.backlog.is_empty(),
+            Some(c) => c.phase == Phase::Open && c.backlog.is_empty() && (!c.bounded || (!c.paused && !over_budget)),
             None => false,
         }
     }
@@ -274,7 +275,7 @@ where
         if c.paused && c.output.pending() <= max_pending / 2 {
             c.paused = false;
         }
-        if !c.backlog.is_empty() && !c.paused && !self.over_budget {
+        if !c.backlog.is_empty() && (!c.bounded || (!c.paused && !self.over_budget)) {
             let mut backlog = std::mem::take(&mut c.backlog);
             let left = self.feed(id, &backlog).len();
             let done = backlog.len() - left;
@@ -297,6 +298,9 @@ where
     pub fn account(&mut self, id: ConnId) {
         let max_pending = self.cfg.max_pending_output_bytes;
         let Some(c) = self.table.get_mut(id) else { return };
+        if !c.bounded {
+            return;
+        }
         let input = c.user.as_ref().map_or(0, handler_input_bytes);
         let held = c.output.held_bytes() + c.backlog.len() + input;
         let before = c.held;

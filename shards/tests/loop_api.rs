@@ -14,6 +14,8 @@ struct PingClient {
     done_conns: usize,
     conns: usize,
     timer_fired: u32,
+    /// Hang guard: the client stops at this time (mono ns) even if unfinished.
+    give_up_ns: u64,
 }
 
 struct PingConn {
@@ -54,25 +56,36 @@ impl Handler for PingClient {
         c.deadline
     }
     fn closed(&mut self, _c: PingConn, _now: Now) {}
-    fn keep_running(&mut self, _now: Now) -> bool {
-        self.done_conns < self.conns
+    fn keep_running(&mut self, now: Now) -> bool {
+        if self.give_up_ns == 0 {
+            self.give_up_ns = now.mono_ns + 60_000_000_000;
+        }
+        self.done_conns < self.conns && now.mono_ns < self.give_up_ns
     }
 }
 
 fn run(backend: IoBackend) {
+    run_with(backend, 40_000, LoopConfig::default().max_pending_output_bytes);
+}
+
+/// Each of 8 connections sends `size` bytes 10 times to an echo server whose
+/// connections stop reading past `max_pending` unsent bytes.
+fn run_with(backend: IoBackend, size: usize, max_pending: usize) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server_wiring = Fleet::standalone().expect("fleet");
     let server_fleet = server_wiring.fleet.clone();
     let server = std::thread::spawn(move || {
-        let mut lp = EventLoop::new(backend, EchoHandler::default(), server_wiring, LoopConfig::default()).expect("server loop");
+        let cfg = LoopConfig { max_pending_output_bytes: max_pending, ..LoopConfig::default() };
+        let mut lp = EventLoop::new(backend, EchoHandler::default(), server_wiring, cfg).expect("server loop");
         lp.add_listener(listener).expect("listener");
         lp.run().expect("server run");
         lp.handler().opened
     });
     let client = std::thread::spawn(move || {
-        let cfg = LoopConfig { ring_entries: 64, recv_buffers: 64, ..LoopConfig::default() };
-        let handler = PingClient { size: 40_000, rounds: 10, done_conns: 0, conns: 8, timer_fired: 0 };
+        // The client's own bound is never in the way: outgoing connections are not paused.
+        let cfg = LoopConfig { ring_entries: 64, recv_buffers: 64, max_pending_output_bytes: max_pending, ..LoopConfig::default() };
+        let handler = PingClient { size, rounds: 10, done_conns: 0, conns: 8, timer_fired: 0, give_up_ns: 0 };
         let mut lp = EventLoop::new(backend, handler, Fleet::standalone().expect("fleet"), cfg).expect("client loop");
         assert_eq!(lp.backend(), backend);
         for _ in 0..8 {
@@ -97,5 +110,18 @@ fn client_and_server_loops_on_io_uring() {
 #[test]
 fn client_and_server_loops_on_epoll() {
     run(IoBackend::Epoll);
+}
+
+/// Messages far larger than the server's per-connection bound: the echo server
+/// stops reading, holds back what a receive still delivers, and resumes as the
+/// client reads; every byte comes back.
+#[test]
+fn echo_past_the_output_bound_on_io_uring() {
+    run_with(IoBackend::Uring, 3 << 20, 8192);
+}
+
+#[test]
+fn echo_past_the_output_bound_on_epoll() {
+    run_with(IoBackend::Epoll, 3 << 20, 8192);
 }
 
