@@ -21,6 +21,20 @@ if [ ! -d tests/interop/node/node_modules/node-opcua-client ]; then
     (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error)
 fi
 
+step "open62541 peer: cmake and libclang (Debian packages) when missing, then cargo build -p uaring-peer-open62541"
+# open62541-sys builds open62541 1.5 and Mbed TLS with cmake and runs bindgen (libclang).
+# Its interop test (open62541's client against the real uaring binary) runs in the
+# workspace tests below.
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null || compgen -G '/usr/lib/*/libclang-[0-9]*.so*' >/dev/null || need+=(libclang-dev)
+if [ ${#need[@]} -gt 0 ]; then
+    SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi
+cargo build -p uaring-peer-open62541
+
 step "cargo test --workspace"
 # Builds the `uaring` binary too (the shards integration tests run it).
 cargo test --workspace --no-fail-fast
