@@ -15,7 +15,7 @@ fn unsupported_services_fault_with_bad_service_unsupported() {
     let hd = h.header(&token);
     let handle = hd.request_handle;
     let r = h.call(Request::Call(Box::new(CallRequest { request_header: hd, methods_to_call: vec![] })));
-    assert_eq!(fault_status(&r), Some(StatusCode::BadServiceUnsupported));
+    assert_eq!(fault_status(&r), Some(StatusCode::BadNothingToDo), "Call is routed");
     assert_eq!(r.response_header().request_handle, handle);
     for req in [
         Request::HistoryRead(Box::default()),

@@ -98,9 +98,17 @@ fn revised_timeout_is_clamped_to_the_limits() {
     }
 }
 
+/// No Demo folder: no Demo event generator or alarm schedule on shard 0, so the shard's
+/// only deadlines are the sessions'.
+fn sessions_only() -> ServerConfig {
+    let mut c = ServerConfig::default();
+    c.application.demo_namespace = false;
+    c
+}
+
 #[test]
 fn session_times_out_unless_used() {
-    let mut h = Harness::new();
+    let mut h = Harness::with_config(sessions_only());
     let ch = h.channel;
     let Response::CreateSession(cs) = h.create_session_on(ch, 20_000.0) else { panic!() };
     assert_eq!(cs.revised_session_timeout, 20_000.0);
@@ -175,7 +183,7 @@ fn full_pool_is_bad_too_many_sessions() {
 
 #[test]
 fn many_create_close_cycles_keep_the_deadline_heap_bounded() {
-    let mut config = ServerConfig::default();
+    let mut config = sessions_only();
     config.sessions.max_sessions_per_shard = 4;
     let mut h = Harness::with_config(config);
     for _ in 0..1000 {

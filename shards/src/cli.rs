@@ -36,6 +36,9 @@ serve options:
                             prints `benchmark server ready` once listening
   --counters N              sampling-capacity contract: N UInt64 counters ns=1;i=1..N that
                             increment on every sample or read (application.counters)
+  --events-per-s R          rate of the Demo events (events.demo_rate_per_s; 0 = off; needs the
+                            Demo folder, which --contract turns off unless the file sets
+                            application.demo_namespace)
   --io-backend B            auto (default: io_uring, else epoll), uring, or epoll
   --distribution P          connection distribution: reuseport (default), round-robin,
                             least-connections
@@ -62,6 +65,7 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     pub contract: bool,
     pub counters: Option<u32>,
+    pub events_per_s: Option<f64>,
     pub io_backend: Option<IoBackend>,
     pub distribution: Option<Distribution>,
     pub ring_entries: Option<u32>,
@@ -98,6 +102,14 @@ pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
                     return Err("--counters must be in 0..=1000000".into());
                 }
                 a.counters = Some(n);
+            }
+            "--events-per-s" => {
+                let v = value()?;
+                let r: f64 = v.parse().map_err(|_| format!("--events-per-s: not a number: {v:?}"))?;
+                if !(r.is_finite() && (0.0..=1_000_000.0).contains(&r)) {
+                    return Err("--events-per-s must be in 0..=1000000".into());
+                }
+                a.events_per_s = Some(r);
             }
             "--listen" => a.listen = Some(value()?),
             "--cpus" => a.cpus = Some(value()?),
@@ -322,6 +334,12 @@ pub fn serve(a: ServeArgs) -> i32 {
         let app = file.server.entry("application").or_insert_with(|| toml::Value::Table(Default::default()));
         if let Some(t) = app.as_table_mut() {
             t.insert("counters".into(), toml::Value::Integer(n as i64));
+        }
+    }
+    if let Some(r) = a.events_per_s {
+        let ev = file.server.entry("events").or_insert_with(|| toml::Value::Table(Default::default()));
+        if let Some(t) = ev.as_table_mut() {
+            t.insert("demo_rate_per_s".into(), toml::Value::Float(r));
         }
     }
     let setup = match server::build(&file.server, a.contract) {

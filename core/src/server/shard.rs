@@ -342,6 +342,9 @@ pub struct ShardState {
     max_sessions: usize,
     deadlines: BinaryHeap<Reverse<(u64, u32, u32)>>,
     subscriptions: SubscriptionEngine,
+    /// The Demo event generator and alarm schedule: shard 0 only (events reach every shard
+    /// through the shared bus).
+    demo_events: Option<crate::events::demo::DemoEventGenerator>,
 }
 
 impl ShardState {
@@ -365,6 +368,10 @@ impl ShardState {
             max_sessions,
             deadlines: BinaryHeap::with_capacity(2 * max_sessions + 1),
             subscriptions: SubscriptionEngine::new(shared.config.subscriptions.clone(), shard_index),
+            demo_events: (shard_index == 0).then(|| {
+                let start = Now::new(shared.start_mono_ns, shared.start_time);
+                crate::events::demo::DemoEventGenerator::new(shared.clone(), start)
+            }),
             shared,
         }
     }
@@ -429,10 +436,8 @@ impl ShardState {
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
         let s = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
-        match (s, self.subscriptions.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let g = self.demo_events.as_ref().and_then(|g| g.next_deadline());
+        [s, self.subscriptions.next_deadline(), g].into_iter().flatten().min()
     }
 
     /// The subscriptions of this shard.
@@ -453,7 +458,13 @@ impl ShardState {
 
     /// Runs due timers: session timeouts, sampling and publishing cycles.
     pub fn on_timer(&mut self, now: Now) {
-        self.subscriptions.on_timer(&self.shared.address_space, now);
+        if let Some(g) = self.demo_events.as_mut() {
+            if g.next_deadline().is_some_and(|d| d <= now.mono_ns) {
+                let bus = &self.shared.events.bus;
+                g.due(now, |e| bus.publish(e));
+            }
+        }
+        self.subscriptions.on_timer(&self.shared, now);
         self.on_session_timer(now);
     }
 
@@ -470,6 +481,7 @@ impl ShardState {
             }
             let Some(session) = &s.session else { continue };
             if session.deadline_ns <= now.mono_ns {
+                crate::events::demo::publish_session_closed(&self.shared, &session.session_id, true, now);
                 self.remove_session(SessionKey { slot, generation });
             } else {
                 let d = session.deadline_ns;

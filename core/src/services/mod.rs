@@ -104,6 +104,7 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
             let mut resp = attribute::read(shard.shared(), &r, now);
             if session_access(shard, key) == UserAccess::Read {
                 mask_user_access_level(&r, &mut resp, UserAccess::Read.access_level_mask());
+                mask_user_executable(&r, &mut resp, UserAccess::Read);
             }
             resp
         }
@@ -116,6 +117,7 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
         Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
+        Request::Call(r) => method::call(shard, key, &r, now),
         Request::CreateSubscription(r) => subscription::create_subscription(shard, key, &r, now),
         Request::ModifySubscription(r) => subscription::modify_subscription(shard, key, &r, now),
         Request::SetPublishingMode(r) => subscription::set_publishing_mode(shard, key, &r, now),
@@ -148,6 +150,19 @@ fn mask_user_access_level(req: &crate::generated::types::ReadRequest, resp: &mut
         if rv.attribute_id == crate::generated::attribute_ids::UserAccessLevel {
             if let crate::types::Variant::Byte(b) = &mut dv.value {
                 *b &= mask;
+            }
+        }
+    }
+}
+
+/// UserExecutable (attribute 22) as the user sees it: methods that change state need the
+/// ReadWrite role.
+fn mask_user_executable(req: &crate::generated::types::ReadRequest, resp: &mut Response, access: UserAccess) {
+    let Response::Read(r) = resp else { return };
+    for (rv, dv) in req.nodes_to_read.iter().zip(r.results.iter_mut()) {
+        if rv.attribute_id == crate::generated::attribute_ids::UserExecutable {
+            if let crate::types::Variant::Boolean(b) = &mut dv.value {
+                *b = *b && method::user_executable(&rv.node_id, access);
             }
         }
     }

@@ -29,7 +29,7 @@ pub fn create_monitored_items(shard: &mut ShardState, key: SessionKey, req: &Cre
         return fault(handle, s, now);
     }
     let (subs, shared) = shard.subscriptions_mut();
-    match subs.create_monitored_items(&shared.address_space, key, req.subscription_id, req.timestamps_to_return, &req.items_to_create, now) {
+    match subs.create_monitored_items(shared, key, req.subscription_id, req.timestamps_to_return, &req.items_to_create, now) {
         Ok(results) => Response::CreateMonitoredItems(Box::new(CreateMonitoredItemsResponse {
             response_header: response_header(handle, now),
             results,
@@ -45,7 +45,8 @@ pub fn modify_monitored_items(shard: &mut ShardState, key: SessionKey, req: &Mod
         return fault(handle, s, now);
     }
     let (subs, shared) = shard.subscriptions_mut();
-    match subs.modify_monitored_items(&shared.address_space, key, req.subscription_id, req.timestamps_to_return, &req.items_to_modify, now) {
+    let limits = crate::events::filter::FilterLimits::from_config(&shared.config.events);
+    match subs.modify_monitored_items(&shared.address_space, limits, key, req.subscription_id, req.timestamps_to_return, &req.items_to_modify, now) {
         Ok(results) => Response::ModifyMonitoredItems(Box::new(ModifyMonitoredItemsResponse {
             response_header: response_header(handle, now),
             results,

@@ -62,12 +62,15 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
     session.client_certificate = req.client_certificate.clone();
     session.channel_certificate = ctx.client_certificate.map(ByteString::from).unwrap_or_default();
     session.max_response_message_size = req.max_response_message_size;
+    let (session_id, token, timeout_ms, server_nonce) =
+        (session.session_id.clone(), session.authentication_token.clone(), session.timeout_ms, session.server_nonce.clone());
+    crate::events::demo::publish_session_created(shard.shared(), &session_id, ctx.channel_id, &req.client_certificate, timeout_ms, now);
     Response::CreateSession(Box::new(CreateSessionResponse {
         response_header: response_header(handle, now),
-        session_id: session.session_id.clone(),
-        authentication_token: session.authentication_token.clone(),
-        revised_session_timeout: session.timeout_ms,
-        server_nonce: session.server_nonce.clone(),
+        session_id,
+        authentication_token: token,
+        revised_session_timeout: timeout_ms,
+        server_nonce,
         // The application instance certificate of the channel's policy (none for None).
         server_certificate,
         server_endpoints,
@@ -155,6 +158,9 @@ pub fn activate_session(
 pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSessionRequest, now: Now) -> Response {
     if let Some(s) = shard.session_mut(key) {
         s.release_continuation_points();
+    }
+    if let Some(id) = shard.session(key).map(|s| s.session_id.clone()) {
+        crate::events::demo::publish_session_closed(shard.shared(), &id, false, now);
     }
     shard.close_session(key, req.delete_subscriptions);
     Response::CloseSession(Box::new(CloseSessionResponse {

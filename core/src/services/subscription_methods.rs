@@ -3,8 +3,7 @@
 //! ConditionRefresh2 (i=12912). `services::method::call` validates the call (object, method,
 //! user, argument count and types) and then calls these with the decoded arguments.
 //!
-//! PLACEHOLDERS: the bodies return `BadNotImplemented` until the subscription module fills
-//! them in. For `condition_refresh`, the events to queue come from
+//! For `condition_refresh`, the events queued come from
 //! `shard.shared().events.condition_refresh(now.utc)` (RefreshStart, retained conditions,
 //! RefreshEnd; the two bracket events bypass the where clause, see
 //! `crate::events::condition::is_refresh_bracket` and `CompiledEventFilter::select`).
@@ -20,17 +19,14 @@ pub fn get_monitored_items(
     key: SessionKey,
     subscription_id: u32,
 ) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
-    // lead fills this
-    let _ = (shard, key, subscription_id);
-    Err(StatusCode::BadNotImplemented)
+    shard.subscriptions().monitored_items_of(key, subscription_id)
 }
 
 /// Server.ResendData: queue the current value of every data monitored item of the
 /// subscription for the next publish.
 pub fn resend_data(shard: &mut ShardState, key: SessionKey, subscription_id: u32, now: Now) -> Result<(), StatusCode> {
-    // lead fills this
-    let _ = (shard, key, subscription_id, now);
-    Err(StatusCode::BadNotImplemented)
+    let _ = now;
+    shard.subscriptions_mut().0.resend_data(key, subscription_id)
 }
 
 /// ConditionRefresh (`monitored_item_id` None) / ConditionRefresh2 (Some): queue
@@ -43,7 +39,6 @@ pub fn condition_refresh(
     monitored_item_id: Option<u32>,
     now: Now,
 ) -> Result<(), StatusCode> {
-    // lead fills this
-    let _ = (shard, key, subscription_id, monitored_item_id, now);
-    Err(StatusCode::BadNotImplemented)
+    let (subs, shared) = shard.subscriptions_mut();
+    subs.condition_refresh(shared, key, subscription_id, monitored_item_id, now)
 }

@@ -68,8 +68,10 @@ impl ItemQueue {
         }
         self.overflows += 1;
         if self.size == 1 {
-            self.q.clear();
-            self.q.push_back(v);
+            // Replace in place: no truncate, no second slot.
+            if let Some(front) = self.q.front_mut() {
+                *front = v;
+            }
             return;
         }
         if self.discard_oldest {

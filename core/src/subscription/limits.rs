@@ -35,6 +35,9 @@ pub struct SubscriptionLimits {
     pub max_notifications_per_publish: u32,
     /// Largest queue of one monitored item (RevisedQueueSize).
     pub max_queue_size: u32,
+    /// Queue size of an event monitored item that asks for 0 (Part 4 §5.12.1.5: the
+    /// server's default for events). At most `max_queue_size`.
+    pub default_event_queue_size: u32,
     /// Publish requests a session may have queued; one more is answered at once with
     /// BadTooManyPublishRequests.
     pub max_publish_requests_per_session: u32,
@@ -60,6 +63,7 @@ impl Default for SubscriptionLimits {
             max_lifetime_ms: 3_600_000.0,
             max_notifications_per_publish: 65_536,
             max_queue_size: 10_000,
+            default_event_queue_size: 1_000,
             max_publish_requests_per_session: 20,
             max_retransmission_queue_per_session: 100,
             max_triggering_links_per_item: 1_000,
@@ -78,6 +82,7 @@ impl SubscriptionLimits {
             ("max_keep_alive_count", self.max_keep_alive_count),
             ("max_notifications_per_publish", self.max_notifications_per_publish),
             ("max_queue_size", self.max_queue_size),
+            ("default_event_queue_size", self.default_event_queue_size),
             ("max_publish_requests_per_session", self.max_publish_requests_per_session),
             ("max_retransmission_queue_per_session", self.max_retransmission_queue_per_session),
             ("max_triggering_links_per_item", self.max_triggering_links_per_item),
@@ -86,6 +91,9 @@ impl SubscriptionLimits {
             if v == 0 {
                 return Err(format!("subscriptions.{name} must be at least 1"));
             }
+        }
+        if self.default_event_queue_size > self.max_queue_size {
+            return Err("subscriptions.default_event_queue_size must be at most max_queue_size".into());
         }
         if self.max_subscriptions_per_shard > 0xFF_FFFF {
             return Err("subscriptions.max_subscriptions_per_shard must be at most 16777215".into());
@@ -141,6 +149,15 @@ impl SubscriptionLimits {
     /// Revised queue size: at least 1, at most `max_queue_size`.
     pub fn revise_queue_size(&self, requested: u32) -> u32 {
         requested.clamp(1, self.max_queue_size)
+    }
+
+    /// Revised queue size of an event item: 0 means the server's default for events.
+    pub fn revise_event_queue_size(&self, requested: u32) -> u32 {
+        if requested == 0 {
+            self.default_event_queue_size
+        } else {
+            self.revise_queue_size(requested)
+        }
     }
 }
 

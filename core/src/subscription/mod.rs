@@ -104,6 +104,10 @@ pub struct EngineStats {
     pub overflows: u64,
     /// Subscriptions that expired.
     pub expired: u64,
+    /// Events read from the shared bus (while the shard had event items).
+    pub events_seen: u64,
+    /// Events the bus overwrote before this shard read them.
+    pub events_missed: u64,
 }
 
 /// How an item gets its values.
@@ -115,6 +119,8 @@ enum Sampling {
     Exception,
     /// A non-Value attribute: read once when created or re-enabled.
     Once,
+    /// An event item (EventNotifier attribute): fed from the shared event bus.
+    Event,
 }
 
 struct MonitoredItem {
@@ -139,6 +145,13 @@ struct MonitoredItem {
     triggered: bool,
     /// Items this one triggers: (slot, id).
     links: Vec<(u32, u32)>,
+    /// Event items: the notifier node and the compiled EventFilter.
+    event: Option<Box<EventItem>>,
+}
+
+struct EventItem {
+    notifier: NodeId,
+    filter: crate::events::filter::CompiledEventFilter,
 }
 
 struct Source {
@@ -245,6 +258,10 @@ pub struct SubscriptionEngine {
     ready_channels: Vec<u32>,
     stats: EngineStats,
     bucket_generation: u32,
+    /// Event items of this shard (slots), fed from the bus.
+    event_items: Vec<u32>,
+    /// This shard's position in the shared event bus (while it has event items).
+    event_cursor: Option<crate::events::EventCursor>,
 }
 
 /// A ServiceFault-free response header for a deferred response.
@@ -279,6 +296,8 @@ impl SubscriptionEngine {
             ready_channels: Vec::new(),
             stats: EngineStats::default(),
             bucket_generation: 0,
+            event_items: Vec::new(),
+            event_cursor: None,
         }
     }
 
@@ -350,8 +369,11 @@ impl SubscriptionEngine {
         }
     }
 
-    /// Runs every due sampling tick and publishing cycle.
-    pub fn on_timer(&mut self, space: &AddressSpace, now: Now) {
+    /// Runs every due sampling tick and publishing cycle; first delivers the events raised
+    /// on any shard since the last call.
+    pub fn on_timer(&mut self, shared: &crate::server::shared::ServerShared, now: Now) {
+        self.poll_events(shared, now);
+        let space = &shared.address_space;
         // Sampling first, so a publishing cycle due at the same instant sees the samples.
         while let Some(&Reverse((d, b, generation))) = self.bucket_heap.peek() {
             if d > now.mono_ns {
@@ -379,6 +401,92 @@ impl SubscriptionEngine {
             }
             self.sub_heap = fresh;
         }
+    }
+
+    /// Reads the events published since the last poll and queues them into every event
+    /// item whose notifier and filter accept them. One atomic load when nothing is new.
+    pub fn poll_events(&mut self, shared: &crate::server::shared::ServerShared, now: Now) {
+        if self.event_items.is_empty() {
+            self.event_cursor = None;
+            return;
+        }
+        let bus = &shared.events.bus;
+        let cursor = self.event_cursor.get_or_insert_with(|| bus.cursor());
+        let items = &mut self.items;
+        let subs = &mut self.subs;
+        let event_items = &self.event_items;
+        let mut seen = 0u64;
+        let missed = cursor.poll(bus, |ev| {
+            seen += 1;
+            for &it in event_items {
+                let fields = match items.get(it as usize) {
+                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => match &item.event {
+                        Some(e) => e.filter.notification(&e.notifier, ev),
+                        None => None,
+                    },
+                    _ => None,
+                };
+                if let Some(fields) = fields {
+                    queue_event(items, subs, it, fields);
+                }
+            }
+        });
+        self.stats.events_seen += seen;
+        self.stats.events_missed += missed;
+        if missed > 0 {
+            // The bus lapped this shard: every event item learns that events were lost.
+            let ev = shared.events.queue_overflow_event(now.utc);
+            for &it in &self.event_items {
+                let fields = match self.items.get(it as usize) {
+                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => item.event.as_ref().map(|e| e.filter.select(&ev)),
+                    _ => None,
+                };
+                if let Some(fields) = fields {
+                    queue_event(&mut self.items, &mut self.subs, it, fields);
+                }
+            }
+        }
+    }
+
+    /// ConditionRefresh / ConditionRefresh2: queues the refresh bracket and the retained
+    /// conditions into the subscription's event items (or the one item).
+    pub fn condition_refresh(
+        &mut self,
+        shared: &crate::server::shared::ServerShared,
+        key: SessionKey,
+        sub_id: u32,
+        item_id: Option<u32>,
+        now: Now,
+    ) -> Result<(), StatusCode> {
+        let slot = self.sub_slot(key, sub_id)?;
+        let targets: Vec<u32> = match item_id {
+            Some(id) => {
+                let it = self.item_slot(slot, id)?;
+                if self.items[it as usize].as_ref().is_none_or(|i| i.event.is_none()) {
+                    return Err(StatusCode::BadMonitoredItemIdInvalid);
+                }
+                vec![it]
+            }
+            None => self.subs[slot as usize]
+                .as_ref()
+                .map(|s| s.items.iter().copied().filter(|&it| self.items[it as usize].as_ref().is_some_and(|i| i.event.is_some())).collect())
+                .unwrap_or_default(),
+        };
+        let events = shared.events.condition_refresh(now.utc);
+        for &it in &targets {
+            for ev in &events {
+                let fields = match self.items.get(it as usize) {
+                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
+                        item.event.as_ref().and_then(|e| e.filter.refresh_notification(&e.notifier, ev))
+                    }
+                    _ => None,
+                };
+                if let Some(fields) = fields {
+                    queue_event(&mut self.items, &mut self.subs, it, fields);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn sample_bucket(&mut self, space: &AddressSpace, b: u32, generation: u32, now: Now) {
@@ -994,7 +1102,7 @@ impl SubscriptionEngine {
     /// checked the operation count. `Err` is the service result.
     pub fn create_monitored_items(
         &mut self,
-        space: &AddressSpace,
+        shared: &crate::server::shared::ServerShared,
         key: SessionKey,
         sub_id: u32,
         timestamps: TimestampsToReturn,
@@ -1003,9 +1111,15 @@ impl SubscriptionEngine {
     ) -> Result<Vec<MonitoredItemCreateResult>, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
         let ts = Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
+        let space = &shared.address_space;
+        let event_limits = crate::events::filter::FilterLimits::from_config(&shared.config.events);
         let mut results = Vec::with_capacity(items.len());
         for r in items {
-            results.push(match self.create_item(space, slot, ts, r, now) {
+            if r.item_to_monitor.attribute_id == attr::EventNotifier && self.event_cursor.is_none() {
+                // Events published from now on reach this shard's event items.
+                self.event_cursor = Some(shared.events.bus.cursor());
+            }
+            results.push(match self.create_item(space, event_limits, slot, ts, r, now) {
                 Ok(res) => res,
                 Err(status) => MonitoredItemCreateResult { status_code: status, ..Default::default() },
             });
@@ -1016,6 +1130,7 @@ impl SubscriptionEngine {
     fn create_item(
         &mut self,
         space: &AddressSpace,
+        event_limits: crate::events::filter::FilterLimits,
         slot: u32,
         ts: Timestamps,
         r: &MonitoredItemCreateRequest,
@@ -1036,8 +1151,7 @@ impl SubscriptionEngine {
             return Err(StatusCode::BadMonitoringModeInvalid);
         }
         if rv.attribute_id == attr::EventNotifier {
-            // Event monitored items: not offered yet (the EventFilter path is a separate module).
-            return Err(StatusCode::BadMonitoredItemFilterUnsupported);
+            return self.create_event_item(space, slot, ts, r, node_index, event_limits);
         }
         // The attribute must be readable now (same checks as Read).
         let initial = read_attribute(space, &rv.node_id, rv.attribute_id, rv.index_range.as_str(), &rv.data_encoding, Timestamps::Both, now);
@@ -1078,6 +1192,7 @@ impl SubscriptionEngine {
             in_ready: false,
             triggered: false,
             links: Vec::new(),
+            event: None,
         };
         let it = match self.item_free.pop() {
             Some(i) => {
@@ -1104,6 +1219,90 @@ impl SubscriptionEngine {
             revised_sampling_interval: sampling_ms,
             revised_queue_size: queue_size,
             filter_result: ExtensionObject::null(),
+        })
+    }
+
+    /// An event monitored item: the node must be an event notifier (EventNotifier
+    /// SubscribeToEvents), the filter an EventFilter; the filter result goes back to the
+    /// client (per-clause statuses).
+    fn create_event_item(
+        &mut self,
+        space: &AddressSpace,
+        slot: u32,
+        ts: Timestamps,
+        r: &MonitoredItemCreateRequest,
+        node_index: u32,
+        event_limits: crate::events::filter::FilterLimits,
+    ) -> Result<MonitoredItemCreateResult, StatusCode> {
+        let rv = &r.item_to_monitor;
+        if !rv.index_range.as_str().is_empty() {
+            return Err(StatusCode::BadIndexRangeInvalid);
+        }
+        if !crate::events::is_event_notifier(space, &rv.node_id) {
+            return Err(StatusCode::BadAttributeIdInvalid);
+        }
+        let params = &r.requested_parameters;
+        let filter = match params.filter.decode_as::<crate::generated::types::EventFilter>(crate::DecodeLimits::default()) {
+            Some(Ok(f)) => f,
+            Some(Err(_)) => return Err(StatusCode::BadEventFilterInvalid),
+            None if params.filter.is_null() => return Err(StatusCode::BadEventFilterInvalid),
+            None => return Err(StatusCode::BadFilterNotAllowed),
+        };
+        let (compiled, filter_result) = match crate::events::filter::compile_with(&filter, space, event_limits) {
+            Ok(x) => x,
+            Err((status, result)) => {
+                return Ok(MonitoredItemCreateResult {
+                    status_code: status,
+                    filter_result: ExtensionObject::from_struct(&result),
+                    ..Default::default()
+                })
+            }
+        };
+        let queue_size = self.limits.revise_event_queue_size(params.queue_size);
+        let id = self.next_item_id();
+        let item = MonitoredItem {
+            id,
+            sub: slot,
+            client_handle: params.client_handle,
+            node_index,
+            attribute_id: rv.attribute_id,
+            range: None,
+            timestamps: ts,
+            mode: r.monitoring_mode,
+            sampling: Sampling::Event,
+            sampling_ms: 0.0,
+            source: NONE,
+            filter: DataChangeSettings::default(),
+            last: None,
+            queue: ItemQueue::new(queue_size, params.discard_oldest),
+            in_ready: false,
+            triggered: false,
+            links: Vec::new(),
+            event: Some(Box::new(EventItem { notifier: rv.node_id.clone(), filter: compiled })),
+        };
+        let it = match self.item_free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(item);
+                i
+            }
+            None => {
+                self.items.push(Some(item));
+                (self.items.len() - 1) as u32
+            }
+        };
+        self.item_ids.insert(id, it);
+        if let Some(s) = self.subs[slot as usize].as_mut() {
+            s.items.push(it);
+        }
+        self.event_items.push(it);
+        let has_errors = filter_result.select_clause_results.iter().any(|s| s.is_bad())
+            || filter_result.where_clause_result.element_results.iter().any(|s| s.status_code.is_bad());
+        Ok(MonitoredItemCreateResult {
+            status_code: StatusCode::Good,
+            monitored_item_id: id,
+            revised_sampling_interval: 0.0,
+            revised_queue_size: queue_size,
+            filter_result: if has_errors { ExtensionObject::from_struct(&filter_result) } else { ExtensionObject::null() },
         })
     }
 
@@ -1150,7 +1349,7 @@ impl SubscriptionEngine {
                     s.exception_items.push(it);
                 }
             }
-            Sampling::Once => {}
+            Sampling::Once | Sampling::Event => {}
         }
     }
 
@@ -1258,6 +1457,9 @@ impl SubscriptionEngine {
 
     fn remove_item_slot(&mut self, it: u32) {
         self.stop_sampling(it);
+        if let Some(i) = self.event_items.iter().position(|&x| x == it) {
+            self.event_items.swap_remove(i);
+        }
         if let Some(item) = self.items.get_mut(it as usize).and_then(|x| x.take()) {
             self.item_ids.remove(&item.id);
             self.item_free.push(it);
@@ -1276,6 +1478,7 @@ impl SubscriptionEngine {
     pub fn modify_monitored_items(
         &mut self,
         space: &AddressSpace,
+        event_limits: crate::events::filter::FilterLimits,
         key: SessionKey,
         sub_id: u32,
         timestamps: TimestampsToReturn,
@@ -1290,6 +1493,9 @@ impl SubscriptionEngine {
             let res = (|| -> Result<MonitoredItemModifyResult, StatusCode> {
                 let it = self.item_slot(slot, r.monitored_item_id)?;
                 let item = self.items[it as usize].as_ref().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                if item.event.is_some() {
+                    return self.modify_event_item(space, event_limits, it, ts, &r.requested_parameters);
+                }
                 let node = space.node_at(item.node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
                 let current = DataValue { value: item.last.as_ref().map(|l| l.value.clone()).unwrap_or_default(), ..Default::default() };
                 let p = &r.requested_parameters;
@@ -1321,6 +1527,44 @@ impl SubscriptionEngine {
             results.push(res.unwrap_or_else(|s| MonitoredItemModifyResult { status_code: s, ..Default::default() }));
         }
         Ok(results)
+    }
+
+    fn modify_event_item(
+        &mut self,
+        space: &AddressSpace,
+        event_limits: crate::events::filter::FilterLimits,
+        it: u32,
+        ts: Timestamps,
+        p: &crate::generated::types::MonitoringParameters,
+    ) -> Result<MonitoredItemModifyResult, StatusCode> {
+        let filter = match p.filter.decode_as::<crate::generated::types::EventFilter>(crate::DecodeLimits::default()) {
+            Some(Ok(f)) => f,
+            Some(Err(_)) | None if p.filter.is_null() => return Err(StatusCode::BadEventFilterInvalid),
+            Some(Err(_)) => return Err(StatusCode::BadEventFilterInvalid),
+            None => return Err(StatusCode::BadFilterNotAllowed),
+        };
+        let (compiled, result) = match crate::events::filter::compile_with(&filter, space, event_limits) {
+            Ok(x) => x,
+            Err((status, result)) => {
+                return Ok(MonitoredItemModifyResult { status_code: status, filter_result: ExtensionObject::from_struct(&result), ..Default::default() })
+            }
+        };
+        let queue_size = self.limits.revise_event_queue_size(p.queue_size);
+        let item = self.items[it as usize].as_mut().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+        item.client_handle = p.client_handle;
+        item.timestamps = ts;
+        item.queue.resize(queue_size, p.discard_oldest);
+        if let Some(e) = item.event.as_mut() {
+            e.filter = compiled;
+        }
+        let has_errors = result.select_clause_results.iter().any(|s| s.is_bad())
+            || result.where_clause_result.element_results.iter().any(|s| s.status_code.is_bad());
+        Ok(MonitoredItemModifyResult {
+            status_code: StatusCode::Good,
+            revised_sampling_interval: 0.0,
+            revised_queue_size: queue_size,
+            filter_result: if has_errors { ExtensionObject::from_struct(&result) } else { ExtensionObject::null() },
+        })
     }
 
     /// DeleteMonitoredItems. `Err` is the service result.
@@ -1384,6 +1628,8 @@ impl SubscriptionEngine {
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.in_ready = false;
                 }
+            } else if old == MonitoringMode::Disabled && item.event.is_some() {
+                // Event items just start receiving events again.
             } else if old == MonitoringMode::Disabled {
                 self.start_sampling(it, now);
                 let (ni, a) = (item_node(&self.items, it), item_attr(&self.items, it));
@@ -1548,6 +1794,19 @@ fn offer(
     }
     if let Some(Some(item)) = items.get_mut(it as usize) {
         item.links = links;
+    }
+}
+
+/// Queues an event notification into an item and puts it on its subscription's ready list.
+fn queue_event(items: &mut [Option<MonitoredItem>], subs: &mut [Option<Subscription>], it: u32, fields: Vec<Variant>) {
+    let Some(Some(item)) = items.get_mut(it as usize) else { return };
+    item.queue.push(Queued::Event(fields));
+    if item.mode != MonitoringMode::Reporting || item.in_ready {
+        return;
+    }
+    if let Some(Some(sub)) = subs.get_mut(item.sub as usize) {
+        item.in_ready = true;
+        sub.ready.push(it);
     }
 }
 

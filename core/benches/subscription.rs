@@ -1,0 +1,233 @@
+//! The subscription hot paths of one shard, with a counting allocator:
+//!
+//! * `sample`: one sampling tick of N items on N counters (distinct nodes, 10 ms, queue 1):
+//!   sample, filter, queue, ready list. Reported per item sampled.
+//! * `publish`: a tick plus one publishing cycle that answers a queued Publish with N
+//!   notifications, and the encoding of that PublishResponse (as the connection does).
+//!   Reported per notification.
+//! * `fan_out`: K items on the same node share one sample (K = 1, 5, 15 sessions' worth).
+//!
+//! After the timings the bench prints heap allocations per sample and per notification in
+//! steady state (`cargo bench -p uaring-core --bench subscription`).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::server::config::ServerConfig;
+use uaring_core::server::context::{ConnectionHost, RequestContext};
+use uaring_core::server::shard::ShardState;
+use uaring_core::server::shared::ServerShared;
+use uaring_core::services::{dispatch, dispatch_deferrable};
+use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
+
+struct Counting;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(p, l, n)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const CH: u32 = 7;
+
+fn ctx() -> RequestContext<'static> {
+    RequestContext {
+        channel_id: CH,
+        security_policy_uri: "http://opcfoundation.org/UA/SecurityPolicy#None",
+        security_mode: MessageSecurityMode::None,
+        client_certificate: None,
+        peer: None,
+        endpoint_url: "opc.tcp://bench:4840",
+    }
+}
+
+struct Bench {
+    shard: ShardState,
+    now: Now,
+    token: NodeId,
+    handle: u32,
+    sub: u32,
+    scratch: Vec<(u32, Response)>,
+    out: Vec<u8>,
+}
+
+impl Bench {
+    fn header(&mut self) -> RequestHeader {
+        self.handle += 1;
+        RequestHeader { authentication_token: self.token.clone(), request_handle: self.handle, ..Default::default() }
+    }
+
+    /// A shard with `counters` counters, one session, one subscription (`publishing_ms`)
+    /// and `items` items on `nodes(i)` at 10 ms, queue 1.
+    fn new(counters: u32, publishing_ms: f64, items: u32, nodes: impl Fn(u32) -> u32) -> Bench {
+        let mut config = ServerConfig::default();
+        config.application.counters = counters;
+        config.operation_limits.max_monitored_items_per_call = 1_000_000;
+        let now = Now::new(1_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000));
+        let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
+        let mut shard = ShardState::new(shared, 0);
+        let cs = dispatch(
+            &mut shard,
+            &ctx(),
+            Request::CreateSession(Box::new(CreateSessionRequest { requested_session_timeout: 3_600_000.0, ..Default::default() })),
+            now,
+        );
+        let Response::CreateSession(cs) = cs else { panic!("{cs:?}") };
+        let token = cs.authentication_token.clone();
+        let mut b = Bench { shard, now, token, handle: 0, sub: 0, scratch: Vec::new(), out: Vec::with_capacity(1 << 20) };
+        let hd = b.header();
+        let r = dispatch(
+            &mut b.shard,
+            &ctx(),
+            Request::ActivateSession(Box::new(ActivateSessionRequest {
+                request_header: hd,
+                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: UaString::from("anonymous") }),
+                ..Default::default()
+            })),
+            now,
+        );
+        assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
+        let hd = b.header();
+        let r = dispatch(
+            &mut b.shard,
+            &ctx(),
+            Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+                request_header: hd,
+                requested_publishing_interval: publishing_ms,
+                requested_lifetime_count: 1_000_000,
+                requested_max_keep_alive_count: 1000,
+                publishing_enabled: true,
+                ..Default::default()
+            })),
+            now,
+        );
+        let Response::CreateSubscription(s) = r else { panic!("{r:?}") };
+        b.sub = s.subscription_id;
+        let hd = b.header();
+        let items = (0..items)
+            .map(|i| MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId { node_id: NodeId::numeric(1, nodes(i)), attribute_id: 13, ..Default::default() },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters { client_handle: i, sampling_interval: 10.0, queue_size: 1, ..Default::default() },
+            })
+            .collect();
+        let r = dispatch(
+            &mut b.shard,
+            &ctx(),
+            Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: b.sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: items,
+            })),
+            now,
+        );
+        let Response::CreateMonitoredItems(m) = r else { panic!("{r:?}") };
+        assert!(m.results.iter().all(|x| x.status_code.is_good()));
+        b
+    }
+
+    fn tick(&mut self) {
+        self.now = self.now.advance_ns(10_000_000);
+        self.shard.on_timer(self.now);
+    }
+
+    /// Queues a Publish (acknowledging `ack`), runs one 10 ms tick, encodes what came out.
+    /// Returns the notifications sent.
+    fn publish_cycle(&mut self, ack: u32) -> (usize, u32) {
+        let hd = self.header();
+        let acks = if ack > 0 { vec![SubscriptionAcknowledgement { subscription_id: self.sub, sequence_number: ack }] } else { Vec::new() };
+        let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: acks }));
+        assert!(dispatch_deferrable(&mut self.shard, &ctx(), req, 1, self.now).is_none());
+        self.tick();
+        self.shard.take_deferred(CH, &mut self.scratch);
+        let mut n = 0;
+        let mut seq = 0;
+        for (_, r) in self.scratch.drain(..) {
+            if let Response::Publish(p) = &r {
+                seq = p.notification_message.sequence_number;
+                for eo in &p.notification_message.notification_data {
+                    n += eo.type_id.as_ns0().map_or(0, |_| 1);
+                }
+            }
+            self.out.clear();
+            r.encode_with_type_id(&mut self.out);
+            black_box(&self.out);
+        }
+        (n, seq)
+    }
+}
+
+fn allocs() -> u64 {
+    ALLOCS.load(Ordering::Relaxed)
+}
+
+fn benches(c: &mut Criterion) {
+    const N: u32 = 10_000;
+    let mut g = c.benchmark_group("subscription");
+    g.throughput(Throughput::Elements(N as u64));
+    {
+        let mut b = Bench::new(N, 3_600_000.0, N, |i| i + 1);
+        for _ in 0..10 {
+            b.tick();
+        }
+        g.bench_function(BenchmarkId::new("sample", N), |x| x.iter(|| b.tick()));
+        let a0 = allocs();
+        for _ in 0..100 {
+            b.tick();
+        }
+        let per = (allocs() - a0) as f64 / (100.0 * N as f64);
+        println!("sample: {per:.4} heap allocations per item sampled (steady state, {N} items, queue 1)");
+    }
+    {
+        let mut b = Bench::new(N, 10.0, N, |i| i + 1);
+        let mut seq = 0;
+        for _ in 0..10 {
+            seq = b.publish_cycle(seq).1;
+        }
+        g.bench_function(BenchmarkId::new("publish", N), |x| {
+            x.iter(|| {
+                seq = b.publish_cycle(seq).1;
+            })
+        });
+        let a0 = allocs();
+        for _ in 0..100 {
+            seq = b.publish_cycle(seq).1;
+        }
+        let per = (allocs() - a0) as f64 / (100.0 * N as f64);
+        println!("publish: {per:.4} heap allocations per notification (steady state, {N} per message, encoded)");
+    }
+    g.finish();
+    let mut g = c.benchmark_group("fan_out");
+    for k in [1u32, 5, 15] {
+        // K items per node on 1000 nodes: one sample per node, K queue entries.
+        let items = 1000 * k;
+        g.throughput(Throughput::Elements(items as u64));
+        let mut b = Bench::new(1000, 3_600_000.0, items, |i| i % 1000 + 1);
+        for _ in 0..10 {
+            b.tick();
+        }
+        g.bench_function(BenchmarkId::new("items_per_node", k), |x| x.iter(|| b.tick()));
+    }
+    g.finish();
+}
+
+criterion_group!(name = subs; config = Criterion::default().sample_size(20); targets = benches);
+criterion_main!(subs);
