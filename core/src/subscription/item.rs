@@ -18,9 +18,13 @@ pub enum Queued {
     Event(Vec<Variant>),
 }
 
-/// A bounded FIFO with the discard policy of Part 4 §5.12.1.5.
+/// A bounded FIFO with the discard policy of Part 4 §5.12.1.5. A queue of one (the common
+/// case) is stored inline: no second allocation to reach on the sampling path.
 #[derive(Debug)]
 pub struct ItemQueue {
+    /// The entry of a queue of one.
+    single: Option<Queued>,
+    /// The entries of a longer queue.
     q: VecDeque<Queued>,
     size: usize,
     discard_oldest: bool,
@@ -32,21 +36,26 @@ impl ItemQueue {
     /// A queue of `size` (≥ 1) entries.
     pub fn new(size: u32, discard_oldest: bool) -> ItemQueue {
         let size = size.max(1) as usize;
-        ItemQueue { q: VecDeque::with_capacity(size.min(16)), size, discard_oldest, overflows: 0 }
+        let q = if size == 1 { VecDeque::new() } else { VecDeque::with_capacity(size.min(16)) };
+        ItemQueue { single: None, q, size, discard_oldest, overflows: 0 }
     }
 
     pub fn len(&self) -> usize {
-        self.q.len()
+        self.q.len() + self.single.is_some() as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.q.is_empty()
+        self.single.is_none() && self.q.is_empty()
     }
 
     /// Changes size and policy; a smaller size discards per the (new) policy, without
     /// setting the overflow bit (Part 4 §5.12.3).
     pub fn resize(&mut self, size: u32, discard_oldest: bool) {
-        self.size = size.max(1) as usize;
+        let size = size.max(1) as usize;
+        if let Some(v) = self.single.take() {
+            self.q.push_back(v);
+        }
+        self.size = size;
         self.discard_oldest = discard_oldest;
         while self.q.len() > self.size {
             if discard_oldest {
@@ -55,25 +64,29 @@ impl ItemQueue {
                 self.q.pop_back();
             }
         }
+        if self.size == 1 {
+            self.single = self.q.pop_front();
+            self.q = VecDeque::new();
+        }
     }
 
     /// Adds a notification. When full: a queue of one keeps the newest value (no overflow
     /// bit); a longer queue drops the oldest (discardOldest, the Overflow bit goes on the
     /// new oldest entry) or the newest queued one (the Overflow bit goes on the value that
     /// replaced it).
+    #[inline]
     pub fn push(&mut self, v: Queued) {
+        if self.size == 1 {
+            if self.single.replace(v).is_some() {
+                self.overflows += 1;
+            }
+            return;
+        }
         if self.q.len() < self.size {
             self.q.push_back(v);
             return;
         }
         self.overflows += 1;
-        if self.size == 1 {
-            // Replace in place: no truncate, no second slot.
-            if let Some(front) = self.q.front_mut() {
-                *front = v;
-            }
-            return;
-        }
         if self.discard_oldest {
             self.q.pop_front();
             self.q.push_back(v);
@@ -90,11 +103,16 @@ impl ItemQueue {
     }
 
     /// Takes the oldest entry.
+    #[inline]
     pub fn pop(&mut self) -> Option<Queued> {
+        if self.size == 1 {
+            return self.single.take();
+        }
         self.q.pop_front()
     }
 
     pub fn clear(&mut self) {
+        self.single = None;
         self.q.clear();
     }
 }
@@ -231,6 +249,19 @@ mod tests {
         assert_eq!(vals, vec![Variant::Int32(1), Variant::Int32(2), Variant::Int32(5)]);
         assert_eq!(status(&got[2]), OVERFLOW_INFO_BITS);
         assert_eq!(status(&got[0]), 0);
+    }
+
+    #[test]
+    fn resize_between_one_and_many_keeps_entries() {
+        let mut q = ItemQueue::new(1, true);
+        q.push(dv(1));
+        q.resize(3, true);
+        q.push(dv(2));
+        assert_eq!(q.len(), 2);
+        q.resize(1, true);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop(), Some(dv(2)), "discardOldest keeps the newest");
+        assert!(q.is_empty());
     }
 
     #[test]

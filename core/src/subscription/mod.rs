@@ -1984,3 +1984,4 @@ fn eu_range(space: &AddressSpace, node: &Node) -> Option<(f64, f64)> {
     }
     None
 }
+
