@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Regenerates docs/Benchmarks.md from the checked-in variant and scenario files.
-# Run from anywhere; needs release builds of uaring and uaring-bench and, for
-# the server comparison, .venv with asyncua and o6 (pip install asyncua o6).
+# Run from anywhere; needs release builds of uaring, uaring-bench and the native
+# open62541 peer and, for the older server comparison, .venv with asyncua and o6.
 #
-#   cargo build --release -p uaring-shards -p uaring-harness
+#   cargo build --release -p uaring-shards -p uaring-harness -p uaring-peer-open62541
 #   python3 -m venv .venv && .venv/bin/pip install asyncua o6
 #   harness/benchmarks/make-tables.sh            # ROUNDS=3 DURATION=5 WARMUP=2
+#   TABLES=headline harness/benchmarks/make-tables.sh   # one sweep; the others are re-summarized
+#   SKIP_RUN=1 harness/benchmarks/make-tables.sh        # tables from the kept raw results only
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -17,22 +19,32 @@ EXTRA=${EXTRA:-}
 RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
-TABLES=${TABLES:-"depth placement servers security distribution"}
+TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution"}
+ALL="headline headline-connect depth placement servers security distribution"
 
-sweep() { # name variants scenarios
+sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
+    shift 3
     local args="--variants harness/benchmarks/$variants --scenarios harness/benchmarks/$scenarios --rounds $ROUNDS --duration $DURATION --warmup $WARMUP $EXTRA"
     local cmd="uaring-bench sweep $args --out $RES/$name.jsonl"
-    if [ -z "${SKIP_RUN:-}" ]; then
+    if [ -z "${SKIP_RUN:-}" ] && [[ " $TABLES " == *" $name "* ]]; then
         # shellcheck disable=SC2086
         "$B" sweep $args --out "$RES/$name.jsonl"
     fi
     "$B" summarize --in "$RES/$name.jsonl" --md "$RES/$name.md" --csv "$RES/$name.csv" \
-        --svg "$RES/$name" --svg-link-prefix "../$RES/" --command "$cmd"
+        --svg "$RES/$name" --svg-link-prefix "../$RES/" --command "$cmd" "$@"
 }
 
-for t in $TABLES; do
+for t in $ALL; do
+    [ -f "$RES/$t.jsonl" ] || [[ " $TABLES " == *" $t "* ]] || continue
     case $t in
+        headline) sweep headline headline.variants headline.scenarios \
+            --ratio uaring-batched/open62541-batched --ratio uaring-per-request/open62541-per-request \
+            --ratio uaring-sae-batched/open62541-sae-batched --ratio uaring-sae-per-request/open62541-sae-per-request \
+            --ratio uaring-batched/echo-batched --ratio uaring-per-request/echo-per-request \
+            --ratio open62541-batched/echo-batched --ratio open62541-per-request/echo-per-request ;;
+        headline-connect) sweep headline-connect headline-connect.variants headline-connect.scenarios \
+            --ratio uaring-none/open62541-none --ratio uaring-sign-encrypt/open62541-sign-encrypt ;;
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
         placement) sweep placement placement.variants placement.scenarios ;;
         servers) sweep servers servers.variants servers.scenarios ;;
@@ -49,6 +61,9 @@ done
             cat "$RES/$1.md"
         fi
     }
+    section headline "Headline: uaring, native open62541 and the same-loop echo floor, both send modes, None and SignAndEncrypt"
+    section headline-connect "Session establishment: uaring and native open62541"
+    cat harness/benchmarks/Benchmarks.older.md
     section depth "Read at several depths, beside the echo floor"
     section placement "Server placement"
     section servers "uaring, open62541 (o6) and asyncua under the same client"

@@ -308,6 +308,17 @@ pub struct SummarizeOpts {
     /// The command shown as "Reproduce:".
     #[arg(long)]
     pub command: Option<String>,
+    /// A ratio table row: `A/B` divides variant A's median by variant B's, per
+    /// scenario (server CPU per op and throughput). Repeatable.
+    #[arg(long = "ratio", value_name = "A/B", value_parser = ratio_pair)]
+    pub ratios: Vec<(String, String)>,
+}
+
+fn ratio_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('/') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.to_string(), b.to_string())),
+        _ => Err(format!("{s:?}: expected VARIANT_A/VARIANT_B")),
+    }
 }
 
 impl SummarizeOpts {
@@ -431,7 +442,9 @@ mod tests {
     fn summarize_input_either_way() {
         let Command::Summarize(s) = parse(&["summarize", "--in", "a.jsonl"]).unwrap().command else { panic!() };
         assert_eq!(s.input(), "a.jsonl");
-        let Command::Summarize(s) = parse(&["summarize", "b.jsonl", "--md", "x"]).unwrap().command else { panic!() };
+        let Command::Summarize(s) = parse(&["summarize", "b.jsonl", "--md", "x", "--ratio", "u/o", "--ratio", "u/e"]).unwrap().command else { panic!() };
         assert_eq!(s.input(), "b.jsonl");
+        assert_eq!(s.ratios, vec![("u".to_string(), "o".to_string()), ("u".to_string(), "e".to_string())]);
+        assert!(parse(&["summarize", "b.jsonl", "--ratio", "uo"]).is_err());
     }
 }

@@ -158,7 +158,8 @@ fn shard_split(cell: &Cell) -> String {
 fn setup_of(cell: &Cell) -> String {
     let Some(r) = cell.runs.first() else { return String::new() };
     let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
-    let send = r.get("send").map(crate::report::fmt).unwrap_or_else(|| "send ?".into());
+    // Runs from before `--send` existed were all batched.
+    let send = r.get("send").map(crate::report::fmt).unwrap_or_else(|| "batched (before --send)".into());
     format!("{} · {} · {} · srv {} · cli {}", g("server"), g("security"), send, g("server_cpus"), g("client_cpus"))
 }
 
@@ -206,6 +207,41 @@ pub fn markdown(t: &Table) -> String {
                 _ => "–".into(),
             };
             s.push_str(&format!(" {ratio} | {} | {} |\n", cell.sum("errors"), cell.sum("discarded_runs")));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Ratio tables: for each `A/B` pair, A's median divided by B's in every
+/// scenario where both ran: server CPU per op (below 1: A spends less) and
+/// throughput (above 1: A serves more).
+pub fn ratios(t: &Table, pairs: &[(String, String)]) -> String {
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    for (key, title) in [("server_cpu_us_per_op", "server CPU per op"), ("ops_per_s", "throughput (ops/s)")] {
+        s.push_str(&format!("#### Ratios: {title}, median ÷ median\n\n| A ÷ B |"));
+        for sc in &t.scenarios {
+            s.push_str(&format!(" {sc} |"));
+        }
+        s.push_str("\n|---|");
+        for _ in &t.scenarios {
+            s.push_str("---:|");
+        }
+        s.push('\n');
+        for (a, b) in pairs {
+            s.push_str(&format!("| {a} ÷ {b} |"));
+            for sc in &t.scenarios {
+                let m = |v: &String| t.cells.get(&(sc.clone(), v.clone())).and_then(|c| c.stat(key)).map(|st| st.median);
+                let cell = match (m(a), m(b)) {
+                    (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
+                    _ => "–".into(),
+                };
+                s.push_str(&format!(" {cell} |"));
+            }
+            s.push('\n');
         }
         s.push('\n');
     }
@@ -321,6 +357,7 @@ pub fn summarize_main(a: &SummarizeOpts) -> Result<i32, String> {
     let t = group(&text)?;
     let mut md = header(&t, a.command.as_deref());
     md.push_str(&markdown(&t));
+    md.push_str(&ratios(&t, &a.ratios));
     if let Some(prefix) = &a.svg {
         let mut links = String::new();
         for sc in &t.scenarios {
@@ -378,6 +415,10 @@ mod tests {
         assert!(md.contains("250 (200–300)"), "{md}");
         assert!(md.contains("2.27"), "ratio b/a: {md}");
         assert!(md.contains("2 (+1 failed)"), "{md}");
+        let r = ratios(&t, &[("b".into(), "a".into()), ("a".into(), "zz".into())]);
+        assert!(r.contains("| b ÷ a | 0.57 |"), "CPU 1.25 / 2.2: {r}");
+        assert!(r.contains("| b ÷ a | 2.27 |"), "ops 250 / 110: {r}");
+        assert!(r.contains("| a ÷ zz | – |"), "{r}");
         let c = csv(&t);
         assert!(c.contains("read-d32,a,ops_per_s,3,110,100,120"), "{c}");
         let svg = svg(&t, "read-d32").unwrap();
