@@ -64,7 +64,7 @@ impl Default for SubscriptionLimits {
             max_notifications_per_publish: 65_536,
             max_queue_size: 10_000,
             default_event_queue_size: 1_000,
-            max_publish_requests_per_session: 20,
+            max_publish_requests_per_session: 64,
             max_retransmission_queue_per_session: 100,
             max_triggering_links_per_item: 1_000,
         }

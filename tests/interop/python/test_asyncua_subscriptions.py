@@ -363,7 +363,7 @@ def test_service_errors(server):
             ok = await r.create_items(sub.SubscriptionId, [{"node": INT32, "handle": 3}])
             assert ok[0].StatusCode.is_good()
             # More Publish requests than the session may queue: the extra one is refused.
-            pending = [asyncio.ensure_future(r.publish(timeout=30)) for _ in range(21)]
+            pending = [asyncio.ensure_future(r.publish(timeout=30)) for _ in range(65)]
             done, _ = await asyncio.wait(pending, timeout=5, return_when=asyncio.FIRST_EXCEPTION)
             errors = [t.exception() for t in done if t.exception() is not None]
             assert any(isinstance(e, ua.uaerrors.BadTooManyPublishRequests) for e in errors), errors
