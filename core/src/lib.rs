@@ -12,6 +12,7 @@ pub mod random;
 pub mod secure_channel;
 pub mod server;
 pub mod services;
+pub mod subscription;
 pub mod time;
 pub mod transport;
 pub mod types;
