@@ -66,7 +66,7 @@ use crate::server::shard::SessionKey;
 use crate::services::attribute::{read_attribute, Timestamps};
 use crate::time::Now;
 use crate::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant};
-use crate::UaStructure;
+use crate::{Encode, UaStructure};
 
 use item::{DataChangeSettings, ItemQueue, Queued};
 
@@ -158,6 +158,9 @@ struct Source {
     node_index: u32,
     attribute_id: u32,
     interval_ns: u64,
+    /// The previous sample: an identical one (value, status, source timestamp) cannot
+    /// change any item's report, so it is not fanned out.
+    last: Option<DataValue>,
     bucket: u32,
     /// Position in the bucket's source list.
     pos: u32,
@@ -506,13 +509,18 @@ impl SubscriptionEngine {
         bucket.next_ns = next;
         self.bucket_heap.push(Reverse((next, b, generation)));
         for &s in &sources {
-            let Some(Some(src)) = self.sources.get(s as usize) else { continue };
+            let Some(Some(src)) = self.sources.get_mut(s as usize) else { continue };
             let sample = sample_value(space, src.node_index, src.attribute_id, now);
             self.stats.samples += 1;
-            let Some(Some(src)) = self.sources.get(s as usize) else { continue };
+            // Nothing changed since the previous sample: no item can report (each item's
+            // last value is this one, or it was not reported for the same difference).
+            if src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
+                continue;
+            }
             for &it in &src.items {
                 offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
             }
+            src.last = Some(sample);
         }
         if let Some(Some(bucket)) = self.buckets.get_mut(b as usize) {
             bucket.sources = sources;
@@ -1406,7 +1414,7 @@ impl SubscriptionEngine {
             }
         };
         let pos = self.buckets[b as usize].as_ref().map_or(0, |bk| bk.sources.len() as u32);
-        let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, bucket: b, pos, items: Vec::new() };
+        let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, last: None, bucket: b, pos, items: Vec::new() };
         let s = match self.source_free.pop() {
             Some(s) => {
                 self.sources[s as usize] = Some(source);
@@ -1514,8 +1522,12 @@ impl SubscriptionEngine {
                 item.sampling = sampling;
                 item.sampling_ms = sampling_ms;
                 let enabled = item.mode != MonitoringMode::Disabled;
+                let src = item.source;
                 if resample && enabled {
                     self.start_sampling(it, now);
+                } else if let Some(Some(source)) = self.sources.get_mut(src as usize) {
+                    // The new filter judges the next sample even if the value did not change.
+                    source.last = None;
                 }
                 Ok(MonitoredItemModifyResult {
                     status_code: StatusCode::Good,
@@ -1855,7 +1867,13 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], no
     ready.truncate(len);
     let mut notification_data = Vec::with_capacity(2);
     if !data.is_empty() {
-        notification_data.push(ExtensionObject::from_struct(&DataChangeNotification { monitored_items: data, diagnostic_infos: Vec::new() }));
+        // Encoded once, into a buffer sized for the usual scalar notification (~40 bytes).
+        let mut body = Vec::with_capacity(16 + data.len() * 48);
+        DataChangeNotification { monitored_items: data, diagnostic_infos: Vec::new() }.encode(&mut body);
+        notification_data.push(ExtensionObject {
+            type_id: NodeId::ns0(DataChangeNotification::BINARY_ENCODING_ID),
+            body: crate::types::ExtensionObjectBody::Binary(body),
+        });
     }
     if !events.is_empty() {
         notification_data.push(ExtensionObject::from_struct(&crate::generated::types::EventNotificationList { events }));
@@ -1866,6 +1884,12 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], no
     let more = sub.publishing_enabled && !sub.ready.is_empty();
     let seq = if notification_data.is_empty() { sub.next_seq } else { sub.take_seq() };
     (NotificationMessage { sequence_number: seq, publish_time: now.utc, notification_data }, more, count)
+}
+
+/// Equal for every DataChangeFilter: value, status and source timestamp (the server
+/// timestamp is the sampling time and always differs).
+fn same_sample(a: &DataValue, b: &DataValue) -> bool {
+    a.status == b.status && a.source_timestamp == b.source_timestamp && a.source_picoseconds == b.source_picoseconds && a.value == b.value
 }
 
 /// Samples a node's attribute: the hot path for stored, dynamic and counter values; the
