@@ -355,3 +355,24 @@ fn cancel_answers_queued_publish_requests() {
     assert_eq!(fault_status(&v[0].1), Some(StatusCode::BadRequestCancelledByClient));
     assert_eq!(v[0].1.response_header().request_handle, queued_handle);
 }
+
+#[test]
+fn close_session_answers_queued_publish_requests() {
+    let mut s = Sub::new(ServerConfig::default());
+    s.create(10_000.0, 100, 300, 0);
+    s.run_ms(10_000, 10_000);
+    assert!(s.publish(vec![]).is_none());
+    assert_eq!(s.responses().len(), 1, "the late keep-alive");
+    assert!(s.publish(vec![]).is_none());
+    let queued = s.h.handle;
+    let hd = s.h.header(&s.token.clone());
+    let r = s.h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true })));
+    assert!(matches!(r, Response::CloseSession(_)));
+    let mut v = Vec::new();
+    let ch = s.h.channel;
+    s.h.shard.take_deferred(ch, &mut v);
+    assert_eq!(v.len(), 1);
+    assert_eq!(fault_status(&v[0].1), Some(StatusCode::BadSessionClosed));
+    assert_eq!(v[0].1.response_header().request_handle, queued);
+    assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
+}

@@ -482,7 +482,7 @@ impl ShardState {
             let Some(session) = &s.session else { continue };
             if session.deadline_ns <= now.mono_ns {
                 crate::events::demo::publish_session_closed(&self.shared, &session.session_id, true, now);
-                self.remove_session(SessionKey { slot, generation });
+                self.close_session(SessionKey { slot, generation }, false, now);
             } else {
                 let d = session.deadline_ns;
                 self.deadlines.push(Reverse((d, slot, generation)));
@@ -595,7 +595,7 @@ impl ShardState {
         }
         let key = SessionKey { slot, generation: s.generation };
         if session.deadline_ns <= now.mono_ns {
-            self.remove_session(key);
+            self.close_session(key, false, now);
             return Err(StatusCode::BadSessionIdInvalid);
         }
         Ok(key)
@@ -644,16 +644,17 @@ impl ShardState {
     /// subscriptions stay (orphaned) until their lifetime ends or a transfer takes them.
     /// Returns false when the key no longer names a session.
     pub fn remove_session(&mut self, key: SessionKey) -> bool {
-        self.close_session(key, false)
+        self.close_session(key, false, Now::new(0, crate::types::DateTime::NULL))
     }
 
-    /// Closes a session; `delete_subscriptions` as in CloseSession.
-    pub fn close_session(&mut self, key: SessionKey, delete_subscriptions: bool) -> bool {
+    /// Closes a session; `delete_subscriptions` as in CloseSession. Its queued Publish
+    /// requests are answered Bad_SessionClosed (stamped `now`).
+    pub fn close_session(&mut self, key: SessionKey, delete_subscriptions: bool, now: Now) -> bool {
         let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
         if s.generation != key.generation || s.session.is_none() {
             return false;
         }
-        self.subscriptions.on_session_closed(key, delete_subscriptions);
+        self.subscriptions.on_session_closed(key, delete_subscriptions, now);
         let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
         s.session = None;
         self.free_slots.push(key.slot);

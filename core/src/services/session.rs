@@ -162,7 +162,7 @@ pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSession
     if let Some(id) = shard.session(key).map(|s| s.session_id.clone()) {
         crate::events::demo::publish_session_closed(shard.shared(), &id, false, now);
     }
-    shard.close_session(key, req.delete_subscriptions);
+    shard.close_session(key, req.delete_subscriptions, now);
     Response::CloseSession(Box::new(CloseSessionResponse {
         response_header: response_header(req.request_header.request_handle, now),
     }))

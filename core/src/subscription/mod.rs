@@ -854,11 +854,12 @@ impl SubscriptionEngine {
     /// The session closed or timed out. `delete` (CloseSession's deleteSubscriptions):
     /// its subscriptions go; otherwise they stay, orphaned, until their lifetime ends or
     /// another session takes them over with TransferSubscriptions.
-    pub fn on_session_closed(&mut self, key: SessionKey, delete: bool) {
+    pub fn on_session_closed(&mut self, key: SessionKey, delete: bool, now: Now) {
         let Some(ss) = self.sessions.remove(&key) else { return };
+        // Outstanding Publish requests are answered Bad_SessionClosed (Part 4 §5.7.4).
         for p in ss.publish {
-            // Nobody will read these; the channel may still be open, so say why.
-            let _ = p;
+            let f = crate::services::fault(p.request_handle, StatusCode::BadSessionClosed, now);
+            self.emit(p.channel_id, p.request_id, f);
         }
         for slot in ss.subs {
             if delete {
