@@ -110,6 +110,9 @@ pub struct RuntimeConfig {
     /// connections. Past it the shard stops reading from every connection and refuses
     /// new ones (ERR BadTcpNotEnoughResources) until the total drains below three quarters.
     pub max_shard_buffered_bytes: usize,
+    /// A connection that is not read from (its own bound or the shard's budget) and
+    /// whose unsent output makes no progress for this long is aborted, ms.
+    pub send_stall_timeout_ms: u64,
     /// Capacity of each acceptor → shard hand-off queue (round-robin, least-connections).
     pub handoff_queue: usize,
     /// listen(2) backlog.
@@ -139,6 +142,7 @@ impl Default for RuntimeConfig {
             max_connections_per_shard: 4096,
             max_pending_output_bytes: 1 << 20,
             max_shard_buffered_bytes: 64 << 20,
+            send_stall_timeout_ms: 60_000,
             handoff_queue: 1024,
             listen_backlog: 1024,
             tcp_nodelay: true,
@@ -186,6 +190,12 @@ impl RuntimeConfig {
                 "runtime.max_shard_buffered_bytes = {}: must be at least 1048576 and at least \
                  runtime.max_pending_output_bytes ({}); there is no unbounded setting",
                 self.max_shard_buffered_bytes, self.max_pending_output_bytes
+            ));
+        }
+        if self.send_stall_timeout_ms < 100 {
+            return Err(format!(
+                "runtime.send_stall_timeout_ms = {}: must be at least 100; there is no unbounded setting",
+                self.send_stall_timeout_ms
             ));
         }
         if self.handoff_queue == 0 {
@@ -261,6 +271,7 @@ mod tests {
         let zero = FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 0\n").unwrap_err();
         assert!(zero.contains("max_shard_buffered_bytes"), "{zero}");
         assert!(FileConfig::parse("[runtime]\nmax_pending_output_bytes = 0\n").is_err());
+        assert!(FileConfig::parse("[runtime]\nsend_stall_timeout_ms = 0\n").is_err());
         // The shard's budget must hold at least one connection's allowance.
         assert!(FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 2097152\nmax_pending_output_bytes = 4194304\n").is_err());
     }

@@ -128,6 +128,10 @@ pub(crate) struct Conn<C> {
     /// Received bytes not yet handed to the handler: what arrived after the
     /// connection (or the shard) passed its bound. Fed first when reading resumes.
     pub backlog: Vec<u8>,
+    /// Reading is stopped and output is waiting: if no byte of it is sent by this
+    /// time (mono ns), the peer is not reading and the connection is aborted.
+    /// `u64::MAX` when not stalled.
+    pub stall_deadline: u64,
     /// Bytes this connection held at its last accounting (unsent output, backlog,
     /// input the handler buffers); part of the shard's total.
     pub held: usize,
@@ -160,6 +164,7 @@ impl<C> Conn<C> {
             paused: false,
             bounded: true,
             backlog: Vec::new(),
+            stall_deadline: u64::MAX,
             held: 0,
             recv_armed: false,
             hup_poll_armed: false,
@@ -178,7 +183,7 @@ impl<C> Conn<C> {
 
     pub fn effective_deadline(&self) -> u64 {
         match self.phase {
-            Phase::Open => self.user_deadline,
+            Phase::Open => self.user_deadline.min(self.stall_deadline),
             Phase::Draining | Phase::Shut => self.drain_deadline.min(self.user_deadline),
         }
     }

@@ -236,6 +236,10 @@ where
             }
             let mut n = n as usize;
             ShardStats::add(&self.core.wiring.stats().bytes_out, n as u64);
+            if n > 0 {
+                // Progress: a stalled connection's clock starts again.
+                c.stall_deadline = u64::MAX;
+            }
             let first = c.output.unsent().len().min(n);
             let done = c.output.advance(first);
             n -= first;
@@ -274,6 +278,9 @@ where
             }
             Phase::Draining | Phase::Shut => {
                 if !ok || c.output.pending() == 0 || c.drain_deadline <= now {
+                    if ok && c.output.pending() > 0 {
+                        crate::shard::reset_on_close(&c.fd);
+                    }
                     self.core.finalize(id);
                 } else {
                     self.update_interest(id);

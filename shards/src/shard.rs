@@ -35,6 +35,8 @@ pub struct LoopConfig {
     /// Unsent output plus held input across the shard above which the shard stops
     /// reading and refuses new connections until the total drains below 3/4.
     pub max_shard_buffered_bytes: usize,
+    /// A connection not read from whose output makes no progress this long is aborted, ms.
+    pub send_stall_timeout_ms: u64,
     pub tcp_nodelay: bool,
     /// Graceful stop: how long pending output may take, ms.
     pub shutdown_grace_ms: u64,
@@ -56,6 +58,7 @@ impl From<&RuntimeConfig> for LoopConfig {
             max_connections: r.max_connections_per_shard,
             max_pending_output_bytes: r.max_pending_output_bytes,
             max_shard_buffered_bytes: r.max_shard_buffered_bytes,
+            send_stall_timeout_ms: r.send_stall_timeout_ms,
             tcp_nodelay: r.tcp_nodelay,
             shutdown_grace_ms: r.shutdown_grace_ms,
         }
@@ -96,6 +99,24 @@ fn pin_malloc_mmap_threshold() {
             }
         });
     }
+}
+
+/// Makes closing `fd` reset the connection (SO_LINGER 0) instead of queueing a
+/// FIN behind unsent data. For aborts and drains that ran out of time: a peer
+/// that reads nothing would otherwise keep the socket, and its send buffer, in
+/// FIN-WAIT-1 in the kernel, and never learn that it was closed.
+pub(crate) fn reset_on_close(fd: &OwnedFd) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt with a valid fd and a correctly sized linger struct; failure is harmless.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
 }
 
 /// After the grace period, how much longer a stopping loop waits for the
@@ -290,7 +311,28 @@ where
             }
             self.account(id);
         }
-        self.reading_allowed(id)
+        let reading = self.reading_allowed(id);
+        self.watch_stall(id, reading);
+        reading
+    }
+
+    /// A bounded connection that is not read from and has output waiting gets a
+    /// stall deadline (kept while it stays so; the backends clear it on every
+    /// send that makes progress); otherwise none.
+    fn watch_stall(&mut self, id: ConnId, reading: bool) {
+        let timeout_ns = self.cfg.send_stall_timeout_ms.saturating_mul(1_000_000);
+        let now = self.now.mono_ns;
+        let Some(c) = self.table.get_mut(id) else { return };
+        let stalled = c.bounded && c.phase == Phase::Open && !reading && c.output.pending() > 0;
+        let deadline = match (stalled, c.stall_deadline) {
+            (false, _) => u64::MAX,
+            (true, u64::MAX) => now.saturating_add(timeout_ns),
+            (true, d) => d,
+        };
+        if deadline != c.stall_deadline {
+            c.stall_deadline = deadline;
+            self.table.update_timer(id);
+        }
     }
 
     /// Recounts the bytes `id` holds, updates the shard's total, pauses the
@@ -382,6 +424,7 @@ where
             if abort {
                 c.output.out.clear();
                 c.drain_deadline = now;
+                reset_on_close(&c.fd);
             }
             c.backlog = Vec::new();
         }
@@ -420,6 +463,11 @@ where
         while let Some(id) = self.table.pop_expired(now.mono_ns) {
             let Some(c) = self.table.get_mut(id) else { continue };
             if c.phase == Phase::Open {
+                if c.stall_deadline <= now.mono_ns {
+                    tracing::debug!(shard = self.wiring.index, peer = %c.peer, pending = c.output.pending(), "peer reads nothing: closing");
+                    self.begin_close(id, true);
+                    continue;
+                }
                 if c.user_deadline <= now.mono_ns {
                     if let Some(user) = c.user.as_mut() {
                         let status = self.handler.conn_timer(user, now, &mut c.output.out);

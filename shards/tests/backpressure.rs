@@ -246,6 +246,24 @@ fn push_all(conns: &mut [(TcpStream, Vec<u8>, usize)], stall: Duration, guard: D
     (written, total)
 }
 
+/// Whether the peer closed `s` (FIN or reset), without reading from it (reading
+/// would make a slow reader progress). Polls until `guard`.
+fn peer_closed(s: &TcpStream, guard: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let until = Instant::now() + guard;
+    loop {
+        let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, 100) };
+        if n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+    }
+}
+
 /// Reads whatever the server has sent so far (nonblocking) so that a
 /// connection that is dropped afterwards closes without a long linger.
 fn discard_pending(s: &mut TcpStream) {
@@ -353,6 +371,50 @@ fn slow_readers_past_the_shard_budget() {
 fn slow_readers_past_the_shard_budget_epoll() {
     let conns = env_usize("BP_BUDGET_CONNS", 60);
     slow_readers("slow-budget-epoll", "epoll", conns, 1000, 1 << 20, 8 * MIB, true);
+}
+
+/// Slow readers that hold the whole budget and never read are closed by the
+/// server once their output made no progress for `send_stall_timeout_ms`; the
+/// shard serves new clients again while they are still connected.
+#[test]
+fn stalled_slow_readers_are_closed() {
+    for backend in ["auto", "epoll"] {
+        let (server, dir) = start_server(
+            &format!(
+                "io_backend = \"{backend}\"\nmax_pending_output_bytes = 1048576\nmax_shard_buffered_bytes = 8388608\n\
+                 send_stall_timeout_ms = 500"
+            ),
+            &format!("stall-{backend}"),
+        );
+        let addr = server.addr;
+        let url = format!("opc.tcp://{addr}");
+        let mut slow: Vec<(TcpStream, Vec<u8>, usize)> = (0..40)
+            .map(|_| {
+                let (s, mut conn) = open_channel(addr);
+                let mut out = Vec::new();
+                for _ in 0..1000 {
+                    conn.send_request(get_endpoints(&url), now(), &mut out).expect("encode GetEndpoints");
+                }
+                (s, out, 0)
+            })
+            .collect();
+        push_all(&mut slow, Duration::from_secs(3), Duration::from_secs(120));
+        // The slow readers are still connected (and still not reading).
+        fresh_client_is_served(addr);
+        let guard = Instant::now() + Duration::from_secs(60);
+        let open = slow
+            .iter()
+            .filter(|(s, _, _)| !peer_closed(s, guard.saturating_duration_since(Instant::now())))
+            .count();
+        if open > 0 {
+            let (_, _, err) = server.terminate();
+            let tail = &err[err.len().saturating_sub(6000)..];
+            panic!("{open} slow readers were not closed by the server ({backend}); log tail:\n{tail}");
+        }
+        let (code, _, err) = server.terminate();
+        assert_eq!(code, Some(0), "stderr:\n{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// Hello, a None channel, then a message of many 64 KiB chunks that never

@@ -24,6 +24,8 @@ const K_MSG_SENT: u64 = 7;
 const K_MSG_HANDOFF: u64 = 8;
 const K_LISTENER_CANCEL: u64 = 9;
 const K_HUP_POLL: u64 = 10;
+/// Completion of the cancel of a send that outlived its drain deadline (nothing to do).
+const K_SEND_CANCEL: u64 = 11;
 
 fn ud(kind: u64, index: u32, generation: u32) -> u64 {
     (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
@@ -352,9 +354,19 @@ where
                 }
                 let Some(c) = self.core.table.get_mut(id) else { return };
                 if expired {
+                    if c.output.pending() > 0 {
+                        crate::shard::reset_on_close(&c.fd);
+                    }
                     c.output.out.clear();
                     net::shutdown(&c.fd);
                     c.phase = Phase::Shut;
+                    if c.send_inflight {
+                        // A peer that reads nothing keeps a send waiting for buffer
+                        // space forever (shutdown does not end it): cancel it so the
+                        // socket can be closed.
+                        let e = opcode::AsyncCancel::new(conn_ud(K_SEND, id)).build().user_data(conn_ud(K_SEND_CANCEL, id));
+                        self.push(e);
+                    }
                 } else if !c.send_inflight {
                     if c.output.take_batch() {
                         self.start_send(id);
@@ -404,6 +416,10 @@ where
                     } else {
                         c.output.advance(res as usize);
                     }
+                    if res > 0 {
+                        // Progress: a stalled connection's clock starts again.
+                        c.stall_deadline = u64::MAX;
+                    }
                 } else {
                     c.output.discard();
                     if c.phase == Phase::Open {
@@ -445,7 +461,7 @@ where
                 }
             }
             K_TIMEOUT => self.timeout_armed_at = None,
-            K_LISTENER_CANCEL => {}
+            K_LISTENER_CANCEL | K_SEND_CANCEL => {}
             _ => tracing::warn!(user_data, "completion with unknown user_data"),
         }
     }
