@@ -277,6 +277,18 @@ impl<C> Table<C> {
         }
     }
 
+    /// Puts every live connection on the dirty list (the shard's budget state changed).
+    pub fn mark_all_dirty(&mut self) {
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if let Some(c) = s.conn.as_mut() {
+                if !c.dirty {
+                    c.dirty = true;
+                    self.dirty.push(i as u32);
+                }
+            }
+        }
+    }
+
     /// Connections wait on the dirty list: the loop must not block before reconciling them.
     pub fn has_dirty(&self) -> bool {
         !self.dirty.is_empty()

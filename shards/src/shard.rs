@@ -378,9 +378,7 @@ where
             "shard buffer budget {}",
             if self.over_budget { "exceeded: reading stops" } else { "regained: reading resumes" }
         );
-        for id in self.table.ids() {
-            self.table.mark_dirty(id);
-        }
+        self.table.mark_all_dirty();
     }
 
     /// Bookkeeping after any call into a connection's handler state.
@@ -495,6 +493,7 @@ where
             ShardStats::sub(&stats.open, 1);
             ShardStats::add(&stats.closed, 1);
             drop(c.fd);
+            debug_assert!(self.table.len() > 0 || self.held_total == 0, "held bytes left behind: {}", self.held_total);
             self.check_budget();
         }
     }
