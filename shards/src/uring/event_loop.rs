@@ -439,7 +439,12 @@ where
                     // what it sent will not be processed; send what is pending, then close.
                     self.core.begin_close(id, res as u32 & libc::POLLERR as u32 != 0);
                 }
-                self.core.table.mark_dirty(id);
+                // An error (cancelled at teardown, or a kernel without poll) on an open
+                // connection is not re-armed at once: that could spin. Its next reconcile
+                // re-arms it. A closing connection may now be finalized.
+                if res > 0 || !open {
+                    self.core.table.mark_dirty(id);
+                }
             }
             K_CANCEL => {
                 if let Some(c) = self.core.table.get_mut(id) {
