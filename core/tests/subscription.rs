@@ -94,7 +94,7 @@ impl Sub {
         let ch = self.h.channel;
         self.h.shard.take_deferred(ch, &mut v);
         v.into_iter()
-            .map(|(_, r)| match r {
+            .map(|(_, d)| match d.to_response().expect("a decodable response") {
                 Response::Publish(p) => *p,
                 other => panic!("{other:?}"),
             })
@@ -330,7 +330,7 @@ fn transfer_within_the_shard_notifies_the_old_session() {
     s.run_ms(50, 10);
     let mut v = Vec::new();
     s.h.shard.take_deferred(ch2, &mut v);
-    let Response::Publish(p) = &v[0].1 else { panic!() };
+    let Response::Publish(p) = &v[0].1.to_response().unwrap() else { panic!() };
     assert_eq!(p.subscription_id, sub);
     assert_eq!(data_changes(&p.notification_message).len(), 1);
 }
@@ -352,8 +352,9 @@ fn cancel_answers_queued_publish_requests() {
     let ch = s.h.channel;
     s.h.shard.take_deferred(ch, &mut v);
     assert_eq!(v.len(), 1);
-    assert_eq!(fault_status(&v[0].1), Some(StatusCode::BadRequestCancelledByClient));
-    assert_eq!(v[0].1.response_header().request_handle, queued_handle);
+    let r = v[0].1.to_response().unwrap();
+    assert_eq!(fault_status(&r), Some(StatusCode::BadRequestCancelledByClient));
+    assert_eq!(r.response_header().request_handle, queued_handle);
 }
 
 #[test]
@@ -372,7 +373,8 @@ fn close_session_answers_queued_publish_requests() {
     let ch = s.h.channel;
     s.h.shard.take_deferred(ch, &mut v);
     assert_eq!(v.len(), 1);
-    assert_eq!(fault_status(&v[0].1), Some(StatusCode::BadSessionClosed));
-    assert_eq!(v[0].1.response_header().request_handle, queued);
+    let r = v[0].1.to_response().unwrap();
+    assert_eq!(fault_status(&r), Some(StatusCode::BadSessionClosed));
+    assert_eq!(r.response_header().request_handle, queued);
     assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
 }

@@ -24,7 +24,7 @@ use crate::secure_channel::{
     open_chunk, parse_chunk_head, write_chunks, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
     SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter,
 };
-use crate::server::context::{ConnectionHost, RequestContext};
+use crate::server::context::{ConnectionHost, Deferred, RequestContext};
 use crate::time::Now;
 use crate::transport::{
     negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated, TransportLimits,
@@ -125,7 +125,7 @@ struct State {
     /// Since when a partly received chunk has been buffered.
     partial_since_ns: Option<u64>,
     /// Deferred responses taken from the host, reused.
-    deferred: Vec<(u32, Response)>,
+    deferred: Vec<(u32, Deferred)>,
 }
 
 /// One accepted TCP connection. See the module documentation.
@@ -248,12 +248,20 @@ impl ServerConnection {
             return ConnStatus::Open;
         }
         let mut failure = None;
-        for (request_id, response) in deferred.drain(..) {
-            if failure.is_some() {
-                continue;
-            }
-            let handle = response.response_header().request_handle;
-            if let Err(f) = send_response(c, body_out, &negotiated, request_id, &response, handle, now, out) {
+        for (request_id, d) in deferred.drain(..) {
+            let r = match d {
+                _ if failure.is_some() => continue,
+                Deferred::Response(response) => {
+                    let handle = response.response_header().request_handle;
+                    send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)
+                }
+                Deferred::Encoded { request_handle, body } => {
+                    let r = send_body(c, body_out, &negotiated, request_id, &body, request_handle, now, out);
+                    host.recycle_buffer(body);
+                    r
+                }
+            };
+            if let Err(f) = r {
                 failure = Some(f);
             }
         }
@@ -673,26 +681,45 @@ fn send_response(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
+    body_out.clear();
+    response.encode_with_type_id(body_out);
+    let body = std::mem::take(body_out);
+    let r = send_body(c, body_out, negotiated, request_id, &body, handle, now, out);
+    *body_out = body;
+    r
+}
+
+/// Chunks an encoded response body (type id + message); over the client's limits it becomes
+/// a ServiceFault BadResponseTooLarge (encoded into `scratch`).
+#[allow(clippy::too_many_arguments)]
+fn send_body(
+    c: &mut Channel,
+    scratch: &mut Vec<u8>,
+    negotiated: &Negotiated,
+    request_id: u32,
+    body: &[u8],
+    handle: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
     let limits = ChunkLimits {
         max_chunk_size: negotiated.send_buffer_size,
         max_message_size: negotiated.peer_max_message_size,
         max_chunk_count: negotiated.peer_max_chunk_count,
     };
-    body_out.clear();
-    response.encode_with_type_id(body_out);
     let token = match (&c.previous, c.current.activated) {
         (Some(p), false) => p,
         _ => &c.current,
     };
     let header = SecurityHeader::Symmetric { token_id: token.id };
     let crypto: &dyn ChunkCrypto = &*token.crypto;
-    let r = write_chunks(MessageType::Message, c.id, &header, request_id, body_out, crypto, &mut c.send_seq, &limits, out);
+    let r = write_chunks(MessageType::Message, c.id, &header, request_id, body, crypto, &mut c.send_seq, &limits, out);
     match r {
         Ok(_) => Ok(()),
         Err(StatusCode::BadTcpMessageTooLarge) => {
-            body_out.clear();
-            service_fault(handle, StatusCode::BadResponseTooLarge, now).encode_with_type_id(body_out);
-            write_chunks(MessageType::Message, c.id, &header, request_id, body_out, crypto, &mut c.send_seq, &limits, out)
+            scratch.clear();
+            service_fault(handle, StatusCode::BadResponseTooLarge, now).encode_with_type_id(scratch);
+            write_chunks(MessageType::Message, c.id, &header, request_id, scratch, crypto, &mut c.send_seq, &limits, out)
                 .map(|_| ())
                 .map_err(|_| Failure { status: StatusCode::BadResponseTooLarge, reason: "response too large" })
         }

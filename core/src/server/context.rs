@@ -59,7 +59,36 @@ pub trait ConnectionHost {
     }
     /// Responses that became ready for `channel_id` since the last call: (request id,
     /// response), in order.
-    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Response)>) {
+    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Deferred)>) {
         let _ = (channel_id, into);
+    }
+    /// Gives back the buffer of a [`Deferred::Encoded`] response once its chunks are written.
+    fn recycle_buffer(&mut self, buf: Vec<u8>) {
+        let _ = buf;
+    }
+}
+
+/// A response produced after its request was handled (a Publish).
+#[derive(Debug)]
+pub enum Deferred {
+    /// A response to encode like any other.
+    Response(Response),
+    /// A response the host already encoded (type id + body) into a pooled buffer; the
+    /// connection chunks it and hands the buffer back with [`ConnectionHost::recycle_buffer`].
+    Encoded { request_handle: u32, body: Vec<u8> },
+}
+
+impl Deferred {
+    /// The response as a structure (decodes an encoded one; for tests and diagnostics).
+    pub fn to_response(&self) -> Result<Response, StatusCode> {
+        match self {
+            Deferred::Response(r) => Ok(r.clone()),
+            Deferred::Encoded { body, .. } => {
+                use crate::encoding::{Decode, Decoder};
+                let mut d = Decoder::new(body, crate::DecodeLimits::default());
+                let t = crate::types::NodeId::decode(&mut d).map_err(|e| e.status)?;
+                Response::decode_body(&t, &mut d).map_err(|e| e.status)?.ok_or(StatusCode::BadDecodingError)
+            }
+        }
     }
 }

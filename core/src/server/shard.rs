@@ -694,8 +694,11 @@ impl ConnectionHost for ShardState {
     fn dispatch_deferrable(&mut self, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
         crate::services::dispatch_deferrable(self, ctx, request, request_id, now)
     }
-    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Response)>) {
+    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, crate::server::context::Deferred)>) {
         self.subscriptions.take_responses(channel_id, into);
+    }
+    fn recycle_buffer(&mut self, buf: Vec<u8>) {
+        self.subscriptions.recycle_buffer(buf);
     }
 }
 

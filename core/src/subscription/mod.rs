@@ -62,6 +62,7 @@ use crate::generated::types::{
     MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult, MonitoredItemNotification,
     MonitoringMode, NotificationMessage, PublishResponse, StatusChangeNotification, TimestampsToReturn,
 };
+use crate::server::context::Deferred;
 use crate::server::shard::SessionKey;
 use crate::services::attribute::{read_attribute, Timestamps};
 use crate::time::Now;
@@ -257,7 +258,10 @@ pub struct SubscriptionEngine {
     bucket_heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
     sub_heap: BinaryHeap<Reverse<(u64, u32, u32)>>,
     sessions: HashMap<SessionKey, SessionSubs>,
-    outbox: HashMap<u32, Vec<(u32, Response)>>,
+    outbox: HashMap<u32, Vec<(u32, Deferred)>>,
+    /// Reused buffers: message bodies and encoded responses come from here and go back when
+    /// a message is acknowledged (or dropped) and when a response has been chunked.
+    pools: Pools,
     ready_channels: Vec<u32>,
     stats: EngineStats,
     bucket_generation: u32,
@@ -296,6 +300,7 @@ impl SubscriptionEngine {
             sub_heap: BinaryHeap::new(),
             sessions: HashMap::new(),
             outbox: HashMap::new(),
+            pools: Pools::default(),
             ready_channels: Vec::new(),
             stats: EngineStats::default(),
             bucket_generation: 0,
@@ -619,11 +624,20 @@ impl SubscriptionEngine {
     }
 
     fn emit(&mut self, channel_id: u32, request_id: u32, response: Response) {
+        self.emit_deferred(channel_id, request_id, Deferred::Response(response));
+    }
+
+    fn emit_deferred(&mut self, channel_id: u32, request_id: u32, d: Deferred) {
         let q = self.outbox.entry(channel_id).or_default();
         if q.is_empty() {
             self.ready_channels.push(channel_id);
         }
-        q.push((request_id, response));
+        q.push((request_id, d));
+    }
+
+    /// Takes back a buffer of an encoded response (after the connection chunked it).
+    pub fn recycle_buffer(&mut self, buf: Vec<u8>) {
+        self.pools.put_buffer(buf);
     }
 
     /// Answers `pp` with the next message of subscription `slot` (notifications or a
@@ -636,43 +650,48 @@ impl SubscriptionEngine {
         sub.lifetime_counter = 0;
         let key = sub.session;
         let (message, more, count) = if sub.has_notifications() {
-            build_message(sub, &mut self.items, now)
+            build_message(sub, &mut self.items, &mut self.pools, now)
         } else {
             let msg = NotificationMessage { sequence_number: sub.next_seq, publish_time: now.utc, notification_data: Vec::new() };
             (msg, false, 0)
         };
         let data = !message.notification_data.is_empty();
-        if data {
-            self.stats.messages += 1;
-            self.stats.notifications += count as u64;
-            sub.retrans.push_back(message.clone());
-        } else {
-            self.stats.keep_alives += 1;
-        }
         if more {
             sub.late = true; // the next queued request gets the rest at once
         }
-        let sub_id = sub.id;
         let seq = message.sequence_number;
-        if data {
+        let keep_alive = if data {
+            self.stats.messages += 1;
+            self.stats.notifications += count as u64;
+            sub.retrans.push_back(message);
             if let Some(k) = key {
                 if let Some(ss) = self.sessions.get_mut(&k) {
                     ss.retrans_order.push_back((slot, seq));
                 }
                 self.trim_retransmission(k);
             }
-        }
-        let available = self.subs[slot as usize].as_ref().map(|s| s.available()).unwrap_or_default();
-        let resp = PublishResponse {
-            response_header: header(pp.request_handle, now),
-            subscription_id: sub_id,
-            available_sequence_numbers: available,
-            more_notifications: more,
-            notification_message: message,
-            results: pp.results,
-            diagnostic_infos: Vec::new(),
+            None
+        } else {
+            self.stats.keep_alives += 1;
+            Some(message)
         };
-        self.emit(pp.channel_id, pp.request_id, Response::Publish(Box::new(resp)));
+        // The response is encoded now, straight from the kept message (not copied), into a
+        // pooled buffer.
+        let Some(sub) = self.subs[slot as usize].as_ref() else { return };
+        let Some(message) = keep_alive.as_ref().or_else(|| sub.retrans.back()) else { return };
+        let mut body = self.pools.buffer();
+        NodeId::ns0(crate::generated::node_ids::PublishResponse_Encoding_DefaultBinary).encode(&mut body);
+        header(pp.request_handle, now).encode(&mut body);
+        sub.id.encode(&mut body);
+        (sub.retrans.len() as i32).encode(&mut body);
+        for m in &sub.retrans {
+            m.sequence_number.encode(&mut body);
+        }
+        more.encode(&mut body);
+        message.encode(&mut body);
+        pp.results.encode(&mut body);
+        0i32.encode(&mut body); // diagnosticInfos: none
+        self.emit_deferred(pp.channel_id, pp.request_id, Deferred::Encoded { request_handle: pp.request_handle, body });
         if more {
             if let Some(k) = key {
                 self.service_session(k, now);
@@ -688,7 +707,9 @@ impl SubscriptionEngine {
             let Some((slot, seq)) = ss.retrans_order.pop_front() else { break };
             if let Some(Some(sub)) = self.subs.get_mut(slot as usize) {
                 if let Some(i) = sub.retrans.iter().position(|m| m.sequence_number == seq) {
-                    sub.retrans.remove(i);
+                    if let Some(m) = sub.retrans.remove(i) {
+                        self.pools.put_message(m);
+                    }
                 }
             }
         }
@@ -800,7 +821,9 @@ impl SubscriptionEngine {
         let Some(Some(sub)) = self.subs.get_mut(slot as usize) else { return StatusCode::BadSubscriptionIdInvalid };
         match sub.retrans.iter().position(|m| m.sequence_number == seq) {
             Some(i) => {
-                sub.retrans.remove(i);
+                if let Some(m) = sub.retrans.remove(i) {
+                    self.pools.put_message(m);
+                }
                 if let Some(ss) = self.sessions.get_mut(&key) {
                     if let Some(j) = ss.retrans_order.iter().position(|&(s, q)| s == slot && q == seq) {
                         ss.retrans_order.remove(j);
@@ -821,9 +844,11 @@ impl SubscriptionEngine {
     }
 
     /// Responses to queued Publish requests that became ready, for one channel.
-    pub fn take_responses(&mut self, channel_id: u32, into: &mut Vec<(u32, Response)>) {
-        if let Some(mut q) = self.outbox.remove(&channel_id) {
-            into.append(&mut q);
+    pub fn take_responses(&mut self, channel_id: u32, into: &mut Vec<(u32, Deferred)>) {
+        // The channel's list stays in the map (emptied, capacity kept) until the channel
+        // closes: no allocation per response.
+        if let Some(q) = self.outbox.get_mut(&channel_id) {
+            into.append(q);
         }
     }
 
@@ -1001,7 +1026,10 @@ impl SubscriptionEngine {
     }
 
     fn delete_subscription_slot(&mut self, slot: u32) {
-        let Some(sub) = self.subs.get_mut(slot as usize).and_then(|s| s.take()) else { return };
+        let Some(mut sub) = self.subs.get_mut(slot as usize).and_then(|s| s.take()) else { return };
+        for m in sub.retrans.drain(..) {
+            self.pools.put_message(m);
+        }
         for it in sub.items {
             self.remove_item_slot(it);
         }
@@ -1810,6 +1838,47 @@ fn offer(
     }
 }
 
+/// Buffers reused across messages, so a steady stream of NotificationMessages allocates
+/// nothing: message bodies return when their message is acknowledged or dropped, response
+/// buffers when the connection has chunked them. Bounded: at most `POOL_MAX` of each kind
+/// are kept, and a buffer that grew past `POOL_BUFFER_MAX_BYTES` is dropped.
+#[derive(Default)]
+struct Pools {
+    buffers: Vec<Vec<u8>>,
+    eo_vecs: Vec<Vec<ExtensionObject>>,
+    notes: Vec<MonitoredItemNotification>,
+    events: Vec<crate::generated::types::EventFieldList>,
+}
+
+const POOL_MAX: usize = 256;
+const POOL_BUFFER_MAX_BYTES: usize = 4 << 20;
+
+impl Pools {
+    fn buffer(&mut self) -> Vec<u8> {
+        self.buffers.pop().unwrap_or_default()
+    }
+    fn put_buffer(&mut self, mut b: Vec<u8>) {
+        if self.buffers.len() < POOL_MAX && b.capacity() <= POOL_BUFFER_MAX_BYTES {
+            b.clear();
+            self.buffers.push(b);
+        }
+    }
+    fn eo_vec(&mut self) -> Vec<ExtensionObject> {
+        self.eo_vecs.pop().unwrap_or_default()
+    }
+    fn put_message(&mut self, m: NotificationMessage) {
+        let mut v = m.notification_data;
+        for eo in v.drain(..) {
+            if let crate::types::ExtensionObjectBody::Binary(b) = eo.body {
+                self.put_buffer(b);
+            }
+        }
+        if self.eo_vecs.len() < POOL_MAX {
+            self.eo_vecs.push(v);
+        }
+    }
+}
+
 /// Queues an event notification into an item and puts it on its subscription's ready list.
 fn queue_event(items: &mut [Option<MonitoredItem>], subs: &mut [Option<Subscription>], it: u32, fields: Vec<Variant>) {
     let Some(Some(item)) = items.get_mut(it as usize) else { return };
@@ -1825,10 +1894,10 @@ fn queue_event(items: &mut [Option<MonitoredItem>], subs: &mut [Option<Subscript
 
 /// Builds the next NotificationMessage of a subscription from its ready list (at most
 /// MaxNotificationsPerPublish notifications). Returns (message, more waiting, count).
-fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], now: Now) -> (NotificationMessage, bool, usize) {
+fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], pools: &mut Pools, now: Now) -> (NotificationMessage, bool, usize) {
     let cap = sub.max_notifications.max(1) as usize;
-    let mut data: Vec<MonitoredItemNotification> = Vec::new();
-    let mut events: Vec<crate::generated::types::EventFieldList> = Vec::new();
+    let mut data = std::mem::take(&mut pools.notes);
+    let mut events = std::mem::take(&mut pools.events);
     let mut count = 0usize;
     // The ready list is consumed from the front; what stays is compacted in place (no
     // allocation per message).
@@ -1866,19 +1935,36 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], no
     ready.copy_within(i.., kept);
     let len = kept + (ready.len() - i);
     ready.truncate(len);
-    let mut notification_data = Vec::with_capacity(2);
+    let mut notification_data = pools.eo_vec();
     if !data.is_empty() {
-        // Encoded once, into a buffer sized for the usual scalar notification (~40 bytes).
-        let mut body = Vec::with_capacity(16 + data.len() * 48);
-        DataChangeNotification { monitored_items: data, diagnostic_infos: Vec::new() }.encode(&mut body);
+        // Encoded once (DataChangeNotification: the array, then an empty diagnostics
+        // array) into a pooled buffer; the notifications' scratch list is kept.
+        let mut body = pools.buffer();
+        (data.len() as i32).encode(&mut body);
+        for n in &data {
+            n.encode(&mut body);
+        }
+        0i32.encode(&mut body);
+        data.clear();
         notification_data.push(ExtensionObject {
             type_id: NodeId::ns0(DataChangeNotification::BINARY_ENCODING_ID),
             body: crate::types::ExtensionObjectBody::Binary(body),
         });
     }
     if !events.is_empty() {
-        notification_data.push(ExtensionObject::from_struct(&crate::generated::types::EventNotificationList { events }));
+        let mut body = pools.buffer();
+        (events.len() as i32).encode(&mut body);
+        for e in &events {
+            e.encode(&mut body);
+        }
+        events.clear();
+        notification_data.push(ExtensionObject {
+            type_id: NodeId::ns0(crate::generated::types::EventNotificationList::BINARY_ENCODING_ID),
+            body: crate::types::ExtensionObjectBody::Binary(body),
+        });
     }
+    pools.notes = data;
+    pools.events = events;
     if let Some(status) = sub.status_change.take() {
         notification_data.push(ExtensionObject::from_struct(&StatusChangeNotification { status, diagnostic_info: Default::default() }));
     }
