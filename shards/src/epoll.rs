@@ -46,10 +46,7 @@ fn epoll_ctl(epfd: RawFd, op: libc::c_int, fd: RawFd, events: u32, data: u64) ->
     }
 }
 
-impl<H: Handler> EpollLoop<H>
-where
-    H::Conn: 'static,
-{
+impl<H: Handler> EpollLoop<H> {
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> io::Result<EpollLoop<H>> {
         // SAFETY: plain syscall, checked.
         let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };

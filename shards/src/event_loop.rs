@@ -47,10 +47,7 @@ impl fmt::Display for LoopError {
 
 impl std::error::Error for LoopError {}
 
-impl<H: Handler> EventLoop<H>
-where
-    H::Conn: 'static,
-{
+impl<H: Handler> EventLoop<H> {
     /// Builds the loop on the calling thread (the one that will call [`EventLoop::run`]).
     /// `Auto` tries io_uring and falls back to epoll with one log line.
     pub fn new(backend: IoBackend, handler: H, wiring: ShardWiring, cfg: LoopConfig) -> Result<EventLoop<H>, LoopError> {

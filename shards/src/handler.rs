@@ -54,6 +54,12 @@ pub trait Handler {
     /// The connection's deadline (see [`Handler::conn_deadline`]) has passed.
     fn conn_timer(&mut self, conn: &mut Self::Conn, now: Now, out: &mut Vec<u8>) -> ConnStatus;
 
+    /// Bytes of input the handler holds for this connection (unfinished chunks and
+    /// messages); they count against the shard's buffer budget.
+    fn buffered_bytes(&self, _conn: &Self::Conn) -> usize {
+        0
+    }
+
     /// The earliest time [`Handler::conn_timer`] must run for this connection.
     /// Queried after every call into the connection.
     fn conn_deadline(&self, conn: &Self::Conn) -> u64;

@@ -89,6 +89,10 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         status(conn.conn.on_timer(&mut self.host, now, out))
     }
 
+    fn buffered_bytes(&self, conn: &UaConn) -> usize {
+        conn.conn.buffered_bytes()
+    }
+
     fn conn_deadline(&self, conn: &UaConn) -> u64 {
         conn.conn.next_deadline().unwrap_or(u64::MAX)
     }

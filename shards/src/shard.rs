@@ -2,7 +2,6 @@
 //! calls into the handler, timers, graceful stop and connection routing.
 //! The io_uring and epoll backends drive it.
 
-use std::any::Any;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -15,7 +14,6 @@ use crate::conn::{Conn, Phase, Table};
 use crate::fleet::{Handoff, ShardStats, ShardWiring};
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
 use crate::net;
-use crate::server::UaConn;
 
 /// Sizes and limits of one loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,14 +71,6 @@ pub(crate) const DELIVER_SLICE_BYTES: usize = 4096;
 
 /// A backlog buffer larger than this is freed rather than kept once empty.
 const BACKLOG_KEEP_BYTES: usize = 64 * 1024;
-
-/// Input bytes the handler buffers for a connection (unfinished chunks and
-/// messages, core's `ServerConnection::buffered_bytes`), so that they count
-/// against the shard's budget. The `Handler` trait has no such query yet; until
-/// it has, the OPC UA server's connection type is recognised here.
-fn handler_input_bytes<C: 'static>(conn: &C) -> usize {
-    (conn as &dyn Any).downcast_ref::<UaConn>().map_or(0, |c| c.conn.buffered_bytes())
-}
 
 /// glibc raises its mmap threshold (up to 32 MiB) each time a large block is
 /// freed; from then on large output buffers come from the heap, and once freed
@@ -143,10 +133,7 @@ pub(crate) struct ShardCore<H: Handler> {
     ready: Vec<ConnId>,
 }
 
-impl<H: Handler> ShardCore<H>
-where
-    H::Conn: 'static,
-{
+impl<H: Handler> ShardCore<H> {
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> ShardCore<H> {
         pin_malloc_mmap_threshold();
         ShardCore {
@@ -343,7 +330,9 @@ where
         if !c.bounded {
             return;
         }
-        let input = c.user.as_ref().map_or(0, handler_input_bytes);
+        // Input the handler buffers (unfinished chunks and messages) counts against the
+        // shard's budget too.
+        let input = c.user.as_ref().map_or(0, |u| self.handler.buffered_bytes(u));
         let held = c.output.held_bytes() + c.backlog.len() + input;
         let before = c.held;
         c.held = held;

@@ -84,10 +84,7 @@ pub struct UringLoop<H: Handler> {
     aborted: bool,
 }
 
-impl<H: Handler> UringLoop<H>
-where
-    H::Conn: 'static,
-{
+impl<H: Handler> UringLoop<H> {
     /// Sets up the ring (on the calling thread, which must be the one that runs
     /// the loop), the provided buffer ring and the wake-up read.
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> Result<UringLoop<H>, SetupError> {
