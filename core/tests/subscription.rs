@@ -378,3 +378,31 @@ fn close_session_answers_queued_publish_requests() {
     assert_eq!(r.response_header().request_handle, queued);
     assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
 }
+
+#[test]
+fn items_on_other_attributes_report_once() {
+    let mut s = Sub::new(ServerConfig::default());
+    let sub = s.create(50.0, 10, 100, 0).subscription_id;
+    let hd = s.h.header(&s.token.clone());
+    let r = s.h.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+        request_header: hd,
+        subscription_id: sub,
+        timestamps_to_return: TimestampsToReturn::Both,
+        items_to_create: vec![MonitoredItemCreateRequest {
+            item_to_monitor: ReadValueId { node_id: NodeId::numeric(1, 1001), attribute_id: 4, ..Default::default() },
+            monitoring_mode: MonitoringMode::Reporting,
+            requested_parameters: MonitoringParameters { client_handle: 9, sampling_interval: 10.0, queue_size: 5, ..Default::default() },
+        }],
+    })));
+    let Response::CreateMonitoredItems(c) = r else { panic!("{r:?}") };
+    assert_eq!(c.results[0].status_code, StatusCode::Good);
+    for _ in 0..3 {
+        assert!(s.publish(vec![]).is_none());
+    }
+    s.run_ms(500, 10);
+    let resp = s.responses();
+    let all: Vec<MonitoredItemNotification> = resp.iter().flat_map(|r| data_changes(&r.notification_message)).collect();
+    assert_eq!(all.len(), 1, "DisplayName is reported once");
+    assert!(matches!(&all[0].value.value, Variant::LocalizedText(t) if t.text.as_str() == "BenchmarkValue0"));
+    assert_eq!(s.h.shard.subscriptions().stats().samples, 0, "no timed sampling for it");
+}
