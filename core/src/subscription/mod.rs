@@ -1512,6 +1512,7 @@ impl SubscriptionEngine {
     }
 
     /// ModifyMonitoredItems. `Err` is the service result.
+    #[allow(clippy::too_many_arguments)]
     pub fn modify_monitored_items(
         &mut self,
         space: &AddressSpace,
