@@ -160,7 +160,6 @@ impl Bench {
         self.tick();
         self.shard.take_deferred(CH, &mut self.scratch);
         let mut n = 0;
-        let seq;
         // What the connection does with a deferred response: chunk the encoded body (here:
         // copy it out) and give the buffer back. Every cycle sends one message of new
         // counter values, so its sequence number is the previous one + 1 (checked by
@@ -184,8 +183,7 @@ impl Bench {
         }
         self.scratch = scratch;
         assert_eq!(n, 1);
-        seq = ack + 1;
-        (n, seq)
+        (n, ack + 1)
     }
 }
 
