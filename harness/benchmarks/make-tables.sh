@@ -3,7 +3,7 @@
 # Run from anywhere; needs release builds of uaring, uaring-bench and the native
 # open62541 peer and, for the older server comparison, .venv with asyncua and o6.
 #
-#   cargo build --release -p uaring-shards -p uaring-harness -p uaring-peer-open62541
+#   cargo build --release -p uaring-shards -p uaring-harness -p uaring-peer-open62541 -p uaring-peer-async-opcua
 #   python3 -m venv .venv && .venv/bin/pip install asyncua o6
 #   harness/benchmarks/make-tables.sh            # ROUNDS=3 DURATION=5 WARMUP=2
 #   TABLES=headline harness/benchmarks/make-tables.sh   # one sweep; the others are re-summarized
@@ -30,6 +30,11 @@ sweep() { # name variants scenarios [summarize args…]
     if [ -z "${SKIP_RUN:-}" ] && [[ " $TABLES " == *" $name "* ]]; then
         # shellcheck disable=SC2086
         "$B" sweep $args --out "$RES/$name.jsonl"
+    elif [ -f "$RES/$name.md" ]; then
+        # Not re-measured: keep the command that produced the kept raw results.
+        local kept
+        kept=$(sed -n 's/^Reproduce: `\(.*\)`$/\1/p' "$RES/$name.md" | head -1)
+        [ -n "$kept" ] && cmd=$kept
     fi
     "$B" summarize --in "$RES/$name.jsonl" --md "$RES/$name.md" --csv "$RES/$name.csv" \
         --svg "$RES/$name" --svg-link-prefix "../$RES/" --command "$cmd" "$@"
@@ -42,9 +47,12 @@ for t in $ALL; do
             --ratio uaring-batched/open62541-batched --ratio uaring-per-request/open62541-per-request \
             --ratio uaring-sae-batched/open62541-sae-batched --ratio uaring-sae-per-request/open62541-sae-per-request \
             --ratio uaring-batched/echo-batched --ratio uaring-per-request/echo-per-request \
+            --ratio uaring-batched/async-opcua-batched --ratio uaring-per-request/async-opcua-per-request \
+            --ratio uaring-sae-batched/async-opcua-sae-batched --ratio uaring-sae-per-request/async-opcua-sae-per-request \
             --ratio open62541-batched/echo-batched --ratio open62541-per-request/echo-per-request ;;
         headline-connect) sweep headline-connect headline-connect.variants headline-connect.scenarios \
-            --ratio uaring-none/open62541-none --ratio uaring-sign-encrypt/open62541-sign-encrypt ;;
+            --ratio uaring-none/open62541-none --ratio uaring-sign-encrypt/open62541-sign-encrypt \
+            --ratio uaring-none/async-opcua-none --ratio uaring-sign-encrypt/async-opcua-sign-encrypt ;;
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
         placement) sweep placement placement.variants placement.scenarios ;;
         servers) sweep servers servers.variants servers.scenarios ;;
@@ -61,8 +69,8 @@ done
             cat "$RES/$1.md"
         fi
     }
-    section headline "Headline: uaring, native open62541 and the same-loop echo floor, both send modes, None and SignAndEncrypt"
-    section headline-connect "Session establishment: uaring and native open62541"
+    section headline "Headline: uaring, native open62541, async-opcua and the same-loop echo floor, both send modes, None and SignAndEncrypt"
+    section headline-connect "Session establishment: uaring, native open62541 and async-opcua"
     cat harness/benchmarks/Benchmarks.older.md
     section depth "Read at several depths, beside the echo floor"
     section placement "Server placement"
