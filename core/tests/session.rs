@@ -372,3 +372,32 @@ fn transfer_works_when_the_client_sent_its_certificate_on_a_none_channel() {
     let ch2 = h.shard.next_channel_id();
     assert!(matches!(h.activate_on(ch2, &token, Harness::anonymous()), Response::ActivateSession(_)));
 }
+
+#[test]
+fn channel_ids_stay_unique_across_the_counter_wrap() {
+    use uaring_core::server::context::ConnectionHost;
+    let mut h = Harness::with_config(sessions_only());
+    // A long-lived channel with a session on it.
+    h.shard.set_channel_counter(0);
+    let live = h.shard.open_channel().unwrap();
+    assert_eq!(live & 0xFF_FFFF, 1);
+    let Response::CreateSession(cs) = h.create_session_on(live, 60_000.0) else { panic!() };
+    assert!(matches!(h.activate_on(live, &cs.authentication_token, Harness::anonymous()), Response::ActivateSession(_)));
+    // 16,777,215 channels later the counter wraps: 0 and the live id are skipped.
+    h.shard.set_channel_counter(0xFF_FFFE);
+    let a = h.shard.open_channel().unwrap();
+    assert_eq!(a & 0xFF_FFFF, 0xFF_FFFF);
+    let b = h.shard.open_channel().unwrap();
+    assert_ne!(b, 0, "0 is never an id");
+    assert_ne!(b, live, "the live channel's id is not handed out again");
+    assert_eq!(b & 0xFF_FFFF, 2);
+    // Closing the new channels leaves the session on the live one bound.
+    h.shard.channel_closed(a);
+    h.shard.channel_closed(b);
+    let r = h.read_request(&cs.authentication_token, NodeId::ns0(2259));
+    assert!(matches!(h.call_on(live, r), Response::Read(_)));
+    // Once the old channel is closed its id may come back.
+    h.shard.channel_closed(live);
+    h.shard.set_channel_counter(0);
+    assert_eq!(h.shard.open_channel().unwrap(), live);
+}

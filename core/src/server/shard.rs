@@ -12,8 +12,8 @@
 //! * **Secure channel id** ([`ShardState::next_channel_id`]): `shard_index << 24 | counter`,
 //!   `counter` a per-shard 24-bit counter starting at 1 (0 is skipped: channel id 0 is what a
 //!   client sends before it has one). Up to 256 shards; [`channel_shard`] recovers the shard.
-//!   The counter wraps after 16,777,215 channels; a channel that lives through a whole wrap
-//!   could share its id with a new one, which the runtime may check with its channel table.
+//!   The counter wraps after 16,777,215 channels; ids of channels still open are skipped,
+//!   so ids are unique among live channels.
 //! * **Authentication token** (CreateSession): a ns=0 ByteString NodeId of
 //!   [`AUTH_TOKEN_LEN`] = 32 bytes:
 //!
@@ -336,6 +336,8 @@ pub struct ShardState {
     security: SecurityProvider,
     channel_counter: u32,
     open_channels: u32,
+    /// Ids of the channels open now: a new id is never one of them.
+    live_channels: std::collections::HashSet<u32>,
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
     live_sessions: usize,
@@ -362,6 +364,7 @@ impl ShardState {
             security: SecurityProvider::none_only(),
             channel_counter: 0,
             open_channels: 0,
+            live_channels: std::collections::HashSet::new(),
             slots: Vec::with_capacity(max_sessions),
             free_slots: Vec::with_capacity(max_sessions),
             live_sessions: 0,
@@ -411,15 +414,24 @@ impl ShardState {
         self.shard_index
     }
 
-    /// A new secure channel id, unique across shards: `shard_index << 24 | counter`.
+    /// A new secure channel id, unique across shards: `shard_index << 24 | counter`, never
+    /// 0 and never the id of a channel still open (the 24-bit counter wraps after
+    /// 16,777,215 channels; a long-lived channel keeps its id and the counter skips it, so
+    /// closing a recycled id can never unbind the sessions of a live channel).
     pub fn next_channel_id(&mut self) -> u32 {
         loop {
             self.channel_counter = (self.channel_counter + 1) & 0xFF_FFFF;
             let id = (self.shard_index as u32) << 24 | self.channel_counter;
-            if id != 0 {
+            if id != 0 && !self.live_channels.contains(&id) {
                 return id;
             }
         }
+    }
+
+    /// Starts the channel-id counter at `counter` (tests force the 24-bit wrap with it).
+    #[doc(hidden)]
+    pub fn set_channel_counter(&mut self, counter: u32) {
+        self.channel_counter = counter & 0xFF_FFFF;
     }
 
     /// Sessions currently held (activated or not).
@@ -682,10 +694,13 @@ impl ConnectionHost for ShardState {
             return Err(StatusCode::BadTcpNotEnoughResources);
         }
         self.open_channels += 1;
-        Ok(self.next_channel_id())
+        let id = self.next_channel_id();
+        self.live_channels.insert(id);
+        Ok(id)
     }
     fn channel_closed(&mut self, channel_id: u32) {
         self.open_channels = self.open_channels.saturating_sub(1);
+        self.live_channels.remove(&channel_id);
         self.on_channel_closed(channel_id);
     }
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {

@@ -150,6 +150,10 @@ impl TransportLimits {
         if self.max_channels_per_shard == 0 {
             return err("max_channels_per_shard", "0 is not allowed");
         }
+        if self.max_channels_per_shard >= 0xFF_FFFF {
+            // Channel ids are 24 bits per shard; a free one must always exist.
+            return err("max_channels_per_shard", "must be below 16777215");
+        }
         let d = &self.decode;
         if d.max_string_len == 0 || d.max_byte_string_len == 0 || d.max_array_len == 0 {
             return err("decode", "string, byte string and array limits must be above 0");
