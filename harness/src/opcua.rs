@@ -90,7 +90,9 @@ pub struct UaDriver {
     work: Box<dyn Workload>,
     endpoint_url: String,
     /// Send time by request id (slot = id % len).
-    sent: Vec<(u32, u64)>,
+    /// Send time by request id of every request in flight (servers may answer
+    /// far out of order).
+    sent: std::collections::HashMap<u32, u64>,
     security: Option<Arc<Security>>,
 }
 
@@ -106,7 +108,7 @@ impl UaDriver {
             stage: Stage::Channel,
             work,
             endpoint_url: endpoint_url.to_string(),
-            sent: vec![(0, 0); (inflight * 4 + 64).next_power_of_two()],
+            sent: std::collections::HashMap::with_capacity(inflight * 2 + 8),
         }
     }
 
@@ -116,8 +118,7 @@ impl UaDriver {
 
     fn send_id(&mut self, req: Request, now: u64, out: &mut Vec<u8>) -> Result<u32, String> {
         let id = self.conn.send_request(req, now_at(now), out).map_err(|s| format!("send: {}", status_name(s)))?;
-        let n = self.sent.len();
-        self.sent[id as usize % n] = (id, now);
+        self.sent.insert(id, now);
         Ok(id)
     }
 
@@ -130,13 +131,8 @@ impl UaDriver {
         Ok(())
     }
 
-    fn sent_at(&self, id: u32, now: u64) -> u64 {
-        let (sid, t) = self.sent[id as usize % self.sent.len()];
-        if sid == id {
-            t
-        } else {
-            now
-        }
+    fn sent_at(&mut self, id: u32, now: u64) -> u64 {
+        self.sent.remove(&id).unwrap_or(now)
     }
 
     fn advance_setup(&mut self, step: usize, prev: Option<&Response>, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
@@ -331,14 +327,14 @@ pub struct ReadWork {
     cursor: u32,
     /// The first variable index of the request last built by `next`.
     last_start: u32,
-    /// First variable index by request id (slot = id % len).
-    starts: Vec<(u32, u32)>,
+    /// First variable index by request id of every request in flight (a map:
+    /// servers may answer far out of order).
+    starts: std::collections::HashMap<u32, u32>,
 }
 
 impl ReadWork {
     pub fn new(inflight: usize, nodes: usize, start: u32) -> Self {
-        let slots = (inflight * 4 + 64).next_power_of_two();
-        ReadWork { inflight, nodes: nodes.max(1), cursor: start, last_start: 0, starts: vec![(u32::MAX, 0); slots] }
+        ReadWork { inflight, nodes: nodes.max(1), cursor: start, last_start: 0, starts: std::collections::HashMap::with_capacity(inflight * 2) }
     }
 
     /// Checks a Read response to a request whose first variable index was `start`.
@@ -383,15 +379,10 @@ impl Workload for ReadWork {
         })))
     }
     fn on_sent(&mut self, id: u32) {
-        let n = self.starts.len();
-        self.starts[id as usize % n] = (id, self.last_start);
+        self.starts.insert(id, self.last_start);
     }
     fn on_response(&mut self, id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
-        let n = self.starts.len();
-        let start = match self.starts[id as usize % n] {
-            (sid, s) if sid == id => Some(s),
-            _ => None,
-        };
+        let start = self.starts.remove(&id);
         self.check(resp, start)?;
         if start.is_none() {
             return Err(format!("Read: response to request {id}, which is not in flight"));

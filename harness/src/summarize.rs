@@ -158,8 +158,13 @@ fn shard_split(cell: &Cell) -> String {
 fn setup_of(cell: &Cell) -> String {
     let Some(r) = cell.runs.first() else { return String::new() };
     let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
-    // Runs from before `--send` existed were all batched.
-    let send = r.get("send").map(crate::report::fmt).unwrap_or_else(|| "batched (before --send)".into());
+    // Runs from before `--send` existed: ring scenarios were batched; connect's
+    // sequential handshake always wrote one message per send.
+    let send = match r.get("send") {
+        Some(v) => crate::report::fmt(v),
+        None if g("scenario") == "connect" => "per-request (before --send)".into(),
+        None => "batched (before --send)".into(),
+    };
     format!("{} · {} · {} · srv {} · cli {}", g("server"), g("security"), send, g("server_cpus"), g("client_cpus"))
 }
 

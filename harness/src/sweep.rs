@@ -175,6 +175,13 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
                         let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
                         match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
                             Some(Value::Object(m)) if o.status.success() => m,
+                            // A complete run whose responses had errors (exit 1): keep its
+                            // measurements; the errors column and first_error say what failed.
+                            Some(Value::Object(m)) if o.status.code() == Some(1) && m.get("errors").and_then(|e| e.as_u64()).unwrap_or(0) > 0 => {
+                                failures += 1;
+                                eprintln!("\r\x1b[K{label}: {} errors, first: {}", m["errors"], m.get("first_error").and_then(|e| e.as_str()).unwrap_or("?"));
+                                m
+                            }
                             _ => {
                                 let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
                                 let mut m = serde_json::Map::new();
