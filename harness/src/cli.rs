@@ -34,6 +34,18 @@ pub enum Command {
     Summarize(SummarizeOpts),
     /// The echo floor: `uaring_shards::EchoHandler` on uaring's shard runtime.
     EchoServer(EchoServerOpts),
+    /// Server/client placement variants derived from the CPU topology (a variant file for sweep).
+    Placements(PlacementsOpts),
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct PlacementsOpts {
+    /// Read this directory instead of /sys (all its online CPUs count as allowed).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<String>,
+    /// Write the variant file here (default: stdout).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<String>,
 }
 
 /// How the load client hands requests to the kernel.

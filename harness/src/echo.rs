@@ -134,8 +134,7 @@ fn parse_backend(s: &str) -> Result<IoBackend, String> {
 /// (one pinned shard per CPU, its default `[runtime]` configuration) with
 /// `EchoHandler` in place of the OPC UA server. Runs until SIGTERM/SIGINT.
 pub fn echo_server_main(cpus: &[usize], port: u16, backend: &str) -> Result<(), String> {
-    let mut rc = RuntimeConfig::default();
-    rc.io_backend = parse_backend(backend)?;
+    let rc = RuntimeConfig { io_backend: parse_backend(backend)?, ..Default::default() };
     let listen = SocketAddr::from(([127, 0, 0, 1], port));
     let opts = RuntimeOptions::from_config(&rc, listen, cpus.to_vec());
     // Block the stop signals in every thread (shards inherit the mask) and

@@ -5,6 +5,7 @@ pub mod args;
 pub mod cli;
 pub mod echo;
 pub mod opcua;
+pub mod placements;
 pub mod procstat;
 pub mod report;
 pub mod run;

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use uaring_harness::cli::{Cli, Command};
-use uaring_harness::{echo, run, scenarios, summarize, sweep};
+use uaring_harness::{echo, placements, run, scenarios, summarize, sweep};
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
@@ -38,6 +38,7 @@ fn real_main(cli: Cli, argv: &[String]) -> Result<i32, String> {
             sweep::sweep_main(&opts, &argv[at..])
         }
         Command::Summarize(opts) => summarize::summarize_main(&opts),
+        Command::Placements(opts) => placements::placements_main(&opts),
         Command::EchoServer(opts) => {
             let cpus = run::resolve_cpus(&opts.cpus)?;
             echo::echo_server_main(&cpus, opts.port, &opts.io_backend)?;

@@ -549,7 +549,7 @@ mod tests {
         {
             let mut ctx = Ctx { phase: PHASE_MEASURE, stats: &mut stats, shared: &shared, marks: Some(&mut c.marks) };
             for (i, len) in [5usize, 7, 3].into_iter().enumerate() {
-                c.out.extend(std::iter::repeat(i as u8 + 1).take(len));
+                c.out.resize(c.out.len() + len, i as u8 + 1);
                 ctx.mark(c.out.len());
             }
             // Unmarked trailing bytes leave in one last send.
