@@ -20,7 +20,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution"}
-ALL="headline headline-connect depth placement servers security distribution"
+ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -53,6 +53,9 @@ for t in $ALL; do
         headline-connect) sweep headline-connect headline-connect.variants headline-connect.scenarios \
             --ratio uaring-none/open62541-none --ratio uaring-sign-encrypt/open62541-sign-encrypt \
             --ratio uaring-none/async-opcua-none --ratio uaring-sign-encrypt/async-opcua-sign-encrypt ;;
+        capacity) sweep capacity capacity.variants capacity.scenarios ;;
+        subscriptions) sweep subscriptions subscriptions.variants subscriptions.scenarios ;;
+        events) sweep events events.variants events.scenarios ;;
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
         placement) sweep placement placement.variants placement.scenarios ;;
         servers) sweep servers servers.variants servers.scenarios ;;
@@ -71,6 +74,13 @@ done
     }
     section headline "Headline: uaring, native open62541, async-opcua and the same-loop echo floor, both send modes, None and SignAndEncrypt"
     section headline-connect "Session establishment: uaring, native open62541 and async-opcua"
+    section capacity "Sampling capacity: uaring and native open62541 (counters contract, 10 ms sampling, one server CPU)"
+    section subscriptions "Subscriptions: delivered share and server CPU per notification"
+    section events "Events: delivery from the cross-shard event bus"
+    if [ -f "$RES/stalled.md" ]; then
+        printf '\n## %s\n\n' "A subscriber that stops reading (SIGSTOP)"
+        cat "$RES/stalled.md"
+    fi
     cat harness/benchmarks/Benchmarks.older.md
     section depth "Read at several depths, beside the echo floor"
     section placement "Server placement"

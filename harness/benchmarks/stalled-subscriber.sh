@@ -35,10 +35,18 @@ run with-stalled
 kill -CONT $SUB; kill $SUB; wait $SUB 2>/dev/null || true
 sleep 1
 run without
-python3 - "$RES" <<'PY'
+python3 - "$RES" "$DURATION" <<'PY' | tee "$RES/stalled.md"
 import json, sys
+res, duration = sys.argv[1], sys.argv[2]
+print("Five subscribing sessions (1 subscription × 100 items each, 10 ms sampling, 100 ms publishing) and one "
+      "writer at 1,000 writes/s against one uaring shard on CPU 0, client on CPU 1, "
+      f"{duration} s measured; once with a sixth subscriber (asyncua, 100 items, queue 1000, 20 ms publishing) "
+      "stopped with SIGSTOP after it subscribed, once without.\n")
+print("| run | delivered share (the five) | notifications/s | server CPU µs/notification | p50 µs | p99 µs | server RSS kB | foreign load, cores |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for name in ("with-stalled", "without"):
-    d = json.load(open(f"{sys.argv[1]}/stalled-{name}.json"))
-    print(f"{name:13} delivered {d.get('delivered_ratio')}  notifications/s {d.get('ops_per_s')}  "
-          f"server CPU/notification {d.get('server_cpu_us_per_op')} us  p99 {d.get('p99_us')} us  RSS {d.get('server_rss_kb')} KiB")
+    d = json.load(open(f"{res}/stalled-{name}.json"))
+    print(f"| {name} | {d.get('delivered_ratio')} | {d.get('ops_per_s')} | {d.get('server_cpu_us_per_op')} | "
+          f"{d.get('p50_us')} | {d.get('p99_us')} | {d.get('server_rss_kb')} | {d.get('foreign_cores')} |")
+print("\nReproduce: `harness/benchmarks/stalled-subscriber.sh` (commit " + str(d.get("commit")) + ")")
 PY

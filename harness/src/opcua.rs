@@ -629,9 +629,16 @@ impl SubscriberWork {
         }
     }
 
-    fn create_items(&self, sub_id: u32, sub_index: usize) -> Request {
-        let mut items_to_create = Vec::with_capacity(self.items);
-        for j in 0..self.items {
+    /// CreateMonitoredItems calls per subscription: at most `ITEMS_PER_CALL` items each (a
+    /// server may cap MaxMonitoredItemsPerCall; uaring's contract mode allows 100,000).
+    fn calls_per_sub(&self) -> usize {
+        self.items.div_ceil(ITEMS_PER_CALL).max(1)
+    }
+
+    fn create_items(&self, sub_id: u32, sub_index: usize, part: usize) -> Request {
+        let range = (part * ITEMS_PER_CALL)..((part + 1) * ITEMS_PER_CALL).min(self.items);
+        let mut items_to_create = Vec::with_capacity(range.len());
+        for j in range {
             let (attr, filter) = match self.kind {
                 SubKind::Events => {
                     let field = |name: &str| SimpleAttributeOperand {
@@ -652,7 +659,9 @@ impl SubscriberWork {
                     client_handle: (sub_index * self.items + j) as u32,
                     sampling_interval: self.sampling_ms,
                     filter,
-                    queue_size: self.queue,
+                    // Events: 0 asks for the server's default event queue (Part 4 §5.12.1.5);
+                    // a queue of one would keep one event per publishing interval.
+                    queue_size: if self.kind == SubKind::Events { 0 } else { self.queue },
                     discard_oldest: true,
                 },
             });
@@ -697,8 +706,9 @@ impl Workload for SubscriberWork {
             }))));
         }
         let k = step - self.subs;
-        if k < self.subs {
-            return Ok(Some(self.create_items(self.sub_ids[k], k)));
+        let per = self.calls_per_sub();
+        if k < self.subs * per {
+            return Ok(Some(self.create_items(self.sub_ids[k / per], k / per, k % per)));
         }
         Ok(None)
     }
@@ -817,6 +827,9 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 /// `sub`: sessions × subscriptions × items plus writer sessions; ops are
 /// delivered notifications, latency is write→notify. `events`: sessions ×
 /// subscriptions × event items on the Server object; ops are events.
+/// Most items in one CreateMonitoredItems request of the subscribing workloads.
+const ITEMS_PER_CALL: usize = 10_000;
+
 fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let events = cfg.scenario == "events";
     let o = &cfg.opts;

@@ -18,6 +18,13 @@ pub const METRICS: &[(&str, &str, usize)] = &[
     ("foreign_cores", "foreign load, cores", 2),
 ];
 
+/// Metrics shown only in tables whose runs report them (subscriptions, capacity).
+pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
+    ("capacity_items", "capacity, items", 0),
+    ("min_sample_ratio", "min sample ratio", 3),
+    ("delivered_ratio", "delivered share", 3),
+];
+
 /// Results of one (scenario, variant) cell.
 #[derive(Clone, Debug, Default)]
 pub struct Cell {
@@ -185,17 +192,32 @@ pub fn markdown(t: &Table) -> String {
                 if let Some(n) = r.get("nodes") {
                     x.push_str(&format!(", {} nodes per request", crate::report::fmt(n)));
                 }
+                if r.get("sessions").is_some() {
+                    x.push_str(&format!(
+                        ", {} sessions × {} subscriptions × {} items, {} writer(s) at {} writes/s, publishing {} ms, sampling {} ms",
+                        g("sessions"),
+                        g("subscriptions"),
+                        g("items"),
+                        g("writers"),
+                        g("write_rate"),
+                        g("publishing_ms"),
+                        g("sampling_ms")
+                    ));
+                }
                 x.push_str(&format!(", {} s measured", g("seconds")));
                 x
             })
             .unwrap_or_default();
         s.push_str(&format!("#### {sc}\n\n{shape}; median (min–max) over runs.\n\n"));
+        let reported = |k: &str| variants.iter().any(|v| t.cells[&(sc.clone(), (*v).clone())].runs.iter().any(|r| r.get(k).is_some_and(|x| !x.is_null())));
+        let metrics: Vec<(&str, &str, usize)> =
+            EXTRA_METRICS.iter().copied().filter(|(k, _, _)| reported(k)).chain(METRICS.iter().copied()).collect();
         s.push_str("| variant | setup | conns/shard | runs |");
-        for (_, title, _) in METRICS {
+        for (_, title, _) in &metrics {
             s.push_str(&format!(" {title} |"));
         }
         s.push_str(" ops/s ratio | errors | discarded |\n|---|---|---|---:|");
-        for _ in METRICS {
+        for _ in &metrics {
             s.push_str("---:|");
         }
         s.push_str("---:|---:|---:|\n");
@@ -204,7 +226,7 @@ pub fn markdown(t: &Table) -> String {
             let cell = &t.cells[&(sc.clone(), v.clone())];
             let runs = if cell.failed > 0 { format!("{} (+{} failed)", cell.runs.len(), cell.failed) } else { cell.runs.len().to_string() };
             s.push_str(&format!("| {v} | {} | {} | {runs} |", setup_of(cell), shard_split(cell)));
-            for (k, _, d) in METRICS {
+            for (k, _, d) in &metrics {
                 s.push_str(&format!(" {} |", stat_cell(cell.stat(k), *d)));
             }
             let ratio = match cell.stat("ops_per_s") {
