@@ -1231,20 +1231,7 @@ impl SubscriptionEngine {
             links: Vec::new(),
             event: None,
         };
-        let it = match self.item_free.pop() {
-            Some(i) => {
-                self.items[i as usize] = Some(item);
-                i
-            }
-            None => {
-                self.items.push(Some(item));
-                (self.items.len() - 1) as u32
-            }
-        };
-        self.item_ids.insert(id, it);
-        if let Some(s) = self.subs[slot as usize].as_mut() {
-            s.items.push(it);
-        }
+        let it = self.insert_item(slot, id, item);
         if mode != MonitoringMode::Disabled {
             self.start_sampling(it, now);
             // The first sample is taken at once: its value is the initial notification.
@@ -1317,6 +1304,21 @@ impl SubscriptionEngine {
             links: Vec::new(),
             event: Some(Box::new(EventItem { notifier: rv.node_id.clone(), filter: compiled })),
         };
+        let it = self.insert_item(slot, id, item);
+        self.event_items.push(it);
+        let has_errors = filter_result.select_clause_results.iter().any(|s| s.is_bad())
+            || filter_result.where_clause_result.element_results.iter().any(|s| s.status_code.is_bad());
+        Ok(MonitoredItemCreateResult {
+            status_code: StatusCode::Good,
+            monitored_item_id: id,
+            revised_sampling_interval: 0.0,
+            revised_queue_size: queue_size,
+            filter_result: if has_errors { ExtensionObject::from_struct(&filter_result) } else { ExtensionObject::null() },
+        })
+    }
+
+    /// Stores a new item in the pool and in its subscription; returns its slot.
+    fn insert_item(&mut self, slot: u32, id: u32, item: MonitoredItem) -> u32 {
         let it = match self.item_free.pop() {
             Some(i) => {
                 self.items[i as usize] = Some(item);
@@ -1331,16 +1333,7 @@ impl SubscriptionEngine {
         if let Some(s) = self.subs[slot as usize].as_mut() {
             s.items.push(it);
         }
-        self.event_items.push(it);
-        let has_errors = filter_result.select_clause_results.iter().any(|s| s.is_bad())
-            || filter_result.where_clause_result.element_results.iter().any(|s| s.status_code.is_bad());
-        Ok(MonitoredItemCreateResult {
-            status_code: StatusCode::Good,
-            monitored_item_id: id,
-            revised_sampling_interval: 0.0,
-            revised_queue_size: queue_size,
-            filter_result: if has_errors { ExtensionObject::from_struct(&filter_result) } else { ExtensionObject::null() },
-        })
+        it
     }
 
     /// Revised sampling interval (Part 4 §5.12.1.2): negative = the publishing interval; 0 =
