@@ -942,16 +942,7 @@ impl SubscriptionEngine {
             status_change: None,
             retrans: VecDeque::new(),
         };
-        let slot = match self.sub_free.pop() {
-            Some(s) => {
-                self.subs[s as usize] = Some(sub);
-                s
-            }
-            None => {
-                self.subs.push(Some(sub));
-                (self.subs.len() - 1) as u32
-            }
-        };
+        let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
         self.sub_heap.push(Reverse((now.mono_ns.saturating_add(interval_ns), slot, 0)));
         self.sessions.entry(key).or_default().subs.push(slot);
@@ -1235,7 +1226,7 @@ impl SubscriptionEngine {
         if mode != MonitoringMode::Disabled {
             self.start_sampling(it, now);
             // The first sample is taken at once: its value is the initial notification.
-            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &initial_sample(space, node_index, rv.attribute_id, initial, now), now);
+            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &initial_sample(initial, now), now);
         }
         Ok(MonitoredItemCreateResult {
             status_code: StatusCode::Good,
@@ -1266,12 +1257,7 @@ impl SubscriptionEngine {
             return Err(StatusCode::BadAttributeIdInvalid);
         }
         let params = &r.requested_parameters;
-        let filter = match params.filter.decode_as::<crate::generated::types::EventFilter>(crate::DecodeLimits::default()) {
-            Some(Ok(f)) => f,
-            Some(Err(_)) => return Err(StatusCode::BadEventFilterInvalid),
-            None if params.filter.is_null() => return Err(StatusCode::BadEventFilterInvalid),
-            None => return Err(StatusCode::BadFilterNotAllowed),
-        };
+        let filter = decode_event_filter(&params.filter)?;
         let (compiled, filter_result) = match crate::events::filter::compile_with(&filter, space, event_limits) {
             Ok(x) => x,
             Err((status, result)) => {
@@ -1306,29 +1292,18 @@ impl SubscriptionEngine {
         };
         let it = self.insert_item(slot, id, item);
         self.event_items.push(it);
-        let has_errors = filter_result.select_clause_results.iter().any(|s| s.is_bad())
-            || filter_result.where_clause_result.element_results.iter().any(|s| s.status_code.is_bad());
         Ok(MonitoredItemCreateResult {
             status_code: StatusCode::Good,
             monitored_item_id: id,
             revised_sampling_interval: 0.0,
             revised_queue_size: queue_size,
-            filter_result: if has_errors { ExtensionObject::from_struct(&filter_result) } else { ExtensionObject::null() },
+            filter_result: filter_result_object(&filter_result),
         })
     }
 
     /// Stores a new item in the pool and in its subscription; returns its slot.
     fn insert_item(&mut self, slot: u32, id: u32, item: MonitoredItem) -> u32 {
-        let it = match self.item_free.pop() {
-            Some(i) => {
-                self.items[i as usize] = Some(item);
-                i
-            }
-            None => {
-                self.items.push(Some(item));
-                (self.items.len() - 1) as u32
-            }
-        };
+        let it = slab_insert(&mut self.items, &mut self.item_free, item);
         self.item_ids.insert(id, it);
         if let Some(s) = self.subs[slot as usize].as_mut() {
             s.items.push(it);
@@ -1420,16 +1395,7 @@ impl SubscriptionEngine {
                 let generation = self.bucket_generation;
                 let next_ns = now.mono_ns.saturating_add(interval_ns);
                 let bucket = Bucket { interval_ns, next_ns, sources: Vec::new(), generation };
-                let b = match self.bucket_free.pop() {
-                    Some(b) => {
-                        self.buckets[b as usize] = Some(bucket);
-                        b
-                    }
-                    None => {
-                        self.buckets.push(Some(bucket));
-                        (self.buckets.len() - 1) as u32
-                    }
-                };
+                let b = slab_insert(&mut self.buckets, &mut self.bucket_free, bucket);
                 self.bucket_map.insert(interval_ns, b);
                 self.bucket_heap.push(Reverse((next_ns, b, generation)));
                 b
@@ -1437,16 +1403,7 @@ impl SubscriptionEngine {
         };
         let pos = self.buckets[b as usize].as_ref().map_or(0, |bk| bk.sources.len() as u32);
         let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, last: None, bucket: b, pos, items: Vec::new() };
-        let s = match self.source_free.pop() {
-            Some(s) => {
-                self.sources[s as usize] = Some(source);
-                s
-            }
-            None => {
-                self.sources.push(Some(source));
-                (self.sources.len() - 1) as u32
-            }
-        };
+        let s = slab_insert(&mut self.sources, &mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
             bk.sources.push(s);
         }
@@ -1572,12 +1529,7 @@ impl SubscriptionEngine {
         ts: Timestamps,
         p: &crate::generated::types::MonitoringParameters,
     ) -> Result<MonitoredItemModifyResult, StatusCode> {
-        let filter = match p.filter.decode_as::<crate::generated::types::EventFilter>(crate::DecodeLimits::default()) {
-            Some(Ok(f)) => f,
-            Some(Err(_)) | None if p.filter.is_null() => return Err(StatusCode::BadEventFilterInvalid),
-            Some(Err(_)) => return Err(StatusCode::BadEventFilterInvalid),
-            None => return Err(StatusCode::BadFilterNotAllowed),
-        };
+        let filter = decode_event_filter(&p.filter)?;
         let (compiled, result) = match crate::events::filter::compile_with(&filter, space, event_limits) {
             Ok(x) => x,
             Err((status, result)) => {
@@ -1592,13 +1544,11 @@ impl SubscriptionEngine {
         if let Some(e) = item.event.as_mut() {
             e.filter = compiled;
         }
-        let has_errors = result.select_clause_results.iter().any(|s| s.is_bad())
-            || result.where_clause_result.element_results.iter().any(|s| s.status_code.is_bad());
         Ok(MonitoredItemModifyResult {
             status_code: StatusCode::Good,
             revised_sampling_interval: 0.0,
             revised_queue_size: queue_size,
-            filter_result: if has_errors { ExtensionObject::from_struct(&result) } else { ExtensionObject::null() },
+            filter_result: filter_result_object(&result),
         })
     }
 
@@ -1734,6 +1684,43 @@ impl SubscriptionEngine {
             }
         }
         Ok((add_results, remove_results))
+    }
+}
+
+/// Puts `v` into a free slot of a pool (or a new one) and returns the slot.
+fn slab_insert<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 {
+    match free.pop() {
+        Some(i) => {
+            slots[i as usize] = Some(v);
+            i
+        }
+        None => {
+            slots.push(Some(v));
+            (slots.len() - 1) as u32
+        }
+    }
+}
+
+/// MonitoringParameters.filter of an event item: an EventFilter (a null or undecodable one
+/// is Bad_EventFilterInvalid, another filter type Bad_FilterNotAllowed).
+fn decode_event_filter(filter: &ExtensionObject) -> Result<crate::generated::types::EventFilter, StatusCode> {
+    match filter.decode_as::<crate::generated::types::EventFilter>(crate::DecodeLimits::default()) {
+        Some(Ok(f)) => Ok(f),
+        Some(Err(_)) => Err(StatusCode::BadEventFilterInvalid),
+        None if filter.is_null() => Err(StatusCode::BadEventFilterInvalid),
+        None => Err(StatusCode::BadFilterNotAllowed),
+    }
+}
+
+/// The EventFilterResult returned to the client: only when a clause has a Bad status (Part
+/// 4 §7.22.3 lets the server omit an all-Good result).
+fn filter_result_object(r: &crate::generated::types::EventFilterResult) -> ExtensionObject {
+    let bad = r.select_clause_results.iter().any(|s| s.is_bad())
+        || r.where_clause_result.element_results.iter().any(|e| e.status_code.is_bad());
+    if bad {
+        ExtensionObject::from_struct(r)
+    } else {
+        ExtensionObject::null()
     }
 }
 
@@ -1997,7 +1984,7 @@ fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: N
 
 /// The first sample of a new item: the value the creation check already read (a counter
 /// must not count twice).
-fn initial_sample(_space: &AddressSpace, _node_index: u32, _attribute_id: u32, initial: DataValue, now: Now) -> DataValue {
+fn initial_sample(initial: DataValue, now: Now) -> DataValue {
     let mut dv = initial;
     if dv.server_timestamp.is_none() {
         dv.server_timestamp = Some(now.utc);
