@@ -8,7 +8,8 @@
 //!   grammar.
 //! * [`pin_current_thread`], [`pin_pid`], [`pin_process_all_threads`] and
 //!   [`allowed_cpus`] wrap the affinity system calls with masks of any size.
-//! * [`topology_command`] is the `uaring topology` subcommand.
+//! * [`topology_report`] is the `uaring topology` subcommand (its command line is parsed by the
+//!   `uaring` binary).
 //! * [`fixture`] builds sysfs trees of other machines for tests.
 
 mod cli;
@@ -19,7 +20,7 @@ mod pin;
 mod render;
 mod topology;
 
-pub use cli::{run as topology_command_with_output, topology_command};
+pub use cli::{topology_command, topology_report, TopologyOutput, TopologyRequest};
 pub use mask::MaskError;
 pub use pin::{
     allowed_cpus, allowed_cpus_of, pin_current_thread, pin_pid, pin_process_all_threads, CpuMask,

@@ -1,13 +1,15 @@
-//! The `uaring topology` subcommand, driven through its library entry point.
+//! The `uaring topology` report, driven through its typed library entry point (the binary's
+//! command-line parsing is tested in shards/tests/serve.rs).
 
-use uaring_affinity::fixture;
-use uaring_affinity::topology_command_with_output as run;
+use std::path::PathBuf;
 
-fn call(args: &[&str]) -> (i32, String, String) {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+use uaring_affinity::{fixture, topology_report, TopologyOutput, TopologyRequest};
+
+fn call(root: Option<&str>, output: TopologyOutput) -> (i32, String, String) {
+    let request = TopologyRequest { sysfs_root: root.map(PathBuf::from), output };
     let mut out = Vec::new();
     let mut err = Vec::new();
-    let code = run(&args, &mut out, &mut err);
+    let code = topology_report(&request, &mut out, &mut err);
     (
         code,
         String::from_utf8_lossy(&out).into_owned(),
@@ -15,16 +17,20 @@ fn call(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+fn resolve(e: &str) -> TopologyOutput {
+    TopologyOutput::Resolve(e.to_string())
+}
+
 #[test]
 fn resolve_prints_one_ascending_line() {
     let tree = fixture::intel_8p_16e().build("cli-resolve").unwrap();
     let root = tree.path().to_str().unwrap();
-    let (code, out, err) = call(&["--sysfs-root", root, "--resolve", "P:nosmt,16"]);
+    let (code, out, err) = call(Some(root), resolve("P:nosmt,16"));
     assert_eq!(
         (code, out.as_str(), err.as_str()),
         (0, "0,2,4,6,8,10,12,14,16\n", "")
     );
-    let (code, out, _) = call(&[&format!("--sysfs-root={root}"), "--resolve=0xF"]);
+    let (code, out, _) = call(Some(root), resolve("0xF"));
     assert_eq!((code, out.as_str()), (0, "0,1,2,3\n"));
 }
 
@@ -32,7 +38,7 @@ fn resolve_prints_one_ascending_line() {
 fn resolve_errors_exit_1_and_name_the_part() {
     let tree = fixture::vm_2vcpu().build("cli-bad").unwrap();
     let root = tree.path().to_str().unwrap();
-    let (code, out, err) = call(&["--sysfs-root", root, "--resolve", "all,bogus"]);
+    let (code, out, err) = call(Some(root), resolve("all,bogus"));
     assert_eq!(code, 1);
     assert!(out.is_empty());
     assert!(err.contains("\"bogus\""), "{err}");
@@ -42,7 +48,7 @@ fn resolve_errors_exit_1_and_name_the_part() {
 fn json_output() {
     let tree = fixture::arm_big_little().build("cli-json").unwrap();
     let root = tree.path().to_str().unwrap();
-    let (code, out, _) = call(&["--json", "--sysfs-root", root]);
+    let (code, out, _) = call(Some(root), TopologyOutput::Json);
     assert_eq!(code, 0);
     assert!(out.starts_with("{\"cpus\":[{\"cpu\":0,"), "{out}");
     assert!(out.contains(r#""classes":[{"name":"P","cpus":[4,5,6,7],"cores":4},{"name":"E","cpus":[0,1,2,3],"cores":4}]"#), "{out}");
@@ -54,7 +60,7 @@ fn json_output() {
 fn table_output() {
     let tree = fixture::two_socket_numa().build("cli-table").unwrap();
     let root = tree.path().to_str().unwrap();
-    let (code, out, _) = call(&["--sysfs-root", root]);
+    let (code, out, _) = call(Some(root), TopologyOutput::Table);
     assert_eq!(code, 0);
     assert_eq!(
         out.lines()
@@ -67,32 +73,21 @@ fn table_output() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
-    assert_eq!(call(&["--frobnicate"]).0, 2);
-    assert_eq!(call(&["--sysfs-root"]).0, 2);
-    assert_eq!(call(&["--resolve"]).0, 2);
-    assert_eq!(call(&["--json", "--resolve", "all"]).0, 2);
-    let (code, out, _) = call(&["--help"]);
-    assert_eq!(code, 0);
-    assert!(out.contains("--resolve EXPR"));
-}
-
-#[test]
 fn unreadable_root_exits_1() {
     let tree = fixture::TempTree::new("cli-empty").unwrap();
-    let (code, _, err) = call(&["--sysfs-root", tree.path().to_str().unwrap()]);
+    let (code, _, err) = call(Some(tree.path().to_str().unwrap()), TopologyOutput::Table);
     assert_eq!(code, 1);
     assert!(err.contains("devices/system/cpu/online"), "{err}");
 }
 
 #[test]
 fn live_machine() {
-    let (code, out, err) = call(&["--resolve", "all"]);
+    let (code, out, err) = call(None, resolve("all"));
     assert_eq!(code, 0, "{err}");
     let allowed = uaring_affinity::allowed_cpus().unwrap();
     let expected: Vec<String> = allowed.iter().map(|c| c.to_string()).collect();
     assert_eq!(out.trim_end(), expected.join(","));
-    let (code, out, _) = call(&[]);
+    let (code, out, _) = call(None, TopologyOutput::Table);
     assert_eq!(code, 0);
     assert!(out.contains("classes (from"));
 }

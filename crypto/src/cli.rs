@@ -1,5 +1,6 @@
 //! Library side of the command-line helpers the `uaring` binary exposes:
-//! `uaring cert generate|show|trust` and `uaring hash-password`.
+//! `uaring cert generate|show|trust` and `uaring hash-password`. The binary parses the command
+//! line (clap, in shards/src/cli.rs) and calls these typed entry points.
 
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
@@ -9,11 +10,6 @@ use crate::cert::{generate_self_signed, to_hex, Certificate, CertificateRequest}
 use crate::pki::{Pki, PkiConfig};
 use crate::status;
 use crate::user::hash_password;
-
-const CERT_USAGE: &str = "usage:
-  uaring cert generate [--uri URI] [--name NAME] [--host DNS]... [--ip ADDR]... [--days N] [--bits N] [--force]
-  uaring cert show [FILE]          (default: the own certificate)
-  uaring cert trust FILE           (copy FILE into trusted/certs)";
 
 fn now_unix_s() -> i64 {
     std::time::SystemTime::now()
@@ -31,152 +27,104 @@ pub fn system_hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// `uaring cert …` with stdout/stderr. Returns the process exit code.
-pub fn cert_command(args: &[String], pki_dir: &Path) -> i32 {
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    cert_command_io(args, pki_dir, &mut stdout.lock(), &mut stderr.lock())
+/// Key sizes `uaring cert generate --bits` accepts.
+pub const KEY_BITS_ALLOWED: [usize; 3] = [2048, 3072, 4096];
+/// The longest validity `uaring cert generate --days` accepts.
+pub const VALIDITY_DAYS_MAX: u32 = 36_500;
+
+/// Options of `uaring cert generate` (the binary parses them with clap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenerateOptions {
+    /// ApplicationUri in the subjectAltName; default `urn:<host>:uaring`.
+    pub uri: Option<String>,
+    /// Common name; default `uaring@<host>`.
+    pub name: Option<String>,
+    /// DNS names; default the machine's host name.
+    pub hosts: Vec<String>,
+    /// IP addresses; default 127.0.0.1.
+    pub ips: Vec<IpAddr>,
+    /// Validity in days, 1..=[`VALIDITY_DAYS_MAX`].
+    pub days: u32,
+    /// RSA key size, one of [`KEY_BITS_ALLOWED`].
+    pub bits: usize,
+    /// Replace an existing own certificate.
+    pub force: bool,
 }
 
-/// `uaring cert …` writing to the given streams (testable form of [`cert_command`]).
-pub fn cert_command_io(
-    args: &[String],
-    pki_dir: &Path,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> i32 {
-    let Some(sub) = args.first() else {
-        let _ = writeln!(err, "{CERT_USAGE}");
-        return 2;
-    };
-    let mut pki = match Pki::open(pki_dir, PkiConfig::default()) {
-        Ok(p) => p,
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self { uri: None, name: None, hosts: Vec::new(), ips: Vec::new(), days: 5 * 365, bits: 2048, force: false }
+    }
+}
+
+fn open_pki(pki_dir: &Path, err: &mut dyn Write) -> Option<Pki> {
+    match Pki::open(pki_dir, PkiConfig::default()) {
+        Ok(p) => Some(p),
         Err(e) => {
             let _ = writeln!(err, "cannot open PKI directory {}: {e}", pki_dir.display());
-            return 1;
-        }
-    };
-    match sub.as_str() {
-        "generate" => cert_generate(&args[1..], &pki, out, err),
-        "show" => {
-            let path = match args.get(1) {
-                Some(p) => p.into(),
-                None => pki.own_cert_path(),
-            };
-            match std::fs::read(&path) {
-                Ok(bytes) => match Certificate::from_pem_or_der(&bytes) {
-                    Ok(cert) => {
-                        let _ = write!(out, "{}", describe(&cert));
-                        0
-                    }
-                    Err(code) => {
-                        let _ = writeln!(err, "{}: not a certificate ({})", path.display(), status::name(code));
-                        1
-                    }
-                },
-                Err(e) => {
-                    let _ = writeln!(err, "{}: {e}", path.display());
-                    1
-                }
-            }
-        }
-        "trust" => {
-            let Some(file) = args.get(1) else {
-                let _ = writeln!(err, "{CERT_USAGE}");
-                return 2;
-            };
-            match pki.trust_file(Path::new(file)) {
-                Ok(cert) => {
-                    let _ = writeln!(
-                        out,
-                        "trusted {} ({}) in {}",
-                        cert.subject(),
-                        cert.thumbprint_hex(),
-                        pki.dir("trusted/certs").display()
-                    );
-                    0
-                }
-                Err(e) => {
-                    let _ = writeln!(err, "{e}");
-                    1
-                }
-            }
-        }
-        "help" | "--help" | "-h" => {
-            let _ = writeln!(out, "{CERT_USAGE}");
-            0
-        }
-        other => {
-            let _ = writeln!(err, "unknown cert command {other:?}\n{CERT_USAGE}");
-            2
+            None
         }
     }
 }
 
-fn cert_generate(args: &[String], pki: &Pki, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let host = system_hostname();
-    let mut uri = None;
-    let mut name = None;
-    let mut hosts = Vec::new();
-    let mut ips: Vec<IpAddr> = Vec::new();
-    let mut days = 5 * 365u32;
-    let mut bits = 2048usize;
-    let mut force = false;
-    let mut i = 0;
-    while i < args.len() {
-        let flag = args[i].as_str();
-        if flag == "--force" {
-            force = true;
-            i += 1;
-            continue;
-        }
-        let Some(v) = args.get(i + 1) else {
-            let _ = writeln!(err, "{flag}: missing value\n{CERT_USAGE}");
-            return 2;
-        };
-        i += 2;
-        let problem = match flag {
-            "--uri" => {
-                uri = Some(v.clone());
-                None
+/// `uaring cert show [FILE]`: describes FILE, or the own certificate without one.
+/// Exit code 0, or 1 when the file is missing or not a certificate.
+pub fn cert_show(file: Option<&Path>, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let path = match file {
+        Some(p) => p.to_path_buf(),
+        None => match open_pki(pki_dir, err) {
+            Some(pki) => pki.own_cert_path(),
+            None => return 1,
+        },
+    };
+    match std::fs::read(&path) {
+        Ok(bytes) => match Certificate::from_pem_or_der(&bytes) {
+            Ok(cert) => {
+                let _ = write!(out, "{}", describe(&cert));
+                0
             }
-            "--name" => {
-                name = Some(v.clone());
-                None
+            Err(code) => {
+                let _ = writeln!(err, "{}: not a certificate ({})", path.display(), status::name(code));
+                1
             }
-            "--host" => {
-                hosts.push(v.clone());
-                None
-            }
-            "--ip" => match v.parse() {
-                Ok(ip) => {
-                    ips.push(ip);
-                    None
-                }
-                Err(_) => Some(format!("--ip {v:?}: not an IP address")),
-            },
-            "--days" => match v.parse::<u32>() {
-                Ok(d) if (1..=36500).contains(&d) => {
-                    days = d;
-                    None
-                }
-                _ => Some(format!("--days {v:?}: expected 1..=36500")),
-            },
-            "--bits" => match v.parse::<usize>() {
-                Ok(b) if [2048, 3072, 4096].contains(&b) => {
-                    bits = b;
-                    None
-                }
-                _ => Some(format!("--bits {v:?}: expected 2048, 3072 or 4096")),
-            },
-            other => Some(format!("unknown option {other:?}\n{CERT_USAGE}")),
-        };
-        if let Some(p) = problem {
-            let _ = writeln!(err, "{p}");
-            return 2;
+        },
+        Err(e) => {
+            let _ = writeln!(err, "{}: {e}", path.display());
+            1
         }
     }
-    if !force && (pki.own_cert_path().exists() || pki.own_key_path().exists()) {
+}
+
+/// `uaring cert trust FILE`: copies a certificate into trusted/certs. Exit code 0 or 1.
+pub fn cert_trust(file: &Path, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let Some(mut pki) = open_pki(pki_dir, err) else { return 1 };
+    match pki.trust_file(file) {
+        Ok(cert) => {
+            let _ = writeln!(out, "trusted {} ({}) in {}", cert.subject(), cert.thumbprint_hex(), pki.dir("trusted/certs").display());
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(err, "{e}");
+            1
+        }
+    }
+}
+
+/// `uaring cert generate`: a self-signed application instance certificate and key in the PKI
+/// directory. Exit code 0; 1 when one exists already (without `force`) or generation fails; 2 for
+/// options out of range.
+pub fn cert_generate(opts: &GenerateOptions, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    if !KEY_BITS_ALLOWED.contains(&opts.bits) {
+        let _ = writeln!(err, "--bits {}: expected 2048, 3072 or 4096", opts.bits);
+        return 2;
+    }
+    if !(1..=VALIDITY_DAYS_MAX).contains(&opts.days) {
+        let _ = writeln!(err, "--days {}: expected 1..={VALIDITY_DAYS_MAX}", opts.days);
+        return 2;
+    }
+    let Some(pki) = open_pki(pki_dir, err) else { return 1 };
+    let host = system_hostname();
+    if !opts.force && (pki.own_cert_path().exists() || pki.own_key_path().exists()) {
         let _ = writeln!(
             err,
             "{} already exists; pass --force to replace it",
@@ -184,19 +132,21 @@ fn cert_generate(args: &[String], pki: &Pki, out: &mut dyn Write, err: &mut dyn 
         );
         return 1;
     }
+    let mut hosts = opts.hosts.clone();
     if hosts.is_empty() {
         hosts.push(host.clone());
     }
+    let mut ips = opts.ips.clone();
     if ips.is_empty() {
         ips.push(IpAddr::from([127, 0, 0, 1]));
     }
-    let uri = uri.unwrap_or_else(|| format!("urn:{host}:uaring"));
-    let name = name.unwrap_or_else(|| format!("uaring@{host}"));
+    let uri = opts.uri.clone().unwrap_or_else(|| format!("urn:{host}:uaring"));
+    let name = opts.name.clone().unwrap_or_else(|| format!("uaring@{host}"));
     let mut req = CertificateRequest::new(&uri, &name, now_unix_s());
     req.dns_names = hosts;
     req.ip_addresses = ips;
-    req.validity_days = days;
-    req.key_bits = bits;
+    req.validity_days = opts.days;
+    req.key_bits = opts.bits;
     let (cert, key) = match generate_self_signed(&req) {
         Ok(v) => v,
         Err(code) => {

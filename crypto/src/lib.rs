@@ -9,7 +9,7 @@
 //! - [`Certificate`], [`generate_self_signed`], [`Pki`]: certificates and the PKI directory.
 //! - [`encrypt_user_password`], [`decrypt_user_password`], [`UserStore`], [`LoginLimiter`]:
 //!   user authentication.
-//! - [`cert_command`], [`hash_password_command`]: the CLI helpers.
+//! - [`cert_generate`], [`cert_show`], [`cert_trust`], [`hash_password_command`]: the CLI helpers.
 //!
 //! Errors are OPC UA status codes as plain `u32` (see [`status`]). Nothing here reads a clock on
 //! the request path: times are passed in.
@@ -34,7 +34,7 @@ pub use asymmetric::{
     encrypted_len, new_nonce, plain_text_block_size, random_bytes, PrivateKey,
 };
 pub use cert::{generate_self_signed, thumbprint, Certificate, CertificateRequest};
-pub use cli::{cert_command, hash_password_command};
+pub use cli::{cert_generate, cert_show, cert_trust, hash_password_command, GenerateOptions};
 pub use kdf::{p_hash, p_sha1, p_sha256};
 pub use pki::{CertRole, Crl, Pki, PkiConfig, ACCEPT_ALL_WARNING};
 pub use policy::{check_padding, padding_len, write_padding, PolicyId, SecurityMode};

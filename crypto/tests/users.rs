@@ -4,7 +4,7 @@ mod common;
 use std::net::IpAddr;
 
 use common::{now_unix_s, TempDir};
-use uaring_crypto::cli::{cert_command_io, hash_password_command_io};
+use uaring_crypto::cli::{cert_generate, cert_show, cert_trust, hash_password_command_io, GenerateOptions};
 use uaring_crypto::{
     asym_sign, decrypt_user_password, encrypt_user_password, generate_self_signed, hash_password,
     signature_data, status, verify_password, verify_x509_user_token, CertificateRequest,
@@ -147,14 +147,14 @@ fn login_limiter_evicts_refilled_entries_first() {
 fn cli_cert_generate_show_trust() {
     let tmp = TempDir::new("cli");
     let pki_dir = tmp.path().join("pki");
-    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = cert_command_io(
-        &args(&["generate", "--uri", "urn:cli:test", "--host", "box", "--ip", "10.1.2.3"]),
-        &pki_dir,
-        &mut out,
-        &mut err,
-    );
+    let opts = GenerateOptions {
+        uri: Some("urn:cli:test".into()),
+        hosts: vec!["box".into()],
+        ips: vec!["10.1.2.3".parse().unwrap()],
+        ..GenerateOptions::default()
+    };
+    let code = cert_generate(&opts, &pki_dir, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("application uri: urn:cli:test"), "{text}");
@@ -162,29 +162,31 @@ fn cli_cert_generate_show_trust() {
     assert!(text.contains("10.1.2.3"));
     // A second generate without --force refuses to overwrite.
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(cert_command_io(&args(&["generate"]), &pki_dir, &mut out, &mut err), 1);
+    assert_eq!(cert_generate(&GenerateOptions::default(), &pki_dir, &mut out, &mut err), 1);
     assert!(String::from_utf8_lossy(&err).contains("--force"));
     // show (own certificate by default).
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(cert_command_io(&args(&["show"]), &pki_dir, &mut out, &mut err), 0);
+    assert_eq!(cert_show(None, &pki_dir, &mut out, &mut err), 0);
     assert!(String::from_utf8_lossy(&out).contains("key:             RSA 2048 bits"));
     // trust a PEM file.
     let (peer, _) = generate_self_signed(&CertificateRequest::new("urn:peer", "peer", now_unix_s())).unwrap();
     let pem_path = tmp.path().join("peer.pem");
     std::fs::write(&pem_path, uaring_crypto::cert::to_pem(peer.der())).unwrap();
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = cert_command_io(&args(&["trust", pem_path.to_str().unwrap()]), &pki_dir, &mut out, &mut err);
+    let code = cert_trust(&pem_path, &pki_dir, &mut out, &mut err);
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
     let pki = Pki::open(&pki_dir, PkiConfig::default()).unwrap();
     pki.validate_client(peer.der(), Some("urn:peer"), now_unix_s()).unwrap();
-    // Errors: bad option, missing file, not a certificate.
+    // Errors: key size out of range, missing file, not a certificate.
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(cert_command_io(&args(&["generate", "--bits", "1024"]), &pki_dir, &mut out, &mut err), 2);
-    assert_eq!(cert_command_io(&args(&["trust", "/nonexistent"]), &pki_dir, &mut out, &mut err), 1);
+    let small = GenerateOptions { bits: 1024, force: true, ..GenerateOptions::default() };
+    assert_eq!(cert_generate(&small, &pki_dir, &mut out, &mut err), 2);
+    let long = GenerateOptions { days: 0, force: true, ..GenerateOptions::default() };
+    assert_eq!(cert_generate(&long, &pki_dir, &mut out, &mut err), 2);
+    assert_eq!(cert_trust(std::path::Path::new("/nonexistent"), &pki_dir, &mut out, &mut err), 1);
     std::fs::write(tmp.path().join("junk"), b"junk").unwrap();
     let junk = tmp.path().join("junk");
-    assert_eq!(cert_command_io(&args(&["show", junk.to_str().unwrap()]), &pki_dir, &mut out, &mut err), 1);
-    assert_eq!(cert_command_io(&args(&["frobnicate"]), &pki_dir, &mut out, &mut err), 2);
+    assert_eq!(cert_show(Some(&junk), &pki_dir, &mut out, &mut err), 1);
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The `uaring` command line.
 
 use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,128 +16,208 @@ use crate::stats;
 /// The configuration used without `--config`.
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
-pub const USAGE: &str = "\
-uaring — an OPC UA server for Linux, thread-per-core on io_uring
-
-usage:
-  uaring serve [options]          run the server
-  uaring topology [options]       show the CPU topology (uaring topology --help)
-  uaring hash-password            hash a password (one line on stdin) into an argon2id PHC string
-  uaring cert [--pki DIR] generate|show|trust …
-                                  manage the PKI directory (default ./pki; see docs/Security.md)
-  uaring --help | --version
-
-serve options:
-  --listen HOST:PORT        address to listen on (default 0.0.0.0:4840; port 0 picks a free port)
-  --cpus LIST|MASK|EXPR     CPUs to run shards on, one shard per CPU (default: all allowed CPUs;
-                            e.g. 0-3,8  0xF  P:nosmt  node0; see `uaring topology --help`)
-  --shards N                number of shards (default: one per selected CPU)
-  --config FILE             TOML configuration (docs/Configuration.md); without it an embedded
-                            default is used
-  --contract                benchmark contract mode: ApplicationUri urn:o6:benchmark:server,
-                            prints `benchmark server ready` once listening
-  --counters N              sampling-capacity contract: N UInt64 counters ns=1;i=1..N that
-                            increment on every sample or read (application.counters)
-  --events-per-s R          rate of the Demo events (events.demo_rate_per_s; 0 = off; needs the
-                            Demo folder, which --contract turns off unless the file sets
-                            application.demo_namespace)
-  --io-backend B            auto (default: io_uring, else epoll), uring, or epoll
-  --distribution P          connection distribution: reuseport (default), round-robin,
-                            least-connections
-  --ring-entries N          io_uring submission queue entries per shard (power of two)
-  --stats-file PATH         write per-shard connection statistics as JSON to PATH every
-                            runtime.stats_interval_ms and on SIGUSR1
-  --pki DIR                 PKI directory (default ./pki, or security.pki_dir): own certificate
-                            (generated on first start), trusted/issuers/rejected certificates
-  --accept-all-client-certs accept every client certificate (benchmarks only; on with --contract;
-                            logs a warning)
-  -h, --help                show this help
-
+/// Shown after `uaring --help` and `uaring serve --help`.
+const AFTER_HELP: &str = "\
 Once accepting, `serve` prints `listening on opc.tcp://HOST:PORT` on stdout.
 SIGINT/SIGTERM shut down gracefully (exit 0); SIGUSR1 writes statistics.
 Logs go to stderr; filter them with RUST_LOG (e.g. RUST_LOG=uaring_shards=debug).
-";
+Exit codes: 0 success, 1 run-time or configuration error, 2 bad command line.";
 
-/// Options of `uaring serve`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ServeArgs {
-    pub listen: Option<String>,
-    pub cpus: Option<String>,
-    pub shards: Option<usize>,
-    pub config: Option<PathBuf>,
-    pub contract: bool,
-    pub counters: Option<u32>,
-    pub events_per_s: Option<f64>,
-    pub io_backend: Option<IoBackend>,
-    pub distribution: Option<Distribution>,
-    pub ring_entries: Option<u32>,
-    pub stats_file: Option<PathBuf>,
-    pub pki: Option<PathBuf>,
-    pub accept_all_client_certs: bool,
-    pub help: bool,
+/// The `uaring` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "uaring",
+    version,
+    about = "uaring — an OPC UA server for Linux, thread-per-core on io_uring",
+    after_help = AFTER_HELP,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-/// Parses the arguments after `serve`.
-pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
-    let mut a = ServeArgs::default();
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i].as_str();
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
-            _ => (arg, None),
-        };
-        let mut value = || -> Result<String, String> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
-            }
-            i += 1;
-            args.get(i).cloned().ok_or_else(|| format!("{name} needs a value"))
-        };
-        match name {
-            "-h" | "--help" => a.help = true,
-            "--contract" => a.contract = true,
-            "--counters" => {
-                let v = value()?;
-                let n: u32 = v.parse().map_err(|_| format!("--counters: not a number: {v:?}"))?;
-                if n > 1_000_000 {
-                    return Err("--counters must be in 0..=1000000".into());
-                }
-                a.counters = Some(n);
-            }
-            "--events-per-s" => {
-                let v = value()?;
-                let r: f64 = v.parse().map_err(|_| format!("--events-per-s: not a number: {v:?}"))?;
-                if !(r.is_finite() && (0.0..=1_000_000.0).contains(&r)) {
-                    return Err("--events-per-s must be in 0..=1000000".into());
-                }
-                a.events_per_s = Some(r);
-            }
-            "--listen" => a.listen = Some(value()?),
-            "--cpus" => a.cpus = Some(value()?),
-            "--shards" => {
-                let v = value()?;
-                let n: usize = v.parse().map_err(|_| format!("--shards: not a number: {v:?}"))?;
-                if n == 0 || n > 256 {
-                    return Err("--shards must be in 1..=256".into());
-                }
-                a.shards = Some(n);
-            }
-            "--config" => a.config = Some(PathBuf::from(value()?)),
-            "--io-backend" => a.io_backend = Some(value()?.parse()?),
-            "--distribution" => a.distribution = Some(value()?.parse()?),
-            "--ring-entries" => {
-                let v = value()?;
-                a.ring_entries = Some(v.parse().map_err(|_| format!("--ring-entries: not a number: {v:?}"))?);
-            }
-            "--stats-file" => a.stats_file = Some(PathBuf::from(value()?)),
-            "--pki" => a.pki = Some(PathBuf::from(value()?)),
-            "--accept-all-client-certs" => a.accept_all_client_certs = true,
-            _ => return Err(format!("unknown argument {arg:?}")),
-        }
-        i += 1;
+/// The subcommands of `uaring`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    #[command(after_help = AFTER_HELP)]
+    Serve(ServeArgs),
+    /// Show the CPU topology (classes P/E/E2, SMT siblings, NUMA nodes, caches) or resolve a CPU
+    /// expression.
+    Topology(TopologyArgs),
+    /// Hash a password (one line on stdin) into an argon2id PHC string for [[users]].
+    HashPassword,
+    /// Manage the PKI directory (docs/Security.md).
+    Cert(CertArgs),
+}
+
+fn parse_counters(v: &str) -> Result<u32, String> {
+    let n: u32 = v.parse().map_err(|_| format!("not a number: {v:?}"))?;
+    if n > 1_000_000 {
+        return Err("must be in 0..=1000000".into());
     }
-    Ok(a)
+    Ok(n)
+}
+
+fn parse_events_per_s(v: &str) -> Result<f64, String> {
+    let r: f64 = v.parse().map_err(|_| format!("not a number: {v:?}"))?;
+    if !(r.is_finite() && (0.0..=1_000_000.0).contains(&r)) {
+        return Err("must be in 0..=1000000".into());
+    }
+    Ok(r)
+}
+
+/// Options of `uaring serve`. Each one overrides the key of the configuration file named in its help.
+#[derive(Clone, Debug, Default, PartialEq, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (runtime.listen; default 0.0.0.0:4840; port 0 picks a free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// CPUs to run shards on, one shard per CPU (runtime.cpus; default: all allowed CPUs; e.g.
+    /// 0-3,8  0xF  P:nosmt  node0; see `uaring topology --help`).
+    #[arg(long, value_name = "EXPR")]
+    pub cpus: Option<String>,
+    /// Number of shards (runtime.shards; default: one per selected CPU).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub shards: Option<u16>,
+    /// TOML configuration (docs/Configuration.md); without it an embedded default is used.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Benchmark contract mode: ApplicationUri urn:o6:benchmark:server, 100 Int32 variables
+    /// ns=1;i=1001..1100; prints `benchmark server ready` once listening.
+    #[arg(long)]
+    pub contract: bool,
+    /// Sampling-capacity contract: N UInt64 counters ns=1;i=1..N that increment on every sample
+    /// or read (application.counters; 0..=1000000).
+    #[arg(long, value_name = "N", value_parser = parse_counters)]
+    pub counters: Option<u32>,
+    /// Rate of the Demo events per second (events.demo_rate_per_s; 0 = off; needs the Demo
+    /// folder, which --contract turns off unless the file sets application.demo_namespace).
+    #[arg(long, value_name = "R", value_parser = parse_events_per_s)]
+    pub events_per_s: Option<f64>,
+    /// I/O backend (runtime.io_backend): auto (io_uring, else epoll), uring or epoll.
+    #[arg(long, value_name = "B")]
+    pub io_backend: Option<IoBackend>,
+    /// Connection distribution among shards (runtime.distribution): reuseport, round-robin or
+    /// least-connections.
+    #[arg(long, value_name = "P")]
+    pub distribution: Option<Distribution>,
+    /// io_uring submission queue entries per shard, a power of two (runtime.ring_entries).
+    #[arg(long, value_name = "N")]
+    pub ring_entries: Option<u32>,
+    /// Write per-shard connection statistics as JSON to PATH every runtime.stats_interval_ms and
+    /// on SIGUSR1 (runtime.stats_file).
+    #[arg(long, value_name = "PATH")]
+    pub stats_file: Option<PathBuf>,
+    /// PKI directory (security.pki_dir; default ./pki): own certificate (generated on first
+    /// start), trusted/issuers/rejected certificates.
+    #[arg(long, value_name = "DIR")]
+    pub pki: Option<PathBuf>,
+    /// Accept every client certificate (benchmarks only; on with --contract; logs a warning).
+    #[arg(long)]
+    pub accept_all_client_certs: bool,
+}
+
+/// Options of `uaring topology`.
+#[derive(Clone, Debug, Args)]
+#[command(after_help = "\
+EXPR: all, P, E, E2, P:nosmt, node0, 0xFF, 0-3,8, P&node0 (docs/Placement.md).
+Exit codes: 0 success, 1 the topology could not be read or the expression was rejected,
+2 bad command line.")]
+pub struct TopologyArgs {
+    /// Read DIR instead of /sys (all its online CPUs count as allowed; without it, the process's
+    /// affinity applies).
+    #[arg(long, value_name = "DIR", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub sysfs_root: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, conflicts_with = "resolve")]
+    pub json: bool,
+    /// Print the CPUs EXPR selects, ascending, comma-separated.
+    #[arg(long, value_name = "EXPR")]
+    pub resolve: Option<String>,
+}
+
+impl TopologyArgs {
+    fn request(&self) -> uaring_affinity::TopologyRequest {
+        use uaring_affinity::TopologyOutput;
+        let output = match (&self.resolve, self.json) {
+            (Some(e), _) => TopologyOutput::Resolve(e.clone()),
+            (None, true) => TopologyOutput::Json,
+            (None, false) => TopologyOutput::Table,
+        };
+        uaring_affinity::TopologyRequest { sysfs_root: self.sysfs_root.as_ref().map(PathBuf::from), output }
+    }
+}
+
+/// `uaring cert [--pki DIR] …`.
+#[derive(Clone, Debug, Args)]
+pub struct CertArgs {
+    /// PKI directory.
+    #[arg(long, value_name = "DIR", default_value = "pki")]
+    pub pki: PathBuf,
+    /// What to do with it.
+    #[command(subcommand)]
+    pub command: CertCommand,
+}
+
+fn parse_key_bits(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(b) if uaring_crypto::cli::KEY_BITS_ALLOWED.contains(&b) => Ok(b),
+        _ => Err("expected 2048, 3072 or 4096".into()),
+    }
+}
+
+/// The `uaring cert` subcommands.
+#[derive(Clone, Debug, Subcommand)]
+pub enum CertCommand {
+    /// Generate the application instance certificate and key (self-signed) in own/.
+    Generate {
+        /// ApplicationUri (default urn:<host>:uaring).
+        #[arg(long, value_name = "URI")]
+        uri: Option<String>,
+        /// Common name (default uaring@<host>).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// DNS name in subjectAltName; repeatable (default the host name).
+        #[arg(long = "host", value_name = "DNS")]
+        hosts: Vec<String>,
+        /// IP address in subjectAltName; repeatable (default 127.0.0.1).
+        #[arg(long = "ip", value_name = "ADDR")]
+        ips: Vec<IpAddr>,
+        /// Validity in days.
+        #[arg(long, value_name = "N", default_value_t = 5 * 365,
+              value_parser = clap::value_parser!(u32).range(1..=uaring_crypto::cli::VALIDITY_DAYS_MAX as i64))]
+        days: u32,
+        /// RSA key size: 2048, 3072 or 4096.
+        #[arg(long, value_name = "N", default_value_t = 2048, value_parser = parse_key_bits)]
+        bits: usize,
+        /// Replace an existing own certificate.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Describe a certificate (default: the own certificate).
+    Show {
+        /// A DER or PEM certificate file.
+        file: Option<PathBuf>,
+    },
+    /// Copy a certificate into trusted/certs (accepted within a second by a running server).
+    Trust {
+        /// A DER or PEM certificate file.
+        file: PathBuf,
+    },
+}
+
+/// Parses the arguments after `serve` (for tests and embedding).
+pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
+    let argv = ["uaring", "serve"].into_iter().map(String::from).chain(args.iter().cloned());
+    match Cli::try_parse_from(argv) {
+        Ok(Cli { command: Command::Serve(a) }) => Ok(a),
+        Ok(_) => Err("not a serve command".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn init_logging() {
@@ -144,63 +226,36 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init();
 }
 
-/// `uaring …`: returns the process exit code.
+/// `uaring …` (the arguments after the program name): returns the process exit code.
 pub fn main(args: &[String]) -> i32 {
-    let Some(cmd) = args.first() else {
-        eprint!("{USAGE}");
-        return 2;
+    let argv = std::iter::once("uaring".to_string()).chain(args.iter().cloned());
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version are "errors" that print to stdout and exit 0.
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
     };
-    match cmd.as_str() {
-        "-h" | "--help" | "help" => {
-            print!("{USAGE}");
-            0
+    match cli.command {
+        Command::Serve(a) => {
+            init_logging();
+            serve(a)
         }
-        "-V" | "--version" => {
-            println!("uaring {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
-        "serve" => match parse_serve(&args[1..]) {
-            Ok(a) if a.help => {
-                print!("{USAGE}");
-                0
-            }
-            Ok(a) => {
-                init_logging();
-                serve(a)
-            }
-            Err(e) => {
-                eprintln!("uaring serve: {e}\n\n{USAGE}");
-                2
-            }
-        },
-        "topology" => uaring_affinity::topology_command(&args[1..]),
-        "hash-password" => uaring_crypto::hash_password_command(),
-        "cert" => {
-            // `uaring cert [--pki DIR] <command> …`; the PKI directory defaults to ./pki.
-            let mut rest = &args[1..];
-            let mut pki = PathBuf::from("pki");
-            if let Some(first) = rest.first() {
-                if let Some(dir) = first.strip_prefix("--pki=") {
-                    pki = PathBuf::from(dir);
-                    rest = &rest[1..];
-                } else if first == "--pki" {
-                    match rest.get(1) {
-                        Some(dir) => {
-                            pki = PathBuf::from(dir);
-                            rest = &rest[2..];
-                        }
-                        None => {
-                            eprintln!("uaring cert: --pki needs a directory");
-                            return 2;
-                        }
-                    }
+        Command::Topology(t) => uaring_affinity::topology_command(&t.request()),
+        Command::HashPassword => uaring_crypto::hash_password_command(),
+        Command::Cert(c) => {
+            let stdout = std::io::stdout();
+            let stderr = std::io::stderr();
+            let (out, err) = (&mut stdout.lock(), &mut stderr.lock());
+            match c.command {
+                CertCommand::Generate { uri, name, hosts, ips, days, bits, force } => {
+                    let opts = uaring_crypto::GenerateOptions { uri, name, hosts, ips, days, bits, force };
+                    uaring_crypto::cert_generate(&opts, &c.pki, out, err)
                 }
+                CertCommand::Show { file } => uaring_crypto::cert_show(file.as_deref(), &c.pki, out, err),
+                CertCommand::Trust { file } => uaring_crypto::cert_trust(&file, &c.pki, out, err),
             }
-            uaring_crypto::cert_command(rest, &pki)
-        }
-        other => {
-            eprintln!("uaring: unknown command {other:?}\n\n{USAGE}");
-            2
         }
     }
 }
@@ -291,7 +346,7 @@ pub fn serve(a: ServeArgs) -> i32 {
         rt.cpus = v.clone();
     }
     if let Some(v) = a.shards {
-        rt.shards = v;
+        rt.shards = usize::from(v);
     }
     if let Some(v) = a.io_backend {
         rt.io_backend = v;
@@ -468,6 +523,16 @@ mod tests {
         assert!(parse_serve(&s(&["--bogus"])).is_err());
         assert!(parse_serve(&s(&["--listen"])).is_err());
         assert!(parse_serve(&s(&["--distribution", "random"])).is_err());
+        assert!(parse_serve(&s(&["--shards", "0"])).is_err());
+        assert!(parse_serve(&s(&["--counters", "1000001"])).is_err());
+        assert!(parse_serve(&s(&["--events-per-s", "NaN"])).is_err());
+        assert_eq!(parse_serve(&s(&["--shards", "2"])).unwrap().shards, Some(2));
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
     }
 
     #[test]

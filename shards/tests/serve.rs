@@ -291,12 +291,38 @@ fn help_and_subcommands() {
     let out = Command::new(bin()).arg("--help").output().expect("run");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in [
-        "serve", "topology", "hash-password", "cert", "--listen", "--cpus", "--config", "--contract", "--io-backend",
-        "--distribution", "--stats-file", "RUST_LOG",
-    ] {
+    for word in ["serve", "topology", "hash-password", "cert", "RUST_LOG"] {
         assert!(help.contains(word), "--help lacks {word}");
     }
+    let out = Command::new(bin()).args(["serve", "--help"]).output().expect("run");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for word in [
+        "--listen", "--cpus", "--config", "--contract", "--counters", "--events-per-s", "--io-backend",
+        "--distribution", "--ring-entries", "--stats-file", "--pki", "--accept-all-client-certs", "RUST_LOG",
+    ] {
+        assert!(help.contains(word), "serve --help lacks {word}");
+    }
+    // Every command rejects what it does not know, with a message and exit code 2.
+    for args in [
+        &["--frobnicate"][..],
+        &["serve", "--listn", "127.0.0.1:0"],
+        &["serve", "--shards", "0"],
+        &["serve", "--counters", "x"],
+        &["topology", "--bogus"],
+        &["topology", "--json", "--resolve", "all"],
+        &["topology", "--sysfs-root"],
+        &["cert", "generate", "--bits", "1024"],
+        &["cert", "frobnicate"],
+        &["hash-password", "extra"],
+    ] {
+        let out = Command::new(bin()).args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?} printed no message");
+    }
+    let out = Command::new(bin()).arg("--version").output().expect("run");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("uaring "));
     let out = Command::new(bin()).args(["topology", "--resolve", "all"]).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut child = Command::new(bin())
