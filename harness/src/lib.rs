@@ -15,4 +15,5 @@ pub mod server;
 pub mod shards_loop;
 pub mod summarize;
 pub mod sweep;
+pub mod tcpinfo;
 pub mod uring;

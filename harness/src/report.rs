@@ -14,6 +14,8 @@ pub struct Measured {
     pub client: ProcDelta,
     pub foreign_cores: f64,
     pub steal_cores: f64,
+    /// TCP segments of the load client's sockets over the window ([`crate::tcpinfo`]).
+    pub tcp: Option<crate::tcpinfo::Segments>,
 }
 
 pub struct RunInfo {
@@ -113,6 +115,12 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
     o.insert("bytes_in_per_op".into(), json!(per_op(stats.bytes_in as f64)));
     for (k, v) in &stats.extra {
         o.insert((*k).to_string(), json!(v));
+    }
+    if let Some(t) = &m.tcp {
+        // Seen from the client's sockets: data segments in = the server's, out = the client's.
+        o.insert("server_segments_per_op".into(), json!(per_op(t.data_segs_in as f64)));
+        o.insert("client_segments_per_op".into(), json!(per_op(t.data_segs_out as f64)));
+        o.insert("tcp_segments_per_op".into(), json!(per_op((t.segs_in + t.segs_out) as f64)));
     }
     if let Some(n) = stats.extra.get("client_sends") {
         o.insert("client_sends_per_op".into(), json!(per_op(*n as f64)));

@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::args::{split_words, substitute};
 use crate::cli::{ClientIo, RunOpts, SendMode};
 use crate::procstat::{self, ProcSample};
+use crate::tcpinfo;
 use crate::report::{self, Measured, RunInfo};
 use crate::server::{free_port, ServerProcess, SpawnSpec};
 use crate::uring::{self, Driver, Shared, ThreadStats, PHASE_DRAIN, PHASE_MEASURE, PHASE_STOP};
@@ -373,7 +374,10 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                             let mut conns = Vec::new();
                             for i in my {
                                 match uring::connect(addr) {
-                                    Ok(fd) => conns.push((fd, factory(i))),
+                                    Ok(fd) => {
+                                        shared.register_socket(fd);
+                                        conns.push((fd, factory(i)))
+                                    }
                                     Err(e) => {
                                         shared.failed.fetch_add(1, Ordering::SeqCst);
                                         return Err(format!("connect {addr}: {e}"));
@@ -454,6 +458,8 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let s0: Option<ProcSample> = sample_server(running.pid);
     let c0 = procstat::sample_process(me).unwrap_or_default();
     let m0 = procstat::sample_machine();
+    let sockets = shared.socket_list();
+    let tcp0 = tcpinfo::sample(&sockets);
     let t0 = Instant::now();
     shared.phase.store(PHASE_MEASURE, Ordering::SeqCst);
     let end = t0 + Duration::from_secs_f64(cfg.duration_s);
@@ -472,6 +478,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let s1 = sample_server(running.pid);
     let c1 = procstat::sample_process(me).unwrap_or_default();
     let m1 = procstat::sample_machine();
+    let tcp1 = tcpinfo::sample(&sockets);
     let skew_us = t1.elapsed().as_secs_f64() * 1e6;
     // uaring's per-shard connections: outside the window (SIGUSR1 makes the
     // server write its stats file, which costs it CPU time).
@@ -492,7 +499,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let steal = m1.steal_ticks.saturating_sub(m0.steal_ticks) as f64 / procstat::clk_tck() as f64 / seconds;
     let rss = s1.as_ref().map(|s| s.vm_hwm_kb).unwrap_or(0);
     let output = running.process.as_ref().map(|p| p.drain_output()).unwrap_or_default();
-    Ok(Window { stats, measured: Measured { seconds, server, server_rss_kb: rss, client, foreign_cores: foreign, steal_cores: steal }, output, shard_conns })
+    Ok(Window { stats, measured: Measured { seconds, server, server_rss_kb: rss, client, foreign_cores: foreign, steal_cores: steal, tcp: tcpinfo::delta(&tcp0, &tcp1) }, output, shard_conns })
 }
 
 pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]) -> RunInfo {

@@ -127,6 +127,7 @@ pub fn run_client(addr: SocketAddr, drivers: Vec<DynDriver>, shared: Arc<Shared>
             format!("connect {addr}: {e}")
         })?;
         let _ = s.set_nodelay(true);
+        shared.register_socket(std::os::fd::AsRawFd::as_raw_fd(&s));
         lp.adopt(s).map_err(|e| format!("adopt: {e}"))?;
     }
     lp.run().map_err(|e| format!("shards loop: {e}"))?;

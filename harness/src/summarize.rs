@@ -23,6 +23,8 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
     ("capacity_items", "capacity, items", 0),
     ("min_sample_ratio", "min sample ratio", 3),
     ("delivered_ratio", "delivered share", 3),
+    ("server_segments_per_op", "server TCP data segs/op", 2),
+    ("client_segments_per_op", "client TCP data segs/op", 2),
 ];
 
 /// Results of one (scenario, variant) cell.

@@ -46,6 +46,23 @@ pub struct Shared {
     pub failed: AtomicUsize,
     /// Operations completed in any phase (progress and stall detection).
     pub ops_total: AtomicU64,
+    /// Every load connection's socket, registered once at connect, for the TCP segment
+    /// counts of the window ([`crate::tcpinfo`]); read only by the measuring thread.
+    pub sockets: std::sync::Mutex<Vec<RawFd>>,
+}
+
+impl Shared {
+    /// Registers a load connection's socket for [`crate::tcpinfo`].
+    pub fn register_socket(&self, fd: RawFd) {
+        if let Ok(mut s) = self.sockets.lock() {
+            s.push(fd);
+        }
+    }
+
+    /// The registered sockets.
+    pub fn socket_list(&self) -> Vec<RawFd> {
+        self.sockets.lock().map(|s| s.clone()).unwrap_or_default()
+    }
 }
 
 /// Per-thread measurements.
