@@ -1,6 +1,7 @@
 //! Symmetric chunk security per message size and policy, and RSA operations per second.
 //!
-//! `cargo bench -p uaring-crypto` (with `-- --quick` for a short run).
+//! `cargo bench -p uaring-crypto` (with `-- --quick` for a short run; `-- read-floor` for the
+//! symmetric work of one SignAndEncrypt Read).
 
 use std::time::Duration;
 
@@ -167,5 +168,68 @@ fn uasc(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, symmetric, rsa, uasc);
+/// The symmetric work one single-value Read costs a server under SignAndEncrypt, at the real
+/// sizes (issue 12's "cryptographic floor"): verify + decrypt the request chunk, sign + encrypt
+/// the response chunk. Bodies after the sequence header: 104 bytes for the ReadRequest of one
+/// Int32 (the request is 128 bytes on the wire in None), 42 for its ReadResponse (66 bytes in
+/// None); the harness's `bytes_out_per_op`/`bytes_in_per_op` of a None run give these sizes.
+/// `primitives` is this crate's in-place chunk functions alone; `core-path` is the same work
+/// through core's chunk writer and opener with this crate's `RsaPolicy`, as the server runs it.
+fn read_floor(c: &mut Criterion) {
+    use uaring_core::generated::types::MessageSecurityMode;
+    use uaring_core::secure_channel::{
+        open_chunk, write_chunks, ChunkLimits, Role, SecurityHeader, SecurityPolicy, SequenceCounter,
+    };
+    use uaring_core::transport::MessageType;
+    use uaring_crypto::{OwnIdentity, RsaPolicy};
+    const REQUEST_BODY: usize = 104;
+    const RESPONSE_BODY: usize = 42;
+    let mut g = c.benchmark_group("read-floor");
+    g.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    g.throughput(Throughput::Elements(1));
+    for policy in POLICIES {
+        let keys = derive_channel_keys(policy, &[1u8; 32], &[2u8; 32]).unwrap();
+        // The client seals the request with its keys; the server opens it with the same set.
+        let (req_template, enc_from) = chunk_for(policy, REQUEST_BODY);
+        let mut sealed_req = req_template.clone();
+        keys.client.seal_chunk(&mut sealed_req, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+        let mut work = sealed_req.clone();
+        let (resp_template, _) = chunk_for(policy, RESPONSE_BODY);
+        let mut resp = resp_template.clone();
+        g.bench_function(format!("primitives/{}", policy.name()), |b| {
+            b.iter(|| {
+                work.copy_from_slice(&sealed_req);
+                keys.client.open_chunk(&mut work, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+                resp.copy_from_slice(&resp_template);
+                keys.server.seal_chunk(&mut resp, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+            })
+        });
+    }
+    let (cert, key) = generate_self_signed(&CertificateRequest::new("urn:floor", "floor", 1_700_000_000)).unwrap();
+    let id = OwnIdentity::new(cert, key).unwrap();
+    let limits = ChunkLimits { max_chunk_size: 65536, max_message_size: 0, max_chunk_count: 0 };
+    let header = SecurityHeader::Symmetric { token_id: 1 };
+    let mode = MessageSecurityMode::SignAndEncrypt;
+    let policy = RsaPolicy::client(PolicyId::Basic256Sha256, id.clone()).unwrap();
+    let client = policy.symmetric(Role::Client, mode, &[1u8; 32], &[2u8; 32]).unwrap();
+    let server = policy.symmetric(Role::Server, mode, &[2u8; 32], &[1u8; 32]).unwrap();
+    let mut seq = SequenceCounter::new(true);
+    let mut request = Vec::with_capacity(1024);
+    write_chunks(MessageType::Message, 7, &header, 1, &[0x5Au8; REQUEST_BODY], &*client, &mut seq, &limits, &mut request).unwrap();
+    let response_body = [0xA5u8; RESPONSE_BODY];
+    let mut scratch = Vec::with_capacity(1024);
+    let mut out = Vec::with_capacity(1024);
+    let seq_offset = 12 + header.encoded_len();
+    g.bench_function(format!("core-path/{}", PolicyId::Basic256Sha256.name()), |b| {
+        b.iter(|| {
+            let n = open_chunk(&request, seq_offset, &*server, &mut scratch).unwrap().body.len();
+            out.clear();
+            write_chunks(MessageType::Message, 7, &header, 1, &response_body, &*server, &mut seq, &limits, &mut out).unwrap();
+            n
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, symmetric, rsa, uasc, read_floor);
 criterion_main!(benches);
