@@ -187,7 +187,17 @@ fn gen_struct(o: &mut String, s: &RStruct) {
             if s.recursive {
                 writeln!(o, "        d.leave();\n        r").unwrap();
             }
-            writeln!(o, "    }}\n}}\n").unwrap();
+            writeln!(o, "    }}").unwrap();
+            // In-place decoding (reusing arrays' and strings' memory) for plain structures;
+            // optional-field and recursive ones keep the default (decode and replace).
+            if matches!(s.layout, Layout::Plain) && !s.recursive && !s.fields.is_empty() {
+                writeln!(o, "    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {{").unwrap();
+                for f in &s.fields {
+                    writeln!(o, "        self.{}.decode_into(d)?;", f.name).unwrap();
+                }
+                writeln!(o, "        Ok(())\n    }}").unwrap();
+            }
+            writeln!(o, "}}\n").unwrap();
         }
     }
     writeln!(
@@ -436,16 +446,24 @@ pub fn generate_tests(m: &Model) -> String {
         "//! Round trip of every generated structure and enumeration: a populated sample (no\n\
          //! default-valued field, non-empty arrays) encodes, decodes to an equal value and\n\
          //! consumes exactly its encoding; every truncation of the encoding fails to decode.\n\
+         //! In-place decoding (`decode_into`) gives the same value, into a default value and\n\
+         //! into one that already holds data (whose arrays and strings it reuses).\n\
          #![cfg_attr(rustfmt, rustfmt::skip)]\n\
          #![allow(non_snake_case, non_upper_case_globals, unused_imports, clippy::all)]\n\n\
          use uaring_core::generated::types::*;\n\
          use uaring_core::{\n    ByteString, DataValue, DateTime, Decode, DecodeLimits, Decoder, DiagnosticInfo, Encode, ExpandedNodeId,\n    ExtensionObject, ExtensionObjectBody, Guid, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant,\n    XmlElement,\n};\n\n\
-         fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug>(v: &T) {\n    \
+         fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug + Default + Clone>(v: &T) {\n    \
              let b = v.to_bytes();\n    \
              let mut d = Decoder::new(&b, DecodeLimits::default());\n    \
              let back = T::decode(&mut d).expect(\"decode\");\n    \
              assert_eq!(d.remaining(), 0, \"encoding not fully consumed\");\n    \
              assert_eq!(&back, v);\n    \
+             for mut into in [T::default(), v.clone()] {\n        \
+                 let mut d = Decoder::new(&b, DecodeLimits::default());\n        \
+                 into.decode_into(&mut d).expect(\"decode_into\");\n        \
+                 assert_eq!(d.remaining(), 0, \"decode_into did not consume the encoding\");\n        \
+                 assert_eq!(&into, v, \"decode_into\");\n    \
+             }\n    \
              assert!(b.len() >= T::MIN_LEN, \"MIN_LEN {} exceeds the encoding ({} bytes)\", T::MIN_LEN, b.len());\n    \
              // Every prefix (every 64th of the encoding for long ones) must fail to decode.\n    \
              let step = (b.len() / 64).max(1);\n    \

@@ -3,6 +3,8 @@
 //! Round trip of every generated structure and enumeration: a populated sample (no
 //! default-valued field, non-empty arrays) encodes, decodes to an equal value and
 //! consumes exactly its encoding; every truncation of the encoding fails to decode.
+//! In-place decoding (`decode_into`) gives the same value, into a default value and
+//! into one that already holds data (whose arrays and strings it reuses).
 #![cfg_attr(rustfmt, rustfmt::skip)]
 #![allow(non_snake_case, non_upper_case_globals, unused_imports, clippy::all)]
 
@@ -170,12 +172,18 @@ impl UaStructure for TestUnion {
     const NAME: &'static str = "TestUnion";
 }
 
-fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug>(v: &T) {
+fn roundtrip<T: Encode + Decode + PartialEq + std::fmt::Debug + Default + Clone>(v: &T) {
     let b = v.to_bytes();
     let mut d = Decoder::new(&b, DecodeLimits::default());
     let back = T::decode(&mut d).expect("decode");
     assert_eq!(d.remaining(), 0, "encoding not fully consumed");
     assert_eq!(&back, v);
+    for mut into in [T::default(), v.clone()] {
+        let mut d = Decoder::new(&b, DecodeLimits::default());
+        into.decode_into(&mut d).expect("decode_into");
+        assert_eq!(d.remaining(), 0, "decode_into did not consume the encoding");
+        assert_eq!(&into, v, "decode_into");
+    }
     assert!(b.len() >= T::MIN_LEN, "MIN_LEN {} exceeds the encoding ({} bytes)", T::MIN_LEN, b.len());
     // Every prefix (every 64th of the encoding for long ones) must fail to decode.
     let step = (b.len() / 64).max(1);

@@ -170,6 +170,18 @@ pub trait Decode: Sized {
     const MIN_LEN: usize = 1;
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self>;
 
+    /// Decodes into an existing value, reusing its heap memory (array, string and byte
+    /// string capacity) where the type knows how: the hot services decode into recycled
+    /// requests with it, so a steady stream of Reads allocates nothing. The result is the
+    /// same value [`Decode::decode`] gives, and the same limits and budgets apply. The
+    /// default decodes a new value and replaces `self`. After an error `self` holds a
+    /// partly decoded value: discard it.
+    #[inline]
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        *self = Self::decode(d)?;
+        Ok(())
+    }
+
     /// Convenience: decode a whole buffer with the given limits (trailing bytes are allowed).
     fn from_bytes(buf: &[u8], limits: DecodeLimits) -> DecodeResult<Self> {
         let mut d = Decoder::new(buf, limits);
@@ -254,6 +266,26 @@ impl<T: Decode> Decode for Vec<T> {
                 Ok(v)
             }
         }
+    }
+
+    /// Reuses the vector's capacity and its first elements' own memory.
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        let max = d.limits().max_array_len;
+        match d.read_length(max, T::MIN_LEN, "array")? {
+            None => self.clear(),
+            Some(n) => {
+                // CHARGE
+                self.truncate(n);
+                for item in self.iter_mut() {
+                    item.decode_into(d)?;
+                }
+                self.reserve(n - self.len());
+                while self.len() < n {
+                    self.push(T::decode(d)?);
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -3518,6 +3518,11 @@ impl Decode for KeyValuePair {
             value: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.key.decode_into(d)?;
+        self.value.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for KeyValuePair {
@@ -3543,6 +3548,10 @@ impl Decode for AdditionalParametersType {
         Ok(AdditionalParametersType {
             parameters: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.parameters.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -3573,6 +3582,11 @@ impl Decode for EphemeralKeyType {
             public_key: Decode::decode(d)?,
             signature: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.public_key.decode_into(d)?;
+        self.signature.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -3611,6 +3625,13 @@ impl Decode for EndpointType {
             security_policy_uri: Decode::decode(d)?,
             transport_profile_uri: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.endpoint_url.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_policy_uri.decode_into(d)?;
+        self.transport_profile_uri.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -3654,6 +3675,14 @@ impl Decode for BitFieldDefinition {
             ending_bit_position: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.reserved.decode_into(d)?;
+        self.starting_bit_position.decode_into(d)?;
+        self.ending_bit_position.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BitFieldDefinition {
@@ -3683,6 +3712,11 @@ impl Decode for RationalNumber {
             numerator: Decode::decode(d)?,
             denominator: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.numerator.decode_into(d)?;
+        self.denominator.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -3740,6 +3774,12 @@ impl Decode for ThreeDVector {
             z: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.x.decode_into(d)?;
+        self.y.decode_into(d)?;
+        self.z.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ThreeDVector {
@@ -3795,6 +3835,12 @@ impl Decode for ThreeDCartesianCoordinates {
             y: Decode::decode(d)?,
             z: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.x.decode_into(d)?;
+        self.y.decode_into(d)?;
+        self.z.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -3852,6 +3898,12 @@ impl Decode for ThreeDOrientation {
             c: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.a.decode_into(d)?;
+        self.b.decode_into(d)?;
+        self.c.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ThreeDOrientation {
@@ -3904,6 +3956,11 @@ impl Decode for ThreeDFrame {
             orientation: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.cartesian_coordinates.decode_into(d)?;
+        self.orientation.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ThreeDFrame {
@@ -3933,6 +3990,11 @@ impl Decode for IdentityMappingRuleType {
             criteria_type: Decode::decode(d)?,
             criteria: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.criteria_type.decode_into(d)?;
+        self.criteria.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -3972,6 +4034,13 @@ impl Decode for CurrencyUnitType {
             currency: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.numeric_code.decode_into(d)?;
+        self.exponent.decode_into(d)?;
+        self.alphabetic_code.decode_into(d)?;
+        self.currency.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CurrencyUnitType {
@@ -4005,6 +4074,12 @@ impl Decode for AnnotationDataType {
             discipline: Decode::decode(d)?,
             uri: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.annotation.decode_into(d)?;
+        self.discipline.decode_into(d)?;
+        self.uri.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4043,6 +4118,13 @@ impl Decode for LinearConversionDataType {
             divisor: Decode::decode(d)?,
             final_addend: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.initial_addend.decode_into(d)?;
+        self.multiplicand.decode_into(d)?;
+        self.divisor.decode_into(d)?;
+        self.final_addend.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4098,6 +4180,17 @@ impl Decode for QuantityDimension {
             dimensionless_exponent: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.mass_exponent.decode_into(d)?;
+        self.length_exponent.decode_into(d)?;
+        self.time_exponent.decode_into(d)?;
+        self.electric_current_exponent.decode_into(d)?;
+        self.amount_of_substance_exponent.decode_into(d)?;
+        self.luminous_intensity_exponent.decode_into(d)?;
+        self.absolute_temperature_exponent.decode_into(d)?;
+        self.dimensionless_exponent.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for QuantityDimension {
@@ -4140,6 +4233,14 @@ impl Decode for TrustListDataType {
             issuer_crls: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_lists.decode_into(d)?;
+        self.trusted_certificates.decode_into(d)?;
+        self.trusted_crls.decode_into(d)?;
+        self.issuer_certificates.decode_into(d)?;
+        self.issuer_crls.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for TrustListDataType {
@@ -4173,6 +4274,12 @@ impl Decode for TransactionErrorType {
             error: Decode::decode(d)?,
             message: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.target_id.decode_into(d)?;
+        self.error.decode_into(d)?;
+        self.message.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4212,6 +4319,13 @@ impl Decode for DataTypeSchemaHeader {
             simple_data_types: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespaces.decode_into(d)?;
+        self.structure_data_types.decode_into(d)?;
+        self.enum_data_types.decode_into(d)?;
+        self.simple_data_types.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DataTypeSchemaHeader {
@@ -4241,6 +4355,11 @@ impl Decode for DataTypeDescription {
             data_type_id: Decode::decode(d)?,
             name: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_type_id.decode_into(d)?;
+        self.name.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4275,6 +4394,12 @@ impl Decode for StructureDescription {
             name: Decode::decode(d)?,
             structure_definition: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_type_id.decode_into(d)?;
+        self.name.decode_into(d)?;
+        self.structure_definition.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4314,6 +4439,13 @@ impl Decode for EnumDescription {
             built_in_type: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_type_id.decode_into(d)?;
+        self.name.decode_into(d)?;
+        self.enum_definition.decode_into(d)?;
+        self.built_in_type.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EnumDescription {
@@ -4351,6 +4483,13 @@ impl Decode for SimpleTypeDescription {
             base_data_type: Decode::decode(d)?,
             built_in_type: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_type_id.decode_into(d)?;
+        self.name.decode_into(d)?;
+        self.base_data_type.decode_into(d)?;
+        self.built_in_type.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4402,6 +4541,16 @@ impl Decode for UABinaryFileDataType {
             body: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespaces.decode_into(d)?;
+        self.structure_data_types.decode_into(d)?;
+        self.enum_data_types.decode_into(d)?;
+        self.simple_data_types.decode_into(d)?;
+        self.schema_location.decode_into(d)?;
+        self.file_header.decode_into(d)?;
+        self.body.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UABinaryFileDataType {
@@ -4431,6 +4580,11 @@ impl Decode for PortableQualifiedName {
             namespace_uri: Decode::decode(d)?,
             name: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespace_uri.decode_into(d)?;
+        self.name.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4462,6 +4616,11 @@ impl Decode for PortableNodeId {
             identifier: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespace_uri.decode_into(d)?;
+        self.identifier.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PortableNodeId {
@@ -4491,6 +4650,11 @@ impl Decode for UnsignedRationalNumber {
             numerator: Decode::decode(d)?,
             denominator: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.numerator.decode_into(d)?;
+        self.denominator.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4549,6 +4713,18 @@ impl Decode for DataSetMetaDataType {
             data_set_class_id: Decode::decode(d)?,
             configuration_version: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespaces.decode_into(d)?;
+        self.structure_data_types.decode_into(d)?;
+        self.enum_data_types.decode_into(d)?;
+        self.simple_data_types.decode_into(d)?;
+        self.name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.fields.decode_into(d)?;
+        self.data_set_class_id.decode_into(d)?;
+        self.configuration_version.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4612,6 +4788,19 @@ impl Decode for FieldMetaData {
             properties: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.field_flags.decode_into(d)?;
+        self.built_in_type.decode_into(d)?;
+        self.data_type.decode_into(d)?;
+        self.value_rank.decode_into(d)?;
+        self.array_dimensions.decode_into(d)?;
+        self.max_string_length.decode_into(d)?;
+        self.data_set_field_id.decode_into(d)?;
+        self.properties.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for FieldMetaData {
@@ -4641,6 +4830,11 @@ impl Decode for ConfigurationVersionDataType {
             major_version: Decode::decode(d)?,
             minor_version: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.major_version.decode_into(d)?;
+        self.minor_version.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4683,6 +4877,14 @@ impl Decode for PublishedDataSetDataType {
             extension_fields: Decode::decode(d)?,
             data_set_source: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.data_set_folder.decode_into(d)?;
+        self.data_set_meta_data.decode_into(d)?;
+        self.extension_fields.decode_into(d)?;
+        self.data_set_source.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4760,6 +4962,17 @@ impl Decode for PublishedVariableDataType {
             meta_data_properties: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.published_variable.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.sampling_interval_hint.decode_into(d)?;
+        self.deadband_type.decode_into(d)?;
+        self.deadband_value.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        self.substitute_value.decode_into(d)?;
+        self.meta_data_properties.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PublishedVariableDataType {
@@ -4785,6 +4998,10 @@ impl Decode for PublishedDataItemsDataType {
         Ok(PublishedDataItemsDataType {
             published_data: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.published_data.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4820,6 +5037,12 @@ impl Decode for PublishedEventsDataType {
             filter: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.event_notifier.decode_into(d)?;
+        self.selected_fields.decode_into(d)?;
+        self.filter.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PublishedEventsDataType {
@@ -4845,6 +5068,10 @@ impl Decode for PublishedDataSetCustomSourceDataType {
         Ok(PublishedDataSetCustomSourceDataType {
             cyclic_data_set: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.cyclic_data_set.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4903,6 +5130,18 @@ impl Decode for DataSetWriterDataType {
             transport_settings: Decode::decode(d)?,
             message_settings: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.data_set_writer_id.decode_into(d)?;
+        self.data_set_field_content_mask.decode_into(d)?;
+        self.key_frame_count.decode_into(d)?;
+        self.data_set_name.decode_into(d)?;
+        self.data_set_writer_properties.decode_into(d)?;
+        self.transport_settings.decode_into(d)?;
+        self.message_settings.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -4998,6 +5237,16 @@ impl Decode for PubSubGroupDataType {
             group_properties: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_group_id.decode_into(d)?;
+        self.security_key_services.decode_into(d)?;
+        self.max_network_message_size.decode_into(d)?;
+        self.group_properties.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PubSubGroupDataType {
@@ -5083,6 +5332,25 @@ impl Decode for WriterGroupDataType {
             message_settings: Decode::decode(d)?,
             data_set_writers: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_group_id.decode_into(d)?;
+        self.security_key_services.decode_into(d)?;
+        self.max_network_message_size.decode_into(d)?;
+        self.group_properties.decode_into(d)?;
+        self.writer_group_id.decode_into(d)?;
+        self.publishing_interval.decode_into(d)?;
+        self.keep_alive_time.decode_into(d)?;
+        self.priority.decode_into(d)?;
+        self.locale_ids.decode_into(d)?;
+        self.header_layout_uri.decode_into(d)?;
+        self.transport_settings.decode_into(d)?;
+        self.message_settings.decode_into(d)?;
+        self.data_set_writers.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5186,6 +5454,18 @@ impl Decode for PubSubConnectionDataType {
             reader_groups: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.publisher_id.decode_into(d)?;
+        self.transport_profile_uri.decode_into(d)?;
+        self.address.decode_into(d)?;
+        self.connection_properties.decode_into(d)?;
+        self.transport_settings.decode_into(d)?;
+        self.writer_groups.decode_into(d)?;
+        self.reader_groups.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PubSubConnectionDataType {
@@ -5234,6 +5514,10 @@ impl Decode for NetworkAddressDataType {
             network_interface: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.network_interface.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for NetworkAddressDataType {
@@ -5263,6 +5547,11 @@ impl Decode for NetworkAddressUrlDataType {
             network_interface: Decode::decode(d)?,
             url: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.network_interface.decode_into(d)?;
+        self.url.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5325,6 +5614,19 @@ impl Decode for ReaderGroupDataType {
             message_settings: Decode::decode(d)?,
             data_set_readers: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_group_id.decode_into(d)?;
+        self.security_key_services.decode_into(d)?;
+        self.max_network_message_size.decode_into(d)?;
+        self.group_properties.decode_into(d)?;
+        self.transport_settings.decode_into(d)?;
+        self.message_settings.decode_into(d)?;
+        self.data_set_readers.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5460,6 +5762,26 @@ impl Decode for DataSetReaderDataType {
             subscribed_data_set: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.publisher_id.decode_into(d)?;
+        self.writer_group_id.decode_into(d)?;
+        self.data_set_writer_id.decode_into(d)?;
+        self.data_set_meta_data.decode_into(d)?;
+        self.data_set_field_content_mask.decode_into(d)?;
+        self.message_receive_timeout.decode_into(d)?;
+        self.key_frame_count.decode_into(d)?;
+        self.header_layout_uri.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_group_id.decode_into(d)?;
+        self.security_key_services.decode_into(d)?;
+        self.data_set_reader_properties.decode_into(d)?;
+        self.transport_settings.decode_into(d)?;
+        self.message_settings.decode_into(d)?;
+        self.subscribed_data_set.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DataSetReaderDataType {
@@ -5552,6 +5874,10 @@ impl Decode for TargetVariablesDataType {
             target_variables: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.target_variables.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for TargetVariablesDataType {
@@ -5602,6 +5928,16 @@ impl Decode for FieldTargetDataType {
             override_value: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_set_field_id.decode_into(d)?;
+        self.receiver_index_range.decode_into(d)?;
+        self.target_node_id.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.write_index_range.decode_into(d)?;
+        self.override_value_handling.decode_into(d)?;
+        self.override_value.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for FieldTargetDataType {
@@ -5631,6 +5967,11 @@ impl Decode for SubscribedDataSetMirrorDataType {
             parent_node_name: Decode::decode(d)?,
             role_permissions: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.parent_node_name.decode_into(d)?;
+        self.role_permissions.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5666,6 +6007,12 @@ impl Decode for PubSubConfigurationDataType {
             enabled: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.published_data_sets.decode_into(d)?;
+        self.connections.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PubSubConfigurationDataType {
@@ -5691,6 +6038,10 @@ impl Decode for StandaloneSubscribedDataSetRefDataType {
         Ok(StandaloneSubscribedDataSetRefDataType {
             data_set_name: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_set_name.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5729,6 +6080,13 @@ impl Decode for StandaloneSubscribedDataSetDataType {
             data_set_meta_data: Decode::decode(d)?,
             subscribed_data_set: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.data_set_folder.decode_into(d)?;
+        self.data_set_meta_data.decode_into(d)?;
+        self.subscribed_data_set.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5788,6 +6146,18 @@ impl Decode for SecurityGroupDataType {
             group_properties: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.security_group_folder.decode_into(d)?;
+        self.key_lifetime.decode_into(d)?;
+        self.security_policy_uri.decode_into(d)?;
+        self.max_future_key_count.decode_into(d)?;
+        self.max_past_key_count.decode_into(d)?;
+        self.security_group_id.decode_into(d)?;
+        self.role_permissions.decode_into(d)?;
+        self.group_properties.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SecurityGroupDataType {
@@ -5845,6 +6215,18 @@ impl Decode for PubSubKeyPushTargetDataType {
             push_target_properties: Decode::decode(d)?,
             security_groups: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.application_uri.decode_into(d)?;
+        self.push_target_folder.decode_into(d)?;
+        self.endpoint_url.decode_into(d)?;
+        self.security_policy_uri.decode_into(d)?;
+        self.user_token_type.decode_into(d)?;
+        self.requested_key_count.decode_into(d)?;
+        self.retry_interval.decode_into(d)?;
+        self.push_target_properties.decode_into(d)?;
+        self.security_groups.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -5908,6 +6290,19 @@ impl Decode for PubSubConfiguration2DataType {
             configuration_properties: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.published_data_sets.decode_into(d)?;
+        self.connections.decode_into(d)?;
+        self.enabled.decode_into(d)?;
+        self.subscribed_data_sets.decode_into(d)?;
+        self.data_set_classes.decode_into(d)?;
+        self.default_security_key_services.decode_into(d)?;
+        self.security_groups.decode_into(d)?;
+        self.pub_sub_key_push_targets.decode_into(d)?;
+        self.configuration_version.decode_into(d)?;
+        self.configuration_properties.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PubSubConfiguration2DataType {
@@ -5950,6 +6345,14 @@ impl Decode for UadpWriterGroupMessageDataType {
             publishing_offset: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.group_version.decode_into(d)?;
+        self.data_set_ordering.decode_into(d)?;
+        self.network_message_content_mask.decode_into(d)?;
+        self.sampling_offset.decode_into(d)?;
+        self.publishing_offset.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UadpWriterGroupMessageDataType {
@@ -5987,6 +6390,13 @@ impl Decode for UadpDataSetWriterMessageDataType {
             network_message_number: Decode::decode(d)?,
             data_set_offset: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_set_message_content_mask.decode_into(d)?;
+        self.configured_size.decode_into(d)?;
+        self.network_message_number.decode_into(d)?;
+        self.data_set_offset.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6046,6 +6456,18 @@ impl Decode for UadpDataSetReaderMessageDataType {
             processing_offset: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.group_version.decode_into(d)?;
+        self.network_message_number.decode_into(d)?;
+        self.data_set_offset.decode_into(d)?;
+        self.data_set_class_id.decode_into(d)?;
+        self.network_message_content_mask.decode_into(d)?;
+        self.data_set_message_content_mask.decode_into(d)?;
+        self.publishing_interval.decode_into(d)?;
+        self.receive_offset.decode_into(d)?;
+        self.processing_offset.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UadpDataSetReaderMessageDataType {
@@ -6072,6 +6494,10 @@ impl Decode for JsonWriterGroupMessageDataType {
             network_message_content_mask: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.network_message_content_mask.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for JsonWriterGroupMessageDataType {
@@ -6097,6 +6523,10 @@ impl Decode for JsonDataSetWriterMessageDataType {
         Ok(JsonDataSetWriterMessageDataType {
             data_set_message_content_mask: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_set_message_content_mask.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6127,6 +6557,11 @@ impl Decode for JsonDataSetReaderMessageDataType {
             network_message_content_mask: Decode::decode(d)?,
             data_set_message_content_mask: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.network_message_content_mask.decode_into(d)?;
+        self.data_set_message_content_mask.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6198,6 +6633,10 @@ impl Decode for TransmitQosPriorityDataType {
             priority_label: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.priority_label.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for TransmitQosPriorityDataType {
@@ -6246,6 +6685,10 @@ impl Decode for ReceiveQosPriorityDataType {
             priority_label: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.priority_label.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReceiveQosPriorityDataType {
@@ -6271,6 +6714,10 @@ impl Decode for DatagramConnectionTransportDataType {
         Ok(DatagramConnectionTransportDataType {
             discovery_address: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.discovery_address.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6314,6 +6761,14 @@ impl Decode for DatagramConnectionTransport2DataType {
             datagram_qos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.discovery_address.decode_into(d)?;
+        self.discovery_announce_rate.decode_into(d)?;
+        self.discovery_max_message_size.decode_into(d)?;
+        self.qos_category.decode_into(d)?;
+        self.datagram_qos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DatagramConnectionTransport2DataType {
@@ -6343,6 +6798,11 @@ impl Decode for DatagramWriterGroupTransportDataType {
             message_repeat_count: Decode::decode(d)?,
             message_repeat_delay: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.message_repeat_count.decode_into(d)?;
+        self.message_repeat_delay.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6394,6 +6854,16 @@ impl Decode for DatagramWriterGroupTransport2DataType {
             topic: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.message_repeat_count.decode_into(d)?;
+        self.message_repeat_delay.decode_into(d)?;
+        self.address.decode_into(d)?;
+        self.qos_category.decode_into(d)?;
+        self.datagram_qos.decode_into(d)?;
+        self.discovery_announce_rate.decode_into(d)?;
+        self.topic.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DatagramWriterGroupTransport2DataType {
@@ -6432,6 +6902,13 @@ impl Decode for DatagramDataSetReaderTransportDataType {
             topic: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.address.decode_into(d)?;
+        self.qos_category.decode_into(d)?;
+        self.datagram_qos.decode_into(d)?;
+        self.topic.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DatagramDataSetReaderTransportDataType {
@@ -6461,6 +6938,11 @@ impl Decode for BrokerConnectionTransportDataType {
             resource_uri: Decode::decode(d)?,
             authentication_profile_uri: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.resource_uri.decode_into(d)?;
+        self.authentication_profile_uri.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6499,6 +6981,13 @@ impl Decode for BrokerWriterGroupTransportDataType {
             authentication_profile_uri: Decode::decode(d)?,
             requested_delivery_guarantee: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.queue_name.decode_into(d)?;
+        self.resource_uri.decode_into(d)?;
+        self.authentication_profile_uri.decode_into(d)?;
+        self.requested_delivery_guarantee.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6546,6 +7035,15 @@ impl Decode for BrokerDataSetWriterTransportDataType {
             meta_data_update_time: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.queue_name.decode_into(d)?;
+        self.resource_uri.decode_into(d)?;
+        self.authentication_profile_uri.decode_into(d)?;
+        self.requested_delivery_guarantee.decode_into(d)?;
+        self.meta_data_queue_name.decode_into(d)?;
+        self.meta_data_update_time.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BrokerDataSetWriterTransportDataType {
@@ -6588,6 +7086,14 @@ impl Decode for BrokerDataSetReaderTransportDataType {
             meta_data_queue_name: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.queue_name.decode_into(d)?;
+        self.resource_uri.decode_into(d)?;
+        self.authentication_profile_uri.decode_into(d)?;
+        self.requested_delivery_guarantee.decode_into(d)?;
+        self.meta_data_queue_name.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BrokerDataSetReaderTransportDataType {
@@ -6626,6 +7132,13 @@ impl Decode for PubSubConfigurationRefDataType {
             group_index: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.configuration_mask.decode_into(d)?;
+        self.element_index.decode_into(d)?;
+        self.connection_index.decode_into(d)?;
+        self.group_index.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PubSubConfigurationRefDataType {
@@ -6660,6 +7173,12 @@ impl Decode for PubSubConfigurationValueDataType {
             identifier: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.configuration_element.decode_into(d)?;
+        self.name.decode_into(d)?;
+        self.identifier.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PubSubConfigurationValueDataType {
@@ -6689,6 +7208,11 @@ impl Decode for AliasNameDataType {
             alias_name: Decode::decode(d)?,
             referenced_nodes: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.alias_name.decode_into(d)?;
+        self.referenced_nodes.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6723,6 +7247,12 @@ impl Decode for UserManagementDataType {
             user_configuration: Decode::decode(d)?,
             description: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.user_name.decode_into(d)?;
+        self.user_configuration.decode_into(d)?;
+        self.description.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6762,6 +7292,13 @@ impl Decode for PriorityMappingEntryType {
             priority_value_dscp: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.mapping_uri.decode_into(d)?;
+        self.priority_label.decode_into(d)?;
+        self.priority_value_pcp.decode_into(d)?;
+        self.priority_value_dscp.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PriorityMappingEntryType {
@@ -6800,6 +7337,13 @@ impl Decode for ReferenceDescriptionDataType {
             target_node: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.source_node.decode_into(d)?;
+        self.reference_type.decode_into(d)?;
+        self.is_forward.decode_into(d)?;
+        self.target_node.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReferenceDescriptionDataType {
@@ -6834,6 +7378,12 @@ impl Decode for ReferenceListEntryDataType {
             target_node: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.reference_type.decode_into(d)?;
+        self.is_forward.decode_into(d)?;
+        self.target_node.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReferenceListEntryDataType {
@@ -6863,6 +7413,11 @@ impl Decode for RolePermissionType {
             role_id: Decode::decode(d)?,
             permissions: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.role_id.decode_into(d)?;
+        self.permissions.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -6936,6 +7491,16 @@ impl Decode for StructureField {
             is_optional: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.data_type.decode_into(d)?;
+        self.value_rank.decode_into(d)?;
+        self.array_dimensions.decode_into(d)?;
+        self.max_string_length.decode_into(d)?;
+        self.is_optional.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for StructureField {
@@ -6974,6 +7539,13 @@ impl Decode for StructureDefinition {
             fields: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.default_encoding_id.decode_into(d)?;
+        self.base_data_type.decode_into(d)?;
+        self.structure_type.decode_into(d)?;
+        self.fields.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for StructureDefinition {
@@ -6999,6 +7571,10 @@ impl Decode for EnumDefinition {
         Ok(EnumDefinition {
             fields: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.fields.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7042,6 +7618,14 @@ impl Decode for Argument {
             description: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.name.decode_into(d)?;
+        self.data_type.decode_into(d)?;
+        self.value_rank.decode_into(d)?;
+        self.array_dimensions.decode_into(d)?;
+        self.description.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for Argument {
@@ -7075,6 +7659,12 @@ impl Decode for EnumValueType {
             display_name: Decode::decode(d)?,
             description: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.value.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7114,6 +7704,13 @@ impl Decode for EnumField {
             name: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.value.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.name.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EnumField {
@@ -7144,6 +7741,11 @@ impl Decode for OptionSet {
             valid_bits: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.value.decode_into(d)?;
+        self.valid_bits.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for OptionSet {
@@ -7173,6 +7775,11 @@ impl Decode for TimeZoneDataType {
             offset: Decode::decode(d)?,
             daylight_saving_in_offset: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.offset.decode_into(d)?;
+        self.daylight_saving_in_offset.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7224,6 +7831,16 @@ impl Decode for ApplicationDescription {
             discovery_urls: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.application_uri.decode_into(d)?;
+        self.product_uri.decode_into(d)?;
+        self.application_name.decode_into(d)?;
+        self.application_type.decode_into(d)?;
+        self.gateway_server_uri.decode_into(d)?;
+        self.discovery_profile_uri.decode_into(d)?;
+        self.discovery_urls.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ApplicationDescription {
@@ -7274,6 +7891,16 @@ impl Decode for RequestHeader {
             additional_header: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.authentication_token.decode_into(d)?;
+        self.timestamp.decode_into(d)?;
+        self.request_handle.decode_into(d)?;
+        self.return_diagnostics.decode_into(d)?;
+        self.audit_entry_id.decode_into(d)?;
+        self.timeout_hint.decode_into(d)?;
+        self.additional_header.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RequestHeader {
@@ -7320,6 +7947,15 @@ impl Decode for ResponseHeader {
             additional_header: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.timestamp.decode_into(d)?;
+        self.request_handle.decode_into(d)?;
+        self.service_result.decode_into(d)?;
+        self.service_diagnostics.decode_into(d)?;
+        self.string_table.decode_into(d)?;
+        self.additional_header.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ResponseHeader {
@@ -7345,6 +7981,10 @@ impl Decode for ServiceFault {
         Ok(ServiceFault {
             response_header: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7388,6 +8028,14 @@ impl Decode for SessionlessInvokeRequestType {
             service_id: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.uris_version.decode_into(d)?;
+        self.namespace_uris.decode_into(d)?;
+        self.server_uris.decode_into(d)?;
+        self.locale_ids.decode_into(d)?;
+        self.service_id.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SessionlessInvokeRequestType {
@@ -7421,6 +8069,12 @@ impl Decode for SessionlessInvokeResponseType {
             server_uris: Decode::decode(d)?,
             service_id: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespace_uris.decode_into(d)?;
+        self.server_uris.decode_into(d)?;
+        self.service_id.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7460,6 +8114,13 @@ impl Decode for FindServersRequest {
             server_uris: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.endpoint_url.decode_into(d)?;
+        self.locale_ids.decode_into(d)?;
+        self.server_uris.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for FindServersRequest {
@@ -7489,6 +8150,11 @@ impl Decode for FindServersResponse {
             response_header: Decode::decode(d)?,
             servers: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.servers.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7528,6 +8194,13 @@ impl Decode for ServerOnNetwork {
             server_capabilities: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.record_id.decode_into(d)?;
+        self.server_name.decode_into(d)?;
+        self.discovery_url.decode_into(d)?;
+        self.server_capabilities.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ServerOnNetwork {
@@ -7566,6 +8239,13 @@ impl Decode for FindServersOnNetworkRequest {
             server_capability_filter: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.starting_record_id.decode_into(d)?;
+        self.max_records_to_return.decode_into(d)?;
+        self.server_capability_filter.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for FindServersOnNetworkRequest {
@@ -7599,6 +8279,12 @@ impl Decode for FindServersOnNetworkResponse {
             last_counter_reset_time: Decode::decode(d)?,
             servers: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.last_counter_reset_time.decode_into(d)?;
+        self.servers.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7641,6 +8327,14 @@ impl Decode for UserTokenPolicy {
             issuer_endpoint_url: Decode::decode(d)?,
             security_policy_uri: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.policy_id.decode_into(d)?;
+        self.token_type.decode_into(d)?;
+        self.issued_token_type.decode_into(d)?;
+        self.issuer_endpoint_url.decode_into(d)?;
+        self.security_policy_uri.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7696,6 +8390,17 @@ impl Decode for EndpointDescription {
             security_level: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.endpoint_url.decode_into(d)?;
+        self.server.decode_into(d)?;
+        self.server_certificate.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_policy_uri.decode_into(d)?;
+        self.user_identity_tokens.decode_into(d)?;
+        self.transport_profile_uri.decode_into(d)?;
+        self.security_level.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EndpointDescription {
@@ -7734,6 +8439,13 @@ impl Decode for GetEndpointsRequest {
             profile_uris: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.endpoint_url.decode_into(d)?;
+        self.locale_ids.decode_into(d)?;
+        self.profile_uris.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for GetEndpointsRequest {
@@ -7763,6 +8475,11 @@ impl Decode for GetEndpointsResponse {
             response_header: Decode::decode(d)?,
             endpoints: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.endpoints.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7818,6 +8535,17 @@ impl Decode for RegisteredServer {
             is_online: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.server_uri.decode_into(d)?;
+        self.product_uri.decode_into(d)?;
+        self.server_names.decode_into(d)?;
+        self.server_type.decode_into(d)?;
+        self.gateway_server_uri.decode_into(d)?;
+        self.discovery_urls.decode_into(d)?;
+        self.semaphore_file_path.decode_into(d)?;
+        self.is_online.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RegisteredServer {
@@ -7848,6 +8576,11 @@ impl Decode for RegisterServerRequest {
             server: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.server.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RegisterServerRequest {
@@ -7873,6 +8606,10 @@ impl Decode for RegisterServerResponse {
         Ok(RegisterServerResponse {
             response_header: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -7926,6 +8663,11 @@ impl Decode for MdnsDiscoveryConfiguration {
             server_capabilities: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.mdns_server_name.decode_into(d)?;
+        self.server_capabilities.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for MdnsDiscoveryConfiguration {
@@ -7960,6 +8702,12 @@ impl Decode for RegisterServer2Request {
             discovery_configuration: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.server.decode_into(d)?;
+        self.discovery_configuration.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RegisterServer2Request {
@@ -7993,6 +8741,12 @@ impl Decode for RegisterServer2Response {
             configuration_results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.configuration_results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8031,6 +8785,13 @@ impl Decode for ChannelSecurityToken {
             created_at: Decode::decode(d)?,
             revised_lifetime: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.channel_id.decode_into(d)?;
+        self.token_id.decode_into(d)?;
+        self.created_at.decode_into(d)?;
+        self.revised_lifetime.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8078,6 +8839,15 @@ impl Decode for OpenSecureChannelRequest {
             requested_lifetime: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.client_protocol_version.decode_into(d)?;
+        self.request_type.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.client_nonce.decode_into(d)?;
+        self.requested_lifetime.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for OpenSecureChannelRequest {
@@ -8116,6 +8886,13 @@ impl Decode for OpenSecureChannelResponse {
             server_nonce: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.server_protocol_version.decode_into(d)?;
+        self.security_token.decode_into(d)?;
+        self.server_nonce.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for OpenSecureChannelResponse {
@@ -8142,6 +8919,10 @@ impl Decode for CloseSecureChannelRequest {
             request_header: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CloseSecureChannelRequest {
@@ -8167,6 +8948,10 @@ impl Decode for CloseSecureChannelResponse {
         Ok(CloseSecureChannelResponse {
             response_header: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8198,6 +8983,11 @@ impl Decode for SignedSoftwareCertificate {
             signature: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.certificate_data.decode_into(d)?;
+        self.signature.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SignedSoftwareCertificate {
@@ -8227,6 +9017,11 @@ impl Decode for SignatureData {
             algorithm: Decode::decode(d)?,
             signature: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.algorithm.decode_into(d)?;
+        self.signature.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8285,6 +9080,18 @@ impl Decode for CreateSessionRequest {
             requested_session_timeout: Decode::decode(d)?,
             max_response_message_size: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.client_description.decode_into(d)?;
+        self.server_uri.decode_into(d)?;
+        self.endpoint_url.decode_into(d)?;
+        self.session_name.decode_into(d)?;
+        self.client_nonce.decode_into(d)?;
+        self.client_certificate.decode_into(d)?;
+        self.requested_session_timeout.decode_into(d)?;
+        self.max_response_message_size.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8348,6 +9155,19 @@ impl Decode for CreateSessionResponse {
             max_request_message_size: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.session_id.decode_into(d)?;
+        self.authentication_token.decode_into(d)?;
+        self.revised_session_timeout.decode_into(d)?;
+        self.server_nonce.decode_into(d)?;
+        self.server_certificate.decode_into(d)?;
+        self.server_endpoints.decode_into(d)?;
+        self.server_software_certificates.decode_into(d)?;
+        self.server_signature.decode_into(d)?;
+        self.max_request_message_size.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CreateSessionResponse {
@@ -8374,6 +9194,10 @@ impl Decode for UserIdentityToken {
             policy_id: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.policy_id.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UserIdentityToken {
@@ -8399,6 +9223,10 @@ impl Decode for AnonymousIdentityToken {
         Ok(AnonymousIdentityToken {
             policy_id: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.policy_id.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8438,6 +9266,13 @@ impl Decode for UserNameIdentityToken {
             encryption_algorithm: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.policy_id.decode_into(d)?;
+        self.user_name.decode_into(d)?;
+        self.password.decode_into(d)?;
+        self.encryption_algorithm.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UserNameIdentityToken {
@@ -8467,6 +9302,11 @@ impl Decode for X509IdentityToken {
             policy_id: Decode::decode(d)?,
             certificate_data: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.policy_id.decode_into(d)?;
+        self.certificate_data.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8501,6 +9341,12 @@ impl Decode for IssuedIdentityToken {
             token_data: Decode::decode(d)?,
             encryption_algorithm: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.policy_id.decode_into(d)?;
+        self.token_data.decode_into(d)?;
+        self.encryption_algorithm.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8548,6 +9394,15 @@ impl Decode for ActivateSessionRequest {
             user_token_signature: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.client_signature.decode_into(d)?;
+        self.client_software_certificates.decode_into(d)?;
+        self.locale_ids.decode_into(d)?;
+        self.user_identity_token.decode_into(d)?;
+        self.user_token_signature.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ActivateSessionRequest {
@@ -8586,6 +9441,13 @@ impl Decode for ActivateSessionResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.server_nonce.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ActivateSessionResponse {
@@ -8616,6 +9478,11 @@ impl Decode for CloseSessionRequest {
             delete_subscriptions: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.delete_subscriptions.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CloseSessionRequest {
@@ -8641,6 +9508,10 @@ impl Decode for CloseSessionResponse {
         Ok(CloseSessionResponse {
             response_header: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8672,6 +9543,11 @@ impl Decode for CancelRequest {
             request_handle: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.request_handle.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CancelRequest {
@@ -8701,6 +9577,11 @@ impl Decode for CancelResponse {
             response_header: Decode::decode(d)?,
             cancel_count: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.cancel_count.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8743,6 +9624,14 @@ impl Decode for NodeAttributes {
             write_mask: Decode::decode(d)?,
             user_write_mask: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8789,6 +9678,15 @@ impl Decode for ObjectAttributes {
             user_write_mask: Decode::decode(d)?,
             event_notifier: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.event_notifier.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -8864,6 +9762,22 @@ impl Decode for VariableAttributes {
             historizing: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.value.decode_into(d)?;
+        self.data_type.decode_into(d)?;
+        self.value_rank.decode_into(d)?;
+        self.array_dimensions.decode_into(d)?;
+        self.access_level.decode_into(d)?;
+        self.user_access_level.decode_into(d)?;
+        self.minimum_sampling_interval.decode_into(d)?;
+        self.historizing.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for VariableAttributes {
@@ -8914,6 +9828,16 @@ impl Decode for MethodAttributes {
             user_executable: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.executable.decode_into(d)?;
+        self.user_executable.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for MethodAttributes {
@@ -8959,6 +9883,15 @@ impl Decode for ObjectTypeAttributes {
             user_write_mask: Decode::decode(d)?,
             is_abstract: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.is_abstract.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9022,6 +9955,19 @@ impl Decode for VariableTypeAttributes {
             is_abstract: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.value.decode_into(d)?;
+        self.data_type.decode_into(d)?;
+        self.value_rank.decode_into(d)?;
+        self.array_dimensions.decode_into(d)?;
+        self.is_abstract.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for VariableTypeAttributes {
@@ -9076,6 +10022,17 @@ impl Decode for ReferenceTypeAttributes {
             inverse_name: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.is_abstract.decode_into(d)?;
+        self.symmetric.decode_into(d)?;
+        self.inverse_name.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReferenceTypeAttributes {
@@ -9121,6 +10078,15 @@ impl Decode for DataTypeAttributes {
             user_write_mask: Decode::decode(d)?,
             is_abstract: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.is_abstract.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9172,6 +10138,16 @@ impl Decode for ViewAttributes {
             event_notifier: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.contains_no_loops.decode_into(d)?;
+        self.event_notifier.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ViewAttributes {
@@ -9201,6 +10177,11 @@ impl Decode for GenericAttributeValue {
             attribute_id: Decode::decode(d)?,
             value: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.attribute_id.decode_into(d)?;
+        self.value.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9247,6 +10228,15 @@ impl Decode for GenericAttributes {
             user_write_mask: Decode::decode(d)?,
             attribute_values: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.specified_attributes.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        self.write_mask.decode_into(d)?;
+        self.user_write_mask.decode_into(d)?;
+        self.attribute_values.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9298,6 +10288,16 @@ impl Decode for AddNodesItem {
             type_definition: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.parent_node_id.decode_into(d)?;
+        self.reference_type_id.decode_into(d)?;
+        self.requested_new_node_id.decode_into(d)?;
+        self.browse_name.decode_into(d)?;
+        self.node_class.decode_into(d)?;
+        self.node_attributes.decode_into(d)?;
+        self.type_definition.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AddNodesItem {
@@ -9328,6 +10328,11 @@ impl Decode for AddNodesResult {
             added_node_id: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.added_node_id.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AddNodesResult {
@@ -9357,6 +10362,11 @@ impl Decode for AddNodesRequest {
             request_header: Decode::decode(d)?,
             nodes_to_add: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.nodes_to_add.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9391,6 +10401,12 @@ impl Decode for AddNodesResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9438,6 +10454,15 @@ impl Decode for AddReferencesItem {
             target_node_class: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.source_node_id.decode_into(d)?;
+        self.reference_type_id.decode_into(d)?;
+        self.is_forward.decode_into(d)?;
+        self.target_server_uri.decode_into(d)?;
+        self.target_node_id.decode_into(d)?;
+        self.target_node_class.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AddReferencesItem {
@@ -9467,6 +10492,11 @@ impl Decode for AddReferencesRequest {
             request_header: Decode::decode(d)?,
             references_to_add: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.references_to_add.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9502,6 +10532,12 @@ impl Decode for AddReferencesResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AddReferencesResponse {
@@ -9532,6 +10568,11 @@ impl Decode for DeleteNodesItem {
             delete_target_references: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.delete_target_references.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DeleteNodesItem {
@@ -9561,6 +10602,11 @@ impl Decode for DeleteNodesRequest {
             request_header: Decode::decode(d)?,
             nodes_to_delete: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.nodes_to_delete.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9595,6 +10641,12 @@ impl Decode for DeleteNodesResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9638,6 +10690,14 @@ impl Decode for DeleteReferencesItem {
             delete_bidirectional: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.source_node_id.decode_into(d)?;
+        self.reference_type_id.decode_into(d)?;
+        self.is_forward.decode_into(d)?;
+        self.target_node_id.decode_into(d)?;
+        self.delete_bidirectional.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DeleteReferencesItem {
@@ -9667,6 +10727,11 @@ impl Decode for DeleteReferencesRequest {
             request_header: Decode::decode(d)?,
             references_to_delete: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.references_to_delete.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9702,6 +10767,12 @@ impl Decode for DeleteReferencesResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DeleteReferencesResponse {
@@ -9735,6 +10806,12 @@ impl Decode for ViewDescription {
             timestamp: Decode::decode(d)?,
             view_version: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.view_id.decode_into(d)?;
+        self.timestamp.decode_into(d)?;
+        self.view_version.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9781,6 +10858,15 @@ impl Decode for BrowseDescription {
             node_class_mask: Decode::decode(d)?,
             result_mask: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.browse_direction.decode_into(d)?;
+        self.reference_type_id.decode_into(d)?;
+        self.include_subtypes.decode_into(d)?;
+        self.node_class_mask.decode_into(d)?;
+        self.result_mask.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9832,6 +10918,16 @@ impl Decode for ReferenceDescription {
             type_definition: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.reference_type_id.decode_into(d)?;
+        self.is_forward.decode_into(d)?;
+        self.node_id.decode_into(d)?;
+        self.browse_name.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.node_class.decode_into(d)?;
+        self.type_definition.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReferenceDescription {
@@ -9865,6 +10961,12 @@ impl Decode for BrowseResult {
             continuation_point: Decode::decode(d)?,
             references: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.continuation_point.decode_into(d)?;
+        self.references.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9904,6 +11006,13 @@ impl Decode for BrowseRequest {
             nodes_to_browse: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.view.decode_into(d)?;
+        self.requested_max_references_per_node.decode_into(d)?;
+        self.nodes_to_browse.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BrowseRequest {
@@ -9937,6 +11046,12 @@ impl Decode for BrowseResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -9972,6 +11087,12 @@ impl Decode for BrowseNextRequest {
             continuation_points: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.release_continuation_points.decode_into(d)?;
+        self.continuation_points.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BrowseNextRequest {
@@ -10005,6 +11126,12 @@ impl Decode for BrowseNextResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10044,6 +11171,13 @@ impl Decode for RelativePathElement {
             target_name: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.reference_type_id.decode_into(d)?;
+        self.is_inverse.decode_into(d)?;
+        self.include_subtypes.decode_into(d)?;
+        self.target_name.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RelativePathElement {
@@ -10069,6 +11203,10 @@ impl Decode for RelativePath {
         Ok(RelativePath {
             elements: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.elements.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10100,6 +11238,11 @@ impl Decode for BrowsePath {
             relative_path: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.starting_node.decode_into(d)?;
+        self.relative_path.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BrowsePath {
@@ -10129,6 +11272,11 @@ impl Decode for BrowsePathTarget {
             target_id: Decode::decode(d)?,
             remaining_path_index: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.target_id.decode_into(d)?;
+        self.remaining_path_index.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10160,6 +11308,11 @@ impl Decode for BrowsePathResult {
             targets: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.targets.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BrowsePathResult {
@@ -10189,6 +11342,11 @@ impl Decode for TranslateBrowsePathsToNodeIdsRequest {
             request_header: Decode::decode(d)?,
             browse_paths: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.browse_paths.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10224,6 +11382,12 @@ impl Decode for TranslateBrowsePathsToNodeIdsResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for TranslateBrowsePathsToNodeIdsResponse {
@@ -10253,6 +11417,11 @@ impl Decode for RegisterNodesRequest {
             request_header: Decode::decode(d)?,
             nodes_to_register: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.nodes_to_register.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10284,6 +11453,11 @@ impl Decode for RegisterNodesResponse {
             registered_node_ids: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.registered_node_ids.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RegisterNodesResponse {
@@ -10314,6 +11488,11 @@ impl Decode for UnregisterNodesRequest {
             nodes_to_unregister: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.nodes_to_unregister.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UnregisterNodesRequest {
@@ -10339,6 +11518,10 @@ impl Decode for UnregisterNodesResponse {
         Ok(UnregisterNodesResponse {
             response_header: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10398,6 +11581,18 @@ impl Decode for EndpointConfiguration {
             security_token_lifetime: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.operation_timeout.decode_into(d)?;
+        self.use_binary_encoding.decode_into(d)?;
+        self.max_string_length.decode_into(d)?;
+        self.max_byte_string_length.decode_into(d)?;
+        self.max_array_length.decode_into(d)?;
+        self.max_message_size.decode_into(d)?;
+        self.max_buffer_size.decode_into(d)?;
+        self.channel_lifetime.decode_into(d)?;
+        self.security_token_lifetime.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EndpointConfiguration {
@@ -10431,6 +11626,12 @@ impl Decode for QueryDataDescription {
             attribute_id: Decode::decode(d)?,
             index_range: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.relative_path.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10466,6 +11667,12 @@ impl Decode for NodeTypeDescription {
             data_to_return: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.type_definition_node.decode_into(d)?;
+        self.include_sub_types.decode_into(d)?;
+        self.data_to_return.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for NodeTypeDescription {
@@ -10499,6 +11706,12 @@ impl Decode for QueryDataSet {
             type_definition_node: Decode::decode(d)?,
             values: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.type_definition_node.decode_into(d)?;
+        self.values.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10538,6 +11751,13 @@ impl Decode for NodeReference {
             referenced_node_ids: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.reference_type_id.decode_into(d)?;
+        self.is_forward.decode_into(d)?;
+        self.referenced_node_ids.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for NodeReference {
@@ -10568,6 +11788,11 @@ impl Decode for ContentFilterElement {
             filter_operands: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.filter_operator.decode_into(d)?;
+        self.filter_operands.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ContentFilterElement {
@@ -10593,6 +11818,10 @@ impl Decode for ContentFilter {
         Ok(ContentFilter {
             elements: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.elements.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10642,6 +11871,10 @@ impl Decode for ElementOperand {
             index: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.index.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ElementOperand {
@@ -10667,6 +11900,10 @@ impl Decode for LiteralOperand {
         Ok(LiteralOperand {
             value: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.value.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10710,6 +11947,14 @@ impl Decode for AttributeOperand {
             index_range: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.alias.decode_into(d)?;
+        self.browse_path.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AttributeOperand {
@@ -10748,6 +11993,13 @@ impl Decode for SimpleAttributeOperand {
             index_range: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.type_definition_id.decode_into(d)?;
+        self.browse_path.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SimpleAttributeOperand {
@@ -10782,6 +12034,12 @@ impl Decode for ContentFilterElementResult {
             operand_diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.operand_status_codes.decode_into(d)?;
+        self.operand_diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ContentFilterElementResult {
@@ -10811,6 +12069,11 @@ impl Decode for ContentFilterResult {
             element_results: Decode::decode(d)?,
             element_diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.element_results.decode_into(d)?;
+        self.element_diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10845,6 +12108,12 @@ impl Decode for ParsingResult {
             data_status_codes: Decode::decode(d)?,
             data_diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.data_status_codes.decode_into(d)?;
+        self.data_diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -10892,6 +12161,15 @@ impl Decode for QueryFirstRequest {
             max_references_to_return: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.view.decode_into(d)?;
+        self.node_types.decode_into(d)?;
+        self.filter.decode_into(d)?;
+        self.max_data_sets_to_return.decode_into(d)?;
+        self.max_references_to_return.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for QueryFirstRequest {
@@ -10938,6 +12216,15 @@ impl Decode for QueryFirstResponse {
             filter_result: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.query_data_sets.decode_into(d)?;
+        self.continuation_point.decode_into(d)?;
+        self.parsing_results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        self.filter_result.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for QueryFirstResponse {
@@ -10972,6 +12259,12 @@ impl Decode for QueryNextRequest {
             continuation_point: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.release_continuation_point.decode_into(d)?;
+        self.continuation_point.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for QueryNextRequest {
@@ -11005,6 +12298,12 @@ impl Decode for QueryNextResponse {
             query_data_sets: Decode::decode(d)?,
             revised_continuation_point: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.query_data_sets.decode_into(d)?;
+        self.revised_continuation_point.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11044,6 +12343,13 @@ impl Decode for ReadValueId {
             data_encoding: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        self.data_encoding.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadValueId {
@@ -11082,6 +12388,13 @@ impl Decode for ReadRequest {
             nodes_to_read: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.max_age.decode_into(d)?;
+        self.timestamps_to_return.decode_into(d)?;
+        self.nodes_to_read.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadRequest {
@@ -11115,6 +12428,12 @@ impl Decode for ReadResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11154,6 +12473,13 @@ impl Decode for HistoryReadValueId {
             continuation_point: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        self.data_encoding.decode_into(d)?;
+        self.continuation_point.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for HistoryReadValueId {
@@ -11187,6 +12513,12 @@ impl Decode for HistoryReadResult {
             continuation_point: Decode::decode(d)?,
             history_data: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.continuation_point.decode_into(d)?;
+        self.history_data.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11248,6 +12580,13 @@ impl Decode for ReadEventDetails {
             filter: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.num_values_per_node.decode_into(d)?;
+        self.start_time.decode_into(d)?;
+        self.end_time.decode_into(d)?;
+        self.filter.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadEventDetails {
@@ -11289,6 +12628,14 @@ impl Decode for ReadEventDetails2 {
             filter: Decode::decode(d)?,
             read_modified: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.num_values_per_node.decode_into(d)?;
+        self.start_time.decode_into(d)?;
+        self.end_time.decode_into(d)?;
+        self.filter.decode_into(d)?;
+        self.read_modified.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11332,6 +12679,14 @@ impl Decode for ReadRawModifiedDetails {
             return_bounds: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.is_read_modified.decode_into(d)?;
+        self.start_time.decode_into(d)?;
+        self.end_time.decode_into(d)?;
+        self.num_values_per_node.decode_into(d)?;
+        self.return_bounds.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadRawModifiedDetails {
@@ -11374,6 +12729,14 @@ impl Decode for ReadProcessedDetails {
             aggregate_configuration: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.start_time.decode_into(d)?;
+        self.end_time.decode_into(d)?;
+        self.processing_interval.decode_into(d)?;
+        self.aggregate_type.decode_into(d)?;
+        self.aggregate_configuration.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadProcessedDetails {
@@ -11404,6 +12767,11 @@ impl Decode for ReadAtTimeDetails {
             use_simple_bounds: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.req_times.decode_into(d)?;
+        self.use_simple_bounds.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadAtTimeDetails {
@@ -11430,6 +12798,10 @@ impl Decode for ReadAnnotationDataDetails {
             req_times: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.req_times.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ReadAnnotationDataDetails {
@@ -11455,6 +12827,10 @@ impl Decode for HistoryData {
         Ok(HistoryData {
             data_values: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_values.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11490,6 +12866,12 @@ impl Decode for ModificationInfo {
             user_name: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.modification_time.decode_into(d)?;
+        self.update_type.decode_into(d)?;
+        self.user_name.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ModificationInfo {
@@ -11520,6 +12902,11 @@ impl Decode for HistoryModifiedData {
             modification_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.data_values.decode_into(d)?;
+        self.modification_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for HistoryModifiedData {
@@ -11545,6 +12932,10 @@ impl Decode for HistoryEvent {
         Ok(HistoryEvent {
             events: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.events.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11575,6 +12966,11 @@ impl Decode for HistoryModifiedEvent {
             events: Decode::decode(d)?,
             modification_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.events.decode_into(d)?;
+        self.modification_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11618,6 +13014,14 @@ impl Decode for HistoryReadRequest {
             nodes_to_read: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.history_read_details.decode_into(d)?;
+        self.timestamps_to_return.decode_into(d)?;
+        self.release_continuation_points.decode_into(d)?;
+        self.nodes_to_read.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for HistoryReadRequest {
@@ -11651,6 +13055,12 @@ impl Decode for HistoryReadResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11690,6 +13100,13 @@ impl Decode for WriteValue {
             value: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.attribute_id.decode_into(d)?;
+        self.index_range.decode_into(d)?;
+        self.value.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for WriteValue {
@@ -11719,6 +13136,11 @@ impl Decode for WriteRequest {
             request_header: Decode::decode(d)?,
             nodes_to_write: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.nodes_to_write.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11753,6 +13175,12 @@ impl Decode for WriteResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11810,6 +13238,12 @@ impl Decode for UpdateDataDetails {
             update_values: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.perform_insert_replace.decode_into(d)?;
+        self.update_values.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UpdateDataDetails {
@@ -11843,6 +13277,12 @@ impl Decode for UpdateStructureDataDetails {
             perform_insert_replace: Decode::decode(d)?,
             update_values: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.perform_insert_replace.decode_into(d)?;
+        self.update_values.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -11882,6 +13322,13 @@ impl Decode for UpdateEventDetails {
             event_data: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.perform_insert_replace.decode_into(d)?;
+        self.filter.decode_into(d)?;
+        self.event_data.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for UpdateEventDetails {
@@ -11920,6 +13367,13 @@ impl Decode for DeleteRawModifiedDetails {
             end_time: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.is_delete_modified.decode_into(d)?;
+        self.start_time.decode_into(d)?;
+        self.end_time.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DeleteRawModifiedDetails {
@@ -11950,6 +13404,11 @@ impl Decode for DeleteAtTimeDetails {
             req_times: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.req_times.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DeleteAtTimeDetails {
@@ -11979,6 +13438,11 @@ impl Decode for DeleteEventDetails {
             node_id: Decode::decode(d)?,
             event_ids: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.node_id.decode_into(d)?;
+        self.event_ids.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12014,6 +13478,12 @@ impl Decode for HistoryUpdateResult {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.operation_results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for HistoryUpdateResult {
@@ -12043,6 +13513,11 @@ impl Decode for HistoryUpdateRequest {
             request_header: Decode::decode(d)?,
             history_update_details: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.history_update_details.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12078,6 +13553,12 @@ impl Decode for HistoryUpdateResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for HistoryUpdateResponse {
@@ -12111,6 +13592,12 @@ impl Decode for CallMethodRequest {
             method_id: Decode::decode(d)?,
             input_arguments: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.object_id.decode_into(d)?;
+        self.method_id.decode_into(d)?;
+        self.input_arguments.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12150,6 +13637,13 @@ impl Decode for CallMethodResult {
             output_arguments: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.input_argument_results.decode_into(d)?;
+        self.input_argument_diagnostic_infos.decode_into(d)?;
+        self.output_arguments.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CallMethodResult {
@@ -12179,6 +13673,11 @@ impl Decode for CallRequest {
             request_header: Decode::decode(d)?,
             methods_to_call: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.methods_to_call.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12213,6 +13712,12 @@ impl Decode for CallResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12270,6 +13775,12 @@ impl Decode for DataChangeFilter {
             deadband_value: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.trigger.decode_into(d)?;
+        self.deadband_type.decode_into(d)?;
+        self.deadband_value.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DataChangeFilter {
@@ -12299,6 +13810,11 @@ impl Decode for EventFilter {
             select_clauses: Decode::decode(d)?,
             where_clause: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.select_clauses.decode_into(d)?;
+        self.where_clause.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12342,6 +13858,14 @@ impl Decode for AggregateConfiguration {
             use_sloped_extrapolation: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.use_server_capabilities_defaults.decode_into(d)?;
+        self.treat_uncertain_as_bad.decode_into(d)?;
+        self.percent_data_bad.decode_into(d)?;
+        self.percent_data_good.decode_into(d)?;
+        self.use_sloped_extrapolation.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AggregateConfiguration {
@@ -12379,6 +13903,13 @@ impl Decode for AggregateFilter {
             processing_interval: Decode::decode(d)?,
             aggregate_configuration: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.start_time.decode_into(d)?;
+        self.aggregate_type.decode_into(d)?;
+        self.processing_interval.decode_into(d)?;
+        self.aggregate_configuration.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12436,6 +13967,12 @@ impl Decode for EventFilterResult {
             where_clause_result: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.select_clause_results.decode_into(d)?;
+        self.select_clause_diagnostic_infos.decode_into(d)?;
+        self.where_clause_result.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EventFilterResult {
@@ -12469,6 +14006,12 @@ impl Decode for AggregateFilterResult {
             revised_processing_interval: Decode::decode(d)?,
             revised_aggregate_configuration: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.revised_start_time.decode_into(d)?;
+        self.revised_processing_interval.decode_into(d)?;
+        self.revised_aggregate_configuration.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12512,6 +14055,14 @@ impl Decode for MonitoringParameters {
             discard_oldest: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.client_handle.decode_into(d)?;
+        self.sampling_interval.decode_into(d)?;
+        self.filter.decode_into(d)?;
+        self.queue_size.decode_into(d)?;
+        self.discard_oldest.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for MonitoringParameters {
@@ -12545,6 +14096,12 @@ impl Decode for MonitoredItemCreateRequest {
             monitoring_mode: Decode::decode(d)?,
             requested_parameters: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.item_to_monitor.decode_into(d)?;
+        self.monitoring_mode.decode_into(d)?;
+        self.requested_parameters.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12588,6 +14145,14 @@ impl Decode for MonitoredItemCreateResult {
             filter_result: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.monitored_item_id.decode_into(d)?;
+        self.revised_sampling_interval.decode_into(d)?;
+        self.revised_queue_size.decode_into(d)?;
+        self.filter_result.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for MonitoredItemCreateResult {
@@ -12626,6 +14191,13 @@ impl Decode for CreateMonitoredItemsRequest {
             items_to_create: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.timestamps_to_return.decode_into(d)?;
+        self.items_to_create.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CreateMonitoredItemsRequest {
@@ -12660,6 +14232,12 @@ impl Decode for CreateMonitoredItemsResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CreateMonitoredItemsResponse {
@@ -12689,6 +14267,11 @@ impl Decode for MonitoredItemModifyRequest {
             monitored_item_id: Decode::decode(d)?,
             requested_parameters: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.monitored_item_id.decode_into(d)?;
+        self.requested_parameters.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12728,6 +14311,13 @@ impl Decode for MonitoredItemModifyResult {
             filter_result: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.revised_sampling_interval.decode_into(d)?;
+        self.revised_queue_size.decode_into(d)?;
+        self.filter_result.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for MonitoredItemModifyResult {
@@ -12766,6 +14356,13 @@ impl Decode for ModifyMonitoredItemsRequest {
             items_to_modify: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.timestamps_to_return.decode_into(d)?;
+        self.items_to_modify.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ModifyMonitoredItemsRequest {
@@ -12799,6 +14396,12 @@ impl Decode for ModifyMonitoredItemsResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12838,6 +14441,13 @@ impl Decode for SetMonitoringModeRequest {
             monitored_item_ids: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.monitoring_mode.decode_into(d)?;
+        self.monitored_item_ids.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SetMonitoringModeRequest {
@@ -12871,6 +14481,12 @@ impl Decode for SetMonitoringModeResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -12914,6 +14530,14 @@ impl Decode for SetTriggeringRequest {
             links_to_remove: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.triggering_item_id.decode_into(d)?;
+        self.links_to_add.decode_into(d)?;
+        self.links_to_remove.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SetTriggeringRequest {
@@ -12956,6 +14580,14 @@ impl Decode for SetTriggeringResponse {
             remove_diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.add_results.decode_into(d)?;
+        self.add_diagnostic_infos.decode_into(d)?;
+        self.remove_results.decode_into(d)?;
+        self.remove_diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SetTriggeringResponse {
@@ -12990,6 +14622,12 @@ impl Decode for DeleteMonitoredItemsRequest {
             monitored_item_ids: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.monitored_item_ids.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DeleteMonitoredItemsRequest {
@@ -13023,6 +14661,12 @@ impl Decode for DeleteMonitoredItemsResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13074,6 +14718,16 @@ impl Decode for CreateSubscriptionRequest {
             priority: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.requested_publishing_interval.decode_into(d)?;
+        self.requested_lifetime_count.decode_into(d)?;
+        self.requested_max_keep_alive_count.decode_into(d)?;
+        self.max_notifications_per_publish.decode_into(d)?;
+        self.publishing_enabled.decode_into(d)?;
+        self.priority.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for CreateSubscriptionRequest {
@@ -13115,6 +14769,14 @@ impl Decode for CreateSubscriptionResponse {
             revised_lifetime_count: Decode::decode(d)?,
             revised_max_keep_alive_count: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.revised_publishing_interval.decode_into(d)?;
+        self.revised_lifetime_count.decode_into(d)?;
+        self.revised_max_keep_alive_count.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13166,6 +14828,16 @@ impl Decode for ModifySubscriptionRequest {
             priority: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.requested_publishing_interval.decode_into(d)?;
+        self.requested_lifetime_count.decode_into(d)?;
+        self.requested_max_keep_alive_count.decode_into(d)?;
+        self.max_notifications_per_publish.decode_into(d)?;
+        self.priority.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ModifySubscriptionRequest {
@@ -13204,6 +14876,13 @@ impl Decode for ModifySubscriptionResponse {
             revised_max_keep_alive_count: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.revised_publishing_interval.decode_into(d)?;
+        self.revised_lifetime_count.decode_into(d)?;
+        self.revised_max_keep_alive_count.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ModifySubscriptionResponse {
@@ -13237,6 +14916,12 @@ impl Decode for SetPublishingModeRequest {
             publishing_enabled: Decode::decode(d)?,
             subscription_ids: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.publishing_enabled.decode_into(d)?;
+        self.subscription_ids.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13272,6 +14957,12 @@ impl Decode for SetPublishingModeResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SetPublishingModeResponse {
@@ -13305,6 +14996,12 @@ impl Decode for NotificationMessage {
             publish_time: Decode::decode(d)?,
             notification_data: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.sequence_number.decode_into(d)?;
+        self.publish_time.decode_into(d)?;
+        self.notification_data.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13358,6 +15055,11 @@ impl Decode for DataChangeNotification {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.monitored_items.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for DataChangeNotification {
@@ -13388,6 +15090,11 @@ impl Decode for MonitoredItemNotification {
             value: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.client_handle.decode_into(d)?;
+        self.value.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for MonitoredItemNotification {
@@ -13413,6 +15120,10 @@ impl Decode for EventNotificationList {
         Ok(EventNotificationList {
             events: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.events.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13444,6 +15155,11 @@ impl Decode for EventFieldList {
             event_fields: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.client_handle.decode_into(d)?;
+        self.event_fields.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EventFieldList {
@@ -13469,6 +15185,10 @@ impl Decode for HistoryEventFieldList {
         Ok(HistoryEventFieldList {
             event_fields: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.event_fields.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13500,6 +15220,11 @@ impl Decode for StatusChangeNotification {
             diagnostic_info: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status.decode_into(d)?;
+        self.diagnostic_info.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for StatusChangeNotification {
@@ -13530,6 +15255,11 @@ impl Decode for SubscriptionAcknowledgement {
             sequence_number: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.subscription_id.decode_into(d)?;
+        self.sequence_number.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SubscriptionAcknowledgement {
@@ -13559,6 +15289,11 @@ impl Decode for PublishRequest {
             request_header: Decode::decode(d)?,
             subscription_acknowledgements: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_acknowledgements.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13610,6 +15345,16 @@ impl Decode for PublishResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.available_sequence_numbers.decode_into(d)?;
+        self.more_notifications.decode_into(d)?;
+        self.notification_message.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for PublishResponse {
@@ -13644,6 +15389,12 @@ impl Decode for RepublishRequest {
             retransmit_sequence_number: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.retransmit_sequence_number.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RepublishRequest {
@@ -13674,6 +15425,11 @@ impl Decode for RepublishResponse {
             notification_message: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.notification_message.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RepublishResponse {
@@ -13703,6 +15459,11 @@ impl Decode for TransferResult {
             status_code: Decode::decode(d)?,
             available_sequence_numbers: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.available_sequence_numbers.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13738,6 +15499,12 @@ impl Decode for TransferSubscriptionsRequest {
             send_initial_values: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_ids.decode_into(d)?;
+        self.send_initial_values.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for TransferSubscriptionsRequest {
@@ -13772,6 +15539,12 @@ impl Decode for TransferSubscriptionsResponse {
             diagnostic_infos: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for TransferSubscriptionsResponse {
@@ -13801,6 +15574,11 @@ impl Decode for DeleteSubscriptionsRequest {
             request_header: Decode::decode(d)?,
             subscription_ids: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.request_header.decode_into(d)?;
+        self.subscription_ids.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13835,6 +15613,12 @@ impl Decode for DeleteSubscriptionsResponse {
             results: Decode::decode(d)?,
             diagnostic_infos: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.response_header.decode_into(d)?;
+        self.results.decode_into(d)?;
+        self.diagnostic_infos.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13882,6 +15666,15 @@ impl Decode for BuildInfo {
             build_date: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.product_uri.decode_into(d)?;
+        self.manufacturer_name.decode_into(d)?;
+        self.product_name.decode_into(d)?;
+        self.software_version.decode_into(d)?;
+        self.build_number.decode_into(d)?;
+        self.build_date.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for BuildInfo {
@@ -13916,6 +15709,12 @@ impl Decode for RedundantServerDataType {
             server_state: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.server_id.decode_into(d)?;
+        self.service_level.decode_into(d)?;
+        self.server_state.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for RedundantServerDataType {
@@ -13941,6 +15740,10 @@ impl Decode for EndpointUrlListDataType {
         Ok(EndpointUrlListDataType {
             endpoint_url_list: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.endpoint_url_list.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -13971,6 +15774,11 @@ impl Decode for NetworkGroupDataType {
             server_uri: Decode::decode(d)?,
             network_paths: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.server_uri.decode_into(d)?;
+        self.network_paths.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14009,6 +15817,13 @@ impl Decode for SamplingIntervalDiagnosticsDataType {
             max_monitored_item_count: Decode::decode(d)?,
             disabled_monitored_item_count: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.sampling_interval.decode_into(d)?;
+        self.monitored_item_count.decode_into(d)?;
+        self.max_monitored_item_count.decode_into(d)?;
+        self.disabled_monitored_item_count.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14080,6 +15895,21 @@ impl Decode for ServerDiagnosticsSummaryDataType {
             rejected_requests_count: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.server_view_count.decode_into(d)?;
+        self.current_session_count.decode_into(d)?;
+        self.cumulated_session_count.decode_into(d)?;
+        self.security_rejected_session_count.decode_into(d)?;
+        self.rejected_session_count.decode_into(d)?;
+        self.session_timeout_count.decode_into(d)?;
+        self.session_abort_count.decode_into(d)?;
+        self.current_subscription_count.decode_into(d)?;
+        self.cumulated_subscription_count.decode_into(d)?;
+        self.publishing_interval_count.decode_into(d)?;
+        self.security_rejected_requests_count.decode_into(d)?;
+        self.rejected_requests_count.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ServerDiagnosticsSummaryDataType {
@@ -14125,6 +15955,15 @@ impl Decode for ServerStatusDataType {
             seconds_till_shutdown: Decode::decode(d)?,
             shutdown_reason: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.start_time.decode_into(d)?;
+        self.current_time.decode_into(d)?;
+        self.state.decode_into(d)?;
+        self.build_info.decode_into(d)?;
+        self.seconds_till_shutdown.decode_into(d)?;
+        self.shutdown_reason.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14320,6 +16159,52 @@ impl Decode for SessionDiagnosticsDataType {
             unregister_nodes_count: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.session_id.decode_into(d)?;
+        self.session_name.decode_into(d)?;
+        self.client_description.decode_into(d)?;
+        self.server_uri.decode_into(d)?;
+        self.endpoint_url.decode_into(d)?;
+        self.locale_ids.decode_into(d)?;
+        self.actual_session_timeout.decode_into(d)?;
+        self.max_response_message_size.decode_into(d)?;
+        self.client_connection_time.decode_into(d)?;
+        self.client_last_contact_time.decode_into(d)?;
+        self.current_subscriptions_count.decode_into(d)?;
+        self.current_monitored_items_count.decode_into(d)?;
+        self.current_publish_requests_in_queue.decode_into(d)?;
+        self.total_request_count.decode_into(d)?;
+        self.unauthorized_request_count.decode_into(d)?;
+        self.read_count.decode_into(d)?;
+        self.history_read_count.decode_into(d)?;
+        self.write_count.decode_into(d)?;
+        self.history_update_count.decode_into(d)?;
+        self.call_count.decode_into(d)?;
+        self.create_monitored_items_count.decode_into(d)?;
+        self.modify_monitored_items_count.decode_into(d)?;
+        self.set_monitoring_mode_count.decode_into(d)?;
+        self.set_triggering_count.decode_into(d)?;
+        self.delete_monitored_items_count.decode_into(d)?;
+        self.create_subscription_count.decode_into(d)?;
+        self.modify_subscription_count.decode_into(d)?;
+        self.set_publishing_mode_count.decode_into(d)?;
+        self.publish_count.decode_into(d)?;
+        self.republish_count.decode_into(d)?;
+        self.transfer_subscriptions_count.decode_into(d)?;
+        self.delete_subscriptions_count.decode_into(d)?;
+        self.add_nodes_count.decode_into(d)?;
+        self.add_references_count.decode_into(d)?;
+        self.delete_nodes_count.decode_into(d)?;
+        self.delete_references_count.decode_into(d)?;
+        self.browse_count.decode_into(d)?;
+        self.browse_next_count.decode_into(d)?;
+        self.translate_browse_paths_to_node_ids_count.decode_into(d)?;
+        self.query_first_count.decode_into(d)?;
+        self.query_next_count.decode_into(d)?;
+        self.register_nodes_count.decode_into(d)?;
+        self.unregister_nodes_count.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SessionDiagnosticsDataType {
@@ -14378,6 +16263,18 @@ impl Decode for SessionSecurityDiagnosticsDataType {
             client_certificate: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.session_id.decode_into(d)?;
+        self.client_user_id_of_session.decode_into(d)?;
+        self.client_user_id_history.decode_into(d)?;
+        self.authentication_mechanism.decode_into(d)?;
+        self.encoding.decode_into(d)?;
+        self.transport_protocol.decode_into(d)?;
+        self.security_mode.decode_into(d)?;
+        self.security_policy_uri.decode_into(d)?;
+        self.client_certificate.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SessionSecurityDiagnosticsDataType {
@@ -14408,6 +16305,11 @@ impl Decode for ServiceCounterDataType {
             error_count: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.total_count.decode_into(d)?;
+        self.error_count.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ServiceCounterDataType {
@@ -14437,6 +16339,11 @@ impl Decode for StatusResult {
             status_code: Decode::decode(d)?,
             diagnostic_info: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.status_code.decode_into(d)?;
+        self.diagnostic_info.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14584,6 +16491,40 @@ impl Decode for SubscriptionDiagnosticsDataType {
             event_queue_over_flow_count: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.session_id.decode_into(d)?;
+        self.subscription_id.decode_into(d)?;
+        self.priority.decode_into(d)?;
+        self.publishing_interval.decode_into(d)?;
+        self.max_keep_alive_count.decode_into(d)?;
+        self.max_lifetime_count.decode_into(d)?;
+        self.max_notifications_per_publish.decode_into(d)?;
+        self.publishing_enabled.decode_into(d)?;
+        self.modify_count.decode_into(d)?;
+        self.enable_count.decode_into(d)?;
+        self.disable_count.decode_into(d)?;
+        self.republish_request_count.decode_into(d)?;
+        self.republish_message_request_count.decode_into(d)?;
+        self.republish_message_count.decode_into(d)?;
+        self.transfer_request_count.decode_into(d)?;
+        self.transferred_to_alt_client_count.decode_into(d)?;
+        self.transferred_to_same_client_count.decode_into(d)?;
+        self.publish_request_count.decode_into(d)?;
+        self.data_change_notifications_count.decode_into(d)?;
+        self.event_notifications_count.decode_into(d)?;
+        self.notifications_count.decode_into(d)?;
+        self.late_publish_request_count.decode_into(d)?;
+        self.current_keep_alive_count.decode_into(d)?;
+        self.current_lifetime_count.decode_into(d)?;
+        self.unacknowledged_message_count.decode_into(d)?;
+        self.discarded_message_count.decode_into(d)?;
+        self.monitored_item_count.decode_into(d)?;
+        self.disabled_monitored_item_count.decode_into(d)?;
+        self.monitoring_queue_overflow_count.decode_into(d)?;
+        self.next_sequence_number.decode_into(d)?;
+        self.event_queue_over_flow_count.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SubscriptionDiagnosticsDataType {
@@ -14618,6 +16559,12 @@ impl Decode for ModelChangeStructureDataType {
             verb: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.affected.decode_into(d)?;
+        self.affected_type.decode_into(d)?;
+        self.verb.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ModelChangeStructureDataType {
@@ -14648,6 +16595,11 @@ impl Decode for SemanticChangeStructureDataType {
             affected_type: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.affected.decode_into(d)?;
+        self.affected_type.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for SemanticChangeStructureDataType {
@@ -14677,6 +16629,11 @@ impl Decode for Range {
             low: Decode::decode(d)?,
             high: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.low.decode_into(d)?;
+        self.high.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14716,6 +16673,13 @@ impl Decode for EUInformation {
             description: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.namespace_uri.decode_into(d)?;
+        self.unit_id.decode_into(d)?;
+        self.display_name.decode_into(d)?;
+        self.description.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for EUInformation {
@@ -14746,6 +16710,11 @@ impl Decode for ComplexNumberType {
             imaginary: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.real.decode_into(d)?;
+        self.imaginary.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ComplexNumberType {
@@ -14775,6 +16744,11 @@ impl Decode for DoubleComplexNumberType {
             real: Decode::decode(d)?,
             imaginary: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.real.decode_into(d)?;
+        self.imaginary.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14818,6 +16792,14 @@ impl Decode for AxisInformation {
             axis_steps: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.engineering_units.decode_into(d)?;
+        self.eu_range.decode_into(d)?;
+        self.title.decode_into(d)?;
+        self.axis_scale_type.decode_into(d)?;
+        self.axis_steps.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for AxisInformation {
@@ -14847,6 +16829,11 @@ impl Decode for XVType {
             x: Decode::decode(d)?,
             value: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.x.decode_into(d)?;
+        self.value.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14909,6 +16896,19 @@ impl Decode for ProgramDiagnosticDataType {
             last_method_call_time: Decode::decode(d)?,
             last_method_return_status: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.create_session_id.decode_into(d)?;
+        self.create_client_name.decode_into(d)?;
+        self.invocation_creation_time.decode_into(d)?;
+        self.last_transition_time.decode_into(d)?;
+        self.last_method_call.decode_into(d)?;
+        self.last_method_session_id.decode_into(d)?;
+        self.last_method_input_arguments.decode_into(d)?;
+        self.last_method_output_arguments.decode_into(d)?;
+        self.last_method_call_time.decode_into(d)?;
+        self.last_method_return_status.decode_into(d)?;
+        Ok(())
     }
 }
 
@@ -14980,6 +16980,21 @@ impl Decode for ProgramDiagnostic2DataType {
             last_method_return_status: Decode::decode(d)?,
         })
     }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.create_session_id.decode_into(d)?;
+        self.create_client_name.decode_into(d)?;
+        self.invocation_creation_time.decode_into(d)?;
+        self.last_transition_time.decode_into(d)?;
+        self.last_method_call.decode_into(d)?;
+        self.last_method_session_id.decode_into(d)?;
+        self.last_method_input_arguments.decode_into(d)?;
+        self.last_method_output_arguments.decode_into(d)?;
+        self.last_method_input_values.decode_into(d)?;
+        self.last_method_output_values.decode_into(d)?;
+        self.last_method_call_time.decode_into(d)?;
+        self.last_method_return_status.decode_into(d)?;
+        Ok(())
+    }
 }
 
 impl UaStructure for ProgramDiagnostic2DataType {
@@ -15013,6 +17028,12 @@ impl Decode for Annotation {
             user_name: Decode::decode(d)?,
             annotation_time: Decode::decode(d)?,
         })
+    }
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.message.decode_into(d)?;
+        self.user_name.decode_into(d)?;
+        self.annotation_time.decode_into(d)?;
+        Ok(())
     }
 }
 

@@ -25,6 +25,7 @@ use crate::secure_channel::{
     SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter,
 };
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
+use crate::server::recycle::Recycler;
 use crate::time::Now;
 use crate::transport::{
     negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated, TransportLimits,
@@ -612,7 +613,7 @@ impl State {
             Assembly::Partial | Assembly::Aborted { .. } => return Ok(Step::Continue),
             Assembly::Complete { request_id, body } => (request_id, body),
         };
-        let request = decode_request(body, limits, now);
+        let request = decode_request(host.recycler(), body, limits);
         let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
         let (handle, response, is_activate) = match request {
             Err((handle, status)) => (handle, service_fault(handle, status, now), false),
@@ -643,7 +644,11 @@ impl State {
         if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
             *session_activated = true;
         }
-        send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)?;
+        let sent = send_response(c, body_out, &negotiated, request_id, &response, handle, now, out);
+        if let Some(r) = host.recycler() {
+            r.give_response(response);
+        }
+        sent?;
         Ok(Step::Continue)
     }
 }
@@ -651,7 +656,7 @@ impl State {
 /// Decodes a request body (type id + message). An unknown type id or a body that fails
 /// to decode is `Err((request handle if readable, status))`: the caller answers with a
 /// ServiceFault (BadServiceUnsupported, or the decoder's status).
-fn decode_request(body: &[u8], limits: &TransportLimits, _now: Now) -> Result<Request, (u32, StatusCode)> {
+fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &TransportLimits) -> Result<Request, (u32, StatusCode)> {
     let mut d = Decoder::new(body, limits.decode);
     let Ok(type_id) = NodeId::decode(&mut d) else {
         return Err((0, StatusCode::BadDecodingError));
@@ -661,7 +666,11 @@ fn decode_request(body: &[u8], limits: &TransportLimits, _now: Now) -> Result<Re
         let rest = body.get(after_type..).unwrap_or_default();
         RequestHeader::from_bytes(rest, limits.decode).map(|h| h.request_handle).unwrap_or(0)
     };
-    match Request::decode_body(&type_id, &mut d) {
+    let decoded = match recycler {
+        Some(r) => r.decode_request(&type_id, &mut d),
+        None => Request::decode_body(&type_id, &mut d),
+    };
+    match decoded {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err((header_handle(), StatusCode::BadServiceUnsupported)),
         Err(e) => Err((header_handle(), e.status)),

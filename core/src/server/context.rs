@@ -66,6 +66,11 @@ pub trait ConnectionHost {
     fn recycle_buffer(&mut self, buf: Vec<u8>) {
         let _ = buf;
     }
+    /// Spare request/response memory for the hot services ([`crate::server::recycle`]);
+    /// `None` (the default) decodes every request afresh.
+    fn recycler(&mut self) -> Option<&mut crate::server::recycle::Recycler> {
+        None
+    }
 }
 
 /// A response produced after its request was handled (a Publish).

@@ -4,5 +4,6 @@
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod recycle;
 pub mod shard;
 pub mod shared;

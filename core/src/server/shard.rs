@@ -51,6 +51,7 @@ use crate::generated::messages::{Request, Response};
 use crate::generated::types::{ApplicationDescription, ReferenceDescription};
 use crate::secure_channel::SecurityProvider;
 use crate::server::context::{ConnectionHost, RequestContext};
+use crate::server::recycle::Recycler;
 use crate::server::shared::ServerShared;
 use crate::subscription::SubscriptionEngine;
 use crate::time::Now;
@@ -347,6 +348,8 @@ pub struct ShardState {
     /// The Demo event generator and alarm schedule: shard 0 only (events reach every shard
     /// through the shared bus).
     demo_events: Option<crate::events::demo::DemoEventGenerator>,
+    /// Spare Read/Write request and response memory (bounded; see the module).
+    pub(crate) recycler: Recycler,
 }
 
 impl ShardState {
@@ -359,6 +362,7 @@ impl ShardState {
         assert!(shard_index < MAX_SHARDS, "shard index {shard_index} >= {MAX_SHARDS}");
         let max_sessions = (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
         ShardState {
+            recycler: Recycler::default(),
             shard_index,
             transport: TransportLimits::default(),
             security: SecurityProvider::none_only(),
@@ -714,6 +718,9 @@ impl ConnectionHost for ShardState {
     }
     fn recycle_buffer(&mut self, buf: Vec<u8>) {
         self.subscriptions.recycle_buffer(buf);
+    }
+    fn recycler(&mut self) -> Option<&mut Recycler> {
+        Some(&mut self.recycler)
     }
 }
 

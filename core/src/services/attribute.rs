@@ -45,6 +45,12 @@ fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
 /// (BadNothingToDo, BadTooManyOperations, BadMaxAgeInvalid, BadTimestampsToReturnInvalid).
 /// MaxAge is otherwise ignored: every value is current.
 pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
+    read_into(shared, req, now, Box::default())
+}
+
+/// [`read`] building its response in `spare` (an empty, recycled response whose arrays'
+/// capacity is reused; see `server::recycle`).
+pub fn read_into(shared: &ServerShared, req: &ReadRequest, now: Now, mut spare: Box<ReadResponse>) -> Response {
     let handle = req.request_header.request_handle;
     let limits = &shared.config.operation_limits;
     let ts = match check_read_request(
@@ -57,57 +63,36 @@ pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
         Err(s) => return fault(handle, s, now),
     };
     let space = &shared.address_space;
-    let results = req
-        .nodes_to_read
-        .iter()
-        .map(|r| {
-            read_attribute(
-                space,
-                &r.node_id,
-                r.attribute_id,
-                r.index_range.as_str(),
-                &r.data_encoding,
-                ts,
-                now,
-            )
-        })
-        .collect();
-    Response::Read(Box::new(ReadResponse {
-        response_header: header(handle, StatusCode::Good, now),
-        results,
-        diagnostic_infos: Vec::new(),
-    }))
+    spare.results.clear();
+    spare.results.extend(req.nodes_to_read.iter().map(|r| {
+        read_attribute(space, &r.node_id, r.attribute_id, r.index_range.as_str(), &r.data_encoding, ts, now)
+    }));
+    spare.diagnostic_infos.clear();
+    spare.response_header = header(handle, StatusCode::Good, now);
+    Response::Read(spare)
 }
 
 /// The Write service: a `WriteResponse`, or a `ServiceFault` (BadNothingToDo,
 /// BadTooManyOperations).
 pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
+    write_into(shared, req, now, Box::default())
+}
+
+/// [`write`] building its response in `spare` (an empty, recycled response).
+pub fn write_into(shared: &ServerShared, req: &WriteRequest, now: Now, mut spare: Box<WriteResponse>) -> Response {
     let handle = req.request_header.request_handle;
     let limits = &shared.config.operation_limits;
     if let Err(s) = check_write_request(limits, req.nodes_to_write.len()) {
         return fault(handle, s, now);
     }
     let space = &shared.address_space;
-    let results = req
-        .nodes_to_write
-        .iter()
-        .map(|w| {
-            write_attribute(
-                space,
-                limits,
-                &w.node_id,
-                w.attribute_id,
-                w.index_range.as_str(),
-                &w.value,
-                now,
-            )
-        })
-        .collect();
-    Response::Write(Box::new(WriteResponse {
-        response_header: header(handle, StatusCode::Good, now),
-        results,
-        diagnostic_infos: Vec::new(),
-    }))
+    spare.results.clear();
+    spare.results.extend(req.nodes_to_write.iter().map(|w| {
+        write_attribute(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now)
+    }));
+    spare.diagnostic_infos.clear();
+    spare.response_header = header(handle, StatusCode::Good, now);
+    Response::Write(spare)
 }
 
 /// Attribute ids (Part 6 AttributeIds.csv).

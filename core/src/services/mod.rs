@@ -101,17 +101,26 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
     Some(match request {
         Request::Cancel(r) => session::cancel(shard, key, &r, now),
         Request::Read(r) => {
-            let mut resp = attribute::read(shard.shared(), &r, now);
+            let spare = shard.recycler.read_response();
+            let mut resp = attribute::read_into(shard.shared(), &r, now, spare);
             if session_access(shard, key) == UserAccess::Read {
                 mask_user_access_level(&r, &mut resp, UserAccess::Read.access_level_mask());
                 mask_user_executable(&r, &mut resp, UserAccess::Read);
             }
+            shard.recycler.give_read_request(r);
             resp
         }
-        Request::Write(r) => match session_access(shard, key) {
-            UserAccess::ReadWrite => attribute::write(shard.shared(), &r, now),
-            UserAccess::Read => write_denied(shard, &r, now),
-        },
+        Request::Write(r) => {
+            let resp = match session_access(shard, key) {
+                UserAccess::ReadWrite => {
+                    let spare = shard.recycler.write_response();
+                    attribute::write_into(shard.shared(), &r, now, spare)
+                }
+                UserAccess::Read => write_denied(shard, &r, now),
+            };
+            shard.recycler.give_write_request(r);
+            resp
+        }
         Request::Browse(r) => view::browse(shard, key, &r, now),
         Request::BrowseNext(r) => view::browse_next(shard, key, &r, now),
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),

@@ -242,6 +242,29 @@ impl Decode for NodeId {
         }
         decode_node_id_body(d, b)
     }
+
+    /// Reuses the memory of a String or ByteString identifier when the incoming NodeId
+    /// has the same kind (a session's authentication token, decoded with every request).
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        let b = u8::decode(d)?;
+        if b & 0xC0 != 0 {
+            return Err(DecodeError::decoding("NodeId encoding byte"));
+        }
+        match (b, &mut self.identifier) {
+            (BYTE_STRING, Identifier::ByteString(v)) => {
+                let ns = u16::decode(d)?;
+                let max = d.limits().max_byte_string_len;
+                let n = d.read_length(max, 1, "ByteString")?.unwrap_or(0);
+                // CHARGE
+                let bytes = d.take(n, "ByteString")?;
+                v.clear();
+                v.extend_from_slice(bytes);
+                self.namespace = ns;
+            }
+            _ => *self = decode_node_id_body(d, b)?,
+        }
+        Ok(())
+    }
 }
 
 /// An ExpandedNodeId: a NodeId plus an optional namespace URI and server index.

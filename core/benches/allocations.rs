@@ -1,0 +1,26 @@
+//! Heap allocations per request over the whole server path (request chunk in → real
+//! ShardState and services → response chunk out), steady state after a warm-up:
+//! `cargo bench -p uaring-core --bench allocations`. tests/allocations.rs asserts the zeros.
+
+#[path = "../tests/support/alloc_count.rs"]
+mod alloc_count;
+
+use alloc_count::{browse, read, write, Net};
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs this too: both just print.
+    let mut net = Net::with_session();
+    println!("{:<28} {:>12} {:>12}", "request", "allocs/req", "bytes/req");
+    let cases: Vec<(String, Box<dyn Fn() -> uaring_core::generated::messages::Request>)> = vec![
+        ("Read, 1 value".into(), Box::new(|| read(1))),
+        ("Read, 10 values".into(), Box::new(|| read(10))),
+        ("Read, 100 values".into(), Box::new(|| read(100))),
+        ("Write, 1 value".into(), Box::new(|| write(1))),
+        ("Write, 10 values".into(), Box::new(|| write(10))),
+        ("Browse, Objects folder".into(), Box::new(browse)),
+    ];
+    for (name, make) in cases {
+        let (allocs, bytes) = net.allocations_per_request(make, 2_000, 1_000);
+        println!("{name:<28} {allocs:>12.2} {bytes:>12.1}");
+    }
+}

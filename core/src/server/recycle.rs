@@ -1,0 +1,98 @@
+//! Recycled request and response memory for the hot services (Read, Write), so a steady
+//! stream of them allocates nothing on the heap.
+//!
+//! A shard keeps at most one spare of each boxed message. A request is decoded into the
+//! spare with [`Decode::decode_into`], which reuses the arrays' and strings' capacity; the
+//! service builds its response in the spare response; after the connection has encoded the
+//! response, both go back here. Spares whose arrays grew beyond
+//! [`RECYCLE_ELEMENTS_MAX`] elements are dropped instead of kept, so the memory held is
+//! bounded (a few KiB per shard) whatever sizes the clients send.
+
+use crate::encoding::{Decode, DecodeResult, Decoder};
+use crate::generated::messages::{Request, Response};
+use crate::generated::node_ids;
+use crate::generated::types::{ReadRequest, ReadResponse, WriteRequest, WriteResponse};
+use crate::types::{Identifier, NodeId};
+
+/// Spares with more array elements than this are dropped instead of recycled.
+pub const RECYCLE_ELEMENTS_MAX: usize = 256;
+
+/// One shard's spare message memory.
+#[derive(Debug, Default)]
+pub struct Recycler {
+    read_request: Option<Box<ReadRequest>>,
+    read_response: Option<Box<ReadResponse>>,
+    write_request: Option<Box<WriteRequest>>,
+    write_response: Option<Box<WriteResponse>>,
+}
+
+fn ns0_numeric(type_id: &NodeId) -> Option<u32> {
+    match (type_id.namespace, &type_id.identifier) {
+        (0, Identifier::Numeric(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+impl Recycler {
+    /// Decodes a request body after its type id: Read and Write into the spares, anything
+    /// else as [`Request::decode_body`] does. `Ok(None)` is an unknown type id.
+    pub fn decode_request(&mut self, type_id: &NodeId, d: &mut Decoder<'_>) -> DecodeResult<Option<Request>> {
+        match ns0_numeric(type_id) {
+            Some(node_ids::ReadRequest_Encoding_DefaultBinary) => {
+                let mut r = self.read_request.take().unwrap_or_default();
+                r.decode_into(d)?;
+                Ok(Some(Request::Read(r)))
+            }
+            Some(node_ids::WriteRequest_Encoding_DefaultBinary) => {
+                let mut r = self.write_request.take().unwrap_or_default();
+                r.decode_into(d)?;
+                Ok(Some(Request::Write(r)))
+            }
+            _ => Request::decode_body(type_id, d),
+        }
+    }
+
+    /// Takes back a Read request once its service ran.
+    pub fn give_read_request(&mut self, r: Box<ReadRequest>) {
+        if r.nodes_to_read.capacity() <= RECYCLE_ELEMENTS_MAX {
+            self.read_request = Some(r);
+        }
+    }
+
+    /// Takes back a Write request once its service ran.
+    pub fn give_write_request(&mut self, r: Box<WriteRequest>) {
+        if r.nodes_to_write.capacity() <= RECYCLE_ELEMENTS_MAX {
+            self.write_request = Some(r);
+        }
+    }
+
+    /// An empty Read response (results emptied, capacity kept).
+    pub fn read_response(&mut self) -> Box<ReadResponse> {
+        self.read_response.take().unwrap_or_default()
+    }
+
+    /// An empty Write response (results emptied, capacity kept).
+    pub fn write_response(&mut self) -> Box<WriteResponse> {
+        self.write_response.take().unwrap_or_default()
+    }
+
+    /// Takes back a response after it was encoded; Read and Write responses are kept
+    /// (emptied) for the next request of their kind.
+    pub fn give_response(&mut self, response: Response) {
+        match response {
+            Response::Read(mut r) if r.results.capacity() <= RECYCLE_ELEMENTS_MAX => {
+                r.results.clear();
+                r.diagnostic_infos.clear();
+                r.response_header = Default::default();
+                self.read_response = Some(r);
+            }
+            Response::Write(mut r) if r.results.capacity() <= RECYCLE_ELEMENTS_MAX => {
+                r.results.clear();
+                r.diagnostic_infos.clear();
+                r.response_header = Default::default();
+                self.write_response = Some(r);
+            }
+            _ => {}
+        }
+    }
+}
