@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
@@ -162,7 +163,10 @@ pub struct ServerSetup {
 /// `urn:o6:benchmark:server`) and, unless the file sets them, the contract's
 /// operation limits and no Demo folder.
 pub fn server_config(server: &toml::Table, contract: bool) -> Result<ServerConfig, String> {
-    let mut config: ServerConfig = server.clone().try_into().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut table = server.clone();
+    // `[[nodesets]]` is read by [`nodeset_files`], not by core.
+    table.remove("nodesets");
+    let mut config: ServerConfig = table.try_into().map_err(|e: toml::de::Error| e.to_string())?;
     if contract {
         let base = ServerConfig::contract();
         config.application.contract_mode = true;
@@ -178,11 +182,59 @@ pub fn server_config(server: &toml::Table, contract: bool) -> Result<ServerConfi
     Ok(config)
 }
 
-/// Builds the shared server (configuration, address space).
+/// One `[[nodesets]]` entry: a NodeSet2 XML file loaded into the address space at start.
+#[derive(Clone, Debug, serde::Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSetEntry {
+    /// Path of the file (relative paths: to the working directory).
+    pub file: PathBuf,
+}
+
+/// The files of the `[[nodesets]]` entries.
+pub fn nodeset_files(server: &toml::Table) -> Result<Vec<PathBuf>, String> {
+    match server.get("nodesets") {
+        None => Ok(Vec::new()),
+        Some(v) => {
+            let entries: Vec<NodeSetEntry> =
+                v.clone().try_into().map_err(|e: toml::de::Error| format!("[[nodesets]]: {e}"))?;
+            Ok(entries.into_iter().map(|e| e.file).collect())
+        }
+    }
+}
+
+/// Builds the shared server (configuration, address space) with the `[[nodesets]]` of
+/// the file and `extra_nodesets` (`--nodeset`) loaded.
 pub fn build(server: &toml::Table, contract: bool) -> Result<Arc<ServerSetup>, String> {
+    build_with_nodesets(server, contract, &[])
+}
+
+/// [`build`] with more NodeSet files (from the command line) after the configured ones.
+pub fn build_with_nodesets(
+    server: &toml::Table,
+    contract: bool,
+    extra_nodesets: &[PathBuf],
+) -> Result<Arc<ServerSetup>, String> {
     let config = server_config(server, contract)?;
+    let mut files = nodeset_files(server)?;
+    files.extend_from_slice(extra_nodesets);
     let uri = config.application.effective_application_uri().to_string();
-    let shared = ServerShared::new(config, crate::clock::now())?;
+    let mut models = Vec::new();
+    let shared = ServerShared::new_with(config, crate::clock::now(), &mut |b| {
+        if !files.is_empty() {
+            models = uaring_nodeset::load_files(b, &files).map_err(|e| format!("NodeSet: {e}"))?;
+        }
+        Ok(())
+    })?;
+    for m in &models {
+        tracing::info!(
+            model = %m.uri,
+            version = m.version.as_deref().unwrap_or("-"),
+            namespace = m.namespace_index,
+            nodes = m.nodes,
+            file = %m.file.display(),
+            "companion model loaded"
+        );
+    }
     tracing::info!(application_uri = %uri, "server configuration loaded");
     let limits = shared.config.transport;
     Ok(Arc::new(ServerSetup { shared, limits, contract }))

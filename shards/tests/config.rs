@@ -46,3 +46,14 @@ fn unknown_keys_are_rejected() {
     assert!(server_config(&file.server, false).is_err());
     assert!(FileConfig::parse("[runtime]\nring_entires = 8\n").is_err());
 }
+
+#[test]
+fn nodesets_entries_are_read_and_checked() {
+    let file = FileConfig::parse("[[nodesets]]\nfile = \"a.xml\"\n[[nodesets]]\nfile = \"b.xml\"\n").unwrap();
+    let files = uaring_shards::server::nodeset_files(&file.server).unwrap();
+    assert_eq!(files, [std::path::PathBuf::from("a.xml"), std::path::PathBuf::from("b.xml")]);
+    server_config(&file.server, false).expect("core does not see [[nodesets]]");
+    let bad = FileConfig::parse("[[nodesets]]\npath = \"a.xml\"\n").unwrap();
+    let e = uaring_shards::server::nodeset_files(&bad.server).unwrap_err();
+    assert!(e.contains("[[nodesets]]") && e.contains("path"), "{e}");
+}

@@ -24,8 +24,18 @@ pub struct ServerShared {
 impl ServerShared {
     /// Validates the configuration and builds the address space (a few milliseconds).
     pub fn new(config: ServerConfig, now: Now) -> Result<Arc<ServerShared>, String> {
+        Self::new_with(config, now, &mut |_| Ok(()))
+    }
+
+    /// [`ServerShared::new`] with nodes added by `extend` before the address space is
+    /// frozen ([`build::build_with`]).
+    pub fn new_with(
+        config: ServerConfig,
+        now: Now,
+        extend: &mut build::Extend<'_>,
+    ) -> Result<Arc<ServerShared>, String> {
         config.validate()?;
-        let address_space = build::build(&config, now)?;
+        let address_space = build::build_with(&config, now, extend)?;
         let events = crate::events::ServerEvents::new(&config, &address_space, now.utc);
         Ok(Arc::new(ServerShared {
             config,

@@ -6,7 +6,7 @@ mod status_code;
 mod variant;
 mod structs;
 
-pub use node_id::{ExpandedNodeId, Identifier, NodeId};
+pub use node_id::{base64_decode, ExpandedNodeId, Identifier, NodeId};
 pub use status_code::StatusCode;
 pub use strings::{ByteString, DateTime, Guid, UaString, XmlElement};
 pub use structs::{DataValue, DiagnosticInfo, ExtensionObject, ExtensionObjectBody, LocalizedText, QualifiedName};

@@ -130,7 +130,8 @@ pub(crate) fn base64_encode(b: &[u8]) -> String {
     s
 }
 
-pub(crate) fn base64_decode(s: &str) -> Option<Vec<u8>> {
+/// Decodes standard base64 (whitespace ignored, padding optional).
+pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len() / 4 * 3);
     let mut acc = 0u32;
     let mut bits = 0;

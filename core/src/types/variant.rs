@@ -245,7 +245,7 @@ impl Variant {
     }
 
     /// Encodes the scalar body (no mask byte).
-    fn encode_scalar(&self, out: &mut Vec<u8>) {
+    pub fn encode_scalar(&self, out: &mut Vec<u8>) {
         match self {
             Variant::Empty | Variant::Array(_) => {}
             Variant::Boolean(v) => v.encode(out),

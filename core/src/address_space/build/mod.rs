@@ -20,6 +20,18 @@ pub const NS0_URI: &str = "http://opcfoundation.org/UA/";
 
 /// Builds the whole address space: namespace 0, the live Server object, namespace 1.
 pub fn build(config: &ServerConfig, now: Now) -> Result<AddressSpace, String> {
+    build_with(config, now, &mut |_| Ok(()))
+}
+
+/// Adds nodes to the address space before it is frozen (companion models read by the
+/// caller, e.g. uaring-nodeset). It runs after namespaces 0 and 1 are built; it may add
+/// namespaces ([`AddressSpaceBuilder::add_namespace`]) and nodes. On an error nothing is
+/// built.
+pub type Extend<'a> = dyn FnMut(&mut AddressSpaceBuilder) -> Result<(), String> + 'a;
+
+/// [`build`], then `extend`, then the NamespaceArray of the Server object set to every
+/// namespace in the end.
+pub fn build_with(config: &ServerConfig, now: Now, extend: &mut Extend<'_>) -> Result<AddressSpace, String> {
     let uris = vec![
         NS0_URI.to_string(),
         config.application.effective_application_uri().to_string(),
@@ -30,6 +42,11 @@ pub fn build(config: &ServerConfig, now: Now) -> Result<AddressSpace, String> {
     server_object::install(&mut b, config, &info, &uris);
     ns1::add_namespace1(&mut b, config, now.utc)?;
     counters::add_counters(&mut b, config.application.counters)?;
+    extend(&mut b)?;
+    if b.namespace_uris.len() != uris.len() {
+        let all = b.namespace_uris.clone();
+        server_object::set_namespace_array(&mut b, &all, info.start_time);
+    }
     Ok(b.finish())
 }
 
@@ -70,6 +87,32 @@ impl AddressSpaceBuilder {
             }
         }
         self.map.get(id).copied()
+    }
+
+    /// The namespace table so far (index 0 is namespace 0).
+    pub fn namespace_uris(&self) -> &[String] {
+        &self.namespace_uris
+    }
+
+    /// The index of `uri`, appending it to the namespace table when it is new.
+    pub fn add_namespace(&mut self, uri: &str) -> Result<u16, String> {
+        if let Some(i) = self.namespace_uris.iter().position(|u| u == uri) {
+            return Ok(i as u16);
+        }
+        let i = u16::try_from(self.namespace_uris.len())
+            .map_err(|_| "more than 65535 namespaces".to_string())?;
+        self.namespace_uris.push(uri.to_string());
+        Ok(i)
+    }
+
+    /// The node with this id.
+    pub fn node(&self, id: &NodeId) -> Option<&Node> {
+        self.index_of(id).map(|i| &self.nodes[i as usize])
+    }
+
+    /// Every node added so far, in insertion order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter()
     }
 
     /// Is a node with this id present?

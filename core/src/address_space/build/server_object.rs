@@ -162,6 +162,12 @@ fn strings(v: &[&str]) -> Variant {
     .unwrap_or(Variant::Empty)
 }
 
+/// Sets Server.NamespaceArray.
+pub fn set_namespace_array(b: &mut AddressSpaceBuilder, namespace_uris: &[String], start: DateTime) {
+    let uris: Vec<&str> = namespace_uris.iter().map(String::as_str).collect();
+    set_static(b, sid::NAMESPACE_ARRAY, strings(&uris), start);
+}
+
 /// Installs the Server object's values on the namespace-0 nodes.
 pub fn install(
     b: &mut AddressSpaceBuilder,
@@ -171,8 +177,7 @@ pub fn install(
 ) {
     let start = info.start_time;
     let lim = &config.operation_limits;
-    let uris: Vec<&str> = namespace_uris.iter().map(String::as_str).collect();
-    set_static(b, sid::NAMESPACE_ARRAY, strings(&uris), start);
+    set_namespace_array(b, namespace_uris, start);
     set_static(
         b,
         sid::SERVER_ARRAY,
