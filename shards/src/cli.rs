@@ -13,6 +13,10 @@ use crate::runtime::{self, RuntimeOptions};
 use crate::server;
 use crate::stats;
 
+/// The version `uaring --version` prints: the crate version and the git revision of the
+/// build (`unknown` outside a git checkout).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("UARING_GIT_REVISION"), ")");
+
 /// The configuration used without `--config`.
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
@@ -27,7 +31,7 @@ Exit codes: 0 success, 1 run-time or configuration error, 2 bad command line.";
 #[derive(Debug, Parser)]
 #[command(
     name = "uaring",
-    version,
+    version = VERSION,
     about = "uaring — an OPC UA server for Linux, thread-per-core on io_uring",
     after_help = AFTER_HELP,
     subcommand_required = true,
@@ -52,6 +56,28 @@ pub enum Command {
     HashPassword,
     /// Manage the PKI directory (docs/Security.md).
     Cert(CertArgs),
+    /// Check a configuration file.
+    Config(ConfigArgs),
+}
+
+/// `uaring config …`.
+#[derive(Clone, Debug, Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+/// The `uaring config` subcommands.
+#[derive(Clone, Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate FILE as `uaring serve --config FILE` would (every section, the [[users]], the
+    /// [[nodesets]] loaded into an address space) without listening, and print the effective
+    /// configuration (every key with its value, defaults filled in) as TOML. Exit 0 when valid,
+    /// 1 with the error otherwise.
+    Check {
+        /// The configuration file.
+        file: PathBuf,
+    },
 }
 
 fn parse_counters(v: &str) -> Result<u32, String> {
@@ -119,6 +145,10 @@ pub struct ServeArgs {
     /// Accept every client certificate (benchmarks only; on with --contract; logs a warning).
     #[arg(long)]
     pub accept_all_client_certs: bool,
+    /// A companion model (NodeSet2 XML) to load at start, after the file's [[nodesets]];
+    /// repeatable.
+    #[arg(long = "nodeset", value_name = "FILE")]
+    pub nodesets: Vec<PathBuf>,
 }
 
 /// Options of `uaring topology`.
@@ -244,6 +274,19 @@ pub fn main(args: &[String]) -> i32 {
         }
         Command::Topology(t) => uaring_affinity::topology_command(&t.request()),
         Command::HashPassword => uaring_crypto::hash_password_command(),
+        Command::Config(ConfigArgs { command: ConfigCommand::Check { file } }) => {
+            let stdout = std::io::stdout();
+            match crate::check::check_file(&file) {
+                Ok(text) => {
+                    let _ = stdout.lock().write_all(text.as_bytes());
+                    0
+                }
+                Err(e) => {
+                    eprintln!("uaring config check: {}: {e}", file.display());
+                    1
+                }
+            }
+        }
         Command::Cert(c) => {
             let stdout = std::io::stdout();
             let stderr = std::io::stderr();
@@ -397,7 +440,7 @@ pub fn serve(a: ServeArgs) -> i32 {
             t.insert("demo_rate_per_s".into(), toml::Value::Float(r));
         }
     }
-    let setup = match server::build(&file.server, a.contract) {
+    let setup = match server::build_with_nodesets(&file.server, a.contract, &a.nodesets) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("uaring serve: configuration: {e}");

@@ -4,10 +4,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which I/O mechanism the shards use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum IoBackend {
     /// io_uring when it can be set up, else epoll (logged once).
@@ -42,7 +42,7 @@ impl fmt::Display for IoBackend {
 }
 
 /// Which shard gets a new connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Distribution {
     /// One SO_REUSEPORT listener per shard; the kernel hashes the 4-tuple.
@@ -80,7 +80,7 @@ impl fmt::Display for Distribution {
 
 /// `[runtime]`: everything about threads, sockets and rings. docs/Configuration.md
 /// documents every key.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Address to listen on; `--listen` overrides. Port 0 picks a free port.

@@ -21,6 +21,7 @@ pub mod security;
 mod shard;
 pub mod spsc;
 pub mod stats;
+pub mod check;
 pub mod cli;
 pub mod server;
 pub mod uring;

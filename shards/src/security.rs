@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use uaring_core::generated::types::MessageSecurityMode;
 use uaring_core::secure_channel::{
     EndpointSecurity, NonePolicy, SecurityProvider, UserAccess, UserTokenSettings, SECURITY_POLICY_NONE_URI,
@@ -21,7 +21,7 @@ use uaring_crypto::{
 };
 
 /// A user role in `[[users]]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Read,
@@ -38,7 +38,7 @@ impl Role {
 }
 
 /// Anonymous logins: `"readwrite"`, `"read"` or `"off"`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Anonymous {
     Off,
@@ -57,7 +57,7 @@ pub struct UserConfig {
 }
 
 /// `[security]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
     /// Security policies offered, by name (`None`, `Basic256Sha256`, `Aes128_Sha256_RsaOaep`,
@@ -249,23 +249,13 @@ fn load_or_create_own(pki: &Pki, req: &CertificateRequest) -> Result<(Arc<OwnIde
     }
 }
 
-/// Validates the configuration, opens the PKI directory (creating its layout), loads or
-/// generates the own certificate, and checks the users. Logs the accept-all warning.
-pub fn build(
-    config: SecurityConfig,
+/// Checks `[security]` and `[[users]]` without touching the PKI directory: the limits, the
+/// policy and mode names, the password hashes. Returns (None offered, the RSA policies, the
+/// modes).
+pub fn check(
+    config: &SecurityConfig,
     users: &[UserConfig],
-    args: &SecurityArgs,
-    application_uri: &str,
-    application_name: &str,
-    listen_ip: Option<IpAddr>,
-) -> Result<SecuritySetup, String> {
-    let mut config = config;
-    if let Some(dir) = &args.pki {
-        config.pki_dir = dir.clone();
-    }
-    if args.accept_all_client_certs || args.contract {
-        config.accept_all_client_certs = true;
-    }
+) -> Result<(bool, Vec<PolicyId>, Vec<MessageSecurityMode>), String> {
     if config.handshake_burst == 0 || config.handshake_refill_interval_ms == 0 {
         return Err("security.handshake_burst and handshake_refill_interval_ms must be > 0".into());
     }
@@ -294,6 +284,32 @@ pub fn build(
     if !config.user_token_policy_on_none.is_empty() {
         policy_id(&config.user_token_policy_on_none).map_err(|e| e.replace("policies", "user_token_policy_on_none"))?;
     }
+    let entries: Vec<UserEntry> = users
+        .iter()
+        .map(|u| UserEntry { name: u.name.clone(), password_hash: u.password.clone(), access: u.role.access() })
+        .collect();
+    UserDirectory::new(&entries).map_err(|e| format!("[[users]]: {e}"))?;
+    Ok((none, policies, modes))
+}
+
+/// Validates the configuration, opens the PKI directory (creating its layout), loads or
+/// generates the own certificate, and checks the users. Logs the accept-all warning.
+pub fn build(
+    config: SecurityConfig,
+    users: &[UserConfig],
+    args: &SecurityArgs,
+    application_uri: &str,
+    application_name: &str,
+    listen_ip: Option<IpAddr>,
+) -> Result<SecuritySetup, String> {
+    let mut config = config;
+    if let Some(dir) = &args.pki {
+        config.pki_dir = dir.clone();
+    }
+    if args.accept_all_client_certs || args.contract {
+        config.accept_all_client_certs = true;
+    }
+    let (none, policies, modes) = check(&config, users)?;
     let pki_config = PkiConfig {
         accept_all_client_certs: config.accept_all_client_certs,
         require_crls: config.require_crls,

@@ -291,7 +291,7 @@ fn help_and_subcommands() {
     let out = Command::new(bin()).arg("--help").output().expect("run");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in ["serve", "topology", "hash-password", "cert", "RUST_LOG"] {
+    for word in ["serve", "topology", "hash-password", "cert", "config", "RUST_LOG"] {
         assert!(help.contains(word), "--help lacks {word}");
     }
     let out = Command::new(bin()).args(["serve", "--help"]).output().expect("run");
@@ -299,7 +299,7 @@ fn help_and_subcommands() {
     let help = String::from_utf8_lossy(&out.stdout);
     for word in [
         "--listen", "--cpus", "--config", "--contract", "--counters", "--events-per-s", "--io-backend",
-        "--distribution", "--ring-entries", "--stats-file", "--pki", "--accept-all-client-certs", "RUST_LOG",
+        "--distribution", "--ring-entries", "--stats-file", "--pki", "--accept-all-client-certs", "--nodeset", "RUST_LOG",
     ] {
         assert!(help.contains(word), "serve --help lacks {word}");
     }

@@ -1,0 +1,69 @@
+//! `uaring config check FILE`: everything `uaring serve --config FILE` checks before it
+//! listens, and the effective configuration printed as TOML.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::config::FileConfig;
+use crate::{security, server};
+
+/// Checks the file and returns the effective configuration as TOML text (every key, defaults
+/// filled in; password hashes left out), followed by the companion models the
+/// `[[nodesets]]` load. The checks: TOML syntax and unknown keys, every range of
+/// `[runtime]`, `[security]` (policy and mode names, limits) and `[[users]]` (password
+/// hashes), core's configuration, and the `[[nodesets]]` loaded into an address space.
+/// Not checked: that the listen address can be bound, the CPUs exist on this machine, and
+/// the PKI directory (it is created on the first start).
+pub fn check_file(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    check_text(&text)
+}
+
+/// [`check_file`] on the text of a file.
+pub fn check_text(text: &str) -> Result<String, String> {
+    let mut file = FileConfig::parse(text)?;
+    let (sec, users) = security::take_config(&mut file.server)?;
+    security::check(&sec, &users)?;
+    let config = server::server_config(&file.server, false)?;
+    let files = server::nodeset_files(&file.server)?;
+    let setup = server::build(&file.server, false)?;
+    let ns = setup.shared.address_space.namespace_uris();
+
+    let toml = |v: &dyn erased::Ser| v.to_toml();
+    let mut out = String::new();
+    let _ = writeln!(out, "# The effective configuration: every key with the value in force.");
+    let _ = writeln!(out, "[runtime]\n{}", toml(&file.runtime)?);
+    let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
+    for u in &users {
+        let _ = writeln!(out, "[[users]]\nname = {:?}\nrole = {:?}\n# password: an argon2id hash (not shown)\n", u.name, role_name(u.role));
+    }
+    for f in &files {
+        let _ = writeln!(out, "[[nodesets]]\nfile = {:?}\n", f.display().to_string());
+    }
+    let _ = writeln!(out, "{}", toml(&config)?);
+    let _ = writeln!(out, "# NamespaceArray: {}", ns.len());
+    for (i, u) in ns.iter().enumerate() {
+        let _ = writeln!(out, "#   {i}: {u}");
+    }
+    let _ = writeln!(out, "# Address space: {} nodes", setup.shared.address_space.len());
+    Ok(out)
+}
+
+fn role_name(r: security::Role) -> &'static str {
+    match r {
+        security::Role::Read => "read",
+        security::Role::Readwrite => "readwrite",
+    }
+}
+
+/// TOML of any serializable configuration part.
+mod erased {
+    pub trait Ser {
+        fn to_toml(&self) -> Result<String, String>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn to_toml(&self) -> Result<String, String> {
+            toml::to_string(self).map_err(|e| format!("cannot print the configuration: {e}"))
+        }
+    }
+}
