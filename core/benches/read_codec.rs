@@ -50,11 +50,15 @@ struct BenchHost {
     limits: TransportLimits,
     security: SecurityProvider,
     response: Response,
+    random: uaring_core::random::ChaCha,
 }
 
 impl ConnectionHost for BenchHost {
     fn transport_limits(&self) -> &TransportLimits {
         &self.limits
+    }
+    fn random(&mut self) -> &mut dyn uaring_core::random::Random {
+        &mut self.random
     }
     fn security(&self) -> &SecurityProvider {
         &self.security
@@ -139,14 +143,14 @@ fn benches(c: &mut Criterion) {
 
     // The whole server connection path with a dispatcher that returns a canned response.
     let now = Now::new(1, DateTime(133_000_000_000_000_000));
-    let mut host = BenchHost { limits: TransportLimits::default(), security: SecurityProvider::none_only(), response: resp.clone() };
+    let mut host = BenchHost { limits: TransportLimits::default(), security: SecurityProvider::none_only(), response: resp.clone(), random: uaring_core::random::ChaCha::from_u64(1) };
     let mut conn = ServerConnection::new(&mut host, None, now);
     let mut out = Vec::new();
     let mut hel = Vec::new();
     HelloMessage { protocol_version: 0, receive_buffer_size: 65536, send_buffer_size: 65536, max_message_size: 0, max_chunk_count: 0, endpoint_url: "opc.tcp://x".into() }
         .write(&mut hel);
     let _ = conn.on_recv(&mut host, now, &hel, &mut out);
-    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://x"));
+    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://x"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
     let mut c2s = Vec::new();
     client.start(now, &mut c2s);
     // Open the channel by relaying bytes between the two.

@@ -83,7 +83,7 @@ impl Bench {
         config.operation_limits.max_monitored_items_per_call = 1_000_000;
         let now = Now::new(1_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000));
         let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
-        let mut shard = ShardState::new(shared, 0);
+        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
         let cs = dispatch(
             &mut shard,
             &ctx(),

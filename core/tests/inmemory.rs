@@ -48,7 +48,7 @@ impl Pair {
         cfg.limits.receive_buffer_size = client_buf;
         cfg.limits.send_buffer_size = client_buf;
         cfg.requested_lifetime_ms = 10_000;
-        let mut client = ClientConnection::new(cfg);
+        let mut client = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut c2s = Vec::new();
         client.start(now, &mut c2s);
         Pair { host, server, client, c2s, s2c: Vec::new(), now, server_closed: false, server_err: None, outstanding: HashMap::new(), answered: 0 }

@@ -50,9 +50,9 @@ impl Net {
 #[test]
 fn session_and_reads_against_real_services() {
     let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
-    let mut shard = ShardState::new(shared, 0);
+    let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
     let server = ServerConnection::new(&mut shard, None, t0());
-    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"));
+    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
     let mut c2s = Vec::new();
     client.start(t0(), &mut c2s);
     let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };

@@ -19,7 +19,7 @@ fn setup(access: UserAccess) -> (Harness, SessionKey) {
     let mut h = Harness::new();
     let mut security = SecurityProvider::none_only();
     security.set_user_tokens(UserTokenSettings { anonymous: Some(access), ..UserTokenSettings::default() });
-    h.shard = ShardState::new(std::sync::Arc::clone(h.shard.shared()), 0).with_security(security);
+    h.shard = ShardState::new(std::sync::Arc::clone(h.shard.shared()), 0, Box::new(uaring_core::random::ChaCha::from_u64(1))).with_security(security);
     h.channel = h.shard.next_channel_id();
     let token = h.open_session();
     let (ch, now) = (h.channel, h.now);

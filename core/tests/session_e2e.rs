@@ -33,13 +33,13 @@ impl World {
     fn new(config: ServerConfig) -> World {
         let now = start();
         let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
-        let shard = ShardState::new(shared, 2).with_transport_limits(TransportLimits::default());
+        let shard = ShardState::new(shared, 2, Box::new(uaring_core::random::ChaCha::from_u64(1))).with_transport_limits(TransportLimits::default());
         World { shard, now }
     }
 
     fn connect(&mut self) -> Link {
         let server = ServerConnection::new(&mut self.shard, None, self.now);
-        let mut client = ClientConnection::new(ClientConfig::new(URL));
+        let mut client = ClientConnection::new(ClientConfig::new(URL), Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut out = Vec::new();
         client.start(self.now, &mut out);
         let mut link = Link { server, client };
@@ -200,7 +200,7 @@ fn session_survives_its_connection_and_is_reactivated() {
 #[test]
 fn channel_limit_per_shard() {
     let mut w = World::new(ServerConfig::default());
-    w.shard = ShardState::new(w.shard.shared().clone(), 0)
+    w.shard = ShardState::new(w.shard.shared().clone(), 0, Box::new(uaring_core::random::ChaCha::from_u64(1)))
         .with_transport_limits(TransportLimits { max_channels_per_shard: 1, ..TransportLimits::default() });
     let _one = w.connect();
     assert_eq!(w.shard.open_channel_count(), 1);

@@ -71,7 +71,7 @@ fn harness(settings: UserTokenSettings) -> H {
     p.validate().unwrap();
     let now = Now::new(1_000_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000));
     let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
-    let mut shard = ShardState::new(shared, 0).with_security(p);
+    let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1))).with_security(p);
     let channel = shard.next_channel_id();
     H { _dir: dir, shard, now, server, client, user, handle: 0, channel }
 }

@@ -41,11 +41,15 @@ struct Host {
     read_value_len: usize,
     seen_modes: Vec<MessageSecurityMode>,
     client_certs: usize,
+    random: uaring_core::random::ChaCha,
 }
 
 impl ConnectionHost for Host {
     fn transport_limits(&self) -> &TransportLimits {
         &self.limits
+    }
+    fn random(&mut self) -> &mut dyn uaring_core::random::Random {
+        &mut self.random
     }
     fn security(&self) -> &SecurityProvider {
         &self.security
@@ -129,7 +133,7 @@ struct Pair {
 impl Pair {
     fn new(s: &Setup, id: PolicyId, mode: MessageSecurityMode, buf: u32) -> Pair {
         let limits = TransportLimits { receive_buffer_size: buf, send_buffer_size: buf, ..TransportLimits::default() };
-        let mut host = Host { limits, security: provider(s), next_id: 0, read_value_len: 0, seen_modes: Vec::new(), client_certs: 0 };
+        let mut host = Host { limits, security: provider(s), next_id: 0, read_value_len: 0, seen_modes: Vec::new(), client_certs: 0, random: uaring_core::random::ChaCha::from_u64(3) };
         let now = t0();
         let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)), 50000);
         let server = ServerConnection::new(&mut host, Some(peer), now);
@@ -140,7 +144,7 @@ impl Pair {
         cfg.policy = RsaPolicy::client(id, s.client_id.clone()).unwrap();
         cfg.mode = mode;
         cfg.server_certificate = Some(s.server_id.cert.der().to_vec());
-        let mut client = ClientConnection::new(cfg);
+        let mut client = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut c2s = Vec::new();
         client.start(now, &mut c2s);
         Pair { host, server, client, c2s, s2c: Vec::new(), now, server_err: None, server_closed: false }
@@ -279,7 +283,7 @@ fn wrong_server_certificate_thumbprint_is_refused() {
     cfg.policy = RsaPolicy::client(PolicyId::Aes256Sha256RsaPss, s.client_id.clone()).unwrap();
     cfg.mode = MessageSecurityMode::Sign;
     cfg.server_certificate = Some(other.cert.der().to_vec());
-    p.client = ClientConnection::new(cfg);
+    p.client = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
     p.c2s.clear();
     p.client.start(p.now, &mut p.c2s);
     p.pump();
@@ -401,6 +405,7 @@ fn mutated_open_secure_channel_chunks_never_panic() {
             read_value_len: 0,
             seen_modes: Vec::new(),
             client_certs: 0,
+            random: uaring_core::random::ChaCha::from_u64(4),
         };
         let mut server = ServerConnection::new(&mut host, None, t0());
         let mut out = Vec::new();

@@ -2,6 +2,7 @@
 //! and tables behind the `uaring-bench` binary.
 
 pub mod args;
+pub mod blocking;
 pub mod cli;
 pub mod echo;
 pub mod opcua;

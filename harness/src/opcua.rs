@@ -104,7 +104,7 @@ impl UaDriver {
         }
         UaDriver {
             security,
-            conn: ClientConnection::new(cfg),
+            conn: ClientConnection::new(cfg, Box::new(uaring_shards::random::os_seeded().expect("the OS random number generator"))),
             stage: Stage::Channel,
             work,
             endpoint_url: endpoint_url.to_string(),
@@ -256,7 +256,7 @@ impl UaDriver {
             },
             endpoint_url: self.endpoint_url.as_str().into(),
             session_name: "uaring-bench".into(),
-            client_nonce: uaring_core::types::ByteString::from(uaring_core::random::bytes(32)),
+            client_nonce: uaring_core::types::ByteString::from(uaring_core::random::bytes(self.conn.random(), 32)),
             requested_session_timeout: 120_000.0,
             client_certificate: match &self.security {
                 Some(sec) => uaring_core::types::ByteString::from(sec.client_certificate.clone()),

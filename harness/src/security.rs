@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use uaring_core::client::{Client, ClientConfig};
+use crate::blocking::Client;
+use uaring_core::client::ClientConfig;
 use uaring_core::generated::types::MessageSecurityMode;
 use uaring_core::secure_channel::SecurityPolicy;
 use uaring_crypto::{generate_self_signed, CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};

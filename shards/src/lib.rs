@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod handler;
 pub mod memlock;
 pub mod net;
+pub mod random;
 pub mod runtime;
 pub mod security;
 mod shard;

@@ -247,5 +247,7 @@ pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize) -> Result<ServerHand
     if shard >= MAX_SHARDS {
         return Err(format!("at most {MAX_SHARDS} shards are supported"));
     }
-    Ok(UaHandler::new(ShardState::new(setup.shared.clone(), shard).with_transport_limits(setup.limits)))
+    // Each shard's nonces and session tokens come from its own ChaCha20, seeded by the OS.
+    let random = crate::random::os_seeded().map_err(|e| e.to_string())?;
+    Ok(UaHandler::new(ShardState::new(setup.shared.clone(), shard, Box::new(random)).with_transport_limits(setup.limits)))
 }

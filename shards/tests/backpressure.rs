@@ -129,7 +129,7 @@ fn try_open_channel(addr: SocketAddr) -> Result<(TcpStream, ClientConnection), S
     let url = format!("opc.tcp://{addr}");
     let mut s = connect(addr);
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let mut conn = ClientConnection::new(ClientConfig::new(&url));
+    let mut conn = ClientConnection::new(ClientConfig::new(&url), Box::new(uaring_core::random::ChaCha::from_u64(2)));
     let mut out = Vec::new();
     conn.start(now(), &mut out);
     s.write_all(&out).map_err(|e| format!("HEL: {e}"))?;

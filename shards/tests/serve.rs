@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uaring_core::client::blocking::Client;
+use uaring_harness::blocking::Client;
 
 fn channel_roundtrip(server: &Server) {
     let client = Client::connect(&server.url(), Duration::from_secs(5)).expect("open a secure channel");

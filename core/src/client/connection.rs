@@ -122,6 +122,8 @@ pub struct ClientConnection {
     body_buf: Vec<u8>,
     responses: VecDeque<(u32, Response)>,
     in_flight: usize,
+    /// Client nonces (OpenSecureChannel).
+    random: Box<dyn crate::random::Random + Send>,
 }
 
 /// A ServiceFault standing for a request the server aborted.
@@ -139,7 +141,9 @@ fn secure_or_error(t: MessageType) -> bool {
 }
 
 impl ClientConnection {
-    pub fn new(cfg: ClientConfig) -> Self {
+    /// A client connection; `random` makes its nonces (a CSPRNG for a secured channel; a
+    /// seeded one in tests).
+    pub fn new(cfg: ClientConfig, random: Box<dyn crate::random::Random + Send>) -> Self {
         let legacy = cfg.policy.legacy_sequence_numbers();
         let hello = HelloMessage {
             protocol_version: PROTOCOL_VERSION,
@@ -171,7 +175,13 @@ impl ClientConnection {
             body_buf: Vec::new(),
             responses: VecDeque::new(),
             in_flight: 0,
+            random,
         }
+    }
+
+    /// The connection's random number generator (for the client nonce of CreateSession).
+    pub fn random(&mut self) -> &mut dyn crate::random::Random {
+        &mut *self.random
     }
 
     pub fn state(&self) -> ClientState {
@@ -322,7 +332,7 @@ impl ClientConnection {
             None => policy.asymmetric(Role::Client, self.cfg.server_certificate.as_deref(), None)?,
         };
         let n = policy.nonce_len();
-        let client_nonce = if n > 0 { crate::random::bytes(n) } else { Vec::new() };
+        let client_nonce = if n > 0 { crate::random::bytes(&mut *self.random, n) } else { Vec::new() };
         let request_id = self.take_request_id();
         let req = OpenSecureChannelRequest {
             request_header: RequestHeader { timestamp: now.utc, request_handle: request_id, ..Default::default() },

@@ -1,9 +1,7 @@
 //! The client role: [`ClientConnection`] (sans-IO, for the load harness: pipelining,
-//! pre-encoded requests) and the blocking [`Client`] over `std::net::TcpStream` (tests
-//! and tools).
+//! pre-encoded requests). The blocking client over `std::net::TcpStream` (tests and tools)
+//! is `uaring_harness::blocking`: it reads clocks and sockets, which core does not.
 
-pub mod blocking;
 pub mod connection;
 
-pub use blocking::{Client, ClientError, ClientResult};
 pub use connection::{ClientConfig, ClientConnection, ClientState};

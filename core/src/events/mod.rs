@@ -187,9 +187,10 @@ impl Event {
     }
 }
 
-/// EventIds unique across the server without a syscall per event: an 8-byte random prefix
-/// chosen at start (OS CSPRNG) followed by a global 64-bit counter (one relaxed
-/// `fetch_add`; raising events is rare next to reading them).
+/// EventIds unique across the server and its restarts without a syscall per event: an
+/// 8-byte prefix, the server's start time (100 ns ticks: a restart has a later one),
+/// followed by a global 64-bit counter (one relaxed `fetch_add`; raising events is rare
+/// next to reading them). EventIds need to be unique, not secret (Part 5 §6.4.2).
 #[derive(Debug)]
 pub struct EventIdSource {
     prefix: [u8; 8],
@@ -197,10 +198,8 @@ pub struct EventIdSource {
 }
 
 impl EventIdSource {
-    pub fn new() -> EventIdSource {
-        let mut prefix = [0u8; 8];
-        crate::random::fill(&mut prefix);
-        EventIdSource { prefix, counter: AtomicU64::new(1) }
+    pub fn new(start: DateTime) -> EventIdSource {
+        EventIdSource { prefix: start.0.to_be_bytes(), counter: AtomicU64::new(1) }
     }
 
     /// A fresh EventId.
@@ -210,12 +209,6 @@ impl EventIdSource {
         b.extend_from_slice(&self.prefix);
         b.extend_from_slice(&n.to_be_bytes());
         ByteString::from(b)
-    }
-}
-
-impl Default for EventIdSource {
-    fn default() -> Self {
-        EventIdSource::new()
     }
 }
 
@@ -292,7 +285,7 @@ pub struct ServerEvents {
 impl ServerEvents {
     /// Built after the address space (the alarm's initial state is in its value cells).
     pub fn new(config: &ServerConfig, space: &AddressSpace, start: DateTime) -> ServerEvents {
-        let ids = EventIdSource::new();
+        let ids = EventIdSource::new(start);
         let chains = TypeChains::new(space);
         let demo_namespace = config.application.demo_namespace && space.node(&nodes::alarm_id()).is_some();
         let alarm = demo_namespace.then(|| DemoAlarm::new(&ids, start));

@@ -315,7 +315,7 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
         0,
         vec![reference(ns0::HAS_COMPONENT, false, events.clone()), reference(ids::HAS_CONDITION, false, events)],
     ))?;
-    let template_ids = super::EventIdSource::new();
+    let template_ids = super::EventIdSource::new(start);
     let state = super::DemoAlarm::new(&template_ids, start).state();
     let template = super::condition::alarm_event(&state, &std::sync::Arc::from(Vec::new()));
     for (path, value) in alarm_values(&template) {

@@ -469,7 +469,7 @@ impl State {
             return fail(StatusCode::BadNonceInvalid, "client nonce length");
         }
         let lifetime_ms = self.limits.revise_token_lifetime_ms(req.requested_lifetime);
-        let server_nonce = if nonce_len > 0 { crate::random::bytes(nonce_len) } else { Vec::new() };
+        let server_nonce = if nonce_len > 0 { crate::random::bytes(host.random(), nonce_len) } else { Vec::new() };
         let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
 
         if req.request_type == SecurityTokenRequestType::Issue {

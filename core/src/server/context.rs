@@ -62,6 +62,9 @@ pub trait ConnectionHost {
     fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Deferred)>) {
         let _ = (channel_id, into);
     }
+    /// The shard's random number generator (server nonces of OpenSecureChannel). A CSPRNG
+    /// in a server; no default, so no host forgets it.
+    fn random(&mut self) -> &mut dyn crate::random::Random;
     /// Gives back the buffer of a [`Deferred::Encoded`] response once its chunks are written.
     fn recycle_buffer(&mut self, buf: Vec<u8>) {
         let _ = buf;

@@ -21,7 +21,7 @@
 //!   |--------|-----------------------------------------------------------|
 //!   | 0..2   | owning shard index, u16 little-endian                     |
 //!   | 2..6   | slot in that shard's session pool, u32 little-endian      |
-//!   | 6..32  | 26 bytes from the OS CSPRNG (208 bits: the secret part)   |
+//!   | 6..32  | 26 random bytes (208 bits: the secret part)               |
 //!
 //!   The whole token is compared in constant time, so knowing the shard and slot of a
 //!   session does not help guess its token. [`token_shard`] reads the shard from any token
@@ -30,6 +30,10 @@
 //!   until then such a request is answered BadSessionIdInvalid.
 //! * **Session id**: `ns=1;g=<random v4 Guid>`, public (it appears in diagnostics) and
 //!   unrelated to the token.
+//!
+//! The random bytes come from the shard's [`Random`], handed in by the host
+//! ([`ShardState::new`]): the `uaring` binary's is a ChaCha20 CSPRNG seeded from the OS per
+//! shard; tests seed theirs with a number.
 //!
 //! # Timers
 //!
@@ -49,6 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::generated::messages::{Request, Response};
 use crate::generated::types::{ApplicationDescription, ReferenceDescription};
+use crate::random::Random;
 use crate::secure_channel::SecurityProvider;
 use crate::server::context::{ConnectionHost, RequestContext};
 use crate::server::recycle::Recycler;
@@ -275,6 +280,7 @@ impl Session {
         max: usize,
         max_references: usize,
         remaining: VecDeque<ReferenceDescription>,
+        random: &mut dyn Random,
     ) -> Result<ByteString, StatusCode> {
         if max == 0 {
             return Err(StatusCode::BadNoContinuationPoints);
@@ -292,7 +298,7 @@ impl Session {
         self.cp_counter += 1;
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&self.cp_counter.to_le_bytes());
-        crate::random::fill(&mut id[8..]);
+        random.fill(&mut id[8..]);
         self.continuation_points.push_back(BrowseContinuationPoint {
             id,
             request_seq,
@@ -350,15 +356,18 @@ pub struct ShardState {
     demo_events: Option<crate::events::demo::DemoEventGenerator>,
     /// Spare Read/Write request and response memory (bounded; see the module).
     pub(crate) recycler: Recycler,
+    /// Nonces, tokens, session ids, continuation points (see the module docs).
+    random: Box<dyn Random + Send>,
 }
 
 impl ShardState {
     /// State for shard `shard_index` (0-based, < [`MAX_SHARDS`]). Allocates the session
-    /// pool's bookkeeping for `config.sessions.max_sessions_per_shard` sessions.
+    /// pool's bookkeeping for `config.sessions.max_sessions_per_shard` sessions. `random`
+    /// must be a CSPRNG in a server (its bytes become nonces and session tokens).
     ///
     /// # Panics
     /// When `shard_index >= MAX_SHARDS` (a configuration error caught at start).
-    pub fn new(shared: Arc<ServerShared>, shard_index: usize) -> ShardState {
+    pub fn new(shared: Arc<ServerShared>, shard_index: usize, random: Box<dyn Random + Send>) -> ShardState {
         assert!(shard_index < MAX_SHARDS, "shard index {shard_index} >= {MAX_SHARDS}");
         let max_sessions = (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
         ShardState {
@@ -380,6 +389,7 @@ impl ShardState {
                 crate::events::demo::DemoEventGenerator::new(shared.clone(), start)
             }),
             shared,
+            random,
         }
     }
 
@@ -399,6 +409,11 @@ impl ShardState {
 
     pub fn shared(&self) -> &Arc<ServerShared> {
         &self.shared
+    }
+
+    /// The shard's random number generator.
+    pub fn random(&mut self) -> &mut dyn Random {
+        &mut *self.random
     }
 
     pub fn transport_limits(&self) -> &TransportLimits {
@@ -545,10 +560,10 @@ impl ShardState {
         let mut token = [0u8; AUTH_TOKEN_LEN];
         token[0..2].copy_from_slice(&(self.shard_index as u16).to_le_bytes());
         token[2..6].copy_from_slice(&slot.to_le_bytes());
-        crate::random::fill(&mut token[6..]);
+        self.random.fill(&mut token[6..]);
         let max_cps = self.shared.config.operation_limits.max_browse_continuation_points as usize;
         let mut session = Session {
-            session_id: NodeId::guid(1, Guid::random()),
+            session_id: NodeId::guid(1, Guid::random(&mut *self.random)),
             authentication_token: NodeId::byte_string(0, token.to_vec()),
             name: UaString::null(),
             client_description: ApplicationDescription::default(),
@@ -560,7 +575,7 @@ impl ShardState {
             timeout_ms,
             last_use_ns: now.mono_ns,
             deadline_ns: 0,
-            server_nonce: ByteString::from(crate::random::bytes(32)),
+            server_nonce: ByteString::from(crate::random::bytes(&mut *self.random, 32)),
             locale_ids: Vec::new(),
             max_response_message_size: 0,
             continuation_points: VecDeque::with_capacity(max_cps.min(64)),
@@ -646,14 +661,14 @@ impl ShardState {
         s.session.as_mut()
     }
 
-    /// The shared server state and one session, borrowed together (services read the
-    /// address space while they update the session).
-    pub fn shared_and_session(&mut self, key: SessionKey) -> Option<(&ServerShared, &mut Session)> {
+    /// The shared server state, one session and the shard's random number generator,
+    /// borrowed together (services read the address space while they update the session).
+    pub fn shared_and_session(&mut self, key: SessionKey) -> Option<(&ServerShared, &mut Session, &mut dyn Random)> {
         let s = self.slots.get_mut(key.slot as usize)?;
         if s.generation != key.generation {
             return None;
         }
-        Some((&self.shared, s.session.as_mut()?))
+        Some((&self.shared, s.session.as_mut()?, &mut *self.random))
     }
 
     /// Closes a session: its continuation points are released and its slot freed; its
@@ -721,6 +736,9 @@ impl ConnectionHost for ShardState {
     }
     fn recycler(&mut self) -> Option<&mut Recycler> {
         Some(&mut self.recycler)
+    }
+    fn random(&mut self) -> &mut dyn Random {
+        &mut *self.random
     }
 }
 

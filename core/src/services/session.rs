@@ -110,6 +110,7 @@ pub fn activate_session(
         Ok(i) => i,
         Err(s) => return fault(handle, s, now),
     };
+    let new_nonce = ByteString::from(crate::random::bytes(shard.random(), SERVER_NONCE_LEN));
     let Some(session) = shard.session_mut(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
@@ -138,7 +139,7 @@ pub fn activate_session(
     session.channel_id = Some(ctx.channel_id);
     session.identity = Some(identity);
     session.locale_ids = req.locale_ids.clone();
-    session.server_nonce = ByteString::from(crate::random::bytes(SERVER_NONCE_LEN));
+    session.server_nonce = new_nonce;
     session.touch(now);
     let server_nonce = session.server_nonce.clone();
     // Publish requests queued on a previous channel can no longer be answered.

@@ -141,7 +141,7 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
         return fault(handle, s, now);
     }
     let max_cps = limits.max_browse_continuation_points as usize;
-    let Some((shared, session)) = shard.shared_and_session(key) else {
+    let Some((shared, session, random)) = shard.shared_and_session(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
     let space: &AddressSpace = &shared.address_space;
@@ -160,7 +160,7 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
             Err(status) => BrowseResult { status_code: status, ..BrowseResult::default() },
             Ok(mut refs) if refs.len() > per_node => {
                 let rest: VecDeque<ReferenceDescription> = refs.drain(per_node..).collect();
-                match session.add_continuation_point(seq, max_cps, per_node, rest) {
+                match session.add_continuation_point(seq, max_cps, per_node, rest, random) {
                     Ok(cp) => BrowseResult { status_code: StatusCode::Good, continuation_point: cp, references: refs },
                     Err(status) => BrowseResult { status_code: status, ..BrowseResult::default() },
                 }

@@ -247,9 +247,9 @@ pub struct Guid {
 impl Guid {
     pub const NULL: Guid = Guid { data1: 0, data2: 0, data3: 0, data4: [0; 8] };
     /// A random (version 4) Guid.
-    pub fn random() -> Guid {
+    pub fn random(r: &mut dyn crate::random::Random) -> Guid {
         let mut b = [0u8; 16];
-        crate::random::fill(&mut b);
+        r.fill(&mut b);
         b[6] = (b[6] & 0x0F) | 0x40;
         b[8] = (b[8] & 0x3F) | 0x80;
         Guid::from_be_bytes(b)

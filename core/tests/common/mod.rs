@@ -22,6 +22,7 @@ pub struct TestHost {
     pub dispatched: usize,
     /// Every Read value is a ByteString of this many bytes (to force large responses).
     pub read_value_len: usize,
+    pub random: uaring_core::random::ChaCha,
 }
 
 impl TestHost {
@@ -38,6 +39,7 @@ impl TestHost {
             closed_channels: Vec::new(),
             dispatched: 0,
             read_value_len: 0,
+            random: uaring_core::random::ChaCha::from_u64(1),
         }
     }
 }
@@ -49,6 +51,9 @@ fn header(handle: u32, now: Now) -> ResponseHeader {
 impl ConnectionHost for TestHost {
     fn transport_limits(&self) -> &TransportLimits {
         &self.limits
+    }
+    fn random(&mut self) -> &mut dyn uaring_core::random::Random {
+        &mut self.random
     }
     fn security(&self) -> &SecurityProvider {
         &self.security

@@ -40,7 +40,7 @@ impl Harness {
     pub fn with_shard(config: ServerConfig, shard_index: usize) -> Harness {
         let now = start();
         let shared: Arc<ServerShared> = ServerShared::new(config, now).expect("server config");
-        let mut shard = ShardState::new(shared, shard_index);
+        let mut shard = ShardState::new(shared, shard_index, Box::new(uaring_core::random::ChaCha::from_u64(1)));
         let channel = shard.next_channel_id();
         Harness { shard, now, channel, handle: 0 }
     }

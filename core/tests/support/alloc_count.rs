@@ -87,9 +87,9 @@ pub struct Net {
 impl Net {
     pub fn with_session() -> Net {
         let shared = ServerShared::new(ServerConfig::default(), now()).expect("server");
-        let mut shard = ShardState::new(shared, 0);
+        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
         let server = ServerConnection::new(&mut shard, None, now());
-        let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"));
+        let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut c2s = Vec::new();
         client.start(now(), &mut c2s);
         let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };

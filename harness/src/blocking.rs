@@ -1,22 +1,23 @@
 //! A blocking client over `std::net::TcpStream`, for tests and tools: one request at a
-//! time on top of [`ClientConnection`].
+//! time on top of core's sans-IO [`ClientConnection`], with the process clocks and an
+//! OS-seeded random number generator (this is why it lives here and not in core).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::connection::{ClientConfig, ClientConnection};
-use crate::generated::attribute_ids;
-use crate::generated::messages::{Request, Response};
-use crate::generated::types::{
+use uaring_core::client::{ClientConfig, ClientConnection, ClientState};
+use uaring_core::generated::attribute_ids;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::{
     ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType, BrowseDescription,
     BrowseNextRequest, BrowsePath, BrowsePathResult, BrowseRequest, BrowseResult, CloseSessionRequest,
     CreateSessionRequest, CreateSessionResponse, EndpointDescription, GetEndpointsRequest, ReadRequest, ReadValueId,
     TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest, UserTokenType, WriteRequest, WriteValue,
 };
-use crate::time::Now;
-use crate::types::{ByteString, DataValue, DateTime, ExtensionObject, NodeId, StatusCode, UaString};
+use uaring_core::time::Now;
+use uaring_core::types::{ByteString, DataValue, DateTime, ExtensionObject, NodeId, StatusCode, UaString};
 
 /// Why a blocking call failed.
 #[derive(Debug)]
@@ -112,7 +113,7 @@ impl Client {
         stream.set_nodelay(true)?;
         let mut c = Client {
             stream,
-            conn: ClientConnection::new(config),
+            conn: ClientConnection::new(config, Box::new(uaring_shards::random::os_seeded()?)),
             out: Vec::with_capacity(8192),
             rbuf: vec![0u8; 65536],
             timeout,
@@ -155,7 +156,7 @@ impl Client {
         let n = self.stream.read(&mut self.rbuf)?;
         if n == 0 {
             return Err(match self.conn.state() {
-                super::ClientState::Closed(s) => ClientError::Status(s),
+                ClientState::Closed(s) => ClientError::Status(s),
                 _ => ClientError::Status(StatusCode::BadConnectionClosed),
             });
         }
@@ -211,13 +212,13 @@ impl Client {
             client_description: ApplicationDescription {
                 application_uri: "urn:uaring:client".into(),
                 product_uri: "urn:uaring".into(),
-                application_name: crate::types::LocalizedText::text("uaring client"),
+                application_name: uaring_core::types::LocalizedText::text("uaring client"),
                 application_type: ApplicationType::Client,
                 ..Default::default()
             },
             endpoint_url: self.endpoint_url.as_str().into(),
             session_name: "uaring".into(),
-            client_nonce: ByteString::from(crate::random::bytes(32)),
+            client_nonce: ByteString::from(uaring_core::random::bytes(self.conn.random(), 32)),
             requested_session_timeout: 60_000.0,
             max_response_message_size: 0,
             ..Default::default()
