@@ -220,7 +220,10 @@ fn whole_namespace0_is_loaded() {
     let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
     let a = &s.address_space;
     let ns0 = a.nodes().filter(|n| n.node_id.namespace == 0).count();
-    assert_eq!(ns0, uaring_core::generated::ns0::NODE_COUNT);
+    // Less the optional Server nodes left out (address_space::build::ns0::OMITTED and
+    // what is under them: 5 OperationLimits, HistoryServerCapabilities with 17 nodes, 4
+    // ServerCapabilities totals).
+    assert_eq!(ns0, uaring_core::generated::ns0::NODE_COUNT - 26);
     let ns1 = a.nodes().filter(|n| n.node_id.namespace == 1).count();
     // 100 values + 3 arrays + 5 folders + 20 scalars + 20 arrays + ReadOnly + Counter + Sine,
     // and the event nodes (crate::events::nodes): DemoEventType + Sequence, Demo.Events, the
@@ -252,5 +255,51 @@ fn whole_namespace0_is_loaded() {
                 );
             }
         }
+    }
+}
+
+/// Every Variable under Server.ServerCapabilities (OperationLimits included) has a
+/// value: a limit the server does not have is not in the address space, rather than
+/// readable as Null.
+#[test]
+fn server_capabilities_have_no_null_values() {
+    let s = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    let mut stack = vec![NodeId::ns0(2268)]; // Server_ServerCapabilities
+    let mut nulls = Vec::new();
+    let mut seen = 0;
+    while let Some(id) = stack.pop() {
+        let n = a.node(&id).unwrap_or_else(|| panic!("{id}"));
+        if n.node_class == NodeClass::Variable {
+            seen += 1;
+            let v = a.variable_value(n, now()).expect("a value");
+            // Mandatory, of services not offered (Query, HistoryRead): 0 would read as
+            // "no limit", so they stay without a value.
+            let mandatory_unoffered = [2736u32, 2737].iter().any(|&i| id == NodeId::ns0(i));
+            if matches!(v.value, Variant::Empty) && !mandatory_unoffered {
+                nulls.push(format!("{} {}", id, n.browse_name.name));
+            }
+        }
+        if id == NodeId::ns0(15606) {
+            continue; // RoleSet: role management is not offered (its own issue)
+        }
+        for r in &n.references {
+            // HasComponent (47), HasProperty (46), forward.
+            if r.is_forward && (r.reference_type == NodeId::ns0(46) || r.reference_type == NodeId::ns0(47)) {
+                if let Some(t) = r.target.as_local() {
+                    if a.node(t).is_some() {
+                        stack.push(t.clone());
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "{seen}");
+    assert!(nulls.is_empty(), "Null-valued capabilities: {nulls:#?}");
+    let cap = |i: u32| a.variable_value(a.node(&NodeId::ns0(i)).unwrap(), now()).unwrap().value;
+    assert_eq!(cap(24098), Variant::UInt32(100), "MaxSubscriptionsPerSession");
+    assert_eq!(cap(31916), Variant::UInt32(10_000), "MaxMonitoredItemsQueueSize");
+    for gone in [11713u32, 12165, 12166, 12167, 12168, 11192, 24095, 24096, 24097, 24101] {
+        assert!(a.node(&NodeId::ns0(gone)).is_none(), "i={gone} is not offered");
     }
 }

@@ -28,10 +28,6 @@ fn lifecycle_create_activate_use_close() {
     assert_eq!(cs.server_endpoints.len(), 1);
     assert_eq!(h.shard.session_count(), 1);
     let token = cs.authentication_token.clone();
-
-    // Not activated yet: everything but Activate/Close is refused.
-    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionNotActivated));
-
     let ch = h.channel;
     let r = h.activate_on(ch, &token, Harness::anonymous());
     let Response::ActivateSession(a) = r else { panic!("{r:?}") };
@@ -224,12 +220,24 @@ fn identity_tokens() {
     broken.body = uaring_core::ExtensionObjectBody::Binary(vec![0xFF]);
     assert_eq!(fault_status(&h.activate_on(ch, &token, broken)), Some(StatusCode::BadIdentityTokenInvalid));
 
-    // None of those activated the session.
-    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionNotActivated));
-
-    // A null token is anonymous.
+    // None of those activated the session. A null token is anonymous.
     assert!(matches!(h.activate_on(ch, &token, ExtensionObject::null()), Response::ActivateSession(_)));
     assert!(matches!(browse_objects(&mut h, &token), Response::Browse(_)));
+}
+
+/// Part 4 §5.7.3.1: a request other than ActivateSession or CloseSession before the
+/// session is activated is refused, and the server closes the session.
+#[test]
+fn a_request_before_activation_closes_the_session() {
+    let mut h = Harness::new();
+    let cs = h.create_session();
+    let token = cs.authentication_token.clone();
+    assert_eq!(h.shard.session_count(), 1);
+    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionNotActivated));
+    assert_eq!(h.shard.session_count(), 0, "the session was closed");
+    let ch = h.channel;
+    assert_eq!(fault_status(&h.activate_on(ch, &token, Harness::anonymous())), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionIdInvalid));
 }
 
 #[test]

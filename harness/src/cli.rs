@@ -36,6 +36,39 @@ pub enum Command {
     EchoServer(EchoServerOpts),
     /// Server/client placement variants derived from the CPU topology (a variant file for sweep).
     Placements(PlacementsOpts),
+    /// A long run of churning sessions (connect, subscribe, read, write, disconnect),
+    /// sampling the server's RSS, open fds and errors every second.
+    Soak(SoakOpts),
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct SoakOpts {
+    /// How long: `30m`, `90s`, `1h`, or seconds.
+    #[arg(long, default_value = "30m")]
+    pub duration: String,
+    /// Left out of the drift (allocator pools and caches fill): `5m`, `60s`, … (at most half the run).
+    #[arg(long, default_value = "5m")]
+    pub warmup: String,
+    /// Clients, each churning sessions one after another.
+    #[arg(long, default_value_t = 8, value_parser = positive)]
+    pub clients: usize,
+    /// Publish / Read / Write requests per session before it closes.
+    #[arg(long, default_value_t = 30, value_parser = positive)]
+    pub ops: usize,
+    /// Output prefix: PREFIX.csv (one sample a second), PREFIX.json, PREFIX.md, PREFIX.svg.
+    #[arg(long, default_value = "soak")]
+    pub out: String,
+    /// The uaring binary (default: `uaring` beside this executable).
+    #[arg(long)]
+    pub server_bin: Option<String>,
+    /// Extra arguments of `uaring serve`; may start with `-`.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub server_args: String,
+    /// An already running server (with --server-pid, whose RSS and fds are sampled).
+    #[arg(long)]
+    pub url: Option<String>,
+    #[arg(long)]
+    pub server_pid: Option<i32>,
 }
 
 #[derive(clap::Args, Clone, Debug)]

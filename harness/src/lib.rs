@@ -14,6 +14,7 @@ pub mod scenarios;
 pub mod security;
 pub mod server;
 pub mod shards_loop;
+pub mod soak;
 pub mod summarize;
 pub mod sweep;
 pub mod tcpinfo;

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use uaring_harness::cli::{Cli, Command};
-use uaring_harness::{echo, placements, run, scenarios, summarize, sweep};
+use uaring_harness::{echo, placements, run, scenarios, soak, summarize, sweep};
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
@@ -39,6 +39,7 @@ fn real_main(cli: Cli, argv: &[String]) -> Result<i32, String> {
         }
         Command::Summarize(opts) => summarize::summarize_main(&opts),
         Command::Placements(opts) => placements::placements_main(&opts),
+        Command::Soak(opts) => soak::soak_main(&opts, argv),
         Command::EchoServer(opts) => {
             let cpus = run::resolve_cpus(&opts.cpus)?;
             echo::echo_server_main(&cpus, opts.port, &opts.io_backend)?;

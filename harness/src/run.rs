@@ -88,7 +88,7 @@ pub struct RunConfig {
     pub opts: RunOpts,
 }
 
-fn sibling_exe(name: &str) -> String {
+pub fn sibling_exe(name: &str) -> String {
     if let Ok(me) = std::env::current_exe() {
         if let Some(dir) = me.parent() {
             let p = dir.join(name);

@@ -60,6 +60,11 @@ pub trait Handler {
         0
     }
 
+    /// Before each `recv`: how many bytes the shard's buffer budget has left
+    /// (`max_shard_buffered_bytes` less what its connections hold). A handler that
+    /// allocates for what it receives (decoding a request) stays within it.
+    fn set_memory_headroom(&mut self, _bytes: usize) {}
+
     /// The earliest time [`Handler::conn_timer`] must run for this connection.
     /// Queried after every call into the connection.
     fn conn_deadline(&self, conn: &Self::Conn) -> u64;

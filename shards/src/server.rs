@@ -33,6 +33,8 @@ pub trait ShardHost: ConnectionHost {
     fn on_timer(&mut self, now: Now);
     /// Secure channels with deferred responses (Publish) ready to send.
     fn take_ready_channels(&mut self, _into: &mut Vec<u32>) {}
+    /// What the shard's buffer budget has left, bytes (bounds decoding a request).
+    fn set_memory_headroom(&mut self, _bytes: usize) {}
 }
 
 /// Drives core's `ServerConnection`s of one shard.
@@ -94,6 +96,10 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         conn.conn.buffered_bytes()
     }
 
+    fn set_memory_headroom(&mut self, bytes: usize) {
+        self.host.set_memory_headroom(bytes);
+    }
+
     fn conn_deadline(&self, conn: &UaConn) -> u64 {
         conn.conn.next_deadline().unwrap_or(u64::MAX)
     }
@@ -148,6 +154,9 @@ impl ShardHost for ShardState {
     }
     fn take_ready_channels(&mut self, into: &mut Vec<u32>) {
         ShardState::take_ready_channels(self, into)
+    }
+    fn set_memory_headroom(&mut self, bytes: usize) {
+        ShardState::set_memory_headroom(self, bytes)
     }
 }
 

@@ -252,6 +252,9 @@ impl<H: Handler> ShardCore<H> {
             }
             let Some(user) = c.user.as_mut() else { return &[] };
             let n = data.len().min(DELIVER_SLICE_BYTES);
+            if c.bounded {
+                self.handler.set_memory_headroom(self.cfg.max_shard_buffered_bytes.saturating_sub(self.held_total));
+            }
             let status = self.handler.recv(user, now, &data[..n], &mut c.output.out);
             data = &data[n..];
             self.after_call(id, status);

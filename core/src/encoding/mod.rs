@@ -18,6 +18,13 @@ pub struct DecodeLimits {
     /// Deepest nesting of Variant / DataValue / DiagnosticInfo / ExtensionObject.
     /// Part 6 requires decoders to support at least 100.
     pub max_depth: u32,
+    /// Most memory one decoded value (a whole message body) may take, in bytes, counted
+    /// as it is held in memory, not as it arrived: every array's elements at their
+    /// in-memory size, every string and byte string, every boxed value. Decoding
+    /// amplifies (a Boolean Variant array element is 1 byte on the wire and a `Variant`
+    /// in memory), so the message size alone does not bound it. Checked before each
+    /// allocation.
+    pub max_decoded_size: usize,
 }
 
 impl Default for DecodeLimits {
@@ -27,6 +34,7 @@ impl Default for DecodeLimits {
             max_byte_string_len: 16 * 1024 * 1024,
             max_array_len: 1_000_000,
             max_depth: 100,
+            max_decoded_size: 64 * 1024 * 1024,
         }
     }
 }
@@ -63,11 +71,45 @@ pub struct Decoder<'a> {
     pos: usize,
     limits: DecodeLimits,
     depth: u32,
+    /// In-memory bytes of what has been decoded so far (see [`DecodeLimits::max_decoded_size`]).
+    decoded: usize,
+    /// The most `decoded` may reach: `max_decoded_size`, or less (see [`Decoder::with_budget`]).
+    decoded_max: usize,
 }
+
+/// The `what` of the [`DecodeError`] raised when the decoded-size budget runs out.
+pub const DECODED_SIZE: &str = "decoded size";
 
 impl<'a> Decoder<'a> {
     pub fn new(buf: &'a [u8], limits: DecodeLimits) -> Self {
-        Decoder { buf, pos: 0, limits, depth: 0 }
+        Decoder { buf, pos: 0, limits, depth: 0, decoded: 0, decoded_max: limits.max_decoded_size }
+    }
+    /// A decoder whose decoded-size budget is `budget` bytes when that is below the
+    /// limits' `max_decoded_size` (the memory the caller has left).
+    pub fn with_budget(buf: &'a [u8], limits: DecodeLimits, budget: usize) -> Self {
+        Decoder { decoded_max: budget.min(limits.max_decoded_size), ..Decoder::new(buf, limits) }
+    }
+    /// In-memory bytes decoded so far.
+    #[inline]
+    pub fn decoded_bytes(&self) -> usize {
+        self.decoded
+    }
+    /// Counts `bytes` of memory about to be allocated for decoded data; fails with
+    /// BadEncodingLimitsExceeded (what = [`DECODED_SIZE`]) past the budget, before the
+    /// allocation happens.
+    #[inline]
+    pub fn charge(&mut self, bytes: usize) -> DecodeResult<()> {
+        let total = self.decoded.saturating_add(bytes);
+        if total > self.decoded_max {
+            return Err(DecodeError::limits(DECODED_SIZE));
+        }
+        self.decoded = total;
+        Ok(())
+    }
+    /// Charges `n` elements of `T` (an array about to be allocated).
+    #[inline]
+    pub fn charge_elements<T>(&mut self, n: usize) -> DecodeResult<()> {
+        self.charge(n.saturating_mul(std::mem::size_of::<T>()))
     }
     #[inline]
     pub fn limits(&self) -> &DecodeLimits {
@@ -127,7 +169,9 @@ impl<'a> Decoder<'a> {
     /// (used for ExtensionObject bodies).
     pub fn sub(&mut self, len: usize, what: &'static str) -> DecodeResult<Decoder<'a>> {
         let s = self.take(len, what)?;
-        Ok(Decoder { buf: s, pos: 0, limits: self.limits, depth: self.depth })
+        // The budget left is shared: what the sub-decoder decodes is not counted back
+        // here, so it gets what remains now.
+        Ok(Decoder { buf: s, pos: 0, limits: self.limits, depth: self.depth, decoded: self.decoded, decoded_max: self.decoded_max })
     }
 
     /// Reads an Int32 array/string length. `Ok(None)` is the null value (-1, or any
@@ -259,6 +303,7 @@ impl<T: Decode> Decode for Vec<T> {
         match d.read_length(max, T::MIN_LEN, "array")? {
             None => Ok(Vec::new()),
             Some(n) => {
+                d.charge_elements::<T>(n)?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     v.push(T::decode(d)?);
@@ -274,7 +319,7 @@ impl<T: Decode> Decode for Vec<T> {
         match d.read_length(max, T::MIN_LEN, "array")? {
             None => self.clear(),
             Some(n) => {
-                // CHARGE
+                d.charge_elements::<T>(n)?;
                 self.truncate(n);
                 for item in self.iter_mut() {
                     item.decode_into(d)?;
@@ -303,6 +348,7 @@ pub fn decode_opt_array<T: Decode>(d: &mut Decoder<'_>) -> DecodeResult<Option<V
     match d.read_length(max, T::MIN_LEN, "array")? {
         None => Ok(None),
         Some(n) => {
+            d.charge_elements::<T>(n)?;
             let mut v = Vec::with_capacity(n);
             for _ in 0..n {
                 v.push(T::decode(d)?);
@@ -334,6 +380,24 @@ mod tests {
         let lim = DecodeLimits { max_array_len: 10, ..DecodeLimits::default() };
         let e = Vec::<i32>::from_bytes(&b, lim).unwrap_err();
         assert_eq!(e.status, StatusCode::BadEncodingLimitsExceeded);
+    }
+
+    #[test]
+    fn decoded_size_counts_memory_not_wire_bytes() {
+        // 1000 UInt64s: 4 + 8000 bytes on the wire, 8000 in memory.
+        let v: Vec<u64> = (0..1000).collect();
+        let b = v.to_bytes();
+        let lim = DecodeLimits { max_decoded_size: 8000, ..DecodeLimits::default() };
+        assert_eq!(Vec::<u64>::from_bytes(&b, lim).unwrap(), v);
+        let lim = DecodeLimits { max_decoded_size: 7999, ..DecodeLimits::default() };
+        let e = Vec::<u64>::from_bytes(&b, lim).unwrap_err();
+        assert_eq!((e.status, e.what), (StatusCode::BadEncodingLimitsExceeded, DECODED_SIZE));
+        // A tighter budget from the caller wins over the limit.
+        let mut d = Decoder::with_budget(&b, DecodeLimits::default(), 100);
+        assert_eq!(Vec::<u64>::decode(&mut d).unwrap_err().what, DECODED_SIZE);
+        let mut d = Decoder::new(&b, DecodeLimits::default());
+        Vec::<u64>::decode(&mut d).unwrap();
+        assert_eq!(d.decoded_bytes(), 8000);
     }
 
     #[test]

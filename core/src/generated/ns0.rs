@@ -84,6 +84,8 @@ pub fn decode_blob(blob: &[u8]) -> DecodeResult<Vec<Ns0Node>> {
         max_byte_string_len: 1 << 24,
         max_array_len: 1 << 20,
         max_depth: 100,
+        // The checked-in blob (built from the NodeSet at generation time), all of it.
+        max_decoded_size: 1 << 30,
     };
     let mut d = Decoder::new(blob, limits);
     if d.take(4, "ns0 magic")? != b"UAN0" {

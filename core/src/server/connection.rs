@@ -388,8 +388,8 @@ impl State {
         }
         let hello = HelloMessage::decode_body(frame.bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default())?;
         let url = hello.endpoint_url.as_str();
-        if !url.is_empty() && !url.get(..10).is_some_and(|s| s.eq_ignore_ascii_case("opc.tcp://")) {
-            return fail(StatusCode::BadTcpEndpointUrlInvalid, "EndpointUrl is not opc.tcp");
+        if let Err(reason) = crate::transport::check_endpoint_url(url) {
+            return fail(StatusCode::BadTcpEndpointUrlInvalid, reason);
         }
         let (ack, negotiated) = negotiate_server(&self.limits, &hello)?;
         ack.write(out);
@@ -613,12 +613,18 @@ impl State {
             Assembly::Partial | Assembly::Aborted { .. } => return Ok(Step::Continue),
             Assembly::Complete { request_id, body } => (request_id, body),
         };
-        let request = decode_request(host.recycler(), body, limits);
+        let headroom = host.memory_headroom();
+        let request = decode_request(host.recycler(), body, limits, headroom);
         let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let mut session_max = 0;
         let (handle, response, is_activate) = match request {
             Err((handle, status)) => (handle, service_fault(handle, status, now), false),
             Ok(req) => {
                 let handle = req.request_header().request_handle;
+                let token = &req.request_header().authentication_token;
+                if !token.is_null() {
+                    session_max = host.session_max_response_size(token);
+                }
                 if matches!(req, Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)) {
                     (handle, service_fault(handle, StatusCode::BadServiceUnsupported, now), false)
                 } else {
@@ -644,6 +650,7 @@ impl State {
         if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
             *session_activated = true;
         }
+        let negotiated = Negotiated { peer_max_message_size: response_limit(negotiated.peer_max_message_size, session_max), ..negotiated };
         let sent = send_response(c, body_out, &negotiated, request_id, &response, handle, now, out);
         if let Some(r) = host.recycler() {
             r.give_response(response);
@@ -653,11 +660,24 @@ impl State {
     }
 }
 
+/// The largest response body: the Hello's (already bounded by our own limit) and the
+/// session's MaxResponseMessageSize, whichever is smaller (0 = not set).
+fn response_limit(hello: u32, session: u32) -> u32 {
+    match (hello, session) {
+        (0, s) => s,
+        (h, 0) => h,
+        (h, s) => h.min(s),
+    }
+}
+
 /// Decodes a request body (type id + message). An unknown type id or a body that fails
 /// to decode is `Err((request handle if readable, status))`: the caller answers with a
-/// ServiceFault (BadServiceUnsupported, or the decoder's status).
-fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &TransportLimits) -> Result<Request, (u32, StatusCode)> {
-    let mut d = Decoder::new(body, limits.decode);
+/// ServiceFault (BadServiceUnsupported, or the decoder's status). Decoding stops at the
+/// decoded-size budget: `max_decoded_size` (BadEncodingLimitsExceeded), or the shard's
+/// `headroom` when that is smaller (BadResourceUnavailable: the server is short of memory,
+/// the request itself may be fine).
+fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &TransportLimits, headroom: usize) -> Result<Request, (u32, StatusCode)> {
+    let mut d = Decoder::with_budget(body, limits.decode, headroom);
     let Ok(type_id) = NodeId::decode(&mut d) else {
         return Err((0, StatusCode::BadDecodingError));
     };
@@ -673,6 +693,9 @@ fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &Transpo
     match decoded {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err((header_handle(), StatusCode::BadServiceUnsupported)),
+        Err(e) if e.what == crate::encoding::DECODED_SIZE && headroom < limits.decode.max_decoded_size => {
+            Err((header_handle(), StatusCode::BadResourceUnavailable))
+        }
         Err(e) => Err((header_handle(), e.status)),
     }
 }

@@ -65,6 +65,21 @@ pub trait ConnectionHost {
     /// The shard's random number generator (server nonces of OpenSecureChannel). A CSPRNG
     /// in a server; no default, so no host forgets it.
     fn random(&mut self) -> &mut dyn crate::random::Random;
+    /// The MaxResponseMessageSize (bytes) the client asked for in CreateSession of the
+    /// session `authentication_token` names; 0 when it asked for none or there is no such
+    /// session. The connection answers a larger response with BadResponseTooLarge.
+    fn session_max_response_size(&self, authentication_token: &crate::types::NodeId) -> u32 {
+        let _ = authentication_token;
+        0
+    }
+    /// Memory, in bytes, the shard can still give to decoding one request before it would
+    /// pass its aggregate budget (the runtime's `max_shard_buffered_bytes` less what it
+    /// holds). A request whose decoded size would need more is answered
+    /// BadResourceUnavailable without being decoded further. Unbounded by default (tests,
+    /// hosts without a budget): the per-message `max_decoded_size` still applies.
+    fn memory_headroom(&self) -> usize {
+        usize::MAX
+    }
     /// Gives back the buffer of a [`Deferred::Encoded`] response once its chunks are written.
     fn recycle_buffer(&mut self, buf: Vec<u8>) {
         let _ = buf;

@@ -358,6 +358,9 @@ pub struct ShardState {
     pub(crate) recycler: Recycler,
     /// Nonces, tokens, session ids, continuation points (see the module docs).
     random: Box<dyn Random + Send>,
+    /// What the runtime's budget leaves for decoding a request (see
+    /// [`ShardState::set_memory_headroom`]).
+    memory_headroom: usize,
 }
 
 impl ShardState {
@@ -388,9 +391,17 @@ impl ShardState {
                 let start = Now::new(shared.start_mono_ns, shared.start_time);
                 crate::events::demo::DemoEventGenerator::new(shared.clone(), start)
             }),
+            memory_headroom: usize::MAX,
             shared,
             random,
         }
+    }
+
+    /// The runtime tells the shard how many bytes its aggregate memory budget has left
+    /// before it hands over received bytes; a request that would decode to more is
+    /// answered BadResourceUnavailable ([`ConnectionHost::memory_headroom`]).
+    pub fn set_memory_headroom(&mut self, bytes: usize) {
+        self.memory_headroom = bytes;
     }
 
     /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
@@ -730,6 +741,20 @@ impl ConnectionHost for ShardState {
     }
     fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, crate::server::context::Deferred)>) {
         self.subscriptions.take_responses(channel_id, into);
+    }
+    fn memory_headroom(&self) -> usize {
+        self.memory_headroom
+    }
+    fn session_max_response_size(&self, authentication_token: &NodeId) -> u32 {
+        let Some((shard, slot)) = token_parts(authentication_token) else { return 0 };
+        if shard != self.shard_index {
+            return 0;
+        }
+        let Some(session) = self.slots.get(slot as usize).and_then(|s| s.session.as_ref()) else { return 0 };
+        match (&session.authentication_token.identifier, &authentication_token.identifier) {
+            (Identifier::ByteString(a), Identifier::ByteString(b)) if ct_eq(a, b) => session.max_response_message_size,
+            _ => 0,
+        }
     }
     fn recycle_buffer(&mut self, buf: Vec<u8>) {
         self.subscriptions.recycle_buffer(buf);

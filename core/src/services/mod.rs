@@ -6,7 +6,8 @@
 //!   session by token on any channel (it may move the session to this channel).
 //! * Every other request must carry the authenticationToken of a live session bound to the
 //!   request's secure channel (else BadSessionIdInvalid); a session not yet activated only
-//!   accepts CloseSession (else BadSessionNotActivated). Every accepted request moves the
+//!   accepts CloseSession; any other request is answered BadSessionNotActivated and closes
+//!   the session (Part 4 §5.7.3.1). Every accepted request moves the
 //!   session's timeout deadline.
 //! * A service not implemented yet is a ServiceFault with BadServiceUnsupported.
 //! * Every response carries the request's requestHandle and the server's timestamp.
@@ -93,6 +94,9 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         return Some(session::close_session(shard, key, r, now));
     }
     if !shard.session(key).is_some_and(|s| s.is_activated()) {
+        // Part 4 §5.7.3.1: any request other than CloseSession before ActivateSession
+        // makes the server close the session.
+        shard.close_session(key, true, now);
         return Some(fault(handle, StatusCode::BadSessionNotActivated, now));
     }
     if let Request::Publish(r) = &request {

@@ -14,6 +14,12 @@ struct DecodeLimitsDef {
     max_byte_string_len: usize,
     max_array_len: usize,
     max_depth: u32,
+    #[serde(default = "default_max_decoded_size")]
+    max_decoded_size: usize,
+}
+
+fn default_max_decoded_size() -> usize {
+    DecodeLimits::default().max_decoded_size
 }
 
 fn default_decode_limits() -> DecodeLimits {
@@ -53,6 +59,10 @@ pub struct TransportLimits {
     pub max_message_size_pre_session: u32,
     /// Most chunks in one received message (announced as MaxChunkCount).
     pub max_chunk_count: u32,
+    /// Largest response body we send, in bytes: the client's MaxMessageSize is lowered to
+    /// it, and it applies when the client sets none (0). A larger response is answered
+    /// with a ServiceFault BadResponseTooLarge. At least 8192.
+    pub max_response_message_size: u32,
     /// Longest time, in milliseconds, from accepting a connection to receiving its Hello,
     /// and again from the Hello to a successful OpenSecureChannel.
     pub hello_timeout_ms: u64,
@@ -83,6 +93,7 @@ impl Default for TransportLimits {
             // 64 MiB in 64 KiB chunks is 1025 chunks with headers; leave room for smaller
             // negotiated buffers.
             max_chunk_count: 4096,
+            max_response_message_size: 64 * 1024 * 1024,
             hello_timeout_ms: 10_000,
             message_assembly_timeout_ms: 60_000,
             min_token_lifetime_ms: 10_000,
@@ -132,6 +143,12 @@ impl TransportLimits {
         if self.max_message_size_pre_session > self.max_message_size {
             return err("max_message_size_pre_session", "is above max_message_size");
         }
+        if self.max_response_message_size < MIN_BUFFER_SIZE {
+            return err(
+                "max_response_message_size",
+                format!("{} is below {MIN_BUFFER_SIZE} bytes (there is no unbounded setting)", self.max_response_message_size),
+            );
+        }
         if self.max_chunk_count == 0 {
             return err("max_chunk_count", "0 is not allowed (it would mean unbounded)");
         }
@@ -157,6 +174,9 @@ impl TransportLimits {
         let d = &self.decode;
         if d.max_string_len == 0 || d.max_byte_string_len == 0 || d.max_array_len == 0 {
             return err("decode", "string, byte string and array limits must be above 0");
+        }
+        if d.max_decoded_size < MIN_BUFFER_SIZE as usize {
+            return err("decode", "max_decoded_size must be at least 8192 bytes (there is no unbounded setting)");
         }
         if d.max_depth < 100 {
             return err("decode", "max_depth must be at least 100 (Part 6)");
@@ -191,12 +211,14 @@ mod tests {
             TransportLimits { max_message_size: 0, ..d },
             TransportLimits { max_message_size_pre_session: 0, ..d },
             TransportLimits { max_chunk_count: 0, ..d },
+            TransportLimits { max_response_message_size: 0, ..d },
             TransportLimits { hello_timeout_ms: 0, ..d },
             TransportLimits { message_assembly_timeout_ms: 0, ..d },
             TransportLimits { min_token_lifetime_ms: 0, ..d },
             TransportLimits { max_token_lifetime_ms: 1, ..d },
             TransportLimits { max_channels_per_shard: 0, ..d },
             TransportLimits { decode: DecodeLimits { max_array_len: 0, ..d.decode }, ..d },
+            TransportLimits { decode: DecodeLimits { max_decoded_size: 0, ..d.decode }, ..d },
             TransportLimits { max_message_size_pre_session: d.max_message_size + 1, ..d },
         ];
         for c in cases {

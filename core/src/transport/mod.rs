@@ -127,7 +127,7 @@ fn write_uacp(out: &mut Vec<u8>, t: MessageType, body: impl FnOnce(&mut Vec<u8>)
 
 /// Limits used to decode the small UACP bodies: strings up to 4096 bytes.
 fn uacp_decode_limits() -> DecodeLimits {
-    DecodeLimits { max_string_len: MAX_ENDPOINT_URL_LEN, max_byte_string_len: 0, max_array_len: 0, max_depth: 1 }
+    DecodeLimits { max_string_len: MAX_ENDPOINT_URL_LEN, max_byte_string_len: 0, max_array_len: 0, max_depth: 1, max_decoded_size: MAX_ENDPOINT_URL_LEN }
 }
 
 /// Hello (Part 6 §7.1.2.3).
@@ -284,8 +284,70 @@ pub struct Negotiated {
     pub peer_max_chunk_count: u32,
 }
 
+/// Checks the EndpointUrl of a Hello (Part 6 §7.1.2.3: an URL the server does not
+/// recognize is BadTcpEndpointUrlInvalid). A null or empty URL is accepted (clients that
+/// connect by address alone send one). Otherwise: the `opc.tcp` scheme (any case), a
+/// host (a name, an IPv4 address or a bracketed IPv6 literal) with an optional port in
+/// 1..=65535, no user information, and printable ASCII without spaces throughout.
+/// The host and port are not compared with the server's own: clients connect through
+/// load balancers, NAT and by IP address, under names the server does not know. Any
+/// path names this server's one endpoint (GetEndpoints answers under the client's URL).
+pub fn check_endpoint_url(url: &str) -> Result<(), &'static str> {
+    if url.is_empty() {
+        return Ok(());
+    }
+    if url.len() > MAX_ENDPOINT_URL_LEN {
+        return Err("EndpointUrl is longer than 4096 bytes");
+    }
+    if !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("EndpointUrl has spaces, control or non-ASCII characters");
+    }
+    let Some(rest) = url.get(..10).filter(|s| s.eq_ignore_ascii_case("opc.tcp://")).and(url.get(10..)) else {
+        return Err("EndpointUrl is not opc.tcp");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("EndpointUrl has user information");
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some((addr, after)) = v6.split_once(']') else {
+            return Err("EndpointUrl has an unclosed IPv6 literal");
+        };
+        if addr.parse::<std::net::Ipv6Addr>().is_err() && !addr.contains('%') {
+            return Err("EndpointUrl has a malformed IPv6 literal");
+        }
+        match after {
+            "" => (addr, None),
+            p => match p.strip_prefix(':') {
+                Some(p) => (addr, Some(p)),
+                None => return Err("EndpointUrl has text after the IPv6 literal"),
+            },
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("EndpointUrl has no host");
+    }
+    if !authority.starts_with('[') && !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)) {
+        return Err("EndpointUrl has a malformed host");
+    }
+    if let Some(p) = port {
+        let ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n));
+        if !ok {
+            return Err("EndpointUrl has a port outside 1..65535");
+        }
+    }
+    Ok(())
+}
+
 /// Server side of the negotiation: from our limits and the client's Hello, the ACK to
 /// send and what both sides then use. Buffers below 8192 bytes are BadConnectionRejected.
+/// The largest response is the client's MaxMessageSize, bounded by our
+/// `max_response_message_size` (also when the client says 0, "no limit").
 pub fn negotiate_server(ours: &TransportLimits, hello: &HelloMessage) -> Result<(AcknowledgeMessage, Negotiated), StatusCode> {
     if hello.receive_buffer_size < MIN_BUFFER_SIZE || hello.send_buffer_size < MIN_BUFFER_SIZE {
         return Err(StatusCode::BadConnectionRejected);
@@ -299,10 +361,15 @@ pub fn negotiate_server(ours: &TransportLimits, hello: &HelloMessage) -> Result<
         max_message_size: ours.max_message_size,
         max_chunk_count: ours.max_chunk_count,
     };
+    // The client's 0 means "no limit" to the client; we still stop at our own.
+    let response_max = match hello.max_message_size {
+        0 => ours.max_response_message_size,
+        n => n.min(ours.max_response_message_size),
+    };
     let n = Negotiated {
         receive_buffer_size: receive,
         send_buffer_size: send,
-        peer_max_message_size: hello.max_message_size,
+        peer_max_message_size: response_max,
         peer_max_chunk_count: hello.max_chunk_count,
     };
     Ok((ack, n))
@@ -518,6 +585,53 @@ mod tests {
         let cn = negotiate_client(&h, &ack).unwrap();
         assert_eq!(cn.send_buffer_size, 8192);
         assert_eq!(cn.receive_buffer_size, 65535);
+    }
+
+    #[test]
+    fn endpoint_urls() {
+        for ok in [
+            "",
+            "opc.tcp://localhost:4840",
+            "OPC.TCP://host",
+            "opc.tcp://10.1.2.3:4840/uaring",
+            "opc.tcp://[::1]:4840/",
+            "opc.tcp://[fe80::1%25eth0]:4840",
+            "opc.tcp://lb.example.com:62541/UA/Server?x=1",
+            "opc.tcp://my_host-1.local",
+        ] {
+            assert_eq!(check_endpoint_url(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://host:4840",
+            "opc.tcp://",
+            "opc.tcp://:4840",
+            "opc.tcp:///path",
+            "opc.tcp://host:0",
+            "opc.tcp://host:65536",
+            "opc.tcp://host:48a0",
+            "opc.tcp://host:",
+            "opc.tcp://user@host:4840",
+            "opc.tcp://[::1",
+            "opc.tcp://[nonsense]:4840",
+            "opc.tcp://[::1]x",
+            "opc.tcp://ho st:4840",
+            "opc.tcp://host:4840/a b",
+            "opc.tcp://hö st",
+            "opc.tcp://host\\x",
+        ] {
+            assert!(check_endpoint_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn response_size_is_bounded_when_the_client_sets_no_limit() {
+        let ours = TransportLimits { max_response_message_size: 1 << 20, ..Default::default() };
+        let unlimited = HelloMessage { max_message_size: 0, ..hello() };
+        assert_eq!(negotiate_server(&ours, &unlimited).unwrap().1.peer_max_message_size, 1 << 20);
+        let big = HelloMessage { max_message_size: 1 << 30, ..hello() };
+        assert_eq!(negotiate_server(&ours, &big).unwrap().1.peer_max_message_size, 1 << 20);
+        let small = HelloMessage { max_message_size: 100_000, ..hello() };
+        assert_eq!(negotiate_server(&ours, &small).unwrap().1.peer_max_message_size, 100_000);
     }
 
     #[test]

@@ -256,7 +256,7 @@ impl Decode for NodeId {
                 let ns = u16::decode(d)?;
                 let max = d.limits().max_byte_string_len;
                 let n = d.read_length(max, 1, "ByteString")?.unwrap_or(0);
-                // CHARGE
+                d.charge(n)?;
                 let bytes = d.take(n, "ByteString")?;
                 v.clear();
                 v.extend_from_slice(bytes);

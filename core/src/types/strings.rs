@@ -67,6 +67,7 @@ pub(crate) fn decode_str(d: &mut Decoder<'_>, what: &'static str) -> DecodeResul
     match d.read_length(max, 1, what)? {
         None => Ok(None),
         Some(n) => {
+            d.charge(n)?;
             let b = d.take(n, what)?;
             match std::str::from_utf8(b) {
                 Ok(s) => Ok(Some(s.to_owned())),
@@ -148,7 +149,10 @@ impl Decode for ByteString {
         let max = d.limits().max_byte_string_len;
         match d.read_length(max, 1, "ByteString")? {
             None => Ok(ByteString(None)),
-            Some(n) => Ok(ByteString(Some(d.take(n, "ByteString")?.to_vec()))),
+            Some(n) => {
+                d.charge(n)?;
+                Ok(ByteString(Some(d.take(n, "ByteString")?.to_vec())))
+            }
         }
     }
 }

@@ -142,7 +142,10 @@ impl Decode for ExtensionObject {
                 let max = d.limits().max_byte_string_len;
                 match d.read_length(max, 1, "ExtensionObject body")? {
                     None => ExtensionObjectBody::None,
-                    Some(n) => ExtensionObjectBody::Binary(d.take(n, "ExtensionObject body")?.to_vec()),
+                    Some(n) => {
+                        d.charge(n)?;
+                        ExtensionObjectBody::Binary(d.take(n, "ExtensionObject body")?.to_vec())
+                    }
                 }
             }
             2 => ExtensionObjectBody::Xml(XmlElement::decode(d)?),
@@ -306,6 +309,7 @@ impl Decode for DiagnosticInfo {
             r.inner_status_code = Some(StatusCode::decode(d)?);
         }
         if mask & 0x40 != 0 {
+            d.charge_elements::<DiagnosticInfo>(1)?;
             r.inner_diagnostic_info = Some(Box::new(DiagnosticInfo::decode(d)?));
         }
         d.leave();

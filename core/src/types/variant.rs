@@ -293,19 +293,38 @@ impl Variant {
             BuiltinType::Guid => Variant::Guid(Guid::decode(d)?),
             BuiltinType::ByteString => Variant::ByteString(ByteString::decode(d)?),
             BuiltinType::XmlElement => Variant::XmlElement(XmlElement::decode(d)?),
-            BuiltinType::NodeId => Variant::NodeId(Box::new(NodeId::decode(d)?)),
-            BuiltinType::ExpandedNodeId => Variant::ExpandedNodeId(Box::new(ExpandedNodeId::decode(d)?)),
+            BuiltinType::NodeId => {
+                d.charge_elements::<NodeId>(1)?;
+                Variant::NodeId(Box::new(NodeId::decode(d)?))
+            }
+            BuiltinType::ExpandedNodeId => {
+                d.charge_elements::<ExpandedNodeId>(1)?;
+                Variant::ExpandedNodeId(Box::new(ExpandedNodeId::decode(d)?))
+            }
             BuiltinType::StatusCode => Variant::StatusCode(StatusCode::decode(d)?),
-            BuiltinType::QualifiedName => Variant::QualifiedName(Box::new(QualifiedName::decode(d)?)),
-            BuiltinType::LocalizedText => Variant::LocalizedText(Box::new(LocalizedText::decode(d)?)),
+            BuiltinType::QualifiedName => {
+                d.charge_elements::<QualifiedName>(1)?;
+                Variant::QualifiedName(Box::new(QualifiedName::decode(d)?))
+            }
+            BuiltinType::LocalizedText => {
+                d.charge_elements::<LocalizedText>(1)?;
+                Variant::LocalizedText(Box::new(LocalizedText::decode(d)?))
+            }
             BuiltinType::ExtensionObject => {
                 d.enter("ExtensionObject")?;
+                d.charge_elements::<ExtensionObject>(1)?;
                 let e = ExtensionObject::decode(d)?;
                 d.leave();
                 Variant::ExtensionObject(Box::new(e))
             }
-            BuiltinType::DataValue => Variant::DataValue(Box::new(DataValue::decode(d)?)),
-            BuiltinType::DiagnosticInfo => Variant::DiagnosticInfo(Box::new(DiagnosticInfo::decode(d)?)),
+            BuiltinType::DataValue => {
+                d.charge_elements::<DataValue>(1)?;
+                Variant::DataValue(Box::new(DataValue::decode(d)?))
+            }
+            BuiltinType::DiagnosticInfo => {
+                d.charge_elements::<DiagnosticInfo>(1)?;
+                Variant::DiagnosticInfo(Box::new(DiagnosticInfo::decode(d)?))
+            }
             // A scalar Variant cannot hold a Variant (Part 6 §5.2.2.16).
             BuiltinType::Variant => return Err(DecodeError::decoding("Variant in Variant")),
         })
@@ -364,6 +383,8 @@ impl Decode for Variant {
         d.enter("Variant array")?;
         let max = d.limits().max_array_len;
         let n = d.read_length(max, t.min_len(), "Variant array")?.unwrap_or(0);
+        d.charge_elements::<Array>(1)?;
+        d.charge_elements::<Variant>(n)?;
         let mut values = Vec::with_capacity(n);
         for _ in 0..n {
             values.push(if t == BuiltinType::Variant { Variant::decode(d)? } else { Variant::decode_scalar(t, d)? });

@@ -9,7 +9,11 @@ use crate::address_space::{
     ClassAttributes, Node, NodeClass, Reference, ValueSource, VariableAttributes,
     VariableTypeAttributes,
 };
+use std::collections::{HashMap, HashSet};
+
+use crate::generated::node_ids;
 use crate::generated::ns0::{self, Ns0Node};
+use crate::types::NodeId;
 use crate::types::{BuiltinType, DataValue, ExpandedNodeId};
 
 /// The fixed built-in scalar type of a Variable, when its DataType is one (the value cell
@@ -95,11 +99,57 @@ fn convert(n: Ns0Node) -> Result<Node, String> {
     })
 }
 
-/// Adds namespace 0.
+/// Optional nodes of the Server object that this server leaves out, with everything
+/// under them: limits of services it does not offer (history, node management), the
+/// HistoryServerCapabilities of a server without history, and server-wide totals that
+/// depend on the runtime's shard count, which the address space does not know (the
+/// per-shard limits are in docs/Limits.md). Otherwise a client would read them as Null.
+pub const OMITTED: &[u32] = &[
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadEvents,
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryUpdateData,
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryUpdateEvents,
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerNodeManagement,
+    node_ids::HistoryServerCapabilities,
+    node_ids::Server_ServerCapabilities_MaxSessions,
+    node_ids::Server_ServerCapabilities_MaxSubscriptions,
+    node_ids::Server_ServerCapabilities_MaxMonitoredItems,
+    node_ids::Server_ServerCapabilities_ConformanceUnits,
+];
+
+/// The ids in [`OMITTED`] and every node under them (forward HasComponent / HasProperty).
+fn omitted(nodes: &[Ns0Node]) -> HashSet<NodeId> {
+    const HAS_COMPONENT: u32 = 47;
+    const HAS_PROPERTY: u32 = 46;
+    let by_id: HashMap<&NodeId, &Ns0Node> = nodes.iter().map(|n| (&n.node_id, n)).collect();
+    let mut out: HashSet<NodeId> = HashSet::new();
+    let mut stack: Vec<NodeId> = OMITTED.iter().map(|&i| NodeId::ns0(i)).collect();
+    while let Some(id) = stack.pop() {
+        if !out.insert(id.clone()) {
+            continue;
+        }
+        let Some(n) = by_id.get(&id) else { continue };
+        for r in &n.references {
+            let child = r.is_forward
+                && matches!(r.reference_type.as_ns0(), Some(HAS_COMPONENT) | Some(HAS_PROPERTY));
+            if child {
+                stack.push(r.target.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Adds namespace 0, less the [`OMITTED`] nodes and the references to them.
 pub fn add_namespace0(b: &mut AddressSpaceBuilder) -> Result<(), String> {
     let nodes = ns0::nodes().map_err(|e| format!("namespace 0: {e}"))?;
+    let gone = omitted(&nodes);
     b.reserve(nodes.len());
-    for n in nodes {
+    for mut n in nodes {
+        if gone.contains(&n.node_id) {
+            continue;
+        }
+        n.references.retain(|r| !gone.contains(&r.target));
         b.add(convert(n)?)?;
     }
     Ok(())

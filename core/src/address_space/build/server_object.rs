@@ -45,6 +45,12 @@ pub mod sid {
     pub const MAX_NODES_PER_REGISTER_NODES: u32 = 11711;
     pub const MAX_NODES_PER_TRANSLATE: u32 = 11712;
     pub const MAX_MONITORED_ITEMS_PER_CALL: u32 = 11714;
+    pub const SOFTWARE_CERTIFICATES: u32 = 3704;
+    pub const MAX_SUBSCRIPTIONS_PER_SESSION: u32 = 24098;
+    pub const MAX_SELECT_CLAUSE_PARAMETERS: u32 = 24099;
+    pub const MAX_WHERE_CLAUSE_PARAMETERS: u32 = 24100;
+    pub const MAX_MONITORED_ITEMS_PER_SUBSCRIPTION: u32 = 24104;
+    pub const MAX_MONITORED_ITEMS_QUEUE_SIZE: u32 = 31916;
 }
 
 /// The server profile this server aims at (reported in ServerProfileArray).
@@ -326,4 +332,18 @@ pub fn install(
         Variant::UInt32(lim.max_monitored_items_per_call),
         start,
     );
+    // No software certificates: an empty array, not Null.
+    if let Some(empty) = Variant::array(crate::types::BuiltinType::ExtensionObject, Vec::new()) {
+        set_static(b, sid::SOFTWARE_CERTIFICATES, empty, start);
+    }
+    let subs = &config.subscriptions;
+    for (id, v) in [
+        (sid::MAX_SUBSCRIPTIONS_PER_SESSION, subs.max_subscriptions_per_session),
+        (sid::MAX_MONITORED_ITEMS_PER_SUBSCRIPTION, subs.max_monitored_items_per_subscription),
+        (sid::MAX_MONITORED_ITEMS_QUEUE_SIZE, subs.max_queue_size),
+        (sid::MAX_SELECT_CLAUSE_PARAMETERS, config.events.max_select_clauses),
+        (sid::MAX_WHERE_CLAUSE_PARAMETERS, config.events.max_event_filter_elements),
+    ] {
+        set_static(b, id, Variant::UInt32(v), start);
+    }
 }
