@@ -79,7 +79,7 @@ enum Kind {
 }
 
 fn limits() -> DecodeLimits {
-    DecodeLimits { max_string_len: 1 << 20, max_byte_string_len: 1 << 20, max_array_len: 1 << 16, max_depth: 100 }
+    DecodeLimits { max_string_len: 1 << 20, max_byte_string_len: 1 << 20, max_array_len: 1 << 16, max_depth: 100, max_decoded_size: 64 << 20 }
 }
 
 pub(crate) struct Converter<'c, 'a, 'i> {

@@ -100,8 +100,13 @@ pub struct RuntimeConfig {
     pub recv_buffer_bytes: u32,
     /// Use multishot accept/recv with a provided buffer ring when the kernel has them.
     pub multishot: bool,
-    /// Open connections per shard; further connections are closed on accept.
+    /// Open connections per shard; further connections get a best-effort ERR
+    /// BadTcpNotEnoughResources and are closed on accept.
     pub max_connections_per_shard: usize,
+    /// Accepted connections from one IP address at once, per shard; one more is answered
+    /// ERR BadTcpServerTooBusy and closed (`max_connections_per_shard` applies first). Clients behind one load balancer or NAT share
+    /// an address: raise it there.
+    pub max_connections_per_address: usize,
     /// Unsent output per connection above which the shard stops reading from it (and
     /// stops handing it requests already received) until it drains below half.
     pub max_pending_output_bytes: usize,
@@ -140,6 +145,7 @@ impl Default for RuntimeConfig {
             recv_buffer_bytes: 16384,
             multishot: true,
             max_connections_per_shard: 4096,
+            max_connections_per_address: 1024,
             max_pending_output_bytes: 1 << 20,
             max_shard_buffered_bytes: 64 << 20,
             send_stall_timeout_ms: 60_000,
@@ -178,6 +184,9 @@ impl RuntimeConfig {
         }
         if self.max_connections_per_shard == 0 || self.max_connections_per_shard > (1 << 24) {
             return Err("runtime.max_connections_per_shard must be in 1..=16777216".into());
+        }
+        if self.max_connections_per_address == 0 {
+            return Err("runtime.max_connections_per_address must be at least 1; there is no unbounded setting".into());
         }
         if self.max_pending_output_bytes < 4096 {
             return Err(format!(
@@ -261,6 +270,8 @@ mod tests {
         assert!(FileConfig::parse("[runtime]\nring_entrys = 3\n").is_err());
         assert!(FileConfig::parse("[runtime]\nring_entries = 1000\n").is_err());
         assert!(FileConfig::parse("[runtime]\nmax_connections_per_shard = 0\n").is_err());
+        assert!(FileConfig::parse("[runtime]\nmax_connections_per_address = 0\n").is_err());
+        assert!(FileConfig::parse("[runtime]\nmax_connections_per_shard = 100\n").is_ok());
     }
 
     #[test]

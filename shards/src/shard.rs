@@ -27,6 +27,8 @@ pub struct LoopConfig {
     /// Use multishot accept/recv and the provided buffer ring when available.
     pub multishot: bool,
     pub max_connections: usize,
+    /// Accepted connections from one IP address at once (this shard).
+    pub max_connections_per_address: usize,
     /// Unsent bytes per connection above which reading pauses (and received
     /// input is held back) until they drain below half.
     pub max_pending_output_bytes: usize,
@@ -54,6 +56,7 @@ impl From<&RuntimeConfig> for LoopConfig {
             recv_buffer_bytes: r.recv_buffer_bytes,
             multishot: r.multishot,
             max_connections: r.max_connections_per_shard,
+            max_connections_per_address: r.max_connections_per_address,
             max_pending_output_bytes: r.max_pending_output_bytes,
             max_shard_buffered_bytes: r.max_shard_buffered_bytes,
             send_stall_timeout_ms: r.send_stall_timeout_ms,
@@ -109,6 +112,26 @@ pub(crate) fn reset_on_close(fd: &OwnedFd) {
     };
 }
 
+/// A connection the table has no room for: a best-effort ERR (one nonblocking send;
+/// what the client already sent is read and dropped so the close is a FIN, not a
+/// reset), then the socket closes when `fd` is dropped.
+fn refuse_at_once(fd: &OwnedFd, status: StatusCode, reason: &str) {
+    let mut msg = Vec::with_capacity(64);
+    ErrorMessage::new(status, reason).write(&mut msg);
+    let raw = fd.as_raw_fd();
+    let mut scratch = [0u8; 1024];
+    // SAFETY: send/shutdown/recv on a socket we own, with buffers of the given lengths.
+    unsafe {
+        libc::send(raw, msg.as_ptr() as *const libc::c_void, msg.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+        libc::shutdown(raw, libc::SHUT_WR);
+        for _ in 0..4 {
+            if libc::recv(raw, scratch.as_mut_ptr() as *mut libc::c_void, scratch.len(), libc::MSG_DONTWAIT) <= 0 {
+                break;
+            }
+        }
+    }
+}
+
 /// After the grace period, how much longer a stopping loop waits for the
 /// kernel to finish with its sockets before it exits regardless, ns.
 pub(crate) const STOP_HARD_EXTRA_NS: u64 = 500_000_000;
@@ -131,6 +154,9 @@ pub(crate) struct ShardCore<H: Handler> {
     pub over_budget: bool,
     /// Scratch list for [`ShardCore::flush_ready`].
     ready: Vec<ConnId>,
+    /// Accepted connections in the table per peer address (at most one entry per
+    /// connection, so bounded by the table).
+    per_address: std::collections::HashMap<std::net::IpAddr, u32>,
 }
 
 impl<H: Handler> ShardCore<H> {
@@ -148,6 +174,7 @@ impl<H: Handler> ShardCore<H> {
             held_total: 0,
             over_budget: false,
             ready: Vec::new(),
+            per_address: std::collections::HashMap::new(),
         }
     }
 
@@ -172,10 +199,24 @@ impl<H: Handler> ShardCore<H> {
         if self.cfg.tcp_nodelay {
             net::set_nodelay(fd.as_raw_fd());
         }
-        let Some(id) = self.table.insert(Conn::new(fd, peer)) else {
+        if self.table.len() >= self.cfg.max_connections {
             ShardStats::add(&self.stats().refused, 1);
             tracing::debug!(shard = self.wiring.index, %peer, "connection table full: closing new connection");
+            if origin == Origin::Accepted {
+                refuse_at_once(&fd, StatusCode::BadTcpNotEnoughResources, "server busy: connection limit reached");
+            }
             return None;
+        }
+        let Some(id) = self.table.insert(Conn::new(fd, peer)) else {
+            ShardStats::add(&self.stats().refused, 1);
+            return None;
+        };
+        let from_address = if origin == Origin::Accepted {
+            let n = self.per_address.entry(peer.ip()).or_insert(0);
+            *n += 1;
+            *n as usize
+        } else {
+            0
         };
         let stats = self.wiring.stats();
         ShardStats::add(&stats.open, 1);
@@ -187,12 +228,18 @@ impl<H: Handler> ShardCore<H> {
         let over_budget = self.over_budget;
         let c = self.table.get_mut(id)?;
         c.bounded = origin == Origin::Accepted;
-        if over_budget && origin == Origin::Accepted {
+        let too_many_from_address = from_address > self.cfg.max_connections_per_address;
+        if (over_budget || too_many_from_address) && origin == Origin::Accepted {
             // New pre-session work would only add to what the shard cannot hold.
             ShardStats::add(&self.wiring.stats().refused, 1);
-            tracing::debug!(shard = self.wiring.index, %peer, "shard over its buffer budget: refusing new connection");
-            ErrorMessage::new(StatusCode::BadTcpNotEnoughResources, "server busy: shard buffer budget reached")
-                .write(&mut c.output.out);
+            let (status, reason) = if over_budget {
+                tracing::debug!(shard = self.wiring.index, %peer, "shard over its buffer budget: refusing new connection");
+                (StatusCode::BadTcpNotEnoughResources, "server busy: shard buffer budget reached")
+            } else {
+                tracing::debug!(shard = self.wiring.index, %peer, "too many connections from this address: refusing");
+                (StatusCode::BadTcpServerTooBusy, "too many connections from this address")
+            };
+            ErrorMessage::new(status, reason).write(&mut c.output.out);
             c.phase = Phase::Draining;
             c.drain_deadline = now.mono_ns.saturating_add(grace.max(100_000_000));
             self.after_call(id, ConnStatus::Open);
@@ -477,6 +524,15 @@ impl<H: Handler> ShardCore<H> {
     pub fn finalize(&mut self, id: ConnId) {
         if let Some(c) = self.table.remove(id) {
             self.held_total -= c.held;
+            if c.bounded {
+                let ip = c.peer.ip();
+                if let Some(n) = self.per_address.get_mut(&ip) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.per_address.remove(&ip);
+                    }
+                }
+            }
             if let Some(user) = c.user {
                 self.handler.closed(user, self.now);
             }

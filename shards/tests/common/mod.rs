@@ -1,6 +1,8 @@
 //! Starting the real `uaring` binary and speaking raw UA-TCP to it.
 #![allow(dead_code)]
 
+pub mod memory;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
