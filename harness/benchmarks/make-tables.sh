@@ -81,6 +81,11 @@ done
         printf '\n## %s\n\n' "A subscriber that stops reading (SIGSTOP)"
         cat "$RES/stalled.md"
     fi
+    if [ -f "$RES/soak.md" ]; then
+        # `uaring-bench soak --out harness/benchmarks/results/soak` (30 minutes; not re-run here).
+        printf '\n## %s\n\n' "Soak: churning sessions, the server's memory and descriptors over time"
+        sed 's#](soak.svg)#](../harness/benchmarks/results/soak.svg)#' "$RES/soak.md"
+    fi
     cat harness/benchmarks/Benchmarks.older.md
     section depth "Read at several depths, beside the echo floor"
     section placement "Server placement"
