@@ -5,7 +5,7 @@
 #[path = "support/alloc_count.rs"]
 mod alloc_count;
 
-use alloc_count::{read, write, Net};
+use alloc_count::{browse, read, write, Net};
 
 #[test]
 fn read_allocates_nothing_in_steady_state() {
@@ -23,4 +23,11 @@ fn write_allocates_nothing_in_steady_state() {
         let (allocs, bytes) = net.allocations_per_request(|| write(n), 300, 200);
         assert_eq!((allocs, bytes), (0.0, 0.0), "Write of {n} values");
     }
+}
+
+#[test]
+fn browse_allocates_nothing_in_steady_state() {
+    let mut net = Net::with_session();
+    let (allocs, bytes) = net.allocations_per_request(browse, 300, 200);
+    assert_eq!((allocs, bytes), (0.0, 0.0), "Browse of the Objects folder");
 }

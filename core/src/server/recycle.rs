@@ -1,5 +1,5 @@
-//! Recycled request and response memory for the hot services (Read, Write), so a steady
-//! stream of them allocates nothing on the heap.
+//! Recycled request and response memory for the hot services (Read, Write, Browse), so a
+//! steady stream of them allocates nothing on the heap.
 //!
 //! A shard keeps at most one spare of each boxed message. A request is decoded into the
 //! spare with [`Decode::decode_into`], which reuses the arrays' and strings' capacity; the
@@ -11,11 +11,14 @@
 use crate::encoding::{Decode, DecodeResult, Decoder};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
-use crate::generated::types::{ReadRequest, ReadResponse, WriteRequest, WriteResponse};
+use crate::generated::types::{BrowseRequest, BrowseResponse, ReadRequest, ReadResponse, WriteRequest, WriteResponse};
 use crate::types::{Identifier, NodeId};
 
 /// Spares with more array elements than this are dropped instead of recycled.
 pub const RECYCLE_ELEMENTS_MAX: usize = 256;
+/// A Browse response spare holding more reference descriptions than this (over all its
+/// results) is dropped instead of recycled.
+pub const RECYCLE_REFERENCES_MAX: usize = 1024;
 
 /// One shard's spare message memory.
 #[derive(Debug, Default)]
@@ -24,6 +27,8 @@ pub struct Recycler {
     read_response: Option<Box<ReadResponse>>,
     write_request: Option<Box<WriteRequest>>,
     write_response: Option<Box<WriteResponse>>,
+    browse_request: Option<Box<BrowseRequest>>,
+    browse_response: Option<Box<BrowseResponse>>,
 }
 
 fn ns0_numeric(type_id: &NodeId) -> Option<u32> {
@@ -42,6 +47,11 @@ impl Recycler {
                 let mut r = self.read_request.take().unwrap_or_default();
                 r.decode_into(d)?;
                 Ok(Some(Request::Read(r)))
+            }
+            Some(node_ids::BrowseRequest_Encoding_DefaultBinary) => {
+                let mut r = self.browse_request.take().unwrap_or_default();
+                r.decode_into(d)?;
+                Ok(Some(Request::Browse(r)))
             }
             Some(node_ids::WriteRequest_Encoding_DefaultBinary) => {
                 let mut r = self.write_request.take().unwrap_or_default();
@@ -64,6 +74,19 @@ impl Recycler {
         if r.nodes_to_write.capacity() <= RECYCLE_ELEMENTS_MAX {
             self.write_request = Some(r);
         }
+    }
+
+    /// Takes back a Browse request once its service ran.
+    pub fn give_browse_request(&mut self, r: Box<BrowseRequest>) {
+        if r.nodes_to_browse.capacity() <= RECYCLE_ELEMENTS_MAX {
+            self.browse_request = Some(r);
+        }
+    }
+
+    /// A Browse response whose results and descriptions still hold their memory (the
+    /// service overwrites them; `view::browse`).
+    pub fn browse_response(&mut self) -> Box<BrowseResponse> {
+        self.browse_response.take().unwrap_or_default()
     }
 
     /// An empty Read response (results emptied, capacity kept).
@@ -91,6 +114,13 @@ impl Recycler {
                 r.diagnostic_infos.clear();
                 r.response_header = Default::default();
                 self.write_response = Some(r);
+            }
+            Response::Browse(r)
+                if r.results.capacity() <= RECYCLE_ELEMENTS_MAX
+                    && r.results.iter().map(|b| b.references.capacity()).sum::<usize>() <= RECYCLE_REFERENCES_MAX =>
+            {
+                // Kept as they are: the next Browse overwrites the descriptions in place.
+                self.browse_response = Some(r);
             }
             _ => {}
         }

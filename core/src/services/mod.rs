@@ -125,7 +125,11 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
             shard.recycler.give_write_request(r);
             resp
         }
-        Request::Browse(r) => view::browse(shard, key, &r, now),
+        Request::Browse(r) => {
+            let resp = view::browse(shard, key, &r, now);
+            shard.recycler.give_browse_request(r);
+            resp
+        }
         Request::BrowseNext(r) => view::browse_next(shard, key, &r, now),
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),

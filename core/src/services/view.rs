@@ -11,14 +11,14 @@ use crate::address_space::{AddressSpace, Node, Reference};
 use crate::generated::messages::Response;
 use crate::generated::types::{
     BrowseDescription, BrowseDirection, BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult,
-    BrowsePathTarget, BrowseRequest, BrowseResponse, BrowseResult, NodeClass, ReferenceDescription,
+    BrowsePathTarget, BrowseRequest, BrowseResult, NodeClass, ReferenceDescription,
     RegisterNodesRequest, RegisterNodesResponse, TranslateBrowsePathsToNodeIdsRequest,
     TranslateBrowsePathsToNodeIdsResponse, UnregisterNodesRequest, UnregisterNodesResponse,
 };
 use crate::server::shard::{SessionKey, ShardState};
 use crate::services::{fault, response_header};
 use crate::time::Now;
-use crate::types::{ByteString, ExpandedNodeId, NodeId, StatusCode};
+use crate::types::{ByteString, ExpandedNodeId, LocalizedText, NodeId, QualifiedName, StatusCode};
 
 /// BrowseResultMask bits (Part 4 §5.9.2.2).
 mod mask {
@@ -53,36 +53,51 @@ fn valid_reference_type(space: &AddressSpace, id: &NodeId) -> bool {
 
 /// The ReferenceDescription of `r`, with only the fields in `result_mask` filled (the
 /// NodeId always).
-fn describe(space: &AddressSpace, r: &Reference, target: Option<&Node>, result_mask: u32) -> ReferenceDescription {
-    let mut d = ReferenceDescription { node_id: r.target.clone(), ..ReferenceDescription::default() };
+/// Fills `d` with what `result_mask` asks of reference `r` and its target, reusing the memory
+/// `d` already holds (`clone_from`): a recycled response's descriptions cost no allocation
+/// when their strings are long enough.
+fn describe_into(r: &Reference, target: Option<&Node>, result_mask: u32, d: &mut ReferenceDescription) {
+    d.node_id.clone_from(&r.target);
     if result_mask & mask::REFERENCE_TYPE_ID != 0 {
-        d.reference_type_id = r.reference_type.clone();
+        d.reference_type_id.clone_from(&r.reference_type);
+    } else {
+        d.reference_type_id = NodeId::NULL;
     }
-    if result_mask & mask::IS_FORWARD != 0 {
-        d.is_forward = r.is_forward;
+    d.is_forward = result_mask & mask::IS_FORWARD != 0 && r.is_forward;
+    let class = target.map(node_class_of);
+    d.node_class = match class {
+        Some(c) if result_mask & mask::NODE_CLASS != 0 => c,
+        _ => NodeClass::default(),
+    };
+    match target {
+        Some(t) if result_mask & mask::BROWSE_NAME != 0 => d.browse_name.clone_from(&t.browse_name),
+        _ => d.browse_name = QualifiedName::default(),
     }
-    let Some(t) = target else { return d };
-    let class = node_class_of(t);
-    if result_mask & mask::NODE_CLASS != 0 {
-        d.node_class = class;
+    match target {
+        Some(t) if result_mask & mask::DISPLAY_NAME != 0 => d.display_name.clone_from(&t.display_name),
+        _ => d.display_name = LocalizedText::default(),
     }
-    if result_mask & mask::BROWSE_NAME != 0 {
-        d.browse_name = t.browse_name.clone();
-    }
-    if result_mask & mask::DISPLAY_NAME != 0 {
-        d.display_name = t.display_name.clone();
-    }
-    if result_mask & mask::TYPE_DEFINITION != 0 && (class == NodeClass::Object || class == NodeClass::Variable) {
-        if let Some(td) = t.type_definition() {
-            d.type_definition = td.clone();
+    let type_definition = match (target, class) {
+        (Some(t), Some(NodeClass::Object | NodeClass::Variable)) if result_mask & mask::TYPE_DEFINITION != 0 => {
+            t.type_definition()
         }
+        _ => None,
+    };
+    match type_definition {
+        Some(td) => d.type_definition.clone_from(td),
+        None => d.type_definition = ExpandedNodeId::default(),
     }
-    let _ = space;
+}
+
+fn describe(r: &Reference, target: Option<&Node>, result_mask: u32) -> ReferenceDescription {
+    let mut d = ReferenceDescription::default();
+    describe_into(r, target, result_mask, &mut d);
     d
 }
 
-/// Every reference of one BrowseDescription, or the operation's status.
-fn browse_all(space: &AddressSpace, bd: &BrowseDescription) -> Result<Vec<ReferenceDescription>, StatusCode> {
+/// Every reference of one BrowseDescription into `out` (reusing its elements' memory; `out`
+/// ends with exactly the references found), or the operation's status.
+fn browse_all_into(space: &AddressSpace, bd: &BrowseDescription, out: &mut Vec<ReferenceDescription>) -> Result<(), StatusCode> {
     let dir = bd.browse_direction;
     if dir != BrowseDirection::Forward && dir != BrowseDirection::Inverse && dir != BrowseDirection::Both {
         return Err(StatusCode::BadBrowseDirectionInvalid);
@@ -91,7 +106,7 @@ fn browse_all(space: &AddressSpace, bd: &BrowseDescription) -> Result<Vec<Refere
     if !valid_reference_type(space, &bd.reference_type_id) {
         return Err(StatusCode::BadReferenceTypeIdInvalid);
     }
-    let mut out = Vec::new();
+    let mut n = 0;
     for r in &node.references {
         let direction_ok = match dir {
             BrowseDirection::Forward => r.is_forward,
@@ -109,9 +124,14 @@ fn browse_all(space: &AddressSpace, bd: &BrowseDescription) -> Result<Vec<Refere
                 _ => continue,
             }
         }
-        out.push(describe(space, r, target, bd.result_mask));
+        match out.get_mut(n) {
+            Some(d) => describe_into(r, target, bd.result_mask, d),
+            None => out.push(describe(r, target, bd.result_mask)),
+        }
+        n += 1;
     }
-    Ok(out)
+    out.truncate(n);
+    Ok(())
 }
 
 /// `requestedMaxReferencesPerNode`: 0 is "no limit from the client".
@@ -141,6 +161,7 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
         return fault(handle, s, now);
     }
     let max_cps = limits.max_browse_continuation_points as usize;
+    let mut spare = shard.recycler.browse_response();
     let Some((shared, session, random)) = shard.shared_and_session(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
@@ -154,26 +175,33 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
     }
     let per_node = max_refs(req.requested_max_references_per_node);
     let seq = session.begin_request();
-    let mut results = Vec::with_capacity(req.nodes_to_browse.len());
-    for bd in &req.nodes_to_browse {
-        let result = match browse_all(space, bd) {
-            Err(status) => BrowseResult { status_code: status, ..BrowseResult::default() },
-            Ok(mut refs) if refs.len() > per_node => {
-                let rest: VecDeque<ReferenceDescription> = refs.drain(per_node..).collect();
+    // The results are built in the recycled response, reusing its descriptions' memory.
+    let results = &mut spare.results;
+    results.truncate(req.nodes_to_browse.len());
+    results.resize_with(req.nodes_to_browse.len(), BrowseResult::default);
+    for (bd, result) in req.nodes_to_browse.iter().zip(results.iter_mut()) {
+        result.continuation_point = ByteString::null();
+        result.status_code = match browse_all_into(space, bd, &mut result.references) {
+            Err(status) => status,
+            Ok(()) if result.references.len() > per_node => {
+                let rest: VecDeque<ReferenceDescription> = result.references.drain(per_node..).collect();
                 match session.add_continuation_point(seq, max_cps, per_node, rest, random) {
-                    Ok(cp) => BrowseResult { status_code: StatusCode::Good, continuation_point: cp, references: refs },
-                    Err(status) => BrowseResult { status_code: status, ..BrowseResult::default() },
+                    Ok(cp) => {
+                        result.continuation_point = cp;
+                        StatusCode::Good
+                    }
+                    Err(status) => status,
                 }
             }
-            Ok(refs) => BrowseResult { status_code: StatusCode::Good, continuation_point: ByteString::null(), references: refs },
+            Ok(()) => StatusCode::Good,
         };
-        results.push(result);
+        if result.status_code.is_bad() {
+            result.references.clear();
+        }
     }
-    Response::Browse(Box::new(BrowseResponse {
-        response_header: response_header(handle, now),
-        results,
-        diagnostic_infos: Vec::new(),
-    }))
+    spare.diagnostic_infos.clear();
+    spare.response_header = response_header(handle, now);
+    Response::Browse(spare)
 }
 
 /// BrowseNext (Part 4 §5.9.3) for a validated, activated session.

@@ -3,7 +3,7 @@ use super::{ByteString, Guid, UaString};
 use crate::encoding::{Decode, DecodeError, DecodeResult, Decoder, Encode};
 
 /// The identifier part of a NodeId.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub enum Identifier {
     Numeric(u32),
     String(String),
@@ -11,11 +11,41 @@ pub enum Identifier {
     ByteString(Vec<u8>),
 }
 
+// `clone_from` reuses a String or ByteString identifier's memory when the kinds match.
+impl Clone for Identifier {
+    fn clone(&self) -> Self {
+        match self {
+            Identifier::Numeric(n) => Identifier::Numeric(*n),
+            Identifier::String(s) => Identifier::String(s.clone()),
+            Identifier::Guid(g) => Identifier::Guid(*g),
+            Identifier::ByteString(b) => Identifier::ByteString(b.clone()),
+        }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        match (self, source) {
+            (Identifier::String(a), Identifier::String(b)) => a.clone_from(b),
+            (Identifier::ByteString(a), Identifier::ByteString(b)) => a.clone_from(b),
+            (this, _) => *this = source.clone(),
+        }
+    }
+}
+
 /// A NodeId: namespace index and identifier.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId {
     pub namespace: u16,
     pub identifier: Identifier,
+}
+
+// `clone_from` reuses the identifier's memory.
+impl Clone for NodeId {
+    fn clone(&self) -> Self {
+        NodeId { namespace: self.namespace, identifier: self.identifier.clone() }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.namespace = source.namespace;
+        self.identifier.clone_from(&source.identifier);
+    }
 }
 
 impl Default for NodeId {
@@ -269,11 +299,23 @@ impl Decode for NodeId {
 }
 
 /// An ExpandedNodeId: a NodeId plus an optional namespace URI and server index.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ExpandedNodeId {
     pub node_id: NodeId,
     pub namespace_uri: UaString,
     pub server_index: u32,
+}
+
+// `clone_from` reuses the NodeId's and the URI's memory.
+impl Clone for ExpandedNodeId {
+    fn clone(&self) -> Self {
+        ExpandedNodeId { node_id: self.node_id.clone(), namespace_uri: self.namespace_uri.clone(), server_index: self.server_index }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.node_id.clone_from(&source.node_id);
+        self.namespace_uri.clone_from(&source.namespace_uri);
+        self.server_index = source.server_index;
+    }
 }
 
 impl ExpandedNodeId {

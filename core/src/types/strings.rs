@@ -1,8 +1,18 @@
 use crate::encoding::{Decode, DecodeError, DecodeResult, Decoder, Encode};
 
 /// A String: UTF-8 with a null value distinct from "".
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct UaString(pub Option<String>);
+
+// `clone_from` reuses the string's memory (responses built in recycled messages).
+impl Clone for UaString {
+    fn clone(&self) -> Self {
+        UaString(self.0.clone())
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.0.clone_from(&source.0);
+    }
+}
 
 impl UaString {
     pub const fn null() -> Self {

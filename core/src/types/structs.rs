@@ -2,10 +2,20 @@ use super::{ByteString, DateTime, NodeId, StatusCode, UaString, Variant, XmlElem
 use crate::encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};
 
 /// A QualifiedName: namespace index and name.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
 pub struct QualifiedName {
     pub namespace_index: u16,
     pub name: UaString,
+}
+// `clone_from` reuses the name's memory.
+impl Clone for QualifiedName {
+    fn clone(&self) -> Self {
+        QualifiedName { namespace_index: self.namespace_index, name: self.name.clone() }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.namespace_index = source.namespace_index;
+        self.name.clone_from(&source.name);
+    }
 }
 impl QualifiedName {
     pub fn new(namespace_index: u16, name: &str) -> Self {
@@ -29,10 +39,20 @@ impl Decode for QualifiedName {
 }
 
 /// A LocalizedText: optional locale and optional text.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
 pub struct LocalizedText {
     pub locale: UaString,
     pub text: UaString,
+}
+// `clone_from` reuses the strings' memory.
+impl Clone for LocalizedText {
+    fn clone(&self) -> Self {
+        LocalizedText { locale: self.locale.clone(), text: self.text.clone() }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.locale.clone_from(&source.locale);
+        self.text.clone_from(&source.text);
+    }
 }
 impl LocalizedText {
     pub fn new(locale: &str, text: &str) -> Self {

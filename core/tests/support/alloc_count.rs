@@ -192,9 +192,7 @@ pub fn write(n: u32) -> Request {
     }))
 }
 
-/// A Browse of the Objects folder's forward hierarchical references (the bench prints its
-/// allocations; Browse still builds its strings, see issue 12's note).
-#[allow(dead_code)]
+/// A Browse of the Objects folder's forward hierarchical references.
 pub fn browse() -> Request {
     Request::Browse(Box::new(BrowseRequest {
         nodes_to_browse: vec![BrowseDescription {
