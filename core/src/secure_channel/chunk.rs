@@ -352,10 +352,71 @@ fn write_one_chunk(
     seq.take().encode(out);
     request_id.encode(out);
     out.extend_from_slice(part);
+    finish_chunk(start, seq_start, part.len(), crypto, layout, out)
+}
+
+/// Writes one message whose body `encode` appends straight into `out` after the chunk
+/// headers, and seals it there when it fits in one chunk: no copy of the body. A body that
+/// needs more chunks is moved to `scratch` and written by [`write_chunks`]. Results, errors
+/// and sequence numbers are those of `write_chunks` (a number is taken only for chunks
+/// written; on error `out` is as before).
+#[allow(clippy::too_many_arguments)]
+pub fn write_message_with(
+    message_type: MessageType,
+    secure_channel_id: u32,
+    security: &SecurityHeader,
+    request_id: u32,
+    encode: impl FnOnce(&mut Vec<u8>),
+    crypto: &dyn ChunkCrypto,
+    seq: &mut SequenceCounter,
+    limits: &ChunkLimits,
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> Result<usize, StatusCode> {
+    let layout = crypto.send_layout();
+    let per_chunk = max_body_per_chunk(&layout, limits.max_chunk_size as usize, security.encoded_len())
+        .ok_or(StatusCode::BadTcpInternalError)?;
+    let start = out.len();
+    MessageHeader { message_type, chunk_type: ChunkType::Final, message_size: 0 }.encode(out);
+    secure_channel_id.encode(out);
+    security.encode(out);
+    let seq_start = out.len();
+    out.extend_from_slice(&[0u8; SEQUENCE_HEADER_LEN]);
+    let body_start = out.len();
+    encode(out);
+    let body_len = out.len() - body_start;
+    let too_large = limits.max_message_size != 0 && body_len > limits.max_message_size as usize;
+    if body_len <= per_chunk && !too_large {
+        out[seq_start..seq_start + 4].copy_from_slice(&seq.take().to_le_bytes());
+        out[seq_start + 4..seq_start + 8].copy_from_slice(&request_id.to_le_bytes());
+        return match finish_chunk(start, seq_start, body_len, crypto, &layout, out) {
+            Ok(()) => Ok(1),
+            Err(e) => {
+                out.truncate(start);
+                Err(e)
+            }
+        };
+    }
+    scratch.clear();
+    scratch.extend_from_slice(&out[body_start..]);
+    out.truncate(start);
+    write_chunks(message_type, secure_channel_id, security, request_id, scratch, crypto, seq, limits, out)
+}
+
+/// Pads, sizes, signs and encrypts the chunk that starts at `out[start]`, whose sequence
+/// header starts at `seq_start` and is followed by `part_len` body bytes up to the end of `out`.
+fn finish_chunk(
+    start: usize,
+    seq_start: usize,
+    part_len: usize,
+    crypto: &dyn ChunkCrypto,
+    layout: &CryptoLayout,
+    out: &mut Vec<u8>,
+) -> Result<(), StatusCode> {
     let pbytes = layout.padding_size_bytes();
     if layout.encrypted {
         let pb = layout.plain_block_size.max(1);
-        let used = SEQUENCE_HEADER_LEN + part.len() + pbytes + layout.signature_len;
+        let used = SEQUENCE_HEADER_LEN + part_len + pbytes + layout.signature_len;
         let padding = (pb - used % pb) % pb;
         let lo = (padding & 0xff) as u8;
         out.push(lo);

@@ -21,7 +21,7 @@ use crate::generated::types::{
     ResponseHeader, SecurityTokenRequestType, ServiceFault,
 };
 use crate::secure_channel::{
-    open_chunk, parse_chunk_head, write_chunks, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
+    open_chunk, parse_chunk_head, write_chunks, write_message_with, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
     SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter,
 };
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
@@ -700,12 +700,14 @@ fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &Transpo
     }
 }
 
-/// Encodes and chunks a response; a response over the client's limits becomes a
-/// ServiceFault BadResponseTooLarge (Part 4 §5.3), nothing having been sent yet.
+/// Encodes a response straight into `out` behind its chunk headers and seals it there (one
+/// chunk: no copy of the body; more chunks go through `scratch`); a response over the
+/// client's limits becomes a ServiceFault BadResponseTooLarge (Part 4 §5.3), nothing
+/// having been sent yet.
 #[allow(clippy::too_many_arguments)]
 fn send_response(
     c: &mut Channel,
-    body_out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
     negotiated: &Negotiated,
     request_id: u32,
     response: &Response,
@@ -713,12 +715,27 @@ fn send_response(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    body_out.clear();
-    response.encode_with_type_id(body_out);
-    let body = std::mem::take(body_out);
-    let r = send_body(c, body_out, negotiated, request_id, &body, handle, now, out);
-    *body_out = body;
-    r
+    let limits = ChunkLimits {
+        max_chunk_size: negotiated.send_buffer_size,
+        max_message_size: negotiated.peer_max_message_size,
+        max_chunk_count: negotiated.peer_max_chunk_count,
+    };
+    let token = match (&c.previous, c.current.activated) {
+        (Some(p), false) => p,
+        _ => &c.current,
+    };
+    let header = SecurityHeader::Symmetric { token_id: token.id };
+    let crypto: &dyn ChunkCrypto = &*token.crypto;
+    let encode = |o: &mut Vec<u8>| response.encode_with_type_id(o);
+    match write_message_with(MessageType::Message, c.id, &header, request_id, encode, crypto, &mut c.send_seq, &limits, out, scratch) {
+        Ok(_) => Ok(()),
+        Err(StatusCode::BadTcpMessageTooLarge) => {
+            let mut fault = Vec::new();
+            service_fault(handle, StatusCode::BadResponseTooLarge, now).encode_with_type_id(&mut fault);
+            send_body(c, scratch, negotiated, request_id, &fault, handle, now, out)
+        }
+        Err(s) => Err(Failure { status: s, reason: "encoding the response" }),
+    }
 }
 
 /// Chunks an encoded response body (type id + message); over the client's limits it becomes
