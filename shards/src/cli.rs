@@ -497,6 +497,21 @@ pub fn serve(a: ServeArgs) -> i32 {
         ),
         _ => tracing::info!("io backend epoll"),
     }
+    if let Some(addr) = &file.metrics.listen {
+        let sources = crate::metrics::Sources {
+            shared: setup.shared.clone(),
+            fleet: running.fleet.clone(),
+            backend: running.backend.to_string(),
+        };
+        match addr.parse().map_err(|e| format!("{e}")).and_then(|a| crate::metrics::start(a, sources).map_err(|e| e.to_string())) {
+            Ok(bound) => tracing::info!("metrics endpoint http://{bound}/metrics"),
+            Err(e) => {
+                eprintln!("uaring serve: metrics.listen = {addr:?}: {e}");
+                running.fleet.stop_all();
+                return 1;
+            }
+        }
+    }
     let local = running.local_addr;
     {
         let mut out = std::io::stdout().lock();

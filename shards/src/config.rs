@@ -223,11 +223,21 @@ impl RuntimeConfig {
     }
 }
 
+/// `[metrics]`: the Prometheus endpoint (docs/Deployment.md).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address of the Prometheus text endpoint (`GET /metrics`), e.g. "127.0.0.1:9464";
+    /// unset = off. Port 0 picks a free port (logged).
+    pub listen: Option<String>,
+}
+
 /// A configuration file split into the runtime's `[runtime]` section and the
 /// rest, which belongs to core's `ServerConfig`.
 #[derive(Clone, Debug, Default)]
 pub struct FileConfig {
     pub runtime: RuntimeConfig,
+    pub metrics: MetricsConfig,
     /// Every other top-level key, for core.
     pub server: toml::Table,
 }
@@ -241,7 +251,14 @@ impl FileConfig {
             None => RuntimeConfig::default(),
         };
         runtime.validate()?;
-        Ok(FileConfig { runtime, server: table })
+        let metrics = match table.remove("metrics") {
+            Some(v) => v.try_into::<MetricsConfig>().map_err(|e| format!("[metrics]: {e}"))?,
+            None => MetricsConfig::default(),
+        };
+        if let Some(l) = &metrics.listen {
+            l.parse::<std::net::SocketAddr>().map_err(|e| format!("metrics.listen = {l:?}: {e} (expected IP:PORT)"))?;
+        }
+        Ok(FileConfig { runtime, metrics, server: table })
     }
 }
 

@@ -327,7 +327,9 @@ impl<H: Handler> EpollLoop<H> {
                 libc::epoll_wait(self.epfd.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as libc::c_int, timeout_ms)
             };
             self.core.refresh_now();
+            ShardStats::add(&self.core.wiring.stats().idle_ns, self.core.now.mono_ns.saturating_sub(now));
             ShardStats::add(&self.core.wiring.stats().loops, 1);
+            self.core.handler.publish();
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EINTR) {

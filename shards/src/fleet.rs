@@ -30,6 +30,12 @@ pub struct ShardStats {
     pub bytes_out: AtomicU64,
     /// Loop iterations (one io_uring_enter or epoll_wait each).
     pub loops: AtomicU64,
+    /// Time spent waiting in io_uring_enter / epoll_wait, ns.
+    pub idle_ns: AtomicU64,
+    /// io_uring submission queue entries submitted.
+    pub submissions: AtomicU64,
+    /// io_uring completions handled.
+    pub completions: AtomicU64,
 }
 
 impl ShardStats {
@@ -52,6 +58,9 @@ pub struct StatsSnapshot {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub loops: u64,
+    pub idle_ns: u64,
+    pub submissions: u64,
+    pub completions: u64,
 }
 
 impl ShardStats {
@@ -66,6 +75,9 @@ impl ShardStats {
             bytes_in: r(&self.bytes_in),
             bytes_out: r(&self.bytes_out),
             loops: r(&self.loops),
+            idle_ns: r(&self.idle_ns),
+            submissions: r(&self.submissions),
+            completions: r(&self.completions),
         }
     }
 }

@@ -95,6 +95,10 @@ pub trait Handler {
         ConnStatus::Open
     }
 
+    /// Called once per loop iteration after completions were handled: publish what the
+    /// metrics endpoint reads (relaxed stores to the shard's own counters).
+    fn publish(&mut self) {}
+
     /// Called once per loop iteration after completions were handled; return
     /// `false` to stop the loop (a load client that finished its run).
     fn keep_running(&mut self, _now: Now) -> bool {

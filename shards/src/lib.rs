@@ -15,6 +15,7 @@ pub mod event_loop;
 pub mod fleet;
 pub mod handler;
 pub mod memlock;
+pub mod metrics;
 pub mod net;
 pub mod random;
 pub mod runtime;

@@ -35,6 +35,8 @@ pub trait ShardHost: ConnectionHost {
     fn take_ready_channels(&mut self, _into: &mut Vec<u32>) {}
     /// What the shard's buffer budget has left, bytes (bounds decoding a request).
     fn set_memory_headroom(&mut self, _bytes: usize) {}
+    /// Publishes gauges to the shard's metrics block.
+    fn publish_metrics(&mut self) {}
 }
 
 /// Drives core's `ServerConnection`s of one shard.
@@ -143,6 +145,10 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     fn flush(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
         status(conn.conn.flush_deferred(&mut self.host, now, out))
     }
+
+    fn publish(&mut self) {
+        self.host.publish_metrics();
+    }
 }
 
 impl ShardHost for ShardState {
@@ -157,6 +163,9 @@ impl ShardHost for ShardState {
     }
     fn set_memory_headroom(&mut self, bytes: usize) {
         ShardState::set_memory_headroom(self, bytes)
+    }
+    fn publish_metrics(&mut self) {
+        ShardState::publish_metrics(self)
     }
 }
 

@@ -165,6 +165,11 @@ pub enum Dynamic {
     /// `Demo.Dynamic.Sine`: Double = sin(2π · (now − start) / period), amplitude 1. Source
     /// timestamp = `now`.
     Sine { period_ms: u32 },
+    /// Server.ServerDiagnostics.ServerDiagnosticsSummary: the structure, summed over the shards.
+    DiagnosticsSummary,
+    /// One UInt32 of that structure, by its position (0 = ServerViewCount … 11 =
+    /// RejectedRequestsCount).
+    DiagnosticsCount(u8),
 }
 
 /// Data the live Server object is computed from.
@@ -213,6 +218,8 @@ pub struct AddressSpace {
     encoding_of: HashMap<NodeId, NodeId>,
     namespace_uris: Vec<String>,
     server_info: ServerInfo,
+    /// The shards' counters (ServerDiagnostics values are computed from them at read time).
+    metrics: std::sync::Arc<crate::server::metrics::ServerMetrics>,
 }
 
 impl std::fmt::Debug for AddressSpace {
@@ -374,7 +381,17 @@ impl AddressSpace {
 
     /// Computes a dynamic value.
     pub fn dynamic_value(&self, d: Dynamic, now: Now) -> DataValue {
-        build::server_object::dynamic_value(&self.server_info, d, now)
+        match d {
+            Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) => {
+                build::server_object::diagnostics_value(&self.metrics, d, now)
+            }
+            _ => build::server_object::dynamic_value(&self.server_info, d, now),
+        }
+    }
+
+    /// The shards' counters.
+    pub fn metrics(&self) -> &std::sync::Arc<crate::server::metrics::ServerMetrics> {
+        &self.metrics
     }
 }
 

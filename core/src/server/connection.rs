@@ -323,6 +323,9 @@ impl ServerConnection {
 
     fn release<H: ConnectionHost + ?Sized>(&mut self, host: &mut H) {
         if let Some(id) = self.st.channel_to_report.take() {
+            if let Phase::Open(c) = &self.st.phase {
+                host.channel_policy(c.policy.uri(), false);
+            }
             host.channel_closed(id);
         }
         self.st.phase = Phase::Closed;
@@ -482,6 +485,7 @@ impl State {
             }
             let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes())?;
             let id = host.open_channel()?;
+            host.channel_policy(policy.uri(), true);
             self.channel_to_report = Some(id);
             let channel = Channel {
                 id,

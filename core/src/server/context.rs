@@ -47,6 +47,9 @@ pub trait ConnectionHost {
     /// The channel closed (CLO, error, timeout, token expiry or socket gone). Called once
     /// per channel that `open_channel` handed out.
     fn channel_closed(&mut self, channel_id: u32);
+    /// A channel with this SecurityPolicyUri was opened (`opened`) or closed, for the
+    /// metrics. Called after `open_channel` succeeded and before `channel_closed`.
+    fn channel_policy(&mut self, _policy_uri: &str, _opened: bool) {}
     /// Runs one service request. Never called with OpenSecureChannel or
     /// CloseSecureChannel (the connection handles those).
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response;

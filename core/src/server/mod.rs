@@ -6,4 +6,5 @@ pub mod connection;
 pub mod context;
 pub mod recycle;
 pub mod shard;
+pub mod metrics;
 pub mod shared;

@@ -373,6 +373,7 @@ impl ShardState {
     pub fn new(shared: Arc<ServerShared>, shard_index: usize, random: Box<dyn Random + Send>) -> ShardState {
         assert!(shard_index < MAX_SHARDS, "shard index {shard_index} >= {MAX_SHARDS}");
         let max_sessions = (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
+        shared.metrics.shard(shard_index).active.store(true, std::sync::atomic::Ordering::Relaxed);
         ShardState {
             recycler: Recycler::default(),
             shard_index,
@@ -402,6 +403,30 @@ impl ShardState {
     /// answered BadResourceUnavailable ([`ConnectionHost::memory_headroom`]).
     pub fn set_memory_headroom(&mut self, bytes: usize) {
         self.memory_headroom = bytes;
+    }
+
+    /// This shard's counters (the metrics endpoint, ServerDiagnostics).
+    #[inline]
+    pub fn metrics(&self) -> &crate::server::metrics::ShardMetrics {
+        self.shared.metrics.shard(self.shard_index)
+    }
+
+    /// Publishes the gauges and the subscription engine's counts to this shard's counters
+    /// (the runtime calls it once per loop iteration: a few relaxed stores).
+    pub fn publish_metrics(&self) {
+        use crate::server::metrics::ShardMetrics as M;
+        let m = self.metrics();
+        let e = self.subscriptions.stats();
+        M::set(&m.sessions, self.live_sessions as u64);
+        M::set(&m.subscriptions, self.subscriptions.subscription_count() as u64);
+        M::set(&m.monitored_items, self.subscriptions.monitored_item_count() as u64);
+        M::set(&m.notifications, e.notifications);
+        M::set(&m.notification_messages, e.messages);
+        M::set(&m.keep_alives, e.keep_alives);
+        M::set(&m.queue_overflows, e.overflows);
+        M::set(&m.samples, e.samples);
+        M::set(&m.subscriptions_expired, e.expired);
+        M::set(&m.events_missed, e.events_missed);
     }
 
     /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
@@ -524,6 +549,7 @@ impl ShardState {
             let Some(session) = &s.session else { continue };
             if session.deadline_ns <= now.mono_ns {
                 crate::events::demo::publish_session_closed(&self.shared, &session.session_id, true, now);
+                crate::server::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
                 self.close_session(SessionKey { slot, generation }, false, now);
             } else {
                 let d = session.deadline_ns;
@@ -600,6 +626,7 @@ impl ShardState {
         self.deadlines.push(Reverse((session.deadline_ns, slot, s.generation)));
         s.session = Some(session);
         self.live_sessions += 1;
+        crate::server::metrics::ShardMetrics::add(&self.metrics().sessions_created, 1);
         if self.deadlines.len() > 2 * self.max_sessions {
             self.compact_deadlines();
         }
@@ -637,6 +664,7 @@ impl ShardState {
         }
         let key = SessionKey { slot, generation: s.generation };
         if session.deadline_ns <= now.mono_ns {
+            crate::server::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
             self.close_session(key, false, now);
             return Err(StatusCode::BadSessionIdInvalid);
         }
@@ -727,6 +755,12 @@ impl ConnectionHost for ShardState {
         let id = self.next_channel_id();
         self.live_channels.insert(id);
         Ok(id)
+    }
+    fn channel_policy(&mut self, policy_uri: &str, opened: bool) {
+        use crate::server::metrics::{policy_index, ShardMetrics};
+        let m = self.metrics();
+        let i = policy_index(policy_uri);
+        ShardMetrics::add(if opened { &m.channels_opened[i] } else { &m.channels_closed[i] }, 1);
     }
     fn channel_closed(&mut self, channel_id: u32) {
         self.open_channels = self.open_channels.saturating_sub(1);

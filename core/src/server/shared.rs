@@ -19,6 +19,8 @@ pub struct ServerShared {
     pub start_mono_ns: u64,
     /// Events: the cross-shard event bus, the Demo alarm, EventIds (docs/Events.md).
     pub events: crate::events::ServerEvents,
+    /// Per-shard counters (the metrics endpoint, ServerDiagnostics); the address space's.
+    pub metrics: Arc<crate::server::metrics::ServerMetrics>,
 }
 
 impl ServerShared {
@@ -37,7 +39,9 @@ impl ServerShared {
         config.validate()?;
         let address_space = build::build_with(&config, now, extend)?;
         let events = crate::events::ServerEvents::new(&config, &address_space, now.utc);
+        let metrics = address_space.metrics().clone();
         Ok(Arc::new(ServerShared {
+            metrics,
             config,
             address_space,
             start_time: now.utc,

@@ -56,6 +56,17 @@ pub fn dispatch(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Reque
 /// Answers one request, or queues it (`None`: a Publish, answered later with `request_id`
 /// through the shard's deferred responses for `ctx.channel_id`).
 pub fn dispatch_deferrable(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+    let service = crate::server::metrics::service_index(&request);
+    let response = answer(shard, ctx, request, request_id, now);
+    let result = match &response {
+        Some(r) => r.response_header().service_result,
+        None => StatusCode::Good,
+    };
+    crate::server::metrics::count_request(shard.metrics(), service, result);
+    response
+}
+
+fn answer(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
     if let Some(age_ms) = shard.shared().config.sessions.max_request_age_ms {

@@ -567,8 +567,9 @@ impl<H: Handler> UringLoop<H> {
         self.core.table.mark_dirty(id);
     }
 
-    /// Submits and waits for at least one completion or `deadline` (mono ns).
-    fn wait(&mut self, deadline: u64) {
+    /// Submits and waits for at least one completion or `deadline` (mono ns). Returns the
+    /// monotonic time it started waiting.
+    fn wait(&mut self, deadline: u64) -> u64 {
         let has_cqes = {
             let mut cq = self.ring.completion();
             cq.sync();
@@ -595,16 +596,18 @@ impl<H: Handler> UringLoop<H> {
                 self.ring.submit_and_wait(1)
             }
         };
-        if let Err(e) = result {
-            match e.raw_os_error() {
+        match result {
+            Ok(n) => ShardStats::add(&self.core.wiring.stats().submissions, n as u64),
+            Err(e) => match e.raw_os_error() {
                 Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
                 _ => {
                     tracing::error!("io_uring_enter failed: {e}");
                     // Avoid spinning on a persistent error.
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
-            }
+            },
         }
+        now
     }
 
     /// Runs until the fleet is told to stop (or the handler says so) and every
@@ -642,9 +645,12 @@ impl<H: Handler> UringLoop<H> {
             } else {
                 deadline
             };
-            self.wait(deadline);
+            let waited_from = self.wait(deadline);
             self.reap();
             self.core.refresh_now();
+            let stats = self.core.wiring.stats();
+            ShardStats::add(&stats.idle_ns, self.core.now.mono_ns.saturating_sub(waited_from));
+            ShardStats::add(&stats.completions, self.cqes.len() as u64);
             let mut cqes = std::mem::take(&mut self.cqes);
             for &(u, r, f) in &cqes {
                 self.handle(u, r, f);
@@ -652,6 +658,7 @@ impl<H: Handler> UringLoop<H> {
             cqes.clear();
             self.cqes = cqes;
             ShardStats::add(&self.core.wiring.stats().loops, 1);
+            self.core.handler.publish();
         }
         self.teardown();
         tracing::debug!(shard = self.core.wiring.index, "shard loop finished");

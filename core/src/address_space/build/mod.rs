@@ -177,6 +177,7 @@ impl AddressSpaceBuilder {
             namespace_uris,
             server_info,
         } = self;
+        let metrics = std::sync::Arc::new(crate::server::metrics::ServerMetrics::default());
         let lookup = |id: &NodeId| -> Option<u32> {
             if let Identifier::Numeric(n) = id.identifier {
                 if id.namespace < 2 && n < DENSE_ID_MAX {
@@ -243,6 +244,7 @@ impl AddressSpaceBuilder {
             encoding_of,
             namespace_uris,
             server_info,
+            metrics,
         }
     }
 }

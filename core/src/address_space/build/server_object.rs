@@ -127,6 +127,9 @@ pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
                 ..Default::default()
             }
         }
+        Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) => {
+            unreachable!("computed by AddressSpace::dynamic_value from the metrics")
+        }
         Dynamic::Sine { period_ms } => {
             let period_ns = (period_ms.max(1) as u64) * 1_000_000;
             let phase = (elapsed_ns % period_ns) as f64 / period_ns as f64;
@@ -137,6 +140,38 @@ pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
             }
         }
     }
+}
+
+/// ServerDiagnosticsSummary and its children (ids in the structure's field order).
+pub const DIAGNOSTICS_SUMMARY: u32 = 2275;
+pub const DIAGNOSTICS_COUNTS: [u32; 12] = [2276, 2277, 2278, 2279, 3705, 2281, 2282, 2284, 2285, 2286, 2287, 2288];
+/// Server.ServerDiagnostics.EnabledFlag.
+pub const DIAGNOSTICS_ENABLED: u32 = 2294;
+
+/// ServerDiagnosticsSummary (or one of its counts) at `now`, summed over the shards.
+pub fn diagnostics_value(metrics: &crate::server::metrics::ServerMetrics, d: Dynamic, now: Now) -> DataValue {
+    let s = metrics.summary();
+    let value = match d {
+        Dynamic::DiagnosticsCount(i) => {
+            let all = [
+                s.server_view_count,
+                s.current_session_count,
+                s.cumulated_session_count,
+                s.security_rejected_session_count,
+                s.rejected_session_count,
+                s.session_timeout_count,
+                s.session_abort_count,
+                s.publishing_interval_count,
+                s.current_subscription_count,
+                s.cumulated_subscription_count,
+                s.security_rejected_requests_count,
+                s.rejected_requests_count,
+            ];
+            Variant::UInt32(all.get(i as usize).copied().unwrap_or(0))
+        }
+        _ => Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&s))),
+    };
+    DataValue { value, source_timestamp: Some(now.utc), ..Default::default() }
 }
 
 /// Sets the value source of a namespace-0 Variable, when the node is present.
@@ -252,6 +287,11 @@ pub fn install(
         start,
     );
     set_static(b, sid::SERVICE_LEVEL, Variant::Byte(255), start);
+    set(b, DIAGNOSTICS_SUMMARY, ValueSource::Dynamic(Dynamic::DiagnosticsSummary));
+    for (i, id) in DIAGNOSTICS_COUNTS.iter().enumerate() {
+        set(b, *id, ValueSource::Dynamic(Dynamic::DiagnosticsCount(i as u8)));
+    }
+    set_static(b, DIAGNOSTICS_ENABLED, Variant::Boolean(true), start);
     set_static(b, sid::AUDITING, Variant::Boolean(false), start);
     set_static(
         b,

@@ -1,0 +1,197 @@
+//! The Prometheus text endpoint (`[metrics] listen`): a small thread that answers
+//! `GET /metrics` from the shards' published counters (core's `ServerMetrics` and the
+//! runtime's `ShardStats`). It reads relaxed atomics only; it never touches a shard's
+//! request path, takes no lock a shard takes, and sends nothing to a shard.
+//!
+//! HTTP is the minimum Prometheus needs: one request per connection (`Connection: close`),
+//! the request head read up to 8 KiB within 5 s, one connection at a time.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uaring_core::server::metrics::{ServerMetrics, ShardMetrics, POLICIES, SERVICES};
+use uaring_core::server::shared::ServerShared;
+
+use crate::fleet::Fleet;
+
+/// Longest request head read, bytes.
+const MAX_REQUEST_BYTES: usize = 8192;
+/// How long a scrape connection may take to send its request and read the answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the endpoint reads.
+pub struct Sources {
+    pub shared: Arc<ServerShared>,
+    pub fleet: Arc<Fleet>,
+    pub backend: String,
+}
+
+/// Binds `addr` and serves on a thread named `uaring-metrics`. Returns the bound address.
+pub fn start(addr: SocketAddr, sources: Sources) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let local = listener.local_addr()?;
+    std::thread::Builder::new().name("uaring-metrics".into()).spawn(move || {
+        for stream in listener.incoming() {
+            if sources.fleet.stopping() {
+                break;
+            }
+            match stream {
+                Ok(s) => {
+                    if let Err(e) = serve_one(s, &sources) {
+                        tracing::debug!("metrics connection: {e}");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("metrics accept: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    })?;
+    Ok(local)
+}
+
+fn serve_one(mut s: TcpStream, src: &Sources) -> std::io::Result<()> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut buf = vec![0u8; MAX_REQUEST_BYTES];
+    let mut len = 0;
+    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        if len == buf.len() {
+            return respond(&mut s, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
+        }
+        let n = s.read(&mut buf[len..])?;
+        if n == 0 {
+            return Ok(());
+        }
+        len += n;
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let mut parts = head.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => {
+            let body = render(src);
+            respond(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &body)
+        }
+        ("GET", _) => respond(&mut s, "404 Not Found", "text/plain", "only /metrics is served\n"),
+        _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "GET /metrics\n"),
+    }
+}
+
+fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+    let head = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}
+
+/// One metric family: HELP and TYPE lines, then `f` writes the samples.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, f: impl FnOnce(&mut String)) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    f(out);
+}
+
+/// The exposition text (Prometheus text format 0.0.4).
+pub fn render(src: &Sources) -> String {
+    let m: &ServerMetrics = &src.shared.metrics;
+    let mut out = String::with_capacity(16 * 1024);
+    let shards: Vec<(usize, &ShardMetrics)> = m.active().collect();
+    let stats = src.fleet.snapshot();
+    let get = ShardMetrics::get;
+    let _ = writeln!(out, "# HELP uaring_build_info The uaring build.\n# TYPE uaring_build_info gauge");
+    let _ = writeln!(
+        out,
+        "uaring_build_info{{version=\"{}\",revision=\"{}\",io_backend=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        env!("UARING_GIT_REVISION"),
+        src.backend
+    );
+    let per_shard = |out: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
+        family(out, name, kind, help, |out| {
+            for i in 0..stats.len() {
+                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", v(i));
+            }
+        });
+    };
+    per_shard(&mut out, "uaring_connections", "gauge", "TCP connections open.", &|i| stats[i].open);
+    per_shard(&mut out, "uaring_connections_accepted_total", "counter", "TCP connections taken on.", &|i| stats[i].accepted);
+    per_shard(&mut out, "uaring_connections_closed_total", "counter", "TCP connections closed.", &|i| stats[i].closed);
+    per_shard(&mut out, "uaring_connections_refused_total", "counter", "TCP connections refused (table full or over budget).", &|i| stats[i].refused);
+    per_shard(&mut out, "uaring_received_bytes_total", "counter", "Bytes received.", &|i| stats[i].bytes_in);
+    per_shard(&mut out, "uaring_sent_bytes_total", "counter", "Bytes sent.", &|i| stats[i].bytes_out);
+    per_shard(&mut out, "uaring_loop_iterations_total", "counter", "Event loop iterations.", &|i| stats[i].loops);
+    family(
+        &mut out,
+        "uaring_loop_idle_seconds_total",
+        "counter",
+        "Time the event loop waited for I/O or a timer; loop utilisation = 1 - rate(this).",
+        |out| {
+            for (i, s) in stats.iter().enumerate() {
+                let _ = writeln!(out, "uaring_loop_idle_seconds_total{{shard=\"{i}\"}} {:.6}", s.idle_ns as f64 / 1e9);
+            }
+        },
+    );
+    per_shard(&mut out, "uaring_uring_submissions_total", "counter", "io_uring submission queue entries submitted (0 on epoll).", &|i| stats[i].submissions);
+    per_shard(&mut out, "uaring_uring_completions_total", "counter", "io_uring completions handled (0 on epoll).", &|i| stats[i].completions);
+
+    let labelled = |out: &mut String, name: &str, kind: &str, help: &str, labels: &[&str], label: &str, v: &dyn Fn(&ShardMetrics, usize) -> u64| {
+        family(out, name, kind, help, |out| {
+            for (i, sm) in &shards {
+                for (j, l) in labels.iter().enumerate() {
+                    let x = v(sm, j);
+                    if x != 0 {
+                        let _ = writeln!(out, "{name}{{shard=\"{i}\",{label}=\"{l}\"}} {x}");
+                    }
+                }
+            }
+        });
+    };
+    labelled(&mut out, "uaring_secure_channels", "gauge", "Secure channels open, by security policy.", &POLICIES, "policy", &|sm, j| {
+        get(&sm.channels_opened[j]).saturating_sub(get(&sm.channels_closed[j]))
+    });
+    labelled(&mut out, "uaring_secure_channels_opened_total", "counter", "Secure channels opened, by security policy.", &POLICIES, "policy", &|sm, j| {
+        get(&sm.channels_opened[j])
+    });
+    labelled(&mut out, "uaring_requests_total", "counter", "Service requests, by service.", &SERVICES, "service", &|sm, j| get(&sm.requests[j]));
+    labelled(&mut out, "uaring_request_errors_total", "counter", "Service requests answered with a Bad ServiceResult, by service.", &SERVICES, "service", &|sm, j| {
+        get(&sm.errors[j])
+    });
+    let gauge = |out: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&ShardMetrics) -> u64| {
+        family(out, name, kind, help, |out| {
+            for (i, sm) in &shards {
+                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", f(sm));
+            }
+        });
+    };
+    gauge(&mut out, "uaring_sessions", "gauge", "Sessions.", &|sm| get(&sm.sessions));
+    gauge(&mut out, "uaring_sessions_created_total", "counter", "Sessions created.", &|sm| get(&sm.sessions_created));
+    gauge(&mut out, "uaring_session_timeouts_total", "counter", "Sessions closed because they timed out.", &|sm| get(&sm.session_timeouts));
+    gauge(&mut out, "uaring_subscriptions", "gauge", "Subscriptions.", &|sm| get(&sm.subscriptions));
+    gauge(&mut out, "uaring_monitored_items", "gauge", "Monitored items.", &|sm| get(&sm.monitored_items));
+    gauge(&mut out, "uaring_notifications_sent_total", "counter", "Notifications sent in NotificationMessages.", &|sm| get(&sm.notifications));
+    gauge(&mut out, "uaring_notifications_dropped_total", "counter", "Values discarded by full monitored-item queues.", &|sm| get(&sm.queue_overflows));
+    gauge(&mut out, "uaring_notification_messages_sent_total", "counter", "NotificationMessages sent (keep-alives excluded).", &|sm| get(&sm.notification_messages));
+    gauge(&mut out, "uaring_keep_alives_sent_total", "counter", "Keep-alive messages sent.", &|sm| get(&sm.keep_alives));
+    gauge(&mut out, "uaring_samples_total", "counter", "Source samples taken for monitored items.", &|sm| get(&sm.samples));
+    gauge(&mut out, "uaring_events_missed_total", "counter", "Events the shared bus overwrote before this shard read them.", &|sm| get(&sm.events_missed));
+    family(
+        &mut out,
+        "uaring_handshakes_in_progress",
+        "gauge",
+        "Connections without an open secure channel yet (Hello or OpenSecureChannel pending).",
+        |out| {
+            for (i, s) in stats.iter().enumerate() {
+                let sm = m.shard(i);
+                let channels: u64 = (0..POLICIES.len())
+                    .map(|j| get(&sm.channels_opened[j]).saturating_sub(get(&sm.channels_closed[j])))
+                    .sum();
+                let _ = writeln!(out, "uaring_handshakes_in_progress{{shard=\"{i}\"}} {}", s.open.saturating_sub(channels));
+            }
+        },
+    );
+    out
+}
