@@ -35,6 +35,13 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 cargo build -p uaring-peer-open62541
 
+step "haproxy (Debian package) for the scale-out fail-over test, when missing"
+if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
+    SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy
+fi
+
 step "cargo test --workspace (the async-opcua peer is a benchmark peer only: built on demand, not here)"
 # Builds the `uaring` binary too (the shards integration tests run it).
 cargo test --workspace --exclude uaring-peer-async-opcua --no-fail-fast

@@ -170,6 +170,9 @@ pub enum Dynamic {
     /// One UInt32 of that structure, by its position (0 = ServerViewCount … 11 =
     /// RejectedRequestsCount).
     DiagnosticsCount(u8),
+    /// Server.ServiceLevel from the load: 255 idle down to 200 when the shards' sessions or
+    /// secure channels reach their configured maximum; 199 (degraded) at the maximum.
+    ServiceLevel { max_sessions_per_shard: u32, max_channels_per_shard: u32 },
 }
 
 /// Data the live Server object is computed from.
@@ -382,7 +385,7 @@ impl AddressSpace {
     /// Computes a dynamic value.
     pub fn dynamic_value(&self, d: Dynamic, now: Now) -> DataValue {
         match d {
-            Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) => {
+            Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) | Dynamic::ServiceLevel { .. } => {
                 build::server_object::diagnostics_value(&self.metrics, d, now)
             }
             _ => build::server_object::dynamic_value(&self.server_info, d, now),

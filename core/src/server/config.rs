@@ -24,6 +24,9 @@ pub struct ServerConfig {
     pub subscriptions: crate::subscription::SubscriptionLimits,
     /// Events: the Demo event generator, the cross-shard event bus, EventFilter limits.
     pub events: EventConfig,
+    /// Non-transparent redundancy: RedundancySupport and ServerUriArray of
+    /// Server.ServerRedundancy (docs/Deployment.md).
+    pub redundancy: RedundancyConfig,
 }
 
 impl ServerConfig {
@@ -45,6 +48,51 @@ impl ServerConfig {
         self.transport.validate().map_err(|e| format!("transport: {e}"))?;
         self.events.validate()?;
         self.subscriptions.validate()?;
+        self.redundancy.validate()?;
+        Ok(())
+    }
+}
+
+/// `[redundancy]`: this server as a member of a non-transparent redundant set (Part 4
+/// §6.6.2): clients pick a member by its ServiceLevel and fail over to another themselves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedundancyConfig {
+    /// RedundancySupport: "none" (default), "cold", "warm" or "hot".
+    pub support: String,
+    /// ApplicationUris of the other members (ServerUriArray); at most 64. Empty with "none".
+    pub server_uris: Vec<String>,
+}
+
+impl Default for RedundancyConfig {
+    fn default() -> Self {
+        RedundancyConfig { support: "none".into(), server_uris: Vec::new() }
+    }
+}
+
+impl RedundancyConfig {
+    /// The RedundancySupport enumeration value (Part 5 §12.5).
+    pub fn support_value(&self) -> i32 {
+        match self.support.as_str() {
+            "cold" => 1,
+            "warm" => 2,
+            "hot" => 3,
+            _ => 0,
+        }
+    }
+    fn validate(&self) -> Result<(), String> {
+        if !["none", "cold", "warm", "hot"].contains(&self.support.as_str()) {
+            return Err(format!(
+                "redundancy.support = {:?}: expected none, cold, warm or hot (transparent redundancy is not offered)",
+                self.support
+            ));
+        }
+        if self.support == "none" && !self.server_uris.is_empty() {
+            return Err("redundancy.server_uris needs redundancy.support cold, warm or hot".into());
+        }
+        if self.server_uris.len() > 64 || self.server_uris.iter().any(|u| u.is_empty() || u.len() > 4096) {
+            return Err("redundancy.server_uris: at most 64 non-empty URIs of at most 4096 bytes".into());
+        }
         Ok(())
     }
 }

@@ -127,7 +127,7 @@ pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
                 ..Default::default()
             }
         }
-        Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) => {
+        Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) | Dynamic::ServiceLevel { .. } => {
             unreachable!("computed by AddressSpace::dynamic_value from the metrics")
         }
         Dynamic::Sine { period_ms } => {
@@ -150,6 +150,13 @@ pub const DIAGNOSTICS_ENABLED: u32 = 2294;
 
 /// ServerDiagnosticsSummary (or one of its counts) at `now`, summed over the shards.
 pub fn diagnostics_value(metrics: &crate::server::metrics::ServerMetrics, d: Dynamic, now: Now) -> DataValue {
+    if let Dynamic::ServiceLevel { max_sessions_per_shard, max_channels_per_shard } = d {
+        return DataValue {
+            value: Variant::Byte(service_level(metrics, max_sessions_per_shard, max_channels_per_shard)),
+            source_timestamp: Some(now.utc),
+            ..Default::default()
+        };
+    }
     let s = metrics.summary();
     let value = match d {
         Dynamic::DiagnosticsCount(i) => {
@@ -172,6 +179,31 @@ pub fn diagnostics_value(metrics: &crate::server::metrics::ServerMetrics, d: Dyn
         _ => Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&s))),
     };
     DataValue { value, source_timestamp: Some(now.utc), ..Default::default() }
+}
+
+/// ServiceLevel (Part 4 §6.6.2.4.2: 200..=255 healthy, 2..=199 degraded) from the load: the
+/// larger of sessions / session capacity and secure channels / channel capacity over the
+/// shards. 255 idle, 200 just below capacity, 199 at capacity (no new session fits).
+pub fn service_level(metrics: &crate::server::metrics::ServerMetrics, max_sessions_per_shard: u32, max_channels_per_shard: u32) -> u8 {
+    use crate::server::metrics::ShardMetrics;
+    let shards = metrics.active().count() as f64;
+    if shards == 0.0 {
+        return 255;
+    }
+    let sessions = metrics.sum(|m| &m.sessions) as f64;
+    let mut channels = 0u64;
+    for (_, m) in metrics.active() {
+        for i in 0..m.channels_opened.len() {
+            channels += ShardMetrics::get(&m.channels_opened[i]).saturating_sub(ShardMetrics::get(&m.channels_closed[i]));
+        }
+    }
+    let load = (sessions / (shards * max_sessions_per_shard.max(1) as f64))
+        .max(channels as f64 / (shards * max_channels_per_shard.max(1) as f64));
+    if load >= 1.0 {
+        199
+    } else {
+        (255.0 - (55.0 * load).round()).clamp(200.0, 255.0) as u8
+    }
 }
 
 /// Sets the value source of a namespace-0 Variable, when the node is present.
@@ -201,6 +233,59 @@ fn strings(v: &[&str]) -> Variant {
             .collect(),
     )
     .unwrap_or(Variant::Empty)
+}
+
+/// Server.ServerRedundancy: RedundancySupport, and for cold/warm/hot the
+/// NonTransparentRedundancyType with its ServerUriArray (`ns=1;s=ServerRedundancy.ServerUriArray`).
+fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start: DateTime) {
+    use crate::address_space::{ids, Node, NodeClass, Reference, VariableAttributes};
+    const SERVER_REDUNDANCY: u32 = 2296;
+    const REDUNDANCY_SUPPORT: u32 = 3709;
+    const NON_TRANSPARENT_REDUNDANCY_TYPE: u32 = 2039;
+    let r = &config.redundancy;
+    set_static(b, REDUNDANCY_SUPPORT, Variant::Int32(r.support_value()), start);
+    if r.support_value() == 0 {
+        return;
+    }
+    let Some(obj) = b.node_mut(&NodeId::ns0(SERVER_REDUNDANCY)) else { return };
+    for rf in &mut obj.references {
+        if rf.is_forward && rf.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION) {
+            rf.target = crate::types::ExpandedNodeId::local(NodeId::ns0(NON_TRANSPARENT_REDUNDANCY_TYPE));
+        }
+    }
+    let id = NodeId::string(1, "ServerRedundancy.ServerUriArray");
+    let uris: Vec<&str> = r.server_uris.iter().map(String::as_str).collect();
+    let node = Node {
+        node_id: id.clone(),
+        node_class: NodeClass::Variable,
+        browse_name: crate::types::QualifiedName::new(0, "ServerUriArray"),
+        display_name: LocalizedText::new("", "ServerUriArray"),
+        description: LocalizedText::default(),
+        write_mask: 0,
+        user_write_mask: 0,
+        references: vec![Reference {
+            reference_type: NodeId::ns0(ids::HAS_TYPE_DEFINITION),
+            is_forward: true,
+            target: crate::types::ExpandedNodeId::local(NodeId::ns0(ids::PROPERTY_TYPE)),
+        }],
+        attributes: ClassAttributes::Variable(VariableAttributes {
+            value: ValueSource::Cell(ValueCell::new(
+                DataValue { value: strings(&uris), source_timestamp: Some(start), ..Default::default() },
+                None,
+            )),
+            data_type: NodeId::ns0(12),
+            value_rank: 1,
+            array_dimensions: vec![0],
+            access_level: crate::address_space::access_level::CURRENT_READ,
+            user_access_level: crate::address_space::access_level::CURRENT_READ,
+            access_level_ex: None,
+            minimum_sampling_interval: -1.0,
+            historizing: false,
+        }),
+    };
+    if b.add(node).is_ok() {
+        let _ = b.add_reference(&NodeId::ns0(SERVER_REDUNDANCY), ids::HAS_PROPERTY, id, true);
+    }
 }
 
 /// Sets Server.NamespaceArray.
@@ -286,7 +371,15 @@ pub fn install(
         Variant::LocalizedText(Box::default()),
         start,
     );
-    set_static(b, sid::SERVICE_LEVEL, Variant::Byte(255), start);
+    set(
+        b,
+        sid::SERVICE_LEVEL,
+        ValueSource::Dynamic(Dynamic::ServiceLevel {
+            max_sessions_per_shard: config.sessions.max_sessions_per_shard,
+            max_channels_per_shard: config.transport.max_channels_per_shard,
+        }),
+    );
+    install_redundancy(b, config, start);
     set(b, DIAGNOSTICS_SUMMARY, ValueSource::Dynamic(Dynamic::DiagnosticsSummary));
     for (i, id) in DIAGNOSTICS_COUNTS.iter().enumerate() {
         set(b, *id, ValueSource::Dynamic(Dynamic::DiagnosticsCount(i as u8)));
