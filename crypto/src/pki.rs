@@ -177,6 +177,17 @@ pub struct Pki {
     store: Store,
     fingerprint: u64,
     last_scan_ms: Option<u64>,
+    /// The [`request_rescan`] generation this store last reloaded for.
+    rescan_seen: u64,
+}
+
+/// Generation of process-wide rescan requests ([`request_rescan`]).
+static RESCAN_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Asks every [`Pki`] of the process to reload its trust lists at its next
+/// [`Pki::refresh_if_stale`], whatever `rescan_interval_ms` says (SIGHUP).
+pub fn request_rescan() {
+    RESCAN_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
 }
 
 const DIRS: [&str; 7] = [
@@ -206,6 +217,7 @@ impl Pki {
             store: Store::default(),
             fingerprint: 0,
             last_scan_ms: None,
+            rescan_seen: RESCAN_GENERATION.load(std::sync::atomic::Ordering::Acquire),
         };
         pki.reload();
         Ok(pki)
@@ -251,6 +263,13 @@ impl Pki {
     /// millisecond clock of the caller; the call is a comparison when not yet due, and a few
     /// `readdir`/`stat` calls when due.
     pub fn refresh_if_stale(&mut self, now_ms: u64) -> bool {
+        let generation = RESCAN_GENERATION.load(std::sync::atomic::Ordering::Acquire);
+        if generation != self.rescan_seen {
+            self.rescan_seen = generation;
+            self.last_scan_ms = Some(now_ms);
+            self.reload();
+            return true;
+        }
         if let Some(last) = self.last_scan_ms {
             if now_ms.saturating_sub(last) < self.config.rescan_interval_ms {
                 return false;

@@ -34,6 +34,7 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let _ = writeln!(out, "# The effective configuration: every key with the value in force.");
     let _ = writeln!(out, "[runtime]\n{}", toml(&file.runtime)?);
     let _ = writeln!(out, "[metrics]\n{}", toml(&file.metrics)?);
+    let _ = writeln!(out, "[log]\n{}", toml(&file.log)?);
     let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
     for u in &users {
         let _ = writeln!(out, "[[users]]\nname = {:?}\nrole = {:?}\n# password: an argon2id hash (not shown)\n", u.name, role_name(u.role));

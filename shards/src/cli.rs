@@ -250,10 +250,54 @@ pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
     }
 }
 
+/// Replaces the log filter of the running process (SIGHUP, `[log] filter`).
+static LOG_FILTER: std::sync::OnceLock<Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>> = std::sync::OnceLock::new();
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init();
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter)
+        .with_filter_reloading();
+    let handle = builder.reload_handle();
+    if builder.try_init().is_ok() {
+        let _ = LOG_FILTER.set(Box::new(move |f: &str| {
+            let filter = EnvFilter::try_new(f).map_err(|e| e.to_string())?;
+            handle.reload(filter).map_err(|e| e.to_string())
+        }));
+    }
+}
+
+fn set_log_filter(f: &str) {
+    if let Some(set) = LOG_FILTER.get() {
+        match set(f) {
+            Ok(()) => tracing::info!("log filter {f:?}"),
+            Err(e) => tracing::warn!("log filter {f:?} not applied: {e}"),
+        }
+    }
+}
+
+/// SIGHUP: rescan the trust lists now and re-read `[log] filter` from the configuration file.
+fn reload(config: Option<&std::path::Path>) {
+    crate::notify::reloading();
+    uaring_crypto::pki::request_rescan();
+    let mut what = vec!["trust lists rescanned".to_string()];
+    if let Some(path) = config {
+        match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|t| FileConfig::parse(&t)) {
+            Ok(f) => {
+                if let Some(filter) = f.log.filter {
+                    set_log_filter(&filter);
+                    what.push(format!("log filter {filter:?}"));
+                }
+            }
+            Err(e) => tracing::warn!("reload: {}: {e}; log filter unchanged", path.display()),
+        }
+    }
+    tracing::info!("reloaded (SIGHUP): {}", what.join(", "));
+    crate::notify::notify("READY=1");
 }
 
 /// `uaring …` (the arguments after the program name): returns the process exit code.
@@ -344,6 +388,7 @@ fn block_signals() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -381,6 +426,11 @@ pub fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if std::env::var_os("RUST_LOG").is_none() {
+        if let Some(f) = &file.log.filter {
+            set_log_filter(f);
+        }
+    }
     let rt = &mut file.runtime;
     if let Some(v) = &a.listen {
         rt.listen = v.clone();
@@ -521,6 +571,7 @@ pub fn serve(a: ServeArgs) -> i32 {
         }
         let _ = out.flush();
     }
+    crate::notify::notify("READY=1");
     let backend_name = running.backend.to_string();
     let listen_name = local.to_string();
     let stats_file = file.runtime.stats_file.clone();
@@ -540,8 +591,10 @@ pub fn serve(a: ServeArgs) -> i32 {
                 write_stats(&running);
                 tracing::info!("stats {}", stats::render_json(&running.fleet, &backend_name, &listen_name));
             }
+            Some(libc::SIGHUP) => reload(a.config.as_deref()),
             Some(sig) => {
                 tracing::info!(signal = sig, "shutting down");
+                crate::notify::notify("STOPPING=1");
                 break;
             }
             None => write_stats(&running),

@@ -232,12 +232,22 @@ pub struct MetricsConfig {
     pub listen: Option<String>,
 }
 
+/// `[log]`: the log filter (`RUST_LOG` syntax), re-read on SIGHUP.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// e.g. "info" or "warn,uaring_shards=debug". Unset: `RUST_LOG`, else "info". At start
+    /// `RUST_LOG` wins over it; on SIGHUP it is applied.
+    pub filter: Option<String>,
+}
+
 /// A configuration file split into the runtime's `[runtime]` section and the
 /// rest, which belongs to core's `ServerConfig`.
 #[derive(Clone, Debug, Default)]
 pub struct FileConfig {
     pub runtime: RuntimeConfig,
     pub metrics: MetricsConfig,
+    pub log: LogConfig,
     /// Every other top-level key, for core.
     pub server: toml::Table,
 }
@@ -258,7 +268,14 @@ impl FileConfig {
         if let Some(l) = &metrics.listen {
             l.parse::<std::net::SocketAddr>().map_err(|e| format!("metrics.listen = {l:?}: {e} (expected IP:PORT)"))?;
         }
-        Ok(FileConfig { runtime, metrics, server: table })
+        let log = match table.remove("log") {
+            Some(v) => v.try_into::<LogConfig>().map_err(|e| format!("[log]: {e}"))?,
+            None => LogConfig::default(),
+        };
+        if let Some(f) = &log.filter {
+            tracing_subscriber::EnvFilter::try_new(f).map_err(|e| format!("log.filter = {f:?}: {e}"))?;
+        }
+        Ok(FileConfig { runtime, metrics, log, server: table })
     }
 }
 

@@ -17,6 +17,7 @@ pub mod handler;
 pub mod memlock;
 pub mod metrics;
 pub mod net;
+pub mod notify;
 pub mod random;
 pub mod runtime;
 pub mod security;
