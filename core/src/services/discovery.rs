@@ -70,7 +70,8 @@ pub fn max_message_size(shard: &ShardState) -> u32 {
 /// that reached the server under some host name or address is told that one; otherwise the
 /// fallback.
 pub fn advertised_url<'a>(request_url: &'a str, hel_url: &'a str) -> &'a str {
-    let usable = |u: &str| u.len() > "opc.tcp://".len() && u[..10].eq_ignore_ascii_case("opc.tcp://");
+    // Bytes, not a str slice: a client's URL may have a multi-byte character at byte 10.
+    let usable = |u: &str| u.len() > 10 && u.as_bytes().get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"opc.tcp://"));
     if usable(request_url) {
         request_url
     } else if usable(hel_url) {
