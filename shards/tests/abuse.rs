@@ -112,7 +112,12 @@ impl Raw {
     }
 
     fn create_session(&mut self) -> Result<CreateSessionResponse, String> {
+        self.create_session_with(0)
+    }
+
+    fn create_session_with(&mut self, max_response_message_size: u32) -> Result<CreateSessionResponse, String> {
         let req = CreateSessionRequest {
+            max_response_message_size,
             client_description: ApplicationDescription {
                 application_uri: "urn:uaring:abuse".into(),
                 application_type: ApplicationType::Client,
@@ -533,5 +538,50 @@ fn connection_storm_at_the_connection_limit() {
     assert_eq!((ok, busy), (per_address, 4));
     drop(socks);
     fresh_client_is_served(addr);
+    finish(server, dir);
+}
+
+/// A response larger than the session's MaxResponseMessageSize, or than the Hello's
+/// MaxMessageSize, is answered with ServiceFault BadResponseTooLarge; the channel stays.
+#[test]
+fn response_size_limits() {
+    let (server, dir) = start_server("", "abuse-response");
+    let addr = server.addr;
+    let url = format!("opc.tcp://{addr}");
+    // Five reads of BenchmarkArray1000 (ns=1;i=2003): about 20 KB.
+    let big_read = || {
+        Request::Read(Box::new(ReadRequest {
+            nodes_to_read: (0..5).map(|_| ReadValueId { node_id: NodeId::numeric(1, 2003), attribute_id: 13, ..Default::default() }).collect(),
+            ..Default::default()
+        }))
+    };
+    let mut r = Raw::open(addr).expect("channel");
+    let cs = r.create_session_with(10_000).expect("CreateSession");
+    assert!(matches!(r.activate(&cs), Ok(Response::ActivateSession(_))));
+    let resp = r.call(big_read()).expect("answer");
+    assert_eq!(service_result(&resp), StatusCode::BadResponseTooLarge, "over the session's MaxResponseMessageSize");
+    let small = r.call(read_request(NodeId::numeric(1, 2001))).expect("answer");
+    assert!(matches!(small, Response::Read(_)), "the channel and session go on: {small:?}");
+
+    // The Hello's MaxMessageSize: 8192 bytes; GetEndpoints with certificates is larger.
+    let mut cfg = ClientConfig::new(&url);
+    cfg.limits.max_message_size = 8192;
+    let mut conn = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(4)));
+    let mut s = connect(addr);
+    let mut out = Vec::new();
+    conn.start(now(), &mut out);
+    s.write_all(&out).expect("HEL");
+    out.clear();
+    let mut buf = vec![0u8; 65536];
+    while !conn.is_open() {
+        let n = s.read(&mut buf).expect("handshake");
+        assert!(n > 0, "closed during the handshake");
+        conn.on_recv(now(), &buf[..n], &mut out).expect("handshake");
+        s.write_all(&out).expect("OPN");
+        out.clear();
+    }
+    let mut raw = Raw { s, conn, url: url.clone() };
+    let resp = raw.call(get_endpoints(&url)).expect("answer");
+    assert_eq!(service_result(&resp), StatusCode::BadResponseTooLarge, "over the Hello's MaxMessageSize");
     finish(server, dir);
 }
