@@ -48,6 +48,11 @@ cargo test --workspace --exclude uaring-peer-async-opcua --no-fail-fast
 cargo build -p uaring-shards --bin uaring
 export UARING_BIN="$ROOT/target/debug/uaring"
 
+step "clippy: no panic reachable from input in core's encoding, types, transport and secure_channel"
+# Those modules deny clippy::{unwrap_used, expect_used, indexing_slicing, panic} outside
+# tests (docs/Fuzzing.md); the other lints stay warnings here.
+cargo clippy -p uaring-core --lib
+
 step "fuzz smoke: build the libFuzzer targets on stable (scripts/fuzz.sh) and run each for 5 s"
 # Builds fuzz/ (a crate outside the workspace) with coverage instrumentation; a crash fails
 # the run and leaves its input in fuzz/artifacts/. docs/Fuzzing.md.

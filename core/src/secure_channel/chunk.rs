@@ -147,15 +147,16 @@ pub fn open_chunk<'a>(
             return Err(StatusCode::BadSecurityChecksFailed);
         }
         let signed_end = scratch.len() - sig_len;
-        crypto.verify(&scratch[..signed_end], &scratch[signed_end..])?;
+        let (signed, signature) = scratch.split_at_checked(signed_end).ok_or(StatusCode::BadSecurityChecksFailed)?;
+        crypto.verify(signed, signature)?;
         &scratch[..]
     };
-    let mut end = buf.len() - layout.signature_len;
+    let mut end = buf.len().checked_sub(layout.signature_len).ok_or(StatusCode::BadSecurityChecksFailed)?;
     if layout.encrypted {
         let mut padding = 0usize;
         if layout.extra_padding_byte {
             end = end.checked_sub(1).ok_or(StatusCode::BadSecurityChecksFailed)?;
-            padding = (buf[end] as usize) << 8;
+            padding = (*buf.get(end).ok_or(StatusCode::BadSecurityChecksFailed)? as usize) << 8;
         }
         let lo = *buf.get(end.wrapping_sub(1)).ok_or(StatusCode::BadSecurityChecksFailed)?;
         padding |= lo as usize;
@@ -163,15 +164,18 @@ pub fn open_chunk<'a>(
         if body_end < sequence_offset + SEQUENCE_HEADER_LEN {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
-        if buf[body_end..end].iter().any(|&b| b != lo) {
+        if buf.get(body_end..end).ok_or(StatusCode::BadSecurityChecksFailed)?.iter().any(|&b| b != lo) {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
         end = body_end;
     }
     let s = sequence_offset;
-    let sequence_number = u32::from_le_bytes([buf[s], buf[s + 1], buf[s + 2], buf[s + 3]]);
-    let request_id = u32::from_le_bytes([buf[s + 4], buf[s + 5], buf[s + 6], buf[s + 7]]);
-    Ok(OpenedChunk { sequence_number, request_id, body: &buf[s + SEQUENCE_HEADER_LEN..end] })
+    let header: [u8; 8] = buf.get(s..s + 8).and_then(|h| h.try_into().ok()).ok_or(StatusCode::BadSecurityChecksFailed)?;
+    let [a, b, c, d, e, f, g, h] = header;
+    let sequence_number = u32::from_le_bytes([a, b, c, d]);
+    let request_id = u32::from_le_bytes([e, f, g, h]);
+    let body = buf.get(s + SEQUENCE_HEADER_LEN..end).ok_or(StatusCode::BadSecurityChecksFailed)?;
+    Ok(OpenedChunk { sequence_number, request_id, body })
 }
 
 /// Sequence numbers we send (Part 6 §6.7.2.4).
@@ -361,6 +365,9 @@ fn write_one_chunk(
 /// and sequence numbers are those of `write_chunks` (a number is taken only for chunks
 /// written; on error `out` is as before).
 #[allow(clippy::too_many_arguments)]
+// Output side: indexes into the chunk this function just wrote into `out` (offsets it
+// recorded itself), never into received bytes.
+#[allow(clippy::indexing_slicing)]
 pub fn write_message_with(
     message_type: MessageType,
     secure_channel_id: u32,
@@ -405,6 +412,8 @@ pub fn write_message_with(
 
 /// Pads, sizes, signs and encrypts the chunk that starts at `out[start]`, whose sequence
 /// header starts at `seq_start` and is followed by `part_len` body bytes up to the end of `out`.
+// Output side: offsets recorded by the caller into the chunk it is writing.
+#[allow(clippy::indexing_slicing)]
 fn finish_chunk(
     start: usize,
     seq_start: usize,

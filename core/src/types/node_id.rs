@@ -148,9 +148,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub(crate) fn base64_encode(b: &[u8]) -> String {
     let mut s = String::with_capacity(b.len().div_ceil(3) * 4);
     for c in b.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (*c.first().unwrap_or(&0) as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
+                // `& 63` keeps the index inside the 64-entry table.
+                #[allow(clippy::indexing_slicing)]
                 s.push(B64[(n >> (18 - 6 * i) & 63) as usize] as char);
             } else {
                 s.push('=');

@@ -65,10 +65,10 @@ impl BuiltinType {
         BuiltinType::DiagnosticInfo,
     ];
     pub fn from_id(id: u8) -> Option<BuiltinType> {
-        if (1..=25).contains(&id) {
-            Some(Self::ALL[id as usize - 1])
-        } else {
+        if id == 0 {
             None
+        } else {
+            Self::ALL.get(id as usize - 1).copied()
         }
     }
     pub fn name(self) -> &'static str {
