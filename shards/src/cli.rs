@@ -523,7 +523,7 @@ pub fn serve(a: ServeArgs) -> i32 {
     let sigset = block_signals();
     let make_setup = setup.clone();
     let running = match runtime::start(opts, move |i| {
-        let handler = server::make_handler(&make_setup, i)?;
+        let handler = server::make_handler(&make_setup, i, shards)?;
         let provider = security.shard_provider()?;
         Ok(server::UaHandler::new(handler.host.with_security(provider)))
     }) {

@@ -120,6 +120,9 @@ pub struct RuntimeConfig {
     pub send_stall_timeout_ms: u64,
     /// Capacity of each acceptor → shard hand-off queue (round-robin, least-connections).
     pub handoff_queue: usize,
+    /// Capacity of each shard → shard queue for live connections moved to the shard that
+    /// owns their session (one queue per ordered pair of shards).
+    pub move_queue: usize,
     /// listen(2) backlog.
     pub listen_backlog: u32,
     /// TCP_NODELAY on every connection.
@@ -150,6 +153,7 @@ impl Default for RuntimeConfig {
             max_shard_buffered_bytes: 64 << 20,
             send_stall_timeout_ms: 60_000,
             handoff_queue: 1024,
+            move_queue: 16,
             listen_backlog: 1024,
             tcp_nodelay: true,
             shutdown_grace_ms: 500,
@@ -209,6 +213,9 @@ impl RuntimeConfig {
         }
         if self.handoff_queue == 0 {
             return Err("runtime.handoff_queue must be at least 1".into());
+        }
+        if self.move_queue == 0 || self.move_queue > 4096 {
+            return Err("runtime.move_queue must be in 1..=4096".into());
         }
         if self.listen_backlog == 0 {
             return Err("runtime.listen_backlog must be at least 1".into());

@@ -135,12 +135,18 @@ pub(crate) struct Conn<C> {
     /// Bytes this connection held at its last accounting (unsent output, backlog,
     /// input the handler buffers); part of the shard's total.
     pub held: usize,
+    /// The handler asked to move this connection to that shard ([`crate::ConnStatus::Move`]),
+    /// and a slot of the move queue is reserved: nothing more is read or fed; once its
+    /// output is sent and no operation is in flight, it leaves.
+    pub moving_to: Option<usize>,
     // io_uring specifics.
     pub recv_armed: bool,
     /// A poll for the peer closing is armed (while reading is stopped).
     pub hup_poll_armed: bool,
     pub send_inflight: bool,
     pub cancel_inflight: bool,
+    /// The cancel of the peer-closed poll is in flight (a moving connection).
+    pub hup_cancel_inflight: bool,
     /// Per-connection receive buffer (single-shot fallback only).
     pub recv_buf: Option<Box<[u8]>>,
     // epoll specifics.
@@ -166,10 +172,12 @@ impl<C> Conn<C> {
             backlog: Vec::new(),
             stall_deadline: u64::MAX,
             held: 0,
+            moving_to: None,
             recv_armed: false,
             hup_poll_armed: false,
             send_inflight: false,
             cancel_inflight: false,
+            hup_cancel_inflight: false,
             recv_buf: None,
             epoll_out: false,
             epoll_interest: 0,
@@ -178,7 +186,7 @@ impl<C> Conn<C> {
 
     /// Operations the kernel still holds for this connection (io_uring).
     pub fn ops_inflight(&self) -> bool {
-        self.recv_armed || self.hup_poll_armed || self.send_inflight || self.cancel_inflight
+        self.recv_armed || self.hup_poll_armed || self.send_inflight || self.cancel_inflight || self.hup_cancel_inflight
     }
 
     pub fn effective_deadline(&self) -> u64 {

@@ -271,6 +271,14 @@ impl<H: Handler> EpollLoop<H> {
                 // input (whose answers are flushed on the next pass: it marks the
                 // connection dirty).
                 self.core.resume(id);
+                if self.core.move_ready(id) {
+                    // Its output is sent: it leaves for the shard that owns its session.
+                    if let Some(c) = self.core.table.get_mut(id) {
+                        let _ = epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, c.fd.as_raw_fd(), 0, 0);
+                    }
+                    self.core.complete_move(id);
+                    return;
+                }
                 self.update_interest(id);
             }
             Phase::Draining | Phase::Shut => {

@@ -1,8 +1,10 @@
 //! What the shards of one process share: per-shard statistics (atomics, each
-//! written by its own shard only), wake-up fds, the stop flag, and the
-//! hand-off queues the acceptor shard uses for round-robin and
-//! least-connections distribution.
+//! written by its own shard only), wake-up fds, the stop flag, the hand-off
+//! queues the acceptor shard uses for round-robin and least-connections
+//! distribution, and the move queues (one per ordered pair of shards) that carry
+//! a live connection to the shard owning its session.
 
+use std::any::Any;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -26,6 +28,13 @@ pub struct ShardStats {
     pub refused: AtomicU64,
     /// Connections this shard accepted and handed to another shard.
     pub handed_off: AtomicU64,
+    /// Live connections this shard sent to another shard (an ActivateSession of a session
+    /// owned there).
+    pub moved_out: AtomicU64,
+    /// Live connections this shard took from another shard.
+    pub moved_in: AtomicU64,
+    /// Moves refused because the queue to the owning shard was full.
+    pub move_refused: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     /// Loop iterations (one io_uring_enter or epoll_wait each).
@@ -55,6 +64,9 @@ pub struct StatsSnapshot {
     pub closed: u64,
     pub refused: u64,
     pub handed_off: u64,
+    pub moved_out: u64,
+    pub moved_in: u64,
+    pub move_refused: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub loops: u64,
@@ -72,6 +84,9 @@ impl ShardStats {
             closed: r(&self.closed),
             refused: r(&self.refused),
             handed_off: r(&self.handed_off),
+            moved_out: r(&self.moved_out),
+            moved_in: r(&self.moved_in),
+            move_refused: r(&self.move_refused),
             bytes_in: r(&self.bytes_in),
             bytes_out: r(&self.bytes_out),
             loops: r(&self.loops),
@@ -104,6 +119,17 @@ pub struct Fleet {
 pub struct Handoff {
     pub fd: OwnedFd,
     pub peer: SocketAddr,
+    /// A live connection (not a fresh accept): the handler's state and the input received
+    /// but not yet handed to it.
+    pub moved: Option<Box<Moved>>,
+}
+
+/// What moves with a live connection besides its socket.
+pub struct Moved {
+    /// The handler's per-connection state (`Handler::detach` → `Handler::attach`).
+    pub state: Box<dyn Any + Send>,
+    /// Bytes received on the old shard after the move began, in order.
+    pub input: Vec<u8>,
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
@@ -122,6 +148,7 @@ impl Fleet {
         cpus: &[Option<usize>],
         policy: Distribution,
         handoff_queue: usize,
+        move_queue: usize,
     ) -> io::Result<(Arc<Fleet>, Vec<ShardWiring>)> {
         let n = cpus.len().max(1);
         let mut shards = Vec::with_capacity(n);
@@ -147,14 +174,31 @@ impl Fleet {
                 inboxes.push(None);
             }
         }
+        // The move mesh: move_out[from][to] feeds move_in[to][from].
+        let mut move_out: Vec<Vec<Option<Producer<Handoff>>>> = (0..n).map(|_| Vec::with_capacity(n)).collect();
+        let mut move_in: Vec<Vec<Consumer<Handoff>>> = (0..n).map(|_| Vec::new()).collect();
+        for (from, outs) in move_out.iter_mut().enumerate() {
+            for (to, ins) in move_in.iter_mut().enumerate() {
+                if from == to {
+                    outs.push(None);
+                } else {
+                    let (p, c) = spsc::channel(move_queue);
+                    outs.push(Some(p));
+                    ins.push(c);
+                }
+            }
+        }
         let mut wirings = Vec::with_capacity(n);
         let mut outboxes = Some(outboxes);
-        for (i, inbox) in inboxes.into_iter().enumerate() {
+        for ((i, inbox), (move_out, move_in)) in inboxes.into_iter().enumerate().zip(move_out.into_iter().zip(move_in)) {
             wirings.push(ShardWiring {
                 index: i,
                 fleet: fleet.clone(),
                 inbox,
                 outboxes: if i == 0 && central { outboxes.take().unwrap_or_default() } else { Vec::new() },
+                move_reserved: vec![0; move_out.len()],
+                move_out,
+                move_in,
                 rr_next: 0,
             });
         }
@@ -163,7 +207,7 @@ impl Fleet {
 
     /// One shard on its own (a load client's loop, tests).
     pub fn standalone() -> io::Result<ShardWiring> {
-        let (_fleet, mut w) = Fleet::new(&[None], Distribution::Reuseport, 1)?;
+        let (_fleet, mut w) = Fleet::new(&[None], Distribution::Reuseport, 1, 1)?;
         w.pop().ok_or_else(|| io::Error::other("no shard"))
     }
 
@@ -202,6 +246,12 @@ pub struct ShardWiring {
     pub inbox: Option<Consumer<Handoff>>,
     /// The acceptor's queues to the other shards (index = shard; `None` for itself).
     pub outboxes: Vec<Option<Producer<Handoff>>>,
+    /// Queues for live connections to every other shard (index = shard; `None` for itself).
+    move_out: Vec<Option<Producer<Handoff>>>,
+    /// Slots of each `move_out` queue promised to connections still draining their output.
+    move_reserved: Vec<usize>,
+    /// Queues of live connections from every other shard.
+    move_in: Vec<Consumer<Handoff>>,
     rr_next: usize,
 }
 
@@ -250,5 +300,43 @@ impl ShardWiring {
             Some(p) => p.push(h),
             None => Err(h),
         }
+    }
+
+    /// Promises a slot of the move queue to `target` (false: no such shard, or the queue
+    /// and the slots already promised fill it). The consumer only ever frees slots, so a
+    /// promised slot is there when [`ShardWiring::move_to`] runs.
+    pub fn reserve_move(&mut self, target: usize) -> bool {
+        let Some(Some(p)) = self.move_out.get(target) else { return false };
+        let cap = p.capacity();
+        if p.len() + self.move_reserved[target] >= cap {
+            return false;
+        }
+        self.move_reserved[target] += 1;
+        true
+    }
+
+    /// Gives back a slot promised by [`ShardWiring::reserve_move`] (the connection closed).
+    pub fn release_move(&mut self, target: usize) {
+        if let Some(r) = self.move_reserved.get_mut(target) {
+            *r = r.saturating_sub(1);
+        }
+    }
+
+    /// Sends a live connection to `target` in the slot promised to it.
+    pub fn move_to(&mut self, target: usize, h: Handoff) -> Result<(), Handoff> {
+        self.release_move(target);
+        match self.move_out.get_mut(target).and_then(|o| o.as_mut()) {
+            Some(p) => p.push(h),
+            None => Err(h),
+        }
+    }
+
+    /// The next socket handed to this shard: from the acceptor, or a live connection from
+    /// another shard.
+    pub fn pop_incoming(&mut self) -> Option<Handoff> {
+        if let Some(h) = self.inbox.as_mut().and_then(|i| i.pop()) {
+            return Some(h);
+        }
+        self.move_in.iter_mut().find_map(|c| c.pop())
     }
 }

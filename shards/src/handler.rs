@@ -4,6 +4,7 @@
 //! per-shard protocol state and one `Handler::Conn` per socket. All calls
 //! happen on the shard's own thread: nothing here is shared between shards.
 
+use std::any::Any;
 use std::net::SocketAddr;
 
 use uaring_core::Now;
@@ -15,6 +16,12 @@ pub enum ConnStatus {
     Open,
     /// Send what is pending in `out`, then close the socket.
     Close,
+    /// Hand the live connection to shard `n` of the fleet: the loop feeds it nothing more,
+    /// sends what is pending, then calls [`Handler::detach`] and queues the socket, that
+    /// state and the input received since to shard `n`, whose loop calls
+    /// [`Handler::attach`]. When it cannot (no such shard, the queue is full, stopping) it
+    /// calls [`Handler::move_refused`] instead.
+    Move(usize),
 }
 
 /// A connection's identity inside one shard's loop: a slot index and a
@@ -71,6 +78,30 @@ pub trait Handler {
 
     /// The socket is gone (closed by either side, or the loop is stopping).
     fn closed(&mut self, conn: Self::Conn, now: Now);
+
+    /// The connection leaves for another shard (after [`ConnStatus::Move`]): release what
+    /// this shard holds for it and return the state to send along. `None` closes it.
+    fn detach(&mut self, _conn: Self::Conn, _now: Now) -> Option<Box<dyn Any + Send>> {
+        None
+    }
+
+    /// A connection arrived from another shard with the state its [`Handler::detach`]
+    /// returned there. `None` refuses it (the loop sends `out`, then closes the socket).
+    fn attach(
+        &mut self,
+        _id: ConnId,
+        _peer: SocketAddr,
+        _state: Box<dyn Any + Send>,
+        _now: Now,
+        _out: &mut Vec<u8>,
+    ) -> (Option<Self::Conn>, ConnStatus) {
+        (None, ConnStatus::Close)
+    }
+
+    /// A [`ConnStatus::Move`] cannot be carried out: the connection stays here.
+    fn move_refused(&mut self, _conn: &mut Self::Conn, _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        ConnStatus::Close
+    }
 
     /// Graceful shutdown of the whole loop: say goodbye on this connection
     /// (append to `out`). The loop sends `out` and then closes the socket.

@@ -31,6 +31,7 @@ pub struct RuntimeOptions {
     pub loop_cfg: LoopConfig,
     pub listen_backlog: u32,
     pub handoff_queue: usize,
+    pub move_queue: usize,
 }
 
 impl RuntimeOptions {
@@ -46,6 +47,7 @@ impl RuntimeOptions {
             loop_cfg: LoopConfig::from(r),
             listen_backlog: r.listen_backlog,
             handoff_queue: r.handoff_queue,
+            move_queue: r.move_queue,
         }
     }
 }
@@ -185,7 +187,7 @@ where
     let cpus_per_shard: Vec<Option<usize>> = (0..opts.shards)
         .map(|i| if opts.cpus.is_empty() { None } else { Some(opts.cpus[i % opts.cpus.len()]) })
         .collect();
-    let (fleet, wirings) = Fleet::new(&cpus_per_shard, opts.distribution, opts.handoff_queue)
+    let (fleet, wirings) = Fleet::new(&cpus_per_shard, opts.distribution, opts.handoff_queue, opts.move_queue)
         .map_err(|e| StartError::Other(format!("eventfd: {e}")))?;
     let make = Arc::new(make);
     let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<String, String>)>();

@@ -4,6 +4,7 @@
 //! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]; the
 //! server runs it over core's `ShardState` (sessions, services, timers).
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -74,6 +75,7 @@ fn status(s: CoreStatus) -> ConnStatus {
     match s {
         CoreStatus::Open => ConnStatus::Open,
         CoreStatus::Close => ConnStatus::Close,
+        CoreStatus::Move(shard) => ConnStatus::Move(shard),
     }
 }
 
@@ -113,6 +115,39 @@ impl<S: ShardHost> Handler for UaHandler<S> {
             }
         }
         conn.conn.on_close(&mut self.host, now);
+    }
+
+    fn detach(&mut self, mut conn: UaConn, _now: Now) -> Option<Box<dyn Any + Send>> {
+        if let Some(ch) = conn.channel {
+            if self.channels.get(&ch) == Some(&conn.id) {
+                self.channels.remove(&ch);
+            }
+        }
+        conn.conn.detach(&mut self.host);
+        Some(Box::new(conn.conn))
+    }
+
+    fn attach(
+        &mut self,
+        id: ConnId,
+        _peer: SocketAddr,
+        state: Box<dyn Any + Send>,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> (Option<UaConn>, ConnStatus) {
+        let Ok(conn) = state.downcast::<ServerConnection>() else {
+            return (None, ConnStatus::Close);
+        };
+        let mut conn = UaConn { conn: *conn, id, channel: None };
+        let s = status(conn.conn.attach(&mut self.host, now, out));
+        self.track(&mut conn);
+        (Some(conn), s)
+    }
+
+    fn move_refused(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let s = status(conn.conn.move_refused(&mut self.host, now, out));
+        self.track(conn);
+        s
     }
 
     fn shutdown(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) {
@@ -261,11 +296,17 @@ pub fn build_with_nodesets(
 /// The handler of each shard.
 pub type ServerHandler = UaHandler<ShardState>;
 
-pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize) -> Result<ServerHandler, String> {
+/// The handler of shard `shard` of `shards` (an ActivateSession of a session another of
+/// them owns moves its connection there).
+pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize, shards: usize) -> Result<ServerHandler, String> {
     if shard >= MAX_SHARDS {
         return Err(format!("at most {MAX_SHARDS} shards are supported"));
     }
     // Each shard's nonces and session tokens come from its own ChaCha20, seeded by the OS.
     let random = crate::random::os_seeded().map_err(|e| e.to_string())?;
-    Ok(UaHandler::new(ShardState::new(setup.shared.clone(), shard, Box::new(random)).with_transport_limits(setup.limits)))
+    Ok(UaHandler::new(
+        ShardState::new(setup.shared.clone(), shard, Box::new(random))
+            .with_transport_limits(setup.limits)
+            .with_shard_count(shards),
+    ))
 }

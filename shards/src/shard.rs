@@ -11,7 +11,7 @@ use uaring_core::{Now, StatusCode};
 use crate::clock;
 use crate::config::RuntimeConfig;
 use crate::conn::{Conn, Phase, Table};
-use crate::fleet::{Handoff, ShardStats, ShardWiring};
+use crate::fleet::{Handoff, Moved, ShardStats, ShardWiring};
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
 use crate::net;
 
@@ -267,7 +267,7 @@ impl<H: Handler> ShardCore<H> {
         if c.phase != Phase::Open {
             return;
         }
-        if (c.bounded && (c.paused || over_budget)) || !c.backlog.is_empty() {
+        if (c.bounded && (c.paused || over_budget)) || !c.backlog.is_empty() || c.moving_to.is_some() {
             // Received after the bound was passed (a multishot receive still
             // completing, or the socket read before the pause took effect).
             c.backlog.extend_from_slice(data);
@@ -294,7 +294,7 @@ impl<H: Handler> ShardCore<H> {
             if c.phase != Phase::Open {
                 return &[];
             }
-            if c.bounded && (c.paused || over_budget) {
+            if (c.bounded && (c.paused || over_budget)) || c.moving_to.is_some() {
                 break;
             }
             let Some(user) = c.user.as_mut() else { return &[] };
@@ -314,7 +314,12 @@ impl<H: Handler> ShardCore<H> {
     pub fn reading_allowed(&mut self, id: ConnId) -> bool {
         let over_budget = self.over_budget;
         match self.table.get_mut(id) {
-            Some(c) => c.phase == Phase::Open && c.backlog.is_empty() && (!c.bounded || (!c.paused && !over_budget)),
+            Some(c) => {
+                c.phase == Phase::Open
+                    && c.moving_to.is_none()
+                    && c.backlog.is_empty()
+                    && (!c.bounded || (!c.paused && !over_budget))
+            }
             None => false,
         }
     }
@@ -333,7 +338,7 @@ impl<H: Handler> ShardCore<H> {
         if c.paused && c.output.pending() <= max_pending / 2 {
             c.paused = false;
         }
-        if !c.backlog.is_empty() && (!c.bounded || (!c.paused && !self.over_budget)) {
+        if !c.backlog.is_empty() && c.moving_to.is_none() && (!c.bounded || (!c.paused && !self.over_budget)) {
             let mut backlog = std::mem::take(&mut c.backlog);
             let left = self.feed(id, &backlog).len();
             let done = backlog.len() - left;
@@ -422,6 +427,9 @@ impl<H: Handler> ShardCore<H> {
 
     /// Bookkeeping after any call into a connection's handler state.
     pub fn after_call(&mut self, id: ConnId, status: ConnStatus) {
+        if let ConnStatus::Move(target) = status {
+            return self.begin_move(id, target);
+        }
         let max_pending = self.cfg.max_pending_output_bytes;
         let now = self.now.mono_ns;
         let grace = self.grace_ns();
@@ -447,6 +455,109 @@ impl<H: Handler> ShardCore<H> {
         }
         self.table.update_timer(id);
         self.account(id);
+    }
+
+    /// The handler wants `id` on shard `target`: reserve a slot of the queue there and stop
+    /// feeding the connection (the backend sends its output, waits for its operations and
+    /// calls [`ShardCore::complete_move`]); or, when that cannot be, tell the handler.
+    fn begin_move(&mut self, id: ConnId, target: usize) {
+        let ok = !self.stopping
+            && target != self.wiring.index
+            && self.table.get_mut(id).is_some_and(|c| c.phase == Phase::Open && c.moving_to.is_none())
+            && self.wiring.reserve_move(target);
+        if ok {
+            if let Some(c) = self.table.get_mut(id) {
+                c.moving_to = Some(target);
+            }
+            self.table.mark_dirty(id);
+            self.table.update_timer(id);
+            self.account(id);
+            return;
+        }
+        ShardStats::add(&self.wiring.stats().move_refused, 1);
+        tracing::debug!(shard = self.wiring.index, target, "cannot move connection: move queue full or shard stopping");
+        let now = self.now;
+        let Some(c) = self.table.get_mut(id) else { return };
+        let Some(user) = c.user.as_mut() else { return };
+        let status = self.handler.move_refused(user, now, &mut c.output.out);
+        // A refused move answers and goes on with the input the handler held; that input
+        // may ask for a move again (bounded: it only shrinks).
+        self.after_call(id, status);
+    }
+
+    /// Whether a moving connection may leave now: its output is sent and the backend
+    /// holds no operation for it (the backends check the latter).
+    pub fn move_ready(&mut self, id: ConnId) -> bool {
+        self.table.get_mut(id).is_some_and(|c| c.phase == Phase::Open && c.moving_to.is_some() && c.output.pending() == 0)
+    }
+
+    /// Sends `id` to the shard it is moving to: the socket, the handler's state and the
+    /// input received since the move began. The backend has already forgotten the socket.
+    pub fn complete_move(&mut self, id: ConnId) {
+        let Some(c) = self.table.remove(id) else { return };
+        self.held_total -= c.held;
+        if c.bounded {
+            self.forget_address(c.peer.ip());
+        }
+        let stats = self.wiring.stats();
+        ShardStats::sub(&stats.open, 1);
+        let Some(target) = c.moving_to else { return };
+        let state = c.user.and_then(|u| self.handler.detach(u, self.now));
+        let Some(state) = state else {
+            self.wiring.release_move(target);
+            ShardStats::add(&self.wiring.stats().closed, 1);
+            return;
+        };
+        let h = Handoff { fd: c.fd, peer: c.peer, moved: Some(Box::new(Moved { state, input: c.backlog })) };
+        match self.wiring.move_to(target, h) {
+            Ok(()) => {
+                ShardStats::add(&self.wiring.stats().moved_out, 1);
+                if !self.wake.contains(&target) {
+                    self.wake.push(target);
+                }
+            }
+            Err(h) => {
+                // Cannot happen (the slot was reserved); the socket closes with `h`.
+                debug_assert!(false, "move queue full despite a reservation");
+                ShardStats::add(&self.wiring.stats().closed, 1);
+                drop(h);
+            }
+        }
+        self.check_budget();
+    }
+
+    /// A live connection arrived from another shard.
+    fn add_moved(&mut self, fd: OwnedFd, peer: SocketAddr, moved: Moved) -> Option<ConnId> {
+        if self.stopping {
+            return None;
+        }
+        let Some(id) = self.table.insert(Conn::new(fd, peer)) else {
+            ShardStats::add(&self.stats().refused, 1);
+            tracing::debug!(shard = self.wiring.index, %peer, "connection table full: closing moved connection");
+            return None;
+        };
+        // Counted against its address here (it passed that check where it was accepted; a
+        // move is never refused for it).
+        *self.per_address.entry(peer.ip()).or_insert(0) += 1;
+        let stats = self.wiring.stats();
+        ShardStats::add(&stats.open, 1);
+        ShardStats::add(&stats.moved_in, 1);
+        let now = self.now;
+        let grace = self.grace_ns();
+        let c = self.table.get_mut(id)?;
+        // Received on the old shard after the move began: fed after what the handler holds.
+        c.backlog = moved.input;
+        let (user, status) = self.handler.attach(id, peer, moved.state, now, &mut c.output.out);
+        match user {
+            Some(u) => c.user = Some(u),
+            None => {
+                c.phase = Phase::Draining;
+                c.drain_deadline = now.mono_ns.saturating_add(grace.max(100_000_000));
+            }
+        }
+        self.after_call(id, status);
+        self.table.mark_dirty(id);
+        Some(id)
     }
 
     /// Closes `id` after its pending output (graceful) or at once (`abort`).
@@ -520,18 +631,25 @@ impl<H: Handler> ShardCore<H> {
         }
     }
 
+    /// One connection from `ip` fewer on this shard.
+    fn forget_address(&mut self, ip: std::net::IpAddr) {
+        if let Some(n) = self.per_address.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_address.remove(&ip);
+            }
+        }
+    }
+
     /// Forgets `id`: tells the handler, closes the socket.
     pub fn finalize(&mut self, id: ConnId) {
         if let Some(c) = self.table.remove(id) {
             self.held_total -= c.held;
             if c.bounded {
-                let ip = c.peer.ip();
-                if let Some(n) = self.per_address.get_mut(&ip) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.per_address.remove(&ip);
-                    }
-                }
+                self.forget_address(c.peer.ip());
+            }
+            if let Some(target) = c.moving_to {
+                self.wiring.release_move(target);
             }
             if let Some(user) = c.user {
                 self.handler.closed(user, self.now);
@@ -582,7 +700,7 @@ impl<H: Handler> ShardCore<H> {
     pub fn on_accepted(&mut self, fd: OwnedFd, peer: SocketAddr) -> Option<ConnId> {
         let target = self.wiring.route();
         if target != self.wiring.index {
-            match self.wiring.hand_to(target, Handoff { fd, peer }) {
+            match self.wiring.hand_to(target, Handoff { fd, peer, moved: None }) {
                 Ok(()) => {
                     ShardStats::add(&self.wiring.stats().handed_off, 1);
                     if !self.wake.contains(&target) {
@@ -599,12 +717,14 @@ impl<H: Handler> ShardCore<H> {
         self.add_conn(fd, peer, Origin::Accepted)
     }
 
-    /// Takes sockets handed over by the acceptor.
+    /// Takes sockets handed over by the acceptor and live connections moved here.
     pub fn drain_inbox(&mut self, added: &mut Vec<ConnId>) {
-        loop {
-            let Some(inbox) = self.wiring.inbox.as_mut() else { return };
-            let Some(h) = inbox.pop() else { return };
-            if let Some(id) = self.add_conn(h.fd, h.peer, Origin::Accepted) {
+        while let Some(h) = self.wiring.pop_incoming() {
+            let id = match h.moved {
+                Some(m) => self.add_moved(h.fd, h.peer, *m),
+                None => self.add_conn(h.fd, h.peer, Origin::Accepted),
+            };
+            if let Some(id) = id {
                 added.push(id);
             }
         }

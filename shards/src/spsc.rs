@@ -73,6 +73,11 @@ impl<T> Producer<T> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The most items the queue holds.
+    pub fn capacity(&self) -> usize {
+        self.shared.buf.len()
+    }
 }
 
 impl<T> Consumer<T> {

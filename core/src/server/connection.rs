@@ -41,6 +41,11 @@ pub enum ConnStatus {
     Open,
     /// Flush `out` (it may end with an ERR) and close the socket.
     Close,
+    /// An ActivateSession names a session owned by shard `n` of this process: stop feeding
+    /// this connection, flush `out`, and hand the connection to shard `n`
+    /// ([`ServerConnection::detach`] here, [`ServerConnection::attach`] there), or answer
+    /// [`ServerConnection::move_refused`] when it cannot go.
+    Move(usize),
 }
 
 /// A security token of the channel.
@@ -102,6 +107,8 @@ impl From<StatusCode> for Failure {
 
 enum Step {
     Continue,
+    /// The request just decoded waits in `State::moving` for shard `n`.
+    Move(usize),
     /// CloseSecureChannel: close without ERR.
     CloseQuietly,
 }
@@ -127,12 +134,18 @@ struct State {
     partial_since_ns: Option<u64>,
     /// Deferred responses taken from the host, reused.
     deferred: Vec<(u32, Deferred)>,
+    /// An ActivateSession (request id, request) for a session of another shard: answered
+    /// there after the connection moved, or refused here.
+    moving: Option<(u32, Request)>,
 }
 
 /// One accepted TCP connection. See the module documentation.
 pub struct ServerConnection {
     reader: FrameReader,
     st: State,
+    /// Received bytes after a frame that started a move (at most one delivered slice):
+    /// processed after [`ServerConnection::attach`] or [`ServerConnection::move_refused`].
+    held_input: Vec<u8>,
 }
 
 fn only_hello(t: MessageType) -> bool {
@@ -176,7 +189,9 @@ impl ServerConnection {
                 session_activated: false,
                 partial_since_ns: None,
                 deferred: Vec::new(),
+                moving: None,
             },
+            held_input: Vec::new(),
         }
     }
 
@@ -199,13 +214,90 @@ impl ServerConnection {
 
     /// Bytes held for unfinished chunks and messages.
     pub fn buffered_bytes(&self) -> usize {
-        self.reader.buffered() + self.st.assembler.buffered()
+        self.reader.buffered() + self.st.assembler.buffered() + self.held_input.len()
+    }
+
+    /// Is a move to another shard pending ([`ConnStatus::Move`] was returned)?
+    pub fn is_moving(&self) -> bool {
+        self.st.moving.is_some()
+    }
+
+    /// The connection leaves this shard (after [`ConnStatus::Move`]): its channel is
+    /// released here like a closed one (sessions of this shard bound to it become unbound),
+    /// everything else — secure channel keys and sequence numbers, partial input, the
+    /// pending ActivateSession — stays in `self`, which the runtime sends to the owning shard.
+    pub fn detach<H: ConnectionHost + ?Sized>(&mut self, host: &mut H) {
+        if let Some(id) = self.st.channel_to_report.take() {
+            if let Phase::Open(c) = &self.st.phase {
+                host.channel_policy(c.policy.uri(), false);
+            }
+            host.channel_closed(id);
+        }
+    }
+
+    /// The connection arrived from another shard (see [`ServerConnection::detach`]): adopts
+    /// its channel here, answers the pending ActivateSession, then processes the input held
+    /// since. A channel this shard cannot take is closed with an ERR.
+    pub fn attach<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let Phase::Open(c) = &mut self.st.phase else {
+            return ConnStatus::Close;
+        };
+        // Later OPN renewals and handshake checks use this shard's instance of the policy.
+        let Some(policy) = host.security().find(c.policy.uri()).cloned() else {
+            let f = Failure { status: StatusCode::BadSecurityPolicyRejected, reason: "security policy not offered" };
+            return self.close_with(host, f, out);
+        };
+        c.policy = policy;
+        let id = c.id;
+        if let Err(status) = host.adopt_channel(id) {
+            return self.close_with(host, Failure { status, reason: "cannot take the moved channel" }, out);
+        }
+        self.st.channel_to_report = Some(id);
+        if let Phase::Open(c) = &self.st.phase {
+            host.channel_policy(c.policy.uri(), true);
+        }
+        if let Some((request_id, request)) = self.st.moving.take() {
+            if let Err(f) = self.st.answer(host, now, request_id, request, out) {
+                return self.close_with(host, f, out);
+            }
+        }
+        self.resume_held(host, now, out)
+    }
+
+    /// The move could not be made (the queue to the owning shard is full): the pending
+    /// ActivateSession is answered with a ServiceFault BadResourceUnavailable (the client may
+    /// retry), and the held input is processed here.
+    pub fn move_refused<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        if let Some((request_id, request)) = self.st.moving.take() {
+            let handle = request.request_header().request_handle;
+            let fault = service_fault(handle, StatusCode::BadResourceUnavailable, now);
+            let State { phase, negotiated, body_out, .. } = &mut self.st;
+            if let (Phase::Open(c), Some(n)) = (phase, *negotiated) {
+                if let Err(f) = send_response(c, body_out, &n, request_id, &fault, handle, now, out) {
+                    return self.close_with(host, f, out);
+                }
+            }
+        }
+        self.resume_held(host, now, out)
+    }
+
+    fn resume_held<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let held = std::mem::take(&mut self.held_input);
+        if held.is_empty() {
+            return self.flush_deferred(host, now, out);
+        }
+        self.on_recv(host, now, &held, out)
     }
 
     /// Feeds received bytes; appends whole chunks to send to `out`.
     pub fn on_recv<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
         if matches!(self.st.phase, Phase::Closed) {
             return ConnStatus::Close;
+        }
+        if self.st.moving.is_some() {
+            // A move is pending: the runtime feeds nothing more, but keep the bytes if it does.
+            self.held_input.extend_from_slice(data);
+            return ConnStatus::Open;
         }
         let mut input = data;
         loop {
@@ -223,6 +315,13 @@ impl ServerConnection {
             };
             match self.st.handle_frame(host, now, frame, out) {
                 Ok(Step::Continue) => {}
+                Ok(Step::Move(shard)) => {
+                    self.held_input.extend_from_slice(input);
+                    return match self.flush_deferred(host, now, out) {
+                        ConnStatus::Open => ConnStatus::Move(shard),
+                        other => other,
+                    };
+                }
                 Ok(Step::CloseQuietly) => return self.close_quietly(host),
                 Err(f) => return self.close_with(host, f, out),
             }
@@ -571,8 +670,7 @@ impl State {
         out: &mut Vec<u8>,
     ) -> Result<Step, Failure> {
         let max_size = self.max_message_size();
-        let State { phase, limits, negotiated, endpoint_url, peer, assembler, scratch, body_out, session_activated, .. } =
-            self;
+        let State { phase, limits, assembler, scratch, .. } = self;
         let Phase::Open(c) = phase else {
             return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
         };
@@ -619,34 +717,61 @@ impl State {
         };
         let headroom = host.memory_headroom();
         let request = decode_request(host.recycler(), body, limits, headroom);
+        let req = match request {
+            Err((handle, status)) => {
+                let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+                let Phase::Open(c) = &mut self.phase else {
+                    return fail(StatusCode::BadTcpInternalError, "channel missing");
+                };
+                send_response(c, &mut self.body_out, &negotiated, request_id, &service_fault(handle, status, now), handle, now, out)?;
+                return Ok(Step::Continue);
+            }
+            Ok(req) => req,
+        };
+        if let Request::ActivateSession(a) = &req {
+            if let Some(shard) = host.session_owner(&a.request_header.authentication_token) {
+                self.moving = Some((request_id, req));
+                return Ok(Step::Move(shard));
+            }
+        }
+        self.answer(host, now, request_id, req, out)?;
+        Ok(Step::Continue)
+    }
+
+    /// Dispatches one decoded service request and sends its response (unless the host
+    /// defers it: a queued Publish).
+    fn answer<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        request_id: u32,
+        req: Request,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        let State { phase, negotiated, endpoint_url, peer, body_out, session_activated, .. } = self;
+        let Phase::Open(c) = phase else {
+            return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
+        };
         let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
-        let mut session_max = 0;
-        let (handle, response, is_activate) = match request {
-            Err((handle, status)) => (handle, service_fault(handle, status, now), false),
-            Ok(req) => {
-                let handle = req.request_header().request_handle;
-                let token = &req.request_header().authentication_token;
-                if !token.is_null() {
-                    session_max = host.session_max_response_size(token);
-                }
-                if matches!(req, Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)) {
-                    (handle, service_fault(handle, StatusCode::BadServiceUnsupported, now), false)
-                } else {
-                    let is_activate = matches!(req, Request::ActivateSession(_));
-                    let ctx = RequestContext {
-                        channel_id: c.id,
-                        security_policy_uri: c.policy.uri(),
-                        security_mode: c.mode,
-                        client_certificate: c.client_certificate.as_deref(),
-                        peer: *peer,
-                        endpoint_url: endpoint_url.as_str(),
-                    };
-                    match host.dispatch_deferrable(&ctx, req, request_id, now) {
-                        Some(r) => (handle, r, is_activate),
-                        // Answered later (a queued Publish): see `flush_deferred`.
-                        None => return Ok(Step::Continue),
-                    }
-                }
+        let handle = req.request_header().request_handle;
+        let token = &req.request_header().authentication_token;
+        let session_max = if token.is_null() { 0 } else { host.session_max_response_size(token) };
+        let (response, is_activate) = if matches!(req, Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)) {
+            (service_fault(handle, StatusCode::BadServiceUnsupported, now), false)
+        } else {
+            let is_activate = matches!(req, Request::ActivateSession(_));
+            let ctx = RequestContext {
+                channel_id: c.id,
+                security_policy_uri: c.policy.uri(),
+                security_mode: c.mode,
+                client_certificate: c.client_certificate.as_deref(),
+                peer: *peer,
+                endpoint_url: endpoint_url.as_str(),
+            };
+            match host.dispatch_deferrable(&ctx, req, request_id, now) {
+                Some(r) => (r, is_activate),
+                // Answered later (a queued Publish): see `flush_deferred`.
+                None => return Ok(()),
             }
         };
         let mut response = response;
@@ -659,8 +784,7 @@ impl State {
         if let Some(r) = host.recycler() {
             r.give_response(response);
         }
-        sent?;
-        Ok(Step::Continue)
+        sent
     }
 }
 

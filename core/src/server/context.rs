@@ -12,7 +12,7 @@ use crate::generated::types::MessageSecurityMode;
 use crate::secure_channel::SecurityProvider;
 use crate::time::Now;
 use crate::transport::TransportLimits;
-use crate::types::StatusCode;
+use crate::types::{NodeId, StatusCode};
 
 /// The secure channel a request arrived on. Borrowed from the connection for the
 /// duration of one dispatch: no allocation per request. (The fields are `&str`: use
@@ -50,6 +50,21 @@ pub trait ConnectionHost {
     /// A channel with this SecurityPolicyUri was opened (`opened`) or closed, for the
     /// metrics. Called after `open_channel` succeeded and before `channel_closed`.
     fn channel_policy(&mut self, _policy_uri: &str, _opened: bool) {}
+    /// The shard an ActivateSession's authentication token names, when that is *another*
+    /// shard of this process that the connection can be handed to (the runtime then moves
+    /// the connection there, see `ServerConnection::detach` / `attach`). `None`: the request
+    /// is answered here. The default (single-shard hosts, tests) answers everything here.
+    fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
+        let _ = authentication_token;
+        None
+    }
+    /// A secure channel opened on another shard arrives with its moved connection. Err
+    /// (BadTcpNotEnoughResources: `max_channels_per_shard` reached, or the id is live here)
+    /// refuses it. Every adopted id is later reported once with `channel_closed`.
+    fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
+        let _ = channel_id;
+        Err(StatusCode::BadTcpNotEnoughResources)
+    }
     /// Runs one service request. Never called with OpenSecureChannel or
     /// CloseSecureChannel (the connection handles those).
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response;

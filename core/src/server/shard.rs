@@ -25,9 +25,9 @@
 //!
 //!   The whole token is compared in constant time, so knowing the shard and slot of a
 //!   session does not help guess its token. [`token_shard`] reads the shard from any token
-//!   without a lookup: a later issue routes an ActivateSession whose token names another
-//!   shard to that shard over its SPSC queue (hand-over of the connection or the session);
-//!   until then such a request is answered BadSessionIdInvalid.
+//!   without a lookup: an ActivateSession whose token names another shard makes the runtime
+//!   hand the whole connection (socket, secure channel, unprocessed input) to that shard
+//!   over an SPSC queue ([`ConnectionHost::session_owner`]); the session never moves.
 //! * **Session id**: `ns=1;g=<random v4 Guid>`, public (it appears in diagnostics) and
 //!   unrelated to the token.
 //!
@@ -339,6 +339,8 @@ pub type SessionResult<T> = Result<T, StatusCode>;
 pub struct ShardState {
     shared: Arc<ServerShared>,
     shard_index: usize,
+    /// Shards of this process (a token naming a shard at or past it is not routable).
+    shard_count: usize,
     transport: TransportLimits,
     security: SecurityProvider,
     channel_counter: u32,
@@ -377,6 +379,7 @@ impl ShardState {
         ShardState {
             recycler: Recycler::default(),
             shard_index,
+            shard_count: 1,
             transport: TransportLimits::default(),
             security: SecurityProvider::none_only(),
             channel_counter: 0,
@@ -427,6 +430,14 @@ impl ShardState {
         M::set(&m.samples, e.samples);
         M::set(&m.subscriptions_expired, e.expired);
         M::set(&m.events_missed, e.events_missed);
+    }
+
+    /// The number of shards of the process (default 1). An ActivateSession whose token names
+    /// another shard below it is handed to that shard with its connection
+    /// ([`ConnectionHost::session_owner`]); with 1 it is answered here (BadSessionIdInvalid).
+    pub fn with_shard_count(mut self, shard_count: usize) -> ShardState {
+        self.shard_count = shard_count.clamp(1, MAX_SHARDS);
+        self
     }
 
     /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
@@ -649,7 +660,9 @@ impl ShardState {
     pub fn find_session(&mut self, token: &NodeId, now: Now) -> SessionResult<SessionKey> {
         let (shard, slot) = token_parts(token).ok_or(StatusCode::BadSessionIdInvalid)?;
         if shard != self.shard_index {
-            // Owned by another shard: routing it there is a later issue.
+            // Owned by another shard: the connection is handed there before dispatch
+            // (`ConnectionHost::session_owner`); a request that still gets here (another
+            // service, or a shard that does not exist) does not name a session of ours.
             return Err(StatusCode::BadSessionIdInvalid);
         }
         let s = self.slots.get(slot as usize).ok_or(StatusCode::BadSessionIdInvalid)?;
@@ -761,6 +774,18 @@ impl ConnectionHost for ShardState {
         let m = self.metrics();
         let i = policy_index(policy_uri);
         ShardMetrics::add(if opened { &m.channels_opened[i] } else { &m.channels_closed[i] }, 1);
+    }
+
+    fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
+        token_shard(authentication_token).filter(|&s| s != self.shard_index && s < self.shard_count)
+    }
+    fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
+        if self.open_channels >= self.transport.max_channels_per_shard || self.live_channels.contains(&channel_id) {
+            return Err(StatusCode::BadTcpNotEnoughResources);
+        }
+        self.open_channels += 1;
+        self.live_channels.insert(channel_id);
+        Ok(())
     }
     fn channel_closed(&mut self, channel_id: u32) {
         self.open_channels = self.open_channels.saturating_sub(1);

@@ -26,6 +26,8 @@ const K_LISTENER_CANCEL: u64 = 9;
 const K_HUP_POLL: u64 = 10;
 /// Completion of the cancel of a send that outlived its drain deadline (nothing to do).
 const K_SEND_CANCEL: u64 = 11;
+/// Completion of the cancel of a connection's peer-closed poll (it is moving to another shard).
+const K_HUP_CANCEL: u64 = 12;
 
 fn ud(kind: u64, index: u32, generation: u32) -> u64 {
     (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
@@ -329,6 +331,30 @@ impl<H: Handler> UringLoop<H> {
         let Some(c) = self.core.table.get_mut(id) else { return };
         let expired = c.phase != Phase::Open && c.drain_deadline <= self.core.now.mono_ns;
         match c.phase {
+            Phase::Open if c.moving_to.is_some() => {
+                // Leaving for another shard: no receive, no poll; send what is pending;
+                // once the kernel holds nothing for it, the connection goes.
+                let (armed, cancelling, hup_poll, hup_cancelling) =
+                    (c.recv_armed, c.cancel_inflight, c.hup_poll_armed, c.hup_cancel_inflight);
+                let want_send = !c.send_inflight && c.output.take_batch();
+                if armed && !cancelling {
+                    self.cancel_recv(id);
+                }
+                if hup_poll && !hup_cancelling {
+                    if let Some(c) = self.core.table.get_mut(id) {
+                        c.hup_cancel_inflight = true;
+                    }
+                    let e = opcode::AsyncCancel::new(conn_ud(K_HUP_POLL, id)).build().user_data(conn_ud(K_HUP_CANCEL, id));
+                    self.push(e);
+                }
+                if want_send {
+                    self.start_send(id);
+                }
+                let idle = self.core.table.get_mut(id).is_some_and(|c| !c.ops_inflight() && !c.hup_cancel_inflight);
+                if idle && self.core.move_ready(id) {
+                    self.core.complete_move(id);
+                }
+            }
             Phase::Open => {
                 let paused = !may_read;
                 let (armed, cancelling, hup_poll) = (c.recv_armed, c.cancel_inflight, c.hup_poll_armed);
@@ -429,6 +455,7 @@ impl<H: Handler> UringLoop<H> {
                 let Some(c) = self.core.table.get_mut(id) else { return };
                 c.hup_poll_armed = false;
                 let open = c.phase == Phase::Open;
+                let moving = c.moving_to.is_some();
                 // While reading, the receive sees the end of the stream after the
                 // data before it; only a stopped connection is closed from here.
                 if res > 0 && open && !self.core.reading_allowed(id) {
@@ -438,14 +465,20 @@ impl<H: Handler> UringLoop<H> {
                 }
                 // An error (cancelled at teardown, or a kernel without poll) on an open
                 // connection is not re-armed at once: that could spin. Its next reconcile
-                // re-arms it. A closing connection may now be finalized.
-                if res > 0 || !open {
+                // re-arms it. A closing or moving connection may now be finalized.
+                if res > 0 || !open || moving {
                     self.core.table.mark_dirty(id);
                 }
             }
             K_CANCEL => {
                 if let Some(c) = self.core.table.get_mut(id) {
                     c.cancel_inflight = false;
+                    self.core.table.mark_dirty(id);
+                }
+            }
+            K_HUP_CANCEL => {
+                if let Some(c) = self.core.table.get_mut(id) {
+                    c.hup_cancel_inflight = false;
                     self.core.table.mark_dirty(id);
                 }
             }

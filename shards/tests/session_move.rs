@@ -1,0 +1,252 @@
+//! The real `uaring` binary with two shards and round-robin distribution, on each backend:
+//! a client whose reconnect lands on the shard that does not own its session is moved —
+//! socket, secure channel, the ActivateSession and what follows it — to the owning shard,
+//! and its session, subscription and queued notifications survive. The statistics file
+//! shows the moves.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use uaring_harness::blocking::{Client, ClientError};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::{ExtensionObject, NodeId, StatusCode, Variant};
+
+const T: Duration = Duration::from_secs(10);
+
+fn int32() -> NodeId {
+    NodeId::string(1, "Demo.Static.Int32")
+}
+
+fn start(backend: &str, stats: &std::path::Path) -> Server {
+    Server::start(&[
+        "--shards",
+        "2",
+        "--distribution",
+        "round-robin",
+        "--io-backend",
+        backend,
+        "--stats-file",
+        stats.to_str().unwrap(),
+    ])
+}
+
+/// (moved_out, moved_in, move_refused) summed over the shards, freshly written.
+fn moves(server: &Server, stats: &std::path::Path) -> (u64, u64, u64) {
+    let before = std::fs::metadata(stats).and_then(|m| m.modified()).ok();
+    server.signal(libc::SIGUSR1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && std::fs::metadata(stats).and_then(|m| m.modified()).ok() == before {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let text = std::fs::read_to_string(stats).expect("stats file");
+    let sum = |key: &str| -> u64 {
+        text.match_indices(&format!("\"{key}\":"))
+            .map(|(i, m)| {
+                let rest = &text[i + m.len()..];
+                rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())].parse::<u64>().unwrap()
+            })
+            .sum()
+    };
+    (sum("moved_out"), sum("moved_in"), sum("move_refused"))
+}
+
+fn activate(c: &mut Client) -> Result<Response, ClientError> {
+    c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+        ..Default::default()
+    })))
+}
+
+/// A new connection resuming the session of `token`; retried while the server answers
+/// BadResourceUnavailable (its move queue to the owner was full).
+fn resume(url: &str, token: &NodeId) -> Client {
+    let deadline = Instant::now() + T;
+    loop {
+        let mut c = Client::connect(url, T).expect("connect");
+        c.connection().set_authentication_token(token.clone());
+        match activate(&mut c) {
+            Ok(Response::ActivateSession(_)) => return c,
+            Err(ClientError::Status(StatusCode::BadResourceUnavailable)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => panic!("ActivateSession on a new channel: {other:?}"),
+        }
+    }
+}
+
+fn write(c: &mut Client, v: i32) {
+    let r = c.write(&[WriteValue {
+        node_id: int32(),
+        attribute_id: 13,
+        value: uaring_core::DataValue::new(Variant::Int32(v)),
+        ..Default::default()
+    }]);
+    assert_eq!(r.expect("write"), vec![StatusCode::Good]);
+}
+
+fn subscribe(c: &mut Client) -> u32 {
+    let Response::CreateSubscription(s) = c
+        .call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+            requested_publishing_interval: 20.0,
+            requested_lifetime_count: 3000,
+            requested_max_keep_alive_count: 10,
+            publishing_enabled: true,
+            ..Default::default()
+        })))
+        .expect("CreateSubscription")
+    else {
+        panic!()
+    };
+    let item = MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId { node_id: int32(), attribute_id: 13, ..Default::default() },
+        monitoring_mode: MonitoringMode::Reporting,
+        requested_parameters: MonitoringParameters {
+            client_handle: 5,
+            sampling_interval: 0.0,
+            queue_size: 100,
+            discard_oldest: false,
+            ..Default::default()
+        },
+    };
+    let Response::CreateMonitoredItems(m) = c
+        .call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+            subscription_id: s.subscription_id,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![item],
+            ..Default::default()
+        })))
+        .expect("CreateMonitoredItems")
+    else {
+        panic!()
+    };
+    assert!(m.results[0].status_code.is_good());
+    s.subscription_id
+}
+
+/// Publishes (acknowledging what it got) until `want` arrived; returns the values seen.
+fn collect_until(c: &mut Client, acks: &mut Vec<SubscriptionAcknowledgement>, want: i32) -> Vec<i32> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + T;
+    while !got.contains(&want) {
+        assert!(Instant::now() < deadline, "value {want} not delivered; got {got:?}");
+        let r = c
+            .call(Request::Publish(Box::new(PublishRequest {
+                subscription_acknowledgements: std::mem::take(acks),
+                ..Default::default()
+            })))
+            .expect("Publish");
+        let Response::Publish(p) = r else { panic!("{r:?}") };
+        for n in &p.notification_message.notification_data {
+            if let Some(Ok(dc)) = n.decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default()) {
+                for m in dc.monitored_items {
+                    if let Variant::Int32(v) = m.value.value {
+                        got.push(v);
+                    }
+                }
+            }
+        }
+        if !p.notification_message.notification_data.is_empty() {
+            acks.push(SubscriptionAcknowledgement {
+                subscription_id: p.subscription_id,
+                sequence_number: p.notification_message.sequence_number,
+            });
+        }
+    }
+    got
+}
+
+fn reconnects_keep_the_subscription(backend: &str) {
+    let dir = std::env::temp_dir().join(format!("uaring-move-{backend}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stats = dir.join("stats.json");
+    let server = start(backend, &stats);
+    let url = server.url();
+    // Round robin: the writer lands on shard 0, the subscriber's first connection on shard 1.
+    let mut writer = Client::connect(&url, T).expect("writer");
+    writer.activate_session_anonymous().expect("writer session");
+    let mut sub = Client::connect(&url, T).expect("subscriber");
+    sub.activate_session_anonymous().expect("subscriber session");
+    let token = sub.connection().authentication_token().clone();
+    subscribe(&mut sub);
+    write(&mut writer, 0);
+    let mut acks = Vec::new();
+    let mut seen = collect_until(&mut sub, &mut acks, 0);
+    let (_, moved_before, _) = moves(&server, &stats);
+    let mut v = 0;
+    for _ in 0..10 {
+        // Dropped without CloseSession/CloseSecureChannel; a value changes while it is away.
+        drop(sub);
+        v += 1;
+        write(&mut writer, v);
+        sub = resume(&url, &token);
+        seen.extend(collect_until(&mut sub, &mut acks, v));
+    }
+    assert_eq!(seen, (0..=v).collect::<Vec<_>>(), "every value once, in order");
+    let (out, moved_in, refused) = moves(&server, &stats);
+    assert_eq!(refused, 0);
+    assert_eq!(out, moved_in);
+    // Round robin alternates shards: every other reconnect lands on the other shard.
+    assert!(moved_in - moved_before >= 4, "moves: {}", moved_in - moved_before);
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reconnects_keep_the_subscription_uring() {
+    reconnects_keep_the_subscription("uring");
+}
+
+#[test]
+fn reconnects_keep_the_subscription_epoll() {
+    reconnects_keep_the_subscription("epoll");
+}
+
+/// Many clients reconnecting at once: every move either goes through or is refused with
+/// BadResourceUnavailable (and the retry goes through); nothing hangs, nothing is lost.
+fn concurrent_moves(backend: &str) {
+    let dir = std::env::temp_dir().join(format!("uaring-moves-{backend}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stats = dir.join("stats.json");
+    let server = start(backend, &stats);
+    let url = server.url();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&url, T).expect("connect");
+                c.activate_session_anonymous().expect("session");
+                let token = c.connection().authentication_token().clone();
+                for _ in 0..10 {
+                    drop(c);
+                    c = resume(&url, &token);
+                    let r = c.read_values(&[NodeId::ns0(2258)]).expect("read after the move");
+                    assert_eq!(r.len(), 1);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let (out, moved_in, _) = moves(&server, &stats);
+    assert_eq!(out, moved_in, "every connection sent was taken");
+    assert!(moved_in >= 8, "moves: {moved_in}");
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn concurrent_moves_uring() {
+    concurrent_moves("uring");
+}
+
+#[test]
+fn concurrent_moves_epoll() {
+    concurrent_moves("epoll");
+}

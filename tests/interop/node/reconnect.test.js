@@ -1,0 +1,250 @@
+// node-opcua-client (npm): a session survives reconnects that land on the other shard.
+//
+// The server runs two shards (pinned to CPUs 0-1 where the machine has them) with
+// round-robin distribution, so consecutive connections alternate between the shards. The
+// subscriber reaches the server through a small TCP relay in this test; 50 times the relay
+// drops the connection (a network blip: both sockets destroyed, no CloseSession), a value
+// is written meanwhile, and node-opcua's own reconnection opens a new secure channel,
+// resumes the same session with ActivateSession and republishes what it missed. The test
+// follows the NotificationMessages by sequence number (each once) and fetches a message the
+// library did not recover with Republish itself: node-opcua 2.182 takes a keep-alive's
+// sequence number (the *next* message's, Part 4 §7.21) as the last one received, so after a
+// message was lost with the dropped connection its own Republish asks one too far. Every
+// written value must arrive once and in order, the session id must stay the same, and the
+// server's statistics must show the connections moving between shards.
+"use strict";
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const net = require("node:net");
+const os = require("node:os");
+const path = require("node:path");
+const {
+  OPCUAClient,
+  MessageSecurityMode,
+  SecurityPolicy,
+  AttributeIds,
+  DataType,
+  StatusCodes,
+  ClientSubscription,
+  ClientMonitoredItem,
+  TimestampsToReturn,
+} = require("node-opcua-client");
+const { startServer } = require("./server");
+
+const INT32 = "ns=1;s=Demo.Static.Int32";
+const CYCLES = 50;
+
+let server;
+let relay;
+let statsPath;
+
+function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+async function waitFor(pred, ms = 15000, what = "condition") {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (pred()) return;
+    await sleep(10);
+  }
+  assert.ok(pred(), `timed out waiting for ${what}`);
+}
+
+/** A TCP relay to the server whose connections can be dropped at will. */
+function startRelay(target) {
+  const { hostname, port } = new URL(target.replace("opc.tcp://", "http://"));
+  const pairs = new Set();
+  const srv = net.createServer((c) => {
+    const s = net.connect(Number(port), hostname);
+    const pair = [c, s];
+    pairs.add(pair);
+    const end = () => {
+      c.destroy();
+      s.destroy();
+      pairs.delete(pair);
+    };
+    c.on("error", end).on("close", end);
+    s.on("error", end).on("close", end);
+    c.pipe(s);
+    s.pipe(c);
+  });
+  return new Promise((resolve) => {
+    srv.listen(0, "127.0.0.1", () => {
+      resolve({
+        url: `opc.tcp://127.0.0.1:${srv.address().port}`,
+        open: () => pairs.size,
+        drop: () => {
+          for (const [c, s] of pairs) {
+            c.destroy();
+            s.destroy();
+          }
+          pairs.clear();
+        },
+        close: () => new Promise((r) => srv.close(() => r())),
+      });
+    });
+  });
+}
+
+function movedIn() {
+  server.proc.kill("SIGUSR1");
+  const doc = JSON.parse(fs.readFileSync(statsPath, "utf8"));
+  return doc.shards.reduce((n, s) => n + (s.moved_in || 0), 0);
+}
+
+function newClient(extra = {}) {
+  return OPCUAClient.create({
+    applicationName: "uaring-interop-reconnect",
+    securityMode: MessageSecurityMode.None,
+    securityPolicy: SecurityPolicy.None,
+    endpointMustExist: false,
+    requestedSessionTimeout: 60000,
+    ...extra,
+  });
+}
+
+before(async () => {
+  statsPath = path.join(os.tmpdir(), `uaring-stats-node-${process.pid}.json`);
+  const cpus = os.cpus().length >= 2 ? ["--cpus", "0-1"] : [];
+  server = await startServer([...cpus, "--shards", "2", "--distribution", "round-robin", "--stats-file", statsPath]);
+  relay = await startRelay(server.url);
+});
+
+after(async () => {
+  if (relay) await relay.close();
+  if (server) {
+    const code = await server.stop();
+    assert.equal(code, 0, "uaring exits 0 on SIGTERM");
+  }
+  fs.rmSync(statsPath, { force: true });
+});
+
+/**
+ * Follows one subscription by sequence number: values from every NotificationMessage the
+ * client library hands over (including those of its own Republish), each message once.
+ * A gap — a sequence number below the next one the server announced that never arrived —
+ * is fetched with Republish by `repair`.
+ */
+class Follower {
+  constructor(session, sub) {
+    this.session = session;
+    this.sub = sub;
+    this.messages = new Map(); // sequence number -> values
+    this.highest = 0; // highest sequence number known to be used
+    this.republished = 0;
+    sub.on("raw_notification", (m) => this.take(m));
+  }
+
+  take(m) {
+    const values = [];
+    for (const nd of m.notificationData || []) {
+      for (const mi of nd.monitoredItems || []) values.push(mi.value.value.value);
+    }
+    if (values.length) {
+      this.messages.set(m.sequenceNumber, values);
+      this.highest = Math.max(this.highest, m.sequenceNumber);
+    } else {
+      // A keep-alive carries the sequence number of the next NotificationMessage.
+      this.highest = Math.max(this.highest, m.sequenceNumber - 1);
+    }
+  }
+
+  values() {
+    return [...this.messages.keys()].sort((a, b) => a - b).flatMap((k) => this.messages.get(k));
+  }
+
+  missing() {
+    const out = [];
+    const first = Math.min(...this.messages.keys());
+    for (let q = first; q <= this.highest; q++) if (!this.messages.has(q)) out.push(q);
+    return out;
+  }
+
+  async repair() {
+    for (const q of this.missing()) {
+      const r = await new Promise((resolve, reject) =>
+        this.session.republish({ subscriptionId: this.sub.subscriptionId, retransmitSequenceNumber: q }, (e, x) => (e ? reject(e) : resolve(x))),
+      );
+      assert.equal(r.notificationMessage.sequenceNumber, q);
+      this.republished++;
+      this.take(r.notificationMessage);
+    }
+  }
+
+  async until(v, what) {
+    const end = Date.now() + 15000;
+    let nextRepair = Date.now() + 300;
+    while (!this.values().includes(v)) {
+      assert.ok(Date.now() < end, `timed out waiting for ${what}; have ${this.values().slice(-5)}, missing ${this.missing()}`);
+      if (Date.now() >= nextRepair && this.session.isReconnecting !== true) {
+        await this.repair().catch(() => {});
+        nextRepair = Date.now() + 300;
+      }
+      await sleep(10);
+    }
+  }
+}
+
+test("50 reconnects across shards keep the session and its subscription", async () => {
+  const writerClient = newClient({ connectionStrategy: { maxRetry: 0 } });
+  await writerClient.connect(server.url);
+  const writer = await writerClient.createSession();
+  const write = async (v) => {
+    const s = await writer.write({ nodeId: INT32, attributeId: AttributeIds.Value, value: { value: { dataType: DataType.Int32, value: v } } });
+    assert.equal(s, StatusCodes.Good);
+  };
+  const client = newClient({ connectionStrategy: { maxRetry: 100000, initialDelay: 20, maxDelay: 100 }, keepSessionAlive: false });
+  let restored = 0;
+  await client.connect(relay.url);
+  const session = await client.createSession();
+  session.on("session_restored", () => restored++);
+  const sessionId = session.sessionId.toString();
+  try {
+    await write(0);
+    const sub = await ClientSubscription.create(session, {
+      requestedPublishingInterval: 20,
+      requestedLifetimeCount: 3000,
+      requestedMaxKeepAliveCount: 10,
+      maxNotificationsPerPublish: 0,
+      publishingEnabled: true,
+      priority: 1,
+    });
+    const f = new Follower(session, sub);
+    await ClientMonitoredItem.create(
+      sub,
+      { nodeId: INT32, attributeId: AttributeIds.Value },
+      { samplingInterval: 0, queueSize: 100, discardOldest: false },
+      TimestampsToReturn.Both,
+    );
+    await f.until(0, "the initial value");
+    const movedBefore = movedIn();
+    let v = 0;
+    for (let cycle = 0; cycle < CYCLES; cycle++) {
+      v++;
+      await write(v);
+      await f.until(v, `value ${v}`);
+      const before = restored;
+      relay.drop();
+      v++;
+      await write(v);
+      await waitFor(() => restored > before, 15000, `session restored after drop ${cycle + 1}`);
+      await f.until(v, `value ${v} after reconnect ${cycle + 1}`);
+    }
+    await f.repair();
+    assert.deepEqual(f.missing(), [], "no NotificationMessage missing");
+    assert.deepEqual(f.values(), Array.from({ length: v + 1 }, (_, i) => i), "every value once, in order");
+    assert.equal(session.sessionId.toString(), sessionId, "the same session throughout");
+    await sleep(300);
+    const moves = movedIn() - movedBefore;
+    assert.ok(moves >= CYCLES / 2 - 1, `only ${moves} of ${CYCLES} reconnects moved to the owning shard`);
+    console.log(`${CYCLES} reconnects, ${moves} moved to the other shard, ${f.republished} Republish by the test`);
+    await sub.terminate();
+  } finally {
+    await session.close().catch(() => {});
+    await client.disconnect();
+    await writer.close();
+    await writerClient.disconnect();
+  }
+});
