@@ -318,3 +318,95 @@ fn a_token_naming_no_shard_of_the_process_is_answered_locally() {
     assert_eq!(link.shard, 0, "no move");
     assert_eq!(dispatch_util::fault_status(&r), Some(StatusCode::BadSessionIdInvalid));
 }
+
+impl World {
+    /// What the runtime does with the shards' messages: carries them until none is left.
+    fn exchange(&mut self) -> usize {
+        let mut carried = 0;
+        loop {
+            let mut msgs = Vec::new();
+            for s in &mut self.shards {
+                s.take_messages(&mut msgs);
+            }
+            if msgs.is_empty() {
+                return carried;
+            }
+            carried += msgs.len();
+            for (to, m) in msgs {
+                self.shards[to].on_message(m, self.now);
+            }
+        }
+    }
+
+    /// Deferred responses of `link`'s channel reach its client.
+    fn flush(&mut self, link: &mut Link) {
+        let mut s2c = Vec::new();
+        assert_eq!(link.server.flush_deferred(&mut self.shards[link.shard], self.now, &mut s2c), ConnStatus::Open);
+        let mut c2s = Vec::new();
+        link.client.on_recv(self.now, &s2c, &mut c2s).unwrap();
+    }
+}
+
+#[test]
+fn transfer_subscriptions_from_a_session_of_another_shard() {
+    let mut w = World::new();
+    let mut old = w.connect(1);
+    w.open_session(&mut old);
+    let sub = w.subscribe(&mut old);
+    assert_eq!((sub >> 24) as usize, 1, "the subscription id names its shard");
+    let p = w.publish(&mut old);
+    let sent_seq = p.notification_message.sequence_number;
+
+    let mut new = w.connect(0);
+    w.open_session(&mut new);
+    let mut out = Vec::new();
+    new.client
+        .send_request(
+            Request::TransferSubscriptions(Box::new(TransferSubscriptionsRequest {
+                subscription_ids: vec![sub, 0x0100_7777, 0x0500_0001],
+                send_initial_values: true,
+                ..Default::default()
+            })),
+            w.now,
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(w.pump(&mut new, out), ConnStatus::Open);
+    assert!(new.client.poll_response().is_none(), "waits for shard 1");
+    assert_eq!(w.exchange(), 4, "two requests to shard 1, two replies");
+    w.flush(&mut new);
+    let (_, r) = new.client.poll_response().expect("answered after the replies");
+    let Response::TransferSubscriptions(t) = r else { panic!("{r:?}") };
+    assert_eq!(t.results[0].status_code, StatusCode::Good);
+    assert_eq!(t.results[0].available_sequence_numbers, vec![sent_seq], "the unacknowledged message moved along");
+    assert_eq!(t.results[1].status_code, StatusCode::BadSubscriptionIdInvalid);
+    assert_eq!(t.results[2].status_code, StatusCode::BadSubscriptionIdInvalid, "shard 5 is not part of this process");
+    assert_eq!(w.shards[1].subscriptions().subscription_count(), 0);
+    assert_eq!(w.shards[0].subscriptions().subscription_count(), 1);
+
+    // The old session learns that its subscription left.
+    let p = w.publish(&mut old);
+    assert_eq!(p.subscription_id, sub);
+    let status = p.notification_message.notification_data[0]
+        .decode_as::<StatusChangeNotification>(uaring_core::DecodeLimits::default())
+        .expect("a StatusChangeNotification")
+        .unwrap();
+    assert_eq!(status.status, StatusCode::GoodSubscriptionTransferred);
+
+    // The new session gets the initial values and goes on receiving, now from shard 0; the
+    // moved message can be republished there.
+    let p = w.publish(&mut new);
+    assert_eq!(p.subscription_id, sub);
+    let dc = p.notification_message.notification_data[0]
+        .decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default())
+        .expect("data")
+        .unwrap();
+    assert_eq!(dc.monitored_items[0].client_handle, 42);
+    let r = w.call(
+        &mut new,
+        Request::Republish(Box::new(RepublishRequest { subscription_id: sub, retransmit_sequence_number: sent_seq, ..Default::default() })),
+    );
+    assert!(matches!(r, Response::Republish(_)), "{r:?}");
+    let p2 = w.publish(&mut new);
+    assert!(p2.notification_message.sequence_number > p.notification_message.sequence_number);
+}

@@ -175,22 +175,12 @@ impl Fleet {
             }
         }
         // The move mesh: move_out[from][to] feeds move_in[to][from].
-        let mut move_out: Vec<Vec<Option<Producer<Handoff>>>> = (0..n).map(|_| Vec::with_capacity(n)).collect();
-        let mut move_in: Vec<Vec<Consumer<Handoff>>> = (0..n).map(|_| Vec::new()).collect();
-        for (from, outs) in move_out.iter_mut().enumerate() {
-            for (to, ins) in move_in.iter_mut().enumerate() {
-                if from == to {
-                    outs.push(None);
-                } else {
-                    let (p, c) = spsc::channel(move_queue);
-                    outs.push(Some(p));
-                    ins.push(c);
-                }
-            }
-        }
+        let (move_out, move_in) = mesh::<Handoff>(n, move_queue);
+        let (mail_out, mail_in) = mesh::<Box<dyn Any + Send>>(n, move_queue);
         let mut wirings = Vec::with_capacity(n);
         let mut outboxes = Some(outboxes);
-        for ((i, inbox), (move_out, move_in)) in inboxes.into_iter().enumerate().zip(move_out.into_iter().zip(move_in)) {
+        let meshes = move_out.into_iter().zip(move_in).zip(mail_out.into_iter().zip(mail_in));
+        for ((i, inbox), ((move_out, move_in), (mail_out, mail_in))) in inboxes.into_iter().enumerate().zip(meshes) {
             wirings.push(ShardWiring {
                 index: i,
                 fleet: fleet.clone(),
@@ -199,6 +189,8 @@ impl Fleet {
                 move_reserved: vec![0; move_out.len()],
                 move_out,
                 move_in,
+                mail_out,
+                mail_in,
                 rr_next: 0,
             });
         }
@@ -238,6 +230,26 @@ impl Fleet {
     }
 }
 
+/// One bounded SPSC queue per ordered pair of `n` shards: `out[from][to]` (`None` for
+/// `from == to`) feeds one of `in[to]`.
+#[allow(clippy::type_complexity)]
+fn mesh<T>(n: usize, capacity: usize) -> (Vec<Vec<Option<Producer<T>>>>, Vec<Vec<Consumer<T>>>) {
+    let mut outs: Vec<Vec<Option<Producer<T>>>> = (0..n).map(|_| Vec::with_capacity(n)).collect();
+    let mut ins: Vec<Vec<Consumer<T>>> = (0..n).map(|_| Vec::new()).collect();
+    for (from, o) in outs.iter_mut().enumerate() {
+        for (to, i) in ins.iter_mut().enumerate() {
+            if from == to {
+                o.push(None);
+            } else {
+                let (p, c) = spsc::channel(capacity);
+                o.push(Some(p));
+                i.push(c);
+            }
+        }
+    }
+    (outs, ins)
+}
+
 /// One shard's end of the fleet.
 pub struct ShardWiring {
     pub index: usize,
@@ -252,6 +264,10 @@ pub struct ShardWiring {
     move_reserved: Vec<usize>,
     /// Queues of live connections from every other shard.
     move_in: Vec<Consumer<Handoff>>,
+    /// Queues for messages between the shards' protocol states (cross-shard
+    /// TransferSubscriptions), to every other shard / from every other shard.
+    mail_out: Vec<Option<Producer<Box<dyn Any + Send>>>>,
+    mail_in: Vec<Consumer<Box<dyn Any + Send>>>,
     rr_next: usize,
 }
 
@@ -331,6 +347,24 @@ impl ShardWiring {
         }
     }
 
+    /// Queues a message for shard `target`; gives it back when that queue is full.
+    pub fn mail_to(&mut self, target: usize, body: Box<dyn Any + Send>) -> Result<(), Box<dyn Any + Send>> {
+        match self.mail_out.get_mut(target).and_then(|o| o.as_mut()) {
+            Some(p) => p.push(body),
+            None => Err(body),
+        }
+    }
+
+    /// Is there a queue to `target` (another shard of the fleet)?
+    pub fn has_mail_route(&self, target: usize) -> bool {
+        matches!(self.mail_out.get(target), Some(Some(_)))
+    }
+
+    /// The next message from another shard.
+    pub fn pop_mail(&mut self) -> Option<Box<dyn Any + Send>> {
+        self.mail_in.iter_mut().find_map(|c| c.pop())
+    }
+
     /// The next socket handed to this shard: from the acceptor, or a live connection from
     /// another shard.
     pub fn pop_incoming(&mut self) -> Option<Handoff> {
@@ -338,5 +372,37 @@ impl ShardWiring {
             return Some(h);
         }
         self.move_in.iter_mut().find_map(|c| c.pop())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_slot_sizes_are_what_the_docs_say() {
+        // docs/Configuration.md (`runtime.move_queue`) quotes these.
+        assert_eq!(std::mem::size_of::<Handoff>(), 48);
+        assert_eq!(std::mem::size_of::<Box<dyn Any + Send>>(), 16);
+    }
+
+    #[test]
+    fn move_slots_are_reserved_and_released() {
+        let (_fleet, mut w) = Fleet::new(&[None, None], Distribution::Reuseport, 1, 2).unwrap();
+        let mut w1 = w.pop().unwrap();
+        let mut w0 = w.pop().unwrap();
+        assert!(!w0.reserve_move(0), "no queue to itself");
+        assert!(!w0.reserve_move(5), "no such shard");
+        assert!(w0.reserve_move(1));
+        assert!(w0.reserve_move(1));
+        assert!(!w0.reserve_move(1), "capacity 2 promised");
+        w0.release_move(1);
+        assert!(w0.reserve_move(1));
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let h = Handoff { fd: OwnedFd::from(a), peer: "127.0.0.1:1".parse().unwrap(), moved: None };
+        assert!(w0.move_to(1, h).is_ok());
+        assert!(w1.pop_incoming().is_some());
+        assert!(w0.mail_to(1, Box::new(7u32)).is_ok());
+        assert_eq!(w1.pop_mail().and_then(|m| m.downcast::<u32>().ok()).map(|b| *b), Some(7));
     }
 }

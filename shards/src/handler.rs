@@ -103,6 +103,14 @@ pub trait Handler {
         ConnStatus::Close
     }
 
+    /// Messages for other shards that arose in the protocol state (cross-shard
+    /// TransferSubscriptions): (target shard, message). The loop queues each to its shard
+    /// (keeping it until the queue has room) and wakes that shard.
+    fn take_mail(&mut self, _into: &mut Vec<(usize, Box<dyn Any + Send>)>) {}
+
+    /// A message from another shard's [`Handler::take_mail`].
+    fn mail(&mut self, _msg: Box<dyn Any + Send>, _now: Now) {}
+
     /// Graceful shutdown of the whole loop: say goodbye on this connection
     /// (append to `out`). The loop sends `out` and then closes the socket.
     fn shutdown(&mut self, _conn: &mut Self::Conn, _now: Now, _out: &mut Vec<u8>) {}

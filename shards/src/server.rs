@@ -38,6 +38,10 @@ pub trait ShardHost: ConnectionHost {
     fn set_memory_headroom(&mut self, _bytes: usize) {}
     /// Publishes gauges to the shard's metrics block.
     fn publish_metrics(&mut self) {}
+    /// Messages for other shards (see `Handler::take_mail`).
+    fn take_messages(&mut self, _into: &mut Vec<(usize, Box<dyn Any + Send>)>) {}
+    /// A message from another shard.
+    fn on_message(&mut self, _msg: Box<dyn Any + Send>, _now: Now) {}
 }
 
 /// Drives core's `ServerConnection`s of one shard.
@@ -184,6 +188,14 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     fn publish(&mut self) {
         self.host.publish_metrics();
     }
+
+    fn take_mail(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {
+        self.host.take_messages(into);
+    }
+
+    fn mail(&mut self, msg: Box<dyn Any + Send>, now: Now) {
+        self.host.on_message(msg, now);
+    }
 }
 
 impl ShardHost for ShardState {
@@ -201,6 +213,17 @@ impl ShardHost for ShardState {
     }
     fn publish_metrics(&mut self) {
         ShardState::publish_metrics(self)
+    }
+
+    fn take_messages(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {
+        let mut msgs = Vec::new();
+        ShardState::take_messages(self, &mut msgs);
+        into.extend(msgs.into_iter().map(|(t, m)| (t, Box::new(m) as Box<dyn Any + Send>)));
+    }
+    fn on_message(&mut self, msg: Box<dyn Any + Send>, now: Now) {
+        if let Ok(m) = msg.downcast::<uaring_core::server::shard::ShardMessage>() {
+            ShardState::on_message(self, *m, now);
+        }
     }
 }
 

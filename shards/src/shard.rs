@@ -157,6 +157,8 @@ pub(crate) struct ShardCore<H: Handler> {
     /// Accepted connections in the table per peer address (at most one entry per
     /// connection, so bounded by the table).
     per_address: std::collections::HashMap<std::net::IpAddr, u32>,
+    /// Messages for other shards whose queue was full: sent first next time.
+    mail_out: Vec<(usize, Box<dyn std::any::Any + Send>)>,
 }
 
 impl<H: Handler> ShardCore<H> {
@@ -175,6 +177,7 @@ impl<H: Handler> ShardCore<H> {
             over_budget: false,
             ready: Vec::new(),
             per_address: std::collections::HashMap::new(),
+            mail_out: Vec::new(),
         }
     }
 
@@ -600,6 +603,40 @@ impl<H: Handler> ShardCore<H> {
         self.ready = ids;
     }
 
+    /// Queues the handler's messages for other shards (those whose queue is full wait here,
+    /// in order, and go first next iteration) and wakes their shards.
+    fn send_mail(&mut self) {
+        self.handler.take_mail(&mut self.mail_out);
+        if self.mail_out.is_empty() {
+            return;
+        }
+        let mut kept = Vec::new();
+        let mut blocked: Vec<usize> = Vec::new();
+        for (target, body) in std::mem::take(&mut self.mail_out) {
+            if !self.wiring.has_mail_route(target) {
+                debug_assert!(false, "message for shard {target}, which has no queue");
+                continue;
+            }
+            // Keep the order per target: once one is blocked, the rest for it wait too.
+            if blocked.contains(&target) {
+                kept.push((target, body));
+                continue;
+            }
+            match self.wiring.mail_to(target, body) {
+                Ok(()) => {
+                    if !self.wake.contains(&target) {
+                        self.wake.push(target);
+                    }
+                }
+                Err(body) => {
+                    blocked.push(target);
+                    kept.push((target, body));
+                }
+            }
+        }
+        self.mail_out = kept;
+    }
+
     /// Runs due timers: the shard's and the connections'; then flushes asynchronous
     /// output (once per loop iteration, before the sends are reconciled).
     pub fn fire_timers(&mut self) {
@@ -607,6 +644,7 @@ impl<H: Handler> ShardCore<H> {
         if self.handler.deadline() <= now.mono_ns {
             self.handler.timer(now);
         }
+        self.send_mail();
         self.flush_ready();
         while let Some(id) = self.table.pop_expired(now.mono_ns) {
             let Some(c) = self.table.get_mut(id) else { continue };
@@ -717,8 +755,13 @@ impl<H: Handler> ShardCore<H> {
         self.add_conn(fd, peer, Origin::Accepted)
     }
 
-    /// Takes sockets handed over by the acceptor and live connections moved here.
+    /// Takes sockets handed over by the acceptor, live connections moved here and messages
+    /// from other shards.
     pub fn drain_inbox(&mut self, added: &mut Vec<ConnId>) {
+        while let Some(msg) = self.wiring.pop_mail() {
+            let now = self.now;
+            self.handler.mail(msg, now);
+        }
         while let Some(h) = self.wiring.pop_incoming() {
             let id = match h.moved {
                 Some(m) => self.add_moved(h.fd, h.peer, *m),
@@ -736,6 +779,10 @@ impl<H: Handler> ShardCore<H> {
             return 0;
         }
         let mut d = self.handler.deadline().min(self.table.next_deadline());
+        if !self.mail_out.is_empty() {
+            // A full queue to another shard: try again shortly.
+            d = d.min(self.now.mono_ns.saturating_add(1_000_000));
+        }
         if self.stopping {
             d = d.min(self.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS));
         }

@@ -332,6 +332,50 @@ struct Slot {
     session: Option<Session>,
 }
 
+/// Most TransferSubscriptions requests of one shard waiting for other shards' replies; one
+/// more is BadTooManyOperations.
+pub const MAX_PENDING_TRANSFERS: usize = 64;
+
+/// A message between the shards of one process. The runtime carries it over bounded SPSC
+/// queues ([`ShardState::take_messages`] on one shard, [`ShardState::on_message`] on the
+/// other); it is never dropped.
+#[derive(Debug)]
+pub enum ShardMessage {
+    /// Cross-shard TransferSubscriptions: shard `from` asks for subscription `sub_id` for a
+    /// session of its own whose user is `owner`, with room for `max_items` monitored items.
+    TransferRequest { from: usize, ticket: u64, index: usize, sub_id: u32, owner: String, max_items: usize },
+    /// The answer: the subscription with everything it holds, or why not.
+    TransferReply { ticket: u64, index: usize, result: Result<crate::subscription::MovedSubscription, StatusCode> },
+}
+
+/// A TransferSubscriptions request waiting for replies from other shards.
+#[derive(Debug)]
+pub struct PendingTransfer {
+    key: SessionKey,
+    channel_id: u32,
+    request_id: u32,
+    request_handle: u32,
+    send_initial_values: bool,
+    /// One per requested id; `None` while another shard has not replied.
+    results: Vec<Option<crate::generated::types::TransferResult>>,
+    /// Subscriptions and items reserved here for the replies still to come.
+    reserved_subs: usize,
+    reserved_items: usize,
+}
+
+impl PendingTransfer {
+    pub fn new(
+        key: SessionKey,
+        channel_id: u32,
+        request_id: u32,
+        request_handle: u32,
+        send_initial_values: bool,
+        results: Vec<Option<crate::generated::types::TransferResult>>,
+    ) -> PendingTransfer {
+        PendingTransfer { key, channel_id, request_id, request_handle, send_initial_values, results, reserved_subs: 0, reserved_items: 0 }
+    }
+}
+
 /// Why a request's authentication token was not accepted.
 pub type SessionResult<T> = Result<T, StatusCode>;
 
@@ -363,6 +407,15 @@ pub struct ShardState {
     /// What the runtime's budget leaves for decoding a request (see
     /// [`ShardState::set_memory_headroom`]).
     memory_headroom: usize,
+    /// Messages for other shards, taken by the runtime (bounded by the pending transfers of
+    /// this shard and the requests of the others).
+    outgoing: Vec<(usize, ShardMessage)>,
+    /// TransferSubscriptions waiting for other shards, by ticket.
+    transfers: std::collections::HashMap<u64, PendingTransfer>,
+    transfer_ticket: u64,
+    /// Subscriptions and items promised to transfers under way (counted against the limits).
+    transfer_reserved_subs: usize,
+    transfer_reserved_items: usize,
 }
 
 impl ShardState {
@@ -398,6 +451,11 @@ impl ShardState {
             memory_headroom: usize::MAX,
             shared,
             random,
+            outgoing: Vec::new(),
+            transfers: std::collections::HashMap::new(),
+            transfer_ticket: 0,
+            transfer_reserved_subs: 0,
+            transfer_reserved_items: 0,
         }
     }
 
@@ -478,6 +536,119 @@ impl ShardState {
 
     pub fn shard_index(&self) -> usize {
         self.shard_index
+    }
+
+    /// The number of shards of the process ([`ShardState::with_shard_count`]).
+    pub fn shard_count(&self) -> usize {
+        self.shard_count
+    }
+
+    /// Asks the owning shards for the subscriptions of a TransferSubscriptions (`remote`:
+    /// position in the request, subscription id, owning shard). Each one first gets room
+    /// here (subscriptions of the session and of the shard, monitored items), reserved until
+    /// its reply; one that finds none is answered BadTooManySubscriptions without asking.
+    /// Returns the response when nothing is left to wait for.
+    pub fn start_transfer(
+        &mut self,
+        mut pending: PendingTransfer,
+        owner: String,
+        remote: Vec<(usize, u32, usize)>,
+        now: Now,
+    ) -> Option<Response> {
+        if self.transfers.len() >= MAX_PENDING_TRANSFERS {
+            return Some(crate::services::fault(pending.request_handle, StatusCode::BadTooManyOperations, now));
+        }
+        self.transfer_ticket += 1;
+        let ticket = self.transfer_ticket;
+        for (index, sub_id, shard) in remote {
+            let room = self.subscriptions.import_room(
+                pending.key,
+                self.transfer_reserved_subs,
+                self.transfer_reserved_items,
+            );
+            match room {
+                Ok(max_items) => {
+                    self.transfer_reserved_subs += 1;
+                    self.transfer_reserved_items += max_items;
+                    pending.reserved_subs += 1;
+                    pending.reserved_items += max_items;
+                    let msg = ShardMessage::TransferRequest { from: self.shard_index, ticket, index, sub_id, owner: owner.clone(), max_items };
+                    self.outgoing.push((shard, msg));
+                }
+                Err(status) => {
+                    pending.results[index] = Some(crate::generated::types::TransferResult { status_code: status, ..Default::default() });
+                }
+            }
+        }
+        if pending.results.iter().all(|r| r.is_some()) {
+            let results = pending.results.into_iter().flatten().collect();
+            return Some(crate::services::subscription::transfer_response(pending.request_handle, results, now));
+        }
+        self.transfers.insert(ticket, pending);
+        None
+    }
+
+    /// Messages this shard has for other shards: (target shard, message).
+    pub fn take_messages(&mut self, into: &mut Vec<(usize, ShardMessage)>) {
+        into.append(&mut self.outgoing);
+    }
+
+    /// A message from another shard.
+    pub fn on_message(&mut self, msg: ShardMessage, now: Now) {
+        match msg {
+            ShardMessage::TransferRequest { from, ticket, index, sub_id, owner, max_items } => {
+                let result = self.subscriptions.export_subscription(&owner, sub_id, max_items, now);
+                self.outgoing.push((from, ShardMessage::TransferReply { ticket, index, result }));
+            }
+            ShardMessage::TransferReply { ticket, index, result } => self.on_transfer_reply(ticket, index, result, now),
+        }
+    }
+
+    fn on_transfer_reply(
+        &mut self,
+        ticket: u64,
+        index: usize,
+        result: Result<crate::subscription::MovedSubscription, StatusCode>,
+        now: Now,
+    ) {
+        use crate::generated::types::TransferResult;
+        let Some(p) = self.transfers.get_mut(&ticket) else { return };
+        let (key, send_initial_values) = (p.key, p.send_initial_values);
+        // This reply's share of the reservation (an even share: each request reserved the
+        // room it offered, released here in the order replies come; the totals stay exact).
+        let items = p.reserved_items / p.reserved_subs.max(1);
+        p.reserved_subs = p.reserved_subs.saturating_sub(1);
+        p.reserved_items -= items.min(p.reserved_items);
+        self.transfer_reserved_subs = self.transfer_reserved_subs.saturating_sub(1);
+        self.transfer_reserved_items = self.transfer_reserved_items.saturating_sub(items);
+        let live = self.session(key).is_some();
+        let r = match result {
+            Ok(moved) => match self.subscriptions.import_subscription(key, moved, send_initial_values, now) {
+                Ok(available) => TransferResult { status_code: StatusCode::Good, available_sequence_numbers: available },
+                Err(s) => TransferResult { status_code: s, ..Default::default() },
+            },
+            Err(s) => TransferResult { status_code: s, ..Default::default() },
+        };
+        if !live {
+            // The session closed meanwhile: the subscription stays, orphaned, as a closed
+            // session's subscriptions do.
+            self.subscriptions.on_session_closed(key, false, now);
+        }
+        let Some(p) = self.transfers.get_mut(&ticket) else { return };
+        if let Some(slot) = p.results.get_mut(index) {
+            *slot = Some(r);
+        }
+        if p.results.iter().any(|r| r.is_none()) {
+            return;
+        }
+        let Some(p) = self.transfers.remove(&ticket) else { return };
+        self.transfer_reserved_items = self.transfer_reserved_items.saturating_sub(p.reserved_items);
+        // Answered on the channel the request came on, if the session is still bound to it.
+        if self.session(key).and_then(|s| s.channel_id) == Some(p.channel_id) {
+            let results = p.results.into_iter().flatten().collect();
+            let response = crate::services::subscription::transfer_response(p.request_handle, results, now);
+            self.subscriptions.emit_response(p.channel_id, p.request_id, response);
+        }
     }
 
     /// A new secure channel id, unique across shards: `shard_index << 24 | counter`, never

@@ -151,7 +151,7 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         Request::SetPublishingMode(r) => subscription::set_publishing_mode(shard, key, &r, now),
         Request::DeleteSubscriptions(r) => subscription::delete_subscriptions(shard, key, &r, now),
         Request::Republish(r) => subscription::republish(shard, key, &r, now),
-        Request::TransferSubscriptions(r) => subscription::transfer_subscriptions(shard, key, &r, now),
+        Request::TransferSubscriptions(r) => return subscription::transfer_subscriptions(shard, key, ctx.channel_id, request_id, &r, now),
         Request::CreateMonitoredItems(r) => monitored_item::create_monitored_items(shard, key, &r, now),
         Request::ModifyMonitoredItems(r) => monitored_item::modify_monitored_items(shard, key, &r, now),
         Request::DeleteMonitoredItems(r) => monitored_item::delete_monitored_items(shard, key, &r, now),

@@ -107,21 +107,51 @@ pub fn republish(shard: &mut ShardState, key: SessionKey, req: &RepublishRequest
     }
 }
 
-pub fn transfer_subscriptions(shard: &mut ShardState, key: SessionKey, req: &TransferSubscriptionsRequest, now: Now) -> Response {
+/// TransferSubscriptions (Part 4 §5.13.7). Subscriptions of this shard move at once; those
+/// whose id names another shard of the process are asked from that shard
+/// (`ShardState::start_transfer`) and the response waits for its replies (`None`: it goes
+/// out through the channel's deferred responses, like a Publish).
+pub fn transfer_subscriptions(
+    shard: &mut ShardState,
+    key: SessionKey,
+    channel_id: u32,
+    request_id: u32,
+    req: &TransferSubscriptionsRequest,
+    now: Now,
+) -> Option<Response> {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
-        return fault(handle, s, now);
+        return Some(fault(handle, s, now));
     }
     let owner = owner_of(shard, key);
+    let (here, count) = (shard.shard_index(), shard.shard_count());
+    let mut remote = Vec::new();
     let (subs, _) = shard.subscriptions_mut();
-    let results = req
+    let results: Vec<Option<TransferResult>> = req
         .subscription_ids
         .iter()
-        .map(|&id| match subs.transfer_subscription(key, &owner, id, req.send_initial_values, now) {
-            Ok(available) => TransferResult { status_code: StatusCode::Good, available_sequence_numbers: available },
-            Err(s) => TransferResult { status_code: s, available_sequence_numbers: Vec::new() },
+        .enumerate()
+        .map(|(i, &id)| {
+            let owning = (id >> 24) as usize;
+            if owning != here && owning < count {
+                remote.push((i, id, owning));
+                return None;
+            }
+            Some(match subs.transfer_subscription(key, &owner, id, req.send_initial_values, now) {
+                Ok(available) => TransferResult { status_code: StatusCode::Good, available_sequence_numbers: available },
+                Err(s) => TransferResult { status_code: s, available_sequence_numbers: Vec::new() },
+            })
         })
         .collect();
+    if remote.is_empty() {
+        return Some(transfer_response(handle, results.into_iter().flatten().collect(), now));
+    }
+    let pending = crate::server::shard::PendingTransfer::new(key, channel_id, request_id, handle, req.send_initial_values, results);
+    shard.start_transfer(pending, owner, remote, now)
+}
+
+/// The TransferSubscriptionsResponse with one result per requested id.
+pub fn transfer_response(handle: u32, results: Vec<TransferResult>, now: Now) -> Response {
     Response::TransferSubscriptions(Box::new(TransferSubscriptionsResponse {
         response_header: response_header(handle, now),
         results,

@@ -41,8 +41,10 @@
 //!   all configured caps (`[subscriptions]`). A client that never publishes or never
 //!   acknowledges cannot grow the shard past them.
 //!
-//! Subscription ids are `shard << 24 | counter` (never 0, unique among live ones), so a later
-//! cross-shard TransferSubscriptions can find the owning shard from the id alone.
+//! Subscription and monitored item ids are `shard << 24 | counter` (never 0, unique among
+//! live ones), so a cross-shard TransferSubscriptions finds the owning shard from the id
+//! alone, and a subscription moved to another shard keeps its ids there
+//! ([`SubscriptionEngine::export_subscription`] / [`SubscriptionEngine::import_subscription`]).
 
 pub mod item;
 pub mod limits;
@@ -217,6 +219,30 @@ impl Subscription {
     }
 }
 
+/// A subscription on its way from one shard's engine to another's (cross-shard
+/// TransferSubscriptions): everything it holds, items in order, links and the ready list as
+/// positions among them.
+pub struct MovedSubscription {
+    sub: Subscription,
+    items: Vec<MonitoredItem>,
+    ready: Vec<u32>,
+}
+
+impl MovedSubscription {
+    pub fn id(&self) -> u32 {
+        self.sub.id
+    }
+    pub fn item_count(&self) -> usize {
+        self.items.len()
+    }
+}
+
+impl std::fmt::Debug for MovedSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MovedSubscription {{ id: {}, items: {} }}", self.sub.id, self.items.len())
+    }
+}
+
 #[derive(Default)]
 struct SessionSubs {
     subs: Vec<u32>,
@@ -355,10 +381,12 @@ impl SubscriptionEngine {
         }
     }
 
+    /// Monitored item ids are `shard << 24 | counter` like subscription ids, so the items of a
+    /// subscription moved here from another shard keep their ids without colliding.
     fn next_item_id(&mut self) -> u32 {
         loop {
-            self.item_counter = self.item_counter.wrapping_add(1);
-            let id = self.item_counter;
+            self.item_counter = (self.item_counter + 1) & 0xFF_FFFF;
+            let id = self.shard_index << 24 | self.item_counter;
             if id != 0 && !self.item_ids.contains_key(&id) {
                 return id;
             }
@@ -1082,6 +1110,146 @@ impl SubscriptionEngine {
         }
         let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         Ok(sub.available())
+    }
+
+    /// Cross-shard TransferSubscriptions, the owning side: takes subscription `sub_id` out of
+    /// this engine for a session of another shard, if `owner` (the requesting session's
+    /// user) created it and it has at most `max_items` monitored items (what the other shard
+    /// has room for; else BadTooManyMonitoredItems and nothing changes). The old session
+    /// gets a StatusChangeNotification GoodSubscriptionTransferred, as in a transfer within
+    /// the shard. Everything the subscription holds leaves with it: parameters, counters,
+    /// sequence numbers, its items with their filters, queues and last values, triggering
+    /// links, the ready list and the retransmission queue.
+    pub fn export_subscription(&mut self, owner: &str, sub_id: u32, max_items: usize, now: Now) -> Result<MovedSubscription, StatusCode> {
+        let slot = *self.sub_ids.get(&sub_id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        if sub.owner != owner {
+            return Err(StatusCode::BadUserAccessDenied);
+        }
+        if sub.items.len() > max_items {
+            return Err(StatusCode::BadTooManyMonitoredItems);
+        }
+        let item_slots = sub.items.clone();
+        for &it in &item_slots {
+            self.stop_sampling(it);
+            if let Some(i) = self.event_items.iter().position(|&x| x == it) {
+                self.event_items.swap_remove(i);
+            }
+        }
+        let Some(mut sub) = self.subs[slot as usize].take() else { return Err(StatusCode::BadSubscriptionIdInvalid) };
+        self.sub_ids.remove(&sub_id);
+        self.sub_free.push(slot);
+        let index_of: HashMap<u32, u32> = item_slots.iter().enumerate().map(|(i, &it)| (it, i as u32)).collect();
+        let mut items = Vec::with_capacity(item_slots.len());
+        for &it in &item_slots {
+            let Some(mut item) = self.items.get_mut(it as usize).and_then(|x| x.take()) else { continue };
+            self.item_ids.remove(&item.id);
+            self.item_free.push(it);
+            // Links to items of the same subscription become positions in `items`.
+            item.links = item.links.iter().filter_map(|&(t, id)| index_of.get(&t).map(|&i| (i, id))).collect();
+            item.in_ready = false;
+            items.push(item);
+        }
+        let ready = sub.ready.iter().filter_map(|it| index_of.get(it).copied()).collect();
+        sub.items.clear();
+        sub.ready.clear();
+        sub.exception_items.clear();
+        let old = sub.session.take();
+        let seq = sub.take_seq();
+        if let Some(o) = old {
+            if let Some(ss) = self.sessions.get_mut(&o) {
+                ss.subs.retain(|&x| x != slot);
+                ss.retrans_order.retain(|&(x, _)| x != slot);
+                ss.status_messages.push_back((sub_id, seq, StatusCode::GoodSubscriptionTransferred));
+            }
+            self.service_session(o, now);
+        }
+        Ok(MovedSubscription { sub, items, ready })
+    }
+
+    /// Room here for one more subscription of session `key`: the number of monitored items
+    /// it may bring (per-subscription and per-shard limits, less `reserved` items promised
+    /// to transfers under way), or BadTooManySubscriptions.
+    pub fn import_room(&self, key: SessionKey, reserved_subs: usize, reserved_items: usize) -> Result<usize, StatusCode> {
+        let count = self.sessions.get(&key).map_or(0, |s| s.subs.len());
+        if count + reserved_subs >= self.limits.max_subscriptions_per_session as usize
+            || self.sub_ids.len() + reserved_subs >= self.limits.max_subscriptions_per_shard as usize
+        {
+            return Err(StatusCode::BadTooManySubscriptions);
+        }
+        let free = (self.limits.max_monitored_items_per_shard as usize).saturating_sub(self.item_ids.len() + reserved_items);
+        Ok(free.min(self.limits.max_monitored_items_per_subscription as usize))
+    }
+
+    /// Cross-shard TransferSubscriptions, the receiving side: adds a subscription taken from
+    /// another shard ([`SubscriptionEngine::export_subscription`], within the room
+    /// [`SubscriptionEngine::import_room`] offered) to session `key`, restarts its timers
+    /// and sampling here, and (`send_initial_values`) queues every item's last value.
+    /// Returns its available sequence numbers. Ids stay those the other shard gave; an id
+    /// that is live here (possible only after that shard's 24-bit counter wrapped onto a
+    /// live id) is BadSubscriptionIdInvalid and the subscription is dropped.
+    pub fn import_subscription(&mut self, key: SessionKey, moved: MovedSubscription, send_initial_values: bool, now: Now) -> Result<Vec<u32>, StatusCode> {
+        let MovedSubscription { mut sub, items, ready } = moved;
+        if self.sub_ids.contains_key(&sub.id) || items.iter().any(|i| self.item_ids.contains_key(&i.id)) {
+            return Err(StatusCode::BadSubscriptionIdInvalid);
+        }
+        sub.session = Some(key);
+        sub.late = false;
+        sub.lifetime_counter = 0;
+        sub.timer_generation = 0;
+        sub.next_ns = now.mono_ns.saturating_add(sub.interval_ns);
+        let id = sub.id;
+        let next_ns = sub.next_ns;
+        let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
+        self.sub_ids.insert(id, slot);
+        self.sub_heap.push(Reverse((next_ns, slot, 0)));
+        let mut slots = Vec::with_capacity(items.len());
+        for mut item in items {
+            item.sub = slot;
+            item.source = NONE;
+            let item_id = item.id;
+            slots.push(self.insert_item(slot, item_id, item));
+        }
+        for &it in &slots {
+            let Some(Some(item)) = self.items.get_mut(it as usize) else { continue };
+            item.links = item.links.iter().filter_map(|&(i, id)| slots.get(i as usize).map(|&t| (t, id))).collect();
+            let (mode, event) = (item.mode, item.event.is_some());
+            if event {
+                self.event_items.push(it);
+            } else if mode != MonitoringMode::Disabled {
+                self.start_sampling(it, now);
+            }
+        }
+        if let Some(Some(sub)) = self.subs.get_mut(slot as usize) {
+            for &i in &ready {
+                if let Some(&it) = slots.get(i as usize) {
+                    if let Some(Some(item)) = self.items.get_mut(it as usize) {
+                        item.in_ready = true;
+                        sub.ready.push(it);
+                    }
+                }
+            }
+        }
+        let ss = self.sessions.entry(key).or_default();
+        ss.subs.push(slot);
+        if let Some(Some(sub)) = self.subs.get(slot as usize) {
+            for m in &sub.retrans {
+                ss.retrans_order.push_back((slot, m.sequence_number));
+            }
+        }
+        self.trim_retransmission(key);
+        if send_initial_values {
+            self.resend_slot(slot);
+        }
+        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        Ok(sub.available())
+    }
+
+    /// A response produced outside the Publish path for a queued request (a
+    /// TransferSubscriptions answered after another shard replied), sent like Publish
+    /// responses through the channel's outbox.
+    pub fn emit_response(&mut self, channel_id: u32, request_id: u32, response: Response) {
+        self.emit(channel_id, request_id, response);
     }
 
     /// Server.ResendData: every item in Reporting mode queues its last value again.

@@ -12,6 +12,9 @@
 // message was lost with the dropped connection its own Republish asks one too far. Every
 // written value must arrive once and in order, the session id must stay the same, and the
 // server's statistics must show the connections moving between shards.
+//
+// A second test moves a subscription with TransferSubscriptions to a session on the other
+// shard and checks that it delivers there.
 "use strict";
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -246,5 +249,92 @@ test("50 reconnects across shards keep the session and its subscription", async 
     await client.disconnect();
     await writer.close();
     await writerClient.disconnect();
+  }
+});
+
+function call(session, method, request) {
+  return new Promise((resolve, reject) => session[method](request, (e, r) => (e ? reject(e) : resolve(r))));
+}
+
+test("TransferSubscriptions to a session of the other shard delivers there", async () => {
+  const oldClient = newClient({ connectionStrategy: { maxRetry: 0 } });
+  await oldClient.connect(server.url);
+  const oldSession = await oldClient.createSession();
+  const write = async (v) => {
+    const s = await oldSession.write({ nodeId: INT32, attributeId: AttributeIds.Value, value: { value: { dataType: DataType.Int32, value: v } } });
+    assert.equal(s, StatusCodes.Good);
+  };
+  await write(2000);
+  // Created with raw requests, so node-opcua's publish engine of the old session stays out.
+  const cs = await call(oldSession, "createSubscription", {
+    requestedPublishingInterval: 20,
+    requestedLifetimeCount: 3000,
+    requestedMaxKeepAliveCount: 10,
+    maxNotificationsPerPublish: 0,
+    publishingEnabled: true,
+    priority: 1,
+  });
+  const subId = cs.subscriptionId;
+  const cm = await call(oldSession, "createMonitoredItems", {
+    subscriptionId: subId,
+    timestampsToReturn: TimestampsToReturn.Both,
+    itemsToCreate: [
+      {
+        itemToMonitor: { nodeId: INT32, attributeId: AttributeIds.Value },
+        monitoringMode: 2,
+        requestedParameters: { clientHandle: 11, samplingInterval: 0, queueSize: 100, discardOldest: false },
+      },
+    ],
+  });
+  assert.equal(cm.results[0].statusCode, StatusCodes.Good);
+  // Sessions on further connections until one lands on the other shard (round robin).
+  let newClientObj;
+  let newSession;
+  for (let i = 0; i < 4 && !newSession; i++) {
+    const c = newClient({ connectionStrategy: { maxRetry: 0 } });
+    await c.connect(server.url);
+    const s = await c.createSession();
+    // A session's shard is named by its authentication token (first byte, docs/Architecture.md).
+    if ((s.authenticationToken.value[0] | 0) !== (subId >>> 24)) {
+      newClientObj = c;
+      newSession = s;
+    } else {
+      await s.close();
+      await c.disconnect();
+    }
+  }
+  assert.ok(newSession, "no session on the other shard");
+  try {
+    const tr = await call(newSession, "transferSubscriptions", { subscriptionIds: [subId], sendInitialValues: true });
+    assert.equal(tr.results[0].statusCode, StatusCodes.Good);
+    const values = [];
+    let acks = [];
+    const collect = async (want) => {
+      const end = Date.now() + 15000;
+      while (!values.includes(want)) {
+        assert.ok(Date.now() < end, `value ${want} not delivered; got ${values}`);
+        const p = await call(newSession, "publish", { subscriptionAcknowledgements: acks });
+        acks = [];
+        assert.equal(p.subscriptionId, subId);
+        const m = p.notificationMessage;
+        for (const nd of m.notificationData || []) for (const mi of nd.monitoredItems || []) values.push(mi.value.value.value);
+        if ((m.notificationData || []).length) acks.push({ subscriptionId: subId, sequenceNumber: m.sequenceNumber });
+      }
+    };
+    await collect(2000); // the initial value (SendInitialValues)
+    for (let v = 2001; v <= 2020; v++) {
+      await write(v);
+      await collect(v);
+    }
+    assert.deepEqual(values.slice(-20), Array.from({ length: 20 }, (_, i) => 2001 + i));
+    // The old session learns that the subscription left.
+    const p = await call(oldSession, "publish", { subscriptionAcknowledgements: [] });
+    const status = (p.notificationMessage.notificationData || []).find((n) => n.status !== undefined);
+    assert.ok(status && status.status.equals(StatusCodes.GoodSubscriptionTransferred), `got ${JSON.stringify(p.notificationMessage)}`);
+  } finally {
+    await newSession.close().catch(() => {});
+    await newClientObj.disconnect();
+    await oldSession.close().catch(() => {});
+    await oldClient.disconnect();
   }
 });

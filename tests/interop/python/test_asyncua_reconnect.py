@@ -213,3 +213,68 @@ def test_fifty_reconnects_across_shards_keep_the_subscription(two_shards):
             await writer.disconnect()
 
     run(main())
+
+
+def channel_shard(client):
+    return client.uaclient.protocol._connection.security_token.ChannelId >> 24
+
+
+async def transfer(client, ids, initial=True):
+    req = ua.TransferSubscriptionsRequest()
+    req.Parameters = ua.TransferSubscriptionsParameters(SubscriptionIds=list(ids), SendInitialValues=initial)
+    resp = await send(client, req, ua.TransferSubscriptionsResponse)
+    resp.ResponseHeader.ServiceResult.check()
+    return resp.Parameters.Results
+
+
+def test_transfer_subscriptions_to_a_session_of_the_other_shard(two_shards):
+    async def main():
+        url = two_shards.url
+        writer = Client(url)
+        await writer.connect()
+        old = Client(url)
+        await old.connect()
+        new = None
+        try:
+            node = writer.get_node(INT32)
+            await node.write_value(ua.Variant(1000, ua.VariantType.Int32))
+            sub_id = await create_subscription(old)
+            await monitor(old, sub_id, 9)
+            first = await publish(old, [])
+            assert values_of(first.NotificationMessage, 9) == [1000]
+            unacked = first.NotificationMessage.SequenceNumber
+            # A session whose connection landed on the other shard.
+            for _ in range(4):
+                new = Client(url)
+                await new.connect()
+                if channel_shard(new) != sub_id >> 24:
+                    break
+                await new.disconnect()
+                new = None
+            assert new is not None, "no connection landed on the other shard"
+            results = await transfer(new, [sub_id])
+            results[0].StatusCode.check()
+            assert list(results[0].AvailableSequenceNumbers) == [unacked], "the unacknowledged message moved along"
+            # The old session is told that its subscription left.
+            p = await publish(old, [])
+            assert p.SubscriptionId == sub_id
+            status = [n for n in p.NotificationMessage.NotificationData if isinstance(n, ua.StatusChangeNotification)]
+            assert status and status[0].Status.value == ua.StatusCodes.GoodSubscriptionTransferred
+            # The new session gets the initial value, the kept message, then every new value.
+            s = Subscriber(new, sub_id, 9)
+            s.last_seq = unacked - 1
+            m = await republish(new, sub_id, unacked)
+            await s.take(m)
+            # The StatusChangeNotification to the old session used the next sequence number.
+            s.last_seq = p.NotificationMessage.SequenceNumber
+            await s.until(1000)
+            for v in range(1001, 1021):
+                await node.write_value(ua.Variant(v, ua.VariantType.Int32))
+                await s.until(v)
+            assert s.values[0] == 1000 and s.values[-20:] == list(range(1001, 1021)), s.values
+        finally:
+            for c in (new, old, writer):
+                if c is not None:
+                    await c.disconnect()
+
+    run(main())
