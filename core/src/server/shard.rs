@@ -543,6 +543,13 @@ impl ShardState {
         self.shard_count
     }
 
+    /// Is `shard` another shard of this process that connections and subscriptions can be
+    /// handed to? Never when the shard count was not set to include this shard itself (a
+    /// `ShardState` built alone, as tests do, answers everything here).
+    pub fn routes_to(&self, shard: usize) -> bool {
+        self.shard_index < self.shard_count && shard != self.shard_index && shard < self.shard_count
+    }
+
     /// Asks the owning shards for the subscriptions of a TransferSubscriptions (`remote`:
     /// position in the request, subscription id, owning shard). Each one first gets room
     /// here (subscriptions of the session and of the shard, monitored items), reserved until
@@ -948,7 +955,7 @@ impl ConnectionHost for ShardState {
     }
 
     fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
-        token_shard(authentication_token).filter(|&s| s != self.shard_index && s < self.shard_count)
+        token_shard(authentication_token).filter(|&s| self.routes_to(s))
     }
     fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
         if self.open_channels >= self.transport.max_channels_per_shard || self.live_channels.contains(&channel_id) {

@@ -124,7 +124,7 @@ pub fn transfer_subscriptions(
         return Some(fault(handle, s, now));
     }
     let owner = owner_of(shard, key);
-    let (here, count) = (shard.shard_index(), shard.shard_count());
+    let routes: Vec<bool> = req.subscription_ids.iter().map(|&id| shard.routes_to((id >> 24) as usize)).collect();
     let mut remote = Vec::new();
     let (subs, _) = shard.subscriptions_mut();
     let results: Vec<Option<TransferResult>> = req
@@ -132,9 +132,8 @@ pub fn transfer_subscriptions(
         .iter()
         .enumerate()
         .map(|(i, &id)| {
-            let owning = (id >> 24) as usize;
-            if owning != here && owning < count {
-                remote.push((i, id, owning));
+            if routes[i] {
+                remote.push((i, id, (id >> 24) as usize));
                 return None;
             }
             Some(match subs.transfer_subscription(key, &owner, id, req.send_initial_values, now) {
