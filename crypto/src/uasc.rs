@@ -6,10 +6,11 @@
 //! Ownership (thread per core): the own certificate and key ([`OwnIdentity`]) are built once
 //! and shared read-only by every shard. Each shard owns a [`ShardTrust`]: its own [`Pki`]
 //! (rescanned with `refresh_if_stale` before each validation, so a certificate dropped into
-//! `trusted/certs` is accepted within `rescan_interval_ms`), its handshake limiter and its
-//! failed-login limiter. The mutexes around them are only ever taken by the owning shard's
-//! thread (uncontended), and only on OpenSecureChannel, CreateSession and ActivateSession —
-//! never for a Read or Write.
+//! `trusted/certs` is accepted within `rescan_interval_ms`) and a handle on the process-wide
+//! [`AddressLimits`] (the handshake and failed-login limiters, one fixed-size table each, shared
+//! by all shards so that N shards do not allow N times the attempts). The mutexes are taken
+//! only on OpenSecureChannel, CreateSession and ActivateSession (by the shard's thread, or by a
+//! handshake helper thread working for it) — never for a Read or Write.
 //!
 //! Symmetric chunks are signed, encrypted, decrypted and verified in place in the caller's
 //! buffer with key schedules computed once per token: nothing is allocated per message.
@@ -68,7 +69,7 @@ pub struct HandshakeLimits {
     pub burst: u32,
     /// One more handshake is allowed every `refill_interval_ms`.
     pub refill_interval_ms: u64,
-    /// Addresses tracked per shard (bounded map).
+    /// Addresses tracked (the size of the fixed table shared by all shards).
     pub addresses_max: usize,
 }
 
@@ -78,11 +79,80 @@ impl Default for HandshakeLimits {
     }
 }
 
-/// One shard's trust state: its PKI store, handshake limiter and failed-login limiter.
-pub struct ShardTrust {
-    pki: Mutex<Pki>,
+/// The per-client-address limiters of the whole process: handshakes (OpenSecureChannel) and
+/// failed logins, each a fixed-size table ([`LoginLimiter`]) behind a mutex, shared by every
+/// shard and handshake helper thread. Taken only on the handshake path, never for a Read.
+pub struct AddressLimits {
     handshakes: Option<Mutex<LoginLimiter>>,
     logins: Mutex<LoginLimiter>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for AddressLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddressLimits").finish_non_exhaustive()
+    }
+}
+
+impl AddressLimits {
+    /// Both tables, allocated now. `handshakes: None` disables the handshake limit.
+    pub fn new(handshakes: Option<HandshakeLimits>, logins: LoginLimiterConfig) -> Arc<AddressLimits> {
+        let handshakes = handshakes.map(|h| {
+            Mutex::new(LoginLimiter::new(LoginLimiterConfig {
+                burst: h.burst,
+                refill_interval_ms: h.refill_interval_ms,
+                addresses_max: h.addresses_max,
+            }))
+        });
+        Arc::new(AddressLimits { handshakes, logins: Mutex::new(LoginLimiter::new(logins)), started: Instant::now() })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Counts one handshake from `peer`; Err (BadTcpServerTooBusy) when over the limit.
+    pub fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
+        let (Some(limiter), Some(ip)) = (&self.handshakes, peer) else {
+            return Ok(());
+        };
+        let now = self.now_ms();
+        let mut l = lock(limiter);
+        if l.check(ip, now).is_err() {
+            return Err(StatusCode::BadTcpServerTooBusy);
+        }
+        l.record_failure(ip, now);
+        Ok(())
+    }
+
+    /// Whether `peer` may attempt a login now.
+    pub fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
+        match peer {
+            Some(ip) => lock(&self.logins).check(ip, self.now_ms()).is_ok(),
+            None => true,
+        }
+    }
+
+    /// A failed login from `peer`.
+    pub fn login_failed(&self, peer: Option<IpAddr>) {
+        if let Some(ip) = peer {
+            let now = self.now_ms();
+            lock(&self.logins).record_failure(ip, now);
+        }
+    }
+
+    /// A successful login from `peer`: its failures are forgotten.
+    pub fn login_succeeded(&self, peer: Option<IpAddr>) {
+        if let Some(ip) = peer {
+            lock(&self.logins).record_success(ip);
+        }
+    }
+}
+
+/// One shard's trust state: its PKI store, and the process-wide address limits.
+pub struct ShardTrust {
+    pki: Mutex<Pki>,
+    limits: Arc<AddressLimits>,
     started: Instant,
 }
 
@@ -99,16 +169,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ShardTrust {
-    /// Wraps a shard's PKI. `handshakes: None` disables the handshake limit.
+    /// Wraps a shard's PKI with limiters of its own (tests and single-shard use).
+    /// `handshakes: None` disables the handshake limit.
     pub fn new(pki: Pki, handshakes: Option<HandshakeLimits>, logins: LoginLimiterConfig) -> Arc<ShardTrust> {
-        let handshakes = handshakes.map(|h| {
-            Mutex::new(LoginLimiter::new(LoginLimiterConfig {
-                burst: h.burst,
-                refill_interval_ms: h.refill_interval_ms,
-                addresses_max: h.addresses_max,
-            }))
-        });
-        Arc::new(ShardTrust { pki: Mutex::new(pki), handshakes, logins: Mutex::new(LoginLimiter::new(logins)), started: Instant::now() })
+        Self::with_limits(pki, AddressLimits::new(handshakes, logins))
+    }
+
+    /// Wraps a shard's PKI with the process-wide limiters (every shard gets the same `limits`).
+    pub fn with_limits(pki: Pki, limits: Arc<AddressLimits>) -> Arc<ShardTrust> {
+        Arc::new(ShardTrust { pki: Mutex::new(pki), limits, started: Instant::now() })
+    }
+
+    /// The address limits this shard counts in.
+    pub fn limits(&self) -> &Arc<AddressLimits> {
+        &self.limits
     }
 
     fn now_ms(&self) -> u64 {
@@ -131,16 +205,7 @@ impl ShardTrust {
 
     /// Counts one handshake from `peer`; Err when over the limit.
     pub fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
-        let (Some(limiter), Some(ip)) = (&self.handshakes, peer) else {
-            return Ok(());
-        };
-        let now = self.now_ms();
-        let mut l = lock(limiter);
-        if l.check(ip, now).is_err() {
-            return Err(StatusCode::BadTcpServerTooBusy);
-        }
-        l.record_failure(ip, now);
-        Ok(())
+        self.limits.admit_handshake(peer)
     }
 }
 
@@ -501,41 +566,29 @@ impl ConfiguredUsers {
 
 impl UserAuthenticator for ConfiguredUsers {
     fn authenticate_password(&self, peer: Option<IpAddr>, user: &str, password: &[u8]) -> Result<UserAccess, StatusCode> {
-        let now = self.trust.now_ms();
-        if let Some(ip) = peer {
-            if lock(&self.trust.logins).check(ip, now).is_err() {
-                // Too many failures from this address: refused without running argon2.
-                return Err(StatusCode::BadUserAccessDenied);
-            }
+        let limits = self.trust.limits();
+        if !limits.login_allowed(peer) {
+            // Too many failures from this address: refused without running argon2.
+            return Err(StatusCode::BadUserAccessDenied);
         }
         match self.users.store.authenticate(user, password) {
             Ok(()) => {
-                if let Some(ip) = peer {
-                    lock(&self.trust.logins).record_success(ip);
-                }
+                limits.login_succeeded(peer);
                 self.users.access_of(user).ok_or(StatusCode::BadUserAccessDenied)
             }
             Err(_) => {
-                if let Some(ip) = peer {
-                    lock(&self.trust.logins).record_failure(ip, now);
-                }
+                limits.login_failed(peer);
                 Err(StatusCode::BadUserAccessDenied)
             }
         }
     }
 
     fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
-        match peer {
-            Some(ip) => lock(&self.trust.logins).check(ip, self.trust.now_ms()).is_ok(),
-            None => true,
-        }
+        self.trust.limits().login_allowed(peer)
     }
 
     fn login_failed(&self, peer: Option<IpAddr>) {
-        if let Some(ip) = peer {
-            let now = self.trust.now_ms();
-            lock(&self.trust.logins).record_failure(ip, now);
-        }
+        self.trust.limits().login_failed(peer)
     }
 
     fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode> {

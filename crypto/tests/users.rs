@@ -144,6 +144,33 @@ fn login_limiter_evicts_refilled_entries_first() {
 }
 
 #[test]
+fn login_limiter_table_is_fixed_size_under_many_addresses() {
+    // 64 entries (8 sets of 8): 10,000 addresses never grow it, and a limited address that is
+    // still being counted is not pushed out by refilled ones of its set.
+    let mut lim = LoginLimiter::new(LoginLimiterConfig { burst: 1, refill_interval_ms: 1000, addresses_max: 64 });
+    for i in 0..10_000u32 {
+        let a = IpAddr::from(std::net::Ipv4Addr::from(0x0A00_0000 + i));
+        lim.record_failure(a, 0);
+        assert!(lim.tracked() <= 64);
+    }
+    assert_eq!(lim.tracked(), 64);
+    // One set of 8: a limited address is not pushed out while refilled entries remain.
+    let mut lim = LoginLimiter::new(LoginLimiterConfig { burst: 1, refill_interval_ms: 1000, addresses_max: 8 });
+    for i in 0..8u32 {
+        lim.record_failure(IpAddr::from(std::net::Ipv4Addr::from(0x0A00_0000 + i)), 0);
+    }
+    let hot: IpAddr = "192.0.2.1".parse().unwrap();
+    lim.record_failure(hot, 5_000);
+    assert!(lim.check(hot, 5_000).is_err());
+    // The others have refilled by t = 5,000: new addresses evict those first.
+    for i in 0..7u32 {
+        lim.record_failure(IpAddr::from(std::net::Ipv4Addr::from(0x0B00_0000 + i)), 5_000);
+    }
+    assert_eq!(lim.tracked(), 8);
+    assert!(lim.check(hot, 5_000).is_err(), "the limited address keeps its entry");
+}
+
+#[test]
 fn cli_cert_generate_show_trust() {
     let tmp = TempDir::new("cli");
     let pki_dir = tmp.path().join("pki");

@@ -1,7 +1,8 @@
 //! Security wiring of the `uaring` binary: the `[security]` and `[[users]]` sections of the
 //! configuration file, the PKI directory and the own certificate (generated on first start),
-//! and one core `SecurityProvider` per shard (each shard owns its PKI store, handshake limiter
-//! and failed-login limiter: see uaring-crypto's `uasc` module). docs/Security.md describes
+//! and one core `SecurityProvider` per shard (each shard owns its PKI store; the handshake and
+//! failed-login limiters are one fixed-size table each shared by all shards, so the per-address
+//! limits hold across shards: see uaring-crypto's `uasc` module). docs/Security.md describes
 //! every key.
 
 use std::fs;
@@ -16,7 +17,7 @@ use uaring_core::secure_channel::{
     EndpointSecurity, NonePolicy, SecurityProvider, UserAccess, UserTokenSettings, SECURITY_POLICY_NONE_URI,
 };
 use uaring_crypto::{
-    CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig, OwnIdentity, Pki, PkiConfig, PolicyId,
+    AddressLimits, CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig, OwnIdentity, Pki, PkiConfig, PolicyId,
     RsaPolicy, ShardTrust, UserDirectory, UserEntry,
 };
 
@@ -90,13 +91,14 @@ pub struct SecurityConfig {
     /// endpoints. "" offers no UserName/X.509 token on None endpoints (unless
     /// allow_password_on_none).
     pub user_token_policy_on_none: String,
-    /// OpenSecureChannel handshakes one client address may make in a burst, per shard.
+    /// OpenSecureChannel handshakes one client address may make in a burst (all shards together).
     pub handshake_burst: u32,
     /// One more handshake per address is allowed every this many milliseconds.
     pub handshake_refill_interval_ms: u64,
-    /// Addresses tracked by the handshake and login limiters, per shard.
+    /// Addresses tracked by the handshake and login limiters (each one fixed table shared by
+    /// all shards).
     pub limiter_addresses_max: usize,
-    /// Failed logins one client address may make in a burst, per shard.
+    /// Failed logins one client address may make in a burst (all shards together).
     pub login_failure_burst: u32,
     /// One failed login is forgiven every this many milliseconds.
     pub login_refill_interval_ms: u64,
@@ -198,6 +200,8 @@ pub struct SecuritySetup {
     pub pki_root: PathBuf,
     pub pki_config: PkiConfig,
     pub users: Option<Arc<UserDirectory>>,
+    /// The per-address handshake and failed-login limiters, shared by every shard.
+    pub limits: Arc<AddressLimits>,
 }
 
 impl std::fmt::Debug for SecuritySetup {
@@ -370,7 +374,19 @@ pub fn build(
     if config.allow_password_on_none {
         tracing::warn!("security.allow_password_on_none: UserName passwords may travel in clear on None channels");
     }
-    Ok(SecuritySetup { config, policies, modes, none, own, pki_root, pki_config, users: user_dir })
+    let limits = AddressLimits::new(
+        Some(HandshakeLimits {
+            burst: config.handshake_burst,
+            refill_interval_ms: config.handshake_refill_interval_ms,
+            addresses_max: config.limiter_addresses_max,
+        }),
+        LoginLimiterConfig {
+            burst: config.login_failure_burst,
+            refill_interval_ms: config.login_refill_interval_ms,
+            addresses_max: config.limiter_addresses_max,
+        },
+    );
+    Ok(SecuritySetup { config, policies, modes, none, own, pki_root, pki_config, users: user_dir, limits })
 }
 
 impl SecuritySetup {
@@ -388,7 +404,7 @@ impl SecuritySetup {
         v.join(", ")
     }
 
-    /// The security provider of one shard: its own PKI store and limiters.
+    /// The security provider of one shard: its own PKI store, the shared limiters.
     pub fn shard_provider(&self) -> Result<SecurityProvider, String> {
         let mut p = SecurityProvider::empty();
         let c = &self.config;
@@ -399,17 +415,7 @@ impl SecuritySetup {
         let mut trust = None;
         if let Some(own) = &self.own {
             let pki = Pki::open(&self.pki_root, self.pki_config.clone()).map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
-            let handshakes = HandshakeLimits {
-                burst: c.handshake_burst,
-                refill_interval_ms: c.handshake_refill_interval_ms,
-                addresses_max: c.limiter_addresses_max,
-            };
-            let logins = LoginLimiterConfig {
-                burst: c.login_failure_burst,
-                refill_interval_ms: c.login_refill_interval_ms,
-                addresses_max: c.limiter_addresses_max,
-            };
-            let t = ShardTrust::new(pki, Some(handshakes), logins);
+            let t = ShardTrust::with_limits(pki, self.limits.clone());
             // Every supported RSA policy is registered (a None endpoint's token policy may name
             // one no endpoint offers); endpoints only for the configured ones.
             for id in [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss] {
@@ -520,6 +526,50 @@ mod tests {
         // A second start loads the same certificate.
         let again = build(SecurityConfig::default(), &[], &a, "urn:uaring:test", "test", None).unwrap();
         assert_eq!(again.own.as_ref().unwrap().cert.der(), own.cert.der());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// The per-address limits count across shards: two shards' providers share one table, so
+    /// an address gets `handshake_burst` handshakes and `login_failure_burst` failed logins in
+    /// total, not per shard.
+    #[test]
+    fn per_address_limits_count_across_two_shards() {
+        let dir = std::env::temp_dir().join(format!("uaring-sec-limits-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let hash = uaring_crypto::hash_password("right").unwrap();
+        let text = format!(
+            "[security]\nhandshake_burst = 4\nhandshake_refill_interval_ms = 3600000\nlogin_failure_burst = 3\n\
+             login_refill_interval_ms = 3600000\n[[users]]\nname = \"op\"\npassword = \"{hash}\"\nrole = \"read\"\n"
+        );
+        let (s, u) = parse(&text).unwrap();
+        let a = SecurityArgs { pki: Some(dir.clone()), ..SecurityArgs::default() };
+        let setup = build(s, &u, &a, "urn:uaring:test", "test", None).unwrap();
+        let shards = [setup.shard_provider().unwrap(), setup.shard_provider().unwrap()];
+        let uri = PolicyId::Basic256Sha256.uri();
+        let ip: Option<IpAddr> = Some("192.0.2.7".parse().unwrap());
+        let other: Option<IpAddr> = Some("192.0.2.8".parse().unwrap());
+        // Handshakes alternate between the shards: 4 in total are admitted, the 5th is refused
+        // on either shard.
+        for i in 0..4 {
+            shards[i % 2].find(uri).unwrap().admit_handshake(ip).unwrap();
+        }
+        for p in &shards {
+            assert_eq!(p.find(uri).unwrap().admit_handshake(ip), Err(uaring_core::StatusCode::BadTcpServerTooBusy));
+        }
+        // Another address is unaffected.
+        shards[1].find(uri).unwrap().admit_handshake(other).unwrap();
+        // Failed logins: 3 wrong passwords spread over both shards lock the address out on
+        // both, even with the right password.
+        let users = [shards[0].user_authenticator().unwrap(), shards[1].user_authenticator().unwrap()];
+        for i in 0..3 {
+            assert!(users[i % 2].login_allowed(ip));
+            assert_eq!(users[i % 2].authenticate_password(ip, "op", b"wrong"), Err(uaring_core::StatusCode::BadUserAccessDenied));
+        }
+        for u in &users {
+            assert!(!u.login_allowed(ip));
+            assert_eq!(u.authenticate_password(ip, "op", b"right"), Err(uaring_core::StatusCode::BadUserAccessDenied));
+        }
+        assert_eq!(users[0].authenticate_password(other, "op", b"right"), Ok(UserAccess::Read));
         let _ = fs::remove_dir_all(&dir);
     }
 }
