@@ -828,10 +828,8 @@ fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &Transpo
     }
 }
 
-/// Encodes a response straight into `out` behind its chunk headers and seals it there (one
-/// chunk: no copy of the body; more chunks go through `scratch`); a response over the
-/// client's limits becomes a ServiceFault BadResponseTooLarge (Part 4 §5.3), nothing
-/// having been sent yet.
+/// Encodes a response straight into `out` behind its chunk headers and seals it there (see
+/// [`send_encoded`]).
 #[allow(clippy::too_many_arguments)]
 fn send_response(
     c: &mut Channel,
@@ -843,31 +841,10 @@ fn send_response(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let limits = ChunkLimits {
-        max_chunk_size: negotiated.send_buffer_size,
-        max_message_size: negotiated.peer_max_message_size,
-        max_chunk_count: negotiated.peer_max_chunk_count,
-    };
-    let token = match (&c.previous, c.current.activated) {
-        (Some(p), false) => p,
-        _ => &c.current,
-    };
-    let header = SecurityHeader::Symmetric { token_id: token.id };
-    let crypto: &dyn ChunkCrypto = &*token.crypto;
-    let encode = |o: &mut Vec<u8>| response.encode_with_type_id(o);
-    match write_message_with(MessageType::Message, c.id, &header, request_id, encode, crypto, &mut c.send_seq, &limits, out, scratch) {
-        Ok(_) => Ok(()),
-        Err(StatusCode::BadTcpMessageTooLarge) => {
-            let mut fault = Vec::new();
-            service_fault(handle, StatusCode::BadResponseTooLarge, now).encode_with_type_id(&mut fault);
-            send_body(c, scratch, negotiated, request_id, &fault, handle, now, out)
-        }
-        Err(s) => Err(Failure { status: s, reason: "encoding the response" }),
-    }
+    send_encoded(c, scratch, negotiated, request_id, |o| response.encode_with_type_id(o), handle, now, out)
 }
 
-/// Chunks an encoded response body (type id + message); over the client's limits it becomes
-/// a ServiceFault BadResponseTooLarge (encoded into `scratch`).
+/// Chunks an already encoded response body (type id + message; see [`send_encoded`]).
 #[allow(clippy::too_many_arguments)]
 fn send_body(
     c: &mut Channel,
@@ -875,6 +852,24 @@ fn send_body(
     negotiated: &Negotiated,
     request_id: u32,
     body: &[u8],
+    handle: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    send_encoded(c, scratch, negotiated, request_id, |o| o.extend_from_slice(body), handle, now, out)
+}
+
+/// Writes a response body that `encode` appends (type id + message) straight into `out`
+/// behind its chunk headers and seals it there (one chunk: no copy of the body; more chunks
+/// go through `scratch`). A response over the client's limits becomes a ServiceFault
+/// BadResponseTooLarge (Part 4 §5.3), nothing of it having been sent.
+#[allow(clippy::too_many_arguments)]
+fn send_encoded(
+    c: &mut Channel,
+    scratch: &mut Vec<u8>,
+    negotiated: &Negotiated,
+    request_id: u32,
+    encode: impl FnOnce(&mut Vec<u8>),
     handle: u32,
     now: Now,
     out: &mut Vec<u8>,
@@ -890,8 +885,7 @@ fn send_body(
     };
     let header = SecurityHeader::Symmetric { token_id: token.id };
     let crypto: &dyn ChunkCrypto = &*token.crypto;
-    let r = write_chunks(MessageType::Message, c.id, &header, request_id, body, crypto, &mut c.send_seq, &limits, out);
-    match r {
+    match write_message_with(MessageType::Message, c.id, &header, request_id, encode, crypto, &mut c.send_seq, &limits, out, scratch) {
         Ok(_) => Ok(()),
         Err(StatusCode::BadTcpMessageTooLarge) => {
             scratch.clear();
