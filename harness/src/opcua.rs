@@ -934,13 +934,24 @@ impl Workload for NoWork {
 /// One blocking OpenSecureChannel + CreateSession + ActivateSession +
 /// CloseSession + CloseSecureChannel through the same driver as the load.
 pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Security>>) -> Result<(), String> {
+    let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec);
+    run_session_blocking(addr, &mut d, UaDriver::is_running)
+}
+
+/// Drives one session over a blocking socket: connect, run `d` until `time_to_close` says
+/// so, CloseSession, then close the channel. Used where a whole session is the operation
+/// (session establishment, the soak's churn).
+pub fn run_session_blocking(
+    addr: std::net::SocketAddr,
+    d: &mut UaDriver,
+    time_to_close: impl Fn(&UaDriver) -> bool,
+) -> Result<(), String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let shared = crate::uring::Shared::default();
     let mut stats = crate::uring::ThreadStats::default();
-    let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec);
     let mut out = Vec::with_capacity(4096);
     let mut buf = vec![0u8; 65536];
     let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
@@ -960,7 +971,7 @@ pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Secur
         }
         let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
         d.on_recv(mono_ns(), &buf[..n], &mut out, &mut ctx)?;
-        if d.is_running() && !closing {
+        if time_to_close(d) && !closing {
             closing = true;
             d.close_session(mono_ns(), &mut out)?;
         }

@@ -23,7 +23,7 @@ use uaring_core::types::{DataValue, ExtensionObject, NodeId, UaString, Variant};
 use crate::cli::SoakOpts;
 use crate::opcua::{UaDriver, Workload, FIRST_NODE, NODE_COUNT};
 use crate::server::{ServerProcess, SpawnSpec};
-use crate::uring::{mono_ns, Ctx, Driver};
+use crate::uring::Ctx;
 
 const ATTR_VALUE: u32 = 13;
 
@@ -186,41 +186,10 @@ impl Workload for SoakWork {
 
 /// One session from connect to disconnect.
 fn one_session(addr: std::net::SocketAddr, url: &str, client: u32, ops: usize, counters: &Arc<Counters>) -> Result<(), String> {
-    use std::io::Read;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let shared = crate::uring::Shared::default();
-    let mut stats = crate::uring::ThreadStats::default();
     let done = Arc::new(AtomicBool::new(false));
     let work = SoakWork { ops, sent: 0, answered: 0, client, subscription_id: 0, counters: counters.clone(), done: done.clone() };
     let mut d = UaDriver::new(url, Box::new(work), 4, None);
-    let mut out = Vec::with_capacity(4096);
-    let mut buf = vec![0u8; 65536];
-    let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
-    d.start(mono_ns(), &mut out, &mut ctx)?;
-    let mut closing = false;
-    loop {
-        if !out.is_empty() {
-            s.write_all(&out).map_err(|e| format!("send: {e}"))?;
-            out.clear();
-        }
-        if d.is_closed() {
-            break;
-        }
-        let n = s.read(&mut buf).map_err(|e| format!("recv: {e}"))?;
-        if n == 0 {
-            return Err("connection closed by the server".into());
-        }
-        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
-        d.on_recv(mono_ns(), &buf[..n], &mut out, &mut ctx)?;
-        if done.load(Ordering::Relaxed) && !closing {
-            closing = true;
-            d.close_session(mono_ns(), &mut out)?;
-        }
-    }
-    d.close_channel(mono_ns(), &mut out);
-    let _ = s.write_all(&out);
+    crate::opcua::run_session_blocking(addr, &mut d, |_| done.load(Ordering::Relaxed))?;
     counters.sessions.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
