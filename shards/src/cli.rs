@@ -478,6 +478,13 @@ pub fn serve(a: ServeArgs) -> i32 {
             return 1;
         }
     };
+    let handshake = match crate::handshake::take_config(&mut file.server) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("uaring serve: configuration: {e}");
+            return 1;
+        }
+    };
     if let Some(n) = a.counters {
         let app = file.server.entry("application").or_insert_with(|| toml::Value::Table(Default::default()));
         if let Some(t) = app.as_table_mut() {
@@ -522,10 +529,23 @@ pub fn serve(a: ServeArgs) -> i32 {
     let shards = opts.shards;
     let sigset = block_signals();
     let make_setup = setup.clone();
+    let pool = match crate::handshake::HandshakePool::start(&handshake) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("uaring serve: {e}");
+            return 1;
+        }
+    };
+    match &pool {
+        Some(p) => tracing::info!(threads = p.threads(), queue_depth = handshake.queue_depth, "handshake pool"),
+        None => tracing::info!("handshake work runs inline on the shards (handshake.threads = 0)"),
+    }
     let running = match runtime::start(opts, move |i| {
         let handler = server::make_handler(&make_setup, i, shards)?;
         let provider = security.shard_provider()?;
-        Ok(server::UaHandler::new(handler.host.with_security(provider)))
+        let client = pool.as_ref().map(|p| p.client());
+        let host = handler.host.with_security(provider).with_handshake_offload(client.is_some());
+        Ok(server::UaHandler::new(host).with_pool(client))
     }) {
         Ok(r) => r,
         Err(e) => {

@@ -250,6 +250,23 @@ fn mesh<T>(n: usize, capacity: usize) -> (Vec<Vec<Option<Producer<T>>>>, Vec<Vec
     (outs, ins)
 }
 
+/// Wakes one shard's loop from any thread (through its eventfd).
+#[derive(Clone)]
+pub struct Waker {
+    fleet: Arc<Fleet>,
+    index: usize,
+}
+
+impl Waker {
+    pub fn new(fleet: Arc<Fleet>, index: usize) -> Waker {
+        Waker { fleet, index }
+    }
+
+    pub fn wake(&self) {
+        self.fleet.wake(self.index);
+    }
+}
+
 /// One shard's end of the fleet.
 pub struct ShardWiring {
     pub index: usize,

@@ -138,6 +138,16 @@ pub trait Handler {
     /// metrics endpoint reads (relaxed stores to the shard's own counters).
     fn publish(&mut self) {}
 
+    /// The loop is built: `waker` wakes it from other threads (results of work done
+    /// elsewhere, collected in [`Handler::take_ready`]).
+    fn set_waker(&mut self, _waker: crate::fleet::Waker) {}
+
+    /// The connection waits for work done elsewhere (a handshake job): the loop stops
+    /// handing it input (what arrives waits in the connection's backlog) until then.
+    fn input_suspended(&self, _conn: &Self::Conn) -> bool {
+        false
+    }
+
     /// Called once per loop iteration after completions were handled; return
     /// `false` to stop the loop (a load client that finished its run).
     fn keep_running(&mut self, _now: Now) -> bool {

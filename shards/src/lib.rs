@@ -14,6 +14,7 @@ pub mod epoll;
 pub mod event_loop;
 pub mod fleet;
 pub mod handler;
+pub mod handshake;
 pub mod memlock;
 pub mod metrics;
 pub mod net;
@@ -31,6 +32,6 @@ pub mod uring;
 
 pub use config::{Distribution, FileConfig, IoBackend, RuntimeConfig};
 pub use event_loop::EventLoop;
-pub use fleet::{Fleet, ShardWiring, StatsSnapshot};
+pub use fleet::{Fleet, ShardWiring, StatsSnapshot, Waker};
 pub use handler::{ConnId, ConnStatus, EchoHandler, Handler, Origin};
 pub use shard::LoopConfig;

@@ -13,12 +13,14 @@ use std::sync::Arc;
 use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
 use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::ConnectionHost;
+use uaring_core::server::handshake::JobDone;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::transport::{ErrorMessage, TransportLimits};
 use uaring_core::{Now, StatusCode};
 
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
+use crate::handshake::PoolClient;
 
 /// The benchmark contract's ApplicationUri.
 pub use uaring_core::server::config::CONTRACT_APPLICATION_URI;
@@ -50,11 +52,40 @@ pub struct UaHandler<S: ShardHost> {
     /// Which connection carries each open secure channel (for deferred responses).
     channels: HashMap<u32, ConnId>,
     ready_channels: Vec<u32>,
+    /// The handshake pool (`None`: handshake jobs run inline).
+    pool: Option<PoolClient>,
+    /// Handshake results taken from the pool, for `flush`.
+    done: Vec<(ConnId, JobDone)>,
 }
 
 impl<S: ShardHost> UaHandler<S> {
     pub fn new(host: S) -> UaHandler<S> {
-        UaHandler { host, channels: HashMap::new(), ready_channels: Vec::new() }
+        UaHandler { host, channels: HashMap::new(), ready_channels: Vec::new(), pool: None, done: Vec::new() }
+    }
+
+    /// Runs handshake jobs on `pool` (the host must offload them: `ShardState::with_handshake_offload`).
+    pub fn with_pool(mut self, pool: Option<PoolClient>) -> UaHandler<S> {
+        self.pool = pool;
+        self
+    }
+
+    /// Hands the connection's handshake job (if any) to the pool; without a pool, or when
+    /// the pool refuses it, the result goes straight back (run inline, or refused).
+    fn start_jobs(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>, mut status: CoreStatus) -> CoreStatus {
+        while let Some(job) = conn.conn.take_job() {
+            let done = match self.pool.as_mut() {
+                None => job.run(),
+                Some(pool) => match pool.submit(conn.id, job) {
+                    Ok(()) => break,
+                    Err(job) => {
+                        tracing::debug!(kind = job.kind().name(), "handshake pool full: job refused");
+                        job.refuse()
+                    }
+                },
+            };
+            status = conn.conn.on_job_done(&mut self.host, now, done, out);
+        }
+        status
     }
 
     /// Learns the connection's channel id once it has one (after OPN).
@@ -91,9 +122,20 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn recv(&mut self, conn: &mut UaConn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
-        let s = status(conn.conn.on_recv(&mut self.host, now, data, out));
+        let s = conn.conn.on_recv(&mut self.host, now, data, out);
+        let s = self.start_jobs(conn, now, out, s);
         self.track(conn);
-        s
+        status(s)
+    }
+
+    fn set_waker(&mut self, waker: crate::fleet::Waker) {
+        if let Some(p) = self.pool.as_mut() {
+            p.set_waker(waker);
+        }
+    }
+
+    fn input_suspended(&self, conn: &UaConn) -> bool {
+        conn.conn.is_waiting()
     }
 
     fn conn_timer(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
@@ -143,15 +185,18 @@ impl<S: ShardHost> Handler for UaHandler<S> {
             return (None, ConnStatus::Close);
         };
         let mut conn = UaConn { conn: *conn, id, channel: None };
-        let s = status(conn.conn.attach(&mut self.host, now, out));
+        let s = conn.conn.attach(&mut self.host, now, out);
+        // The ActivateSession answered here may have left a handshake job (its signature check).
+        let s = self.start_jobs(&mut conn, now, out, s);
         self.track(&mut conn);
-        (Some(conn), s)
+        (Some(conn), status(s))
     }
 
     fn move_refused(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
-        let s = status(conn.conn.move_refused(&mut self.host, now, out));
+        let s = conn.conn.move_refused(&mut self.host, now, out);
+        let s = self.start_jobs(conn, now, out, s);
         self.track(conn);
-        s
+        status(s)
     }
 
     fn shutdown(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) {
@@ -173,6 +218,15 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn take_ready(&mut self, into: &mut Vec<ConnId>) {
+        // Results left from the last pass belong to connections that closed meanwhile.
+        self.done.clear();
+        if let Some(pool) = self.pool.as_mut() {
+            let done = &mut self.done;
+            pool.drain(|id, d| {
+                done.push((id, d));
+                into.push(id);
+            });
+        }
         self.host.take_ready_channels(&mut self.ready_channels);
         for ch in self.ready_channels.drain(..) {
             if let Some(&id) = self.channels.get(&ch) {
@@ -182,6 +236,17 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn flush(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        if let Some(i) = self.done.iter().position(|(id, _)| *id == conn.id) {
+            let (_, done) = self.done.swap_remove(i);
+            let s = conn.conn.on_job_done(&mut self.host, now, done, out);
+            let s = self.start_jobs(conn, now, out, s);
+            self.track(conn);
+            // Held input processed after the job may have closed the connection or started a
+            // move to another shard (an ActivateSession for a session there).
+            if s != CoreStatus::Open {
+                return status(s);
+            }
+        }
         status(conn.conn.flush_deferred(&mut self.host, now, out))
     }
 

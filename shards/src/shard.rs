@@ -164,6 +164,8 @@ pub(crate) struct ShardCore<H: Handler> {
 impl<H: Handler> ShardCore<H> {
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> ShardCore<H> {
         pin_malloc_mmap_threshold();
+        let mut handler = handler;
+        handler.set_waker(crate::fleet::Waker::new(wiring.fleet.clone(), wiring.index));
         ShardCore {
             handler,
             table: Table::new(cfg.max_connections),
@@ -301,6 +303,9 @@ impl<H: Handler> ShardCore<H> {
                 break;
             }
             let Some(user) = c.user.as_mut() else { return &[] };
+            if self.handler.input_suspended(user) {
+                break;
+            }
             let n = data.len().min(DELIVER_SLICE_BYTES);
             if c.bounded {
                 self.handler.set_memory_headroom(self.cfg.max_shard_buffered_bytes.saturating_sub(self.held_total));
@@ -322,6 +327,7 @@ impl<H: Handler> ShardCore<H> {
                     && c.moving_to.is_none()
                     && c.backlog.is_empty()
                     && (!c.bounded || (!c.paused && !over_budget))
+                    && !c.user.as_ref().is_some_and(|u| self.handler.input_suspended(u))
             }
             None => false,
         }
@@ -598,6 +604,8 @@ impl<H: Handler> ShardCore<H> {
             let Some(user) = c.user.as_mut() else { continue };
             let status = self.handler.flush(user, now, &mut c.output.out);
             self.after_call(id, status);
+            // Its input may have been waiting (a handshake job came back): reconcile it.
+            self.table.mark_dirty(id);
         }
         ids.clear();
         self.ready = ids;

@@ -14,6 +14,8 @@ fn example_parses_into_runtime_and_server_config() {
     assert!(users.is_empty());
     let defaults = uaring_shards::security::SecurityConfig::default();
     assert_eq!(format!("{security:?}"), format!("{defaults:?}"), "the example shows the security defaults");
+    let handshake = uaring_shards::handshake::take_config(&mut file.server).expect("[handshake] parses");
+    assert_eq!(handshake, uaring_shards::handshake::HandshakeConfig::default(), "the example shows the handshake defaults");
     let server = server_config(&file.server, false).expect("core's ServerConfig accepts the example");
     assert_eq!(server, uaring_core::server::config::ServerConfig::default(), "the example shows core's defaults");
     let contract = server_config(&file.server, true).expect("contract");
@@ -38,6 +40,19 @@ fn every_example_key_is_documented() {
     }
     // stats_file is commented out in the example (no default) but documented.
     assert!(DOC.contains("| `stats_file` |"));
+}
+
+#[test]
+fn handshake_section_is_checked() {
+    let parse = |text: &str| {
+        let mut file = FileConfig::parse(text).expect("runtime part is fine");
+        uaring_shards::handshake::take_config(&mut file.server)
+    };
+    assert_eq!(parse("[handshake]\nthreads = 0\n").unwrap().threads, 0, "0 = inline, accepted");
+    assert!(parse("[handshake]\nthreads = 2\nqueue_depth = 0\n").is_err(), "a pool needs a queue");
+    assert!(parse("[handshake]\nthreads = 65\n").is_err());
+    assert!(parse("[handshake]\nnice = 20\n").is_err());
+    assert!(parse("[handshake]\nthread = 2\n").is_err(), "unknown key");
 }
 
 #[test]

@@ -9,6 +9,12 @@
 //!
 //! States: `AwaitHello` → (HEL) → `AwaitOpen` → (OPN Issue) → `Open` → (CLO / error /
 //! timeout / token expiry) → `Closed`. Each state carries only its own data.
+//!
+//! Handshake work (the RSA operations of OPN, CreateSession and ActivateSession, certificate
+//! validation, argon2id) leaves the connection as a [`HandshakeJob`] when the host offloads
+//! handshakes: the connection then waits — input held, deferred responses held — until the
+//! runtime hands the [`JobDone`] back through [`ServerConnection::on_job_done`]. See
+//! [`crate::server::handshake`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,10 +28,11 @@ use crate::generated::types::{
 };
 use crate::secure_channel::{
     open_chunk, parse_chunk_head, write_chunks, write_message_with, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
-    SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter,
+    SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter, SECURITY_POLICY_NONE_URI,
 };
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
 use crate::server::recycle::Recycler;
+use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, OpenedRequest, Output};
 use crate::time::Now;
 use crate::transport::{
     negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated, TransportLimits,
@@ -137,15 +144,32 @@ struct State {
     /// An ActivateSession (request id, request) for a session of another shard: answered
     /// there after the connection moved, or refused here.
     moving: Option<(u32, Request)>,
+    /// A handshake job the runtime has not taken yet ([`ServerConnection::take_job`]).
+    job: Option<HandshakeJob>,
+    /// A handshake job is out: input is held until its result comes back.
+    waiting: Option<Waiting>,
+    /// Input received while a handshake job is out (at most `max_message_size_pre_session`
+    /// bytes) or after the frame that started a move (at most one delivered slice).
+    held: Vec<u8>,
+    /// The OPN being handled uses SecurityPolicy None: its jobs run inline.
+    cheap_open: bool,
+}
+
+/// What the connection waits for.
+#[derive(Debug, Clone, Copy)]
+enum Waiting {
+    /// An OPN chunk decrypted and verified.
+    OpenRequest,
+    /// The OPN response signed and encrypted.
+    OpenResponse,
+    /// A session service (CreateSession, ActivateSession) to finish with `ConnectionHost::resume`.
+    Service { request_id: u32, handle: u32, is_activate: bool },
 }
 
 /// One accepted TCP connection. See the module documentation.
 pub struct ServerConnection {
     reader: FrameReader,
     st: State,
-    /// Received bytes after a frame that started a move (at most one delivered slice):
-    /// processed after [`ServerConnection::attach`] or [`ServerConnection::move_refused`].
-    held_input: Vec<u8>,
 }
 
 fn only_hello(t: MessageType) -> bool {
@@ -190,8 +214,11 @@ impl ServerConnection {
                 partial_since_ns: None,
                 deferred: Vec::new(),
                 moving: None,
+                job: None,
+                waiting: None,
+                held: Vec::new(),
+                cheap_open: false,
             },
-            held_input: Vec::new(),
         }
     }
 
@@ -212,9 +239,9 @@ impl ServerConnection {
         matches!(self.st.phase, Phase::Closed)
     }
 
-    /// Bytes held for unfinished chunks and messages.
+    /// Bytes held for unfinished chunks and messages, and input held while a job is out.
     pub fn buffered_bytes(&self) -> usize {
-        self.reader.buffered() + self.st.assembler.buffered() + self.held_input.len()
+        self.reader.buffered() + self.st.assembler.buffered() + self.st.held.len()
     }
 
     /// Is a move to another shard pending ([`ConnStatus::Move`] was returned)?
@@ -282,10 +309,48 @@ impl ServerConnection {
     }
 
     fn resume_held<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
-        let held = std::mem::take(&mut self.held_input);
+        let held = std::mem::take(&mut self.st.held);
         if held.is_empty() {
             return self.flush_deferred(host, now, out);
         }
+        self.on_recv(host, now, &held, out)
+    }
+
+    /// The handshake job to run (once; the connection waits for its [`JobDone`]).
+    pub fn take_job(&mut self) -> Option<HandshakeJob> {
+        self.st.job.take()
+    }
+
+    /// A handshake job is out: the runtime should stop reading this connection (what it
+    /// still delivers is held, up to `max_message_size_pre_session` bytes) until
+    /// [`ServerConnection::on_job_done`].
+    pub fn is_waiting(&self) -> bool {
+        self.st.waiting.is_some()
+    }
+
+    /// The result of the job [`ServerConnection::take_job`] handed out: the handshake goes on
+    /// (possibly with another job), then held input is processed.
+    pub fn on_job_done<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, done: JobDone, out: &mut Vec<u8>) -> ConnStatus {
+        if matches!(self.st.phase, Phase::Closed) || self.st.waiting.is_none() {
+            return if matches!(self.st.phase, Phase::Closed) { ConnStatus::Close } else { ConnStatus::Open };
+        }
+        match self.st.complete(host, now, done, out) {
+            Ok(Step::Continue) => {}
+            Ok(Step::CloseQuietly) => return self.close_quietly(host),
+            // A job's result never starts a move (only a decoded ActivateSession does).
+            Ok(Step::Move(_)) => {
+                let f = Failure { status: StatusCode::BadTcpInternalError, reason: "a handshake result asked for a move" };
+                return self.close_with(host, f, out);
+            }
+            Err(f) => return self.close_with(host, f, out),
+        }
+        if self.st.waiting.is_some() {
+            return ConnStatus::Open;
+        }
+        if matches!(self.st.phase, Phase::Open(_) | Phase::AwaitOpen { .. }) {
+            self.reader.set_filter(Some(secure_or_error));
+        }
+        let held = std::mem::take(&mut self.st.held);
         self.on_recv(host, now, &held, out)
     }
 
@@ -296,8 +361,11 @@ impl ServerConnection {
         }
         if self.st.moving.is_some() {
             // A move is pending: the runtime feeds nothing more, but keep the bytes if it does.
-            self.held_input.extend_from_slice(data);
+            self.st.held.extend_from_slice(data);
             return ConnStatus::Open;
+        }
+        if self.st.waiting.is_some() {
+            return self.hold(host, data, out);
         }
         let mut input = data;
         loop {
@@ -316,7 +384,7 @@ impl ServerConnection {
             match self.st.handle_frame(host, now, frame, out) {
                 Ok(Step::Continue) => {}
                 Ok(Step::Move(shard)) => {
-                    self.held_input.extend_from_slice(input);
+                    self.st.held.extend_from_slice(input);
                     return match self.flush_deferred(host, now, out) {
                         ConnStatus::Open => ConnStatus::Move(shard),
                         other => other,
@@ -328,16 +396,38 @@ impl ServerConnection {
             if matches!(self.st.phase, Phase::Open(_) | Phase::AwaitOpen { .. }) {
                 self.reader.set_filter(Some(secure_or_error));
             }
+            if self.st.waiting.is_some() {
+                // A handshake job is out: the rest waits for its result.
+                if self.hold(host, input, out) == ConnStatus::Close {
+                    return ConnStatus::Close;
+                }
+                return ConnStatus::Open;
+            }
         }
         self.st.partial_since_ns = if self.reader.buffered() > 0 { Some(self.st.partial_since_ns.unwrap_or(now.mono_ns)) } else { None };
         // Publish requests answered while this input was handled go out with it.
         self.flush_deferred(host, now, out)
     }
 
+    /// Keeps input that arrives while a job is out, within the pre-session message budget.
+    fn hold<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        let limit = (self.st.limits.max_message_size_pre_session as usize).max(MIN_BUFFER_SIZE as usize);
+        if self.st.held.len() + data.len() > limit {
+            let f = Failure { status: StatusCode::BadTcpNotEnoughResources, reason: "too much input during a handshake" };
+            return self.close_with(host, f, out);
+        }
+        self.st.held.extend_from_slice(data);
+        ConnStatus::Open
+    }
+
     /// Sends the responses the host has ready for this connection's channel (queued Publish
     /// requests answered by a publishing cycle). The runtime calls it for the channels
-    /// `ShardState::take_ready_channels` names; `on_recv` calls it itself.
+    /// `ShardState::take_ready_channels` names; `on_recv` calls it itself. While a handshake
+    /// job is out they wait (the job may renew the channel's token).
     pub fn flush_deferred<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        if self.st.waiting.is_some() {
+            return ConnStatus::Open;
+        }
         let State { phase, negotiated, body_out, deferred, .. } = &mut self.st;
         let Phase::Open(c) = phase else {
             return if matches!(phase, Phase::Closed) { ConnStatus::Close } else { ConnStatus::Open };
@@ -433,6 +523,9 @@ impl ServerConnection {
         self.st.scratch = Vec::new();
         self.st.body_out = Vec::new();
         self.st.partial_since_ns = None;
+        self.st.job = None;
+        self.st.waiting = None;
+        self.st.held = Vec::new();
     }
 
     fn close_with<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, f: Failure, out: &mut Vec<u8>) -> ConnStatus {
@@ -504,6 +597,97 @@ impl State {
         Ok(Step::Continue)
     }
 
+    /// Starts a job: out to the runtime when the host offloads handshakes, else at once.
+    fn submit<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        job: HandshakeJob,
+        waiting: Waiting,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        self.waiting = Some(waiting);
+        // An OPN with SecurityPolicy None has no expensive work: never worth a round trip.
+        if host.offload_handshakes() && !self.cheap_open {
+            self.job = Some(job);
+            Ok(Step::Continue)
+        } else {
+            self.complete(host, now, job.run(), out)
+        }
+    }
+
+    /// Goes on with the handshake a job's result belongs to.
+    fn complete<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        done: JobDone,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let Some(waiting) = self.waiting.take() else {
+            return fail(StatusCode::BadTcpInternalError, "no handshake job was out");
+        };
+        if let Waiting::Service { request_id, handle, is_activate } = waiting {
+            // The host answers a refused job itself (and releases what it reserved).
+            return self.finish_service(host, now, done, request_id, handle, is_activate, out);
+        }
+        let JobDone { kind, output, carry } = done;
+        let Some(output) = output else {
+            return fail(kind.refusal(), "handshake queue full");
+        };
+        match (waiting, output, carry) {
+            (Waiting::OpenRequest, Output::OpenRequest(r), Carry::Open { chunk_type, policy, client_certificate }) => {
+                self.open_received(host, now, r?, chunk_type, policy, client_certificate, out)
+            }
+            (Waiting::OpenResponse, Output::OpenResponse(r, seq), _) => {
+                let Phase::Open(c) = &mut self.phase else {
+                    return fail(StatusCode::BadTcpInternalError, "channel missing");
+                };
+                let bytes = r.map_err(|s| Failure {
+                    status: if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadResponseTooLarge } else { s },
+                    reason: "OpenSecureChannelResponse",
+                })?;
+                c.send_seq = seq;
+                out.extend_from_slice(&bytes);
+                Ok(Step::Continue)
+            }
+            _ => fail(StatusCode::BadTcpInternalError, "unexpected handshake job result"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_service<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        done: JobDone,
+        request_id: u32,
+        handle: u32,
+        is_activate: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let State { phase, negotiated, endpoint_url, peer, body_out, session_activated, .. } = self;
+        let Phase::Open(c) = phase else {
+            return fail(StatusCode::BadTcpInternalError, "channel missing");
+        };
+        let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let ctx = RequestContext {
+            channel_id: c.id,
+            security_policy_uri: c.policy.uri(),
+            security_mode: c.mode,
+            client_certificate: c.client_certificate.as_deref(),
+            peer: *peer,
+            endpoint_url: endpoint_url.as_str(),
+        };
+        let mut response = host.resume(&ctx, done, now);
+        response.response_header_mut().request_handle = handle;
+        if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
+            *session_activated = true;
+        }
+        send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)?;
+        Ok(Step::Continue)
+    }
+
     fn on_open<H: ConnectionHost + ?Sized>(
         &mut self,
         host: &mut H,
@@ -519,37 +703,70 @@ impl State {
             Some(p) => p.clone(),
             None => return fail(StatusCode::BadSecurityPolicyRejected, "security policy not offered"),
         };
-        if let Phase::Open(c) = &self.phase {
-            if head.secure_channel_id != c.id {
-                return fail(StatusCode::BadSecureChannelIdInvalid, "renew for another channel");
+        match &self.phase {
+            Phase::Open(c) => {
+                if head.secure_channel_id != c.id {
+                    return fail(StatusCode::BadSecureChannelIdInvalid, "renew for another channel");
+                }
+                if c.policy.uri() != policy.uri() || c.client_certificate != asym.sender_certificate {
+                    return fail(StatusCode::BadSecurityChecksFailed, "renew with other security");
+                }
             }
-            if c.policy.uri() != policy.uri() || c.client_certificate != asym.sender_certificate {
-                return fail(StatusCode::BadSecurityChecksFailed, "renew with other security");
-            }
+            Phase::AwaitOpen { .. } => {}
+            _ => return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN before Hello"),
         }
         // Each OPN costs an RSA private-key operation: the policy limits them per address.
         policy.admit_handshake(self.peer.map(|p| p.ip())).map_err(|s| Failure { status: s, reason: "too many handshakes" })?;
-        let crypto = policy.asymmetric(
-            Role::Server,
-            asym.sender_certificate.as_deref(),
-            asym.receiver_certificate_thumbprint.as_deref(),
-        )?;
+        // The certificate check, the decryption and the signature check: a job.
+        self.cheap_open = policy.uri() == SECURITY_POLICY_NONE_URI;
         let client_certificate = asym.sender_certificate.clone();
+        let thumbprint = asym.receiver_certificate_thumbprint.clone();
+        let job_policy = policy.clone();
+        let job_certificate = client_certificate.clone();
+        let bytes = frame.bytes.to_vec();
+        let offset = head.sequence_offset;
+        let carry = Carry::Open { chunk_type: frame.header.chunk_type, policy, client_certificate };
+        let job = HandshakeJob::new(JobKind::OpenRequest, carry, move || {
+            let opened = (|| {
+                let crypto = job_policy.asymmetric(Role::Server, job_certificate.as_deref(), thumbprint.as_deref())?;
+                let mut scratch = Vec::new();
+                let o = open_chunk(&bytes, offset, &*crypto, &mut scratch)?;
+                let (sequence_number, request_id, body) = (o.sequence_number, o.request_id, o.body.to_vec());
+                Ok(OpenedRequest { crypto, sequence_number, request_id, body })
+            })();
+            Output::OpenRequest(opened)
+        });
+        self.submit(host, now, job, Waiting::OpenRequest, out)
+    }
+
+    /// An OPN chunk came back decrypted and verified: assemble, answer Issue or Renew, and
+    /// hand the response's signature and encryption out as a job.
+    #[allow(clippy::too_many_arguments)]
+    fn open_received<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        opened: OpenedRequest,
+        chunk_type: crate::transport::ChunkType,
+        policy: Arc<dyn SecurityPolicy>,
+        client_certificate: Option<Vec<u8>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
         let max_size = self.max_message_size();
-        let opened = open_chunk(frame.bytes, head.sequence_offset, &*crypto, &mut self.scratch)?;
+        let OpenedRequest { crypto, sequence_number, request_id, body } = opened;
         match &mut self.phase {
-            Phase::Open(c) => c.recv_seq.check(opened.sequence_number)?,
+            Phase::Open(c) => c.recv_seq.check(sequence_number)?,
             Phase::AwaitOpen { recv_seq, .. } => {
-                recv_seq.get_or_insert_with(|| SequenceChecker::new(policy.legacy_sequence_numbers())).check(opened.sequence_number)?
+                recv_seq.get_or_insert_with(|| SequenceChecker::new(policy.legacy_sequence_numbers())).check(sequence_number)?
             }
             _ => return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN before Hello"),
         }
         let max_chunks = self.limits.max_chunk_count;
         let assembled = self.assembler.push(
             MessageType::OpenSecureChannel,
-            frame.header.chunk_type,
-            opened.request_id,
-            opened.body,
+            chunk_type,
+            request_id,
+            &body,
             max_size,
             max_chunks,
             StatusCode::BadRequestTooLarge,
@@ -635,31 +852,34 @@ impl State {
             },
             server_nonce: ByteString::from(server_nonce),
         };
-        self.body_out.clear();
-        NodeId::ns0(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary).encode(&mut self.body_out);
-        resp.encode(&mut self.body_out);
+        let mut body = Vec::new();
+        NodeId::ns0(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary).encode(&mut body);
+        resp.encode(&mut body);
         let header = SecurityHeader::Asymmetric(c.policy.asymmetric_header(c.client_certificate.as_deref()));
         let limits = ChunkLimits {
             max_chunk_size: negotiated.send_buffer_size,
             max_message_size: negotiated.peer_max_message_size,
             max_chunk_count: negotiated.peer_max_chunk_count,
         };
-        write_chunks(
-            MessageType::OpenSecureChannel,
-            c.id,
-            &header,
-            request_id,
-            &self.body_out,
-            &*crypto,
-            &mut c.send_seq,
-            &limits,
-            out,
-        )
-        .map_err(|s| Failure {
-            status: if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadResponseTooLarge } else { s },
-            reason: "OpenSecureChannelResponse",
-        })?;
-        Ok(Step::Continue)
+        let channel_id = c.id;
+        let mut seq = c.send_seq.clone();
+        // The signature (private key) and the encryption of the response: a job.
+        let job = HandshakeJob::new(JobKind::OpenResponse, Carry::None, move || {
+            let mut chunks = Vec::new();
+            let r = write_chunks(
+                MessageType::OpenSecureChannel,
+                channel_id,
+                &header,
+                request_id,
+                &body,
+                &*crypto,
+                &mut seq,
+                &limits,
+                &mut chunks,
+            );
+            Output::OpenResponse(r.map(|_| chunks), seq)
+        });
+        self.submit(host, now, job, Waiting::OpenResponse, out)
     }
 
     fn on_message<H: ConnectionHost + ?Sized>(
@@ -748,7 +968,7 @@ impl State {
         req: Request,
         out: &mut Vec<u8>,
     ) -> Result<(), Failure> {
-        let State { phase, negotiated, endpoint_url, peer, body_out, session_activated, .. } = self;
+        let State { phase, negotiated, endpoint_url, peer, body_out, session_activated, job, waiting, .. } = self;
         let Phase::Open(c) = phase else {
             return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
         };
@@ -770,8 +990,15 @@ impl State {
             };
             match host.dispatch_deferrable(&ctx, req, request_id, now) {
                 Some(r) => (r, is_activate),
-                // Answered later (a queued Publish): see `flush_deferred`.
-                None => return Ok(()),
+                None => {
+                    // A session service whose handshake work is a job: wait for it.
+                    if let Some(j) = host.take_job() {
+                        *job = Some(j);
+                        *waiting = Some(Waiting::Service { request_id, handle, is_activate });
+                    }
+                    // Otherwise answered later (a queued Publish): see `flush_deferred`.
+                    return Ok(());
+                }
             }
         };
         let mut response = response;

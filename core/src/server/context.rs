@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use crate::generated::messages::{Request, Response};
 use crate::generated::types::MessageSecurityMode;
 use crate::secure_channel::SecurityProvider;
+use crate::server::handshake::{HandshakeJob, JobDone};
 use crate::time::Now;
 use crate::transport::TransportLimits;
 use crate::types::{NodeId, StatusCode};
@@ -106,6 +107,21 @@ pub trait ConnectionHost {
     /// `None` (the default) decodes every request afresh.
     fn recycler(&mut self) -> Option<&mut crate::server::recycle::Recycler> {
         None
+    }
+    /// Whether handshake jobs go to the runtime (a helper pool) instead of running inline.
+    /// The default runs them inline.
+    fn offload_handshakes(&self) -> bool {
+        false
+    }
+    /// The handshake job the last `dispatch_deferrable` left (it returned `None`): the
+    /// connection waits for its result and finishes the request with [`ConnectionHost::resume`].
+    fn take_job(&mut self) -> Option<HandshakeJob> {
+        None
+    }
+    /// Finishes the session service whose job is done (or refused): the response.
+    fn resume(&mut self, ctx: &RequestContext<'_>, done: JobDone, now: Now) -> Response {
+        let _ = (ctx, done);
+        crate::server::connection::service_fault(0, StatusCode::BadInternalError, now)
     }
 }
 

@@ -5,6 +5,7 @@ pub mod config;
 pub mod connection;
 pub mod context;
 pub mod recycle;
+pub mod handshake;
 pub mod shard;
 pub mod metrics;
 pub mod shared;

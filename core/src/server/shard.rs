@@ -416,6 +416,10 @@ pub struct ShardState {
     /// Subscriptions and items promised to transfers under way (counted against the limits).
     transfer_reserved_subs: usize,
     transfer_reserved_items: usize,
+    /// Handshake jobs go to the runtime (its helper pool) instead of running inline.
+    offload_handshakes: bool,
+    /// The job the last session service left for its connection.
+    parked_job: Option<crate::server::handshake::HandshakeJob>,
 }
 
 impl ShardState {
@@ -449,6 +453,8 @@ impl ShardState {
                 crate::events::demo::DemoEventGenerator::new(shared.clone(), start)
             }),
             memory_headroom: usize::MAX,
+            offload_handshakes: false,
+            parked_job: None,
             shared,
             random,
             outgoing: Vec::new(),
@@ -496,6 +502,23 @@ impl ShardState {
     pub fn with_shard_count(mut self, shard_count: usize) -> ShardState {
         self.shard_count = shard_count.clamp(1, MAX_SHARDS);
         self
+    }
+
+    /// Hands handshake work (RSA, certificate validation, argon2id) to the runtime as jobs
+    /// (see [`crate::server::handshake`]) instead of running it inline (the default).
+    pub fn with_handshake_offload(mut self, on: bool) -> ShardState {
+        self.offload_handshakes = on;
+        self
+    }
+
+    pub fn offloads_handshakes(&self) -> bool {
+        self.offload_handshakes
+    }
+
+    /// Leaves a session service's job for its connection ([`ConnectionHost::take_job`]).
+    pub(crate) fn park_job(&mut self, job: crate::server::handshake::HandshakeJob) {
+        debug_assert!(self.parked_job.is_none(), "a parked handshake job was not taken");
+        self.parked_job = Some(job);
     }
 
     /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
@@ -1001,6 +1024,15 @@ impl ConnectionHost for ShardState {
     }
     fn random(&mut self) -> &mut dyn Random {
         &mut *self.random
+    }
+    fn offload_handshakes(&self) -> bool {
+        self.offload_handshakes
+    }
+    fn take_job(&mut self) -> Option<crate::server::handshake::HandshakeJob> {
+        self.parked_job.take()
+    }
+    fn resume(&mut self, ctx: &RequestContext<'_>, done: crate::server::handshake::JobDone, now: Now) -> Response {
+        crate::services::session::resume(self, ctx, done, now)
     }
 }
 

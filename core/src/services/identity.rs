@@ -17,7 +17,7 @@
 use std::net::IpAddr;
 
 use crate::generated::types::{
-    AnonymousIdentityToken, IssuedIdentityToken, MessageSecurityMode, SignatureData, UserNameIdentityToken,
+    ActivateSessionRequest, AnonymousIdentityToken, IssuedIdentityToken, MessageSecurityMode, SignatureData, UserNameIdentityToken,
     UserTokenPolicy, UserTokenType, X509IdentityToken,
 };
 use crate::secure_channel::{UserAccess, SECURITY_POLICY_NONE_URI};
@@ -99,9 +99,100 @@ fn concat(a: &[u8], b: &[u8]) -> Vec<u8> {
     v
 }
 
-/// CreateSession on a secured channel: validates the client certificate (with the
-/// ApplicationUri of its description) and signs `clientCertificate ‖ clientNonce`.
-/// On a None channel: a null signature.
+/// Work of a handshake job that yields `T` (runs off the shard; touches no shard state).
+pub type Work<T> = Box<dyn FnOnce() -> Result<T, StatusCode> + Send>;
+
+/// CreateSession on a secured channel: the work that validates the client certificate (with
+/// the ApplicationUri of its description) and signs `clientCertificate ‖ clientNonce`.
+/// `None` on a None channel (a null signature).
+pub fn create_session_signature_work(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    client_certificate: &[u8],
+    client_nonce: &[u8],
+    application_uri: &str,
+) -> Result<Option<Work<SignatureData>>, StatusCode> {
+    if ctx.security_mode == MessageSecurityMode::None {
+        return Ok(None);
+    }
+    let policy = shard.security().find(ctx.security_policy_uri).ok_or(StatusCode::BadSecurityPolicyRejected)?.clone();
+    // The certificate of CreateSession is the channel's (Part 4 §5.7.2.2); a client may leave
+    // it out and rely on the channel's.
+    let cert = if client_certificate.is_empty() { ctx.client_certificate.unwrap_or(&[]) } else { client_certificate };
+    if cert.is_empty() {
+        return Err(StatusCode::BadCertificateInvalid);
+    }
+    let uri = (!application_uri.is_empty()).then(|| application_uri.to_owned());
+    let data = concat(cert, client_nonce);
+    let cert = cert.to_vec();
+    Ok(Some(Box::new(move || {
+        policy.validate_client_certificate(&cert, uri.as_deref())?;
+        let (algorithm, signature) = policy.sign_own(&data)?;
+        Ok(SignatureData { algorithm: algorithm.as_str().into(), signature: ByteString::from(signature) })
+    })))
+}
+
+/// ActivateSession on a secured channel: the work that verifies the client's signature over
+/// `serverCertificate ‖ serverNonce` (the nonce handed out last) with the channel's client
+/// certificate (failure: BadApplicationSignatureInvalid). `None` on a None channel.
+pub fn client_signature_work(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    server_nonce: &[u8],
+    signature: &SignatureData,
+) -> Result<Option<Work<()>>, StatusCode> {
+    if ctx.security_mode == MessageSecurityMode::None {
+        return Ok(None);
+    }
+    let policy = shard.security().find(ctx.security_policy_uri).ok_or(StatusCode::BadSecurityPolicyRejected)?.clone();
+    let client_cert = ctx.client_certificate.ok_or(StatusCode::BadApplicationSignatureInvalid)?.to_vec();
+    let data = concat(policy.local_certificate().unwrap_or(&[]), server_nonce);
+    let algorithm = signature.algorithm.as_str().to_owned();
+    let signature = signature.signature.as_bytes().to_vec();
+    Ok(Some(Box::new(move || {
+        policy
+            .verify_signature(&client_cert, &data, &algorithm, &signature)
+            .map_err(|_| StatusCode::BadApplicationSignatureInvalid)
+    })))
+}
+
+/// What ActivateSession has to do to learn the user: nothing more (anonymous on a None
+/// channel), or a job's work.
+pub enum Activation {
+    Ready(UserIdentity),
+    Work(Work<UserIdentity>),
+}
+
+/// The client signature check and the user token check of an ActivateSession, in that order.
+/// The cheap checks (token type, policy, the failed-login limit) run here; the RSA work and
+/// argon2id are left in the returned work.
+pub fn activation_work(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    req: &ActivateSessionRequest,
+    server_nonce: &[u8],
+) -> Result<Activation, StatusCode> {
+    let client = client_signature_work(shard, ctx, server_nonce, &req.client_signature)?;
+    let user = identity_work(shard, ctx, &req.user_identity_token, &req.user_token_signature, server_nonce);
+    match (client, user) {
+        (None, Ok(a)) => Ok(a),
+        (None, Err(s)) => Err(s),
+        (Some(client), user) => Ok(Activation::Work(Box::new(move || {
+            client()?;
+            match user? {
+                Activation::Ready(i) => Ok(i),
+                Activation::Work(w) => w(),
+            }
+        }))),
+    }
+}
+
+/// Runs a job's work where it is (no pool).
+fn run_now<T>(work: Option<Work<T>>) -> Result<Option<T>, StatusCode> {
+    work.map(|w| w()).transpose()
+}
+
+/// [`create_session_signature_work`] run at once.
 pub fn create_session_signature(
     shard: &ShardState,
     ctx: &RequestContext<'_>,
@@ -109,40 +200,18 @@ pub fn create_session_signature(
     client_nonce: &[u8],
     application_uri: &str,
 ) -> Result<SignatureData, StatusCode> {
-    if ctx.security_mode == MessageSecurityMode::None {
-        return Ok(SignatureData::default());
-    }
-    let policy = shard.security().find(ctx.security_policy_uri).ok_or(StatusCode::BadSecurityPolicyRejected)?;
-    // The certificate of CreateSession is the channel's (Part 4 §5.7.2.2); a client may leave
-    // it out and rely on the channel's.
-    let cert = if client_certificate.is_empty() { ctx.client_certificate.unwrap_or(&[]) } else { client_certificate };
-    if cert.is_empty() {
-        return Err(StatusCode::BadCertificateInvalid);
-    }
-    let uri = (!application_uri.is_empty()).then_some(application_uri);
-    policy.validate_client_certificate(cert, uri)?;
-    let (algorithm, signature) = policy.sign_own(&concat(cert, client_nonce))?;
-    Ok(SignatureData { algorithm: algorithm.as_str().into(), signature: ByteString::from(signature) })
+    let work = create_session_signature_work(shard, ctx, client_certificate, client_nonce, application_uri)?;
+    Ok(run_now(work)?.unwrap_or_default())
 }
 
-/// ActivateSession on a secured channel: verifies the client's signature over
-/// `serverCertificate ‖ serverNonce` (the nonce handed out last) with the channel's client
-/// certificate. Failure: BadApplicationSignatureInvalid.
+/// [`client_signature_work`] run at once.
 pub fn verify_client_signature(
     shard: &ShardState,
     ctx: &RequestContext<'_>,
     server_nonce: &[u8],
     signature: &SignatureData,
 ) -> Result<(), StatusCode> {
-    if ctx.security_mode == MessageSecurityMode::None {
-        return Ok(());
-    }
-    let policy = shard.security().find(ctx.security_policy_uri).ok_or(StatusCode::BadSecurityPolicyRejected)?;
-    let client_cert = ctx.client_certificate.ok_or(StatusCode::BadApplicationSignatureInvalid)?;
-    let server_cert = policy.local_certificate().unwrap_or(&[]);
-    policy
-        .verify_signature(client_cert, &concat(server_cert, server_nonce), signature.algorithm.as_str(), signature.signature.as_bytes())
-        .map_err(|_| StatusCode::BadApplicationSignatureInvalid)
+    run_now(client_signature_work(shard, ctx, server_nonce, signature)?).map(|_| ())
 }
 
 fn find_policy(shard: &ShardState, ctx: &RequestContext<'_>, t: UserTokenType, policy_id: &str) -> Result<UserTokenPolicy, StatusCode> {
@@ -166,8 +235,9 @@ fn peer_ip(ctx: &RequestContext<'_>) -> Option<IpAddr> {
     ctx.peer.map(|p| p.ip())
 }
 
-/// What ActivateSession makes of the userIdentityToken (and its signature). `server_nonce`
-/// is the nonce the server handed out last (CreateSession or the previous ActivateSession).
+/// What ActivateSession makes of the userIdentityToken (and its signature), run at once.
+/// `server_nonce` is the nonce the server handed out last (CreateSession or the previous
+/// ActivateSession).
 pub fn identity_from_token(
     shard: &ShardState,
     ctx: &RequestContext<'_>,
@@ -175,76 +245,100 @@ pub fn identity_from_token(
     token_signature: &SignatureData,
     server_nonce: &[u8],
 ) -> Result<UserIdentity, StatusCode> {
+    match identity_work(shard, ctx, token, token_signature, server_nonce)? {
+        Activation::Ready(i) => Ok(i),
+        Activation::Work(w) => w(),
+    }
+}
+
+/// The userIdentityToken's checks: the cheap ones now (type, policy, the failed-login limit,
+/// whether a password in clear is acceptable), the user token decryption (RSA private key),
+/// argon2id and the X.509 user certificate (signature, PKI) as work.
+pub fn identity_work(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    token: &ExtensionObject,
+    token_signature: &SignatureData,
+    server_nonce: &[u8],
+) -> Result<Activation, StatusCode> {
     let limits = crate::DecodeLimits::default();
     let security = shard.security();
     if token.is_null() {
         // A null token means anonymous (Part 4 §5.7.3.2).
         let p = find_policy(shard, ctx, UserTokenType::Anonymous, "").map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        return Ok(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() });
+        return Ok(Activation::Ready(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() }));
     }
     if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::Anonymous, t.policy_id.as_str())
             .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        return Ok(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() });
+        return Ok(Activation::Ready(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() }));
     }
+    let peer = peer_ip(ctx);
     if let Some(r) = token.decode_as::<UserNameIdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::UserName, t.policy_id.as_str())?;
-        let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?;
+        let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?.clone();
         // A rate-limited address costs no RSA decryption.
-        if !users.login_allowed(peer_ip(ctx)) {
+        if !users.login_allowed(peer) {
             return Err(StatusCode::BadUserAccessDenied);
         }
         let uri = token_security_uri(&p, ctx);
-        let password: Vec<u8> = if t.encryption_algorithm.is_empty() {
+        let decrypt = if t.encryption_algorithm.is_empty() {
             // In clear: only inside an encrypted channel, or where configured for None.
             let allowed = ctx.security_mode == MessageSecurityMode::SignAndEncrypt
                 || (ctx.security_policy_uri == SECURITY_POLICY_NONE_URI && security.user_tokens().allow_password_on_none);
             if !allowed {
                 return Err(StatusCode::BadIdentityTokenRejected);
             }
-            t.password.as_bytes().to_vec()
+            None
         } else {
-            let policy = security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?;
-            match policy.decrypt_user_secret(t.encryption_algorithm.as_str(), t.password.as_bytes(), server_nonce) {
-                Ok(p) => p,
-                Err(s) => {
-                    users.login_failed(peer_ip(ctx));
-                    return Err(s);
-                }
-            }
+            Some((security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?.clone(), t.encryption_algorithm.as_str().to_owned()))
         };
-        let user = t.user_name.as_str();
-        let access = users.authenticate_password(peer_ip(ctx), user, &password)?;
-        return Ok(UserIdentity::UserName { policy_id: p.policy_id.as_str().to_owned(), user: user.to_owned(), access });
+        let policy_id = p.policy_id.as_str().to_owned();
+        let user = t.user_name.as_str().to_owned();
+        let secret = t.password.as_bytes().to_vec();
+        let nonce = server_nonce.to_vec();
+        return Ok(Activation::Work(Box::new(move || {
+            let password = match decrypt {
+                None => secret,
+                Some((policy, algorithm)) => match policy.decrypt_user_secret(&algorithm, &secret, &nonce) {
+                    Ok(p) => p,
+                    Err(s) => {
+                        users.login_failed(peer);
+                        return Err(s);
+                    }
+                },
+            };
+            let access = users.authenticate_password(peer, &user, &password)?;
+            Ok(UserIdentity::UserName { policy_id, user, access })
+        })));
     }
     if let Some(r) = token.decode_as::<X509IdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::Certificate, t.policy_id.as_str())?;
-        let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?;
-        if !users.login_allowed(peer_ip(ctx)) {
+        let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?.clone();
+        if !users.login_allowed(peer) {
             return Err(StatusCode::BadUserAccessDenied);
         }
         let uri = token_security_uri(&p, ctx);
-        let policy = security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?;
+        let policy = security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?.clone();
         if policy.uri() == SECURITY_POLICY_NONE_URI {
             return Err(StatusCode::BadIdentityTokenRejected);
         }
-        let server_cert = policy.local_certificate().unwrap_or(&[]);
-        policy
-            .verify_signature(
-                t.certificate_data.as_bytes(),
-                &concat(server_cert, server_nonce),
-                token_signature.algorithm.as_str(),
-                token_signature.signature.as_bytes(),
-            )
-            .map_err(|_| {
-                users.login_failed(peer_ip(ctx));
+        let policy_id = p.policy_id.as_str().to_owned();
+        let data = concat(policy.local_certificate().unwrap_or(&[]), server_nonce);
+        let certificate = t.certificate_data.as_bytes().to_vec();
+        let algorithm = token_signature.algorithm.as_str().to_owned();
+        let signature = token_signature.signature.as_bytes().to_vec();
+        return Ok(Activation::Work(Box::new(move || {
+            policy.verify_signature(&certificate, &data, &algorithm, &signature).map_err(|_| {
+                users.login_failed(peer);
                 StatusCode::BadUserSignatureInvalid
             })?;
-        let (user, access) = users.authenticate_certificate(peer_ip(ctx), t.certificate_data.as_bytes())?;
-        return Ok(UserIdentity::Certificate { policy_id: p.policy_id.as_str().to_owned(), user, access });
+            let (user, access) = users.authenticate_certificate(peer, &certificate)?;
+            Ok(UserIdentity::Certificate { policy_id, user, access })
+        })));
     }
     if token.is::<IssuedIdentityToken>() {
         return Err(StatusCode::BadIdentityTokenRejected);

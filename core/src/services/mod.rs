@@ -77,8 +77,8 @@ fn answer(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, re
     let mut response = match request {
         Request::GetEndpoints(r) => discovery::get_endpoints(shard, ctx, &r, now),
         Request::FindServers(r) => discovery::find_servers(shard, ctx, &r, now),
-        Request::CreateSession(r) => session::create_session(shard, ctx, &r, now),
-        Request::ActivateSession(r) => session::activate_session(shard, ctx, &r, now),
+        Request::CreateSession(r) => session::create_session(shard, ctx, r, now)?,
+        Request::ActivateSession(r) => session::activate_session(shard, ctx, r, now)?,
         // No discovery server; the secure channel layer answers OPN/CLO itself.
         Request::FindServersOnNetwork(_)
         | Request::RegisterServer(_)

@@ -2,11 +2,13 @@
 
 use crate::generated::types::{
     ActivateSessionRequest, ActivateSessionResponse, CancelRequest, CancelResponse, CloseSessionRequest,
-    CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, MessageSecurityMode,
+    CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, MessageSecurityMode, SignatureData,
 };
 use crate::generated::messages::Response;
 use crate::server::context::RequestContext;
-use crate::server::shard::{SessionKey, ShardState};
+use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, Output};
+use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::services::identity::Activation;
 use crate::services::{discovery, fault, identity, response_header};
 use crate::time::Now;
 use crate::types::{ByteString, StatusCode};
@@ -23,37 +25,100 @@ fn is_secured(ctx: &RequestContext<'_>) -> bool {
     ctx.security_mode != MessageSecurityMode::None
 }
 
-/// CreateSession: allocates a session bound to the request's secure channel.
-pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &CreateSessionRequest, now: Now) -> Response {
+/// CreateSession: allocates a session bound to the request's secure channel. On a secured
+/// channel the certificate check and the server signature are a handshake job: `None` when it
+/// went to the runtime (the response comes from [`resume`]).
+pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: Box<CreateSessionRequest>, now: Now) -> Option<Response> {
     let handle = req.request_header.request_handle;
     if is_secured(ctx) {
         let n = req.client_nonce.as_bytes().len();
         if !(CLIENT_NONCE_MIN..=CLIENT_NONCE_MAX).contains(&n) {
-            return fault(handle, StatusCode::BadNonceInvalid, now);
+            return Some(fault(handle, StatusCode::BadNonceInvalid, now));
         }
     }
     let timeout_ms = shard.shared().config.sessions.revise_timeout_ms(req.requested_session_timeout);
     let key = match shard.create_session(ctx.channel_id, ctx.security_policy_uri, timeout_ms, now) {
         Ok(k) => k,
-        Err(s) => return fault(handle, s, now),
+        Err(s) => return Some(fault(handle, s, now)),
     };
-    let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
-    let server_endpoints = discovery::endpoint_descriptions(shard, endpoint_url, &[]);
-    let max_request_message_size = discovery::max_message_size(shard);
-    let server_certificate = identity::endpoint_certificate(shard, ctx.security_policy_uri);
-    let server_signature = match identity::create_session_signature(
+    let work = identity::create_session_signature_work(
         shard,
         ctx,
         req.client_certificate.as_bytes(),
         req.client_nonce.as_bytes(),
         req.client_description.application_uri.as_str(),
-    ) {
+    );
+    match work {
+        Err(s) => {
+            shard.remove_session(key);
+            Some(fault(handle, s, now))
+        }
+        Ok(None) => Some(finish_create_session(shard, ctx, key, &req, Ok(SignatureData::default()), now)),
+        Ok(Some(work)) => {
+            let job = HandshakeJob::new(JobKind::CreateSession, Carry::CreateSession { key, req }, move || Output::Signature(work()));
+            run_or_park(shard, ctx, job, now)
+        }
+    }
+}
+
+/// Runs a session service's job inline, or leaves it for the connection when the shard
+/// offloads handshakes.
+fn run_or_park(shard: &mut ShardState, ctx: &RequestContext<'_>, job: HandshakeJob, now: Now) -> Option<Response> {
+    if shard.offloads_handshakes() {
+        shard.park_job(job);
+        None
+    } else {
+        Some(resume(shard, ctx, job.run(), now))
+    }
+}
+
+/// Finishes CreateSession or ActivateSession once its job is done; a refused job is
+/// BadTooManyOperations (and a created session is released).
+pub fn resume(shard: &mut ShardState, ctx: &RequestContext<'_>, done: JobDone, now: Now) -> Response {
+    let JobDone { kind, output, carry } = done;
+    let mut response = match carry {
+        Carry::CreateSession { key, req } => {
+            let signature = match output {
+                Some(Output::Signature(r)) => r,
+                None => Err(kind.refusal()),
+                Some(_) => Err(StatusCode::BadInternalError),
+            };
+            finish_create_session(shard, ctx, key, &req, signature, now)
+        }
+        Carry::ActivateSession { key, req, server_nonce } => {
+            let identity = match output {
+                Some(Output::Identity(r)) => r,
+                None => Err(kind.refusal()),
+                Some(_) => Err(StatusCode::BadInternalError),
+            };
+            finish_activate_session(shard, ctx, key, &req, &server_nonce, identity, now)
+        }
+        Carry::None | Carry::Open { .. } => fault(0, StatusCode::BadInternalError, now),
+    };
+    response.response_header_mut().timestamp = now.utc;
+    response
+}
+
+fn finish_create_session(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    key: SessionKey,
+    req: &CreateSessionRequest,
+    signature: Result<SignatureData, StatusCode>,
+    now: Now,
+) -> Response {
+    let handle = req.request_header.request_handle;
+    let server_signature = match signature {
         Ok(s) => s,
         Err(s) => {
             shard.remove_session(key);
             return fault(handle, s, now);
         }
     };
+    let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
+    let server_endpoints = discovery::endpoint_descriptions(shard, endpoint_url, &[]);
+    let max_request_message_size = discovery::max_message_size(shard);
+    let server_certificate = identity::endpoint_certificate(shard, ctx.security_policy_uri);
     let Some(session) = shard.session_mut(key) else {
         return fault(handle, StatusCode::BadInternalError, now);
     };
@@ -80,33 +145,46 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: &Cr
     }))
 }
 
-/// ActivateSession: sets the user identity and (re)binds the session to this channel.
+/// ActivateSession: sets the user identity and (re)binds the session to this channel. The
+/// client signature, the user token's decryption and its check (argon2id, X.509) are a
+/// handshake job: `None` when it went to the runtime (the response comes from [`resume`]).
 pub fn activate_session(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
-    req: &ActivateSessionRequest,
+    req: Box<ActivateSessionRequest>,
     now: Now,
-) -> Response {
+) -> Option<Response> {
     let handle = req.request_header.request_handle;
     let key = match shard.find_session(&req.request_header.authentication_token, now) {
         Ok(k) => k,
-        Err(s) => return fault(handle, s, now),
+        Err(s) => return Some(fault(handle, s, now)),
     };
     let server_nonce = match shard.session(key) {
         Some(s) => s.server_nonce.clone(),
-        None => return fault(handle, StatusCode::BadSessionIdInvalid, now),
+        None => return Some(fault(handle, StatusCode::BadSessionIdInvalid, now)),
     };
-    // The client proves it holds the key of its certificate (secured channels only).
-    if let Err(s) = identity::verify_client_signature(shard, ctx, server_nonce.as_bytes(), &req.client_signature) {
-        return fault(handle, s, now);
+    match identity::activation_work(shard, ctx, &req, server_nonce.as_bytes()) {
+        Err(s) => Some(fault(handle, s, now)),
+        Ok(Activation::Ready(identity)) => Some(finish_activate_session(shard, ctx, key, &req, &server_nonce, Ok(identity), now)),
+        Ok(Activation::Work(work)) => {
+            let carry = Carry::ActivateSession { key, req, server_nonce };
+            let job = HandshakeJob::new(JobKind::ActivateSession, carry, move || Output::Identity(work()));
+            run_or_park(shard, ctx, job, now)
+        }
     }
-    let identity = match identity::identity_from_token(
-        shard,
-        ctx,
-        &req.user_identity_token,
-        &req.user_token_signature,
-        server_nonce.as_bytes(),
-    ) {
+}
+
+fn finish_activate_session(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    key: SessionKey,
+    req: &ActivateSessionRequest,
+    signed_nonce: &ByteString,
+    identity: Result<UserIdentity, StatusCode>,
+    now: Now,
+) -> Response {
+    let handle = req.request_header.request_handle;
+    let identity = match identity {
         Ok(i) => i,
         Err(s) => return fault(handle, s, now),
     };
@@ -114,6 +192,11 @@ pub fn activate_session(
     let Some(session) = shard.session_mut(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
+    if session.server_nonce != *signed_nonce {
+        // Another ActivateSession of this session finished while this one's job ran: this
+        // one's signatures cover a nonce that is no longer the last one handed out.
+        return fault(handle, StatusCode::BadNonceInvalid, now);
+    }
     if session.channel_id != Some(ctx.channel_id) {
         if !session.is_activated() {
             // Part 4 §5.7.3.1: the first activation must come over the channel that

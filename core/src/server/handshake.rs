@@ -1,0 +1,151 @@
+//! Handshake jobs: the expensive part of OpenSecureChannel, CreateSession and ActivateSession
+//! (RSA private-key operations, certificate validation that may read the PKI directory,
+//! argon2id password checks), described as a [`HandshakeJob`] so the runtime can run it off the
+//! shard thread. Core stays sans-IO: it hands a job out and later takes its [`JobDone`] back as a
+//! state of the connection ([`crate::server::connection::ServerConnection::take_job`],
+//! [`crate::server::connection::ServerConnection::on_job_done`]); it never waits and never
+//! starts a thread.
+//!
+//! While a connection's job is out, its input is held (the runtime stops reading it) and its
+//! deferred responses wait; every other connection of the shard is served as usual.
+//!
+//! A job is a closure over owned data (certificates, nonces, `Arc`s of the policy and the user
+//! authenticator) that touches no shard state. What the shard needs afterwards travels with the
+//! job ([`Carry`]) and comes back with the result, also when the runtime refuses the job because
+//! its queue is full ([`HandshakeJob::refuse`]): the connection then answers ERR
+//! BadTcpNotEnoughResources (OpenSecureChannel) or a ServiceFault BadTooManyOperations
+//! (CreateSession, ActivateSession).
+//!
+//! Without a pool ([`crate::server::context::ConnectionHost::offload_handshakes`] false, the
+//! default) every job runs inline at once, exactly where the work used to be done.
+
+use std::sync::Arc;
+
+use crate::generated::types::{ActivateSessionRequest, CreateSessionRequest, SignatureData};
+use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter};
+use crate::server::shard::{SessionKey, UserIdentity};
+use crate::transport::ChunkType;
+use crate::types::{ByteString, StatusCode};
+
+/// What a job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobKind {
+    /// An OpenSecureChannel request chunk: client certificate validation (PKI), RSA
+    /// decryption and signature verification.
+    OpenRequest,
+    /// The OpenSecureChannel response: RSA signature (private key) and encryption.
+    OpenResponse,
+    /// CreateSession: client certificate validation (PKI) and the server signature.
+    CreateSession,
+    /// ActivateSession: the client signature, user token decryption (private key),
+    /// argon2id or the X.509 user certificate (PKI).
+    ActivateSession,
+}
+
+impl JobKind {
+    /// The status a refused job is answered with.
+    pub fn refusal(self) -> StatusCode {
+        match self {
+            JobKind::OpenRequest | JobKind::OpenResponse => StatusCode::BadTcpNotEnoughResources,
+            JobKind::CreateSession | JobKind::ActivateSession => StatusCode::BadTooManyOperations,
+        }
+    }
+
+    /// A short name for logs and statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobKind::OpenRequest => "open-request",
+            JobKind::OpenResponse => "open-response",
+            JobKind::CreateSession => "create-session",
+            JobKind::ActivateSession => "activate-session",
+        }
+    }
+}
+
+/// A decrypted and verified OpenSecureChannel chunk.
+pub(crate) struct OpenedRequest {
+    /// The asymmetric protection (kept for the response).
+    pub crypto: Box<dyn ChunkCrypto>,
+    pub sequence_number: u32,
+    pub request_id: u32,
+    pub body: Vec<u8>,
+}
+
+/// What a job computed.
+pub(crate) enum Output {
+    OpenRequest(Result<OpenedRequest, StatusCode>),
+    /// The response chunks, and the send sequence counter advanced past them.
+    OpenResponse(Result<Vec<u8>, StatusCode>, SequenceCounter),
+    Signature(Result<SignatureData, StatusCode>),
+    Identity(Result<UserIdentity, StatusCode>),
+}
+
+/// What the shard needs again when the job is done.
+pub(crate) enum Carry {
+    None,
+    Open { chunk_type: ChunkType, policy: Arc<dyn SecurityPolicy>, client_certificate: Option<Vec<u8>> },
+    CreateSession { key: SessionKey, req: Box<CreateSessionRequest> },
+    ActivateSession { key: SessionKey, req: Box<ActivateSessionRequest>, server_nonce: ByteString },
+}
+
+type Work = Box<dyn FnOnce() -> Output + Send>;
+
+/// Expensive handshake work of one connection. Run it anywhere ([`HandshakeJob::run`]) or
+/// refuse it ([`HandshakeJob::refuse`]); hand the [`JobDone`] back to the connection.
+pub struct HandshakeJob {
+    kind: JobKind,
+    work: Work,
+    carry: Carry,
+}
+
+impl std::fmt::Debug for HandshakeJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeJob").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl HandshakeJob {
+    pub(crate) fn new(kind: JobKind, carry: Carry, work: impl FnOnce() -> Output + Send + 'static) -> HandshakeJob {
+        HandshakeJob { kind, work: Box::new(work), carry }
+    }
+
+    pub fn kind(&self) -> JobKind {
+        self.kind
+    }
+
+    /// Does the work (CPU, and PKI file reads) on the calling thread.
+    pub fn run(self) -> JobDone {
+        JobDone { kind: self.kind, output: Some((self.work)()), carry: self.carry }
+    }
+
+    /// Gives the job back undone (the runtime's queue is full): the connection answers with
+    /// [`JobKind::refusal`].
+    pub fn refuse(self) -> JobDone {
+        JobDone { kind: self.kind, output: None, carry: self.carry }
+    }
+}
+
+/// A job's result, for the connection that handed the job out.
+pub struct JobDone {
+    pub(crate) kind: JobKind,
+    /// `None`: refused.
+    pub(crate) output: Option<Output>,
+    pub(crate) carry: Carry,
+}
+
+impl std::fmt::Debug for JobDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobDone").field("kind", &self.kind).field("refused", &self.output.is_none()).finish()
+    }
+}
+
+impl JobDone {
+    pub fn kind(&self) -> JobKind {
+        self.kind
+    }
+
+    /// The job was refused, not run.
+    pub fn is_refused(&self) -> bool {
+        self.output.is_none()
+    }
+}

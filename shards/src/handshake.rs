@@ -1,0 +1,202 @@
+//! The handshake pool: a few helper threads that run the expensive handshake work core hands
+//! out as [`HandshakeJob`]s (RSA private-key operations of OpenSecureChannel, CreateSession and
+//! ActivateSession; argon2id; certificate validation that may read the PKI directory), so a
+//! shard keeps serving its other connections meanwhile.
+//!
+//! Shape: one bounded multi-producer queue of jobs (crossbeam-channel, `queue_depth` entries)
+//! shared by every shard; `threads` helper threads take from it. Each job carries its shard's
+//! result queue (a bounded lock-free `ArrayQueue`, one per shard, written by the helpers, read
+//! only by the shard) and its shard's [`Waker`] (the eventfd the shard's loop already waits
+//! on). A shard's [`PoolClient`] counts the jobs it has out; past `queue_depth + threads` of them,
+//! or when the shared queue is full, the job is refused at once and the connection answers
+//! BadTcpNotEnoughResources (OpenSecureChannel) or BadTooManyOperations (session services) —
+//! nothing is queued without bound, and a result can always be stored.
+//!
+//! `threads = 0` means no pool: every job runs inline on the shard thread (the behaviour before
+//! the pool existed). That is an explicit setting, not "unbounded".
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_queue::ArrayQueue;
+use serde::Deserialize;
+use uaring_core::server::handshake::{HandshakeJob, JobDone};
+
+use crate::fleet::Waker;
+use crate::handler::ConnId;
+
+/// Most helper threads.
+pub const THREADS_MAX: usize = 64;
+/// Longest job queue.
+pub const QUEUE_DEPTH_MAX: usize = 65_536;
+
+/// `[handshake]` of the configuration file.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HandshakeConfig {
+    /// Helper threads. 0: no pool, handshake work runs inline on the shard threads.
+    pub threads: usize,
+    /// Jobs waiting for a helper, all shards together (> 0 when `threads` > 0).
+    pub queue_depth: usize,
+    /// Nice value of the helper threads (0..=19): above the shards' 0, so a helper sharing a
+    /// CPU with a shard yields to it.
+    pub nice: i32,
+}
+
+impl Default for HandshakeConfig {
+    fn default() -> Self {
+        HandshakeConfig { threads: 2, queue_depth: 64, nice: 10 }
+    }
+}
+
+impl HandshakeConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.threads > THREADS_MAX {
+            return Err(format!("handshake.threads must be at most {THREADS_MAX}"));
+        }
+        if self.threads > 0 && !(1..=QUEUE_DEPTH_MAX).contains(&self.queue_depth) {
+            return Err(format!("handshake.queue_depth must be 1..={QUEUE_DEPTH_MAX} when handshake.threads > 0"));
+        }
+        if !(0..=19).contains(&self.nice) {
+            return Err("handshake.nice must be 0..=19".into());
+        }
+        Ok(())
+    }
+}
+
+/// Takes `[handshake]` out of the configuration table.
+pub fn take_config(table: &mut toml::Table) -> Result<HandshakeConfig, String> {
+    let c = match table.remove("handshake") {
+        Some(v) => v.try_into::<HandshakeConfig>().map_err(|e| format!("[handshake]: {e}"))?,
+        None => HandshakeConfig::default(),
+    };
+    c.validate()?;
+    Ok(c)
+}
+
+type Results = Arc<ArrayQueue<(ConnId, JobDone)>>;
+
+struct Envelope {
+    job: HandshakeJob,
+    conn: ConnId,
+    results: Results,
+    waker: Option<Waker>,
+}
+
+/// The helper threads and the shared job queue.
+pub struct HandshakePool {
+    tx: Sender<Envelope>,
+    threads: usize,
+    queue_depth: usize,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HandshakePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakePool").field("threads", &self.threads).field("queue_depth", &self.queue_depth).finish()
+    }
+}
+
+fn set_nice(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: plain syscalls on the calling thread (a Linux thread id is a process id for
+    // setpriority); failure only leaves the default priority.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
+fn worker(rx: Receiver<Envelope>, nice: i32) {
+    set_nice(nice);
+    while let Ok(e) = rx.recv() {
+        let done = e.job.run();
+        if e.results.push((e.conn, done)).is_err() {
+            // Cannot happen: a shard never has more jobs out than its queue holds.
+            tracing::error!("handshake result queue full: result dropped");
+        }
+        if let Some(w) = &e.waker {
+            w.wake();
+        }
+    }
+}
+
+impl HandshakePool {
+    /// Starts the helpers; `None` when `threads` is 0 (inline).
+    pub fn start(cfg: &HandshakeConfig) -> Result<Option<Arc<HandshakePool>>, String> {
+        cfg.validate()?;
+        if cfg.threads == 0 {
+            return Ok(None);
+        }
+        let (tx, rx) = crossbeam_channel::bounded(cfg.queue_depth);
+        let mut workers = Vec::with_capacity(cfg.threads);
+        for i in 0..cfg.threads {
+            let rx = rx.clone();
+            let nice = cfg.nice;
+            let h = std::thread::Builder::new()
+                .name(format!("uaring-handshake-{i}"))
+                .spawn(move || worker(rx, nice))
+                .map_err(|e| format!("handshake thread: {e}"))?;
+            workers.push(h);
+        }
+        Ok(Some(Arc::new(HandshakePool { tx, threads: cfg.threads, queue_depth: cfg.queue_depth, workers })))
+    }
+
+    /// A shard's end of the pool.
+    pub fn client(&self) -> PoolClient {
+        let max_out = self.queue_depth + self.threads;
+        PoolClient { tx: self.tx.clone(), results: Arc::new(ArrayQueue::new(max_out)), out: 0, max_out, waker: None }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+}
+
+/// One shard's end of the pool: submits its connections' jobs, takes their results.
+pub struct PoolClient {
+    tx: Sender<Envelope>,
+    results: Results,
+    /// Jobs submitted and not yet taken back.
+    out: usize,
+    max_out: usize,
+    waker: Option<Waker>,
+}
+
+impl PoolClient {
+    /// How the helpers wake this shard when a result is ready.
+    pub fn set_waker(&mut self, waker: Waker) {
+        self.waker = Some(waker);
+    }
+
+    /// Queues `job` for `conn`; gives it back when the queue (or this shard's share) is full.
+    pub fn submit(&mut self, conn: ConnId, job: HandshakeJob) -> Result<(), HandshakeJob> {
+        if self.out >= self.max_out {
+            return Err(job);
+        }
+        let e = Envelope { job, conn, results: self.results.clone(), waker: self.waker.clone() };
+        match self.tx.try_send(e) {
+            Ok(()) => {
+                self.out += 1;
+                Ok(())
+            }
+            Err(TrySendError::Full(e) | TrySendError::Disconnected(e)) => Err(e.job),
+        }
+    }
+
+    /// Takes every result ready now.
+    pub fn drain(&mut self, mut f: impl FnMut(ConnId, JobDone)) {
+        while let Some((conn, done)) = self.results.pop() {
+            self.out -= 1;
+            f(conn, done);
+        }
+    }
+
+    /// Jobs out now.
+    pub fn jobs_out(&self) -> usize {
+        self.out
+    }
+}
