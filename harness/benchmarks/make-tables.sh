@@ -19,8 +19,8 @@ EXTRA=${EXTRA:-}
 RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
-TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution"}
-ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution"
+TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake"}
+ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution handshake"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -61,6 +61,7 @@ for t in $ALL; do
         servers) sweep servers servers.variants servers.scenarios ;;
         security) sweep security security.variants security.scenarios ;;
         distribution) sweep distribution distribution.variants placement.scenarios ;;
+        handshake) sweep handshake handshake.variants handshake.scenarios ;;
     esac
 done
 
@@ -70,6 +71,11 @@ done
         if [ -f "$RES/$1.md" ]; then
             printf '\n## %s\n\n' "$2"
             cat "$RES/$1.md"
+            # A reading of the table written by hand (figures quoted from the kept run).
+            if [ -f "harness/benchmarks/$1.note.md" ]; then
+                printf '\n'
+                cat "harness/benchmarks/$1.note.md"
+            fi
         fi
     }
     section headline "Headline: uaring, native open62541, async-opcua and the same-loop echo floor, both send modes, None and SignAndEncrypt"
@@ -77,6 +83,7 @@ done
     section capacity "Sampling capacity: uaring and native open62541 (counters contract, 10 ms sampling, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
+    section handshake "Handshake offload: Read latency beside a SignAndEncrypt connect storm with UserName logins"
     if [ -f "$RES/stalled.md" ]; then
         printf '\n## %s\n\n' "A subscriber that stops reading (SIGSTOP)"
         cat "$RES/stalled.md"

@@ -268,6 +268,16 @@ pub struct RunOpts {
     /// counters: largest item count tried.
     #[arg(long, default_value_t = 1_000_000, value_parser = positive)]
     pub max_items: usize,
+    /// read/read-batch/write/browse: background threads (on the client CPUs) that open and
+    /// close SignAndEncrypt sessions back to back (--security-policy) while the measured
+    /// sessions run: a connect storm (at nice 10, below the measuring threads). Its sessions
+    /// are not in the latency figures; the result reports storm_sessions_per_s.
+    #[arg(long, default_value_t = 0)]
+    pub storm: usize,
+    /// The storm's sessions log in as this user (`name:password`, the password sent in clear
+    /// inside the SignAndEncrypt channel) instead of anonymously.
+    #[arg(long)]
+    pub storm_user: Option<String>,
     /// echo: bytes of each echo frame (the echo handler sends every byte back).
     #[arg(long, alias = "echo-req-bytes", default_value_t = crate::echo::DEFAULT_FRAME_BYTES, value_parser = crate::echo::parse_frame_bytes)]
     pub echo_bytes: usize,

@@ -94,6 +94,8 @@ pub struct UaDriver {
     /// far out of order).
     sent: std::collections::HashMap<u32, u64>,
     security: Option<Arc<Security>>,
+    /// Log in with a UserName token (name, password) instead of anonymously.
+    user: Option<(String, String)>,
 }
 
 impl UaDriver {
@@ -109,7 +111,15 @@ impl UaDriver {
             work,
             endpoint_url: endpoint_url.to_string(),
             sent: std::collections::HashMap::with_capacity(inflight * 2 + 8),
+            user: None,
         }
+    }
+
+    /// Activates the session with a UserName token (the password in clear: only accepted
+    /// inside a SignAndEncrypt channel).
+    pub fn with_user(mut self, user: Option<(String, String)>) -> UaDriver {
+        self.user = user;
+        self
     }
 
     fn send(&mut self, req: Request, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
@@ -178,16 +188,26 @@ impl UaDriver {
                     }
                     None => SignatureData::default(),
                 };
+                let token_type = if self.user.is_some() { UserTokenType::UserName } else { UserTokenType::Anonymous };
                 let policy_id = r
                     .server_endpoints
                     .iter()
                     .flat_map(|e| e.user_identity_tokens.iter())
-                    .find(|p| p.token_type == UserTokenType::Anonymous)
+                    .find(|p| p.token_type == token_type)
                     .map(|p| p.policy_id.clone())
-                    .unwrap_or_else(|| UaString::from("anonymous"));
+                    .unwrap_or_else(|| UaString::from(if self.user.is_some() { "username" } else { "anonymous" }));
+                let user_identity_token = match &self.user {
+                    Some((name, password)) => ExtensionObject::from_struct(&UserNameIdentityToken {
+                        policy_id,
+                        user_name: name.as_str().into(),
+                        password: uaring_core::types::ByteString::from(password.as_bytes()),
+                        encryption_algorithm: UaString::null(),
+                    }),
+                    None => ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+                };
                 let req = ActivateSessionRequest {
                     client_signature,
-                    user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+                    user_identity_token,
                     locale_ids: vec!["en".into()],
                     ..Default::default()
                 };
@@ -800,9 +820,12 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         "read" | "read-batch" | "write" | "browse" => {
             let nodes: usize = if cfg.scenario == "read-batch" { cfg.opts.nodes } else { 1 };
             let scenario = cfg.scenario.clone();
+            let storm = Storm::new(cfg)?;
+            let storm2 = storm.clone();
             let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
                 let url = endpoint(r);
                 let sec = secure(cfg, &url)?;
+                let mut params = storm2.start(cfg, r, &url)?;
                 let (inflight, scenario) = (cfg.inflight, scenario.clone());
                 let factory = Arc::new(move |i: usize| -> DynDriver {
                     let start = (i as u32).wrapping_mul(37);
@@ -813,14 +836,137 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                     };
                     Box::new(UaDriver::new(&url, work, inflight, sec.clone()))
                 });
-                let params = if nodes > 1 { vec![("nodes".to_string(), json!(nodes))] } else { vec![] };
+                if nodes > 1 {
+                    params.push(("nodes".to_string(), json!(nodes)));
+                }
                 Ok((Plan::Ring { conns: cfg.clients, factory }, params))
             };
-            run_with_guard(cfg, &[], &plan)
+            let r = run_with_guard(cfg, &[], &plan);
+            let (sessions, errors, seconds) = storm.stop();
+            let last_error = storm.last_error();
+            let mut o = r?;
+            if storm.threads > 0 {
+                o.insert("storm_sessions".into(), json!(sessions));
+                o.insert("storm_errors".into(), json!(errors));
+                if let Some(e) = last_error {
+                    o.insert("storm_last_error".into(), json!(e));
+                }
+                o.insert("storm_sessions_per_s".into(), json!(if seconds > 0.0 { (sessions as f64 / seconds).round() } else { 0.0 }));
+            }
+            Ok(o)
         }
         "sub" | "events" => run_sub(cfg),
         "connect" => run_connect(cfg),
         other => Err(format!("scenario {other} is not an OPC UA load scenario")),
+    }
+}
+
+/// Nice value of the storm threads.
+const STORM_NICE: i32 = 10;
+
+/// A connect storm beside a measured scenario (`--storm N`): N threads on the client CPUs
+/// open a SignAndEncrypt channel, create and activate a session (anonymous or `--storm-user`)
+/// and close it, back to back, for as long as the run lasts.
+#[derive(Clone)]
+struct Storm {
+    threads: usize,
+    user: Option<(String, String)>,
+    state: Arc<std::sync::Mutex<StormState>>,
+}
+
+#[derive(Default)]
+struct StormState {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    sessions: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+    last_error: Arc<std::sync::Mutex<Option<String>>>,
+    started: Option<std::time::Instant>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl StormState {
+    /// Stops and joins the threads; (sessions, errors, seconds) of this storm.
+    fn halt(&mut self) -> (u64, u64, f64) {
+        self.stop.store(true, Ordering::SeqCst);
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+        let secs = self.started.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
+        (self.sessions.load(Ordering::Relaxed), self.errors.load(Ordering::Relaxed), secs)
+    }
+}
+
+impl Storm {
+    fn new(cfg: &RunConfig) -> Result<Storm, String> {
+        let user = match &cfg.opts.storm_user {
+            None => None,
+            Some(s) => {
+                let (n, p) = s.split_once(':').ok_or("--storm-user: name:password")?;
+                Some((n.to_string(), p.to_string()))
+            }
+        };
+        Ok(Storm { threads: cfg.opts.storm, user, state: Arc::default() })
+    }
+
+    /// Starts the threads against this run's server (a repeated run stops the old ones first).
+    fn start(&self, cfg: &RunConfig, r: &Running, url: &str) -> Result<Vec<(String, Value)>, String> {
+        if self.threads == 0 {
+            return Ok(Vec::new());
+        }
+        let mut st = self.state.lock().map_err(|_| "storm state poisoned")?;
+        st.halt();
+        st.stop = Arc::default();
+        st.sessions = Arc::default();
+        st.errors = Arc::default();
+        let sec = security::prepare(url, "sign-encrypt", &cfg.opts.security_policy)?;
+        let addr = r.addr;
+        for _ in 0..self.threads {
+            let (stop, sessions, errors, last) = (st.stop.clone(), st.sessions.clone(), st.errors.clone(), st.last_error.clone());
+            let (sec, url, user, cpus) = (sec.clone(), url.to_string(), self.user.clone(), cfg.client_cpus.clone());
+            st.handles.push(std::thread::spawn(move || {
+                let _ = uaring_affinity::pin_current_thread(&cpus);
+                // Below the measured client threads (nice 0) on the shared client CPUs, so the
+                // storm loads the server rather than the measuring client.
+                // SAFETY: setpriority on the calling thread (a Linux thread id is a pid here).
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t, STORM_NICE) };
+                while !stop.load(Ordering::Relaxed) {
+                    match connect_once_as(addr, &url, sec.clone(), user.clone()) {
+                        Ok(()) => sessions.fetch_add(1, Ordering::Relaxed),
+                        Err(e) if e.contains("Connection refused") || e.contains("BadServerHalted") => {
+                            // The run ended and its server is gone (or going) before the storm was told.
+                            break;
+                        }
+                        Err(e) => {
+                            if !stop.load(Ordering::Relaxed) {
+                                if let Ok(mut l) = last.lock() {
+                                    *l = Some(e);
+                                }
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                            0
+                        }
+                    };
+                }
+            }));
+        }
+        st.started = Some(std::time::Instant::now());
+        Ok(vec![
+            ("storm_threads".to_string(), json!(self.threads)),
+            ("storm_user".to_string(), json!(self.user.is_some())),
+            ("storm_security_policy".to_string(), json!(cfg.opts.security_policy)),
+        ])
+    }
+
+    fn last_error(&self) -> Option<String> {
+        self.state.lock().ok().and_then(|st| st.last_error.lock().ok().and_then(|l| l.clone()))
+    }
+
+    fn stop(&self) -> (u64, u64, f64) {
+        match self.state.lock() {
+            Ok(mut st) => st.halt(),
+            Err(_) => (0, 0, 0.0),
+        }
     }
 }
 
@@ -934,13 +1080,23 @@ impl Workload for NoWork {
 /// One blocking OpenSecureChannel + CreateSession + ActivateSession +
 /// CloseSession + CloseSecureChannel through the same driver as the load.
 pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Security>>) -> Result<(), String> {
-    let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec);
+    connect_once_as(addr, url, sec, None)
+}
+
+/// [`connect_once`] with a UserName login (`user`: name, password) or anonymously.
+pub fn connect_once_as(
+    addr: std::net::SocketAddr,
+    url: &str,
+    sec: Option<Arc<Security>>,
+    user: Option<(String, String)>,
+) -> Result<(), String> {
+    let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec).with_user(user);
     run_session_blocking(addr, &mut d, UaDriver::is_running)
 }
 
 /// Drives one session over a blocking socket: connect, run `d` until `time_to_close` says
 /// so, CloseSession, then close the channel. Used where a whole session is the operation
-/// (session establishment, the soak's churn).
+/// (session establishment, the soak's churn, the connect storm).
 pub fn run_session_blocking(
     addr: std::net::SocketAddr,
     d: &mut UaDriver,

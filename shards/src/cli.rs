@@ -529,7 +529,18 @@ pub fn serve(a: ServeArgs) -> i32 {
     let shards = opts.shards;
     let sigset = block_signals();
     let make_setup = setup.clone();
-    let pool = match crate::handshake::HandshakePool::start(&handshake) {
+    let helper_cpus = if handshake.cpus.is_empty() {
+        Vec::new()
+    } else {
+        match resolve_cpus(&handshake.cpus) {
+            Ok((c, _)) => c,
+            Err(e) => {
+                eprintln!("uaring serve: handshake.cpus: {e}");
+                return 1;
+            }
+        }
+    };
+    let pool = match crate::handshake::HandshakePool::start(&handshake, &helper_cpus) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("uaring serve: {e}");

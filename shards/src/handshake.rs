@@ -42,11 +42,14 @@ pub struct HandshakeConfig {
     /// Nice value of the helper threads (0..=19): above the shards' 0, so a helper sharing a
     /// CPU with a shard yields to it.
     pub nice: i32,
+    /// CPUs the helper threads may run on (list, hex mask or expression, as `runtime.cpus`);
+    /// "" = not pinned.
+    pub cpus: String,
 }
 
 impl Default for HandshakeConfig {
     fn default() -> Self {
-        HandshakeConfig { threads: 2, queue_depth: 64, nice: 10 }
+        HandshakeConfig { threads: 2, queue_depth: 64, nice: 10, cpus: String::new() }
     }
 }
 
@@ -110,8 +113,13 @@ fn set_nice(nice: i32) {
     }
 }
 
-fn worker(rx: Receiver<Envelope>, nice: i32) {
+fn worker(rx: Receiver<Envelope>, nice: i32, cpus: Vec<usize>) {
     set_nice(nice);
+    if !cpus.is_empty() {
+        if let Err(e) = uaring_affinity::pin_current_thread(&cpus) {
+            tracing::warn!("handshake thread: cannot pin to {cpus:?}: {e}");
+        }
+    }
     while let Ok(e) = rx.recv() {
         let done = e.job.run();
         if e.results.push((e.conn, done)).is_err() {
@@ -125,8 +133,8 @@ fn worker(rx: Receiver<Envelope>, nice: i32) {
 }
 
 impl HandshakePool {
-    /// Starts the helpers; `None` when `threads` is 0 (inline).
-    pub fn start(cfg: &HandshakeConfig) -> Result<Option<Arc<HandshakePool>>, String> {
+    /// Starts the helpers (pinned to `cpus` unless empty); `None` when `threads` is 0 (inline).
+    pub fn start(cfg: &HandshakeConfig, cpus: &[usize]) -> Result<Option<Arc<HandshakePool>>, String> {
         cfg.validate()?;
         if cfg.threads == 0 {
             return Ok(None);
@@ -136,9 +144,10 @@ impl HandshakePool {
         for i in 0..cfg.threads {
             let rx = rx.clone();
             let nice = cfg.nice;
+            let cpus = cpus.to_vec();
             let h = std::thread::Builder::new()
                 .name(format!("uaring-handshake-{i}"))
-                .spawn(move || worker(rx, nice))
+                .spawn(move || worker(rx, nice, cpus))
                 .map_err(|e| format!("handshake thread: {e}"))?;
             workers.push(h);
         }
