@@ -18,6 +18,11 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A config with one user (password "pw"), passwords accepted in clear on None channels (the
 /// test has no RSA client), one shard, and the given `[handshake]` section.
 fn start(handshake: &str, tag: &str) -> (Server, std::path::PathBuf) {
+    start_on(1, handshake, tag)
+}
+
+/// [`start`] with `shards` shards, connections dealt round robin.
+fn start_on(shards: usize, handshake: &str, tag: &str) -> (Server, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("uaring-hs-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -26,7 +31,7 @@ fn start(handshake: &str, tag: &str) -> (Server, std::path::PathBuf) {
     std::fs::write(
         &cfg,
         format!(
-            "[runtime]\nshards = 1\n[handshake]\n{handshake}\n[security]\npolicies = [\"None\", \"Basic256Sha256\"]\nuser_token_policy_on_none = \"\"\n\
+            "[runtime]\nshards = {shards}\ndistribution = \"round-robin\"\n[handshake]\n{handshake}\n[security]\npolicies = [\"None\", \"Basic256Sha256\"]\nuser_token_policy_on_none = \"\"\n\
              allow_password_on_none = true\n[[users]]\nname = \"op\"\npassword = \"{hash}\"\nrole = \"read\"\n"
         ),
     )
@@ -135,6 +140,33 @@ fn logins_past_the_pool_bound_are_refused() {
         if let Some(r) = retry {
             assert!(matches!(r, Ok(()) | Err(StatusCode::BadTooManyOperations)), "{r:?}");
         }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Two shards, connections dealt round robin: a UserName session resumed on new connections
+/// moves to its owning shard when the connection lands on the other one, and the ActivateSession
+/// it carries is then checked (argon2id) on the pool of the owning shard. Every resume succeeds,
+/// and the session keeps answering.
+#[test]
+fn resumed_logins_move_to_the_owning_shard_and_run_on_its_pool() {
+    let (server, dir) = start_on(2, "threads = 1\nqueue_depth = 4", "move");
+    let url = server.url();
+    let mut c = session(&url);
+    activate_user(&mut c).expect("first login");
+    let token = c.connection().authentication_token().clone();
+    let read = |c: &mut Client| {
+        let v = c.read_values(&[NodeId::ns0(2258)]).expect("read CurrentTime");
+        assert!(v[0].status.is_none_or(|s| s.is_good()), "{v:?}");
+    };
+    read(&mut c);
+    for i in 0..6 {
+        drop(c);
+        c = Client::connect(&url, TIMEOUT).expect("connect");
+        c.connection().set_authentication_token(token.clone());
+        activate_user(&mut c).unwrap_or_else(|s| panic!("resume {i}: {s:?}"));
+        read(&mut c);
     }
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
