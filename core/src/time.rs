@@ -1,4 +1,5 @@
 //! Time is passed into core by the runtime; core never reads a clock.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use crate::types::DateTime;
 

@@ -1,5 +1,6 @@
 //! Asymmetric operations of OpenSecureChannel, CreateSession/ActivateSession and user tokens:
 //! RSA-OAEP / PKCS#1 v1.5 encryption in blocks, PKCS#1 v1.5 / PSS signatures (aws-lc-rs).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rsa::{
@@ -135,7 +136,7 @@ pub fn asym_encrypt(
         .map_err(|_| status::BAD_CERTIFICATE_INVALID)?;
     let key_bytes = public.key_size_bytes();
     let block = policy.asym_plain_block_size(key_bytes);
-    if block == 0 {
+    if block == 0 || key_bytes == 0 {
         return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED);
     }
     let blocks = plaintext.len().div_ceil(block).max(1);
@@ -145,11 +146,12 @@ pub fn asym_encrypt(
     if chunks.is_empty() {
         chunks.push(&[]);
     }
+    // One key-sized output block per plaintext chunk.
+    let blocks_out = out.get_mut(start..).ok_or(status::BAD_INTERNAL_ERROR)?.chunks_exact_mut(key_bytes).zip(&chunks);
     match oaep_alg(enc) {
         Some(alg) => {
             let key = OaepPublicEncryptingKey::new(public).map_err(|_| status::BAD_INTERNAL_ERROR)?;
-            for (i, chunk) in chunks.iter().enumerate() {
-                let dst = &mut out[start + i * key_bytes..start + (i + 1) * key_bytes];
+            for (dst, chunk) in blocks_out {
                 let n = key
                     .encrypt(alg, chunk, dst, None)
                     .map_err(|_| status::BAD_INTERNAL_ERROR)?
@@ -161,8 +163,7 @@ pub fn asym_encrypt(
         }
         None => {
             let key = Pkcs1PublicEncryptingKey::new(public).map_err(|_| status::BAD_INTERNAL_ERROR)?;
-            for (i, chunk) in chunks.iter().enumerate() {
-                let dst = &mut out[start + i * key_bytes..start + (i + 1) * key_bytes];
+            for (dst, chunk) in blocks_out {
                 let n = key.encrypt(chunk, dst).map_err(|_| status::BAD_INTERNAL_ERROR)?.len();
                 if n != key_bytes {
                     return Err(status::BAD_INTERNAL_ERROR);

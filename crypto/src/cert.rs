@@ -1,4 +1,5 @@
 //! X.509 application instance certificates: parsing (x509-cert) and generation (rcgen + aws-lc-rs).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use std::net::IpAddr;
 
@@ -93,11 +94,11 @@ pub fn thumbprint(der: &[u8]) -> [u8; THUMBPRINT_LEN] {
 
 /// Lower-case hex.
 pub fn to_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 15) as usize] as char);
+        for digit in [b >> 4, b & 15] {
+            s.push(char::from_digit(u32::from(digit), 16).unwrap_or('0'));
+        }
     }
     s
 }
@@ -139,7 +140,7 @@ impl Certificate {
                 let mut r = SliceReader::new(rest).map_err(|_| status::BAD_CERTIFICATE_INVALID)?;
                 r.tlv_bytes().map_err(|_| status::BAD_CERTIFICATE_INVALID)?.len()
             };
-            let (one, tail) = rest.split_at(len);
+            let (one, tail) = rest.split_at_checked(len).ok_or(status::BAD_CERTIFICATE_INVALID)?;
             out.push(Self::from_der(one)?);
             rest = tail;
         }
@@ -274,7 +275,8 @@ impl Certificate {
     }
     /// The signed TBSCertificate bytes.
     pub fn tbs_der(&self) -> &[u8] {
-        &self.der[self.tbs_range.0..self.tbs_range.1]
+        // The range was found inside `der` when parsing; were it not, nothing would verify.
+        self.der.get(self.tbs_range.0..self.tbs_range.1).unwrap_or_default()
     }
     /// The issuer's signature over [`Self::tbs_der`].
     pub fn signature(&self) -> &[u8] {

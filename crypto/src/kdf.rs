@@ -1,4 +1,5 @@
 //! Key derivation: P_SHA256 / P_SHA1 (the TLS 1.2 P_hash, RFC 5246 §5), OPC 10000-6 §6.7.5.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
@@ -36,15 +37,15 @@ fn p_hash_impl<M: Mac + hmac::digest::KeyInit + Clone>(secret: &[u8], seed: &[u8
         m.update(seed);
         m.finalize().into_bytes()
     };
-    let mut written = 0;
-    while written < out.len() {
+    // One HMAC output per piece of `out` (the last piece may be short).
+    for piece in out.chunks_mut(<M as hmac::digest::OutputSizeUser>::output_size()) {
         let mut m = keyed.clone();
         m.update(&a);
         m.update(seed);
         let block = m.finalize().into_bytes();
-        let take = (out.len() - written).min(block.len());
-        out[written..written + take].copy_from_slice(&block[..take]);
-        written += take;
+        for (o, b) in piece.iter_mut().zip(block.iter()) {
+            *o = *b;
+        }
         let mut m = keyed.clone();
         m.update(&a);
         a = m.finalize().into_bytes();

@@ -17,6 +17,7 @@
 //! certificate). [`Pki::refresh_if_stale`] rescans the directories at most once per
 //! `rescan_interval_ms` and reloads when a listing, a size or an mtime changed, so a certificate
 //! dropped into `trusted/certs` is accepted without a restart.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
@@ -443,13 +444,13 @@ impl Pki {
         now_unix_s: i64,
     ) -> Result<Certificate, u32> {
         let chain = Certificate::parse_chain(chain_der)?;
-        let leaf = &chain[0];
+        let Some(leaf) = chain.first() else { return Err(status::BAD_CERTIFICATE_INVALID) };
 
         // Build the path leaf → trust anchor (or untrusted root), verifying each signature.
         let mut path: Vec<&Certificate> = vec![leaf];
         let mut trusted = false;
         loop {
-            let current = path[path.len() - 1];
+            let Some(&current) = path.last() else { return Err(status::BAD_CERTIFICATE_CHAIN_INCOMPLETE) };
             if self.is_trusted(current) {
                 trusted = true;
                 if current.is_self_issued() {
@@ -464,8 +465,9 @@ impl Pki {
             if path.len() >= crate::cert::CHAIN_LEN_MAX {
                 return Err(status::BAD_CERTIFICATE_CHAIN_INCOMPLETE);
             }
-            let candidates = chain[1..]
+            let candidates = chain
                 .iter()
+                .skip(1)
                 .chain(self.store.trusted.iter())
                 .chain(self.store.issuers.iter())
                 .filter(|c| c.subject_der() == current.issuer_der())
@@ -504,7 +506,7 @@ impl Pki {
         if !leaf.is_time_valid(now_unix_s) {
             return Err(status::BAD_CERTIFICATE_TIME_INVALID);
         }
-        if path[1..].iter().any(|c| !c.is_time_valid(now_unix_s)) {
+        if path.iter().skip(1).any(|c| !c.is_time_valid(now_unix_s)) {
             return Err(status::BAD_CERTIFICATE_ISSUER_TIME_INVALID);
         }
         // ApplicationUri.
@@ -515,7 +517,7 @@ impl Pki {
         }
         // Usage.
         check_leaf_usage(leaf, role)?;
-        for ca in &path[1..] {
+        for ca in path.iter().skip(1) {
             if ca.is_ca() != Some(true) {
                 return Err(status::BAD_CERTIFICATE_ISSUER_USE_NOT_ALLOWED);
             }
@@ -526,8 +528,8 @@ impl Pki {
             }
         }
         // Revocation: every certificate issued by a CA of the path.
-        for i in 0..path.len() - 1 {
-            let (subject, ca) = (path[i], path[i + 1]);
+        for (i, pair) in path.windows(2).enumerate() {
+            let &[subject, ca] = pair else { continue };
             let crls: Vec<&Crl> = self.store.crls.iter().filter(|l| l.is_issued_by(ca)).collect();
             let leaf_level = i == 0;
             if crls.is_empty() {

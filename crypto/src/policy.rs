@@ -1,4 +1,5 @@
 //! Security policies and their parameters (OPC 10000-7 security policy profiles).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 /// Message security mode of a secure channel (OPC 10000-4 §7.20).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -317,13 +318,10 @@ pub fn padding_len(plain_len: usize, sig_len: usize, block: usize, extra_byte: b
 /// high byte (ExtraPaddingSize).
 pub fn write_padding(dst: &mut [u8], extra_byte: bool) {
     if extra_byte {
-        if dst.len() < 2 {
-            return;
-        }
-        let count = dst.len() - 2;
-        let (body, last) = dst.split_at_mut(dst.len() - 1);
+        let Some((last, body)) = dst.split_last_mut() else { return };
+        let Some(count) = body.len().checked_sub(1) else { return };
         body.fill((count & 0xff) as u8);
-        last[0] = (count >> 8) as u8;
+        *last = (count >> 8) as u8;
     } else {
         if dst.is_empty() {
             return;
@@ -341,17 +339,11 @@ pub fn check_padding(plain: &[u8], extra_byte: bool) -> Option<usize> {
     use subtle::ConstantTimeEq;
     let n = plain.len();
     let (count, fixed) = if extra_byte {
-        if n < 2 {
-            return None;
-        }
-        let hi = plain[n - 1] as usize;
-        let lo = plain[n - 2] as usize;
-        ((hi << 8) | lo, 2)
+        let [.., lo, hi] = plain else { return None };
+        ((usize::from(*hi) << 8) | usize::from(*lo), 2)
     } else {
-        if n < 1 {
-            return None;
-        }
-        (plain[n - 1] as usize, 1)
+        let [.., size] = plain else { return None };
+        (usize::from(*size), 1)
     };
     let total = count + fixed;
     if total > n {
@@ -360,7 +352,8 @@ pub fn check_padding(plain: &[u8], extra_byte: bool) -> Option<usize> {
     let low = (count & 0xff) as u8;
     let start = n - total;
     let mut ok = subtle::Choice::from(1u8);
-    for &b in &plain[start..n - (fixed - 1) - 1] {
+    // The padding bytes: from `start` up to the size byte(s) (total <= n, so in range).
+    for &b in plain.get(start..n - fixed)? {
         ok &= b.ct_eq(&low);
     }
     if bool::from(ok) {

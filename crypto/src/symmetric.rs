@@ -3,6 +3,7 @@
 //! Every operation works in place on caller buffers and does not allocate: the HMAC key schedule
 //! and the AES round keys are computed once per key set, and each chunk clones them on the stack.
 //! There is no IV chaining across chunks: every chunk starts from the derived IV (OPC 10000-6).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use aes::{Aes128, Aes256};
 use cbc::cipher::block_padding::NoPadding;
@@ -93,10 +94,13 @@ pub fn derive_keys(policy: PolicyId, secret: &[u8], seed: &[u8]) -> Result<Symme
     let (sig_len, enc_len, iv_len) = policy.symmetric_key_lens();
     let mut buf = Zeroizing::new([0u8; 96]);
     let total = sig_len + enc_len + iv_len;
-    p_hash(policy.hash(), secret, seed, &mut buf[..total]);
-    let mut iv = [0u8; AES_BLOCK_SIZE];
-    iv.copy_from_slice(&buf[sig_len + enc_len..total]);
-    SymmetricKeys::new(policy, &buf[..sig_len], &buf[sig_len..sig_len + enc_len], &iv)
+    // The policies' key lengths fit the buffer and their IV is one AES block.
+    let keys = buf.get_mut(..total).ok_or(status::BAD_INTERNAL_ERROR)?;
+    p_hash(policy.hash(), secret, seed, keys);
+    let (sig_key, rest) = keys.split_at_checked(sig_len).ok_or(status::BAD_INTERNAL_ERROR)?;
+    let (enc_key, iv) = rest.split_at_checked(enc_len).ok_or(status::BAD_INTERNAL_ERROR)?;
+    let iv: [u8; AES_BLOCK_SIZE] = iv.try_into().map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    SymmetricKeys::new(policy, sig_key, enc_key, &iv)
 }
 
 impl SymmetricKeys {
@@ -268,7 +272,7 @@ impl SymmetricKeys {
                 let (signed, sig) = chunk.split_at_mut(split);
                 self.sign(signed, sig)?;
                 if mode == SecurityMode::SignAndEncrypt {
-                    self.encrypt_in_place(&mut chunk[encrypt_from..])?;
+                    self.encrypt_in_place(chunk.get_mut(encrypt_from..).ok_or(status::BAD_INVALID_ARGUMENT)?)?;
                 }
                 Ok(())
             }
@@ -294,7 +298,7 @@ impl SymmetricKeys {
             SecurityMode::None => Ok(chunk.len()),
             SecurityMode::Sign | SecurityMode::SignAndEncrypt => {
                 if mode == SecurityMode::SignAndEncrypt {
-                    self.decrypt_in_place(&mut chunk[encrypt_from..])?;
+                    self.decrypt_in_place(chunk.get_mut(encrypt_from..).ok_or(status::BAD_SECURITY_CHECKS_FAILED)?)?;
                 }
                 let split = chunk.len() - sig_len;
                 let (signed, sig) = chunk.split_at(split);

@@ -1,5 +1,6 @@
 //! User authentication: encrypted UserName secrets, X.509 user tokens, configured users with
 //! argon2id password hashes.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
@@ -58,15 +59,18 @@ pub fn decrypt_user_password(
     let mut plain = Zeroizing::new(Vec::new());
     asym_decrypt(policy, own_key, ciphertext, &mut plain)
         .map_err(|_| status::BAD_IDENTITY_TOKEN_INVALID)?;
-    if plain.len() < 4 {
+    let Some((length, body)) = plain.split_first_chunk::<4>() else {
+        return Err(status::BAD_IDENTITY_TOKEN_INVALID);
+    };
+    let declared = u32::from_le_bytes(*length) as usize;
+    if declared != body.len() || server_nonce.is_empty() {
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
     }
-    let declared = u32::from_le_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
-    let body = &plain[4..];
-    if declared != body.len() || declared < server_nonce.len() || server_nonce.is_empty() {
+    let Some((password, nonce)) =
+        declared.checked_sub(server_nonce.len()).and_then(|n| body.split_at_checked(n))
+    else {
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
-    }
-    let (password, nonce) = body.split_at(declared - server_nonce.len());
+    };
     if !bool::from(nonce.ct_eq(server_nonce)) {
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
     }
@@ -104,7 +108,8 @@ pub fn verify_x509_user_token(
     }
     let chain = Certificate::parse_chain(user_cert_der)?;
     let data = signature_data(server_cert_der, server_nonce);
-    asym_verify(policy, &chain[0], &data, signature).map_err(|_| status::BAD_USER_SIGNATURE_INVALID)?;
+    let leaf = chain.first().ok_or(status::BAD_CERTIFICATE_INVALID)?;
+    asym_verify(policy, leaf, &data, signature).map_err(|_| status::BAD_USER_SIGNATURE_INVALID)?;
     pki.validate(user_cert_der, CertRole::User, None, now_unix_s)
 }
 
@@ -156,7 +161,7 @@ impl UserStore {
                 Ok(_) => return Err(format!("user {name:?}: hash is not argon2id")),
                 Err(e) => return Err(format!("user {name:?}: bad PHC hash: {e}")),
             }
-            if users[..i].iter().any(|(n, _)| n == name) {
+            if users.iter().take(i).any(|(n, _)| n == name) {
                 return Err(format!("user {name:?} is configured twice"));
             }
         }

@@ -8,6 +8,7 @@
 //!   builder adds the inverse on the target (deduplicated).
 //! * Type hierarchy: each type node knows its supertype (the source of its inverse
 //!   HasSubtype); `is_subtype_of` walks that chain (depth ≤ 16 in namespace 0).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 pub mod build;
 pub mod numeric_range;
@@ -225,6 +226,23 @@ pub struct AddressSpace {
     metrics: std::sync::Arc<crate::server::metrics::ServerMetrics>,
 }
 
+/// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
+/// from that namespace's dense table, any other from the map.
+#[inline]
+fn lookup(dense: &[Vec<u32>; 2], map: &HashMap<NodeId, u32>, id: &NodeId) -> Option<u32> {
+    if let crate::types::Identifier::Numeric(n) = id.identifier {
+        if n < DENSE_ID_MAX {
+            if let Some(t) = dense.get(id.namespace as usize) {
+                return match t.get(n as usize) {
+                    Some(&i) if i != NO_INDEX => Some(i),
+                    _ => None,
+                };
+            }
+        }
+    }
+    map.get(id).copied()
+}
+
 impl std::fmt::Debug for AddressSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AddressSpace")
@@ -238,21 +256,12 @@ impl AddressSpace {
     /// The node with this id.
     #[inline]
     pub fn node(&self, id: &NodeId) -> Option<&Node> {
-        self.index_of(id).map(|i| &self.nodes[i as usize])
+        self.index_of(id).and_then(|i| self.nodes.get(i as usize))
     }
 
     #[inline]
     fn index_of(&self, id: &NodeId) -> Option<u32> {
-        if let crate::types::Identifier::Numeric(n) = id.identifier {
-            if id.namespace < 2 && n < DENSE_ID_MAX {
-                let t = &self.dense[id.namespace as usize];
-                return match t.get(n as usize) {
-                    Some(&i) if i != NO_INDEX => Some(i),
-                    _ => None,
-                };
-            }
-        }
-        self.map.get(id).copied()
+        lookup(&self.dense, &self.map, id)
     }
 
     /// The node an ExpandedNodeId names, when it is local to this server.
@@ -283,7 +292,7 @@ impl AddressSpace {
         };
         // Bounded walk: the hierarchy is a tree, but never trust data to be acyclic.
         for _ in 0..64 {
-            let p = self.supertype[i as usize];
+            let Some(&p) = self.supertype.get(i as usize) else { return false };
             if p == NO_INDEX {
                 return false;
             }
@@ -298,8 +307,8 @@ impl AddressSpace {
     /// The direct supertype of a type node.
     pub fn supertype_of(&self, id: &NodeId) -> Option<&NodeId> {
         let i = self.index_of(id)?;
-        let p = self.supertype[i as usize];
-        (p != NO_INDEX).then(|| &self.nodes[p as usize].node_id)
+        let p = *self.supertype.get(i as usize)?;
+        (p != NO_INDEX).then(|| self.nodes.get(p as usize).map(|n| &n.node_id)).flatten()
     }
 
     /// The DataType a DataTypeEncoding object (e.g. `ServerStatusDataType_Encoding_DefaultBinary`) encodes.
@@ -384,12 +393,7 @@ impl AddressSpace {
 
     /// Computes a dynamic value.
     pub fn dynamic_value(&self, d: Dynamic, now: Now) -> DataValue {
-        match d {
-            Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) | Dynamic::ServiceLevel { .. } => {
-                build::server_object::diagnostics_value(&self.metrics, d, now)
-            }
-            _ => build::server_object::dynamic_value(&self.server_info, d, now),
-        }
+        build::server_object::dynamic_value(&self.server_info, &self.metrics, d, now)
     }
 
     /// The shards' counters.

@@ -63,44 +63,52 @@ impl NumericRange {
                 let shape = shape_of(a)?;
                 if self.dims.len() == shape.len() {
                     let (idx, out_dims) = select(&self.dims, &shape, true)?;
-                    let values: Vec<Variant> =
-                        idx.into_iter().map(|i| a.values[i].clone()).collect();
+                    let values = idx
+                        .into_iter()
+                        .map(|i| a.values.get(i).cloned().ok_or(StatusCode::BadIndexRangeNoData))
+                        .collect::<Result<Vec<Variant>, StatusCode>>()?;
                     return Ok(make_array(a.value_type, values, out_dims));
                 }
                 // One more range than the array has dimensions: the last applies to each
                 // String/ByteString element.
-                if self.dims.len() == shape.len() + 1
-                    && matches!(a.value_type, BuiltinType::String | BuiltinType::ByteString)
-                {
-                    let (idx, out_dims) = select(&self.dims[..shape.len()], &shape, true)?;
-                    let inner = NumericRange {
-                        dims: vec![self.dims[shape.len()]],
-                    };
-                    let values = idx
-                        .into_iter()
-                        .map(|i| {
-                            inner
-                                .read(&a.values[i])
-                                .unwrap_or_else(|_| empty_like(&a.values[i]))
-                        })
-                        .collect();
-                    return Ok(make_array(a.value_type, values, out_dims));
+                match self.dims.split_last() {
+                    Some((&last, outer))
+                        if outer.len() == shape.len()
+                            && matches!(a.value_type, BuiltinType::String | BuiltinType::ByteString) =>
+                    {
+                        let (idx, out_dims) = select(outer, &shape, true)?;
+                        let inner = NumericRange { dims: vec![last] };
+                        let values = idx
+                            .into_iter()
+                            .map(|i| {
+                                let v = a.values.get(i).ok_or(StatusCode::BadIndexRangeNoData)?;
+                                Ok(inner.read(v).unwrap_or_else(|_| empty_like(v)))
+                            })
+                            .collect::<Result<Vec<Variant>, StatusCode>>()?;
+                        Ok(make_array(a.value_type, values, out_dims))
+                    }
+                    _ => Err(StatusCode::BadIndexRangeNoData),
                 }
-                Err(StatusCode::BadIndexRangeNoData)
             }
             Variant::String(s) if self.dims.len() == 1 => {
                 let chars: Vec<char> = s.as_str().chars().collect();
                 let (idx, _) = select(&self.dims, &[chars.len()], true)?;
-                Ok(Variant::String(UaString::from(
-                    idx.into_iter().map(|i| chars[i]).collect::<String>(),
-                )))
+                let selected = idx
+                    .into_iter()
+                    .map(|i| chars.get(i).copied())
+                    .collect::<Option<String>>()
+                    .ok_or(StatusCode::BadIndexRangeNoData)?;
+                Ok(Variant::String(UaString::from(selected)))
             }
             Variant::ByteString(b) if self.dims.len() == 1 => {
                 let bytes = b.as_bytes();
                 let (idx, _) = select(&self.dims, &[bytes.len()], true)?;
-                Ok(Variant::ByteString(ByteString::from(
-                    idx.into_iter().map(|i| bytes[i]).collect::<Vec<u8>>(),
-                )))
+                let selected = idx
+                    .into_iter()
+                    .map(|i| bytes.get(i).copied())
+                    .collect::<Option<Vec<u8>>>()
+                    .ok_or(StatusCode::BadIndexRangeNoData)?;
+                Ok(Variant::ByteString(ByteString::from(selected)))
             }
             _ => Err(StatusCode::BadIndexRangeNoData),
         }
@@ -123,7 +131,7 @@ impl NumericRange {
                 }
                 let mut out = Array::clone(a);
                 for (i, v) in idx.into_iter().zip(n.values.iter()) {
-                    out.values[i] = v.clone();
+                    *out.values.get_mut(i).ok_or(StatusCode::BadIndexRangeNoData)? = v.clone();
                 }
                 Ok(Variant::Array(Box::new(out)))
             }
@@ -135,7 +143,7 @@ impl NumericRange {
                     return Err(StatusCode::BadIndexRangeInvalid);
                 }
                 for (i, c) in idx.into_iter().zip(nc) {
-                    chars[i] = c;
+                    *chars.get_mut(i).ok_or(StatusCode::BadIndexRangeNoData)? = c;
                 }
                 Ok(Variant::String(UaString::from(
                     chars.into_iter().collect::<String>(),
@@ -148,7 +156,7 @@ impl NumericRange {
                     return Err(StatusCode::BadIndexRangeInvalid);
                 }
                 for (i, c) in idx.into_iter().zip(n.as_bytes()) {
-                    bytes[i] = *c;
+                    *bytes.get_mut(i).ok_or(StatusCode::BadIndexRangeNoData)? = *c;
                 }
                 Ok(Variant::ByteString(ByteString::from(bytes)))
             }
@@ -214,20 +222,23 @@ fn select(
     let total: usize = out_dims.iter().product();
     // Strides of the source array (row-major: the last index varies fastest).
     let mut strides = vec![1usize; shape.len()];
-    for k in (0..shape.len().saturating_sub(1)).rev() {
-        strides[k] = strides[k + 1] * shape[k + 1];
+    let mut stride = 1usize;
+    for (s, &len) in strides.iter_mut().zip(shape).rev() {
+        *s = stride;
+        // At most the array's length (shape_of checked the product).
+        stride = stride.saturating_mul(len);
     }
     let mut idx = Vec::with_capacity(total);
     let mut cur: Vec<usize> = bounds.iter().map(|&(lo, _)| lo).collect();
     for _ in 0..total {
         idx.push(cur.iter().zip(&strides).map(|(c, s)| c * s).sum());
         // Advance the odometer.
-        for k in (0..cur.len()).rev() {
-            if cur[k] < bounds[k].1 {
-                cur[k] += 1;
+        for (c, &(lo, hi)) in cur.iter_mut().zip(&bounds).rev() {
+            if *c < hi {
+                *c += 1;
                 break;
             }
-            cur[k] = bounds[k].0;
+            *c = lo;
         }
     }
     Ok((idx, out_dims))

@@ -74,7 +74,8 @@ impl EventBus {
     /// Publishes an event to every shard's cursor.
     pub fn publish(&self, event: Event) {
         let seq = self.write.fetch_add(1, Ordering::AcqRel);
-        let slot = &self.slots[(seq % self.slots.len() as u64) as usize];
+        // `seq % len` is a slot (the ring has at least one).
+        let Some(slot) = self.slots.get((seq % self.slots.len() as u64) as usize) else { return };
         let new = Arc::new(Stamped { seq, event });
         // Keep whichever of the two is newer (a publisher a whole lap later may have won).
         slot.rcu(|cur| match cur {
@@ -117,7 +118,7 @@ impl EventCursor {
             self.next = oldest;
         }
         while self.next < end {
-            let slot = &bus.slots[(self.next % cap) as usize];
+            let Some(slot) = bus.slots.get((self.next % cap) as usize) else { break };
             let guard = slot.load();
             match &*guard {
                 Some(s) if s.seq == self.next => {

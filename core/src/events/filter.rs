@@ -337,8 +337,9 @@ fn compile_element(
         FilterOperator::Not => Op::Not,
         FilterOperator::Between => Op::Between,
         FilterOperator::InList => {
-            let ids: Option<HashSet<NodeId>> = operands[1..]
+            let ids: Option<HashSet<NodeId>> = operands
                 .iter()
+                .skip(1)
                 .map(|o| match o {
                     Operand::Literal(Variant::NodeId(n)) => Some((**n).clone()),
                     _ => None,
@@ -352,8 +353,8 @@ fn compile_element(
         FilterOperator::BitwiseOr => Op::BitwiseOr,
         FilterOperator::OfType => {
             let base = NodeId::ns0(ids::BASE_EVENT_TYPE);
-            match &operands[0] {
-                Operand::Literal(Variant::NodeId(t))
+            match operands.first() {
+                Some(Operand::Literal(Variant::NodeId(t)))
                     if space.node_class_of(t) == Some(NodeClass::ObjectType) && space.is_subtype_of(t, &base) =>
                 {
                     Op::OfType((**t).clone())
@@ -362,9 +363,9 @@ fn compile_element(
             }
         }
         FilterOperator::Like => {
-            let pattern = match &operands[1] {
-                Operand::Literal(Variant::String(s)) => Some(s.as_str()),
-                Operand::Literal(Variant::LocalizedText(t)) => Some(t.text.as_str()),
+            let pattern = match operands.get(1) {
+                Some(Operand::Literal(Variant::String(s))) => Some(s.as_str()),
+                Some(Operand::Literal(Variant::LocalizedText(t))) => Some(t.text.as_str()),
                 _ => None,
             };
             match pattern.and_then(parse_like) {
@@ -395,9 +396,12 @@ impl CompiledEventFilter {
         }
         let mut results: Vec<Variant> = vec![Variant::Empty; self.elements.len()];
         for i in (0..self.elements.len()).rev() {
-            results[i] = self.eval(i, ev, &results);
+            let v = self.eval(i, ev, &results);
+            if let Some(r) = results.get_mut(i) {
+                *r = v;
+            }
         }
-        matches!(results[0], Variant::Boolean(true))
+        matches!(results.first(), Some(Variant::Boolean(true)))
     }
 
     /// `None` when the event does not pass the where clause; else the selected fields in
@@ -443,8 +447,12 @@ impl CompiledEventFilter {
     }
 
     fn eval(&self, i: usize, ev: &Event, results: &[Variant]) -> Variant {
-        let el = &self.elements[i];
-        let arg = |k: usize| self.operand(&el.operands[k], ev, results);
+        let Some(el) = self.elements.get(i) else { return Variant::Empty };
+        // Operand counts were checked when the filter was compiled; a missing one is Null.
+        let arg = |k: usize| match el.operands.get(k) {
+            Some(o) => self.operand(o, ev, results),
+            None => Cow::Borrowed(&Variant::Empty),
+        };
         let tri = |b: Option<bool>| b.map_or(Variant::Empty, Variant::Boolean);
         match &el.op {
             Op::Equals => tri(equals(&arg(0), &arg(1))),
@@ -793,22 +801,27 @@ fn like(p: &[Token], text: &str) -> Option<bool> {
     }
     let (mut ti, mut pi) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] != Token::Any && token_matches(&p[pi], t[ti]) {
-            ti += 1;
-            pi += 1;
-        } else if pi < p.len() && p[pi] == Token::Any {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return Some(false);
+    while let Some(&c) = t.get(ti) {
+        match p.get(pi) {
+            Some(Token::Any) => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(tok) if token_matches(tok, c) => {
+                ti += 1;
+                pi += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return Some(false),
+            },
         }
     }
-    while pi < p.len() && p[pi] == Token::Any {
+    while p.get(pi) == Some(&Token::Any) {
         pi += 1;
     }
     Some(pi == p.len())

@@ -7,6 +7,7 @@
 //! that change where they happen (requests, errors, channels, sessions created, timeouts)
 //! are bumped there; gauges and the subscription engine's counts are published by the
 //! shard ([`crate::server::shard::ShardState::publish_metrics`]) once per loop iteration.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -109,7 +110,7 @@ pub const POLICIES: [&str; 7] =
 /// The index of a SecurityPolicyUri in [`POLICIES`].
 pub fn policy_index(uri: &str) -> usize {
     let name = uri.rsplit_once('#').map_or(uri, |(_, n)| n);
-    POLICIES[..POLICIES.len() - 1].iter().position(|p| *p == name).unwrap_or(POLICIES.len() - 1)
+    POLICIES.iter().take(POLICIES.len() - 1).position(|p| *p == name).unwrap_or(POLICIES.len() - 1)
 }
 
 /// A fixed array of counters, indexed like [`SERVICES`] or [`POLICIES`].
@@ -123,8 +124,11 @@ impl<const N: usize> Default for Counters<N> {
 
 impl<const N: usize> std::ops::Index<usize> for Counters<N> {
     type Output = AtomicU64;
+    /// Indexes are positions in [`SERVICES`] or [`POLICIES`]; any other counts into a
+    /// scratch counter that is never reported (no panic).
     fn index(&self, i: usize) -> &AtomicU64 {
-        &self.0[i]
+        static SCRATCH: AtomicU64 = AtomicU64::new(0);
+        self.0.get(i).unwrap_or(&SCRATCH)
     }
 }
 
@@ -195,6 +199,9 @@ impl ShardMetrics {
 /// Every shard's block.
 pub struct ServerMetrics {
     shards: Box<[ShardMetrics]>,
+    /// The block of a shard index past `MAX_SHARDS` (which `ShardState::new` refuses): never
+    /// reported.
+    spare: ShardMetrics,
 }
 
 impl std::fmt::Debug for ServerMetrics {
@@ -205,14 +212,14 @@ impl std::fmt::Debug for ServerMetrics {
 
 impl Default for ServerMetrics {
     fn default() -> Self {
-        ServerMetrics { shards: (0..MAX_SHARDS).map(|_| ShardMetrics::default()).collect() }
+        ServerMetrics { shards: (0..MAX_SHARDS).map(|_| ShardMetrics::default()).collect(), spare: ShardMetrics::default() }
     }
 }
 
 impl ServerMetrics {
-    /// The block of shard `i` (`i < MAX_SHARDS`).
+    /// The block of shard `i` (`i < MAX_SHARDS`; another gets a block never reported).
     pub fn shard(&self, i: usize) -> &ShardMetrics {
-        &self.shards[i]
+        self.shards.get(i).unwrap_or(&self.spare)
     }
 
     /// The blocks of the shards that exist, with their index.

@@ -28,6 +28,7 @@
 //! (i=9028) on the Demo alarm (or its own instance method nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
 //! `services::subscription_methods`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use crate::address_space::{ids as ns0, AddressSpace, ClassAttributes, Node, NodeClass};
 use crate::events::condition::{ConditionAction, MAX_COMMENT_CHARS};
@@ -288,24 +289,32 @@ fn call_one(
     if args.len() > specs.len() {
         return status_only(StatusCode::BadTooManyArguments);
     }
+    // The count equals the declaration's, so every `arg(i)` below is present; were a
+    // declaration shorter than its use, the absent argument reads as Null (no panic).
+    let arg = |i: usize| args.get(i).unwrap_or(&Variant::Empty);
     let mut arg_results: Vec<StatusCode> = specs.iter().zip(args).map(|(s, v)| check_arg(s, v)).collect();
     // Range checks of well-typed arguments.
     if arg_results.iter().all(|s| s.is_good()) {
+        let mut out_of_range = |i: usize| {
+            if let Some(r) = arg_results.get_mut(i) {
+                *r = StatusCode::BadOutOfRange;
+            }
+        };
         match kind {
             MethodKind::GenerateEvent => {
-                if let Variant::String(s) = &args[0] {
+                if let Variant::String(s) = arg(0) {
                     if s.as_str().chars().count() > MAX_MESSAGE_CHARS {
-                        arg_results[0] = StatusCode::BadOutOfRange;
+                        out_of_range(0);
                     }
                 }
-                if !matches!(args[1], Variant::UInt16(1..=1000)) {
-                    arg_results[1] = StatusCode::BadOutOfRange;
+                if !matches!(arg(1), Variant::UInt16(1..=1000)) {
+                    out_of_range(1);
                 }
             }
             MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment
-                if text_of(&args[1]).text.as_str().chars().count() > MAX_COMMENT_CHARS =>
+                if text_of(arg(1)).text.as_str().chars().count() > MAX_COMMENT_CHARS =>
             {
-                arg_results[1] = StatusCode::BadOutOfRange;
+                out_of_range(1);
             }
             _ => {}
         }
@@ -324,21 +333,21 @@ fn call_one(
         output_arguments: if status.is_good() { outputs } else { Vec::new() },
     };
     match kind {
-        MethodKind::Add => done(StatusCode::Good, vec![Variant::Double(f64_of(&args[0]) + f64_of(&args[1]))]),
+        MethodKind::Add => done(StatusCode::Good, vec![Variant::Double(f64_of(arg(0)) + f64_of(arg(1)))]),
         MethodKind::Sum => {
-            let sum = args[0].as_array().map_or(0.0, |a| a.values.iter().map(f64_of).sum());
+            let sum = arg(0).as_array().map_or(0.0, |a| a.values.iter().map(f64_of).sum());
             done(StatusCode::Good, vec![Variant::Double(sum)])
         }
         MethodKind::GenerateEvent => {
             if !shared.events.demo_namespace {
                 return status_only(StatusCode::BadNodeIdUnknown);
             }
-            let msg = match &args[0] {
+            let msg = match arg(0) {
                 Variant::String(s) => s.as_str().to_string(),
                 _ => String::new(),
             };
-            let sev = match args[1] {
-                Variant::UInt16(s) => s,
+            let sev = match arg(1) {
+                Variant::UInt16(s) => *s,
                 _ => 1,
             };
             shared.events.bus.publish(demo::demo_event(&shared.events, 0, &msg, sev, now.utc));
@@ -354,9 +363,9 @@ fn call_one(
             }
             let (event_id, comment) = match kind {
                 MethodKind::Enable | MethodKind::Disable => (ByteString::null(), LocalizedText::default()),
-                _ => match &args[0] {
-                    Variant::ByteString(b) => (b.clone(), text_of(&args[1])),
-                    _ => (ByteString::null(), text_of(&args[1])),
+                _ => match arg(0) {
+                    Variant::ByteString(b) => (b.clone(), text_of(arg(1))),
+                    _ => (ByteString::null(), text_of(arg(1))),
                 },
             };
             let action = match kind {
@@ -370,11 +379,11 @@ fn call_one(
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
         MethodKind::ConditionRefresh | MethodKind::ConditionRefresh2 => {
-            let mi = (kind == MethodKind::ConditionRefresh2).then(|| u32_of(&args[1]));
-            let r = subscription_methods::condition_refresh(shard, key, u32_of(&args[0]), mi, now);
+            let mi = (kind == MethodKind::ConditionRefresh2).then(|| u32_of(arg(1)));
+            let r = subscription_methods::condition_refresh(shard, key, u32_of(arg(0)), mi, now);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
-        MethodKind::GetMonitoredItems => match subscription_methods::get_monitored_items(shard, key, u32_of(&args[0])) {
+        MethodKind::GetMonitoredItems => match subscription_methods::get_monitored_items(shard, key, u32_of(arg(0))) {
             Ok((server, client)) => {
                 let arr = |v: Vec<u32>| {
                     Variant::array(BuiltinType::UInt32, v.into_iter().map(Variant::UInt32).collect())
@@ -385,7 +394,7 @@ fn call_one(
             Err(s) => done(s, Vec::new()),
         },
         MethodKind::ResendData => {
-            let r = subscription_methods::resend_data(shard, key, u32_of(&args[0]), now);
+            let r = subscription_methods::resend_data(shard, key, u32_of(arg(0)), now);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
     }

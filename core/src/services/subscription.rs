@@ -1,5 +1,6 @@
 //! The Subscription service set (Part 4 §5.13): thin wrappers that check the request,
 //! call the shard's [`crate::subscription::SubscriptionEngine`] and build the response.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use crate::generated::messages::Response;
 use crate::generated::types::{
@@ -130,9 +131,10 @@ pub fn transfer_subscriptions(
     let results: Vec<Option<TransferResult>> = req
         .subscription_ids
         .iter()
+        .zip(&routes)
         .enumerate()
-        .map(|(i, &id)| {
-            if routes[i] {
+        .map(|(i, (&id, &routed))| {
+            if routed {
                 remote.push((i, id, (id >> 24) as usize));
                 return None;
             }

@@ -45,6 +45,7 @@
 //! live ones), so a cross-shard TransferSubscriptions finds the owning shard from the id
 //! alone, and a subscription moved to another shard keeps its ids there
 //! ([`SubscriptionEngine::export_subscription`] / [`SubscriptionEngine::import_subscription`]).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 pub mod item;
 pub mod limits;
@@ -365,8 +366,8 @@ impl SubscriptionEngine {
 
     fn sub_slot(&self, key: SessionKey, id: u32) -> Result<u32, StatusCode> {
         let slot = *self.sub_ids.get(&id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        match &self.subs[slot as usize] {
-            Some(s) if s.session == Some(key) => Ok(slot),
+        match self.subs.get(slot as usize) {
+            Some(Some(s)) if s.session == Some(key) => Ok(slot),
             _ => Err(StatusCode::BadSubscriptionIdInvalid),
         }
     }
@@ -423,7 +424,7 @@ impl SubscriptionEngine {
                 break;
             }
             self.sub_heap.pop();
-            let ok = matches!(&self.subs[slot as usize], Some(s) if s.timer_generation == generation);
+            let ok = matches!(self.subs.get(slot as usize), Some(Some(s)) if s.timer_generation == generation);
             if ok {
                 self.publishing_cycle(space, slot, now);
             }
@@ -498,14 +499,15 @@ impl SubscriptionEngine {
         let targets: Vec<u32> = match item_id {
             Some(id) => {
                 let it = self.item_slot(slot, id)?;
-                if self.items[it as usize].as_ref().is_none_or(|i| i.event.is_none()) {
+                if self.items.get(it as usize).and_then(Option::as_ref).is_none_or(|i| i.event.is_none()) {
                     return Err(StatusCode::BadMonitoredItemIdInvalid);
                 }
                 vec![it]
             }
-            None => self.subs[slot as usize]
-                .as_ref()
-                .map(|s| s.items.iter().copied().filter(|&it| self.items[it as usize].as_ref().is_some_and(|i| i.event.is_some())).collect())
+            None => self.subs
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .map(|s| s.items.iter().copied().filter(|&it| self.items.get(it as usize).and_then(Option::as_ref).is_some_and(|i| i.event.is_some())).collect())
                 .unwrap_or_default(),
         };
         let events = shared.events.condition_refresh(now.utc);
@@ -562,9 +564,9 @@ impl SubscriptionEngine {
 
     fn publishing_cycle(&mut self, space: &AddressSpace, slot: u32, now: Now) {
         // Exception-based items compare the current value at the start of each cycle.
-        let exc = match &mut self.subs[slot as usize] {
-            Some(s) => std::mem::take(&mut s.exception_items),
-            None => return,
+        let exc = match self.subs.get_mut(slot as usize) {
+            Some(Some(s)) => std::mem::take(&mut s.exception_items),
+            _ => return,
         };
         for &it in &exc {
             let Some(Some(item)) = self.items.get(it as usize) else { continue };
@@ -574,7 +576,7 @@ impl SubscriptionEngine {
             let sample = sample_value(space, item.node_index, item.attribute_id, now);
             offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
         }
-        let Some(sub) = self.subs[slot as usize].as_mut() else { return };
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
         sub.exception_items = exc;
         let interval = sub.interval_ns.max(1);
         let mut next = sub.next_ns.saturating_add(interval);
@@ -613,7 +615,7 @@ impl SubscriptionEngine {
         match key.and_then(|k| self.pop_publish(k, now)) {
             Some(pp) => self.send_from(slot, pp, now),
             None => {
-                if let Some(s) = self.subs[slot as usize].as_mut() {
+                if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
                     s.late = true;
                 }
             }
@@ -624,7 +626,7 @@ impl SubscriptionEngine {
     /// session gets a StatusChangeNotification BadTimeout with its next Publish.
     fn expire(&mut self, slot: u32, now: Now) {
         self.stats.expired += 1;
-        let Some(sub) = self.subs[slot as usize].as_mut() else { return };
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
         let (id, seq, key) = (sub.id, sub.take_seq(), sub.session);
         self.delete_subscription_slot(slot);
         if let Some(k) = key {
@@ -671,7 +673,7 @@ impl SubscriptionEngine {
     /// Answers `pp` with the next message of subscription `slot` (notifications or a
     /// keep-alive).
     fn send_from(&mut self, slot: u32, pp: PendingPublish, now: Now) {
-        let Some(sub) = self.subs[slot as usize].as_mut() else { return };
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
         sub.late = false;
         sub.message_sent = true;
         sub.keep_alive_counter = 0;
@@ -705,7 +707,7 @@ impl SubscriptionEngine {
         };
         // The response is encoded now, straight from the kept message (not copied), into a
         // pooled buffer.
-        let Some(sub) = self.subs[slot as usize].as_ref() else { return };
+        let Some(sub) = self.subs.get(slot as usize).and_then(Option::as_ref) else { return };
         let Some(message) = keep_alive.as_ref().or_else(|| sub.retrans.back()) else { return };
         let mut body = self.pools.buffer();
         NodeId::ns0(crate::generated::node_ids::PublishResponse_Encoding_DefaultBinary).encode(&mut body);
@@ -866,7 +868,7 @@ impl SubscriptionEngine {
     /// Republish (Part 4 §5.13.6).
     pub fn republish(&mut self, key: SessionKey, sub_id: u32, seq: u32) -> Result<NotificationMessage, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
-        let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         sub.lifetime_counter = 0;
         sub.retrans.iter().find(|m| m.sequence_number == seq).cloned().ok_or(StatusCode::BadMessageNotAvailable)
     }
@@ -989,7 +991,7 @@ impl SubscriptionEngine {
         let (keep_alive, lifetime) =
             self.limits.revise_counts(interval_ms, req.requested_max_keep_alive_count, req.requested_lifetime_count);
         let max_notifications = self.limits.revise_max_notifications(req.max_notifications_per_publish);
-        let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         sub.keep_alive_count = keep_alive;
         sub.lifetime_count = lifetime;
         sub.max_notifications = max_notifications;
@@ -1009,7 +1011,7 @@ impl SubscriptionEngine {
     pub fn set_publishing_mode(&mut self, key: SessionKey, sub_id: u32, enabled: bool) -> StatusCode {
         match self.sub_slot(key, sub_id) {
             Ok(slot) => {
-                if let Some(s) = self.subs[slot as usize].as_mut() {
+                if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
                     s.publishing_enabled = enabled;
                     s.lifetime_counter = 0;
                 }
@@ -1074,7 +1076,7 @@ impl SubscriptionEngine {
         now: Now,
     ) -> Result<Vec<u32>, StatusCode> {
         let slot = *self.sub_ids.get(&sub_id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         if sub.owner != owner {
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -1084,7 +1086,7 @@ impl SubscriptionEngine {
             if count >= self.limits.max_subscriptions_per_session as usize {
                 return Err(StatusCode::BadTooManySubscriptions);
             }
-            let sub = self.subs[slot as usize].as_mut().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+            let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
             sub.session = Some(key);
             sub.late = false;
             sub.lifetime_counter = 0;
@@ -1108,7 +1110,7 @@ impl SubscriptionEngine {
         if send_initial_values {
             self.resend_slot(slot);
         }
-        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         Ok(sub.available())
     }
 
@@ -1122,7 +1124,7 @@ impl SubscriptionEngine {
     /// links, the ready list and the retransmission queue.
     pub fn export_subscription(&mut self, owner: &str, sub_id: u32, max_items: usize, now: Now) -> Result<MovedSubscription, StatusCode> {
         let slot = *self.sub_ids.get(&sub_id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         if sub.owner != owner {
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -1136,7 +1138,7 @@ impl SubscriptionEngine {
                 self.event_items.swap_remove(i);
             }
         }
-        let Some(mut sub) = self.subs[slot as usize].take() else { return Err(StatusCode::BadSubscriptionIdInvalid) };
+        let Some(mut sub) = self.subs.get_mut(slot as usize).and_then(Option::take) else { return Err(StatusCode::BadSubscriptionIdInvalid) };
         self.sub_ids.remove(&sub_id);
         self.sub_free.push(slot);
         let index_of: HashMap<u32, u32> = item_slots.iter().enumerate().map(|(i, &it)| (it, i as u32)).collect();
@@ -1241,7 +1243,7 @@ impl SubscriptionEngine {
         if send_initial_values {
             self.resend_slot(slot);
         }
-        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         Ok(sub.available())
     }
 
@@ -1280,7 +1282,7 @@ impl SubscriptionEngine {
     /// Server.GetMonitoredItems: (server handles, client handles).
     pub fn monitored_items_of(&self, key: SessionKey, sub_id: u32) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
-        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         let mut server = Vec::with_capacity(sub.items.len());
         let mut client = Vec::with_capacity(sub.items.len());
         for &it in &sub.items {
@@ -1332,7 +1334,7 @@ impl SubscriptionEngine {
         r: &MonitoredItemCreateRequest,
         now: Now,
     ) -> Result<MonitoredItemCreateResult, StatusCode> {
-        let sub = self.subs[slot as usize].as_ref().ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         if self.item_ids.len() >= self.limits.max_monitored_items_per_shard as usize
             || sub.items.len() >= self.limits.max_monitored_items_per_subscription as usize
         {
@@ -1473,7 +1475,7 @@ impl SubscriptionEngine {
     fn insert_item(&mut self, slot: u32, id: u32, item: MonitoredItem) -> u32 {
         let it = slab_insert(&mut self.items, &mut self.item_free, item);
         self.item_ids.insert(id, it);
-        if let Some(s) = self.subs[slot as usize].as_mut() {
+        if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
             s.items.push(it);
         }
         it
@@ -1569,7 +1571,7 @@ impl SubscriptionEngine {
                 b
             }
         };
-        let pos = self.buckets[b as usize].as_ref().map_or(0, |bk| bk.sources.len() as u32);
+        let pos = self.buckets.get(b as usize).and_then(Option::as_ref).map_or(0, |bk| bk.sources.len() as u32);
         let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, last: None, bucket: b, pos, items: Vec::new() };
         let s = slab_insert(&mut self.sources, &mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
@@ -1584,9 +1586,10 @@ impl SubscriptionEngine {
         self.source_free.push(s);
         self.source_map.remove(&(src.node_index, src.attribute_id, src.interval_ns));
         let b = src.bucket;
-        let Some(Some(bk)) = self.buckets.get_mut(b as usize) else { return };
+        let Some(entry) = self.buckets.get_mut(b as usize) else { return };
+        let Some(bk) = entry.as_mut() else { return };
         let pos = src.pos as usize;
-        if pos < bk.sources.len() && bk.sources[pos] == s {
+        if bk.sources.get(pos) == Some(&s) {
             bk.sources.swap_remove(pos);
             if let Some(&moved) = bk.sources.get(pos) {
                 if let Some(Some(m)) = self.sources.get_mut(moved as usize) {
@@ -1604,7 +1607,7 @@ impl SubscriptionEngine {
         }
         if bk.sources.is_empty() {
             let interval = bk.interval_ns;
-            self.buckets[b as usize] = None;
+            *entry = None;
             self.bucket_free.push(b);
             self.bucket_map.remove(&interval);
         }
@@ -1643,12 +1646,12 @@ impl SubscriptionEngine {
     ) -> Result<Vec<MonitoredItemModifyResult>, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
         let ts = Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
-        let sub_interval = self.subs[slot as usize].as_ref().map_or(0.0, |s| s.interval_ms);
+        let sub_interval = self.subs.get(slot as usize).and_then(Option::as_ref).map_or(0.0, |s| s.interval_ms);
         let mut results = Vec::with_capacity(items.len());
         for r in items {
             let res = (|| -> Result<MonitoredItemModifyResult, StatusCode> {
                 let it = self.item_slot(slot, r.monitored_item_id)?;
-                let item = self.items[it as usize].as_ref().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                let item = self.items.get(it as usize).and_then(Option::as_ref).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
                 if item.event.is_some() {
                     return self.modify_event_item(space, event_limits, it, ts, &r.requested_parameters);
                 }
@@ -1662,7 +1665,7 @@ impl SubscriptionEngine {
                 if resample {
                     self.stop_sampling(it);
                 }
-                let item = self.items[it as usize].as_mut().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                let item = self.items.get_mut(it as usize).and_then(Option::as_mut).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
                 item.client_handle = p.client_handle;
                 item.filter = filter;
                 item.timestamps = ts;
@@ -1705,7 +1708,7 @@ impl SubscriptionEngine {
             }
         };
         let queue_size = self.limits.revise_event_queue_size(p.queue_size);
-        let item = self.items[it as usize].as_mut().ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+        let item = self.items.get_mut(it as usize).and_then(Option::as_mut).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
         item.client_handle = p.client_handle;
         item.timestamps = ts;
         item.queue.resize(queue_size, p.discard_oldest);
@@ -1857,16 +1860,15 @@ impl SubscriptionEngine {
 
 /// Puts `v` into a free slot of a pool (or a new one) and returns the slot.
 fn slab_insert<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 {
-    match free.pop() {
-        Some(i) => {
-            slots[i as usize] = Some(v);
-            i
-        }
-        None => {
-            slots.push(Some(v));
-            (slots.len() - 1) as u32
+    // A free list only holds slots of its own pool; one out of range is dropped.
+    if let Some(i) = free.pop() {
+        if let Some(slot) = slots.get_mut(i as usize) {
+            *slot = Some(v);
+            return i;
         }
     }
+    slots.push(Some(v));
+    (slots.len() - 1) as u32
 }
 
 /// MonitoringParameters.filter of an event item: an EventFilter (a null or undecodable one
@@ -2055,8 +2057,8 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], po
     let mut kept = 0usize;
     let mut i = 0;
     if sub.publishing_enabled {
-        while i < ready.len() && count < cap {
-            let it = ready[i];
+        while count < cap {
+            let Some(&it) = ready.get(i) else { break };
             i += 1;
             let Some(Some(item)) = items.get_mut(it as usize) else { continue };
             let reportable = item.mode == MonitoringMode::Reporting || item.triggered;
@@ -2072,7 +2074,10 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], po
                 count += 1;
             }
             if reportable && !item.queue.is_empty() {
-                ready[kept] = it;
+                // kept < i <= ready.len(): the slot exists (already visited).
+                if let Some(slot) = ready.get_mut(kept) {
+                    *slot = it;
+                }
                 kept += 1;
             } else {
                 item.in_ready = false;

@@ -9,7 +9,7 @@ pub mod server_object;
 use std::collections::HashMap;
 
 use super::{
-    ids, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX,
+    ids, lookup, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX,
 };
 use crate::server::config::ServerConfig;
 use crate::types::{ExpandedNodeId, Identifier, NodeId};
@@ -78,15 +78,7 @@ impl AddressSpaceBuilder {
     }
 
     fn index_of(&self, id: &NodeId) -> Option<u32> {
-        if let Identifier::Numeric(n) = id.identifier {
-            if id.namespace < 2 && n < DENSE_ID_MAX {
-                return match self.dense[id.namespace as usize].get(n as usize) {
-                    Some(&i) if i != NO_INDEX => Some(i),
-                    _ => None,
-                };
-            }
-        }
-        self.map.get(id).copied()
+        lookup(&self.dense, &self.map, id)
     }
 
     /// The namespace table so far (index 0 is namespace 0).
@@ -107,7 +99,7 @@ impl AddressSpaceBuilder {
 
     /// The node with this id.
     pub fn node(&self, id: &NodeId) -> Option<&Node> {
-        self.index_of(id).map(|i| &self.nodes[i as usize])
+        self.index_of(id).and_then(|i| self.nodes.get(i as usize))
     }
 
     /// Every node added so far, in insertion order.
@@ -132,15 +124,22 @@ impl AddressSpaceBuilder {
             return Err(format!("duplicate NodeId {}", node.node_id));
         }
         let i = u32::try_from(self.nodes.len()).map_err(|_| "too many nodes".to_string())?;
-        match node.node_id.identifier {
-            Identifier::Numeric(n) if node.node_id.namespace < 2 && n < DENSE_ID_MAX => {
-                let t = &mut self.dense[node.node_id.namespace as usize];
-                if t.len() <= n as usize {
-                    t.resize(n as usize + 1, NO_INDEX);
-                }
-                t[n as usize] = i;
+        let dense = match node.node_id.identifier {
+            Identifier::Numeric(n) if n < DENSE_ID_MAX => {
+                self.dense.get_mut(node.node_id.namespace as usize).map(|t| (t, n as usize))
             }
-            _ => {
+            _ => None,
+        };
+        match dense {
+            Some((t, n)) => {
+                if t.len() <= n {
+                    t.resize(n + 1, NO_INDEX);
+                }
+                if let Some(slot) = t.get_mut(n) {
+                    *slot = i;
+                }
+            }
+            None => {
                 self.map.insert(node.node_id.clone(), i);
             }
         }
@@ -178,17 +177,7 @@ impl AddressSpaceBuilder {
             server_info,
         } = self;
         let metrics = std::sync::Arc::new(crate::server::metrics::ServerMetrics::default());
-        let lookup = |id: &NodeId| -> Option<u32> {
-            if let Identifier::Numeric(n) = id.identifier {
-                if id.namespace < 2 && n < DENSE_ID_MAX {
-                    return match dense[id.namespace as usize].get(n as usize) {
-                        Some(&i) if i != NO_INDEX => Some(i),
-                        _ => None,
-                    };
-                }
-            }
-            map.get(id).copied()
-        };
+        let lookup = |id: &NodeId| lookup(&dense, &map, id);
 
         // Inverses of every declared reference whose target is a local node.
         let mut inverses: Vec<(u32, Reference)> = Vec::new();
@@ -207,7 +196,9 @@ impl AddressSpaceBuilder {
             }
         }
         for (t, r) in inverses {
-            nodes[t as usize].references.push(r);
+            if let Some(n) = nodes.get_mut(t as usize) {
+                n.references.push(r);
+            }
         }
         for n in &mut nodes {
             dedup_refs(&mut n.references);
@@ -216,12 +207,12 @@ impl AddressSpaceBuilder {
         // Type hierarchy and encodings.
         let mut supertype = vec![NO_INDEX; nodes.len()];
         let mut encoding_of = HashMap::new();
-        for (i, n) in nodes.iter().enumerate() {
+        for (n, sup) in nodes.iter().zip(supertype.iter_mut()) {
             for r in &n.references {
                 match r.reference_type.as_ns0() {
                     Some(ids::HAS_SUBTYPE) if !r.is_forward => {
                         if let Some(p) = r.target.as_local().and_then(&lookup) {
-                            supertype[i] = p;
+                            *sup = p;
                         }
                     }
                     Some(ids::HAS_ENCODING)
@@ -254,21 +245,23 @@ fn dedup_refs(refs: &mut Vec<Reference>) {
     if refs.len() < 2 {
         return;
     }
-    let mut idx: Vec<usize> = (0..refs.len()).collect();
-    idx.sort_by(|&a, &b| refs[a].cmp(&refs[b]).then(a.cmp(&b)));
+    // Sorted by reference, then by position: each repeat follows its first occurrence.
+    let mut order: Vec<(&Reference, usize)> = refs.iter().zip(0..).collect();
+    order.sort();
     let mut keep = vec![true; refs.len()];
     let mut dup = false;
-    for w in idx.windows(2) {
-        if refs[w[0]] == refs[w[1]] {
-            keep[w[1]] = false;
-            dup = true;
+    for w in order.windows(2) {
+        if let [(a, _), (b, j)] = w {
+            if a == b {
+                if let Some(k) = keep.get_mut(*j) {
+                    *k = false;
+                }
+                dup = true;
+            }
         }
     }
     if dup {
-        let mut k = 0;
-        refs.retain(|_| {
-            k += 1;
-            keep[k - 1]
-        });
+        let mut keep = keep.into_iter();
+        refs.retain(|_| keep.next().unwrap_or(true));
     }
 }

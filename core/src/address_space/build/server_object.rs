@@ -96,8 +96,8 @@ pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
     }
 }
 
-/// Computes a dynamic value at `now`.
-pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
+/// Computes a dynamic value at `now` (the diagnostics and ServiceLevel from `metrics`).
+pub fn dynamic_value(info: &ServerInfo, metrics: &crate::server::metrics::ServerMetrics, d: Dynamic, now: Now) -> DataValue {
     let elapsed_ns = now.mono_ns.saturating_sub(info.start_mono_ns);
     match d {
         Dynamic::CurrentTime => DataValue {
@@ -128,7 +128,7 @@ pub fn dynamic_value(info: &ServerInfo, d: Dynamic, now: Now) -> DataValue {
             }
         }
         Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) | Dynamic::ServiceLevel { .. } => {
-            unreachable!("computed by AddressSpace::dynamic_value from the metrics")
+            diagnostics_value(metrics, d, now)
         }
         Dynamic::Sine { period_ms } => {
             let period_ns = (period_ms.max(1) as u64) * 1_000_000;
