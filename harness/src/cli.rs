@@ -211,9 +211,10 @@ pub struct RunOpts {
     /// An already running server.
     #[arg(long)]
     pub url: Option<String>,
-    /// Its process id, for its CPU time (with --url).
-    #[arg(long)]
-    pub server_pid: Option<i32>,
+    /// Its process ids, for its CPU time and memory (with --url). Several, comma-separated
+    /// (a fleet behind a load balancer: each instance and the balancer), are summed.
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<i32>,
     /// Environment of the server: 'K=V …'.
     #[arg(long, allow_hyphen_values = true)]
     pub server_env: Option<String>,

@@ -56,7 +56,7 @@ pub enum Target {
     /// Any executable with placeholders in its arguments.
     External { exe: String, args: String, ready: String },
     /// An already running server.
-    Url { url: String, pid: Option<i32> },
+    Url { url: String, pids: Vec<i32> },
     /// The harness's own io_uring echo server.
     Echo,
 }
@@ -109,7 +109,7 @@ impl RunConfig {
     pub fn from_opts(a: &RunOpts) -> Result<RunConfig, String> {
         let scenario = a.scenario.clone();
         let target = if let Some(url) = &a.url {
-            Target::Url { url: url.clone(), pid: a.server_pid }
+            Target::Url { url: url.clone(), pids: a.server_pid.clone() }
         } else if let Some(exe) = &a.server_exe {
             Target::External { exe: exe.clone(), args: a.server_args.clone(), ready: a.ready.clone().unwrap_or_else(|| "listening on".into()) }
         } else if scenario == "echo" {
@@ -188,7 +188,11 @@ impl RunConfig {
 /// A server ready to be measured.
 pub struct Running {
     pub process: Option<ServerProcess>,
+    /// The server process (its stats file is refreshed through it).
     pub pid: Option<i32>,
+    /// Every process whose CPU time and memory count as the server's (`pid`, or all of
+    /// `--server-pid`).
+    pub pids: Vec<i32>,
     pub addr: SocketAddr,
     pub url: String,
     /// uaring's `--stats-file` (per-shard connection counts, refreshed on SIGUSR1).
@@ -244,7 +248,7 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
     let spawned = |spec: SpawnSpec| -> Result<Running, String> {
         let p = ServerProcess::spawn(&spec)?;
         let addr = addr_of(&p.host, p.port)?;
-        Ok(Running { pid: Some(p.pid), url: format!("opc.tcp://{}:{}", p.host, p.port), addr, process: Some(p), stats_file: None })
+        Ok(Running { pid: Some(p.pid), pids: vec![p.pid], url: format!("opc.tcp://{}:{}", p.host, p.port), addr, process: Some(p), stats_file: None })
     };
     match &cfg.target {
         Target::Uaring { bin, args } => {
@@ -303,12 +307,12 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 timeout,
             })
         }
-        Target::Url { url, pid } => {
+        Target::Url { url, pids } => {
             let rest = url.strip_prefix("opc.tcp://").unwrap_or(url);
             let hostport = rest.split('/').next().unwrap_or(rest);
             let (host, port) = hostport.rsplit_once(':').ok_or_else(|| format!("--url {url}: no port"))?;
             let port: u16 = port.parse().map_err(|_| format!("--url {url}: bad port"))?;
-            Ok(Running { process: None, pid: *pid, addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?, url: url.clone(), stats_file: None })
+            Ok(Running { process: None, pid: pids.first().copied(), pids: pids.clone(), addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?, url: url.clone(), stats_file: None })
         }
     }
 }
@@ -454,8 +458,8 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     // so their CPU time is still readable). `window_skew_us` reports how far
     // apart the two windows' ends are.
     let me = std::process::id() as i32;
-    let sample_server = |pid: Option<i32>| pid.and_then(procstat::sample_process);
-    let s0: Option<ProcSample> = sample_server(running.pid);
+    let sample_server = |pids: &[i32]| procstat::sample_processes(pids);
+    let s0: Option<ProcSample> = sample_server(&running.pids);
     let c0 = procstat::sample_process(me).unwrap_or_default();
     let m0 = procstat::sample_machine();
     let sockets = shared.socket_list();
@@ -475,7 +479,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     shared.phase.store(PHASE_DRAIN, Ordering::SeqCst);
     let seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let s1 = sample_server(running.pid);
+    let s1 = sample_server(&running.pids);
     let c1 = procstat::sample_process(me).unwrap_or_default();
     let m1 = procstat::sample_machine();
     let tcp1 = tcpinfo::sample(&sockets);
