@@ -19,7 +19,7 @@ set -euo pipefail
 SELF=$(realpath "$0")
 cd "$(dirname "$0")/../fuzz"
 
-TARGETS=(server requests types config)
+TARGETS=(server secure_channel requests types config)
 TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 export CARGO_TARGET_DIR=${UARING_FUZZ_TARGET_DIR:-$PWD/target}
 BIN=$CARGO_TARGET_DIR/$TRIPLE/fuzz

@@ -9,6 +9,12 @@
 mod replay;
 pub use replay::{run_server, shard, shared, start, REQUEST_IDS};
 
+// The secure channel after the handshake (None, Basic256Sha256 with fixed keys); shared
+// with crypto/tests/fuzz_secure_channel.rs.
+#[path = "../../crypto/tests/support/secure_channel.rs"]
+mod secure_channel;
+pub use secure_channel::run_secure_channel;
+
 use uaring_core::transport::TransportLimits;
 
 
