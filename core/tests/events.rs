@@ -381,6 +381,51 @@ fn bus_delivers_in_order_and_is_quiet_when_idle() {
 }
 
 #[test]
+fn bus_keeps_events_only_while_a_cursor_has_to_read_them() {
+    let s = shared();
+    let bus = EventBus::new(16);
+    // No cursor open: nothing is kept.
+    for i in 0..10 {
+        bus.publish(numbered(&s, i));
+    }
+    assert_eq!((bus.readers(), bus.held(), bus.published()), (0, 0, 10));
+    let mut a = bus.cursor();
+    let mut b = bus.cursor();
+    assert_eq!(bus.readers(), 2);
+    for i in 10..15 {
+        bus.publish(numbered(&s, i));
+    }
+    assert_eq!(bus.held(), 5);
+    let mut got = Vec::new();
+    assert_eq!(a.poll(&bus, |e| got.push(seq_of(e))), 0);
+    assert_eq!(got, (10..15).collect::<Vec<_>>());
+    assert_eq!(bus.held(), 5, "b has not read them yet");
+    let mut got = Vec::new();
+    assert_eq!(b.poll(&bus, |e| got.push(seq_of(e))), 0);
+    assert_eq!(got, (10..15).collect::<Vec<_>>());
+    assert_eq!(bus.held(), 0, "the last reader empties the slots");
+    // Emptied slots are not mistaken for events still being stored: later events arrive.
+    for i in 15..40 {
+        bus.publish(numbered(&s, i));
+        let mut got = Vec::new();
+        a.poll(&bus, |e| got.push(seq_of(e)));
+        b.poll(&bus, |e| got.push(seq_of(e)));
+        assert_eq!(got, vec![i, i]);
+    }
+    assert_eq!(bus.held(), 0);
+    // A closed cursor is not waited for; one that falls behind keeps what it has not read.
+    bus.close(b);
+    bus.publish(numbered(&s, 40));
+    assert_eq!(bus.held(), 1);
+    let mut got = Vec::new();
+    a.poll(&bus, |e| got.push(seq_of(e)));
+    assert_eq!((got, bus.held()), (vec![40], 0));
+    bus.close(a);
+    bus.publish(numbered(&s, 41));
+    assert_eq!((bus.readers(), bus.held()), (0, 0));
+}
+
+#[test]
 fn bus_lapping_counts_missed() {
     let s = shared();
     let bus = EventBus::new(16);

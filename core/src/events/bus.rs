@@ -20,12 +20,28 @@
 //!   `write` jumps to the oldest event still in the ring. Events skipped either way are
 //!   returned as the `missed` count (the caller reports them, e.g. as an
 //!   EventQueueOverflowEventType or a log line).
-//! * Memory is bounded: `capacity` events at most, each freed when its slot is overwritten
-//!   and the last reader drops its guard.
+//! * Memory is bounded: `capacity` events at most, and in steady state only the events some
+//!   cursor has still to read. The bus counts its open cursors ([`EventBus::cursor`] opens
+//!   one, [`EventBus::close`] closes it); an event published while no cursor is open is not
+//!   stored at all, and each stored event carries how many cursors were open when it was
+//!   published: the cursor that reads it last empties its slot. An event whose reader was
+//!   lapped or closed before reading it stays until its slot is overwritten (bounded by
+//!   `capacity` as before). Measured: without this, the ring filled up to `capacity` events
+//!   (about 2 KiB each with their Arc and allocator overhead, ~8 MiB at the default 4096)
+//!   even on a server where no shard had an event item, and the churn soak's resident set
+//!   grew for its first ten minutes (docs/Limits.md, Soak).
+//!
+//! Why no cursor can miss an event that was not stored, or find its slot emptied: opening a
+//! cursor increments the count, then reads `write` (both SeqCst); publishing increments
+//! `write`, then reads the count. If the publisher saw a count that leaves a cursor out, that
+//! cursor's increment came after the publisher's read, so its `write` read came after the
+//! publisher's increment and it starts past the event. So every cursor that will ask for an
+//! event was counted, and the count reaches zero only after all of them read it.
+//! [`EventCursor`] is neither `Clone` nor `Copy`, so one cursor never reads an event twice.
 //!
 //! A poll delivers at most `capacity` events (it never runs past `write` read at its start).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -37,12 +53,16 @@ use super::Event;
 struct Stamped {
     seq: u64,
     event: Event,
+    /// Cursors open at publication that have not read it yet; the last one empties the slot.
+    unread: AtomicUsize,
 }
 
 /// The broadcast ring. See the module documentation.
 pub struct EventBus {
     slots: Box<[ArcSwapOption<Stamped>]>,
     write: AtomicU64,
+    /// Cursors open now ([`EventBus::cursor`] minus [`EventBus::close`]).
+    readers: AtomicUsize,
 }
 
 impl std::fmt::Debug for EventBus {
@@ -50,6 +70,7 @@ impl std::fmt::Debug for EventBus {
         f.debug_struct("EventBus")
             .field("capacity", &self.slots.len())
             .field("published", &self.write.load(Ordering::Relaxed))
+            .field("readers", &self.readers.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -58,7 +79,7 @@ impl EventBus {
     /// A ring of `capacity` slots (at least 1).
     pub fn new(capacity: usize) -> EventBus {
         let slots = (0..capacity.max(1)).map(|_| ArcSwapOption::empty()).collect();
-        EventBus { slots, write: AtomicU64::new(0) }
+        EventBus { slots, write: AtomicU64::new(0), readers: AtomicUsize::new(0) }
     }
 
     /// Slots in the ring.
@@ -72,11 +93,17 @@ impl EventBus {
     }
 
     /// Publishes an event to every shard's cursor.
+    /// With no cursor open, nothing will read it and it is dropped (the sequence number is
+    /// still used up).
     pub fn publish(&self, event: Event) {
-        let seq = self.write.fetch_add(1, Ordering::AcqRel);
+        let seq = self.write.fetch_add(1, Ordering::SeqCst);
+        let readers = self.readers.load(Ordering::SeqCst);
+        if readers == 0 {
+            return;
+        }
         // `seq % len` is a slot (the ring has at least one).
         let Some(slot) = self.slots.get((seq % self.slots.len() as u64) as usize) else { return };
-        let new = Arc::new(Stamped { seq, event });
+        let new = Arc::new(Stamped { seq, event, unread: AtomicUsize::new(readers) });
         // Keep whichever of the two is newer (a publisher a whole lap later may have won).
         slot.rcu(|cur| match cur {
             Some(c) if c.seq > seq => Some(Arc::clone(c)),
@@ -84,14 +111,34 @@ impl EventBus {
         });
     }
 
-    /// A cursor that sees the events published from now on.
+    /// Opens a cursor that sees the events published from now on. Hand it back to
+    /// [`EventBus::close`] when done: until then the bus keeps every event for it (a cursor
+    /// dropped without closing only costs memory, up to `capacity` events).
     pub fn cursor(&self) -> EventCursor {
-        EventCursor { next: self.published() }
+        self.readers.fetch_add(1, Ordering::SeqCst);
+        EventCursor { next: self.write.load(Ordering::SeqCst) }
+    }
+
+    /// Closes a cursor: events published from now on are not kept for it.
+    pub fn close(&self, cursor: EventCursor) {
+        let _ = cursor;
+        self.readers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Cursors open now.
+    pub fn readers(&self) -> usize {
+        self.readers.load(Ordering::SeqCst)
+    }
+
+    /// Events held in the ring now (a walk over every slot; for tests and diagnostics).
+    pub fn held(&self) -> usize {
+        self.slots.iter().filter(|s| s.load().is_some()).count()
     }
 }
 
-/// One reader's position in the bus (one per shard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One reader's position in the bus (one per shard). Not `Clone`: each open cursor is
+/// counted once by the bus (see the module documentation).
+#[derive(Debug, PartialEq, Eq)]
 pub struct EventCursor {
     next: u64,
 }
@@ -124,6 +171,14 @@ impl EventCursor {
                 Some(s) if s.seq == self.next => {
                     f(&s.event);
                     self.next += 1;
+                    if s.unread.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        // The last reader: empty the slot unless a later lap took it already.
+                        let seq = s.seq;
+                        slot.rcu(|cur| match cur {
+                            Some(c) if c.seq == seq => None,
+                            other => other.clone(),
+                        });
+                    }
                 }
                 Some(s) if s.seq > self.next => {
                     // Lapped: everything up to the newest lap's start is gone.

@@ -444,7 +444,9 @@ impl SubscriptionEngine {
     /// item whose notifier and filter accept them. One atomic load when nothing is new.
     pub fn poll_events(&mut self, shared: &crate::server::shared::ServerShared, now: Now) {
         if self.event_items.is_empty() {
-            self.event_cursor = None;
+            if let Some(c) = self.event_cursor.take() {
+                shared.events.bus.close(c);
+            }
             return;
         }
         let bus = &shared.events.bus;
