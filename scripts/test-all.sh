@@ -48,9 +48,10 @@ cargo test --workspace --exclude uaring-peer-async-opcua --no-fail-fast
 cargo build -p uaring-shards --bin uaring
 export UARING_BIN="$ROOT/target/debug/uaring"
 
-step "clippy: no panic reachable from input in core and crypto (module by module)"
-# Those modules deny clippy::{unwrap_used, expect_used, indexing_slicing, panic, unreachable,
-# todo, unimplemented} outside tests (docs/Fuzzing.md); the other lints stay warnings here.
+step "clippy: no panic reachable from input in all of core and crypto"
+# Both crate roots deny clippy::{unwrap_used, expect_used, indexing_slicing, panic,
+# unreachable, todo, unimplemented} outside tests (docs/Fuzzing.md); the other lints stay
+# warnings here.
 cargo clippy -p uaring-core -p uaring-crypto --lib
 
 step "fuzz smoke: build the libFuzzer targets on stable (scripts/fuzz.sh) and run each for 5 s"

@@ -6,7 +6,6 @@
 //! `uaring` binary gives every shard a [`ChaCha`] seeded from the OS CSPRNG (a
 //! cryptographically secure generator); tests and simulations seed it with a number
 //! ([`ChaCha::from_u64`]) so a run replays exactly.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 

@@ -1,5 +1,4 @@
 //! Key derivation: P_SHA256 / P_SHA1 (the TLS 1.2 P_hash, RFC 5246 §5), OPC 10000-6 §6.7.5.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use hmac::{Hmac, Mac};
 use sha1::Sha1;

@@ -15,6 +15,20 @@
 //! the request path: times are passed in.
 
 #![forbid(unsafe_code)]
+// No panic reachable from input: library code outside tests checks every access (the few
+// proven-safe spots carry a narrow `allow` with the proof; docs/Fuzzing.md).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 #![warn(missing_docs)]
 
 pub mod asymmetric;

@@ -17,7 +17,6 @@
 //! certificate). [`Pki::refresh_if_stale`] rescans the directories at most once per
 //! `rescan_interval_ms` and reloads when a listing, a size or an mtime changed, so a certificate
 //! dropped into `trusted/certs` is accepted without a restart.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs;

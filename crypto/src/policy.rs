@@ -1,5 +1,4 @@
 //! Security policies and their parameters (OPC 10000-7 security policy profiles).
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 /// Message security mode of a secure channel (OPC 10000-4 §7.20).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -78,23 +78,24 @@ impl LoginLimiter {
         Bucket { addr: b.addr, tokens_milli: b.tokens_milli.saturating_add(add).min(self.full_milli()), updated_ms: now_ms.max(b.updated_ms) }
     }
 
-    /// The entries of `addr`'s set.
-    fn set(&self, addr: IpAddr) -> std::ops::Range<usize> {
+    /// The entries of `addr`'s set, with their index in the table.
+    fn set(&self, addr: IpAddr) -> impl Iterator<Item = (usize, Option<Bucket>)> + '_ {
         let ways = self.entries.len() / self.sets;
         let set = (self.hasher.hash_one(addr) % self.sets as u64) as usize;
-        set * ways..(set + 1) * ways
+        self.entries.iter().copied().enumerate().skip(set * ways).take(ways)
     }
 
-    fn find(&self, addr: IpAddr) -> Option<usize> {
-        self.set(addr).find(|&i| self.entries[i].is_some_and(|b| b.addr == addr))
+    /// `addr`'s entry: its index and bucket.
+    fn find(&self, addr: IpAddr) -> Option<(usize, Bucket)> {
+        self.set(addr).find_map(|(i, b)| b.filter(|b| b.addr == addr).map(|b| (i, b)))
     }
 
     /// Whether `addr` may attempt a login now: `Ok(())`, or `Err(BadTooManyOperations)` —
     /// callers usually answer the client BadUserAccessDenied without checking the password.
     pub fn check(&self, addr: IpAddr, now_ms: u64) -> Result<(), u32> {
-        match self.find(addr).and_then(|i| self.entries[i]) {
+        match self.find(addr) {
             None => Ok(()),
-            Some(b) => {
+            Some((_, b)) => {
                 if self.refilled(b, now_ms).tokens_milli >= 1000 {
                     Ok(())
                 } else {
@@ -108,22 +109,24 @@ impl LoginLimiter {
     pub fn record_failure(&mut self, addr: IpAddr, now_ms: u64) {
         let full = self.full_milli();
         let (index, current) = match self.find(addr) {
-            Some(i) => (i, self.entries[i].map(|b| self.refilled(b, now_ms))),
+            Some((i, b)) => (i, Some(self.refilled(b, now_ms))),
             None => (self.victim(addr, now_ms), None),
         };
         let current = current.unwrap_or(Bucket { addr, tokens_milli: full, updated_ms: now_ms });
-        if self.entries[index].is_none() {
+        let Some(entry) = self.entries.get_mut(index) else { return };
+        if entry.is_none() {
             self.tracked += 1;
         }
-        self.entries[index] =
-            Some(Bucket { addr, tokens_milli: current.tokens_milli.saturating_sub(1000), updated_ms: current.updated_ms });
+        *entry = Some(Bucket { addr, tokens_milli: current.tokens_milli.saturating_sub(1000), updated_ms: current.updated_ms });
     }
 
     /// Records a successful login: the address's failures are forgotten.
     pub fn record_success(&mut self, addr: IpAddr) {
-        if let Some(i) = self.find(addr) {
-            self.entries[i] = None;
-            self.tracked -= 1;
+        if let Some((i, _)) = self.find(addr) {
+            if let Some(entry) = self.entries.get_mut(i) {
+                *entry = None;
+                self.tracked -= 1;
+            }
         }
     }
 
@@ -137,8 +140,8 @@ impl LoginLimiter {
     fn victim(&self, addr: IpAddr, now_ms: u64) -> usize {
         let full = self.full_milli();
         let mut best: Option<(usize, bool, u64)> = None;
-        for i in self.set(addr) {
-            let Some(b) = self.entries[i] else { return i };
+        for (i, entry) in self.set(addr) {
+            let Some(b) = entry else { return i };
             let is_full = self.refilled(b, now_ms).tokens_milli >= full;
             let better = match best {
                 None => true,

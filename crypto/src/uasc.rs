@@ -293,9 +293,9 @@ impl SecurityPolicy for RsaPolicy {
 
     fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
         // The thumbprint of the leaf, when a chain is sent.
-        match Certificate::parse_chain(certificate) {
-            Ok(chain) if !chain.is_empty() => Some(chain[0].thumbprint().to_vec()),
-            _ => Some(crate::cert::thumbprint(certificate).to_vec()),
+        match Certificate::parse_chain(certificate).ok().and_then(|chain| chain.into_iter().next()) {
+            Some(leaf) => Some(leaf.thumbprint().to_vec()),
+            None => Some(crate::cert::thumbprint(certificate).to_vec()),
         }
     }
 

@@ -365,9 +365,6 @@ fn write_one_chunk(
 /// and sequence numbers are those of `write_chunks` (a number is taken only for chunks
 /// written; on error `out` is as before).
 #[allow(clippy::too_many_arguments)]
-// Output side: indexes into the chunk this function just wrote into `out` (offsets it
-// recorded itself), never into received bytes.
-#[allow(clippy::indexing_slicing)]
 pub fn write_message_with(
     message_type: MessageType,
     secure_channel_id: u32,
@@ -394,9 +391,13 @@ pub fn write_message_with(
     let body_len = out.len() - body_start;
     let too_large = limits.max_message_size != 0 && body_len > limits.max_message_size as usize;
     if body_len <= per_chunk && !too_large {
-        out[seq_start..seq_start + 4].copy_from_slice(&seq.take().to_le_bytes());
-        out[seq_start + 4..seq_start + 8].copy_from_slice(&request_id.to_le_bytes());
-        return match finish_chunk(start, seq_start, body_len, crypto, &layout, out) {
+        // The sequence header was reserved above at `seq_start`.
+        let header = put_u32(out, seq_start, seq.take()).and_then(|()| put_u32(out, seq_start + 4, request_id));
+        let sealed = match header {
+            Some(()) => finish_chunk(start, seq_start, body_len, crypto, &layout, out),
+            None => Err(StatusCode::BadTcpInternalError),
+        };
+        return match sealed {
             Ok(()) => Ok(1),
             Err(e) => {
                 out.truncate(start);
@@ -405,15 +406,25 @@ pub fn write_message_with(
         };
     }
     scratch.clear();
-    scratch.extend_from_slice(&out[body_start..]);
+    let Some(body) = out.get(body_start..) else {
+        out.truncate(start);
+        return Err(StatusCode::BadTcpInternalError);
+    };
+    scratch.extend_from_slice(body);
     out.truncate(start);
     write_chunks(message_type, secure_channel_id, security, request_id, scratch, crypto, seq, limits, out)
 }
 
+/// Writes `v` little-endian at `out[at..at + 4]`; `None` when that is outside `out`.
+fn put_u32(out: &mut [u8], at: usize, v: u32) -> Option<()> {
+    *out.get_mut(at..)?.first_chunk_mut::<4>()? = v.to_le_bytes();
+    Some(())
+}
+
 /// Pads, sizes, signs and encrypts the chunk that starts at `out[start]`, whose sequence
 /// header starts at `seq_start` and is followed by `part_len` body bytes up to the end of `out`.
-// Output side: offsets recorded by the caller into the chunk it is writing.
-#[allow(clippy::indexing_slicing)]
+/// The offsets were recorded by the caller while writing the chunk; were one outside `out`,
+/// the chunk is BadTcpInternalError.
 fn finish_chunk(
     start: usize,
     seq_start: usize,
@@ -441,12 +452,12 @@ fn finish_chunk(
         plain_len
     };
     let size = (seq_start - start + enc_len) as u32;
-    out[start + 4..start + 8].copy_from_slice(&size.to_le_bytes());
+    put_u32(out, start + 4, size).ok_or(StatusCode::BadTcpInternalError)?;
     if layout.signature_len > 0 {
         let sig_at = out.len();
         out.resize(sig_at + layout.signature_len, 0);
         let (signed, sig) = out.split_at_mut(sig_at);
-        crypto.sign(&signed[start..], sig)?;
+        crypto.sign(signed.get(start..).ok_or(StatusCode::BadTcpInternalError)?, sig)?;
     }
     if layout.encrypted {
         crypto.encrypt(out, seq_start)?;

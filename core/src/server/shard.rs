@@ -147,9 +147,8 @@ pub fn token_shard(token: &NodeId) -> Option<usize> {
 fn token_parts(token: &NodeId) -> Option<(usize, u32)> {
     match &token.identifier {
         Identifier::ByteString(b) if token.namespace == 0 && b.len() == AUTH_TOKEN_LEN => {
-            let shard = u16::from_le_bytes([b[0], b[1]]) as usize;
-            let slot = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-            Some((shard, slot))
+            let (&[s0, s1, l0, l1, l2, l3], _) = b.split_first_chunk::<6>()?;
+            Some((u16::from_le_bytes([s0, s1]) as usize, u32::from_le_bytes([l0, l1, l2, l3])))
         }
         _ => None,
     }
@@ -606,7 +605,9 @@ impl ShardState {
                     self.outgoing.push((shard, msg));
                 }
                 Err(status) => {
-                    pending.results[index] = Some(crate::generated::types::TransferResult { status_code: status, ..Default::default() });
+                    if let Some(r) = pending.results.get_mut(index) {
+                        *r = Some(crate::generated::types::TransferResult { status_code: status, ..Default::default() });
+                    }
                 }
             }
         }
@@ -832,7 +833,8 @@ impl ShardState {
             request_seq: 0,
         };
         session.touch(now);
-        let s = &mut self.slots[slot as usize];
+        // `slot` was just taken from the free list or pushed.
+        let Some(s) = self.slots.get_mut(slot as usize) else { return Err(StatusCode::BadInternalError) };
         s.generation = s.generation.wrapping_add(1);
         let key = SessionKey { slot, generation: s.generation };
         self.deadlines.push(Reverse((session.deadline_ns, slot, s.generation)));

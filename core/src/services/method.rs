@@ -28,7 +28,6 @@
 //! (i=9028) on the Demo alarm (or its own instance method nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
 //! `services::subscription_methods`.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use crate::address_space::{ids as ns0, AddressSpace, ClassAttributes, Node, NodeClass};
 use crate::events::condition::{ConditionAction, MAX_COMMENT_CHARS};

@@ -7,7 +7,6 @@
 //! `shard.shared().events.condition_refresh(now.utc)` (RefreshStart, retained conditions,
 //! RefreshEnd; the two bracket events bypass the where clause, see
 //! `crate::events::condition::is_refresh_bracket` and `CompiledEventFilter::select`).
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use crate::server::shard::{SessionKey, ShardState};
 use crate::time::Now;

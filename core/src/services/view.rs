@@ -4,7 +4,6 @@
 //! Browse results beyond `requestedMaxReferencesPerNode` are kept in a continuation point of
 //! the session: the remaining references, already filtered and reduced to the requested
 //! fields, so BrowseNext is a copy out of a queue (a snapshot taken by the Browse).
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic, clippy::unreachable, clippy::todo, clippy::unimplemented))]
 
 use std::collections::{HashSet, VecDeque};
 
