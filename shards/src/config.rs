@@ -127,6 +127,14 @@ pub struct RuntimeConfig {
     pub listen_backlog: u32,
     /// TCP_NODELAY on every connection.
     pub tcp_nodelay: bool,
+    /// Batched waiting (io_uring backend): when a shard has nothing to handle it waits up to
+    /// this long, µs, for `batch_completions` completions (beyond its sends in flight) before
+    /// it handles what has arrived, so requests of many connections, and several of one,
+    /// are answered in one pass and leave in fuller segments. 0 = off (handle every
+    /// completion at once). The latency bound: a request waits at most this long.
+    pub batch_wait_us: u32,
+    /// The completions batched waiting waits for (capped by the shard's connections).
+    pub batch_completions: u32,
     /// How long a graceful shutdown waits for pending output before closing sockets, ms.
     pub shutdown_grace_ms: u64,
     /// Write per-shard statistics as JSON to this file (atomically replaced); `--stats-file` overrides.
@@ -156,6 +164,8 @@ impl Default for RuntimeConfig {
             move_queue: 16,
             listen_backlog: 1024,
             tcp_nodelay: true,
+            batch_wait_us: 0,
+            batch_completions: 32,
             shutdown_grace_ms: 500,
             stats_file: None,
             stats_interval_ms: 1000,
@@ -210,6 +220,12 @@ impl RuntimeConfig {
                 "runtime.send_stall_timeout_ms = {}: must be at least 100; there is no unbounded setting",
                 self.send_stall_timeout_ms
             ));
+        }
+        if self.batch_wait_us > 10_000 {
+            return Err(format!("runtime.batch_wait_us = {}: must be in 0..=10000 (0 = off)", self.batch_wait_us));
+        }
+        if !(1..=4096).contains(&self.batch_completions) {
+            return Err(format!("runtime.batch_completions = {}: must be in 1..=4096", self.batch_completions));
         }
         if self.handoff_queue == 0 {
             return Err("runtime.handoff_queue must be at least 1".into());

@@ -48,6 +48,9 @@ fn epoll_ctl(epfd: RawFd, op: libc::c_int, fd: RawFd, events: u32, data: u64) ->
 
 impl<H: Handler> EpollLoop<H> {
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> io::Result<EpollLoop<H>> {
+        if cfg.batch_wait_us > 0 && wiring.index == 0 {
+            tracing::info!("runtime.batch_wait_us applies to the io_uring backend only: epoll handles every event at once");
+        }
         // SAFETY: plain syscall, checked.
         let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if raw < 0 {

@@ -38,6 +38,9 @@ pub struct LoopConfig {
     /// A connection not read from whose output makes no progress this long is aborted, ms.
     pub send_stall_timeout_ms: u64,
     pub tcp_nodelay: bool,
+    /// Batched waiting, µs (0 = off) and the completions it waits for (`RuntimeConfig`).
+    pub batch_wait_us: u32,
+    pub batch_completions: u32,
     /// Graceful stop: how long pending output may take, ms.
     pub shutdown_grace_ms: u64,
 }
@@ -61,6 +64,8 @@ impl From<&RuntimeConfig> for LoopConfig {
             max_shard_buffered_bytes: r.max_shard_buffered_bytes,
             send_stall_timeout_ms: r.send_stall_timeout_ms,
             tcp_nodelay: r.tcp_nodelay,
+            batch_wait_us: r.batch_wait_us,
+            batch_completions: r.batch_completions,
             shutdown_grace_ms: r.shutdown_grace_ms,
         }
     }

@@ -56,6 +56,16 @@ fn handshake_section_is_checked() {
 }
 
 #[test]
+fn batched_waiting_is_checked() {
+    // FileConfig::parse validates the runtime section.
+    let check = |text: &str| FileConfig::parse(text).map(|_| ());
+    assert!(check("[runtime]\nbatch_wait_us = 0\n").is_ok(), "0 = off");
+    assert!(check("[runtime]\nbatch_wait_us = 200\nbatch_completions = 64\n").is_ok());
+    assert!(check("[runtime]\nbatch_wait_us = 10001\n").is_err());
+    assert!(check("[runtime]\nbatch_completions = 0\n").is_err());
+}
+
+#[test]
 fn unknown_keys_are_rejected() {
     let file = FileConfig::parse("[application]\napplication_urii = \"x\"\n").expect("runtime part is fine");
     assert!(server_config(&file.server, false).is_err());

@@ -80,6 +80,8 @@ pub struct UringLoop<H: Handler> {
     timeout_ts: Box<types::Timespec>,
     timeout_armed_at: Option<u64>,
     msg_inflight: usize,
+    /// Sends submitted and not yet completed (batched waiting waits for these and more).
+    sends_inflight: u32,
     cqes: Vec<(u64, i32, u32)>,
     dirty: Vec<ConnId>,
     added: Vec<ConnId>,
@@ -125,6 +127,7 @@ impl<H: Handler> UringLoop<H> {
             timeout_ts: Box::new(types::Timespec::new()),
             timeout_armed_at: None,
             msg_inflight: 0,
+            sends_inflight: 0,
             cqes: Vec::with_capacity(256),
             dirty: Vec::new(),
             added: Vec::new(),
@@ -321,6 +324,7 @@ impl<H: Handler> UringLoop<H> {
             .build()
             .user_data(conn_ud(K_SEND, id));
         c.send_inflight = true;
+        self.sends_inflight += 1;
         self.push(e);
     }
 
@@ -430,6 +434,7 @@ impl<H: Handler> UringLoop<H> {
         match kind {
             K_RECV => self.on_recv(id, res, flags),
             K_SEND => {
+                self.sends_inflight = self.sends_inflight.saturating_sub(1);
                 let Some(c) = self.core.table.get_mut(id) else { return };
                 c.send_inflight = false;
                 if res >= 0 {
@@ -600,8 +605,22 @@ impl<H: Handler> UringLoop<H> {
         self.core.table.mark_dirty(id);
     }
 
-    /// Submits and waits for at least one completion or `deadline` (mono ns). Returns the
-    /// monotonic time it started waiting.
+    /// How many completions a wait asks for: 1, or with batched waiting on
+    /// (`batch_wait_us`), the sends in flight plus up to `batch_completions` more (one per
+    /// connection at most).
+    fn batch_want(&self) -> u32 {
+        if self.core.cfg.batch_wait_us == 0 || !self.features.ext_arg {
+            return 1;
+        }
+        let conns = u32::try_from(self.core.table.len()).unwrap_or(u32::MAX).min(self.core.cfg.batch_completions);
+        self.sends_inflight.saturating_add(conns).clamp(1, self.features.cq_entries.max(1))
+    }
+
+    /// Submits and waits for at least one completion or `deadline` (mono ns). With batched
+    /// waiting it waits for [`UringLoop::batch_want`] completions for at most `batch_wait_us`
+    /// (IORING_FEAT_MIN_TIMEOUT on 6.12+; before that, a second bounded wait once the first
+    /// completion is in), then for the first one. Returns the monotonic time it started
+    /// waiting.
     fn wait(&mut self, deadline: u64) -> u64 {
         let has_cqes = {
             let mut cq = self.ring.completion();
@@ -609,14 +628,30 @@ impl<H: Handler> UringLoop<H> {
             !cq.is_empty()
         };
         let now = crate::clock::mono_ns();
+        let want = self.batch_want();
+        let batch_us = self.core.cfg.batch_wait_us;
+        let rel = deadline.saturating_sub(now);
+        let ts = types::Timespec::new().sec(rel / 1_000_000_000).nsec((rel % 1_000_000_000) as u32);
         let result = if has_cqes || !self.cqes.is_empty() || deadline <= now {
             self.ring.submit()
-        } else if deadline == u64::MAX {
-            self.ring.submit_and_wait(1)
+        } else if want > 1 && self.features.min_timeout {
+            let args = types::SubmitArgs::new().min_wait_usec(batch_us);
+            let r = if deadline == u64::MAX {
+                self.ring.submitter().submit_with_args(want as usize, &args)
+            } else {
+                self.ring.submitter().submit_with_args(want as usize, &args.timespec(&ts))
+            };
+            if let Err(e) = &r {
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    tracing::info!("io_uring min-wait rejected by this kernel: batched waiting uses a second bounded wait");
+                    self.features.min_timeout = false;
+                }
+            }
+            r
         } else {
-            let rel = deadline - now;
-            let ts = types::Timespec::new().sec(rel / 1_000_000_000).nsec((rel % 1_000_000_000) as u32);
-            if self.features.ext_arg {
+            let r = if deadline == u64::MAX {
+                self.ring.submit_and_wait(1)
+            } else if self.features.ext_arg {
                 let args = types::SubmitArgs::new().timespec(&ts);
                 self.ring.submitter().submit_with_args(1, &args)
             } else {
@@ -627,7 +662,22 @@ impl<H: Handler> UringLoop<H> {
                     self.timeout_armed_at = Some(deadline);
                 }
                 self.ring.submit_and_wait(1)
+            };
+            if want > 1 {
+                // Batched waiting before 6.12: the first completion is in; the others get up
+                // to `batch_wait_us` to join it (ETIME when they do not, which is fine).
+                let ready = {
+                    let mut cq = self.ring.completion();
+                    cq.sync();
+                    cq.len()
+                };
+                if ready > 0 && ready < want as usize {
+                    let bts = types::Timespec::new().nsec(batch_us.saturating_mul(1000));
+                    let args = types::SubmitArgs::new().timespec(&bts);
+                    let _ = self.ring.submitter().submit_with_args(want as usize, &args);
+                }
             }
+            r
         };
         match result {
             Ok(n) => ShardStats::add(&self.core.wiring.stats().submissions, n as u64),

@@ -24,6 +24,9 @@ pub struct Features {
     pub submit_all: bool,
     /// IORING_FEAT_EXT_ARG: wait with a timeout in io_uring_enter.
     pub ext_arg: bool,
+    /// IORING_FEAT_MIN_TIMEOUT (6.12): wait for several completions for a bounded time,
+    /// then for the first one.
+    pub min_timeout: bool,
     /// IORING_FEAT_NODROP: completions are never lost on CQ overflow.
     pub nodrop: bool,
     /// IORING_FEAT_FAST_POLL.
@@ -58,6 +61,7 @@ impl Features {
             (self.coop_taskrun, "COOP_TASKRUN"),
             (self.submit_all, "SUBMIT_ALL"),
             (self.ext_arg, "EXT_ARG"),
+            (self.min_timeout, "MIN_TIMEOUT"),
             (self.nodrop, "NODROP"),
             (self.fast_poll, "FAST_POLL"),
             (self.registered_ring_fd, "REGISTERED_RING_FD"),
@@ -173,6 +177,7 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
                 };
                 let p = ring.params();
                 f.ext_arg = p.is_feature_ext_arg();
+                f.min_timeout = p.is_feature_min_timeout();
                 f.nodrop = p.is_feature_nodrop();
                 f.fast_poll = p.is_feature_fast_poll();
                 f.sq_entries = p.sq_entries();
