@@ -1,6 +1,7 @@
 //! The `secure_channel` fuzz target's driver (support/secure_channel.rs) in tests: its
 //! seeds reach the services under None, Sign and SignAndEncrypt; the checked-in seed corpus
-//! replays; a tampered chunk, bad padding behind a valid signature and a repeated sequence number each
+//! and every input the target crashed on (fuzz/regressions/secure_channel/) replay; a
+//! tampered chunk, bad padding behind a valid signature and a repeated sequence number each
 //! close the channel with the right ERR. `write_seed_corpus` (ignored) writes
 //! fuzz/corpus/secure_channel/: `cargo test -p uaring-crypto --test fuzz_secure_channel -- --ignored`.
 
@@ -372,6 +373,49 @@ fn a_repeated_sequence_number_is_refused() {
         run.step(OP_CHUNK, &chunk_plain(mode, b'F', seq, 8, &body));
         assert_eq!(run.error(), Some(StatusCode::BadSequenceNumberInvalid), "{mode:?}");
     }
+}
+
+/// Found by the target (a false alarm of the driver, which kept the keys of the newest two
+/// tokens only): after two renewals with no message between them, the server still sends
+/// with the token the client last used — Part 6 §6.7.4, the old token stays in use until the
+/// client uses a new one — and the driver had dropped its keys.
+#[test]
+fn the_old_token_stays_until_the_client_uses_a_new_one() {
+    for mode in [MessageSecurityMode::Sign, MessageSecurityMode::SignAndEncrypt] {
+        let mut s = Seed::new("tokens", mode, true);
+        let r = s.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+            requested_publishing_interval: 100.0,
+            requested_lifetime_count: 60,
+            requested_max_keep_alive_count: 10,
+            publishing_enabled: true,
+            ..Default::default()
+        })));
+        assert!(matches!(r, Response::CreateSubscription(_)));
+        assert!(s.send(Request::Publish(Box::new(PublishRequest::default())), 0).is_empty());
+        assert_eq!(s.run.last_server_token(), 1);
+        s.op(OP_RENEW, &[]);
+        s.op(OP_RENEW, &[]);
+        assert_eq!(s.run.send_token(), 3, "{mode:?}");
+        // The Publish is answered (a keep-alive) before the client used token 2 or 3.
+        let r = s.wait(1_100);
+        assert!(matches!(r.first(), Some(Response::Publish(_))), "{mode:?}: {r:?}");
+        assert_eq!(s.run.last_server_token(), 1, "{mode:?}");
+        // The client's first message with token 3 moves the server to it.
+        s.call(read(vec![rv(NodeId::ns0(2258), 13)]));
+        assert_eq!(s.run.last_server_token(), 3, "{mode:?}");
+    }
+}
+
+#[test]
+fn regressions_replay() {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir("regressions")).expect("fuzz/regressions/secure_channel") {
+        let p = e.unwrap().path();
+        eprintln!("replaying {}", p.display());
+        run_secure_channel(&std::fs::read(&p).unwrap());
+        n += 1;
+    }
+    assert!(n > 0);
 }
 
 #[test]

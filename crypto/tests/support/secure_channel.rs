@@ -229,8 +229,11 @@ struct Client {
     hello: HelloMessage,
     negotiated: Option<Negotiated>,
     channel_id: u32,
-    /// Keys by token id (client role): the newest two.
+    /// Keys by token id (client role), oldest first: from the last token the server sent
+    /// with to the newest.
     tokens: Vec<(u32, Option<Box<dyn ChunkCrypto>>)>,
+    /// The token of the last MSG chunk the server sent.
+    last_server_token: u32,
     send_token: u32,
     send_seq: SequenceCounter,
     next_request_id: u32,
@@ -265,6 +268,7 @@ impl Client {
             negotiated: None,
             channel_id: 0,
             tokens: Vec::new(),
+            last_server_token: 0,
             send_token: 0,
             send_seq: SequenceCounter::new(legacy),
             next_request_id: 1,
@@ -428,15 +432,22 @@ impl Client {
                             &PlainCrypto
                         }
                         SecurityHeader::Symmetric { token_id } => {
-                            match self.tokens.iter().find(|(id, _)| id == token_id) {
-                                Some((_, Some(c))) => &**c,
+                            let Some(at) = self.tokens.iter().position(|(id, _)| id == token_id) else {
+                                panic!("the server sent with token {token_id}, not one of {:?}", self.token_ids())
+                            };
+                            // The server sends with the last token the client used until the
+                            // client uses a newer one (however many renewals came between),
+                            // and never goes back: older keys are dropped.
+                            self.tokens.drain(..at);
+                            self.last_server_token = *token_id;
+                            match &self.tokens[0].1 {
+                                Some(c) => &**c,
                                 // A token made by a raw OPN of the input: its keys are
                                 // unknown, so the chunk cannot be checked (nor its number).
-                                Some((_, None)) => {
+                                None => {
                                     self.recv_seq = SequenceChecker::new(self.policy.legacy_sequence_numbers());
                                     continue;
                                 }
-                                None => panic!("the server sent with token {token_id}, not one of {:?}", self.token_ids()),
                             }
                         }
                     };
@@ -498,9 +509,6 @@ impl Client {
         };
         self.tokens.retain(|(id, _)| *id != token.token_id);
         self.tokens.push((token.token_id, crypto));
-        if self.tokens.len() > 2 {
-            self.tokens.remove(0);
-        }
     }
 
     fn on_response(&mut self, body: &[u8]) {
@@ -584,6 +592,16 @@ impl Run {
         let mut out = Vec::new();
         self.client.message(MessageType::Message, body, u32::MAX, &mut out);
         out
+    }
+
+    /// The token the server last sent a MSG chunk with.
+    pub fn last_server_token(&self) -> u32 {
+        self.client.last_server_token
+    }
+
+    /// The token the driver sends with.
+    pub fn send_token(&self) -> u32 {
+        self.client.send_token
     }
 
     /// The responses received since the last call.
