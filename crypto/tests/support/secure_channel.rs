@@ -42,7 +42,8 @@
 //!
 //! Checks, besides "no panic": every chunk the server sends opens with the client's keys
 //! (signature, padding, sequence numbers), reassembles, and decodes as a response with
-//! nothing left over; nothing follows an ERR; a closed connection stays closed; no
+//! nothing left over; the server sends with the last token the client used or a newer one
+//! (Part 6 §6.7.4), never an older one; nothing follows an ERR; a closed connection stays closed; no
 //! channel outlives its connection.
 #![allow(dead_code)]
 
