@@ -89,6 +89,20 @@ struct Channel {
     recv_seq: SequenceChecker,
 }
 
+impl Channel {
+    /// What a service learns of the channel a request came on.
+    fn request_context<'a>(&'a self, peer: Option<SocketAddr>, endpoint_url: &'a str) -> RequestContext<'a> {
+        RequestContext {
+            channel_id: self.id,
+            security_policy_uri: self.policy.uri(),
+            security_mode: self.mode,
+            client_certificate: self.client_certificate.as_deref(),
+            peer,
+            endpoint_url,
+        }
+    }
+}
+
 enum Phase {
     AwaitHello { deadline_ns: u64 },
     AwaitOpen { deadline_ns: u64, recv_seq: Option<SequenceChecker> },
@@ -671,14 +685,7 @@ impl State {
             return fail(StatusCode::BadTcpInternalError, "channel missing");
         };
         let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
-        let ctx = RequestContext {
-            channel_id: c.id,
-            security_policy_uri: c.policy.uri(),
-            security_mode: c.mode,
-            client_certificate: c.client_certificate.as_deref(),
-            peer: *peer,
-            endpoint_url: endpoint_url.as_str(),
-        };
+        let ctx = c.request_context(*peer, endpoint_url);
         let mut response = host.resume(&ctx, done, now);
         response.response_header_mut().request_handle = handle;
         if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
@@ -980,14 +987,7 @@ impl State {
             (service_fault(handle, StatusCode::BadServiceUnsupported, now), false)
         } else {
             let is_activate = matches!(req, Request::ActivateSession(_));
-            let ctx = RequestContext {
-                channel_id: c.id,
-                security_policy_uri: c.policy.uri(),
-                security_mode: c.mode,
-                client_certificate: c.client_certificate.as_deref(),
-                peer: *peer,
-                endpoint_url: endpoint_url.as_str(),
-            };
+            let ctx = c.request_context(*peer, endpoint_url);
             match host.dispatch_deferrable(&ctx, req, request_id, now) {
                 Some(r) => (r, is_activate),
                 None => {
