@@ -9,7 +9,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use common::{now_unix_s, TempDir};
+use common::{find_err, now_unix_s, TempDir};
 use uaring_core::client::{ClientConfig, ClientConnection, ClientState};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{MessageSecurityMode, ReadRequest, ReadResponse, ReadValueId, ResponseHeader};
@@ -191,21 +191,6 @@ impl Pair {
             other => panic!("unexpected {other:?} (server err {:?}, client {:?})", self.server_err, self.client.state()),
         }
     }
-}
-
-fn find_err(out: &[u8]) -> Option<StatusCode> {
-    let mut i = 0;
-    while i + 8 <= out.len() {
-        let size = u32::from_le_bytes([out[i + 4], out[i + 5], out[i + 6], out[i + 7]]) as usize;
-        if &out[i..i + 3] == b"ERR" && i + 12 <= out.len() {
-            return Some(StatusCode(u32::from_le_bytes([out[i + 8], out[i + 9], out[i + 10], out[i + 11]])));
-        }
-        if size < 8 {
-            return None;
-        }
-        i += size;
-    }
-    None
 }
 
 #[test]

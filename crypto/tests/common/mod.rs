@@ -102,3 +102,19 @@ ab3630ce2cf361d50d9e737ce3f7746959003cbe90fc1019dce4797f4a87a05cd83521531e1391cf
 6df912bf91e99d3fdb78989e3daa144570647efc4c983c4159aecbf99aeb8bdfbf242ac5c43f0092a28aecddb8bdabf4aad7af68ae6bfe6d\
 5cf6cb6e3a6a0c2d33ad3d592514703578d1cead67aa2c497600e0b9830ee8671f59f25262d596e4dbfe60ec6f5acb0c4f1cedf6b138fa12\
 fd661b65e537c3539b0203010001";
+
+/// The status of the first UA-TCP ERR message in `out` (a stream of whole messages), if any.
+pub fn find_err(out: &[u8]) -> Option<uaring_core::StatusCode> {
+    let mut i = 0;
+    while i + 8 <= out.len() {
+        let size = u32::from_le_bytes([out[i + 4], out[i + 5], out[i + 6], out[i + 7]]) as usize;
+        if &out[i..i + 3] == b"ERR" && i + 12 <= out.len() {
+            return Some(uaring_core::StatusCode(u32::from_le_bytes([out[i + 8], out[i + 9], out[i + 10], out[i + 11]])));
+        }
+        if size < 8 {
+            return None;
+        }
+        i += size;
+    }
+    None
+}
