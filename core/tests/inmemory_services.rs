@@ -8,14 +8,16 @@ use common::t0;
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, GetEndpointsRequest, ReadRequest, ReadValueId,
-    UserTokenType,
+    ActivateSessionRequest, AnonymousIdentityToken, CreateMonitoredItemsRequest, CreateSessionRequest,
+    CreateSubscriptionRequest, GetEndpointsRequest, MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters,
+    PublishRequest, ReadRequest, ReadValueId, TimestampsToReturn, UserTokenType,
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::config::ServerConfig;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{ByteString, ExtensionObject, NodeId, Variant};
+use uaring_core::StatusCode;
 
 struct Net {
     shard: ShardState,
@@ -109,4 +111,107 @@ fn session_and_reads_against_real_services() {
     n.client.close(t0(), &mut out);
     assert_eq!(n.server.on_recv(&mut n.shard, t0(), &out, &mut n.s2c), ConnStatus::Close);
     assert_eq!(n.shard.open_channel_count(), 0);
+}
+
+/// The session's MaxResponseMessageSize bounds every response body, the deferred Publish
+/// responses too: a Read and a Publish whose answers (100 values each) are larger than the
+/// 1,000 bytes the client asked for get a ServiceFault BadResponseTooLarge; a small Read
+/// still works.
+#[test]
+fn responses_past_the_sessions_max_response_size_are_refused_publish_included() {
+    let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
+    let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
+    let server = ServerConnection::new(&mut shard, None, t0());
+    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
+    let mut c2s = Vec::new();
+    client.start(t0(), &mut c2s);
+    let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
+    n.pump();
+    let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(CreateSessionRequest {
+        session_name: "small".into(),
+        client_nonce: ByteString::from(vec![1u8; 32]),
+        requested_session_timeout: 60_000.0,
+        max_response_message_size: 1_000,
+        ..Default::default()
+    }))) else {
+        panic!()
+    };
+    n.client.set_authentication_token(cs.authentication_token.clone());
+    let policy_id = cs
+        .server_endpoints
+        .iter()
+        .flat_map(|e| &e.user_identity_tokens)
+        .find(|p| p.token_type == UserTokenType::Anonymous)
+        .map(|p| p.policy_id.clone())
+        .unwrap_or_default();
+    let act = n.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+        ..Default::default()
+    })));
+    assert!(act.response_header().service_result.is_good(), "{act:?}");
+    let nodes: Vec<ReadValueId> = (0..100)
+        .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
+        .collect();
+    let fault = |r: &Response| match r {
+        Response::ServiceFault(f) => Some(f.response_header.service_result),
+        _ => None,
+    };
+    let r = n.call(Request::Read(Box::new(ReadRequest { nodes_to_read: nodes.clone(), ..Default::default() })));
+    assert_eq!(fault(&r), Some(StatusCode::BadResponseTooLarge), "{r:?}");
+    let r = n.call(Request::Read(Box::new(ReadRequest { nodes_to_read: nodes[..2].to_vec(), ..Default::default() })));
+    assert!(matches!(r, Response::Read(_)), "a small Read fits: {r:?}");
+
+    let Response::CreateSubscription(sub) = n.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+        requested_publishing_interval: 50.0,
+        requested_lifetime_count: 300,
+        requested_max_keep_alive_count: 10,
+        publishing_enabled: true,
+        ..Default::default()
+    }))) else {
+        panic!()
+    };
+    // In batches of 20: a CreateMonitoredItems response for all 100 would not fit 1,000 bytes.
+    for (b, batch) in nodes.chunks(20).enumerate() {
+        let items = batch
+            .iter()
+            .enumerate()
+            .map(|(i, rv)| MonitoredItemCreateRequest {
+                item_to_monitor: rv.clone(),
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: (b * 20 + i) as u32,
+                    sampling_interval: 50.0,
+                    queue_size: 1,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        let r = n.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+            subscription_id: sub.subscription_id,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: items,
+            ..Default::default()
+        })));
+        assert!(matches!(r, Response::CreateMonitoredItems(_)), "{r:?}");
+    }
+    let id = n.client.send_request(Request::Publish(Box::new(PublishRequest::default())), t0(), &mut n.c2s).unwrap();
+    n.pump();
+    // Publishing cycles pass until the Publish is answered with the 100 initial values.
+    let mut now = t0();
+    let mut answer = None;
+    for _ in 0..20 {
+        now = now.advance_ns(60_000_000);
+        n.shard.on_timer(now);
+        assert_eq!(n.server.flush_deferred(&mut n.shard, now, &mut n.s2c), ConnStatus::Open);
+        let data = std::mem::take(&mut n.s2c);
+        n.client.on_recv(now, &data, &mut n.c2s).unwrap();
+        if let Some((rid, resp)) = n.client.poll_response() {
+            answer = Some((rid, resp));
+            break;
+        }
+    }
+    let (rid, resp) = answer.expect("the Publish is answered");
+    assert_eq!(rid, id);
+    assert_eq!(fault(&resp), Some(StatusCode::BadResponseTooLarge), "{resp:?}");
 }

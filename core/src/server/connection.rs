@@ -459,8 +459,10 @@ impl ServerConnection {
                     let handle = response.response_header().request_handle;
                     send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)
                 }
-                Deferred::Encoded { request_handle, body } => {
-                    let r = send_body(c, body_out, &negotiated, request_id, &body, request_handle, now, out);
+                Deferred::Encoded { request_handle, body, max_size } => {
+                    // The session's MaxResponseMessageSize applies here as in `answer`.
+                    let n = Negotiated { peer_max_message_size: response_limit(negotiated.peer_max_message_size, max_size), ..negotiated };
+                    let r = send_body(c, body_out, &n, request_id, &body, request_handle, now, out);
                     host.recycle_buffer(body);
                     r
                 }

@@ -132,7 +132,9 @@ pub enum Deferred {
     Response(Response),
     /// A response the host already encoded (type id + body) into a pooled buffer; the
     /// connection chunks it and hands the buffer back with [`ConnectionHost::recycle_buffer`].
-    Encoded { request_handle: u32, body: Vec<u8> },
+    /// `max_size`: the session's MaxResponseMessageSize (0 = none), applied with the
+    /// channel's limit.
+    Encoded { request_handle: u32, body: Vec<u8>, max_size: u32 },
 }
 
 impl Deferred {

@@ -94,8 +94,10 @@ pub fn delete_subscriptions(shard: &mut ShardState, key: SessionKey, req: &Delet
 
 /// Publish: `None` when queued (answered later through the channel's deferred responses).
 pub fn publish(shard: &mut ShardState, key: SessionKey, channel_id: u32, request_id: u32, req: &PublishRequest, now: Now) -> Option<Response> {
+    // The session's MaxResponseMessageSize (0 = none) bounds the Publish response like any other.
+    let max_response_size = shard.session(key).map_or(0, |s| s.max_response_message_size);
     let (subs, _) = shard.subscriptions_mut();
-    subs.publish(key, channel_id, request_id, req, now)
+    subs.publish(key, channel_id, request_id, max_response_size, req, now)
 }
 
 pub fn republish(shard: &mut ShardState, key: SessionKey, req: &RepublishRequest, now: Now) -> Response {

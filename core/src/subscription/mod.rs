@@ -88,6 +88,9 @@ pub struct PendingPublish {
     pub expires_ns: u64,
     /// Results of the acknowledgements it carried.
     pub results: Vec<StatusCode>,
+    /// The session's MaxResponseMessageSize (0 = none): the response's bound besides the
+    /// channel's.
+    pub max_response_size: u32,
 }
 
 /// What the engine counts (for diagnostics and benchmarks).
@@ -722,7 +725,7 @@ impl SubscriptionEngine {
         message.encode(&mut body);
         pp.results.encode(&mut body);
         0i32.encode(&mut body); // diagnosticInfos: none
-        self.emit_deferred(pp.channel_id, pp.request_id, Deferred::Encoded { request_handle: pp.request_handle, body });
+        self.emit_deferred(pp.channel_id, pp.request_id, Deferred::Encoded { request_handle: pp.request_handle, body, max_size: pp.max_response_size });
         if more {
             if let Some(k) = key {
                 self.service_session(k, now);
@@ -800,6 +803,7 @@ impl SubscriptionEngine {
         key: SessionKey,
         channel_id: u32,
         request_id: u32,
+        max_response_size: u32,
         req: &crate::generated::types::PublishRequest,
         now: Now,
     ) -> Option<Response> {
@@ -817,7 +821,7 @@ impl SubscriptionEngine {
         }
         let hint = req.request_header.timeout_hint;
         let expires_ns = if hint == 0 { u64::MAX } else { now.deadline_after_ms(hint as f64) };
-        ss.publish.push_back(PendingPublish { channel_id, request_id, request_handle: handle, expires_ns, results });
+        ss.publish.push_back(PendingPublish { channel_id, request_id, request_handle: handle, expires_ns, results, max_response_size });
         for &slot in &ss.subs {
             if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
                 s.lifetime_counter = 0;
