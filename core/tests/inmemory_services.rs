@@ -28,6 +28,47 @@ struct Net {
 }
 
 impl Net {
+    /// A fresh shard and a client connection with its secure channel open (SecurityPolicy None).
+    fn connected() -> Net {
+        let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
+        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
+        let server = ServerConnection::new(&mut shard, None, t0());
+        let config = ClientConfig::new("opc.tcp://localhost:4840/uaring");
+        let mut client = ClientConnection::new(config, Box::new(uaring_core::random::ChaCha::from_u64(2)));
+        let mut c2s = Vec::new();
+        client.start(t0(), &mut c2s);
+        let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
+        n.pump();
+        n
+    }
+
+    /// CreateSession (asking for `max_response_message_size`, 0 = none) and an anonymous
+    /// ActivateSession; the client then sends the session's token.
+    fn activate_anonymous_session(&mut self, max_response_message_size: u32) {
+        let Response::CreateSession(cs) = self.call(Request::CreateSession(Box::new(CreateSessionRequest {
+            session_name: "t".into(),
+            client_nonce: ByteString::from(vec![1u8; 32]),
+            requested_session_timeout: 60_000.0,
+            max_response_message_size,
+            ..Default::default()
+        }))) else {
+            panic!("CreateSession failed")
+        };
+        self.client.set_authentication_token(cs.authentication_token.clone());
+        let policy_id = cs
+            .server_endpoints
+            .iter()
+            .flat_map(|e| &e.user_identity_tokens)
+            .find(|p| p.token_type == UserTokenType::Anonymous)
+            .map(|p| p.policy_id.clone())
+            .unwrap_or_default();
+        let act = self.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+            ..Default::default()
+        })));
+        assert!(act.response_header().service_result.is_good(), "{act:?}");
+    }
+
     fn pump(&mut self) {
         for _ in 0..100 {
             if self.c2s.is_empty() && self.s2c.is_empty() {
@@ -51,41 +92,14 @@ impl Net {
 
 #[test]
 fn session_and_reads_against_real_services() {
-    let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
-    let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
-    let server = ServerConnection::new(&mut shard, None, t0());
-    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
-    let mut c2s = Vec::new();
-    client.start(t0(), &mut c2s);
-    let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
-    n.pump();
+    let mut n = Net::connected();
     assert!(n.client.is_open());
 
     let Response::GetEndpoints(eps) = n.call(Request::GetEndpoints(Box::default())) else { panic!() };
     assert!(!eps.endpoints.is_empty());
     let _ = GetEndpointsRequest::default();
 
-    let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(CreateSessionRequest {
-        session_name: "t".into(),
-        client_nonce: ByteString::from(vec![1u8; 32]),
-        requested_session_timeout: 60_000.0,
-        ..Default::default()
-    }))) else {
-        panic!()
-    };
-    n.client.set_authentication_token(cs.authentication_token.clone());
-    let policy_id = cs
-        .server_endpoints
-        .iter()
-        .flat_map(|e| &e.user_identity_tokens)
-        .find(|p| p.token_type == UserTokenType::Anonymous)
-        .map(|p| p.policy_id.clone())
-        .unwrap_or_default();
-    let act = n.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
-        ..Default::default()
-    })));
-    assert!(act.response_header().service_result.is_good(), "{act:?}");
+    n.activate_anonymous_session(0);
 
     let nodes: Vec<ReadValueId> = (0..100)
         .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
@@ -119,36 +133,8 @@ fn session_and_reads_against_real_services() {
 /// still works.
 #[test]
 fn responses_past_the_sessions_max_response_size_are_refused_publish_included() {
-    let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
-    let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
-    let server = ServerConnection::new(&mut shard, None, t0());
-    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
-    let mut c2s = Vec::new();
-    client.start(t0(), &mut c2s);
-    let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
-    n.pump();
-    let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(CreateSessionRequest {
-        session_name: "small".into(),
-        client_nonce: ByteString::from(vec![1u8; 32]),
-        requested_session_timeout: 60_000.0,
-        max_response_message_size: 1_000,
-        ..Default::default()
-    }))) else {
-        panic!()
-    };
-    n.client.set_authentication_token(cs.authentication_token.clone());
-    let policy_id = cs
-        .server_endpoints
-        .iter()
-        .flat_map(|e| &e.user_identity_tokens)
-        .find(|p| p.token_type == UserTokenType::Anonymous)
-        .map(|p| p.policy_id.clone())
-        .unwrap_or_default();
-    let act = n.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
-        ..Default::default()
-    })));
-    assert!(act.response_header().service_result.is_good(), "{act:?}");
+    let mut n = Net::connected();
+    n.activate_anonymous_session(1_000);
     let nodes: Vec<ReadValueId> = (0..100)
         .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
         .collect();
