@@ -33,7 +33,7 @@ const {
   ClientMonitoredItem,
   TimestampsToReturn,
 } = require("node-opcua-client");
-const { startServer } = require("./server");
+const { startServer, cpusArgs } = require("./server");
 
 const INT32 = "ns=1;s=Demo.Static.Int32";
 const CYCLES = 50;
@@ -110,7 +110,7 @@ function newClient(extra = {}) {
 
 before(async () => {
   statsPath = path.join(os.tmpdir(), `uaring-stats-node-${process.pid}.json`);
-  const cpus = os.cpus().length >= 2 ? ["--cpus", "0-1"] : [];
+  const cpus = cpusArgs();
   server = await startServer([...cpus, "--shards", "2", "--distribution", "round-robin", "--stats-file", statsPath]);
   relay = await startRelay(server.url);
 });

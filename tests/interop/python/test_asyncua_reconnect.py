@@ -1,7 +1,9 @@
 """asyncua (PyPI): a session survives reconnects that land on the other shard.
 
 The server runs two shards (`--shards 2`, pinned to CPUs 0-1 where the machine has them)
-with round-robin distribution, once on each I/O backend (io_uring, epoll), so consecutive connections land on alternating shards. One
+with round-robin distribution, once on each I/O backend (io_uring, epoll) and once on io_uring
+with batched waiting (`batch_wait_us = 50`), so consecutive connections land on alternating
+shards. One
 subscription watches a variable a second client writes 1, 2, 3, ... 50 times the subscriber
 drops its TCP connection (no CloseSession, no CloseSecureChannel), a value is written while
 it is away, and it resumes the same session with ActivateSession on a new secure channel.
@@ -22,7 +24,7 @@ import pytest
 from asyncua import Client, ua
 from asyncua.ua.ua_binary import struct_from_binary
 
-from conftest import Server
+from conftest import BATCH_WAIT_US, Server, cpus_args
 
 INT32 = ua.NodeId("Demo.Static.Int32", 1)
 CYCLES = 50
@@ -32,17 +34,15 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 240))
 
 
-def cpus_args():
-    return ["--cpus", "0-1"] if (os.cpu_count() or 1) >= 2 else []
-
-
-@pytest.fixture(scope="module", params=["uring", "epoll"])
+@pytest.fixture(scope="module", params=["uring", "epoll", "uring-batched"])
 def two_shards(request):
     stats = tempfile.NamedTemporaryFile(prefix="uaring-stats-", suffix=".json", delete=False)
     stats.close()
+    backend, _, batched = request.param.partition("-")
     s = Server(
-        *cpus_args(), "--shards", "2", "--distribution", "round-robin", "--io-backend", request.param,
+        *cpus_args(), "--shards", "2", "--distribution", "round-robin", "--io-backend", backend,
         "--stats-file", stats.name,
+        runtime={"batch_wait_us": BATCH_WAIT_US} if batched else None,
     )
     s.stats_path = stats.name
     yield s
