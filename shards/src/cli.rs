@@ -578,6 +578,13 @@ pub fn serve(a: ServeArgs) -> i32 {
         ),
         _ => tracing::info!("io backend epoll"),
     }
+    if file.runtime.batch_wait_us > 0 && running.backend == IoBackend::Uring {
+        tracing::info!(
+            batch_wait_us = file.runtime.batch_wait_us,
+            batch_completions = file.runtime.batch_completions,
+            "batched waiting on (one min-timeout wait with MIN_TIMEOUT, else a second bounded wait; needs EXT_ARG)"
+        );
+    }
     if let Some(addr) = &file.metrics.listen {
         let sources = crate::metrics::Sources {
             shared: setup.shared.clone(),
