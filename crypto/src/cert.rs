@@ -66,8 +66,6 @@ pub struct Certificate {
     signature_alg: CertSignatureAlg,
     subject_der: Vec<u8>,
     issuer_der: Vec<u8>,
-    subject: String,
-    issuer: String,
     serial: Vec<u8>,
     not_before_unix_s: i64,
     not_after_unix_s: i64,
@@ -82,6 +80,37 @@ pub struct Certificate {
     is_ca: Option<bool>,
     subject_key_id: Option<Vec<u8>>,
     authority_key_id: Option<Vec<u8>>,
+}
+
+/// An RFC 4514 string of a DER Name (empty if it does not parse; it parsed when the certificate did).
+fn name_string(der: &[u8]) -> String {
+    x509_cert::name::Name::from_der(der).map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// Modulus size in bits of a PKCS#1 `RSAPublicKey` (SEQUENCE { modulus INTEGER, publicExponent
+/// INTEGER }), read from the DER alone. Whether the key is usable is aws-lc's check when it is first
+/// used (encryption, signature verification); this is only the size the policy checks compare.
+fn rsa_modulus_bits(rsa_public_key: &[u8]) -> Option<usize> {
+    let mut r = SliceReader::new(rsa_public_key).ok()?;
+    let modulus = r
+        .sequence(|seq| {
+            let n = der::asn1::UintRef::decode(seq)?;
+            let _e = der::asn1::UintRef::decode(seq)?;
+            Ok(n)
+        })
+        .ok()?;
+    r.finish(()).ok()?;
+    let bytes = modulus.as_bytes();
+    let first = *bytes.first()?;
+    Some(bytes.len() * 8 - first.leading_zeros() as usize)
+}
+
+/// The first certificate of a chain ByteString (concatenated DER certificates), by its DER
+/// length alone; None if the bytes do not start with one whole TLV.
+pub fn leaf_der(chain: &[u8]) -> Option<&[u8]> {
+    let mut r = SliceReader::new(chain).ok()?;
+    let len = r.tlv_bytes().ok()?.len();
+    chain.get(..len)
 }
 
 /// SHA-1 of a DER certificate: the thumbprint of OPC UA security headers.
@@ -178,9 +207,7 @@ impl Certificate {
         let spki_der = tbs.subject_public_key_info.to_der().map_err(bad)?;
         let rsa_public_key = tbs.subject_public_key_info.subject_public_key.raw_bytes().to_vec();
         let key_bits = if tbs.subject_public_key_info.algorithm.oid == rfc5912::RSA_ENCRYPTION {
-            aws_lc_rs::rsa::PublicEncryptingKey::from_der(&spki_der)
-                .map(|k| k.key_size_bits())
-                .unwrap_or(0)
+            rsa_modulus_bits(&rsa_public_key).unwrap_or(0)
         } else {
             0
         };
@@ -192,8 +219,6 @@ impl Certificate {
             signature_alg,
             subject_der: tbs.subject.to_der().map_err(bad)?,
             issuer_der: tbs.issuer.to_der().map_err(bad)?,
-            subject: tbs.subject.to_string(),
-            issuer: tbs.issuer.to_string(),
             serial: tbs.serial_number.as_bytes().to_vec(),
             not_before_unix_s: time_unix_s(&tbs.validity.not_before),
             not_after_unix_s: time_unix_s(&tbs.validity.not_after),
@@ -293,13 +318,14 @@ impl Certificate {
     pub fn issuer_der(&self) -> &[u8] {
         &self.issuer_der
     }
-    /// Subject as an RFC 4514 string.
-    pub fn subject(&self) -> &str {
-        &self.subject
+    /// Subject as an RFC 4514 string, formatted on demand (for files, logs and the CLI: the
+    /// checks compare [`Self::subject_der`]).
+    pub fn subject(&self) -> String {
+        name_string(&self.subject_der)
     }
-    /// Issuer as an RFC 4514 string.
-    pub fn issuer(&self) -> &str {
-        &self.issuer
+    /// Issuer as an RFC 4514 string, formatted on demand.
+    pub fn issuer(&self) -> String {
+        name_string(&self.issuer_der)
     }
     /// Serial number bytes (big-endian, as encoded).
     pub fn serial(&self) -> &[u8] {

@@ -630,8 +630,8 @@ fn check_leaf_usage(leaf: &Certificate, role: CertRole) -> Result<(), u32> {
 
 /// `<CN>[<thumbprint>].der`, the file naming other stacks use, with unsafe characters replaced.
 pub fn cert_file_name(cert: &Certificate) -> String {
-    let cn = cert
-        .subject()
+    let subject = cert.subject();
+    let cn = subject
         .split(',')
         .find_map(|p| p.trim().strip_prefix("CN="))
         .unwrap_or("cert");

@@ -292,11 +292,10 @@ impl SecurityPolicy for RsaPolicy {
     }
 
     fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
-        // The thumbprint of the leaf, when a chain is sent.
-        match Certificate::parse_chain(certificate).ok().and_then(|chain| chain.into_iter().next()) {
-            Some(leaf) => Some(leaf.thumbprint().to_vec()),
-            None => Some(crate::cert::thumbprint(certificate).to_vec()),
-        }
+        // The thumbprint of the leaf, when a chain is sent: the SHA-1 of its DER, which needs
+        // only the first TLV's length, not a parse (the certificate is validated elsewhere).
+        let leaf = crate::cert::leaf_der(certificate).unwrap_or(certificate);
+        Some(crate::cert::thumbprint(leaf).to_vec())
     }
 
     fn asymmetric(
@@ -602,7 +601,7 @@ impl UserAuthenticator for ConfiguredUsers {
                 return Err(sc(code));
             }
         };
-        let name = cert.subject().to_owned();
+        let name = cert.subject();
         let cn = name
             .split(',')
             .find_map(|part| part.trim().strip_prefix("CN="))

@@ -189,3 +189,32 @@ fn larger_keys_use_the_extra_padding_byte() {
     asym_decrypt(PolicyId::Aes256Sha256RsaPss, &key, &ct, &mut back).unwrap();
     assert_eq!(back, plain);
 }
+
+/// The modulus size is read from the certificate's DER (no aws-lc key parse on every handshake):
+/// it agrees with aws-lc's own reading of the matching private key at 2048 and 4096 bits, and
+/// the thumbprint of a chain's leaf is the SHA-1 of the leaf's DER alone.
+#[test]
+fn key_size_and_leaf_thumbprint_come_from_the_der() {
+    use uaring_core::secure_channel::SecurityPolicy;
+    let now = common::now_unix_s();
+    let mut ders = Vec::new();
+    for bits in [2048usize, 4096] {
+        let mut req = CertificateRequest::new("urn:test:bits", "bits", now);
+        req.key_bits = bits;
+        let (cert, key) = generate_self_signed(&req).unwrap();
+        assert_eq!(cert.key_bits(), bits);
+        assert_eq!(cert.key_bits(), key.key_bits());
+        assert_eq!(cert.key_bytes(), bits / 8);
+        assert!(cert.subject().contains("CN=bits") && cert.issuer().contains("CN=bits"));
+        ders.push(cert.der().to_vec());
+    }
+    let chain = [ders[0].clone(), ders[1].clone()].concat();
+    assert_eq!(uaring_crypto::cert::leaf_der(&chain), Some(&ders[0][..]));
+    assert_eq!(uaring_crypto::cert::leaf_der(&chain[..10]), None);
+    let (server_cert, server_key) = generate_self_signed(&CertificateRequest::new("urn:s", "s", now)).unwrap();
+    let own = uaring_crypto::OwnIdentity::new(server_cert, server_key).unwrap();
+    let policy = uaring_crypto::RsaPolicy::client(PolicyId::Basic256Sha256, own).unwrap();
+    let leaf = Certificate::from_der(&ders[0]).unwrap();
+    assert_eq!(policy.thumbprint(&chain).unwrap(), leaf.thumbprint().to_vec());
+    assert_eq!(policy.thumbprint(&ders[0]).unwrap(), leaf.thumbprint().to_vec());
+}
