@@ -9,6 +9,7 @@ pub mod opcua;
 pub mod placements;
 pub mod procstat;
 pub mod report;
+pub mod rsa_bound;
 pub mod run;
 pub mod scenarios;
 pub mod security;

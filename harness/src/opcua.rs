@@ -1035,9 +1035,19 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 /// `connect`: full OpenSecureChannel + CreateSession + ActivateSession +
 /// Close per iteration, one blocking client per client thread.
 fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
-    let plan = |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+    // With an RSA policy, aws-lc-rs's private-key operations are timed on the server's CPUs
+    // while the server idles before the warm-up: the bound the establishments are quoted beside.
+    let calibration: Arc<std::sync::Mutex<Option<crate::rsa_bound::Calibration>>> = Arc::default();
+    let cal = calibration.clone();
+    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
         let sec = secure(cfg, &url)?;
+        if let Some(s) = &sec {
+            let policy = security::parse_policy(&cfg.opts.security_policy)?;
+            let bits = crate::rsa_bound::key_bits_of(&s.server_certificate)?;
+            let c = crate::rsa_bound::calibrate(policy, bits, &cfg.server_cpus, 1.0)?;
+            *cal.lock().map_err(|_| "calibration lock".to_string())? = Some(c);
+        }
         let body = Arc::new(move |_i: usize, addr: std::net::SocketAddr, shared: &crate::uring::Shared, stats: &mut crate::uring::ThreadStats| {
             shared.ready.fetch_add(1, Ordering::SeqCst);
             loop {
@@ -1059,7 +1069,11 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         });
         Ok((Plan::Threads { count: cfg.clients, body }, vec![("security_policy".into(), json!(cfg.opts.security_policy))]))
     };
-    run_with_guard(cfg, &[], &plan)
+    let mut o = run_with_guard(cfg, &[], &plan)?;
+    if let Some(c) = calibration.lock().map_err(|_| "calibration lock".to_string())?.as_ref() {
+        crate::rsa_bound::add_to(&mut o, c);
+    }
+    Ok(o)
 }
 
 /// A struct that does nothing after the session is active.
@@ -1115,6 +1129,7 @@ pub fn run_session_blocking(
     let mut closing = false;
     loop {
         if !out.is_empty() {
+            crate::rsa_bound::note_sent(&out);
             s.write_all(&out).map_err(|e| format!("send: {e}"))?;
             out.clear();
         }

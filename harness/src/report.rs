@@ -214,13 +214,27 @@ pub fn readable(o: &Map<String, Value>) -> String {
             ));
         }
     }
+    if o.contains_key("rsa_bound_us_per_op") {
+        s.push_str(&format!(
+            "  rsa bound   {} per op = {} µs (RSA-{}: decrypt {} µs, sign {} µs, on cpus {} at once) = {} ops per core-s; share reached {}\n",
+            g("rsa_private_ops_per_op"),
+            g("rsa_bound_us_per_op"),
+            g("rsa_key_bits"),
+            g("rsa_decrypt_us"),
+            g("rsa_sign_us"),
+            g("rsa_calibration_cpus"),
+            g("rsa_bound_ops_per_core_s"),
+            g("rsa_bound_share"),
+        ));
+    }
     s.push_str(&format!("  machine     foreign load {} cores, steal {} cores, discarded runs {}\n", g("foreign_cores"), g("steal_cores"), g("discarded_runs")));
     let shown = [
         "scenario", "server", "security", "clients", "inflight", "send", "server_cpus", "client_cpus", "client_threads", "ops", "seconds",
         "ops_per_s", "errors", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us", "server_cpu_us_per_op", "server_cores",
         "server_sys_share", "server_rss_kb", "server_vcs_per_op", "server_ivcs_per_op", "client_cpu_us_per_op", "client_cores",
         "client_vcs_per_op", "client_ivcs_per_op", "bytes_out_per_op", "bytes_in_per_op", "shards", "foreign_cores", "steal_cores",
-        "discarded_runs", "host", "kernel", "cpu_model", "online_cpus", "commit",
+        "discarded_runs", "host", "kernel", "cpu_model", "online_cpus", "commit", "rsa_private_ops_per_op", "rsa_bound_us_per_op",
+        "rsa_key_bits", "rsa_decrypt_us", "rsa_sign_us", "rsa_calibration_cpus", "rsa_bound_ops_per_core_s", "rsa_bound_share",
     ];
     let rest: Vec<String> = o.iter().filter(|(k, _)| !shown.contains(&k.as_str())).map(|(k, v)| format!("{k} {}", fmt(v))).collect();
     if !rest.is_empty() {
