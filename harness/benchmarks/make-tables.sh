@@ -19,8 +19,8 @@ EXTRA=${EXTRA:-}
 RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
-TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching floor"}
-ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution handshake batching floor"
+TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching floor establishment"}
+ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution handshake batching floor establishment"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -66,6 +66,8 @@ for t in $ALL; do
             --ratio uaring-wait-0/open62541 --ratio uaring-wait-50/open62541 --ratio uaring-wait-200/open62541 \
             --ratio uaring-wait-50/uaring-wait-0 --ratio uaring-wait-0/echo-floor --ratio uaring-wait-50/echo-floor \
             --ratio uaring-sae-wait-0/open62541-sae --ratio uaring-sae-wait-50/open62541-sae ;;
+        establishment) sweep establishment establishment.variants establishment.scenarios \
+            --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
@@ -91,6 +93,7 @@ done
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
     section handshake "Handshake offload: Read latency beside a SignAndEncrypt connect storm with UserName logins"
+    section establishment "Session establishment against the RSA bound measured in the same run"
     section floor "Batched client: uaring against the same-loop echo floor, and SignAndEncrypt against None and native open62541"
     section batching "Batched waiting: clients sending each request on its own, uaring with and without it, native open62541 and the echo floor"
     if [ -f "$RES/stalled.md" ]; then
