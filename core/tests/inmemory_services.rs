@@ -3,103 +3,30 @@
 //! variables, a pipeline of Reads, CloseSession, CLO; the channel is reported closed.
 
 mod common;
+#[path = "support/net.rs"]
+mod net;
 
 use common::t0;
-use uaring_core::client::{ClientConfig, ClientConnection};
+use net::Net;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, CreateMonitoredItemsRequest, CreateSessionRequest,
-    CreateSubscriptionRequest, GetEndpointsRequest, MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters,
-    PublishRequest, ReadRequest, ReadValueId, TimestampsToReturn, UserTokenType,
+    CreateMonitoredItemsRequest, CreateSubscriptionRequest, GetEndpointsRequest, MonitoredItemCreateRequest, MonitoringMode,
+    MonitoringParameters, PublishRequest, ReadRequest, ReadValueId, TimestampsToReturn,
 };
-use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::config::ServerConfig;
-use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
-use uaring_core::types::{ByteString, ExtensionObject, NodeId, Variant};
+use uaring_core::server::connection::ConnStatus;
+use uaring_core::types::{NodeId, Variant};
 use uaring_core::StatusCode;
-
-struct Net {
-    shard: ShardState,
-    server: ServerConnection,
-    client: ClientConnection,
-    c2s: Vec<u8>,
-    s2c: Vec<u8>,
-}
-
-impl Net {
-    /// A fresh shard and a client connection with its secure channel open (SecurityPolicy None).
-    fn connected() -> Net {
-        let shared = ServerShared::new(ServerConfig::default(), t0()).unwrap();
-        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
-        let server = ServerConnection::new(&mut shard, None, t0());
-        let config = ClientConfig::new("opc.tcp://localhost:4840/uaring");
-        let mut client = ClientConnection::new(config, Box::new(uaring_core::random::ChaCha::from_u64(2)));
-        let mut c2s = Vec::new();
-        client.start(t0(), &mut c2s);
-        let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
-        n.pump();
-        n
-    }
-
-    /// CreateSession (asking for `max_response_message_size`, 0 = none) and an anonymous
-    /// ActivateSession; the client then sends the session's token.
-    fn activate_anonymous_session(&mut self, max_response_message_size: u32) {
-        let Response::CreateSession(cs) = self.call(Request::CreateSession(Box::new(CreateSessionRequest {
-            session_name: "t".into(),
-            client_nonce: ByteString::from(vec![1u8; 32]),
-            requested_session_timeout: 60_000.0,
-            max_response_message_size,
-            ..Default::default()
-        }))) else {
-            panic!("CreateSession failed")
-        };
-        self.client.set_authentication_token(cs.authentication_token.clone());
-        let policy_id = cs
-            .server_endpoints
-            .iter()
-            .flat_map(|e| &e.user_identity_tokens)
-            .find(|p| p.token_type == UserTokenType::Anonymous)
-            .map(|p| p.policy_id.clone())
-            .unwrap_or_default();
-        let act = self.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
-            ..Default::default()
-        })));
-        assert!(act.response_header().service_result.is_good(), "{act:?}");
-    }
-
-    fn pump(&mut self) {
-        for _ in 0..100 {
-            if self.c2s.is_empty() && self.s2c.is_empty() {
-                return;
-            }
-            let data = std::mem::take(&mut self.c2s);
-            assert_eq!(self.server.on_recv(&mut self.shard, t0(), &data, &mut self.s2c), ConnStatus::Open);
-            let data = std::mem::take(&mut self.s2c);
-            self.client.on_recv(t0(), &data, &mut self.c2s).unwrap();
-        }
-    }
-    fn call(&mut self, r: Request) -> Response {
-        let id = self.client.send_request(r, t0(), &mut self.c2s).unwrap();
-        self.pump();
-        let (rid, resp) = self.client.poll_response().unwrap();
-        assert_eq!(rid, id);
-        assert_eq!(resp.response_header().request_handle, id);
-        resp
-    }
-}
 
 #[test]
 fn session_and_reads_against_real_services() {
-    let mut n = Net::connected();
+    let mut n = Net::connected(t0());
     assert!(n.client.is_open());
 
     let Response::GetEndpoints(eps) = n.call(Request::GetEndpoints(Box::default())) else { panic!() };
     assert!(!eps.endpoints.is_empty());
     let _ = GetEndpointsRequest::default();
 
-    n.activate_anonymous_session(0);
+    n.activate_anonymous_session(60_000.0, 0);
 
     let nodes: Vec<ReadValueId> = (0..100)
         .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
@@ -133,8 +60,8 @@ fn session_and_reads_against_real_services() {
 /// still works.
 #[test]
 fn responses_past_the_sessions_max_response_size_are_refused_publish_included() {
-    let mut n = Net::connected();
-    n.activate_anonymous_session(1_000);
+    let mut n = Net::connected(t0());
+    n.activate_anonymous_session(60_000.0, 1_000);
     let nodes: Vec<ReadValueId> = (0..100)
         .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
         .collect();

@@ -7,17 +7,12 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use uaring_core::client::{ClientConfig, ClientConnection};
-use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::messages::Request;
 use uaring_core::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, BrowseDescription, BrowseDirection, BrowseRequest,
-    CreateSessionRequest, ReadRequest, ReadValueId, TimestampsToReturn, UserTokenType, WriteRequest, WriteValue,
+    BrowseDescription, BrowseDirection, BrowseRequest, ReadRequest, ReadValueId, TimestampsToReturn, WriteRequest, WriteValue,
 };
-use uaring_core::server::config::ServerConfig;
-use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
-use uaring_core::types::{ByteString, DataValue, DateTime, ExtensionObject, NodeId, Variant};
+use uaring_core::server::connection::ConnStatus;
+use uaring_core::types::{DataValue, DateTime, NodeId, Variant};
 use uaring_core::Now;
 
 pub struct Counting;
@@ -75,65 +70,16 @@ fn now() -> Now {
     Now::new(1_000_000_000, DateTime(133_000_000_000_000_000))
 }
 
-/// A client and a server connection on a real shard, with an activated anonymous session.
-pub struct Net {
-    shard: ShardState,
-    server: ServerConnection,
-    client: ClientConnection,
-    c2s: Vec<u8>,
-    s2c: Vec<u8>,
-}
+#[path = "net.rs"]
+mod net;
+pub use net::Net;
 
 impl Net {
+    /// A client and a server connection on a real shard, with an activated anonymous session.
     pub fn with_session() -> Net {
-        let shared = ServerShared::new(ServerConfig::default(), now()).expect("server");
-        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
-        let server = ServerConnection::new(&mut shard, None, now());
-        let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://localhost:4840/uaring"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
-        let mut c2s = Vec::new();
-        client.start(now(), &mut c2s);
-        let mut n = Net { shard, server, client, c2s, s2c: Vec::new() };
-        n.pump();
-        let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(CreateSessionRequest {
-            session_name: "alloc".into(),
-            client_nonce: ByteString::from(vec![1u8; 32]),
-            requested_session_timeout: 600_000.0,
-            ..Default::default()
-        }))) else {
-            panic!("CreateSession failed")
-        };
-        n.client.set_authentication_token(cs.authentication_token.clone());
-        let policy_id = cs
-            .server_endpoints
-            .iter()
-            .flat_map(|e| &e.user_identity_tokens)
-            .find(|p| p.token_type == UserTokenType::Anonymous)
-            .map(|p| p.policy_id.clone())
-            .unwrap_or_default();
-        let act = n.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
-            ..Default::default()
-        })));
-        assert!(act.response_header().service_result.is_good(), "{act:?}");
+        let mut n = Net::connected(now());
+        n.activate_anonymous_session(600_000.0, 0);
         n
-    }
-
-    fn pump(&mut self) {
-        for _ in 0..100 {
-            if self.c2s.is_empty() && self.s2c.is_empty() {
-                return;
-            }
-            let data = std::mem::take(&mut self.c2s);
-            assert_eq!(self.server.on_recv(&mut self.shard, now(), &data, &mut self.s2c), ConnStatus::Open);
-            let data = std::mem::take(&mut self.s2c);
-            self.client.on_recv(now(), &data, &mut self.c2s).expect("client");
-        }
-    }
-
-    fn call(&mut self, r: Request) -> Response {
-        self.client.send_request(r, now(), &mut self.c2s).expect("send");
-        self.pump();
-        self.client.poll_response().expect("response").1
     }
 
     /// Feeds `requests` one chunk at a time and returns (allocations, bytes) per request
