@@ -112,6 +112,28 @@ impl World {
         )
     }
 
+    /// The client's connection on shard 1 (`first`, with the session of `token`) drops; it
+    /// reconnects, lands on shard 0, and sends an anonymous ActivateSession for the token and
+    /// then `more`. Returns the new link, the request ids and what the server said of the bytes.
+    fn reconnect_on_shard_0(&mut self, first: &mut Link, token: NodeId, more: Vec<Request>) -> (Link, Vec<u32>, ConnStatus) {
+        first.server.on_close(&mut self.shards[1], self.now);
+        assert_eq!(self.shards[1].open_channel_count(), 0);
+        let mut second = self.connect(0);
+        assert_eq!(self.shards[0].open_channel_count(), 1);
+        second.client.set_authentication_token(token);
+        let activate = Request::ActivateSession(Box::new(ActivateSessionRequest {
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+            ..Default::default()
+        }));
+        let mut out = Vec::new();
+        let ids = std::iter::once(activate)
+            .chain(more)
+            .map(|r| second.client.send_request(r, self.now, &mut out).unwrap())
+            .collect();
+        let st = self.pump(&mut second, out);
+        (second, ids, st)
+    }
+
     fn open_session(&mut self, link: &mut Link) -> NodeId {
         let r = self.call(
             link,
@@ -204,24 +226,7 @@ fn reconnect_on_another_shard_keeps_the_session_and_its_subscription() {
     let seq_before = p.notification_message.sequence_number;
 
     // The TCP connection drops; the client reconnects and the new connection lands on shard 0.
-    first.server.on_close(&mut w.shards[1], w.now);
-    assert_eq!(w.shards[1].open_channel_count(), 0);
-    let mut second = w.connect(0);
-    assert_eq!(w.shards[0].open_channel_count(), 1);
-    second.client.set_authentication_token(token.clone());
-    let mut out = Vec::new();
-    second
-        .client
-        .send_request(
-            Request::ActivateSession(Box::new(ActivateSessionRequest {
-                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
-                ..Default::default()
-            })),
-            w.now,
-            &mut out,
-        )
-        .unwrap();
-    let st = w.pump(&mut second, out);
+    let (mut second, _, st) = w.reconnect_on_shard_0(&mut first, token, Vec::new());
     assert_eq!(st, ConnStatus::Move(1), "the ActivateSession names a session of shard 1");
     assert!(second.server.is_moving());
     assert!(second.client.poll_response().is_none(), "not answered on shard 0");
@@ -249,21 +254,13 @@ fn requests_pipelined_behind_the_activate_move_with_it() {
     let mut w = World::new();
     let mut first = w.connect(1);
     let token = w.open_session(&mut first);
-    first.server.on_close(&mut w.shards[1], w.now);
-    let mut second = w.connect(0);
-    second.client.set_authentication_token(token);
-    let mut out = Vec::new();
-    let activate = ActivateSessionRequest {
-        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
-        ..Default::default()
-    };
-    let a = second.client.send_request(Request::ActivateSession(Box::new(activate)), w.now, &mut out).unwrap();
     let read = ReadRequest {
         nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }],
         ..Default::default()
     };
-    let b = second.client.send_request(Request::Read(Box::new(read)), w.now, &mut out).unwrap();
-    assert_eq!(w.pump(&mut second, out), ConnStatus::Move(1));
+    let (mut second, ids, st) = w.reconnect_on_shard_0(&mut first, token, vec![Request::Read(Box::new(read))]);
+    let (a, b) = (ids[0], ids[1]);
+    assert_eq!(st, ConnStatus::Move(1));
     w.move_link(&mut second, 1);
     let (ra, r) = second.client.poll_response().unwrap();
     assert_eq!(ra, a);
@@ -278,22 +275,8 @@ fn a_refused_move_answers_bad_resource_unavailable_and_the_channel_stays() {
     let mut w = World::new();
     let mut first = w.connect(1);
     let token = w.open_session(&mut first);
-    first.server.on_close(&mut w.shards[1], w.now);
-    let mut second = w.connect(0);
-    second.client.set_authentication_token(token);
-    let mut out = Vec::new();
-    second
-        .client
-        .send_request(
-            Request::ActivateSession(Box::new(ActivateSessionRequest {
-                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
-                ..Default::default()
-            })),
-            w.now,
-            &mut out,
-        )
-        .unwrap();
-    assert_eq!(w.pump(&mut second, out), ConnStatus::Move(1));
+    let (mut second, _, st) = w.reconnect_on_shard_0(&mut first, token, Vec::new());
+    assert_eq!(st, ConnStatus::Move(1));
     // The runtime's queue to shard 1 is full.
     let mut s2c = Vec::new();
     assert_eq!(second.server.move_refused(&mut w.shards[0], w.now, &mut s2c), ConnStatus::Open);
