@@ -216,13 +216,14 @@ pub fn readable(o: &Map<String, Value>) -> String {
     }
     if o.contains_key("rsa_bound_us_per_op") {
         s.push_str(&format!(
-            "  rsa bound   {} per op = {} µs (RSA-{}: decrypt {} µs, sign {} µs, on cpus {} at once) = {} ops per core-s; share reached {}\n",
+            "  rsa bound   {} per op = {} µs (RSA-{}: decrypt {} µs, sign {} µs, on cpus {} at once, drift {}) = {} ops per core-s; share reached {}\n",
             g("rsa_private_ops_per_op"),
             g("rsa_bound_us_per_op"),
             g("rsa_key_bits"),
             g("rsa_decrypt_us"),
             g("rsa_sign_us"),
             g("rsa_calibration_cpus"),
+            g("rsa_bound_drift"),
             g("rsa_bound_ops_per_core_s"),
             g("rsa_bound_share"),
         ));
@@ -234,7 +235,7 @@ pub fn readable(o: &Map<String, Value>) -> String {
         "server_sys_share", "server_rss_kb", "server_vcs_per_op", "server_ivcs_per_op", "client_cpu_us_per_op", "client_cores",
         "client_vcs_per_op", "client_ivcs_per_op", "bytes_out_per_op", "bytes_in_per_op", "shards", "foreign_cores", "steal_cores",
         "discarded_runs", "host", "kernel", "cpu_model", "online_cpus", "commit", "rsa_private_ops_per_op", "rsa_bound_us_per_op",
-        "rsa_key_bits", "rsa_decrypt_us", "rsa_sign_us", "rsa_calibration_cpus", "rsa_bound_ops_per_core_s", "rsa_bound_share",
+        "rsa_key_bits", "rsa_decrypt_us", "rsa_sign_us", "rsa_calibration_cpus", "rsa_bound_ops_per_core_s", "rsa_bound_share", "rsa_bound_drift",
     ];
     let rest: Vec<String> = o.iter().filter(|(k, _)| !shown.contains(&k.as_str())).map(|(k, v)| format!("{k} {}", fmt(v))).collect();
     if !rest.is_empty() {

@@ -6,7 +6,8 @@
 //! serverSignature of CreateSession (anonymous logins add none). The `connect` scenario counts
 //! the blocks in the bytes it sends (so the count holds for any server), measures aws-lc-rs's
 //! decryption and signature on the server's CPUs — on all of them at once, as a saturated
-//! server would use them — while the server idles before the warm-up, and reports
+//! server would use them — while the server idles before the warm-up and again after the
+//! window, and reports (with the mean of the two; `rsa_bound_drift` is how far they differ)
 //!
 //! * `rsa_private_ops_per_op`: decryptions + signatures per establishment;
 //! * `rsa_bound_us_per_op`: their cost at the measured rate (the bound per establishment);
@@ -63,6 +64,27 @@ pub struct Calibration {
     pub decrypt_us: f64,
     /// CPU time of one signature of 1 KiB, mean over the CPUs.
     pub sign_us: f64,
+}
+
+impl Calibration {
+    /// The mean of two calibrations on the same CPUs and key size.
+    pub fn mean_with(&self, other: &Calibration) -> Calibration {
+        Calibration {
+            cpus: self.cpus.clone(),
+            key_bits: self.key_bits,
+            decrypt_us: (self.decrypt_us + other.decrypt_us) / 2.0,
+            sign_us: (self.sign_us + other.sign_us) / 2.0,
+        }
+    }
+
+    /// How much slower (positive) or faster `later` ran, relative to the mean of both.
+    pub fn drift_to(&self, later: &Calibration) -> f64 {
+        let (a, b) = (self.decrypt_us + self.sign_us, later.decrypt_us + later.sign_us);
+        if a + b <= 0.0 {
+            return 0.0;
+        }
+        ((b - a) / ((a + b) / 2.0) * 1000.0).round() / 1000.0
+    }
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -192,6 +214,16 @@ mod tests {
         let mut bad = chunk(b"x", None, &[], 16);
         bad[12..16].copy_from_slice(&1000i32.to_le_bytes());
         assert_eq!(opn_encrypted_len(&bad), None, "a field longer than the chunk");
+    }
+
+    #[test]
+    fn two_calibrations_bracket_the_window() {
+        let a = Calibration { cpus: vec![0, 1], key_bits: 2048, decrypt_us: 300.0, sign_us: 300.0 };
+        let b = Calibration { cpus: vec![0, 1], key_bits: 2048, decrypt_us: 400.0, sign_us: 300.0 };
+        let m = a.mean_with(&b);
+        assert_eq!((m.decrypt_us, m.sign_us, m.cpus.len()), (350.0, 300.0, 2));
+        assert_eq!(a.drift_to(&b), 0.154);
+        assert_eq!(b.drift_to(&a), -0.154);
     }
 
     #[test]

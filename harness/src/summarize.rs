@@ -25,6 +25,7 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
     ("delivered_ratio", "delivered share", 3),
     ("server_segments_per_op", "server TCP data segs/op", 2),
     ("client_segments_per_op", "client TCP data segs/op", 2),
+    ("rsa_key_bits", "server RSA key bits", 0),
     ("rsa_bound_us_per_op", "RSA bound µs/op", 0),
     ("rsa_bound_share", "share of the RSA bound", 3),
 ];
