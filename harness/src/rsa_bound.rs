@@ -94,7 +94,7 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Runs decryptions, then signatures, for `seconds` in all on one pinned thread per CPU,
+/// Runs decryptions, then signatures, for `seconds` in all (half each) on one pinned thread per CPU,
 /// all CPUs at once, with a fresh key of `key_bits` and `policy`'s padding and hash.
 pub fn calibrate(policy: PolicyId, key_bits: usize, cpus: &[usize], seconds: f64) -> Result<Calibration, String> {
     let mut req = CertificateRequest::new("urn:uaring:bench:rsa-bound", "rsa-bound", 1_700_000_000);
