@@ -29,6 +29,17 @@ const K_SEND_CANCEL: u64 = 11;
 /// Completion of the cancel of a connection's peer-closed poll (it is moving to another shard).
 const K_HUP_CANCEL: u64 = 12;
 
+/// The overall timeout of a min-timeout wait when the loop has no deadline of its own: the
+/// kernel ends a min-timeout wait that has no overall timeout at the min-timeout even when
+/// nothing arrived, which would wake an idle shard every `batch_wait_us`; with one, it goes
+/// on waiting for the first completion (and returns, harmlessly, once an hour).
+const IDLE_WAIT_NS: u64 = 3_600_000_000_000;
+
+/// A relative io_uring timeout of `ns` nanoseconds.
+fn timespec(ns: u64) -> types::Timespec {
+    types::Timespec::new().sec(ns / 1_000_000_000).nsec((ns % 1_000_000_000) as u32)
+}
+
 fn ud(kind: u64, index: u32, generation: u32) -> u64 {
     (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
 }
@@ -619,8 +630,10 @@ impl<H: Handler> UringLoop<H> {
     /// Submits and waits for at least one completion or `deadline` (mono ns). With batched
     /// waiting it waits for [`UringLoop::batch_want`] completions for at most `batch_wait_us`
     /// (IORING_FEAT_MIN_TIMEOUT on 6.12+; before that, a second bounded wait once the first
-    /// completion is in), then for the first one. Returns the monotonic time it started
-    /// waiting.
+    /// completion is in), then for the first one. The batch bound never runs past `deadline`:
+    /// the kernel arms the min-timeout before the overall timeout, so a min-timeout longer
+    /// than the time left would sleep through the deadline. Returns the monotonic time it
+    /// started waiting.
     fn wait(&mut self, deadline: u64) -> u64 {
         let has_cqes = {
             let mut cq = self.ring.completion();
@@ -628,19 +641,17 @@ impl<H: Handler> UringLoop<H> {
             !cq.is_empty()
         };
         let now = crate::clock::mono_ns();
-        let want = self.batch_want();
-        let batch_us = self.core.cfg.batch_wait_us;
         let rel = deadline.saturating_sub(now);
-        let ts = types::Timespec::new().sec(rel / 1_000_000_000).nsec((rel % 1_000_000_000) as u32);
+        // The batch bound, cut to the time left before the deadline (0: no batching).
+        let batch_us = u64::from(self.core.cfg.batch_wait_us).min(rel / 1000) as u32;
+        let want = if batch_us == 0 { 1 } else { self.batch_want() };
+        let ts = timespec(rel);
         let result = if has_cqes || !self.cqes.is_empty() || deadline <= now {
             self.ring.submit()
         } else if want > 1 && self.features.min_timeout {
             let args = types::SubmitArgs::new().min_wait_usec(batch_us);
-            let r = if deadline == u64::MAX {
-                self.ring.submitter().submit_with_args(want as usize, &args)
-            } else {
-                self.ring.submitter().submit_with_args(want as usize, &args.timespec(&ts))
-            };
+            let idle = timespec(IDLE_WAIT_NS);
+            let r = self.ring.submitter().submit_with_args(want as usize, &args.timespec(if deadline == u64::MAX { &idle } else { &ts }));
             if let Err(e) = &r {
                 if e.raw_os_error() == Some(libc::EINVAL) {
                     tracing::info!("io_uring min-wait rejected by this kernel: batched waiting uses a second bounded wait");
@@ -665,14 +676,16 @@ impl<H: Handler> UringLoop<H> {
             };
             if want > 1 {
                 // Batched waiting before 6.12: the first completion is in; the others get up
-                // to `batch_wait_us` to join it (ETIME when they do not, which is fine).
+                // to `batch_wait_us` (and no longer than the deadline) to join it (ETIME when
+                // they do not, which is fine).
                 let ready = {
                     let mut cq = self.ring.completion();
                     cq.sync();
                     cq.len()
                 };
-                if ready > 0 && ready < want as usize {
-                    let bts = types::Timespec::new().nsec(batch_us.saturating_mul(1000));
+                let left = deadline.saturating_sub(crate::clock::mono_ns()).min(u64::from(batch_us) * 1000);
+                if ready > 0 && ready < want as usize && left > 0 {
+                    let bts = timespec(left);
                     let args = types::SubmitArgs::new().timespec(&bts);
                     let _ = self.ring.submitter().submit_with_args(want as usize, &args);
                 }
