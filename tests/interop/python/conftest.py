@@ -86,6 +86,9 @@ class Server:
                 break
         if self.url is None:
             self.proc.kill()
+            self.proc.wait()
+            if self.config_path:
+                os.unlink(self.config_path)
             raise RuntimeError("uaring did not print 'listening on'")
 
     @property
