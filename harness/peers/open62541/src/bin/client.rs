@@ -57,7 +57,7 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
     }
     #[cfg(feature = "mbedtls")]
     {
-        let (cert, key) = self_signed(CLIENT_URI, "uaring interop open62541 client")?;
+        let (cert, key) = self_signed(CLIENT_URI, "uaring interop open62541 client", KEY_BITS)?;
         // setDefaultEncryption takes the certificate and key by value and copies them.
         let rc = UA_ClientConfig_setDefaultEncryption(cfg, shallow(&cert), shallow(&key), std::ptr::null(), 0, std::ptr::null(), 0);
         free_bytes(cert);

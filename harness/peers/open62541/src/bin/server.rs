@@ -140,7 +140,7 @@ unsafe fn configure(config: &mut UA_ServerConfig, o: &Opts) -> Result<(), String
     if o.secure {
         #[cfg(feature = "mbedtls")]
         {
-            let (cert, key) = self_signed(APPLICATION_URI, "uaring benchmark open62541")?;
+            let (cert, key) = self_signed(APPLICATION_URI, "uaring benchmark open62541", KEY_BITS)?;
             let rc = UA_ServerConfig_setDefaultWithSecurityPolicies(config, o.port, &cert, &key, std::ptr::null(), 0, std::ptr::null(), 0, std::ptr::null(), 0);
             free_bytes(cert);
             free_bytes(key);
