@@ -18,7 +18,7 @@ const {
   ClientMonitoredItem,
   TimestampsToReturn,
 } = require("node-opcua-client");
-const { startServer, cpusArgs } = require("./server");
+const { startServer, cpusArgs, sleep, waitFor } = require("./server");
 
 const BATCH_WAIT_US = 50;
 const DEMO = "ns=1;s=Demo.Static.";
@@ -26,19 +26,6 @@ const DEMO = "ns=1;s=Demo.Static.";
 let server;
 const clients = [];
 const sessions = [];
-
-function sleep(ms) {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function waitFor(pred, ms = 10000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (pred()) return true;
-    await sleep(10);
-  }
-  return pred();
-}
 
 async function openSession() {
   const client = OPCUAClient.create({

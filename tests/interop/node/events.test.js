@@ -19,24 +19,11 @@ const {
   ofType,
   resolveNodeId,
 } = require("node-opcua-client");
-const { startServer } = require("./server");
+const { startServer, sleep, waitFor } = require("./server");
 
 let server;
 let client;
 let session;
-
-function sleep(ms) {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function waitFor(pred, ms = 8000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (pred()) return true;
-    await sleep(25);
-  }
-  return pred();
-}
 
 before(async () => {
   server = await startServer();

@@ -92,4 +92,18 @@ function startServer(args = [], { runtime } = {}) {
   });
 }
 
-module.exports = { startServer, uaringBin, cpusArgs };
+function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+// Polls `pred` every `every` ms until it holds or `ms` have passed; returns its last value.
+async function waitFor(pred, ms = 10000, every = 10) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (pred()) return true;
+    await sleep(every);
+  }
+  return pred();
+}
+
+module.exports = { startServer, uaringBin, cpusArgs, sleep, waitFor };

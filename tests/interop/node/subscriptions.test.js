@@ -19,7 +19,7 @@ const {
   DataChangeTrigger,
   DeadbandType,
 } = require("node-opcua-client");
-const { startServer } = require("./server");
+const { startServer, sleep, waitFor } = require("./server");
 
 let server;
 let client;
@@ -27,19 +27,6 @@ let session;
 
 const INT32 = "ns=1;s=Demo.Static.Int32";
 const DOUBLE = "ns=1;s=Demo.Static.Double";
-
-function sleep(ms) {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function waitFor(pred, ms = 5000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (pred()) return true;
-    await sleep(20);
-  }
-  return pred();
-}
 
 function newClient(extra = {}) {
   return OPCUAClient.create({

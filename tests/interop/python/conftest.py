@@ -7,6 +7,8 @@ The binary is taken from $UARING_BIN, else target/release/uaring, else target/de
 server starts with (e.g. `runtime={"batch_wait_us": 50}`, batched waiting): into a copy of the
 `--config FILE` given in args, else into a file of its own.
 """
+import asyncio
+import contextlib
 import os
 import pathlib
 import signal
@@ -19,6 +21,30 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
+
+
+def run(coro, timeout=60):
+    """Runs one test's coroutine, failing it after `timeout` seconds."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def connected(url):
+    """An asyncua client connected to `url` without security (SecurityPolicy None)."""
+    from asyncua import Client
+
+    c = Client(url, timeout=10)
+    await c.connect()
+    return c
+
+
+@contextlib.asynccontextmanager
+async def session(url):
+    """`async with session(url) as c:` a connected client, disconnected at the end."""
+    c = await connected(url)
+    try:
+        yield c
+    finally:
+        await c.disconnect()
 
 def uaring_bin():
     env = os.environ.get("UARING_BIN")

@@ -10,24 +10,14 @@ SignAndEncrypt.
 import asyncio
 
 import pytest
-from asyncua import Client, ua
+from asyncua import ua
 from asyncua.crypto import security_policies as sp
 
-from conftest import BATCH_WAIT_US, Server, cpus_args
+from conftest import BATCH_WAIT_US, Server, connected, cpus_args, run, session
 from test_asyncua_security import Identity, read_write_browse, secure_client, uaring
 
 DEMO = "ns=1;s=Demo.Static."
 INT32 = ua.NodeId("Demo.Static.Int32", 1)
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-async def connected(url):
-    c = Client(url, timeout=10)
-    await c.connect()
-    return c
 
 
 def write_value(node, value, vtype):
@@ -48,8 +38,7 @@ def test_one_write_and_one_read_of_several_values(batched_server):
     }
 
     async def body():
-        c = await connected(batched_server.url)
-        try:
+        async with session(batched_server.url) as c:
             # One Write request with five values and one for a node that does not exist.
             params = ua.WriteParameters()
             params.NodesToWrite = [write_value(DEMO + n, v, t) for n, (v, t) in values.items()]
@@ -68,23 +57,18 @@ def test_one_write_and_one_read_of_several_values(batched_server):
                 assert dv.Value.VariantType == t, name
                 assert dv.Value.Value == v, name
             assert dvs[5].StatusCode.value == ua.StatusCodes.BadNodeIdUnknown
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_browse_objects_and_demo_static(batched_server):
     async def body():
-        c = await connected(batched_server.url)
-        try:
+        async with session(batched_server.url) as c:
             names = {(await n.read_browse_name()).Name for n in await c.nodes.objects.get_children()}
             assert {"Server", "Demo", "BenchmarkValue0"} <= names
             static = await c.nodes.root.get_child(["0:Objects", "1:Demo", "1:Static"])
             children = {(await n.read_browse_name()).Name for n in await static.get_children()}
             assert {"Int32", "Double", "String", "Boolean"} <= children
-        finally:
-            await c.disconnect()
 
     run(body())
 
@@ -95,15 +79,12 @@ def test_pipelined_reads_on_one_session_each_get_their_own_answer(batched_server
     nodes = [f"ns=1;i={1001 + i}" for i in range(40)]
 
     async def body():
-        c = await connected(batched_server.url)
-        try:
+        async with session(batched_server.url) as c:
             params = ua.WriteParameters()
             params.NodesToWrite = [write_value(n, 7000 + i, ua.VariantType.Int32) for i, n in enumerate(nodes)]
             assert all(r.is_good() for r in await c.uaclient.write(params))
             got = await asyncio.gather(*(c.get_node(n).read_value() for n in nodes))
             assert got == [7000 + i for i in range(40)]
-        finally:
-            await c.disconnect()
 
     run(body())
 
@@ -113,16 +94,13 @@ def test_concurrent_clients_on_both_shards_read_their_own_writes(batched_server)
     its own variable ten times."""
 
     async def worker(k):
-        c = await connected(batched_server.url)
-        try:
+        async with session(batched_server.url) as c:
             node = c.get_node(f"ns=1;i={1060 + k}")
             seen = []
             for i in range(10):
                 await node.write_value(ua.DataValue(ua.Variant(k * 100 + i, ua.VariantType.Int32)))
                 seen.append(await node.read_value())
             return seen
-        finally:
-            await c.disconnect()
 
     async def body():
         return await asyncio.gather(*(worker(k) for k in range(6)))

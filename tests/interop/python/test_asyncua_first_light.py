@@ -7,15 +7,7 @@ import pytest
 from asyncua import Client, ua
 from asyncua.ua import uaerrors
 
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-async def connected(url):
-    c = Client(url, timeout=10)
-    await c.connect()
-    return c
+from conftest import connected, run, session
 
 
 DEMO_VALUES = {
@@ -51,8 +43,7 @@ def same(a, b):
 
 def test_server_status_namespace_array_operation_limits(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             status = await c.get_node(ua.ObjectIds.Server_ServerStatus).read_value()
             assert status.State == ua.ServerState.Running
             assert status.BuildInfo.ProductName
@@ -70,16 +61,13 @@ def test_server_status_namespace_array_operation_limits(server):
                 ua.ObjectIds.Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse
             ).read_value()
             assert max_browse > 0
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_browse_objects_with_continuation_points(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             full = await c.nodes.objects.get_children()
             names_full = {(await n.read_browse_name()).Name for n in full}
             assert {"Server", "Demo", "BenchmarkValue0"} <= names_full
@@ -108,30 +96,24 @@ def test_browse_objects_with_continuation_points(server):
                 pages += 1
             assert pages > 1, "expected more than 7 references under Objects"
             assert {r.BrowseName.Name for r in refs} == names_full
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_translate_objects_server(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             node = await c.nodes.root.get_child(["0:Objects", "0:Server"])
             assert node.nodeid == ua.NodeId(ua.ObjectIds.Server)
             with pytest.raises(uaerrors.BadNoMatch):
                 await c.nodes.root.get_child(["0:Objects", "0:NoSuchThing"])
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_read_write_every_demo_static_type(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             for name, (value, vtype) in DEMO_VALUES.items():
                 node = c.get_node(f"ns=1;s=Demo.Static.{name}")
                 before = await node.read_data_value()
@@ -152,16 +134,13 @@ def test_read_write_every_demo_static_type(server):
                 await node.write_value(ua.DataValue(ua.Variant(arr, vtype)))
                 got = await node.read_value()
                 assert len(got) == 2 and all(same(value, g) for g in got), (name, got)
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_errors_where_due(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             with pytest.raises(uaerrors.BadTypeMismatch):
                 await c.get_node("ns=1;s=Demo.Static.Int32").write_value(
                     ua.DataValue(ua.Variant(1.5, ua.VariantType.Double))
@@ -176,16 +155,13 @@ def test_errors_where_due(server):
                 await c.get_node("ns=1;s=Does.Not.Exist").read_value()
             with pytest.raises(uaerrors.BadNodeIdUnknown):
                 await c.get_node("ns=1;s=Does.Not.Exist").write_value(ua.DataValue(ua.Variant(5, ua.VariantType.Int32)))
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_benchmark_contract_nodes(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             nodes = [c.get_node(f"ns=1;i={1001 + i}") for i in range(100)]
             names = await c.read_attributes(nodes, ua.AttributeIds.BrowseName)
             assert [dv.Value.Value.Name for dv in names] == [f"BenchmarkValue{i}" for i in range(100)]
@@ -194,16 +170,13 @@ def test_benchmark_contract_nodes(server):
             assert vals[49] == 49
             await nodes[49].write_value(ua.DataValue(ua.Variant(-5, ua.VariantType.Int32)))
             assert await nodes[49].read_value() == -5
-        finally:
-            await c.disconnect()
 
     run(body())
 
 
 def test_dynamic_counter_increments(server):
     async def body():
-        c = await connected(server.url)
-        try:
+        async with session(server.url) as c:
             n = c.get_node("ns=1;s=Demo.Dynamic.Counter")
             a = await n.read_value()
             await asyncio.sleep(0.35)
@@ -211,8 +184,6 @@ def test_dynamic_counter_increments(server):
             assert b >= a + 2
             s = await c.get_node("ns=1;s=Demo.Dynamic.Sine").read_value()
             assert -1.0 <= s <= 1.0 or isinstance(s, float)
-        finally:
-            await c.disconnect()
 
     run(body())
 
