@@ -18,9 +18,8 @@ const {
   ClientMonitoredItem,
   TimestampsToReturn,
 } = require("node-opcua-client");
-const { startServer, cpusArgs, sleep, waitFor } = require("./server");
+const { startServer, cpusArgs, batchedConfig, sleep, waitFor } = require("./server");
 
-const BATCH_WAIT_US = 50;
 const DEMO = "ns=1;s=Demo.Static.";
 
 let server;
@@ -44,7 +43,7 @@ async function openSession() {
 }
 
 before(async () => {
-  server = await startServer([...cpusArgs(), "--distribution", "round-robin"], { runtime: { batch_wait_us: BATCH_WAIT_US } });
+  server = await startServer([...cpusArgs(), "--distribution", "round-robin", "--config", batchedConfig]);
   // Round-robin: the subscriber and the writer are on different shards.
   await openSession();
   await openSession();

@@ -13,7 +13,7 @@ import pytest
 from asyncua import ua
 from asyncua.crypto import security_policies as sp
 
-from conftest import BATCH_WAIT_US, Server, connected, cpus_args, run, session
+from conftest import BATCHED_CONFIG, Server, connected, cpus_args, run, session
 from test_asyncua_security import Identity, read_write_browse, secure_client, uaring
 
 DEMO = "ns=1;s=Demo.Static."
@@ -167,7 +167,7 @@ def batched_secure(tmp_path_factory):
     client = Identity(root, "asyncua-batched", "urn:uaring:test:asyncua-batched")
     uaring("cert", "--pki", str(pki), "trust", str(client.cert))
     server = Server(
-        "--pki", str(pki), *cpus_args(), "--distribution", "round-robin", runtime={"batch_wait_us": BATCH_WAIT_US}
+        "--pki", str(pki), *cpus_args(), "--distribution", "round-robin", "--config", BATCHED_CONFIG
     )
     yield server, client
     code = server.stop()

@@ -24,7 +24,7 @@ import pytest
 from asyncua import Client, ua
 from asyncua.ua.ua_binary import struct_from_binary
 
-from conftest import BATCH_WAIT_US, Server, cpus_args
+from conftest import BATCHED_CONFIG, Server, cpus_args
 
 INT32 = ua.NodeId("Demo.Static.Int32", 1)
 CYCLES = 50
@@ -42,7 +42,7 @@ def two_shards(request):
     s = Server(
         *cpus_args(), "--shards", "2", "--distribution", "round-robin", "--io-backend", backend,
         "--stats-file", stats.name,
-        runtime={"batch_wait_us": BATCH_WAIT_US} if batched else None,
+        *(["--config", BATCHED_CONFIG] if batched else []),
     )
     s.stats_path = stats.name
     yield s
