@@ -41,6 +41,10 @@ pub struct LoopConfig {
     /// Batched waiting, µs (0 = off) and the completions it waits for (`RuntimeConfig`).
     pub batch_wait_us: u32,
     pub batch_completions: u32,
+    /// Batched waiting uses IORING_FEAT_MIN_TIMEOUT when the kernel has it (6.12+); `false`
+    /// makes it use the second bounded wait of older kernels instead (tests, embedders).
+    /// Not a configuration-file key: servers always use what the kernel offers.
+    pub min_timeout: bool,
     /// Graceful stop: how long pending output may take, ms.
     pub shutdown_grace_ms: u64,
 }
@@ -66,6 +70,7 @@ impl From<&RuntimeConfig> for LoopConfig {
             tcp_nodelay: r.tcp_nodelay,
             batch_wait_us: r.batch_wait_us,
             batch_completions: r.batch_completions,
+            min_timeout: true,
             shutdown_grace_ms: r.shutdown_grace_ms,
         }
     }

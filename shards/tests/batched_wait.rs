@@ -1,17 +1,68 @@
 //! Batched waiting (`batch_wait_us`, io_uring) must not move the loop's deadlines: a timer due
 //! sooner than the batch bound fires when due, and a loop with no deadline at all sleeps until
-//! something happens instead of waking at every bound.
+//! something happens instead of waking at every bound. And data must go through it intact.
 //!
-//! Both need at least two open connections, so that a wait asks for more than one completion
-//! (`batch_want` > 1) and batched waiting is really used.
+//! Both properties need at least two open connections, so that a wait asks for more than one
+//! completion (`batch_want` > 1) and batched waiting is really used.
+//!
+//! Every test runs on both ways of waiting: the min-timeout wait (IORING_FEAT_MIN_TIMEOUT,
+//! kernel 6.12+) and the fallback of older kernels (the first completion, then a second bounded
+//! wait for the others), forced with `LoopConfig::min_timeout = false` on kernels that have
+//! min-timeout.
 
-use std::net::{SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
 
 use uaring_core::Now;
-use uaring_shards::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+use uaring_shards::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+
+/// How the loop waits for a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// IORING_FEAT_MIN_TIMEOUT when the kernel has it (else the fallback, said on stderr).
+    MinTimeout,
+    /// The second bounded wait of kernels before 6.12, whatever the kernel.
+    Fallback,
+}
+
+/// A loop configuration with batched waiting of `batch_us` the `wait` way.
+fn batched(batch_us: u32, wait: Wait) -> LoopConfig {
+    LoopConfig {
+        ring_entries: 64,
+        recv_buffers: 64,
+        batch_wait_us: batch_us,
+        min_timeout: wait == Wait::MinTimeout,
+        ..LoopConfig::default()
+    }
+}
+
+/// Builds the io_uring loop, checks it waits the `wait` way, and returns it with its fleet
+/// (whose `stop_all` stops it).
+fn uring_loop<H: Handler>(handler: H, cfg: LoopConfig, wait: Wait) -> (EventLoop<H>, Arc<Fleet>) {
+    let wiring = Fleet::standalone().expect("fleet");
+    let fleet = wiring.fleet.clone();
+    let lp = EventLoop::new(IoBackend::Uring, handler, wiring, cfg).expect("io_uring loop");
+    let features = lp.features().expect("io_uring features");
+    match wait {
+        Wait::Fallback => assert!(!features.min_timeout, "the fallback was asked for: the loop must not use min-timeout"),
+        Wait::MinTimeout if !features.min_timeout => {
+            eprintln!("this kernel has no IORING_FEAT_MIN_TIMEOUT: the min-timeout run takes the fallback too")
+        }
+        Wait::MinTimeout => {}
+    }
+    (lp, fleet)
+}
 
 /// Ticks every `period_ns` on an absolute schedule and records how late each tick ran.
 /// Counts loop iterations (`publish` runs once per iteration).
+///
+/// Each tick also sends one byte on the first connection. Its send completes right after the
+/// tick, so the wait towards the next tick has a completion early but fewer than it asks for:
+/// the fallback's second bounded wait then runs and must end at the next tick, not at the
+/// batch bound. (Without it, that wait would end in ETIME with nothing in, and a second wait
+/// that ignores the deadline would never be seen.)
 struct Ticker {
     period_ns: u64,
     next: u64,
@@ -21,17 +72,21 @@ struct Ticker {
     /// Stops the loop at this time (mono ns): the hang guard, or the end of an idle run.
     stop_ns: u64,
     run_ns: u64,
+    /// The connection the ticks send on, and whether a tick's byte is due.
+    poke: Option<ConnId>,
+    poke_due: bool,
 }
 
 impl Ticker {
     fn new(period_ns: u64, ticks: usize, run_ns: u64) -> Ticker {
-        Ticker { period_ns, next: 0, lateness_ns: Vec::new(), ticks, iterations: 0, stop_ns: 0, run_ns }
+        Ticker { period_ns, next: 0, lateness_ns: Vec::new(), ticks, iterations: 0, stop_ns: 0, run_ns, poke: None, poke_due: false }
     }
 }
 
 impl Handler for Ticker {
     type Conn = ();
-    fn open(&mut self, _id: ConnId, _peer: SocketAddr, _origin: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+    fn open(&mut self, id: ConnId, _peer: SocketAddr, _origin: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+        self.poke.get_or_insert(id);
         Some(())
     }
     fn recv(&mut self, _c: &mut (), _now: Now, _data: &[u8], _out: &mut Vec<u8>) -> ConnStatus {
@@ -61,6 +116,18 @@ impl Handler for Ticker {
         if self.next <= now.mono_ns {
             self.next = now.mono_ns + self.period_ns;
         }
+        self.poke_due = true;
+    }
+    fn take_ready(&mut self, into: &mut Vec<ConnId>) {
+        if let (true, Some(id)) = (self.poke_due, self.poke) {
+            into.push(id);
+        }
+        self.poke_due = false;
+    }
+    fn flush(&mut self, _c: &mut (), _now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        // The peer is a socket in the listener's backlog: 40 bytes fit its receive buffer.
+        out.push(b't');
+        ConnStatus::Open
     }
     fn publish(&mut self) {
         self.iterations += 1;
@@ -76,20 +143,16 @@ impl Handler for Ticker {
     }
 }
 
-/// Runs `handler` on an io_uring loop with batched waiting of `batch_us` and two idle
-/// connections. `stop_after`: stop the loop from outside after this long (for a loop with no
-/// deadline of its own).
+/// Runs `handler` on an io_uring loop with batched waiting of `batch_us`, the `wait` way, and
+/// two connections nobody reads from. `stop_after`: stop the loop from outside after this long
+/// (for a loop with no deadline of its own).
 /// Returns the lateness of each tick and the number of loop iterations.
-fn run(handler: Ticker, batch_us: u32, stop_after: Option<std::time::Duration>) -> (Vec<u64>, u64) {
+fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>) -> (Vec<u64>, u64) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let wiring = Fleet::standalone().expect("fleet");
-    let fleet = wiring.fleet.clone();
-    let cfg = LoopConfig { ring_entries: 64, recv_buffers: 64, batch_wait_us: batch_us, ..LoopConfig::default() };
-    let mut lp = EventLoop::new(IoBackend::Uring, handler, wiring, cfg).expect("io_uring loop");
-    assert_eq!(lp.backend(), IoBackend::Uring);
-    // Two idle connections (the kernel completes them in the listener's backlog): each wait
-    // asks for two completions.
+    let (mut lp, fleet) = uring_loop(handler, batched(batch_us, wait), wait);
+    // Two connections the kernel completes in the listener's backlog (nobody accepts them):
+    // each wait asks for two completions (three while a tick's byte is in flight).
     lp.connect(addr).expect("connect");
     lp.connect(addr).expect("connect");
     let stopper = stop_after.map(|d| {
@@ -110,10 +173,10 @@ fn run(handler: Ticker, batch_us: u32, stop_after: Option<std::time::Duration>) 
 /// A 1 ms timer under `batch_wait_us = 10000`: the shard must not sleep through it for the
 /// whole batch bound. (With the min-timeout wait the kernel arms the min-timeout first and
 /// the overall timeout only after it, so a wait that passes a deadline sooner than
-/// `batch_wait_us` as its timeout oversleeps it by up to `batch_wait_us`.)
-#[test]
-fn a_timer_due_before_the_batch_bound_fires_on_time() {
-    let (mut late, _) = run(Ticker::new(1_000_000, 40, 30_000_000_000), 10_000, None);
+/// `batch_wait_us` as its timeout oversleeps it by up to `batch_wait_us`. With the fallback,
+/// the second wait after each tick's send completion must be cut to the next tick.)
+fn timer_fires_on_time(wait: Wait) {
+    let (mut late, _) = run(Ticker::new(1_000_000, 40, 30_000_000_000), 10_000, wait, None);
     assert_eq!(late.len(), 40, "every tick ran");
     late.sort_unstable();
     // Sleeping through to the 10 ms bound makes nearly every tick 9+ ms late; on time, the
@@ -122,12 +185,124 @@ fn a_timer_due_before_the_batch_bound_fires_on_time() {
     assert!(median < 5_000_000, "median tick lateness {} µs (all: {:?} µs)", median / 1000, late.iter().map(|l| l / 1000).collect::<Vec<_>>());
 }
 
+#[test]
+fn a_timer_due_before_the_batch_bound_fires_on_time() {
+    timer_fires_on_time(Wait::MinTimeout);
+}
+
+#[test]
+fn a_timer_due_before_the_batch_bound_fires_on_time_with_the_fallback() {
+    timer_fires_on_time(Wait::Fallback);
+}
+
 /// No deadline at all and nothing arriving: the loop sleeps until the stop wakes it, not once
 /// per `batch_wait_us` (a min-timeout wait without an overall timeout ends at the min-timeout).
-#[test]
-fn an_idle_loop_without_deadlines_sleeps() {
-    let (_, iterations) = run(Ticker::new(0, 0, 30_000_000_000), 50, Some(std::time::Duration::from_millis(300)));
+fn idle_loop_sleeps(wait: Wait) {
+    let (_, iterations) = run(Ticker::new(0, 0, 30_000_000_000), 50, wait, Some(Duration::from_millis(300)));
     // 300 ms at one wake per 50 µs would be ~6,000 iterations; sleeping, a handful (connects,
     // the stop).
     assert!(iterations < 100, "{iterations} loop iterations in 300 ms of idling");
+}
+
+#[test]
+fn an_idle_loop_without_deadlines_sleeps() {
+    idle_loop_sleeps(Wait::MinTimeout);
+}
+
+#[test]
+fn an_idle_loop_without_deadlines_sleeps_with_the_fallback() {
+    idle_loop_sleeps(Wait::Fallback);
+}
+
+/// Byte `offset` of what client `conn` sends (and must get back): a hash of both, so a byte
+/// lost, doubled, moved or taken from another connection shows.
+fn pattern(conn: u64, offset: u64) -> u8 {
+    let x = offset.wrapping_add(conn << 40).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as u8
+}
+
+/// Reads the next `len` bytes of connection `conn` and checks them against the pattern.
+fn expect_echo(s: &mut TcpStream, conn: u64, from: u64, len: usize) {
+    let mut got = vec![0u8; len];
+    s.read_exact(&mut got).unwrap_or_else(|e| panic!("connection {conn}: echo of bytes {from}.. : {e}"));
+    for (i, &b) in got.iter().enumerate() {
+        let at = from + i as u64;
+        assert_eq!(b, pattern(conn, at), "connection {conn}: byte {at} came back wrong");
+    }
+}
+
+/// One client of the echo test: request/response rounds of 1 to 300 bytes (each wait has
+/// fewer completions than it asks for: the batch bound or the next message ends it), then
+/// 512 KiB streamed from a second thread while this one reads (many completions per wait,
+/// sends in flight, reading paused and resumed at the output bound). Every byte must come back
+/// intact and in order.
+fn echo_client(addr: SocketAddr, conn: u64) {
+    const ROUNDS: u64 = 60;
+    const STREAM: u64 = 512 * 1024;
+    let mut s = TcpStream::connect(addr).expect("connect");
+    // Hang guard: a lost wake-up fails the test instead of hanging it.
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.set_nodelay(true).expect("nodelay");
+    let mut offset = 0u64;
+    for round in 0..ROUNDS {
+        let len = 1 + (round * 37 + conn * 11) as usize % 300;
+        let msg: Vec<u8> = (offset..offset + len as u64).map(|o| pattern(conn, o)).collect();
+        s.write_all(&msg).expect("send");
+        expect_echo(&mut s, conn, offset, len);
+        offset += len as u64;
+    }
+    let mut w = s.try_clone().expect("clone");
+    let start = offset;
+    let writer = std::thread::spawn(move || {
+        let mut o = start;
+        let mut chunk = 1usize;
+        while o < start + STREAM {
+            let len = chunk.min((start + STREAM - o) as usize);
+            let buf: Vec<u8> = (o..o + len as u64).map(|x| pattern(conn, x)).collect();
+            w.write_all(&buf).expect("stream");
+            o += len as u64;
+            chunk = chunk * 7 % 9973 + 1;
+        }
+    });
+    while offset < start + STREAM {
+        let len = (start + STREAM - offset).min(16 * 1024) as usize;
+        expect_echo(&mut s, conn, offset, len);
+        offset += len as u64;
+    }
+    writer.join().expect("writer");
+}
+
+/// An echo server on batched waiting (2 ms bound) serving three clients at once.
+fn echo_intact(wait: Wait) {
+    const CLIENTS: u64 = 3;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        // A small output bound: reading pauses and resumes while sends are in flight.
+        let cfg = LoopConfig { max_pending_output_bytes: 32 * 1024, ..batched(2_000, wait) };
+        let (mut lp, fleet) = uring_loop(EchoHandler::default(), cfg, wait);
+        lp.add_listener(listener).expect("listener");
+        started_tx.send(fleet).expect("started");
+        lp.run().expect("server run");
+        lp.handler().opened
+    });
+    let fleet = started_rx.recv().expect("server loop built");
+    let clients: Vec<_> = (0..CLIENTS).map(|conn| std::thread::spawn(move || echo_client(addr, conn))).collect();
+    for c in clients {
+        c.join().expect("client");
+    }
+    fleet.stop_all();
+    assert_eq!(server.join().expect("server"), CLIENTS);
+}
+
+#[test]
+fn echo_through_batched_waiting_is_intact() {
+    echo_intact(Wait::MinTimeout);
+}
+
+#[test]
+fn echo_through_batched_waiting_is_intact_with_the_fallback() {
+    echo_intact(Wait::Fallback);
 }

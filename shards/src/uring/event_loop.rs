@@ -123,6 +123,8 @@ impl<H: Handler> UringLoop<H> {
             }
         }
         features.multishot = cfg.multishot && bufring.is_some();
+        // Without it, batched waiting takes the path of kernels before 6.12 (`wait`).
+        features.min_timeout &= cfg.min_timeout;
         let recv_mode = if features.multishot { RecvMode::Multi } else { RecvMode::SingleOwn };
         let fd = ring.as_raw_fd();
         wiring.fleet.shards[wiring.index].ring_fd.store(fd, std::sync::atomic::Ordering::Release);

@@ -25,7 +25,8 @@ pub struct Features {
     /// IORING_FEAT_EXT_ARG: wait with a timeout in io_uring_enter.
     pub ext_arg: bool,
     /// IORING_FEAT_MIN_TIMEOUT (6.12): wait for several completions for a bounded time,
-    /// then for the first one.
+    /// then for the first one. Turned off by the loop when `LoopConfig::min_timeout` is
+    /// false or the kernel rejects a min-wait.
     pub min_timeout: bool,
     /// IORING_FEAT_NODROP: completions are never lost on CQ overflow.
     pub nodrop: bool,
