@@ -40,6 +40,15 @@ fn timespec(ns: u64) -> types::Timespec {
     types::Timespec::new().sec(ns / 1_000_000_000).nsec((ns % 1_000_000_000) as u32)
 }
 
+/// How long the second wait of batched waiting without IORING_FEAT_MIN_TIMEOUT lasts, ns: the
+/// rest of the bound `batch_ns` counted from `started`, the start of the wait (when the first
+/// completion came after the bound, none: it is handled at once, as the min-timeout wait does),
+/// and never past `deadline`. Counted from the first completion instead, every request of a
+/// quiet shard would wait the whole bound on kernels before 6.12, and only there.
+fn batch_rest(started: u64, batch_ns: u64, deadline: u64, now: u64) -> u64 {
+    started.saturating_add(batch_ns).min(deadline).saturating_sub(now)
+}
+
 fn ud(kind: u64, index: u32, generation: u32) -> u64 {
     (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
 }
@@ -630,9 +639,9 @@ impl<H: Handler> UringLoop<H> {
     }
 
     /// Submits and waits for at least one completion or `deadline` (mono ns). With batched
-    /// waiting it waits for [`UringLoop::batch_want`] completions for at most `batch_wait_us`
-    /// (IORING_FEAT_MIN_TIMEOUT on 6.12+; before that, a second bounded wait once the first
-    /// completion is in), then for the first one. The batch bound never runs past `deadline`:
+    /// waiting it waits for [`UringLoop::batch_want`] completions until `batch_wait_us` after
+    /// it started (IORING_FEAT_MIN_TIMEOUT on 6.12+; before that, a second wait for the rest
+    /// of that time once the first completion is in), then for the first one. The batch bound never runs past `deadline`:
     /// the kernel arms the min-timeout before the overall timeout, so a min-timeout longer
     /// than the time left would sleep through the deadline. Returns the monotonic time it
     /// started waiting.
@@ -677,15 +686,15 @@ impl<H: Handler> UringLoop<H> {
                 self.ring.submit_and_wait(1)
             };
             if want > 1 {
-                // Batched waiting before 6.12: the first completion is in; the others get up
-                // to `batch_wait_us` (and no longer than the deadline) to join it (ETIME when
-                // they do not, which is fine).
+                // Batched waiting before 6.12: the first completion is in; the others get
+                // what is left of the bound counted from the start of the wait, as the
+                // min-timeout does (ETIME when they do not come, which is fine).
                 let ready = {
                     let mut cq = self.ring.completion();
                     cq.sync();
                     cq.len()
                 };
-                let left = deadline.saturating_sub(crate::clock::mono_ns()).min(u64::from(batch_us) * 1000);
+                let left = batch_rest(now, u64::from(batch_us) * 1000, deadline, crate::clock::mono_ns());
                 if ready > 0 && ready < want as usize && left > 0 {
                     let bts = timespec(left);
                     let args = types::SubmitArgs::new().timespec(&bts);
@@ -846,5 +855,24 @@ impl OptionDeadline for Option<u64> {
             None => true,
             Some(armed) => *armed > deadline,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_rest;
+
+    #[test]
+    fn the_second_wait_ends_at_the_bound_counted_from_the_start_of_the_wait() {
+        // Started at 1000, bound 500, deadline far: the first completion at 1200 leaves 300.
+        assert_eq!(batch_rest(1_000, 500, u64::MAX, 1_200), 300);
+        // The first completion came after the bound: no second wait.
+        assert_eq!(batch_rest(1_000, 500, u64::MAX, 1_500), 0);
+        assert_eq!(batch_rest(1_000, 500, u64::MAX, 9_000), 0);
+        // A deadline before the bound ends it.
+        assert_eq!(batch_rest(1_000, 500, 1_300, 1_200), 100);
+        assert_eq!(batch_rest(1_000, 500, 1_100, 1_200), 0);
+        // No overflow at the ends of the clock.
+        assert_eq!(batch_rest(u64::MAX - 10, 500, u64::MAX, u64::MAX - 5), 5);
     }
 }
