@@ -931,7 +931,7 @@ impl Storm {
                 unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t, STORM_NICE) };
                 while !stop.load(Ordering::Relaxed) {
                     match connect_once_as(addr, &url, sec.clone(), user.clone()) {
-                        Ok(()) => sessions.fetch_add(1, Ordering::Relaxed),
+                        Ok(_) => sessions.fetch_add(1, Ordering::Relaxed),
                         Err(e) if e.contains("Connection refused") || e.contains("BadServerHalted") => {
                             // The run ended and its server is gone (or going) before the storm was told.
                             break;
@@ -1037,18 +1037,22 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
 fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     // With an RSA policy, aws-lc-rs's private-key operations are timed on the server's CPUs
     // while the server idles before the warm-up (and after the window, below): the bound the
-    // establishments are quoted beside.
+    // establishments are quoted beside. The decryptions it counts come from the
+    // OpenSecureChannel requests the clients of the same run send.
+    let policy = security::parse_policy(&cfg.opts.security_policy)?;
     let calibration: Arc<std::sync::Mutex<Option<crate::rsa_bound::Calibration>>> = Arc::default();
-    let cal = calibration.clone();
+    let opn_encrypted = Arc::new(AtomicU64::new(0));
+    let (cal, opn) = (calibration.clone(), opn_encrypted.clone());
     let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
         let sec = secure(cfg, &url)?;
+        opn.store(0, Ordering::Relaxed);
         if let Some(s) = &sec {
-            let policy = security::parse_policy(&cfg.opts.security_policy)?;
             let bits = crate::rsa_bound::key_bits_of(&s.server_certificate)?;
             let c = crate::rsa_bound::calibrate(policy, bits, &cfg.server_cpus, 2.0)?;
             *cal.lock().map_err(|_| "calibration lock".to_string())? = Some(c);
         }
+        let opn = opn.clone();
         let body = Arc::new(move |_i: usize, addr: std::net::SocketAddr, shared: &crate::uring::Shared, stats: &mut crate::uring::ThreadStats| {
             shared.ready.fetch_add(1, Ordering::SeqCst);
             loop {
@@ -1060,7 +1064,12 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 let r = connect_once(addr, &url, sec.clone());
                 let mut ctx = Ctx::new(phase, stats, shared);
                 match r {
-                    Ok(()) => ctx.complete(mono_ns() - t0),
+                    Ok(sent) => {
+                        if let Some(n) = sent.opn_encrypted_len {
+                            let _ = opn.compare_exchange(0, n as u64, Ordering::Relaxed, Ordering::Relaxed);
+                        }
+                        ctx.complete(mono_ns() - t0)
+                    }
                     Err(e) => {
                         ctx.error(|| e);
                         std::thread::sleep(Duration::from_millis(10));
@@ -1079,10 +1088,9 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let mut o = loop {
         let mut o = run_with_guard(cfg, &[], &plan)?;
         let Some(before) = calibration.lock().map_err(|_| "calibration lock".to_string())?.take() else { break o };
-        let policy = security::parse_policy(&cfg.opts.security_policy)?;
         let after = crate::rsa_bound::calibrate(policy, before.key_bits, &before.cpus, 2.0)?;
         let drift = before.drift_to(&after);
-        crate::rsa_bound::add_to(&mut o, &before.mean_with(&after));
+        crate::rsa_bound::add_to(&mut o, &before.mean_with(&after), opn_encrypted.load(Ordering::Relaxed));
         o.insert("rsa_bound_drift".into(), json!(drift));
         if drift.abs() <= RSA_DRIFT_MAX {
             break o;
@@ -1118,7 +1126,7 @@ impl Workload for NoWork {
 
 /// One blocking OpenSecureChannel + CreateSession + ActivateSession +
 /// CloseSession + CloseSecureChannel through the same driver as the load.
-pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Security>>) -> Result<(), String> {
+pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Security>>) -> Result<Sent, String> {
     connect_once_as(addr, url, sec, None)
 }
 
@@ -1128,9 +1136,16 @@ pub fn connect_once_as(
     url: &str,
     sec: Option<Arc<Security>>,
     user: Option<(String, String)>,
-) -> Result<(), String> {
+) -> Result<Sent, String> {
     let mut d = UaDriver::new(url, Box::new(NoWork), 4, sec).with_user(user);
     run_session_blocking(addr, &mut d, UaDriver::is_running)
+}
+
+/// What a blocking session sent that a run may count.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sent {
+    /// [`crate::rsa_bound::opn_encrypted_len`] of its first OpenSecureChannel request.
+    pub opn_encrypted_len: Option<usize>,
 }
 
 /// Drives one session over a blocking socket: connect, run `d` until `time_to_close` says
@@ -1140,7 +1155,7 @@ pub fn run_session_blocking(
     addr: std::net::SocketAddr,
     d: &mut UaDriver,
     time_to_close: impl Fn(&UaDriver) -> bool,
-) -> Result<(), String> {
+) -> Result<Sent, String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -1152,9 +1167,12 @@ pub fn run_session_blocking(
     let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
     d.start(mono_ns(), &mut out, &mut ctx)?;
     let mut closing = false;
+    let mut sent = Sent::default();
     loop {
         if !out.is_empty() {
-            crate::rsa_bound::note_sent(&out);
+            if sent.opn_encrypted_len.is_none() {
+                sent.opn_encrypted_len = crate::rsa_bound::opn_encrypted_len(&out);
+            }
             s.write_all(&out).map_err(|e| format!("send: {e}"))?;
             out.clear();
         }
@@ -1174,7 +1192,7 @@ pub fn run_session_blocking(
     }
     d.close_channel(mono_ns(), &mut out);
     let _ = s.write_all(&out);
-    Ok(())
+    Ok(sent)
 }
 
 /// `counters`: the sampling-capacity search. Items double from

@@ -38,7 +38,8 @@ pub struct RunInfo {
     pub shard_connections: Vec<(String, u64)>,
 }
 
-fn round(v: f64, digits: i32) -> f64 {
+/// `v` rounded to `digits` decimal places (how every figure of a result is written).
+pub fn round(v: f64, digits: i32) -> f64 {
     let p = 10f64.powi(digits);
     (v * p).round() / p
 }

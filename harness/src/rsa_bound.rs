@@ -15,25 +15,13 @@
 //! * `rsa_bound_share`: bound ÷ the server's CPU per establishment (1.0 = nothing but the RSA
 //!   private operations).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
+
+use crate::report::round;
 use uaring_crypto::{asym_decrypt, asym_encrypt, asym_sign, generate_self_signed, Certificate, CertificateRequest, PolicyId};
-
-/// Length of the RSA-encrypted part of the first OpenSecureChannel request a `connect`
-/// client sent (0 = none seen yet).
-static OPN_ENCRYPTED_BYTES: AtomicU64 = AtomicU64::new(0);
-
-/// Notes the encrypted length of an OpenSecureChannel request about to be sent, the first time.
-pub fn note_sent(bytes: &[u8]) {
-    if OPN_ENCRYPTED_BYTES.load(Ordering::Relaxed) == 0 {
-        if let Some(n) = opn_encrypted_len(bytes) {
-            OPN_ENCRYPTED_BYTES.store(n as u64, Ordering::Relaxed);
-        }
-    }
-}
 
 /// The length of the encrypted part (everything after the asymmetric security header) of an
 /// OpenSecureChannel chunk at the start of `bytes`; None if `bytes` does not start with a whole one.
@@ -154,18 +142,17 @@ pub fn key_bits_of(cert_der: &[u8]) -> Result<usize, String> {
     }
 }
 
-/// Adds the bound to a `connect` result: the calibration, the decryptions seen in the client's
-/// OpenSecureChannel request, the two signatures, and the share of the server's CPU per
+/// Adds the bound to a `connect` result: the calibration, the decryptions of the client's
+/// OpenSecureChannel request (`opn_encrypted_bytes`, its [`opn_encrypted_len`] as sent in this
+/// run; 0 if none was seen), the two signatures, and the share of the server's CPU per
 /// establishment they account for.
-pub fn add_to(o: &mut Map<String, Value>, cal: &Calibration) {
-    let round = |v: f64, d: i32| (v * 10f64.powi(d)).round() / 10f64.powi(d);
+pub fn add_to(o: &mut Map<String, Value>, cal: &Calibration, opn_encrypted_bytes: u64) {
     let key_bytes = (cal.key_bits / 8).max(1) as u64;
-    let encrypted = OPN_ENCRYPTED_BYTES.load(Ordering::Relaxed);
-    if encrypted == 0 || encrypted % key_bytes != 0 {
+    if opn_encrypted_bytes == 0 || opn_encrypted_bytes % key_bytes != 0 {
         o.insert("rsa_bound_error".into(), json!("no OpenSecureChannel request of whole RSA blocks was seen"));
         return;
     }
-    let decrypts = encrypted / key_bytes;
+    let decrypts = opn_encrypted_bytes / key_bytes;
     let signs = 2u64; // OpenSecureChannel response, CreateSession serverSignature
     let bound_us = decrypts as f64 * cal.decrypt_us + signs as f64 * cal.sign_us;
     o.insert("rsa_calibration_cpus".into(), json!(cal.cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")));
@@ -231,11 +218,16 @@ mod tests {
         let cal = Calibration { cpus: vec![0], key_bits: 2048, decrypt_us: 300.0, sign_us: 350.0 };
         let mut o = Map::new();
         o.insert("server_cpu_us_per_op".into(), json!(2000.0));
-        note_sent(&chunk(b"x", None, &[], 512));
-        add_to(&mut o, &cal);
+        add_to(&mut o, &cal, opn_encrypted_len(&chunk(b"x", None, &[], 512)).unwrap() as u64);
         assert_eq!(o["rsa_private_ops_per_op"], json!("2 decrypt + 2 sign"));
         assert_eq!(o["rsa_bound_us_per_op"], json!(1300.0));
         assert_eq!(o["rsa_bound_share"], json!(0.65));
         assert_eq!(o["rsa_bound_ops_per_core_s"], json!(769.2));
+        // No request seen, or one that is no whole number of RSA blocks: no bound.
+        for seen in [0, 500] {
+            let mut o = Map::new();
+            add_to(&mut o, &cal, seen);
+            assert!(o.contains_key("rsa_bound_error") && !o.contains_key("rsa_bound_us_per_op"), "{seen}: {o:?}");
+        }
     }
 }
