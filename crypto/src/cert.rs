@@ -327,6 +327,22 @@ impl Certificate {
     pub fn issuer(&self) -> String {
         name_string(&self.issuer_der)
     }
+    /// The subject's commonName (the most specific one when there are several), decoded from
+    /// its DirectoryString; None if the subject has none (or none of a string type).
+    pub fn common_name(&self) -> Option<String> {
+        use x509_cert::ext::pkix::name::DirectoryString;
+        let name = x509_cert::name::Name::from_der(&self.subject_der).ok()?;
+        name.0
+            .iter()
+            .rev()
+            .flat_map(|rdn| rdn.0.iter())
+            .filter(|atv| atv.oid == const_oid::db::rfc4519::CN)
+            .find_map(|atv| match DirectoryString::from_der(&atv.value.to_der().ok()?).ok()? {
+                DirectoryString::Utf8String(s) => Some(s),
+                DirectoryString::PrintableString(s) => Some(s.to_string()),
+                DirectoryString::TeletexString(s) => Some(s.to_string()),
+            })
+    }
     /// Serial number bytes (big-endian, as encoded).
     pub fn serial(&self) -> &[u8] {
         &self.serial

@@ -630,11 +630,7 @@ fn check_leaf_usage(leaf: &Certificate, role: CertRole) -> Result<(), u32> {
 
 /// `<CN>[<thumbprint>].der`, the file naming other stacks use, with unsafe characters replaced.
 pub fn cert_file_name(cert: &Certificate) -> String {
-    let subject = cert.subject();
-    let cn = subject
-        .split(',')
-        .find_map(|p| p.trim().strip_prefix("CN="))
-        .unwrap_or("cert");
+    let cn = cert.common_name().unwrap_or_else(|| "cert".into());
     let safe: String = cn
         .chars()
         .take(64)

@@ -601,12 +601,7 @@ impl UserAuthenticator for ConfiguredUsers {
                 return Err(sc(code));
             }
         };
-        let name = cert.subject();
-        let cn = name
-            .split(',')
-            .find_map(|part| part.trim().strip_prefix("CN="))
-            .map(str::to_owned)
-            .unwrap_or_else(|| name.clone());
+        let cn = cert.common_name().unwrap_or_else(|| cert.subject());
         let access = self.users.access_of(&cn).unwrap_or(self.x509_access);
         Ok((cn, access))
     }

@@ -23,6 +23,7 @@ fn s2opc_certificate_fields() {
     assert_eq!(cert.spki_der(), &hex(S2OPC_SPKI_HEX)[..]);
     assert_eq!(cert.signature_alg(), CertSignatureAlg::RsaSha256);
     assert!(cert.subject().contains("CN=INGOPCS Test suite"));
+    assert_eq!(cert.common_name().as_deref(), Some("INGOPCS Test suite"));
     assert!(cert.is_self_issued());
     assert_eq!(cert.is_ca(), Some(true));
     assert_eq!(cert.subject_key_id(), Some(&hex("7d33f73c22b315aabd26ecb5a6db8a0bb511fbd0")[..]));
@@ -158,6 +159,7 @@ fn generated_certificate_has_the_opc_ua_profile() {
     assert_eq!(cert.is_ca(), Some(false));
     assert!(cert.subject_key_id().is_some());
     assert!(cert.subject().contains("CN=uaring test"));
+    assert_eq!(cert.common_name().as_deref(), Some("uaring test"));
     assert!(cert.is_time_valid(now));
     assert!(!cert.is_time_valid(now + 6 * 365 * 86400));
     cert.verify_signed_by(&cert).unwrap();
@@ -217,4 +219,17 @@ fn key_size_and_leaf_thumbprint_come_from_the_der() {
     let leaf = Certificate::from_der(&ders[0]).unwrap();
     assert_eq!(policy.thumbprint(&chain).unwrap(), leaf.thumbprint().to_vec());
     assert_eq!(policy.thumbprint(&ders[0]).unwrap(), leaf.thumbprint().to_vec());
+}
+
+/// The commonName is the attribute's value, not a piece of the formatted subject: a comma or a
+/// "CN=" inside another attribute changes nothing (the PKI's file names and the X.509 user
+/// login both use it).
+#[test]
+fn common_name_is_the_attribute_not_a_split_of_the_subject() {
+    let mut req = CertificateRequest::new("urn:cn:test", "Doe, John", 1_700_000_000);
+    req.organization = "O, CN=mallory".into();
+    let (cert, _) = generate_self_signed(&req).unwrap();
+    assert_eq!(cert.common_name().as_deref(), Some("Doe, John"));
+    let name = uaring_crypto::pki::cert_file_name(&cert);
+    assert!(name.starts_with("Doe__John ["), "{name}");
 }
