@@ -73,6 +73,10 @@ pub struct PkiConfig {
     pub key_bits_min: usize,
     /// Largest RSA key accepted.
     pub key_bits_max: usize,
+    /// Client certificate chains remembered after they validated ([`Pki::validate_client`]), so
+    /// that a client's next handshake (and the CreateSession that repeats its OpenSecureChannel's
+    /// check) skips the parse and the signature checks. 0 = none remembered.
+    pub validated_chains_max: usize,
 }
 
 impl Default for PkiConfig {
@@ -84,6 +88,7 @@ impl Default for PkiConfig {
             rejected_files_max: 256,
             key_bits_min: 2048,
             key_bits_max: 4096,
+            validated_chains_max: 64,
         }
     }
 }
@@ -179,6 +184,55 @@ pub struct Pki {
     last_scan_ms: Option<u64>,
     /// The [`request_rescan`] generation this store last reloaded for.
     rescan_seen: u64,
+    /// Client chains that validated against this store (emptied by every reload).
+    validated: std::sync::Mutex<ValidatedChains>,
+}
+
+/// Client certificate chains that passed [`Pki::validate_client`] since the store was last
+/// loaded, by the SHA-256 of the chain's bytes. An entry stands for the checks that depend only
+/// on the chain and the store (structure, signatures, policy, trust, usage, revocation); the
+/// time window and the ApplicationUri are checked again at every use, and a chain outside its
+/// window or with another URI is validated in full (which gives the right error). At most
+/// `validated_chains_max` entries; the least recently used one makes room.
+#[derive(Default)]
+struct ValidatedChains {
+    entries: Vec<ValidatedChain>,
+    tick: u64,
+}
+
+struct ValidatedChain {
+    digest: [u8; 32],
+    leaf: Certificate,
+    /// The latest notBefore and the earliest notAfter of the path (Unix seconds).
+    window: (i64, i64),
+    used: u64,
+}
+
+impl ValidatedChains {
+    fn get(&mut self, digest: &[u8; 32]) -> Option<&mut ValidatedChain> {
+        self.tick += 1;
+        let tick = self.tick;
+        let e = self.entries.iter_mut().find(|e| &e.digest == digest)?;
+        e.used = tick;
+        Some(e)
+    }
+
+    fn insert(&mut self, max: usize, digest: [u8; 32], leaf: &Certificate, window: (i64, i64)) {
+        if max == 0 || self.get(&digest).is_some() {
+            return;
+        }
+        if self.entries.len() >= max {
+            if let Some(i) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used).map(|(i, _)| i) {
+                self.entries.swap_remove(i);
+            }
+        }
+        self.entries.push(ValidatedChain { digest, leaf: leaf.clone(), window, used: self.tick });
+    }
+}
+
+fn chain_digest(chain_der: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(chain_der).into()
 }
 
 /// Generation of process-wide rescan requests ([`request_rescan`]).
@@ -218,6 +272,7 @@ impl Pki {
             fingerprint: 0,
             last_scan_ms: None,
             rescan_seen: RESCAN_GENERATION.load(std::sync::atomic::Ordering::Acquire),
+            validated: Default::default(),
         };
         pki.reload();
         Ok(pki)
@@ -320,6 +375,7 @@ impl Pki {
         }
         self.store = store;
         self.fingerprint = fp;
+        self.validated.get_mut().unwrap_or_else(|e| e.into_inner()).entries.clear();
     }
 
     fn scan_fingerprint(&self) -> u64 {
@@ -391,28 +447,64 @@ impl Pki {
     /// CreateSession, and copies the leaf into `rejected/certs` when it fails.
     ///
     /// `expected_app_uri` is the ApplicationUri of the client's ApplicationDescription (None on
-    /// OpenSecureChannel, where it is not known yet). Honours `accept_all_client_certs`.
+    /// OpenSecureChannel, where it is not known yet). Honours `accept_all_client_certs`. A chain
+    /// that validated before against the same store is not parsed or verified again (see
+    /// `validated_chains_max`); its validity periods and ApplicationUri are.
     pub fn validate_client(
         &self,
         chain_der: &[u8],
         expected_app_uri: Option<&str>,
         now_unix_s: i64,
     ) -> Result<Certificate, u32> {
-        if self.config.accept_all_client_certs {
-            let chain = Certificate::parse_chain(chain_der)?;
-            let leaf = chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)?;
-            self.check_key_size(&leaf)?;
+        let digest = chain_digest(chain_der);
+        if let Some(leaf) = self.remembered(&digest, expected_app_uri, now_unix_s) {
             return Ok(leaf);
         }
-        let result = self.validate(chain_der, CertRole::ClientApp, expected_app_uri, now_unix_s);
-        if result.is_err() {
-            if let Ok(chain) = Certificate::parse_chain(chain_der) {
-                if let Some(leaf) = chain.first() {
-                    self.record_rejected(leaf.der());
+        let result = if self.config.accept_all_client_certs {
+            Certificate::parse_chain(chain_der).and_then(|chain| {
+                let leaf = chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)?;
+                self.check_key_size(&leaf)?;
+                Ok((leaf, (i64::MIN, i64::MAX)))
+            })
+        } else {
+            self.validate_path(chain_der, CertRole::ClientApp, expected_app_uri, now_unix_s)
+        };
+        match result {
+            Ok((leaf, window)) => {
+                self.validated_chains().insert(self.config.validated_chains_max, digest, &leaf, window);
+                Ok(leaf)
+            }
+            Err(e) => {
+                if !self.config.accept_all_client_certs {
+                    if let Ok(chain) = Certificate::parse_chain(chain_der) {
+                        if let Some(leaf) = chain.first() {
+                            self.record_rejected(leaf.der());
+                        }
+                    }
                 }
+                Err(e)
             }
         }
-        result
+    }
+
+    /// The leaf of a chain that [`Pki::validate_client`] accepted against this store, without
+    /// parsing it again; None if it is not remembered (any more).
+    pub fn validated_leaf(&self, chain_der: &[u8]) -> Option<Certificate> {
+        let digest = chain_digest(chain_der);
+        self.validated_chains().get(&digest).map(|e| e.leaf.clone())
+    }
+
+    fn validated_chains(&self) -> std::sync::MutexGuard<'_, ValidatedChains> {
+        self.validated.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remembered(&self, digest: &[u8; 32], expected_app_uri: Option<&str>, now_unix_s: i64) -> Option<Certificate> {
+        let mut chains = self.validated_chains();
+        let e = chains.get(digest)?;
+        let in_window = e.window.0 <= now_unix_s && now_unix_s <= e.window.1;
+        let uri_ok = self.config.accept_all_client_certs
+            || expected_app_uri.is_none_or(|u| e.leaf.application_uri() == Some(u));
+        (in_window && uri_ok).then(|| e.leaf.clone())
     }
 
     fn check_key_size(&self, cert: &Certificate) -> Result<(), u32> {
@@ -442,6 +534,18 @@ impl Pki {
         expected_app_uri: Option<&str>,
         now_unix_s: i64,
     ) -> Result<Certificate, u32> {
+        self.validate_path(chain_der, role, expected_app_uri, now_unix_s).map(|(leaf, _)| leaf)
+    }
+
+    /// [`Pki::validate`], also returning the time window in which the whole path is valid
+    /// (the latest notBefore, the earliest notAfter).
+    fn validate_path(
+        &self,
+        chain_der: &[u8],
+        role: CertRole,
+        expected_app_uri: Option<&str>,
+        now_unix_s: i64,
+    ) -> Result<(Certificate, (i64, i64)), u32> {
         let chain = Certificate::parse_chain(chain_der)?;
         let Some(leaf) = chain.first() else { return Err(status::BAD_CERTIFICATE_INVALID) };
 
@@ -549,7 +653,11 @@ impl Pki {
                 });
             }
         }
-        chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)
+        let window = path.iter().fold((i64::MIN, i64::MAX), |(nb, na), c| {
+            (nb.max(c.not_before_unix_s()), na.min(c.not_after_unix_s()))
+        });
+        let leaf = chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)?;
+        Ok((leaf, window))
     }
 
     /// Loads the own certificate and key, generating and writing them when missing.

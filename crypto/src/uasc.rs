@@ -203,6 +203,12 @@ impl ShardTrust {
         self.with_pki(|pki| pki.validate_client(chain, app_uri, unix_now_s()))
     }
 
+    /// The parsed leaf of a chain this shard validated as a client certificate, if it is still
+    /// remembered ([`Pki::validated_leaf`]).
+    pub fn validated_leaf(&self, chain: &[u8]) -> Option<Certificate> {
+        self.with_pki(|pki| pki.validated_leaf(chain))
+    }
+
     /// Counts one handshake from `peer`; Err when over the limit.
     pub fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
         self.limits.admit_handshake(peer)
@@ -375,7 +381,12 @@ impl SecurityPolicy for RsaPolicy {
         if self.id.asym_signature_algorithm_uri() != Some(algorithm_uri) {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
-        let signer = Self::leaf(signer_certificate)?;
+        // The signer is the session's client certificate, which CreateSession validated: the
+        // shard usually still has it parsed.
+        let signer = match self.trust.as_ref().and_then(|t| t.validated_leaf(signer_certificate)) {
+            Some(leaf) => leaf,
+            None => Self::leaf(signer_certificate)?,
+        };
         asym_verify(self.id, &signer, data, signature).map_err(|_| StatusCode::BadSecurityChecksFailed)
     }
 

@@ -331,3 +331,63 @@ fn rejected_copies_are_bounded() {
     }
     assert_eq!(std::fs::read_dir(tmp.path().join("rejected/certs")).unwrap().count(), 2);
 }
+
+/// Validated client chains are remembered (validated_chains_max) but never stand in for a check
+/// that depends on the moment or the caller: the validity period and the ApplicationUri are
+/// checked at every use, a reload forgets them all, and at most `validated_chains_max` stay.
+#[test]
+fn validated_chains_are_remembered_within_their_window_and_the_bound() {
+    let tmp = TempDir::new("remembered");
+    let config = PkiConfig { validated_chains_max: 2, ..PkiConfig::default() };
+    let certs: Vec<Certificate> = (0..3).map(|i| self_signed(&format!("urn:client:{i}")).0).collect();
+    for (i, c) in certs.iter().enumerate() {
+        write(&tmp.path().join("trusted/certs"), &format!("c{i}.der"), c.der());
+    }
+    let mut pki = Pki::open(tmp.path(), config).unwrap();
+    let now = now_unix_s();
+    let (a, b, c) = (&certs[0], &certs[1], &certs[2]);
+    assert!(pki.validated_leaf(a.der()).is_none(), "nothing before a validation");
+    pki.validate_client(a.der(), None, now).unwrap();
+    assert_eq!(pki.validated_leaf(a.der()).unwrap().thumbprint(), a.thumbprint());
+    // Remembered, and still checked: the URI of CreateSession, a time past notAfter.
+    pki.validate_client(a.der(), Some("urn:client:0"), now).unwrap();
+    assert_eq!(
+        pki.validate_client(a.der(), Some("urn:client:9"), now).unwrap_err(),
+        status::BAD_CERTIFICATE_URI_INVALID
+    );
+    let late = a.not_after_unix_s() + 1;
+    assert_eq!(pki.validate_client(a.der(), None, late).unwrap_err(), status::BAD_CERTIFICATE_TIME_INVALID);
+    assert_eq!(pki.validate_client(a.der(), None, a.not_before_unix_s() - 1).unwrap_err(), status::BAD_CERTIFICATE_TIME_INVALID);
+    // A failure is not remembered in place of the success, and the success still holds.
+    pki.validate_client(a.der(), None, now).unwrap();
+    // Two at most: b, then a used again, then c — b (least recently used) is forgotten.
+    pki.validate_client(b.der(), None, now).unwrap();
+    pki.validate_client(a.der(), None, now).unwrap();
+    pki.validate_client(c.der(), None, now).unwrap();
+    assert!(pki.validated_leaf(a.der()).is_some() && pki.validated_leaf(c.der()).is_some());
+    assert!(pki.validated_leaf(b.der()).is_none());
+    // A change in the trust directories forgets them all: removing a's file untrusts it at once.
+    std::fs::remove_file(tmp.path().join("trusted/certs/c0.der")).unwrap();
+    assert!(pki.refresh_if_stale(10_000));
+    assert!(pki.validated_leaf(c.der()).is_none());
+    assert_eq!(pki.validate_client(a.der(), None, now).unwrap_err(), status::BAD_CERTIFICATE_UNTRUSTED);
+    assert!(pki.validated_leaf(a.der()).is_none(), "failures are not remembered");
+
+    // validated_chains_max = 0 remembers nothing.
+    let tmp0 = TempDir::new("remembered0");
+    write(&tmp0.path().join("trusted/certs"), "c.der", c.der());
+    let pki0 = Pki::open(tmp0.path(), PkiConfig { validated_chains_max: 0, ..PkiConfig::default() }).unwrap();
+    pki0.validate_client(c.der(), None, now).unwrap();
+    assert!(pki0.validated_leaf(c.der()).is_none());
+}
+
+/// With accept_all_client_certs (the benchmark contract) the parsed leaf is remembered too.
+#[test]
+fn accept_all_remembers_the_parsed_leaf() {
+    let tmp = TempDir::new("remembered-all");
+    let pki = Pki::open(tmp.path(), PkiConfig { accept_all_client_certs: true, ..PkiConfig::default() }).unwrap();
+    let (cert, _) = self_signed("urn:client:any");
+    pki.validate_client(cert.der(), Some("urn:other"), now_unix_s()).unwrap();
+    assert_eq!(pki.validated_leaf(cert.der()).unwrap().thumbprint(), cert.thumbprint());
+    assert_eq!(pki.validate_client(b"not a certificate", None, now_unix_s()).unwrap_err(), status::BAD_CERTIFICATE_INVALID);
+}

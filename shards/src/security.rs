@@ -77,6 +77,8 @@ pub struct SecurityConfig {
     pub rescan_interval_ms: u64,
     /// Most files kept in rejected/certs.
     pub rejected_files_max: usize,
+    /// Client certificate chains each shard remembers after they validated (0 = none).
+    pub validated_chains_max: usize,
     /// Anonymous logins: "readwrite" (default), "read" or "off".
     pub anonymous: Anonymous,
     /// UserName tokens (when `[[users]]` exist).
@@ -123,6 +125,7 @@ impl Default for SecurityConfig {
             require_crls: false,
             rescan_interval_ms: 1000,
             rejected_files_max: 256,
+            validated_chains_max: 64,
             anonymous: Anonymous::Readwrite,
             user_name_tokens: true,
             x509_user_tokens: true,
@@ -253,6 +256,9 @@ fn load_or_create_own(pki: &Pki, req: &CertificateRequest) -> Result<(Arc<OwnIde
     }
 }
 
+/// Upper bound of `security.validated_chains_max` (each entry holds one parsed certificate).
+pub const VALIDATED_CHAINS_MAX: usize = 4096;
+
 /// Checks `[security]` and `[[users]]` without touching the PKI directory: the limits, the
 /// policy and mode names, the password hashes. Returns (None offered, the RSA policies, the
 /// modes).
@@ -265,6 +271,9 @@ pub fn check(
     }
     if config.login_failure_burst == 0 || config.login_refill_interval_ms == 0 || config.limiter_addresses_max == 0 {
         return Err("security.login_failure_burst, login_refill_interval_ms and limiter_addresses_max must be > 0".into());
+    }
+    if config.validated_chains_max > VALIDATED_CHAINS_MAX {
+        return Err(format!("security.validated_chains_max must be at most {VALIDATED_CHAINS_MAX}"));
     }
     let mut none = false;
     let mut policies = Vec::new();
@@ -319,6 +328,7 @@ pub fn build(
         require_crls: config.require_crls,
         rescan_interval_ms: config.rescan_interval_ms,
         rejected_files_max: config.rejected_files_max,
+        validated_chains_max: config.validated_chains_max,
         ..PkiConfig::default()
     };
     let entries: Vec<UserEntry> = users
