@@ -45,6 +45,13 @@ pub struct ShardStats {
     pub submissions: AtomicU64,
     /// io_uring completions handled.
     pub completions: AtomicU64,
+    /// Waits that asked the kernel for more than one completion (batched waiting,
+    /// `batch_wait_us`): the min-timeout wait, or the first wait of the fallback of kernels
+    /// before 6.12 (followed by its second wait when fewer were in).
+    pub batch_waits: AtomicU64,
+    /// Completions those waits asked for, in total (`batch_want` of each): divided by
+    /// `batch_waits`, how many completions a batched wait expects on average.
+    pub batch_wanted: AtomicU64,
 }
 
 impl ShardStats {
@@ -73,6 +80,8 @@ pub struct StatsSnapshot {
     pub idle_ns: u64,
     pub submissions: u64,
     pub completions: u64,
+    pub batch_waits: u64,
+    pub batch_wanted: u64,
 }
 
 impl ShardStats {
@@ -93,6 +102,8 @@ impl ShardStats {
             idle_ns: r(&self.idle_ns),
             submissions: r(&self.submissions),
             completions: r(&self.completions),
+            batch_waits: r(&self.batch_waits),
+            batch_wanted: r(&self.batch_wanted),
         }
     }
 }

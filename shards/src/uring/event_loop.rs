@@ -657,7 +657,13 @@ impl<H: Handler> UringLoop<H> {
         let batch_us = u64::from(self.core.cfg.batch_wait_us).min(rel / 1000) as u32;
         let want = if batch_us == 0 { 1 } else { self.batch_want() };
         let ts = timespec(rel);
-        let result = if has_cqes || !self.cqes.is_empty() || deadline <= now {
+        let blocks = !(has_cqes || !self.cqes.is_empty() || deadline <= now);
+        if blocks && want > 1 {
+            let stats = self.core.wiring.stats();
+            ShardStats::add(&stats.batch_waits, 1);
+            ShardStats::add(&stats.batch_wanted, u64::from(want));
+        }
+        let result = if !blocks {
             self.ring.submit()
         } else if want > 1 && self.features.min_timeout {
             let args = types::SubmitArgs::new().min_wait_usec(batch_us);
