@@ -128,12 +128,13 @@ pub struct RuntimeConfig {
     /// TCP_NODELAY on every connection.
     pub tcp_nodelay: bool,
     /// Batched waiting (io_uring backend): when a shard has nothing to handle it waits up to
-    /// this long, µs, for `batch_completions` completions (beyond its sends in flight) before
-    /// it handles what has arrived, so requests of many connections, and several of one,
-    /// are answered in one pass and leave in fuller segments. 0 = off (handle every
-    /// completion at once). The latency bound: a request waits at most this long.
+    /// this long, µs, for its sends in flight and one completion per connection that received
+    /// recently (up to `batch_completions` of them) before it handles what has arrived, so
+    /// requests of many connections, and several of one, are answered in one pass and leave
+    /// in fuller segments. 0 = off (handle every completion at once). The latency bound: a
+    /// request waits at most this long.
     pub batch_wait_us: u32,
-    /// The completions batched waiting waits for (capped by the shard's connections).
+    /// At most how many recently receiving connections batched waiting waits for.
     pub batch_completions: u32,
     /// How long a graceful shutdown waits for pending output before closing sockets, ms.
     pub shutdown_grace_ms: u64,

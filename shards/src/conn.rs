@@ -149,6 +149,8 @@ pub(crate) struct Conn<C> {
     pub hup_cancel_inflight: bool,
     /// Per-connection receive buffer (single-shot fallback only).
     pub recv_buf: Option<Box<[u8]>>,
+    /// The window of this connection's last receive, for batched waiting (0: none yet).
+    pub recv_window: u64,
     // epoll specifics.
     pub epoll_out: bool,
     /// The events currently registered with epoll.
@@ -179,6 +181,7 @@ impl<C> Conn<C> {
             cancel_inflight: false,
             hup_cancel_inflight: false,
             recv_buf: None,
+            recv_window: 0,
             epoll_out: false,
             epoll_interest: 0,
         }

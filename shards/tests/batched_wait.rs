@@ -2,8 +2,12 @@
 //! sooner than the batch bound fires when due, and a loop with no deadline at all sleeps until
 //! something happens instead of waking at every bound. And data must go through it intact.
 //!
-//! Both properties need at least two open connections, so that a wait asks for more than one
-//! completion (`batch_want` > 1) and batched waiting is really used.
+//! Both properties need at least two connections that receive now and then, so that a wait
+//! asks for more than one completion (`batch_want` counts the connections that received in
+//! the last one to two windows of `batch_wait_us`, at least 1 ms) and batched waiting is really
+//! used. A lone request beside idle connections is not held for the bound, and busy
+//! connections still batch: the waits' own counters (`batch_waits`, `batch_wanted`) show what
+//! each wait asked for.
 //!
 //! Every test runs on both ways of waiting: the min-timeout wait (IORING_FEAT_MIN_TIMEOUT,
 //! kernel 6.12+) and the fallback of older kernels (the first completion, then a second bounded
@@ -12,6 +16,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,17 +149,35 @@ impl Handler for Ticker {
 }
 
 /// Runs `handler` on an io_uring loop with batched waiting of `batch_us`, the `wait` way, and
-/// two connections nobody reads from. `stop_after`: stop the loop from outside after this long
-/// (for a loop with no deadline of its own).
-/// Returns the lateness of each tick and the number of loop iterations.
-fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>) -> (Vec<u64>, u64) {
+/// two connections whose peers send one byte every `every`, in turn (and read nothing).
+/// `stop_after`: stop the loop from outside after this long (for a loop with no deadline of
+/// its own). Returns the lateness of each tick, the number of loop iterations, and the rounds
+/// of bytes the peers sent.
+fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>, every: Duration) -> (Vec<u64>, u64, u64) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (mut lp, fleet) = uring_loop(handler, batched(batch_us, wait), wait);
-    // Two connections the kernel completes in the listener's backlog (nobody accepts them):
-    // each wait asks for two completions (three while a tick's byte is in flight).
+    // Two connections that receive a byte in turn, each more often than the window of
+    // receives batched waiting counts: each wait asks for two completions (three while a
+    // tick's byte is in flight), and one round of the peers brings one.
     lp.connect(addr).expect("connect");
     lp.connect(addr).expect("connect");
+    let mut peers: Vec<TcpStream> = (0..2).map(|_| listener.accept().expect("accept").0).collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                if peers[(rounds % 2) as usize].write_all(b"r").is_err() {
+                    return rounds;
+                }
+                rounds += 1;
+                std::thread::sleep(every);
+            }
+            rounds
+        })
+    };
     let stopper = stop_after.map(|d| {
         std::thread::spawn(move || {
             std::thread::sleep(d);
@@ -162,12 +185,14 @@ fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>)
         })
     });
     lp.run().expect("run");
+    done.store(true, Ordering::Relaxed);
     if let Some(s) = stopper {
         s.join().expect("stopper");
     }
+    let rounds = sender.join().expect("sender");
     drop(listener);
     let h = lp.handler();
-    (h.lateness_ns.clone(), h.iterations)
+    (h.lateness_ns.clone(), h.iterations, rounds)
 }
 
 /// A 1 ms timer under `batch_wait_us = 10000`: the shard must not sleep through it for the
@@ -176,7 +201,10 @@ fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>)
 /// `batch_wait_us` as its timeout oversleeps it by up to `batch_wait_us`. With the fallback,
 /// the second wait after each tick's send completion must be cut to the next tick.)
 fn timer_fires_on_time(wait: Wait) {
-    let (mut late, _) = run(Ticker::new(1_000_000, 40, 30_000_000_000), 10_000, wait, None);
+    // A byte every 4 ms, in turn, keeps both connections counted (each receives every 8 ms;
+    // the window is 10 ms) while no wait towards a tick gets the three completions it asks for
+    // (the tick's send, at most one byte).
+    let (mut late, _, _) = run(Ticker::new(1_000_000, 40, 30_000_000_000), 10_000, wait, None, Duration::from_millis(4));
     assert_eq!(late.len(), 40, "every tick ran");
     late.sort_unstable();
     // Sleeping through to the 10 ms bound makes nearly every tick 9+ ms late; on time, the
@@ -195,13 +223,17 @@ fn a_timer_due_before_the_batch_bound_fires_on_time_with_the_fallback() {
     timer_fires_on_time(Wait::Fallback);
 }
 
-/// No deadline at all and nothing arriving: the loop sleeps until the stop wakes it, not once
-/// per `batch_wait_us` (a min-timeout wait without an overall timeout ends at the min-timeout).
+/// No deadline at all and nothing arriving between the peers' rounds (one byte every 500 µs,
+/// on each connection in turn): the wait asks for two completions (both connections received
+/// within the window of 1 ms), none comes until the next round, and the loop sleeps until
+/// then, not once per `batch_wait_us` (a min-timeout wait without an overall timeout ends at
+/// the min-timeout).
 fn idle_loop_sleeps(wait: Wait) {
-    let (_, iterations) = run(Ticker::new(0, 0, 30_000_000_000), 50, wait, Some(Duration::from_millis(300)));
-    // 300 ms at one wake per 50 µs would be ~6,000 iterations; sleeping, a handful (connects,
-    // the stop).
-    assert!(iterations < 100, "{iterations} loop iterations in 300 ms of idling");
+    let (_, iterations, rounds) = run(Ticker::new(0, 0, 30_000_000_000), 50, wait, Some(Duration::from_millis(300)), Duration::from_micros(500));
+    // One wake per 50 µs would be ~10 iterations per round; sleeping, about one per round and
+    // a handful more (connects, the stop).
+    assert!(rounds > 10, "the peers sent only {rounds} rounds in 300 ms");
+    assert!(iterations <= 3 * rounds + 20, "{iterations} loop iterations for {rounds} rounds of the peers' bytes in 300 ms");
 }
 
 #[test]
@@ -305,4 +337,160 @@ fn echo_through_batched_waiting_is_intact() {
 #[test]
 fn echo_through_batched_waiting_is_intact_with_the_fallback() {
     echo_intact(Wait::Fallback);
+}
+
+/// An echo server that records how many completions each batched wait asked for: `publish`
+/// runs once per loop iteration, after that iteration's one wait, and reads the shard's
+/// `batch_waits` / `batch_wanted` counters; a new batched wait adds what it asked for.
+#[derive(Default)]
+struct Recorder {
+    fleet: Option<Arc<Fleet>>,
+    /// The counters at the last `publish`.
+    seen: (u64, u64),
+    /// What each batched wait asked for, in order.
+    wants: Vec<u64>,
+}
+
+impl Handler for Recorder {
+    type Conn = ();
+    fn open(&mut self, _id: ConnId, _peer: SocketAddr, _origin: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+        Some(())
+    }
+    fn recv(&mut self, _c: &mut (), _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        out.extend_from_slice(data);
+        ConnStatus::Open
+    }
+    fn conn_timer(&mut self, _c: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        ConnStatus::Open
+    }
+    fn conn_deadline(&self, _c: &()) -> u64 {
+        u64::MAX
+    }
+    fn closed(&mut self, _c: (), _now: Now) {}
+    fn publish(&mut self) {
+        let Some(fleet) = &self.fleet else { return };
+        let s = fleet.shards[0].stats.snapshot();
+        if s.batch_waits > self.seen.0 {
+            assert_eq!(s.batch_waits, self.seen.0 + 1, "one wait per loop iteration");
+            self.wants.push(s.batch_wanted - self.seen.1);
+        }
+        self.seen = (s.batch_waits, s.batch_wanted);
+    }
+}
+
+/// Builds a recording loop (batched waiting of 10 ms, the `wait` way) and wires it to its
+/// own counters.
+fn recording_loop(wait: Wait) -> (EventLoop<Recorder>, Arc<Fleet>) {
+    let (mut lp, fleet) = uring_loop(Recorder::default(), batched(10_000, wait), wait);
+    lp.handler_mut().fleet = Some(fleet.clone());
+    (lp, fleet)
+}
+
+/// Three idle connections open (subscriptions between publishes, say) and one client doing
+/// request/response rounds of one byte. Returns what each batched wait asked for and the
+/// round-trip times (µs).
+fn lone_requests(wait: Wait) -> (Vec<u64>, Vec<u64>) {
+    const ROUNDS: usize = 40;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let (mut lp, fleet) = recording_loop(wait);
+        lp.add_listener(listener).expect("listener");
+        started_tx.send(fleet).expect("started");
+        lp.run().expect("server run");
+        lp.handler().wants.clone()
+    });
+    let fleet = started_rx.recv().expect("server loop built");
+    let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).expect("connect")).collect();
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.set_nodelay(true).expect("nodelay");
+    let mut rtts = Vec::with_capacity(ROUNDS);
+    let mut b = [0u8; 1];
+    for round in 0..ROUNDS {
+        let t = std::time::Instant::now();
+        s.write_all(&[round as u8]).expect("send");
+        s.read_exact(&mut b).expect("echo");
+        rtts.push(t.elapsed().as_micros() as u64);
+        assert_eq!(b[0], round as u8);
+    }
+    fleet.stop_all();
+    let wants = server.join().expect("server");
+    drop(idle);
+    (wants, rtts)
+}
+
+/// The lone client's request is not held for the batch bound because idle connections are
+/// open: a batched wait counts the connections that received recently, not every open one.
+/// Each request leaves one reply in flight and one connection that just received, so no
+/// wait asks for more than 2 — which the reply's completion and the client's next request
+/// fill at once. (Counting every open connection, each wait asked for 5 and each round trip
+/// lasted the whole bound.)
+fn lone_request_not_held(wait: Wait) {
+    let (wants, mut rtts) = lone_requests(wait);
+    assert!(!wants.is_empty(), "the waits after each request are batched (a reply in flight, a client that just sent)");
+    assert!(wants.iter().all(|&w| w <= 2), "a wait counted idle connections: it asked for {wants:?}");
+    // The consequence, as a correctness bound: held for the 10 ms bound, nearly every round
+    // trip takes 10 ms; not held, the median is scheduling noise.
+    rtts.sort_unstable();
+    let median = rtts[rtts.len() / 2];
+    assert!(median < 5_000, "median round trip {median} µs under a 10 ms bound (all: {rtts:?} µs)");
+}
+
+#[test]
+fn a_lone_request_beside_idle_connections_is_not_held_for_the_bound() {
+    lone_request_not_held(Wait::MinTimeout);
+}
+
+#[test]
+fn a_lone_request_beside_idle_connections_is_not_held_for_the_bound_with_the_fallback() {
+    lone_request_not_held(Wait::Fallback);
+}
+
+/// Four connections whose requests are all in before the loop starts, beside three idle
+/// ones: the first pass receives all four (the receives complete as they are submitted) and
+/// answers them; the wait after it still batches, counting the four replies in flight and
+/// the four connections that just received — and none of the idle ones.
+fn busy_connections_batch(wait: Wait) {
+    const BUSY: usize = 4;
+    const IDLE: usize = 3;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (mut lp, fleet) = recording_loop(wait);
+    let mut clients = Vec::new();
+    for i in 0..BUSY + IDLE {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        let (server_side, _) = listener.accept().expect("accept");
+        if i < BUSY {
+            c.write_all(&[i as u8; 100]).expect("request");
+        }
+        lp.adopt(server_side).expect("adopt");
+        clients.push(c);
+    }
+    let readers = std::thread::spawn(move || {
+        for (i, c) in clients.iter_mut().take(BUSY).enumerate() {
+            c.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+            let mut got = [0u8; 100];
+            c.read_exact(&mut got).expect("echo");
+            assert_eq!(got, [i as u8; 100]);
+        }
+        fleet.stop_all();
+        clients
+    });
+    lp.run().expect("run");
+    drop(readers.join().expect("clients"));
+    let wants = &lp.handler().wants;
+    let busy = 2 * BUSY as u64;
+    assert_eq!(wants.iter().max(), Some(&busy), "the wait after the four answers asks for their sends and the four connections: {wants:?}");
+}
+
+#[test]
+fn busy_connections_still_batch() {
+    busy_connections_batch(Wait::MinTimeout);
+}
+
+#[test]
+fn busy_connections_still_batch_with_the_fallback() {
+    busy_connections_batch(Wait::Fallback);
 }

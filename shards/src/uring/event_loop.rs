@@ -49,6 +49,70 @@ fn batch_rest(started: u64, batch_ns: u64, deadline: u64, now: u64) -> u64 {
     started.saturating_add(batch_ns).min(deadline).saturating_sub(now)
 }
 
+/// The shortest receive window of batched waiting ([`Receivers`]), ns: long enough to hold the
+/// round trip of a busy client on a LAN (its next request comes one round trip after its
+/// answer), however short `batch_wait_us`.
+const RECV_WINDOW_MIN_NS: u64 = 1_000_000;
+
+/// The connections that received recently: what a batched wait expects to complete soon
+/// ([`UringLoop::batch_want`]). Time is cut into windows; each connection stamps the window of
+/// its last receive, and the count is of the distinct connections that received in the
+/// current window or the one before — from one to two windows back. O(1) per receive and per
+/// wait, no scan of the connections. A connection counted that sends nothing more makes a wait
+/// run to its bound (the documented cost, at most `batch_wait_us`); one not counted only makes
+/// the batch smaller.
+struct Receivers {
+    window_ns: u64,
+    /// The window of the last receive noted (mono ns / `window_ns`, plus one: a stamp of 0 is
+    /// "never").
+    window: u64,
+    /// Distinct connections that received in `window`.
+    current: u32,
+    /// Distinct connections that received in `window` or the one before it.
+    recent: u32,
+}
+
+impl Receivers {
+    fn new(window_ns: u64) -> Receivers {
+        Receivers { window_ns: window_ns.max(1), window: 0, current: 0, recent: 0 }
+    }
+
+    fn window_of(&self, now: u64) -> u64 {
+        (now / self.window_ns + 1).max(self.window)
+    }
+
+    /// A connection whose last receive was in window `stamp` received at `now`.
+    fn note(&mut self, stamp: &mut u64, now: u64) {
+        let w = self.window_of(now);
+        if w != self.window {
+            self.recent = if w == self.window + 1 { self.current } else { 0 };
+            self.current = 0;
+            self.window = w;
+        }
+        if *stamp == w {
+            return;
+        }
+        if stamp.saturating_add(1) != w {
+            // Not in the window before either: new to `recent`.
+            self.recent = self.recent.saturating_add(1);
+        }
+        *stamp = w;
+        self.current = self.current.saturating_add(1);
+    }
+
+    /// The distinct connections that received in the window of `now` or the one before.
+    fn count(&self, now: u64) -> u32 {
+        let w = self.window_of(now);
+        if w == self.window {
+            self.recent
+        } else if w == self.window + 1 {
+            self.current
+        } else {
+            0
+        }
+    }
+}
+
 fn ud(kind: u64, index: u32, generation: u32) -> u64 {
     (kind << 56) | (((index as u64) & 0xFF_FFFF) << 32) | generation as u64
 }
@@ -102,6 +166,8 @@ pub struct UringLoop<H: Handler> {
     msg_inflight: usize,
     /// Sends submitted and not yet completed (batched waiting waits for these and more).
     sends_inflight: u32,
+    /// The connections that received recently (batched waiting waits for these too).
+    receivers: Receivers,
     cqes: Vec<(u64, i32, u32)>,
     dirty: Vec<ConnId>,
     added: Vec<ConnId>,
@@ -135,6 +201,7 @@ impl<H: Handler> UringLoop<H> {
         // Without it, batched waiting takes the path of kernels before 6.12 (`wait`).
         features.min_timeout &= cfg.min_timeout;
         let recv_mode = if features.multishot { RecvMode::Multi } else { RecvMode::SingleOwn };
+        let receivers = Receivers::new((u64::from(cfg.batch_wait_us) * 1000).max(RECV_WINDOW_MIN_NS));
         let fd = ring.as_raw_fd();
         wiring.fleet.shards[wiring.index].ring_fd.store(fd, std::sync::atomic::Ordering::Release);
         UringLoop {
@@ -150,6 +217,7 @@ impl<H: Handler> UringLoop<H> {
             timeout_armed_at: None,
             msg_inflight: 0,
             sends_inflight: 0,
+            receivers,
             cqes: Vec::with_capacity(256),
             dirty: Vec::new(),
             added: Vec::new(),
@@ -589,6 +657,7 @@ impl<H: Handler> UringLoop<H> {
             c.recv_armed = false;
         }
         if res > 0 {
+            self.receivers.note(&mut c.recv_window, self.core.now.mono_ns);
             let n = res as usize;
             match (bid, self.bufring.as_mut()) {
                 (Some(bid), Some(b)) => {
@@ -627,14 +696,20 @@ impl<H: Handler> UringLoop<H> {
         self.core.table.mark_dirty(id);
     }
 
-    /// How many completions a wait asks for: 1, or with batched waiting on
-    /// (`batch_wait_us`), the sends in flight plus up to `batch_completions` more (one per
-    /// connection at most).
-    fn batch_want(&self) -> u32 {
+    /// How many completions a wait at `now` asks for: 1, or with batched waiting on
+    /// (`batch_wait_us`), the sends in flight plus one per connection that received recently
+    /// ([`Receivers`]: in the last one to two windows of `batch_wait_us`, at least 1 ms),
+    /// at most `batch_completions` of those. Not one per open connection: most connections
+    /// of a server are quiet most of the time (subscriptions between publishes, idle
+    /// sessions), and a wait that counts them runs to its bound every time, so a lone
+    /// request beside them waited the whole bound. A busy connection receives again within a
+    /// round trip and is counted; a quiet one falls out within two windows of its last
+    /// request.
+    fn batch_want(&self, now: u64) -> u32 {
         if self.core.cfg.batch_wait_us == 0 || !self.features.ext_arg {
             return 1;
         }
-        let conns = u32::try_from(self.core.table.len()).unwrap_or(u32::MAX).min(self.core.cfg.batch_completions);
+        let conns = self.receivers.count(now).min(self.core.cfg.batch_completions);
         self.sends_inflight.saturating_add(conns).clamp(1, self.features.cq_entries.max(1))
     }
 
@@ -655,7 +730,7 @@ impl<H: Handler> UringLoop<H> {
         let rel = deadline.saturating_sub(now);
         // The batch bound, cut to the time left before the deadline (0: no batching).
         let batch_us = u64::from(self.core.cfg.batch_wait_us).min(rel / 1000) as u32;
-        let want = if batch_us == 0 { 1 } else { self.batch_want() };
+        let want = if batch_us == 0 { 1 } else { self.batch_want(now) };
         let ts = timespec(rel);
         let blocks = !(has_cqes || !self.cqes.is_empty() || deadline <= now);
         if blocks && want > 1 {
@@ -866,7 +941,38 @@ impl OptionDeadline for Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::batch_rest;
+    use super::{batch_rest, Receivers};
+
+    #[test]
+    fn receivers_count_distinct_connections_of_the_last_one_to_two_windows() {
+        let mut r = Receivers::new(1_000);
+        let (mut a, mut b, mut c) = (0u64, 0u64, 0u64);
+        assert_eq!(r.count(5_000), 0, "nothing received yet");
+        // Window 5: a twice (multishot receives) and b: two connections, not three receives.
+        r.note(&mut a, 5_100);
+        r.note(&mut a, 5_200);
+        r.note(&mut b, 5_300);
+        assert_eq!(r.count(5_400), 2);
+        // Window 6: a again (already counted) and c (new): a, b, c received in windows 5–6.
+        r.note(&mut a, 6_100);
+        r.note(&mut c, 6_200);
+        assert_eq!(r.count(6_300), 3);
+        // Seen from window 7: only what received in window 6 (a, c); b has gone quiet.
+        assert_eq!(r.count(7_000), 2);
+        // From window 8 on: nobody received in the last two windows.
+        assert_eq!(r.count(8_000), 0);
+        assert_eq!(r.count(u64::MAX), 0);
+        // A receive after a silence starts again from that one connection.
+        r.note(&mut b, 9_500);
+        assert_eq!(r.count(9_600), 1);
+        // A receive in window 10 while window 9 was the last noted: b (window 9) is in both.
+        r.note(&mut a, 10_100);
+        assert_eq!(r.count(10_200), 2);
+        r.note(&mut b, 10_300);
+        assert_eq!(r.count(10_400), 2, "b counted once though it received in both windows");
+        // A clock read earlier than the last receive (another source) counts as its window.
+        assert_eq!(r.count(9_000), 2);
+    }
 
     #[test]
     fn the_second_wait_ends_at_the_bound_counted_from_the_start_of_the_wait() {
