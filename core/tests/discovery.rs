@@ -63,12 +63,25 @@ fn get_endpoints_profile_filter() {
         .is_empty());
 }
 
+/// CreateSession lists the endpoints of GetEndpoints, with the parameters Part 4 §5.7.2.2
+/// recommends (and clients verify) and the server's description, but without a copy of the
+/// server certificate in each (the response carries it once), which keeps the response small.
 #[test]
-fn create_session_lists_the_same_endpoints() {
+fn create_session_lists_the_same_endpoints_with_the_recommended_parameters() {
     let mut h = Harness::new();
     let cs = h.create_session();
     let g = get_endpoints(&mut h, "opc.tcp://req-host:4840/uaring", vec![]);
-    assert_eq!(cs.server_endpoints, g.endpoints);
+    assert_eq!(cs.server_endpoints.len(), g.endpoints.len());
+    for (c, e) in cs.server_endpoints.iter().zip(&g.endpoints) {
+        assert_eq!(c.server.application_uri, e.server.application_uri);
+        assert!(!c.server.application_uri.is_empty());
+        assert_eq!(
+            (&c.endpoint_url, c.security_mode, &c.security_policy_uri, &c.user_identity_tokens, &c.transport_profile_uri, c.security_level),
+            (&e.endpoint_url, e.security_mode, &e.security_policy_uri, &e.user_identity_tokens, &e.transport_profile_uri, e.security_level)
+        );
+        assert_eq!(c.server, e.server);
+        assert!(c.server_certificate.is_null());
+    }
 }
 
 #[test]

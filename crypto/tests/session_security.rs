@@ -325,6 +325,15 @@ fn endpoints_list_user_token_policies() {
         let un = &e.user_identity_tokens[1];
         assert_eq!(un.security_policy_uri.as_str(), B256.uri(), "{:?}", e.security_mode);
     }
+    // CreateSession lists the same endpoints, without a copy of the certificate in each: the
+    // response carries it once (Part 4 §5.7.2.2 recommends leaving it out).
+    let (_, _, cs) = h.create(SAE);
+    assert_eq!(cs.server_endpoints.len(), r.endpoints.len());
+    for (c, e) in cs.server_endpoints.iter().zip(&r.endpoints) {
+        assert!(c.server_certificate.is_null());
+        assert_eq!((&c.security_policy_uri, c.security_mode, &c.user_identity_tokens), (&e.security_policy_uri, e.security_mode, &e.user_identity_tokens));
+    }
+    assert_eq!(cs.server_certificate.as_bytes(), h.server.cert.der());
     // Anonymous off, no token policy on None: the None endpoint offers nothing but... nothing.
     let mut h = harness(UserTokenSettings { anonymous: None, none_endpoint_token_policy_uri: String::new(), ..settings() });
     let hd = h.header(&NodeId::NULL);
