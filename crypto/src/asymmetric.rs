@@ -7,7 +7,7 @@ use aws_lc_rs::rsa::{
     Pkcs1PublicEncryptingKey, PrivateDecryptingKey, PublicEncryptingKey, OAEP_SHA1_MGF1SHA1,
     OAEP_SHA256_MGF1SHA256,
 };
-use aws_lc_rs::signature::{self, RsaKeyPair, UnparsedPublicKey};
+use aws_lc_rs::signature::{self, ParsedPublicKey, RsaKeyPair};
 use zeroize::Zeroizing;
 
 use crate::cert::Certificate;
@@ -130,10 +130,33 @@ pub fn asym_encrypt(
     plaintext: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), u32> {
+    enum Key<'a> {
+        Oaep(&'a OaepPublicEncryptingKey, &'static aws_lc_rs::rsa::OaepAlgorithm),
+        Pkcs1(&'a Pkcs1PublicEncryptingKey),
+    }
     let enc = policy.asym_encryption().ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
-    let public = PublicEncryptingKey::from_der(peer.spki_der())
-        .map_err(|_| status::BAD_CERTIFICATE_INVALID)?;
-    let key_bytes = public.key_size_bytes();
+    // The certificate's key objects, parsed once (see cert::PublicKeys).
+    let keys = peer.keys();
+    let parse = || PublicEncryptingKey::from_der(peer.spki_der()).ok();
+    let key = match oaep_alg(enc) {
+        Some(alg) => Key::Oaep(
+            keys.oaep
+                .get_or_init(|| parse().and_then(|k| OaepPublicEncryptingKey::new(k).ok()))
+                .as_ref()
+                .ok_or(status::BAD_CERTIFICATE_INVALID)?,
+            alg,
+        ),
+        None => Key::Pkcs1(
+            keys.pkcs1
+                .get_or_init(|| parse().and_then(|k| Pkcs1PublicEncryptingKey::new(k).ok()))
+                .as_ref()
+                .ok_or(status::BAD_CERTIFICATE_INVALID)?,
+        ),
+    };
+    let key_bytes = match key {
+        Key::Oaep(k, _) => k.key_size_bytes(),
+        Key::Pkcs1(k) => k.key_size_bytes(),
+    };
     let block = policy.asym_plain_block_size(key_bytes);
     if block == 0 || key_bytes == 0 {
         return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED);
@@ -147,27 +170,15 @@ pub fn asym_encrypt(
     }
     // One key-sized output block per plaintext chunk.
     let blocks_out = out.get_mut(start..).ok_or(status::BAD_INTERNAL_ERROR)?.chunks_exact_mut(key_bytes).zip(&chunks);
-    match oaep_alg(enc) {
-        Some(alg) => {
-            let key = OaepPublicEncryptingKey::new(public).map_err(|_| status::BAD_INTERNAL_ERROR)?;
-            for (dst, chunk) in blocks_out {
-                let n = key
-                    .encrypt(alg, chunk, dst, None)
-                    .map_err(|_| status::BAD_INTERNAL_ERROR)?
-                    .len();
-                if n != key_bytes {
-                    return Err(status::BAD_INTERNAL_ERROR);
-                }
-            }
+    for (dst, chunk) in blocks_out {
+        let n = match key {
+            Key::Oaep(k, alg) => k.encrypt(alg, chunk, dst, None),
+            Key::Pkcs1(k) => k.encrypt(chunk, dst),
         }
-        None => {
-            let key = Pkcs1PublicEncryptingKey::new(public).map_err(|_| status::BAD_INTERNAL_ERROR)?;
-            for (dst, chunk) in blocks_out {
-                let n = key.encrypt(chunk, dst).map_err(|_| status::BAD_INTERNAL_ERROR)?.len();
-                if n != key_bytes {
-                    return Err(status::BAD_INTERNAL_ERROR);
-                }
-            }
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?
+        .len();
+        if n != key_bytes {
+            return Err(status::BAD_INTERNAL_ERROR);
         }
     }
     Ok(())
@@ -244,9 +255,21 @@ pub fn asym_verify(
         AsymSignature::PssSha256 => &signature::RSA_PSS_2048_8192_SHA256,
         AsymSignature::Pkcs1Sha1 => &signature::RSA_PKCS1_1024_8192_SHA1_FOR_LEGACY_USE_ONLY,
     };
-    UnparsedPublicKey::new(params, peer.rsa_public_key())
-        .verify(data, signature)
-        .map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
+    let slot = match alg {
+        AsymSignature::Pkcs1Sha256 => 0,
+        AsymSignature::PssSha256 => 1,
+        AsymSignature::Pkcs1Sha1 => 2,
+    };
+    // The certificate's key object for this algorithm, parsed once (see cert::PublicKeys).
+    let key = peer
+        .keys()
+        .verify
+        .get(slot)
+        .ok_or(status::BAD_INTERNAL_ERROR)?
+        .get_or_init(|| ParsedPublicKey::new(params, peer.rsa_public_key()).ok())
+        .as_ref()
+        .ok_or(status::BAD_SECURITY_CHECKS_FAILED)?;
+    key.verify_sig(data, signature).map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
 }
 
 /// Plaintext block size for the policy and a key of `key_bits` bits.
@@ -276,4 +299,33 @@ pub fn new_nonce(policy: PolicyId) -> Result<Vec<u8>, u32> {
     let mut n = vec![0u8; policy.nonce_len()];
     random_bytes(&mut n)?;
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cert::{generate_self_signed, CertificateRequest};
+
+    /// A certificate's key objects are parsed on first use and shared by its clones: what one
+    /// handshake parsed, the next one (holding a clone from the PKI) uses.
+    #[test]
+    #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    fn public_key_objects_are_parsed_once_and_shared_by_clones() {
+        let policy = PolicyId::Basic256Sha256;
+        let (cert, key) = generate_self_signed(&CertificateRequest::new("urn:k", "k", 1_700_000_000)).unwrap();
+        let clone = cert.clone();
+        assert!(cert.keys().oaep.get().is_none() && cert.keys().verify[0].get().is_none());
+        let mut ct = Vec::new();
+        asym_encrypt(policy, &clone, b"secret", &mut ct).unwrap();
+        let sig = asym_sign(policy, &key, b"data").unwrap();
+        asym_verify(policy, &clone, b"data", &sig).unwrap();
+        assert!(cert.keys().oaep.get().is_some_and(Option::is_some), "parsed through the clone");
+        assert!(cert.keys().verify[0].get().is_some_and(Option::is_some));
+        // And they work a second time, through the original.
+        let mut out = Vec::new();
+        asym_decrypt(policy, &key, &ct, &mut out).unwrap();
+        assert_eq!(out, b"secret");
+        asym_verify(policy, &cert, b"data", &sig).unwrap();
+        assert_eq!(asym_verify(policy, &cert, b"other", &sig), Err(status::BAD_SECURITY_CHECKS_FAILED));
+    }
 }

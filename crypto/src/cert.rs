@@ -80,6 +80,27 @@ pub struct Certificate {
     is_ca: Option<bool>,
     subject_key_id: Option<Vec<u8>>,
     authority_key_id: Option<Vec<u8>>,
+    /// aws-lc's objects for the public key, made on first use and shared by the clones.
+    keys: std::sync::Arc<PublicKeys>,
+}
+
+/// The public key of a certificate as aws-lc objects, each parsed on its first use. The
+/// certificate's clones share them, so a client certificate the PKI remembers
+/// (`validated_chains_max`) keeps them — and the Montgomery constants aws-lc computes on a
+/// key's first operation — from one handshake to the next: OpenSecureChannel's verification
+/// and encryption and ActivateSession's verification use the same ones.
+#[derive(Default)]
+pub(crate) struct PublicKeys {
+    pub(crate) oaep: std::sync::OnceLock<Option<aws_lc_rs::rsa::OaepPublicEncryptingKey>>,
+    pub(crate) pkcs1: std::sync::OnceLock<Option<aws_lc_rs::rsa::Pkcs1PublicEncryptingKey>>,
+    /// One per signature algorithm (a key parsed for verification is bound to one).
+    pub(crate) verify: [std::sync::OnceLock<Option<aws_lc_rs::signature::ParsedPublicKey>>; 3],
+}
+
+impl std::fmt::Debug for PublicKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublicKeys").finish_non_exhaustive()
+    }
 }
 
 /// An RFC 4514 string of a DER Name (empty if it does not parse; it parsed when the certificate did).
@@ -233,6 +254,7 @@ impl Certificate {
             is_ca: None,
             subject_key_id: None,
             authority_key_id: None,
+            keys: Default::default(),
         };
         for ext in tbs.extensions.iter().flatten() {
             let value = ext.extn_value.as_bytes();
@@ -362,6 +384,10 @@ impl Certificate {
     /// SubjectPublicKeyInfo DER.
     pub fn spki_der(&self) -> &[u8] {
         &self.spki_der
+    }
+    /// The aws-lc key objects of the public key (see [`PublicKeys`]).
+    pub(crate) fn keys(&self) -> &PublicKeys {
+        &self.keys
     }
     /// PKCS#1 RSAPublicKey DER (the subjectPublicKey bits).
     pub fn rsa_public_key(&self) -> &[u8] {
