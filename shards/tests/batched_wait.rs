@@ -32,6 +32,25 @@ enum Wait {
     Fallback,
 }
 
+/// The two tests of one property: `$name::min_timeout` waits with IORING_FEAT_MIN_TIMEOUT (6.12+),
+/// `$name::fallback` with the second bounded wait of older kernels.
+macro_rules! both_ways {
+    ($name:ident, $check:ident) => {
+        mod $name {
+            #[test]
+            fn min_timeout() {
+                super::$check(super::Wait::MinTimeout);
+            }
+
+            #[test]
+            fn fallback() {
+                super::$check(super::Wait::Fallback);
+            }
+        }
+    };
+}
+
+
 /// A loop configuration with batched waiting of `batch_us` the `wait` way.
 fn batched(batch_us: u32, wait: Wait) -> LoopConfig {
     LoopConfig {
@@ -213,15 +232,7 @@ fn timer_fires_on_time(wait: Wait) {
     assert!(median < 5_000_000, "median tick lateness {} µs (all: {:?} µs)", median / 1000, late.iter().map(|l| l / 1000).collect::<Vec<_>>());
 }
 
-#[test]
-fn a_timer_due_before_the_batch_bound_fires_on_time() {
-    timer_fires_on_time(Wait::MinTimeout);
-}
-
-#[test]
-fn a_timer_due_before_the_batch_bound_fires_on_time_with_the_fallback() {
-    timer_fires_on_time(Wait::Fallback);
-}
+both_ways!(a_timer_due_before_the_batch_bound_fires_on_time, timer_fires_on_time);
 
 /// No deadline at all and nothing arriving between the peers' rounds (one byte every 500 µs,
 /// on each connection in turn): the wait asks for two completions (both connections received
@@ -236,15 +247,7 @@ fn idle_loop_sleeps(wait: Wait) {
     assert!(iterations <= 3 * rounds + 20, "{iterations} loop iterations for {rounds} rounds of the peers' bytes in 300 ms");
 }
 
-#[test]
-fn an_idle_loop_without_deadlines_sleeps() {
-    idle_loop_sleeps(Wait::MinTimeout);
-}
-
-#[test]
-fn an_idle_loop_without_deadlines_sleeps_with_the_fallback() {
-    idle_loop_sleeps(Wait::Fallback);
-}
+both_ways!(an_idle_loop_without_deadlines_sleeps, idle_loop_sleeps);
 
 /// Byte `offset` of what client `conn` sends (and must get back): a hash of both, so a byte
 /// lost, doubled, moved or taken from another connection shows.
@@ -329,15 +332,7 @@ fn echo_intact(wait: Wait) {
     assert_eq!(server.join().expect("server"), CLIENTS);
 }
 
-#[test]
-fn echo_through_batched_waiting_is_intact() {
-    echo_intact(Wait::MinTimeout);
-}
-
-#[test]
-fn echo_through_batched_waiting_is_intact_with_the_fallback() {
-    echo_intact(Wait::Fallback);
-}
+both_ways!(echo_through_batched_waiting_is_intact, echo_intact);
 
 /// An echo server that records how many completions each batched wait asked for: `publish`
 /// runs once per loop iteration, after that iteration's one wait, and reads the shard's
@@ -438,15 +433,7 @@ fn lone_request_not_held(wait: Wait) {
     assert!(median < 5_000, "median round trip {median} µs under a 10 ms bound (all: {rtts:?} µs)");
 }
 
-#[test]
-fn a_lone_request_beside_idle_connections_is_not_held_for_the_bound() {
-    lone_request_not_held(Wait::MinTimeout);
-}
-
-#[test]
-fn a_lone_request_beside_idle_connections_is_not_held_for_the_bound_with_the_fallback() {
-    lone_request_not_held(Wait::Fallback);
-}
+both_ways!(a_lone_request_beside_idle_connections_is_not_held_for_the_bound, lone_request_not_held);
 
 /// Four connections whose requests are all in before the loop starts, beside three idle
 /// ones: the first pass receives all four (the receives complete as they are submitted) and
@@ -485,12 +472,4 @@ fn busy_connections_batch(wait: Wait) {
     assert_eq!(wants.iter().max(), Some(&busy), "the wait after the four answers asks for their sends and the four connections: {wants:?}");
 }
 
-#[test]
-fn busy_connections_still_batch() {
-    busy_connections_batch(Wait::MinTimeout);
-}
-
-#[test]
-fn busy_connections_still_batch_with_the_fallback() {
-    busy_connections_batch(Wait::Fallback);
-}
+both_ways!(busy_connections_still_batch, busy_connections_batch);
