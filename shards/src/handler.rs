@@ -58,8 +58,12 @@ pub trait Handler {
     /// Bytes arrived. `data` is never empty.
     fn recv(&mut self, conn: &mut Self::Conn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus;
 
-    /// The connection's deadline (see [`Handler::conn_deadline`]) has passed.
-    fn conn_timer(&mut self, conn: &mut Self::Conn, now: Now, out: &mut Vec<u8>) -> ConnStatus;
+    /// The connection's deadline (see [`Handler::conn_deadline`]) has passed. A handler
+    /// without per-connection timers implements neither (the defaults: no deadline, and a
+    /// timer that leaves the connection open).
+    fn conn_timer(&mut self, _conn: &mut Self::Conn, _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        ConnStatus::Open
+    }
 
     /// Bytes of input the handler holds for this connection (unfinished chunks and
     /// messages); they count against the shard's buffer budget.
@@ -74,10 +78,13 @@ pub trait Handler {
 
     /// The earliest time [`Handler::conn_timer`] must run for this connection.
     /// Queried after every call into the connection.
-    fn conn_deadline(&self, conn: &Self::Conn) -> u64;
+    fn conn_deadline(&self, _conn: &Self::Conn) -> u64 {
+        u64::MAX
+    }
 
-    /// The socket is gone (closed by either side, or the loop is stopping).
-    fn closed(&mut self, conn: Self::Conn, now: Now);
+    /// The socket is gone (closed by either side, or the loop is stopping). By default its
+    /// state is dropped.
+    fn closed(&mut self, _conn: Self::Conn, _now: Now) {}
 
     /// The connection leaves for another shard (after [`ConnStatus::Move`]): release what
     /// this shard holds for it and return the state to send along. `None` closes it.
@@ -173,11 +180,4 @@ impl Handler for EchoHandler {
         out.extend_from_slice(data);
         ConnStatus::Open
     }
-    fn conn_timer(&mut self, _conn: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
-        ConnStatus::Open
-    }
-    fn conn_deadline(&self, _conn: &()) -> u64 {
-        u64::MAX
-    }
-    fn closed(&mut self, _conn: (), _now: Now) {}
 }

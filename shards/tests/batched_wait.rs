@@ -116,13 +116,6 @@ impl Handler for Ticker {
     fn recv(&mut self, _c: &mut (), _now: Now, _data: &[u8], _out: &mut Vec<u8>) -> ConnStatus {
         ConnStatus::Open
     }
-    fn conn_timer(&mut self, _c: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
-        ConnStatus::Open
-    }
-    fn conn_deadline(&self, _c: &()) -> u64 {
-        u64::MAX
-    }
-    fn closed(&mut self, _c: (), _now: Now) {}
     fn deadline(&self) -> u64 {
         if self.period_ns == 0 {
             // No timer: only the fleet's stop (an eventfd wake) ends the loop.
@@ -355,13 +348,6 @@ impl Handler for Recorder {
         out.extend_from_slice(data);
         ConnStatus::Open
     }
-    fn conn_timer(&mut self, _c: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
-        ConnStatus::Open
-    }
-    fn conn_deadline(&self, _c: &()) -> u64 {
-        u64::MAX
-    }
-    fn closed(&mut self, _c: (), _now: Now) {}
     fn publish(&mut self) {
         let Some(fleet) = &self.fleet else { return };
         let s = fleet.shards[0].stats.snapshot();

@@ -55,7 +55,6 @@ impl Handler for PingClient {
     fn conn_deadline(&self, c: &PingConn) -> u64 {
         c.deadline
     }
-    fn closed(&mut self, _c: PingConn, _now: Now) {}
     fn keep_running(&mut self, now: Now) -> bool {
         if self.give_up_ns == 0 {
             self.give_up_ns = now.mono_ns + 60_000_000_000;
