@@ -1,7 +1,8 @@
 """asyncua (PyPI) against the real uaring binary with security: every RSA policy in Sign and
 SignAndEncrypt (read, write, browse), UserName logins (good, wrong password, unknown user,
 read-only role), an untrusted client certificate refused and then accepted once copied into
-trusted/certs (no restart), and an X.509 user token.
+trusted/certs (no restart), and X.509 user tokens (one whose commonName, with a comma, names a
+configured readwrite user).
 
 Certificates are made with the binary itself (`uaring cert generate`), passwords hashed with
 `uaring hash-password`; the server runs with `--pki DIR --config FILE` in a temp directory.
@@ -22,6 +23,7 @@ from conftest import Server, uaring_bin
 POLICIES = [sp.SecurityPolicyBasic256Sha256, sp.SecurityPolicyAes128Sha256RsaOaep, sp.SecurityPolicyAes256Sha256RsaPss]
 MODES = [ua.MessageSecurityMode.Sign, ua.MessageSecurityMode.SignAndEncrypt]
 BENCH = ua.NodeId(1001, 1)
+OPERATOR_CN = "Operator, Line 2"
 
 
 def run(coro):
@@ -35,10 +37,10 @@ def uaring(*args, stdin=None):
 class Identity:
     """An application instance certificate + key made by `uaring cert generate`."""
 
-    def __init__(self, root, name, uri):
+    def __init__(self, root, name, uri, common_name=None):
         self.dir = root / name
         self.uri = uri
-        uaring("cert", "--pki", str(self.dir), "generate", "--uri", uri, "--name", name)
+        uaring("cert", "--pki", str(self.dir), "generate", "--uri", uri, "--name", common_name or name)
         self.cert = self.dir / "own" / "certs" / "uaring.der"
         self.key = self.dir / "own" / "private" / "uaring.pem"
 
@@ -50,8 +52,11 @@ def env(tmp_path_factory):
     trusted = Identity(root, "asyncua-client", "urn:uaring:test:asyncua")
     untrusted = Identity(root, "asyncua-stranger", "urn:uaring:test:stranger")
     user = Identity(root, "asyncua-x509-user", "urn:uaring:test:x509user")
+    # A CN with a comma that names a configured readwrite user.
+    operator = Identity(root, "asyncua-x509-operator", "urn:uaring:test:x509operator", OPERATOR_CN)
     uaring("cert", "--pki", str(pki), "trust", str(trusted.cert))
     uaring("cert", "--pki", str(pki), "trust", str(user.cert))
+    uaring("cert", "--pki", str(pki), "trust", str(operator.cert))
     admin_hash = uaring("hash-password", stdin="admin-pw\n").strip()
     reader_hash = uaring("hash-password", stdin="reader-pw\n").strip()
     cfg = root / "uaring.toml"
@@ -59,9 +64,10 @@ def env(tmp_path_factory):
         "[security]\nrescan_interval_ms = 500\n[transport]\nmin_token_lifetime_ms = 1000\n"
         f'[[users]]\nname = "admin"\npassword = "{admin_hash}"\nrole = "readwrite"\n'
         f'[[users]]\nname = "reader"\npassword = "{reader_hash}"\nrole = "read"\n'
+        f'[[users]]\nname = "{OPERATOR_CN}"\npassword = "{admin_hash}"\nrole = "readwrite"\n'
     )
     server = Server("--pki", str(pki), "--config", str(cfg))
-    yield {"server": server, "pki": pki, "trusted": trusted, "untrusted": untrusted, "user": user}
+    yield {"server": server, "pki": pki, "trusted": trusted, "untrusted": untrusted, "user": user, "operator": operator}
     code = server.stop()
     assert code == 0, f"uaring exited with {code} on SIGTERM"
 
@@ -174,6 +180,25 @@ def test_x509_user_token(env):
             # The certificate's CN names no configured user: security.x509_user_role (read).
             with pytest.raises(uaerrors.BadUserAccessDenied):
                 await c.get_node(BENCH).write_value(ua.DataValue(ua.Variant(5, ua.VariantType.Int32)))
+        finally:
+            await c.disconnect()
+
+    run(body())
+
+
+def test_x509_user_named_by_a_common_name_with_a_comma(env):
+    """The user is the certificate's commonName attribute, not a piece of the formatted subject
+    ("CN=Operator, Line 2,O=..." split on commas gave "Operator", no configured user)."""
+    async def body():
+        mode = ua.MessageSecurityMode.SignAndEncrypt
+        c = await secure_client(env["server"].url, env["trusted"], sp.SecurityPolicyBasic256Sha256, mode)
+        await c.load_client_certificate(str(env["operator"].cert))
+        await c.load_private_key(env["operator"].key)
+        await c.connect()
+        try:
+            # The configured readwrite user: the write is allowed.
+            await c.get_node(BENCH).write_value(ua.DataValue(ua.Variant(6, ua.VariantType.Int32)))
+            assert await c.get_node(BENCH).read_value() == 6
         finally:
             await c.disconnect()
 
