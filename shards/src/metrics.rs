@@ -137,6 +137,8 @@ pub fn render(src: &Sources) -> String {
     );
     per_shard(&mut out, "uaring_uring_submissions_total", "counter", "io_uring submission queue entries submitted (0 on epoll).", &|i| stats[i].submissions);
     per_shard(&mut out, "uaring_uring_completions_total", "counter", "io_uring completions handled (0 on epoll).", &|i| stats[i].completions);
+    per_shard(&mut out, "uaring_uring_batch_waits_total", "counter", "io_uring waits that asked for more than one completion (batch_wait_us; 0 when off and on epoll).", &|i| stats[i].batch_waits);
+    per_shard(&mut out, "uaring_uring_batch_wanted_total", "counter", "Completions those waits asked for, in total (divided by uaring_uring_batch_waits_total: what a batched wait expects).", &|i| stats[i].batch_wanted);
 
     let labelled = |out: &mut String, name: &str, kind: &str, help: &str, labels: &[&str], label: &str, v: &dyn Fn(&ShardMetrics, usize) -> u64| {
         family(out, name, kind, help, |out| {

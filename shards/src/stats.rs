@@ -21,8 +21,8 @@ pub fn render_json(fleet: &Fleet, backend: &str, listen: &str) -> String {
         }
         let cpu = link.cpu.map_or("null".to_string(), |c| c.to_string());
         s.push_str(&format!(
-            "{{\"shard\":{i},\"cpu\":{cpu},\"open\":{},\"accepted\":{},\"closed\":{},\"refused\":{},\"handed_off\":{},\"moved_out\":{},\"moved_in\":{},\"move_refused\":{},\"bytes_in\":{},\"bytes_out\":{},\"loops\":{}}}",
-            sn.open, sn.accepted, sn.closed, sn.refused, sn.handed_off, sn.moved_out, sn.moved_in, sn.move_refused, sn.bytes_in, sn.bytes_out, sn.loops
+            "{{\"shard\":{i},\"cpu\":{cpu},\"open\":{},\"accepted\":{},\"closed\":{},\"refused\":{},\"handed_off\":{},\"moved_out\":{},\"moved_in\":{},\"move_refused\":{},\"bytes_in\":{},\"bytes_out\":{},\"loops\":{},\"batch_waits\":{},\"batch_wanted\":{}}}",
+            sn.open, sn.accepted, sn.closed, sn.refused, sn.handed_off, sn.moved_out, sn.moved_in, sn.move_refused, sn.bytes_in, sn.bytes_out, sn.loops, sn.batch_waits, sn.batch_wanted
         ));
         total.open += sn.open;
         total.accepted += sn.accepted;

@@ -105,6 +105,10 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
         assert!(sum(&after, "uaring_uring_completions_total", &[]) > sum(&before, "uaring_uring_completions_total", &[]));
     }
     assert!(sum(&after, "uaring_loop_idle_seconds_total", &[]) > 0.0);
+    // Batched waiting is off by default: no wait asked for more than one completion.
+    assert!(after.contains("# TYPE uaring_uring_batch_waits_total counter"), "{after}");
+    assert_eq!(sum(&after, "uaring_uring_batch_waits_total", &[]), 0.0, "{after}");
+    assert_eq!(sum(&after, "uaring_uring_batch_wanted_total", &[]), 0.0, "{after}");
     // Every shard appears, with its label.
     assert!(after.contains("uaring_connections{shard=\"0\"}") && after.contains("uaring_connections{shard=\"1\"}"));
 
@@ -125,6 +129,69 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains(&format!("metrics endpoint http://127.0.0.1:{port}/metrics")), "{err}");
+}
+
+/// Numbers after `"key":` in the statistics file, in order of appearance.
+fn field_values(json: &str, key: &str) -> Vec<u64> {
+    let pat = format!("\"{key}\":");
+    json.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let rest = &json[i + pat.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
+        .collect()
+}
+
+#[test]
+fn batched_waits_are_counted_in_the_metrics_and_the_statistics_file() {
+    let port = free_port();
+    let cfg = std::env::temp_dir().join(format!("uaring-metrics-batched-{}-{port}.toml", std::process::id()));
+    std::fs::write(&cfg, format!("[runtime]\nbatch_wait_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
+    let stats = std::env::temp_dir().join(format!("uaring-metrics-batched-{}-{port}.json", std::process::id()));
+    let server = Server::start(&["--config", cfg.to_str().unwrap(), "--shards", "1", "--stats-file", stats.to_str().unwrap()]);
+    let (_, before) = get(port, "/metrics");
+    let uring = before.contains("io_backend=\"uring\"");
+
+    // Two request/response clients at once: each wait expects at least a reply's send and
+    // the next request, so the shard's waits ask for more than one completion.
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let mut c = Client::connect(&server.url(), Duration::from_secs(5)).unwrap();
+                c.create_session().unwrap();
+                c.activate_session_anonymous().unwrap();
+                for _ in 0..200 {
+                    c.read_values(&[NodeId::numeric(1, 1001)]).unwrap();
+                }
+                c.close().unwrap();
+            });
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let (_, after) = get(port, "/metrics");
+    let waits = sum(&after, "uaring_uring_batch_waits_total", &[]);
+    let wanted = sum(&after, "uaring_uring_batch_wanted_total", &[]);
+    server.signal(libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(200));
+    let json = std::fs::read_to_string(&stats).unwrap();
+    let (file_waits, file_wanted) = (field_values(&json, "batch_waits"), field_values(&json, "batch_wanted"));
+    assert_eq!((file_waits.len(), file_wanted.len()), (1, 1), "one shard: {json}");
+    if uring {
+        assert!(waits > 0.0, "400 Reads of two clients without a batched wait:\n{after}");
+        // Every counted wait asked for at least two completions.
+        assert!(wanted >= 2.0 * waits, "waits {waits}, wanted {wanted}");
+        // The file shows the same counters, at least as far as the scrape before it.
+        assert!(file_waits[0] as f64 >= waits && file_wanted[0] as f64 >= wanted, "{json} after waits {waits}, wanted {wanted}");
+        assert!(file_wanted[0] >= 2 * file_waits[0], "{json}");
+    } else {
+        assert_eq!((waits, wanted), (0.0, 0.0), "epoll has no batched waiting:\n{after}");
+        assert_eq!((file_waits[0], file_wanted[0]), (0, 0), "{json}");
+    }
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+    let _ = std::fs::remove_file(&cfg);
+    let _ = std::fs::remove_file(&stats);
 }
 
 #[test]
