@@ -275,6 +275,12 @@ pub struct RunOpts {
     /// are not in the latency figures; the result reports storm_sessions_per_s.
     #[arg(long, default_value_t = 0)]
     pub storm: usize,
+    /// Sessions held open beside the measured clients: established (with the run's
+    /// security settings) before the load starts, silent but for a Read of the server's
+    /// state every third of their session timeout, closed after the window. For the echo
+    /// floor, connections that send nothing.
+    #[arg(long, default_value_t = 0)]
+    pub idle_sessions: usize,
     /// The storm's sessions log in as this user (`name:password`, the password sent in clear
     /// inside the SignAndEncrypt channel) instead of anonymously.
     #[arg(long)]
@@ -437,6 +443,7 @@ mod tests {
         assert!(r.json);
         assert_eq!(r.send, SendMode::Batched);
         assert_eq!(r.security, "none");
+        assert_eq!(r.idle_sessions, 0);
     }
 
     #[test]
@@ -492,6 +499,17 @@ mod tests {
         let Command::Sweep(s) = parse(&["sweep", "--variants", "v", "--duration", "1"]).unwrap().command else { panic!() };
         assert_eq!(s.rounds, 5);
         assert_eq!(s.run.duration, 1.0);
+        // --idle-sessions from the sweep's own words, a scenario's and a variant's (the last wins).
+        let common = run_words_of_sweep(&["--variants".to_string(), "v".into(), "--idle-sessions".into(), "2".into()]);
+        let scenario = crate::sweep::Scenario { name: "s".into(), args: vec!["--idle-sessions".into(), "8".into()] };
+        let plain = crate::sweep::Variant { name: "a".into(), env: vec![], args: vec![] };
+        let r = RunOpts::try_parse_words(crate::sweep::run_words(&common, &scenario, &plain)).unwrap();
+        assert_eq!(r.idle_sessions, 8);
+        let more = crate::sweep::Variant { name: "b".into(), env: vec![], args: vec!["--idle-sessions".into(), "16".into()] };
+        assert_eq!(RunOpts::try_parse_words(crate::sweep::run_words(&common, &scenario, &more)).unwrap().idle_sessions, 16);
+        let none = crate::sweep::Scenario { name: "t".into(), args: vec![] };
+        assert_eq!(RunOpts::try_parse_words(crate::sweep::run_words(&common, &none, &plain)).unwrap().idle_sessions, 2);
+        assert!(parse(&["run", "--idle-sessions", "some"]).is_err());
     }
 
     #[test]

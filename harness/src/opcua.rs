@@ -64,6 +64,9 @@ pub trait Workload: Send {
     /// response that is not what the contract says is an error and no
     /// operation is recorded for it.
     fn on_response(&mut self, id: u32, resp: &Response, sent_ns: u64, now_ns: u64, ctx: &mut Ctx) -> Result<(), String>;
+    /// The server granted the session `revised_timeout_ms` (CreateSession's
+    /// revisedSessionTimeout) at `now_ns`.
+    fn session_created(&mut self, _revised_timeout_ms: f64, _now_ns: u64) {}
     /// Timer-driven requests (writers at a fixed rate).
     fn deadline(&self) -> Option<u64> {
         None
@@ -96,6 +99,9 @@ pub struct UaDriver {
     security: Option<Arc<Security>>,
     /// Log in with a UserName token (name, password) instead of anonymously.
     user: Option<(String, String)>,
+    /// The request id of the CloseSession sent, and its answer's service result.
+    close_id: Option<u32>,
+    close_result: Option<StatusCode>,
 }
 
 impl UaDriver {
@@ -112,6 +118,8 @@ impl UaDriver {
             endpoint_url: endpoint_url.to_string(),
             sent: std::collections::HashMap::with_capacity(inflight * 2 + 8),
             user: None,
+            close_id: None,
+            close_result: None,
         }
     }
 
@@ -175,6 +183,7 @@ impl UaDriver {
                     return Err(format!("CreateSession: {}", status_name(r.response_header.service_result)));
                 }
                 self.conn.set_authentication_token(r.authentication_token.clone());
+                self.work.session_created(r.revised_session_timeout, now);
                 let client_signature = match &self.security {
                     Some(sec) => {
                         let mut data = if r.server_certificate.is_empty() {
@@ -226,7 +235,10 @@ impl UaDriver {
                 }
                 self.advance_setup(step, Some(&resp), now, out, ctx)
             }
+            // A response to a request sent before the CloseSession is not its answer.
+            Stage::Closing if Some(id) != self.close_id => Ok(()),
             Stage::Closing => {
+                self.close_result = Some(service_result(&resp));
                 self.stage = Stage::Closed;
                 Ok(())
             }
@@ -257,7 +269,14 @@ impl UaDriver {
     /// CloseSession (subscriptions deleted); `is_closed` once answered.
     pub fn close_session(&mut self, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
         self.stage = Stage::Closing;
-        self.send(Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })), now, out)
+        let id = self.send_id(Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })), now, out)?;
+        self.close_id = Some(id);
+        Ok(())
+    }
+
+    /// The service result of the CloseSession's answer, once `is_closed`.
+    pub fn close_result(&self) -> Option<StatusCode> {
+        self.close_result
     }
 
     /// CloseSecureChannel.
@@ -1156,43 +1175,109 @@ pub fn run_session_blocking(
     d: &mut UaDriver,
     time_to_close: impl Fn(&UaDriver) -> bool,
 ) -> Result<Sent, String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let shared = crate::uring::Shared::default();
-    let mut stats = crate::uring::ThreadStats::default();
-    let mut out = Vec::with_capacity(4096);
-    let mut buf = vec![0u8; 65536];
-    let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
-    d.start(mono_ns(), &mut out, &mut ctx)?;
-    let mut closing = false;
-    let mut sent = Sent::default();
-    loop {
-        if !out.is_empty() {
-            if sent.opn_encrypted_len.is_none() {
-                sent.opn_encrypted_len = crate::rsa_bound::opn_encrypted_len(&out);
+    BlockingSession::open(addr, d, time_to_close)?.close(d)
+}
+
+/// One session's connection over a blocking socket (read timeout 10 s), driving a
+/// [`UaDriver`]: [`run_session_blocking`] and the idle sessions of a run
+/// ([`crate::idle`]).
+pub struct BlockingSession {
+    stream: std::net::TcpStream,
+    /// What the driver wrote and the socket has not taken yet.
+    out: Vec<u8>,
+    buf: Vec<u8>,
+    shared: crate::uring::Shared,
+    stats: crate::uring::ThreadStats,
+    sent: Sent,
+}
+
+impl BlockingSession {
+    /// Connects and drives `d` until `ready(d)` says so after a response; what `d` wrote
+    /// in answer is still queued (the next write sends it).
+    pub fn open(addr: std::net::SocketAddr, d: &mut UaDriver, ready: impl Fn(&UaDriver) -> bool) -> Result<BlockingSession, String> {
+        let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+        let mut s = BlockingSession {
+            stream,
+            out: Vec::with_capacity(4096),
+            buf: vec![0u8; 65536],
+            shared: crate::uring::Shared::default(),
+            stats: crate::uring::ThreadStats::default(),
+            sent: Sent::default(),
+        };
+        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut s.stats, &s.shared);
+        d.start(mono_ns(), &mut s.out, &mut ctx)?;
+        loop {
+            s.flush()?;
+            s.read_into(d)?;
+            if ready(d) {
+                return Ok(s);
             }
-            s.write_all(&out).map_err(|e| format!("send: {e}"))?;
-            out.clear();
         }
-        if d.is_closed() {
-            break;
+    }
+
+    /// Writes what `d` has queued.
+    pub fn flush(&mut self) -> Result<(), String> {
+        use std::io::Write;
+        if !self.out.is_empty() {
+            if self.sent.opn_encrypted_len.is_none() {
+                self.sent.opn_encrypted_len = crate::rsa_bound::opn_encrypted_len(&self.out);
+            }
+            self.stream.write_all(&self.out).map_err(|e| format!("send: {e}"))?;
+            self.out.clear();
         }
-        let n = s.read(&mut buf).map_err(|e| format!("recv: {e}"))?;
+        Ok(())
+    }
+
+    /// One read (waiting up to the read timeout), handed to `d`.
+    fn read_into(&mut self, d: &mut UaDriver) -> Result<(), String> {
+        use std::io::Read;
+        let n = self.stream.read(&mut self.buf).map_err(|e| format!("recv: {e}"))?;
         if n == 0 {
             return Err("connection closed by the server".into());
         }
-        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut stats, &shared);
-        d.on_recv(mono_ns(), &buf[..n], &mut out, &mut ctx)?;
-        if time_to_close(d) && !closing {
-            closing = true;
-            d.close_session(mono_ns(), &mut out)?;
-        }
+        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut self.stats, &self.shared);
+        d.on_recv(mono_ns(), &self.buf[..n], &mut self.out, &mut ctx)
     }
-    d.close_channel(mono_ns(), &mut out);
-    let _ = s.write_all(&out);
-    Ok(sent)
+
+    /// Hands what arrived to `d` and sends what follows (call when the socket is readable).
+    pub fn receive(&mut self, d: &mut UaDriver) -> Result<(), String> {
+        self.read_into(d)?;
+        self.flush()
+    }
+
+    /// Runs `d`'s timers (secure channel renewal, its workload's timer) and sends what follows.
+    pub fn poll(&mut self, d: &mut UaDriver) -> Result<(), String> {
+        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut self.stats, &self.shared);
+        d.poll(mono_ns(), &mut self.out, &mut ctx)?;
+        self.flush()
+    }
+
+    /// The first error `d`'s workload reported for a response, if any.
+    pub fn first_error(&self) -> Option<&str> {
+        self.stats.first_error.as_deref()
+    }
+
+    pub fn stream(&self) -> &std::net::TcpStream {
+        &self.stream
+    }
+
+    /// CloseSession, its answer, then CloseSecureChannel.
+    pub fn close(mut self, d: &mut UaDriver) -> Result<Sent, String> {
+        use std::io::Write;
+        d.close_session(mono_ns(), &mut self.out)?;
+        loop {
+            self.flush()?;
+            if d.is_closed() {
+                break;
+            }
+            self.read_into(d)?;
+        }
+        d.close_channel(mono_ns(), &mut self.out);
+        let _ = self.stream.write_all(&self.out);
+        Ok(self.sent)
+    }
 }
 
 /// `counters`: the sampling-capacity search. Items double from

@@ -23,6 +23,8 @@ pub struct RunInfo {
     pub security: String,
     pub server: String,
     pub clients: usize,
+    /// Sessions held open and silent beside the clients (`--idle-sessions`).
+    pub idle_sessions: usize,
     pub inflight: usize,
     /// `batched` or `per-request`.
     pub send: String,
@@ -62,6 +64,9 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
     o.insert("server".into(), json!(info.server));
     o.insert("security".into(), json!(info.security));
     o.insert("clients".into(), json!(info.clients));
+    if info.idle_sessions > 0 {
+        o.insert("idle_sessions".into(), json!(info.idle_sessions));
+    }
     o.insert("inflight".into(), json!(info.inflight));
     o.insert("send".into(), json!(info.send));
     o.insert("client_io".into(), json!(info.client_io));
@@ -269,6 +274,7 @@ mod tests {
             security: "none".into(),
             server: "uaring".into(),
             clients: 4,
+            idle_sessions: 0,
             inflight: 32,
             send: "batched".into(),
             client_io: "shards".into(),
@@ -298,5 +304,9 @@ mod tests {
         assert_eq!(o["client_cpu_us_per_op"], json!(1.0));
         assert_eq!(o["discarded_runs"], json!(1));
         assert!(readable(&o).contains("ops/s"));
+        assert!(!o.contains_key("idle_sessions"), "reported only when some were held");
+        let o = build(&RunInfo { idle_sessions: 8, ..info }, &stats, &m, 0);
+        assert_eq!(o["idle_sessions"], json!(8));
+        assert!(readable(&o).contains("idle_sessions 8"), "{}", readable(&o));
     }
 }

@@ -512,6 +512,7 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         security: cfg.security.clone(),
         server: cfg.server_name(),
         clients: cfg.clients,
+        idle_sessions: cfg.opts.idle_sessions,
         inflight: cfg.inflight,
         // connect's handshake is sequential: every message is its own write.
         send: if cfg.scenario == "connect" { SendMode::PerRequest.name().into() } else { cfg.send.name().into() },
@@ -545,12 +546,15 @@ pub fn run_with_guard(
     let mut discarded = 0u32;
     loop {
         let mut running = start_target(cfg, vars)?;
+        let idle = crate::idle::IdleSessions::open(cfg, &running)?;
         let (plan, params) = make_plan(cfg, &running)?;
         let window = measure(cfg, &mut running, plan);
+        let idle = idle.map(|i| i.close()).transpose();
         if let Some(p) = running.process.as_mut() {
             p.stop();
         }
         let window = window?;
+        idle?;
         let mut info = info_for(cfg, params, &window.output);
         if !window.shard_conns.is_empty() {
             info.shard_connections = window.shard_conns.clone();

@@ -177,7 +177,11 @@ fn setup_of(cell: &Cell) -> String {
         None if g("scenario") == "connect" => "per-request (before --send)".into(),
         None => "batched (before --send)".into(),
     };
-    format!("{} · {} · {} · srv {} · cli {}", g("server"), g("security"), send, g("server_cpus"), g("client_cpus"))
+    let mut x = format!("{} · {} · {} · srv {} · cli {}", g("server"), g("security"), send, g("server_cpus"), g("client_cpus"));
+    if r.get("idle_sessions").and_then(|v| v.as_u64()).is_some_and(|n| n > 0) {
+        x.push_str(&format!(" · {} idle sessions", g("idle_sessions")));
+    }
+    x
 }
 
 pub fn markdown(t: &Table) -> String {
@@ -443,6 +447,7 @@ mod tests {
         let md = markdown(&t);
         assert!(md.contains("| a |"), "{md}");
         assert!(md.contains(" · per-request · "), "the send mode is in the setup column: {md}");
+        assert!(!md.contains("idle sessions"), "none held: {md}");
         assert!(md.contains("110 (100–120)"), "{md}");
         assert!(md.contains("250 (200–300)"), "{md}");
         assert!(md.contains("2.27"), "ratio b/a: {md}");
@@ -456,6 +461,13 @@ mod tests {
         let svg = svg(&t, "read-d32").unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<rect").count(), 1 + 4);
+    }
+
+    #[test]
+    fn idle_sessions_in_the_setup_column() {
+        let raw = "{\"scenario\":\"read\",\"variant\":\"a\",\"server\":\"uaring\",\"send\":\"per-request\",\"ops_per_s\":10,\"clients\":1,\"inflight\":1,\"idle_sessions\":8}\n";
+        let md = markdown(&group(raw).unwrap());
+        assert!(md.contains(" · per-request · srv  · cli  · 8 idle sessions |"), "{md}");
     }
 
     #[test]

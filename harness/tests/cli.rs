@@ -15,10 +15,12 @@ fn tmp(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn echo_run_prints_json() {
-    for (io, send) in [("shards", "batched"), ("harness", "batched"), ("harness", "per-request")] {
+    // The last also holds two idle connections open (the echo floor's idle sessions).
+    for (io, send, idle) in [("shards", "batched", "0"), ("harness", "batched", "0"), ("harness", "per-request", "2")] {
         let out = Command::new(BENCH)
             .args(["run", "--scenario", "echo", "--clients", "2", "--inflight", "4", "--duration", "0.3", "--warmup", "0.1"])
             .args(["--server-cpus", "0", "--client-cpus", "0", "--foreign-max", "1000", "--json", "--client-io", io, "--send", send])
+            .args(["--idle-sessions", idle])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -34,6 +36,10 @@ fn echo_run_prints_json() {
         assert_eq!(v["send"], send);
         assert_eq!(v["client_io"], io);
         assert!(v["window_skew_us"].as_u64().is_some(), "{v}");
+        match idle {
+            "0" => assert!(v.get("idle_sessions").is_none(), "{v}"),
+            n => assert_eq!(v["idle_sessions"].to_string(), n, "{v}"),
+        }
         if io == "harness" {
             assert!(v["client_sends_per_op"].as_f64().unwrap() > 0.0, "{v}");
         }
