@@ -456,8 +456,10 @@ impl Pki {
         expected_app_uri: Option<&str>,
         now_unix_s: i64,
     ) -> Result<Certificate, u32> {
-        let digest = chain_digest(chain_der);
-        if let Some(leaf) = self.remembered(&digest, expected_app_uri, now_unix_s) {
+        // With validated_chains_max = 0 nothing is remembered: no digest to look up or keep.
+        let max = self.config.validated_chains_max;
+        let digest = (max > 0).then(|| chain_digest(chain_der));
+        if let Some(leaf) = digest.as_ref().and_then(|d| self.remembered(d, expected_app_uri, now_unix_s)) {
             return Ok(leaf);
         }
         let result = if self.config.accept_all_client_certs {
@@ -471,7 +473,9 @@ impl Pki {
         };
         match result {
             Ok((leaf, window)) => {
-                self.validated_chains().insert(self.config.validated_chains_max, digest, &leaf, window);
+                if let Some(digest) = digest {
+                    self.validated_chains().insert(max, digest, &leaf, window);
+                }
                 Ok(leaf)
             }
             Err(e) => {
@@ -490,6 +494,9 @@ impl Pki {
     /// The leaf of a chain that [`Pki::validate_client`] accepted against this store, without
     /// parsing it again; None if it is not remembered (any more).
     pub fn validated_leaf(&self, chain_der: &[u8]) -> Option<Certificate> {
+        if self.config.validated_chains_max == 0 {
+            return None;
+        }
         let digest = chain_digest(chain_der);
         self.validated_chains().get(&digest).map(|e| e.leaf.clone())
     }

@@ -373,12 +373,24 @@ fn validated_chains_are_remembered_within_their_window_and_the_bound() {
     assert_eq!(pki.validate_client(a.der(), None, now).unwrap_err(), status::BAD_CERTIFICATE_UNTRUSTED);
     assert!(pki.validated_leaf(a.der()).is_none(), "failures are not remembered");
 
-    // validated_chains_max = 0 remembers nothing.
+    // validated_chains_max = 0 remembers nothing, and every validation is a full one.
     let tmp0 = TempDir::new("remembered0");
     write(&tmp0.path().join("trusted/certs"), "c.der", c.der());
-    let pki0 = Pki::open(tmp0.path(), PkiConfig { validated_chains_max: 0, ..PkiConfig::default() }).unwrap();
+    let mut pki0 = Pki::open(tmp0.path(), PkiConfig { validated_chains_max: 0, ..PkiConfig::default() }).unwrap();
+    for _ in 0..2 {
+        assert_eq!(pki0.validate_client(c.der(), None, now).unwrap().thumbprint(), c.thumbprint());
+        assert_eq!(pki0.validate_client(c.der(), Some("urn:client:2"), now).unwrap().thumbprint(), c.thumbprint());
+        assert!(pki0.validated_leaf(c.der()).is_none());
+    }
+    assert_eq!(pki0.validate_client(c.der(), Some("urn:client:9"), now).unwrap_err(), status::BAD_CERTIFICATE_URI_INVALID);
+    assert_eq!(pki0.validate_client(c.der(), None, c.not_after_unix_s() + 1).unwrap_err(), status::BAD_CERTIFICATE_TIME_INVALID);
+    assert_eq!(pki0.validate_client(a.der(), None, now).unwrap_err(), status::BAD_CERTIFICATE_UNTRUSTED);
+    assert_eq!(pki0.validate_client(b"not a certificate", None, now).unwrap_err(), status::BAD_CERTIFICATE_INVALID);
+    // The one trusted chain still validates after the failures, and its file's removal untrusts it.
     pki0.validate_client(c.der(), None, now).unwrap();
-    assert!(pki0.validated_leaf(c.der()).is_none());
+    std::fs::remove_file(tmp0.path().join("trusted/certs/c.der")).unwrap();
+    assert!(pki0.refresh_if_stale(10_000));
+    assert_eq!(pki0.validate_client(c.der(), None, now).unwrap_err(), status::BAD_CERTIFICATE_UNTRUSTED);
 }
 
 /// With accept_all_client_certs (the benchmark contract) the parsed leaf is remembered too.
