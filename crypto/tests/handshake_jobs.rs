@@ -333,3 +333,46 @@ fn refused_jobs_answer_with_the_resource_statuses() {
     w.run_jobs(&mut c);
     assert!(matches!(w.response(&mut c, id), Response::ActivateSession(_)));
 }
+
+/// An anonymous ActivateSession on a SignAndEncrypt channel needs only the client signature
+/// check, one RSA public-key operation: it is answered at once, without a job, and a wrong
+/// signature is still BadApplicationSignatureInvalid. A UserName login on the same channel is
+/// still a job (the token check is argon2id).
+#[test]
+fn an_anonymous_activation_checks_the_client_signature_without_a_job() {
+    let mut w = world();
+    let mut c = w.link(true, 4005);
+    w.pump(&mut c);
+    w.run_jobs(&mut c);
+    assert!(c.client.is_open());
+    let id = w.create_session(&mut c, true);
+    w.run_jobs(&mut c);
+    let created = w.created(&mut c, id);
+
+    // A signature over the wrong nonce: refused at once.
+    let mut bad = created.clone();
+    bad.server_nonce = ByteString::from(vec![1u8; 32]);
+    let id = w.activate(&mut c, &bad, None);
+    assert!(c.server.take_job().is_none(), "no job for an anonymous activation");
+    match w.response(&mut c, id) {
+        Response::ServiceFault(f) => assert_eq!(f.response_header.service_result, StatusCode::BadApplicationSignatureInvalid),
+        other => panic!("{other:?}"),
+    }
+
+    let id = w.activate(&mut c, &created, None);
+    assert!(c.server.take_job().is_none(), "no job for an anonymous activation");
+    assert!(!c.server.is_waiting());
+    let activated = match w.response(&mut c, id) {
+        Response::ActivateSession(r) if r.response_header.service_result.is_good() => r,
+        other => panic!("{other:?}"),
+    };
+    assert!(good_read(&w.read(&mut c)));
+
+    // The activation handed out a new nonce; a UserName login signs it and is a job.
+    let mut next = created.clone();
+    next.server_nonce = activated.server_nonce.clone();
+    let id = w.activate(&mut c, &next, Some(("op", "op-pw")));
+    let job = take(&mut c, JobKind::ActivateSession);
+    w.finish(&mut c, job.run());
+    assert!(matches!(w.response(&mut c, id), Response::ActivateSession(r) if r.response_header.service_result.is_good()));
+}

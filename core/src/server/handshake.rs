@@ -37,8 +37,9 @@ pub enum JobKind {
     OpenResponse,
     /// CreateSession: client certificate validation (PKI) and the server signature.
     CreateSession,
-    /// ActivateSession: the client signature, user token decryption (private key),
-    /// argon2id or the X.509 user certificate (PKI).
+    /// ActivateSession: user token decryption (private key), argon2id or the X.509 user
+    /// certificate (PKI), with the client signature. An activation that needs none of these
+    /// (anonymous) checks the client signature on the shard and makes no job.
     ActivateSession,
 }
 

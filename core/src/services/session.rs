@@ -146,8 +146,9 @@ fn finish_create_session(
 }
 
 /// ActivateSession: sets the user identity and (re)binds the session to this channel. The
-/// client signature, the user token's decryption and its check (argon2id, X.509) are a
-/// handshake job: `None` when it went to the runtime (the response comes from [`resume`]).
+/// user token's decryption and its check (argon2id, X.509), with the client signature, are a
+/// handshake job: `None` when it went to the runtime (the response comes from [`resume`]). A
+/// client signature alone (anonymous) is checked here ([`identity::activation_work`]).
 pub fn activate_session(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
