@@ -3,8 +3,10 @@
 //! ActivateSession; argon2id; certificate validation that may read the PKI directory), so a
 //! shard keeps serving its other connections meanwhile.
 //!
-//! Shape: one bounded multi-producer queue of jobs (crossbeam-channel, `queue_depth` entries)
-//! shared by every shard; `threads` helper threads take from it. Each job carries its shard's
+//! Shape: one bounded lock-free queue of jobs (`queue_depth` entries) shared by every shard;
+//! `threads` helper threads take from it. A helper that finds it empty sleeps on a condition
+//! variable at once (no spinning: on a CPU it shares with a shard, a spin only delays the
+//! shard), and a shard wakes one only when some helper sleeps. Each job carries its shard's
 //! result queue (a bounded lock-free `ArrayQueue`, one per shard, written by the helpers, read
 //! only by the shard) and its shard's [`Waker`] (the eventfd the shard's loop already waits
 //! on). A shard's [`PoolClient`] counts the jobs it has out; past `queue_depth + threads` of them,
@@ -15,10 +17,10 @@
 //! `threads = 0` means no pool: every job runs inline on the shard thread (the behaviour before
 //! the pool existed). That is an explicit setting, not "unbounded".
 
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_queue::ArrayQueue;
 use serde::Deserialize;
 use uaring_core::server::handshake::{HandshakeJob, JobDone};
@@ -87,9 +89,80 @@ struct Envelope {
     waker: Option<Waker>,
 }
 
+/// The jobs waiting for a helper, and how the helpers sleep.
+struct Jobs<T> {
+    queue: ArrayQueue<T>,
+    /// Helpers asleep (or about to sleep) on `wake`.
+    sleepers: AtomicUsize,
+    /// The pool and its shards' clients alive: the last one to go closes the queue.
+    producers: AtomicUsize,
+    /// Set when no producer is left: helpers finish the queue and exit.
+    closed: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl<T> Jobs<T> {
+    fn new(depth: usize) -> Self {
+        Jobs {
+            queue: ArrayQueue::new(depth),
+            sleepers: AtomicUsize::new(0),
+            producers: AtomicUsize::new(1),
+            closed: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Queues `e`; gives it back when the queue is full.
+    fn push(&self, e: T) -> Result<(), T> {
+        self.queue.push(e)?;
+        // Pairs with the fence in `pop_or_sleep`: either that helper's pop sees this job, or
+        // this load sees it counted as a sleeper and wakes it (under the lock it holds until
+        // it waits, so the notification cannot fall between its check and its wait).
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Relaxed) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The next job; sleeps while there is none. `None` once the pool is closed and drained.
+    fn pop_or_sleep(&self) -> Option<T> {
+        if let Some(e) = self.queue.pop() {
+            return Some(e);
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.sleepers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let e = loop {
+            if let Some(e) = self.queue.pop() {
+                break Some(e);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                break None;
+            }
+            g = self.wake.wait(g).unwrap_or_else(|p| p.into_inner());
+        };
+        self.sleepers.fetch_sub(1, Ordering::Relaxed);
+        e
+    }
+
+    /// One producer fewer; the last one closes the queue.
+    fn leave(&self) {
+        if self.producers.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        self.closed.store(true, Ordering::Release);
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.wake.notify_all();
+    }
+}
+
 /// The helper threads and the shared job queue.
 pub struct HandshakePool {
-    tx: Sender<Envelope>,
+    jobs: Arc<Jobs<Envelope>>,
     threads: usize,
     queue_depth: usize,
     workers: Vec<JoinHandle<()>>,
@@ -113,14 +186,14 @@ fn set_nice(nice: i32) {
     }
 }
 
-fn worker(rx: Receiver<Envelope>, nice: i32, cpus: Vec<usize>) {
+fn worker(jobs: Arc<Jobs<Envelope>>, nice: i32, cpus: Vec<usize>) {
     set_nice(nice);
     if !cpus.is_empty() {
         if let Err(e) = uaring_affinity::pin_current_thread(&cpus) {
             tracing::warn!("handshake thread: cannot pin to {cpus:?}: {e}");
         }
     }
-    while let Ok(e) = rx.recv() {
+    while let Some(e) = jobs.pop_or_sleep() {
         let done = e.job.run();
         if e.results.push((e.conn, done)).is_err() {
             // Cannot happen: a shard never has more jobs out than its queue holds.
@@ -139,25 +212,26 @@ impl HandshakePool {
         if cfg.threads == 0 {
             return Ok(None);
         }
-        let (tx, rx) = crossbeam_channel::bounded(cfg.queue_depth);
+        let jobs = Arc::new(Jobs::new(cfg.queue_depth));
         let mut workers = Vec::with_capacity(cfg.threads);
         for i in 0..cfg.threads {
-            let rx = rx.clone();
+            let jobs = jobs.clone();
             let nice = cfg.nice;
             let cpus = cpus.to_vec();
             let h = std::thread::Builder::new()
                 .name(format!("uaring-handshake-{i}"))
-                .spawn(move || worker(rx, nice, cpus))
+                .spawn(move || worker(jobs, nice, cpus))
                 .map_err(|e| format!("handshake thread: {e}"))?;
             workers.push(h);
         }
-        Ok(Some(Arc::new(HandshakePool { tx, threads: cfg.threads, queue_depth: cfg.queue_depth, workers })))
+        Ok(Some(Arc::new(HandshakePool { jobs, threads: cfg.threads, queue_depth: cfg.queue_depth, workers })))
     }
 
     /// A shard's end of the pool.
     pub fn client(&self) -> PoolClient {
         let max_out = self.queue_depth + self.threads;
-        PoolClient { tx: self.tx.clone(), results: Arc::new(ArrayQueue::new(max_out)), out: 0, max_out, waker: None }
+        self.jobs.producers.fetch_add(1, Ordering::Relaxed);
+        PoolClient { jobs: self.jobs.clone(), results: Arc::new(ArrayQueue::new(max_out)), out: 0, max_out, waker: None }
     }
 
     pub fn threads(&self) -> usize {
@@ -165,9 +239,17 @@ impl HandshakePool {
     }
 }
 
+impl Drop for HandshakePool {
+    /// Once the pool and every client are gone, the helpers run what is queued and exit (they
+    /// are not joined: a job may be reading the PKI directory).
+    fn drop(&mut self) {
+        self.jobs.leave();
+    }
+}
+
 /// One shard's end of the pool: submits its connections' jobs, takes their results.
 pub struct PoolClient {
-    tx: Sender<Envelope>,
+    jobs: Arc<Jobs<Envelope>>,
     results: Results,
     /// Jobs submitted and not yet taken back.
     out: usize,
@@ -187,12 +269,12 @@ impl PoolClient {
             return Err(job);
         }
         let e = Envelope { job, conn, results: self.results.clone(), waker: self.waker.clone() };
-        match self.tx.try_send(e) {
+        match self.jobs.push(e) {
             Ok(()) => {
                 self.out += 1;
                 Ok(())
             }
-            Err(TrySendError::Full(e) | TrySendError::Disconnected(e)) => Err(e.job),
+            Err(e) => Err(e.job),
         }
     }
 
@@ -207,5 +289,78 @@ impl PoolClient {
     /// Jobs out now.
     pub fn jobs_out(&self) -> usize {
         self.out
+    }
+}
+
+impl Drop for PoolClient {
+    fn drop(&mut self) {
+        self.jobs.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Producers on two threads and three sleeping consumers: every item is taken exactly
+    /// once, the consumers sleep when the queue runs dry (no item waits for a later push), and
+    /// they exit when the last producer leaves.
+    #[test]
+    fn every_job_is_taken_once_and_helpers_exit_when_the_producers_leave() {
+        let jobs = Arc::new(Jobs::<u64>::new(8));
+        let consumers: Vec<_> = (0..3)
+            .map(|_| {
+                let jobs = jobs.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    while let Some(v) = jobs.pop_or_sleep() {
+                        got.push(v);
+                    }
+                    got
+                })
+            })
+            .collect();
+        jobs.producers.fetch_add(1, Ordering::Relaxed);
+        let producers: Vec<_> = (0..2u64)
+            .map(|p| {
+                let jobs = jobs.clone();
+                std::thread::spawn(move || {
+                    for i in 0..20_000u64 {
+                        let mut v = p * 1_000_000 + i;
+                        // Full: the consumers are behind; try again (a shard would refuse).
+                        while let Err(back) = jobs.push(v) {
+                            v = back;
+                            std::thread::yield_now();
+                        }
+                        if i % 1000 == 0 {
+                            // Let the consumers run dry and fall asleep now and then.
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    }
+                    jobs.leave();
+                })
+            })
+            .collect();
+        for p in producers {
+            p.join().unwrap();
+        }
+        let mut all: Vec<u64> = consumers.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        all.sort_unstable();
+        let want: Vec<u64> = (0..2u64).flat_map(|p| (0..20_000u64).map(move |i| p * 1_000_000 + i)).collect();
+        assert_eq!(all, want);
+        assert_eq!(jobs.sleepers.load(Ordering::Relaxed), 0);
+    }
+
+    /// A job pushed while every helper sleeps wakes one.
+    #[test]
+    fn a_job_wakes_a_sleeping_helper() {
+        let jobs = Arc::new(Jobs::<u32>::new(4));
+        let j = jobs.clone();
+        let helper = std::thread::spawn(move || j.pop_or_sleep());
+        while jobs.sleepers.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        jobs.push(7).unwrap();
+        assert_eq!(helper.join().unwrap(), Some(7));
     }
 }
