@@ -67,7 +67,7 @@ for t in $ALL; do
             --ratio uaring-wait-50/uaring-wait-0 --ratio uaring-wait-0/echo-floor --ratio uaring-wait-50/echo-floor \
             --ratio uaring-sae-wait-0/open62541-sae --ratio uaring-sae-wait-50/open62541-sae ;;
         establishment) sweep establishment establishment.variants establishment.scenarios \
-            --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline ;;
+            --ratio uaring-2-shards/open62541 --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
