@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-use common::Server;
+use common::{field_values, Server};
 use uaring_harness::blocking::Client;
 use uaring_core::types::{NodeId, Variant};
 
@@ -129,18 +129,6 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains(&format!("metrics endpoint http://127.0.0.1:{port}/metrics")), "{err}");
-}
-
-/// Numbers after `"key":` in the statistics file, in order of appearance.
-fn field_values(json: &str, key: &str) -> Vec<u64> {
-    let pat = format!("\"{key}\":");
-    json.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let rest = &json[i + pat.len()..];
-            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-            rest[..end].parse().ok()
-        })
-        .collect()
 }
 
 #[test]

@@ -151,18 +151,6 @@ fn stats_json(path: &std::path::Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// Numbers after `"key":` in order of appearance.
-fn field_values(json: &str, key: &str) -> Vec<u64> {
-    let pat = format!("\"{key}\":");
-    json.match_indices(&pat)
-        .filter_map(|(i, _)| {
-            let rest = &json[i + pat.len()..];
-            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-            rest[..end].parse().ok()
-        })
-        .collect()
-}
-
 fn policy_serves_eight(extra: &[&str], policy: &str) {
     let dir = std::env::temp_dir().join(format!("uaring-test-{}-{policy}-{}", std::process::id(), extra.len()));
     let _ = std::fs::create_dir_all(&dir);

@@ -177,3 +177,15 @@ pub fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) 
     }
     (got, false)
 }
+
+/// Numbers after `"key":` in the statistics file, in order of appearance.
+pub fn field_values(json: &str, key: &str) -> Vec<u64> {
+    let pat = format!("\"{key}\":");
+    json.match_indices(&pat)
+        .filter_map(|(i, _)| {
+            let rest = &json[i + pat.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
+        .collect()
+}
