@@ -244,18 +244,27 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
 
     let mut b = w.link(true, 4002);
     w.pump(&mut b);
-    // OpenSecureChannel: the certificate check and the RSA decryption …
+    // The first OpenSecureChannel, one job: the certificate check, the RSA decryption and
+    // the response's RSA signature and encryption.
     let job = take(&mut b, JobKind::OpenRequest);
     assert!(good_read(&w.read(&mut a)), "a Read is answered while the OPN job is out");
+    w.finish(&mut b, job.run());
+    assert!(b.client.is_open(), "err {:?}", b.err);
+    assert!(b.server.take_job().is_none(), "the response came with the first job");
+
+    // A renewal is assembled by the shard: its request, then its response, are two jobs.
+    b.client.renew(w.now, &mut b.c2s).unwrap();
+    w.pump(&mut b);
+    let job = take(&mut b, JobKind::OpenRequest);
+    assert!(good_read(&w.read(&mut a)));
     let done = job.run();
     let mut out = Vec::new();
     assert_eq!(b.server.on_job_done(&mut w.shard, w.now, done, &mut out), ConnStatus::Open);
     assert!(out.is_empty(), "nothing is sent before the response is signed");
-    // … then the RSA signature of the response.
     let job = take(&mut b, JobKind::OpenResponse);
     assert!(good_read(&w.read(&mut a)));
     w.finish(&mut b, job.run());
-    assert!(b.client.is_open(), "err {:?}", b.err);
+    assert!(b.client.is_open() && b.err.is_none(), "err {:?}", b.err);
 
     // CreateSession: certificate validation and the server signature.
     let id = w.create_session(&mut b, true);
@@ -295,12 +304,17 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
 #[test]
 fn refused_jobs_answer_with_the_resource_statuses() {
     let mut w = world();
+    let channels = w.shard.open_channel_count();
     let mut b = w.link(true, 4003);
     w.pump(&mut b);
     let job = take(&mut b, JobKind::OpenRequest);
+    // The first OPN's job carries the channel id its response names: taken now …
+    assert_eq!(w.shard.open_channel_count(), channels + 1);
     let mut out = Vec::new();
     assert_eq!(b.server.on_job_done(&mut w.shard, w.now, job.refuse(), &mut out), ConnStatus::Close);
     assert_eq!(find_err(&out), Some(StatusCode::BadTcpNotEnoughResources));
+    // … and given back with the refused connection.
+    assert_eq!(w.shard.open_channel_count(), channels);
 
     let mut c = w.link(true, 4004);
     w.pump(&mut c);

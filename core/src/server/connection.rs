@@ -32,7 +32,7 @@ use crate::secure_channel::{
 };
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
 use crate::server::recycle::Recycler;
-use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, OpenedRequest, Output};
+use crate::server::handshake::{Carry, HandshakeJob, Issued, JobDone, JobKind, OpenedRequest, Output};
 use crate::time::Now;
 use crate::transport::{
     negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated, TransportLimits,
@@ -174,6 +174,8 @@ struct State {
 enum Waiting {
     /// An OPN chunk decrypted and verified.
     OpenRequest,
+    /// A first OPN (Issue, one chunk) answered whole: see [`Issued`].
+    OpenIssued,
     /// The OPN response signed and encrypted.
     OpenResponse,
     /// A session service (CreateSession, ActivateSession) to finish with `ConnectionHost::resume`.
@@ -655,6 +657,10 @@ impl State {
             (Waiting::OpenRequest, Output::OpenRequest(r), Carry::Open { chunk_type, policy, client_certificate }) => {
                 self.open_received(host, now, r?, chunk_type, policy, client_certificate, out)
             }
+            (Waiting::OpenIssued, Output::OpenIssued(r), Carry::Open { policy, client_certificate, .. }) => {
+                let issued = r.map_err(|(status, reason)| Failure { status, reason })?;
+                self.open_issued(host, now, issued, policy, client_certificate, out)
+            }
             (Waiting::OpenResponse, Output::OpenResponse(r, seq), _) => {
                 let Phase::Open(c) = &mut self.phase else {
                     return fail(StatusCode::BadTcpInternalError, "channel missing");
@@ -734,6 +740,12 @@ impl State {
         let job_certificate = client_certificate.clone();
         let bytes = frame.bytes.to_vec();
         let offset = head.sequence_offset;
+        let first = matches!(self.phase, Phase::AwaitOpen { recv_seq: None, .. })
+            && frame.header.chunk_type == crate::transport::ChunkType::Final
+            && self.assembler.started_ns().is_none();
+        if first {
+            return self.open_issue(host, now, frame.header.chunk_type, policy, client_certificate, thumbprint, bytes, offset, out);
+        }
         let carry = Carry::Open { chunk_type: frame.header.chunk_type, policy, client_certificate };
         let job = HandshakeJob::new(JobKind::OpenRequest, carry, move || {
             let opened = (|| {
@@ -746,6 +758,113 @@ impl State {
             Output::OpenRequest(opened)
         });
         self.submit(host, now, job, Waiting::OpenRequest, out)
+    }
+
+    /// A connection's first OpenSecureChannel in one chunk (the usual case): one job opens
+    /// the request, checks and decodes it, derives the channel's keys and signs and encrypts
+    /// the response, where [`State::open_received`] would take a second job for the response.
+    /// The channel id and the server nonce are taken here first (the response carries them);
+    /// the id is released with the connection if the job fails.
+    #[allow(clippy::too_many_arguments)]
+    fn open_issue<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        chunk_type: crate::transport::ChunkType,
+        policy: Arc<dyn SecurityPolicy>,
+        client_certificate: Option<Vec<u8>>,
+        thumbprint: Option<Vec<u8>>,
+        bytes: Vec<u8>,
+        offset: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let channel_id = host.open_channel().map_err(|status| Failure { status, reason: "no secure channel free" })?;
+        self.channel_to_report = Some(channel_id);
+        let nonce_len = policy.nonce_len();
+        let server_nonce = if nonce_len > 0 { crate::random::bytes(host.random(), nonce_len) } else { Vec::new() };
+        let max_size = self.max_message_size();
+        let limits = self.limits.clone();
+        let job_policy = policy.clone();
+        let job_certificate = client_certificate.clone();
+        let carry = Carry::Open { chunk_type, policy, client_certificate };
+        let job = HandshakeJob::new(JobKind::OpenRequest, carry, move || {
+            let issued = (|| {
+                let policy = &*job_policy;
+                let crypto = policy.asymmetric(Role::Server, job_certificate.as_deref(), thumbprint.as_deref()).map_err(|s| (s, ""))?;
+                let mut scratch = Vec::new();
+                let o = open_chunk(&bytes, offset, &*crypto, &mut scratch).map_err(|s| (s, ""))?;
+                if o.body.len() > max_size {
+                    return Err((StatusCode::BadRequestTooLarge, "OPN too large"));
+                }
+                let req = decode_open_request(o.body, &limits)?;
+                if req.request_type != SecurityTokenRequestType::Issue {
+                    return Err((StatusCode::BadRequestTypeInvalid, "Renew without a channel"));
+                }
+                if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
+                    return Err((StatusCode::BadNonceInvalid, "client nonce length"));
+                }
+                let lifetime_ms = limits.revise_token_lifetime_ms(req.requested_lifetime);
+                let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes()).map_err(|s| (s, ""))?;
+                let body = open_response_body(&req, channel_id, 1, lifetime_ms, server_nonce, now);
+                let header = SecurityHeader::Asymmetric(policy.asymmetric_header(job_certificate.as_deref()));
+                let mut send_seq = SequenceCounter::new(policy.legacy_sequence_numbers());
+                let mut response = Vec::new();
+                write_chunks(
+                    MessageType::OpenSecureChannel,
+                    channel_id,
+                    &header,
+                    o.request_id,
+                    &body,
+                    &*crypto,
+                    &mut send_seq,
+                    &chunk_limits(&negotiated),
+                    &mut response,
+                )
+                .map_err(|s| (if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadResponseTooLarge } else { s }, "OpenSecureChannelResponse"))?;
+                Ok(Issued { sequence_number: o.sequence_number, mode: req.security_mode, lifetime_ms, crypto: sym, response, send_seq })
+            })();
+            Output::OpenIssued(issued)
+        });
+        self.submit(host, now, job, Waiting::OpenIssued, out)
+    }
+
+    /// The job of [`State::open_issue`] is done: check what needs the shard and open the channel.
+    fn open_issued<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        issued: Issued,
+        policy: Arc<dyn SecurityPolicy>,
+        client_certificate: Option<Vec<u8>>,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let Phase::AwaitOpen { .. } = &self.phase else {
+            return fail(StatusCode::BadTcpInternalError, "channel already open");
+        };
+        let Some(id) = self.channel_to_report else {
+            return fail(StatusCode::BadTcpInternalError, "no channel id");
+        };
+        let mut recv_seq = SequenceChecker::new(policy.legacy_sequence_numbers());
+        recv_seq.check(issued.sequence_number)?;
+        if !host.security().allows(policy.uri(), issued.mode) {
+            return fail(StatusCode::BadSecurityModeRejected, "security mode not offered with this policy");
+        }
+        host.channel_policy(policy.uri(), true);
+        let channel = Channel {
+            id,
+            policy,
+            mode: issued.mode,
+            client_certificate,
+            current: Token { id: 1, created_ns: now.mono_ns, lifetime_ms: issued.lifetime_ms, crypto: issued.crypto, activated: true },
+            previous: None,
+            next_token_id: 2,
+            send_seq: issued.send_seq,
+            recv_seq,
+        };
+        self.phase = Phase::Open(Box::new(channel));
+        out.extend_from_slice(&issued.response);
+        Ok(Step::Continue)
     }
 
     /// An OPN chunk came back decrypted and verified: assemble, answer Issue or Renew, and
@@ -786,12 +905,7 @@ impl State {
             Assembly::Aborted { .. } => return Ok(Step::Continue),
             Assembly::Complete { request_id, body } => (request_id, body),
         };
-        let mut d = Decoder::new(body, self.limits.decode);
-        let type_id = NodeId::decode(&mut d).map_err(|e| Failure { status: e.status, reason: "OPN type id" })?;
-        if type_id.as_ns0() != Some(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary) {
-            return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN does not carry OpenSecureChannelRequest");
-        }
-        let req = OpenSecureChannelRequest::decode(&mut d).map_err(|e| Failure { status: e.status, reason: "OpenSecureChannelRequest" })?;
+        let req = decode_open_request(body, &self.limits).map_err(|(status, reason)| Failure { status, reason })?;
         let nonce_len = policy.nonce_len();
         if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
             return fail(StatusCode::BadNonceInvalid, "client nonce length");
@@ -845,31 +959,9 @@ impl State {
         let Phase::Open(c) = &mut self.phase else {
             return fail(StatusCode::BadTcpInternalError, "channel missing");
         };
-        let resp = OpenSecureChannelResponse {
-            response_header: ResponseHeader {
-                timestamp: now.utc,
-                request_handle: req.request_header.request_handle,
-                service_result: StatusCode::Good,
-                ..Default::default()
-            },
-            server_protocol_version: PROTOCOL_VERSION,
-            security_token: ChannelSecurityToken {
-                channel_id: c.id,
-                token_id: c.current.id,
-                created_at: now.utc,
-                revised_lifetime: lifetime_ms,
-            },
-            server_nonce: ByteString::from(server_nonce),
-        };
-        let mut body = Vec::new();
-        NodeId::ns0(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary).encode(&mut body);
-        resp.encode(&mut body);
+        let body = open_response_body(&req, c.id, c.current.id, lifetime_ms, server_nonce, now);
         let header = SecurityHeader::Asymmetric(c.policy.asymmetric_header(c.client_certificate.as_deref()));
-        let limits = ChunkLimits {
-            max_chunk_size: negotiated.send_buffer_size,
-            max_message_size: negotiated.peer_max_message_size,
-            max_chunk_count: negotiated.peer_max_chunk_count,
-        };
+        let limits = chunk_limits(&negotiated);
         let channel_id = c.id;
         let mut seq = c.send_seq.clone();
         // The signature (private key) and the encryption of the response: a job.
@@ -1033,6 +1125,44 @@ fn response_limit(hello: u32, session: u32) -> u32 {
 /// decoded-size budget: `max_decoded_size` (BadEncodingLimitsExceeded), or the shard's
 /// `headroom` when that is smaller (BadResourceUnavailable: the server is short of memory,
 /// the request itself may be fine).
+/// The OpenSecureChannelRequest in an assembled OPN body.
+fn decode_open_request(body: &[u8], limits: &TransportLimits) -> Result<OpenSecureChannelRequest, (StatusCode, &'static str)> {
+    let mut d = Decoder::new(body, limits.decode);
+    let type_id = NodeId::decode(&mut d).map_err(|e| (e.status, "OPN type id"))?;
+    if type_id.as_ns0() != Some(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary) {
+        return Err((StatusCode::BadTcpMessageTypeInvalid, "OPN does not carry OpenSecureChannelRequest"));
+    }
+    OpenSecureChannelRequest::decode(&mut d).map_err(|e| (e.status, "OpenSecureChannelRequest"))
+}
+
+/// The encoded OpenSecureChannelResponse (type id and body) for `req`.
+fn open_response_body(req: &OpenSecureChannelRequest, channel_id: u32, token_id: u32, lifetime_ms: u32, server_nonce: Vec<u8>, now: Now) -> Vec<u8> {
+    let resp = OpenSecureChannelResponse {
+        response_header: ResponseHeader {
+            timestamp: now.utc,
+            request_handle: req.request_header.request_handle,
+            service_result: StatusCode::Good,
+            ..Default::default()
+        },
+        server_protocol_version: PROTOCOL_VERSION,
+        security_token: ChannelSecurityToken { channel_id, token_id, created_at: now.utc, revised_lifetime: lifetime_ms },
+        server_nonce: ByteString::from(server_nonce),
+    };
+    let mut body = Vec::new();
+    NodeId::ns0(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary).encode(&mut body);
+    resp.encode(&mut body);
+    body
+}
+
+/// What the peer accepts per message (its Hello or Acknowledge).
+fn chunk_limits(negotiated: &Negotiated) -> ChunkLimits {
+    ChunkLimits {
+        max_chunk_size: negotiated.send_buffer_size,
+        max_message_size: negotiated.peer_max_message_size,
+        max_chunk_count: negotiated.peer_max_chunk_count,
+    }
+}
+
 fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &TransportLimits, headroom: usize) -> Result<Request, (u32, StatusCode)> {
     let mut d = Decoder::with_budget(body, limits.decode, headroom);
     let Ok(type_id) = NodeId::decode(&mut d) else {

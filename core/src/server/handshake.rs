@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use crate::generated::types::{ActivateSessionRequest, CreateSessionRequest, SignatureData};
+use crate::generated::types::{ActivateSessionRequest, CreateSessionRequest, MessageSecurityMode, SignatureData};
 use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter};
 use crate::server::shard::{SessionKey, UserIdentity};
 use crate::transport::ChunkType;
@@ -31,9 +31,12 @@ use crate::types::{ByteString, StatusCode};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobKind {
     /// An OpenSecureChannel request chunk: client certificate validation (PKI), RSA
-    /// decryption and signature verification.
+    /// decryption and signature verification. For a connection's first OpenSecureChannel
+    /// (Issue, one chunk) also the response's RSA signature and encryption: one job instead
+    /// of two.
     OpenRequest,
-    /// The OpenSecureChannel response: RSA signature (private key) and encryption.
+    /// The response to an OpenSecureChannel the shard assembled itself (a renewal, or a
+    /// request in several chunks): RSA signature (private key) and encryption.
     OpenResponse,
     /// CreateSession: client certificate validation (PKI) and the server signature.
     CreateSession,
@@ -72,9 +75,27 @@ pub(crate) struct OpenedRequest {
     pub body: Vec<u8>,
 }
 
+/// A connection's first OpenSecureChannel (Issue, in one chunk) done in one job: the request
+/// decrypted, verified and decoded, the channel's keys derived, and the response signed and
+/// encrypted. The shard then only checks the sequence number and the security mode and
+/// installs the channel.
+pub(crate) struct Issued {
+    pub sequence_number: u32,
+    pub mode: MessageSecurityMode,
+    pub lifetime_ms: u32,
+    /// The channel's first token's symmetric protection.
+    pub crypto: Box<dyn ChunkCrypto>,
+    /// The response chunks, ready to send.
+    pub response: Vec<u8>,
+    /// The send sequence counter advanced past them.
+    pub send_seq: SequenceCounter,
+}
+
 /// What a job computed.
 pub(crate) enum Output {
     OpenRequest(Result<OpenedRequest, StatusCode>),
+    /// The error's reason is the ERR's text.
+    OpenIssued(Result<Issued, (StatusCode, &'static str)>),
     /// The response chunks, and the send sequence counter advanced past them.
     OpenResponse(Result<Vec<u8>, StatusCode>, SequenceCounter),
     Signature(Result<SignatureData, StatusCode>),
