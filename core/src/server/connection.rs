@@ -732,12 +732,11 @@ impl State {
         }
         // Each OPN costs an RSA private-key operation: the policy limits them per address.
         policy.admit_handshake(self.peer.map(|p| p.ip())).map_err(|s| Failure { status: s, reason: "too many handshakes" })?;
-        // The certificate check, the decryption and the signature check: a job.
+        // The certificate check, the decryption and the signature check: a job (for a first
+        // OPN in one chunk, with the response: `open_issue`).
         self.cheap_open = policy.uri() == SECURITY_POLICY_NONE_URI;
         let client_certificate = asym.sender_certificate.clone();
         let thumbprint = asym.receiver_certificate_thumbprint.clone();
-        let job_policy = policy.clone();
-        let job_certificate = client_certificate.clone();
         let bytes = frame.bytes.to_vec();
         let offset = head.sequence_offset;
         let first = matches!(self.phase, Phase::AwaitOpen { recv_seq: None, .. })
@@ -746,6 +745,8 @@ impl State {
         if first {
             return self.open_issue(host, now, frame.header.chunk_type, policy, client_certificate, thumbprint, bytes, offset, out);
         }
+        let job_policy = policy.clone();
+        let job_certificate = client_certificate.clone();
         let carry = Carry::Open { chunk_type: frame.header.chunk_type, policy, client_certificate };
         let job = HandshakeJob::new(JobKind::OpenRequest, carry, move || {
             let opened = (|| {
