@@ -90,6 +90,19 @@ struct Channel {
 }
 
 impl Channel {
+    /// A channel just issued, with its first token (id 1).
+    fn issued(
+        id: u32,
+        policy: Arc<dyn SecurityPolicy>,
+        mode: MessageSecurityMode,
+        client_certificate: Option<Vec<u8>>,
+        first: Token,
+        send_seq: SequenceCounter,
+        recv_seq: SequenceChecker,
+    ) -> Box<Channel> {
+        Box::new(Channel { id, policy, mode, client_certificate, current: first, previous: None, next_token_id: 2, send_seq, recv_seq })
+    }
+
     /// What a service learns of the channel a request came on.
     fn request_context<'a>(&'a self, peer: Option<SocketAddr>, endpoint_url: &'a str) -> RequestContext<'a> {
         RequestContext {
@@ -666,7 +679,7 @@ impl State {
                     return fail(StatusCode::BadTcpInternalError, "channel missing");
                 };
                 let bytes = r.map_err(|s| Failure {
-                    status: if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadResponseTooLarge } else { s },
+                    status: response_status(s),
                     reason: "OpenSecureChannelResponse",
                 })?;
                 c.send_seq = seq;
@@ -785,7 +798,7 @@ impl State {
         let nonce_len = policy.nonce_len();
         let server_nonce = if nonce_len > 0 { crate::random::bytes(host.random(), nonce_len) } else { Vec::new() };
         let max_size = self.max_message_size();
-        let limits = self.limits.clone();
+        let limits = self.limits;
         let job_policy = policy.clone();
         let job_certificate = client_certificate.clone();
         let carry = Carry::Open { chunk_type, policy, client_certificate };
@@ -822,7 +835,7 @@ impl State {
                     &chunk_limits(&negotiated),
                     &mut response,
                 )
-                .map_err(|s| (if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadResponseTooLarge } else { s }, "OpenSecureChannelResponse"))?;
+                .map_err(|s| (response_status(s), "OpenSecureChannelResponse"))?;
                 Ok(Issued { sequence_number: o.sequence_number, mode: req.security_mode, lifetime_ms, crypto: sym, response, send_seq })
             })();
             Output::OpenIssued(issued)
@@ -852,18 +865,8 @@ impl State {
             return fail(StatusCode::BadSecurityModeRejected, "security mode not offered with this policy");
         }
         host.channel_policy(policy.uri(), true);
-        let channel = Channel {
-            id,
-            policy,
-            mode: issued.mode,
-            client_certificate,
-            current: Token { id: 1, created_ns: now.mono_ns, lifetime_ms: issued.lifetime_ms, crypto: issued.crypto, activated: true },
-            previous: None,
-            next_token_id: 2,
-            send_seq: issued.send_seq,
-            recv_seq,
-        };
-        self.phase = Phase::Open(Box::new(channel));
+        let first = Token { id: 1, created_ns: now.mono_ns, lifetime_ms: issued.lifetime_ms, crypto: issued.crypto, activated: true };
+        self.phase = Phase::Open(Channel::issued(id, policy, issued.mode, client_certificate, first, issued.send_seq, recv_seq));
         out.extend_from_slice(&issued.response);
         Ok(Step::Continue)
     }
@@ -927,18 +930,9 @@ impl State {
             let id = host.open_channel()?;
             host.channel_policy(policy.uri(), true);
             self.channel_to_report = Some(id);
-            let channel = Channel {
-                id,
-                policy: policy.clone(),
-                mode: req.security_mode,
-                client_certificate,
-                current: Token { id: 1, created_ns: now.mono_ns, lifetime_ms, crypto: sym, activated: true },
-                previous: None,
-                next_token_id: 2,
-                send_seq: SequenceCounter::new(policy.legacy_sequence_numbers()),
-                recv_seq,
-            };
-            self.phase = Phase::Open(Box::new(channel));
+            let first = Token { id: 1, created_ns: now.mono_ns, lifetime_ms, crypto: sym, activated: true };
+            let send_seq = SequenceCounter::new(policy.legacy_sequence_numbers());
+            self.phase = Phase::Open(Channel::issued(id, policy.clone(), req.security_mode, client_certificate, first, send_seq, recv_seq));
         } else if req.request_type == SecurityTokenRequestType::Renew {
             let Phase::Open(c) = &mut self.phase else {
                 return fail(StatusCode::BadRequestTypeInvalid, "Renew without a channel");
@@ -1120,12 +1114,6 @@ fn response_limit(hello: u32, session: u32) -> u32 {
     }
 }
 
-/// Decodes a request body (type id + message). An unknown type id or a body that fails
-/// to decode is `Err((request handle if readable, status))`: the caller answers with a
-/// ServiceFault (BadServiceUnsupported, or the decoder's status). Decoding stops at the
-/// decoded-size budget: `max_decoded_size` (BadEncodingLimitsExceeded), or the shard's
-/// `headroom` when that is smaller (BadResourceUnavailable: the server is short of memory,
-/// the request itself may be fine).
 /// The OpenSecureChannelRequest in an assembled OPN body.
 fn decode_open_request(body: &[u8], limits: &TransportLimits) -> Result<OpenSecureChannelRequest, (StatusCode, &'static str)> {
     let mut d = Decoder::new(body, limits.decode);
@@ -1155,6 +1143,15 @@ fn open_response_body(req: &OpenSecureChannelRequest, channel_id: u32, token_id:
     body
 }
 
+/// An OpenSecureChannelResponse the peer's limits cannot carry is BadResponseTooLarge.
+fn response_status(s: StatusCode) -> StatusCode {
+    if s == StatusCode::BadTcpMessageTooLarge {
+        StatusCode::BadResponseTooLarge
+    } else {
+        s
+    }
+}
+
 /// What the peer accepts per message (its Hello or Acknowledge).
 fn chunk_limits(negotiated: &Negotiated) -> ChunkLimits {
     ChunkLimits {
@@ -1164,6 +1161,12 @@ fn chunk_limits(negotiated: &Negotiated) -> ChunkLimits {
     }
 }
 
+/// Decodes a request body (type id + message). An unknown type id or a body that fails
+/// to decode is `Err((request handle if readable, status))`: the caller answers with a
+/// ServiceFault (BadServiceUnsupported, or the decoder's status). Decoding stops at the
+/// decoded-size budget: `max_decoded_size` (BadEncodingLimitsExceeded), or the shard's
+/// `headroom` when that is smaller (BadResourceUnavailable: the server is short of memory,
+/// the request itself may be fine).
 fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &TransportLimits, headroom: usize) -> Result<Request, (u32, StatusCode)> {
     let mut d = Decoder::with_budget(body, limits.decode, headroom);
     let Ok(type_id) = NodeId::decode(&mut d) else {
