@@ -250,15 +250,11 @@ pub fn asym_verify(
     signature: &[u8],
 ) -> Result<(), u32> {
     let alg = policy.asym_signature().ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
-    let params: &'static dyn signature::VerificationAlgorithm = match alg {
-        AsymSignature::Pkcs1Sha256 => &signature::RSA_PKCS1_2048_8192_SHA256,
-        AsymSignature::PssSha256 => &signature::RSA_PSS_2048_8192_SHA256,
-        AsymSignature::Pkcs1Sha1 => &signature::RSA_PKCS1_1024_8192_SHA1_FOR_LEGACY_USE_ONLY,
-    };
-    let slot = match alg {
-        AsymSignature::Pkcs1Sha256 => 0,
-        AsymSignature::PssSha256 => 1,
-        AsymSignature::Pkcs1Sha1 => 2,
+    // The algorithm, and the slot of the certificate's key object parsed for it.
+    let (params, slot): (&'static dyn signature::VerificationAlgorithm, usize) = match alg {
+        AsymSignature::Pkcs1Sha256 => (&signature::RSA_PKCS1_2048_8192_SHA256, 0),
+        AsymSignature::PssSha256 => (&signature::RSA_PSS_2048_8192_SHA256, 1),
+        AsymSignature::Pkcs1Sha1 => (&signature::RSA_PKCS1_1024_8192_SHA1_FOR_LEGACY_USE_ONLY, 2),
     };
     // The certificate's key object for this algorithm, parsed once (see cert::PublicKeys).
     let key = peer

@@ -180,21 +180,14 @@ pub fn activation_work(
         // The client signature alone is one RSA public-key operation (about 25 µs at 2048
         // bits), no dearer than handing it to a helper and taking the result back: it runs
         // here. Only a token that needs a private key, argon2id or the PKI makes a job.
-        (Some(client), Ok(Activation::Ready(identity))) => {
+        (Some(client), Ok(Activation::Work(user))) => Ok(Activation::Work(Box::new(move || {
             client()?;
-            Ok(Activation::Ready(identity))
-        }
-        (Some(client), Err(s)) => {
-            client()?;
-            Err(s)
-        }
-        (Some(client), user) => Ok(Activation::Work(Box::new(move || {
-            client()?;
-            match user? {
-                Activation::Ready(i) => Ok(i),
-                Activation::Work(w) => w(),
-            }
+            user()
         }))),
+        (Some(client), user) => {
+            client()?;
+            user
+        }
     }
 }
 
