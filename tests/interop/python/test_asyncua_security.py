@@ -168,13 +168,20 @@ def test_read_only_user_cannot_write(env):
     run(body())
 
 
+async def x509_user_client(env, user):
+    """A SignAndEncrypt client (the trusted application certificate) logged in with `user`'s
+    certificate as its X.509 user token, connected."""
+    mode = ua.MessageSecurityMode.SignAndEncrypt
+    c = await secure_client(env["server"].url, env["trusted"], sp.SecurityPolicyBasic256Sha256, mode)
+    await c.load_client_certificate(str(user.cert))
+    await c.load_private_key(user.key)
+    await c.connect()
+    return c
+
+
 def test_x509_user_token(env):
     async def body():
-        mode = ua.MessageSecurityMode.SignAndEncrypt
-        c = await secure_client(env["server"].url, env["trusted"], sp.SecurityPolicyBasic256Sha256, mode)
-        await c.load_client_certificate(str(env["user"].cert))
-        await c.load_private_key(env["user"].key)
-        await c.connect()
+        c = await x509_user_client(env, env["user"])
         try:
             assert await c.get_node(BENCH).read_value() is not None
             # The certificate's CN names no configured user: security.x509_user_role (read).
@@ -190,11 +197,7 @@ def test_x509_user_named_by_a_common_name_with_a_comma(env):
     """The user is the certificate's commonName attribute, not a piece of the formatted subject
     ("CN=Operator, Line 2,O=..." split on commas gave "Operator", no configured user)."""
     async def body():
-        mode = ua.MessageSecurityMode.SignAndEncrypt
-        c = await secure_client(env["server"].url, env["trusted"], sp.SecurityPolicyBasic256Sha256, mode)
-        await c.load_client_certificate(str(env["operator"].cert))
-        await c.load_private_key(env["operator"].key)
-        await c.connect()
+        c = await x509_user_client(env, env["operator"])
         try:
             # The configured readwrite user: the write is allowed.
             await c.get_node(BENCH).write_value(ua.DataValue(ua.Variant(6, ua.VariantType.Int32)))
