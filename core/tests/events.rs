@@ -426,6 +426,28 @@ fn bus_keeps_events_only_while_a_cursor_has_to_read_them() {
 }
 
 #[test]
+fn bus_builds_an_event_only_when_a_cursor_will_read_it() {
+    let s = shared();
+    let bus = EventBus::new(16);
+    let mut built = 0;
+    bus.publish_with(|| {
+        built += 1;
+        numbered(&s, 0)
+    });
+    assert_eq!((built, bus.published(), bus.held()), (0, 1, 0), "no cursor: not built, not kept");
+    let mut c = bus.cursor();
+    bus.publish_with(|| {
+        built += 1;
+        numbered(&s, 1)
+    });
+    assert_eq!(built, 1);
+    let mut got = Vec::new();
+    c.poll(&bus, |e| got.push(seq_of(e)));
+    assert_eq!(got, vec![1]);
+    bus.close(c);
+}
+
+#[test]
 fn bus_lapping_counts_missed() {
     let s = shared();
     let bus = EventBus::new(16);

@@ -96,11 +96,19 @@ impl EventBus {
     /// With no cursor open, nothing will read it and it is dropped (the sequence number is
     /// still used up).
     pub fn publish(&self, event: Event) {
+        self.publish_with(|| event);
+    }
+
+    /// Like [`EventBus::publish`], building the event only when a cursor is open: events
+    /// raised on every session establishment (the audit events) cost nothing while no
+    /// monitored item listens for events.
+    pub fn publish_with(&self, event: impl FnOnce() -> Event) {
         let seq = self.write.fetch_add(1, Ordering::SeqCst);
         let readers = self.readers.load(Ordering::SeqCst);
         if readers == 0 {
             return;
         }
+        let event = event();
         // `seq % len` is a slot (the ring has at least one).
         let Some(slot) = self.slots.get((seq % self.slots.len() as u64) as usize) else { return };
         let new = Arc::new(Stamped { seq, event, unread: AtomicUsize::new(readers) });

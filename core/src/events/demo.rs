@@ -206,11 +206,12 @@ pub fn publish_session_created(
     revised_session_timeout_ms: f64,
     now: Now,
 ) {
-    let e = session_created_event(shared, session_id, secure_channel_id, client_certificate, revised_session_timeout_ms, now);
-    shared.events.bus.publish(e);
+    shared.events.bus.publish_with(|| {
+        session_created_event(shared, session_id, secure_channel_id, client_certificate, revised_session_timeout_ms, now)
+    });
 }
 
 /// Publishes [`session_closed_event`] on the bus (CloseSession, or the session timed out).
 pub fn publish_session_closed(shared: &ServerShared, session_id: &NodeId, timed_out: bool, now: Now) {
-    shared.events.bus.publish(session_closed_event(shared, session_id, timed_out, now));
+    shared.events.bus.publish_with(|| session_closed_event(shared, session_id, timed_out, now));
 }
