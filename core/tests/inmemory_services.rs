@@ -128,3 +128,34 @@ fn responses_past_the_sessions_max_response_size_are_refused_publish_included() 
     assert_eq!(rid, id);
     assert_eq!(fault(&resp), Some(StatusCode::BadResponseTooLarge), "{resp:?}");
 }
+
+/// CreateSession's serverEndpoints are kept by the shard after a response went out and sent
+/// again for the next CreateSession under the same endpoint URL: every response still lists
+/// GetEndpoints' endpoints (without certificates) under the URL that CreateSession asked for.
+#[test]
+fn create_session_endpoints_are_the_same_when_reused_and_follow_the_url() {
+    use uaring_core::generated::types::CreateSessionRequest;
+    let mut n = Net::connected(t0());
+    let mut create = |n: &mut Net, url: &str| {
+        let req = CreateSessionRequest { endpoint_url: url.into(), requested_session_timeout: 60_000.0, ..Default::default() };
+        let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(req))) else { panic!("CreateSession") };
+        cs.server_endpoints
+    };
+    let (a, b) = ("opc.tcp://host-a:4840/uaring", "opc.tcp://host-b:4840/uaring");
+    let get = |n: &mut Net, url: &str| {
+        let req = GetEndpointsRequest { endpoint_url: url.into(), ..Default::default() };
+        let Response::GetEndpoints(g) = n.call(Request::GetEndpoints(Box::new(req))) else { panic!("GetEndpoints") };
+        g.endpoints
+    };
+    for url in [a, a, b, a] {
+        let listed = create(&mut n, url);
+        let expected = get(&mut n, url);
+        assert_eq!(listed.len(), expected.len());
+        assert!(!listed.is_empty());
+        for (c, e) in listed.iter().zip(&expected) {
+            assert_eq!(c.endpoint_url.as_str(), url);
+            assert!(c.server_certificate.is_null());
+            assert_eq!((&c.server, c.security_mode, &c.security_policy_uri, &c.user_identity_tokens), (&e.server, e.security_mode, &e.security_policy_uri, &e.user_identity_tokens));
+        }
+    }
+}

@@ -713,6 +713,9 @@ impl State {
             *session_activated = true;
         }
         send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)?;
+        if let Some(r) = host.recycler() {
+            r.give_response(response);
+        }
         Ok(Step::Continue)
     }
 

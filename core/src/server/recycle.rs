@@ -7,11 +7,17 @@
 //! response, both go back here. Spares whose arrays grew beyond
 //! [`RECYCLE_ELEMENTS_MAX`] elements are dropped instead of kept, so the memory held is
 //! bounded (a few KiB per shard) whatever sizes the clients send.
+//!
+//! CreateSession's serverEndpoints come back too: they depend only on the configuration and
+//! the endpoint URL the client asked for, so the next CreateSession for the same URL sends
+//! the same descriptions again instead of building them (about forty strings) anew.
 
 use crate::encoding::{Decode, DecodeResult, Decoder};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
-use crate::generated::types::{BrowseRequest, BrowseResponse, ReadRequest, ReadResponse, WriteRequest, WriteResponse};
+use crate::generated::types::{
+    BrowseRequest, BrowseResponse, EndpointDescription, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
+};
 use crate::types::{Identifier, NodeId};
 
 /// Spares with more array elements than this are dropped instead of recycled.
@@ -29,6 +35,8 @@ pub struct Recycler {
     write_response: Option<Box<WriteResponse>>,
     browse_request: Option<Box<BrowseRequest>>,
     browse_response: Option<Box<BrowseResponse>>,
+    /// The serverEndpoints of the last CreateSession response, all under one endpoint URL.
+    session_endpoints: Vec<EndpointDescription>,
 }
 
 fn ns0_numeric(type_id: &NodeId) -> Option<u32> {
@@ -99,10 +107,26 @@ impl Recycler {
         self.write_response.take().unwrap_or_default()
     }
 
+    /// The serverEndpoints a CreateSession response carried under `endpoint_url`, if the last
+    /// one given back was for that URL (the caller built them for this shard's configuration,
+    /// which does not change while the shard runs).
+    pub fn session_endpoints(&mut self, endpoint_url: &str) -> Option<Vec<EndpointDescription>> {
+        let same_url = |e: &EndpointDescription| e.endpoint_url.as_str() == endpoint_url;
+        if !self.session_endpoints.is_empty() && self.session_endpoints.iter().all(same_url) {
+            Some(std::mem::take(&mut self.session_endpoints))
+        } else {
+            None
+        }
+    }
+
     /// Takes back a response after it was encoded; Read and Write responses are kept
-    /// (emptied) for the next request of their kind.
+    /// (emptied) for the next request of their kind, CreateSession's serverEndpoints for the
+    /// next CreateSession.
     pub fn give_response(&mut self, response: Response) {
         match response {
+            Response::CreateSession(mut r) if r.server_endpoints.len() <= RECYCLE_ELEMENTS_MAX => {
+                self.session_endpoints = std::mem::take(&mut r.server_endpoints);
+            }
             Response::Read(mut r) if r.results.capacity() <= RECYCLE_ELEMENTS_MAX => {
                 r.results.clear();
                 r.diagnostic_infos.clear();
@@ -124,5 +148,38 @@ impl Recycler {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generated::types::CreateSessionResponse;
+
+    fn endpoints(url: &str, n: usize) -> Vec<EndpointDescription> {
+        (0..n).map(|_| EndpointDescription { endpoint_url: url.into(), ..Default::default() }).collect()
+    }
+
+    fn given_back(r: &mut Recycler, server_endpoints: Vec<EndpointDescription>) {
+        r.give_response(Response::CreateSession(Box::new(CreateSessionResponse { server_endpoints, ..Default::default() })));
+    }
+
+    #[test]
+    fn session_endpoints_come_back_only_for_the_url_they_were_built_for() {
+        let mut r = Recycler::default();
+        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None, "nothing given back yet");
+        given_back(&mut r, endpoints("opc.tcp://a:4840", 3));
+        assert_eq!(r.session_endpoints("opc.tcp://b:4840"), None, "another URL builds its own");
+        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), Some(endpoints("opc.tcp://a:4840", 3)));
+        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None, "taken: the next response brings them back");
+        // A list under several URLs, an empty one, or one too long to keep is never handed out.
+        let mut mixed = endpoints("opc.tcp://a:4840", 2);
+        mixed.extend(endpoints("opc.tcp://b:4840", 1));
+        given_back(&mut r, mixed);
+        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None);
+        given_back(&mut r, Vec::new());
+        assert_eq!(r.session_endpoints(""), None);
+        given_back(&mut r, endpoints("opc.tcp://a:4840", RECYCLE_ELEMENTS_MAX + 1));
+        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None);
     }
 }

@@ -116,7 +116,10 @@ fn finish_create_session(
         }
     };
     let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
-    let server_endpoints = discovery::session_endpoint_descriptions(shard, endpoint_url);
+    let server_endpoints = match shard.recycler.session_endpoints(endpoint_url) {
+        Some(e) => e,
+        None => discovery::session_endpoint_descriptions(shard, endpoint_url),
+    };
     let max_request_message_size = discovery::max_message_size(shard);
     let server_certificate = identity::endpoint_certificate(shard, ctx.security_policy_uri);
     let Some(session) = shard.session_mut(key) else {
