@@ -310,6 +310,7 @@ mod tests {
         let policy = PolicyId::Basic256Sha256;
         let (cert, key) = generate_self_signed(&CertificateRequest::new("urn:k", "k", 1_700_000_000)).unwrap();
         let clone = cert.clone();
+        assert!(std::ptr::eq(cert.der(), clone.der()), "a clone shares the parsed certificate");
         assert!(cert.keys().oaep.get().is_none() && cert.keys().verify[0].get().is_none());
         let mut ct = Vec::new();
         asym_encrypt(policy, &clone, b"secret", &mut ct).unwrap();

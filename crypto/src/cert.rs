@@ -56,9 +56,14 @@ pub enum CertSignatureAlg {
     Other,
 }
 
-/// A parsed certificate: the DER plus the fields security checks need.
+/// A parsed certificate: the DER plus the fields security checks need. Immutable once parsed,
+/// and shared: a clone (the PKI's remembered chains hand one to every handshake) is a
+/// reference count, not a copy of a dozen buffers.
 #[derive(Clone, Debug)]
-pub struct Certificate {
+pub struct Certificate(std::sync::Arc<Parsed>);
+
+#[derive(Debug)]
+struct Parsed {
     der: Vec<u8>,
     thumbprint: [u8; THUMBPRINT_LEN],
     tbs_range: (usize, usize),
@@ -81,7 +86,7 @@ pub struct Certificate {
     subject_key_id: Option<Vec<u8>>,
     authority_key_id: Option<Vec<u8>>,
     /// aws-lc's objects for the public key, made on first use and shared by the clones.
-    keys: std::sync::Arc<PublicKeys>,
+    keys: PublicKeys,
 }
 
 /// The public key of a certificate as aws-lc objects, each parsed on its first use. The
@@ -232,7 +237,7 @@ impl Certificate {
         } else {
             0
         };
-        let mut cert = Certificate {
+        let mut cert = Parsed {
             der: der.to_vec(),
             thumbprint: thumbprint(der),
             tbs_range,
@@ -304,56 +309,56 @@ impl Certificate {
                 cert.authority_key_id = aki.key_identifier.map(|k| k.as_bytes().to_vec());
             }
         }
-        Ok(cert)
+        Ok(Certificate(std::sync::Arc::new(cert)))
     }
 
     /// The DER encoding.
     pub fn der(&self) -> &[u8] {
-        &self.der
+        &self.0.der
     }
     /// SHA-1 thumbprint of the DER.
     pub fn thumbprint(&self) -> &[u8; THUMBPRINT_LEN] {
-        &self.thumbprint
+        &self.0.thumbprint
     }
     /// Thumbprint as lower-case hex (file names in the PKI directories).
     pub fn thumbprint_hex(&self) -> String {
-        to_hex(&self.thumbprint)
+        to_hex(&self.0.thumbprint)
     }
     /// The signed TBSCertificate bytes.
     pub fn tbs_der(&self) -> &[u8] {
         // The range was found inside `der` when parsing; were it not, nothing would verify.
-        self.der.get(self.tbs_range.0..self.tbs_range.1).unwrap_or_default()
+        self.0.der.get(self.0.tbs_range.0..self.0.tbs_range.1).unwrap_or_default()
     }
     /// The issuer's signature over [`Self::tbs_der`].
     pub fn signature(&self) -> &[u8] {
-        &self.signature
+        &self.0.signature
     }
     /// Algorithm of the issuer's signature.
     pub fn signature_alg(&self) -> CertSignatureAlg {
-        self.signature_alg
+        self.0.signature_alg
     }
     /// Subject distinguished name, DER.
     pub fn subject_der(&self) -> &[u8] {
-        &self.subject_der
+        &self.0.subject_der
     }
     /// Issuer distinguished name, DER.
     pub fn issuer_der(&self) -> &[u8] {
-        &self.issuer_der
+        &self.0.issuer_der
     }
     /// Subject as an RFC 4514 string, formatted on demand (for files, logs and the CLI: the
     /// checks compare [`Self::subject_der`]).
     pub fn subject(&self) -> String {
-        name_string(&self.subject_der)
+        name_string(&self.0.subject_der)
     }
     /// Issuer as an RFC 4514 string, formatted on demand.
     pub fn issuer(&self) -> String {
-        name_string(&self.issuer_der)
+        name_string(&self.0.issuer_der)
     }
     /// The subject's commonName (the most specific one when there are several), decoded from
     /// its DirectoryString; None if the subject has none (or none of a string type).
     pub fn common_name(&self) -> Option<String> {
         use x509_cert::ext::pkix::name::DirectoryString;
-        let name = x509_cert::name::Name::from_der(&self.subject_der).ok()?;
+        let name = x509_cert::name::Name::from_der(&self.0.subject_der).ok()?;
         name.0
             .iter()
             .rev()
@@ -367,89 +372,89 @@ impl Certificate {
     }
     /// Serial number bytes (big-endian, as encoded).
     pub fn serial(&self) -> &[u8] {
-        &self.serial
+        &self.0.serial
     }
     /// notBefore, seconds since the Unix epoch.
     pub fn not_before_unix_s(&self) -> i64 {
-        self.not_before_unix_s
+        self.0.not_before_unix_s
     }
     /// notAfter, seconds since the Unix epoch.
     pub fn not_after_unix_s(&self) -> i64 {
-        self.not_after_unix_s
+        self.0.not_after_unix_s
     }
     /// Whether `now_unix_s` lies within the validity period.
     pub fn is_time_valid(&self, now_unix_s: i64) -> bool {
-        self.not_before_unix_s <= now_unix_s && now_unix_s <= self.not_after_unix_s
+        self.0.not_before_unix_s <= now_unix_s && now_unix_s <= self.0.not_after_unix_s
     }
     /// SubjectPublicKeyInfo DER.
     pub fn spki_der(&self) -> &[u8] {
-        &self.spki_der
+        &self.0.spki_der
     }
     /// The aws-lc key objects of the public key (see [`PublicKeys`]).
     pub(crate) fn keys(&self) -> &PublicKeys {
-        &self.keys
+        &self.0.keys
     }
     /// PKCS#1 RSAPublicKey DER (the subjectPublicKey bits).
     pub fn rsa_public_key(&self) -> &[u8] {
-        &self.rsa_public_key
+        &self.0.rsa_public_key
     }
     /// RSA modulus size in bits; 0 for a non-RSA key.
     pub fn key_bits(&self) -> usize {
-        self.key_bits
+        self.0.key_bits
     }
     /// RSA modulus size in bytes (signature and ciphertext block size).
     pub fn key_bytes(&self) -> usize {
-        self.key_bits / 8
+        self.0.key_bits / 8
     }
     /// First URI of subjectAltName: the ApplicationUri.
     pub fn application_uri(&self) -> Option<&str> {
-        self.application_uri.as_deref()
+        self.0.application_uri.as_deref()
     }
     /// DNS names of subjectAltName.
     pub fn dns_names(&self) -> &[String] {
-        &self.dns_names
+        &self.0.dns_names
     }
     /// IP addresses of subjectAltName.
     pub fn ip_addresses(&self) -> &[IpAddr] {
-        &self.ip_addresses
+        &self.0.ip_addresses
     }
     /// Key usage extension, if present.
     pub fn key_usage(&self) -> Option<KeyUsageBits> {
-        self.key_usage
+        self.0.key_usage
     }
     /// Extended key usage OIDs, if the extension is present.
     pub fn extended_key_usage(&self) -> Option<&[ObjectIdentifier]> {
-        self.extended_key_usage.as_deref()
+        self.0.extended_key_usage.as_deref()
     }
     /// Whether extendedKeyUsage is absent or contains `oid`.
     pub fn allows_extended_usage(&self, oid: ObjectIdentifier) -> bool {
-        match &self.extended_key_usage {
+        match &self.0.extended_key_usage {
             None => true,
             Some(list) => list.contains(&oid),
         }
     }
     /// basicConstraints cA, if the extension is present.
     pub fn is_ca(&self) -> Option<bool> {
-        self.is_ca
+        self.0.is_ca
     }
     /// Subject key identifier.
     pub fn subject_key_id(&self) -> Option<&[u8]> {
-        self.subject_key_id.as_deref()
+        self.0.subject_key_id.as_deref()
     }
     /// Authority key identifier (keyIdentifier field).
     pub fn authority_key_id(&self) -> Option<&[u8]> {
-        self.authority_key_id.as_deref()
+        self.0.authority_key_id.as_deref()
     }
     /// Subject equals issuer.
     pub fn is_self_issued(&self) -> bool {
-        self.subject_der == self.issuer_der
+        self.0.subject_der == self.0.issuer_der
     }
     /// Whether the certificate names `hostname` in its subjectAltName (DNS, case-insensitive, or IP).
     pub fn has_host(&self, hostname: &str) -> bool {
         if let Ok(ip) = hostname.parse::<IpAddr>() {
-            return self.ip_addresses.contains(&ip);
+            return self.0.ip_addresses.contains(&ip);
         }
-        self.dns_names.iter().any(|d| d.eq_ignore_ascii_case(hostname))
+        self.0.dns_names.iter().any(|d| d.eq_ignore_ascii_case(hostname))
     }
 
     /// Verifies that `issuer`'s key signed this certificate. Only SHA-2 RSA signatures are
@@ -457,10 +462,10 @@ impl Certificate {
     /// `BadCertificateInvalid`.
     pub fn verify_signed_by(&self, issuer: &Certificate) -> Result<(), u32> {
         verify_rsa_signature(
-            self.signature_alg,
+            self.0.signature_alg,
             issuer.rsa_public_key(),
             self.tbs_der(),
-            &self.signature,
+            &self.0.signature,
         )
     }
 }
