@@ -860,7 +860,11 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 }
                 Ok((Plan::Ring { conns: cfg.clients, factory }, params))
             };
-            let r = run_with_guard(cfg, &[], &plan);
+            // The storm ends before the server is stopped: a handshake cut by the server's
+            // shutdown is not a server error.
+            let r = crate::run::run_with_guard_and(cfg, &[], &plan, &|| {
+                storm.stop();
+            });
             let (sessions, errors, seconds) = storm.stop();
             let last_error = storm.last_error();
             let mut o = r?;
@@ -900,18 +904,23 @@ struct StormState {
     errors: Arc<AtomicU64>,
     last_error: Arc<std::sync::Mutex<Option<String>>>,
     started: Option<std::time::Instant>,
+    /// How long the last storm ran (kept once it stopped: stopping again returns it).
+    seconds: f64,
     handles: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl StormState {
-    /// Stops and joins the threads; (sessions, errors, seconds) of this storm.
+    /// Stops and joins the threads; (sessions, errors, seconds) of this storm, the same again
+    /// when it has stopped already.
     fn halt(&mut self) -> (u64, u64, f64) {
         self.stop.store(true, Ordering::SeqCst);
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
-        let secs = self.started.take().map_or(0.0, |t| t.elapsed().as_secs_f64());
-        (self.sessions.load(Ordering::Relaxed), self.errors.load(Ordering::Relaxed), secs)
+        if let Some(t) = self.started.take() {
+            self.seconds = t.elapsed().as_secs_f64();
+        }
+        (self.sessions.load(Ordering::Relaxed), self.errors.load(Ordering::Relaxed), self.seconds)
     }
 }
 
@@ -937,6 +946,7 @@ impl Storm {
         st.stop = Arc::default();
         st.sessions = Arc::default();
         st.errors = Arc::default();
+        st.seconds = 0.0;
         let sec = security::prepare(url, "sign-encrypt", &cfg.opts.security_policy)?;
         let addr = r.addr;
         for _ in 0..self.threads {

@@ -543,6 +543,18 @@ pub fn run_with_guard(
     vars: &[(&str, String)],
     make_plan: MakePlan,
 ) -> Result<Map<String, Value>, String> {
+    run_with_guard_and(cfg, vars, make_plan, &|| {})
+}
+
+/// [`run_with_guard`], calling `before_stop` after each window and before the server is
+/// stopped: load beside the measured clients (the handshake storm) ends while the server
+/// still runs, so the server's own shutdown is not counted against it.
+pub fn run_with_guard_and(
+    cfg: &RunConfig,
+    vars: &[(&str, String)],
+    make_plan: MakePlan,
+    before_stop: &dyn Fn(),
+) -> Result<Map<String, Value>, String> {
     let mut discarded = 0u32;
     loop {
         let mut running = start_target(cfg, vars)?;
@@ -550,6 +562,7 @@ pub fn run_with_guard(
         let (plan, params) = make_plan(cfg, &running)?;
         let window = measure(cfg, &mut running, plan);
         let idle = idle.map(|i| i.close()).transpose();
+        before_stop();
         if let Some(p) = running.process.as_mut() {
             p.stop();
         }
