@@ -1,29 +1,41 @@
 //! `--idle-sessions N`: sessions held open beside a run's measured clients, silent but alive
 //! (the shape of a gateway: many sessions mostly quiet, a few clients busy).
 //!
-//! After the server has started and before the load connects, N sessions are established one
-//! after another — OpenSecureChannel, CreateSession, ActivateSession with the run's security
-//! settings, through the same [`UaDriver`] as the load — on blocking sockets. One thread on the
-//! client CPUs then holds them: it renews a secure channel's token when it is due and, every
-//! third of the session timeout the server granted, reads the server's state
-//! (`ServerStatus.State`) on each session so that none times out however long the run; it
-//! sends nothing else. After the window each session is closed: its CloseSession must be
-//! answered Good (the session lived through the run), then CloseSecureChannel.
+//! After the server has started and before the load connects, one thread on the client CPUs
+//! opens N connections and runs them on uaring-shards' event loop, the loop the load client
+//! and the server run: each establishes its session — OpenSecureChannel, CreateSession,
+//! ActivateSession with the run's security settings, through the same [`UaDriver`] as the
+//! load — and the run waits until all N are activated. The thread then holds them: it renews a
+//! secure channel's token when it is due and, every third of the session timeout the server
+//! granted, reads the server's state (`ServerStatus.State`) on each session so that none times
+//! out however long the run; it sends nothing else. After the window each session is closed:
+//! its CloseSession must be answered Good (the session lived through the run), then
+//! CloseSecureChannel.
 //!
 //! The echo floor has no sessions: its idle sessions are connections that send nothing.
 
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{ReadRequest, ReadValueId, TimestampsToReturn};
 use uaring_core::types::{NodeId, QualifiedName, UaString};
+use uaring_core::Now;
+use uaring_shards::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
-use crate::opcua::{BlockingSession, UaDriver, Workload};
+use crate::opcua::{UaDriver, Workload};
 use crate::run::{RunConfig, Running};
-use crate::uring::{mono_ns, Ctx, Driver};
+use crate::uring::{Ctx, Driver, Shared, ThreadStats, PHASE_WARMUP};
+
+/// How long the sessions may take to be established, and to answer their CloseSession.
+const OPEN_WITHIN: Duration = Duration::from_secs(30);
+const CLOSE_WITHIN: Duration = Duration::from_secs(10);
+/// The holding loop's tick: how soon it notices that it is told to close.
+const TICK_NS: u64 = 20_000_000;
 
 /// Server_ServerStatus_State (namespace 0).
 const SERVER_STATE: u32 = 2259;
@@ -65,54 +77,285 @@ impl Workload for KeepAlive {
     }
 }
 
+/// What the run and the holding thread share.
+#[derive(Default)]
+struct Control {
+    /// Set by [`IdleSessions::close`]: close every session, then stop.
+    stop: AtomicBool,
+    /// The first failure: a session lost or refused, a keep-alive answered badly, a close not Good.
+    error: Mutex<Option<String>>,
+}
+
+impl Control {
+    fn fail(&self, e: String) {
+        if let Ok(mut slot) = self.error.lock() {
+            slot.get_or_insert(e);
+        }
+    }
+    fn failure(&self) -> Option<String> {
+        self.error.lock().ok().and_then(|e| e.clone())
+    }
+}
+
+/// One held connection: a session, or (echo floor) a connection that sends nothing.
+enum Idle {
+    Session(UaDriver),
+    Silent,
+}
+
+struct IdleConn {
+    index: usize,
+    idle: Idle,
+    /// Told to close (its CloseSession sent).
+    closing: bool,
+    /// Closed by us, as planned.
+    done: bool,
+}
+
+/// The handler of the holding loop.
+struct Holder {
+    pending: VecDeque<Idle>,
+    ids: Vec<ConnId>,
+    shared: Arc<Shared>,
+    stats: ThreadStats,
+    ctl: Arc<Control>,
+    open: usize,
+    /// When the closing began.
+    closing_since: Option<u64>,
+    to_close: Vec<ConnId>,
+    last_now: u64,
+}
+
+impl Holder {
+    /// After a call into a session: what its keep-alive reported, and whether it is closed.
+    fn after(&mut self, c: &mut IdleConn, r: Result<(), String>, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let i = c.index;
+        if let Some(e) = r.err().or_else(|| self.stats.first_error.take()) {
+            self.ctl.fail(format!("idle session {i}: {e}"));
+            return ConnStatus::Close;
+        }
+        if let Idle::Session(d) = &mut c.idle {
+            if d.is_closed() {
+                if !d.close_result().is_some_and(|r| r.is_good()) {
+                    let r = d.close_result();
+                    self.ctl.fail(format!("idle session {i}: CloseSession answered {r:?} (the session did not live through the run)"));
+                }
+                d.close_channel(now.mono_ns, out);
+                c.done = true;
+                return ConnStatus::Close;
+            }
+        }
+        ConnStatus::Open
+    }
+}
+
+impl Handler for Holder {
+    type Conn = IdleConn;
+
+    fn open(&mut self, id: ConnId, _peer: SocketAddr, _origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<IdleConn> {
+        let mut idle = self.pending.pop_front()?;
+        let index = self.ids.len();
+        match &mut idle {
+            Idle::Session(d) => {
+                let mut ctx = Ctx::new(PHASE_WARMUP, &mut self.stats, &self.shared);
+                if let Err(e) = d.start(now.mono_ns, out, &mut ctx) {
+                    self.ctl.fail(format!("idle session {index}: {e}"));
+                    return None;
+                }
+            }
+            Idle::Silent => {
+                self.shared.ready.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.ids.push(id);
+        self.open += 1;
+        Some(IdleConn { index, idle, closing: false, done: false })
+    }
+
+    fn recv(&mut self, c: &mut IdleConn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        let r = match &mut c.idle {
+            Idle::Session(d) => {
+                let mut ctx = Ctx::new(PHASE_WARMUP, &mut self.stats, &self.shared);
+                d.on_recv(now.mono_ns, data, out, &mut ctx)
+            }
+            Idle::Silent => Err("the server sent something".into()),
+        };
+        self.after(c, r, now, out)
+    }
+
+    fn conn_timer(&mut self, c: &mut IdleConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        let r = match &mut c.idle {
+            Idle::Session(d) => {
+                let mut ctx = Ctx::new(PHASE_WARMUP, &mut self.stats, &self.shared);
+                d.poll(now.mono_ns, out, &mut ctx)
+            }
+            Idle::Silent => Ok(()),
+        };
+        self.after(c, r, now, out)
+    }
+
+    fn conn_deadline(&self, c: &IdleConn) -> u64 {
+        match &c.idle {
+            Idle::Session(d) => d.next_deadline().unwrap_or(u64::MAX),
+            Idle::Silent => u64::MAX,
+        }
+    }
+
+    fn closed(&mut self, c: IdleConn, _now: Now) {
+        self.open = self.open.saturating_sub(1);
+        if !c.done {
+            let what = if matches!(c.idle, Idle::Silent) { "connection" } else { "session" };
+            self.ctl.fail(format!("idle {what} {}: closed before the run ended", c.index));
+        }
+    }
+
+    fn deadline(&self) -> u64 {
+        self.last_now + TICK_NS
+    }
+
+    fn timer(&mut self, now: Now) {
+        self.last_now = now.mono_ns;
+    }
+
+    fn take_ready(&mut self, into: &mut Vec<ConnId>) {
+        into.append(&mut self.to_close);
+    }
+
+    /// Told to close: a session sends its CloseSession (it closes once that is answered), a
+    /// silent connection closes.
+    fn flush(&mut self, c: &mut IdleConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        if c.closing {
+            return ConnStatus::Open;
+        }
+        c.closing = true;
+        match &mut c.idle {
+            Idle::Session(d) if d.is_running() => {
+                if let Err(e) = d.close_session(now.mono_ns, out) {
+                    self.ctl.fail(format!("idle session {}: close: {e}", c.index));
+                    return ConnStatus::Close;
+                }
+                ConnStatus::Open
+            }
+            Idle::Session(_) => {
+                self.ctl.fail(format!("idle session {}: not active when the run ended", c.index));
+                ConnStatus::Close
+            }
+            Idle::Silent => {
+                c.done = true;
+                ConnStatus::Close
+            }
+        }
+    }
+
+    fn keep_running(&mut self, now: Now) -> bool {
+        self.last_now = now.mono_ns;
+        match self.closing_since {
+            None if self.ctl.stop.load(Ordering::SeqCst) => {
+                self.closing_since = Some(now.mono_ns);
+                self.to_close = self.ids.clone();
+                true
+            }
+            None => true,
+            Some(_) if self.open == 0 => false,
+            Some(t) if now.mono_ns.saturating_sub(t) > CLOSE_WITHIN.as_nanos() as u64 => {
+                self.ctl.fail(format!("{} idle sessions not closed within {CLOSE_WITHIN:?} of the run's end", self.open));
+                false
+            }
+            Some(_) => true,
+        }
+    }
+}
+
+/// The holding thread: connects every idle connection and runs the loop until told to close
+/// and every connection is closed.
+fn hold(addr: SocketAddr, idle: Vec<Idle>, shared: Arc<Shared>, ctl: Arc<Control>) -> Result<(), String> {
+    let n = idle.len();
+    let wiring = Fleet::standalone().map_err(|e| format!("idle sessions: loop wiring: {e}"))?;
+    let handler = Holder {
+        pending: idle.into(),
+        ids: Vec::with_capacity(n),
+        shared,
+        stats: ThreadStats::default(),
+        ctl: ctl.clone(),
+        open: 0,
+        closing_since: None,
+        to_close: Vec::new(),
+        last_now: crate::uring::mono_ns(),
+    };
+    let mut cfg = LoopConfig::default();
+    cfg.max_connections = cfg.max_connections.max(n + 16);
+    let mut lp = EventLoop::new(IoBackend::Auto, handler, wiring, cfg).map_err(|e| format!("idle sessions: loop: {e}"))?;
+    for i in 0..n {
+        let s = TcpStream::connect(addr).map_err(|e| format!("idle connection {i}: {e}"))?;
+        let _ = s.set_nodelay(true);
+        lp.adopt(s).map_err(|e| format!("idle connection {i}: {e}"))?;
+    }
+    lp.run().map_err(|e| format!("idle sessions: loop: {e}"))?;
+    match ctl.failure() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// The idle sessions of one run, held by their thread until [`IdleSessions::close`].
 pub struct IdleSessions {
-    /// Written (or dropped) to stop the thread.
-    stop: Option<UnixStream>,
+    ctl: Arc<Control>,
     thread: Option<JoinHandle<Result<(), String>>>,
 }
 
 impl IdleSessions {
-    /// Opens `--idle-sessions` sessions (connections for the echo floor) to `running`;
-    /// `None` when there are none to open.
+    /// Opens `--idle-sessions` sessions (connections for the echo floor) to `running` and
+    /// returns once all are established; `None` when there are none to open.
     pub fn open(cfg: &RunConfig, running: &Running) -> Result<Option<IdleSessions>, String> {
         let n = cfg.opts.idle_sessions;
         if n == 0 {
             return Ok(None);
         }
-        let (stop, stopped) = UnixStream::pair().map_err(|e| format!("idle sessions: {e}"))?;
-        let cpus = cfg.client_cpus.clone();
-        let thread = if cfg.scenario == "echo" {
-            let mut conns = Vec::with_capacity(n);
-            for i in 0..n {
-                conns.push(TcpStream::connect(running.addr).map_err(|e| format!("idle connection {i}: {e}"))?);
-            }
-            std::thread::Builder::new()
-                .name("idle-sessions".into())
-                .spawn(move || hold_connections(conns, stopped))
-                .map_err(|e| e.to_string())?
+        let idle: Vec<Idle> = if cfg.scenario == "echo" {
+            (0..n).map(|_| Idle::Silent).collect()
         } else {
             let sec = crate::security::prepare(&running.url, &cfg.security, &cfg.opts.security_policy)?;
-            let mut sessions = Vec::with_capacity(n);
-            for i in 0..n {
-                let mut d = UaDriver::new(&running.url, Box::new(KeepAlive { interval_ns: 0, next_at: u64::MAX }), 4, sec.clone());
-                let s = BlockingSession::open(running.addr, &mut d, UaDriver::is_running).map_err(|e| format!("idle session {i}: {e}"))?;
-                sessions.push((s, d));
-            }
-            std::thread::Builder::new()
-                .name("idle-sessions".into())
-                .spawn(move || {
-                    let _ = uaring_affinity::pin_current_thread(&cpus);
-                    hold_sessions(sessions, stopped)
-                })
-                .map_err(|e| e.to_string())?
+            (0..n)
+                .map(|_| Idle::Session(UaDriver::new(&running.url, Box::new(KeepAlive { interval_ns: 0, next_at: u64::MAX }), 4, sec.clone())))
+                .collect()
         };
-        Ok(Some(IdleSessions { stop: Some(stop), thread: Some(thread) }))
+        let (ctl, shared) = (Arc::new(Control::default()), Arc::new(Shared::default()));
+        let (cpus, addr, ctl2, shared2) = (cfg.client_cpus.clone(), running.addr, ctl.clone(), shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("idle-sessions".into())
+            .spawn(move || {
+                let _ = uaring_affinity::pin_current_thread(&cpus);
+                hold(addr, idle, shared2, ctl2)
+            })
+            .map_err(|e| e.to_string())?;
+        let held = IdleSessions { ctl, thread: Some(thread) };
+        let until = Instant::now() + OPEN_WITHIN;
+        while shared.ready.load(Ordering::SeqCst) < n {
+            let finished = held.thread.as_ref().is_none_or(|t| t.is_finished());
+            if let Some(e) = held.ctl.failure() {
+                return Err(held.close().err().unwrap_or(e));
+            }
+            if finished {
+                return Err(held.close().err().unwrap_or_else(|| "idle sessions: the thread ended before they were open".into()));
+            }
+            if Instant::now() > until {
+                let up = shared.ready.load(Ordering::SeqCst);
+                let _ = held.close();
+                return Err(format!("idle sessions: {up} of {n} established within {OPEN_WITHIN:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(Some(held))
     }
 
-    /// Stops holding and closes every session; an error if one was lost or did not close Good.
+    /// Closes every session (each CloseSession must be answered Good) and stops holding; an
+    /// error if one was lost during the run or did not close Good.
     pub fn close(mut self) -> Result<(), String> {
-        self.stop.take();
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), String> {
+        self.ctl.stop.store(true, Ordering::SeqCst);
         match self.thread.take().map(|t| t.join()) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err("the idle sessions' thread panicked".into()),
@@ -123,77 +366,6 @@ impl IdleSessions {
 
 impl Drop for IdleSessions {
     fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Waits until `fds` (and `stopped`, always first) have something, or `timeout_ms` (-1:
-/// no timeout). Returns the `revents` of each.
-fn wait(stopped: &UnixStream, fds: &[i32], timeout_ms: i32) -> Result<Vec<i16>, String> {
-    let mut p: Vec<libc::pollfd> = std::iter::once(stopped.as_raw_fd()).chain(fds.iter().copied()).map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
-    loop {
-        // SAFETY: `p` is a valid array of pollfd for the length given.
-        let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
-        if r >= 0 {
-            return Ok(p.iter().map(|x| x.revents).collect());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(format!("poll: {e}"));
-        }
-    }
-}
-
-/// The thread of the idle sessions: timers and answers until told to stop, then the closes.
-fn hold_sessions(mut sessions: Vec<(BlockingSession, UaDriver)>, stopped: UnixStream) -> Result<(), String> {
-    let fds: Vec<i32> = sessions.iter().map(|(s, _)| s.stream().as_raw_fd()).collect();
-    for (i, (s, _)) in sessions.iter_mut().enumerate() {
-        s.flush().map_err(|e| format!("idle session {i}: {e}"))?;
-    }
-    loop {
-        let now = mono_ns();
-        for (i, (s, d)) in sessions.iter_mut().enumerate() {
-            if d.next_deadline().is_some_and(|t| t <= now) {
-                s.poll(d).map_err(|e| format!("idle session {i}: {e}"))?;
-            }
-        }
-        let next = sessions.iter().filter_map(|(_, d)| d.next_deadline()).min();
-        let timeout_ms = match next {
-            Some(t) => (t.saturating_sub(mono_ns()).div_ceil(1_000_000)).min(i32::MAX as u64) as i32,
-            None => -1,
-        };
-        let ready = wait(&stopped, &fds, timeout_ms)?;
-        if ready[0] != 0 {
-            break;
-        }
-        for (i, ((s, d), &r)) in sessions.iter_mut().zip(&ready[1..]).enumerate() {
-            if r != 0 {
-                s.receive(d).map_err(|e| format!("idle session {i}: {e}"))?;
-            }
-            if let Some(e) = s.first_error() {
-                return Err(format!("idle session {i}: {e}"));
-            }
-        }
-    }
-    for (i, (s, mut d)) in sessions.into_iter().enumerate() {
-        s.close(&mut d).map_err(|e| format!("idle session {i}: close: {e}"))?;
-        match d.close_result() {
-            Some(r) if r.is_good() => {}
-            r => return Err(format!("idle session {i}: CloseSession answered {r:?} (the session did not live through the run)")),
-        }
-    }
-    Ok(())
-}
-
-/// The echo floor's idle connections: open until told to stop; one the server closed is an error.
-fn hold_connections(conns: Vec<TcpStream>, stopped: UnixStream) -> Result<(), String> {
-    let fds: Vec<i32> = conns.iter().map(|c| c.as_raw_fd()).collect();
-    let ready = wait(&stopped, &fds, -1)?;
-    match ready[1..].iter().position(|&r| r != 0) {
-        Some(i) if ready[0] == 0 => Err(format!("idle connection {i}: the server closed it or sent something")),
-        _ => Ok(()),
+        let _ = self.stop_and_join();
     }
 }

@@ -1189,9 +1189,8 @@ pub fn run_session_blocking(
 }
 
 /// One session's connection over a blocking socket (read timeout 10 s), driving a
-/// [`UaDriver`]: [`run_session_blocking`] and the idle sessions of a run
-/// ([`crate::idle`]).
-pub struct BlockingSession {
+/// [`UaDriver`] for [`run_session_blocking`].
+struct BlockingSession {
     stream: std::net::TcpStream,
     /// What the driver wrote and the socket has not taken yet.
     out: Vec<u8>,
@@ -1249,28 +1248,6 @@ impl BlockingSession {
         }
         let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut self.stats, &self.shared);
         d.on_recv(mono_ns(), &self.buf[..n], &mut self.out, &mut ctx)
-    }
-
-    /// Hands what arrived to `d` and sends what follows (call when the socket is readable).
-    pub fn receive(&mut self, d: &mut UaDriver) -> Result<(), String> {
-        self.read_into(d)?;
-        self.flush()
-    }
-
-    /// Runs `d`'s timers (secure channel renewal, its workload's timer) and sends what follows.
-    pub fn poll(&mut self, d: &mut UaDriver) -> Result<(), String> {
-        let mut ctx = Ctx::new(crate::uring::PHASE_WARMUP, &mut self.stats, &self.shared);
-        d.poll(mono_ns(), &mut self.out, &mut ctx)?;
-        self.flush()
-    }
-
-    /// The first error `d`'s workload reported for a response, if any.
-    pub fn first_error(&self) -> Option<&str> {
-        self.stats.first_error.as_deref()
-    }
-
-    pub fn stream(&self) -> &std::net::TcpStream {
-        &self.stream
     }
 
     /// CloseSession, its answer, then CloseSecureChannel.
