@@ -136,7 +136,7 @@ fn responses_past_the_sessions_max_response_size_are_refused_publish_included() 
 fn create_session_endpoints_are_the_same_when_reused_and_follow_the_url() {
     use uaring_core::generated::types::CreateSessionRequest;
     let mut n = Net::connected(t0());
-    let mut create = |n: &mut Net, url: &str| {
+    let create = |n: &mut Net, url: &str| {
         let req = CreateSessionRequest { endpoint_url: url.into(), requested_session_timeout: 60_000.0, ..Default::default() };
         let Response::CreateSession(cs) = n.call(Request::CreateSession(Box::new(req))) else { panic!("CreateSession") };
         cs.server_endpoints
