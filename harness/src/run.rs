@@ -513,7 +513,8 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         server: cfg.server_name(),
         clients: cfg.clients,
         idle_sessions: cfg.opts.idle_sessions,
-        inflight: cfg.inflight,
+        // connect: each client runs one session establishment at a time (--inflight is not used).
+        inflight: if cfg.scenario == "connect" { 1 } else { cfg.inflight },
         // connect's handshake is sequential: every message is its own write.
         send: if cfg.scenario == "connect" { SendMode::PerRequest.name().into() } else { cfg.send.name().into() },
         client_io: match cfg.client_io {

@@ -197,7 +197,12 @@ pub fn markdown(t: &Table) -> String {
             .first()
             .map(|r| {
                 let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
-                let mut x = format!("scenario `{}`, {} clients × {} in flight", g("scenario"), g("clients"), g("inflight"));
+                let mut x = if g("scenario") == "connect" {
+                    // Results before the JSON said so carry the unused --inflight.
+                    format!("scenario `connect`, {} clients, each establishing one session at a time", g("clients"))
+                } else {
+                    format!("scenario `{}`, {} clients × {} in flight", g("scenario"), g("clients"), g("inflight"))
+                };
                 if let Some(n) = r.get("nodes") {
                     x.push_str(&format!(", {} nodes per request", crate::report::fmt(n)));
                 }
