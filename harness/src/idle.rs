@@ -127,11 +127,13 @@ struct Holder {
 }
 
 impl Holder {
-    /// After a call into a session: what its keep-alive reported, and whether it is closed.
+    /// After a call into a connection: what failed (its keep-alive, a silent connection that
+    /// received something), and whether its session is closed.
     fn after(&mut self, c: &mut IdleConn, r: Result<(), String>, now: Now, out: &mut Vec<u8>) -> ConnStatus {
         let i = c.index;
         if let Some(e) = r.err().or_else(|| self.stats.first_error.take()) {
-            self.ctl.fail(format!("idle session {i}: {e}"));
+            let what = if matches!(c.idle, Idle::Silent) { "connection" } else { "session" };
+            self.ctl.fail(format!("idle {what} {i}: {e}"));
             return ConnStatus::Close;
         }
         if let Idle::Session(d) = &mut c.idle {
