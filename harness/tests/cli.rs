@@ -7,10 +7,25 @@ use std::process::Command;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_uaring-bench");
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("uaring-bench-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A test's own directory under the system's temp directory, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("uaring-bench-test-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+    fn join(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]
@@ -71,7 +86,8 @@ fn command_line_errors_have_messages() {
 
 #[test]
 fn sweep_checks_variant_files_before_running() {
-    let variants = tmp("typo.variants");
+    let dir = TempDir::new("typo");
+    let variants = dir.join("typo.variants");
     std::fs::write(&variants, "a||--server-cpus 0 --client-cpus 0
 b||--inflght 3
 ").unwrap();
@@ -87,9 +103,10 @@ b||--inflght 3
 
 #[test]
 fn sweep_and_summarize() {
-    let variants = tmp("two.variants");
+    let dir = TempDir::new("sweep");
+    let variants = dir.join("two.variants");
     std::fs::write(&variants, "# two placements of the echo floor\na||--server-cpus 0 --client-cpus 0\nb||--server-cpus 0 --client-cpus 0 --clients 1\n").unwrap();
-    let raw = tmp("raw.jsonl");
+    let raw = dir.join("raw.jsonl");
     let out = Command::new(BENCH)
         .args(["sweep", "--variants", variants.to_str().unwrap(), "--scenario", "echo", "--rounds", "2", "--duration", "0.2", "--warmup", "0.05"])
         .args(["--inflight", "2", "--foreign-max", "1000", "--out", raw.to_str().unwrap()])
@@ -104,8 +121,8 @@ fn sweep_and_summarize() {
     assert_eq!(lines.len(), 4);
     let order: Vec<&str> = lines.iter().map(|l| l["variant"].as_str().unwrap()).collect();
     assert_eq!(order, vec!["a", "b", "b", "a"]);
-    let md = tmp("table.md");
-    let svg = tmp("plot");
+    let md = dir.join("table.md");
+    let svg = dir.join("plot");
     let out = Command::new(BENCH)
         .args(["summarize", "--in", raw.to_str().unwrap(), "--md", md.to_str().unwrap(), "--svg", svg.to_str().unwrap()])
         .output()

@@ -172,10 +172,11 @@ fn read_request(node: NodeId) -> Request {
     }))
 }
 
-fn finish(server: Server, dir: std::path::PathBuf) {
+/// The server exits 0 when told to stop; its directory goes with `dir`.
+fn finish(server: Server, dir: common::TempDir) {
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
-    let _ = std::fs::remove_dir_all(dir);
+    drop(dir);
 }
 
 /// Many connections each send 64 KiB chunks of one message and never its final chunk,
@@ -233,9 +234,7 @@ fn chunk_bomb_of_64k_chunks_past_the_pre_session_budget() {
 fn opn_flood_with_bad_signatures() {
     use uaring_crypto::{generate_self_signed, CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};
     let conns = env_usize("ABUSE_OPN_CONNS", 120);
-    let dir = std::env::temp_dir().join(format!("uaring-abuse-opn-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = common::TempDir::new("uaring-abuse-opn");
     let pki = dir.join("pki");
     let server = Server::start(&["--pki", pki.to_str().expect("path"), "--accept-all-client-certs"]);
     let addr = server.addr;

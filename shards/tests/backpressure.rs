@@ -252,8 +252,7 @@ fn chunk_bomb(tag: &str, backend: &str) {
 #[test]
 fn a_zero_budget_is_rejected() {
     for key in ["max_shard_buffered_bytes", "max_pending_output_bytes", "send_stall_timeout_ms"] {
-        let dir = std::env::temp_dir().join(format!("uaring-bp-zero-{key}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = common::TempDir::new(&format!("uaring-bp-zero-{key}"));
         let cfg = dir.join("uaring.toml");
         std::fs::write(&cfg, format!("[runtime]\n{key} = 0\n")).expect("write config");
         let out = std::process::Command::new(bin())

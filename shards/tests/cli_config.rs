@@ -5,11 +5,9 @@ mod common;
 
 use std::process::Command;
 
-use common::bin;
+use common::{bin, TempDir};
 
-fn tmp(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("uaring-cli-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+fn tmp(dir: &TempDir, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
@@ -42,8 +40,10 @@ fn version_names_the_git_revision() {
 
 #[test]
 fn config_check_prints_effective_values_and_loads_nodesets() {
+    let dir = TempDir::new("uaring-cli-config");
     let di = nodesets().join("Opc.Ua.Di.NodeSet2.xml");
     let f = tmp(
+        &dir,
         "good.toml",
         &format!("[runtime]\nlisten = \"127.0.0.1:4999\"\n[operation_limits]\nmax_nodes_per_read = 77\n[[nodesets]]\nfile = {:?}\n", di.display().to_string()),
     );
@@ -57,7 +57,7 @@ fn config_check_prints_effective_values_and_loads_nodesets() {
     assert!(text.contains("policies = [\"None\", \"Basic256Sha256\""), "{text}");
     assert!(text.contains("#   2: http://opcfoundation.org/UA/DI/"), "{text}");
     // The printed configuration is itself a valid configuration.
-    let again = tmp("again.toml", &text);
+    let again = tmp(&dir, "again.toml", &text);
     let out = Command::new(bin()).args(["config", "check"]).arg(&again).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), text);
@@ -65,6 +65,7 @@ fn config_check_prints_effective_values_and_loads_nodesets() {
 
 #[test]
 fn config_check_rejects_with_the_reason() {
+    let dir = TempDir::new("uaring-cli-config");
     for (text, needle) in [
         ("[runtime]\nring_entries = 1000\n", "ring_entries"),
         ("[operation_limits]\nmax_nodes_per_read = 0\n", "max_nodes_per_read"),
@@ -73,7 +74,7 @@ fn config_check_rejects_with_the_reason() {
         ("[aplication]\n", "aplication"),
         ("[[nodesets]]\nfile = \"/nonexistent/x.xml\"\n", "/nonexistent/x.xml"),
     ] {
-        let f = tmp("bad.toml", text);
+        let f = tmp(&dir, "bad.toml", text);
         let out = Command::new(bin()).args(["config", "check"]).arg(&f).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{text}: {err}");
@@ -88,9 +89,10 @@ fn config_check_rejects_with_the_reason() {
 
 #[test]
 fn serve_nodeset_flag_loads_a_model() {
+    let dir = TempDir::new("uaring-cli-config");
     // Machinery alone cannot load (it requires DI): --nodeset adds DI after the file's entry.
     let ma = nodesets().join("Opc.Ua.Machinery.NodeSet2.xml");
-    let f = tmp("ma.toml", &format!("[[nodesets]]\nfile = {:?}\n", ma.display().to_string()));
+    let f = tmp(&dir, "ma.toml", &format!("[[nodesets]]\nfile = {:?}\n", ma.display().to_string()));
     let out = Command::new(bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&f)

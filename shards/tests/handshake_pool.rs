@@ -17,15 +17,13 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A config with one user (password "pw"), passwords accepted in clear on None channels (the
 /// test has no RSA client), one shard, and the given `[handshake]` section.
-fn start(handshake: &str, tag: &str) -> (Server, std::path::PathBuf) {
+fn start(handshake: &str, tag: &str) -> (Server, common::TempDir) {
     start_on(1, handshake, tag)
 }
 
 /// [`start`] with `shards` shards, connections dealt round robin.
-fn start_on(shards: usize, handshake: &str, tag: &str) -> (Server, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("uaring-hs-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn start_on(shards: usize, handshake: &str, tag: &str) -> (Server, common::TempDir) {
+    let dir = common::TempDir::new(&format!("uaring-hs-{tag}"));
     let hash = uaring_crypto::hash_password("pw").unwrap();
     let cfg = dir.join("uaring.toml");
     std::fs::write(

@@ -37,8 +37,9 @@ fn sum(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-fn config(port: u16) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("uaring-metrics-{}-{port}.toml", std::process::id()));
+/// The configuration file (in `dir`) of a server with its metrics endpoint on `port`.
+fn config(dir: &common::TempDir, port: u16) -> std::path::PathBuf {
+    let p = dir.join("uaring.toml");
     std::fs::write(&p, format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
     p
 }
@@ -58,7 +59,8 @@ fn diagnostics(c: &mut Client) -> Vec<u32> {
 #[test]
 fn scrape_of_a_loaded_server_shows_counters_moving() {
     let port = free_port();
-    let cfg = config(port);
+    let dir = common::TempDir::new("uaring-metrics");
+    let cfg = config(&dir, port);
     let server = Server::start(&["--config", cfg.to_str().unwrap(), "--shards", "2"]);
     let (head, before) = get(port, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -134,9 +136,10 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
 #[test]
 fn batched_waits_are_counted_in_the_metrics_and_the_statistics_file() {
     let port = free_port();
-    let cfg = std::env::temp_dir().join(format!("uaring-metrics-batched-{}-{port}.toml", std::process::id()));
+    let dir = common::TempDir::new("uaring-metrics-batched");
+    let cfg = dir.join("uaring.toml");
     std::fs::write(&cfg, format!("[runtime]\nbatch_wait_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
-    let stats = std::env::temp_dir().join(format!("uaring-metrics-batched-{}-{port}.json", std::process::id()));
+    let stats = dir.join("stats.json");
     let server = Server::start(&["--config", cfg.to_str().unwrap(), "--shards", "1", "--stats-file", stats.to_str().unwrap()]);
     let (_, before) = get(port, "/metrics");
     let uring = before.contains("io_backend=\"uring\"");
@@ -178,13 +181,12 @@ fn batched_waits_are_counted_in_the_metrics_and_the_statistics_file() {
     }
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    let _ = std::fs::remove_file(&cfg);
-    let _ = std::fs::remove_file(&stats);
 }
 
 #[test]
 fn a_bad_metrics_address_stops_the_start() {
-    let p = std::env::temp_dir().join(format!("uaring-metrics-bad-{}.toml", std::process::id()));
+    let dir = common::TempDir::new("uaring-metrics-bad");
+    let p = dir.join("uaring.toml");
     std::fs::write(&p, "[metrics]\nlisten = \"localhost\"\n").unwrap();
     let out = std::process::Command::new(common::bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--config", p.to_str().unwrap()])

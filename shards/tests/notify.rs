@@ -15,8 +15,7 @@ fn recv(sock: &UnixDatagram) -> String {
 
 #[test]
 fn ready_reloading_and_stopping_reach_notify_socket() {
-    let dir = std::env::temp_dir().join(format!("uaring-notify-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::TempDir::new("uaring-notify");
     let path = dir.join("notify.sock");
     let _ = std::fs::remove_file(&path);
     let sock = UnixDatagram::bind(&path).unwrap();

@@ -102,15 +102,13 @@ impl Drop for RssSampler {
 }
 
 /// A server with one shard and the given `[runtime]` budget lines.
-pub fn start_server(runtime: &str, tag: &str) -> (Server, std::path::PathBuf) {
+pub fn start_server(runtime: &str, tag: &str) -> (Server, super::TempDir) {
     start_server_with(runtime, "", tag)
 }
 
 /// A server with one shard, the given `[runtime]` lines and further TOML sections.
-pub fn start_server_with(runtime: &str, sections: &str, tag: &str) -> (Server, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("uaring-bp-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+pub fn start_server_with(runtime: &str, sections: &str, tag: &str) -> (Server, super::TempDir) {
+    let dir = super::TempDir::new(&format!("uaring-bp-{tag}"));
     let cfg = dir.join("uaring.toml");
     // UARING_TEST_RUNTIME replaces the budget lines (a measurement run against a
     // build that does not know them).

@@ -149,7 +149,9 @@ test("keep-alives arrive when nothing changes", async () => {
 });
 
 test("a subscription over Basic256Sha256 SignAndEncrypt (contract mode)", async () => {
-  const secured = await startServer(["--contract", "--pki", require("node:fs").mkdtempSync(require("node:path").join(require("node:os").tmpdir(), "uaring-pki-"))]);
+  const fs = require("node:fs");
+  const pki = fs.mkdtempSync(require("node:path").join(require("node:os").tmpdir(), "uaring-pki-"));
+  const secured = await startServer(["--contract", "--pki", pki]);
   const c = newClient({ securityMode: MessageSecurityMode.SignAndEncrypt, securityPolicy: SecurityPolicy.Basic256Sha256 });
   try {
     await c.connect(secured.url);
@@ -168,6 +170,8 @@ test("a subscription over Basic256Sha256 SignAndEncrypt (contract mode)", async 
     await s.close();
   } finally {
     await c.disconnect();
-    assert.equal(await secured.stop(), 0);
+    const code = await secured.stop();
+    fs.rmSync(pki, { recursive: true, force: true });
+    assert.equal(code, 0);
   }
 });
