@@ -41,7 +41,8 @@ fn sum(body: &str, name: &str, label: &str) -> f64 {
 #[test]
 fn idle_sessions_stay_open_through_the_run_and_close_after_it() {
     let port = free_port();
-    let cfg = std::env::temp_dir().join(format!("uaring-idle-{}-{port}.toml", std::process::id()));
+    let dir = common::TempDir::new("uaring-idle");
+    let cfg = dir.join("uaring.toml");
     // Sessions time out after 1 s without a request; the run lasts longer than that.
     std::fs::write(&cfg, format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[sessions]\nsession_timeout_min_ms = 500.0\nsession_timeout_max_ms = 1000.0\n")).unwrap();
     let server = Server::start(&["--contract", "--shards", "2", "--config", cfg.to_str().unwrap()]);
@@ -88,5 +89,4 @@ fn idle_sessions_stay_open_through_the_run_and_close_after_it() {
     assert!(sum(&end, "uaring_requests_total", "service=\"CloseSession\"") >= 3.0, "{end}");
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    let _ = std::fs::remove_file(&cfg);
 }

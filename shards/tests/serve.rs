@@ -152,8 +152,7 @@ fn stats_json(path: &std::path::Path) -> String {
 }
 
 fn policy_serves_eight(extra: &[&str], policy: &str) {
-    let dir = std::env::temp_dir().join(format!("uaring-test-{}-{policy}-{}", std::process::id(), extra.len()));
-    let _ = std::fs::create_dir_all(&dir);
+    let dir = common::TempDir::new(&format!("uaring-test-{policy}-{}", extra.len()));
     let stats = dir.join("stats.json");
     let stats_s = stats.to_string_lossy().to_string();
     let mut args = vec!["--distribution", policy, "--shards", "2", "--stats-file", stats_s.as_str()];
@@ -192,7 +191,6 @@ fn policy_serves_eight(extra: &[&str], policy: &str) {
     drop(conns);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -217,8 +215,7 @@ fn round_robin_on_epoll_serves_eight() {
 
 #[test]
 fn single_shot_fallback_serves() {
-    let dir = std::env::temp_dir().join(format!("uaring-test-{}-single", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
+    let dir = common::TempDir::new("uaring-test-single");
     let cfg = dir.join("single.toml");
     std::fs::write(&cfg, "[runtime]\nmultishot = false\nring_entries = 64\n").expect("write config");
     let server = Server::start(&["--config", cfg.to_str().expect("path"), "--io-backend", "uring"]);
@@ -227,7 +224,6 @@ fn single_shot_fallback_serves() {
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
     assert!(err.contains("off:") && err.contains("MULTISHOT_ACCEPT_RECV"), "stderr:\n{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Sets RLIMIT_MEMLOCK of the child to `bytes` (lowering is always allowed).
@@ -323,14 +319,15 @@ fn help_and_subcommands() {
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("$argon2id$"));
-    let pki = std::env::temp_dir().join(format!("uaring-test-pki-{}", std::process::id()));
+    let dir = common::TempDir::new("uaring-test-pki");
+    let pki = dir.join("pki");
     let out = Command::new(bin())
         .args(["cert", "--pki", pki.to_str().expect("path"), "generate", "--uri", "urn:test", "--bits", "2048"])
         .output()
         .expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(pki.join("own/certs/uaring.der").exists());
-    let _ = std::fs::remove_dir_all(&pki);
+    drop(dir);
     let out = Command::new(bin()).args(["serve", "--bogus"]).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(bin()).args(["serve", "--cpus", "nonsense-expr"]).output().expect("run");

@@ -160,8 +160,7 @@ fn collect_until(c: &mut Client, acks: &mut Vec<SubscriptionAcknowledgement>, wa
 }
 
 fn reconnects_keep_the_subscription(backend: &str) {
-    let dir = std::env::temp_dir().join(format!("uaring-move-{backend}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::TempDir::new(&format!("uaring-move-{backend}"));
     let stats = dir.join("stats.json");
     let server = start(backend, &stats);
     let url = server.url();
@@ -193,7 +192,6 @@ fn reconnects_keep_the_subscription(backend: &str) {
     assert!(moved_in - moved_before >= 4, "moves: {}", moved_in - moved_before);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -209,8 +207,7 @@ fn reconnects_keep_the_subscription_epoll() {
 /// Many clients reconnecting at once: every move either goes through or is refused with
 /// BadResourceUnavailable (and the retry goes through); nothing hangs, nothing is lost.
 fn concurrent_moves(backend: &str) {
-    let dir = std::env::temp_dir().join(format!("uaring-moves-{backend}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::TempDir::new(&format!("uaring-moves-{backend}"));
     let stats = dir.join("stats.json");
     let server = start(backend, &stats);
     let url = server.url();
@@ -238,7 +235,6 @@ fn concurrent_moves(backend: &str) {
     assert!(moved_in >= 8, "moves: {moved_in}");
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
