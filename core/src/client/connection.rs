@@ -318,11 +318,7 @@ impl ClientConnection {
 
     fn chunk_limits(&self) -> Result<ChunkLimits, StatusCode> {
         let n = self.negotiated.ok_or(StatusCode::BadInvalidState)?;
-        Ok(ChunkLimits {
-            max_chunk_size: n.send_buffer_size,
-            max_message_size: n.peer_max_message_size,
-            max_chunk_count: n.peer_max_chunk_count,
-        })
+        Ok(ChunkLimits::negotiated(&n))
     }
 
     fn send_open(&mut self, now: Now, request_type: SecurityTokenRequestType, out: &mut Vec<u8>) -> Result<(), StatusCode> {

@@ -4,7 +4,7 @@
 
 use super::policy::{AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, MAX_POLICY_URI_LEN};
 use crate::encoding::{Decode, DecodeLimits, Decoder, Encode};
-use crate::transport::{ChunkType, ErrorMessage, MessageHeader, MessageType, MESSAGE_HEADER_LEN};
+use crate::transport::{ChunkType, ErrorMessage, MessageHeader, MessageType, Negotiated, MESSAGE_HEADER_LEN};
 use crate::types::StatusCode;
 
 /// Sequence header size (SequenceNumber + RequestId), in bytes.
@@ -257,6 +257,13 @@ pub struct ChunkLimits {
     pub max_message_size: u32,
     /// Most chunks the peer accepts (0 = no limit).
     pub max_chunk_count: u32,
+}
+
+impl ChunkLimits {
+    /// What the peer accepts per message, from its Hello or Acknowledge.
+    pub fn negotiated(n: &Negotiated) -> ChunkLimits {
+        ChunkLimits { max_chunk_size: n.send_buffer_size, max_message_size: n.peer_max_message_size, max_chunk_count: n.peer_max_chunk_count }
+    }
 }
 
 /// Largest body that fits in one chunk, in bytes, for a security header of

@@ -818,27 +818,14 @@ impl State {
                 if req.request_type != SecurityTokenRequestType::Issue {
                     return Err((StatusCode::BadRequestTypeInvalid, "Renew without a channel"));
                 }
-                if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
-                    return Err((StatusCode::BadNonceInvalid, "client nonce length"));
-                }
+                check_client_nonce(&req, nonce_len)?;
                 let lifetime_ms = limits.revise_token_lifetime_ms(req.requested_lifetime);
                 let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes()).map_err(|s| (s, ""))?;
                 let body = open_response_body(&req, channel_id, 1, lifetime_ms, server_nonce, now);
                 let header = SecurityHeader::Asymmetric(policy.asymmetric_header(job_certificate.as_deref()));
                 let mut send_seq = SequenceCounter::new(policy.legacy_sequence_numbers());
-                let mut response = Vec::new();
-                write_chunks(
-                    MessageType::OpenSecureChannel,
-                    channel_id,
-                    &header,
-                    o.request_id,
-                    &body,
-                    &*crypto,
-                    &mut send_seq,
-                    &chunk_limits(&negotiated),
-                    &mut response,
-                )
-                .map_err(|s| (response_status(s), "OpenSecureChannelResponse"))?;
+                let response = seal_open_response(channel_id, &header, o.request_id, &body, &*crypto, &mut send_seq, &negotiated)
+                    .map_err(|s| (response_status(s), "OpenSecureChannelResponse"))?;
                 Ok(Issued { sequence_number: o.sequence_number, mode: req.security_mode, lifetime_ms, crypto: sym, response, send_seq })
             })();
             Output::OpenIssued(issued)
@@ -914,9 +901,7 @@ impl State {
         };
         let req = decode_open_request(body, &self.limits).map_err(|(status, reason)| Failure { status, reason })?;
         let nonce_len = policy.nonce_len();
-        if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
-            return fail(StatusCode::BadNonceInvalid, "client nonce length");
-        }
+        check_client_nonce(&req, nonce_len).map_err(|(status, reason)| Failure { status, reason })?;
         let lifetime_ms = self.limits.revise_token_lifetime_ms(req.requested_lifetime);
         let server_nonce = if nonce_len > 0 { crate::random::bytes(host.random(), nonce_len) } else { Vec::new() };
         let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
@@ -959,24 +944,12 @@ impl State {
         };
         let body = open_response_body(&req, c.id, c.current.id, lifetime_ms, server_nonce, now);
         let header = SecurityHeader::Asymmetric(c.policy.asymmetric_header(c.client_certificate.as_deref()));
-        let limits = chunk_limits(&negotiated);
         let channel_id = c.id;
         let mut seq = c.send_seq.clone();
         // The signature (private key) and the encryption of the response: a job.
         let job = HandshakeJob::new(JobKind::OpenResponse, Carry::None, move || {
-            let mut chunks = Vec::new();
-            let r = write_chunks(
-                MessageType::OpenSecureChannel,
-                channel_id,
-                &header,
-                request_id,
-                &body,
-                &*crypto,
-                &mut seq,
-                &limits,
-                &mut chunks,
-            );
-            Output::OpenResponse(r.map(|_| chunks), seq)
+            let r = seal_open_response(channel_id, &header, request_id, &body, &*crypto, &mut seq, &negotiated);
+            Output::OpenResponse(r, seq)
         });
         self.submit(host, now, job, Waiting::OpenResponse, out)
     }
@@ -1155,13 +1128,28 @@ fn response_status(s: StatusCode) -> StatusCode {
     }
 }
 
-/// What the peer accepts per message (its Hello or Acknowledge).
-fn chunk_limits(negotiated: &Negotiated) -> ChunkLimits {
-    ChunkLimits {
-        max_chunk_size: negotiated.send_buffer_size,
-        max_message_size: negotiated.peer_max_message_size,
-        max_chunk_count: negotiated.peer_max_chunk_count,
+/// A client nonce of the policy's length (none for SecurityPolicy None).
+fn check_client_nonce(req: &OpenSecureChannelRequest, nonce_len: usize) -> Result<(), (StatusCode, &'static str)> {
+    if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
+        return Err((StatusCode::BadNonceInvalid, "client nonce length"));
     }
+    Ok(())
+}
+
+/// The OpenSecureChannelResponse `body` signed and encrypted (the RSA work of a job) into the
+/// chunks the peer's limits allow, `seq` advanced past them.
+fn seal_open_response(
+    channel_id: u32,
+    header: &SecurityHeader,
+    request_id: u32,
+    body: &[u8],
+    crypto: &dyn ChunkCrypto,
+    seq: &mut SequenceCounter,
+    negotiated: &Negotiated,
+) -> Result<Vec<u8>, StatusCode> {
+    let mut chunks = Vec::new();
+    write_chunks(MessageType::OpenSecureChannel, channel_id, header, request_id, body, crypto, seq, &ChunkLimits::negotiated(negotiated), &mut chunks)?;
+    Ok(chunks)
 }
 
 /// Decodes a request body (type id + message). An unknown type id or a body that fails
@@ -1240,11 +1228,7 @@ fn send_encoded(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let limits = ChunkLimits {
-        max_chunk_size: negotiated.send_buffer_size,
-        max_message_size: negotiated.peer_max_message_size,
-        max_chunk_count: negotiated.peer_max_chunk_count,
-    };
+    let limits = ChunkLimits::negotiated(negotiated);
     let token = match (&c.previous, c.current.activated) {
         (Some(p), false) => p,
         _ => &c.current,
