@@ -1,7 +1,7 @@
 //! `Decode::decode_into` gives exactly what `Decode::decode` gives, whatever the value it
 //! decodes into held before, and reuses that value's memory where it can.
 
-use uaring_core::types::Identifier;
+use uaring_core::types::{ExtensionObject, ExtensionObjectBody, Guid, Identifier, UaString, XmlElement};
 use uaring_core::{Decode, DecodeLimits, Decoder, Encode, NodeId};
 
 fn decode_into<T: Decode>(into: &mut T, bytes: &[u8]) {
@@ -14,7 +14,9 @@ fn decode_into<T: Decode>(into: &mut T, bytes: &[u8]) {
 fn node_id_of_every_kind_into_every_kind() {
     let ids = [
         NodeId::numeric(0, 7),
+        NodeId::numeric(2, 300),
         NodeId::numeric(3, 70_000),
+        NodeId::guid(1, Guid { data1: 1, data2: 2, data3: 3, data4: [4; 8] }),
         NodeId::string(2, "a string id"),
         NodeId::byte_string(0, vec![9u8; 32]),
         NodeId::byte_string(5, vec![1, 2, 3]),
@@ -63,4 +65,35 @@ fn limits_hold_as_for_decode() {
     assert_eq!(e.status, Vec::<u32>::from_bytes(&bytes, limits).unwrap_err().status);
     // A truncated encoding fails just as decode does.
     assert!(into.decode_into(&mut Decoder::new(&bytes[..20], DecodeLimits::default())).is_err());
+}
+
+#[test]
+fn extension_object_of_every_kind_into_every_kind() {
+    let objects = [
+        ExtensionObject::null(),
+        ExtensionObject { type_id: NodeId::numeric(0, 321), body: ExtensionObjectBody::None },
+        ExtensionObject { type_id: NodeId::numeric(0, 324), body: ExtensionObjectBody::Binary(vec![1, 2, 3, 4]) },
+        ExtensionObject { type_id: NodeId::string(2, "t"), body: ExtensionObjectBody::Binary(Vec::new()) },
+        ExtensionObject { type_id: NodeId::numeric(0, 325), body: ExtensionObjectBody::Xml(XmlElement(UaString::from("<a/>"))) },
+    ];
+    for before in &objects {
+        for value in &objects {
+            let bytes = value.to_bytes();
+            assert_eq!(ExtensionObject::from_bytes(&bytes, DecodeLimits::default()).as_ref(), Ok(value));
+            let mut into = before.clone();
+            decode_into(&mut into, &bytes);
+            assert_eq!(&into, value, "{before:?} ← {value:?}");
+        }
+    }
+    // A binary body reuses the body's buffer.
+    let mut into = objects[2].clone();
+    let ExtensionObjectBody::Binary(b) = &into.body else { unreachable!() };
+    let before = b.as_ptr();
+    decode_into(&mut into, &objects[2].to_bytes());
+    let ExtensionObjectBody::Binary(b) = &into.body else { panic!("kind changed") };
+    assert_eq!(b.as_ptr(), before);
+    // An encoding byte that is none of 0, 1, 2 fails as decode does.
+    let mut bad = ExtensionObject::null().to_bytes();
+    bad[2] = 3;
+    assert!(ExtensionObject::null().decode_into(&mut Decoder::new(&bad, DecodeLimits::default())).is_err());
 }

@@ -266,6 +266,17 @@ impl Encode for NodeId {
         encode_node_id(self, 0, out)
     }
 }
+impl NodeId {
+    #[inline]
+    fn set_numeric(&mut self, namespace: u16, value: u32) {
+        self.namespace = namespace;
+        match &mut self.identifier {
+            Identifier::Numeric(n) => *n = value,
+            other => *other = Identifier::Numeric(value),
+        }
+    }
+}
+
 impl Decode for NodeId {
     const MIN_LEN: usize = 2;
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
@@ -284,6 +295,21 @@ impl Decode for NodeId {
             return Err(DecodeError::decoding("NodeId encoding byte"));
         }
         match (b, &mut self.identifier) {
+            // Numeric forms are written in place: no enum value built, moved and dropped
+            // (the type id of every request and every ReadValueId's NodeId).
+            (TWO_BYTE, _) => {
+                let v = u8::decode(d)?;
+                self.set_numeric(0, v as u32);
+            }
+            (FOUR_BYTE, _) => {
+                let [ns, lo, hi] = d.take_array::<3>("NodeId")?;
+                self.set_numeric(ns as u16, u16::from_le_bytes([lo, hi]) as u32);
+            }
+            (NUMERIC, _) => {
+                let ns = u16::decode(d)?;
+                let v = u32::decode(d)?;
+                self.set_numeric(ns, v);
+            }
             (BYTE_STRING, Identifier::ByteString(v)) => {
                 let ns = u16::decode(d)?;
                 let max = d.limits().max_byte_string_len;

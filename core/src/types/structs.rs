@@ -1,4 +1,4 @@
-use super::{ByteString, DateTime, NodeId, StatusCode, UaString, Variant, XmlElement};
+use super::{DateTime, NodeId, StatusCode, UaString, Variant, XmlElement};
 use crate::encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};
 
 /// A QualifiedName: namespace index and name.
@@ -142,7 +142,9 @@ impl Encode for ExtensionObject {
             ExtensionObjectBody::None => out.push(0),
             ExtensionObjectBody::Binary(b) => {
                 out.push(1);
-                ByteString(Some(b.clone())).encode(out);
+                // A ByteString: the length, then the bytes (no copy of the body first).
+                (b.len() as i32).encode(out);
+                out.extend_from_slice(b);
             }
             ExtensionObjectBody::Xml(x) => {
                 out.push(2);
@@ -172,6 +174,39 @@ impl Decode for ExtensionObject {
             _ => return Err(DecodeError::decoding("ExtensionObject encoding byte")),
         };
         Ok(ExtensionObject { type_id, body })
+    }
+
+    /// Decodes in place: the type id's and a binary body's memory are reused, and the usual
+    /// case — no additional header, a null ExtensionObject — builds nothing.
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        self.type_id.decode_into(d)?;
+        match u8::decode(d)? {
+            0 => {
+                if !matches!(self.body, ExtensionObjectBody::None) {
+                    self.body = ExtensionObjectBody::None;
+                }
+            }
+            1 => {
+                let max = d.limits().max_byte_string_len;
+                match d.read_length(max, 1, "ExtensionObject body")? {
+                    None => self.body = ExtensionObjectBody::None,
+                    Some(n) => {
+                        d.charge(n)?;
+                        let bytes = d.take(n, "ExtensionObject body")?;
+                        match &mut self.body {
+                            ExtensionObjectBody::Binary(b) => {
+                                b.clear();
+                                b.extend_from_slice(bytes);
+                            }
+                            body => *body = ExtensionObjectBody::Binary(bytes.to_vec()),
+                        }
+                    }
+                }
+            }
+            2 => self.body = ExtensionObjectBody::Xml(XmlElement::decode(d)?),
+            _ => return Err(DecodeError::decoding("ExtensionObject encoding byte")),
+        }
+        Ok(())
     }
 }
 
