@@ -321,9 +321,23 @@ fn svg(samples: &[Sample], warmup_s: f64) -> String {
     out
 }
 
+/// Removes a directory when dropped.
+struct RemoveDir(Option<std::path::PathBuf>);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
 pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
     let duration_s = parse_duration(&o.duration)?;
     let warmup_s = parse_duration(&o.warmup)?.min(duration_s / 2.0);
+    // The PKI directory of the server soak starts, removed when soak ends however it ends
+    // (declared before the server, so it is dropped after the server has stopped).
+    let mut pki_dir = RemoveDir(None);
     let mut server = None;
     let (addr, pid) = match (&o.url, o.server_pid) {
         (Some(url), Some(pid)) => {
@@ -338,6 +352,7 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
         _ => {
             let bin = o.server_bin.clone().unwrap_or_else(|| crate::run::sibling_exe("uaring"));
             let pki = std::env::temp_dir().join(format!("uaring-soak-pki-{}", std::process::id()));
+            pki_dir.0 = Some(pki.clone());
             let mut args = vec!["serve".to_string(), "--listen".into(), "127.0.0.1:0".into(), "--pki".into(), pki.display().to_string()];
             args.extend(o.server_args.split_whitespace().map(String::from));
             let p = ServerProcess::spawn(&SpawnSpec {
