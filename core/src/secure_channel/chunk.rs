@@ -109,6 +109,32 @@ pub fn parse_chunk_head(header: MessageHeader, frame: &[u8]) -> Result<ChunkHead
     Ok(ChunkHead { header, secure_channel_id, security, sequence_offset })
 }
 
+/// The head of a MSG or CLO chunk: what [`parse_chunk_head`] gives for it, without a
+/// [`SecurityHeader`] built and moved for every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SymmetricHead {
+    pub secure_channel_id: u32,
+    pub token_id: u32,
+    /// Offset of the sequence header, in bytes.
+    pub sequence_offset: usize,
+}
+
+/// Parses the secure channel id and token id of a MSG or CLO chunk (`frame` is the whole
+/// chunk). A chunk too short for them and the sequence header is BadTcpMessageTypeInvalid, as
+/// in [`parse_chunk_head`].
+pub fn parse_symmetric_head(frame: &[u8]) -> Result<SymmetricHead, StatusCode> {
+    const SEQUENCE_OFFSET: usize = MESSAGE_HEADER_LEN + 4 + SYMMETRIC_HEADER_LEN;
+    let (Some(head), true) = (frame.first_chunk::<SEQUENCE_OFFSET>(), frame.len() >= SEQUENCE_OFFSET + SEQUENCE_HEADER_LEN) else {
+        return Err(StatusCode::BadTcpMessageTypeInvalid);
+    };
+    let [_, _, _, _, _, _, _, _, c0, c1, c2, c3, t0, t1, t2, t3] = *head;
+    Ok(SymmetricHead {
+        secure_channel_id: u32::from_le_bytes([c0, c1, c2, c3]),
+        token_id: u32::from_le_bytes([t0, t1, t2, t3]),
+        sequence_offset: SEQUENCE_OFFSET,
+    })
+}
+
 /// A chunk after decryption and signature check.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenedChunk<'a> {
@@ -630,6 +656,26 @@ mod tests {
         chk.check(c.take()).unwrap();
         assert_eq!(c.peek(), 0);
         chk.check(c.take()).unwrap();
+    }
+
+    #[test]
+    fn symmetric_head_agrees_with_chunk_head() {
+        let mut out = Vec::new();
+        let limits = ChunkLimits { max_chunk_size: 8192, max_message_size: 0, max_chunk_count: 0 };
+        let sec = SecurityHeader::Symmetric { token_id: 0x0102_0304 };
+        write_chunks(MessageType::Message, 0xA0B0_C0D0, &sec, 42, b"body", &PlainCrypto, &mut SequenceCounter::new(true), &limits, &mut out)
+            .unwrap();
+        let header = MessageHeader::parse(out.first_chunk().unwrap()).unwrap();
+        let full = parse_chunk_head(header, &out).unwrap();
+        let head = parse_symmetric_head(&out).unwrap();
+        assert_eq!(head.secure_channel_id, full.secure_channel_id);
+        assert_eq!(SecurityHeader::Symmetric { token_id: head.token_id }, full.security);
+        assert_eq!(head.sequence_offset, full.sequence_offset);
+        // Every truncation fails as parse_chunk_head fails.
+        for n in 0..24 {
+            assert_eq!(parse_symmetric_head(&out[..n]).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid, "{n} bytes");
+            assert_eq!(parse_chunk_head(header, &out[..n]).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid, "{n} bytes");
+        }
     }
 
     #[test]

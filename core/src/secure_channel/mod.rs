@@ -9,7 +9,7 @@ pub mod chunk;
 pub mod policy;
 
 pub use chunk::{
-    max_body_per_chunk, open_chunk, parse_chunk_head, write_abort_chunk, write_chunks, Assembly, ChunkHead, ChunkLimits,
+    max_body_per_chunk, open_chunk, parse_chunk_head, parse_symmetric_head, write_abort_chunk, write_chunks, Assembly, ChunkHead, ChunkLimits,
     MessageAssembler, OpenedChunk, SecurityHeader, SequenceChecker, SequenceCounter, SEQUENCE_HEADER_LEN,
     write_message_with,
 };

@@ -27,7 +27,7 @@ use crate::generated::types::{
     ResponseHeader, SecurityTokenRequestType, ServiceFault,
 };
 use crate::secure_channel::{
-    open_chunk, parse_chunk_head, write_chunks, write_message_with, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
+    open_chunk, parse_chunk_head, parse_symmetric_head, write_chunks, write_message_with, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
     SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter, SECURITY_POLICY_NONE_URI,
 };
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
@@ -966,13 +966,11 @@ impl State {
         let Phase::Open(c) = phase else {
             return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
         };
-        let head = parse_chunk_head(frame.header, frame.bytes)?;
+        let head = parse_symmetric_head(frame.bytes)?;
         if head.secure_channel_id != c.id {
             return fail(StatusCode::BadSecureChannelIdInvalid, "wrong secure channel id");
         }
-        let SecurityHeader::Symmetric { token_id } = head.security else {
-            return fail(StatusCode::BadTcpMessageTypeInvalid, "symmetric header expected");
-        };
+        let token_id = head.token_id;
         // Find the token, activating a renewed one on first use.
         let token = if token_id == c.current.id {
             // Part 6 §6.7.4: the old token is accepted until the new one is first used.
