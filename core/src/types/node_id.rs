@@ -296,7 +296,7 @@ impl Decode for NodeId {
         }
         match (b, &mut self.identifier) {
             // Numeric forms are written in place: no enum value built, moved and dropped
-            // (the type id of every request and every ReadValueId's NodeId).
+            // (every ReadValueId's and WriteValue's NodeId in a recycled request).
             (TWO_BYTE, _) => {
                 let v = u8::decode(d)?;
                 self.set_numeric(0, v as u32);
