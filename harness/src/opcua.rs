@@ -95,7 +95,7 @@ pub struct UaDriver {
     /// Send time by request id (slot = id % len).
     /// Send time by request id of every request in flight (servers may answer
     /// far out of order).
-    sent: std::collections::HashMap<u32, u64>,
+    sent: rustc_hash::FxHashMap<u32, u64>,
     security: Option<Arc<Security>>,
     /// Log in with a UserName token (name, password) instead of anonymously.
     user: Option<(String, String)>,
@@ -116,7 +116,7 @@ impl UaDriver {
             stage: Stage::Channel,
             work,
             endpoint_url: endpoint_url.to_string(),
-            sent: std::collections::HashMap::with_capacity(inflight * 2 + 8),
+            sent: rustc_hash::FxHashMap::with_capacity_and_hasher(inflight * 2 + 8, Default::default()),
             user: None,
             close_id: None,
             close_result: None,
@@ -368,12 +368,12 @@ pub struct ReadWork {
     last_start: u32,
     /// First variable index by request id of every request in flight (a map:
     /// servers may answer far out of order).
-    starts: std::collections::HashMap<u32, u32>,
+    starts: rustc_hash::FxHashMap<u32, u32>,
 }
 
 impl ReadWork {
     pub fn new(inflight: usize, nodes: usize, start: u32) -> Self {
-        ReadWork { inflight, nodes: nodes.max(1), cursor: start, last_start: 0, starts: std::collections::HashMap::with_capacity(inflight * 2) }
+        ReadWork { inflight, nodes: nodes.max(1), cursor: start, last_start: 0, starts: rustc_hash::FxHashMap::with_capacity_and_hasher(inflight * 2, Default::default()) }
     }
 
     /// Checks a Read response to a request whose first variable index was `start`.
