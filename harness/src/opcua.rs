@@ -248,6 +248,8 @@ impl UaDriver {
                 if let Err(e) = self.work.on_response(id, &resp, sent, now, ctx) {
                     ctx.error(|| e);
                 }
+                // The next Read response is decoded into this one's memory.
+                self.conn.give_back(resp);
                 if !ctx.stopping() {
                     if let Some(req) = self.work.next(now) {
                         self.send_work(req, now, out, ctx)?;

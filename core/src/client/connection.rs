@@ -12,7 +12,7 @@ use crate::encoding::{Decode, Decoder, Encode};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
-    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, RequestHeader, ResponseHeader,
+    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, ReadResponse, RequestHeader, ResponseHeader,
     SecurityTokenRequestType, ServiceFault,
 };
 use crate::secure_channel::{
@@ -121,10 +121,16 @@ pub struct ClientConnection {
     scratch: Vec<u8>,
     body_buf: Vec<u8>,
     responses: VecDeque<(u32, Response)>,
+    /// Read responses given back (`give_back`): the next ones are decoded into them.
+    spare_read: Vec<Box<ReadResponse>>,
     in_flight: usize,
     /// Client nonces (OpenSecureChannel).
     random: Box<dyn crate::random::Random + Send>,
 }
+
+/// Most Read responses a client keeps for reuse (`ClientConnection::give_back`): one per
+/// request a pipelining client has in flight, up to this.
+pub const SPARE_READS_MAX: usize = 1024;
 
 /// A ServiceFault standing for a request the server aborted.
 fn fault(handle: u32, status: StatusCode) -> Response {
@@ -174,6 +180,7 @@ impl ClientConnection {
             scratch: Vec::new(),
             body_buf: Vec::new(),
             responses: VecDeque::new(),
+            spare_read: Vec::new(),
             in_flight: 0,
             random,
         }
@@ -283,6 +290,7 @@ impl ClientConnection {
                         assembler: &mut self.assembler,
                         scratch: &mut self.scratch,
                         responses: &mut self.responses,
+                        spare_read: &mut self.spare_read,
                         in_flight: &mut self.in_flight,
                     };
                     ctx.on_chunk(now, header, bytes)
@@ -412,6 +420,23 @@ impl ClientConnection {
         write_abort_chunk(MessageType::Message, self.channel_id, &header, request_id, &e, &*token.crypto, &mut self.send_seq, out)
     }
 
+    /// Gives a response back once it has been read: a Read response of at most
+    /// [`crate::server::recycle::RECYCLE_ELEMENTS_MAX`] results is kept (at most
+    /// [`SPARE_READS_MAX`] of them), and the next Read responses are decoded into them instead
+    /// of into new allocations. Anything else is dropped.
+    pub fn give_back(&mut self, response: Response) {
+        if let Response::Read(r) = response {
+            if r.results.capacity() <= crate::server::recycle::RECYCLE_ELEMENTS_MAX && self.spare_read.len() < SPARE_READS_MAX {
+                self.spare_read.push(r);
+            }
+        }
+    }
+
+    /// Read responses kept by `give_back` for reuse.
+    pub fn spare_reads(&self) -> usize {
+        self.spare_read.len()
+    }
+
     /// The next response (request id, response), in arrival order. A request the server
     /// aborted comes back as a ServiceFault with the abort status.
     pub fn poll_response(&mut self) -> Option<(u32, Response)> {
@@ -494,6 +519,7 @@ struct Chunks<'a> {
     assembler: &'a mut MessageAssembler,
     scratch: &'a mut Vec<u8>,
     responses: &'a mut VecDeque<(u32, Response)>,
+    spare_read: &'a mut Vec<Box<ReadResponse>>,
     in_flight: &'a mut usize,
 }
 
@@ -551,10 +577,19 @@ impl Chunks<'_> {
         }
         let mut d = Decoder::new(body, limits.decode);
         let type_id = NodeId::decode(&mut d).map_err(|e| e.status)?;
-        let response = match Response::decode_body(&type_id, &mut d) {
-            Ok(Some(r)) => r,
-            Ok(None) => fault(request_id, StatusCode::BadUnknownResponse),
-            Err(e) => fault(request_id, e.status),
+        let is_read = type_id == NodeId::numeric(0, node_ids::ReadResponse_Encoding_DefaultBinary);
+        let spare = if is_read { self.spare_read.pop() } else { None };
+        let response = match spare {
+            // Decoded into a spare: its arrays' capacity and values' memory are reused.
+            Some(mut r) => match r.decode_into(&mut d) {
+                Ok(()) => Response::Read(r),
+                Err(e) => fault(request_id, e.status),
+            },
+            None => match Response::decode_body(&type_id, &mut d) {
+                Ok(Some(r)) => r,
+                Ok(None) => fault(request_id, StatusCode::BadUnknownResponse),
+                Err(e) => fault(request_id, e.status),
+            },
         };
         *self.in_flight = self.in_flight.saturating_sub(1);
         self.responses.push_back((request_id, response));
