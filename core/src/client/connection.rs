@@ -577,7 +577,7 @@ impl Chunks<'_> {
         }
         let mut d = Decoder::new(body, limits.decode);
         let type_id = NodeId::decode(&mut d).map_err(|e| e.status)?;
-        let is_read = type_id == NodeId::numeric(0, node_ids::ReadResponse_Encoding_DefaultBinary);
+        let is_read = type_id.as_ns0() == Some(node_ids::ReadResponse_Encoding_DefaultBinary);
         let spare = if is_read { self.spare_read.pop() } else { None };
         let response = match spare {
             // Decoded into a spare: its arrays' capacity and values' memory are reused.

@@ -80,28 +80,27 @@ pub struct ChunkHead {
 /// CLO chunk (`frame` is the whole chunk). Truncated or malformed headers are
 /// BadTcpMessageTypeInvalid; a policy URI over 255 bytes is BadSecurityPolicyRejected.
 pub fn parse_chunk_head(header: MessageHeader, frame: &[u8]) -> Result<ChunkHead, StatusCode> {
+    if matches!(header.message_type, MessageType::Message | MessageType::CloseSecureChannel) {
+        let h = parse_symmetric_head(frame)?;
+        let security = SecurityHeader::Symmetric { token_id: h.token_id };
+        return Ok(ChunkHead { header, secure_channel_id: h.secure_channel_id, security, sequence_offset: h.sequence_offset });
+    }
+    if header.message_type != MessageType::OpenSecureChannel {
+        return Err(StatusCode::BadTcpMessageTypeInvalid);
+    }
     let mut d = Decoder::new(frame, DecodeLimits::default());
     let bad = |_| StatusCode::BadTcpMessageTypeInvalid;
     d.take(MESSAGE_HEADER_LEN, "header").map_err(bad)?;
     let secure_channel_id = u32::decode(&mut d).map_err(bad)?;
-    let security = match header.message_type {
-        MessageType::OpenSecureChannel => {
-            let uri = read_bytes(&mut d, MAX_POLICY_URI_LEN, StatusCode::BadSecurityPolicyRejected)?
-                .ok_or(StatusCode::BadSecurityPolicyRejected)?;
-            let uri = std::str::from_utf8(uri).map_err(|_| StatusCode::BadSecurityPolicyRejected)?.to_owned();
-            let cert = read_bytes(&mut d, frame.len(), StatusCode::BadTcpMessageTypeInvalid)?.map(<[u8]>::to_vec);
-            let thumb = read_bytes(&mut d, 64, StatusCode::BadCertificateInvalid)?.map(<[u8]>::to_vec);
-            SecurityHeader::Asymmetric(AsymmetricSecurityHeader {
-                security_policy_uri: uri,
-                sender_certificate: cert,
-                receiver_certificate_thumbprint: thumb,
-            })
-        }
-        MessageType::Message | MessageType::CloseSecureChannel => {
-            SecurityHeader::Symmetric { token_id: u32::decode(&mut d).map_err(bad)? }
-        }
-        _ => return Err(StatusCode::BadTcpMessageTypeInvalid),
-    };
+    let uri = read_bytes(&mut d, MAX_POLICY_URI_LEN, StatusCode::BadSecurityPolicyRejected)?.ok_or(StatusCode::BadSecurityPolicyRejected)?;
+    let uri = std::str::from_utf8(uri).map_err(|_| StatusCode::BadSecurityPolicyRejected)?.to_owned();
+    let cert = read_bytes(&mut d, frame.len(), StatusCode::BadTcpMessageTypeInvalid)?.map(<[u8]>::to_vec);
+    let thumb = read_bytes(&mut d, 64, StatusCode::BadCertificateInvalid)?.map(<[u8]>::to_vec);
+    let security = SecurityHeader::Asymmetric(AsymmetricSecurityHeader {
+        security_policy_uri: uri,
+        sender_certificate: cert,
+        receiver_certificate_thumbprint: thumb,
+    });
     let sequence_offset = d.position();
     if frame.len() < sequence_offset + SEQUENCE_HEADER_LEN {
         return Err(StatusCode::BadTcpMessageTypeInvalid);
@@ -666,11 +665,12 @@ mod tests {
         write_chunks(MessageType::Message, 0xA0B0_C0D0, &sec, 42, b"body", &PlainCrypto, &mut SequenceCounter::new(true), &limits, &mut out)
             .unwrap();
         let header = MessageHeader::parse(out.first_chunk().unwrap()).unwrap();
-        let full = parse_chunk_head(header, &out).unwrap();
         let head = parse_symmetric_head(&out).unwrap();
-        assert_eq!(head.secure_channel_id, full.secure_channel_id);
-        assert_eq!(SecurityHeader::Symmetric { token_id: head.token_id }, full.security);
-        assert_eq!(head.sequence_offset, full.sequence_offset);
+        assert_eq!(head, SymmetricHead { secure_channel_id: 0xA0B0_C0D0, token_id: 0x0102_0304, sequence_offset: 16 });
+        let full = parse_chunk_head(header, &out).unwrap();
+        assert_eq!(full.secure_channel_id, 0xA0B0_C0D0);
+        assert_eq!(full.security, SecurityHeader::Symmetric { token_id: 0x0102_0304 });
+        assert_eq!(full.sequence_offset, 16);
         // Every truncation fails as parse_chunk_head fails.
         for n in 0..24 {
             assert_eq!(parse_symmetric_head(&out[..n]).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid, "{n} bytes");

@@ -18,7 +18,7 @@ use crate::generated::node_ids;
 use crate::generated::types::{
     BrowseRequest, BrowseResponse, EndpointDescription, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
 };
-use crate::types::{Identifier, NodeId};
+use crate::types::NodeId;
 
 /// Spares with more array elements than this are dropped instead of recycled.
 pub const RECYCLE_ELEMENTS_MAX: usize = 256;
@@ -39,18 +39,11 @@ pub struct Recycler {
     session_endpoints: Vec<EndpointDescription>,
 }
 
-fn ns0_numeric(type_id: &NodeId) -> Option<u32> {
-    match (type_id.namespace, &type_id.identifier) {
-        (0, Identifier::Numeric(n)) => Some(*n),
-        _ => None,
-    }
-}
-
 impl Recycler {
     /// Decodes a request body after its type id: Read and Write into the spares, anything
     /// else as [`Request::decode_body`] does. `Ok(None)` is an unknown type id.
     pub fn decode_request(&mut self, type_id: &NodeId, d: &mut Decoder<'_>) -> DecodeResult<Option<Request>> {
-        match ns0_numeric(type_id) {
+        match type_id.as_ns0() {
             Some(node_ids::ReadRequest_Encoding_DefaultBinary) => {
                 let mut r = self.read_request.take().unwrap_or_default();
                 r.decode_into(d)?;

@@ -229,17 +229,29 @@ fn encode_node_id(n: &NodeId, flags: u8, out: &mut Vec<u8>) {
     }
 }
 
+/// The namespace and value of a numeric NodeId body of encoding `kind` (TWO_BYTE,
+/// FOUR_BYTE or NUMERIC), after the encoding byte.
+#[inline]
+fn decode_numeric(d: &mut Decoder<'_>, kind: u8) -> DecodeResult<(u16, u32)> {
+    Ok(match kind {
+        TWO_BYTE => (0, u8::decode(d)? as u32),
+        FOUR_BYTE => {
+            let ns = u8::decode(d)? as u16;
+            (ns, u16::decode(d)? as u32)
+        }
+        _ => {
+            let ns = u16::decode(d)?;
+            (ns, u32::decode(d)?)
+        }
+    })
+}
+
 /// Decodes the NodeId body after the encoding byte.
 fn decode_node_id_body(d: &mut Decoder<'_>, kind: u8) -> DecodeResult<NodeId> {
     Ok(match kind {
-        TWO_BYTE => NodeId::numeric(0, u8::decode(d)? as u32),
-        FOUR_BYTE => {
-            let ns = u8::decode(d)? as u16;
-            NodeId::numeric(ns, u16::decode(d)? as u32)
-        }
-        NUMERIC => {
-            let ns = u16::decode(d)?;
-            NodeId::numeric(ns, u32::decode(d)?)
+        TWO_BYTE | FOUR_BYTE | NUMERIC => {
+            let (ns, v) = decode_numeric(d, kind)?;
+            NodeId::numeric(ns, v)
         }
         STRING => {
             let ns = u16::decode(d)?;
@@ -297,17 +309,8 @@ impl Decode for NodeId {
         match (b, &mut self.identifier) {
             // Numeric forms are written in place: no enum value built, moved and dropped
             // (every ReadValueId's and WriteValue's NodeId in a recycled request).
-            (TWO_BYTE, _) => {
-                let v = u8::decode(d)?;
-                self.set_numeric(0, v as u32);
-            }
-            (FOUR_BYTE, _) => {
-                let [ns, lo, hi] = d.take_array::<3>("NodeId")?;
-                self.set_numeric(ns as u16, u16::from_le_bytes([lo, hi]) as u32);
-            }
-            (NUMERIC, _) => {
-                let ns = u16::decode(d)?;
-                let v = u32::decode(d)?;
+            (TWO_BYTE | FOUR_BYTE | NUMERIC, _) => {
+                let (ns, v) = decode_numeric(d, b)?;
                 self.set_numeric(ns, v);
             }
             (BYTE_STRING, Identifier::ByteString(v)) => {

@@ -156,28 +156,14 @@ impl Encode for ExtensionObject {
 impl Decode for ExtensionObject {
     const MIN_LEN: usize = 3;
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
-        let type_id = NodeId::decode(d)?;
-        let enc = u8::decode(d)?;
-        let body = match enc {
-            0 => ExtensionObjectBody::None,
-            1 => {
-                let max = d.limits().max_byte_string_len;
-                match d.read_length(max, 1, "ExtensionObject body")? {
-                    None => ExtensionObjectBody::None,
-                    Some(n) => {
-                        d.charge(n)?;
-                        ExtensionObjectBody::Binary(d.take(n, "ExtensionObject body")?.to_vec())
-                    }
-                }
-            }
-            2 => ExtensionObjectBody::Xml(XmlElement::decode(d)?),
-            _ => return Err(DecodeError::decoding("ExtensionObject encoding byte")),
-        };
-        Ok(ExtensionObject { type_id, body })
+        let mut e = ExtensionObject::default();
+        e.decode_into(d)?;
+        Ok(e)
     }
 
-    /// Decodes in place: the type id's and a binary body's memory are reused, and the usual
-    /// case — no additional header, a null ExtensionObject — builds nothing.
+    /// Decodes in place (`decode` decodes into a null one): the type id's and a binary body's
+    /// memory are reused, and the usual case — no additional header, a null ExtensionObject —
+    /// builds nothing.
     fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
         self.type_id.decode_into(d)?;
         match u8::decode(d)? {
