@@ -22,12 +22,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::{ReadRequest, ReadValueId, TimestampsToReturn};
-use uaring_core::types::{NodeId, QualifiedName, UaString};
+use uaring_core::generated::node_ids;
+use uaring_core::generated::types::{ReadRequest, TimestampsToReturn};
+use uaring_core::services::attribute::attr;
+use uaring_core::types::NodeId;
 use uaring_core::Now;
 use uaring_shards::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
-use crate::opcua::{UaDriver, Workload};
+use crate::opcua::{read_value_id, UaDriver, Workload};
 use crate::run::{RunConfig, Running};
 use crate::uring::{Ctx, Driver, Shared, ThreadStats, PHASE_WARMUP};
 
@@ -37,9 +39,6 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 /// The holding loop's tick: how soon it notices that it is told to close.
 const TICK_NS: u64 = 20_000_000;
 
-/// Server_ServerStatus_State (namespace 0).
-const SERVER_STATE: u32 = 2259;
-const ATTR_VALUE: u32 = 13;
 
 /// An idle session's workload: no request of its own, a Read of the server's state every
 /// third of the granted session timeout.
@@ -72,7 +71,7 @@ impl Workload for KeepAlive {
     }
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
         self.next_at = now.saturating_add(self.interval_ns);
-        let node = ReadValueId { node_id: NodeId::ns0(SERVER_STATE), attribute_id: ATTR_VALUE, index_range: UaString::default(), data_encoding: QualifiedName::default() };
+        let node = read_value_id(NodeId::ns0(node_ids::Server_ServerStatus_State), attr::VALUE);
         vec![Request::Read(Box::new(ReadRequest { max_age: 0.0, timestamps_to_return: TimestampsToReturn::Neither, nodes_to_read: vec![node], ..Default::default() }))]
     }
 }

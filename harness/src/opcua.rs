@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
+use uaring_core::services::attribute::attr;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant};
 use uaring_core::{DecodeLimits, Now};
 
@@ -24,7 +25,6 @@ use crate::uring::{mono_ns, Ctx, Driver};
 /// First and count of the benchmark variables (ns=1;i=1001..1100).
 pub const FIRST_NODE: u32 = 1001;
 pub const NODE_COUNT: u32 = 100;
-const ATTR_VALUE: u32 = 13;
 const ATTR_EVENT_NOTIFIER: u32 = 12;
 const SERVER_OBJECT: u32 = 2253;
 const HIERARCHICAL_REFERENCES: u32 = 33;
@@ -92,7 +92,6 @@ pub struct UaDriver {
     stage: Stage,
     work: Box<dyn Workload>,
     endpoint_url: String,
-    /// Send time by request id (slot = id % len).
     /// Send time by request id of every request in flight (servers may answer
     /// far out of order).
     sent: rustc_hash::FxHashMap<u32, u64>,
@@ -354,7 +353,7 @@ fn bench_node(i: u32) -> NodeId {
     NodeId::numeric(1, FIRST_NODE + i % NODE_COUNT)
 }
 
-fn read_value_id(node: NodeId, attribute_id: u32) -> ReadValueId {
+pub(crate) fn read_value_id(node: NodeId, attribute_id: u32) -> ReadValueId {
     ReadValueId { node_id: node, attribute_id, index_range: UaString::default(), data_encoding: QualifiedName::default() }
 }
 
@@ -409,7 +408,7 @@ impl Workload for ReadWork {
         let mut nodes_to_read = Vec::with_capacity(self.nodes);
         self.last_start = self.cursor % NODE_COUNT;
         for _ in 0..self.nodes {
-            nodes_to_read.push(read_value_id(bench_node(self.cursor), ATTR_VALUE));
+            nodes_to_read.push(read_value_id(bench_node(self.cursor), attr::VALUE));
             self.cursor = self.cursor.wrapping_add(1);
         }
         Some(Request::Read(Box::new(ReadRequest {
@@ -450,7 +449,7 @@ fn write_request(node: NodeId, value: i32) -> Request {
     Request::Write(Box::new(WriteRequest {
         nodes_to_write: vec![WriteValue {
             node_id: node,
-            attribute_id: ATTR_VALUE,
+            attribute_id: attr::VALUE,
             index_range: UaString::default(),
             value: DataValue::new(Variant::Int32(value)),
         }],
@@ -685,13 +684,13 @@ impl SubscriberWork {
                     let field = |name: &str| SimpleAttributeOperand {
                         type_definition_id: NodeId::ns0(BASE_EVENT_TYPE),
                         browse_path: vec![QualifiedName::new(0, name)],
-                        attribute_id: ATTR_VALUE,
+                        attribute_id: attr::VALUE,
                         index_range: UaString::default(),
                     };
                     let f = EventFilter { select_clauses: vec![field("EventId"), field("Time"), field("Message")], ..Default::default() };
                     (ATTR_EVENT_NOTIFIER, ExtensionObject::from_struct(&f))
                 }
-                _ => (ATTR_VALUE, ExtensionObject::null()),
+                _ => (attr::VALUE, ExtensionObject::null()),
             };
             items_to_create.push(MonitoredItemCreateRequest {
                 item_to_monitor: read_value_id(self.item_node(j), attr),
@@ -1411,7 +1410,7 @@ mod tests {
         let Some(Request::Read(r)) = w.next(0) else { panic!() };
         let ids: Vec<NodeId> = r.nodes_to_read.iter().map(|x| x.node_id.clone()).collect();
         assert_eq!(ids, vec![NodeId::numeric(1, 1099), NodeId::numeric(1, 1100), NodeId::numeric(1, 1001)]);
-        assert_eq!(r.nodes_to_read[0].attribute_id, ATTR_VALUE);
+        assert_eq!(r.nodes_to_read[0].attribute_id, attr::VALUE);
     }
 
     #[test]

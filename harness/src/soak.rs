@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
+use uaring_core::services::attribute::attr;
 use uaring_core::types::{DataValue, ExtensionObject, NodeId, UaString, Variant};
 
 use crate::cli::SoakOpts;
@@ -25,7 +26,6 @@ use crate::opcua::{UaDriver, Workload, FIRST_NODE, NODE_COUNT};
 use crate::server::{ServerProcess, SpawnSpec};
 use crate::uring::Ctx;
 
-const ATTR_VALUE: u32 = 13;
 
 /// Parses `30m`, `90s`, `1h`, `1h30m` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<f64, String> {
@@ -104,7 +104,7 @@ impl Workload for SoakWork {
                     .map(|j| MonitoredItemCreateRequest {
                         item_to_monitor: ReadValueId {
                             node_id: NodeId::numeric(1, FIRST_NODE + (self.client * 5 + j) % NODE_COUNT),
-                            attribute_id: ATTR_VALUE,
+                            attribute_id: attr::VALUE,
                             ..Default::default()
                         },
                         monitoring_mode: MonitoringMode::Reporting,
@@ -148,13 +148,13 @@ impl Workload for SoakWork {
             0 => Request::Publish(Box::default()),
             1 => Request::Read(Box::new(ReadRequest {
                 timestamps_to_return: TimestampsToReturn::Both,
-                nodes_to_read: vec![ReadValueId { node_id: node, attribute_id: ATTR_VALUE, ..Default::default() }],
+                nodes_to_read: vec![ReadValueId { node_id: node, attribute_id: attr::VALUE, ..Default::default() }],
                 ..Default::default()
             })),
             _ => Request::Write(Box::new(WriteRequest {
                 nodes_to_write: vec![WriteValue {
                     node_id: node,
-                    attribute_id: ATTR_VALUE,
+                    attribute_id: attr::VALUE,
                     index_range: UaString::default(),
                     value: DataValue::new(Variant::Int32(k as i32)),
                 }],

@@ -22,7 +22,6 @@ impl TempDir {
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
-
 }
 
 impl std::ops::Deref for TempDir {
