@@ -143,6 +143,13 @@ fn non_negative_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+fn non_negative_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?}: expected a rate >= 0 (0: closed loop)")),
+    }
+}
+
 fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
@@ -285,6 +292,13 @@ pub struct RunOpts {
     /// inside the SignAndEncrypt channel) instead of anonymously.
     #[arg(long)]
     pub storm_user: Option<String>,
+    /// read/read-batch: an open loop at this many Reads per second in all (shared evenly by
+    /// the clients) instead of a closed loop: each request is due at a fixed time, --inflight
+    /// caps what is outstanding per connection (a due request waits for a free slot), and a
+    /// Read's latency runs from when it was due, so a slow answer also counts the requests it
+    /// held up (no coordinated omission). 0: closed loop, --inflight always in flight.
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative_rate)]
+    pub rate: f64,
     /// echo: bytes of each echo frame (the echo handler sends every byte back).
     #[arg(long, alias = "echo-req-bytes", default_value_t = crate::echo::DEFAULT_FRAME_BYTES, value_parser = crate::echo::parse_frame_bytes)]
     pub echo_bytes: usize,

@@ -361,20 +361,51 @@ pub(crate) fn read_value_id(node: NodeId, attribute_id: u32) -> ReadValueId {
 /// over the benchmark variables, TimestampsToReturn Neither, MaxAge 0. Every
 /// value must be what the contract says: a Good Int32 equal to the
 /// variable's index (`ns=1;i=1001+k` holds k; nobody writes during a read run).
+///
+/// Closed loop by default (`inflight` requests always out, each answer sends the next); with
+/// [`ReadWork::open_loop`] a request is due every `period` and `inflight` only caps what is
+/// out, and latency runs from when a request was due (see `--rate`).
 pub struct ReadWork {
     pub inflight: usize,
     pub nodes: usize,
     cursor: u32,
-    /// The first variable index of the request last built by `next`.
-    last_start: u32,
-    /// First variable index by request id of every request in flight (a map:
+    /// First variable index and due time (open loop; 0 in a closed loop) of each request
+    /// built and not yet sent, in order (`on_sent` takes them).
+    built: std::collections::VecDeque<(u32, u64)>,
+    /// First variable index and due time of every request in flight, by request id (a map:
     /// servers may answer far out of order).
-    starts: rustc_hash::FxHashMap<u32, u32>,
+    starts: rustc_hash::FxHashMap<u32, (u32, u64)>,
+    /// Open loop: ns between two requests of this connection.
+    period_ns: Option<u64>,
+    /// Open loop: where in the period this connection's requests fall (ns), so the
+    /// connections of a run arrive evenly spread rather than in step.
+    offset_ns: u64,
+    /// Open loop: when the next request is due (0: the loop has not started).
+    next_due: u64,
 }
 
 impl ReadWork {
     pub fn new(inflight: usize, nodes: usize, start: u32) -> Self {
-        ReadWork { inflight, nodes: nodes.max(1), cursor: start, last_start: 0, starts: rustc_hash::FxHashMap::with_capacity_and_hasher(inflight * 2, Default::default()) }
+        ReadWork {
+            inflight,
+            nodes: nodes.max(1),
+            cursor: start,
+            built: std::collections::VecDeque::with_capacity(inflight),
+            starts: rustc_hash::FxHashMap::with_capacity_and_hasher(inflight * 2, Default::default()),
+            period_ns: None,
+            offset_ns: 0,
+            next_due: 0,
+        }
+    }
+
+    /// An open loop of `per_second` requests a second on this connection (> 0), connection
+    /// `index` of `of`: request k is due at the k-th multiple of the period on the monotonic
+    /// clock (from the first after the session is ready), shifted by `index / of` of a period.
+    pub fn open_loop(mut self, per_second: f64, index: usize, of: usize) -> Self {
+        let period = ((1e9 / per_second) as u64).max(1);
+        self.period_ns = Some(period);
+        self.offset_ns = (period as u128 * (index % of.max(1)) as u128 / of.max(1) as u128) as u64;
+        self
     }
 
     /// Checks a Read response to a request whose first variable index was `start`.
@@ -398,36 +429,84 @@ impl ReadWork {
         }
         Ok(())
     }
-}
 
-impl Workload for ReadWork {
-    fn initial(&self) -> usize {
-        self.inflight
-    }
-    fn next(&mut self, _now: u64) -> Option<Request> {
+    fn build(&mut self, due: u64) -> Request {
         let mut nodes_to_read = Vec::with_capacity(self.nodes);
-        self.last_start = self.cursor % NODE_COUNT;
+        self.built.push_back((self.cursor % NODE_COUNT, due));
         for _ in 0..self.nodes {
             nodes_to_read.push(read_value_id(bench_node(self.cursor), attr::VALUE));
             self.cursor = self.cursor.wrapping_add(1);
         }
-        Some(Request::Read(Box::new(ReadRequest {
+        Request::Read(Box::new(ReadRequest {
             max_age: 0.0,
             timestamps_to_return: TimestampsToReturn::Neither,
             nodes_to_read,
             ..Default::default()
-        })))
+        }))
+    }
+
+    /// Open loop: the next due request, if one is due at `now` (and takes its slot).
+    fn next_due(&mut self, now: u64) -> Option<Request> {
+        let period = self.period_ns?;
+        if self.next_due == 0 || self.next_due > now {
+            return None;
+        }
+        let due = self.next_due;
+        self.next_due += period;
+        Some(self.build(due))
+    }
+}
+
+impl Workload for ReadWork {
+    fn initial(&self) -> usize {
+        if self.period_ns.is_some() {
+            0
+        } else {
+            self.inflight
+        }
+    }
+    fn next(&mut self, now: u64) -> Option<Request> {
+        if self.period_ns.is_some() {
+            // A slot was freed: a request already due (late) goes at once.
+            return self.next_due(now);
+        }
+        Some(self.build(0))
     }
     fn on_sent(&mut self, id: u32) {
-        self.starts.insert(id, self.last_start);
+        if let Some(b) = self.built.pop_front() {
+            self.starts.insert(id, b);
+        }
+    }
+    fn deadline(&self) -> Option<u64> {
+        // Only while a slot is free: otherwise the next answer sends what is due.
+        self.period_ns.filter(|_| self.starts.len() + self.built.len() < self.inflight).map(|_| self.next_due)
+    }
+    fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
+        if self.period_ns.is_none() {
+            return Vec::new();
+        }
+        if self.next_due == 0 {
+            let period = self.period_ns.unwrap_or(1);
+            self.next_due = (now / period + 1) * period + self.offset_ns;
+        }
+        let mut out = Vec::new();
+        while self.starts.len() + self.built.len() < self.inflight {
+            match self.next_due(now) {
+                Some(r) => out.push(r),
+                None => break,
+            }
+        }
+        out
     }
     fn on_response(&mut self, id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
         let start = self.starts.remove(&id);
-        self.check(resp, start)?;
-        if start.is_none() {
+        self.check(resp, start.map(|s| s.0))?;
+        let Some((_, due)) = start else {
             return Err(format!("Read: response to request {id}, which is not in flight"));
-        }
-        ctx.complete(now.saturating_sub(sent));
+        };
+        // Open loop: from when it was due (it may have waited for a slot); closed: from the send.
+        let from = if self.period_ns.is_some() { due } else { sent };
+        ctx.complete(now.saturating_sub(from));
         Ok(())
     }
 }
@@ -847,17 +926,22 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 let sec = secure(cfg, &url)?;
                 let mut params = storm2.start(cfg, r, &url)?;
                 let (inflight, scenario) = (cfg.inflight, scenario.clone());
+                let (rate, clients) = (cfg.opts.rate, cfg.clients.max(1));
                 let factory = Arc::new(move |i: usize| -> DynDriver {
                     let start = (i as u32).wrapping_mul(37);
                     let work: Box<dyn Workload> = match scenario.as_str() {
                         "write" => Box::new(WriteWork::new(inflight, start)),
                         "browse" => Box::new(BrowseWork { inflight }),
+                        _ if rate > 0.0 => Box::new(ReadWork::new(inflight, nodes, start).open_loop(rate / clients as f64, i, clients)),
                         _ => Box::new(ReadWork::new(inflight, nodes, start)),
                     };
                     Box::new(UaDriver::new(&url, work, inflight, sec.clone()))
                 });
                 if nodes > 1 {
                     params.push(("nodes".to_string(), json!(nodes)));
+                }
+                if rate > 0.0 {
+                    params.push(("rate".to_string(), json!(rate)));
                 }
                 Ok((Plan::Ring { conns: cfg.clients, factory }, params))
             };
@@ -1411,6 +1495,48 @@ mod tests {
         let ids: Vec<NodeId> = r.nodes_to_read.iter().map(|x| x.node_id.clone()).collect();
         assert_eq!(ids, vec![NodeId::numeric(1, 1099), NodeId::numeric(1, 1100), NodeId::numeric(1, 1001)]);
         assert_eq!(r.nodes_to_read[0].attribute_id, attr::VALUE);
+    }
+
+    /// `--rate`: nothing is in flight at the start; a request is due every period from the
+    /// first timer; `inflight` caps what is out, and a freed slot takes a request that is
+    /// already due (late), which keeps the time it was due.
+    #[test]
+    fn open_loop_reads_follow_the_schedule_under_the_cap() {
+        const MS: u64 = 1_000_000;
+        let t0 = 10 * MS;
+        let mut w = ReadWork::new(2, 1, 0).open_loop(1000.0, 0, 1);
+        let mut ctx_stats = crate::uring::ThreadStats::default();
+        let shared = crate::uring::Shared::default();
+        let mut ctx = Ctx::new(crate::uring::PHASE_MEASURE, &mut ctx_stats, &shared);
+        assert_eq!(w.initial(), 0);
+        assert_eq!(w.deadline(), Some(0), "the first timer starts the schedule");
+        assert!(w.on_timer(t0 - MS / 2, &mut ctx).is_empty(), "the schedule starts at the next multiple of the period");
+        assert_eq!(w.deadline(), Some(t0));
+        assert_eq!(w.on_timer(t0, &mut ctx).len(), 1, "one request is due at the start");
+        w.on_sent(1);
+        assert_eq!(w.deadline(), Some(t0 + MS));
+        assert!(w.next(t0 + MS / 2).is_none(), "nothing is due before its time");
+        // 3.5 ms later three are due, but one slot is free.
+        assert_eq!(w.on_timer(t0 + 3 * MS + MS / 2, &mut ctx).len(), 1);
+        w.on_sent(2);
+        assert_eq!(w.deadline(), None, "at the cap the next answer sends what is due");
+        assert_eq!(w.starts[&1].1, t0);
+        assert_eq!(w.starts[&2].1, t0 + MS);
+        // An answer frees a slot: the request due at +2 ms goes, late, with its due time.
+        w.starts.remove(&1);
+        assert!(w.next(t0 + 4 * MS).is_some());
+        w.on_sent(3);
+        assert_eq!(w.starts[&3].1, t0 + 2 * MS);
+        // Connection 1 of 4 falls a quarter period later.
+        let mut q = ReadWork::new(1, 1, 0).open_loop(1000.0, 1, 4);
+        assert!(q.on_timer(t0 - MS / 2, &mut ctx).is_empty());
+        assert_eq!(q.deadline(), Some(t0 + MS / 4));
+        // The closed loop is unchanged: `inflight` requests at the start, one per answer.
+        let mut c = ReadWork::new(3, 1, 0);
+        assert_eq!(c.initial(), 3);
+        assert_eq!(c.deadline(), None);
+        assert!(c.next(0).is_some());
+        assert!(c.on_timer(t0, &mut ctx).is_empty());
     }
 
     #[test]

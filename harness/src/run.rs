@@ -108,6 +108,9 @@ pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
 impl RunConfig {
     pub fn from_opts(a: &RunOpts) -> Result<RunConfig, String> {
         let scenario = a.scenario.clone();
+        if a.rate > 0.0 && !matches!(scenario.as_str(), "read" | "read-batch") {
+            return Err(format!("--rate: an open loop is for the read and read-batch scenarios, not {scenario}"));
+        }
         let target = if let Some(url) = &a.url {
             Target::Url { url: url.clone(), pids: a.server_pid.clone() }
         } else if let Some(exe) = &a.server_exe {

@@ -206,6 +206,12 @@ pub fn markdown(t: &Table) -> String {
                 if let Some(n) = r.get("nodes") {
                     x.push_str(&format!(", {} nodes per request", crate::report::fmt(n)));
                 }
+                if let Some(n) = r.get("rate").and_then(|v| v.as_f64()) {
+                    x.push_str(&format!(
+                        ", open loop at {} Reads/s in all (latency from when each was due; in flight is the cap)",
+                        num(n, 0)
+                    ));
+                }
                 if r.get("sessions").is_some() {
                     x.push_str(&format!(
                         ", {} sessions × {} subscriptions × {} items, {} writer(s) at {} writes/s, publishing {} ms, sampling {} ms",
