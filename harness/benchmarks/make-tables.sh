@@ -19,8 +19,8 @@ EXTRA=${EXTRA:-}
 RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
-TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching floor establishment"}
-ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution handshake batching floor establishment"
+TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
+ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution handshake batching paced floor establishment"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -66,6 +66,8 @@ for t in $ALL; do
             --ratio uaring-wait-0/open62541 --ratio uaring-wait-50/open62541 --ratio uaring-wait-200/open62541 \
             --ratio uaring-wait-50/uaring-wait-0 --ratio uaring-wait-0/echo-floor --ratio uaring-wait-50/echo-floor \
             --ratio uaring-sae-wait-0/open62541-sae --ratio uaring-sae-wait-50/open62541-sae ;;
+        paced) sweep paced paced.variants paced.scenarios \
+            --ratio uaring/open62541 --ratio uaring-wait-50/open62541 ;;
         establishment) sweep establishment establishment.variants establishment.scenarios \
             --ratio uaring-2-shards/open62541 --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline ;;
         floor) sweep floor floor.variants floor.scenarios \
@@ -96,6 +98,7 @@ done
     section establishment "Session establishment against the RSA bound measured in the same run"
     section floor "Batched client: uaring against the same-loop echo floor, and SignAndEncrypt against None and native open62541"
     section batching "Batched waiting: clients sending each request on its own, uaring with and without it, native open62541 and the echo floor"
+    section paced "Paced per-request clients: latency and CPU at the same offered load (open loop)"
     if [ -f "$RES/stalled.md" ]; then
         printf '\n## %s\n\n' "A subscriber that stops reading (SIGSTOP)"
         cat "$RES/stalled.md"
