@@ -135,18 +135,11 @@ fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
-fn non_negative_seconds(s: &str) -> Result<f64, String> {
+fn non_negative_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         Ok(_) => Err("must be a finite number ≥ 0".into()),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-fn non_negative_rate(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{s:?}: expected a rate >= 0 (0: closed loop)")),
     }
 }
 
@@ -174,7 +167,7 @@ pub struct RunOpts {
     #[arg(long, default_value_t = 5.0, value_parser = positive_f64)]
     pub duration: f64,
     /// Warm-up before the window, seconds.
-    #[arg(long, default_value_t = 2.0, value_parser = non_negative_seconds)]
+    #[arg(long, default_value_t = 2.0, value_parser = non_negative_f64)]
     pub warmup: f64,
     /// Message security mode: none, sign, sign-encrypt.
     #[arg(long, default_value = "none", value_parser = security_mode)]
@@ -235,7 +228,7 @@ pub struct RunOpts {
     #[arg(long, default_value = "pki")]
     pub pki: String,
     /// Foreign load (cores) above which a run is discarded and repeated.
-    #[arg(long, default_value_t = 0.15, value_parser = non_negative_seconds)]
+    #[arg(long, default_value_t = 0.15, value_parser = non_negative_f64)]
     pub foreign_max: f64,
     /// Repeats of a run spoiled by foreign load.
     #[arg(long, default_value_t = 3)]
@@ -297,7 +290,7 @@ pub struct RunOpts {
     /// caps what is outstanding per connection (a due request waits for a free slot), and a
     /// Read's latency runs from when it was due, so a slow answer also counts the requests it
     /// held up (no coordinated omission). 0: closed loop, --inflight always in flight.
-    #[arg(long, default_value_t = 0.0, value_parser = non_negative_rate)]
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative_f64)]
     pub rate: f64,
     /// echo: bytes of each echo frame (the echo handler sends every byte back).
     #[arg(long, alias = "echo-req-bytes", default_value_t = crate::echo::DEFAULT_FRAME_BYTES, value_parser = crate::echo::parse_frame_bytes)]

@@ -445,6 +445,11 @@ impl ReadWork {
         }))
     }
 
+    /// Open loop: may another request go out (requests built or in flight below `inflight`)?
+    fn has_slot(&self) -> bool {
+        self.starts.len() + self.built.len() < self.inflight
+    }
+
     /// Open loop: the next due request, if one is due at `now` (and takes its slot).
     fn next_due(&mut self, now: u64) -> Option<Request> {
         let period = self.period_ns?;
@@ -479,18 +484,15 @@ impl Workload for ReadWork {
     }
     fn deadline(&self) -> Option<u64> {
         // Only while a slot is free: otherwise the next answer sends what is due.
-        self.period_ns.filter(|_| self.starts.len() + self.built.len() < self.inflight).map(|_| self.next_due)
+        self.period_ns.filter(|_| self.has_slot()).map(|_| self.next_due)
     }
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
-        if self.period_ns.is_none() {
-            return Vec::new();
-        }
+        let Some(period) = self.period_ns else { return Vec::new() };
         if self.next_due == 0 {
-            let period = self.period_ns.unwrap_or(1);
             self.next_due = (now / period + 1) * period + self.offset_ns;
         }
         let mut out = Vec::new();
-        while self.starts.len() + self.built.len() < self.inflight {
+        while self.has_slot() {
             match self.next_due(now) {
                 Some(r) => out.push(r),
                 None => break,
