@@ -295,9 +295,11 @@ fn argument_tables_match_the_nodeset() {
 #[test]
 fn user_executable_by_role() {
     use uaring_core::services::method::user_executable;
-    assert!(user_executable(&NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::ReadWrite));
-    assert!(!user_executable(&NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::Read));
-    assert!(!user_executable(&nodes::generate_event_method_id(), UserAccess::Read));
-    assert!(user_executable(&nodes::add_method_id(), UserAccess::Read));
-    assert!(user_executable(&NodeId::ns0(ids::CONDITION_REFRESH), UserAccess::Read));
+    let shared = uaring_core::server::shared::ServerShared::new(Default::default(), uaring_core::Now::new(1, uaring_core::DateTime::NULL)).unwrap();
+    let space = &shared.address_space;
+    assert!(user_executable(space, &NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::ReadWrite));
+    assert!(!user_executable(space, &NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::Read));
+    assert!(!user_executable(space, &nodes::generate_event_method_id(), UserAccess::Read));
+    assert!(user_executable(space, &nodes::add_method_id(), UserAccess::Read));
+    assert!(user_executable(space, &NodeId::ns0(ids::CONDITION_REFRESH), UserAccess::Read));
 }

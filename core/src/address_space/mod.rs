@@ -9,7 +9,9 @@
 //! * Type hierarchy: each type node knows its supertype (the source of its inverse
 //!   HasSubtype); `is_subtype_of` walks that chain (depth ≤ 16 in namespace 0).
 
+pub mod app;
 pub mod build;
+pub mod change;
 pub mod numeric_range;
 pub mod value;
 
@@ -23,7 +25,8 @@ use crate::Now;
 
 pub use build::AddressSpaceBuilder;
 pub use numeric_range::NumericRange;
-pub use value::ValueCell;
+pub use change::{Change, ChangeHub, ChangeValue};
+pub use value::{ValueCell, Versioned};
 
 pub use crate::generated::types::NodeClass;
 
@@ -140,15 +143,25 @@ pub struct VariableTypeAttributes {
 }
 
 /// Where a Variable's value comes from.
-#[derive(Debug)]
 pub enum ValueSource {
     /// Stored in a lock-free cell; writable when the AccessLevel allows.
     Cell(ValueCell),
-    /// Computed at read time from `Now` and the server's start data (never written).
+    /// The server's own values computed at read time from `Now` and the server's start data
+    /// (ServerStatus, diagnostics; never written).
     Dynamic(Dynamic),
-    /// The sampling-capacity contract's counter (`--counters N`): a UInt64 that
-    /// increments on every read or sample ([`AddressSpace::variable_value`]); never written.
-    Counter(std::sync::atomic::AtomicU64),
+    /// Computed by the application at every Read and sample, on the shard ([`app::ReadFn`]).
+    /// Writable only through a write hook.
+    Computed(app::ReadFn),
+}
+
+impl std::fmt::Debug for ValueSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValueSource::Cell(c) => c.fmt(f),
+            ValueSource::Dynamic(d) => d.fmt(f),
+            ValueSource::Computed(_) => f.write_str("Computed"),
+        }
+    }
 }
 
 /// Values computed from the caller's `Now` at read time (core reads no clock).
@@ -223,6 +236,10 @@ pub struct AddressSpace {
     server_info: ServerInfo,
     /// The shards' counters (ServerDiagnostics values are computed from them at read time).
     metrics: std::sync::Arc<crate::server::metrics::ServerMetrics>,
+    /// The change path to exception-based monitored items ([`change`]).
+    changes: std::sync::Arc<ChangeHub>,
+    /// The application's write hooks and methods ([`app`]).
+    hooks: app::AppHooks,
 }
 
 /// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
@@ -371,7 +388,7 @@ impl AddressSpace {
             ClassAttributes::Variable(v) => Some(match &v.value {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
-                ValueSource::Counter(c) => counter_value(c, now),
+                ValueSource::Computed(f) => f(now),
             }),
             _ => None,
         }
@@ -399,19 +416,60 @@ impl AddressSpace {
     pub fn metrics(&self) -> &std::sync::Arc<crate::server::metrics::ServerMetrics> {
         &self.metrics
     }
-}
 
-/// Reads a counter: increments it and returns the new value, source-stamped `now`.
-#[inline]
-pub fn counter_value(c: &std::sync::atomic::AtomicU64, now: Now) -> DataValue {
-    let v = c.fetch_add(1, std::sync::atomic::Ordering::Relaxed).wrapping_add(1);
-    DataValue {
-        value: Variant::UInt64(v),
-        source_timestamp: Some(now.utc),
-        server_timestamp: Some(now.utc),
-        ..Default::default()
+    /// The application's write hook of the node at `node_index`.
+    #[inline]
+    pub fn write_hook(&self, node_index: u32) -> Option<&app::WriteHook> {
+        if self.hooks.write_hooks.is_empty() {
+            return None;
+        }
+        self.hooks.write_hooks.get(&node_index)
+    }
+
+    /// The application method with this NodeId.
+    pub fn app_method(&self, method_id: &NodeId) -> Option<&app::AppMethod> {
+        if self.hooks.methods.is_empty() {
+            return None;
+        }
+        self.hooks.methods.get(method_id)
+    }
+
+    /// The change path (watchers and the shards' inboxes).
+    pub fn changes(&self) -> &std::sync::Arc<ChangeHub> {
+        &self.changes
+    }
+
+    /// Stores `dv` in the value cell of the node at `node_index` and hands the change to
+    /// every shard with an exception-based item on it. `BadTypeMismatch` when the cell holds
+    /// a fixed scalar type and `dv` is another; `BadNodeIdUnknown` / `BadNotWritable` when
+    /// the index names no Variable with a stored value. The caller checks the DataType and
+    /// access rights.
+    #[inline]
+    pub fn store_value(&self, node_index: u32, dv: DataValue) -> Result<u64, crate::types::StatusCode> {
+        use crate::types::StatusCode;
+        let node = self.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let cell = node.value_cell().ok_or(StatusCode::BadNotWritable)?;
+        let (version, change) = cell.store_versioned(dv).ok_or(StatusCode::BadTypeMismatch)?;
+        self.changes.publish(node_index, version, || change);
+        Ok(version)
+    }
+
+    /// Read-modify-write of the cell of the node at `node_index` (IndexRange writes), with
+    /// the change handed on as by [`AddressSpace::store_value`].
+    pub fn update_value(
+        &self,
+        node_index: u32,
+        f: impl FnMut(&DataValue) -> Result<DataValue, crate::types::StatusCode>,
+    ) -> Result<u64, crate::types::StatusCode> {
+        use crate::types::StatusCode;
+        let node = self.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let cell = node.value_cell().ok_or(StatusCode::BadNotWritable)?;
+        let (version, change) = cell.update_versioned(f)?;
+        self.changes.publish(node_index, version, || change);
+        Ok(version)
     }
 }
+
 
 impl Node {
     /// The target of the forward HasTypeDefinition reference.

@@ -11,17 +11,30 @@
 //!   write section is four relaxed stores (no syscalls, no allocation), so a reader or a
 //!   concurrent writer waits at most that long unless the writing thread is preempted inside
 //!   it.
-//! * [`ValueCell::Any`]: an `ArcSwap<DataValue>` for everything else. Reads are lock-free,
+//! * [`ValueCell::Any`]: an `ArcSwap<Versioned>` for everything else. Reads are lock-free,
 //!   a write allocates one `Arc`.
 //!
 //! A Write on one shard is visible to the next Read on any other shard (release/acquire).
+//! Every store gives the cell a larger version (the seqlock's sequence number, or the one in
+//! the `Arc`), which the change path carries to exception-based monitored items
+//! ([`super::change`]). Cells are written only through [`super::AddressSpace::store_value`]
+//! and [`super::AddressSpace::update_value`], which hand each change to the shards that
+//! watch the node.
 
 use std::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use super::change::ChangeValue;
 use crate::types::{BuiltinType, DataValue, DateTime, StatusCode, Variant};
+
+/// A stored value and the cell version it was stored under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned {
+    pub version: u64,
+    pub value: DataValue,
+}
 
 /// Sentinel for "no timestamp" in the scalar cell.
 const NO_TS: i64 = i64::MIN;
@@ -29,7 +42,7 @@ const NO_TS: i64 = i64::MIN;
 /// A Variable's value: stored in a cell, or computed at read time.
 pub enum ValueCell {
     Scalar(ScalarCell),
-    Any(ArcSwap<DataValue>),
+    Any(ArcSwap<Versioned>),
 }
 
 impl std::fmt::Debug for ValueCell {
@@ -50,7 +63,7 @@ impl ValueCell {
                 }
             }
         }
-        ValueCell::Any(ArcSwap::from_pointee(dv))
+        ValueCell::Any(ArcSwap::from_pointee(Versioned { version: 0, value: dv }))
     }
 
     /// The current value.
@@ -58,7 +71,28 @@ impl ValueCell {
     pub fn load(&self) -> DataValue {
         match self {
             ValueCell::Scalar(c) => c.load(),
-            ValueCell::Any(a) => DataValue::clone(&a.load()),
+            ValueCell::Any(a) => DataValue::clone(&a.load().value),
+        }
+    }
+
+    /// The current value and the version it was stored under.
+    #[inline]
+    pub fn load_versioned(&self) -> (DataValue, u64) {
+        match self {
+            ValueCell::Scalar(c) => c.load_seq(),
+            ValueCell::Any(a) => {
+                let g = a.load();
+                (g.value.clone(), g.version)
+            }
+        }
+    }
+
+    /// The version of the current value.
+    #[inline]
+    pub fn version(&self) -> u64 {
+        match self {
+            ValueCell::Scalar(c) => c.load_seq().1,
+            ValueCell::Any(a) => a.load().version,
         }
     }
 
@@ -66,52 +100,72 @@ impl ValueCell {
     pub fn with<R>(&self, f: impl FnOnce(&DataValue) -> R) -> R {
         match self {
             ValueCell::Scalar(c) => f(&c.load()),
-            ValueCell::Any(a) => f(&a.load()),
+            ValueCell::Any(a) => f(&a.load().value),
         }
     }
 
-    /// Replaces the value. Returns false (and changes nothing) when this is a fixed-type
-    /// scalar cell and `dv.value` is not a scalar of that type; the caller type-checks first.
-    #[inline]
-    pub fn store(&self, dv: DataValue) -> bool {
+    /// The element type of a fixed-type scalar cell.
+    pub fn fixed_type(&self) -> Option<BuiltinType> {
         match self {
-            ValueCell::Scalar(c) => c.store(&dv),
+            ValueCell::Scalar(c) => Some(c.value_type),
+            ValueCell::Any(_) => None,
+        }
+    }
+
+    /// Replaces the value; returns the new version and the change to hand to watchers.
+    /// `None` (and nothing changed) when this is a fixed-type scalar cell and `dv.value` is
+    /// not a scalar of that type; the caller type-checks first.
+    #[inline]
+    pub(crate) fn store_versioned(&self, dv: DataValue) -> Option<(u64, ChangeValue)> {
+        match self {
+            ValueCell::Scalar(c) => {
+                let v = c.store(&dv)?;
+                Some((v, ChangeValue::Inline(dv)))
+            }
             ValueCell::Any(a) => {
-                a.store(Arc::new(dv));
-                true
+                let mut value = dv;
+                loop {
+                    let cur = a.load_full();
+                    let new = Arc::new(Versioned { version: cur.version + 2, value });
+                    let prev = a.compare_and_swap(&cur, Arc::clone(&new));
+                    if Arc::ptr_eq(&*prev, &cur) {
+                        return Some((new.version, ChangeValue::Shared(new)));
+                    }
+                    drop(prev);
+                    // Another writer came first: take the value back and retry on top of it.
+                    value = match Arc::try_unwrap(new) {
+                        Ok(v) => v.value,
+                        Err(shared) => shared.value.clone(),
+                    };
+                }
             }
         }
     }
 
     /// Atomically applies `f` to the current value (read-modify-write, for IndexRange
     /// writes). `f` returns the new value or an error; it may be called more than once
-    /// when writers race.
-    pub fn update(
+    /// when writers race. Returns the new version and the change.
+    pub(crate) fn update_versioned(
         &self,
         mut f: impl FnMut(&DataValue) -> Result<DataValue, StatusCode>,
-    ) -> Result<(), StatusCode> {
+    ) -> Result<(u64, ChangeValue), StatusCode> {
         match self {
             ValueCell::Scalar(c) => loop {
                 let (cur, seq) = c.load_seq();
                 let new = f(&cur)?;
                 if c.store_if(seq, &new)? {
-                    return Ok(());
+                    return Ok((seq + 2, ChangeValue::Inline(new)));
                 }
             },
-            ValueCell::Any(a) => {
-                let mut err = None;
-                a.rcu(|cur| match f(cur) {
-                    Ok(v) => Arc::new(v),
-                    Err(e) => {
-                        err = Some(e);
-                        Arc::clone(cur)
-                    }
-                });
-                match err {
-                    Some(e) => Err(e),
-                    None => Ok(()),
+            ValueCell::Any(a) => loop {
+                let cur = a.load_full();
+                let value = f(&cur.value)?;
+                let new = Arc::new(Versioned { version: cur.version + 2, value });
+                let prev = a.compare_and_swap(&cur, Arc::clone(&new));
+                if Arc::ptr_eq(&*prev, &cur) {
+                    return Ok((new.version, ChangeValue::Shared(new)));
                 }
-            }
+            },
         }
     }
 }
@@ -238,6 +292,12 @@ impl ScalarCell {
         self.load_seq().0
     }
 
+    /// The current value and its version.
+    #[inline]
+    pub fn load_versioned(&self) -> (DataValue, u64) {
+        self.load_seq()
+    }
+
     /// Writes when the sequence is still `expected` (even). `Ok(false)` when another write
     /// came first.
     fn store_if(&self, expected: u64, dv: &DataValue) -> Result<bool, StatusCode> {
@@ -271,11 +331,10 @@ impl ScalarCell {
         );
     }
 
+    /// Stores `dv`; the new version (sequence number), or `None` for a value of another type.
     #[inline]
-    pub fn store(&self, dv: &DataValue) -> bool {
-        let Some(bits) = Self::to_bits(self.value_type, &dv.value) else {
-            return false;
-        };
+    fn store(&self, dv: &DataValue) -> Option<u64> {
+        let bits = Self::to_bits(self.value_type, &dv.value)?;
         loop {
             let s = self.seq.load(Ordering::Relaxed);
             if s & 1 == 0
@@ -286,7 +345,7 @@ impl ScalarCell {
             {
                 self.write_fields(bits, dv);
                 self.seq.store(s + 2, Ordering::Release);
-                return true;
+                return Some(s + 2);
             }
             std::hint::spin_loop();
         }
@@ -329,23 +388,28 @@ mod tests {
                 status: Some(StatusCode::Uncertain),
                 ..Default::default()
             };
-            assert!(c.store(dv2.clone()));
-            assert_eq!(c.load(), dv2);
-            assert!(!c.store(DataValue::new(Variant::String("x".into()))));
+            let v0 = c.version();
+            let (v1, _) = c.store_versioned(dv2.clone()).unwrap();
+            assert!(v1 > v0);
+            assert_eq!(c.load_versioned(), (dv2, v1));
+            assert!(c.store_versioned(DataValue::new(Variant::String("x".into()))).is_none());
         }
     }
 
     #[test]
     fn any_cell_update() {
         let c = ValueCell::new(DataValue::new(Variant::String("a".into())), None);
-        c.update(|_| Ok(DataValue::new(Variant::String("b".into()))))
-            .unwrap();
+        let (v1, _) = c.update_versioned(|_| Ok(DataValue::new(Variant::String("b".into())))).unwrap();
         assert_eq!(c.load().value, Variant::String("b".into()));
         assert_eq!(
-            c.update(|_| Err(StatusCode::BadTypeMismatch)),
-            Err(StatusCode::BadTypeMismatch)
+            c.update_versioned(|_| Err(StatusCode::BadTypeMismatch)).err(),
+            Some(StatusCode::BadTypeMismatch)
         );
-        assert_eq!(c.load().value, Variant::String("b".into()));
+        let (v2, change) = c.store_versioned(DataValue::new(Variant::String("c".into()))).unwrap();
+        assert!(v2 > v1);
+        assert_eq!(change.data_value().value, Variant::String("c".into()));
+        assert_eq!(c.version(), v2);
+        assert_eq!(c.load().value, Variant::String("c".into()));
     }
 
     #[test]
@@ -365,7 +429,7 @@ mod tests {
             hs.push(std::thread::spawn(move || {
                 for i in 0..20_000i64 {
                     let v = i * 2 + w;
-                    c.store(DataValue {
+                    c.store_versioned(DataValue {
                         value: Variant::Int64(v),
                         source_timestamp: Some(DateTime(v)),
                         ..Default::default()

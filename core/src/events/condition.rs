@@ -309,13 +309,17 @@ impl ServerEvents {
         let Some(alarm) = &self.alarm else { return };
         let ev = alarm_event(&alarm.state(), &self.chains.alarm);
         for (path, value) in nodes::alarm_values(&ev) {
-            if let Some(cell) = space.node(&nodes::alarm_child_id(&path)).and_then(|n| n.value_cell()) {
-                cell.store(crate::types::DataValue {
-                    value,
-                    source_timestamp: Some(ev.time),
-                    server_timestamp: Some(ev.time),
-                    ..Default::default()
-                });
+            if let Some(i) = space.node_index(&nodes::alarm_child_id(&path)) {
+                // A node without a stored value (none is built so) is left alone.
+                let _ = space.store_value(
+                    i,
+                    crate::types::DataValue {
+                        value,
+                        source_timestamp: Some(ev.time),
+                        server_timestamp: Some(ev.time),
+                        ..Default::default()
+                    },
+                );
             }
         }
     }

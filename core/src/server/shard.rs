@@ -130,8 +130,8 @@ impl SessionLimits {
 
 /// Length of an authentication token's ByteString identifier.
 pub const AUTH_TOKEN_LEN: usize = 32;
-/// Most shards the channel-id layout can name.
-pub const MAX_SHARDS: usize = 256;
+/// Most shards the channel-id layout can name (defined with the change path's inboxes).
+pub use crate::address_space::change::MAX_SHARDS;
 
 /// The shard that issued a secure channel id.
 pub fn channel_shard(channel_id: u32) -> usize {
@@ -446,7 +446,11 @@ impl ShardState {
             live_sessions: 0,
             max_sessions,
             deadlines: BinaryHeap::with_capacity(2 * max_sessions + 1),
-            subscriptions: SubscriptionEngine::new(shared.config.subscriptions.clone(), shard_index),
+            subscriptions: SubscriptionEngine::new(
+                shared.config.subscriptions.clone(),
+                shard_index,
+                shared.address_space.changes().clone(),
+            ),
             demo_events: (shard_index == 0).then(|| {
                 let start = Now::new(shared.start_mono_ns, shared.start_time);
                 crate::events::demo::DemoEventGenerator::new(shared.clone(), start)
@@ -734,6 +738,12 @@ impl ShardState {
     /// responses are taken with [`ConnectionHost::take_deferred`]).
     pub fn take_ready_channels(&mut self, into: &mut Vec<u32>) {
         self.subscriptions.take_ready_channels(into);
+    }
+
+    /// Sets the hook that wakes this shard's loop from another thread (the change path
+    /// wakes a sleeping shard whose inbox fills up).
+    pub fn set_waker(&self, wake: crate::address_space::change::WakeFn) {
+        self.shared.address_space.changes().set_waker(self.shard_index, wake);
     }
 
     /// Runs due timers: session timeouts, sampling and publishing cycles.

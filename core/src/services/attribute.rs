@@ -388,7 +388,7 @@ pub fn read_attribute(
             match &v.value {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
-                ValueSource::Counter(c) => crate::address_space::counter_value(c, now),
+                ValueSource::Computed(f) => f(now),
             }
         }
         ClassAttributes::VariableType(v) => DataValue::new(v.value.clone()),
@@ -522,7 +522,10 @@ pub fn write_attribute(
     value: &DataValue,
     now: Now,
 ) -> StatusCode {
-    let Some(node) = space.node(node_id) else {
+    let Some(node_index) = space.node_index(node_id) else {
+        return StatusCode::BadNodeIdUnknown;
+    };
+    let Some(node) = space.node_at(node_index) else {
         return StatusCode::BadNodeIdUnknown;
     };
     if attribute_id != attr::VALUE {
@@ -543,10 +546,11 @@ pub fn write_attribute(
     if var.user_access_level & access_level::CURRENT_WRITE == 0 {
         return StatusCode::BadUserAccessDenied;
     }
-    let cell = match &var.value {
-        ValueSource::Cell(c) => c,
-        ValueSource::Dynamic(_) | ValueSource::Counter(_) => return StatusCode::BadNotWritable,
-    };
+    let hook = space.write_hook(node_index);
+    let stores = matches!(var.value, ValueSource::Cell(_));
+    if !stores && hook.is_none() {
+        return StatusCode::BadNotWritable;
+    }
     let range = match NumericRange::parse(index_range) {
         Ok(r) => r,
         Err(e) => return e,
@@ -578,22 +582,44 @@ pub fn write_attribute(
         server_timestamp: None,
         server_picoseconds: None,
     };
+    if range.is_none() && !rank_fits(var, &value.value) {
+        return StatusCode::BadTypeMismatch;
+    }
+    if let Some(hook) = hook {
+        // The application accepts or rejects the value before it is stored; a Variable
+        // without a stored value (a device behind a read callback) is written by the hook.
+        let dv = stored(value.value.clone());
+        let info = crate::address_space::app::WriteInfo { node_id, value: &dv, index_range, now };
+        if let Err(status) = hook(&info) {
+            return if status.is_bad() { status } else { StatusCode::BadInternalError };
+        }
+        if !stores {
+            return StatusCode::Good;
+        }
+    }
     match range {
         None => {
-            if !rank_fits(var, &value.value) {
-                return StatusCode::BadTypeMismatch;
-            }
-            if cell.store(stored(value.value.clone())) {
-                StatusCode::Good
-            } else {
-                StatusCode::BadTypeMismatch
+            match space.store_value(node_index, stored(value.value.clone())) {
+                Ok(_) => StatusCode::Good,
+                Err(e) => e,
             }
         }
-        Some(r) => match cell.update(|cur| r.write(&cur.value, &value.value).map(&stored)) {
-            Ok(()) => StatusCode::Good,
+        Some(r) => match space.update_value(node_index, |cur| r.write(&cur.value, &value.value).map(&stored)) {
+            Ok(_) => StatusCode::Good,
             Err(e) => e,
         },
     }
+}
+
+/// Does `v` fit the Variable `node` as its Value (not empty; its type fits the DataType,
+/// its rank and shape the ValueRank and ArrayDimensions)? The checks of a Write, without
+/// the access rights and size limits (for values pushed by the application).
+pub fn check_value(space: &AddressSpace, node: &crate::address_space::Node, v: &Variant) -> Result<(), StatusCode> {
+    let Some(var) = node.as_variable() else { return Err(StatusCode::BadAttributeIdInvalid) };
+    if v.is_empty() || !type_fits(space, v, &var.data_type) || !rank_fits(var, v) {
+        return Err(StatusCode::BadTypeMismatch);
+    }
+    Ok(())
 }
 
 /// Rejects values beyond the configured array/string lengths.

@@ -142,8 +142,10 @@ pub fn call(shard: &mut ShardState, key: SessionKey, req: &CallRequest, now: Now
 /// UserExecutable of a method for a user: false for the methods that change state
 /// (Acknowledge, Confirm, AddComment, Enable, Disable, GenerateEvent) when the user may only
 /// read. For the Read service's UserExecutable attribute (ANDed with Executable).
-pub fn user_executable(method_id: &NodeId, access: UserAccess) -> bool {
-    access == UserAccess::ReadWrite || !MethodKind::of(method_id).is_some_and(MethodKind::needs_write)
+pub fn user_executable(space: &AddressSpace, method_id: &NodeId, access: UserAccess) -> bool {
+    access == UserAccess::ReadWrite
+        || !(MethodKind::of(method_id).is_some_and(MethodKind::needs_write)
+            || space.app_method(method_id).is_some_and(|m| m.needs_write))
 }
 
 fn session_access(shard: &ShardState, key: SessionKey) -> UserAccess {
@@ -245,6 +247,62 @@ fn text_of(v: &Variant) -> LocalizedText {
     }
 }
 
+/// Calls an application method: the same argument checks as the server's own methods,
+/// then its handler (on this shard). A handler that returns other outputs than it declared
+/// is answered BadInternalError, so a client never sees an undeclared shape.
+fn call_app(
+    app: &crate::address_space::app::AppMethod,
+    m: &CallMethodRequest,
+    access: UserAccess,
+    user: &str,
+    now: Now,
+) -> CallMethodResult {
+    if app.needs_write && access != UserAccess::ReadWrite {
+        return status_only(StatusCode::BadUserAccessDenied);
+    }
+    let args = &m.input_arguments;
+    if args.len() < app.inputs.len() {
+        return status_only(StatusCode::BadArgumentsMissing);
+    }
+    if args.len() > app.inputs.len() {
+        return status_only(StatusCode::BadTooManyArguments);
+    }
+    let arg_results: Vec<StatusCode> = app
+        .inputs
+        .iter()
+        .zip(args)
+        .map(|(d, v)| if d.accepts(v) { StatusCode::Good } else { StatusCode::BadTypeMismatch })
+        .collect();
+    if arg_results.iter().any(|s| s.is_bad()) {
+        return CallMethodResult {
+            status_code: StatusCode::BadInvalidArgument,
+            input_argument_results: arg_results,
+            ..Default::default()
+        };
+    }
+    let call = crate::address_space::app::MethodCall {
+        object_id: &m.object_id,
+        method_id: &m.method_id,
+        inputs: args,
+        user,
+        now,
+    };
+    let (status, outputs) = match (app.handler)(&call) {
+        Ok(out) if out.len() == app.outputs.len() && app.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) => {
+            (StatusCode::Good, out)
+        }
+        Ok(_) => (StatusCode::BadInternalError, Vec::new()),
+        Err(s) if s.is_bad() || s.is_uncertain() => (s, Vec::new()),
+        Err(_) => (StatusCode::BadInternalError, Vec::new()),
+    };
+    CallMethodResult {
+        status_code: status,
+        input_argument_results: arg_results,
+        input_argument_diagnostic_infos: Vec::new(),
+        output_arguments: outputs,
+    }
+}
+
 fn call_one(
     shard: &mut ShardState,
     key: SessionKey,
@@ -275,7 +333,10 @@ fn call_one(
         return status_only(StatusCode::BadNotExecutable);
     }
     let Some(kind) = MethodKind::of(&m.method_id) else {
-        return status_only(StatusCode::BadNotImplemented);
+        return match space.app_method(&m.method_id) {
+            Some(app) => call_app(app, m, access, user, now),
+            None => status_only(StatusCode::BadNotImplemented),
+        };
     };
     if kind.needs_write() && access != UserAccess::ReadWrite {
         return status_only(StatusCode::BadUserAccessDenied);

@@ -120,7 +120,7 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
             let mut resp = attribute::read_into(shard.shared(), &r, now, spare);
             if session_access(shard, key) == UserAccess::Read {
                 mask_user_access_level(&r, &mut resp, UserAccess::Read.access_level_mask());
-                mask_user_executable(&r, &mut resp, UserAccess::Read);
+                mask_user_executable(&shard.shared().address_space, &r, &mut resp, UserAccess::Read);
             }
             shard.recycler.give_read_request(r);
             resp
@@ -185,12 +185,17 @@ fn mask_user_access_level(req: &crate::generated::types::ReadRequest, resp: &mut
 
 /// UserExecutable (attribute 22) as the user sees it: methods that change state need the
 /// ReadWrite role.
-fn mask_user_executable(req: &crate::generated::types::ReadRequest, resp: &mut Response, access: UserAccess) {
+fn mask_user_executable(
+    space: &crate::address_space::AddressSpace,
+    req: &crate::generated::types::ReadRequest,
+    resp: &mut Response,
+    access: UserAccess,
+) {
     let Response::Read(r) = resp else { return };
     for (rv, dv) in req.nodes_to_read.iter().zip(r.results.iter_mut()) {
         if rv.attribute_id == crate::generated::attribute_ids::UserExecutable {
             if let crate::types::Variant::Boolean(b) = &mut dv.value {
-                *b = *b && method::user_executable(&rv.node_id, access);
+                *b = *b && method::user_executable(space, &rv.node_id, access);
             }
         }
     }

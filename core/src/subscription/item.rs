@@ -115,6 +115,23 @@ impl ItemQueue {
         self.single = None;
         self.q.clear();
     }
+
+    /// Entries this queue holds at most.
+    pub fn capacity(&self) -> usize {
+        self.size
+    }
+
+    /// Sets the Overflow bit on the newest entry (values were dropped before they reached
+    /// the queue); a queue of one carries no Overflow bit (Part 4 §5.12.1.5).
+    pub fn mark_newest_overflow(&mut self) {
+        if self.size == 1 {
+            return;
+        }
+        self.overflows += 1;
+        if let Some(Queued::Data(dv)) = self.q.back_mut() {
+            set_overflow(dv);
+        }
+    }
 }
 
 fn set_overflow(dv: &mut DataValue) {

@@ -46,6 +46,11 @@ pub struct SubscriptionLimits {
     pub max_retransmission_queue_per_session: u32,
     /// Most triggering links of one monitored item (SetTriggering: BadTooManyMonitoredItems).
     pub max_triggering_links_per_item: u32,
+    /// Entries of each shard's change inbox: the stores (client Writes, application pushes)
+    /// on their way to the shard's exception-based items (sampling interval 0). Allocated
+    /// when the shard first has such an item, about 100 bytes an entry. A store that finds it
+    /// full is dropped for that shard and the items are resynchronised with the Overflow bit.
+    pub change_queue_per_shard: u32,
 }
 
 impl Default for SubscriptionLimits {
@@ -67,6 +72,7 @@ impl Default for SubscriptionLimits {
             max_publish_requests_per_session: 64,
             max_retransmission_queue_per_session: 100,
             max_triggering_links_per_item: 1_000,
+            change_queue_per_shard: 65_536,
         }
     }
 }
@@ -86,6 +92,7 @@ impl SubscriptionLimits {
             ("max_publish_requests_per_session", self.max_publish_requests_per_session),
             ("max_retransmission_queue_per_session", self.max_retransmission_queue_per_session),
             ("max_triggering_links_per_item", self.max_triggering_links_per_item),
+            ("change_queue_per_shard", self.change_queue_per_shard),
         ];
         for (name, v) in counts {
             if v == 0 {
@@ -94,6 +101,9 @@ impl SubscriptionLimits {
         }
         if self.default_event_queue_size > self.max_queue_size {
             return Err("subscriptions.default_event_queue_size must be at most max_queue_size".into());
+        }
+        if self.change_queue_per_shard > 1 << 24 {
+            return Err("subscriptions.change_queue_per_shard must be at most 16777216".into());
         }
         if self.max_subscriptions_per_shard > 0xFF_FFFF {
             return Err("subscriptions.max_subscriptions_per_shard must be at most 16777215".into());

@@ -17,12 +17,14 @@
 //!   *bucket*, a single timer: a bucket due at `t` samples its sources and moves to
 //!   `t + interval` (not `now + interval`, so nothing drifts; a late tick skips the cycles it
 //!   missed and counts them). The timers are a heap over buckets, not items.
-//! * **Exception-based items** (sampling interval 0 on a variable whose value is stored and
-//!   written) are not sampled on a timer: at the start of each publishing cycle of their
-//!   subscription they compare the cell's current value with the last one reported, so a
-//!   Write on any shard is reported within one publishing interval. (Intermediate values of
-//!   several Writes within one interval are not seen; a client that needs every write uses a
-//!   sampling interval and a queue.)
+//! * **Exception-based items** (sampling interval 0 on a variable whose value is stored)
+//!   are not sampled: every store into the cell, a client's Write on any shard or an
+//!   application's push from any thread, reaches them through the change path
+//!   ([`crate::address_space::change`]): this shard watches the node, the writer queues the
+//!   change into the shard's inbox, and the engine drains it into the items' queues before
+//!   each publishing cycle (and whenever the inbox is a quarter full), in order, every change
+//!   up to the item's queue size. A change older than what an item has already seen (by the
+//!   cell's version) is dropped, so a value is never reported twice or out of order.
 //! * **Ready list.** An item that queued something reportable puts itself on its
 //!   subscription's ready list once; the publishing cycle only walks that list.
 //! * **Publishing cycle** (per subscription, its own timer on absolute deadlines): with
@@ -55,7 +57,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use crate::address_space::{
-    access_level, counter_value, AddressSpace, ClassAttributes, Node, NumericRange, ValueSource,
+    access_level, AddressSpace, ClassAttributes, Node, NumericRange, ValueSource,
 };
 use crate::generated::attribute_ids as attr;
 use crate::generated::messages::Response;
@@ -108,6 +110,10 @@ pub struct EngineStats {
     pub keep_alives: u64,
     /// Queue overflows (values discarded).
     pub overflows: u64,
+    /// Changes from the change path offered to exception-based items (one per item).
+    pub changes: u64,
+    /// Changes this shard lost to a full change inbox (its items were resynchronised).
+    pub changes_lost: u64,
     /// Subscriptions that expired.
     pub expired: u64,
     /// Events read from the shared bus (while the shard had event items).
@@ -121,7 +127,7 @@ pub struct EngineStats {
 enum Sampling {
     /// Sampled by a source on a bucket timer.
     Timed,
-    /// Exception-based: checked at each publishing cycle.
+    /// Exception-based: fed every change of the cell through the change path.
     Exception,
     /// A non-Value attribute: read once when created or re-enabled.
     Once,
@@ -145,6 +151,8 @@ struct MonitoredItem {
     source: u32,
     filter: DataChangeSettings,
     last: Option<DataValue>,
+    /// Exception-based items: the cell version of the newest change seen.
+    version: u64,
     queue: ItemQueue,
     in_ready: bool,
     /// Report the queue once although in Sampling mode (a triggering item fired).
@@ -203,7 +211,6 @@ struct Subscription {
     next_seq: u32,
     items: Vec<u32>,
     ready: Vec<u32>,
-    exception_items: Vec<u32>,
     status_change: Option<StatusCode>,
     retrans: VecDeque<NotificationMessage>,
 }
@@ -298,6 +305,12 @@ pub struct SubscriptionEngine {
     event_items: Vec<u32>,
     /// This shard's position in the shared event bus (while it has event items).
     event_cursor: Option<crate::events::EventCursor>,
+    /// The change path: every shard's inbox and the nodes' watcher bits.
+    changes: std::sync::Arc<crate::address_space::ChangeHub>,
+    /// Exception-based items of this shard by node index (the nodes this shard watches).
+    exception_by_node: rustc_hash::FxHashMap<u32, Vec<u32>>,
+    /// Exception-based items that started watching and still have to read their cell.
+    resync_pending: Vec<u32>,
 }
 
 /// A ServiceFault-free response header for a deferred response.
@@ -307,7 +320,11 @@ fn header(request_handle: u32, now: Now) -> crate::generated::types::ResponseHea
 
 impl SubscriptionEngine {
     /// An empty engine for shard `shard_index` (< 256).
-    pub fn new(limits: SubscriptionLimits, shard_index: usize) -> SubscriptionEngine {
+    pub fn new(
+        limits: SubscriptionLimits,
+        shard_index: usize,
+        changes: std::sync::Arc<crate::address_space::ChangeHub>,
+    ) -> SubscriptionEngine {
         SubscriptionEngine {
             limits,
             shard_index: shard_index as u32,
@@ -335,6 +352,9 @@ impl SubscriptionEngine {
             bucket_generation: 0,
             event_items: Vec::new(),
             event_cursor: None,
+            changes,
+            exception_by_node: rustc_hash::FxHashMap::default(),
+            resync_pending: Vec::new(),
         }
     }
 
@@ -400,6 +420,9 @@ impl SubscriptionEngine {
 
     /// The earliest monotonic time (ns) at which [`SubscriptionEngine::on_timer`] has work.
     pub fn next_deadline(&self) -> Option<u64> {
+        if !self.exception_by_node.is_empty() && self.changes.due(self.shard_index as usize) {
+            return Some(0);
+        }
         let a = self.bucket_heap.peek().map(|Reverse((d, _, _))| *d);
         let b = self.sub_heap.peek().map(|Reverse((d, _, _))| *d);
         match (a, b) {
@@ -413,6 +436,7 @@ impl SubscriptionEngine {
     pub fn on_timer(&mut self, shared: &crate::server::shared::ServerShared, now: Now) {
         self.poll_events(shared, now);
         let space = &shared.address_space;
+        self.drain_changes(space, now);
         // Sampling first, so a publishing cycle due at the same instant sees the samples.
         while let Some(&Reverse((d, b, generation))) = self.bucket_heap.peek() {
             if d > now.mono_ns {
@@ -566,22 +590,77 @@ impl SubscriptionEngine {
         }
     }
 
-    fn publishing_cycle(&mut self, space: &AddressSpace, slot: u32, now: Now) {
-        // Exception-based items compare the current value at the start of each cycle.
-        let exc = match self.subs.get_mut(slot as usize) {
-            Some(Some(s)) => std::mem::take(&mut s.exception_items),
-            _ => return,
-        };
-        for &it in &exc {
-            let Some(Some(item)) = self.items.get(it as usize) else { continue };
-            if item.mode == MonitoringMode::Disabled {
-                continue;
-            }
-            let sample = sample_value(space, item.node_index, item.attribute_id, now);
-            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
+    /// Moves the changes waiting in this shard's inbox into the queues of the
+    /// exception-based items that watch their nodes (at most one inbox's worth per call, so
+    /// a writer that never stops cannot keep the shard here). When changes were lost to a
+    /// full inbox, every exception-based item is brought to its cell's current value, marked
+    /// with the Overflow bit.
+    pub fn drain_changes(&mut self, space: &AddressSpace, now: Now) {
+        while let Some(it) = self.resync_pending.pop() {
+            self.resync_exception_item(space, it, false, now);
         }
+        let shard = self.shard_index as usize;
+        let SubscriptionEngine { changes, exception_by_node, items, subs, stats, .. } = self;
+        if exception_by_node.is_empty() && changes.pending(shard) == 0 {
+            return;
+        }
+        let max = changes.capacity(shard);
+        let lost = changes.drain(shard, max, |c| {
+            let Some(watching) = exception_by_node.get(&c.node_index) else { return };
+            let mut sample: Option<DataValue> = None;
+            for &it in watching {
+                let Some(Some(item)) = items.get_mut(it as usize) else { continue };
+                if c.version <= item.version || item.mode == MonitoringMode::Disabled {
+                    continue;
+                }
+                item.version = c.version;
+                let dv = sample.get_or_insert_with(|| {
+                    let mut dv = c.value.data_value().clone();
+                    if dv.server_timestamp.is_none() {
+                        dv.server_timestamp = Some(now.utc);
+                    }
+                    dv
+                });
+                stats.changes += 1;
+                offer(items, subs, stats, it, dv, now);
+            }
+        });
+        if lost > 0 {
+            stats.changes_lost += lost;
+            let all: Vec<u32> = self.exception_by_node.values().flatten().copied().collect();
+            for it in all {
+                self.resync_exception_item(space, it, true, now);
+            }
+        }
+    }
+
+    /// Brings an exception-based item to its cell's current value (when newer than what it
+    /// saw); `overflow` marks that value with the Overflow bit (changes were dropped).
+    fn resync_exception_item(&mut self, space: &AddressSpace, it: u32, overflow: bool, now: Now) {
+        let Some(Some(item)) = self.items.get_mut(it as usize) else { return };
+        let Some(cell) = space.node_at(item.node_index).and_then(Node::value_cell) else { return };
+        let (mut dv, version) = cell.load_versioned();
+        if version <= item.version && item.last.is_some() {
+            return;
+        }
+        item.version = version;
+        if dv.server_timestamp.is_none() {
+            dv.server_timestamp = Some(now.utc);
+        }
+        let before = item.queue.len();
+        offer(&mut self.items, &mut self.subs, &mut self.stats, it, &dv, now);
+        if overflow {
+            if let Some(Some(item)) = self.items.get_mut(it as usize) {
+                if item.queue.len() > before || item.queue.len() == item.queue.capacity() {
+                    item.queue.mark_newest_overflow();
+                }
+            }
+        }
+    }
+
+    fn publishing_cycle(&mut self, space: &AddressSpace, slot: u32, now: Now) {
+        let _ = space;
         let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
-        sub.exception_items = exc;
         let interval = sub.interval_ns.max(1);
         let mut next = sub.next_ns.saturating_add(interval);
         if next <= now.mono_ns {
@@ -973,7 +1052,6 @@ impl SubscriptionEngine {
             next_seq: 1,
             items: Vec::new(),
             ready: Vec::new(),
-            exception_items: Vec::new(),
             status_change: None,
             retrans: VecDeque::new(),
         };
@@ -1160,7 +1238,6 @@ impl SubscriptionEngine {
         let ready = sub.ready.iter().filter_map(|it| index_of.get(it).copied()).collect();
         sub.items.clear();
         sub.ready.clear();
-        sub.exception_items.clear();
         let old = sub.session.take();
         let seq = sub.take_seq();
         if let Some(o) = old {
@@ -1391,6 +1468,7 @@ impl SubscriptionEngine {
             source: NONE,
             filter,
             last: None,
+            version: 0,
             queue: ItemQueue::new(queue_size, params.discard_oldest),
             in_ready: false,
             triggered: false,
@@ -1400,8 +1478,15 @@ impl SubscriptionEngine {
         let it = self.insert_item(slot, id, item);
         if mode != MonitoringMode::Disabled {
             self.start_sampling(it, now);
-            // The first sample is taken at once: its value is the initial notification.
-            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &initial_sample(initial, now), now);
+            // The first sample is taken at once: its value is the initial notification. An
+            // exception-based item reads its cell again now that it watches it, with the
+            // version, so no change can slip between the two or come twice.
+            if sampling == Sampling::Exception && self.resync_pending.last() == Some(&it) {
+                self.resync_pending.pop();
+                self.resync_exception_item(space, it, false, now);
+            } else {
+                offer(&mut self.items, &mut self.subs, &mut self.stats, it, &initial_sample(initial, now), now);
+            }
         }
         Ok(MonitoredItemCreateResult {
             status_code: StatusCode::Good,
@@ -1459,6 +1544,7 @@ impl SubscriptionEngine {
             source: NONE,
             filter: DataChangeSettings::default(),
             last: None,
+            version: 0,
             queue: ItemQueue::new(queue_size, params.discard_oldest),
             in_ready: false,
             triggered: false,
@@ -1524,10 +1610,18 @@ impl SubscriptionEngine {
                 }
             }
             Sampling::Exception => {
-                let sub = item.sub;
-                if let Some(Some(s)) = self.subs.get_mut(sub as usize) {
-                    s.exception_items.push(it);
+                let node = item.node_index;
+                let watching = self.exception_by_node.entry(node).or_default();
+                watching.push(it);
+                if watching.len() == 1 {
+                    let shard = self.shard_index as usize;
+                    self.changes.open(shard, self.limits.change_queue_per_shard as usize);
+                    self.changes.watch(shard, node);
                 }
+                // Watching first, then reading the cell (at the next drain, or at once by
+                // `create_item`): a store after that read arrives as a change, one before it
+                // is in the value read (the change path's ordering).
+                self.resync_pending.push(it);
             }
             Sampling::Once | Sampling::Event => {}
         }
@@ -1553,8 +1647,14 @@ impl SubscriptionEngine {
                 }
             }
             Sampling::Exception => {
-                if let Some(Some(s)) = self.subs.get_mut(sub as usize) {
-                    s.exception_items.retain(|&x| x != it);
+                let _ = sub;
+                let node = item.node_index;
+                if let Some(watching) = self.exception_by_node.get_mut(&node) {
+                    watching.retain(|&x| x != it);
+                    if watching.is_empty() {
+                        self.exception_by_node.remove(&node);
+                        self.changes.unwatch(self.shard_index as usize, node);
+                    }
                 }
             }
             _ => {}
@@ -2166,9 +2266,11 @@ fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: N
                 let mut dv = match &v.value {
                     ValueSource::Cell(c) => c.load(),
                     ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
-                    ValueSource::Counter(c) => return counter_value(c, now),
+                    ValueSource::Computed(f) => f(now),
                 };
-                dv.server_timestamp = Some(now.utc);
+                if dv.server_timestamp.is_none() || !matches!(v.value, ValueSource::Computed(_)) {
+                    dv.server_timestamp = Some(now.utc);
+                }
                 return dv;
             }
         }

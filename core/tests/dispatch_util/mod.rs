@@ -38,8 +38,13 @@ impl Harness {
     }
 
     pub fn with_shard(config: ServerConfig, shard_index: usize) -> Harness {
+        let shared: Arc<ServerShared> = ServerShared::new(config, start()).expect("server config");
+        Harness::on_shared(shared, shard_index)
+    }
+
+    /// Shard `shard_index` of a server whose other shards are built on the same `shared`.
+    pub fn on_shared(shared: Arc<ServerShared>, shard_index: usize) -> Harness {
         let now = start();
-        let shared: Arc<ServerShared> = ServerShared::new(config, now).expect("server config");
         let mut shard = ShardState::new(shared, shard_index, Box::new(uaring_core::random::ChaCha::from_u64(1)));
         let channel = shard.next_channel_id();
         Harness { shard, now, channel, handle: 0 }

@@ -58,6 +58,8 @@ pub struct AddressSpaceBuilder {
     map: HashMap<NodeId, u32>,
     namespace_uris: Vec<String>,
     server_info: ServerInfo,
+    write_hooks: Vec<(NodeId, super::app::WriteHook)>,
+    methods: Vec<(NodeId, super::app::AppMethod)>,
 }
 
 impl AddressSpaceBuilder {
@@ -69,7 +71,20 @@ impl AddressSpaceBuilder {
             map: HashMap::new(),
             namespace_uris,
             server_info,
+            write_hooks: Vec::new(),
+            methods: Vec::new(),
         }
+    }
+
+    /// Sets the write hook of a Variable (added before or after this call; checked by
+    /// [`AddressSpaceBuilder::finish`], which drops hooks of unknown nodes).
+    pub fn set_write_hook(&mut self, node_id: NodeId, hook: super::app::WriteHook) {
+        self.write_hooks.push((node_id, hook));
+    }
+
+    /// Sets the handler of a Method node.
+    pub fn set_method(&mut self, method_id: NodeId, method: super::app::AppMethod) {
+        self.methods.push((method_id, method));
     }
 
     /// Reserves room for `n` more nodes.
@@ -175,6 +190,8 @@ impl AddressSpaceBuilder {
             map,
             namespace_uris,
             server_info,
+            write_hooks,
+            methods,
         } = self;
         let metrics = std::sync::Arc::new(crate::server::metrics::ServerMetrics::default());
         let lookup = |id: &NodeId| lookup(&dense, &map, id);
@@ -227,6 +244,18 @@ impl AddressSpaceBuilder {
                 }
             }
         }
+        let changes = std::sync::Arc::new(super::ChangeHub::new(nodes.len()));
+        let mut hooks = super::app::AppHooks::default();
+        for (id, hook) in write_hooks {
+            if let Some(i) = lookup(&id) {
+                hooks.write_hooks.insert(i, hook);
+            }
+        }
+        for (id, m) in methods {
+            if lookup(&id).is_some() {
+                hooks.methods.insert(id, m);
+            }
+        }
         AddressSpace {
             nodes,
             dense,
@@ -236,6 +265,8 @@ impl AddressSpaceBuilder {
             namespace_uris,
             server_info,
             metrics,
+            changes,
+            hooks,
         }
     }
 }

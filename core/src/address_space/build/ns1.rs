@@ -104,8 +104,10 @@ pub fn variable(
     )
 }
 
+/// Builds a Variable node with any value source (BaseDataVariableType; `parent` by the
+/// given reference type, inverse).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn make_variable(
+pub fn make_variable(
     node_id: NodeId,
     browse_name: QualifiedName,
     data_type: NodeId,

@@ -1,0 +1,327 @@
+//! The change path: how a value stored on one thread reaches the exception-based monitored
+//! items (sampling interval 0) of every shard, every change and in order.
+//!
+//! Sampling items read the value cells on their own deadlines and need nothing from here.
+//! An exception-based item must see *every* change, including several within one
+//! publishing interval, so each store is also handed to the shards that watch the node:
+//!
+//! * **Watchers.** One `AtomicU64` per node: bit `i` is set while shard `i` (< 63) has an
+//!   exception-based item on the node; bit 63 stands for every shard from 63 up. A store
+//!   with no watcher costs one fence and one load on top of the cell write.
+//! * **Versions.** Every store gives the cell a new, larger version (the seqlock's sequence
+//!   number, or the version inside the swapped `Arc`). A change carries it, so a shard can
+//!   tell a change it already saw (the value it read when the item started) from a new one,
+//!   and of two writers racing on one node it keeps the cell's order.
+//! * **Per-shard inboxes.** Each watching shard has one bounded lock-free queue
+//!   ([`crossbeam_queue::ArrayQueue`], multi-producer) of [`Change`]s, allocated when the
+//!   shard first watches a node (`[subscriptions] change_queue_per_shard` entries). A push
+//!   copies the value into the entry: a scalar inline, anything else as the `Arc` the cell
+//!   holds. Nothing is allocated per change for scalars.
+//! * **Wake.** The shard drains its inbox every loop iteration and before its timers, so a
+//!   busy shard needs no wake. A sleeping one is woken (its event loop's eventfd or
+//!   MSG_RING, handed in by the runtime) once its inbox is a quarter full, at most once per
+//!   drain; otherwise the changes wait for the next publishing cycle, which is when they
+//!   would be reported anyway.
+//! * **Full inbox.** A change that finds the inbox full is counted as lost for that shard
+//!   (never blocking the writer). The shard, when it next drains, resynchronises every
+//!   exception-based item with its cell's current value and marks that value with the
+//!   Overflow bit (queues longer than one), so a client learns that values were dropped and
+//!   still ends on the current one.
+//!
+//! The ordering argument for a new watcher: the shard sets its bit, issues a SeqCst fence,
+//! then reads the cell; a writer stores into the cell, issues a SeqCst fence, then reads the
+//! bits. Either the shard's read sees the store or the writer's read sees the bit (or both,
+//! and the version drops the duplicate).
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_queue::ArrayQueue;
+
+use super::value::Versioned;
+use crate::types::DataValue;
+
+/// Most shards a process runs (secure channel ids are `shard << 24 | counter`).
+pub const MAX_SHARDS: usize = 256;
+
+/// The watcher bit that stands for every shard from 63 up.
+const HIGH_SHARDS_BIT: u32 = 63;
+
+/// A woken shard's hook (the runtime's eventfd write or MSG_RING).
+pub type WakeFn = Arc<dyn Fn() + Send + Sync>;
+
+/// One stored value on its way to a shard.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// The node's index in the address space.
+    pub node_index: u32,
+    /// The cell's version after this store.
+    pub version: u64,
+    pub value: ChangeValue,
+}
+
+/// The value of a [`Change`]: copied when it is a scalar, shared otherwise.
+#[derive(Clone, Debug)]
+pub enum ChangeValue {
+    Inline(DataValue),
+    Shared(Arc<Versioned>),
+}
+
+impl ChangeValue {
+    /// The stored value.
+    pub fn data_value(&self) -> &DataValue {
+        match self {
+            ChangeValue::Inline(dv) => dv,
+            ChangeValue::Shared(v) => &v.value,
+        }
+    }
+}
+
+/// One shard's inbox.
+struct Inbox {
+    queue: ArrayQueue<Change>,
+    /// Changes that found the queue full since the shard last drained.
+    lost: AtomicU64,
+    /// A wake was sent and the shard has not drained since.
+    wake_pending: AtomicBool,
+    /// Queue length at which a producer wakes the shard.
+    wake_at: usize,
+}
+
+#[derive(Default)]
+struct ShardSlot {
+    inbox: OnceLock<Inbox>,
+    waker: OnceLock<WakeFn>,
+}
+
+/// Counters of the change path (per hub, over all shards).
+#[derive(Debug, Default)]
+pub struct ChangeCounters {
+    /// Changes handed to a shard's inbox.
+    pub queued: AtomicU64,
+    /// Changes that found an inbox full.
+    pub lost: AtomicU64,
+    /// Wakes sent to sleeping shards.
+    pub wakes: AtomicU64,
+}
+
+/// Every shard's inbox and every node's watcher bits. Built with the address space.
+pub struct ChangeHub {
+    watchers: Box<[AtomicU64]>,
+    shards: Box<[ShardSlot]>,
+    counters: ChangeCounters,
+}
+
+impl std::fmt::Debug for ChangeHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangeHub").field("nodes", &self.watchers.len()).finish()
+    }
+}
+
+impl ChangeHub {
+    /// A hub for an address space of `nodes` nodes.
+    pub fn new(nodes: usize) -> ChangeHub {
+        ChangeHub {
+            watchers: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            shards: (0..MAX_SHARDS).map(|_| ShardSlot::default()).collect(),
+            counters: ChangeCounters::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &ChangeCounters {
+        &self.counters
+    }
+
+    fn bit(shard: usize) -> u64 {
+        1u64 << (shard as u32).min(HIGH_SHARDS_BIT)
+    }
+
+    /// Sets the hook that wakes shard `shard` (the runtime calls it once per shard).
+    pub fn set_waker(&self, shard: usize, wake: WakeFn) {
+        if let Some(s) = self.shards.get(shard) {
+            let _ = s.waker.set(wake);
+        }
+    }
+
+    /// Opens shard `shard`'s inbox with `capacity` entries (once; later calls keep the first).
+    pub fn open(&self, shard: usize, capacity: usize) {
+        if let Some(s) = self.shards.get(shard) {
+            let capacity = capacity.max(1);
+            s.inbox.get_or_init(|| Inbox {
+                queue: ArrayQueue::new(capacity),
+                lost: AtomicU64::new(0),
+                wake_pending: AtomicBool::new(false),
+                wake_at: (capacity / 4).max(1),
+            });
+        }
+    }
+
+    /// Shard `shard` starts watching node `node_index`. Followed by a SeqCst fence: a
+    /// value read from the cell after this call is either the newest or older than a
+    /// change that will arrive in the inbox.
+    pub fn watch(&self, shard: usize, node_index: u32) {
+        if let Some(w) = self.watchers.get(node_index as usize) {
+            w.fetch_or(Self::bit(shard), Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Shard `shard` no longer watches node `node_index`. A shard ≥ 63 shares its bit with
+    /// the others from 63 up and leaves it set (those shards drop changes they do not watch).
+    pub fn unwatch(&self, shard: usize, node_index: u32) {
+        if shard >= HIGH_SHARDS_BIT as usize {
+            return;
+        }
+        if let Some(w) = self.watchers.get(node_index as usize) {
+            w.fetch_and(!Self::bit(shard), Ordering::SeqCst);
+        }
+    }
+
+    /// Is any shard watching the node? (For tests and diagnostics.)
+    pub fn watched(&self, node_index: u32) -> bool {
+        self.watchers.get(node_index as usize).is_some_and(|w| w.load(Ordering::SeqCst) != 0)
+    }
+
+    /// Hands a change just stored in node `node_index`'s cell to every watching shard.
+    /// Never blocks and never allocates: a full inbox counts the change as lost there.
+    #[inline]
+    pub fn publish(&self, node_index: u32, version: u64, value: impl FnOnce() -> ChangeValue) {
+        fence(Ordering::SeqCst);
+        let Some(w) = self.watchers.get(node_index as usize) else { return };
+        let mut mask = w.load(Ordering::SeqCst);
+        if mask == 0 {
+            return;
+        }
+        let change = Change { node_index, version, value: value() };
+        while mask != 0 {
+            let bit = mask.trailing_zeros();
+            mask &= mask - 1;
+            if bit < HIGH_SHARDS_BIT {
+                self.deliver(bit as usize, change.clone());
+            } else {
+                for shard in HIGH_SHARDS_BIT as usize..MAX_SHARDS {
+                    if self.shards.get(shard).is_some_and(|s| s.inbox.get().is_some()) {
+                        self.deliver(shard, change.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn deliver(&self, shard: usize, change: Change) {
+        let Some(slot) = self.shards.get(shard) else { return };
+        let Some(inbox) = slot.inbox.get() else { return };
+        match inbox.queue.push(change) {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                inbox.lost.fetch_add(1, Ordering::AcqRel);
+                self.counters.lost.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if inbox.queue.len() >= inbox.wake_at && !inbox.wake_pending.swap(true, Ordering::AcqRel) {
+            if let Some(wake) = slot.waker.get() {
+                self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+                wake();
+            }
+        }
+    }
+
+    /// Takes at most `max` changes of shard `shard`'s inbox, oldest first, into `f`.
+    /// Returns how many changes were lost to a full inbox since the last call (the caller
+    /// resynchronises its items when it is not 0).
+    #[inline]
+    pub fn drain(&self, shard: usize, max: usize, mut f: impl FnMut(Change)) -> u64 {
+        let Some(inbox) = self.shards.get(shard).and_then(|s| s.inbox.get()) else { return 0 };
+        inbox.wake_pending.store(false, Ordering::Release);
+        let lost = if inbox.lost.load(Ordering::Relaxed) != 0 { inbox.lost.swap(0, Ordering::AcqRel) } else { 0 };
+        for _ in 0..max {
+            match inbox.queue.pop() {
+                Some(c) => f(c),
+                None => break,
+            }
+        }
+        lost
+    }
+
+    /// Should shard `shard` drain now (its inbox a quarter full, or changes lost)?
+    #[inline]
+    pub fn due(&self, shard: usize) -> bool {
+        match self.shards.get(shard).and_then(|s| s.inbox.get()) {
+            Some(i) => i.queue.len() >= i.wake_at || i.lost.load(Ordering::Relaxed) != 0,
+            None => false,
+        }
+    }
+
+    /// Changes waiting in shard `shard`'s inbox.
+    pub fn pending(&self, shard: usize) -> usize {
+        self.shards.get(shard).and_then(|s| s.inbox.get()).map_or(0, |i| i.queue.len())
+    }
+
+    /// The capacity of shard `shard`'s inbox (0 before it is opened).
+    pub fn capacity(&self, shard: usize) -> usize {
+        self.shards.get(shard).and_then(|s| s.inbox.get()).map_or(0, |i| i.queue.capacity())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Variant;
+
+    fn inline(v: f64) -> ChangeValue {
+        ChangeValue::Inline(DataValue::new(Variant::Double(v)))
+    }
+
+    #[test]
+    fn only_watching_shards_receive() {
+        let hub = ChangeHub::new(4);
+        hub.open(0, 8);
+        hub.open(1, 8);
+        hub.watch(1, 2);
+        hub.publish(2, 2, || inline(1.0));
+        hub.publish(3, 2, || inline(2.0));
+        let mut got = Vec::new();
+        assert_eq!(hub.drain(0, 100, |c| got.push((0, c.node_index))), 0);
+        assert_eq!(hub.drain(1, 100, |c| got.push((1, c.node_index))), 0);
+        assert_eq!(got, vec![(1, 2)]);
+        hub.unwatch(1, 2);
+        assert!(!hub.watched(2));
+        hub.publish(2, 4, || inline(3.0));
+        assert_eq!(hub.pending(1), 0);
+    }
+
+    #[test]
+    fn a_full_inbox_counts_losses_and_wakes_once() {
+        let hub = ChangeHub::new(1);
+        hub.open(0, 4);
+        let wakes = Arc::new(AtomicU64::new(0));
+        let w = wakes.clone();
+        hub.set_waker(0, Arc::new(move || {
+            w.fetch_add(1, Ordering::Relaxed);
+        }));
+        hub.watch(0, 0);
+        for i in 0..10 {
+            hub.publish(0, 2 * i + 2, || inline(i as f64));
+        }
+        assert_eq!(wakes.load(Ordering::Relaxed), 1, "one wake until the shard drains");
+        let mut versions = Vec::new();
+        assert_eq!(hub.drain(0, 100, |c| versions.push(c.version)), 6);
+        assert_eq!(versions, vec![2, 4, 6, 8]);
+        hub.publish(0, 22, || inline(0.0));
+        assert_eq!(wakes.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn shards_from_63_up_share_one_bit() {
+        let hub = ChangeHub::new(1);
+        hub.open(63, 4);
+        hub.open(70, 4);
+        hub.watch(70, 0);
+        hub.publish(0, 2, || inline(1.0));
+        assert_eq!(hub.pending(63), 1);
+        assert_eq!(hub.pending(70), 1);
+    }
+}

@@ -1,0 +1,227 @@
+//! The change path: every store into a value cell (a client's Write on any shard, an
+//! application's push from any thread) reaches every exception-based monitored item
+//! (sampling interval 0) on every shard, in order, up to the item's queue size; a full
+//! change inbox resynchronises the items with the Overflow bit.
+
+mod dispatch_util;
+
+use std::sync::Arc;
+
+use dispatch_util::*;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::server::config::ServerConfig;
+use uaring_core::server::context::ConnectionHost;
+use uaring_core::server::shared::ServerShared;
+use uaring_core::services::dispatch_deferrable;
+use uaring_core::subscription::item::OVERFLOW_INFO_BITS;
+use uaring_core::{DataValue, DecodeLimits, NodeId, StatusCode, Variant};
+
+/// One session on one shard of a shared server.
+struct Client {
+    h: Harness,
+    token: NodeId,
+    request_id: u32,
+}
+
+impl Client {
+    fn on(shared: &Arc<ServerShared>, shard: usize) -> Client {
+        let mut h = Harness::on_shared(shared.clone(), shard);
+        let token = h.open_session();
+        Client { h, token, request_id: 100 }
+    }
+
+    fn subscribe(&mut self, interval_ms: f64) -> u32 {
+        let hd = self.h.header(&self.token);
+        match self.h.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
+            request_header: hd,
+            requested_publishing_interval: interval_ms,
+            requested_lifetime_count: 1000,
+            requested_max_keep_alive_count: 10,
+            max_notifications_per_publish: 0,
+            publishing_enabled: true,
+            priority: 0,
+        }))) {
+            Response::CreateSubscription(r) => r.subscription_id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn monitor(&mut self, sub: u32, node: NodeId, sampling_ms: f64, queue: u32) -> MonitoredItemCreateResult {
+        let hd = self.h.header(&self.token);
+        let item = MonitoredItemCreateRequest {
+            item_to_monitor: ReadValueId { node_id: node, attribute_id: 13, ..Default::default() },
+            monitoring_mode: MonitoringMode::Reporting,
+            requested_parameters: MonitoringParameters {
+                client_handle: 7,
+                sampling_interval: sampling_ms,
+                queue_size: queue,
+                discard_oldest: true,
+                ..Default::default()
+            },
+        };
+        match self.h.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: sub,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![item],
+        }))) {
+            Response::CreateMonitoredItems(r) => r.results[0].clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn write_i32(&mut self, node: NodeId, v: i32) {
+        let hd = self.h.header(&self.token);
+        let r = self.h.call(Request::Write(Box::new(WriteRequest {
+            request_header: hd,
+            nodes_to_write: vec![WriteValue { node_id: node, attribute_id: 13, value: DataValue::new(Variant::Int32(v)), ..Default::default() }],
+        })));
+        let Response::Write(w) = r else { panic!("{r:?}") };
+        assert_eq!(w.results, vec![StatusCode::Good]);
+    }
+
+    /// Runs the shard's timers for `ms` with a Publish queued, and returns every data
+    /// change notification of the responses, in order.
+    fn collect(&mut self, ms: u64) -> Vec<DataValue> {
+        let mut out = Vec::new();
+        let end = self.h.now.mono_ns + ms * 1_000_000;
+        while self.h.now.mono_ns < end {
+            self.request_id += 1;
+            let hd = self.h.header(&self.token);
+            let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: vec![] }));
+            let ch = self.h.channel;
+            assert!(dispatch_deferrable(&mut self.h.shard, &Harness::ctx(ch), req, self.request_id, self.h.now).is_none());
+            self.h.advance_ms(10);
+            let now = self.h.now;
+            self.h.shard.on_timer(now);
+            let mut v = Vec::new();
+            self.h.shard.take_deferred(ch, &mut v);
+            for (_, d) in v {
+                let Ok(Response::Publish(p)) = d.to_response() else { panic!("a Publish response") };
+                for eo in &p.notification_message.notification_data {
+                    if let Some(Ok(d)) = eo.decode_as::<DataChangeNotification>(DecodeLimits::default()) {
+                        out.extend(d.monitored_items.into_iter().map(|m| m.value));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn int_values(v: &[DataValue]) -> Vec<i32> {
+    v.iter()
+        .map(|d| match d.value {
+            Variant::Int32(x) => x,
+            ref other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+fn bench_node(i: u32) -> NodeId {
+    NodeId::numeric(1, 1001 + i)
+}
+
+#[test]
+fn twenty_quick_writes_arrive_as_twenty_notifications_whichever_shard_writes() {
+    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let mut subscriber = Client::on(&shared, 1);
+    let mut other = Client::on(&shared, 0);
+    let sub = subscriber.subscribe(100.0);
+    let r = subscriber.monitor(sub, bench_node(5), 0.0, 20);
+    assert_eq!((r.status_code, r.revised_sampling_interval, r.revised_queue_size), (StatusCode::Good, 0.0, 20));
+    assert_eq!(int_values(&subscriber.collect(100)), vec![5], "the initial value");
+    // 20 Writes from another shard within one publishing interval…
+    for v in 1..=20 {
+        other.write_i32(bench_node(5), v);
+    }
+    assert_eq!(int_values(&subscriber.collect(100)), (1..=20).collect::<Vec<_>>());
+    // …and 20 from the subscriber's own shard.
+    for v in 21..=40 {
+        subscriber.write_i32(bench_node(5), v);
+    }
+    assert_eq!(int_values(&subscriber.collect(100)), (21..=40).collect::<Vec<_>>());
+    // Nothing is reported twice.
+    assert!(subscriber.collect(200).is_empty());
+}
+
+#[test]
+fn a_thousand_pushes_from_an_application_thread_reach_items_on_two_shards_in_order() {
+    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let mut a = Client::on(&shared, 0);
+    let mut b = Client::on(&shared, 1);
+    let (sa, sb) = (a.subscribe(50.0), b.subscribe(100.0));
+    a.monitor(sa, bench_node(9), 0.0, 1000);
+    b.monitor(sb, bench_node(9), 0.0, 1000);
+    assert_eq!(int_values(&a.collect(50)), vec![9]);
+    assert_eq!(int_values(&b.collect(100)), vec![9]);
+    let space_owner = shared.clone();
+    let index = shared.address_space.node_index(&bench_node(9)).unwrap();
+    std::thread::spawn(move || {
+        for v in 0..1000 {
+            space_owner.address_space.store_value(index, DataValue::new(Variant::Int32(v))).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    let want: Vec<i32> = (0..1000).collect();
+    assert_eq!(int_values(&a.collect(100)), want);
+    assert_eq!(int_values(&b.collect(100)), want);
+    assert_eq!(a.h.shard.subscriptions().stats().changes_lost, 0);
+}
+
+#[test]
+fn a_push_of_the_wrong_type_is_refused_and_reaches_nobody() {
+    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let mut a = Client::on(&shared, 0);
+    let s = a.subscribe(50.0);
+    a.monitor(s, bench_node(1), 0.0, 10);
+    a.collect(50);
+    let index = shared.address_space.node_index(&bench_node(1)).unwrap();
+    assert_eq!(shared.address_space.store_value(index, DataValue::new(Variant::Double(1.5))), Err(StatusCode::BadTypeMismatch));
+    assert!(a.collect(100).is_empty());
+}
+
+#[test]
+fn a_full_inbox_resynchronises_items_with_the_overflow_bit() {
+    let mut cfg = ServerConfig::default();
+    cfg.subscriptions.change_queue_per_shard = 8;
+    let shared = ServerShared::new(cfg, start()).unwrap();
+    let mut a = Client::on(&shared, 0);
+    let s = a.subscribe(100.0);
+    a.monitor(s, bench_node(2), 0.0, 100);
+    a.collect(100);
+    let index = shared.address_space.node_index(&bench_node(2)).unwrap();
+    for v in 1..=50 {
+        shared.address_space.store_value(index, DataValue::new(Variant::Int32(v))).unwrap();
+    }
+    let got = a.collect(100);
+    // The eight that fit, then the current value marked with the Overflow bit.
+    assert_eq!(int_values(&got), vec![1, 2, 3, 4, 5, 6, 7, 8, 50]);
+    let last = got.last().unwrap();
+    assert_eq!(last.status.map(|s| s.0 & OVERFLOW_INFO_BITS), Some(OVERFLOW_INFO_BITS));
+    assert!(got[..8].iter().all(|d| d.status.is_none()));
+    assert_eq!(a.h.shard.subscriptions().stats().changes_lost, 42);
+}
+
+#[test]
+fn deleting_the_last_item_stops_watching_the_node() {
+    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let mut a = Client::on(&shared, 0);
+    let s = a.subscribe(50.0);
+    let index = shared.address_space.node_index(&bench_node(3)).unwrap();
+    let r = a.monitor(s, bench_node(3), 0.0, 10);
+    assert!(shared.address_space.changes().watched(index));
+    let hd = a.h.header(&a.token.clone());
+    let resp = a.h.call(Request::DeleteMonitoredItems(Box::new(DeleteMonitoredItemsRequest {
+        request_header: hd,
+        subscription_id: s,
+        monitored_item_ids: vec![r.monitored_item_id],
+    })));
+    assert!(matches!(resp, Response::DeleteMonitoredItems(_)), "{resp:?}");
+    assert!(!shared.address_space.changes().watched(index));
+    // A sampled item does not watch.
+    a.monitor(s, bench_node(3), 100.0, 1);
+    assert!(!shared.address_space.changes().watched(index));
+}
