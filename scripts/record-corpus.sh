@@ -5,7 +5,7 @@
 # Needs the .venv of scripts/test-all.sh. docs/Fuzzing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -q -p uaring-shards --bin uaring
+cargo build -q -p uaring --bin uaring
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 UARING_TAP_REAL_BIN=$PWD/target/debug/uaring UARING_TAP_DIR=$tmp UARING_BIN=$PWD/scripts/tap-uaring.py \

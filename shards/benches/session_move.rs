@@ -10,7 +10,7 @@
 //! * `activate_moved`: the session of the other shard (the connection moves there first).
 //!
 //! The connection is then dropped (the session survives unbound). Quote the two as a ratio
-//! or a difference from one run: `cargo bench -p uaring-shards --bench session_move`.
+//! or a difference from one run: `cargo bench -p uaring --bench session_move`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,8 +22,8 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::shard::channel_shard;
 use uaring_core::{ExtensionObject, NodeId};
-use uaring_shards::runtime::{self, RuntimeOptions};
-use uaring_shards::{server, Distribution, IoBackend, LoopConfig};
+use uaring::runtime::{self, RuntimeOptions};
+use uaring::{server, Distribution, IoBackend, LoopConfig};
 
 const T: Duration = Duration::from_secs(10);
 

@@ -1,30 +1,26 @@
 //! The `uaring` command line.
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::IpAddr;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::{Distribution, FileConfig, IoBackend};
-use crate::runtime::{self, RuntimeOptions};
 use crate::server;
-use crate::stats;
 
 /// The version `uaring --version` prints: the crate version and the git revision of the
 /// build (`unknown` outside a git checkout).
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("UARING_GIT_REVISION"), ")");
 
 /// The configuration used without `--config`.
-pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+pub use crate::builder::DEFAULT_CONFIG;
 
 /// Shown after `uaring --help` and `uaring serve --help`.
 const AFTER_HELP: &str = "\
 Once accepting, `serve` prints `listening on opc.tcp://HOST:PORT` on stdout.
 SIGINT/SIGTERM shut down gracefully (exit 0); SIGUSR1 writes statistics.
-Logs go to stderr; filter them with RUST_LOG (e.g. RUST_LOG=uaring_shards=debug).
+Logs go to stderr; filter them with RUST_LOG (e.g. RUST_LOG=uaring=debug).
 Exit codes: 0 success, 1 run-time or configuration error, 2 bad command line.";
 
 /// The `uaring` command line.
@@ -281,7 +277,7 @@ fn set_log_filter(f: &str) {
 }
 
 /// SIGHUP: rescan the trust lists now and re-read `[log] filter` from the configuration file.
-fn reload(config: Option<&std::path::Path>) {
+pub(crate) fn reload(config: Option<&std::path::Path>) {
     crate::notify::reloading();
     uaring_crypto::pki::request_rescan();
     let mut what = vec!["trust lists rescanned".to_string()];
@@ -347,305 +343,66 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
-fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    s.to_socket_addrs()
-        .map_err(|e| format!("--listen {s:?}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("--listen {s:?}: no address"))
-}
-
-fn resolve_cpus(expr: &str) -> Result<(Vec<usize>, String), String> {
-    match uaring_affinity::Topology::system() {
-        Ok(topo) => {
-            let cpus = topo.resolve(expr).map_err(|e| format!("--cpus {expr:?}: {e}"))?;
-            if cpus.is_empty() {
-                return Err(format!("--cpus {expr:?} selects no CPU"));
-            }
-            let desc = topo.describe(&cpus);
-            Ok((cpus, desc))
-        }
-        Err(e) => {
-            // No sysfs topology (containers): fall back to the affinity mask.
-            tracing::warn!("cannot read the CPU topology ({e}); using the allowed CPUs");
-            let cpus = uaring_affinity::allowed_cpus().map_err(|e| format!("sched_getaffinity: {e}"))?;
-            let desc = format!("{cpus:?}");
-            Ok((cpus, desc))
-        }
-    }
-}
-
-/// Blocks the signals the main thread waits for, so shard threads (which
-/// inherit the mask) never receive them.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local set; pthread_sigmask on the calling thread.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGUSR1);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-/// Waits up to `timeout` for one of `set`; returns the signal or `None`.
-fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
-    // SAFETY: valid set and timespec; siginfo may be null.
-    let sig = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
-    if sig > 0 {
-        Some(sig)
-    } else {
-        None
-    }
-}
-
-/// `uaring serve`.
+/// `uaring serve`: a [`crate::ServerBuilder`] filled from the command line, then
+/// [`crate::ServerHandle::run_until_signal`].
 pub fn serve(a: ServeArgs) -> i32 {
-    let text = match &a.config {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("uaring serve: cannot read {}: {e}", path.display());
-                return 1;
-            }
-        },
-        None => DEFAULT_CONFIG.to_string(),
-    };
-    let mut file = match FileConfig::parse(&text) {
-        Ok(c) => c,
-        Err(e) => {
-            let name = a.config.as_ref().map_or("the embedded default configuration".to_string(), |p| p.display().to_string());
-            eprintln!("uaring serve: {name}: {e}");
-            return 1;
-        }
-    };
+    let mut b = crate::Server::builder();
+    if let Some(path) = &a.config {
+        b = b.config_file(path);
+    }
     if std::env::var_os("RUST_LOG").is_none() {
-        if let Some(f) = &file.log.filter {
-            set_log_filter(f);
+        if let Some(f) = b.log_filter() {
+            set_log_filter(&f);
         }
     }
-    let rt = &mut file.runtime;
     if let Some(v) = &a.listen {
-        rt.listen = v.clone();
+        b = b.listen(v);
     }
     if let Some(v) = &a.cpus {
-        rt.cpus = v.clone();
+        b = b.cpus(v);
     }
     if let Some(v) = a.shards {
-        rt.shards = usize::from(v);
+        b = b.shards(usize::from(v));
     }
     if let Some(v) = a.io_backend {
-        rt.io_backend = v;
+        b = b.io_backend(v);
     }
     if let Some(v) = a.distribution {
-        rt.distribution = v;
+        b = b.distribution(v);
     }
     if let Some(v) = a.ring_entries {
-        rt.ring_entries = v;
+        b = b.ring_entries(v);
     }
     if let Some(v) = &a.stats_file {
-        rt.stats_file = Some(v.clone());
+        b = b.stats_file(v.clone());
     }
-    if let Err(e) = rt.validate() {
-        eprintln!("uaring serve: {e}");
-        return 1;
-    }
-    let listen = match resolve_listen(&rt.listen) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("uaring serve: {e}");
-            return 1;
-        }
-    };
-    let (cpus, cpu_desc) = match resolve_cpus(&rt.cpus) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("uaring serve: {e}");
-            return 1;
-        }
-    };
-    let (sec_config, users) = match crate::security::take_config(&mut file.server) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("uaring serve: configuration: {e}");
-            return 1;
-        }
-    };
-    let handshake = match crate::handshake::take_config(&mut file.server) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("uaring serve: configuration: {e}");
-            return 1;
-        }
-    };
     if let Some(n) = a.counters {
-        let app = file.server.entry("application").or_insert_with(|| toml::Value::Table(Default::default()));
-        if let Some(t) = app.as_table_mut() {
-            t.insert("counters".into(), toml::Value::Integer(n as i64));
-        }
+        b = b.set("application", "counters", toml::Value::Integer(n as i64));
     }
     if let Some(r) = a.events_per_s {
-        let ev = file.server.entry("events").or_insert_with(|| toml::Value::Table(Default::default()));
-        if let Some(t) = ev.as_table_mut() {
-            t.insert("demo_rate_per_s".into(), toml::Value::Float(r));
-        }
+        b = b.set("events", "demo_rate_per_s", toml::Value::Float(r));
     }
-    let setup = match server::build_with_nodesets(&file.server, a.contract, &a.nodesets) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("uaring serve: configuration: {e}");
-            return 1;
-        }
-    };
-    let sec_args = crate::security::SecurityArgs {
-        pki: a.pki.clone(),
-        accept_all_client_certs: a.accept_all_client_certs,
-        contract: a.contract,
-    };
-    let app = &setup.shared.config.application;
-    let security = match crate::security::build(
-        sec_config,
-        &users,
-        &sec_args,
-        app.effective_application_uri(),
-        &app.application_name,
-        Some(listen.ip()),
-    ) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!("uaring serve: security: {e}");
-            return 1;
-        }
-    };
-    tracing::info!("endpoints: {}", security.describe());
-    let opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
-    let shards = opts.shards;
-    let sigset = block_signals();
-    let make_setup = setup.clone();
-    let helper_cpus = if handshake.cpus.is_empty() {
-        Vec::new()
-    } else {
-        match resolve_cpus(&handshake.cpus) {
-            Ok((c, _)) => c,
-            Err(e) => {
-                eprintln!("uaring serve: handshake.cpus: {e}");
-                return 1;
-            }
-        }
-    };
-    let pool = match crate::handshake::HandshakePool::start(&handshake, &helper_cpus) {
-        Ok(p) => p,
+    if let Some(p) = &a.pki {
+        b = b.pki(p.clone());
+    }
+    for n in &a.nodesets {
+        b = b.nodeset(n.clone());
+    }
+    let b = b.accept_all_client_certs(a.accept_all_client_certs).contract(a.contract);
+    let handle = match b.start() {
+        Ok(h) => h,
         Err(e) => {
             eprintln!("uaring serve: {e}");
             return 1;
         }
     };
-    match &pool {
-        Some(p) => tracing::info!(threads = p.threads(), queue_depth = handshake.queue_depth, "handshake pool"),
-        None => tracing::info!("handshake work runs inline on the shards (handshake.threads = 0)"),
-    }
-    let running = match runtime::start(opts, move |i| {
-        let handler = server::make_handler(&make_setup, i, shards)?;
-        let provider = security.shard_provider()?;
-        let client = pool.as_ref().map(|p| p.client());
-        let host = handler.host.with_security(provider).with_handshake_offload(client.is_some());
-        Ok(server::UaHandler::new(host).with_pool(client))
-    }) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("uaring serve: {e}");
-            return 1;
-        }
-    };
-    tracing::info!(
-        shards,
-        distribution = %file.runtime.distribution,
-        "shards on CPUs {cpu_desc}"
-    );
-    match running.backend {
-        IoBackend::Uring => tracing::info!(
-            ring_entries = running.ring_entries,
-            memlock_kib = running.memlock_bytes.div_ceil(1024),
-            "io backend {}",
-            running.features
-        ),
-        _ => tracing::info!("io backend epoll"),
-    }
-    if file.runtime.batch_wait_us > 0 && running.backend == IoBackend::Uring {
-        tracing::info!(
-            batch_wait_us = file.runtime.batch_wait_us,
-            batch_completions = file.runtime.batch_completions,
-            "batched waiting on (one min-timeout wait with MIN_TIMEOUT, else a second bounded wait; needs EXT_ARG)"
-        );
-    }
-    if let Some(addr) = &file.metrics.listen {
-        let sources = crate::metrics::Sources {
-            shared: setup.shared.clone(),
-            fleet: running.fleet.clone(),
-            backend: running.backend.to_string(),
-        };
-        match addr.parse().map_err(|e| format!("{e}")).and_then(|a| crate::metrics::start(a, sources).map_err(|e| e.to_string())) {
-            Ok(bound) => tracing::info!("metrics endpoint http://{bound}/metrics"),
-            Err(e) => {
-                eprintln!("uaring serve: metrics.listen = {addr:?}: {e}");
-                running.fleet.stop_all();
-                return 1;
-            }
-        }
-    }
-    let local = running.local_addr;
-    {
+    handle.print_listening();
+    if a.contract {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on opc.tcp://{local}");
-        if a.contract {
-            let _ = writeln!(out, "benchmark server ready ({}, {shards} shards)", server::CONTRACT_APPLICATION_URI);
-        }
+        let _ = writeln!(out, "benchmark server ready ({}, {} shards)", server::CONTRACT_APPLICATION_URI, handle.shards());
         let _ = out.flush();
     }
-    crate::notify::notify("READY=1");
-    let backend_name = running.backend.to_string();
-    let listen_name = local.to_string();
-    let stats_file = file.runtime.stats_file.clone();
-    let write_stats = |running: &runtime::Running| {
-        if let Some(path) = &stats_file {
-            let json = stats::render_json(&running.fleet, &backend_name, &listen_name);
-            if let Err(e) = stats::write_atomically(path, &json) {
-                tracing::warn!("cannot write {}: {e}", path.display());
-            }
-        }
-    };
-    write_stats(&running);
-    let interval = Duration::from_millis(file.runtime.stats_interval_ms);
-    loop {
-        match wait_signal(&sigset, interval) {
-            Some(libc::SIGUSR1) => {
-                write_stats(&running);
-                tracing::info!("stats {}", stats::render_json(&running.fleet, &backend_name, &listen_name));
-            }
-            Some(libc::SIGHUP) => reload(a.config.as_deref()),
-            Some(sig) => {
-                tracing::info!(signal = sig, "shutting down");
-                crate::notify::notify("STOPPING=1");
-                break;
-            }
-            None => write_stats(&running),
-        }
-    }
-    running.stop();
-    write_stats(&running);
-    let fleet = running.fleet.clone();
-    let result = running.join();
-    if let Some(path) = &stats_file {
-        let _ = stats::write_atomically(path, &stats::render_json(&fleet, &backend_name, &listen_name));
-    }
-    match result {
+    match handle.run_until_signal() {
         Ok(()) => 0,
         Err(e) => {
             tracing::error!("{e}");

@@ -17,6 +17,12 @@ pub fn mono_ns() -> u64 {
     (s as u64).saturating_mul(1_000_000_000).saturating_add(ns as u64)
 }
 
+/// The wall-clock time (CLOCK_REALTIME) as an OPC UA DateTime.
+pub fn utc_now() -> DateTime {
+    let (s, ns) = read(libc::CLOCK_REALTIME);
+    DateTime::from_unix_nanos(s as i128 * 1_000_000_000 + ns as i128)
+}
+
 /// The current time for core.
 pub fn now() -> Now {
     let mono = mono_ns();

@@ -260,7 +260,7 @@ pub struct MetricsConfig {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
-    /// e.g. "info" or "warn,uaring_shards=debug". Unset: `RUST_LOG`, else "info". At start
+    /// e.g. "info" or "warn,uaring=debug". Unset: `RUST_LOG`, else "info". At start
     /// `RUST_LOG` wins over it; on SIGHUP it is applied.
     pub filter: Option<String>,
 }

@@ -1,7 +1,7 @@
 //! [`EventLoop`]: one shard's loop on whichever backend could be set up.
 //!
 //! ```no_run
-//! use uaring_shards::{EchoHandler, EventLoop, Fleet, IoBackend, LoopConfig};
+//! use uaring::{EchoHandler, EventLoop, Fleet, IoBackend, LoopConfig};
 //! let wiring = Fleet::standalone().unwrap();
 //! let mut lp = EventLoop::new(IoBackend::Auto, EchoHandler::default(), wiring, LoopConfig::default()).unwrap();
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,4 +1,21 @@
-//! uaring-shards: the per-core runtime of uaring.
+//! uaring: an OPC UA server for Linux, thread-per-core on io_uring, as a library.
+//!
+//! ```no_run
+//! use uaring::{Server, VariableDef};
+//!
+//! let mut builder = Server::builder().listen("127.0.0.1:4840");
+//! let ns = builder.namespace("urn:example:minimal");
+//! let temperature = builder.add_variable(VariableDef::new(ns.id("Temperature"), "Temperature", 20.0));
+//! let server = builder.start()?;
+//! temperature.set(21.5)?; // from any thread, lock-free
+//! server.run_until_signal()?;
+//! # Ok::<(), uaring::Error>(())
+//! ```
+//!
+//! docs/Embedding.md is the guide: the ways to give a Variable its value, client Writes,
+//! methods, events, and which code runs on which thread.
+//!
+//! # The runtime underneath
 //!
 //! One pinned thread per selected CPU runs its own event loop on io_uring
 //! ([`uring::UringLoop`]) or, where io_uring cannot be set up, on epoll
@@ -29,6 +46,24 @@ pub mod check;
 pub mod cli;
 pub mod server;
 pub mod uring;
+mod builder;
+mod error;
+mod nodes;
+
+/// docs/Embedding.md, compiled as doc tests (every example there builds).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/Embedding.md")]
+pub struct EmbeddingGuide;
+
+pub use builder::{EventDef, Events, Server, ServerBuilder, ServerHandle, DEFAULT_CONFIG};
+pub use error::Error;
+pub use nodes::{objects_folder, server_object, set_many, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
+/// What the application's callbacks see and return (core's types).
+pub use uaring_core::address_space::app::{ArgDef, MethodCall, WriteInfo};
+pub use uaring_core::{
+    BuiltinType, ByteString, DataValue, DateTime, ExtensionObject, Guid, Identifier, LocalizedText, NodeId, Now,
+    QualifiedName, StatusCode, UaString, Variant,
+};
 
 pub use config::{Distribution, FileConfig, IoBackend, RuntimeConfig};
 pub use event_loop::EventLoop;

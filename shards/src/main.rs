@@ -2,6 +2,6 @@
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = uaring_shards::cli::main(&args);
+    let code = uaring::cli::main(&args);
     std::process::exit(code);
 }

@@ -26,7 +26,7 @@ use crate::handshake::PoolClient;
 pub use uaring_core::server::config::CONTRACT_APPLICATION_URI;
 
 /// Most shards the secure channel id layout can name (`shard << 24 | counter`).
-pub const MAX_SHARDS: usize = 256;
+pub use uaring_core::server::shard::MAX_SHARDS;
 
 /// A shard's protocol state as the loop sees it: a `ConnectionHost` with
 /// shard-wide timers.
@@ -44,6 +44,8 @@ pub trait ShardHost: ConnectionHost {
     fn take_messages(&mut self, _into: &mut Vec<(usize, Box<dyn Any + Send>)>) {}
     /// A message from another shard.
     fn on_message(&mut self, _msg: Box<dyn Any + Send>, _now: Now) {}
+    /// How other threads wake this shard's loop (the change path).
+    fn set_waker(&mut self, _wake: uaring_core::address_space::change::WakeFn) {}
 }
 
 /// Drives core's `ServerConnection`s of one shard.
@@ -129,6 +131,8 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn set_waker(&mut self, waker: crate::fleet::Waker) {
+        let w = waker.clone();
+        self.host.set_waker(Arc::new(move || w.wake()));
         if let Some(p) = self.pool.as_mut() {
             p.set_waker(waker);
         }
@@ -279,6 +283,9 @@ impl ShardHost for ShardState {
     fn publish_metrics(&mut self) {
         ShardState::publish_metrics(self)
     }
+    fn set_waker(&mut self, wake: uaring_core::address_space::change::WakeFn) {
+        ShardState::set_waker(self, wake)
+    }
 
     fn take_messages(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {
         let mut msgs = Vec::new();
@@ -355,6 +362,17 @@ pub fn build_with_nodesets(
     contract: bool,
     extra_nodesets: &[PathBuf],
 ) -> Result<Arc<ServerSetup>, String> {
+    build_with(server, contract, extra_nodesets, &mut |_| Ok(()))
+}
+
+/// [`build_with_nodesets`], then `extend` adds the application's nodes (errors come back
+/// prefixed `address space: `).
+pub fn build_with(
+    server: &toml::Table,
+    contract: bool,
+    extra_nodesets: &[PathBuf],
+    extend: &mut uaring_core::address_space::build::Extend<'_>,
+) -> Result<Arc<ServerSetup>, String> {
     let config = server_config(server, contract)?;
     let mut files = nodeset_files(server)?;
     files.extend_from_slice(extra_nodesets);
@@ -364,7 +382,7 @@ pub fn build_with_nodesets(
         if !files.is_empty() {
             models = uaring_nodeset::load_files(b, &files).map_err(|e| format!("NodeSet: {e}"))?;
         }
-        Ok(())
+        extend(b).map_err(|e| format!("address space: {e}"))
     })?;
     for m in &models {
         tracing::info!(

@@ -5,7 +5,7 @@
 //! under the pre-session limit are in backpressure.rs.
 //!
 //! Measurement run (release binary):
-//! `UARING_TEST_BIN=target/release/uaring cargo test --release -p uaring-shards --test abuse -- --nocapture --test-threads 1`
+//! `UARING_TEST_BIN=target/release/uaring cargo test --release -p uaring --test abuse -- --nocapture --test-threads 1`
 
 mod common;
 

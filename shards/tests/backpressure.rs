@@ -6,7 +6,7 @@
 //!
 //! Sizes can be raised for a measurement run (release binary):
 //! `UARING_TEST_BIN=target/release/uaring BP_CONNS=20 BP_REQUESTS=3000 BOMB_CONNS=200
-//!  cargo test --release -p uaring-shards --test backpressure -- --nocapture`
+//!  cargo test --release -p uaring --test backpressure -- --nocapture`
 
 mod common;
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uaring_core::Now;
-use uaring_shards::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+use uaring::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 /// How the loop waits for a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The example configuration parses, and every key in it is documented.
 
-use uaring_shards::config::FileConfig;
-use uaring_shards::server::server_config;
+use uaring::config::FileConfig;
+use uaring::server::server_config;
 
 const EXAMPLE: &str = include_str!("../../docs/uaring.example.toml");
 const DOC: &str = include_str!("../../docs/Configuration.md");
@@ -9,13 +9,13 @@ const DOC: &str = include_str!("../../docs/Configuration.md");
 #[test]
 fn example_parses_into_runtime_and_server_config() {
     let mut file = FileConfig::parse(EXAMPLE).expect("example parses");
-    assert_eq!(file.runtime, uaring_shards::RuntimeConfig::default(), "the example shows the runtime defaults");
-    let (security, users) = uaring_shards::security::take_config(&mut file.server).expect("[security] parses");
+    assert_eq!(file.runtime, uaring::RuntimeConfig::default(), "the example shows the runtime defaults");
+    let (security, users) = uaring::security::take_config(&mut file.server).expect("[security] parses");
     assert!(users.is_empty());
-    let defaults = uaring_shards::security::SecurityConfig::default();
+    let defaults = uaring::security::SecurityConfig::default();
     assert_eq!(format!("{security:?}"), format!("{defaults:?}"), "the example shows the security defaults");
-    let handshake = uaring_shards::handshake::take_config(&mut file.server).expect("[handshake] parses");
-    assert_eq!(handshake, uaring_shards::handshake::HandshakeConfig::default(), "the example shows the handshake defaults");
+    let handshake = uaring::handshake::take_config(&mut file.server).expect("[handshake] parses");
+    assert_eq!(handshake, uaring::handshake::HandshakeConfig::default(), "the example shows the handshake defaults");
     let server = server_config(&file.server, false).expect("core's ServerConfig accepts the example");
     assert_eq!(server, uaring_core::server::config::ServerConfig::default(), "the example shows core's defaults");
     let contract = server_config(&file.server, true).expect("contract");
@@ -24,7 +24,7 @@ fn example_parses_into_runtime_and_server_config() {
 
 #[test]
 fn embedded_default_is_valid() {
-    let file = FileConfig::parse(uaring_shards::cli::DEFAULT_CONFIG).expect("default parses");
+    let file = FileConfig::parse(uaring::cli::DEFAULT_CONFIG).expect("default parses");
     server_config(&file.server, false).expect("server part");
 }
 
@@ -46,7 +46,7 @@ fn every_example_key_is_documented() {
 fn handshake_section_is_checked() {
     let parse = |text: &str| {
         let mut file = FileConfig::parse(text).expect("runtime part is fine");
-        uaring_shards::handshake::take_config(&mut file.server)
+        uaring::handshake::take_config(&mut file.server)
     };
     assert_eq!(parse("[handshake]\nthreads = 0\n").unwrap().threads, 0, "0 = inline, accepted");
     assert!(parse("[handshake]\nthreads = 2\nqueue_depth = 0\n").is_err(), "a pool needs a queue");
@@ -75,10 +75,10 @@ fn unknown_keys_are_rejected() {
 #[test]
 fn nodesets_entries_are_read_and_checked() {
     let file = FileConfig::parse("[[nodesets]]\nfile = \"a.xml\"\n[[nodesets]]\nfile = \"b.xml\"\n").unwrap();
-    let files = uaring_shards::server::nodeset_files(&file.server).unwrap();
+    let files = uaring::server::nodeset_files(&file.server).unwrap();
     assert_eq!(files, [std::path::PathBuf::from("a.xml"), std::path::PathBuf::from("b.xml")]);
     server_config(&file.server, false).expect("core does not see [[nodesets]]");
     let bad = FileConfig::parse("[[nodesets]]\npath = \"a.xml\"\n").unwrap();
-    let e = uaring_shards::server::nodeset_files(&bad.server).unwrap_err();
+    let e = uaring::server::nodeset_files(&bad.server).unwrap_err();
     assert!(e.contains("[[nodesets]]") && e.contains("path"), "{e}");
 }

@@ -5,7 +5,7 @@
 use std::net::{SocketAddr, TcpListener};
 
 use uaring_core::Now;
-use uaring_shards::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+use uaring::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 /// Sends `rounds` messages of `size` bytes per connection, one at a time, then stops.
 struct PingClient {

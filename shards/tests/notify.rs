@@ -27,7 +27,7 @@ fn ready_reloading_and_stopping_reach_notify_socket() {
     });
     assert_eq!(recv(&sock), "READY=1");
     // A reload re-reads [log] filter and rescans the trust lists.
-    std::fs::write(&cfg, "[log]\nfilter = \"info,uaring_shards=debug\"\n").unwrap();
+    std::fs::write(&cfg, "[log]\nfilter = \"info,uaring=debug\"\n").unwrap();
     server.signal(libc::SIGHUP);
     let r = recv(&sock);
     assert!(r.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{r:?}");
@@ -36,5 +36,5 @@ fn ready_reloading_and_stopping_reach_notify_socket() {
     assert_eq!(recv(&sock), "STOPPING=1");
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("reloaded (SIGHUP): trust lists rescanned, log filter \"info,uaring_shards=debug\""), "{err}");
+    assert!(err.contains("reloaded (SIGHUP): trust lists rescanned, log filter \"info,uaring=debug\""), "{err}");
 }

@@ -1,0 +1,152 @@
+//! A plant of N Double sensors pushed by one application thread, a setpoint guarded by a
+//! write hook, a computed push counter, a method and events.
+//!
+//! `plant [--config FILE] [--listen HOST:PORT] [--variables N] [--rate HZ] [--pki DIR] [--shards N]`
+//! (defaults: the embedded configuration, 127.0.0.1:4840, 100, 1, ./pki, one shard per CPU).
+//!
+//! * Namespace `urn:uaring:example:plant`; folder `s=Plant` under Objects (an event notifier).
+//! * `s=Plant.V<i>` for i in 0..N: Double, read-only. The thread named `push` pushes every one
+//!   HZ times a second on absolute deadlines, spread evenly: the k-th push of a variable
+//!   (k = 1, 2, …) sets it to the Double k, source-timestamped at the push. Initial value 0.
+//! * `s=Plant.Setpoint`: Double, writable; the write hook refuses values outside 0..=100
+//!   (Bad_OutOfRange).
+//! * `s=Plant.Pushes`: UInt64, computed at every read: the pushes made so far.
+//! * `s=Plant.Reset()` → `Pushes: UInt64`: returns the pushes made so far, restarts that count
+//!   and raises a BaseEventType event "plant reset" (severity 500) from `Plant`.
+//! * Prints `listening on opc.tcp://HOST:PORT` once accepting; SIGINT/SIGTERM stop it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use uaring::{
+    objects_folder, ArgDef, BuiltinType, DataValue, EventDef, MethodDef, NodeRef, ObjectDef, Server, StatusCode,
+    Variant, VariableDef,
+};
+
+struct Args {
+    config: Option<String>,
+    listen: String,
+    variables: usize,
+    rate_hz: f64,
+    pki: Option<String>,
+    shards: Option<usize>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args { config: None, listen: "127.0.0.1:4840".into(), variables: 100, rate_hz: 1.0, pki: None, shards: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().ok_or_else(|| format!("{k} needs a value"));
+        match k.as_str() {
+            "--config" => a.config = Some(v()?),
+            "--listen" => a.listen = v()?,
+            "--variables" => a.variables = v()?.parse().map_err(|e| format!("--variables: {e}"))?,
+            "--rate" => a.rate_hz = v()?.parse().map_err(|e| format!("--rate: {e}"))?,
+            "--pki" => a.pki = Some(v()?),
+            "--shards" => a.shards = Some(v()?.parse().map_err(|e| format!("--shards: {e}"))?),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if a.variables == 0 || a.variables > 10_000_000 {
+        return Err("--variables must be in 1..=10000000".into());
+    }
+    if !(a.rate_hz.is_finite() && a.rate_hz > 0.0 && a.rate_hz <= 1000.0) {
+        return Err("--rate must be in (0, 1000]".into());
+    }
+    Ok(a)
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("plant: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(a) {
+        eprintln!("plant: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(a: Args) -> Result<(), uaring::Error> {
+    let mut b = Server::builder();
+    if let Some(c) = &a.config {
+        b = b.config_file(c);
+    }
+    let mut b = b.listen(&a.listen);
+    if let Some(p) = &a.pki {
+        b = b.pki(p);
+    }
+    if let Some(n) = a.shards {
+        b = b.shards(n);
+    }
+    let ns = b.namespace("urn:uaring:example:plant");
+    let plant = b.add_object(ObjectDef::folder(ns.id("Plant"), "Plant").organized_by(&objects_folder()).event_notifier(true));
+    let sensors: Vec<_> = (0..a.variables)
+        .map(|i| b.add_variable(VariableDef::new(ns.id(&format!("Plant.V{i}")), &format!("V{i}"), 0.0).organized_by(&plant)))
+        .collect();
+    b.add_variable(
+        VariableDef::new(ns.id("Plant.Setpoint"), "Setpoint", 50.0)
+            .component_of(&plant)
+            .on_write(|w| match w.value.value {
+                Variant::Double(x) if (0.0..=100.0).contains(&x) => Ok(()),
+                _ => Err(StatusCode::BadOutOfRange),
+            }),
+    );
+    let pushes = Arc::new(AtomicU64::new(0));
+    let baseline = Arc::new(AtomicU64::new(0));
+    let (p, base) = (pushes.clone(), baseline.clone());
+    b.add_variable(
+        VariableDef::computed(ns.id("Plant.Pushes"), "Pushes", BuiltinType::UInt64, move |now| DataValue {
+            value: Variant::UInt64(p.load(Ordering::Relaxed) - base.load(Ordering::Relaxed)),
+            source_timestamp: Some(now.utc),
+            ..Default::default()
+        })
+        .component_of(&plant),
+    );
+    let events = b.events();
+    let (p, base, source) = (pushes.clone(), baseline.clone(), plant.clone());
+    b.add_method(
+        MethodDef::new(ns.id("Plant.Reset"), "Reset", &plant, move |_call| {
+            let now = p.load(Ordering::Relaxed);
+            let before = now - base.swap(now, Ordering::Relaxed);
+            let _ = events.raise(EventDef::new(NodeRef::ns0(2041), &source, "plant reset", 500));
+            Ok(vec![Variant::UInt64(before)])
+        })
+        .output(ArgDef::scalar("Pushes", BuiltinType::UInt64).describe("pushes since the last reset")),
+    );
+    let server = b.start()?;
+    server.print_listening();
+    let rate = a.rate_hz * a.variables as f64;
+    std::thread::Builder::new()
+        .name("push".into())
+        .spawn(move || push(&sensors, rate, &pushes))
+        .map_err(|e| uaring::Error::Start(format!("push thread: {e}")))?;
+    server.run_until_signal()
+}
+
+/// Pushes `rate` values a second over `sensors` in turn, on absolute deadlines: by time t
+/// after the start, floor(t × rate) pushes are done (a late thread catches up at once).
+fn push(sensors: &[uaring::Variable], rate: f64, pushes: &AtomicU64) {
+    let start = Instant::now();
+    let n = sensors.len() as u64;
+    let mut done = 0u64;
+    loop {
+        let due = (start.elapsed().as_secs_f64() * rate) as u64;
+        while done < due {
+            let (i, k) = (done % n, done / n + 1);
+            if sensors[i as usize].set(k as f64).is_err() {
+                return;
+            }
+            done += 1;
+        }
+        pushes.store(done, Ordering::Relaxed);
+        // Sleep until the next push is due, at most 1 ms (pushes come in 1 ms batches).
+        let next = (done + 1) as f64 / rate;
+        let wait = next - start.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs_f64(wait.clamp(0.0, 0.001)));
+    }
+}

@@ -1,0 +1,709 @@
+//! [`Server::builder`] → [`ServerBuilder`] → [`ServerBuilder::start`] → [`ServerHandle`]:
+//! the whole start-up of `uaring serve` (configuration, address space, security, the
+//! handshake pool, the shards, metrics) as a library, and the running server's handle.
+//!
+//! The `uaring` binary is this API's first user: `uaring serve` is a builder filled from the
+//! command line and [`ServerHandle::run_until_signal`].
+
+use std::io::Write as _;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use uaring_core::events::{type_chain, Event, EventField};
+use uaring_core::server::shared::ServerShared;
+use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
+
+use crate::config::{FileConfig, IoBackend};
+use crate::error::Error;
+use crate::nodes::{Binding, Def, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
+use crate::runtime::{self, RuntimeOptions};
+use crate::{server, stats};
+
+/// The configuration used when none is given (the same as `uaring serve` without `--config`).
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+/// Entry point of the library: see [`Server::builder`].
+pub struct Server;
+
+impl Server {
+    /// A builder with the embedded default configuration (listening on 0.0.0.0:4840, one
+    /// shard per allowed CPU, security None and Basic256Sha256, anonymous read-write).
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::new()
+    }
+}
+
+/// Collects configuration and node definitions; [`ServerBuilder::start`] builds the address
+/// space once and starts the shards.
+pub struct ServerBuilder {
+    file: Result<FileConfig, Error>,
+    config_path: Option<PathBuf>,
+    contract: bool,
+    pki: Option<PathBuf>,
+    accept_all_client_certs: bool,
+    nodesets: Vec<PathBuf>,
+    defs: Vec<Def>,
+    events: Events,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        ServerBuilder::new()
+    }
+}
+
+impl ServerBuilder {
+    fn new() -> ServerBuilder {
+        ServerBuilder {
+            file: FileConfig::parse(DEFAULT_CONFIG).map_err(Error::Config),
+            config_path: None,
+            contract: false,
+            pki: None,
+            accept_all_client_certs: false,
+            nodesets: Vec::new(),
+            defs: Vec::new(),
+            events: Events::default(),
+        }
+    }
+
+    /// The configuration as TOML text (every key in docs/Configuration.md); replaces the
+    /// default. An invalid text makes [`ServerBuilder::start`] fail with [`Error::Config`].
+    pub fn config_toml(mut self, text: &str) -> Self {
+        self.file = FileConfig::parse(text).map_err(Error::Config);
+        self
+    }
+
+    /// The configuration from a file (re-read for `[log] filter` on SIGHUP by
+    /// [`ServerHandle::run_until_signal`]).
+    pub fn config_file(mut self, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref();
+        self.file = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))
+            .and_then(|t| FileConfig::parse(&t).map_err(|e| Error::Config(format!("{}: {e}", path.display()))));
+        self.config_path = Some(path.to_path_buf());
+        self
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut FileConfig)) -> Self {
+        if let Ok(file) = self.file.as_mut() {
+            f(file);
+        }
+        self
+    }
+
+    /// The address to listen on (`runtime.listen`; port 0 picks a free one).
+    pub fn listen(self, addr: &str) -> Self {
+        let addr = addr.to_string();
+        self.edit(|f| f.runtime.listen = addr)
+    }
+
+    /// The CPUs to run shards on (`runtime.cpus`: `all`, `0-3`, `P:nosmt`, …).
+    pub fn cpus(self, expr: &str) -> Self {
+        let expr = expr.to_string();
+        self.edit(|f| f.runtime.cpus = expr)
+    }
+
+    /// The number of shards (`runtime.shards`; 0 = one per selected CPU).
+    pub fn shards(self, n: usize) -> Self {
+        self.edit(|f| f.runtime.shards = n)
+    }
+
+    /// The I/O backend (`runtime.io_backend`).
+    pub fn io_backend(self, b: IoBackend) -> Self {
+        self.edit(|f| f.runtime.io_backend = b)
+    }
+
+    /// How connections are dealt to shards (`runtime.distribution`).
+    pub fn distribution(self, d: crate::config::Distribution) -> Self {
+        self.edit(|f| f.runtime.distribution = d)
+    }
+
+    /// io_uring submission queue entries per shard (`runtime.ring_entries`).
+    pub fn ring_entries(self, n: u32) -> Self {
+        self.edit(|f| f.runtime.ring_entries = n)
+    }
+
+    /// Writes per-shard statistics as JSON to `path` (`runtime.stats_file`).
+    pub fn stats_file(self, path: PathBuf) -> Self {
+        self.edit(|f| f.runtime.stats_file = Some(path))
+    }
+
+    /// `[log] filter` of the configuration, if it sets one (the caller installs logging).
+    pub fn log_filter(&self) -> Option<String> {
+        self.file.as_ref().ok().and_then(|f| f.log.filter.clone())
+    }
+
+    /// The PKI directory (`security.pki_dir`; default `./pki`).
+    pub fn pki(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.pki = Some(dir.into());
+        self
+    }
+
+    /// Accept every client certificate (benchmarks only; logs a warning).
+    pub fn accept_all_client_certs(mut self, on: bool) -> Self {
+        self.accept_all_client_certs = on;
+        self
+    }
+
+    /// Loads a companion model (NodeSet2 XML) after the configuration's `[[nodesets]]`.
+    pub fn nodeset(mut self, file: impl Into<PathBuf>) -> Self {
+        self.nodesets.push(file.into());
+        self
+    }
+
+    /// The benchmark contract (`uaring serve --contract`).
+    pub fn contract(mut self, on: bool) -> Self {
+        self.contract = on;
+        self
+    }
+
+    /// Sets a key of the server's configuration (`section`, `key`) to a TOML value, as the
+    /// file would (e.g. `("application", "counters", 1000.into())`).
+    pub fn set(self, section: &str, key: &str, value: toml::Value) -> Self {
+        let (section, key) = (section.to_string(), key.to_string());
+        self.edit(move |f| {
+            let t = f.server.entry(section).or_insert_with(|| toml::Value::Table(Default::default()));
+            if let Some(t) = t.as_table_mut() {
+                t.insert(key, value);
+            }
+        })
+    }
+
+    /// A namespace of the application (added to the NamespaceArray at the start).
+    pub fn namespace(&mut self, uri: &str) -> Namespace {
+        Namespace::new(uri)
+    }
+
+    /// Adds an Object (a folder or an instance of an ObjectType).
+    pub fn add_object(&mut self, def: ObjectDef) -> NodeRef {
+        let id = def_id_object(&def);
+        self.defs.push(Def::Object(def));
+        id
+    }
+
+    /// Adds a folder `id` named `name` organized under `parent`.
+    pub fn add_folder(&mut self, id: NodeRef, name: &str, parent: &NodeRef) -> NodeRef {
+        self.add_object(ObjectDef::folder(id, name).organized_by(parent))
+    }
+
+    /// Adds a Variable; the handle pushes its values once the server runs.
+    pub fn add_variable(&mut self, def: VariableDef) -> Variable {
+        let binding = Arc::new(Binding::default());
+        self.defs.push(Def::Variable(def, binding.clone()));
+        Variable::new(binding)
+    }
+
+    /// A handle that raises events from any thread once the server runs (for method
+    /// handlers and application threads set up before the start).
+    pub fn events(&self) -> Events {
+        self.events.clone()
+    }
+
+    /// Adds a Method with its handler.
+    pub fn add_method(&mut self, def: MethodDef) {
+        self.defs.push(Def::Method(def));
+    }
+
+    /// Adds a forward reference `from → to` of type `reference_type` (its inverse is added too).
+    pub fn add_reference(&mut self, from: &NodeRef, reference_type: NodeRef, to: &NodeRef) {
+        self.defs.push(Def::Reference { from: from.clone(), reference_type, to: to.clone() });
+    }
+
+    /// Builds the address space, sets up security and starts the shards. Returns once every
+    /// shard accepts connections.
+    pub fn start(self) -> Result<ServerHandle, Error> {
+        // The runtime's threads (shards, handshake helpers, metrics) never take the signals
+        // `run_until_signal` handles; the caller's own mask is left as it was.
+        let saved = mask_signals();
+        let r = self.start_masked();
+        restore_signals(&saved);
+        r
+    }
+
+    fn start_masked(self) -> Result<ServerHandle, Error> {
+        let ServerBuilder { file, config_path, contract, pki, accept_all_client_certs, nodesets, defs, events } = self;
+        let mut file = file?;
+        file.runtime.validate().map_err(Error::Config)?;
+        let listen = resolve_listen(&file.runtime.listen)?;
+        let (cpus, cpu_desc) = resolve_cpus(&file.runtime.cpus)?;
+        let (sec_config, users) = crate::security::take_config(&mut file.server).map_err(Error::Config)?;
+        let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
+        let mut bound = Vec::new();
+        let mut defs = defs;
+        let setup = server::build_with(&file.server, contract, &nodesets, &mut |b| {
+            for d in defs.drain(..) {
+                d.build(b, &mut bound).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e.strip_prefix("address space: ") {
+            Some(rest) => Error::AddressSpace(rest.to_string()),
+            None => Error::Config(e),
+        })?;
+        for (binding, id) in bound {
+            binding.bind(&setup.shared, id)?;
+        }
+        let _ = events.shared.set(setup.shared.clone());
+        let sec_args = crate::security::SecurityArgs { pki, accept_all_client_certs, contract };
+        let app = &setup.shared.config.application;
+        let security = crate::security::build(
+            sec_config,
+            &users,
+            &sec_args,
+            app.effective_application_uri(),
+            &app.application_name,
+            Some(listen.ip()),
+        )
+        .map(Arc::new)
+        .map_err(Error::Security)?;
+        tracing::info!("endpoints: {}", security.describe());
+        let opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
+        let shards = opts.shards;
+        let helper_cpus = if handshake.cpus.is_empty() {
+            Vec::new()
+        } else {
+            resolve_cpus(&handshake.cpus).map_err(|e| Error::Config(format!("handshake.cpus: {e}")))?.0
+        };
+        let pool = crate::handshake::HandshakePool::start(&handshake, &helper_cpus).map_err(Error::Start)?;
+        match &pool {
+            Some(p) => tracing::info!(threads = p.threads(), queue_depth = handshake.queue_depth, "handshake pool"),
+            None => tracing::info!("handshake work runs inline on the shards (handshake.threads = 0)"),
+        }
+        let make_setup = setup.clone();
+        let running = runtime::start(opts, move |i| {
+            let handler = server::make_handler(&make_setup, i, shards)?;
+            let provider = security.shard_provider()?;
+            let client = pool.as_ref().map(|p| p.client());
+            let host = handler.host.with_security(provider).with_handshake_offload(client.is_some());
+            Ok(server::UaHandler::new(host).with_pool(client))
+        })
+        .map_err(|e| Error::Start(e.to_string()))?;
+        tracing::info!(shards, distribution = %file.runtime.distribution, "shards on {cpu_desc}");
+        match running.backend {
+            IoBackend::Uring => tracing::info!(
+                ring_entries = running.ring_entries,
+                memlock_kib = running.memlock_bytes.div_ceil(1024),
+                "io backend {}",
+                running.features
+            ),
+            _ => tracing::info!("io backend epoll"),
+        }
+        if file.runtime.batch_wait_us > 0 && running.backend == IoBackend::Uring {
+            tracing::info!(
+                batch_wait_us = file.runtime.batch_wait_us,
+                batch_completions = file.runtime.batch_completions,
+                "batched waiting on (one min-timeout wait with MIN_TIMEOUT, else a second bounded wait; needs EXT_ARG)"
+            );
+        }
+        if let Some(addr) = &file.metrics.listen {
+            let sources = crate::metrics::Sources {
+                shared: setup.shared.clone(),
+                fleet: running.fleet.clone(),
+                backend: running.backend.to_string(),
+            };
+            match addr
+                .parse()
+                .map_err(|e| format!("{e}"))
+                .and_then(|a| crate::metrics::start(a, sources).map_err(|e| e.to_string()))
+            {
+                Ok(bound) => tracing::info!("metrics endpoint http://{bound}/metrics"),
+                Err(e) => {
+                    running.fleet.stop_all();
+                    let _ = running.join();
+                    return Err(Error::Start(format!("metrics.listen = {addr:?}: {e}")));
+                }
+            }
+        }
+        Ok(ServerHandle { running: Some(running), setup, file, config_path, shards })
+    }
+}
+
+fn def_id_object(def: &ObjectDef) -> NodeRef {
+    def.id().clone()
+}
+
+fn resolve_listen(s: &str) -> Result<SocketAddr, Error> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    s.to_socket_addrs()
+        .map_err(|e| Error::Config(format!("listen {s:?}: {e}")))?
+        .next()
+        .ok_or_else(|| Error::Config(format!("listen {s:?}: no address")))
+}
+
+fn resolve_cpus(expr: &str) -> Result<(Vec<usize>, String), Error> {
+    match uaring_affinity::Topology::system() {
+        Ok(topo) => {
+            let cpus = topo.resolve(expr).map_err(|e| Error::Config(format!("cpus {expr:?}: {e}")))?;
+            if cpus.is_empty() {
+                return Err(Error::Config(format!("cpus {expr:?} selects no CPU")));
+            }
+            let desc = topo.describe(&cpus);
+            Ok((cpus, desc))
+        }
+        Err(e) => {
+            // No sysfs topology (containers): fall back to the affinity mask.
+            tracing::warn!("cannot read the CPU topology ({e}); using the allowed CPUs");
+            let cpus = uaring_affinity::allowed_cpus().map_err(|e| Error::Start(format!("sched_getaffinity: {e}")))?;
+            let desc = format!("CPUs {cpus:?}");
+            Ok((cpus, desc))
+        }
+    }
+}
+
+/// An event to raise ([`ServerHandle::raise_event`]).
+pub struct EventDef {
+    event_type: NodeRef,
+    source: NodeRef,
+    message: String,
+    severity: u16,
+    fields: Vec<(Vec<(NodeRef, String)>, Variant)>,
+}
+
+impl EventDef {
+    /// An event of `event_type` (BaseEventType `i=2041` or any subtype in the address space)
+    /// from `source`, with its Message and Severity (1..=1000).
+    pub fn new(event_type: NodeRef, source: &NodeRef, message: &str, severity: u16) -> EventDef {
+        EventDef { event_type, source: source.clone(), message: message.to_string(), severity, fields: Vec::new() }
+    }
+
+    /// A type-specific field by its browse path of namespace-0 names (`"A/B"`).
+    pub fn field_ns0(mut self, path: &str, value: impl Into<Variant>) -> Self {
+        let path = path.split('/').map(|p| (NodeRef::ns0(0), p.to_string())).collect();
+        self.fields.push((path, value.into()));
+        self
+    }
+
+    /// A type-specific field whose browse names are in `namespace` (an event type of the
+    /// application or a companion model).
+    pub fn field(mut self, namespace: &Namespace, path: &str, value: impl Into<Variant>) -> Self {
+        let path = path.split('/').map(|p| (namespace.num(0), p.to_string())).collect();
+        self.fields.push((path, value.into()));
+        self
+    }
+}
+
+/// A running server. Dropping it stops the server (like [`ServerHandle::shutdown`]).
+pub struct ServerHandle {
+    running: Option<runtime::Running>,
+    setup: Arc<server::ServerSetup>,
+    file: FileConfig,
+    config_path: Option<PathBuf>,
+    shards: usize,
+}
+
+impl ServerHandle {
+    /// The address the server listens on (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.running.as_ref().map_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)), |r| r.local_addr)
+    }
+
+    /// `opc.tcp://HOST:PORT` of [`ServerHandle::local_addr`].
+    pub fn endpoint_url(&self) -> String {
+        format!("opc.tcp://{}", self.local_addr())
+    }
+
+    /// The number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// The shared server state (configuration, address space).
+    pub fn shared(&self) -> &Arc<ServerShared> {
+        &self.setup.shared
+    }
+
+    /// The index of a namespace URI in the NamespaceArray.
+    pub fn namespace_index(&self, uri: &str) -> Option<u16> {
+        self.setup.shared.address_space.namespace_index(uri)
+    }
+
+    /// A handle to a Variable with a stored value (any namespace), for pushing values.
+    pub fn variable(&self, node_id: &NodeId) -> Result<Variable, Error> {
+        Variable::of(&self.setup.shared, node_id)
+    }
+
+    /// Raises an event from any thread: every event monitored item on every shard whose
+    /// notifier the event is reported on (the Server object, the source and the event
+    /// notifiers above it) and whose filter selects it receives it.
+    pub fn raise_event(&self, def: EventDef) -> Result<(), Error> {
+        raise(&self.setup.shared, def)
+    }
+}
+
+/// Raises events from any thread ([`ServerBuilder::events`]). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Events {
+    shared: Arc<std::sync::OnceLock<Arc<ServerShared>>>,
+}
+
+impl Events {
+    /// See [`ServerHandle::raise_event`]. [`Error::NotStarted`] before the start.
+    pub fn raise(&self, def: EventDef) -> Result<(), Error> {
+        raise(self.shared.get().ok_or(Error::NotStarted)?, def)
+    }
+}
+
+fn raise(shared: &Arc<ServerShared>, def: EventDef) -> Result<(), Error> {
+        let space = &shared.address_space;
+        let resolve = |r: &NodeRef| -> Result<NodeId, Error> {
+            let ns = match r.namespace_uri() {
+                None => 0,
+                Some(u) => space.namespace_index(u).ok_or_else(|| Error::AddressSpace(format!("unknown namespace {u}")))?,
+            };
+            Ok(NodeId { namespace: ns, identifier: r.identifier().clone() })
+        };
+        let event_type = resolve(&def.event_type)?;
+        if !space.is_subtype_of(&event_type, &NodeId::ns0(BASE_EVENT_TYPE)) {
+            return Err(Error::AddressSpace(format!("{event_type} is no event type")));
+        }
+        let source = resolve(&def.source)?;
+        let source_node = space.node(&source).ok_or_else(|| Error::AddressSpace(format!("unknown source {source}")))?;
+        if !(1..=1000).contains(&def.severity) {
+            return Err(Error::Status(uaring_core::StatusCode::BadOutOfRange));
+        }
+        let mut fields = Vec::with_capacity(def.fields.len());
+        for (path, value) in def.fields {
+            let mut qpath = Vec::with_capacity(path.len());
+            for (ns, name) in path {
+                let ns = resolve(&ns)?.namespace;
+                qpath.push(QualifiedName::new(ns, &name));
+            }
+            fields.push(EventField { path: qpath, value });
+        }
+        let now = crate::clock::utc_now();
+        let event = Event {
+            event_id: shared.events.ids.next(),
+            type_chain: type_chain(space, &event_type),
+            event_type,
+            source_name: UaString::from(source_node.display_name.text.as_str()),
+            source_node: source.clone(),
+            time: now,
+            receive_time: now,
+            message: LocalizedText::new("", &def.message),
+            severity: def.severity,
+            condition_id: None,
+            fields,
+            notifiers: notifiers_of(space, &source).into(),
+        };
+        shared.events.bus.publish(event);
+        Ok(())
+}
+
+impl ServerHandle {
+    /// Stops every shard gracefully (connections get ERR BadServerHalted) and waits for them.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), Error> {
+        match self.running.take() {
+            Some(r) => {
+                r.stop();
+                r.join().map_err(Error::Runtime)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for SIGINT or SIGTERM, then shuts down (exit code 0 for the caller). SIGUSR1
+    /// writes the statistics, SIGHUP rescans the trust lists and re-reads `[log] filter` from
+    /// the configuration file; with `runtime.stats_file` the statistics are written every
+    /// `runtime.stats_interval_ms`. Installs handlers for these four signals (any of the
+    /// application's threads may receive them; the runtime's own threads never do).
+    pub fn run_until_signal(mut self) -> Result<(), Error> {
+        let signals = SignalPipe::install().map_err(|e| Error::Start(format!("signal handlers: {e}")))?;
+        crate::notify::notify("READY=1");
+        let Some(running) = self.running.as_ref() else { return Ok(()) };
+        let backend_name = running.backend.to_string();
+        let listen_name = running.local_addr.to_string();
+        let stats_file = self.file.runtime.stats_file.clone();
+        let write_stats = |running: &runtime::Running| {
+            if let Some(path) = &stats_file {
+                let json = stats::render_json(&running.fleet, &backend_name, &listen_name);
+                if let Err(e) = stats::write_atomically(path, &json) {
+                    tracing::warn!("cannot write {}: {e}", path.display());
+                }
+            }
+        };
+        write_stats(running);
+        let interval = Duration::from_millis(self.file.runtime.stats_interval_ms);
+        loop {
+            match signals.wait(interval) {
+                Some(libc::SIGUSR1) => {
+                    write_stats(running);
+                    tracing::info!("stats {}", stats::render_json(&running.fleet, &backend_name, &listen_name));
+                }
+                Some(libc::SIGHUP) => crate::cli::reload(self.config_path.as_deref()),
+                Some(sig) => {
+                    tracing::info!(signal = sig, "shutting down");
+                    crate::notify::notify("STOPPING=1");
+                    break;
+                }
+                None => write_stats(running),
+            }
+        }
+        let fleet = running.fleet.clone();
+        running.stop();
+        write_stats(running);
+        let result = self.stop_and_join();
+        if let Some(path) = &stats_file {
+            let _ = stats::write_atomically(path, &stats::render_json(&fleet, &backend_name, &listen_name));
+        }
+        result
+    }
+
+    /// Prints `listening on opc.tcp://HOST:PORT` on stdout (the line `uaring serve` and the
+    /// examples print once accepting; scripts wait for it).
+    pub fn print_listening(&self) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {}", self.endpoint_url());
+        let _ = out.flush();
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+/// BaseEventType (namespace 0).
+const BASE_EVENT_TYPE: u32 = 2041;
+
+/// The notifiers an event from `source` is reported on: the Server object, the source when
+/// it is an event notifier, and every event notifier above it (inverse hierarchical
+/// references, at most 16 levels).
+fn notifiers_of(space: &uaring_core::address_space::AddressSpace, source: &NodeId) -> Vec<NodeId> {
+    let server = NodeId::ns0(uaring_core::address_space::ids::SERVER);
+    let mut out = vec![server.clone()];
+    let hierarchical = NodeId::ns0(uaring_core::address_space::ids::HIERARCHICAL_REFERENCES);
+    let mut frontier = vec![source.clone()];
+    for _ in 0..16 {
+        let mut next = Vec::new();
+        for id in frontier {
+            if id != server && uaring_core::events::is_event_notifier(space, &id) && !out.contains(&id) {
+                out.push(id.clone());
+            }
+            if let Some(n) = space.node(&id) {
+                for r in &n.references {
+                    if !r.is_forward && space.is_subtype_of(&r.reference_type, &hierarchical) {
+                        if let Some(t) = r.target.as_local() {
+                            if !next.contains(t) && out.len() + next.len() < 64 {
+                                next.push(t.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    out
+}
+
+const HANDLED_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGHUP];
+
+/// Blocks the handled signals (and SIGPIPE's default action) on the calling thread; returns
+/// the previous mask.
+fn mask_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on local sets; pthread_sigmask on the calling thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in HANDLED_SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+fn restore_signals(old: &libc::sigset_t) {
+    // SAFETY: `old` is a mask returned by pthread_sigmask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
+}
+
+/// The write end of the self-pipe the signal handler writes the signal number into.
+static SIGNAL_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(std::sync::atomic::Ordering::Relaxed);
+    if fd >= 0 {
+        let b = sig as u8;
+        // SAFETY: write(2) is async-signal-safe; one byte from a local.
+        unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
+    }
+}
+
+/// Signal handlers that write into a pipe, read by the thread that waits.
+struct SignalPipe {
+    read: std::os::fd::OwnedFd,
+}
+
+impl SignalPipe {
+    fn install() -> std::io::Result<SignalPipe> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two fds into `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both fds were just created and are owned here (the write end lives for
+        // the rest of the process: a late signal must still find it open).
+        let read = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[0]) };
+        let old = SIGNAL_PIPE.swap(fds[1], std::sync::atomic::Ordering::SeqCst);
+        if old >= 0 {
+            // SAFETY: the previous write end, no longer published.
+            unsafe { libc::close(old) };
+        }
+        for s in HANDLED_SIGNALS {
+            // SAFETY: a zeroed sigaction with a valid handler; SA_RESTART so the
+            // application's interrupted system calls are restarted.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                if libc::sigaction(s, &sa, std::ptr::null_mut()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        // This thread may have the signals blocked (a caller of `start` that masked them).
+        // SAFETY: unblocking on the calling thread.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in HANDLED_SIGNALS {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
+        Ok(SignalPipe { read })
+    }
+
+    /// Waits up to `timeout` for a signal; returns it or `None`.
+    fn wait(&self, timeout: Duration) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd { fd: self.read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n <= 0 {
+            return None;
+        }
+        let mut b = 0u8;
+        // SAFETY: reads one byte into a local from our non-blocking pipe.
+        let r = unsafe { libc::read(self.read.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1) };
+        (r == 1).then_some(b as i32)
+    }
+}

@@ -1,0 +1,716 @@
+//! Nodes defined from code: namespaces, folders, objects, variables, properties, methods and
+//! references, and the [`Variable`] handle through which an application pushes values.
+//!
+//! Definitions are collected by the [`crate::ServerBuilder`] and added to the address space
+//! when the server starts (after namespace 0, the application namespace and the configured
+//! NodeSets), so a namespace's index is known only then: a [`NodeRef`] names its namespace by
+//! URI. Handles returned before the start are bound to their node at the start.
+
+use std::sync::{Arc, OnceLock};
+
+use uaring_core::address_space::app::{AppMethod, ArgDef, MethodCall, ReadFn, WriteHook, WriteInfo};
+use uaring_core::address_space::build::ns1::{folder, make_variable};
+use uaring_core::address_space::{
+    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell, ValueSource,
+};
+use uaring_core::server::shared::ServerShared;
+use uaring_core::{
+    BuiltinType, DataValue, DateTime, ExpandedNodeId, Identifier, LocalizedText, NodeId, Now, QualifiedName, StatusCode,
+    Variant,
+};
+
+use crate::error::Error;
+
+/// The namespace a [`NodeRef`] lives in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Ns {
+    /// Namespace 0 (`http://opcfoundation.org/UA/`).
+    Zero,
+    /// A namespace by URI (added to the NamespaceArray when the server starts).
+    Uri(Arc<str>),
+}
+
+/// A node named before the server starts: a namespace (by URI) and an identifier.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NodeRef {
+    ns: Ns,
+    id: Identifier,
+}
+
+impl NodeRef {
+    /// A node of namespace 0, e.g. `NodeRef::ns0(85)` (the Objects folder).
+    pub fn ns0(id: u32) -> NodeRef {
+        NodeRef { ns: Ns::Zero, id: Identifier::Numeric(id) }
+    }
+
+    /// The NodeId once namespaces are known.
+    fn resolve(&self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+        let namespace = match &self.ns {
+            Ns::Zero => 0,
+            Ns::Uri(u) => b.add_namespace(u).map_err(Error::AddressSpace)?,
+        };
+        Ok(NodeId { namespace, identifier: self.id.clone() })
+    }
+
+    /// The namespace URI (`None` for namespace 0).
+    pub fn namespace_uri(&self) -> Option<&str> {
+        match &self.ns {
+            Ns::Zero => None,
+            Ns::Uri(u) => Some(u),
+        }
+    }
+
+    /// The identifier.
+    pub fn identifier(&self) -> &Identifier {
+        &self.id
+    }
+
+    fn display(&self) -> String {
+        let id = match &self.id {
+            Identifier::Numeric(n) => format!("i={n}"),
+            Identifier::String(s) => format!("s={s}"),
+            Identifier::Guid(g) => format!("g={g:?}"),
+            Identifier::ByteString(b) => format!("b={b:?}"),
+        };
+        match &self.ns {
+            Ns::Zero => id,
+            Ns::Uri(u) => format!("nsu={u};{id}"),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+/// The Objects folder (`i=85`), where application nodes are usually organized.
+pub fn objects_folder() -> NodeRef {
+    NodeRef::ns0(ids::OBJECTS_FOLDER)
+}
+
+/// The Server object (`i=2253`): the default notifier of application events.
+pub fn server_object() -> NodeRef {
+    NodeRef::ns0(ids::SERVER)
+}
+
+/// A namespace of the application, by URI.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Namespace {
+    uri: Arc<str>,
+}
+
+impl Namespace {
+    pub(crate) fn new(uri: &str) -> Namespace {
+        Namespace { uri: Arc::from(uri) }
+    }
+
+    /// The namespace URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// A node with a string identifier in this namespace (`ns=<i>;s=<id>`).
+    pub fn id(&self, id: &str) -> NodeRef {
+        NodeRef { ns: Ns::Uri(self.uri.clone()), id: Identifier::String(id.to_string()) }
+    }
+
+    /// A node with a numeric identifier in this namespace (`ns=<i>;i=<id>`).
+    pub fn num(&self, id: u32) -> NodeRef {
+        NodeRef { ns: Ns::Uri(self.uri.clone()), id: Identifier::Numeric(id) }
+    }
+}
+
+/// How a Variable gets its value.
+enum Source {
+    /// Stored; pushed by the application ([`Variable::set`]) and written by clients.
+    Stored(DataValue),
+    /// Computed on the shard at every Read and sample.
+    Computed(ReadFn),
+}
+
+/// A Variable (or Property) to add.
+pub struct VariableDef {
+    id: NodeRef,
+    name: String,
+    parent: Option<(NodeRef, u32)>,
+    data_type: Option<NodeRef>,
+    value_rank: Option<i32>,
+    array_dimensions: Vec<u32>,
+    source: Source,
+    writable: bool,
+    historizing: bool,
+    minimum_sampling_interval_ms: f64,
+    description: String,
+    property: bool,
+    on_write: Option<WriteHook>,
+}
+
+impl VariableDef {
+    /// A Variable holding `initial` (its DataType is the built-in type of `initial`, its
+    /// ValueRank scalar or one-dimensional from it), organized under the Objects folder,
+    /// readable and not writable by clients until [`VariableDef::writable`].
+    pub fn new(id: NodeRef, name: &str, initial: impl Into<Variant>) -> VariableDef {
+        VariableDef {
+            id,
+            name: name.to_string(),
+            parent: Some((objects_folder(), ids::ORGANIZES)),
+            data_type: None,
+            value_rank: None,
+            array_dimensions: Vec::new(),
+            source: Source::Stored(DataValue::new(initial.into())),
+            writable: false,
+            historizing: false,
+            minimum_sampling_interval_ms: 0.0,
+            description: String::new(),
+            property: false,
+            on_write: None,
+        }
+    }
+
+    /// A Variable whose value `read` computes on the shard at every Read and sample (it must
+    /// return quickly and never block; its time is counted in the metrics). `data_type` is
+    /// its built-in type (scalar unless [`VariableDef::value_rank`] says otherwise).
+    pub fn computed(
+        id: NodeRef,
+        name: &str,
+        data_type: BuiltinType,
+        read: impl Fn(Now) -> DataValue + Send + Sync + 'static,
+    ) -> VariableDef {
+        let mut v = VariableDef::new(id, name, Variant::Empty);
+        v.data_type = Some(NodeRef::ns0(data_type as u32));
+        v.source = Source::Computed(Arc::new(read));
+        v
+    }
+
+    /// Under `parent` by HasComponent (an Object's component) instead of Organizes from Objects.
+    pub fn component_of(mut self, parent: &NodeRef) -> Self {
+        self.parent = Some((parent.clone(), ids::HAS_COMPONENT));
+        self
+    }
+
+    /// Under `parent` (a folder) by Organizes.
+    pub fn organized_by(mut self, parent: &NodeRef) -> Self {
+        self.parent = Some((parent.clone(), ids::ORGANIZES));
+        self
+    }
+
+    /// A Property of `parent` (HasProperty, PropertyType).
+    pub fn property_of(mut self, parent: &NodeRef) -> Self {
+        self.parent = Some((parent.clone(), ids::HAS_PROPERTY));
+        self.property = true;
+        self
+    }
+
+    /// Explicit DataType (e.g. a structure type of a companion model for ExtensionObject
+    /// values, or BaseDataType for a value of any type).
+    pub fn data_type(mut self, data_type: NodeRef) -> Self {
+        self.data_type = Some(data_type);
+        self
+    }
+
+    /// Explicit ValueRank (-1 scalar, 1 array, -2 any, …) and ArrayDimensions.
+    pub fn value_rank(mut self, rank: i32, array_dimensions: Vec<u32>) -> Self {
+        self.value_rank = Some(rank);
+        self.array_dimensions = array_dimensions;
+        self
+    }
+
+    /// Clients may write the value (AccessLevel CurrentWrite, with StatusWrite and
+    /// TimestampWrite).
+    pub fn writable(mut self, writable: bool) -> Self {
+        self.writable = writable;
+        self
+    }
+
+    /// Called on the shard for every client Write of the value, before it is stored: `Ok`
+    /// accepts, `Err(status)` rejects with that status. For a computed Variable the hook is
+    /// the only thing a Write does. Implies [`VariableDef::writable`].
+    pub fn on_write(mut self, hook: impl Fn(&WriteInfo<'_>) -> Result<(), StatusCode> + Send + Sync + 'static) -> Self {
+        self.on_write = Some(Arc::new(hook));
+        self.writable = true;
+        self
+    }
+
+    /// MinimumSamplingInterval, ms (0: as fast as asked).
+    pub fn minimum_sampling_interval_ms(mut self, ms: f64) -> Self {
+        self.minimum_sampling_interval_ms = ms;
+        self
+    }
+
+    /// The Description attribute.
+    pub fn description(mut self, text: &str) -> Self {
+        self.description = text.to_string();
+        self
+    }
+
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<(NodeId, Option<WriteHook>), Error> {
+        let node_id = self.id.resolve(b)?;
+        let browse_name = QualifiedName::new(node_id.namespace, &self.name);
+        let (value, initial_type, initial_rank) = match self.source {
+            Source::Stored(dv) => {
+                let t = match &dv.value {
+                    Variant::Array(a) => Some(a.value_type),
+                    v => v.scalar_type(),
+                };
+                let rank = dv.value.value_rank();
+                (Some(dv), t, rank)
+            }
+            Source::Computed(f) => {
+                let rank = self.value_rank.unwrap_or(-1);
+                let dt = match &self.data_type {
+                    Some(d) => d.resolve(b)?,
+                    None => NodeId::ns0(ids::BASE_DATA_TYPE),
+                };
+                let parent = match &self.parent {
+                    Some((p, rt)) => Some((p.resolve(b)?, *rt)),
+                    None => None,
+                };
+                let mut node = make_variable(
+                    node_id.clone(),
+                    browse_name,
+                    dt,
+                    rank,
+                    self.array_dimensions,
+                    ValueSource::Computed(f),
+                    access(self.writable),
+                    self.minimum_sampling_interval_ms,
+                    parent,
+                );
+                finish_variable(&mut node, self.property, &self.description, self.historizing);
+                b.add(node).map_err(Error::AddressSpace)?;
+                return Ok((node_id, self.on_write));
+            }
+        };
+        let value = value.unwrap_or_default();
+        let data_type = match (&self.data_type, initial_type) {
+            (Some(d), _) => d.resolve(b)?,
+            (None, Some(BuiltinType::Variant)) | (None, None) => NodeId::ns0(ids::BASE_DATA_TYPE),
+            (None, Some(t)) => NodeId::ns0(t as u32),
+        };
+        let value_rank = self.value_rank.unwrap_or(initial_rank);
+        let dims = if self.array_dimensions.is_empty() && value_rank == 1 { vec![0] } else { self.array_dimensions };
+        let fixed = match data_type.as_ns0() {
+            Some(n) if value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
+            _ => None,
+        };
+        let parent = match &self.parent {
+            Some((p, rt)) => Some((p.resolve(b)?, *rt)),
+            None => None,
+        };
+        let mut node = make_variable(
+            node_id.clone(),
+            browse_name,
+            data_type,
+            value_rank,
+            dims,
+            ValueSource::Cell(ValueCell::new(value, fixed)),
+            access(self.writable),
+            self.minimum_sampling_interval_ms,
+            parent,
+        );
+        finish_variable(&mut node, self.property, &self.description, self.historizing);
+        b.add(node).map_err(Error::AddressSpace)?;
+        Ok((node_id, self.on_write))
+    }
+}
+
+fn access(writable: bool) -> u8 {
+    let mut a = access_level::CURRENT_READ;
+    if writable {
+        a |= access_level::CURRENT_WRITE | access_level::STATUS_WRITE | access_level::TIMESTAMP_WRITE;
+    }
+    a
+}
+
+fn finish_variable(node: &mut Node, property: bool, description: &str, historizing: bool) {
+    if property {
+        if let Some(r) = node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)) {
+            r.target = ExpandedNodeId::local(NodeId::ns0(ids::PROPERTY_TYPE));
+        }
+    }
+    if !description.is_empty() {
+        node.description = LocalizedText::text(description);
+    }
+    if let ClassAttributes::Variable(v) = &mut node.attributes {
+        v.historizing = historizing;
+    }
+}
+
+/// An Object to add: a folder, or an instance of an ObjectType.
+pub struct ObjectDef {
+    id: NodeRef,
+    name: String,
+    type_definition: NodeRef,
+    parent: Option<(NodeRef, u32)>,
+    events: bool,
+    description: String,
+}
+
+impl ObjectDef {
+    /// A FolderType object organized under the Objects folder.
+    pub fn folder(id: NodeRef, name: &str) -> ObjectDef {
+        ObjectDef {
+            id,
+            name: name.to_string(),
+            type_definition: NodeRef::ns0(ids::FOLDER_TYPE),
+            parent: Some((objects_folder(), ids::ORGANIZES)),
+            events: false,
+            description: String::new(),
+        }
+    }
+
+    /// An object of type `type_definition` (BaseObjectType `i=58` or any ObjectType of the
+    /// address space), organized under the Objects folder.
+    pub fn new(id: NodeRef, name: &str, type_definition: NodeRef) -> ObjectDef {
+        ObjectDef { type_definition, ..ObjectDef::folder(id, name) }
+    }
+
+    /// Under `parent` by Organizes.
+    pub fn organized_by(mut self, parent: &NodeRef) -> Self {
+        self.parent = Some((parent.clone(), ids::ORGANIZES));
+        self
+    }
+
+    /// Under `parent` by HasComponent.
+    pub fn component_of(mut self, parent: &NodeRef) -> Self {
+        self.parent = Some((parent.clone(), ids::HAS_COMPONENT));
+        self
+    }
+
+    /// The node this definition adds.
+    pub fn id(&self) -> &NodeRef {
+        &self.id
+    }
+
+    /// An event notifier (EventNotifier SubscribeToEvents): clients may subscribe to the
+    /// events raised with it as source or notifier.
+    pub fn event_notifier(mut self, on: bool) -> Self {
+        self.events = on;
+        self
+    }
+
+    /// The Description attribute.
+    pub fn description(mut self, text: &str) -> Self {
+        self.description = text.to_string();
+        self
+    }
+
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+        let node_id = self.id.resolve(b)?;
+        let browse_name = QualifiedName::new(node_id.namespace, &self.name);
+        let type_def = self.type_definition.resolve(b)?;
+        match b.node(&type_def) {
+            Some(n) if n.node_class == NodeClass::ObjectType => {}
+            _ => return Err(Error::AddressSpace(format!("{}: type definition {} is no ObjectType", self.id, type_def))),
+        }
+        let parent = match &self.parent {
+            Some((p, _)) => p.resolve(b)?,
+            None => NodeId::ns0(ids::OBJECTS_FOLDER),
+        };
+        let mut node = folder(node_id.clone(), browse_name, parent.clone());
+        node.references.retain(|r| r.is_forward);
+        if let Some(r) = node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)) {
+            r.target = ExpandedNodeId::local(type_def);
+        }
+        if let Some((_, rt)) = &self.parent {
+            node.references.push(Reference {
+                reference_type: NodeId::ns0(*rt),
+                is_forward: false,
+                target: ExpandedNodeId::local(parent.clone()),
+            });
+        }
+        if self.events {
+            node.attributes = ClassAttributes::Object { event_notifier: 1 };
+        }
+        if !self.description.is_empty() {
+            node.description = LocalizedText::text(&self.description);
+        }
+        b.add(node).map_err(Error::AddressSpace)?;
+        if self.events {
+            // The notifier hierarchy: the Server object reaches this notifier (HasNotifier),
+            // so Server-level event subscriptions and the notifier walk include it.
+            if let Some((p, _)) = &self.parent {
+                let p = p.resolve(b)?;
+                let _ = b.add_reference(&p, HAS_NOTIFIER, node_id.clone(), true);
+            }
+        }
+        Ok(node_id)
+    }
+}
+
+/// HasNotifier (namespace 0).
+const HAS_NOTIFIER: u32 = 48;
+
+/// A Method to add, with its typed arguments and its handler.
+pub struct MethodDef {
+    id: NodeRef,
+    name: String,
+    parent: NodeRef,
+    inputs: Vec<ArgDef>,
+    outputs: Vec<ArgDef>,
+    needs_write: bool,
+    handler: uaring_core::address_space::app::MethodFn,
+}
+
+impl MethodDef {
+    /// A method component of the object `parent`, run by `handler` on the shard that serves
+    /// the Call (it must return quickly; the server has already checked the arguments
+    /// against the declaration). Users with read-only access may not call it unless
+    /// [`MethodDef::read_only_users_allowed`].
+    pub fn new(
+        id: NodeRef,
+        name: &str,
+        parent: &NodeRef,
+        handler: impl Fn(&MethodCall<'_>) -> Result<Vec<Variant>, StatusCode> + Send + Sync + 'static,
+    ) -> MethodDef {
+        MethodDef {
+            id,
+            name: name.to_string(),
+            parent: parent.clone(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            needs_write: true,
+            handler: Arc::new(handler),
+        }
+    }
+
+    /// Adds an input argument.
+    pub fn input(mut self, arg: ArgDef) -> Self {
+        self.inputs.push(arg);
+        self
+    }
+
+    /// Adds an output argument.
+    pub fn output(mut self, arg: ArgDef) -> Self {
+        self.outputs.push(arg);
+        self
+    }
+
+    /// Users with read-only access may call it too (it changes nothing).
+    pub fn read_only_users_allowed(mut self) -> Self {
+        self.needs_write = false;
+        self
+    }
+
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+        let node_id = self.id.resolve(b)?;
+        let parent = self.parent.resolve(b)?;
+        if !matches!(b.node(&parent).map(|n| n.node_class), Some(NodeClass::Object | NodeClass::ObjectType)) {
+            return Err(Error::AddressSpace(format!("{}: parent {parent} is no Object", self.id)));
+        }
+        let ns = node_id.namespace;
+        b.add(Node {
+            node_id: node_id.clone(),
+            node_class: NodeClass::Method,
+            browse_name: QualifiedName::new(ns, &self.name),
+            display_name: LocalizedText::text(&self.name),
+            description: LocalizedText::default(),
+            write_mask: 0,
+            user_write_mask: 0,
+            references: vec![Reference {
+                reference_type: NodeId::ns0(ids::HAS_COMPONENT),
+                is_forward: false,
+                target: ExpandedNodeId::local(parent),
+            }],
+            attributes: ClassAttributes::Method { executable: true, user_executable: true },
+        })
+        .map_err(Error::AddressSpace)?;
+        for (args, prop) in [(&self.inputs, "InputArguments"), (&self.outputs, "OutputArguments")] {
+            if args.is_empty() {
+                continue;
+            }
+            let values = args.iter().map(|a| Variant::ExtensionObject(Box::new(a.to_argument()))).collect();
+            let value = Variant::array(BuiltinType::ExtensionObject, values).unwrap_or(Variant::Empty);
+            let prop_id = NodeId { namespace: ns, identifier: suffixed(&node_id.identifier, prop) };
+            let mut node = make_variable(
+                prop_id,
+                QualifiedName::new(0, prop),
+                NodeId::ns0(ARGUMENT_DATA_TYPE),
+                1,
+                vec![0],
+                ValueSource::Cell(ValueCell::new(DataValue { value, source_timestamp: Some(DateTime::NULL), ..Default::default() }, None)),
+                access_level::CURRENT_READ,
+                0.0,
+                Some((node_id.clone(), ids::HAS_PROPERTY)),
+            );
+            finish_variable(&mut node, true, "", false);
+            b.add(node).map_err(Error::AddressSpace)?;
+        }
+        b.set_method(
+            node_id.clone(),
+            AppMethod { inputs: self.inputs, outputs: self.outputs, needs_write: self.needs_write, handler: self.handler },
+        );
+        Ok(node_id)
+    }
+}
+
+/// The Argument DataType (namespace 0).
+const ARGUMENT_DATA_TYPE: u32 = 296;
+
+/// The identifier of a method's argument property: `<id>.<prop>` for string ids, a string
+/// id `<n>.<prop>` for the others.
+fn suffixed(id: &Identifier, prop: &str) -> Identifier {
+    match id {
+        Identifier::String(s) => Identifier::String(format!("{s}.{prop}")),
+        Identifier::Numeric(n) => Identifier::String(format!("{n}.{prop}")),
+        other => Identifier::String(format!("{other:?}.{prop}")),
+    }
+}
+
+/// A definition waiting for the start.
+pub(crate) enum Def {
+    Object(ObjectDef),
+    Variable(VariableDef, Arc<Binding>),
+    Method(MethodDef),
+    Reference { from: NodeRef, reference_type: NodeRef, to: NodeRef },
+}
+
+impl Def {
+    /// Adds the node(s) to the address space being built.
+    pub(crate) fn build(self, b: &mut AddressSpaceBuilder, bound: &mut Vec<(Arc<Binding>, NodeId)>) -> Result<(), Error> {
+        match self {
+            Def::Object(o) => {
+                o.build(b)?;
+            }
+            Def::Variable(v, binding) => {
+                let (id, hook) = v.build(b)?;
+                if let Some(h) = hook {
+                    b.set_write_hook(id.clone(), h);
+                }
+                bound.push((binding, id));
+            }
+            Def::Method(m) => {
+                m.build(b)?;
+            }
+            Def::Reference { from, reference_type, to } => {
+                let (f, rt, t) = (from.resolve(b)?, reference_type.resolve(b)?, to.resolve(b)?);
+                let Some(n) = b.node_mut(&f) else {
+                    return Err(Error::AddressSpace(format!("reference from unknown node {f}")));
+                };
+                n.references.push(Reference { reference_type: rt, is_forward: true, target: ExpandedNodeId::local(t) });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a [`Variable`] handle finds its node once the server runs.
+#[derive(Default)]
+pub(crate) struct Binding {
+    bound: OnceLock<Bound>,
+}
+
+struct Bound {
+    shared: Arc<ServerShared>,
+    index: u32,
+    node_id: NodeId,
+}
+
+impl Binding {
+    pub(crate) fn bind(&self, shared: &Arc<ServerShared>, node_id: NodeId) -> Result<(), Error> {
+        let index = shared
+            .address_space
+            .node_index(&node_id)
+            .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
+        let _ = self.bound.set(Bound { shared: shared.clone(), index, node_id });
+        Ok(())
+    }
+}
+
+/// A Variable of the running server, for pushing values from any thread. Cheap to clone;
+/// every method is lock-free. Before the server started, every call is [`Error::NotStarted`].
+#[derive(Clone)]
+pub struct Variable {
+    binding: Arc<Binding>,
+}
+
+impl std::fmt::Debug for Variable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.binding.bound.get() {
+            Some(b) => write!(f, "Variable({})", b.node_id),
+            None => f.write_str("Variable(not started)"),
+        }
+    }
+}
+
+impl Variable {
+    pub(crate) fn new(binding: Arc<Binding>) -> Variable {
+        Variable { binding }
+    }
+
+    /// A handle to any Variable with a stored value of a running server (namespace 0, a
+    /// NodeSet's, the application's).
+    pub(crate) fn of(shared: &Arc<ServerShared>, node_id: &NodeId) -> Result<Variable, Error> {
+        let index = shared.address_space.node_index(node_id).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        let node = shared.address_space.node_at(index).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        if node.value_cell().is_none() {
+            return Err(Error::Status(StatusCode::BadNotWritable));
+        }
+        let binding = Arc::new(Binding::default());
+        let _ = binding.bound.set(Bound { shared: shared.clone(), index, node_id: node_id.clone() });
+        Ok(Variable { binding })
+    }
+
+    fn bound(&self) -> Result<&Bound, Error> {
+        self.binding.bound.get().ok_or(Error::NotStarted)
+    }
+
+    /// The NodeId (known once the server started).
+    pub fn node_id(&self) -> Option<&NodeId> {
+        self.binding.bound.get().map(|b| &b.node_id)
+    }
+
+    /// Pushes a new value, source-timestamped now. Every exception-based monitored item on
+    /// every shard receives it (up to its queue size). A value whose type or rank does not
+    /// fit the Variable's DataType and ValueRank is [`Error::TypeMismatch`] and stores nothing.
+    pub fn set(&self, value: impl Into<Variant>) -> Result<(), Error> {
+        self.set_with(DataValue { value: value.into(), source_timestamp: Some(crate::clock::utc_now()), ..Default::default() })
+    }
+
+    /// Pushes a whole DataValue (status and source timestamp as given; a server timestamp is
+    /// ignored: the server stamps when it reports).
+    pub fn set_with(&self, mut dv: DataValue) -> Result<(), Error> {
+        let b = self.bound()?;
+        check(b, &dv.value)?;
+        dv.server_timestamp = None;
+        dv.server_picoseconds = None;
+        b.shared.address_space.store_value(b.index, dv).map(|_| ()).map_err(|s| match s {
+            StatusCode::BadTypeMismatch => Error::TypeMismatch(b.node_id.to_string()),
+            s => Error::Status(s),
+        })
+    }
+
+    /// The current value.
+    pub fn get(&self) -> Result<DataValue, Error> {
+        let b = self.bound()?;
+        let node = b.shared.address_space.node_at(b.index).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        node.value_cell().map(|c| c.load()).ok_or(Error::Status(StatusCode::BadNotReadable))
+    }
+}
+
+fn check(b: &Bound, v: &Variant) -> Result<(), Error> {
+    let space = &b.shared.address_space;
+    let node = space.node_at(b.index).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+    match uaring_core::services::attribute::check_value(space, node, v) {
+        Ok(()) => Ok(()),
+        Err(StatusCode::BadTypeMismatch) => Err(Error::TypeMismatch(b.node_id.to_string())),
+        Err(s) => Err(Error::Status(s)),
+    }
+}
+
+/// Pushes several values: every one is type-checked first, and only when all fit are they
+/// stored, in order (each store is still its own change: a reader may see some before
+/// others).
+pub fn set_many<'a>(values: impl IntoIterator<Item = (&'a Variable, Variant)>) -> Result<(), Error> {
+    let ts = crate::clock::utc_now();
+    let batch: Vec<(&Variable, Variant)> = values.into_iter().collect();
+    for (var, v) in &batch {
+        check(var.bound()?, v)?;
+    }
+    for (var, v) in batch {
+        var.set_with(DataValue { value: v, source_timestamp: Some(ts), ..Default::default() })?;
+    }
+    Ok(())
+}
