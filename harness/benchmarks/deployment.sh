@@ -9,7 +9,7 @@
 # --server-pid a,b,c). The two-CPU cases share their CPUs with the client, like 1x1 does not:
 # compare 1x2-direct with 2x1-haproxy, and 1x1-direct with 1x1-haproxy.
 # Writes harness/benchmarks/results/deployment.jsonl, .md and .csv.
-#   cargo build --release -p uaring-shards -p uaring-harness     # and haproxy (Debian)
+#   cargo build --release -p uaring -p uaring-harness     # and haproxy (Debian)
 #   ROUNDS=3 DURATION=5 harness/benchmarks/deployment.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

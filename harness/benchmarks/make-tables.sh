@@ -3,7 +3,7 @@
 # Run from anywhere; needs release builds of uaring, uaring-bench and the native
 # open62541 peer and, for the older server comparison, .venv with asyncua and o6.
 #
-#   cargo build --release -p uaring-shards -p uaring-harness -p uaring-peer-open62541 -p uaring-peer-async-opcua
+#   cargo build --release -p uaring -p uaring-harness -p uaring-peer-open62541 -p uaring-peer-async-opcua
 #   python3 -m venv .venv && .venv/bin/pip install asyncua o6
 #   harness/benchmarks/make-tables.sh            # ROUNDS=3 DURATION=5 WARMUP=2
 #   TABLES=headline harness/benchmarks/make-tables.sh   # one sweep; the others are re-summarized

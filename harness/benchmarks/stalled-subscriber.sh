@@ -4,7 +4,7 @@
 # with a sixth, suspended subscriber (an asyncua client stopped with SIGSTOP after it
 # subscribed: it neither reads its socket nor sends Publish requests) and once without.
 # Writes harness/benchmarks/results/stalled-{with,without}.json and prints both rows.
-#   cargo build --release -p uaring-shards -p uaring-harness
+#   cargo build --release -p uaring -p uaring-harness
 #   python3 -m venv .venv && .venv/bin/pip install asyncua
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -113,7 +113,7 @@ impl Client {
         stream.set_nodelay(true)?;
         let mut c = Client {
             stream,
-            conn: ClientConnection::new(config, Box::new(uaring_shards::random::os_seeded()?)),
+            conn: ClientConnection::new(config, Box::new(uaring::random::os_seeded()?)),
             out: Vec::with_capacity(8192),
             rbuf: vec![0u8; 65536],
             timeout,

@@ -5,7 +5,8 @@
 //! The last occurrence of an option wins (`args_override_self`): a sweep
 //! appends a variant's arguments to a scenario's, and the variant's win.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::scenarios::SCENARIOS;
 
@@ -15,7 +16,8 @@ use crate::scenarios::SCENARIOS;
     about = "The native benchmark harness for uaring and any other OPC UA server",
     args_override_self = true,
     disable_version_flag = true,
-    after_help = "scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo\n\
+    after_help = "scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo,\n\
+                  push (--variables N --push-rate HZ: a server of the plant contract pushes the values)\n\
                   docs/Benchmarks.md describes every scenario, request shape and table."
 )]
 pub struct Cli {
@@ -32,7 +34,7 @@ pub enum Command {
     Sweep(SweepOpts),
     /// Raw JSON lines → Markdown tables, CSV and SVG plots.
     Summarize(SummarizeOpts),
-    /// The echo floor: `uaring_shards::EchoHandler` on uaring's shard runtime.
+    /// The echo floor: `uaring::EchoHandler` on uaring's shard runtime.
     EchoServer(EchoServerOpts),
     /// Server/client placement variants derived from the CPU topology (a variant file for sweep).
     Placements(PlacementsOpts),
@@ -85,7 +87,7 @@ pub struct PlacementsOpts {
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SendMode {
     /// Everything a connection writes in one loop iteration leaves in one send
-    /// (uaring-shards' loop in the client role).
+    /// (uaring' loop in the client role).
     #[default]
     Batched,
     /// Each request leaves in its own send(2) call, as open62541, UA-.NET and
@@ -105,7 +107,7 @@ impl SendMode {
 /// Which event loop runs the load client.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientIo {
-    /// uaring-shards' event loop (batched sends only).
+    /// uaring' event loop (batched sends only).
     Shards,
     /// The harness's own client ring (both send modes).
     Harness,
@@ -154,7 +156,7 @@ fn positive_f64(s: &str) -> Result<f64, String> {
 /// Options of `run` (and of every run of a sweep).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunOpts {
-    /// read, read-batch, write, browse, sub, counters, events, connect, echo
+    /// read, read-batch, write, browse, sub, counters, events, connect, echo, push
     #[arg(long, default_value = "read", value_parser = scenario_name)]
     pub scenario: String,
     /// Client connections (each with its own session).
@@ -192,14 +194,17 @@ pub struct RunOpts {
     /// (required by --send per-request).
     #[arg(long, value_enum)]
     pub client_io: Option<ClientIo>,
-    /// The uaring binary (default: `uaring` beside this executable).
+    /// The uaring binary (default: `uaring` beside this executable). push: a server of the
+    /// plant contract (default: the `plant` example, `examples/plant` beside this executable),
+    /// started with `--listen 127.0.0.1:PORT --variables N --rate HZ` and --server-args.
     #[arg(long)]
     pub server_bin: Option<String>,
     /// Any other server executable; its arguments in --server-args with
-    /// placeholders {port} {items} {sampling} {pki}.
+    /// placeholders {port} {items} {sampling} {pki} (push: also {variables} {push_rate}).
     #[arg(long)]
     pub server_exe: Option<String>,
-    /// Extra arguments of the server (uaring: appended to `serve …`); may start with `-`.
+    /// Extra arguments of the server (uaring: appended to `serve …`; push without --server-exe:
+    /// appended to the plant contract's arguments); may start with `-`.
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub server_args: String,
     /// A substring of the server's output line that says it is ready.
@@ -242,13 +247,14 @@ pub struct RunOpts {
     /// read-batch: values per Read request.
     #[arg(long, default_value_t = 10, value_parser = positive)]
     pub nodes: usize,
-    /// sub/events/counters: subscriber sessions (default: --clients; counters: 1).
+    /// sub/events/counters/push: subscriber sessions (default: --clients; counters: 1).
     #[arg(long, value_parser = positive)]
     pub sessions: Option<usize>,
     /// sub/events: subscriptions per session.
     #[arg(long, default_value_t = 1, value_parser = positive)]
     pub subscriptions: usize,
-    /// sub/events: monitored items per subscription (default 100; events 1).
+    /// sub/events/push: monitored items per subscription (default 100; events 1; push: the
+    /// variables shared out, ceil(N / sessions)).
     #[arg(long, value_parser = positive)]
     pub items: Option<usize>,
     /// sub: writer sessions.
@@ -257,7 +263,7 @@ pub struct RunOpts {
     /// sub: writes per second per writer.
     #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
     pub write_rate: f64,
-    /// sub/events/counters: publishing interval, ms (default 100; counters 1000).
+    /// sub/events/counters/push: publishing interval, ms (default 100; counters 1000).
     #[arg(long, value_parser = positive_f64)]
     pub publishing_ms: Option<f64>,
     /// sub/counters: sampling interval, ms.
@@ -295,6 +301,50 @@ pub struct RunOpts {
     /// echo: bytes of each echo frame (the echo handler sends every byte back).
     #[arg(long, alias = "echo-req-bytes", default_value_t = crate::echo::DEFAULT_FRAME_BYTES, value_parser = crate::echo::parse_frame_bytes)]
     pub echo_bytes: usize,
+    /// push: the server's variables `s=Plant.V0 … V<N-1>` (the plant contract's --variables N);
+    /// session j monitors [j*M, (j+1)*M) modulo N.
+    #[arg(long, value_parser = positive)]
+    pub variables: Option<usize>,
+    /// push: pushes per second per variable (the plant contract's --rate HZ); sets the default
+    /// queue size and the offered rate N×HZ.
+    #[arg(long, value_parser = positive_f64)]
+    pub push_rate: Option<f64>,
+    /// push: queue size of each monitored item (default ceil(HZ × publishing interval) × 2 + 1).
+    #[arg(long, value_parser = positive)]
+    pub queue_size: Option<usize>,
+    /// The options given on the command line (not defaulted), by clap id (`sampling_ms`):
+    /// a scenario refuses the ones it does not use. Filled by [`RunOpts::try_parse_words`] and
+    /// by `uaring-bench` itself; empty when the options were built otherwise.
+    #[arg(skip)]
+    pub given: Vec<String>,
+}
+
+/// The ids of the arguments of `cmd` whose value came from the command line in `m` (argument
+/// groups left out).
+pub fn given_ids(cmd: &clap::Command, m: &ArgMatches) -> Vec<String> {
+    cmd.get_arguments()
+        .map(|a| a.get_id().as_str())
+        .filter(|id| m.value_source(id) == Some(ValueSource::CommandLine))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `sampling_ms` → `--sampling-ms`.
+pub fn option_name(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
+}
+
+impl Cli {
+    /// Parses the whole command line, recording which `run` options were given.
+    pub fn try_parse_recording(argv: &[String]) -> Result<Cli, clap::Error> {
+        let cmd = Cli::command();
+        let m = cmd.clone().try_get_matches_from(argv)?;
+        let mut cli = Cli::from_arg_matches(&m)?;
+        if let (Command::Run(o), Some(("run", sub)), Some(run)) = (&mut cli.command, m.subcommand(), cmd.find_subcommand("run")) {
+            o.given = given_ids(run, sub);
+        }
+        Ok(cli)
+    }
 }
 
 impl Default for RunOpts {
@@ -325,7 +375,11 @@ impl RunOpts {
             #[command(flatten)]
             run: RunOpts,
         }
-        Only::try_parse_from(args).map(|o| o.run).map_err(|e| e.to_string())
+        let cmd = Only::command();
+        let m = cmd.clone().try_get_matches_from(args).map_err(|e| e.to_string())?;
+        let mut run = Only::from_arg_matches(&m).map(|o| o.run).map_err(|e| e.to_string())?;
+        run.given = given_ids(&cmd, &m);
+        Ok(run)
     }
 }
 
@@ -517,6 +571,19 @@ mod tests {
         let none = crate::sweep::Scenario { name: "t".into(), args: vec![] };
         assert_eq!(RunOpts::try_parse_words(crate::sweep::run_words(&common, &none, &plain)).unwrap().idle_sessions, 2);
         assert!(parse(&["run", "--idle-sessions", "some"]).is_err());
+    }
+
+    #[test]
+    fn given_options_are_recorded() {
+        let argv: Vec<String> = ["uaring-bench", "run", "--scenario", "push", "--json", "--sampling-ms=5", "--clients", "2"].iter().map(|s| s.to_string()).collect();
+        let Command::Run(r) = Cli::try_parse_recording(&argv).unwrap().command else { panic!() };
+        let mut g = r.given.clone();
+        g.sort();
+        assert_eq!(g, vec!["clients", "json", "sampling_ms", "scenario"], "defaults are not given");
+        let r = RunOpts::try_parse_words(["run", "--queue-size", "3"]).unwrap();
+        assert_eq!(r.given, vec!["queue_size"]);
+        assert_eq!(option_name("sampling_ms"), "--sampling-ms");
+        assert!(RunOpts::default().given.is_empty());
     }
 
     #[test]

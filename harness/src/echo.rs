@@ -1,4 +1,4 @@
-//! The echo floor: `uaring_shards::EchoHandler` on uaring's own shard
+//! The echo floor: `uaring::EchoHandler` on uaring's own shard
 //! runtime (the same rings, provided receive buffers, batching, pinning and
 //! connection distribution as the `uaring` server), and its client driver.
 //!
@@ -11,8 +11,8 @@
 
 use std::net::SocketAddr;
 
-use uaring_shards::runtime::{self, RuntimeOptions};
-use uaring_shards::{EchoHandler, IoBackend, RuntimeConfig};
+use uaring::runtime::{self, RuntimeOptions};
+use uaring::{EchoHandler, IoBackend, RuntimeConfig};
 
 use crate::uring::{Ctx, Driver};
 

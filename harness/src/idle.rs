@@ -2,7 +2,7 @@
 //! (the shape of a gateway: many sessions mostly quiet, a few clients busy).
 //!
 //! After the server has started and before the load connects, one thread on the client CPUs
-//! opens N connections and runs them on uaring-shards' event loop, the loop the load client
+//! opens N connections and runs them on uaring' event loop, the loop the load client
 //! and the server run: each establishes its session — OpenSecureChannel, CreateSession,
 //! ActivateSession with the run's security settings, through the same [`UaDriver`] as the
 //! load — and the run waits until all N are activated. The thread then holds them: it renews a
@@ -27,7 +27,7 @@ use uaring_core::generated::types::{ReadRequest, TimestampsToReturn};
 use uaring_core::services::attribute::attr;
 use uaring_core::types::NodeId;
 use uaring_core::Now;
-use uaring_shards::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+use uaring::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 use crate::opcua::{read_value_id, UaDriver, Workload};
 use crate::run::{RunConfig, Running};

@@ -9,6 +9,7 @@ pub mod idle;
 pub mod opcua;
 pub mod placements;
 pub mod procstat;
+pub mod push;
 pub mod report;
 pub mod rsa_bound;
 pub mod run;

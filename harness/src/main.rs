@@ -1,13 +1,12 @@
 //! `uaring-bench`: the native benchmark harness for uaring and any other
 //! OPC UA server. See `uaring-bench --help` and `uaring-bench run --help`.
 
-use clap::Parser;
 use uaring_harness::cli::{Cli, Command};
 use uaring_harness::{echo, placements, run, scenarios, soak, summarize, sweep};
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
-    let cli = match Cli::try_parse_from(&argv) {
+    let cli = match Cli::try_parse_recording(&argv) {
         Ok(c) => c,
         Err(e) => {
             // --help prints to stdout and exits 0; errors print to stderr and exit 2.

@@ -111,7 +111,7 @@ impl UaDriver {
         }
         UaDriver {
             security,
-            conn: ClientConnection::new(cfg, Box::new(uaring_shards::random::os_seeded().expect("the OS random number generator"))),
+            conn: ClientConnection::new(cfg, Box::new(uaring::random::os_seeded().expect("the OS random number generator"))),
             stage: Stage::Channel,
             work,
             endpoint_url: endpoint_url.to_string(),
@@ -671,6 +671,9 @@ pub enum SubKind {
     Counters,
     /// Events of the Server object.
     Events,
+    /// Values an application pushes into a server of the plant contract (`push`):
+    /// `s=Plant.V<i>` in the plant namespace, sampling interval 0.
+    Push,
 }
 
 /// One counters subscriber's per-item observations, shared with the search.
@@ -705,6 +708,11 @@ impl CounterSeen {
     }
 }
 
+/// Publish requests a subscriber keeps in flight for `subs` subscriptions.
+pub fn publish_inflight(subs: usize) -> usize {
+    (subs * 2).clamp(4, 64)
+}
+
 /// Subscriber: creates `subs` subscriptions with `items` monitored items
 /// each, then keeps Publish requests in flight and counts notifications.
 pub struct SubscriberWork {
@@ -723,6 +731,8 @@ pub struct SubscriberWork {
     /// the measured window; the time is the value's source timestamp when
     /// the server sends one, else the arrival time.
     pub counter_seen: Arc<std::sync::Mutex<Vec<CounterSeen>>>,
+    /// Push: the namespace, the items' variables and their sequences of pushed values.
+    pub push: Option<crate::push::PushItems>,
 }
 
 impl SubscriberWork {
@@ -735,11 +745,26 @@ impl SubscriberWork {
             publishing_ms,
             sampling_ms,
             queue,
-            publish_inflight: (subs * 2).clamp(4, 64),
+            publish_inflight: publish_inflight(subs),
             sub_ids: Vec::new(),
             acks: Vec::new(),
             counter_seen: Arc::new(std::sync::Mutex::new(vec![CounterSeen::default(); if kind == SubKind::Counters { items } else { 0 }])),
+            push: None,
         }
+    }
+
+    /// A `push` subscriber: one subscription of `p.params.items` items, sampling interval 0,
+    /// the queue size of the run; setup reads the server's NamespaceArray first.
+    pub fn push(p: crate::push::PushItems) -> Self {
+        let pp = p.params;
+        let mut w = SubscriberWork::new(SubKind::Push, 1, pp.items, 0, pp.publishing_ms, 0.0, pp.queue_size);
+        w.push = Some(p);
+        w
+    }
+
+    /// Setup steps before the subscriptions: the NamespaceArray Read of `push`.
+    fn setup_pre(&self) -> usize {
+        usize::from(self.kind == SubKind::Push)
     }
 
     fn item_node(&self, j: usize) -> NodeId {
@@ -747,6 +772,7 @@ impl SubscriberWork {
             SubKind::Changes => bench_node((self.offset + j) as u32),
             SubKind::Counters => NodeId::numeric(1, 1 + j as u32),
             SubKind::Events => NodeId::ns0(SERVER_OBJECT),
+            SubKind::Push => self.push.as_ref().map(|p| p.node(j)).unwrap_or(NodeId::NULL),
         }
     }
 
@@ -803,18 +829,47 @@ impl SubscriberWork {
 
 impl Workload for SubscriberWork {
     fn setup(&mut self, step: usize, prev: Option<&Response>) -> Result<Option<Request>, String> {
-        // Steps: CreateSubscription × subs, then CreateMonitoredItems × subs.
+        // Steps: (push: a Read of the NamespaceArray), CreateSubscription × subs, then
+        // CreateMonitoredItems × subs.
         if let Some(p) = prev {
             match p {
-                Response::CreateSubscription(r) => self.sub_ids.push(r.subscription_id),
+                Response::Read(r) if self.kind == SubKind::Push => {
+                    let dv = r.results.first().ok_or("NamespaceArray: no result")?;
+                    if dv.status_code().is_bad() {
+                        return Err(format!("NamespaceArray: {}", status_name(dv.status_code())));
+                    }
+                    self.push.as_mut().ok_or("push state")?.set_namespace(&dv.value)?;
+                }
+                Response::CreateSubscription(r) => {
+                    self.sub_ids.push(r.subscription_id);
+                    if let Some(p) = &self.push {
+                        p.setup.subscription(r.revised_publishing_interval);
+                    }
+                }
                 Response::CreateMonitoredItems(r) => {
-                    if let Some(bad) = r.results.iter().find(|x| x.status_code.is_bad()) {
-                        return Err(format!("CreateMonitoredItems: {}", status_name(bad.status_code)));
+                    if let Some((j, bad)) = r.results.iter().enumerate().find(|(_, x)| x.status_code.is_bad()) {
+                        let node = if self.kind == SubKind::Push { format!(" {}", self.item_node(j)) } else { String::new() };
+                        return Err(format!("CreateMonitoredItems{node}: {}", status_name(bad.status_code)));
+                    }
+                    if let Some(p) = &self.push {
+                        for x in &r.results {
+                            p.setup.item(x.revised_queue_size, x.revised_sampling_interval);
+                        }
                     }
                 }
                 other => return Err(format!("unexpected {} during subscription setup", other.name())),
             }
         }
+        let pre = self.setup_pre();
+        if step < pre {
+            return Ok(Some(Request::Read(Box::new(ReadRequest {
+                max_age: 0.0,
+                timestamps_to_return: TimestampsToReturn::Neither,
+                nodes_to_read: vec![read_value_id(NodeId::ns0(crate::push::NAMESPACE_ARRAY), attr::VALUE)],
+                ..Default::default()
+            }))));
+        }
+        let step = step - pre;
         if step < self.subs {
             return Ok(Some(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
                 requested_publishing_interval: self.publishing_ms,
@@ -856,11 +911,25 @@ impl Workload for SubscriberWork {
             ctx.count("keepalives", 1);
         }
         let limits = DecodeLimits::default();
+        // Push: the wall time of the receipt, for the latency from each SourceTimestamp.
+        let received = if self.kind == SubKind::Push { realtime_ns() } else { 0 };
+        let mut item_error: Option<String> = None;
         for ext in &msg.notification_data {
             if let Some(dc) = ext.decode_as::<DataChangeNotification>(limits) {
                 let dc = dc.map_err(|e| format!("DataChangeNotification: {e:?}"))?;
                 for item in &dc.monitored_items {
                     match (self.kind, &item.value.value) {
+                        (SubKind::Push, _) => {
+                            let j = item.client_handle as usize;
+                            let p = self.push.as_mut().ok_or("push state")?;
+                            if j >= p.seq.len() {
+                                return Err(format!("push: a notification for client handle {j} of {} items", p.seq.len()));
+                            }
+                            // The message's other items are still accounted for (no false gaps).
+                            if let Err(e) = crate::push::see_notification(p, j, item, received, ctx) {
+                                item_error.get_or_insert(e);
+                            }
+                        }
                         (SubKind::Changes, Variant::Int32(stamp)) => {
                             ctx.complete(stamp_age_ns(*stamp, now));
                             ctx.count("notifications", 1);
@@ -899,7 +968,10 @@ impl Workload for SubscriberWork {
                 }
             }
         }
-        Ok(())
+        match item_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 

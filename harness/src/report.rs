@@ -38,6 +38,9 @@ pub struct RunInfo {
     pub params: Vec<(String, Value)>,
     /// Connections per shard, when the server told.
     pub shard_connections: Vec<(String, u64)>,
+    /// Names of the server's application threads (`push`): their CPU time is reported beside
+    /// the whole process's (`server_cpu_us`, `server_app_cpu_us`, `server_app_threads`).
+    pub app_threads: Vec<String>,
 }
 
 /// `v` rounded to `digits` decimal places (how every figure of a result is written).
@@ -105,6 +108,12 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
             }
             if !shards.is_empty() {
                 o.insert("shards".into(), Value::Array(shards));
+            }
+            if !info.app_threads.is_empty() {
+                let app: Vec<_> = s.threads.iter().filter(|t| info.app_threads.contains(&t.name)).collect();
+                o.insert("server_cpu_us".into(), json!(round(s.cpu_ns as f64 / 1000.0, 1)));
+                o.insert("server_app_cpu_us".into(), json!(round(app.iter().map(|t| t.cpu_ns).sum::<u64>() as f64 / 1000.0, 1)));
+                o.insert("server_app_threads".into(), json!(app.len()));
             }
         }
         None => {
@@ -234,6 +243,42 @@ pub fn readable(o: &Map<String, Value>) -> String {
             g("rsa_bound_share"),
         ));
     }
+    if o.get("scenario").and_then(Value::as_str) == Some("push") {
+        s.push_str(&format!(
+            "  push        {} sessions x {} items (of {} variables at {} Hz), queue {}, publishing {} ms; latency above: SourceTimestamp → receipt\n",
+            g("sessions"),
+            g("items"),
+            g("variables"),
+            g("push_rate"),
+            g("queue_size"),
+            g("publishing_ms")
+        ));
+        s.push_str(&format!(
+            "  changes     delivered share {} ({} delivered, {} missing), {} overflow, {} out of order/duplicate, {} notifications\n",
+            g("delivered_share"),
+            g("changes_delivered"),
+            g("changes_missing"),
+            g("overflow_notifications"),
+            g("out_of_order_notifications"),
+            g("notifications")
+        ));
+        s.push_str(&format!(
+            "  rates       {} notifications/s, {} pushed updates/s seen (subscribed variables, per item; {} offered to the items), {} offered (N x HZ)\n",
+            g("notifications_per_s"),
+            g("pushed_updates_per_s"),
+            g("offered_item_updates_per_s"),
+            g("offered_updates_per_s")
+        ));
+        s.push_str(&format!(
+            "  server cpu  per notification {} µs whole process, {} µs without the push thread(s); per pushed update {} / {} µs ({} push threads, {} µs)\n",
+            g("server_cpu_us_per_notification"),
+            g("server_cpu_us_per_notification_excl_push"),
+            g("server_cpu_us_per_update"),
+            g("server_cpu_us_per_update_excl_push"),
+            g("server_app_threads"),
+            g("server_push_cpu_us")
+        ));
+    }
     s.push_str(&format!("  machine     foreign load {} cores, steal {} cores, discarded runs {}\n", g("foreign_cores"), g("steal_cores"), g("discarded_runs")));
     let shown = [
         "scenario", "server", "security", "clients", "inflight", "send", "server_cpus", "client_cpus", "client_threads", "ops", "seconds",
@@ -243,7 +288,15 @@ pub fn readable(o: &Map<String, Value>) -> String {
         "discarded_runs", "host", "kernel", "cpu_model", "online_cpus", "commit", "rsa_private_ops_per_op", "rsa_bound_us_per_op",
         "rsa_key_bits", "rsa_decrypt_us", "rsa_sign_us", "rsa_calibration_cpus", "rsa_bound_ops_per_core_s", "rsa_bound_share", "rsa_bound_drift",
     ];
-    let rest: Vec<String> = o.iter().filter(|(k, _)| !shown.contains(&k.as_str())).map(|(k, v)| format!("{k} {}", fmt(v))).collect();
+    let push_shown = [
+        "sessions", "items", "variables", "push_rate", "queue_size", "publishing_ms", "delivered_share", "changes_delivered", "changes_missing",
+        "overflow_notifications", "out_of_order_notifications", "notifications", "notifications_per_s", "pushed_updates_per_s",
+        "offered_updates_per_s", "offered_item_updates_per_s", "server_cpu_us_per_notification", "server_cpu_us_per_notification_excl_push", "server_cpu_us_per_update",
+        "server_cpu_us_per_update_excl_push", "server_app_threads", "server_push_cpu_us", "pushed_updates_counts", "latency_from",
+    ];
+    let is_push = o.get("scenario").and_then(Value::as_str) == Some("push");
+    let shown = |k: &str| shown.contains(&k) || (is_push && push_shown.contains(&k));
+    let rest: Vec<String> = o.iter().filter(|(k, _)| !shown(k.as_str())).map(|(k, v)| format!("{k} {}", fmt(v))).collect();
     if !rest.is_empty() {
         s.push_str(&format!("  also        {}\n", rest.join(", ")));
     }
@@ -284,6 +337,7 @@ mod tests {
             variant: None,
             params: vec![],
             shard_connections: vec![],
+            app_threads: vec![],
         };
         let m = Measured {
             seconds: 2.0,

@@ -81,7 +81,7 @@ pub struct RunConfig {
     pub variant: Option<String>,
     pub pin_external: bool,
     pub env: Vec<(String, String)>,
-    /// uaring-shards' event loop or the harness's client ring (`uring`).
+    /// uaring' event loop or the harness's client ring (`uring`).
     pub client_io: ClientIo,
     /// Batched or one send per request.
     pub send: SendMode,
@@ -100,6 +100,20 @@ pub fn sibling_exe(name: &str) -> String {
     name.to_string()
 }
 
+/// The `plant` example (the plant contract on the uaring library): `examples/plant` beside
+/// this executable, as cargo builds it (`target/<profile>/examples/plant`).
+pub fn plant_example() -> Result<String, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let p = me.parent().map(|d| d.join("examples").join("plant")).ok_or("no directory of this executable")?;
+    if !p.exists() {
+        return Err(format!(
+            "push: the plant example is missing at {} (cargo build -p uaring --example plant); or give a server of the plant contract with --server-bin, --server-exe or --url",
+            p.display()
+        ));
+    }
+    Ok(p.to_string_lossy().into_owned())
+}
+
 pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
     let topo = uaring_affinity::Topology::system().map_err(|e| format!("topology: {e}"))?;
     topo.resolve(expr).map_err(|e| format!("cpu mask {expr:?}: {e}"))
@@ -111,10 +125,19 @@ impl RunConfig {
         if a.rate > 0.0 && !matches!(scenario.as_str(), "read" | "read-batch") {
             return Err(format!("--rate: an open loop is for the read and read-batch scenarios, not {scenario}"));
         }
+        crate::push::check_options(a)?;
         let target = if let Some(url) = &a.url {
             Target::Url { url: url.clone(), pids: a.server_pid.clone() }
         } else if let Some(exe) = &a.server_exe {
             Target::External { exe: exe.clone(), args: a.server_args.clone(), ready: a.ready.clone().unwrap_or_else(|| "listening on".into()) }
+        } else if scenario == "push" {
+            // A server of the plant contract: --server-bin, else the `plant` example beside us.
+            let exe = match &a.server_bin {
+                Some(b) => b.clone(),
+                None => plant_example()?,
+            };
+            let args = format!("--listen 127.0.0.1:{{port}} --variables {{variables}} --rate {{push_rate}} {}", a.server_args);
+            Target::External { exe, args, ready: a.ready.clone().unwrap_or_else(|| "listening on".into()) }
         } else if scenario == "echo" {
             Target::Echo
         } else {
@@ -133,11 +156,11 @@ impl RunConfig {
                 env.push((k.to_string(), v.to_string()));
             }
         }
-        // Per-request sends need the harness's client ring: uaring-shards'
+        // Per-request sends need the harness's client ring: uaring'
         // loop batches everything a connection writes in one iteration.
         let client_io = match (a.client_io, a.send) {
             (Some(ClientIo::Shards), SendMode::PerRequest) => {
-                return Err("--send per-request needs --client-io harness (uaring-shards' loop batches its sends)".into())
+                return Err("--send per-request needs --client-io harness (uaring' loop batches its sends)".into())
             }
             (Some(io), _) => io,
             (None, SendMode::PerRequest) => ClientIo::Harness,
@@ -516,8 +539,13 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         server: cfg.server_name(),
         clients: cfg.clients,
         idle_sessions: cfg.opts.idle_sessions,
-        // connect: each client runs one session establishment at a time (--inflight is not used).
-        inflight: if cfg.scenario == "connect" { 1 } else { cfg.inflight },
+        // connect: each client runs one session establishment at a time (--inflight is not used);
+        // push: the Publish requests each session keeps out.
+        inflight: match cfg.scenario.as_str() {
+            "connect" => 1,
+            "push" => crate::opcua::publish_inflight(1),
+            _ => cfg.inflight,
+        },
         // connect's handshake is sequential: every message is its own write.
         send: if cfg.scenario == "connect" { SendMode::PerRequest.name().into() } else { cfg.send.name().into() },
         client_io: match cfg.client_io {
@@ -537,6 +565,8 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         variant: cfg.variant.clone(),
         params,
         shard_connections: parse_shard_connections(output),
+        // push: the server's pushing thread(s), reported beside the whole process.
+        app_threads: if cfg.scenario == "push" { vec![crate::push::PUSH_THREAD.to_string()] } else { Vec::new() },
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use crate::echo::EchoClientConn;
 use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
 
-pub const SCENARIOS: &[&str] = &["read", "read-batch", "write", "browse", "sub", "counters", "events", "connect", "echo"];
+pub const SCENARIOS: &[&str] = &["read", "read-batch", "write", "browse", "sub", "counters", "events", "connect", "echo", "push"];
 
 /// Runs one scenario and returns its result object.
 pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
@@ -22,6 +22,7 @@ pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             run_with_guard(cfg, &[], &plan)
         }
         "counters" => crate::opcua::run_counters(cfg),
+        "push" => crate::push::run_push(cfg),
         s if SCENARIOS.contains(&s) => crate::opcua::run_opcua(cfg),
         other => Err(format!("unknown scenario {other:?}; one of {}", SCENARIOS.join(", "))),
     }

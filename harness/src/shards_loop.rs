@@ -1,4 +1,4 @@
-//! The load client on uaring-shards' event loop (io_uring with multishot
+//! The load client on uaring' event loop (io_uring with multishot
 //! receive into a provided-buffer ring and batched sends, epoll fallback):
 //! the same loop the server runs, in the client role. Drivers are the same
 //! as on the harness's own minimal loop ([`crate::uring`]), selected with
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use uaring_core::Now;
-use uaring_shards::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+use uaring::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 use crate::run::DynDriver;
 use crate::uring::{Ctx, Driver, Shared, ThreadStats, PHASE_STOP};

@@ -1,10 +1,10 @@
 //! The harness's client ring (`--client-io harness`): one thread owns a ring
 //! and a set of client connections; each connection has one receive in
 //! flight at all times. Servers, the echo floor included, run on
-//! uaring-shards' loop; this loop exists for the client's send modes:
+//! uaring' loop; this loop exists for the client's send modes:
 //!
 //! - `batched`: everything a driver writes while handling one batch of
-//!   completions goes out in one send per connection (what uaring-shards'
+//!   completions goes out in one send per connection (what uaring'
 //!   loop does too);
 //! - `per-request`: each request leaves in its own send(2) call
 //!   (MSG_DONTWAIT), as open62541, UA-.NET and UaExpert clients write them.

@@ -3,6 +3,8 @@
 //!
 //! - `open62541-contract-server`: the benchmark contract of DESIGN.md on a
 //!   native open62541 server (our own code around the C library).
+//! - `open62541-plant`: the plant contract (values pushed by an application
+//!   thread, `uaring-bench run --scenario push`) on a native open62541 server.
 //! - `open62541-interop-client`: open62541's client against any server
 //!   (connect, read, write, browse; None and Basic256Sha256 SignAndEncrypt).
 //!

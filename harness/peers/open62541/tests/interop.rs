@@ -5,7 +5,7 @@
 //!
 //! The `uaring` binary: $UARING_BIN, else `uaring` in this test's target
 //! directory (`cargo test --workspace` builds it; or
-//! `cargo build -p uaring-shards --bin uaring`). No timing is asserted: the
+//! `cargo build -p uaring --bin uaring`). No timing is asserted: the
 //! waits below are hang guards.
 
 use std::io::{BufRead, BufReader};
@@ -24,7 +24,7 @@ fn uaring_bin() -> PathBuf {
     // target/<profile>/deps/interop-… → target/<profile>/uaring
     let me = std::env::current_exe().unwrap();
     let p = me.parent().and_then(|d| d.parent()).unwrap().join("uaring");
-    assert!(p.exists(), "{} is missing: cargo build -p uaring-shards --bin uaring (or set UARING_BIN)", p.display());
+    assert!(p.exists(), "{} is missing: cargo build -p uaring --bin uaring (or set UARING_BIN)", p.display());
     p
 }
 
