@@ -45,8 +45,10 @@ fi
 step "cargo test --workspace (the async-opcua peer is a benchmark peer only: built on demand, not here)"
 # Builds the `uaring` binary too (the shards integration tests run it).
 cargo test --workspace --exclude uaring-peer-async-opcua --no-fail-fast
-cargo build -p uaring-shards --bin uaring
+cargo build -p uaring --bin uaring --examples
 export UARING_BIN="$ROOT/target/debug/uaring"
+# The library's examples (minimal, plant), run by the asyncua, node-opcua and open62541 tests.
+export UARING_EXAMPLES_DIR="$ROOT/target/debug/examples"
 
 step "clippy: no panic reachable from input in all of core and crypto"
 # Both crate roots deny clippy::{unwrap_used, expect_used, indexing_slicing, panic,

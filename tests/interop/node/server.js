@@ -26,9 +26,28 @@ function cpusArgs() {
 
 const batchedConfig = path.join(__dirname, "..", "batched.toml");
 
-function startServer(args = []) {
+// An example of the `uaring` library crate (shards/examples/), from $UARING_EXAMPLES_DIR,
+// else target/release/examples, else target/debug/examples.
+function exampleBin(name) {
+  const dirs = process.env.UARING_EXAMPLES_DIR
+    ? [process.env.UARING_EXAMPLES_DIR]
+    : [path.join(ROOT, "target/release/examples"), path.join(ROOT, "target/debug/examples")];
+  for (const d of dirs) {
+    const f = path.join(d, name);
+    if (fs.existsSync(f)) return f;
+  }
+  throw new Error(`example ${name} not found in ${dirs}: cargo build -p uaring --examples`);
+}
+
+// Starts the example `name` of the library with `args` (after --listen 127.0.0.1:0).
+function startExample(name, args = []) {
+  return startServer(args, [exampleBin(name)]);
+}
+
+function startServer(args = [], command = null) {
+  const cmd = command || [uaringBin(), "serve"];
   return new Promise((resolve, reject) => {
-    const proc = spawn(uaringBin(), ["serve", "--listen", "127.0.0.1:0", ...args], {
+    const proc = spawn(cmd[0], [...cmd.slice(1), "--listen", "127.0.0.1:0", ...args], {
       stdio: ["ignore", "pipe", "inherit"],
     });
     const timer = setTimeout(() => {
@@ -73,4 +92,4 @@ async function waitFor(pred, ms = 10000, every = 10) {
   return pred();
 }
 
-module.exports = { startServer, uaringBin, cpusArgs, batchedConfig, sleep, waitFor };
+module.exports = { startServer, startExample, exampleBin, uaringBin, cpusArgs, batchedConfig, sleep, waitFor };

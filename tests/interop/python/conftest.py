@@ -58,10 +58,23 @@ def cpus_args():
     return ["--cpus", "0-1"] if (os.cpu_count() or 1) >= 2 else []
 
 
+def example_bin(name):
+    """An example of the `uaring` library crate (built by `cargo test --workspace`), from
+    $UARING_EXAMPLES_DIR, else target/release/examples, else target/debug/examples."""
+    env = os.environ.get("UARING_EXAMPLES_DIR")
+    dirs = [env] if env else [str(ROOT / "target/release/examples"), str(ROOT / "target/debug/examples")]
+    for d in dirs:
+        p = pathlib.Path(d) / name
+        if p.exists():
+            return str(p)
+    pytest.fail(f"example {name} not found in {dirs}: cargo build -p uaring --examples")
+
+
 class Server:
-    def __init__(self, *args):
+    def __init__(self, *args, command=None):
+        cmd = command if command is not None else [uaring_bin(), "serve"]
         self.proc = subprocess.Popen(
-            [uaring_bin(), "serve", "--listen", "127.0.0.1:0", *args],
+            [*cmd, "--listen", "127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             stderr=sys.stderr,
             text=True,

@@ -1,0 +1,185 @@
+"""asyncua (PyPI) against the examples of the `uaring` library crate (shards/examples/):
+`minimal` and `plant`, servers of their own data built on the public API.
+
+Browse and read what the application defined, subscribe to values pushed from an
+application thread (every change, in order, also many within one publishing interval, on a
+two-shard server), 20 quick client Writes into a queue of 20 from connections on both shards,
+a read callback, a rejecting write hook, a method and the event it raises filtered by a where
+clause.
+"""
+import asyncio
+
+import pytest
+from asyncua import Client, ua
+
+from conftest import Server, example_bin
+from test_asyncua_events import base_filter, collect_events, event_items, severity_at_least
+from test_asyncua_subscriptions import Raw
+
+PLANT_NS = "urn:uaring:example:plant"
+
+
+def run(coro, timeout=90):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def start(tmp, name, *args):
+    cfg = tmp / f"{name}.toml"
+    # Two shards, connections dealt round robin: consecutive connections land on different shards.
+    cfg.write_text('[runtime]\nshards = 2\ndistribution = "round-robin"\n')
+    extra = ["--config", str(cfg), "--pki", str(tmp / "pki")] if name == "plant" else []
+    return Server(*extra, *args, command=[example_bin(name)])
+
+
+@pytest.fixture(scope="module")
+def plant(tmp_path_factory):
+    s = start(tmp_path_factory.mktemp("plant"), "plant", "--variables", "50", "--rate", "10")
+    yield s
+    assert s.stop() == 0, "plant exits 0 on SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def fast_plant(tmp_path_factory):
+    """One variable pushed 1,000 times a second."""
+    s = start(tmp_path_factory.mktemp("fast"), "plant", "--variables", "1", "--rate", "1000")
+    yield s
+    assert s.stop() == 0
+
+
+class Values:
+    def __init__(self):
+        self.v = []
+
+    def datachange_notification(self, node, val, data):
+        self.v.append((val, data.monitored_item.Value.StatusCode.value))
+
+
+def test_minimal_serves_its_variable(tmp_path):
+    s = start(tmp_path, "minimal")
+    try:
+        async def body():
+            async with Client(s.url, timeout=10) as c:
+                ns = await c.get_namespace_index("urn:uaring:example:minimal")
+                objects = c.get_node(ua.NodeId(85, 0))
+                names = [(await n.read_browse_name()) for n in await objects.get_children()]
+                assert ua.QualifiedName("Temperature", ns) in names
+                t = c.get_node(ua.NodeId("Temperature", ns))
+                assert await t.read_data_type_as_variant_type() == ua.VariantType.Double
+                v = await t.read_value()
+                assert isinstance(v, float) and 20.0 <= v < 21.0
+                h = Values()
+                sub = await c.create_subscription(100, h)
+                await sub.subscribe_data_change(t, queuesize=10, sampling_interval=0)
+                await asyncio.sleep(2.5)
+                assert len(h.v) >= 2, "the application thread's pushes are reported"
+        run(body())
+    finally:
+        assert s.stop() == 0
+
+
+def test_plant_address_space(plant):
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            folder = c.get_node(ua.NodeId("Plant", ns))
+            names = {(await n.read_browse_name()).Name for n in await folder.get_children()}
+            assert {f"V{i}" for i in range(50)} <= names
+            assert {"Setpoint", "Pushes", "Reset"} <= names
+            assert await folder.read_event_notifier() == {ua.EventNotifier.SubscribeToEvents}
+            v0 = c.get_node(ua.NodeId("Plant.V0", ns))
+            assert await v0.read_data_type_as_variant_type() == ua.VariantType.Double
+            assert (await v0.read_value()) >= 0.0
+            # Read-only for clients.
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await v0.write_value(ua.DataValue(ua.Variant(1.0, ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadNotWritable
+    run(body())
+
+
+def test_every_push_within_one_publishing_interval_arrives_in_order(fast_plant):
+    """A publishing interval of 1 s and a queue of 1,000: the ~1,000 pushes of each interval
+    all arrive, in order, none lost, no overflow."""
+    async def body():
+        async with Client(fast_plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            h = Values()
+            sub = await c.create_subscription(1000, h)
+            await sub.subscribe_data_change(c.get_node(ua.NodeId("Plant.V0", ns)), queuesize=1000, sampling_interval=0)
+            await asyncio.sleep(4.5)
+            await sub.delete()
+            ks = [int(v) for (v, _) in h.v]
+            assert len(ks) >= 2500, f"{len(ks)} notifications in 4.5 s at 1,000 pushes/s"
+            steps = [b - a for a, b in zip(ks[1:], ks[2:])]
+            assert set(steps) == {1}, f"gaps or disorder: {[s for s in steps if s != 1][:10]}"
+            assert all(s & 0x480 == 0 for (_, s) in h.v), "no overflow bit"
+    run(body())
+
+
+def test_twenty_quick_writes_arrive_as_twenty_notifications(plant):
+    async def body():
+        async with Client(plant.url, timeout=10) as subscriber:
+            ns = await subscriber.get_namespace_index(PLANT_NS)
+            sp = ua.NodeId("Plant.Setpoint", ns)
+            h = Values()
+            sub = await subscriber.create_subscription(200, h)
+            await sub.subscribe_data_change(subscriber.get_node(sp), queuesize=20, sampling_interval=0)
+            await asyncio.sleep(0.5)
+            # Round robin over two shards: the next connection is on the other shard, the one
+            # after on the subscriber's own.
+            for first in (1, 21):
+                async with Client(plant.url, timeout=10) as writer:
+                    node = writer.get_node(sp)
+                    for v in range(first, first + 20):
+                        await node.write_value(ua.DataValue(ua.Variant(float(v), ua.VariantType.Double)))
+                await asyncio.sleep(0.6)
+            got = [v for (v, _) in h.v]
+            assert got[0] == 50.0, "the initial value"
+            assert got[1:] == [float(v) for v in range(1, 41)]
+    run(body())
+
+
+def test_read_callback_and_rejecting_write_hook(plant):
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            pushes = c.get_node(ua.NodeId("Plant.Pushes", ns))
+            assert await pushes.read_data_type_as_variant_type() == ua.VariantType.UInt64
+            a = await pushes.read_value()
+            await asyncio.sleep(0.5)
+            b = await pushes.read_value()
+            assert b > a, "computed at every read: 500 pushes a second"
+            sp = c.get_node(ua.NodeId("Plant.Setpoint", ns))
+            await sp.write_value(ua.DataValue(ua.Variant(42.0, ua.VariantType.Double)))
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await sp.write_value(ua.DataValue(ua.Variant(420.0, ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadOutOfRange
+            assert await sp.read_value() == 42.0, "a rejected write stores nothing"
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await sp.write_value(ua.DataValue(ua.Variant(7, ua.VariantType.Int32)))
+            assert e.value.code == ua.StatusCodes.BadTypeMismatch
+    run(body())
+
+
+def test_method_raises_an_event_filtered_by_a_where_clause(plant):
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            folder = ua.NodeId("Plant", ns)
+            r = Raw(c)
+            sub = await r.create_subscription(interval=50)
+            res = await event_items(r, sub.SubscriptionId, [
+                (folder, base_filter(severity_at_least(400))),
+                (folder, base_filter(severity_at_least(600))),
+            ])
+            assert all(x.StatusCode.is_good() for x in res), res
+            before = await c.get_node(folder).call_method(ua.NodeId("Plant.Reset", ns))
+            assert isinstance(before, int) and before > 0
+            got = await collect_events(r, lambda g: any(h == 100 for (h, _) in g))
+            resets = [(h, f) for (h, f) in got if f[2].Text == "plant reset"]
+            assert [h for (h, _) in resets] == [100], "Severity 500 passes >= 400 only"
+            fields = resets[0][1]
+            assert fields[0] == ua.NodeId(2041, 0) and fields[1] == "Plant" and fields[3] == 500
+            # The count restarted.
+            after = await c.get_node(ua.NodeId("Plant.Pushes", ns)).read_value()
+            assert after < before
+    run(body())
