@@ -6,7 +6,8 @@
 //! - `open62541-plant`: the plant contract (values pushed by an application
 //!   thread, `uaring-bench run --scenario push`) on a native open62541 server.
 //! - `open62541-interop-client`: open62541's client against any server
-//!   (connect, read, write, browse; None and Basic256Sha256 SignAndEncrypt).
+//!   (connect, read, write, browse; None and Basic256Sha256 SignAndEncrypt), or with
+//!   `--plant` a server of the plant contract (browse, read, a subscription, write, call).
 //!
 //! This module holds the small safe helpers both share.
 

@@ -4,10 +4,20 @@
 //! with SecurityPolicy None or Basic256Sha256 Sign/SignAndEncrypt (a fresh
 //! self-signed client certificate; the server's certificate is accepted).
 //!
+//! With `--plant --variables N --rate HZ`, against a server of the plant contract instead
+//! (the `plant` example of the `uaring` library, or `open62541-plant`): finds the namespace
+//! `urn:uaring:example:plant` in the NamespaceArray; browses `s=Plant` for V0 … V<N-1>,
+//! Setpoint, Pushes and Reset; reads `s=Plant.V0` and `s=Plant.Pushes`; subscribes to
+//! `s=Plant.V1` (publishing interval 200 ms, sampling interval 0, queue size 100) for 3 s and
+//! checks that at least 0.8 × 3 × HZ notifications came, each value after the initial one
+//! exactly one more than the one before, none with the overflow bit; writes Setpoint 12.5
+//! (Good) and 1000 (Bad_OutOfRange); calls `Plant.Reset` (Good, one UInt64 output).
+//!
 //! Prints one `ok …` line per check and exits 0, or prints what failed and
 //! exits 1.
 
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
+use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use uaring_peer_open62541::sys::*;
@@ -32,6 +42,24 @@ struct Opts {
     /// open62541's log level: 1 trace … 6 fatal.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=6))]
     log_level: u32,
+    /// Check a server of the plant contract (namespace urn:uaring:example:plant) instead of
+    /// the benchmark contract.
+    #[arg(long, requires_all = ["variables", "rate"])]
+    plant: bool,
+    /// Plant mode: the server's variable count (s=Plant.V0 … V<N-1>; at least 2).
+    #[arg(long, requires = "plant", value_parser = clap::value_parser!(u32).range(2..=10_000_000))]
+    variables: Option<u32>,
+    /// Plant mode: the server's pushes per second per variable.
+    #[arg(long, requires = "plant", value_parser = positive_rate)]
+    rate: Option<f64>,
+}
+
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
+        Ok(_) => Err("must be a number > 0 and ≤ 1e6".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 struct Client(*mut UA_Client);
@@ -93,12 +121,18 @@ unsafe fn read_i32(c: *mut UA_Client, id: u32) -> Result<i32, String> {
 }
 
 unsafe fn write_scalar<T>(c: *mut UA_Client, id: u32, value: T, type_index: u32) -> UA_StatusCode {
+    write_node(c, numeric(1, id), value, type_index)
+}
+
+/// Writes a scalar to the Value of `node` (a bitwise copy the call does not free); the
+/// status of the write (the service result, else the result of the one write).
+unsafe fn write_node<T>(c: *mut UA_Client, node: UA_NodeId, value: T, type_index: u32) -> UA_StatusCode {
     let mut v: UA_Variant = std::mem::zeroed();
     let rc = UA_Variant_setScalarCopy(&mut v, &value as *const T as *const std::ffi::c_void, data_type(type_index));
     if rc != 0 {
         return rc;
     }
-    let rc = UA_Client_writeValueAttribute(c, numeric(1, id), &v);
+    let rc = UA_Client_writeValueAttribute(c, node, &v);
     UA_Variant_clear(&mut v);
     rc
 }
@@ -178,9 +212,333 @@ fn run(o: &Opts) -> Result<(), String> {
     }
 }
 
+/// The plant contract's namespace URI.
+const PLANT_NAMESPACE: &str = "urn:uaring:example:plant";
+/// How long the plant mode collects notifications.
+const SUBSCRIBE_FOR: Duration = Duration::from_secs(3);
+/// The plant mode's subscription: publishing interval (ms) and the item's queue size.
+const PUBLISHING_INTERVAL_MS: f64 = 200.0;
+const QUEUE_SIZE: u32 = 100;
+/// The InfoBits of a DataValue's status that say its queue overflowed (InfoType DataValue,
+/// Overflow).
+const OVERFLOW_BITS: u32 = 0x480;
+
+/// A NodeId that owns its memory (a string NodeId's string), cleared on drop.
+struct Node(UA_NodeId);
+
+impl Node {
+    fn string(ns: u16, s: &str) -> Node {
+        let c = CString::new(s).expect("no NUL in node ids");
+        // SAFETY: UA_NODEID_STRING_ALLOC copies the NUL-terminated string into a new NodeId.
+        Node(unsafe { UA_NODEID_STRING_ALLOC(ns, c.as_ptr()) })
+    }
+
+    /// A bitwise copy for a call that takes a NodeId by value and does not free it.
+    fn get(&self) -> UA_NodeId {
+        shallow(&self.0)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // SAFETY: the NodeId owns its string; cleared once.
+        unsafe { UA_NodeId_clear(&mut self.0) };
+    }
+}
+
+/// A UA_String's bytes as text.
+unsafe fn text(s: &UA_String) -> String {
+    if s.data.is_null() || s.length == 0 {
+        return String::new();
+    }
+    String::from_utf8_lossy(std::slice::from_raw_parts(s.data, s.length)).into_owned()
+}
+
+/// Reads the Value of `node` (a bitwise copy the call does not free): a scalar of the built-in
+/// type `type_index`.
+unsafe fn read_scalar<T: Copy>(c: *mut UA_Client, node: UA_NodeId, what: &str, type_index: u32, type_name: &str) -> Result<T, String> {
+    let mut v: UA_Variant = std::mem::zeroed();
+    check(&format!("Read {what}"), UA_Client_readValueAttribute(c, node, &mut v))?;
+    let ok = std::ptr::eq(v.type_, data_type(type_index)) && !v.data.is_null() && v.arrayLength == 0;
+    let out = if ok { Ok(*(v.data as *const T)) } else { Err(format!("Read {what}: not a scalar {type_name}")) };
+    UA_Variant_clear(&mut v);
+    out
+}
+
+/// The index of `uri` in the server's NamespaceArray (i=2255).
+unsafe fn namespace_index(c: *mut UA_Client, uri: &str) -> Result<u16, String> {
+    let mut v: UA_Variant = std::mem::zeroed();
+    check("Read NamespaceArray", UA_Client_readValueAttribute(c, numeric(0, UA_NS0ID_SERVER_NAMESPACEARRAY), &mut v))?;
+    let mut uris = Vec::new();
+    let out = if std::ptr::eq(v.type_, data_type(UA_TYPES_STRING)) && (v.arrayLength > 0 || v.data.is_null()) {
+        for i in 0..v.arrayLength {
+            uris.push(text(&*(v.data as *const UA_String).add(i)));
+        }
+        match uris.iter().position(|u| u == uri) {
+            Some(i) => u16::try_from(i).map_err(|_| format!("NamespaceArray: {uri} at index {i}")),
+            None => Err(format!("NamespaceArray {uris:?} has no {uri}")),
+        }
+    } else {
+        Err("Read NamespaceArray: not an array of String".into())
+    };
+    UA_Variant_clear(&mut v);
+    out
+}
+
+/// The string identifiers of the targets in namespace `ns` of `node`'s forward references
+/// (of every type), following continuation points.
+unsafe fn browse_forward(c: *mut UA_Client, node: &Node, ns: u16) -> Result<Vec<String>, String> {
+    let mut req: UA_BrowseRequest = std::mem::zeroed();
+    let mut desc: UA_BrowseDescription = std::mem::zeroed();
+    desc.nodeId = node.get();
+    desc.browseDirection = UA_BrowseDirection::UA_BROWSEDIRECTION_FORWARD;
+    // A null reference type: references of every type.
+    desc.includeSubtypes = true;
+    desc.resultMask = UA_BrowseResultMask::UA_BROWSERESULTMASK_ALL.0;
+    req.nodesToBrowse = &mut desc;
+    req.nodesToBrowseSize = 1;
+    req.requestedMaxReferencesPerNode = 0;
+    let mut resp = UA_Client_Service_browse(c, shallow(&req));
+    let mut ids = Vec::new();
+    let collect = |ids: &mut Vec<String>, what: &str, service: UA_StatusCode, size: usize, results: *mut UA_BrowseResult| -> Result<Option<UA_ByteString>, String> {
+        check(what, service)?;
+        if size != 1 {
+            return Err(format!("{what}: {size} results for 1 node"));
+        }
+        let r = &*results;
+        check(&format!("{what} result"), r.statusCode)?;
+        for i in 0..r.referencesSize {
+            let rd = &*r.references.add(i);
+            let id = &rd.nodeId.nodeId;
+            if rd.isForward && rd.nodeId.serverIndex == 0 && id.namespaceIndex == ns && id.identifierType == UA_NodeIdType::UA_NODEIDTYPE_STRING {
+                ids.push(text(id.identifier.string.as_ref()));
+            }
+        }
+        // The continuation point, copied: it outlives the response.
+        if r.continuationPoint.length == 0 {
+            return Ok(None);
+        }
+        let mut cp: UA_ByteString = std::mem::zeroed();
+        check("copy a continuation point", UA_ByteString_copy(&r.continuationPoint, &mut cp))?;
+        Ok(Some(cp))
+    };
+    let mut next = collect(&mut ids, "Browse s=Plant", resp.responseHeader.serviceResult, resp.resultsSize, resp.results);
+    UA_BrowseResponse_clear(&mut resp);
+    let mut rounds = 0;
+    while let Ok(Some(mut cp)) = next {
+        rounds += 1;
+        if rounds > 10_000 {
+            free_bytes(cp);
+            return Err("BrowseNext: no end of continuation points".into());
+        }
+        let mut nreq: UA_BrowseNextRequest = std::mem::zeroed();
+        nreq.releaseContinuationPoints = false;
+        nreq.continuationPoints = &mut cp;
+        nreq.continuationPointsSize = 1;
+        let mut nresp = UA_Client_Service_browseNext(c, shallow(&nreq));
+        next = collect(&mut ids, "BrowseNext s=Plant", nresp.responseHeader.serviceResult, nresp.resultsSize, nresp.results);
+        UA_BrowseNextResponse_clear(&mut nresp);
+        UA_ByteString_clear(&mut cp);
+    }
+    next.map(|_| ids)
+}
+
+/// One data change notification as the callback saw it.
+struct Notification {
+    /// The value, when it is a scalar Double.
+    value: Option<f64>,
+    /// The DataValue's status (Good when it has none).
+    status: UA_StatusCode,
+}
+
+/// The monitored item's context: what the callback collected.
+#[derive(Default)]
+struct Seen(Vec<Notification>);
+
+unsafe extern "C" fn on_data_change(
+    _client: *mut UA_Client,
+    _sub_id: u32,
+    _sub_context: *mut c_void,
+    _mon_id: u32,
+    mon_context: *mut c_void,
+    value: *mut UA_DataValue,
+) {
+    if mon_context.is_null() || value.is_null() {
+        return;
+    }
+    // SAFETY (the caller's): the context is the `Seen` registered with the item, alive until
+    // the client is deleted; callbacks run on the client's thread, inside its calls.
+    let seen = &mut *(mon_context as *mut Seen);
+    let dv = &*value;
+    let v = &dv.value;
+    let is_double = dv.hasValue() && std::ptr::eq(v.type_, data_type(UA_TYPES_DOUBLE)) && !v.data.is_null() && v.arrayLength == 0;
+    seen.0.push(Notification {
+        value: if is_double { Some(*(v.data as *const f64)) } else { None },
+        status: if dv.hasStatus() { dv.status } else { 0 },
+    });
+}
+
+/// Owns the `Seen` a monitored item writes into: declared before the client, so dropped
+/// after it (no callback can come once the client is gone).
+struct SeenBox(*mut Seen);
+
+impl Drop for SeenBox {
+    fn drop(&mut self) {
+        // SAFETY: made by Box::into_raw and freed once, after the client.
+        unsafe { drop(Box::from_raw(self.0)) };
+    }
+}
+
+/// Checks the notifications of the item on s=Plant.V1: enough of them, each a Double with no
+/// overflow bit, each after the initial one exactly one more than the one before.
+fn check_notifications(seen: &[Notification], rate: f64, secs: f64) -> Result<String, String> {
+    // Less a hair: 0.8 × 3 × 50 is 120.00000000000001 in binary floating point.
+    let need = (0.8 * secs * rate - 1e-6).ceil().max(1.0) as usize;
+    if seen.len() < need {
+        return Err(format!("subscription: {} notifications in {secs} s at {rate} Hz, want at least {need}", seen.len()));
+    }
+    let mut values = Vec::with_capacity(seen.len());
+    for (i, n) in seen.iter().enumerate() {
+        if n.status & OVERFLOW_BITS != 0 {
+            return Err(format!("subscription: notification {i} has the overflow bit (status 0x{:08X})", n.status));
+        }
+        match n.value {
+            Some(v) => values.push(v),
+            None => return Err(format!("subscription: notification {i} holds no scalar Double (status {})", status_name(n.status))),
+        }
+    }
+    for (i, w) in values.windows(2).enumerate().skip(1) {
+        if w[1] != w[0] + 1.0 {
+            return Err(format!(
+                "subscription: notification {} is {} after {} (want {}): a gap or out of order; values {:?}",
+                i + 1,
+                w[1],
+                w[0],
+                w[0] + 1.0,
+                values
+            ));
+        }
+    }
+    Ok(format!(
+        "{} notifications in {secs} s (need {need}), initial {}, then {} … {} in steps of 1, no overflow",
+        values.len(),
+        values[0],
+        values.get(1).copied().unwrap_or(values[0]),
+        values[values.len() - 1]
+    ))
+}
+
+fn run_plant(o: &Opts) -> Result<(), String> {
+    let (n, rate) = (o.variables.expect("clap requires --variables"), o.rate.expect("clap requires --rate"));
+    let seen = SeenBox(Box::into_raw(Box::<Seen>::default()));
+    // SAFETY: the open62541 client API used as documented, on one thread; every value we get
+    // is cleared once; the item's context (`seen`) outlives the client.
+    unsafe {
+        let client = Client(UA_Client_new());
+        let c = client.0;
+        configure(c, o)?;
+        let url = CString::new(o.url.clone()).map_err(|_| "URL with NUL")?;
+        check("connect", UA_Client_connect(c, url.as_ptr()))?;
+        println!("ok connect {} ({:?})", o.url, o.security);
+
+        let ns = namespace_index(c, PLANT_NAMESPACE)?;
+        println!("ok namespace: {PLANT_NAMESPACE} is ns={ns}");
+
+        let plant = Node::string(ns, "Plant");
+        let ids = browse_forward(c, &plant, ns)?;
+        let mut want: Vec<String> = (0..n).map(|i| format!("Plant.V{i}")).collect();
+        want.extend(["Plant.Setpoint", "Plant.Pushes", "Plant.Reset"].map(String::from));
+        let have: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let missing: Vec<&String> = want.iter().filter(|w| !have.contains(w.as_str())).collect();
+        if !missing.is_empty() {
+            let shown: Vec<_> = missing.iter().take(10).collect();
+            return Err(format!("Browse s=Plant: {} of the contract's nodes missing among its forward references, e.g. {shown:?}", missing.len()));
+        }
+        println!("ok browse: s=Plant references V0 … V{}, Setpoint, Pushes and Reset ({} forward references into ns={ns})", n - 1, ids.len());
+
+        let v0: f64 = read_scalar(c, Node::string(ns, "Plant.V0").get(), "s=Plant.V0", UA_TYPES_DOUBLE, "Double")?;
+        println!("ok read: s=Plant.V0 is the Double {v0}");
+        let pushes: u64 = read_scalar(c, Node::string(ns, "Plant.Pushes").get(), "s=Plant.Pushes", UA_TYPES_UINT64, "UInt64")?;
+        println!("ok read: s=Plant.Pushes is the UInt64 {pushes}");
+
+        // The subscription and its one item.
+        let mut req = UA_CreateSubscriptionRequest_default();
+        req.requestedPublishingInterval = PUBLISHING_INTERVAL_MS;
+        let mut sub = UA_Client_Subscriptions_create(c, req, std::ptr::null_mut(), None, None);
+        let sub_rc = sub.responseHeader.serviceResult;
+        let (sub_id, revised_pi) = (sub.subscriptionId, sub.revisedPublishingInterval);
+        UA_CreateSubscriptionResponse_clear(&mut sub);
+        check("CreateSubscription", sub_rc)?;
+        let v1 = Node::string(ns, "Plant.V1");
+        let mut item = UA_MonitoredItemCreateRequest_default(v1.get());
+        item.requestedParameters.samplingInterval = 0.0;
+        item.requestedParameters.queueSize = QUEUE_SIZE;
+        item.requestedParameters.discardOldest = true;
+        let mut mon = UA_Client_MonitoredItems_createDataChange(
+            c,
+            sub_id,
+            UA_TimestampsToReturn::UA_TIMESTAMPSTORETURN_BOTH,
+            item, // a bitwise copy of `v1` inside: not freed by the call, `v1` frees it
+            void(seen.0),
+            Some(on_data_change),
+            None,
+        );
+        let (mon_rc, revised_si, revised_qs) = (mon.statusCode, mon.revisedSamplingInterval, mon.revisedQueueSize);
+        UA_MonitoredItemCreateResult_clear(&mut mon);
+        check("CreateMonitoredItems s=Plant.V1", mon_rc)?;
+        println!(
+            "ok subscribe: subscription {sub_id} (publishing interval {revised_pi} ms), item on s=Plant.V1 (sampling interval {revised_si} ms, queue size {revised_qs})"
+        );
+        let start = Instant::now();
+        while start.elapsed() < SUBSCRIBE_FOR {
+            check("run_iterate", UA_Client_run_iterate(c, 20))?;
+        }
+        let secs = SUBSCRIBE_FOR.as_secs_f64();
+        let summary = check_notifications(&(*seen.0).0, rate, secs)?;
+        println!("ok subscription: {summary}");
+        check("DeleteSubscriptions", UA_Client_Subscriptions_deleteSingle(c, sub_id))?;
+        println!("ok delete subscription {sub_id}");
+
+        let setpoint = Node::string(ns, "Plant.Setpoint");
+        check("Write s=Plant.Setpoint 12.5", write_node(c, setpoint.get(), 12.5f64, UA_TYPES_DOUBLE))?;
+        println!("ok write Setpoint 12.5: Good");
+        let rc = write_node(c, setpoint.get(), 1000.0f64, UA_TYPES_DOUBLE);
+        if rc != UA_STATUSCODE_BADOUTOFRANGE {
+            return Err(format!("Write s=Plant.Setpoint 1000: {}, the contract says BadOutOfRange", status_name(rc)));
+        }
+        let back: f64 = read_scalar(c, setpoint.get(), "s=Plant.Setpoint", UA_TYPES_DOUBLE, "Double")?;
+        if back != 12.5 {
+            return Err(format!("Read s=Plant.Setpoint after the refused write: {back}, want 12.5"));
+        }
+        println!("ok write Setpoint 1000: BadOutOfRange (Setpoint still 12.5)");
+
+        let reset = Node::string(ns, "Plant.Reset");
+        let mut out_size = 0usize;
+        let mut out: *mut UA_Variant = std::ptr::null_mut();
+        check("Call s=Plant.Reset", UA_Client_call(c, plant.get(), reset.get(), 0, std::ptr::null(), &mut out_size, &mut out))?;
+        let result = if out_size != 1 || out.is_null() {
+            Err(format!("Call s=Plant.Reset: {out_size} output arguments, the contract says 1"))
+        } else {
+            let v = &*out;
+            if std::ptr::eq(v.type_, data_type(UA_TYPES_UINT64)) && !v.data.is_null() && v.arrayLength == 0 {
+                Ok(*(v.data as *const u64))
+            } else {
+                Err("Call s=Plant.Reset: the output is not a scalar UInt64".into())
+            }
+        };
+        UA_Array_delete(out as *mut c_void, out_size, data_type(UA_TYPES_VARIANT));
+        println!("ok call Reset: Good, Pushes = {}", result?);
+
+        check("disconnect", UA_Client_disconnect(c))?;
+        println!("ok disconnect");
+        Ok(())
+    }
+}
+
 fn main() {
     let o = Opts::parse();
-    if let Err(e) = run(&o) {
+    let result = if o.plant { run_plant(&o) } else { run(&o) };
+    if let Err(e) = result {
         eprintln!("open62541-interop-client: {e}");
         std::process::exit(1);
     }
