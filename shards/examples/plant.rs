@@ -13,16 +13,52 @@
 //! * `s=Plant.Pushes`: UInt64, computed at every read: the pushes made so far.
 //! * `s=Plant.Reset()` → `Pushes: UInt64`: returns the pushes made so far, restarts that count
 //!   and raises a BaseEventType event "plant reset" (severity 500) from `Plant`.
+//! * A simulated device on its own thread (`device`) that answers every request 50 ms later:
+//!   `s=Plant.Device` (Double, an asynchronous source: each Read and sample waits for the
+//!   device, which answers the device's current value) and `s=Plant.DeviceSetpoint` (Double,
+//!   writable through an asynchronous write hook: the device takes the value 50 ms later and
+//!   refuses negative ones with Bad_OutOfRange).
+//! * `s=Plant.Calibrate(Seconds: Double)` → `Seconds: Double`: a slow method run on the
+//!   server's worker pool (it sleeps the given seconds, at most 5) while the shards go on.
+//! * `s=Plant.Burst(Count: UInt32)`: pushes 1, 2, …, Count (at most 100,000) into
+//!   `s=Plant.BurstValue` (Double) back to back from a worker thread, then answers.
 //! * Prints `listening on opc.tcp://HOST:PORT` once accepting; SIGINT/SIGTERM stop it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
+
 use uaring::{
-    objects_folder, ArgDef, BuiltinType, DataValue, EventDef, MethodDef, NodeRef, ObjectDef, Server, StatusCode,
-    Variant, VariableDef,
+    objects_folder, ArgDef, AsyncRead, AsyncWrite, BuiltinType, DataValue, EventDef, MethodDef, NodeRef, ObjectDef,
+    Server, StatusCode, Variant, VariableDef,
 };
+
+/// A request to the simulated device, with the time it was made.
+enum DeviceJob {
+    Read(AsyncRead, Instant),
+    Write(f64, AsyncWrite, Instant),
+}
+
+/// The device: answers each request 50 ms after it was made, in order.
+fn device(jobs: Receiver<DeviceJob>) {
+    let mut current = 0.0;
+    for job in jobs {
+        let made = match &job {
+            DeviceJob::Read(_, t) | DeviceJob::Write(_, _, t) => *t,
+        };
+        std::thread::sleep((made + Duration::from_millis(50)).saturating_duration_since(Instant::now()));
+        match job {
+            DeviceJob::Read(r, _) => r.complete(DataValue { value: Variant::Double(current), source_timestamp: None, ..Default::default() }),
+            DeviceJob::Write(x, w, _) if x < 0.0 => w.complete(StatusCode::BadOutOfRange),
+            DeviceJob::Write(x, w, _) => {
+                current = x;
+                w.complete(StatusCode::Good);
+            }
+        }
+    }
+}
 
 struct Args {
     config: Option<String>,
@@ -118,6 +154,60 @@ fn run(a: Args) -> Result<(), uaring::Error> {
         })
         .output(ArgDef::scalar("Pushes", BuiltinType::UInt64).describe("pushes since the last reset")),
     );
+    let (jobs, device_jobs) = sync_channel::<DeviceJob>(1024);
+    let reads = jobs.clone();
+    b.add_variable(
+        VariableDef::asynchronous(ns.id("Plant.Device"), "Device", BuiltinType::Double, move |r: AsyncRead| {
+            if let Err(TrySendError::Full(DeviceJob::Read(r, _)) | TrySendError::Disconnected(DeviceJob::Read(r, _))) =
+                reads.try_send(DeviceJob::Read(r, Instant::now()))
+            {
+                r.fail(StatusCode::BadResourceUnavailable);
+            }
+        })
+        .component_of(&plant)
+        .timeout_ms(1_000),
+    );
+    b.add_variable(
+        VariableDef::new(ns.id("Plant.DeviceSetpoint"), "DeviceSetpoint", 0.0)
+            .component_of(&plant)
+            .on_write_async(move |w, done| {
+                let Variant::Double(x) = w.value.value else {
+                    return done.complete(StatusCode::BadTypeMismatch);
+                };
+                if let Err(TrySendError::Full(DeviceJob::Write(_, d, _)) | TrySendError::Disconnected(DeviceJob::Write(_, d, _))) =
+                    jobs.try_send(DeviceJob::Write(x, done, Instant::now()))
+                {
+                    d.complete(StatusCode::BadResourceUnavailable);
+                }
+            })
+            .timeout_ms(1_000),
+    );
+    let workers = b.workers()?;
+    b.add_method(
+        MethodDef::on_pool(ns.id("Plant.Calibrate"), "Calibrate", &plant, 10_000, &workers, |call| {
+            let Some(Variant::Double(s)) = call.inputs.first() else { return Err(StatusCode::BadInvalidArgument) };
+            let s = s.clamp(0.0, 5.0);
+            std::thread::sleep(Duration::from_secs_f64(s));
+            Ok(vec![Variant::Double(s)])
+        })
+        .input(ArgDef::scalar("Seconds", BuiltinType::Double))
+        .output(ArgDef::scalar("Seconds", BuiltinType::Double)),
+    );
+    let burst = b.add_variable(VariableDef::new(ns.id("Plant.BurstValue"), "BurstValue", 0.0).component_of(&plant));
+    b.add_method(
+        MethodDef::on_pool(ns.id("Plant.Burst"), "Burst", &plant, 10_000, &workers, move |call| {
+            let Some(Variant::UInt32(n)) = call.inputs.first() else { return Err(StatusCode::BadInvalidArgument) };
+            for k in 1..=(*n).min(100_000) {
+                burst.set(k as f64).map_err(|_| StatusCode::BadInternalError)?;
+            }
+            Ok(vec![])
+        })
+        .input(ArgDef::scalar("Count", BuiltinType::UInt32)),
+    );
+    std::thread::Builder::new()
+        .name("device".into())
+        .spawn(move || device(device_jobs))
+        .map_err(|e| uaring::Error::Start(format!("device thread: {e}")))?;
     let server = b.start()?;
     server.print_listening();
     let rate = a.rate_hz * a.variables as f64;

@@ -46,6 +46,9 @@ pub struct ServerBuilder {
     nodesets: Vec<PathBuf>,
     defs: Vec<Def>,
     events: Events,
+    workers: Option<crate::workers::Workers>,
+    worker_threads: usize,
+    worker_queue: usize,
 }
 
 impl Default for ServerBuilder {
@@ -65,6 +68,9 @@ impl ServerBuilder {
             nodesets: Vec::new(),
             defs: Vec::new(),
             events: Events::default(),
+            workers: None,
+            worker_threads: 2,
+            worker_queue: 64,
         }
     }
 
@@ -201,6 +207,25 @@ impl ServerBuilder {
         self.events.clone()
     }
 
+    /// Threads and queue depth of the worker pool for slow methods (default 2 and 64); set
+    /// before the first [`ServerBuilder::workers`].
+    pub fn worker_threads(mut self, threads: usize, queue_depth: usize) -> Self {
+        self.worker_threads = threads.max(1);
+        self.worker_queue = queue_depth.max(1);
+        self
+    }
+
+    /// The worker pool for [`MethodDef::on_pool`] (started at the first call).
+    pub fn workers(&mut self) -> Result<crate::workers::Workers, Error> {
+        if self.workers.is_none() {
+            let saved = mask_signals();
+            let w = crate::workers::Workers::start(self.worker_threads, self.worker_queue);
+            restore_signals(&saved);
+            self.workers = Some(w.map_err(|e| Error::Start(format!("worker pool: {e}")))?);
+        }
+        self.workers.clone().ok_or(Error::NotStarted)
+    }
+
     /// Adds a Method with its handler.
     pub fn add_method(&mut self, def: MethodDef) {
         self.defs.push(Def::Method(def));
@@ -223,7 +248,7 @@ impl ServerBuilder {
     }
 
     fn start_masked(self) -> Result<ServerHandle, Error> {
-        let ServerBuilder { file, config_path, contract, pki, accept_all_client_certs, nodesets, defs, events } = self;
+        let ServerBuilder { file, config_path, contract, pki, accept_all_client_certs, nodesets, defs, events, .. } = self;
         let mut file = file?;
         file.runtime.validate().map_err(Error::Config)?;
         let listen = resolve_listen(&file.runtime.listen)?;

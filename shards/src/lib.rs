@@ -49,6 +49,7 @@ pub mod uring;
 mod builder;
 mod error;
 mod nodes;
+mod workers;
 
 /// docs/Embedding.md, compiled as doc tests (every example there builds).
 #[cfg(doctest)]
@@ -57,9 +58,10 @@ pub struct EmbeddingGuide;
 
 pub use builder::{EventDef, Events, Server, ServerBuilder, ServerHandle, DEFAULT_CONFIG};
 pub use error::Error;
+pub use workers::Workers;
 pub use nodes::{objects_folder, server_object, set_many, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
 /// What the application's callbacks see and return (core's types).
-pub use uaring_core::address_space::app::{ArgDef, MethodCall, WriteInfo};
+pub use uaring_core::address_space::app::{ArgDef, AsyncCall, AsyncRead, AsyncWrite, MethodCall, WriteInfo};
 pub use uaring_core::{
     BuiltinType, ByteString, DataValue, DateTime, ExtensionObject, Guid, Identifier, LocalizedText, NodeId, Now,
     QualifiedName, StatusCode, UaString, Variant,

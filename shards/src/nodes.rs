@@ -8,7 +8,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use uaring_core::address_space::app::{AppMethod, ArgDef, MethodCall, ReadFn, WriteHook, WriteInfo};
+use uaring_core::address_space::app::{
+    AppMethod, ArgDef, AsyncCall, AsyncRead, AsyncSource, AsyncWrite, AsyncWriteHook, MethodCall, MethodHandler, ReadFn,
+    WriteHook, WriteInfo,
+};
 use uaring_core::address_space::build::ns1::{folder, make_variable};
 use uaring_core::address_space::{
     access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell, ValueSource,
@@ -128,7 +131,18 @@ enum Source {
     Stored(DataValue),
     /// Computed on the shard at every Read and sample.
     Computed(ReadFn),
+    /// Asked of the application, answered later from any thread.
+    Async { read: uaring_core::address_space::app::AsyncReadFn, max_in_flight: u32, timeout_ms: u32 },
 }
+
+/// Timeout of an asynchronous operation unless set, ms.
+pub const DEFAULT_ASYNC_TIMEOUT_MS: u32 = 5_000;
+/// Operations of one asynchronous source out at once unless set.
+pub const DEFAULT_MAX_IN_FLIGHT: u32 = 64;
+
+/// Read callbacks run, and their time on the shards (the metrics endpoint reports both).
+pub(crate) static READ_CALLBACK_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(crate) static READ_CALLBACK_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A Variable (or Property) to add.
 pub struct VariableDef {
@@ -145,6 +159,7 @@ pub struct VariableDef {
     description: String,
     property: bool,
     on_write: Option<WriteHook>,
+    on_write_async: Option<AsyncWriteHook>,
 }
 
 impl VariableDef {
@@ -166,7 +181,60 @@ impl VariableDef {
             description: String::new(),
             property: false,
             on_write: None,
+            on_write_async: None,
         }
+    }
+
+    /// A Variable whose value a device (or anything slow) gives: every Read and every sample
+    /// is handed to `read` on the shard with an [`AsyncRead`], which the application
+    /// completes later from any thread (`read` itself must return at once: send the request
+    /// to your I/O thread). The Read is answered when it completes; other requests of the
+    /// shard are served meanwhile. At most [`VariableDef::max_in_flight`] are out at once
+    /// (one more is BadTooManyOperations, a sample is skipped); one not answered within
+    /// [`VariableDef::timeout_ms`] is BadTimeout.
+    pub fn asynchronous(
+        id: NodeRef,
+        name: &str,
+        data_type: BuiltinType,
+        read: impl Fn(AsyncRead) + Send + Sync + 'static,
+    ) -> VariableDef {
+        let mut v = VariableDef::new(id, name, Variant::Empty);
+        v.data_type = Some(NodeRef::ns0(data_type as u32));
+        v.source = Source::Async { read: Arc::new(read), max_in_flight: DEFAULT_MAX_IN_FLIGHT, timeout_ms: DEFAULT_ASYNC_TIMEOUT_MS };
+        v
+    }
+
+    /// Most operations of an asynchronous source out at once (default 64).
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        if let Source::Async { max_in_flight, .. } = &mut self.source {
+            *max_in_flight = n.max(1);
+        }
+        if let Some(h) = &mut self.on_write_async {
+            let _ = h;
+        }
+        self
+    }
+
+    /// The timeout of an asynchronous read or write, ms (default 5,000).
+    pub fn timeout_ms(mut self, ms: u32) -> Self {
+        if let Source::Async { timeout_ms, .. } = &mut self.source {
+            *timeout_ms = ms.max(1);
+        }
+        if let Some(h) = &mut self.on_write_async {
+            h.timeout_ms = ms.max(1);
+        }
+        self
+    }
+
+    /// Called on the shard for every client Write of the value with an [`AsyncWrite`] the
+    /// application completes later from any thread (forward the value to the device, then
+    /// answer): `Good` stores the value (for a stored Variable) and answers Good, anything
+    /// else is the operation's result; no answer within the timeout is BadTimeout.
+    /// Implies [`VariableDef::writable`].
+    pub fn on_write_async(mut self, start: impl Fn(&WriteInfo<'_>, AsyncWrite) + Send + Sync + 'static) -> Self {
+        self.on_write_async = Some(AsyncWriteHook { start: Arc::new(start), timeout_ms: DEFAULT_ASYNC_TIMEOUT_MS });
+        self.writable = true;
+        self
     }
 
     /// A Variable whose value `read` computes on the shard at every Read and sample (it must
@@ -180,7 +248,13 @@ impl VariableDef {
     ) -> VariableDef {
         let mut v = VariableDef::new(id, name, Variant::Empty);
         v.data_type = Some(NodeRef::ns0(data_type as u32));
-        v.source = Source::Computed(Arc::new(read));
+        v.source = Source::Computed(Arc::new(move |now| {
+            let t = std::time::Instant::now();
+            let dv = read(now);
+            READ_CALLBACK_NS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            READ_CALLBACK_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            dv
+        }));
         v
     }
 
@@ -245,7 +319,7 @@ impl VariableDef {
         self
     }
 
-    fn build(self, b: &mut AddressSpaceBuilder) -> Result<(NodeId, Option<WriteHook>), Error> {
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<(NodeId, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
         let node_id = self.id.resolve(b)?;
         let browse_name = QualifiedName::new(node_id.namespace, &self.name);
         let (value, initial_type, initial_rank) = match self.source {
@@ -257,7 +331,14 @@ impl VariableDef {
                 let rank = dv.value.value_rank();
                 (Some(dv), t, rank)
             }
-            Source::Computed(f) => {
+            source @ (Source::Computed(_) | Source::Async { .. }) => {
+                let value_source = match source {
+                    Source::Computed(f) => ValueSource::Computed(f),
+                    Source::Async { read, max_in_flight, timeout_ms } => {
+                        ValueSource::Async(AsyncSource::new(read, max_in_flight, timeout_ms))
+                    }
+                    Source::Stored(_) => unreachable_stored(),
+                };
                 let rank = self.value_rank.unwrap_or(-1);
                 let dt = match &self.data_type {
                     Some(d) => d.resolve(b)?,
@@ -273,14 +354,14 @@ impl VariableDef {
                     dt,
                     rank,
                     self.array_dimensions,
-                    ValueSource::Computed(f),
+                    value_source,
                     access(self.writable),
                     self.minimum_sampling_interval_ms,
                     parent,
                 );
                 finish_variable(&mut node, self.property, &self.description, self.historizing);
                 b.add(node).map_err(Error::AddressSpace)?;
-                return Ok((node_id, self.on_write));
+                return Ok((node_id, self.on_write, self.on_write_async));
             }
         };
         let value = value.unwrap_or_default();
@@ -312,8 +393,13 @@ impl VariableDef {
         );
         finish_variable(&mut node, self.property, &self.description, self.historizing);
         b.add(node).map_err(Error::AddressSpace)?;
-        Ok((node_id, self.on_write))
+        Ok((node_id, self.on_write, self.on_write_async))
     }
+}
+
+/// The arm above matched only the non-stored sources.
+fn unreachable_stored() -> ValueSource {
+    ValueSource::Cell(ValueCell::new(DataValue::default(), None))
 }
 
 fn access(writable: bool) -> u8 {
@@ -451,7 +537,7 @@ pub struct MethodDef {
     inputs: Vec<ArgDef>,
     outputs: Vec<ArgDef>,
     needs_write: bool,
-    handler: uaring_core::address_space::app::MethodFn,
+    handler: MethodHandler,
 }
 
 impl MethodDef {
@@ -472,8 +558,42 @@ impl MethodDef {
             inputs: Vec::new(),
             outputs: Vec::new(),
             needs_write: true,
-            handler: Arc::new(handler),
+            handler: MethodHandler::Quick(Arc::new(handler)),
         }
+    }
+
+    /// A method the application answers later: `start` runs on the shard with an
+    /// [`AsyncCall`] (arguments already checked) and must return at once; complete the call
+    /// from any thread. No answer within `timeout_ms` is BadTimeout.
+    pub fn deferred(id: NodeRef, name: &str, parent: &NodeRef, timeout_ms: u32, start: impl Fn(AsyncCall) + Send + Sync + 'static) -> MethodDef {
+        let mut m = MethodDef::new(id, name, parent, |_| Err(StatusCode::BadInternalError));
+        m.handler = MethodHandler::Deferred { start: Arc::new(start), timeout_ms: timeout_ms.max(1) };
+        m
+    }
+
+    /// A slow method: `handler` runs on the server's bounded worker pool
+    /// ([`crate::ServerBuilder::worker_threads`]), never on a shard; the Call is answered
+    /// when it returns (BadTimeout after `timeout_ms`; BadTooManyOperations when the pool's
+    /// queue is full).
+    pub fn on_pool(
+        id: NodeRef,
+        name: &str,
+        parent: &NodeRef,
+        timeout_ms: u32,
+        pool: &crate::workers::Workers,
+        handler: impl Fn(&AsyncCall) -> Result<Vec<Variant>, StatusCode> + Send + Sync + 'static,
+    ) -> MethodDef {
+        let handler = Arc::new(handler);
+        let pool = pool.clone();
+        MethodDef::deferred(id, name, parent, timeout_ms, move |call: AsyncCall| {
+            let h = handler.clone();
+            if let Err(call) = pool.submit(call, move |c: AsyncCall| {
+                let r = h(&c);
+                c.complete(r);
+            }) {
+                call.complete(Err(StatusCode::BadTooManyOperations));
+            }
+        })
     }
 
     /// Adds an input argument.
@@ -575,9 +695,12 @@ impl Def {
                 o.build(b)?;
             }
             Def::Variable(v, binding) => {
-                let (id, hook) = v.build(b)?;
+                let (id, hook, async_hook) = v.build(b)?;
                 if let Some(h) = hook {
                     b.set_write_hook(id.clone(), h);
+                }
+                if let Some(h) = async_hook {
+                    b.set_async_write_hook(id.clone(), h);
                 }
                 bound.push((binding, id));
             }

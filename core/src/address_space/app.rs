@@ -109,6 +109,16 @@ pub struct MethodCall<'a> {
 /// Runs a method: the output arguments (in declaration order) or the call's status.
 pub type MethodFn = Arc<dyn Fn(&MethodCall<'_>) -> Result<Vec<Variant>, StatusCode> + Send + Sync>;
 
+/// How a method runs.
+#[derive(Clone)]
+pub enum MethodHandler {
+    /// On the shard, answered at once.
+    Quick(MethodFn),
+    /// Handed to the application (or a worker pool) and answered later, within `timeout_ms`
+    /// (else BadTimeout).
+    Deferred { start: AsyncMethodFn, timeout_ms: u32 },
+}
+
 /// An application method: its declaration and its handler.
 #[derive(Clone)]
 pub struct AppMethod {
@@ -116,7 +126,7 @@ pub struct AppMethod {
     pub outputs: Vec<ArgDef>,
     /// A read-only user may not call it (BadUserAccessDenied).
     pub needs_write: bool,
-    pub handler: MethodFn,
+    pub handler: MethodHandler,
 }
 
 impl std::fmt::Debug for AppMethod {
@@ -132,6 +142,8 @@ pub struct AppHooks {
     pub(crate) write_hooks: rustc_hash::FxHashMap<u32, WriteHook>,
     /// Methods by method NodeId.
     pub(crate) methods: std::collections::HashMap<NodeId, AppMethod>,
+    /// Asynchronous write hooks by node index.
+    pub(crate) async_write_hooks: rustc_hash::FxHashMap<u32, AsyncWriteHook>,
 }
 
 impl std::fmt::Debug for AppHooks {
@@ -142,3 +154,205 @@ impl std::fmt::Debug for AppHooks {
             .finish()
     }
 }
+
+// ---- asynchronous sources, writes and methods ----------------------------------------
+
+/// Where a completion goes: an operation of a deferred request, or a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Operation `op` of the deferred request in `slot` (of that `generation`).
+    Request { slot: u32, generation: u32, op: u32 },
+    /// A sample of the subscription engine's source `source` (of that `generation`).
+    Sample { source: u32, generation: u32 },
+}
+
+/// What the application answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A value (Read, sampling).
+    Value(DataValue),
+    /// A status (Write; or a failed Read or Call).
+    Status(StatusCode),
+    /// Output arguments (Call).
+    Outputs(Vec<Variant>),
+}
+
+/// One completion on its way to its shard.
+#[derive(Clone, Debug)]
+pub struct Completion {
+    pub target: Target,
+    pub outcome: Outcome,
+}
+
+/// The application's side of one asynchronous operation: completed once, from any thread.
+/// Dropped without an answer, it answers BadInternalError (the request is never left
+/// waiting for its timeout because a handle was lost).
+pub(crate) struct Reply {
+    hub: Arc<super::ChangeHub>,
+    shard: usize,
+    target: Target,
+    source: Option<Arc<AsyncSource>>,
+    sent: bool,
+}
+
+impl Reply {
+    pub(crate) fn new(hub: Arc<super::ChangeHub>, shard: usize, target: Target, source: Option<Arc<AsyncSource>>) -> Reply {
+        Reply { hub, shard, target, source, sent: false }
+    }
+
+    fn send(&mut self, outcome: Outcome) {
+        if self.sent {
+            return;
+        }
+        self.sent = true;
+        if let Some(s) = &self.source {
+            s.in_flight.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        self.hub.complete(self.shard, Completion { target: self.target, outcome });
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        self.send(Outcome::Status(StatusCode::BadInternalError));
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply").field("shard", &self.shard).field("target", &self.target).finish()
+    }
+}
+
+/// A Read or a sample the application answers later ([`AsyncSource`]).
+#[derive(Debug)]
+pub struct AsyncRead {
+    pub node_id: NodeId,
+    reply: Reply,
+}
+
+impl AsyncRead {
+    pub(crate) fn new(node_id: NodeId, reply: Reply) -> AsyncRead {
+        AsyncRead { node_id, reply }
+    }
+
+    /// Answers with the value (its SourceTimestamp as the device gave it).
+    pub fn complete(mut self, value: DataValue) {
+        self.reply.send(Outcome::Value(value));
+    }
+
+    /// Answers with a bad status (e.g. BadCommunicationError when the device is gone).
+    pub fn fail(mut self, status: StatusCode) {
+        self.reply.send(Outcome::Status(status));
+    }
+}
+
+/// A client's Write the application answers later ([`AsyncWriteFn`]): `Good` stores the
+/// value (when the Variable stores values) and answers Good; anything else is the result.
+#[derive(Debug)]
+pub struct AsyncWrite {
+    reply: Reply,
+}
+
+impl AsyncWrite {
+    pub(crate) fn new(reply: Reply) -> AsyncWrite {
+        AsyncWrite { reply }
+    }
+
+    /// Answers the Write operation.
+    pub fn complete(mut self, status: StatusCode) {
+        self.reply.send(Outcome::Status(status));
+    }
+}
+
+/// A method call the application answers later ([`AsyncMethodFn`]).
+#[derive(Debug)]
+pub struct AsyncCall {
+    pub object_id: NodeId,
+    pub method_id: NodeId,
+    pub inputs: Vec<Variant>,
+    pub user: String,
+    reply: Reply,
+}
+
+impl AsyncCall {
+    pub(crate) fn new(object_id: NodeId, method_id: NodeId, inputs: Vec<Variant>, user: String, reply: Reply) -> AsyncCall {
+        AsyncCall { object_id, method_id, inputs, user, reply }
+    }
+
+    /// Answers with the output arguments, or a status.
+    pub fn complete(mut self, result: Result<Vec<Variant>, StatusCode>) {
+        let outcome = match result {
+            Ok(out) => Outcome::Outputs(out),
+            Err(s) => Outcome::Status(s),
+        };
+        self.reply.send(outcome);
+    }
+}
+
+/// Starts an asynchronous read; must return at once (hand the request to a thread).
+pub type AsyncReadFn = Arc<dyn Fn(AsyncRead) + Send + Sync>;
+/// Starts an asynchronous write; must return at once.
+pub type AsyncWriteFn = Arc<dyn Fn(&WriteInfo<'_>, AsyncWrite) + Send + Sync>;
+/// Starts an asynchronous method call; must return at once.
+pub type AsyncMethodFn = Arc<dyn Fn(AsyncCall) + Send + Sync>;
+
+/// A value source that answers later: every Read and every sample of its Variable is handed
+/// to `read` on the shard and completed from any thread. At most `max_in_flight` operations
+/// are out at once (one more is answered BadTooManyOperations, a sample is skipped); an
+/// operation not answered within `timeout_ms` is answered BadTimeout (the late answer is
+/// dropped).
+pub struct AsyncSource {
+    pub(crate) read: AsyncReadFn,
+    pub(crate) max_in_flight: u32,
+    pub(crate) timeout_ms: u32,
+    pub(crate) in_flight: std::sync::atomic::AtomicU32,
+}
+
+impl AsyncSource {
+    pub fn new(read: AsyncReadFn, max_in_flight: u32, timeout_ms: u32) -> Arc<AsyncSource> {
+        Arc::new(AsyncSource { read, max_in_flight: max_in_flight.max(1), timeout_ms: timeout_ms.max(1), in_flight: Default::default() })
+    }
+
+    /// Operations out at the application now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn timeout_ms(&self) -> u32 {
+        self.timeout_ms
+    }
+
+    /// Takes a slot for one more operation; false when `max_in_flight` are out.
+    pub(crate) fn try_acquire(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut cur = self.in_flight.load(Ordering::Acquire);
+        loop {
+            if cur >= self.max_in_flight {
+                return false;
+            }
+            match self.in_flight.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(c) => cur = c,
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for AsyncSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncSource")
+            .field("max_in_flight", &self.max_in_flight)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+/// An asynchronous write hook with its timeout.
+#[derive(Clone)]
+pub struct AsyncWriteHook {
+    pub start: AsyncWriteFn,
+    pub timeout_ms: u32,
+}
+

@@ -92,6 +92,10 @@ struct Inbox {
 struct ShardSlot {
     inbox: OnceLock<Inbox>,
     waker: OnceLock<WakeFn>,
+    /// Answers of the application to this shard's asynchronous operations.
+    completions: OnceLock<ArrayQueue<super::app::Completion>>,
+    /// A wake for completions was sent and the shard has not drained since.
+    completion_wake_pending: AtomicBool,
 }
 
 /// Counters of the change path (per hub, over all shards).
@@ -244,6 +248,50 @@ impl ChangeHub {
             }
         }
         lost
+    }
+
+    /// Opens shard `shard`'s completion inbox with `capacity` entries (once): at least the
+    /// asynchronous operations it lets out at once, so an answer always fits.
+    pub fn open_completions(&self, shard: usize, capacity: usize) {
+        if let Some(s) = self.shards.get(shard) {
+            s.completions.get_or_init(|| ArrayQueue::new(capacity.max(1)));
+        }
+    }
+
+    /// Hands an answer of the application to shard `shard` and wakes it (once until it
+    /// drains). An answer that does not fit (never, while the shard keeps within the
+    /// capacity it opened) is dropped: its operation then times out.
+    pub fn complete(&self, shard: usize, c: super::app::Completion) {
+        let Some(slot) = self.shards.get(shard) else { return };
+        let Some(q) = slot.completions.get() else { return };
+        if q.push(c).is_err() {
+            self.counters.lost.fetch_add(1, Ordering::Relaxed);
+        }
+        if !slot.completion_wake_pending.swap(true, Ordering::AcqRel) {
+            if let Some(wake) = slot.waker.get() {
+                self.counters.wakes.fetch_add(1, Ordering::Relaxed);
+                wake();
+            }
+        }
+    }
+
+    /// Takes shard `shard`'s completions, oldest first.
+    pub fn drain_completions(&self, shard: usize, mut f: impl FnMut(super::app::Completion)) {
+        let Some(slot) = self.shards.get(shard) else { return };
+        let Some(q) = slot.completions.get() else { return };
+        slot.completion_wake_pending.store(false, Ordering::Release);
+        for _ in 0..q.capacity() {
+            match q.pop() {
+                Some(c) => f(c),
+                None => break,
+            }
+        }
+    }
+
+    /// Are completions waiting for shard `shard`?
+    #[inline]
+    pub fn completions_pending(&self, shard: usize) -> bool {
+        self.shards.get(shard).and_then(|s| s.completions.get()).is_some_and(|q| !q.is_empty())
     }
 
     /// Should shard `shard` drain now (its inbox a quarter full, or changes lost)?

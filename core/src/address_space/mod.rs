@@ -152,6 +152,9 @@ pub enum ValueSource {
     /// Computed by the application at every Read and sample, on the shard ([`app::ReadFn`]).
     /// Writable only through a write hook.
     Computed(app::ReadFn),
+    /// Answered later by the application from any thread ([`app::AsyncSource`]): a Read is
+    /// deferred until it answers, a sample is taken when it answers.
+    Async(std::sync::Arc<app::AsyncSource>),
 }
 
 impl std::fmt::Debug for ValueSource {
@@ -160,6 +163,7 @@ impl std::fmt::Debug for ValueSource {
             ValueSource::Cell(c) => c.fmt(f),
             ValueSource::Dynamic(d) => d.fmt(f),
             ValueSource::Computed(_) => f.write_str("Computed"),
+            ValueSource::Async(a) => a.fmt(f),
         }
     }
 }
@@ -240,6 +244,8 @@ pub struct AddressSpace {
     changes: std::sync::Arc<ChangeHub>,
     /// The application's write hooks and methods ([`app`]).
     hooks: app::AppHooks,
+    /// Some node answers asynchronously ([`AddressSpace::has_async`]).
+    has_async: bool,
 }
 
 /// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
@@ -389,6 +395,7 @@ impl AddressSpace {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
                 ValueSource::Computed(f) => f(now),
+                ValueSource::Async(_) => DataValue::status(crate::types::StatusCode::BadWaitingForInitialData),
             }),
             _ => None,
         }
@@ -424,6 +431,31 @@ impl AddressSpace {
             return None;
         }
         self.hooks.write_hooks.get(&node_index)
+    }
+
+    /// The application's asynchronous write hook of the node at `node_index`.
+    #[inline]
+    pub fn async_write_hook(&self, node_index: u32) -> Option<&app::AsyncWriteHook> {
+        if self.hooks.async_write_hooks.is_empty() {
+            return None;
+        }
+        self.hooks.async_write_hooks.get(&node_index)
+    }
+
+    /// Does any node answer asynchronously (a source, a write hook or a method)? When not,
+    /// Read, Write and Call never look for one.
+    #[inline]
+    pub fn has_async(&self) -> bool {
+        self.has_async
+    }
+
+    /// The asynchronous source of the Variable at `node_index`.
+    #[inline]
+    pub fn async_source(&self, node_index: u32) -> Option<&std::sync::Arc<app::AsyncSource>> {
+        match &self.node_at(node_index)?.attributes {
+            ClassAttributes::Variable(VariableAttributes { value: ValueSource::Async(a), .. }) => Some(a),
+            _ => None,
+        }
     }
 
     /// The application method with this NodeId.

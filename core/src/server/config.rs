@@ -216,6 +216,10 @@ pub struct OperationLimits {
     pub max_byte_string_length: u32,
     /// Fastest sampling interval the server supports, milliseconds (> 0).
     pub min_supported_sample_rate_ms: f64,
+    /// Operations handed to the application that one shard waits for at once (asynchronous
+    /// reads, samples, writes and method calls); one more is answered BadTooManyOperations
+    /// (a sample is skipped). Bounds the shard's completion inbox (allocated at the first).
+    pub max_async_operations_per_shard: u32,
 }
 
 impl Default for OperationLimits {
@@ -233,6 +237,7 @@ impl Default for OperationLimits {
             max_string_length: 16 * 1024 * 1024,
             max_byte_string_length: 16 * 1024 * 1024,
             min_supported_sample_rate_ms: 1.0,
+            max_async_operations_per_shard: 10_000,
         }
     }
 }
@@ -276,6 +281,7 @@ impl OperationLimits {
             ("max_array_length", self.max_array_length),
             ("max_string_length", self.max_string_length),
             ("max_byte_string_length", self.max_byte_string_length),
+            ("max_async_operations_per_shard", self.max_async_operations_per_shard),
         ];
         for (name, v) in counts {
             if v == 0 {

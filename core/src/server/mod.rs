@@ -4,6 +4,7 @@
 pub mod config;
 pub mod connection;
 pub mod context;
+pub mod deferred;
 pub mod recycle;
 pub mod handshake;
 pub mod shard;

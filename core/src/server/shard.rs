@@ -399,6 +399,8 @@ pub struct ShardState {
     /// The Demo event generator and alarm schedule: shard 0 only (events reach every shard
     /// through the shared bus).
     demo_events: Option<crate::events::demo::DemoEventGenerator>,
+    /// Requests waiting for the application (asynchronous sources, writes, methods).
+    deferrals: crate::server::deferred::Deferrals,
     /// Spare Read/Write request and response memory (bounded; see the module).
     pub(crate) recycler: Recycler,
     /// Nonces, tokens, session ids, continuation points (see the module docs).
@@ -446,10 +448,17 @@ impl ShardState {
             live_sessions: 0,
             max_sessions,
             deadlines: BinaryHeap::with_capacity(2 * max_sessions + 1),
-            subscriptions: SubscriptionEngine::new(
-                shared.config.subscriptions.clone(),
-                shard_index,
-                shared.address_space.changes().clone(),
+            subscriptions: {
+                let mut e = SubscriptionEngine::new(
+                    shared.config.subscriptions.clone(),
+                    shard_index,
+                    shared.address_space.changes().clone(),
+                );
+                e.set_async_samples_max(shared.config.operation_limits.max_async_operations_per_shard as usize);
+                e
+            },
+            deferrals: crate::server::deferred::Deferrals::new(
+                shared.config.operation_limits.max_async_operations_per_shard as usize,
             ),
             demo_events: (shard_index == 0).then(|| {
                 let start = Now::new(shared.start_mono_ns, shared.start_time);
@@ -719,6 +728,19 @@ impl ShardState {
     /// The earliest monotonic time (ns) at which [`ShardState::on_timer`] has work; it may
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.shared.address_space.has_async() {
+            if self.shared.address_space.changes().completions_pending(self.shard_index) {
+                return Some(0);
+            }
+            if let Some(d) = self.deferrals.next_deadline() {
+                let rest = self.next_deadline_sync();
+                return Some(rest.map_or(d, |r| r.min(d)));
+            }
+        }
+        self.next_deadline_sync()
+    }
+
+    fn next_deadline_sync(&self) -> Option<u64> {
         let s = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
         let g = self.demo_events.as_ref().and_then(|g| g.next_deadline());
         [s, self.subscriptions.next_deadline(), g].into_iter().flatten().min()
@@ -740,6 +762,43 @@ impl ShardState {
         self.subscriptions.take_ready_channels(into);
     }
 
+    /// Takes the application's answers to this shard's asynchronous operations, times out
+    /// the overdue ones, and sends the deferred responses that are complete.
+    fn on_async(&mut self, now: Now) {
+        let shared = Arc::clone(&self.shared);
+        let space = &shared.address_space;
+        let mut finished = Vec::new();
+        let mut samples = Vec::new();
+        let deferrals = &mut self.deferrals;
+        space.changes().drain_completions(self.shard_index, |c| match c.target {
+            crate::address_space::app::Target::Request { slot, generation, op } => {
+                if let Some(f) = deferrals.settle(space, slot, generation, op, c.outcome, now) {
+                    finished.push(f);
+                }
+            }
+            crate::address_space::app::Target::Sample { source, generation } => samples.push((source, generation, c.outcome)),
+        });
+        deferrals.expire(space, now, &mut finished);
+        for mut f in finished {
+            f.response.response_header_mut().timestamp = now.utc;
+            self.subscriptions.emit_response(f.channel_id, f.request_id, f.response);
+        }
+        for (source, generation, outcome) in samples {
+            self.subscriptions.on_sample_done(source, generation, outcome, now);
+        }
+    }
+
+    /// What a service needs to defer a request: the table, the shared state, this shard's
+    /// index (for the reply handles).
+    pub fn deferred_parts(&mut self) -> (&mut crate::server::deferred::Deferrals, &Arc<ServerShared>, usize) {
+        (&mut self.deferrals, &self.shared, self.shard_index)
+    }
+
+    /// Requests waiting for the application now.
+    pub fn deferred_requests(&self) -> usize {
+        self.deferrals.requests()
+    }
+
     /// Sets the hook that wakes this shard's loop from another thread (the change path
     /// wakes a sleeping shard whose inbox fills up).
     pub fn set_waker(&self, wake: crate::address_space::change::WakeFn) {
@@ -748,6 +807,9 @@ impl ShardState {
 
     /// Runs due timers: session timeouts, sampling and publishing cycles.
     pub fn on_timer(&mut self, now: Now) {
+        if self.shared.address_space.has_async() {
+            self.on_async(now);
+        }
         if let Some(g) = self.demo_events.as_mut() {
             if g.next_deadline().is_some_and(|d| d <= now.mono_ns) {
                 let bus = &self.shared.events.bus;

@@ -95,6 +95,184 @@ pub fn write_into(shared: &ServerShared, req: &WriteRequest, now: Now, mut spare
     Response::Write(spare)
 }
 
+/// Does this Read touch a Variable with an asynchronous source (its Value)?
+pub fn reads_async(space: &AddressSpace, req: &ReadRequest) -> bool {
+    req.nodes_to_read.iter().any(|rv| {
+        rv.attribute_id == attr::VALUE && space.node_index(&rv.node_id).is_some_and(|i| space.async_source(i).is_some())
+    })
+}
+
+/// A Read with operations answered by asynchronous sources: the other operations are read
+/// now, the asynchronous ones handed to their sources, and the response sent when the last
+/// one is settled (`None`: deferred, through the shard's outbox for `channel_id`).
+/// `mask` adjusts the results read now to the user's rights (UserAccessLevel,
+/// UserExecutable) as the synchronous Read does.
+pub fn read_deferred(
+    shard: &mut crate::server::shard::ShardState,
+    channel_id: u32,
+    request_id: u32,
+    req: &ReadRequest,
+    mask: &dyn Fn(&mut Response),
+    now: Now,
+) -> Option<Response> {
+    use crate::address_space::app::{AsyncRead, Outcome, Reply, Target};
+    use crate::server::deferred::{PendingKind, ReadOp};
+    let handle = req.request_header.request_handle;
+    let shared = std::sync::Arc::clone(shard.shared());
+    let limits = &shared.config.operation_limits;
+    let ts = match check_read_request(limits, req.nodes_to_read.len(), req.max_age, req.timestamps_to_return.0) {
+        Ok(t) => t,
+        Err(s) => return Some(fault(handle, s, now)),
+    };
+    let space = &shared.address_space;
+    let mut results = Vec::with_capacity(req.nodes_to_read.len());
+    let mut ops = Vec::new();
+    let mut starts = Vec::new();
+    for (i, rv) in req.nodes_to_read.iter().enumerate() {
+        let source = (rv.attribute_id == attr::VALUE)
+            .then(|| space.node_index(&rv.node_id))
+            .flatten()
+            .and_then(|ix| Some((space.node_at(ix)?, space.async_source(ix)?.clone())));
+        let Some((node, source)) = source else {
+            results.push(read_attribute(space, &rv.node_id, rv.attribute_id, rv.index_range.as_str(), &rv.data_encoding, ts, now));
+            continue;
+        };
+        let readable = node.as_variable().map_or(StatusCode::BadNotReadable, |v| {
+            if v.access_level & access_level::CURRENT_READ == 0 {
+                StatusCode::BadNotReadable
+            } else if v.user_access_level & access_level::CURRENT_READ == 0 {
+                StatusCode::BadUserAccessDenied
+            } else {
+                StatusCode::Good
+            }
+        });
+        if readable.is_bad() {
+            results.push(bad(readable));
+            continue;
+        }
+        let range = match NumericRange::parse(rv.index_range.as_str()) {
+            Ok(r) => r,
+            Err(e) => {
+                results.push(bad(e));
+                continue;
+            }
+        };
+        results.push(DataValue::default());
+        ops.push(ReadOp { result: i as u32, range, encoding: rv.data_encoding.clone() });
+        starts.push((source, rv.node_id.clone()));
+    }
+    let mut response = Response::Read(Box::new(ReadResponse {
+        response_header: header(handle, StatusCode::Good, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    }));
+    mask(&mut response);
+    let Response::Read(mut response) = response else { return Some(fault(handle, StatusCode::BadInternalError, now)) };
+    if ops.is_empty() {
+        return Some(Response::Read(response));
+    }
+    let max = shared.config.operation_limits.max_async_operations_per_shard as usize;
+    let (deferrals, _, shard_index) = shard.deferred_parts();
+    if deferrals.room() < ops.len() {
+        for o in &ops {
+            if let Some(r) = response.results.get_mut(o.result as usize) {
+                *r = bad(StatusCode::BadTooManyOperations);
+            }
+        }
+        return Some(Response::Read(response));
+    }
+    let hub = space.changes();
+    hub.open_completions(shard_index, 2 * max);
+    let deadlines = starts.iter().map(|(s, _)| now.deadline_after_ms(s.timeout_ms() as f64)).collect();
+    let (slot, generation) = deferrals.open(channel_id, request_id, PendingKind::Read { response, timestamps: ts, ops }, deadlines);
+    let mut finished = None;
+    for (op, (source, node_id)) in starts.into_iter().enumerate() {
+        let op = op as u32;
+        if !source.try_acquire() {
+            finished = deferrals.settle(space, slot, generation, op, Outcome::Status(StatusCode::BadTooManyOperations), now).or(finished);
+            continue;
+        }
+        let reply = Reply::new(hub.clone(), shard_index, Target::Request { slot, generation, op }, Some(source.clone()));
+        (source.read)(AsyncRead::new(node_id, reply));
+    }
+    finished.map(|f| f.response)
+}
+
+/// Does this Write touch a Variable with an asynchronous write hook?
+pub fn writes_async(space: &AddressSpace, req: &WriteRequest) -> bool {
+    req.nodes_to_write.iter().any(|w| {
+        w.attribute_id == attr::VALUE && space.node_index(&w.node_id).is_some_and(|i| space.async_write_hook(i).is_some())
+    })
+}
+
+/// A Write with operations answered by asynchronous write hooks (a user with write
+/// access): the others are written now, each asynchronous one checked as usual and handed
+/// to its hook, stored when the hook answers Good. `None`: deferred.
+pub fn write_deferred(
+    shard: &mut crate::server::shard::ShardState,
+    channel_id: u32,
+    request_id: u32,
+    req: &WriteRequest,
+    now: Now,
+) -> Option<Response> {
+    use crate::address_space::app::{AsyncWrite, Reply, Target, WriteInfo};
+    use crate::server::deferred::{PendingKind, WriteOp};
+    let handle = req.request_header.request_handle;
+    let shared = std::sync::Arc::clone(shard.shared());
+    let limits = &shared.config.operation_limits;
+    if let Err(s) = check_write_request(limits, req.nodes_to_write.len()) {
+        return Some(fault(handle, s, now));
+    }
+    let space = &shared.address_space;
+    let mut results = Vec::with_capacity(req.nodes_to_write.len());
+    let mut ops = Vec::new();
+    let mut hooks = Vec::new();
+    for (i, w) in req.nodes_to_write.iter().enumerate() {
+        let hook = (w.attribute_id == attr::VALUE)
+            .then(|| space.node_index(&w.node_id))
+            .flatten()
+            .and_then(|ix| space.async_write_hook(ix).cloned());
+        let Some(hook) = hook else {
+            results.push(write_attribute(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now));
+            continue;
+        };
+        match prepare_write(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now) {
+            Err(s) => results.push(s),
+            Ok(p) => {
+                results.push(StatusCode::Good);
+                hooks.push((hook, i));
+                ops.push(WriteOp { result: i as u32, prepared: p });
+            }
+        }
+    }
+    let mut response = Box::new(WriteResponse { response_header: header(handle, StatusCode::Good, now), results, diagnostic_infos: Vec::new() });
+    if ops.is_empty() {
+        return Some(Response::Write(response));
+    }
+    let max = shared.config.operation_limits.max_async_operations_per_shard as usize;
+    let (deferrals, _, shard_index) = shard.deferred_parts();
+    if deferrals.room() < ops.len() {
+        for o in &ops {
+            if let Some(r) = response.results.get_mut(o.result as usize) {
+                *r = StatusCode::BadTooManyOperations;
+            }
+        }
+        return Some(Response::Write(response));
+    }
+    let hub = space.changes();
+    hub.open_completions(shard_index, 2 * max);
+    let deadlines = hooks.iter().map(|(h, _)| now.deadline_after_ms(h.timeout_ms as f64)).collect();
+    let infos: Vec<DataValue> = ops.iter().map(|o| o.prepared.stored.clone()).collect();
+    let (slot, generation) = deferrals.open(channel_id, request_id, PendingKind::Write { response, ops }, deadlines);
+    for (op, ((hook, i), stored)) in hooks.into_iter().zip(infos).enumerate() {
+        let Some(w) = req.nodes_to_write.get(i) else { continue };
+        let reply = Reply::new(hub.clone(), shard_index, Target::Request { slot, generation, op: op as u32 }, None);
+        let info = WriteInfo { node_id: &w.node_id, value: &stored, index_range: w.index_range.as_str(), now };
+        (hook.start)(&info, AsyncWrite::new(reply));
+    }
+    None
+}
+
 /// Attribute ids (Part 6 AttributeIds.csv).
 pub mod attr {
     pub const NODE_ID: u32 = 1;
@@ -146,10 +324,10 @@ impl Timestamps {
             _ => return None,
         })
     }
-    fn source(self) -> bool {
+    pub fn source(self) -> bool {
         matches!(self, Timestamps::Source | Timestamps::Both)
     }
-    fn server(self) -> bool {
+    pub fn server(self) -> bool {
         matches!(self, Timestamps::Server | Timestamps::Both)
     }
 }
@@ -389,6 +567,9 @@ pub fn read_attribute(
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
                 ValueSource::Computed(f) => f(now),
+                // Answered later: the Read service defers it; other callers (a new monitored
+                // item's first value) get this until the source answers.
+                ValueSource::Async(_) => return bad(StatusCode::BadWaitingForInitialData),
             }
         }
         ClassAttributes::VariableType(v) => DataValue::new(v.value.clone()),
@@ -522,93 +703,148 @@ pub fn write_attribute(
     value: &DataValue,
     now: Now,
 ) -> StatusCode {
-    let Some(node_index) = space.node_index(node_id) else {
-        return StatusCode::BadNodeIdUnknown;
+    let p = match prepare_write(space, limits, node_id, attribute_id, index_range, value, now) {
+        Ok(p) => p,
+        Err(s) => return s,
     };
-    let Some(node) = space.node_at(node_index) else {
-        return StatusCode::BadNodeIdUnknown;
-    };
+    if let Some(hook) = space.write_hook(p.node_index) {
+        // The application accepts or rejects the value before it is stored; a Variable
+        // without a stored value (a device behind a read callback) is written by the hook.
+        let info = crate::address_space::app::WriteInfo { node_id, value: &p.stored, index_range, now };
+        if let Err(status) = hook(&info) {
+            return if status.is_bad() { status } else { StatusCode::BadInternalError };
+        }
+    }
+    commit_write(space, &p)
+}
+
+/// A Write operation that passed every check and waits only for the application (a write
+/// hook) before [`commit_write`] stores it.
+#[derive(Debug)]
+pub struct PreparedWrite {
+    pub node_index: u32,
+    /// The value as it will be stored (whole; for an IndexRange write, the written part).
+    pub stored: DataValue,
+    pub range: Option<NumericRange>,
+    /// The Variable stores values (else only its hook takes the write).
+    pub stores: bool,
+}
+
+/// The checks of a Write of one attribute: access, timestamps, type, rank, size. A Variable
+/// with no stored value is writable only through a write hook (sync or async).
+pub fn prepare_write(
+    space: &AddressSpace,
+    limits: &OperationLimits,
+    node_id: &NodeId,
+    attribute_id: u32,
+    index_range: &str,
+    value: &DataValue,
+    now: Now,
+) -> Result<PreparedWrite, StatusCode> {
+    let node_index = space.node_index(node_id).ok_or(StatusCode::BadNodeIdUnknown)?;
+    let node = space.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
     if attribute_id != attr::VALUE {
         // The attribute must exist on the node for BadNotWritable; else it's invalid.
-        return match attribute_value(node, attribute_id) {
+        return Err(match attribute_value(node, attribute_id) {
             Ok(_) => StatusCode::BadNotWritable,
             Err(e) => e,
-        };
+        });
     }
     let var = match &node.attributes {
         ClassAttributes::Variable(v) => v,
-        ClassAttributes::VariableType(_) => return StatusCode::BadNotWritable,
-        _ => return StatusCode::BadAttributeIdInvalid,
+        ClassAttributes::VariableType(_) => return Err(StatusCode::BadNotWritable),
+        _ => return Err(StatusCode::BadAttributeIdInvalid),
     };
     if var.access_level & access_level::CURRENT_WRITE == 0 {
-        return StatusCode::BadNotWritable;
+        return Err(StatusCode::BadNotWritable);
     }
     if var.user_access_level & access_level::CURRENT_WRITE == 0 {
-        return StatusCode::BadUserAccessDenied;
+        return Err(StatusCode::BadUserAccessDenied);
     }
-    let hook = space.write_hook(node_index);
     let stores = matches!(var.value, ValueSource::Cell(_));
-    if !stores && hook.is_none() {
-        return StatusCode::BadNotWritable;
+    if !stores && space.write_hook(node_index).is_none() && space.async_write_hook(node_index).is_none() {
+        return Err(StatusCode::BadNotWritable);
     }
-    let range = match NumericRange::parse(index_range) {
-        Ok(r) => r,
-        Err(e) => return e,
-    };
+    let range = NumericRange::parse(index_range)?;
     if value.server_timestamp.is_some() || value.server_picoseconds.is_some() {
-        return StatusCode::BadWriteNotSupported;
+        return Err(StatusCode::BadWriteNotSupported);
     }
-    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0
-    {
-        return StatusCode::BadWriteNotSupported;
+    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0 {
+        return Err(StatusCode::BadWriteNotSupported);
     }
     if value.source_timestamp.is_some() && var.access_level & access_level::TIMESTAMP_WRITE == 0 {
-        return StatusCode::BadWriteNotSupported;
+        return Err(StatusCode::BadWriteNotSupported);
     }
     if value.value.is_empty() {
-        return StatusCode::BadTypeMismatch;
+        return Err(StatusCode::BadTypeMismatch);
     }
-    if let Err(e) = check_size(limits, &value.value) {
-        return e;
-    }
+    check_size(limits, &value.value)?;
     if !type_fits(space, &value.value, &var.data_type) {
-        return StatusCode::BadTypeMismatch;
+        return Err(StatusCode::BadTypeMismatch);
     }
-    let stored = |v: Variant| DataValue {
-        value: v,
+    if range.is_none() && !rank_fits(var, &value.value) {
+        return Err(StatusCode::BadTypeMismatch);
+    }
+    let stored = DataValue {
+        value: value.value.clone(),
         status: value.status.filter(|s| s.0 != 0),
         source_timestamp: Some(value.source_timestamp.unwrap_or(now.utc)),
         source_picoseconds: value.source_timestamp.and(value.source_picoseconds),
         server_timestamp: None,
         server_picoseconds: None,
     };
-    if range.is_none() && !rank_fits(var, &value.value) {
-        return StatusCode::BadTypeMismatch;
+    Ok(PreparedWrite { node_index, stored, range, stores })
+}
+
+/// Stores a prepared Write (nothing for a Variable without a stored value: its hook took it).
+pub fn commit_write(space: &AddressSpace, p: &PreparedWrite) -> StatusCode {
+    if !p.stores {
+        return StatusCode::Good;
     }
-    if let Some(hook) = hook {
-        // The application accepts or rejects the value before it is stored; a Variable
-        // without a stored value (a device behind a read callback) is written by the hook.
-        let dv = stored(value.value.clone());
-        let info = crate::address_space::app::WriteInfo { node_id, value: &dv, index_range, now };
-        if let Err(status) = hook(&info) {
-            return if status.is_bad() { status } else { StatusCode::BadInternalError };
+    let result = match &p.range {
+        None => space.store_value(p.node_index, p.stored.clone()),
+        Some(r) => space.update_value(p.node_index, |cur| {
+            r.write(&cur.value, &p.stored.value).map(|v| DataValue { value: v, ..p.stored.clone() })
+        }),
+    };
+    match result {
+        Ok(_) => StatusCode::Good,
+        Err(e) => e,
+    }
+}
+
+/// Finishes a value read asynchronously as [`read_attribute`] finishes a stored one: the
+/// DataEncoding check, the IndexRange and the timestamps asked for.
+pub fn finish_async_value(
+    mut dv: DataValue,
+    data_encoding: &QualifiedName,
+    range: Option<&NumericRange>,
+    ts: Timestamps,
+    now: Now,
+) -> DataValue {
+    if dv.status.is_some_and(|s| s.is_bad()) {
+        let mut b = bad(dv.status.unwrap_or(StatusCode::BadInternalError));
+        if ts.server() {
+            b.server_timestamp = Some(now.utc);
         }
-        if !stores {
-            return StatusCode::Good;
+        return b;
+    }
+    if let Err(e) = check_encoding(attr::VALUE, data_encoding, Some(&dv.value)) {
+        return bad(e);
+    }
+    if let Some(r) = range {
+        match r.read(&dv.value) {
+            Ok(v) => dv.value = v,
+            Err(e) => return bad(e),
         }
     }
-    match range {
-        None => {
-            match space.store_value(node_index, stored(value.value.clone())) {
-                Ok(_) => StatusCode::Good,
-                Err(e) => e,
-            }
-        }
-        Some(r) => match space.update_value(node_index, |cur| r.write(&cur.value, &value.value).map(&stored)) {
-            Ok(_) => StatusCode::Good,
-            Err(e) => e,
-        },
+    if !ts.source() {
+        dv.source_timestamp = None;
+        dv.source_picoseconds = None;
     }
+    dv.server_timestamp = ts.server().then_some(now.utc);
+    dv.server_picoseconds = None;
+    dv
 }
 
 /// Does `v` fit the Variable `node` as its Value (not empty; its type fits the DataType,

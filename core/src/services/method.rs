@@ -119,24 +119,80 @@ impl MethodKind {
     }
 }
 
-/// Answers a Call request for the session `key`.
+/// Answers a Call request for the session `key` (deferred methods answer
+/// BadInternalError here: use [`call_deferrable`]).
 pub fn call(shard: &mut ShardState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
+    let handle = req.request_header.request_handle;
+    call_deferrable(shard, key, 0, 0, req, now).unwrap_or_else(|| fault(handle, StatusCode::BadInternalError, now))
+}
+
+/// An application method that answers later, checked and ready to start.
+struct DeferredCall {
+    start: crate::address_space::app::AsyncMethodFn,
+    timeout_ms: u32,
+    inputs: Vec<Variant>,
+    outputs: Vec<crate::address_space::app::ArgDef>,
+    object_id: NodeId,
+    method_id: NodeId,
+}
+
+/// Answers a Call request for the session `key`; `None` when a deferred application method
+/// is among its calls (answered through the shard's outbox for `channel_id` when the last
+/// one is settled).
+pub fn call_deferrable(
+    shard: &mut ShardState,
+    key: SessionKey,
+    channel_id: u32,
+    request_id: u32,
+    req: &CallRequest,
+    now: Now,
+) -> Option<Response> {
+    use crate::address_space::app::{AsyncCall, Reply, Target};
+    use crate::server::deferred::{CallOp, PendingKind};
     let handle = req.request_header.request_handle;
     let n = req.methods_to_call.len();
     if n == 0 {
-        return fault(handle, StatusCode::BadNothingToDo, now);
+        return Some(fault(handle, StatusCode::BadNothingToDo, now));
     }
     if n > shard.shared().config.operation_limits.max_nodes_per_method_call as usize {
-        return fault(handle, StatusCode::BadTooManyOperations, now);
+        return Some(fault(handle, StatusCode::BadTooManyOperations, now));
     }
     let access = session_access(shard, key);
     let user = client_user_id(shard, key);
-    let results = req.methods_to_call.iter().map(|m| call_one(shard, key, access, &user, m, now)).collect();
-    Response::Call(Box::new(CallResponse {
-        response_header: response_header(handle, now),
-        results,
-        diagnostic_infos: Vec::new(),
-    }))
+    let mut later = Vec::new();
+    let mut results = Vec::with_capacity(n);
+    for (i, m) in req.methods_to_call.iter().enumerate() {
+        let mut deferred = None;
+        results.push(call_one(shard, key, access, &user, m, now, &mut deferred));
+        if let Some(d) = deferred {
+            later.push((i, d));
+        }
+    }
+    let mut response = Box::new(CallResponse { response_header: response_header(handle, now), results, diagnostic_infos: Vec::new() });
+    if later.is_empty() {
+        return Some(Response::Call(response));
+    }
+    let shared = std::sync::Arc::clone(shard.shared());
+    let max = shared.config.operation_limits.max_async_operations_per_shard as usize;
+    let (deferrals, _, shard_index) = shard.deferred_parts();
+    if deferrals.room() < later.len() {
+        for (i, _) in &later {
+            if let Some(r) = response.results.get_mut(*i) {
+                *r = status_only(StatusCode::BadTooManyOperations);
+            }
+        }
+        return Some(Response::Call(response));
+    }
+    let hub = shared.address_space.changes();
+    hub.open_completions(shard_index, 2 * max);
+    let deadlines = later.iter().map(|(_, d)| now.deadline_after_ms(d.timeout_ms as f64)).collect();
+    let ops = later.iter().map(|(i, d)| CallOp { result: *i as u32, inputs: d.inputs.len(), outputs: d.outputs.clone() }).collect();
+    let (slot, generation) = deferrals.open(channel_id, request_id, PendingKind::Call { response, ops }, deadlines);
+    for (op, (_, d)) in later.into_iter().enumerate() {
+        let reply = Reply::new(hub.clone(), shard_index, Target::Request { slot, generation, op: op as u32 }, None);
+        (d.start)(AsyncCall::new(d.object_id, d.method_id, d.inputs, user.clone(), reply));
+    }
+    None
 }
 
 /// UserExecutable of a method for a user: false for the methods that change state
@@ -256,6 +312,7 @@ fn call_app(
     access: UserAccess,
     user: &str,
     now: Now,
+    deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
     if app.needs_write && access != UserAccess::ReadWrite {
         return status_only(StatusCode::BadUserAccessDenied);
@@ -280,6 +337,21 @@ fn call_app(
             ..Default::default()
         };
     }
+    let handler = match &app.handler {
+        crate::address_space::app::MethodHandler::Quick(h) => h,
+        crate::address_space::app::MethodHandler::Deferred { start, timeout_ms } => {
+            *deferred = Some(DeferredCall {
+                start: start.clone(),
+                timeout_ms: *timeout_ms,
+                inputs: args.clone(),
+                outputs: app.outputs.clone(),
+                object_id: m.object_id.clone(),
+                method_id: m.method_id.clone(),
+            });
+            // Filled in when the application answers.
+            return CallMethodResult::default();
+        }
+    };
     let call = crate::address_space::app::MethodCall {
         object_id: &m.object_id,
         method_id: &m.method_id,
@@ -287,7 +359,7 @@ fn call_app(
         user,
         now,
     };
-    let (status, outputs) = match (app.handler)(&call) {
+    let (status, outputs) = match handler(&call) {
         Ok(out) if out.len() == app.outputs.len() && app.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) => {
             (StatusCode::Good, out)
         }
@@ -310,6 +382,7 @@ fn call_one(
     user: &str,
     m: &CallMethodRequest,
     now: Now,
+    deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
     let shared = std::sync::Arc::clone(shard.shared());
     let space = &shared.address_space;
@@ -334,7 +407,7 @@ fn call_one(
     }
     let Some(kind) = MethodKind::of(&m.method_id) else {
         return match space.app_method(&m.method_id) {
-            Some(app) => call_app(app, m, access, user, now),
+            Some(app) => call_app(app, m, access, user, now, deferred),
             None => status_only(StatusCode::BadNotImplemented),
         };
     };

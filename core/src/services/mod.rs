@@ -115,6 +115,28 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
     }
     Some(match request {
         Request::Cancel(r) => session::cancel(shard, key, &r, now),
+        Request::Read(r) if shard.shared().address_space.has_async() && attribute::reads_async(&shard.shared().address_space, &r) => {
+            let read_only = session_access(shard, key) == UserAccess::Read;
+            let space = std::sync::Arc::clone(shard.shared());
+            let mask = |resp: &mut Response| {
+                if read_only {
+                    mask_user_access_level(&r, resp, UserAccess::Read.access_level_mask());
+                    mask_user_executable(&space.address_space, &r, resp, UserAccess::Read);
+                }
+            };
+            let resp = attribute::read_deferred(shard, ctx.channel_id, request_id, &r, &mask, now);
+            shard.recycler.give_read_request(r);
+            return resp;
+        }
+        Request::Write(r)
+            if session_access(shard, key) == UserAccess::ReadWrite
+                && shard.shared().address_space.has_async()
+                && attribute::writes_async(&shard.shared().address_space, &r) =>
+        {
+            let resp = attribute::write_deferred(shard, ctx.channel_id, request_id, &r, now);
+            shard.recycler.give_write_request(r);
+            return resp;
+        }
         Request::Read(r) => {
             let spare = shard.recycler.read_response();
             let mut resp = attribute::read_into(shard.shared(), &r, now, spare);
@@ -145,7 +167,7 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
         Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
-        Request::Call(r) => method::call(shard, key, &r, now),
+        Request::Call(r) => return method::call_deferrable(shard, key, ctx.channel_id, request_id, &r, now),
         Request::CreateSubscription(r) => subscription::create_subscription(shard, key, &r, now),
         Request::ModifySubscription(r) => subscription::modify_subscription(shard, key, &r, now),
         Request::SetPublishingMode(r) => subscription::set_publishing_mode(shard, key, &r, now),

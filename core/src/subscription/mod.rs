@@ -179,6 +179,9 @@ struct Source {
     /// Position in the bucket's source list.
     pos: u32,
     items: Vec<u32>,
+    /// An asynchronous source's sample out at the application: its token and the time
+    /// after which it is given up (the tick after that starts another).
+    pending_sample: Option<(u32, u64)>,
 }
 
 struct Bucket {
@@ -311,6 +314,11 @@ pub struct SubscriptionEngine {
     exception_by_node: rustc_hash::FxHashMap<u32, Vec<u32>>,
     /// Exception-based items that started watching and still have to read their cell.
     resync_pending: Vec<u32>,
+    /// Samples of asynchronous sources out at the application, and their bound.
+    async_samples_out: usize,
+    async_samples_max: usize,
+    /// Token of the next asynchronous sample.
+    sample_token: u32,
 }
 
 /// A ServiceFault-free response header for a deferred response.
@@ -355,7 +363,44 @@ impl SubscriptionEngine {
             changes,
             exception_by_node: rustc_hash::FxHashMap::default(),
             resync_pending: Vec::new(),
+            async_samples_out: 0,
+            async_samples_max: 10_000,
+            sample_token: 0,
         }
+    }
+
+    /// Most samples of asynchronous sources out at once (the shard's
+    /// `operation_limits.max_async_operations_per_shard`).
+    pub fn set_async_samples_max(&mut self, n: usize) {
+        self.async_samples_max = n;
+    }
+
+    /// A sample of an asynchronous source came back: offered to the source's items like a
+    /// sample taken on its tick. A stale one (given up, or its source gone) is dropped.
+    pub fn on_sample_done(&mut self, source: u32, token: u32, outcome: crate::address_space::app::Outcome, now: Now) {
+        use crate::address_space::app::Outcome;
+        let Some(Some(src)) = self.sources.get_mut(source as usize) else { return };
+        if src.pending_sample.map(|(t, _)| t) != Some(token) {
+            return;
+        }
+        src.pending_sample = None;
+        self.async_samples_out = self.async_samples_out.saturating_sub(1);
+        let mut sample = match outcome {
+            Outcome::Value(dv) => dv,
+            Outcome::Status(s) => DataValue::status(if s.is_bad() { s } else { StatusCode::BadInternalError }),
+            Outcome::Outputs(_) => DataValue::status(StatusCode::BadInternalError),
+        };
+        if sample.server_timestamp.is_none() {
+            sample.server_timestamp = Some(now.utc);
+        }
+        self.stats.samples += 1;
+        if src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
+            return;
+        }
+        for &it in &src.items {
+            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
+        }
+        src.last = Some(sample);
     }
 
     pub fn limits(&self) -> &SubscriptionLimits {
@@ -571,8 +616,41 @@ impl SubscriptionEngine {
         }
         bucket.next_ns = next;
         self.bucket_heap.push(Reverse((next, b, generation)));
+        let shard = self.shard_index as usize;
         for &s in &sources {
             let Some(Some(src)) = self.sources.get_mut(s as usize) else { continue };
+            if src.attribute_id == attr::Value {
+                if let Some(a) = space.async_source(src.node_index) {
+                    // Asked now, offered when the application answers (on_sample_done). One
+                    // sample at a time per source; one given up after its timeout.
+                    if let Some((_, until)) = src.pending_sample {
+                        if until > now.mono_ns {
+                            self.stats.missed_ticks += 1;
+                            continue;
+                        }
+                        src.pending_sample = None;
+                        self.async_samples_out = self.async_samples_out.saturating_sub(1);
+                    }
+                    if self.async_samples_out >= self.async_samples_max || !a.try_acquire() {
+                        self.stats.missed_ticks += 1;
+                        continue;
+                    }
+                    self.sample_token = self.sample_token.wrapping_add(1);
+                    let token = self.sample_token;
+                    src.pending_sample = Some((token, now.deadline_after_ms(a.timeout_ms() as f64)));
+                    self.async_samples_out += 1;
+                    self.changes.open_completions(shard, 2 * self.async_samples_max);
+                    let reply = crate::address_space::app::Reply::new(
+                        self.changes.clone(),
+                        shard,
+                        crate::address_space::app::Target::Sample { source: s, generation: token },
+                        Some(a.clone()),
+                    );
+                    let node_id = space.node_at(src.node_index).map(|n| n.node_id.clone()).unwrap_or_default();
+                    (a.read)(crate::address_space::app::AsyncRead::new(node_id, reply));
+                    continue;
+                }
+            }
             let sample = sample_value(space, src.node_index, src.attribute_id, now);
             self.stats.samples += 1;
             // Nothing changed since the previous sample: no item can report (each item's
@@ -1677,7 +1755,7 @@ impl SubscriptionEngine {
             }
         };
         let pos = self.buckets.get(b as usize).and_then(Option::as_ref).map_or(0, |bk| bk.sources.len() as u32);
-        let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, last: None, bucket: b, pos, items: Vec::new() };
+        let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, last: None, bucket: b, pos, items: Vec::new(), pending_sample: None };
         let s = slab_insert(&mut self.sources, &mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
             bk.sources.push(s);
@@ -2267,6 +2345,7 @@ fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: N
                     ValueSource::Cell(c) => c.load(),
                     ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
                     ValueSource::Computed(f) => f(now),
+                    ValueSource::Async(_) => DataValue::status(StatusCode::BadWaitingForInitialData),
                 };
                 if dv.server_timestamp.is_none() || !matches!(v.value, ValueSource::Computed(_)) {
                     dv.server_timestamp = Some(now.utc);

@@ -97,13 +97,13 @@ def test_plant_address_space(plant):
 
 
 def test_every_push_within_one_publishing_interval_arrives_in_order(fast_plant):
-    """A publishing interval of 1 s and a queue of 1,000: the ~1,000 pushes of each interval
-    all arrive, in order, none lost, no overflow."""
+    """1,000 pushes a second, publishing interval 500 ms, queue 1,000: the ~500 pushes of
+    every interval all arrive, in order, none lost, no overflow."""
     async def body():
         async with Client(fast_plant.url, timeout=10) as c:
             ns = await c.get_namespace_index(PLANT_NS)
             h = Values()
-            sub = await c.create_subscription(1000, h)
+            sub = await c.create_subscription(500, h)
             await sub.subscribe_data_change(c.get_node(ua.NodeId("Plant.V0", ns)), queuesize=1000, sampling_interval=0)
             await asyncio.sleep(4.5)
             await sub.delete()
@@ -112,6 +112,29 @@ def test_every_push_within_one_publishing_interval_arrives_in_order(fast_plant):
             steps = [b - a for a, b in zip(ks[1:], ks[2:])]
             assert set(steps) == {1}, f"gaps or disorder: {[s for s in steps if s != 1][:10]}"
             assert all(s & 0x480 == 0 for (_, s) in h.v), "no overflow bit"
+    run(body())
+
+
+def test_a_thousand_values_pushed_back_to_back_all_arrive(fast_plant):
+    """Plant.Burst pushes 1..1000 back to back from an application (worker) thread: an item
+    with a queue of 1,000 on a two-shard server gets every one, in order, within one
+    publishing interval."""
+    async def body():
+        async with Client(fast_plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            h = Values()
+            sub = await c.create_subscription(1000, h)
+            await sub.subscribe_data_change(c.get_node(ua.NodeId("Plant.BurstValue", ns)), queuesize=1000, sampling_interval=0)
+            await asyncio.sleep(1.2)
+            h.v.clear()
+            await c.get_node(ua.NodeId("Plant", ns)).call_method(ua.NodeId("Plant.Burst", ns), ua.Variant(1000, ua.VariantType.UInt32))
+            for _ in range(40):
+                if len(h.v) >= 1000:
+                    break
+                await asyncio.sleep(0.1)
+            await sub.delete()
+            assert [int(v) for (v, _) in h.v] == list(range(1, 1001))
+            assert all(s & 0x480 == 0 for (_, s) in h.v)
     run(body())
 
 
@@ -182,4 +205,66 @@ def test_method_raises_an_event_filtered_by_a_where_clause(plant):
             # The count restarted.
             after = await c.get_node(ua.NodeId("Plant.Pushes", ns)).read_value()
             assert after < before
+    run(body())
+
+
+def test_async_source_answers_after_the_device_while_other_reads_keep_their_latency(plant):
+    """Plant.Device is answered by a device thread 50 ms later; Reads of stored values on the
+    same connection (so the same shard) are answered meanwhile."""
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            dev = c.get_node(ua.NodeId("Plant.Device", ns))
+            v0 = c.get_node(ua.NodeId("Plant.V0", ns))
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            slow = asyncio.ensure_future(dev.read_value())
+            fast = []
+            while not slow.done():
+                t = loop.time()
+                await v0.read_value()
+                fast.append(loop.time() - t)
+                await asyncio.sleep(0.002)
+            device_s = loop.time() - t0
+            assert isinstance(slow.result(), float)
+            assert device_s >= 0.045, f"the device answers after 50 ms, not {device_s * 1000:.1f} ms"
+            assert len(fast) >= 3, "other Reads were answered while the device read waited"
+            assert max(fast) < device_s, "no other Read waited for the device"
+    run(body())
+
+
+def test_async_write_hook_and_the_device_value(plant):
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            sp = c.get_node(ua.NodeId("Plant.DeviceSetpoint", ns))
+            await sp.write_value(ua.DataValue(ua.Variant(7.25, ua.VariantType.Double)))
+            assert await sp.read_value() == 7.25, "stored once the device answered Good"
+            assert await c.get_node(ua.NodeId("Plant.Device", ns)).read_value() == 7.25, "the device took it"
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await sp.write_value(ua.DataValue(ua.Variant(-1.0, ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadOutOfRange
+            assert await sp.read_value() == 7.25
+    run(body())
+
+
+def test_slow_method_runs_on_the_pool_while_the_server_serves(plant):
+    async def body():
+        async with Client(plant.url, timeout=10) as c, Client(plant.url, timeout=10) as other:
+            ns = await c.get_namespace_index(PLANT_NS)
+            folder = c.get_node(ua.NodeId("Plant", ns))
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            call = asyncio.ensure_future(folder.call_method(ua.NodeId("Plant.Calibrate", ns), ua.Variant(1.0, ua.VariantType.Double)))
+            reads = 0
+            v0 = other.get_node(ua.NodeId("Plant.V0", ns))
+            # Both connections (one per shard, round robin) are served while the method runs.
+            while not call.done():
+                await v0.read_value()
+                await c.get_node(ua.NodeId("Plant.V1", ns)).read_value()
+                reads += 1
+                await asyncio.sleep(0.01)
+            assert call.result() == 1.0
+            assert loop.time() - t0 >= 0.95
+            assert reads >= 20, f"only {reads} read rounds during a 1 s method"
     run(body())

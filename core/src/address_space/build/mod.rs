@@ -59,6 +59,7 @@ pub struct AddressSpaceBuilder {
     namespace_uris: Vec<String>,
     server_info: ServerInfo,
     write_hooks: Vec<(NodeId, super::app::WriteHook)>,
+    async_write_hooks: Vec<(NodeId, super::app::AsyncWriteHook)>,
     methods: Vec<(NodeId, super::app::AppMethod)>,
 }
 
@@ -72,8 +73,15 @@ impl AddressSpaceBuilder {
             namespace_uris,
             server_info,
             write_hooks: Vec::new(),
+            async_write_hooks: Vec::new(),
             methods: Vec::new(),
         }
+    }
+
+    /// Sets the asynchronous write hook of a Variable (a Write of it is answered when the
+    /// application completes it).
+    pub fn set_async_write_hook(&mut self, node_id: NodeId, hook: super::app::AsyncWriteHook) {
+        self.async_write_hooks.push((node_id, hook));
     }
 
     /// Sets the write hook of a Variable (added before or after this call; checked by
@@ -191,6 +199,7 @@ impl AddressSpaceBuilder {
             namespace_uris,
             server_info,
             write_hooks,
+            async_write_hooks,
             methods,
         } = self;
         let metrics = std::sync::Arc::new(crate::server::metrics::ServerMetrics::default());
@@ -251,11 +260,21 @@ impl AddressSpaceBuilder {
                 hooks.write_hooks.insert(i, hook);
             }
         }
+        for (id, hook) in async_write_hooks {
+            if let Some(i) = lookup(&id) {
+                hooks.async_write_hooks.insert(i, hook);
+            }
+        }
         for (id, m) in methods {
             if lookup(&id).is_some() {
                 hooks.methods.insert(id, m);
             }
         }
+        let has_async = !hooks.async_write_hooks.is_empty()
+            || hooks.methods.values().any(|m| matches!(m.handler, super::app::MethodHandler::Deferred { .. }))
+            || nodes.iter().any(|n| {
+                matches!(&n.attributes, ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Async(_)))
+            });
         AddressSpace {
             nodes,
             dense,
@@ -267,6 +286,7 @@ impl AddressSpaceBuilder {
             metrics,
             changes,
             hooks,
+            has_async,
         }
     }
 }

@@ -1,0 +1,65 @@
+//! The library's worker pool for slow application work (methods made with
+//! [`crate::MethodDef::on_pool`]): a fixed number of threads fed by one bounded queue. A
+//! shard only enqueues (never waits): a full queue refuses the job at once. Threads are
+//! named `uaring-worker-<i>` and run at nice 10 (as the handshake helpers do), so a worker
+//! sharing a CPU with a shard yields to it.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+
+use uaring_core::address_space::app::AsyncCall;
+
+type Job = (AsyncCall, Box<dyn FnOnce(AsyncCall) + Send>);
+
+/// A handle to the worker pool (cheap to clone).
+#[derive(Clone)]
+pub struct Workers {
+    tx: SyncSender<Job>,
+    threads: usize,
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers").field("threads", &self.threads).finish()
+    }
+}
+
+impl Workers {
+    /// Starts `threads` workers behind a queue of `queue_depth` jobs.
+    pub fn start(threads: usize, queue_depth: usize) -> std::io::Result<Workers> {
+        let threads = threads.max(1);
+        let (tx, rx) = sync_channel::<Job>(queue_depth.max(1));
+        let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = rx.clone();
+            std::thread::Builder::new().name(format!("uaring-worker-{i}")).spawn(move || {
+                // SAFETY: setpriority on the calling thread (who = 0); a failure leaves nice 0.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+                loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        Ok((call, f)) => f(call),
+                        Err(_) => return,
+                    }
+                }
+            })?;
+        }
+        Ok(Workers { tx, threads })
+    }
+
+    /// The number of threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Queues `f(call)`; the call back when the queue is full (or the pool stopped).
+    pub(crate) fn submit(&self, call: AsyncCall, f: impl FnOnce(AsyncCall) + Send + 'static) -> Result<(), AsyncCall> {
+        match self.tx.try_send((call, Box::new(f))) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full((c, _))) | Err(TrySendError::Disconnected((c, _))) => Err(c),
+        }
+    }
+}
