@@ -195,5 +195,22 @@ pub fn render(src: &Sources) -> String {
             }
         },
     );
+    use std::sync::atomic::Ordering::Relaxed;
+    family(&mut out, "uaring_read_callback_calls_total", "counter", "Read callbacks (computed values of the application) run on the shards.", |out| {
+        let _ = writeln!(out, "uaring_read_callback_calls_total {}", crate::nodes::READ_CALLBACK_CALLS.load(Relaxed));
+    });
+    family(&mut out, "uaring_read_callback_seconds_total", "counter", "Time the shards spent in read callbacks.", |out| {
+        let _ = writeln!(out, "uaring_read_callback_seconds_total {:.6}", crate::nodes::READ_CALLBACK_NS.load(Relaxed) as f64 / 1e9);
+    });
+    let changes = src.shared.address_space.changes().counters();
+    family(&mut out, "uaring_changes_queued_total", "counter", "Stores handed to a shard's change inbox for its exception-based monitored items.", |out| {
+        let _ = writeln!(out, "uaring_changes_queued_total {}", changes.queued.load(Relaxed));
+    });
+    family(&mut out, "uaring_changes_lost_total", "counter", "Stores (or application answers) that found a shard's inbox full.", |out| {
+        let _ = writeln!(out, "uaring_changes_lost_total {}", changes.lost.load(Relaxed));
+    });
+    family(&mut out, "uaring_change_wakes_total", "counter", "Wakes of sleeping shards by the change path and by application answers.", |out| {
+        let _ = writeln!(out, "uaring_change_wakes_total {}", changes.wakes.load(Relaxed));
+    });
     out
 }
