@@ -23,10 +23,11 @@
 //!   drain; otherwise the changes wait for the next publishing cycle, which is when they
 //!   would be reported anyway.
 //! * **Full inbox.** A change that finds the inbox full is counted as lost for that shard
-//!   (never blocking the writer). The shard, when it next drains, resynchronises every
-//!   exception-based item with its cell's current value and marks that value with the
-//!   Overflow bit (queues longer than one), so a client learns that values were dropped and
-//!   still ends on the current one.
+//!   (never blocking the writer), and its node is marked in the shard's lost-node bitmap.
+//!   The shard, when it next drains, resynchronises the exception-based items of those nodes
+//!   with their cells' current values and marks each with the Overflow bit (queues longer
+//!   than one), so a client learns that values were dropped and still ends on the current
+//!   one.
 //!
 //! The ordering argument for a new watcher: the shard sets its bit, issues a SeqCst fence,
 //! then reads the cell; a writer stores into the cell, issues a SeqCst fence, then reads the
@@ -82,6 +83,9 @@ struct Inbox {
     queue: ArrayQueue<Change>,
     /// Changes that found the queue full since the shard last drained.
     lost: AtomicU64,
+    /// The nodes whose changes were lost (one bit per node), so the shard resynchronises the
+    /// items of those nodes only.
+    lost_nodes: Box<[AtomicU64]>,
     /// A wake was sent and the shard has not drained since.
     wake_pending: AtomicBool,
     /// Queue length at which a producer wakes the shard.
@@ -152,9 +156,11 @@ impl ChangeHub {
     pub fn open(&self, shard: usize, capacity: usize) {
         if let Some(s) = self.shards.get(shard) {
             let capacity = capacity.max(1);
+            let words = self.watchers.len().div_ceil(64);
             s.inbox.get_or_init(|| Inbox {
                 queue: ArrayQueue::new(capacity),
                 lost: AtomicU64::new(0),
+                lost_nodes: (0..words).map(|_| AtomicU64::new(0)).collect(),
                 wake_pending: AtomicBool::new(false),
                 wake_at: (capacity / 4).max(1),
             });
@@ -198,6 +204,11 @@ impl ChangeHub {
             return;
         }
         let change = Change { node_index, version, value: value() };
+        if mask & (mask - 1) == 0 && mask.trailing_zeros() < HIGH_SHARDS_BIT {
+            // One watching shard (the usual case): the change moves, no copy.
+            self.deliver(mask.trailing_zeros() as usize, change);
+            return;
+        }
         while mask != 0 {
             let bit = mask.trailing_zeros();
             mask &= mask - 1;
@@ -216,11 +227,15 @@ impl ChangeHub {
     fn deliver(&self, shard: usize, change: Change) {
         let Some(slot) = self.shards.get(shard) else { return };
         let Some(inbox) = slot.inbox.get() else { return };
+        let node = change.node_index as usize;
         match inbox.queue.push(change) {
             Ok(()) => {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
+                if let Some(w) = inbox.lost_nodes.get(node / 64) {
+                    w.fetch_or(1 << (node % 64), Ordering::AcqRel);
+                }
                 inbox.lost.fetch_add(1, Ordering::AcqRel);
                 self.counters.lost.fetch_add(1, Ordering::Relaxed);
             }
@@ -303,6 +318,23 @@ impl ChangeHub {
         }
     }
 
+    /// Calls `f` with every node whose changes shard `shard` lost since the last call (and
+    /// forgets them).
+    pub fn take_lost_nodes(&self, shard: usize, mut f: impl FnMut(u32)) {
+        let Some(inbox) = self.shards.get(shard).and_then(|s| s.inbox.get()) else { return };
+        for (i, w) in inbox.lost_nodes.iter().enumerate() {
+            if w.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = w.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                f((i * 64) as u32 + b);
+            }
+        }
+    }
+
     /// Changes waiting in shard `shard`'s inbox.
     pub fn pending(&self, shard: usize) -> usize {
         self.shards.get(shard).and_then(|s| s.inbox.get()).map_or(0, |i| i.queue.len())
@@ -358,6 +390,11 @@ mod tests {
         let mut versions = Vec::new();
         assert_eq!(hub.drain(0, 100, |c| versions.push(c.version)), 6);
         assert_eq!(versions, vec![2, 4, 6, 8]);
+        let mut lost = Vec::new();
+        hub.take_lost_nodes(0, |n| lost.push(n));
+        assert_eq!(lost, vec![0], "the node whose changes were lost");
+        hub.take_lost_nodes(0, |n| lost.push(n));
+        assert_eq!(lost, vec![0], "and only once");
         hub.publish(0, 22, || inline(0.0));
         assert_eq!(wakes.load(Ordering::Relaxed), 2);
     }

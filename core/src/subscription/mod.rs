@@ -314,6 +314,8 @@ pub struct SubscriptionEngine {
     exception_by_node: rustc_hash::FxHashMap<u32, Vec<u32>>,
     /// Exception-based items that started watching and still have to read their cell.
     resync_pending: Vec<u32>,
+    /// Reused list of the nodes whose changes were lost.
+    lost_scratch: Vec<u32>,
     /// Samples of asynchronous sources out at the application, and their bound.
     async_samples_out: usize,
     async_samples_max: usize,
@@ -363,6 +365,7 @@ impl SubscriptionEngine {
             changes,
             exception_by_node: rustc_hash::FxHashMap::default(),
             resync_pending: Vec::new(),
+            lost_scratch: Vec::new(),
             async_samples_out: 0,
             async_samples_max: 10_000,
             sample_token: 0,
@@ -671,7 +674,8 @@ impl SubscriptionEngine {
     /// Moves the changes waiting in this shard's inbox into the queues of the
     /// exception-based items that watch their nodes (at most one inbox's worth per call, so
     /// a writer that never stops cannot keep the shard here). When changes were lost to a
-    /// full inbox, every exception-based item is brought to its cell's current value, marked
+    /// full inbox, the exception-based items of the nodes that lost them are brought to their
+    /// cells' current values, marked
     /// with the Overflow bit.
     pub fn drain_changes(&mut self, space: &AddressSpace, now: Now) {
         while let Some(it) = self.resync_pending.pop() {
@@ -705,10 +709,17 @@ impl SubscriptionEngine {
         });
         if lost > 0 {
             stats.changes_lost += lost;
-            let all: Vec<u32> = self.exception_by_node.values().flatten().copied().collect();
-            for it in all {
-                self.resync_exception_item(space, it, true, now);
+            // Only the items of the nodes whose changes were lost.
+            let mut nodes = std::mem::take(&mut self.lost_scratch);
+            self.changes.take_lost_nodes(shard, |n| nodes.push(n));
+            for &n in &nodes {
+                let items = self.exception_by_node.get(&n).cloned().unwrap_or_default();
+                for it in items {
+                    self.resync_exception_item(space, it, true, now);
+                }
             }
+            nodes.clear();
+            self.lost_scratch = nodes;
         }
     }
 
