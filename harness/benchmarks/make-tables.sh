@@ -20,7 +20,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events depth placement servers security distribution handshake batching paced floor establishment"
+ALL="headline headline-connect capacity subscriptions events push depth placement servers security distribution handshake batching paced floor establishment"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -54,6 +54,7 @@ for t in $ALL; do
             --ratio uaring-none/open62541-none --ratio uaring-sign-encrypt/open62541-sign-encrypt \
             --ratio uaring-none/async-opcua-none --ratio uaring-sign-encrypt/async-opcua-sign-encrypt ;;
         capacity) sweep capacity capacity.variants capacity.scenarios ;;
+        push) sweep push push.variants push.scenarios --ratio uaring/open62541 ;;
         subscriptions) sweep subscriptions subscriptions.variants subscriptions.scenarios ;;
         events) sweep events events.variants events.scenarios ;;
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
@@ -92,6 +93,7 @@ done
     section headline "Headline: uaring, native open62541, async-opcua and the same-loop echo floor, both send modes, None and SignAndEncrypt"
     section headline-connect "Session establishment: uaring, native open62541 and async-opcua"
     section capacity "Sampling capacity: uaring and native open62541 (counters contract, 10 ms sampling, one server CPU)"
+    section push "Pushed values: the application pushes, exception-based items receive every change (uaring's plant example and native open62541, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
     section handshake "Handshake offload: Read latency beside a SignAndEncrypt connect storm with UserName logins"
