@@ -9,7 +9,10 @@
 //!   HZ times a second on absolute deadlines, spread evenly: the k-th push of a variable
 //!   (k = 1, 2, …) sets it to the Double k, source-timestamped at the push. Initial value 0.
 //! * `s=Plant.Setpoint`: Double, writable; the write hook refuses values outside 0..=100
-//!   (Bad_OutOfRange).
+//!   (Bad_OutOfRange). Above 90 it activates the alarm `s=Plant.HighSetpoint` (an
+//!   AlarmConditionType of `Plant`, severity 800), at 90 or below it deactivates it.
+//! * `s=Plant.AlarmAcks` (UInt32) and `s=Plant.AlarmLastComment` (String): what the
+//!   application's alarm hook saw: the acknowledgements so far and the last comment.
 //! * `s=Plant.Pushes`: UInt64, computed at every read: the pushes made so far.
 //! * `s=Plant.Reset()` → `Pushes: UInt64`: returns the pushes made so far, restarts that count
 //!   and raises a BaseEventType event "plant reset" (severity 500) from `Plant`.
@@ -31,8 +34,8 @@ use std::time::{Duration, Instant};
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 
 use uaring::{
-    objects_folder, ArgDef, AsyncRead, AsyncWrite, BuiltinType, DataValue, EventDef, MethodDef, NodeRef, ObjectDef,
-    Server, StatusCode, Variant, VariableDef,
+    objects_folder, AlarmDef, ArgDef, AsyncRead, AsyncWrite, BuiltinType, ConditionAction, DataValue, EventDef,
+    MethodDef, NodeRef, ObjectDef, Server, StatusCode, Variant, VariableDef,
 };
 
 /// A request to the simulated device, with the time it was made.
@@ -124,11 +127,24 @@ fn run(a: Args) -> Result<(), uaring::Error> {
     let sensors: Vec<_> = (0..a.variables)
         .map(|i| b.add_variable(VariableDef::new(ns.id(&format!("Plant.V{i}")), &format!("V{i}"), 0.0).organized_by(&plant)))
         .collect();
+    let acks = b.add_variable(VariableDef::new(ns.id("Plant.AlarmAcks"), "AlarmAcks", 0u32).component_of(&plant));
+    let last_comment = b.add_variable(VariableDef::new(ns.id("Plant.AlarmLastComment"), "AlarmLastComment", "").component_of(&plant));
+    let acked = Arc::new(AtomicU64::new(0));
+    let alarm = b.add_alarm(AlarmDef::new(ns.id("Plant.HighSetpoint"), "HighSetpoint", &plant).on_action(move |a| {
+        if a.action == ConditionAction::Acknowledge {
+            let n = acked.fetch_add(1, Ordering::Relaxed) + 1;
+            let _ = acks.set(n as u32);
+            let _ = last_comment.set(a.comment.text.as_str());
+        }
+    }));
     b.add_variable(
         VariableDef::new(ns.id("Plant.Setpoint"), "Setpoint", 50.0)
             .component_of(&plant)
-            .on_write(|w| match w.value.value {
-                Variant::Double(x) if (0.0..=100.0).contains(&x) => Ok(()),
+            .on_write(move |w| match w.value.value {
+                Variant::Double(x) if (0.0..=100.0).contains(&x) => {
+                    let _ = alarm.set_active(x > 90.0, if x > 90.0 { 800 } else { 100 }, &format!("setpoint {x}"));
+                    Ok(())
+                }
                 _ => Err(StatusCode::BadOutOfRange),
             }),
     );

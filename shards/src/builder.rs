@@ -17,7 +17,7 @@ use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
 use crate::config::{FileConfig, IoBackend};
 use crate::error::Error;
-use crate::nodes::{Binding, Def, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
+use crate::nodes::{Alarm, AlarmDef, Binding, Def, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
 use crate::runtime::{self, RuntimeOptions};
 use crate::{server, stats};
 
@@ -226,6 +226,13 @@ impl ServerBuilder {
         self.workers.clone().ok_or(Error::NotStarted)
     }
 
+    /// Adds an alarm; the handle drives it once the server runs.
+    pub fn add_alarm(&mut self, def: AlarmDef) -> Alarm {
+        let handle = Alarm::default();
+        self.defs.push(Def::Alarm(def, handle.clone()));
+        handle
+    }
+
     /// Adds a Method with its handler.
     pub fn add_method(&mut self, def: MethodDef) {
         self.defs.push(Def::Method(def));
@@ -256,10 +263,11 @@ impl ServerBuilder {
         let (sec_config, users) = crate::security::take_config(&mut file.server).map_err(Error::Config)?;
         let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
         let mut bound = Vec::new();
+        let mut alarms = Vec::new();
         let mut defs = defs;
         let setup = server::build_with(&file.server, contract, &nodesets, &mut |b| {
             for d in defs.drain(..) {
-                d.build(b, &mut bound).map_err(|e| e.to_string())?;
+                d.build(b, &mut bound, &mut alarms).map_err(|e| e.to_string())?;
             }
             Ok(())
         })
@@ -269,6 +277,9 @@ impl ServerBuilder {
         })?;
         for (binding, id) in bound {
             binding.bind(&setup.shared, id)?;
+        }
+        for (alarm, id) in alarms {
+            alarm.bind(&setup.shared, &id)?;
         }
         let _ = events.shared.set(setup.shared.clone());
         let sec_args = crate::security::SecurityArgs { pki, accept_all_client_certs, contract };

@@ -59,9 +59,9 @@ pub struct EmbeddingGuide;
 pub use builder::{EventDef, Events, Server, ServerBuilder, ServerHandle, DEFAULT_CONFIG};
 pub use error::Error;
 pub use workers::Workers;
-pub use nodes::{objects_folder, server_object, set_many, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
+pub use nodes::{objects_folder, server_object, set_many, Alarm, AlarmDef, AlarmState, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
 /// What the application's callbacks see and return (core's types).
-pub use uaring_core::address_space::app::{ArgDef, AsyncCall, AsyncRead, AsyncWrite, MethodCall, WriteInfo};
+pub use uaring_core::address_space::app::{ArgDef, AsyncCall, ConditionAction, ConditionActionInfo, AsyncRead, AsyncWrite, MethodCall, WriteInfo};
 pub use uaring_core::{
     BuiltinType, ByteString, DataValue, DateTime, ExtensionObject, Guid, Identifier, LocalizedText, NodeId, Now,
     QualifiedName, StatusCode, UaString, Variant,

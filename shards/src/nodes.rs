@@ -679,17 +679,136 @@ fn suffixed(id: &Identifier, prop: &str) -> Identifier {
     }
 }
 
+/// An alarm (an AlarmConditionType instance, Part 9) of the application, driven from any
+/// thread through its [`Alarm`] handle; clients acknowledge, confirm, comment, enable and
+/// disable it with the type's methods, and the application hears of it through
+/// [`AlarmDef::on_action`].
+pub struct AlarmDef {
+    id: NodeRef,
+    name: String,
+    source: NodeRef,
+    on_action: Option<uaring_core::address_space::app::ConditionHook>,
+}
+
+impl AlarmDef {
+    /// An alarm `id` named `name` (its ConditionName), a component of the object `source`
+    /// (which has it as condition). Its events are reported on the Server object, the source
+    /// (when an event notifier) and the event notifiers above it.
+    pub fn new(id: NodeRef, name: &str, source: &NodeRef) -> AlarmDef {
+        AlarmDef { id, name: name.to_string(), source: source.clone(), on_action: None }
+    }
+
+    /// Called on the shard serving the Call after a client's Acknowledge, Confirm,
+    /// AddComment, Enable or Disable took effect (quick; never block).
+    pub fn on_action(mut self, hook: impl Fn(&uaring_core::address_space::app::ConditionActionInfo<'_>) + Send + Sync + 'static) -> Self {
+        self.on_action = Some(Arc::new(hook));
+        self
+    }
+
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+        let node_id = self.id.resolve(b)?;
+        let source = self.source.resolve(b)?;
+        if !matches!(b.node(&source).map(|n| n.node_class), Some(NodeClass::Object)) {
+            return Err(Error::AddressSpace(format!("{}: source {source} is no Object", self.id)));
+        }
+        let name = QualifiedName::new(node_id.namespace, &self.name);
+        uaring_core::events::nodes::add_condition_nodes(b, &node_id, &name, &source, crate::clock::utc_now())
+            .map_err(Error::AddressSpace)?;
+        b.set_condition(uaring_core::address_space::app::AppCondition {
+            node_id: node_id.clone(),
+            name: self.name,
+            source,
+            on_action: self.on_action,
+        });
+        Ok(node_id)
+    }
+}
+
+/// The state of an alarm, as clients see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlarmState {
+    pub enabled: bool,
+    pub active: bool,
+    pub acked: bool,
+    pub confirmed: bool,
+    pub severity: u16,
+    /// Retain: active, unacknowledged or unconfirmed (and enabled).
+    pub retain: bool,
+    pub message: String,
+}
+
+/// An alarm of the running server (cheap to clone; every method is lock-free).
+#[derive(Clone, Default)]
+pub struct Alarm {
+    bound: Arc<OnceLock<(Arc<ServerShared>, Arc<uaring_core::events::Condition>)>>,
+}
+
+impl std::fmt::Debug for Alarm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.bound.get() {
+            Some((_, c)) => write!(f, "Alarm({})", c.spec.node_id),
+            None => f.write_str("Alarm(not started)"),
+        }
+    }
+}
+
+impl Alarm {
+    pub(crate) fn bind(&self, shared: &Arc<ServerShared>, node_id: &NodeId) -> Result<(), Error> {
+        let c = shared.events.condition(node_id).cloned().ok_or_else(|| Error::AddressSpace(format!("alarm {node_id} was not added")))?;
+        let _ = self.bound.set((shared.clone(), c));
+        Ok(())
+    }
+
+    /// Activates the alarm with `severity` (1..=1000) and `message`, or deactivates it. A
+    /// change raises the alarm's event (to every event item whose filter selects it, on
+    /// every shard) and updates its Variables; going active makes it unacknowledged and
+    /// unconfirmed. No change (same state, severity and message) raises nothing; a disabled
+    /// alarm does not change.
+    pub fn set_active(&self, active: bool, severity: u16, message: &str) -> Result<(), Error> {
+        let (shared, c) = self.bound.get().ok_or(Error::NotStarted)?;
+        if !(1..=1000).contains(&severity) {
+            return Err(Error::Status(StatusCode::BadOutOfRange));
+        }
+        let ev = shared.events.set_condition_active(&shared.address_space, c, active, severity, Some(message), crate::clock::utc_now());
+        if let Some(ev) = ev {
+            shared.events.bus.publish(ev);
+        }
+        Ok(())
+    }
+
+    /// The current state.
+    pub fn state(&self) -> Result<AlarmState, Error> {
+        let (_, c) = self.bound.get().ok_or(Error::NotStarted)?;
+        let s = c.state();
+        Ok(AlarmState {
+            enabled: s.enabled,
+            active: s.active,
+            acked: s.acked,
+            confirmed: s.confirmed,
+            severity: s.severity,
+            retain: s.retain(),
+            message: s.message.text.as_str().to_string(),
+        })
+    }
+}
+
 /// A definition waiting for the start.
 pub(crate) enum Def {
     Object(ObjectDef),
     Variable(VariableDef, Arc<Binding>),
     Method(MethodDef),
+    Alarm(AlarmDef, Alarm),
     Reference { from: NodeRef, reference_type: NodeRef, to: NodeRef },
 }
 
 impl Def {
     /// Adds the node(s) to the address space being built.
-    pub(crate) fn build(self, b: &mut AddressSpaceBuilder, bound: &mut Vec<(Arc<Binding>, NodeId)>) -> Result<(), Error> {
+    pub(crate) fn build(
+        self,
+        b: &mut AddressSpaceBuilder,
+        bound: &mut Vec<(Arc<Binding>, NodeId)>,
+        alarms: &mut Vec<(Alarm, NodeId)>,
+    ) -> Result<(), Error> {
         match self {
             Def::Object(o) => {
                 o.build(b)?;
@@ -706,6 +825,10 @@ impl Def {
             }
             Def::Method(m) => {
                 m.build(b)?;
+            }
+            Def::Alarm(a, handle) => {
+                let id = a.build(b)?;
+                alarms.push((handle, id));
             }
             Def::Reference { from, reference_type, to } => {
                 let (f, rt, t) = (from.resolve(b)?, reference_type.resolve(b)?, to.resolve(b)?);

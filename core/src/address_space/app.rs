@@ -144,6 +144,8 @@ pub struct AppHooks {
     pub(crate) methods: std::collections::HashMap<NodeId, AppMethod>,
     /// Asynchronous write hooks by node index.
     pub(crate) async_write_hooks: rustc_hash::FxHashMap<u32, AsyncWriteHook>,
+    /// The application's conditions (their nodes are in the address space).
+    pub(crate) conditions: Vec<AppCondition>,
 }
 
 impl std::fmt::Debug for AppHooks {
@@ -356,3 +358,54 @@ pub struct AsyncWriteHook {
     pub timeout_ms: u32,
 }
 
+
+// ---- conditions (alarms) of the application ---------------------------------------------
+
+/// What a client asked a condition to do (Part 9 §5.5 and §5.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionAction {
+    Acknowledge,
+    Confirm,
+    /// ConditionType.AddComment (i=9029).
+    AddComment,
+    /// ConditionType.Enable (i=9027); EventId and Comment are ignored.
+    Enable,
+    /// ConditionType.Disable (i=9028); EventId and Comment are ignored.
+    Disable,
+}
+
+/// What the application is told after a client's successful action on its condition.
+#[derive(Debug)]
+pub struct ConditionActionInfo<'a> {
+    pub condition: &'a NodeId,
+    pub action: ConditionAction,
+    pub comment: &'a LocalizedText,
+    /// The client's user name (or certificate subject); empty when anonymous.
+    pub user: &'a str,
+    /// The condition's state after the action: acknowledged, confirmed, active, enabled.
+    pub acked: bool,
+    pub confirmed: bool,
+    pub active: bool,
+    pub enabled: bool,
+}
+
+/// Called on the shard serving the Call after the action took effect (must return quickly).
+pub type ConditionHook = Arc<dyn Fn(&ConditionActionInfo<'_>) + Send + Sync>;
+
+/// An AlarmConditionType instance of the application: its node (built by
+/// `events::nodes::add_condition_nodes`), its source and the hook.
+#[derive(Clone)]
+pub struct AppCondition {
+    pub node_id: NodeId,
+    /// ConditionName.
+    pub name: String,
+    /// The source node (an Object; HasCondition from it to the condition).
+    pub source: NodeId,
+    pub on_action: Option<ConditionHook>,
+}
+
+impl std::fmt::Debug for AppCondition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppCondition").field("node_id", &self.node_id).field("name", &self.name).finish()
+    }
+}

@@ -458,6 +458,11 @@ impl AddressSpace {
         }
     }
 
+    /// The application's conditions.
+    pub fn app_conditions(&self) -> &[app::AppCondition] {
+        &self.hooks.conditions
+    }
+
     /// The application method with this NodeId.
     pub fn app_method(&self, method_id: &NodeId) -> Option<&app::AppMethod> {
         if self.hooks.methods.is_empty() {

@@ -1,5 +1,7 @@
-//! The Demo alarm: one AlarmConditionType instance, `ns=1;s=Demo.Events.Alarm`
-//! (Part 9 §5.5, §5.7, §5.8), without branches.
+//! Conditions: AlarmConditionType instances without branches (Part 9 §5.5, §5.7, §5.8) —
+//! the Demo alarm `ns=1;s=Demo.Events.Alarm` and the application's alarms (driven from any
+//! thread through the library, acknowledged and confirmed by clients, with a hook telling the
+//! application).
 //!
 //! * State ([`ConditionState`]) lives in an `ArcSwap` shared by every shard. A change
 //!   (activation by the Demo generator on shard 0, Acknowledge / Confirm from a Call on any
@@ -23,8 +25,10 @@ use arc_swap::ArcSwap;
 
 use super::nodes;
 use super::{ids, Event, EventField, EventIdSource, ServerEvents};
+pub use crate::address_space::app::ConditionAction;
+use crate::address_space::app::{ConditionActionInfo, ConditionHook};
 use crate::address_space::AddressSpace;
-use crate::types::{ByteString, DateTime, LocalizedText, NodeId, StatusCode, UaString, Variant};
+use crate::types::{ByteString, DateTime, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant};
 
 /// Half the alarm's cycle: it is inactive this long, then active this long.
 pub const ALARM_HALF_PERIOD_MS: u64 = 10_000;
@@ -62,32 +66,71 @@ impl ConditionState {
     pub fn retain(&self) -> bool {
         self.enabled && (self.active || !self.acked || !self.confirmed)
     }
+
+    /// Inactive, acknowledged and confirmed (not retained); no event raised yet.
+    pub fn initial(ids: &EventIdSource, label: &str, start: DateTime) -> ConditionState {
+        ConditionState {
+            enabled: true,
+            active: false,
+            acked: true,
+            confirmed: true,
+            severity: SEVERITY_INACTIVE,
+            last_severity: SEVERITY_INACTIVE,
+            message: LocalizedText::new("en", &format!("{label} inactive")),
+            comment: LocalizedText::default(),
+            comment_time: start,
+            client_user_id: UaString::null(),
+            event_id: ids.next(),
+            time: start,
+            changes: 0,
+        }
+    }
 }
 
 fn two_state(b: bool, t: &str, f: &str) -> Variant {
     Variant::LocalizedText(Box::new(LocalizedText::new("en", if b { t } else { f })))
 }
 
+/// What a condition is: its node, names, source and notifiers (fixed at start).
+#[derive(Clone)]
+pub struct ConditionSpec {
+    pub node_id: NodeId,
+    /// ConditionName.
+    pub name: String,
+    /// The first words of its Messages ("Demo alarm" → "Demo alarm acknowledged").
+    pub label: String,
+    pub source: NodeId,
+    pub source_name: UaString,
+    pub notifiers: Arc<[NodeId]>,
+    pub on_action: Option<ConditionHook>,
+}
+
+impl std::fmt::Debug for ConditionSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConditionSpec").field("node_id", &self.node_id).field("name", &self.name).finish()
+    }
+}
+
 /// The condition event for a state: what is published on every change and in a
 /// ConditionRefresh.
-pub fn alarm_event(s: &ConditionState, chain: &Arc<[NodeId]>) -> Event {
+pub fn condition_event(spec: &ConditionSpec, s: &ConditionState, chain: &Arc<[NodeId]>) -> Event {
     let lt = |t: &LocalizedText| Variant::LocalizedText(Box::new(t.clone()));
     let f = EventField::ns0;
     Event {
         event_id: s.event_id.clone(),
         event_type: NodeId::ns0(ids::ALARM_CONDITION_TYPE),
         type_chain: Arc::clone(chain),
-        source_node: nodes::demo_events_id(),
-        source_name: UaString::from(nodes::DEMO_EVENTS_NAME),
+        source_node: spec.source.clone(),
+        source_name: spec.source_name.clone(),
         time: s.time,
         receive_time: s.time,
         message: s.message.clone(),
         severity: s.severity,
-        condition_id: Some(nodes::alarm_id()),
+        condition_id: Some(spec.node_id.clone()),
         fields: vec![
             f("ConditionClassId", Variant::NodeId(Box::new(NodeId::ns0(ids::PROCESS_CONDITION_CLASS_TYPE)))),
             f("ConditionClassName", Variant::LocalizedText(Box::new(LocalizedText::new("en", "Process")))),
-            f("ConditionName", Variant::String(UaString::from(nodes::ALARM_NAME))),
+            f("ConditionName", Variant::String(UaString::from(spec.name.as_str()))),
             f("BranchId", Variant::NodeId(Box::new(NodeId::NULL))),
             f("Retain", Variant::Boolean(s.retain())),
             f("EnabledState", two_state(s.enabled, "Enabled", "Disabled")),
@@ -108,49 +151,24 @@ pub fn alarm_event(s: &ConditionState, chain: &Arc<[NodeId]>) -> Event {
             f("InputNode", Variant::NodeId(Box::new(NodeId::NULL))),
             f("SuppressedOrShelved", Variant::Boolean(false)),
         ],
-        notifiers: super::demo_notifiers(),
+        notifiers: Arc::clone(&spec.notifiers),
     }
 }
 
-/// What a client asked the condition to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConditionAction {
-    Acknowledge,
-    Confirm,
-    /// ConditionType.AddComment (i=9029).
-    AddComment,
-    /// ConditionType.Enable (i=9027); EventId and Comment are ignored.
-    Enable,
-    /// ConditionType.Disable (i=9028); EventId and Comment are ignored.
-    Disable,
-}
-
-/// The Demo alarm's shared state.
+/// A condition: its spec and its state, shared by every shard.
 #[derive(Debug)]
-pub struct DemoAlarm {
+pub struct Condition {
+    pub spec: ConditionSpec,
     state: ArcSwap<ConditionState>,
 }
 
-impl DemoAlarm {
-    /// Inactive, acknowledged and confirmed (not retained); no event raised yet.
-    pub fn new(ids: &EventIdSource, start: DateTime) -> DemoAlarm {
-        DemoAlarm {
-            state: ArcSwap::from_pointee(ConditionState {
-                enabled: true,
-                active: false,
-                acked: true,
-                confirmed: true,
-                severity: SEVERITY_INACTIVE,
-                last_severity: SEVERITY_INACTIVE,
-                message: LocalizedText::new("en", "Demo alarm inactive"),
-                comment: LocalizedText::default(),
-                comment_time: start,
-                client_user_id: UaString::null(),
-                event_id: ids.next(),
-                time: start,
-                changes: 0,
-            }),
-        }
+/// The Demo alarm is a condition like any other.
+pub type DemoAlarm = Condition;
+
+impl Condition {
+    pub fn new(spec: ConditionSpec, ids: &EventIdSource, start: DateTime) -> Condition {
+        let state = ConditionState::initial(ids, &spec.label, start);
+        Condition { spec, state: ArcSwap::from_pointee(state) }
     }
 
     /// The current state.
@@ -158,9 +176,15 @@ impl DemoAlarm {
         self.state.load_full()
     }
 
-    /// Should the alarm be active `elapsed_ns` after the server start?
+    /// Should the Demo alarm be active `elapsed_ns` after the server start?
     pub fn active_at(elapsed_ns: u64) -> bool {
         (elapsed_ns / (ALARM_HALF_PERIOD_MS * 1_000_000)) % 2 == 1
+    }
+
+    /// The NodeId of the condition's Variable for a field path (`AckedState/Id` →
+    /// `<condition id>.AckedState.Id`, in the condition's namespace).
+    pub fn child_id(&self, path: &[QualifiedName]) -> NodeId {
+        child_id(&self.spec.node_id, path)
     }
 
     /// Applies `f` to the state atomically; `f` may run more than once. Returns the new
@@ -189,29 +213,66 @@ impl DemoAlarm {
     }
 }
 
+/// The NodeId of a condition's Variable for a field path: the condition's identifier (its
+/// string, or its number as a string) and the path's names joined by dots.
+pub fn child_id(condition: &NodeId, path: &[QualifiedName]) -> NodeId {
+    let mut s = match &condition.identifier {
+        crate::types::Identifier::String(x) => x.clone(),
+        crate::types::Identifier::Numeric(n) => n.to_string(),
+        other => format!("{other:?}"),
+    };
+    for q in path {
+        s.push('.');
+        s.push_str(q.name.as_str());
+    }
+    NodeId::string(condition.namespace, s)
+}
+
 impl ServerEvents {
-    /// Sets the Demo alarm active or inactive. Returns the condition event when the state
-    /// changed (the caller publishes it; [`DemoEventGenerator`](super::DemoEventGenerator)
-    /// passes it on like its other events). Also stores the alarm's Variables.
+    /// The condition with this NodeId (the Demo alarm or one of the application's).
+    pub fn condition(&self, node_id: &NodeId) -> Option<&Arc<Condition>> {
+        self.conditions.iter().find(|c| &c.spec.node_id == node_id)
+    }
+
+    /// Sets the Demo alarm active or inactive with the Demo's severities and messages.
+    /// Returns the condition event when the state changed (the caller publishes it). Also
+    /// stores the alarm's Variables.
     pub fn set_alarm_active(&self, space: &AddressSpace, active: bool, now: DateTime) -> Option<Event> {
-        let alarm = self.alarm.as_ref()?;
-        let next = alarm
+        let alarm = self.alarm.clone()?;
+        let severity = if active { SEVERITY_ACTIVE } else { SEVERITY_INACTIVE };
+        self.set_condition_active(space, &alarm, active, severity, None, now)
+    }
+
+    /// Sets a condition active (with `severity` 1..=1000 and `message`; default "<label>
+    /// active") or inactive. Going active clears AckedState and ConfirmedState. Returns the
+    /// condition event when the state changed (the caller publishes it); stores the
+    /// condition's Variables. A disabled condition does not change.
+    pub fn set_condition_active(
+        &self,
+        space: &AddressSpace,
+        c: &Condition,
+        active: bool,
+        severity: u16,
+        message: Option<&str>,
+        now: DateTime,
+    ) -> Option<Event> {
+        let label = &c.spec.label;
+        let next = c
             .change(|s| {
-                if s.active == active || !s.enabled {
+                let same_message = message.is_none_or(|m| s.message.text.as_str() == m);
+                if !s.enabled || (s.active == active && s.severity == severity.clamp(1, 1000) && same_message) {
                     return Ok(None);
                 }
                 let mut n = s.clone();
                 n.active = active;
                 n.last_severity = s.severity;
-                if active {
+                n.severity = severity.clamp(1, 1000);
+                if active && !s.active {
                     n.acked = false;
                     n.confirmed = false;
-                    n.severity = SEVERITY_ACTIVE;
-                    n.message = LocalizedText::new("en", "Demo alarm active");
-                } else {
-                    n.severity = SEVERITY_INACTIVE;
-                    n.message = LocalizedText::new("en", "Demo alarm inactive");
                 }
+                let default = format!("{label} {}", if active { "active" } else { "inactive" });
+                n.message = LocalizedText::new("en", message.unwrap_or(&default));
                 n.comment = LocalizedText::default();
                 n.comment_time = now;
                 n.client_user_id = UaString::null();
@@ -221,22 +282,13 @@ impl ServerEvents {
                 Ok(Some(n))
             })
             .ok()??;
-        let ev = alarm_event(&next, &self.chains.alarm);
-        self.store_alarm_cells(space);
+        let ev = condition_event(&c.spec, &next, &self.chains.alarm);
+        self.store_condition_cells(space, c);
         Some(ev)
     }
 
-    /// Acknowledge, Confirm, AddComment, Enable or Disable the Demo alarm (Part 9 §5.5.4 to
-    /// §5.5.6, §5.7.3, §5.7.4). Acknowledge, Confirm and AddComment name the EventId of the
-    /// alarm's latest event. On success the condition event is published on the bus and the
-    /// alarm's Variables are updated.
-    ///
-    /// * no alarm: `BadNodeIdUnknown`;
-    /// * Enable when enabled / Disable when disabled: `BadConditionAlreadyEnabled` /
-    ///   `BadConditionAlreadyDisabled`; anything else while disabled: `BadConditionDisabled`;
-    /// * `event_id` not the latest event's: `BadEventIdUnknown`;
-    /// * already acknowledged / confirmed: `BadConditionBranchAlreadyAcked` /
-    ///   `BadConditionBranchAlreadyConfirmed`.
+    /// Acknowledge, Confirm, AddComment, Enable or Disable the Demo alarm (see
+    /// [`ServerEvents::condition_action`]).
     pub fn alarm_action(
         &self,
         space: &AddressSpace,
@@ -246,8 +298,33 @@ impl ServerEvents {
         client_user_id: &str,
         now: DateTime,
     ) -> Result<(), StatusCode> {
-        let alarm = self.alarm.as_ref().ok_or(StatusCode::BadNodeIdUnknown)?;
-        let next = alarm.change(|s| {
+        let alarm = self.alarm.clone().ok_or(StatusCode::BadNodeIdUnknown)?;
+        self.condition_action(space, &alarm, action, event_id, comment, client_user_id, now)
+    }
+
+    /// Acknowledge, Confirm, AddComment, Enable or Disable a condition (Part 9 §5.5.4 to
+    /// §5.5.6, §5.7.3, §5.7.4). Acknowledge, Confirm and AddComment name the EventId of the
+    /// condition's latest event. On success the condition event is published on the bus, the
+    /// condition's Variables are updated and the application's hook is told.
+    ///
+    /// * Enable when enabled / Disable when disabled: `BadConditionAlreadyEnabled` /
+    ///   `BadConditionAlreadyDisabled`; anything else while disabled: `BadConditionDisabled`;
+    /// * `event_id` not the latest event's: `BadEventIdUnknown`;
+    /// * already acknowledged / confirmed: `BadConditionBranchAlreadyAcked` /
+    ///   `BadConditionBranchAlreadyConfirmed`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn condition_action(
+        &self,
+        space: &AddressSpace,
+        c: &Condition,
+        action: ConditionAction,
+        event_id: &ByteString,
+        comment: &LocalizedText,
+        client_user_id: &str,
+        now: DateTime,
+    ) -> Result<(), StatusCode> {
+        let label = &c.spec.label;
+        let next = c.change(|s| {
             let mut n = s.clone();
             match action {
                 ConditionAction::Enable | ConditionAction::Disable => {
@@ -260,7 +337,7 @@ impl ServerEvents {
                         });
                     }
                     n.enabled = enable;
-                    n.message = LocalizedText::new("en", if enable { "Demo alarm enabled" } else { "Demo alarm disabled" });
+                    n.message = LocalizedText::new("en", &format!("{label} {}", if enable { "enabled" } else { "disabled" }));
                 }
                 _ => {
                     if !s.enabled {
@@ -275,16 +352,16 @@ impl ServerEvents {
                                 return Err(StatusCode::BadConditionBranchAlreadyAcked);
                             }
                             n.acked = true;
-                            n.message = LocalizedText::new("en", "Demo alarm acknowledged");
+                            n.message = LocalizedText::new("en", &format!("{label} acknowledged"));
                         }
                         ConditionAction::Confirm => {
                             if s.confirmed {
                                 return Err(StatusCode::BadConditionBranchAlreadyConfirmed);
                             }
                             n.confirmed = true;
-                            n.message = LocalizedText::new("en", "Demo alarm confirmed");
+                            n.message = LocalizedText::new("en", &format!("{label} confirmed"));
                         }
-                        _ => n.message = LocalizedText::new("en", "Demo alarm comment"),
+                        _ => n.message = LocalizedText::new("en", &format!("{label} comment")),
                     }
                     n.comment = comment.clone();
                     n.comment_time = now;
@@ -298,18 +375,36 @@ impl ServerEvents {
             Ok(Some(n))
         })?;
         if let Some(next) = next {
-            self.bus.publish(alarm_event(&next, &self.chains.alarm));
-            self.store_alarm_cells(space);
+            self.bus.publish(condition_event(&c.spec, &next, &self.chains.alarm));
+            self.store_condition_cells(space, c);
+            if let Some(hook) = &c.spec.on_action {
+                hook(&ConditionActionInfo {
+                    condition: &c.spec.node_id,
+                    action,
+                    comment,
+                    user: client_user_id,
+                    acked: next.acked,
+                    confirmed: next.confirmed,
+                    active: next.active,
+                    enabled: next.enabled,
+                });
+            }
         }
         Ok(())
     }
 
-    /// Writes the newest alarm state into the Variables under the alarm node.
+    /// Writes the newest state of every condition into its Variables.
     pub(crate) fn store_alarm_cells(&self, space: &AddressSpace) {
-        let Some(alarm) = &self.alarm else { return };
-        let ev = alarm_event(&alarm.state(), &self.chains.alarm);
+        for c in &self.conditions {
+            self.store_condition_cells(space, c);
+        }
+    }
+
+    /// Writes the newest state of a condition into the Variables under its node.
+    pub(crate) fn store_condition_cells(&self, space: &AddressSpace, c: &Condition) {
+        let ev = condition_event(&c.spec, &c.state(), &self.chains.alarm);
         for (path, value) in nodes::alarm_values(&ev) {
-            if let Some(i) = space.node_index(&nodes::alarm_child_id(&path)) {
+            if let Some(i) = space.node_index(&c.child_id(&path)) {
                 // A node without a stored value (none is built so) is left alone.
                 let _ = space.store_value(
                     i,
@@ -348,10 +443,10 @@ impl ServerEvents {
             notifiers: Arc::clone(&self.notifiers_server),
         };
         let mut out = vec![bracket(&self.chains.refresh_start, ids::REFRESH_START_EVENT_TYPE, "ConditionRefresh start")];
-        if let Some(alarm) = &self.alarm {
-            let s = alarm.state();
+        for c in &self.conditions {
+            let s = c.state();
             if s.retain() && s.changes > 0 {
-                out.push(alarm_event(&s, &self.chains.alarm));
+                out.push(condition_event(&c.spec, &s, &self.chains.alarm));
             }
         }
         out.push(bracket(&self.chains.refresh_end, ids::REFRESH_END_EVENT_TYPE, "ConditionRefresh end"));

@@ -31,7 +31,7 @@ use crate::server::config::ServerConfig;
 use crate::types::{ByteString, DateTime, LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
 pub use bus::{EventBus, EventCursor};
-pub use condition::DemoAlarm;
+pub use condition::{Condition, ConditionSpec, DemoAlarm};
 pub use demo::DemoEventGenerator;
 pub use filter::{compile, CompiledEventFilter};
 
@@ -270,7 +270,9 @@ pub struct ServerEvents {
     /// The cross-shard broadcast ring.
     pub bus: EventBus,
     /// The Demo alarm; `None` without the Demo folder.
-    pub alarm: Option<DemoAlarm>,
+    pub alarm: Option<Arc<Condition>>,
+    /// Every condition: the Demo alarm (first, when there is one) and the application's.
+    pub conditions: Vec<Arc<Condition>>,
     pub ids: EventIdSource,
     pub chains: TypeChains,
     /// The Demo folder exists (Demo events have a source).
@@ -288,10 +290,36 @@ impl ServerEvents {
         let ids = EventIdSource::new(start);
         let chains = TypeChains::new(space);
         let demo_namespace = config.application.demo_namespace && space.node(&nodes::alarm_id()).is_some();
-        let alarm = demo_namespace.then(|| DemoAlarm::new(&ids, start));
+        let alarm = demo_namespace.then(|| {
+            let spec = ConditionSpec {
+                node_id: nodes::alarm_id(),
+                name: nodes::ALARM_NAME.to_string(),
+                label: "Demo alarm".to_string(),
+                source: nodes::demo_events_id(),
+                source_name: UaString::from(nodes::DEMO_EVENTS_NAME),
+                notifiers: demo_notifiers(),
+                on_action: None,
+            };
+            Arc::new(Condition::new(spec, &ids, start))
+        });
+        let mut conditions: Vec<Arc<Condition>> = alarm.iter().cloned().collect();
+        for c in space.app_conditions() {
+            let source_name = space.display_name_of(&c.source).map(|d| d.text.as_str().to_string()).unwrap_or_default();
+            let spec = ConditionSpec {
+                node_id: c.node_id.clone(),
+                name: c.name.clone(),
+                label: c.name.clone(),
+                source: c.source.clone(),
+                source_name: UaString::from(source_name.as_str()),
+                notifiers: notifiers_of(space, &c.source).into(),
+                on_action: c.on_action.clone(),
+            };
+            conditions.push(Arc::new(Condition::new(spec, &ids, start)));
+        }
         let events = ServerEvents {
             bus: EventBus::new(config.events.bus_capacity as usize),
             alarm,
+            conditions,
             ids,
             chains,
             demo_namespace,
@@ -341,6 +369,40 @@ pub fn is_event_notifier(space: &AddressSpace, node: &NodeId) -> bool {
 /// `Demo.Events`.
 pub fn demo_notifiers() -> Arc<[NodeId]> {
     Arc::from(vec![NodeId::ns0(ids::SERVER), nodes::demo_folder_id(), nodes::demo_events_id()])
+}
+
+/// The notifiers an event from `source` is reported on: the Server object, the source when
+/// it is an event notifier, and every event notifier above it (inverse hierarchical
+/// references, at most 16 levels, at most 64 nodes).
+pub fn notifiers_of(space: &AddressSpace, source: &NodeId) -> Vec<NodeId> {
+    let server = NodeId::ns0(ids::SERVER);
+    let mut out = vec![server.clone()];
+    let hierarchical = NodeId::ns0(crate::address_space::ids::HIERARCHICAL_REFERENCES);
+    let mut frontier = vec![source.clone()];
+    for _ in 0..16 {
+        let mut next = Vec::new();
+        for id in frontier {
+            if id != server && is_event_notifier(space, &id) && !out.contains(&id) {
+                out.push(id.clone());
+            }
+            if let Some(n) = space.node(&id) {
+                for r in &n.references {
+                    if !r.is_forward && space.is_subtype_of(&r.reference_type, &hierarchical) {
+                        if let Some(t) = r.target.as_local() {
+                            if !next.contains(t) && out.len() + next.len() < 64 {
+                                next.push(t.clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        frontier = next;
+    }
+    out
 }
 
 /// The notifiers of events reported on the Server object only.

@@ -76,12 +76,7 @@ pub fn sequence_field() -> QualifiedName {
 /// The NodeId of the alarm Variable for a field path (`AckedState/Id` →
 /// `ns=1;s=Demo.Events.Alarm.AckedState.Id`).
 pub fn alarm_child_id(path: &[QualifiedName]) -> NodeId {
-    let mut s = String::from(ALARM);
-    for q in path {
-        s.push('.');
-        s.push_str(q.name.as_str());
-    }
-    NodeId::string(1, s)
+    super::condition::child_id(&alarm_id(), path)
 }
 
 /// Every field of an alarm event with its path: the BaseEventType ones, then the condition
@@ -308,48 +303,7 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
 
     // The alarm and its Variables.
     let alarm = alarm_id();
-    b.add(object(
-        alarm.clone(),
-        QualifiedName::new(1, ALARM_NAME),
-        ids::ALARM_CONDITION_TYPE,
-        0,
-        vec![reference(ns0::HAS_COMPONENT, false, events.clone()), reference(ids::HAS_CONDITION, false, events)],
-    ))?;
-    let template_ids = super::EventIdSource::new(start);
-    let state = super::DemoAlarm::new(&template_ids, start).state();
-    let template = super::condition::alarm_event(&state, &std::sync::Arc::from(Vec::new()));
-    for (path, value) in alarm_values(&template) {
-        let (parent, ref_type, type_def) = match path.as_slice() {
-            [one] => {
-                let t = match one.name.as_str() {
-                    "EnabledState" | "AckedState" | "ConfirmedState" | "ActiveState" => {
-                        (ns0::HAS_COMPONENT, ids::TWO_STATE_VARIABLE_TYPE)
-                    }
-                    "Quality" | "LastSeverity" | "Comment" => (ns0::HAS_COMPONENT, ids::CONDITION_VARIABLE_TYPE),
-                    _ => (ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
-                };
-                (alarm.clone(), t.0, t.1)
-            }
-            [first, ..] => (alarm_child_id(std::slice::from_ref(first)), ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
-            [] => continue,
-        };
-        let data_type = match path.last().map(|q| q.name.as_str()) {
-            Some("Time" | "ReceiveTime" | "SourceTimestamp") => ids::UTC_TIME,
-            _ => value.scalar_type().map_or(ns0::BASE_DATA_TYPE, |t| t as u32),
-        };
-        let name = path.last().cloned().unwrap_or_default();
-        b.add(child_variable(
-            alarm_child_id(&path),
-            name,
-            value,
-            NodeId::ns0(data_type),
-            -1,
-            type_def,
-            parent,
-            ref_type,
-            start,
-        ))?;
-    }
+    add_condition_nodes(b, &alarm, &QualifiedName::new(1, ALARM_NAME), &events, start)?;
     method(b, alarm_acknowledge_id(), QualifiedName::new(0, "Acknowledge"), alarm.clone(), ACK_IN, &[], start)?;
     method(b, alarm_confirm_id(), QualifiedName::new(0, "Confirm"), alarm.clone(), ACK_IN, &[], start)?;
     method(b, alarm_add_comment_id(), QualifiedName::new(0, "AddComment"), alarm.clone(), ACK_IN, &[], start)?;
@@ -362,5 +316,72 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
     method(b, add_method_id(), QualifiedName::new(1, "Add"), methods.clone(), ADD_IN, ADD_OUT, start)?;
     method(b, sum_method_id(), QualifiedName::new(1, "Sum"), methods.clone(), SUM_IN, SUM_OUT, start)?;
     method(b, generate_event_method_id(), QualifiedName::new(1, "GenerateEvent"), methods, GENERATE_EVENT_IN, &[], start)?;
+    Ok(())
+}
+
+/// Adds an AlarmConditionType instance `alarm` named `name`, a component of `source` (and
+/// HasCondition from it), with a Variable for every field of its event (EventId … Severity,
+/// Retain, EnabledState and `.Id`, AckedState and `.Id`, …), ids as
+/// [`super::condition::child_id`] makes them. Its methods are the type's (Acknowledge
+/// i=9111, Confirm i=9113, AddComment i=9029, Enable i=9027, Disable i=9028), called with the
+/// condition as the object.
+pub fn add_condition_nodes(
+    b: &mut AddressSpaceBuilder,
+    alarm: &NodeId,
+    name: &QualifiedName,
+    source: &NodeId,
+    start: DateTime,
+) -> Result<(), String> {
+    b.add(object(
+        alarm.clone(),
+        name.clone(),
+        ids::ALARM_CONDITION_TYPE,
+        0,
+        vec![reference(ns0::HAS_COMPONENT, false, source.clone()), reference(ids::HAS_CONDITION, false, source.clone())],
+    ))?;
+    let template_ids = super::EventIdSource::new(start);
+    let spec = super::condition::ConditionSpec {
+        node_id: alarm.clone(),
+        name: name.name.as_str().to_string(),
+        label: name.name.as_str().to_string(),
+        source: source.clone(),
+        source_name: UaString::from(source.to_string().as_str()),
+        notifiers: std::sync::Arc::from(Vec::new()),
+        on_action: None,
+    };
+    let state = super::condition::ConditionState::initial(&template_ids, &spec.label, start);
+    let template = super::condition::condition_event(&spec, &state, &std::sync::Arc::from(Vec::new()));
+    for (path, value) in alarm_values(&template) {
+        let (parent, ref_type, type_def) = match path.as_slice() {
+            [one] => {
+                let t = match one.name.as_str() {
+                    "EnabledState" | "AckedState" | "ConfirmedState" | "ActiveState" => {
+                        (ns0::HAS_COMPONENT, ids::TWO_STATE_VARIABLE_TYPE)
+                    }
+                    "Quality" | "LastSeverity" | "Comment" => (ns0::HAS_COMPONENT, ids::CONDITION_VARIABLE_TYPE),
+                    _ => (ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
+                };
+                (alarm.clone(), t.0, t.1)
+            }
+            [first, ..] => (super::condition::child_id(alarm, std::slice::from_ref(first)), ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
+            [] => continue,
+        };
+        let data_type = match path.last().map(|q| q.name.as_str()) {
+            Some("Time" | "ReceiveTime" | "SourceTimestamp") => ids::UTC_TIME,
+            _ => value.scalar_type().map_or(ns0::BASE_DATA_TYPE, |t| t as u32),
+        };
+        let name = path.last().cloned().unwrap_or_default();
+        b.add(child_variable(
+            super::condition::child_id(alarm, &path),
+            name,
+            value,
+            NodeId::ns0(data_type),
+            -1,
+            type_def,
+            parent,
+            ref_type,
+            start,
+        ))?;
+    }
     Ok(())
 }

@@ -491,9 +491,9 @@ fn call_one(
         | MethodKind::AddComment
         | MethodKind::Enable
         | MethodKind::Disable => {
-            if m.object_id != nodes::alarm_id() {
+            let Some(condition) = shared.events.condition(&m.object_id).cloned() else {
                 return status_only(StatusCode::BadNodeIdInvalid);
-            }
+            };
             let (event_id, comment) = match kind {
                 MethodKind::Enable | MethodKind::Disable => (ByteString::null(), LocalizedText::default()),
                 _ => match arg(0) {
@@ -508,7 +508,7 @@ fn call_one(
                 MethodKind::Enable => ConditionAction::Enable,
                 _ => ConditionAction::Disable,
             };
-            let r = shared.events.alarm_action(space, action, &event_id, &comment, user, now.utc);
+            let r = shared.events.condition_action(space, &condition, action, &event_id, &comment, user, now.utc);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
         MethodKind::ConditionRefresh | MethodKind::ConditionRefresh2 => {

@@ -268,3 +268,43 @@ def test_slow_method_runs_on_the_pool_while_the_server_serves(plant):
             assert loop.time() - t0 >= 0.95
             assert reads >= 20, f"only {reads} read rounds during a 1 s method"
     run(body())
+
+
+def test_alarm_driven_by_the_application_and_acknowledged_by_the_client(plant):
+    """Plant.HighSetpoint goes active when Setpoint > 90 (the write hook drives it); the
+    client sees the AlarmConditionType event, acknowledges it with a comment, and the
+    application's hook sees the acknowledgement (Plant.AlarmAcks, Plant.AlarmLastComment)."""
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            alarm = ua.NodeId("Plant.HighSetpoint", ns)
+            r = Raw(c)
+            sub = await r.create_subscription(interval=50)
+            res = await event_items(r, sub.SubscriptionId, [(ua.NodeId("Plant", ns), base_filter(severity_at_least(700)))])
+            assert res[0].StatusCode.is_good(), res
+            acks_before = await c.get_node(ua.NodeId("Plant.AlarmAcks", ns)).read_value()
+            sp = c.get_node(ua.NodeId("Plant.Setpoint", ns))
+            await sp.write_value(ua.DataValue(ua.Variant(95.0, ua.VariantType.Double)))
+            got = await collect_events(r, lambda g: any(f[0] == ua.NodeId(2915, 0) for (_, f) in g))
+            ev = next(f for (_, f) in got if f[0] == ua.NodeId(2915, 0))
+            assert ev[1] == "Plant" and ev[2].Text == "setpoint 95" and ev[3] == 800
+            assert await c.get_node(ua.NodeId("Plant.HighSetpoint.ActiveState.Id", ns)).read_value() is True
+            assert await c.get_node(ua.NodeId("Plant.HighSetpoint.AckedState.Id", ns)).read_value() is False
+            await c.get_node(alarm).call_method(
+                ua.NodeId(9111, 0),
+                ua.Variant(ev[4], ua.VariantType.ByteString),
+                ua.Variant(ua.LocalizedText("seen by the test"), ua.VariantType.LocalizedText),
+            )
+            assert await c.get_node(ua.NodeId("Plant.HighSetpoint.AckedState.Id", ns)).read_value() is True
+            assert await c.get_node(ua.NodeId("Plant.AlarmAcks", ns)).read_value() == acks_before + 1
+            assert await c.get_node(ua.NodeId("Plant.AlarmLastComment", ns)).read_value() == "seen by the test"
+            # A second Acknowledge of the same event: already acknowledged.
+            with pytest.raises(ua.UaStatusCodeError):
+                await c.get_node(alarm).call_method(
+                    ua.NodeId(9111, 0),
+                    ua.Variant(ev[4], ua.VariantType.ByteString),
+                    ua.Variant(ua.LocalizedText("again"), ua.VariantType.LocalizedText),
+                )
+            await sp.write_value(ua.DataValue(ua.Variant(50.0, ua.VariantType.Double)))
+            assert await c.get_node(ua.NodeId("Plant.HighSetpoint.ActiveState.Id", ns)).read_value() is False
+    run(body())

@@ -61,6 +61,7 @@ pub struct AddressSpaceBuilder {
     write_hooks: Vec<(NodeId, super::app::WriteHook)>,
     async_write_hooks: Vec<(NodeId, super::app::AsyncWriteHook)>,
     methods: Vec<(NodeId, super::app::AppMethod)>,
+    conditions: Vec<super::app::AppCondition>,
 }
 
 impl AddressSpaceBuilder {
@@ -75,7 +76,14 @@ impl AddressSpaceBuilder {
             write_hooks: Vec::new(),
             async_write_hooks: Vec::new(),
             methods: Vec::new(),
+            conditions: Vec::new(),
         }
+    }
+
+    /// Registers a condition of the application whose nodes were added
+    /// (`events::nodes::add_condition_nodes`).
+    pub fn set_condition(&mut self, c: super::app::AppCondition) {
+        self.conditions.push(c);
     }
 
     /// Sets the asynchronous write hook of a Variable (a Write of it is answered when the
@@ -201,6 +209,7 @@ impl AddressSpaceBuilder {
             write_hooks,
             async_write_hooks,
             methods,
+            conditions,
         } = self;
         let metrics = std::sync::Arc::new(crate::server::metrics::ServerMetrics::default());
         let lookup = |id: &NodeId| lookup(&dense, &map, id);
@@ -270,6 +279,7 @@ impl AddressSpaceBuilder {
                 hooks.methods.insert(id, m);
             }
         }
+        hooks.conditions = conditions.into_iter().filter(|c| lookup(&c.node_id).is_some()).collect();
         let has_async = !hooks.async_write_hooks.is_empty()
             || hooks.methods.values().any(|m| matches!(m.handler, super::app::MethodHandler::Deferred { .. }))
             || nodes.iter().any(|n| {
