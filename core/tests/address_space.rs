@@ -194,7 +194,8 @@ fn namespace1_benchmark_and_demo() {
     ));
     let counter = a.node(&NodeId::string(1, "Demo.Dynamic.Counter")).unwrap();
     assert!(
-        matches!(counter.attributes, ClassAttributes::Variable(ref v) if matches!(v.value, ValueSource::Dynamic(_)))
+        matches!(counter.attributes, ClassAttributes::Variable(ref v) if matches!(v.value, ValueSource::Computed(_))),
+        "a computed value, as an application's would be"
     );
 }
 

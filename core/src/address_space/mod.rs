@@ -175,13 +175,6 @@ pub enum Dynamic {
     CurrentTime,
     /// Server.ServerStatus: the ServerStatusDataType structure with CurrentTime = `now.utc`.
     ServerStatus,
-    /// `Demo.Dynamic.Counter`: UInt32 = floor((now − start) / period). Its source timestamp is
-    /// the instant of the last increment, start + value × period. No timer is needed: the
-    /// value is a pure function of time, so every shard computes the same one.
-    Counter { period_ms: u32 },
-    /// `Demo.Dynamic.Sine`: Double = sin(2π · (now − start) / period), amplitude 1. Source
-    /// timestamp = `now`.
-    Sine { period_ms: u32 },
     /// Server.ServerDiagnostics.ServerDiagnosticsSummary: the structure, summed over the shards.
     DiagnosticsSummary,
     /// One UInt32 of that structure, by its position (0 = ServerViewCount … 11 =

@@ -15,6 +15,7 @@ use super::{ids, Event};
 use crate::address_space::build::ns1::{folder, variable, READ_ONLY};
 use crate::address_space::build::AddressSpaceBuilder;
 use crate::address_space::ids as ns0;
+use crate::address_space::app::{AppMethod, ArgDef, MethodHandler};
 use crate::address_space::{ClassAttributes, Node, NodeClass, Reference};
 use crate::generated::types::Argument;
 use crate::types::{
@@ -151,6 +152,19 @@ pub const GET_MONITORED_ITEMS_OUT: &[ArgSpec] = &[
     arg("ServerHandles", 7, BuiltinType::UInt32, 1, ""),
     arg("ClientHandles", 7, BuiltinType::UInt32, 1, ""),
 ];
+
+/// The owned declaration of static argument specs.
+fn arg_defs(args: &[ArgSpec]) -> Vec<ArgDef> {
+    args.iter()
+        .map(|a| ArgDef {
+            name: a.name.to_string(),
+            data_type: NodeId::ns0(a.data_type),
+            builtin: a.builtin,
+            value_rank: a.value_rank,
+            description: a.description.to_string(),
+        })
+        .collect()
+}
 
 fn reference(rt: u32, forward: bool, target: NodeId) -> Reference {
     Reference { reference_type: NodeId::ns0(rt), is_forward: forward, target: ExpandedNodeId::local(target) }
@@ -315,6 +329,33 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
     b.add(folder(methods.clone(), QualifiedName::new(1, "Methods"), demo))?;
     method(b, add_method_id(), QualifiedName::new(1, "Add"), methods.clone(), ADD_IN, ADD_OUT, start)?;
     method(b, sum_method_id(), QualifiedName::new(1, "Sum"), methods.clone(), SUM_IN, SUM_OUT, start)?;
+    // Add and Sum are ordinary application methods (quick, on the shard), as a library
+    // user's would be.
+    let double = |v: &Variant| if let Variant::Double(x) = v { *x } else { 0.0 };
+    b.set_method(
+        add_method_id(),
+        AppMethod {
+            inputs: arg_defs(ADD_IN),
+            outputs: arg_defs(ADD_OUT),
+            needs_write: false,
+            handler: MethodHandler::Quick(std::sync::Arc::new(move |c| match c.inputs {
+                [a, b] => Ok(vec![Variant::Double(double(a) + double(b))]),
+                _ => Err(crate::types::StatusCode::BadArgumentsMissing),
+            })),
+        },
+    );
+    b.set_method(
+        sum_method_id(),
+        AppMethod {
+            inputs: arg_defs(SUM_IN),
+            outputs: arg_defs(SUM_OUT),
+            needs_write: false,
+            handler: MethodHandler::Quick(std::sync::Arc::new(move |c| {
+                let sum = c.inputs.first().and_then(Variant::as_array).map_or(0.0, |a| a.values.iter().map(double).sum());
+                Ok(vec![Variant::Double(sum)])
+            })),
+        },
+    );
     method(b, generate_event_method_id(), QualifiedName::new(1, "GenerateEvent"), methods, GENERATE_EVENT_IN, &[], start)?;
     Ok(())
 }

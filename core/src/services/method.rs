@@ -22,8 +22,11 @@
 //!
 //! `inputArgumentResults` has one entry per argument once the count is right, else none.
 //!
-//! Methods: `Demo.Methods.Add(a, b: Double) → Double`, `Sum(values: Double[]) → Double`,
-//! `GenerateEvent(Message: String, Severity: UInt16)` (publishes a DemoEventType event),
+//! Methods: the application's (`address_space::app`: `Demo.Methods.Add(a, b: Double) →
+//! Double` and `Sum(values: Double[]) → Double` are two, registered by the Demo folder like a
+//! library user's), `Demo.Methods.GenerateEvent(Message: String, Severity: UInt16)` (publishes
+//! a DemoEventType event on the bus; the one Demo method still served here, because it needs
+//! the server's event plumbing),
 //! Acknowledge (i=9111), Confirm (i=9113), AddComment (i=9029), Enable (i=9027), Disable
 //! (i=9028) on the Demo alarm (or its own instance method nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
@@ -49,8 +52,6 @@ pub const MAX_MESSAGE_CHARS: usize = 4096;
 /// The methods this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MethodKind {
-    Add,
-    Sum,
     GenerateEvent,
     Acknowledge,
     Confirm,
@@ -80,8 +81,6 @@ impl MethodKind {
             });
         }
         let table = [
-            (nodes::add_method_id(), MethodKind::Add),
-            (nodes::sum_method_id(), MethodKind::Sum),
             (nodes::generate_event_method_id(), MethodKind::GenerateEvent),
             (nodes::alarm_acknowledge_id(), MethodKind::Acknowledge),
             (nodes::alarm_confirm_id(), MethodKind::Confirm),
@@ -94,8 +93,6 @@ impl MethodKind {
 
     fn inputs(self) -> &'static [ArgSpec] {
         match self {
-            MethodKind::Add => nodes::ADD_IN,
-            MethodKind::Sum => nodes::SUM_IN,
             MethodKind::GenerateEvent => nodes::GENERATE_EVENT_IN,
             MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment => nodes::ACK_IN,
             MethodKind::Enable | MethodKind::Disable => &[],
@@ -282,12 +279,6 @@ fn check_arg(spec: &ArgSpec, v: &Variant) -> StatusCode {
     }
 }
 
-fn f64_of(v: &Variant) -> f64 {
-    match v {
-        Variant::Double(x) => *x,
-        _ => 0.0,
-    }
-}
 
 fn u32_of(v: &Variant) -> u32 {
     match v {
@@ -466,11 +457,6 @@ fn call_one(
         output_arguments: if status.is_good() { outputs } else { Vec::new() },
     };
     match kind {
-        MethodKind::Add => done(StatusCode::Good, vec![Variant::Double(f64_of(arg(0)) + f64_of(arg(1)))]),
-        MethodKind::Sum => {
-            let sum = arg(0).as_array().map_or(0.0, |a| a.values.iter().map(f64_of).sum());
-            done(StatusCode::Good, vec![Variant::Double(sum)])
-        }
         MethodKind::GenerateEvent => {
             if !shared.events.demo_namespace {
                 return status_only(StatusCode::BadNodeIdUnknown);

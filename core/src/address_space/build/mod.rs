@@ -112,6 +112,11 @@ impl AddressSpaceBuilder {
         lookup(&self.dense, &self.map, id)
     }
 
+    /// The data the live Server object is computed from (start times, product).
+    pub fn server_info(&self) -> &ServerInfo {
+        &self.server_info
+    }
+
     /// The namespace table so far (index 0 is namespace 0).
     pub fn namespace_uris(&self) -> &[String] {
         &self.namespace_uris

@@ -15,8 +15,7 @@
 use super::AddressSpaceBuilder;
 use crate::address_space::value::ValueCell;
 use crate::address_space::{
-    access_level, ids, ClassAttributes, Dynamic, Node, NodeClass, Reference, ValueSource,
-    VariableAttributes,
+    access_level, ids, ClassAttributes, Node, NodeClass, Reference, ValueSource, VariableAttributes,
 };
 use crate::server::config::ServerConfig;
 use crate::types::{
@@ -71,6 +70,29 @@ pub fn demo_types() -> Vec<(&'static str, u32, Variant)> {
         // DataType BaseDataType: any value; starts as Int32 0.
         ("Variant", ids::BASE_DATA_TYPE, Variant::Int32(0)),
     ]
+}
+
+/// `Demo.Dynamic.Counter`, a computed value like any application's: UInt32 =
+/// floor((now − start) / period). Its source timestamp is the instant of the last increment,
+/// start + value × period. No timer is needed: the value is a pure function of time, so every
+/// shard computes the same one.
+fn demo_counter(start_time: DateTime, start_mono_ns: u64) -> ValueSource {
+    let period_ns = COUNTER_PERIOD_MS as u64 * 1_000_000;
+    ValueSource::Computed(std::sync::Arc::new(move |now: crate::Now| {
+        let n = now.mono_ns.saturating_sub(start_mono_ns) / period_ns;
+        let ts = DateTime(start_time.0.saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64));
+        DataValue { value: Variant::UInt32(n as u32), source_timestamp: Some(ts), ..Default::default() }
+    }))
+}
+
+/// `Demo.Dynamic.Sine`, a computed value: Double = sin(2π · (now − start) / period),
+/// amplitude 1. Source timestamp = `now`.
+fn demo_sine(start_mono_ns: u64) -> ValueSource {
+    let period_ns = SINE_PERIOD_MS as u64 * 1_000_000;
+    ValueSource::Computed(std::sync::Arc::new(move |now: crate::Now| {
+        let phase = (now.mono_ns.saturating_sub(start_mono_ns) % period_ns) as f64 / period_ns as f64;
+        DataValue { value: Variant::Double((phase * std::f64::consts::TAU).sin()), source_timestamp: Some(now.utc), ..Default::default() }
+    }))
 }
 
 /// Builds a Variable node with a stored value.
@@ -296,9 +318,7 @@ pub fn add_namespace1(
         NodeId::ns0(BuiltinType::UInt32 as u32),
         -1,
         Vec::new(),
-        ValueSource::Dynamic(Dynamic::Counter {
-            period_ms: COUNTER_PERIOD_MS,
-        }),
+        demo_counter(b.server_info().start_time, b.server_info().start_mono_ns),
         READ_ONLY,
         COUNTER_PERIOD_MS as f64,
         Some((s("Demo.Dynamic"), ids::HAS_COMPONENT)),
@@ -309,9 +329,7 @@ pub fn add_namespace1(
         NodeId::ns0(BuiltinType::Double as u32),
         -1,
         Vec::new(),
-        ValueSource::Dynamic(Dynamic::Sine {
-            period_ms: SINE_PERIOD_MS,
-        }),
+        demo_sine(b.server_info().start_mono_ns),
         READ_ONLY,
         0.0,
         Some((s("Demo.Dynamic"), ids::HAS_COMPONENT)),

@@ -98,7 +98,6 @@ pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
 
 /// Computes a dynamic value at `now` (the diagnostics and ServiceLevel from `metrics`).
 pub fn dynamic_value(info: &ServerInfo, metrics: &crate::server::metrics::ServerMetrics, d: Dynamic, now: Now) -> DataValue {
-    let elapsed_ns = now.mono_ns.saturating_sub(info.start_mono_ns);
     match d {
         Dynamic::CurrentTime => DataValue {
             value: Variant::DateTime(now.utc),
@@ -112,32 +111,8 @@ pub fn dynamic_value(info: &ServerInfo, metrics: &crate::server::metrics::Server
             source_timestamp: Some(now.utc),
             ..Default::default()
         },
-        Dynamic::Counter { period_ms } => {
-            let period_ns = (period_ms.max(1) as u64) * 1_000_000;
-            let n = elapsed_ns / period_ns;
-            // The instant of the last increment, on the UTC clock of the start.
-            let ts = DateTime(
-                info.start_time
-                    .0
-                    .saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64),
-            );
-            DataValue {
-                value: Variant::UInt32(n as u32),
-                source_timestamp: Some(ts),
-                ..Default::default()
-            }
-        }
         Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) | Dynamic::ServiceLevel { .. } => {
             diagnostics_value(metrics, d, now)
-        }
-        Dynamic::Sine { period_ms } => {
-            let period_ns = (period_ms.max(1) as u64) * 1_000_000;
-            let phase = (elapsed_ns % period_ns) as f64 / period_ns as f64;
-            DataValue {
-                value: Variant::Double((phase * std::f64::consts::TAU).sin()),
-                source_timestamp: Some(now.utc),
-                ..Default::default()
-            }
         }
     }
 }
