@@ -344,10 +344,7 @@ impl VariableDef {
                     Some(d) => d.resolve(b)?,
                     None => NodeId::ns0(ids::BASE_DATA_TYPE),
                 };
-                let parent = match &self.parent {
-                    Some((p, rt)) => Some((p.resolve(b)?, *rt)),
-                    None => None,
-                };
+                let parent = resolve_parent(b, &self.id, &self.parent)?;
                 let mut node = make_variable(
                     node_id.clone(),
                     browse_name,
@@ -376,10 +373,7 @@ impl VariableDef {
             Some(n) if value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
             _ => None,
         };
-        let parent = match &self.parent {
-            Some((p, rt)) => Some((p.resolve(b)?, *rt)),
-            None => None,
-        };
+        let parent = resolve_parent(b, &self.id, &self.parent)?;
         let mut node = make_variable(
             node_id.clone(),
             browse_name,
@@ -400,6 +394,16 @@ impl VariableDef {
 /// The arm above matched only the non-stored sources.
 fn unreachable_stored() -> ValueSource {
     ValueSource::Cell(ValueCell::new(DataValue::default(), None))
+}
+
+/// The parent's NodeId, which must be in the address space already (add parents first).
+fn resolve_parent(b: &mut AddressSpaceBuilder, id: &NodeRef, parent: &Option<(NodeRef, u32)>) -> Result<Option<(NodeId, u32)>, Error> {
+    let Some((p, rt)) = parent else { return Ok(None) };
+    let p = p.resolve(b)?;
+    if !b.contains(&p) {
+        return Err(Error::AddressSpace(format!("{id}: parent {p} is unknown (add it first)")));
+    }
+    Ok(Some((p, *rt)))
 }
 
 fn access(writable: bool) -> u8 {
@@ -448,7 +452,13 @@ impl ObjectDef {
     }
 
     /// An object of type `type_definition` (BaseObjectType `i=58` or any ObjectType of the
-    /// address space), organized under the Objects folder.
+    /// address space, e.g. of a companion model loaded with [`crate::ServerBuilder::nodeset`]),
+    /// organized under the Objects folder. It gets the type's mandatory children
+    /// (ModellingRule Mandatory) — of the type, its supertypes and its interfaces, the most
+    /// derived declaration of a BrowseName winning — recursively, with ids
+    /// `<id>.<BrowseName>` in the object's namespace; Variables start with the declaration's
+    /// value and are stored (push them with [`crate::ServerHandle::variable`]); methods are
+    /// the type's.
     pub fn new(id: NodeRef, name: &str, type_definition: NodeRef) -> ObjectDef {
         ObjectDef { type_definition, ..ObjectDef::folder(id, name) }
     }
@@ -491,14 +501,14 @@ impl ObjectDef {
             Some(n) if n.node_class == NodeClass::ObjectType => {}
             _ => return Err(Error::AddressSpace(format!("{}: type definition {} is no ObjectType", self.id, type_def))),
         }
-        let parent = match &self.parent {
-            Some((p, _)) => p.resolve(b)?,
+        let parent = match resolve_parent(b, &self.id, &self.parent)? {
+            Some((p, _)) => p,
             None => NodeId::ns0(ids::OBJECTS_FOLDER),
         };
         let mut node = folder(node_id.clone(), browse_name, parent.clone());
         node.references.retain(|r| r.is_forward);
         if let Some(r) = node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)) {
-            r.target = ExpandedNodeId::local(type_def);
+            r.target = ExpandedNodeId::local(type_def.clone());
         }
         if let Some((_, rt)) = &self.parent {
             node.references.push(Reference {
@@ -514,6 +524,7 @@ impl ObjectDef {
             node.description = LocalizedText::text(&self.description);
         }
         b.add(node).map_err(Error::AddressSpace)?;
+        instantiate_mandatory(b, &type_def, &node_id, 0)?;
         if self.events {
             // The notifier hierarchy: the Server object reaches this notifier (HasNotifier),
             // so Server-level event subscriptions and the notifier walk include it.
@@ -528,6 +539,143 @@ impl ObjectDef {
 
 /// HasNotifier (namespace 0).
 const HAS_NOTIFIER: u32 = 48;
+const HAS_MODELLING_RULE: u32 = 37;
+const MODELLING_RULE_MANDATORY: u32 = 78;
+const HAS_ORDERED_COMPONENT: u32 = 49;
+const HAS_INTERFACE: u32 = 17603;
+
+/// The nodes `node` points to by one of `types` (forward), whichever end declared the
+/// reference (before the address space is finished, a reference is stored where the NodeSet
+/// declared it).
+fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, NodeId)> {
+    let mut out = Vec::new();
+    let of = |r: &Reference| r.reference_type.as_ns0().filter(|t| types.contains(t));
+    if let Some(n) = b.node(node) {
+        for r in &n.references {
+            if let (Some(t), true, Some(id)) = (of(r), r.is_forward, r.target.as_local()) {
+                out.push((t, id.clone()));
+            }
+        }
+    }
+    for n in b.nodes() {
+        for r in &n.references {
+            if let (Some(t), false) = (of(r), r.is_forward) {
+                if r.target.as_local() == Some(node) && !out.iter().any(|(_, x)| x == &n.node_id) {
+                    out.push((t, n.node_id.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The supertype of a type node.
+fn supertype(b: &AddressSpaceBuilder, t: &NodeId) -> Option<NodeId> {
+    if let Some(n) = b.node(t) {
+        for r in &n.references {
+            if r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) && !r.is_forward {
+                return r.target.as_local().cloned();
+            }
+        }
+    }
+    b.nodes()
+        .find(|n| {
+            n.references
+                .iter()
+                .any(|r| r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) && r.is_forward && r.target.as_local() == Some(t))
+        })
+        .map(|n| n.node_id.clone())
+}
+
+fn is_mandatory(b: &AddressSpaceBuilder, decl: &NodeId) -> bool {
+    targets(b, decl, &[HAS_MODELLING_RULE]).iter().any(|(_, m)| m.as_ns0() == Some(MODELLING_RULE_MANDATORY))
+}
+
+/// Adds to `instance` the mandatory children declared by `type_or_decl` (a type: also its
+/// supertypes and interfaces; an instance declaration: its own children), recursively.
+fn instantiate_mandatory(b: &mut AddressSpaceBuilder, type_or_decl: &NodeId, instance: &NodeId, depth: u32) -> Result<(), Error> {
+    if depth > 8 {
+        return Ok(());
+    }
+    let child_refs = [ids::HAS_COMPONENT, ids::HAS_PROPERTY, HAS_ORDERED_COMPONENT];
+    // The declarations: the node's own, then (for types) each supertype's and interface's.
+    let mut sources = vec![type_or_decl.clone()];
+    if b.node(type_or_decl).is_some_and(|n| n.node_class == NodeClass::ObjectType) {
+        let mut t = type_or_decl.clone();
+        for _ in 0..32 {
+            for (_, i) in targets(b, &t, &[HAS_INTERFACE]) {
+                sources.push(i);
+            }
+            match supertype(b, &t) {
+                Some(s) if s.as_ns0() != Some(ids::BASE_OBJECT_TYPE) => {
+                    sources.push(s.clone());
+                    t = s;
+                }
+                _ => break,
+            }
+        }
+    }
+    let mut seen: Vec<QualifiedName> = Vec::new();
+    for src in sources {
+        for (rt, decl) in targets(b, &src, &child_refs) {
+            let Some(d) = b.node(&decl) else { continue };
+            if seen.contains(&d.browse_name) || !is_mandatory(b, &decl) {
+                continue;
+            }
+            seen.push(d.browse_name.clone());
+            let name = d.browse_name.clone();
+            let id = NodeId { namespace: instance.namespace, identifier: suffixed(&instance.identifier, name.name.as_str()) };
+            let type_def = d.type_definition().and_then(|t| t.as_local()).cloned();
+            match (d.node_class, &d.attributes) {
+                (NodeClass::Variable, ClassAttributes::Variable(v)) => {
+                    let value = match &v.value {
+                        ValueSource::Cell(c) => c.load(),
+                        _ => DataValue::default(),
+                    };
+                    let fixed = match v.data_type.as_ns0() {
+                        Some(n) if v.value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
+                        _ => None,
+                    };
+                    let mut node = make_variable(
+                        id.clone(),
+                        name,
+                        v.data_type.clone(),
+                        v.value_rank,
+                        v.array_dimensions.clone(),
+                        ValueSource::Cell(ValueCell::new(value, fixed)),
+                        v.access_level,
+                        v.minimum_sampling_interval,
+                        Some((instance.clone(), rt)),
+                    );
+                    node.display_name = d.display_name.clone();
+                    node.description = d.description.clone();
+                    if let (Some(t), Some(r)) = (type_def, node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))) {
+                        r.target = ExpandedNodeId::local(t);
+                    }
+                    b.add(node).map_err(Error::AddressSpace)?;
+                    instantiate_mandatory(b, &decl, &id, depth + 1)?;
+                }
+                (NodeClass::Object, ClassAttributes::Object { event_notifier }) => {
+                    let event_notifier = *event_notifier;
+                    let display_name = d.display_name.clone();
+                    let mut node = folder(id.clone(), name, instance.clone());
+                    node.references.retain(|r| r.is_forward);
+                    if let (Some(t), Some(r)) = (type_def, node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))) {
+                        r.target = ExpandedNodeId::local(t);
+                    }
+                    node.references.push(Reference { reference_type: NodeId::ns0(rt), is_forward: false, target: ExpandedNodeId::local(instance.clone()) });
+                    node.attributes = ClassAttributes::Object { event_notifier };
+                    node.display_name = display_name;
+                    b.add(node).map_err(Error::AddressSpace)?;
+                    instantiate_mandatory(b, &decl, &id, depth + 1)?;
+                }
+                // Methods stay the type's (Call finds them through the type definition).
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
 
 /// A Method to add, with its typed arguments and its handler.
 pub struct MethodDef {
