@@ -20,7 +20,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push depth placement servers security distribution handshake batching paced floor establishment"
+ALL="headline headline-connect capacity subscriptions events push library-cost depth placement servers security distribution handshake batching paced floor establishment"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -55,6 +55,9 @@ for t in $ALL; do
             --ratio uaring-none/async-opcua-none --ratio uaring-sign-encrypt/async-opcua-sign-encrypt ;;
         capacity) sweep capacity capacity.variants capacity.scenarios ;;
         push) sweep push push.variants push.scenarios --ratio uaring/open62541 ;;
+        # Needs the binary of c35c903 in ../before (see library-cost.variants); run on demand:
+        # TABLES=library-cost harness/benchmarks/make-tables.sh
+        library-cost) sweep library-cost library-cost.variants library-cost.scenarios --ratio after/before ;;
         subscriptions) sweep subscriptions subscriptions.variants subscriptions.scenarios ;;
         events) sweep events events.variants events.scenarios ;;
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
@@ -93,6 +96,7 @@ done
     section headline "Headline: uaring, native open62541, async-opcua and the same-loop echo floor, both send modes, None and SignAndEncrypt"
     section headline-connect "Session establishment: uaring, native open62541 and async-opcua"
     section capacity "Sampling capacity: uaring and native open62541 (counters contract, 10 ms sampling, one server CPU)"
+    section library-cost "The uaring binary on the library against the one before it (c35c903), side by side"
     section push "Pushed values: the application pushes, exception-based items receive every change (uaring's plant example and native open62541, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"

@@ -248,7 +248,7 @@ impl VariableDef {
     ) -> VariableDef {
         let mut v = VariableDef::new(id, name, Variant::Empty);
         v.data_type = Some(NodeRef::ns0(data_type as u32));
-        v.source = Source::Computed(Arc::new(move |now| {
+        v.source = Source::Computed(Arc::new(move |now, _state| {
             let t = std::time::Instant::now();
             let dv = read(now);
             READ_CALLBACK_NS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -333,7 +333,7 @@ impl VariableDef {
             }
             source @ (Source::Computed(_) | Source::Async { .. }) => {
                 let value_source = match source {
-                    Source::Computed(f) => ValueSource::Computed(f),
+                    Source::Computed(f) => ValueSource::Computed(uaring_core::address_space::app::Computed { read: f, state: Default::default() }),
                     Source::Async { read, max_in_flight, timeout_ms } => {
                         ValueSource::Async(AsyncSource::new(read, max_in_flight, timeout_ms))
                     }

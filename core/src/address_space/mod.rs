@@ -151,7 +151,7 @@ pub enum ValueSource {
     Dynamic(Dynamic),
     /// Computed by the application at every Read and sample, on the shard ([`app::ReadFn`]).
     /// Writable only through a write hook.
-    Computed(app::ReadFn),
+    Computed(app::Computed),
     /// Answered later by the application from any thread ([`app::AsyncSource`]): a Read is
     /// deferred until it answers, a sample is taken when it answers.
     Async(std::sync::Arc<app::AsyncSource>),
@@ -387,7 +387,7 @@ impl AddressSpace {
             ClassAttributes::Variable(v) => Some(match &v.value {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
-                ValueSource::Computed(f) => f(now),
+                ValueSource::Computed(c) => c.value(now),
                 ValueSource::Async(_) => DataValue::status(crate::types::StatusCode::BadWaitingForInitialData),
             }),
             _ => None,

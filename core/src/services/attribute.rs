@@ -566,7 +566,7 @@ pub fn read_attribute(
             match &v.value {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
-                ValueSource::Computed(f) => f(now),
+                ValueSource::Computed(c) => c.value(now),
                 // Answered later: the Read service defers it; other callers (a new monitored
                 // item's first value) get this until the source answers.
                 ValueSource::Async(_) => return bad(StatusCode::BadWaitingForInitialData),

@@ -620,9 +620,10 @@ impl SubscriptionEngine {
         bucket.next_ns = next;
         self.bucket_heap.push(Reverse((next, b, generation)));
         let shard = self.shard_index as usize;
+        let any_async = space.has_async();
         for &s in &sources {
             let Some(Some(src)) = self.sources.get_mut(s as usize) else { continue };
-            if src.attribute_id == attr::Value {
+            if any_async && src.attribute_id == attr::Value {
                 if let Some(a) = space.async_source(src.node_index) {
                     // Asked now, offered when the application answers (on_sample_done). One
                     // sample at a time per source; one given up after its timeout.
@@ -2355,7 +2356,7 @@ fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: N
                 let mut dv = match &v.value {
                     ValueSource::Cell(c) => c.load(),
                     ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
-                    ValueSource::Computed(f) => f(now),
+                    ValueSource::Computed(c) => c.value(now),
                     ValueSource::Async(_) => DataValue::status(StatusCode::BadWaitingForInitialData),
                 };
                 if dv.server_timestamp.is_none() || !matches!(v.value, ValueSource::Computed(_)) {

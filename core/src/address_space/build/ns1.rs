@@ -78,7 +78,7 @@ pub fn demo_types() -> Vec<(&'static str, u32, Variant)> {
 /// shard computes the same one.
 fn demo_counter(start_time: DateTime, start_mono_ns: u64) -> ValueSource {
     let period_ns = COUNTER_PERIOD_MS as u64 * 1_000_000;
-    ValueSource::Computed(std::sync::Arc::new(move |now: crate::Now| {
+    ValueSource::Computed(crate::address_space::app::Computed::new(move |now: crate::Now| {
         let n = now.mono_ns.saturating_sub(start_mono_ns) / period_ns;
         let ts = DateTime(start_time.0.saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64));
         DataValue { value: Variant::UInt32(n as u32), source_timestamp: Some(ts), ..Default::default() }
@@ -89,7 +89,7 @@ fn demo_counter(start_time: DateTime, start_mono_ns: u64) -> ValueSource {
 /// amplitude 1. Source timestamp = `now`.
 fn demo_sine(start_mono_ns: u64) -> ValueSource {
     let period_ns = SINE_PERIOD_MS as u64 * 1_000_000;
-    ValueSource::Computed(std::sync::Arc::new(move |now: crate::Now| {
+    ValueSource::Computed(crate::address_space::app::Computed::new(move |now: crate::Now| {
         let phase = (now.mono_ns.saturating_sub(start_mono_ns) % period_ns) as f64 / period_ns as f64;
         DataValue { value: Variant::Double((phase * std::f64::consts::TAU).sin()), source_timestamp: Some(now.utc), ..Default::default() }
     }))
