@@ -523,7 +523,7 @@ fn raise(shared: &Arc<ServerShared>, def: EventDef) -> Result<(), Error> {
             severity: def.severity,
             condition_id: None,
             fields,
-            notifiers: notifiers_of(space, &source).into(),
+            notifiers: uaring_core::events::notifiers_of(space, &source).into(),
         };
         shared.events.bus.publish(event);
         Ok(())
@@ -609,40 +609,6 @@ impl Drop for ServerHandle {
 
 /// BaseEventType (namespace 0).
 const BASE_EVENT_TYPE: u32 = 2041;
-
-/// The notifiers an event from `source` is reported on: the Server object, the source when
-/// it is an event notifier, and every event notifier above it (inverse hierarchical
-/// references, at most 16 levels).
-fn notifiers_of(space: &uaring_core::address_space::AddressSpace, source: &NodeId) -> Vec<NodeId> {
-    let server = NodeId::ns0(uaring_core::address_space::ids::SERVER);
-    let mut out = vec![server.clone()];
-    let hierarchical = NodeId::ns0(uaring_core::address_space::ids::HIERARCHICAL_REFERENCES);
-    let mut frontier = vec![source.clone()];
-    for _ in 0..16 {
-        let mut next = Vec::new();
-        for id in frontier {
-            if id != server && uaring_core::events::is_event_notifier(space, &id) && !out.contains(&id) {
-                out.push(id.clone());
-            }
-            if let Some(n) = space.node(&id) {
-                for r in &n.references {
-                    if !r.is_forward && space.is_subtype_of(&r.reference_type, &hierarchical) {
-                        if let Some(t) = r.target.as_local() {
-                            if !next.contains(t) && out.len() + next.len() < 64 {
-                                next.push(t.clone());
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if next.is_empty() {
-            break;
-        }
-        frontier = next;
-    }
-    out
-}
 
 const HANDLED_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGHUP];
 

@@ -555,7 +555,7 @@ pub fn read_attribute(
         };
     }
 
-    let mut dv = match &node.attributes {
+    let dv = match &node.attributes {
         ClassAttributes::Variable(v) => {
             if v.access_level & access_level::CURRENT_READ == 0 {
                 return bad(StatusCode::BadNotReadable);
@@ -575,10 +575,16 @@ pub fn read_attribute(
         ClassAttributes::VariableType(v) => DataValue::new(v.value.clone()),
         _ => return bad(StatusCode::BadAttributeIdInvalid),
     };
-    if let Err(e) = check_encoding(attribute_id, data_encoding, Some(&dv.value)) {
+    finish_value(dv, data_encoding, range.as_ref(), ts, now)
+}
+
+/// The last steps of reading a Value: the DataEncoding check, the IndexRange and the
+/// timestamps asked for (the server timestamp is `now` unless the value has one).
+fn finish_value(mut dv: DataValue, data_encoding: &QualifiedName, range: Option<&NumericRange>, ts: Timestamps, now: Now) -> DataValue {
+    if let Err(e) = check_encoding(attr::VALUE, data_encoding, Some(&dv.value)) {
         return bad(e);
     }
-    if let Some(r) = &range {
+    if let Some(r) = range {
         match r.read(&dv.value) {
             Ok(v) => dv.value = v,
             Err(e) => return bad(e),
@@ -816,7 +822,7 @@ pub fn commit_write(space: &AddressSpace, p: &PreparedWrite) -> StatusCode {
 /// Finishes a value read asynchronously as [`read_attribute`] finishes a stored one: the
 /// DataEncoding check, the IndexRange and the timestamps asked for.
 pub fn finish_async_value(
-    mut dv: DataValue,
+    dv: DataValue,
     data_encoding: &QualifiedName,
     range: Option<&NumericRange>,
     ts: Timestamps,
@@ -829,22 +835,7 @@ pub fn finish_async_value(
         }
         return b;
     }
-    if let Err(e) = check_encoding(attr::VALUE, data_encoding, Some(&dv.value)) {
-        return bad(e);
-    }
-    if let Some(r) = range {
-        match r.read(&dv.value) {
-            Ok(v) => dv.value = v,
-            Err(e) => return bad(e),
-        }
-    }
-    if !ts.source() {
-        dv.source_timestamp = None;
-        dv.source_picoseconds = None;
-    }
-    dv.server_timestamp = ts.server().then_some(now.utc);
-    dv.server_picoseconds = None;
-    dv
+    finish_value(dv, data_encoding, range, ts, now)
 }
 
 /// Does `v` fit the Variable `node` as its Value (not empty; its type fits the DataType,
