@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use uaring_affinity::{fixture, topology_report, TopologyOutput, TopologyRequest};
 
 fn call(root: Option<&str>, output: TopologyOutput) -> (i32, String, String) {
-    let request = TopologyRequest { sysfs_root: root.map(PathBuf::from), output };
+    let request = TopologyRequest {
+        sysfs_root: root.map(PathBuf::from),
+        output,
+    };
     let mut out = Vec::new();
     let mut err = Vec::new();
     let code = topology_report(&request, &mut out, &mut err);

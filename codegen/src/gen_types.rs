@@ -191,7 +191,11 @@ fn gen_struct(o: &mut String, s: &RStruct) {
             // In-place decoding (reusing arrays' and strings' memory) for plain structures;
             // optional-field and recursive ones keep the default (decode and replace).
             if matches!(s.layout, Layout::Plain) && !s.recursive && !s.fields.is_empty() {
-                writeln!(o, "    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {{").unwrap();
+                writeln!(
+                    o,
+                    "    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {{"
+                )
+                .unwrap();
                 for f in &s.fields {
                     writeln!(o, "        self.{}.decode_into(d)?;", f.name).unwrap();
                 }

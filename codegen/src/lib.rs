@@ -96,7 +96,10 @@ pub fn generate(spec: &Path) -> Vec<GenFile> {
         (gen.join("messages.rs"), gen_messages::generate(&m)),
         (gen.join("ns0.rs"), ns0::loader_rs(ns0.node_count)),
         (PathBuf::from("core/tests/generated_roundtrip.rs"), tests),
-        (PathBuf::from("core/tests/generated_switch_fields.rs"), switch_tests),
+        (
+            PathBuf::from("core/tests/generated_switch_fields.rs"),
+            switch_tests,
+        ),
     ];
     let mut out: Vec<GenFile> = files
         .into_iter()

@@ -11,7 +11,10 @@ fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` runs this too: both just print.
     let mut net = Net::with_session();
     println!("{:<28} {:>12} {:>12}", "request", "allocs/req", "bytes/req");
-    let cases: Vec<(String, Box<dyn Fn() -> uaring_core::generated::messages::Request>)> = vec![
+    let cases: Vec<(
+        String,
+        Box<dyn Fn() -> uaring_core::generated::messages::Request>,
+    )> = vec![
         ("Read, 1 value".into(), Box::new(|| read(1))),
         ("Read, 10 values".into(), Box::new(|| read(10))),
         ("Read, 100 values".into(), Box::new(|| read(100))),

@@ -27,7 +27,9 @@ use uaring_core::server::context::{ConnectionHost, Deferred, RequestContext};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::services::{dispatch, dispatch_deferrable};
-use uaring_core::{DataValue, DateTime, ExtensionObject, NodeId, Now, QualifiedName, UaString, Variant};
+use uaring_core::{
+    DataValue, DateTime, ExtensionObject, NodeId, Now, QualifiedName, UaString, Variant,
+};
 
 struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
@@ -87,7 +89,11 @@ fn node(i: u32) -> NodeId {
 impl Bench {
     fn header(&mut self) -> RequestHeader {
         self.handle += 1;
-        RequestHeader { authentication_token: self.token.clone(), request_handle: self.handle, ..Default::default() }
+        RequestHeader {
+            authentication_token: self.token.clone(),
+            request_handle: self.handle,
+            ..Default::default()
+        }
     }
 
     fn call(&mut self, r: Request) -> Response {
@@ -97,7 +103,10 @@ impl Bench {
     fn new() -> Bench {
         let mut config = ServerConfig::default();
         config.operation_limits.max_monitored_items_per_call = 1_000_000;
-        let now = Now::new(1_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000));
+        let now = Now::new(
+            1_000_000_000,
+            DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+        );
         let shared = ServerShared::new_with(config, now, &mut |b| {
             let ns = b.add_namespace("urn:bench:push")?;
             for i in 0..=N {
@@ -117,44 +126,92 @@ impl Bench {
             Ok(())
         })
         .unwrap();
-        let shard = ShardState::new(shared.clone(), 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
-        let index = (0..N).map(|i| shared.address_space.node_index(&node(i)).unwrap()).collect();
+        let shard = ShardState::new(
+            shared.clone(),
+            0,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        );
+        let index = (0..N)
+            .map(|i| shared.address_space.node_index(&node(i)).unwrap())
+            .collect();
         let unwatched = shared.address_space.node_index(&node(N)).unwrap();
-        let mut b = Bench { shared, shard, now, token: NodeId::NULL, handle: 0, sub: 0, index, unwatched, scratch: Vec::new(), out: Vec::with_capacity(1 << 20), seq: 0, k: 0.0 };
-        let Response::CreateSession(cs) = b.call(Request::CreateSession(Box::new(CreateSessionRequest { requested_session_timeout: 3_600_000.0, ..Default::default() }))) else { panic!() };
+        let mut b = Bench {
+            shared,
+            shard,
+            now,
+            token: NodeId::NULL,
+            handle: 0,
+            sub: 0,
+            index,
+            unwatched,
+            scratch: Vec::new(),
+            out: Vec::with_capacity(1 << 20),
+            seq: 0,
+            k: 0.0,
+        };
+        let Response::CreateSession(cs) =
+            b.call(Request::CreateSession(Box::new(CreateSessionRequest {
+                requested_session_timeout: 3_600_000.0,
+                ..Default::default()
+            })))
+        else {
+            panic!()
+        };
         b.token = cs.authentication_token.clone();
         let hd = b.header();
         let r = b.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
             request_header: hd,
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: UaString::from("anonymous") }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: UaString::from("anonymous"),
+            }),
             ..Default::default()
         })));
         assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
         let hd = b.header();
-        let Response::CreateSubscription(s) = b.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-            request_header: hd,
-            requested_publishing_interval: 100.0,
-            requested_lifetime_count: 1_000_000,
-            requested_max_keep_alive_count: 1000,
-            publishing_enabled: true,
-            ..Default::default()
-        }))) else { panic!() };
+        let Response::CreateSubscription(s) = b.call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                request_header: hd,
+                requested_publishing_interval: 100.0,
+                requested_lifetime_count: 1_000_000,
+                requested_max_keep_alive_count: 1000,
+                publishing_enabled: true,
+                ..Default::default()
+            },
+        ))) else {
+            panic!()
+        };
         b.sub = s.subscription_id;
         let hd = b.header();
         let items = (0..N)
             .map(|i| MonitoredItemCreateRequest {
-                item_to_monitor: ReadValueId { node_id: node(i), attribute_id: 13, ..Default::default() },
+                item_to_monitor: ReadValueId {
+                    node_id: node(i),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
                 monitoring_mode: MonitoringMode::Reporting,
-                requested_parameters: MonitoringParameters { client_handle: i, sampling_interval: 0.0, queue_size: 4, ..Default::default() },
+                requested_parameters: MonitoringParameters {
+                    client_handle: i,
+                    sampling_interval: 0.0,
+                    queue_size: 4,
+                    ..Default::default()
+                },
             })
             .collect();
-        let Response::CreateMonitoredItems(m) = b.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-            request_header: hd,
-            subscription_id: b.sub,
-            timestamps_to_return: TimestampsToReturn::Both,
-            items_to_create: items,
-        }))) else { panic!() };
-        assert!(m.results.iter().all(|x| x.status_code.is_good() && x.revised_sampling_interval == 0.0));
+        let Response::CreateMonitoredItems(m) = b.call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: b.sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: items,
+            },
+        ))) else {
+            panic!()
+        };
+        assert!(m
+            .results
+            .iter()
+            .all(|x| x.status_code.is_good() && x.revised_sampling_interval == 0.0));
         // The initial values go out with the first cycles.
         for _ in 0..3 {
             b.publish_cycle(None);
@@ -167,7 +224,11 @@ impl Bench {
         self.k += 1.0;
         let ts = self.now.utc;
         for &i in &self.index {
-            let dv = DataValue { value: Variant::Double(self.k), source_timestamp: Some(ts), ..Default::default() };
+            let dv = DataValue {
+                value: Variant::Double(self.k),
+                source_timestamp: Some(ts),
+                ..Default::default()
+            };
             black_box(self.shared.address_space.store_value(i, dv).unwrap());
         }
     }
@@ -177,8 +238,18 @@ impl Bench {
     /// when `expect` says how many.
     fn publish_cycle(&mut self, expect: Option<usize>) {
         let hd = self.header();
-        let acks = if self.seq > 0 { vec![SubscriptionAcknowledgement { subscription_id: self.sub, sequence_number: self.seq }] } else { Vec::new() };
-        let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: acks }));
+        let acks = if self.seq > 0 {
+            vec![SubscriptionAcknowledgement {
+                subscription_id: self.sub,
+                sequence_number: self.seq,
+            }]
+        } else {
+            Vec::new()
+        };
+        let req = Request::Publish(Box::new(PublishRequest {
+            request_header: hd,
+            subscription_acknowledgements: acks,
+        }));
         assert!(dispatch_deferrable(&mut self.shard, &ctx(), req, 1, self.now).is_none());
         self.now = self.now.advance_ns(100_000_000);
         self.shard.on_timer(self.now);
@@ -186,12 +257,17 @@ impl Bench {
         let mut scratch = std::mem::take(&mut self.scratch);
         for (_, d) in scratch.drain(..) {
             if let Some(n) = expect.filter(|_| self.seq < 8) {
-                let Ok(Response::Publish(p)) = d.to_response() else { panic!("{d:?}") };
+                let Ok(Response::Publish(p)) = d.to_response() else {
+                    panic!("{d:?}")
+                };
                 let got: usize = p
                     .notification_message
                     .notification_data
                     .iter()
-                    .filter_map(|eo| eo.decode_as::<DataChangeNotification>(Default::default()).and_then(|r| r.ok()))
+                    .filter_map(|eo| {
+                        eo.decode_as::<DataChangeNotification>(Default::default())
+                            .and_then(|r| r.ok())
+                    })
                     .map(|d| d.monitored_items.len())
                     .sum();
                 assert_eq!(got, n, "every pushed value is one notification");
@@ -222,7 +298,12 @@ fn benches(c: &mut Criterion) {
     g.bench_function("store/unwatched", |x| {
         x.iter(|| {
             k += 1.0;
-            black_box(space.address_space.store_value(unwatched, DataValue::new(Variant::Double(k))).unwrap())
+            black_box(
+                space
+                    .address_space
+                    .store_value(unwatched, DataValue::new(Variant::Double(k)))
+                    .unwrap(),
+            )
         })
     });
     g.throughput(Throughput::Elements(N as u64));
@@ -279,7 +360,10 @@ fn benches(c: &mut Criterion) {
         delivered as f64 / (50.0 * N as f64)
     );
     let stats = b.shard.subscriptions().stats();
-    println!("push: {} changes offered, {} lost to a full inbox", stats.changes, stats.changes_lost);
+    println!(
+        "push: {} changes offered, {} lost to a full inbox",
+        stats.changes, stats.changes_lost
+    );
 }
 
 criterion_group!(name = push; config = Criterion::default().sample_size(20); targets = benches);

@@ -7,10 +7,12 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::{ReadRequest, ReadResponse, ReadValueId, RequestHeader, ResponseHeader, TimestampsToReturn};
+use uaring_core::generated::types::{
+    ReadRequest, ReadResponse, ReadValueId, RequestHeader, ResponseHeader, TimestampsToReturn,
+};
 use uaring_core::secure_channel::{
-    open_chunk, parse_chunk_head, write_chunks, Assembly, ChunkLimits, MessageAssembler, PlainCrypto, SecurityHeader,
-    SecurityProvider, SequenceCounter, SECURITY_POLICY_NONE_URI,
+    open_chunk, parse_chunk_head, write_chunks, Assembly, ChunkLimits, MessageAssembler,
+    PlainCrypto, SecurityHeader, SecurityProvider, SequenceCounter, SECURITY_POLICY_NONE_URI,
 };
 use uaring_core::server::connection::ServerConnection;
 use uaring_core::server::context::{ConnectionHost, RequestContext};
@@ -29,13 +31,21 @@ fn read_request() -> Request {
         },
         max_age: 0.0,
         timestamps_to_return: TimestampsToReturn::Both,
-        nodes_to_read: vec![ReadValueId { node_id: NodeId::numeric(1, 1001), attribute_id: 13, ..Default::default() }],
+        nodes_to_read: vec![ReadValueId {
+            node_id: NodeId::numeric(1, 1001),
+            attribute_id: 13,
+            ..Default::default()
+        }],
     }))
 }
 
 fn read_response() -> Response {
     Response::Read(Box::new(ReadResponse {
-        response_header: ResponseHeader { timestamp: DateTime(133_000_000_000_000_000), request_handle: 17, ..Default::default() },
+        response_header: ResponseHeader {
+            timestamp: DateTime(133_000_000_000_000_000),
+            request_handle: 17,
+            ..Default::default()
+        },
         results: vec![DataValue {
             value: Variant::Int32(5),
             source_timestamp: Some(DateTime(133_000_000_000_000_000)),
@@ -73,8 +83,23 @@ impl ConnectionHost for BenchHost {
 }
 
 fn chunk(body: &[u8], seq: &mut SequenceCounter, out: &mut Vec<u8>) {
-    let l = ChunkLimits { max_chunk_size: 65536, max_message_size: 0, max_chunk_count: 0 };
-    write_chunks(MessageType::Message, 1, &SecurityHeader::Symmetric { token_id: 1 }, 5, body, &PlainCrypto, seq, &l, out).unwrap();
+    let l = ChunkLimits {
+        max_chunk_size: 65536,
+        max_message_size: 0,
+        max_chunk_count: 0,
+    };
+    write_chunks(
+        MessageType::Message,
+        1,
+        &SecurityHeader::Symmetric { token_id: 1 },
+        5,
+        body,
+        &PlainCrypto,
+        seq,
+        &l,
+        out,
+    )
+    .unwrap();
 }
 
 fn benches(c: &mut Criterion) {
@@ -130,7 +155,16 @@ fn benches(c: &mut Criterion) {
             let head = parse_chunk_head(f.header, f.bytes).unwrap();
             let oc = open_chunk(f.bytes, head.sequence_offset, &PlainCrypto, &mut scratch).unwrap();
             let Assembly::Complete { body, .. } = asm
-                .push(MessageType::Message, f.header.chunk_type, oc.request_id, oc.body, 1 << 20, 16, StatusCode::BadRequestTooLarge, 0)
+                .push(
+                    MessageType::Message,
+                    f.header.chunk_type,
+                    oc.request_id,
+                    oc.body,
+                    1 << 20,
+                    16,
+                    StatusCode::BadRequestTooLarge,
+                    0,
+                )
                 .unwrap()
             else {
                 unreachable!()
@@ -143,14 +177,29 @@ fn benches(c: &mut Criterion) {
 
     // The whole server connection path with a dispatcher that returns a canned response.
     let now = Now::new(1, DateTime(133_000_000_000_000_000));
-    let mut host = BenchHost { limits: TransportLimits::default(), security: SecurityProvider::none_only(), response: resp.clone(), random: uaring_core::random::ChaCha::from_u64(1) };
+    let mut host = BenchHost {
+        limits: TransportLimits::default(),
+        security: SecurityProvider::none_only(),
+        response: resp.clone(),
+        random: uaring_core::random::ChaCha::from_u64(1),
+    };
     let mut conn = ServerConnection::new(&mut host, None, now);
     let mut out = Vec::new();
     let mut hel = Vec::new();
-    HelloMessage { protocol_version: 0, receive_buffer_size: 65536, send_buffer_size: 65536, max_message_size: 0, max_chunk_count: 0, endpoint_url: "opc.tcp://x".into() }
-        .write(&mut hel);
+    HelloMessage {
+        protocol_version: 0,
+        receive_buffer_size: 65536,
+        send_buffer_size: 65536,
+        max_message_size: 0,
+        max_chunk_count: 0,
+        endpoint_url: "opc.tcp://x".into(),
+    }
+    .write(&mut hel);
     let _ = conn.on_recv(&mut host, now, &hel, &mut out);
-    let mut client = ClientConnection::new(ClientConfig::new("opc.tcp://x"), Box::new(uaring_core::random::ChaCha::from_u64(2)));
+    let mut client = ClientConnection::new(
+        ClientConfig::new("opc.tcp://x"),
+        Box::new(uaring_core::random::ChaCha::from_u64(2)),
+    );
     let mut c2s = Vec::new();
     client.start(now, &mut c2s);
     // Open the channel by relaying bytes between the two.

@@ -33,8 +33,14 @@ fn batch(c: &mut Criterion, name: &str, make: fn() -> Request, sizes: &[usize]) 
         for _ in 0..n {
             net.client.send_encoded(&body, &mut input).expect("send");
         }
-        assert_eq!(net.server.on_recv(&mut net.shard, net.now, &input, &mut out), ConnStatus::Open);
-        net.client.on_recv(net.now, &out, &mut Vec::new()).expect("client decodes the responses");
+        assert_eq!(
+            net.server
+                .on_recv(&mut net.shard, net.now, &input, &mut out),
+            ConnStatus::Open
+        );
+        net.client
+            .on_recv(net.now, &out, &mut Vec::new())
+            .expect("client decodes the responses");
         let mut got = 0;
         while let Some((_, resp)) = net.client.poll_response() {
             assert!(resp.response_header().service_result.is_good(), "{resp:?}");
@@ -52,7 +58,9 @@ fn batch(c: &mut Criterion, name: &str, make: fn() -> Request, sizes: &[usize]) 
                     }
                     out.clear();
                     let t = Instant::now();
-                    let st = net.server.on_recv(&mut net.shard, net.now, &input, &mut out);
+                    let st = net
+                        .server
+                        .on_recv(&mut net.shard, net.now, &input, &mut out);
                     spent += t.elapsed();
                     assert_eq!(st, ConnStatus::Open);
                 }

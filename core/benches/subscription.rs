@@ -72,7 +72,11 @@ struct Bench {
 impl Bench {
     fn header(&mut self) -> RequestHeader {
         self.handle += 1;
-        RequestHeader { authentication_token: self.token.clone(), request_handle: self.handle, ..Default::default() }
+        RequestHeader {
+            authentication_token: self.token.clone(),
+            request_handle: self.handle,
+            ..Default::default()
+        }
     }
 
     /// A shard with `counters` counters, one session, one subscription (`publishing_ms`)
@@ -81,25 +85,48 @@ impl Bench {
         let mut config = ServerConfig::default();
         config.application.counters = counters;
         config.operation_limits.max_monitored_items_per_call = 1_000_000;
-        let now = Now::new(1_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000));
+        let now = Now::new(
+            1_000_000_000,
+            DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+        );
         let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
-        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
+        let mut shard = ShardState::new(
+            shared,
+            0,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        );
         let cs = dispatch(
             &mut shard,
             &ctx(),
-            Request::CreateSession(Box::new(CreateSessionRequest { requested_session_timeout: 3_600_000.0, ..Default::default() })),
+            Request::CreateSession(Box::new(CreateSessionRequest {
+                requested_session_timeout: 3_600_000.0,
+                ..Default::default()
+            })),
             now,
         );
-        let Response::CreateSession(cs) = cs else { panic!("{cs:?}") };
+        let Response::CreateSession(cs) = cs else {
+            panic!("{cs:?}")
+        };
         let token = cs.authentication_token.clone();
-        let mut b = Bench { shard, now, token, handle: 0, sub: 0, scratch: Vec::new(), verify: true, out: Vec::with_capacity(1 << 20) };
+        let mut b = Bench {
+            shard,
+            now,
+            token,
+            handle: 0,
+            sub: 0,
+            scratch: Vec::new(),
+            verify: true,
+            out: Vec::with_capacity(1 << 20),
+        };
         let hd = b.header();
         let r = dispatch(
             &mut b.shard,
             &ctx(),
             Request::ActivateSession(Box::new(ActivateSessionRequest {
                 request_header: hd,
-                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: UaString::from("anonymous") }),
+                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                    policy_id: UaString::from("anonymous"),
+                }),
                 ..Default::default()
             })),
             now,
@@ -119,14 +146,25 @@ impl Bench {
             })),
             now,
         );
-        let Response::CreateSubscription(s) = r else { panic!("{r:?}") };
+        let Response::CreateSubscription(s) = r else {
+            panic!("{r:?}")
+        };
         b.sub = s.subscription_id;
         let hd = b.header();
         let items = (0..items)
             .map(|i| MonitoredItemCreateRequest {
-                item_to_monitor: ReadValueId { node_id: NodeId::numeric(1, nodes(i)), attribute_id: 13, ..Default::default() },
+                item_to_monitor: ReadValueId {
+                    node_id: NodeId::numeric(1, nodes(i)),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
                 monitoring_mode: MonitoringMode::Reporting,
-                requested_parameters: MonitoringParameters { client_handle: i, sampling_interval: 10.0, queue_size: 1, ..Default::default() },
+                requested_parameters: MonitoringParameters {
+                    client_handle: i,
+                    sampling_interval: 10.0,
+                    queue_size: 1,
+                    ..Default::default()
+                },
             })
             .collect();
         let r = dispatch(
@@ -140,7 +178,9 @@ impl Bench {
             })),
             now,
         );
-        let Response::CreateMonitoredItems(m) = r else { panic!("{r:?}") };
+        let Response::CreateMonitoredItems(m) = r else {
+            panic!("{r:?}")
+        };
         assert!(m.results.iter().all(|x| x.status_code.is_good()));
         b
     }
@@ -154,8 +194,18 @@ impl Bench {
     /// Returns the notifications sent.
     fn publish_cycle(&mut self, ack: u32) -> (usize, u32) {
         let hd = self.header();
-        let acks = if ack > 0 { vec![SubscriptionAcknowledgement { subscription_id: self.sub, sequence_number: ack }] } else { Vec::new() };
-        let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: acks }));
+        let acks = if ack > 0 {
+            vec![SubscriptionAcknowledgement {
+                subscription_id: self.sub,
+                sequence_number: ack,
+            }]
+        } else {
+            Vec::new()
+        };
+        let req = Request::Publish(Box::new(PublishRequest {
+            request_header: hd,
+            subscription_acknowledgements: acks,
+        }));
         assert!(dispatch_deferrable(&mut self.shard, &ctx(), req, 1, self.now).is_none());
         self.tick();
         self.shard.take_deferred(CH, &mut self.scratch);
@@ -167,7 +217,9 @@ impl Bench {
         let mut scratch = std::mem::take(&mut self.scratch);
         for (_, d) in scratch.drain(..) {
             if self.verify {
-                let Ok(Response::Publish(p)) = d.to_response() else { panic!("{d:?}") };
+                let Ok(Response::Publish(p)) = d.to_response() else {
+                    panic!("{d:?}")
+                };
                 assert_eq!(p.notification_message.sequence_number, ack + 1);
             }
             match d {
@@ -206,7 +258,9 @@ fn benches(c: &mut Criterion) {
             b.tick();
         }
         let per = (allocs() - a0) as f64 / (100.0 * N as f64);
-        println!("sample: {per:.4} heap allocations per item sampled (steady state, {N} items, queue 1)");
+        println!(
+            "sample: {per:.4} heap allocations per item sampled (steady state, {N} items, queue 1)"
+        );
     }
     {
         let mut b = Bench::new(N, 10.0, N, |i| i + 1);
@@ -238,7 +292,9 @@ fn benches(c: &mut Criterion) {
         for _ in 0..10 {
             b.tick();
         }
-        g.bench_function(BenchmarkId::new("items_per_node", k), |x| x.iter(|| b.tick()));
+        g.bench_function(BenchmarkId::new("items_per_node", k), |x| {
+            x.iter(|| b.tick())
+        });
     }
     g.finish();
 }

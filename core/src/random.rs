@@ -53,7 +53,6 @@ pub fn bytes(r: &mut dyn Random, n: usize) -> Vec<u8> {
     v
 }
 
-
 /// A random array.
 pub fn array<const N: usize>(r: &mut dyn Random) -> [u8; N] {
     let mut b = [0u8; N];

@@ -23,6 +23,9 @@ impl Now {
     }
     /// This instant advanced by `ns` (both clocks). For tests and simulations.
     pub fn advance_ns(&self, ns: u64) -> Now {
-        Now { mono_ns: self.mono_ns.saturating_add(ns), utc: DateTime(self.utc.0.saturating_add((ns / 100) as i64)) }
+        Now {
+            mono_ns: self.mono_ns.saturating_add(ns),
+            utc: DateTime(self.utc.0.saturating_add((ns / 100) as i64)),
+        }
     }
 }

@@ -286,7 +286,9 @@ fn server_capabilities_have_no_null_values() {
         }
         for r in &n.references {
             // HasComponent (47), HasProperty (46), forward.
-            if r.is_forward && (r.reference_type == NodeId::ns0(46) || r.reference_type == NodeId::ns0(47)) {
+            if r.is_forward
+                && (r.reference_type == NodeId::ns0(46) || r.reference_type == NodeId::ns0(47))
+            {
                 if let Some(t) = r.target.as_local() {
                     if a.node(t).is_some() {
                         stack.push(t.clone());
@@ -297,10 +299,27 @@ fn server_capabilities_have_no_null_values() {
     }
     assert!(seen >= 10, "{seen}");
     assert!(nulls.is_empty(), "Null-valued capabilities: {nulls:#?}");
-    let cap = |i: u32| a.variable_value(a.node(&NodeId::ns0(i)).unwrap(), now()).unwrap().value;
-    assert_eq!(cap(24098), Variant::UInt32(100), "MaxSubscriptionsPerSession");
-    assert_eq!(cap(31916), Variant::UInt32(10_000), "MaxMonitoredItemsQueueSize");
-    for gone in [11713u32, 12165, 12166, 12167, 12168, 11192, 24095, 24096, 24097, 24101] {
-        assert!(a.node(&NodeId::ns0(gone)).is_none(), "i={gone} is not offered");
+    let cap = |i: u32| {
+        a.variable_value(a.node(&NodeId::ns0(i)).unwrap(), now())
+            .unwrap()
+            .value
+    };
+    assert_eq!(
+        cap(24098),
+        Variant::UInt32(100),
+        "MaxSubscriptionsPerSession"
+    );
+    assert_eq!(
+        cap(31916),
+        Variant::UInt32(10_000),
+        "MaxMonitoredItemsQueueSize"
+    );
+    for gone in [
+        11713u32, 12165, 12166, 12167, 12168, 11192, 24095, 24096, 24097, 24101,
+    ] {
+        assert!(
+            a.node(&NodeId::ns0(gone)).is_none(),
+            "i={gone} is not offered"
+        );
     }
 }

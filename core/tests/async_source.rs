@@ -18,7 +18,9 @@ use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch_deferrable;
-use uaring_core::{BuiltinType, DataValue, DecodeLimits, NodeId, QualifiedName, StatusCode, Variant};
+use uaring_core::{
+    BuiltinType, DataValue, DecodeLimits, NodeId, QualifiedName, StatusCode, Variant,
+};
 
 #[derive(Default)]
 struct App {
@@ -49,24 +51,68 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
         assert_eq!(ns, 2);
         let objects = Some((NodeId::ns0(85), 35));
         let a1 = a.clone();
-        let source = AsyncSource::new(Arc::new(move |r: AsyncRead| a1.reads.lock().unwrap().push(r)), 2, 500);
-        bld.add(ns1::make_variable(device(), QualifiedName::new(ns, "Device"), NodeId::ns0(11), -1, vec![], ValueSource::Async(source), ns1::READ_ONLY, 0.0, objects.clone()))?;
+        let source = AsyncSource::new(
+            Arc::new(move |r: AsyncRead| a1.reads.lock().unwrap().push(r)),
+            2,
+            500,
+        );
+        bld.add(ns1::make_variable(
+            device(),
+            QualifiedName::new(ns, "Device"),
+            NodeId::ns0(11),
+            -1,
+            vec![],
+            ValueSource::Async(source),
+            ns1::READ_ONLY,
+            0.0,
+            objects.clone(),
+        ))?;
         let a2 = a.clone();
-        let slow = AsyncSource::new(Arc::new(move |r: AsyncRead| a2.reads.lock().unwrap().push(r)), 8, 100);
-        bld.add(ns1::make_variable(slow_device(), QualifiedName::new(ns, "SlowDevice"), NodeId::ns0(11), -1, vec![], ValueSource::Async(slow), ns1::READ_ONLY, 0.0, objects.clone()))?;
-        bld.add(ns1::variable(setpoint(), QualifiedName::new(ns, "Setpoint"), NodeId::ns0(11), -1, vec![], DataValue::new(Variant::Double(1.0)), ns1::WRITABLE, 0.0, objects.clone()))?;
+        let slow = AsyncSource::new(
+            Arc::new(move |r: AsyncRead| a2.reads.lock().unwrap().push(r)),
+            8,
+            100,
+        );
+        bld.add(ns1::make_variable(
+            slow_device(),
+            QualifiedName::new(ns, "SlowDevice"),
+            NodeId::ns0(11),
+            -1,
+            vec![],
+            ValueSource::Async(slow),
+            ns1::READ_ONLY,
+            0.0,
+            objects.clone(),
+        ))?;
+        bld.add(ns1::variable(
+            setpoint(),
+            QualifiedName::new(ns, "Setpoint"),
+            NodeId::ns0(11),
+            -1,
+            vec![],
+            DataValue::new(Variant::Double(1.0)),
+            ns1::WRITABLE,
+            0.0,
+            objects.clone(),
+        ))?;
         let b1 = b.clone();
         bld.set_async_write_hook(
             setpoint(),
             AsyncWriteHook {
                 start: Arc::new(move |w, done| {
-                    let Variant::Double(x) = w.value.value else { panic!() };
+                    let Variant::Double(x) = w.value.value else {
+                        panic!()
+                    };
                     b1.writes.lock().unwrap().push((x, done));
                 }),
                 timeout_ms: 500,
             },
         );
-        let folder = ns1::folder(NodeId::string(ns, "Tools"), QualifiedName::new(ns, "Tools"), NodeId::ns0(85));
+        let folder = ns1::folder(
+            NodeId::string(ns, "Tools"),
+            QualifiedName::new(ns, "Tools"),
+            NodeId::ns0(85),
+        );
         bld.add(folder)?;
         let mut m = uaring_core::address_space::Node {
             node_id: calibrate(),
@@ -77,7 +123,10 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
             write_mask: 0,
             user_write_mask: 0,
             references: vec![],
-            attributes: uaring_core::address_space::ClassAttributes::Method { executable: true, user_executable: true },
+            attributes: uaring_core::address_space::ClassAttributes::Method {
+                executable: true,
+                user_executable: true,
+            },
         };
         m.references.push(uaring_core::address_space::Reference {
             reference_type: NodeId::ns0(47),
@@ -92,7 +141,10 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
                 inputs: vec![ArgDef::scalar("x", BuiltinType::Double)],
                 outputs: vec![ArgDef::scalar("y", BuiltinType::Double)],
                 needs_write: false,
-                handler: MethodHandler::Deferred { start: Arc::new(move |call| c1.calls.lock().unwrap().push(call)), timeout_ms: 500 },
+                handler: MethodHandler::Deferred {
+                    start: Arc::new(move |call| c1.calls.lock().unwrap().push(call)),
+                    timeout_ms: 500,
+                },
             },
         );
         Ok(())
@@ -110,14 +162,24 @@ impl Client {
     fn new(shared: &Arc<ServerShared>) -> Client {
         let mut h = Harness::on_shared(shared.clone(), 0);
         let token = h.open_session();
-        Client { h, token, request_id: 10 }
+        Client {
+            h,
+            token,
+            request_id: 10,
+        }
     }
 
     /// Dispatches with a request id; `Some` = answered at once.
     fn send(&mut self, req: Request) -> Option<Response> {
         self.request_id += 1;
         let ch = self.h.channel;
-        dispatch_deferrable(&mut self.h.shard, &Harness::ctx(ch), req, self.request_id, self.h.now)
+        dispatch_deferrable(
+            &mut self.h.shard,
+            &Harness::ctx(ch),
+            req,
+            self.request_id,
+            self.h.now,
+        )
     }
 
     fn read(&mut self, nodes: &[NodeId]) -> Option<Response> {
@@ -125,7 +187,14 @@ impl Client {
         self.send(Request::Read(Box::new(ReadRequest {
             request_header: hd,
             timestamps_to_return: TimestampsToReturn::Both,
-            nodes_to_read: nodes.iter().map(|n| ReadValueId { node_id: n.clone(), attribute_id: 13, ..Default::default() }).collect(),
+            nodes_to_read: nodes
+                .iter()
+                .map(|n| ReadValueId {
+                    node_id: n.clone(),
+                    attribute_id: 13,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         })))
     }
@@ -138,7 +207,9 @@ impl Client {
         let mut v = Vec::new();
         let ch = self.h.channel;
         self.h.shard.take_deferred(ch, &mut v);
-        v.into_iter().map(|(id, d)| (id, d.to_response().unwrap())).collect()
+        v.into_iter()
+            .map(|(id, d)| (id, d.to_response().unwrap()))
+            .collect()
     }
 }
 
@@ -154,23 +225,41 @@ fn a_read_of_an_async_source_is_answered_when_the_application_answers_from_anoth
     let app = Arc::new(App::default());
     let shared = server(&app);
     let mut c = Client::new(&shared);
-    assert!(c.read(&[device(), NodeId::numeric(1, 1007)]).is_none(), "deferred");
+    assert!(
+        c.read(&[device(), NodeId::numeric(1, 1007)]).is_none(),
+        "deferred"
+    );
     let id = c.request_id;
     // Meanwhile the shard answers other requests at once.
-    let other = c.read(&[NodeId::numeric(1, 1003)]).expect("a Read of a stored value is answered at once");
-    assert_eq!(read_results(&other)[0].value, Variant::Int32(2), "BenchmarkValue2");
+    let other = c
+        .read(&[NodeId::numeric(1, 1003)])
+        .expect("a Read of a stored value is answered at once");
+    assert_eq!(
+        read_results(&other)[0].value,
+        Variant::Int32(2),
+        "BenchmarkValue2"
+    );
     assert!(c.later(1).is_empty(), "nothing until the device answers");
     let r = app.reads.lock().unwrap().pop().unwrap();
     assert_eq!(r.node_id, device());
-    std::thread::spawn(move || r.complete(DataValue::new(Variant::Double(42.5)))).join().unwrap();
-    assert!(c.h.shard.next_deadline() == Some(0), "a completion makes the shard run its timers at once");
+    std::thread::spawn(move || r.complete(DataValue::new(Variant::Double(42.5))))
+        .join()
+        .unwrap();
+    assert!(
+        c.h.shard.next_deadline() == Some(0),
+        "a completion makes the shard run its timers at once"
+    );
     let out = c.later(1);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, id, "answers the deferred request id");
     let res = read_results(&out[0].1);
     assert_eq!(res[0].value, Variant::Double(42.5));
     assert!(res[0].server_timestamp.is_some());
-    assert_eq!(res[1].value, Variant::Int32(6), "the stored value read at once goes with it");
+    assert_eq!(
+        res[1].value,
+        Variant::Int32(6),
+        "the stored value read at once goes with it"
+    );
     assert_eq!(c.h.shard.deferred_requests(), 0);
 }
 
@@ -182,9 +271,17 @@ fn an_unanswered_read_times_out_and_a_late_answer_is_dropped() {
     assert!(c.read(&[slow_device()]).is_none());
     assert!(c.later(50).is_empty());
     let out = c.later(60);
-    assert_eq!(read_results(&out[0].1)[0].status, Some(StatusCode::BadTimeout));
+    assert_eq!(
+        read_results(&out[0].1)[0].status,
+        Some(StatusCode::BadTimeout)
+    );
     // The application answers after all: nothing more goes out.
-    app.reads.lock().unwrap().pop().unwrap().complete(DataValue::new(Variant::Double(1.0)));
+    app.reads
+        .lock()
+        .unwrap()
+        .pop()
+        .unwrap()
+        .complete(DataValue::new(Variant::Double(1.0)));
     assert!(c.later(1).is_empty());
 }
 
@@ -197,14 +294,23 @@ fn a_dropped_handle_answers_bad_internal_error_and_in_flight_is_bounded() {
     assert!(c.read(&[device()]).is_none());
     assert!(c.read(&[device()]).is_none());
     let third = c.read(&[device()]).expect("refused at once");
-    assert_eq!(read_results(&third)[0].status, Some(StatusCode::BadTooManyOperations));
+    assert_eq!(
+        read_results(&third)[0].status,
+        Some(StatusCode::BadTooManyOperations)
+    );
     let mut reads = std::mem::take(&mut *app.reads.lock().unwrap());
     drop(reads.pop());
     reads.pop().unwrap().fail(StatusCode::BadCommunicationError);
     let out = c.later(1);
     let mut statuses: Vec<_> = out.iter().map(|(_, r)| read_results(r)[0].status).collect();
     statuses.sort_by_key(|s| s.map(|s| s.0));
-    assert_eq!(statuses, vec![Some(StatusCode::BadInternalError), Some(StatusCode::BadCommunicationError)]);
+    assert_eq!(
+        statuses,
+        vec![
+            Some(StatusCode::BadInternalError),
+            Some(StatusCode::BadCommunicationError)
+        ]
+    );
     // Both slots are free again.
     assert!(c.read(&[device()]).is_none());
 }
@@ -218,25 +324,52 @@ fn an_async_write_hook_stores_on_good_and_answers_its_status() {
         let hd = c.h.header(&c.token);
         c.send(Request::Write(Box::new(WriteRequest {
             request_header: hd,
-            nodes_to_write: vec![WriteValue { node_id: setpoint(), attribute_id: 13, value: DataValue::new(Variant::Double(v)), ..Default::default() }],
+            nodes_to_write: vec![WriteValue {
+                node_id: setpoint(),
+                attribute_id: 13,
+                value: DataValue::new(Variant::Double(v)),
+                ..Default::default()
+            }],
         })))
     };
     assert!(write(&mut c, 5.0).is_none());
     let (x, done) = app.writes.lock().unwrap().pop().unwrap();
     assert_eq!(x, 5.0);
-    let before = read_results(&c.read(&[setpoint()]).unwrap())[0].value.clone();
-    assert_eq!(before, Variant::Double(1.0), "not stored before the hook answers");
+    let before = read_results(&c.read(&[setpoint()]).unwrap())[0]
+        .value
+        .clone();
+    assert_eq!(
+        before,
+        Variant::Double(1.0),
+        "not stored before the hook answers"
+    );
     done.complete(StatusCode::Good);
     let out = c.later(1);
-    let Response::Write(w) = &out[0].1 else { panic!() };
+    let Response::Write(w) = &out[0].1 else {
+        panic!()
+    };
     assert_eq!(w.results, vec![StatusCode::Good]);
-    assert_eq!(read_results(&c.read(&[setpoint()]).unwrap())[0].value, Variant::Double(5.0));
+    assert_eq!(
+        read_results(&c.read(&[setpoint()]).unwrap())[0].value,
+        Variant::Double(5.0)
+    );
     assert!(write(&mut c, -1.0).is_none());
-    app.writes.lock().unwrap().pop().unwrap().1.complete(StatusCode::BadOutOfRange);
+    app.writes
+        .lock()
+        .unwrap()
+        .pop()
+        .unwrap()
+        .1
+        .complete(StatusCode::BadOutOfRange);
     let out = c.later(1);
-    let Response::Write(w) = &out[0].1 else { panic!() };
+    let Response::Write(w) = &out[0].1 else {
+        panic!()
+    };
     assert_eq!(w.results, vec![StatusCode::BadOutOfRange]);
-    assert_eq!(read_results(&c.read(&[setpoint()]).unwrap())[0].value, Variant::Double(5.0));
+    assert_eq!(
+        read_results(&c.read(&[setpoint()]).unwrap())[0].value,
+        Variant::Double(5.0)
+    );
 }
 
 #[test]
@@ -248,25 +381,42 @@ fn a_deferred_method_is_answered_later_with_checked_outputs() {
         let hd = c.h.header(&c.token);
         c.send(Request::Call(Box::new(CallRequest {
             request_header: hd,
-            methods_to_call: vec![CallMethodRequest { object_id: NodeId::string(2, "Tools"), method_id: calibrate(), input_arguments: args }],
+            methods_to_call: vec![CallMethodRequest {
+                object_id: NodeId::string(2, "Tools"),
+                method_id: calibrate(),
+                input_arguments: args,
+            }],
         })))
     };
     // The server checks the arguments before anything is deferred.
-    let Some(Response::Call(r)) = call(&mut c, vec![Variant::Int32(1)]) else { panic!() };
+    let Some(Response::Call(r)) = call(&mut c, vec![Variant::Int32(1)]) else {
+        panic!()
+    };
     assert_eq!(r.results[0].status_code, StatusCode::BadInvalidArgument);
     assert!(call(&mut c, vec![Variant::Double(2.0)]).is_none());
     let pending = app.calls.lock().unwrap().pop().unwrap();
     assert_eq!(pending.inputs, vec![Variant::Double(2.0)]);
-    std::thread::spawn(move || pending.complete(Ok(vec![Variant::Double(4.0)]))).join().unwrap();
+    std::thread::spawn(move || pending.complete(Ok(vec![Variant::Double(4.0)])))
+        .join()
+        .unwrap();
     let out = c.later(1);
-    let Response::Call(r) = &out[0].1 else { panic!() };
+    let Response::Call(r) = &out[0].1 else {
+        panic!()
+    };
     assert_eq!(r.results[0].status_code, StatusCode::Good);
     assert_eq!(r.results[0].output_arguments, vec![Variant::Double(4.0)]);
     // Outputs other than declared are BadInternalError.
     assert!(call(&mut c, vec![Variant::Double(2.0)]).is_none());
-    app.calls.lock().unwrap().pop().unwrap().complete(Ok(vec![Variant::Int32(4)]));
+    app.calls
+        .lock()
+        .unwrap()
+        .pop()
+        .unwrap()
+        .complete(Ok(vec![Variant::Int32(4)]));
     let out = c.later(1);
-    let Response::Call(r) = &out[0].1 else { panic!() };
+    let Response::Call(r) = &out[0].1 else {
+        panic!()
+    };
     assert_eq!(r.results[0].status_code, StatusCode::BadInternalError);
     assert!(r.results[0].output_arguments.is_empty());
 }
@@ -277,27 +427,47 @@ fn sampling_an_async_source_offers_each_answer_to_its_items() {
     let shared = server(&app);
     let mut c = Client::new(&shared);
     let hd = c.h.header(&c.token);
-    let Some(Response::CreateSubscription(s)) = c.send(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-        request_header: hd,
-        requested_publishing_interval: 100.0,
-        requested_lifetime_count: 100,
-        requested_max_keep_alive_count: 10,
-        publishing_enabled: true,
-        ..Default::default()
-    }))) else { panic!() };
+    let Some(Response::CreateSubscription(s)) = c.send(Request::CreateSubscription(Box::new(
+        CreateSubscriptionRequest {
+            request_header: hd,
+            requested_publishing_interval: 100.0,
+            requested_lifetime_count: 100,
+            requested_max_keep_alive_count: 10,
+            publishing_enabled: true,
+            ..Default::default()
+        },
+    ))) else {
+        panic!()
+    };
     let hd = c.h.header(&c.token);
-    let Some(Response::CreateMonitoredItems(m)) = c.send(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-        request_header: hd,
-        subscription_id: s.subscription_id,
-        timestamps_to_return: TimestampsToReturn::Both,
-        items_to_create: vec![MonitoredItemCreateRequest {
-            item_to_monitor: ReadValueId { node_id: device(), attribute_id: 13, ..Default::default() },
-            monitoring_mode: MonitoringMode::Reporting,
-            requested_parameters: MonitoringParameters { client_handle: 1, sampling_interval: 0.0, queue_size: 10, ..Default::default() },
-        }],
-    }))) else { panic!() };
+    let Some(Response::CreateMonitoredItems(m)) = c.send(Request::CreateMonitoredItems(Box::new(
+        CreateMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: s.subscription_id,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId {
+                    node_id: device(),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: 1,
+                    sampling_interval: 0.0,
+                    queue_size: 10,
+                    ..Default::default()
+                },
+            }],
+        },
+    ))) else {
+        panic!()
+    };
     assert!(m.results[0].status_code.is_good());
-    assert!(m.results[0].revised_sampling_interval > 0.0, "not exception-based: the source is asked on a timer");
+    assert!(
+        m.results[0].revised_sampling_interval > 0.0,
+        "not exception-based: the source is asked on a timer"
+    );
     let mut values = Vec::new();
     for k in 0..5 {
         c.later(20);
@@ -307,7 +477,12 @@ fn sampling_an_async_source_offers_each_answer_to_its_items() {
         }
     }
     let hd = c.h.header(&c.token);
-    assert!(c.send(Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: vec![] }))).is_none());
+    assert!(c
+        .send(Request::Publish(Box::new(PublishRequest {
+            request_header: hd,
+            subscription_acknowledgements: vec![]
+        })))
+        .is_none());
     for (_, r) in c.later(120) {
         let Response::Publish(p) = r else { continue };
         for eo in &p.notification_message.notification_data {
@@ -316,7 +491,22 @@ fn sampling_an_async_source_offers_each_answer_to_its_items() {
             }
         }
     }
-    let doubles: Vec<f64> = values.iter().filter_map(|v| if let Variant::Double(x) = v { Some(*x) } else { None }).collect();
-    assert!(doubles.len() >= 3, "the answers are sampled values: {values:?}");
-    assert!(doubles.windows(2).all(|w| w[0] < w[1]), "in order: {doubles:?}");
+    let doubles: Vec<f64> = values
+        .iter()
+        .filter_map(|v| {
+            if let Variant::Double(x) = v {
+                Some(*x)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert!(
+        doubles.len() >= 3,
+        "the answers are sampled values: {values:?}"
+    );
+    assert!(
+        doubles.windows(2).all(|w| w[0] < w[1]),
+        "in order: {doubles:?}"
+    );
 }

@@ -28,29 +28,45 @@ impl Client {
     fn on(shared: &Arc<ServerShared>, shard: usize) -> Client {
         let mut h = Harness::on_shared(shared.clone(), shard);
         let token = h.open_session();
-        Client { h, token, request_id: 100 }
+        Client {
+            h,
+            token,
+            request_id: 100,
+        }
     }
 
     fn subscribe(&mut self, interval_ms: f64) -> u32 {
         let hd = self.h.header(&self.token);
-        match self.h.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-            request_header: hd,
-            requested_publishing_interval: interval_ms,
-            requested_lifetime_count: 1000,
-            requested_max_keep_alive_count: 10,
-            max_notifications_per_publish: 0,
-            publishing_enabled: true,
-            priority: 0,
-        }))) {
+        match self.h.call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                request_header: hd,
+                requested_publishing_interval: interval_ms,
+                requested_lifetime_count: 1000,
+                requested_max_keep_alive_count: 10,
+                max_notifications_per_publish: 0,
+                publishing_enabled: true,
+                priority: 0,
+            },
+        ))) {
             Response::CreateSubscription(r) => r.subscription_id,
             other => panic!("{other:?}"),
         }
     }
 
-    fn monitor(&mut self, sub: u32, node: NodeId, sampling_ms: f64, queue: u32) -> MonitoredItemCreateResult {
+    fn monitor(
+        &mut self,
+        sub: u32,
+        node: NodeId,
+        sampling_ms: f64,
+        queue: u32,
+    ) -> MonitoredItemCreateResult {
         let hd = self.h.header(&self.token);
         let item = MonitoredItemCreateRequest {
-            item_to_monitor: ReadValueId { node_id: node, attribute_id: 13, ..Default::default() },
+            item_to_monitor: ReadValueId {
+                node_id: node,
+                attribute_id: 13,
+                ..Default::default()
+            },
             monitoring_mode: MonitoringMode::Reporting,
             requested_parameters: MonitoringParameters {
                 client_handle: 7,
@@ -60,12 +76,14 @@ impl Client {
                 ..Default::default()
             },
         };
-        match self.h.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-            request_header: hd,
-            subscription_id: sub,
-            timestamps_to_return: TimestampsToReturn::Both,
-            items_to_create: vec![item],
-        }))) {
+        match self.h.call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: vec![item],
+            },
+        ))) {
             Response::CreateMonitoredItems(r) => r.results[0].clone(),
             other => panic!("{other:?}"),
         }
@@ -75,9 +93,16 @@ impl Client {
         let hd = self.h.header(&self.token);
         let r = self.h.call(Request::Write(Box::new(WriteRequest {
             request_header: hd,
-            nodes_to_write: vec![WriteValue { node_id: node, attribute_id: 13, value: DataValue::new(Variant::Int32(v)), ..Default::default() }],
+            nodes_to_write: vec![WriteValue {
+                node_id: node,
+                attribute_id: 13,
+                value: DataValue::new(Variant::Int32(v)),
+                ..Default::default()
+            }],
         })));
-        let Response::Write(w) = r else { panic!("{r:?}") };
+        let Response::Write(w) = r else {
+            panic!("{r:?}")
+        };
         assert_eq!(w.results, vec![StatusCode::Good]);
     }
 
@@ -89,18 +114,32 @@ impl Client {
         while self.h.now.mono_ns < end {
             self.request_id += 1;
             let hd = self.h.header(&self.token);
-            let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: vec![] }));
+            let req = Request::Publish(Box::new(PublishRequest {
+                request_header: hd,
+                subscription_acknowledgements: vec![],
+            }));
             let ch = self.h.channel;
-            assert!(dispatch_deferrable(&mut self.h.shard, &Harness::ctx(ch), req, self.request_id, self.h.now).is_none());
+            assert!(dispatch_deferrable(
+                &mut self.h.shard,
+                &Harness::ctx(ch),
+                req,
+                self.request_id,
+                self.h.now
+            )
+            .is_none());
             self.h.advance_ms(10);
             let now = self.h.now;
             self.h.shard.on_timer(now);
             let mut v = Vec::new();
             self.h.shard.take_deferred(ch, &mut v);
             for (_, d) in v {
-                let Ok(Response::Publish(p)) = d.to_response() else { panic!("a Publish response") };
+                let Ok(Response::Publish(p)) = d.to_response() else {
+                    panic!("a Publish response")
+                };
                 for eo in &p.notification_message.notification_data {
-                    if let Some(Ok(d)) = eo.decode_as::<DataChangeNotification>(DecodeLimits::default()) {
+                    if let Some(Ok(d)) =
+                        eo.decode_as::<DataChangeNotification>(DecodeLimits::default())
+                    {
                         out.extend(d.monitored_items.into_iter().map(|m| m.value));
                     }
                 }
@@ -130,18 +169,35 @@ fn twenty_quick_writes_arrive_as_twenty_notifications_whichever_shard_writes() {
     let mut other = Client::on(&shared, 0);
     let sub = subscriber.subscribe(100.0);
     let r = subscriber.monitor(sub, bench_node(5), 0.0, 20);
-    assert_eq!((r.status_code, r.revised_sampling_interval, r.revised_queue_size), (StatusCode::Good, 0.0, 20));
-    assert_eq!(int_values(&subscriber.collect(100)), vec![5], "the initial value");
+    assert_eq!(
+        (
+            r.status_code,
+            r.revised_sampling_interval,
+            r.revised_queue_size
+        ),
+        (StatusCode::Good, 0.0, 20)
+    );
+    assert_eq!(
+        int_values(&subscriber.collect(100)),
+        vec![5],
+        "the initial value"
+    );
     // 20 Writes from another shard within one publishing interval…
     for v in 1..=20 {
         other.write_i32(bench_node(5), v);
     }
-    assert_eq!(int_values(&subscriber.collect(100)), (1..=20).collect::<Vec<_>>());
+    assert_eq!(
+        int_values(&subscriber.collect(100)),
+        (1..=20).collect::<Vec<_>>()
+    );
     // …and 20 from the subscriber's own shard.
     for v in 21..=40 {
         subscriber.write_i32(bench_node(5), v);
     }
-    assert_eq!(int_values(&subscriber.collect(100)), (21..=40).collect::<Vec<_>>());
+    assert_eq!(
+        int_values(&subscriber.collect(100)),
+        (21..=40).collect::<Vec<_>>()
+    );
     // Nothing is reported twice.
     assert!(subscriber.collect(200).is_empty());
 }
@@ -160,7 +216,10 @@ fn a_thousand_pushes_from_an_application_thread_reach_items_on_two_shards_in_ord
     let index = shared.address_space.node_index(&bench_node(9)).unwrap();
     std::thread::spawn(move || {
         for v in 0..1000 {
-            space_owner.address_space.store_value(index, DataValue::new(Variant::Int32(v))).unwrap();
+            space_owner
+                .address_space
+                .store_value(index, DataValue::new(Variant::Int32(v)))
+                .unwrap();
         }
     })
     .join()
@@ -179,7 +238,12 @@ fn a_push_of_the_wrong_type_is_refused_and_reaches_nobody() {
     a.monitor(s, bench_node(1), 0.0, 10);
     a.collect(50);
     let index = shared.address_space.node_index(&bench_node(1)).unwrap();
-    assert_eq!(shared.address_space.store_value(index, DataValue::new(Variant::Double(1.5))), Err(StatusCode::BadTypeMismatch));
+    assert_eq!(
+        shared
+            .address_space
+            .store_value(index, DataValue::new(Variant::Double(1.5))),
+        Err(StatusCode::BadTypeMismatch)
+    );
     assert!(a.collect(100).is_empty());
 }
 
@@ -194,13 +258,19 @@ fn a_full_inbox_resynchronises_items_with_the_overflow_bit() {
     a.collect(100);
     let index = shared.address_space.node_index(&bench_node(2)).unwrap();
     for v in 1..=50 {
-        shared.address_space.store_value(index, DataValue::new(Variant::Int32(v))).unwrap();
+        shared
+            .address_space
+            .store_value(index, DataValue::new(Variant::Int32(v)))
+            .unwrap();
     }
     let got = a.collect(100);
     // The eight that fit, then the current value marked with the Overflow bit.
     assert_eq!(int_values(&got), vec![1, 2, 3, 4, 5, 6, 7, 8, 50]);
     let last = got.last().unwrap();
-    assert_eq!(last.status.map(|s| s.0 & OVERFLOW_INFO_BITS), Some(OVERFLOW_INFO_BITS));
+    assert_eq!(
+        last.status.map(|s| s.0 & OVERFLOW_INFO_BITS),
+        Some(OVERFLOW_INFO_BITS)
+    );
     assert!(got[..8].iter().all(|d| d.status.is_none()));
     assert_eq!(a.h.shard.subscriptions().stats().changes_lost, 42);
 }
@@ -214,12 +284,17 @@ fn deleting_the_last_item_stops_watching_the_node() {
     let r = a.monitor(s, bench_node(3), 0.0, 10);
     assert!(shared.address_space.changes().watched(index));
     let hd = a.h.header(&a.token.clone());
-    let resp = a.h.call(Request::DeleteMonitoredItems(Box::new(DeleteMonitoredItemsRequest {
-        request_header: hd,
-        subscription_id: s,
-        monitored_item_ids: vec![r.monitored_item_id],
-    })));
-    assert!(matches!(resp, Response::DeleteMonitoredItems(_)), "{resp:?}");
+    let resp = a.h.call(Request::DeleteMonitoredItems(Box::new(
+        DeleteMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: s,
+            monitored_item_ids: vec![r.monitored_item_id],
+        },
+    )));
+    assert!(
+        matches!(resp, Response::DeleteMonitoredItems(_)),
+        "{resp:?}"
+    );
     assert!(!shared.address_space.changes().watched(index));
     // A sampled item does not watch.
     a.monitor(s, bench_node(3), 100.0, 1);

@@ -15,15 +15,29 @@ use uaring_core::types::{NodeId, Variant};
 fn read(first: u32, n: u32) -> Request {
     Request::Read(Box::new(ReadRequest {
         timestamps_to_return: TimestampsToReturn::Neither,
-        nodes_to_read: (0..n).map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + first + i), attribute_id: 13, ..Default::default() }).collect(),
+        nodes_to_read: (0..n)
+            .map(|i| ReadValueId {
+                node_id: NodeId::numeric(1, 1001 + first + i),
+                attribute_id: 13,
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     }))
 }
 
 fn values(resp: &Response) -> Vec<Variant> {
-    let Response::Read(r) = resp else { panic!("not a Read response: {resp:?}") };
+    let Response::Read(r) = resp else {
+        panic!("not a Read response: {resp:?}")
+    };
     assert!(r.response_header.service_result.is_good());
-    r.results.iter().map(|dv| { assert!(dv.status_code().is_good()); dv.value.clone() }).collect()
+    r.results
+        .iter()
+        .map(|dv| {
+            assert!(dv.status_code().is_good());
+            dv.value.clone()
+        })
+        .collect()
 }
 
 #[test]
@@ -31,8 +45,14 @@ fn read_responses_decode_into_what_was_given_back() {
     let mut net = Net::connected(t0());
     net.activate_anonymous_session(600_000.0, 0);
     // Without a spare: the reference values.
-    let fresh: Vec<Vec<Variant>> = [(0, 3), (5, 1), (10, 7)].iter().map(|&(f, n)| values(&net.call(read(f, n)))).collect();
-    assert_eq!(fresh[0], vec![Variant::Int32(0), Variant::Int32(1), Variant::Int32(2)]);
+    let fresh: Vec<Vec<Variant>> = [(0, 3), (5, 1), (10, 7)]
+        .iter()
+        .map(|&(f, n)| values(&net.call(read(f, n))))
+        .collect();
+    assert_eq!(
+        fresh[0],
+        vec![Variant::Int32(0), Variant::Int32(1), Variant::Int32(2)]
+    );
     // Give back a response with room for 8 results: the next Reads decode into it.
     let big = net.call(read(0, 8));
     let Response::Read(r) = &big else { panic!() };
@@ -42,12 +62,22 @@ fn read_responses_decode_into_what_was_given_back() {
         let resp = net.call(read(f, n));
         assert_eq!(values(&resp), fresh[k], "Read of {n} from {f}");
         let Response::Read(r) = &resp else { panic!() };
-        assert_eq!(r.results.as_ptr(), buffer, "the results were not decoded into the spare");
+        assert_eq!(
+            r.results.as_ptr(),
+            buffer,
+            "the results were not decoded into the spare"
+        );
         net.client.give_back(resp);
     }
     // Another kind of response given back is dropped, and decoding goes on as before.
-    let other = net.call(Request::Read(Box::new(ReadRequest { nodes_to_read: Vec::new(), ..Default::default() })));
-    assert!(!matches!(other, Response::Read(_)), "an empty Read is a ServiceFault (BadNothingToDo)");
+    let other = net.call(Request::Read(Box::new(ReadRequest {
+        nodes_to_read: Vec::new(),
+        ..Default::default()
+    })));
+    assert!(
+        !matches!(other, Response::Read(_)),
+        "an empty Read is a ServiceFault (BadNothingToDo)"
+    );
     net.client.give_back(other);
     assert_eq!(values(&net.call(read(5, 1))), fresh[1]);
 }

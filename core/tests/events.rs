@@ -12,13 +12,16 @@ use uaring_core::generated::types::*;
 use uaring_core::server::config::ServerConfig;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{
-    BuiltinType, ByteString, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName, StatusCode, UaString,
-    Variant,
+    BuiltinType, ByteString, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName,
+    StatusCode, UaString, Variant,
 };
 use uaring_core::Now;
 
 fn start() -> Now {
-    Now::new(1_000_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
 fn shared_with(f: impl FnOnce(&mut ServerConfig)) -> Arc<ServerShared> {
@@ -34,7 +37,10 @@ fn shared() -> Arc<ServerShared> {
 fn sao(type_id: NodeId, path: &[(u16, &str)], attr: u32) -> SimpleAttributeOperand {
     SimpleAttributeOperand {
         type_definition_id: type_id,
-        browse_path: path.iter().map(|(ns, n)| QualifiedName::new(*ns, n)).collect(),
+        browse_path: path
+            .iter()
+            .map(|(ns, n)| QualifiedName::new(*ns, n))
+            .collect(),
         attribute_id: attr,
         index_range: UaString::null(),
     }
@@ -57,11 +63,17 @@ fn field(s: SimpleAttributeOperand) -> ExtensionObject {
 }
 
 fn el(op: FilterOperator, operands: Vec<ExtensionObject>) -> ContentFilterElement {
-    ContentFilterElement { filter_operator: op, filter_operands: operands }
+    ContentFilterElement {
+        filter_operator: op,
+        filter_operands: operands,
+    }
 }
 
 fn filter(select: Vec<SimpleAttributeOperand>, elements: Vec<ContentFilterElement>) -> EventFilter {
-    EventFilter { select_clauses: select, where_clause: ContentFilter { elements } }
+    EventFilter {
+        select_clauses: select,
+        where_clause: ContentFilter { elements },
+    }
 }
 
 /// A Demo event: Severity 500, Message "Demo event 4", Sequence 4.
@@ -93,7 +105,10 @@ fn select_clause_results() {
             sao(NodeId::ns0(61), &[(0, "Message")], 13), // FolderType: no event type
             sao(NodeId::ns0(ids::BASE_EVENT_TYPE), &[(0, "")], 13),
             sao(NodeId::ns0(ids::BASE_EVENT_TYPE), &[(0, "Message")], 99),
-            SimpleAttributeOperand { index_range: "x:y".into(), ..base("Message") },
+            SimpleAttributeOperand {
+                index_range: "x:y".into(),
+                ..base("Message")
+            },
             base("NoSuchField"),
         ],
         vec![],
@@ -113,8 +128,14 @@ fn select_clause_results() {
     );
     let fields = c.apply(&demo_event(&s)).expect("no where clause");
     assert_eq!(fields.len(), 7);
-    assert_eq!(fields[0], Variant::LocalizedText(Box::new(LocalizedText::new("en", "Demo event 4"))));
-    assert!(fields[1..].iter().all(Variant::is_empty), "bad clauses and unknown paths select Null: {fields:?}");
+    assert_eq!(
+        fields[0],
+        Variant::LocalizedText(Box::new(LocalizedText::new("en", "Demo event 4")))
+    );
+    assert!(
+        fields[1..].iter().all(Variant::is_empty),
+        "bad clauses and unknown paths select Null: {fields:?}"
+    );
 }
 
 #[test]
@@ -127,16 +148,34 @@ fn whole_filter_invalid() {
     // Every select clause bad.
     let (st, r) = events::compile(&filter(vec![base("")], vec![]), space).unwrap_err();
     assert_eq!(st, StatusCode::BadEventFilterInvalid);
-    assert_eq!(r.select_clause_results, vec![StatusCode::BadBrowseNameInvalid]);
+    assert_eq!(
+        r.select_clause_results,
+        vec![StatusCode::BadBrowseNameInvalid]
+    );
     // Too many select clauses / elements for the limits.
-    let limits = FilterLimits { max_select_clauses: 2, max_elements: 1 };
-    let three = filter(vec![base("Message"), base("Severity"), base("Time")], vec![]);
-    assert_eq!(compile_with(&three, space, limits).unwrap_err().0, StatusCode::BadEventFilterInvalid);
+    let limits = FilterLimits {
+        max_select_clauses: 2,
+        max_elements: 1,
+    };
+    let three = filter(
+        vec![base("Message"), base("Severity"), base("Time")],
+        vec![],
+    );
+    assert_eq!(
+        compile_with(&three, space, limits).unwrap_err().0,
+        StatusCode::BadEventFilterInvalid
+    );
     let two_el = filter(
         vec![base("Message")],
-        vec![el(FilterOperator::Not, vec![elem(1)]), el(FilterOperator::IsNull, vec![field(base("Message"))])],
+        vec![
+            el(FilterOperator::Not, vec![elem(1)]),
+            el(FilterOperator::IsNull, vec![field(base("Message"))]),
+        ],
     );
-    assert_eq!(compile_with(&two_el, space, limits).unwrap_err().0, StatusCode::BadEventFilterInvalid);
+    assert_eq!(
+        compile_with(&two_el, space, limits).unwrap_err().0,
+        StatusCode::BadEventFilterInvalid
+    );
     assert!(compile_with(&two_el, space, FilterLimits::default()).is_ok());
 }
 
@@ -144,19 +183,50 @@ fn whole_filter_invalid() {
 fn where_clause_element_results() {
     let s = shared();
     let space = &s.address_space;
-    let attr_op = ExtensionObject::from_struct(&AttributeOperand { node_id: NodeId::ns0(2253), attribute_id: 13, ..Default::default() });
+    let attr_op = ExtensionObject::from_struct(&AttributeOperand {
+        node_id: NodeId::ns0(2253),
+        attribute_id: 13,
+        ..Default::default()
+    });
     let elements = vec![
-        el(FilterOperator::And, vec![elem(1), elem(2)]),              // 0 ok
-        el(FilterOperator::Cast, vec![lit(Variant::Int32(1)), lit(Variant::NodeId(Box::new(NodeId::ns0(11))))]), // 1
-        el(FilterOperator(99), vec![lit(Variant::Int32(1))]),          // 2 unknown operator
-        el(FilterOperator::Equals, vec![lit(Variant::Int32(1))]),      // 3 one operand
-        el(FilterOperator::Not, vec![elem(0)]),                        // 4 backwards: a loop
-        el(FilterOperator::IsNull, vec![attr_op]),                     // 5 AttributeOperand
-        el(FilterOperator::OfType, vec![lit(Variant::NodeId(Box::new(NodeId::ns0(61))))]), // 6 FolderType
-        el(FilterOperator::Like, vec![field(base("Message")), lit(Variant::String("[unclosed".into()))]), // 7
-        el(FilterOperator::InView, vec![lit(Variant::NodeId(Box::new(NodeId::ns0(85))))]), // 8
-        el(FilterOperator::Equals, vec![field(sao(NodeId::numeric(0, 999_999), &[(0, "Severity")], 13)), lit(Variant::Int32(1))]), // 9
-        el(FilterOperator::Between, vec![lit(Variant::Int32(1)), lit(Variant::Int32(2))]), // 10 needs 3
+        el(FilterOperator::And, vec![elem(1), elem(2)]), // 0 ok
+        el(
+            FilterOperator::Cast,
+            vec![
+                lit(Variant::Int32(1)),
+                lit(Variant::NodeId(Box::new(NodeId::ns0(11)))),
+            ],
+        ), // 1
+        el(FilterOperator(99), vec![lit(Variant::Int32(1))]), // 2 unknown operator
+        el(FilterOperator::Equals, vec![lit(Variant::Int32(1))]), // 3 one operand
+        el(FilterOperator::Not, vec![elem(0)]),          // 4 backwards: a loop
+        el(FilterOperator::IsNull, vec![attr_op]),       // 5 AttributeOperand
+        el(
+            FilterOperator::OfType,
+            vec![lit(Variant::NodeId(Box::new(NodeId::ns0(61))))],
+        ), // 6 FolderType
+        el(
+            FilterOperator::Like,
+            vec![
+                field(base("Message")),
+                lit(Variant::String("[unclosed".into())),
+            ],
+        ), // 7
+        el(
+            FilterOperator::InView,
+            vec![lit(Variant::NodeId(Box::new(NodeId::ns0(85))))],
+        ), // 8
+        el(
+            FilterOperator::Equals,
+            vec![
+                field(sao(NodeId::numeric(0, 999_999), &[(0, "Severity")], 13)),
+                lit(Variant::Int32(1)),
+            ],
+        ), // 9
+        el(
+            FilterOperator::Between,
+            vec![lit(Variant::Int32(1)), lit(Variant::Int32(2))],
+        ), // 10 needs 3
     ];
     let (st, r) = events::compile(&filter(vec![base("Message")], elements), space).unwrap_err();
     assert_eq!(st, StatusCode::BadEventFilterInvalid);
@@ -178,9 +248,18 @@ fn where_clause_element_results() {
             StatusCode::BadFilterOperandCountMismatch,
         ]
     );
-    assert_eq!(er[4].operand_status_codes, vec![StatusCode::BadFilterOperandInvalid]);
-    assert_eq!(er[7].operand_status_codes, vec![StatusCode::Good, StatusCode::BadFilterOperandInvalid]);
-    assert_eq!(er[9].operand_status_codes, vec![StatusCode::BadNodeIdUnknown, StatusCode::Good]);
+    assert_eq!(
+        er[4].operand_status_codes,
+        vec![StatusCode::BadFilterOperandInvalid]
+    );
+    assert_eq!(
+        er[7].operand_status_codes,
+        vec![StatusCode::Good, StatusCode::BadFilterOperandInvalid]
+    );
+    assert_eq!(
+        er[9].operand_status_codes,
+        vec![StatusCode::BadNodeIdUnknown, StatusCode::Good]
+    );
     // Select results stay per clause.
     assert_eq!(r.select_clause_results, vec![StatusCode::Good]);
 }
@@ -188,7 +267,13 @@ fn where_clause_element_results() {
 #[test]
 fn good_filter_has_empty_results() {
     let s = shared();
-    let f = filter(vec![base("Message")], vec![el(FilterOperator::OfType, vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))])]);
+    let f = filter(
+        vec![base("Message")],
+        vec![el(
+            FilterOperator::OfType,
+            vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))],
+        )],
+    );
     let (_, r) = events::compile(&f, &s.address_space).unwrap();
     assert!(r.select_clause_results.is_empty());
     assert!(r.where_clause_result.element_results.is_empty());
@@ -201,27 +286,119 @@ fn comparisons_convert_numeric_types() {
     let s = shared();
     let ev = demo_event(&s); // Severity 500 (UInt16)
     let sev = || field(base("Severity"));
-    assert!(passes(&s, &ev, cmp(FilterOperator::Equals, sev(), lit(Variant::Int32(500)))));
-    assert!(passes(&s, &ev, cmp(FilterOperator::Equals, sev(), lit(Variant::Double(500.0)))));
-    assert!(passes(&s, &ev, cmp(FilterOperator::Equals, sev(), lit(Variant::String("500".into())))));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::Equals, sev(), lit(Variant::Int32(501)))));
-    assert!(passes(&s, &ev, cmp(FilterOperator::GreaterThan, sev(), lit(Variant::Byte(200)))));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::GreaterThan, sev(), lit(Variant::Int64(500)))));
-    assert!(passes(&s, &ev, cmp(FilterOperator::LessThan, sev(), lit(Variant::Float(500.5)))));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::LessThan, sev(), lit(Variant::UInt32(500)))));
-    assert!(passes(&s, &ev, cmp(FilterOperator::GreaterThanOrEqual, sev(), lit(Variant::UInt64(500)))));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::GreaterThanOrEqual, sev(), lit(Variant::UInt64(501)))));
-    assert!(passes(&s, &ev, cmp(FilterOperator::LessThanOrEqual, sev(), lit(Variant::Int16(500)))));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::LessThanOrEqual, sev(), lit(Variant::Int16(499)))));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::Equals, sev(), lit(Variant::Int32(500)))
+    ));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::Equals, sev(), lit(Variant::Double(500.0)))
+    ));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::Equals,
+            sev(),
+            lit(Variant::String("500".into()))
+        )
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::Equals, sev(), lit(Variant::Int32(501)))
+    ));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::GreaterThan, sev(), lit(Variant::Byte(200)))
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::GreaterThan, sev(), lit(Variant::Int64(500)))
+    ));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::LessThan, sev(), lit(Variant::Float(500.5)))
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::LessThan, sev(), lit(Variant::UInt32(500)))
+    ));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::GreaterThanOrEqual,
+            sev(),
+            lit(Variant::UInt64(500))
+        )
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::GreaterThanOrEqual,
+            sev(),
+            lit(Variant::UInt64(501))
+        )
+    ));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::LessThanOrEqual,
+            sev(),
+            lit(Variant::Int16(500))
+        )
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::LessThanOrEqual,
+            sev(),
+            lit(Variant::Int16(499))
+        )
+    ));
     // A value that cannot convert is NULL: neither > nor <=.
     let neg = || lit(Variant::SByte(-1));
     let big = || lit(Variant::UInt64(u64::MAX));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::LessThan, neg(), big())));
-    assert!(!passes(&s, &ev, cmp(FilterOperator::GreaterThanOrEqual, neg(), big())));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::LessThan, neg(), big())
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(FilterOperator::GreaterThanOrEqual, neg(), big())
+    ));
     // A comparison with a missing field is NULL.
-    assert!(!passes(&s, &ev, cmp(FilterOperator::Equals, field(base("Nope")), lit(Variant::Int32(0)))));
+    assert!(!passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::Equals,
+            field(base("Nope")),
+            lit(Variant::Int32(0))
+        )
+    ));
     // Message (LocalizedText) against a String.
-    assert!(passes(&s, &ev, cmp(FilterOperator::Equals, field(base("Message")), lit(Variant::String("Demo event 4".into())))));
+    assert!(passes(
+        &s,
+        &ev,
+        cmp(
+            FilterOperator::Equals,
+            field(base("Message")),
+            lit(Variant::String("Demo event 4".into()))
+        )
+    ));
 }
 
 #[test]
@@ -229,7 +406,12 @@ fn between_inlist_isnull_bitwise() {
     let s = shared();
     let ev = demo_event(&s);
     let sev = || field(base("Severity"));
-    let between = |lo, hi| vec![el(FilterOperator::Between, vec![sev(), lit(Variant::Int32(lo)), lit(Variant::Int32(hi))])];
+    let between = |lo, hi| {
+        vec![el(
+            FilterOperator::Between,
+            vec![sev(), lit(Variant::Int32(lo)), lit(Variant::Int32(hi))],
+        )]
+    };
     assert!(passes(&s, &ev, between(100, 500)));
     assert!(!passes(&s, &ev, between(501, 900)));
     let inlist = |v: Vec<i32>| {
@@ -239,12 +421,23 @@ fn between_inlist_isnull_bitwise() {
     };
     assert!(passes(&s, &ev, inlist(vec![100, 500, 900])));
     assert!(!passes(&s, &ev, inlist(vec![100, 900])));
-    assert!(passes(&s, &ev, vec![el(FilterOperator::IsNull, vec![field(base("NoSuchField"))])]));
-    assert!(!passes(&s, &ev, vec![el(FilterOperator::IsNull, vec![sev()])]));
+    assert!(passes(
+        &s,
+        &ev,
+        vec![el(FilterOperator::IsNull, vec![field(base("NoSuchField"))])]
+    ));
+    assert!(!passes(
+        &s,
+        &ev,
+        vec![el(FilterOperator::IsNull, vec![sev()])]
+    ));
     // (Severity & 0x1F4) == 500, (Severity | 1) == 501.
     let bit = |op, mask, want| {
         vec![
-            el(FilterOperator::Equals, vec![elem(1), lit(Variant::Int32(want))]),
+            el(
+                FilterOperator::Equals,
+                vec![elem(1), lit(Variant::Int32(want))],
+            ),
             el(op, vec![sev(), lit(Variant::UInt16(mask))]),
         ]
     };
@@ -257,7 +450,13 @@ fn between_inlist_isnull_bitwise() {
 fn like_on_message() {
     let s = shared();
     let ev = demo_event(&s);
-    let like = |p: &str| cmp(FilterOperator::Like, field(base("Message")), lit(Variant::String(p.into())));
+    let like = |p: &str| {
+        cmp(
+            FilterOperator::Like,
+            field(base("Message")),
+            lit(Variant::String(p.into())),
+        )
+    };
     assert!(passes(&s, &ev, like("Demo%")));
     assert!(passes(&s, &ev, like("%event _")));
     assert!(passes(&s, &ev, like("Demo event [0-4]")));
@@ -279,13 +478,22 @@ fn logic_is_three_valued() {
     assert!(passes(&s, &ev, cmp(FilterOperator::Or, null(), t())));
     assert!(!passes(&s, &ev, cmp(FilterOperator::Or, null(), f())));
     assert!(passes(&s, &ev, vec![el(FilterOperator::Not, vec![f()])]));
-    assert!(!passes(&s, &ev, vec![el(FilterOperator::Not, vec![null()])]), "NOT NULL is NULL");
+    assert!(
+        !passes(&s, &ev, vec![el(FilterOperator::Not, vec![null()])]),
+        "NOT NULL is NULL"
+    );
     // Not(And(Severity > 100, OfType DemoEventType)) through element operands.
     let tree = vec![
         el(FilterOperator::Not, vec![elem(1)]),
         el(FilterOperator::And, vec![elem(2), elem(3)]),
-        el(FilterOperator::GreaterThan, vec![field(base("Severity")), lit(Variant::Int32(100))]),
-        el(FilterOperator::OfType, vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))]),
+        el(
+            FilterOperator::GreaterThan,
+            vec![field(base("Severity")), lit(Variant::Int32(100))],
+        ),
+        el(
+            FilterOperator::OfType,
+            vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))],
+        ),
     ];
     assert!(!passes(&s, &ev, tree));
 }
@@ -294,13 +502,25 @@ fn logic_is_three_valued() {
 fn of_type_follows_the_hierarchy() {
     let s = shared();
     let ev = demo_event(&s);
-    let of = |id: NodeId| vec![el(FilterOperator::OfType, vec![lit(Variant::NodeId(Box::new(id)))])];
+    let of = |id: NodeId| {
+        vec![el(
+            FilterOperator::OfType,
+            vec![lit(Variant::NodeId(Box::new(id)))],
+        )]
+    };
     assert!(passes(&s, &ev, of(nodes::demo_event_type())));
     assert!(passes(&s, &ev, of(NodeId::ns0(ids::BASE_EVENT_TYPE))));
     assert!(!passes(&s, &ev, of(NodeId::ns0(ids::ALARM_CONDITION_TYPE))));
-    let alarm = s.events.set_alarm_active(&s.address_space, true, start().utc).expect("alarm goes active");
+    let alarm = s
+        .events
+        .set_alarm_active(&s.address_space, true, start().utc)
+        .expect("alarm goes active");
     assert!(passes(&s, &alarm, of(NodeId::ns0(ids::CONDITION_TYPE))));
-    assert!(passes(&s, &alarm, of(NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE))));
+    assert!(passes(
+        &s,
+        &alarm,
+        of(NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE))
+    ));
     assert!(!passes(&s, &alarm, of(nodes::demo_event_type())));
 }
 
@@ -309,27 +529,71 @@ fn fields_by_type_and_path() {
     let s = shared();
     let ev = demo_event(&s);
     let seq = vec![QualifiedName::new(1, "Sequence")];
-    assert_eq!(ev.field(&nodes::demo_event_type(), &seq, 13), Variant::UInt32(4));
-    assert_eq!(ev.field(&NodeId::ns0(ids::BASE_EVENT_TYPE), &seq, 13), Variant::UInt32(4));
-    assert_eq!(ev.field(&NodeId::ns0(ids::ALARM_CONDITION_TYPE), &seq, 13), Variant::Empty, "not of that type");
-    assert_eq!(ev.field(&nodes::demo_event_type(), &[QualifiedName::new(0, "Severity")], 13), Variant::UInt16(500));
-    assert_eq!(ev.field(&nodes::demo_event_type(), &[], 1), Variant::Empty, "no ConditionId");
+    assert_eq!(
+        ev.field(&nodes::demo_event_type(), &seq, 13),
+        Variant::UInt32(4)
+    );
+    assert_eq!(
+        ev.field(&NodeId::ns0(ids::BASE_EVENT_TYPE), &seq, 13),
+        Variant::UInt32(4)
+    );
+    assert_eq!(
+        ev.field(&NodeId::ns0(ids::ALARM_CONDITION_TYPE), &seq, 13),
+        Variant::Empty,
+        "not of that type"
+    );
+    assert_eq!(
+        ev.field(
+            &nodes::demo_event_type(),
+            &[QualifiedName::new(0, "Severity")],
+            13
+        ),
+        Variant::UInt16(500)
+    );
+    assert_eq!(
+        ev.field(&nodes::demo_event_type(), &[], 1),
+        Variant::Empty,
+        "no ConditionId"
+    );
     assert!(ev.is_reported_on(&NodeId::ns0(2253)));
     assert!(ev.is_reported_on(&nodes::demo_folder_id()));
     assert!(!ev.is_reported_on(&NodeId::ns0(85)));
 
-    let alarm = s.events.set_alarm_active(&s.address_space, true, start().utc).unwrap();
+    let alarm = s
+        .events
+        .set_alarm_active(&s.address_space, true, start().utc)
+        .unwrap();
     let cond = NodeId::ns0(ids::CONDITION_TYPE);
-    assert_eq!(alarm.field(&cond, &[], 1), Variant::NodeId(Box::new(nodes::alarm_id())));
-    let acked = [QualifiedName::new(0, "AckedState"), QualifiedName::new(0, "Id")];
-    assert_eq!(alarm.field(&NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE), &acked, 13), Variant::Boolean(false));
-    assert_eq!(alarm.field(&NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE), &acked, 4), Variant::Empty);
+    assert_eq!(
+        alarm.field(&cond, &[], 1),
+        Variant::NodeId(Box::new(nodes::alarm_id()))
+    );
+    let acked = [
+        QualifiedName::new(0, "AckedState"),
+        QualifiedName::new(0, "Id"),
+    ];
+    assert_eq!(
+        alarm.field(
+            &NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE),
+            &acked,
+            13
+        ),
+        Variant::Boolean(false)
+    );
+    assert_eq!(
+        alarm.field(&NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE), &acked, 4),
+        Variant::Empty
+    );
 
     // The select list of a client asking for the alarm's states through a filter.
     let f = filter(
         vec![
             sao(cond.clone(), &[], 1),
-            sao(NodeId::ns0(ids::ALARM_CONDITION_TYPE), &[(0, "ActiveState"), (0, "Id")], 13),
+            sao(
+                NodeId::ns0(ids::ALARM_CONDITION_TYPE),
+                &[(0, "ActiveState"), (0, "Id")],
+                13,
+            ),
             sao(cond, &[(0, "Retain")], 13),
             base("EventId"),
         ],
@@ -434,7 +698,11 @@ fn bus_builds_an_event_only_when_a_cursor_will_read_it() {
         built += 1;
         numbered(&s, 0)
     });
-    assert_eq!((built, bus.published(), bus.held()), (0, 1, 0), "no cursor: not built, not kept");
+    assert_eq!(
+        (built, bus.published(), bus.held()),
+        (0, 1, 0),
+        "no cursor: not built, not kept"
+    );
     let mut c = bus.cursor();
     bus.publish_with(|| {
         built += 1;
@@ -458,7 +726,11 @@ fn bus_lapping_counts_missed() {
     let mut got = Vec::new();
     let missed = c.poll(&bus, |e| got.push(seq_of(e)));
     assert_eq!(missed, 24);
-    assert_eq!(got, (24..40).collect::<Vec<_>>(), "the newest capacity events, in order");
+    assert_eq!(
+        got,
+        (24..40).collect::<Vec<_>>(),
+        "the newest capacity events, in order"
+    );
     assert_eq!(c.position(), 40);
     // Exactly a full ring behind: nothing missed.
     for i in 40..56 {
@@ -507,7 +779,10 @@ fn bus_concurrent_publishers() {
 // ---- the Demo alarm ----
 
 fn read_value(s: &ServerShared, id: &NodeId) -> Variant {
-    let n = s.address_space.node(id).unwrap_or_else(|| panic!("node {id}"));
+    let n = s
+        .address_space
+        .node(id)
+        .unwrap_or_else(|| panic!("node {id}"));
     s.address_space.variable_value(n, start()).unwrap().value
 }
 
@@ -523,53 +798,143 @@ fn alarm_acknowledge_and_confirm() {
     let initial = ev.alarm.as_ref().unwrap().state();
     assert!(!initial.retain());
     assert_eq!(
-        ev.alarm_action(space, ConditionAction::Acknowledge, &initial.event_id, &nobody, "", t),
+        ev.alarm_action(
+            space,
+            ConditionAction::Acknowledge,
+            &initial.event_id,
+            &nobody,
+            "",
+            t
+        ),
         Err(StatusCode::BadEventIdUnknown)
     );
     let active = ev.set_alarm_active(space, true, t).unwrap();
-    assert!(ev.set_alarm_active(space, true, t).is_none(), "no change, no event");
+    assert!(
+        ev.set_alarm_active(space, true, t).is_none(),
+        "no change, no event"
+    );
     assert_eq!(active.field_ns0("Retain"), Variant::Boolean(true));
     assert_eq!(active.field_ns0("AckedState/Id"), Variant::Boolean(false));
-    assert_eq!(read_value(&s, &nodes::alarm_child_id(&[QualifiedName::new(0, "ActiveState"), QualifiedName::new(0, "Id")])), Variant::Boolean(true));
+    assert_eq!(
+        read_value(
+            &s,
+            &nodes::alarm_child_id(&[
+                QualifiedName::new(0, "ActiveState"),
+                QualifiedName::new(0, "Id")
+            ])
+        ),
+        Variant::Boolean(true)
+    );
 
     let wrong = ByteString::from(vec![0u8; 16]);
     let comment = LocalizedText::new("en", "seen it");
     assert_eq!(
-        ev.alarm_action(space, ConditionAction::Acknowledge, &wrong, &comment, "op", t),
+        ev.alarm_action(
+            space,
+            ConditionAction::Acknowledge,
+            &wrong,
+            &comment,
+            "op",
+            t
+        ),
         Err(StatusCode::BadEventIdUnknown)
     );
-    ev.alarm_action(space, ConditionAction::Acknowledge, &active.event_id, &comment, "op", t).unwrap();
+    ev.alarm_action(
+        space,
+        ConditionAction::Acknowledge,
+        &active.event_id,
+        &comment,
+        "op",
+        t,
+    )
+    .unwrap();
     let mut published = Vec::new();
     cursor.poll(&ev.bus, |e| published.push(e.clone()));
     assert_eq!(published.len(), 1, "the acknowledge raised one event");
     let acked = &published[0];
     assert_eq!(acked.field_ns0("AckedState/Id"), Variant::Boolean(true));
-    assert_eq!(acked.field_ns0("Comment"), Variant::LocalizedText(Box::new(comment.clone())));
-    assert_eq!(acked.field_ns0("ClientUserId"), Variant::String("op".into()));
+    assert_eq!(
+        acked.field_ns0("Comment"),
+        Variant::LocalizedText(Box::new(comment.clone()))
+    );
+    assert_eq!(
+        acked.field_ns0("ClientUserId"),
+        Variant::String("op".into())
+    );
     assert_ne!(acked.event_id, active.event_id);
     // The old EventId is stale now; the new one says "already acked".
     assert_eq!(
-        ev.alarm_action(space, ConditionAction::Acknowledge, &active.event_id, &comment, "op", t),
+        ev.alarm_action(
+            space,
+            ConditionAction::Acknowledge,
+            &active.event_id,
+            &comment,
+            "op",
+            t
+        ),
         Err(StatusCode::BadEventIdUnknown)
     );
     assert_eq!(
-        ev.alarm_action(space, ConditionAction::Acknowledge, &acked.event_id, &comment, "op", t),
+        ev.alarm_action(
+            space,
+            ConditionAction::Acknowledge,
+            &acked.event_id,
+            &comment,
+            "op",
+            t
+        ),
         Err(StatusCode::BadConditionBranchAlreadyAcked)
     );
-    assert_eq!(read_value(&s, &nodes::alarm_child_id(&[QualifiedName::new(0, "AckedState"), QualifiedName::new(0, "Id")])), Variant::Boolean(true));
-    assert_eq!(read_value(&s, &nodes::alarm_child_id(&[QualifiedName::new(0, "EventId")])), Variant::ByteString(acked.event_id.clone()));
+    assert_eq!(
+        read_value(
+            &s,
+            &nodes::alarm_child_id(&[
+                QualifiedName::new(0, "AckedState"),
+                QualifiedName::new(0, "Id")
+            ])
+        ),
+        Variant::Boolean(true)
+    );
+    assert_eq!(
+        read_value(
+            &s,
+            &nodes::alarm_child_id(&[QualifiedName::new(0, "EventId")])
+        ),
+        Variant::ByteString(acked.event_id.clone())
+    );
 
-    ev.alarm_action(space, ConditionAction::Confirm, &acked.event_id, &nobody, "op", t).unwrap();
+    ev.alarm_action(
+        space,
+        ConditionAction::Confirm,
+        &acked.event_id,
+        &nobody,
+        "op",
+        t,
+    )
+    .unwrap();
     let confirmed = ev.alarm.as_ref().unwrap().state();
     assert!(confirmed.confirmed && confirmed.acked && confirmed.active);
     assert!(confirmed.retain(), "still active");
     assert_eq!(
-        ev.alarm_action(space, ConditionAction::Confirm, &confirmed.event_id, &nobody, "op", t),
+        ev.alarm_action(
+            space,
+            ConditionAction::Confirm,
+            &confirmed.event_id,
+            &nobody,
+            "op",
+            t
+        ),
         Err(StatusCode::BadConditionBranchAlreadyConfirmed)
     );
     let inactive = ev.set_alarm_active(space, false, t).unwrap();
     assert_eq!(inactive.field_ns0("Retain"), Variant::Boolean(false));
-    assert_eq!(read_value(&s, &nodes::alarm_child_id(&[QualifiedName::new(0, "Retain")])), Variant::Boolean(false));
+    assert_eq!(
+        read_value(
+            &s,
+            &nodes::alarm_child_id(&[QualifiedName::new(0, "Retain")])
+        ),
+        Variant::Boolean(false)
+    );
 }
 
 #[test]
@@ -579,21 +944,38 @@ fn condition_refresh_brackets_retained_conditions() {
     let t = start().utc;
     let types = |v: &[Event]| v.iter().map(|e| e.event_type.clone()).collect::<Vec<_>>();
     let quiet = ev.condition_refresh(t);
-    assert_eq!(types(&quiet), vec![NodeId::ns0(ids::REFRESH_START_EVENT_TYPE), NodeId::ns0(ids::REFRESH_END_EVENT_TYPE)]);
+    assert_eq!(
+        types(&quiet),
+        vec![
+            NodeId::ns0(ids::REFRESH_START_EVENT_TYPE),
+            NodeId::ns0(ids::REFRESH_END_EVENT_TYPE)
+        ]
+    );
     assert!(is_refresh_bracket(&quiet[0]) && is_refresh_bracket(&quiet[1]));
     let active = ev.set_alarm_active(&s.address_space, true, t).unwrap();
     let r = ev.condition_refresh(t);
     assert_eq!(r.len(), 3);
-    assert_eq!(r[1].event_id, active.event_id, "the refresh copy can be acknowledged");
+    assert_eq!(
+        r[1].event_id, active.event_id,
+        "the refresh copy can be acknowledged"
+    );
     assert!(!is_refresh_bracket(&r[1]));
     // The bracket bypasses the where clause; the condition goes through it.
     let f = filter(
         vec![base("EventType")],
-        vec![el(FilterOperator::OfType, vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))])],
+        vec![el(
+            FilterOperator::OfType,
+            vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))],
+        )],
     );
     let (c, _) = events::compile(&f, &s.address_space).unwrap();
     assert!(c.apply(&r[1]).is_none());
-    assert_eq!(c.select(&r[0]), vec![Variant::NodeId(Box::new(NodeId::ns0(ids::REFRESH_START_EVENT_TYPE)))]);
+    assert_eq!(
+        c.select(&r[0]),
+        vec![Variant::NodeId(Box::new(NodeId::ns0(
+            ids::REFRESH_START_EVENT_TYPE
+        )))]
+    );
     let mut n = 0;
     ev.bus.cursor().poll(&ev.bus, |_| n += 1);
     assert_eq!(n, 0, "a refresh publishes nothing on the bus");
@@ -613,7 +995,11 @@ fn generator_is_a_function_of_time() {
     assert_eq!(g.due(ms(1000), |e| got.push(e)), 10);
     let seqs: Vec<u32> = got.iter().map(seq_of).collect();
     assert_eq!(seqs, (1..=10).collect::<Vec<_>>());
-    assert_eq!(got[0].time, ms(100).utc, "event n is stamped start + n × period");
+    assert_eq!(
+        got[0].time,
+        ms(100).utc,
+        "event n is stamped start + n × period"
+    );
     assert_eq!(got[0].severity, 200);
     assert_eq!(got[0].message, LocalizedText::new("en", "Demo event 1"));
     assert_eq!(g.due(ms(1000), |_| panic!("already emitted")), 0);
@@ -621,9 +1007,15 @@ fn generator_is_a_function_of_time() {
     // The alarm goes active in the second half period.
     let mut got = Vec::new();
     g.due(ms(10_050), |e| got.push(e));
-    let alarms: Vec<&Event> = got.iter().filter(|e| e.event_type == NodeId::ns0(ids::ALARM_CONDITION_TYPE)).collect();
+    let alarms: Vec<&Event> = got
+        .iter()
+        .filter(|e| e.event_type == NodeId::ns0(ids::ALARM_CONDITION_TYPE))
+        .collect();
     assert_eq!(alarms.len(), 1);
-    assert_eq!(alarms[0].field_ns0("ActiveState/Id"), Variant::Boolean(true));
+    assert_eq!(
+        alarms[0].field_ns0("ActiveState/Id"),
+        Variant::Boolean(true)
+    );
     assert_eq!(got.len(), 1 + 90, "events 11..=100 plus the alarm");
     // A long stall emits a bounded number.
     let n = g.due(ms(10_050 + 3_600_000), |_| {});
@@ -648,12 +1040,24 @@ fn session_events() {
     let sid = NodeId::string(1, "session-1");
     let cert = ByteString::from(vec![1u8, 2, 3]);
     let created = demo::session_created_event(&s, &sid, 7, &cert, 60_000.0, start());
-    assert_eq!(created.event_type, NodeId::ns0(ids::AUDIT_CREATE_SESSION_EVENT_TYPE));
+    assert_eq!(
+        created.event_type,
+        NodeId::ns0(ids::AUDIT_CREATE_SESSION_EVENT_TYPE)
+    );
     assert!(created.is_of_type(&NodeId::ns0(ids::AUDIT_EVENT_TYPE)));
     assert_eq!(created.source_node, sid);
-    assert_eq!(created.field_ns0("SessionId"), Variant::NodeId(Box::new(sid.clone())));
-    assert_eq!(created.field_ns0("SecureChannelId"), Variant::String("7".into()));
-    assert_eq!(created.field_ns0("RevisedSessionTimeout"), Variant::Double(60_000.0));
+    assert_eq!(
+        created.field_ns0("SessionId"),
+        Variant::NodeId(Box::new(sid.clone()))
+    );
+    assert_eq!(
+        created.field_ns0("SecureChannelId"),
+        Variant::String("7".into())
+    );
+    assert_eq!(
+        created.field_ns0("RevisedSessionTimeout"),
+        Variant::Double(60_000.0)
+    );
     assert!(created.is_reported_on(&NodeId::ns0(2253)));
     assert!(!created.is_reported_on(&nodes::demo_folder_id()));
     let mut c = s.events.bus.cursor();
@@ -672,16 +1076,30 @@ fn namespace1_event_nodes() {
     let space = &s.address_space;
     let demo = space.node(&nodes::demo_folder_id()).unwrap();
     assert_eq!(demo.event_notifier(), Some(1));
-    assert_eq!(space.node(&nodes::demo_events_id()).unwrap().event_notifier(), Some(1));
+    assert_eq!(
+        space
+            .node(&nodes::demo_events_id())
+            .unwrap()
+            .event_notifier(),
+        Some(1)
+    );
     let server = space.node(&NodeId::ns0(2253)).unwrap();
-    assert!(server
+    assert!(server.references.iter().any(|r| r.is_forward
+        && r.reference_type.as_ns0() == Some(ids::HAS_NOTIFIER)
+        && r.target.as_local() == Some(&nodes::demo_folder_id())));
+    let alarm = space.node(&nodes::alarm_id()).unwrap();
+    assert_eq!(
+        alarm.type_definition().and_then(|t| t.as_local()),
+        Some(&NodeId::ns0(ids::ALARM_CONDITION_TYPE))
+    );
+    assert!(alarm
         .references
         .iter()
-        .any(|r| r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_NOTIFIER) && r.target.as_local() == Some(&nodes::demo_folder_id())));
-    let alarm = space.node(&nodes::alarm_id()).unwrap();
-    assert_eq!(alarm.type_definition().and_then(|t| t.as_local()), Some(&NodeId::ns0(ids::ALARM_CONDITION_TYPE)));
-    assert!(alarm.references.iter().any(|r| r.target.as_local() == Some(&nodes::alarm_acknowledge_id())));
-    assert!(space.is_subtype_of(&nodes::demo_event_type(), &NodeId::ns0(ids::BASE_EVENT_TYPE)));
+        .any(|r| r.target.as_local() == Some(&nodes::alarm_acknowledge_id())));
+    assert!(space.is_subtype_of(
+        &nodes::demo_event_type(),
+        &NodeId::ns0(ids::BASE_EVENT_TYPE)
+    ));
     for p in [
         "EnabledState",
         "EnabledState.Id",
@@ -702,7 +1120,9 @@ fn namespace1_event_nodes() {
         assert!(space.node(&id).is_some(), "{id}");
     }
     // The Add method's argument declaration.
-    let input = space.node(&NodeId::string(1, "Demo.Methods.Add.InputArguments")).unwrap();
+    let input = space
+        .node(&NodeId::string(1, "Demo.Methods.Add.InputArguments"))
+        .unwrap();
     match space.variable_value(input, start()).unwrap().value {
         Variant::Array(a) => {
             assert_eq!(a.value_type, BuiltinType::ExtensionObject);
@@ -723,21 +1143,52 @@ fn notifier_matching_for_monitored_items() {
     assert!(events::is_event_notifier(space, &NodeId::ns0(2253)));
     assert!(events::is_event_notifier(space, &nodes::demo_folder_id()));
     assert!(events::is_event_notifier(space, &nodes::demo_events_id()));
-    assert!(!events::is_event_notifier(space, &NodeId::ns0(85)), "Objects is no notifier");
+    assert!(
+        !events::is_event_notifier(space, &NodeId::ns0(85)),
+        "Objects is no notifier"
+    );
     assert!(!events::is_event_notifier(space, &nodes::alarm_id()));
-    assert!(!events::is_event_notifier(space, &NodeId::string(1, "nope")));
+    assert!(!events::is_event_notifier(
+        space,
+        &NodeId::string(1, "nope")
+    ));
 
-    let f = filter(vec![base("Severity")], vec![cmp(FilterOperator::GreaterThan, field(base("Severity")), lit(Variant::Int32(300))).remove(0)]);
+    let f = filter(
+        vec![base("Severity")],
+        vec![cmp(
+            FilterOperator::GreaterThan,
+            field(base("Severity")),
+            lit(Variant::Int32(300)),
+        )
+        .remove(0)],
+    );
     let (c, _) = events::compile(&f, space).unwrap();
     let ev = demo_event(&s); // severity 500
-    assert_eq!(c.notification(&NodeId::ns0(2253), &ev), Some(vec![Variant::UInt16(500)]));
-    assert_eq!(c.notification(&nodes::demo_folder_id(), &ev), Some(vec![Variant::UInt16(500)]));
-    assert_eq!(c.notification(&NodeId::ns0(85), &ev), None, "not reported there");
+    assert_eq!(
+        c.notification(&NodeId::ns0(2253), &ev),
+        Some(vec![Variant::UInt16(500)])
+    );
+    assert_eq!(
+        c.notification(&nodes::demo_folder_id(), &ev),
+        Some(vec![Variant::UInt16(500)])
+    );
+    assert_eq!(
+        c.notification(&NodeId::ns0(85), &ev),
+        None,
+        "not reported there"
+    );
     let low = demo::demo_event(&s.events, 1, "low", 100, start().utc);
-    assert_eq!(c.notification(&NodeId::ns0(2253), &low), None, "fails the where clause");
+    assert_eq!(
+        c.notification(&NodeId::ns0(2253), &low),
+        None,
+        "fails the where clause"
+    );
     // A refresh bracket passes any item, whatever its notifier and where clause.
     let refresh = s.events.condition_refresh(start().utc);
-    assert_eq!(c.refresh_notification(&nodes::demo_events_id(), &refresh[0]), Some(vec![Variant::UInt16(100)]));
+    assert_eq!(
+        c.refresh_notification(&nodes::demo_events_id(), &refresh[0]),
+        Some(vec![Variant::UInt16(100)])
+    );
     assert_eq!(c.notification(&nodes::demo_events_id(), &refresh[0]), None);
 }
 
@@ -751,25 +1202,58 @@ fn random_variant(r: &mut common::Rng) -> Variant {
         0 => Variant::Empty,
         1 => Variant::Int32(r.next_u64() as i32),
         2 => Variant::Double(f64::from_bits(r.next_u64())),
-        3 => Variant::String(["Demo%", "_[", "[^a-", "\\", "%%_%", "500", "true"][r.below(7) as usize].into()),
+        3 => Variant::String(
+            ["Demo%", "_[", "[^a-", "\\", "%%_%", "500", "true"][r.below(7) as usize].into(),
+        ),
         4 => Variant::Boolean(r.chance(50)),
         5 => Variant::NodeId(Box::new(NodeId::ns0(r.below(3000) as u32))),
         6 => Variant::UInt16(r.next_u64() as u16),
-        7 => Variant::array(BuiltinType::Int32, vec![Variant::Int32(1), Variant::Int32(2)]).unwrap(),
+        7 => Variant::array(
+            BuiltinType::Int32,
+            vec![Variant::Int32(1), Variant::Int32(2)],
+        )
+        .unwrap(),
         8 => Variant::LocalizedText(Box::new(LocalizedText::new("en", "Demo event 4"))),
         _ => Variant::UInt64(r.next_u64()),
     }
 }
 
 fn random_sao(r: &mut common::Rng) -> SimpleAttributeOperand {
-    let types = [NodeId::ns0(ids::BASE_EVENT_TYPE), NodeId::ns0(ids::ALARM_CONDITION_TYPE), nodes::demo_event_type(), NodeId::NULL, NodeId::ns0(61), NodeId::numeric(3, 7)];
-    let names = ["Severity", "Message", "Sequence", "AckedState", "Id", "", "EventId", "Time"];
-    let path: Vec<QualifiedName> = (0..r.below(4)).map(|_| QualifiedName::new(r.below(2) as u16, names[r.below(names.len() as u64) as usize])).collect();
+    let types = [
+        NodeId::ns0(ids::BASE_EVENT_TYPE),
+        NodeId::ns0(ids::ALARM_CONDITION_TYPE),
+        nodes::demo_event_type(),
+        NodeId::NULL,
+        NodeId::ns0(61),
+        NodeId::numeric(3, 7),
+    ];
+    let names = [
+        "Severity",
+        "Message",
+        "Sequence",
+        "AckedState",
+        "Id",
+        "",
+        "EventId",
+        "Time",
+    ];
+    let path: Vec<QualifiedName> = (0..r.below(4))
+        .map(|_| {
+            QualifiedName::new(
+                r.below(2) as u16,
+                names[r.below(names.len() as u64) as usize],
+            )
+        })
+        .collect();
     SimpleAttributeOperand {
         type_definition_id: types[r.below(types.len() as u64) as usize].clone(),
         browse_path: path,
         attribute_id: [1, 13, 13, 4, 0, 99][r.below(6) as usize],
-        index_range: if r.chance(10) { "0:1".into() } else { UaString::null() },
+        index_range: if r.chance(10) {
+            "0:1".into()
+        } else {
+            UaString::null()
+        },
     }
 }
 
@@ -784,7 +1268,10 @@ fn random_operand(r: &mut common::Rng, n: u32) -> ExtensionObject {
             let len = r.below(12) as usize;
             let body: Vec<u8> = (0..len).map(|_| r.next_u64() as u8).collect();
             let id = [597u32, 594, 603, 600, 1][r.below(5) as usize];
-            ExtensionObject { type_id: NodeId::ns0(id), body: uaring_core::types::ExtensionObjectBody::Binary(body) }
+            ExtensionObject {
+                type_id: NodeId::ns0(id),
+                body: uaring_core::types::ExtensionObjectBody::Binary(body),
+            }
         }
     }
 }
@@ -792,8 +1279,19 @@ fn random_operand(r: &mut common::Rng, n: u32) -> ExtensionObject {
 #[test]
 fn random_filters_never_panic() {
     let s = shared();
-    s.events.set_alarm_active(&s.address_space, true, start().utc);
-    let mut evs = vec![demo_event(&s), demo::session_created_event(&s, &NodeId::string(1, "x"), 1, &ByteString::null(), 1.0, start())];
+    s.events
+        .set_alarm_active(&s.address_space, true, start().utc);
+    let mut evs = vec![
+        demo_event(&s),
+        demo::session_created_event(
+            &s,
+            &NodeId::string(1, "x"),
+            1,
+            &ByteString::null(),
+            1.0,
+            start(),
+        ),
+    ];
     evs.extend(s.events.condition_refresh(start().utc));
     let mut r = common::Rng::new(11);
     let mut compiled = 0;
@@ -810,7 +1308,10 @@ fn random_filters_never_panic() {
         match events::compile(&f, &s.address_space) {
             Ok((c, res)) => {
                 compiled += 1;
-                assert!(res.select_clause_results.is_empty() || res.select_clause_results.len() == f.select_clauses.len());
+                assert!(
+                    res.select_clause_results.is_empty()
+                        || res.select_clause_results.len() == f.select_clauses.len()
+                );
                 for ev in &evs {
                     if let Some(v) = c.apply(ev) {
                         assert_eq!(v.len(), f.select_clauses.len());
@@ -824,7 +1325,10 @@ fn random_filters_never_panic() {
             }
         }
     }
-    assert!(compiled > 100, "the generator also makes valid filters: {compiled}");
+    assert!(
+        compiled > 100,
+        "the generator also makes valid filters: {compiled}"
+    );
 }
 
 /// The where clause asyncua builds by default: `EventType InList [every subtype of the
@@ -834,7 +1338,11 @@ fn event_type_in_list_of_subtypes() {
     let s = shared();
     let space = &s.address_space;
     let subtypes_of = |t: NodeId| -> Vec<ExtensionObject> {
-        space.nodes().filter(|n| space.is_subtype_of(&n.node_id, &t)).map(|n| lit(Variant::NodeId(Box::new(n.node_id.clone())))).collect()
+        space
+            .nodes()
+            .filter(|n| space.is_subtype_of(&n.node_id, &t))
+            .map(|n| lit(Variant::NodeId(Box::new(n.node_id.clone()))))
+            .collect()
     };
     let in_list = |list: Vec<ExtensionObject>| {
         let mut ops = vec![field(base("EventType"))];
@@ -844,14 +1352,23 @@ fn event_type_in_list_of_subtypes() {
     let demo = demo_event(&s);
     let alarm = s.events.set_alarm_active(space, true, start().utc).unwrap();
     let all = subtypes_of(NodeId::ns0(ids::BASE_EVENT_TYPE));
-    assert!(all.len() > 50 && all.len() < uaring_core::events::filter::MAX_OPERANDS_PER_ELEMENT, "{}", all.len());
+    assert!(
+        all.len() > 50 && all.len() < uaring_core::events::filter::MAX_OPERANDS_PER_ELEMENT,
+        "{}",
+        all.len()
+    );
     assert!(passes(&s, &demo, in_list(all.clone())));
     assert!(passes(&s, &alarm, in_list(all)));
     let conditions = subtypes_of(NodeId::ns0(ids::CONDITION_TYPE));
     assert!(!passes(&s, &demo, in_list(conditions.clone())));
     assert!(passes(&s, &alarm, in_list(conditions)));
     // A mixed list takes the general path and still converts: a String naming the NodeId.
-    let mixed = vec![lit(Variant::Int32(5)), lit(Variant::String(nodes::demo_event_type().to_string().as_str().into()))];
+    let mixed = vec![
+        lit(Variant::Int32(5)),
+        lit(Variant::String(
+            nodes::demo_event_type().to_string().as_str().into(),
+        )),
+    ];
     assert!(passes(&s, &demo, in_list(mixed)));
 }
 
@@ -859,13 +1376,19 @@ fn event_type_in_list_of_subtypes() {
 fn queue_overflow_event() {
     let s = shared();
     let ev = s.events.queue_overflow_event(start().utc);
-    assert_eq!(ev.event_type, NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE));
+    assert_eq!(
+        ev.event_type,
+        NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE)
+    );
     assert!(ev.is_of_type(&NodeId::ns0(ids::BASE_EVENT_TYPE)));
     assert!(ev.is_reported_on(&NodeId::ns0(ids::SERVER)));
     let f = filter(vec![base("EventType"), base("SourceName")], vec![]);
     let (c, _) = events::compile(&f, &s.address_space).unwrap();
     assert_eq!(
         c.apply(&ev).unwrap(),
-        vec![Variant::NodeId(Box::new(NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE))), Variant::String("Server".into())]
+        vec![
+            Variant::NodeId(Box::new(NodeId::ns0(ids::EVENT_QUEUE_OVERFLOW_EVENT_TYPE))),
+            Variant::String("Server".into())
+        ]
     );
 }

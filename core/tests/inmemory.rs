@@ -34,7 +34,14 @@ struct Pair {
 
 fn read(nodes: usize) -> Request {
     Request::Read(Box::new(ReadRequest {
-        nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }; nodes],
+        nodes_to_read: vec![
+            ReadValueId {
+                node_id: NodeId::ns0(2258),
+                attribute_id: 13,
+                ..Default::default()
+            };
+            nodes
+        ],
         ..Default::default()
     }))
 }
@@ -48,10 +55,22 @@ impl Pair {
         cfg.limits.receive_buffer_size = client_buf;
         cfg.limits.send_buffer_size = client_buf;
         cfg.requested_lifetime_ms = 10_000;
-        let mut client = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
+        let mut client =
+            ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut c2s = Vec::new();
         client.start(now, &mut c2s);
-        Pair { host, server, client, c2s, s2c: Vec::new(), now, server_closed: false, server_err: None, outstanding: HashMap::new(), answered: 0 }
+        Pair {
+            host,
+            server,
+            client,
+            c2s,
+            s2c: Vec::new(),
+            now,
+            server_closed: false,
+            server_err: None,
+            outstanding: HashMap::new(),
+            answered: 0,
+        }
     }
 
     fn server_out(&mut self, status: ConnStatus, out: Vec<u8>) {
@@ -72,7 +91,9 @@ impl Pair {
         let n = n.min(self.c2s.len());
         let data: Vec<u8> = self.c2s.drain(..n).collect();
         let mut out = Vec::new();
-        let st = self.server.on_recv(&mut self.host, self.now, &data, &mut out);
+        let st = self
+            .server
+            .on_recv(&mut self.host, self.now, &data, &mut out);
         self.server_out(st, out);
     }
 
@@ -85,12 +106,18 @@ impl Pair {
 
     fn collect(&mut self) {
         while let Some((id, resp)) = self.client.poll_response() {
-            let nodes = self.outstanding.remove(&id).unwrap_or_else(|| panic!("response {id} unknown or duplicated"));
+            let nodes = self
+                .outstanding
+                .remove(&id)
+                .unwrap_or_else(|| panic!("response {id} unknown or duplicated"));
             match resp {
                 Response::Read(r) => assert_eq!(r.results.len(), nodes),
                 Response::ServiceFault(f) => {
                     // The only fault the test dispatcher's Read can turn into.
-                    assert_eq!(f.response_header.service_result, StatusCode::BadResponseTooLarge)
+                    assert_eq!(
+                        f.response_header.service_result,
+                        StatusCode::BadResponseTooLarge
+                    )
                 }
                 other => panic!("unexpected {other:?}"),
             }
@@ -137,7 +164,10 @@ struct Stats {
 fn run(seed: u64, stats: &mut Stats) {
     let mut rng = Rng::new(seed);
     let buf = if rng.chance(50) { 8192 } else { 65536 };
-    let limits = TransportLimits { receive_buffer_size: if rng.chance(50) { 8192 } else { 65536 }, ..Default::default() };
+    let limits = TransportLimits {
+        receive_buffer_size: if rng.chance(50) { 8192 } else { 65536 },
+        ..Default::default()
+    };
     let mut p = Pair::new(limits, buf);
     let mut dropped = false;
     let steps = 20 + rng.below(200);
@@ -146,7 +176,11 @@ fn run(seed: u64, stats: &mut Stats) {
             0..=29 => {
                 if p.client.is_open() {
                     for _ in 0..1 + rng.below(4) {
-                        let nodes = if rng.chance(10) { 1 + rng.below(3000) as usize } else { 1 + rng.below(5) as usize };
+                        let nodes = if rng.chance(10) {
+                            1 + rng.below(3000) as usize
+                        } else {
+                            1 + rng.below(5) as usize
+                        };
                         match p.client.send_request(read(nodes), p.now, &mut p.c2s) {
                             Ok(id) => assert!(p.outstanding.insert(id, nodes).is_none()),
                             Err(s) => assert_eq!(s, StatusCode::BadRequestTooLarge),
@@ -155,11 +189,19 @@ fn run(seed: u64, stats: &mut Stats) {
                 }
             }
             30..=54 => {
-                let n = if rng.chance(20) { p.c2s.len() } else { rng.below(p.c2s.len() as u64 + 1) as usize };
+                let n = if rng.chance(20) {
+                    p.c2s.len()
+                } else {
+                    rng.below(p.c2s.len() as u64 + 1) as usize
+                };
                 p.deliver_c2s(n);
             }
             55..=79 => {
-                let n = if rng.chance(20) { p.s2c.len() } else { rng.below(p.s2c.len() as u64 + 1) as usize };
+                let n = if rng.chance(20) {
+                    p.s2c.len()
+                } else {
+                    rng.below(p.s2c.len() as u64 + 1) as usize
+                };
                 p.deliver_s2c(n);
             }
             80..=95 => {
@@ -199,7 +241,10 @@ fn run(seed: u64, stats: &mut Stats) {
         // see the socket go).
         if p.server_closed {
             stats.closed_with_err += 1;
-            assert!(p.server_err.is_some(), "seed {seed}: server closed without ERR");
+            assert!(
+                p.server_err.is_some(),
+                "seed {seed}: server closed without ERR"
+            );
             if let ClientState::Closed(s) = p.client.state() {
                 assert_eq!(Some(s), p.server_err, "seed {seed}");
             }
@@ -208,7 +253,11 @@ fn run(seed: u64, stats: &mut Stats) {
         assert!(p.host.open_channels.is_empty());
         return;
     }
-    assert!(p.outstanding.is_empty(), "seed {seed}: {} requests unanswered on an open connection", p.outstanding.len());
+    assert!(
+        p.outstanding.is_empty(),
+        "seed {seed}: {} requests unanswered on an open connection",
+        p.outstanding.len()
+    );
     if p.client.is_open() {
         stats.open_at_end += 1;
         assert!(p.server.is_open());
@@ -286,23 +335,47 @@ fn expired_channel_closes() {
     let d = p.server.next_deadline().unwrap();
     assert_eq!(d, p.now.mono_ns + 12_500 * 1_000_000);
     let mut out = Vec::new();
-    assert_eq!(p.server.on_timer(&mut p.host, Now::new(d - 1, p.now.utc), &mut out), ConnStatus::Open);
-    assert_eq!(p.server.on_timer(&mut p.host, Now::new(d, p.now.utc), &mut out), ConnStatus::Close);
-    assert_eq!(find_err(&out), Some(StatusCode::BadSecureChannelTokenUnknown));
+    assert_eq!(
+        p.server
+            .on_timer(&mut p.host, Now::new(d - 1, p.now.utc), &mut out),
+        ConnStatus::Open
+    );
+    assert_eq!(
+        p.server
+            .on_timer(&mut p.host, Now::new(d, p.now.utc), &mut out),
+        ConnStatus::Close
+    );
+    assert_eq!(
+        find_err(&out),
+        Some(StatusCode::BadSecureChannelTokenUnknown)
+    );
     assert!(p.host.open_channels.is_empty());
     let _ = p.client.on_recv(p.now, &out, &mut p.c2s);
-    assert_eq!(p.client.state(), ClientState::Closed(StatusCode::BadSecureChannelTokenUnknown));
+    assert_eq!(
+        p.client.state(),
+        ClientState::Closed(StatusCode::BadSecureChannelTokenUnknown)
+    );
 }
 
 #[test]
 fn multi_chunk_both_ways_and_pipelining() {
-    let mut p = Pair::new(TransportLimits { receive_buffer_size: 8192, send_buffer_size: 8192, ..Default::default() }, 8192);
+    let mut p = Pair::new(
+        TransportLimits {
+            receive_buffer_size: 8192,
+            send_buffer_size: 8192,
+            ..Default::default()
+        },
+        8192,
+    );
     p.drain();
     p.host.read_value_len = 100;
     let mut ids = Vec::new();
     for k in 0..50 {
         let nodes = 1 + k * 40;
-        let id = p.client.send_request(read(nodes), p.now, &mut p.c2s).unwrap();
+        let id = p
+            .client
+            .send_request(read(nodes), p.now, &mut p.c2s)
+            .unwrap();
         p.outstanding.insert(id, nodes);
         ids.push(id);
     }

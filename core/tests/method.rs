@@ -18,27 +18,49 @@ use uaring_core::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusC
 fn setup(access: UserAccess) -> (Harness, SessionKey) {
     let mut h = Harness::new();
     let mut security = SecurityProvider::none_only();
-    security.set_user_tokens(UserTokenSettings { anonymous: Some(access), ..UserTokenSettings::default() });
-    h.shard = ShardState::new(std::sync::Arc::clone(h.shard.shared()), 0, Box::new(uaring_core::random::ChaCha::from_u64(1))).with_security(security);
+    security.set_user_tokens(UserTokenSettings {
+        anonymous: Some(access),
+        ..UserTokenSettings::default()
+    });
+    h.shard = ShardState::new(
+        std::sync::Arc::clone(h.shard.shared()),
+        0,
+        Box::new(uaring_core::random::ChaCha::from_u64(1)),
+    )
+    .with_security(security);
     h.channel = h.shard.next_channel_id();
     let token = h.open_session();
     let (ch, now) = (h.channel, h.now);
-    let key = h.shard.session_for_request(&token, ch, now).expect("session");
+    let key = h
+        .shard
+        .session_for_request(&token, ch, now)
+        .expect("session");
     (h, key)
 }
 
 fn request(methods: Vec<CallMethodRequest>) -> CallRequest {
     CallRequest {
-        request_header: RequestHeader { request_handle: 7, ..RequestHeader::default() },
+        request_header: RequestHeader {
+            request_handle: 7,
+            ..RequestHeader::default()
+        },
         methods_to_call: methods,
     }
 }
 
 fn m(object: NodeId, method: NodeId, args: Vec<Variant>) -> CallMethodRequest {
-    CallMethodRequest { object_id: object, method_id: method, input_arguments: args }
+    CallMethodRequest {
+        object_id: object,
+        method_id: method,
+        input_arguments: args,
+    }
 }
 
-fn call(h: &mut Harness, key: SessionKey, methods: Vec<CallMethodRequest>) -> Vec<CallMethodResult> {
+fn call(
+    h: &mut Harness,
+    key: SessionKey,
+    methods: Vec<CallMethodRequest>,
+) -> Vec<CallMethodResult> {
     let now = h.now;
     match method::call(&mut h.shard, key, &request(methods), now) {
         Response::Call(r) => {
@@ -60,28 +82,46 @@ fn add(args: Vec<Variant>) -> CallMethodRequest {
 }
 
 fn doubles(v: &[f64]) -> Variant {
-    Variant::array(BuiltinType::Double, v.iter().map(|x| Variant::Double(*x)).collect()).unwrap()
+    Variant::array(
+        BuiltinType::Double,
+        v.iter().map(|x| Variant::Double(*x)).collect(),
+    )
+    .unwrap()
 }
 
 #[test]
 fn demo_add_and_sum() {
     let (mut h, key) = setup(UserAccess::Read);
-    let r = one(&mut h, key, add(vec![Variant::Double(2.5), Variant::Double(4.0)]));
+    let r = one(
+        &mut h,
+        key,
+        add(vec![Variant::Double(2.5), Variant::Double(4.0)]),
+    );
     assert_eq!(r.status_code, StatusCode::Good);
     assert_eq!(r.output_arguments, vec![Variant::Double(6.5)]);
-    assert_eq!(r.input_argument_results, vec![StatusCode::Good, StatusCode::Good]);
+    assert_eq!(
+        r.input_argument_results,
+        vec![StatusCode::Good, StatusCode::Good]
+    );
     let sum = |v: Variant| m(nodes::methods_folder_id(), nodes::sum_method_id(), vec![v]);
     let r = one(&mut h, key, sum(doubles(&[1.0, 2.0, 3.5])));
     assert_eq!(r.status_code, StatusCode::Good);
     assert_eq!(r.output_arguments, vec![Variant::Double(6.5)]);
     let r = one(&mut h, key, sum(Variant::Empty));
-    assert_eq!(r.output_arguments, vec![Variant::Double(0.0)], "a null array is empty");
+    assert_eq!(
+        r.output_arguments,
+        vec![Variant::Double(0.0)],
+        "a null array is empty"
+    );
     // A scalar where an array is declared, and an array of the wrong type.
     let r = one(&mut h, key, sum(Variant::Double(1.0)));
     assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
     assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch]);
     let ints = Variant::array(BuiltinType::Int32, vec![Variant::Int32(1)]).unwrap();
-    assert_eq!(one(&mut h, key, sum(ints)).input_argument_results, vec![StatusCode::BadTypeMismatch]);
+    assert_eq!(
+        one(&mut h, key, sum(ints)).input_argument_results,
+        vec![StatusCode::BadTypeMismatch]
+    );
 }
 
 #[test]
@@ -90,27 +130,59 @@ fn argument_validation() {
     let r = one(&mut h, key, add(vec![Variant::Double(1.0)]));
     assert_eq!(r.status_code, StatusCode::BadArgumentsMissing);
     assert!(r.input_argument_results.is_empty() && r.output_arguments.is_empty());
-    let r = one(&mut h, key, add(vec![Variant::Double(1.0), Variant::Double(2.0), Variant::Double(3.0)]));
+    let r = one(
+        &mut h,
+        key,
+        add(vec![
+            Variant::Double(1.0),
+            Variant::Double(2.0),
+            Variant::Double(3.0),
+        ]),
+    );
     assert_eq!(r.status_code, StatusCode::BadTooManyArguments);
-    let r = one(&mut h, key, add(vec![Variant::Int32(1), Variant::Double(2.0)]));
+    let r = one(
+        &mut h,
+        key,
+        add(vec![Variant::Int32(1), Variant::Double(2.0)]),
+    );
     assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
-    assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch, StatusCode::Good]);
+    assert_eq!(
+        r.input_argument_results,
+        vec![StatusCode::BadTypeMismatch, StatusCode::Good]
+    );
     assert!(r.output_arguments.is_empty());
     let r = one(&mut h, key, add(vec![Variant::Empty, Variant::Double(2.0)]));
-    assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch, StatusCode::Good], "no Null number");
+    assert_eq!(
+        r.input_argument_results,
+        vec![StatusCode::BadTypeMismatch, StatusCode::Good],
+        "no Null number"
+    );
     // GenerateEvent: Severity out of range.
     let gen = |sev: u16| {
-        m(nodes::methods_folder_id(), nodes::generate_event_method_id(), vec![Variant::String("hi".into()), Variant::UInt16(sev)])
+        m(
+            nodes::methods_folder_id(),
+            nodes::generate_event_method_id(),
+            vec![Variant::String("hi".into()), Variant::UInt16(sev)],
+        )
     };
     let r = one(&mut h, key, gen(0));
     assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
-    assert_eq!(r.input_argument_results, vec![StatusCode::Good, StatusCode::BadOutOfRange]);
+    assert_eq!(
+        r.input_argument_results,
+        vec![StatusCode::Good, StatusCode::BadOutOfRange]
+    );
     // And in range: the event is on the bus.
     let shared = std::sync::Arc::clone(h.shard.shared());
     let mut c = shared.events.bus.cursor();
     assert_eq!(one(&mut h, key, gen(300)).status_code, StatusCode::Good);
     let mut got = Vec::new();
-    c.poll(&shared.events.bus, |e| got.push((e.message.text.as_str().to_string(), e.severity, e.event_type.clone())));
+    c.poll(&shared.events.bus, |e| {
+        got.push((
+            e.message.text.as_str().to_string(),
+            e.severity,
+            e.event_type.clone(),
+        ))
+    });
     assert_eq!(got, vec![("hi".to_string(), 300, nodes::demo_event_type())]);
 }
 
@@ -119,28 +191,90 @@ fn object_and_method_validation() {
     let (mut h, key) = setup(UserAccess::ReadWrite);
     let two = || vec![Variant::Double(1.0), Variant::Double(2.0)];
     let cases = vec![
-        (m(NodeId::NULL, nodes::add_method_id(), two()), StatusCode::BadNodeIdInvalid),
-        (m(NodeId::string(1, "nope"), nodes::add_method_id(), two()), StatusCode::BadNodeIdUnknown),
+        (
+            m(NodeId::NULL, nodes::add_method_id(), two()),
+            StatusCode::BadNodeIdInvalid,
+        ),
+        (
+            m(NodeId::string(1, "nope"), nodes::add_method_id(), two()),
+            StatusCode::BadNodeIdUnknown,
+        ),
         // A Variable is no object.
-        (m(NodeId::string(1, "Demo.Static.Int32"), nodes::add_method_id(), two()), StatusCode::BadNodeIdInvalid),
-        (m(nodes::methods_folder_id(), NodeId::string(1, "nope"), two()), StatusCode::BadMethodInvalid),
-        (m(nodes::methods_folder_id(), NodeId::NULL, two()), StatusCode::BadMethodInvalid),
+        (
+            m(
+                NodeId::string(1, "Demo.Static.Int32"),
+                nodes::add_method_id(),
+                two(),
+            ),
+            StatusCode::BadNodeIdInvalid,
+        ),
+        (
+            m(nodes::methods_folder_id(), NodeId::string(1, "nope"), two()),
+            StatusCode::BadMethodInvalid,
+        ),
+        (
+            m(nodes::methods_folder_id(), NodeId::NULL, two()),
+            StatusCode::BadMethodInvalid,
+        ),
         // Not a Method node.
-        (m(nodes::methods_folder_id(), NodeId::string(1, "Demo.Static.Int32"), two()), StatusCode::BadMethodInvalid),
+        (
+            m(
+                nodes::methods_folder_id(),
+                NodeId::string(1, "Demo.Static.Int32"),
+                two(),
+            ),
+            StatusCode::BadMethodInvalid,
+        ),
         // The method exists but the object does not have it.
-        (m(NodeId::ns0(ids::SERVER), nodes::add_method_id(), two()), StatusCode::BadMethodInvalid),
-        (m(NodeId::ns0(ids::SERVER), NodeId::ns0(ids::CONDITION_REFRESH), vec![Variant::UInt32(1)]), StatusCode::BadMethodInvalid),
+        (
+            m(NodeId::ns0(ids::SERVER), nodes::add_method_id(), two()),
+            StatusCode::BadMethodInvalid,
+        ),
+        (
+            m(
+                NodeId::ns0(ids::SERVER),
+                NodeId::ns0(ids::CONDITION_REFRESH),
+                vec![Variant::UInt32(1)],
+            ),
+            StatusCode::BadMethodInvalid,
+        ),
         // A namespace-0 method of the Server this server does not implement.
-        (m(NodeId::ns0(ids::SERVER), NodeId::ns0(12749), vec![Variant::UInt32(1), Variant::UInt32(1)]), StatusCode::BadNotImplemented),
+        (
+            m(
+                NodeId::ns0(ids::SERVER),
+                NodeId::ns0(12749),
+                vec![Variant::UInt32(1), Variant::UInt32(1)],
+            ),
+            StatusCode::BadNotImplemented,
+        ),
     ];
     let (reqs, want): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
-    let got: Vec<StatusCode> = call(&mut h, key, reqs).into_iter().map(|r| r.status_code).collect();
+    let got: Vec<StatusCode> = call(&mut h, key, reqs)
+        .into_iter()
+        .map(|r| r.status_code)
+        .collect();
     assert_eq!(got, want);
     // Subscription methods: validated here (types), run by the subscription module.
-    let r = one(&mut h, key, m(NodeId::ns0(ids::SERVER), NodeId::ns0(ids::GET_MONITORED_ITEMS), vec![Variant::Int32(1)]));
+    let r = one(
+        &mut h,
+        key,
+        m(
+            NodeId::ns0(ids::SERVER),
+            NodeId::ns0(ids::GET_MONITORED_ITEMS),
+            vec![Variant::Int32(1)],
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
     assert_eq!(r.input_argument_results, vec![StatusCode::BadTypeMismatch]);
-    let r = one(&mut h, key, m(NodeId::ns0(ids::CONDITION_TYPE), NodeId::ns0(ids::CONDITION_REFRESH2), vec![Variant::UInt32(1)]));
+    let r = one(
+        &mut h,
+        key,
+        m(
+            NodeId::ns0(ids::CONDITION_TYPE),
+            NodeId::ns0(ids::CONDITION_REFRESH2),
+            vec![Variant::UInt32(1)],
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadArgumentsMissing);
 }
 
@@ -152,10 +286,18 @@ fn request_limits() {
         Response::ServiceFault(f) => f.response_header.service_result,
         other => panic!("expected a fault: {other:?}"),
     };
-    assert_eq!(fault(method::call(&mut h.shard, key, &request(vec![]), now)), StatusCode::BadNothingToDo);
-    let max = ServerConfig::default().operation_limits.max_nodes_per_method_call as usize;
+    assert_eq!(
+        fault(method::call(&mut h.shard, key, &request(vec![]), now)),
+        StatusCode::BadNothingToDo
+    );
+    let max = ServerConfig::default()
+        .operation_limits
+        .max_nodes_per_method_call as usize;
     let many = vec![add(vec![Variant::Double(1.0), Variant::Double(2.0)]); max + 1];
-    assert_eq!(fault(method::call(&mut h.shard, key, &request(many), now)), StatusCode::BadTooManyOperations);
+    assert_eq!(
+        fault(method::call(&mut h.shard, key, &request(many), now)),
+        StatusCode::BadTooManyOperations
+    );
     let exactly = vec![add(vec![Variant::Double(1.0), Variant::Double(2.0)]); max];
     assert_eq!(call(&mut h, key, exactly).len(), max);
 }
@@ -165,88 +307,251 @@ fn alarm_event_id(s: &uaring_core::server::shared::ServerShared) -> ByteString {
 }
 
 fn ack(object: NodeId, method: NodeId, event_id: ByteString, comment: &str) -> CallMethodRequest {
-    m(object, method, vec![Variant::ByteString(event_id), Variant::LocalizedText(Box::new(LocalizedText::new("en", comment)))])
+    m(
+        object,
+        method,
+        vec![
+            Variant::ByteString(event_id),
+            Variant::LocalizedText(Box::new(LocalizedText::new("en", comment))),
+        ],
+    )
 }
 
 #[test]
 fn acknowledge_and_confirm_through_call() {
     let (mut h, key) = setup(UserAccess::ReadWrite);
     let shared = std::sync::Arc::clone(h.shard.shared());
-    shared.events.set_alarm_active(&shared.address_space, true, h.now.utc).expect("goes active");
+    shared
+        .events
+        .set_alarm_active(&shared.address_space, true, h.now.utc)
+        .expect("goes active");
     let alarm = nodes::alarm_id();
     let acknowledge = NodeId::ns0(ids::ACKNOWLEDGE);
     let confirm = NodeId::ns0(ids::CONFIRM);
 
-    let r = one(&mut h, key, ack(alarm.clone(), acknowledge.clone(), ByteString::from(vec![9u8; 16]), "x"));
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            acknowledge.clone(),
+            ByteString::from(vec![9u8; 16]),
+            "x",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadEventIdUnknown);
     // Acknowledge on something that is not the alarm.
-    let r = one(&mut h, key, ack(NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE), acknowledge.clone(), alarm_event_id(&shared), "x"));
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE),
+            acknowledge.clone(),
+            alarm_event_id(&shared),
+            "x",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadNodeIdInvalid);
     // A wrong Comment type.
-    let r = one(&mut h, key, m(alarm.clone(), acknowledge.clone(), vec![Variant::ByteString(alarm_event_id(&shared)), Variant::String("x".into())]));
-    assert_eq!(r.input_argument_results, vec![StatusCode::Good, StatusCode::BadTypeMismatch]);
+    let r = one(
+        &mut h,
+        key,
+        m(
+            alarm.clone(),
+            acknowledge.clone(),
+            vec![
+                Variant::ByteString(alarm_event_id(&shared)),
+                Variant::String("x".into()),
+            ],
+        ),
+    );
+    assert_eq!(
+        r.input_argument_results,
+        vec![StatusCode::Good, StatusCode::BadTypeMismatch]
+    );
 
-    let r = one(&mut h, key, ack(alarm.clone(), acknowledge.clone(), alarm_event_id(&shared), "seen"));
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            acknowledge.clone(),
+            alarm_event_id(&shared),
+            "seen",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::Good);
     let s = shared.events.alarm.as_ref().unwrap().state();
     assert!(s.acked && !s.confirmed);
     assert_eq!(s.comment, LocalizedText::new("en", "seen"));
     // The instance's own method node works as well.
-    let r = one(&mut h, key, ack(alarm.clone(), nodes::alarm_acknowledge_id(), alarm_event_id(&shared), "again"));
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            nodes::alarm_acknowledge_id(),
+            alarm_event_id(&shared),
+            "again",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadConditionBranchAlreadyAcked);
-    let r = one(&mut h, key, ack(alarm.clone(), confirm.clone(), alarm_event_id(&shared), "ok"));
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            confirm.clone(),
+            alarm_event_id(&shared),
+            "ok",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::Good);
-    let r = one(&mut h, key, ack(alarm.clone(), nodes::alarm_confirm_id(), alarm_event_id(&shared), "ok"));
-    assert_eq!(r.status_code, StatusCode::BadConditionBranchAlreadyConfirmed);
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            nodes::alarm_confirm_id(),
+            alarm_event_id(&shared),
+            "ok",
+        ),
+    );
+    assert_eq!(
+        r.status_code,
+        StatusCode::BadConditionBranchAlreadyConfirmed
+    );
     let s = shared.events.alarm.as_ref().unwrap().state();
-    assert!(s.acked && s.confirmed && s.active && s.retain(), "active: still retained");
+    assert!(
+        s.acked && s.confirmed && s.active && s.retain(),
+        "active: still retained"
+    );
 }
 
 #[test]
 fn read_only_user() {
     let (mut h, key) = setup(UserAccess::Read);
     let shared = std::sync::Arc::clone(h.shard.shared());
-    shared.events.set_alarm_active(&shared.address_space, true, h.now.utc).unwrap();
-    let r = one(&mut h, key, ack(nodes::alarm_id(), NodeId::ns0(ids::ACKNOWLEDGE), alarm_event_id(&shared), "x"));
+    shared
+        .events
+        .set_alarm_active(&shared.address_space, true, h.now.utc)
+        .unwrap();
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            nodes::alarm_id(),
+            NodeId::ns0(ids::ACKNOWLEDGE),
+            alarm_event_id(&shared),
+            "x",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
-    assert!(!shared.events.alarm.as_ref().unwrap().state().acked, "nothing changed");
-    let gen = m(nodes::methods_folder_id(), nodes::generate_event_method_id(), vec![Variant::String("x".into()), Variant::UInt16(1)]);
-    assert_eq!(one(&mut h, key, gen).status_code, StatusCode::BadUserAccessDenied);
+    assert!(
+        !shared.events.alarm.as_ref().unwrap().state().acked,
+        "nothing changed"
+    );
+    let gen = m(
+        nodes::methods_folder_id(),
+        nodes::generate_event_method_id(),
+        vec![Variant::String("x".into()), Variant::UInt16(1)],
+    );
+    assert_eq!(
+        one(&mut h, key, gen).status_code,
+        StatusCode::BadUserAccessDenied
+    );
     // Reading methods are allowed.
-    assert_eq!(one(&mut h, key, add(vec![Variant::Double(1.0), Variant::Double(1.0)])).status_code, StatusCode::Good);
+    assert_eq!(
+        one(
+            &mut h,
+            key,
+            add(vec![Variant::Double(1.0), Variant::Double(1.0)])
+        )
+        .status_code,
+        StatusCode::Good
+    );
 }
 
 #[test]
 fn enable_disable_and_add_comment() {
     let (mut h, key) = setup(UserAccess::ReadWrite);
     let shared = std::sync::Arc::clone(h.shard.shared());
-    shared.events.set_alarm_active(&shared.address_space, true, h.now.utc).unwrap();
+    shared
+        .events
+        .set_alarm_active(&shared.address_space, true, h.now.utc)
+        .unwrap();
     let alarm = nodes::alarm_id();
     let state = || shared.events.alarm.as_ref().unwrap().state();
 
-    let r = one(&mut h, key, ack(alarm.clone(), NodeId::ns0(ids::ADD_COMMENT), alarm_event_id(&shared), "note"));
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            NodeId::ns0(ids::ADD_COMMENT),
+            alarm_event_id(&shared),
+            "note",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::Good);
     assert_eq!(state().comment, LocalizedText::new("en", "note"));
     assert!(!state().acked, "a comment acknowledges nothing");
 
     let mut c = shared.events.bus.cursor();
     let disable = m(alarm.clone(), NodeId::ns0(ids::DISABLE), vec![]);
-    assert_eq!(one(&mut h, key, disable.clone()).status_code, StatusCode::Good);
+    assert_eq!(
+        one(&mut h, key, disable.clone()).status_code,
+        StatusCode::Good
+    );
     assert!(!state().enabled && !state().retain());
     let mut got = Vec::new();
-    c.poll(&shared.events.bus, |e| got.push(e.field_ns0("EnabledState/Id")));
+    c.poll(&shared.events.bus, |e| {
+        got.push(e.field_ns0("EnabledState/Id"))
+    });
     assert_eq!(got, vec![Variant::Boolean(false)]);
-    assert_eq!(one(&mut h, key, disable).status_code, StatusCode::BadConditionAlreadyDisabled);
-    let r = one(&mut h, key, ack(alarm.clone(), NodeId::ns0(ids::ACKNOWLEDGE), alarm_event_id(&shared), "x"));
+    assert_eq!(
+        one(&mut h, key, disable).status_code,
+        StatusCode::BadConditionAlreadyDisabled
+    );
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            alarm.clone(),
+            NodeId::ns0(ids::ACKNOWLEDGE),
+            alarm_event_id(&shared),
+            "x",
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadConditionDisabled);
-    assert!(shared.events.set_alarm_active(&shared.address_space, false, h.now.utc).is_none(), "a disabled alarm does not change");
+    assert!(
+        shared
+            .events
+            .set_alarm_active(&shared.address_space, false, h.now.utc)
+            .is_none(),
+        "a disabled alarm does not change"
+    );
     // An argument to a method that takes none.
-    let r = one(&mut h, key, m(alarm.clone(), nodes::alarm_enable_id(), vec![Variant::Boolean(true)]));
+    let r = one(
+        &mut h,
+        key,
+        m(
+            alarm.clone(),
+            nodes::alarm_enable_id(),
+            vec![Variant::Boolean(true)],
+        ),
+    );
     assert_eq!(r.status_code, StatusCode::BadTooManyArguments);
     let enable = m(alarm.clone(), nodes::alarm_enable_id(), vec![]);
-    assert_eq!(one(&mut h, key, enable.clone()).status_code, StatusCode::Good);
+    assert_eq!(
+        one(&mut h, key, enable.clone()).status_code,
+        StatusCode::Good
+    );
     assert!(state().enabled && state().retain());
-    assert_eq!(one(&mut h, key, enable).status_code, StatusCode::BadConditionAlreadyEnabled);
+    assert_eq!(
+        one(&mut h, key, enable).status_code,
+        StatusCode::BadConditionAlreadyEnabled
+    );
 
     let (mut h, key) = setup(UserAccess::Read);
     let r = one(&mut h, key, m(alarm, NodeId::ns0(ids::DISABLE), vec![]));
@@ -262,12 +567,23 @@ fn argument_tables_match_the_nodeset() {
     let space = &h.shard.shared().address_space;
     let args_of = |method: u32, prop: &str| -> Vec<(String, NodeId, i32)> {
         let node = space.node(&NodeId::ns0(method)).unwrap();
-        let Some(p) = node.references.iter().filter(|r| r.is_forward).filter_map(|r| r.target.as_local()).find(|t| {
-            space.browse_name_of(t).is_some_and(|b| b.name.as_str() == prop)
-        }) else {
+        let Some(p) = node
+            .references
+            .iter()
+            .filter(|r| r.is_forward)
+            .filter_map(|r| r.target.as_local())
+            .find(|t| {
+                space
+                    .browse_name_of(t)
+                    .is_some_and(|b| b.name.as_str() == prop)
+            })
+        else {
             return Vec::new();
         };
-        let v = space.variable_value(space.node(p).unwrap(), h.now).unwrap().value;
+        let v = space
+            .variable_value(space.node(p).unwrap(), h.now)
+            .unwrap()
+            .value;
         let a = v.as_array().expect("an Argument array");
         a.values
             .iter()
@@ -280,26 +596,75 @@ fn argument_tables_match_the_nodeset() {
             })
             .collect()
     };
-    let spec = |s: &[ArgSpec]| s.iter().map(|a| (a.name.to_string(), NodeId::ns0(a.data_type), a.value_rank)).collect::<Vec<_>>();
-    assert_eq!(args_of(ids::ACKNOWLEDGE, "InputArguments"), spec(nodes::ACK_IN));
+    let spec = |s: &[ArgSpec]| {
+        s.iter()
+            .map(|a| (a.name.to_string(), NodeId::ns0(a.data_type), a.value_rank))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        args_of(ids::ACKNOWLEDGE, "InputArguments"),
+        spec(nodes::ACK_IN)
+    );
     assert_eq!(args_of(ids::CONFIRM, "InputArguments"), spec(nodes::ACK_IN));
-    assert_eq!(args_of(ids::ADD_COMMENT, "InputArguments"), spec(nodes::ACK_IN));
+    assert_eq!(
+        args_of(ids::ADD_COMMENT, "InputArguments"),
+        spec(nodes::ACK_IN)
+    );
     assert!(args_of(ids::ENABLE, "InputArguments").is_empty());
-    assert_eq!(args_of(ids::CONDITION_REFRESH, "InputArguments"), spec(nodes::SUBSCRIPTION_ID_IN));
-    assert_eq!(args_of(ids::CONDITION_REFRESH2, "InputArguments"), spec(nodes::REFRESH2_IN));
-    assert_eq!(args_of(ids::GET_MONITORED_ITEMS, "InputArguments"), spec(nodes::SERVER_SUBSCRIPTION_ID_IN));
-    assert_eq!(args_of(ids::GET_MONITORED_ITEMS, "OutputArguments"), spec(nodes::GET_MONITORED_ITEMS_OUT));
-    assert_eq!(args_of(ids::RESEND_DATA, "InputArguments"), spec(nodes::SERVER_SUBSCRIPTION_ID_IN));
+    assert_eq!(
+        args_of(ids::CONDITION_REFRESH, "InputArguments"),
+        spec(nodes::SUBSCRIPTION_ID_IN)
+    );
+    assert_eq!(
+        args_of(ids::CONDITION_REFRESH2, "InputArguments"),
+        spec(nodes::REFRESH2_IN)
+    );
+    assert_eq!(
+        args_of(ids::GET_MONITORED_ITEMS, "InputArguments"),
+        spec(nodes::SERVER_SUBSCRIPTION_ID_IN)
+    );
+    assert_eq!(
+        args_of(ids::GET_MONITORED_ITEMS, "OutputArguments"),
+        spec(nodes::GET_MONITORED_ITEMS_OUT)
+    );
+    assert_eq!(
+        args_of(ids::RESEND_DATA, "InputArguments"),
+        spec(nodes::SERVER_SUBSCRIPTION_ID_IN)
+    );
 }
 
 #[test]
 fn user_executable_by_role() {
     use uaring_core::services::method::user_executable;
-    let shared = uaring_core::server::shared::ServerShared::new(Default::default(), uaring_core::Now::new(1, uaring_core::DateTime::NULL)).unwrap();
+    let shared = uaring_core::server::shared::ServerShared::new(
+        Default::default(),
+        uaring_core::Now::new(1, uaring_core::DateTime::NULL),
+    )
+    .unwrap();
     let space = &shared.address_space;
-    assert!(user_executable(space, &NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::ReadWrite));
-    assert!(!user_executable(space, &NodeId::ns0(ids::ACKNOWLEDGE), UserAccess::Read));
-    assert!(!user_executable(space, &nodes::generate_event_method_id(), UserAccess::Read));
-    assert!(user_executable(space, &nodes::add_method_id(), UserAccess::Read));
-    assert!(user_executable(space, &NodeId::ns0(ids::CONDITION_REFRESH), UserAccess::Read));
+    assert!(user_executable(
+        space,
+        &NodeId::ns0(ids::ACKNOWLEDGE),
+        UserAccess::ReadWrite
+    ));
+    assert!(!user_executable(
+        space,
+        &NodeId::ns0(ids::ACKNOWLEDGE),
+        UserAccess::Read
+    ));
+    assert!(!user_executable(
+        space,
+        &nodes::generate_event_method_id(),
+        UserAccess::Read
+    ));
+    assert!(user_executable(
+        space,
+        &nodes::add_method_id(),
+        UserAccess::Read
+    ));
+    assert!(user_executable(
+        space,
+        &NodeId::ns0(ids::CONDITION_REFRESH),
+        UserAccess::Read
+    ));
 }

@@ -8,21 +8,31 @@ use uaring_core::encoding::Encode;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::node_ids;
 use uaring_core::generated::types::{
-    MessageSecurityMode, OpenSecureChannelRequest, ReadRequest, ReadValueId, RequestHeader, SecurityTokenRequestType,
+    MessageSecurityMode, OpenSecureChannelRequest, ReadRequest, ReadValueId, RequestHeader,
+    SecurityTokenRequestType,
 };
 use uaring_core::secure_channel::{
-    write_abort_chunk, write_chunks, AsymmetricSecurityHeader, ChunkLimits, PlainCrypto, SecurityHeader, SequenceCounter,
-    SECURITY_POLICY_NONE_URI,
+    write_abort_chunk, write_chunks, AsymmetricSecurityHeader, ChunkLimits, PlainCrypto,
+    SecurityHeader, SequenceCounter, SECURITY_POLICY_NONE_URI,
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::transport::{ErrorMessage, FrameReader, HelloMessage, MessageType, ReverseHelloMessage, TransportLimits};
+use uaring_core::transport::{
+    ErrorMessage, FrameReader, HelloMessage, MessageType, ReverseHelloMessage, TransportLimits,
+};
 use uaring_core::types::{ByteString, NodeId, StatusCode};
 use uaring_core::{Decode, DecodeLimits, Decoder, Now};
 
 fn hello_with(recv: u32, send: u32, max_msg: u32, url: &str) -> Vec<u8> {
     let mut b = Vec::new();
-    HelloMessage { protocol_version: 0, receive_buffer_size: recv, send_buffer_size: send, max_message_size: max_msg, max_chunk_count: 0, endpoint_url: url.into() }
-        .write(&mut b);
+    HelloMessage {
+        protocol_version: 0,
+        receive_buffer_size: recv,
+        send_buffer_size: send,
+        max_message_size: max_msg,
+        max_chunk_count: 0,
+        endpoint_url: url.into(),
+    }
+    .write(&mut b);
     b
 }
 fn hello() -> Vec<u8> {
@@ -39,11 +49,19 @@ struct Raw {
 
 impl Raw {
     fn new() -> Self {
-        Raw { seq: SequenceCounter::new(true), channel_id: 0, token_id: 0, chunk_size: 65536 }
+        Raw {
+            seq: SequenceCounter::new(true),
+            channel_id: 0,
+            token_id: 0,
+            chunk_size: 65536,
+        }
     }
     fn opn(&mut self, request_type: SecurityTokenRequestType, policy: &str, out: &mut Vec<u8>) {
         let req = OpenSecureChannelRequest {
-            request_header: RequestHeader { request_handle: 77, ..Default::default() },
+            request_header: RequestHeader {
+                request_handle: 77,
+                ..Default::default()
+            },
             request_type,
             security_mode: MessageSecurityMode::None,
             client_nonce: ByteString::from(vec![]),
@@ -53,19 +71,64 @@ impl Raw {
         let mut body = Vec::new();
         NodeId::ns0(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary).encode(&mut body);
         req.encode(&mut body);
-        let h = SecurityHeader::Asymmetric(AsymmetricSecurityHeader { security_policy_uri: policy.into(), ..Default::default() });
-        let l = ChunkLimits { max_chunk_size: self.chunk_size, max_message_size: 0, max_chunk_count: 0 };
-        write_chunks(MessageType::OpenSecureChannel, self.channel_id, &h, 1, &body, &PlainCrypto, &mut self.seq, &l, out).unwrap();
+        let h = SecurityHeader::Asymmetric(AsymmetricSecurityHeader {
+            security_policy_uri: policy.into(),
+            ..Default::default()
+        });
+        let l = ChunkLimits {
+            max_chunk_size: self.chunk_size,
+            max_message_size: 0,
+            max_chunk_count: 0,
+        };
+        write_chunks(
+            MessageType::OpenSecureChannel,
+            self.channel_id,
+            &h,
+            1,
+            &body,
+            &PlainCrypto,
+            &mut self.seq,
+            &l,
+            out,
+        )
+        .unwrap();
     }
     fn msg_body(&mut self, t: MessageType, request_id: u32, body: &[u8], out: &mut Vec<u8>) {
-        let h = SecurityHeader::Symmetric { token_id: self.token_id };
-        let l = ChunkLimits { max_chunk_size: self.chunk_size, max_message_size: 0, max_chunk_count: 0 };
-        write_chunks(t, self.channel_id, &h, request_id, body, &PlainCrypto, &mut self.seq, &l, out).unwrap();
+        let h = SecurityHeader::Symmetric {
+            token_id: self.token_id,
+        };
+        let l = ChunkLimits {
+            max_chunk_size: self.chunk_size,
+            max_message_size: 0,
+            max_chunk_count: 0,
+        };
+        write_chunks(
+            t,
+            self.channel_id,
+            &h,
+            request_id,
+            body,
+            &PlainCrypto,
+            &mut self.seq,
+            &l,
+            out,
+        )
+        .unwrap();
     }
     fn read(&mut self, request_id: u32, nodes: usize, out: &mut Vec<u8>) {
         let req = Request::Read(Box::new(ReadRequest {
-            request_header: RequestHeader { request_handle: request_id, ..Default::default() },
-            nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }; nodes],
+            request_header: RequestHeader {
+                request_handle: request_id,
+                ..Default::default()
+            },
+            nodes_to_read: vec![
+                ReadValueId {
+                    node_id: NodeId::ns0(2258),
+                    attribute_id: 13,
+                    ..Default::default()
+                };
+                nodes
+            ],
             ..Default::default()
         }));
         let mut body = Vec::new();
@@ -78,7 +141,11 @@ impl Raw {
 fn open(host: &mut TestHost, conn: &mut ServerConnection) -> Raw {
     let mut raw = Raw::new();
     let mut input = hello();
-    raw.opn(SecurityTokenRequestType::Issue, SECURITY_POLICY_NONE_URI, &mut input);
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        SECURITY_POLICY_NONE_URI,
+        &mut input,
+    );
     let mut out = Vec::new();
     assert_eq!(conn.on_recv(host, t0(), &input, &mut out), ConnStatus::Open);
     assert_eq!(find_err(&out), None);
@@ -92,7 +159,11 @@ fn expect_err_fresh(input: &[u8], status: StatusCode) {
     let mut host = TestHost::new();
     let mut conn = ServerConnection::new(&mut host, None, t0());
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), input, &mut out), ConnStatus::Close, "{status}");
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), input, &mut out),
+        ConnStatus::Close,
+        "{status}"
+    );
     assert_eq!(find_err(&out), Some(status));
     assert!(host.open_channels.is_empty());
 }
@@ -104,19 +175,29 @@ fn expect_err_open(f: impl FnOnce(&mut Raw, &mut Vec<u8>), status: StatusCode) {
     let mut input = Vec::new();
     f(&mut raw, &mut input);
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Close, "{status}");
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Close,
+        "{status}"
+    );
     assert_eq!(find_err(&out), Some(status));
     assert!(host.open_channels.is_empty(), "channel not released");
     assert_eq!(host.closed_channels.len(), 1);
     // Anything after Close is refused without output.
     let mut more = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &hello(), &mut more), ConnStatus::Close);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &hello(), &mut more),
+        ConnStatus::Close
+    );
     assert!(more.is_empty());
 }
 
 #[test]
 fn garbage_bytes() {
-    expect_err_fresh(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", StatusCode::BadTcpMessageTypeInvalid);
+    expect_err_fresh(
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        StatusCode::BadTcpMessageTypeInvalid,
+    );
     expect_err_fresh(&[0u8; 64], StatusCode::BadTcpMessageTypeInvalid);
 }
 
@@ -129,10 +210,18 @@ fn header_declaring_4_gb() {
 fn first_message_not_hello() {
     let mut raw = Raw::new();
     let mut b = Vec::new();
-    raw.opn(SecurityTokenRequestType::Issue, SECURITY_POLICY_NONE_URI, &mut b);
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        SECURITY_POLICY_NONE_URI,
+        &mut b,
+    );
     expect_err_fresh(&b, StatusCode::BadTcpMessageTypeInvalid);
     let mut b = Vec::new();
-    ReverseHelloMessage { server_uri: "urn:x".into(), endpoint_url: "opc.tcp://x".into() }.write(&mut b);
+    ReverseHelloMessage {
+        server_uri: "urn:x".into(),
+        endpoint_url: "opc.tcp://x".into(),
+    }
+    .write(&mut b);
     expect_err_fresh(&b, StatusCode::BadTcpMessageTypeInvalid);
 }
 
@@ -147,13 +236,25 @@ fn truncated_hello_body() {
 
 #[test]
 fn hello_buffers_and_url() {
-    expect_err_fresh(&hello_with(1024, 65536, 0, "opc.tcp://x"), StatusCode::BadConnectionRejected);
-    expect_err_fresh(&hello_with(65536, 8191, 0, "opc.tcp://x"), StatusCode::BadConnectionRejected);
-    expect_err_fresh(&hello_with(65536, 65536, 0, "http://x"), StatusCode::BadTcpEndpointUrlInvalid);
+    expect_err_fresh(
+        &hello_with(1024, 65536, 0, "opc.tcp://x"),
+        StatusCode::BadConnectionRejected,
+    );
+    expect_err_fresh(
+        &hello_with(65536, 8191, 0, "opc.tcp://x"),
+        StatusCode::BadConnectionRejected,
+    );
+    expect_err_fresh(
+        &hello_with(65536, 65536, 0, "http://x"),
+        StatusCode::BadTcpEndpointUrlInvalid,
+    );
     let long = format!("opc.tcp://{}", "a".repeat(5000));
     // A 5 KB URL makes the Hello larger than the pre-Hello chunk limit (8192 bytes is
     // enough for any valid Hello), so it is refused on its header.
-    expect_err_fresh(&hello_with(65536, 65536, 0, &long), StatusCode::BadTcpEndpointUrlInvalid);
+    expect_err_fresh(
+        &hello_with(65536, 65536, 0, &long),
+        StatusCode::BadTcpEndpointUrlInvalid,
+    );
 }
 
 #[test]
@@ -165,7 +266,10 @@ fn truncated_chunk_times_out() {
     raw.read(5, 1, &mut b);
     b.truncate(b.len() - 3);
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &b, &mut out), ConnStatus::Open);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &b, &mut out),
+        ConnStatus::Open
+    );
     assert!(out.is_empty());
     assert!(conn.buffered_bytes() > 0);
     let d = conn.next_deadline().unwrap();
@@ -182,19 +286,32 @@ fn oversized_chunk() {
     let mut conn = ServerConnection::new(&mut host, None, t0());
     let mut input = hello_with(65536, 8192, 0, "opc.tcp://x");
     let mut raw = Raw::new();
-    raw.opn(SecurityTokenRequestType::Issue, SECURITY_POLICY_NONE_URI, &mut input);
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        SECURITY_POLICY_NONE_URI,
+        &mut input,
+    );
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Open);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Open
+    );
     let mut big = b"MSGF".to_vec();
     big.extend_from_slice(&9000u32.to_le_bytes());
     out.clear();
-    assert_eq!(conn.on_recv(&mut host, t0(), &big, &mut out), ConnStatus::Close);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &big, &mut out),
+        ConnStatus::Close
+    );
     assert_eq!(find_err(&out), Some(StatusCode::BadTcpMessageTooLarge));
 }
 
 #[test]
 fn too_many_chunks() {
-    let mut host = TestHost::with_limits(TransportLimits { max_chunk_count: 4, ..Default::default() });
+    let mut host = TestHost::with_limits(TransportLimits {
+        max_chunk_count: 4,
+        ..Default::default()
+    });
     let mut conn = ServerConnection::new(&mut host, None, t0());
     let mut raw = open(&mut host, &mut conn);
     raw.chunk_size = 8192;
@@ -202,7 +319,10 @@ fn too_many_chunks() {
     // About 40 KB of request: 5+ chunks of 8 KB.
     raw.read(9, 2000, &mut input);
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Close);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Close
+    );
     assert_eq!(find_err(&out), Some(StatusCode::BadRequestTooLarge));
     assert_eq!(host.dispatched, 0);
 }
@@ -271,7 +391,10 @@ fn unknown_token() {
 
 #[test]
 fn second_hello() {
-    expect_err_open(|_, b| b.extend(hello()), StatusCode::BadTcpMessageTypeInvalid);
+    expect_err_open(
+        |_, b| b.extend(hello()),
+        StatusCode::BadTcpMessageTypeInvalid,
+    );
 }
 
 #[test]
@@ -282,11 +405,19 @@ fn second_issue_and_unknown_policy() {
     );
     let mut raw = Raw::new();
     let mut b = hello();
-    raw.opn(SecurityTokenRequestType::Issue, "http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256", &mut b);
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        "http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256",
+        &mut b,
+    );
     expect_err_fresh(&b, StatusCode::BadSecurityPolicyRejected);
     let mut raw = Raw::new();
     let mut b = hello();
-    raw.opn(SecurityTokenRequestType::Renew, SECURITY_POLICY_NONE_URI, &mut b);
+    raw.opn(
+        SecurityTokenRequestType::Renew,
+        SECURITY_POLICY_NONE_URI,
+        &mut b,
+    );
     expect_err_fresh(&b, StatusCode::BadRequestTypeInvalid);
 }
 
@@ -300,13 +431,20 @@ fn msg_before_opn() {
 
 #[test]
 fn channel_limit() {
-    let mut host = TestHost::with_limits(TransportLimits { max_channels_per_shard: 1, ..Default::default() });
+    let mut host = TestHost::with_limits(TransportLimits {
+        max_channels_per_shard: 1,
+        ..Default::default()
+    });
     let mut c1 = ServerConnection::new(&mut host, None, t0());
     let _ = open(&mut host, &mut c1);
     let mut c2 = ServerConnection::new(&mut host, None, t0());
     let mut raw = Raw::new();
     let mut b = hello();
-    raw.opn(SecurityTokenRequestType::Issue, SECURITY_POLICY_NONE_URI, &mut b);
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        SECURITY_POLICY_NONE_URI,
+        &mut b,
+    );
     let mut out = Vec::new();
     assert_eq!(c2.on_recv(&mut host, t0(), &b, &mut out), ConnStatus::Close);
     assert_eq!(find_err(&out), Some(StatusCode::BadTcpNotEnoughResources));
@@ -321,16 +459,28 @@ fn hello_timeout_and_open_timeout() {
     let d = conn.next_deadline().unwrap();
     assert_eq!(d, t0().mono_ns + 10_000 * 1_000_000);
     let mut out = Vec::new();
-    assert_eq!(conn.on_timer(&mut host, Now::new(d - 1, t0().utc), &mut out), ConnStatus::Open);
-    assert_eq!(conn.on_timer(&mut host, Now::new(d, t0().utc), &mut out), ConnStatus::Close);
+    assert_eq!(
+        conn.on_timer(&mut host, Now::new(d - 1, t0().utc), &mut out),
+        ConnStatus::Open
+    );
+    assert_eq!(
+        conn.on_timer(&mut host, Now::new(d, t0().utc), &mut out),
+        ConnStatus::Close
+    );
     assert_eq!(find_err(&out), Some(StatusCode::BadTimeout));
     // Hello but no OPN.
     let mut conn = ServerConnection::new(&mut host, None, t0());
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &hello(), &mut out), ConnStatus::Open);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &hello(), &mut out),
+        ConnStatus::Open
+    );
     let d = conn.next_deadline().unwrap();
     out.clear();
-    assert_eq!(conn.on_timer(&mut host, Now::new(d, t0().utc), &mut out), ConnStatus::Close);
+    assert_eq!(
+        conn.on_timer(&mut host, Now::new(d, t0().utc), &mut out),
+        ConnStatus::Close
+    );
     assert_eq!(find_err(&out), Some(StatusCode::BadTimeout));
 }
 
@@ -344,10 +494,19 @@ fn responses(out: &[u8]) -> Vec<(u32, Response)> {
         }
         let head = uaring_core::secure_channel::parse_chunk_head(f.header, f.bytes).unwrap();
         let mut scratch = Vec::new();
-        let c = uaring_core::secure_channel::open_chunk(f.bytes, head.sequence_offset, &PlainCrypto, &mut scratch).unwrap();
+        let c = uaring_core::secure_channel::open_chunk(
+            f.bytes,
+            head.sequence_offset,
+            &PlainCrypto,
+            &mut scratch,
+        )
+        .unwrap();
         let mut d = Decoder::new(c.body, DecodeLimits::default());
         let t = NodeId::decode(&mut d).unwrap();
-        v.push((c.request_id, Response::decode_body(&t, &mut d).unwrap().unwrap()));
+        v.push((
+            c.request_id,
+            Response::decode_body(&t, &mut d).unwrap().unwrap(),
+        ));
     }
     v
 }
@@ -361,25 +520,46 @@ fn unknown_service_gets_service_fault() {
     // followed by a RequestHeader.
     let mut body = Vec::new();
     NodeId::ns0(628).encode(&mut body);
-    RequestHeader { request_handle: 4242, ..Default::default() }.encode(&mut body);
+    RequestHeader {
+        request_handle: 4242,
+        ..Default::default()
+    }
+    .encode(&mut body);
     let mut input = Vec::new();
     raw.msg_body(MessageType::Message, 3, &body, &mut input);
     // And a truncated Read (decoding error).
     let mut body = Vec::new();
     NodeId::ns0(node_ids::ReadRequest_Encoding_DefaultBinary).encode(&mut body);
-    RequestHeader { request_handle: 4343, ..Default::default() }.encode(&mut body);
+    RequestHeader {
+        request_handle: 4343,
+        ..Default::default()
+    }
+    .encode(&mut body);
     body.extend_from_slice(&[1, 2, 3]);
     raw.msg_body(MessageType::Message, 4, &body, &mut input);
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Open);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Open
+    );
     let rs = responses(&out);
     assert_eq!(rs.len(), 2);
     assert_eq!(rs[0].0, 3);
-    let Response::ServiceFault(f) = &rs[0].1 else { panic!("{:?}", rs[0].1) };
-    assert_eq!(f.response_header.service_result, StatusCode::BadServiceUnsupported);
+    let Response::ServiceFault(f) = &rs[0].1 else {
+        panic!("{:?}", rs[0].1)
+    };
+    assert_eq!(
+        f.response_header.service_result,
+        StatusCode::BadServiceUnsupported
+    );
     assert_eq!(f.response_header.request_handle, 4242);
-    let Response::ServiceFault(f) = &rs[1].1 else { panic!() };
-    assert_eq!(f.response_header.service_result, StatusCode::BadDecodingError);
+    let Response::ServiceFault(f) = &rs[1].1 else {
+        panic!()
+    };
+    assert_eq!(
+        f.response_header.service_result,
+        StatusCode::BadDecodingError
+    );
     assert_eq!(f.response_header.request_handle, 4343);
     assert_eq!(host.dispatched, 0);
 }
@@ -401,10 +581,23 @@ fn abort_chunk_drops_partial_message() {
     let first_seq = u32::from_le_bytes(big[16..20].try_into().unwrap());
     raw.seq = SequenceCounter::starting_at(first_seq + 1, true);
     let h = SecurityHeader::Symmetric { token_id: 1 };
-    write_abort_chunk(MessageType::Message, raw.channel_id, &h, 7, &ErrorMessage::new(StatusCode::BadRequestTooLarge, "x"), &PlainCrypto, &mut raw.seq, &mut input).unwrap();
+    write_abort_chunk(
+        MessageType::Message,
+        raw.channel_id,
+        &h,
+        7,
+        &ErrorMessage::new(StatusCode::BadRequestTooLarge, "x"),
+        &PlainCrypto,
+        &mut raw.seq,
+        &mut input,
+    )
+    .unwrap();
     raw.read(8, 1, &mut input);
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Open);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Open
+    );
     let rs = responses(&out);
     assert_eq!(rs.len(), 1);
     assert_eq!(rs[0].0, 8);
@@ -422,7 +615,10 @@ fn close_secure_channel_closes_quietly() {
     let mut input = Vec::new();
     raw.msg_body(MessageType::CloseSecureChannel, 2, &body, &mut input);
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Close);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Close
+    );
     assert!(out.is_empty());
     assert_eq!(host.closed_channels, vec![1]);
     conn.on_close(&mut host, t0()); // no second report (TestHost asserts)
@@ -436,18 +632,30 @@ fn response_too_large_becomes_service_fault() {
     // The client accepts at most 16 KiB messages.
     let mut input = hello_with(65536, 65536, 16384, "opc.tcp://x");
     let mut raw = Raw::new();
-    raw.opn(SecurityTokenRequestType::Issue, SECURITY_POLICY_NONE_URI, &mut input);
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        SECURITY_POLICY_NONE_URI,
+        &mut input,
+    );
     raw.channel_id = 1;
     raw.token_id = 1;
     raw.read(5, 1, &mut input); // ~10 KB response: fine
     raw.read(6, 3, &mut input); // ~30 KB: too large
     let mut out = Vec::new();
-    assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Open);
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Open
+    );
     let rs = responses(&out);
     assert_eq!(rs.len(), 2);
     assert!(matches!(rs[0].1, Response::Read(_)));
-    let Response::ServiceFault(f) = &rs[1].1 else { panic!() };
-    assert_eq!(f.response_header.service_result, StatusCode::BadResponseTooLarge);
+    let Response::ServiceFault(f) = &rs[1].1 else {
+        panic!()
+    };
+    assert_eq!(
+        f.response_header.service_result,
+        StatusCode::BadResponseTooLarge
+    );
     assert_eq!(f.response_header.request_handle, 6);
 }
 
@@ -459,7 +667,11 @@ fn random_garbage_never_panics() {
         let mut conn = ServerConnection::new(&mut host, None, t0());
         let mut raw = Raw::new();
         let mut input = hello();
-        raw.opn(SecurityTokenRequestType::Issue, SECURITY_POLICY_NONE_URI, &mut input);
+        raw.opn(
+            SecurityTokenRequestType::Issue,
+            SECURITY_POLICY_NONE_URI,
+            &mut input,
+        );
         raw.channel_id = 1;
         raw.token_id = 1;
         raw.read(2, 3, &mut input);

@@ -21,7 +21,11 @@ fn lifecycle_create_activate_use_close() {
     let cs = h.create_session();
     assert_eq!(cs.response_header.service_result, StatusCode::Good);
     assert_ne!(cs.session_id, cs.authentication_token);
-    assert_eq!(cs.server_nonce.as_bytes().len(), 32, "server nonce is 32 bytes even with None");
+    assert_eq!(
+        cs.server_nonce.as_bytes().len(),
+        32,
+        "server nonce is 32 bytes even with None"
+    );
     assert_eq!(cs.revised_session_timeout, 60_000.0);
     assert!(cs.server_signature.signature.is_null() && cs.server_signature.algorithm.is_null());
     assert!(cs.server_certificate.is_null());
@@ -30,30 +34,55 @@ fn lifecycle_create_activate_use_close() {
     let token = cs.authentication_token.clone();
     let ch = h.channel;
     let r = h.activate_on(ch, &token, Harness::anonymous());
-    let Response::ActivateSession(a) = r else { panic!("{r:?}") };
+    let Response::ActivateSession(a) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(a.server_nonce.as_bytes().len(), 32);
-    assert_ne!(a.server_nonce, cs.server_nonce, "a new nonce on every activation");
+    assert_ne!(
+        a.server_nonce, cs.server_nonce,
+        "a new nonce on every activation"
+    );
 
     let r = browse_objects(&mut h, &token);
-    let Response::Browse(b) = r else { panic!("{r:?}") };
+    let Response::Browse(b) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(b.results[0].status_code, StatusCode::Good);
     assert!(!b.results[0].references.is_empty());
 
     // Activating again on the same channel is allowed and gives another nonce.
     let r = h.activate_on(ch, &token, Harness::anonymous());
-    let Response::ActivateSession(a2) = r else { panic!("{r:?}") };
+    let Response::ActivateSession(a2) = r else {
+        panic!("{r:?}")
+    };
     assert_ne!(a2.server_nonce, a.server_nonce);
 
     let hd = h.header(&token);
-    let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true })));
+    let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+        request_header: hd,
+        delete_subscriptions: true,
+    })));
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
     assert_eq!(h.shard.session_count(), 0);
 
-    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&browse_objects(&mut h, &token)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
     let hd = h.header(&token);
-    let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true })));
-    assert_eq!(fault_status(&r), Some(StatusCode::BadSessionIdInvalid), "closing twice");
-    assert_eq!(fault_status(&h.activate_on(ch, &token, Harness::anonymous())), Some(StatusCode::BadSessionIdInvalid));
+    let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+        request_header: hd,
+        delete_subscriptions: true,
+    })));
+    assert_eq!(
+        fault_status(&r),
+        Some(StatusCode::BadSessionIdInvalid),
+        "closing twice"
+    );
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, Harness::anonymous())),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 #[test]
@@ -61,7 +90,10 @@ fn close_before_activation_is_allowed() {
     let mut h = Harness::new();
     let cs = h.create_session();
     let hd = h.header(&cs.authentication_token);
-    let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: false })));
+    let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+        request_header: hd,
+        delete_subscriptions: false,
+    })));
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
     assert_eq!(h.shard.session_count(), 0);
 }
@@ -89,8 +121,13 @@ fn revised_timeout_is_clamped_to_the_limits() {
         (f64::NAN, limits.session_timeout_max_ms),
         (30_000.0, 30_000.0),
     ] {
-        let Response::CreateSession(cs) = h.create_session_on(ch, requested) else { panic!() };
-        assert_eq!(cs.revised_session_timeout, expected, "requested {requested}");
+        let Response::CreateSession(cs) = h.create_session_on(ch, requested) else {
+            panic!()
+        };
+        assert_eq!(
+            cs.revised_session_timeout, expected,
+            "requested {requested}"
+        );
     }
 }
 
@@ -106,11 +143,19 @@ fn sessions_only() -> ServerConfig {
 fn session_times_out_unless_used() {
     let mut h = Harness::with_config(sessions_only());
     let ch = h.channel;
-    let Response::CreateSession(cs) = h.create_session_on(ch, 20_000.0) else { panic!() };
+    let Response::CreateSession(cs) = h.create_session_on(ch, 20_000.0) else {
+        panic!()
+    };
     assert_eq!(cs.revised_session_timeout, 20_000.0);
     let token = cs.authentication_token.clone();
-    assert!(matches!(h.activate_on(ch, &token, Harness::anonymous()), Response::ActivateSession(_)));
-    assert_eq!(h.shard.next_deadline(), Some(h.now.mono_ns + 20_000_000_000));
+    assert!(matches!(
+        h.activate_on(ch, &token, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
+    assert_eq!(
+        h.shard.next_deadline(),
+        Some(h.now.mono_ns + 20_000_000_000)
+    );
 
     // Used every 15 s: survives well past one timeout.
     for _ in 0..4 {
@@ -120,27 +165,38 @@ fn session_times_out_unless_used() {
                 h.shard.on_timer(h.now);
             }
         }
-        assert!(matches!(browse_objects(&mut h, &token), Response::Browse(_)));
+        assert!(matches!(
+            browse_objects(&mut h, &token),
+            Response::Browse(_)
+        ));
     }
     assert_eq!(h.shard.session_count(), 1);
     // The wake-up may come early (the session was used since it was armed), never late.
     h.shard.on_timer(h.now);
     let d = h.shard.next_deadline().unwrap();
-    assert!(d > h.now.mono_ns && d <= h.now.mono_ns + 20_000_000_000, "{d}");
+    assert!(
+        d > h.now.mono_ns && d <= h.now.mono_ns + 20_000_000_000,
+        "{d}"
+    );
 
     // Unused for longer than the timeout: the timer closes it.
     h.advance_ms(20_001);
     h.shard.on_timer(h.now);
     assert_eq!(h.shard.session_count(), 0);
     assert_eq!(h.shard.next_deadline(), None);
-    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&browse_objects(&mut h, &token)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 #[test]
 fn an_expired_session_is_refused_even_before_the_timer_runs() {
     let mut h = Harness::new();
     let ch = h.channel;
-    let Response::CreateSession(cs) = h.create_session_on(ch, 10_000.0) else { panic!() };
+    let Response::CreateSession(cs) = h.create_session_on(ch, 10_000.0) else {
+        panic!()
+    };
     h.advance_ms(10_001);
     let r = h.activate_on(ch, &cs.authentication_token, Harness::anonymous());
     assert_eq!(fault_status(&r), Some(StatusCode::BadSessionIdInvalid));
@@ -153,7 +209,9 @@ fn full_pool_is_bad_too_many_sessions() {
     config.sessions.max_sessions_per_shard = 3;
     let mut h = Harness::with_config(config);
     let ch = h.channel;
-    let tokens: Vec<NodeId> = (0..3).map(|_| h.create_session().authentication_token).collect();
+    let tokens: Vec<NodeId> = (0..3)
+        .map(|_| h.create_session().authentication_token)
+        .collect();
     let r = h.create_session_on(ch, 60_000.0);
     assert_eq!(fault_status(&r), Some(StatusCode::BadTooManySessions));
     assert_eq!(h.shard.session_count(), 3);
@@ -161,20 +219,35 @@ fn full_pool_is_bad_too_many_sessions() {
     // Closing one frees its slot; the old token does not reach the new session.
     let hd = h.header(&tokens[1]);
     assert!(matches!(
-        h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true }))),
+        h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+            request_header: hd,
+            delete_subscriptions: true
+        }))),
         Response::CloseSession(_)
     ));
     let fresh = h.create_session().authentication_token;
     assert_ne!(fresh, tokens[1]);
-    assert_eq!(fault_status(&h.activate_on(ch, &tokens[1], Harness::anonymous())), Some(StatusCode::BadSessionIdInvalid));
-    assert!(matches!(h.activate_on(ch, &fresh, Harness::anonymous()), Response::ActivateSession(_)));
-    assert_eq!(fault_status(&h.create_session_on(ch, 60_000.0)), Some(StatusCode::BadTooManySessions));
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &tokens[1], Harness::anonymous())),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
+    assert!(matches!(
+        h.activate_on(ch, &fresh, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
+    assert_eq!(
+        fault_status(&h.create_session_on(ch, 60_000.0)),
+        Some(StatusCode::BadTooManySessions)
+    );
 
     // Expired sessions free their slots too.
     h.advance_ms(61_000);
     h.shard.on_timer(h.now);
     assert_eq!(h.shard.session_count(), 0);
-    assert!(matches!(h.create_session_on(ch, 60_000.0), Response::CreateSession(_)));
+    assert!(matches!(
+        h.create_session_on(ch, 60_000.0),
+        Response::CreateSession(_)
+    ));
 }
 
 #[test]
@@ -185,7 +258,10 @@ fn many_create_close_cycles_keep_the_deadline_heap_bounded() {
     for _ in 0..1000 {
         let t = h.create_session().authentication_token;
         let hd = h.header(&t);
-        let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true })));
+        let r = h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+            request_header: hd,
+            delete_subscriptions: true,
+        })));
         assert!(matches!(r, Response::CloseSession(_)));
     }
     assert_eq!(h.shard.session_count(), 0);
@@ -207,22 +283,48 @@ fn identity_tokens() {
         password: b"secret".to_vec().into(),
         ..UserNameIdentityToken::default()
     });
-    assert_eq!(fault_status(&h.activate_on(ch, &token, user)), Some(StatusCode::BadIdentityTokenRejected));
-    let x509 = ExtensionObject::from_struct(&X509IdentityToken { policy_id: "x509".into(), ..X509IdentityToken::default() });
-    assert_eq!(fault_status(&h.activate_on(ch, &token, x509)), Some(StatusCode::BadIdentityTokenRejected));
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, user)),
+        Some(StatusCode::BadIdentityTokenRejected)
+    );
+    let x509 = ExtensionObject::from_struct(&X509IdentityToken {
+        policy_id: "x509".into(),
+        ..X509IdentityToken::default()
+    });
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, x509)),
+        Some(StatusCode::BadIdentityTokenRejected)
+    );
 
-    let wrong_policy = ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "nope".into() });
-    assert_eq!(fault_status(&h.activate_on(ch, &token, wrong_policy)), Some(StatusCode::BadIdentityTokenInvalid));
+    let wrong_policy = ExtensionObject::from_struct(&AnonymousIdentityToken {
+        policy_id: "nope".into(),
+    });
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, wrong_policy)),
+        Some(StatusCode::BadIdentityTokenInvalid)
+    );
     let not_a_token = ExtensionObject::from_struct(&ReadValueId::default());
-    assert_eq!(fault_status(&h.activate_on(ch, &token, not_a_token)), Some(StatusCode::BadIdentityTokenInvalid));
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, not_a_token)),
+        Some(StatusCode::BadIdentityTokenInvalid)
+    );
     // An anonymous token whose body does not decode.
     let mut broken = Harness::anonymous();
     broken.body = uaring_core::ExtensionObjectBody::Binary(vec![0xFF]);
-    assert_eq!(fault_status(&h.activate_on(ch, &token, broken)), Some(StatusCode::BadIdentityTokenInvalid));
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, broken)),
+        Some(StatusCode::BadIdentityTokenInvalid)
+    );
 
     // None of those activated the session. A null token is anonymous.
-    assert!(matches!(h.activate_on(ch, &token, ExtensionObject::null()), Response::ActivateSession(_)));
-    assert!(matches!(browse_objects(&mut h, &token), Response::Browse(_)));
+    assert!(matches!(
+        h.activate_on(ch, &token, ExtensionObject::null()),
+        Response::ActivateSession(_)
+    ));
+    assert!(matches!(
+        browse_objects(&mut h, &token),
+        Response::Browse(_)
+    ));
 }
 
 /// Part 4 §5.7.3.1: a request other than ActivateSession or CloseSession before the
@@ -233,11 +335,20 @@ fn a_request_before_activation_closes_the_session() {
     let cs = h.create_session();
     let token = cs.authentication_token.clone();
     assert_eq!(h.shard.session_count(), 1);
-    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionNotActivated));
+    assert_eq!(
+        fault_status(&browse_objects(&mut h, &token)),
+        Some(StatusCode::BadSessionNotActivated)
+    );
     assert_eq!(h.shard.session_count(), 0, "the session was closed");
     let ch = h.channel;
-    assert_eq!(fault_status(&h.activate_on(ch, &token, Harness::anonymous())), Some(StatusCode::BadSessionIdInvalid));
-    assert_eq!(fault_status(&browse_objects(&mut h, &token)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &token, Harness::anonymous())),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
+    assert_eq!(
+        fault_status(&browse_objects(&mut h, &token)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 #[test]
@@ -250,31 +361,52 @@ fn session_moves_to_a_new_channel_on_activation() {
     // The first activation must come over the creating channel.
     let cs = h.create_session();
     let t0 = cs.authentication_token;
-    assert_eq!(fault_status(&h.activate_on(ch2, &t0, Harness::anonymous())), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.activate_on(ch2, &t0, Harness::anonymous())),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 
     let token = h.open_session();
     // Only the bound channel may use it.
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85))]);
-    assert_eq!(fault_status(&h.call_on(ch2, r)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.call_on(ch2, r)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 
     // The channel goes away; the session survives, unbound.
     h.shard.on_channel_closed(ch1);
     assert_eq!(h.shard.session_count(), 2);
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85))]);
-    assert_eq!(fault_status(&h.call_on(ch1, r)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.call_on(ch1, r)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 
     // Reactivated on the new channel, it works there and only there.
-    assert!(matches!(h.activate_on(ch2, &token, Harness::anonymous()), Response::ActivateSession(_)));
+    assert!(matches!(
+        h.activate_on(ch2, &token, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85))]);
     assert!(matches!(h.call_on(ch2, r), Response::Browse(_)));
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85))]);
-    assert_eq!(fault_status(&h.call_on(ch1, r)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.call_on(ch1, r)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 
     // Transfer between two live channels works too (same application, same user).
     let ch3 = h.shard.next_channel_id();
-    assert!(matches!(h.activate_on(ch3, &token, Harness::anonymous()), Response::ActivateSession(_)));
+    assert!(matches!(
+        h.activate_on(ch3, &token, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85))]);
-    assert_eq!(fault_status(&h.call_on(ch2, r)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.call_on(ch2, r)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 #[test]
@@ -288,7 +420,9 @@ fn tokens_and_channel_ids_carry_the_shard() {
     let t2 = h.create_session().authentication_token;
     assert_ne!(t1, t2);
     assert_eq!(token_shard(&t1), Some(5));
-    let Identifier::ByteString(b) = &t1.identifier else { panic!("{t1:?}") };
+    let Identifier::ByteString(b) = &t1.identifier else {
+        panic!("{t1:?}")
+    };
     assert_eq!(b.len(), AUTH_TOKEN_LEN);
     assert_eq!(t1.namespace, 0);
 
@@ -301,7 +435,10 @@ fn tokens_and_channel_ids_carry_the_shard() {
     let t_other = h0.create_session().authentication_token;
     assert_eq!(token_shard(&t_other), Some(0));
     let ch = h.channel;
-    assert_eq!(fault_status(&h.activate_on(ch, &t_other, Harness::anonymous())), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.activate_on(ch, &t_other, Harness::anonymous())),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 #[test]
@@ -309,7 +446,9 @@ fn forged_tokens_are_refused() {
     let mut h = Harness::new();
     let ch = h.channel;
     let token = h.open_session();
-    let Identifier::ByteString(b) = &token.identifier else { panic!() };
+    let Identifier::ByteString(b) = &token.identifier else {
+        panic!()
+    };
     // Same shard and slot, different secret.
     let mut forged = b.clone();
     forged[31] ^= 1;
@@ -322,7 +461,11 @@ fn forged_tokens_are_refused() {
         NodeId::string(0, "x"),
     ] {
         let r = h.browse_request(&t, 0, vec![hierarchical(NodeId::ns0(85))]);
-        assert_eq!(fault_status(&h.call_on(ch, r)), Some(StatusCode::BadSessionIdInvalid), "{t:?}");
+        assert_eq!(
+            fault_status(&h.call_on(ch, r)),
+            Some(StatusCode::BadSessionIdInvalid),
+            "{t:?}"
+        );
     }
 }
 
@@ -331,8 +474,13 @@ fn cancel_answers_good_with_zero() {
     let mut h = Harness::new();
     let token = h.open_session();
     let hd = h.header(&token);
-    let r = h.call(Request::Cancel(Box::new(CancelRequest { request_header: hd, request_handle: 7 })));
-    let Response::Cancel(c) = r else { panic!("{r:?}") };
+    let r = h.call(Request::Cancel(Box::new(CancelRequest {
+        request_header: hd,
+        request_handle: 7,
+    })));
+    let Response::Cancel(c) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(c.cancel_count, 0);
     assert_eq!(c.response_header.service_result, StatusCode::Good);
 }
@@ -360,7 +508,11 @@ fn secured_channels_require_a_client_nonce() {
     let r = uaring_core::services::dispatch(&mut h.shard, &ctx, req(vec![1; 32], hd), h.now);
     // The nonce is fine; this shard has no Basic256Sha256 policy to sign with (the signed
     // path is tested with the RSA policies in crypto/tests/session_security.rs).
-    assert_eq!(fault_status(&r), Some(StatusCode::BadSecurityPolicyRejected), "{r:?}");
+    assert_eq!(
+        fault_status(&r),
+        Some(StatusCode::BadSecurityPolicyRejected),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -374,11 +526,19 @@ fn transfer_works_when_the_client_sent_its_certificate_on_a_none_channel() {
         requested_session_timeout: 60_000.0,
         ..CreateSessionRequest::default()
     })));
-    let Response::CreateSession(cs) = r else { panic!("{r:?}") };
+    let Response::CreateSession(cs) = r else {
+        panic!("{r:?}")
+    };
     let token = cs.authentication_token;
-    assert!(matches!(h.activate_on(ch1, &token, Harness::anonymous()), Response::ActivateSession(_)));
+    assert!(matches!(
+        h.activate_on(ch1, &token, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
     let ch2 = h.shard.next_channel_id();
-    assert!(matches!(h.activate_on(ch2, &token, Harness::anonymous()), Response::ActivateSession(_)));
+    assert!(matches!(
+        h.activate_on(ch2, &token, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
 }
 
 #[test]
@@ -389,8 +549,13 @@ fn channel_ids_stay_unique_across_the_counter_wrap() {
     h.shard.set_channel_counter(0);
     let live = h.shard.open_channel().unwrap();
     assert_eq!(live & 0xFF_FFFF, 1);
-    let Response::CreateSession(cs) = h.create_session_on(live, 60_000.0) else { panic!() };
-    assert!(matches!(h.activate_on(live, &cs.authentication_token, Harness::anonymous()), Response::ActivateSession(_)));
+    let Response::CreateSession(cs) = h.create_session_on(live, 60_000.0) else {
+        panic!()
+    };
+    assert!(matches!(
+        h.activate_on(live, &cs.authentication_token, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
     // 16,777,215 channels later the counter wraps: 0 and the live id are skipped.
     h.shard.set_channel_counter(0xFF_FFFE);
     let a = h.shard.open_channel().unwrap();

@@ -33,13 +33,21 @@ impl World {
     fn new(config: ServerConfig) -> World {
         let now = start();
         let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
-        let shard = ShardState::new(shared, 2, Box::new(uaring_core::random::ChaCha::from_u64(1))).with_transport_limits(TransportLimits::default());
+        let shard = ShardState::new(
+            shared,
+            2,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        )
+        .with_transport_limits(TransportLimits::default());
         World { shard, now }
     }
 
     fn connect(&mut self) -> Link {
         let server = ServerConnection::new(&mut self.shard, None, self.now);
-        let mut client = ClientConnection::new(ClientConfig::new(URL), Box::new(uaring_core::random::ChaCha::from_u64(2)));
+        let mut client = ClientConnection::new(
+            ClientConfig::new(URL),
+            Box::new(uaring_core::random::ChaCha::from_u64(2)),
+        );
         let mut out = Vec::new();
         client.start(self.now, &mut out);
         let mut link = Link { server, client };
@@ -55,7 +63,9 @@ impl World {
                 return;
             }
             let mut s2c = Vec::new();
-            let st = link.server.on_recv(&mut self.shard, self.now, &c2s, &mut s2c);
+            let st = link
+                .server
+                .on_recv(&mut self.shard, self.now, &c2s, &mut s2c);
             assert_eq!(st, ConnStatus::Open);
             c2s.clear();
             if !s2c.is_empty() {
@@ -86,10 +96,16 @@ impl World {
                 ..CreateSessionRequest::default()
             })),
         );
-        let Response::CreateSession(cs) = r else { panic!("{r:?}") };
+        let Response::CreateSession(cs) = r else {
+            panic!("{r:?}")
+        };
         assert_eq!(cs.server_nonce.as_bytes().len(), 32);
-        assert_eq!(cs.max_request_message_size, TransportLimits::default().max_message_size);
-        link.client.set_authentication_token(cs.authentication_token.clone());
+        assert_eq!(
+            cs.max_request_message_size,
+            TransportLimits::default().max_message_size
+        );
+        link.client
+            .set_authentication_token(cs.authentication_token.clone());
         self.activate(link);
         *cs
     }
@@ -98,7 +114,9 @@ impl World {
         let r = self.call(
             link,
             Request::ActivateSession(Box::new(ActivateSessionRequest {
-                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                    policy_id: "anonymous".into(),
+                }),
                 ..ActivateSessionRequest::default()
             })),
         );
@@ -114,10 +132,15 @@ fn discovery_session_browse_read_close_over_bytes() {
     let mut w = World::new(ServerConfig::default());
     let mut link = w.connect();
     assert_eq!(w.shard.open_channel_count(), 1);
-    assert_eq!(uaring_core::server::shard::channel_shard(link.client.channel_id()), 2);
+    assert_eq!(
+        uaring_core::server::shard::channel_shard(link.client.channel_id()),
+        2
+    );
 
     let r = w.call(&mut link, Request::GetEndpoints(Box::default()));
-    let Response::GetEndpoints(g) = r else { panic!("{r:?}") };
+    let Response::GetEndpoints(g) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(g.endpoints.len(), 1);
     assert_eq!(g.endpoints[0].endpoint_url.as_str(), URL, "the Hello URL");
 
@@ -131,28 +154,47 @@ fn discovery_session_browse_read_close_over_bytes() {
             ..BrowseRequest::default()
         })),
     );
-    let Response::Browse(b) = r else { panic!("{r:?}") };
+    let Response::Browse(b) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(b.results[0].references.len(), 2);
     let cp = b.results[0].continuation_point.clone();
     assert!(!cp.is_null());
     let r = w.call(
         &mut link,
-        Request::BrowseNext(Box::new(BrowseNextRequest { continuation_points: vec![cp], ..BrowseNextRequest::default() })),
+        Request::BrowseNext(Box::new(BrowseNextRequest {
+            continuation_points: vec![cp],
+            ..BrowseNextRequest::default()
+        })),
     );
-    let Response::BrowseNext(n) = r else { panic!("{r:?}") };
+    let Response::BrowseNext(n) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(n.results[0].status_code, StatusCode::Good);
 
     let r = w.call(
         &mut link,
         Request::Read(Box::new(ReadRequest {
-            nodes_to_read: vec![ReadValueId { node_id: NodeId::numeric(1, 1010), attribute_id: 13, ..Default::default() }],
+            nodes_to_read: vec![ReadValueId {
+                node_id: NodeId::numeric(1, 1010),
+                attribute_id: 13,
+                ..Default::default()
+            }],
             ..ReadRequest::default()
         })),
     );
-    let Response::Read(rd) = r else { panic!("{r:?}") };
+    let Response::Read(rd) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(rd.results[0].value, Variant::Int32(9));
 
-    let r = w.call(&mut link, Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })));
+    let r = w.call(
+        &mut link,
+        Request::CloseSession(Box::new(CloseSessionRequest {
+            delete_subscriptions: true,
+            ..Default::default()
+        })),
+    );
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
     assert_eq!(w.shard.session_count(), 0);
 
@@ -173,19 +215,30 @@ fn session_survives_its_connection_and_is_reactivated() {
 
     w.now = w.now.advance_ns(20_000_000_000);
     let mut second = w.connect();
-    second.client.set_authentication_token(cs.authentication_token.clone());
+    second
+        .client
+        .set_authentication_token(cs.authentication_token.clone());
     // Not usable before reactivation on the new channel.
-    let r = w.call(&mut second, Request::Browse(Box::new(BrowseRequest {
-        nodes_to_browse: vec![hierarchical(NodeId::ns0(85))],
-        ..BrowseRequest::default()
-    })));
-    assert!(matches!(&r, Response::ServiceFault(f) if f.response_header.service_result == StatusCode::BadSessionIdInvalid), "{r:?}");
+    let r = w.call(
+        &mut second,
+        Request::Browse(Box::new(BrowseRequest {
+            nodes_to_browse: vec![hierarchical(NodeId::ns0(85))],
+            ..BrowseRequest::default()
+        })),
+    );
+    assert!(
+        matches!(&r, Response::ServiceFault(f) if f.response_header.service_result == StatusCode::BadSessionIdInvalid),
+        "{r:?}"
+    );
     let r = w.activate(&mut second);
     assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
-    let r = w.call(&mut second, Request::Browse(Box::new(BrowseRequest {
-        nodes_to_browse: vec![hierarchical(NodeId::ns0(85))],
-        ..BrowseRequest::default()
-    })));
+    let r = w.call(
+        &mut second,
+        Request::Browse(Box::new(BrowseRequest {
+            nodes_to_browse: vec![hierarchical(NodeId::ns0(85))],
+            ..BrowseRequest::default()
+        })),
+    );
     assert!(matches!(r, Response::Browse(_)), "{r:?}");
 
     // Left alone past its timeout, the session is closed by the shard timer.
@@ -200,10 +253,20 @@ fn session_survives_its_connection_and_is_reactivated() {
 #[test]
 fn channel_limit_per_shard() {
     let mut w = World::new(ServerConfig::default());
-    w.shard = ShardState::new(w.shard.shared().clone(), 0, Box::new(uaring_core::random::ChaCha::from_u64(1)))
-        .with_transport_limits(TransportLimits { max_channels_per_shard: 1, ..TransportLimits::default() });
+    w.shard = ShardState::new(
+        w.shard.shared().clone(),
+        0,
+        Box::new(uaring_core::random::ChaCha::from_u64(1)),
+    )
+    .with_transport_limits(TransportLimits {
+        max_channels_per_shard: 1,
+        ..TransportLimits::default()
+    });
     let _one = w.connect();
     assert_eq!(w.shard.open_channel_count(), 1);
     use uaring_core::server::context::ConnectionHost;
-    assert_eq!(w.shard.open_channel(), Err(StatusCode::BadTcpNotEnoughResources));
+    assert_eq!(
+        w.shard.open_channel(),
+        Err(StatusCode::BadTcpNotEnoughResources)
+    );
 }

@@ -36,25 +36,47 @@ impl World {
     fn new() -> World {
         let now = start();
         let shared: Arc<ServerShared> = ServerShared::new(ServerConfig::default(), now).unwrap();
-        let shards = (0..2).map(|i| ShardState::new(shared.clone(), i, Box::new(uaring_core::random::ChaCha::from_u64(i as u64 + 1))).with_shard_count(2)).collect();
+        let shards = (0..2)
+            .map(|i| {
+                ShardState::new(
+                    shared.clone(),
+                    i,
+                    Box::new(uaring_core::random::ChaCha::from_u64(i as u64 + 1)),
+                )
+                .with_shard_count(2)
+            })
+            .collect();
         World { shards, now }
     }
 
     /// A different client seed per connection.
     fn seed(&mut self) -> u64 {
-        self.now.mono_ns ^ 0x5eed ^ (self.shards[0].open_channel_count() as u64) << 32 ^ (self.shards[1].open_channel_count() as u64) << 40
+        self.now.mono_ns
+            ^ 0x5eed
+            ^ (self.shards[0].open_channel_count() as u64) << 32
+            ^ (self.shards[1].open_channel_count() as u64) << 40
     }
 
     fn advance_ms(&mut self, ms: u64) {
-        self.now = Now::new(self.now.mono_ns + ms * 1_000_000, self.now.utc.add_ms(ms as f64));
+        self.now = Now::new(
+            self.now.mono_ns + ms * 1_000_000,
+            self.now.utc.add_ms(ms as f64),
+        );
     }
 
     fn connect(&mut self, shard: usize) -> Link {
         let server = ServerConnection::new(&mut self.shards[shard], None, self.now);
-        let mut client = ClientConnection::new(ClientConfig::new(URL), Box::new(uaring_core::random::ChaCha::from_u64(self.seed())));
+        let mut client = ClientConnection::new(
+            ClientConfig::new(URL),
+            Box::new(uaring_core::random::ChaCha::from_u64(self.seed())),
+        );
         let mut out = Vec::new();
         client.start(self.now, &mut out);
-        let mut link = Link { server, client, shard };
+        let mut link = Link {
+            server,
+            client,
+            shard,
+        };
         assert_eq!(self.pump(&mut link, out), ConnStatus::Open);
         assert!(link.client.is_open());
         link
@@ -67,7 +89,9 @@ impl World {
                 return ConnStatus::Open;
             }
             let mut s2c = Vec::new();
-            let st = link.server.on_recv(&mut self.shards[link.shard], self.now, &c2s, &mut s2c);
+            let st = link
+                .server
+                .on_recv(&mut self.shards[link.shard], self.now, &c2s, &mut s2c);
             c2s.clear();
             if !s2c.is_empty() {
                 link.client.on_recv(self.now, &s2c, &mut c2s).unwrap();
@@ -106,7 +130,9 @@ impl World {
         self.call(
             link,
             Request::ActivateSession(Box::new(ActivateSessionRequest {
-                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                    policy_id: "anonymous".into(),
+                }),
                 ..ActivateSessionRequest::default()
             })),
         )
@@ -115,14 +141,21 @@ impl World {
     /// The client's connection on shard 1 (`first`, with the session of `token`) drops; it
     /// reconnects, lands on shard 0, and sends an anonymous ActivateSession for the token and
     /// then `more`. Returns the new link, the request ids and what the server said of the bytes.
-    fn reconnect_on_shard_0(&mut self, first: &mut Link, token: NodeId, more: Vec<Request>) -> (Link, Vec<u32>, ConnStatus) {
+    fn reconnect_on_shard_0(
+        &mut self,
+        first: &mut Link,
+        token: NodeId,
+        more: Vec<Request>,
+    ) -> (Link, Vec<u32>, ConnStatus) {
         first.server.on_close(&mut self.shards[1], self.now);
         assert_eq!(self.shards[1].open_channel_count(), 0);
         let mut second = self.connect(0);
         assert_eq!(self.shards[0].open_channel_count(), 1);
         second.client.set_authentication_token(token);
         let activate = Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: "anonymous".into(),
+            }),
             ..Default::default()
         }));
         let mut out = Vec::new();
@@ -145,8 +178,11 @@ impl World {
                 ..CreateSessionRequest::default()
             })),
         );
-        let Response::CreateSession(cs) = r else { panic!("{r:?}") };
-        link.client.set_authentication_token(cs.authentication_token.clone());
+        let Response::CreateSession(cs) = r else {
+            panic!("{r:?}")
+        };
+        link.client
+            .set_authentication_token(cs.authentication_token.clone());
         assert!(matches!(self.activate(link), Response::ActivateSession(_)));
         cs.authentication_token
     }
@@ -163,10 +199,14 @@ impl World {
                 ..Default::default()
             })),
         );
-        let Response::CreateSubscription(cs) = r else { panic!("{r:?}") };
+        let Response::CreateSubscription(cs) = r else {
+            panic!("{r:?}")
+        };
         let item = MonitoredItemCreateRequest {
             item_to_monitor: ReadValueId {
-                node_id: NodeId::ns0(uaring_core::generated::node_ids::Server_ServerStatus_CurrentTime),
+                node_id: NodeId::ns0(
+                    uaring_core::generated::node_ids::Server_ServerStatus_CurrentTime,
+                ),
                 attribute_id: 13,
                 ..Default::default()
             },
@@ -188,7 +228,9 @@ impl World {
                 ..Default::default()
             })),
         );
-        let Response::CreateMonitoredItems(m) = r else { panic!("{r:?}") };
+        let Response::CreateMonitoredItems(m) = r else {
+            panic!("{r:?}")
+        };
         assert!(m.results[0].status_code.is_good());
         cs.subscription_id
     }
@@ -196,17 +238,23 @@ impl World {
     /// Sends a Publish and runs the owning shard's timers until it is answered.
     fn publish(&mut self, link: &mut Link) -> PublishResponse {
         let mut out = Vec::new();
-        link.client.send_request(Request::Publish(Box::default()), self.now, &mut out).unwrap();
+        link.client
+            .send_request(Request::Publish(Box::default()), self.now, &mut out)
+            .unwrap();
         assert_eq!(self.pump(link, out), ConnStatus::Open);
         for _ in 0..50 {
             if let Some((_, r)) = link.client.poll_response() {
-                let Response::Publish(p) = r else { panic!("{r:?}") };
+                let Response::Publish(p) = r else {
+                    panic!("{r:?}")
+                };
                 return *p;
             }
             self.advance_ms(100);
             self.shards[link.shard].on_timer(self.now);
             let mut s2c = Vec::new();
-            let st = link.server.flush_deferred(&mut self.shards[link.shard], self.now, &mut s2c);
+            let st = link
+                .server
+                .flush_deferred(&mut self.shards[link.shard], self.now, &mut s2c);
             assert_eq!(st, ConnStatus::Open);
             let mut c2s = Vec::new();
             link.client.on_recv(self.now, &s2c, &mut c2s).unwrap();
@@ -227,14 +275,29 @@ fn reconnect_on_another_shard_keeps_the_session_and_its_subscription() {
 
     // The TCP connection drops; the client reconnects and the new connection lands on shard 0.
     let (mut second, _, st) = w.reconnect_on_shard_0(&mut first, token, Vec::new());
-    assert_eq!(st, ConnStatus::Move(1), "the ActivateSession names a session of shard 1");
+    assert_eq!(
+        st,
+        ConnStatus::Move(1),
+        "the ActivateSession names a session of shard 1"
+    );
     assert!(second.server.is_moving());
-    assert!(second.client.poll_response().is_none(), "not answered on shard 0");
+    assert!(
+        second.client.poll_response().is_none(),
+        "not answered on shard 0"
+    );
     w.move_link(&mut second, 1);
     let (_, r) = second.client.poll_response().expect("answered by shard 1");
     assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
-    assert_eq!(w.shards[0].open_channel_count(), 0, "the channel left shard 0");
-    assert_eq!(w.shards[1].open_channel_count(), 1, "and was adopted by shard 1");
+    assert_eq!(
+        w.shards[0].open_channel_count(),
+        0,
+        "the channel left shard 0"
+    );
+    assert_eq!(
+        w.shards[1].open_channel_count(),
+        1,
+        "and was adopted by shard 1"
+    );
 
     // The same subscription goes on delivering on the moved channel, in sequence.
     let p = w.publish(&mut second);
@@ -242,10 +305,17 @@ fn reconnect_on_another_shard_keeps_the_session_and_its_subscription() {
     assert_eq!(p.notification_message.sequence_number, seq_before + 1);
     assert!(!p.notification_message.notification_data.is_empty());
     // Requests after the move are served by shard 1.
-    let r = w.call(&mut second, Request::Read(Box::new(ReadRequest {
-        nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }],
-        ..Default::default()
-    })));
+    let r = w.call(
+        &mut second,
+        Request::Read(Box::new(ReadRequest {
+            nodes_to_read: vec![ReadValueId {
+                node_id: NodeId::ns0(2258),
+                attribute_id: 13,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })),
+    );
     assert!(matches!(r, Response::Read(_)), "{r:?}");
 }
 
@@ -255,10 +325,15 @@ fn requests_pipelined_behind_the_activate_move_with_it() {
     let mut first = w.connect(1);
     let token = w.open_session(&mut first);
     let read = ReadRequest {
-        nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }],
+        nodes_to_read: vec![ReadValueId {
+            node_id: NodeId::ns0(2258),
+            attribute_id: 13,
+            ..Default::default()
+        }],
         ..Default::default()
     };
-    let (mut second, ids, st) = w.reconnect_on_shard_0(&mut first, token, vec![Request::Read(Box::new(read))]);
+    let (mut second, ids, st) =
+        w.reconnect_on_shard_0(&mut first, token, vec![Request::Read(Box::new(read))]);
     let (a, b) = (ids[0], ids[1]);
     assert_eq!(st, ConnStatus::Move(1));
     w.move_link(&mut second, 1);
@@ -267,7 +342,10 @@ fn requests_pipelined_behind_the_activate_move_with_it() {
     assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
     let (rb, r) = second.client.poll_response().unwrap();
     assert_eq!(rb, b);
-    assert!(matches!(r, Response::Read(_)), "the Read behind the ActivateSession is answered by the owner: {r:?}");
+    assert!(
+        matches!(r, Response::Read(_)),
+        "the Read behind the ActivateSession is answered by the owner: {r:?}"
+    );
 }
 
 #[test]
@@ -279,14 +357,25 @@ fn a_refused_move_answers_bad_resource_unavailable_and_the_channel_stays() {
     assert_eq!(st, ConnStatus::Move(1));
     // The runtime's queue to shard 1 is full.
     let mut s2c = Vec::new();
-    assert_eq!(second.server.move_refused(&mut w.shards[0], w.now, &mut s2c), ConnStatus::Open);
+    assert_eq!(
+        second
+            .server
+            .move_refused(&mut w.shards[0], w.now, &mut s2c),
+        ConnStatus::Open
+    );
     let mut c2s = Vec::new();
     second.client.on_recv(w.now, &s2c, &mut c2s).unwrap();
     let (_, r) = second.client.poll_response().unwrap();
-    assert_eq!(dispatch_util::fault_status(&r), Some(StatusCode::BadResourceUnavailable));
+    assert_eq!(
+        dispatch_util::fault_status(&r),
+        Some(StatusCode::BadResourceUnavailable)
+    );
     assert_eq!(w.shards[0].open_channel_count(), 1);
     // The client retries; this time the move goes through.
-    assert!(matches!(w.activate(&mut second), Response::ActivateSession(_)));
+    assert!(matches!(
+        w.activate(&mut second),
+        Response::ActivateSession(_)
+    ));
     assert_eq!(second.shard, 1);
 }
 
@@ -296,10 +385,14 @@ fn a_token_naming_no_shard_of_the_process_is_answered_locally() {
     let mut link = w.connect(0);
     let mut forged = vec![0u8; 32];
     forged[0] = 7; // shard 7 of a two-shard process
-    link.client.set_authentication_token(NodeId::byte_string(0, forged));
+    link.client
+        .set_authentication_token(NodeId::byte_string(0, forged));
     let r = w.activate(&mut link);
     assert_eq!(link.shard, 0, "no move");
-    assert_eq!(dispatch_util::fault_status(&r), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        dispatch_util::fault_status(&r),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 impl World {
@@ -324,7 +417,11 @@ impl World {
     /// Deferred responses of `link`'s channel reach its client.
     fn flush(&mut self, link: &mut Link) {
         let mut s2c = Vec::new();
-        assert_eq!(link.server.flush_deferred(&mut self.shards[link.shard], self.now, &mut s2c), ConnStatus::Open);
+        assert_eq!(
+            link.server
+                .flush_deferred(&mut self.shards[link.shard], self.now, &mut s2c),
+            ConnStatus::Open
+        );
         let mut c2s = Vec::new();
         link.client.on_recv(self.now, &s2c, &mut c2s).unwrap();
     }
@@ -336,7 +433,11 @@ fn transfer_subscriptions_from_a_session_of_another_shard() {
     let mut old = w.connect(1);
     w.open_session(&mut old);
     let sub = w.subscribe(&mut old);
-    assert_eq!((sub >> 24) as usize, 1, "the subscription id names its shard");
+    assert_eq!(
+        (sub >> 24) as usize,
+        1,
+        "the subscription id names its shard"
+    );
     let p = w.publish(&mut old);
     let sent_seq = p.notification_message.sequence_number;
 
@@ -358,12 +459,28 @@ fn transfer_subscriptions_from_a_session_of_another_shard() {
     assert!(new.client.poll_response().is_none(), "waits for shard 1");
     assert_eq!(w.exchange(), 4, "two requests to shard 1, two replies");
     w.flush(&mut new);
-    let (_, r) = new.client.poll_response().expect("answered after the replies");
-    let Response::TransferSubscriptions(t) = r else { panic!("{r:?}") };
+    let (_, r) = new
+        .client
+        .poll_response()
+        .expect("answered after the replies");
+    let Response::TransferSubscriptions(t) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(t.results[0].status_code, StatusCode::Good);
-    assert_eq!(t.results[0].available_sequence_numbers, vec![sent_seq], "the unacknowledged message moved along");
-    assert_eq!(t.results[1].status_code, StatusCode::BadSubscriptionIdInvalid);
-    assert_eq!(t.results[2].status_code, StatusCode::BadSubscriptionIdInvalid, "shard 5 is not part of this process");
+    assert_eq!(
+        t.results[0].available_sequence_numbers,
+        vec![sent_seq],
+        "the unacknowledged message moved along"
+    );
+    assert_eq!(
+        t.results[1].status_code,
+        StatusCode::BadSubscriptionIdInvalid
+    );
+    assert_eq!(
+        t.results[2].status_code,
+        StatusCode::BadSubscriptionIdInvalid,
+        "shard 5 is not part of this process"
+    );
     assert_eq!(w.shards[1].subscriptions().subscription_count(), 0);
     assert_eq!(w.shards[0].subscriptions().subscription_count(), 1);
 
@@ -387,7 +504,11 @@ fn transfer_subscriptions_from_a_session_of_another_shard() {
     assert_eq!(dc.monitored_items[0].client_handle, 42);
     let r = w.call(
         &mut new,
-        Request::Republish(Box::new(RepublishRequest { subscription_id: sub, retransmit_sequence_number: sent_seq, ..Default::default() })),
+        Request::Republish(Box::new(RepublishRequest {
+            subscription_id: sub,
+            retransmit_sequence_number: sent_seq,
+            ..Default::default()
+        })),
     );
     assert!(matches!(r, Response::Republish(_)), "{r:?}");
     let p2 = w.publish(&mut new);

@@ -117,7 +117,10 @@ struct Stats {
 }
 
 fn start() -> Now {
-    Now::new(1_000_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
 impl World {
@@ -133,13 +136,33 @@ impl World {
         };
         let shards = (0..SHARDS)
             .map(|i| {
-                ShardState::new(shared.clone(), i, Box::new(ChaCha::from_u64(seed ^ (i as u64) << 32)))
-                    .with_transport_limits(limits)
+                ShardState::new(
+                    shared.clone(),
+                    i,
+                    Box::new(ChaCha::from_u64(seed ^ (i as u64) << 32)),
+                )
+                .with_transport_limits(limits)
             })
             .collect();
         let n = 2 + rng.below(10) as usize;
-        let clients = (0..n).map(|_| SimClient { link: None, reactivating: false, token: None, activated: false, subs: HashMap::new(), answered: 0 }).collect();
-        World { rng, seed, now: start(), shards, clients, stats: Stats::default() }
+        let clients = (0..n)
+            .map(|_| SimClient {
+                link: None,
+                reactivating: false,
+                token: None,
+                activated: false,
+                subs: HashMap::new(),
+                answered: 0,
+            })
+            .collect();
+        World {
+            rng,
+            seed,
+            now: start(),
+            shards,
+            clients,
+            stats: Stats::default(),
+        }
     }
 
     fn connect(&mut self, c: usize) {
@@ -151,7 +174,8 @@ impl World {
             cfg.limits.receive_buffer_size = 8192;
             cfg.limits.send_buffer_size = 8192;
         }
-        let mut client = ClientConnection::new(cfg, Box::new(ChaCha::from_u64(self.rng.next_u64())));
+        let mut client =
+            ClientConnection::new(cfg, Box::new(ChaCha::from_u64(self.rng.next_u64())));
         let mut c2s = Vec::new();
         client.start(self.now, &mut c2s);
         let cl = &mut self.clients[c];
@@ -159,7 +183,15 @@ impl World {
         for s in cl.subs.values_mut() {
             s.gap_allowed = true;
         }
-        cl.link = Some(Link { shard, server, client, c2s, s2c: Vec::new(), server_closed: false, outstanding: HashMap::new() });
+        cl.link = Some(Link {
+            shard,
+            server,
+            client,
+            c2s,
+            s2c: Vec::new(),
+            server_closed: false,
+            outstanding: HashMap::new(),
+        });
     }
 
     /// The socket goes away: the server sees it, outstanding requests are lost.
@@ -172,12 +204,17 @@ impl World {
 
     fn send(&mut self, c: usize, kind: Kind, req: Request) {
         let now = self.now;
-        let Some(l) = self.clients[c].link.as_mut() else { return };
+        let Some(l) = self.clients[c].link.as_mut() else {
+            return;
+        };
         if !l.client.is_open() {
             return;
         }
         match l.client.send_request(req, now, &mut l.c2s) {
-            Ok(id) => assert!(l.outstanding.insert(id, kind).is_none(), "request id {id} reused"),
+            Ok(id) => assert!(
+                l.outstanding.insert(id, kind).is_none(),
+                "request id {id} reused"
+            ),
             Err(s) => panic!("send {kind:?}: {s}"),
         }
     }
@@ -196,12 +233,18 @@ impl World {
 
     fn deliver_c2s(&mut self, c: usize, all: bool) {
         let n = {
-            let Some(l) = self.clients[c].link.as_mut() else { return };
+            let Some(l) = self.clients[c].link.as_mut() else {
+                return;
+            };
             if l.server_closed {
                 l.c2s.clear();
                 return;
             }
-            if all { l.c2s.len() } else { self.rng.below(l.c2s.len() as u64 + 1) as usize }
+            if all {
+                l.c2s.len()
+            } else {
+                self.rng.below(l.c2s.len() as u64 + 1) as usize
+            }
         };
         let now = self.now;
         let l = self.clients[c].link.as_mut().unwrap();
@@ -209,16 +252,27 @@ impl World {
         let mut out = Vec::new();
         let shard = &mut self.shards[l.shard];
         let st = l.server.on_recv(shard, now, &data, &mut out);
-        let bound = shard.transport_limits().max_message_size as usize + shard.transport_limits().receive_buffer_size as usize;
-        assert!(l.server.buffered_bytes() <= bound, "server buffers {} > {bound}", l.server.buffered_bytes());
+        let bound = shard.transport_limits().max_message_size as usize
+            + shard.transport_limits().receive_buffer_size as usize;
+        assert!(
+            l.server.buffered_bytes() <= bound,
+            "server buffers {} > {bound}",
+            l.server.buffered_bytes()
+        );
         self.server_out(c, st, &out);
     }
 
     fn deliver_s2c(&mut self, c: usize, all: bool) {
         let now = self.now;
         let n = {
-            let Some(l) = self.clients[c].link.as_mut() else { return };
-            if all { l.s2c.len() } else { self.rng.below(l.s2c.len() as u64 + 1) as usize }
+            let Some(l) = self.clients[c].link.as_mut() else {
+                return;
+            };
+            if all {
+                l.s2c.len()
+            } else {
+                self.rng.below(l.s2c.len() as u64 + 1) as usize
+            }
         };
         let l = self.clients[c].link.as_mut().unwrap();
         let data: Vec<u8> = l.s2c.drain(..n).collect();
@@ -230,31 +284,55 @@ impl World {
         loop {
             let cl = &mut self.clients[c];
             let Some(l) = cl.link.as_mut() else { return };
-            let Some((id, resp)) = l.client.poll_response() else { return };
-            let asked = l.outstanding.remove(&id).unwrap_or_else(|| panic!("response to {id}: unknown or duplicated"));
+            let Some((id, resp)) = l.client.poll_response() else {
+                return;
+            };
+            let asked = l
+                .outstanding
+                .remove(&id)
+                .unwrap_or_else(|| panic!("response to {id}: unknown or duplicated"));
             cl.answered += 1;
             self.stats.answered += 1;
             if let Response::ServiceFault(f) = &resp {
                 let s = f.response_header.service_result;
                 assert!(s.is_bad(), "a Good ServiceFault");
-                if matches!(s, StatusCode::BadSessionIdInvalid | StatusCode::BadSessionClosed | StatusCode::BadSessionNotActivated) {
+                if matches!(
+                    s,
+                    StatusCode::BadSessionIdInvalid
+                        | StatusCode::BadSessionClosed
+                        | StatusCode::BadSessionNotActivated
+                ) {
                     cl.token = None;
                     cl.activated = false;
                     cl.subs.clear();
                 }
                 continue;
             }
-            assert_eq!(kind_of(&resp), Some(asked), "request {id} ({asked:?}) got {}", resp_name(&resp));
+            assert_eq!(
+                kind_of(&resp),
+                Some(asked),
+                "request {id} ({asked:?}) got {}",
+                resp_name(&resp)
+            );
             let good = resp.response_header().service_result.is_good();
             match resp {
                 Response::CreateSession(r) if good => {
-                    l.client.set_authentication_token(r.authentication_token.clone());
+                    l.client
+                        .set_authentication_token(r.authentication_token.clone());
                     cl.token = Some(r.authentication_token.clone());
                     let req = ActivateSessionRequest {
-                        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+                        user_identity_token: ExtensionObject::from_struct(
+                            &AnonymousIdentityToken {
+                                policy_id: "anonymous".into(),
+                            },
+                        ),
                         ..Default::default()
                     };
-                    self.send(c, Kind::ActivateSession, Request::ActivateSession(Box::new(req)));
+                    self.send(
+                        c,
+                        Kind::ActivateSession,
+                        Request::ActivateSession(Box::new(req)),
+                    );
                 }
                 Response::ActivateSession(_) => {
                     if good {
@@ -272,22 +350,40 @@ impl World {
                     cl.subs.insert(r.subscription_id, Sub::default());
                 }
                 Response::Publish(r) if good => {
-                    let Some(sub) = cl.subs.get_mut(&r.subscription_id) else { continue };
+                    let Some(sub) = cl.subs.get_mut(&r.subscription_id) else {
+                        continue;
+                    };
                     let seq = r.notification_message.sequence_number;
                     let data = !r.notification_message.notification_data.is_empty();
                     if data {
                         self.stats.data_messages += 1;
                         if sub.gap_allowed {
-                            assert!(seq > sub.last_seq, "seed {}: sub {} seq {seq} after {}", self.seed, r.subscription_id, sub.last_seq);
+                            assert!(
+                                seq > sub.last_seq,
+                                "seed {}: sub {} seq {seq} after {}",
+                                self.seed,
+                                r.subscription_id,
+                                sub.last_seq
+                            );
                         } else {
-                            assert_eq!(seq, sub.last_seq + 1, "subscription {} out of sequence", r.subscription_id);
+                            assert_eq!(
+                                seq,
+                                sub.last_seq + 1,
+                                "subscription {} out of sequence",
+                                r.subscription_id
+                            );
                         }
                         sub.last_seq = seq;
                         sub.gap_allowed = false;
                         sub.to_ack.push(seq);
                     } else if !sub.gap_allowed {
                         // A keep-alive names the next sequence number without using it.
-                        assert_eq!(seq, sub.last_seq + 1, "keep-alive of {} out of sequence", r.subscription_id);
+                        assert_eq!(
+                            seq,
+                            sub.last_seq + 1,
+                            "keep-alive of {} out of sequence",
+                            r.subscription_id
+                        );
                     }
                 }
                 Response::CloseSession(_) => {
@@ -302,7 +398,10 @@ impl World {
 
     /// One random action by client `c`.
     fn act(&mut self, c: usize) {
-        let linked = self.clients[c].link.as_ref().is_some_and(|l| !l.server_closed && !l.client.is_closed());
+        let linked = self.clients[c]
+            .link
+            .as_ref()
+            .is_some_and(|l| !l.server_closed && !l.client.is_closed());
         if !linked {
             if let Some(l) = &self.clients[c].link {
                 // Closed: read what is left (the ERR), then the socket goes.
@@ -318,46 +417,106 @@ impl World {
             return;
         }
         let open = self.clients[c].link.as_ref().unwrap().client.is_open();
-        let busy = self.clients[c].link.as_ref().unwrap().outstanding.values().any(|k| *k != Kind::Publish);
+        let busy = self.clients[c]
+            .link
+            .as_ref()
+            .unwrap()
+            .outstanding
+            .values()
+            .any(|k| *k != Kind::Publish);
         let cl = &self.clients[c];
         if open && !busy && cl.token.is_none() {
             let req = CreateSessionRequest {
-                client_description: ApplicationDescription { application_uri: "urn:sim".into(), application_type: ApplicationType::Client, ..Default::default() },
+                client_description: ApplicationDescription {
+                    application_uri: "urn:sim".into(),
+                    application_type: ApplicationType::Client,
+                    ..Default::default()
+                },
                 endpoint_url: URL.into(),
                 requested_session_timeout: 10_000.0 + self.rng.below(50_000) as f64,
                 ..Default::default()
             };
-            self.send(c, Kind::CreateSession, Request::CreateSession(Box::new(req)));
+            self.send(
+                c,
+                Kind::CreateSession,
+                Request::CreateSession(Box::new(req)),
+            );
             return;
         }
         if open && !busy && !cl.activated {
             // A session from a lost connection: reactivate it on this channel.
             let token = cl.token.clone().unwrap();
             self.clients[c].reactivating = true;
-            self.clients[c].link.as_mut().unwrap().client.set_authentication_token(token);
+            self.clients[c]
+                .link
+                .as_mut()
+                .unwrap()
+                .client
+                .set_authentication_token(token);
             let req = ActivateSessionRequest {
-                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                    policy_id: "anonymous".into(),
+                }),
                 ..Default::default()
             };
-            self.send(c, Kind::ActivateSession, Request::ActivateSession(Box::new(req)));
+            self.send(
+                c,
+                Kind::ActivateSession,
+                Request::ActivateSession(Box::new(req)),
+            );
             return;
         }
         if !open || !cl.activated {
             return;
         }
-        let publishes = self.clients[c].link.as_ref().unwrap().outstanding.values().filter(|k| **k == Kind::Publish).count();
+        let publishes = self.clients[c]
+            .link
+            .as_ref()
+            .unwrap()
+            .outstanding
+            .values()
+            .filter(|k| **k == Kind::Publish)
+            .count();
         match self.rng.below(100) {
             0..=29 => {
                 let max = if self.rng.chance(5) { 2000 } else { 8 };
                 let n = 1 + self.rng.below(max) as u32;
-                let nodes = (0..n).map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i % 100), attribute_id: 13, ..Default::default() }).collect();
-                self.send(c, Kind::Read, Request::Read(Box::new(ReadRequest { nodes_to_read: nodes, ..Default::default() })));
+                let nodes = (0..n)
+                    .map(|i| ReadValueId {
+                        node_id: NodeId::numeric(1, 1001 + i % 100),
+                        attribute_id: 13,
+                        ..Default::default()
+                    })
+                    .collect();
+                self.send(
+                    c,
+                    Kind::Read,
+                    Request::Read(Box::new(ReadRequest {
+                        nodes_to_read: nodes,
+                        ..Default::default()
+                    })),
+                );
             }
             30..=49 => {
                 let v = self.rng.below(1000) as i32;
                 let node = NodeId::numeric(1, 1001 + self.rng.below(100) as u32);
-                let wv = WriteValue { node_id: node, attribute_id: 13, value: DataValue { value: Variant::Int32(v), ..Default::default() }, ..Default::default() };
-                self.send(c, Kind::Write, Request::Write(Box::new(WriteRequest { nodes_to_write: vec![wv], ..Default::default() })));
+                let wv = WriteValue {
+                    node_id: node,
+                    attribute_id: 13,
+                    value: DataValue {
+                        value: Variant::Int32(v),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                self.send(
+                    c,
+                    Kind::Write,
+                    Request::Write(Box::new(WriteRequest {
+                        nodes_to_write: vec![wv],
+                        ..Default::default()
+                    })),
+                );
             }
             50..=57 if cl.subs.len() < 3 => {
                 let req = CreateSubscriptionRequest {
@@ -367,35 +526,87 @@ impl World {
                     publishing_enabled: true,
                     ..Default::default()
                 };
-                self.send(c, Kind::CreateSubscription, Request::CreateSubscription(Box::new(req)));
+                self.send(
+                    c,
+                    Kind::CreateSubscription,
+                    Request::CreateSubscription(Box::new(req)),
+                );
             }
             58..=65 if !cl.subs.is_empty() => {
-                let sid = *cl.subs.keys().nth(self.rng.below(cl.subs.len() as u64) as usize).unwrap();
+                let sid = *cl
+                    .subs
+                    .keys()
+                    .nth(self.rng.below(cl.subs.len() as u64) as usize)
+                    .unwrap();
                 let items = (0..1 + self.rng.below(5) as u32)
                     .map(|i| MonitoredItemCreateRequest {
-                        item_to_monitor: ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() },
+                        item_to_monitor: ReadValueId {
+                            node_id: NodeId::numeric(1, 1001 + i),
+                            attribute_id: 13,
+                            ..Default::default()
+                        },
                         monitoring_mode: MonitoringMode::Reporting,
-                        requested_parameters: MonitoringParameters { client_handle: i, sampling_interval: 10.0, queue_size: 4, discard_oldest: true, ..Default::default() },
+                        requested_parameters: MonitoringParameters {
+                            client_handle: i,
+                            sampling_interval: 10.0,
+                            queue_size: 4,
+                            discard_oldest: true,
+                            ..Default::default()
+                        },
                     })
                     .collect();
-                let req = CreateMonitoredItemsRequest { subscription_id: sid, timestamps_to_return: TimestampsToReturn::Both, items_to_create: items, ..Default::default() };
-                self.send(c, Kind::CreateMonitoredItems, Request::CreateMonitoredItems(Box::new(req)));
+                let req = CreateMonitoredItemsRequest {
+                    subscription_id: sid,
+                    timestamps_to_return: TimestampsToReturn::Both,
+                    items_to_create: items,
+                    ..Default::default()
+                };
+                self.send(
+                    c,
+                    Kind::CreateMonitoredItems,
+                    Request::CreateMonitoredItems(Box::new(req)),
+                );
             }
             66..=85 if !cl.subs.is_empty() && publishes < 3 => {
                 let acks = self.clients[c]
                     .subs
                     .iter_mut()
-                    .flat_map(|(id, s)| s.to_ack.drain(..).map(|seq| SubscriptionAcknowledgement { subscription_id: *id, sequence_number: seq }).collect::<Vec<_>>())
+                    .flat_map(|(id, s)| {
+                        s.to_ack
+                            .drain(..)
+                            .map(|seq| SubscriptionAcknowledgement {
+                                subscription_id: *id,
+                                sequence_number: seq,
+                            })
+                            .collect::<Vec<_>>()
+                    })
                     .collect();
-                self.send(c, Kind::Publish, Request::Publish(Box::new(PublishRequest { subscription_acknowledgements: acks, ..Default::default() })));
+                self.send(
+                    c,
+                    Kind::Publish,
+                    Request::Publish(Box::new(PublishRequest {
+                        subscription_acknowledgements: acks,
+                        ..Default::default()
+                    })),
+                );
             }
             86..=88 if !cl.subs.is_empty() => {
                 let sid = *cl.subs.keys().next().unwrap();
                 self.clients[c].subs.remove(&sid);
-                self.send(c, Kind::DeleteSubscriptions, Request::DeleteSubscriptions(Box::new(DeleteSubscriptionsRequest { subscription_ids: vec![sid], ..Default::default() })));
+                self.send(
+                    c,
+                    Kind::DeleteSubscriptions,
+                    Request::DeleteSubscriptions(Box::new(DeleteSubscriptionsRequest {
+                        subscription_ids: vec![sid],
+                        ..Default::default()
+                    })),
+                );
             }
             89..=90 => {
-                let req = CloseSessionRequest { delete_subscriptions: self.rng.chance(50), ..Default::default() };
+                let req = CloseSessionRequest {
+                    delete_subscriptions: self.rng.chance(50),
+                    ..Default::default()
+                };
                 self.send(c, Kind::CloseSession, Request::CloseSession(Box::new(req)));
             }
             91 => {
@@ -418,7 +629,10 @@ impl World {
             // As the runtime does: a deadline already past is handled at once, again.
             for _ in 0..1000 {
                 self.shards[s].on_timer(now);
-                if self.shards[s].next_deadline().is_none_or(|d| d > now.mono_ns) {
+                if self.shards[s]
+                    .next_deadline()
+                    .is_none_or(|d| d > now.mono_ns)
+                {
                     break;
                 }
             }
@@ -426,7 +640,9 @@ impl World {
             self.shards[s].take_ready_channels(&mut ready);
         }
         for c in 0..self.clients.len() {
-            let Some(l) = self.clients[c].link.as_mut() else { continue };
+            let Some(l) = self.clients[c].link.as_mut() else {
+                continue;
+            };
             let _ = l.client.on_timer(now, &mut l.c2s);
             if l.server_closed {
                 continue;
@@ -434,7 +650,8 @@ impl World {
             let shard = &mut self.shards[l.shard];
             let mut out = Vec::new();
             let mut st = l.server.flush_deferred(shard, now, &mut out);
-            if st == ConnStatus::Open && l.server.next_deadline().is_some_and(|d| d <= now.mono_ns) {
+            if st == ConnStatus::Open && l.server.next_deadline().is_some_and(|d| d <= now.mono_ns)
+            {
                 st = l.server.on_timer(shard, now, &mut out);
             }
             self.server_out(c, st, &out);
@@ -443,10 +660,17 @@ impl World {
 
     fn check_bounds(&self) {
         for s in &self.shards {
-            assert!(s.session_count() <= s.max_sessions(), "sessions {} > {}", s.session_count(), s.max_sessions());
+            assert!(
+                s.session_count() <= s.max_sessions(),
+                "sessions {} > {}",
+                s.session_count(),
+                s.max_sessions()
+            );
             assert!(s.open_channel_count() <= s.transport_limits().max_channels_per_shard);
             let sl = &s.shared().config.subscriptions;
-            assert!(s.subscriptions().subscription_count() <= sl.max_subscriptions_per_shard as usize);
+            assert!(
+                s.subscriptions().subscription_count() <= sl.max_subscriptions_per_shard as usize
+            );
         }
     }
 
@@ -492,7 +716,11 @@ impl World {
         for (i, cl) in self.clients.iter().enumerate() {
             if let Some(l) = &cl.link {
                 if !l.server_closed && l.client.is_open() {
-                    let pending: Vec<_> = l.outstanding.values().filter(|k| **k != Kind::Publish).collect();
+                    let pending: Vec<_> = l
+                        .outstanding
+                        .values()
+                        .filter(|k| **k != Kind::Publish)
+                        .collect();
                     assert!(pending.is_empty(), "client {i}: unanswered {pending:?}");
                 }
             }
@@ -509,7 +737,11 @@ impl World {
         for (i, s) in self.shards.iter().enumerate() {
             assert_eq!(s.open_channel_count(), 0, "shard {i}: channels left");
             assert_eq!(s.session_count(), 0, "shard {i}: sessions left");
-            assert_eq!(s.subscriptions().subscription_count(), 0, "shard {i}: subscriptions left");
+            assert_eq!(
+                s.subscriptions().subscription_count(),
+                0,
+                "shard {i}: subscriptions left"
+            );
         }
     }
 }
@@ -529,7 +761,10 @@ fn simulation() {
     let seeds: Vec<u64> = match std::env::var("UARING_SIM_SEED") {
         Ok(s) => vec![s.trim().parse().expect("UARING_SIM_SEED: a number")],
         Err(_) => {
-            let n: u64 = std::env::var("UARING_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(32);
+            let n: u64 = std::env::var("UARING_SIM_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(32);
             (0..n).collect()
         }
     };
@@ -558,7 +793,13 @@ fn simulation() {
     // connections lost and sessions taken over by new channels.
     assert!(total.answered > 0 && total.dropped > 0);
     if std::env::var("UARING_SIM_SEED").is_err() {
-        assert!(total.data_messages > 0, "no subscription delivered data: {total:?}");
-        assert!(total.reactivated > 0, "no session was reactivated on a new channel: {total:?}");
+        assert!(
+            total.data_messages > 0,
+            "no subscription delivered data: {total:?}"
+        );
+        assert!(
+            total.reactivated > 0,
+            "no session was reactivated on a new channel: {total:?}"
+        );
     }
 }

@@ -22,20 +22,32 @@ impl Sub {
     fn new(config: ServerConfig) -> Sub {
         let mut h = Harness::with_config(config);
         let token = h.open_session();
-        Sub { h, token, request_id: 100 }
+        Sub {
+            h,
+            token,
+            request_id: 100,
+        }
     }
 
-    fn create(&mut self, interval: f64, keep_alive: u32, lifetime: u32, max_notifications: u32) -> CreateSubscriptionResponse {
+    fn create(
+        &mut self,
+        interval: f64,
+        keep_alive: u32,
+        lifetime: u32,
+        max_notifications: u32,
+    ) -> CreateSubscriptionResponse {
         let hd = self.h.header(&self.token);
-        match self.h.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-            request_header: hd,
-            requested_publishing_interval: interval,
-            requested_lifetime_count: lifetime,
-            requested_max_keep_alive_count: keep_alive,
-            max_notifications_per_publish: max_notifications,
-            publishing_enabled: true,
-            priority: 0,
-        }))) {
+        match self.h.call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                request_header: hd,
+                requested_publishing_interval: interval,
+                requested_lifetime_count: lifetime,
+                requested_max_keep_alive_count: keep_alive,
+                max_notifications_per_publish: max_notifications,
+                publishing_enabled: true,
+                priority: 0,
+            },
+        ))) {
             Response::CreateSubscription(r) => *r,
             other => panic!("{other:?}"),
         }
@@ -47,7 +59,11 @@ impl Sub {
             .iter()
             .enumerate()
             .map(|(i, (n, sampling, queue))| MonitoredItemCreateRequest {
-                item_to_monitor: ReadValueId { node_id: n.clone(), attribute_id: 13, ..Default::default() },
+                item_to_monitor: ReadValueId {
+                    node_id: n.clone(),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
                 monitoring_mode: MonitoringMode::Reporting,
                 requested_parameters: MonitoringParameters {
                     client_handle: i as u32 + 1,
@@ -58,12 +74,14 @@ impl Sub {
                 },
             })
             .collect();
-        match self.h.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-            request_header: hd,
-            subscription_id: sub,
-            timestamps_to_return: TimestampsToReturn::Both,
-            items_to_create: items,
-        }))) {
+        match self.h.call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: items,
+            },
+        ))) {
             Response::CreateMonitoredItems(r) => r.results,
             other => panic!("{other:?}"),
         }
@@ -73,9 +91,18 @@ impl Sub {
     fn publish(&mut self, acks: Vec<SubscriptionAcknowledgement>) -> Option<Response> {
         self.request_id += 1;
         let hd = self.h.header(&self.token);
-        let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: acks }));
+        let req = Request::Publish(Box::new(PublishRequest {
+            request_header: hd,
+            subscription_acknowledgements: acks,
+        }));
         let ch = self.h.channel;
-        dispatch_deferrable(&mut self.h.shard, &Harness::ctx(ch), req, self.request_id, self.h.now)
+        dispatch_deferrable(
+            &mut self.h.shard,
+            &Harness::ctx(ch),
+            req,
+            self.request_id,
+            self.h.now,
+        )
     }
 
     /// Runs the shard's timers at every `step_ms` until `ms` passed.
@@ -94,10 +121,12 @@ impl Sub {
         let ch = self.h.channel;
         self.h.shard.take_deferred(ch, &mut v);
         v.into_iter()
-            .map(|(_, d)| match d.to_response().expect("a decodable response") {
-                Response::Publish(p) => *p,
-                other => panic!("{other:?}"),
-            })
+            .map(
+                |(_, d)| match d.to_response().expect("a decodable response") {
+                    Response::Publish(p) => *p,
+                    other => panic!("{other:?}"),
+                },
+            )
             .collect()
     }
 
@@ -112,7 +141,9 @@ impl Sub {
                 ..Default::default()
             }],
         })));
-        let Response::Write(w) = r else { panic!("{r:?}") };
+        let Response::Write(w) = r else {
+            panic!("{r:?}")
+        };
         assert_eq!(w.results[0], StatusCode::Good);
     }
 }
@@ -130,7 +161,10 @@ fn data_changes(m: &NotificationMessage) -> Vec<MonitoredItemNotification> {
 fn status_change(m: &NotificationMessage) -> Option<StatusCode> {
     m.notification_data
         .iter()
-        .find_map(|eo| eo.decode_as::<StatusChangeNotification>(DecodeLimits::default()).and_then(|r| r.ok()))
+        .find_map(|eo| {
+            eo.decode_as::<StatusChangeNotification>(DecodeLimits::default())
+                .and_then(|r| r.ok())
+        })
         .map(|s| s.status)
 }
 
@@ -145,8 +179,18 @@ fn sampling_keeps_absolute_deadlines_and_shares_one_source() {
     let mut s = Sub::new(counters(4));
     let sub = s.create(1000.0, 10, 100, 0).subscription_id;
     // Three items on counter 1 at 10 ms share one sample; one on counter 2 samples alone.
-    let r = s.items(sub, &[(NodeId::numeric(1, 1), 10.0, 1), (NodeId::numeric(1, 1), 10.0, 1), (NodeId::numeric(1, 1), 10.0, 1), (NodeId::numeric(1, 2), 10.0, 1)]);
-    assert!(r.iter().all(|x| x.status_code == StatusCode::Good && x.revised_sampling_interval == 10.0));
+    let r = s.items(
+        sub,
+        &[
+            (NodeId::numeric(1, 1), 10.0, 1),
+            (NodeId::numeric(1, 1), 10.0, 1),
+            (NodeId::numeric(1, 1), 10.0, 1),
+            (NodeId::numeric(1, 2), 10.0, 1),
+        ],
+    );
+    assert!(r
+        .iter()
+        .all(|x| x.status_code == StatusCode::Good && x.revised_sampling_interval == 10.0));
     // Timer callbacks at jittery 3 ms / 7 ms steps for 2 s: sampling still happens every
     // 10 ms (absolute deadlines, no drift).
     for _ in 0..200 {
@@ -162,7 +206,9 @@ fn sampling_keeps_absolute_deadlines_and_shares_one_source() {
     assert_eq!(resp.len(), 1);
     let n = data_changes(&resp[0].notification_message);
     assert_eq!(n.len(), 4, "queue of 1: the latest of each item");
-    let Variant::UInt64(c1) = n[0].value.value else { panic!() };
+    let Variant::UInt64(c1) = n[0].value.value else {
+        panic!()
+    };
     // The initial read of each of the three items counted once, then one per tick.
     assert!((200..=204).contains(&c1), "counter 1 = {c1}");
     assert_eq!(n[0].value.value, n[1].value.value);
@@ -183,14 +229,21 @@ fn late_timer_skips_missed_ticks_without_bursting() {
     assert_eq!(st.samples - before, 1);
     assert_eq!(st.missed_ticks, 8);
     s.run_ms(5, 5);
-    assert_eq!(s.h.shard.subscriptions().stats().samples - before, 2, "the tick at 200 ms");
+    assert_eq!(
+        s.h.shard.subscriptions().stats().samples - before,
+        2,
+        "the tick at 200 ms"
+    );
 }
 
 #[test]
 fn keep_alive_lifetime_and_publish_queue() {
     let mut s = Sub::new(ServerConfig::default());
     let r = s.create(100.0, 3, 9, 0);
-    assert_eq!((r.revised_max_keep_alive_count, r.revised_lifetime_count), (3, 9));
+    assert_eq!(
+        (r.revised_max_keep_alive_count, r.revised_lifetime_count),
+        (3, 9)
+    );
     let sub = r.subscription_id;
     // The first cycle sends a keep-alive at once; then one every third cycle.
     assert!(s.publish(vec![]).is_none());
@@ -209,7 +262,10 @@ fn keep_alive_lifetime_and_publish_queue() {
     assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
     assert!(s.publish(vec![]).is_none());
     let e = s.responses();
-    assert_eq!(status_change(&e[0].notification_message), Some(StatusCode::BadTimeout));
+    assert_eq!(
+        status_change(&e[0].notification_message),
+        Some(StatusCode::BadTimeout)
+    );
     assert_eq!(e[0].subscription_id, sub);
     let f = s.publish(vec![]).expect("answered at once");
     assert_eq!(fault_status(&f), Some(StatusCode::BadNoSubscription));
@@ -228,7 +284,10 @@ fn too_many_publish_requests() {
         assert!(s.publish(vec![]).is_none());
     }
     let r = s.publish(vec![]).expect("refused at once");
-    assert_eq!(fault_status(&r), Some(StatusCode::BadTooManyPublishRequests));
+    assert_eq!(
+        fault_status(&r),
+        Some(StatusCode::BadTooManyPublishRequests)
+    );
     let (token, now) = (s.token.clone(), s.h.now);
     let key = s.h.shard.find_session(&token, now).unwrap();
     assert_eq!(s.h.shard.subscriptions().queued_publish_count(key), 3);
@@ -240,9 +299,15 @@ fn more_notifications_and_retransmission_bound() {
     cfg.subscriptions.max_retransmission_queue_per_session = 2;
     let mut s = Sub::new(cfg);
     let sub = s.create(50.0, 10, 100, 2).subscription_id;
-    let nodes: Vec<(NodeId, f64, u32)> = (0..5).map(|i| (NodeId::numeric(1, 1001 + i), 0.0, 1)).collect();
+    let nodes: Vec<(NodeId, f64, u32)> = (0..5)
+        .map(|i| (NodeId::numeric(1, 1001 + i), 0.0, 1))
+        .collect();
     let r = s.items(sub, &nodes);
-    assert!(r.iter().all(|x| x.status_code == StatusCode::Good && x.revised_sampling_interval == 0.0), "exception-based");
+    assert!(
+        r.iter()
+            .all(|x| x.status_code == StatusCode::Good && x.revised_sampling_interval == 0.0),
+        "exception-based"
+    );
     // Five initial values, at most two per message: three messages, MoreNotifications on
     // the first two, all answered as soon as requests are queued.
     s.run_ms(50, 10);
@@ -251,22 +316,53 @@ fn more_notifications_and_retransmission_bound() {
     }
     let resp = s.responses();
     assert_eq!(resp.len(), 3);
-    assert_eq!(resp.iter().map(|r| data_changes(&r.notification_message).len()).collect::<Vec<_>>(), vec![2, 2, 1]);
-    assert_eq!(resp.iter().map(|r| r.more_notifications).collect::<Vec<_>>(), vec![true, true, false]);
-    let seqs: Vec<u32> = resp.iter().map(|r| r.notification_message.sequence_number).collect();
+    assert_eq!(
+        resp.iter()
+            .map(|r| data_changes(&r.notification_message).len())
+            .collect::<Vec<_>>(),
+        vec![2, 2, 1]
+    );
+    assert_eq!(
+        resp.iter()
+            .map(|r| r.more_notifications)
+            .collect::<Vec<_>>(),
+        vec![true, true, false]
+    );
+    let seqs: Vec<u32> = resp
+        .iter()
+        .map(|r| r.notification_message.sequence_number)
+        .collect();
     assert_eq!(seqs, vec![1, 2, 3]);
     // Only two kept for Republish: the oldest went.
     assert_eq!(resp[2].available_sequence_numbers, vec![2, 3]);
     let hd = s.h.header(&s.token.clone());
-    let r = s.h.call(Request::Republish(Box::new(RepublishRequest { request_header: hd, subscription_id: sub, retransmit_sequence_number: 1 })));
+    let r = s.h.call(Request::Republish(Box::new(RepublishRequest {
+        request_header: hd,
+        subscription_id: sub,
+        retransmit_sequence_number: 1,
+    })));
     assert_eq!(fault_status(&r), Some(StatusCode::BadMessageNotAvailable));
     let hd = s.h.header(&s.token.clone());
-    let r = s.h.call(Request::Republish(Box::new(RepublishRequest { request_header: hd, subscription_id: sub, retransmit_sequence_number: 3 })));
-    let Response::Republish(rp) = r else { panic!("{r:?}") };
-    assert_eq!(rp.notification_message, resp[2].notification_message, "the same message");
+    let r = s.h.call(Request::Republish(Box::new(RepublishRequest {
+        request_header: hd,
+        subscription_id: sub,
+        retransmit_sequence_number: 3,
+    })));
+    let Response::Republish(rp) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        rp.notification_message, resp[2].notification_message,
+        "the same message"
+    );
     // A write on an exception-based item is reported within one publishing interval.
     s.write_i32(NodeId::numeric(1, 1003), 99);
-    assert!(s.publish(vec![SubscriptionAcknowledgement { subscription_id: sub, sequence_number: 2 }]).is_none());
+    assert!(s
+        .publish(vec![SubscriptionAcknowledgement {
+            subscription_id: sub,
+            sequence_number: 2
+        }])
+        .is_none());
     s.run_ms(50, 10);
     let r = s.responses();
     assert_eq!(r.len(), 1);
@@ -286,16 +382,34 @@ fn limits_on_subscriptions_and_items() {
     let a = s.create(100.0, 10, 100, 0).subscription_id;
     s.create(100.0, 10, 100, 0);
     let hd = s.h.header(&s.token.clone());
-    let r = s.h.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest { request_header: hd, ..Default::default() })));
+    let r = s.h.call(Request::CreateSubscription(Box::new(
+        CreateSubscriptionRequest {
+            request_header: hd,
+            ..Default::default()
+        },
+    )));
     assert_eq!(fault_status(&r), Some(StatusCode::BadTooManySubscriptions));
-    let nodes: Vec<(NodeId, f64, u32)> = (0..4).map(|i| (NodeId::numeric(1, 1001 + i), 100.0, 1)).collect();
+    let nodes: Vec<(NodeId, f64, u32)> = (0..4)
+        .map(|i| (NodeId::numeric(1, 1001 + i), 100.0, 1))
+        .collect();
     let r = s.items(a, &nodes);
-    assert_eq!(r.iter().map(|x| x.status_code).collect::<Vec<_>>(), vec![StatusCode::Good, StatusCode::Good, StatusCode::Good, StatusCode::BadTooManyMonitoredItems]);
+    assert_eq!(
+        r.iter().map(|x| x.status_code).collect::<Vec<_>>(),
+        vec![
+            StatusCode::Good,
+            StatusCode::Good,
+            StatusCode::Good,
+            StatusCode::BadTooManyMonitoredItems
+        ]
+    );
     // Queue sizes are capped by the configuration.
     let mut s2 = Sub::new(ServerConfig::default());
     let b = s2.create(100.0, 10, 100, 0).subscription_id;
     let r = s2.items(b, &[(NodeId::numeric(1, 1001), 100.0, u32::MAX)]);
-    assert_eq!(r[0].revised_queue_size, ServerConfig::default().subscriptions.max_queue_size);
+    assert_eq!(
+        r[0].revised_queue_size,
+        ServerConfig::default().subscriptions.max_queue_size
+    );
 }
 
 #[test]
@@ -310,27 +424,58 @@ fn transfer_within_the_shard_notifies_the_old_session() {
         other => panic!("{other:?}"),
     };
     let t2 = cs.authentication_token.clone();
-    assert!(matches!(s.h.activate_on(ch2, &t2, Harness::anonymous()), Response::ActivateSession(_)));
+    assert!(matches!(
+        s.h.activate_on(ch2, &t2, Harness::anonymous()),
+        Response::ActivateSession(_)
+    ));
     assert!(s.publish(vec![]).is_none()); // old session waits
     let hd = s.h.header(&t2);
-    let r = s.h.call_on(ch2, Request::TransferSubscriptions(Box::new(TransferSubscriptionsRequest { request_header: hd, subscription_ids: vec![sub, 4242], send_initial_values: true })));
-    let Response::TransferSubscriptions(t) = r else { panic!("{r:?}") };
+    let r = s.h.call_on(
+        ch2,
+        Request::TransferSubscriptions(Box::new(TransferSubscriptionsRequest {
+            request_header: hd,
+            subscription_ids: vec![sub, 4242],
+            send_initial_values: true,
+        })),
+    );
+    let Response::TransferSubscriptions(t) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(t.results[0].status_code, StatusCode::Good);
-    assert_eq!(t.results[1].status_code, StatusCode::BadSubscriptionIdInvalid);
+    assert_eq!(
+        t.results[1].status_code,
+        StatusCode::BadSubscriptionIdInvalid
+    );
     // The old session's queued Publish gets GoodSubscriptionTransferred; depending on
     // timing the initial value may have gone first.
     s.run_ms(50, 10);
     let old = s.responses();
-    assert!(old.iter().any(|r| status_change(&r.notification_message) == Some(StatusCode::GoodSubscriptionTransferred)), "{old:?}");
+    assert!(
+        old.iter().any(|r| status_change(&r.notification_message)
+            == Some(StatusCode::GoodSubscriptionTransferred)),
+        "{old:?}"
+    );
     // The new session gets the initial values.
     s.request_id += 1;
     let hd = s.h.header(&t2);
-    let req = Request::Publish(Box::new(PublishRequest { request_header: hd, subscription_acknowledgements: vec![] }));
-    assert!(dispatch_deferrable(&mut s.h.shard, &Harness::ctx(ch2), req, s.request_id, s.h.now).is_none());
+    let req = Request::Publish(Box::new(PublishRequest {
+        request_header: hd,
+        subscription_acknowledgements: vec![],
+    }));
+    assert!(dispatch_deferrable(
+        &mut s.h.shard,
+        &Harness::ctx(ch2),
+        req,
+        s.request_id,
+        s.h.now
+    )
+    .is_none());
     s.run_ms(50, 10);
     let mut v = Vec::new();
     s.h.shard.take_deferred(ch2, &mut v);
-    let Response::Publish(p) = &v[0].1.to_response().unwrap() else { panic!() };
+    let Response::Publish(p) = &v[0].1.to_response().unwrap() else {
+        panic!()
+    };
     assert_eq!(p.subscription_id, sub);
     assert_eq!(data_changes(&p.notification_message).len(), 1);
 }
@@ -345,15 +490,23 @@ fn cancel_answers_queued_publish_requests() {
     assert!(s.publish(vec![]).is_none());
     let queued_handle = s.h.handle;
     let hd = s.h.header(&s.token.clone());
-    let r = s.h.call(Request::Cancel(Box::new(CancelRequest { request_header: hd, request_handle: queued_handle })));
-    let Response::Cancel(c) = r else { panic!("{r:?}") };
+    let r = s.h.call(Request::Cancel(Box::new(CancelRequest {
+        request_header: hd,
+        request_handle: queued_handle,
+    })));
+    let Response::Cancel(c) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(c.cancel_count, 1);
     let mut v = Vec::new();
     let ch = s.h.channel;
     s.h.shard.take_deferred(ch, &mut v);
     assert_eq!(v.len(), 1);
     let r = v[0].1.to_response().unwrap();
-    assert_eq!(fault_status(&r), Some(StatusCode::BadRequestCancelledByClient));
+    assert_eq!(
+        fault_status(&r),
+        Some(StatusCode::BadRequestCancelledByClient)
+    );
     assert_eq!(r.response_header().request_handle, queued_handle);
 }
 
@@ -367,7 +520,11 @@ fn close_session_answers_queued_publish_requests() {
     assert!(s.publish(vec![]).is_none());
     let queued = s.h.handle;
     let hd = s.h.header(&s.token.clone());
-    let r = s.h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true })));
+    let r =
+        s.h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+            request_header: hd,
+            delete_subscriptions: true,
+        })));
     assert!(matches!(r, Response::CloseSession(_)));
     let mut v = Vec::new();
     let ch = s.h.channel;
@@ -384,25 +541,47 @@ fn items_on_other_attributes_report_once() {
     let mut s = Sub::new(ServerConfig::default());
     let sub = s.create(50.0, 10, 100, 0).subscription_id;
     let hd = s.h.header(&s.token.clone());
-    let r = s.h.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-        request_header: hd,
-        subscription_id: sub,
-        timestamps_to_return: TimestampsToReturn::Both,
-        items_to_create: vec![MonitoredItemCreateRequest {
-            item_to_monitor: ReadValueId { node_id: NodeId::numeric(1, 1001), attribute_id: 4, ..Default::default() },
-            monitoring_mode: MonitoringMode::Reporting,
-            requested_parameters: MonitoringParameters { client_handle: 9, sampling_interval: 10.0, queue_size: 5, ..Default::default() },
-        }],
-    })));
-    let Response::CreateMonitoredItems(c) = r else { panic!("{r:?}") };
+    let r = s.h.call(Request::CreateMonitoredItems(Box::new(
+        CreateMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: sub,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId {
+                    node_id: NodeId::numeric(1, 1001),
+                    attribute_id: 4,
+                    ..Default::default()
+                },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: 9,
+                    sampling_interval: 10.0,
+                    queue_size: 5,
+                    ..Default::default()
+                },
+            }],
+        },
+    )));
+    let Response::CreateMonitoredItems(c) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(c.results[0].status_code, StatusCode::Good);
     for _ in 0..3 {
         assert!(s.publish(vec![]).is_none());
     }
     s.run_ms(500, 10);
     let resp = s.responses();
-    let all: Vec<MonitoredItemNotification> = resp.iter().flat_map(|r| data_changes(&r.notification_message)).collect();
+    let all: Vec<MonitoredItemNotification> = resp
+        .iter()
+        .flat_map(|r| data_changes(&r.notification_message))
+        .collect();
     assert_eq!(all.len(), 1, "DisplayName is reported once");
-    assert!(matches!(&all[0].value.value, Variant::LocalizedText(t) if t.text.as_str() == "BenchmarkValue0"));
-    assert_eq!(s.h.shard.subscriptions().stats().samples, 0, "no timed sampling for it");
+    assert!(
+        matches!(&all[0].value.value, Variant::LocalizedText(t) if t.text.as_str() == "BenchmarkValue0")
+    );
+    assert_eq!(
+        s.h.shard.subscriptions().stats().samples,
+        0,
+        "no timed sampling for it"
+    );
 }

@@ -11,23 +11,32 @@ use uaring_core::encoding::{Decode, Decoder, Encode};
 use uaring_core::generated::messages::Request;
 use uaring_core::generated::node_ids;
 use uaring_core::generated::types::{
-    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, SecurityTokenRequestType,
+    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse,
+    SecurityTokenRequestType,
 };
-use uaring_core::secure_channel::{open_chunk, parse_chunk_head, PlainCrypto, SecurityHeader, SECURITY_POLICY_NONE_URI};
+use uaring_core::secure_channel::{
+    open_chunk, parse_chunk_head, PlainCrypto, SecurityHeader, SECURITY_POLICY_NONE_URI,
+};
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::transport::{AcknowledgeMessage, FrameReader, HelloMessage, MessageHeader, MessageType, TransportLimits};
+use uaring_core::transport::{
+    AcknowledgeMessage, FrameReader, HelloMessage, MessageHeader, MessageType, TransportLimits,
+};
 use uaring_core::types::NodeId;
 use uaring_core::DecodeLimits;
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 const HEL: &str = "48 45 4c 46 4f 00 00 00 00 00 00 00 ff ff 00 00 ff ff 00 00 00 00 40 00 00 00 00 00 2f 00 00 00
     6f 70 63 2e 74 63 70 3a 2f 2f 74 61 74 74 61 74 61 3a 36 32 35 34 33 2f 41 41 41 41 41 2f 41 67
     67 72 65 67 61 74 69 6f 6e 53 65 72 76 65 72";
-const ACK: &str = "41 43 4b 46 1c 00 00 00 00 00 00 00 ff ff 00 00 ff ff 00 00 00 00 40 00 00 00 00 00";
+const ACK: &str =
+    "41 43 4b 46 1c 00 00 00 00 00 00 00 ff ff 00 00 ff ff 00 00 00 00 40 00 00 00 00 00";
 const OPN_REQ: &str = "4f 50 4e 46 84 00 00 00 00 00 00 00 2f 00 00 00 68 74 74 70 3a 2f 2f 6f 70 63 66 6f 75 6e 64 61
     74 69 6f 6e 2e 6f 72 67 2f 55 41 2f 53 65 63 75 72 69 74 79 50 6f 6c 69 63 79 23 4e 6f 6e 65 ff
     ff ff ff ff ff ff ff 01 00 00 00 02 00 00 00 01 00 be 01 00 00 43 b2 42 d9 d0 1d cf 01 00 00 00
@@ -59,7 +68,10 @@ fn hello_fields_and_reencoding() {
     assert_eq!(hel.send_buffer_size, 65535);
     assert_eq!(hel.max_message_size, 4 * 1024 * 1024);
     assert_eq!(hel.max_chunk_count, 0);
-    assert_eq!(hel.endpoint_url.as_str(), "opc.tcp://tattata:62543/AAAAA/AggregationServer");
+    assert_eq!(
+        hel.endpoint_url.as_str(),
+        "opc.tcp://tattata:62543/AAAAA/AggregationServer"
+    );
     let mut ours = Vec::new();
     hel.write(&mut ours);
     assert_eq!(ours, b);
@@ -92,7 +104,9 @@ fn open_secure_channel_request_fields() {
     assert_eq!(h.message_size as usize, b.len());
     let head = parse_chunk_head(h, &b).unwrap();
     assert_eq!(head.secure_channel_id, 0);
-    let SecurityHeader::Asymmetric(a) = &head.security else { panic!() };
+    let SecurityHeader::Asymmetric(a) = &head.security else {
+        panic!()
+    };
     assert_eq!(a.security_policy_uri, SECURITY_POLICY_NONE_URI);
     assert_eq!(a.sender_certificate, None);
     assert_eq!(a.receiver_certificate_thumbprint, None);
@@ -101,7 +115,10 @@ fn open_secure_channel_request_fields() {
     assert_eq!((c.sequence_number, c.request_id), (1, 2));
     let mut d = Decoder::new(c.body, DecodeLimits::default());
     let t = NodeId::decode(&mut d).unwrap();
-    assert_eq!(t.as_ns0(), Some(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary));
+    assert_eq!(
+        t.as_ns0(),
+        Some(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary)
+    );
     let req = OpenSecureChannelRequest::decode(&mut d).unwrap();
     assert!(d.is_empty());
     assert_eq!(req.request_type, SecurityTokenRequestType::Issue);
@@ -124,7 +141,10 @@ fn open_secure_channel_response_fields() {
     let c = open_chunk(&b, head.sequence_offset, &PlainCrypto, &mut scratch).unwrap();
     assert_eq!((c.sequence_number, c.request_id), (1, 1));
     let mut d = Decoder::new(c.body, DecodeLimits::default());
-    assert_eq!(NodeId::decode(&mut d).unwrap().as_ns0(), Some(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary));
+    assert_eq!(
+        NodeId::decode(&mut d).unwrap().as_ns0(),
+        Some(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary)
+    );
     let resp = OpenSecureChannelResponse::decode(&mut d).unwrap();
     assert!(d.is_empty());
     assert_eq!(resp.security_token.channel_id, 10);
@@ -145,8 +165,13 @@ fn get_endpoints_request_fields() {
     assert_eq!((c.sequence_number, c.request_id), (2, 1));
     let mut d = Decoder::new(c.body, DecodeLimits::default());
     let t = NodeId::decode(&mut d).unwrap();
-    let Some(Request::GetEndpoints(r)) = Request::decode_body(&t, &mut d).unwrap() else { panic!() };
-    assert_eq!(r.endpoint_url.as_str(), "opc.tcp://tattata:62543/AAAAA/AggregationServer");
+    let Some(Request::GetEndpoints(r)) = Request::decode_body(&t, &mut d).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        r.endpoint_url.as_str(),
+        "opc.tcp://tattata:62543/AAAAA/AggregationServer"
+    );
     assert_eq!(r.request_header.request_handle, 1);
 }
 
@@ -156,7 +181,12 @@ fn get_endpoints_request_fields() {
 #[test]
 fn captured_client_replays_against_our_server() {
     for bytewise in [false, true] {
-        let limits = TransportLimits { receive_buffer_size: 65535, send_buffer_size: 65535, max_message_size: 4 * 1024 * 1024, ..Default::default() };
+        let limits = TransportLimits {
+            receive_buffer_size: 65535,
+            send_buffer_size: 65535,
+            max_message_size: 4 * 1024 * 1024,
+            ..Default::default()
+        };
         let mut host = TestHost::with_limits(limits);
         host.next_channel_id = 10;
         let mut conn = ServerConnection::new(&mut host, None, t0());
@@ -166,10 +196,16 @@ fn captured_client_replays_against_our_server() {
         let mut out = Vec::new();
         if bytewise {
             for b in &input {
-                assert_eq!(conn.on_recv(&mut host, t0(), std::slice::from_ref(b), &mut out), ConnStatus::Open);
+                assert_eq!(
+                    conn.on_recv(&mut host, t0(), std::slice::from_ref(b), &mut out),
+                    ConnStatus::Open
+                );
             }
         } else {
-            assert_eq!(conn.on_recv(&mut host, t0(), &input, &mut out), ConnStatus::Open);
+            assert_eq!(
+                conn.on_recv(&mut host, t0(), &input, &mut out),
+                ConnStatus::Open
+            );
         }
         assert_eq!(find_err(&out), None);
         let mut r = FrameReader::new();

@@ -9,7 +9,12 @@ use uaring_core::generated::types::*;
 use uaring_core::server::config::ServerConfig;
 use uaring_core::{ByteString, ExpandedNodeId, NodeId, QualifiedName, StatusCode};
 
-fn browse(h: &mut Harness, token: &NodeId, max: u32, nodes: Vec<BrowseDescription>) -> BrowseResponse {
+fn browse(
+    h: &mut Harness,
+    token: &NodeId,
+    max: u32,
+    nodes: Vec<BrowseDescription>,
+) -> BrowseResponse {
     let r = h.browse_request(token, max, nodes);
     match h.call(r) {
         Response::Browse(b) => *b,
@@ -17,7 +22,12 @@ fn browse(h: &mut Harness, token: &NodeId, max: u32, nodes: Vec<BrowseDescriptio
     }
 }
 
-fn browse_next(h: &mut Harness, token: &NodeId, release: bool, cps: Vec<ByteString>) -> BrowseNextResponse {
+fn browse_next(
+    h: &mut Harness,
+    token: &NodeId,
+    release: bool,
+    cps: Vec<ByteString>,
+) -> BrowseNextResponse {
     let r = h.browse_next_request(token, release, cps);
     match h.call(r) {
         Response::BrowseNext(b) => *b,
@@ -33,8 +43,15 @@ fn paged_browse_matches_one_shot_browse() {
     let all = &all.results[0];
     assert_eq!(all.status_code, StatusCode::Good);
     assert!(all.continuation_point.is_null());
-    assert!(all.references.len() >= 3, "Objects has Server and the namespace-1 nodes: {}", all.references.len());
-    assert!(all.references.iter().any(|r| r.node_id == ExpandedNodeId::local(NodeId::ns0(2253))));
+    assert!(
+        all.references.len() >= 3,
+        "Objects has Server and the namespace-1 nodes: {}",
+        all.references.len()
+    );
+    assert!(all
+        .references
+        .iter()
+        .any(|r| r.node_id == ExpandedNodeId::local(NodeId::ns0(2253))));
 
     let first = browse(&mut h, &token, 1, vec![hierarchical(NodeId::ns0(85))]);
     let mut got = first.results[0].references.clone();
@@ -52,7 +69,15 @@ fn paged_browse_matches_one_shot_browse() {
         assert!(pages <= all.references.len(), "continuation never ends");
     }
     assert_eq!(got, all.references);
-    assert_eq!(h.shard.sessions().next().unwrap().continuation_point_count(), 0, "the finished point is gone");
+    assert_eq!(
+        h.shard
+            .sessions()
+            .next()
+            .unwrap()
+            .continuation_point_count(),
+        0,
+        "the finished point is gone"
+    );
 
     // Pages of 7 give the same list again.
     let first = browse(&mut h, &token, 7, vec![hierarchical(NodeId::ns0(85))]);
@@ -81,9 +106,20 @@ fn browse_next_release_and_invalid_points() {
     assert!(rel.results[0].references.is_empty());
     assert!(rel.results[0].continuation_point.is_null());
 
-    let again = browse_next(&mut h, &token, false, vec![cp.clone(), ByteString::from(vec![1, 2, 3])]);
-    assert_eq!(again.results[0].status_code, StatusCode::BadContinuationPointInvalid);
-    assert_eq!(again.results[1].status_code, StatusCode::BadContinuationPointInvalid);
+    let again = browse_next(
+        &mut h,
+        &token,
+        false,
+        vec![cp.clone(), ByteString::from(vec![1, 2, 3])],
+    );
+    assert_eq!(
+        again.results[0].status_code,
+        StatusCode::BadContinuationPointInvalid
+    );
+    assert_eq!(
+        again.results[1].status_code,
+        StatusCode::BadContinuationPointInvalid
+    );
 
     let r = h.browse_next_request(&token, false, vec![]);
     assert_eq!(fault_status(&h.call(r)), Some(StatusCode::BadNothingToDo));
@@ -98,11 +134,20 @@ fn continuation_points_die_with_the_session() {
     // Points are per session: another session cannot use this one.
     let other = h.open_session();
     let r = browse_next(&mut h, &other, false, vec![cp.clone()]);
-    assert_eq!(r.results[0].status_code, StatusCode::BadContinuationPointInvalid);
+    assert_eq!(
+        r.results[0].status_code,
+        StatusCode::BadContinuationPointInvalid
+    );
     let hd = h.header(&token);
-    h.call(Request::CloseSession(Box::new(CloseSessionRequest { request_header: hd, delete_subscriptions: true })));
+    h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+        request_header: hd,
+        delete_subscriptions: true,
+    })));
     let r = h.browse_next_request(&token, false, vec![cp]);
-    assert_eq!(fault_status(&h.call(r)), Some(StatusCode::BadSessionIdInvalid));
+    assert_eq!(
+        fault_status(&h.call(r)),
+        Some(StatusCode::BadSessionIdInvalid)
+    );
 }
 
 #[test]
@@ -117,26 +162,52 @@ fn continuation_point_limit() {
     let b = browse(&mut h, &token, 1, vec![objects(), objects(), objects()]);
     assert_eq!(b.results[0].status_code, StatusCode::Good);
     assert_eq!(b.results[1].status_code, StatusCode::Good);
-    assert_eq!(b.results[2].status_code, StatusCode::BadNoContinuationPoints);
+    assert_eq!(
+        b.results[2].status_code,
+        StatusCode::BadNoContinuationPoints
+    );
     assert!(b.results[2].references.is_empty() && b.results[2].continuation_point.is_null());
-    let (cp0, cp1) = (b.results[0].continuation_point.clone(), b.results[1].continuation_point.clone());
+    let (cp0, cp1) = (
+        b.results[0].continuation_point.clone(),
+        b.results[1].continuation_point.clone(),
+    );
 
     // A later request frees the oldest point of a prior request.
     let b2 = browse(&mut h, &token, 1, vec![objects()]);
     assert_eq!(b2.results[0].status_code, StatusCode::Good);
     let cp2 = b2.results[0].continuation_point.clone();
     let n = browse_next(&mut h, &token, false, vec![cp0]);
-    assert_eq!(n.results[0].status_code, StatusCode::BadContinuationPointInvalid);
+    assert_eq!(
+        n.results[0].status_code,
+        StatusCode::BadContinuationPointInvalid
+    );
     let n = browse_next(&mut h, &token, false, vec![cp1.clone(), cp2.clone()]);
     assert_eq!(n.results[0].status_code, StatusCode::Good);
     assert_eq!(n.results[1].status_code, StatusCode::Good);
-    assert_eq!(h.shard.sessions().next().unwrap().continuation_point_count(), 2);
+    assert_eq!(
+        h.shard
+            .sessions()
+            .next()
+            .unwrap()
+            .continuation_point_count(),
+        2
+    );
 
     // Releasing makes room again.
     browse_next(&mut h, &token, true, vec![cp1, cp2]);
-    assert_eq!(h.shard.sessions().next().unwrap().continuation_point_count(), 0);
+    assert_eq!(
+        h.shard
+            .sessions()
+            .next()
+            .unwrap()
+            .continuation_point_count(),
+        0
+    );
     let b = browse(&mut h, &token, 1, vec![objects(), objects()]);
-    assert!(b.results.iter().all(|r| r.status_code == StatusCode::Good && !r.continuation_point.is_null()));
+    assert!(b
+        .results
+        .iter()
+        .all(|r| r.status_code == StatusCode::Good && !r.continuation_point.is_null()));
 }
 
 #[test]
@@ -149,10 +220,22 @@ fn browse_operation_errors() {
         0,
         vec![
             hierarchical(NodeId::numeric(7, 12345)),
-            BrowseDescription { reference_type_id: NodeId::ns0(85), ..hierarchical(NodeId::ns0(85)) },
-            BrowseDescription { reference_type_id: NodeId::numeric(3, 999), ..hierarchical(NodeId::ns0(85)) },
-            BrowseDescription { browse_direction: BrowseDirection(7), ..hierarchical(NodeId::ns0(85)) },
-            BrowseDescription { browse_direction: BrowseDirection::Invalid, ..hierarchical(NodeId::ns0(85)) },
+            BrowseDescription {
+                reference_type_id: NodeId::ns0(85),
+                ..hierarchical(NodeId::ns0(85))
+            },
+            BrowseDescription {
+                reference_type_id: NodeId::numeric(3, 999),
+                ..hierarchical(NodeId::ns0(85))
+            },
+            BrowseDescription {
+                browse_direction: BrowseDirection(7),
+                ..hierarchical(NodeId::ns0(85))
+            },
+            BrowseDescription {
+                browse_direction: BrowseDirection::Invalid,
+                ..hierarchical(NodeId::ns0(85))
+            },
         ],
     );
     let codes: Vec<StatusCode> = b.results.iter().map(|r| r.status_code).collect();
@@ -170,15 +253,23 @@ fn browse_operation_errors() {
     let r = h.browse_request(&token, 0, vec![]);
     assert_eq!(fault_status(&h.call(r)), Some(StatusCode::BadNothingToDo));
 
-    let max = ServerConfig::default().operation_limits.max_nodes_per_browse as usize;
+    let max = ServerConfig::default()
+        .operation_limits
+        .max_nodes_per_browse as usize;
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85)); max + 1]);
-    assert_eq!(fault_status(&h.call(r)), Some(StatusCode::BadTooManyOperations));
+    assert_eq!(
+        fault_status(&h.call(r)),
+        Some(StatusCode::BadTooManyOperations)
+    );
 
     for view in [NodeId::ns0(85), NodeId::numeric(1, 424242)] {
         let hd = h.header(&token);
         let r = h.call(Request::Browse(Box::new(BrowseRequest {
             request_header: hd,
-            view: ViewDescription { view_id: view, ..ViewDescription::default() },
+            view: ViewDescription {
+                view_id: view,
+                ..ViewDescription::default()
+            },
             requested_max_references_per_node: 0,
             nodes_to_browse: vec![hierarchical(NodeId::ns0(85))],
         })));
@@ -192,7 +283,15 @@ fn result_mask_node_class_mask_and_direction() {
     let token = h.open_session();
 
     // resultMask 0: only the target NodeId.
-    let b = browse(&mut h, &token, 0, vec![BrowseDescription { result_mask: 0, ..hierarchical(NodeId::ns0(85)) }]);
+    let b = browse(
+        &mut h,
+        &token,
+        0,
+        vec![BrowseDescription {
+            result_mask: 0,
+            ..hierarchical(NodeId::ns0(85))
+        }],
+    );
     let server = b.results[0]
         .references
         .iter()
@@ -200,30 +299,67 @@ fn result_mask_node_class_mask_and_direction() {
         .expect("Server under Objects");
     assert_eq!(
         *server,
-        ReferenceDescription { node_id: ExpandedNodeId::local(NodeId::ns0(2253)), ..ReferenceDescription::default() }
+        ReferenceDescription {
+            node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+            ..ReferenceDescription::default()
+        }
     );
 
     // All fields.
     let b = browse(&mut h, &token, 0, vec![hierarchical(NodeId::ns0(85))]);
-    let server = b.results[0].references.iter().find(|r| r.node_id.node_id == NodeId::ns0(2253)).unwrap();
+    let server = b.results[0]
+        .references
+        .iter()
+        .find(|r| r.node_id.node_id == NodeId::ns0(2253))
+        .unwrap();
     assert_eq!(server.reference_type_id, NodeId::ns0(35), "Organizes");
     assert!(server.is_forward);
     assert_eq!(server.node_class, NodeClass::Object);
     assert_eq!(server.browse_name, QualifiedName::new(0, "Server"));
     assert_eq!(server.display_name.text.as_str(), "Server");
-    let server_type = h.shard.shared().address_space.node(&NodeId::ns0(2253)).unwrap().type_definition().cloned();
-    assert_eq!(Some(server.type_definition.clone()).filter(|t| !t.node_id.is_null()), server_type, "ServerType");
+    let server_type = h
+        .shard
+        .shared()
+        .address_space
+        .node(&NodeId::ns0(2253))
+        .unwrap()
+        .type_definition()
+        .cloned();
+    assert_eq!(
+        Some(server.type_definition.clone()).filter(|t| !t.node_id.is_null()),
+        server_type,
+        "ServerType"
+    );
     // ServerStatus is a Variable with a type definition.
     let status = browse(&mut h, &token, 0, vec![hierarchical(NodeId::ns0(2253))]);
-    let status = status.results[0].references.iter().find(|r| r.node_id.node_id == NodeId::ns0(2256)).unwrap();
+    let status = status.results[0]
+        .references
+        .iter()
+        .find(|r| r.node_id.node_id == NodeId::ns0(2256))
+        .unwrap();
     assert_eq!(status.node_class, NodeClass::Variable);
     assert!(!status.type_definition.node_id.is_null());
 
     // Only BrowseName (8) and TypeDefinition (32).
-    let b = browse(&mut h, &token, 0, vec![BrowseDescription { result_mask: 8 | 32, ..hierarchical(NodeId::ns0(85)) }]);
-    let server = b.results[0].references.iter().find(|r| r.node_id.node_id == NodeId::ns0(2253)).unwrap();
+    let b = browse(
+        &mut h,
+        &token,
+        0,
+        vec![BrowseDescription {
+            result_mask: 8 | 32,
+            ..hierarchical(NodeId::ns0(85))
+        }],
+    );
+    let server = b.results[0]
+        .references
+        .iter()
+        .find(|r| r.node_id.node_id == NodeId::ns0(2253))
+        .unwrap();
     assert_eq!(server.browse_name, QualifiedName::new(0, "Server"));
-    assert_eq!(Some(server.type_definition.clone()).filter(|t| !t.node_id.is_null()), server_type);
+    assert_eq!(
+        Some(server.type_definition.clone()).filter(|t| !t.node_id.is_null()),
+        server_type
+    );
     assert!(server.reference_type_id.is_null());
     assert_eq!(server.node_class, NodeClass::Unspecified);
     assert!(server.display_name.text.is_null());
@@ -233,10 +369,16 @@ fn result_mask_node_class_mask_and_direction() {
         &mut h,
         &token,
         0,
-        vec![BrowseDescription { node_class_mask: NodeClass::Variable.0 as u32, ..hierarchical(NodeId::ns0(2253)) }],
+        vec![BrowseDescription {
+            node_class_mask: NodeClass::Variable.0 as u32,
+            ..hierarchical(NodeId::ns0(2253))
+        }],
     );
     let refs = &b.results[0].references;
-    assert!(refs.iter().any(|r| r.node_id.node_id == NodeId::ns0(2256)), "ServerStatus");
+    assert!(
+        refs.iter().any(|r| r.node_id.node_id == NodeId::ns0(2256)),
+        "ServerStatus"
+    );
     assert!(refs.iter().all(|r| r.node_class == NodeClass::Variable));
 
     // Inverse: Server is organized by Objects.
@@ -244,10 +386,15 @@ fn result_mask_node_class_mask_and_direction() {
         &mut h,
         &token,
         0,
-        vec![BrowseDescription { browse_direction: BrowseDirection::Inverse, ..hierarchical(NodeId::ns0(2253)) }],
+        vec![BrowseDescription {
+            browse_direction: BrowseDirection::Inverse,
+            ..hierarchical(NodeId::ns0(2253))
+        }],
     );
     let refs = &b.results[0].references;
-    assert!(refs.iter().any(|r| r.node_id.node_id == NodeId::ns0(85) && !r.is_forward));
+    assert!(refs
+        .iter()
+        .any(|r| r.node_id.node_id == NodeId::ns0(85) && !r.is_forward));
     assert!(refs.iter().all(|r| !r.is_forward));
 
     // Both = Forward ∪ Inverse; a null reference type is every reference.
@@ -257,12 +404,38 @@ fn result_mask_node_class_mask_and_direction() {
         include_subtypes: false,
         ..hierarchical(NodeId::ns0(2256))
     };
-    let b = browse(&mut h, &token, 0, vec![any(BrowseDirection::Forward), any(BrowseDirection::Inverse), any(BrowseDirection::Both)]);
-    assert_eq!(b.results[0].references.len() + b.results[1].references.len(), b.results[2].references.len());
-    assert!(b.results[0].references.iter().any(|r| r.reference_type_id == NodeId::ns0(40)), "HasTypeDefinition");
+    let b = browse(
+        &mut h,
+        &token,
+        0,
+        vec![
+            any(BrowseDirection::Forward),
+            any(BrowseDirection::Inverse),
+            any(BrowseDirection::Both),
+        ],
+    );
+    assert_eq!(
+        b.results[0].references.len() + b.results[1].references.len(),
+        b.results[2].references.len()
+    );
+    assert!(
+        b.results[0]
+            .references
+            .iter()
+            .any(|r| r.reference_type_id == NodeId::ns0(40)),
+        "HasTypeDefinition"
+    );
 
     // Without subtypes, HierarchicalReferences itself matches nothing on Objects.
-    let b = browse(&mut h, &token, 0, vec![BrowseDescription { include_subtypes: false, ..hierarchical(NodeId::ns0(85)) }]);
+    let b = browse(
+        &mut h,
+        &token,
+        0,
+        vec![BrowseDescription {
+            include_subtypes: false,
+            ..hierarchical(NodeId::ns0(85))
+        }],
+    );
     assert!(b.results[0].references.is_empty());
     assert_eq!(b.results[0].status_code, StatusCode::Good);
 }
@@ -286,10 +459,12 @@ fn path(start: NodeId, names: &[&str]) -> BrowsePath {
 
 fn translate(h: &mut Harness, token: &NodeId, paths: Vec<BrowsePath>) -> Response {
     let hd = h.header(token);
-    h.call(Request::TranslateBrowsePathsToNodeIds(Box::new(TranslateBrowsePathsToNodeIdsRequest {
-        request_header: hd,
-        browse_paths: paths,
-    })))
+    h.call(Request::TranslateBrowsePathsToNodeIds(Box::new(
+        TranslateBrowsePathsToNodeIdsRequest {
+            request_header: hd,
+            browse_paths: paths,
+        },
+    )))
 }
 
 #[test]
@@ -331,7 +506,9 @@ fn translate_browse_paths() {
             path(NodeId::ns0(84), &["Objects", "Server"]),
         ],
     );
-    let Response::TranslateBrowsePathsToNodeIds(t) = r else { panic!("{r:?}") };
+    let Response::TranslateBrowsePathsToNodeIds(t) = r else {
+        panic!("{r:?}")
+    };
     let status: Vec<StatusCode> = t.results.iter().map(|r| r.status_code).collect();
     assert_eq!(
         status,
@@ -351,7 +528,12 @@ fn translate_browse_paths() {
         ]
     );
     let only = |i: usize| {
-        assert_eq!(t.results[i].targets.len(), 1, "path {i}: {:?}", t.results[i]);
+        assert_eq!(
+            t.results[i].targets.len(),
+            1,
+            "path {i}: {:?}",
+            t.results[i]
+        );
         assert_eq!(t.results[i].targets[0].remaining_path_index, u32::MAX);
         t.results[i].targets[0].target_id.clone()
     };
@@ -372,27 +554,50 @@ fn translate_into_namespace_1() {
     let token = h.open_session();
     let mut p = path(NodeId::ns0(85), &["BenchmarkValue0"]);
     p.relative_path.elements[0].target_name = QualifiedName::new(1, "BenchmarkValue0");
-    let Response::TranslateBrowsePathsToNodeIds(t) = translate(&mut h, &token, vec![p]) else { panic!() };
+    let Response::TranslateBrowsePathsToNodeIds(t) = translate(&mut h, &token, vec![p]) else {
+        panic!()
+    };
     assert_eq!(t.results[0].status_code, StatusCode::Good);
-    assert_eq!(t.results[0].targets[0].target_id, ExpandedNodeId::local(NodeId::numeric(1, 1001)));
+    assert_eq!(
+        t.results[0].targets[0].target_id,
+        ExpandedNodeId::local(NodeId::numeric(1, 1001))
+    );
 }
 
 #[test]
 fn register_and_unregister_nodes() {
     let mut h = Harness::new();
     let token = h.open_session();
-    let ids = vec![NodeId::numeric(1, 1001), NodeId::string(1, "anything"), NodeId::ns0(2258)];
+    let ids = vec![
+        NodeId::numeric(1, 1001),
+        NodeId::string(1, "anything"),
+        NodeId::ns0(2258),
+    ];
     let hd = h.header(&token);
-    let r = h.call(Request::RegisterNodes(Box::new(RegisterNodesRequest { request_header: hd, nodes_to_register: ids.clone() })));
-    let Response::RegisterNodes(reg) = r else { panic!("{r:?}") };
+    let r = h.call(Request::RegisterNodes(Box::new(RegisterNodesRequest {
+        request_header: hd,
+        nodes_to_register: ids.clone(),
+    })));
+    let Response::RegisterNodes(reg) = r else {
+        panic!("{r:?}")
+    };
     assert_eq!(reg.registered_node_ids, ids);
     let hd = h.header(&token);
-    let r = h.call(Request::UnregisterNodes(Box::new(UnregisterNodesRequest { request_header: hd, nodes_to_unregister: ids })));
+    let r = h.call(Request::UnregisterNodes(Box::new(UnregisterNodesRequest {
+        request_header: hd,
+        nodes_to_unregister: ids,
+    })));
     assert!(matches!(r, Response::UnregisterNodes(_)), "{r:?}");
     let hd = h.header(&token);
-    let r = h.call(Request::RegisterNodes(Box::new(RegisterNodesRequest { request_header: hd, nodes_to_register: vec![] })));
+    let r = h.call(Request::RegisterNodes(Box::new(RegisterNodesRequest {
+        request_header: hd,
+        nodes_to_register: vec![],
+    })));
     assert_eq!(fault_status(&r), Some(StatusCode::BadNothingToDo));
     let hd = h.header(&token);
-    let r = h.call(Request::UnregisterNodes(Box::new(UnregisterNodesRequest { request_header: hd, nodes_to_unregister: vec![] })));
+    let r = h.call(Request::UnregisterNodes(Box::new(UnregisterNodesRequest {
+        request_header: hd,
+        nodes_to_unregister: vec![],
+    })));
     assert_eq!(fault_status(&r), Some(StatusCode::BadNothingToDo));
 }

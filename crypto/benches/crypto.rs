@@ -12,8 +12,11 @@ use uaring_crypto::{
 };
 
 const SIZES: [usize; 4] = [64, 1024, 8 * 1024, 64 * 1024];
-const POLICIES: [PolicyId; 3] =
-    [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss];
+const POLICIES: [PolicyId; 3] = [
+    PolicyId::Basic256Sha256,
+    PolicyId::Aes128Sha256RsaOaep,
+    PolicyId::Aes256Sha256RsaPss,
+];
 const HEADER: usize = 24; // message header + symmetric security header
 
 fn chunk_for(policy: PolicyId, body: usize) -> (Vec<u8>, usize) {
@@ -28,7 +31,8 @@ fn symmetric(c: &mut Criterion) {
     for policy in POLICIES {
         let keys = derive_channel_keys(policy, &[1u8; 32], &[2u8; 32]).unwrap();
         let mut g = c.benchmark_group(format!("sym/{}", policy.name()));
-        g.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+        g.measurement_time(Duration::from_secs(2))
+            .warm_up_time(Duration::from_millis(500));
         for size in SIZES {
             g.throughput(Throughput::Bytes(size as u64));
             let (template, enc_from) = chunk_for(policy, size);
@@ -41,7 +45,9 @@ fn symmetric(c: &mut Criterion) {
                 })
             });
             let mut sealed = template.clone();
-            keys.client.seal_chunk(&mut sealed, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+            keys.client
+                .seal_chunk(&mut sealed, enc_from, SecurityMode::SignAndEncrypt)
+                .unwrap();
             let mut work = sealed.clone();
             g.bench_with_input(BenchmarkId::new("decrypt+verify", size), &size, |b, _| {
                 b.iter(|| {
@@ -53,7 +59,11 @@ fn symmetric(c: &mut Criterion) {
             });
             let mut signed = template.clone();
             g.bench_with_input(BenchmarkId::new("sign-only", size), &size, |b, _| {
-                b.iter(|| keys.client.seal_chunk(&mut signed, enc_from, SecurityMode::Sign).unwrap())
+                b.iter(|| {
+                    keys.client
+                        .seal_chunk(&mut signed, enc_from, SecurityMode::Sign)
+                        .unwrap()
+                })
             });
         }
         g.finish();
@@ -61,10 +71,15 @@ fn symmetric(c: &mut Criterion) {
 }
 
 fn rsa(c: &mut Criterion) {
-    let (cert, key) =
-        generate_self_signed(&CertificateRequest::new("urn:bench", "bench", 1_700_000_000)).unwrap();
+    let (cert, key) = generate_self_signed(&CertificateRequest::new(
+        "urn:bench",
+        "bench",
+        1_700_000_000,
+    ))
+    .unwrap();
     let mut g = c.benchmark_group("rsa2048");
-    g.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
     g.throughput(Throughput::Elements(1));
     for policy in [PolicyId::Basic256Sha256, PolicyId::Aes256Sha256RsaPss] {
         let plain = [7u8; 32];
@@ -101,22 +116,38 @@ fn rsa(c: &mut Criterion) {
 fn uasc(c: &mut Criterion) {
     use uaring_core::generated::types::MessageSecurityMode;
     use uaring_core::secure_channel::{
-        open_chunk, write_chunks, ChunkLimits, Role, SecurityHeader, SecurityPolicy, SequenceCounter,
+        open_chunk, write_chunks, ChunkLimits, Role, SecurityHeader, SecurityPolicy,
+        SequenceCounter,
     };
     use uaring_core::transport::MessageType;
     use uaring_crypto::{OwnIdentity, RsaPolicy};
     let id = |n: &str| {
-        let (cert, key) = generate_self_signed(&CertificateRequest::new(&format!("urn:{n}"), n, 1_700_000_000)).unwrap();
+        let (cert, key) = generate_self_signed(&CertificateRequest::new(
+            &format!("urn:{n}"),
+            n,
+            1_700_000_000,
+        ))
+        .unwrap();
         OwnIdentity::new(cert, key).unwrap()
     };
     let (server, client) = (id("server"), id("client"));
     let policy = RsaPolicy::client(PolicyId::Basic256Sha256, client.clone()).unwrap();
-    let limits = ChunkLimits { max_chunk_size: 65536, max_message_size: 0, max_chunk_count: 0 };
+    let limits = ChunkLimits {
+        max_chunk_size: 65536,
+        max_message_size: 0,
+        max_chunk_count: 0,
+    };
     let mut g = c.benchmark_group("uasc/Basic256Sha256");
-    g.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    g.measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
     let body = vec![0x5Au8; 1024];
-    for mode in [MessageSecurityMode::SignAndEncrypt, MessageSecurityMode::Sign] {
-        let crypto = policy.symmetric(Role::Client, mode, &[1u8; 32], &[2u8; 32]).unwrap();
+    for mode in [
+        MessageSecurityMode::SignAndEncrypt,
+        MessageSecurityMode::Sign,
+    ] {
+        let crypto = policy
+            .symmetric(Role::Client, mode, &[1u8; 32], &[2u8; 32])
+            .unwrap();
         let header = SecurityHeader::Symmetric { token_id: 1 };
         let mut seq = SequenceCounter::new(true);
         let mut out = Vec::with_capacity(4096);
@@ -125,25 +156,54 @@ fn uasc(c: &mut Criterion) {
         g.bench_function(format!("write-chunk-1KiB/{name}"), |b| {
             b.iter(|| {
                 out.clear();
-                write_chunks(MessageType::Message, 7, &header, 1, &body, &*crypto, &mut seq, &limits, &mut out).unwrap()
+                write_chunks(
+                    MessageType::Message,
+                    7,
+                    &header,
+                    1,
+                    &body,
+                    &*crypto,
+                    &mut seq,
+                    &limits,
+                    &mut out,
+                )
+                .unwrap()
             })
         });
         // The peer's view: keys of the other role open what the client sealed.
         let peer = RsaPolicy::client(PolicyId::Basic256Sha256, client.clone()).unwrap();
-        let opener = peer.symmetric(Role::Server, mode, &[2u8; 32], &[1u8; 32]).unwrap();
+        let opener = peer
+            .symmetric(Role::Server, mode, &[2u8; 32], &[1u8; 32])
+            .unwrap();
         out.clear();
-        write_chunks(MessageType::Message, 7, &header, 1, &body, &*crypto, &mut seq, &limits, &mut out).unwrap();
+        write_chunks(
+            MessageType::Message,
+            7,
+            &header,
+            1,
+            &body,
+            &*crypto,
+            &mut seq,
+            &limits,
+            &mut out,
+        )
+        .unwrap();
         let sealed = out.clone();
         let mut scratch = Vec::with_capacity(4096);
         g.bench_function(format!("open-chunk-1KiB/{name}"), |b| {
             b.iter(|| {
-                open_chunk(&sealed, 12 + header.encoded_len(), &*opener, &mut scratch).unwrap().body.len()
+                open_chunk(&sealed, 12 + header.encoded_len(), &*opener, &mut scratch)
+                    .unwrap()
+                    .body
+                    .len()
             })
         });
     }
     // OPN: client side seals (RSA encrypt to the server + RSA sign), server side opens (RSA
     // decrypt + verify). The server side is what a handshake flood costs.
-    let asym = policy.asymmetric(Role::Client, Some(server.cert.der()), None).unwrap();
+    let asym = policy
+        .asymmetric(Role::Client, Some(server.cert.der()), None)
+        .unwrap();
     let header = SecurityHeader::Asymmetric(policy.asymmetric_header(Some(server.cert.der())));
     let opn_body = vec![0x11u8; 120];
     let mut seq = SequenceCounter::new(true);
@@ -152,18 +212,47 @@ fn uasc(c: &mut Criterion) {
     g.bench_function("opn-client-seal", |b| {
         b.iter(|| {
             out.clear();
-            write_chunks(MessageType::OpenSecureChannel, 0, &header, 1, &opn_body, &*asym, &mut seq, &limits, &mut out).unwrap()
+            write_chunks(
+                MessageType::OpenSecureChannel,
+                0,
+                &header,
+                1,
+                &opn_body,
+                &*asym,
+                &mut seq,
+                &limits,
+                &mut out,
+            )
+            .unwrap()
         })
     });
     out.clear();
-    write_chunks(MessageType::OpenSecureChannel, 0, &header, 1, &opn_body, &*asym, &mut seq, &limits, &mut out).unwrap();
+    write_chunks(
+        MessageType::OpenSecureChannel,
+        0,
+        &header,
+        1,
+        &opn_body,
+        &*asym,
+        &mut seq,
+        &limits,
+        &mut out,
+    )
+    .unwrap();
     let sealed = out.clone();
     let server_side = RsaPolicy::client(PolicyId::Basic256Sha256, server.clone()).unwrap();
-    let server_asym = server_side.asymmetric(Role::Client, Some(client.cert.der()), None).unwrap();
+    let server_asym = server_side
+        .asymmetric(Role::Client, Some(client.cert.der()), None)
+        .unwrap();
     let seq_offset = 12 + header.encoded_len();
     let mut scratch = Vec::with_capacity(8192);
     g.bench_function("opn-server-open", |b| {
-        b.iter(|| open_chunk(&sealed, seq_offset, &*server_asym, &mut scratch).unwrap().body.len())
+        b.iter(|| {
+            open_chunk(&sealed, seq_offset, &*server_asym, &mut scratch)
+                .unwrap()
+                .body
+                .len()
+        })
     });
     g.finish();
 }
@@ -178,56 +267,105 @@ fn uasc(c: &mut Criterion) {
 fn read_floor(c: &mut Criterion) {
     use uaring_core::generated::types::MessageSecurityMode;
     use uaring_core::secure_channel::{
-        open_chunk, write_chunks, ChunkLimits, Role, SecurityHeader, SecurityPolicy, SequenceCounter,
+        open_chunk, write_chunks, ChunkLimits, Role, SecurityHeader, SecurityPolicy,
+        SequenceCounter,
     };
     use uaring_core::transport::MessageType;
     use uaring_crypto::{OwnIdentity, RsaPolicy};
     const REQUEST_BODY: usize = 104;
     const RESPONSE_BODY: usize = 42;
     let mut g = c.benchmark_group("read-floor");
-    g.measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));
+    g.measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
     g.throughput(Throughput::Elements(1));
     for policy in POLICIES {
         let keys = derive_channel_keys(policy, &[1u8; 32], &[2u8; 32]).unwrap();
         // The client seals the request with its keys; the server opens it with the same set.
         let (req_template, enc_from) = chunk_for(policy, REQUEST_BODY);
         let mut sealed_req = req_template.clone();
-        keys.client.seal_chunk(&mut sealed_req, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+        keys.client
+            .seal_chunk(&mut sealed_req, enc_from, SecurityMode::SignAndEncrypt)
+            .unwrap();
         let mut work = sealed_req.clone();
         let (resp_template, _) = chunk_for(policy, RESPONSE_BODY);
         let mut resp = resp_template.clone();
         g.bench_function(format!("primitives/{}", policy.name()), |b| {
             b.iter(|| {
                 work.copy_from_slice(&sealed_req);
-                keys.client.open_chunk(&mut work, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+                keys.client
+                    .open_chunk(&mut work, enc_from, SecurityMode::SignAndEncrypt)
+                    .unwrap();
                 resp.copy_from_slice(&resp_template);
-                keys.server.seal_chunk(&mut resp, enc_from, SecurityMode::SignAndEncrypt).unwrap();
+                keys.server
+                    .seal_chunk(&mut resp, enc_from, SecurityMode::SignAndEncrypt)
+                    .unwrap();
             })
         });
     }
-    let (cert, key) = generate_self_signed(&CertificateRequest::new("urn:floor", "floor", 1_700_000_000)).unwrap();
+    let (cert, key) = generate_self_signed(&CertificateRequest::new(
+        "urn:floor",
+        "floor",
+        1_700_000_000,
+    ))
+    .unwrap();
     let id = OwnIdentity::new(cert, key).unwrap();
-    let limits = ChunkLimits { max_chunk_size: 65536, max_message_size: 0, max_chunk_count: 0 };
+    let limits = ChunkLimits {
+        max_chunk_size: 65536,
+        max_message_size: 0,
+        max_chunk_count: 0,
+    };
     let header = SecurityHeader::Symmetric { token_id: 1 };
     let mode = MessageSecurityMode::SignAndEncrypt;
     let policy = RsaPolicy::client(PolicyId::Basic256Sha256, id.clone()).unwrap();
-    let client = policy.symmetric(Role::Client, mode, &[1u8; 32], &[2u8; 32]).unwrap();
-    let server = policy.symmetric(Role::Server, mode, &[2u8; 32], &[1u8; 32]).unwrap();
+    let client = policy
+        .symmetric(Role::Client, mode, &[1u8; 32], &[2u8; 32])
+        .unwrap();
+    let server = policy
+        .symmetric(Role::Server, mode, &[2u8; 32], &[1u8; 32])
+        .unwrap();
     let mut seq = SequenceCounter::new(true);
     let mut request = Vec::with_capacity(1024);
-    write_chunks(MessageType::Message, 7, &header, 1, &[0x5Au8; REQUEST_BODY], &*client, &mut seq, &limits, &mut request).unwrap();
+    write_chunks(
+        MessageType::Message,
+        7,
+        &header,
+        1,
+        &[0x5Au8; REQUEST_BODY],
+        &*client,
+        &mut seq,
+        &limits,
+        &mut request,
+    )
+    .unwrap();
     let response_body = [0xA5u8; RESPONSE_BODY];
     let mut scratch = Vec::with_capacity(1024);
     let mut out = Vec::with_capacity(1024);
     let seq_offset = 12 + header.encoded_len();
-    g.bench_function(format!("core-path/{}", PolicyId::Basic256Sha256.name()), |b| {
-        b.iter(|| {
-            let n = open_chunk(&request, seq_offset, &*server, &mut scratch).unwrap().body.len();
-            out.clear();
-            write_chunks(MessageType::Message, 7, &header, 1, &response_body, &*server, &mut seq, &limits, &mut out).unwrap();
-            n
-        })
-    });
+    g.bench_function(
+        format!("core-path/{}", PolicyId::Basic256Sha256.name()),
+        |b| {
+            b.iter(|| {
+                let n = open_chunk(&request, seq_offset, &*server, &mut scratch)
+                    .unwrap()
+                    .body
+                    .len();
+                out.clear();
+                write_chunks(
+                    MessageType::Message,
+                    7,
+                    &header,
+                    1,
+                    &response_body,
+                    &*server,
+                    &mut seq,
+                    &limits,
+                    &mut out,
+                )
+                .unwrap();
+                n
+            })
+        },
+    );
     g.finish();
 }
 

@@ -24,7 +24,9 @@ pub struct PrivateKey {
 
 impl std::fmt::Debug for PrivateKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrivateKey").field("bits", &self.key_bits()).finish_non_exhaustive()
+        f.debug_struct("PrivateKey")
+            .field("bits", &self.key_bits())
+            .finish_non_exhaustive()
     }
 }
 
@@ -56,7 +58,12 @@ impl PrivateKey {
             .ok()
             .and_then(|k| Pkcs1PrivateDecryptingKey::new(k).ok())
             .ok_or(status::BAD_CERTIFICATE_INVALID)?;
-        Ok(PrivateKey { pkcs8: Zeroizing::new(der.to_vec()), signing, oaep, pkcs1 })
+        Ok(PrivateKey {
+            pkcs8: Zeroizing::new(der.to_vec()),
+            signing,
+            oaep,
+            pkcs1,
+        })
     }
 
     /// Parses a PKCS#1 `RSAPrivateKey` DER document.
@@ -131,10 +138,15 @@ pub fn asym_encrypt(
     out: &mut Vec<u8>,
 ) -> Result<(), u32> {
     enum Key<'a> {
-        Oaep(&'a OaepPublicEncryptingKey, &'static aws_lc_rs::rsa::OaepAlgorithm),
+        Oaep(
+            &'a OaepPublicEncryptingKey,
+            &'static aws_lc_rs::rsa::OaepAlgorithm,
+        ),
         Pkcs1(&'a Pkcs1PublicEncryptingKey),
     }
-    let enc = policy.asym_encryption().ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
+    let enc = policy
+        .asym_encryption()
+        .ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
     // The certificate's key objects, parsed once (see cert::PublicKeys).
     let keys = peer.keys();
     let parse = || PublicEncryptingKey::from_der(peer.spki_der()).ok();
@@ -169,7 +181,11 @@ pub fn asym_encrypt(
         chunks.push(&[]);
     }
     // One key-sized output block per plaintext chunk.
-    let blocks_out = out.get_mut(start..).ok_or(status::BAD_INTERNAL_ERROR)?.chunks_exact_mut(key_bytes).zip(&chunks);
+    let blocks_out = out
+        .get_mut(start..)
+        .ok_or(status::BAD_INTERNAL_ERROR)?
+        .chunks_exact_mut(key_bytes)
+        .zip(&chunks);
     for (dst, chunk) in blocks_out {
         let n = match key {
             Key::Oaep(k, alg) => k.encrypt(alg, chunk, dst, None),
@@ -193,7 +209,9 @@ pub fn asym_decrypt(
     ciphertext: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<usize, u32> {
-    let enc = policy.asym_encryption().ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
+    let enc = policy
+        .asym_encryption()
+        .ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
     let key_bytes = own.key_bytes();
     if ciphertext.is_empty() || ciphertext.len() % key_bytes != 0 {
         return Err(status::BAD_SECURITY_CHECKS_FAILED);
@@ -226,7 +244,9 @@ pub fn asym_sign_into(
     data: &[u8],
     out: &mut [u8],
 ) -> Result<(), u32> {
-    let alg = policy.asym_signature().ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
+    let alg = policy
+        .asym_signature()
+        .ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
     let encoding: &'static dyn signature::RsaEncoding = match alg {
         AsymSignature::Pkcs1Sha256 => &signature::RSA_PKCS1_SHA256,
         AsymSignature::PssSha256 => &signature::RSA_PSS_SHA256,
@@ -237,7 +257,9 @@ pub fn asym_sign_into(
         return Err(status::BAD_INVALID_ARGUMENT);
     }
     let rng = aws_lc_rs::rand::SystemRandom::new();
-    own.signing.sign(encoding, &rng, data, out).map_err(|_| status::BAD_INTERNAL_ERROR)
+    own.signing
+        .sign(encoding, &rng, data, out)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)
 }
 
 /// Verifies a peer's signature over `data` with the public key of `peer`.
@@ -249,7 +271,9 @@ pub fn asym_verify(
     data: &[u8],
     signature: &[u8],
 ) -> Result<(), u32> {
-    let alg = policy.asym_signature().ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
+    let alg = policy
+        .asym_signature()
+        .ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
     // The algorithm, and the slot of the certificate's key object parsed for it.
     let (params, slot): (&'static dyn signature::VerificationAlgorithm, usize) = match alg {
         AsymSignature::Pkcs1Sha256 => (&signature::RSA_PKCS1_2048_8192_SHA256, 0),
@@ -265,7 +289,8 @@ pub fn asym_verify(
         .get_or_init(|| ParsedPublicKey::new(params, peer.rsa_public_key()).ok())
         .as_ref()
         .ok_or(status::BAD_SECURITY_CHECKS_FAILED)?;
-    key.verify_sig(data, signature).map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
+    key.verify_sig(data, signature)
+        .map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
 }
 
 /// Plaintext block size for the policy and a key of `key_bits` bits.
@@ -287,7 +312,9 @@ pub fn encrypted_len(policy: PolicyId, key_bits: usize, plain_len: usize) -> usi
 /// Fills `out` with cryptographically secure random bytes (nonces).
 pub fn random_bytes(out: &mut [u8]) -> Result<(), u32> {
     use aws_lc_rs::rand::SecureRandom;
-    aws_lc_rs::rand::SystemRandom::new().fill(out).map_err(|_| status::BAD_INTERNAL_ERROR)
+    aws_lc_rs::rand::SystemRandom::new()
+        .fill(out)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)
 }
 
 /// A fresh nonce of the policy's length.
@@ -308,21 +335,31 @@ mod tests {
     #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
     fn public_key_objects_are_parsed_once_and_shared_by_clones() {
         let policy = PolicyId::Basic256Sha256;
-        let (cert, key) = generate_self_signed(&CertificateRequest::new("urn:k", "k", 1_700_000_000)).unwrap();
+        let (cert, key) =
+            generate_self_signed(&CertificateRequest::new("urn:k", "k", 1_700_000_000)).unwrap();
         let clone = cert.clone();
-        assert!(std::ptr::eq(cert.der(), clone.der()), "a clone shares the parsed certificate");
+        assert!(
+            std::ptr::eq(cert.der(), clone.der()),
+            "a clone shares the parsed certificate"
+        );
         assert!(cert.keys().oaep.get().is_none() && cert.keys().verify[0].get().is_none());
         let mut ct = Vec::new();
         asym_encrypt(policy, &clone, b"secret", &mut ct).unwrap();
         let sig = asym_sign(policy, &key, b"data").unwrap();
         asym_verify(policy, &clone, b"data", &sig).unwrap();
-        assert!(cert.keys().oaep.get().is_some_and(Option::is_some), "parsed through the clone");
+        assert!(
+            cert.keys().oaep.get().is_some_and(Option::is_some),
+            "parsed through the clone"
+        );
         assert!(cert.keys().verify[0].get().is_some_and(Option::is_some));
         // And they work a second time, through the original.
         let mut out = Vec::new();
         asym_decrypt(policy, &key, &ct, &mut out).unwrap();
         assert_eq!(out, b"secret");
         asym_verify(policy, &cert, b"data", &sig).unwrap();
-        assert_eq!(asym_verify(policy, &cert, b"other", &sig), Err(status::BAD_SECURITY_CHECKS_FAILED));
+        assert_eq!(
+            asym_verify(policy, &cert, b"other", &sig),
+            Err(status::BAD_SECURITY_CHECKS_FAILED)
+        );
     }
 }

@@ -110,7 +110,9 @@ impl std::fmt::Debug for PublicKeys {
 
 /// An RFC 4514 string of a DER Name (empty if it does not parse; it parsed when the certificate did).
 fn name_string(der: &[u8]) -> String {
-    x509_cert::name::Name::from_der(der).map(|n| n.to_string()).unwrap_or_default()
+    x509_cert::name::Name::from_der(der)
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }
 
 /// Modulus size in bits of a PKCS#1 `RSAPublicKey` (SEQUENCE { modulus INTEGER, publicExponent
@@ -192,9 +194,13 @@ impl Certificate {
             }
             let len = {
                 let mut r = SliceReader::new(rest).map_err(|_| status::BAD_CERTIFICATE_INVALID)?;
-                r.tlv_bytes().map_err(|_| status::BAD_CERTIFICATE_INVALID)?.len()
+                r.tlv_bytes()
+                    .map_err(|_| status::BAD_CERTIFICATE_INVALID)?
+                    .len()
             };
-            let (one, tail) = rest.split_at_checked(len).ok_or(status::BAD_CERTIFICATE_INVALID)?;
+            let (one, tail) = rest
+                .split_at_checked(len)
+                .ok_or(status::BAD_CERTIFICATE_INVALID)?;
             out.push(Self::from_der(one)?);
             rest = tail;
         }
@@ -231,7 +237,11 @@ impl Certificate {
             CertSignatureAlg::Other
         };
         let spki_der = tbs.subject_public_key_info.to_der().map_err(bad)?;
-        let rsa_public_key = tbs.subject_public_key_info.subject_public_key.raw_bytes().to_vec();
+        let rsa_public_key = tbs
+            .subject_public_key_info
+            .subject_public_key
+            .raw_bytes()
+            .to_vec();
         let key_bits = if tbs.subject_public_key_info.algorithm.oid == rfc5912::RSA_ENCRYPTION {
             rsa_modulus_bits(&rsa_public_key).unwrap_or(0)
         } else {
@@ -327,7 +337,10 @@ impl Certificate {
     /// The signed TBSCertificate bytes.
     pub fn tbs_der(&self) -> &[u8] {
         // The range was found inside `der` when parsing; were it not, nothing would verify.
-        self.0.der.get(self.0.tbs_range.0..self.0.tbs_range.1).unwrap_or_default()
+        self.0
+            .der
+            .get(self.0.tbs_range.0..self.0.tbs_range.1)
+            .unwrap_or_default()
     }
     /// The issuer's signature over [`Self::tbs_der`].
     pub fn signature(&self) -> &[u8] {
@@ -364,11 +377,13 @@ impl Certificate {
             .rev()
             .flat_map(|rdn| rdn.0.iter())
             .filter(|atv| atv.oid == const_oid::db::rfc4519::CN)
-            .find_map(|atv| match DirectoryString::from_der(&atv.value.to_der().ok()?).ok()? {
-                DirectoryString::Utf8String(s) => Some(s),
-                DirectoryString::PrintableString(s) => Some(s.to_string()),
-                DirectoryString::TeletexString(s) => Some(s.to_string()),
-            })
+            .find_map(
+                |atv| match DirectoryString::from_der(&atv.value.to_der().ok()?).ok()? {
+                    DirectoryString::Utf8String(s) => Some(s),
+                    DirectoryString::PrintableString(s) => Some(s.to_string()),
+                    DirectoryString::TeletexString(s) => Some(s.to_string()),
+                },
+            )
     }
     /// Serial number bytes (big-endian, as encoded).
     pub fn serial(&self) -> &[u8] {
@@ -454,7 +469,10 @@ impl Certificate {
         if let Ok(ip) = hostname.parse::<IpAddr>() {
             return self.0.ip_addresses.contains(&ip);
         }
-        self.0.dns_names.iter().any(|d| d.eq_ignore_ascii_case(hostname))
+        self.0
+            .dns_names
+            .iter()
+            .any(|d| d.eq_ignore_ascii_case(hostname))
     }
 
     /// Verifies that `issuer`'s key signed this certificate. Only SHA-2 RSA signatures are
@@ -493,7 +511,10 @@ pub(crate) fn verify_rsa_signature(
         ],
     };
     for alg in candidates {
-        if sig::UnparsedPublicKey::new(*alg, rsa_public_key).verify(signed, signature).is_ok() {
+        if sig::UnparsedPublicKey::new(*alg, rsa_public_key)
+            .verify(signed, signature)
+            .is_ok()
+        {
             return Ok(());
         }
     }
@@ -560,7 +581,8 @@ pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, Pr
             .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
         params.subject_alt_names.push(SanType::URI(uri));
         for d in &req.dns_names {
-            let d = rcgen::Ia5String::try_from(d.as_str()).map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+            let d =
+                rcgen::Ia5String::try_from(d.as_str()).map_err(|_| status::BAD_INVALID_ARGUMENT)?;
             params.subject_alt_names.push(SanType::DnsName(d));
         }
         for ip in &req.ip_addresses {
@@ -581,8 +603,10 @@ pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, Pr
             KeyUsagePurpose::DataEncipherment,
             KeyUsagePurpose::KeyCertSign,
         ];
-        params.extended_key_usages =
-            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
         // basicConstraints with cA = FALSE, encoded as DER requires: an empty SEQUENCE (a
         // DEFAULT value is never encoded). rcgen's ExplicitNoCa writes `cA FALSE`, which
         // strict parsers (Python cryptography, used by asyncua) reject.
@@ -599,10 +623,17 @@ pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, Pr
         };
         let mut ski_ext = vec![0x04, ski.len() as u8];
         ski_ext.extend_from_slice(&ski);
-        params.custom_extensions.push(rcgen::CustomExtension::from_oid_content(&[2, 5, 29, 14], ski_ext));
+        params
+            .custom_extensions
+            .push(rcgen::CustomExtension::from_oid_content(
+                &[2, 5, 29, 14],
+                ski_ext,
+            ));
         params.key_identifier_method = KeyIdMethod::PreSpecified(ski);
         params.use_authority_key_identifier_extension = true;
-        let cert = params.self_signed(&kp).map_err(|_| status::BAD_INTERNAL_ERROR)?;
+        let cert = params
+            .self_signed(&kp)
+            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
         cert.der().to_vec()
     };
     let cert = Certificate::from_der(&der)?;

@@ -53,7 +53,15 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { uri: None, name: None, hosts: Vec::new(), ips: Vec::new(), days: 5 * 365, bits: 2048, force: false }
+        Self {
+            uri: None,
+            name: None,
+            hosts: Vec::new(),
+            ips: Vec::new(),
+            days: 5 * 365,
+            bits: 2048,
+            force: false,
+        }
     }
 }
 
@@ -69,7 +77,12 @@ fn open_pki(pki_dir: &Path, err: &mut dyn Write) -> Option<Pki> {
 
 /// `uaring cert show [FILE]`: describes FILE, or the own certificate without one.
 /// Exit code 0, or 1 when the file is missing or not a certificate.
-pub fn cert_show(file: Option<&Path>, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+pub fn cert_show(
+    file: Option<&Path>,
+    pki_dir: &Path,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let path = match file {
         Some(p) => p.to_path_buf(),
         None => match open_pki(pki_dir, err) {
@@ -84,7 +97,12 @@ pub fn cert_show(file: Option<&Path>, pki_dir: &Path, out: &mut dyn Write, err: 
                 0
             }
             Err(code) => {
-                let _ = writeln!(err, "{}: not a certificate ({})", path.display(), status::name(code));
+                let _ = writeln!(
+                    err,
+                    "{}: not a certificate ({})",
+                    path.display(),
+                    status::name(code)
+                );
                 1
             }
         },
@@ -97,10 +115,18 @@ pub fn cert_show(file: Option<&Path>, pki_dir: &Path, out: &mut dyn Write, err: 
 
 /// `uaring cert trust FILE`: copies a certificate into trusted/certs. Exit code 0 or 1.
 pub fn cert_trust(file: &Path, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let Some(mut pki) = open_pki(pki_dir, err) else { return 1 };
+    let Some(mut pki) = open_pki(pki_dir, err) else {
+        return 1;
+    };
     match pki.trust_file(file) {
         Ok(cert) => {
-            let _ = writeln!(out, "trusted {} ({}) in {}", cert.subject(), cert.thumbprint_hex(), pki.dir("trusted/certs").display());
+            let _ = writeln!(
+                out,
+                "trusted {} ({}) in {}",
+                cert.subject(),
+                cert.thumbprint_hex(),
+                pki.dir("trusted/certs").display()
+            );
             0
         }
         Err(e) => {
@@ -113,16 +139,27 @@ pub fn cert_trust(file: &Path, pki_dir: &Path, out: &mut dyn Write, err: &mut dy
 /// `uaring cert generate`: a self-signed application instance certificate and key in the PKI
 /// directory. Exit code 0; 1 when one exists already (without `force`) or generation fails; 2 for
 /// options out of range.
-pub fn cert_generate(opts: &GenerateOptions, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+pub fn cert_generate(
+    opts: &GenerateOptions,
+    pki_dir: &Path,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     if !KEY_BITS_ALLOWED.contains(&opts.bits) {
         let _ = writeln!(err, "--bits {}: expected 2048, 3072 or 4096", opts.bits);
         return 2;
     }
     if !(1..=VALIDITY_DAYS_MAX).contains(&opts.days) {
-        let _ = writeln!(err, "--days {}: expected 1..={VALIDITY_DAYS_MAX}", opts.days);
+        let _ = writeln!(
+            err,
+            "--days {}: expected 1..={VALIDITY_DAYS_MAX}",
+            opts.days
+        );
         return 2;
     }
-    let Some(pki) = open_pki(pki_dir, err) else { return 1 };
+    let Some(pki) = open_pki(pki_dir, err) else {
+        return 1;
+    };
     let host = system_hostname();
     if !opts.force && (pki.own_cert_path().exists() || pki.own_key_path().exists()) {
         let _ = writeln!(
@@ -140,8 +177,14 @@ pub fn cert_generate(opts: &GenerateOptions, pki_dir: &Path, out: &mut dyn Write
     if ips.is_empty() {
         ips.push(IpAddr::from([127, 0, 0, 1]));
     }
-    let uri = opts.uri.clone().unwrap_or_else(|| format!("urn:{host}:uaring"));
-    let name = opts.name.clone().unwrap_or_else(|| format!("uaring@{host}"));
+    let uri = opts
+        .uri
+        .clone()
+        .unwrap_or_else(|| format!("urn:{host}:uaring"));
+    let name = opts
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("uaring@{host}"));
     let mut req = CertificateRequest::new(&uri, &name, now_unix_s());
     req.dns_names = hosts;
     req.ip_addresses = ips;
@@ -158,7 +201,12 @@ pub fn cert_generate(opts: &GenerateOptions, pki_dir: &Path, out: &mut dyn Write
         let _ = writeln!(err, "{e}");
         return 1;
     }
-    let _ = writeln!(out, "wrote {} and {}", pki.own_cert_path().display(), pki.own_key_path().display());
+    let _ = writeln!(
+        out,
+        "wrote {} and {}",
+        pki.own_cert_path().display(),
+        pki.own_key_path().display()
+    );
     let _ = write!(out, "{}", describe(&cert));
     0
 }
@@ -180,8 +228,14 @@ pub fn describe(cert: &Certificate) -> String {
     s.push_str(&format!("issuer:          {}\n", cert.issuer()));
     s.push_str(&format!("serial:          {}\n", to_hex(cert.serial())));
     s.push_str(&format!("thumbprint:      {}\n", cert.thumbprint_hex()));
-    s.push_str(&format!("valid from:      {}\n", fmt_time(cert.not_before_unix_s())));
-    s.push_str(&format!("valid to:        {}\n", fmt_time(cert.not_after_unix_s())));
+    s.push_str(&format!(
+        "valid from:      {}\n",
+        fmt_time(cert.not_before_unix_s())
+    ));
+    s.push_str(&format!(
+        "valid to:        {}\n",
+        fmt_time(cert.not_after_unix_s())
+    ));
     s.push_str(&format!("key:             RSA {} bits\n", cert.key_bits()));
     s.push_str(&format!("signature:       {:?}\n", cert.signature_alg()));
     s.push_str(&format!(
@@ -189,7 +243,10 @@ pub fn describe(cert: &Certificate) -> String {
         cert.application_uri().unwrap_or("(none)")
     ));
     if !cert.dns_names().is_empty() {
-        s.push_str(&format!("dns names:       {}\n", cert.dns_names().join(", ")));
+        s.push_str(&format!(
+            "dns names:       {}\n",
+            cert.dns_names().join(", ")
+        ));
     }
     if !cert.ip_addresses().is_empty() {
         let ips: Vec<String> = cert.ip_addresses().iter().map(|i| i.to_string()).collect();
@@ -249,7 +306,11 @@ pub fn hash_password_command_io(
         return 1;
     }
     if password.len() > crate::user::PASSWORD_LEN_MAX {
-        let _ = writeln!(err, "password longer than {} bytes", crate::user::PASSWORD_LEN_MAX);
+        let _ = writeln!(
+            err,
+            "password longer than {} bytes",
+            crate::user::PASSWORD_LEN_MAX
+        );
         return 1;
     }
     match hash_password(password) {

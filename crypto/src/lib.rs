@@ -55,8 +55,8 @@ pub use policy::{check_padding, padding_len, write_padding, PolicyId, SecurityMo
 pub use ratelimit::{LoginLimiter, LoginLimiterConfig};
 pub use symmetric::{derive_channel_keys, derive_keys, ChannelKeys, SymmetricKeys};
 pub use uasc::{
-    opn_certificate_status, AddressLimits, ConfiguredUsers, HandshakeLimits, OwnIdentity, RsaPolicy, ShardTrust, UserDirectory,
-    UserEntry,
+    opn_certificate_status, AddressLimits, ConfiguredUsers, HandshakeLimits, OwnIdentity,
+    RsaPolicy, ShardTrust, UserDirectory, UserEntry,
 };
 pub use user::{
     decrypt_user_password, encrypt_user_password, hash_password, signature_data, verify_password,

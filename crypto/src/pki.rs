@@ -156,8 +156,13 @@ impl Crl {
     /// Whether `ca` issued (and signed) this CRL.
     pub fn is_issued_by(&self, ca: &Certificate) -> bool {
         self.issuer_der == ca.subject_der()
-            && verify_rsa_signature(self.signature_alg, ca.rsa_public_key(), &self.tbs, &self.signature)
-                .is_ok()
+            && verify_rsa_signature(
+                self.signature_alg,
+                ca.rsa_public_key(),
+                &self.tbs,
+                &self.signature,
+            )
+            .is_ok()
     }
 
     /// Whether the serial number is listed.
@@ -222,11 +227,22 @@ impl ValidatedChains {
             return;
         }
         if self.entries.len() >= max {
-            if let Some(i) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.used).map(|(i, _)| i) {
+            if let Some(i) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(i, _)| i)
+            {
                 self.entries.swap_remove(i);
             }
         }
-        self.entries.push(ValidatedChain { digest, leaf: leaf.clone(), window, used: self.tick });
+        self.entries.push(ValidatedChain {
+            digest,
+            leaf: leaf.clone(),
+            window,
+            used: self.tick,
+        });
     }
 }
 
@@ -305,7 +321,11 @@ impl Pki {
 
     /// Number of trusted certificates, issuer certificates and CRLs loaded.
     pub fn counts(&self) -> (usize, usize, usize) {
-        (self.store.trusted.len(), self.store.issuers.len(), self.store.crls.len())
+        (
+            self.store.trusted.len(),
+            self.store.issuers.len(),
+            self.store.crls.len(),
+        )
     }
 
     /// Files the last load could not parse (for the log), as "path: reason".
@@ -369,18 +389,29 @@ impl Pki {
                     _ => Crl::from_pem_or_der(&bytes).map(|c| store.crls.push(c)),
                 };
                 if let Err(code) = result {
-                    store.load_errors.push(format!("{}: {}", path.display(), status::name(code)));
+                    store
+                        .load_errors
+                        .push(format!("{}: {}", path.display(), status::name(code)));
                 }
             }
         }
         self.store = store;
         self.fingerprint = fp;
-        self.validated.get_mut().unwrap_or_else(|e| e.into_inner()).entries.clear();
+        self.validated
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .clear();
     }
 
     fn scan_fingerprint(&self) -> u64 {
         let mut h = DefaultHasher::new();
-        for sub in ["trusted/certs", "trusted/crl", "issuers/certs", "issuers/crl"] {
+        for sub in [
+            "trusted/certs",
+            "trusted/crl",
+            "issuers/certs",
+            "issuers/crl",
+        ] {
             let dir = self.root.join(sub);
             sub.hash(&mut h);
             if let Ok(rd) = fs::read_dir(&dir) {
@@ -395,7 +426,11 @@ impl Pki {
                             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                             .map(|d| d.as_nanos() as i128)
                             .unwrap_or(-1);
-                        Some((e.file_name().to_string_lossy().into_owned(), md.len(), mtime))
+                        Some((
+                            e.file_name().to_string_lossy().into_owned(),
+                            md.len(),
+                            mtime,
+                        ))
                     })
                     .collect();
                 entries.sort();
@@ -410,8 +445,13 @@ impl Pki {
     /// The next [`Pki::refresh_if_stale`] picks it up; this instance reloads at once.
     pub fn trust_file(&mut self, file: &Path) -> Result<Certificate, String> {
         let bytes = read_small(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let cert = Certificate::from_pem_or_der(&bytes)
-            .map_err(|c| format!("{}: not a certificate ({})", file.display(), status::name(c)))?;
+        let cert = Certificate::from_pem_or_der(&bytes).map_err(|c| {
+            format!(
+                "{}: not a certificate ({})",
+                file.display(),
+                status::name(c)
+            )
+        })?;
         self.trust(&cert).map_err(|e| e.to_string())?;
         Ok(cert)
     }
@@ -429,7 +469,9 @@ impl Pki {
     /// Copies a rejected certificate into `rejected/certs` (bounded by `rejected_files_max`).
     pub fn record_rejected(&self, cert_der: &[u8]) {
         let dir = self.root.join("rejected/certs");
-        let count = fs::read_dir(&dir).map(|rd| rd.count()).unwrap_or(usize::MAX);
+        let count = fs::read_dir(&dir)
+            .map(|rd| rd.count())
+            .unwrap_or(usize::MAX);
         if count >= self.config.rejected_files_max {
             return;
         }
@@ -459,12 +501,18 @@ impl Pki {
         // With validated_chains_max = 0 nothing is remembered: no digest to look up or keep.
         let max = self.config.validated_chains_max;
         let digest = (max > 0).then(|| chain_digest(chain_der));
-        if let Some(leaf) = digest.as_ref().and_then(|d| self.remembered(d, expected_app_uri, now_unix_s)) {
+        if let Some(leaf) = digest
+            .as_ref()
+            .and_then(|d| self.remembered(d, expected_app_uri, now_unix_s))
+        {
             return Ok(leaf);
         }
         let result = if self.config.accept_all_client_certs {
             Certificate::parse_chain(chain_der).and_then(|chain| {
-                let leaf = chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)?;
+                let leaf = chain
+                    .into_iter()
+                    .next()
+                    .ok_or(status::BAD_CERTIFICATE_INVALID)?;
                 self.check_key_size(&leaf)?;
                 Ok((leaf, (i64::MIN, i64::MAX)))
             })
@@ -505,7 +553,12 @@ impl Pki {
         self.validated.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn remembered(&self, digest: &[u8; 32], expected_app_uri: Option<&str>, now_unix_s: i64) -> Option<Certificate> {
+    fn remembered(
+        &self,
+        digest: &[u8; 32],
+        expected_app_uri: Option<&str>,
+        now_unix_s: i64,
+    ) -> Option<Certificate> {
         let mut chains = self.validated_chains();
         let e = chains.get(digest)?;
         let in_window = e.window.0 <= now_unix_s && now_unix_s <= e.window.1;
@@ -523,7 +576,10 @@ impl Pki {
     }
 
     fn is_trusted(&self, cert: &Certificate) -> bool {
-        self.store.trusted.iter().any(|t| t.thumbprint() == cert.thumbprint())
+        self.store
+            .trusted
+            .iter()
+            .any(|t| t.thumbprint() == cert.thumbprint())
     }
 
     /// Validates a certificate chain (leaf first) without side effects. Returns the parsed leaf.
@@ -541,7 +597,8 @@ impl Pki {
         expected_app_uri: Option<&str>,
         now_unix_s: i64,
     ) -> Result<Certificate, u32> {
-        self.validate_path(chain_der, role, expected_app_uri, now_unix_s).map(|(leaf, _)| leaf)
+        self.validate_path(chain_der, role, expected_app_uri, now_unix_s)
+            .map(|(leaf, _)| leaf)
     }
 
     /// [`Pki::validate`], also returning the time window in which the whole path is valid
@@ -554,13 +611,17 @@ impl Pki {
         now_unix_s: i64,
     ) -> Result<(Certificate, (i64, i64)), u32> {
         let chain = Certificate::parse_chain(chain_der)?;
-        let Some(leaf) = chain.first() else { return Err(status::BAD_CERTIFICATE_INVALID) };
+        let Some(leaf) = chain.first() else {
+            return Err(status::BAD_CERTIFICATE_INVALID);
+        };
 
         // Build the path leaf → trust anchor (or untrusted root), verifying each signature.
         let mut path: Vec<&Certificate> = vec![leaf];
         let mut trusted = false;
         loop {
-            let Some(&current) = path.last() else { return Err(status::BAD_CERTIFICATE_CHAIN_INCOMPLETE) };
+            let Some(&current) = path.last() else {
+                return Err(status::BAD_CERTIFICATE_CHAIN_INCOMPLETE);
+            };
             if self.is_trusted(current) {
                 trusted = true;
                 if current.is_self_issued() {
@@ -640,7 +701,12 @@ impl Pki {
         // Revocation: every certificate issued by a CA of the path.
         for (i, pair) in path.windows(2).enumerate() {
             let &[subject, ca] = pair else { continue };
-            let crls: Vec<&Crl> = self.store.crls.iter().filter(|l| l.is_issued_by(ca)).collect();
+            let crls: Vec<&Crl> = self
+                .store
+                .crls
+                .iter()
+                .filter(|l| l.is_issued_by(ca))
+                .collect();
             let leaf_level = i == 0;
             if crls.is_empty() {
                 if self.config.require_crls {
@@ -663,7 +729,10 @@ impl Pki {
         let window = path.iter().fold((i64::MIN, i64::MAX), |(nb, na), c| {
             (nb.max(c.not_before_unix_s()), na.min(c.not_after_unix_s()))
         });
-        let leaf = chain.into_iter().next().ok_or(status::BAD_CERTIFICATE_INVALID)?;
+        let leaf = chain
+            .into_iter()
+            .next()
+            .ok_or(status::BAD_CERTIFICATE_INVALID)?;
         Ok((leaf, window))
     }
 
@@ -689,7 +758,8 @@ impl Pki {
     pub fn load_own(&self) -> Result<(Certificate, PrivateKey), String> {
         let cert_path = self.own_cert_path();
         let key_path = self.own_key_path();
-        let cert_bytes = read_small(&cert_path).map_err(|e| format!("{}: {e}", cert_path.display()))?;
+        let cert_bytes =
+            read_small(&cert_path).map_err(|e| format!("{}: {e}", cert_path.display()))?;
         let cert = Certificate::from_pem_or_der(&cert_bytes)
             .map_err(|c| format!("{}: {}", cert_path.display(), status::name(c)))?;
         let key_bytes = zeroize::Zeroizing::new(
@@ -749,7 +819,13 @@ pub fn cert_file_name(cert: &Certificate) -> String {
     let safe: String = cn
         .chars()
         .take(64)
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("{safe} [{}].der", cert.thumbprint_hex())
 }
@@ -761,7 +837,10 @@ fn list_files(dir: &Path) -> Vec<PathBuf> {
             .take(FILES_PER_DIR_MAX)
             .map(|e| e.path())
             .filter(|p| p.is_file())
-            .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+            .filter(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
             .collect(),
         Err(_) => Vec::new(),
     };
@@ -779,11 +858,15 @@ fn read_small(path: &Path) -> io::Result<Vec<u8>> {
 
 fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     use std::io::Write;
-    let dir = path.parent().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no parent"))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no parent"))?;
     let tmp = dir.join(format!(
         ".tmp-{}-{}",
         std::process::id(),
-        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     ));
     {
         let mut opts = fs::OpenOptions::new();

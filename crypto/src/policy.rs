@@ -317,8 +317,12 @@ pub fn padding_len(plain_len: usize, sig_len: usize, block: usize, extra_byte: b
 /// high byte (ExtraPaddingSize).
 pub fn write_padding(dst: &mut [u8], extra_byte: bool) {
     if extra_byte {
-        let Some((last, body)) = dst.split_last_mut() else { return };
-        let Some(count) = body.len().checked_sub(1) else { return };
+        let Some((last, body)) = dst.split_last_mut() else {
+            return;
+        };
+        let Some(count) = body.len().checked_sub(1) else {
+            return;
+        };
         body.fill((count & 0xff) as u8);
         *last = (count >> 8) as u8;
     } else {

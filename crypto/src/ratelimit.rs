@@ -32,7 +32,11 @@ pub struct LoginLimiterConfig {
 
 impl Default for LoginLimiterConfig {
     fn default() -> Self {
-        LoginLimiterConfig { burst: 5, refill_interval_ms: 12_000, addresses_max: 4096 }
+        LoginLimiterConfig {
+            burst: 5,
+            refill_interval_ms: 12_000,
+            addresses_max: 4096,
+        }
     }
 }
 
@@ -65,7 +69,13 @@ impl LoginLimiter {
         };
         let sets = config.addresses_max.div_ceil(WAYS);
         let ways = config.addresses_max.min(WAYS);
-        LoginLimiter { config, entries: vec![None; sets * ways].into_boxed_slice(), sets, hasher: RandomState::new(), tracked: 0 }
+        LoginLimiter {
+            config,
+            entries: vec![None; sets * ways].into_boxed_slice(),
+            sets,
+            hasher: RandomState::new(),
+            tracked: 0,
+        }
     }
 
     fn full_milli(&self) -> u64 {
@@ -75,19 +85,29 @@ impl LoginLimiter {
     fn refilled(&self, b: Bucket, now_ms: u64) -> Bucket {
         let elapsed = now_ms.saturating_sub(b.updated_ms);
         let add = elapsed.saturating_mul(1000) / self.config.refill_interval_ms;
-        Bucket { addr: b.addr, tokens_milli: b.tokens_milli.saturating_add(add).min(self.full_milli()), updated_ms: now_ms.max(b.updated_ms) }
+        Bucket {
+            addr: b.addr,
+            tokens_milli: b.tokens_milli.saturating_add(add).min(self.full_milli()),
+            updated_ms: now_ms.max(b.updated_ms),
+        }
     }
 
     /// The entries of `addr`'s set, with their index in the table.
     fn set(&self, addr: IpAddr) -> impl Iterator<Item = (usize, Option<Bucket>)> + '_ {
         let ways = self.entries.len() / self.sets;
         let set = (self.hasher.hash_one(addr) % self.sets as u64) as usize;
-        self.entries.iter().copied().enumerate().skip(set * ways).take(ways)
+        self.entries
+            .iter()
+            .copied()
+            .enumerate()
+            .skip(set * ways)
+            .take(ways)
     }
 
     /// `addr`'s entry: its index and bucket.
     fn find(&self, addr: IpAddr) -> Option<(usize, Bucket)> {
-        self.set(addr).find_map(|(i, b)| b.filter(|b| b.addr == addr).map(|b| (i, b)))
+        self.set(addr)
+            .find_map(|(i, b)| b.filter(|b| b.addr == addr).map(|b| (i, b)))
     }
 
     /// Whether `addr` may attempt a login now: `Ok(())`, or `Err(BadTooManyOperations)` —
@@ -112,12 +132,22 @@ impl LoginLimiter {
             Some((i, b)) => (i, Some(self.refilled(b, now_ms))),
             None => (self.victim(addr, now_ms), None),
         };
-        let current = current.unwrap_or(Bucket { addr, tokens_milli: full, updated_ms: now_ms });
-        let Some(entry) = self.entries.get_mut(index) else { return };
+        let current = current.unwrap_or(Bucket {
+            addr,
+            tokens_milli: full,
+            updated_ms: now_ms,
+        });
+        let Some(entry) = self.entries.get_mut(index) else {
+            return;
+        };
         if entry.is_none() {
             self.tracked += 1;
         }
-        *entry = Some(Bucket { addr, tokens_milli: current.tokens_milli.saturating_sub(1000), updated_ms: current.updated_ms });
+        *entry = Some(Bucket {
+            addr,
+            tokens_milli: current.tokens_milli.saturating_sub(1000),
+            updated_ms: current.updated_ms,
+        });
     }
 
     /// Records a successful login: the address's failures are forgotten.
@@ -145,7 +175,9 @@ impl LoginLimiter {
             let is_full = self.refilled(b, now_ms).tokens_milli >= full;
             let better = match best {
                 None => true,
-                Some((_, v_full, v_updated)) => (is_full && !v_full) || (is_full == v_full && b.updated_ms < v_updated),
+                Some((_, v_full, v_updated)) => {
+                    (is_full && !v_full) || (is_full == v_full && b.updated_ms < v_updated)
+                }
             };
             if better {
                 best = Some((i, is_full, b.updated_ms));

@@ -41,7 +41,9 @@ pub struct SymmetricKeys {
 
 impl std::fmt::Debug for SymmetricKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SymmetricKeys").field("policy", &self.policy).finish_non_exhaustive()
+        f.debug_struct("SymmetricKeys")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
     }
 }
 
@@ -96,8 +98,12 @@ pub fn derive_keys(policy: PolicyId, secret: &[u8], seed: &[u8]) -> Result<Symme
     // The policies' key lengths fit the buffer and their IV is one AES block.
     let keys = buf.get_mut(..total).ok_or(status::BAD_INTERNAL_ERROR)?;
     p_hash(policy.hash(), secret, seed, keys);
-    let (sig_key, rest) = keys.split_at_checked(sig_len).ok_or(status::BAD_INTERNAL_ERROR)?;
-    let (enc_key, iv) = rest.split_at_checked(enc_len).ok_or(status::BAD_INTERNAL_ERROR)?;
+    let (sig_key, rest) = keys
+        .split_at_checked(sig_len)
+        .ok_or(status::BAD_INTERNAL_ERROR)?;
+    let (enc_key, iv) = rest
+        .split_at_checked(enc_len)
+        .ok_or(status::BAD_INTERNAL_ERROR)?;
     let iv: [u8; AES_BLOCK_SIZE] = iv.try_into().map_err(|_| status::BAD_INTERNAL_ERROR)?;
     SymmetricKeys::new(policy, sig_key, enc_key, &iv)
 }
@@ -271,7 +277,11 @@ impl SymmetricKeys {
                 let (signed, sig) = chunk.split_at_mut(split);
                 self.sign(signed, sig)?;
                 if mode == SecurityMode::SignAndEncrypt {
-                    self.encrypt_in_place(chunk.get_mut(encrypt_from..).ok_or(status::BAD_INVALID_ARGUMENT)?)?;
+                    self.encrypt_in_place(
+                        chunk
+                            .get_mut(encrypt_from..)
+                            .ok_or(status::BAD_INVALID_ARGUMENT)?,
+                    )?;
                 }
                 Ok(())
             }
@@ -297,7 +307,11 @@ impl SymmetricKeys {
             SecurityMode::None => Ok(chunk.len()),
             SecurityMode::Sign | SecurityMode::SignAndEncrypt => {
                 if mode == SecurityMode::SignAndEncrypt {
-                    self.decrypt_in_place(chunk.get_mut(encrypt_from..).ok_or(status::BAD_SECURITY_CHECKS_FAILED)?)?;
+                    self.decrypt_in_place(
+                        chunk
+                            .get_mut(encrypt_from..)
+                            .ok_or(status::BAD_SECURITY_CHECKS_FAILED)?,
+                    )?;
                 }
                 let split = chunk.len() - sig_len;
                 let (signed, sig) = chunk.split_at(split);

@@ -40,7 +40,10 @@ fn sc(code: u32) -> StatusCode {
 
 /// Seconds since the Unix epoch (certificate validity checks).
 fn unix_now_s() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// The application instance certificate and its private key.
@@ -75,7 +78,11 @@ pub struct HandshakeLimits {
 
 impl Default for HandshakeLimits {
     fn default() -> Self {
-        HandshakeLimits { burst: 20, refill_interval_ms: 100, addresses_max: 4096 }
+        HandshakeLimits {
+            burst: 20,
+            refill_interval_ms: 100,
+            addresses_max: 4096,
+        }
     }
 }
 
@@ -96,7 +103,10 @@ impl std::fmt::Debug for AddressLimits {
 
 impl AddressLimits {
     /// Both tables, allocated now. `handshakes: None` disables the handshake limit.
-    pub fn new(handshakes: Option<HandshakeLimits>, logins: LoginLimiterConfig) -> Arc<AddressLimits> {
+    pub fn new(
+        handshakes: Option<HandshakeLimits>,
+        logins: LoginLimiterConfig,
+    ) -> Arc<AddressLimits> {
         let handshakes = handshakes.map(|h| {
             Mutex::new(LoginLimiter::new(LoginLimiterConfig {
                 burst: h.burst,
@@ -104,7 +114,11 @@ impl AddressLimits {
                 addresses_max: h.addresses_max,
             }))
         });
-        Arc::new(AddressLimits { handshakes, logins: Mutex::new(LoginLimiter::new(logins)), started: Instant::now() })
+        Arc::new(AddressLimits {
+            handshakes,
+            logins: Mutex::new(LoginLimiter::new(logins)),
+            started: Instant::now(),
+        })
     }
 
     fn now_ms(&self) -> u64 {
@@ -171,13 +185,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl ShardTrust {
     /// Wraps a shard's PKI with limiters of its own (tests and single-shard use).
     /// `handshakes: None` disables the handshake limit.
-    pub fn new(pki: Pki, handshakes: Option<HandshakeLimits>, logins: LoginLimiterConfig) -> Arc<ShardTrust> {
+    pub fn new(
+        pki: Pki,
+        handshakes: Option<HandshakeLimits>,
+        logins: LoginLimiterConfig,
+    ) -> Arc<ShardTrust> {
         Self::with_limits(pki, AddressLimits::new(handshakes, logins))
     }
 
     /// Wraps a shard's PKI with the process-wide limiters (every shard gets the same `limits`).
     pub fn with_limits(pki: Pki, limits: Arc<AddressLimits>) -> Arc<ShardTrust> {
-        Arc::new(ShardTrust { pki: Mutex::new(pki), limits, started: Instant::now() })
+        Arc::new(ShardTrust {
+            pki: Mutex::new(pki),
+            limits,
+            started: Instant::now(),
+        })
     }
 
     /// The address limits this shard counts in.
@@ -239,23 +261,37 @@ pub struct RsaPolicy {
 
 impl std::fmt::Debug for RsaPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RsaPolicy").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("RsaPolicy")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
 impl RsaPolicy {
     /// A server-side policy: client certificates are validated by `trust`.
     /// Unsupported (deprecated) and None policies are refused.
-    pub fn server(id: PolicyId, own: Arc<OwnIdentity>, trust: Arc<ShardTrust>) -> Result<Arc<RsaPolicy>, String> {
+    pub fn server(
+        id: PolicyId,
+        own: Arc<OwnIdentity>,
+        trust: Arc<ShardTrust>,
+    ) -> Result<Arc<RsaPolicy>, String> {
         Self::check(id)?;
-        Ok(Arc::new(RsaPolicy { id, own, trust: Some(trust) }))
+        Ok(Arc::new(RsaPolicy {
+            id,
+            own,
+            trust: Some(trust),
+        }))
     }
 
     /// A client-side policy: the server certificate is taken as given (the caller decides
     /// whether it trusts it).
     pub fn client(id: PolicyId, own: Arc<OwnIdentity>) -> Result<Arc<RsaPolicy>, String> {
         Self::check(id)?;
-        Ok(Arc::new(RsaPolicy { id, own, trust: None }))
+        Ok(Arc::new(RsaPolicy {
+            id,
+            own,
+            trust: None,
+        }))
     }
 
     fn check(id: PolicyId) -> Result<(), String> {
@@ -263,7 +299,10 @@ impl RsaPolicy {
             return Err("SecurityPolicy None is core's NonePolicy".into());
         }
         if !id.is_supported() {
-            return Err(format!("security policy {} is deprecated and not supported", id.name()));
+            return Err(format!(
+                "security policy {} is deprecated and not supported",
+                id.name()
+            ));
         }
         Ok(())
     }
@@ -279,8 +318,12 @@ impl RsaPolicy {
     }
 
     fn leaf(chain: &[u8]) -> Result<Certificate, StatusCode> {
-        let chain = Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
-        chain.into_iter().next().ok_or(StatusCode::BadCertificateInvalid)
+        let chain =
+            Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
+        chain
+            .into_iter()
+            .next()
+            .ok_or(StatusCode::BadCertificateInvalid)
     }
 }
 
@@ -319,7 +362,9 @@ impl SecurityPolicy for RsaPolicy {
                     return Err(StatusCode::BadCertificateInvalid);
                 }
                 let trust = self.trust.as_ref().ok_or(StatusCode::BadInternalError)?;
-                let leaf = trust.validate_client(peer_bytes, None).map_err(opn_certificate_status)?;
+                let leaf = trust
+                    .validate_client(peer_bytes, None)
+                    .map_err(opn_certificate_status)?;
                 let (lo, hi) = self.id.asym_key_bits_range();
                 if leaf.key_bits() < lo || leaf.key_bits() > hi {
                     return Err(StatusCode::BadCertificatePolicyCheckFailed);
@@ -330,7 +375,11 @@ impl SecurityPolicy for RsaPolicy {
         if self.id.asym_plain_block_size(peer.key_bytes()) == 0 {
             return Err(StatusCode::BadCertificatePolicyCheckFailed);
         }
-        Ok(Box::new(AsymCrypto { id: self.id, own: self.own.clone(), peer }))
+        Ok(Box::new(AsymCrypto {
+            id: self.id,
+            own: self.own.clone(),
+            peer,
+        }))
     }
 
     fn symmetric(
@@ -354,7 +403,11 @@ impl SecurityPolicy for RsaPolicy {
             Role::Client => (keys.client, keys.server),
             Role::Server => (keys.server, keys.client),
         };
-        Ok(Box::new(SymCrypto { encrypt, send, recv }))
+        Ok(Box::new(SymCrypto {
+            encrypt,
+            send,
+            recv,
+        }))
     }
 
     fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
@@ -365,7 +418,10 @@ impl SecurityPolicy for RsaPolicy {
     }
 
     fn sign_own(&self, data: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
-        let uri = self.id.asym_signature_algorithm_uri().ok_or(StatusCode::BadSecurityPolicyRejected)?;
+        let uri = self
+            .id
+            .asym_signature_algorithm_uri()
+            .ok_or(StatusCode::BadSecurityPolicyRejected)?;
         let mut sig = vec![0u8; self.own.key.key_bytes()];
         asym_sign_into(self.id, &self.own.key, data, &mut sig).map_err(sc)?;
         Ok((uri.to_owned(), sig))
@@ -383,11 +439,16 @@ impl SecurityPolicy for RsaPolicy {
         }
         // The signer is the session's client certificate, which CreateSession validated: the
         // shard usually still has it parsed.
-        let signer = match self.trust.as_ref().and_then(|t| t.validated_leaf(signer_certificate)) {
+        let signer = match self
+            .trust
+            .as_ref()
+            .and_then(|t| t.validated_leaf(signer_certificate))
+        {
             Some(leaf) => leaf,
             None => Self::leaf(signer_certificate)?,
         };
-        asym_verify(self.id, &signer, data, signature).map_err(|_| StatusCode::BadSecurityChecksFailed)
+        asym_verify(self.id, &signer, data, signature)
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
     }
 
     fn decrypt_user_secret(
@@ -396,14 +457,27 @@ impl SecurityPolicy for RsaPolicy {
         ciphertext: &[u8],
         server_nonce: &[u8],
     ) -> Result<Vec<u8>, StatusCode> {
-        decrypt_user_password(self.id, &self.own.key, encryption_algorithm, ciphertext, server_nonce)
-            .map(|p| p.to_vec())
-            .map_err(sc)
+        decrypt_user_password(
+            self.id,
+            &self.own.key,
+            encryption_algorithm,
+            ciphertext,
+            server_nonce,
+        )
+        .map(|p| p.to_vec())
+        .map_err(sc)
     }
 
-    fn validate_client_certificate(&self, certificate: &[u8], application_uri: Option<&str>) -> Result<(), StatusCode> {
+    fn validate_client_certificate(
+        &self,
+        certificate: &[u8],
+        application_uri: Option<&str>,
+    ) -> Result<(), StatusCode> {
         match &self.trust {
-            Some(t) => t.validate_client(certificate, application_uri).map(|_| ()).map_err(sc),
+            Some(t) => t
+                .validate_client(certificate, application_uri)
+                .map(|_| ())
+                .map_err(sc),
             None => Ok(()),
         }
     }
@@ -445,7 +519,8 @@ impl ChunkCrypto for AsymCrypto {
     }
 
     fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
-        asym_verify(self.id, &self.peer, data, signature).map_err(|_| StatusCode::BadSecurityChecksFailed)
+        asym_verify(self.id, &self.peer, data, signature)
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
     }
 
     fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
@@ -465,7 +540,9 @@ impl ChunkCrypto for AsymCrypto {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
         let cipher = buf.split_off(start);
-        asym_decrypt(self.id, &self.own.key, &cipher, buf).map(|_| ()).map_err(|_| StatusCode::BadSecurityChecksFailed)
+        asym_decrypt(self.id, &self.own.key, &cipher, buf)
+            .map(|_| ())
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
     }
 }
 
@@ -512,8 +589,12 @@ impl ChunkCrypto for SymCrypto {
         self.send.encrypt_in_place(part).map_err(sc)
     }
     fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
-        let part = buf.get_mut(start..).ok_or(StatusCode::BadSecurityChecksFailed)?;
-        self.recv.decrypt_in_place(part).map_err(|_| StatusCode::BadSecurityChecksFailed)
+        let part = buf
+            .get_mut(start..)
+            .ok_or(StatusCode::BadSecurityChecksFailed)?;
+        self.recv
+            .decrypt_in_place(part)
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
     }
 }
 
@@ -538,8 +619,16 @@ pub struct UserDirectory {
 impl UserDirectory {
     /// Builds the directory; rejects malformed or non-argon2id hashes and duplicate names.
     pub fn new(users: &[UserEntry]) -> Result<Arc<UserDirectory>, String> {
-        let store = UserStore::new(users.iter().map(|u| (u.name.clone(), u.password_hash.clone())).collect())?;
-        Ok(Arc::new(UserDirectory { store, access: users.iter().map(|u| (u.name.clone(), u.access)).collect() }))
+        let store = UserStore::new(
+            users
+                .iter()
+                .map(|u| (u.name.clone(), u.password_hash.clone()))
+                .collect(),
+        )?;
+        Ok(Arc::new(UserDirectory {
+            store,
+            access: users.iter().map(|u| (u.name.clone(), u.access)).collect(),
+        }))
     }
 
     /// Number of users.
@@ -569,13 +658,26 @@ pub struct ConfiguredUsers {
 
 impl ConfiguredUsers {
     /// One per shard.
-    pub fn new(users: Arc<UserDirectory>, trust: Arc<ShardTrust>, x509_access: UserAccess) -> Arc<ConfiguredUsers> {
-        Arc::new(ConfiguredUsers { users, trust, x509_access })
+    pub fn new(
+        users: Arc<UserDirectory>,
+        trust: Arc<ShardTrust>,
+        x509_access: UserAccess,
+    ) -> Arc<ConfiguredUsers> {
+        Arc::new(ConfiguredUsers {
+            users,
+            trust,
+            x509_access,
+        })
     }
 }
 
 impl UserAuthenticator for ConfiguredUsers {
-    fn authenticate_password(&self, peer: Option<IpAddr>, user: &str, password: &[u8]) -> Result<UserAccess, StatusCode> {
+    fn authenticate_password(
+        &self,
+        peer: Option<IpAddr>,
+        user: &str,
+        password: &[u8],
+    ) -> Result<UserAccess, StatusCode> {
         let limits = self.trust.limits();
         if !limits.login_allowed(peer) {
             // Too many failures from this address: refused without running argon2.
@@ -584,7 +686,9 @@ impl UserAuthenticator for ConfiguredUsers {
         match self.users.store.authenticate(user, password) {
             Ok(()) => {
                 limits.login_succeeded(peer);
-                self.users.access_of(user).ok_or(StatusCode::BadUserAccessDenied)
+                self.users
+                    .access_of(user)
+                    .ok_or(StatusCode::BadUserAccessDenied)
             }
             Err(_) => {
                 limits.login_failed(peer);
@@ -601,11 +705,18 @@ impl UserAuthenticator for ConfiguredUsers {
         self.trust.limits().login_failed(peer)
     }
 
-    fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode> {
+    fn authenticate_certificate(
+        &self,
+        peer: Option<IpAddr>,
+        certificate: &[u8],
+    ) -> Result<(String, UserAccess), StatusCode> {
         if !self.login_allowed(peer) {
             return Err(StatusCode::BadUserAccessDenied);
         }
-        let cert = match self.trust.with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_now_s())) {
+        let cert = match self
+            .trust
+            .with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_now_s()))
+        {
             Ok(c) => c,
             Err(code) => {
                 self.login_failed(peer);

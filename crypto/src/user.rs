@@ -65,8 +65,9 @@ pub fn decrypt_user_password(
     if declared != body.len() || server_nonce.is_empty() {
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
     }
-    let Some((password, nonce)) =
-        declared.checked_sub(server_nonce.len()).and_then(|n| body.split_at_checked(n))
+    let Some((password, nonce)) = declared
+        .checked_sub(server_nonce.len())
+        .and_then(|n| body.split_at_checked(n))
     else {
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
     };
@@ -153,7 +154,9 @@ impl UserStore {
     pub fn new(users: Vec<(String, String)>) -> Result<Self, String> {
         for (i, (name, phc)) in users.iter().enumerate() {
             if name.is_empty() || name.len() > USER_NAME_LEN_MAX {
-                return Err(format!("user #{i}: name must be 1..={USER_NAME_LEN_MAX} bytes"));
+                return Err(format!(
+                    "user #{i}: name must be 1..={USER_NAME_LEN_MAX} bytes"
+                ));
             }
             match PasswordHash::new(phc) {
                 Ok(h) if h.algorithm.as_str() == "argon2id" => {}
@@ -165,7 +168,8 @@ impl UserStore {
             }
         }
         // Unknown users are checked against this hash so they cost the same time as known ones.
-        let dummy_hash = hash_password("uaring-dummy-password").map_err(|c| status::name(c).to_string())?;
+        let dummy_hash =
+            hash_password("uaring-dummy-password").map_err(|c| status::name(c).to_string())?;
         Ok(UserStore { users, dummy_hash })
     }
 
@@ -182,7 +186,10 @@ impl UserStore {
     /// Checks a user name and password. Unknown users run a full argon2 verification too, so
     /// timing does not reveal which names exist. Returns `Err(BadUserAccessDenied)` on failure.
     pub fn authenticate(&self, user: &str, password: &[u8]) -> Result<(), u32> {
-        let entry = self.users.iter().find(|(n, _)| n.as_bytes().ct_eq(user.as_bytes()).into());
+        let entry = self
+            .users
+            .iter()
+            .find(|(n, _)| n.as_bytes().ct_eq(user.as_bytes()).into());
         match entry {
             Some((_, phc)) => {
                 if verify_password(password, phc) {

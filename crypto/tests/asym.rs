@@ -26,7 +26,10 @@ fn s2opc_certificate_fields() {
     assert_eq!(cert.common_name().as_deref(), Some("INGOPCS Test suite"));
     assert!(cert.is_self_issued());
     assert_eq!(cert.is_ca(), Some(true));
-    assert_eq!(cert.subject_key_id(), Some(&hex("7d33f73c22b315aabd26ecb5a6db8a0bb511fbd0")[..]));
+    assert_eq!(
+        cert.subject_key_id(),
+        Some(&hex("7d33f73c22b315aabd26ecb5a6db8a0bb511fbd0")[..])
+    );
     assert_eq!(cert.authority_key_id(), cert.subject_key_id());
     assert_eq!(cert.serial(), &hex("00cf163f0b5124ff4c")[..]);
     // 2016-10-26T16:30:54Z .. 2017-02-03T16:30:54Z
@@ -43,7 +46,11 @@ fn s2opc_certificate_fields() {
 #[test]
 fn s2opc_key_roundtrips_single_and_multi_block() {
     let (cert, key) = s2opc();
-    for policy in [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss] {
+    for policy in [
+        PolicyId::Basic256Sha256,
+        PolicyId::Aes128Sha256RsaOaep,
+        PolicyId::Aes256Sha256RsaPss,
+    ] {
         for len in [32usize, 214, 215, 856] {
             let plain: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
             let mut ct = Vec::new();
@@ -80,15 +87,27 @@ fn oaep_sha1_and_sha256_are_not_interchangeable() {
     let pss = asym_sign(PolicyId::Aes256Sha256RsaPss, &key, b"x").unwrap();
     assert!(asym_verify(PolicyId::Basic256Sha256, &cert, b"x", &pss).is_err());
     // PKCS#1 v1.5 signatures are deterministic, PSS ones are salted.
-    assert_eq!(sig, asym_sign(PolicyId::Basic256Sha256, &key, b"x").unwrap());
-    assert_ne!(pss, asym_sign(PolicyId::Aes256Sha256RsaPss, &key, b"x").unwrap());
+    assert_eq!(
+        sig,
+        asym_sign(PolicyId::Basic256Sha256, &key, b"x").unwrap()
+    );
+    assert_ne!(
+        pss,
+        asym_sign(PolicyId::Aes256Sha256RsaPss, &key, b"x").unwrap()
+    );
 }
 
 #[test]
 fn none_and_deprecated_policies_refuse_asymmetric_signing() {
     let (cert, key) = s2opc();
-    assert_eq!(asym_sign(PolicyId::None, &key, b"x").unwrap_err(), status::BAD_SECURITY_POLICY_REJECTED);
-    assert_eq!(asym_sign(PolicyId::Basic256, &key, b"x").unwrap_err(), status::BAD_SECURITY_POLICY_REJECTED);
+    assert_eq!(
+        asym_sign(PolicyId::None, &key, b"x").unwrap_err(),
+        status::BAD_SECURITY_POLICY_REJECTED
+    );
+    assert_eq!(
+        asym_sign(PolicyId::Basic256, &key, b"x").unwrap_err(),
+        status::BAD_SECURITY_POLICY_REJECTED
+    );
     assert!(asym_encrypt(PolicyId::None, &cert, b"x", &mut Vec::new()).is_err());
     // Basic128Rsa15's PKCS#1 v1.5 encryption itself works.
     let mut ct = Vec::new();
@@ -101,8 +120,14 @@ fn none_and_deprecated_policies_refuse_asymmetric_signing() {
 
 #[test]
 fn garbage_certificates_and_keys_are_errors() {
-    assert_eq!(Certificate::from_der(&[]).unwrap_err(), status::BAD_CERTIFICATE_INVALID);
-    assert_eq!(Certificate::from_der(&[0x30, 0x03, 1, 2, 3]).unwrap_err(), status::BAD_CERTIFICATE_INVALID);
+    assert_eq!(
+        Certificate::from_der(&[]).unwrap_err(),
+        status::BAD_CERTIFICATE_INVALID
+    );
+    assert_eq!(
+        Certificate::from_der(&[0x30, 0x03, 1, 2, 3]).unwrap_err(),
+        status::BAD_CERTIFICATE_INVALID
+    );
     let der = hex(S2OPC_CERT_HEX);
     for cut in [1, 100, 500, der.len() - 1] {
         assert!(Certificate::from_der(&der[..cut]).is_err());
@@ -115,7 +140,10 @@ fn garbage_certificates_and_keys_are_errors() {
         assert!(c.verify_signed_by(&c).is_err());
     }
     assert!(PrivateKey::from_der(&[0u8; 64]).is_err());
-    assert!(PrivateKey::from_pem_or_der(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").is_err());
+    assert!(PrivateKey::from_pem_or_der(
+        b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+    )
+    .is_err());
 }
 
 #[test]
@@ -164,7 +192,10 @@ fn generated_certificate_has_the_opc_ua_profile() {
     assert!(!cert.is_time_valid(now + 6 * 365 * 86400));
     cert.verify_signed_by(&cert).unwrap();
     // The key works with every supported policy against its own certificate.
-    for policy in PolicyId::RECOMMENDED.into_iter().filter(|p| *p != PolicyId::None) {
+    for policy in PolicyId::RECOMMENDED
+        .into_iter()
+        .filter(|p| *p != PolicyId::None)
+    {
         let sig = asym_sign(policy, &key, cert.der()).unwrap();
         asym_verify(policy, &cert, cert.der(), &sig).unwrap();
     }
@@ -172,7 +203,10 @@ fn generated_certificate_has_the_opc_ua_profile() {
     let again = PrivateKey::from_pem_or_der(key.to_pem().as_bytes()).unwrap();
     assert!(again.matches(&cert));
     let pem = uaring_crypto::cert::to_pem(cert.der());
-    assert_eq!(Certificate::from_pem_or_der(pem.as_bytes()).unwrap().der(), cert.der());
+    assert_eq!(
+        Certificate::from_pem_or_der(pem.as_bytes()).unwrap().der(),
+        cert.der()
+    );
 }
 
 #[test]
@@ -213,12 +247,19 @@ fn key_size_and_leaf_thumbprint_come_from_the_der() {
     let chain = [ders[0].clone(), ders[1].clone()].concat();
     assert_eq!(uaring_crypto::cert::leaf_der(&chain), Some(&ders[0][..]));
     assert_eq!(uaring_crypto::cert::leaf_der(&chain[..10]), None);
-    let (server_cert, server_key) = generate_self_signed(&CertificateRequest::new("urn:s", "s", now)).unwrap();
+    let (server_cert, server_key) =
+        generate_self_signed(&CertificateRequest::new("urn:s", "s", now)).unwrap();
     let own = uaring_crypto::OwnIdentity::new(server_cert, server_key).unwrap();
     let policy = uaring_crypto::RsaPolicy::client(PolicyId::Basic256Sha256, own).unwrap();
     let leaf = Certificate::from_der(&ders[0]).unwrap();
-    assert_eq!(policy.thumbprint(&chain).unwrap(), leaf.thumbprint().to_vec());
-    assert_eq!(policy.thumbprint(&ders[0]).unwrap(), leaf.thumbprint().to_vec());
+    assert_eq!(
+        policy.thumbprint(&chain).unwrap(),
+        leaf.thumbprint().to_vec()
+    );
+    assert_eq!(
+        policy.thumbprint(&ders[0]).unwrap(),
+        leaf.thumbprint().to_vec()
+    );
 }
 
 /// The commonName is the attribute's value, not a piece of the formatted subject: a comma or a

@@ -23,8 +23,9 @@ use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::{ByteString, DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString};
 use uaring_crypto::{
-    generate_self_signed, hash_password, CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig,
-    OwnIdentity, Pki, PkiConfig, PolicyId, RsaPolicy, ShardTrust, UserDirectory, UserEntry,
+    generate_self_signed, hash_password, CertificateRequest, ConfiguredUsers, HandshakeLimits,
+    LoginLimiterConfig, OwnIdentity, Pki, PkiConfig, PolicyId, RsaPolicy, ShardTrust,
+    UserDirectory, UserEntry,
 };
 
 const B256: PolicyId = PolicyId::Basic256Sha256;
@@ -49,7 +50,11 @@ fn world() -> World {
     let client = ident("urn:t:client", "client");
     let mut pki = Pki::open(dir.path(), PkiConfig::default()).unwrap();
     pki.trust(&client.cert).unwrap();
-    let trust = ShardTrust::new(pki, Some(HandshakeLimits::default()), LoginLimiterConfig::default());
+    let trust = ShardTrust::new(
+        pki,
+        Some(HandshakeLimits::default()),
+        LoginLimiterConfig::default(),
+    );
     let users = UserDirectory::new(&[UserEntry {
         name: "op".into(),
         password_hash: hash_password("op-pw").unwrap(),
@@ -60,7 +65,10 @@ fn world() -> World {
     p.add_policy(Arc::new(NonePolicy));
     p.add_endpoint(EndpointSecurity::none());
     p.add_policy(RsaPolicy::server(B256, server.clone(), trust.clone()).unwrap());
-    p.add_endpoint(EndpointSecurity { policy_uri: B256.uri().into(), mode: MessageSecurityMode::SignAndEncrypt });
+    p.add_endpoint(EndpointSecurity {
+        policy_uri: B256.uri().into(),
+        mode: MessageSecurityMode::SignAndEncrypt,
+    });
     p.set_user_authenticator(ConfiguredUsers::new(users, trust, UserAccess::Read));
     p.set_user_tokens(UserTokenSettings {
         anonymous: Some(UserAccess::ReadWrite),
@@ -70,10 +78,25 @@ fn world() -> World {
         none_endpoint_token_policy_uri: String::new(),
     });
     p.validate().unwrap();
-    let now = Now::new(1_000_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000));
+    let now = Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    );
     let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
-    let shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1))).with_security(p).with_handshake_offload(true);
-    World { _dir: dir, shard, now, server, client }
+    let shard = ShardState::new(
+        shared,
+        0,
+        Box::new(uaring_core::random::ChaCha::from_u64(1)),
+    )
+    .with_security(p)
+    .with_handshake_offload(true);
+    World {
+        _dir: dir,
+        shard,
+        now,
+        server,
+        client,
+    }
 }
 
 /// One client connection to the shard, bytes carried by hand.
@@ -96,10 +119,19 @@ impl World {
             cfg.mode = MessageSecurityMode::SignAndEncrypt;
             cfg.server_certificate = Some(self.server.cert.der().to_vec());
         }
-        let mut client = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(u64::from(port))));
+        let mut client = ClientConnection::new(
+            cfg,
+            Box::new(uaring_core::random::ChaCha::from_u64(u64::from(port))),
+        );
         let mut c2s = Vec::new();
         client.start(self.now, &mut c2s);
-        Link { server, client, c2s, closed: false, err: None }
+        Link {
+            server,
+            client,
+            c2s,
+            closed: false,
+            err: None,
+        }
     }
 
     /// Carries bytes both ways until nothing moves or a job is out.
@@ -131,7 +163,9 @@ impl World {
     /// Hands a finished (or refused) job back, then carries the bytes on.
     fn finish(&mut self, l: &mut Link, done: uaring_core::server::handshake::JobDone) {
         let mut out = Vec::new();
-        let st = l.server.on_job_done(&mut self.shard, self.now, done, &mut out);
+        let st = l
+            .server
+            .on_job_done(&mut self.shard, self.now, done, &mut out);
         self.deliver(l, st, out);
         self.pump(l);
     }
@@ -159,7 +193,11 @@ impl World {
 
     fn read(&mut self, l: &mut Link) -> Response {
         let req = ReadRequest {
-            nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }],
+            nodes_to_read: vec![ReadValueId {
+                node_id: NodeId::ns0(2258),
+                attribute_id: 13,
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let id = self.send(l, Request::Read(Box::new(req)));
@@ -168,9 +206,16 @@ impl World {
 
     fn create_session(&mut self, l: &mut Link, secured: bool) -> u32 {
         let req = CreateSessionRequest {
-            client_description: ApplicationDescription { application_uri: "urn:t:client".into(), ..Default::default() },
+            client_description: ApplicationDescription {
+                application_uri: "urn:t:client".into(),
+                ..Default::default()
+            },
             client_nonce: ByteString::from(vec![7u8; 32]),
-            client_certificate: if secured { ByteString::from(self.client.cert.der()) } else { ByteString::default() },
+            client_certificate: if secured {
+                ByteString::from(self.client.cert.der())
+            } else {
+                ByteString::default()
+            },
             requested_session_timeout: 60_000.0,
             ..Default::default()
         };
@@ -180,23 +225,37 @@ impl World {
     fn created(&mut self, l: &mut Link, id: u32) -> Box<CreateSessionResponse> {
         match self.response(l, id) {
             Response::CreateSession(r) => {
-                l.client.set_authentication_token(r.authentication_token.clone());
+                l.client
+                    .set_authentication_token(r.authentication_token.clone());
                 r
             }
             other => panic!("{other:?}"),
         }
     }
 
-    fn activate(&mut self, l: &mut Link, created: &CreateSessionResponse, user: Option<(&str, &str)>) -> u32 {
+    fn activate(
+        &mut self,
+        l: &mut Link,
+        created: &CreateSessionResponse,
+        user: Option<(&str, &str)>,
+    ) -> u32 {
         let client_signature = if created.server_signature.signature.is_empty() {
             SignatureData::default()
         } else {
             let data = [self.server.cert.der(), created.server_nonce.as_bytes()].concat();
-            let (algorithm, sig) = RsaPolicy::client(B256, self.client.clone()).unwrap().sign_own(&data).unwrap();
-            SignatureData { algorithm: algorithm.as_str().into(), signature: ByteString::from(sig) }
+            let (algorithm, sig) = RsaPolicy::client(B256, self.client.clone())
+                .unwrap()
+                .sign_own(&data)
+                .unwrap();
+            SignatureData {
+                algorithm: algorithm.as_str().into(),
+                signature: ByteString::from(sig),
+            }
         };
         let token = match user {
-            None => ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+            None => ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: "anonymous".into(),
+            }),
             Some((name, pw)) => ExtensionObject::from_struct(&UserNameIdentityToken {
                 policy_id: "username".into(),
                 user_name: name.into(),
@@ -204,7 +263,11 @@ impl World {
                 encryption_algorithm: UaString::null(),
             }),
         };
-        let req = ActivateSessionRequest { client_signature, user_identity_token: token, ..Default::default() };
+        let req = ActivateSessionRequest {
+            client_signature,
+            user_identity_token: token,
+            ..Default::default()
+        };
         self.send(l, Request::ActivateSession(Box::new(req)))
     }
 
@@ -212,11 +275,17 @@ impl World {
     fn plain_session(&mut self) -> Link {
         let mut a = self.link(false, 4001);
         self.pump(&mut a);
-        assert!(a.client.is_open() && a.server.take_job().is_none(), "a None channel needs no job");
+        assert!(
+            a.client.is_open() && a.server.take_job().is_none(),
+            "a None channel needs no job"
+        );
         let id = self.create_session(&mut a, false);
         let c = self.created(&mut a, id);
         let id = self.activate(&mut a, &c, None);
-        assert!(matches!(self.response(&mut a, id), Response::ActivateSession(_)));
+        assert!(matches!(
+            self.response(&mut a, id),
+            Response::ActivateSession(_)
+        ));
         a
     }
 }
@@ -226,7 +295,10 @@ fn good_read(r: &Response) -> bool {
 }
 
 fn take(l: &mut Link, kind: JobKind) -> HandshakeJob {
-    let job = l.server.take_job().unwrap_or_else(|| panic!("no {kind:?} job (err {:?})", l.err));
+    let job = l
+        .server
+        .take_job()
+        .unwrap_or_else(|| panic!("no {kind:?} job (err {:?})", l.err));
     assert_eq!(job.kind(), kind);
     assert!(l.server.is_waiting());
     assert!(l.server.take_job().is_none(), "one job at a time");
@@ -247,10 +319,16 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
     // The first OpenSecureChannel, one job: the certificate check, the RSA decryption and
     // the response's RSA signature and encryption.
     let job = take(&mut b, JobKind::OpenRequest);
-    assert!(good_read(&w.read(&mut a)), "a Read is answered while the OPN job is out");
+    assert!(
+        good_read(&w.read(&mut a)),
+        "a Read is answered while the OPN job is out"
+    );
     w.finish(&mut b, job.run());
     assert!(b.client.is_open(), "err {:?}", b.err);
-    assert!(b.server.take_job().is_none(), "the response came with the first job");
+    assert!(
+        b.server.take_job().is_none(),
+        "the response came with the first job"
+    );
 
     // A renewal is assembled by the shard: its request, then its response, are two jobs.
     b.client.renew(w.now, &mut b.c2s).unwrap();
@@ -259,8 +337,14 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
     assert!(good_read(&w.read(&mut a)));
     let done = job.run();
     let mut out = Vec::new();
-    assert_eq!(b.server.on_job_done(&mut w.shard, w.now, done, &mut out), ConnStatus::Open);
-    assert!(out.is_empty(), "nothing is sent before the response is signed");
+    assert_eq!(
+        b.server.on_job_done(&mut w.shard, w.now, done, &mut out),
+        ConnStatus::Open
+    );
+    assert!(
+        out.is_empty(),
+        "nothing is sent before the response is signed"
+    );
     let job = take(&mut b, JobKind::OpenResponse);
     assert!(good_read(&w.read(&mut a)));
     w.finish(&mut b, job.run());
@@ -280,20 +364,32 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
     let job = take(&mut b, JobKind::ActivateSession);
     let held_read = {
         let req = ReadRequest {
-            nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }],
+            nodes_to_read: vec![ReadValueId {
+                node_id: NodeId::ns0(2258),
+                attribute_id: 13,
+                ..Default::default()
+            }],
             ..Default::default()
         };
-        let id = b.client.send_request(Request::Read(Box::new(req)), w.now, &mut b.c2s).unwrap();
+        let id = b
+            .client
+            .send_request(Request::Read(Box::new(req)), w.now, &mut b.c2s)
+            .unwrap();
         w.pump(&mut b);
         id
     };
-    assert!(b.client.poll_response().is_none(), "nothing answered while the job is out");
+    assert!(
+        b.client.poll_response().is_none(),
+        "nothing answered while the job is out"
+    );
     assert!(b.server.buffered_bytes() > 0, "the Read is held");
     for _ in 0..3 {
         assert!(good_read(&w.read(&mut a)));
     }
     w.finish(&mut b, job.run());
-    assert!(matches!(w.response(&mut b, act), Response::ActivateSession(r) if r.response_header.service_result.is_good()));
+    assert!(
+        matches!(w.response(&mut b, act), Response::ActivateSession(r) if r.response_header.service_result.is_good())
+    );
     assert!(good_read(&w.response(&mut b, held_read)));
     assert!(!b.server.is_waiting());
     assert!(good_read(&w.read(&mut b)));
@@ -311,7 +407,11 @@ fn refused_jobs_answer_with_the_resource_statuses() {
     // The first OPN's job carries the channel id its response names: taken now …
     assert_eq!(w.shard.open_channel_count(), channels + 1);
     let mut out = Vec::new();
-    assert_eq!(b.server.on_job_done(&mut w.shard, w.now, job.refuse(), &mut out), ConnStatus::Close);
+    assert_eq!(
+        b.server
+            .on_job_done(&mut w.shard, w.now, job.refuse(), &mut out),
+        ConnStatus::Close
+    );
     assert_eq!(find_err(&out), Some(StatusCode::BadTcpNotEnoughResources));
     // … and given back with the refused connection.
     assert_eq!(w.shard.open_channel_count(), channels);
@@ -326,10 +426,17 @@ fn refused_jobs_answer_with_the_resource_statuses() {
     let job = take(&mut c, JobKind::CreateSession);
     w.finish(&mut c, job.refuse());
     match w.response(&mut c, id) {
-        Response::ServiceFault(f) => assert_eq!(f.response_header.service_result, StatusCode::BadTooManyOperations),
+        Response::ServiceFault(f) => assert_eq!(
+            f.response_header.service_result,
+            StatusCode::BadTooManyOperations
+        ),
         other => panic!("{other:?}"),
     }
-    assert_eq!(w.shard.sessions().count(), sessions, "the refused session is released");
+    assert_eq!(
+        w.shard.sessions().count(),
+        sessions,
+        "the refused session is released"
+    );
     assert!(!c.closed, "a refused session service keeps the channel");
 
     let id = w.create_session(&mut c, true);
@@ -339,13 +446,19 @@ fn refused_jobs_answer_with_the_resource_statuses() {
     let job = take(&mut c, JobKind::ActivateSession);
     w.finish(&mut c, job.refuse());
     match w.response(&mut c, id) {
-        Response::ServiceFault(f) => assert_eq!(f.response_header.service_result, StatusCode::BadTooManyOperations),
+        Response::ServiceFault(f) => assert_eq!(
+            f.response_header.service_result,
+            StatusCode::BadTooManyOperations
+        ),
         other => panic!("{other:?}"),
     }
     // The client may try again; then it works.
     let id = w.activate(&mut c, &created, Some(("op", "op-pw")));
     w.run_jobs(&mut c);
-    assert!(matches!(w.response(&mut c, id), Response::ActivateSession(_)));
+    assert!(matches!(
+        w.response(&mut c, id),
+        Response::ActivateSession(_)
+    ));
 }
 
 /// An anonymous ActivateSession on a SignAndEncrypt channel needs only the client signature
@@ -367,14 +480,23 @@ fn an_anonymous_activation_checks_the_client_signature_without_a_job() {
     let mut bad = created.clone();
     bad.server_nonce = ByteString::from(vec![1u8; 32]);
     let id = w.activate(&mut c, &bad, None);
-    assert!(c.server.take_job().is_none(), "no job for an anonymous activation");
+    assert!(
+        c.server.take_job().is_none(),
+        "no job for an anonymous activation"
+    );
     match w.response(&mut c, id) {
-        Response::ServiceFault(f) => assert_eq!(f.response_header.service_result, StatusCode::BadApplicationSignatureInvalid),
+        Response::ServiceFault(f) => assert_eq!(
+            f.response_header.service_result,
+            StatusCode::BadApplicationSignatureInvalid
+        ),
         other => panic!("{other:?}"),
     }
 
     let id = w.activate(&mut c, &created, None);
-    assert!(c.server.take_job().is_none(), "no job for an anonymous activation");
+    assert!(
+        c.server.take_job().is_none(),
+        "no job for an anonymous activation"
+    );
     assert!(!c.server.is_waiting());
     let activated = match w.response(&mut c, id) {
         Response::ActivateSession(r) if r.response_header.service_result.is_good() => r,
@@ -388,5 +510,7 @@ fn an_anonymous_activation_checks_the_client_signature_without_a_job() {
     let id = w.activate(&mut c, &next, Some(("op", "op-pw")));
     let job = take(&mut c, JobKind::ActivateSession);
     w.finish(&mut c, job.run());
-    assert!(matches!(w.response(&mut c, id), Response::ActivateSession(r) if r.response_header.service_result.is_good()));
+    assert!(
+        matches!(w.response(&mut c, id), Response::ActivateSession(r) if r.response_header.service_result.is_good())
+    );
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use common::{find_err, now_unix_s, TempDir};
 use uaring_core::client::{ClientConfig, ClientConnection, ClientState};
 use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::{MessageSecurityMode, ReadRequest, ReadResponse, ReadValueId, ResponseHeader};
+use uaring_core::generated::types::{
+    MessageSecurityMode, ReadRequest, ReadResponse, ReadValueId, ResponseHeader,
+};
 use uaring_core::secure_channel::{EndpointSecurity, SecurityPolicy, SecurityProvider};
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::context::{ConnectionHost, RequestContext};
@@ -20,12 +22,19 @@ use uaring_core::transport::TransportLimits;
 use uaring_core::types::{ByteString, DataValue, DateTime, NodeId, StatusCode, Variant};
 use uaring_core::Now;
 use uaring_crypto::{
-    generate_self_signed, CertificateRequest, HandshakeLimits, LoginLimiterConfig, OwnIdentity, Pki, PkiConfig,
-    PolicyId, RsaPolicy, ShardTrust,
+    generate_self_signed, CertificateRequest, HandshakeLimits, LoginLimiterConfig, OwnIdentity,
+    Pki, PkiConfig, PolicyId, RsaPolicy, ShardTrust,
 };
 
-const MODES: [MessageSecurityMode; 2] = [MessageSecurityMode::Sign, MessageSecurityMode::SignAndEncrypt];
-const POLICIES: [PolicyId; 3] = [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss];
+const MODES: [MessageSecurityMode; 2] = [
+    MessageSecurityMode::Sign,
+    MessageSecurityMode::SignAndEncrypt,
+];
+const POLICIES: [PolicyId; 3] = [
+    PolicyId::Basic256Sha256,
+    PolicyId::Aes128Sha256RsaOaep,
+    PolicyId::Aes256Sha256RsaPss,
+];
 
 fn identity(uri: &str, name: &str, bits: usize) -> Arc<OwnIdentity> {
     let mut req = CertificateRequest::new(uri, name, now_unix_s());
@@ -67,13 +76,20 @@ impl ConnectionHost for Host {
         let h = request.request_header().request_handle;
         match request {
             Request::Read(r) => Response::Read(Box::new(ReadResponse {
-                response_header: ResponseHeader { timestamp: now.utc, request_handle: h, ..Default::default() },
+                response_header: ResponseHeader {
+                    timestamp: now.utc,
+                    request_handle: h,
+                    ..Default::default()
+                },
                 results: r
                     .nodes_to_read
                     .iter()
                     .enumerate()
                     .map(|(i, _)| DataValue {
-                        value: Variant::ByteString(ByteString::from(vec![(i % 251) as u8; self.read_value_len])),
+                        value: Variant::ByteString(ByteString::from(vec![
+                            (i % 251) as u8;
+                            self.read_value_len
+                        ])),
                         ..Default::default()
                     })
                     .collect(),
@@ -85,7 +101,10 @@ impl ConnectionHost for Host {
 }
 
 fn t0() -> Now {
-    Now::new(1_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        1_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
 struct Setup {
@@ -99,12 +118,28 @@ fn setup(server_bits: usize, client_bits: usize, trust_client: bool) -> Setup {
     let dir = TempDir::new("uasc");
     let server_id = identity("urn:test:server", "server", server_bits);
     let client_id = identity("urn:test:client", "client", client_bits);
-    let mut pki = Pki::open(dir.path(), PkiConfig { rescan_interval_ms: 0, ..PkiConfig::default() }).unwrap();
+    let mut pki = Pki::open(
+        dir.path(),
+        PkiConfig {
+            rescan_interval_ms: 0,
+            ..PkiConfig::default()
+        },
+    )
+    .unwrap();
     if trust_client {
         pki.trust(&client_id.cert).unwrap();
     }
-    let trust = ShardTrust::new(pki, Some(HandshakeLimits::default()), LoginLimiterConfig::default());
-    Setup { _dir: dir, server_id, client_id, trust }
+    let trust = ShardTrust::new(
+        pki,
+        Some(HandshakeLimits::default()),
+        LoginLimiterConfig::default(),
+    );
+    Setup {
+        _dir: dir,
+        server_id,
+        client_id,
+        trust,
+    }
 }
 
 fn provider(s: &Setup) -> SecurityProvider {
@@ -112,7 +147,10 @@ fn provider(s: &Setup) -> SecurityProvider {
     for id in POLICIES {
         p.add_policy(RsaPolicy::server(id, s.server_id.clone(), s.trust.clone()).unwrap());
         for mode in MODES {
-            p.add_endpoint(EndpointSecurity { policy_uri: id.uri().to_owned(), mode });
+            p.add_endpoint(EndpointSecurity {
+                policy_uri: id.uri().to_owned(),
+                mode,
+            });
         }
     }
     p.validate().unwrap();
@@ -132,8 +170,20 @@ struct Pair {
 
 impl Pair {
     fn new(s: &Setup, id: PolicyId, mode: MessageSecurityMode, buf: u32) -> Pair {
-        let limits = TransportLimits { receive_buffer_size: buf, send_buffer_size: buf, ..TransportLimits::default() };
-        let mut host = Host { limits, security: provider(s), next_id: 0, read_value_len: 0, seen_modes: Vec::new(), client_certs: 0, random: uaring_core::random::ChaCha::from_u64(3) };
+        let limits = TransportLimits {
+            receive_buffer_size: buf,
+            send_buffer_size: buf,
+            ..TransportLimits::default()
+        };
+        let mut host = Host {
+            limits,
+            security: provider(s),
+            next_id: 0,
+            read_value_len: 0,
+            seen_modes: Vec::new(),
+            client_certs: 0,
+            random: uaring_core::random::ChaCha::from_u64(3),
+        };
         let now = t0();
         let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)), 50000);
         let server = ServerConnection::new(&mut host, Some(peer), now);
@@ -144,10 +194,20 @@ impl Pair {
         cfg.policy = RsaPolicy::client(id, s.client_id.clone()).unwrap();
         cfg.mode = mode;
         cfg.server_certificate = Some(s.server_id.cert.der().to_vec());
-        let mut client = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
+        let mut client =
+            ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut c2s = Vec::new();
         client.start(now, &mut c2s);
-        Pair { host, server, client, c2s, s2c: Vec::new(), now, server_err: None, server_closed: false }
+        Pair {
+            host,
+            server,
+            client,
+            c2s,
+            s2c: Vec::new(),
+            now,
+            server_err: None,
+            server_closed: false,
+        }
     }
 
     fn pump(&mut self) {
@@ -161,7 +221,9 @@ impl Pair {
                     continue;
                 }
                 let mut out = Vec::new();
-                let st = self.server.on_recv(&mut self.host, self.now, &data, &mut out);
+                let st = self
+                    .server
+                    .on_recv(&mut self.host, self.now, &data, &mut out);
                 if let Some(e) = find_err(&out) {
                     self.server_err.get_or_insert(e);
                 }
@@ -181,14 +243,28 @@ impl Pair {
     fn read(&mut self, nodes: usize, value_len: usize) -> ReadResponse {
         self.host.read_value_len = value_len;
         let req = Request::Read(Box::new(ReadRequest {
-            nodes_to_read: vec![ReadValueId { node_id: NodeId::ns0(2258), attribute_id: 13, ..Default::default() }; nodes],
+            nodes_to_read: vec![
+                ReadValueId {
+                    node_id: NodeId::ns0(2258),
+                    attribute_id: 13,
+                    ..Default::default()
+                };
+                nodes
+            ],
             ..Default::default()
         }));
-        let id = self.client.send_request(req, self.now, &mut self.c2s).unwrap();
+        let id = self
+            .client
+            .send_request(req, self.now, &mut self.c2s)
+            .unwrap();
         self.pump();
         match self.client.poll_response() {
             Some((rid, Response::Read(r))) if rid == id => *r,
-            other => panic!("unexpected {other:?} (server err {:?}, client {:?})", self.server_err, self.client.state()),
+            other => panic!(
+                "unexpected {other:?} (server err {:?}, client {:?})",
+                self.server_err,
+                self.client.state()
+            ),
         }
     }
 }
@@ -200,13 +276,21 @@ fn every_policy_and_mode_opens_reads_and_renews() {
         for mode in MODES {
             let mut p = Pair::new(&s, id, mode, 8192);
             p.pump();
-            assert_eq!(p.client.state(), ClientState::Open, "{id:?} {mode:?}: server err {:?}", p.server_err);
+            assert_eq!(
+                p.client.state(),
+                ClientState::Open,
+                "{id:?} {mode:?}: server err {:?}",
+                p.server_err
+            );
             // Small, then multi-chunk in both directions (a request of ~40 KB, a response of
             // ~300 KB in 8 KiB chunks).
             assert_eq!(p.read(1, 10).results.len(), 1);
             let r = p.read(2000, 150);
             assert_eq!(r.results.len(), 2000);
-            assert_eq!(r.results[1999].value, Variant::ByteString(ByteString::from(vec![(1999 % 251) as u8; 150])));
+            assert_eq!(
+                r.results[1999].value,
+                Variant::ByteString(ByteString::from(vec![(1999 % 251) as u8; 150]))
+            );
             // Renew: new keys from new nonces; the old token keeps working until the new one
             // is used.
             let (t1, _) = p.client.token().unwrap();
@@ -215,7 +299,11 @@ fn every_policy_and_mode_opens_reads_and_renews() {
             let (t2, _) = p.client.token().unwrap();
             assert_ne!(t1, t2);
             assert_eq!(p.read(500, 64).results.len(), 500);
-            assert!(p.server_err.is_none(), "{id:?} {mode:?}: {:?}", p.server_err);
+            assert!(
+                p.server_err.is_none(),
+                "{id:?} {mode:?}: {:?}",
+                p.server_err
+            );
             assert!(p.host.seen_modes.iter().all(|m| *m == mode));
             assert_eq!(p.host.client_certs, 3);
         }
@@ -229,12 +317,19 @@ fn tampered_chunks_close_the_channel() {
         let mut p = Pair::new(&s, PolicyId::Basic256Sha256, mode, 8192);
         p.pump();
         assert!(p.client.is_open());
-        let req = Request::Read(Box::new(ReadRequest { nodes_to_read: vec![ReadValueId::default()], ..Default::default() }));
+        let req = Request::Read(Box::new(ReadRequest {
+            nodes_to_read: vec![ReadValueId::default()],
+            ..Default::default()
+        }));
         p.client.send_request(req, p.now, &mut p.c2s).unwrap();
         let n = p.c2s.len();
         p.c2s[n - 5] ^= 0x40;
         p.pump();
-        assert_eq!(p.server_err, Some(StatusCode::BadSecurityChecksFailed), "{mode:?}");
+        assert_eq!(
+            p.server_err,
+            Some(StatusCode::BadSecurityChecksFailed),
+            "{mode:?}"
+        );
         assert!(p.server_closed);
     }
 }
@@ -242,17 +337,37 @@ fn tampered_chunks_close_the_channel() {
 #[test]
 fn untrusted_client_is_refused_then_accepted_once_trusted() {
     let s = setup(2048, 2048, false);
-    let mut p = Pair::new(&s, PolicyId::Basic256Sha256, MessageSecurityMode::SignAndEncrypt, 65536);
+    let mut p = Pair::new(
+        &s,
+        PolicyId::Basic256Sha256,
+        MessageSecurityMode::SignAndEncrypt,
+        65536,
+    );
     p.pump();
     assert_eq!(p.server_err, Some(StatusCode::BadSecurityChecksFailed));
     assert!(p.client.is_closed());
     // The certificate was copied to rejected/certs.
-    let rejected: Vec<_> = std::fs::read_dir(s._dir.path().join("rejected/certs")).unwrap().flatten().collect();
+    let rejected: Vec<_> = std::fs::read_dir(s._dir.path().join("rejected/certs"))
+        .unwrap()
+        .flatten()
+        .collect();
     assert_eq!(rejected.len(), 1);
     // The operator moves it to trusted/certs: accepted without restarting anything.
     let from = rejected[0].path();
-    std::fs::rename(&from, s._dir.path().join("trusted/certs").join(from.file_name().unwrap())).unwrap();
-    let mut p = Pair::new(&s, PolicyId::Basic256Sha256, MessageSecurityMode::SignAndEncrypt, 65536);
+    std::fs::rename(
+        &from,
+        s._dir
+            .path()
+            .join("trusted/certs")
+            .join(from.file_name().unwrap()),
+    )
+    .unwrap();
+    let mut p = Pair::new(
+        &s,
+        PolicyId::Basic256Sha256,
+        MessageSecurityMode::SignAndEncrypt,
+        65536,
+    );
     p.pump();
     assert!(p.client.is_open(), "{:?}", p.server_err);
     assert_eq!(p.read(3, 3).results.len(), 3);
@@ -262,7 +377,12 @@ fn untrusted_client_is_refused_then_accepted_once_trusted() {
 fn wrong_server_certificate_thumbprint_is_refused() {
     let s = setup(2048, 2048, true);
     let other = identity("urn:test:other", "other", 2048);
-    let mut p = Pair::new(&s, PolicyId::Aes256Sha256RsaPss, MessageSecurityMode::Sign, 65536);
+    let mut p = Pair::new(
+        &s,
+        PolicyId::Aes256Sha256RsaPss,
+        MessageSecurityMode::Sign,
+        65536,
+    );
     // Rebuild the client pointing at another server certificate.
     let mut cfg = ClientConfig::new("opc.tcp://localhost:4840/x");
     cfg.policy = RsaPolicy::client(PolicyId::Aes256Sha256RsaPss, s.client_id.clone()).unwrap();
@@ -298,11 +418,25 @@ fn handshakes_are_limited_per_address() {
     let client_id = identity("urn:test:client", "client", 2048);
     let mut pki = Pki::open(dir.path(), PkiConfig::default()).unwrap();
     pki.trust(&client_id.cert).unwrap();
-    let limits = HandshakeLimits { burst: 2, refill_interval_ms: 3_600_000, addresses_max: 16 };
+    let limits = HandshakeLimits {
+        burst: 2,
+        refill_interval_ms: 3_600_000,
+        addresses_max: 16,
+    };
     let trust = ShardTrust::new(pki, Some(limits), LoginLimiterConfig::default());
-    let s = Setup { _dir: dir, server_id, client_id, trust };
+    let s = Setup {
+        _dir: dir,
+        server_id,
+        client_id,
+        trust,
+    };
     for i in 0..3 {
-        let mut p = Pair::new(&s, PolicyId::Basic256Sha256, MessageSecurityMode::Sign, 65536);
+        let mut p = Pair::new(
+            &s,
+            PolicyId::Basic256Sha256,
+            MessageSecurityMode::Sign,
+            65536,
+        );
         p.pump();
         if i < 2 {
             assert!(p.client.is_open());
@@ -321,18 +455,29 @@ fn session_signatures_and_user_secrets_round_trip() {
         // CreateSession: the server signs clientCertificate ‖ clientNonce.
         let data = [s.client_id.cert.der(), &[7u8; 32][..]].concat();
         let (alg, sig) = server.sign_own(&data).unwrap();
-        client.verify_signature(s.server_id.cert.der(), &data, &alg, &sig).unwrap();
+        client
+            .verify_signature(s.server_id.cert.der(), &data, &alg, &sig)
+            .unwrap();
         assert_eq!(
             client.verify_signature(s.server_id.cert.der(), &data[1..], &alg, &sig),
             Err(StatusCode::BadSecurityChecksFailed)
         );
         // A password for the server.
         let nonce = [9u8; 32];
-        let ct = uaring_crypto::encrypt_user_password(id, &s.server_id.cert, b"secret", &nonce).unwrap();
+        let ct =
+            uaring_crypto::encrypt_user_password(id, &s.server_id.cert, b"secret", &nonce).unwrap();
         let alg = id.asym_encryption_algorithm_uri().unwrap();
-        assert_eq!(server.decrypt_user_secret(alg, &ct, &nonce).unwrap(), b"secret");
-        assert_eq!(server.decrypt_user_secret(alg, &ct, &[8u8; 32]), Err(StatusCode::BadIdentityTokenInvalid));
-        server.validate_client_certificate(s.client_id.cert.der(), Some("urn:test:client")).unwrap();
+        assert_eq!(
+            server.decrypt_user_secret(alg, &ct, &nonce).unwrap(),
+            b"secret"
+        );
+        assert_eq!(
+            server.decrypt_user_secret(alg, &ct, &[8u8; 32]),
+            Err(StatusCode::BadIdentityTokenInvalid)
+        );
+        server
+            .validate_client_certificate(s.client_id.cert.der(), Some("urn:test:client"))
+            .unwrap();
         assert_eq!(
             server.validate_client_certificate(s.client_id.cert.der(), Some("urn:test:nope")),
             Err(StatusCode::BadCertificateUriInvalid)
@@ -345,7 +490,12 @@ fn session_signatures_and_user_secrets_round_trip() {
 #[test]
 fn mutated_open_secure_channel_chunks_never_panic() {
     let s = setup(2048, 2048, true);
-    let mut p = Pair::new(&s, PolicyId::Basic256Sha256, MessageSecurityMode::SignAndEncrypt, 65536);
+    let mut p = Pair::new(
+        &s,
+        PolicyId::Basic256Sha256,
+        MessageSecurityMode::SignAndEncrypt,
+        65536,
+    );
     // Hello → server, ACK → client, which then writes its OPN.
     let hello = std::mem::take(&mut p.c2s);
     let mut ack = Vec::new();

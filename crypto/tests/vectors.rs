@@ -18,10 +18,12 @@ fn p_sha256_tls12_prf_vector() {
     p_sha256(&secret, &seed, &mut out);
     assert_eq!(
         out.to_vec(),
-        hex("e3f229ba727be17b8d122620557cd453c2aab21d07c3d495329b52d4e61edb5a\
+        hex(
+            "e3f229ba727be17b8d122620557cd453c2aab21d07c3d495329b52d4e61edb5a\
              6b301791e90d35c9c9a46b4e14baf9af0fa022f7077def17abfd3797c0564bab\
              4fbc91666e9def9b97fce34f796789baa48082d122ee42c5a72e5a5110fff701\
-             87347b66")
+             87347b66"
+        )
     );
     // Shorter outputs are prefixes.
     let mut short = [0u8; 33];
@@ -39,8 +41,10 @@ fn p_sha256_s2opc_64_and_80_bytes() {
     );
     assert_eq!(
         out.to_vec(),
-        hex("5a6cee5d3f4881816d4d5fa890ea9333a0ccb47998efa8c3c1f7e04ffd778b0a\
-             b71c5bc89bb418031ae54e34c6ab78a8e7a39113d72d7446ff5e54738d9d1d7e")
+        hex(
+            "5a6cee5d3f4881816d4d5fa890ea9333a0ccb47998efa8c3c1f7e04ffd778b0a\
+             b71c5bc89bb418031ae54e34c6ab78a8e7a39113d72d7446ff5e54738d9d1d7e"
+        )
     );
     let mut out = [0u8; 80];
     p_sha256(
@@ -50,9 +54,11 @@ fn p_sha256_s2opc_64_and_80_bytes() {
     );
     assert_eq!(
         out.to_vec(),
-        hex("ba523f60d02e153670604816cbb25301ce8cc27a04f2be01163f3dd517c2b7f6\
+        hex(
+            "ba523f60d02e153670604816cbb25301ce8cc27a04f2be01163f3dd517c2b7f6\
              36a08d3ca6ed5811d65a9605efcaf5fd137984ac4a7efc141a181f5dacaac1bd\
-             249a8e6424ad5133efd751b2c418160f")
+             249a8e6424ad5133efd751b2c418160f"
+        )
     );
 }
 
@@ -108,8 +114,10 @@ fn p_sha1_asneg_basic128rsa15_vector() {
     p_sha1(&[0x01; 16], &[0x02; 16], &mut out);
     assert_eq!(
         out.to_vec(),
-        hex("306505906ad66ce8510e76ceda07ecfcd90802c961646b1aa3694de3f096081e\
-             18459aa73ef7aedcb8efaa4230c97201")
+        hex(
+            "306505906ad66ce8510e76ceda07ecfcd90802c961646b1aa3694de3f096081e\
+             18459aa73ef7aedcb8efaa4230c97201"
+        )
     );
     // The same through the policy: Basic128Rsa15 derives 16 + 16 + 16 bytes with P_SHA1.
     let keys = derive_keys(PolicyId::Basic128Rsa15, &[0x01; 16], &[0x02; 16]).unwrap();
@@ -211,7 +219,12 @@ fn aes256_cbc_s2opc_single_block_vectors() {
     let zero_key = "0000000000000000000000000000000000000000000000000000000000000000";
     // (key, iv, plaintext, ciphertext)
     let cases = [
-        (zero_key, zero_iv, "00000000000000000000000000000000", "dc95c078a2408989ad48a21492842087"),
+        (
+            zero_key,
+            zero_iv,
+            "00000000000000000000000000000000",
+            "dc95c078a2408989ad48a21492842087",
+        ),
         (
             "c47b0294dbbbee0fec4757f22ffeee3587ca4730c3d33b691df38bab076bc558",
             zero_iv,
@@ -224,7 +237,12 @@ fn aes256_cbc_s2opc_single_block_vectors() {
             "00000000000000000000000000000000",
             "304f81ab61a80c2e743b94d5002a126b",
         ),
-        (zero_key, zero_iv, "0b24af36193ce4665f2825d7b4749c98", "a9ff75bd7cf6613d3731c77c3b6d0c04"),
+        (
+            zero_key,
+            zero_iv,
+            "0b24af36193ce4665f2825d7b4749c98",
+            "a9ff75bd7cf6613d3731c77c3b6d0c04",
+        ),
         (
             "458b67bf212d20f3a57fce392065582dcefbf381aa22949f8338ab9052260e1d",
             "4c12effc5963d40459602675153e9649",
@@ -243,7 +261,12 @@ fn aes256_cbc_s2opc_single_block_vectors() {
             "00000000000000000000000000000000",
             "47cb030da2ab051dfc6c4bf6910d12bb",
         ),
-        (zero_key, zero_iv, "761c1fe41a18acf20d241650611d90f1", "623a52fcea5d443e48d9181ab32c7421"),
+        (
+            zero_key,
+            zero_iv,
+            "761c1fe41a18acf20d241650611d90f1",
+            "623a52fcea5d443e48d9181ab32c7421",
+        ),
     ];
     for (key, iv, plain, cipher) in cases {
         let k = aes256_keys(key, iv);
@@ -285,7 +308,10 @@ fn aes256_cbc_s2opc_multi_block_vector() {
     assert_eq!(buf, plain);
     // Lengths that are not block multiples are refused, not truncated.
     assert!(k.encrypt_in_place(&mut [0u8; 15]).is_err());
-    assert_eq!(k.decrypt_in_place(&mut [0u8; 17]).unwrap_err(), status::BAD_SECURITY_CHECKS_FAILED);
+    assert_eq!(
+        k.decrypt_in_place(&mut [0u8; 17]).unwrap_err(),
+        status::BAD_SECURITY_CHECKS_FAILED
+    );
 }
 
 #[test]
@@ -303,7 +329,10 @@ fn hmac_sha256_s2opc_vector_and_tampering() {
     );
     let mut sig = [0u8; 32];
     keys.sign(&data, &mut sig).unwrap();
-    assert_eq!(sig.to_vec(), hex("e4185b6d49f06e8b94a552ad950983852ef20b58ee75f2c448fea587728d94db"));
+    assert_eq!(
+        sig.to_vec(),
+        hex("e4185b6d49f06e8b94a552ad950983852ef20b58ee75f2c448fea587728d94db")
+    );
     assert!(keys.verify(&data, &sig));
     sig[1] ^= 0x20;
     assert!(!keys.verify(&data, &sig));
@@ -318,8 +347,11 @@ fn hmac_sha256_s2opc_vector_and_tampering() {
 fn seal_and_open_chunks_for_every_supported_policy() {
     let client_nonce = [0x11u8; 32];
     let server_nonce = [0x22u8; 32];
-    for policy in [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss]
-    {
+    for policy in [
+        PolicyId::Basic256Sha256,
+        PolicyId::Aes128Sha256RsaOaep,
+        PolicyId::Aes256Sha256RsaPss,
+    ] {
         let keys = derive_channel_keys(policy, &client_nonce, &server_nonce).unwrap();
         let (client_send, client_recv) = keys.client_role();
         let (server_send, server_recv) = keys.server_role();
@@ -345,7 +377,10 @@ fn seal_and_open_chunks_for_every_supported_policy() {
             let original = chunk.clone();
             client_send.seal_chunk(&mut chunk, header, mode).unwrap();
             if mode == SecurityMode::SignAndEncrypt {
-                assert_ne!(&chunk[header..header + body], &original[header..header + body]);
+                assert_ne!(
+                    &chunk[header..header + body],
+                    &original[header..header + body]
+                );
                 assert_eq!((chunk.len() - header) % 16, 0);
             } else {
                 assert_eq!(&chunk[..header + body], &original[..header + body]);
@@ -355,7 +390,10 @@ fn seal_and_open_chunks_for_every_supported_policy() {
             assert_eq!(len, header + body + pad);
             assert_eq!(&received[..len], &original[..len]);
             if mode == SecurityMode::SignAndEncrypt {
-                assert_eq!(uaring_crypto::check_padding(&received[header..len], false), Some(pad));
+                assert_eq!(
+                    uaring_crypto::check_padding(&received[header..len], false),
+                    Some(pad)
+                );
             }
             // A flipped bit anywhere fails; so do the wrong direction's keys.
             for pos in [0, header, header + body / 2, chunk.len() - 1] {
@@ -409,10 +447,19 @@ fn policy_table() {
     for p in PolicyId::ALL {
         assert_eq!(PolicyId::from_uri(p.uri()), Some(p));
     }
-    assert_eq!(PolicyId::from_uri("http://opcfoundation.org/UA/SecurityPolicy#Nope"), None);
+    assert_eq!(
+        PolicyId::from_uri("http://opcfoundation.org/UA/SecurityPolicy#Nope"),
+        None
+    );
     assert_eq!(PolicyId::Basic256Sha256.nonce_len(), 32);
-    assert_eq!(PolicyId::Aes128Sha256RsaOaep.symmetric_key_lens(), (32, 16, 16));
-    assert_eq!(PolicyId::Aes256Sha256RsaPss.symmetric_key_lens(), (32, 32, 16));
+    assert_eq!(
+        PolicyId::Aes128Sha256RsaOaep.symmetric_key_lens(),
+        (32, 16, 16)
+    );
+    assert_eq!(
+        PolicyId::Aes256Sha256RsaPss.symmetric_key_lens(),
+        (32, 32, 16)
+    );
     assert_eq!(PolicyId::Basic256.symmetric_key_lens(), (24, 32, 16));
     assert_eq!(PolicyId::Basic256Sha256.asym_plain_block_size(256), 214);
     assert_eq!(PolicyId::Aes256Sha256RsaPss.asym_plain_block_size(256), 190);
@@ -425,8 +472,13 @@ fn policy_table() {
         PolicyId::Basic256Sha256.asym_encryption_algorithm_uri(),
         Some("http://www.w3.org/2001/04/xmlenc#rsa-oaep")
     );
-    assert!(PolicyId::RECOMMENDED.iter().all(|p| p.is_supported() && !p.is_deprecated()));
+    assert!(PolicyId::RECOMMENDED
+        .iter()
+        .all(|p| p.is_supported() && !p.is_deprecated()));
     assert!(!PolicyId::Basic128Rsa15.is_supported());
-    assert_eq!(SecurityMode::from_u32(3), Some(SecurityMode::SignAndEncrypt));
+    assert_eq!(
+        SecurityMode::from_u32(3),
+        Some(SecurityMode::SignAndEncrypt)
+    );
     assert_eq!(SecurityMode::from_u32(0), None);
 }

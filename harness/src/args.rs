@@ -89,7 +89,10 @@ mod tests {
 
     #[test]
     fn placeholders() {
-        let s = substitute("--port {port} --n {items} {other}", &[("port", "4840".into()), ("items", "10".into())]);
+        let s = substitute(
+            "--port {port} --n {items} {other}",
+            &[("port", "4840".into()), ("items", "10".into())],
+        );
         assert_eq!(s, "--port 4840 --n 10 {other}");
     }
 }

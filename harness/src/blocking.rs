@@ -11,13 +11,16 @@ use uaring_core::client::{ClientConfig, ClientConnection, ClientState};
 use uaring_core::generated::attribute_ids;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType, BrowseDescription,
-    BrowseNextRequest, BrowsePath, BrowsePathResult, BrowseRequest, BrowseResult, CloseSessionRequest,
-    CreateSessionRequest, CreateSessionResponse, EndpointDescription, GetEndpointsRequest, ReadRequest, ReadValueId,
-    TimestampsToReturn, TranslateBrowsePathsToNodeIdsRequest, UserTokenType, WriteRequest, WriteValue,
+    ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType,
+    BrowseDescription, BrowseNextRequest, BrowsePath, BrowsePathResult, BrowseRequest,
+    BrowseResult, CloseSessionRequest, CreateSessionRequest, CreateSessionResponse,
+    EndpointDescription, GetEndpointsRequest, ReadRequest, ReadValueId, TimestampsToReturn,
+    TranslateBrowsePathsToNodeIdsRequest, UserTokenType, WriteRequest, WriteValue,
 };
 use uaring_core::time::Now;
-use uaring_core::types::{ByteString, DataValue, DateTime, ExtensionObject, NodeId, StatusCode, UaString};
+use uaring_core::types::{
+    ByteString, DataValue, DateTime, ExtensionObject, NodeId, StatusCode, UaString,
+};
 
 /// Why a blocking call failed.
 #[derive(Debug)]
@@ -46,7 +49,10 @@ impl std::fmt::Display for ClientError {
 impl std::error::Error for ClientError {}
 impl From<std::io::Error> for ClientError {
     fn from(e: std::io::Error) -> Self {
-        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
             ClientError::Timeout
         } else {
             ClientError::Io(e)
@@ -66,22 +72,34 @@ pub fn now() -> Now {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     let e = *EPOCH.get_or_init(Instant::now);
     let mono_ns = e.elapsed().as_nanos().min(u64::MAX as u128) as u64;
-    let utc = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
+    let utc = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
     Now::new(mono_ns, DateTime::from_unix_nanos(utc))
 }
 
 /// `opc.tcp://host:port/path` → `host:port`.
 pub fn host_port(url: &str) -> Option<String> {
-    let rest = url.get(..10).filter(|s| s.eq_ignore_ascii_case("opc.tcp://")).map(|_| &url[10..])?;
+    let rest = url
+        .get(..10)
+        .filter(|s| s.eq_ignore_ascii_case("opc.tcp://"))
+        .map(|_| &url[10..])?;
     let hp = rest.split('/').next()?;
     if hp.is_empty() {
         return None;
     }
-    Some(if hp.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) && !hp.ends_with(']') {
-        hp.to_owned()
-    } else {
-        format!("{hp}:4840")
-    })
+    Some(
+        if hp
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !hp.ends_with(']')
+        {
+            hp.to_owned()
+        } else {
+            format!("{hp}:4840")
+        },
+    )
 }
 
 /// A connected client with an open secure channel (and, after `create_session` /
@@ -196,7 +214,10 @@ impl Client {
 
     /// GetEndpoints for this connection's URL.
     pub fn get_endpoints(&mut self) -> ClientResult<Vec<EndpointDescription>> {
-        let req = GetEndpointsRequest { endpoint_url: self.endpoint_url.as_str().into(), ..Default::default() };
+        let req = GetEndpointsRequest {
+            endpoint_url: self.endpoint_url.as_str().into(),
+            ..Default::default()
+        };
         match self.call(Request::GetEndpoints(Box::new(req)))? {
             Response::GetEndpoints(r) => {
                 Self::check(&Response::GetEndpoints(r.clone()))?;
@@ -228,7 +249,8 @@ impl Client {
                 if r.response_header.service_result.is_bad() {
                     return Err(ClientError::Status(r.response_header.service_result));
                 }
-                self.conn.set_authentication_token(r.authentication_token.clone());
+                self.conn
+                    .set_authentication_token(r.authentication_token.clone());
                 Ok(&*self.session.insert(*r))
             }
             _ => Err(ClientError::Status(StatusCode::BadUnknownResponse)),
@@ -245,7 +267,10 @@ impl Client {
             .session
             .as_ref()
             .and_then(|s| {
-                s.server_endpoints.iter().flat_map(|e| e.user_identity_tokens.iter()).find(|p| p.token_type == UserTokenType::Anonymous)
+                s.server_endpoints
+                    .iter()
+                    .flat_map(|e| e.user_identity_tokens.iter())
+                    .find(|p| p.token_type == UserTokenType::Anonymous)
             })
             .map(|p| p.policy_id.clone())
             .unwrap_or_else(|| UaString::from("anonymous"));
@@ -277,13 +302,20 @@ impl Client {
     pub fn read_values(&mut self, nodes: &[NodeId]) -> ClientResult<Vec<DataValue>> {
         let ids: Vec<ReadValueId> = nodes
             .iter()
-            .map(|n| ReadValueId { node_id: n.clone(), attribute_id: attribute_ids::Value, ..Default::default() })
+            .map(|n| ReadValueId {
+                node_id: n.clone(),
+                attribute_id: attribute_ids::Value,
+                ..Default::default()
+            })
             .collect();
         self.read(&ids)
     }
 
     pub fn write(&mut self, values: &[WriteValue]) -> ClientResult<Vec<StatusCode>> {
-        let req = WriteRequest { nodes_to_write: values.to_vec(), ..Default::default() };
+        let req = WriteRequest {
+            nodes_to_write: values.to_vec(),
+            ..Default::default()
+        };
         match self.call(Request::Write(Box::new(req)))? {
             Response::Write(r) if r.response_header.service_result.is_good() => Ok(r.results),
             r => Err(ClientError::Status(Self::bad_or_unknown(&r))),
@@ -291,14 +323,21 @@ impl Client {
     }
 
     pub fn browse(&mut self, nodes: &[BrowseDescription]) -> ClientResult<Vec<BrowseResult>> {
-        let req = BrowseRequest { nodes_to_browse: nodes.to_vec(), ..Default::default() };
+        let req = BrowseRequest {
+            nodes_to_browse: nodes.to_vec(),
+            ..Default::default()
+        };
         match self.call(Request::Browse(Box::new(req)))? {
             Response::Browse(r) if r.response_header.service_result.is_good() => Ok(r.results),
             r => Err(ClientError::Status(Self::bad_or_unknown(&r))),
         }
     }
 
-    pub fn browse_next(&mut self, release: bool, continuation_points: &[ByteString]) -> ClientResult<Vec<BrowseResult>> {
+    pub fn browse_next(
+        &mut self,
+        release: bool,
+        continuation_points: &[ByteString],
+    ) -> ClientResult<Vec<BrowseResult>> {
         let req = BrowseNextRequest {
             release_continuation_points: release,
             continuation_points: continuation_points.to_vec(),
@@ -311,9 +350,16 @@ impl Client {
     }
 
     pub fn translate(&mut self, paths: &[BrowsePath]) -> ClientResult<Vec<BrowsePathResult>> {
-        let req = TranslateBrowsePathsToNodeIdsRequest { browse_paths: paths.to_vec(), ..Default::default() };
+        let req = TranslateBrowsePathsToNodeIdsRequest {
+            browse_paths: paths.to_vec(),
+            ..Default::default()
+        };
         match self.call(Request::TranslateBrowsePathsToNodeIds(Box::new(req)))? {
-            Response::TranslateBrowsePathsToNodeIds(r) if r.response_header.service_result.is_good() => Ok(r.results),
+            Response::TranslateBrowsePathsToNodeIds(r)
+                if r.response_header.service_result.is_good() =>
+            {
+                Ok(r.results)
+            }
             r => Err(ClientError::Status(Self::bad_or_unknown(&r))),
         }
     }
@@ -331,7 +377,10 @@ impl Client {
     pub fn close(mut self) -> ClientResult<()> {
         let mut result = Ok(());
         if self.session.take().is_some() {
-            let req = CloseSessionRequest { delete_subscriptions: true, ..Default::default() };
+            let req = CloseSessionRequest {
+                delete_subscriptions: true,
+                ..Default::default()
+            };
             result = self.call(Request::CloseSession(Box::new(req))).map(|_| ());
         }
         self.conn.close(now(), &mut self.out);

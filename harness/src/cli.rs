@@ -117,7 +117,10 @@ fn scenario_name(s: &str) -> Result<String, String> {
     if SCENARIOS.contains(&s) {
         Ok(s.to_string())
     } else {
-        Err(format!("unknown scenario {s:?}; one of {}", SCENARIOS.join(", ")))
+        Err(format!(
+            "unknown scenario {s:?}; one of {}",
+            SCENARIOS.join(", ")
+        ))
     }
 }
 
@@ -340,7 +343,9 @@ impl Cli {
         let cmd = Cli::command();
         let m = cmd.clone().try_get_matches_from(argv)?;
         let mut cli = Cli::from_arg_matches(&m)?;
-        if let (Command::Run(o), Some(("run", sub)), Some(run)) = (&mut cli.command, m.subcommand(), cmd.find_subcommand("run")) {
+        if let (Command::Run(o), Some(("run", sub)), Some(run)) =
+            (&mut cli.command, m.subcommand(), cmd.find_subcommand("run"))
+        {
             o.given = given_ids(run, sub);
         }
         Ok(cli)
@@ -370,14 +375,23 @@ impl RunOpts {
         T: Into<std::ffi::OsString> + Clone,
     {
         #[derive(Parser)]
-        #[command(name = "uaring-bench run", args_override_self = true, disable_version_flag = true)]
+        #[command(
+            name = "uaring-bench run",
+            args_override_self = true,
+            disable_version_flag = true
+        )]
         struct Only {
             #[command(flatten)]
             run: RunOpts,
         }
         let cmd = Only::command();
-        let m = cmd.clone().try_get_matches_from(args).map_err(|e| e.to_string())?;
-        let mut run = Only::from_arg_matches(&m).map(|o| o.run).map_err(|e| e.to_string())?;
+        let m = cmd
+            .clone()
+            .try_get_matches_from(args)
+            .map_err(|e| e.to_string())?;
+        let mut run = Only::from_arg_matches(&m)
+            .map(|o| o.run)
+            .map_err(|e| e.to_string())?;
         run.given = given_ids(&cmd, &m);
         Ok(run)
     }
@@ -406,7 +420,14 @@ pub struct SweepOpts {
 }
 
 /// Options of `sweep` that are not passed on to its runs: (name, takes a value).
-pub const SWEEP_ONLY: &[(&str, bool)] = &[("variants", true), ("scenarios", true), ("rounds", true), ("out", true), ("bench-exe", true), ("json", false)];
+pub const SWEEP_ONLY: &[(&str, bool)] = &[
+    ("variants", true),
+    ("scenarios", true),
+    ("rounds", true),
+    ("out", true),
+    ("bench-exe", true),
+    ("json", false),
+];
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct SummarizeOpts {
@@ -446,7 +467,10 @@ fn ratio_pair(s: &str) -> Result<(String, String), String> {
 
 impl SummarizeOpts {
     pub fn input(&self) -> &str {
-        self.input_opt.as_deref().or(self.input.as_deref()).unwrap_or_default()
+        self.input_opt
+            .as_deref()
+            .or(self.input.as_deref())
+            .unwrap_or_default()
     }
 }
 
@@ -491,12 +515,25 @@ mod tests {
     use super::*;
 
     fn parse(words: &[&str]) -> Result<Cli, String> {
-        Cli::try_parse_from(std::iter::once("uaring-bench").chain(words.iter().copied())).map_err(|e| e.to_string())
+        Cli::try_parse_from(std::iter::once("uaring-bench").chain(words.iter().copied()))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
     fn run_defaults_and_last_value_wins() {
-        let Command::Run(r) = parse(&["run", "--clients", "4", "--json", "--clients=8", "--scenario", "read", "--json"]).unwrap().command else {
+        let Command::Run(r) = parse(&[
+            "run",
+            "--clients",
+            "4",
+            "--json",
+            "--clients=8",
+            "--scenario",
+            "read",
+            "--json",
+        ])
+        .unwrap()
+        .command
+        else {
             panic!()
         };
         assert_eq!(r.clients, 8);
@@ -538,48 +575,128 @@ mod tests {
 
     #[test]
     fn server_args_may_start_with_a_dash() {
-        let Command::Run(r) = parse(&["run", "--server-args", "--port {port} --secure", "--clients", "2"]).unwrap().command else { panic!() };
+        let Command::Run(r) = parse(&[
+            "run",
+            "--server-args",
+            "--port {port} --secure",
+            "--clients",
+            "2",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
         assert_eq!(r.server_args, "--port {port} --secure");
         assert_eq!(r.clients, 2);
     }
 
     #[test]
     fn send_modes() {
-        let Command::Run(r) = parse(&["run", "--send", "per-request"]).unwrap().command else { panic!() };
+        let Command::Run(r) = parse(&["run", "--send", "per-request"]).unwrap().command else {
+            panic!()
+        };
         assert_eq!(r.send, SendMode::PerRequest);
         assert_eq!(r.send.name(), "per-request");
     }
 
     #[test]
     fn sweep_passes_run_options_on() {
-        let words: Vec<String> = ["--variants", "v", "--rounds=3", "--duration", "1", "--json", "--out", "o", "--send", "per-request"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(run_words_of_sweep(&words), vec!["--duration", "1", "--send", "per-request"]);
-        let Command::Sweep(s) = parse(&["sweep", "--variants", "v", "--duration", "1"]).unwrap().command else { panic!() };
+        let words: Vec<String> = [
+            "--variants",
+            "v",
+            "--rounds=3",
+            "--duration",
+            "1",
+            "--json",
+            "--out",
+            "o",
+            "--send",
+            "per-request",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            run_words_of_sweep(&words),
+            vec!["--duration", "1", "--send", "per-request"]
+        );
+        let Command::Sweep(s) = parse(&["sweep", "--variants", "v", "--duration", "1"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
         assert_eq!(s.rounds, 5);
         assert_eq!(s.run.duration, 1.0);
         // --idle-sessions from the sweep's own words, a scenario's and a variant's (the last wins).
-        let common = run_words_of_sweep(&["--variants".to_string(), "v".into(), "--idle-sessions".into(), "2".into()]);
-        let scenario = crate::sweep::Scenario { name: "s".into(), args: vec!["--idle-sessions".into(), "8".into()] };
-        let plain = crate::sweep::Variant { name: "a".into(), env: vec![], args: vec![] };
-        let r = RunOpts::try_parse_words(crate::sweep::run_words(&common, &scenario, &plain)).unwrap();
+        let common = run_words_of_sweep(&[
+            "--variants".to_string(),
+            "v".into(),
+            "--idle-sessions".into(),
+            "2".into(),
+        ]);
+        let scenario = crate::sweep::Scenario {
+            name: "s".into(),
+            args: vec!["--idle-sessions".into(), "8".into()],
+        };
+        let plain = crate::sweep::Variant {
+            name: "a".into(),
+            env: vec![],
+            args: vec![],
+        };
+        let r =
+            RunOpts::try_parse_words(crate::sweep::run_words(&common, &scenario, &plain)).unwrap();
         assert_eq!(r.idle_sessions, 8);
-        let more = crate::sweep::Variant { name: "b".into(), env: vec![], args: vec!["--idle-sessions".into(), "16".into()] };
-        assert_eq!(RunOpts::try_parse_words(crate::sweep::run_words(&common, &scenario, &more)).unwrap().idle_sessions, 16);
-        let none = crate::sweep::Scenario { name: "t".into(), args: vec![] };
-        assert_eq!(RunOpts::try_parse_words(crate::sweep::run_words(&common, &none, &plain)).unwrap().idle_sessions, 2);
+        let more = crate::sweep::Variant {
+            name: "b".into(),
+            env: vec![],
+            args: vec!["--idle-sessions".into(), "16".into()],
+        };
+        assert_eq!(
+            RunOpts::try_parse_words(crate::sweep::run_words(&common, &scenario, &more))
+                .unwrap()
+                .idle_sessions,
+            16
+        );
+        let none = crate::sweep::Scenario {
+            name: "t".into(),
+            args: vec![],
+        };
+        assert_eq!(
+            RunOpts::try_parse_words(crate::sweep::run_words(&common, &none, &plain))
+                .unwrap()
+                .idle_sessions,
+            2
+        );
         assert!(parse(&["run", "--idle-sessions", "some"]).is_err());
     }
 
     #[test]
     fn given_options_are_recorded() {
-        let argv: Vec<String> = ["uaring-bench", "run", "--scenario", "push", "--json", "--sampling-ms=5", "--clients", "2"].iter().map(|s| s.to_string()).collect();
-        let Command::Run(r) = Cli::try_parse_recording(&argv).unwrap().command else { panic!() };
+        let argv: Vec<String> = [
+            "uaring-bench",
+            "run",
+            "--scenario",
+            "push",
+            "--json",
+            "--sampling-ms=5",
+            "--clients",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let Command::Run(r) = Cli::try_parse_recording(&argv).unwrap().command else {
+            panic!()
+        };
         let mut g = r.given.clone();
         g.sort();
-        assert_eq!(g, vec!["clients", "json", "sampling_ms", "scenario"], "defaults are not given");
+        assert_eq!(
+            g,
+            vec!["clients", "json", "sampling_ms", "scenario"],
+            "defaults are not given"
+        );
         let r = RunOpts::try_parse_words(["run", "--queue-size", "3"]).unwrap();
         assert_eq!(r.given, vec!["queue_size"]);
         assert_eq!(option_name("sampling_ms"), "--sampling-ms");
@@ -588,11 +705,34 @@ mod tests {
 
     #[test]
     fn summarize_input_either_way() {
-        let Command::Summarize(s) = parse(&["summarize", "--in", "a.jsonl"]).unwrap().command else { panic!() };
+        let Command::Summarize(s) = parse(&["summarize", "--in", "a.jsonl"]).unwrap().command
+        else {
+            panic!()
+        };
         assert_eq!(s.input(), "a.jsonl");
-        let Command::Summarize(s) = parse(&["summarize", "b.jsonl", "--md", "x", "--ratio", "u/o", "--ratio", "u/e"]).unwrap().command else { panic!() };
+        let Command::Summarize(s) = parse(&[
+            "summarize",
+            "b.jsonl",
+            "--md",
+            "x",
+            "--ratio",
+            "u/o",
+            "--ratio",
+            "u/e",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
         assert_eq!(s.input(), "b.jsonl");
-        assert_eq!(s.ratios, vec![("u".to_string(), "o".to_string()), ("u".to_string(), "e".to_string())]);
+        assert_eq!(
+            s.ratios,
+            vec![
+                ("u".to_string(), "o".to_string()),
+                ("u".to_string(), "e".to_string())
+            ]
+        );
         assert!(parse(&["summarize", "b.jsonl", "--ratio", "uo"]).is_err());
     }
 }

@@ -76,7 +76,12 @@ pub struct EchoClientConn {
 
 impl EchoClientConn {
     pub fn new(inflight: usize, frame_bytes: usize) -> Self {
-        EchoClientConn { inflight, frame_bytes, sent_at: std::collections::VecDeque::with_capacity(inflight), pending: Vec::new() }
+        EchoClientConn {
+            inflight,
+            frame_bytes,
+            sent_at: std::collections::VecDeque::with_capacity(inflight),
+            pending: Vec::new(),
+        }
     }
 }
 
@@ -91,13 +96,21 @@ impl Driver for EchoClientConn {
         Ok(())
     }
 
-    fn on_recv(&mut self, now: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_recv(
+        &mut self,
+        now: u64,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         let sent_at = &mut self.sent_at;
         let size = self.frame_bytes;
         let mut problem = None;
         frames(&mut self.pending, data, |len| {
             if len as usize != size {
-                problem.get_or_insert_with(|| format!("echo reply of {len} bytes to a request of {size}"));
+                problem.get_or_insert_with(|| {
+                    format!("echo reply of {len} bytes to a request of {size}")
+                });
                 return;
             }
             match sent_at.pop_front() {
@@ -134,7 +147,10 @@ fn parse_backend(s: &str) -> Result<IoBackend, String> {
 /// (one pinned shard per CPU, its default `[runtime]` configuration) with
 /// `EchoHandler` in place of the OPC UA server. Runs until SIGTERM/SIGINT.
 pub fn echo_server_main(cpus: &[usize], port: u16, backend: &str) -> Result<(), String> {
-    let rc = RuntimeConfig { io_backend: parse_backend(backend)?, ..Default::default() };
+    let rc = RuntimeConfig {
+        io_backend: parse_backend(backend)?,
+        ..Default::default()
+    };
     let listen = SocketAddr::from(([127, 0, 0, 1], port));
     let opts = RuntimeOptions::from_config(&rc, listen, cpus.to_vec());
     // Block the stop signals in every thread (shards inherit the mask) and
@@ -148,9 +164,14 @@ pub fn echo_server_main(cpus: &[usize], port: u16, backend: &str) -> Result<(), 
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     };
-    let running = runtime::start(opts, |_shard| Ok(EchoHandler::default())).map_err(|e| e.to_string())?;
+    let running =
+        runtime::start(opts, |_shard| Ok(EchoHandler::default())).map_err(|e| e.to_string())?;
     println!("listening on {}", running.local_addr);
-    println!("echo floor: {} shard(s), {}", cpus.len().max(1), running.features);
+    println!(
+        "echo floor: {} shard(s), {}",
+        cpus.len().max(1),
+        running.features
+    );
     println!("benchmark server ready");
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -195,7 +216,12 @@ mod tests {
         let mut c = EchoClientConn::new(2, 113);
         let mut first = Vec::new();
         {
-            let mut ctx = Ctx { phase: crate::uring::PHASE_MEASURE, stats: &mut stats, shared: &shared, marks: Some(&mut marks) };
+            let mut ctx = Ctx {
+                phase: crate::uring::PHASE_MEASURE,
+                stats: &mut stats,
+                shared: &shared,
+                marks: Some(&mut marks),
+            };
             c.start(0, &mut first, &mut ctx).unwrap();
         }
         assert_eq!(first.len(), 226);

@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use uaring::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::node_ids;
 use uaring_core::generated::types::{ReadRequest, TimestampsToReturn};
 use uaring_core::services::attribute::attr;
 use uaring_core::types::NodeId;
 use uaring_core::Now;
-use uaring::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 use crate::opcua::{read_value_id, UaDriver, Workload};
 use crate::run::{RunConfig, Running};
@@ -39,7 +39,6 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(10);
 /// The holding loop's tick: how soon it notices that it is told to close.
 const TICK_NS: u64 = 20_000_000;
 
-
 /// An idle session's workload: no request of its own, a Read of the server's state every
 /// third of the granted session timeout.
 struct KeepAlive {
@@ -50,7 +49,11 @@ struct KeepAlive {
 impl Workload for KeepAlive {
     fn session_created(&mut self, revised_timeout_ms: f64, now_ns: u64) {
         // A server that grants nothing usable (0, NaN) gets the harness's request, 120 s.
-        let timeout_ms = if revised_timeout_ms.is_finite() && revised_timeout_ms > 0.0 { revised_timeout_ms } else { 120_000.0 };
+        let timeout_ms = if revised_timeout_ms.is_finite() && revised_timeout_ms > 0.0 {
+            revised_timeout_ms
+        } else {
+            120_000.0
+        };
         self.interval_ns = ((timeout_ms * 1e6 / 3.0) as u64).max(1_000_000);
         self.next_at = now_ns.saturating_add(self.interval_ns);
     }
@@ -60,10 +63,27 @@ impl Workload for KeepAlive {
     fn next(&mut self, _now: u64) -> Option<Request> {
         None
     }
-    fn on_response(&mut self, _id: u32, resp: &Response, _sent: u64, _now: u64, _ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(
+        &mut self,
+        _id: u32,
+        resp: &Response,
+        _sent: u64,
+        _now: u64,
+        _ctx: &mut Ctx,
+    ) -> Result<(), String> {
         match resp {
-            Response::Read(r) if r.response_header.service_result.is_good() && r.results.len() == 1 && r.results[0].status_code().is_good() => Ok(()),
-            other => Err(format!("keep-alive Read answered with {} {:?}", other.name(), other.response_header().service_result)),
+            Response::Read(r)
+                if r.response_header.service_result.is_good()
+                    && r.results.len() == 1
+                    && r.results[0].status_code().is_good() =>
+            {
+                Ok(())
+            }
+            other => Err(format!(
+                "keep-alive Read answered with {} {:?}",
+                other.name(),
+                other.response_header().service_result
+            )),
         }
     }
     fn deadline(&self) -> Option<u64> {
@@ -71,8 +91,16 @@ impl Workload for KeepAlive {
     }
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
         self.next_at = now.saturating_add(self.interval_ns);
-        let node = read_value_id(NodeId::ns0(node_ids::Server_ServerStatus_State), attr::VALUE);
-        vec![Request::Read(Box::new(ReadRequest { max_age: 0.0, timestamps_to_return: TimestampsToReturn::Neither, nodes_to_read: vec![node], ..Default::default() }))]
+        let node = read_value_id(
+            NodeId::ns0(node_ids::Server_ServerStatus_State),
+            attr::VALUE,
+        );
+        vec![Request::Read(Box::new(ReadRequest {
+            max_age: 0.0,
+            timestamps_to_return: TimestampsToReturn::Neither,
+            nodes_to_read: vec![node],
+            ..Default::default()
+        }))]
     }
 }
 
@@ -128,10 +156,20 @@ struct Holder {
 impl Holder {
     /// After a call into a connection: what failed (its keep-alive, a silent connection that
     /// received something), and whether its session is closed.
-    fn after(&mut self, c: &mut IdleConn, r: Result<(), String>, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+    fn after(
+        &mut self,
+        c: &mut IdleConn,
+        r: Result<(), String>,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         let i = c.index;
         if let Some(e) = r.err().or_else(|| self.stats.first_error.take()) {
-            let what = if matches!(c.idle, Idle::Silent) { "connection" } else { "session" };
+            let what = if matches!(c.idle, Idle::Silent) {
+                "connection"
+            } else {
+                "session"
+            };
             self.ctl.fail(format!("idle {what} {i}: {e}"));
             return ConnStatus::Close;
         }
@@ -153,7 +191,14 @@ impl Holder {
 impl Handler for Holder {
     type Conn = IdleConn;
 
-    fn open(&mut self, id: ConnId, _peer: SocketAddr, _origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<IdleConn> {
+    fn open(
+        &mut self,
+        id: ConnId,
+        _peer: SocketAddr,
+        _origin: Origin,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Option<IdleConn> {
         let mut idle = self.pending.pop_front()?;
         let index = self.ids.len();
         match &mut idle {
@@ -170,7 +215,12 @@ impl Handler for Holder {
         }
         self.ids.push(id);
         self.open += 1;
-        Some(IdleConn { index, idle, closing: false, done: false })
+        Some(IdleConn {
+            index,
+            idle,
+            closing: false,
+            done: false,
+        })
     }
 
     fn recv(&mut self, c: &mut IdleConn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
@@ -205,8 +255,15 @@ impl Handler for Holder {
     fn closed(&mut self, c: IdleConn, _now: Now) {
         self.open = self.open.saturating_sub(1);
         if !c.done {
-            let what = if matches!(c.idle, Idle::Silent) { "connection" } else { "session" };
-            self.ctl.fail(format!("idle {what} {}: closed before the run ended", c.index));
+            let what = if matches!(c.idle, Idle::Silent) {
+                "connection"
+            } else {
+                "session"
+            };
+            self.ctl.fail(format!(
+                "idle {what} {}: closed before the run ended",
+                c.index
+            ));
         }
     }
 
@@ -232,13 +289,17 @@ impl Handler for Holder {
         match &mut c.idle {
             Idle::Session(d) if d.is_running() => {
                 if let Err(e) = d.close_session(now.mono_ns, out) {
-                    self.ctl.fail(format!("idle session {}: close: {e}", c.index));
+                    self.ctl
+                        .fail(format!("idle session {}: close: {e}", c.index));
                     return ConnStatus::Close;
                 }
                 ConnStatus::Open
             }
             Idle::Session(_) => {
-                self.ctl.fail(format!("idle session {}: not active when the run ended", c.index));
+                self.ctl.fail(format!(
+                    "idle session {}: not active when the run ended",
+                    c.index
+                ));
                 ConnStatus::Close
             }
             Idle::Silent => {
@@ -259,7 +320,10 @@ impl Handler for Holder {
             None => true,
             Some(_) if self.open == 0 => false,
             Some(t) if now.mono_ns.saturating_sub(t) > CLOSE_WITHIN.as_nanos() as u64 => {
-                self.ctl.fail(format!("{} idle sessions not closed within {CLOSE_WITHIN:?} of the run's end", self.open));
+                self.ctl.fail(format!(
+                    "{} idle sessions not closed within {CLOSE_WITHIN:?} of the run's end",
+                    self.open
+                ));
                 false
             }
             Some(_) => true,
@@ -269,7 +333,12 @@ impl Handler for Holder {
 
 /// The holding thread: connects every idle connection and runs the loop until told to close
 /// and every connection is closed.
-fn hold(addr: SocketAddr, idle: Vec<Idle>, shared: Arc<Shared>, ctl: Arc<Control>) -> Result<(), String> {
+fn hold(
+    addr: SocketAddr,
+    idle: Vec<Idle>,
+    shared: Arc<Shared>,
+    ctl: Arc<Control>,
+) -> Result<(), String> {
     let n = idle.len();
     let wiring = Fleet::standalone().map_err(|e| format!("idle sessions: loop wiring: {e}"))?;
     let handler = Holder {
@@ -285,11 +354,13 @@ fn hold(addr: SocketAddr, idle: Vec<Idle>, shared: Arc<Shared>, ctl: Arc<Control
     };
     let mut cfg = LoopConfig::default();
     cfg.max_connections = cfg.max_connections.max(n + 16);
-    let mut lp = EventLoop::new(IoBackend::Auto, handler, wiring, cfg).map_err(|e| format!("idle sessions: loop: {e}"))?;
+    let mut lp = EventLoop::new(IoBackend::Auto, handler, wiring, cfg)
+        .map_err(|e| format!("idle sessions: loop: {e}"))?;
     for i in 0..n {
         let s = TcpStream::connect(addr).map_err(|e| format!("idle connection {i}: {e}"))?;
         let _ = s.set_nodelay(true);
-        lp.adopt(s).map_err(|e| format!("idle connection {i}: {e}"))?;
+        lp.adopt(s)
+            .map_err(|e| format!("idle connection {i}: {e}"))?;
     }
     lp.run().map_err(|e| format!("idle sessions: loop: {e}"))?;
     match ctl.failure() {
@@ -315,13 +386,29 @@ impl IdleSessions {
         let idle: Vec<Idle> = if cfg.scenario == "echo" {
             (0..n).map(|_| Idle::Silent).collect()
         } else {
-            let sec = crate::security::prepare(&running.url, &cfg.security, &cfg.opts.security_policy)?;
+            let sec =
+                crate::security::prepare(&running.url, &cfg.security, &cfg.opts.security_policy)?;
             (0..n)
-                .map(|_| Idle::Session(UaDriver::new(&running.url, Box::new(KeepAlive { interval_ns: 0, next_at: u64::MAX }), 4, sec.clone())))
+                .map(|_| {
+                    Idle::Session(UaDriver::new(
+                        &running.url,
+                        Box::new(KeepAlive {
+                            interval_ns: 0,
+                            next_at: u64::MAX,
+                        }),
+                        4,
+                        sec.clone(),
+                    ))
+                })
                 .collect()
         };
         let (ctl, shared) = (Arc::new(Control::default()), Arc::new(Shared::default()));
-        let (cpus, addr, ctl2, shared2) = (cfg.client_cpus.clone(), running.addr, ctl.clone(), shared.clone());
+        let (cpus, addr, ctl2, shared2) = (
+            cfg.client_cpus.clone(),
+            running.addr,
+            ctl.clone(),
+            shared.clone(),
+        );
         let thread = std::thread::Builder::new()
             .name("idle-sessions".into())
             .spawn(move || {
@@ -329,7 +416,10 @@ impl IdleSessions {
                 hold(addr, idle, shared2, ctl2)
             })
             .map_err(|e| e.to_string())?;
-        let held = IdleSessions { ctl, thread: Some(thread) };
+        let held = IdleSessions {
+            ctl,
+            thread: Some(thread),
+        };
         let until = Instant::now() + OPEN_WITHIN;
         while shared.ready.load(Ordering::SeqCst) < n {
             let finished = held.thread.as_ref().is_none_or(|t| t.is_finished());
@@ -337,12 +427,16 @@ impl IdleSessions {
                 return Err(held.close().err().unwrap_or(e));
             }
             if finished {
-                return Err(held.close().err().unwrap_or_else(|| "idle sessions: the thread ended before they were open".into()));
+                return Err(held.close().err().unwrap_or_else(|| {
+                    "idle sessions: the thread ended before they were open".into()
+                }));
             }
             if Instant::now() > until {
                 let up = shared.ready.load(Ordering::SeqCst);
                 let _ = held.close();
-                return Err(format!("idle sessions: {up} of {n} established within {OPEN_WITHIN:?}"));
+                return Err(format!(
+                    "idle sessions: {up} of {n} established within {OPEN_WITHIN:?}"
+                ));
             }
             std::thread::sleep(Duration::from_millis(2));
         }

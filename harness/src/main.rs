@@ -29,11 +29,21 @@ fn real_main(cli: Cli, argv: &[String]) -> Result<i32, String> {
             let cfg = run::RunConfig::from_opts(&opts)?;
             let o = scenarios::run_scenario(&cfg)?;
             run::print_result(&cfg, &o);
-            Ok(if o.get("errors").and_then(|v| v.as_u64()).unwrap_or(0) > 0 { 1 } else { 0 })
+            Ok(
+                if o.get("errors").and_then(|v| v.as_u64()).unwrap_or(0) > 0 {
+                    1
+                } else {
+                    0
+                },
+            )
         }
         Command::Sweep(opts) => {
             // The words after `sweep`, minus the sweep's own options, go to every run.
-            let at = argv.iter().position(|w| w == "sweep").map(|i| i + 1).unwrap_or(argv.len());
+            let at = argv
+                .iter()
+                .position(|w| w == "sweep")
+                .map(|i| i + 1)
+                .unwrap_or(argv.len());
             sweep::sweep_main(&opts, &argv[at..])
         }
         Command::Summarize(opts) => summarize::summarize_main(&opts),

@@ -15,7 +15,9 @@ use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::services::attribute::attr;
-use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant};
+use uaring_core::types::{
+    DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant,
+};
 use uaring_core::{DecodeLimits, Now};
 
 use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
@@ -31,7 +33,10 @@ const HIERARCHICAL_REFERENCES: u32 = 33;
 const BASE_EVENT_TYPE: u32 = 2041;
 
 fn realtime_ns() -> i128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
 }
 
 pub fn now_at(mono: u64) -> Now {
@@ -63,7 +68,14 @@ pub trait Workload: Send {
     /// Checks the response to request `id` and records the operation(s). A
     /// response that is not what the contract says is an error and no
     /// operation is recorded for it.
-    fn on_response(&mut self, id: u32, resp: &Response, sent_ns: u64, now_ns: u64, ctx: &mut Ctx) -> Result<(), String>;
+    fn on_response(
+        &mut self,
+        id: u32,
+        resp: &Response,
+        sent_ns: u64,
+        now_ns: u64,
+        ctx: &mut Ctx,
+    ) -> Result<(), String>;
     /// The server granted the session `revised_timeout_ms` (CreateSession's
     /// revisedSessionTimeout) at `now_ns`.
     fn session_created(&mut self, _revised_timeout_ms: f64, _now_ns: u64) {}
@@ -104,18 +116,29 @@ pub struct UaDriver {
 }
 
 impl UaDriver {
-    pub fn new(endpoint_url: &str, work: Box<dyn Workload>, inflight: usize, security: Option<Arc<Security>>) -> UaDriver {
+    pub fn new(
+        endpoint_url: &str,
+        work: Box<dyn Workload>,
+        inflight: usize,
+        security: Option<Arc<Security>>,
+    ) -> UaDriver {
         let mut cfg = ClientConfig::new(endpoint_url);
         if let Some(sec) = &security {
             sec.apply(&mut cfg);
         }
         UaDriver {
             security,
-            conn: ClientConnection::new(cfg, Box::new(uaring::random::os_seeded().expect("the OS random number generator"))),
+            conn: ClientConnection::new(
+                cfg,
+                Box::new(uaring::random::os_seeded().expect("the OS random number generator")),
+            ),
             stage: Stage::Channel,
             work,
             endpoint_url: endpoint_url.to_string(),
-            sent: rustc_hash::FxHashMap::with_capacity_and_hasher(inflight * 2 + 8, Default::default()),
+            sent: rustc_hash::FxHashMap::with_capacity_and_hasher(
+                inflight * 2 + 8,
+                Default::default(),
+            ),
             user: None,
             close_id: None,
             close_result: None,
@@ -134,14 +157,23 @@ impl UaDriver {
     }
 
     fn send_id(&mut self, req: Request, now: u64, out: &mut Vec<u8>) -> Result<u32, String> {
-        let id = self.conn.send_request(req, now_at(now), out).map_err(|s| format!("send: {}", status_name(s)))?;
+        let id = self
+            .conn
+            .send_request(req, now_at(now), out)
+            .map_err(|s| format!("send: {}", status_name(s)))?;
         self.sent.insert(id, now);
         Ok(id)
     }
 
     /// A measured request: its end is marked for per-request sends and the
     /// workload learns its id.
-    fn send_work(&mut self, req: Request, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+    fn send_work(
+        &mut self,
+        req: Request,
+        now: u64,
+        out: &mut Vec<u8>,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         let id = self.send_id(req, now, out)?;
         ctx.mark(out.len());
         self.work.on_sent(id);
@@ -152,7 +184,14 @@ impl UaDriver {
         self.sent.remove(&id).unwrap_or(now)
     }
 
-    fn advance_setup(&mut self, step: usize, prev: Option<&Response>, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+    fn advance_setup(
+        &mut self,
+        step: usize,
+        prev: Option<&Response>,
+        now: u64,
+        out: &mut Vec<u8>,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         match self.work.setup(step, prev)? {
             Some(req) => {
                 self.stage = Stage::Setup(step + 1);
@@ -171,17 +210,32 @@ impl UaDriver {
         }
     }
 
-    fn handle(&mut self, id: u32, resp: Response, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
+    fn handle(
+        &mut self,
+        id: u32,
+        resp: Response,
+        now: u64,
+        out: &mut Vec<u8>,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         match self.stage {
             Stage::Channel => Err(format!("unexpected {} before the session", resp.name())),
             Stage::CreateSession => {
                 let Response::CreateSession(r) = resp else {
-                    return Err(format!("CreateSession answered with {} {}", resp.name(), status_name(service_result(&resp))));
+                    return Err(format!(
+                        "CreateSession answered with {} {}",
+                        resp.name(),
+                        status_name(service_result(&resp))
+                    ));
                 };
                 if r.response_header.service_result.is_bad() {
-                    return Err(format!("CreateSession: {}", status_name(r.response_header.service_result)));
+                    return Err(format!(
+                        "CreateSession: {}",
+                        status_name(r.response_header.service_result)
+                    ));
                 }
-                self.conn.set_authentication_token(r.authentication_token.clone());
+                self.conn
+                    .set_authentication_token(r.authentication_token.clone());
                 self.work.session_created(r.revised_session_timeout, now);
                 let client_signature = match &self.security {
                     Some(sec) => {
@@ -191,26 +245,44 @@ impl UaDriver {
                             r.server_certificate.as_bytes().to_vec()
                         };
                         data.extend_from_slice(r.server_nonce.as_bytes());
-                        let (alg, sig) = sec.policy.sign_own(&data).map_err(|s| format!("client signature: {}", status_name(s)))?;
-                        SignatureData { algorithm: alg.as_str().into(), signature: uaring_core::types::ByteString::from(sig) }
+                        let (alg, sig) = sec
+                            .policy
+                            .sign_own(&data)
+                            .map_err(|s| format!("client signature: {}", status_name(s)))?;
+                        SignatureData {
+                            algorithm: alg.as_str().into(),
+                            signature: uaring_core::types::ByteString::from(sig),
+                        }
                     }
                     None => SignatureData::default(),
                 };
-                let token_type = if self.user.is_some() { UserTokenType::UserName } else { UserTokenType::Anonymous };
+                let token_type = if self.user.is_some() {
+                    UserTokenType::UserName
+                } else {
+                    UserTokenType::Anonymous
+                };
                 let policy_id = r
                     .server_endpoints
                     .iter()
                     .flat_map(|e| e.user_identity_tokens.iter())
                     .find(|p| p.token_type == token_type)
                     .map(|p| p.policy_id.clone())
-                    .unwrap_or_else(|| UaString::from(if self.user.is_some() { "username" } else { "anonymous" }));
+                    .unwrap_or_else(|| {
+                        UaString::from(if self.user.is_some() {
+                            "username"
+                        } else {
+                            "anonymous"
+                        })
+                    });
                 let user_identity_token = match &self.user {
-                    Some((name, password)) => ExtensionObject::from_struct(&UserNameIdentityToken {
-                        policy_id,
-                        user_name: name.as_str().into(),
-                        password: uaring_core::types::ByteString::from(password.as_bytes()),
-                        encryption_algorithm: UaString::null(),
-                    }),
+                    Some((name, password)) => {
+                        ExtensionObject::from_struct(&UserNameIdentityToken {
+                            policy_id,
+                            user_name: name.as_str().into(),
+                            password: uaring_core::types::ByteString::from(password.as_bytes()),
+                            encryption_algorithm: UaString::null(),
+                        })
+                    }
                     None => ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
                 };
                 let req = ActivateSessionRequest {
@@ -224,13 +296,21 @@ impl UaDriver {
             }
             Stage::Activate => {
                 if !matches!(resp, Response::ActivateSession(_)) || service_result(&resp).is_bad() {
-                    return Err(format!("ActivateSession answered with {} {}", resp.name(), status_name(service_result(&resp))));
+                    return Err(format!(
+                        "ActivateSession answered with {} {}",
+                        resp.name(),
+                        status_name(service_result(&resp))
+                    ));
                 }
                 self.advance_setup(0, None, now, out, ctx)
             }
             Stage::Setup(step) => {
                 if service_result(&resp).is_bad() {
-                    return Err(format!("setup step {step}: {} {}", resp.name(), status_name(service_result(&resp))));
+                    return Err(format!(
+                        "setup step {step}: {} {}",
+                        resp.name(),
+                        status_name(service_result(&resp))
+                    ));
                 }
                 self.advance_setup(step, Some(&resp), now, out, ctx)
             }
@@ -270,7 +350,14 @@ impl UaDriver {
     /// CloseSession (subscriptions deleted); `is_closed` once answered.
     pub fn close_session(&mut self, now: u64, out: &mut Vec<u8>) -> Result<(), String> {
         self.stage = Stage::Closing;
-        let id = self.send_id(Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })), now, out)?;
+        let id = self.send_id(
+            Request::CloseSession(Box::new(CloseSessionRequest {
+                delete_subscriptions: true,
+                ..Default::default()
+            })),
+            now,
+            out,
+        )?;
         self.close_id = Some(id);
         Ok(())
     }
@@ -296,7 +383,10 @@ impl UaDriver {
             },
             endpoint_url: self.endpoint_url.as_str().into(),
             session_name: "uaring-bench".into(),
-            client_nonce: uaring_core::types::ByteString::from(uaring_core::random::bytes(self.conn.random(), 32)),
+            client_nonce: uaring_core::types::ByteString::from(uaring_core::random::bytes(
+                self.conn.random(),
+                32,
+            )),
             requested_session_timeout: 120_000.0,
             client_certificate: match &self.security {
                 Some(sec) => uaring_core::types::ByteString::from(sec.client_certificate.clone()),
@@ -316,8 +406,16 @@ impl Driver for UaDriver {
         Ok(())
     }
 
-    fn on_recv(&mut self, now: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
-        self.conn.on_recv(now_at(now), data, out).map_err(|s| format!("connection: {}", status_name(s)))?;
+    fn on_recv(
+        &mut self,
+        now: u64,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
+        self.conn
+            .on_recv(now_at(now), data, out)
+            .map_err(|s| format!("connection: {}", status_name(s)))?;
         while let Some((id, resp)) = self.conn.poll_response() {
             self.handle(id, resp, now, out, ctx)?;
         }
@@ -329,9 +427,14 @@ impl Driver for UaDriver {
 
     fn poll(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String> {
         if self.conn.next_deadline().is_some_and(|d| d <= now) {
-            self.conn.on_timer(now_at(now), out).map_err(|s| format!("renew: {}", status_name(s)))?;
+            self.conn
+                .on_timer(now_at(now), out)
+                .map_err(|s| format!("renew: {}", status_name(s)))?;
         }
-        if self.stage == Stage::Running && self.work.deadline().is_some_and(|d| d <= now) && !ctx.stopping() {
+        if self.stage == Stage::Running
+            && self.work.deadline().is_some_and(|d| d <= now)
+            && !ctx.stopping()
+        {
             for req in self.work.on_timer(now, ctx) {
                 self.send_work(req, now, out, ctx)?;
             }
@@ -341,7 +444,11 @@ impl Driver for UaDriver {
 
     fn next_deadline(&self) -> Option<u64> {
         let a = self.conn.next_deadline();
-        let b = if self.stage == Stage::Running { self.work.deadline() } else { None };
+        let b = if self.stage == Stage::Running {
+            self.work.deadline()
+        } else {
+            None
+        };
         match (a, b) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
@@ -354,7 +461,12 @@ fn bench_node(i: u32) -> NodeId {
 }
 
 pub(crate) fn read_value_id(node: NodeId, attribute_id: u32) -> ReadValueId {
-    ReadValueId { node_id: node, attribute_id, index_range: UaString::default(), data_encoding: QualifiedName::default() }
+    ReadValueId {
+        node_id: node,
+        attribute_id,
+        index_range: UaString::default(),
+        data_encoding: QualifiedName::default(),
+    }
 }
 
 /// `read` and `read-batch`: Read of `nodes` values per request, round robin
@@ -391,7 +503,10 @@ impl ReadWork {
             nodes: nodes.max(1),
             cursor: start,
             built: std::collections::VecDeque::with_capacity(inflight),
-            starts: rustc_hash::FxHashMap::with_capacity_and_hasher(inflight * 2, Default::default()),
+            starts: rustc_hash::FxHashMap::with_capacity_and_hasher(
+                inflight * 2,
+                Default::default(),
+            ),
             period_ns: None,
             offset_ns: 0,
             next_due: 0,
@@ -410,12 +525,25 @@ impl ReadWork {
 
     /// Checks a Read response to a request whose first variable index was `start`.
     pub fn check(&self, resp: &Response, start: Option<u32>) -> Result<(), String> {
-        let Response::Read(r) = resp else { return Err(format!("Read answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+        let Response::Read(r) = resp else {
+            return Err(format!(
+                "Read answered with {} {}",
+                resp.name(),
+                status_name(service_result(resp))
+            ));
+        };
         if r.response_header.service_result.is_bad() {
-            return Err(format!("Read: {}", status_name(r.response_header.service_result)));
+            return Err(format!(
+                "Read: {}",
+                status_name(r.response_header.service_result)
+            ));
         }
         if r.results.len() != self.nodes {
-            return Err(format!("Read: {} results for {} nodes", r.results.len(), self.nodes));
+            return Err(format!(
+                "Read: {} results for {} nodes",
+                r.results.len(),
+                self.nodes
+            ));
         }
         for (j, dv) in r.results.iter().enumerate() {
             let expected = start.map(|s| (s.wrapping_add(j as u32) % NODE_COUNT) as i32);
@@ -423,7 +551,10 @@ impl ReadWork {
                 (Variant::Int32(v), Some(e)) if dv.status_code().is_good() && *v == e => {}
                 (Variant::Int32(_), None) if dv.status_code().is_good() => {}
                 (v, e) => {
-                    return Err(format!("Read: value {v:?} status {} (the contract says Int32 {e:?})", status_name(dv.status_code())));
+                    return Err(format!(
+                        "Read: value {v:?} status {} (the contract says Int32 {e:?})",
+                        status_name(dv.status_code())
+                    ));
                 }
             }
         }
@@ -484,10 +615,14 @@ impl Workload for ReadWork {
     }
     fn deadline(&self) -> Option<u64> {
         // Only while a slot is free: otherwise the next answer sends what is due.
-        self.period_ns.filter(|_| self.has_slot()).map(|_| self.next_due)
+        self.period_ns
+            .filter(|_| self.has_slot())
+            .map(|_| self.next_due)
     }
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
-        let Some(period) = self.period_ns else { return Vec::new() };
+        let Some(period) = self.period_ns else {
+            return Vec::new();
+        };
         if self.next_due == 0 {
             self.next_due = (now / period + 1) * period + self.offset_ns;
         }
@@ -500,11 +635,20 @@ impl Workload for ReadWork {
         }
         out
     }
-    fn on_response(&mut self, id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(
+        &mut self,
+        id: u32,
+        resp: &Response,
+        sent: u64,
+        now: u64,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         let start = self.starts.remove(&id);
         self.check(resp, start.map(|s| s.0))?;
         let Some((_, due)) = start else {
-            return Err(format!("Read: response to request {id}, which is not in flight"));
+            return Err(format!(
+                "Read: response to request {id}, which is not in flight"
+            ));
         };
         // Open loop: from when it was due (it may have waited for a slot); closed: from the send.
         let from = if self.period_ns.is_some() { due } else { sent };
@@ -522,7 +666,11 @@ pub struct WriteWork {
 
 impl WriteWork {
     pub fn new(inflight: usize, start: u32) -> Self {
-        WriteWork { inflight, cursor: start, value: 0 }
+        WriteWork {
+            inflight,
+            cursor: start,
+            value: 0,
+        }
     }
 }
 
@@ -539,9 +687,18 @@ fn write_request(node: NodeId, value: i32) -> Request {
 }
 
 fn check_write(resp: &Response) -> Result<(), String> {
-    let Response::Write(r) = resp else { return Err(format!("Write answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+    let Response::Write(r) = resp else {
+        return Err(format!(
+            "Write answered with {} {}",
+            resp.name(),
+            status_name(service_result(resp))
+        ));
+    };
     if r.response_header.service_result.is_bad() {
-        return Err(format!("Write: {}", status_name(r.response_header.service_result)));
+        return Err(format!(
+            "Write: {}",
+            status_name(r.response_header.service_result)
+        ));
     }
     match r.results.first() {
         Some(s) if s.is_good() => Ok(()),
@@ -559,7 +716,14 @@ impl Workload for WriteWork {
         self.value = self.value.wrapping_add(1);
         Some(write_request(bench_node(self.cursor), self.value))
     }
-    fn on_response(&mut self, _id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(
+        &mut self,
+        _id: u32,
+        resp: &Response,
+        sent: u64,
+        now: u64,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         check_write(resp)?;
         ctx.complete(now.saturating_sub(sent));
         Ok(())
@@ -589,15 +753,35 @@ impl Workload for BrowseWork {
             ..Default::default()
         })))
     }
-    fn on_response(&mut self, _id: u32, resp: &Response, sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
-        let Response::Browse(r) = resp else { return Err(format!("Browse answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+    fn on_response(
+        &mut self,
+        _id: u32,
+        resp: &Response,
+        sent: u64,
+        now: u64,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
+        let Response::Browse(r) = resp else {
+            return Err(format!(
+                "Browse answered with {} {}",
+                resp.name(),
+                status_name(service_result(resp))
+            ));
+        };
         match r.results.first() {
             Some(b) if b.status_code.is_good() && !b.references.is_empty() => {
                 ctx.complete(now.saturating_sub(sent));
                 Ok(())
             }
-            Some(b) => Err(format!("Browse: {} with {} references", status_name(b.status_code), b.references.len())),
-            None => Err(format!("Browse: {}", status_name(r.response_header.service_result))),
+            Some(b) => Err(format!(
+                "Browse: {} with {} references",
+                status_name(b.status_code),
+                b.references.len()
+            )),
+            None => Err(format!(
+                "Browse: {}",
+                status_name(r.response_header.service_result)
+            )),
         }
     }
 }
@@ -630,7 +814,14 @@ impl Workload for WriterWork {
     fn next(&mut self, _now: u64) -> Option<Request> {
         None
     }
-    fn on_response(&mut self, _id: u32, resp: &Response, _sent: u64, _now: u64, ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(
+        &mut self,
+        _id: u32,
+        resp: &Response,
+        _sent: u64,
+        _now: u64,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
         check_write(resp)?;
         ctx.count("write_responses", 1);
         Ok(())
@@ -736,7 +927,15 @@ pub struct SubscriberWork {
 }
 
 impl SubscriberWork {
-    pub fn new(kind: SubKind, subs: usize, items: usize, offset: usize, publishing_ms: f64, sampling_ms: f64, queue: u32) -> Self {
+    pub fn new(
+        kind: SubKind,
+        subs: usize,
+        items: usize,
+        offset: usize,
+        publishing_ms: f64,
+        sampling_ms: f64,
+        queue: u32,
+    ) -> Self {
         SubscriberWork {
             kind,
             subs: subs.max(1),
@@ -748,7 +947,14 @@ impl SubscriberWork {
             publish_inflight: publish_inflight(subs),
             sub_ids: Vec::new(),
             acks: Vec::new(),
-            counter_seen: Arc::new(std::sync::Mutex::new(vec![CounterSeen::default(); if kind == SubKind::Counters { items } else { 0 }])),
+            counter_seen: Arc::new(std::sync::Mutex::new(vec![
+                CounterSeen::default();
+                if kind == SubKind::Counters {
+                    items
+                } else {
+                    0
+                }
+            ])),
             push: None,
         }
     }
@@ -757,7 +963,15 @@ impl SubscriberWork {
     /// the queue size of the run; setup reads the server's NamespaceArray first.
     pub fn push(p: crate::push::PushItems) -> Self {
         let pp = p.params;
-        let mut w = SubscriberWork::new(SubKind::Push, 1, pp.items, 0, pp.publishing_ms, 0.0, pp.queue_size);
+        let mut w = SubscriberWork::new(
+            SubKind::Push,
+            1,
+            pp.items,
+            0,
+            pp.publishing_ms,
+            0.0,
+            pp.queue_size,
+        );
         w.push = Some(p);
         w
     }
@@ -772,7 +986,11 @@ impl SubscriberWork {
             SubKind::Changes => bench_node((self.offset + j) as u32),
             SubKind::Counters => NodeId::numeric(1, 1 + j as u32),
             SubKind::Events => NodeId::ns0(SERVER_OBJECT),
-            SubKind::Push => self.push.as_ref().map(|p| p.node(j)).unwrap_or(NodeId::NULL),
+            SubKind::Push => self
+                .push
+                .as_ref()
+                .map(|p| p.node(j))
+                .unwrap_or(NodeId::NULL),
         }
     }
 
@@ -794,7 +1012,10 @@ impl SubscriberWork {
                         attribute_id: attr::VALUE,
                         index_range: UaString::default(),
                     };
-                    let f = EventFilter { select_clauses: vec![field("EventId"), field("Time"), field("Message")], ..Default::default() };
+                    let f = EventFilter {
+                        select_clauses: vec![field("EventId"), field("Time"), field("Message")],
+                        ..Default::default()
+                    };
                     (ATTR_EVENT_NOTIFIER, ExtensionObject::from_struct(&f))
                 }
                 _ => (attr::VALUE, ExtensionObject::null()),
@@ -808,7 +1029,11 @@ impl SubscriberWork {
                     filter,
                     // Events: 0 asks for the server's default event queue (Part 4 §5.12.1.5);
                     // a queue of one would keep one event per publishing interval.
-                    queue_size: if self.kind == SubKind::Events { 0 } else { self.queue },
+                    queue_size: if self.kind == SubKind::Events {
+                        0
+                    } else {
+                        self.queue
+                    },
                     discard_oldest: true,
                 },
             });
@@ -823,7 +1048,10 @@ impl SubscriberWork {
 
     fn publish(&mut self) -> Request {
         let acks = std::mem::take(&mut self.acks);
-        Request::Publish(Box::new(PublishRequest { subscription_acknowledgements: acks, ..Default::default() }))
+        Request::Publish(Box::new(PublishRequest {
+            subscription_acknowledgements: acks,
+            ..Default::default()
+        }))
     }
 }
 
@@ -838,7 +1066,10 @@ impl Workload for SubscriberWork {
                     if dv.status_code().is_bad() {
                         return Err(format!("NamespaceArray: {}", status_name(dv.status_code())));
                     }
-                    self.push.as_mut().ok_or("push state")?.set_namespace(&dv.value)?;
+                    self.push
+                        .as_mut()
+                        .ok_or("push state")?
+                        .set_namespace(&dv.value)?;
                 }
                 Response::CreateSubscription(r) => {
                     self.sub_ids.push(r.subscription_id);
@@ -847,17 +1078,35 @@ impl Workload for SubscriberWork {
                     }
                 }
                 Response::CreateMonitoredItems(r) => {
-                    if let Some((j, bad)) = r.results.iter().enumerate().find(|(_, x)| x.status_code.is_bad()) {
-                        let node = if self.kind == SubKind::Push { format!(" {}", self.item_node(j)) } else { String::new() };
-                        return Err(format!("CreateMonitoredItems{node}: {}", status_name(bad.status_code)));
+                    if let Some((j, bad)) = r
+                        .results
+                        .iter()
+                        .enumerate()
+                        .find(|(_, x)| x.status_code.is_bad())
+                    {
+                        let node = if self.kind == SubKind::Push {
+                            format!(" {}", self.item_node(j))
+                        } else {
+                            String::new()
+                        };
+                        return Err(format!(
+                            "CreateMonitoredItems{node}: {}",
+                            status_name(bad.status_code)
+                        ));
                     }
                     if let Some(p) = &self.push {
                         for x in &r.results {
-                            p.setup.item(x.revised_queue_size, x.revised_sampling_interval);
+                            p.setup
+                                .item(x.revised_queue_size, x.revised_sampling_interval);
                         }
                     }
                 }
-                other => return Err(format!("unexpected {} during subscription setup", other.name())),
+                other => {
+                    return Err(format!(
+                        "unexpected {} during subscription setup",
+                        other.name()
+                    ))
+                }
             }
         }
         let pre = self.setup_pre();
@@ -865,26 +1114,35 @@ impl Workload for SubscriberWork {
             return Ok(Some(Request::Read(Box::new(ReadRequest {
                 max_age: 0.0,
                 timestamps_to_return: TimestampsToReturn::Neither,
-                nodes_to_read: vec![read_value_id(NodeId::ns0(crate::push::NAMESPACE_ARRAY), attr::VALUE)],
+                nodes_to_read: vec![read_value_id(
+                    NodeId::ns0(crate::push::NAMESPACE_ARRAY),
+                    attr::VALUE,
+                )],
                 ..Default::default()
             }))));
         }
         let step = step - pre;
         if step < self.subs {
-            return Ok(Some(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-                requested_publishing_interval: self.publishing_ms,
-                requested_lifetime_count: 10_000,
-                requested_max_keep_alive_count: 10,
-                max_notifications_per_publish: 0,
-                publishing_enabled: true,
-                priority: 0,
-                ..Default::default()
-            }))));
+            return Ok(Some(Request::CreateSubscription(Box::new(
+                CreateSubscriptionRequest {
+                    requested_publishing_interval: self.publishing_ms,
+                    requested_lifetime_count: 10_000,
+                    requested_max_keep_alive_count: 10,
+                    max_notifications_per_publish: 0,
+                    publishing_enabled: true,
+                    priority: 0,
+                    ..Default::default()
+                },
+            ))));
         }
         let k = step - self.subs;
         let per = self.calls_per_sub();
         if k < self.subs * per {
-            return Ok(Some(self.create_items(self.sub_ids[k / per], k / per, k % per)));
+            return Ok(Some(self.create_items(
+                self.sub_ids[k / per],
+                k / per,
+                k % per,
+            )));
         }
         Ok(None)
     }
@@ -897,8 +1155,21 @@ impl Workload for SubscriberWork {
         Some(self.publish())
     }
 
-    fn on_response(&mut self, _id: u32, resp: &Response, _sent: u64, now: u64, ctx: &mut Ctx) -> Result<(), String> {
-        let Response::Publish(r) = resp else { return Err(format!("Publish answered with {} {}", resp.name(), status_name(service_result(resp)))) };
+    fn on_response(
+        &mut self,
+        _id: u32,
+        resp: &Response,
+        _sent: u64,
+        now: u64,
+        ctx: &mut Ctx,
+    ) -> Result<(), String> {
+        let Response::Publish(r) = resp else {
+            return Err(format!(
+                "Publish answered with {} {}",
+                resp.name(),
+                status_name(service_result(resp))
+            ));
+        };
         let sr = r.response_header.service_result;
         if sr.is_bad() {
             // BadTooManyPublishRequests and BadNoSubscription are not data loss.
@@ -906,13 +1177,20 @@ impl Workload for SubscriberWork {
         }
         let msg = &r.notification_message;
         if !msg.notification_data.is_empty() {
-            self.acks.push(SubscriptionAcknowledgement { subscription_id: r.subscription_id, sequence_number: msg.sequence_number });
+            self.acks.push(SubscriptionAcknowledgement {
+                subscription_id: r.subscription_id,
+                sequence_number: msg.sequence_number,
+            });
         } else {
             ctx.count("keepalives", 1);
         }
         let limits = DecodeLimits::default();
         // Push: the wall time of the receipt, for the latency from each SourceTimestamp.
-        let received = if self.kind == SubKind::Push { realtime_ns() } else { 0 };
+        let received = if self.kind == SubKind::Push {
+            realtime_ns()
+        } else {
+            0
+        };
         let mut item_error: Option<String> = None;
         for ext in &msg.notification_data {
             if let Some(dc) = ext.decode_as::<DataChangeNotification>(limits) {
@@ -923,10 +1201,14 @@ impl Workload for SubscriberWork {
                             let j = item.client_handle as usize;
                             let p = self.push.as_mut().ok_or("push state")?;
                             if j >= p.seq.len() {
-                                return Err(format!("push: a notification for client handle {j} of {} items", p.seq.len()));
+                                return Err(format!(
+                                    "push: a notification for client handle {j} of {} items",
+                                    p.seq.len()
+                                ));
                             }
                             // The message's other items are still accounted for (no false gaps).
-                            if let Err(e) = crate::push::see_notification(p, j, item, received, ctx) {
+                            if let Err(e) = crate::push::see_notification(p, j, item, received, ctx)
+                            {
                                 item_error.get_or_insert(e);
                             }
                         }
@@ -960,7 +1242,9 @@ impl Workload for SubscriberWork {
                 let ev = ev.map_err(|e| format!("EventNotificationList: {e:?}"))?;
                 for e in &ev.events {
                     let lat = match e.event_fields.get(1) {
-                        Some(Variant::DateTime(t)) => (realtime_ns() - t.unix_nanos()).max(0) as u64,
+                        Some(Variant::DateTime(t)) => {
+                            (realtime_ns() - t.unix_nanos()).max(0) as u64
+                        }
                         _ => 0,
                     };
                     ctx.complete(lat);
@@ -991,11 +1275,17 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     security_check(cfg)?;
     match cfg.scenario.as_str() {
         "read" | "read-batch" | "write" | "browse" => {
-            let nodes: usize = if cfg.scenario == "read-batch" { cfg.opts.nodes } else { 1 };
+            let nodes: usize = if cfg.scenario == "read-batch" {
+                cfg.opts.nodes
+            } else {
+                1
+            };
             let scenario = cfg.scenario.clone();
             let storm = Storm::new(cfg)?;
             let storm2 = storm.clone();
-            let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+            let plan = move |cfg: &RunConfig,
+                             r: &Running|
+                  -> Result<(Plan, Vec<(String, Value)>), String> {
                 let url = endpoint(r);
                 let sec = secure(cfg, &url)?;
                 let mut params = storm2.start(cfg, r, &url)?;
@@ -1006,7 +1296,13 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                     let work: Box<dyn Workload> = match scenario.as_str() {
                         "write" => Box::new(WriteWork::new(inflight, start)),
                         "browse" => Box::new(BrowseWork { inflight }),
-                        _ if rate > 0.0 => Box::new(ReadWork::new(inflight, nodes, start).open_loop(rate / clients as f64, i, clients)),
+                        _ if rate > 0.0 => {
+                            Box::new(ReadWork::new(inflight, nodes, start).open_loop(
+                                rate / clients as f64,
+                                i,
+                                clients,
+                            ))
+                        }
                         _ => Box::new(ReadWork::new(inflight, nodes, start)),
                     };
                     Box::new(UaDriver::new(&url, work, inflight, sec.clone()))
@@ -1017,7 +1313,13 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 if rate > 0.0 {
                     params.push(("rate".to_string(), json!(rate)));
                 }
-                Ok((Plan::Ring { conns: cfg.clients, factory }, params))
+                Ok((
+                    Plan::Ring {
+                        conns: cfg.clients,
+                        factory,
+                    },
+                    params,
+                ))
             };
             // The storm ends before the server is stopped: a handshake cut by the server's
             // shutdown is not a server error.
@@ -1033,7 +1335,14 @@ pub fn run_opcua(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 if let Some(e) = last_error {
                     o.insert("storm_last_error".into(), json!(e));
                 }
-                o.insert("storm_sessions_per_s".into(), json!(if seconds > 0.0 { (sessions as f64 / seconds).round() } else { 0.0 }));
+                o.insert(
+                    "storm_sessions_per_s".into(),
+                    json!(if seconds > 0.0 {
+                        (sessions as f64 / seconds).round()
+                    } else {
+                        0.0
+                    }),
+                );
             }
             Ok(o)
         }
@@ -1079,7 +1388,11 @@ impl StormState {
         if let Some(t) = self.started.take() {
             self.seconds = t.elapsed().as_secs_f64();
         }
-        (self.sessions.load(Ordering::Relaxed), self.errors.load(Ordering::Relaxed), self.seconds)
+        (
+            self.sessions.load(Ordering::Relaxed),
+            self.errors.load(Ordering::Relaxed),
+            self.seconds,
+        )
     }
 }
 
@@ -1092,11 +1405,20 @@ impl Storm {
                 Some((n.to_string(), p.to_string()))
             }
         };
-        Ok(Storm { threads: cfg.opts.storm, user, state: Arc::default() })
+        Ok(Storm {
+            threads: cfg.opts.storm,
+            user,
+            state: Arc::default(),
+        })
     }
 
     /// Starts the threads against this run's server (a repeated run stops the old ones first).
-    fn start(&self, cfg: &RunConfig, r: &Running, url: &str) -> Result<Vec<(String, Value)>, String> {
+    fn start(
+        &self,
+        cfg: &RunConfig,
+        r: &Running,
+        url: &str,
+    ) -> Result<Vec<(String, Value)>, String> {
         if self.threads == 0 {
             return Ok(Vec::new());
         }
@@ -1109,18 +1431,37 @@ impl Storm {
         let sec = security::prepare(url, "sign-encrypt", &cfg.opts.security_policy)?;
         let addr = r.addr;
         for _ in 0..self.threads {
-            let (stop, sessions, errors, last) = (st.stop.clone(), st.sessions.clone(), st.errors.clone(), st.last_error.clone());
-            let (sec, url, user, cpus) = (sec.clone(), url.to_string(), self.user.clone(), cfg.client_cpus.clone());
+            let (stop, sessions, errors, last) = (
+                st.stop.clone(),
+                st.sessions.clone(),
+                st.errors.clone(),
+                st.last_error.clone(),
+            );
+            let (sec, url, user, cpus) = (
+                sec.clone(),
+                url.to_string(),
+                self.user.clone(),
+                cfg.client_cpus.clone(),
+            );
             st.handles.push(std::thread::spawn(move || {
                 let _ = uaring_affinity::pin_current_thread(&cpus);
                 // Below the measured client threads (nice 0) on the shared client CPUs, so the
                 // storm loads the server rather than the measuring client.
                 // SAFETY: setpriority on the calling thread (a Linux thread id is a pid here).
-                unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t, STORM_NICE) };
+                unsafe {
+                    libc::setpriority(
+                        libc::PRIO_PROCESS,
+                        libc::syscall(libc::SYS_gettid) as libc::id_t,
+                        STORM_NICE,
+                    )
+                };
                 while !stop.load(Ordering::Relaxed) {
                     match connect_once_as(addr, &url, sec.clone(), user.clone()) {
                         Ok(_) => sessions.fetch_add(1, Ordering::Relaxed),
-                        Err(e) if e.contains("Connection refused") || e.contains("BadServerHalted") => {
+                        Err(e)
+                            if e.contains("Connection refused")
+                                || e.contains("BadServerHalted") =>
+                        {
                             // The run ended and its server is gone (or going) before the storm was told.
                             break;
                         }
@@ -1142,12 +1483,18 @@ impl Storm {
         Ok(vec![
             ("storm_threads".to_string(), json!(self.threads)),
             ("storm_user".to_string(), json!(self.user.is_some())),
-            ("storm_security_policy".to_string(), json!(cfg.opts.security_policy)),
+            (
+                "storm_security_policy".to_string(),
+                json!(cfg.opts.security_policy),
+            ),
         ])
     }
 
     fn last_error(&self) -> Option<String> {
-        self.state.lock().ok().and_then(|st| st.last_error.lock().ok().and_then(|l| l.clone()))
+        self.state
+            .lock()
+            .ok()
+            .and_then(|st| st.last_error.lock().ok().and_then(|l| l.clone()))
     }
 
     fn stop(&self) -> (u64, u64, f64) {
@@ -1176,19 +1523,31 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let sampling_ms: f64 = o.sampling_ms;
     let writes = Arc::new(AtomicU64::new(0));
     let w2 = writes.clone();
-    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+    let plan = move |cfg: &RunConfig,
+                     r: &Running|
+          -> Result<(Plan, Vec<(String, Value)>), String> {
         let url = endpoint(r);
         let sec = secure(cfg, &url)?;
         let writes = w2.clone();
         let factory = Arc::new(move |i: usize| -> DynDriver {
             if i < sessions {
-                let kind = if events { SubKind::Events } else { SubKind::Changes };
-                let w = SubscriberWork::new(kind, subs, items, i * 7, publishing_ms, sampling_ms, 1);
+                let kind = if events {
+                    SubKind::Events
+                } else {
+                    SubKind::Changes
+                };
+                let w =
+                    SubscriberWork::new(kind, subs, items, i * 7, publishing_ms, sampling_ms, 1);
                 let inflight = w.publish_inflight;
                 Box::new(UaDriver::new(&url, Box::new(w), inflight, sec.clone()))
             } else {
                 let period_ns = (1e9 / write_rate.max(0.001)) as u64;
-                let w = WriterWork { period_ns, next_at: 0, cursor: (i * 13) as u32, writes: writes.clone() };
+                let w = WriterWork {
+                    period_ns,
+                    next_at: 0,
+                    cursor: (i * 13) as u32,
+                    writes: writes.clone(),
+                };
                 Box::new(UaDriver::new(&url, Box::new(w), 64, sec.clone()))
             }
         });
@@ -1201,7 +1560,13 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             ("publishing_ms".to_string(), json!(publishing_ms)),
             ("sampling_ms".to_string(), json!(sampling_ms)),
         ];
-        Ok((Plan::Ring { conns: sessions + writers, factory }, params))
+        Ok((
+            Plan::Ring {
+                conns: sessions + writers,
+                factory,
+            },
+            params,
+        ))
     };
     let mut o = run_with_guard(cfg, &[], &plan)?;
     if !events {
@@ -1212,9 +1577,19 @@ fn run_sub(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         let per_node = total_items / NODE_COUNT as f64;
         let w = o.get("writes").and_then(|v| v.as_f64()).unwrap_or(0.0);
         let expected = (w * per_node).round();
-        let delivered = o.get("notifications").and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let delivered = o
+            .get("notifications")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0);
         o.insert("expected_notifications".into(), json!(expected));
-        o.insert("delivered_ratio".into(), json!(if expected > 0.0 { (delivered / expected * 1000.0).round() / 1000.0 } else { 0.0 }));
+        o.insert(
+            "delivered_ratio".into(),
+            json!(if expected > 0.0 {
+                (delivered / expected * 1000.0).round() / 1000.0
+            } else {
+                0.0
+            }),
+        );
     }
     let _ = writes;
     Ok(o)
@@ -1231,42 +1606,59 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let calibration: Arc<std::sync::Mutex<Option<crate::rsa_bound::Calibration>>> = Arc::default();
     let opn_encrypted = Arc::new(AtomicU64::new(0));
     let (cal, opn) = (calibration.clone(), opn_encrypted.clone());
-    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
-        let url = endpoint(r);
-        let sec = secure(cfg, &url)?;
-        opn.store(0, Ordering::Relaxed);
-        if let Some(s) = &sec {
-            let bits = crate::rsa_bound::key_bits_of(&s.server_certificate)?;
-            let c = crate::rsa_bound::calibrate(policy, bits, &cfg.server_cpus, 2.0)?;
-            *cal.lock().map_err(|_| "calibration lock".to_string())? = Some(c);
-        }
-        let opn = opn.clone();
-        let body = Arc::new(move |_i: usize, addr: std::net::SocketAddr, shared: &crate::uring::Shared, stats: &mut crate::uring::ThreadStats| {
-            shared.ready.fetch_add(1, Ordering::SeqCst);
-            loop {
-                let phase = shared.phase.load(Ordering::Relaxed);
-                if phase == crate::uring::PHASE_STOP {
-                    break;
-                }
-                let t0 = mono_ns();
-                let r = connect_once(addr, &url, sec.clone());
-                let mut ctx = Ctx::new(phase, stats, shared);
-                match r {
-                    Ok(sent) => {
-                        if let Some(n) = sent.opn_encrypted_len {
-                            let _ = opn.compare_exchange(0, n as u64, Ordering::Relaxed, Ordering::Relaxed);
-                        }
-                        ctx.complete(mono_ns() - t0)
-                    }
-                    Err(e) => {
-                        ctx.error(|| e);
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
+    let plan =
+        move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+            let url = endpoint(r);
+            let sec = secure(cfg, &url)?;
+            opn.store(0, Ordering::Relaxed);
+            if let Some(s) = &sec {
+                let bits = crate::rsa_bound::key_bits_of(&s.server_certificate)?;
+                let c = crate::rsa_bound::calibrate(policy, bits, &cfg.server_cpus, 2.0)?;
+                *cal.lock().map_err(|_| "calibration lock".to_string())? = Some(c);
             }
-        });
-        Ok((Plan::Threads { count: cfg.clients, body }, vec![("security_policy".into(), json!(cfg.opts.security_policy))]))
-    };
+            let opn = opn.clone();
+            let body = Arc::new(
+                move |_i: usize,
+                      addr: std::net::SocketAddr,
+                      shared: &crate::uring::Shared,
+                      stats: &mut crate::uring::ThreadStats| {
+                    shared.ready.fetch_add(1, Ordering::SeqCst);
+                    loop {
+                        let phase = shared.phase.load(Ordering::Relaxed);
+                        if phase == crate::uring::PHASE_STOP {
+                            break;
+                        }
+                        let t0 = mono_ns();
+                        let r = connect_once(addr, &url, sec.clone());
+                        let mut ctx = Ctx::new(phase, stats, shared);
+                        match r {
+                            Ok(sent) => {
+                                if let Some(n) = sent.opn_encrypted_len {
+                                    let _ = opn.compare_exchange(
+                                        0,
+                                        n as u64,
+                                        Ordering::Relaxed,
+                                        Ordering::Relaxed,
+                                    );
+                                }
+                                ctx.complete(mono_ns() - t0)
+                            }
+                            Err(e) => {
+                                ctx.error(|| e);
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                        }
+                    }
+                },
+            );
+            Ok((
+                Plan::Threads {
+                    count: cfg.clients,
+                    body,
+                },
+                vec![("security_policy".into(), json!(cfg.opts.security_policy))],
+            ))
+        };
     // The machine's speed drifts: the calibration runs again after the window (the server
     // has stopped) and the bound is the mean of the two, which bracket the window. A run whose
     // two calibrations differ by more than RSA_DRIFT_MAX is repeated, like one with foreign load
@@ -1275,10 +1667,20 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let mut repeated = 0u32;
     let mut o = loop {
         let mut o = run_with_guard(cfg, &[], &plan)?;
-        let Some(before) = calibration.lock().map_err(|_| "calibration lock".to_string())?.take() else { break o };
+        let Some(before) = calibration
+            .lock()
+            .map_err(|_| "calibration lock".to_string())?
+            .take()
+        else {
+            break o;
+        };
         let after = crate::rsa_bound::calibrate(policy, before.key_bits, &before.cpus, 2.0)?;
         let drift = before.drift_to(&after);
-        crate::rsa_bound::add_to(&mut o, &before.mean_with(&after), opn_encrypted.load(Ordering::Relaxed));
+        crate::rsa_bound::add_to(
+            &mut o,
+            &before.mean_with(&after),
+            opn_encrypted.load(Ordering::Relaxed),
+        );
         o.insert("rsa_bound_drift".into(), json!(drift));
         if drift.abs() <= RSA_DRIFT_MAX {
             break o;
@@ -1307,14 +1709,25 @@ impl Workload for NoWork {
     fn next(&mut self, _now: u64) -> Option<Request> {
         None
     }
-    fn on_response(&mut self, _id: u32, _resp: &Response, _sent: u64, _now: u64, _ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(
+        &mut self,
+        _id: u32,
+        _resp: &Response,
+        _sent: u64,
+        _now: u64,
+        _ctx: &mut Ctx,
+    ) -> Result<(), String> {
         Ok(())
     }
 }
 
 /// One blocking OpenSecureChannel + CreateSession + ActivateSession +
 /// CloseSession + CloseSecureChannel through the same driver as the load.
-pub fn connect_once(addr: std::net::SocketAddr, url: &str, sec: Option<Arc<Security>>) -> Result<Sent, String> {
+pub fn connect_once(
+    addr: std::net::SocketAddr,
+    url: &str,
+    sec: Option<Arc<Security>>,
+) -> Result<Sent, String> {
     connect_once_as(addr, url, sec, None)
 }
 
@@ -1362,10 +1775,17 @@ struct BlockingSession {
 impl BlockingSession {
     /// Connects and drives `d` until `ready(d)` says so after a response; what `d` wrote
     /// in answer is still queued (the next write sends it).
-    pub fn open(addr: std::net::SocketAddr, d: &mut UaDriver, ready: impl Fn(&UaDriver) -> bool) -> Result<BlockingSession, String> {
-        let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
+    pub fn open(
+        addr: std::net::SocketAddr,
+        d: &mut UaDriver,
+        ready: impl Fn(&UaDriver) -> bool,
+    ) -> Result<BlockingSession, String> {
+        let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+            .map_err(|e| format!("connect: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
         let mut s = BlockingSession {
             stream,
             out: Vec::with_capacity(4096),
@@ -1392,7 +1812,9 @@ impl BlockingSession {
             if self.sent.opn_encrypted_len.is_none() {
                 self.sent.opn_encrypted_len = crate::rsa_bound::opn_encrypted_len(&self.out);
             }
-            self.stream.write_all(&self.out).map_err(|e| format!("send: {e}"))?;
+            self.stream
+                .write_all(&self.out)
+                .map_err(|e| format!("send: {e}"))?;
             self.out.clear();
         }
         Ok(())
@@ -1401,7 +1823,10 @@ impl BlockingSession {
     /// One read (waiting up to the read timeout), handed to `d`.
     fn read_into(&mut self, d: &mut UaDriver) -> Result<(), String> {
         use std::io::Read;
-        let n = self.stream.read(&mut self.buf).map_err(|e| format!("recv: {e}"))?;
+        let n = self
+            .stream
+            .read(&mut self.buf)
+            .map_err(|e| format!("recv: {e}"))?;
         if n == 0 {
             return Err("connection closed by the server".into());
         }
@@ -1480,31 +1905,52 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     Ok(o)
 }
 
-fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f64, publishing_ms: f64) -> Result<(bool, Map<String, Value>), String> {
+fn counters_step(
+    cfg: &RunConfig,
+    items: usize,
+    sessions: usize,
+    sampling_ms: f64,
+    publishing_ms: f64,
+) -> Result<(bool, Map<String, Value>), String> {
     let per_session = items.div_ceil(sessions.max(1));
     let seen: Arc<std::sync::Mutex<Vec<SeenCell>>> = Default::default();
     let seen2 = seen.clone();
-    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
-        let url = endpoint(r);
-        let sec = secure(cfg, &url)?;
-        let seen = seen2.clone();
-        seen.lock().unwrap().clear();
-        let factory = Arc::new(move |i: usize| -> DynDriver {
-            let n = per_session.min(items.saturating_sub(i * per_session));
-            let mut w = SubscriberWork::new(SubKind::Counters, 1, n, 0, publishing_ms, sampling_ms, 1);
-            w.offset = i * per_session;
-            seen.lock().unwrap().push(w.counter_seen.clone());
-            let inflight = w.publish_inflight;
-            Box::new(UaDriver::new(&url, Box::new(w), inflight, sec.clone()))
-        });
-        Ok((
-            Plan::Ring { conns: sessions, factory },
-            vec![("items".into(), json!(items)), ("sampling_ms".into(), json!(sampling_ms)), ("publishing_ms".into(), json!(publishing_ms))],
-        ))
-    };
-    let vars = [("items", items.to_string()), ("sampling", format!("{sampling_ms}"))];
+    let plan =
+        move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+            let url = endpoint(r);
+            let sec = secure(cfg, &url)?;
+            let seen = seen2.clone();
+            seen.lock().unwrap().clear();
+            let factory = Arc::new(move |i: usize| -> DynDriver {
+                let n = per_session.min(items.saturating_sub(i * per_session));
+                let mut w =
+                    SubscriberWork::new(SubKind::Counters, 1, n, 0, publishing_ms, sampling_ms, 1);
+                w.offset = i * per_session;
+                seen.lock().unwrap().push(w.counter_seen.clone());
+                let inflight = w.publish_inflight;
+                Box::new(UaDriver::new(&url, Box::new(w), inflight, sec.clone()))
+            });
+            Ok((
+                Plan::Ring {
+                    conns: sessions,
+                    factory,
+                },
+                vec![
+                    ("items".into(), json!(items)),
+                    ("sampling_ms".into(), json!(sampling_ms)),
+                    ("publishing_ms".into(), json!(publishing_ms)),
+                ],
+            ))
+        };
+    let vars = [
+        ("items", items.to_string()),
+        ("sampling", format!("{sampling_ms}")),
+    ];
     let mut o = run_with_guard(cfg, &vars, &plan)?;
-    let seconds = o.get("seconds").and_then(|v| v.as_f64()).unwrap_or(cfg.duration_s);
+    let seconds = o
+        .get("seconds")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(cfg.duration_s);
     // Expected samples per item over the window between the first and the
     // last publish seen: the window minus one publishing interval.
     let _ = seconds;
@@ -1523,13 +1969,25 @@ fn counters_step(cfg: &RunConfig, items: usize, sessions: usize, sampling_ms: f6
             }
         }
     }
-    let expected = if reported > 0 { expected_sum / reported as f64 } else { 0.0 };
+    let expected = if reported > 0 {
+        expected_sum / reported as f64
+    } else {
+        0.0
+    };
     if !min_ratio.is_finite() {
         min_ratio = 0.0;
     }
-    let ok = min_ratio >= 0.99 && reported == items && o.get("errors").and_then(|v| v.as_u64()) == Some(0);
-    o.insert("expected_samples_per_item".into(), json!((expected * 10.0).round() / 10.0));
-    o.insert("min_sample_ratio".into(), json!((min_ratio * 1000.0).round() / 1000.0));
+    let ok = min_ratio >= 0.99
+        && reported == items
+        && o.get("errors").and_then(|v| v.as_u64()) == Some(0);
+    o.insert(
+        "expected_samples_per_item".into(),
+        json!((expected * 10.0).round() / 10.0),
+    );
+    o.insert(
+        "min_sample_ratio".into(),
+        json!((min_ratio * 1000.0).round() / 1000.0),
+    );
     o.insert("items_reporting".into(), json!(reported));
     o.insert("pass".into(), json!(ok));
     Ok((ok, o))
@@ -1565,9 +2023,18 @@ mod tests {
     #[test]
     fn read_requests_round_robin() {
         let mut w = ReadWork::new(2, 3, 98);
-        let Some(Request::Read(r)) = w.next(0) else { panic!() };
+        let Some(Request::Read(r)) = w.next(0) else {
+            panic!()
+        };
         let ids: Vec<NodeId> = r.nodes_to_read.iter().map(|x| x.node_id.clone()).collect();
-        assert_eq!(ids, vec![NodeId::numeric(1, 1099), NodeId::numeric(1, 1100), NodeId::numeric(1, 1001)]);
+        assert_eq!(
+            ids,
+            vec![
+                NodeId::numeric(1, 1099),
+                NodeId::numeric(1, 1100),
+                NodeId::numeric(1, 1001)
+            ]
+        );
         assert_eq!(r.nodes_to_read[0].attribute_id, attr::VALUE);
     }
 
@@ -1584,16 +2051,30 @@ mod tests {
         let mut ctx = Ctx::new(crate::uring::PHASE_MEASURE, &mut ctx_stats, &shared);
         assert_eq!(w.initial(), 0);
         assert_eq!(w.deadline(), Some(0), "the first timer starts the schedule");
-        assert!(w.on_timer(t0 - MS / 2, &mut ctx).is_empty(), "the schedule starts at the next multiple of the period");
+        assert!(
+            w.on_timer(t0 - MS / 2, &mut ctx).is_empty(),
+            "the schedule starts at the next multiple of the period"
+        );
         assert_eq!(w.deadline(), Some(t0));
-        assert_eq!(w.on_timer(t0, &mut ctx).len(), 1, "one request is due at the start");
+        assert_eq!(
+            w.on_timer(t0, &mut ctx).len(),
+            1,
+            "one request is due at the start"
+        );
         w.on_sent(1);
         assert_eq!(w.deadline(), Some(t0 + MS));
-        assert!(w.next(t0 + MS / 2).is_none(), "nothing is due before its time");
+        assert!(
+            w.next(t0 + MS / 2).is_none(),
+            "nothing is due before its time"
+        );
         // 3.5 ms later three are due, but one slot is free.
         assert_eq!(w.on_timer(t0 + 3 * MS + MS / 2, &mut ctx).len(), 1);
         w.on_sent(2);
-        assert_eq!(w.deadline(), None, "at the cap the next answer sends what is due");
+        assert_eq!(
+            w.deadline(),
+            None,
+            "at the cap the next answer sends what is due"
+        );
         assert_eq!(w.starts[&1].1, t0);
         assert_eq!(w.starts[&2].1, t0 + MS);
         // An answer frees a slot: the request due at +2 ms goes, late, with its due time.
@@ -1618,14 +2099,27 @@ mod tests {
         let mut w = SubscriberWork::new(SubKind::Changes, 2, 5, 0, 100.0, 10.0, 1);
         let r0 = w.setup(0, None).unwrap().unwrap();
         assert!(matches!(r0, Request::CreateSubscription(_)));
-        let resp = Response::CreateSubscription(Box::new(CreateSubscriptionResponse { subscription_id: 7, ..Default::default() }));
-        assert!(matches!(w.setup(1, Some(&resp)).unwrap(), Some(Request::CreateSubscription(_))));
-        let resp2 = Response::CreateSubscription(Box::new(CreateSubscriptionResponse { subscription_id: 8, ..Default::default() }));
-        let Some(Request::CreateMonitoredItems(m)) = w.setup(2, Some(&resp2)).unwrap() else { panic!() };
+        let resp = Response::CreateSubscription(Box::new(CreateSubscriptionResponse {
+            subscription_id: 7,
+            ..Default::default()
+        }));
+        assert!(matches!(
+            w.setup(1, Some(&resp)).unwrap(),
+            Some(Request::CreateSubscription(_))
+        ));
+        let resp2 = Response::CreateSubscription(Box::new(CreateSubscriptionResponse {
+            subscription_id: 8,
+            ..Default::default()
+        }));
+        let Some(Request::CreateMonitoredItems(m)) = w.setup(2, Some(&resp2)).unwrap() else {
+            panic!()
+        };
         assert_eq!(m.subscription_id, 7);
         assert_eq!(m.items_to_create.len(), 5);
         let done = Response::CreateMonitoredItems(Box::default());
-        let Some(Request::CreateMonitoredItems(m)) = w.setup(3, Some(&done)).unwrap() else { panic!() };
+        let Some(Request::CreateMonitoredItems(m)) = w.setup(3, Some(&done)).unwrap() else {
+            panic!()
+        };
         assert_eq!(m.subscription_id, 8);
         assert!(w.setup(4, Some(&done)).unwrap().is_none());
     }

@@ -40,7 +40,12 @@ pub fn parse_stat(text: &str) -> Option<StatLine> {
     let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
     // rest[0] is field 3 (state); utime is field 14, stime 15, num_threads 20.
     let field = |n: usize| -> Option<u64> { rest.get(n - 3)?.parse().ok() };
-    Some(StatLine { comm, utime_ticks: field(14)?, stime_ticks: field(15)?, num_threads: field(20)? })
+    Some(StatLine {
+        comm,
+        utime_ticks: field(14)?,
+        stime_ticks: field(15)?,
+        num_threads: field(20)?,
+    })
 }
 
 /// Peak RSS and context switches from a `/proc/PID/status` text.
@@ -57,7 +62,12 @@ pub fn parse_status(text: &str) -> StatusInfo {
     for line in text.lines() {
         let mut it = line.splitn(2, ':');
         let key = it.next().unwrap_or("");
-        let val = it.next().unwrap_or("").split_whitespace().next().unwrap_or("0");
+        let val = it
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("0");
         let num: u64 = val.parse().unwrap_or(0);
         match key {
             "VmHWM" => s.vm_hwm_kb = num,
@@ -151,9 +161,13 @@ pub fn sample_process(pid: i32) -> Option<ProcSample> {
                 None => continue,
             };
             let tbase = entry.path();
-            let Some(tstat) = read(&tbase.join("stat")).and_then(|t| parse_stat(&t)) else { continue };
+            let Some(tstat) = read(&tbase.join("stat")).and_then(|t| parse_stat(&t)) else {
+                continue;
+            };
             let tstatus = parse_status(&read(&tbase.join("status")).unwrap_or_default());
-            let name = read(&tbase.join("comm")).map(|s| s.trim().to_string()).unwrap_or(tstat.comm.clone());
+            let name = read(&tbase.join("comm"))
+                .map(|s| s.trim().to_string())
+                .unwrap_or(tstat.comm.clone());
             let cpu_ns = match read(&tbase.join("schedstat")).and_then(|t| parse_schedstat(&t)) {
                 Some(ns) => ns,
                 None => {
@@ -208,7 +222,9 @@ pub fn delta(a: &ProcSample, b: &ProcSample) -> ProcDelta {
     let mut threads = Vec::new();
     for tb in &b.threads {
         let ta = a.threads.iter().find(|t| t.tid == tb.tid);
-        let (cpu0, v0, n0) = ta.map(|t| (t.cpu_ns, t.voluntary, t.nonvoluntary)).unwrap_or((0, 0, 0));
+        let (cpu0, v0, n0) = ta
+            .map(|t| (t.cpu_ns, t.voluntary, t.nonvoluntary))
+            .unwrap_or((0, 0, 0));
         threads.push(ThreadDelta {
             name: tb.name.clone(),
             cpu_ns: tb.cpu_ns.saturating_sub(cpu0),
@@ -218,7 +234,11 @@ pub fn delta(a: &ProcSample, b: &ProcSample) -> ProcDelta {
     }
     // Sum of per-thread deltas: a thread that exited between the samples
     // drops out of both sides instead of making the total go backwards.
-    let cpu_ns = if b.threads.is_empty() { b.cpu_ns.saturating_sub(a.cpu_ns) } else { threads.iter().map(|t| t.cpu_ns).sum() };
+    let cpu_ns = if b.threads.is_empty() {
+        b.cpu_ns.saturating_sub(a.cpu_ns)
+    } else {
+        threads.iter().map(|t| t.cpu_ns).sum()
+    };
     ProcDelta {
         cpu_ns,
         user_ns: b.utime_ticks.saturating_sub(a.utime_ticks) * 1_000_000_000 / tck,
@@ -240,16 +260,26 @@ pub struct MachineSample {
 
 pub fn parse_proc_stat(text: &str) -> Option<MachineSample> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     let g = |i: usize| v.get(i).copied().unwrap_or(0);
     // user nice system idle iowait irq softirq steal guest guest_nice
     let busy = g(0) + g(1) + g(2) + g(5) + g(6) + g(7);
     let total = busy + g(3) + g(4);
-    Some(MachineSample { busy_ticks: busy, steal_ticks: g(7), total_ticks: total })
+    Some(MachineSample {
+        busy_ticks: busy,
+        steal_ticks: g(7),
+        total_ticks: total,
+    })
 }
 
 pub fn sample_machine() -> MachineSample {
-    read(Path::new("/proc/stat")).and_then(|t| parse_proc_stat(&t)).unwrap_or_default()
+    read(Path::new("/proc/stat"))
+        .and_then(|t| parse_proc_stat(&t))
+        .unwrap_or_default()
 }
 
 /// Foreign load in cores: machine busy time in the window not accounted to the
@@ -264,8 +294,14 @@ pub fn foreign_cores(a: MachineSample, b: MachineSample, accounted_ns: u64, seco
 
 /// Host facts for reports: host name, kernel, CPU model, online CPUs.
 pub fn host_facts() -> (String, String, String, usize) {
-    let host = read(Path::new("/proc/sys/kernel/hostname")).unwrap_or_default().trim().to_string();
-    let kernel = read(Path::new("/proc/sys/kernel/osrelease")).unwrap_or_default().trim().to_string();
+    let host = read(Path::new("/proc/sys/kernel/hostname"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let kernel = read(Path::new("/proc/sys/kernel/osrelease"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     let cpuinfo = read(Path::new("/proc/cpuinfo")).unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -273,7 +309,10 @@ pub fn host_facts() -> (String, String, String, usize) {
         .and_then(|l| l.split_once(':'))
         .map(|(_, m)| m.trim().to_string())
         .unwrap_or_default();
-    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let cpus = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
     (host, kernel, model, cpus)
 }
 
@@ -295,7 +334,15 @@ mod tests {
     fn status_fields() {
         let text = "Name:\tx\nVmHWM:\t  12345 kB\nVmRSS:\t  1000 kB\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
         let s = parse_status(text);
-        assert_eq!(s, StatusInfo { vm_hwm_kb: 12345, vm_rss_kb: 1000, voluntary_ctxt_switches: 17, nonvoluntary_ctxt_switches: 3 });
+        assert_eq!(
+            s,
+            StatusInfo {
+                vm_hwm_kb: 12345,
+                vm_rss_kb: 1000,
+                voluntary_ctxt_switches: 17,
+                nonvoluntary_ctxt_switches: 3
+            }
+        );
     }
 
     #[test]
@@ -310,8 +357,14 @@ mod tests {
     #[test]
     fn foreign_subtracts_accounted() {
         let t = clk_tck();
-        let a = MachineSample { busy_ticks: 0, ..Default::default() };
-        let b = MachineSample { busy_ticks: 2 * t, ..Default::default() };
+        let a = MachineSample {
+            busy_ticks: 0,
+            ..Default::default()
+        };
+        let b = MachineSample {
+            busy_ticks: 2 * t,
+            ..Default::default()
+        };
         // 2 s busy over 2 s, 1.5 s accounted: 0.25 cores foreign.
         let f = foreign_cores(a, b, 1_500_000_000, 2.0);
         assert!((f - 0.25).abs() < 1e-9);
@@ -321,7 +374,10 @@ mod tests {
 
     #[test]
     fn several_processes_are_summed() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let me = std::process::id() as i32;
         let kid = child.id() as i32;
         let a = sample_process(me).unwrap();
@@ -331,7 +387,10 @@ mod tests {
         assert!(both.threads.iter().any(|t| t.tid == kid));
         assert!(both.vm_hwm_kb >= a.vm_hwm_kb + b.vm_hwm_kb);
         assert!(both.cpu_ns >= a.cpu_ns);
-        assert!(sample_processes(&[me, i32::MAX]).is_none(), "an unreadable pid fails the sample");
+        assert!(
+            sample_processes(&[me, i32::MAX]).is_none(),
+            "an unreadable pid fails the sample"
+        );
         child.kill().unwrap();
         child.wait().unwrap();
     }
@@ -346,14 +405,29 @@ mod tests {
     #[test]
     fn thread_delta_matches_by_tid() {
         let a = ProcSample {
-            threads: vec![ThreadSample { tid: 1, name: "shard-0".into(), cpu_ns: 100, ..Default::default() }],
+            threads: vec![ThreadSample {
+                tid: 1,
+                name: "shard-0".into(),
+                cpu_ns: 100,
+                ..Default::default()
+            }],
             cpu_ns: 100,
             ..Default::default()
         };
         let b = ProcSample {
             threads: vec![
-                ThreadSample { tid: 1, name: "shard-0".into(), cpu_ns: 400, ..Default::default() },
-                ThreadSample { tid: 2, name: "shard-1".into(), cpu_ns: 50, ..Default::default() },
+                ThreadSample {
+                    tid: 1,
+                    name: "shard-0".into(),
+                    cpu_ns: 400,
+                    ..Default::default()
+                },
+                ThreadSample {
+                    tid: 2,
+                    name: "shard-1".into(),
+                    cpu_ns: 50,
+                    ..Default::default()
+                },
             ],
             cpu_ns: 450,
             ..Default::default()

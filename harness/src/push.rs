@@ -96,7 +96,12 @@ const PUSH_ONLY: &[&str] = &["variables", "push_rate", "queue_size"];
 pub fn check_options(o: &RunOpts) -> Result<(), String> {
     if o.scenario == "push" {
         PushParams::from_opts(o)?;
-        let unused: Vec<String> = o.given.iter().filter(|g| !PUSH_OPTIONS.contains(&g.as_str())).map(|g| option_name(g)).collect();
+        let unused: Vec<String> = o
+            .given
+            .iter()
+            .filter(|g| !PUSH_OPTIONS.contains(&g.as_str()))
+            .map(|g| option_name(g))
+            .collect();
         if !unused.is_empty() {
             return Err(format!(
                 "{}: not used by the push scenario (K sessions × one subscription × M items, sampling interval 0, Publish requests only)",
@@ -104,7 +109,11 @@ pub fn check_options(o: &RunOpts) -> Result<(), String> {
             ));
         }
     } else if let Some(g) = o.given.iter().find(|g| PUSH_ONLY.contains(&g.as_str())) {
-        return Err(format!("{}: only for the push scenario, not {}", option_name(g), o.scenario));
+        return Err(format!(
+            "{}: only for the push scenario, not {}",
+            option_name(g),
+            o.scenario
+        ));
     }
     Ok(())
 }
@@ -135,13 +144,25 @@ impl PushParams {
         let variables = o.variables.ok_or("push: --variables N (the server's variable count, the plant contract's --variables) is required")?;
         let push_rate = o.push_rate.ok_or("push: --push-rate HZ (pushes per second per variable, the plant contract's --rate) is required")?;
         let sessions = o.sessions.unwrap_or(o.clients).max(1);
-        let items = o.items.unwrap_or_else(|| variables.div_ceil(sessions)).max(1);
+        let items = o
+            .items
+            .unwrap_or_else(|| variables.div_ceil(sessions))
+            .max(1);
         let publishing_ms = o.publishing_ms.unwrap_or(100.0);
         let queue_size = match o.queue_size {
-            Some(q) => u32::try_from(q).map_err(|_| format!("--queue-size {q}: at most {}", u32::MAX))?,
+            Some(q) => {
+                u32::try_from(q).map_err(|_| format!("--queue-size {q}: at most {}", u32::MAX))?
+            }
             None => default_queue_size(push_rate, publishing_ms),
         };
-        Ok(PushParams { variables, push_rate, sessions, items, publishing_ms, queue_size })
+        Ok(PushParams {
+            variables,
+            push_rate,
+            sessions,
+            items,
+            publishing_ms,
+            queue_size,
+        })
     }
 
     /// The variable that item `j` of session `session` monitors.
@@ -167,7 +188,12 @@ pub struct PushSetup {
 
 impl Default for PushSetup {
     fn default() -> Self {
-        PushSetup { queue_size_min: AtomicU64::new(u64::MAX), queue_size_max: AtomicU64::new(0), sampling_us_max: AtomicU64::new(0), publishing_us_max: AtomicU64::new(0) }
+        PushSetup {
+            queue_size_min: AtomicU64::new(u64::MAX),
+            queue_size_max: AtomicU64::new(0),
+            sampling_us_max: AtomicU64::new(0),
+            publishing_us_max: AtomicU64::new(0),
+        }
     }
 }
 
@@ -180,13 +206,17 @@ impl PushSetup {
     }
 
     pub fn item(&self, revised_queue_size: u32, revised_sampling_ms: f64) {
-        self.queue_size_min.fetch_min(u64::from(revised_queue_size), Ordering::Relaxed);
-        self.queue_size_max.fetch_max(u64::from(revised_queue_size), Ordering::Relaxed);
-        self.sampling_us_max.fetch_max(ms_to_us(revised_sampling_ms), Ordering::Relaxed);
+        self.queue_size_min
+            .fetch_min(u64::from(revised_queue_size), Ordering::Relaxed);
+        self.queue_size_max
+            .fetch_max(u64::from(revised_queue_size), Ordering::Relaxed);
+        self.sampling_us_max
+            .fetch_max(ms_to_us(revised_sampling_ms), Ordering::Relaxed);
     }
 
     pub fn subscription(&self, revised_publishing_ms: f64) {
-        self.publishing_us_max.fetch_max(ms_to_us(revised_publishing_ms), Ordering::Relaxed);
+        self.publishing_us_max
+            .fetch_max(ms_to_us(revised_publishing_ms), Ordering::Relaxed);
     }
 }
 
@@ -211,12 +241,21 @@ pub struct PushItems {
 
 impl PushItems {
     pub fn new(params: PushParams, session: usize, setup: Arc<PushSetup>) -> PushItems {
-        PushItems { params, session, namespace: None, seq: vec![ItemSeq::default(); params.items], setup }
+        PushItems {
+            params,
+            session,
+            namespace: None,
+            seq: vec![ItemSeq::default(); params.items],
+            setup,
+        }
     }
 
     /// The node of item `j`.
     pub fn node(&self, j: usize) -> NodeId {
-        plant_node(self.namespace.unwrap_or(0), self.params.variable_of(self.session, j))
+        plant_node(
+            self.namespace.unwrap_or(0),
+            self.params.variable_of(self.session, j),
+        )
     }
 
     /// Takes the namespace index from a NamespaceArray value.
@@ -229,11 +268,27 @@ impl PushItems {
 
 /// The index of `uri` in a NamespaceArray value (an array of Strings).
 pub fn namespace_index(value: &Variant, uri: &str) -> Result<u16, String> {
-    let Variant::Array(a) = value else { return Err(format!("NamespaceArray: {value:?} is not an array of Strings")) };
-    let uris: Vec<&str> = a.values.iter().map(|v| if let Variant::String(s) = v { s.as_str() } else { "" }).collect();
+    let Variant::Array(a) = value else {
+        return Err(format!(
+            "NamespaceArray: {value:?} is not an array of Strings"
+        ));
+    };
+    let uris: Vec<&str> = a
+        .values
+        .iter()
+        .map(|v| {
+            if let Variant::String(s) = v {
+                s.as_str()
+            } else {
+                ""
+            }
+        })
+        .collect();
     match uris.iter().position(|u| *u == uri) {
         Some(i) => u16::try_from(i).map_err(|_| format!("NamespaceArray: {uri} at index {i}")),
-        None => Err(format!("the server's NamespaceArray {uris:?} has no {uri}: not a server of the plant contract")),
+        None => Err(format!(
+            "the server's NamespaceArray {uris:?} has no {uri}: not a server of the plant contract"
+        )),
     }
 }
 
@@ -291,8 +346,12 @@ impl ItemSeq {
 /// The k of a pushed value: a Double holding a whole number ≥ 0.
 pub fn k_of(v: &Variant) -> Result<u64, String> {
     match v {
-        Variant::Double(d) if d.is_finite() && *d >= 0.0 && d.fract() == 0.0 && *d < 9.0e15 => Ok(*d as u64),
-        other => Err(format!("push: value {other:?} (the plant contract pushes the Double k = 1, 2, 3, …)")),
+        Variant::Double(d) if d.is_finite() && *d >= 0.0 && d.fract() == 0.0 && *d < 9.0e15 => {
+            Ok(*d as u64)
+        }
+        other => Err(format!(
+            "push: value {other:?} (the plant contract pushes the Double k = 1, 2, 3, …)"
+        )),
     }
 }
 
@@ -311,7 +370,13 @@ pub fn latency_ns(received_unix_ns: i128, source_unix_ns: Option<i128>) -> Optio
 /// Accounts one notification of item `j` received at `received_unix_ns` (wall clock).
 /// Counters go to `ctx` (kept only in the measured window); the sequence advances in every
 /// phase, so the first change of the window is judged against the last one before it.
-pub fn see_notification(p: &mut PushItems, j: usize, item: &MonitoredItemNotification, received_unix_ns: i128, ctx: &mut Ctx) -> Result<(), String> {
+pub fn see_notification(
+    p: &mut PushItems,
+    j: usize,
+    item: &MonitoredItemNotification,
+    received_unix_ns: i128,
+    ctx: &mut Ctx,
+) -> Result<(), String> {
     let dv = &item.value;
     let status = dv.status_code();
     ctx.count("notifications", 1);
@@ -319,7 +384,10 @@ pub fn see_notification(p: &mut PushItems, j: usize, item: &MonitoredItemNotific
         ctx.count("overflow_notifications", 1);
     }
     if status.is_bad() {
-        return Err(format!("push: {} notified with status {status:?}", p.node(j)));
+        return Err(format!(
+            "push: {} notified with status {status:?}",
+            p.node(j)
+        ));
     }
     let k = k_of(&dv.value)?;
     let seen = p.seq[j].see(k);
@@ -333,7 +401,10 @@ pub fn see_notification(p: &mut PushItems, j: usize, item: &MonitoredItemNotific
         Seen::Stale => ctx.count("out_of_order_notifications", 1),
     }
     ctx.count("pushed_updates", seen.advance());
-    let source = dv.source_timestamp.filter(|t| !t.is_null()).map(|t| t.unix_nanos());
+    let source = dv
+        .source_timestamp
+        .filter(|t| !t.is_null())
+        .map(|t| t.unix_nanos());
     match latency_ns(received_unix_ns, source) {
         Some(l) => ctx.complete(l),
         None => ctx.count("notifications_without_source_timestamp", 1),
@@ -350,30 +421,75 @@ pub fn finish(o: &mut Map<String, Value>, p: &PushParams, setup: &PushSetup) {
     let missing = get(o, "changes_missing");
     let updates = get(o, "pushed_updates");
     let cpu = o.get("server_cpu_us").and_then(Value::as_f64);
-    let push_cpu = o.get("server_app_cpu_us").and_then(Value::as_f64).unwrap_or(0.0);
-    let rate = |x: u64| if seconds > 0.0 { round(x as f64 / seconds, 1) } else { 0.0 };
+    let push_cpu = o
+        .get("server_app_cpu_us")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let rate = |x: u64| {
+        if seconds > 0.0 {
+            round(x as f64 / seconds, 1)
+        } else {
+            0.0
+        }
+    };
     let mut out: Vec<(&str, Value)> = Vec::new();
-    for k in ["notifications", "changes_delivered", "changes_missing", "overflow_notifications", "out_of_order_notifications", "pushed_updates", "first_values"] {
+    for k in [
+        "notifications",
+        "changes_delivered",
+        "changes_missing",
+        "overflow_notifications",
+        "out_of_order_notifications",
+        "pushed_updates",
+        "first_values",
+    ] {
         out.push((k, json!(get(o, k))));
     }
-    out.push(("delivered_share", if delivered + missing > 0 { json!(round(delivered as f64 / (delivered + missing) as f64, 6)) } else { Value::Null }));
+    out.push((
+        "delivered_share",
+        if delivered + missing > 0 {
+            json!(round(delivered as f64 / (delivered + missing) as f64, 6))
+        } else {
+            Value::Null
+        },
+    ));
     out.push(("notifications_per_s", json!(rate(notifications))));
     out.push(("pushed_updates_per_s", json!(rate(updates))));
-    out.push(("pushed_updates_counts", json!("subscribed variables only, once per monitored item (k advanced over the window)")));
-    out.push(("offered_updates_per_s", json!(round(p.variables as f64 * p.push_rate, 1))));
+    out.push((
+        "pushed_updates_counts",
+        json!("subscribed variables only, once per monitored item (k advanced over the window)"),
+    ));
+    out.push((
+        "offered_updates_per_s",
+        json!(round(p.variables as f64 * p.push_rate, 1)),
+    ));
     // What the items would see if every push reached them: the comparator of pushed_updates_per_s.
-    out.push(("offered_item_updates_per_s", json!(round((p.sessions * p.items) as f64 * p.push_rate, 1))));
+    out.push((
+        "offered_item_updates_per_s",
+        json!(round((p.sessions * p.items) as f64 * p.push_rate, 1)),
+    ));
     out.push(("subscribed_variables", json!(p.subscribed_variables())));
-    out.push(("latency_from", json!("SourceTimestamp to the client's receipt (wall clock)")));
+    out.push((
+        "latency_from",
+        json!("SourceTimestamp to the client's receipt (wall clock)"),
+    ));
     let q = setup.queue_size_min.load(Ordering::Relaxed);
     if q != u64::MAX {
         out.push(("revised_queue_size_min", json!(q)));
-        out.push(("revised_queue_size_max", json!(setup.queue_size_max.load(Ordering::Relaxed))));
-        out.push(("revised_sampling_ms_max", json!(setup.sampling_us_max.load(Ordering::Relaxed) as f64 / 1000.0)));
+        out.push((
+            "revised_queue_size_max",
+            json!(setup.queue_size_max.load(Ordering::Relaxed)),
+        ));
+        out.push((
+            "revised_sampling_ms_max",
+            json!(setup.sampling_us_max.load(Ordering::Relaxed) as f64 / 1000.0),
+        ));
     }
     let publishing = setup.publishing_us_max.load(Ordering::Relaxed);
     if publishing > 0 {
-        out.push(("revised_publishing_ms_max", json!(publishing as f64 / 1000.0)));
+        out.push((
+            "revised_publishing_ms_max",
+            json!(publishing as f64 / 1000.0),
+        ));
     }
     let per = |total: Option<f64>, count: u64| match total {
         Some(t) if count > 0 => json!(round(t / count as f64, 3)),
@@ -382,10 +498,17 @@ pub fn finish(o: &mut Map<String, Value>, p: &PushParams, setup: &PushSetup) {
     // Without the push thread(s): what serving the subscriptions costs.
     let without = cpu.map(|c| (c - push_cpu).max(0.0));
     out.push(("server_cpu_us_per_notification", per(cpu, notifications)));
-    out.push(("server_cpu_us_per_notification_excl_push", per(without, notifications)));
+    out.push((
+        "server_cpu_us_per_notification_excl_push",
+        per(without, notifications),
+    ));
     out.push(("server_cpu_us_per_update", per(cpu, updates)));
     out.push(("server_cpu_us_per_update_excl_push", per(without, updates)));
-    out.push(("server_push_cpu_us", cpu.map(|_| json!(round(push_cpu, 1))).unwrap_or(Value::Null)));
+    out.push((
+        "server_push_cpu_us",
+        cpu.map(|_| json!(round(push_cpu, 1)))
+            .unwrap_or(Value::Null),
+    ));
     for (k, v) in out {
         o.insert(k.to_string(), v);
     }
@@ -403,29 +526,44 @@ pub fn run_push(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     cfg.clients = p.sessions;
     let setup = Arc::new(PushSetup::default());
     let setup2 = setup.clone();
-    let plan = move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
-        let url = r.url.clone();
-        let sec = crate::security::prepare(&url, &cfg.security, &cfg.opts.security_policy)?;
-        setup2.reset();
-        let setup = setup2.clone();
-        let factory = Arc::new(move |i: usize| -> DynDriver {
-            let w = crate::opcua::SubscriberWork::push(PushItems::new(p, i, setup.clone()));
-            let inflight = w.publish_inflight;
-            Box::new(crate::opcua::UaDriver::new(&url, Box::new(w), inflight, sec.clone()))
-        });
-        let params = vec![
-            ("sessions".to_string(), json!(p.sessions)),
-            ("subscriptions".to_string(), json!(1)),
-            ("items".to_string(), json!(p.items)),
-            ("variables".to_string(), json!(p.variables)),
-            ("push_rate".to_string(), json!(p.push_rate)),
-            ("publishing_ms".to_string(), json!(p.publishing_ms)),
-            ("sampling_ms".to_string(), json!(0.0)),
-            ("queue_size".to_string(), json!(p.queue_size)),
-        ];
-        Ok((Plan::Ring { conns: p.sessions, factory }, params))
-    };
-    let vars = [("variables", p.variables.to_string()), ("push_rate", format!("{}", p.push_rate))];
+    let plan =
+        move |cfg: &RunConfig, r: &Running| -> Result<(Plan, Vec<(String, Value)>), String> {
+            let url = r.url.clone();
+            let sec = crate::security::prepare(&url, &cfg.security, &cfg.opts.security_policy)?;
+            setup2.reset();
+            let setup = setup2.clone();
+            let factory = Arc::new(move |i: usize| -> DynDriver {
+                let w = crate::opcua::SubscriberWork::push(PushItems::new(p, i, setup.clone()));
+                let inflight = w.publish_inflight;
+                Box::new(crate::opcua::UaDriver::new(
+                    &url,
+                    Box::new(w),
+                    inflight,
+                    sec.clone(),
+                ))
+            });
+            let params = vec![
+                ("sessions".to_string(), json!(p.sessions)),
+                ("subscriptions".to_string(), json!(1)),
+                ("items".to_string(), json!(p.items)),
+                ("variables".to_string(), json!(p.variables)),
+                ("push_rate".to_string(), json!(p.push_rate)),
+                ("publishing_ms".to_string(), json!(p.publishing_ms)),
+                ("sampling_ms".to_string(), json!(0.0)),
+                ("queue_size".to_string(), json!(p.queue_size)),
+            ];
+            Ok((
+                Plan::Ring {
+                    conns: p.sessions,
+                    factory,
+                },
+                params,
+            ))
+        };
+    let vars = [
+        ("variables", p.variables.to_string()),
+        ("push_rate", format!("{}", p.push_rate)),
+    ];
     let mut o = run_with_guard(&cfg, &vars, &plan)?;
     finish(&mut o, &p, &setup);
     Ok(o)
@@ -440,15 +578,31 @@ mod tests {
     #[test]
     fn sequences_count_gaps_and_stale_values() {
         let mut s = ItemSeq::default();
-        assert_eq!(s.see(0), Seen::First, "the value when the item was created is the base");
+        assert_eq!(
+            s.see(0),
+            Seen::First,
+            "the value when the item was created is the base"
+        );
         assert_eq!(s.see(1), Seen::InOrder);
         assert_eq!(s.see(2), Seen::InOrder);
         assert_eq!(s.see(5), Seen::Gap { missing: 2 });
         assert_eq!(s.see(4), Seen::Stale, "behind the last: out of order");
         assert_eq!(s.see(5), Seen::Stale, "the same again: a duplicate");
-        assert_eq!(s.last, Some(5), "stale values do not move the sequence back");
+        assert_eq!(
+            s.last,
+            Some(5),
+            "stale values do not move the sequence back"
+        );
         assert_eq!(s.see(6), Seen::InOrder);
-        let advanced: u64 = [Seen::First, Seen::InOrder, Seen::Gap { missing: 2 }, Seen::Stale].iter().map(|x| x.advance()).sum();
+        let advanced: u64 = [
+            Seen::First,
+            Seen::InOrder,
+            Seen::Gap { missing: 2 },
+            Seen::Stale,
+        ]
+        .iter()
+        .map(|x| x.advance())
+        .sum();
         assert_eq!(advanced, 4);
         // An item created after some pushes starts at their count.
         let mut t = ItemSeq::default();
@@ -463,11 +617,23 @@ mod tests {
         assert!(k_of(&Variant::Double(1.5)).is_err());
         assert!(k_of(&Variant::Double(-1.0)).is_err());
         assert!(k_of(&Variant::Double(f64::NAN)).is_err());
-        assert!(k_of(&Variant::Int32(3)).is_err(), "the contract's values are Doubles");
+        assert!(
+            k_of(&Variant::Int32(3)).is_err(),
+            "the contract's values are Doubles"
+        );
         assert!(has_overflow(StatusCode(0x0000_0480)));
-        assert!(has_overflow(StatusCode(0x0000_04A0)), "other info bits beside it");
-        assert!(!has_overflow(StatusCode(0x0000_0400)), "InfoType without the Overflow bit");
-        assert!(!has_overflow(StatusCode(0x0000_0080)), "the Overflow bit without InfoType DataValue");
+        assert!(
+            has_overflow(StatusCode(0x0000_04A0)),
+            "other info bits beside it"
+        );
+        assert!(
+            !has_overflow(StatusCode(0x0000_0400)),
+            "InfoType without the Overflow bit"
+        );
+        assert!(
+            !has_overflow(StatusCode(0x0000_0080)),
+            "the Overflow bit without InfoType DataValue"
+        );
         assert!(!has_overflow(StatusCode(0)));
     }
 
@@ -475,58 +641,162 @@ mod tests {
     fn latency_is_receipt_minus_source_timestamp() {
         let src = 1_700_000_000_000_000_000i128;
         assert_eq!(latency_ns(src + 1_500_000, Some(src)), Some(1_500_000));
-        assert_eq!(latency_ns(src - 10, Some(src)), Some(0), "a timestamp ahead of the receipt is no negative latency");
+        assert_eq!(
+            latency_ns(src - 10, Some(src)),
+            Some(0),
+            "a timestamp ahead of the receipt is no negative latency"
+        );
         assert_eq!(latency_ns(src, None), None);
         // Through DateTime's 100 ns ticks, as on the wire.
         let t = DateTime::from_unix_nanos(src + 250);
-        assert_eq!(latency_ns(src + 1_000_000, Some(t.unix_nanos())), Some(1_000_000 - 200));
+        assert_eq!(
+            latency_ns(src + 1_000_000, Some(t.unix_nanos())),
+            Some(1_000_000 - 200)
+        );
     }
 
     #[test]
     fn defaults_and_item_ranges() {
         assert_eq!(default_queue_size(50.0, 100.0), 11);
-        assert_eq!(default_queue_size(1.0, 100.0), 3, "at least one change per interval");
+        assert_eq!(
+            default_queue_size(1.0, 100.0),
+            3,
+            "at least one change per interval"
+        );
         assert_eq!(default_queue_size(1000.0, 250.0), 501);
-        let o = RunOpts::try_parse_words(["run", "--scenario", "push", "--variables", "200", "--push-rate", "50", "--sessions", "2"]).unwrap();
+        let o = RunOpts::try_parse_words([
+            "run",
+            "--scenario",
+            "push",
+            "--variables",
+            "200",
+            "--push-rate",
+            "50",
+            "--sessions",
+            "2",
+        ])
+        .unwrap();
         let p = PushParams::from_opts(&o).unwrap();
-        assert_eq!((p.sessions, p.items, p.queue_size, p.publishing_ms), (2, 100, 11, 100.0));
+        assert_eq!(
+            (p.sessions, p.items, p.queue_size, p.publishing_ms),
+            (2, 100, 11, 100.0)
+        );
         assert_eq!(p.variable_of(0, 0), 0);
         assert_eq!(p.variable_of(1, 99), 199);
         assert_eq!(p.subscribed_variables(), 200);
         // More items than variables wrap around modulo N.
-        let o = RunOpts::try_parse_words(["run", "--scenario", "push", "--variables", "10", "--push-rate", "5", "--sessions", "3", "--items", "4"]).unwrap();
+        let o = RunOpts::try_parse_words([
+            "run",
+            "--scenario",
+            "push",
+            "--variables",
+            "10",
+            "--push-rate",
+            "5",
+            "--sessions",
+            "3",
+            "--items",
+            "4",
+        ])
+        .unwrap();
         let p = PushParams::from_opts(&o).unwrap();
-        assert_eq!((0..4).map(|j| p.variable_of(2, j)).collect::<Vec<_>>(), vec![8, 9, 0, 1]);
+        assert_eq!(
+            (0..4).map(|j| p.variable_of(2, j)).collect::<Vec<_>>(),
+            vec![8, 9, 0, 1]
+        );
         assert_eq!(p.subscribed_variables(), 10);
-        let o = RunOpts::try_parse_words(["run", "--scenario", "push", "--push-rate", "5"]).unwrap();
-        assert!(PushParams::from_opts(&o).unwrap_err().contains("--variables"));
+        let o =
+            RunOpts::try_parse_words(["run", "--scenario", "push", "--push-rate", "5"]).unwrap();
+        assert!(PushParams::from_opts(&o)
+            .unwrap_err()
+            .contains("--variables"));
     }
 
     #[test]
     fn options_that_do_nothing_are_refused() {
-        let parse = |w: &[&str]| RunOpts::try_parse_words(std::iter::once("run").chain(w.iter().copied())).unwrap();
-        let ok = parse(&["--scenario", "push", "--variables", "10", "--push-rate", "5", "--sessions", "2", "--queue-size", "7", "--json"]);
+        let parse = |w: &[&str]| {
+            RunOpts::try_parse_words(std::iter::once("run").chain(w.iter().copied())).unwrap()
+        };
+        let ok = parse(&[
+            "--scenario",
+            "push",
+            "--variables",
+            "10",
+            "--push-rate",
+            "5",
+            "--sessions",
+            "2",
+            "--queue-size",
+            "7",
+            "--json",
+        ]);
         assert_eq!(check_options(&ok), Ok(()));
-        for bad in [["--sampling-ms", "5"], ["--inflight", "4"], ["--writers", "1"], ["--rate", "100"], ["--nodes", "3"], ["--subscriptions", "2"]] {
-            let o = parse(&[&["--scenario", "push", "--variables", "10", "--push-rate", "5"][..], &bad[..]].concat());
+        for bad in [
+            ["--sampling-ms", "5"],
+            ["--inflight", "4"],
+            ["--writers", "1"],
+            ["--rate", "100"],
+            ["--nodes", "3"],
+            ["--subscriptions", "2"],
+        ] {
+            let o = parse(
+                &[
+                    &[
+                        "--scenario",
+                        "push",
+                        "--variables",
+                        "10",
+                        "--push-rate",
+                        "5",
+                    ][..],
+                    &bad[..],
+                ]
+                .concat(),
+            );
             let e = check_options(&o).unwrap_err();
             assert!(e.contains(bad[0]), "{bad:?}: {e}");
         }
         let e = check_options(&parse(&["--scenario", "sub", "--queue-size", "4"])).unwrap_err();
         assert!(e.contains("--queue-size") && e.contains("sub"), "{e}");
-        assert_eq!(check_options(&parse(&["--scenario", "sub", "--sampling-ms", "5"])), Ok(()));
+        assert_eq!(
+            check_options(&parse(&["--scenario", "sub", "--sampling-ms", "5"])),
+            Ok(())
+        );
     }
 
     #[test]
     fn namespace_lookup() {
         use uaring_core::types::{Array, BuiltinType};
-        let arr = |uris: &[&str]| Variant::Array(Box::new(Array::new(BuiltinType::String, uris.iter().map(|u| Variant::String((*u).into())).collect()).unwrap()));
-        assert_eq!(namespace_index(&arr(&["http://opcfoundation.org/UA/", "urn:x", PLANT_NAMESPACE_URI]), PLANT_NAMESPACE_URI), Ok(2));
-        assert!(namespace_index(&arr(&["http://opcfoundation.org/UA/"]), PLANT_NAMESPACE_URI).unwrap_err().contains("plant contract"));
+        let arr = |uris: &[&str]| {
+            Variant::Array(Box::new(
+                Array::new(
+                    BuiltinType::String,
+                    uris.iter().map(|u| Variant::String((*u).into())).collect(),
+                )
+                .unwrap(),
+            ))
+        };
+        assert_eq!(
+            namespace_index(
+                &arr(&["http://opcfoundation.org/UA/", "urn:x", PLANT_NAMESPACE_URI]),
+                PLANT_NAMESPACE_URI
+            ),
+            Ok(2)
+        );
+        assert!(
+            namespace_index(&arr(&["http://opcfoundation.org/UA/"]), PLANT_NAMESPACE_URI)
+                .unwrap_err()
+                .contains("plant contract")
+        );
         assert!(namespace_index(&Variant::Int32(1), PLANT_NAMESPACE_URI).is_err());
     }
 
-    fn notification(j: u32, k: f64, status: u32, source_unix_ns: Option<i128>) -> MonitoredItemNotification {
+    fn notification(
+        j: u32,
+        k: f64,
+        status: u32,
+        source_unix_ns: Option<i128>,
+    ) -> MonitoredItemNotification {
         MonitoredItemNotification {
             client_handle: j,
             value: DataValue {
@@ -542,7 +812,14 @@ mod tests {
     /// missing, overflow, stale; pushes seen; one latency sample per timestamped notification.
     #[test]
     fn window_accounting() {
-        let params = PushParams { variables: 4, push_rate: 10.0, sessions: 1, items: 2, publishing_ms: 100.0, queue_size: 3 };
+        let params = PushParams {
+            variables: 4,
+            push_rate: 10.0,
+            sessions: 1,
+            items: 2,
+            publishing_ms: 100.0,
+            queue_size: 3,
+        };
         let mut p = PushItems::new(params, 0, Arc::default());
         p.namespace = Some(2);
         let shared = Shared::default();
@@ -554,17 +831,61 @@ mod tests {
             see_notification(&mut p, 0, &notification(0, 1.0, 0, Some(t)), t, &mut warm).unwrap();
             see_notification(&mut p, 1, &notification(1, 3.0, 0, Some(t)), t, &mut warm).unwrap();
         }
-        assert!(stats.extra.is_empty() && stats.ops == 0, "nothing counts before the window");
+        assert!(
+            stats.extra.is_empty() && stats.ops == 0,
+            "nothing counts before the window"
+        );
         {
             let mut m = Ctx::new(PHASE_MEASURE, &mut stats, &shared);
             // Item 0: 2, then 5 (3 and 4 lost, the queue overflowed), then 4 again (stale).
-            see_notification(&mut p, 0, &notification(0, 2.0, 0, Some(t + 1_000_000)), t + 3_000_000, &mut m).unwrap();
-            see_notification(&mut p, 0, &notification(0, 5.0, 0x480, Some(t + 2_000_000)), t + 4_000_000, &mut m).unwrap();
-            see_notification(&mut p, 0, &notification(0, 4.0, 0, Some(t + 2_000_000)), t + 4_000_000, &mut m).unwrap();
+            see_notification(
+                &mut p,
+                0,
+                &notification(0, 2.0, 0, Some(t + 1_000_000)),
+                t + 3_000_000,
+                &mut m,
+            )
+            .unwrap();
+            see_notification(
+                &mut p,
+                0,
+                &notification(0, 5.0, 0x480, Some(t + 2_000_000)),
+                t + 4_000_000,
+                &mut m,
+            )
+            .unwrap();
+            see_notification(
+                &mut p,
+                0,
+                &notification(0, 4.0, 0, Some(t + 2_000_000)),
+                t + 4_000_000,
+                &mut m,
+            )
+            .unwrap();
             // Item 1: 4 in order, without a SourceTimestamp.
-            see_notification(&mut p, 1, &notification(1, 4.0, 0, None), t + 4_000_000, &mut m).unwrap();
-            assert!(see_notification(&mut p, 1, &notification(1, 0.5, 0, None), t, &mut m).is_err(), "not a push count");
-            assert!(see_notification(&mut p, 1, &notification(1, 5.0, 0x8034_0000, None), t, &mut m).is_err(), "a Bad status");
+            see_notification(
+                &mut p,
+                1,
+                &notification(1, 4.0, 0, None),
+                t + 4_000_000,
+                &mut m,
+            )
+            .unwrap();
+            assert!(
+                see_notification(&mut p, 1, &notification(1, 0.5, 0, None), t, &mut m).is_err(),
+                "not a push count"
+            );
+            assert!(
+                see_notification(
+                    &mut p,
+                    1,
+                    &notification(1, 5.0, 0x8034_0000, None),
+                    t,
+                    &mut m
+                )
+                .is_err(),
+                "a Bad status"
+            );
         }
         let e = |k: &str| stats.extra.get(k).copied().unwrap_or(0);
         assert_eq!(e("notifications"), 6);
@@ -572,9 +893,16 @@ mod tests {
         assert_eq!(e("changes_missing"), 2);
         assert_eq!(e("overflow_notifications"), 1);
         assert_eq!(e("out_of_order_notifications"), 1);
-        assert_eq!(e("pushed_updates"), 1 + 3 + 1, "item 0 advanced 1 → 5, item 1 3 → 4");
+        assert_eq!(
+            e("pushed_updates"),
+            1 + 3 + 1,
+            "item 0 advanced 1 → 5, item 1 3 → 4"
+        );
         assert_eq!(e("notifications_without_source_timestamp"), 1);
-        assert_eq!(stats.ops, 3, "one latency sample per timestamped notification");
+        assert_eq!(
+            stats.ops, 3,
+            "one latency sample per timestamped notification"
+        );
         assert_eq!(stats.hist.max(), stats.hist.highest_equivalent(2_000_000));
         assert_eq!(stats.hist.min(), stats.hist.lowest_equivalent(2_000_000));
 
@@ -594,8 +922,15 @@ mod tests {
         assert_eq!(o["notifications_per_s"], json!(3.0));
         assert_eq!(o["pushed_updates_per_s"], json!(2.5));
         assert_eq!(o["offered_updates_per_s"], json!(40.0));
-        assert_eq!(o["offered_item_updates_per_s"], json!(20.0), "1 session × 2 items × 10 Hz");
-        assert_eq!(o["server_cpu_us_per_notification"], json!(round(1000.0 / 6.0, 3)));
+        assert_eq!(
+            o["offered_item_updates_per_s"],
+            json!(20.0),
+            "1 session × 2 items × 10 Hz"
+        );
+        assert_eq!(
+            o["server_cpu_us_per_notification"],
+            json!(round(1000.0 / 6.0, 3))
+        );
         assert_eq!(o["server_cpu_us_per_notification_excl_push"], json!(100.0));
         assert_eq!(o["server_cpu_us_per_update"], json!(200.0));
         assert_eq!(o["server_cpu_us_per_update_excl_push"], json!(120.0));

@@ -54,11 +54,28 @@ fn us(ns: u64) -> f64 {
 }
 
 /// Builds the result object. Per-op figures are per measured operation.
-pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: u32) -> Map<String, Value> {
+pub fn build(
+    info: &RunInfo,
+    stats: &ThreadStats,
+    m: &Measured,
+    discarded_runs: u32,
+) -> Map<String, Value> {
     let ops = stats.ops;
-    let per_op = |total: f64| if ops > 0 { round(total / ops as f64, 3) } else { 0.0 };
+    let per_op = |total: f64| {
+        if ops > 0 {
+            round(total / ops as f64, 3)
+        } else {
+            0.0
+        }
+    };
     let h = &stats.hist;
-    let q = |x: f64| if ops > 0 { us(h.value_at_quantile(x)) } else { 0.0 };
+    let q = |x: f64| {
+        if ops > 0 {
+            us(h.value_at_quantile(x))
+        } else {
+            0.0
+        }
+    };
     let mut o = Map::new();
     o.insert("scenario".into(), json!(info.scenario));
     if let Some(v) = &info.variant {
@@ -78,26 +95,66 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
     }
     o.insert("ops".into(), json!(ops));
     o.insert("seconds".into(), json!(round(m.seconds, 3)));
-    o.insert("ops_per_s".into(), json!(if m.seconds > 0.0 { round(ops as f64 / m.seconds, 1) } else { 0.0 }));
+    o.insert(
+        "ops_per_s".into(),
+        json!(if m.seconds > 0.0 {
+            round(ops as f64 / m.seconds, 1)
+        } else {
+            0.0
+        }),
+    );
     o.insert("errors".into(), json!(stats.errors));
     o.insert("p50_us".into(), json!(q(0.5)));
     o.insert("p90_us".into(), json!(q(0.9)));
     o.insert("p99_us".into(), json!(q(0.99)));
     o.insert("p999_us".into(), json!(q(0.999)));
-    o.insert("max_us".into(), json!(if ops > 0 { us(h.max()) } else { 0.0 }));
-    o.insert("mean_us".into(), json!(if ops > 0 { round(h.mean() / 1000.0, 2) } else { 0.0 }));
+    o.insert(
+        "max_us".into(),
+        json!(if ops > 0 { us(h.max()) } else { 0.0 }),
+    );
+    o.insert(
+        "mean_us".into(),
+        json!(if ops > 0 {
+            round(h.mean() / 1000.0, 2)
+        } else {
+            0.0
+        }),
+    );
     match &m.server {
         Some(s) => {
-            o.insert("server_cpu_us_per_op".into(), json!(per_op(s.cpu_ns as f64 / 1000.0)));
-            o.insert("server_sys_share".into(), json!(if s.user_ns + s.sys_ns > 0 { round(s.sys_ns as f64 / (s.user_ns + s.sys_ns) as f64, 3) } else { 0.0 }));
-            o.insert("server_cores".into(), json!(round(s.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3)));
-            o.insert("server_vcs_per_op".into(), json!(per_op(s.voluntary as f64)));
-            o.insert("server_ivcs_per_op".into(), json!(per_op(s.nonvoluntary as f64)));
+            o.insert(
+                "server_cpu_us_per_op".into(),
+                json!(per_op(s.cpu_ns as f64 / 1000.0)),
+            );
+            o.insert(
+                "server_sys_share".into(),
+                json!(if s.user_ns + s.sys_ns > 0 {
+                    round(s.sys_ns as f64 / (s.user_ns + s.sys_ns) as f64, 3)
+                } else {
+                    0.0
+                }),
+            );
+            o.insert(
+                "server_cores".into(),
+                json!(round(s.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3)),
+            );
+            o.insert(
+                "server_vcs_per_op".into(),
+                json!(per_op(s.voluntary as f64)),
+            );
+            o.insert(
+                "server_ivcs_per_op".into(),
+                json!(per_op(s.nonvoluntary as f64)),
+            );
             o.insert("server_rss_kb".into(), json!(m.server_rss_kb));
             let mut shards = Vec::new();
             for t in &s.threads {
                 if t.name.contains("shard") {
-                    let conns = info.shard_connections.iter().find(|(n, _)| *n == t.name).map(|(_, c)| *c);
+                    let conns = info
+                        .shard_connections
+                        .iter()
+                        .find(|(n, _)| *n == t.name)
+                        .map(|(_, c)| *c);
                     shards.push(json!({
                         "name": t.name,
                         "cpu_us_per_op": per_op(t.cpu_ns as f64 / 1000.0),
@@ -110,9 +167,22 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
                 o.insert("shards".into(), Value::Array(shards));
             }
             if !info.app_threads.is_empty() {
-                let app: Vec<_> = s.threads.iter().filter(|t| info.app_threads.contains(&t.name)).collect();
-                o.insert("server_cpu_us".into(), json!(round(s.cpu_ns as f64 / 1000.0, 1)));
-                o.insert("server_app_cpu_us".into(), json!(round(app.iter().map(|t| t.cpu_ns).sum::<u64>() as f64 / 1000.0, 1)));
+                let app: Vec<_> = s
+                    .threads
+                    .iter()
+                    .filter(|t| info.app_threads.contains(&t.name))
+                    .collect();
+                o.insert(
+                    "server_cpu_us".into(),
+                    json!(round(s.cpu_ns as f64 / 1000.0, 1)),
+                );
+                o.insert(
+                    "server_app_cpu_us".into(),
+                    json!(round(
+                        app.iter().map(|t| t.cpu_ns).sum::<u64>() as f64 / 1000.0,
+                        1
+                    )),
+                );
                 o.insert("server_app_threads".into(), json!(app.len()));
             }
         }
@@ -122,20 +192,47 @@ pub fn build(info: &RunInfo, stats: &ThreadStats, m: &Measured, discarded_runs: 
         }
     }
     let c = &m.client;
-    o.insert("client_cpu_us_per_op".into(), json!(per_op(c.cpu_ns as f64 / 1000.0)));
-    o.insert("client_cores".into(), json!(round(c.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3)));
-    o.insert("client_vcs_per_op".into(), json!(per_op(c.voluntary as f64)));
-    o.insert("client_ivcs_per_op".into(), json!(per_op(c.nonvoluntary as f64)));
-    o.insert("bytes_out_per_op".into(), json!(per_op(stats.bytes_out as f64)));
-    o.insert("bytes_in_per_op".into(), json!(per_op(stats.bytes_in as f64)));
+    o.insert(
+        "client_cpu_us_per_op".into(),
+        json!(per_op(c.cpu_ns as f64 / 1000.0)),
+    );
+    o.insert(
+        "client_cores".into(),
+        json!(round(c.cpu_ns as f64 / 1e9 / m.seconds.max(1e-9), 3)),
+    );
+    o.insert(
+        "client_vcs_per_op".into(),
+        json!(per_op(c.voluntary as f64)),
+    );
+    o.insert(
+        "client_ivcs_per_op".into(),
+        json!(per_op(c.nonvoluntary as f64)),
+    );
+    o.insert(
+        "bytes_out_per_op".into(),
+        json!(per_op(stats.bytes_out as f64)),
+    );
+    o.insert(
+        "bytes_in_per_op".into(),
+        json!(per_op(stats.bytes_in as f64)),
+    );
     for (k, v) in &stats.extra {
         o.insert((*k).to_string(), json!(v));
     }
     if let Some(t) = &m.tcp {
         // Seen from the client's sockets: data segments in = the server's, out = the client's.
-        o.insert("server_segments_per_op".into(), json!(per_op(t.data_segs_in as f64)));
-        o.insert("client_segments_per_op".into(), json!(per_op(t.data_segs_out as f64)));
-        o.insert("tcp_segments_per_op".into(), json!(per_op((t.segs_in + t.segs_out) as f64)));
+        o.insert(
+            "server_segments_per_op".into(),
+            json!(per_op(t.data_segs_in as f64)),
+        );
+        o.insert(
+            "client_segments_per_op".into(),
+            json!(per_op(t.data_segs_out as f64)),
+        );
+        o.insert(
+            "tcp_segments_per_op".into(),
+            json!(per_op((t.segs_in + t.segs_out) as f64)),
+        );
     }
     if let Some(n) = stats.extra.get("client_sends") {
         o.insert("client_sends_per_op".into(), json!(per_op(*n as f64)));
@@ -169,7 +266,10 @@ pub fn commit() -> Option<String> {
     if let Ok(c) = std::env::var("UARING_COMMIT") {
         return Some(c);
     }
-    let out = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().ok()?;
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -190,8 +290,19 @@ pub fn readable(o: &Map<String, Value>) -> String {
         g("inflight"),
         g("send")
     ));
-    s.push_str(&format!("  placement   server cpus {}  client cpus {} ({} threads)\n", g("server_cpus"), g("client_cpus"), g("client_threads")));
-    s.push_str(&format!("  throughput  {} ops in {} s = {} ops/s, {} errors\n", g("ops"), g("seconds"), g("ops_per_s"), g("errors")));
+    s.push_str(&format!(
+        "  placement   server cpus {}  client cpus {} ({} threads)\n",
+        g("server_cpus"),
+        g("client_cpus"),
+        g("client_threads")
+    ));
+    s.push_str(&format!(
+        "  throughput  {} ops in {} s = {} ops/s, {} errors\n",
+        g("ops"),
+        g("seconds"),
+        g("ops_per_s"),
+        g("errors")
+    ));
     s.push_str(&format!(
         "  latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
         g("p50_us"),
@@ -279,24 +390,96 @@ pub fn readable(o: &Map<String, Value>) -> String {
             g("server_push_cpu_us")
         ));
     }
-    s.push_str(&format!("  machine     foreign load {} cores, steal {} cores, discarded runs {}\n", g("foreign_cores"), g("steal_cores"), g("discarded_runs")));
+    s.push_str(&format!(
+        "  machine     foreign load {} cores, steal {} cores, discarded runs {}\n",
+        g("foreign_cores"),
+        g("steal_cores"),
+        g("discarded_runs")
+    ));
     let shown = [
-        "scenario", "server", "security", "clients", "inflight", "send", "server_cpus", "client_cpus", "client_threads", "ops", "seconds",
-        "ops_per_s", "errors", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "mean_us", "server_cpu_us_per_op", "server_cores",
-        "server_sys_share", "server_rss_kb", "server_vcs_per_op", "server_ivcs_per_op", "client_cpu_us_per_op", "client_cores",
-        "client_vcs_per_op", "client_ivcs_per_op", "bytes_out_per_op", "bytes_in_per_op", "shards", "foreign_cores", "steal_cores",
-        "discarded_runs", "host", "kernel", "cpu_model", "online_cpus", "commit", "rsa_private_ops_per_op", "rsa_bound_us_per_op",
-        "rsa_key_bits", "rsa_decrypt_us", "rsa_sign_us", "rsa_calibration_cpus", "rsa_bound_ops_per_core_s", "rsa_bound_share", "rsa_bound_drift",
+        "scenario",
+        "server",
+        "security",
+        "clients",
+        "inflight",
+        "send",
+        "server_cpus",
+        "client_cpus",
+        "client_threads",
+        "ops",
+        "seconds",
+        "ops_per_s",
+        "errors",
+        "p50_us",
+        "p90_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "mean_us",
+        "server_cpu_us_per_op",
+        "server_cores",
+        "server_sys_share",
+        "server_rss_kb",
+        "server_vcs_per_op",
+        "server_ivcs_per_op",
+        "client_cpu_us_per_op",
+        "client_cores",
+        "client_vcs_per_op",
+        "client_ivcs_per_op",
+        "bytes_out_per_op",
+        "bytes_in_per_op",
+        "shards",
+        "foreign_cores",
+        "steal_cores",
+        "discarded_runs",
+        "host",
+        "kernel",
+        "cpu_model",
+        "online_cpus",
+        "commit",
+        "rsa_private_ops_per_op",
+        "rsa_bound_us_per_op",
+        "rsa_key_bits",
+        "rsa_decrypt_us",
+        "rsa_sign_us",
+        "rsa_calibration_cpus",
+        "rsa_bound_ops_per_core_s",
+        "rsa_bound_share",
+        "rsa_bound_drift",
     ];
     let push_shown = [
-        "sessions", "items", "variables", "push_rate", "queue_size", "publishing_ms", "delivered_share", "changes_delivered", "changes_missing",
-        "overflow_notifications", "out_of_order_notifications", "notifications", "notifications_per_s", "pushed_updates_per_s",
-        "offered_updates_per_s", "offered_item_updates_per_s", "server_cpu_us_per_notification", "server_cpu_us_per_notification_excl_push", "server_cpu_us_per_update",
-        "server_cpu_us_per_update_excl_push", "server_app_threads", "server_push_cpu_us", "pushed_updates_counts", "latency_from",
+        "sessions",
+        "items",
+        "variables",
+        "push_rate",
+        "queue_size",
+        "publishing_ms",
+        "delivered_share",
+        "changes_delivered",
+        "changes_missing",
+        "overflow_notifications",
+        "out_of_order_notifications",
+        "notifications",
+        "notifications_per_s",
+        "pushed_updates_per_s",
+        "offered_updates_per_s",
+        "offered_item_updates_per_s",
+        "server_cpu_us_per_notification",
+        "server_cpu_us_per_notification_excl_push",
+        "server_cpu_us_per_update",
+        "server_cpu_us_per_update_excl_push",
+        "server_app_threads",
+        "server_push_cpu_us",
+        "pushed_updates_counts",
+        "latency_from",
     ];
     let is_push = o.get("scenario").and_then(Value::as_str) == Some("push");
     let shown = |k: &str| shown.contains(&k) || (is_push && push_shown.contains(&k));
-    let rest: Vec<String> = o.iter().filter(|(k, _)| !shown(k.as_str())).map(|(k, v)| format!("{k} {}", fmt(v))).collect();
+    let rest: Vec<String> = o
+        .iter()
+        .filter(|(k, _)| !shown(k.as_str()))
+        .map(|(k, v)| format!("{k} {}", fmt(v)))
+        .collect();
     if !rest.is_empty() {
         s.push_str(&format!("  also        {}\n", rest.join(", ")));
     }
@@ -341,15 +524,37 @@ mod tests {
         };
         let m = Measured {
             seconds: 2.0,
-            server: Some(ProcDelta { cpu_ns: 8000, ..Default::default() }),
+            server: Some(ProcDelta {
+                cpu_ns: 8000,
+                ..Default::default()
+            }),
             server_rss_kb: 1234,
-            client: ProcDelta { cpu_ns: 4000, ..Default::default() },
+            client: ProcDelta {
+                cpu_ns: 4000,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let o = build(&info, &stats, &m, 1);
         for k in [
-            "scenario", "security", "clients", "inflight", "send", "ops", "seconds", "ops_per_s", "errors", "p50_us", "p90_us", "p99_us",
-            "server_cpu_us_per_op", "client_cpu_us_per_op", "server_rss_kb", "server_cpus", "client_cpus", "discarded_runs",
+            "scenario",
+            "security",
+            "clients",
+            "inflight",
+            "send",
+            "ops",
+            "seconds",
+            "ops_per_s",
+            "errors",
+            "p50_us",
+            "p90_us",
+            "p99_us",
+            "server_cpu_us_per_op",
+            "client_cpu_us_per_op",
+            "server_rss_kb",
+            "server_cpus",
+            "client_cpus",
+            "discarded_runs",
         ] {
             assert!(o.contains_key(k), "missing {k}");
         }
@@ -358,8 +563,19 @@ mod tests {
         assert_eq!(o["client_cpu_us_per_op"], json!(1.0));
         assert_eq!(o["discarded_runs"], json!(1));
         assert!(readable(&o).contains("ops/s"));
-        assert!(!o.contains_key("idle_sessions"), "reported only when some were held");
-        let o = build(&RunInfo { idle_sessions: 8, ..info }, &stats, &m, 0);
+        assert!(
+            !o.contains_key("idle_sessions"),
+            "reported only when some were held"
+        );
+        let o = build(
+            &RunInfo {
+                idle_sessions: 8,
+                ..info
+            },
+            &stats,
+            &m,
+            0,
+        );
         assert_eq!(o["idle_sessions"], json!(8));
         assert!(readable(&o).contains("idle_sessions 8"), "{}", readable(&o));
     }

@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use crate::report::round;
-use uaring_crypto::{asym_decrypt, asym_encrypt, asym_sign, generate_self_signed, Certificate, CertificateRequest, PolicyId};
+use uaring_crypto::{
+    asym_decrypt, asym_encrypt, asym_sign, generate_self_signed, Certificate, CertificateRequest,
+    PolicyId,
+};
 
 /// The length of the encrypted part (everything after the asymmetric security header) of an
 /// OpenSecureChannel chunk at the start of `bytes`; None if `bytes` does not start with a whole one.
@@ -67,7 +70,10 @@ impl Calibration {
 
     /// How much slower (positive) or faster `later` ran, relative to the mean of both.
     pub fn drift_to(&self, later: &Calibration) -> f64 {
-        let (a, b) = (self.decrypt_us + self.sign_us, later.decrypt_us + later.sign_us);
+        let (a, b) = (
+            self.decrypt_us + self.sign_us,
+            later.decrypt_us + later.sign_us,
+        );
         if a + b <= 0.0 {
             return 0.0;
         }
@@ -76,7 +82,10 @@ impl Calibration {
 }
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes the timespec it is given.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -84,12 +93,19 @@ fn thread_cpu_ns() -> u64 {
 
 /// Runs decryptions, then signatures, for `seconds` in all (half each) on one pinned thread per CPU,
 /// all CPUs at once, with a fresh key of `key_bits` and `policy`'s padding and hash.
-pub fn calibrate(policy: PolicyId, key_bits: usize, cpus: &[usize], seconds: f64) -> Result<Calibration, String> {
+pub fn calibrate(
+    policy: PolicyId,
+    key_bits: usize,
+    cpus: &[usize],
+    seconds: f64,
+) -> Result<Calibration, String> {
     let mut req = CertificateRequest::new("urn:uaring:bench:rsa-bound", "rsa-bound", 1_700_000_000);
     req.key_bits = key_bits;
-    let (cert, key) = generate_self_signed(&req).map_err(|e| format!("calibration key: 0x{e:08X}"))?;
+    let (cert, key) =
+        generate_self_signed(&req).map_err(|e| format!("calibration key: 0x{e:08X}"))?;
     let mut ct = Vec::new();
-    asym_encrypt(policy, &cert, &[7u8; 32], &mut ct).map_err(|e| format!("calibration encrypt: 0x{e:08X}"))?;
+    asym_encrypt(policy, &cert, &[7u8; 32], &mut ct)
+        .map_err(|e| format!("calibration encrypt: 0x{e:08X}"))?;
     if ct.len() != key_bits / 8 {
         return Err("calibration: one block expected".into());
     }
@@ -108,7 +124,8 @@ pub fn calibrate(policy: PolicyId, key_bits: usize, cpus: &[usize], seconds: f64
             let mut n = 0u64;
             while t0.elapsed() < half || n == 0 {
                 out.clear();
-                asym_decrypt(policy, &key, &ct, &mut out).map_err(|e| format!("decrypt: 0x{e:08X}"))?;
+                asym_decrypt(policy, &key, &ct, &mut out)
+                    .map_err(|e| format!("decrypt: 0x{e:08X}"))?;
                 n += 1;
             }
             let decrypt = (thread_cpu_ns() - c0) as f64 / 1000.0 / n as f64;
@@ -125,17 +142,25 @@ pub fn calibrate(policy: PolicyId, key_bits: usize, cpus: &[usize], seconds: f64
     }
     let (mut d, mut s) = (0.0, 0.0);
     for t in threads {
-        let (a, b) = t.join().map_err(|_| "calibration thread panicked".to_string())??;
+        let (a, b) = t
+            .join()
+            .map_err(|_| "calibration thread panicked".to_string())??;
         d += a;
         s += b;
     }
     let k = cpus.len().max(1) as f64;
-    Ok(Calibration { cpus: cpus.to_vec(), key_bits, decrypt_us: d / k, sign_us: s / k })
+    Ok(Calibration {
+        cpus: cpus.to_vec(),
+        key_bits,
+        decrypt_us: d / k,
+        sign_us: s / k,
+    })
 }
 
 /// The key size of a DER certificate (the server's, from its endpoint).
 pub fn key_bits_of(cert_der: &[u8]) -> Result<usize, String> {
-    let cert = Certificate::from_der(cert_der).map_err(|e| format!("server certificate: 0x{e:08X}"))?;
+    let cert =
+        Certificate::from_der(cert_der).map_err(|e| format!("server certificate: 0x{e:08X}"))?;
     match cert.key_bits() {
         0 => Err("the server certificate has no RSA key".into()),
         n => Ok(n),
@@ -149,20 +174,41 @@ pub fn key_bits_of(cert_der: &[u8]) -> Result<usize, String> {
 pub fn add_to(o: &mut Map<String, Value>, cal: &Calibration, opn_encrypted_bytes: u64) {
     let key_bytes = (cal.key_bits / 8).max(1) as u64;
     if opn_encrypted_bytes == 0 || opn_encrypted_bytes % key_bytes != 0 {
-        o.insert("rsa_bound_error".into(), json!("no OpenSecureChannel request of whole RSA blocks was seen"));
+        o.insert(
+            "rsa_bound_error".into(),
+            json!("no OpenSecureChannel request of whole RSA blocks was seen"),
+        );
         return;
     }
     let decrypts = opn_encrypted_bytes / key_bytes;
     let signs = 2u64; // OpenSecureChannel response, CreateSession serverSignature
     let bound_us = decrypts as f64 * cal.decrypt_us + signs as f64 * cal.sign_us;
-    o.insert("rsa_calibration_cpus".into(), json!(cal.cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")));
+    o.insert(
+        "rsa_calibration_cpus".into(),
+        json!(cal
+            .cpus
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")),
+    );
     o.insert("rsa_key_bits".into(), json!(cal.key_bits));
     o.insert("rsa_decrypt_us".into(), json!(round(cal.decrypt_us, 1)));
     o.insert("rsa_sign_us".into(), json!(round(cal.sign_us, 1)));
-    o.insert("rsa_private_ops_per_op".into(), json!(format!("{decrypts} decrypt + {signs} sign")));
+    o.insert(
+        "rsa_private_ops_per_op".into(),
+        json!(format!("{decrypts} decrypt + {signs} sign")),
+    );
     o.insert("rsa_bound_us_per_op".into(), json!(round(bound_us, 1)));
-    o.insert("rsa_bound_ops_per_core_s".into(), json!(round(1e6 / bound_us, 1)));
-    if let Some(cpu) = o.get("server_cpu_us_per_op").and_then(Value::as_f64).filter(|c| *c > 0.0) {
+    o.insert(
+        "rsa_bound_ops_per_core_s".into(),
+        json!(round(1e6 / bound_us, 1)),
+    );
+    if let Some(cpu) = o
+        .get("server_cpu_us_per_op")
+        .and_then(Value::as_f64)
+        .filter(|c| *c > 0.0)
+    {
         o.insert("rsa_bound_share".into(), json!(round(bound_us / cpu, 3)));
     }
 }
@@ -192,21 +238,44 @@ mod tests {
 
     #[test]
     fn encrypted_part_of_an_opn_chunk() {
-        let c = chunk(b"http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256", Some(&[1; 900]), &[2; 20], 512);
+        let c = chunk(
+            b"http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256",
+            Some(&[1; 900]),
+            &[2; 20],
+            512,
+        );
         assert_eq!(opn_encrypted_len(&c), Some(512));
         let c = chunk(b"x", None, &[], 256);
         assert_eq!(opn_encrypted_len(&c), Some(256));
-        assert_eq!(opn_encrypted_len(&c[..c.len() - 1]), None, "a partial chunk");
+        assert_eq!(
+            opn_encrypted_len(&c[..c.len() - 1]),
+            None,
+            "a partial chunk"
+        );
         assert_eq!(opn_encrypted_len(b"MSGF\0\0\0\0"), None);
         let mut bad = chunk(b"x", None, &[], 16);
         bad[12..16].copy_from_slice(&1000i32.to_le_bytes());
-        assert_eq!(opn_encrypted_len(&bad), None, "a field longer than the chunk");
+        assert_eq!(
+            opn_encrypted_len(&bad),
+            None,
+            "a field longer than the chunk"
+        );
     }
 
     #[test]
     fn two_calibrations_bracket_the_window() {
-        let a = Calibration { cpus: vec![0, 1], key_bits: 2048, decrypt_us: 300.0, sign_us: 300.0 };
-        let b = Calibration { cpus: vec![0, 1], key_bits: 2048, decrypt_us: 400.0, sign_us: 300.0 };
+        let a = Calibration {
+            cpus: vec![0, 1],
+            key_bits: 2048,
+            decrypt_us: 300.0,
+            sign_us: 300.0,
+        };
+        let b = Calibration {
+            cpus: vec![0, 1],
+            key_bits: 2048,
+            decrypt_us: 400.0,
+            sign_us: 300.0,
+        };
         let m = a.mean_with(&b);
         assert_eq!((m.decrypt_us, m.sign_us, m.cpus.len()), (350.0, 300.0, 2));
         assert_eq!(a.drift_to(&b), 0.154);
@@ -215,10 +284,19 @@ mod tests {
 
     #[test]
     fn bound_from_a_calibration() {
-        let cal = Calibration { cpus: vec![0], key_bits: 2048, decrypt_us: 300.0, sign_us: 350.0 };
+        let cal = Calibration {
+            cpus: vec![0],
+            key_bits: 2048,
+            decrypt_us: 300.0,
+            sign_us: 350.0,
+        };
         let mut o = Map::new();
         o.insert("server_cpu_us_per_op".into(), json!(2000.0));
-        add_to(&mut o, &cal, opn_encrypted_len(&chunk(b"x", None, &[], 512)).unwrap() as u64);
+        add_to(
+            &mut o,
+            &cal,
+            opn_encrypted_len(&chunk(b"x", None, &[], 512)).unwrap() as u64,
+        );
         assert_eq!(o["rsa_private_ops_per_op"], json!("2 decrypt + 2 sign"));
         assert_eq!(o["rsa_bound_us_per_op"], json!(1300.0));
         assert_eq!(o["rsa_bound_share"], json!(0.65));
@@ -227,7 +305,10 @@ mod tests {
         for seen in [0, 500] {
             let mut o = Map::new();
             add_to(&mut o, &cal, seen);
-            assert!(o.contains_key("rsa_bound_error") && !o.contains_key("rsa_bound_us_per_op"), "{seen}: {o:?}");
+            assert!(
+                o.contains_key("rsa_bound_error") && !o.contains_key("rsa_bound_us_per_op"),
+                "{seen}: {o:?}"
+            );
         }
     }
 }

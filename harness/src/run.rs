@@ -11,9 +11,9 @@ use serde_json::{json, Map, Value};
 use crate::args::{split_words, substitute};
 use crate::cli::{ClientIo, RunOpts, SendMode};
 use crate::procstat::{self, ProcSample};
-use crate::tcpinfo;
 use crate::report::{self, Measured, RunInfo};
 use crate::server::{free_port, ServerProcess, SpawnSpec};
+use crate::tcpinfo;
 use crate::uring::{self, Driver, Shared, ThreadStats, PHASE_DRAIN, PHASE_MEASURE, PHASE_STOP};
 
 pub type DynDriver = Box<dyn Driver + Send>;
@@ -22,7 +22,13 @@ impl Driver for DynDriver {
     fn start(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut uring::Ctx) -> Result<(), String> {
         (**self).start(now, out, ctx)
     }
-    fn on_recv(&mut self, now: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut uring::Ctx) -> Result<(), String> {
+    fn on_recv(
+        &mut self,
+        now: u64,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &mut uring::Ctx,
+    ) -> Result<(), String> {
         (**self).on_recv(now, data, out, ctx)
     }
     fn poll(&mut self, now: u64, out: &mut Vec<u8>, ctx: &mut uring::Ctx) -> Result<(), String> {
@@ -37,12 +43,16 @@ impl Driver for DynDriver {
 pub type ThreadBody = Arc<dyn Fn(usize, SocketAddr, &Shared, &mut ThreadStats) + Send + Sync>;
 
 /// Builds the load for a started server: the plan and extra result fields.
-pub type MakePlan<'a> = &'a dyn Fn(&RunConfig, &Running) -> Result<(Plan, Vec<(String, Value)>), String>;
+pub type MakePlan<'a> =
+    &'a dyn Fn(&RunConfig, &Running) -> Result<(Plan, Vec<(String, Value)>), String>;
 
 /// How the load is generated.
 pub enum Plan {
     /// `conns` connections on the ring loop, spread over the client threads.
-    Ring { conns: usize, factory: Arc<dyn Fn(usize) -> DynDriver + Send + Sync> },
+    Ring {
+        conns: usize,
+        factory: Arc<dyn Fn(usize) -> DynDriver + Send + Sync>,
+    },
     /// One pinned OS thread per client running a closure until the phase is
     /// STOP (used by `connect`, whose unit of work is a whole connection).
     Threads { count: usize, body: ThreadBody },
@@ -54,7 +64,11 @@ pub enum Target {
     /// The `uaring` binary as a child (`--cpus`, `--listen 127.0.0.1:0`).
     Uaring { bin: String, args: String },
     /// Any executable with placeholders in its arguments.
-    External { exe: String, args: String, ready: String },
+    External {
+        exe: String,
+        args: String,
+        ready: String,
+    },
     /// An already running server.
     Url { url: String, pids: Vec<i32> },
     /// The harness's own io_uring echo server.
@@ -104,7 +118,10 @@ pub fn sibling_exe(name: &str) -> String {
 /// this executable, as cargo builds it (`target/<profile>/examples/plant`).
 pub fn plant_example() -> Result<String, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let p = me.parent().map(|d| d.join("examples").join("plant")).ok_or("no directory of this executable")?;
+    let p = me
+        .parent()
+        .map(|d| d.join("examples").join("plant"))
+        .ok_or("no directory of this executable")?;
     if !p.exists() {
         return Err(format!(
             "push: the plant example is missing at {} (cargo build -p uaring --example plant); or give a server of the plant contract with --server-bin, --server-exe or --url",
@@ -116,32 +133,55 @@ pub fn plant_example() -> Result<String, String> {
 
 pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
     let topo = uaring_affinity::Topology::system().map_err(|e| format!("topology: {e}"))?;
-    topo.resolve(expr).map_err(|e| format!("cpu mask {expr:?}: {e}"))
+    topo.resolve(expr)
+        .map_err(|e| format!("cpu mask {expr:?}: {e}"))
 }
 
 impl RunConfig {
     pub fn from_opts(a: &RunOpts) -> Result<RunConfig, String> {
         let scenario = a.scenario.clone();
         if a.rate > 0.0 && !matches!(scenario.as_str(), "read" | "read-batch") {
-            return Err(format!("--rate: an open loop is for the read and read-batch scenarios, not {scenario}"));
+            return Err(format!(
+                "--rate: an open loop is for the read and read-batch scenarios, not {scenario}"
+            ));
         }
         crate::push::check_options(a)?;
         let target = if let Some(url) = &a.url {
-            Target::Url { url: url.clone(), pids: a.server_pid.clone() }
+            Target::Url {
+                url: url.clone(),
+                pids: a.server_pid.clone(),
+            }
         } else if let Some(exe) = &a.server_exe {
-            Target::External { exe: exe.clone(), args: a.server_args.clone(), ready: a.ready.clone().unwrap_or_else(|| "listening on".into()) }
+            Target::External {
+                exe: exe.clone(),
+                args: a.server_args.clone(),
+                ready: a.ready.clone().unwrap_or_else(|| "listening on".into()),
+            }
         } else if scenario == "push" {
             // A server of the plant contract: --server-bin, else the `plant` example beside us.
             let exe = match &a.server_bin {
                 Some(b) => b.clone(),
                 None => plant_example()?,
             };
-            let args = format!("--listen 127.0.0.1:{{port}} --variables {{variables}} --rate {{push_rate}} {}", a.server_args);
-            Target::External { exe, args, ready: a.ready.clone().unwrap_or_else(|| "listening on".into()) }
+            let args = format!(
+                "--listen 127.0.0.1:{{port}} --variables {{variables}} --rate {{push_rate}} {}",
+                a.server_args
+            );
+            Target::External {
+                exe,
+                args,
+                ready: a.ready.clone().unwrap_or_else(|| "listening on".into()),
+            }
         } else if scenario == "echo" {
             Target::Echo
         } else {
-            Target::Uaring { bin: a.server_bin.clone().unwrap_or_else(|| sibling_exe("uaring")), args: a.server_args.clone() }
+            Target::Uaring {
+                bin: a
+                    .server_bin
+                    .clone()
+                    .unwrap_or_else(|| sibling_exe("uaring")),
+                args: a.server_args.clone(),
+            }
         };
         let server_cpus_expr = a.server_cpus.clone();
         let client_cpus_expr = a.client_cpus.clone();
@@ -152,20 +192,24 @@ impl RunConfig {
         let mut env = Vec::new();
         if let Some(e) = &a.server_env {
             for w in split_words(e)? {
-                let (k, v) = w.split_once('=').ok_or_else(|| format!("--server-env: {w:?} is not KEY=VALUE"))?;
+                let (k, v) = w
+                    .split_once('=')
+                    .ok_or_else(|| format!("--server-env: {w:?} is not KEY=VALUE"))?;
                 env.push((k.to_string(), v.to_string()));
             }
         }
         // Per-request sends need the harness's client ring: uaring'
         // loop batches everything a connection writes in one iteration.
-        let client_io = match (a.client_io, a.send) {
-            (Some(ClientIo::Shards), SendMode::PerRequest) => {
-                return Err("--send per-request needs --client-io harness (uaring' loop batches its sends)".into())
-            }
-            (Some(io), _) => io,
-            (None, SendMode::PerRequest) => ClientIo::Harness,
-            (None, SendMode::Batched) => ClientIo::Shards,
-        };
+        let client_io =
+            match (a.client_io, a.send) {
+                (Some(ClientIo::Shards), SendMode::PerRequest) => return Err(
+                    "--send per-request needs --client-io harness (uaring' loop batches its sends)"
+                        .into(),
+                ),
+                (Some(io), _) => io,
+                (None, SendMode::PerRequest) => ClientIo::Harness,
+                (None, SendMode::Batched) => ClientIo::Shards,
+            };
         Ok(RunConfig {
             scenario,
             target,
@@ -198,8 +242,16 @@ impl RunConfig {
         match &self.target {
             Target::Uaring { .. } => "uaring".into(),
             Target::External { exe, args, .. } => {
-                let base = |s: &str| std::path::Path::new(s).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-                let first = split_words(args).ok().and_then(|w| w.into_iter().find(|x| !x.starts_with('-'))).map(|x| base(&x));
+                let base = |s: &str| {
+                    std::path::Path::new(s)
+                        .file_name()
+                        .map(|f| f.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                };
+                let first = split_words(args)
+                    .ok()
+                    .and_then(|w| w.into_iter().find(|x| !x.starts_with('-')))
+                    .map(|x| base(&x));
                 match first {
                     Some(f) if base(exe).starts_with("python") => f,
                     _ => base(exe),
@@ -251,7 +303,9 @@ pub fn shard_connections_from_stats(pid: i32, path: &str) -> Vec<(String, u64)> 
 }
 
 pub fn parse_stats_json(text: &str) -> Vec<(String, u64)> {
-    let Ok(v) = serde_json::from_str::<Value>(text.trim()) else { return Vec::new() };
+    let Ok(v) = serde_json::from_str::<Value>(text.trim()) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     if let Some(Value::Array(shards)) = v.get("shards") {
         for (i, s) in shards.iter().enumerate() {
@@ -265,7 +319,11 @@ pub fn parse_stats_json(text: &str) -> Vec<(String, u64)> {
 }
 
 fn addr_of(host: &str, port: u16) -> Result<SocketAddr, String> {
-    (host, port).to_socket_addrs().map_err(|e| format!("{host}:{port}: {e}"))?.next().ok_or_else(|| format!("{host}:{port}: no address"))
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{host}:{port}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host}:{port}: no address"))
 }
 
 /// Starts the target. `vars` fills extra placeholders (`{items}`, `{sampling}`).
@@ -274,13 +332,24 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
     let spawned = |spec: SpawnSpec| -> Result<Running, String> {
         let p = ServerProcess::spawn(&spec)?;
         let addr = addr_of(&p.host, p.port)?;
-        Ok(Running { pid: Some(p.pid), pids: vec![p.pid], url: format!("opc.tcp://{}:{}", p.host, p.port), addr, process: Some(p), stats_file: None })
+        Ok(Running {
+            pid: Some(p.pid),
+            pids: vec![p.pid],
+            url: format!("opc.tcp://{}:{}", p.host, p.port),
+            addr,
+            process: Some(p),
+            stats_file: None,
+        })
     };
     match &cfg.target {
         Target::Uaring { bin, args } => {
             static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
             let stats_file = std::env::temp_dir()
-                .join(format!("uaring-bench-{}-{}.stats.json", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)))
+                .join(format!(
+                    "uaring-bench-{}-{}.stats.json",
+                    std::process::id(),
+                    SEQ.fetch_add(1, Ordering::Relaxed)
+                ))
                 .to_string_lossy()
                 .into_owned();
             let mut argv = vec![
@@ -294,7 +363,19 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 stats_file.clone(),
             ];
             argv.extend(split_words(&substitute(args, vars))?);
-            let mut r = spawned(SpawnSpec { exe: bin.clone(), args: argv, env: cfg.env.clone(), ready: cfg.opts.ready.clone().unwrap_or_else(|| "listening on".into()), pin: None, port: None, timeout })?;
+            let mut r = spawned(SpawnSpec {
+                exe: bin.clone(),
+                args: argv,
+                env: cfg.env.clone(),
+                ready: cfg
+                    .opts
+                    .ready
+                    .clone()
+                    .unwrap_or_else(|| "listening on".into()),
+                pin: None,
+                port: None,
+                timeout,
+            })?;
             r.stats_file = Some(stats_file);
             Ok(r)
         }
@@ -322,10 +403,19 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
             })
         }
         Target::Echo => {
-            let me = std::env::current_exe().map_err(|e| e.to_string())?.to_string_lossy().into_owned();
+            let me = std::env::current_exe()
+                .map_err(|e| e.to_string())?
+                .to_string_lossy()
+                .into_owned();
             spawned(SpawnSpec {
                 exe: me,
-                args: vec!["echo-server".into(), "--cpus".into(), cfg.server_cpus_expr.clone(), "--port".into(), "0".into()],
+                args: vec![
+                    "echo-server".into(),
+                    "--cpus".into(),
+                    cfg.server_cpus_expr.clone(),
+                    "--port".into(),
+                    "0".into(),
+                ],
                 env: vec![],
                 ready: "benchmark server ready".into(),
                 pin: Some(cfg.server_cpus.clone()),
@@ -336,9 +426,18 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
         Target::Url { url, pids } => {
             let rest = url.strip_prefix("opc.tcp://").unwrap_or(url);
             let hostport = rest.split('/').next().unwrap_or(rest);
-            let (host, port) = hostport.rsplit_once(':').ok_or_else(|| format!("--url {url}: no port"))?;
+            let (host, port) = hostport
+                .rsplit_once(':')
+                .ok_or_else(|| format!("--url {url}: no port"))?;
             let port: u16 = port.parse().map_err(|_| format!("--url {url}: bad port"))?;
-            Ok(Running { process: None, pid: pids.first().copied(), pids: pids.clone(), addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?, url: url.clone(), stats_file: None })
+            Ok(Running {
+                process: None,
+                pid: pids.first().copied(),
+                pids: pids.clone(),
+                addr: addr_of(host.trim_matches(|c| c == '[' || c == ']'), port)?,
+                url: url.clone(),
+                stats_file: None,
+            })
         }
     }
 }
@@ -348,13 +447,19 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
 pub fn parse_shard_connections(lines: &[String]) -> Vec<(String, u64)> {
     let mut out: Vec<(String, u64)> = Vec::new();
     for l in lines {
-        let Some(ci) = l.find("connections") else { continue };
+        let Some(ci) = l.find("connections") else {
+            continue;
+        };
         let si = match l.find("shard-").or_else(|| l.find("shard=")) {
             Some(i) => i + 6,
             None => continue,
         };
         let shard: String = l[si..].chars().take_while(|c| c.is_ascii_digit()).collect();
-        let num: String = l[ci + "connections".len()..].trim_start_matches([' ', '=', ':']).chars().take_while(|c| c.is_ascii_digit()).collect();
+        let num: String = l[ci + "connections".len()..]
+            .trim_start_matches([' ', '=', ':'])
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
         if let (false, Ok(n)) = (shard.is_empty(), num.parse::<u64>()) {
             let name = format!("shard-{shard}");
             match out.iter_mut().find(|(s, _)| *s == name) {
@@ -386,7 +491,10 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
             expected_ready = conns;
             for t in 0..threads.min(conns.max(1)) {
                 let my: Vec<usize> = (0..conns).filter(|i| i % threads == t).collect();
-                let cpu = cfg.client_cpus.get(t % cfg.client_cpus.len().max(1)).copied();
+                let cpu = cfg
+                    .client_cpus
+                    .get(t % cfg.client_cpus.len().max(1))
+                    .copied();
                 let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
                 let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
                 handles.push(
@@ -394,10 +502,12 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                         .name(format!("load-{t}"))
                         .spawn(move || -> Result<ThreadStats, String> {
                             if let Some(cpu) = cpu {
-                                uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+                                uaring_affinity::pin_current_thread(&[cpu])
+                                    .map_err(|e| e.to_string())?;
                             }
                             if client_io == ClientIo::Shards {
-                                let drivers: Vec<DynDriver> = my.iter().map(|&i| factory(i)).collect();
+                                let drivers: Vec<DynDriver> =
+                                    my.iter().map(|&i| factory(i)).collect();
                                 return crate::shards_loop::run_client(addr, drivers, shared);
                             }
                             let mut stats = ThreadStats::default();
@@ -414,7 +524,8 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                                     }
                                 }
                             }
-                            uring::run_loop(conns, &shared, &mut stats, per_request).map_err(|e| e.to_string())?;
+                            uring::run_loop(conns, &shared, &mut stats, per_request)
+                                .map_err(|e| e.to_string())?;
                             Ok(stats)
                         })
                         .map_err(|e| e.to_string())?,
@@ -424,14 +535,18 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         Plan::Threads { count, body } => {
             expected_ready = count;
             for i in 0..count {
-                let cpu = cfg.client_cpus.get(i % cfg.client_cpus.len().max(1)).copied();
+                let cpu = cfg
+                    .client_cpus
+                    .get(i % cfg.client_cpus.len().max(1))
+                    .copied();
                 let (shared, body, addr) = (shared.clone(), body.clone(), running.addr);
                 handles.push(
                     std::thread::Builder::new()
                         .name(format!("load-{i}"))
                         .spawn(move || -> Result<ThreadStats, String> {
                             if let Some(cpu) = cpu {
-                                uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+                                uaring_affinity::pin_current_thread(&[cpu])
+                                    .map_err(|e| e.to_string())?;
                             }
                             let mut stats = ThreadStats::default();
                             body(i, addr, &shared, &mut stats);
@@ -442,7 +557,9 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
             }
         }
     }
-    let stop_all = |handles: Vec<std::thread::JoinHandle<Result<ThreadStats, String>>>, shared: &Shared| -> Result<ThreadStats, String> {
+    let stop_all = |handles: Vec<std::thread::JoinHandle<Result<ThreadStats, String>>>,
+                    shared: &Shared|
+     -> Result<ThreadStats, String> {
         shared.phase.store(PHASE_STOP, Ordering::SeqCst);
         let mut total = ThreadStats::default();
         let mut err = None;
@@ -472,7 +589,9 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                 Ok(s) => s.first_error.unwrap_or_default(),
                 Err(e) => e,
             };
-            return Err(format!("only {ready} of {expected_ready} connections became ready: {detail}"));
+            return Err(format!(
+                "only {ready} of {expected_ready} connections became ready: {detail}"
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -526,10 +645,28 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let client = procstat::delta(&c0, &c1);
     let accounted = client.cpu_ns + server.as_ref().map(|s| s.cpu_ns).unwrap_or(0);
     let foreign = procstat::foreign_cores(m0, m1, accounted, seconds);
-    let steal = m1.steal_ticks.saturating_sub(m0.steal_ticks) as f64 / procstat::clk_tck() as f64 / seconds;
+    let steal =
+        m1.steal_ticks.saturating_sub(m0.steal_ticks) as f64 / procstat::clk_tck() as f64 / seconds;
     let rss = s1.as_ref().map(|s| s.vm_hwm_kb).unwrap_or(0);
-    let output = running.process.as_ref().map(|p| p.drain_output()).unwrap_or_default();
-    Ok(Window { stats, measured: Measured { seconds, server, server_rss_kb: rss, client, foreign_cores: foreign, steal_cores: steal, tcp: tcpinfo::delta(&tcp0, &tcp1) }, output, shard_conns })
+    let output = running
+        .process
+        .as_ref()
+        .map(|p| p.drain_output())
+        .unwrap_or_default();
+    Ok(Window {
+        stats,
+        measured: Measured {
+            seconds,
+            server,
+            server_rss_kb: rss,
+            client,
+            foreign_cores: foreign,
+            steal_cores: steal,
+            tcp: tcpinfo::delta(&tcp0, &tcp1),
+        },
+        output,
+        shard_conns,
+    })
 }
 
 pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]) -> RunInfo {
@@ -547,7 +684,11 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
             _ => cfg.inflight,
         },
         // connect's handshake is sequential: every message is its own write.
-        send: if cfg.scenario == "connect" { SendMode::PerRequest.name().into() } else { cfg.send.name().into() },
+        send: if cfg.scenario == "connect" {
+            SendMode::PerRequest.name().into()
+        } else {
+            cfg.send.name().into()
+        },
         client_io: match cfg.client_io {
             ClientIo::Shards => "shards".into(),
             ClientIo::Harness => "harness".into(),
@@ -566,7 +707,11 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         params,
         shard_connections: parse_shard_connections(output),
         // push: the server's pushing thread(s), reported beside the whole process.
-        app_threads: if cfg.scenario == "push" { vec![crate::push::PUSH_THREAD.to_string()] } else { Vec::new() },
+        app_threads: if cfg.scenario == "push" {
+            vec![crate::push::PUSH_THREAD.to_string()]
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -638,7 +783,13 @@ mod tests {
     #[test]
     fn stats_file() {
         let text = r#"{"backend":"uring","shards":[{"shard":0,"cpu":0,"open":3},{"shard":1,"cpu":1,"open":1}],"total":{"open":4}}"#;
-        assert_eq!(parse_stats_json(text), vec![("uaring-shard-0".to_string(), 3), ("uaring-shard-1".to_string(), 1)]);
+        assert_eq!(
+            parse_stats_json(text),
+            vec![
+                ("uaring-shard-0".to_string(), 3),
+                ("uaring-shard-1".to_string(), 1)
+            ]
+        );
         assert!(parse_stats_json("").is_empty());
     }
 
@@ -650,6 +801,9 @@ mod tests {
             "stats: shard=1 connections=2 cpu 0".to_string(),
             "shard-0 connections: 4".to_string(),
         ];
-        assert_eq!(parse_shard_connections(&lines), vec![("shard-0".to_string(), 4), ("shard-1".to_string(), 2)]);
+        assert_eq!(
+            parse_shard_connections(&lines),
+            vec![("shard-0".to_string(), 4), ("shard-1".to_string(), 2)]
+        );
     }
 }

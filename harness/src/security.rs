@@ -41,7 +41,11 @@ pub fn parse_mode(s: &str) -> Result<MessageSecurityMode, String> {
 }
 
 pub fn parse_policy(s: &str) -> Result<PolicyId, String> {
-    let all = [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss];
+    let all = [
+        PolicyId::Basic256Sha256,
+        PolicyId::Aes128Sha256RsaOaep,
+        PolicyId::Aes256Sha256RsaPss,
+    ];
     let norm = |x: &str| x.to_ascii_lowercase().replace(['-', '_'], "");
     all.into_iter()
         .find(|p| norm(p.name()) == norm(s) || p.uri() == s)
@@ -55,13 +59,20 @@ pub fn prepare(url: &str, mode: &str, policy: &str) -> Result<Option<Arc<Securit
         return Ok(None);
     }
     let id = parse_policy(policy)?;
-    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
     let req = CertificateRequest::new(CLIENT_URI, "uaring-bench", now_s - 3600);
-    let (cert, key) = generate_self_signed(&req).map_err(|e| format!("client certificate: 0x{e:08X}"))?;
+    let (cert, key) =
+        generate_self_signed(&req).map_err(|e| format!("client certificate: 0x{e:08X}"))?;
     let own = OwnIdentity::new(cert, key)?;
     let client_certificate = own.cert.der().to_vec();
-    let mut c = Client::connect(url, Duration::from_secs(10)).map_err(|e| format!("GetEndpoints connect: {e:?}"))?;
-    let eps = c.get_endpoints().map_err(|e| format!("GetEndpoints: {e:?}"))?;
+    let mut c = Client::connect(url, Duration::from_secs(10))
+        .map_err(|e| format!("GetEndpoints connect: {e:?}"))?;
+    let eps = c
+        .get_endpoints()
+        .map_err(|e| format!("GetEndpoints: {e:?}"))?;
     let _ = c.close();
     let ep = eps
         .iter()
@@ -72,7 +83,12 @@ pub fn prepare(url: &str, mode: &str, policy: &str) -> Result<Option<Arc<Securit
         return Err("the endpoint has no server certificate".into());
     }
     let policy: Arc<dyn SecurityPolicy> = RsaPolicy::client(id, own)?;
-    Ok(Some(Arc::new(Security { policy, mode, server_certificate, client_certificate })))
+    Ok(Some(Arc::new(Security {
+        policy,
+        mode,
+        server_certificate,
+        client_certificate,
+    })))
 }
 
 #[cfg(test)]
@@ -81,11 +97,20 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(parse_mode("sign-encrypt").unwrap(), MessageSecurityMode::SignAndEncrypt);
+        assert_eq!(
+            parse_mode("sign-encrypt").unwrap(),
+            MessageSecurityMode::SignAndEncrypt
+        );
         assert_eq!(parse_mode("None").unwrap(), MessageSecurityMode::None);
         assert!(parse_mode("x").is_err());
-        assert_eq!(parse_policy("Basic256Sha256").unwrap(), PolicyId::Basic256Sha256);
-        assert_eq!(parse_policy("aes256-sha256-rsapss").unwrap(), PolicyId::Aes256Sha256RsaPss);
+        assert_eq!(
+            parse_policy("Basic256Sha256").unwrap(),
+            PolicyId::Basic256Sha256
+        );
+        assert_eq!(
+            parse_policy("aes256-sha256-rsapss").unwrap(),
+            PolicyId::Aes256Sha256RsaPss
+        );
         assert!(parse_policy("Basic128Rsa15").is_err());
     }
 }

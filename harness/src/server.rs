@@ -47,9 +47,16 @@ pub fn parse_listening(line: &str) -> Option<(String, u16)> {
     let rest = rest.trim_end_matches('/');
     let hostport = rest.split('/').next()?;
     let (host, port) = hostport.rsplit_once(':')?;
-    let port: u16 = port.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()?;
+    let port: u16 = port
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let host = if host.is_empty() || host == "0.0.0.0" || host == "::" { "127.0.0.1" } else { host };
+    let host = if host.is_empty() || host == "0.0.0.0" || host == "::" {
+        "127.0.0.1"
+    } else {
+        host
+    };
     Some((host.to_string(), port))
 }
 
@@ -71,7 +78,10 @@ fn forward_lines<R: Read + Send + 'static>(r: R, tx: mpsc::Sender<String>) {
 impl ServerProcess {
     pub fn spawn(spec: &SpawnSpec) -> Result<ServerProcess, String> {
         let mut cmd = Command::new(&spec.exe);
-        cmd.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.args(&spec.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
@@ -88,7 +98,12 @@ impl ServerProcess {
             // one system call over memory allocated before the fork.
             unsafe {
                 cmd.pre_exec(move || {
-                    let rc = libc::syscall(libc::SYS_sched_setaffinity, 0, words.len() * std::mem::size_of::<usize>(), words.as_ptr());
+                    let rc = libc::syscall(
+                        libc::SYS_sched_setaffinity,
+                        0,
+                        words.len() * std::mem::size_of::<usize>(),
+                        words.as_ptr(),
+                    );
                     if rc != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -96,7 +111,9 @@ impl ServerProcess {
                 });
             }
         }
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", spec.exe))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", spec.exe))?;
         let pid = child.id() as i32;
         let (tx, rx) = mpsc::channel();
         forward_lines(child.stdout.take().unwrap(), tx.clone());
@@ -108,7 +125,14 @@ impl ServerProcess {
         while !(ready && found.is_some()) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                let mut sp = ServerProcess { child, pid, port: 0, host: String::new(), early_output: early, lines: rx };
+                let mut sp = ServerProcess {
+                    child,
+                    pid,
+                    port: 0,
+                    host: String::new(),
+                    early_output: early,
+                    lines: rx,
+                };
                 sp.stop();
                 return Err(format!(
                     "server {} not ready within {:?} (waiting for {:?}); output:\n{}",
@@ -143,12 +167,23 @@ impl ServerProcess {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                    return Err(format!("server {} exited ({status}) before ready; output:\n{}", spec.exe, early.join("\n")));
+                    return Err(format!(
+                        "server {} exited ({status}) before ready; output:\n{}",
+                        spec.exe,
+                        early.join("\n")
+                    ));
                 }
             }
         }
         let (host, port) = found.unwrap();
-        let sp = ServerProcess { child, pid, port, host, early_output: early, lines: rx };
+        let sp = ServerProcess {
+            child,
+            pid,
+            port,
+            host,
+            early_output: early,
+            lines: rx,
+        };
         if let Some(cpus) = &spec.pin {
             // Threads started after exec inherit the mask; pin again anyway in
             // case the server changed its own affinity.
@@ -199,10 +234,22 @@ mod tests {
 
     #[test]
     fn listening_lines() {
-        assert_eq!(parse_listening("uaring: listening on opc.tcp://127.0.0.1:48400"), Some(("127.0.0.1".into(), 48400)));
-        assert_eq!(parse_listening("listening on opc.tcp://0.0.0.0:4840/ (2 shards)"), Some(("127.0.0.1".into(), 4840)));
-        assert_eq!(parse_listening("listening on 127.0.0.1:5000"), Some(("127.0.0.1".into(), 5000)));
-        assert_eq!(parse_listening("listening on opc.tcp://[::1]:4841"), Some(("::1".into(), 4841)));
+        assert_eq!(
+            parse_listening("uaring: listening on opc.tcp://127.0.0.1:48400"),
+            Some(("127.0.0.1".into(), 48400))
+        );
+        assert_eq!(
+            parse_listening("listening on opc.tcp://0.0.0.0:4840/ (2 shards)"),
+            Some(("127.0.0.1".into(), 4840))
+        );
+        assert_eq!(
+            parse_listening("listening on 127.0.0.1:5000"),
+            Some(("127.0.0.1".into(), 5000))
+        );
+        assert_eq!(
+            parse_listening("listening on opc.tcp://[::1]:4841"),
+            Some(("::1".into(), 4841))
+        );
         assert_eq!(parse_listening("ready"), None);
     }
 

@@ -9,8 +9,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use uaring_core::Now;
 use uaring::{ConnId, ConnStatus, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
+use uaring_core::Now;
 
 use crate::run::DynDriver;
 use crate::uring::{Ctx, Driver, Shared, ThreadStats, PHASE_STOP};
@@ -43,12 +43,22 @@ impl ShardsClient {
 impl Handler for ShardsClient {
     type Conn = Conn;
 
-    fn open(&mut self, _id: ConnId, _peer: SocketAddr, _origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<Conn> {
+    fn open(
+        &mut self,
+        _id: ConnId,
+        _peer: SocketAddr,
+        _origin: Origin,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Option<Conn> {
         let mut driver = self.pending.pop_front()?;
         let phase = self.shared.phase.load(Ordering::Relaxed);
         let mut ctx = Ctx::new(phase, &mut self.stats, &self.shared);
         match driver.start(now.mono_ns, out, &mut ctx) {
-            Ok(()) => Some(Conn { driver, failed: false }),
+            Ok(()) => Some(Conn {
+                driver,
+                failed: false,
+            }),
             Err(e) => {
                 ctx.error(|| e);
                 self.shared.failed.fetch_add(1, Ordering::SeqCst);
@@ -114,13 +124,23 @@ impl Handler for ShardsClient {
 
 /// Connects `drivers.len()` sockets to `addr` and runs them on a shards
 /// event loop on the calling thread until the phase is STOP.
-pub fn run_client(addr: SocketAddr, drivers: Vec<DynDriver>, shared: Arc<Shared>) -> Result<ThreadStats, String> {
+pub fn run_client(
+    addr: SocketAddr,
+    drivers: Vec<DynDriver>,
+    shared: Arc<Shared>,
+) -> Result<ThreadStats, String> {
     let wiring = Fleet::standalone().map_err(|e| format!("shards loop wiring: {e}"))?;
     let n = drivers.len();
-    let handler = ShardsClient { pending: drivers.into(), shared: shared.clone(), stats: ThreadStats::default(), last_now: crate::uring::mono_ns() };
+    let handler = ShardsClient {
+        pending: drivers.into(),
+        shared: shared.clone(),
+        stats: ThreadStats::default(),
+        last_now: crate::uring::mono_ns(),
+    };
     let mut cfg = LoopConfig::default();
     cfg.max_connections = cfg.max_connections.max(n + 16);
-    let mut lp = EventLoop::new(IoBackend::Auto, handler, wiring, cfg).map_err(|e| format!("shards loop: {e}"))?;
+    let mut lp = EventLoop::new(IoBackend::Auto, handler, wiring, cfg)
+        .map_err(|e| format!("shards loop: {e}"))?;
     for _ in 0..n {
         let s = TcpStream::connect(addr).map_err(|e| {
             shared.failed.fetch_add(1, Ordering::SeqCst);

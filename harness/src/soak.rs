@@ -26,11 +26,14 @@ use crate::opcua::{UaDriver, Workload, FIRST_NODE, NODE_COUNT};
 use crate::server::{ServerProcess, SpawnSpec};
 use crate::uring::Ctx;
 
-
 /// Parses `30m`, `90s`, `1h`, `1h30m` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<f64, String> {
     if let Ok(v) = s.parse::<f64>() {
-        return if v.is_finite() && v > 0.0 { Ok(v) } else { Err("must be > 0".into()) };
+        return if v.is_finite() && v > 0.0 {
+            Ok(v)
+        } else {
+            Err("must be > 0".into())
+        };
     }
     let mut total = 0.0;
     let mut num = String::new();
@@ -39,7 +42,9 @@ pub fn parse_duration(s: &str) -> Result<f64, String> {
             num.push(ch);
             continue;
         }
-        let v: f64 = num.parse().map_err(|_| format!("malformed duration {s:?}"))?;
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("malformed duration {s:?}"))?;
         num.clear();
         total += v * match ch {
             's' => 1.0,
@@ -91,19 +96,24 @@ struct SoakWork {
 impl Workload for SoakWork {
     fn setup(&mut self, step: usize, prev: Option<&Response>) -> Result<Option<Request>, String> {
         match (step, prev) {
-            (0, _) => Ok(Some(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-                requested_publishing_interval: 50.0,
-                requested_lifetime_count: 300,
-                requested_max_keep_alive_count: 10,
-                publishing_enabled: true,
-                ..Default::default()
-            })))),
+            (0, _) => Ok(Some(Request::CreateSubscription(Box::new(
+                CreateSubscriptionRequest {
+                    requested_publishing_interval: 50.0,
+                    requested_lifetime_count: 300,
+                    requested_max_keep_alive_count: 10,
+                    publishing_enabled: true,
+                    ..Default::default()
+                },
+            )))),
             (1, Some(Response::CreateSubscription(r))) => {
                 self.subscription_id = r.subscription_id;
                 let items = (0..5u32)
                     .map(|j| MonitoredItemCreateRequest {
                         item_to_monitor: ReadValueId {
-                            node_id: NodeId::numeric(1, FIRST_NODE + (self.client * 5 + j) % NODE_COUNT),
+                            node_id: NodeId::numeric(
+                                1,
+                                FIRST_NODE + (self.client * 5 + j) % NODE_COUNT,
+                            ),
                             attribute_id: attr::VALUE,
                             ..Default::default()
                         },
@@ -117,17 +127,21 @@ impl Workload for SoakWork {
                         },
                     })
                     .collect();
-                Ok(Some(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-                    subscription_id: r.subscription_id,
-                    timestamps_to_return: TimestampsToReturn::Both,
-                    items_to_create: items,
-                    ..Default::default()
-                }))))
+                Ok(Some(Request::CreateMonitoredItems(Box::new(
+                    CreateMonitoredItemsRequest {
+                        subscription_id: r.subscription_id,
+                        timestamps_to_return: TimestampsToReturn::Both,
+                        items_to_create: items,
+                        ..Default::default()
+                    },
+                ))))
             }
-            (2, Some(Response::CreateMonitoredItems(r))) => match r.results.iter().find(|x| x.status_code.is_bad()) {
-                Some(bad) => Err(format!("CreateMonitoredItems: {:?}", bad.status_code)),
-                None => Ok(None),
-            },
+            (2, Some(Response::CreateMonitoredItems(r))) => {
+                match r.results.iter().find(|x| x.status_code.is_bad()) {
+                    Some(bad) => Err(format!("CreateMonitoredItems: {:?}", bad.status_code)),
+                    None => Ok(None),
+                }
+            }
             (_, Some(other)) => Err(format!("unexpected {} during setup", other.name())),
             (_, None) => Err("setup without a response".into()),
         }
@@ -148,7 +162,11 @@ impl Workload for SoakWork {
             0 => Request::Publish(Box::default()),
             1 => Request::Read(Box::new(ReadRequest {
                 timestamps_to_return: TimestampsToReturn::Both,
-                nodes_to_read: vec![ReadValueId { node_id: node, attribute_id: attr::VALUE, ..Default::default() }],
+                nodes_to_read: vec![ReadValueId {
+                    node_id: node,
+                    attribute_id: attr::VALUE,
+                    ..Default::default()
+                }],
                 ..Default::default()
             })),
             _ => Request::Write(Box::new(WriteRequest {
@@ -163,14 +181,29 @@ impl Workload for SoakWork {
         })
     }
 
-    fn on_response(&mut self, _id: u32, resp: &Response, _sent: u64, _now: u64, _ctx: &mut Ctx) -> Result<(), String> {
+    fn on_response(
+        &mut self,
+        _id: u32,
+        resp: &Response,
+        _sent: u64,
+        _now: u64,
+        _ctx: &mut Ctx,
+    ) -> Result<(), String> {
         self.answered += 1;
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let sr = resp.response_header().service_result;
         let bad = match resp {
             _ if sr.is_bad() => Some(format!("{}: {sr:?}", resp.name())),
-            Response::Read(r) => r.results.iter().find(|v| v.status.is_some_and(|s| s.is_bad())).map(|v| format!("Read: {:?}", v.status)),
-            Response::Write(r) => r.results.iter().find(|s| s.is_bad()).map(|s| format!("Write: {s:?}")),
+            Response::Read(r) => r
+                .results
+                .iter()
+                .find(|v| v.status.is_some_and(|s| s.is_bad()))
+                .map(|v| format!("Read: {:?}", v.status)),
+            Response::Write(r) => r
+                .results
+                .iter()
+                .find(|s| s.is_bad())
+                .map(|s| format!("Write: {s:?}")),
             Response::Publish(_) => None,
             other => Some(format!("unexpected {}", other.name())),
         };
@@ -185,9 +218,23 @@ impl Workload for SoakWork {
 }
 
 /// One session from connect to disconnect.
-fn one_session(addr: std::net::SocketAddr, url: &str, client: u32, ops: usize, counters: &Arc<Counters>) -> Result<(), String> {
+fn one_session(
+    addr: std::net::SocketAddr,
+    url: &str,
+    client: u32,
+    ops: usize,
+    counters: &Arc<Counters>,
+) -> Result<(), String> {
     let done = Arc::new(AtomicBool::new(false));
-    let work = SoakWork { ops, sent: 0, answered: 0, client, subscription_id: 0, counters: counters.clone(), done: done.clone() };
+    let work = SoakWork {
+        ops,
+        sent: 0,
+        answered: 0,
+        client,
+        subscription_id: 0,
+        counters: counters.clone(),
+        done: done.clone(),
+    };
     let mut d = UaDriver::new(url, Box::new(work), 4, None);
     crate::opcua::run_session_blocking(addr, &mut d, |_| done.load(Ordering::Relaxed))?;
     counters.sessions.fetch_add(1, Ordering::Relaxed);
@@ -206,11 +253,15 @@ struct Sample {
 }
 
 fn rss_kib(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).map(|t| crate::procstat::parse_status(&t).vm_rss_kb).unwrap_or(0)
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|t| crate::procstat::parse_status(&t).vm_rss_kb)
+        .unwrap_or(0)
 }
 
 fn open_fds(pid: i32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0)
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -222,14 +273,32 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 /// The summary of a run: RSS drift after the warm-up, fd range, errors.
-fn summarize(samples: &[Sample], warmup_s: f64, clients: usize, duration_s: f64, cmd: &str) -> Value {
+fn summarize(
+    samples: &[Sample],
+    warmup_s: f64,
+    clients: usize,
+    duration_s: f64,
+    cmd: &str,
+) -> Value {
     let after: Vec<&Sample> = samples.iter().filter(|s| s.t_s >= warmup_s).collect();
     let window = 60.0_f64.min((duration_s - warmup_s).max(1.0) / 2.0);
-    let first: Vec<f64> = after.iter().filter(|s| s.t_s < warmup_s + window).map(|s| s.rss_kib as f64).collect();
+    let first: Vec<f64> = after
+        .iter()
+        .filter(|s| s.t_s < warmup_s + window)
+        .map(|s| s.rss_kib as f64)
+        .collect();
     let end = samples.last().map_or(0.0, |s| s.t_s);
-    let last: Vec<f64> = after.iter().filter(|s| s.t_s > end - window).map(|s| s.rss_kib as f64).collect();
+    let last: Vec<f64> = after
+        .iter()
+        .filter(|s| s.t_s > end - window)
+        .map(|s| s.rss_kib as f64)
+        .collect();
     let (first_mean, last_mean) = (mean(&first), mean(&last));
-    let drift = if first_mean > 0.0 { (last_mean - first_mean) / first_mean * 100.0 } else { 0.0 };
+    let drift = if first_mean > 0.0 {
+        (last_mean - first_mean) / first_mean * 100.0
+    } else {
+        0.0
+    };
     let max_rss = after.iter().map(|s| s.rss_kib).max().unwrap_or(0);
     let fd_min = after.iter().map(|s| s.fds).min().unwrap_or(0);
     let fd_max = after.iter().map(|s| s.fds).max().unwrap_or(0);
@@ -258,7 +327,10 @@ fn summarize(samples: &[Sample], warmup_s: f64, clients: usize, duration_s: f64,
 
 fn markdown(v: &Value, svg_name: &str) -> String {
     let g = |k: &str| v.get(k).cloned().unwrap_or(Value::Null);
-    let mib = |k: &str| g(k).as_f64().map_or("-".to_string(), |x| format!("{:.1}", x / 1024.0));
+    let mib = |k: &str| {
+        g(k).as_f64()
+            .map_or("-".to_string(), |x| format!("{:.1}", x / 1024.0))
+    };
     let mut s = String::new();
     s.push_str("| duration | warm-up | clients | sessions | requests | errors | RSS first min (MiB) | RSS last min (MiB) | drift | RSS max (MiB) | fds first / last (min..max) |\n");
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -279,7 +351,9 @@ fn markdown(v: &Value, svg_name: &str) -> String {
         g("fds_min"),
         g("fds_max"),
     ));
-    s.push_str(&format!("\n![server RSS and open fds over the soak]({svg_name})\n"));
+    s.push_str(&format!(
+        "\n![server RSS and open fds over the soak]({svg_name})\n"
+    ));
     if let Some(c) = g("command").as_str() {
         s.push_str(&format!("\nReproduce: `{c}`\n"));
     }
@@ -295,8 +369,13 @@ fn svg(samples: &[Sample], warmup_s: f64) -> String {
         w + 2.0 * pad,
         2.0 * h + 3.0 * pad
     );
-    let series: [(&str, Box<dyn Fn(&Sample) -> f64>); 2] =
-        [("server RSS, MiB", Box::new(|s: &Sample| s.rss_kib as f64 / 1024.0)), ("open fds", Box::new(|s: &Sample| s.fds as f64))];
+    let series: [(&str, Box<dyn Fn(&Sample) -> f64>); 2] = [
+        (
+            "server RSS, MiB",
+            Box::new(|s: &Sample| s.rss_kib as f64 / 1024.0),
+        ),
+        ("open fds", Box::new(|s: &Sample| s.fds as f64)),
+    ];
     for (k, (label, f)) in series.iter().enumerate() {
         let y0 = pad + k as f64 * (h + pad);
         let max = samples.iter().map(f).fold(0.0_f64, f64::max).max(1.0) * 1.1;
@@ -307,9 +386,18 @@ fn svg(samples: &[Sample], warmup_s: f64) -> String {
             (warmup_s.min(t_max) / t_max * w)
         ));
         out.push_str(&format!("<rect x=\"{pad}\" y=\"{y0}\" width=\"{w}\" height=\"{h}\" fill=\"none\" stroke=\"#888\"/>\n"));
-        out.push_str(&format!("<text x=\"{pad}\" y=\"{}\">{label} (0 to {max:.0}); warm-up shaded</text>\n", y0 - 6.0));
-        let pts: Vec<String> = samples.iter().map(|s| format!("{:.1},{:.1}", x(s.t_s), y(f(s)))).collect();
-        out.push_str(&format!("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1\" points=\"{}\"/>\n", pts.join(" ")));
+        out.push_str(&format!(
+            "<text x=\"{pad}\" y=\"{}\">{label} (0 to {max:.0}); warm-up shaded</text>\n",
+            y0 - 6.0
+        ));
+        let pts: Vec<String> = samples
+            .iter()
+            .map(|s| format!("{:.1},{:.1}", x(s.t_s), y(f(s))))
+            .collect();
+        out.push_str(&format!(
+            "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1\" points=\"{}\"/>\n",
+            pts.join(" ")
+        ));
         out.push_str(&format!(
             "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0} min</text>\n",
             pad + w,
@@ -341,19 +429,35 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
     let mut server = None;
     let (addr, pid) = match (&o.url, o.server_pid) {
         (Some(url), Some(pid)) => {
-            let hostport = url.strip_prefix("opc.tcp://").unwrap_or(url).split('/').next().unwrap_or_default();
+            let hostport = url
+                .strip_prefix("opc.tcp://")
+                .unwrap_or(url)
+                .split('/')
+                .next()
+                .unwrap_or_default();
             let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)
                 .map_err(|e| format!("{url}: {e}"))?
                 .next()
                 .ok_or(format!("{url}: no address"))?;
             (addr, pid)
         }
-        (Some(_), None) => return Err("--url needs --server-pid (its RSS and fds are sampled)".into()),
+        (Some(_), None) => {
+            return Err("--url needs --server-pid (its RSS and fds are sampled)".into())
+        }
         _ => {
-            let bin = o.server_bin.clone().unwrap_or_else(|| crate::run::sibling_exe("uaring"));
+            let bin = o
+                .server_bin
+                .clone()
+                .unwrap_or_else(|| crate::run::sibling_exe("uaring"));
             let pki = std::env::temp_dir().join(format!("uaring-soak-pki-{}", std::process::id()));
             pki_dir.0 = Some(pki.clone());
-            let mut args = vec!["serve".to_string(), "--listen".into(), "127.0.0.1:0".into(), "--pki".into(), pki.display().to_string()];
+            let mut args = vec![
+                "serve".to_string(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--pki".into(),
+                pki.display().to_string(),
+            ];
             args.extend(o.server_args.split_whitespace().map(String::from));
             let p = ServerProcess::spawn(&SpawnSpec {
                 exe: bin,
@@ -364,7 +468,9 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
                 port: None,
                 timeout: Duration::from_secs(30),
             })?;
-            let addr: std::net::SocketAddr = format!("{}:{}", p.host, p.port).parse().map_err(|e| format!("server address: {e}"))?;
+            let addr: std::net::SocketAddr = format!("{}:{}", p.host, p.port)
+                .parse()
+                .map_err(|e| format!("server address: {e}"))?;
             let pid = p.pid;
             server = Some(p);
             (addr, pid)
@@ -406,9 +512,17 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
         };
         if s.rss_kib == 0 {
             stop.store(true, Ordering::Relaxed);
-            return Err(format!("the server (pid {pid}) is gone after {:.0} s", s.t_s));
+            return Err(format!(
+                "the server (pid {pid}) is gone after {:.0} s",
+                s.t_s
+            ));
         }
-        writeln!(csv, "{:.1},{},{},{},{},{}", s.t_s, s.rss_kib, s.fds, s.sessions, s.requests, s.errors).map_err(|e| e.to_string())?;
+        writeln!(
+            csv,
+            "{:.1},{},{},{},{},{}",
+            s.t_s, s.rss_kib, s.fds, s.sessions, s.requests, s.errors
+        )
+        .map_err(|e| e.to_string())?;
         samples.push(s);
         let minute = s.t_s as u64 / 60;
         if minute != last_report {
@@ -423,7 +537,10 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
     for w in workers {
         let _ = w.join();
     }
-    let cmd = format!("uaring-bench {}", argv.iter().skip(1).cloned().collect::<Vec<_>>().join(" "));
+    let cmd = format!(
+        "uaring-bench {}",
+        argv.iter().skip(1).cloned().collect::<Vec<_>>().join(" ")
+    );
     let mut summary = summarize(&samples, warmup_s, o.clients, duration_s, &cmd);
     if let Ok(l) = counters.last_error.lock() {
         if !l.is_empty() {
@@ -435,12 +552,19 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
         summary["server_exit"] = json!(status.and_then(|s| s.code()));
     }
     let svg_path = format!("{}.svg", o.out);
-    let svg_name = std::path::Path::new(&svg_path).file_name().map_or(svg_path.clone(), |n| n.to_string_lossy().into_owned());
+    let svg_name = std::path::Path::new(&svg_path)
+        .file_name()
+        .map_or(svg_path.clone(), |n| n.to_string_lossy().into_owned());
     std::fs::write(&svg_path, svg(&samples, warmup_s)).map_err(|e| format!("{svg_path}: {e}"))?;
     let md_path = format!("{}.md", o.out);
-    std::fs::write(&md_path, markdown(&summary, &svg_name)).map_err(|e| format!("{md_path}: {e}"))?;
+    std::fs::write(&md_path, markdown(&summary, &svg_name))
+        .map_err(|e| format!("{md_path}: {e}"))?;
     let json_path = format!("{}.json", o.out);
-    std::fs::write(&json_path, serde_json::to_string_pretty(&summary).unwrap_or_default()).map_err(|e| format!("{json_path}: {e}"))?;
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&summary).unwrap_or_default(),
+    )
+    .map_err(|e| format!("{json_path}: {e}"))?;
     println!("{}", serde_json::to_string(&summary).unwrap_or_default());
     let errors = summary["errors"].as_u64().unwrap_or(0);
     Ok(if errors > 0 { 1 } else { 0 })
@@ -467,7 +591,13 @@ mod tests {
             .map(|t| Sample {
                 t_s: t as f64,
                 // Grows during the 120 s warm-up, then flat at 1000 KiB, last minute 1010.
-                rss_kib: if t < 120 { 500 + t as u64 } else if t >= 540 { 1010 } else { 1000 },
+                rss_kib: if t < 120 {
+                    500 + t as u64
+                } else if t >= 540 {
+                    1010
+                } else {
+                    1000
+                },
                 fds: 10 + (t % 3) as u64,
                 sessions: t,
                 requests: 10 * t,
@@ -478,7 +608,10 @@ mod tests {
         assert_eq!(v["rss_first_minute_kib"], json!(1000.0));
         assert_eq!(v["rss_last_minute_kib"], json!(1010.0));
         assert_eq!(v["rss_drift_percent"], json!(1.0));
-        assert_eq!((v["fds_min"].as_u64(), v["fds_max"].as_u64()), (Some(10), Some(12)));
+        assert_eq!(
+            (v["fds_min"].as_u64(), v["fds_max"].as_u64()),
+            (Some(10), Some(12))
+        );
         let md = markdown(&v, "soak.svg");
         assert!(md.contains("+1.00 %"), "{md}");
         let plot = svg(&samples, 120.0);

@@ -25,7 +25,11 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
     ("delivered_ratio", "delivered share", 3),
     ("delivered_share", "delivered share, every change", 4),
     ("pushed_updates_per_s", "pushed updates/s", 0),
-    ("server_cpu_us_per_notification_excl_push", "server CPU µs/notification without the push thread", 3),
+    (
+        "server_cpu_us_per_notification_excl_push",
+        "server CPU µs/notification without the push thread",
+        3,
+    ),
     ("changes_missing", "changes missing", 0),
     ("server_segments_per_op", "server TCP data segs/op", 2),
     ("client_segments_per_op", "client TCP data segs/op", 2),
@@ -43,7 +47,10 @@ pub struct Cell {
 
 impl Cell {
     pub fn values(&self, key: &str) -> Vec<f64> {
-        self.runs.iter().filter_map(|r| r.get(key).and_then(|v| v.as_f64())).collect()
+        self.runs
+            .iter()
+            .filter_map(|r| r.get(key).and_then(|v| v.as_f64()))
+            .collect()
     }
 
     pub fn stat(&self, key: &str) -> Option<Stat> {
@@ -51,7 +58,10 @@ impl Cell {
     }
 
     pub fn sum(&self, key: &str) -> u64 {
-        self.runs.iter().filter_map(|r| r.get(key).and_then(|v| v.as_u64())).sum()
+        self.runs
+            .iter()
+            .filter_map(|r| r.get(key).and_then(|v| v.as_u64()))
+            .sum()
     }
 }
 
@@ -71,8 +81,17 @@ impl Stat {
         let mut v = values.to_vec();
         v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         let n = v.len();
-        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-        Some(Stat { median, min: v[0], max: v[n - 1], n })
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Stat {
+            median,
+            min: v[0],
+            max: v[n - 1],
+            n,
+        })
     }
 }
 
@@ -93,14 +112,20 @@ pub fn group(text: &str) -> Result<Table, String> {
             continue;
         }
         let v: Value = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
-        let Value::Object(o) = v else { return Err(format!("line {}: not an object", i + 1)) };
+        let Value::Object(o) = v else {
+            return Err(format!("line {}: not an object", i + 1));
+        };
         let scenario = o
             .get("scenario_name")
             .or_else(|| o.get("scenario"))
             .and_then(|v| v.as_str())
             .unwrap_or("run")
             .to_string();
-        let variant = o.get("variant").and_then(|v| v.as_str()).unwrap_or("default").to_string();
+        let variant = o
+            .get("variant")
+            .and_then(|v| v.as_str())
+            .unwrap_or("default")
+            .to_string();
         if !t.scenarios.contains(&scenario) {
             t.scenarios.push(scenario.clone());
         }
@@ -130,7 +155,11 @@ fn num(v: f64, decimals: usize) -> String {
         if head > 0 {
             groups.push(&s[..head]);
         }
-        groups.extend(s.as_bytes()[head..].chunks(3).map(|c| std::str::from_utf8(c).unwrap_or("")));
+        groups.extend(
+            s.as_bytes()[head..]
+                .chunks(3)
+                .map(|c| std::str::from_utf8(c).unwrap_or("")),
+        );
         let out = groups.join(",");
         if r < 0 {
             format!("-{out}")
@@ -146,7 +175,12 @@ fn stat_cell(s: Option<Stat>, decimals: usize) -> String {
     match s {
         None => "–".into(),
         Some(s) if s.n == 1 || s.min == s.max => num(s.median, decimals),
-        Some(s) => format!("{} ({}–{})", num(s.median, decimals), num(s.min, decimals), num(s.max, decimals)),
+        Some(s) => format!(
+            "{} ({}–{})",
+            num(s.median, decimals),
+            num(s.min, decimals),
+            num(s.max, decimals)
+        ),
     }
 }
 
@@ -156,7 +190,14 @@ fn shard_split(cell: &Cell) -> String {
     let mut seen: Vec<String> = Vec::new();
     for r in &cell.runs {
         if let Some(Value::Array(shards)) = r.get("shards") {
-            let parts: Vec<String> = shards.iter().map(|s| s.get("connections").map(crate::report::fmt).unwrap_or_else(|| "?".into())).collect();
+            let parts: Vec<String> = shards
+                .iter()
+                .map(|s| {
+                    s.get("connections")
+                        .map(crate::report::fmt)
+                        .unwrap_or_else(|| "?".into())
+                })
+                .collect();
             let split = parts.join("/");
             if !seen.contains(&split) {
                 seen.push(split);
@@ -172,7 +213,9 @@ fn shard_split(cell: &Cell) -> String {
 
 /// A short description of a variant's setup from its first run.
 fn setup_of(cell: &Cell) -> String {
-    let Some(r) = cell.runs.first() else { return String::new() };
+    let Some(r) = cell.runs.first() else {
+        return String::new();
+    };
     let g = |k: &str| r.get(k).map(crate::report::fmt).unwrap_or_default();
     // Runs from before `--send` existed: ring scenarios were batched; connect's
     // sequential handshake always wrote one message per send.
@@ -181,8 +224,18 @@ fn setup_of(cell: &Cell) -> String {
         None if g("scenario") == "connect" => "per-request (before --send)".into(),
         None => "batched (before --send)".into(),
     };
-    let mut x = format!("{} · {} · {} · srv {} · cli {}", g("server"), g("security"), send, g("server_cpus"), g("client_cpus"));
-    if r.get("idle_sessions").and_then(|v| v.as_u64()).is_some_and(|n| n > 0) {
+    let mut x = format!(
+        "{} · {} · {} · srv {} · cli {}",
+        g("server"),
+        g("security"),
+        send,
+        g("server_cpus"),
+        g("client_cpus")
+    );
+    if r.get("idle_sessions")
+        .and_then(|v| v.as_u64())
+        .is_some_and(|n| n > 0)
+    {
         x.push_str(&format!(" · {} idle sessions", g("idle_sessions")));
     }
     x
@@ -191,7 +244,11 @@ fn setup_of(cell: &Cell) -> String {
 pub fn markdown(t: &Table) -> String {
     let mut s = String::new();
     for sc in &t.scenarios {
-        let variants: Vec<&String> = t.variants.iter().filter(|v| t.cells.contains_key(&(sc.clone(), (*v).clone()))).collect();
+        let variants: Vec<&String> = t
+            .variants
+            .iter()
+            .filter(|v| t.cells.contains_key(&(sc.clone(), (*v).clone())))
+            .collect();
         if variants.is_empty() {
             continue;
         }
@@ -232,10 +289,23 @@ pub fn markdown(t: &Table) -> String {
                 x
             })
             .unwrap_or_default();
-        s.push_str(&format!("#### {sc}\n\n{shape}; median (min–max) over runs.\n\n"));
-        let reported = |k: &str| variants.iter().any(|v| t.cells[&(sc.clone(), (*v).clone())].runs.iter().any(|r| r.get(k).is_some_and(|x| !x.is_null())));
-        let metrics: Vec<(&str, &str, usize)> =
-            EXTRA_METRICS.iter().copied().filter(|(k, _, _)| reported(k)).chain(METRICS.iter().copied()).collect();
+        s.push_str(&format!(
+            "#### {sc}\n\n{shape}; median (min–max) over runs.\n\n"
+        ));
+        let reported = |k: &str| {
+            variants.iter().any(|v| {
+                t.cells[&(sc.clone(), (*v).clone())]
+                    .runs
+                    .iter()
+                    .any(|r| r.get(k).is_some_and(|x| !x.is_null()))
+            })
+        };
+        let metrics: Vec<(&str, &str, usize)> = EXTRA_METRICS
+            .iter()
+            .copied()
+            .filter(|(k, _, _)| reported(k))
+            .chain(METRICS.iter().copied())
+            .collect();
         s.push_str("| variant | setup | conns/shard | runs |");
         for (_, title, _) in &metrics {
             s.push_str(&format!(" {title} |"));
@@ -248,8 +318,16 @@ pub fn markdown(t: &Table) -> String {
         let base = first.stat("ops_per_s").map(|s| s.median).unwrap_or(0.0);
         for v in variants {
             let cell = &t.cells[&(sc.clone(), v.clone())];
-            let runs = if cell.failed > 0 { format!("{} (+{} failed)", cell.runs.len(), cell.failed) } else { cell.runs.len().to_string() };
-            s.push_str(&format!("| {v} | {} | {} | {runs} |", setup_of(cell), shard_split(cell)));
+            let runs = if cell.failed > 0 {
+                format!("{} (+{} failed)", cell.runs.len(), cell.failed)
+            } else {
+                cell.runs.len().to_string()
+            };
+            s.push_str(&format!(
+                "| {v} | {} | {} | {runs} |",
+                setup_of(cell),
+                shard_split(cell)
+            ));
             for (k, _, d) in &metrics {
                 s.push_str(&format!(" {} |", stat_cell(cell.stat(k), *d)));
             }
@@ -257,7 +335,11 @@ pub fn markdown(t: &Table) -> String {
                 Some(st) if base > 0.0 => format!("{:.2}", st.median / base),
                 _ => "–".into(),
             };
-            s.push_str(&format!(" {ratio} | {} | {} |\n", cell.sum("errors"), cell.sum("discarded_runs")));
+            s.push_str(&format!(
+                " {ratio} | {} | {} |\n",
+                cell.sum("errors"),
+                cell.sum("discarded_runs")
+            ));
         }
         s.push('\n');
     }
@@ -272,8 +354,13 @@ pub fn ratios(t: &Table, pairs: &[(String, String)]) -> String {
         return String::new();
     }
     let mut s = String::new();
-    for (key, title) in [("server_cpu_us_per_op", "server CPU per op"), ("ops_per_s", "throughput (ops/s)")] {
-        s.push_str(&format!("#### Ratios: {title}, median ÷ median\n\n| A ÷ B |"));
+    for (key, title) in [
+        ("server_cpu_us_per_op", "server CPU per op"),
+        ("ops_per_s", "throughput (ops/s)"),
+    ] {
+        s.push_str(&format!(
+            "#### Ratios: {title}, median ÷ median\n\n| A ÷ B |"
+        ));
         for sc in &t.scenarios {
             s.push_str(&format!(" {sc} |"));
         }
@@ -285,7 +372,12 @@ pub fn ratios(t: &Table, pairs: &[(String, String)]) -> String {
         for (a, b) in pairs {
             s.push_str(&format!("| {a} ÷ {b} |"));
             for sc in &t.scenarios {
-                let m = |v: &String| t.cells.get(&(sc.clone(), v.clone())).and_then(|c| c.stat(key)).map(|st| st.median);
+                let m = |v: &String| {
+                    t.cells
+                        .get(&(sc.clone(), v.clone()))
+                        .and_then(|c| c.stat(key))
+                        .map(|st| st.median)
+                };
                 let cell = match (m(a), m(b)) {
                     (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
                     _ => "–".into(),
@@ -304,7 +396,10 @@ pub fn csv(t: &Table) -> String {
     for ((sc, v), cell) in ordered(t) {
         for (k, _, _) in METRICS {
             if let Some(st) = cell.stat(k) {
-                s.push_str(&format!("{sc},{v},{k},{},{},{},{}\n", st.n, st.median, st.min, st.max));
+                s.push_str(&format!(
+                    "{sc},{v},{k},{},{},{},{}\n",
+                    st.n, st.median, st.min, st.max
+                ));
             }
         }
     }
@@ -324,17 +419,31 @@ fn ordered(t: &Table) -> Vec<((String, String), &Cell)> {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// One SVG per scenario: two panels of horizontal bars (median) with min–max
 /// whiskers: throughput and server CPU per operation, one bar per variant.
 pub fn svg(t: &Table, scenario: &str) -> Option<String> {
-    let cells: Vec<(&String, &Cell)> = t.variants.iter().filter_map(|v| t.cells.get(&(scenario.to_string(), v.clone())).map(|c| (v, c))).collect();
+    let cells: Vec<(&String, &Cell)> = t
+        .variants
+        .iter()
+        .filter_map(|v| {
+            t.cells
+                .get(&(scenario.to_string(), v.clone()))
+                .map(|c| (v, c))
+        })
+        .collect();
     if cells.is_empty() {
         return None;
     }
-    let panels = [("ops_per_s", "throughput, ops/s", 0usize), ("server_cpu_us_per_op", "server CPU per op, µs", 2usize)];
+    let panels = [
+        ("ops_per_s", "throughput, ops/s", 0usize),
+        ("server_cpu_us_per_op", "server CPU per op, µs", 2usize),
+    ];
     let label_w = 170.0;
     let bar_area = 360.0;
     let panel_w = label_w + bar_area + 90.0;
@@ -346,15 +455,31 @@ pub fn svg(t: &Table, scenario: &str) -> Option<String> {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"8\" y=\"18\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
         esc(scenario)
     );
-    let colors = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+    let colors = [
+        "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
+        "#9c755f", "#bab0ac",
+    ];
     for (pi, (key, title, dec)) in panels.iter().enumerate() {
         let x0 = pi as f64 * panel_w;
-        s.push_str(&format!("<text x=\"{}\" y=\"36\" font-weight=\"bold\">{}</text>\n", x0 + 8.0, esc(title)));
-        let max = cells.iter().filter_map(|(_, c)| c.stat(key)).map(|st| st.max).fold(0.0f64, f64::max);
+        s.push_str(&format!(
+            "<text x=\"{}\" y=\"36\" font-weight=\"bold\">{}</text>\n",
+            x0 + 8.0,
+            esc(title)
+        ));
+        let max = cells
+            .iter()
+            .filter_map(|(_, c)| c.stat(key))
+            .map(|st| st.max)
+            .fold(0.0f64, f64::max);
         let scale = if max > 0.0 { bar_area / max } else { 0.0 };
         for (i, (v, c)) in cells.iter().enumerate() {
             let y = top + i as f64 * row_h;
-            s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", x0 + label_w - 6.0, y + 14.0, esc(v)));
+            s.push_str(&format!(
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+                x0 + label_w - 6.0,
+                y + 14.0,
+                esc(v)
+            ));
             if let Some(st) = c.stat(key) {
                 let bw = st.median * scale;
                 s.push_str(&format!(
@@ -367,12 +492,26 @@ pub fn svg(t: &Table, scenario: &str) -> Option<String> {
                 let (a, b) = (x0 + label_w + st.min * scale, x0 + label_w + st.max * scale);
                 let ym = y + row_h / 2.0;
                 s.push_str(&format!("<path d=\"M{a:.1} {ym:.1}H{b:.1}M{a:.1} {:.1}V{:.1}M{b:.1} {:.1}V{:.1}\" stroke=\"black\" stroke-width=\"1\"/>\n", ym - 4.0, ym + 4.0, ym - 4.0, ym + 4.0));
-                s.push_str(&format!("<text x=\"{:.1}\" y=\"{}\">{}</text>\n", b.max(x0 + label_w + bw) + 4.0, y + 14.0, esc(&num(st.median, *dec))));
+                s.push_str(&format!(
+                    "<text x=\"{:.1}\" y=\"{}\">{}</text>\n",
+                    b.max(x0 + label_w + bw) + 4.0,
+                    y + 14.0,
+                    esc(&num(st.median, *dec))
+                ));
             } else {
-                s.push_str(&format!("<text x=\"{}\" y=\"{}\">–</text>\n", x0 + label_w + 4.0, y + 14.0));
+                s.push_str(&format!(
+                    "<text x=\"{}\" y=\"{}\">–</text>\n",
+                    x0 + label_w + 4.0,
+                    y + 14.0
+                ));
             }
         }
-        s.push_str(&format!("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#444\"/>\n", x0 + label_w, top, top + row_h * cells.len() as f64));
+        s.push_str(&format!(
+            "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#444\"/>\n",
+            x0 + label_w,
+            top,
+            top + row_h * cells.len() as f64
+        ));
     }
     s.push_str(&format!("<text x=\"8\" y=\"{}\" fill=\"#555\">bars: median; whiskers: min–max over runs</text>\n</svg>\n", h - 8.0));
     Some(s)
@@ -381,7 +520,11 @@ pub fn svg(t: &Table, scenario: &str) -> Option<String> {
 pub fn header(t: &Table, command: Option<&str>) -> String {
     let mut s = String::new();
     if let Some(h) = t.hosts.first() {
-        let g = |k: &str| h.get(k).map(crate::report::fmt).unwrap_or_else(|| "?".into());
+        let g = |k: &str| {
+            h.get(k)
+                .map(crate::report::fmt)
+                .unwrap_or_else(|| "?".into())
+        };
         s.push_str(&format!(
             "Host `{}`, kernel `{}`, CPU {} ({} online CPUs), commit `{}`.\n\n",
             g("host"),
@@ -398,7 +541,15 @@ pub fn header(t: &Table, command: Option<&str>) -> String {
 }
 
 fn slug(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// `summarize --in FILE [--md FILE] [--csv FILE] [--svg PREFIX] [--command CMD]`
@@ -415,8 +566,18 @@ pub fn summarize_main(a: &SummarizeOpts) -> Result<i32, String> {
             if let Some(svg) = svg(&t, sc) {
                 let path = format!("{prefix}-{}.svg", slug(sc));
                 std::fs::write(&path, svg).map_err(|e| format!("{path}: {e}"))?;
-                let name = std::path::Path::new(&path).file_name().unwrap().to_string_lossy().into_owned();
-                links.push_str(&format!("![{sc}]({})\n\n", a.svg_link_prefix.as_ref().map(|p| format!("{p}{name}")).unwrap_or(path.clone())));
+                let name = std::path::Path::new(&path)
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                links.push_str(&format!(
+                    "![{sc}]({})\n\n",
+                    a.svg_link_prefix
+                        .as_ref()
+                        .map(|p| format!("{p}{name}"))
+                        .unwrap_or(path.clone())
+                ));
             }
         }
         md.push_str(&links);
@@ -437,7 +598,13 @@ mod tests {
 
     fn raw() -> String {
         let mut s = String::new();
-        for (v, ops, cpu) in [("a", 100.0, 2.0), ("b", 300.0, 1.0), ("a", 120.0, 2.5), ("b", 200.0, 1.5), ("a", 110.0, 2.2)] {
+        for (v, ops, cpu) in [
+            ("a", 100.0, 2.0),
+            ("b", 300.0, 1.0),
+            ("a", 120.0, 2.5),
+            ("b", 200.0, 1.5),
+            ("a", 110.0, 2.2),
+        ] {
             s.push_str(&format!(
                 "{{\"scenario\":\"read\",\"scenario_name\":\"read-d32\",\"variant\":\"{v}\",\"send\":\"per-request\",\"ops_per_s\":{ops},\"server_cpu_us_per_op\":{cpu},\"errors\":0,\"discarded_runs\":0,\"clients\":4,\"inflight\":32,\"kernel\":\"k\"}}\n"
             ));
@@ -448,7 +615,15 @@ mod tests {
 
     #[test]
     fn median_min_max() {
-        assert_eq!(Stat::of(&[3.0, 1.0, 2.0]).unwrap(), Stat { median: 2.0, min: 1.0, max: 3.0, n: 3 });
+        assert_eq!(
+            Stat::of(&[3.0, 1.0, 2.0]).unwrap(),
+            Stat {
+                median: 2.0,
+                min: 1.0,
+                max: 3.0,
+                n: 3
+            }
+        );
         assert_eq!(Stat::of(&[4.0, 1.0]).unwrap().median, 2.5);
         assert!(Stat::of(&[]).is_none());
     }
@@ -461,7 +636,10 @@ mod tests {
         assert_eq!(cell_b.failed, 1);
         let md = markdown(&t);
         assert!(md.contains("| a |"), "{md}");
-        assert!(md.contains(" · per-request · "), "the send mode is in the setup column: {md}");
+        assert!(
+            md.contains(" · per-request · "),
+            "the send mode is in the setup column: {md}"
+        );
         assert!(!md.contains("idle sessions"), "none held: {md}");
         assert!(md.contains("110 (100–120)"), "{md}");
         assert!(md.contains("250 (200–300)"), "{md}");
@@ -482,7 +660,10 @@ mod tests {
     fn idle_sessions_in_the_setup_column() {
         let raw = "{\"scenario\":\"read\",\"variant\":\"a\",\"server\":\"uaring\",\"send\":\"per-request\",\"ops_per_s\":10,\"clients\":1,\"inflight\":1,\"idle_sessions\":8}\n";
         let md = markdown(&group(raw).unwrap());
-        assert!(md.contains(" · per-request · srv  · cli  · 8 idle sessions |"), "{md}");
+        assert!(
+            md.contains(" · per-request · srv  · cli  · 8 idle sessions |"),
+            "{md}"
+        );
     }
 
     #[test]

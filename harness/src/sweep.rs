@@ -29,7 +29,10 @@ pub struct Scenario {
 }
 
 fn content_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
 }
 
 pub fn parse_variants(text: &str) -> Result<Vec<Variant>, String> {
@@ -48,7 +51,9 @@ pub fn parse_variants(text: &str) -> Result<Vec<Variant>, String> {
         }
         let mut env = Vec::new();
         for w in split_words(parts[1]).map_err(|e| format!("line {n}: {e}"))? {
-            let (k, v) = w.split_once('=').ok_or_else(|| format!("line {n}: env word {w:?} is not KEY=VALUE"))?;
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| format!("line {n}: env word {w:?} is not KEY=VALUE"))?;
             env.push((k.to_string(), v.to_string()));
         }
         let args = split_words(parts[2]).map_err(|e| format!("line {n}: {e}"))?;
@@ -63,12 +68,19 @@ pub fn parse_variants(text: &str) -> Result<Vec<Variant>, String> {
 pub fn parse_scenarios(text: &str) -> Result<Vec<Scenario>, String> {
     let mut out: Vec<Scenario> = Vec::new();
     for (n, line) in content_lines(text) {
-        let (name, args) = line.split_once('|').ok_or_else(|| format!("line {n}: expected name|args, got {line:?}"))?;
+        let (name, args) = line
+            .split_once('|')
+            .ok_or_else(|| format!("line {n}: expected name|args, got {line:?}"))?;
         let name = name.trim().to_string();
         if name.is_empty() || out.iter().any(|s| s.name == name) {
-            return Err(format!("line {n}: empty or repeated scenario name {name:?}"));
+            return Err(format!(
+                "line {n}: empty or repeated scenario name {name:?}"
+            ));
         }
-        out.push(Scenario { name, args: split_words(args).map_err(|e| format!("line {n}: {e}"))? });
+        out.push(Scenario {
+            name,
+            args: split_words(args).map_err(|e| format!("line {n}: {e}"))?,
+        });
     }
     if out.is_empty() {
         return Err("no scenarios".into());
@@ -105,9 +117,22 @@ fn format_duration(s: f64) -> String {
 pub fn progress_line(done: usize, total: usize, elapsed_s: f64, label: &str) -> String {
     let width = 24;
     let filled = (done * width).checked_div(total).unwrap_or(width);
-    let eta = if done > 0 { elapsed_s / done as f64 * (total - done) as f64 } else { f64::NAN };
-    let eta = if eta.is_nan() { "?".to_string() } else { format_duration(eta) };
-    format!("[{}{}] {done}/{total} {label} elapsed {} ETA {eta}", "#".repeat(filled), ".".repeat(width - filled), format_duration(elapsed_s))
+    let eta = if done > 0 {
+        elapsed_s / done as f64 * (total - done) as f64
+    } else {
+        f64::NAN
+    };
+    let eta = if eta.is_nan() {
+        "?".to_string()
+    } else {
+        format_duration(eta)
+    };
+    format!(
+        "[{}{}] {done}/{total} {label} elapsed {} ETA {eta}",
+        "#".repeat(filled),
+        ".".repeat(width - filled),
+        format_duration(elapsed_s)
+    )
 }
 
 /// The `run` words of one run of a sweep: the sweep's own run options, then
@@ -125,10 +150,14 @@ pub fn run_words(common: &[String], s: &Scenario, v: &Variant) -> Vec<String> {
 /// `words` are the words after `sweep` on the command line.
 pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
     let vpath = &a.variants;
-    let variants = parse_variants(&std::fs::read_to_string(vpath).map_err(|e| format!("{vpath}: {e}"))?)?;
+    let variants =
+        parse_variants(&std::fs::read_to_string(vpath).map_err(|e| format!("{vpath}: {e}"))?)?;
     let scenarios = match &a.scenarios {
         Some(p) => parse_scenarios(&std::fs::read_to_string(p).map_err(|e| format!("{p}: {e}"))?)?,
-        None => vec![Scenario { name: a.run.scenario.clone(), args: vec![] }],
+        None => vec![Scenario {
+            name: a.run.scenario.clone(),
+            args: vec![],
+        }],
     };
     let rounds = a.rounds;
     let common = run_words_of_sweep(words);
@@ -136,12 +165,16 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
     // variant file fails now, not an hour into the sweep.
     for s in &scenarios {
         for v in &variants {
-            RunOpts::try_parse_words(run_words(&common, s, v)).map_err(|e| format!("scenario {} × variant {}: {e}", s.name, v.name))?;
+            RunOpts::try_parse_words(run_words(&common, s, v))
+                .map_err(|e| format!("scenario {} × variant {}: {e}", s.name, v.name))?;
         }
     }
     let exe = match &a.bench_exe {
         Some(e) => e.clone(),
-        None => std::env::current_exe().map_err(|e| e.to_string())?.to_string_lossy().into_owned(),
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .to_string_lossy()
+            .into_owned(),
     };
     let mut out: Box<dyn Write> = match &a.out {
         Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{p}: {e}"))?),
@@ -158,10 +191,15 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
             for vi in round_order(variants.len(), round) {
                 let v = &variants[vi];
                 let label = format!("round {} {} × {}", round + 1, s.name, v.name);
-                eprint!("\r\x1b[K{}", progress_line(done, total, started.elapsed().as_secs_f64(), &label));
+                eprint!(
+                    "\r\x1b[K{}",
+                    progress_line(done, total, started.elapsed().as_secs_f64(), &label)
+                );
                 let argv = run_words(&common, s, v);
                 let mut cmd = std::process::Command::new(&exe);
-                cmd.args(&argv).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+                cmd.args(&argv)
+                    .stdin(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped());
                 for (k, val) in &v.env {
                     cmd.env(k, val);
                 }
@@ -172,20 +210,38 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
                 let mut obj = match &result {
                     Ok(o) => {
                         let stdout = String::from_utf8_lossy(&o.stdout);
-                        let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
+                        let line = stdout
+                            .lines()
+                            .rev()
+                            .find(|l| l.trim_start().starts_with('{'));
                         match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
                             Some(Value::Object(m)) if o.status.success() => m,
                             // A complete run whose responses had errors (exit 1): keep its
                             // measurements; the errors column and first_error say what failed.
-                            Some(Value::Object(m)) if o.status.code() == Some(1) && m.get("errors").and_then(|e| e.as_u64()).unwrap_or(0) > 0 => {
+                            Some(Value::Object(m))
+                                if o.status.code() == Some(1)
+                                    && m.get("errors").and_then(|e| e.as_u64()).unwrap_or(0)
+                                        > 0 =>
+                            {
                                 failures += 1;
-                                eprintln!("\r\x1b[K{label}: {} errors, first: {}", m["errors"], m.get("first_error").and_then(|e| e.as_str()).unwrap_or("?"));
+                                eprintln!(
+                                    "\r\x1b[K{label}: {} errors, first: {}",
+                                    m["errors"],
+                                    m.get("first_error").and_then(|e| e.as_str()).unwrap_or("?")
+                                );
                                 m
                             }
                             _ => {
                                 let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
                                 let mut m = serde_json::Map::new();
-                                m.insert("error".into(), json!(if err.is_empty() { format!("exit {}", o.status) } else { err }));
+                                m.insert(
+                                    "error".into(),
+                                    json!(if err.is_empty() {
+                                        format!("exit {}", o.status)
+                                    } else {
+                                        err
+                                    }),
+                                );
                                 m
                             }
                         }
@@ -205,7 +261,15 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
                 obj.insert("round".into(), json!(round + 1));
                 obj.insert("command".into(), json!(argv.join(" ")));
                 if !v.env.is_empty() {
-                    obj.insert("env".into(), json!(v.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")));
+                    obj.insert(
+                        "env".into(),
+                        json!(v
+                            .env
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")),
+                    );
                 }
                 let line = Value::Object(obj).to_string();
                 writeln!(out, "{line}").map_err(|e| e.to_string())?;
@@ -216,7 +280,10 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
             }
         }
     }
-    eprintln!("\r\x1b[K{}", progress_line(done, total, started.elapsed().as_secs_f64(), "done"));
+    eprintln!(
+        "\r\x1b[K{}",
+        progress_line(done, total, started.elapsed().as_secs_f64(), "done")
+    );
     if failures > 0 {
         eprintln!("uaring-bench sweep: {failures} of {total} runs failed");
     }
@@ -241,7 +308,13 @@ mod tests {
         let v = parse_variants(text).unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].name, "srv0");
-        assert_eq!(v[0].env, vec![("UARING_IO".into(), "uring".into()), ("X".into(), "a b".into())]);
+        assert_eq!(
+            v[0].env,
+            vec![
+                ("UARING_IO".into(), "uring".into()),
+                ("X".into(), "a b".into())
+            ]
+        );
         assert_eq!(v[0].args, vec!["--server-cpus", "0", "--client-cpus", "1"]);
         assert!(v[1].env.is_empty());
         assert!(parse_variants("a|b").is_err());
@@ -252,7 +325,10 @@ mod tests {
 
     #[test]
     fn scenario_file() {
-        let s = parse_scenarios("read-d1|--scenario read --inflight 1\n# c\nread-d32|--scenario read --inflight 32").unwrap();
+        let s = parse_scenarios(
+            "read-d1|--scenario read --inflight 1\n# c\nread-d32|--scenario read --inflight 32",
+        )
+        .unwrap();
         assert_eq!(s[1].name, "read-d32");
         assert_eq!(s[0].args, vec!["--scenario", "read", "--inflight", "1"]);
     }

@@ -44,7 +44,13 @@ pub fn sample_socket(fd: RawFd) -> Option<Segments> {
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `buf` and updates `len`.
     let rc = unsafe {
-        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
     };
     if rc != 0 || (len as usize) < NEEDED {
         return None;
@@ -95,7 +101,10 @@ mod tests {
         let (mut server, _) = listener.accept().unwrap();
         server.set_nodelay(true).unwrap();
         let before = sample(&[client.as_raw_fd()]);
-        assert!(before[0].is_some(), "TCP_INFO with data_segs_* needs Linux >= 4.6");
+        assert!(
+            before[0].is_some(),
+            "TCP_INFO with data_segs_* needs Linux >= 4.6"
+        );
         let mut buf = [0u8; 64];
         for _ in 0..10 {
             client.write_all(&[1u8; 64]).unwrap();
@@ -112,7 +121,14 @@ mod tests {
 
     #[test]
     fn missing_samples_are_left_out_and_wrap_is_handled() {
-        let s = |n: u64| Some(Segments { segs_in: n, segs_out: n, data_segs_in: n, data_segs_out: n });
+        let s = |n: u64| {
+            Some(Segments {
+                segs_in: n,
+                segs_out: n,
+                data_segs_in: n,
+                data_segs_out: n,
+            })
+        };
         let d = delta(&[s(u32::MAX as u64 - 1), None, s(5)], &[s(3), s(9), None]).unwrap();
         assert_eq!(d.data_segs_in, 5); // (2^32 - 2) → 3 is five increments
         assert_eq!(delta(&[None], &[s(1)]), None);

@@ -30,7 +30,10 @@ pub const PHASE_DRAIN: u8 = 3;
 
 /// Monotonic nanoseconds (CLOCK_MONOTONIC).
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -127,7 +130,12 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(phase: u8, stats: &'a mut ThreadStats, shared: &'a Shared) -> Ctx<'a> {
-        Ctx { phase, stats, shared, marks: None }
+        Ctx {
+            phase,
+            stats,
+            shared,
+            marks: None,
+        }
     }
 
     /// A request ends at `end` bytes of the output buffer: with per-request
@@ -187,7 +195,13 @@ pub trait Driver {
     /// After the socket is connected (or accepted): write the first bytes.
     fn start(&mut self, now_ns: u64, out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String>;
     /// Bytes arrived; write whatever follows into `out`.
-    fn on_recv(&mut self, now_ns: u64, data: &[u8], out: &mut Vec<u8>, ctx: &mut Ctx) -> Result<(), String>;
+    fn on_recv(
+        &mut self,
+        now_ns: u64,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        ctx: &mut Ctx,
+    ) -> Result<(), String>;
     /// Called once per loop iteration (after completions) for timers.
     fn poll(&mut self, _now_ns: u64, _out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
         Ok(())
@@ -266,7 +280,14 @@ fn count_send(stats: &mut ThreadStats, phase: u8) {
 /// Per request: one send(2) per marked request; what the kernel does not
 /// take at once (EAGAIN, short write) goes through the ring as one send and
 /// later requests wait behind it, in order.
-fn flush<D>(ring: &mut IoUring, idx: usize, c: &mut Conn<D>, stats: &mut ThreadStats, phase: u8, per_request: bool) -> Result<(), String> {
+fn flush<D>(
+    ring: &mut IoUring,
+    idx: usize,
+    c: &mut Conn<D>,
+    stats: &mut ThreadStats,
+    phase: u8,
+    per_request: bool,
+) -> Result<(), String> {
     if c.send_busy || c.out.is_empty() || c.closed {
         return Ok(());
     }
@@ -282,7 +303,14 @@ fn flush<D>(ring: &mut IoUring, idx: usize, c: &mut Conn<D>, stats: &mut ThreadS
             while start < end {
                 let chunk = &c.out[start..end];
                 // SAFETY: a send(2) from a live buffer on a socket we own.
-                let n = unsafe { libc::send(c.fd, chunk.as_ptr() as *const libc::c_void, chunk.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+                let n = unsafe {
+                    libc::send(
+                        c.fd,
+                        chunk.as_ptr() as *const libc::c_void,
+                        chunk.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    )
+                };
                 if n >= 0 {
                     count_send(stats, phase);
                     start += n as usize;
@@ -318,10 +346,17 @@ fn flush<D>(ring: &mut IoUring, idx: usize, c: &mut Conn<D>, stats: &mut ThreadS
 
 /// Runs the client loop over connected sockets until `shared.phase` is
 /// `PHASE_STOP`.
-pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut ThreadStats, per_request: bool) -> io::Result<()> {
+pub fn run_loop<D: Driver>(
+    conns: Vec<(RawFd, D)>,
+    shared: &Shared,
+    stats: &mut ThreadStats,
+    per_request: bool,
+) -> io::Result<()> {
     let n = conns.len().max(64);
     let entries = (n * 2 + 16).next_power_of_two().min(32768) as u32;
-    let mut ring = IoUring::builder().setup_cqsize(entries * 4).build(entries)?;
+    let mut ring = IoUring::builder()
+        .setup_cqsize(entries * 4)
+        .build(entries)?;
     let mut cs: Vec<Conn<D>> = Vec::with_capacity(conns.len());
     for (fd, driver) in conns {
         cs.push(Conn {
@@ -349,7 +384,12 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
         c.closed = true;
     };
     for (i, c) in cs.iter_mut().enumerate() {
-        let mut ctx = Ctx { phase, stats, shared, marks: per_request.then_some(&mut c.marks) };
+        let mut ctx = Ctx {
+            phase,
+            stats,
+            shared,
+            marks: per_request.then_some(&mut c.marks),
+        };
         if let Err(e) = c.driver.start(now, &mut c.out, &mut ctx) {
             fail(c, stats, phase, e);
             continue;
@@ -371,11 +411,17 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
         if wait_ns == 0 {
             ring.submit()?;
         } else {
-            let ts = types::Timespec::new().sec(wait_ns / 1_000_000_000).nsec((wait_ns % 1_000_000_000) as u32);
+            let ts = types::Timespec::new()
+                .sec(wait_ns / 1_000_000_000)
+                .nsec((wait_ns % 1_000_000_000) as u32);
             let args = types::SubmitArgs::new().timespec(&ts);
             match ring.submitter().submit_with_args(1, &args) {
                 Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                    ) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -394,7 +440,11 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
                 KIND_RECV => {
                     c.recv_busy = false;
                     if res <= 0 {
-                        let msg = if res == 0 { "connection closed by peer".to_string() } else { format!("recv: {}", io::Error::from_raw_os_error(-res)) };
+                        let msg = if res == 0 {
+                            "connection closed by peer".to_string()
+                        } else {
+                            format!("recv: {}", io::Error::from_raw_os_error(-res))
+                        };
                         fail(c, stats, phase, msg);
                         continue;
                     }
@@ -404,8 +454,15 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
                     if phase == PHASE_MEASURE {
                         stats.bytes_in += res as u64;
                     }
-                    let mut ctx = Ctx { phase, stats, shared, marks: per_request.then_some(&mut c.marks) };
-                    let r = c.driver.on_recv(now, &c.rbuf[..res as usize], &mut c.out, &mut ctx);
+                    let mut ctx = Ctx {
+                        phase,
+                        stats,
+                        shared,
+                        marks: per_request.then_some(&mut c.marks),
+                    };
+                    let r = c
+                        .driver
+                        .on_recv(now, &c.rbuf[..res as usize], &mut c.out, &mut ctx);
                     if let Err(e) = r {
                         fail(c, stats, phase, e);
                         continue;
@@ -416,7 +473,12 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
                 KIND_SEND => {
                     c.send_busy = false;
                     if res < 0 {
-                        fail(c, stats, phase, format!("send: {}", io::Error::from_raw_os_error(-res)));
+                        fail(
+                            c,
+                            stats,
+                            phase,
+                            format!("send: {}", io::Error::from_raw_os_error(-res)),
+                        );
                         continue;
                     }
                     c.sent += res as usize;
@@ -437,7 +499,12 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
                 continue;
             }
             if c.driver.next_deadline().is_some_and(|d| d <= now) {
-                let mut ctx = Ctx { phase, stats, shared, marks: per_request.then_some(&mut c.marks) };
+                let mut ctx = Ctx {
+                    phase,
+                    stats,
+                    shared,
+                    marks: per_request.then_some(&mut c.marks),
+                };
                 if let Err(e) = c.driver.poll(now, &mut c.out, &mut ctx) {
                     fail(c, stats, phase, e);
                     continue;
@@ -465,7 +532,9 @@ pub fn run_loop<D: Driver>(conns: Vec<(RawFd, D)>, shared: &Shared, stats: &mut 
             break;
         }
         let ts = types::Timespec::new().nsec(10_000_000);
-        let _ = ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts));
+        let _ = ring
+            .submitter()
+            .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts));
         let done: Vec<u64> = ring.completion().map(|c| c.user_data()).collect();
         for ud in done {
             if let Some(c) = cs.get_mut((ud >> 2) as usize) {
@@ -516,7 +585,13 @@ mod tests {
         fn start(&mut self, _now: u64, _out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
             Ok(())
         }
-        fn on_recv(&mut self, _now: u64, _data: &[u8], _out: &mut Vec<u8>, _ctx: &mut Ctx) -> Result<(), String> {
+        fn on_recv(
+            &mut self,
+            _now: u64,
+            _data: &[u8],
+            _out: &mut Vec<u8>,
+            _ctx: &mut Ctx,
+        ) -> Result<(), String> {
             Ok(())
         }
     }
@@ -524,7 +599,10 @@ mod tests {
     fn pair() -> (RawFd, RawFd) {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: socketpair into a valid array.
-        assert_eq!(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) }, 0);
+        assert_eq!(
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) },
+            0
+        );
         (fds[0], fds[1])
     }
 
@@ -549,7 +627,8 @@ mod tests {
         let mut got = 0;
         while got < n {
             // SAFETY: read into the rest of a live buffer.
-            let r = unsafe { libc::read(fd, buf[got..].as_mut_ptr() as *mut libc::c_void, n - got) };
+            let r =
+                unsafe { libc::read(fd, buf[got..].as_mut_ptr() as *mut libc::c_void, n - got) };
             assert!(r > 0);
             got += r as usize;
         }
@@ -564,7 +643,12 @@ mod tests {
         let shared = Shared::default();
         let mut c = conn(a);
         {
-            let mut ctx = Ctx { phase: PHASE_MEASURE, stats: &mut stats, shared: &shared, marks: Some(&mut c.marks) };
+            let mut ctx = Ctx {
+                phase: PHASE_MEASURE,
+                stats: &mut stats,
+                shared: &shared,
+                marks: Some(&mut c.marks),
+            };
             for (i, len) in [5usize, 7, 3].into_iter().enumerate() {
                 c.out.resize(c.out.len() + len, i as u8 + 1);
                 ctx.mark(c.out.len());

@@ -54,9 +54,15 @@ fn connect_session_read_close() {
     c.activate_session_anonymous().unwrap();
     assert!(!c.connection().authentication_token().is_null());
     // Server_ServerStatus_CurrentTime and _State (Running = 0).
-    let v = c.read_values(&[NodeId::ns0(2258), NodeId::ns0(2259)]).unwrap();
+    let v = c
+        .read_values(&[NodeId::ns0(2258), NodeId::ns0(2259)])
+        .unwrap();
     assert_eq!(v.len(), 2);
-    assert!(matches!(v[0].value, Variant::DateTime(_)), "{:?}", v[0].value);
+    assert!(
+        matches!(v[0].value, Variant::DateTime(_)),
+        "{:?}",
+        v[0].value
+    );
     assert_eq!(v[1].value, Variant::Int32(0));
     // A Write of nothing is a ServiceFault, which the client reports as its status.
     match c.write(&[]) {
@@ -71,12 +77,19 @@ fn connect_session_read_close() {
 
 #[test]
 fn connect_errors() {
-    assert!(matches!(Client::connect("http://x", Duration::from_secs(1)), Err(ClientError::BadUrl(_))));
+    assert!(matches!(
+        Client::connect("http://x", Duration::from_secs(1)),
+        Err(ClientError::BadUrl(_))
+    ));
     // Nothing listening.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     drop(l);
-    assert!(Client::connect(&format!("opc.tcp://127.0.0.1:{port}"), Duration::from_secs(1)).is_err());
+    assert!(Client::connect(
+        &format!("opc.tcp://127.0.0.1:{port}"),
+        Duration::from_secs(1)
+    )
+    .is_err());
     assert_eq!(host_port("opc.tcp://h:1/x").as_deref(), Some("h:1"));
     assert_eq!(host_port("opc.tcp://h/x").as_deref(), Some("h:4840"));
 }

@@ -12,7 +12,8 @@ struct TempDir(std::path::PathBuf);
 
 impl TempDir {
     fn new(test: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("uaring-bench-test-{}-{test}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("uaring-bench-test-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         TempDir(d)
@@ -31,17 +32,60 @@ impl Drop for TempDir {
 #[test]
 fn echo_run_prints_json() {
     // The last also holds two idle connections open (the echo floor's idle sessions).
-    for (io, send, idle) in [("shards", "batched", "0"), ("harness", "batched", "0"), ("harness", "per-request", "2")] {
+    for (io, send, idle) in [
+        ("shards", "batched", "0"),
+        ("harness", "batched", "0"),
+        ("harness", "per-request", "2"),
+    ] {
         let out = Command::new(BENCH)
-            .args(["run", "--scenario", "echo", "--clients", "2", "--inflight", "4", "--duration", "0.3", "--warmup", "0.1"])
-            .args(["--server-cpus", "0", "--client-cpus", "0", "--foreign-max", "1000", "--json", "--client-io", io, "--send", send])
+            .args([
+                "run",
+                "--scenario",
+                "echo",
+                "--clients",
+                "2",
+                "--inflight",
+                "4",
+                "--duration",
+                "0.3",
+                "--warmup",
+                "0.1",
+            ])
+            .args([
+                "--server-cpus",
+                "0",
+                "--client-cpus",
+                "0",
+                "--foreign-max",
+                "1000",
+                "--json",
+                "--client-io",
+                io,
+                "--send",
+                send,
+            ])
             .args(["--idle-sessions", idle])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{io}: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{io}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-        for k in ["scenario", "ops", "ops_per_s", "errors", "p50_us", "p99_us", "server_cpu_us_per_op", "client_cpu_us_per_op", "server_rss_kb", "discarded_runs"] {
+        for k in [
+            "scenario",
+            "ops",
+            "ops_per_s",
+            "errors",
+            "p50_us",
+            "p99_us",
+            "server_cpu_us_per_op",
+            "client_cpu_us_per_op",
+            "server_rss_kb",
+            "discarded_runs",
+        ] {
             assert!(v.get(k).is_some(), "missing {k}: {v}");
         }
         assert_eq!(v["errors"], 0);
@@ -67,7 +111,18 @@ fn command_line_errors_have_messages() {
         (&["run", "--inflght", "7"], "--inflght"),
         (&["run", "--clients", "many"], "many"),
         (&["run", "--send", "sometimes"], "sometimes"),
-        (&["run", "--send", "per-request", "--client-io", "shards", "--scenario", "echo"], "per-request"),
+        (
+            &[
+                "run",
+                "--send",
+                "per-request",
+                "--client-io",
+                "shards",
+                "--scenario",
+                "echo",
+            ],
+            "per-request",
+        ),
         (&["sweep", "--variants"], "--variants"),
         (&["summarize", "--md", "x.md"], "--in"),
         (&["echo-server", "--port", "70000"], "70000"),
@@ -79,7 +134,10 @@ fn command_line_errors_have_messages() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
-    let out = Command::new(BENCH).args(["run", "--help"]).output().unwrap();
+    let out = Command::new(BENCH)
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--send <SEND>"));
 }
@@ -88,16 +146,31 @@ fn command_line_errors_have_messages() {
 fn sweep_checks_variant_files_before_running() {
     let dir = TempDir::new("typo");
     let variants = dir.join("typo.variants");
-    std::fs::write(&variants, "a||--server-cpus 0 --client-cpus 0
+    std::fs::write(
+        &variants,
+        "a||--server-cpus 0 --client-cpus 0
 b||--inflght 3
-").unwrap();
+",
+    )
+    .unwrap();
     let out = Command::new(BENCH)
-        .args(["sweep", "--variants", variants.to_str().unwrap(), "--scenario", "echo", "--rounds", "1"])
+        .args([
+            "sweep",
+            "--variants",
+            variants.to_str().unwrap(),
+            "--scenario",
+            "echo",
+            "--rounds",
+            "1",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("variant b") && err.contains("--inflght"), "{err}");
+    assert!(
+        err.contains("variant b") && err.contains("--inflght"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty(), "nothing ran");
 }
 
@@ -108,35 +181,93 @@ fn sweep_and_summarize() {
     std::fs::write(&variants, "# two placements of the echo floor\na||--server-cpus 0 --client-cpus 0\nb||--server-cpus 0 --client-cpus 0 --clients 1\n").unwrap();
     let raw = dir.join("raw.jsonl");
     let out = Command::new(BENCH)
-        .args(["sweep", "--variants", variants.to_str().unwrap(), "--scenario", "echo", "--rounds", "2", "--duration", "0.2", "--warmup", "0.05"])
-        .args(["--inflight", "2", "--foreign-max", "1000", "--out", raw.to_str().unwrap()])
+        .args([
+            "sweep",
+            "--variants",
+            variants.to_str().unwrap(),
+            "--scenario",
+            "echo",
+            "--rounds",
+            "2",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.05",
+        ])
+        .args([
+            "--inflight",
+            "2",
+            "--foreign-max",
+            "1000",
+            "--out",
+            raw.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The sweep ends with the summary table.
     let summary = String::from_utf8_lossy(&out.stdout);
-    assert!(summary.contains("#### echo") && summary.contains("| a |") && summary.contains("| b |"), "{summary}");
-    let lines: Vec<serde_json::Value> =
-        std::fs::read_to_string(&raw).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(
+        summary.contains("#### echo") && summary.contains("| a |") && summary.contains("| b |"),
+        "{summary}"
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&raw)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 4);
-    let order: Vec<&str> = lines.iter().map(|l| l["variant"].as_str().unwrap()).collect();
+    let order: Vec<&str> = lines
+        .iter()
+        .map(|l| l["variant"].as_str().unwrap())
+        .collect();
     assert_eq!(order, vec!["a", "b", "b", "a"]);
     let md = dir.join("table.md");
     let svg = dir.join("plot");
     let out = Command::new(BENCH)
-        .args(["summarize", "--in", raw.to_str().unwrap(), "--md", md.to_str().unwrap(), "--svg", svg.to_str().unwrap()])
+        .args([
+            "summarize",
+            "--in",
+            raw.to_str().unwrap(),
+            "--md",
+            md.to_str().unwrap(),
+            "--svg",
+            svg.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let table = std::fs::read_to_string(&md).unwrap();
-    assert!(table.contains("| a |") && table.contains("| b |"), "{table}");
+    assert!(
+        table.contains("| a |") && table.contains("| b |"),
+        "{table}"
+    );
     let plot = std::fs::read_to_string(format!("{}-echo.svg", svg.display())).unwrap();
     assert!(plot.contains("<svg") && plot.contains(">a<") && plot.contains(">b<"));
 }
 
 #[test]
 fn unknown_scenario_is_an_error() {
-    let out = Command::new(BENCH).args(["run", "--scenario", "nope", "--server-cpus", "0", "--client-cpus", "0"]).output().unwrap();
+    let out = Command::new(BENCH)
+        .args([
+            "run",
+            "--scenario",
+            "nope",
+            "--server-cpus",
+            "0",
+            "--client-cpus",
+            "0",
+        ])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scenario"));
 }

@@ -38,12 +38,15 @@ use roxmltree::{Document, Node as XNode};
 use uaring_core::address_space::build::NS0_URI;
 use uaring_core::address_space::value::ValueCell;
 use uaring_core::address_space::{
-    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueSource,
-    VariableAttributes, VariableTypeAttributes,
+    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference,
+    ValueSource, VariableAttributes, VariableTypeAttributes,
 };
-use uaring_core::generated::types::{EnumDefinition, EnumField, StructureDefinition, StructureField, StructureType};
+use uaring_core::generated::types::{
+    EnumDefinition, EnumField, StructureDefinition, StructureField, StructureType,
+};
 use uaring_core::types::{
-    BuiltinType, DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId, QualifiedName, Variant,
+    BuiltinType, DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId,
+    QualifiedName, Variant,
 };
 
 /// Largest NodeSet2 file read, bytes (the largest official companion specification is
@@ -103,16 +106,29 @@ pub struct Source {
 }
 
 /// Reads `paths` and loads them ([`load_sources`]).
-pub fn load_files(b: &mut AddressSpaceBuilder, paths: &[PathBuf]) -> Result<Vec<ModelInfo>, LoadError> {
+pub fn load_files(
+    b: &mut AddressSpaceBuilder,
+    paths: &[PathBuf],
+) -> Result<Vec<ModelInfo>, LoadError> {
     let mut sources = Vec::with_capacity(paths.len());
     for p in paths {
-        let whole = |message: String| LoadError { file: p.clone(), line: 0, node: None, message };
-        let len = std::fs::metadata(p).map_err(|e| whole(format!("cannot read: {e}")))?.len();
+        let whole = |message: String| LoadError {
+            file: p.clone(),
+            line: 0,
+            node: None,
+            message,
+        };
+        let len = std::fs::metadata(p)
+            .map_err(|e| whole(format!("cannot read: {e}")))?
+            .len();
         if len > MAX_FILE_BYTES {
             return Err(whole(format!("{len} bytes; the limit is {MAX_FILE_BYTES}")));
         }
         let text = std::fs::read_to_string(p).map_err(|e| whole(format!("cannot read: {e}")))?;
-        sources.push(Source { path: p.clone(), text });
+        sources.push(Source {
+            path: p.clone(),
+            text,
+        });
     }
     load_sources(b, &sources)
 }
@@ -126,10 +142,16 @@ struct Model<'a, 'i> {
 }
 
 /// Loads every source into the builder (see the crate documentation).
-pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<Vec<ModelInfo>, LoadError> {
+pub fn load_sources(
+    b: &mut AddressSpaceBuilder,
+    sources: &[Source],
+) -> Result<Vec<ModelInfo>, LoadError> {
     let mut docs = Vec::with_capacity(sources.len());
     for s in sources {
-        let opt = roxmltree::ParsingOptions { allow_dtd: false, ..Default::default() };
+        let opt = roxmltree::ParsingOptions {
+            allow_dtd: false,
+            ..Default::default()
+        };
         let doc = Document::parse_with_options(&s.text, opt).map_err(|e| LoadError {
             file: s.path.clone(),
             line: e.pos().row,
@@ -142,15 +164,30 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
     let mut models: Vec<Vec<Model>> = Vec::with_capacity(docs.len());
     for (s, doc) in sources.iter().zip(&docs) {
         let root = doc.root_element();
-        let at = |n: XNode, m: String| LoadError { file: s.path.clone(), line: line(doc, n), node: None, message: m };
+        let at = |n: XNode, m: String| LoadError {
+            file: s.path.clone(),
+            line: line(doc, n),
+            node: None,
+            message: m,
+        };
         if root.tag_name().name() != "UANodeSet" {
-            return Err(at(root, format!("the root element is <{}>, not <UANodeSet>", root.tag_name().name())));
+            return Err(at(
+                root,
+                format!(
+                    "the root element is <{}>, not <UANodeSet>",
+                    root.tag_name().name()
+                ),
+            ));
         }
         let mut ms = Vec::new();
         if let Some(m) = child(root, "Models") {
             for model in elements(m).filter(|e| e.tag_name().name() == "Model") {
-                let uri = model.attribute("ModelUri").ok_or_else(|| at(model, "<Model> without ModelUri".into()))?;
-                let required = elements(model).filter(|e| e.tag_name().name() == "RequiredModel").collect();
+                let uri = model
+                    .attribute("ModelUri")
+                    .ok_or_else(|| at(model, "<Model> without ModelUri".into()))?;
+                let required = elements(model)
+                    .filter(|e| e.tag_name().name() == "RequiredModel")
+                    .collect();
                 ms.push(Model {
                     uri,
                     version: model.attribute("Version"),
@@ -158,12 +195,23 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
                     required,
                 });
             }
-        } else if let Some(uri) = child(root, "NamespaceUris").and_then(|n| elements(n).next()).and_then(|u| u.text()) {
+        } else if let Some(uri) = child(root, "NamespaceUris")
+            .and_then(|n| elements(n).next())
+            .and_then(|u| u.text())
+        {
             // Files without <Models> define their first namespace and require namespace 0.
-            ms.push(Model { uri: uri.trim(), version: None, date: None, required: Vec::new() });
+            ms.push(Model {
+                uri: uri.trim(),
+                version: None,
+                date: None,
+                required: Vec::new(),
+            });
         }
         if ms.is_empty() {
-            return Err(at(root, "no <Models> and no <NamespaceUris>: the file defines no model".into()));
+            return Err(at(
+                root,
+                "no <Models> and no <NamespaceUris>: the file defines no model".into(),
+            ));
         }
         models.push(ms);
     }
@@ -175,7 +223,14 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
         from: Option<usize>,
     }
     let mut have: HashMap<&str, Have> = HashMap::new();
-    have.insert(NS0_URI, Have { version: Some(NS0_MODEL_VERSION), date: Some(NS0_PUBLICATION_DATE), from: None });
+    have.insert(
+        NS0_URI,
+        Have {
+            version: Some(NS0_MODEL_VERSION),
+            date: Some(NS0_PUBLICATION_DATE),
+            from: None,
+        },
+    );
     let app_uri = b.namespace_uris().get(1).cloned().unwrap_or_default();
     for (i, ms) in models.iter().enumerate() {
         for m in ms {
@@ -188,7 +243,10 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
                 });
             }
             if let Some(h) = have.get(m.uri) {
-                let other = h.from.map_or_else(|| "namespace 0".to_string(), |j| sources[j].path.display().to_string());
+                let other = h.from.map_or_else(
+                    || "namespace 0".to_string(),
+                    |j| sources[j].path.display().to_string(),
+                );
                 return Err(LoadError {
                     file: sources[i].path.clone(),
                     line: 0,
@@ -198,7 +256,14 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
             }
         }
         for m in ms {
-            have.insert(m.uri, Have { version: m.version, date: m.date, from: Some(i) });
+            have.insert(
+                m.uri,
+                Have {
+                    version: m.version,
+                    date: m.date,
+                    from: Some(i),
+                },
+            );
         }
     }
     let mut order = Vec::with_capacity(docs.len());
@@ -224,9 +289,17 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
                         let message = if have.contains_key(u) {
                             format!("model {} requires {u}, and the files require each other in a cycle", m.uri)
                         } else {
-                            format!("model {} requires model {u}, which no NodeSet file given provides", m.uri)
+                            format!(
+                                "model {} requires model {u}, which no NodeSet file given provides",
+                                m.uri
+                            )
                         };
-                        return Err(LoadError { file: sources[i].path.clone(), line: line(&docs[i], *r), node: None, message });
+                        return Err(LoadError {
+                            file: sources[i].path.clone(),
+                            line: line(&docs[i], *r),
+                            node: None,
+                            message,
+                        });
                     }
                 }
             }
@@ -239,7 +312,10 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
                 let h = &have[u];
                 if let (Some(want), Some(got)) = (r.attribute("PublicationDate"), h.date) {
                     if parse_datetime(got).unwrap_or(0) < parse_datetime(want).unwrap_or(0) {
-                        let what = h.from.map_or_else(|| "the built-in namespace 0".to_string(), |j| sources[j].path.display().to_string());
+                        let what = h.from.map_or_else(
+                            || "the built-in namespace 0".to_string(),
+                            |j| sources[j].path.display().to_string(),
+                        );
                         return Err(LoadError {
                             file: sources[i].path.clone(),
                             line: line(&docs[i], *r),
@@ -272,7 +348,11 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
                 uri: m.uri.to_string(),
                 version: m.version.map(str::to_string),
                 publication_date: m.date.map(str::to_string),
-                namespace_index: b.namespace_uris().iter().position(|u| u == m.uri).unwrap_or(0) as u16,
+                namespace_index: b
+                    .namespace_uris()
+                    .iter()
+                    .position(|u| u == m.uri)
+                    .unwrap_or(0) as u16,
                 file: sources[i].path.clone(),
                 nodes,
             });
@@ -293,8 +373,18 @@ pub fn load_sources(b: &mut AddressSpaceBuilder, sources: &[Source]) -> Result<V
                 };
                 match b.node(&r.reference_type) {
                     Some(t) if t.node_class == NodeClass::ReferenceType => {}
-                    Some(_) => return Err(err(format!("reference type {} is not a ReferenceType", r.reference_type))),
-                    None => return Err(err(format!("reference type {} does not exist", r.reference_type))),
+                    Some(_) => {
+                        return Err(err(format!(
+                            "reference type {} is not a ReferenceType",
+                            r.reference_type
+                        )))
+                    }
+                    None => {
+                        return Err(err(format!(
+                            "reference type {} does not exist",
+                            r.reference_type
+                        )))
+                    }
                 }
                 if let Some(t) = r.target.as_local() {
                     if !b.contains(t) {
@@ -329,7 +419,8 @@ pub(crate) fn line(doc: &Document, n: XNode) -> u32 {
 }
 
 pub(crate) fn child<'a, 'i>(n: XNode<'a, 'i>, name: &str) -> Option<XNode<'a, 'i>> {
-    n.children().find(|c| c.is_element() && c.tag_name().name() == name)
+    n.children()
+        .find(|c| c.is_element() && c.tag_name().name() == name)
 }
 
 pub(crate) fn elements<'a, 'i>(n: XNode<'a, 'i>) -> impl Iterator<Item = XNode<'a, 'i>> {
@@ -346,9 +437,18 @@ pub(crate) struct FileLoader<'a, 'i> {
 }
 
 impl<'a, 'i: 'a> FileLoader<'a, 'i> {
-    fn new(b: &mut AddressSpaceBuilder, path: &'a Path, doc: &'a Document<'i>) -> Result<Self, LoadError> {
+    fn new(
+        b: &mut AddressSpaceBuilder,
+        path: &'a Path,
+        doc: &'a Document<'i>,
+    ) -> Result<Self, LoadError> {
         let root = doc.root_element();
-        let mut f = FileLoader { path, doc, ns_map: vec![0], aliases: HashMap::new() };
+        let mut f = FileLoader {
+            path,
+            doc,
+            ns_map: vec![0],
+            aliases: HashMap::new(),
+        };
         if let Some(n) = child(root, "NamespaceUris") {
             for u in elements(n) {
                 let uri = u.text().unwrap_or("").trim();
@@ -358,7 +458,9 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
         }
         if let Some(a) = child(root, "Aliases") {
             for al in elements(a) {
-                let name = al.attribute("Alias").ok_or_else(|| f.err(al, None, "<Alias> without Alias".into()))?;
+                let name = al
+                    .attribute("Alias")
+                    .ok_or_else(|| f.err(al, None, "<Alias> without Alias".into()))?;
                 f.aliases.insert(name, al.text().unwrap_or("").trim());
             }
         }
@@ -370,22 +472,31 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
     }
 
     pub(crate) fn err(&self, n: XNode, node: Option<&str>, message: String) -> LoadError {
-        LoadError { file: self.path.to_path_buf(), line: line(self.doc, n), node: node.map(str::to_string), message }
+        LoadError {
+            file: self.path.to_path_buf(),
+            line: line(self.doc, n),
+            node: node.map(str::to_string),
+            message,
+        }
     }
 
     /// The file's namespace index mapped to the server's.
     pub(crate) fn ns(&self, i: u16, at: XNode) -> Result<u16, LoadError> {
-        self.ns_map
-            .get(i as usize)
-            .copied()
-            .ok_or_else(|| self.err(at, None, format!("namespace index {i} is not in <NamespaceUris>")))
+        self.ns_map.get(i as usize).copied().ok_or_else(|| {
+            self.err(
+                at,
+                None,
+                format!("namespace index {i} is not in <NamespaceUris>"),
+            )
+        })
     }
 
     /// A NodeId as written in the file (alias or `ns=…;i=…`), in the server's namespaces.
     pub(crate) fn node_id(&self, s: &str, at: XNode) -> Result<NodeId, LoadError> {
         let s = s.trim();
         let s = self.aliases.get(s).copied().unwrap_or(s);
-        let mut id = NodeId::parse(s).ok_or_else(|| self.err(at, None, format!("cannot parse NodeId {s:?}")))?;
+        let mut id = NodeId::parse(s)
+            .ok_or_else(|| self.err(at, None, format!("cannot parse NodeId {s:?}")))?;
         id.namespace = self.ns(id.namespace, at)?;
         Ok(id)
     }
@@ -393,7 +504,9 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
     fn qualified_name(&self, s: &str, at: XNode) -> Result<QualifiedName, LoadError> {
         match s.split_once(':') {
             Some((p, rest)) if !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) => {
-                let i: u16 = p.parse().map_err(|_| self.err(at, None, format!("bad BrowseName {s:?}")))?;
+                let i: u16 = p
+                    .parse()
+                    .map_err(|_| self.err(at, None, format!("bad BrowseName {s:?}")))?;
                 Ok(QualifiedName::new(self.ns(i, at)?, rest))
             }
             _ => Ok(QualifiedName::new(0, s)),
@@ -401,7 +514,10 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
     }
 
     /// Pass 1: every node with its attributes and references (values come in pass 3).
-    fn add_nodes(&self, b: &mut AddressSpaceBuilder) -> Result<(usize, Vec<Pending<'a, 'i>>), LoadError> {
+    fn add_nodes(
+        &self,
+        b: &mut AddressSpaceBuilder,
+    ) -> Result<(usize, Vec<Pending<'a, 'i>>), LoadError> {
         let root = self.doc.root_element();
         let mut pending = Vec::new();
         for n in elements(root) {
@@ -418,10 +534,14 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 "NamespaceUris" | "ServerUris" | "Models" | "Aliases" | "Extensions" => continue,
                 other => return Err(self.err(n, None, format!("unknown element <{other}>"))),
             };
-            let written = n.attribute("NodeId").ok_or_else(|| self.err(n, None, format!("<{tag}> without NodeId")))?;
+            let written = n
+                .attribute("NodeId")
+                .ok_or_else(|| self.err(n, None, format!("<{tag}> without NodeId")))?;
             let e = |m: String| self.err(n, Some(written), m);
             let id = self.node_id(written, n).map_err(|x| e(x.message))?;
-            let browse = n.attribute("BrowseName").ok_or_else(|| e("no BrowseName".into()))?;
+            let browse = n
+                .attribute("BrowseName")
+                .ok_or_else(|| e("no BrowseName".into()))?;
             let browse_name = self.qualified_name(browse, n).map_err(|x| e(x.message))?;
             let display_name = match child(n, "DisplayName") {
                 Some(d) => localized(d),
@@ -431,43 +551,70 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
             let flag = |a: &str| n.attribute(a) == Some("true");
             let num = |a: &str| -> Result<Option<f64>, LoadError> {
                 n.attribute(a)
-                    .map(|v| v.trim().parse::<f64>().map_err(|_| e(format!("{a}={v:?} is not a number"))))
+                    .map(|v| {
+                        v.trim()
+                            .parse::<f64>()
+                            .map_err(|_| e(format!("{a}={v:?} is not a number")))
+                    })
                     .transpose()
             };
             let byte = |a: &str, default: u8| -> Result<u8, LoadError> {
-                n.attribute(a).map_or(Ok(default), |v| v.trim().parse().map_err(|_| e(format!("{a}={v:?} is not a byte"))))
+                n.attribute(a).map_or(Ok(default), |v| {
+                    v.trim()
+                        .parse()
+                        .map_err(|_| e(format!("{a}={v:?} is not a byte")))
+                })
             };
             let data_type = match n.attribute("DataType") {
                 Some(d) => self.node_id(d, n).map_err(|x| e(x.message))?,
                 None => NodeId::ns0(ids::BASE_DATA_TYPE),
             };
             let value_rank: i32 = match n.attribute("ValueRank") {
-                Some(v) => v.trim().parse().map_err(|_| e(format!("ValueRank={v:?} is not a number")))?,
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| e(format!("ValueRank={v:?} is not a number")))?,
                 None => -1,
             };
-            let array_dimensions: Vec<u32> = match n.attribute("ArrayDimensions").filter(|a| !a.trim().is_empty()) {
+            let array_dimensions: Vec<u32> = match n
+                .attribute("ArrayDimensions")
+                .filter(|a| !a.trim().is_empty())
+            {
                 Some(a) => a
                     .split(',')
-                    .map(|x| x.trim().parse().map_err(|_| e(format!("ArrayDimensions={a:?}"))))
+                    .map(|x| {
+                        x.trim()
+                            .parse()
+                            .map_err(|_| e(format!("ArrayDimensions={a:?}")))
+                    })
                     .collect::<Result<_, _>>()?,
                 None => Vec::new(),
             };
             // No history: the server keeps none.
             let no_history = !(access_level::HISTORY_READ | access_level::HISTORY_WRITE);
             let attributes = match node_class {
-                NodeClass::Object => ClassAttributes::Object { event_notifier: byte("EventNotifier", 0)? & !0x0C },
+                NodeClass::Object => ClassAttributes::Object {
+                    event_notifier: byte("EventNotifier", 0)? & !0x0C,
+                },
                 NodeClass::Variable => {
                     let al = byte("AccessLevel", access_level::CURRENT_READ)? & no_history;
                     let ual = byte("UserAccessLevel", al)? & al;
                     let access_level_ex = match n.attribute("AccessLevelEx") {
                         Some(v) => Some(
-                            v.trim().parse::<u32>().map_err(|_| e(format!("AccessLevelEx={v:?}")))?
-                                & !(u32::from(access_level::HISTORY_READ | access_level::HISTORY_WRITE)),
+                            v.trim()
+                                .parse::<u32>()
+                                .map_err(|_| e(format!("AccessLevelEx={v:?}")))?
+                                & !(u32::from(
+                                    access_level::HISTORY_READ | access_level::HISTORY_WRITE,
+                                )),
                         ),
                         None => None,
                     };
                     ClassAttributes::Variable(VariableAttributes {
-                        value: ValueSource::Cell(ValueCell::new(DataValue::new(Variant::Empty), None)),
+                        value: ValueSource::Cell(ValueCell::new(
+                            DataValue::new(Variant::Empty),
+                            None,
+                        )),
                         data_type,
                         value_rank,
                         array_dimensions,
@@ -478,8 +625,13 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                         historizing: false,
                     })
                 }
-                NodeClass::Method => ClassAttributes::Method { executable: false, user_executable: false },
-                NodeClass::ObjectType => ClassAttributes::ObjectType { is_abstract: flag("IsAbstract") },
+                NodeClass::Method => ClassAttributes::Method {
+                    executable: false,
+                    user_executable: false,
+                },
+                NodeClass::ObjectType => ClassAttributes::ObjectType {
+                    is_abstract: flag("IsAbstract"),
+                },
                 NodeClass::VariableType => ClassAttributes::VariableType(VariableTypeAttributes {
                     value: Variant::Empty,
                     data_type,
@@ -492,9 +644,10 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                     symmetric: flag("Symmetric"),
                     inverse_name: child(n, "InverseName").map(localized),
                 },
-                NodeClass::DataType => {
-                    ClassAttributes::DataType { is_abstract: flag("IsAbstract"), data_type_definition: None }
-                }
+                NodeClass::DataType => ClassAttributes::DataType {
+                    is_abstract: flag("IsAbstract"),
+                    data_type_definition: None,
+                },
                 _ => ClassAttributes::View {
                     contains_no_loops: flag("ContainsNoLoops"),
                     event_notifier: byte("EventNotifier", 0)? & !0x0C,
@@ -504,8 +657,12 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
             let mut refs = Vec::new();
             if let Some(rs) = child(n, "References") {
                 for r in elements(rs) {
-                    let rt = r.attribute("ReferenceType").ok_or_else(|| self.err(r, Some(written), "<Reference> without ReferenceType".into()))?;
-                    let reference_type = self.node_id(rt, r).map_err(|x| self.err(r, Some(written), x.message))?;
+                    let rt = r.attribute("ReferenceType").ok_or_else(|| {
+                        self.err(r, Some(written), "<Reference> without ReferenceType".into())
+                    })?;
+                    let reference_type = self
+                        .node_id(rt, r)
+                        .map_err(|x| self.err(r, Some(written), x.message))?;
                     let target = self
                         .node_id(r.text().unwrap_or(""), r)
                         .map_err(|x| self.err(r, Some(written), x.message))?;
@@ -528,16 +685,31 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 references,
                 attributes,
             };
-            b.add(node).map_err(|m| e(format!("{m} (already defined by namespace 0, the server or an earlier file)")))?;
-            pending.push(Pending { id, written, el: n, refs });
+            b.add(node).map_err(|m| {
+                e(format!(
+                    "{m} (already defined by namespace 0, the server or an earlier file)"
+                ))
+            })?;
+            pending.push(Pending {
+                id,
+                written,
+                el: n,
+                refs,
+            });
         }
         Ok((pending.len(), pending))
     }
 
     /// Pass 2: DataTypeDefinition of every DataType with a `<Definition>`.
-    fn add_definitions(&self, b: &mut AddressSpaceBuilder, pending: &[Pending]) -> Result<(), LoadError> {
+    fn add_definitions(
+        &self,
+        b: &mut AddressSpaceBuilder,
+        pending: &[Pending],
+    ) -> Result<(), LoadError> {
         for p in pending {
-            let Some(def) = child(p.el, "Definition") else { continue };
+            let Some(def) = child(p.el, "Definition") else {
+                continue;
+            };
             if p.el.tag_name().name() != "UADataType" {
                 continue;
             }
@@ -569,11 +741,14 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                         }
                     }
                 }
-                let base_data_type = value::supertype(b, &p.id).unwrap_or(NodeId::ns0(ids::STRUCTURE));
+                let base_data_type =
+                    value::supertype(b, &p.id).unwrap_or(NodeId::ns0(ids::STRUCTURE));
                 let mut fields = Vec::new();
                 let mut optional = false;
                 for f in elements(def).filter(|f| f.tag_name().name() == "Field") {
-                    let name = f.attribute("Name").ok_or_else(|| e("<Field> without Name".into()))?;
+                    let name = f
+                        .attribute("Name")
+                        .ok_or_else(|| e("<Field> without Name".into()))?;
                     let is_optional = f.attribute("IsOptional") == Some("true");
                     optional |= is_optional;
                     let data_type = match f.attribute("DataType") {
@@ -581,18 +756,31 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                         None => NodeId::ns0(ids::BASE_DATA_TYPE),
                     };
                     let value_rank: i32 = match f.attribute("ValueRank") {
-                        Some(v) => v.trim().parse().map_err(|_| e(format!("field {name}: ValueRank={v:?}")))?,
+                        Some(v) => v
+                            .trim()
+                            .parse()
+                            .map_err(|_| e(format!("field {name}: ValueRank={v:?}")))?,
                         None => -1,
                     };
-                    let array_dimensions = match f.attribute("ArrayDimensions").filter(|a| !a.trim().is_empty()) {
+                    let array_dimensions = match f
+                        .attribute("ArrayDimensions")
+                        .filter(|a| !a.trim().is_empty())
+                    {
                         Some(a) => a
                             .split(',')
-                            .map(|x| x.trim().parse().map_err(|_| e(format!("field {name}: ArrayDimensions={a:?}"))))
+                            .map(|x| {
+                                x.trim()
+                                    .parse()
+                                    .map_err(|_| e(format!("field {name}: ArrayDimensions={a:?}")))
+                            })
                             .collect::<Result<_, _>>()?,
                         None => Vec::new(),
                     };
                     let max_string_length = match f.attribute("MaxStringLength") {
-                        Some(v) => v.trim().parse().map_err(|_| e(format!("field {name}: MaxStringLength={v:?}")))?,
+                        Some(v) => v
+                            .trim()
+                            .parse()
+                            .map_err(|_| e(format!("field {name}: MaxStringLength={v:?}")))?,
                         None => 0,
                     };
                     fields.push(StructureField {
@@ -612,25 +800,41 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 } else {
                     StructureType::Structure
                 };
-                ExtensionObject::from_struct(&StructureDefinition { default_encoding_id, base_data_type, structure_type, fields })
+                ExtensionObject::from_struct(&StructureDefinition {
+                    default_encoding_id,
+                    base_data_type,
+                    structure_type,
+                    fields,
+                })
             } else {
                 let mut fields = Vec::new();
                 for f in elements(def).filter(|f| f.tag_name().name() == "Field") {
-                    let name = f.attribute("Name").ok_or_else(|| e("<Field> without Name".into()))?;
+                    let name = f
+                        .attribute("Name")
+                        .ok_or_else(|| e("<Field> without Name".into()))?;
                     let value: i64 = match f.attribute("Value") {
-                        Some(v) => v.trim().parse().map_err(|_| e(format!("field {name}: Value={v:?}")))?,
+                        Some(v) => v
+                            .trim()
+                            .parse()
+                            .map_err(|_| e(format!("field {name}: Value={v:?}")))?,
                         None => -1,
                     };
                     fields.push(EnumField {
                         value,
-                        display_name: child(f, "DisplayName").map(localized).unwrap_or_else(|| LocalizedText::new("", name)),
+                        display_name: child(f, "DisplayName")
+                            .map(localized)
+                            .unwrap_or_else(|| LocalizedText::new("", name)),
                         description: child(f, "Description").map(localized).unwrap_or_default(),
                         name: name.into(),
                     });
                 }
                 ExtensionObject::from_struct(&EnumDefinition { fields })
             };
-            if let Some(ClassAttributes::DataType { data_type_definition, .. }) = b.node_mut(&p.id).map(|n| &mut n.attributes) {
+            if let Some(ClassAttributes::DataType {
+                data_type_definition,
+                ..
+            }) = b.node_mut(&p.id).map(|n| &mut n.attributes)
+            {
                 *data_type_definition = Some(eo);
             }
         }
@@ -638,17 +842,34 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
     }
 
     /// Pass 3: values of Variables and VariableTypes.
-    fn add_values(&self, b: &mut AddressSpaceBuilder, pending: &[Pending]) -> Result<(), LoadError> {
+    fn add_values(
+        &self,
+        b: &mut AddressSpaceBuilder,
+        pending: &[Pending],
+    ) -> Result<(), LoadError> {
         let encodings = value::encoding_map(b);
         for p in pending {
-            let Some(v) = child(p.el, "Value") else { continue };
-            let conv = value::Converter { f: self, b, encodings: &encodings };
-            let variant = conv.value(v).map_err(|x| LoadError { node: Some(p.written.to_string()), ..x })?;
-            let Some(node) = b.node_mut(&p.id) else { continue };
+            let Some(v) = child(p.el, "Value") else {
+                continue;
+            };
+            let conv = value::Converter {
+                f: self,
+                b,
+                encodings: &encodings,
+            };
+            let variant = conv.value(v).map_err(|x| LoadError {
+                node: Some(p.written.to_string()),
+                ..x
+            })?;
+            let Some(node) = b.node_mut(&p.id) else {
+                continue;
+            };
             match &mut node.attributes {
                 ClassAttributes::Variable(va) => {
                     let fixed = match va.data_type.as_ns0() {
-                        Some(t) if va.value_rank == -1 && (1..=25).contains(&t) => BuiltinType::from_id(t as u8),
+                        Some(t) if va.value_rank == -1 && (1..=25).contains(&t) => {
+                            BuiltinType::from_id(t as u8)
+                        }
                         _ => None,
                     };
                     va.value = ValueSource::Cell(ValueCell::new(DataValue::new(variant), fixed));
@@ -663,7 +884,10 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
 
 /// `<DisplayName Locale="en">text</DisplayName>`.
 pub(crate) fn localized(n: XNode) -> LocalizedText {
-    LocalizedText { locale: n.attribute("Locale").unwrap_or("").into(), text: n.text().unwrap_or("").into() }
+    LocalizedText {
+        locale: n.attribute("Locale").unwrap_or("").into(),
+        text: n.text().unwrap_or("").into(),
+    }
 }
 
 /// An xs:dateTime (`2022-11-03T00:00:00Z`, optional fraction and offset) as OPC UA ticks.
@@ -671,23 +895,37 @@ pub(crate) fn parse_datetime(s: &str) -> Option<i64> {
     let s = s.trim();
     let (s, offset_s) = if let Some(x) = s.strip_suffix('Z') {
         (x, 0i64)
-    } else if s.len() > 6 && (s.as_bytes()[s.len() - 6] == b'+' || s.as_bytes()[s.len() - 6] == b'-') && s.contains('T') {
+    } else if s.len() > 6
+        && (s.as_bytes()[s.len() - 6] == b'+' || s.as_bytes()[s.len() - 6] == b'-')
+        && s.contains('T')
+    {
         let (body, off) = s.split_at(s.len() - 6);
         let sign = if off.starts_with('-') { -1 } else { 1 };
         let (h, m) = off[1..].split_once(':')?;
-        (body, sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60))
+        (
+            body,
+            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60),
+        )
     } else {
         (s, 0)
     };
     let (date, time) = s.split_once('T').unwrap_or((s, "00:00:00"));
     let mut d = date.split('-');
-    let (y, mo, da): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    let (y, mo, da): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
     if !(1..=12).contains(&mo) || !(1..=31).contains(&da) {
         return None;
     }
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
     let mut t = hms.split(':');
-    let (h, mi, se): (i64, i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    let (h, mi, se): (i64, i64, i64) = (
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+    );
     // Days from the civil date (Howard Hinnant's algorithm).
     let y2 = if mo <= 2 { y - 1 } else { y };
     let era = y2.div_euclid(400);
@@ -704,7 +942,9 @@ pub(crate) fn parse_datetime(s: &str) -> Option<i64> {
         f.push('0');
     }
     let frac_ticks: i64 = f.parse().ok()?;
-    let ticks = (unix + 11_644_473_600).checked_mul(10_000_000)?.checked_add(frac_ticks)?;
+    let ticks = (unix + 11_644_473_600)
+        .checked_mul(10_000_000)?
+        .checked_add(frac_ticks)?;
     Some(ticks.max(0))
 }
 

@@ -8,8 +8,8 @@ use roxmltree::Node as XNode;
 use uaring_core::address_space::{ids, AddressSpaceBuilder, ClassAttributes, NodeClass};
 use uaring_core::generated::types::{EnumDefinition, StructureDefinition, StructureType};
 use uaring_core::types::{
-    base64_decode, BuiltinType, ByteString, ExpandedNodeId, ExtensionObject, ExtensionObjectBody, Guid, LocalizedText,
-    NodeId, QualifiedName, StatusCode, UaString, Variant,
+    base64_decode, BuiltinType, ByteString, ExpandedNodeId, ExtensionObject, ExtensionObjectBody,
+    Guid, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant,
 };
 use uaring_core::{DecodeLimits, Encode};
 
@@ -30,7 +30,9 @@ pub(crate) fn supertype(b: &AddressSpaceBuilder, id: &NodeId) -> Option<NodeId> 
             b.nodes()
                 .find(|n| {
                     n.references.iter().any(|r| {
-                        r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) && r.target.as_local() == Some(id)
+                        r.is_forward
+                            && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE)
+                            && r.target.as_local() == Some(id)
                     })
                 })
                 .map(|n| n.node_id.clone())
@@ -79,7 +81,13 @@ enum Kind {
 }
 
 fn limits() -> DecodeLimits {
-    DecodeLimits { max_string_len: 1 << 20, max_byte_string_len: 1 << 20, max_array_len: 1 << 16, max_depth: 100, max_decoded_size: 64 << 20 }
+    DecodeLimits {
+        max_string_len: 1 << 20,
+        max_byte_string_len: 1 << 20,
+        max_array_len: 1 << 16,
+        max_depth: 100,
+        max_decoded_size: 64 << 20,
+    }
 }
 
 pub(crate) struct Converter<'c, 'a, 'i> {
@@ -95,20 +103,29 @@ impl Converter<'_, '_, '_> {
 
     /// A `<Value>` element: one child, `<Int32>`, `<ListOfString>`, `<ExtensionObject>`, ….
     pub(crate) fn value(&self, v: XNode) -> Result<Variant, LoadError> {
-        let Some(el) = elements(v).next() else { return Ok(Variant::Empty) };
+        let Some(el) = elements(v).next() else {
+            return Ok(Variant::Empty);
+        };
         let tag = el.tag_name().name();
         if let Some(item) = tag.strip_prefix("ListOf") {
-            let t = builtin(item).ok_or_else(|| self.err(el, format!("cannot convert a <{tag}> value")))?;
+            let t = builtin(item)
+                .ok_or_else(|| self.err(el, format!("cannot convert a <{tag}> value")))?;
             let mut items = Vec::new();
             for it in elements(el) {
                 if it.tag_name().name() != item {
                     return Err(self.err(it, format!("<{tag}> holds a <{}>", it.tag_name().name())));
                 }
-                items.push(if t == BuiltinType::Variant { self.variant_el(it, 0)? } else { self.scalar(t, Some(it), 0)? });
+                items.push(if t == BuiltinType::Variant {
+                    self.variant_el(it, 0)?
+                } else {
+                    self.scalar(t, Some(it), 0)?
+                });
             }
-            return Variant::array(t, items).ok_or_else(|| self.err(el, format!("<{tag}>: items of mixed types")));
+            return Variant::array(t, items)
+                .ok_or_else(|| self.err(el, format!("<{tag}>: items of mixed types")));
         }
-        let t = builtin(tag).ok_or_else(|| self.err(el, format!("cannot convert a <{tag}> value")))?;
+        let t =
+            builtin(tag).ok_or_else(|| self.err(el, format!("cannot convert a <{tag}> value")))?;
         if t == BuiltinType::Variant {
             return Err(self.err(el, "a scalar Variant cannot hold a Variant".into()));
         }
@@ -128,9 +145,20 @@ impl Converter<'_, '_, '_> {
 
     /// A scalar of built-in type `t` from its element (`None`: the type's null value).
     fn scalar(&self, t: BuiltinType, el: Option<XNode>, depth: u32) -> Result<Variant, LoadError> {
-        let Some(el) = el else { return Ok(default_scalar(t)) };
+        let Some(el) = el else {
+            return Ok(default_scalar(t));
+        };
         let tx = el.text().unwrap_or("").trim();
-        let bad = || self.err(el, format!("<{}>: cannot read {tx:?} as {}", el.tag_name().name(), t.name()));
+        let bad = || {
+            self.err(
+                el,
+                format!(
+                    "<{}>: cannot read {tx:?} as {}",
+                    el.tag_name().name(),
+                    t.name()
+                ),
+            )
+        };
         macro_rules! num {
             ($v:ident) => {
                 Variant::$v(tx.parse().map_err(|_| bad())?)
@@ -155,16 +183,26 @@ impl Converter<'_, '_, '_> {
             BuiltinType::String => Variant::String(UaString::from(el.text().unwrap_or(""))),
             BuiltinType::DateTime => Variant::DateTime(datetime(tx).ok_or_else(bad)?),
             BuiltinType::Guid => {
-                let s = child(el, "String").and_then(|s| s.text()).unwrap_or(tx).trim();
-                Variant::Guid(Guid::parse(s).ok_or_else(|| self.err(el, format!("bad Guid {s:?}")))?)
+                let s = child(el, "String")
+                    .and_then(|s| s.text())
+                    .unwrap_or(tx)
+                    .trim();
+                Variant::Guid(
+                    Guid::parse(s).ok_or_else(|| self.err(el, format!("bad Guid {s:?}")))?,
+                )
             }
-            BuiltinType::ByteString => {
-                Variant::ByteString(ByteString::from(base64_decode(tx).ok_or_else(|| self.err(el, "bad base64".into()))?))
-            }
+            BuiltinType::ByteString => Variant::ByteString(ByteString::from(
+                base64_decode(tx).ok_or_else(|| self.err(el, "bad base64".into()))?,
+            )),
             BuiltinType::NodeId => Variant::NodeId(Box::new(self.id_value(el)?)),
-            BuiltinType::ExpandedNodeId => Variant::ExpandedNodeId(Box::new(ExpandedNodeId::local(self.id_value(el)?))),
+            BuiltinType::ExpandedNodeId => {
+                Variant::ExpandedNodeId(Box::new(ExpandedNodeId::local(self.id_value(el)?)))
+            }
             BuiltinType::StatusCode => {
-                let c = child(el, "Code").and_then(|c| c.text()).unwrap_or("0").trim();
+                let c = child(el, "Code")
+                    .and_then(|c| c.text())
+                    .unwrap_or("0")
+                    .trim();
                 let code: u32 = if let Some(h) = c.strip_prefix("0x") {
                     u32::from_str_radix(h, 16).ok()
                 } else {
@@ -175,17 +213,28 @@ impl Converter<'_, '_, '_> {
             }
             BuiltinType::QualifiedName => {
                 let ns: u16 = match child(el, "NamespaceIndex").and_then(|c| c.text()) {
-                    Some(n) => n.trim().parse().map_err(|_| self.err(el, format!("bad NamespaceIndex {n:?}")))?,
+                    Some(n) => n
+                        .trim()
+                        .parse()
+                        .map_err(|_| self.err(el, format!("bad NamespaceIndex {n:?}")))?,
                     None => 0,
                 };
                 let name = child(el, "Name").and_then(|c| c.text()).unwrap_or("");
                 Variant::QualifiedName(Box::new(QualifiedName::new(self.f.ns(ns, el)?, name)))
             }
             BuiltinType::LocalizedText => Variant::LocalizedText(Box::new(LocalizedText {
-                locale: child(el, "Locale").and_then(|c| c.text()).unwrap_or("").into(),
-                text: child(el, "Text").and_then(|c| c.text()).unwrap_or("").into(),
+                locale: child(el, "Locale")
+                    .and_then(|c| c.text())
+                    .unwrap_or("")
+                    .into(),
+                text: child(el, "Text")
+                    .and_then(|c| c.text())
+                    .unwrap_or("")
+                    .into(),
             })),
-            BuiltinType::ExtensionObject => Variant::ExtensionObject(Box::new(self.extension_object(el, depth)?)),
+            BuiltinType::ExtensionObject => {
+                Variant::ExtensionObject(Box::new(self.extension_object(el, depth)?))
+            }
             BuiltinType::Variant => return self.variant_el(el, depth + 1),
             BuiltinType::XmlElement | BuiltinType::DataValue | BuiltinType::DiagnosticInfo => {
                 return Err(self.err(el, format!("{} values are not supported", t.name())))
@@ -216,21 +265,28 @@ impl Converter<'_, '_, '_> {
         };
         let dt = match self.b.node(&tid) {
             Some(n) if n.node_class == NodeClass::DataType => tid.clone(),
-            _ => self
-                .encodings
-                .get(&tid)
-                .cloned()
-                .ok_or_else(|| self.err(el, format!("ExtensionObject TypeId {tid} is no known DataType or encoding")))?,
+            _ => self.encodings.get(&tid).cloned().ok_or_else(|| {
+                self.err(
+                    el,
+                    format!("ExtensionObject TypeId {tid} is no known DataType or encoding"),
+                )
+            })?,
         };
         let Kind::Struct(def) = self.kind(&dt, el)? else {
-            return Err(self.err(el, format!("ExtensionObject of {dt}, which is not a structure")));
+            return Err(self.err(
+                el,
+                format!("ExtensionObject of {dt}, which is not a structure"),
+            ));
         };
         if def.default_encoding_id.is_null() {
             return Err(self.err(el, format!("structure {dt} has no Default Binary encoding")));
         }
         let mut out = Vec::new();
         self.struct_body(&def, body, &mut out, depth + 1)?;
-        Ok(ExtensionObject { type_id: def.default_encoding_id.clone(), body: ExtensionObjectBody::Binary(out) })
+        Ok(ExtensionObject {
+            type_id: def.default_encoding_id.clone(),
+            body: ExtensionObjectBody::Binary(out),
+        })
     }
 
     /// How `dt` is encoded: its built-in type, its structure definition, or an enumeration.
@@ -239,16 +295,27 @@ impl Converter<'_, '_, '_> {
         for _ in 0..MAX_DEPTH {
             if let Some(t) = cur.as_ns0() {
                 if (1..=25).contains(&t) {
-                    return Ok(Kind::Builtin(BuiltinType::from_id(t as u8).expect("1..=25")));
+                    return Ok(Kind::Builtin(
+                        BuiltinType::from_id(t as u8).expect("1..=25"),
+                    ));
                 }
                 if t == ids::ENUMERATION {
                     return Ok(Kind::Enum);
                 }
             }
-            let n = self.b.node(&cur).ok_or_else(|| self.err(at, format!("DataType {cur} does not exist")))?;
-            if let ClassAttributes::DataType { data_type_definition: Some(d), .. } = &n.attributes {
+            let n = self
+                .b
+                .node(&cur)
+                .ok_or_else(|| self.err(at, format!("DataType {cur} does not exist")))?;
+            if let ClassAttributes::DataType {
+                data_type_definition: Some(d),
+                ..
+            } = &n.attributes
+            {
                 if let Some(s) = d.decode_as::<StructureDefinition>(limits()) {
-                    return s.map(Kind::Struct).map_err(|e| self.err(at, format!("DataTypeDefinition of {cur}: {e}")));
+                    return s
+                        .map(Kind::Struct)
+                        .map_err(|e| self.err(at, format!("DataTypeDefinition of {cur}: {e}")));
                 }
                 if d.decode_as::<EnumDefinition>(limits()).is_some()
                     && is_subtype(self.b, &cur, &NodeId::ns0(ids::ENUMERATION))
@@ -256,19 +323,29 @@ impl Converter<'_, '_, '_> {
                     return Ok(Kind::Enum);
                 }
             }
-            cur = supertype(self.b, &cur).ok_or_else(|| self.err(at, format!("cannot tell how DataType {dt} is encoded")))?;
+            cur = supertype(self.b, &cur)
+                .ok_or_else(|| self.err(at, format!("cannot tell how DataType {dt} is encoded")))?;
         }
         Err(self.err(at, format!("DataType {dt}: supertype chain too long")))
     }
 
-    fn struct_body(&self, def: &StructureDefinition, el: XNode, out: &mut Vec<u8>, depth: u32) -> Result<(), LoadError> {
+    fn struct_body(
+        &self,
+        def: &StructureDefinition,
+        el: XNode,
+        out: &mut Vec<u8>,
+        depth: u32,
+    ) -> Result<(), LoadError> {
         if depth > MAX_DEPTH {
             return Err(self.err(el, "values nested too deep".into()));
         }
         let name = el.tag_name().name();
         for c in elements(el) {
             let cn = c.tag_name().name();
-            if cn != "SwitchField" && cn != "EncodingMask" && !def.fields.iter().any(|f| f.name.as_str() == cn) {
+            if cn != "SwitchField"
+                && cn != "EncodingMask"
+                && !def.fields.iter().any(|f| f.name.as_str() == cn)
+            {
                 return Err(self.err(c, format!("structure {name} has no field {cn}")));
             }
         }
@@ -299,7 +376,12 @@ impl Converter<'_, '_, '_> {
                 }
             }
             StructureType::Union => {
-                match def.fields.iter().enumerate().find(|(_, f)| field_el(f.name.as_str()).is_some()) {
+                match def
+                    .fields
+                    .iter()
+                    .enumerate()
+                    .find(|(_, f)| field_el(f.name.as_str()).is_some())
+                {
                     Some((i, f)) => {
                         (i as u32 + 1).encode(out);
                         self.field(f, field_el(f.name.as_str()), out, depth)?;
@@ -307,7 +389,15 @@ impl Converter<'_, '_, '_> {
                     None => 0u32.encode(out),
                 }
             }
-            other => return Err(self.err(el, format!("structure {name}: StructureType {} is not supported", other.0))),
+            other => {
+                return Err(self.err(
+                    el,
+                    format!(
+                        "structure {name}: StructureType {} is not supported",
+                        other.0
+                    ),
+                ))
+            }
         }
         Ok(())
     }
@@ -336,7 +426,13 @@ impl Converter<'_, '_, '_> {
         }
     }
 
-    fn field_scalar(&self, dt: &NodeId, el: Option<XNode>, out: &mut Vec<u8>, depth: u32) -> Result<(), LoadError> {
+    fn field_scalar(
+        &self,
+        dt: &NodeId,
+        el: Option<XNode>,
+        out: &mut Vec<u8>,
+        depth: u32,
+    ) -> Result<(), LoadError> {
         let at = el.unwrap_or_else(|| self.f.root());
         match self.kind(dt, at)? {
             Kind::Builtin(BuiltinType::Variant) => {

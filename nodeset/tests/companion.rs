@@ -18,7 +18,10 @@ fn dir() -> PathBuf {
 }
 
 fn now() -> Now {
-    Now { mono_ns: 1, utc: uaring_core::types::DateTime(133_000_000_000_000_000) }
+    Now {
+        mono_ns: 1,
+        utc: uaring_core::types::DateTime(133_000_000_000_000_000),
+    }
 }
 
 fn build(files: &[PathBuf]) -> Result<(AddressSpace, Vec<ModelInfo>), String> {
@@ -31,7 +34,13 @@ fn build(files: &[PathBuf]) -> Result<(AddressSpace, Vec<ModelInfo>), String> {
 }
 
 fn build_text(texts: &[(&str, String)]) -> Result<AddressSpace, LoadError> {
-    let sources: Vec<Source> = texts.iter().map(|(p, t)| Source { path: p.into(), text: t.clone() }).collect();
+    let sources: Vec<Source> = texts
+        .iter()
+        .map(|(p, t)| Source {
+            path: p.into(),
+            text: t.clone(),
+        })
+        .collect();
     let mut err = None;
     let r = build_with(&ServerConfig::default(), now(), &mut |b| {
         load_sources(b, &sources).map_err(|e| {
@@ -49,14 +58,24 @@ fn build_text(texts: &[(&str, String)]) -> Result<AddressSpace, LoadError> {
 
 fn di_machinery() -> (AddressSpace, Vec<ModelInfo>) {
     // Given in the wrong order on purpose: the loader orders by RequiredModel.
-    build(&[dir().join("Opc.Ua.Machinery.NodeSet2.xml"), dir().join("Opc.Ua.Di.NodeSet2.xml")]).unwrap()
+    build(&[
+        dir().join("Opc.Ua.Machinery.NodeSet2.xml"),
+        dir().join("Opc.Ua.Di.NodeSet2.xml"),
+    ])
+    .unwrap()
 }
 
 #[test]
 fn di_and_machinery_load_with_namespaces_remapped() {
     let (a, infos) = di_machinery();
     let ns = a.namespace_uris();
-    assert_eq!(&ns[..2], &["http://opcfoundation.org/UA/".to_string(), "urn:uaring:server".to_string()]);
+    assert_eq!(
+        &ns[..2],
+        &[
+            "http://opcfoundation.org/UA/".to_string(),
+            "urn:uaring:server".to_string()
+        ]
+    );
     let di = a.namespace_index(DI).unwrap();
     let ma = a.namespace_index(MACHINERY).unwrap();
     assert!(di >= 2 && ma >= 2 && di != ma);
@@ -66,27 +85,48 @@ fn di_and_machinery_load_with_namespaces_remapped() {
     assert!(infos[0].nodes > 400 && infos[1].nodes > 100, "{infos:?}");
 
     // NamespaceArray of the Server object lists them.
-    let arr = a.node(&NodeId::ns0(2255)).and_then(|n| n.value_cell()).unwrap().load().value;
-    let Variant::Array(arr) = arr else { panic!("{arr:?}") };
+    let arr = a
+        .node(&NodeId::ns0(2255))
+        .and_then(|n| n.value_cell())
+        .unwrap()
+        .load()
+        .value;
+    let Variant::Array(arr) = arr else {
+        panic!("{arr:?}")
+    };
     assert_eq!(arr.values.len(), ns.len());
 
     // DeviceSet (DI i=5001) is organized under Objects.
     let device_set = NodeId::numeric(di, 5001);
     let n = a.node(&device_set).unwrap();
     assert_eq!(n.browse_name, QualifiedName::new(di, "DeviceSet"));
-    assert!(a.node(&NodeId::ns0(85)).unwrap().references.iter().any(|r| r.is_forward && r.target.as_local() == Some(&device_set)));
+    assert!(a
+        .node(&NodeId::ns0(85))
+        .unwrap()
+        .references
+        .iter()
+        .any(|r| r.is_forward && r.target.as_local() == Some(&device_set)));
     // Machines (Machinery i=1001) too; its type is a Machinery type in Machinery's namespace.
     let machines = NodeId::numeric(ma, 1001);
-    assert_eq!(a.node(&machines).unwrap().browse_name.name.as_str(), "Machines");
+    assert_eq!(
+        a.node(&machines).unwrap().browse_name.name.as_str(),
+        "Machines"
+    );
     let topology = NodeId::numeric(di, 1001); // DI TopologyElementType
     let device = NodeId::numeric(di, 1002); // DI DeviceType
     assert!(a.is_subtype_of(&device, &topology));
     let component = NodeId::numeric(di, 15063); // DI ComponentType
-    assert!(a.is_subtype_of(&device, &component), "DeviceType derives from ComponentType");
+    assert!(
+        a.is_subtype_of(&device, &component),
+        "DeviceType derives from ComponentType"
+    );
     // Machinery's file says ns=2 for DI: remapped to where DI landed. IMachineTagNameplateType
     // (Machinery i=1011) derives from DI's ITagNameplateType (i=15048), across the two files.
     assert!(a.is_subtype_of(&NodeId::numeric(ma, 1011), &NodeId::numeric(di, 15048)));
-    assert!(a.is_subtype_of(&NodeId::numeric(ma, 1011), &NodeId::ns0(58)), "down to BaseObjectType");
+    assert!(
+        a.is_subtype_of(&NodeId::numeric(ma, 1011), &NodeId::ns0(58)),
+        "down to BaseObjectType"
+    );
 }
 
 #[test]
@@ -101,10 +141,17 @@ fn variables_have_value_cells_and_structures_convert() {
             continue;
         }
         let v = n.value_cell().expect("a value cell").load().value;
-        let Variant::Array(arr) = v else { panic!("{v:?}") };
+        let Variant::Array(arr) = v else {
+            panic!("{v:?}")
+        };
         for item in &arr.values {
-            let Variant::ExtensionObject(eo) = item else { panic!("{item:?}") };
-            let arg: Argument = eo.decode_as::<Argument>(DecodeLimits::default()).expect("Argument binary").unwrap();
+            let Variant::ExtensionObject(eo) = item else {
+                panic!("{item:?}")
+            };
+            let arg: Argument = eo
+                .decode_as::<Argument>(DecodeLimits::default())
+                .expect("Argument binary")
+                .unwrap();
             assert!(!arg.name.as_str().is_empty());
             assert!(!arg.data_type.is_null());
             checked += 1;
@@ -114,13 +161,34 @@ fn variables_have_value_cells_and_structures_convert() {
     // A DataType of DI with its StructureDefinition (FetchResultDataType i=6522 is abstract; use
     // TransferResultDataDataType i=15889).
     let dt = a.node(&NodeId::numeric(di, 15889)).unwrap();
-    let ClassAttributes::DataType { data_type_definition: Some(d), .. } = &dt.attributes else { panic!() };
+    let ClassAttributes::DataType {
+        data_type_definition: Some(d),
+        ..
+    } = &dt.attributes
+    else {
+        panic!()
+    };
     let sd: StructureDefinition = d.decode_as(DecodeLimits::default()).unwrap().unwrap();
-    assert_eq!(sd.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["SequenceNumber", "EndOfResults", "ParameterDefs"]);
+    assert_eq!(
+        sd.fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect::<Vec<_>>(),
+        ["SequenceNumber", "EndOfResults", "ParameterDefs"]
+    );
     assert!(!sd.default_encoding_id.is_null());
     // Methods are not advertised as executable (the server does not implement them).
-    let m = a.nodes().find(|n| n.node_id.namespace == di && n.node_class == NodeClass::Method).unwrap();
-    assert!(matches!(m.attributes, ClassAttributes::Method { executable: false, user_executable: false }));
+    let m = a
+        .nodes()
+        .find(|n| n.node_id.namespace == di && n.node_class == NodeClass::Method)
+        .unwrap();
+    assert!(matches!(
+        m.attributes,
+        ClassAttributes::Method {
+            executable: false,
+            user_executable: false
+        }
+    ));
 }
 
 fn di_text() -> String {
@@ -131,9 +199,17 @@ fn di_text() -> String {
 fn missing_required_model_is_an_error_naming_the_line() {
     let text = std::fs::read_to_string(dir().join("Opc.Ua.Machinery.NodeSet2.xml")).unwrap();
     let e = build_text(&[("machinery.xml", text.clone())]).unwrap_err();
-    let line = text.lines().position(|l| l.contains("RequiredModel ModelUri=\"http://opcfoundation.org/UA/DI/\"")).unwrap() + 1;
+    let line = text
+        .lines()
+        .position(|l| l.contains("RequiredModel ModelUri=\"http://opcfoundation.org/UA/DI/\""))
+        .unwrap()
+        + 1;
     assert_eq!(e.line as usize, line, "{e}");
-    assert!(e.to_string().starts_with(&format!("machinery.xml:{line}: ")), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with(&format!("machinery.xml:{line}: ")),
+        "{e}"
+    );
     assert!(e.message.contains(DI), "{e}");
 }
 
@@ -145,7 +221,10 @@ fn newer_required_version_is_an_error() {
     );
     assert_ne!(text, di_text());
     let e = build_text(&[("di.xml", text)]).unwrap_err();
-    assert!(e.message.contains("1.06.00") && e.message.contains("1.05.03"), "{e}");
+    assert!(
+        e.message.contains("1.06.00") && e.message.contains("1.05.03"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -160,16 +239,27 @@ fn broken_files_name_file_line_and_node() {
     let e = build_text(&[("di.xml", text)]).unwrap_err();
     assert_eq!(e.line as usize, line, "{e}");
     assert_eq!(e.node.as_deref(), Some("ns=1;i=5001"), "{e}");
-    assert!(e.message.contains("i=999999") && e.message.contains("does not exist"), "{e}");
+    assert!(
+        e.message.contains("i=999999") && e.message.contains("does not exist"),
+        "{e}"
+    );
 
     // Not well-formed XML.
-    let text = di_text().replacen("<DisplayName>DeviceSet</DisplayName>", "<DisplayName>DeviceSet</Display>", 1);
+    let text = di_text().replacen(
+        "<DisplayName>DeviceSet</DisplayName>",
+        "<DisplayName>DeviceSet</Display>",
+        1,
+    );
     let e = build_text(&[("di.xml", text)]).unwrap_err();
     assert!(e.message.contains("not well-formed"), "{e}");
     assert!(e.line > 30, "{e}");
 
     // A value that is not what its element says.
-    let text = di_text().replacen("<ValueRank>-1</ValueRank>", "<ValueRank>minus one</ValueRank>", 1);
+    let text = di_text().replacen(
+        "<ValueRank>-1</ValueRank>",
+        "<ValueRank>minus one</ValueRank>",
+        1,
+    );
     let e = build_text(&[("di.xml", text)]).unwrap_err();
     assert!(e.message.contains("minus one") && e.node.is_some(), "{e}");
 
@@ -180,8 +270,26 @@ fn broken_files_name_file_line_and_node() {
 
 #[test]
 fn builtin_namespace0_version_matches_the_vendored_nodeset() {
-    let spec = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../codegen/spec/Opc.Ua.NodeSet2.xml")).unwrap();
-    let model = spec.lines().find(|l| l.contains("<Model ModelUri=\"http://opcfoundation.org/UA/\"")).unwrap();
-    assert!(model.contains(&format!("Version=\"{}\"", uaring_nodeset::NS0_MODEL_VERSION)), "{model}");
-    assert!(model.contains(&format!("PublicationDate=\"{}\"", uaring_nodeset::NS0_PUBLICATION_DATE)), "{model}");
+    let spec = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../codegen/spec/Opc.Ua.NodeSet2.xml"),
+    )
+    .unwrap();
+    let model = spec
+        .lines()
+        .find(|l| l.contains("<Model ModelUri=\"http://opcfoundation.org/UA/\""))
+        .unwrap();
+    assert!(
+        model.contains(&format!(
+            "Version=\"{}\"",
+            uaring_nodeset::NS0_MODEL_VERSION
+        )),
+        "{model}"
+    );
+    assert!(
+        model.contains(&format!(
+            "PublicationDate=\"{}\"",
+            uaring_nodeset::NS0_PUBLICATION_DATE
+        )),
+        "{model}"
+    );
 }

@@ -17,13 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use uaring_harness::blocking::Client;
+use uaring::runtime::{self, RuntimeOptions};
+use uaring::{server, Distribution, IoBackend, LoopConfig};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::shard::channel_shard;
 use uaring_core::{ExtensionObject, NodeId};
-use uaring::runtime::{self, RuntimeOptions};
-use uaring::{server, Distribution, IoBackend, LoopConfig};
+use uaring_harness::blocking::Client;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -49,7 +49,9 @@ fn start(backend: IoBackend) -> runtime::Running {
 fn activate(c: &mut Client) {
     let r = c
         .call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: "anonymous".into(),
+            }),
             ..Default::default()
         })))
         .expect("ActivateSession");
@@ -70,13 +72,22 @@ fn sessions(url: &str) -> [NodeId; 2] {
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("session_move");
-    g.sample_size(30).measurement_time(Duration::from_secs(6)).warm_up_time(Duration::from_secs(1));
+    g.sample_size(30)
+        .measurement_time(Duration::from_secs(6))
+        .warm_up_time(Duration::from_secs(1));
     for (name, backend) in [("uring", IoBackend::Uring), ("epoll", IoBackend::Epoll)] {
         let running = start(backend);
         let url = format!("opc.tcp://{}", running.local_addr);
         let tokens = sessions(&url);
         for moved in [false, true] {
-            let label = format!("{name}/{}", if moved { "activate_moved" } else { "activate_local" });
+            let label = format!(
+                "{name}/{}",
+                if moved {
+                    "activate_moved"
+                } else {
+                    "activate_local"
+                }
+            );
             g.bench_function(label, |b| {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
@@ -84,7 +95,9 @@ fn bench(c: &mut Criterion) {
                         let mut client = Client::connect(&url, T).expect("connect");
                         let shard = channel_shard(client.connection().channel_id());
                         let owner = if moved { 1 - shard } else { shard };
-                        client.connection().set_authentication_token(tokens[owner].clone());
+                        client
+                            .connection()
+                            .set_authentication_token(tokens[owner].clone());
                         let t = Instant::now();
                         activate(&mut client);
                         total += t.elapsed();

@@ -12,7 +12,8 @@ fn main() -> Result<(), uaring::Error> {
     };
     let mut builder = Server::builder().listen(&listen);
     let ns = builder.namespace("urn:uaring:example:minimal");
-    let temperature = builder.add_variable(VariableDef::new(ns.id("Temperature"), "Temperature", 20.0));
+    let temperature =
+        builder.add_variable(VariableDef::new(ns.id("Temperature"), "Temperature", 20.0));
     let server = builder.start()?;
     server.print_listening();
     std::thread::spawn(move || {

@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 
 use uaring::{
-    objects_folder, AlarmDef, ArgDef, AsyncRead, AsyncWrite, BuiltinType, ConditionAction, DataValue, EventDef,
-    MethodDef, NodeRef, ObjectDef, Server, StatusCode, Variant, VariableDef,
+    objects_folder, AlarmDef, ArgDef, AsyncRead, AsyncWrite, BuiltinType, ConditionAction,
+    DataValue, EventDef, MethodDef, NodeRef, ObjectDef, Server, StatusCode, VariableDef, Variant,
 };
 
 /// A request to the simulated device, with the time it was made.
@@ -51,9 +51,15 @@ fn device(jobs: Receiver<DeviceJob>) {
         let made = match &job {
             DeviceJob::Read(_, t) | DeviceJob::Write(_, _, t) => *t,
         };
-        std::thread::sleep((made + Duration::from_millis(50)).saturating_duration_since(Instant::now()));
+        std::thread::sleep(
+            (made + Duration::from_millis(50)).saturating_duration_since(Instant::now()),
+        );
         match job {
-            DeviceJob::Read(r, _) => r.complete(DataValue { value: Variant::Double(current), source_timestamp: None, ..Default::default() }),
+            DeviceJob::Read(r, _) => r.complete(DataValue {
+                value: Variant::Double(current),
+                source_timestamp: None,
+                ..Default::default()
+            }),
             DeviceJob::Write(x, w, _) if x < 0.0 => w.complete(StatusCode::BadOutOfRange),
             DeviceJob::Write(x, w, _) => {
                 current = x;
@@ -73,7 +79,14 @@ struct Args {
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { config: None, listen: "127.0.0.1:4840".into(), variables: 100, rate_hz: 1.0, pki: None, shards: None };
+    let mut a = Args {
+        config: None,
+        listen: "127.0.0.1:4840".into(),
+        variables: 100,
+        rate_hz: 1.0,
+        pki: None,
+        shards: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().ok_or_else(|| format!("{k} needs a value"));
@@ -123,26 +136,46 @@ fn run(a: Args) -> Result<(), uaring::Error> {
         b = b.shards(n);
     }
     let ns = b.namespace("urn:uaring:example:plant");
-    let plant = b.add_object(ObjectDef::folder(ns.id("Plant"), "Plant").organized_by(&objects_folder()).event_notifier(true));
+    let plant = b.add_object(
+        ObjectDef::folder(ns.id("Plant"), "Plant")
+            .organized_by(&objects_folder())
+            .event_notifier(true),
+    );
     let sensors: Vec<_> = (0..a.variables)
-        .map(|i| b.add_variable(VariableDef::new(ns.id(&format!("Plant.V{i}")), &format!("V{i}"), 0.0).organized_by(&plant)))
+        .map(|i| {
+            b.add_variable(
+                VariableDef::new(ns.id(&format!("Plant.V{i}")), &format!("V{i}"), 0.0)
+                    .organized_by(&plant),
+            )
+        })
         .collect();
-    let acks = b.add_variable(VariableDef::new(ns.id("Plant.AlarmAcks"), "AlarmAcks", 0u32).component_of(&plant));
-    let last_comment = b.add_variable(VariableDef::new(ns.id("Plant.AlarmLastComment"), "AlarmLastComment", "").component_of(&plant));
+    let acks = b.add_variable(
+        VariableDef::new(ns.id("Plant.AlarmAcks"), "AlarmAcks", 0u32).component_of(&plant),
+    );
+    let last_comment = b.add_variable(
+        VariableDef::new(ns.id("Plant.AlarmLastComment"), "AlarmLastComment", "")
+            .component_of(&plant),
+    );
     let acked = Arc::new(AtomicU64::new(0));
-    let alarm = b.add_alarm(AlarmDef::new(ns.id("Plant.HighSetpoint"), "HighSetpoint", &plant).on_action(move |a| {
-        if a.action == ConditionAction::Acknowledge {
-            let n = acked.fetch_add(1, Ordering::Relaxed) + 1;
-            let _ = acks.set(n as u32);
-            let _ = last_comment.set(a.comment.text.as_str());
-        }
-    }));
+    let alarm = b.add_alarm(
+        AlarmDef::new(ns.id("Plant.HighSetpoint"), "HighSetpoint", &plant).on_action(move |a| {
+            if a.action == ConditionAction::Acknowledge {
+                let n = acked.fetch_add(1, Ordering::Relaxed) + 1;
+                let _ = acks.set(n as u32);
+                let _ = last_comment.set(a.comment.text.as_str());
+            }
+        }),
+    );
     b.add_variable(
         VariableDef::new(ns.id("Plant.Setpoint"), "Setpoint", 50.0)
             .component_of(&plant)
             .on_write(move |w| match w.value.value {
                 Variant::Double(x) if (0.0..=100.0).contains(&x) => {
-                    let _ = alarm.set_active(x > 90.0, if x > 90.0 { 800 } else { 100 }, &format!("setpoint {x}"));
+                    let _ = alarm.set_active(
+                        x > 90.0,
+                        if x > 90.0 { 800 } else { 100 },
+                        &format!("setpoint {x}"),
+                    );
                     Ok(())
                 }
                 _ => Err(StatusCode::BadOutOfRange),
@@ -152,11 +185,16 @@ fn run(a: Args) -> Result<(), uaring::Error> {
     let baseline = Arc::new(AtomicU64::new(0));
     let (p, base) = (pushes.clone(), baseline.clone());
     b.add_variable(
-        VariableDef::computed(ns.id("Plant.Pushes"), "Pushes", BuiltinType::UInt64, move |now| DataValue {
-            value: Variant::UInt64(p.load(Ordering::Relaxed) - base.load(Ordering::Relaxed)),
-            source_timestamp: Some(now.utc),
-            ..Default::default()
-        })
+        VariableDef::computed(
+            ns.id("Plant.Pushes"),
+            "Pushes",
+            BuiltinType::UInt64,
+            move |now| DataValue {
+                value: Variant::UInt64(p.load(Ordering::Relaxed) - base.load(Ordering::Relaxed)),
+                source_timestamp: Some(now.utc),
+                ..Default::default()
+            },
+        )
         .component_of(&plant),
     );
     let events = b.events();
@@ -165,21 +203,35 @@ fn run(a: Args) -> Result<(), uaring::Error> {
         MethodDef::new(ns.id("Plant.Reset"), "Reset", &plant, move |_call| {
             let now = p.load(Ordering::Relaxed);
             let before = now - base.swap(now, Ordering::Relaxed);
-            let _ = events.raise(EventDef::new(NodeRef::ns0(2041), &source, "plant reset", 500));
+            let _ = events.raise(EventDef::new(
+                NodeRef::ns0(2041),
+                &source,
+                "plant reset",
+                500,
+            ));
             Ok(vec![Variant::UInt64(before)])
         })
-        .output(ArgDef::scalar("Pushes", BuiltinType::UInt64).describe("pushes since the last reset")),
+        .output(
+            ArgDef::scalar("Pushes", BuiltinType::UInt64).describe("pushes since the last reset"),
+        ),
     );
     let (jobs, device_jobs) = sync_channel::<DeviceJob>(1024);
     let reads = jobs.clone();
     b.add_variable(
-        VariableDef::asynchronous(ns.id("Plant.Device"), "Device", BuiltinType::Double, move |r: AsyncRead| {
-            if let Err(TrySendError::Full(DeviceJob::Read(r, _)) | TrySendError::Disconnected(DeviceJob::Read(r, _))) =
-                reads.try_send(DeviceJob::Read(r, Instant::now()))
-            {
-                r.fail(StatusCode::BadResourceUnavailable);
-            }
-        })
+        VariableDef::asynchronous(
+            ns.id("Plant.Device"),
+            "Device",
+            BuiltinType::Double,
+            move |r: AsyncRead| {
+                if let Err(
+                    TrySendError::Full(DeviceJob::Read(r, _))
+                    | TrySendError::Disconnected(DeviceJob::Read(r, _)),
+                ) = reads.try_send(DeviceJob::Read(r, Instant::now()))
+                {
+                    r.fail(StatusCode::BadResourceUnavailable);
+                }
+            },
+        )
         .component_of(&plant)
         .timeout_ms(1_000),
     );
@@ -190,8 +242,10 @@ fn run(a: Args) -> Result<(), uaring::Error> {
                 let Variant::Double(x) = w.value.value else {
                     return done.complete(StatusCode::BadTypeMismatch);
                 };
-                if let Err(TrySendError::Full(DeviceJob::Write(_, d, _)) | TrySendError::Disconnected(DeviceJob::Write(_, d, _))) =
-                    jobs.try_send(DeviceJob::Write(x, done, Instant::now()))
+                if let Err(
+                    TrySendError::Full(DeviceJob::Write(_, d, _))
+                    | TrySendError::Disconnected(DeviceJob::Write(_, d, _)),
+                ) = jobs.try_send(DeviceJob::Write(x, done, Instant::now()))
                 {
                     d.complete(StatusCode::BadResourceUnavailable);
                 }
@@ -200,24 +254,46 @@ fn run(a: Args) -> Result<(), uaring::Error> {
     );
     let workers = b.workers()?;
     b.add_method(
-        MethodDef::on_pool(ns.id("Plant.Calibrate"), "Calibrate", &plant, 10_000, &workers, |call| {
-            let Some(Variant::Double(s)) = call.inputs.first() else { return Err(StatusCode::BadInvalidArgument) };
-            let s = s.clamp(0.0, 5.0);
-            std::thread::sleep(Duration::from_secs_f64(s));
-            Ok(vec![Variant::Double(s)])
-        })
+        MethodDef::on_pool(
+            ns.id("Plant.Calibrate"),
+            "Calibrate",
+            &plant,
+            10_000,
+            &workers,
+            |call| {
+                let Some(Variant::Double(s)) = call.inputs.first() else {
+                    return Err(StatusCode::BadInvalidArgument);
+                };
+                let s = s.clamp(0.0, 5.0);
+                std::thread::sleep(Duration::from_secs_f64(s));
+                Ok(vec![Variant::Double(s)])
+            },
+        )
         .input(ArgDef::scalar("Seconds", BuiltinType::Double))
         .output(ArgDef::scalar("Seconds", BuiltinType::Double)),
     );
-    let burst = b.add_variable(VariableDef::new(ns.id("Plant.BurstValue"), "BurstValue", 0.0).component_of(&plant));
+    let burst = b.add_variable(
+        VariableDef::new(ns.id("Plant.BurstValue"), "BurstValue", 0.0).component_of(&plant),
+    );
     b.add_method(
-        MethodDef::on_pool(ns.id("Plant.Burst"), "Burst", &plant, 10_000, &workers, move |call| {
-            let Some(Variant::UInt32(n)) = call.inputs.first() else { return Err(StatusCode::BadInvalidArgument) };
-            for k in 1..=(*n).min(100_000) {
-                burst.set(k as f64).map_err(|_| StatusCode::BadInternalError)?;
-            }
-            Ok(vec![])
-        })
+        MethodDef::on_pool(
+            ns.id("Plant.Burst"),
+            "Burst",
+            &plant,
+            10_000,
+            &workers,
+            move |call| {
+                let Some(Variant::UInt32(n)) = call.inputs.first() else {
+                    return Err(StatusCode::BadInvalidArgument);
+                };
+                for k in 1..=(*n).min(100_000) {
+                    burst
+                        .set(k as f64)
+                        .map_err(|_| StatusCode::BadInternalError)?;
+                }
+                Ok(vec![])
+            },
+        )
         .input(ArgDef::scalar("Count", BuiltinType::UInt32)),
     );
     std::thread::Builder::new()

@@ -17,7 +17,9 @@ use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
 use crate::config::{FileConfig, IoBackend};
 use crate::error::Error;
-use crate::nodes::{Alarm, AlarmDef, Binding, Def, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
+use crate::nodes::{
+    Alarm, AlarmDef, Binding, Def, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef,
+};
 use crate::runtime::{self, RuntimeOptions};
 use crate::{server, stats};
 
@@ -87,7 +89,9 @@ impl ServerBuilder {
         let path = path.as_ref();
         self.file = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))
-            .and_then(|t| FileConfig::parse(&t).map_err(|e| Error::Config(format!("{}: {e}", path.display()))));
+            .and_then(|t| {
+                FileConfig::parse(&t).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+            });
         self.config_path = Some(path.to_path_buf());
         self
     }
@@ -170,7 +174,10 @@ impl ServerBuilder {
     pub fn set(self, section: &str, key: &str, value: toml::Value) -> Self {
         let (section, key) = (section.to_string(), key.to_string());
         self.edit(move |f| {
-            let t = f.server.entry(section).or_insert_with(|| toml::Value::Table(Default::default()));
+            let t = f
+                .server
+                .entry(section)
+                .or_insert_with(|| toml::Value::Table(Default::default()));
             if let Some(t) = t.as_table_mut() {
                 t.insert(key, value);
             }
@@ -240,7 +247,11 @@ impl ServerBuilder {
 
     /// Adds a forward reference `from → to` of type `reference_type` (its inverse is added too).
     pub fn add_reference(&mut self, from: &NodeRef, reference_type: NodeRef, to: &NodeRef) {
-        self.defs.push(Def::Reference { from: from.clone(), reference_type, to: to.clone() });
+        self.defs.push(Def::Reference {
+            from: from.clone(),
+            reference_type,
+            to: to.clone(),
+        });
     }
 
     /// Builds the address space, sets up security and starts the shards. Returns once every
@@ -255,19 +266,31 @@ impl ServerBuilder {
     }
 
     fn start_masked(self) -> Result<ServerHandle, Error> {
-        let ServerBuilder { file, config_path, contract, pki, accept_all_client_certs, nodesets, defs, events, .. } = self;
+        let ServerBuilder {
+            file,
+            config_path,
+            contract,
+            pki,
+            accept_all_client_certs,
+            nodesets,
+            defs,
+            events,
+            ..
+        } = self;
         let mut file = file?;
         file.runtime.validate().map_err(Error::Config)?;
         let listen = resolve_listen(&file.runtime.listen)?;
         let (cpus, cpu_desc) = resolve_cpus(&file.runtime.cpus)?;
-        let (sec_config, users) = crate::security::take_config(&mut file.server).map_err(Error::Config)?;
+        let (sec_config, users) =
+            crate::security::take_config(&mut file.server).map_err(Error::Config)?;
         let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
         let mut bound = Vec::new();
         let mut alarms = Vec::new();
         let mut defs = defs;
         let setup = server::build_with(&file.server, contract, &nodesets, &mut |b| {
             for d in defs.drain(..) {
-                d.build(b, &mut bound, &mut alarms).map_err(|e| e.to_string())?;
+                d.build(b, &mut bound, &mut alarms)
+                    .map_err(|e| e.to_string())?;
             }
             Ok(())
         })
@@ -282,7 +305,11 @@ impl ServerBuilder {
             alarm.bind(&setup.shared, &id)?;
         }
         let _ = events.shared.set(setup.shared.clone());
-        let sec_args = crate::security::SecurityArgs { pki, accept_all_client_certs, contract };
+        let sec_args = crate::security::SecurityArgs {
+            pki,
+            accept_all_client_certs,
+            contract,
+        };
         let app = &setup.shared.config.application;
         let security = crate::security::build(
             sec_config,
@@ -300,19 +327,31 @@ impl ServerBuilder {
         let helper_cpus = if handshake.cpus.is_empty() {
             Vec::new()
         } else {
-            resolve_cpus(&handshake.cpus).map_err(|e| Error::Config(format!("handshake.cpus: {e}")))?.0
+            resolve_cpus(&handshake.cpus)
+                .map_err(|e| Error::Config(format!("handshake.cpus: {e}")))?
+                .0
         };
-        let pool = crate::handshake::HandshakePool::start(&handshake, &helper_cpus).map_err(Error::Start)?;
+        let pool = crate::handshake::HandshakePool::start(&handshake, &helper_cpus)
+            .map_err(Error::Start)?;
         match &pool {
-            Some(p) => tracing::info!(threads = p.threads(), queue_depth = handshake.queue_depth, "handshake pool"),
-            None => tracing::info!("handshake work runs inline on the shards (handshake.threads = 0)"),
+            Some(p) => tracing::info!(
+                threads = p.threads(),
+                queue_depth = handshake.queue_depth,
+                "handshake pool"
+            ),
+            None => {
+                tracing::info!("handshake work runs inline on the shards (handshake.threads = 0)")
+            }
         }
         let make_setup = setup.clone();
         let running = runtime::start(opts, move |i| {
             let handler = server::make_handler(&make_setup, i, shards)?;
             let provider = security.shard_provider()?;
             let client = pool.as_ref().map(|p| p.client());
-            let host = handler.host.with_security(provider).with_handshake_offload(client.is_some());
+            let host = handler
+                .host
+                .with_security(provider)
+                .with_handshake_offload(client.is_some());
             Ok(server::UaHandler::new(host).with_pool(client))
         })
         .map_err(|e| Error::Start(e.to_string()))?;
@@ -352,7 +391,13 @@ impl ServerBuilder {
                 }
             }
         }
-        Ok(ServerHandle { running: Some(running), setup, file, config_path, shards })
+        Ok(ServerHandle {
+            running: Some(running),
+            setup,
+            file,
+            config_path,
+            shards,
+        })
     }
 }
 
@@ -373,7 +418,9 @@ fn resolve_listen(s: &str) -> Result<SocketAddr, Error> {
 fn resolve_cpus(expr: &str) -> Result<(Vec<usize>, String), Error> {
     match uaring_affinity::Topology::system() {
         Ok(topo) => {
-            let cpus = topo.resolve(expr).map_err(|e| Error::Config(format!("cpus {expr:?}: {e}")))?;
+            let cpus = topo
+                .resolve(expr)
+                .map_err(|e| Error::Config(format!("cpus {expr:?}: {e}")))?;
             if cpus.is_empty() {
                 return Err(Error::Config(format!("cpus {expr:?} selects no CPU")));
             }
@@ -383,7 +430,8 @@ fn resolve_cpus(expr: &str) -> Result<(Vec<usize>, String), Error> {
         Err(e) => {
             // No sysfs topology (containers): fall back to the affinity mask.
             tracing::warn!("cannot read the CPU topology ({e}); using the allowed CPUs");
-            let cpus = uaring_affinity::allowed_cpus().map_err(|e| Error::Start(format!("sched_getaffinity: {e}")))?;
+            let cpus = uaring_affinity::allowed_cpus()
+                .map_err(|e| Error::Start(format!("sched_getaffinity: {e}")))?;
             let desc = format!("CPUs {cpus:?}");
             Ok((cpus, desc))
         }
@@ -403,12 +451,21 @@ impl EventDef {
     /// An event of `event_type` (BaseEventType `i=2041` or any subtype in the address space)
     /// from `source`, with its Message and Severity (1..=1000).
     pub fn new(event_type: NodeRef, source: &NodeRef, message: &str, severity: u16) -> EventDef {
-        EventDef { event_type, source: source.clone(), message: message.to_string(), severity, fields: Vec::new() }
+        EventDef {
+            event_type,
+            source: source.clone(),
+            message: message.to_string(),
+            severity,
+            fields: Vec::new(),
+        }
     }
 
     /// A type-specific field by its browse path of namespace-0 names (`"A/B"`).
     pub fn field_ns0(mut self, path: &str, value: impl Into<Variant>) -> Self {
-        let path = path.split('/').map(|p| (NodeRef::ns0(0), p.to_string())).collect();
+        let path = path
+            .split('/')
+            .map(|p| (NodeRef::ns0(0), p.to_string()))
+            .collect();
         self.fields.push((path, value.into()));
         self
     }
@@ -416,7 +473,10 @@ impl EventDef {
     /// A type-specific field whose browse names are in `namespace` (an event type of the
     /// application or a companion model).
     pub fn field(mut self, namespace: &Namespace, path: &str, value: impl Into<Variant>) -> Self {
-        let path = path.split('/').map(|p| (namespace.num(0), p.to_string())).collect();
+        let path = path
+            .split('/')
+            .map(|p| (namespace.num(0), p.to_string()))
+            .collect();
         self.fields.push((path, value.into()));
         self
     }
@@ -434,7 +494,9 @@ pub struct ServerHandle {
 impl ServerHandle {
     /// The address the server listens on (the real port when 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
-        self.running.as_ref().map_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)), |r| r.local_addr)
+        self.running
+            .as_ref()
+            .map_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)), |r| r.local_addr)
     }
 
     /// `opc.tcp://HOST:PORT` of [`ServerHandle::local_addr`].
@@ -484,49 +546,58 @@ impl Events {
 }
 
 fn raise(shared: &Arc<ServerShared>, def: EventDef) -> Result<(), Error> {
-        let space = &shared.address_space;
-        let resolve = |r: &NodeRef| -> Result<NodeId, Error> {
-            let ns = match r.namespace_uri() {
-                None => 0,
-                Some(u) => space.namespace_index(u).ok_or_else(|| Error::AddressSpace(format!("unknown namespace {u}")))?,
-            };
-            Ok(NodeId { namespace: ns, identifier: r.identifier().clone() })
+    let space = &shared.address_space;
+    let resolve = |r: &NodeRef| -> Result<NodeId, Error> {
+        let ns = match r.namespace_uri() {
+            None => 0,
+            Some(u) => space
+                .namespace_index(u)
+                .ok_or_else(|| Error::AddressSpace(format!("unknown namespace {u}")))?,
         };
-        let event_type = resolve(&def.event_type)?;
-        if !space.is_subtype_of(&event_type, &NodeId::ns0(BASE_EVENT_TYPE)) {
-            return Err(Error::AddressSpace(format!("{event_type} is no event type")));
+        Ok(NodeId {
+            namespace: ns,
+            identifier: r.identifier().clone(),
+        })
+    };
+    let event_type = resolve(&def.event_type)?;
+    if !space.is_subtype_of(&event_type, &NodeId::ns0(BASE_EVENT_TYPE)) {
+        return Err(Error::AddressSpace(format!(
+            "{event_type} is no event type"
+        )));
+    }
+    let source = resolve(&def.source)?;
+    let source_node = space
+        .node(&source)
+        .ok_or_else(|| Error::AddressSpace(format!("unknown source {source}")))?;
+    if !(1..=1000).contains(&def.severity) {
+        return Err(Error::Status(uaring_core::StatusCode::BadOutOfRange));
+    }
+    let mut fields = Vec::with_capacity(def.fields.len());
+    for (path, value) in def.fields {
+        let mut qpath = Vec::with_capacity(path.len());
+        for (ns, name) in path {
+            let ns = resolve(&ns)?.namespace;
+            qpath.push(QualifiedName::new(ns, &name));
         }
-        let source = resolve(&def.source)?;
-        let source_node = space.node(&source).ok_or_else(|| Error::AddressSpace(format!("unknown source {source}")))?;
-        if !(1..=1000).contains(&def.severity) {
-            return Err(Error::Status(uaring_core::StatusCode::BadOutOfRange));
-        }
-        let mut fields = Vec::with_capacity(def.fields.len());
-        for (path, value) in def.fields {
-            let mut qpath = Vec::with_capacity(path.len());
-            for (ns, name) in path {
-                let ns = resolve(&ns)?.namespace;
-                qpath.push(QualifiedName::new(ns, &name));
-            }
-            fields.push(EventField { path: qpath, value });
-        }
-        let now = crate::clock::utc_now();
-        let event = Event {
-            event_id: shared.events.ids.next(),
-            type_chain: type_chain(space, &event_type),
-            event_type,
-            source_name: UaString::from(source_node.display_name.text.as_str()),
-            source_node: source.clone(),
-            time: now,
-            receive_time: now,
-            message: LocalizedText::new("", &def.message),
-            severity: def.severity,
-            condition_id: None,
-            fields,
-            notifiers: uaring_core::events::notifiers_of(space, &source).into(),
-        };
-        shared.events.bus.publish(event);
-        Ok(())
+        fields.push(EventField { path: qpath, value });
+    }
+    let now = crate::clock::utc_now();
+    let event = Event {
+        event_id: shared.events.ids.next(),
+        type_chain: type_chain(space, &event_type),
+        event_type,
+        source_name: UaString::from(source_node.display_name.text.as_str()),
+        source_node: source.clone(),
+        time: now,
+        receive_time: now,
+        message: LocalizedText::new("", &def.message),
+        severity: def.severity,
+        condition_id: None,
+        fields,
+        notifiers: uaring_core::events::notifiers_of(space, &source).into(),
+    };
+    shared.events.bus.publish(event);
+    Ok(())
 }
 
 impl ServerHandle {
@@ -551,9 +622,12 @@ impl ServerHandle {
     /// `runtime.stats_interval_ms`. Installs handlers for these four signals (any of the
     /// application's threads may receive them; the runtime's own threads never do).
     pub fn run_until_signal(mut self) -> Result<(), Error> {
-        let signals = SignalPipe::install().map_err(|e| Error::Start(format!("signal handlers: {e}")))?;
+        let signals =
+            SignalPipe::install().map_err(|e| Error::Start(format!("signal handlers: {e}")))?;
         crate::notify::notify("READY=1");
-        let Some(running) = self.running.as_ref() else { return Ok(()) };
+        let Some(running) = self.running.as_ref() else {
+            return Ok(());
+        };
         let backend_name = running.backend.to_string();
         let listen_name = running.local_addr.to_string();
         let stats_file = self.file.runtime.stats_file.clone();
@@ -571,7 +645,10 @@ impl ServerHandle {
             match signals.wait(interval) {
                 Some(libc::SIGUSR1) => {
                     write_stats(running);
-                    tracing::info!("stats {}", stats::render_json(&running.fleet, &backend_name, &listen_name));
+                    tracing::info!(
+                        "stats {}",
+                        stats::render_json(&running.fleet, &backend_name, &listen_name)
+                    );
                 }
                 Some(libc::SIGHUP) => crate::cli::reload(self.config_path.as_deref()),
                 Some(sig) => {
@@ -587,7 +664,10 @@ impl ServerHandle {
         write_stats(running);
         let result = self.stop_and_join();
         if let Some(path) = &stats_file {
-            let _ = stats::write_atomically(path, &stats::render_json(&fleet, &backend_name, &listen_name));
+            let _ = stats::write_atomically(
+                path,
+                &stats::render_json(&fleet, &backend_name, &listen_name),
+            );
         }
         result
     }
@@ -610,7 +690,8 @@ impl Drop for ServerHandle {
 /// BaseEventType (namespace 0).
 const BASE_EVENT_TYPE: u32 = 2041;
 
-const HANDLED_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGHUP];
+const HANDLED_SIGNALS: [libc::c_int; 4] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGHUP];
 
 /// Blocks the handled signals (and SIGPIPE's default action) on the calling thread; returns
 /// the previous mask.
@@ -696,7 +777,11 @@ impl SignalPipe {
     /// Waits up to `timeout` for a signal; returns it or `None`.
     fn wait(&self, timeout: Duration) -> Option<i32> {
         use std::os::fd::AsRawFd;
-        let mut p = libc::pollfd { fd: self.read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd: self.read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, ms) };
@@ -705,7 +790,13 @@ impl SignalPipe {
         }
         let mut b = 0u8;
         // SAFETY: reads one byte into a local from our non-blocking pipe.
-        let r = unsafe { libc::read(self.read.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1) };
+        let r = unsafe {
+            libc::read(
+                self.read.as_raw_fd(),
+                &mut b as *mut u8 as *mut libc::c_void,
+                1,
+            )
+        };
         (r == 1).then_some(b as i32)
     }
 }

@@ -31,13 +31,21 @@ pub fn check_text(text: &str) -> Result<String, String> {
 
     let toml = |v: &dyn erased::Ser| v.to_toml();
     let mut out = String::new();
-    let _ = writeln!(out, "# The effective configuration: every key with the value in force.");
+    let _ = writeln!(
+        out,
+        "# The effective configuration: every key with the value in force."
+    );
     let _ = writeln!(out, "[runtime]\n{}", toml(&file.runtime)?);
     let _ = writeln!(out, "[metrics]\n{}", toml(&file.metrics)?);
     let _ = writeln!(out, "[log]\n{}", toml(&file.log)?);
     let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
     for u in &users {
-        let _ = writeln!(out, "[[users]]\nname = {:?}\nrole = {:?}\n# password: an argon2id hash (not shown)\n", u.name, role_name(u.role));
+        let _ = writeln!(
+            out,
+            "[[users]]\nname = {:?}\nrole = {:?}\n# password: an argon2id hash (not shown)\n",
+            u.name,
+            role_name(u.role)
+        );
     }
     for f in &files {
         let _ = writeln!(out, "[[nodesets]]\nfile = {:?}\n", f.display().to_string());
@@ -47,7 +55,11 @@ pub fn check_text(text: &str) -> Result<String, String> {
     for (i, u) in ns.iter().enumerate() {
         let _ = writeln!(out, "#   {i}: {u}");
     }
-    let _ = writeln!(out, "# Address space: {} nodes", setup.shared.address_space.len());
+    let _ = writeln!(
+        out,
+        "# Address space: {} nodes",
+        setup.shared.address_space.len()
+    );
     Ok(out)
 }
 

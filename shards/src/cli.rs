@@ -11,7 +11,12 @@ use crate::server;
 
 /// The version `uaring --version` prints: the crate version and the git revision of the
 /// build (`unknown` outside a git checkout).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("UARING_GIT_REVISION"), ")");
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("UARING_GIT_REVISION"),
+    ")"
+);
 
 /// The configuration used without `--config`.
 pub use crate::builder::DEFAULT_CONFIG;
@@ -174,7 +179,10 @@ impl TopologyArgs {
             (None, true) => TopologyOutput::Json,
             (None, false) => TopologyOutput::Table,
         };
-        uaring_affinity::TopologyRequest { sysfs_root: self.sysfs_root.as_ref().map(PathBuf::from), output }
+        uaring_affinity::TopologyRequest {
+            sysfs_root: self.sysfs_root.as_ref().map(PathBuf::from),
+            output,
+        }
     }
 }
 
@@ -238,16 +246,22 @@ pub enum CertCommand {
 
 /// Parses the arguments after `serve` (for tests and embedding).
 pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
-    let argv = ["uaring", "serve"].into_iter().map(String::from).chain(args.iter().cloned());
+    let argv = ["uaring", "serve"]
+        .into_iter()
+        .map(String::from)
+        .chain(args.iter().cloned());
     match Cli::try_parse_from(argv) {
-        Ok(Cli { command: Command::Serve(a) }) => Ok(a),
+        Ok(Cli {
+            command: Command::Serve(a),
+        }) => Ok(a),
         Ok(_) => Err("not a serve command".into()),
         Err(e) => Err(e.to_string()),
     }
 }
 
 /// Replaces the log filter of the running process (SIGHUP, `[log] filter`).
-static LOG_FILTER: std::sync::OnceLock<Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>> = std::sync::OnceLock::new();
+static LOG_FILTER: std::sync::OnceLock<Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>> =
+    std::sync::OnceLock::new();
 
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
@@ -282,7 +296,10 @@ pub(crate) fn reload(config: Option<&std::path::Path>) {
     uaring_crypto::pki::request_rescan();
     let mut what = vec!["trust lists rescanned".to_string()];
     if let Some(path) = config {
-        match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|t| FileConfig::parse(&t)) {
+        match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| FileConfig::parse(&t))
+        {
             Ok(f) => {
                 if let Some(filter) = f.log.filter {
                     set_log_filter(&filter);
@@ -314,7 +331,9 @@ pub fn main(args: &[String]) -> i32 {
         }
         Command::Topology(t) => uaring_affinity::topology_command(&t.request()),
         Command::HashPassword => uaring_crypto::hash_password_command(),
-        Command::Config(ConfigArgs { command: ConfigCommand::Check { file } }) => {
+        Command::Config(ConfigArgs {
+            command: ConfigCommand::Check { file },
+        }) => {
             let stdout = std::io::stdout();
             match crate::check::check_file(&file) {
                 Ok(text) => {
@@ -332,11 +351,29 @@ pub fn main(args: &[String]) -> i32 {
             let stderr = std::io::stderr();
             let (out, err) = (&mut stdout.lock(), &mut stderr.lock());
             match c.command {
-                CertCommand::Generate { uri, name, hosts, ips, days, bits, force } => {
-                    let opts = uaring_crypto::GenerateOptions { uri, name, hosts, ips, days, bits, force };
+                CertCommand::Generate {
+                    uri,
+                    name,
+                    hosts,
+                    ips,
+                    days,
+                    bits,
+                    force,
+                } => {
+                    let opts = uaring_crypto::GenerateOptions {
+                        uri,
+                        name,
+                        hosts,
+                        ips,
+                        days,
+                        bits,
+                        force,
+                    };
                     uaring_crypto::cert_generate(&opts, &c.pki, out, err)
                 }
-                CertCommand::Show { file } => uaring_crypto::cert_show(file.as_deref(), &c.pki, out, err),
+                CertCommand::Show { file } => {
+                    uaring_crypto::cert_show(file.as_deref(), &c.pki, out, err)
+                }
                 CertCommand::Trust { file } => uaring_crypto::cert_trust(&file, &c.pki, out, err),
             }
         }
@@ -388,7 +425,9 @@ pub fn serve(a: ServeArgs) -> i32 {
     for n in &a.nodesets {
         b = b.nodeset(n.clone());
     }
-    let b = b.accept_all_client_certs(a.accept_all_client_certs).contract(a.contract);
+    let b = b
+        .accept_all_client_certs(a.accept_all_client_certs)
+        .contract(a.contract);
     let handle = match b.start() {
         Ok(h) => h,
         Err(e) => {
@@ -399,7 +438,12 @@ pub fn serve(a: ServeArgs) -> i32 {
     handle.print_listening();
     if a.contract {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "benchmark server ready ({}, {} shards)", server::CONTRACT_APPLICATION_URI, handle.shards());
+        let _ = writeln!(
+            out,
+            "benchmark server ready ({}, {} shards)",
+            server::CONTRACT_APPLICATION_URI,
+            handle.shards()
+        );
         let _ = out.flush();
     }
     match handle.run_until_signal() {
@@ -421,7 +465,15 @@ mod tests {
 
     #[test]
     fn parses_serve_flags() {
-        let a = parse_serve(&s(&["--listen", "127.0.0.1:0", "--io-backend=epoll", "--distribution", "round-robin", "--contract"])).unwrap();
+        let a = parse_serve(&s(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--io-backend=epoll",
+            "--distribution",
+            "round-robin",
+            "--contract",
+        ]))
+        .unwrap();
         assert_eq!(a.listen.as_deref(), Some("127.0.0.1:0"));
         assert_eq!(a.io_backend, Some(IoBackend::Epoll));
         assert_eq!(a.distribution, Some(Distribution::RoundRobin));

@@ -26,7 +26,9 @@ impl FromStr for IoBackend {
             "auto" => Ok(IoBackend::Auto),
             "uring" | "io_uring" | "io-uring" => Ok(IoBackend::Uring),
             "epoll" => Ok(IoBackend::Epoll),
-            _ => Err(format!("unknown io backend {s:?} (expected auto, uring or epoll)")),
+            _ => Err(format!(
+                "unknown io backend {s:?} (expected auto, uring or epoll)"
+            )),
         }
     }
 }
@@ -189,7 +191,9 @@ impl RuntimeConfig {
         }
         let b = self.recv_buffers;
         if !b.is_power_of_two() || b > 32768 {
-            return Err(format!("runtime.recv_buffers = {b}: must be a power of two in 1..=32768"));
+            return Err(format!(
+                "runtime.recv_buffers = {b}: must be a power of two in 1..=32768"
+            ));
         }
         if !(512..=(16 << 20)).contains(&self.recv_buffer_bytes) {
             return Err(format!(
@@ -223,10 +227,16 @@ impl RuntimeConfig {
             ));
         }
         if self.batch_wait_us > 10_000 {
-            return Err(format!("runtime.batch_wait_us = {}: must be in 0..=10000 (0 = off)", self.batch_wait_us));
+            return Err(format!(
+                "runtime.batch_wait_us = {}: must be in 0..=10000 (0 = off)",
+                self.batch_wait_us
+            ));
         }
         if !(1..=4096).contains(&self.batch_completions) {
-            return Err(format!("runtime.batch_completions = {}: must be in 1..=4096", self.batch_completions));
+            return Err(format!(
+                "runtime.batch_completions = {}: must be in 1..=4096",
+                self.batch_completions
+            ));
         }
         if self.handoff_queue == 0 {
             return Err("runtime.handoff_queue must be at least 1".into());
@@ -281,25 +291,38 @@ impl FileConfig {
     pub fn parse(text: &str) -> Result<FileConfig, String> {
         let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
         let runtime = match table.remove("runtime") {
-            Some(v) => v.try_into::<RuntimeConfig>().map_err(|e| format!("[runtime]: {e}"))?,
+            Some(v) => v
+                .try_into::<RuntimeConfig>()
+                .map_err(|e| format!("[runtime]: {e}"))?,
             None => RuntimeConfig::default(),
         };
         runtime.validate()?;
         let metrics = match table.remove("metrics") {
-            Some(v) => v.try_into::<MetricsConfig>().map_err(|e| format!("[metrics]: {e}"))?,
+            Some(v) => v
+                .try_into::<MetricsConfig>()
+                .map_err(|e| format!("[metrics]: {e}"))?,
             None => MetricsConfig::default(),
         };
         if let Some(l) = &metrics.listen {
-            l.parse::<std::net::SocketAddr>().map_err(|e| format!("metrics.listen = {l:?}: {e} (expected IP:PORT)"))?;
+            l.parse::<std::net::SocketAddr>()
+                .map_err(|e| format!("metrics.listen = {l:?}: {e} (expected IP:PORT)"))?;
         }
         let log = match table.remove("log") {
-            Some(v) => v.try_into::<LogConfig>().map_err(|e| format!("[log]: {e}"))?,
+            Some(v) => v
+                .try_into::<LogConfig>()
+                .map_err(|e| format!("[log]: {e}"))?,
             None => LogConfig::default(),
         };
         if let Some(f) = &log.filter {
-            tracing_subscriber::EnvFilter::try_new(f).map_err(|e| format!("log.filter = {f:?}: {e}"))?;
+            tracing_subscriber::EnvFilter::try_new(f)
+                .map_err(|e| format!("log.filter = {f:?}: {e}"))?;
         }
-        Ok(FileConfig { runtime, metrics, log, server: table })
+        Ok(FileConfig {
+            runtime,
+            metrics,
+            log,
+            server: table,
+        })
     }
 }
 
@@ -334,7 +357,10 @@ mod tests {
 
     #[test]
     fn buffer_budgets_have_no_zero_and_stay_consistent() {
-        let c = FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 33554432\nmax_pending_output_bytes = 65536\n").unwrap();
+        let c = FileConfig::parse(
+            "[runtime]\nmax_shard_buffered_bytes = 33554432\nmax_pending_output_bytes = 65536\n",
+        )
+        .unwrap();
         assert_eq!(c.runtime.max_shard_buffered_bytes, 32 << 20);
         assert_eq!(c.runtime.max_pending_output_bytes, 64 << 10);
         let zero = FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 0\n").unwrap_err();
@@ -342,6 +368,9 @@ mod tests {
         assert!(FileConfig::parse("[runtime]\nmax_pending_output_bytes = 0\n").is_err());
         assert!(FileConfig::parse("[runtime]\nsend_stall_timeout_ms = 0\n").is_err());
         // The shard's budget must hold at least one connection's allowance.
-        assert!(FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 2097152\nmax_pending_output_bytes = 4194304\n").is_err());
+        assert!(FileConfig::parse(
+            "[runtime]\nmax_shard_buffered_bytes = 2097152\nmax_pending_output_bytes = 4194304\n"
+        )
+        .is_err());
     }
 }

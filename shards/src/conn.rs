@@ -34,7 +34,11 @@ const IDLE_BUFFER_KEEP_BYTES: usize = 64 * 1024;
 
 impl Output {
     fn new() -> Output {
-        Output { out: Vec::new(), sending: Vec::new(), sent: 0 }
+        Output {
+            out: Vec::new(),
+            sending: Vec::new(),
+            sent: 0,
+        }
     }
 
     /// Bytes not yet sent.
@@ -60,7 +64,8 @@ impl Output {
     /// Memory this output holds: the bytes waiting, or the capacity of its two
     /// buffers beyond what an idle connection keeps, whichever is larger.
     pub fn held_bytes(&self) -> usize {
-        let capacity = (self.out.capacity() + self.sending.capacity()).saturating_sub(2 * IDLE_BUFFER_KEEP_BYTES);
+        let capacity = (self.out.capacity() + self.sending.capacity())
+            .saturating_sub(2 * IDLE_BUFFER_KEEP_BYTES);
         self.pending().max(capacity)
     }
 
@@ -87,7 +92,9 @@ impl Output {
             true
         } else {
             let unsent = self.sending.len() - self.sent;
-            if self.sending.capacity() > IDLE_BUFFER_KEEP_BYTES && unsent <= self.sending.capacity() / 4 {
+            if self.sending.capacity() > IDLE_BUFFER_KEEP_BYTES
+                && unsent <= self.sending.capacity() / 4
+            {
                 self.sending.drain(..self.sent);
                 self.sent = 0;
                 self.sending.shrink_to(IDLE_BUFFER_KEEP_BYTES);
@@ -189,7 +196,11 @@ impl<C> Conn<C> {
 
     /// Operations the kernel still holds for this connection (io_uring).
     pub fn ops_inflight(&self) -> bool {
-        self.recv_armed || self.hup_poll_armed || self.send_inflight || self.cancel_inflight || self.hup_cancel_inflight
+        self.recv_armed
+            || self.hup_poll_armed
+            || self.send_inflight
+            || self.cancel_inflight
+            || self.hup_cancel_inflight
     }
 
     pub fn effective_deadline(&self) -> u64 {
@@ -217,7 +228,14 @@ pub(crate) struct Table<C> {
 
 impl<C> Table<C> {
     pub fn new(max: usize) -> Table<C> {
-        Table { slots: Vec::new(), free: Vec::new(), live: 0, max, heap: BinaryHeap::new(), dirty: Vec::new() }
+        Table {
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            max,
+            heap: BinaryHeap::new(),
+            dirty: Vec::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -236,7 +254,10 @@ impl<C> Table<C> {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push(Slot { generation: 0, conn: None });
+                self.slots.push(Slot {
+                    generation: 0,
+                    conn: None,
+                });
                 (self.slots.len() - 1) as u32
             }
         };
@@ -244,7 +265,10 @@ impl<C> Table<C> {
         debug_assert!(slot.conn.is_none());
         slot.conn = Some(conn);
         self.live += 1;
-        Some(ConnId { index, generation: slot.generation })
+        Some(ConnId {
+            index,
+            generation: slot.generation,
+        })
     }
 
     pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Conn<C>> {
@@ -273,7 +297,10 @@ impl<C> Table<C> {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.conn.is_some())
-            .map(|(i, s)| ConnId { index: i as u32, generation: s.generation })
+            .map(|(i, s)| ConnId {
+                index: i as u32,
+                generation: s.generation,
+            })
             .collect()
     }
 
@@ -313,7 +340,10 @@ impl<C> Table<C> {
                 if let Some(c) = s.conn.as_mut() {
                     if c.dirty {
                         c.dirty = false;
-                        into.push(ConnId { index, generation: s.generation });
+                        into.push(ConnId {
+                            index,
+                            generation: s.generation,
+                        });
                     }
                 }
             }
@@ -464,7 +494,10 @@ mod tests {
         assert!(!o.advance(990_000));
         assert_eq!(o.pending(), 10_000);
         assert_eq!(o.unsent()[0], (990_000u32 % 256) as u8);
-        assert!(o.sending.capacity() <= IDLE_BUFFER_KEEP_BYTES, "the tail moved into a small buffer");
+        assert!(
+            o.sending.capacity() <= IDLE_BUFFER_KEEP_BYTES,
+            "the tail moved into a small buffer"
+        );
         assert_eq!(o.held_bytes(), 10_000);
         assert!(o.advance(10_000));
         assert_eq!(o.pending(), 0);

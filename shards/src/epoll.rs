@@ -59,7 +59,13 @@ impl<H: Handler> EpollLoop<H> {
         // SAFETY: fresh fd we own.
         let epfd = unsafe { OwnedFd::from_raw_fd(raw) };
         let efd = wiring.fleet.shards[wiring.index].eventfd.as_raw_fd();
-        epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, efd, libc::EPOLLIN as u32, token(T_EVENTFD, 0, 0))?;
+        epoll_ctl(
+            epfd.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            efd,
+            libc::EPOLLIN as u32,
+            token(T_EVENTFD, 0, 0),
+        )?;
         let scratch = vec![0u8; cfg.recv_buffer_bytes as usize].into_boxed_slice();
         Ok(EpollLoop {
             core: ShardCore::new(handler, wiring, cfg),
@@ -85,7 +91,13 @@ impl<H: Handler> EpollLoop<H> {
         listener.set_nonblocking(true)?;
         let fd = OwnedFd::from(listener);
         let i = self.listeners.len() as u32;
-        epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), libc::EPOLLIN as u32, token(T_LISTENER, i, 0))?;
+        epoll_ctl(
+            self.epfd.as_raw_fd(),
+            libc::EPOLL_CTL_ADD,
+            fd.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            token(T_LISTENER, i, 0),
+        )?;
         self.listeners.push(Some(fd));
         Ok(())
     }
@@ -110,7 +122,9 @@ impl<H: Handler> EpollLoop<H> {
     }
 
     fn register(&mut self, id: ConnId) {
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         let fd = c.fd.as_raw_fd();
         if let Err(e) = epoll_ctl(
             self.epfd.as_raw_fd(),
@@ -130,7 +144,9 @@ impl<H: Handler> EpollLoop<H> {
     /// Registers the events the connection's state calls for, if they changed.
     fn update_interest(&mut self, id: ConnId) {
         let reading = self.core.reading_allowed(id);
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         let mut ev = 0u32;
         if c.phase == Phase::Open {
             // Stopped (its own bound, the shard's budget, input held back): only
@@ -147,12 +163,20 @@ impl<H: Handler> EpollLoop<H> {
             return;
         }
         c.epoll_interest = ev;
-        let _ = epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_MOD, c.fd.as_raw_fd(), ev, token(T_CONN, id.index, id.generation));
+        let _ = epoll_ctl(
+            self.epfd.as_raw_fd(),
+            libc::EPOLL_CTL_MOD,
+            c.fd.as_raw_fd(),
+            ev,
+            token(T_CONN, id.index, id.generation),
+        );
     }
 
     fn on_listener(&mut self, i: usize) {
         for _ in 0..ACCEPTS_PER_EVENT {
-            let Some(Some(l)) = self.listeners.get(i) else { return };
+            let Some(Some(l)) = self.listeners.get(i) else {
+                return;
+            };
             match net::accept_nonblocking(l.as_raw_fd()) {
                 Ok(Some((fd, peer))) => {
                     if self.core.stopping {
@@ -176,10 +200,19 @@ impl<H: Handler> EpollLoop<H> {
             if !self.core.reading_allowed(id) {
                 return;
             }
-            let Some(c) = self.core.table.get_mut(id) else { return };
+            let Some(c) = self.core.table.get_mut(id) else {
+                return;
+            };
             let fd = c.fd.as_raw_fd();
             // SAFETY: reads into our scratch buffer of the given length.
-            let n = unsafe { libc::recv(fd, self.scratch.as_mut_ptr() as *mut libc::c_void, self.scratch.len(), 0) };
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    self.scratch.as_mut_ptr() as *mut libc::c_void,
+                    self.scratch.len(),
+                    0,
+                )
+            };
             if n > 0 {
                 self.core.deliver(id, &self.scratch[..n as usize]);
                 if (n as usize) < self.scratch.len() {
@@ -205,7 +238,9 @@ impl<H: Handler> EpollLoop<H> {
     /// socket is broken.
     fn flush(&mut self, id: ConnId) -> bool {
         loop {
-            let Some(c) = self.core.table.get_mut(id) else { return false };
+            let Some(c) = self.core.table.get_mut(id) else {
+                return false;
+            };
             if !c.output.take_batch() {
                 return true;
             }
@@ -213,8 +248,14 @@ impl<H: Handler> EpollLoop<H> {
             let unsent = c.output.unsent();
             // Gather the batch on the wire and what was appended since into one sendmsg.
             let mut iov = [
-                libc::iovec { iov_base: unsent.as_ptr() as *mut libc::c_void, iov_len: unsent.len() },
-                libc::iovec { iov_base: c.output.out.as_ptr() as *mut libc::c_void, iov_len: c.output.out.len() },
+                libc::iovec {
+                    iov_base: unsent.as_ptr() as *mut libc::c_void,
+                    iov_len: unsent.len(),
+                },
+                libc::iovec {
+                    iov_base: c.output.out.as_ptr() as *mut libc::c_void,
+                    iov_len: c.output.out.len(),
+                },
             ];
             // SAFETY: zeroed msghdr is valid; iov points at live buffers.
             let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -263,7 +304,9 @@ impl<H: Handler> EpollLoop<H> {
     fn reconcile(&mut self, id: ConnId) {
         let now = self.core.now.mono_ns;
         let ok = self.flush(id);
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         match c.phase {
             Phase::Open => {
                 if !ok {
@@ -277,7 +320,13 @@ impl<H: Handler> EpollLoop<H> {
                 if self.core.move_ready(id) {
                     // Its output is sent: it leaves for the shard that owns its session.
                     if let Some(c) = self.core.table.get_mut(id) {
-                        let _ = epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, c.fd.as_raw_fd(), 0, 0);
+                        let _ = epoll_ctl(
+                            self.epfd.as_raw_fd(),
+                            libc::EPOLL_CTL_DEL,
+                            c.fd.as_raw_fd(),
+                            0,
+                            0,
+                        );
                     }
                     self.core.complete_move(id);
                     return;
@@ -300,12 +349,18 @@ impl<H: Handler> EpollLoop<H> {
     pub fn run(&mut self) -> io::Result<()> {
         loop {
             self.core.refresh_now();
-            if !self.core.stopping && (self.core.wiring.fleet.stopping() || !self.core.handler.keep_running(self.core.now)) {
+            if !self.core.stopping
+                && (self.core.wiring.fleet.stopping()
+                    || !self.core.handler.keep_running(self.core.now))
+            {
                 self.core.begin_stop();
                 self.listeners.clear(); // closes them; epoll forgets closed fds
             }
             self.core.fire_timers();
-            if self.core.stopping && !self.aborted && self.core.now.mono_ns >= self.core.stop_deadline {
+            if self.core.stopping
+                && !self.aborted
+                && self.core.now.mono_ns >= self.core.stop_deadline
+            {
                 self.aborted = true;
                 self.core.abort_all();
             }
@@ -317,7 +372,8 @@ impl<H: Handler> EpollLoop<H> {
             self.dirty = ids;
             if self.core.stopping
                 && (self.core.table.len() == 0
-                    || self.core.now.mono_ns >= self.core.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS))
+                    || self.core.now.mono_ns
+                        >= self.core.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS))
             {
                 break;
             }
@@ -335,10 +391,18 @@ impl<H: Handler> EpollLoop<H> {
             };
             // SAFETY: events buffer of the stated length.
             let n = unsafe {
-                libc::epoll_wait(self.epfd.as_raw_fd(), self.events.as_mut_ptr(), self.events.len() as libc::c_int, timeout_ms)
+                libc::epoll_wait(
+                    self.epfd.as_raw_fd(),
+                    self.events.as_mut_ptr(),
+                    self.events.len() as libc::c_int,
+                    timeout_ms,
+                )
             };
             self.core.refresh_now();
-            ShardStats::add(&self.core.wiring.stats().idle_ns, self.core.now.mono_ns.saturating_sub(now));
+            ShardStats::add(
+                &self.core.wiring.stats().idle_ns,
+                self.core.now.mono_ns.saturating_sub(now),
+            );
             ShardStats::add(&self.core.wiring.stats().loops, 1);
             self.core.handler.publish();
             if n < 0 {
@@ -353,12 +417,17 @@ impl<H: Handler> EpollLoop<H> {
                 let (data, bits) = (ev.u64, ev.events);
                 let kind = data >> 56;
                 let index = ((data >> 32) & 0xFF_FFFF) as u32;
-                let id = ConnId { index, generation: data as u32 };
+                let id = ConnId {
+                    index,
+                    generation: data as u32,
+                };
                 match kind {
                     T_LISTENER => self.on_listener(index as usize),
                     T_EVENTFD => {
                         let mut buf = [0u8; 8];
-                        let efd = self.core.wiring.fleet.shards[self.core.wiring.index].eventfd.as_raw_fd();
+                        let efd = self.core.wiring.fleet.shards[self.core.wiring.index]
+                            .eventfd
+                            .as_raw_fd();
                         // SAFETY: reads 8 bytes into a local buffer.
                         unsafe { libc::read(efd, buf.as_mut_ptr() as *mut libc::c_void, 8) };
                         let mut added = std::mem::take(&mut self.added);
@@ -370,8 +439,15 @@ impl<H: Handler> EpollLoop<H> {
                         self.added = added;
                     }
                     T_CONN => {
-                        if bits & (libc::EPOLLIN as u32 | libc::EPOLLRDHUP as u32 | libc::EPOLLHUP as u32 | libc::EPOLLERR as u32) != 0 {
-                            if bits & libc::EPOLLRDHUP as u32 != 0 && !self.core.reading_allowed(id) {
+                        if bits
+                            & (libc::EPOLLIN as u32
+                                | libc::EPOLLRDHUP as u32
+                                | libc::EPOLLHUP as u32
+                                | libc::EPOLLERR as u32)
+                            != 0
+                        {
+                            if bits & libc::EPOLLRDHUP as u32 != 0 && !self.core.reading_allowed(id)
+                            {
                                 // The peer went away while we were not reading: what it
                                 // sent will not be processed; send what is pending, then close.
                                 self.core.begin_close(id, false);

@@ -33,7 +33,10 @@ impl std::fmt::Display for Error {
             Error::Security(e) => write!(f, "security: {e}"),
             Error::Start(e) => f.write_str(e),
             Error::NotStarted => f.write_str("the server has not started"),
-            Error::TypeMismatch(n) => write!(f, "{n}: the value does not fit the variable's DataType or ValueRank"),
+            Error::TypeMismatch(n) => write!(
+                f,
+                "{n}: the value does not fit the variable's DataType or ValueRank"
+            ),
             Error::Status(s) => write!(f, "{s:?}"),
             Error::Runtime(e) => write!(f, "runtime: {e}"),
         }

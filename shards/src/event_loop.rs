@@ -50,15 +50,31 @@ impl std::error::Error for LoopError {}
 impl<H: Handler> EventLoop<H> {
     /// Builds the loop on the calling thread (the one that will call [`EventLoop::run`]).
     /// `Auto` tries io_uring and falls back to epoll with one log line.
-    pub fn new(backend: IoBackend, handler: H, wiring: ShardWiring, cfg: LoopConfig) -> Result<EventLoop<H>, LoopError> {
+    pub fn new(
+        backend: IoBackend,
+        handler: H,
+        wiring: ShardWiring,
+        cfg: LoopConfig,
+    ) -> Result<EventLoop<H>, LoopError> {
         match backend {
-            IoBackend::Epoll => EpollLoop::new(handler, wiring, cfg).map(EventLoop::Epoll).map_err(LoopError::Epoll),
-            IoBackend::Uring => UringLoop::new(handler, wiring, cfg).map(EventLoop::Uring).map_err(LoopError::Uring),
+            IoBackend::Epoll => EpollLoop::new(handler, wiring, cfg)
+                .map(EventLoop::Epoll)
+                .map_err(LoopError::Epoll),
+            IoBackend::Uring => UringLoop::new(handler, wiring, cfg)
+                .map(EventLoop::Uring)
+                .map_err(LoopError::Uring),
             IoBackend::Auto => match crate::uring::setup_ring(cfg.ring_entries) {
-                Ok((ring, features)) => Ok(EventLoop::Uring(UringLoop::with_ring(ring, features, handler, wiring, cfg))),
+                Ok((ring, features)) => Ok(EventLoop::Uring(UringLoop::with_ring(
+                    ring, features, handler, wiring, cfg,
+                ))),
                 Err(e) => {
-                    tracing::warn!(shard = wiring.index, "io_uring unavailable ({e}); using the epoll backend");
-                    EpollLoop::new(handler, wiring, cfg).map(EventLoop::Epoll).map_err(LoopError::Epoll)
+                    tracing::warn!(
+                        shard = wiring.index,
+                        "io_uring unavailable ({e}); using the epoll backend"
+                    );
+                    EpollLoop::new(handler, wiring, cfg)
+                        .map(EventLoop::Epoll)
+                        .map_err(LoopError::Epoll)
                 }
             },
         }

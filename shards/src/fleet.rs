@@ -56,10 +56,16 @@ pub struct ShardStats {
 
 impl ShardStats {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
     pub(crate) fn sub(counter: &AtomicU64, n: u64) {
-        counter.store(counter.load(Ordering::Relaxed).saturating_sub(n), Ordering::Relaxed);
+        counter.store(
+            counter.load(Ordering::Relaxed).saturating_sub(n),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -171,7 +177,11 @@ impl Fleet {
                 cpu: cpus.get(i).copied().flatten(),
             });
         }
-        let fleet = Arc::new(Fleet { shards, stop: AtomicBool::new(false), policy });
+        let fleet = Arc::new(Fleet {
+            shards,
+            stop: AtomicBool::new(false),
+            policy,
+        });
         let central = policy != Distribution::Reuseport && n > 1;
         let mut outboxes: Vec<Option<Producer<Handoff>>> = Vec::new();
         let mut inboxes: Vec<Option<Consumer<Handoff>>> = Vec::new();
@@ -190,13 +200,22 @@ impl Fleet {
         let (mail_out, mail_in) = mesh::<Box<dyn Any + Send>>(n, move_queue);
         let mut wirings = Vec::with_capacity(n);
         let mut outboxes = Some(outboxes);
-        let meshes = move_out.into_iter().zip(move_in).zip(mail_out.into_iter().zip(mail_in));
-        for ((i, inbox), ((move_out, move_in), (mail_out, mail_in))) in inboxes.into_iter().enumerate().zip(meshes) {
+        let meshes = move_out
+            .into_iter()
+            .zip(move_in)
+            .zip(mail_out.into_iter().zip(mail_in));
+        for ((i, inbox), ((move_out, move_in), (mail_out, mail_in))) in
+            inboxes.into_iter().enumerate().zip(meshes)
+        {
             wirings.push(ShardWiring {
                 index: i,
                 fleet: fleet.clone(),
                 inbox,
-                outboxes: if i == 0 && central { outboxes.take().unwrap_or_default() } else { Vec::new() },
+                outboxes: if i == 0 && central {
+                    outboxes.take().unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
                 move_reserved: vec![0; move_out.len()],
                 move_out,
                 move_in,
@@ -220,7 +239,13 @@ impl Fleet {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a valid u64 to our eventfd. EAGAIN
             // (counter saturated) still leaves it readable, so the result is ignored.
-            unsafe { libc::write(s.eventfd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+            unsafe {
+                libc::write(
+                    s.eventfd.as_raw_fd(),
+                    &one as *const u64 as *const libc::c_void,
+                    8,
+                )
+            };
         }
     }
 
@@ -326,7 +351,11 @@ impl ShardWiring {
                 let mut best = self.index;
                 let mut best_load = u64::MAX;
                 for (i, s) in self.fleet.shards.iter().enumerate() {
-                    let queued = self.outboxes.get(i).and_then(|o| o.as_ref()).map_or(0, |p| p.len() as u64);
+                    let queued = self
+                        .outboxes
+                        .get(i)
+                        .and_then(|o| o.as_ref())
+                        .map_or(0, |p| p.len() as u64);
                     let load = s.stats.open.load(Ordering::Relaxed) + queued;
                     if load < best_load {
                         best_load = load;
@@ -350,7 +379,9 @@ impl ShardWiring {
     /// and the slots already promised fill it). The consumer only ever frees slots, so a
     /// promised slot is there when [`ShardWiring::move_to`] runs.
     pub fn reserve_move(&mut self, target: usize) -> bool {
-        let Some(Some(p)) = self.move_out.get(target) else { return false };
+        let Some(Some(p)) = self.move_out.get(target) else {
+            return false;
+        };
         let cap = p.capacity();
         if p.len() + self.move_reserved[target] >= cap {
             return false;
@@ -376,7 +407,11 @@ impl ShardWiring {
     }
 
     /// Queues a message for shard `target`; gives it back when that queue is full.
-    pub fn mail_to(&mut self, target: usize, body: Box<dyn Any + Send>) -> Result<(), Box<dyn Any + Send>> {
+    pub fn mail_to(
+        &mut self,
+        target: usize,
+        body: Box<dyn Any + Send>,
+    ) -> Result<(), Box<dyn Any + Send>> {
         match self.mail_out.get_mut(target).and_then(|o| o.as_mut()) {
             Some(p) => p.push(body),
             None => Err(body),
@@ -427,10 +462,19 @@ mod tests {
         w0.release_move(1);
         assert!(w0.reserve_move(1));
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let h = Handoff { fd: OwnedFd::from(a), peer: "127.0.0.1:1".parse().unwrap(), moved: None };
+        let h = Handoff {
+            fd: OwnedFd::from(a),
+            peer: "127.0.0.1:1".parse().unwrap(),
+            moved: None,
+        };
         assert!(w0.move_to(1, h).is_ok());
         assert!(w1.pop_incoming().is_some());
         assert!(w0.mail_to(1, Box::new(7u32)).is_ok());
-        assert_eq!(w1.pop_mail().and_then(|m| m.downcast::<u32>().ok()).map(|b| *b), Some(7));
+        assert_eq!(
+            w1.pop_mail()
+                .and_then(|m| m.downcast::<u32>().ok())
+                .map(|b| *b),
+            Some(7)
+        );
     }
 }

@@ -52,11 +52,23 @@ pub trait Handler {
 
     /// A new socket. Return `None` to refuse it (the loop closes it at once,
     /// after sending what was appended to `out`).
-    fn open(&mut self, id: ConnId, peer: SocketAddr, origin: Origin, now: Now, out: &mut Vec<u8>)
-        -> Option<Self::Conn>;
+    fn open(
+        &mut self,
+        id: ConnId,
+        peer: SocketAddr,
+        origin: Origin,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Option<Self::Conn>;
 
     /// Bytes arrived. `data` is never empty.
-    fn recv(&mut self, conn: &mut Self::Conn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus;
+    fn recv(
+        &mut self,
+        conn: &mut Self::Conn,
+        now: Now,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> ConnStatus;
 
     /// The connection's deadline (see [`Handler::conn_deadline`]) has passed. A handler
     /// without per-connection timers implements neither (the defaults: no deadline, and a
@@ -106,7 +118,12 @@ pub trait Handler {
     }
 
     /// A [`ConnStatus::Move`] cannot be carried out: the connection stays here.
-    fn move_refused(&mut self, _conn: &mut Self::Conn, _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+    fn move_refused(
+        &mut self,
+        _conn: &mut Self::Conn,
+        _now: Now,
+        _out: &mut Vec<u8>,
+    ) -> ConnStatus {
         ConnStatus::Close
     }
 
@@ -172,7 +189,14 @@ pub struct EchoHandler {
 
 impl Handler for EchoHandler {
     type Conn = ();
-    fn open(&mut self, _id: ConnId, _peer: SocketAddr, _o: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+    fn open(
+        &mut self,
+        _id: ConnId,
+        _peer: SocketAddr,
+        _o: Origin,
+        _now: Now,
+        _out: &mut Vec<u8>,
+    ) -> Option<()> {
         self.opened += 1;
         Some(())
     }

@@ -51,7 +51,12 @@ pub struct HandshakeConfig {
 
 impl Default for HandshakeConfig {
     fn default() -> Self {
-        HandshakeConfig { threads: 2, queue_depth: 64, nice: 10, cpus: String::new() }
+        HandshakeConfig {
+            threads: 2,
+            queue_depth: 64,
+            nice: 10,
+            cpus: String::new(),
+        }
     }
 }
 
@@ -61,7 +66,9 @@ impl HandshakeConfig {
             return Err(format!("handshake.threads must be at most {THREADS_MAX}"));
         }
         if self.threads > 0 && !(1..=QUEUE_DEPTH_MAX).contains(&self.queue_depth) {
-            return Err(format!("handshake.queue_depth must be 1..={QUEUE_DEPTH_MAX} when handshake.threads > 0"));
+            return Err(format!(
+                "handshake.queue_depth must be 1..={QUEUE_DEPTH_MAX} when handshake.threads > 0"
+            ));
         }
         if !(0..=19).contains(&self.nice) {
             return Err("handshake.nice must be 0..=19".into());
@@ -73,7 +80,9 @@ impl HandshakeConfig {
 /// Takes `[handshake]` out of the configuration table.
 pub fn take_config(table: &mut toml::Table) -> Result<HandshakeConfig, String> {
     let c = match table.remove("handshake") {
-        Some(v) => v.try_into::<HandshakeConfig>().map_err(|e| format!("[handshake]: {e}"))?,
+        Some(v) => v
+            .try_into::<HandshakeConfig>()
+            .map_err(|e| format!("[handshake]: {e}"))?,
         None => HandshakeConfig::default(),
     };
     c.validate()?;
@@ -170,7 +179,10 @@ pub struct HandshakePool {
 
 impl std::fmt::Debug for HandshakePool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandshakePool").field("threads", &self.threads).field("queue_depth", &self.queue_depth).finish()
+        f.debug_struct("HandshakePool")
+            .field("threads", &self.threads)
+            .field("queue_depth", &self.queue_depth)
+            .finish()
     }
 }
 
@@ -207,7 +219,10 @@ fn worker(jobs: Arc<Jobs<Envelope>>, nice: i32, cpus: Vec<usize>) {
 
 impl HandshakePool {
     /// Starts the helpers (pinned to `cpus` unless empty); `None` when `threads` is 0 (inline).
-    pub fn start(cfg: &HandshakeConfig, cpus: &[usize]) -> Result<Option<Arc<HandshakePool>>, String> {
+    pub fn start(
+        cfg: &HandshakeConfig,
+        cpus: &[usize],
+    ) -> Result<Option<Arc<HandshakePool>>, String> {
         cfg.validate()?;
         if cfg.threads == 0 {
             return Ok(None);
@@ -224,14 +239,25 @@ impl HandshakePool {
                 .map_err(|e| format!("handshake thread: {e}"))?;
             workers.push(h);
         }
-        Ok(Some(Arc::new(HandshakePool { jobs, threads: cfg.threads, queue_depth: cfg.queue_depth, workers })))
+        Ok(Some(Arc::new(HandshakePool {
+            jobs,
+            threads: cfg.threads,
+            queue_depth: cfg.queue_depth,
+            workers,
+        })))
     }
 
     /// A shard's end of the pool.
     pub fn client(&self) -> PoolClient {
         let max_out = self.queue_depth + self.threads;
         self.jobs.producers.fetch_add(1, Ordering::Relaxed);
-        PoolClient { jobs: self.jobs.clone(), results: Arc::new(ArrayQueue::new(max_out)), out: 0, max_out, waker: None }
+        PoolClient {
+            jobs: self.jobs.clone(),
+            results: Arc::new(ArrayQueue::new(max_out)),
+            out: 0,
+            max_out,
+            waker: None,
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -268,7 +294,12 @@ impl PoolClient {
         if self.out >= self.max_out {
             return Err(job);
         }
-        let e = Envelope { job, conn, results: self.results.clone(), waker: self.waker.clone() };
+        let e = Envelope {
+            job,
+            conn,
+            results: self.results.clone(),
+            waker: self.waker.clone(),
+        };
         match self.jobs.push(e) {
             Ok(()) => {
                 self.out += 1;
@@ -344,9 +375,14 @@ mod tests {
         for p in producers {
             p.join().unwrap();
         }
-        let mut all: Vec<u64> = consumers.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        let mut all: Vec<u64> = consumers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
         all.sort_unstable();
-        let want: Vec<u64> = (0..2u64).flat_map(|p| (0..20_000u64).map(move |i| p * 1_000_000 + i)).collect();
+        let want: Vec<u64> = (0..2u64)
+            .flat_map(|p| (0..20_000u64).map(move |i| p * 1_000_000 + i))
+            .collect();
         assert_eq!(all, want);
         assert_eq!(jobs.sleepers.load(Ordering::Relaxed), 0);
     }

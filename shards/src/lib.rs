@@ -24,10 +24,14 @@
 //! or any other protocol (the load client, the echo handler). Nothing on the
 //! request path is shared between shards.
 
+mod builder;
+pub mod check;
+pub mod cli;
 pub mod clock;
 pub mod config;
 mod conn;
 pub mod epoll;
+mod error;
 pub mod event_loop;
 pub mod fleet;
 pub mod handler;
@@ -35,20 +39,16 @@ pub mod handshake;
 pub mod memlock;
 pub mod metrics;
 pub mod net;
+mod nodes;
 pub mod notify;
 pub mod random;
 pub mod runtime;
 pub mod security;
+pub mod server;
 mod shard;
 pub mod spsc;
 pub mod stats;
-pub mod check;
-pub mod cli;
-pub mod server;
 pub mod uring;
-mod builder;
-mod error;
-mod nodes;
 mod workers;
 
 /// docs/Embedding.md, compiled as doc tests (every example there builds).
@@ -58,14 +58,20 @@ pub struct EmbeddingGuide;
 
 pub use builder::{EventDef, Events, Server, ServerBuilder, ServerHandle, DEFAULT_CONFIG};
 pub use error::Error;
-pub use workers::Workers;
-pub use nodes::{objects_folder, server_object, set_many, Alarm, AlarmDef, AlarmState, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef};
-/// What the application's callbacks see and return (core's types).
-pub use uaring_core::address_space::app::{ArgDef, AsyncCall, ConditionAction, ConditionActionInfo, AsyncRead, AsyncWrite, MethodCall, WriteInfo};
-pub use uaring_core::{
-    BuiltinType, ByteString, DataValue, DateTime, ExtensionObject, Guid, Identifier, LocalizedText, NodeId, Now,
-    QualifiedName, StatusCode, UaString, Variant,
+pub use nodes::{
+    objects_folder, server_object, set_many, Alarm, AlarmDef, AlarmState, MethodDef, Namespace,
+    NodeRef, ObjectDef, Variable, VariableDef,
 };
+/// What the application's callbacks see and return (core's types).
+pub use uaring_core::address_space::app::{
+    ArgDef, AsyncCall, AsyncRead, AsyncWrite, ConditionAction, ConditionActionInfo, MethodCall,
+    WriteInfo,
+};
+pub use uaring_core::{
+    BuiltinType, ByteString, DataValue, DateTime, ExtensionObject, Guid, Identifier, LocalizedText,
+    NodeId, Now, QualifiedName, StatusCode, UaString, Variant,
+};
+pub use workers::Workers;
 
 pub use config::{Distribution, FileConfig, IoBackend, RuntimeConfig};
 pub use event_loop::EventLoop;

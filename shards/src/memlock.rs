@@ -27,7 +27,11 @@ pub struct ShardBudget {
 
 impl ShardBudget {
     pub fn new(ring_entries: u32, pbuf_entries: u32) -> ShardBudget {
-        ShardBudget { sq_entries: ring_entries, cq_entries: ring_entries.saturating_mul(2), pbuf_entries }
+        ShardBudget {
+            sq_entries: ring_entries,
+            cq_entries: ring_entries.saturating_mul(2),
+            pbuf_entries,
+        }
     }
 
     /// SQ ring (header + index array) and CQ ring share one mapping; SQEs are a second one.
@@ -53,7 +57,10 @@ impl ShardBudget {
 /// RLIMIT_MEMLOCK (soft limit) in bytes; `None` when unlimited.
 #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 everywhere
 pub fn memlock_limit_bytes() -> Option<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `lim` is a valid out-pointer.
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
     if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
@@ -117,11 +124,19 @@ pub fn size_rings(
     let shards_u = shards.max(1) as u64;
     #[allow(clippy::unnecessary_map_or)] // Option::is_none_or needs Rust 1.82; MSRV is 1.80
     let fits = |b: &ShardBudget| limit.map_or(true, |l| b.total_bytes() * shards_u <= l);
-    let mut entries = if ring_entries == 0 { AUTO_RING_ENTRIES } else { ring_entries };
+    let mut entries = if ring_entries == 0 {
+        AUTO_RING_ENTRIES
+    } else {
+        ring_entries
+    };
     loop {
         let b = ShardBudget::new(entries, pbuf_entries);
         if fits(&b) {
-            return Ok(Sizing { ring_entries: entries, pbuf_entries, needed_bytes: b.total_bytes() * shards_u });
+            return Ok(Sizing {
+                ring_entries: entries,
+                pbuf_entries,
+                needed_bytes: b.total_bytes() * shards_u,
+            });
         }
         if ring_entries != 0 || entries <= AUTO_RING_ENTRIES_MIN {
             return Err(MemlockError {

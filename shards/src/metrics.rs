@@ -33,24 +33,26 @@ pub struct Sources {
 pub fn start(addr: SocketAddr, sources: Sources) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let local = listener.local_addr()?;
-    std::thread::Builder::new().name("uaring-metrics".into()).spawn(move || {
-        for stream in listener.incoming() {
-            if sources.fleet.stopping() {
-                break;
-            }
-            match stream {
-                Ok(s) => {
-                    if let Err(e) = serve_one(s, &sources) {
-                        tracing::debug!("metrics connection: {e}");
+    std::thread::Builder::new()
+        .name("uaring-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                if sources.fleet.stopping() {
+                    break;
+                }
+                match stream {
+                    Ok(s) => {
+                        if let Err(e) = serve_one(s, &sources) {
+                            tracing::debug!("metrics connection: {e}");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("metrics accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                 }
-                Err(e) => {
-                    tracing::warn!("metrics accept: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
             }
-        }
-    })?;
+        })?;
     Ok(local)
 }
 
@@ -61,7 +63,12 @@ fn serve_one(mut s: TcpStream, src: &Sources) -> std::io::Result<()> {
     let mut len = 0;
     while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
         if len == buf.len() {
-            return respond(&mut s, "431 Request Header Fields Too Large", "text/plain", "request too large\n");
+            return respond(
+                &mut s,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request too large\n",
+            );
         }
         let n = s.read(&mut buf[len..])?;
         if n == 0 {
@@ -75,10 +82,25 @@ fn serve_one(mut s: TcpStream, src: &Sources) -> std::io::Result<()> {
     match (method, path.split('?').next().unwrap_or("")) {
         ("GET", "/metrics") => {
             let body = render(src);
-            respond(&mut s, "200 OK", "text/plain; version=0.0.4; charset=utf-8", &body)
+            respond(
+                &mut s,
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                &body,
+            )
         }
-        ("GET", _) => respond(&mut s, "404 Not Found", "text/plain", "only /metrics is served\n"),
-        _ => respond(&mut s, "405 Method Not Allowed", "text/plain", "GET /metrics\n"),
+        ("GET", _) => respond(
+            &mut s,
+            "404 Not Found",
+            "text/plain",
+            "only /metrics is served\n",
+        ),
+        _ => respond(
+            &mut s,
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n",
+        ),
     }
 }
 
@@ -102,7 +124,10 @@ pub fn render(src: &Sources) -> String {
     let shards: Vec<(usize, &ShardMetrics)> = m.active().collect();
     let stats = src.fleet.snapshot();
     let get = ShardMetrics::get;
-    let _ = writeln!(out, "# HELP uaring_build_info The uaring build.\n# TYPE uaring_build_info gauge");
+    let _ = writeln!(
+        out,
+        "# HELP uaring_build_info The uaring build.\n# TYPE uaring_build_info gauge"
+    );
     let _ = writeln!(
         out,
         "uaring_build_info{{version=\"{}\",revision=\"{}\",io_backend=\"{}\"}} 1",
@@ -110,20 +135,63 @@ pub fn render(src: &Sources) -> String {
         env!("UARING_GIT_REVISION"),
         src.backend
     );
-    let per_shard = |out: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
-        family(out, name, kind, help, |out| {
-            for i in 0..stats.len() {
-                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", v(i));
-            }
-        });
-    };
-    per_shard(&mut out, "uaring_connections", "gauge", "TCP connections open.", &|i| stats[i].open);
-    per_shard(&mut out, "uaring_connections_accepted_total", "counter", "TCP connections taken on.", &|i| stats[i].accepted);
-    per_shard(&mut out, "uaring_connections_closed_total", "counter", "TCP connections closed.", &|i| stats[i].closed);
-    per_shard(&mut out, "uaring_connections_refused_total", "counter", "TCP connections refused (table full or over budget).", &|i| stats[i].refused);
-    per_shard(&mut out, "uaring_received_bytes_total", "counter", "Bytes received.", &|i| stats[i].bytes_in);
-    per_shard(&mut out, "uaring_sent_bytes_total", "counter", "Bytes sent.", &|i| stats[i].bytes_out);
-    per_shard(&mut out, "uaring_loop_iterations_total", "counter", "Event loop iterations.", &|i| stats[i].loops);
+    let per_shard =
+        |out: &mut String, name: &str, kind: &str, help: &str, v: &dyn Fn(usize) -> u64| {
+            family(out, name, kind, help, |out| {
+                for i in 0..stats.len() {
+                    let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", v(i));
+                }
+            });
+        };
+    per_shard(
+        &mut out,
+        "uaring_connections",
+        "gauge",
+        "TCP connections open.",
+        &|i| stats[i].open,
+    );
+    per_shard(
+        &mut out,
+        "uaring_connections_accepted_total",
+        "counter",
+        "TCP connections taken on.",
+        &|i| stats[i].accepted,
+    );
+    per_shard(
+        &mut out,
+        "uaring_connections_closed_total",
+        "counter",
+        "TCP connections closed.",
+        &|i| stats[i].closed,
+    );
+    per_shard(
+        &mut out,
+        "uaring_connections_refused_total",
+        "counter",
+        "TCP connections refused (table full or over budget).",
+        &|i| stats[i].refused,
+    );
+    per_shard(
+        &mut out,
+        "uaring_received_bytes_total",
+        "counter",
+        "Bytes received.",
+        &|i| stats[i].bytes_in,
+    );
+    per_shard(
+        &mut out,
+        "uaring_sent_bytes_total",
+        "counter",
+        "Bytes sent.",
+        &|i| stats[i].bytes_out,
+    );
+    per_shard(
+        &mut out,
+        "uaring_loop_iterations_total",
+        "counter",
+        "Event loop iterations.",
+        &|i| stats[i].loops,
+    );
     family(
         &mut out,
         "uaring_loop_idle_seconds_total",
@@ -131,16 +199,38 @@ pub fn render(src: &Sources) -> String {
         "Time the event loop waited for I/O or a timer; loop utilisation = 1 - rate(this).",
         |out| {
             for (i, s) in stats.iter().enumerate() {
-                let _ = writeln!(out, "uaring_loop_idle_seconds_total{{shard=\"{i}\"}} {:.6}", s.idle_ns as f64 / 1e9);
+                let _ = writeln!(
+                    out,
+                    "uaring_loop_idle_seconds_total{{shard=\"{i}\"}} {:.6}",
+                    s.idle_ns as f64 / 1e9
+                );
             }
         },
     );
-    per_shard(&mut out, "uaring_uring_submissions_total", "counter", "io_uring submission queue entries submitted (0 on epoll).", &|i| stats[i].submissions);
-    per_shard(&mut out, "uaring_uring_completions_total", "counter", "io_uring completions handled (0 on epoll).", &|i| stats[i].completions);
+    per_shard(
+        &mut out,
+        "uaring_uring_submissions_total",
+        "counter",
+        "io_uring submission queue entries submitted (0 on epoll).",
+        &|i| stats[i].submissions,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_completions_total",
+        "counter",
+        "io_uring completions handled (0 on epoll).",
+        &|i| stats[i].completions,
+    );
     per_shard(&mut out, "uaring_uring_batch_waits_total", "counter", "io_uring waits that asked for more than one completion (batch_wait_us; 0 when off and on epoll).", &|i| stats[i].batch_waits);
     per_shard(&mut out, "uaring_uring_batch_wanted_total", "counter", "Completions those waits asked for, in total (divided by uaring_uring_batch_waits_total: what a batched wait expects).", &|i| stats[i].batch_wanted);
 
-    let labelled = |out: &mut String, name: &str, kind: &str, help: &str, labels: &[&str], label: &str, v: &dyn Fn(&ShardMetrics, usize) -> u64| {
+    let labelled = |out: &mut String,
+                    name: &str,
+                    kind: &str,
+                    help: &str,
+                    labels: &[&str],
+                    label: &str,
+                    v: &dyn Fn(&ShardMetrics, usize) -> u64| {
         family(out, name, kind, help, |out| {
             for (i, sm) in &shards {
                 for (j, l) in labels.iter().enumerate() {
@@ -152,34 +242,123 @@ pub fn render(src: &Sources) -> String {
             }
         });
     };
-    labelled(&mut out, "uaring_secure_channels", "gauge", "Secure channels open, by security policy.", &POLICIES, "policy", &|sm, j| {
-        get(&sm.channels_opened[j]).saturating_sub(get(&sm.channels_closed[j]))
+    labelled(
+        &mut out,
+        "uaring_secure_channels",
+        "gauge",
+        "Secure channels open, by security policy.",
+        &POLICIES,
+        "policy",
+        &|sm, j| get(&sm.channels_opened[j]).saturating_sub(get(&sm.channels_closed[j])),
+    );
+    labelled(
+        &mut out,
+        "uaring_secure_channels_opened_total",
+        "counter",
+        "Secure channels opened, by security policy.",
+        &POLICIES,
+        "policy",
+        &|sm, j| get(&sm.channels_opened[j]),
+    );
+    labelled(
+        &mut out,
+        "uaring_requests_total",
+        "counter",
+        "Service requests, by service.",
+        &SERVICES,
+        "service",
+        &|sm, j| get(&sm.requests[j]),
+    );
+    labelled(
+        &mut out,
+        "uaring_request_errors_total",
+        "counter",
+        "Service requests answered with a Bad ServiceResult, by service.",
+        &SERVICES,
+        "service",
+        &|sm, j| get(&sm.errors[j]),
+    );
+    let gauge =
+        |out: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&ShardMetrics) -> u64| {
+            family(out, name, kind, help, |out| {
+                for (i, sm) in &shards {
+                    let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", f(sm));
+                }
+            });
+        };
+    gauge(&mut out, "uaring_sessions", "gauge", "Sessions.", &|sm| {
+        get(&sm.sessions)
     });
-    labelled(&mut out, "uaring_secure_channels_opened_total", "counter", "Secure channels opened, by security policy.", &POLICIES, "policy", &|sm, j| {
-        get(&sm.channels_opened[j])
-    });
-    labelled(&mut out, "uaring_requests_total", "counter", "Service requests, by service.", &SERVICES, "service", &|sm, j| get(&sm.requests[j]));
-    labelled(&mut out, "uaring_request_errors_total", "counter", "Service requests answered with a Bad ServiceResult, by service.", &SERVICES, "service", &|sm, j| {
-        get(&sm.errors[j])
-    });
-    let gauge = |out: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(&ShardMetrics) -> u64| {
-        family(out, name, kind, help, |out| {
-            for (i, sm) in &shards {
-                let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", f(sm));
-            }
-        });
-    };
-    gauge(&mut out, "uaring_sessions", "gauge", "Sessions.", &|sm| get(&sm.sessions));
-    gauge(&mut out, "uaring_sessions_created_total", "counter", "Sessions created.", &|sm| get(&sm.sessions_created));
-    gauge(&mut out, "uaring_session_timeouts_total", "counter", "Sessions closed because they timed out.", &|sm| get(&sm.session_timeouts));
-    gauge(&mut out, "uaring_subscriptions", "gauge", "Subscriptions.", &|sm| get(&sm.subscriptions));
-    gauge(&mut out, "uaring_monitored_items", "gauge", "Monitored items.", &|sm| get(&sm.monitored_items));
-    gauge(&mut out, "uaring_notifications_sent_total", "counter", "Notifications sent in NotificationMessages.", &|sm| get(&sm.notifications));
-    gauge(&mut out, "uaring_notifications_dropped_total", "counter", "Values discarded by full monitored-item queues.", &|sm| get(&sm.queue_overflows));
-    gauge(&mut out, "uaring_notification_messages_sent_total", "counter", "NotificationMessages sent (keep-alives excluded).", &|sm| get(&sm.notification_messages));
-    gauge(&mut out, "uaring_keep_alives_sent_total", "counter", "Keep-alive messages sent.", &|sm| get(&sm.keep_alives));
-    gauge(&mut out, "uaring_samples_total", "counter", "Source samples taken for monitored items.", &|sm| get(&sm.samples));
-    gauge(&mut out, "uaring_events_missed_total", "counter", "Events the shared bus overwrote before this shard read them.", &|sm| get(&sm.events_missed));
+    gauge(
+        &mut out,
+        "uaring_sessions_created_total",
+        "counter",
+        "Sessions created.",
+        &|sm| get(&sm.sessions_created),
+    );
+    gauge(
+        &mut out,
+        "uaring_session_timeouts_total",
+        "counter",
+        "Sessions closed because they timed out.",
+        &|sm| get(&sm.session_timeouts),
+    );
+    gauge(
+        &mut out,
+        "uaring_subscriptions",
+        "gauge",
+        "Subscriptions.",
+        &|sm| get(&sm.subscriptions),
+    );
+    gauge(
+        &mut out,
+        "uaring_monitored_items",
+        "gauge",
+        "Monitored items.",
+        &|sm| get(&sm.monitored_items),
+    );
+    gauge(
+        &mut out,
+        "uaring_notifications_sent_total",
+        "counter",
+        "Notifications sent in NotificationMessages.",
+        &|sm| get(&sm.notifications),
+    );
+    gauge(
+        &mut out,
+        "uaring_notifications_dropped_total",
+        "counter",
+        "Values discarded by full monitored-item queues.",
+        &|sm| get(&sm.queue_overflows),
+    );
+    gauge(
+        &mut out,
+        "uaring_notification_messages_sent_total",
+        "counter",
+        "NotificationMessages sent (keep-alives excluded).",
+        &|sm| get(&sm.notification_messages),
+    );
+    gauge(
+        &mut out,
+        "uaring_keep_alives_sent_total",
+        "counter",
+        "Keep-alive messages sent.",
+        &|sm| get(&sm.keep_alives),
+    );
+    gauge(
+        &mut out,
+        "uaring_samples_total",
+        "counter",
+        "Source samples taken for monitored items.",
+        &|sm| get(&sm.samples),
+    );
+    gauge(
+        &mut out,
+        "uaring_events_missed_total",
+        "counter",
+        "Events the shared bus overwrote before this shard read them.",
+        &|sm| get(&sm.events_missed),
+    );
     family(
         &mut out,
         "uaring_handshakes_in_progress",
@@ -189,28 +368,84 @@ pub fn render(src: &Sources) -> String {
             for (i, s) in stats.iter().enumerate() {
                 let sm = m.shard(i);
                 let channels: u64 = (0..POLICIES.len())
-                    .map(|j| get(&sm.channels_opened[j]).saturating_sub(get(&sm.channels_closed[j])))
+                    .map(|j| {
+                        get(&sm.channels_opened[j]).saturating_sub(get(&sm.channels_closed[j]))
+                    })
                     .sum();
-                let _ = writeln!(out, "uaring_handshakes_in_progress{{shard=\"{i}\"}} {}", s.open.saturating_sub(channels));
+                let _ = writeln!(
+                    out,
+                    "uaring_handshakes_in_progress{{shard=\"{i}\"}} {}",
+                    s.open.saturating_sub(channels)
+                );
             }
         },
     );
     use std::sync::atomic::Ordering::Relaxed;
-    family(&mut out, "uaring_read_callback_calls_total", "counter", "Read callbacks (computed values of the application) run on the shards.", |out| {
-        let _ = writeln!(out, "uaring_read_callback_calls_total {}", crate::nodes::READ_CALLBACK_CALLS.load(Relaxed));
-    });
-    family(&mut out, "uaring_read_callback_seconds_total", "counter", "Time the shards spent in read callbacks.", |out| {
-        let _ = writeln!(out, "uaring_read_callback_seconds_total {:.6}", crate::nodes::READ_CALLBACK_NS.load(Relaxed) as f64 / 1e9);
-    });
+    family(
+        &mut out,
+        "uaring_read_callback_calls_total",
+        "counter",
+        "Read callbacks (computed values of the application) run on the shards.",
+        |out| {
+            let _ = writeln!(
+                out,
+                "uaring_read_callback_calls_total {}",
+                crate::nodes::READ_CALLBACK_CALLS.load(Relaxed)
+            );
+        },
+    );
+    family(
+        &mut out,
+        "uaring_read_callback_seconds_total",
+        "counter",
+        "Time the shards spent in read callbacks.",
+        |out| {
+            let _ = writeln!(
+                out,
+                "uaring_read_callback_seconds_total {:.6}",
+                crate::nodes::READ_CALLBACK_NS.load(Relaxed) as f64 / 1e9
+            );
+        },
+    );
     let changes = src.shared.address_space.changes().counters();
-    family(&mut out, "uaring_changes_queued_total", "counter", "Stores handed to a shard's change inbox for its exception-based monitored items.", |out| {
-        let _ = writeln!(out, "uaring_changes_queued_total {}", changes.queued.load(Relaxed));
-    });
-    family(&mut out, "uaring_changes_lost_total", "counter", "Stores (or application answers) that found a shard's inbox full.", |out| {
-        let _ = writeln!(out, "uaring_changes_lost_total {}", changes.lost.load(Relaxed));
-    });
-    family(&mut out, "uaring_change_wakes_total", "counter", "Wakes of sleeping shards by the change path and by application answers.", |out| {
-        let _ = writeln!(out, "uaring_change_wakes_total {}", changes.wakes.load(Relaxed));
-    });
+    family(
+        &mut out,
+        "uaring_changes_queued_total",
+        "counter",
+        "Stores handed to a shard's change inbox for its exception-based monitored items.",
+        |out| {
+            let _ = writeln!(
+                out,
+                "uaring_changes_queued_total {}",
+                changes.queued.load(Relaxed)
+            );
+        },
+    );
+    family(
+        &mut out,
+        "uaring_changes_lost_total",
+        "counter",
+        "Stores (or application answers) that found a shard's inbox full.",
+        |out| {
+            let _ = writeln!(
+                out,
+                "uaring_changes_lost_total {}",
+                changes.lost.load(Relaxed)
+            );
+        },
+    );
+    family(
+        &mut out,
+        "uaring_change_wakes_total",
+        "counter",
+        "Wakes of sleeping shards by the change path and by application answers.",
+        |out| {
+            let _ = writeln!(
+                out,
+                "uaring_change_wakes_total {}",
+                changes.wakes.load(Relaxed)
+            );
+        },
+    );
     out
 }

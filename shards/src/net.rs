@@ -13,10 +13,21 @@ fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn set_int_opt(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int of the stated size.
     cvt(unsafe {
-        libc::setsockopt(fd, level, name, &value as *const _ as *const libc::c_void, mem::size_of::<libc::c_int>() as _)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const _ as *const libc::c_void,
+            mem::size_of::<libc::c_int>() as _,
+        )
     })
     .map(drop)
 }
@@ -30,7 +41,9 @@ pub fn to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as _,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
@@ -42,7 +55,9 @@ pub fn to_sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_
                 sin6_family: libc::AF_INET6 as _,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: as above.
@@ -60,13 +75,21 @@ pub fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Optio
             // SAFETY: family and length say it is a sockaddr_in.
             let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
             let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 if len as usize >= mem::size_of::<libc::sockaddr_in6>() => {
             // SAFETY: family and length say it is a sockaddr_in6.
             let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
             let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(sin6.sin6_port), sin6.sin6_flowinfo, sin6.sin6_scope_id)))
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
         }
         _ => None,
     }
@@ -89,7 +112,11 @@ pub fn peer_addr(fd: RawFd) -> SocketAddr {
 /// Creates a bound, listening TCP socket; `reuseport` sets SO_REUSEPORT so
 /// every shard can have its own listener on the same port.
 pub fn listen(addr: &SocketAddr, reuseport: bool, backlog: u32) -> io::Result<TcpListener> {
-    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain syscall, result checked.
     let raw = cvt(unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: fresh fd we own.
@@ -130,7 +157,12 @@ pub fn accept_nonblocking(listener: RawFd) -> io::Result<Option<(OwnedFd, Socket
     let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
     let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     let rc = unsafe {
-        libc::accept4(listener, &mut ss as *mut _ as *mut libc::sockaddr, &mut len, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK)
+        libc::accept4(
+            listener,
+            &mut ss as *mut _ as *mut libc::sockaddr,
+            &mut len,
+            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        )
     };
     if rc < 0 {
         let e = io::Error::last_os_error();

@@ -9,17 +9,18 @@
 use std::sync::{Arc, OnceLock};
 
 use uaring_core::address_space::app::{
-    AppMethod, ArgDef, AsyncCall, AsyncRead, AsyncSource, AsyncWrite, AsyncWriteHook, MethodCall, MethodHandler, ReadFn,
-    WriteHook, WriteInfo,
+    AppMethod, ArgDef, AsyncCall, AsyncRead, AsyncSource, AsyncWrite, AsyncWriteHook, MethodCall,
+    MethodHandler, ReadFn, WriteHook, WriteInfo,
 };
 use uaring_core::address_space::build::ns1::{folder, make_variable};
 use uaring_core::address_space::{
-    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell, ValueSource,
+    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell,
+    ValueSource,
 };
 use uaring_core::server::shared::ServerShared;
 use uaring_core::{
-    BuiltinType, DataValue, DateTime, ExpandedNodeId, Identifier, LocalizedText, NodeId, Now, QualifiedName, StatusCode,
-    Variant,
+    BuiltinType, DataValue, DateTime, ExpandedNodeId, Identifier, LocalizedText, NodeId, Now,
+    QualifiedName, StatusCode, Variant,
 };
 
 use crate::error::Error;
@@ -43,7 +44,10 @@ pub struct NodeRef {
 impl NodeRef {
     /// A node of namespace 0, e.g. `NodeRef::ns0(85)` (the Objects folder).
     pub fn ns0(id: u32) -> NodeRef {
-        NodeRef { ns: Ns::Zero, id: Identifier::Numeric(id) }
+        NodeRef {
+            ns: Ns::Zero,
+            id: Identifier::Numeric(id),
+        }
     }
 
     /// The NodeId once namespaces are known.
@@ -52,7 +56,10 @@ impl NodeRef {
             Ns::Zero => 0,
             Ns::Uri(u) => b.add_namespace(u).map_err(Error::AddressSpace)?,
         };
-        Ok(NodeId { namespace, identifier: self.id.clone() })
+        Ok(NodeId {
+            namespace,
+            identifier: self.id.clone(),
+        })
     }
 
     /// The namespace URI (`None` for namespace 0).
@@ -106,7 +113,9 @@ pub struct Namespace {
 
 impl Namespace {
     pub(crate) fn new(uri: &str) -> Namespace {
-        Namespace { uri: Arc::from(uri) }
+        Namespace {
+            uri: Arc::from(uri),
+        }
     }
 
     /// The namespace URI.
@@ -116,12 +125,18 @@ impl Namespace {
 
     /// A node with a string identifier in this namespace (`ns=<i>;s=<id>`).
     pub fn id(&self, id: &str) -> NodeRef {
-        NodeRef { ns: Ns::Uri(self.uri.clone()), id: Identifier::String(id.to_string()) }
+        NodeRef {
+            ns: Ns::Uri(self.uri.clone()),
+            id: Identifier::String(id.to_string()),
+        }
     }
 
     /// A node with a numeric identifier in this namespace (`ns=<i>;i=<id>`).
     pub fn num(&self, id: u32) -> NodeRef {
-        NodeRef { ns: Ns::Uri(self.uri.clone()), id: Identifier::Numeric(id) }
+        NodeRef {
+            ns: Ns::Uri(self.uri.clone()),
+            id: Identifier::Numeric(id),
+        }
     }
 }
 
@@ -132,7 +147,11 @@ enum Source {
     /// Computed on the shard at every Read and sample.
     Computed(ReadFn),
     /// Asked of the application, answered later from any thread.
-    Async { read: uaring_core::address_space::app::AsyncReadFn, max_in_flight: u32, timeout_ms: u32 },
+    Async {
+        read: uaring_core::address_space::app::AsyncReadFn,
+        max_in_flight: u32,
+        timeout_ms: u32,
+    },
 }
 
 /// Timeout of an asynchronous operation unless set, ms.
@@ -141,8 +160,10 @@ pub const DEFAULT_ASYNC_TIMEOUT_MS: u32 = 5_000;
 pub const DEFAULT_MAX_IN_FLIGHT: u32 = 64;
 
 /// Read callbacks run, and their time on the shards (the metrics endpoint reports both).
-pub(crate) static READ_CALLBACK_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-pub(crate) static READ_CALLBACK_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(crate) static READ_CALLBACK_CALLS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+pub(crate) static READ_CALLBACK_NS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
 
 /// A Variable (or Property) to add.
 pub struct VariableDef {
@@ -200,7 +221,11 @@ impl VariableDef {
     ) -> VariableDef {
         let mut v = VariableDef::new(id, name, Variant::Empty);
         v.data_type = Some(NodeRef::ns0(data_type as u32));
-        v.source = Source::Async { read: Arc::new(read), max_in_flight: DEFAULT_MAX_IN_FLIGHT, timeout_ms: DEFAULT_ASYNC_TIMEOUT_MS };
+        v.source = Source::Async {
+            read: Arc::new(read),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            timeout_ms: DEFAULT_ASYNC_TIMEOUT_MS,
+        };
         v
     }
 
@@ -231,8 +256,14 @@ impl VariableDef {
     /// answer): `Good` stores the value (for a stored Variable) and answers Good, anything
     /// else is the operation's result; no answer within the timeout is BadTimeout.
     /// Implies [`VariableDef::writable`].
-    pub fn on_write_async(mut self, start: impl Fn(&WriteInfo<'_>, AsyncWrite) + Send + Sync + 'static) -> Self {
-        self.on_write_async = Some(AsyncWriteHook { start: Arc::new(start), timeout_ms: DEFAULT_ASYNC_TIMEOUT_MS });
+    pub fn on_write_async(
+        mut self,
+        start: impl Fn(&WriteInfo<'_>, AsyncWrite) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_write_async = Some(AsyncWriteHook {
+            start: Arc::new(start),
+            timeout_ms: DEFAULT_ASYNC_TIMEOUT_MS,
+        });
         self.writable = true;
         self
     }
@@ -251,7 +282,10 @@ impl VariableDef {
         v.source = Source::Computed(Arc::new(move |now, _state| {
             let t = std::time::Instant::now();
             let dv = read(now);
-            READ_CALLBACK_NS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            READ_CALLBACK_NS.fetch_add(
+                t.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             READ_CALLBACK_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             dv
         }));
@@ -301,7 +335,10 @@ impl VariableDef {
     /// Called on the shard for every client Write of the value, before it is stored: `Ok`
     /// accepts, `Err(status)` rejects with that status. For a computed Variable the hook is
     /// the only thing a Write does. Implies [`VariableDef::writable`].
-    pub fn on_write(mut self, hook: impl Fn(&WriteInfo<'_>) -> Result<(), StatusCode> + Send + Sync + 'static) -> Self {
+    pub fn on_write(
+        mut self,
+        hook: impl Fn(&WriteInfo<'_>) -> Result<(), StatusCode> + Send + Sync + 'static,
+    ) -> Self {
         self.on_write = Some(Arc::new(hook));
         self.writable = true;
         self
@@ -319,7 +356,10 @@ impl VariableDef {
         self
     }
 
-    fn build(self, b: &mut AddressSpaceBuilder) -> Result<(NodeId, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
+    fn build(
+        self,
+        b: &mut AddressSpaceBuilder,
+    ) -> Result<(NodeId, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
         let node_id = self.id.resolve(b)?;
         let browse_name = QualifiedName::new(node_id.namespace, &self.name);
         let (value, initial_type, initial_rank) = match self.source {
@@ -333,10 +373,17 @@ impl VariableDef {
             }
             source @ (Source::Computed(_) | Source::Async { .. }) => {
                 let value_source = match source {
-                    Source::Computed(f) => ValueSource::Computed(uaring_core::address_space::app::Computed { read: f, state: Default::default() }),
-                    Source::Async { read, max_in_flight, timeout_ms } => {
-                        ValueSource::Async(AsyncSource::new(read, max_in_flight, timeout_ms))
+                    Source::Computed(f) => {
+                        ValueSource::Computed(uaring_core::address_space::app::Computed {
+                            read: f,
+                            state: Default::default(),
+                        })
                     }
+                    Source::Async {
+                        read,
+                        max_in_flight,
+                        timeout_ms,
+                    } => ValueSource::Async(AsyncSource::new(read, max_in_flight, timeout_ms)),
                     Source::Stored(_) => unreachable_stored(),
                 };
                 let rank = self.value_rank.unwrap_or(-1);
@@ -356,7 +403,12 @@ impl VariableDef {
                     self.minimum_sampling_interval_ms,
                     parent,
                 );
-                finish_variable(&mut node, self.property, &self.description, self.historizing);
+                finish_variable(
+                    &mut node,
+                    self.property,
+                    &self.description,
+                    self.historizing,
+                );
                 b.add(node).map_err(Error::AddressSpace)?;
                 return Ok((node_id, self.on_write, self.on_write_async));
             }
@@ -368,7 +420,11 @@ impl VariableDef {
             (None, Some(t)) => NodeId::ns0(t as u32),
         };
         let value_rank = self.value_rank.unwrap_or(initial_rank);
-        let dims = if self.array_dimensions.is_empty() && value_rank == 1 { vec![0] } else { self.array_dimensions };
+        let dims = if self.array_dimensions.is_empty() && value_rank == 1 {
+            vec![0]
+        } else {
+            self.array_dimensions
+        };
         let fixed = match data_type.as_ns0() {
             Some(n) if value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
             _ => None,
@@ -385,7 +441,12 @@ impl VariableDef {
             self.minimum_sampling_interval_ms,
             parent,
         );
-        finish_variable(&mut node, self.property, &self.description, self.historizing);
+        finish_variable(
+            &mut node,
+            self.property,
+            &self.description,
+            self.historizing,
+        );
         b.add(node).map_err(Error::AddressSpace)?;
         Ok((node_id, self.on_write, self.on_write_async))
     }
@@ -397,11 +458,19 @@ fn unreachable_stored() -> ValueSource {
 }
 
 /// The parent's NodeId, which must be in the address space already (add parents first).
-fn resolve_parent(b: &mut AddressSpaceBuilder, id: &NodeRef, parent: &Option<(NodeRef, u32)>) -> Result<Option<(NodeId, u32)>, Error> {
-    let Some((p, rt)) = parent else { return Ok(None) };
+fn resolve_parent(
+    b: &mut AddressSpaceBuilder,
+    id: &NodeRef,
+    parent: &Option<(NodeRef, u32)>,
+) -> Result<Option<(NodeId, u32)>, Error> {
+    let Some((p, rt)) = parent else {
+        return Ok(None);
+    };
     let p = p.resolve(b)?;
     if !b.contains(&p) {
-        return Err(Error::AddressSpace(format!("{id}: parent {p} is unknown (add it first)")));
+        return Err(Error::AddressSpace(format!(
+            "{id}: parent {p} is unknown (add it first)"
+        )));
     }
     Ok(Some((p, *rt)))
 }
@@ -409,14 +478,20 @@ fn resolve_parent(b: &mut AddressSpaceBuilder, id: &NodeRef, parent: &Option<(No
 fn access(writable: bool) -> u8 {
     let mut a = access_level::CURRENT_READ;
     if writable {
-        a |= access_level::CURRENT_WRITE | access_level::STATUS_WRITE | access_level::TIMESTAMP_WRITE;
+        a |= access_level::CURRENT_WRITE
+            | access_level::STATUS_WRITE
+            | access_level::TIMESTAMP_WRITE;
     }
     a
 }
 
 fn finish_variable(node: &mut Node, property: bool, description: &str, historizing: bool) {
     if property {
-        if let Some(r) = node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)) {
+        if let Some(r) = node
+            .references
+            .iter_mut()
+            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
+        {
             r.target = ExpandedNodeId::local(NodeId::ns0(ids::PROPERTY_TYPE));
         }
     }
@@ -460,7 +535,10 @@ impl ObjectDef {
     /// value and are stored (push them with [`crate::ServerHandle::variable`]); methods are
     /// the type's.
     pub fn new(id: NodeRef, name: &str, type_definition: NodeRef) -> ObjectDef {
-        ObjectDef { type_definition, ..ObjectDef::folder(id, name) }
+        ObjectDef {
+            type_definition,
+            ..ObjectDef::folder(id, name)
+        }
     }
 
     /// Under `parent` by Organizes.
@@ -499,7 +577,12 @@ impl ObjectDef {
         let type_def = self.type_definition.resolve(b)?;
         match b.node(&type_def) {
             Some(n) if n.node_class == NodeClass::ObjectType => {}
-            _ => return Err(Error::AddressSpace(format!("{}: type definition {} is no ObjectType", self.id, type_def))),
+            _ => {
+                return Err(Error::AddressSpace(format!(
+                    "{}: type definition {} is no ObjectType",
+                    self.id, type_def
+                )))
+            }
         }
         let parent = match resolve_parent(b, &self.id, &self.parent)? {
             Some((p, _)) => p,
@@ -507,7 +590,11 @@ impl ObjectDef {
         };
         let mut node = folder(node_id.clone(), browse_name, parent.clone());
         node.references.retain(|r| r.is_forward);
-        if let Some(r) = node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)) {
+        if let Some(r) = node
+            .references
+            .iter_mut()
+            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
+        {
             r.target = ExpandedNodeId::local(type_def.clone());
         }
         if let Some((_, rt)) = &self.parent {
@@ -580,27 +667,38 @@ fn supertype(b: &AddressSpaceBuilder, t: &NodeId) -> Option<NodeId> {
     }
     b.nodes()
         .find(|n| {
-            n.references
-                .iter()
-                .any(|r| r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) && r.is_forward && r.target.as_local() == Some(t))
+            n.references.iter().any(|r| {
+                r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE)
+                    && r.is_forward
+                    && r.target.as_local() == Some(t)
+            })
         })
         .map(|n| n.node_id.clone())
 }
 
 fn is_mandatory(b: &AddressSpaceBuilder, decl: &NodeId) -> bool {
-    targets(b, decl, &[HAS_MODELLING_RULE]).iter().any(|(_, m)| m.as_ns0() == Some(MODELLING_RULE_MANDATORY))
+    targets(b, decl, &[HAS_MODELLING_RULE])
+        .iter()
+        .any(|(_, m)| m.as_ns0() == Some(MODELLING_RULE_MANDATORY))
 }
 
 /// Adds to `instance` the mandatory children declared by `type_or_decl` (a type: also its
 /// supertypes and interfaces; an instance declaration: its own children), recursively.
-fn instantiate_mandatory(b: &mut AddressSpaceBuilder, type_or_decl: &NodeId, instance: &NodeId, depth: u32) -> Result<(), Error> {
+fn instantiate_mandatory(
+    b: &mut AddressSpaceBuilder,
+    type_or_decl: &NodeId,
+    instance: &NodeId,
+    depth: u32,
+) -> Result<(), Error> {
     if depth > 8 {
         return Ok(());
     }
     let child_refs = [ids::HAS_COMPONENT, ids::HAS_PROPERTY, HAS_ORDERED_COMPONENT];
     // The declarations: the node's own, then (for types) each supertype's and interface's.
     let mut sources = vec![type_or_decl.clone()];
-    if b.node(type_or_decl).is_some_and(|n| n.node_class == NodeClass::ObjectType) {
+    if b.node(type_or_decl)
+        .is_some_and(|n| n.node_class == NodeClass::ObjectType)
+    {
         let mut t = type_or_decl.clone();
         for _ in 0..32 {
             for (_, i) in targets(b, &t, &[HAS_INTERFACE]) {
@@ -624,7 +722,10 @@ fn instantiate_mandatory(b: &mut AddressSpaceBuilder, type_or_decl: &NodeId, ins
             }
             seen.push(d.browse_name.clone());
             let name = d.browse_name.clone();
-            let id = NodeId { namespace: instance.namespace, identifier: suffixed(&instance.identifier, name.name.as_str()) };
+            let id = NodeId {
+                namespace: instance.namespace,
+                identifier: suffixed(&instance.identifier, name.name.as_str()),
+            };
             let type_def = d.type_definition().and_then(|t| t.as_local()).cloned();
             match (d.node_class, &d.attributes) {
                 (NodeClass::Variable, ClassAttributes::Variable(v)) => {
@@ -649,7 +750,12 @@ fn instantiate_mandatory(b: &mut AddressSpaceBuilder, type_or_decl: &NodeId, ins
                     );
                     node.display_name = d.display_name.clone();
                     node.description = d.description.clone();
-                    if let (Some(t), Some(r)) = (type_def, node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))) {
+                    if let (Some(t), Some(r)) = (
+                        type_def,
+                        node.references
+                            .iter_mut()
+                            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)),
+                    ) {
                         r.target = ExpandedNodeId::local(t);
                     }
                     b.add(node).map_err(Error::AddressSpace)?;
@@ -660,10 +766,19 @@ fn instantiate_mandatory(b: &mut AddressSpaceBuilder, type_or_decl: &NodeId, ins
                     let display_name = d.display_name.clone();
                     let mut node = folder(id.clone(), name, instance.clone());
                     node.references.retain(|r| r.is_forward);
-                    if let (Some(t), Some(r)) = (type_def, node.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))) {
+                    if let (Some(t), Some(r)) = (
+                        type_def,
+                        node.references
+                            .iter_mut()
+                            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)),
+                    ) {
                         r.target = ExpandedNodeId::local(t);
                     }
-                    node.references.push(Reference { reference_type: NodeId::ns0(rt), is_forward: false, target: ExpandedNodeId::local(instance.clone()) });
+                    node.references.push(Reference {
+                        reference_type: NodeId::ns0(rt),
+                        is_forward: false,
+                        target: ExpandedNodeId::local(instance.clone()),
+                    });
                     node.attributes = ClassAttributes::Object { event_notifier };
                     node.display_name = display_name;
                     b.add(node).map_err(Error::AddressSpace)?;
@@ -713,9 +828,18 @@ impl MethodDef {
     /// A method the application answers later: `start` runs on the shard with an
     /// [`AsyncCall`] (arguments already checked) and must return at once; complete the call
     /// from any thread. No answer within `timeout_ms` is BadTimeout.
-    pub fn deferred(id: NodeRef, name: &str, parent: &NodeRef, timeout_ms: u32, start: impl Fn(AsyncCall) + Send + Sync + 'static) -> MethodDef {
+    pub fn deferred(
+        id: NodeRef,
+        name: &str,
+        parent: &NodeRef,
+        timeout_ms: u32,
+        start: impl Fn(AsyncCall) + Send + Sync + 'static,
+    ) -> MethodDef {
         let mut m = MethodDef::new(id, name, parent, |_| Err(StatusCode::BadInternalError));
-        m.handler = MethodHandler::Deferred { start: Arc::new(start), timeout_ms: timeout_ms.max(1) };
+        m.handler = MethodHandler::Deferred {
+            start: Arc::new(start),
+            timeout_ms: timeout_ms.max(1),
+        };
         m
     }
 
@@ -765,8 +889,14 @@ impl MethodDef {
     fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
         let node_id = self.id.resolve(b)?;
         let parent = self.parent.resolve(b)?;
-        if !matches!(b.node(&parent).map(|n| n.node_class), Some(NodeClass::Object | NodeClass::ObjectType)) {
-            return Err(Error::AddressSpace(format!("{}: parent {parent} is no Object", self.id)));
+        if !matches!(
+            b.node(&parent).map(|n| n.node_class),
+            Some(NodeClass::Object | NodeClass::ObjectType)
+        ) {
+            return Err(Error::AddressSpace(format!(
+                "{}: parent {parent} is no Object",
+                self.id
+            )));
         }
         let ns = node_id.namespace;
         b.add(Node {
@@ -782,23 +912,43 @@ impl MethodDef {
                 is_forward: false,
                 target: ExpandedNodeId::local(parent),
             }],
-            attributes: ClassAttributes::Method { executable: true, user_executable: true },
+            attributes: ClassAttributes::Method {
+                executable: true,
+                user_executable: true,
+            },
         })
         .map_err(Error::AddressSpace)?;
-        for (args, prop) in [(&self.inputs, "InputArguments"), (&self.outputs, "OutputArguments")] {
+        for (args, prop) in [
+            (&self.inputs, "InputArguments"),
+            (&self.outputs, "OutputArguments"),
+        ] {
             if args.is_empty() {
                 continue;
             }
-            let values = args.iter().map(|a| Variant::ExtensionObject(Box::new(a.to_argument()))).collect();
-            let value = Variant::array(BuiltinType::ExtensionObject, values).unwrap_or(Variant::Empty);
-            let prop_id = NodeId { namespace: ns, identifier: suffixed(&node_id.identifier, prop) };
+            let values = args
+                .iter()
+                .map(|a| Variant::ExtensionObject(Box::new(a.to_argument())))
+                .collect();
+            let value =
+                Variant::array(BuiltinType::ExtensionObject, values).unwrap_or(Variant::Empty);
+            let prop_id = NodeId {
+                namespace: ns,
+                identifier: suffixed(&node_id.identifier, prop),
+            };
             let mut node = make_variable(
                 prop_id,
                 QualifiedName::new(0, prop),
                 NodeId::ns0(ARGUMENT_DATA_TYPE),
                 1,
                 vec![0],
-                ValueSource::Cell(ValueCell::new(DataValue { value, source_timestamp: Some(DateTime::NULL), ..Default::default() }, None)),
+                ValueSource::Cell(ValueCell::new(
+                    DataValue {
+                        value,
+                        source_timestamp: Some(DateTime::NULL),
+                        ..Default::default()
+                    },
+                    None,
+                )),
                 access_level::CURRENT_READ,
                 0.0,
                 Some((node_id.clone(), ids::HAS_PROPERTY)),
@@ -808,7 +958,12 @@ impl MethodDef {
         }
         b.set_method(
             node_id.clone(),
-            AppMethod { inputs: self.inputs, outputs: self.outputs, needs_write: self.needs_write, handler: self.handler },
+            AppMethod {
+                inputs: self.inputs,
+                outputs: self.outputs,
+                needs_write: self.needs_write,
+                handler: self.handler,
+            },
         );
         Ok(node_id)
     }
@@ -843,12 +998,20 @@ impl AlarmDef {
     /// (which has it as condition). Its events are reported on the Server object, the source
     /// (when an event notifier) and the event notifiers above it.
     pub fn new(id: NodeRef, name: &str, source: &NodeRef) -> AlarmDef {
-        AlarmDef { id, name: name.to_string(), source: source.clone(), on_action: None }
+        AlarmDef {
+            id,
+            name: name.to_string(),
+            source: source.clone(),
+            on_action: None,
+        }
     }
 
     /// Called on the shard serving the Call after a client's Acknowledge, Confirm,
     /// AddComment, Enable or Disable took effect (quick; never block).
-    pub fn on_action(mut self, hook: impl Fn(&uaring_core::address_space::app::ConditionActionInfo<'_>) + Send + Sync + 'static) -> Self {
+    pub fn on_action(
+        mut self,
+        hook: impl Fn(&uaring_core::address_space::app::ConditionActionInfo<'_>) + Send + Sync + 'static,
+    ) -> Self {
         self.on_action = Some(Arc::new(hook));
         self
     }
@@ -856,12 +1019,24 @@ impl AlarmDef {
     fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
         let node_id = self.id.resolve(b)?;
         let source = self.source.resolve(b)?;
-        if !matches!(b.node(&source).map(|n| n.node_class), Some(NodeClass::Object)) {
-            return Err(Error::AddressSpace(format!("{}: source {source} is no Object", self.id)));
+        if !matches!(
+            b.node(&source).map(|n| n.node_class),
+            Some(NodeClass::Object)
+        ) {
+            return Err(Error::AddressSpace(format!(
+                "{}: source {source} is no Object",
+                self.id
+            )));
         }
         let name = QualifiedName::new(node_id.namespace, &self.name);
-        uaring_core::events::nodes::add_condition_nodes(b, &node_id, &name, &source, crate::clock::utc_now())
-            .map_err(Error::AddressSpace)?;
+        uaring_core::events::nodes::add_condition_nodes(
+            b,
+            &node_id,
+            &name,
+            &source,
+            crate::clock::utc_now(),
+        )
+        .map_err(Error::AddressSpace)?;
         b.set_condition(uaring_core::address_space::app::AppCondition {
             node_id: node_id.clone(),
             name: self.name,
@@ -902,7 +1077,11 @@ impl std::fmt::Debug for Alarm {
 
 impl Alarm {
     pub(crate) fn bind(&self, shared: &Arc<ServerShared>, node_id: &NodeId) -> Result<(), Error> {
-        let c = shared.events.condition(node_id).cloned().ok_or_else(|| Error::AddressSpace(format!("alarm {node_id} was not added")))?;
+        let c = shared
+            .events
+            .condition(node_id)
+            .cloned()
+            .ok_or_else(|| Error::AddressSpace(format!("alarm {node_id} was not added")))?;
         let _ = self.bound.set((shared.clone(), c));
         Ok(())
     }
@@ -917,7 +1096,14 @@ impl Alarm {
         if !(1..=1000).contains(&severity) {
             return Err(Error::Status(StatusCode::BadOutOfRange));
         }
-        let ev = shared.events.set_condition_active(&shared.address_space, c, active, severity, Some(message), crate::clock::utc_now());
+        let ev = shared.events.set_condition_active(
+            &shared.address_space,
+            c,
+            active,
+            severity,
+            Some(message),
+            crate::clock::utc_now(),
+        );
         if let Some(ev) = ev {
             shared.events.bus.publish(ev);
         }
@@ -946,7 +1132,11 @@ pub(crate) enum Def {
     Variable(VariableDef, Arc<Binding>),
     Method(MethodDef),
     Alarm(AlarmDef, Alarm),
-    Reference { from: NodeRef, reference_type: NodeRef, to: NodeRef },
+    Reference {
+        from: NodeRef,
+        reference_type: NodeRef,
+        to: NodeRef,
+    },
 }
 
 impl Def {
@@ -978,12 +1168,22 @@ impl Def {
                 let id = a.build(b)?;
                 alarms.push((handle, id));
             }
-            Def::Reference { from, reference_type, to } => {
+            Def::Reference {
+                from,
+                reference_type,
+                to,
+            } => {
                 let (f, rt, t) = (from.resolve(b)?, reference_type.resolve(b)?, to.resolve(b)?);
                 let Some(n) = b.node_mut(&f) else {
-                    return Err(Error::AddressSpace(format!("reference from unknown node {f}")));
+                    return Err(Error::AddressSpace(format!(
+                        "reference from unknown node {f}"
+                    )));
                 };
-                n.references.push(Reference { reference_type: rt, is_forward: true, target: ExpandedNodeId::local(t) });
+                n.references.push(Reference {
+                    reference_type: rt,
+                    is_forward: true,
+                    target: ExpandedNodeId::local(t),
+                });
             }
         }
         Ok(())
@@ -1008,7 +1208,11 @@ impl Binding {
             .address_space
             .node_index(&node_id)
             .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
-        let _ = self.bound.set(Bound { shared: shared.clone(), index, node_id });
+        let _ = self.bound.set(Bound {
+            shared: shared.clone(),
+            index,
+            node_id,
+        });
         Ok(())
     }
 }
@@ -1037,13 +1241,23 @@ impl Variable {
     /// A handle to any Variable with a stored value of a running server (namespace 0, a
     /// NodeSet's, the application's).
     pub(crate) fn of(shared: &Arc<ServerShared>, node_id: &NodeId) -> Result<Variable, Error> {
-        let index = shared.address_space.node_index(node_id).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
-        let node = shared.address_space.node_at(index).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        let index = shared
+            .address_space
+            .node_index(node_id)
+            .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        let node = shared
+            .address_space
+            .node_at(index)
+            .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
         if node.value_cell().is_none() {
             return Err(Error::Status(StatusCode::BadNotWritable));
         }
         let binding = Arc::new(Binding::default());
-        let _ = binding.bound.set(Bound { shared: shared.clone(), index, node_id: node_id.clone() });
+        let _ = binding.bound.set(Bound {
+            shared: shared.clone(),
+            index,
+            node_id: node_id.clone(),
+        });
         Ok(Variable { binding })
     }
 
@@ -1060,7 +1274,11 @@ impl Variable {
     /// every shard receives it (up to its queue size). A value whose type or rank does not
     /// fit the Variable's DataType and ValueRank is [`Error::TypeMismatch`] and stores nothing.
     pub fn set(&self, value: impl Into<Variant>) -> Result<(), Error> {
-        self.set_with(DataValue { value: value.into(), source_timestamp: Some(crate::clock::utc_now()), ..Default::default() })
+        self.set_with(DataValue {
+            value: value.into(),
+            source_timestamp: Some(crate::clock::utc_now()),
+            ..Default::default()
+        })
     }
 
     /// Pushes a whole DataValue (status and source timestamp as given; a server timestamp is
@@ -1070,23 +1288,35 @@ impl Variable {
         check(b, &dv.value)?;
         dv.server_timestamp = None;
         dv.server_picoseconds = None;
-        b.shared.address_space.store_value(b.index, dv).map(|_| ()).map_err(|s| match s {
-            StatusCode::BadTypeMismatch => Error::TypeMismatch(b.node_id.to_string()),
-            s => Error::Status(s),
-        })
+        b.shared
+            .address_space
+            .store_value(b.index, dv)
+            .map(|_| ())
+            .map_err(|s| match s {
+                StatusCode::BadTypeMismatch => Error::TypeMismatch(b.node_id.to_string()),
+                s => Error::Status(s),
+            })
     }
 
     /// The current value.
     pub fn get(&self) -> Result<DataValue, Error> {
         let b = self.bound()?;
-        let node = b.shared.address_space.node_at(b.index).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
-        node.value_cell().map(|c| c.load()).ok_or(Error::Status(StatusCode::BadNotReadable))
+        let node = b
+            .shared
+            .address_space
+            .node_at(b.index)
+            .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        node.value_cell()
+            .map(|c| c.load())
+            .ok_or(Error::Status(StatusCode::BadNotReadable))
     }
 }
 
 fn check(b: &Bound, v: &Variant) -> Result<(), Error> {
     let space = &b.shared.address_space;
-    let node = space.node_at(b.index).ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+    let node = space
+        .node_at(b.index)
+        .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
     match uaring_core::services::attribute::check_value(space, node, v) {
         Ok(()) => Ok(()),
         Err(StatusCode::BadTypeMismatch) => Err(Error::TypeMismatch(b.node_id.to_string())),
@@ -1097,14 +1327,20 @@ fn check(b: &Bound, v: &Variant) -> Result<(), Error> {
 /// Pushes several values: every one is type-checked first, and only when all fit are they
 /// stored, in order (each store is still its own change: a reader may see some before
 /// others).
-pub fn set_many<'a>(values: impl IntoIterator<Item = (&'a Variable, Variant)>) -> Result<(), Error> {
+pub fn set_many<'a>(
+    values: impl IntoIterator<Item = (&'a Variable, Variant)>,
+) -> Result<(), Error> {
     let ts = crate::clock::utc_now();
     let batch: Vec<(&Variable, Variant)> = values.into_iter().collect();
     for (var, v) in &batch {
         check(var.bound()?, v)?;
     }
     for (var, v) in batch {
-        var.set_with(DataValue { value: v, source_timestamp: Some(ts), ..Default::default() })?;
+        var.set_with(DataValue {
+            value: v,
+            source_timestamp: Some(ts),
+            ..Default::default()
+        })?;
     }
     Ok(())
 }

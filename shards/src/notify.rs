@@ -6,7 +6,9 @@ use std::os::unix::net::UnixDatagram;
 
 /// Sends `state` (e.g. `READY=1`) to `$NOTIFY_SOCKET`; errors are logged, never fatal.
 pub fn notify(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else { return };
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
     if let Err(e) = send(&path, state) {
         tracing::warn!("sd_notify {state:?} to {}: {e}", path.to_string_lossy());
     }

@@ -7,7 +7,9 @@ use uaring_core::random::ChaCha;
 /// A ChaCha20 CSPRNG seeded from the operating system's random number generator.
 pub fn os_seeded() -> std::io::Result<ChaCha> {
     let mut seed = [0u8; 32];
-    getrandom::getrandom(&mut seed).map_err(|e| std::io::Error::other(format!("the OS random number generator failed: {e}")))?;
+    getrandom::getrandom(&mut seed).map_err(|e| {
+        std::io::Error::other(format!("the OS random number generator failed: {e}"))
+    })?;
     Ok(ChaCha::from_seed(seed))
 }
 

@@ -36,7 +36,11 @@ pub struct RuntimeOptions {
 
 impl RuntimeOptions {
     pub fn from_config(r: &RuntimeConfig, listen: SocketAddr, cpus: Vec<usize>) -> RuntimeOptions {
-        let shards = if r.shards == 0 { cpus.len().clamp(1, crate::server::MAX_SHARDS) } else { r.shards };
+        let shards = if r.shards == 0 {
+            cpus.len().clamp(1, crate::server::MAX_SHARDS)
+        } else {
+            r.shards
+        };
         RuntimeOptions {
             listen,
             cpus,
@@ -116,15 +120,21 @@ impl Running {
     }
 }
 
-fn bind_listeners(opts: &RuntimeOptions) -> Result<(SocketAddr, Vec<Option<TcpListener>>), StartError> {
+fn bind_listeners(
+    opts: &RuntimeOptions,
+) -> Result<(SocketAddr, Vec<Option<TcpListener>>), StartError> {
     let n = opts.shards;
     let reuseport = opts.distribution == Distribution::Reuseport && n > 1;
-    let first = net::listen(&opts.listen, reuseport, opts.listen_backlog).map_err(|e| StartError::Listen(opts.listen, e))?;
-    let local = first.local_addr().map_err(|e| StartError::Listen(opts.listen, e))?;
+    let first = net::listen(&opts.listen, reuseport, opts.listen_backlog)
+        .map_err(|e| StartError::Listen(opts.listen, e))?;
+    let local = first
+        .local_addr()
+        .map_err(|e| StartError::Listen(opts.listen, e))?;
     let mut out = vec![Some(first)];
     for _ in 1..n {
         if reuseport {
-            let l = net::listen(&local, true, opts.listen_backlog).map_err(|e| StartError::Listen(local, e))?;
+            let l = net::listen(&local, true, opts.listen_backlog)
+                .map_err(|e| StartError::Listen(local, e))?;
             out.push(Some(l));
         } else {
             out.push(None);
@@ -139,7 +149,11 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     if opts.backend == IoBackend::Epoll {
         return Ok((IoBackend::Epoll, 0));
     }
-    let pbuf = if opts.loop_cfg.multishot { opts.loop_cfg.recv_buffers } else { 0 };
+    let pbuf = if opts.loop_cfg.multishot {
+        opts.loop_cfg.recv_buffers
+    } else {
+        0
+    };
     let limit = memlock::memlock_limit_bytes();
     match memlock::size_rings(opts.shards, opts.ring_entries, pbuf, limit) {
         Ok(s) => opts.loop_cfg.ring_entries = s.ring_entries,
@@ -149,7 +163,8 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
             return Ok((IoBackend::Epoll, 0));
         }
     }
-    let needed = memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf).total_bytes() * opts.shards as u64;
+    let needed = memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf).total_bytes()
+        * opts.shards as u64;
     // Probe once on this thread so a kernel or sandbox without io_uring is
     // reported once, not per shard.
     match crate::uring::setup_ring(opts.loop_cfg.ring_entries) {
@@ -185,10 +200,21 @@ where
     let (backend, memlock_bytes) = choose_backend(&mut opts)?;
     let (local_addr, listeners) = bind_listeners(&opts)?;
     let cpus_per_shard: Vec<Option<usize>> = (0..opts.shards)
-        .map(|i| if opts.cpus.is_empty() { None } else { Some(opts.cpus[i % opts.cpus.len()]) })
+        .map(|i| {
+            if opts.cpus.is_empty() {
+                None
+            } else {
+                Some(opts.cpus[i % opts.cpus.len()])
+            }
+        })
         .collect();
-    let (fleet, wirings) = Fleet::new(&cpus_per_shard, opts.distribution, opts.handoff_queue, opts.move_queue)
-        .map_err(|e| StartError::Other(format!("eventfd: {e}")))?;
+    let (fleet, wirings) = Fleet::new(
+        &cpus_per_shard,
+        opts.distribution,
+        opts.handoff_queue,
+        opts.move_queue,
+    )
+    .map_err(|e| StartError::Other(format!("eventfd: {e}")))?;
     let make = Arc::new(make);
     let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<String, String>)>();
     let mut threads = Vec::with_capacity(opts.shards);

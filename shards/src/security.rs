@@ -14,11 +14,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use uaring_core::generated::types::MessageSecurityMode;
 use uaring_core::secure_channel::{
-    EndpointSecurity, NonePolicy, SecurityProvider, UserAccess, UserTokenSettings, SECURITY_POLICY_NONE_URI,
+    EndpointSecurity, NonePolicy, SecurityProvider, UserAccess, UserTokenSettings,
+    SECURITY_POLICY_NONE_URI,
 };
 use uaring_crypto::{
-    AddressLimits, CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig, OwnIdentity, Pki, PkiConfig, PolicyId,
-    RsaPolicy, ShardTrust, UserDirectory, UserEntry,
+    AddressLimits, CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig,
+    OwnIdentity, Pki, PkiConfig, PolicyId, RsaPolicy, ShardTrust, UserDirectory, UserEntry,
 };
 
 /// A user role in `[[users]]`.
@@ -116,9 +117,14 @@ pub struct SecurityConfig {
 impl Default for SecurityConfig {
     fn default() -> Self {
         SecurityConfig {
-            policies: ["None", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss"]
-                .map(String::from)
-                .to_vec(),
+            policies: [
+                "None",
+                "Basic256Sha256",
+                "Aes128_Sha256_RsaOaep",
+                "Aes256_Sha256_RsaPss",
+            ]
+            .map(String::from)
+            .to_vec(),
             modes: ["Sign", "SignAndEncrypt"].map(String::from).to_vec(),
             pki_dir: PathBuf::from("pki"),
             accept_all_client_certs: false,
@@ -169,14 +175,18 @@ fn mode(name: &str) -> Result<MessageSecurityMode, String> {
     match name {
         "Sign" => Ok(MessageSecurityMode::Sign),
         "SignAndEncrypt" => Ok(MessageSecurityMode::SignAndEncrypt),
-        other => Err(format!("security.modes: {other:?} is not Sign or SignAndEncrypt")),
+        other => Err(format!(
+            "security.modes: {other:?} is not Sign or SignAndEncrypt"
+        )),
     }
 }
 
 /// Takes `[security]` and `[[users]]` out of the configuration table (the rest is core's).
 pub fn take_config(table: &mut toml::Table) -> Result<(SecurityConfig, Vec<UserConfig>), String> {
     let sec = match table.remove("security") {
-        Some(v) => v.try_into::<SecurityConfig>().map_err(|e| format!("[security]: {e}"))?,
+        Some(v) => v
+            .try_into::<SecurityConfig>()
+            .map_err(|e| format!("[security]: {e}"))?,
         None => SecurityConfig::default(),
     };
     let users = match table.remove("users") {
@@ -186,7 +196,10 @@ pub fn take_config(table: &mut toml::Table) -> Result<(SecurityConfig, Vec<UserC
             struct U {
                 users: Vec<UserConfig>,
             }
-            wrapper.try_into::<U>().map_err(|e| format!("[[users]]: {e}"))?.users
+            wrapper
+                .try_into::<U>()
+                .map_err(|e| format!("[[users]]: {e}"))?
+                .users
         }
         None => Vec::new(),
     };
@@ -209,17 +222,26 @@ pub struct SecuritySetup {
 
 impl std::fmt::Debug for SecuritySetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecuritySetup").field("policies", &self.policies).field("modes", &self.modes).finish_non_exhaustive()
+        f.debug_struct("SecuritySetup")
+            .field("policies", &self.policies)
+            .field("modes", &self.modes)
+            .finish_non_exhaustive()
     }
 }
 
 fn now_unix_s() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// Loads the own certificate and key, generating them when both are missing. Concurrent
 /// first starts on one PKI directory are serialized by a lock file in `own/private`.
-fn load_or_create_own(pki: &Pki, req: &CertificateRequest) -> Result<(Arc<OwnIdentity>, bool), String> {
+fn load_or_create_own(
+    pki: &Pki,
+    req: &CertificateRequest,
+) -> Result<(Arc<OwnIdentity>, bool), String> {
     let lock = pki.root().join("own/private/.generating");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -229,7 +251,11 @@ fn load_or_create_own(pki: &Pki, req: &CertificateRequest) -> Result<(Arc<OwnIde
                 return Ok((OwnIdentity::new(cert, key)?, false));
             }
         } else {
-            match fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock)
+            {
                 Ok(_) => {
                     let r = pki.load_or_create_own(req);
                     let _ = fs::remove_file(&lock);
@@ -250,7 +276,10 @@ fn load_or_create_own(pki: &Pki, req: &CertificateRequest) -> Result<(Arc<OwnIde
             let _ = fs::remove_file(&lock);
         }
         if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {} to go away", lock.display()));
+            return Err(format!(
+                "timed out waiting for {} to go away",
+                lock.display()
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -269,11 +298,16 @@ pub fn check(
     if config.handshake_burst == 0 || config.handshake_refill_interval_ms == 0 {
         return Err("security.handshake_burst and handshake_refill_interval_ms must be > 0".into());
     }
-    if config.login_failure_burst == 0 || config.login_refill_interval_ms == 0 || config.limiter_addresses_max == 0 {
+    if config.login_failure_burst == 0
+        || config.login_refill_interval_ms == 0
+        || config.limiter_addresses_max == 0
+    {
         return Err("security.login_failure_burst, login_refill_interval_ms and limiter_addresses_max must be > 0".into());
     }
     if config.validated_chains_max > VALIDATED_CHAINS_MAX {
-        return Err(format!("security.validated_chains_max must be at most {VALIDATED_CHAINS_MAX}"));
+        return Err(format!(
+            "security.validated_chains_max must be at most {VALIDATED_CHAINS_MAX}"
+        ));
     }
     let mut none = false;
     let mut policies = Vec::new();
@@ -295,11 +329,16 @@ pub fn check(
         return Err("security: no endpoint left (policies/modes are empty)".into());
     }
     if !config.user_token_policy_on_none.is_empty() {
-        policy_id(&config.user_token_policy_on_none).map_err(|e| e.replace("policies", "user_token_policy_on_none"))?;
+        policy_id(&config.user_token_policy_on_none)
+            .map_err(|e| e.replace("policies", "user_token_policy_on_none"))?;
     }
     let entries: Vec<UserEntry> = users
         .iter()
-        .map(|u| UserEntry { name: u.name.clone(), password_hash: u.password.clone(), access: u.role.access() })
+        .map(|u| UserEntry {
+            name: u.name.clone(),
+            password_hash: u.password.clone(),
+            access: u.role.access(),
+        })
         .collect();
     UserDirectory::new(&entries).map_err(|e| format!("[[users]]: {e}"))?;
     Ok((none, policies, modes))
@@ -333,19 +372,27 @@ pub fn build(
     };
     let entries: Vec<UserEntry> = users
         .iter()
-        .map(|u| UserEntry { name: u.name.clone(), password_hash: u.password.clone(), access: u.role.access() })
+        .map(|u| UserEntry {
+            name: u.name.clone(),
+            password_hash: u.password.clone(),
+            access: u.role.access(),
+        })
         .collect();
     let user_dir = Some(UserDirectory::new(&entries).map_err(|e| format!("[[users]]: {e}"))?);
     // The own certificate is needed by every RSA policy, and by UserName/X.509 tokens on None
     // endpoints.
-    let needs_cert = !policies.is_empty() || (!users.is_empty() && !config.user_token_policy_on_none.is_empty());
+    let needs_cert =
+        !policies.is_empty() || (!users.is_empty() && !config.user_token_policy_on_none.is_empty());
     let pki_root = config.pki_dir.clone();
     let own = if needs_cert {
-        let pki = Pki::open(&pki_root, pki_config.clone()).map_err(|e| format!("{}: {e}", pki_root.display()))?;
+        let pki = Pki::open(&pki_root, pki_config.clone())
+            .map_err(|e| format!("{}: {e}", pki_root.display()))?;
         let host = uaring_crypto::cli::system_hostname();
         let mut req = CertificateRequest::new(application_uri, application_name, now_unix_s());
         req.key_bits = config.certificate_key_bits;
-        req.dns_names = std::iter::once(host).chain(config.certificate_dns_names.iter().cloned()).collect();
+        req.dns_names = std::iter::once(host)
+            .chain(config.certificate_dns_names.iter().cloned())
+            .collect();
         let mut ips: Vec<IpAddr> = vec![IpAddr::from([127, 0, 0, 1])];
         if let Some(ip) = listen_ip.filter(|ip| !ip.is_unspecified()) {
             ips.push(ip);
@@ -369,7 +416,13 @@ pub fn build(
             );
         }
         let (t, i, c) = pki.counts();
-        tracing::info!(trusted = t, issuers = i, crls = c, "PKI {}", pki_root.display());
+        tracing::info!(
+            trusted = t,
+            issuers = i,
+            crls = c,
+            "PKI {}",
+            pki_root.display()
+        );
         for e in pki.load_errors() {
             tracing::warn!("PKI: {e}");
         }
@@ -396,7 +449,17 @@ pub fn build(
             addresses_max: config.limiter_addresses_max,
         },
     );
-    Ok(SecuritySetup { config, policies, modes, none, own, pki_root, pki_config, users: user_dir, limits })
+    Ok(SecuritySetup {
+        config,
+        policies,
+        modes,
+        none,
+        own,
+        pki_root,
+        pki_config,
+        users: user_dir,
+        limits,
+    })
 }
 
 impl SecuritySetup {
@@ -424,16 +487,24 @@ impl SecuritySetup {
         }
         let mut trust = None;
         if let Some(own) = &self.own {
-            let pki = Pki::open(&self.pki_root, self.pki_config.clone()).map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
+            let pki = Pki::open(&self.pki_root, self.pki_config.clone())
+                .map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
             let t = ShardTrust::with_limits(pki, self.limits.clone());
             // Every supported RSA policy is registered (a None endpoint's token policy may name
             // one no endpoint offers); endpoints only for the configured ones.
-            for id in [PolicyId::Basic256Sha256, PolicyId::Aes128Sha256RsaOaep, PolicyId::Aes256Sha256RsaPss] {
+            for id in [
+                PolicyId::Basic256Sha256,
+                PolicyId::Aes128Sha256RsaOaep,
+                PolicyId::Aes256Sha256RsaPss,
+            ] {
                 p.add_policy(RsaPolicy::server(id, own.clone(), t.clone())?);
             }
             for id in &self.policies {
                 for m in &self.modes {
-                    p.add_endpoint(EndpointSecurity { policy_uri: id.uri().to_owned(), mode: *m });
+                    p.add_endpoint(EndpointSecurity {
+                        policy_uri: id.uri().to_owned(),
+                        mode: *m,
+                    });
                 }
             }
             trust = Some(t);
@@ -441,7 +512,11 @@ impl SecuritySetup {
         let have_users = self.users.as_ref().is_some_and(|u| !u.is_empty());
         let user_auth = trust.is_some();
         if let (Some(users), Some(t)) = (&self.users, &trust) {
-            p.set_user_authenticator(ConfiguredUsers::new(users.clone(), t.clone(), c.x509_user_role.access()));
+            p.set_user_authenticator(ConfiguredUsers::new(
+                users.clone(),
+                t.clone(),
+                c.x509_user_role.access(),
+            ));
         }
         let none_uri = if c.user_token_policy_on_none.is_empty() {
             String::new()
@@ -513,7 +588,8 @@ mod tests {
 
     #[test]
     fn none_only_needs_no_certificate_and_offers_anonymous() {
-        let (s, u) = parse("[security]\npolicies = [\"None\"]\nuser_token_policy_on_none = \"\"\n").unwrap();
+        let (s, u) =
+            parse("[security]\npolicies = [\"None\"]\nuser_token_policy_on_none = \"\"\n").unwrap();
         let setup = build(s, &u, &args(), "urn:x", "x", None).unwrap();
         assert!(setup.own.is_none());
         let p = setup.shard_provider().unwrap();
@@ -525,16 +601,37 @@ mod tests {
     fn every_policy_and_mode_becomes_an_endpoint_with_a_generated_certificate() {
         let dir = std::env::temp_dir().join(format!("uaring-sec-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let a = SecurityArgs { pki: Some(dir.clone()), ..SecurityArgs::default() };
-        let setup = build(SecurityConfig::default(), &[], &a, "urn:uaring:test", "test", None).unwrap();
+        let a = SecurityArgs {
+            pki: Some(dir.clone()),
+            ..SecurityArgs::default()
+        };
+        let setup = build(
+            SecurityConfig::default(),
+            &[],
+            &a,
+            "urn:uaring:test",
+            "test",
+            None,
+        )
+        .unwrap();
         let own = setup.own.as_ref().unwrap();
         assert_eq!(own.cert.application_uri(), Some("urn:uaring:test"));
         assert_eq!(own.key.key_bits(), 2048);
         let p = setup.shard_provider().unwrap();
         assert_eq!(p.endpoints().len(), 7);
-        assert!(setup.describe().contains("Aes256_Sha256_RsaPss/SignAndEncrypt"));
+        assert!(setup
+            .describe()
+            .contains("Aes256_Sha256_RsaPss/SignAndEncrypt"));
         // A second start loads the same certificate.
-        let again = build(SecurityConfig::default(), &[], &a, "urn:uaring:test", "test", None).unwrap();
+        let again = build(
+            SecurityConfig::default(),
+            &[],
+            &a,
+            "urn:uaring:test",
+            "test",
+            None,
+        )
+        .unwrap();
         assert_eq!(again.own.as_ref().unwrap().cert.der(), own.cert.der());
         let _ = fs::remove_dir_all(&dir);
     }
@@ -552,34 +649,59 @@ mod tests {
              login_refill_interval_ms = 3600000\n[[users]]\nname = \"op\"\npassword = \"{hash}\"\nrole = \"read\"\n"
         );
         let (s, u) = parse(&text).unwrap();
-        let a = SecurityArgs { pki: Some(dir.clone()), ..SecurityArgs::default() };
+        let a = SecurityArgs {
+            pki: Some(dir.clone()),
+            ..SecurityArgs::default()
+        };
         let setup = build(s, &u, &a, "urn:uaring:test", "test", None).unwrap();
-        let shards = [setup.shard_provider().unwrap(), setup.shard_provider().unwrap()];
+        let shards = [
+            setup.shard_provider().unwrap(),
+            setup.shard_provider().unwrap(),
+        ];
         let uri = PolicyId::Basic256Sha256.uri();
         let ip: Option<IpAddr> = Some("192.0.2.7".parse().unwrap());
         let other: Option<IpAddr> = Some("192.0.2.8".parse().unwrap());
         // Handshakes alternate between the shards: 4 in total are admitted, the 5th is refused
         // on either shard.
         for i in 0..4 {
-            shards[i % 2].find(uri).unwrap().admit_handshake(ip).unwrap();
+            shards[i % 2]
+                .find(uri)
+                .unwrap()
+                .admit_handshake(ip)
+                .unwrap();
         }
         for p in &shards {
-            assert_eq!(p.find(uri).unwrap().admit_handshake(ip), Err(uaring_core::StatusCode::BadTcpServerTooBusy));
+            assert_eq!(
+                p.find(uri).unwrap().admit_handshake(ip),
+                Err(uaring_core::StatusCode::BadTcpServerTooBusy)
+            );
         }
         // Another address is unaffected.
         shards[1].find(uri).unwrap().admit_handshake(other).unwrap();
         // Failed logins: 3 wrong passwords spread over both shards lock the address out on
         // both, even with the right password.
-        let users = [shards[0].user_authenticator().unwrap(), shards[1].user_authenticator().unwrap()];
+        let users = [
+            shards[0].user_authenticator().unwrap(),
+            shards[1].user_authenticator().unwrap(),
+        ];
         for i in 0..3 {
             assert!(users[i % 2].login_allowed(ip));
-            assert_eq!(users[i % 2].authenticate_password(ip, "op", b"wrong"), Err(uaring_core::StatusCode::BadUserAccessDenied));
+            assert_eq!(
+                users[i % 2].authenticate_password(ip, "op", b"wrong"),
+                Err(uaring_core::StatusCode::BadUserAccessDenied)
+            );
         }
         for u in &users {
             assert!(!u.login_allowed(ip));
-            assert_eq!(u.authenticate_password(ip, "op", b"right"), Err(uaring_core::StatusCode::BadUserAccessDenied));
+            assert_eq!(
+                u.authenticate_password(ip, "op", b"right"),
+                Err(uaring_core::StatusCode::BadUserAccessDenied)
+            );
         }
-        assert_eq!(users[0].authenticate_password(other, "op", b"right"), Ok(UserAccess::Read));
+        assert_eq!(
+            users[0].authenticate_password(other, "op", b"right"),
+            Ok(UserAccess::Read)
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
 use uaring_core::server::config::ServerConfig;
+use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::handshake::JobDone;
 use uaring_core::server::shard::ShardState;
@@ -62,7 +62,13 @@ pub struct UaHandler<S: ShardHost> {
 
 impl<S: ShardHost> UaHandler<S> {
     pub fn new(host: S) -> UaHandler<S> {
-        UaHandler { host, channels: HashMap::new(), ready_channels: Vec::new(), pool: None, done: Vec::new() }
+        UaHandler {
+            host,
+            channels: HashMap::new(),
+            ready_channels: Vec::new(),
+            pool: None,
+            done: Vec::new(),
+        }
     }
 
     /// Runs handshake jobs on `pool` (the host must offload them: `ShardState::with_handshake_offload`).
@@ -73,14 +79,23 @@ impl<S: ShardHost> UaHandler<S> {
 
     /// Hands the connection's handshake job (if any) to the pool; without a pool, or when
     /// the pool refuses it, the result goes straight back (run inline, or refused).
-    fn start_jobs(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>, mut status: CoreStatus) -> CoreStatus {
+    fn start_jobs(
+        &mut self,
+        conn: &mut UaConn,
+        now: Now,
+        out: &mut Vec<u8>,
+        mut status: CoreStatus,
+    ) -> CoreStatus {
         while let Some(job) = conn.conn.take_job() {
             let done = match self.pool.as_mut() {
                 None => job.run(),
                 Some(pool) => match pool.submit(conn.id, job) {
                     Ok(()) => break,
                     Err(job) => {
-                        tracing::debug!(kind = job.kind().name(), "handshake pool full: job refused");
+                        tracing::debug!(
+                            kind = job.kind().name(),
+                            "handshake pool full: job refused"
+                        );
                         job.refuse()
                     }
                 },
@@ -119,8 +134,19 @@ fn status(s: CoreStatus) -> ConnStatus {
 impl<S: ShardHost> Handler for UaHandler<S> {
     type Conn = UaConn;
 
-    fn open(&mut self, id: ConnId, peer: SocketAddr, _o: Origin, now: Now, _out: &mut Vec<u8>) -> Option<UaConn> {
-        Some(UaConn { conn: ServerConnection::new(&mut self.host, Some(peer), now), id, channel: None })
+    fn open(
+        &mut self,
+        id: ConnId,
+        peer: SocketAddr,
+        _o: Origin,
+        now: Now,
+        _out: &mut Vec<u8>,
+    ) -> Option<UaConn> {
+        Some(UaConn {
+            conn: ServerConnection::new(&mut self.host, Some(peer), now),
+            id,
+            channel: None,
+        })
     }
 
     fn recv(&mut self, conn: &mut UaConn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
@@ -188,7 +214,11 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         let Ok(conn) = state.downcast::<ServerConnection>() else {
             return (None, ConnStatus::Close);
         };
-        let mut conn = UaConn { conn: *conn, id, channel: None };
+        let mut conn = UaConn {
+            conn: *conn,
+            id,
+            channel: None,
+        };
         let s = conn.conn.attach(&mut self.host, now, out);
         // The ActivateSession answered here may have left a handshake job (its signature check).
         let s = self.start_jobs(&mut conn, now, out, s);
@@ -290,7 +320,10 @@ impl ShardHost for ShardState {
     fn take_messages(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {
         let mut msgs = Vec::new();
         ShardState::take_messages(self, &mut msgs);
-        into.extend(msgs.into_iter().map(|(t, m)| (t, Box::new(m) as Box<dyn Any + Send>)));
+        into.extend(
+            msgs.into_iter()
+                .map(|(t, m)| (t, Box::new(m) as Box<dyn Any + Send>)),
+        );
     }
     fn on_message(&mut self, msg: Box<dyn Any + Send>, now: Now) {
         if let Ok(m) = msg.downcast::<uaring_core::server::shard::ShardMessage>() {
@@ -314,7 +347,9 @@ pub fn server_config(server: &toml::Table, contract: bool) -> Result<ServerConfi
     let mut table = server.clone();
     // `[[nodesets]]` is read by [`nodeset_files`], not by core.
     table.remove("nodesets");
-    let mut config: ServerConfig = table.try_into().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut config: ServerConfig = table
+        .try_into()
+        .map_err(|e: toml::de::Error| e.to_string())?;
     if contract {
         let base = ServerConfig::contract();
         config.application.contract_mode = true;
@@ -343,8 +378,10 @@ pub fn nodeset_files(server: &toml::Table) -> Result<Vec<PathBuf>, String> {
     match server.get("nodesets") {
         None => Ok(Vec::new()),
         Some(v) => {
-            let entries: Vec<NodeSetEntry> =
-                v.clone().try_into().map_err(|e: toml::de::Error| format!("[[nodesets]]: {e}"))?;
+            let entries: Vec<NodeSetEntry> = v
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| format!("[[nodesets]]: {e}"))?;
             Ok(entries.into_iter().map(|e| e.file).collect())
         }
     }
@@ -396,7 +433,11 @@ pub fn build_with(
     }
     tracing::info!(application_uri = %uri, "server configuration loaded");
     let limits = shared.config.transport;
-    Ok(Arc::new(ServerSetup { shared, limits, contract }))
+    Ok(Arc::new(ServerSetup {
+        shared,
+        limits,
+        contract,
+    }))
 }
 
 /// The handler of each shard.
@@ -404,7 +445,11 @@ pub type ServerHandler = UaHandler<ShardState>;
 
 /// The handler of shard `shard` of `shards` (an ActivateSession of a session another of
 /// them owns moves its connection there).
-pub fn make_handler(setup: &Arc<ServerSetup>, shard: usize, shards: usize) -> Result<ServerHandler, String> {
+pub fn make_handler(
+    setup: &Arc<ServerSetup>,
+    shard: usize,
+    shards: usize,
+) -> Result<ServerHandler, String> {
     if shard >= MAX_SHARDS {
         return Err(format!("at most {MAX_SHARDS} shards are supported"));
     }

@@ -58,7 +58,11 @@ impl Default for LoopConfig {
 impl From<&RuntimeConfig> for LoopConfig {
     fn from(r: &RuntimeConfig) -> Self {
         LoopConfig {
-            ring_entries: if r.ring_entries == 0 { crate::memlock::AUTO_RING_ENTRIES } else { r.ring_entries },
+            ring_entries: if r.ring_entries == 0 {
+                crate::memlock::AUTO_RING_ENTRIES
+            } else {
+                r.ring_entries
+            },
             recv_buffers: r.recv_buffers,
             recv_buffer_bytes: r.recv_buffer_bytes,
             multishot: r.multishot,
@@ -126,7 +130,10 @@ fn tune_malloc() {
 /// that reads nothing would otherwise keep the socket, and its send buffer, in
 /// FIN-WAIT-1 in the kernel, and never learn that it was closed.
 pub(crate) fn reset_on_close(fd: &OwnedFd) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     // SAFETY: setsockopt with a valid fd and a correctly sized linger struct; failure is harmless.
     unsafe {
         libc::setsockopt(
@@ -149,10 +156,21 @@ fn refuse_at_once(fd: &OwnedFd, status: StatusCode, reason: &str) {
     let mut scratch = [0u8; 1024];
     // SAFETY: send/shutdown/recv on a socket we own, with buffers of the given lengths.
     unsafe {
-        libc::send(raw, msg.as_ptr() as *const libc::c_void, msg.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+        libc::send(
+            raw,
+            msg.as_ptr() as *const libc::c_void,
+            msg.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        );
         libc::shutdown(raw, libc::SHUT_WR);
         for _ in 0..4 {
-            if libc::recv(raw, scratch.as_mut_ptr() as *mut libc::c_void, scratch.len(), libc::MSG_DONTWAIT) <= 0 {
+            if libc::recv(
+                raw,
+                scratch.as_mut_ptr() as *mut libc::c_void,
+                scratch.len(),
+                libc::MSG_DONTWAIT,
+            ) <= 0
+            {
                 break;
             }
         }
@@ -235,7 +253,11 @@ impl<H: Handler> ShardCore<H> {
             ShardStats::add(&self.stats().refused, 1);
             tracing::debug!(shard = self.wiring.index, %peer, "connection table full: closing new connection");
             if origin == Origin::Accepted {
-                refuse_at_once(&fd, StatusCode::BadTcpNotEnoughResources, "server busy: connection limit reached");
+                refuse_at_once(
+                    &fd,
+                    StatusCode::BadTcpNotEnoughResources,
+                    "server busy: connection limit reached",
+                );
             }
             return None;
         }
@@ -266,10 +288,16 @@ impl<H: Handler> ShardCore<H> {
             ShardStats::add(&self.wiring.stats().refused, 1);
             let (status, reason) = if over_budget {
                 tracing::debug!(shard = self.wiring.index, %peer, "shard over its buffer budget: refusing new connection");
-                (StatusCode::BadTcpNotEnoughResources, "server busy: shard buffer budget reached")
+                (
+                    StatusCode::BadTcpNotEnoughResources,
+                    "server busy: shard buffer budget reached",
+                )
             } else {
                 tracing::debug!(shard = self.wiring.index, %peer, "too many connections from this address: refusing");
-                (StatusCode::BadTcpServerTooBusy, "too many connections from this address")
+                (
+                    StatusCode::BadTcpServerTooBusy,
+                    "too many connections from this address",
+                )
             };
             ErrorMessage::new(status, reason).write(&mut c.output.out);
             c.phase = Phase::Draining;
@@ -295,11 +323,16 @@ impl<H: Handler> ShardCore<H> {
     pub fn deliver(&mut self, id: ConnId, data: &[u8]) {
         ShardStats::add(&self.wiring.stats().bytes_in, data.len() as u64);
         let over_budget = self.over_budget;
-        let Some(c) = self.table.get_mut(id) else { return };
+        let Some(c) = self.table.get_mut(id) else {
+            return;
+        };
         if c.phase != Phase::Open {
             return;
         }
-        if (c.bounded && (c.paused || over_budget)) || !c.backlog.is_empty() || c.moving_to.is_some() {
+        if (c.bounded && (c.paused || over_budget))
+            || !c.backlog.is_empty()
+            || c.moving_to.is_some()
+        {
             // Received after the bound was passed (a multishot receive still
             // completing, or the socket read before the pause took effect).
             c.backlog.extend_from_slice(data);
@@ -322,20 +355,28 @@ impl<H: Handler> ShardCore<H> {
         while !data.is_empty() {
             let now = self.now;
             let over_budget = self.over_budget;
-            let Some(c) = self.table.get_mut(id) else { return &[] };
+            let Some(c) = self.table.get_mut(id) else {
+                return &[];
+            };
             if c.phase != Phase::Open {
                 return &[];
             }
             if (c.bounded && (c.paused || over_budget)) || c.moving_to.is_some() {
                 break;
             }
-            let Some(user) = c.user.as_mut() else { return &[] };
+            let Some(user) = c.user.as_mut() else {
+                return &[];
+            };
             if self.handler.input_suspended(user) {
                 break;
             }
             let n = data.len().min(DELIVER_SLICE_BYTES);
             if c.bounded {
-                self.handler.set_memory_headroom(self.cfg.max_shard_buffered_bytes.saturating_sub(self.held_total));
+                self.handler.set_memory_headroom(
+                    self.cfg
+                        .max_shard_buffered_bytes
+                        .saturating_sub(self.held_total),
+                );
             }
             let status = self.handler.recv(user, now, &data[..n], &mut c.output.out);
             data = &data[n..];
@@ -354,7 +395,10 @@ impl<H: Handler> ShardCore<H> {
                     && c.moving_to.is_none()
                     && c.backlog.is_empty()
                     && (!c.bounded || (!c.paused && !over_budget))
-                    && !c.user.as_ref().is_some_and(|u| self.handler.input_suspended(u))
+                    && !c
+                        .user
+                        .as_ref()
+                        .is_some_and(|u| self.handler.input_suspended(u))
             }
             None => false,
         }
@@ -367,14 +411,19 @@ impl<H: Handler> ShardCore<H> {
     pub fn resume(&mut self, id: ConnId) -> bool {
         self.account(id);
         let max_pending = self.cfg.max_pending_output_bytes;
-        let Some(c) = self.table.get_mut(id) else { return false };
+        let Some(c) = self.table.get_mut(id) else {
+            return false;
+        };
         if c.phase != Phase::Open {
             return false;
         }
         if c.paused && c.output.pending() <= max_pending / 2 {
             c.paused = false;
         }
-        if !c.backlog.is_empty() && c.moving_to.is_none() && (!c.bounded || (!c.paused && !self.over_budget)) {
+        if !c.backlog.is_empty()
+            && c.moving_to.is_none()
+            && (!c.bounded || (!c.paused && !self.over_budget))
+        {
             let mut backlog = std::mem::take(&mut c.backlog);
             let left = self.feed(id, &backlog).len();
             let done = backlog.len() - left;
@@ -400,7 +449,9 @@ impl<H: Handler> ShardCore<H> {
     fn watch_stall(&mut self, id: ConnId, reading: bool) {
         let timeout_ns = self.cfg.send_stall_timeout_ms.saturating_mul(1_000_000);
         let now = self.now.mono_ns;
-        let Some(c) = self.table.get_mut(id) else { return };
+        let Some(c) = self.table.get_mut(id) else {
+            return;
+        };
         let stalled = c.bounded && c.phase == Phase::Open && !reading && c.output.pending() > 0;
         let deadline = match (stalled, c.stall_deadline) {
             (false, _) => u64::MAX,
@@ -417,13 +468,18 @@ impl<H: Handler> ShardCore<H> {
     /// connection past its own bound, and the shard past its budget.
     pub fn account(&mut self, id: ConnId) {
         let max_pending = self.cfg.max_pending_output_bytes;
-        let Some(c) = self.table.get_mut(id) else { return };
+        let Some(c) = self.table.get_mut(id) else {
+            return;
+        };
         if !c.bounded {
             return;
         }
         // Input the handler buffers (unfinished chunks and messages) counts against the
         // shard's budget too.
-        let input = c.user.as_ref().map_or(0, |u| self.handler.buffered_bytes(u));
+        let input = c
+            .user
+            .as_ref()
+            .map_or(0, |u| self.handler.buffered_bytes(u));
         let held = c.output.held_bytes() + c.backlog.len() + input;
         let before = c.held;
         c.held = held;
@@ -456,7 +512,11 @@ impl<H: Handler> ShardCore<H> {
             held_bytes = self.held_total,
             budget_bytes = budget,
             "shard buffer budget {}",
-            if self.over_budget { "exceeded: reading stops" } else { "regained: reading resumes" }
+            if self.over_budget {
+                "exceeded: reading stops"
+            } else {
+                "regained: reading resumes"
+            }
         );
         self.table.mark_all_dirty();
     }
@@ -469,7 +529,9 @@ impl<H: Handler> ShardCore<H> {
         let max_pending = self.cfg.max_pending_output_bytes;
         let now = self.now.mono_ns;
         let grace = self.grace_ns();
-        let Some(c) = self.table.get_mut(id) else { return };
+        let Some(c) = self.table.get_mut(id) else {
+            return;
+        };
         let mut dirty = !c.output.out.is_empty();
         if status == ConnStatus::Close && c.phase == Phase::Open {
             c.phase = Phase::Draining;
@@ -499,7 +561,10 @@ impl<H: Handler> ShardCore<H> {
     fn begin_move(&mut self, id: ConnId, target: usize) {
         let ok = !self.stopping
             && target != self.wiring.index
-            && self.table.get_mut(id).is_some_and(|c| c.phase == Phase::Open && c.moving_to.is_none())
+            && self
+                .table
+                .get_mut(id)
+                .is_some_and(|c| c.phase == Phase::Open && c.moving_to.is_none())
             && self.wiring.reserve_move(target);
         if ok {
             if let Some(c) = self.table.get_mut(id) {
@@ -511,9 +576,15 @@ impl<H: Handler> ShardCore<H> {
             return;
         }
         ShardStats::add(&self.wiring.stats().move_refused, 1);
-        tracing::debug!(shard = self.wiring.index, target, "cannot move connection: move queue full or shard stopping");
+        tracing::debug!(
+            shard = self.wiring.index,
+            target,
+            "cannot move connection: move queue full or shard stopping"
+        );
         let now = self.now;
-        let Some(c) = self.table.get_mut(id) else { return };
+        let Some(c) = self.table.get_mut(id) else {
+            return;
+        };
         let Some(user) = c.user.as_mut() else { return };
         let status = self.handler.move_refused(user, now, &mut c.output.out);
         // A refused move answers and goes on with the input the handler held; that input
@@ -524,13 +595,17 @@ impl<H: Handler> ShardCore<H> {
     /// Whether a moving connection may leave now: its output is sent and the backend
     /// holds no operation for it (the backends check the latter).
     pub fn move_ready(&mut self, id: ConnId) -> bool {
-        self.table.get_mut(id).is_some_and(|c| c.phase == Phase::Open && c.moving_to.is_some() && c.output.pending() == 0)
+        self.table.get_mut(id).is_some_and(|c| {
+            c.phase == Phase::Open && c.moving_to.is_some() && c.output.pending() == 0
+        })
     }
 
     /// Sends `id` to the shard it is moving to: the socket, the handler's state and the
     /// input received since the move began. The backend has already forgotten the socket.
     pub fn complete_move(&mut self, id: ConnId) {
-        let Some(c) = self.table.remove(id) else { return };
+        let Some(c) = self.table.remove(id) else {
+            return;
+        };
         self.held_total -= c.held;
         if c.bounded {
             self.forget_address(c.peer.ip());
@@ -544,7 +619,14 @@ impl<H: Handler> ShardCore<H> {
             ShardStats::add(&self.wiring.stats().closed, 1);
             return;
         };
-        let h = Handoff { fd: c.fd, peer: c.peer, moved: Some(Box::new(Moved { state, input: c.backlog })) };
+        let h = Handoff {
+            fd: c.fd,
+            peer: c.peer,
+            moved: Some(Box::new(Moved {
+                state,
+                input: c.backlog,
+            })),
+        };
         match self.wiring.move_to(target, h) {
             Ok(()) => {
                 ShardStats::add(&self.wiring.stats().moved_out, 1);
@@ -583,7 +665,9 @@ impl<H: Handler> ShardCore<H> {
         let c = self.table.get_mut(id)?;
         // Received on the old shard after the move began: fed after what the handler holds.
         c.backlog = moved.input;
-        let (user, status) = self.handler.attach(id, peer, moved.state, now, &mut c.output.out);
+        let (user, status) = self
+            .handler
+            .attach(id, peer, moved.state, now, &mut c.output.out);
         match user {
             Some(u) => c.user = Some(u),
             None => {
@@ -624,11 +708,15 @@ impl<H: Handler> ShardCore<H> {
         self.handler.take_ready(&mut ids);
         let now = self.now;
         for &id in &ids {
-            let Some(c) = self.table.get_mut(id) else { continue };
+            let Some(c) = self.table.get_mut(id) else {
+                continue;
+            };
             if c.phase != Phase::Open {
                 continue;
             }
-            let Some(user) = c.user.as_mut() else { continue };
+            let Some(user) = c.user.as_mut() else {
+                continue;
+            };
             let status = self.handler.flush(user, now, &mut c.output.out);
             self.after_call(id, status);
             // Its input may have been waiting (a handshake job came back): reconcile it.
@@ -682,7 +770,9 @@ impl<H: Handler> ShardCore<H> {
         self.send_mail();
         self.flush_ready();
         while let Some(id) = self.table.pop_expired(now.mono_ns) {
-            let Some(c) = self.table.get_mut(id) else { continue };
+            let Some(c) = self.table.get_mut(id) else {
+                continue;
+            };
             if c.phase == Phase::Open {
                 if c.stall_deadline <= now.mono_ns {
                     tracing::debug!(shard = self.wiring.index, peer = %c.peer, pending = c.output.pending(), "peer reads nothing: closing");
@@ -732,7 +822,11 @@ impl<H: Handler> ShardCore<H> {
             ShardStats::sub(&stats.open, 1);
             ShardStats::add(&stats.closed, 1);
             drop(c.fd);
-            debug_assert!(self.table.len() > 0 || self.held_total == 0, "held bytes left behind: {}", self.held_total);
+            debug_assert!(
+                self.table.len() > 0 || self.held_total == 0,
+                "held bytes left behind: {}",
+                self.held_total
+            );
             self.check_budget();
         }
     }
@@ -746,7 +840,9 @@ impl<H: Handler> ShardCore<H> {
         let now = self.now;
         self.stop_deadline = now.mono_ns.saturating_add(self.grace_ns());
         for id in self.table.ids() {
-            let Some(c) = self.table.get_mut(id) else { continue };
+            let Some(c) = self.table.get_mut(id) else {
+                continue;
+            };
             if c.phase == Phase::Open {
                 if let Some(user) = c.user.as_mut() {
                     self.handler.shutdown(user, now, &mut c.output.out);
@@ -758,7 +854,11 @@ impl<H: Handler> ShardCore<H> {
             self.table.mark_dirty(id);
             self.table.update_timer(id);
         }
-        tracing::debug!(shard = self.wiring.index, open = self.table.len(), "shard stopping");
+        tracing::debug!(
+            shard = self.wiring.index,
+            open = self.table.len(),
+            "shard stopping"
+        );
     }
 
     /// After the grace period: abort every connection still open.
@@ -773,7 +873,14 @@ impl<H: Handler> ShardCore<H> {
     pub fn on_accepted(&mut self, fd: OwnedFd, peer: SocketAddr) -> Option<ConnId> {
         let target = self.wiring.route();
         if target != self.wiring.index {
-            match self.wiring.hand_to(target, Handoff { fd, peer, moved: None }) {
+            match self.wiring.hand_to(
+                target,
+                Handoff {
+                    fd,
+                    peer,
+                    moved: None,
+                },
+            ) {
                 Ok(()) => {
                     ShardStats::add(&self.wiring.stats().handed_off, 1);
                     if !self.wake.contains(&target) {
@@ -782,7 +889,11 @@ impl<H: Handler> ShardCore<H> {
                     return None;
                 }
                 Err(h) => {
-                    tracing::debug!(shard = self.wiring.index, target, "hand-off queue full: keeping connection");
+                    tracing::debug!(
+                        shard = self.wiring.index,
+                        target,
+                        "hand-off queue full: keeping connection"
+                    );
                     return self.add_conn(h.fd, h.peer, Origin::Accepted);
                 }
             }

@@ -44,9 +44,20 @@ pub struct Consumer<T> {
 /// A queue holding at most `capacity` (≥ 1) items.
 pub fn channel<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
     let capacity = capacity.max(1);
-    let buf = (0..capacity).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
-    let shared = Arc::new(Shared { buf, head: AtomicUsize::new(0), tail: AtomicUsize::new(0) });
-    (Producer { shared: shared.clone() }, Consumer { shared })
+    let buf = (0..capacity)
+        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+        .collect();
+    let shared = Arc::new(Shared {
+        buf,
+        head: AtomicUsize::new(0),
+        tail: AtomicUsize::new(0),
+    });
+    (
+        Producer {
+            shared: shared.clone(),
+        },
+        Consumer { shared },
+    )
 }
 
 impl<T> Producer<T> {
@@ -67,7 +78,9 @@ impl<T> Producer<T> {
     /// Items queued and not yet taken.
     pub fn len(&self) -> usize {
         let s = &*self.shared;
-        s.tail.load(Ordering::Relaxed).wrapping_sub(s.head.load(Ordering::Acquire))
+        s.tail
+            .load(Ordering::Relaxed)
+            .wrapping_sub(s.head.load(Ordering::Acquire))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -20,7 +20,9 @@ pub struct Workers {
 
 impl std::fmt::Debug for Workers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Workers").field("threads", &self.threads).finish()
+        f.debug_struct("Workers")
+            .field("threads", &self.threads)
+            .finish()
     }
 }
 
@@ -32,20 +34,22 @@ impl Workers {
         let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
         for i in 0..threads {
             let rx = rx.clone();
-            std::thread::Builder::new().name(format!("uaring-worker-{i}")).spawn(move || {
-                // SAFETY: setpriority on the calling thread (who = 0); a failure leaves nice 0.
-                unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-                loop {
-                    let job = match rx.lock() {
-                        Ok(r) => r.recv(),
-                        Err(_) => return,
-                    };
-                    match job {
-                        Ok((call, f)) => f(call),
-                        Err(_) => return,
+            std::thread::Builder::new()
+                .name(format!("uaring-worker-{i}"))
+                .spawn(move || {
+                    // SAFETY: setpriority on the calling thread (who = 0); a failure leaves nice 0.
+                    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+                    loop {
+                        let job = match rx.lock() {
+                            Ok(r) => r.recv(),
+                            Err(_) => return,
+                        };
+                        match job {
+                            Ok((call, f)) => f(call),
+                            Err(_) => return,
+                        }
                     }
-                }
-            })?;
+                })?;
         }
         Ok(Workers { tx, threads })
     }
@@ -56,7 +60,11 @@ impl Workers {
     }
 
     /// Queues `f(call)`; the call back when the queue is full (or the pool stopped).
-    pub(crate) fn submit(&self, call: AsyncCall, f: impl FnOnce(AsyncCall) + Send + 'static) -> Result<(), AsyncCall> {
+    pub(crate) fn submit(
+        &self,
+        call: AsyncCall,
+        f: impl FnOnce(AsyncCall) + Send + 'static,
+    ) -> Result<(), AsyncCall> {
         match self.tx.try_send((call, Box::new(f))) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full((c, _))) | Err(TrySendError::Disconnected((c, _))) => Err(c),

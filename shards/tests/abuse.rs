@@ -18,7 +18,9 @@ use common::*;
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::types::{ByteString, DataValue, ExtensionObject, NodeId, StatusCode, UaString, Variant};
+use uaring_core::types::{
+    ByteString, DataValue, ExtensionObject, NodeId, StatusCode, UaString, Variant,
+};
 
 /// Peak RSS growth while `f` runs (after a warm-up client), bytes; prints it beside the
 /// budget that holds it.
@@ -42,7 +44,9 @@ fn peak_growth(name: &str, pid: u32, budget: &str, f: impl FnOnce()) -> u64 {
 /// The status of an ERR message, if `msg` is one.
 fn err_status(msg: &[u8]) -> Option<StatusCode> {
     if msg.len() >= 12 && &msg[..3] == b"ERR" {
-        Some(StatusCode(u32::from_le_bytes([msg[8], msg[9], msg[10], msg[11]])))
+        Some(StatusCode(u32::from_le_bytes([
+            msg[8], msg[9], msg[10], msg[11],
+        ])))
     } else {
         None
     }
@@ -76,12 +80,19 @@ struct Raw {
 impl Raw {
     fn open(addr: SocketAddr) -> Result<Raw, String> {
         let (s, conn) = try_open_channel(addr)?;
-        Ok(Raw { s, conn, url: format!("opc.tcp://{addr}") })
+        Ok(Raw {
+            s,
+            conn,
+            url: format!("opc.tcp://{addr}"),
+        })
     }
 
     fn send(&mut self, req: Request) -> Result<u32, String> {
         let mut out = Vec::new();
-        let id = self.conn.send_request(req, now(), &mut out).map_err(|e| format!("encode: {e:?}"))?;
+        let id = self
+            .conn
+            .send_request(req, now(), &mut out)
+            .map_err(|e| format!("encode: {e:?}"))?;
         self.s.write_all(&out).map_err(|e| format!("send: {e}"))?;
         Ok(id)
     }
@@ -97,7 +108,9 @@ impl Raw {
             if n == 0 {
                 return Err("server closed".into());
             }
-            self.conn.on_recv(now(), &buf[..n], &mut out).map_err(|e| format!("{e:?}"))?;
+            self.conn
+                .on_recv(now(), &buf[..n], &mut out)
+                .map_err(|e| format!("{e:?}"))?;
         }
     }
 
@@ -115,7 +128,10 @@ impl Raw {
         self.create_session_with(0)
     }
 
-    fn create_session_with(&mut self, max_response_message_size: u32) -> Result<CreateSessionResponse, String> {
+    fn create_session_with(
+        &mut self,
+        max_response_message_size: u32,
+    ) -> Result<CreateSessionResponse, String> {
         let req = CreateSessionRequest {
             max_response_message_size,
             client_description: ApplicationDescription {
@@ -131,12 +147,17 @@ impl Raw {
         };
         match self.call(Request::CreateSession(Box::new(req)))? {
             Response::CreateSession(r) => Ok(*r),
-            other => Err(format!("CreateSession: {} {:?}", other.name(), other.response_header().service_result)),
+            other => Err(format!(
+                "CreateSession: {} {:?}",
+                other.name(),
+                other.response_header().service_result
+            )),
         }
     }
 
     fn activate(&mut self, cs: &CreateSessionResponse) -> Result<Response, String> {
-        self.conn.set_authentication_token(cs.authentication_token.clone());
+        self.conn
+            .set_authentication_token(cs.authentication_token.clone());
         let policy_id = cs
             .server_endpoints
             .iter()
@@ -145,7 +166,9 @@ impl Raw {
             .map(|p| p.policy_id.clone())
             .unwrap_or_else(|| UaString::from("anonymous"));
         let req = ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id,
+            }),
             ..Default::default()
         };
         self.call(Request::ActivateSession(Box::new(req)))
@@ -156,7 +179,11 @@ impl Raw {
         let cs = self.create_session()?;
         match self.activate(&cs)? {
             Response::ActivateSession(_) => Ok(cs.authentication_token),
-            other => Err(format!("ActivateSession: {} {:?}", other.name(), other.response_header().service_result)),
+            other => Err(format!(
+                "ActivateSession: {} {:?}",
+                other.name(),
+                other.response_header().service_result
+            )),
         }
     }
 }
@@ -167,7 +194,11 @@ fn service_result(r: &Response) -> StatusCode {
 
 fn read_request(node: NodeId) -> Request {
     Request::Read(Box::new(ReadRequest {
-        nodes_to_read: vec![ReadValueId { node_id: node, attribute_id: 13, ..Default::default() }],
+        nodes_to_read: vec![ReadValueId {
+            node_id: node,
+            attribute_id: 13,
+            ..Default::default()
+        }],
         ..Default::default()
     }))
 }
@@ -187,41 +218,71 @@ fn finish(server: Server, dir: common::TempDir) {
 fn chunk_bomb_of_64k_chunks_past_the_pre_session_budget() {
     let conns = env_usize("ABUSE_CONNS", 60);
     let budget = 16 * MIB;
-    let (server, dir) = start_server(&format!("max_shard_buffered_bytes = {budget}"), "abuse-bomb64");
+    let (server, dir) = start_server(
+        &format!("max_shard_buffered_bytes = {budget}"),
+        "abuse-bomb64",
+    );
     let addr = server.addr;
     fresh_client_is_served(addr);
     let mut statuses = Vec::new();
-    let growth = peak_growth("chunk bomb, 64 KiB chunks past the pre-session budget", server.child.id(), "max_shard_buffered_bytes 16 MiB, 1 MiB per connection", || {
-        let mut bombs = Vec::new();
-        for _ in 0..conns {
-            match try_open_channel(addr) {
-                Ok((s, mut conn)) => {
-                    let mut out = Vec::new();
-                    // 3 MiB in 64 KiB chunks, the final chunk dropped.
-                    let big = "x".repeat(3 << 20);
-                    conn.send_request(get_endpoints(&big), now(), &mut out).expect("encode");
-                    let mut off = 0;
-                    let mut last = 0;
-                    while off + 8 <= out.len() {
-                        last = off;
-                        off += u32::from_le_bytes([out[off + 4], out[off + 5], out[off + 6], out[off + 7]]) as usize;
+    let growth = peak_growth(
+        "chunk bomb, 64 KiB chunks past the pre-session budget",
+        server.child.id(),
+        "max_shard_buffered_bytes 16 MiB, 1 MiB per connection",
+        || {
+            let mut bombs = Vec::new();
+            for _ in 0..conns {
+                match try_open_channel(addr) {
+                    Ok((s, mut conn)) => {
+                        let mut out = Vec::new();
+                        // 3 MiB in 64 KiB chunks, the final chunk dropped.
+                        let big = "x".repeat(3 << 20);
+                        conn.send_request(get_endpoints(&big), now(), &mut out)
+                            .expect("encode");
+                        let mut off = 0;
+                        let mut last = 0;
+                        while off + 8 <= out.len() {
+                            last = off;
+                            off += u32::from_le_bytes([
+                                out[off + 4],
+                                out[off + 5],
+                                out[off + 6],
+                                out[off + 7],
+                            ]) as usize;
+                        }
+                        out.truncate(last);
+                        bombs.push((s, out, 0));
                     }
-                    out.truncate(last);
-                    bombs.push((s, out, 0));
+                    Err(e) => statuses.push(if e.contains("BadTcpNotEnoughResources") {
+                        "refused"
+                    } else {
+                        "other"
+                    }),
                 }
-                Err(e) => statuses.push(if e.contains("BadTcpNotEnoughResources") { "refused" } else { "other" }),
+                push_all(
+                    &mut bombs,
+                    Duration::from_millis(20),
+                    Duration::from_secs(60),
+                );
             }
-            push_all(&mut bombs, Duration::from_millis(20), Duration::from_secs(60));
-        }
-        push_all(&mut bombs, Duration::from_secs(2), Duration::from_secs(60));
-        for (s, _, _) in bombs.iter_mut() {
-            let st = closing_status(s, Duration::from_secs(15));
-            assert_eq!(st, Some(StatusCode::BadRequestTooLarge), "a bomb past the pre-session budget gets ERR BadRequestTooLarge");
-            statuses.push("too large");
-        }
-    });
+            push_all(&mut bombs, Duration::from_secs(2), Duration::from_secs(60));
+            for (s, _, _) in bombs.iter_mut() {
+                let st = closing_status(s, Duration::from_secs(15));
+                assert_eq!(
+                    st,
+                    Some(StatusCode::BadRequestTooLarge),
+                    "a bomb past the pre-session budget gets ERR BadRequestTooLarge"
+                );
+                statuses.push("too large");
+            }
+        },
+    );
     assert!(!statuses.contains(&"other"), "{statuses:?}");
-    assert!(growth < 2 * budget + 16 * MIB, "growth {} KiB", growth / 1024);
+    assert!(
+        growth < 2 * budget + 16 * MIB,
+        "growth {} KiB",
+        growth / 1024
+    );
     fresh_client_is_served(addr);
     finish(server, dir);
 }
@@ -232,34 +293,58 @@ fn chunk_bomb_of_64k_chunks_past_the_pre_session_budget() {
 /// well-formed client is served afterwards.
 #[test]
 fn opn_flood_with_bad_signatures() {
-    use uaring_crypto::{generate_self_signed, CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};
+    use uaring_crypto::{
+        generate_self_signed, CertificateRequest, OwnIdentity, PolicyId, RsaPolicy,
+    };
     let conns = env_usize("ABUSE_OPN_CONNS", 120);
     let dir = common::TempDir::new("uaring-abuse-opn");
     let pki = dir.join("pki");
-    let server = Server::start(&["--pki", pki.to_str().expect("path"), "--accept-all-client-certs"]);
+    let server = Server::start(&[
+        "--pki",
+        pki.to_str().expect("path"),
+        "--accept-all-client-certs",
+    ]);
     let addr = server.addr;
     let url = format!("opc.tcp://{addr}");
     let server_cert = {
         let mut r = Raw::open(addr).expect("None channel");
-        let Response::GetEndpoints(g) = r.call(get_endpoints(&url)).expect("GetEndpoints") else { panic!("GetEndpoints") };
-        g.endpoints.iter().find(|e| !e.server_certificate.is_empty()).expect("a secured endpoint").server_certificate.as_bytes().to_vec()
+        let Response::GetEndpoints(g) = r.call(get_endpoints(&url)).expect("GetEndpoints") else {
+            panic!("GetEndpoints")
+        };
+        g.endpoints
+            .iter()
+            .find(|e| !e.server_certificate.is_empty())
+            .expect("a secured endpoint")
+            .server_certificate
+            .as_bytes()
+            .to_vec()
     };
-    let unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let (cert, key) = generate_self_signed(&CertificateRequest::new("urn:uaring:abuse", "abuse", unix_s)).expect("client cert");
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (cert, key) = generate_self_signed(&CertificateRequest::new(
+        "urn:uaring:abuse",
+        "abuse",
+        unix_s,
+    ))
+    .expect("client cert");
     let id = OwnIdentity::new(cert, key).expect("identity");
     let secured = |tamper: bool| -> Result<StatusCode, String> {
         let mut cfg = ClientConfig::new(&url);
-        cfg.policy = RsaPolicy::client(PolicyId::Basic256Sha256, id.clone()).map_err(|e| format!("{e:?}"))?;
+        cfg.policy = RsaPolicy::client(PolicyId::Basic256Sha256, id.clone())
+            .map_err(|e| format!("{e:?}"))?;
         cfg.mode = MessageSecurityMode::Sign;
         cfg.server_certificate = Some(server_cert.clone());
-        let mut conn = ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(3)));
+        let mut conn =
+            ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(3)));
         let mut s = connect(addr);
         let mut out = Vec::new();
         conn.start(now(), &mut out);
         s.write_all(&out).map_err(|e| e.to_string())?;
         let (_, ack) = read_message(&mut s).map_err(|e| e.to_string())?;
         out.clear();
-        conn.on_recv(now(), &ack, &mut out).map_err(|e| format!("{e:?}"))?;
+        conn.on_recv(now(), &ack, &mut out)
+            .map_err(|e| format!("{e:?}"))?;
         if tamper {
             // Inside the encrypted, signed body.
             let n = out.len();
@@ -269,20 +354,36 @@ fn opn_flood_with_bad_signatures() {
         let (t, msg) = read_message(&mut s).map_err(|e| e.to_string())?;
         match err_status(&msg) {
             Some(st) => Ok(st),
-            None => Ok(if &t[..3] == b"OPN" { StatusCode::Good } else { StatusCode::BadUnexpectedError }),
+            None => Ok(if &t[..3] == b"OPN" {
+                StatusCode::Good
+            } else {
+                StatusCode::BadUnexpectedError
+            }),
         }
     };
     let mut seen = std::collections::BTreeMap::new();
-    let growth = peak_growth("OPN flood with bad signatures", server.child.id(), "max_shard_buffered_bytes 64 MiB (default), handshake limiter 50 + 1/20 ms", || {
-        for _ in 0..conns {
-            let st = secured(true).expect("an answer");
-            *seen.entry(format!("{st:?}")).or_insert(0) += 1;
-        }
-    });
+    let growth = peak_growth(
+        "OPN flood with bad signatures",
+        server.child.id(),
+        "max_shard_buffered_bytes 64 MiB (default), handshake limiter 50 + 1/20 ms",
+        || {
+            for _ in 0..conns {
+                let st = secured(true).expect("an answer");
+                *seen.entry(format!("{st:?}")).or_insert(0) += 1;
+            }
+        },
+    );
     eprintln!("OPN flood outcomes: {seen:?}");
-    assert!(!seen.contains_key("Good"), "a tampered OPN opened a channel: {seen:?}");
+    assert!(
+        !seen.contains_key("Good"),
+        "a tampered OPN opened a channel: {seen:?}"
+    );
     assert!(seen.contains_key("BadSecurityChecksFailed"), "{seen:?}");
-    assert!(seen.keys().all(|k| k == "BadSecurityChecksFailed" || k == "BadTcpServerTooBusy"), "{seen:?}");
+    assert!(
+        seen.keys()
+            .all(|k| k == "BadSecurityChecksFailed" || k == "BadTcpServerTooBusy"),
+        "{seen:?}"
+    );
     assert!(growth < 16 * MIB, "growth {} KiB", growth / 1024);
     // The limiter refills (one handshake per 20 ms by default): a good client gets in.
     let guard = Instant::now() + Duration::from_secs(10);
@@ -307,12 +408,16 @@ fn sequence_number_replay_closes_the_channel() {
     let url = format!("opc.tcp://{addr}");
     let (mut s, mut conn) = open_channel(addr);
     let mut out = Vec::new();
-    conn.send_request(get_endpoints(&url), now(), &mut out).expect("encode");
+    conn.send_request(get_endpoints(&url), now(), &mut out)
+        .expect("encode");
     s.write_all(&out).expect("send");
     let (t, _) = read_message(&mut s).expect("response");
     assert_eq!(&t[..3], b"MSG");
     s.write_all(&out).expect("replay");
-    assert_eq!(closing_status(&mut s, Duration::from_secs(5)), Some(StatusCode::BadSequenceNumberInvalid));
+    assert_eq!(
+        closing_status(&mut s, Duration::from_secs(5)),
+        Some(StatusCode::BadSequenceNumberInvalid)
+    );
     let (_, closed) = read_until_closed(&mut s, Duration::from_secs(5));
     assert!(closed, "the server closed the connection");
     fresh_client_is_served(addr);
@@ -328,31 +433,56 @@ fn token_reuse_after_close() {
     let node = NodeId::numeric(0, 2256); // Server_ServerStatus
     let mut a = Raw::open(addr).expect("channel");
     let token = a.session().expect("session");
-    assert!(matches!(a.call(read_request(node.clone())), Ok(Response::Read(_))));
-    let r = a.call(Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })));
+    assert!(matches!(
+        a.call(read_request(node.clone())),
+        Ok(Response::Read(_))
+    ));
+    let r = a.call(Request::CloseSession(Box::new(CloseSessionRequest {
+        delete_subscriptions: true,
+        ..Default::default()
+    })));
     assert!(matches!(r, Ok(Response::CloseSession(_))), "{r:?}");
     let r = a.call(read_request(node.clone())).expect("answer");
-    assert_eq!(service_result(&r), StatusCode::BadSessionIdInvalid, "the closed session's token on its channel");
+    assert_eq!(
+        service_result(&r),
+        StatusCode::BadSessionIdInvalid,
+        "the closed session's token on its channel"
+    );
     let mut b = Raw::open(addr).expect("channel");
     b.conn.set_authentication_token(token.clone());
     let r = b.call(read_request(node.clone())).expect("answer");
-    assert_eq!(service_result(&r), StatusCode::BadSessionIdInvalid, "the closed session's token on another channel");
+    assert_eq!(
+        service_result(&r),
+        StatusCode::BadSessionIdInvalid,
+        "the closed session's token on another channel"
+    );
     let r = b
         .call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: "anonymous".into(),
+            }),
             ..Default::default()
         })))
         .expect("answer");
-    assert_eq!(service_result(&r), StatusCode::BadSessionIdInvalid, "activating a closed session");
+    assert_eq!(
+        service_result(&r),
+        StatusCode::BadSessionIdInvalid,
+        "activating a closed session"
+    );
 
     // A request before ActivateSession closes the session.
     let mut c = Raw::open(addr).expect("channel");
     let cs = c.create_session().expect("CreateSession");
-    c.conn.set_authentication_token(cs.authentication_token.clone());
+    c.conn
+        .set_authentication_token(cs.authentication_token.clone());
     let r = c.call(read_request(node.clone())).expect("answer");
     assert_eq!(service_result(&r), StatusCode::BadSessionNotActivated);
     let r = c.activate(&cs).expect("answer");
-    assert_eq!(service_result(&r), StatusCode::BadSessionIdInvalid, "the session was closed");
+    assert_eq!(
+        service_result(&r),
+        StatusCode::BadSessionIdInvalid,
+        "the session was closed"
+    );
     finish(server, dir);
 }
 
@@ -361,22 +491,31 @@ fn token_reuse_after_close() {
 #[test]
 fn session_flood() {
     let max = 50;
-    let (server, dir) = start_server_with("", &format!("[sessions]\nmax_sessions_per_shard = {max}\n"), "abuse-sessions");
+    let (server, dir) = start_server_with(
+        "",
+        &format!("[sessions]\nmax_sessions_per_shard = {max}\n"),
+        "abuse-sessions",
+    );
     let addr = server.addr;
     let mut good = 0;
     let mut too_many = 0;
-    let growth = peak_growth("session flood", server.child.id(), "max_sessions_per_shard 50", || {
-        let mut chans: Vec<Raw> = (0..10).map(|_| Raw::open(addr).expect("channel")).collect();
-        for _ in 0..20 {
-            for c in chans.iter_mut() {
-                match c.create_session() {
-                    Ok(_) => good += 1,
-                    Err(e) if e.contains("BadTooManySessions") => too_many += 1,
-                    Err(e) => panic!("CreateSession: {e}"),
+    let growth = peak_growth(
+        "session flood",
+        server.child.id(),
+        "max_sessions_per_shard 50",
+        || {
+            let mut chans: Vec<Raw> = (0..10).map(|_| Raw::open(addr).expect("channel")).collect();
+            for _ in 0..20 {
+                for c in chans.iter_mut() {
+                    match c.create_session() {
+                        Ok(_) => good += 1,
+                        Err(e) if e.contains("BadTooManySessions") => too_many += 1,
+                        Err(e) => panic!("CreateSession: {e}"),
+                    }
                 }
             }
-        }
-    });
+        },
+    );
     eprintln!("session flood: {good} created, {too_many} BadTooManySessions");
     assert_eq!(good, max);
     assert_eq!(too_many, 200 - max);
@@ -394,31 +533,41 @@ fn publish_request_flood() {
     let mut r = Raw::open(addr).expect("channel");
     r.session().expect("session");
     let resp = r
-        .call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-            requested_publishing_interval: 60_000.0,
-            requested_lifetime_count: 300,
-            requested_max_keep_alive_count: 100,
-            publishing_enabled: true,
-            ..Default::default()
-        })))
+        .call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                requested_publishing_interval: 60_000.0,
+                requested_lifetime_count: 300,
+                requested_max_keep_alive_count: 100,
+                publishing_enabled: true,
+                ..Default::default()
+            },
+        )))
         .expect("CreateSubscription");
     assert!(matches!(resp, Response::CreateSubscription(_)), "{resp:?}");
     let n = 1000;
     let mut too_many = 0;
-    let growth = peak_growth("publish request flood", server.child.id(), "max_publish_requests_per_session 64", || {
-        let mut out = Vec::new();
-        for _ in 0..n {
-            r.conn.send_request(Request::Publish(Box::default()), now(), &mut out).expect("encode");
-        }
-        r.s.write_all(&out).expect("send");
-        r.s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-        for _ in 0..n - 64 {
-            let (_, resp) = r.recv().expect("an immediate answer");
-            if service_result(&resp) == StatusCode::BadTooManyPublishRequests {
-                too_many += 1;
+    let growth = peak_growth(
+        "publish request flood",
+        server.child.id(),
+        "max_publish_requests_per_session 64",
+        || {
+            let mut out = Vec::new();
+            for _ in 0..n {
+                r.conn
+                    .send_request(Request::Publish(Box::default()), now(), &mut out)
+                    .expect("encode");
             }
-        }
-    });
+            r.s.write_all(&out).expect("send");
+            r.s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            for _ in 0..n - 64 {
+                let (_, resp) = r.recv().expect("an immediate answer");
+                if service_result(&resp) == StatusCode::BadTooManyPublishRequests {
+                    too_many += 1;
+                }
+            }
+        },
+    );
     eprintln!("publish flood: {too_many} of {n} answered BadTooManyPublishRequests at once");
     assert_eq!(too_many, n - 64);
     assert!(growth < 16 * MIB, "growth {} KiB", growth / 1024);
@@ -438,7 +587,13 @@ fn decode_amplification_at_the_limits() {
                     node_id: NodeId::numeric(1, 2001 + k as u32),
                     attribute_id: 13,
                     index_range: UaString::default(),
-                    value: DataValue::new(Variant::array(uaring_core::types::BuiltinType::Boolean, vec![Variant::Boolean(true); elements]).expect("array")),
+                    value: DataValue::new(
+                        Variant::array(
+                            uaring_core::types::BuiltinType::Boolean,
+                            vec![Variant::Boolean(true); elements],
+                        )
+                        .expect("array"),
+                    ),
                 })
                 .collect(),
             ..Default::default()
@@ -460,25 +615,48 @@ fn decode_amplification_at_the_limits() {
     let ok = r.call(write(1000, 3)).expect("answer");
     assert!(matches!(ok, Response::Write(_)), "{ok:?}");
     let big = write(1_000_000, 3);
-    let growth = peak_growth("decode amplification, 3 MB Write decoding to 96 MB", server.child.id(), "max_decoded_size 8 MiB", || {
-        let resp = r.call(big.clone()).expect("answer");
-        assert_eq!(service_result(&resp), StatusCode::BadEncodingLimitsExceeded);
-    });
+    let growth = peak_growth(
+        "decode amplification, 3 MB Write decoding to 96 MB",
+        server.child.id(),
+        "max_decoded_size 8 MiB",
+        || {
+            let resp = r.call(big.clone()).expect("answer");
+            assert_eq!(service_result(&resp), StatusCode::BadEncodingLimitsExceeded);
+        },
+    );
     assert!(growth < decoded + 32 * MIB, "growth {} KiB", growth / 1024);
-    assert!(matches!(r.call(write(1000, 3)), Ok(Response::Write(_))), "the session goes on");
+    assert!(
+        matches!(r.call(write(1000, 3)), Ok(Response::Write(_))),
+        "the session goes on"
+    );
     finish(server, dir);
 
     // The shard's budget: 8 MiB in total, of which the 3 MB message holds part.
     let budget = 8 * MIB;
-    let (server, dir) = start_server(&format!("max_shard_buffered_bytes = {budget}"), "abuse-decode-shard");
+    let (server, dir) = start_server(
+        &format!("max_shard_buffered_bytes = {budget}"),
+        "abuse-decode-shard",
+    );
     let mut r = Raw::open(server.addr).expect("channel");
     r.session().expect("session");
-    let growth = peak_growth("decode amplification, 3 MB Write decoding to 96 MB", server.child.id(), "max_shard_buffered_bytes 8 MiB", || {
-        let resp = r.call(big.clone()).expect("answer");
-        assert_eq!(service_result(&resp), StatusCode::BadResourceUnavailable);
-    });
-    assert!(growth < 2 * budget + 16 * MIB, "growth {} KiB", growth / 1024);
-    assert!(matches!(r.call(write(1000, 3)), Ok(Response::Write(_))), "the session goes on");
+    let growth = peak_growth(
+        "decode amplification, 3 MB Write decoding to 96 MB",
+        server.child.id(),
+        "max_shard_buffered_bytes 8 MiB",
+        || {
+            let resp = r.call(big.clone()).expect("answer");
+            assert_eq!(service_result(&resp), StatusCode::BadResourceUnavailable);
+        },
+    );
+    assert!(
+        growth < 2 * budget + 16 * MIB,
+        "growth {} KiB",
+        growth / 1024
+    );
+    assert!(
+        matches!(r.call(write(1000, 3)), Ok(Response::Write(_))),
+        "the session goes on"
+    );
     finish(server, dir);
 }
 
@@ -489,31 +667,45 @@ fn decode_amplification_at_the_limits() {
 #[test]
 fn connection_storm_at_the_connection_limit() {
     let limit = 64;
-    let (server, dir) = start_server(&format!("max_connections_per_shard = {limit}"), "abuse-storm");
+    let (server, dir) = start_server(
+        &format!("max_connections_per_shard = {limit}"),
+        "abuse-storm",
+    );
     let addr = server.addr;
     let url = format!("opc.tcp://{addr}");
     let mut acked = 0;
     let mut refused = 0;
-    let growth = peak_growth("connection storm, 300 connections", server.child.id(), "max_connections_per_shard 64", || {
-        let mut socks = Vec::new();
-        for _ in 0..300 {
-            if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
-                socks.push(s);
+    let growth = peak_growth(
+        "connection storm, 300 connections",
+        server.child.id(),
+        "max_connections_per_shard 64",
+        || {
+            let mut socks = Vec::new();
+            for _ in 0..300 {
+                if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+                    socks.push(s);
+                }
             }
-        }
-        for s in socks.iter_mut() {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = s.write_all(&hello(&url));
-        }
-        for s in socks.iter_mut() {
-            match read_message(s) {
-                Ok((t, _)) if &t == b"ACKF" => acked += 1,
-                Ok((_, msg)) if err_status(&msg) == Some(StatusCode::BadTcpNotEnoughResources) => refused += 1,
-                other => panic!("a storm connection got {other:?}"),
+            for s in socks.iter_mut() {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = s.write_all(&hello(&url));
             }
-        }
-    });
-    eprintln!("connection storm: {acked} acknowledged, {refused} refused with BadTcpNotEnoughResources");
+            for s in socks.iter_mut() {
+                match read_message(s) {
+                    Ok((t, _)) if &t == b"ACKF" => acked += 1,
+                    Ok((_, msg))
+                        if err_status(&msg) == Some(StatusCode::BadTcpNotEnoughResources) =>
+                    {
+                        refused += 1
+                    }
+                    other => panic!("a storm connection got {other:?}"),
+                }
+            }
+        },
+    );
+    eprintln!(
+        "connection storm: {acked} acknowledged, {refused} refused with BadTcpNotEnoughResources"
+    );
     assert!(acked <= limit && acked > 0, "{acked}");
     assert_eq!(acked + refused, 300);
     assert!(growth < 16 * MIB, "growth {} KiB", growth / 1024);
@@ -521,13 +713,17 @@ fn connection_storm_at_the_connection_limit() {
     finish(server, dir);
 
     let per_address = 16;
-    let (server, dir) = start_server(&format!("max_connections_per_address = {per_address}"), "abuse-storm-address");
+    let (server, dir) = start_server(
+        &format!("max_connections_per_address = {per_address}"),
+        "abuse-storm-address",
+    );
     let addr = server.addr;
     let mut socks: Vec<TcpStream> = (0..per_address + 4).map(|_| connect(addr)).collect();
     let mut busy = 0;
     let mut ok = 0;
     for s in socks.iter_mut() {
-        s.write_all(&hello(&format!("opc.tcp://{addr}"))).expect("HEL");
+        s.write_all(&hello(&format!("opc.tcp://{addr}")))
+            .expect("HEL");
         match read_message(s) {
             Ok((t, _)) if &t == b"ACKF" => ok += 1,
             Ok((_, msg)) if err_status(&msg) == Some(StatusCode::BadTcpServerTooBusy) => busy += 1,
@@ -550,7 +746,13 @@ fn response_size_limits() {
     // Five reads of BenchmarkArray1000 (ns=1;i=2003): about 20 KB.
     let big_read = || {
         Request::Read(Box::new(ReadRequest {
-            nodes_to_read: (0..5).map(|_| ReadValueId { node_id: NodeId::numeric(1, 2003), attribute_id: 13, ..Default::default() }).collect(),
+            nodes_to_read: (0..5)
+                .map(|_| ReadValueId {
+                    node_id: NodeId::numeric(1, 2003),
+                    attribute_id: 13,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         }))
     };
@@ -558,9 +760,18 @@ fn response_size_limits() {
     let cs = r.create_session_with(10_000).expect("CreateSession");
     assert!(matches!(r.activate(&cs), Ok(Response::ActivateSession(_))));
     let resp = r.call(big_read()).expect("answer");
-    assert_eq!(service_result(&resp), StatusCode::BadResponseTooLarge, "over the session's MaxResponseMessageSize");
-    let small = r.call(read_request(NodeId::numeric(1, 2001))).expect("answer");
-    assert!(matches!(small, Response::Read(_)), "the channel and session go on: {small:?}");
+    assert_eq!(
+        service_result(&resp),
+        StatusCode::BadResponseTooLarge,
+        "over the session's MaxResponseMessageSize"
+    );
+    let small = r
+        .call(read_request(NodeId::numeric(1, 2001)))
+        .expect("answer");
+    assert!(
+        matches!(small, Response::Read(_)),
+        "the channel and session go on: {small:?}"
+    );
 
     // The Hello's MaxMessageSize: 8192 bytes; GetEndpoints with certificates is larger.
     let mut cfg = ClientConfig::new(&url);
@@ -579,8 +790,16 @@ fn response_size_limits() {
         s.write_all(&out).expect("OPN");
         out.clear();
     }
-    let mut raw = Raw { s, conn, url: url.clone() };
+    let mut raw = Raw {
+        s,
+        conn,
+        url: url.clone(),
+    };
     let resp = raw.call(get_endpoints(&url)).expect("answer");
-    assert_eq!(service_result(&resp), StatusCode::BadResponseTooLarge, "over the Hello's MaxMessageSize");
+    assert_eq!(
+        service_result(&resp),
+        StatusCode::BadResponseTooLarge,
+        "over the Hello's MaxMessageSize"
+    );
     finish(server, dir);
 }

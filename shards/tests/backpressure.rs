@@ -21,7 +21,15 @@ use common::*;
 /// (provided receive buffers, allocator slack, `Vec` capacity rounding). With
 /// `expect_refusal`, the slow readers alone hold more than the budget, so a
 /// new connection meanwhile is refused with BadTcpNotEnoughResources.
-fn slow_readers(tag: &str, backend: &str, conns: usize, requests: usize, per_conn: u64, budget: u64, expect_refusal: bool) {
+fn slow_readers(
+    tag: &str,
+    backend: &str,
+    conns: usize,
+    requests: usize,
+    per_conn: u64,
+    budget: u64,
+    expect_refusal: bool,
+) {
     let (server, dir) = start_server(
         &format!("io_backend = \"{backend}\"\nmax_pending_output_bytes = {per_conn}\nmax_shard_buffered_bytes = {budget}"),
         tag,
@@ -38,7 +46,8 @@ fn slow_readers(tag: &str, backend: &str, conns: usize, requests: usize, per_con
             let (s, mut conn) = open_channel(addr);
             let mut out = Vec::new();
             for _ in 0..requests {
-                conn.send_request(get_endpoints(&url), now(), &mut out).expect("encode GetEndpoints");
+                conn.send_request(get_endpoints(&url), now(), &mut out)
+                    .expect("encode GetEndpoints");
             }
             (s, out, 0)
         })
@@ -62,12 +71,20 @@ fn slow_readers(tag: &str, backend: &str, conns: usize, requests: usize, per_con
     if growth >= bound {
         let (_, _, err) = server.terminate();
         let tail = &err[err.len().saturating_sub(4000)..];
-        panic!("server grew by {} KiB under slow readers (bound {} KiB); log tail:\n{tail}", growth / 1024, bound / 1024);
+        panic!(
+            "server grew by {} KiB under slow readers (bound {} KiB); log tail:\n{tail}",
+            growth / 1024,
+            bound / 1024
+        );
     }
     assert!(rss_bytes(pid) > 0, "the server is still running");
     if expect_refusal {
-        let e = try_get_endpoints(addr).expect_err("a shard over its budget takes no new connection");
-        assert!(e.contains("BadTcpNotEnoughResources"), "refused with BadTcpNotEnoughResources: {e}");
+        let e =
+            try_get_endpoints(addr).expect_err("a shard over its budget takes no new connection");
+        assert!(
+            e.contains("BadTcpNotEnoughResources"),
+            "refused with BadTcpNotEnoughResources: {e}"
+        );
     }
 
     for (s, _, _) in slow.iter_mut() {
@@ -96,7 +113,15 @@ fn slow_readers_stop_at_their_own_bound() {
 fn slow_readers_stop_at_their_own_bound_epoll() {
     let conns = env_usize("BP_CONNS", 20);
     let requests = env_usize("BP_REQUESTS", 3000);
-    slow_readers("slow-epoll", "epoll", conns, requests, 256 * 1024, 16 * MIB, false);
+    slow_readers(
+        "slow-epoll",
+        "epoll",
+        conns,
+        requests,
+        256 * 1024,
+        16 * MIB,
+        false,
+    );
 }
 
 /// More slow readers than the shard's budget holds: the shard stops reading
@@ -110,7 +135,15 @@ fn slow_readers_past_the_shard_budget() {
 #[test]
 fn slow_readers_past_the_shard_budget_epoll() {
     let conns = env_usize("BP_BUDGET_CONNS", 60);
-    slow_readers("slow-budget-epoll", "epoll", conns, 1000, 1 << 20, 8 * MIB, true);
+    slow_readers(
+        "slow-budget-epoll",
+        "epoll",
+        conns,
+        1000,
+        1 << 20,
+        8 * MIB,
+        true,
+    );
 }
 
 /// Slow readers that hold the whole budget and never read are closed by the
@@ -133,7 +166,8 @@ fn stalled_slow_readers_are_closed() {
                 let (s, mut conn) = open_channel(addr);
                 let mut out = Vec::new();
                 for _ in 0..1000 {
-                    conn.send_request(get_endpoints(&url), now(), &mut out).expect("encode GetEndpoints");
+                    conn.send_request(get_endpoints(&url), now(), &mut out)
+                        .expect("encode GetEndpoints");
                 }
                 (s, out, 0)
             })
@@ -149,7 +183,9 @@ fn stalled_slow_readers_are_closed() {
         if open > 0 {
             let (_, _, err) = server.terminate();
             let tail = &err[err.len().saturating_sub(6000)..];
-            panic!("{open} slow readers were not closed by the server ({backend}); log tail:\n{tail}");
+            panic!(
+                "{open} slow readers were not closed by the server ({backend}); log tail:\n{tail}"
+            );
         }
         let (code, _, err) = server.terminate();
         assert_eq!(code, Some(0), "stderr:\n{err}");
@@ -164,12 +200,14 @@ fn bomb_bytes(addr: SocketAddr) -> Result<(TcpStream, Vec<u8>), String> {
     let mut out = Vec::new();
     // Stays under the 1 MiB pre-session message budget, so core keeps it all.
     let big = "x".repeat(900 * 1024);
-    conn.send_request(get_endpoints(&big), now(), &mut out).expect("encode");
+    conn.send_request(get_endpoints(&big), now(), &mut out)
+        .expect("encode");
     // Drop the final chunk; keep half of it as an unfinished chunk.
     let mut frames = Vec::new();
     let mut off = 0;
     while off + 8 <= out.len() {
-        let size = u32::from_le_bytes([out[off + 4], out[off + 5], out[off + 6], out[off + 7]]) as usize;
+        let size =
+            u32::from_le_bytes([out[off + 4], out[off + 5], out[off + 6], out[off + 7]]) as usize;
         frames.push((off, size));
         off += size;
     }
@@ -193,7 +231,10 @@ fn chunk_bomb_stays_within_the_shard_budget_epoll() {
 fn chunk_bomb(tag: &str, backend: &str) {
     let conns = env_usize("BOMB_CONNS", 100);
     let budget = 16 * MIB;
-    let (server, dir) = start_server(&format!("io_backend = \"{backend}\"\nmax_shard_buffered_bytes = {budget}"), tag);
+    let (server, dir) = start_server(
+        &format!("io_backend = \"{backend}\"\nmax_shard_buffered_bytes = {budget}"),
+        tag,
+    );
     let addr = server.addr;
     fresh_client_is_served(addr);
     let pid = server.child.id();
@@ -218,7 +259,11 @@ fn chunk_bomb(tag: &str, backend: &str) {
             }
         }
         // Push as we go so that the budget fills while connections keep coming.
-        push_all(&mut bombs, Duration::from_millis(20), Duration::from_secs(60));
+        push_all(
+            &mut bombs,
+            Duration::from_millis(20),
+            Duration::from_secs(60),
+        );
     }
     let (written, total) = push_all(&mut bombs, Duration::from_secs(3), Duration::from_secs(120));
     settle(pid);
@@ -237,7 +282,11 @@ fn chunk_bomb(tag: &str, backend: &str) {
     if growth >= bound {
         let (_, _, err) = server.terminate();
         let tail = &err[err.len().saturating_sub(4000)..];
-        panic!("server grew by {} KiB under the chunk bomb (bound {} KiB); log tail:\n{tail}", growth / 1024, bound / 1024);
+        panic!(
+            "server grew by {} KiB under the chunk bomb (bound {} KiB); log tail:\n{tail}",
+            growth / 1024,
+            bound / 1024
+        );
     }
     drop(bombs);
     fresh_client_is_served(addr);
@@ -251,12 +300,22 @@ fn chunk_bomb(tag: &str, backend: &str) {
 
 #[test]
 fn a_zero_budget_is_rejected() {
-    for key in ["max_shard_buffered_bytes", "max_pending_output_bytes", "send_stall_timeout_ms"] {
+    for key in [
+        "max_shard_buffered_bytes",
+        "max_pending_output_bytes",
+        "send_stall_timeout_ms",
+    ] {
         let dir = common::TempDir::new(&format!("uaring-bp-zero-{key}"));
         let cfg = dir.join("uaring.toml");
         std::fs::write(&cfg, format!("[runtime]\n{key} = 0\n")).expect("write config");
         let out = std::process::Command::new(bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--config", cfg.to_str().expect("path")])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+                cfg.to_str().expect("path"),
+            ])
             .output()
             .expect("run uaring");
         assert!(!out.status.success(), "{key} = 0 must be refused");

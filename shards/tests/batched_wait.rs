@@ -20,8 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use uaring::{
+    ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin,
+};
 use uaring_core::Now;
-use uaring::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 /// How the loop waits for a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +52,6 @@ macro_rules! both_ways {
     };
 }
 
-
 /// A loop configuration with batched waiting of `batch_us` the `wait` way.
 fn batched(batch_us: u32, wait: Wait) -> LoopConfig {
     LoopConfig {
@@ -70,7 +71,10 @@ fn uring_loop<H: Handler>(handler: H, cfg: LoopConfig, wait: Wait) -> (EventLoop
     let lp = EventLoop::new(IoBackend::Uring, handler, wiring, cfg).expect("io_uring loop");
     let features = lp.features().expect("io_uring features");
     match wait {
-        Wait::Fallback => assert!(!features.min_timeout, "the fallback was asked for: the loop must not use min-timeout"),
+        Wait::Fallback => assert!(
+            !features.min_timeout,
+            "the fallback was asked for: the loop must not use min-timeout"
+        ),
         Wait::MinTimeout if !features.min_timeout => {
             eprintln!("this kernel has no IORING_FEAT_MIN_TIMEOUT: the min-timeout run takes the fallback too")
         }
@@ -103,13 +107,30 @@ struct Ticker {
 
 impl Ticker {
     fn new(period_ns: u64, ticks: usize, run_ns: u64) -> Ticker {
-        Ticker { period_ns, next: 0, lateness_ns: Vec::new(), ticks, iterations: 0, stop_ns: 0, run_ns, poke: None, poke_due: false }
+        Ticker {
+            period_ns,
+            next: 0,
+            lateness_ns: Vec::new(),
+            ticks,
+            iterations: 0,
+            stop_ns: 0,
+            run_ns,
+            poke: None,
+            poke_due: false,
+        }
     }
 }
 
 impl Handler for Ticker {
     type Conn = ();
-    fn open(&mut self, id: ConnId, _peer: SocketAddr, _origin: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+    fn open(
+        &mut self,
+        id: ConnId,
+        _peer: SocketAddr,
+        _origin: Origin,
+        _now: Now,
+        _out: &mut Vec<u8>,
+    ) -> Option<()> {
         self.poke.get_or_insert(id);
         Some(())
     }
@@ -125,7 +146,11 @@ impl Handler for Ticker {
         self.next
     }
     fn timer(&mut self, now: Now) {
-        if self.period_ns == 0 || self.next == 0 || now.mono_ns < self.next || self.lateness_ns.len() >= self.ticks {
+        if self.period_ns == 0
+            || self.next == 0
+            || now.mono_ns < self.next
+            || self.lateness_ns.len() >= self.ticks
+        {
             return;
         }
         self.lateness_ns.push(now.mono_ns - self.next);
@@ -165,7 +190,13 @@ impl Handler for Ticker {
 /// `stop_after`: stop the loop from outside after this long (for a loop with no deadline of
 /// its own). Returns the lateness of each tick, the number of loop iterations, and the rounds
 /// of bytes the peers sent.
-fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>, every: Duration) -> (Vec<u64>, u64, u64) {
+fn run(
+    handler: Ticker,
+    batch_us: u32,
+    wait: Wait,
+    stop_after: Option<Duration>,
+    every: Duration,
+) -> (Vec<u64>, u64, u64) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (mut lp, fleet) = uring_loop(handler, batched(batch_us, wait), wait);
@@ -174,7 +205,9 @@ fn run(handler: Ticker, batch_us: u32, wait: Wait, stop_after: Option<Duration>,
     // tick's byte is in flight), and one round of the peers brings one.
     lp.connect(addr).expect("connect");
     lp.connect(addr).expect("connect");
-    let mut peers: Vec<TcpStream> = (0..2).map(|_| listener.accept().expect("accept").0).collect();
+    let mut peers: Vec<TcpStream> = (0..2)
+        .map(|_| listener.accept().expect("accept").0)
+        .collect();
     let done = Arc::new(AtomicBool::new(false));
     let sender = {
         let done = done.clone();
@@ -216,16 +249,30 @@ fn timer_fires_on_time(wait: Wait) {
     // A byte every 4 ms, in turn, keeps both connections counted (each receives every 8 ms;
     // the window is 10 ms) while no wait towards a tick gets the three completions it asks for
     // (the tick's send, at most one byte).
-    let (mut late, _, _) = run(Ticker::new(1_000_000, 40, 30_000_000_000), 10_000, wait, None, Duration::from_millis(4));
+    let (mut late, _, _) = run(
+        Ticker::new(1_000_000, 40, 30_000_000_000),
+        10_000,
+        wait,
+        None,
+        Duration::from_millis(4),
+    );
     assert_eq!(late.len(), 40, "every tick ran");
     late.sort_unstable();
     // Sleeping through to the 10 ms bound makes nearly every tick 9+ ms late; on time, the
     // median is scheduling noise.
     let median = late[late.len() / 2];
-    assert!(median < 5_000_000, "median tick lateness {} µs (all: {:?} µs)", median / 1000, late.iter().map(|l| l / 1000).collect::<Vec<_>>());
+    assert!(
+        median < 5_000_000,
+        "median tick lateness {} µs (all: {:?} µs)",
+        median / 1000,
+        late.iter().map(|l| l / 1000).collect::<Vec<_>>()
+    );
 }
 
-both_ways!(a_timer_due_before_the_batch_bound_fires_on_time, timer_fires_on_time);
+both_ways!(
+    a_timer_due_before_the_batch_bound_fires_on_time,
+    timer_fires_on_time
+);
 
 /// No deadline at all and nothing arriving between the peers' rounds (one byte every 500 µs,
 /// on each connection in turn): the wait asks for two completions (both connections received
@@ -233,11 +280,20 @@ both_ways!(a_timer_due_before_the_batch_bound_fires_on_time, timer_fires_on_time
 /// then, not once per `batch_wait_us` (a min-timeout wait without an overall timeout ends at
 /// the min-timeout).
 fn idle_loop_sleeps(wait: Wait) {
-    let (_, iterations, rounds) = run(Ticker::new(0, 0, 30_000_000_000), 50, wait, Some(Duration::from_millis(300)), Duration::from_micros(500));
+    let (_, iterations, rounds) = run(
+        Ticker::new(0, 0, 30_000_000_000),
+        50,
+        wait,
+        Some(Duration::from_millis(300)),
+        Duration::from_micros(500),
+    );
     // One wake per 50 µs would be ~10 iterations per round; sleeping, about one per round and
     // a handful more (connects, the stop).
     assert!(rounds > 10, "the peers sent only {rounds} rounds in 300 ms");
-    assert!(iterations <= 3 * rounds + 20, "{iterations} loop iterations for {rounds} rounds of the peers' bytes in 300 ms");
+    assert!(
+        iterations <= 3 * rounds + 20,
+        "{iterations} loop iterations for {rounds} rounds of the peers' bytes in 300 ms"
+    );
 }
 
 both_ways!(an_idle_loop_without_deadlines_sleeps, idle_loop_sleeps);
@@ -245,17 +301,24 @@ both_ways!(an_idle_loop_without_deadlines_sleeps, idle_loop_sleeps);
 /// Byte `offset` of what client `conn` sends (and must get back): a hash of both, so a byte
 /// lost, doubled, moved or taken from another connection shows.
 fn pattern(conn: u64, offset: u64) -> u8 {
-    let x = offset.wrapping_add(conn << 40).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let x = offset
+        .wrapping_add(conn << 40)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (x >> 56) as u8
 }
 
 /// Reads the next `len` bytes of connection `conn` and checks them against the pattern.
 fn expect_echo(s: &mut TcpStream, conn: u64, from: u64, len: usize) {
     let mut got = vec![0u8; len];
-    s.read_exact(&mut got).unwrap_or_else(|e| panic!("connection {conn}: echo of bytes {from}.. : {e}"));
+    s.read_exact(&mut got)
+        .unwrap_or_else(|e| panic!("connection {conn}: echo of bytes {from}.. : {e}"));
     for (i, &b) in got.iter().enumerate() {
         let at = from + i as u64;
-        assert_eq!(b, pattern(conn, at), "connection {conn}: byte {at} came back wrong");
+        assert_eq!(
+            b,
+            pattern(conn, at),
+            "connection {conn}: byte {at} came back wrong"
+        );
     }
 }
 
@@ -269,13 +332,17 @@ fn echo_client(addr: SocketAddr, conn: u64) {
     const STREAM: u64 = 512 * 1024;
     let mut s = TcpStream::connect(addr).expect("connect");
     // Hang guard: a lost wake-up fails the test instead of hanging it.
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    s.set_write_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
     s.set_nodelay(true).expect("nodelay");
     let mut offset = 0u64;
     for round in 0..ROUNDS {
         let len = 1 + (round * 37 + conn * 11) as usize % 300;
-        let msg: Vec<u8> = (offset..offset + len as u64).map(|o| pattern(conn, o)).collect();
+        let msg: Vec<u8> = (offset..offset + len as u64)
+            .map(|o| pattern(conn, o))
+            .collect();
         s.write_all(&msg).expect("send");
         expect_echo(&mut s, conn, offset, len);
         offset += len as u64;
@@ -309,7 +376,10 @@ fn echo_intact(wait: Wait) {
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
         // A small output bound: reading pauses and resumes while sends are in flight.
-        let cfg = LoopConfig { max_pending_output_bytes: 32 * 1024, ..batched(2_000, wait) };
+        let cfg = LoopConfig {
+            max_pending_output_bytes: 32 * 1024,
+            ..batched(2_000, wait)
+        };
         let (mut lp, fleet) = uring_loop(EchoHandler::default(), cfg, wait);
         lp.add_listener(listener).expect("listener");
         started_tx.send(fleet).expect("started");
@@ -317,7 +387,9 @@ fn echo_intact(wait: Wait) {
         lp.handler().opened
     });
     let fleet = started_rx.recv().expect("server loop built");
-    let clients: Vec<_> = (0..CLIENTS).map(|conn| std::thread::spawn(move || echo_client(addr, conn))).collect();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|conn| std::thread::spawn(move || echo_client(addr, conn)))
+        .collect();
     for c in clients {
         c.join().expect("client");
     }
@@ -341,7 +413,14 @@ struct Recorder {
 
 impl Handler for Recorder {
     type Conn = ();
-    fn open(&mut self, _id: ConnId, _peer: SocketAddr, _origin: Origin, _now: Now, _out: &mut Vec<u8>) -> Option<()> {
+    fn open(
+        &mut self,
+        _id: ConnId,
+        _peer: SocketAddr,
+        _origin: Origin,
+        _now: Now,
+        _out: &mut Vec<u8>,
+    ) -> Option<()> {
         Some(())
     }
     fn recv(&mut self, _c: &mut (), _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
@@ -352,7 +431,11 @@ impl Handler for Recorder {
         let Some(fleet) = &self.fleet else { return };
         let s = fleet.shards[0].stats.snapshot();
         if s.batch_waits > self.seen.0 {
-            assert_eq!(s.batch_waits, self.seen.0 + 1, "one wait per loop iteration");
+            assert_eq!(
+                s.batch_waits,
+                self.seen.0 + 1,
+                "one wait per loop iteration"
+            );
             self.wants.push(s.batch_wanted - self.seen.1);
         }
         self.seen = (s.batch_waits, s.batch_wanted);
@@ -383,9 +466,12 @@ fn lone_requests(wait: Wait) -> (Vec<u64>, Vec<u64>) {
         lp.handler().wants.clone()
     });
     let fleet = started_rx.recv().expect("server loop built");
-    let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).expect("connect")).collect();
+    let idle: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
     let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
     s.set_nodelay(true).expect("nodelay");
     let mut rtts = Vec::with_capacity(ROUNDS);
     let mut b = [0u8; 1];
@@ -410,16 +496,28 @@ fn lone_requests(wait: Wait) -> (Vec<u64>, Vec<u64>) {
 /// lasted the whole bound.)
 fn lone_request_not_held(wait: Wait) {
     let (wants, mut rtts) = lone_requests(wait);
-    assert!(!wants.is_empty(), "the waits after each request are batched (a reply in flight, a client that just sent)");
-    assert!(wants.iter().all(|&w| w <= 2), "a wait counted idle connections: it asked for {wants:?}");
+    assert!(
+        !wants.is_empty(),
+        "the waits after each request are batched (a reply in flight, a client that just sent)"
+    );
+    assert!(
+        wants.iter().all(|&w| w <= 2),
+        "a wait counted idle connections: it asked for {wants:?}"
+    );
     // The consequence, as a correctness bound: held for the 10 ms bound, nearly every round
     // trip takes 10 ms; not held, the median is scheduling noise.
     rtts.sort_unstable();
     let median = rtts[rtts.len() / 2];
-    assert!(median < 5_000, "median round trip {median} µs under a 10 ms bound (all: {rtts:?} µs)");
+    assert!(
+        median < 5_000,
+        "median round trip {median} µs under a 10 ms bound (all: {rtts:?} µs)"
+    );
 }
 
-both_ways!(a_lone_request_beside_idle_connections_is_not_held_for_the_bound, lone_request_not_held);
+both_ways!(
+    a_lone_request_beside_idle_connections_is_not_held_for_the_bound,
+    lone_request_not_held
+);
 
 /// Four connections whose requests are all in before the loop starts, beside three idle
 /// ones: the first pass receives all four (the receives complete as they are submitted) and
@@ -443,7 +541,8 @@ fn busy_connections_batch(wait: Wait) {
     }
     let readers = std::thread::spawn(move || {
         for (i, c) in clients.iter_mut().take(BUSY).enumerate() {
-            c.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+            c.set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
             let mut got = [0u8; 100];
             c.read_exact(&mut got).expect("echo");
             assert_eq!(got, [i as u8; 100]);
@@ -455,7 +554,11 @@ fn busy_connections_batch(wait: Wait) {
     drop(readers.join().expect("clients"));
     let wants = &lp.handler().wants;
     let busy = 2 * BUSY as u64;
-    assert_eq!(wants.iter().max(), Some(&busy), "the wait after the four answers asks for their sends and the four connections: {wants:?}");
+    assert_eq!(
+        wants.iter().max(),
+        Some(&busy),
+        "the wait after the four answers asks for their sends and the four connections: {wants:?}"
+    );
 }
 
 both_ways!(busy_connections_still_batch, busy_connections_batch);

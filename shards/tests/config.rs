@@ -9,15 +9,33 @@ const DOC: &str = include_str!("../../docs/Configuration.md");
 #[test]
 fn example_parses_into_runtime_and_server_config() {
     let mut file = FileConfig::parse(EXAMPLE).expect("example parses");
-    assert_eq!(file.runtime, uaring::RuntimeConfig::default(), "the example shows the runtime defaults");
-    let (security, users) = uaring::security::take_config(&mut file.server).expect("[security] parses");
+    assert_eq!(
+        file.runtime,
+        uaring::RuntimeConfig::default(),
+        "the example shows the runtime defaults"
+    );
+    let (security, users) =
+        uaring::security::take_config(&mut file.server).expect("[security] parses");
     assert!(users.is_empty());
     let defaults = uaring::security::SecurityConfig::default();
-    assert_eq!(format!("{security:?}"), format!("{defaults:?}"), "the example shows the security defaults");
+    assert_eq!(
+        format!("{security:?}"),
+        format!("{defaults:?}"),
+        "the example shows the security defaults"
+    );
     let handshake = uaring::handshake::take_config(&mut file.server).expect("[handshake] parses");
-    assert_eq!(handshake, uaring::handshake::HandshakeConfig::default(), "the example shows the handshake defaults");
-    let server = server_config(&file.server, false).expect("core's ServerConfig accepts the example");
-    assert_eq!(server, uaring_core::server::config::ServerConfig::default(), "the example shows core's defaults");
+    assert_eq!(
+        handshake,
+        uaring::handshake::HandshakeConfig::default(),
+        "the example shows the handshake defaults"
+    );
+    let server =
+        server_config(&file.server, false).expect("core's ServerConfig accepts the example");
+    assert_eq!(
+        server,
+        uaring_core::server::config::ServerConfig::default(),
+        "the example shows core's defaults"
+    );
     let contract = server_config(&file.server, true).expect("contract");
     assert!(contract.application.contract_mode);
 }
@@ -32,10 +50,18 @@ fn embedded_default_is_valid() {
 fn every_example_key_is_documented() {
     let table: toml::Table = EXAMPLE.parse().expect("toml");
     for (section, value) in &table {
-        assert!(DOC.contains(&format!("`[{section}]`")) || DOC.contains(&format!("## `[{section}]`")), "section [{section}] undocumented");
-        let Some(keys) = value.as_table() else { continue };
+        assert!(
+            DOC.contains(&format!("`[{section}]`")) || DOC.contains(&format!("## `[{section}]`")),
+            "section [{section}] undocumented"
+        );
+        let Some(keys) = value.as_table() else {
+            continue;
+        };
         for key in keys.keys() {
-            assert!(DOC.contains(&format!("| `{key}` |")), "key {section}.{key} has no row in docs/Configuration.md");
+            assert!(
+                DOC.contains(&format!("| `{key}` |")),
+                "key {section}.{key} has no row in docs/Configuration.md"
+            );
         }
     }
     // stats_file is commented out in the example (no default) but documented.
@@ -48,8 +74,15 @@ fn handshake_section_is_checked() {
         let mut file = FileConfig::parse(text).expect("runtime part is fine");
         uaring::handshake::take_config(&mut file.server)
     };
-    assert_eq!(parse("[handshake]\nthreads = 0\n").unwrap().threads, 0, "0 = inline, accepted");
-    assert!(parse("[handshake]\nthreads = 2\nqueue_depth = 0\n").is_err(), "a pool needs a queue");
+    assert_eq!(
+        parse("[handshake]\nthreads = 0\n").unwrap().threads,
+        0,
+        "0 = inline, accepted"
+    );
+    assert!(
+        parse("[handshake]\nthreads = 2\nqueue_depth = 0\n").is_err(),
+        "a pool needs a queue"
+    );
     assert!(parse("[handshake]\nthreads = 65\n").is_err());
     assert!(parse("[handshake]\nnice = 20\n").is_err());
     assert!(parse("[handshake]\nthread = 2\n").is_err(), "unknown key");
@@ -67,16 +100,25 @@ fn batched_waiting_is_checked() {
 
 #[test]
 fn unknown_keys_are_rejected() {
-    let file = FileConfig::parse("[application]\napplication_urii = \"x\"\n").expect("runtime part is fine");
+    let file = FileConfig::parse("[application]\napplication_urii = \"x\"\n")
+        .expect("runtime part is fine");
     assert!(server_config(&file.server, false).is_err());
     assert!(FileConfig::parse("[runtime]\nring_entires = 8\n").is_err());
 }
 
 #[test]
 fn nodesets_entries_are_read_and_checked() {
-    let file = FileConfig::parse("[[nodesets]]\nfile = \"a.xml\"\n[[nodesets]]\nfile = \"b.xml\"\n").unwrap();
+    let file =
+        FileConfig::parse("[[nodesets]]\nfile = \"a.xml\"\n[[nodesets]]\nfile = \"b.xml\"\n")
+            .unwrap();
     let files = uaring::server::nodeset_files(&file.server).unwrap();
-    assert_eq!(files, [std::path::PathBuf::from("a.xml"), std::path::PathBuf::from("b.xml")]);
+    assert_eq!(
+        files,
+        [
+            std::path::PathBuf::from("a.xml"),
+            std::path::PathBuf::from("b.xml")
+        ]
+    );
     server_config(&file.server, false).expect("core does not see [[nodesets]]");
     let bad = FileConfig::parse("[[nodesets]]\npath = \"a.xml\"\n").unwrap();
     let e = uaring::server::nodeset_files(&bad.server).unwrap_err();

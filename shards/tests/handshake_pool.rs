@@ -8,10 +8,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::Server;
-use uaring_harness::blocking::{Client, ClientError};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{ActivateSessionRequest, UserNameIdentityToken};
 use uaring_core::types::{ByteString, ExtensionObject, NodeId, StatusCode, UaString};
+use uaring_harness::blocking::{Client, ClientError};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -34,7 +34,12 @@ fn start_on(shards: usize, handshake: &str, tag: &str) -> (Server, common::TempD
         ),
     )
     .unwrap();
-    let server = Server::start(&["--config", cfg.to_str().unwrap(), "--pki", dir.join("pki").to_str().unwrap()]);
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--pki",
+        dir.join("pki").to_str().unwrap(),
+    ]);
     (server, dir)
 }
 
@@ -91,8 +96,15 @@ fn reads_are_served_while_logins_run_on_the_pool() {
         reads.push((t0, Instant::now()));
     }
     let windows = logger.join().unwrap();
-    let inside = reads.iter().filter(|(a, b)| windows.iter().any(|(s, e)| s <= a && b <= e)).count();
-    eprintln!("reads inside login windows: {inside} of {} ({} logins)", reads.len(), windows.len());
+    let inside = reads
+        .iter()
+        .filter(|(a, b)| windows.iter().any(|(s, e)| s <= a && b <= e))
+        .count();
+    eprintln!(
+        "reads inside login windows: {inside} of {} ({} logins)",
+        reads.len(),
+        windows.len()
+    );
     // Inline (threads = 0), the shard is blocked for each whole argon2id check: at most the
     // Read already waiting (and one more, if the logging thread is slow to note the end) can
     // complete inside a window. With the pool the reader keeps going throughout.
@@ -122,21 +134,35 @@ fn logins_past_the_pool_bound_are_refused() {
                 let mut c = session(&url);
                 barrier.wait();
                 let first = activate_user(&mut c);
-                let retry = if first.is_err() { Some(activate_user(&mut c)) } else { None };
+                let retry = if first.is_err() {
+                    Some(activate_user(&mut c))
+                } else {
+                    None
+                };
                 (first, retry)
             })
         })
         .collect();
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let refused = results.iter().filter(|(f, _)| *f == Err(StatusCode::BadTooManyOperations)).count();
+    let refused = results
+        .iter()
+        .filter(|(f, _)| *f == Err(StatusCode::BadTooManyOperations))
+        .count();
     let ok = results.iter().filter(|(f, _)| f.is_ok()).count();
-    assert_eq!(refused + ok, n, "only Good or BadTooManyOperations: {results:?}");
+    assert_eq!(
+        refused + ok,
+        n,
+        "only Good or BadTooManyOperations: {results:?}"
+    );
     assert!(refused >= 1, "nothing was refused: {results:?}");
     assert!(ok >= 1);
     // A refused login is not a failed one: the retry, one at a time, works.
     for (_, retry) in &results {
         if let Some(r) = retry {
-            assert!(matches!(r, Ok(()) | Err(StatusCode::BadTooManyOperations)), "{r:?}");
+            assert!(
+                matches!(r, Ok(()) | Err(StatusCode::BadTooManyOperations)),
+                "{r:?}"
+            );
         }
     }
     drop(server);
@@ -155,7 +181,9 @@ fn resumed_logins_move_to_the_owning_shard_and_run_on_its_pool() {
     activate_user(&mut c).expect("first login");
     let token = c.connection().authentication_token().clone();
     let read = |c: &mut Client| {
-        let v = c.read_values(&[NodeId::ns0(2258)]).expect("read CurrentTime");
+        let v = c
+            .read_values(&[NodeId::ns0(2258)])
+            .expect("read CurrentTime");
         assert!(v[0].status.is_none_or(|s| s.is_good()), "{v:?}");
     };
     read(&mut c);

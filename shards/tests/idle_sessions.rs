@@ -14,7 +14,11 @@ use uaring_harness::cli::RunOpts;
 use uaring_harness::run::RunConfig;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn scrape(port: u16) -> String {
@@ -45,12 +49,41 @@ fn idle_sessions_stay_open_through_the_run_and_close_after_it() {
     let cfg = dir.join("uaring.toml");
     // Sessions time out after 1 s without a request; the run lasts longer than that.
     std::fs::write(&cfg, format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[sessions]\nsession_timeout_min_ms = 500.0\nsession_timeout_max_ms = 1000.0\n")).unwrap();
-    let server = Server::start(&["--contract", "--shards", "2", "--config", cfg.to_str().unwrap()]);
+    let server = Server::start(&[
+        "--contract",
+        "--shards",
+        "2",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
     let pid = server.child.id().to_string();
     let url = server.url();
     let opts = RunOpts::try_parse_words([
-        "run", "--url", &url, "--server-pid", &pid, "--scenario", "read", "--clients", "2", "--inflight", "1", "--idle-sessions", "3",
-        "--duration", "2", "--warmup", "0.5", "--server-cpus", "0", "--client-cpus", "0", "--foreign-max", "1000", "--max-repeats", "0",
+        "run",
+        "--url",
+        &url,
+        "--server-pid",
+        &pid,
+        "--scenario",
+        "read",
+        "--clients",
+        "2",
+        "--inflight",
+        "1",
+        "--idle-sessions",
+        "3",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--server-cpus",
+        "0",
+        "--client-cpus",
+        "0",
+        "--foreign-max",
+        "1000",
+        "--max-repeats",
+        "0",
     ])
     .unwrap();
     let run = RunConfig::from_opts(&opts).unwrap();
@@ -78,7 +111,10 @@ fn idle_sessions_stay_open_through_the_run_and_close_after_it() {
     assert_eq!(o["idle_sessions"], 3, "{o:?}");
     assert_eq!(o["errors"], 0, "{o:?}");
     assert!(o["ops"].as_u64().unwrap() > 0, "{o:?}");
-    assert_eq!(most, 5.0, "two measured clients and three idle sessions at once");
+    assert_eq!(
+        most, 5.0,
+        "two measured clients and three idle sessions at once"
+    );
     // The idle sessions outlived the 1 s timeout (their keep-alive Reads).
     assert_eq!(timeouts, 0.0, "a session timed out during the run");
 
@@ -86,7 +122,10 @@ fn idle_sessions_stay_open_through_the_run_and_close_after_it() {
     let end = scrape(port);
     assert_eq!(sum(&end, "uaring_sessions_created_total", ""), 5.0, "{end}");
     assert!(sum(&end, "uaring_sessions", "") <= 2.0, "{end}");
-    assert!(sum(&end, "uaring_requests_total", "service=\"CloseSession\"") >= 3.0, "{end}");
+    assert!(
+        sum(&end, "uaring_requests_total", "service=\"CloseSession\"") >= 3.0,
+        "{end}"
+    );
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }

@@ -1,16 +1,23 @@
 //! The `uaring` library in-process: builder errors, typed pushes, instances of companion-model
 //! ObjectTypes with their mandatory children, and a shutdown that returns.
 
-use uaring::{BuiltinType, Error, NodeId, NodeRef, ObjectDef, Server, StatusCode, Variant, VariableDef};
+use uaring::{
+    BuiltinType, Error, NodeId, NodeRef, ObjectDef, Server, StatusCode, VariableDef, Variant,
+};
 
 const MACHINERY: &str = "http://opcfoundation.org/UA/Machinery/";
 
 fn nodeset(name: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/nodesets").join(name)
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/nodesets")
+        .join(name)
 }
 
 fn builder(dir: &tempfile_dir::Dir) -> uaring::ServerBuilder {
-    Server::builder().listen("127.0.0.1:0").shards(1).pki(dir.path().join("pki"))
+    Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(1)
+        .pki(dir.path().join("pki"))
 }
 
 mod tempfile_dir {
@@ -18,7 +25,8 @@ mod tempfile_dir {
     pub struct Dir(std::path::PathBuf);
     impl Dir {
         pub fn new(tag: &str) -> Dir {
-            let p = std::env::temp_dir().join(format!("uaring-library-{tag}-{}", std::process::id()));
+            let p =
+                std::env::temp_dir().join(format!("uaring-library-{tag}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&p);
             std::fs::create_dir_all(&p).unwrap();
             Dir(p)
@@ -40,27 +48,55 @@ fn pushes_are_type_checked_and_handles_need_a_started_server() {
     let mut b = builder(&dir);
     let ns = b.namespace("urn:test:library");
     let t = b.add_variable(VariableDef::new(ns.id("T"), "T", 20.0));
-    let a = b.add_variable(VariableDef::new(ns.id("A"), "A", Variant::array(BuiltinType::Int32, vec![Variant::Int32(1)]).unwrap()));
+    let a = b.add_variable(VariableDef::new(
+        ns.id("A"),
+        "A",
+        Variant::array(BuiltinType::Int32, vec![Variant::Int32(1)]).unwrap(),
+    ));
     assert_eq!(t.set(1.0), Err(Error::NotStarted));
     let server = b.start().unwrap();
     t.set(21.5).unwrap();
     assert_eq!(t.get().unwrap().value, Variant::Double(21.5));
-    assert!(matches!(t.set(7i32), Err(Error::TypeMismatch(_))), "an Int32 into a Double");
+    assert!(
+        matches!(t.set(7i32), Err(Error::TypeMismatch(_))),
+        "an Int32 into a Double"
+    );
     assert!(matches!(t.set("x"), Err(Error::TypeMismatch(_))));
-    assert_eq!(t.get().unwrap().value, Variant::Double(21.5), "a refused push stores nothing");
+    assert_eq!(
+        t.get().unwrap().value,
+        Variant::Double(21.5),
+        "a refused push stores nothing"
+    );
     // Arrays: rank checked.
-    assert!(matches!(a.set(3i32), Err(Error::TypeMismatch(_))), "a scalar into an array");
-    a.set(Variant::array(BuiltinType::Int32, vec![Variant::Int32(4), Variant::Int32(5)]).unwrap()).unwrap();
+    assert!(
+        matches!(a.set(3i32), Err(Error::TypeMismatch(_))),
+        "a scalar into an array"
+    );
+    a.set(
+        Variant::array(
+            BuiltinType::Int32,
+            vec![Variant::Int32(4), Variant::Int32(5)],
+        )
+        .unwrap(),
+    )
+    .unwrap();
     // set_many checks everything first.
     let r = uaring::set_many([(&t, Variant::Double(1.0)), (&a, Variant::Double(2.0))]);
     assert!(matches!(r, Err(Error::TypeMismatch(_))));
-    assert_eq!(t.get().unwrap().value, Variant::Double(21.5), "nothing of the batch was stored");
+    assert_eq!(
+        t.get().unwrap().value,
+        Variant::Double(21.5),
+        "nothing of the batch was stored"
+    );
     let ns_index = server.namespace_index("urn:test:library").unwrap();
     assert!(ns_index >= 2);
     let same = server.variable(&NodeId::string(ns_index, "T")).unwrap();
     same.set(3.0).unwrap();
     assert_eq!(t.get().unwrap().value, Variant::Double(3.0));
-    assert!(matches!(server.variable(&NodeId::string(ns_index, "Nope")), Err(Error::Status(StatusCode::BadNodeIdUnknown))));
+    assert!(matches!(
+        server.variable(&NodeId::string(ns_index, "Nope")),
+        Err(Error::Status(StatusCode::BadNodeIdUnknown))
+    ));
     server.shutdown().unwrap();
 }
 
@@ -81,7 +117,10 @@ fn a_duplicate_node_or_a_missing_parent_fails_the_start_with_the_node_named() {
     b.add_variable(VariableDef::new(ns.id("Y"), "Y", 1.0).component_of(&ns.id("NoSuchParent")));
     assert!(matches!(b.start(), Err(Error::AddressSpace(_))));
     // A configuration error names the key.
-    match builder(&dir).config_toml("[runtime]\nshards = \"two\"\n").start() {
+    match builder(&dir)
+        .config_toml("[runtime]\nshards = \"two\"\n")
+        .start()
+    {
         Err(Error::Config(e)) => assert!(e.contains("shards"), "{e}"),
         other => panic!("{:?}", other.err()),
     }
@@ -90,33 +129,64 @@ fn a_duplicate_node_or_a_missing_parent_fails_the_start_with_the_node_named() {
 #[test]
 fn an_instance_of_a_companion_model_type_gets_its_mandatory_children() {
     let dir = tempfile_dir::Dir::new("machinery");
-    let mut b = builder(&dir).nodeset(nodeset("Opc.Ua.Di.NodeSet2.xml")).nodeset(nodeset("Opc.Ua.Machinery.NodeSet2.xml"));
+    let mut b = builder(&dir)
+        .nodeset(nodeset("Opc.Ua.Di.NodeSet2.xml"))
+        .nodeset(nodeset("Opc.Ua.Machinery.NodeSet2.xml"));
     let ns = b.namespace("urn:test:plant");
     let machinery = b.namespace(MACHINERY);
     let machine = b.add_object(ObjectDef::folder(ns.id("Machine1"), "Machine1"));
-    b.add_object(ObjectDef::new(ns.id("Machine1.Identification"), "Identification", machinery.num(1012)).component_of(&machine));
+    b.add_object(
+        ObjectDef::new(
+            ns.id("Machine1.Identification"),
+            "Identification",
+            machinery.num(1012),
+        )
+        .component_of(&machine),
+    );
     let server = b.start().unwrap();
     let space = &server.shared().address_space;
     let i = server.namespace_index("urn:test:plant").unwrap();
     let ident = NodeId::string(i, "Machine1.Identification");
-    let di = space.namespace_index("http://opcfoundation.org/UA/DI/").unwrap();
+    let di = space
+        .namespace_index("http://opcfoundation.org/UA/DI/")
+        .unwrap();
     let children: Vec<String> = space
         .node(&ident)
         .unwrap()
         .references
         .iter()
         .filter(|r| r.is_forward && r.reference_type == NodeId::ns0(46))
-        .filter_map(|r| r.target.as_local().and_then(|t| space.browse_name_of(t)).map(|q| format!("{}:{}", q.namespace_index, q.name.as_str())))
+        .filter_map(|r| {
+            r.target
+                .as_local()
+                .and_then(|t| space.browse_name_of(t))
+                .map(|q| format!("{}:{}", q.namespace_index, q.name.as_str()))
+        })
         .collect();
     for want in ["Manufacturer", "SerialNumber", "ProductInstanceUri"] {
-        assert!(children.contains(&format!("{di}:{want}")), "{want} (DI namespace {di}) among {children:?}");
+        assert!(
+            children.contains(&format!("{di}:{want}")),
+            "{want} (DI namespace {di}) among {children:?}"
+        );
     }
     // The most derived declaration wins: one Manufacturer only.
-    assert_eq!(children.iter().filter(|c| c.ends_with(":Manufacturer")).count(), 1, "{children:?}");
+    assert_eq!(
+        children
+            .iter()
+            .filter(|c| c.ends_with(":Manufacturer"))
+            .count(),
+        1,
+        "{children:?}"
+    );
     // The children are stored values the application pushes.
-    let serial = server.variable(&NodeId::string(i, "Machine1.Identification.SerialNumber")).unwrap();
+    let serial = server
+        .variable(&NodeId::string(i, "Machine1.Identification.SerialNumber"))
+        .unwrap();
     serial.set("SN-0001").unwrap();
-    assert_eq!(serial.get().unwrap().value, Variant::String("SN-0001".into()));
+    assert_eq!(
+        serial.get().unwrap().value,
+        Variant::String("SN-0001".into())
+    );
     assert!(NodeRef::ns0(85).namespace_uri().is_none());
     server.shutdown().unwrap();
 }

@@ -4,8 +4,10 @@
 
 use std::net::{SocketAddr, TcpListener};
 
+use uaring::{
+    ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin,
+};
 use uaring_core::Now;
-use uaring::{ConnId, ConnStatus, EchoHandler, EventLoop, Fleet, Handler, IoBackend, LoopConfig, Origin};
 
 /// Sends `rounds` messages of `size` bytes per connection, one at a time, then stops.
 struct PingClient {
@@ -26,12 +28,23 @@ struct PingConn {
 
 impl Handler for PingClient {
     type Conn = PingConn;
-    fn open(&mut self, _id: ConnId, _peer: SocketAddr, origin: Origin, now: Now, out: &mut Vec<u8>) -> Option<PingConn> {
+    fn open(
+        &mut self,
+        _id: ConnId,
+        _peer: SocketAddr,
+        origin: Origin,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Option<PingConn> {
         assert_eq!(origin, Origin::Connected);
         let _ = out;
         // The first message goes out from a timer 5 ms later: that exercises connection
         // deadlines, and no connection can finish before its timer has fired.
-        Some(PingConn { left: self.rounds, pending: self.size, deadline: now.mono_ns + 5_000_000 })
+        Some(PingConn {
+            left: self.rounds,
+            pending: self.size,
+            deadline: now.mono_ns + 5_000_000,
+        })
     }
     fn recv(&mut self, c: &mut PingConn, _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
         c.pending = c.pending.saturating_sub(data.len());
@@ -64,7 +77,12 @@ impl Handler for PingClient {
 }
 
 fn run(backend: IoBackend) {
-    run_with(backend, 40_000, LoopConfig::default().max_pending_output_bytes, 0);
+    run_with(
+        backend,
+        40_000,
+        LoopConfig::default().max_pending_output_bytes,
+        0,
+    );
 }
 
 /// Each of 8 connections sends `size` bytes 10 times to an echo server whose
@@ -76,8 +94,13 @@ fn run_with(backend: IoBackend, size: usize, max_pending: usize, batch_us: u32) 
     let server_wiring = Fleet::standalone().expect("fleet");
     let server_fleet = server_wiring.fleet.clone();
     let server = std::thread::spawn(move || {
-        let cfg = LoopConfig { max_pending_output_bytes: max_pending, batch_wait_us: batch_us, ..LoopConfig::default() };
-        let mut lp = EventLoop::new(backend, EchoHandler::default(), server_wiring, cfg).expect("server loop");
+        let cfg = LoopConfig {
+            max_pending_output_bytes: max_pending,
+            batch_wait_us: batch_us,
+            ..LoopConfig::default()
+        };
+        let mut lp = EventLoop::new(backend, EchoHandler::default(), server_wiring, cfg)
+            .expect("server loop");
         lp.add_listener(listener).expect("listener");
         lp.run().expect("server run");
         lp.handler().opened
@@ -91,8 +114,16 @@ fn run_with(backend: IoBackend, size: usize, max_pending: usize, batch_us: u32) 
             batch_wait_us: batch_us,
             ..LoopConfig::default()
         };
-        let handler = PingClient { size, rounds: 10, done_conns: 0, conns: 8, timer_fired: 0, give_up_ns: 0 };
-        let mut lp = EventLoop::new(backend, handler, Fleet::standalone().expect("fleet"), cfg).expect("client loop");
+        let handler = PingClient {
+            size,
+            rounds: 10,
+            done_conns: 0,
+            conns: 8,
+            timer_fired: 0,
+            give_up_ns: 0,
+        };
+        let mut lp = EventLoop::new(backend, handler, Fleet::standalone().expect("fleet"), cfg)
+            .expect("client loop");
         assert_eq!(lp.backend(), backend);
         for _ in 0..8 {
             lp.connect(addr).expect("connect");
@@ -136,6 +167,10 @@ fn echo_past_the_output_bound_on_epoll() {
 /// The bound is what delays them, not a lost wake-up.
 #[test]
 fn batched_waiting_on_io_uring() {
-    run_with(IoBackend::Uring, 4_000, LoopConfig::default().max_pending_output_bytes, 2_000);
+    run_with(
+        IoBackend::Uring,
+        4_000,
+        LoopConfig::default().max_pending_output_bytes,
+        2_000,
+    );
 }
-

@@ -8,11 +8,15 @@ use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
 use common::{field_values, Server};
-use uaring_harness::blocking::Client;
 use uaring_core::types::{NodeId, Variant};
+use uaring_harness::blocking::Client;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn get(port: u16, path: &str) -> (String, String) {
@@ -32,7 +36,11 @@ fn sum(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
             let (n, rest) = series.split_once('{').unwrap_or((series, ""));
-            (n == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))).then(|| value.parse::<f64>().unwrap())
+            (n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().unwrap())
         })
         .sum()
 }
@@ -45,7 +53,10 @@ fn config(dir: &common::TempDir, port: u16) -> std::path::PathBuf {
 }
 
 fn diagnostics(c: &mut Client) -> Vec<u32> {
-    let ids: Vec<NodeId> = [2277u32, 2278, 3705, 2288].iter().map(|&i| NodeId::ns0(i)).collect();
+    let ids: Vec<NodeId> = [2277u32, 2278, 3705, 2288]
+        .iter()
+        .map(|&i| NodeId::ns0(i))
+        .collect();
     c.read_values(&ids)
         .unwrap()
         .into_iter()
@@ -65,18 +76,28 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
     let (head, before) = get(port, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    assert!(before.contains("# TYPE uaring_requests_total counter"), "{before}");
-    assert_eq!(sum(&before, "uaring_requests_total", &[("service", "Read")]), 0.0);
+    assert!(
+        before.contains("# TYPE uaring_requests_total counter"),
+        "{before}"
+    );
+    assert_eq!(
+        sum(&before, "uaring_requests_total", &[("service", "Read")]),
+        0.0
+    );
     assert_eq!(sum(&before, "uaring_sessions", &[]), 0.0);
 
     // Load: two sessions, 200 Reads and one Read of a node that does not exist.
-    let mut clients: Vec<Client> = (0..2).map(|_| Client::connect(&server.url(), Duration::from_secs(5)).unwrap()).collect();
+    let mut clients: Vec<Client> = (0..2)
+        .map(|_| Client::connect(&server.url(), Duration::from_secs(5)).unwrap())
+        .collect();
     for c in &mut clients {
         c.create_session().unwrap();
         c.activate_session_anonymous().unwrap();
     }
     for i in 0..200 {
-        clients[i % 2].read_values(&[NodeId::numeric(1, 1001)]).unwrap();
+        clients[i % 2]
+            .read_values(&[NodeId::numeric(1, 1001)])
+            .unwrap();
     }
     let d = diagnostics(&mut clients[0]);
     assert_eq!(d[0], 2, "CurrentSessionCount");
@@ -92,27 +113,76 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
     let (_, after) = get(port, "/metrics");
     let reads = sum(&after, "uaring_requests_total", &[("service", "Read")]);
     assert!(reads >= 201.0, "Reads counted: {reads}\n{after}");
-    assert!(sum(&after, "uaring_request_errors_total", &[("service", "Read")]) >= 1.0, "{after}");
-    assert_eq!(sum(&after, "uaring_requests_total", &[("service", "CreateSession")]), 2.0);
+    assert!(
+        sum(
+            &after,
+            "uaring_request_errors_total",
+            &[("service", "Read")]
+        ) >= 1.0,
+        "{after}"
+    );
+    assert_eq!(
+        sum(
+            &after,
+            "uaring_requests_total",
+            &[("service", "CreateSession")]
+        ),
+        2.0
+    );
     assert_eq!(sum(&after, "uaring_sessions", &[]), 2.0, "{after}");
     assert_eq!(sum(&after, "uaring_sessions_created_total", &[]), 2.0);
-    assert_eq!(sum(&after, "uaring_secure_channels", &[("policy", "None")]), 3.0, "{after}");
+    assert_eq!(
+        sum(&after, "uaring_secure_channels", &[("policy", "None")]),
+        3.0,
+        "{after}"
+    );
     assert_eq!(sum(&after, "uaring_connections", &[]), 3.0, "{after}");
-    assert_eq!(sum(&after, "uaring_handshakes_in_progress", &[]), 0.0, "{after}");
-    for counter in ["uaring_received_bytes_total", "uaring_sent_bytes_total", "uaring_loop_iterations_total"] {
-        assert!(sum(&after, counter, &[]) > sum(&before, counter, &[]), "{counter} did not move");
+    assert_eq!(
+        sum(&after, "uaring_handshakes_in_progress", &[]),
+        0.0,
+        "{after}"
+    );
+    for counter in [
+        "uaring_received_bytes_total",
+        "uaring_sent_bytes_total",
+        "uaring_loop_iterations_total",
+    ] {
+        assert!(
+            sum(&after, counter, &[]) > sum(&before, counter, &[]),
+            "{counter} did not move"
+        );
     }
     if after.contains("io_backend=\"uring\"") {
-        assert!(sum(&after, "uaring_uring_submissions_total", &[]) > sum(&before, "uaring_uring_submissions_total", &[]));
-        assert!(sum(&after, "uaring_uring_completions_total", &[]) > sum(&before, "uaring_uring_completions_total", &[]));
+        assert!(
+            sum(&after, "uaring_uring_submissions_total", &[])
+                > sum(&before, "uaring_uring_submissions_total", &[])
+        );
+        assert!(
+            sum(&after, "uaring_uring_completions_total", &[])
+                > sum(&before, "uaring_uring_completions_total", &[])
+        );
     }
     assert!(sum(&after, "uaring_loop_idle_seconds_total", &[]) > 0.0);
     // Batched waiting is off by default: no wait asked for more than one completion.
-    assert!(after.contains("# TYPE uaring_uring_batch_waits_total counter"), "{after}");
-    assert_eq!(sum(&after, "uaring_uring_batch_waits_total", &[]), 0.0, "{after}");
-    assert_eq!(sum(&after, "uaring_uring_batch_wanted_total", &[]), 0.0, "{after}");
+    assert!(
+        after.contains("# TYPE uaring_uring_batch_waits_total counter"),
+        "{after}"
+    );
+    assert_eq!(
+        sum(&after, "uaring_uring_batch_waits_total", &[]),
+        0.0,
+        "{after}"
+    );
+    assert_eq!(
+        sum(&after, "uaring_uring_batch_wanted_total", &[]),
+        0.0,
+        "{after}"
+    );
     // Every shard appears, with its label.
-    assert!(after.contains("uaring_connections{shard=\"0\"}") && after.contains("uaring_connections{shard=\"1\"}"));
+    assert!(
+        after.contains("uaring_connections{shard=\"0\"}")
+            && after.contains("uaring_connections{shard=\"1\"}")
+    );
 
     // ServerDiagnostics shows the same: the rejected Read counts as a rejected request.
     let d = diagnostics(&mut clients[1]);
@@ -123,14 +193,21 @@ fn scrape_of_a_loaded_server_shows_counters_moving() {
     }
     std::thread::sleep(Duration::from_millis(200));
     let (_, end) = get(port, "/metrics");
-    assert_eq!(sum(&end, "uaring_sessions", &[]), 0.0, "CloseSession on close: {end}");
+    assert_eq!(
+        sum(&end, "uaring_sessions", &[]),
+        0.0,
+        "CloseSession on close: {end}"
+    );
     assert_eq!(sum(&end, "uaring_secure_channels", &[]), 0.0, "{end}");
 
     let (head, _) = get(port, "/other");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains(&format!("metrics endpoint http://127.0.0.1:{port}/metrics")), "{err}");
+    assert!(
+        err.contains(&format!("metrics endpoint http://127.0.0.1:{port}/metrics")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -138,9 +215,20 @@ fn batched_waits_are_counted_in_the_metrics_and_the_statistics_file() {
     let port = free_port();
     let dir = common::TempDir::new("uaring-metrics-batched");
     let cfg = dir.join("uaring.toml");
-    std::fs::write(&cfg, format!("[runtime]\nbatch_wait_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("[runtime]\nbatch_wait_us = 50\n\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
     let stats = dir.join("stats.json");
-    let server = Server::start(&["--config", cfg.to_str().unwrap(), "--shards", "1", "--stats-file", stats.to_str().unwrap()]);
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--shards",
+        "1",
+        "--stats-file",
+        stats.to_str().unwrap(),
+    ]);
     let (_, before) = get(port, "/metrics");
     let uring = before.contains("io_backend=\"uring\"");
 
@@ -166,17 +254,34 @@ fn batched_waits_are_counted_in_the_metrics_and_the_statistics_file() {
     server.signal(libc::SIGUSR1);
     std::thread::sleep(Duration::from_millis(200));
     let json = std::fs::read_to_string(&stats).unwrap();
-    let (file_waits, file_wanted) = (field_values(&json, "batch_waits"), field_values(&json, "batch_wanted"));
-    assert_eq!((file_waits.len(), file_wanted.len()), (1, 1), "one shard: {json}");
+    let (file_waits, file_wanted) = (
+        field_values(&json, "batch_waits"),
+        field_values(&json, "batch_wanted"),
+    );
+    assert_eq!(
+        (file_waits.len(), file_wanted.len()),
+        (1, 1),
+        "one shard: {json}"
+    );
     if uring {
-        assert!(waits > 0.0, "400 Reads of two clients without a batched wait:\n{after}");
+        assert!(
+            waits > 0.0,
+            "400 Reads of two clients without a batched wait:\n{after}"
+        );
         // Every counted wait asked for at least two completions.
         assert!(wanted >= 2.0 * waits, "waits {waits}, wanted {wanted}");
         // The file shows the same counters, at least as far as the scrape before it.
-        assert!(file_waits[0] as f64 >= waits && file_wanted[0] as f64 >= wanted, "{json} after waits {waits}, wanted {wanted}");
+        assert!(
+            file_waits[0] as f64 >= waits && file_wanted[0] as f64 >= wanted,
+            "{json} after waits {waits}, wanted {wanted}"
+        );
         assert!(file_wanted[0] >= 2 * file_waits[0], "{json}");
     } else {
-        assert_eq!((waits, wanted), (0.0, 0.0), "epoll has no batched waiting:\n{after}");
+        assert_eq!(
+            (waits, wanted),
+            (0.0, 0.0),
+            "epoll has no batched waiting:\n{after}"
+        );
         assert_eq!((file_waits[0], file_wanted[0]), (0, 0), "{json}");
     }
     let (code, _, err) = server.terminate();
@@ -189,7 +294,13 @@ fn a_bad_metrics_address_stops_the_start() {
     let p = dir.join("uaring.toml");
     std::fs::write(&p, "[metrics]\nlisten = \"localhost\"\n").unwrap();
     let out = std::process::Command::new(common::bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--config", p.to_str().unwrap()])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            p.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

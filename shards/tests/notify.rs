@@ -9,7 +9,9 @@ use common::Server;
 
 fn recv(sock: &UnixDatagram) -> String {
     let mut buf = [0u8; 512];
-    let n = sock.recv(&mut buf).expect("a notification within the timeout");
+    let n = sock
+        .recv(&mut buf)
+        .expect("a notification within the timeout");
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
@@ -19,7 +21,8 @@ fn ready_reloading_and_stopping_reach_notify_socket() {
     let path = dir.join("notify.sock");
     let _ = std::fs::remove_file(&path);
     let sock = UnixDatagram::bind(&path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let cfg = dir.join("uaring.toml");
     std::fs::write(&cfg, "[log]\nfilter = \"info\"\n").unwrap();
     let server = Server::start_with(&["--config", cfg.to_str().unwrap()], |c| {
@@ -36,5 +39,8 @@ fn ready_reloading_and_stopping_reach_notify_socket() {
     assert_eq!(recv(&sock), "STOPPING=1");
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("reloaded (SIGHUP): trust lists rescanned, log filter \"info,uaring=debug\""), "{err}");
+    assert!(
+        err.contains("reloaded (SIGHUP): trust lists rescanned, log filter \"info,uaring=debug\""),
+        "{err}"
+    );
 }

@@ -15,9 +15,33 @@ fn an_open_loop_sends_what_it_schedules() {
     let pid = server.child.id().to_string();
     let url = server.url();
     let opts = RunOpts::try_parse_words([
-        "run", "--url", &url, "--server-pid", &pid, "--scenario", "read", "--clients", "2", "--inflight", "4", "--rate", "2000",
-        "--send", "per-request", "--duration", "1", "--warmup", "0.2", "--server-cpus", "0", "--client-cpus", "0", "--foreign-max",
-        "1000", "--max-repeats", "0",
+        "run",
+        "--url",
+        &url,
+        "--server-pid",
+        &pid,
+        "--scenario",
+        "read",
+        "--clients",
+        "2",
+        "--inflight",
+        "4",
+        "--rate",
+        "2000",
+        "--send",
+        "per-request",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.2",
+        "--server-cpus",
+        "0",
+        "--client-cpus",
+        "0",
+        "--foreign-max",
+        "1000",
+        "--max-repeats",
+        "0",
     ])
     .unwrap();
     let run = RunConfig::from_opts(&opts).unwrap();
@@ -30,7 +54,10 @@ fn an_open_loop_sends_what_it_schedules() {
     // long it was held up); well under half would mean requests never went out.
     let ops = o["ops"].as_u64().unwrap() as f64;
     let want = 2000.0 * o["seconds"].as_f64().unwrap();
-    assert!(ops <= want * 1.25 + 8.0 && ops > want * 0.5, "{ops} Reads for {want} scheduled: {o:?}");
+    assert!(
+        ops <= want * 1.25 + 8.0 && ops > want * 0.5,
+        "{ops} Reads for {want} scheduled: {o:?}"
+    );
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }
@@ -38,9 +65,13 @@ fn an_open_loop_sends_what_it_schedules() {
 #[test]
 fn rate_is_only_for_reads() {
     for scenario in ["write", "browse", "sub", "echo", "connect"] {
-        let opts = RunOpts::try_parse_words(["run", "--scenario", scenario, "--rate", "100"]).unwrap();
+        let opts =
+            RunOpts::try_parse_words(["run", "--scenario", scenario, "--rate", "100"]).unwrap();
         let err = RunConfig::from_opts(&opts).unwrap_err();
-        assert!(err.contains("--rate") && err.contains(scenario), "{scenario}: {err}");
+        assert!(
+            err.contains("--rate") && err.contains(scenario),
+            "{scenario}: {err}"
+        );
     }
     let opts = RunOpts::try_parse_words(["run", "--scenario", "read", "--rate", "-5"]);
     assert!(opts.is_err(), "a negative rate is refused");

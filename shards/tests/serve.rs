@@ -13,7 +13,8 @@ use common::*;
 use uaring_harness::blocking::Client;
 
 fn channel_roundtrip(server: &Server) {
-    let client = Client::connect(&server.url(), Duration::from_secs(5)).expect("open a secure channel");
+    let client =
+        Client::connect(&server.url(), Duration::from_secs(5)).expect("open a secure channel");
     client.close().expect("close the channel");
 }
 
@@ -25,18 +26,31 @@ fn hello_gets_ack_and_channel_opens() {
     let (code, secs, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
     assert!(secs < 10.0, "shutdown hung: {secs} s");
-    assert!(err.contains("shards on CPUs"), "start-up log names the CPUs:\n{err}");
+    assert!(
+        err.contains("shards on CPUs"),
+        "start-up log names the CPUs:\n{err}"
+    );
 }
 
 #[test]
 fn contract_mode_prints_ready() {
     let server = Server::start(&["--contract"]);
     assert!(
-        server.stdout_lines.iter().any(|l| l.contains("benchmark server ready")),
+        server
+            .stdout_lines
+            .iter()
+            .any(|l| l.contains("benchmark server ready")),
         "stdout: {:?}",
         server.stdout_lines
     );
-    assert_eq!(server.stdout_lines.iter().filter(|l| l.starts_with("listening on ")).count(), 1);
+    assert_eq!(
+        server
+            .stdout_lines
+            .iter()
+            .filter(|l| l.starts_with("listening on "))
+            .count(),
+        1
+    );
     assert_hello_ack(server.addr);
 }
 
@@ -47,7 +61,8 @@ fn hostile_suite(server: &Server) {
 
     // Garbage bytes.
     let mut s = connect(addr);
-    s.write_all(&b"\x00\xffGARBAGE garbage GARBAGE\r\n".repeat(20)).expect("send");
+    s.write_all(&b"\x00\xffGARBAGE garbage GARBAGE\r\n".repeat(20))
+        .expect("send");
     let (_, closed) = read_until_closed(&mut s, Duration::from_secs(3));
     assert!(closed, "garbage must close the connection");
     assert_hello_ack(addr);
@@ -87,7 +102,11 @@ fn hostile_suite(server: &Server) {
     let _ = s.write_all(&m);
     let (got, closed) = read_until_closed(&mut s, Duration::from_secs(3));
     assert!(closed, "an oversized chunk must close the connection");
-    assert!(got.starts_with(b"ERRF"), "an oversized chunk is answered with ERR, got {:?}", &got[..got.len().min(8)]);
+    assert!(
+        got.starts_with(b"ERRF"),
+        "an oversized chunk is answered with ERR, got {:?}",
+        &got[..got.len().min(8)]
+    );
     assert_hello_ack(addr);
 
     // A flood of 200 connections held open.
@@ -137,7 +156,9 @@ fn hostile_inputs_leave_the_server_serving_epoll() {
 #[test]
 fn sigterm_with_open_channels_exits_zero() {
     let server = Server::start(&[]);
-    let clients: Vec<Client> = (0..4).map(|_| Client::connect(&server.url(), Duration::from_secs(5)).expect("channel")).collect();
+    let clients: Vec<Client> = (0..4)
+        .map(|_| Client::connect(&server.url(), Duration::from_secs(5)).expect("channel"))
+        .collect();
     let idle: Vec<TcpStream> = (0..4).map(|_| connect(server.addr)).collect();
     let (code, secs, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
@@ -155,7 +176,14 @@ fn policy_serves_eight(extra: &[&str], policy: &str) {
     let dir = common::TempDir::new(&format!("uaring-test-{policy}-{}", extra.len()));
     let stats = dir.join("stats.json");
     let stats_s = stats.to_string_lossy().to_string();
-    let mut args = vec!["--distribution", policy, "--shards", "2", "--stats-file", stats_s.as_str()];
+    let mut args = vec![
+        "--distribution",
+        policy,
+        "--shards",
+        "2",
+        "--stats-file",
+        stats_s.as_str(),
+    ];
     args.extend_from_slice(extra);
     let server = Server::start(&args);
     let mut conns = Vec::new();
@@ -182,11 +210,21 @@ fn policy_serves_eight(extra: &[&str], policy: &str) {
     let open = field_values(&json, "open");
     assert_eq!(open.len(), 3, "two shards and a total: {json}");
     assert_eq!(open[2], 8, "{json}");
-    assert!(json.contains(&format!("\"distribution\":\"{policy}\"")), "{json}");
+    assert!(
+        json.contains(&format!("\"distribution\":\"{policy}\"")),
+        "{json}"
+    );
     if policy != "reuseport" {
-        assert_eq!(&open[..2], &[4, 4], "{policy} balances 8 connections over 2 shards: {json}");
+        assert_eq!(
+            &open[..2],
+            &[4, 4],
+            "{policy} balances 8 connections over 2 shards: {json}"
+        );
         let handed = field_values(&json, "handed_off");
-        assert_eq!(handed[0], 4, "the acceptor handed 4 to the other shard: {json}");
+        assert_eq!(
+            handed[0], 4,
+            "the acceptor handed 4 to the other shard: {json}"
+        );
     }
     drop(conns);
     let (code, _, err) = server.terminate();
@@ -217,13 +255,22 @@ fn round_robin_on_epoll_serves_eight() {
 fn single_shot_fallback_serves() {
     let dir = common::TempDir::new("uaring-test-single");
     let cfg = dir.join("single.toml");
-    std::fs::write(&cfg, "[runtime]\nmultishot = false\nring_entries = 64\n").expect("write config");
-    let server = Server::start(&["--config", cfg.to_str().expect("path"), "--io-backend", "uring"]);
+    std::fs::write(&cfg, "[runtime]\nmultishot = false\nring_entries = 64\n")
+        .expect("write config");
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().expect("path"),
+        "--io-backend",
+        "uring",
+    ]);
     assert_hello_ack(server.addr);
     channel_roundtrip(&server);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
-    assert!(err.contains("off:") && err.contains("MULTISHOT_ACCEPT_RECV"), "stderr:\n{err}");
+    assert!(
+        err.contains("off:") && err.contains("MULTISHOT_ACCEPT_RECV"),
+        "stderr:\n{err}"
+    );
 }
 
 /// Sets RLIMIT_MEMLOCK of the child to `bytes` (lowering is always allowed).
@@ -231,7 +278,10 @@ fn memlock(cmd: &mut Command, bytes: u64) {
     // SAFETY: setrlimit is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
-            let lim = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
             libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim);
             Ok(())
         });
@@ -241,13 +291,28 @@ fn memlock(cmd: &mut Command, bytes: u64) {
 #[test]
 fn memlock_error_says_what_to_do() {
     let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--io-backend", "uring", "--ring-entries", "32768", "--shards", "4"]);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--io-backend",
+        "uring",
+        "--ring-entries",
+        "32768",
+        "--shards",
+        "4",
+    ]);
     memlock(&mut cmd, 8 << 20);
     let out = cmd.output().expect("run");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr:\n{err}");
     assert!(err.contains("RLIMIT_MEMLOCK is 8192 KiB"), "stderr:\n{err}");
-    assert!(err.contains("runtime.ring_entries") && err.contains("ulimit -l") && err.contains("--io-backend epoll"), "{err}");
+    assert!(
+        err.contains("runtime.ring_entries")
+            && err.contains("ulimit -l")
+            && err.contains("--io-backend epoll"),
+        "{err}"
+    );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("listening on"));
 }
 
@@ -257,13 +322,18 @@ fn auto_backend_falls_back_to_epoll_when_memlock_is_tiny() {
     assert_hello_ack(server.addr);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
-    assert!(err.contains("using the epoll backend") && err.contains("RLIMIT_MEMLOCK"), "stderr:\n{err}");
+    assert!(
+        err.contains("using the epoll backend") && err.contains("RLIMIT_MEMLOCK"),
+        "stderr:\n{err}"
+    );
 }
 
 #[test]
 fn automatic_ring_size_fits_a_small_limit() {
     // 2 shards in 256 KiB: the automatic size halves until it fits.
-    let server = Server::start_with(&["--io-backend", "uring", "--shards", "2"], |c| memlock(c, 256 * 1024));
+    let server = Server::start_with(&["--io-backend", "uring", "--shards", "2"], |c| {
+        memlock(c, 256 * 1024)
+    });
     assert_hello_ack(server.addr);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
@@ -275,15 +345,37 @@ fn help_and_subcommands() {
     let out = Command::new(bin()).arg("--help").output().expect("run");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in ["serve", "topology", "hash-password", "cert", "config", "RUST_LOG"] {
+    for word in [
+        "serve",
+        "topology",
+        "hash-password",
+        "cert",
+        "config",
+        "RUST_LOG",
+    ] {
         assert!(help.contains(word), "--help lacks {word}");
     }
-    let out = Command::new(bin()).args(["serve", "--help"]).output().expect("run");
+    let out = Command::new(bin())
+        .args(["serve", "--help"])
+        .output()
+        .expect("run");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for word in [
-        "--listen", "--cpus", "--config", "--contract", "--counters", "--events-per-s", "--io-backend",
-        "--distribution", "--ring-entries", "--stats-file", "--pki", "--accept-all-client-certs", "--nodeset", "RUST_LOG",
+        "--listen",
+        "--cpus",
+        "--config",
+        "--contract",
+        "--counters",
+        "--events-per-s",
+        "--io-backend",
+        "--distribution",
+        "--ring-entries",
+        "--stats-file",
+        "--pki",
+        "--accept-all-client-certs",
+        "--nodeset",
+        "RUST_LOG",
     ] {
         assert!(help.contains(word), "serve --help lacks {word}");
     }
@@ -307,29 +399,60 @@ fn help_and_subcommands() {
     let out = Command::new(bin()).arg("--version").output().expect("run");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("uaring "));
-    let out = Command::new(bin()).args(["topology", "--resolve", "all"]).output().expect("run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(bin())
+        .args(["topology", "--resolve", "all"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut child = Command::new(bin())
         .arg("hash-password")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run");
-    child.stdin.take().expect("stdin").write_all(b"correct horse\n").expect("write");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"correct horse\n")
+        .expect("write");
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("$argon2id$"));
     let dir = common::TempDir::new("uaring-test-pki");
     let pki = dir.join("pki");
     let out = Command::new(bin())
-        .args(["cert", "--pki", pki.to_str().expect("path"), "generate", "--uri", "urn:test", "--bits", "2048"])
+        .args([
+            "cert",
+            "--pki",
+            pki.to_str().expect("path"),
+            "generate",
+            "--uri",
+            "urn:test",
+            "--bits",
+            "2048",
+        ])
         .output()
         .expect("run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(pki.join("own/certs/uaring.der").exists());
     drop(dir);
-    let out = Command::new(bin()).args(["serve", "--bogus"]).output().expect("run");
+    let out = Command::new(bin())
+        .args(["serve", "--bogus"])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(bin()).args(["serve", "--cpus", "nonsense-expr"]).output().expect("run");
+    let out = Command::new(bin())
+        .args(["serve", "--cpus", "nonsense-expr"])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(1));
 }

@@ -9,10 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uaring_harness::blocking::{Client, ClientError};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::{ExtensionObject, NodeId, StatusCode, Variant};
+use uaring_harness::blocking::{Client, ClientError};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -38,7 +38,9 @@ fn moves(server: &Server, stats: &std::path::Path) -> (u64, u64, u64) {
     let before = std::fs::metadata(stats).and_then(|m| m.modified()).ok();
     server.signal(libc::SIGUSR1);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && std::fs::metadata(stats).and_then(|m| m.modified()).ok() == before {
+    while Instant::now() < deadline
+        && std::fs::metadata(stats).and_then(|m| m.modified()).ok() == before
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(50));
@@ -47,7 +49,11 @@ fn moves(server: &Server, stats: &std::path::Path) -> (u64, u64, u64) {
         text.match_indices(&format!("\"{key}\":"))
             .map(|(i, m)| {
                 let rest = &text[i + m.len()..];
-                rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())].parse::<u64>().unwrap()
+                rest[..rest
+                    .find(|c: char| !c.is_ascii_digit())
+                    .unwrap_or(rest.len())]
+                    .parse::<u64>()
+                    .unwrap()
             })
             .sum()
     };
@@ -56,7 +62,9 @@ fn moves(server: &Server, stats: &std::path::Path) -> (u64, u64, u64) {
 
 fn activate(c: &mut Client) -> Result<Response, ClientError> {
     c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
+        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+            policy_id: "anonymous".into(),
+        }),
         ..Default::default()
     })))
 }
@@ -70,7 +78,9 @@ fn resume(url: &str, token: &NodeId) -> Client {
         c.connection().set_authentication_token(token.clone());
         match activate(&mut c) {
             Ok(Response::ActivateSession(_)) => return c,
-            Err(ClientError::Status(StatusCode::BadResourceUnavailable)) if Instant::now() < deadline => {
+            Err(ClientError::Status(StatusCode::BadResourceUnavailable))
+                if Instant::now() < deadline =>
+            {
                 std::thread::sleep(Duration::from_millis(10));
             }
             other => panic!("ActivateSession on a new channel: {other:?}"),
@@ -90,19 +100,25 @@ fn write(c: &mut Client, v: i32) {
 
 fn subscribe(c: &mut Client) -> u32 {
     let Response::CreateSubscription(s) = c
-        .call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-            requested_publishing_interval: 20.0,
-            requested_lifetime_count: 3000,
-            requested_max_keep_alive_count: 10,
-            publishing_enabled: true,
-            ..Default::default()
-        })))
+        .call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                requested_publishing_interval: 20.0,
+                requested_lifetime_count: 3000,
+                requested_max_keep_alive_count: 10,
+                publishing_enabled: true,
+                ..Default::default()
+            },
+        )))
         .expect("CreateSubscription")
     else {
         panic!()
     };
     let item = MonitoredItemCreateRequest {
-        item_to_monitor: ReadValueId { node_id: int32(), attribute_id: 13, ..Default::default() },
+        item_to_monitor: ReadValueId {
+            node_id: int32(),
+            attribute_id: 13,
+            ..Default::default()
+        },
         monitoring_mode: MonitoringMode::Reporting,
         requested_parameters: MonitoringParameters {
             client_handle: 5,
@@ -113,12 +129,14 @@ fn subscribe(c: &mut Client) -> u32 {
         },
     };
     let Response::CreateMonitoredItems(m) = c
-        .call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-            subscription_id: s.subscription_id,
-            timestamps_to_return: TimestampsToReturn::Both,
-            items_to_create: vec![item],
-            ..Default::default()
-        })))
+        .call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                subscription_id: s.subscription_id,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: vec![item],
+                ..Default::default()
+            },
+        )))
         .expect("CreateMonitoredItems")
     else {
         panic!()
@@ -128,20 +146,31 @@ fn subscribe(c: &mut Client) -> u32 {
 }
 
 /// Publishes (acknowledging what it got) until `want` arrived; returns the values seen.
-fn collect_until(c: &mut Client, acks: &mut Vec<SubscriptionAcknowledgement>, want: i32) -> Vec<i32> {
+fn collect_until(
+    c: &mut Client,
+    acks: &mut Vec<SubscriptionAcknowledgement>,
+    want: i32,
+) -> Vec<i32> {
     let mut got = Vec::new();
     let deadline = Instant::now() + T;
     while !got.contains(&want) {
-        assert!(Instant::now() < deadline, "value {want} not delivered; got {got:?}");
+        assert!(
+            Instant::now() < deadline,
+            "value {want} not delivered; got {got:?}"
+        );
         let r = c
             .call(Request::Publish(Box::new(PublishRequest {
                 subscription_acknowledgements: std::mem::take(acks),
                 ..Default::default()
             })))
             .expect("Publish");
-        let Response::Publish(p) = r else { panic!("{r:?}") };
+        let Response::Publish(p) = r else {
+            panic!("{r:?}")
+        };
         for n in &p.notification_message.notification_data {
-            if let Some(Ok(dc)) = n.decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default()) {
+            if let Some(Ok(dc)) =
+                n.decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default())
+            {
                 for m in dc.monitored_items {
                     if let Variant::Int32(v) = m.value.value {
                         got.push(v);
@@ -168,7 +197,8 @@ fn reconnects_keep_the_subscription(backend: &str) {
     let mut writer = Client::connect(&url, T).expect("writer");
     writer.activate_session_anonymous().expect("writer session");
     let mut sub = Client::connect(&url, T).expect("subscriber");
-    sub.activate_session_anonymous().expect("subscriber session");
+    sub.activate_session_anonymous()
+        .expect("subscriber session");
     let token = sub.connection().authentication_token().clone();
     subscribe(&mut sub);
     write(&mut writer, 0);
@@ -184,12 +214,20 @@ fn reconnects_keep_the_subscription(backend: &str) {
         sub = resume(&url, &token);
         seen.extend(collect_until(&mut sub, &mut acks, v));
     }
-    assert_eq!(seen, (0..=v).collect::<Vec<_>>(), "every value once, in order");
+    assert_eq!(
+        seen,
+        (0..=v).collect::<Vec<_>>(),
+        "every value once, in order"
+    );
     let (out, moved_in, refused) = moves(&server, &stats);
     assert_eq!(refused, 0);
     assert_eq!(out, moved_in);
     // Round robin alternates shards: every other reconnect lands on the other shard.
-    assert!(moved_in - moved_before >= 4, "moves: {}", moved_in - moved_before);
+    assert!(
+        moved_in - moved_before >= 4,
+        "moves: {}",
+        moved_in - moved_before
+    );
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
 }
@@ -221,7 +259,9 @@ fn concurrent_moves(backend: &str) {
                 for _ in 0..10 {
                     drop(c);
                     c = resume(&url, &token);
-                    let r = c.read_values(&[NodeId::ns0(2258)]).expect("read after the move");
+                    let r = c
+                        .read_values(&[NodeId::ns0(2258)])
+                        .expect("read after the move");
                     assert_eq!(r.len(), 1);
                 }
             })

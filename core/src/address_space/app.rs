@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use crate::generated::types::Argument;
 use crate::time::Now;
-use crate::types::{BuiltinType, DataValue, ExtensionObject, LocalizedText, NodeId, StatusCode, UaString, Variant};
+use crate::types::{
+    BuiltinType, DataValue, ExtensionObject, LocalizedText, NodeId, StatusCode, UaString, Variant,
+};
 
 /// A computed value: called for every Read and every sample of the Variable, on the shard,
 /// with the node's own 64-bit state word ([`Computed::state`]).
@@ -30,12 +32,18 @@ pub struct Computed {
 impl Computed {
     /// A computed value whose closure keeps its own state (the word starts at 0, unused).
     pub fn new(read: impl Fn(Now) -> DataValue + Send + Sync + 'static) -> Computed {
-        Computed { read: Arc::new(move |now, _| read(now)), state: Default::default() }
+        Computed {
+            read: Arc::new(move |now, _| read(now)),
+            state: Default::default(),
+        }
     }
 
     /// A computed value over a shared closure and this node's state word.
     pub fn with_state(read: ReadFn, initial: u64) -> Computed {
-        Computed { read, state: std::sync::atomic::AtomicU64::new(initial) }
+        Computed {
+            read,
+            state: std::sync::atomic::AtomicU64::new(initial),
+        }
     }
 
     /// The value now.
@@ -87,7 +95,10 @@ impl ArgDef {
 
     /// A one-dimensional array argument of a built-in type.
     pub fn array(name: &str, builtin: BuiltinType) -> ArgDef {
-        ArgDef { value_rank: 1, ..ArgDef::scalar(name, builtin) }
+        ArgDef {
+            value_rank: 1,
+            ..ArgDef::scalar(name, builtin)
+        }
     }
 
     /// The same, with a description.
@@ -101,11 +112,16 @@ impl ArgDef {
     pub fn accepts(&self, v: &Variant) -> bool {
         match (self.value_rank, v) {
             (1, Variant::Empty) => true,
-            (1, Variant::Array(a)) => a.value_type == self.builtin && matches!(a.dimensions.as_deref(), None | Some([_])),
+            (1, Variant::Array(a)) => {
+                a.value_type == self.builtin && matches!(a.dimensions.as_deref(), None | Some([_]))
+            }
             (1, _) => false,
             (_, Variant::Empty) => matches!(
                 self.builtin,
-                BuiltinType::String | BuiltinType::ByteString | BuiltinType::LocalizedText | BuiltinType::NodeId
+                BuiltinType::String
+                    | BuiltinType::ByteString
+                    | BuiltinType::LocalizedText
+                    | BuiltinType::NodeId
             ),
             (_, v) => v.scalar_type() == Some(self.builtin),
         }
@@ -117,7 +133,11 @@ impl ArgDef {
             name: UaString::from(self.name.as_str()),
             data_type: self.data_type.clone(),
             value_rank: self.value_rank,
-            array_dimensions: if self.value_rank == 1 { vec![0] } else { Vec::new() },
+            array_dimensions: if self.value_rank == 1 {
+                vec![0]
+            } else {
+                Vec::new()
+            },
             description: LocalizedText::new("", &self.description),
         })
     }
@@ -145,7 +165,10 @@ pub enum MethodHandler {
     Quick(MethodFn),
     /// Handed to the application (or a worker pool) and answered later, within `timeout_ms`
     /// (else BadTimeout).
-    Deferred { start: AsyncMethodFn, timeout_ms: u32 },
+    Deferred {
+        start: AsyncMethodFn,
+        timeout_ms: u32,
+    },
 }
 
 /// An application method: its declaration and its handler.
@@ -160,7 +183,10 @@ pub struct AppMethod {
 
 impl std::fmt::Debug for AppMethod {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppMethod").field("inputs", &self.inputs).field("outputs", &self.outputs).finish()
+        f.debug_struct("AppMethod")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish()
     }
 }
 
@@ -227,8 +253,19 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    pub(crate) fn new(hub: Arc<super::ChangeHub>, shard: usize, target: Target, source: Option<Arc<AsyncSource>>) -> Reply {
-        Reply { hub, shard, target, source, sent: false }
+    pub(crate) fn new(
+        hub: Arc<super::ChangeHub>,
+        shard: usize,
+        target: Target,
+        source: Option<Arc<AsyncSource>>,
+    ) -> Reply {
+        Reply {
+            hub,
+            shard,
+            target,
+            source,
+            sent: false,
+        }
     }
 
     fn send(&mut self, outcome: Outcome) {
@@ -237,9 +274,16 @@ impl Reply {
         }
         self.sent = true;
         if let Some(s) = &self.source {
-            s.in_flight.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            s.in_flight
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
-        self.hub.complete(self.shard, Completion { target: self.target, outcome });
+        self.hub.complete(
+            self.shard,
+            Completion {
+                target: self.target,
+                outcome,
+            },
+        );
     }
 }
 
@@ -251,7 +295,10 @@ impl Drop for Reply {
 
 impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reply").field("shard", &self.shard).field("target", &self.target).finish()
+        f.debug_struct("Reply")
+            .field("shard", &self.shard)
+            .field("target", &self.target)
+            .finish()
     }
 }
 
@@ -307,8 +354,20 @@ pub struct AsyncCall {
 }
 
 impl AsyncCall {
-    pub(crate) fn new(object_id: NodeId, method_id: NodeId, inputs: Vec<Variant>, user: String, reply: Reply) -> AsyncCall {
-        AsyncCall { object_id, method_id, inputs, user, reply }
+    pub(crate) fn new(
+        object_id: NodeId,
+        method_id: NodeId,
+        inputs: Vec<Variant>,
+        user: String,
+        reply: Reply,
+    ) -> AsyncCall {
+        AsyncCall {
+            object_id,
+            method_id,
+            inputs,
+            user,
+            reply,
+        }
     }
 
     /// Answers with the output arguments, or a status.
@@ -342,7 +401,12 @@ pub struct AsyncSource {
 
 impl AsyncSource {
     pub fn new(read: AsyncReadFn, max_in_flight: u32, timeout_ms: u32) -> Arc<AsyncSource> {
-        Arc::new(AsyncSource { read, max_in_flight: max_in_flight.max(1), timeout_ms: timeout_ms.max(1), in_flight: Default::default() })
+        Arc::new(AsyncSource {
+            read,
+            max_in_flight: max_in_flight.max(1),
+            timeout_ms: timeout_ms.max(1),
+            in_flight: Default::default(),
+        })
     }
 
     /// Operations out at the application now.
@@ -362,7 +426,12 @@ impl AsyncSource {
             if cur >= self.max_in_flight {
                 return false;
             }
-            match self.in_flight.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+            match self.in_flight.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return true,
                 Err(c) => cur = c,
             }
@@ -386,7 +455,6 @@ pub struct AsyncWriteHook {
     pub start: AsyncWriteFn,
     pub timeout_ms: u32,
 }
-
 
 // ---- conditions (alarms) of the application ---------------------------------------------
 
@@ -435,6 +503,9 @@ pub struct AppCondition {
 
 impl std::fmt::Debug for AppCondition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppCondition").field("node_id", &self.node_id).field("name", &self.name).finish()
+        f.debug_struct("AppCondition")
+            .field("node_id", &self.node_id)
+            .field("name", &self.name)
+            .finish()
     }
 }

@@ -122,7 +122,9 @@ pub struct ChangeHub {
 
 impl std::fmt::Debug for ChangeHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChangeHub").field("nodes", &self.watchers.len()).finish()
+        f.debug_struct("ChangeHub")
+            .field("nodes", &self.watchers.len())
+            .finish()
     }
 }
 
@@ -190,7 +192,9 @@ impl ChangeHub {
 
     /// Is any shard watching the node? (For tests and diagnostics.)
     pub fn watched(&self, node_index: u32) -> bool {
-        self.watchers.get(node_index as usize).is_some_and(|w| w.load(Ordering::SeqCst) != 0)
+        self.watchers
+            .get(node_index as usize)
+            .is_some_and(|w| w.load(Ordering::SeqCst) != 0)
     }
 
     /// Hands a change just stored in node `node_index`'s cell to every watching shard.
@@ -198,12 +202,18 @@ impl ChangeHub {
     #[inline]
     pub fn publish(&self, node_index: u32, version: u64, value: impl FnOnce() -> ChangeValue) {
         fence(Ordering::SeqCst);
-        let Some(w) = self.watchers.get(node_index as usize) else { return };
+        let Some(w) = self.watchers.get(node_index as usize) else {
+            return;
+        };
         let mut mask = w.load(Ordering::SeqCst);
         if mask == 0 {
             return;
         }
-        let change = Change { node_index, version, value: value() };
+        let change = Change {
+            node_index,
+            version,
+            value: value(),
+        };
         if mask & (mask - 1) == 0 && mask.trailing_zeros() < HIGH_SHARDS_BIT {
             // One watching shard (the usual case): the change moves, no copy.
             self.deliver(mask.trailing_zeros() as usize, change);
@@ -216,7 +226,11 @@ impl ChangeHub {
                 self.deliver(bit as usize, change.clone());
             } else {
                 for shard in HIGH_SHARDS_BIT as usize..MAX_SHARDS {
-                    if self.shards.get(shard).is_some_and(|s| s.inbox.get().is_some()) {
+                    if self
+                        .shards
+                        .get(shard)
+                        .is_some_and(|s| s.inbox.get().is_some())
+                    {
                         self.deliver(shard, change.clone());
                     }
                 }
@@ -225,8 +239,12 @@ impl ChangeHub {
     }
 
     fn deliver(&self, shard: usize, change: Change) {
-        let Some(slot) = self.shards.get(shard) else { return };
-        let Some(inbox) = slot.inbox.get() else { return };
+        let Some(slot) = self.shards.get(shard) else {
+            return;
+        };
+        let Some(inbox) = slot.inbox.get() else {
+            return;
+        };
         let node = change.node_index as usize;
         match inbox.queue.push(change) {
             Ok(()) => {
@@ -253,9 +271,15 @@ impl ChangeHub {
     /// resynchronises its items when it is not 0).
     #[inline]
     pub fn drain(&self, shard: usize, max: usize, mut f: impl FnMut(Change)) -> u64 {
-        let Some(inbox) = self.shards.get(shard).and_then(|s| s.inbox.get()) else { return 0 };
+        let Some(inbox) = self.shards.get(shard).and_then(|s| s.inbox.get()) else {
+            return 0;
+        };
         inbox.wake_pending.store(false, Ordering::Release);
-        let lost = if inbox.lost.load(Ordering::Relaxed) != 0 { inbox.lost.swap(0, Ordering::AcqRel) } else { 0 };
+        let lost = if inbox.lost.load(Ordering::Relaxed) != 0 {
+            inbox.lost.swap(0, Ordering::AcqRel)
+        } else {
+            0
+        };
         for _ in 0..max {
             match inbox.queue.pop() {
                 Some(c) => f(c),
@@ -269,7 +293,8 @@ impl ChangeHub {
     /// asynchronous operations it lets out at once, so an answer always fits.
     pub fn open_completions(&self, shard: usize, capacity: usize) {
         if let Some(s) = self.shards.get(shard) {
-            s.completions.get_or_init(|| ArrayQueue::new(capacity.max(1)));
+            s.completions
+                .get_or_init(|| ArrayQueue::new(capacity.max(1)));
         }
     }
 
@@ -277,8 +302,12 @@ impl ChangeHub {
     /// drains). An answer that does not fit (never, while the shard keeps within the
     /// capacity it opened) is dropped: its operation then times out.
     pub fn complete(&self, shard: usize, c: super::app::Completion) {
-        let Some(slot) = self.shards.get(shard) else { return };
-        let Some(q) = slot.completions.get() else { return };
+        let Some(slot) = self.shards.get(shard) else {
+            return;
+        };
+        let Some(q) = slot.completions.get() else {
+            return;
+        };
         if q.push(c).is_err() {
             self.counters.lost.fetch_add(1, Ordering::Relaxed);
         }
@@ -292,8 +321,12 @@ impl ChangeHub {
 
     /// Takes shard `shard`'s completions, oldest first.
     pub fn drain_completions(&self, shard: usize, mut f: impl FnMut(super::app::Completion)) {
-        let Some(slot) = self.shards.get(shard) else { return };
-        let Some(q) = slot.completions.get() else { return };
+        let Some(slot) = self.shards.get(shard) else {
+            return;
+        };
+        let Some(q) = slot.completions.get() else {
+            return;
+        };
         slot.completion_wake_pending.store(false, Ordering::Release);
         for _ in 0..q.capacity() {
             match q.pop() {
@@ -306,7 +339,10 @@ impl ChangeHub {
     /// Are completions waiting for shard `shard`?
     #[inline]
     pub fn completions_pending(&self, shard: usize) -> bool {
-        self.shards.get(shard).and_then(|s| s.completions.get()).is_some_and(|q| !q.is_empty())
+        self.shards
+            .get(shard)
+            .and_then(|s| s.completions.get())
+            .is_some_and(|q| !q.is_empty())
     }
 
     /// Should shard `shard` drain now (its inbox a quarter full, or changes lost)?
@@ -321,7 +357,9 @@ impl ChangeHub {
     /// Calls `f` with every node whose changes shard `shard` lost since the last call (and
     /// forgets them).
     pub fn take_lost_nodes(&self, shard: usize, mut f: impl FnMut(u32)) {
-        let Some(inbox) = self.shards.get(shard).and_then(|s| s.inbox.get()) else { return };
+        let Some(inbox) = self.shards.get(shard).and_then(|s| s.inbox.get()) else {
+            return;
+        };
         for (i, w) in inbox.lost_nodes.iter().enumerate() {
             if w.load(Ordering::Relaxed) == 0 {
                 continue;
@@ -337,12 +375,18 @@ impl ChangeHub {
 
     /// Changes waiting in shard `shard`'s inbox.
     pub fn pending(&self, shard: usize) -> usize {
-        self.shards.get(shard).and_then(|s| s.inbox.get()).map_or(0, |i| i.queue.len())
+        self.shards
+            .get(shard)
+            .and_then(|s| s.inbox.get())
+            .map_or(0, |i| i.queue.len())
     }
 
     /// The capacity of shard `shard`'s inbox (0 before it is opened).
     pub fn capacity(&self, shard: usize) -> usize {
-        self.shards.get(shard).and_then(|s| s.inbox.get()).map_or(0, |i| i.queue.capacity())
+        self.shards
+            .get(shard)
+            .and_then(|s| s.inbox.get())
+            .map_or(0, |i| i.queue.capacity())
     }
 }
 
@@ -379,14 +423,21 @@ mod tests {
         hub.open(0, 4);
         let wakes = Arc::new(AtomicU64::new(0));
         let w = wakes.clone();
-        hub.set_waker(0, Arc::new(move || {
-            w.fetch_add(1, Ordering::Relaxed);
-        }));
+        hub.set_waker(
+            0,
+            Arc::new(move || {
+                w.fetch_add(1, Ordering::Relaxed);
+            }),
+        );
         hub.watch(0, 0);
         for i in 0..10 {
             hub.publish(0, 2 * i + 2, || inline(i as f64));
         }
-        assert_eq!(wakes.load(Ordering::Relaxed), 1, "one wake until the shard drains");
+        assert_eq!(
+            wakes.load(Ordering::Relaxed),
+            1,
+            "one wake until the shard drains"
+        );
         let mut versions = Vec::new();
         assert_eq!(hub.drain(0, 100, |c| versions.push(c.version)), 6);
         assert_eq!(versions, vec![2, 4, 6, 8]);

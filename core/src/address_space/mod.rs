@@ -24,8 +24,8 @@ use crate::types::{
 use crate::Now;
 
 pub use build::AddressSpaceBuilder;
-pub use numeric_range::NumericRange;
 pub use change::{Change, ChangeHub, ChangeValue};
+pub use numeric_range::NumericRange;
 pub use value::{ValueCell, Versioned};
 
 pub use crate::generated::types::NodeClass;
@@ -182,7 +182,10 @@ pub enum Dynamic {
     DiagnosticsCount(u8),
     /// Server.ServiceLevel from the load: 255 idle down to 200 when the shards' sessions or
     /// secure channels reach their configured maximum; 199 (degraded) at the maximum.
-    ServiceLevel { max_sessions_per_shard: u32, max_channels_per_shard: u32 },
+    ServiceLevel {
+        max_sessions_per_shard: u32,
+        max_channels_per_shard: u32,
+    },
 }
 
 /// Data the live Server object is computed from.
@@ -307,7 +310,9 @@ impl AddressSpace {
         };
         // Bounded walk: the hierarchy is a tree, but never trust data to be acyclic.
         for _ in 0..64 {
-            let Some(&p) = self.supertype.get(i as usize) else { return false };
+            let Some(&p) = self.supertype.get(i as usize) else {
+                return false;
+            };
             if p == NO_INDEX {
                 return false;
             }
@@ -323,7 +328,9 @@ impl AddressSpace {
     pub fn supertype_of(&self, id: &NodeId) -> Option<&NodeId> {
         let i = self.index_of(id)?;
         let p = *self.supertype.get(i as usize)?;
-        (p != NO_INDEX).then(|| self.nodes.get(p as usize).map(|n| &n.node_id)).flatten()
+        (p != NO_INDEX)
+            .then(|| self.nodes.get(p as usize).map(|n| &n.node_id))
+            .flatten()
     }
 
     /// The DataType a DataTypeEncoding object (e.g. `ServerStatusDataType_Encoding_DefaultBinary`) encodes.
@@ -388,7 +395,9 @@ impl AddressSpace {
                 ValueSource::Cell(c) => c.load(),
                 ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
                 ValueSource::Computed(c) => c.value(now),
-                ValueSource::Async(_) => DataValue::status(crate::types::StatusCode::BadWaitingForInitialData),
+                ValueSource::Async(_) => {
+                    DataValue::status(crate::types::StatusCode::BadWaitingForInitialData)
+                }
             }),
             _ => None,
         }
@@ -446,7 +455,10 @@ impl AddressSpace {
     #[inline]
     pub fn async_source(&self, node_index: u32) -> Option<&std::sync::Arc<app::AsyncSource>> {
         match &self.node_at(node_index)?.attributes {
-            ClassAttributes::Variable(VariableAttributes { value: ValueSource::Async(a), .. }) => Some(a),
+            ClassAttributes::Variable(VariableAttributes {
+                value: ValueSource::Async(a),
+                ..
+            }) => Some(a),
             _ => None,
         }
     }
@@ -475,11 +487,19 @@ impl AddressSpace {
     /// the index names no Variable with a stored value. The caller checks the DataType and
     /// access rights.
     #[inline]
-    pub fn store_value(&self, node_index: u32, dv: DataValue) -> Result<u64, crate::types::StatusCode> {
+    pub fn store_value(
+        &self,
+        node_index: u32,
+        dv: DataValue,
+    ) -> Result<u64, crate::types::StatusCode> {
         use crate::types::StatusCode;
-        let node = self.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let node = self
+            .node_at(node_index)
+            .ok_or(StatusCode::BadNodeIdUnknown)?;
         let cell = node.value_cell().ok_or(StatusCode::BadNotWritable)?;
-        let (version, change) = cell.store_versioned(dv).ok_or(StatusCode::BadTypeMismatch)?;
+        let (version, change) = cell
+            .store_versioned(dv)
+            .ok_or(StatusCode::BadTypeMismatch)?;
         self.changes.publish(node_index, version, || change);
         Ok(version)
     }
@@ -492,14 +512,15 @@ impl AddressSpace {
         f: impl FnMut(&DataValue) -> Result<DataValue, crate::types::StatusCode>,
     ) -> Result<u64, crate::types::StatusCode> {
         use crate::types::StatusCode;
-        let node = self.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let node = self
+            .node_at(node_index)
+            .ok_or(StatusCode::BadNodeIdUnknown)?;
         let cell = node.value_cell().ok_or(StatusCode::BadNotWritable)?;
         let (version, change) = cell.update_versioned(f)?;
         self.changes.publish(node_index, version, || change);
         Ok(version)
     }
 }
-
 
 impl Node {
     /// The target of the forward HasTypeDefinition reference.

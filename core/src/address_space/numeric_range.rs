@@ -65,7 +65,12 @@ impl NumericRange {
                     let (idx, out_dims) = select(&self.dims, &shape, true)?;
                     let values = idx
                         .into_iter()
-                        .map(|i| a.values.get(i).cloned().ok_or(StatusCode::BadIndexRangeNoData))
+                        .map(|i| {
+                            a.values
+                                .get(i)
+                                .cloned()
+                                .ok_or(StatusCode::BadIndexRangeNoData)
+                        })
                         .collect::<Result<Vec<Variant>, StatusCode>>()?;
                     return Ok(make_array(a.value_type, values, out_dims));
                 }
@@ -74,7 +79,10 @@ impl NumericRange {
                 match self.dims.split_last() {
                     Some((&last, outer))
                         if outer.len() == shape.len()
-                            && matches!(a.value_type, BuiltinType::String | BuiltinType::ByteString) =>
+                            && matches!(
+                                a.value_type,
+                                BuiltinType::String | BuiltinType::ByteString
+                            ) =>
                     {
                         let (idx, out_dims) = select(outer, &shape, true)?;
                         let inner = NumericRange { dims: vec![last] };
@@ -131,7 +139,9 @@ impl NumericRange {
                 }
                 let mut out = Array::clone(a);
                 for (i, v) in idx.into_iter().zip(n.values.iter()) {
-                    *out.values.get_mut(i).ok_or(StatusCode::BadIndexRangeNoData)? = v.clone();
+                    *out.values
+                        .get_mut(i)
+                        .ok_or(StatusCode::BadIndexRangeNoData)? = v.clone();
                 }
                 Ok(Variant::Array(Box::new(out)))
             }

@@ -63,7 +63,10 @@ impl ValueCell {
                 }
             }
         }
-        ValueCell::Any(ArcSwap::from_pointee(Versioned { version: 0, value: dv }))
+        ValueCell::Any(ArcSwap::from_pointee(Versioned {
+            version: 0,
+            value: dv,
+        }))
     }
 
     /// The current value.
@@ -126,7 +129,10 @@ impl ValueCell {
                 let mut value = dv;
                 loop {
                     let cur = a.load_full();
-                    let new = Arc::new(Versioned { version: cur.version + 2, value });
+                    let new = Arc::new(Versioned {
+                        version: cur.version + 2,
+                        value,
+                    });
                     let prev = a.compare_and_swap(&cur, Arc::clone(&new));
                     if Arc::ptr_eq(&*prev, &cur) {
                         return Some((new.version, ChangeValue::Shared(new)));
@@ -160,7 +166,10 @@ impl ValueCell {
             ValueCell::Any(a) => loop {
                 let cur = a.load_full();
                 let value = f(&cur.value)?;
-                let new = Arc::new(Versioned { version: cur.version + 2, value });
+                let new = Arc::new(Versioned {
+                    version: cur.version + 2,
+                    value,
+                });
                 let prev = a.compare_and_swap(&cur, Arc::clone(&new));
                 if Arc::ptr_eq(&*prev, &cur) {
                     return Ok((new.version, ChangeValue::Shared(new)));
@@ -392,20 +401,27 @@ mod tests {
             let (v1, _) = c.store_versioned(dv2.clone()).unwrap();
             assert!(v1 > v0);
             assert_eq!(c.load_versioned(), (dv2, v1));
-            assert!(c.store_versioned(DataValue::new(Variant::String("x".into()))).is_none());
+            assert!(c
+                .store_versioned(DataValue::new(Variant::String("x".into())))
+                .is_none());
         }
     }
 
     #[test]
     fn any_cell_update() {
         let c = ValueCell::new(DataValue::new(Variant::String("a".into())), None);
-        let (v1, _) = c.update_versioned(|_| Ok(DataValue::new(Variant::String("b".into())))).unwrap();
+        let (v1, _) = c
+            .update_versioned(|_| Ok(DataValue::new(Variant::String("b".into()))))
+            .unwrap();
         assert_eq!(c.load().value, Variant::String("b".into()));
         assert_eq!(
-            c.update_versioned(|_| Err(StatusCode::BadTypeMismatch)).err(),
+            c.update_versioned(|_| Err(StatusCode::BadTypeMismatch))
+                .err(),
             Some(StatusCode::BadTypeMismatch)
         );
-        let (v2, change) = c.store_versioned(DataValue::new(Variant::String("c".into()))).unwrap();
+        let (v2, change) = c
+            .store_versioned(DataValue::new(Variant::String("c".into())))
+            .unwrap();
         assert!(v2 > v1);
         assert_eq!(change.data_value().value, Variant::String("c".into()));
         assert_eq!(c.version(), v2);

@@ -12,17 +12,18 @@ use crate::encoding::{Decode, Decoder, Encode};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
-    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, ReadResponse, RequestHeader, ResponseHeader,
-    SecurityTokenRequestType, ServiceFault,
+    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, ReadResponse,
+    RequestHeader, ResponseHeader, SecurityTokenRequestType, ServiceFault,
 };
 use crate::secure_channel::{
-    open_chunk, parse_chunk_head, write_abort_chunk, write_chunks, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler,
-    NonePolicy, Role, SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter,
+    open_chunk, parse_chunk_head, write_abort_chunk, write_chunks, Assembly, ChunkCrypto,
+    ChunkLimits, MessageAssembler, NonePolicy, Role, SecurityHeader, SecurityPolicy,
+    SequenceChecker, SequenceCounter,
 };
 use crate::time::Now;
 use crate::transport::{
-    negotiate_client, AcknowledgeMessage, ErrorMessage, FrameReader, HelloMessage, MessageType, Negotiated,
-    TransportLimits, MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
+    negotiate_client, AcknowledgeMessage, ErrorMessage, FrameReader, HelloMessage, MessageType,
+    Negotiated, TransportLimits, MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
 };
 use crate::types::{ByteString, NodeId, StatusCode};
 
@@ -135,7 +136,11 @@ pub const SPARE_READS_MAX: usize = 1024;
 /// A ServiceFault standing for a request the server aborted.
 fn fault(handle: u32, status: StatusCode) -> Response {
     Response::ServiceFault(Box::new(ServiceFault {
-        response_header: ResponseHeader { request_handle: handle, service_result: status, ..Default::default() },
+        response_header: ResponseHeader {
+            request_handle: handle,
+            service_result: status,
+            ..Default::default()
+        },
     }))
 }
 
@@ -254,7 +259,10 @@ impl ClientConnection {
         }
         let mut input = data;
         loop {
-            let max = self.negotiated.map_or(self.cfg.limits.receive_buffer_size.max(MIN_BUFFER_SIZE), |n| n.receive_buffer_size);
+            let max = self.negotiated.map_or(
+                self.cfg.limits.receive_buffer_size.max(MIN_BUFFER_SIZE),
+                |n| n.receive_buffer_size,
+            );
             let frame = match self.reader.next(&mut input, max) {
                 Ok(Some(f)) => f,
                 Ok(None) => return Ok(()),
@@ -264,9 +272,11 @@ impl ClientConnection {
             let bytes = frame.bytes;
             let r = match header.message_type {
                 MessageType::Error => {
-                    let e = ErrorMessage::decode_body(bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default())
-                        .map(|e| e.error)
-                        .unwrap_or(StatusCode::BadCommunicationError);
+                    let e = ErrorMessage::decode_body(
+                        bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default(),
+                    )
+                    .map(|e| e.error)
+                    .unwrap_or(StatusCode::BadCommunicationError);
                     Err(e)
                 }
                 MessageType::Acknowledge => Self::on_ack(
@@ -275,7 +285,9 @@ impl ClientConnection {
                     &mut self.negotiated,
                     bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default(),
                 ),
-                MessageType::OpenSecureChannel | MessageType::Message | MessageType::CloseSecureChannel => {
+                MessageType::OpenSecureChannel
+                | MessageType::Message
+                | MessageType::CloseSecureChannel => {
                     // Split borrows: the frame lives in `self.reader`.
                     let mut ctx = Chunks {
                         cfg: &self.cfg,
@@ -329,17 +341,32 @@ impl ClientConnection {
         Ok(ChunkLimits::negotiated(&n))
     }
 
-    fn send_open(&mut self, now: Now, request_type: SecurityTokenRequestType, out: &mut Vec<u8>) -> Result<(), StatusCode> {
+    fn send_open(
+        &mut self,
+        now: Now,
+        request_type: SecurityTokenRequestType,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StatusCode> {
         let policy = self.cfg.policy.clone();
         let asym = match self.asym.take() {
             Some(a) => a,
-            None => policy.asymmetric(Role::Client, self.cfg.server_certificate.as_deref(), None)?,
+            None => {
+                policy.asymmetric(Role::Client, self.cfg.server_certificate.as_deref(), None)?
+            }
         };
         let n = policy.nonce_len();
-        let client_nonce = if n > 0 { crate::random::bytes(&mut *self.random, n) } else { Vec::new() };
+        let client_nonce = if n > 0 {
+            crate::random::bytes(&mut *self.random, n)
+        } else {
+            Vec::new()
+        };
         let request_id = self.take_request_id();
         let req = OpenSecureChannelRequest {
-            request_header: RequestHeader { timestamp: now.utc, request_handle: request_id, ..Default::default() },
+            request_header: RequestHeader {
+                timestamp: now.utc,
+                request_handle: request_id,
+                ..Default::default()
+            },
             client_protocol_version: PROTOCOL_VERSION,
             request_type,
             security_mode: self.cfg.mode,
@@ -347,9 +374,12 @@ impl ClientConnection {
             requested_lifetime: self.cfg.requested_lifetime_ms,
         };
         self.body_buf.clear();
-        NodeId::ns0(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary).encode(&mut self.body_buf);
+        NodeId::ns0(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary)
+            .encode(&mut self.body_buf);
         req.encode(&mut self.body_buf);
-        let header = SecurityHeader::Asymmetric(policy.asymmetric_header(self.cfg.server_certificate.as_deref()));
+        let header = SecurityHeader::Asymmetric(
+            policy.asymmetric_header(self.cfg.server_certificate.as_deref()),
+        );
         let limits = self.chunk_limits()?;
         let r = write_chunks(
             MessageType::OpenSecureChannel,
@@ -364,17 +394,41 @@ impl ClientConnection {
         );
         self.asym = Some(asym);
         r?;
-        self.pending_open = Some(PendingOpen { request_id, client_nonce });
+        self.pending_open = Some(PendingOpen {
+            request_id,
+            client_nonce,
+        });
         Ok(())
     }
 
-    fn send_body(&mut self, request_id: u32, out: &mut Vec<u8>, encoded: Option<&[u8]>) -> Result<(), StatusCode> {
+    fn send_body(
+        &mut self,
+        request_id: u32,
+        out: &mut Vec<u8>,
+        encoded: Option<&[u8]>,
+    ) -> Result<(), StatusCode> {
         let limits = self.chunk_limits()?;
         let token = self.token.as_ref().ok_or(StatusCode::BadInvalidState)?;
         let header = SecurityHeader::Symmetric { token_id: token.id };
         let body = encoded.unwrap_or(&self.body_buf);
-        write_chunks(MessageType::Message, self.channel_id, &header, request_id, body, &*token.crypto, &mut self.send_seq, &limits, out)
-            .map_err(|s| if s == StatusCode::BadTcpMessageTooLarge { StatusCode::BadRequestTooLarge } else { s })?;
+        write_chunks(
+            MessageType::Message,
+            self.channel_id,
+            &header,
+            request_id,
+            body,
+            &*token.crypto,
+            &mut self.send_seq,
+            &limits,
+            out,
+        )
+        .map_err(|s| {
+            if s == StatusCode::BadTcpMessageTooLarge {
+                StatusCode::BadRequestTooLarge
+            } else {
+                s
+            }
+        })?;
         self.in_flight += 1;
         Ok(())
     }
@@ -383,7 +437,12 @@ impl ClientConnection {
     /// and (when null) the authentication token. The response comes back from
     /// `poll_response` under the same id. A request over the server's limits is
     /// BadRequestTooLarge and nothing is sent.
-    pub fn send_request(&mut self, mut req: Request, now: Now, out: &mut Vec<u8>) -> Result<u32, StatusCode> {
+    pub fn send_request(
+        &mut self,
+        mut req: Request,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Result<u32, StatusCode> {
         if self.state != ClientState::Open {
             return Err(StatusCode::BadNotConnected);
         }
@@ -413,11 +472,25 @@ impl ClientConnection {
     }
 
     /// Aborts a request mid-way (an abort chunk), for tests of the server side.
-    pub fn send_abort(&mut self, request_id: u32, status: StatusCode, out: &mut Vec<u8>) -> Result<(), StatusCode> {
+    pub fn send_abort(
+        &mut self,
+        request_id: u32,
+        status: StatusCode,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StatusCode> {
         let token = self.token.as_ref().ok_or(StatusCode::BadInvalidState)?;
         let header = SecurityHeader::Symmetric { token_id: token.id };
         let e = ErrorMessage::new(status, "aborted by the client");
-        write_abort_chunk(MessageType::Message, self.channel_id, &header, request_id, &e, &*token.crypto, &mut self.send_seq, out)
+        write_abort_chunk(
+            MessageType::Message,
+            self.channel_id,
+            &header,
+            request_id,
+            &e,
+            &*token.crypto,
+            &mut self.send_seq,
+            out,
+        )
     }
 
     /// Gives a response back once it has been read: a Read response of at most
@@ -426,7 +499,9 @@ impl ClientConnection {
     /// of into new allocations. Anything else is dropped.
     pub fn give_back(&mut self, response: Response) {
         if let Response::Read(r) = response {
-            if r.results.capacity() <= crate::server::recycle::RECYCLE_ELEMENTS_MAX && self.spare_read.len() < SPARE_READS_MAX {
+            if r.results.capacity() <= crate::server::recycle::RECYCLE_ELEMENTS_MAX
+                && self.spare_read.len() < SPARE_READS_MAX
+            {
                 self.spare_read.push(r);
             }
         }
@@ -449,7 +524,10 @@ impl ClientConnection {
             return None;
         }
         let t = self.token.as_ref()?;
-        Some(t.created_ns.saturating_add((t.lifetime_ms as u64).saturating_mul(750_000)))
+        Some(
+            t.created_ns
+                .saturating_add((t.lifetime_ms as u64).saturating_mul(750_000)),
+        )
     }
 
     /// Renews the token when 75 % of its lifetime has passed.
@@ -468,7 +546,8 @@ impl ClientConnection {
         if self.pending_open.is_some() {
             return Ok(());
         }
-        self.send_open(now, SecurityTokenRequestType::Renew, out).map_err(|s| self.fail(s))
+        self.send_open(now, SecurityTokenRequestType::Renew, out)
+            .map_err(|s| self.fail(s))
     }
 
     /// Sends CloseSecureChannel and closes.
@@ -484,7 +563,8 @@ impl ClientConnection {
                 },
             };
             self.body_buf.clear();
-            NodeId::ns0(node_ids::CloseSecureChannelRequest_Encoding_DefaultBinary).encode(&mut self.body_buf);
+            NodeId::ns0(node_ids::CloseSecureChannelRequest_Encoding_DefaultBinary)
+                .encode(&mut self.body_buf);
             req.encode(&mut self.body_buf);
             if let (Ok(limits), Some(token)) = (self.chunk_limits(), self.token.as_ref()) {
                 let header = SecurityHeader::Symmetric { token_id: token.id };
@@ -524,7 +604,12 @@ struct Chunks<'a> {
 }
 
 impl Chunks<'_> {
-    fn on_chunk(&mut self, now: Now, header: crate::transport::MessageHeader, bytes: &[u8]) -> Result<(), StatusCode> {
+    fn on_chunk(
+        &mut self,
+        now: Now,
+        header: crate::transport::MessageHeader,
+        bytes: &[u8],
+    ) -> Result<(), StatusCode> {
         if !matches!(*self.state, ClientState::AwaitOpen | ClientState::Open) {
             return Err(StatusCode::BadTcpMessageTypeInvalid);
         }
@@ -537,7 +622,9 @@ impl Chunks<'_> {
                 if a.security_policy_uri != self.cfg.policy.uri() {
                     return Err(StatusCode::BadSecurityPolicyRejected);
                 }
-                self.asym.as_deref().ok_or(StatusCode::BadTcpMessageTypeInvalid)?
+                self.asym
+                    .as_deref()
+                    .ok_or(StatusCode::BadTcpMessageTypeInvalid)?
             }
             SecurityHeader::Symmetric { token_id } => match (&*self.token, &*self.previous) {
                 (Some(t), _) if t.id == *token_id => &*t.crypto,
@@ -565,7 +652,8 @@ impl Chunks<'_> {
             Assembly::Partial => return Ok(()),
             Assembly::Aborted { request_id, error } => {
                 *self.in_flight = self.in_flight.saturating_sub(1);
-                self.responses.push_back((request_id, fault(request_id, error.error)));
+                self.responses
+                    .push_back((request_id, fault(request_id, error.error)));
                 return Ok(());
             }
             Assembly::Complete { request_id, body } => (request_id, body),
@@ -596,7 +684,12 @@ impl Chunks<'_> {
         Ok(())
     }
 
-    fn on_open_response(&mut self, now: Now, request_id: u32, body: &[u8]) -> Result<(), StatusCode> {
+    fn on_open_response(
+        &mut self,
+        now: Now,
+        request_id: u32,
+        body: &[u8],
+    ) -> Result<(), StatusCode> {
         let Some(pending) = self.pending_open.take() else {
             return Err(StatusCode::BadUnknownResponse);
         };
@@ -625,8 +718,18 @@ impl Chunks<'_> {
         if n > 0 && resp.server_nonce.as_bytes().len() != n {
             return Err(StatusCode::BadNonceInvalid);
         }
-        let crypto = policy.symmetric(Role::Client, self.cfg.mode, &pending.client_nonce, resp.server_nonce.as_bytes())?;
-        let new = ClientToken { id: tok.token_id, created_ns: now.mono_ns, lifetime_ms: tok.revised_lifetime.max(1), crypto };
+        let crypto = policy.symmetric(
+            Role::Client,
+            self.cfg.mode,
+            &pending.client_nonce,
+            resp.server_nonce.as_bytes(),
+        )?;
+        let new = ClientToken {
+            id: tok.token_id,
+            created_ns: now.mono_ns,
+            lifetime_ms: tok.revised_lifetime.max(1),
+            crypto,
+        };
         *self.previous = self.token.take();
         *self.token = Some(new);
         *self.channel_id = tok.channel_id;

@@ -52,10 +52,16 @@ pub struct DecodeError {
 
 impl DecodeError {
     pub const fn decoding(what: &'static str) -> Self {
-        DecodeError { status: StatusCode::BadDecodingError, what }
+        DecodeError {
+            status: StatusCode::BadDecodingError,
+            what,
+        }
     }
     pub const fn limits(what: &'static str) -> Self {
-        DecodeError { status: StatusCode::BadEncodingLimitsExceeded, what }
+        DecodeError {
+            status: StatusCode::BadEncodingLimitsExceeded,
+            what,
+        }
     }
 }
 
@@ -85,12 +91,22 @@ pub const DECODED_SIZE: &str = "decoded size";
 
 impl<'a> Decoder<'a> {
     pub fn new(buf: &'a [u8], limits: DecodeLimits) -> Self {
-        Decoder { buf, pos: 0, limits, depth: 0, decoded: 0, decoded_max: limits.max_decoded_size }
+        Decoder {
+            buf,
+            pos: 0,
+            limits,
+            depth: 0,
+            decoded: 0,
+            decoded_max: limits.max_decoded_size,
+        }
     }
     /// A decoder whose decoded-size budget is `budget` bytes when that is below the
     /// limits' `max_decoded_size` (the memory the caller has left).
     pub fn with_budget(buf: &'a [u8], limits: DecodeLimits, budget: usize) -> Self {
-        Decoder { decoded_max: budget.min(limits.max_decoded_size), ..Decoder::new(buf, limits) }
+        Decoder {
+            decoded_max: budget.min(limits.max_decoded_size),
+            ..Decoder::new(buf, limits)
+        }
     }
     /// In-memory bytes decoded so far.
     #[inline]
@@ -139,7 +155,10 @@ impl<'a> Decoder<'a> {
     #[inline]
     pub fn take(&mut self, n: usize, what: &'static str) -> DecodeResult<&'a [u8]> {
         let end = self.pos.checked_add(n).ok_or(DecodeError::decoding(what))?;
-        let s = self.buf.get(self.pos..end).ok_or(DecodeError::decoding(what))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(DecodeError::decoding(what))?;
         self.pos = end;
         Ok(s)
     }
@@ -172,7 +191,14 @@ impl<'a> Decoder<'a> {
         let s = self.take(len, what)?;
         // The budget left is shared: what the sub-decoder decodes is not counted back
         // here, so it gets what remains now.
-        Ok(Decoder { buf: s, pos: 0, limits: self.limits, depth: self.depth, decoded: self.decoded, decoded_max: self.decoded_max })
+        Ok(Decoder {
+            buf: s,
+            pos: 0,
+            limits: self.limits,
+            depth: self.depth,
+            decoded: self.decoded,
+            decoded_max: self.decoded_max,
+        })
     }
 
     /// Reads an Int32 array/string length. `Ok(None)` is the null value (-1, or any
@@ -180,7 +206,12 @@ impl<'a> Decoder<'a> {
     /// `max` and against the remaining bytes (`min_elem_len` bytes per element) before
     /// the caller allocates.
     #[inline]
-    pub fn read_length(&mut self, max: usize, min_elem_len: usize, what: &'static str) -> DecodeResult<Option<usize>> {
+    pub fn read_length(
+        &mut self,
+        max: usize,
+        min_elem_len: usize,
+        what: &'static str,
+    ) -> DecodeResult<Option<usize>> {
         let n = i32::decode(self)?;
         if n < 0 {
             return Ok(None);
@@ -378,7 +409,10 @@ mod tests {
         let mut b = Vec::new();
         11i32.encode(&mut b);
         b.extend_from_slice(&[0u8; 44]);
-        let lim = DecodeLimits { max_array_len: 10, ..DecodeLimits::default() };
+        let lim = DecodeLimits {
+            max_array_len: 10,
+            ..DecodeLimits::default()
+        };
         let e = Vec::<i32>::from_bytes(&b, lim).unwrap_err();
         assert_eq!(e.status, StatusCode::BadEncodingLimitsExceeded);
     }
@@ -388,11 +422,20 @@ mod tests {
         // 1000 UInt64s: 4 + 8000 bytes on the wire, 8000 in memory.
         let v: Vec<u64> = (0..1000).collect();
         let b = v.to_bytes();
-        let lim = DecodeLimits { max_decoded_size: 8000, ..DecodeLimits::default() };
+        let lim = DecodeLimits {
+            max_decoded_size: 8000,
+            ..DecodeLimits::default()
+        };
         assert_eq!(Vec::<u64>::from_bytes(&b, lim).unwrap(), v);
-        let lim = DecodeLimits { max_decoded_size: 7999, ..DecodeLimits::default() };
+        let lim = DecodeLimits {
+            max_decoded_size: 7999,
+            ..DecodeLimits::default()
+        };
         let e = Vec::<u64>::from_bytes(&b, lim).unwrap_err();
-        assert_eq!((e.status, e.what), (StatusCode::BadEncodingLimitsExceeded, DECODED_SIZE));
+        assert_eq!(
+            (e.status, e.what),
+            (StatusCode::BadEncodingLimitsExceeded, DECODED_SIZE)
+        );
         // A tighter budget from the caller wins over the limit.
         let mut d = Decoder::with_budget(&b, DecodeLimits::default(), 100);
         assert_eq!(Vec::<u64>::decode(&mut d).unwrap_err().what, DECODED_SIZE);
@@ -404,7 +447,9 @@ mod tests {
     #[test]
     fn null_array_decodes_empty() {
         let b = (-1i32).to_bytes();
-        assert!(Vec::<u32>::from_bytes(&b, DecodeLimits::default()).unwrap().is_empty());
+        assert!(Vec::<u32>::from_bytes(&b, DecodeLimits::default())
+            .unwrap()
+            .is_empty());
         let mut d = Decoder::new(&b, DecodeLimits::default());
         assert_eq!(decode_opt_array::<u32>(&mut d).unwrap(), None);
     }

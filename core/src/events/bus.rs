@@ -78,8 +78,14 @@ impl std::fmt::Debug for EventBus {
 impl EventBus {
     /// A ring of `capacity` slots (at least 1).
     pub fn new(capacity: usize) -> EventBus {
-        let slots = (0..capacity.max(1)).map(|_| ArcSwapOption::empty()).collect();
-        EventBus { slots, write: AtomicU64::new(0), readers: AtomicUsize::new(0) }
+        let slots = (0..capacity.max(1))
+            .map(|_| ArcSwapOption::empty())
+            .collect();
+        EventBus {
+            slots,
+            write: AtomicU64::new(0),
+            readers: AtomicUsize::new(0),
+        }
     }
 
     /// Slots in the ring.
@@ -110,8 +116,14 @@ impl EventBus {
         }
         let event = event();
         // `seq % len` is a slot (the ring has at least one).
-        let Some(slot) = self.slots.get((seq % self.slots.len() as u64) as usize) else { return };
-        let new = Arc::new(Stamped { seq, event, unread: AtomicUsize::new(readers) });
+        let Some(slot) = self.slots.get((seq % self.slots.len() as u64) as usize) else {
+            return;
+        };
+        let new = Arc::new(Stamped {
+            seq,
+            event,
+            unread: AtomicUsize::new(readers),
+        });
         // Keep whichever of the two is newer (a publisher a whole lap later may have won).
         slot.rcu(|cur| match cur {
             Some(c) if c.seq > seq => Some(Arc::clone(c)),
@@ -124,7 +136,9 @@ impl EventBus {
     /// dropped without closing only costs memory, up to `capacity` events).
     pub fn cursor(&self) -> EventCursor {
         self.readers.fetch_add(1, Ordering::SeqCst);
-        EventCursor { next: self.write.load(Ordering::SeqCst) }
+        EventCursor {
+            next: self.write.load(Ordering::SeqCst),
+        }
     }
 
     /// Closes a cursor: events published from now on are not kept for it.
@@ -173,7 +187,9 @@ impl EventCursor {
             self.next = oldest;
         }
         while self.next < end {
-            let Some(slot) = bus.slots.get((self.next % cap) as usize) else { break };
+            let Some(slot) = bus.slots.get((self.next % cap) as usize) else {
+                break;
+            };
             let guard = slot.load();
             match &*guard {
                 Some(s) if s.seq == self.next => {

@@ -28,7 +28,9 @@ use super::{ids, Event, EventField, EventIdSource, ServerEvents};
 pub use crate::address_space::app::ConditionAction;
 use crate::address_space::app::{ConditionActionInfo, ConditionHook};
 use crate::address_space::AddressSpace;
-use crate::types::{ByteString, DateTime, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant};
+use crate::types::{
+    ByteString, DateTime, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant,
+};
 
 /// Half the alarm's cycle: it is inactive this long, then active this long.
 pub const ALARM_HALF_PERIOD_MS: u64 = 10_000;
@@ -107,7 +109,10 @@ pub struct ConditionSpec {
 
 impl std::fmt::Debug for ConditionSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConditionSpec").field("node_id", &self.node_id).field("name", &self.name).finish()
+        f.debug_struct("ConditionSpec")
+            .field("node_id", &self.node_id)
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -128,9 +133,18 @@ pub fn condition_event(spec: &ConditionSpec, s: &ConditionState, chain: &Arc<[No
         severity: s.severity,
         condition_id: Some(spec.node_id.clone()),
         fields: vec![
-            f("ConditionClassId", Variant::NodeId(Box::new(NodeId::ns0(ids::PROCESS_CONDITION_CLASS_TYPE)))),
-            f("ConditionClassName", Variant::LocalizedText(Box::new(LocalizedText::new("en", "Process")))),
-            f("ConditionName", Variant::String(UaString::from(spec.name.as_str()))),
+            f(
+                "ConditionClassId",
+                Variant::NodeId(Box::new(NodeId::ns0(ids::PROCESS_CONDITION_CLASS_TYPE))),
+            ),
+            f(
+                "ConditionClassName",
+                Variant::LocalizedText(Box::new(LocalizedText::new("en", "Process"))),
+            ),
+            f(
+                "ConditionName",
+                Variant::String(UaString::from(spec.name.as_str())),
+            ),
             f("BranchId", Variant::NodeId(Box::new(NodeId::NULL))),
             f("Retain", Variant::Boolean(s.retain())),
             f("EnabledState", two_state(s.enabled, "Enabled", "Disabled")),
@@ -142,9 +156,15 @@ pub fn condition_event(spec: &ConditionSpec, s: &ConditionState, chain: &Arc<[No
             f("Comment", lt(&s.comment)),
             f("Comment/SourceTimestamp", Variant::DateTime(s.comment_time)),
             f("ClientUserId", Variant::String(s.client_user_id.clone())),
-            f("AckedState", two_state(s.acked, "Acknowledged", "Unacknowledged")),
+            f(
+                "AckedState",
+                two_state(s.acked, "Acknowledged", "Unacknowledged"),
+            ),
             f("AckedState/Id", Variant::Boolean(s.acked)),
-            f("ConfirmedState", two_state(s.confirmed, "Confirmed", "Unconfirmed")),
+            f(
+                "ConfirmedState",
+                two_state(s.confirmed, "Confirmed", "Unconfirmed"),
+            ),
             f("ConfirmedState/Id", Variant::Boolean(s.confirmed)),
             f("ActiveState", two_state(s.active, "Active", "Inactive")),
             f("ActiveState/Id", Variant::Boolean(s.active)),
@@ -168,7 +188,10 @@ pub type DemoAlarm = Condition;
 impl Condition {
     pub fn new(spec: ConditionSpec, ids: &EventIdSource, start: DateTime) -> Condition {
         let state = ConditionState::initial(ids, &spec.label, start);
-        Condition { spec, state: ArcSwap::from_pointee(state) }
+        Condition {
+            spec,
+            state: ArcSwap::from_pointee(state),
+        }
     }
 
     /// The current state.
@@ -237,9 +260,18 @@ impl ServerEvents {
     /// Sets the Demo alarm active or inactive with the Demo's severities and messages.
     /// Returns the condition event when the state changed (the caller publishes it). Also
     /// stores the alarm's Variables.
-    pub fn set_alarm_active(&self, space: &AddressSpace, active: bool, now: DateTime) -> Option<Event> {
+    pub fn set_alarm_active(
+        &self,
+        space: &AddressSpace,
+        active: bool,
+        now: DateTime,
+    ) -> Option<Event> {
         let alarm = self.alarm.clone()?;
-        let severity = if active { SEVERITY_ACTIVE } else { SEVERITY_INACTIVE };
+        let severity = if active {
+            SEVERITY_ACTIVE
+        } else {
+            SEVERITY_INACTIVE
+        };
         self.set_condition_active(space, &alarm, active, severity, None, now)
     }
 
@@ -260,7 +292,9 @@ impl ServerEvents {
         let next = c
             .change(|s| {
                 let same_message = message.is_none_or(|m| s.message.text.as_str() == m);
-                if !s.enabled || (s.active == active && s.severity == severity.clamp(1, 1000) && same_message) {
+                if !s.enabled
+                    || (s.active == active && s.severity == severity.clamp(1, 1000) && same_message)
+                {
                     return Ok(None);
                 }
                 let mut n = s.clone();
@@ -299,7 +333,15 @@ impl ServerEvents {
         now: DateTime,
     ) -> Result<(), StatusCode> {
         let alarm = self.alarm.clone().ok_or(StatusCode::BadNodeIdUnknown)?;
-        self.condition_action(space, &alarm, action, event_id, comment, client_user_id, now)
+        self.condition_action(
+            space,
+            &alarm,
+            action,
+            event_id,
+            comment,
+            client_user_id,
+            now,
+        )
     }
 
     /// Acknowledge, Confirm, AddComment, Enable or Disable a condition (Part 9 §5.5.4 to
@@ -337,7 +379,10 @@ impl ServerEvents {
                         });
                     }
                     n.enabled = enable;
-                    n.message = LocalizedText::new("en", &format!("{label} {}", if enable { "enabled" } else { "disabled" }));
+                    n.message = LocalizedText::new(
+                        "en",
+                        &format!("{label} {}", if enable { "enabled" } else { "disabled" }),
+                    );
                 }
                 _ => {
                     if !s.enabled {
@@ -375,7 +420,8 @@ impl ServerEvents {
             Ok(Some(n))
         })?;
         if let Some(next) = next {
-            self.bus.publish(condition_event(&c.spec, &next, &self.chains.alarm));
+            self.bus
+                .publish(condition_event(&c.spec, &next, &self.chains.alarm));
             self.store_condition_cells(space, c);
             if let Some(hook) = &c.spec.on_action {
                 hook(&ConditionActionInfo {
@@ -442,19 +488,30 @@ impl ServerEvents {
             fields: Vec::new(),
             notifiers: Arc::clone(&self.notifiers_server),
         };
-        let mut out = vec![bracket(&self.chains.refresh_start, ids::REFRESH_START_EVENT_TYPE, "ConditionRefresh start")];
+        let mut out = vec![bracket(
+            &self.chains.refresh_start,
+            ids::REFRESH_START_EVENT_TYPE,
+            "ConditionRefresh start",
+        )];
         for c in &self.conditions {
             let s = c.state();
             if s.retain() && s.changes > 0 {
                 out.push(condition_event(&c.spec, &s, &self.chains.alarm));
             }
         }
-        out.push(bracket(&self.chains.refresh_end, ids::REFRESH_END_EVENT_TYPE, "ConditionRefresh end"));
+        out.push(bracket(
+            &self.chains.refresh_end,
+            ids::REFRESH_END_EVENT_TYPE,
+            "ConditionRefresh end",
+        ));
         out
     }
 }
 
 /// Is this a RefreshStartEvent or RefreshEndEvent (they bypass the where clause)?
 pub fn is_refresh_bracket(ev: &Event) -> bool {
-    matches!(ev.event_type.as_ns0(), Some(ids::REFRESH_START_EVENT_TYPE | ids::REFRESH_END_EVENT_TYPE))
+    matches!(
+        ev.event_type.as_ns0(),
+        Some(ids::REFRESH_START_EVENT_TYPE | ids::REFRESH_END_EVENT_TYPE)
+    )
 }

@@ -37,7 +37,13 @@ use crate::Now;
 pub const MAX_CATCH_UP: u64 = 10_000;
 
 /// A `DemoEventType` event from the Demo.Events source.
-pub fn demo_event(events: &ServerEvents, sequence: u32, message: &str, severity: u16, time: DateTime) -> Event {
+pub fn demo_event(
+    events: &ServerEvents,
+    sequence: u32,
+    message: &str,
+    severity: u16,
+    time: DateTime,
+) -> Event {
     Event {
         event_id: events.ids.next(),
         event_type: nodes::demo_event_type(),
@@ -49,7 +55,10 @@ pub fn demo_event(events: &ServerEvents, sequence: u32, message: &str, severity:
         message: LocalizedText::new("en", message),
         severity: severity.clamp(1, 1000),
         condition_id: None,
-        fields: vec![EventField { path: vec![nodes::sequence_field()], value: Variant::UInt32(sequence) }],
+        fields: vec![EventField {
+            path: vec![nodes::sequence_field()],
+            value: Variant::UInt32(sequence),
+        }],
         notifiers: Arc::clone(&events.notifiers_demo),
     }
 }
@@ -75,19 +84,32 @@ impl DemoEventGenerator {
         let ev = &shared.events;
         let period_ns = (ev.demo_namespace && ev.demo_rate_per_s > 0.0)
             .then(|| ((1e9 / ev.demo_rate_per_s).round() as u64).max(1_000));
-        let alarm_half_ns = ev.alarm.is_some().then_some(super::condition::ALARM_HALF_PERIOD_MS * 1_000_000);
+        let alarm_half_ns = ev
+            .alarm
+            .is_some()
+            .then_some(super::condition::ALARM_HALF_PERIOD_MS * 1_000_000);
         let elapsed = now.mono_ns.saturating_sub(shared.start_mono_ns);
         let next_n = period_ns.map_or(0, |p| elapsed / p + 1);
         // The current half period: the first `due` brings the alarm in line at once.
         let alarm_next_k = alarm_half_ns.map_or(0, |h| elapsed / h);
-        DemoEventGenerator { shared, period_ns, next_n, alarm_half_ns, alarm_next_k }
+        DemoEventGenerator {
+            shared,
+            period_ns,
+            next_n,
+            alarm_half_ns,
+            alarm_next_k,
+        }
     }
 
     /// Monotonic time (ns) of the next Demo event or alarm change; `None` when neither runs.
     pub fn next_deadline(&self) -> Option<u64> {
         let start = self.shared.start_mono_ns;
-        let demo = self.period_ns.map(|p| start.saturating_add(self.next_n.saturating_mul(p)));
-        let alarm = self.alarm_half_ns.map(|h| start.saturating_add(self.alarm_next_k.saturating_mul(h)));
+        let demo = self
+            .period_ns
+            .map(|p| start.saturating_add(self.next_n.saturating_mul(p)));
+        let alarm = self
+            .alarm_half_ns
+            .map(|h| start.saturating_add(self.alarm_next_k.saturating_mul(h)));
         match (demo, alarm) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -120,7 +142,13 @@ impl DemoEventGenerator {
                     let ticks = (n.saturating_mul(p) / 100).min(i64::MAX as u64) as i64;
                     let time = DateTime(shared.start_time.0.saturating_add(ticks));
                     let severity = ((n % 10) as u16 + 1) * 100;
-                    f(demo_event(events, n as u32, &format!("Demo event {n}"), severity, time));
+                    f(demo_event(
+                        events,
+                        n as u32,
+                        &format!("Demo event {n}"),
+                        severity,
+                        time,
+                    ));
                     count += 1;
                 }
                 self.next_n = last + 1;
@@ -136,7 +164,9 @@ fn audit_fields(shared: &ServerShared, session_id: &NodeId, now: Now) -> Vec<Eve
         EventField::ns0("Status", Variant::Boolean(true)),
         EventField::ns0(
             "ServerId",
-            Variant::String(UaString::from(shared.config.application.effective_application_uri())),
+            Variant::String(UaString::from(
+                shared.config.application.effective_application_uri(),
+            )),
         ),
         EventField::ns0("ClientAuditEntryId", Variant::String(UaString::null())),
         EventField::ns0("ClientUserId", Variant::String(UaString::null())),
@@ -155,9 +185,18 @@ pub fn session_created_event(
 ) -> Event {
     let ev = &shared.events;
     let mut fields = audit_fields(shared, session_id, now);
-    fields.push(EventField::ns0("SecureChannelId", Variant::String(UaString::from(secure_channel_id.to_string()))));
-    fields.push(EventField::ns0("ClientCertificate", Variant::ByteString(client_certificate.clone())));
-    fields.push(EventField::ns0("RevisedSessionTimeout", Variant::Double(revised_session_timeout_ms)));
+    fields.push(EventField::ns0(
+        "SecureChannelId",
+        Variant::String(UaString::from(secure_channel_id.to_string())),
+    ));
+    fields.push(EventField::ns0(
+        "ClientCertificate",
+        Variant::ByteString(client_certificate.clone()),
+    ));
+    fields.push(EventField::ns0(
+        "RevisedSessionTimeout",
+        Variant::Double(revised_session_timeout_ms),
+    ));
     Event {
         event_id: ev.ids.next(),
         event_type: NodeId::ns0(ids::AUDIT_CREATE_SESSION_EVENT_TYPE),
@@ -176,10 +215,18 @@ pub fn session_created_event(
 
 /// The event of a session's end (AuditSessionEventType): closed by CloseSession, or
 /// `timed_out`.
-pub fn session_closed_event(shared: &ServerShared, session_id: &NodeId, timed_out: bool, now: Now) -> Event {
+pub fn session_closed_event(
+    shared: &ServerShared,
+    session_id: &NodeId,
+    timed_out: bool,
+    now: Now,
+) -> Event {
     let ev = &shared.events;
-    let (name, msg) =
-        if timed_out { ("Session/Timeout", "Session timed out") } else { ("Session/CloseSession", "Session closed") };
+    let (name, msg) = if timed_out {
+        ("Session/Timeout", "Session timed out")
+    } else {
+        ("Session/CloseSession", "Session closed")
+    };
     Event {
         event_id: ev.ids.next(),
         event_type: NodeId::ns0(ids::AUDIT_SESSION_EVENT_TYPE),
@@ -207,11 +254,26 @@ pub fn publish_session_created(
     now: Now,
 ) {
     shared.events.bus.publish_with(|| {
-        session_created_event(shared, session_id, secure_channel_id, client_certificate, revised_session_timeout_ms, now)
+        session_created_event(
+            shared,
+            session_id,
+            secure_channel_id,
+            client_certificate,
+            revised_session_timeout_ms,
+            now,
+        )
     });
 }
 
 /// Publishes [`session_closed_event`] on the bus (CloseSession, or the session timed out).
-pub fn publish_session_closed(shared: &ServerShared, session_id: &NodeId, timed_out: bool, now: Now) {
-    shared.events.bus.publish_with(|| session_closed_event(shared, session_id, timed_out, now));
+pub fn publish_session_closed(
+    shared: &ServerShared,
+    session_id: &NodeId,
+    timed_out: bool,
+    now: Now,
+) {
+    shared
+        .events
+        .bus
+        .publish_with(|| session_closed_event(shared, session_id, timed_out, now));
 }

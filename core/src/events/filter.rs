@@ -58,10 +58,13 @@ use super::{ids, Event};
 use crate::address_space::{AddressSpace, NodeClass, NumericRange};
 use crate::encoding::DecodeLimits;
 use crate::generated::types::{
-    AttributeOperand, ContentFilterElement, ContentFilterElementResult, ContentFilterResult, ElementOperand,
-    EventFilter, EventFilterResult, FilterOperator, LiteralOperand, SimpleAttributeOperand,
+    AttributeOperand, ContentFilterElement, ContentFilterElementResult, ContentFilterResult,
+    ElementOperand, EventFilter, EventFilterResult, FilterOperator, LiteralOperand,
+    SimpleAttributeOperand,
 };
-use crate::types::{BuiltinType, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant};
+use crate::types::{
+    BuiltinType, ExtensionObject, NodeId, QualifiedName, StatusCode, UaString, Variant,
+};
 
 /// Longest browse path of a SimpleAttributeOperand.
 pub const MAX_BROWSE_PATH_LEN: usize = 16;
@@ -91,7 +94,9 @@ impl FieldRef {
             (Some(_), Variant::Empty) => Variant::Empty,
             // An index range on a scalar String/ByteString would select a substring; fields
             // are selected whole otherwise.
-            (Some(r), Variant::String(_) | Variant::ByteString(_)) => r.read(&v).unwrap_or(Variant::Empty),
+            (Some(r), Variant::String(_) | Variant::ByteString(_)) => {
+                r.read(&v).unwrap_or(Variant::Empty)
+            }
             (Some(_), _) => Variant::Empty,
             (None, _) => v,
         }
@@ -151,7 +156,10 @@ pub struct FilterLimits {
 impl Default for FilterLimits {
     fn default() -> Self {
         let c = crate::server::config::EventConfig::default();
-        FilterLimits { max_select_clauses: c.max_select_clauses as usize, max_elements: c.max_event_filter_elements as usize }
+        FilterLimits {
+            max_select_clauses: c.max_select_clauses as usize,
+            max_elements: c.max_event_filter_elements as usize,
+        }
     }
 }
 
@@ -159,7 +167,10 @@ impl FilterLimits {
     /// The limits of a configuration (`events.max_select_clauses`,
     /// `events.max_event_filter_elements`).
     pub fn from_config(c: &crate::server::config::EventConfig) -> FilterLimits {
-        FilterLimits { max_select_clauses: c.max_select_clauses as usize, max_elements: c.max_event_filter_elements as usize }
+        FilterLimits {
+            max_select_clauses: c.max_select_clauses as usize,
+            max_elements: c.max_event_filter_elements as usize,
+        }
     }
 }
 
@@ -207,10 +218,13 @@ pub fn compile_with(
         match compile_element(i, n, e, space) {
             Ok(el) => {
                 elements.push(el);
-                result.where_clause_result.element_results.push(ContentFilterElementResult {
-                    status_code: StatusCode::Good,
-                    ..Default::default()
-                });
+                result
+                    .where_clause_result
+                    .element_results
+                    .push(ContentFilterElementResult {
+                        status_code: StatusCode::Good,
+                        ..Default::default()
+                    });
             }
             Err(r) => {
                 where_ok = false;
@@ -235,38 +249,71 @@ pub fn compile_with(
 /// Validates a SimpleAttributeOperand.
 fn field_ref(sao: &SimpleAttributeOperand, space: &AddressSpace) -> Result<FieldRef, StatusCode> {
     let base = NodeId::ns0(ids::BASE_EVENT_TYPE);
-    let type_definition = if sao.type_definition_id.is_null() { base.clone() } else { sao.type_definition_id.clone() };
+    let type_definition = if sao.type_definition_id.is_null() {
+        base.clone()
+    } else {
+        sao.type_definition_id.clone()
+    };
     let Some(node) = space.node(&type_definition) else {
         return Err(StatusCode::BadNodeIdUnknown);
     };
     if node.node_class != NodeClass::ObjectType || !space.is_subtype_of(&type_definition, &base) {
         return Err(StatusCode::BadTypeDefinitionInvalid);
     }
-    if sao.browse_path.len() > MAX_BROWSE_PATH_LEN || sao.browse_path.iter().any(|q| q.name.as_str().is_empty()) {
+    if sao.browse_path.len() > MAX_BROWSE_PATH_LEN
+        || sao.browse_path.iter().any(|q| q.name.as_str().is_empty())
+    {
         return Err(StatusCode::BadBrowseNameInvalid);
     }
     if sao.attribute_id == 0 || sao.attribute_id > MAX_ATTRIBUTE_ID {
         return Err(StatusCode::BadAttributeIdInvalid);
     }
-    let index_range = NumericRange::parse(sao.index_range.as_str()).map_err(|_| StatusCode::BadIndexRangeInvalid)?;
-    Ok(FieldRef { type_definition, path: sao.browse_path.clone(), attribute_id: sao.attribute_id, index_range })
+    let index_range = NumericRange::parse(sao.index_range.as_str())
+        .map_err(|_| StatusCode::BadIndexRangeInvalid)?;
+    Ok(FieldRef {
+        type_definition,
+        path: sao.browse_path.clone(),
+        attribute_id: sao.attribute_id,
+        index_range,
+    })
 }
 
-fn element_error(status: StatusCode, operand_status_codes: Vec<StatusCode>) -> ContentFilterElementResult {
-    ContentFilterElementResult { status_code: status, operand_status_codes, operand_diagnostic_infos: Vec::new() }
+fn element_error(
+    status: StatusCode,
+    operand_status_codes: Vec<StatusCode>,
+) -> ContentFilterElementResult {
+    ContentFilterElementResult {
+        status_code: status,
+        operand_status_codes,
+        operand_diagnostic_infos: Vec::new(),
+    }
 }
 
 /// Decodes and validates one operand of element `i` (of `n`).
-fn compile_operand(i: usize, n: usize, eo: &ExtensionObject, space: &AddressSpace) -> Result<Operand, StatusCode> {
-    let limits = DecodeLimits { max_depth: 16, ..DecodeLimits::default() };
+fn compile_operand(
+    i: usize,
+    n: usize,
+    eo: &ExtensionObject,
+    space: &AddressSpace,
+) -> Result<Operand, StatusCode> {
+    let limits = DecodeLimits {
+        max_depth: 16,
+        ..DecodeLimits::default()
+    };
     if let Some(r) = eo.decode_as::<LiteralOperand>(limits) {
-        return r.map(|l| Operand::Literal(l.value)).map_err(|_| StatusCode::BadFilterOperandInvalid);
+        return r
+            .map(|l| Operand::Literal(l.value))
+            .map_err(|_| StatusCode::BadFilterOperandInvalid);
     }
     if let Some(r) = eo.decode_as::<ElementOperand>(limits) {
         let e = r.map_err(|_| StatusCode::BadFilterOperandInvalid)?;
         let idx = e.index as usize;
         // Only forward references: no loops, linear evaluation.
-        return if idx > i && idx < n { Ok(Operand::Element(idx)) } else { Err(StatusCode::BadFilterOperandInvalid) };
+        return if idx > i && idx < n {
+            Ok(Operand::Element(idx))
+        } else {
+            Err(StatusCode::BadFilterOperandInvalid)
+        };
     }
     if let Some(r) = eo.decode_as::<SimpleAttributeOperand>(limits) {
         let sao = r.map_err(|_| StatusCode::BadFilterOperandInvalid)?;
@@ -301,13 +348,24 @@ fn compile_element(
         FilterOperator::Between => (3, 3),
         FilterOperator::InList => (2, MAX_OPERANDS_PER_ELEMENT),
         FilterOperator::Cast | FilterOperator::InView | FilterOperator::RelatedTo => {
-            return Err(element_error(StatusCode::BadFilterOperatorUnsupported, Vec::new()))
+            return Err(element_error(
+                StatusCode::BadFilterOperatorUnsupported,
+                Vec::new(),
+            ))
         }
-        _ => return Err(element_error(StatusCode::BadFilterOperatorInvalid, Vec::new())),
+        _ => {
+            return Err(element_error(
+                StatusCode::BadFilterOperatorInvalid,
+                Vec::new(),
+            ))
+        }
     };
     let count = e.filter_operands.len();
     if count < min || count > max {
-        return Err(element_error(StatusCode::BadFilterOperandCountMismatch, Vec::new()));
+        return Err(element_error(
+            StatusCode::BadFilterOperandCountMismatch,
+            Vec::new(),
+        ));
     }
     let mut operands = Vec::with_capacity(count);
     let mut statuses = Vec::with_capacity(count);
@@ -355,11 +413,17 @@ fn compile_element(
             let base = NodeId::ns0(ids::BASE_EVENT_TYPE);
             match operands.first() {
                 Some(Operand::Literal(Variant::NodeId(t)))
-                    if space.node_class_of(t) == Some(NodeClass::ObjectType) && space.is_subtype_of(t, &base) =>
+                    if space.node_class_of(t) == Some(NodeClass::ObjectType)
+                        && space.is_subtype_of(t, &base) =>
                 {
                     Op::OfType((**t).clone())
                 }
-                _ => return Err(element_error(StatusCode::BadFilterOperandInvalid, vec![StatusCode::BadFilterOperandInvalid])),
+                _ => {
+                    return Err(element_error(
+                        StatusCode::BadFilterOperandInvalid,
+                        vec![StatusCode::BadFilterOperandInvalid],
+                    ))
+                }
             }
         }
         FilterOperator::Like => {
@@ -378,7 +442,12 @@ fn compile_element(
                 }
             }
         }
-        _ => return Err(element_error(StatusCode::BadFilterOperatorInvalid, Vec::new())),
+        _ => {
+            return Err(element_error(
+                StatusCode::BadFilterOperatorInvalid,
+                Vec::new(),
+            ))
+        }
     };
     Ok(Element { op, operands })
 }
@@ -435,10 +504,18 @@ impl CompiledEventFilter {
     /// The selected fields without the where clause (for the ConditionRefresh bracket
     /// events, which bypass it: Part 9 §4.5).
     pub fn select(&self, ev: &Event) -> Vec<Variant> {
-        self.select.iter().map(|f| f.as_ref().map_or(Variant::Empty, |f| f.get(ev))).collect()
+        self.select
+            .iter()
+            .map(|f| f.as_ref().map_or(Variant::Empty, |f| f.get(ev)))
+            .collect()
     }
 
-    fn operand<'a>(&'a self, o: &'a Operand, ev: &Event, results: &'a [Variant]) -> Cow<'a, Variant> {
+    fn operand<'a>(
+        &'a self,
+        o: &'a Operand,
+        ev: &Event,
+        results: &'a [Variant],
+    ) -> Cow<'a, Variant> {
         match o {
             Operand::Literal(v) => Cow::Borrowed(v),
             Operand::Element(i) => Cow::Borrowed(results.get(*i).unwrap_or(&Variant::Empty)),
@@ -447,7 +524,9 @@ impl CompiledEventFilter {
     }
 
     fn eval(&self, i: usize, ev: &Event, results: &[Variant]) -> Variant {
-        let Some(el) = self.elements.get(i) else { return Variant::Empty };
+        let Some(el) = self.elements.get(i) else {
+            return Variant::Empty;
+        };
         // Operand counts were checked when the filter was compiled; a missing one is Null.
         let arg = |k: usize| match el.operands.get(k) {
             Some(o) => self.operand(o, ev, results),
@@ -544,7 +623,10 @@ fn precedence(t: BuiltinType) -> Option<u8> {
 
 fn is_integer(t: BuiltinType) -> bool {
     use BuiltinType::*;
-    matches!(t, SByte | Byte | Int16 | UInt16 | Int32 | UInt32 | Int64 | UInt64 | StatusCode)
+    matches!(
+        t,
+        SByte | Byte | Int16 | UInt16 | Int32 | UInt32 | Int64 | UInt64 | StatusCode
+    )
 }
 
 fn as_i128(v: &Variant) -> Option<i128> {
@@ -664,7 +746,12 @@ fn unify<'a>(a: &'a Variant, b: &'a Variant) -> Option<(Cow<'a, Variant>, Cow<'a
         return Some((Cow::Borrowed(a), Cow::Borrowed(b)));
     }
     // String-like types compare as text (LocalizedText by text, QualifiedName by name).
-    let stringy = |t| matches!(t, BuiltinType::String | BuiltinType::LocalizedText | BuiltinType::QualifiedName);
+    let stringy = |t| {
+        matches!(
+            t,
+            BuiltinType::String | BuiltinType::LocalizedText | BuiltinType::QualifiedName
+        )
+    };
     if stringy(ta) && stringy(tb) {
         let sa = Variant::String(UaString::from(as_text(a)?.as_ref()));
         let sb = Variant::String(UaString::from(as_text(b)?.as_ref()));
@@ -705,15 +792,23 @@ fn compare(a: &Variant, b: &Variant) -> Option<Ordering> {
         (Variant::String(x), Variant::String(y)) => Some(x.as_str().cmp(y.as_str())),
         (Variant::DateTime(x), Variant::DateTime(y)) => Some(x.0.cmp(&y.0)),
         (Variant::ByteString(x), Variant::ByteString(y)) => Some(x.as_bytes().cmp(y.as_bytes())),
-        (Variant::LocalizedText(x), Variant::LocalizedText(y)) => Some(x.text.as_str().cmp(y.text.as_str())),
-        (Variant::QualifiedName(x), Variant::QualifiedName(y)) => Some(x.name.as_str().cmp(y.name.as_str())),
+        (Variant::LocalizedText(x), Variant::LocalizedText(y)) => {
+            Some(x.text.as_str().cmp(y.text.as_str()))
+        }
+        (Variant::QualifiedName(x), Variant::QualifiedName(y)) => {
+            Some(x.name.as_str().cmp(y.name.as_str()))
+        }
         (x, y) => Some(as_i128(x)?.cmp(&as_i128(y)?)),
     }
 }
 
 fn bitwise(a: &Variant, b: &Variant, f: fn(i128, i128) -> i128) -> Variant {
-    let Some((a, b)) = unify(a, b) else { return Variant::Empty };
-    let Some(t) = a.scalar_type().filter(|t| is_integer(*t)) else { return Variant::Empty };
+    let Some((a, b)) = unify(a, b) else {
+        return Variant::Empty;
+    };
+    let Some(t) = a.scalar_type().filter(|t| is_integer(*t)) else {
+        return Variant::Empty;
+    };
     match (as_i128(&a), as_i128(&b)) {
         (Some(x), Some(y)) => int_as(t, f(x, y)).unwrap_or(Variant::Empty),
         _ => Variant::Empty,
@@ -730,7 +825,10 @@ enum Token {
     One,
     Char(char),
     /// `[...]`: ranges (inclusive), negated with `^`.
-    Set { negated: bool, ranges: Vec<(char, char)> },
+    Set {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
 }
 
 /// Parses a Like pattern; `None` when malformed or too long.
@@ -787,7 +885,9 @@ fn token_matches(t: &Token, c: char) -> bool {
     match t {
         Token::One => true,
         Token::Char(x) => *x == c,
-        Token::Set { negated, ranges } => ranges.iter().any(|(a, b)| (*a..=*b).contains(&c)) != *negated,
+        Token::Set { negated, ranges } => {
+            ranges.iter().any(|(a, b)| (*a..=*b).contains(&c)) != *negated
+        }
         Token::Any => true,
     }
 }
@@ -856,12 +956,24 @@ mod tests {
 
     #[test]
     fn conversions() {
-        assert_eq!(equals(&Variant::Int32(5), &Variant::Double(5.0)), Some(true));
-        assert_eq!(equals(&Variant::UInt16(500), &Variant::String("500".into())), Some(true));
+        assert_eq!(
+            equals(&Variant::Int32(5), &Variant::Double(5.0)),
+            Some(true)
+        );
+        assert_eq!(
+            equals(&Variant::UInt16(500), &Variant::String("500".into())),
+            Some(true)
+        );
         // -1 cannot become a UInt64: NULL, not a comparison.
         assert_eq!(compare(&Variant::Int32(-1), &Variant::UInt64(5)), None);
-        assert_eq!(compare(&Variant::Int64(-1), &Variant::UInt64(5)), Some(Ordering::Less));
+        assert_eq!(
+            compare(&Variant::Int64(-1), &Variant::UInt64(5)),
+            Some(Ordering::Less)
+        );
         assert_eq!(equals(&Variant::Empty, &Variant::Int32(1)), None);
-        assert_eq!(compare(&Variant::Byte(7), &Variant::Float(7.5)), Some(Ordering::Less));
+        assert_eq!(
+            compare(&Variant::Byte(7), &Variant::Float(7.5)),
+            Some(Ordering::Less)
+        );
     }
 }

@@ -97,7 +97,10 @@ pub struct EventField {
 impl EventField {
     /// A field whose path is namespace-0 names separated by `/` (e.g. `AckedState/Id`).
     pub fn ns0(path: &str, value: Variant) -> EventField {
-        EventField { path: path.split('/').map(|p| QualifiedName::new(0, p)).collect(), value }
+        EventField {
+            path: path.split('/').map(|p| QualifiedName::new(0, p)).collect(),
+            value,
+        }
     }
 }
 
@@ -143,7 +146,12 @@ impl Event {
     /// `Variant::Empty` when the event is not of `type_definition` (BaseEventType or a null
     /// id match every event), the path names no field of this event, or the attribute is
     /// neither Value nor (for the ConditionId, empty path) NodeId.
-    pub fn field(&self, type_definition: &NodeId, path: &[QualifiedName], attribute_id: u32) -> Variant {
+    pub fn field(
+        &self,
+        type_definition: &NodeId,
+        path: &[QualifiedName],
+        attribute_id: u32,
+    ) -> Variant {
         if !type_definition.is_null()
             && type_definition.as_ns0() != Some(ids::BASE_EVENT_TYPE)
             && !self.is_of_type(type_definition)
@@ -163,12 +171,18 @@ impl Event {
             if one.namespace_index == 0 {
                 let base = match one.name.as_str() {
                     base_fields::EVENT_ID => Some(Variant::ByteString(self.event_id.clone())),
-                    base_fields::EVENT_TYPE => Some(Variant::NodeId(Box::new(self.event_type.clone()))),
-                    base_fields::SOURCE_NODE => Some(Variant::NodeId(Box::new(self.source_node.clone()))),
+                    base_fields::EVENT_TYPE => {
+                        Some(Variant::NodeId(Box::new(self.event_type.clone())))
+                    }
+                    base_fields::SOURCE_NODE => {
+                        Some(Variant::NodeId(Box::new(self.source_node.clone())))
+                    }
                     base_fields::SOURCE_NAME => Some(Variant::String(self.source_name.clone())),
                     base_fields::TIME => Some(Variant::DateTime(self.time)),
                     base_fields::RECEIVE_TIME => Some(Variant::DateTime(self.receive_time)),
-                    base_fields::MESSAGE => Some(Variant::LocalizedText(Box::new(self.message.clone()))),
+                    base_fields::MESSAGE => {
+                        Some(Variant::LocalizedText(Box::new(self.message.clone())))
+                    }
                     base_fields::SEVERITY => Some(Variant::UInt16(self.severity)),
                     _ => None,
                 };
@@ -177,7 +191,11 @@ impl Event {
                 }
             }
         }
-        self.fields.iter().find(|f| f.path == path).map(|f| f.value.clone()).unwrap_or(Variant::Empty)
+        self.fields
+            .iter()
+            .find(|f| f.path == path)
+            .map(|f| f.value.clone())
+            .unwrap_or(Variant::Empty)
     }
 
     /// A type-specific field by its `/`-separated namespace-0 path (tests, conditions).
@@ -199,7 +217,10 @@ pub struct EventIdSource {
 
 impl EventIdSource {
     pub fn new(start: DateTime) -> EventIdSource {
-        EventIdSource { prefix: start.0.to_be_bytes(), counter: AtomicU64::new(1) }
+        EventIdSource {
+            prefix: start.0.to_be_bytes(),
+            counter: AtomicU64::new(1),
+        }
     }
 
     /// A fresh EventId.
@@ -289,7 +310,8 @@ impl ServerEvents {
     pub fn new(config: &ServerConfig, space: &AddressSpace, start: DateTime) -> ServerEvents {
         let ids = EventIdSource::new(start);
         let chains = TypeChains::new(space);
-        let demo_namespace = config.application.demo_namespace && space.node(&nodes::alarm_id()).is_some();
+        let demo_namespace =
+            config.application.demo_namespace && space.node(&nodes::alarm_id()).is_some();
         let alarm = demo_namespace.then(|| {
             let spec = ConditionSpec {
                 node_id: nodes::alarm_id(),
@@ -304,7 +326,10 @@ impl ServerEvents {
         });
         let mut conditions: Vec<Arc<Condition>> = alarm.iter().cloned().collect();
         for c in space.app_conditions() {
-            let source_name = space.display_name_of(&c.source).map(|d| d.text.as_str().to_string()).unwrap_or_default();
+            let source_name = space
+                .display_name_of(&c.source)
+                .map(|d| d.text.as_str().to_string())
+                .unwrap_or_default();
             let spec = ConditionSpec {
                 node_id: c.node_id.clone(),
                 name: c.name.clone(),
@@ -362,13 +387,20 @@ pub const SUBSCRIBE_TO_EVENTS: u8 = 0x01;
 /// SubscribeToEvents)? An event monitored item on any other node is refused (e.g.
 /// `BadFilterNotAllowed` / `BadNodeIdInvalid`, the caller's choice).
 pub fn is_event_notifier(space: &AddressSpace, node: &NodeId) -> bool {
-    space.node(node).and_then(|n| n.event_notifier()).is_some_and(|e| e & SUBSCRIBE_TO_EVENTS != 0)
+    space
+        .node(node)
+        .and_then(|n| n.event_notifier())
+        .is_some_and(|e| e & SUBSCRIBE_TO_EVENTS != 0)
 }
 
 /// The notifiers of events whose source is `Demo.Events`: the Server object, `Demo` and
 /// `Demo.Events`.
 pub fn demo_notifiers() -> Arc<[NodeId]> {
-    Arc::from(vec![NodeId::ns0(ids::SERVER), nodes::demo_folder_id(), nodes::demo_events_id()])
+    Arc::from(vec![
+        NodeId::ns0(ids::SERVER),
+        nodes::demo_folder_id(),
+        nodes::demo_events_id(),
+    ])
 }
 
 /// The notifiers an event from `source` is reported on: the Server object, the source when

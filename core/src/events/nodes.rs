@@ -12,15 +12,15 @@
 //! | `s=Demo.Methods` | folder with `Add(a, b: Double) → Double`, `Sum(values: Double[]) → Double`, `GenerateEvent(Message: String, Severity: UInt16)` |
 
 use super::{ids, Event};
+use crate::address_space::app::{AppMethod, ArgDef, MethodHandler};
 use crate::address_space::build::ns1::{folder, variable, READ_ONLY};
 use crate::address_space::build::AddressSpaceBuilder;
 use crate::address_space::ids as ns0;
-use crate::address_space::app::{AppMethod, ArgDef, MethodHandler};
 use crate::address_space::{ClassAttributes, Node, NodeClass, Reference};
 use crate::generated::types::Argument;
 use crate::types::{
-    BuiltinType, DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId, QualifiedName,
-    UaString, Variant,
+    BuiltinType, DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId,
+    QualifiedName, UaString, Variant,
 };
 
 /// SourceName of the Demo events and of the alarm.
@@ -118,8 +118,20 @@ pub struct ArgSpec {
     pub description: &'static str,
 }
 
-const fn arg(name: &'static str, data_type: u32, builtin: BuiltinType, value_rank: i32, description: &'static str) -> ArgSpec {
-    ArgSpec { name, data_type, builtin, value_rank, description }
+const fn arg(
+    name: &'static str,
+    data_type: u32,
+    builtin: BuiltinType,
+    value_rank: i32,
+    description: &'static str,
+) -> ArgSpec {
+    ArgSpec {
+        name,
+        data_type,
+        builtin,
+        value_rank,
+        description,
+    }
 }
 
 /// IntegerId (UInt32).
@@ -130,20 +142,51 @@ pub const ADD_IN: &[ArgSpec] = &[
     arg("b", 11, BuiltinType::Double, -1, "second addend"),
 ];
 pub const ADD_OUT: &[ArgSpec] = &[arg("sum", 11, BuiltinType::Double, -1, "a + b")];
-pub const SUM_IN: &[ArgSpec] = &[arg("values", 11, BuiltinType::Double, 1, "the numbers to add")];
+pub const SUM_IN: &[ArgSpec] = &[arg(
+    "values",
+    11,
+    BuiltinType::Double,
+    1,
+    "the numbers to add",
+)];
 pub const SUM_OUT: &[ArgSpec] = &[arg("sum", 11, BuiltinType::Double, -1, "their sum")];
 pub const GENERATE_EVENT_IN: &[ArgSpec] = &[
-    arg("Message", 12, BuiltinType::String, -1, "Message of the event"),
-    arg("Severity", 5, BuiltinType::UInt16, -1, "Severity of the event, 1..=1000"),
+    arg(
+        "Message",
+        12,
+        BuiltinType::String,
+        -1,
+        "Message of the event",
+    ),
+    arg(
+        "Severity",
+        5,
+        BuiltinType::UInt16,
+        -1,
+        "Severity of the event, 1..=1000",
+    ),
 ];
 pub const ACK_IN: &[ArgSpec] = &[
-    arg("EventId", 15, BuiltinType::ByteString, -1, "EventId of the condition's latest event"),
+    arg(
+        "EventId",
+        15,
+        BuiltinType::ByteString,
+        -1,
+        "EventId of the condition's latest event",
+    ),
     arg("Comment", 21, BuiltinType::LocalizedText, -1, "comment"),
 ];
 /// ConditionRefresh's argument (IntegerId).
-pub const SUBSCRIPTION_ID_IN: &[ArgSpec] = &[arg("SubscriptionId", INTEGER_ID, BuiltinType::UInt32, -1, "")];
+pub const SUBSCRIPTION_ID_IN: &[ArgSpec] = &[arg(
+    "SubscriptionId",
+    INTEGER_ID,
+    BuiltinType::UInt32,
+    -1,
+    "",
+)];
 /// GetMonitoredItems' and ResendData's argument (UInt32 in the NodeSet).
-pub const SERVER_SUBSCRIPTION_ID_IN: &[ArgSpec] = &[arg("SubscriptionId", 7, BuiltinType::UInt32, -1, "")];
+pub const SERVER_SUBSCRIPTION_ID_IN: &[ArgSpec] =
+    &[arg("SubscriptionId", 7, BuiltinType::UInt32, -1, "")];
 pub const REFRESH2_IN: &[ArgSpec] = &[
     arg("SubscriptionId", INTEGER_ID, BuiltinType::UInt32, -1, ""),
     arg("MonitoredItemId", INTEGER_ID, BuiltinType::UInt32, -1, ""),
@@ -167,11 +210,25 @@ fn arg_defs(args: &[ArgSpec]) -> Vec<ArgDef> {
 }
 
 fn reference(rt: u32, forward: bool, target: NodeId) -> Reference {
-    Reference { reference_type: NodeId::ns0(rt), is_forward: forward, target: ExpandedNodeId::local(target) }
+    Reference {
+        reference_type: NodeId::ns0(rt),
+        is_forward: forward,
+        target: ExpandedNodeId::local(target),
+    }
 }
 
-fn object(id: NodeId, name: QualifiedName, type_def: u32, event_notifier: u8, refs: Vec<Reference>) -> Node {
-    let mut references = vec![reference(ns0::HAS_TYPE_DEFINITION, true, NodeId::ns0(type_def))];
+fn object(
+    id: NodeId,
+    name: QualifiedName,
+    type_def: u32,
+    event_notifier: u8,
+    refs: Vec<Reference>,
+) -> Node {
+    let mut references = vec![reference(
+        ns0::HAS_TYPE_DEFINITION,
+        true,
+        NodeId::ns0(type_def),
+    )];
     references.extend(refs);
     Node {
         node_id: id,
@@ -200,9 +257,27 @@ fn child_variable(
     start: DateTime,
 ) -> Node {
     let dims = if value_rank == 1 { vec![0] } else { Vec::new() };
-    let dv = DataValue { value, source_timestamp: Some(start), ..Default::default() };
-    let mut n = variable(id, name, data_type, value_rank, dims, dv, READ_ONLY, 0.0, Some((parent, ref_type)));
-    if let Some(r) = n.references.iter_mut().find(|r| r.reference_type.as_ns0() == Some(ns0::HAS_TYPE_DEFINITION)) {
+    let dv = DataValue {
+        value,
+        source_timestamp: Some(start),
+        ..Default::default()
+    };
+    let mut n = variable(
+        id,
+        name,
+        data_type,
+        value_rank,
+        dims,
+        dv,
+        READ_ONLY,
+        0.0,
+        Some((parent, ref_type)),
+    );
+    if let Some(r) = n
+        .references
+        .iter_mut()
+        .find(|r| r.reference_type.as_ns0() == Some(ns0::HAS_TYPE_DEFINITION))
+    {
         r.target = ExpandedNodeId::local(NodeId::ns0(type_def));
     }
     n
@@ -216,7 +291,11 @@ fn arguments_value(args: &[ArgSpec]) -> Variant {
                 name: UaString::from(a.name),
                 data_type: NodeId::ns0(a.data_type),
                 value_rank: a.value_rank,
-                array_dimensions: if a.value_rank == 1 { vec![0] } else { Vec::new() },
+                array_dimensions: if a.value_rank == 1 {
+                    vec![0]
+                } else {
+                    Vec::new()
+                },
                 description: LocalizedText::new("en", a.description),
             })))
         })
@@ -247,7 +326,10 @@ fn method(
         write_mask: 0,
         user_write_mask: 0,
         references: vec![reference(ns0::HAS_COMPONENT, false, parent)],
-        attributes: ClassAttributes::Method { executable: true, user_executable: true },
+        attributes: ClassAttributes::Method {
+            executable: true,
+            user_executable: true,
+        },
     })?;
     for (args, prop) in [(inputs, "InputArguments"), (outputs, "OutputArguments")] {
         if args.is_empty() {
@@ -273,7 +355,10 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
     let demo = demo_folder_id();
     // Demo is an event notifier below the Server object.
     match b.node_mut(&demo) {
-        Some(Node { attributes: ClassAttributes::Object { event_notifier }, .. }) => *event_notifier = 1,
+        Some(Node {
+            attributes: ClassAttributes::Object { event_notifier },
+            ..
+        }) => *event_notifier = 1,
         _ => return Err("the Demo folder is missing".into()),
     }
     b.add_reference(&demo, ids::HAS_NOTIFIER, NodeId::ns0(ids::SERVER), false)?;
@@ -285,10 +370,16 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
         node_class: NodeClass::ObjectType,
         browse_name: QualifiedName::new(1, "DemoEventType"),
         display_name: LocalizedText::text("DemoEventType"),
-        description: LocalizedText::text("The events of the Demo event generator and of Demo.Methods.GenerateEvent"),
+        description: LocalizedText::text(
+            "The events of the Demo event generator and of Demo.Methods.GenerateEvent",
+        ),
         write_mask: 0,
         user_write_mask: 0,
-        references: vec![reference(ns0::HAS_SUBTYPE, false, NodeId::ns0(ids::BASE_EVENT_TYPE))],
+        references: vec![reference(
+            ns0::HAS_SUBTYPE,
+            false,
+            NodeId::ns0(ids::BASE_EVENT_TYPE),
+        )],
         attributes: ClassAttributes::ObjectType { is_abstract: false },
     })?;
     let seq = NodeId::string(1, "DemoEventType.Sequence");
@@ -303,7 +394,12 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
         ns0::HAS_PROPERTY,
         start,
     ))?;
-    b.add_reference(&seq, ids::HAS_MODELLING_RULE, NodeId::ns0(ids::MODELLING_RULE_MANDATORY), true)?;
+    b.add_reference(
+        &seq,
+        ids::HAS_MODELLING_RULE,
+        NodeId::ns0(ids::MODELLING_RULE_MANDATORY),
+        true,
+    )?;
 
     // The event source.
     let events = demo_events_id();
@@ -312,23 +408,92 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
         QualifiedName::new(1, "Events"),
         ns0::BASE_OBJECT_TYPE,
         1,
-        vec![reference(ns0::ORGANIZES, false, demo.clone()), reference(ids::HAS_NOTIFIER, false, demo.clone())],
+        vec![
+            reference(ns0::ORGANIZES, false, demo.clone()),
+            reference(ids::HAS_NOTIFIER, false, demo.clone()),
+        ],
     ))?;
 
     // The alarm and its Variables.
     let alarm = alarm_id();
-    add_condition_nodes(b, &alarm, &QualifiedName::new(1, ALARM_NAME), &events, start)?;
-    method(b, alarm_acknowledge_id(), QualifiedName::new(0, "Acknowledge"), alarm.clone(), ACK_IN, &[], start)?;
-    method(b, alarm_confirm_id(), QualifiedName::new(0, "Confirm"), alarm.clone(), ACK_IN, &[], start)?;
-    method(b, alarm_add_comment_id(), QualifiedName::new(0, "AddComment"), alarm.clone(), ACK_IN, &[], start)?;
-    method(b, alarm_enable_id(), QualifiedName::new(0, "Enable"), alarm.clone(), &[], &[], start)?;
-    method(b, alarm_disable_id(), QualifiedName::new(0, "Disable"), alarm, &[], &[], start)?;
+    add_condition_nodes(
+        b,
+        &alarm,
+        &QualifiedName::new(1, ALARM_NAME),
+        &events,
+        start,
+    )?;
+    method(
+        b,
+        alarm_acknowledge_id(),
+        QualifiedName::new(0, "Acknowledge"),
+        alarm.clone(),
+        ACK_IN,
+        &[],
+        start,
+    )?;
+    method(
+        b,
+        alarm_confirm_id(),
+        QualifiedName::new(0, "Confirm"),
+        alarm.clone(),
+        ACK_IN,
+        &[],
+        start,
+    )?;
+    method(
+        b,
+        alarm_add_comment_id(),
+        QualifiedName::new(0, "AddComment"),
+        alarm.clone(),
+        ACK_IN,
+        &[],
+        start,
+    )?;
+    method(
+        b,
+        alarm_enable_id(),
+        QualifiedName::new(0, "Enable"),
+        alarm.clone(),
+        &[],
+        &[],
+        start,
+    )?;
+    method(
+        b,
+        alarm_disable_id(),
+        QualifiedName::new(0, "Disable"),
+        alarm,
+        &[],
+        &[],
+        start,
+    )?;
 
     // The Demo methods.
     let methods = methods_folder_id();
-    b.add(folder(methods.clone(), QualifiedName::new(1, "Methods"), demo))?;
-    method(b, add_method_id(), QualifiedName::new(1, "Add"), methods.clone(), ADD_IN, ADD_OUT, start)?;
-    method(b, sum_method_id(), QualifiedName::new(1, "Sum"), methods.clone(), SUM_IN, SUM_OUT, start)?;
+    b.add(folder(
+        methods.clone(),
+        QualifiedName::new(1, "Methods"),
+        demo,
+    ))?;
+    method(
+        b,
+        add_method_id(),
+        QualifiedName::new(1, "Add"),
+        methods.clone(),
+        ADD_IN,
+        ADD_OUT,
+        start,
+    )?;
+    method(
+        b,
+        sum_method_id(),
+        QualifiedName::new(1, "Sum"),
+        methods.clone(),
+        SUM_IN,
+        SUM_OUT,
+        start,
+    )?;
     // Add and Sum are ordinary application methods (quick, on the shard), as a library
     // user's would be.
     let double = |v: &Variant| if let Variant::Double(x) = v { *x } else { 0.0 };
@@ -351,12 +516,24 @@ pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(
             outputs: arg_defs(SUM_OUT),
             needs_write: false,
             handler: MethodHandler::Quick(std::sync::Arc::new(move |c| {
-                let sum = c.inputs.first().and_then(Variant::as_array).map_or(0.0, |a| a.values.iter().map(double).sum());
+                let sum = c
+                    .inputs
+                    .first()
+                    .and_then(Variant::as_array)
+                    .map_or(0.0, |a| a.values.iter().map(double).sum());
                 Ok(vec![Variant::Double(sum)])
             })),
         },
     );
-    method(b, generate_event_method_id(), QualifiedName::new(1, "GenerateEvent"), methods, GENERATE_EVENT_IN, &[], start)?;
+    method(
+        b,
+        generate_event_method_id(),
+        QualifiedName::new(1, "GenerateEvent"),
+        methods,
+        GENERATE_EVENT_IN,
+        &[],
+        start,
+    )?;
     Ok(())
 }
 
@@ -378,7 +555,10 @@ pub fn add_condition_nodes(
         name.clone(),
         ids::ALARM_CONDITION_TYPE,
         0,
-        vec![reference(ns0::HAS_COMPONENT, false, source.clone()), reference(ids::HAS_CONDITION, false, source.clone())],
+        vec![
+            reference(ns0::HAS_COMPONENT, false, source.clone()),
+            reference(ids::HAS_CONDITION, false, source.clone()),
+        ],
     ))?;
     let template_ids = super::EventIdSource::new(start);
     let spec = super::condition::ConditionSpec {
@@ -391,7 +571,8 @@ pub fn add_condition_nodes(
         on_action: None,
     };
     let state = super::condition::ConditionState::initial(&template_ids, &spec.label, start);
-    let template = super::condition::condition_event(&spec, &state, &std::sync::Arc::from(Vec::new()));
+    let template =
+        super::condition::condition_event(&spec, &state, &std::sync::Arc::from(Vec::new()));
     for (path, value) in alarm_values(&template) {
         let (parent, ref_type, type_def) = match path.as_slice() {
             [one] => {
@@ -399,17 +580,25 @@ pub fn add_condition_nodes(
                     "EnabledState" | "AckedState" | "ConfirmedState" | "ActiveState" => {
                         (ns0::HAS_COMPONENT, ids::TWO_STATE_VARIABLE_TYPE)
                     }
-                    "Quality" | "LastSeverity" | "Comment" => (ns0::HAS_COMPONENT, ids::CONDITION_VARIABLE_TYPE),
+                    "Quality" | "LastSeverity" | "Comment" => {
+                        (ns0::HAS_COMPONENT, ids::CONDITION_VARIABLE_TYPE)
+                    }
                     _ => (ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
                 };
                 (alarm.clone(), t.0, t.1)
             }
-            [first, ..] => (super::condition::child_id(alarm, std::slice::from_ref(first)), ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
+            [first, ..] => (
+                super::condition::child_id(alarm, std::slice::from_ref(first)),
+                ns0::HAS_PROPERTY,
+                ns0::PROPERTY_TYPE,
+            ),
             [] => continue,
         };
         let data_type = match path.last().map(|q| q.name.as_str()) {
             Some("Time" | "ReceiveTime" | "SourceTimestamp") => ids::UTC_TIME,
-            _ => value.scalar_type().map_or(ns0::BASE_DATA_TYPE, |t| t as u32),
+            _ => value
+                .scalar_type()
+                .map_or(ns0::BASE_DATA_TYPE, |t| t as u32),
         };
         let name = path.last().cloned().unwrap_or_default();
         b.add(child_variable(

@@ -4,7 +4,9 @@
 
 use super::policy::{AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, MAX_POLICY_URI_LEN};
 use crate::encoding::{Decode, DecodeLimits, Decoder, Encode};
-use crate::transport::{ChunkType, ErrorMessage, MessageHeader, MessageType, Negotiated, MESSAGE_HEADER_LEN};
+use crate::transport::{
+    ChunkType, ErrorMessage, MessageHeader, MessageType, Negotiated, MESSAGE_HEADER_LEN,
+};
 use crate::types::StatusCode;
 
 /// Sequence header size (SequenceNumber + RequestId), in bytes.
@@ -28,7 +30,9 @@ impl SecurityHeader {
             SecurityHeader::Asymmetric(a) => {
                 12 + a.security_policy_uri.len()
                     + a.sender_certificate.as_ref().map_or(0, Vec::len)
-                    + a.receiver_certificate_thumbprint.as_ref().map_or(0, Vec::len)
+                    + a.receiver_certificate_thumbprint
+                        .as_ref()
+                        .map_or(0, Vec::len)
             }
         }
     }
@@ -54,7 +58,11 @@ fn write_bytes(b: Option<&[u8]>, out: &mut Vec<u8>) {
     }
 }
 
-fn read_bytes<'a>(d: &mut Decoder<'a>, max: usize, too_long: StatusCode) -> Result<Option<&'a [u8]>, StatusCode> {
+fn read_bytes<'a>(
+    d: &mut Decoder<'a>,
+    max: usize,
+    too_long: StatusCode,
+) -> Result<Option<&'a [u8]>, StatusCode> {
     let n = i32::decode(d).map_err(|_| StatusCode::BadTcpMessageTypeInvalid)?;
     if n < 0 {
         return Ok(None);
@@ -63,7 +71,9 @@ fn read_bytes<'a>(d: &mut Decoder<'a>, max: usize, too_long: StatusCode) -> Resu
     if n > max {
         return Err(too_long);
     }
-    d.take(n, "security header").map(Some).map_err(|_| StatusCode::BadTcpMessageTypeInvalid)
+    d.take(n, "security header")
+        .map(Some)
+        .map_err(|_| StatusCode::BadTcpMessageTypeInvalid)
 }
 
 /// The parts of a received secure-conversation chunk before it is opened.
@@ -80,10 +90,20 @@ pub struct ChunkHead {
 /// CLO chunk (`frame` is the whole chunk). Truncated or malformed headers are
 /// BadTcpMessageTypeInvalid; a policy URI over 255 bytes is BadSecurityPolicyRejected.
 pub fn parse_chunk_head(header: MessageHeader, frame: &[u8]) -> Result<ChunkHead, StatusCode> {
-    if matches!(header.message_type, MessageType::Message | MessageType::CloseSecureChannel) {
+    if matches!(
+        header.message_type,
+        MessageType::Message | MessageType::CloseSecureChannel
+    ) {
         let h = parse_symmetric_head(frame)?;
-        let security = SecurityHeader::Symmetric { token_id: h.token_id };
-        return Ok(ChunkHead { header, secure_channel_id: h.secure_channel_id, security, sequence_offset: h.sequence_offset });
+        let security = SecurityHeader::Symmetric {
+            token_id: h.token_id,
+        };
+        return Ok(ChunkHead {
+            header,
+            secure_channel_id: h.secure_channel_id,
+            security,
+            sequence_offset: h.sequence_offset,
+        });
     }
     if header.message_type != MessageType::OpenSecureChannel {
         return Err(StatusCode::BadTcpMessageTypeInvalid);
@@ -92,9 +112,17 @@ pub fn parse_chunk_head(header: MessageHeader, frame: &[u8]) -> Result<ChunkHead
     let bad = |_| StatusCode::BadTcpMessageTypeInvalid;
     d.take(MESSAGE_HEADER_LEN, "header").map_err(bad)?;
     let secure_channel_id = u32::decode(&mut d).map_err(bad)?;
-    let uri = read_bytes(&mut d, MAX_POLICY_URI_LEN, StatusCode::BadSecurityPolicyRejected)?.ok_or(StatusCode::BadSecurityPolicyRejected)?;
-    let uri = std::str::from_utf8(uri).map_err(|_| StatusCode::BadSecurityPolicyRejected)?.to_owned();
-    let cert = read_bytes(&mut d, frame.len(), StatusCode::BadTcpMessageTypeInvalid)?.map(<[u8]>::to_vec);
+    let uri = read_bytes(
+        &mut d,
+        MAX_POLICY_URI_LEN,
+        StatusCode::BadSecurityPolicyRejected,
+    )?
+    .ok_or(StatusCode::BadSecurityPolicyRejected)?;
+    let uri = std::str::from_utf8(uri)
+        .map_err(|_| StatusCode::BadSecurityPolicyRejected)?
+        .to_owned();
+    let cert =
+        read_bytes(&mut d, frame.len(), StatusCode::BadTcpMessageTypeInvalid)?.map(<[u8]>::to_vec);
     let thumb = read_bytes(&mut d, 64, StatusCode::BadCertificateInvalid)?.map(<[u8]>::to_vec);
     let security = SecurityHeader::Asymmetric(AsymmetricSecurityHeader {
         security_policy_uri: uri,
@@ -105,7 +133,12 @@ pub fn parse_chunk_head(header: MessageHeader, frame: &[u8]) -> Result<ChunkHead
     if frame.len() < sequence_offset + SEQUENCE_HEADER_LEN {
         return Err(StatusCode::BadTcpMessageTypeInvalid);
     }
-    Ok(ChunkHead { header, secure_channel_id, security, sequence_offset })
+    Ok(ChunkHead {
+        header,
+        secure_channel_id,
+        security,
+        sequence_offset,
+    })
 }
 
 /// The head of a MSG or CLO chunk: what [`parse_chunk_head`] gives for it, without a
@@ -123,7 +156,10 @@ pub struct SymmetricHead {
 /// in [`parse_chunk_head`].
 pub fn parse_symmetric_head(frame: &[u8]) -> Result<SymmetricHead, StatusCode> {
     const SEQUENCE_OFFSET: usize = MESSAGE_HEADER_LEN + 4 + SYMMETRIC_HEADER_LEN;
-    let (Some(head), true) = (frame.first_chunk::<SEQUENCE_OFFSET>(), frame.len() >= SEQUENCE_OFFSET + SEQUENCE_HEADER_LEN) else {
+    let (Some(head), true) = (
+        frame.first_chunk::<SEQUENCE_OFFSET>(),
+        frame.len() >= SEQUENCE_OFFSET + SEQUENCE_HEADER_LEN,
+    ) else {
         return Err(StatusCode::BadTcpMessageTypeInvalid);
     };
     let [_, _, _, _, _, _, _, _, c0, c1, c2, c3, t0, t1, t2, t3] = *head;
@@ -172,35 +208,60 @@ pub fn open_chunk<'a>(
             return Err(StatusCode::BadSecurityChecksFailed);
         }
         let signed_end = scratch.len() - sig_len;
-        let (signed, signature) = scratch.split_at_checked(signed_end).ok_or(StatusCode::BadSecurityChecksFailed)?;
+        let (signed, signature) = scratch
+            .split_at_checked(signed_end)
+            .ok_or(StatusCode::BadSecurityChecksFailed)?;
         crypto.verify(signed, signature)?;
         &scratch[..]
     };
-    let mut end = buf.len().checked_sub(layout.signature_len).ok_or(StatusCode::BadSecurityChecksFailed)?;
+    let mut end = buf
+        .len()
+        .checked_sub(layout.signature_len)
+        .ok_or(StatusCode::BadSecurityChecksFailed)?;
     if layout.encrypted {
         let mut padding = 0usize;
         if layout.extra_padding_byte {
-            end = end.checked_sub(1).ok_or(StatusCode::BadSecurityChecksFailed)?;
+            end = end
+                .checked_sub(1)
+                .ok_or(StatusCode::BadSecurityChecksFailed)?;
             padding = (*buf.get(end).ok_or(StatusCode::BadSecurityChecksFailed)? as usize) << 8;
         }
-        let lo = *buf.get(end.wrapping_sub(1)).ok_or(StatusCode::BadSecurityChecksFailed)?;
+        let lo = *buf
+            .get(end.wrapping_sub(1))
+            .ok_or(StatusCode::BadSecurityChecksFailed)?;
         padding |= lo as usize;
-        let body_end = end.checked_sub(padding + 1).ok_or(StatusCode::BadSecurityChecksFailed)?;
+        let body_end = end
+            .checked_sub(padding + 1)
+            .ok_or(StatusCode::BadSecurityChecksFailed)?;
         if body_end < sequence_offset + SEQUENCE_HEADER_LEN {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
-        if buf.get(body_end..end).ok_or(StatusCode::BadSecurityChecksFailed)?.iter().any(|&b| b != lo) {
+        if buf
+            .get(body_end..end)
+            .ok_or(StatusCode::BadSecurityChecksFailed)?
+            .iter()
+            .any(|&b| b != lo)
+        {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
         end = body_end;
     }
     let s = sequence_offset;
-    let header: [u8; 8] = buf.get(s..s + 8).and_then(|h| h.try_into().ok()).ok_or(StatusCode::BadSecurityChecksFailed)?;
+    let header: [u8; 8] = buf
+        .get(s..s + 8)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(StatusCode::BadSecurityChecksFailed)?;
     let [a, b, c, d, e, f, g, h] = header;
     let sequence_number = u32::from_le_bytes([a, b, c, d]);
     let request_id = u32::from_le_bytes([e, f, g, h]);
-    let body = buf.get(s + SEQUENCE_HEADER_LEN..end).ok_or(StatusCode::BadSecurityChecksFailed)?;
-    Ok(OpenedChunk { sequence_number, request_id, body })
+    let body = buf
+        .get(s + SEQUENCE_HEADER_LEN..end)
+        .ok_or(StatusCode::BadSecurityChecksFailed)?;
+    Ok(OpenedChunk {
+        sequence_number,
+        request_id,
+        body,
+    })
 }
 
 /// Sequence numbers we send (Part 6 §6.7.2.4).
@@ -213,11 +274,17 @@ pub struct SequenceCounter {
 impl SequenceCounter {
     /// Legacy numbering starts at 1; the non-legacy at 0.
     pub fn new(legacy: bool) -> Self {
-        SequenceCounter { next: if legacy { 1 } else { 0 }, legacy }
+        SequenceCounter {
+            next: if legacy { 1 } else { 0 },
+            legacy,
+        }
     }
     /// Starts at `first` (tests of the wrap-around).
     pub fn starting_at(first: u32, legacy: bool) -> Self {
-        SequenceCounter { next: first, legacy }
+        SequenceCounter {
+            next: first,
+            legacy,
+        }
     }
     pub fn peek(&self) -> u32 {
         self.next
@@ -287,19 +354,28 @@ pub struct ChunkLimits {
 impl ChunkLimits {
     /// What the peer accepts per message, from its Hello or Acknowledge.
     pub fn negotiated(n: &Negotiated) -> ChunkLimits {
-        ChunkLimits { max_chunk_size: n.send_buffer_size, max_message_size: n.peer_max_message_size, max_chunk_count: n.peer_max_chunk_count }
+        ChunkLimits {
+            max_chunk_size: n.send_buffer_size,
+            max_message_size: n.peer_max_message_size,
+            max_chunk_count: n.peer_max_chunk_count,
+        }
     }
 }
 
 /// Largest body that fits in one chunk, in bytes, for a security header of
 /// `security_header_len` bytes.
-pub fn max_body_per_chunk(layout: &CryptoLayout, max_chunk_size: usize, security_header_len: usize) -> Option<usize> {
+pub fn max_body_per_chunk(
+    layout: &CryptoLayout,
+    max_chunk_size: usize,
+    security_header_len: usize,
+) -> Option<usize> {
     let header_len = MESSAGE_HEADER_LEN + 4 + security_header_len;
     let avail = max_chunk_size.checked_sub(header_len)?;
     let n = if layout.encrypted {
         let blocks = avail / layout.cipher_block_size.max(1);
         let plain = blocks * layout.plain_block_size.max(1);
-        plain.checked_sub(SEQUENCE_HEADER_LEN + layout.signature_len + layout.padding_size_bytes())?
+        plain
+            .checked_sub(SEQUENCE_HEADER_LEN + layout.signature_len + layout.padding_size_bytes())?
     } else {
         avail.checked_sub(SEQUENCE_HEADER_LEN + layout.signature_len)?
     };
@@ -323,8 +399,8 @@ pub fn write_chunks(
 ) -> Result<usize, StatusCode> {
     let layout = crypto.send_layout();
     let sec_len = security.encoded_len();
-    let per_chunk =
-        max_body_per_chunk(&layout, limits.max_chunk_size as usize, sec_len).ok_or(StatusCode::BadTcpInternalError)?;
+    let per_chunk = max_body_per_chunk(&layout, limits.max_chunk_size as usize, sec_len)
+        .ok_or(StatusCode::BadTcpInternalError)?;
     if limits.max_message_size != 0 && body.len() > limits.max_message_size as usize {
         return Err(StatusCode::BadTcpMessageTooLarge);
     }
@@ -338,10 +414,23 @@ pub fn write_chunks(
         let n = rest.len().min(per_chunk);
         let (part, tail) = rest.split_at(n);
         rest = tail;
-        let chunk_type = if i + 1 == chunks { ChunkType::Final } else { ChunkType::Intermediate };
-        if let Err(e) =
-            write_one_chunk(message_type, chunk_type, secure_channel_id, security, request_id, part, crypto, &layout, seq, out)
-        {
+        let chunk_type = if i + 1 == chunks {
+            ChunkType::Final
+        } else {
+            ChunkType::Intermediate
+        };
+        if let Err(e) = write_one_chunk(
+            message_type,
+            chunk_type,
+            secure_channel_id,
+            security,
+            request_id,
+            part,
+            crypto,
+            &layout,
+            seq,
+            out,
+        ) {
             out.truncate(start_len);
             return Err(e);
         }
@@ -364,7 +453,18 @@ pub fn write_abort_chunk(
     let mut body = Vec::with_capacity(64);
     error.encode_body(&mut body);
     let layout = crypto.send_layout();
-    write_one_chunk(message_type, ChunkType::Abort, secure_channel_id, security, request_id, &body, crypto, &layout, seq, out)
+    write_one_chunk(
+        message_type,
+        ChunkType::Abort,
+        secure_channel_id,
+        security,
+        request_id,
+        &body,
+        crypto,
+        &layout,
+        seq,
+        out,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -381,7 +481,12 @@ fn write_one_chunk(
     out: &mut Vec<u8>,
 ) -> Result<(), StatusCode> {
     let start = out.len();
-    MessageHeader { message_type, chunk_type, message_size: 0 }.encode(out);
+    MessageHeader {
+        message_type,
+        chunk_type,
+        message_size: 0,
+    }
+    .encode(out);
     secure_channel_id.encode(out);
     security.encode(out);
     let seq_start = out.len();
@@ -410,10 +515,19 @@ pub fn write_message_with(
     scratch: &mut Vec<u8>,
 ) -> Result<usize, StatusCode> {
     let layout = crypto.send_layout();
-    let per_chunk = max_body_per_chunk(&layout, limits.max_chunk_size as usize, security.encoded_len())
-        .ok_or(StatusCode::BadTcpInternalError)?;
+    let per_chunk = max_body_per_chunk(
+        &layout,
+        limits.max_chunk_size as usize,
+        security.encoded_len(),
+    )
+    .ok_or(StatusCode::BadTcpInternalError)?;
     let start = out.len();
-    MessageHeader { message_type, chunk_type: ChunkType::Final, message_size: 0 }.encode(out);
+    MessageHeader {
+        message_type,
+        chunk_type: ChunkType::Final,
+        message_size: 0,
+    }
+    .encode(out);
     secure_channel_id.encode(out);
     security.encode(out);
     let seq_start = out.len();
@@ -424,7 +538,8 @@ pub fn write_message_with(
     let too_large = limits.max_message_size != 0 && body_len > limits.max_message_size as usize;
     if body_len <= per_chunk && !too_large {
         // The sequence header was reserved above at `seq_start`.
-        let header = put_u32(out, seq_start, seq.take()).and_then(|()| put_u32(out, seq_start + 4, request_id));
+        let header = put_u32(out, seq_start, seq.take())
+            .and_then(|()| put_u32(out, seq_start + 4, request_id));
         let sealed = match header {
             Some(()) => finish_chunk(start, seq_start, body_len, crypto, &layout, out),
             None => Err(StatusCode::BadTcpInternalError),
@@ -444,7 +559,17 @@ pub fn write_message_with(
     };
     scratch.extend_from_slice(body);
     out.truncate(start);
-    write_chunks(message_type, secure_channel_id, security, request_id, scratch, crypto, seq, limits, out)
+    write_chunks(
+        message_type,
+        secure_channel_id,
+        security,
+        request_id,
+        scratch,
+        crypto,
+        seq,
+        limits,
+        out,
+    )
 }
 
 /// Writes `v` little-endian at `out[at..at + 4]`; `None` when that is outside `out`.
@@ -489,7 +614,10 @@ fn finish_chunk(
         let sig_at = out.len();
         out.resize(sig_at + layout.signature_len, 0);
         let (signed, sig) = out.split_at_mut(sig_at);
-        crypto.sign(signed.get(start..).ok_or(StatusCode::BadTcpInternalError)?, sig)?;
+        crypto.sign(
+            signed.get(start..).ok_or(StatusCode::BadTcpInternalError)?,
+            sig,
+        )?;
     }
     if layout.encrypted {
         crypto.encrypt(out, seq_start)?;
@@ -508,7 +636,10 @@ pub enum Assembly<'a> {
     /// A whole message body.
     Complete { request_id: u32, body: &'a [u8] },
     /// The sender aborted the message (the partial chunks were dropped).
-    Aborted { request_id: u32, error: ErrorMessage },
+    Aborted {
+        request_id: u32,
+        error: ErrorMessage,
+    },
 }
 
 /// Assembles chunk bodies into message bodies, one message at a time (chunks of one
@@ -581,7 +712,9 @@ impl MessageAssembler {
             }
             ChunkType::Intermediate => {
                 self.chunks += 1;
-                if self.chunks >= max_chunk_count.max(1) || self.buf.len() + body.len() > max_message_size {
+                if self.chunks >= max_chunk_count.max(1)
+                    || self.buf.len() + body.len() > max_message_size
+                {
                     return Err(too_large);
                 }
                 if self.current.is_none() {
@@ -599,13 +732,18 @@ impl MessageAssembler {
                     return Ok(Assembly::Complete { request_id, body });
                 }
                 self.chunks += 1;
-                if self.chunks > max_chunk_count.max(1) || self.buf.len() + body.len() > max_message_size {
+                if self.chunks > max_chunk_count.max(1)
+                    || self.buf.len() + body.len() > max_message_size
+                {
                     return Err(too_large);
                 }
                 self.buf.extend_from_slice(body);
                 self.reset_after_message();
                 self.consumed = true;
-                Ok(Assembly::Complete { request_id, body: &self.buf })
+                Ok(Assembly::Complete {
+                    request_id,
+                    body: &self.buf,
+                })
             }
         }
     }
@@ -635,9 +773,15 @@ mod tests {
         assert_eq!(seen, vec![u32::MAX - 1024, u32::MAX - 1023, 1, 2]);
         let mut chk = SequenceChecker::new(true);
         chk.check(5).unwrap();
-        assert_eq!(chk.check(7).unwrap_err(), StatusCode::BadSequenceNumberInvalid);
+        assert_eq!(
+            chk.check(7).unwrap_err(),
+            StatusCode::BadSequenceNumberInvalid
+        );
         assert_eq!(chk.check(6).unwrap(), ());
-        assert_eq!(chk.check(6).unwrap_err(), StatusCode::BadSequenceNumberInvalid);
+        assert_eq!(
+            chk.check(6).unwrap_err(),
+            StatusCode::BadSequenceNumberInvalid
+        );
         // No wrap before the threshold.
         let mut chk = SequenceChecker::new(true);
         chk.check(1000).unwrap();
@@ -660,21 +804,57 @@ mod tests {
     #[test]
     fn symmetric_head_agrees_with_chunk_head() {
         let mut out = Vec::new();
-        let limits = ChunkLimits { max_chunk_size: 8192, max_message_size: 0, max_chunk_count: 0 };
-        let sec = SecurityHeader::Symmetric { token_id: 0x0102_0304 };
-        write_chunks(MessageType::Message, 0xA0B0_C0D0, &sec, 42, b"body", &PlainCrypto, &mut SequenceCounter::new(true), &limits, &mut out)
-            .unwrap();
+        let limits = ChunkLimits {
+            max_chunk_size: 8192,
+            max_message_size: 0,
+            max_chunk_count: 0,
+        };
+        let sec = SecurityHeader::Symmetric {
+            token_id: 0x0102_0304,
+        };
+        write_chunks(
+            MessageType::Message,
+            0xA0B0_C0D0,
+            &sec,
+            42,
+            b"body",
+            &PlainCrypto,
+            &mut SequenceCounter::new(true),
+            &limits,
+            &mut out,
+        )
+        .unwrap();
         let header = MessageHeader::parse(out.first_chunk().unwrap()).unwrap();
         let head = parse_symmetric_head(&out).unwrap();
-        assert_eq!(head, SymmetricHead { secure_channel_id: 0xA0B0_C0D0, token_id: 0x0102_0304, sequence_offset: 16 });
+        assert_eq!(
+            head,
+            SymmetricHead {
+                secure_channel_id: 0xA0B0_C0D0,
+                token_id: 0x0102_0304,
+                sequence_offset: 16
+            }
+        );
         let full = parse_chunk_head(header, &out).unwrap();
         assert_eq!(full.secure_channel_id, 0xA0B0_C0D0);
-        assert_eq!(full.security, SecurityHeader::Symmetric { token_id: 0x0102_0304 });
+        assert_eq!(
+            full.security,
+            SecurityHeader::Symmetric {
+                token_id: 0x0102_0304
+            }
+        );
         assert_eq!(full.sequence_offset, 16);
         // Every truncation fails as parse_chunk_head fails.
         for n in 0..24 {
-            assert_eq!(parse_symmetric_head(&out[..n]).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid, "{n} bytes");
-            assert_eq!(parse_chunk_head(header, &out[..n]).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid, "{n} bytes");
+            assert_eq!(
+                parse_symmetric_head(&out[..n]).unwrap_err(),
+                StatusCode::BadTcpMessageTypeInvalid,
+                "{n} bytes"
+            );
+            assert_eq!(
+                parse_chunk_head(header, &out[..n]).unwrap_err(),
+                StatusCode::BadTcpMessageTypeInvalid,
+                "{n} bytes"
+            );
         }
     }
 
@@ -683,9 +863,24 @@ mod tests {
         let body: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
         let mut seq = SequenceCounter::new(true);
         let mut out = Vec::new();
-        let limits = ChunkLimits { max_chunk_size: 8192, max_message_size: 0, max_chunk_count: 0 };
+        let limits = ChunkLimits {
+            max_chunk_size: 8192,
+            max_message_size: 0,
+            max_chunk_count: 0,
+        };
         let sec = SecurityHeader::Symmetric { token_id: 7 };
-        let n = write_chunks(MessageType::Message, 9, &sec, 42, &body, &PlainCrypto, &mut seq, &limits, &mut out).unwrap();
+        let n = write_chunks(
+            MessageType::Message,
+            9,
+            &sec,
+            42,
+            &body,
+            &PlainCrypto,
+            &mut seq,
+            &limits,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(n, body.len().div_ceil(8192 - 24));
         let mut input = &out[..];
         let mut reader = crate::transport::FrameReader::new();
@@ -701,7 +896,16 @@ mod tests {
             let oc = open_chunk(f.bytes, head.sequence_offset, &PlainCrypto, &mut scratch).unwrap();
             checker.check(oc.sequence_number).unwrap();
             match asm
-                .push(MessageType::Message, f.header.chunk_type, oc.request_id, oc.body, 1 << 20, 100, StatusCode::BadRequestTooLarge, 0)
+                .push(
+                    MessageType::Message,
+                    f.header.chunk_type,
+                    oc.request_id,
+                    oc.body,
+                    1 << 20,
+                    100,
+                    StatusCode::BadRequestTooLarge,
+                    0,
+                )
                 .unwrap()
             {
                 Assembly::Partial => {}
@@ -714,9 +918,23 @@ mod tests {
         assert_eq!(b, body);
         // Too large for the peer: nothing written.
         let mut out2 = Vec::new();
-        let l2 = ChunkLimits { max_chunk_count: 3, ..limits };
+        let l2 = ChunkLimits {
+            max_chunk_count: 3,
+            ..limits
+        };
         assert_eq!(
-            write_chunks(MessageType::Message, 9, &sec, 42, &body, &PlainCrypto, &mut seq, &l2, &mut out2).unwrap_err(),
+            write_chunks(
+                MessageType::Message,
+                9,
+                &sec,
+                42,
+                &body,
+                &PlainCrypto,
+                &mut seq,
+                &l2,
+                &mut out2
+            )
+            .unwrap_err(),
             StatusCode::BadTcpMessageTooLarge
         );
         assert!(out2.is_empty());
@@ -727,21 +945,47 @@ mod tests {
         let mut a = MessageAssembler::new();
         let t = MessageType::Message;
         let tl = StatusCode::BadRequestTooLarge;
-        assert!(matches!(a.push(t, ChunkType::Intermediate, 1, &[0; 10], 25, 3, tl, 0).unwrap(), Assembly::Partial));
-        assert!(matches!(a.push(t, ChunkType::Intermediate, 1, &[0; 10], 25, 3, tl, 0).unwrap(), Assembly::Partial));
+        assert!(matches!(
+            a.push(t, ChunkType::Intermediate, 1, &[0; 10], 25, 3, tl, 0)
+                .unwrap(),
+            Assembly::Partial
+        ));
+        assert!(matches!(
+            a.push(t, ChunkType::Intermediate, 1, &[0; 10], 25, 3, tl, 0)
+                .unwrap(),
+            Assembly::Partial
+        ));
         // Third chunk of 10 exceeds 25 bytes.
-        assert_eq!(a.push(t, ChunkType::Final, 1, &[0; 10], 25, 3, tl, 0).unwrap_err(), tl);
+        assert_eq!(
+            a.push(t, ChunkType::Final, 1, &[0; 10], 25, 3, tl, 0)
+                .unwrap_err(),
+            tl
+        );
         let mut a = MessageAssembler::new();
-        a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 2, tl, 0).unwrap();
-        assert_eq!(a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 2, tl, 0).unwrap_err(), tl);
+        a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 2, tl, 0)
+            .unwrap();
+        assert_eq!(
+            a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 2, tl, 0)
+                .unwrap_err(),
+            tl
+        );
         let mut a = MessageAssembler::new();
-        a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 5, tl, 0).unwrap();
-        assert_eq!(a.push(t, ChunkType::Final, 2, &[0; 1], 100, 5, tl, 0).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid);
+        a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 5, tl, 0)
+            .unwrap();
+        assert_eq!(
+            a.push(t, ChunkType::Final, 2, &[0; 1], 100, 5, tl, 0)
+                .unwrap_err(),
+            StatusCode::BadTcpMessageTypeInvalid
+        );
         let mut a = MessageAssembler::new();
-        a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 5, tl, 0).unwrap();
+        a.push(t, ChunkType::Intermediate, 1, &[0; 1], 100, 5, tl, 0)
+            .unwrap();
         let mut abort = Vec::new();
         ErrorMessage::new(StatusCode::BadResponseTooLarge, "too big").encode_body(&mut abort);
-        match a.push(t, ChunkType::Abort, 1, &abort, 100, 5, tl, 0).unwrap() {
+        match a
+            .push(t, ChunkType::Abort, 1, &abort, 100, 5, tl, 0)
+            .unwrap()
+        {
             Assembly::Aborted { request_id, error } => {
                 assert_eq!(request_id, 1);
                 assert_eq!(error.error, StatusCode::BadResponseTooLarge);
@@ -749,6 +993,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(a.buffered(), 0);
-        assert!(matches!(a.push(t, ChunkType::Final, 3, &[1, 2], 100, 5, tl, 0).unwrap(), Assembly::Complete { request_id: 3, .. }));
+        assert!(matches!(
+            a.push(t, ChunkType::Final, 3, &[1, 2], 100, 5, tl, 0)
+                .unwrap(),
+            Assembly::Complete { request_id: 3, .. }
+        ));
     }
 }

@@ -9,11 +9,12 @@ pub mod chunk;
 pub mod policy;
 
 pub use chunk::{
-    max_body_per_chunk, open_chunk, parse_chunk_head, parse_symmetric_head, write_abort_chunk, write_chunks, Assembly, ChunkHead, ChunkLimits,
-    MessageAssembler, OpenedChunk, SecurityHeader, SequenceChecker, SequenceCounter, SEQUENCE_HEADER_LEN,
-    write_message_with,
+    max_body_per_chunk, open_chunk, parse_chunk_head, parse_symmetric_head, write_abort_chunk,
+    write_chunks, write_message_with, Assembly, ChunkHead, ChunkLimits, MessageAssembler,
+    OpenedChunk, SecurityHeader, SequenceChecker, SequenceCounter, SEQUENCE_HEADER_LEN,
 };
 pub use policy::{
-    AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy, PlainCrypto, Role,
-    SecurityPolicy, SecurityProvider, UserAccess, UserAuthenticator, UserTokenSettings, SECURITY_POLICY_NONE_URI,
+    AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy, PlainCrypto,
+    Role, SecurityPolicy, SecurityProvider, UserAccess, UserAuthenticator, UserTokenSettings,
+    SECURITY_POLICY_NONE_URI,
 };

@@ -35,8 +35,13 @@ pub struct CryptoLayout {
 
 impl CryptoLayout {
     /// No signature, no encryption (SecurityPolicy None, or mode None).
-    pub const PLAIN: CryptoLayout =
-        CryptoLayout { encrypted: false, plain_block_size: 1, cipher_block_size: 1, signature_len: 0, extra_padding_byte: false };
+    pub const PLAIN: CryptoLayout = CryptoLayout {
+        encrypted: false,
+        plain_block_size: 1,
+        cipher_block_size: 1,
+        signature_len: 0,
+        extra_padding_byte: false,
+    };
 
     pub fn is_plain(&self) -> bool {
         !self.encrypted && self.signature_len == 0
@@ -183,7 +188,11 @@ pub trait SecurityPolicy: Send + Sync {
     /// Validates a client application certificate given in CreateSession against the
     /// trust list, with the ApplicationUri of its ApplicationDescription. Policy None has
     /// no trust list and accepts; the default fails closed.
-    fn validate_client_certificate(&self, certificate: &[u8], application_uri: Option<&str>) -> Result<(), StatusCode> {
+    fn validate_client_certificate(
+        &self,
+        certificate: &[u8],
+        application_uri: Option<&str>,
+    ) -> Result<(), StatusCode> {
         let _ = (certificate, application_uri);
         Err(StatusCode::BadCertificateUntrusted)
     }
@@ -217,10 +226,19 @@ impl UserAccess {
 pub trait UserAuthenticator: Send + Sync {
     /// Checks a user name and a decrypted password. Failures are BadUserAccessDenied
     /// (also when `peer` is rate-limited after too many failures).
-    fn authenticate_password(&self, peer: Option<IpAddr>, user: &str, password: &[u8]) -> Result<UserAccess, StatusCode>;
+    fn authenticate_password(
+        &self,
+        peer: Option<IpAddr>,
+        user: &str,
+        password: &[u8],
+    ) -> Result<UserAccess, StatusCode>;
     /// Validates an X.509 user certificate (its signature was verified already) and maps
     /// it to a user: (name, access).
-    fn authenticate_certificate(&self, peer: Option<IpAddr>, certificate: &[u8]) -> Result<(String, UserAccess), StatusCode>;
+    fn authenticate_certificate(
+        &self,
+        peer: Option<IpAddr>,
+        certificate: &[u8],
+    ) -> Result<(String, UserAccess), StatusCode>;
     /// Whether `peer` may attempt a login now (checked before any RSA work on its token).
     fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
         let _ = peer;
@@ -305,10 +323,21 @@ impl SecurityPolicy for NonePolicy {
     fn thumbprint(&self, _: &[u8]) -> Option<Vec<u8>> {
         None
     }
-    fn asymmetric(&self, _: Role, _: Option<&[u8]>, _: Option<&[u8]>) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+    fn asymmetric(
+        &self,
+        _: Role,
+        _: Option<&[u8]>,
+        _: Option<&[u8]>,
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
         Ok(Box::new(PlainCrypto))
     }
-    fn symmetric(&self, _: Role, mode: MessageSecurityMode, _: &[u8], _: &[u8]) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+    fn symmetric(
+        &self,
+        _: Role,
+        mode: MessageSecurityMode,
+        _: &[u8],
+        _: &[u8],
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
         if mode != MessageSecurityMode::None {
             return Err(StatusCode::BadSecurityModeRejected);
         }
@@ -347,13 +376,20 @@ mod mode_serde {
         MessageSecurityMode::ALL
             .into_iter()
             .find(|m| *m != MessageSecurityMode::Invalid && m.name() == Some(name.as_str()))
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown security mode {name:?} (None, Sign, SignAndEncrypt)")))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown security mode {name:?} (None, Sign, SignAndEncrypt)"
+                ))
+            })
     }
 }
 
 impl EndpointSecurity {
     pub fn none() -> Self {
-        EndpointSecurity { policy_uri: SECURITY_POLICY_NONE_URI.to_owned(), mode: MessageSecurityMode::None }
+        EndpointSecurity {
+            policy_uri: SECURITY_POLICY_NONE_URI.to_owned(),
+            mode: MessageSecurityMode::None,
+        }
     }
 }
 
@@ -369,7 +405,14 @@ pub struct SecurityProvider {
 impl std::fmt::Debug for SecurityProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SecurityProvider")
-            .field("policies", &self.policies.iter().map(|p| p.uri().to_owned()).collect::<Vec<_>>())
+            .field(
+                "policies",
+                &self
+                    .policies
+                    .iter()
+                    .map(|p| p.uri().to_owned())
+                    .collect::<Vec<_>>(),
+            )
             .field("endpoints", &self.endpoints)
             .finish()
     }
@@ -450,7 +493,9 @@ impl SecurityProvider {
     }
     /// Whether some endpoint accepts this pair.
     pub fn allows(&self, uri: &str, mode: MessageSecurityMode) -> bool {
-        self.endpoints.iter().any(|e| e.policy_uri == uri && e.mode == mode)
+        self.endpoints
+            .iter()
+            .any(|e| e.policy_uri == uri && e.mode == mode)
     }
     /// Every endpoint has its policy registered.
     pub fn validate(&self) -> Result<(), String> {
@@ -459,11 +504,17 @@ impl SecurityProvider {
         }
         for e in &self.endpoints {
             if !self.policies.iter().any(|p| p.uri() == e.policy_uri) {
-                return Err(format!("endpoint uses unregistered policy {}", e.policy_uri));
+                return Err(format!(
+                    "endpoint uses unregistered policy {}",
+                    e.policy_uri
+                ));
             }
             let none = e.policy_uri == SECURITY_POLICY_NONE_URI;
             if none != (e.mode == MessageSecurityMode::None) {
-                return Err(format!("policy {} cannot be used with mode {:?}", e.policy_uri, e.mode));
+                return Err(format!(
+                    "policy {} cannot be used with mode {:?}",
+                    e.policy_uri, e.mode
+                ));
             }
         }
         Ok(())

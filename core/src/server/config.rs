@@ -45,7 +45,9 @@ impl ServerConfig {
         self.application.validate()?;
         self.operation_limits.validate()?;
         self.sessions.validate()?;
-        self.transport.validate().map_err(|e| format!("transport: {e}"))?;
+        self.transport
+            .validate()
+            .map_err(|e| format!("transport: {e}"))?;
         self.events.validate()?;
         self.subscriptions.validate()?;
         self.redundancy.validate()?;
@@ -66,7 +68,10 @@ pub struct RedundancyConfig {
 
 impl Default for RedundancyConfig {
     fn default() -> Self {
-        RedundancyConfig { support: "none".into(), server_uris: Vec::new() }
+        RedundancyConfig {
+            support: "none".into(),
+            server_uris: Vec::new(),
+        }
     }
 }
 
@@ -90,8 +95,15 @@ impl RedundancyConfig {
         if self.support == "none" && !self.server_uris.is_empty() {
             return Err("redundancy.server_uris needs redundancy.support cold, warm or hot".into());
         }
-        if self.server_uris.len() > 64 || self.server_uris.iter().any(|u| u.is_empty() || u.len() > 4096) {
-            return Err("redundancy.server_uris: at most 64 non-empty URIs of at most 4096 bytes".into());
+        if self.server_uris.len() > 64
+            || self
+                .server_uris
+                .iter()
+                .any(|u| u.is_empty() || u.len() > 4096)
+        {
+            return Err(
+                "redundancy.server_uris: at most 64 non-empty URIs of at most 4096 bytes".into(),
+            );
         }
         Ok(())
     }
@@ -281,7 +293,10 @@ impl OperationLimits {
             ("max_array_length", self.max_array_length),
             ("max_string_length", self.max_string_length),
             ("max_byte_string_length", self.max_byte_string_length),
-            ("max_async_operations_per_shard", self.max_async_operations_per_shard),
+            (
+                "max_async_operations_per_shard",
+                self.max_async_operations_per_shard,
+            ),
         ];
         for (name, v) in counts {
             if v == 0 {
@@ -325,13 +340,20 @@ pub struct EventConfig {
 
 impl Default for EventConfig {
     fn default() -> Self {
-        EventConfig { demo_rate_per_s: 1.0, bus_capacity: 4096, max_event_filter_elements: 64, max_select_clauses: 64 }
+        EventConfig {
+            demo_rate_per_s: 1.0,
+            bus_capacity: 4096,
+            max_event_filter_elements: 64,
+            max_select_clauses: 64,
+        }
     }
 }
 
 impl EventConfig {
     fn validate(&self) -> Result<(), String> {
-        if !(self.demo_rate_per_s.is_finite() && (0.0..=1_000_000.0).contains(&self.demo_rate_per_s)) {
+        if !(self.demo_rate_per_s.is_finite()
+            && (0.0..=1_000_000.0).contains(&self.demo_rate_per_s))
+        {
             return Err("events.demo_rate_per_s must be 0..=1000000 (0 = off)".into());
         }
         if !(16..=1_048_576).contains(&self.bus_capacity) {

@@ -23,20 +23,23 @@ use crate::encoding::{Decode, Decoder, Encode};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
-    ChannelSecurityToken, MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, RequestHeader,
-    ResponseHeader, SecurityTokenRequestType, ServiceFault,
+    ChannelSecurityToken, MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse,
+    RequestHeader, ResponseHeader, SecurityTokenRequestType, ServiceFault,
 };
 use crate::secure_channel::{
-    open_chunk, parse_chunk_head, parse_symmetric_head, write_chunks, write_message_with, Assembly, ChunkCrypto, ChunkLimits, MessageAssembler, Role,
-    SecurityHeader, SecurityPolicy, SequenceChecker, SequenceCounter, SECURITY_POLICY_NONE_URI,
+    open_chunk, parse_chunk_head, parse_symmetric_head, write_chunks, write_message_with, Assembly,
+    ChunkCrypto, ChunkLimits, MessageAssembler, Role, SecurityHeader, SecurityPolicy,
+    SequenceChecker, SequenceCounter, SECURITY_POLICY_NONE_URI,
 };
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
+use crate::server::handshake::{
+    Carry, HandshakeJob, Issued, JobDone, JobKind, OpenedRequest, Output,
+};
 use crate::server::recycle::Recycler;
-use crate::server::handshake::{Carry, HandshakeJob, Issued, JobDone, JobKind, OpenedRequest, Output};
 use crate::time::Now;
 use crate::transport::{
-    negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated, TransportLimits,
-    MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
+    negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated,
+    TransportLimits, MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
 };
 use crate::types::{ByteString, NodeId, StatusCode};
 
@@ -70,7 +73,8 @@ impl Token {
     /// clock differences mean messages may arrive late).
     fn expires_ns(&self) -> u64 {
         let ms = self.lifetime_ms as u64;
-        self.created_ns.saturating_add((ms + ms / 4).saturating_mul(1_000_000))
+        self.created_ns
+            .saturating_add((ms + ms / 4).saturating_mul(1_000_000))
     }
 }
 
@@ -100,11 +104,25 @@ impl Channel {
         send_seq: SequenceCounter,
         recv_seq: SequenceChecker,
     ) -> Box<Channel> {
-        Box::new(Channel { id, policy, mode, client_certificate, current: first, previous: None, next_token_id: 2, send_seq, recv_seq })
+        Box::new(Channel {
+            id,
+            policy,
+            mode,
+            client_certificate,
+            current: first,
+            previous: None,
+            next_token_id: 2,
+            send_seq,
+            recv_seq,
+        })
     }
 
     /// What a service learns of the channel a request came on.
-    fn request_context<'a>(&'a self, peer: Option<SocketAddr>, endpoint_url: &'a str) -> RequestContext<'a> {
+    fn request_context<'a>(
+        &'a self,
+        peer: Option<SocketAddr>,
+        endpoint_url: &'a str,
+    ) -> RequestContext<'a> {
         RequestContext {
             channel_id: self.id,
             security_policy_uri: self.policy.uri(),
@@ -117,8 +135,13 @@ impl Channel {
 }
 
 enum Phase {
-    AwaitHello { deadline_ns: u64 },
-    AwaitOpen { deadline_ns: u64, recv_seq: Option<SequenceChecker> },
+    AwaitHello {
+        deadline_ns: u64,
+    },
+    AwaitOpen {
+        deadline_ns: u64,
+        recv_seq: Option<SequenceChecker>,
+    },
     Open(Box<Channel>),
     Closed,
 }
@@ -192,7 +215,11 @@ enum Waiting {
     /// The OPN response signed and encrypted.
     OpenResponse,
     /// A session service (CreateSession, ActivateSession) to finish with `ConnectionHost::resume`.
-    Service { request_id: u32, handle: u32, is_activate: bool },
+    Service {
+        request_id: u32,
+        handle: u32,
+        is_activate: bool,
+    },
 }
 
 /// One accepted TCP connection. See the module documentation.
@@ -223,14 +250,20 @@ pub fn service_fault(request_handle: u32, status: StatusCode, now: Now) -> Respo
 impl ServerConnection {
     /// A connection just accepted from `peer`. The Hello must arrive within
     /// `hello_timeout_ms`.
-    pub fn new<H: ConnectionHost + ?Sized>(host: &mut H, peer: Option<SocketAddr>, now: Now) -> ServerConnection {
+    pub fn new<H: ConnectionHost + ?Sized>(
+        host: &mut H,
+        peer: Option<SocketAddr>,
+        now: Now,
+    ) -> ServerConnection {
         let limits = *host.transport_limits();
         let mut reader = FrameReader::new();
         reader.set_filter(Some(only_hello));
         ServerConnection {
             reader,
             st: State {
-                phase: Phase::AwaitHello { deadline_ns: now.deadline_after_ms(limits.hello_timeout_ms as f64) },
+                phase: Phase::AwaitHello {
+                    deadline_ns: now.deadline_after_ms(limits.hello_timeout_ms as f64),
+                },
                 limits,
                 negotiated: None,
                 endpoint_url: String::new(),
@@ -294,19 +327,34 @@ impl ServerConnection {
     /// The connection arrived from another shard (see [`ServerConnection::detach`]): adopts
     /// its channel here, answers the pending ActivateSession, then processes the input held
     /// since. A channel this shard cannot take is closed with an ERR.
-    pub fn attach<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+    pub fn attach<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         let Phase::Open(c) = &mut self.st.phase else {
             return ConnStatus::Close;
         };
         // Later OPN renewals and handshake checks use this shard's instance of the policy.
         let Some(policy) = host.security().find(c.policy.uri()).cloned() else {
-            let f = Failure { status: StatusCode::BadSecurityPolicyRejected, reason: "security policy not offered" };
+            let f = Failure {
+                status: StatusCode::BadSecurityPolicyRejected,
+                reason: "security policy not offered",
+            };
             return self.close_with(host, f, out);
         };
         c.policy = policy;
         let id = c.id;
         if let Err(status) = host.adopt_channel(id) {
-            return self.close_with(host, Failure { status, reason: "cannot take the moved channel" }, out);
+            return self.close_with(
+                host,
+                Failure {
+                    status,
+                    reason: "cannot take the moved channel",
+                },
+                out,
+            );
         }
         self.st.channel_to_report = Some(id);
         if let Phase::Open(c) = &self.st.phase {
@@ -323,13 +371,24 @@ impl ServerConnection {
     /// The move could not be made (the queue to the owning shard is full): the pending
     /// ActivateSession is answered with a ServiceFault BadResourceUnavailable (the client may
     /// retry), and the held input is processed here.
-    pub fn move_refused<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+    pub fn move_refused<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         if let Some((request_id, request)) = self.st.moving.take() {
             let handle = request.request_header().request_handle;
             let fault = service_fault(handle, StatusCode::BadResourceUnavailable, now);
-            let State { phase, negotiated, body_out, .. } = &mut self.st;
+            let State {
+                phase,
+                negotiated,
+                body_out,
+                ..
+            } = &mut self.st;
             if let (Phase::Open(c), Some(n)) = (phase, *negotiated) {
-                if let Err(f) = send_response(c, body_out, &n, request_id, &fault, handle, now, out) {
+                if let Err(f) = send_response(c, body_out, &n, request_id, &fault, handle, now, out)
+                {
                     return self.close_with(host, f, out);
                 }
             }
@@ -337,7 +396,12 @@ impl ServerConnection {
         self.resume_held(host, now, out)
     }
 
-    fn resume_held<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+    fn resume_held<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         let held = std::mem::take(&mut self.st.held);
         if held.is_empty() {
             return self.flush_deferred(host, now, out);
@@ -359,16 +423,29 @@ impl ServerConnection {
 
     /// The result of the job [`ServerConnection::take_job`] handed out: the handshake goes on
     /// (possibly with another job), then held input is processed.
-    pub fn on_job_done<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, done: JobDone, out: &mut Vec<u8>) -> ConnStatus {
+    pub fn on_job_done<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        done: JobDone,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         if matches!(self.st.phase, Phase::Closed) || self.st.waiting.is_none() {
-            return if matches!(self.st.phase, Phase::Closed) { ConnStatus::Close } else { ConnStatus::Open };
+            return if matches!(self.st.phase, Phase::Closed) {
+                ConnStatus::Close
+            } else {
+                ConnStatus::Open
+            };
         }
         match self.st.complete(host, now, done, out) {
             Ok(Step::Continue) => {}
             Ok(Step::CloseQuietly) => return self.close_quietly(host),
             // A job's result never starts a move (only a decoded ActivateSession does).
             Ok(Step::Move(_)) => {
-                let f = Failure { status: StatusCode::BadTcpInternalError, reason: "a handshake result asked for a move" };
+                let f = Failure {
+                    status: StatusCode::BadTcpInternalError,
+                    reason: "a handshake result asked for a move",
+                };
                 return self.close_with(host, f, out);
             }
             Err(f) => return self.close_with(host, f, out),
@@ -384,7 +461,13 @@ impl ServerConnection {
     }
 
     /// Feeds received bytes; appends whole chunks to send to `out`.
-    pub fn on_recv<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+    pub fn on_recv<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         if matches!(self.st.phase, Phase::Closed) {
             return ConnStatus::Close;
         }
@@ -406,7 +489,10 @@ impl ServerConnection {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(status) => {
-                    let f = Failure { status, reason: "bad message header" };
+                    let f = Failure {
+                        status,
+                        reason: "bad message header",
+                    };
                     return self.close_with(host, f, out);
                 }
             };
@@ -433,16 +519,29 @@ impl ServerConnection {
                 return ConnStatus::Open;
             }
         }
-        self.st.partial_since_ns = if self.reader.buffered() > 0 { Some(self.st.partial_since_ns.unwrap_or(now.mono_ns)) } else { None };
+        self.st.partial_since_ns = if self.reader.buffered() > 0 {
+            Some(self.st.partial_since_ns.unwrap_or(now.mono_ns))
+        } else {
+            None
+        };
         // Publish requests answered while this input was handled go out with it.
         self.flush_deferred(host, now, out)
     }
 
     /// Keeps input that arrives while a job is out, within the pre-session message budget.
-    fn hold<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
-        let limit = (self.st.limits.max_message_size_pre_session as usize).max(MIN_BUFFER_SIZE as usize);
+    fn hold<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
+        let limit =
+            (self.st.limits.max_message_size_pre_session as usize).max(MIN_BUFFER_SIZE as usize);
         if self.st.held.len() + data.len() > limit {
-            let f = Failure { status: StatusCode::BadTcpNotEnoughResources, reason: "too much input during a handshake" };
+            let f = Failure {
+                status: StatusCode::BadTcpNotEnoughResources,
+                reason: "too much input during a handshake",
+            };
             return self.close_with(host, f, out);
         }
         self.st.held.extend_from_slice(data);
@@ -453,15 +552,32 @@ impl ServerConnection {
     /// requests answered by a publishing cycle). The runtime calls it for the channels
     /// `ShardState::take_ready_channels` names; `on_recv` calls it itself. While a handshake
     /// job is out they wait (the job may renew the channel's token).
-    pub fn flush_deferred<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+    pub fn flush_deferred<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         if self.st.waiting.is_some() {
             return ConnStatus::Open;
         }
-        let State { phase, negotiated, body_out, deferred, .. } = &mut self.st;
+        let State {
+            phase,
+            negotiated,
+            body_out,
+            deferred,
+            ..
+        } = &mut self.st;
         let Phase::Open(c) = phase else {
-            return if matches!(phase, Phase::Closed) { ConnStatus::Close } else { ConnStatus::Open };
+            return if matches!(phase, Phase::Closed) {
+                ConnStatus::Close
+            } else {
+                ConnStatus::Open
+            };
         };
-        let Some(negotiated) = *negotiated else { return ConnStatus::Open };
+        let Some(negotiated) = *negotiated else {
+            return ConnStatus::Open;
+        };
         host.take_deferred(c.id, deferred);
         if deferred.is_empty() {
             return ConnStatus::Open;
@@ -472,11 +588,30 @@ impl ServerConnection {
                 _ if failure.is_some() => continue,
                 Deferred::Response(response) => {
                     let handle = response.response_header().request_handle;
-                    send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)
+                    send_response(
+                        c,
+                        body_out,
+                        &negotiated,
+                        request_id,
+                        &response,
+                        handle,
+                        now,
+                        out,
+                    )
                 }
-                Deferred::Encoded { request_handle, body, max_size } => {
+                Deferred::Encoded {
+                    request_handle,
+                    body,
+                    max_size,
+                } => {
                     // The session's MaxResponseMessageSize applies here as in `answer`.
-                    let n = Negotiated { peer_max_message_size: response_limit(negotiated.peer_max_message_size, max_size), ..negotiated };
+                    let n = Negotiated {
+                        peer_max_message_size: response_limit(
+                            negotiated.peer_max_message_size,
+                            max_size,
+                        ),
+                        ..negotiated
+                    };
                     let r = send_body(c, body_out, &n, request_id, &body, request_handle, now, out);
                     host.recycle_buffer(body);
                     r
@@ -498,37 +633,59 @@ impl ServerConnection {
         let mut d: Option<u64> = None;
         let mut add = |x: u64| d = Some(d.map_or(x, |y: u64| y.min(x)));
         match &st.phase {
-            Phase::AwaitHello { deadline_ns } | Phase::AwaitOpen { deadline_ns, .. } => add(*deadline_ns),
+            Phase::AwaitHello { deadline_ns } | Phase::AwaitOpen { deadline_ns, .. } => {
+                add(*deadline_ns)
+            }
             Phase::Open(c) => add(c.current.expires_ns()),
             Phase::Closed => return None,
         }
         if let Some(start) = st.unfinished_since() {
-            add(start.saturating_add(st.limits.message_assembly_timeout_ms.saturating_mul(1_000_000)));
+            add(start.saturating_add(
+                st.limits
+                    .message_assembly_timeout_ms
+                    .saturating_mul(1_000_000),
+            ));
         }
         d
     }
 
     /// Handles expired deadlines: Hello/Open timeout, an unfinished message held too
     /// long, and channel token expiry all close the connection with an ERR.
-    pub fn on_timer<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+    pub fn on_timer<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
         let t = now.mono_ns;
         let failure = match &self.st.phase {
             Phase::Closed => return ConnStatus::Close,
-            Phase::AwaitHello { deadline_ns } if t >= *deadline_ns => {
-                Some(Failure { status: StatusCode::BadTimeout, reason: "no Hello in time" })
-            }
-            Phase::AwaitOpen { deadline_ns, .. } if t >= *deadline_ns => {
-                Some(Failure { status: StatusCode::BadTimeout, reason: "no OpenSecureChannel in time" })
-            }
-            Phase::Open(c) if t >= c.current.expires_ns() => {
-                Some(Failure { status: StatusCode::BadSecureChannelTokenUnknown, reason: "the security token expired" })
-            }
+            Phase::AwaitHello { deadline_ns } if t >= *deadline_ns => Some(Failure {
+                status: StatusCode::BadTimeout,
+                reason: "no Hello in time",
+            }),
+            Phase::AwaitOpen { deadline_ns, .. } if t >= *deadline_ns => Some(Failure {
+                status: StatusCode::BadTimeout,
+                reason: "no OpenSecureChannel in time",
+            }),
+            Phase::Open(c) if t >= c.current.expires_ns() => Some(Failure {
+                status: StatusCode::BadSecureChannelTokenUnknown,
+                reason: "the security token expired",
+            }),
             _ => None,
         };
         let failure = failure.or_else(|| {
             let start = self.st.unfinished_since()?;
-            let limit = start.saturating_add(self.st.limits.message_assembly_timeout_ms.saturating_mul(1_000_000));
-            (t >= limit).then_some(Failure { status: StatusCode::BadTimeout, reason: "message not finished in time" })
+            let limit = start.saturating_add(
+                self.st
+                    .limits
+                    .message_assembly_timeout_ms
+                    .saturating_mul(1_000_000),
+            );
+            (t >= limit).then_some(Failure {
+                status: StatusCode::BadTimeout,
+                reason: "message not finished in time",
+            })
         });
         match failure {
             Some(f) => self.close_with(host, f, out),
@@ -559,8 +716,17 @@ impl ServerConnection {
         self.st.held = Vec::new();
     }
 
-    fn close_with<H: ConnectionHost + ?Sized>(&mut self, host: &mut H, f: Failure, out: &mut Vec<u8>) -> ConnStatus {
-        let reason = if f.reason.is_empty() { f.status.name().unwrap_or("error") } else { f.reason };
+    fn close_with<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        f: Failure,
+        out: &mut Vec<u8>,
+    ) -> ConnStatus {
+        let reason = if f.reason.is_empty() {
+            f.status.name().unwrap_or("error")
+        } else {
+            f.reason
+        };
         ErrorMessage::new(f.status, reason).write(out);
         self.release(host);
         ConnStatus::Close
@@ -600,11 +766,14 @@ impl State {
         match frame.header.message_type {
             MessageType::Hello => self.on_hello(now, frame, out),
             MessageType::OpenSecureChannel => self.on_open(host, now, frame, out),
-            MessageType::Message | MessageType::CloseSecureChannel => self.on_message(host, now, frame, out),
-            MessageType::Error => Ok(Step::CloseQuietly),
-            MessageType::Acknowledge | MessageType::ReverseHello => {
-                fail(StatusCode::BadTcpMessageTypeInvalid, "unexpected message type")
+            MessageType::Message | MessageType::CloseSecureChannel => {
+                self.on_message(host, now, frame, out)
             }
+            MessageType::Error => Ok(Step::CloseQuietly),
+            MessageType::Acknowledge | MessageType::ReverseHello => fail(
+                StatusCode::BadTcpMessageTypeInvalid,
+                "unexpected message type",
+            ),
         }
     }
 
@@ -612,7 +781,8 @@ impl State {
         if !matches!(self.phase, Phase::AwaitHello { .. }) {
             return fail(StatusCode::BadTcpMessageTypeInvalid, "second Hello");
         }
-        let hello = HelloMessage::decode_body(frame.bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default())?;
+        let hello =
+            HelloMessage::decode_body(frame.bytes.get(MESSAGE_HEADER_LEN..).unwrap_or_default())?;
         let url = hello.endpoint_url.as_str();
         if let Err(reason) = crate::transport::check_endpoint_url(url) {
             return fail(StatusCode::BadTcpEndpointUrlInvalid, reason);
@@ -658,19 +828,42 @@ impl State {
         let Some(waiting) = self.waiting.take() else {
             return fail(StatusCode::BadTcpInternalError, "no handshake job was out");
         };
-        if let Waiting::Service { request_id, handle, is_activate } = waiting {
+        if let Waiting::Service {
+            request_id,
+            handle,
+            is_activate,
+        } = waiting
+        {
             // The host answers a refused job itself (and releases what it reserved).
             return self.finish_service(host, now, done, request_id, handle, is_activate, out);
         }
-        let JobDone { kind, output, carry } = done;
+        let JobDone {
+            kind,
+            output,
+            carry,
+        } = done;
         let Some(output) = output else {
             return fail(kind.refusal(), "handshake queue full");
         };
         match (waiting, output, carry) {
-            (Waiting::OpenRequest, Output::OpenRequest(r), Carry::Open { chunk_type, policy, client_certificate }) => {
-                self.open_received(host, now, r?, chunk_type, policy, client_certificate, out)
-            }
-            (Waiting::OpenIssued, Output::OpenIssued(r), Carry::Open { policy, client_certificate, .. }) => {
+            (
+                Waiting::OpenRequest,
+                Output::OpenRequest(r),
+                Carry::Open {
+                    chunk_type,
+                    policy,
+                    client_certificate,
+                },
+            ) => self.open_received(host, now, r?, chunk_type, policy, client_certificate, out),
+            (
+                Waiting::OpenIssued,
+                Output::OpenIssued(r),
+                Carry::Open {
+                    policy,
+                    client_certificate,
+                    ..
+                },
+            ) => {
                 let issued = r.map_err(|(status, reason)| Failure { status, reason })?;
                 self.open_issued(host, now, issued, policy, client_certificate, out)
             }
@@ -686,7 +879,10 @@ impl State {
                 out.extend_from_slice(&bytes);
                 Ok(Step::Continue)
             }
-            _ => fail(StatusCode::BadTcpInternalError, "unexpected handshake job result"),
+            _ => fail(
+                StatusCode::BadTcpInternalError,
+                "unexpected handshake job result",
+            ),
         }
     }
 
@@ -701,18 +897,41 @@ impl State {
         is_activate: bool,
         out: &mut Vec<u8>,
     ) -> Result<Step, Failure> {
-        let State { phase, negotiated, endpoint_url, peer, body_out, session_activated, .. } = self;
+        let State {
+            phase,
+            negotiated,
+            endpoint_url,
+            peer,
+            body_out,
+            session_activated,
+            ..
+        } = self;
         let Phase::Open(c) = phase else {
             return fail(StatusCode::BadTcpInternalError, "channel missing");
         };
-        let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let negotiated = negotiated.ok_or(Failure {
+            status: StatusCode::BadTcpInternalError,
+            reason: "no Hello",
+        })?;
         let ctx = c.request_context(*peer, endpoint_url);
         let mut response = host.resume(&ctx, done, now);
         response.response_header_mut().request_handle = handle;
-        if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
+        if is_activate
+            && matches!(response, Response::ActivateSession(_))
+            && response.response_header().service_result.is_good()
+        {
             *session_activated = true;
         }
-        send_response(c, body_out, &negotiated, request_id, &response, handle, now, out)?;
+        send_response(
+            c,
+            body_out,
+            &negotiated,
+            request_id,
+            &response,
+            handle,
+            now,
+            out,
+        )?;
         if let Some(r) = host.recycler() {
             r.give_response(response);
         }
@@ -728,26 +947,46 @@ impl State {
     ) -> Result<Step, Failure> {
         let head = parse_chunk_head(frame.header, frame.bytes)?;
         let SecurityHeader::Asymmetric(asym) = &head.security else {
-            return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN without asymmetric header");
+            return fail(
+                StatusCode::BadTcpMessageTypeInvalid,
+                "OPN without asymmetric header",
+            );
         };
         let policy = match host.security().find(&asym.security_policy_uri) {
             Some(p) => p.clone(),
-            None => return fail(StatusCode::BadSecurityPolicyRejected, "security policy not offered"),
+            None => {
+                return fail(
+                    StatusCode::BadSecurityPolicyRejected,
+                    "security policy not offered",
+                )
+            }
         };
         match &self.phase {
             Phase::Open(c) => {
                 if head.secure_channel_id != c.id {
-                    return fail(StatusCode::BadSecureChannelIdInvalid, "renew for another channel");
+                    return fail(
+                        StatusCode::BadSecureChannelIdInvalid,
+                        "renew for another channel",
+                    );
                 }
-                if c.policy.uri() != policy.uri() || c.client_certificate != asym.sender_certificate {
-                    return fail(StatusCode::BadSecurityChecksFailed, "renew with other security");
+                if c.policy.uri() != policy.uri() || c.client_certificate != asym.sender_certificate
+                {
+                    return fail(
+                        StatusCode::BadSecurityChecksFailed,
+                        "renew with other security",
+                    );
                 }
             }
             Phase::AwaitOpen { .. } => {}
             _ => return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN before Hello"),
         }
         // Each OPN costs an RSA private-key operation: the policy limits them per address.
-        policy.admit_handshake(self.peer.map(|p| p.ip())).map_err(|s| Failure { status: s, reason: "too many handshakes" })?;
+        policy
+            .admit_handshake(self.peer.map(|p| p.ip()))
+            .map_err(|s| Failure {
+                status: s,
+                reason: "too many handshakes",
+            })?;
         // The certificate check, the decryption and the signature check: a job (for a first
         // OPN in one chunk, with the response: `open_issue`).
         self.cheap_open = policy.uri() == SECURITY_POLICY_NONE_URI;
@@ -759,18 +998,42 @@ impl State {
             && frame.header.chunk_type == crate::transport::ChunkType::Final
             && self.assembler.started_ns().is_none();
         if first {
-            return self.open_issue(host, now, frame.header.chunk_type, policy, client_certificate, thumbprint, bytes, offset, out);
+            return self.open_issue(
+                host,
+                now,
+                frame.header.chunk_type,
+                policy,
+                client_certificate,
+                thumbprint,
+                bytes,
+                offset,
+                out,
+            );
         }
         let job_policy = policy.clone();
         let job_certificate = client_certificate.clone();
-        let carry = Carry::Open { chunk_type: frame.header.chunk_type, policy, client_certificate };
+        let carry = Carry::Open {
+            chunk_type: frame.header.chunk_type,
+            policy,
+            client_certificate,
+        };
         let job = HandshakeJob::new(JobKind::OpenRequest, carry, move || {
             let opened = (|| {
-                let crypto = job_policy.asymmetric(Role::Server, job_certificate.as_deref(), thumbprint.as_deref())?;
+                let crypto = job_policy.asymmetric(
+                    Role::Server,
+                    job_certificate.as_deref(),
+                    thumbprint.as_deref(),
+                )?;
                 let mut scratch = Vec::new();
                 let o = open_chunk(&bytes, offset, &*crypto, &mut scratch)?;
-                let (sequence_number, request_id, body) = (o.sequence_number, o.request_id, o.body.to_vec());
-                Ok(OpenedRequest { crypto, sequence_number, request_id, body })
+                let (sequence_number, request_id, body) =
+                    (o.sequence_number, o.request_id, o.body.to_vec());
+                Ok(OpenedRequest {
+                    crypto,
+                    sequence_number,
+                    request_id,
+                    body,
+                })
             })();
             Output::OpenRequest(opened)
         });
@@ -795,20 +1058,40 @@ impl State {
         offset: usize,
         out: &mut Vec<u8>,
     ) -> Result<Step, Failure> {
-        let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
-        let channel_id = host.open_channel().map_err(|status| Failure { status, reason: "no secure channel free" })?;
+        let negotiated = self.negotiated.ok_or(Failure {
+            status: StatusCode::BadTcpInternalError,
+            reason: "no Hello",
+        })?;
+        let channel_id = host.open_channel().map_err(|status| Failure {
+            status,
+            reason: "no secure channel free",
+        })?;
         self.channel_to_report = Some(channel_id);
         let nonce_len = policy.nonce_len();
-        let server_nonce = if nonce_len > 0 { crate::random::bytes(host.random(), nonce_len) } else { Vec::new() };
+        let server_nonce = if nonce_len > 0 {
+            crate::random::bytes(host.random(), nonce_len)
+        } else {
+            Vec::new()
+        };
         let max_size = self.max_message_size();
         let limits = self.limits;
         let job_policy = policy.clone();
         let job_certificate = client_certificate.clone();
-        let carry = Carry::Open { chunk_type, policy, client_certificate };
+        let carry = Carry::Open {
+            chunk_type,
+            policy,
+            client_certificate,
+        };
         let job = HandshakeJob::new(JobKind::OpenRequest, carry, move || {
             let issued = (|| {
                 let policy = &*job_policy;
-                let crypto = policy.asymmetric(Role::Server, job_certificate.as_deref(), thumbprint.as_deref()).map_err(|s| (s, ""))?;
+                let crypto = policy
+                    .asymmetric(
+                        Role::Server,
+                        job_certificate.as_deref(),
+                        thumbprint.as_deref(),
+                    )
+                    .map_err(|s| (s, ""))?;
                 let mut scratch = Vec::new();
                 let o = open_chunk(&bytes, offset, &*crypto, &mut scratch).map_err(|s| (s, ""))?;
                 if o.body.len() > max_size {
@@ -820,13 +1103,37 @@ impl State {
                 }
                 check_client_nonce(&req, nonce_len)?;
                 let lifetime_ms = limits.revise_token_lifetime_ms(req.requested_lifetime);
-                let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes()).map_err(|s| (s, ""))?;
+                let sym = policy
+                    .symmetric(
+                        Role::Server,
+                        req.security_mode,
+                        &server_nonce,
+                        req.client_nonce.as_bytes(),
+                    )
+                    .map_err(|s| (s, ""))?;
                 let body = open_response_body(&req, channel_id, 1, lifetime_ms, server_nonce, now);
-                let header = SecurityHeader::Asymmetric(policy.asymmetric_header(job_certificate.as_deref()));
+                let header = SecurityHeader::Asymmetric(
+                    policy.asymmetric_header(job_certificate.as_deref()),
+                );
                 let mut send_seq = SequenceCounter::new(policy.legacy_sequence_numbers());
-                let response = seal_open_response(channel_id, &header, o.request_id, &body, &*crypto, &mut send_seq, &negotiated)
-                    .map_err(|s| (response_status(s), "OpenSecureChannelResponse"))?;
-                Ok(Issued { sequence_number: o.sequence_number, mode: req.security_mode, lifetime_ms, crypto: sym, response, send_seq })
+                let response = seal_open_response(
+                    channel_id,
+                    &header,
+                    o.request_id,
+                    &body,
+                    &*crypto,
+                    &mut send_seq,
+                    &negotiated,
+                )
+                .map_err(|s| (response_status(s), "OpenSecureChannelResponse"))?;
+                Ok(Issued {
+                    sequence_number: o.sequence_number,
+                    mode: req.security_mode,
+                    lifetime_ms,
+                    crypto: sym,
+                    response,
+                    send_seq,
+                })
             })();
             Output::OpenIssued(issued)
         });
@@ -852,11 +1159,28 @@ impl State {
         let mut recv_seq = SequenceChecker::new(policy.legacy_sequence_numbers());
         recv_seq.check(issued.sequence_number)?;
         if !host.security().allows(policy.uri(), issued.mode) {
-            return fail(StatusCode::BadSecurityModeRejected, "security mode not offered with this policy");
+            return fail(
+                StatusCode::BadSecurityModeRejected,
+                "security mode not offered with this policy",
+            );
         }
         host.channel_policy(policy.uri(), true);
-        let first = Token { id: 1, created_ns: now.mono_ns, lifetime_ms: issued.lifetime_ms, crypto: issued.crypto, activated: true };
-        self.phase = Phase::Open(Channel::issued(id, policy, issued.mode, client_certificate, first, issued.send_seq, recv_seq));
+        let first = Token {
+            id: 1,
+            created_ns: now.mono_ns,
+            lifetime_ms: issued.lifetime_ms,
+            crypto: issued.crypto,
+            activated: true,
+        };
+        self.phase = Phase::Open(Channel::issued(
+            id,
+            policy,
+            issued.mode,
+            client_certificate,
+            first,
+            issued.send_seq,
+            recv_seq,
+        ));
         out.extend_from_slice(&issued.response);
         Ok(Step::Continue)
     }
@@ -875,12 +1199,17 @@ impl State {
         out: &mut Vec<u8>,
     ) -> Result<Step, Failure> {
         let max_size = self.max_message_size();
-        let OpenedRequest { crypto, sequence_number, request_id, body } = opened;
+        let OpenedRequest {
+            crypto,
+            sequence_number,
+            request_id,
+            body,
+        } = opened;
         match &mut self.phase {
             Phase::Open(c) => c.recv_seq.check(sequence_number)?,
-            Phase::AwaitOpen { recv_seq, .. } => {
-                recv_seq.get_or_insert_with(|| SequenceChecker::new(policy.legacy_sequence_numbers())).check(sequence_number)?
-            }
+            Phase::AwaitOpen { recv_seq, .. } => recv_seq
+                .get_or_insert_with(|| SequenceChecker::new(policy.legacy_sequence_numbers()))
+                .check(sequence_number)?,
             _ => return fail(StatusCode::BadTcpMessageTypeInvalid, "OPN before Hello"),
         }
         let max_chunks = self.limits.max_chunk_count;
@@ -899,39 +1228,89 @@ impl State {
             Assembly::Aborted { .. } => return Ok(Step::Continue),
             Assembly::Complete { request_id, body } => (request_id, body),
         };
-        let req = decode_open_request(body, &self.limits).map_err(|(status, reason)| Failure { status, reason })?;
+        let req = decode_open_request(body, &self.limits)
+            .map_err(|(status, reason)| Failure { status, reason })?;
         let nonce_len = policy.nonce_len();
-        check_client_nonce(&req, nonce_len).map_err(|(status, reason)| Failure { status, reason })?;
+        check_client_nonce(&req, nonce_len)
+            .map_err(|(status, reason)| Failure { status, reason })?;
         let lifetime_ms = self.limits.revise_token_lifetime_ms(req.requested_lifetime);
-        let server_nonce = if nonce_len > 0 { crate::random::bytes(host.random(), nonce_len) } else { Vec::new() };
-        let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let server_nonce = if nonce_len > 0 {
+            crate::random::bytes(host.random(), nonce_len)
+        } else {
+            Vec::new()
+        };
+        let negotiated = self.negotiated.ok_or(Failure {
+            status: StatusCode::BadTcpInternalError,
+            reason: "no Hello",
+        })?;
 
         if req.request_type == SecurityTokenRequestType::Issue {
             let Phase::AwaitOpen { recv_seq, .. } = &mut self.phase else {
-                return fail(StatusCode::BadRequestTypeInvalid, "Issue on an open channel");
+                return fail(
+                    StatusCode::BadRequestTypeInvalid,
+                    "Issue on an open channel",
+                );
             };
-            let recv_seq = recv_seq.take().unwrap_or_else(|| SequenceChecker::new(policy.legacy_sequence_numbers()));
+            let recv_seq = recv_seq
+                .take()
+                .unwrap_or_else(|| SequenceChecker::new(policy.legacy_sequence_numbers()));
             if !host.security().allows(policy.uri(), req.security_mode) {
-                return fail(StatusCode::BadSecurityModeRejected, "security mode not offered with this policy");
+                return fail(
+                    StatusCode::BadSecurityModeRejected,
+                    "security mode not offered with this policy",
+                );
             }
-            let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes())?;
+            let sym = policy.symmetric(
+                Role::Server,
+                req.security_mode,
+                &server_nonce,
+                req.client_nonce.as_bytes(),
+            )?;
             let id = host.open_channel()?;
             host.channel_policy(policy.uri(), true);
             self.channel_to_report = Some(id);
-            let first = Token { id: 1, created_ns: now.mono_ns, lifetime_ms, crypto: sym, activated: true };
+            let first = Token {
+                id: 1,
+                created_ns: now.mono_ns,
+                lifetime_ms,
+                crypto: sym,
+                activated: true,
+            };
             let send_seq = SequenceCounter::new(policy.legacy_sequence_numbers());
-            self.phase = Phase::Open(Channel::issued(id, policy.clone(), req.security_mode, client_certificate, first, send_seq, recv_seq));
+            self.phase = Phase::Open(Channel::issued(
+                id,
+                policy.clone(),
+                req.security_mode,
+                client_certificate,
+                first,
+                send_seq,
+                recv_seq,
+            ));
         } else if req.request_type == SecurityTokenRequestType::Renew {
             let Phase::Open(c) = &mut self.phase else {
                 return fail(StatusCode::BadRequestTypeInvalid, "Renew without a channel");
             };
             if req.security_mode != c.mode {
-                return fail(StatusCode::BadSecurityModeRejected, "Renew with another security mode");
+                return fail(
+                    StatusCode::BadSecurityModeRejected,
+                    "Renew with another security mode",
+                );
             }
-            let sym = policy.symmetric(Role::Server, req.security_mode, &server_nonce, req.client_nonce.as_bytes())?;
+            let sym = policy.symmetric(
+                Role::Server,
+                req.security_mode,
+                &server_nonce,
+                req.client_nonce.as_bytes(),
+            )?;
             let id = c.next_token_id;
             c.next_token_id = c.next_token_id.wrapping_add(1).max(1);
-            let new = Token { id, created_ns: now.mono_ns, lifetime_ms, crypto: sym, activated: false };
+            let new = Token {
+                id,
+                created_ns: now.mono_ns,
+                lifetime_ms,
+                crypto: sym,
+                activated: false,
+            };
             let old = std::mem::replace(&mut c.current, new);
             if old.activated {
                 c.previous = Some(old);
@@ -943,12 +1322,21 @@ impl State {
             return fail(StatusCode::BadTcpInternalError, "channel missing");
         };
         let body = open_response_body(&req, c.id, c.current.id, lifetime_ms, server_nonce, now);
-        let header = SecurityHeader::Asymmetric(c.policy.asymmetric_header(c.client_certificate.as_deref()));
+        let header =
+            SecurityHeader::Asymmetric(c.policy.asymmetric_header(c.client_certificate.as_deref()));
         let channel_id = c.id;
         let mut seq = c.send_seq.clone();
         // The signature (private key) and the encryption of the response: a job.
         let job = HandshakeJob::new(JobKind::OpenResponse, Carry::None, move || {
-            let r = seal_open_response(channel_id, &header, request_id, &body, &*crypto, &mut seq, &negotiated);
+            let r = seal_open_response(
+                channel_id,
+                &header,
+                request_id,
+                &body,
+                &*crypto,
+                &mut seq,
+                &negotiated,
+            );
             Output::OpenResponse(r, seq)
         });
         self.submit(host, now, job, Waiting::OpenResponse, out)
@@ -962,13 +1350,25 @@ impl State {
         out: &mut Vec<u8>,
     ) -> Result<Step, Failure> {
         let max_size = self.max_message_size();
-        let State { phase, limits, assembler, scratch, .. } = self;
+        let State {
+            phase,
+            limits,
+            assembler,
+            scratch,
+            ..
+        } = self;
         let Phase::Open(c) = phase else {
-            return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
+            return fail(
+                StatusCode::BadTcpSecureChannelUnknown,
+                "no secure channel is open",
+            );
         };
         let head = parse_symmetric_head(frame.bytes)?;
         if head.secure_channel_id != c.id {
-            return fail(StatusCode::BadSecureChannelIdInvalid, "wrong secure channel id");
+            return fail(
+                StatusCode::BadSecureChannelIdInvalid,
+                "wrong secure channel id",
+            );
         }
         let token_id = head.token_id;
         // Find the token, activating a renewed one on first use.
@@ -1009,11 +1409,23 @@ impl State {
         let request = decode_request(host.recycler(), body, limits, headroom);
         let req = match request {
             Err((handle, status)) => {
-                let negotiated = self.negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+                let negotiated = self.negotiated.ok_or(Failure {
+                    status: StatusCode::BadTcpInternalError,
+                    reason: "no Hello",
+                })?;
                 let Phase::Open(c) = &mut self.phase else {
                     return fail(StatusCode::BadTcpInternalError, "channel missing");
                 };
-                send_response(c, &mut self.body_out, &negotiated, request_id, &service_fault(handle, status, now), handle, now, out)?;
+                send_response(
+                    c,
+                    &mut self.body_out,
+                    &negotiated,
+                    request_id,
+                    &service_fault(handle, status, now),
+                    handle,
+                    now,
+                    out,
+                )?;
                 return Ok(Step::Continue);
             }
             Ok(req) => req,
@@ -1038,16 +1450,42 @@ impl State {
         req: Request,
         out: &mut Vec<u8>,
     ) -> Result<(), Failure> {
-        let State { phase, negotiated, endpoint_url, peer, body_out, session_activated, job, waiting, .. } = self;
+        let State {
+            phase,
+            negotiated,
+            endpoint_url,
+            peer,
+            body_out,
+            session_activated,
+            job,
+            waiting,
+            ..
+        } = self;
         let Phase::Open(c) = phase else {
-            return fail(StatusCode::BadTcpSecureChannelUnknown, "no secure channel is open");
+            return fail(
+                StatusCode::BadTcpSecureChannelUnknown,
+                "no secure channel is open",
+            );
         };
-        let negotiated = negotiated.ok_or(Failure { status: StatusCode::BadTcpInternalError, reason: "no Hello" })?;
+        let negotiated = negotiated.ok_or(Failure {
+            status: StatusCode::BadTcpInternalError,
+            reason: "no Hello",
+        })?;
         let handle = req.request_header().request_handle;
         let token = &req.request_header().authentication_token;
-        let session_max = if token.is_null() { 0 } else { host.session_max_response_size(token) };
-        let (response, is_activate) = if matches!(req, Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)) {
-            (service_fault(handle, StatusCode::BadServiceUnsupported, now), false)
+        let session_max = if token.is_null() {
+            0
+        } else {
+            host.session_max_response_size(token)
+        };
+        let (response, is_activate) = if matches!(
+            req,
+            Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)
+        ) {
+            (
+                service_fault(handle, StatusCode::BadServiceUnsupported, now),
+                false,
+            )
         } else {
             let is_activate = matches!(req, Request::ActivateSession(_));
             let ctx = c.request_context(*peer, endpoint_url);
@@ -1057,7 +1495,11 @@ impl State {
                     // A session service whose handshake work is a job: wait for it.
                     if let Some(j) = host.take_job() {
                         *job = Some(j);
-                        *waiting = Some(Waiting::Service { request_id, handle, is_activate });
+                        *waiting = Some(Waiting::Service {
+                            request_id,
+                            handle,
+                            is_activate,
+                        });
                     }
                     // Otherwise answered later (a queued Publish): see `flush_deferred`.
                     return Ok(());
@@ -1066,11 +1508,26 @@ impl State {
         };
         let mut response = response;
         response.response_header_mut().request_handle = handle;
-        if is_activate && matches!(response, Response::ActivateSession(_)) && response.response_header().service_result.is_good() {
+        if is_activate
+            && matches!(response, Response::ActivateSession(_))
+            && response.response_header().service_result.is_good()
+        {
             *session_activated = true;
         }
-        let negotiated = Negotiated { peer_max_message_size: response_limit(negotiated.peer_max_message_size, session_max), ..negotiated };
-        let sent = send_response(c, body_out, &negotiated, request_id, &response, handle, now, out);
+        let negotiated = Negotiated {
+            peer_max_message_size: response_limit(negotiated.peer_max_message_size, session_max),
+            ..negotiated
+        };
+        let sent = send_response(
+            c,
+            body_out,
+            &negotiated,
+            request_id,
+            &response,
+            handle,
+            now,
+            out,
+        );
         if let Some(r) = host.recycler() {
             r.give_response(response);
         }
@@ -1089,17 +1546,30 @@ fn response_limit(hello: u32, session: u32) -> u32 {
 }
 
 /// The OpenSecureChannelRequest in an assembled OPN body.
-fn decode_open_request(body: &[u8], limits: &TransportLimits) -> Result<OpenSecureChannelRequest, (StatusCode, &'static str)> {
+fn decode_open_request(
+    body: &[u8],
+    limits: &TransportLimits,
+) -> Result<OpenSecureChannelRequest, (StatusCode, &'static str)> {
     let mut d = Decoder::new(body, limits.decode);
     let type_id = NodeId::decode(&mut d).map_err(|e| (e.status, "OPN type id"))?;
     if type_id.as_ns0() != Some(node_ids::OpenSecureChannelRequest_Encoding_DefaultBinary) {
-        return Err((StatusCode::BadTcpMessageTypeInvalid, "OPN does not carry OpenSecureChannelRequest"));
+        return Err((
+            StatusCode::BadTcpMessageTypeInvalid,
+            "OPN does not carry OpenSecureChannelRequest",
+        ));
     }
     OpenSecureChannelRequest::decode(&mut d).map_err(|e| (e.status, "OpenSecureChannelRequest"))
 }
 
 /// The encoded OpenSecureChannelResponse (type id and body) for `req`.
-fn open_response_body(req: &OpenSecureChannelRequest, channel_id: u32, token_id: u32, lifetime_ms: u32, server_nonce: Vec<u8>, now: Now) -> Vec<u8> {
+fn open_response_body(
+    req: &OpenSecureChannelRequest,
+    channel_id: u32,
+    token_id: u32,
+    lifetime_ms: u32,
+    server_nonce: Vec<u8>,
+    now: Now,
+) -> Vec<u8> {
     let resp = OpenSecureChannelResponse {
         response_header: ResponseHeader {
             timestamp: now.utc,
@@ -1108,7 +1578,12 @@ fn open_response_body(req: &OpenSecureChannelRequest, channel_id: u32, token_id:
             ..Default::default()
         },
         server_protocol_version: PROTOCOL_VERSION,
-        security_token: ChannelSecurityToken { channel_id, token_id, created_at: now.utc, revised_lifetime: lifetime_ms },
+        security_token: ChannelSecurityToken {
+            channel_id,
+            token_id,
+            created_at: now.utc,
+            revised_lifetime: lifetime_ms,
+        },
         server_nonce: ByteString::from(server_nonce),
     };
     let mut body = Vec::new();
@@ -1127,7 +1602,10 @@ fn response_status(s: StatusCode) -> StatusCode {
 }
 
 /// A client nonce of the policy's length (none for SecurityPolicy None).
-fn check_client_nonce(req: &OpenSecureChannelRequest, nonce_len: usize) -> Result<(), (StatusCode, &'static str)> {
+fn check_client_nonce(
+    req: &OpenSecureChannelRequest,
+    nonce_len: usize,
+) -> Result<(), (StatusCode, &'static str)> {
     if nonce_len > 0 && req.client_nonce.as_bytes().len() != nonce_len {
         return Err((StatusCode::BadNonceInvalid, "client nonce length"));
     }
@@ -1146,7 +1624,17 @@ fn seal_open_response(
     negotiated: &Negotiated,
 ) -> Result<Vec<u8>, StatusCode> {
     let mut chunks = Vec::new();
-    write_chunks(MessageType::OpenSecureChannel, channel_id, header, request_id, body, crypto, seq, &ChunkLimits::negotiated(negotiated), &mut chunks)?;
+    write_chunks(
+        MessageType::OpenSecureChannel,
+        channel_id,
+        header,
+        request_id,
+        body,
+        crypto,
+        seq,
+        &ChunkLimits::negotiated(negotiated),
+        &mut chunks,
+    )?;
     Ok(chunks)
 }
 
@@ -1156,7 +1644,12 @@ fn seal_open_response(
 /// decoded-size budget: `max_decoded_size` (BadEncodingLimitsExceeded), or the shard's
 /// `headroom` when that is smaller (BadResourceUnavailable: the server is short of memory,
 /// the request itself may be fine).
-fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &TransportLimits, headroom: usize) -> Result<Request, (u32, StatusCode)> {
+fn decode_request(
+    recycler: Option<&mut Recycler>,
+    body: &[u8],
+    limits: &TransportLimits,
+    headroom: usize,
+) -> Result<Request, (u32, StatusCode)> {
     let mut d = Decoder::with_budget(body, limits.decode, headroom);
     let Ok(type_id) = NodeId::decode(&mut d) else {
         return Err((0, StatusCode::BadDecodingError));
@@ -1164,7 +1657,9 @@ fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &Transpo
     let after_type = d.position();
     let header_handle = || {
         let rest = body.get(after_type..).unwrap_or_default();
-        RequestHeader::from_bytes(rest, limits.decode).map(|h| h.request_handle).unwrap_or(0)
+        RequestHeader::from_bytes(rest, limits.decode)
+            .map(|h| h.request_handle)
+            .unwrap_or(0)
     };
     let decoded = match recycler {
         Some(r) => r.decode_request(&type_id, &mut d),
@@ -1173,7 +1668,10 @@ fn decode_request(recycler: Option<&mut Recycler>, body: &[u8], limits: &Transpo
     match decoded {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err((header_handle(), StatusCode::BadServiceUnsupported)),
-        Err(e) if e.what == crate::encoding::DECODED_SIZE && headroom < limits.decode.max_decoded_size => {
+        Err(e)
+            if e.what == crate::encoding::DECODED_SIZE
+                && headroom < limits.decode.max_decoded_size =>
+        {
             Err((header_handle(), StatusCode::BadResourceUnavailable))
         }
         Err(e) => Err((header_handle(), e.status)),
@@ -1193,7 +1691,16 @@ fn send_response(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    send_encoded(c, scratch, negotiated, request_id, |o| response.encode_with_type_id(o), handle, now, out)
+    send_encoded(
+        c,
+        scratch,
+        negotiated,
+        request_id,
+        |o| response.encode_with_type_id(o),
+        handle,
+        now,
+        out,
+    )
 }
 
 /// Chunks an already encoded response body (type id + message; see [`send_encoded`]).
@@ -1208,7 +1715,16 @@ fn send_body(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    send_encoded(c, scratch, negotiated, request_id, |o| o.extend_from_slice(body), handle, now, out)
+    send_encoded(
+        c,
+        scratch,
+        negotiated,
+        request_id,
+        |o| o.extend_from_slice(body),
+        handle,
+        now,
+        out,
+    )
 }
 
 /// Writes a response body that `encode` appends (type id + message) straight into `out`
@@ -1233,15 +1749,43 @@ fn send_encoded(
     };
     let header = SecurityHeader::Symmetric { token_id: token.id };
     let crypto: &dyn ChunkCrypto = &*token.crypto;
-    match write_message_with(MessageType::Message, c.id, &header, request_id, encode, crypto, &mut c.send_seq, &limits, out, scratch) {
+    match write_message_with(
+        MessageType::Message,
+        c.id,
+        &header,
+        request_id,
+        encode,
+        crypto,
+        &mut c.send_seq,
+        &limits,
+        out,
+        scratch,
+    ) {
         Ok(_) => Ok(()),
         Err(StatusCode::BadTcpMessageTooLarge) => {
             scratch.clear();
-            service_fault(handle, StatusCode::BadResponseTooLarge, now).encode_with_type_id(scratch);
-            write_chunks(MessageType::Message, c.id, &header, request_id, scratch, crypto, &mut c.send_seq, &limits, out)
-                .map(|_| ())
-                .map_err(|_| Failure { status: StatusCode::BadResponseTooLarge, reason: "response too large" })
+            service_fault(handle, StatusCode::BadResponseTooLarge, now)
+                .encode_with_type_id(scratch);
+            write_chunks(
+                MessageType::Message,
+                c.id,
+                &header,
+                request_id,
+                scratch,
+                crypto,
+                &mut c.send_seq,
+                &limits,
+                out,
+            )
+            .map(|_| ())
+            .map_err(|_| Failure {
+                status: StatusCode::BadResponseTooLarge,
+                reason: "response too large",
+            })
         }
-        Err(s) => Err(Failure { status: s, reason: "encoding the response" }),
+        Err(s) => Err(Failure {
+            status: s,
+            reason: "encoding the response",
+        }),
     }
 }

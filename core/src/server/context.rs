@@ -72,7 +72,13 @@ pub trait ConnectionHost {
     /// Runs one service request that may be answered later (Publish): `None` means the
     /// response will come through [`ConnectionHost::take_deferred`] for this channel, with
     /// `request_id`. The default answers every request at once.
-    fn dispatch_deferrable(&mut self, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+    fn dispatch_deferrable(
+        &mut self,
+        ctx: &RequestContext<'_>,
+        request: Request,
+        request_id: u32,
+        now: Now,
+    ) -> Option<Response> {
         let _ = request_id;
         Some(self.dispatch(ctx, request, now))
     }
@@ -134,7 +140,11 @@ pub enum Deferred {
     /// connection chunks it and hands the buffer back with [`ConnectionHost::recycle_buffer`].
     /// `max_size`: the session's MaxResponseMessageSize (0 = none), applied with the
     /// channel's limit.
-    Encoded { request_handle: u32, body: Vec<u8>, max_size: u32 },
+    Encoded {
+        request_handle: u32,
+        body: Vec<u8>,
+        max_size: u32,
+    },
 }
 
 impl Deferred {
@@ -146,7 +156,9 @@ impl Deferred {
                 use crate::encoding::{Decode, Decoder};
                 let mut d = Decoder::new(body, crate::DecodeLimits::default());
                 let t = crate::types::NodeId::decode(&mut d).map_err(|e| e.status)?;
-                Response::decode_body(&t, &mut d).map_err(|e| e.status)?.ok_or(StatusCode::BadDecodingError)
+                Response::decode_body(&t, &mut d)
+                    .map_err(|e| e.status)?
+                    .ok_or(StatusCode::BadDecodingError)
             }
         }
     }

@@ -50,9 +50,19 @@ pub struct CallOp {
 /// What a deferred request is building.
 #[derive(Debug)]
 pub enum PendingKind {
-    Read { response: Box<ReadResponse>, timestamps: Timestamps, ops: Vec<ReadOp> },
-    Write { response: Box<WriteResponse>, ops: Vec<WriteOp> },
-    Call { response: Box<CallResponse>, ops: Vec<CallOp> },
+    Read {
+        response: Box<ReadResponse>,
+        timestamps: Timestamps,
+        ops: Vec<ReadOp>,
+    },
+    Write {
+        response: Box<WriteResponse>,
+        ops: Vec<WriteOp>,
+    },
+    Call {
+        response: Box<CallResponse>,
+        ops: Vec<CallOp>,
+    },
 }
 
 impl PendingKind {
@@ -106,7 +116,10 @@ pub struct Deferrals {
 
 impl Deferrals {
     pub fn new(max_waiting: usize) -> Deferrals {
-        Deferrals { max_waiting, ..Deferrals::default() }
+        Deferrals {
+            max_waiting,
+            ..Deferrals::default()
+        }
     }
 
     /// Operations that may still be handed out.
@@ -126,13 +139,26 @@ impl Deferrals {
 
     /// Keeps a request whose operations (`kind`'s ops, all unsettled) are about to be handed
     /// out with the given deadlines. Returns its (slot, generation).
-    pub fn open(&mut self, channel_id: u32, request_id: u32, kind: PendingKind, deadlines: Vec<u64>) -> (u32, u32) {
+    pub fn open(
+        &mut self,
+        channel_id: u32,
+        request_id: u32,
+        kind: PendingKind,
+        deadlines: Vec<u64>,
+    ) -> (u32, u32) {
         debug_assert_eq!(kind.op_count(), deadlines.len());
         self.generation = self.generation.wrapping_add(1);
         let generation = self.generation;
         let remaining = deadlines.len();
         self.waiting += remaining;
-        let p = Pending { generation, channel_id, request_id, kind, deadlines: deadlines.iter().map(|&d| Some(d)).collect(), remaining };
+        let p = Pending {
+            generation,
+            channel_id,
+            request_id,
+            kind,
+            deadlines: deadlines.iter().map(|&d| Some(d)).collect(),
+            remaining,
+        };
         let slot = match self.free.pop() {
             Some(s) => {
                 if let Some(x) = self.slots.get_mut(s as usize) {
@@ -159,7 +185,15 @@ impl Deferrals {
     /// Settles operation `op` of the request in `slot`; a stale answer (its request
     /// finished, or the operation timed out) is ignored. Returns the request when this was
     /// its last operation.
-    pub fn settle(&mut self, space: &AddressSpace, slot: u32, generation: u32, op: u32, outcome: Outcome, now: Now) -> Option<Finished> {
+    pub fn settle(
+        &mut self,
+        space: &AddressSpace,
+        slot: u32,
+        generation: u32,
+        op: u32,
+        outcome: Outcome,
+        now: Now,
+    ) -> Option<Finished> {
         let p = self.slots.get_mut(slot as usize)?.as_mut()?;
         if p.generation != generation {
             return None;
@@ -183,7 +217,9 @@ impl Deferrals {
                 break;
             }
             self.heap.pop();
-            let Some(Some(p)) = self.slots.get_mut(slot as usize) else { continue };
+            let Some(Some(p)) = self.slots.get_mut(slot as usize) else {
+                continue;
+            };
             if p.generation != generation {
                 continue;
             }
@@ -194,7 +230,13 @@ impl Deferrals {
                         if let Some(x) = p.deadlines.get_mut(op) {
                             *x = None;
                         }
-                        apply(space, &mut p.kind, op, Outcome::Status(StatusCode::BadTimeout), now);
+                        apply(
+                            space,
+                            &mut p.kind,
+                            op,
+                            Outcome::Status(StatusCode::BadTimeout),
+                            now,
+                        );
                         p.remaining -= 1;
                         self.waiting -= 1;
                     }
@@ -226,19 +268,37 @@ impl Deferrals {
     fn finish(&mut self, slot: u32) -> Option<Finished> {
         let p = self.slots.get_mut(slot as usize)?.take()?;
         self.free.push(slot);
-        Some(Finished { channel_id: p.channel_id, request_id: p.request_id, response: p.kind.into_response() })
+        Some(Finished {
+            channel_id: p.channel_id,
+            request_id: p.request_id,
+            response: p.kind.into_response(),
+        })
     }
 }
 
 /// Puts one operation's outcome into the response being built.
 fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outcome, now: Now) {
     match kind {
-        PendingKind::Read { response, timestamps, ops } => {
+        PendingKind::Read {
+            response,
+            timestamps,
+            ops,
+        } => {
             let Some(o) = ops.get(op) else { return };
             let dv = match outcome {
-                Outcome::Value(v) => finish_async_value(v, &o.encoding, o.range.as_ref(), *timestamps, now),
-                Outcome::Status(s) => finish_async_value(crate::types::DataValue::status(bad_or_internal(s)), &o.encoding, None, *timestamps, now),
-                Outcome::Outputs(_) => crate::types::DataValue::status(StatusCode::BadInternalError),
+                Outcome::Value(v) => {
+                    finish_async_value(v, &o.encoding, o.range.as_ref(), *timestamps, now)
+                }
+                Outcome::Status(s) => finish_async_value(
+                    crate::types::DataValue::status(bad_or_internal(s)),
+                    &o.encoding,
+                    None,
+                    *timestamps,
+                    now,
+                ),
+                Outcome::Outputs(_) => {
+                    crate::types::DataValue::status(StatusCode::BadInternalError)
+                }
             };
             if let Some(r) = response.results.get_mut(o.result as usize) {
                 *r = dv;
@@ -258,7 +318,10 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
         PendingKind::Call { response, ops } => {
             let Some(o) = ops.get(op) else { return };
             let result = match outcome {
-                Outcome::Outputs(out) if out.len() == o.outputs.len() && o.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) => {
+                Outcome::Outputs(out)
+                    if out.len() == o.outputs.len()
+                        && o.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) =>
+                {
                     CallMethodResult {
                         status_code: StatusCode::Good,
                         input_argument_results: vec![StatusCode::Good; o.inputs],
@@ -271,7 +334,10 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
                     input_argument_results: vec![StatusCode::Good; o.inputs],
                     ..Default::default()
                 },
-                _ => CallMethodResult { status_code: StatusCode::BadInternalError, ..Default::default() },
+                _ => CallMethodResult {
+                    status_code: StatusCode::BadInternalError,
+                    ..Default::default()
+                },
             };
             if let Some(r) = response.results.get_mut(o.result as usize) {
                 *r = result;

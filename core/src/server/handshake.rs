@@ -21,7 +21,9 @@
 
 use std::sync::Arc;
 
-use crate::generated::types::{ActivateSessionRequest, CreateSessionRequest, MessageSecurityMode, SignatureData};
+use crate::generated::types::{
+    ActivateSessionRequest, CreateSessionRequest, MessageSecurityMode, SignatureData,
+};
 use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter};
 use crate::server::shard::{SessionKey, UserIdentity};
 use crate::transport::ChunkType;
@@ -105,9 +107,20 @@ pub(crate) enum Output {
 /// What the shard needs again when the job is done.
 pub(crate) enum Carry {
     None,
-    Open { chunk_type: ChunkType, policy: Arc<dyn SecurityPolicy>, client_certificate: Option<Vec<u8>> },
-    CreateSession { key: SessionKey, req: Box<CreateSessionRequest> },
-    ActivateSession { key: SessionKey, req: Box<ActivateSessionRequest>, server_nonce: ByteString },
+    Open {
+        chunk_type: ChunkType,
+        policy: Arc<dyn SecurityPolicy>,
+        client_certificate: Option<Vec<u8>>,
+    },
+    CreateSession {
+        key: SessionKey,
+        req: Box<CreateSessionRequest>,
+    },
+    ActivateSession {
+        key: SessionKey,
+        req: Box<ActivateSessionRequest>,
+        server_nonce: ByteString,
+    },
 }
 
 type Work = Box<dyn FnOnce() -> Output + Send>;
@@ -122,13 +135,23 @@ pub struct HandshakeJob {
 
 impl std::fmt::Debug for HandshakeJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandshakeJob").field("kind", &self.kind).finish_non_exhaustive()
+        f.debug_struct("HandshakeJob")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
     }
 }
 
 impl HandshakeJob {
-    pub(crate) fn new(kind: JobKind, carry: Carry, work: impl FnOnce() -> Output + Send + 'static) -> HandshakeJob {
-        HandshakeJob { kind, work: Box::new(work), carry }
+    pub(crate) fn new(
+        kind: JobKind,
+        carry: Carry,
+        work: impl FnOnce() -> Output + Send + 'static,
+    ) -> HandshakeJob {
+        HandshakeJob {
+            kind,
+            work: Box::new(work),
+            carry,
+        }
     }
 
     pub fn kind(&self) -> JobKind {
@@ -137,13 +160,21 @@ impl HandshakeJob {
 
     /// Does the work (CPU, and PKI file reads) on the calling thread.
     pub fn run(self) -> JobDone {
-        JobDone { kind: self.kind, output: Some((self.work)()), carry: self.carry }
+        JobDone {
+            kind: self.kind,
+            output: Some((self.work)()),
+            carry: self.carry,
+        }
     }
 
     /// Gives the job back undone (the runtime's queue is full): the connection answers with
     /// [`JobKind::refusal`].
     pub fn refuse(self) -> JobDone {
-        JobDone { kind: self.kind, output: None, carry: self.carry }
+        JobDone {
+            kind: self.kind,
+            output: None,
+            carry: self.carry,
+        }
     }
 }
 
@@ -157,7 +188,10 @@ pub struct JobDone {
 
 impl std::fmt::Debug for JobDone {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobDone").field("kind", &self.kind).field("refused", &self.output.is_none()).finish()
+        f.debug_struct("JobDone")
+            .field("kind", &self.kind)
+            .field("refused", &self.output.is_none())
+            .finish()
     }
 }
 

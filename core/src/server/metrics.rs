@@ -103,13 +103,24 @@ pub fn service_index(r: &Request) -> usize {
 }
 
 /// Security policies by the name after `#` in their URI; the last is every other URI.
-pub const POLICIES: [&str; 7] =
-    ["None", "Basic128Rsa15", "Basic256", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss", "Other"];
+pub const POLICIES: [&str; 7] = [
+    "None",
+    "Basic128Rsa15",
+    "Basic256",
+    "Basic256Sha256",
+    "Aes128_Sha256_RsaOaep",
+    "Aes256_Sha256_RsaPss",
+    "Other",
+];
 
 /// The index of a SecurityPolicyUri in [`POLICIES`].
 pub fn policy_index(uri: &str) -> usize {
     let name = uri.rsplit_once('#').map_or(uri, |(_, n)| n);
-    POLICIES.iter().take(POLICIES.len() - 1).position(|p| *p == name).unwrap_or(POLICIES.len() - 1)
+    POLICIES
+        .iter()
+        .take(POLICIES.len() - 1)
+        .position(|p| *p == name)
+        .unwrap_or(POLICIES.len() - 1)
 }
 
 /// A fixed array of counters, indexed like [`SERVICES`] or [`POLICIES`].
@@ -205,13 +216,18 @@ pub struct ServerMetrics {
 
 impl std::fmt::Debug for ServerMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerMetrics").field("shards", &self.active().count()).finish()
+        f.debug_struct("ServerMetrics")
+            .field("shards", &self.active().count())
+            .finish()
     }
 }
 
 impl Default for ServerMetrics {
     fn default() -> Self {
-        ServerMetrics { shards: (0..MAX_SHARDS).map(|_| ShardMetrics::default()).collect(), spare: ShardMetrics::default() }
+        ServerMetrics {
+            shards: (0..MAX_SHARDS).map(|_| ShardMetrics::default()).collect(),
+            spare: ShardMetrics::default(),
+        }
     }
 }
 
@@ -223,12 +239,17 @@ impl ServerMetrics {
 
     /// The blocks of the shards that exist, with their index.
     pub fn active(&self) -> impl Iterator<Item = (usize, &ShardMetrics)> {
-        self.shards.iter().enumerate().filter(|(_, m)| m.active.load(Ordering::Relaxed))
+        self.shards
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.active.load(Ordering::Relaxed))
     }
 
     /// A sum over the shards.
     pub fn sum(&self, f: impl Fn(&ShardMetrics) -> &AtomicU64) -> u64 {
-        self.active().map(|(_, m)| ShardMetrics::get(f(m))).fold(0, u64::wrapping_add)
+        self.active()
+            .map(|(_, m)| ShardMetrics::get(f(m)))
+            .fold(0, u64::wrapping_add)
     }
 
     /// The ServerDiagnosticsSummary figures (Part 5 §12.9).
@@ -242,7 +263,8 @@ impl ServerMetrics {
                 rejected += ShardMetrics::get(&m.errors[i]);
             }
             rejected_sessions += ShardMetrics::get(&m.errors[7]) + ShardMetrics::get(&m.errors[8]);
-            created_subs_ok += ShardMetrics::get(&m.requests[32]).saturating_sub(ShardMetrics::get(&m.errors[32]));
+            created_subs_ok +=
+                ShardMetrics::get(&m.requests[32]).saturating_sub(ShardMetrics::get(&m.errors[32]));
         }
         crate::generated::types::ServerDiagnosticsSummaryDataType {
             server_view_count: 0,
@@ -324,7 +346,10 @@ mod tests {
         assert_eq!(d.security_rejected_requests_count, 2);
         assert_eq!(d.cumulated_subscription_count, 2);
         assert_eq!(m.sum(|s| &s.requests[22]), 2);
-        assert_eq!(policy_index("http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256"), 3);
+        assert_eq!(
+            policy_index("http://opcfoundation.org/UA/SecurityPolicy#Basic256Sha256"),
+            3
+        );
         assert_eq!(POLICIES[policy_index("urn:x")], "Other");
         assert_eq!(std::mem::align_of::<ShardMetrics>(), 128);
     }

@@ -16,7 +16,8 @@ use crate::encoding::{Decode, DecodeResult, Decoder};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
-    BrowseRequest, BrowseResponse, EndpointDescription, ReadRequest, ReadResponse, WriteRequest, WriteResponse,
+    BrowseRequest, BrowseResponse, EndpointDescription, ReadRequest, ReadResponse, WriteRequest,
+    WriteResponse,
 };
 use crate::types::NodeId;
 
@@ -42,7 +43,11 @@ pub struct Recycler {
 impl Recycler {
     /// Decodes a request body after its type id: Read and Write into the spares, anything
     /// else as [`Request::decode_body`] does. `Ok(None)` is an unknown type id.
-    pub fn decode_request(&mut self, type_id: &NodeId, d: &mut Decoder<'_>) -> DecodeResult<Option<Request>> {
+    pub fn decode_request(
+        &mut self,
+        type_id: &NodeId,
+        d: &mut Decoder<'_>,
+    ) -> DecodeResult<Option<Request>> {
         match type_id.as_ns0() {
             Some(node_ids::ReadRequest_Encoding_DefaultBinary) => {
                 let mut r = self.read_request.take().unwrap_or_default();
@@ -134,7 +139,11 @@ impl Recycler {
             }
             Response::Browse(r)
                 if r.results.capacity() <= RECYCLE_ELEMENTS_MAX
-                    && r.results.iter().map(|b| b.references.capacity()).sum::<usize>() <= RECYCLE_REFERENCES_MAX =>
+                    && r.results
+                        .iter()
+                        .map(|b| b.references.capacity())
+                        .sum::<usize>()
+                        <= RECYCLE_REFERENCES_MAX =>
             {
                 // Kept as they are: the next Browse overwrites the descriptions in place.
                 self.browse_response = Some(r);
@@ -150,21 +159,44 @@ mod tests {
     use crate::generated::types::CreateSessionResponse;
 
     fn endpoints(url: &str, n: usize) -> Vec<EndpointDescription> {
-        (0..n).map(|_| EndpointDescription { endpoint_url: url.into(), ..Default::default() }).collect()
+        (0..n)
+            .map(|_| EndpointDescription {
+                endpoint_url: url.into(),
+                ..Default::default()
+            })
+            .collect()
     }
 
     fn given_back(r: &mut Recycler, server_endpoints: Vec<EndpointDescription>) {
-        r.give_response(Response::CreateSession(Box::new(CreateSessionResponse { server_endpoints, ..Default::default() })));
+        r.give_response(Response::CreateSession(Box::new(CreateSessionResponse {
+            server_endpoints,
+            ..Default::default()
+        })));
     }
 
     #[test]
     fn session_endpoints_come_back_only_for_the_url_they_were_built_for() {
         let mut r = Recycler::default();
-        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None, "nothing given back yet");
+        assert_eq!(
+            r.session_endpoints("opc.tcp://a:4840"),
+            None,
+            "nothing given back yet"
+        );
         given_back(&mut r, endpoints("opc.tcp://a:4840", 3));
-        assert_eq!(r.session_endpoints("opc.tcp://b:4840"), None, "another URL builds its own");
-        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), Some(endpoints("opc.tcp://a:4840", 3)));
-        assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None, "taken: the next response brings them back");
+        assert_eq!(
+            r.session_endpoints("opc.tcp://b:4840"),
+            None,
+            "another URL builds its own"
+        );
+        assert_eq!(
+            r.session_endpoints("opc.tcp://a:4840"),
+            Some(endpoints("opc.tcp://a:4840", 3))
+        );
+        assert_eq!(
+            r.session_endpoints("opc.tcp://a:4840"),
+            None,
+            "taken: the next response brings them back"
+        );
         // A list under several URLs, an empty one, or one too long to keep is never handed out.
         let mut mixed = endpoints("opc.tcp://a:4840", 2);
         mixed.extend(endpoints("opc.tcp://b:4840", 1));
@@ -172,7 +204,10 @@ mod tests {
         assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None);
         given_back(&mut r, Vec::new());
         assert_eq!(r.session_endpoints(""), None);
-        given_back(&mut r, endpoints("opc.tcp://a:4840", RECYCLE_ELEMENTS_MAX + 1));
+        given_back(
+            &mut r,
+            endpoints("opc.tcp://a:4840", RECYCLE_ELEMENTS_MAX + 1),
+        );
         assert_eq!(r.session_endpoints("opc.tcp://a:4840"), None);
     }
 }

@@ -108,8 +108,12 @@ impl SessionLimits {
         if !(self.session_timeout_min_ms.is_finite() && self.session_timeout_min_ms > 0.0) {
             return Err("sessions.session_timeout_min_ms must be a positive number".into());
         }
-        if !(self.session_timeout_max_ms.is_finite() && self.session_timeout_max_ms >= self.session_timeout_min_ms) {
-            return Err("sessions.session_timeout_max_ms must be a number >= session_timeout_min_ms".into());
+        if !(self.session_timeout_max_ms.is_finite()
+            && self.session_timeout_max_ms >= self.session_timeout_min_ms)
+        {
+            return Err(
+                "sessions.session_timeout_max_ms must be a number >= session_timeout_min_ms".into(),
+            );
         }
         if self.max_request_age_ms == Some(0) {
             return Err("sessions.max_request_age_ms is 0 (use null to disable the check)".into());
@@ -148,7 +152,10 @@ fn token_parts(token: &NodeId) -> Option<(usize, u32)> {
     match &token.identifier {
         Identifier::ByteString(b) if token.namespace == 0 && b.len() == AUTH_TOKEN_LEN => {
             let (&[s0, s1, l0, l1, l2, l3], _) = b.split_first_chunk::<6>()?;
-            Some((u16::from_le_bytes([s0, s1]) as usize, u32::from_le_bytes([l0, l1, l2, l3])))
+            Some((
+                u16::from_le_bytes([s0, s1]) as usize,
+                u32::from_le_bytes([l0, l1, l2, l3]),
+            ))
         }
         _ => None,
     }
@@ -180,9 +187,17 @@ pub enum UserIdentity {
     /// An AnonymousIdentityToken (or a null token) under the given user token policy id.
     Anonymous { policy_id: String },
     /// A configured user who logged in with a UserName token.
-    UserName { policy_id: String, user: String, access: crate::secure_channel::UserAccess },
+    UserName {
+        policy_id: String,
+        user: String,
+        access: crate::secure_channel::UserAccess,
+    },
     /// An X.509 user certificate (validated, its signature verified); `user` is its CN.
-    Certificate { policy_id: String, user: String, access: crate::secure_channel::UserAccess },
+    Certificate {
+        policy_id: String,
+        user: String,
+        access: crate::secure_channel::UserAccess,
+    },
 }
 
 /// A paused Browse: the references still to return for one BrowseDescription, already
@@ -309,13 +324,20 @@ impl Session {
 
     /// Removes and returns the continuation point with this id.
     pub fn take_continuation_point(&mut self, id: &[u8]) -> Option<BrowseContinuationPoint> {
-        let i = self.continuation_points.iter().position(|cp| cp.id[..] == *id)?;
+        let i = self
+            .continuation_points
+            .iter()
+            .position(|cp| cp.id[..] == *id)?;
         self.continuation_points.remove(i)
     }
 
     /// Puts back a continuation point that still has references, as used by request
     /// `request_seq` (it becomes the newest).
-    pub fn restore_continuation_point(&mut self, mut cp: BrowseContinuationPoint, request_seq: u64) {
+    pub fn restore_continuation_point(
+        &mut self,
+        mut cp: BrowseContinuationPoint,
+        request_seq: u64,
+    ) {
         cp.request_seq = request_seq;
         self.continuation_points.push_back(cp);
     }
@@ -342,9 +364,20 @@ pub const MAX_PENDING_TRANSFERS: usize = 64;
 pub enum ShardMessage {
     /// Cross-shard TransferSubscriptions: shard `from` asks for subscription `sub_id` for a
     /// session of its own whose user is `owner`, with room for `max_items` monitored items.
-    TransferRequest { from: usize, ticket: u64, index: usize, sub_id: u32, owner: String, max_items: usize },
+    TransferRequest {
+        from: usize,
+        ticket: u64,
+        index: usize,
+        sub_id: u32,
+        owner: String,
+        max_items: usize,
+    },
     /// The answer: the subscription with everything it holds, or why not.
-    TransferReply { ticket: u64, index: usize, result: Result<crate::subscription::MovedSubscription, StatusCode> },
+    TransferReply {
+        ticket: u64,
+        index: usize,
+        result: Result<crate::subscription::MovedSubscription, StatusCode>,
+    },
 }
 
 /// A TransferSubscriptions request waiting for replies from other shards.
@@ -371,7 +404,16 @@ impl PendingTransfer {
         send_initial_values: bool,
         results: Vec<Option<crate::generated::types::TransferResult>>,
     ) -> PendingTransfer {
-        PendingTransfer { key, channel_id, request_id, request_handle, send_initial_values, results, reserved_subs: 0, reserved_items: 0 }
+        PendingTransfer {
+            key,
+            channel_id,
+            request_id,
+            request_handle,
+            send_initial_values,
+            results,
+            reserved_subs: 0,
+            reserved_items: 0,
+        }
     }
 }
 
@@ -430,10 +472,22 @@ impl ShardState {
     ///
     /// # Panics
     /// When `shard_index >= MAX_SHARDS` (a configuration error caught at start).
-    pub fn new(shared: Arc<ServerShared>, shard_index: usize, random: Box<dyn Random + Send>) -> ShardState {
-        assert!(shard_index < MAX_SHARDS, "shard index {shard_index} >= {MAX_SHARDS}");
-        let max_sessions = (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
-        shared.metrics.shard(shard_index).active.store(true, std::sync::atomic::Ordering::Relaxed);
+    pub fn new(
+        shared: Arc<ServerShared>,
+        shard_index: usize,
+        random: Box<dyn Random + Send>,
+    ) -> ShardState {
+        assert!(
+            shard_index < MAX_SHARDS,
+            "shard index {shard_index} >= {MAX_SHARDS}"
+        );
+        let max_sessions =
+            (shared.config.sessions.max_sessions_per_shard as usize).clamp(1, 0xFF_FFFF);
+        shared
+            .metrics
+            .shard(shard_index)
+            .active
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         ShardState {
             recycler: Recycler::default(),
             shard_index,
@@ -454,11 +508,19 @@ impl ShardState {
                     shard_index,
                     shared.address_space.changes().clone(),
                 );
-                e.set_async_samples_max(shared.config.operation_limits.max_async_operations_per_shard as usize);
+                e.set_async_samples_max(
+                    shared
+                        .config
+                        .operation_limits
+                        .max_async_operations_per_shard as usize,
+                );
                 e
             },
             deferrals: crate::server::deferred::Deferrals::new(
-                shared.config.operation_limits.max_async_operations_per_shard as usize,
+                shared
+                    .config
+                    .operation_limits
+                    .max_async_operations_per_shard as usize,
             ),
             demo_events: (shard_index == 0).then(|| {
                 let start = Now::new(shared.start_mono_ns, shared.start_time);
@@ -497,8 +559,14 @@ impl ShardState {
         let m = self.metrics();
         let e = self.subscriptions.stats();
         M::set(&m.sessions, self.live_sessions as u64);
-        M::set(&m.subscriptions, self.subscriptions.subscription_count() as u64);
-        M::set(&m.monitored_items, self.subscriptions.monitored_item_count() as u64);
+        M::set(
+            &m.subscriptions,
+            self.subscriptions.subscription_count() as u64,
+        );
+        M::set(
+            &m.monitored_items,
+            self.subscriptions.monitored_item_count() as u64,
+        );
         M::set(&m.notifications, e.notifications);
         M::set(&m.notification_messages, e.messages);
         M::set(&m.keep_alives, e.keep_alives);
@@ -529,7 +597,10 @@ impl ShardState {
 
     /// Leaves a session service's job for its connection ([`ConnectionHost::take_job`]).
     pub(crate) fn park_job(&mut self, job: crate::server::handshake::HandshakeJob) {
-        debug_assert!(self.parked_job.is_none(), "a parked handshake job was not taken");
+        debug_assert!(
+            self.parked_job.is_none(),
+            "a parked handshake job was not taken"
+        );
         self.parked_job = Some(job);
     }
 
@@ -598,7 +669,11 @@ impl ShardState {
         now: Now,
     ) -> Option<Response> {
         if self.transfers.len() >= MAX_PENDING_TRANSFERS {
-            return Some(crate::services::fault(pending.request_handle, StatusCode::BadTooManyOperations, now));
+            return Some(crate::services::fault(
+                pending.request_handle,
+                StatusCode::BadTooManyOperations,
+                now,
+            ));
         }
         self.transfer_ticket += 1;
         let ticket = self.transfer_ticket;
@@ -614,19 +689,33 @@ impl ShardState {
                     self.transfer_reserved_items += max_items;
                     pending.reserved_subs += 1;
                     pending.reserved_items += max_items;
-                    let msg = ShardMessage::TransferRequest { from: self.shard_index, ticket, index, sub_id, owner: owner.clone(), max_items };
+                    let msg = ShardMessage::TransferRequest {
+                        from: self.shard_index,
+                        ticket,
+                        index,
+                        sub_id,
+                        owner: owner.clone(),
+                        max_items,
+                    };
                     self.outgoing.push((shard, msg));
                 }
                 Err(status) => {
                     if let Some(r) = pending.results.get_mut(index) {
-                        *r = Some(crate::generated::types::TransferResult { status_code: status, ..Default::default() });
+                        *r = Some(crate::generated::types::TransferResult {
+                            status_code: status,
+                            ..Default::default()
+                        });
                     }
                 }
             }
         }
         if pending.results.iter().all(|r| r.is_some()) {
             let results = pending.results.into_iter().flatten().collect();
-            return Some(crate::services::subscription::transfer_response(pending.request_handle, results, now));
+            return Some(crate::services::subscription::transfer_response(
+                pending.request_handle,
+                results,
+                now,
+            ));
         }
         self.transfers.insert(ticket, pending);
         None
@@ -640,11 +729,31 @@ impl ShardState {
     /// A message from another shard.
     pub fn on_message(&mut self, msg: ShardMessage, now: Now) {
         match msg {
-            ShardMessage::TransferRequest { from, ticket, index, sub_id, owner, max_items } => {
-                let result = self.subscriptions.export_subscription(&owner, sub_id, max_items, now);
-                self.outgoing.push((from, ShardMessage::TransferReply { ticket, index, result }));
+            ShardMessage::TransferRequest {
+                from,
+                ticket,
+                index,
+                sub_id,
+                owner,
+                max_items,
+            } => {
+                let result = self
+                    .subscriptions
+                    .export_subscription(&owner, sub_id, max_items, now);
+                self.outgoing.push((
+                    from,
+                    ShardMessage::TransferReply {
+                        ticket,
+                        index,
+                        result,
+                    },
+                ));
             }
-            ShardMessage::TransferReply { ticket, index, result } => self.on_transfer_reply(ticket, index, result, now),
+            ShardMessage::TransferReply {
+                ticket,
+                index,
+                result,
+            } => self.on_transfer_reply(ticket, index, result, now),
         }
     }
 
@@ -656,7 +765,9 @@ impl ShardState {
         now: Now,
     ) {
         use crate::generated::types::TransferResult;
-        let Some(p) = self.transfers.get_mut(&ticket) else { return };
+        let Some(p) = self.transfers.get_mut(&ticket) else {
+            return;
+        };
         let (key, send_initial_values) = (p.key, p.send_initial_values);
         // This reply's share of the reservation (an even share: each request reserved the
         // room it offered, released here in the order replies come; the totals stay exact).
@@ -667,31 +778,53 @@ impl ShardState {
         self.transfer_reserved_items = self.transfer_reserved_items.saturating_sub(items);
         let live = self.session(key).is_some();
         let r = match result {
-            Ok(moved) => match self.subscriptions.import_subscription(key, moved, send_initial_values, now) {
-                Ok(available) => TransferResult { status_code: StatusCode::Good, available_sequence_numbers: available },
-                Err(s) => TransferResult { status_code: s, ..Default::default() },
+            Ok(moved) => {
+                match self
+                    .subscriptions
+                    .import_subscription(key, moved, send_initial_values, now)
+                {
+                    Ok(available) => TransferResult {
+                        status_code: StatusCode::Good,
+                        available_sequence_numbers: available,
+                    },
+                    Err(s) => TransferResult {
+                        status_code: s,
+                        ..Default::default()
+                    },
+                }
+            }
+            Err(s) => TransferResult {
+                status_code: s,
+                ..Default::default()
             },
-            Err(s) => TransferResult { status_code: s, ..Default::default() },
         };
         if !live {
             // The session closed meanwhile: the subscription stays, orphaned, as a closed
             // session's subscriptions do.
             self.subscriptions.on_session_closed(key, false, now);
         }
-        let Some(p) = self.transfers.get_mut(&ticket) else { return };
+        let Some(p) = self.transfers.get_mut(&ticket) else {
+            return;
+        };
         if let Some(slot) = p.results.get_mut(index) {
             *slot = Some(r);
         }
         if p.results.iter().any(|r| r.is_none()) {
             return;
         }
-        let Some(p) = self.transfers.remove(&ticket) else { return };
-        self.transfer_reserved_items = self.transfer_reserved_items.saturating_sub(p.reserved_items);
+        let Some(p) = self.transfers.remove(&ticket) else {
+            return;
+        };
+        self.transfer_reserved_items = self
+            .transfer_reserved_items
+            .saturating_sub(p.reserved_items);
         // Answered on the channel the request came on, if the session is still bound to it.
         if self.session(key).and_then(|s| s.channel_id) == Some(p.channel_id) {
             let results = p.results.into_iter().flatten().collect();
-            let response = crate::services::subscription::transfer_response(p.request_handle, results, now);
-            self.subscriptions.emit_response(p.channel_id, p.request_id, response);
+            let response =
+                crate::services::subscription::transfer_response(p.request_handle, results, now);
+            self.subscriptions
+                .emit_response(p.channel_id, p.request_id, response);
         }
     }
 
@@ -729,7 +862,12 @@ impl ShardState {
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
         if self.shared.address_space.has_async() {
-            if self.shared.address_space.changes().completions_pending(self.shard_index) {
+            if self
+                .shared
+                .address_space
+                .changes()
+                .completions_pending(self.shard_index)
+            {
                 return Some(0);
             }
             if let Some(d) = self.deferrals.next_deadline() {
@@ -743,7 +881,10 @@ impl ShardState {
     fn next_deadline_sync(&self) -> Option<u64> {
         let s = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
         let g = self.demo_events.as_ref().and_then(|g| g.next_deadline());
-        [s, self.subscriptions.next_deadline(), g].into_iter().flatten().min()
+        [s, self.subscriptions.next_deadline(), g]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The subscriptions of this shard.
@@ -770,27 +911,43 @@ impl ShardState {
         let mut finished = Vec::new();
         let mut samples = Vec::new();
         let deferrals = &mut self.deferrals;
-        space.changes().drain_completions(self.shard_index, |c| match c.target {
-            crate::address_space::app::Target::Request { slot, generation, op } => {
-                if let Some(f) = deferrals.settle(space, slot, generation, op, c.outcome, now) {
-                    finished.push(f);
+        space
+            .changes()
+            .drain_completions(self.shard_index, |c| match c.target {
+                crate::address_space::app::Target::Request {
+                    slot,
+                    generation,
+                    op,
+                } => {
+                    if let Some(f) = deferrals.settle(space, slot, generation, op, c.outcome, now) {
+                        finished.push(f);
+                    }
                 }
-            }
-            crate::address_space::app::Target::Sample { source, generation } => samples.push((source, generation, c.outcome)),
-        });
+                crate::address_space::app::Target::Sample { source, generation } => {
+                    samples.push((source, generation, c.outcome))
+                }
+            });
         deferrals.expire(space, now, &mut finished);
         for mut f in finished {
             f.response.response_header_mut().timestamp = now.utc;
-            self.subscriptions.emit_response(f.channel_id, f.request_id, f.response);
+            self.subscriptions
+                .emit_response(f.channel_id, f.request_id, f.response);
         }
         for (source, generation, outcome) in samples {
-            self.subscriptions.on_sample_done(source, generation, outcome, now);
+            self.subscriptions
+                .on_sample_done(source, generation, outcome, now);
         }
     }
 
     /// What a service needs to defer a request: the table, the shared state, this shard's
     /// index (for the reply handles).
-    pub fn deferred_parts(&mut self) -> (&mut crate::server::deferred::Deferrals, &Arc<ServerShared>, usize) {
+    pub fn deferred_parts(
+        &mut self,
+    ) -> (
+        &mut crate::server::deferred::Deferrals,
+        &Arc<ServerShared>,
+        usize,
+    ) {
         (&mut self.deferrals, &self.shared, self.shard_index)
     }
 
@@ -802,7 +959,10 @@ impl ShardState {
     /// Sets the hook that wakes this shard's loop from another thread (the change path
     /// wakes a sleeping shard whose inbox fills up).
     pub fn set_waker(&self, wake: crate::address_space::change::WakeFn) {
-        self.shared.address_space.changes().set_waker(self.shard_index, wake);
+        self.shared
+            .address_space
+            .changes()
+            .set_waker(self.shard_index, wake);
     }
 
     /// Runs due timers: session timeouts, sampling and publishing cycles.
@@ -827,13 +987,20 @@ impl ShardState {
                 break;
             }
             self.deadlines.pop();
-            let Some(s) = self.slots.get(slot as usize) else { continue };
+            let Some(s) = self.slots.get(slot as usize) else {
+                continue;
+            };
             if s.generation != generation {
                 continue;
             }
             let Some(session) = &s.session else { continue };
             if session.deadline_ns <= now.mono_ns {
-                crate::events::demo::publish_session_closed(&self.shared, &session.session_id, true, now);
+                crate::events::demo::publish_session_closed(
+                    &self.shared,
+                    &session.session_id,
+                    true,
+                    now,
+                );
                 crate::server::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
                 self.close_session(SessionKey { slot, generation }, false, now);
             } else {
@@ -875,7 +1042,10 @@ impl ShardState {
                 if self.slots.len() >= self.max_sessions {
                     return Err(StatusCode::BadTooManySessions);
                 }
-                self.slots.push(Slot { generation: 0, session: None });
+                self.slots.push(Slot {
+                    generation: 0,
+                    session: None,
+                });
                 (self.slots.len() - 1) as u32
             }
         };
@@ -883,7 +1053,11 @@ impl ShardState {
         token[0..2].copy_from_slice(&(self.shard_index as u16).to_le_bytes());
         token[2..6].copy_from_slice(&slot.to_le_bytes());
         self.random.fill(&mut token[6..]);
-        let max_cps = self.shared.config.operation_limits.max_browse_continuation_points as usize;
+        let max_cps = self
+            .shared
+            .config
+            .operation_limits
+            .max_browse_continuation_points as usize;
         let mut session = Session {
             session_id: NodeId::guid(1, Guid::random(&mut *self.random)),
             authentication_token: NodeId::byte_string(0, token.to_vec()),
@@ -906,10 +1080,16 @@ impl ShardState {
         };
         session.touch(now);
         // `slot` was just taken from the free list or pushed.
-        let Some(s) = self.slots.get_mut(slot as usize) else { return Err(StatusCode::BadInternalError) };
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return Err(StatusCode::BadInternalError);
+        };
         s.generation = s.generation.wrapping_add(1);
-        let key = SessionKey { slot, generation: s.generation };
-        self.deadlines.push(Reverse((session.deadline_ns, slot, s.generation)));
+        let key = SessionKey {
+            slot,
+            generation: s.generation,
+        };
+        self.deadlines
+            .push(Reverse((session.deadline_ns, slot, s.generation)));
         s.session = Some(session);
         self.live_sessions += 1;
         crate::server::metrics::ShardMetrics::add(&self.metrics().sessions_created, 1);
@@ -924,7 +1104,8 @@ impl ShardState {
         self.deadlines.clear();
         for (i, s) in self.slots.iter().enumerate() {
             if let Some(session) = &s.session {
-                self.deadlines.push(Reverse((session.deadline_ns, i as u32, s.generation)));
+                self.deadlines
+                    .push(Reverse((session.deadline_ns, i as u32, s.generation)));
             }
         }
     }
@@ -940,7 +1121,10 @@ impl ShardState {
             // service, or a shard that does not exist) does not name a session of ours.
             return Err(StatusCode::BadSessionIdInvalid);
         }
-        let s = self.slots.get(slot as usize).ok_or(StatusCode::BadSessionIdInvalid)?;
+        let s = self
+            .slots
+            .get(slot as usize)
+            .ok_or(StatusCode::BadSessionIdInvalid)?;
         let session = s.session.as_ref().ok_or(StatusCode::BadSessionIdInvalid)?;
         let (Identifier::ByteString(a), Identifier::ByteString(b)) =
             (&session.authentication_token.identifier, &token.identifier)
@@ -950,7 +1134,10 @@ impl ShardState {
         if !ct_eq(a, b) {
             return Err(StatusCode::BadSessionIdInvalid);
         }
-        let key = SessionKey { slot, generation: s.generation };
+        let key = SessionKey {
+            slot,
+            generation: s.generation,
+        };
         if session.deadline_ns <= now.mono_ns {
             crate::server::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
             self.close_session(key, false, now);
@@ -962,9 +1149,16 @@ impl ShardState {
     /// The session for a request other than Create/ActivateSession: the token must name a
     /// live session bound to `channel_id` (else BadSessionIdInvalid). Touches it.
     /// Activation is not checked here.
-    pub fn session_for_request(&mut self, token: &NodeId, channel_id: u32, now: Now) -> SessionResult<SessionKey> {
+    pub fn session_for_request(
+        &mut self,
+        token: &NodeId,
+        channel_id: u32,
+        now: Now,
+    ) -> SessionResult<SessionKey> {
         let key = self.find_session(token, now)?;
-        let session = self.session_mut(key).ok_or(StatusCode::BadSessionIdInvalid)?;
+        let session = self
+            .session_mut(key)
+            .ok_or(StatusCode::BadSessionIdInvalid)?;
         if session.channel_id != Some(channel_id) {
             return Err(StatusCode::BadSessionIdInvalid);
         }
@@ -990,7 +1184,10 @@ impl ShardState {
 
     /// The shared server state, one session and the shard's random number generator,
     /// borrowed together (services read the address space while they update the session).
-    pub fn shared_and_session(&mut self, key: SessionKey) -> Option<(&ServerShared, &mut Session, &mut dyn Random)> {
+    pub fn shared_and_session(
+        &mut self,
+        key: SessionKey,
+    ) -> Option<(&ServerShared, &mut Session, &mut dyn Random)> {
         let s = self.slots.get_mut(key.slot as usize)?;
         if s.generation != key.generation {
             return None;
@@ -1008,12 +1205,17 @@ impl ShardState {
     /// Closes a session; `delete_subscriptions` as in CloseSession. Its queued Publish
     /// requests are answered Bad_SessionClosed (stamped `now`).
     pub fn close_session(&mut self, key: SessionKey, delete_subscriptions: bool, now: Now) -> bool {
-        let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
+        let Some(s) = self.slots.get_mut(key.slot as usize) else {
+            return false;
+        };
         if s.generation != key.generation || s.session.is_none() {
             return false;
         }
-        self.subscriptions.on_session_closed(key, delete_subscriptions, now);
-        let Some(s) = self.slots.get_mut(key.slot as usize) else { return false };
+        self.subscriptions
+            .on_session_closed(key, delete_subscriptions, now);
+        let Some(s) = self.slots.get_mut(key.slot as usize) else {
+            return false;
+        };
         s.session = None;
         self.free_slots.push(key.slot);
         self.live_sessions -= 1;
@@ -1048,14 +1250,23 @@ impl ConnectionHost for ShardState {
         use crate::server::metrics::{policy_index, ShardMetrics};
         let m = self.metrics();
         let i = policy_index(policy_uri);
-        ShardMetrics::add(if opened { &m.channels_opened[i] } else { &m.channels_closed[i] }, 1);
+        ShardMetrics::add(
+            if opened {
+                &m.channels_opened[i]
+            } else {
+                &m.channels_closed[i]
+            },
+            1,
+        );
     }
 
     fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
         token_shard(authentication_token).filter(|&s| self.routes_to(s))
     }
     fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
-        if self.open_channels >= self.transport.max_channels_per_shard || self.live_channels.contains(&channel_id) {
+        if self.open_channels >= self.transport.max_channels_per_shard
+            || self.live_channels.contains(&channel_id)
+        {
             return Err(StatusCode::BadTcpNotEnoughResources);
         }
         self.open_channels += 1;
@@ -1070,23 +1281,46 @@ impl ConnectionHost for ShardState {
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
         crate::services::dispatch(self, ctx, request, now)
     }
-    fn dispatch_deferrable(&mut self, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+    fn dispatch_deferrable(
+        &mut self,
+        ctx: &RequestContext<'_>,
+        request: Request,
+        request_id: u32,
+        now: Now,
+    ) -> Option<Response> {
         crate::services::dispatch_deferrable(self, ctx, request, request_id, now)
     }
-    fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, crate::server::context::Deferred)>) {
+    fn take_deferred(
+        &mut self,
+        channel_id: u32,
+        into: &mut Vec<(u32, crate::server::context::Deferred)>,
+    ) {
         self.subscriptions.take_responses(channel_id, into);
     }
     fn memory_headroom(&self) -> usize {
         self.memory_headroom
     }
     fn session_max_response_size(&self, authentication_token: &NodeId) -> u32 {
-        let Some((shard, slot)) = token_parts(authentication_token) else { return 0 };
+        let Some((shard, slot)) = token_parts(authentication_token) else {
+            return 0;
+        };
         if shard != self.shard_index {
             return 0;
         }
-        let Some(session) = self.slots.get(slot as usize).and_then(|s| s.session.as_ref()) else { return 0 };
-        match (&session.authentication_token.identifier, &authentication_token.identifier) {
-            (Identifier::ByteString(a), Identifier::ByteString(b)) if ct_eq(a, b) => session.max_response_message_size,
+        let Some(session) = self
+            .slots
+            .get(slot as usize)
+            .and_then(|s| s.session.as_ref())
+        else {
+            return 0;
+        };
+        match (
+            &session.authentication_token.identifier,
+            &authentication_token.identifier,
+        ) {
+            (Identifier::ByteString(a), Identifier::ByteString(b)) if ct_eq(a, b) => {
+                session.max_response_message_size
+            }
             _ => 0,
         }
     }
@@ -1105,7 +1339,12 @@ impl ConnectionHost for ShardState {
     fn take_job(&mut self) -> Option<crate::server::handshake::HandshakeJob> {
         self.parked_job.take()
     }
-    fn resume(&mut self, ctx: &RequestContext<'_>, done: crate::server::handshake::JobDone, now: Now) -> Response {
+    fn resume(
+        &mut self,
+        ctx: &RequestContext<'_>,
+        done: crate::server::handshake::JobDone,
+        now: Now,
+    ) -> Response {
         crate::services::session::resume(self, ctx, done, now)
     }
 }
@@ -1127,11 +1366,20 @@ mod tests {
 
     #[test]
     fn zero_limits_are_rejected() {
-        let l = SessionLimits { max_sessions_per_shard: 0, ..SessionLimits::default() };
+        let l = SessionLimits {
+            max_sessions_per_shard: 0,
+            ..SessionLimits::default()
+        };
         assert!(l.validate().is_err());
-        let l = SessionLimits { max_request_age_ms: Some(0), ..SessionLimits::default() };
+        let l = SessionLimits {
+            max_request_age_ms: Some(0),
+            ..SessionLimits::default()
+        };
         assert!(l.validate().is_err());
-        let l = SessionLimits { session_timeout_max_ms: 1.0, ..SessionLimits::default() };
+        let l = SessionLimits {
+            session_timeout_max_ms: 1.0,
+            ..SessionLimits::default()
+        };
         assert!(l.validate().is_err());
     }
 

@@ -50,7 +50,12 @@ pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
 
 /// [`read`] building its response in `spare` (an empty, recycled response whose arrays'
 /// capacity is reused; see `server::recycle`).
-pub fn read_into(shared: &ServerShared, req: &ReadRequest, now: Now, mut spare: Box<ReadResponse>) -> Response {
+pub fn read_into(
+    shared: &ServerShared,
+    req: &ReadRequest,
+    now: Now,
+    mut spare: Box<ReadResponse>,
+) -> Response {
     let handle = req.request_header.request_handle;
     let limits = &shared.config.operation_limits;
     let ts = match check_read_request(
@@ -65,7 +70,15 @@ pub fn read_into(shared: &ServerShared, req: &ReadRequest, now: Now, mut spare: 
     let space = &shared.address_space;
     spare.results.clear();
     spare.results.extend(req.nodes_to_read.iter().map(|r| {
-        read_attribute(space, &r.node_id, r.attribute_id, r.index_range.as_str(), &r.data_encoding, ts, now)
+        read_attribute(
+            space,
+            &r.node_id,
+            r.attribute_id,
+            r.index_range.as_str(),
+            &r.data_encoding,
+            ts,
+            now,
+        )
     }));
     spare.diagnostic_infos.clear();
     spare.response_header = header(handle, StatusCode::Good, now);
@@ -79,7 +92,12 @@ pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
 }
 
 /// [`write`] building its response in `spare` (an empty, recycled response).
-pub fn write_into(shared: &ServerShared, req: &WriteRequest, now: Now, mut spare: Box<WriteResponse>) -> Response {
+pub fn write_into(
+    shared: &ServerShared,
+    req: &WriteRequest,
+    now: Now,
+    mut spare: Box<WriteResponse>,
+) -> Response {
     let handle = req.request_header.request_handle;
     let limits = &shared.config.operation_limits;
     if let Err(s) = check_write_request(limits, req.nodes_to_write.len()) {
@@ -88,7 +106,15 @@ pub fn write_into(shared: &ServerShared, req: &WriteRequest, now: Now, mut spare
     let space = &shared.address_space;
     spare.results.clear();
     spare.results.extend(req.nodes_to_write.iter().map(|w| {
-        write_attribute(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now)
+        write_attribute(
+            space,
+            limits,
+            &w.node_id,
+            w.attribute_id,
+            w.index_range.as_str(),
+            &w.value,
+            now,
+        )
     }));
     spare.diagnostic_infos.clear();
     spare.response_header = header(handle, StatusCode::Good, now);
@@ -98,7 +124,10 @@ pub fn write_into(shared: &ServerShared, req: &WriteRequest, now: Now, mut spare
 /// Does this Read touch a Variable with an asynchronous source (its Value)?
 pub fn reads_async(space: &AddressSpace, req: &ReadRequest) -> bool {
     req.nodes_to_read.iter().any(|rv| {
-        rv.attribute_id == attr::VALUE && space.node_index(&rv.node_id).is_some_and(|i| space.async_source(i).is_some())
+        rv.attribute_id == attr::VALUE
+            && space
+                .node_index(&rv.node_id)
+                .is_some_and(|i| space.async_source(i).is_some())
     })
 }
 
@@ -120,7 +149,12 @@ pub fn read_deferred(
     let handle = req.request_header.request_handle;
     let shared = std::sync::Arc::clone(shard.shared());
     let limits = &shared.config.operation_limits;
-    let ts = match check_read_request(limits, req.nodes_to_read.len(), req.max_age, req.timestamps_to_return.0) {
+    let ts = match check_read_request(
+        limits,
+        req.nodes_to_read.len(),
+        req.max_age,
+        req.timestamps_to_return.0,
+    ) {
         Ok(t) => t,
         Err(s) => return Some(fault(handle, s, now)),
     };
@@ -134,7 +168,15 @@ pub fn read_deferred(
             .flatten()
             .and_then(|ix| Some((space.node_at(ix)?, space.async_source(ix)?.clone())));
         let Some((node, source)) = source else {
-            results.push(read_attribute(space, &rv.node_id, rv.attribute_id, rv.index_range.as_str(), &rv.data_encoding, ts, now));
+            results.push(read_attribute(
+                space,
+                &rv.node_id,
+                rv.attribute_id,
+                rv.index_range.as_str(),
+                &rv.data_encoding,
+                ts,
+                now,
+            ));
             continue;
         };
         let readable = node.as_variable().map_or(StatusCode::BadNotReadable, |v| {
@@ -158,7 +200,11 @@ pub fn read_deferred(
             }
         };
         results.push(DataValue::default());
-        ops.push(ReadOp { result: i as u32, range, encoding: rv.data_encoding.clone() });
+        ops.push(ReadOp {
+            result: i as u32,
+            range,
+            encoding: rv.data_encoding.clone(),
+        });
         starts.push((source, rv.node_id.clone()));
     }
     let mut response = Response::Read(Box::new(ReadResponse {
@@ -167,11 +213,16 @@ pub fn read_deferred(
         diagnostic_infos: Vec::new(),
     }));
     mask(&mut response);
-    let Response::Read(mut response) = response else { return Some(fault(handle, StatusCode::BadInternalError, now)) };
+    let Response::Read(mut response) = response else {
+        return Some(fault(handle, StatusCode::BadInternalError, now));
+    };
     if ops.is_empty() {
         return Some(Response::Read(response));
     }
-    let max = shared.config.operation_limits.max_async_operations_per_shard as usize;
+    let max = shared
+        .config
+        .operation_limits
+        .max_async_operations_per_shard as usize;
     let (deferrals, _, shard_index) = shard.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
@@ -183,16 +234,46 @@ pub fn read_deferred(
     }
     let hub = space.changes();
     hub.open_completions(shard_index, 2 * max);
-    let deadlines = starts.iter().map(|(s, _)| now.deadline_after_ms(s.timeout_ms() as f64)).collect();
-    let (slot, generation) = deferrals.open(channel_id, request_id, PendingKind::Read { response, timestamps: ts, ops }, deadlines);
+    let deadlines = starts
+        .iter()
+        .map(|(s, _)| now.deadline_after_ms(s.timeout_ms() as f64))
+        .collect();
+    let (slot, generation) = deferrals.open(
+        channel_id,
+        request_id,
+        PendingKind::Read {
+            response,
+            timestamps: ts,
+            ops,
+        },
+        deadlines,
+    );
     let mut finished = None;
     for (op, (source, node_id)) in starts.into_iter().enumerate() {
         let op = op as u32;
         if !source.try_acquire() {
-            finished = deferrals.settle(space, slot, generation, op, Outcome::Status(StatusCode::BadTooManyOperations), now).or(finished);
+            finished = deferrals
+                .settle(
+                    space,
+                    slot,
+                    generation,
+                    op,
+                    Outcome::Status(StatusCode::BadTooManyOperations),
+                    now,
+                )
+                .or(finished);
             continue;
         }
-        let reply = Reply::new(hub.clone(), shard_index, Target::Request { slot, generation, op }, Some(source.clone()));
+        let reply = Reply::new(
+            hub.clone(),
+            shard_index,
+            Target::Request {
+                slot,
+                generation,
+                op,
+            },
+            Some(source.clone()),
+        );
         (source.read)(AsyncRead::new(node_id, reply));
     }
     finished.map(|f| f.response)
@@ -201,7 +282,10 @@ pub fn read_deferred(
 /// Does this Write touch a Variable with an asynchronous write hook?
 pub fn writes_async(space: &AddressSpace, req: &WriteRequest) -> bool {
     req.nodes_to_write.iter().any(|w| {
-        w.attribute_id == attr::VALUE && space.node_index(&w.node_id).is_some_and(|i| space.async_write_hook(i).is_some())
+        w.attribute_id == attr::VALUE
+            && space
+                .node_index(&w.node_id)
+                .is_some_and(|i| space.async_write_hook(i).is_some())
     })
 }
 
@@ -233,23 +317,49 @@ pub fn write_deferred(
             .flatten()
             .and_then(|ix| space.async_write_hook(ix).cloned());
         let Some(hook) = hook else {
-            results.push(write_attribute(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now));
+            results.push(write_attribute(
+                space,
+                limits,
+                &w.node_id,
+                w.attribute_id,
+                w.index_range.as_str(),
+                &w.value,
+                now,
+            ));
             continue;
         };
-        match prepare_write(space, limits, &w.node_id, w.attribute_id, w.index_range.as_str(), &w.value, now) {
+        match prepare_write(
+            space,
+            limits,
+            &w.node_id,
+            w.attribute_id,
+            w.index_range.as_str(),
+            &w.value,
+            now,
+        ) {
             Err(s) => results.push(s),
             Ok(p) => {
                 results.push(StatusCode::Good);
                 hooks.push((hook, i));
-                ops.push(WriteOp { result: i as u32, prepared: p });
+                ops.push(WriteOp {
+                    result: i as u32,
+                    prepared: p,
+                });
             }
         }
     }
-    let mut response = Box::new(WriteResponse { response_header: header(handle, StatusCode::Good, now), results, diagnostic_infos: Vec::new() });
+    let mut response = Box::new(WriteResponse {
+        response_header: header(handle, StatusCode::Good, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    });
     if ops.is_empty() {
         return Some(Response::Write(response));
     }
-    let max = shared.config.operation_limits.max_async_operations_per_shard as usize;
+    let max = shared
+        .config
+        .operation_limits
+        .max_async_operations_per_shard as usize;
     let (deferrals, _, shard_index) = shard.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
@@ -261,13 +371,37 @@ pub fn write_deferred(
     }
     let hub = space.changes();
     hub.open_completions(shard_index, 2 * max);
-    let deadlines = hooks.iter().map(|(h, _)| now.deadline_after_ms(h.timeout_ms as f64)).collect();
+    let deadlines = hooks
+        .iter()
+        .map(|(h, _)| now.deadline_after_ms(h.timeout_ms as f64))
+        .collect();
     let infos: Vec<DataValue> = ops.iter().map(|o| o.prepared.stored.clone()).collect();
-    let (slot, generation) = deferrals.open(channel_id, request_id, PendingKind::Write { response, ops }, deadlines);
+    let (slot, generation) = deferrals.open(
+        channel_id,
+        request_id,
+        PendingKind::Write { response, ops },
+        deadlines,
+    );
     for (op, ((hook, i), stored)) in hooks.into_iter().zip(infos).enumerate() {
-        let Some(w) = req.nodes_to_write.get(i) else { continue };
-        let reply = Reply::new(hub.clone(), shard_index, Target::Request { slot, generation, op: op as u32 }, None);
-        let info = WriteInfo { node_id: &w.node_id, value: &stored, index_range: w.index_range.as_str(), now };
+        let Some(w) = req.nodes_to_write.get(i) else {
+            continue;
+        };
+        let reply = Reply::new(
+            hub.clone(),
+            shard_index,
+            Target::Request {
+                slot,
+                generation,
+                op: op as u32,
+            },
+            None,
+        );
+        let info = WriteInfo {
+            node_id: &w.node_id,
+            value: &stored,
+            index_range: w.index_range.as_str(),
+            now,
+        };
         (hook.start)(&info, AsyncWrite::new(reply));
     }
     None
@@ -580,7 +714,13 @@ pub fn read_attribute(
 
 /// The last steps of reading a Value: the DataEncoding check, the IndexRange and the
 /// timestamps asked for (the server timestamp is `now` unless the value has one).
-fn finish_value(mut dv: DataValue, data_encoding: &QualifiedName, range: Option<&NumericRange>, ts: Timestamps, now: Now) -> DataValue {
+fn finish_value(
+    mut dv: DataValue,
+    data_encoding: &QualifiedName,
+    range: Option<&NumericRange>,
+    ts: Timestamps,
+    now: Now,
+) -> DataValue {
     if let Err(e) = check_encoding(attr::VALUE, data_encoding, Some(&dv.value)) {
         return bad(e);
     }
@@ -709,16 +849,33 @@ pub fn write_attribute(
     value: &DataValue,
     now: Now,
 ) -> StatusCode {
-    let p = match prepare_write(space, limits, node_id, attribute_id, index_range, value, now) {
+    let p = match prepare_write(
+        space,
+        limits,
+        node_id,
+        attribute_id,
+        index_range,
+        value,
+        now,
+    ) {
         Ok(p) => p,
         Err(s) => return s,
     };
     if let Some(hook) = space.write_hook(p.node_index) {
         // The application accepts or rejects the value before it is stored; a Variable
         // without a stored value (a device behind a read callback) is written by the hook.
-        let info = crate::address_space::app::WriteInfo { node_id, value: &p.stored, index_range, now };
+        let info = crate::address_space::app::WriteInfo {
+            node_id,
+            value: &p.stored,
+            index_range,
+            now,
+        };
         if let Err(status) = hook(&info) {
-            return if status.is_bad() { status } else { StatusCode::BadInternalError };
+            return if status.is_bad() {
+                status
+            } else {
+                StatusCode::BadInternalError
+            };
         }
     }
     commit_write(space, &p)
@@ -747,8 +904,12 @@ pub fn prepare_write(
     value: &DataValue,
     now: Now,
 ) -> Result<PreparedWrite, StatusCode> {
-    let node_index = space.node_index(node_id).ok_or(StatusCode::BadNodeIdUnknown)?;
-    let node = space.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+    let node_index = space
+        .node_index(node_id)
+        .ok_or(StatusCode::BadNodeIdUnknown)?;
+    let node = space
+        .node_at(node_index)
+        .ok_or(StatusCode::BadNodeIdUnknown)?;
     if attribute_id != attr::VALUE {
         // The attribute must exist on the node for BadNotWritable; else it's invalid.
         return Err(match attribute_value(node, attribute_id) {
@@ -768,14 +929,18 @@ pub fn prepare_write(
         return Err(StatusCode::BadUserAccessDenied);
     }
     let stores = matches!(var.value, ValueSource::Cell(_));
-    if !stores && space.write_hook(node_index).is_none() && space.async_write_hook(node_index).is_none() {
+    if !stores
+        && space.write_hook(node_index).is_none()
+        && space.async_write_hook(node_index).is_none()
+    {
         return Err(StatusCode::BadNotWritable);
     }
     let range = NumericRange::parse(index_range)?;
     if value.server_timestamp.is_some() || value.server_picoseconds.is_some() {
         return Err(StatusCode::BadWriteNotSupported);
     }
-    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0 {
+    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0
+    {
         return Err(StatusCode::BadWriteNotSupported);
     }
     if value.source_timestamp.is_some() && var.access_level & access_level::TIMESTAMP_WRITE == 0 {
@@ -799,7 +964,12 @@ pub fn prepare_write(
         server_timestamp: None,
         server_picoseconds: None,
     };
-    Ok(PreparedWrite { node_index, stored, range, stores })
+    Ok(PreparedWrite {
+        node_index,
+        stored,
+        range,
+        stores,
+    })
 }
 
 /// Stores a prepared Write (nothing for a Variable without a stored value: its hook took it).
@@ -810,7 +980,10 @@ pub fn commit_write(space: &AddressSpace, p: &PreparedWrite) -> StatusCode {
     let result = match &p.range {
         None => space.store_value(p.node_index, p.stored.clone()),
         Some(r) => space.update_value(p.node_index, |cur| {
-            r.write(&cur.value, &p.stored.value).map(|v| DataValue { value: v, ..p.stored.clone() })
+            r.write(&cur.value, &p.stored.value).map(|v| DataValue {
+                value: v,
+                ..p.stored.clone()
+            })
         }),
     };
     match result {
@@ -841,8 +1014,14 @@ pub fn finish_async_value(
 /// Does `v` fit the Variable `node` as its Value (not empty; its type fits the DataType,
 /// its rank and shape the ValueRank and ArrayDimensions)? The checks of a Write, without
 /// the access rights and size limits (for values pushed by the application).
-pub fn check_value(space: &AddressSpace, node: &crate::address_space::Node, v: &Variant) -> Result<(), StatusCode> {
-    let Some(var) = node.as_variable() else { return Err(StatusCode::BadAttributeIdInvalid) };
+pub fn check_value(
+    space: &AddressSpace,
+    node: &crate::address_space::Node,
+    v: &Variant,
+) -> Result<(), StatusCode> {
+    let Some(var) = node.as_variable() else {
+        return Err(StatusCode::BadAttributeIdInvalid);
+    };
     if v.is_empty() || !type_fits(space, v, &var.data_type) || !rank_fits(var, v) {
         return Err(StatusCode::BadTypeMismatch);
     }

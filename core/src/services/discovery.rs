@@ -4,8 +4,9 @@
 
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    ApplicationDescription, ApplicationType, EndpointDescription, FindServersRequest, FindServersResponse,
-    GetEndpointsRequest, GetEndpointsResponse, MessageSecurityMode, UserTokenPolicy,
+    ApplicationDescription, ApplicationType, EndpointDescription, FindServersRequest,
+    FindServersResponse, GetEndpointsRequest, GetEndpointsResponse, MessageSecurityMode,
+    UserTokenPolicy,
 };
 use crate::server::context::RequestContext;
 use crate::server::shard::ShardState;
@@ -14,7 +15,8 @@ use crate::time::Now;
 use crate::types::{ByteString, LocalizedText, UaString};
 
 /// The UA-TCP / UA-SC / UA-Binary transport profile.
-pub const TRANSPORT_PROFILE_UATCP: &str = "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary";
+pub const TRANSPORT_PROFILE_UATCP: &str =
+    "http://opcfoundation.org/UA-Profile/Transport/uatcp-uasc-uabinary";
 /// SecurityPolicy None.
 pub const SECURITY_POLICY_NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
 /// The policy id of the anonymous user token policy.
@@ -57,7 +59,12 @@ pub fn max_message_size(shard: &ShardState) -> u32 {
 /// fallback.
 pub fn advertised_url<'a>(request_url: &'a str, hel_url: &'a str) -> &'a str {
     // Bytes, not a str slice: a client's URL may have a multi-byte character at byte 10.
-    let usable = |u: &str| u.len() > 10 && u.as_bytes().get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"opc.tcp://"));
+    let usable = |u: &str| {
+        u.len() > 10
+            && u.as_bytes()
+                .get(..10)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"opc.tcp://"))
+    };
     if usable(request_url) {
         request_url
     } else if usable(hel_url) {
@@ -83,22 +90,43 @@ pub fn application_description(shard: &ShardState, endpoint_url: &str) -> Applic
 
 /// Every endpoint, advertised under `endpoint_url`, whose transport profile is in
 /// `profile_uris` (empty: all).
-pub fn endpoint_descriptions(shard: &ShardState, endpoint_url: &str, profile_uris: &[UaString]) -> Vec<EndpointDescription> {
-    if !profile_uris.is_empty() && !profile_uris.iter().any(|p| p.as_str() == TRANSPORT_PROFILE_UATCP) {
+pub fn endpoint_descriptions(
+    shard: &ShardState,
+    endpoint_url: &str,
+    profile_uris: &[UaString],
+) -> Vec<EndpointDescription> {
+    if !profile_uris.is_empty()
+        && !profile_uris
+            .iter()
+            .any(|p| p.as_str() == TRANSPORT_PROFILE_UATCP)
+    {
         return Vec::new();
     }
-    endpoints(shard, endpoint_url, application_description(shard, endpoint_url), true)
+    endpoints(
+        shard,
+        endpoint_url,
+        application_description(shard, endpoint_url),
+        true,
+    )
 }
 
 /// One EndpointDescription per policy and mode, each with `server`, and with the policy's
 /// certificate if `certificates`.
-fn endpoints(shard: &ShardState, endpoint_url: &str, server: ApplicationDescription, certificates: bool) -> Vec<EndpointDescription> {
+fn endpoints(
+    shard: &ShardState,
+    endpoint_url: &str,
+    server: ApplicationDescription,
+    certificates: bool,
+) -> Vec<EndpointDescription> {
     shard
         .security()
         .endpoints()
         .iter()
         .map(|e| EndpointDescription {
-            user_identity_tokens: crate::services::identity::user_token_policies_for(shard, &e.policy_uri),
+            user_identity_tokens: crate::services::identity::user_token_policies_for(
+                shard,
+                &e.policy_uri,
+            ),
             endpoint_url: endpoint_url.into(),
             server: server.clone(),
             server_certificate: if certificates {
@@ -123,12 +151,25 @@ fn endpoints(shard: &ShardState, endpoint_url: &str, server: ApplicationDescript
 /// response carries it once, in serverCertificate. With seven endpoints and a 2048-bit
 /// certificate, each endpoint is about 450 bytes instead of 1,320 and the response about 4.5 KB
 /// instead of 10.5 KB, on every session establishment.
-pub fn session_endpoint_descriptions(shard: &ShardState, endpoint_url: &str) -> Vec<EndpointDescription> {
-    endpoints(shard, endpoint_url, application_description(shard, endpoint_url), false)
+pub fn session_endpoint_descriptions(
+    shard: &ShardState,
+    endpoint_url: &str,
+) -> Vec<EndpointDescription> {
+    endpoints(
+        shard,
+        endpoint_url,
+        application_description(shard, endpoint_url),
+        false,
+    )
 }
 
 /// GetEndpoints (Part 4 §5.5.4).
-pub fn get_endpoints(shard: &ShardState, ctx: &RequestContext<'_>, req: &GetEndpointsRequest, now: Now) -> Response {
+pub fn get_endpoints(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    req: &GetEndpointsRequest,
+    now: Now,
+) -> Response {
     let url = advertised_url(req.endpoint_url.as_str(), ctx.endpoint_url);
     Response::GetEndpoints(Box::new(GetEndpointsResponse {
         response_header: response_header(req.request_header.request_handle, now),
@@ -137,11 +178,19 @@ pub fn get_endpoints(shard: &ShardState, ctx: &RequestContext<'_>, req: &GetEndp
 }
 
 /// FindServers (Part 4 §5.5.2): this server only, unless `serverUris` names others only.
-pub fn find_servers(shard: &ShardState, ctx: &RequestContext<'_>, req: &FindServersRequest, now: Now) -> Response {
+pub fn find_servers(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    req: &FindServersRequest,
+    now: Now,
+) -> Response {
     let url = advertised_url(req.endpoint_url.as_str(), ctx.endpoint_url);
     let me = application_description(shard, url);
-    let wanted =
-        req.server_uris.is_empty() || req.server_uris.iter().any(|u| u.as_str() == me.application_uri.as_str());
+    let wanted = req.server_uris.is_empty()
+        || req
+            .server_uris
+            .iter()
+            .any(|u| u.as_str() == me.application_uri.as_str());
     // One ApplicationName, in English; localeIds cannot select another.
     let _ = &req.locale_ids;
     Response::FindServers(Box::new(FindServersResponse {

@@ -17,8 +17,8 @@
 use std::net::IpAddr;
 
 use crate::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, IssuedIdentityToken, MessageSecurityMode, SignatureData, UserNameIdentityToken,
-    UserTokenPolicy, UserTokenType, X509IdentityToken,
+    ActivateSessionRequest, AnonymousIdentityToken, IssuedIdentityToken, MessageSecurityMode,
+    SignatureData, UserNameIdentityToken, UserTokenPolicy, UserTokenType, X509IdentityToken,
 };
 use crate::secure_channel::{UserAccess, SECURITY_POLICY_NONE_URI};
 use crate::server::context::RequestContext;
@@ -33,7 +33,10 @@ pub const USERNAME_POLICY_ID: &str = "username";
 pub const X509_POLICY_ID: &str = "x509";
 
 /// The user token policies of an endpoint whose channel policy is `endpoint_policy_uri`.
-pub fn user_token_policies_for(shard: &ShardState, endpoint_policy_uri: &str) -> Vec<UserTokenPolicy> {
+pub fn user_token_policies_for(
+    shard: &ShardState,
+    endpoint_policy_uri: &str,
+) -> Vec<UserTokenPolicy> {
     let security = shard.security();
     let settings = security.user_tokens();
     let mut out = Vec::with_capacity(3);
@@ -50,21 +53,43 @@ pub fn user_token_policies_for(shard: &ShardState, endpoint_policy_uri: &str) ->
     let has_users = security.user_authenticator().is_some();
     let on_none = endpoint_policy_uri == SECURITY_POLICY_NONE_URI;
     let token_uri = settings.none_endpoint_token_policy_uri.as_str();
-    let token_uri_usable = !token_uri.is_empty() && token_uri != SECURITY_POLICY_NONE_URI && security.policy(token_uri).is_some();
+    let token_uri_usable = !token_uri.is_empty()
+        && token_uri != SECURITY_POLICY_NONE_URI
+        && security.policy(token_uri).is_some();
     if has_users && settings.user_name {
         if !on_none {
-            out.push(policy(USERNAME_POLICY_ID, UserTokenType::UserName, Some(endpoint_policy_uri)));
+            out.push(policy(
+                USERNAME_POLICY_ID,
+                UserTokenType::UserName,
+                Some(endpoint_policy_uri),
+            ));
         } else if token_uri_usable {
-            out.push(policy(USERNAME_POLICY_ID, UserTokenType::UserName, Some(token_uri)));
+            out.push(policy(
+                USERNAME_POLICY_ID,
+                UserTokenType::UserName,
+                Some(token_uri),
+            ));
         } else if settings.allow_password_on_none {
-            out.push(policy(USERNAME_POLICY_ID, UserTokenType::UserName, Some(SECURITY_POLICY_NONE_URI)));
+            out.push(policy(
+                USERNAME_POLICY_ID,
+                UserTokenType::UserName,
+                Some(SECURITY_POLICY_NONE_URI),
+            ));
         }
     }
     if has_users && settings.x509 {
         if !on_none {
-            out.push(policy(X509_POLICY_ID, UserTokenType::Certificate, Some(endpoint_policy_uri)));
+            out.push(policy(
+                X509_POLICY_ID,
+                UserTokenType::Certificate,
+                Some(endpoint_policy_uri),
+            ));
         } else if token_uri_usable {
-            out.push(policy(X509_POLICY_ID, UserTokenType::Certificate, Some(token_uri)));
+            out.push(policy(
+                X509_POLICY_ID,
+                UserTokenType::Certificate,
+                Some(token_uri),
+            ));
         }
     }
     out
@@ -75,14 +100,21 @@ pub fn user_token_policies_for(shard: &ShardState, endpoint_policy_uri: &str) ->
 /// token policy (clients encrypt passwords with it), if one is configured.
 pub fn endpoint_certificate(shard: &ShardState, policy_uri: &str) -> ByteString {
     let security = shard.security();
-    let own = security.find(policy_uri).and_then(|p| p.local_certificate());
+    let own = security
+        .find(policy_uri)
+        .and_then(|p| p.local_certificate());
     let cert = own.or_else(|| {
         if policy_uri != SECURITY_POLICY_NONE_URI {
             return None;
         }
-        let uri = security.user_tokens().none_endpoint_token_policy_uri.as_str();
+        let uri = security
+            .user_tokens()
+            .none_endpoint_token_policy_uri
+            .as_str();
         let tokens = user_token_policies_for(shard, policy_uri);
-        let used = tokens.iter().any(|t| t.security_policy_uri.as_str() == uri && !uri.is_empty());
+        let used = tokens
+            .iter()
+            .any(|t| t.security_policy_uri.as_str() == uri && !uri.is_empty());
         if used {
             security.policy(uri).and_then(|p| p.local_certificate())
         } else {
@@ -115,10 +147,18 @@ pub fn create_session_signature_work(
     if ctx.security_mode == MessageSecurityMode::None {
         return Ok(None);
     }
-    let policy = shard.security().find(ctx.security_policy_uri).ok_or(StatusCode::BadSecurityPolicyRejected)?.clone();
+    let policy = shard
+        .security()
+        .find(ctx.security_policy_uri)
+        .ok_or(StatusCode::BadSecurityPolicyRejected)?
+        .clone();
     // The certificate of CreateSession is the channel's (Part 4 §5.7.2.2); a client may leave
     // it out and rely on the channel's.
-    let cert = if client_certificate.is_empty() { ctx.client_certificate.unwrap_or(&[]) } else { client_certificate };
+    let cert = if client_certificate.is_empty() {
+        ctx.client_certificate.unwrap_or(&[])
+    } else {
+        client_certificate
+    };
     if cert.is_empty() {
         return Err(StatusCode::BadCertificateInvalid);
     }
@@ -128,7 +168,10 @@ pub fn create_session_signature_work(
     Ok(Some(Box::new(move || {
         policy.validate_client_certificate(&cert, uri.as_deref())?;
         let (algorithm, signature) = policy.sign_own(&data)?;
-        Ok(SignatureData { algorithm: algorithm.as_str().into(), signature: ByteString::from(signature) })
+        Ok(SignatureData {
+            algorithm: algorithm.as_str().into(),
+            signature: ByteString::from(signature),
+        })
     })))
 }
 
@@ -144,8 +187,15 @@ pub fn client_signature_work(
     if ctx.security_mode == MessageSecurityMode::None {
         return Ok(None);
     }
-    let policy = shard.security().find(ctx.security_policy_uri).ok_or(StatusCode::BadSecurityPolicyRejected)?.clone();
-    let client_cert = ctx.client_certificate.ok_or(StatusCode::BadApplicationSignatureInvalid)?.to_vec();
+    let policy = shard
+        .security()
+        .find(ctx.security_policy_uri)
+        .ok_or(StatusCode::BadSecurityPolicyRejected)?
+        .clone();
+    let client_cert = ctx
+        .client_certificate
+        .ok_or(StatusCode::BadApplicationSignatureInvalid)?
+        .to_vec();
     let data = concat(policy.local_certificate().unwrap_or(&[]), server_nonce);
     let algorithm = signature.algorithm.as_str().to_owned();
     let signature = signature.signature.as_bytes().to_vec();
@@ -173,7 +223,13 @@ pub fn activation_work(
     server_nonce: &[u8],
 ) -> Result<Activation, StatusCode> {
     let client = client_signature_work(shard, ctx, server_nonce, &req.client_signature)?;
-    let user = identity_work(shard, ctx, &req.user_identity_token, &req.user_token_signature, server_nonce);
+    let user = identity_work(
+        shard,
+        ctx,
+        &req.user_identity_token,
+        &req.user_token_signature,
+        server_nonce,
+    );
     match (client, user) {
         (None, Ok(a)) => Ok(a),
         (None, Err(s)) => Err(s),
@@ -204,7 +260,13 @@ pub fn create_session_signature(
     client_nonce: &[u8],
     application_uri: &str,
 ) -> Result<SignatureData, StatusCode> {
-    let work = create_session_signature_work(shard, ctx, client_certificate, client_nonce, application_uri)?;
+    let work = create_session_signature_work(
+        shard,
+        ctx,
+        client_certificate,
+        client_nonce,
+        application_uri,
+    )?;
     Ok(run_now(work)?.unwrap_or_default())
 }
 
@@ -218,7 +280,12 @@ pub fn verify_client_signature(
     run_now(client_signature_work(shard, ctx, server_nonce, signature)?).map(|_| ())
 }
 
-fn find_policy(shard: &ShardState, ctx: &RequestContext<'_>, t: UserTokenType, policy_id: &str) -> Result<UserTokenPolicy, StatusCode> {
+fn find_policy(
+    shard: &ShardState,
+    ctx: &RequestContext<'_>,
+    t: UserTokenType,
+    policy_id: &str,
+) -> Result<UserTokenPolicy, StatusCode> {
     let policies = user_token_policies_for(shard, ctx.security_policy_uri);
     policies
         .into_iter()
@@ -269,20 +336,28 @@ pub fn identity_work(
     let security = shard.security();
     if token.is_null() {
         // A null token means anonymous (Part 4 §5.7.3.2).
-        let p = find_policy(shard, ctx, UserTokenType::Anonymous, "").map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        return Ok(Activation::Ready(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() }));
+        let p = find_policy(shard, ctx, UserTokenType::Anonymous, "")
+            .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
+        return Ok(Activation::Ready(UserIdentity::Anonymous {
+            policy_id: p.policy_id.as_str().to_owned(),
+        }));
     }
     if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::Anonymous, t.policy_id.as_str())
             .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        return Ok(Activation::Ready(UserIdentity::Anonymous { policy_id: p.policy_id.as_str().to_owned() }));
+        return Ok(Activation::Ready(UserIdentity::Anonymous {
+            policy_id: p.policy_id.as_str().to_owned(),
+        }));
     }
     let peer = peer_ip(ctx);
     if let Some(r) = token.decode_as::<UserNameIdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::UserName, t.policy_id.as_str())?;
-        let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?.clone();
+        let users = security
+            .user_authenticator()
+            .ok_or(StatusCode::BadIdentityTokenRejected)?
+            .clone();
         // A rate-limited address costs no RSA decryption.
         if !users.login_allowed(peer) {
             return Err(StatusCode::BadUserAccessDenied);
@@ -291,13 +366,20 @@ pub fn identity_work(
         let decrypt = if t.encryption_algorithm.is_empty() {
             // In clear: only inside an encrypted channel, or where configured for None.
             let allowed = ctx.security_mode == MessageSecurityMode::SignAndEncrypt
-                || (ctx.security_policy_uri == SECURITY_POLICY_NONE_URI && security.user_tokens().allow_password_on_none);
+                || (ctx.security_policy_uri == SECURITY_POLICY_NONE_URI
+                    && security.user_tokens().allow_password_on_none);
             if !allowed {
                 return Err(StatusCode::BadIdentityTokenRejected);
             }
             None
         } else {
-            Some((security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?.clone(), t.encryption_algorithm.as_str().to_owned()))
+            Some((
+                security
+                    .policy(uri)
+                    .ok_or(StatusCode::BadIdentityTokenInvalid)?
+                    .clone(),
+                t.encryption_algorithm.as_str().to_owned(),
+            ))
         };
         let policy_id = p.policy_id.as_str().to_owned();
         let user = t.user_name.as_str().to_owned();
@@ -306,27 +388,39 @@ pub fn identity_work(
         return Ok(Activation::Work(Box::new(move || {
             let password = match decrypt {
                 None => secret,
-                Some((policy, algorithm)) => match policy.decrypt_user_secret(&algorithm, &secret, &nonce) {
-                    Ok(p) => p,
-                    Err(s) => {
-                        users.login_failed(peer);
-                        return Err(s);
+                Some((policy, algorithm)) => {
+                    match policy.decrypt_user_secret(&algorithm, &secret, &nonce) {
+                        Ok(p) => p,
+                        Err(s) => {
+                            users.login_failed(peer);
+                            return Err(s);
+                        }
                     }
-                },
+                }
             };
             let access = users.authenticate_password(peer, &user, &password)?;
-            Ok(UserIdentity::UserName { policy_id, user, access })
+            Ok(UserIdentity::UserName {
+                policy_id,
+                user,
+                access,
+            })
         })));
     }
     if let Some(r) = token.decode_as::<X509IdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         let p = find_policy(shard, ctx, UserTokenType::Certificate, t.policy_id.as_str())?;
-        let users = security.user_authenticator().ok_or(StatusCode::BadIdentityTokenRejected)?.clone();
+        let users = security
+            .user_authenticator()
+            .ok_or(StatusCode::BadIdentityTokenRejected)?
+            .clone();
         if !users.login_allowed(peer) {
             return Err(StatusCode::BadUserAccessDenied);
         }
         let uri = token_security_uri(&p, ctx);
-        let policy = security.policy(uri).ok_or(StatusCode::BadIdentityTokenInvalid)?.clone();
+        let policy = security
+            .policy(uri)
+            .ok_or(StatusCode::BadIdentityTokenInvalid)?
+            .clone();
         if policy.uri() == SECURITY_POLICY_NONE_URI {
             return Err(StatusCode::BadIdentityTokenRejected);
         }
@@ -336,12 +430,18 @@ pub fn identity_work(
         let algorithm = token_signature.algorithm.as_str().to_owned();
         let signature = token_signature.signature.as_bytes().to_vec();
         return Ok(Activation::Work(Box::new(move || {
-            policy.verify_signature(&certificate, &data, &algorithm, &signature).map_err(|_| {
-                users.login_failed(peer);
-                StatusCode::BadUserSignatureInvalid
-            })?;
+            policy
+                .verify_signature(&certificate, &data, &algorithm, &signature)
+                .map_err(|_| {
+                    users.login_failed(peer);
+                    StatusCode::BadUserSignatureInvalid
+                })?;
             let (user, access) = users.authenticate_certificate(peer, &certificate)?;
-            Ok(UserIdentity::Certificate { policy_id, user, access })
+            Ok(UserIdentity::Certificate {
+                policy_id,
+                user,
+                access,
+            })
         })));
     }
     if token.is::<IssuedIdentityToken>() {
@@ -353,7 +453,11 @@ pub fn identity_work(
 /// The access of an activated session's user.
 pub fn access_of(shard: &ShardState, identity: &UserIdentity) -> UserAccess {
     match identity {
-        UserIdentity::Anonymous { .. } => shard.security().user_tokens().anonymous.unwrap_or(UserAccess::Read),
+        UserIdentity::Anonymous { .. } => shard
+            .security()
+            .user_tokens()
+            .anonymous
+            .unwrap_or(UserAccess::Read),
         UserIdentity::UserName { access, .. } | UserIdentity::Certificate { access, .. } => *access,
     }
 }

@@ -88,7 +88,10 @@ impl MethodKind {
             (nodes::alarm_enable_id(), MethodKind::Enable),
             (nodes::alarm_disable_id(), MethodKind::Disable),
         ];
-        table.into_iter().find(|(id, _)| id == method_id).map(|(_, k)| k)
+        table
+            .into_iter()
+            .find(|(id, _)| id == method_id)
+            .map(|(_, k)| k)
     }
 
     fn inputs(self) -> &'static [ArgSpec] {
@@ -97,7 +100,9 @@ impl MethodKind {
             MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment => nodes::ACK_IN,
             MethodKind::Enable | MethodKind::Disable => &[],
             MethodKind::ConditionRefresh => nodes::SUBSCRIPTION_ID_IN,
-            MethodKind::GetMonitoredItems | MethodKind::ResendData => nodes::SERVER_SUBSCRIPTION_ID_IN,
+            MethodKind::GetMonitoredItems | MethodKind::ResendData => {
+                nodes::SERVER_SUBSCRIPTION_ID_IN
+            }
             MethodKind::ConditionRefresh2 => nodes::REFRESH2_IN,
         }
     }
@@ -120,7 +125,8 @@ impl MethodKind {
 /// BadInternalError here: use [`call_deferrable`]).
 pub fn call(shard: &mut ShardState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
-    call_deferrable(shard, key, 0, 0, req, now).unwrap_or_else(|| fault(handle, StatusCode::BadInternalError, now))
+    call_deferrable(shard, key, 0, 0, req, now)
+        .unwrap_or_else(|| fault(handle, StatusCode::BadInternalError, now))
 }
 
 /// An application method that answers later, checked and ready to start.
@@ -151,7 +157,12 @@ pub fn call_deferrable(
     if n == 0 {
         return Some(fault(handle, StatusCode::BadNothingToDo, now));
     }
-    if n > shard.shared().config.operation_limits.max_nodes_per_method_call as usize {
+    if n > shard
+        .shared()
+        .config
+        .operation_limits
+        .max_nodes_per_method_call as usize
+    {
         return Some(fault(handle, StatusCode::BadTooManyOperations, now));
     }
     let access = session_access(shard, key);
@@ -165,12 +176,19 @@ pub fn call_deferrable(
             later.push((i, d));
         }
     }
-    let mut response = Box::new(CallResponse { response_header: response_header(handle, now), results, diagnostic_infos: Vec::new() });
+    let mut response = Box::new(CallResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    });
     if later.is_empty() {
         return Some(Response::Call(response));
     }
     let shared = std::sync::Arc::clone(shard.shared());
-    let max = shared.config.operation_limits.max_async_operations_per_shard as usize;
+    let max = shared
+        .config
+        .operation_limits
+        .max_async_operations_per_shard as usize;
     let (deferrals, _, shard_index) = shard.deferred_parts();
     if deferrals.room() < later.len() {
         for (i, _) in &later {
@@ -182,12 +200,42 @@ pub fn call_deferrable(
     }
     let hub = shared.address_space.changes();
     hub.open_completions(shard_index, 2 * max);
-    let deadlines = later.iter().map(|(_, d)| now.deadline_after_ms(d.timeout_ms as f64)).collect();
-    let ops = later.iter().map(|(i, d)| CallOp { result: *i as u32, inputs: d.inputs.len(), outputs: d.outputs.clone() }).collect();
-    let (slot, generation) = deferrals.open(channel_id, request_id, PendingKind::Call { response, ops }, deadlines);
+    let deadlines = later
+        .iter()
+        .map(|(_, d)| now.deadline_after_ms(d.timeout_ms as f64))
+        .collect();
+    let ops = later
+        .iter()
+        .map(|(i, d)| CallOp {
+            result: *i as u32,
+            inputs: d.inputs.len(),
+            outputs: d.outputs.clone(),
+        })
+        .collect();
+    let (slot, generation) = deferrals.open(
+        channel_id,
+        request_id,
+        PendingKind::Call { response, ops },
+        deadlines,
+    );
     for (op, (_, d)) in later.into_iter().enumerate() {
-        let reply = Reply::new(hub.clone(), shard_index, Target::Request { slot, generation, op: op as u32 }, None);
-        (d.start)(AsyncCall::new(d.object_id, d.method_id, d.inputs, user.clone(), reply));
+        let reply = Reply::new(
+            hub.clone(),
+            shard_index,
+            Target::Request {
+                slot,
+                generation,
+                op: op as u32,
+            },
+            None,
+        );
+        (d.start)(AsyncCall::new(
+            d.object_id,
+            d.method_id,
+            d.inputs,
+            user.clone(),
+            reply,
+        ));
     }
     None
 }
@@ -212,13 +260,17 @@ fn session_access(shard: &ShardState, key: SessionKey) -> UserAccess {
 /// anonymous.
 fn client_user_id(shard: &ShardState, key: SessionKey) -> String {
     match shard.session(key).and_then(|s| s.identity.as_ref()) {
-        Some(UserIdentity::UserName { user, .. }) | Some(UserIdentity::Certificate { user, .. }) => user.clone(),
+        Some(UserIdentity::UserName { user, .. })
+        | Some(UserIdentity::Certificate { user, .. }) => user.clone(),
         _ => String::new(),
     }
 }
 
 fn status_only(status: StatusCode) -> CallMethodResult {
-    CallMethodResult { status_code: status, ..Default::default() }
+    CallMethodResult {
+        status_code: status,
+        ..Default::default()
+    }
 }
 
 fn is_component_ref(space: &AddressSpace, r: &crate::address_space::Reference) -> bool {
@@ -230,7 +282,9 @@ fn is_component_ref(space: &AddressSpace, r: &crate::address_space::Reference) -
 }
 
 fn has_component(space: &AddressSpace, node: &Node, method_id: &NodeId) -> bool {
-    node.references.iter().any(|r| is_component_ref(space, r) && r.target.as_local() == Some(method_id))
+    node.references
+        .iter()
+        .any(|r| is_component_ref(space, r) && r.target.as_local() == Some(method_id))
 }
 
 /// Part 4 §5.11.2: the method belongs to the object, its type or a supertype of its type
@@ -268,7 +322,10 @@ fn check_arg(spec: &ArgSpec, v: &Variant) -> StatusCode {
         (1, _) => false,
         (_, Variant::Empty) => matches!(
             spec.builtin,
-            BuiltinType::String | BuiltinType::ByteString | BuiltinType::LocalizedText | BuiltinType::NodeId
+            BuiltinType::String
+                | BuiltinType::ByteString
+                | BuiltinType::LocalizedText
+                | BuiltinType::NodeId
         ),
         (_, v) => v.scalar_type() == Some(spec.builtin),
     };
@@ -278,7 +335,6 @@ fn check_arg(spec: &ArgSpec, v: &Variant) -> StatusCode {
         StatusCode::BadTypeMismatch
     }
 }
-
 
 fn u32_of(v: &Variant) -> u32 {
     match v {
@@ -319,7 +375,13 @@ fn call_app(
         .inputs
         .iter()
         .zip(args)
-        .map(|(d, v)| if d.accepts(v) { StatusCode::Good } else { StatusCode::BadTypeMismatch })
+        .map(|(d, v)| {
+            if d.accepts(v) {
+                StatusCode::Good
+            } else {
+                StatusCode::BadTypeMismatch
+            }
+        })
         .collect();
     if arg_results.iter().any(|s| s.is_bad()) {
         return CallMethodResult {
@@ -351,7 +413,10 @@ fn call_app(
         now,
     };
     let (status, outputs) = match handler(&call) {
-        Ok(out) if out.len() == app.outputs.len() && app.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) => {
+        Ok(out)
+            if out.len() == app.outputs.len()
+                && app.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) =>
+        {
             (StatusCode::Good, out)
         }
         Ok(_) => (StatusCode::BadInternalError, Vec::new()),
@@ -387,7 +452,10 @@ fn call_one(
         return status_only(StatusCode::BadNodeIdInvalid);
     }
     let executable = match space.node(&m.method_id) {
-        Some(Node { attributes: ClassAttributes::Method { executable, .. }, .. }) => *executable,
+        Some(Node {
+            attributes: ClassAttributes::Method { executable, .. },
+            ..
+        }) => *executable,
         _ => return status_only(StatusCode::BadMethodInvalid),
     };
     if !method_of(space, object, &m.method_id) {
@@ -416,7 +484,11 @@ fn call_one(
     // The count equals the declaration's, so every `arg(i)` below is present; were a
     // declaration shorter than its use, the absent argument reads as Null (no panic).
     let arg = |i: usize| args.get(i).unwrap_or(&Variant::Empty);
-    let mut arg_results: Vec<StatusCode> = specs.iter().zip(args).map(|(s, v)| check_arg(s, v)).collect();
+    let mut arg_results: Vec<StatusCode> = specs
+        .iter()
+        .zip(args)
+        .map(|(s, v)| check_arg(s, v))
+        .collect();
     // Range checks of well-typed arguments.
     if arg_results.iter().all(|s| s.is_good()) {
         let mut out_of_range = |i: usize| {
@@ -454,7 +526,11 @@ fn call_one(
         status_code: status,
         input_argument_results: vec![StatusCode::Good; specs.len()],
         input_argument_diagnostic_infos: Vec::new(),
-        output_arguments: if status.is_good() { outputs } else { Vec::new() },
+        output_arguments: if status.is_good() {
+            outputs
+        } else {
+            Vec::new()
+        },
     };
     match kind {
         MethodKind::GenerateEvent => {
@@ -469,7 +545,10 @@ fn call_one(
                 Variant::UInt16(s) => *s,
                 _ => 1,
             };
-            shared.events.bus.publish(demo::demo_event(&shared.events, 0, &msg, sev, now.utc));
+            shared
+                .events
+                .bus
+                .publish(demo::demo_event(&shared.events, 0, &msg, sev, now.utc));
             done(StatusCode::Good, Vec::new())
         }
         MethodKind::Acknowledge
@@ -481,7 +560,9 @@ fn call_one(
                 return status_only(StatusCode::BadNodeIdInvalid);
             };
             let (event_id, comment) = match kind {
-                MethodKind::Enable | MethodKind::Disable => (ByteString::null(), LocalizedText::default()),
+                MethodKind::Enable | MethodKind::Disable => {
+                    (ByteString::null(), LocalizedText::default())
+                }
                 _ => match arg(0) {
                     Variant::ByteString(b) => (b.clone(), text_of(arg(1))),
                     _ => (ByteString::null(), text_of(arg(1))),
@@ -494,7 +575,9 @@ fn call_one(
                 MethodKind::Enable => ConditionAction::Enable,
                 _ => ConditionAction::Disable,
             };
-            let r = shared.events.condition_action(space, &condition, action, &event_id, &comment, user, now.utc);
+            let r = shared.events.condition_action(
+                space, &condition, action, &event_id, &comment, user, now.utc,
+            );
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
         MethodKind::ConditionRefresh | MethodKind::ConditionRefresh2 => {
@@ -502,16 +585,21 @@ fn call_one(
             let r = subscription_methods::condition_refresh(shard, key, u32_of(arg(0)), mi, now);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
-        MethodKind::GetMonitoredItems => match subscription_methods::get_monitored_items(shard, key, u32_of(arg(0))) {
-            Ok((server, client)) => {
-                let arr = |v: Vec<u32>| {
-                    Variant::array(BuiltinType::UInt32, v.into_iter().map(Variant::UInt32).collect())
+        MethodKind::GetMonitoredItems => {
+            match subscription_methods::get_monitored_items(shard, key, u32_of(arg(0))) {
+                Ok((server, client)) => {
+                    let arr = |v: Vec<u32>| {
+                        Variant::array(
+                            BuiltinType::UInt32,
+                            v.into_iter().map(Variant::UInt32).collect(),
+                        )
                         .unwrap_or(Variant::Empty)
-                };
-                done(StatusCode::Good, vec![arr(server), arr(client)])
+                    };
+                    done(StatusCode::Good, vec![arr(server), arr(client)])
+                }
+                Err(s) => done(s, Vec::new()),
             }
-            Err(s) => done(s, Vec::new()),
-        },
+        }
         MethodKind::ResendData => {
             let r = subscription_methods::resend_data(shard, key, u32_of(arg(0)), now);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())

@@ -32,20 +32,32 @@ use crate::types::StatusCode;
 
 /// A ResponseHeader with Good, the request handle and `now`'s UTC time.
 pub fn response_header(request_handle: u32, now: Now) -> ResponseHeader {
-    ResponseHeader { timestamp: now.utc, request_handle, ..ResponseHeader::default() }
+    ResponseHeader {
+        timestamp: now.utc,
+        request_handle,
+        ..ResponseHeader::default()
+    }
 }
 
 /// A ServiceFault with `status`.
 pub fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
     Response::ServiceFault(Box::new(ServiceFault {
-        response_header: ResponseHeader { service_result: status, ..response_header(request_handle, now) },
+        response_header: ResponseHeader {
+            service_result: status,
+            ..response_header(request_handle, now)
+        },
     }))
 }
 
 /// Answers one request. See the module docs for the session rules. A Publish cannot be
 /// answered synchronously: it gets BadInternalError here; the connection uses
 /// [`dispatch_deferrable`].
-pub fn dispatch(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
+pub fn dispatch(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    request: Request,
+    now: Now,
+) -> Response {
     let handle = request.request_header().request_handle;
     match dispatch_deferrable(shard, ctx, request, 0, now) {
         Some(r) => r,
@@ -55,7 +67,13 @@ pub fn dispatch(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Reque
 
 /// Answers one request, or queues it (`None`: a Publish, answered later with `request_id`
 /// through the shard's deferred responses for `ctx.channel_id`).
-pub fn dispatch_deferrable(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+pub fn dispatch_deferrable(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    request: Request,
+    request_id: u32,
+    now: Now,
+) -> Option<Response> {
     let service = crate::server::metrics::service_index(&request);
     let response = answer(shard, ctx, request, request_id, now);
     let result = match &response {
@@ -66,7 +84,13 @@ pub fn dispatch_deferrable(shard: &mut ShardState, ctx: &RequestContext<'_>, req
     response
 }
 
-fn answer(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+fn answer(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    request: Request,
+    request_id: u32,
+    now: Now,
+) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
     if let Some(age_ms) = shard.shared().config.sessions.max_request_age_ms {
@@ -94,7 +118,13 @@ fn answer(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, re
 }
 
 /// Requests that run in an activated session (and CloseSession).
-fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Request, request_id: u32, now: Now) -> Option<Response> {
+fn session_service(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    request: Request,
+    request_id: u32,
+    now: Now,
+) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
     let key = match shard.session_for_request(&header.authentication_token, ctx.channel_id, now) {
@@ -115,7 +145,10 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
     }
     Some(match request {
         Request::Cancel(r) => session::cancel(shard, key, &r, now),
-        Request::Read(r) if shard.shared().address_space.has_async() && attribute::reads_async(&shard.shared().address_space, &r) => {
+        Request::Read(r)
+            if shard.shared().address_space.has_async()
+                && attribute::reads_async(&shard.shared().address_space, &r) =>
+        {
             let read_only = session_access(shard, key) == UserAccess::Read;
             let space = std::sync::Arc::clone(shard.shared());
             let mask = |resp: &mut Response| {
@@ -142,7 +175,12 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
             let mut resp = attribute::read_into(shard.shared(), &r, now, spare);
             if session_access(shard, key) == UserAccess::Read {
                 mask_user_access_level(&r, &mut resp, UserAccess::Read.access_level_mask());
-                mask_user_executable(&shard.shared().address_space, &r, &mut resp, UserAccess::Read);
+                mask_user_executable(
+                    &shard.shared().address_space,
+                    &r,
+                    &mut resp,
+                    UserAccess::Read,
+                );
             }
             shard.recycler.give_read_request(r);
             resp
@@ -167,16 +205,33 @@ fn session_service(shard: &mut ShardState, ctx: &RequestContext<'_>, request: Re
         Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
         Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
-        Request::Call(r) => return method::call_deferrable(shard, key, ctx.channel_id, request_id, &r, now),
+        Request::Call(r) => {
+            return method::call_deferrable(shard, key, ctx.channel_id, request_id, &r, now)
+        }
         Request::CreateSubscription(r) => subscription::create_subscription(shard, key, &r, now),
         Request::ModifySubscription(r) => subscription::modify_subscription(shard, key, &r, now),
         Request::SetPublishingMode(r) => subscription::set_publishing_mode(shard, key, &r, now),
         Request::DeleteSubscriptions(r) => subscription::delete_subscriptions(shard, key, &r, now),
         Request::Republish(r) => subscription::republish(shard, key, &r, now),
-        Request::TransferSubscriptions(r) => return subscription::transfer_subscriptions(shard, key, ctx.channel_id, request_id, &r, now),
-        Request::CreateMonitoredItems(r) => monitored_item::create_monitored_items(shard, key, &r, now),
-        Request::ModifyMonitoredItems(r) => monitored_item::modify_monitored_items(shard, key, &r, now),
-        Request::DeleteMonitoredItems(r) => monitored_item::delete_monitored_items(shard, key, &r, now),
+        Request::TransferSubscriptions(r) => {
+            return subscription::transfer_subscriptions(
+                shard,
+                key,
+                ctx.channel_id,
+                request_id,
+                &r,
+                now,
+            )
+        }
+        Request::CreateMonitoredItems(r) => {
+            monitored_item::create_monitored_items(shard, key, &r, now)
+        }
+        Request::ModifyMonitoredItems(r) => {
+            monitored_item::modify_monitored_items(shard, key, &r, now)
+        }
+        Request::DeleteMonitoredItems(r) => {
+            monitored_item::delete_monitored_items(shard, key, &r, now)
+        }
         Request::SetMonitoringMode(r) => monitored_item::set_monitoring_mode(shard, key, &r, now),
         Request::SetTriggering(r) => monitored_item::set_triggering(shard, key, &r, now),
         // HistoryRead/Update, Query, node management: not offered.
@@ -194,7 +249,11 @@ fn session_access(shard: &ShardState, key: crate::server::shard::SessionKey) -> 
 
 /// UserAccessLevel (attribute 18) as the user sees it: the node's bits ANDed with the
 /// user's mask.
-fn mask_user_access_level(req: &crate::generated::types::ReadRequest, resp: &mut Response, mask: u8) {
+fn mask_user_access_level(
+    req: &crate::generated::types::ReadRequest,
+    resp: &mut Response,
+    mask: u8,
+) {
     let Response::Read(r) = resp else { return };
     for (rv, dv) in req.nodes_to_read.iter().zip(r.results.iter_mut()) {
         if rv.attribute_id == crate::generated::attribute_ids::UserAccessLevel {
@@ -225,10 +284,16 @@ fn mask_user_executable(
 
 /// A Write by a read-only user: the request is checked as usual, then every operation on
 /// an existing node is BadUserAccessDenied (nothing is written).
-fn write_denied(shard: &ShardState, req: &crate::generated::types::WriteRequest, now: Now) -> Response {
+fn write_denied(
+    shard: &ShardState,
+    req: &crate::generated::types::WriteRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let shared = shard.shared();
-    if let Err(s) = attribute::check_write_request(&shared.config.operation_limits, req.nodes_to_write.len()) {
+    if let Err(s) =
+        attribute::check_write_request(&shared.config.operation_limits, req.nodes_to_write.len())
+    {
         return fault(handle, s, now);
     }
     let results = req

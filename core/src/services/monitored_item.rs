@@ -3,9 +3,10 @@
 
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    CreateMonitoredItemsRequest, CreateMonitoredItemsResponse, DeleteMonitoredItemsRequest, DeleteMonitoredItemsResponse,
-    ModifyMonitoredItemsRequest, ModifyMonitoredItemsResponse, SetMonitoringModeRequest, SetMonitoringModeResponse,
-    SetTriggeringRequest, SetTriggeringResponse,
+    CreateMonitoredItemsRequest, CreateMonitoredItemsResponse, DeleteMonitoredItemsRequest,
+    DeleteMonitoredItemsResponse, ModifyMonitoredItemsRequest, ModifyMonitoredItemsResponse,
+    SetMonitoringModeRequest, SetMonitoringModeResponse, SetTriggeringRequest,
+    SetTriggeringResponse,
 };
 use crate::server::shard::{SessionKey, ShardState};
 use crate::services::{fault, response_header};
@@ -17,19 +18,36 @@ fn check_count(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
     if n == 0 {
         return Err(StatusCode::BadNothingToDo);
     }
-    if n > shard.shared().config.operation_limits.max_monitored_items_per_call as usize {
+    if n > shard
+        .shared()
+        .config
+        .operation_limits
+        .max_monitored_items_per_call as usize
+    {
         return Err(StatusCode::BadTooManyOperations);
     }
     Ok(())
 }
 
-pub fn create_monitored_items(shard: &mut ShardState, key: SessionKey, req: &CreateMonitoredItemsRequest, now: Now) -> Response {
+pub fn create_monitored_items(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &CreateMonitoredItemsRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_count(shard, req.items_to_create.len()) {
         return fault(handle, s, now);
     }
     let (subs, shared) = shard.subscriptions_mut();
-    match subs.create_monitored_items(shared, key, req.subscription_id, req.timestamps_to_return, &req.items_to_create, now) {
+    match subs.create_monitored_items(
+        shared,
+        key,
+        req.subscription_id,
+        req.timestamps_to_return,
+        &req.items_to_create,
+        now,
+    ) {
         Ok(results) => Response::CreateMonitoredItems(Box::new(CreateMonitoredItemsResponse {
             response_header: response_header(handle, now),
             results,
@@ -39,14 +57,27 @@ pub fn create_monitored_items(shard: &mut ShardState, key: SessionKey, req: &Cre
     }
 }
 
-pub fn modify_monitored_items(shard: &mut ShardState, key: SessionKey, req: &ModifyMonitoredItemsRequest, now: Now) -> Response {
+pub fn modify_monitored_items(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &ModifyMonitoredItemsRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_count(shard, req.items_to_modify.len()) {
         return fault(handle, s, now);
     }
     let (subs, shared) = shard.subscriptions_mut();
     let limits = crate::events::filter::FilterLimits::from_config(&shared.config.events);
-    match subs.modify_monitored_items(&shared.address_space, limits, key, req.subscription_id, req.timestamps_to_return, &req.items_to_modify, now) {
+    match subs.modify_monitored_items(
+        &shared.address_space,
+        limits,
+        key,
+        req.subscription_id,
+        req.timestamps_to_return,
+        &req.items_to_modify,
+        now,
+    ) {
         Ok(results) => Response::ModifyMonitoredItems(Box::new(ModifyMonitoredItemsResponse {
             response_header: response_header(handle, now),
             results,
@@ -56,7 +87,12 @@ pub fn modify_monitored_items(shard: &mut ShardState, key: SessionKey, req: &Mod
     }
 }
 
-pub fn delete_monitored_items(shard: &mut ShardState, key: SessionKey, req: &DeleteMonitoredItemsRequest, now: Now) -> Response {
+pub fn delete_monitored_items(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &DeleteMonitoredItemsRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_count(shard, req.monitored_item_ids.len()) {
         return fault(handle, s, now);
@@ -72,13 +108,25 @@ pub fn delete_monitored_items(shard: &mut ShardState, key: SessionKey, req: &Del
     }
 }
 
-pub fn set_monitoring_mode(shard: &mut ShardState, key: SessionKey, req: &SetMonitoringModeRequest, now: Now) -> Response {
+pub fn set_monitoring_mode(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &SetMonitoringModeRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_count(shard, req.monitored_item_ids.len()) {
         return fault(handle, s, now);
     }
     let (subs, shared) = shard.subscriptions_mut();
-    match subs.set_monitoring_mode(&shared.address_space, key, req.subscription_id, req.monitoring_mode, &req.monitored_item_ids, now) {
+    match subs.set_monitoring_mode(
+        &shared.address_space,
+        key,
+        req.subscription_id,
+        req.monitoring_mode,
+        &req.monitored_item_ids,
+        now,
+    ) {
         Ok(results) => Response::SetMonitoringMode(Box::new(SetMonitoringModeResponse {
             response_header: response_header(handle, now),
             results,
@@ -88,21 +136,34 @@ pub fn set_monitoring_mode(shard: &mut ShardState, key: SessionKey, req: &SetMon
     }
 }
 
-pub fn set_triggering(shard: &mut ShardState, key: SessionKey, req: &SetTriggeringRequest, now: Now) -> Response {
+pub fn set_triggering(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &SetTriggeringRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let n = req.links_to_add.len() + req.links_to_remove.len();
     if let Err(s) = check_count(shard, n) {
         return fault(handle, s, now);
     }
     let (subs, _) = shard.subscriptions_mut();
-    match subs.set_triggering(key, req.subscription_id, req.triggering_item_id, &req.links_to_add, &req.links_to_remove) {
-        Ok((add_results, remove_results)) => Response::SetTriggering(Box::new(SetTriggeringResponse {
-            response_header: response_header(handle, now),
-            add_results,
-            add_diagnostic_infos: Vec::new(),
-            remove_results,
-            remove_diagnostic_infos: Vec::new(),
-        })),
+    match subs.set_triggering(
+        key,
+        req.subscription_id,
+        req.triggering_item_id,
+        &req.links_to_add,
+        &req.links_to_remove,
+    ) {
+        Ok((add_results, remove_results)) => {
+            Response::SetTriggering(Box::new(SetTriggeringResponse {
+                response_header: response_header(handle, now),
+                add_results,
+                add_diagnostic_infos: Vec::new(),
+                remove_results,
+                remove_diagnostic_infos: Vec::new(),
+            }))
+        }
         Err(s) => fault(handle, s, now),
     }
 }

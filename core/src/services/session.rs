@@ -1,10 +1,11 @@
 //! Session service set (Part 4 §5.7): CreateSession, ActivateSession, CloseSession, Cancel.
 
-use crate::generated::types::{
-    ActivateSessionRequest, ActivateSessionResponse, CancelRequest, CancelResponse, CloseSessionRequest,
-    CloseSessionResponse, CreateSessionRequest, CreateSessionResponse, MessageSecurityMode, SignatureData,
-};
 use crate::generated::messages::Response;
+use crate::generated::types::{
+    ActivateSessionRequest, ActivateSessionResponse, CancelRequest, CancelResponse,
+    CloseSessionRequest, CloseSessionResponse, CreateSessionRequest, CreateSessionResponse,
+    MessageSecurityMode, SignatureData,
+};
 use crate::server::context::RequestContext;
 use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, Output};
 use crate::server::shard::{SessionKey, ShardState, UserIdentity};
@@ -28,7 +29,12 @@ fn is_secured(ctx: &RequestContext<'_>) -> bool {
 /// CreateSession: allocates a session bound to the request's secure channel. On a secured
 /// channel the certificate check and the server signature are a handshake job: `None` when it
 /// went to the runtime (the response comes from [`resume`]).
-pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: Box<CreateSessionRequest>, now: Now) -> Option<Response> {
+pub fn create_session(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    req: Box<CreateSessionRequest>,
+    now: Now,
+) -> Option<Response> {
     let handle = req.request_header.request_handle;
     if is_secured(ctx) {
         let n = req.client_nonce.as_bytes().len();
@@ -36,7 +42,11 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: Box
             return Some(fault(handle, StatusCode::BadNonceInvalid, now));
         }
     }
-    let timeout_ms = shard.shared().config.sessions.revise_timeout_ms(req.requested_session_timeout);
+    let timeout_ms = shard
+        .shared()
+        .config
+        .sessions
+        .revise_timeout_ms(req.requested_session_timeout);
     let key = match shard.create_session(ctx.channel_id, ctx.security_policy_uri, timeout_ms, now) {
         Ok(k) => k,
         Err(s) => return Some(fault(handle, s, now)),
@@ -53,9 +63,20 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: Box
             shard.remove_session(key);
             Some(fault(handle, s, now))
         }
-        Ok(None) => Some(finish_create_session(shard, ctx, key, &req, Ok(SignatureData::default()), now)),
+        Ok(None) => Some(finish_create_session(
+            shard,
+            ctx,
+            key,
+            &req,
+            Ok(SignatureData::default()),
+            now,
+        )),
         Ok(Some(work)) => {
-            let job = HandshakeJob::new(JobKind::CreateSession, Carry::CreateSession { key, req }, move || Output::Signature(work()));
+            let job = HandshakeJob::new(
+                JobKind::CreateSession,
+                Carry::CreateSession { key, req },
+                move || Output::Signature(work()),
+            );
             run_or_park(shard, ctx, job, now)
         }
     }
@@ -63,7 +84,12 @@ pub fn create_session(shard: &mut ShardState, ctx: &RequestContext<'_>, req: Box
 
 /// Runs a session service's job inline, or leaves it for the connection when the shard
 /// offloads handshakes.
-fn run_or_park(shard: &mut ShardState, ctx: &RequestContext<'_>, job: HandshakeJob, now: Now) -> Option<Response> {
+fn run_or_park(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    job: HandshakeJob,
+    now: Now,
+) -> Option<Response> {
     if shard.offloads_handshakes() {
         shard.park_job(job);
         None
@@ -74,8 +100,17 @@ fn run_or_park(shard: &mut ShardState, ctx: &RequestContext<'_>, job: HandshakeJ
 
 /// Finishes CreateSession or ActivateSession once its job is done; a refused job is
 /// BadTooManyOperations (and a created session is released).
-pub fn resume(shard: &mut ShardState, ctx: &RequestContext<'_>, done: JobDone, now: Now) -> Response {
-    let JobDone { kind, output, carry } = done;
+pub fn resume(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    done: JobDone,
+    now: Now,
+) -> Response {
+    let JobDone {
+        kind,
+        output,
+        carry,
+    } = done;
     let mut response = match carry {
         Carry::CreateSession { key, req } => {
             let signature = match output {
@@ -85,7 +120,11 @@ pub fn resume(shard: &mut ShardState, ctx: &RequestContext<'_>, done: JobDone, n
             };
             finish_create_session(shard, ctx, key, &req, signature, now)
         }
-        Carry::ActivateSession { key, req, server_nonce } => {
+        Carry::ActivateSession {
+            key,
+            req,
+            server_nonce,
+        } => {
             let identity = match output {
                 Some(Output::Identity(r)) => r,
                 None => Err(kind.refusal()),
@@ -115,7 +154,11 @@ fn finish_create_session(
             return fault(handle, s, now);
         }
     };
-    let endpoint_url = if req.endpoint_url.is_empty() { ctx.endpoint_url } else { req.endpoint_url.as_str() };
+    let endpoint_url = if req.endpoint_url.is_empty() {
+        ctx.endpoint_url
+    } else {
+        req.endpoint_url.as_str()
+    };
     let server_endpoints = match shard.recycler.session_endpoints(endpoint_url) {
         Some(e) => e,
         None => discovery::session_endpoint_descriptions(shard, endpoint_url),
@@ -128,11 +171,25 @@ fn finish_create_session(
     session.name = req.session_name.clone();
     session.client_description = req.client_description.clone();
     session.client_certificate = req.client_certificate.clone();
-    session.channel_certificate = ctx.client_certificate.map(ByteString::from).unwrap_or_default();
+    session.channel_certificate = ctx
+        .client_certificate
+        .map(ByteString::from)
+        .unwrap_or_default();
     session.max_response_message_size = req.max_response_message_size;
-    let (session_id, token, timeout_ms, server_nonce) =
-        (session.session_id.clone(), session.authentication_token.clone(), session.timeout_ms, session.server_nonce.clone());
-    crate::events::demo::publish_session_created(shard.shared(), &session_id, ctx.channel_id, &req.client_certificate, timeout_ms, now);
+    let (session_id, token, timeout_ms, server_nonce) = (
+        session.session_id.clone(),
+        session.authentication_token.clone(),
+        session.timeout_ms,
+        session.server_nonce.clone(),
+    );
+    crate::events::demo::publish_session_created(
+        shard.shared(),
+        &session_id,
+        ctx.channel_id,
+        &req.client_certificate,
+        timeout_ms,
+        now,
+    );
     Response::CreateSession(Box::new(CreateSessionResponse {
         response_header: response_header(handle, now),
         session_id,
@@ -169,10 +226,24 @@ pub fn activate_session(
     };
     match identity::activation_work(shard, ctx, &req, server_nonce.as_bytes()) {
         Err(s) => Some(fault(handle, s, now)),
-        Ok(Activation::Ready(identity)) => Some(finish_activate_session(shard, ctx, key, &req, &server_nonce, Ok(identity), now)),
+        Ok(Activation::Ready(identity)) => Some(finish_activate_session(
+            shard,
+            ctx,
+            key,
+            &req,
+            &server_nonce,
+            Ok(identity),
+            now,
+        )),
         Ok(Activation::Work(work)) => {
-            let carry = Carry::ActivateSession { key, req, server_nonce };
-            let job = HandshakeJob::new(JobKind::ActivateSession, carry, move || Output::Identity(work()));
+            let carry = Carry::ActivateSession {
+                key,
+                req,
+                server_nonce,
+            };
+            let job = HandshakeJob::new(JobKind::ActivateSession, carry, move || {
+                Output::Identity(work())
+            });
             run_or_park(shard, ctx, job, now)
         }
     }
@@ -230,7 +301,10 @@ fn finish_activate_session(
     session.touch(now);
     let server_nonce = session.server_nonce.clone();
     // Publish requests queued on a previous channel can no longer be answered.
-    shard.subscriptions_mut().0.on_session_rebound(key, ctx.channel_id);
+    shard
+        .subscriptions_mut()
+        .0
+        .on_session_rebound(key, ctx.channel_id);
     Response::ActivateSession(Box::new(ActivateSessionResponse {
         response_header: response_header(handle, now),
         server_nonce,
@@ -243,7 +317,12 @@ fn finish_activate_session(
 /// Its continuation points are released with it; its subscriptions are deleted when
 /// `deleteSubscriptions` is set, otherwise they stay for a TransferSubscriptions until their
 /// lifetime ends.
-pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSessionRequest, now: Now) -> Response {
+pub fn close_session(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &CloseSessionRequest,
+    now: Now,
+) -> Response {
     if let Some(s) = shard.session_mut(key) {
         s.release_continuation_points();
     }
@@ -261,7 +340,10 @@ pub fn close_session(shard: &mut ShardState, key: SessionKey, req: &CloseSession
 /// Bad_RequestCancelledByClient and counted. Every other request was answered before the
 /// next one was read.
 pub fn cancel(shard: &mut ShardState, key: SessionKey, req: &CancelRequest, now: Now) -> Response {
-    let cancel_count = shard.subscriptions_mut().0.cancel_publish(key, req.request_handle, now);
+    let cancel_count = shard
+        .subscriptions_mut()
+        .0
+        .cancel_publish(key, req.request_handle, now);
     Response::Cancel(Box::new(CancelResponse {
         response_header: response_header(req.request_header.request_handle, now),
         cancel_count,

@@ -3,9 +3,10 @@
 
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    CreateSubscriptionRequest, CreateSubscriptionResponse, DeleteSubscriptionsRequest, DeleteSubscriptionsResponse,
-    ModifySubscriptionRequest, ModifySubscriptionResponse, PublishRequest, RepublishRequest, RepublishResponse,
-    SetPublishingModeRequest, SetPublishingModeResponse, TransferResult, TransferSubscriptionsRequest,
+    CreateSubscriptionRequest, CreateSubscriptionResponse, DeleteSubscriptionsRequest,
+    DeleteSubscriptionsResponse, ModifySubscriptionRequest, ModifySubscriptionResponse,
+    PublishRequest, RepublishRequest, RepublishResponse, SetPublishingModeRequest,
+    SetPublishingModeResponse, TransferResult, TransferSubscriptionsRequest,
     TransferSubscriptionsResponse,
 };
 use crate::server::shard::{SessionKey, ShardState, UserIdentity};
@@ -34,7 +35,12 @@ fn check_ids(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
     Ok(())
 }
 
-pub fn create_subscription(shard: &mut ShardState, key: SessionKey, req: &CreateSubscriptionRequest, now: Now) -> Response {
+pub fn create_subscription(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &CreateSubscriptionRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let owner = owner_of(shard, key);
     let (subs, _) = shard.subscriptions_mut();
@@ -50,7 +56,12 @@ pub fn create_subscription(shard: &mut ShardState, key: SessionKey, req: &Create
     }
 }
 
-pub fn modify_subscription(shard: &mut ShardState, key: SessionKey, req: &ModifySubscriptionRequest, now: Now) -> Response {
+pub fn modify_subscription(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &ModifySubscriptionRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let (subs, _) = shard.subscriptions_mut();
     match subs.modify_subscription(key, req, now) {
@@ -64,13 +75,22 @@ pub fn modify_subscription(shard: &mut ShardState, key: SessionKey, req: &Modify
     }
 }
 
-pub fn set_publishing_mode(shard: &mut ShardState, key: SessionKey, req: &SetPublishingModeRequest, now: Now) -> Response {
+pub fn set_publishing_mode(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &SetPublishingModeRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
         return fault(handle, s, now);
     }
     let (subs, _) = shard.subscriptions_mut();
-    let results = req.subscription_ids.iter().map(|&id| subs.set_publishing_mode(key, id, req.publishing_enabled)).collect();
+    let results = req
+        .subscription_ids
+        .iter()
+        .map(|&id| subs.set_publishing_mode(key, id, req.publishing_enabled))
+        .collect();
     Response::SetPublishingMode(Box::new(SetPublishingModeResponse {
         response_header: response_header(handle, now),
         results,
@@ -78,13 +98,22 @@ pub fn set_publishing_mode(shard: &mut ShardState, key: SessionKey, req: &SetPub
     }))
 }
 
-pub fn delete_subscriptions(shard: &mut ShardState, key: SessionKey, req: &DeleteSubscriptionsRequest, now: Now) -> Response {
+pub fn delete_subscriptions(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &DeleteSubscriptionsRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
         return fault(handle, s, now);
     }
     let (subs, _) = shard.subscriptions_mut();
-    let results = req.subscription_ids.iter().map(|&id| subs.delete_subscription(key, id, now)).collect();
+    let results = req
+        .subscription_ids
+        .iter()
+        .map(|&id| subs.delete_subscription(key, id, now))
+        .collect();
     Response::DeleteSubscriptions(Box::new(DeleteSubscriptionsResponse {
         response_header: response_header(handle, now),
         results,
@@ -93,18 +122,35 @@ pub fn delete_subscriptions(shard: &mut ShardState, key: SessionKey, req: &Delet
 }
 
 /// Publish: `None` when queued (answered later through the channel's deferred responses).
-pub fn publish(shard: &mut ShardState, key: SessionKey, channel_id: u32, request_id: u32, req: &PublishRequest, now: Now) -> Option<Response> {
+pub fn publish(
+    shard: &mut ShardState,
+    key: SessionKey,
+    channel_id: u32,
+    request_id: u32,
+    req: &PublishRequest,
+    now: Now,
+) -> Option<Response> {
     // The session's MaxResponseMessageSize (0 = none) bounds the Publish response like any other.
-    let max_response_size = shard.session(key).map_or(0, |s| s.max_response_message_size);
+    let max_response_size = shard
+        .session(key)
+        .map_or(0, |s| s.max_response_message_size);
     let (subs, _) = shard.subscriptions_mut();
     subs.publish(key, channel_id, request_id, max_response_size, req, now)
 }
 
-pub fn republish(shard: &mut ShardState, key: SessionKey, req: &RepublishRequest, now: Now) -> Response {
+pub fn republish(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &RepublishRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let (subs, _) = shard.subscriptions_mut();
     match subs.republish(key, req.subscription_id, req.retransmit_sequence_number) {
-        Ok(m) => Response::Republish(Box::new(RepublishResponse { response_header: response_header(handle, now), notification_message: m })),
+        Ok(m) => Response::Republish(Box::new(RepublishResponse {
+            response_header: response_header(handle, now),
+            notification_message: m,
+        })),
         Err(s) => fault(handle, s, now),
     }
 }
@@ -126,7 +172,11 @@ pub fn transfer_subscriptions(
         return Some(fault(handle, s, now));
     }
     let owner = owner_of(shard, key);
-    let routes: Vec<bool> = req.subscription_ids.iter().map(|&id| shard.routes_to((id >> 24) as usize)).collect();
+    let routes: Vec<bool> = req
+        .subscription_ids
+        .iter()
+        .map(|&id| shard.routes_to((id >> 24) as usize))
+        .collect();
     let mut remote = Vec::new();
     let (subs, _) = shard.subscriptions_mut();
     let results: Vec<Option<TransferResult>> = req
@@ -139,16 +189,35 @@ pub fn transfer_subscriptions(
                 remote.push((i, id, (id >> 24) as usize));
                 return None;
             }
-            Some(match subs.transfer_subscription(key, &owner, id, req.send_initial_values, now) {
-                Ok(available) => TransferResult { status_code: StatusCode::Good, available_sequence_numbers: available },
-                Err(s) => TransferResult { status_code: s, available_sequence_numbers: Vec::new() },
-            })
+            Some(
+                match subs.transfer_subscription(key, &owner, id, req.send_initial_values, now) {
+                    Ok(available) => TransferResult {
+                        status_code: StatusCode::Good,
+                        available_sequence_numbers: available,
+                    },
+                    Err(s) => TransferResult {
+                        status_code: s,
+                        available_sequence_numbers: Vec::new(),
+                    },
+                },
+            )
         })
         .collect();
     if remote.is_empty() {
-        return Some(transfer_response(handle, results.into_iter().flatten().collect(), now));
+        return Some(transfer_response(
+            handle,
+            results.into_iter().flatten().collect(),
+            now,
+        ));
     }
-    let pending = crate::server::shard::PendingTransfer::new(key, channel_id, request_id, handle, req.send_initial_values, results);
+    let pending = crate::server::shard::PendingTransfer::new(
+        key,
+        channel_id,
+        request_id,
+        handle,
+        req.send_initial_values,
+        results,
+    );
     shard.start_transfer(pending, owner, remote, now)
 }
 

@@ -19,14 +19,24 @@ pub fn get_monitored_items(
     key: SessionKey,
     subscription_id: u32,
 ) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
-    shard.subscriptions().monitored_items_of(key, subscription_id)
+    shard
+        .subscriptions()
+        .monitored_items_of(key, subscription_id)
 }
 
 /// Server.ResendData: queue the current value of every data monitored item of the
 /// subscription for the next publish.
-pub fn resend_data(shard: &mut ShardState, key: SessionKey, subscription_id: u32, now: Now) -> Result<(), StatusCode> {
+pub fn resend_data(
+    shard: &mut ShardState,
+    key: SessionKey,
+    subscription_id: u32,
+    now: Now,
+) -> Result<(), StatusCode> {
     let _ = now;
-    shard.subscriptions_mut().0.resend_data(key, subscription_id)
+    shard
+        .subscriptions_mut()
+        .0
+        .resend_data(key, subscription_id)
 }
 
 /// ConditionRefresh (`monitored_item_id` None) / ConditionRefresh2 (Some): queue

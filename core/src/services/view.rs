@@ -10,10 +10,11 @@ use std::collections::{HashSet, VecDeque};
 use crate::address_space::{AddressSpace, Node, Reference};
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    BrowseDescription, BrowseDirection, BrowseNextRequest, BrowseNextResponse, BrowsePath, BrowsePathResult,
-    BrowsePathTarget, BrowseRequest, BrowseResult, NodeClass, ReferenceDescription,
-    RegisterNodesRequest, RegisterNodesResponse, TranslateBrowsePathsToNodeIdsRequest,
-    TranslateBrowsePathsToNodeIdsResponse, UnregisterNodesRequest, UnregisterNodesResponse,
+    BrowseDescription, BrowseDirection, BrowseNextRequest, BrowseNextResponse, BrowsePath,
+    BrowsePathResult, BrowsePathTarget, BrowseRequest, BrowseResult, NodeClass,
+    ReferenceDescription, RegisterNodesRequest, RegisterNodesResponse,
+    TranslateBrowsePathsToNodeIdsRequest, TranslateBrowsePathsToNodeIdsResponse,
+    UnregisterNodesRequest, UnregisterNodesResponse,
 };
 use crate::server::shard::{SessionKey, ShardState};
 use crate::services::{fault, response_header};
@@ -42,13 +43,23 @@ fn node_class_of(n: &Node) -> NodeClass {
 }
 
 /// Is `r`'s type `wanted` (or a subtype, with `include_subtypes`)? A null `wanted` is any.
-fn reference_type_matches(space: &AddressSpace, r: &Reference, wanted: &NodeId, include_subtypes: bool) -> bool {
-    wanted.is_null() || r.reference_type == *wanted || (include_subtypes && space.is_subtype_of(&r.reference_type, wanted))
+fn reference_type_matches(
+    space: &AddressSpace,
+    r: &Reference,
+    wanted: &NodeId,
+    include_subtypes: bool,
+) -> bool {
+    wanted.is_null()
+        || r.reference_type == *wanted
+        || (include_subtypes && space.is_subtype_of(&r.reference_type, wanted))
 }
 
 /// Is `id` null or a ReferenceType node?
 fn valid_reference_type(space: &AddressSpace, id: &NodeId) -> bool {
-    id.is_null() || space.node(id).is_some_and(|n| node_class_of(n) == NodeClass::ReferenceType)
+    id.is_null()
+        || space
+            .node(id)
+            .is_some_and(|n| node_class_of(n) == NodeClass::ReferenceType)
 }
 
 /// The ReferenceDescription of `r`, with only the fields in `result_mask` filled (the
@@ -56,7 +67,12 @@ fn valid_reference_type(space: &AddressSpace, id: &NodeId) -> bool {
 /// Fills `d` with what `result_mask` asks of reference `r` and its target, reusing the memory
 /// `d` already holds (`clone_from`): a recycled response's descriptions cost no allocation
 /// when their strings are long enough.
-fn describe_into(r: &Reference, target: Option<&Node>, result_mask: u32, d: &mut ReferenceDescription) {
+fn describe_into(
+    r: &Reference,
+    target: Option<&Node>,
+    result_mask: u32,
+    d: &mut ReferenceDescription,
+) {
     d.node_id.clone_from(&r.target);
     if result_mask & mask::REFERENCE_TYPE_ID != 0 {
         d.reference_type_id.clone_from(&r.reference_type);
@@ -74,11 +90,15 @@ fn describe_into(r: &Reference, target: Option<&Node>, result_mask: u32, d: &mut
         _ => d.browse_name = QualifiedName::default(),
     }
     match target {
-        Some(t) if result_mask & mask::DISPLAY_NAME != 0 => d.display_name.clone_from(&t.display_name),
+        Some(t) if result_mask & mask::DISPLAY_NAME != 0 => {
+            d.display_name.clone_from(&t.display_name)
+        }
         _ => d.display_name = LocalizedText::default(),
     }
     let type_definition = match (target, class) {
-        (Some(t), Some(NodeClass::Object | NodeClass::Variable)) if result_mask & mask::TYPE_DEFINITION != 0 => {
+        (Some(t), Some(NodeClass::Object | NodeClass::Variable))
+            if result_mask & mask::TYPE_DEFINITION != 0 =>
+        {
             t.type_definition()
         }
         _ => None,
@@ -97,12 +117,21 @@ fn describe(r: &Reference, target: Option<&Node>, result_mask: u32) -> Reference
 
 /// Every reference of one BrowseDescription into `out` (reusing its elements' memory; `out`
 /// ends with exactly the references found), or the operation's status.
-fn browse_all_into(space: &AddressSpace, bd: &BrowseDescription, out: &mut Vec<ReferenceDescription>) -> Result<(), StatusCode> {
+fn browse_all_into(
+    space: &AddressSpace,
+    bd: &BrowseDescription,
+    out: &mut Vec<ReferenceDescription>,
+) -> Result<(), StatusCode> {
     let dir = bd.browse_direction;
-    if dir != BrowseDirection::Forward && dir != BrowseDirection::Inverse && dir != BrowseDirection::Both {
+    if dir != BrowseDirection::Forward
+        && dir != BrowseDirection::Inverse
+        && dir != BrowseDirection::Both
+    {
         return Err(StatusCode::BadBrowseDirectionInvalid);
     }
-    let node = space.node(&bd.node_id).ok_or(StatusCode::BadNodeIdUnknown)?;
+    let node = space
+        .node(&bd.node_id)
+        .ok_or(StatusCode::BadNodeIdUnknown)?;
     if !valid_reference_type(space, &bd.reference_type_id) {
         return Err(StatusCode::BadReferenceTypeIdInvalid);
     }
@@ -113,7 +142,9 @@ fn browse_all_into(space: &AddressSpace, bd: &BrowseDescription, out: &mut Vec<R
             BrowseDirection::Inverse => !r.is_forward,
             _ => true,
         };
-        if !direction_ok || !reference_type_matches(space, r, &bd.reference_type_id, bd.include_subtypes) {
+        if !direction_ok
+            || !reference_type_matches(space, r, &bd.reference_type_id, bd.include_subtypes)
+        {
             continue;
         }
         let target = space.node_expanded(&r.target);
@@ -168,7 +199,9 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
     let space: &AddressSpace = &shared.address_space;
     if !req.view.view_id.is_null() {
         // Views are whole-address-space views: no View node restricts what is browsed yet.
-        let is_view = space.node(&req.view.view_id).is_some_and(|n| node_class_of(n) == NodeClass::View);
+        let is_view = space
+            .node(&req.view.view_id)
+            .is_some_and(|n| node_class_of(n) == NodeClass::View);
         if !is_view {
             return fault(handle, StatusCode::BadViewIdUnknown, now);
         }
@@ -184,7 +217,8 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
         result.status_code = match browse_all_into(space, bd, &mut result.references) {
             Err(status) => status,
             Ok(()) if result.references.len() > per_node => {
-                let rest: VecDeque<ReferenceDescription> = result.references.drain(per_node..).collect();
+                let rest: VecDeque<ReferenceDescription> =
+                    result.references.drain(per_node..).collect();
                 match session.add_continuation_point(seq, max_cps, per_node, rest, random) {
                     Ok(cp) => {
                         result.continuation_point = cp;
@@ -205,7 +239,12 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
 }
 
 /// BrowseNext (Part 4 §5.9.3) for a validated, activated session.
-pub fn browse_next(shard: &mut ShardState, key: SessionKey, req: &BrowseNextRequest, now: Now) -> Response {
+pub fn browse_next(
+    shard: &mut ShardState,
+    key: SessionKey,
+    req: &BrowseNextRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let limits = &shard.shared().config.operation_limits;
     if let Err(s) = check_count(req.continuation_points.len(), limits.max_nodes_per_browse) {
@@ -218,7 +257,10 @@ pub fn browse_next(shard: &mut ShardState, key: SessionKey, req: &BrowseNextRequ
     let mut results = Vec::with_capacity(req.continuation_points.len());
     for id in &req.continuation_points {
         let Some(mut cp) = session.take_continuation_point(id.as_bytes()) else {
-            results.push(BrowseResult { status_code: StatusCode::BadContinuationPointInvalid, ..BrowseResult::default() });
+            results.push(BrowseResult {
+                status_code: StatusCode::BadContinuationPointInvalid,
+                ..BrowseResult::default()
+            });
             continue;
         };
         if req.release_continuation_points {
@@ -235,7 +277,11 @@ pub fn browse_next(shard: &mut ShardState, key: SessionKey, req: &BrowseNextRequ
             session.restore_continuation_point(cp, seq);
             id
         };
-        results.push(BrowseResult { status_code: StatusCode::Good, continuation_point, references });
+        results.push(BrowseResult {
+            status_code: StatusCode::Good,
+            continuation_point,
+            references,
+        });
     }
     Response::BrowseNext(Box::new(BrowseNextResponse {
         response_header: response_header(handle, now),
@@ -246,7 +292,10 @@ pub fn browse_next(shard: &mut ShardState, key: SessionKey, req: &BrowseNextRequ
 
 /// Resolves one browse path (Part 4 §5.9.4).
 fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
-    let fail = |s: StatusCode| BrowsePathResult { status_code: s, targets: Vec::new() };
+    let fail = |s: StatusCode| BrowsePathResult {
+        status_code: s,
+        targets: Vec::new(),
+    };
     let elements = &path.relative_path.elements;
     if elements.is_empty() {
         return fail(StatusCode::BadNothingToDo);
@@ -256,7 +305,11 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
         return fail(StatusCode::BadBrowseNameInvalid);
     }
     if space.node(&path.starting_node).is_none() {
-        return fail(if path.starting_node.is_null() { StatusCode::BadNodeIdInvalid } else { StatusCode::BadNodeIdUnknown });
+        return fail(if path.starting_node.is_null() {
+            StatusCode::BadNodeIdInvalid
+        } else {
+            StatusCode::BadNodeIdUnknown
+        });
     }
     let mut targets: Vec<BrowsePathTarget> = Vec::new();
     let mut current: Vec<&Node> = space.node(&path.starting_node).into_iter().collect();
@@ -276,12 +329,20 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
                     continue;
                 }
                 match space.node_expanded(&r.target) {
-                    Some(t) if t.browse_name == e.target_name && seen.insert(&t.node_id) => next.push(t),
+                    Some(t) if t.browse_name == e.target_name && seen.insert(&t.node_id) => {
+                        next.push(t)
+                    }
                     Some(_) => {}
                     // A node in another server: its BrowseName cannot be checked here. The
                     // client continues there from element i + 1 (Part 4 §5.9.4.2).
-                    None if r.target.server_index != 0 && i < last && !targets.iter().any(|t| t.target_id == r.target) => {
-                        targets.push(BrowsePathTarget { target_id: r.target.clone(), remaining_path_index: (i + 1) as u32 })
+                    None if r.target.server_index != 0
+                        && i < last
+                        && !targets.iter().any(|t| t.target_id == r.target) =>
+                    {
+                        targets.push(BrowsePathTarget {
+                            target_id: r.target.clone(),
+                            remaining_path_index: (i + 1) as u32,
+                        })
                     }
                     None => {}
                 }
@@ -311,20 +372,35 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
     } else {
         StatusCode::BadNoMatch
     };
-    BrowsePathResult { status_code: status, targets }
+    BrowsePathResult {
+        status_code: status,
+        targets,
+    }
 }
 
 /// TranslateBrowsePathsToNodeIds (Part 4 §5.9.4) for a validated, activated session.
-pub fn translate_browse_paths(shard: &ShardState, req: &TranslateBrowsePathsToNodeIdsRequest, now: Now) -> Response {
+pub fn translate_browse_paths(
+    shard: &ShardState,
+    req: &TranslateBrowsePathsToNodeIdsRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let shared = shard.shared();
-    if let Err(s) =
-        check_count(req.browse_paths.len(), shared.config.operation_limits.max_nodes_per_translate_browse_paths_to_node_ids)
-    {
+    if let Err(s) = check_count(
+        req.browse_paths.len(),
+        shared
+            .config
+            .operation_limits
+            .max_nodes_per_translate_browse_paths_to_node_ids,
+    ) {
         return fault(handle, s, now);
     }
     let space: &AddressSpace = &shared.address_space;
-    let results = req.browse_paths.iter().map(|p| translate_one(space, p)).collect();
+    let results = req
+        .browse_paths
+        .iter()
+        .map(|p| translate_one(space, p))
+        .collect();
     Response::TranslateBrowsePathsToNodeIds(Box::new(TranslateBrowsePathsToNodeIdsResponse {
         response_header: response_header(handle, now),
         results,
@@ -336,7 +412,11 @@ pub fn translate_browse_paths(shard: &ShardState, req: &TranslateBrowsePathsToNo
 /// allows; lookups are already a table index for numeric ids of namespaces 0 and 1.
 pub fn register_nodes(shard: &ShardState, req: &RegisterNodesRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
-    let max = shard.shared().config.operation_limits.max_nodes_per_register_nodes;
+    let max = shard
+        .shared()
+        .config
+        .operation_limits
+        .max_nodes_per_register_nodes;
     if let Err(s) = check_count(req.nodes_to_register.len(), max) {
         return fault(handle, s, now);
     }
@@ -349,9 +429,15 @@ pub fn register_nodes(shard: &ShardState, req: &RegisterNodesRequest, now: Now) 
 /// UnregisterNodes (Part 4 §5.9.6): nothing was allocated by RegisterNodes.
 pub fn unregister_nodes(shard: &ShardState, req: &UnregisterNodesRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
-    let max = shard.shared().config.operation_limits.max_nodes_per_register_nodes;
+    let max = shard
+        .shared()
+        .config
+        .operation_limits
+        .max_nodes_per_register_nodes;
     if let Err(s) = check_count(req.nodes_to_unregister.len(), max) {
         return fault(handle, s, now);
     }
-    Response::UnregisterNodes(Box::new(UnregisterNodesResponse { response_header: response_header(handle, now) }))
+    Response::UnregisterNodes(Box::new(UnregisterNodesResponse {
+        response_header: response_header(handle, now),
+    }))
 }

@@ -36,8 +36,18 @@ impl ItemQueue {
     /// A queue of `size` (≥ 1) entries.
     pub fn new(size: u32, discard_oldest: bool) -> ItemQueue {
         let size = size.max(1) as usize;
-        let q = if size == 1 { VecDeque::new() } else { VecDeque::with_capacity(size.min(16)) };
-        ItemQueue { single: None, q, size, discard_oldest, overflows: 0 }
+        let q = if size == 1 {
+            VecDeque::new()
+        } else {
+            VecDeque::with_capacity(size.min(16))
+        };
+        ItemQueue {
+            single: None,
+            q,
+            size,
+            discard_oldest,
+            overflows: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -150,7 +160,10 @@ pub struct DataChangeSettings {
 
 impl Default for DataChangeSettings {
     fn default() -> Self {
-        DataChangeSettings { trigger: DataChangeTrigger::StatusValue, deadband: 0.0 }
+        DataChangeSettings {
+            trigger: DataChangeTrigger::StatusValue,
+            deadband: 0.0,
+        }
     }
 }
 
@@ -171,7 +184,8 @@ impl DataChangeSettings {
         if value_changed {
             return true;
         }
-        self.trigger == DataChangeTrigger::StatusValueTimestamp && last.source_timestamp != new.source_timestamp
+        self.trigger == DataChangeTrigger::StatusValueTimestamp
+            && last.source_timestamp != new.source_timestamp
     }
 }
 
@@ -207,7 +221,10 @@ fn exceeds_deadband(last: &Variant, new: &Variant, deadband: f64) -> bool {
         (Variant::Array(a), Variant::Array(b)) => {
             a.values.len() != b.values.len()
                 || a.dimensions != b.dimensions
-                || a.values.iter().zip(&b.values).any(|(x, y)| exceeds_deadband(x, y, deadband))
+                || a.values
+                    .iter()
+                    .zip(&b.values)
+                    .any(|(x, y)| exceeds_deadband(x, y, deadband))
         }
         _ => match (numeric(last), numeric(new)) {
             (Some(x), Some(y)) => (x - y).abs() > deadband,
@@ -262,8 +279,17 @@ mod tests {
             q.push(dv(i));
         }
         let got: Vec<Queued> = std::iter::from_fn(|| q.pop()).collect();
-        let vals: Vec<Variant> = got.iter().map(|g| match g { Queued::Data(d) => d.value.clone(), _ => Variant::Empty }).collect();
-        assert_eq!(vals, vec![Variant::Int32(1), Variant::Int32(2), Variant::Int32(5)]);
+        let vals: Vec<Variant> = got
+            .iter()
+            .map(|g| match g {
+                Queued::Data(d) => d.value.clone(),
+                _ => Variant::Empty,
+            })
+            .collect();
+        assert_eq!(
+            vals,
+            vec![Variant::Int32(1), Variant::Int32(2), Variant::Int32(5)]
+        );
         assert_eq!(status(&got[2]), OVERFLOW_INFO_BITS);
         assert_eq!(status(&got[0]), 0);
     }
@@ -285,21 +311,39 @@ mod tests {
     fn triggers_and_deadband() {
         let a = DataValue::new(Variant::Double(10.0));
         let b = DataValue::new(Variant::Double(10.4));
-        let abs = DataChangeSettings { trigger: DataChangeTrigger::StatusValue, deadband: 0.5 };
+        let abs = DataChangeSettings {
+            trigger: DataChangeTrigger::StatusValue,
+            deadband: 0.5,
+        };
         assert!(!abs.changed(&a, &b));
         assert!(abs.changed(&a, &DataValue::new(Variant::Double(10.6))));
         let none = DataChangeSettings::default();
         assert!(none.changed(&a, &b));
-        let status_only = DataChangeSettings { trigger: DataChangeTrigger::Status, deadband: 0.0 };
+        let status_only = DataChangeSettings {
+            trigger: DataChangeTrigger::Status,
+            deadband: 0.0,
+        };
         assert!(!status_only.changed(&a, &b));
-        let bad = DataValue { status: Some(StatusCode::BadNoCommunication), ..a.clone() };
+        let bad = DataValue {
+            status: Some(StatusCode::BadNoCommunication),
+            ..a.clone()
+        };
         assert!(status_only.changed(&a, &bad));
         let mut c = a.clone();
         c.source_timestamp = Some(crate::types::DateTime(5));
         assert!(!none.changed(&a, &c));
-        let svt = DataChangeSettings { trigger: DataChangeTrigger::StatusValueTimestamp, deadband: 0.0 };
+        let svt = DataChangeSettings {
+            trigger: DataChangeTrigger::StatusValueTimestamp,
+            deadband: 0.0,
+        };
         assert!(svt.changed(&a, &c));
-        let arr = |v: &[f64]| Variant::array(crate::types::BuiltinType::Double, v.iter().map(|x| Variant::Double(*x)).collect()).unwrap();
+        let arr = |v: &[f64]| {
+            Variant::array(
+                crate::types::BuiltinType::Double,
+                v.iter().map(|x| Variant::Double(*x)).collect(),
+            )
+            .unwrap()
+        };
         assert!(!exceeds_deadband(&arr(&[1.0, 2.0]), &arr(&[1.2, 2.2]), 0.5));
         assert!(exceeds_deadband(&arr(&[1.0, 2.0]), &arr(&[1.2, 2.9]), 0.5));
         assert!(exceeds_deadband(&arr(&[1.0]), &arr(&[1.0, 2.0]), 0.5));

@@ -81,17 +81,41 @@ impl SubscriptionLimits {
     /// Checks every field; the message names the offending key.
     pub fn validate(&self) -> Result<(), String> {
         let counts = [
-            ("max_subscriptions_per_session", self.max_subscriptions_per_session),
-            ("max_subscriptions_per_shard", self.max_subscriptions_per_shard),
-            ("max_monitored_items_per_subscription", self.max_monitored_items_per_subscription),
-            ("max_monitored_items_per_shard", self.max_monitored_items_per_shard),
+            (
+                "max_subscriptions_per_session",
+                self.max_subscriptions_per_session,
+            ),
+            (
+                "max_subscriptions_per_shard",
+                self.max_subscriptions_per_shard,
+            ),
+            (
+                "max_monitored_items_per_subscription",
+                self.max_monitored_items_per_subscription,
+            ),
+            (
+                "max_monitored_items_per_shard",
+                self.max_monitored_items_per_shard,
+            ),
             ("max_keep_alive_count", self.max_keep_alive_count),
-            ("max_notifications_per_publish", self.max_notifications_per_publish),
+            (
+                "max_notifications_per_publish",
+                self.max_notifications_per_publish,
+            ),
             ("max_queue_size", self.max_queue_size),
             ("default_event_queue_size", self.default_event_queue_size),
-            ("max_publish_requests_per_session", self.max_publish_requests_per_session),
-            ("max_retransmission_queue_per_session", self.max_retransmission_queue_per_session),
-            ("max_triggering_links_per_item", self.max_triggering_links_per_item),
+            (
+                "max_publish_requests_per_session",
+                self.max_publish_requests_per_session,
+            ),
+            (
+                "max_retransmission_queue_per_session",
+                self.max_retransmission_queue_per_session,
+            ),
+            (
+                "max_triggering_links_per_item",
+                self.max_triggering_links_per_item,
+            ),
             ("change_queue_per_shard", self.change_queue_per_shard),
         ];
         for (name, v) in counts {
@@ -100,28 +124,49 @@ impl SubscriptionLimits {
             }
         }
         if self.default_event_queue_size > self.max_queue_size {
-            return Err("subscriptions.default_event_queue_size must be at most max_queue_size".into());
+            return Err(
+                "subscriptions.default_event_queue_size must be at most max_queue_size".into(),
+            );
         }
         if self.change_queue_per_shard > 1 << 24 {
             return Err("subscriptions.change_queue_per_shard must be at most 16777216".into());
         }
         if self.max_subscriptions_per_shard > 0xFF_FFFF {
-            return Err("subscriptions.max_subscriptions_per_shard must be at most 16777215".into());
+            return Err(
+                "subscriptions.max_subscriptions_per_shard must be at most 16777215".into(),
+            );
         }
         let ranges = [
-            ("publishing_interval", self.min_publishing_interval_ms, self.max_publishing_interval_ms),
-            ("sampling_interval", self.min_sampling_interval_ms, self.max_sampling_interval_ms),
+            (
+                "publishing_interval",
+                self.min_publishing_interval_ms,
+                self.max_publishing_interval_ms,
+            ),
+            (
+                "sampling_interval",
+                self.min_sampling_interval_ms,
+                self.max_sampling_interval_ms,
+            ),
         ];
         for (name, lo, hi) in ranges {
             if !(lo.is_finite() && lo > 0.0) {
-                return Err(format!("subscriptions.min_{name}_ms must be a positive number"));
+                return Err(format!(
+                    "subscriptions.min_{name}_ms must be a positive number"
+                ));
             }
             if !(hi.is_finite() && hi >= lo) {
-                return Err(format!("subscriptions.max_{name}_ms must be a number >= min_{name}_ms"));
+                return Err(format!(
+                    "subscriptions.max_{name}_ms must be a number >= min_{name}_ms"
+                ));
             }
         }
-        if !(self.max_lifetime_ms.is_finite() && self.max_lifetime_ms >= self.min_publishing_interval_ms * 3.0) {
-            return Err("subscriptions.max_lifetime_ms must be at least 3 x min_publishing_interval_ms".into());
+        if !(self.max_lifetime_ms.is_finite()
+            && self.max_lifetime_ms >= self.min_publishing_interval_ms * 3.0)
+        {
+            return Err(
+                "subscriptions.max_lifetime_ms must be at least 3 x min_publishing_interval_ms"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -131,19 +176,25 @@ impl SubscriptionLimits {
         if !requested.is_finite() || requested <= 0.0 {
             return self.min_publishing_interval_ms;
         }
-        requested.clamp(self.min_publishing_interval_ms, self.max_publishing_interval_ms)
+        requested.clamp(
+            self.min_publishing_interval_ms,
+            self.max_publishing_interval_ms,
+        )
     }
 
     /// Revised (max keep-alive count, lifetime count) for a publishing interval (Part 4
     /// §5.13.2: the lifetime is at least three keep-alive periods).
     pub fn revise_counts(&self, interval_ms: f64, keep_alive: u32, lifetime: u32) -> (u32, u32) {
         let keep_alive = keep_alive.clamp(1, self.max_keep_alive_count);
-        let max_lifetime = ((self.max_lifetime_ms / interval_ms).floor() as u64).clamp(3, u32::MAX as u64) as u32;
+        let max_lifetime =
+            ((self.max_lifetime_ms / interval_ms).floor() as u64).clamp(3, u32::MAX as u64) as u32;
         let mut keep_alive = keep_alive;
         if keep_alive.saturating_mul(3) > max_lifetime {
             keep_alive = (max_lifetime / 3).max(1);
         }
-        let lifetime = lifetime.max(keep_alive.saturating_mul(3)).min(max_lifetime.max(keep_alive.saturating_mul(3)));
+        let lifetime = lifetime
+            .max(keep_alive.saturating_mul(3))
+            .min(max_lifetime.max(keep_alive.saturating_mul(3)));
         (keep_alive, lifetime)
     }
 
@@ -178,9 +229,15 @@ mod tests {
     #[test]
     fn defaults_validate_and_zero_is_rejected() {
         SubscriptionLimits::default().validate().unwrap();
-        let l = SubscriptionLimits { max_queue_size: 0, ..Default::default() };
+        let l = SubscriptionLimits {
+            max_queue_size: 0,
+            ..Default::default()
+        };
         assert!(l.validate().unwrap_err().contains("max_queue_size"));
-        let l = SubscriptionLimits { min_sampling_interval_ms: 0.0, ..Default::default() };
+        let l = SubscriptionLimits {
+            min_sampling_interval_ms: 0.0,
+            ..Default::default()
+        };
         assert!(l.validate().is_err());
     }
 

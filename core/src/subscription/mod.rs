@@ -63,14 +63,17 @@ use crate::generated::attribute_ids as attr;
 use crate::generated::messages::Response;
 use crate::generated::types::{
     DataChangeFilter, DataChangeNotification, DataChangeTrigger, MonitoredItemCreateRequest,
-    MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult, MonitoredItemNotification,
-    MonitoringMode, NotificationMessage, PublishResponse, StatusChangeNotification, TimestampsToReturn,
+    MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult,
+    MonitoredItemNotification, MonitoringMode, NotificationMessage, PublishResponse,
+    StatusChangeNotification, TimestampsToReturn,
 };
 use crate::server::context::Deferred;
 use crate::server::shard::SessionKey;
 use crate::services::attribute::{read_attribute, Timestamps};
 use crate::time::Now;
-use crate::types::{DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant};
+use crate::types::{
+    DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant,
+};
 use crate::{Encode, UaStructure};
 
 use item::{DataChangeSettings, ItemQueue, Queued};
@@ -252,7 +255,12 @@ impl MovedSubscription {
 
 impl std::fmt::Debug for MovedSubscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MovedSubscription {{ id: {}, items: {} }}", self.sub.id, self.items.len())
+        write!(
+            f,
+            "MovedSubscription {{ id: {}, items: {} }}",
+            self.sub.id,
+            self.items.len()
+        )
     }
 }
 
@@ -380,9 +388,17 @@ impl SubscriptionEngine {
 
     /// A sample of an asynchronous source came back: offered to the source's items like a
     /// sample taken on its tick. A stale one (given up, or its source gone) is dropped.
-    pub fn on_sample_done(&mut self, source: u32, token: u32, outcome: crate::address_space::app::Outcome, now: Now) {
+    pub fn on_sample_done(
+        &mut self,
+        source: u32,
+        token: u32,
+        outcome: crate::address_space::app::Outcome,
+        now: Now,
+    ) {
         use crate::address_space::app::Outcome;
-        let Some(Some(src)) = self.sources.get_mut(source as usize) else { return };
+        let Some(Some(src)) = self.sources.get_mut(source as usize) else {
+            return;
+        };
         if src.pending_sample.map(|(t, _)| t) != Some(token) {
             return;
         }
@@ -390,7 +406,11 @@ impl SubscriptionEngine {
         self.async_samples_out = self.async_samples_out.saturating_sub(1);
         let mut sample = match outcome {
             Outcome::Value(dv) => dv,
-            Outcome::Status(s) => DataValue::status(if s.is_bad() { s } else { StatusCode::BadInternalError }),
+            Outcome::Status(s) => DataValue::status(if s.is_bad() {
+                s
+            } else {
+                StatusCode::BadInternalError
+            }),
             Outcome::Outputs(_) => DataValue::status(StatusCode::BadInternalError),
         };
         if sample.server_timestamp.is_none() {
@@ -401,7 +421,14 @@ impl SubscriptionEngine {
             return;
         }
         for &it in &src.items {
-            offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
+            offer(
+                &mut self.items,
+                &mut self.subs,
+                &mut self.stats,
+                it,
+                &sample,
+                now,
+            );
         }
         src.last = Some(sample);
     }
@@ -435,7 +462,10 @@ impl SubscriptionEngine {
     }
 
     fn sub_slot(&self, key: SessionKey, id: u32) -> Result<u32, StatusCode> {
-        let slot = *self.sub_ids.get(&id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let slot = *self
+            .sub_ids
+            .get(&id)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         match self.subs.get(slot as usize) {
             Some(Some(s)) if s.session == Some(key) => Ok(slot),
             _ => Err(StatusCode::BadSubscriptionIdInvalid),
@@ -533,10 +563,12 @@ impl SubscriptionEngine {
             seen += 1;
             for &it in event_items {
                 let fields = match items.get(it as usize) {
-                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => match &item.event {
-                        Some(e) => e.filter.notification(&e.notifier, ev),
-                        None => None,
-                    },
+                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
+                        match &item.event {
+                            Some(e) => e.filter.notification(&e.notifier, ev),
+                            None => None,
+                        }
+                    }
                     _ => None,
                 };
                 if let Some(fields) = fields {
@@ -551,7 +583,9 @@ impl SubscriptionEngine {
             let ev = shared.events.queue_overflow_event(now.utc);
             for &it in &self.event_items {
                 let fields = match self.items.get(it as usize) {
-                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => item.event.as_ref().map(|e| e.filter.select(&ev)),
+                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
+                        item.event.as_ref().map(|e| e.filter.select(&ev))
+                    }
                     _ => None,
                 };
                 if let Some(fields) = fields {
@@ -575,24 +609,42 @@ impl SubscriptionEngine {
         let targets: Vec<u32> = match item_id {
             Some(id) => {
                 let it = self.item_slot(slot, id)?;
-                if self.items.get(it as usize).and_then(Option::as_ref).is_none_or(|i| i.event.is_none()) {
+                if self
+                    .items
+                    .get(it as usize)
+                    .and_then(Option::as_ref)
+                    .is_none_or(|i| i.event.is_none())
+                {
                     return Err(StatusCode::BadMonitoredItemIdInvalid);
                 }
                 vec![it]
             }
-            None => self.subs
+            None => self
+                .subs
                 .get(slot as usize)
                 .and_then(Option::as_ref)
-                .map(|s| s.items.iter().copied().filter(|&it| self.items.get(it as usize).and_then(Option::as_ref).is_some_and(|i| i.event.is_some())).collect())
+                .map(|s| {
+                    s.items
+                        .iter()
+                        .copied()
+                        .filter(|&it| {
+                            self.items
+                                .get(it as usize)
+                                .and_then(Option::as_ref)
+                                .is_some_and(|i| i.event.is_some())
+                        })
+                        .collect()
+                })
                 .unwrap_or_default(),
         };
         let events = shared.events.condition_refresh(now.utc);
         for &it in &targets {
             for ev in &events {
                 let fields = match self.items.get(it as usize) {
-                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
-                        item.event.as_ref().and_then(|e| e.filter.refresh_notification(&e.notifier, ev))
-                    }
+                    Some(Some(item)) if item.mode != MonitoringMode::Disabled => item
+                        .event
+                        .as_ref()
+                        .and_then(|e| e.filter.refresh_notification(&e.notifier, ev)),
                     _ => None,
                 };
                 if let Some(fields) = fields {
@@ -604,7 +656,9 @@ impl SubscriptionEngine {
     }
 
     fn sample_bucket(&mut self, space: &AddressSpace, b: u32, generation: u32, now: Now) {
-        let Some(Some(bucket)) = self.buckets.get_mut(b as usize) else { return };
+        let Some(Some(bucket)) = self.buckets.get_mut(b as usize) else {
+            return;
+        };
         if bucket.generation != generation {
             return;
         }
@@ -622,7 +676,9 @@ impl SubscriptionEngine {
         let shard = self.shard_index as usize;
         let any_async = space.has_async();
         for &s in &sources {
-            let Some(Some(src)) = self.sources.get_mut(s as usize) else { continue };
+            let Some(Some(src)) = self.sources.get_mut(s as usize) else {
+                continue;
+            };
             if any_async && src.attribute_id == attr::Value {
                 if let Some(a) = space.async_source(src.node_index) {
                     // Asked now, offered when the application answers (on_sample_done). One
@@ -641,16 +697,24 @@ impl SubscriptionEngine {
                     }
                     self.sample_token = self.sample_token.wrapping_add(1);
                     let token = self.sample_token;
-                    src.pending_sample = Some((token, now.deadline_after_ms(a.timeout_ms() as f64)));
+                    src.pending_sample =
+                        Some((token, now.deadline_after_ms(a.timeout_ms() as f64)));
                     self.async_samples_out += 1;
-                    self.changes.open_completions(shard, 2 * self.async_samples_max);
+                    self.changes
+                        .open_completions(shard, 2 * self.async_samples_max);
                     let reply = crate::address_space::app::Reply::new(
                         self.changes.clone(),
                         shard,
-                        crate::address_space::app::Target::Sample { source: s, generation: token },
+                        crate::address_space::app::Target::Sample {
+                            source: s,
+                            generation: token,
+                        },
                         Some(a.clone()),
                     );
-                    let node_id = space.node_at(src.node_index).map(|n| n.node_id.clone()).unwrap_or_default();
+                    let node_id = space
+                        .node_at(src.node_index)
+                        .map(|n| n.node_id.clone())
+                        .unwrap_or_default();
                     (a.read)(crate::address_space::app::AsyncRead::new(node_id, reply));
                     continue;
                 }
@@ -663,7 +727,14 @@ impl SubscriptionEngine {
                 continue;
             }
             for &it in &src.items {
-                offer(&mut self.items, &mut self.subs, &mut self.stats, it, &sample, now);
+                offer(
+                    &mut self.items,
+                    &mut self.subs,
+                    &mut self.stats,
+                    it,
+                    &sample,
+                    now,
+                );
             }
             src.last = Some(sample);
         }
@@ -683,16 +754,27 @@ impl SubscriptionEngine {
             self.resync_exception_item(space, it, false, now);
         }
         let shard = self.shard_index as usize;
-        let SubscriptionEngine { changes, exception_by_node, items, subs, stats, .. } = self;
+        let SubscriptionEngine {
+            changes,
+            exception_by_node,
+            items,
+            subs,
+            stats,
+            ..
+        } = self;
         if exception_by_node.is_empty() && changes.pending(shard) == 0 {
             return;
         }
         let max = changes.capacity(shard);
         let lost = changes.drain(shard, max, |c| {
-            let Some(watching) = exception_by_node.get(&c.node_index) else { return };
+            let Some(watching) = exception_by_node.get(&c.node_index) else {
+                return;
+            };
             let mut sample: Option<DataValue> = None;
             for &it in watching {
-                let Some(Some(item)) = items.get_mut(it as usize) else { continue };
+                let Some(Some(item)) = items.get_mut(it as usize) else {
+                    continue;
+                };
                 if c.version <= item.version || item.mode == MonitoringMode::Disabled {
                     continue;
                 }
@@ -727,8 +809,12 @@ impl SubscriptionEngine {
     /// Brings an exception-based item to its cell's current value (when newer than what it
     /// saw); `overflow` marks that value with the Overflow bit (changes were dropped).
     fn resync_exception_item(&mut self, space: &AddressSpace, it: u32, overflow: bool, now: Now) {
-        let Some(Some(item)) = self.items.get_mut(it as usize) else { return };
-        let Some(cell) = space.node_at(item.node_index).and_then(Node::value_cell) else { return };
+        let Some(Some(item)) = self.items.get_mut(it as usize) else {
+            return;
+        };
+        let Some(cell) = space.node_at(item.node_index).and_then(Node::value_cell) else {
+            return;
+        };
         let (mut dv, version) = cell.load_versioned();
         if version <= item.version && item.last.is_some() {
             return;
@@ -738,7 +824,14 @@ impl SubscriptionEngine {
             dv.server_timestamp = Some(now.utc);
         }
         let before = item.queue.len();
-        offer(&mut self.items, &mut self.subs, &mut self.stats, it, &dv, now);
+        offer(
+            &mut self.items,
+            &mut self.subs,
+            &mut self.stats,
+            it,
+            &dv,
+            now,
+        );
         if overflow {
             if let Some(Some(item)) = self.items.get_mut(it as usize) {
                 if item.queue.len() > before || item.queue.len() == item.queue.capacity() {
@@ -750,14 +843,19 @@ impl SubscriptionEngine {
 
     fn publishing_cycle(&mut self, space: &AddressSpace, slot: u32, now: Now) {
         let _ = space;
-        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
         let interval = sub.interval_ns.max(1);
         let mut next = sub.next_ns.saturating_add(interval);
         if next <= now.mono_ns {
-            next = now.mono_ns.saturating_add(interval - (now.mono_ns - next) % interval);
+            next = now
+                .mono_ns
+                .saturating_add(interval - (now.mono_ns - next) % interval);
         }
         sub.next_ns = next;
-        self.sub_heap.push(Reverse((next, slot, sub.timer_generation)));
+        self.sub_heap
+            .push(Reverse((next, slot, sub.timer_generation)));
 
         let has_request = match sub.session {
             Some(k) => self.sessions.get(&k).is_some_and(|s| !s.publish.is_empty()),
@@ -799,12 +897,15 @@ impl SubscriptionEngine {
     /// session gets a StatusChangeNotification BadTimeout with its next Publish.
     fn expire(&mut self, slot: u32, now: Now) {
         self.stats.expired += 1;
-        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
         let (id, seq, key) = (sub.id, sub.take_seq(), sub.session);
         self.delete_subscription_slot(slot);
         if let Some(k) = key {
             if let Some(ss) = self.sessions.get_mut(&k) {
-                ss.status_messages.push_back((id, seq, StatusCode::BadTimeout));
+                ss.status_messages
+                    .push_back((id, seq, StatusCode::BadTimeout));
             }
             self.service_session(k, now);
         }
@@ -846,7 +947,9 @@ impl SubscriptionEngine {
     /// Answers `pp` with the next message of subscription `slot` (notifications or a
     /// keep-alive).
     fn send_from(&mut self, slot: u32, pp: PendingPublish, now: Now) {
-        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else { return };
+        let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
         sub.late = false;
         sub.message_sent = true;
         sub.keep_alive_counter = 0;
@@ -855,7 +958,11 @@ impl SubscriptionEngine {
         let (message, more, count) = if sub.has_notifications() {
             build_message(sub, &mut self.items, &mut self.pools, now)
         } else {
-            let msg = NotificationMessage { sequence_number: sub.next_seq, publish_time: now.utc, notification_data: Vec::new() };
+            let msg = NotificationMessage {
+                sequence_number: sub.next_seq,
+                publish_time: now.utc,
+                notification_data: Vec::new(),
+            };
             (msg, false, 0)
         };
         let data = !message.notification_data.is_empty();
@@ -880,10 +987,15 @@ impl SubscriptionEngine {
         };
         // The response is encoded now, straight from the kept message (not copied), into a
         // pooled buffer.
-        let Some(sub) = self.subs.get(slot as usize).and_then(Option::as_ref) else { return };
-        let Some(message) = keep_alive.as_ref().or_else(|| sub.retrans.back()) else { return };
+        let Some(sub) = self.subs.get(slot as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let Some(message) = keep_alive.as_ref().or_else(|| sub.retrans.back()) else {
+            return;
+        };
         let mut body = self.pools.buffer();
-        NodeId::ns0(crate::generated::node_ids::PublishResponse_Encoding_DefaultBinary).encode(&mut body);
+        NodeId::ns0(crate::generated::node_ids::PublishResponse_Encoding_DefaultBinary)
+            .encode(&mut body);
         header(pp.request_handle, now).encode(&mut body);
         sub.id.encode(&mut body);
         (sub.retrans.len() as i32).encode(&mut body);
@@ -894,7 +1006,15 @@ impl SubscriptionEngine {
         message.encode(&mut body);
         pp.results.encode(&mut body);
         0i32.encode(&mut body); // diagnosticInfos: none
-        self.emit_deferred(pp.channel_id, pp.request_id, Deferred::Encoded { request_handle: pp.request_handle, body, max_size: pp.max_response_size });
+        self.emit_deferred(
+            pp.channel_id,
+            pp.request_id,
+            Deferred::Encoded {
+                request_handle: pp.request_handle,
+                body,
+                max_size: pp.max_response_size,
+            },
+        );
         if more {
             if let Some(k) = key {
                 self.service_session(k, now);
@@ -905,9 +1025,13 @@ impl SubscriptionEngine {
     /// Drops the oldest kept messages of a session past its retransmission bound.
     fn trim_retransmission(&mut self, key: SessionKey) {
         let max = self.limits.max_retransmission_queue_per_session as usize;
-        let Some(ss) = self.sessions.get_mut(&key) else { return };
+        let Some(ss) = self.sessions.get_mut(&key) else {
+            return;
+        };
         while ss.retrans_order.len() > max {
-            let Some((slot, seq)) = ss.retrans_order.pop_front() else { break };
+            let Some((slot, seq)) = ss.retrans_order.pop_front() else {
+                break;
+            };
             if let Some(Some(sub)) = self.subs.get_mut(slot as usize) {
                 if let Some(i) = sub.retrans.iter().position(|m| m.sequence_number == seq) {
                     if let Some(m) = sub.retrans.remove(i) {
@@ -922,21 +1046,31 @@ impl SubscriptionEngine {
     /// messages of subscriptions that left, then late subscriptions (highest priority first).
     fn service_session(&mut self, key: SessionKey, now: Now) {
         loop {
-            let Some(ss) = self.sessions.get(&key) else { return };
+            let Some(ss) = self.sessions.get(&key) else {
+                return;
+            };
             if ss.publish.is_empty() {
                 return;
             }
             if !ss.status_messages.is_empty() {
-                let Some(pp) = self.pop_publish(key, now) else { return };
-                let Some(ss) = self.sessions.get_mut(&key) else { return };
-                let Some((id, seq, status)) = ss.status_messages.pop_front() else { return };
+                let Some(pp) = self.pop_publish(key, now) else {
+                    return;
+                };
+                let Some(ss) = self.sessions.get_mut(&key) else {
+                    return;
+                };
+                let Some((id, seq, status)) = ss.status_messages.pop_front() else {
+                    return;
+                };
                 let msg = NotificationMessage {
                     sequence_number: seq,
                     publish_time: now.utc,
-                    notification_data: vec![ExtensionObject::from_struct(&StatusChangeNotification {
-                        status,
-                        diagnostic_info: Default::default(),
-                    })],
+                    notification_data: vec![ExtensionObject::from_struct(
+                        &StatusChangeNotification {
+                            status,
+                            diagnostic_info: Default::default(),
+                        },
+                    )],
                 };
                 let resp = PublishResponse {
                     response_header: header(pp.request_handle, now),
@@ -947,7 +1081,11 @@ impl SubscriptionEngine {
                     results: pp.results,
                     diagnostic_infos: Vec::new(),
                 };
-                self.emit(pp.channel_id, pp.request_id, Response::Publish(Box::new(resp)));
+                self.emit(
+                    pp.channel_id,
+                    pp.request_id,
+                    Response::Publish(Box::new(resp)),
+                );
                 continue;
             }
             let mut best: Option<(u8, u32)> = None;
@@ -959,7 +1097,9 @@ impl SubscriptionEngine {
                 }
             }
             let Some((_, slot)) = best else { return };
-            let Some(pp) = self.pop_publish(key, now) else { return };
+            let Some(pp) = self.pop_publish(key, now) else {
+                return;
+            };
             self.send_from(slot, pp, now);
         }
     }
@@ -983,14 +1123,33 @@ impl SubscriptionEngine {
         }
         let ss = self.sessions.entry(key).or_default();
         if ss.subs.is_empty() && ss.status_messages.is_empty() {
-            return Some(crate::services::fault(handle, StatusCode::BadNoSubscription, now));
+            return Some(crate::services::fault(
+                handle,
+                StatusCode::BadNoSubscription,
+                now,
+            ));
         }
         if ss.publish.len() >= self.limits.max_publish_requests_per_session as usize {
-            return Some(crate::services::fault(handle, StatusCode::BadTooManyPublishRequests, now));
+            return Some(crate::services::fault(
+                handle,
+                StatusCode::BadTooManyPublishRequests,
+                now,
+            ));
         }
         let hint = req.request_header.timeout_hint;
-        let expires_ns = if hint == 0 { u64::MAX } else { now.deadline_after_ms(hint as f64) };
-        ss.publish.push_back(PendingPublish { channel_id, request_id, request_handle: handle, expires_ns, results, max_response_size });
+        let expires_ns = if hint == 0 {
+            u64::MAX
+        } else {
+            now.deadline_after_ms(hint as f64)
+        };
+        ss.publish.push_back(PendingPublish {
+            channel_id,
+            request_id,
+            request_handle: handle,
+            expires_ns,
+            results,
+            max_response_size,
+        });
         for &slot in &ss.subs {
             if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
                 s.lifetime_counter = 0;
@@ -1003,7 +1162,9 @@ impl SubscriptionEngine {
     /// Cancel: answers the session's queued Publish requests with this request handle with
     /// Bad_RequestCancelledByClient; returns how many.
     pub fn cancel_publish(&mut self, key: SessionKey, request_handle: u32, now: Now) -> u32 {
-        let Some(ss) = self.sessions.get_mut(&key) else { return 0 };
+        let Some(ss) = self.sessions.get_mut(&key) else {
+            return 0;
+        };
         let mut cancelled = Vec::new();
         ss.publish.retain(|p| {
             if p.request_handle == request_handle {
@@ -1014,22 +1175,34 @@ impl SubscriptionEngine {
             }
         });
         for &(channel, request_id) in &cancelled {
-            let f = crate::services::fault(request_handle, StatusCode::BadRequestCancelledByClient, now);
+            let f = crate::services::fault(
+                request_handle,
+                StatusCode::BadRequestCancelledByClient,
+                now,
+            );
             self.emit(channel, request_id, f);
         }
         cancelled.len() as u32
     }
 
     fn acknowledge(&mut self, key: SessionKey, sub_id: u32, seq: u32) -> StatusCode {
-        let Ok(slot) = self.sub_slot(key, sub_id) else { return StatusCode::BadSubscriptionIdInvalid };
-        let Some(Some(sub)) = self.subs.get_mut(slot as usize) else { return StatusCode::BadSubscriptionIdInvalid };
+        let Ok(slot) = self.sub_slot(key, sub_id) else {
+            return StatusCode::BadSubscriptionIdInvalid;
+        };
+        let Some(Some(sub)) = self.subs.get_mut(slot as usize) else {
+            return StatusCode::BadSubscriptionIdInvalid;
+        };
         match sub.retrans.iter().position(|m| m.sequence_number == seq) {
             Some(i) => {
                 if let Some(m) = sub.retrans.remove(i) {
                     self.pools.put_message(m);
                 }
                 if let Some(ss) = self.sessions.get_mut(&key) {
-                    if let Some(j) = ss.retrans_order.iter().position(|&(s, q)| s == slot && q == seq) {
+                    if let Some(j) = ss
+                        .retrans_order
+                        .iter()
+                        .position(|&(s, q)| s == slot && q == seq)
+                    {
                         ss.retrans_order.remove(j);
                     }
                 }
@@ -1040,11 +1213,24 @@ impl SubscriptionEngine {
     }
 
     /// Republish (Part 4 §5.13.6).
-    pub fn republish(&mut self, key: SessionKey, sub_id: u32, seq: u32) -> Result<NotificationMessage, StatusCode> {
+    pub fn republish(
+        &mut self,
+        key: SessionKey,
+        sub_id: u32,
+        seq: u32,
+    ) -> Result<NotificationMessage, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
-        let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         sub.lifetime_counter = 0;
-        sub.retrans.iter().find(|m| m.sequence_number == seq).cloned().ok_or(StatusCode::BadMessageNotAvailable)
+        sub.retrans
+            .iter()
+            .find(|m| m.sequence_number == seq)
+            .cloned()
+            .ok_or(StatusCode::BadMessageNotAvailable)
     }
 
     /// Responses to queued Publish requests that became ready, for one channel.
@@ -1084,7 +1270,9 @@ impl SubscriptionEngine {
     /// its subscriptions go; otherwise they stay, orphaned, until their lifetime ends or
     /// another session takes them over with TransferSubscriptions.
     pub fn on_session_closed(&mut self, key: SessionKey, delete: bool, now: Now) {
-        let Some(ss) = self.sessions.remove(&key) else { return };
+        let Some(ss) = self.sessions.remove(&key) else {
+            return;
+        };
         // Outstanding Publish requests are answered Bad_SessionClosed (Part 4 §5.7.4).
         for p in ss.publish {
             let f = crate::services::fault(p.request_handle, StatusCode::BadSessionClosed, now);
@@ -1117,9 +1305,14 @@ impl SubscriptionEngine {
         if count >= self.limits.max_subscriptions_per_session as usize {
             return Err(StatusCode::BadTooManySubscriptions);
         }
-        let interval_ms = self.limits.revise_publishing_interval(req.requested_publishing_interval);
-        let (keep_alive, lifetime) =
-            self.limits.revise_counts(interval_ms, req.requested_max_keep_alive_count, req.requested_lifetime_count);
+        let interval_ms = self
+            .limits
+            .revise_publishing_interval(req.requested_publishing_interval);
+        let (keep_alive, lifetime) = self.limits.revise_counts(
+            interval_ms,
+            req.requested_max_keep_alive_count,
+            req.requested_lifetime_count,
+        );
         let id = self.next_sub_id();
         let interval_ns = (interval_ms * 1e6) as u64;
         let sub = Subscription {
@@ -1130,7 +1323,9 @@ impl SubscriptionEngine {
             interval_ns,
             keep_alive_count: keep_alive,
             lifetime_count: lifetime,
-            max_notifications: self.limits.revise_max_notifications(req.max_notifications_per_publish),
+            max_notifications: self
+                .limits
+                .revise_max_notifications(req.max_notifications_per_publish),
             priority: req.priority,
             publishing_enabled: req.publishing_enabled,
             next_ns: now.mono_ns.saturating_add(interval_ns),
@@ -1147,9 +1342,15 @@ impl SubscriptionEngine {
         };
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
-        self.sub_heap.push(Reverse((now.mono_ns.saturating_add(interval_ns), slot, 0)));
+        self.sub_heap
+            .push(Reverse((now.mono_ns.saturating_add(interval_ns), slot, 0)));
         self.sessions.entry(key).or_default().subs.push(slot);
-        Ok(Revised { subscription_id: id, publishing_interval_ms: interval_ms, lifetime_count: lifetime, max_keep_alive_count: keep_alive })
+        Ok(Revised {
+            subscription_id: id,
+            publishing_interval_ms: interval_ms,
+            lifetime_count: lifetime,
+            max_keep_alive_count: keep_alive,
+        })
     }
 
     /// ModifySubscription.
@@ -1160,11 +1361,22 @@ impl SubscriptionEngine {
         now: Now,
     ) -> Result<Revised, StatusCode> {
         let slot = self.sub_slot(key, req.subscription_id)?;
-        let interval_ms = self.limits.revise_publishing_interval(req.requested_publishing_interval);
-        let (keep_alive, lifetime) =
-            self.limits.revise_counts(interval_ms, req.requested_max_keep_alive_count, req.requested_lifetime_count);
-        let max_notifications = self.limits.revise_max_notifications(req.max_notifications_per_publish);
-        let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let interval_ms = self
+            .limits
+            .revise_publishing_interval(req.requested_publishing_interval);
+        let (keep_alive, lifetime) = self.limits.revise_counts(
+            interval_ms,
+            req.requested_max_keep_alive_count,
+            req.requested_lifetime_count,
+        );
+        let max_notifications = self
+            .limits
+            .revise_max_notifications(req.max_notifications_per_publish);
+        let sub = self
+            .subs
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         sub.keep_alive_count = keep_alive;
         sub.lifetime_count = lifetime;
         sub.max_notifications = max_notifications;
@@ -1175,13 +1387,24 @@ impl SubscriptionEngine {
             sub.interval_ns = (interval_ms * 1e6) as u64;
             sub.timer_generation = sub.timer_generation.wrapping_add(1);
             sub.next_ns = now.mono_ns.saturating_add(sub.interval_ns);
-            self.sub_heap.push(Reverse((sub.next_ns, slot, sub.timer_generation)));
+            self.sub_heap
+                .push(Reverse((sub.next_ns, slot, sub.timer_generation)));
         }
-        Ok(Revised { subscription_id: sub.id, publishing_interval_ms: interval_ms, lifetime_count: lifetime, max_keep_alive_count: keep_alive })
+        Ok(Revised {
+            subscription_id: sub.id,
+            publishing_interval_ms: interval_ms,
+            lifetime_count: lifetime,
+            max_keep_alive_count: keep_alive,
+        })
     }
 
     /// SetPublishingMode for one subscription.
-    pub fn set_publishing_mode(&mut self, key: SessionKey, sub_id: u32, enabled: bool) -> StatusCode {
+    pub fn set_publishing_mode(
+        &mut self,
+        key: SessionKey,
+        sub_id: u32,
+        enabled: bool,
+    ) -> StatusCode {
         match self.sub_slot(key, sub_id) {
             Ok(slot) => {
                 if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
@@ -1208,7 +1431,9 @@ impl SubscriptionEngine {
     }
 
     fn answer_if_no_subscriptions(&mut self, key: SessionKey, now: Now) {
-        let Some(ss) = self.sessions.get_mut(&key) else { return };
+        let Some(ss) = self.sessions.get_mut(&key) else {
+            return;
+        };
         if !ss.subs.is_empty() || !ss.status_messages.is_empty() {
             return;
         }
@@ -1220,7 +1445,9 @@ impl SubscriptionEngine {
     }
 
     fn delete_subscription_slot(&mut self, slot: u32) {
-        let Some(mut sub) = self.subs.get_mut(slot as usize).and_then(|s| s.take()) else { return };
+        let Some(mut sub) = self.subs.get_mut(slot as usize).and_then(|s| s.take()) else {
+            return;
+        };
         for m in sub.retrans.drain(..) {
             self.pools.put_message(m);
         }
@@ -1248,8 +1475,15 @@ impl SubscriptionEngine {
         send_initial_values: bool,
         now: Now,
     ) -> Result<Vec<u32>, StatusCode> {
-        let slot = *self.sub_ids.get(&sub_id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let slot = *self
+            .sub_ids
+            .get(&sub_id)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         if sub.owner != owner {
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -1259,7 +1493,11 @@ impl SubscriptionEngine {
             if count >= self.limits.max_subscriptions_per_session as usize {
                 return Err(StatusCode::BadTooManySubscriptions);
             }
-            let sub = self.subs.get_mut(slot as usize).and_then(Option::as_mut).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+            let sub = self
+                .subs
+                .get_mut(slot as usize)
+                .and_then(Option::as_mut)
+                .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
             sub.session = Some(key);
             sub.late = false;
             sub.lifetime_counter = 0;
@@ -1268,7 +1506,11 @@ impl SubscriptionEngine {
                 if let Some(ss) = self.sessions.get_mut(&o) {
                     ss.subs.retain(|&s| s != slot);
                     ss.retrans_order.retain(|&(s, _)| s != slot);
-                    ss.status_messages.push_back((sub_id, seq, StatusCode::GoodSubscriptionTransferred));
+                    ss.status_messages.push_back((
+                        sub_id,
+                        seq,
+                        StatusCode::GoodSubscriptionTransferred,
+                    ));
                 }
                 self.service_session(o, now);
             }
@@ -1283,7 +1525,11 @@ impl SubscriptionEngine {
         if send_initial_values {
             self.resend_slot(slot);
         }
-        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         Ok(sub.available())
     }
 
@@ -1295,9 +1541,22 @@ impl SubscriptionEngine {
     /// the shard. Everything the subscription holds leaves with it: parameters, counters,
     /// sequence numbers, its items with their filters, queues and last values, triggering
     /// links, the ready list and the retransmission queue.
-    pub fn export_subscription(&mut self, owner: &str, sub_id: u32, max_items: usize, now: Now) -> Result<MovedSubscription, StatusCode> {
-        let slot = *self.sub_ids.get(&sub_id).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+    pub fn export_subscription(
+        &mut self,
+        owner: &str,
+        sub_id: u32,
+        max_items: usize,
+        now: Now,
+    ) -> Result<MovedSubscription, StatusCode> {
+        let slot = *self
+            .sub_ids
+            .get(&sub_id)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         if sub.owner != owner {
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -1311,21 +1570,37 @@ impl SubscriptionEngine {
                 self.event_items.swap_remove(i);
             }
         }
-        let Some(mut sub) = self.subs.get_mut(slot as usize).and_then(Option::take) else { return Err(StatusCode::BadSubscriptionIdInvalid) };
+        let Some(mut sub) = self.subs.get_mut(slot as usize).and_then(Option::take) else {
+            return Err(StatusCode::BadSubscriptionIdInvalid);
+        };
         self.sub_ids.remove(&sub_id);
         self.sub_free.push(slot);
-        let index_of: HashMap<u32, u32> = item_slots.iter().enumerate().map(|(i, &it)| (it, i as u32)).collect();
+        let index_of: HashMap<u32, u32> = item_slots
+            .iter()
+            .enumerate()
+            .map(|(i, &it)| (it, i as u32))
+            .collect();
         let mut items = Vec::with_capacity(item_slots.len());
         for &it in &item_slots {
-            let Some(mut item) = self.items.get_mut(it as usize).and_then(|x| x.take()) else { continue };
+            let Some(mut item) = self.items.get_mut(it as usize).and_then(|x| x.take()) else {
+                continue;
+            };
             self.item_ids.remove(&item.id);
             self.item_free.push(it);
             // Links to items of the same subscription become positions in `items`.
-            item.links = item.links.iter().filter_map(|&(t, id)| index_of.get(&t).map(|&i| (i, id))).collect();
+            item.links = item
+                .links
+                .iter()
+                .filter_map(|&(t, id)| index_of.get(&t).map(|&i| (i, id)))
+                .collect();
             item.in_ready = false;
             items.push(item);
         }
-        let ready = sub.ready.iter().filter_map(|it| index_of.get(it).copied()).collect();
+        let ready = sub
+            .ready
+            .iter()
+            .filter_map(|it| index_of.get(it).copied())
+            .collect();
         sub.items.clear();
         sub.ready.clear();
         let old = sub.session.take();
@@ -1334,7 +1609,11 @@ impl SubscriptionEngine {
             if let Some(ss) = self.sessions.get_mut(&o) {
                 ss.subs.retain(|&x| x != slot);
                 ss.retrans_order.retain(|&(x, _)| x != slot);
-                ss.status_messages.push_back((sub_id, seq, StatusCode::GoodSubscriptionTransferred));
+                ss.status_messages.push_back((
+                    sub_id,
+                    seq,
+                    StatusCode::GoodSubscriptionTransferred,
+                ));
             }
             self.service_session(o, now);
         }
@@ -1344,14 +1623,21 @@ impl SubscriptionEngine {
     /// Room here for one more subscription of session `key`: the number of monitored items
     /// it may bring (per-subscription and per-shard limits, less `reserved` items promised
     /// to transfers under way), or BadTooManySubscriptions.
-    pub fn import_room(&self, key: SessionKey, reserved_subs: usize, reserved_items: usize) -> Result<usize, StatusCode> {
+    pub fn import_room(
+        &self,
+        key: SessionKey,
+        reserved_subs: usize,
+        reserved_items: usize,
+    ) -> Result<usize, StatusCode> {
         let count = self.sessions.get(&key).map_or(0, |s| s.subs.len());
         if count + reserved_subs >= self.limits.max_subscriptions_per_session as usize
-            || self.sub_ids.len() + reserved_subs >= self.limits.max_subscriptions_per_shard as usize
+            || self.sub_ids.len() + reserved_subs
+                >= self.limits.max_subscriptions_per_shard as usize
         {
             return Err(StatusCode::BadTooManySubscriptions);
         }
-        let free = (self.limits.max_monitored_items_per_shard as usize).saturating_sub(self.item_ids.len() + reserved_items);
+        let free = (self.limits.max_monitored_items_per_shard as usize)
+            .saturating_sub(self.item_ids.len() + reserved_items);
         Ok(free.min(self.limits.max_monitored_items_per_subscription as usize))
     }
 
@@ -1362,9 +1648,21 @@ impl SubscriptionEngine {
     /// Returns its available sequence numbers. Ids stay those the other shard gave; an id
     /// that is live here (possible only after that shard's 24-bit counter wrapped onto a
     /// live id) is BadSubscriptionIdInvalid and the subscription is dropped.
-    pub fn import_subscription(&mut self, key: SessionKey, moved: MovedSubscription, send_initial_values: bool, now: Now) -> Result<Vec<u32>, StatusCode> {
-        let MovedSubscription { mut sub, items, ready } = moved;
-        if self.sub_ids.contains_key(&sub.id) || items.iter().any(|i| self.item_ids.contains_key(&i.id)) {
+    pub fn import_subscription(
+        &mut self,
+        key: SessionKey,
+        moved: MovedSubscription,
+        send_initial_values: bool,
+        now: Now,
+    ) -> Result<Vec<u32>, StatusCode> {
+        let MovedSubscription {
+            mut sub,
+            items,
+            ready,
+        } = moved;
+        if self.sub_ids.contains_key(&sub.id)
+            || items.iter().any(|i| self.item_ids.contains_key(&i.id))
+        {
             return Err(StatusCode::BadSubscriptionIdInvalid);
         }
         sub.session = Some(key);
@@ -1385,8 +1683,14 @@ impl SubscriptionEngine {
             slots.push(self.insert_item(slot, item_id, item));
         }
         for &it in &slots {
-            let Some(Some(item)) = self.items.get_mut(it as usize) else { continue };
-            item.links = item.links.iter().filter_map(|&(i, id)| slots.get(i as usize).map(|&t| (t, id))).collect();
+            let Some(Some(item)) = self.items.get_mut(it as usize) else {
+                continue;
+            };
+            item.links = item
+                .links
+                .iter()
+                .filter_map(|&(i, id)| slots.get(i as usize).map(|&t| (t, id)))
+                .collect();
             let (mode, event) = (item.mode, item.event.is_some());
             if event {
                 self.event_items.push(it);
@@ -1415,7 +1719,11 @@ impl SubscriptionEngine {
         if send_initial_values {
             self.resend_slot(slot);
         }
-        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         Ok(sub.available())
     }
 
@@ -1434,9 +1742,13 @@ impl SubscriptionEngine {
     }
 
     fn resend_slot(&mut self, slot: u32) {
-        let Some(Some(sub)) = self.subs.get_mut(slot as usize) else { return };
+        let Some(Some(sub)) = self.subs.get_mut(slot as usize) else {
+            return;
+        };
         for &it in &sub.items {
-            let Some(Some(item)) = self.items.get_mut(it as usize) else { continue };
+            let Some(Some(item)) = self.items.get_mut(it as usize) else {
+                continue;
+            };
             if item.mode != MonitoringMode::Reporting {
                 continue;
             }
@@ -1452,9 +1764,17 @@ impl SubscriptionEngine {
     }
 
     /// Server.GetMonitoredItems: (server handles, client handles).
-    pub fn monitored_items_of(&self, key: SessionKey, sub_id: u32) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
+    pub fn monitored_items_of(
+        &self,
+        key: SessionKey,
+        sub_id: u32,
+    ) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
-        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         let mut server = Vec::with_capacity(sub.items.len());
         let mut client = Vec::with_capacity(sub.items.len());
         for &it in &sub.items {
@@ -1480,19 +1800,26 @@ impl SubscriptionEngine {
         now: Now,
     ) -> Result<Vec<MonitoredItemCreateResult>, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
-        let ts = Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
+        let ts =
+            Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
         let space = &shared.address_space;
         let event_limits = crate::events::filter::FilterLimits::from_config(&shared.config.events);
         let mut results = Vec::with_capacity(items.len());
         for r in items {
-            if r.item_to_monitor.attribute_id == attr::EventNotifier && self.event_cursor.is_none() {
+            if r.item_to_monitor.attribute_id == attr::EventNotifier && self.event_cursor.is_none()
+            {
                 // Events published from now on reach this shard's event items.
                 self.event_cursor = Some(shared.events.bus.cursor());
             }
-            results.push(match self.create_item(space, event_limits, slot, ts, r, now) {
-                Ok(res) => res,
-                Err(status) => MonitoredItemCreateResult { status_code: status, ..Default::default() },
-            });
+            results.push(
+                match self.create_item(space, event_limits, slot, ts, r, now) {
+                    Ok(res) => res,
+                    Err(status) => MonitoredItemCreateResult {
+                        status_code: status,
+                        ..Default::default()
+                    },
+                },
+            );
         }
         Ok(results)
     }
@@ -1506,7 +1833,11 @@ impl SubscriptionEngine {
         r: &MonitoredItemCreateRequest,
         now: Now,
     ) -> Result<MonitoredItemCreateResult, StatusCode> {
-        let sub = self.subs.get(slot as usize).and_then(Option::as_ref).ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        let sub = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         if self.item_ids.len() >= self.limits.max_monitored_items_per_shard as usize
             || sub.items.len() >= self.limits.max_monitored_items_per_subscription as usize
         {
@@ -1514,8 +1845,12 @@ impl SubscriptionEngine {
         }
         let sub_interval = sub.interval_ms;
         let rv = &r.item_to_monitor;
-        let node_index = space.node_index(&rv.node_id).ok_or(StatusCode::BadNodeIdUnknown)?;
-        let node = space.node_at(node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
+        let node_index = space
+            .node_index(&rv.node_id)
+            .ok_or(StatusCode::BadNodeIdUnknown)?;
+        let node = space
+            .node_at(node_index)
+            .ok_or(StatusCode::BadNodeIdUnknown)?;
         let mode = r.monitoring_mode;
         if !(0..=2).contains(&mode.0) {
             return Err(StatusCode::BadMonitoringModeInvalid);
@@ -1524,24 +1859,40 @@ impl SubscriptionEngine {
             return self.create_event_item(space, slot, ts, r, node_index, event_limits);
         }
         // The attribute must be readable now (same checks as Read).
-        let initial = read_attribute(space, &rv.node_id, rv.attribute_id, rv.index_range.as_str(), &rv.data_encoding, Timestamps::Both, now);
+        let initial = read_attribute(
+            space,
+            &rv.node_id,
+            rv.attribute_id,
+            rv.index_range.as_str(),
+            &rv.data_encoding,
+            Timestamps::Both,
+            now,
+        );
         if let Some(s) = initial.status {
-            if s.is_bad() && matches!(
-                s,
-                StatusCode::BadAttributeIdInvalid
-                    | StatusCode::BadIndexRangeInvalid
-                    | StatusCode::BadNotReadable
-                    | StatusCode::BadUserAccessDenied
-                    | StatusCode::BadDataEncodingInvalid
-                    | StatusCode::BadDataEncodingUnsupported
-            ) {
+            if s.is_bad()
+                && matches!(
+                    s,
+                    StatusCode::BadAttributeIdInvalid
+                        | StatusCode::BadIndexRangeInvalid
+                        | StatusCode::BadNotReadable
+                        | StatusCode::BadUserAccessDenied
+                        | StatusCode::BadDataEncodingInvalid
+                        | StatusCode::BadDataEncodingUnsupported
+                )
+            {
                 return Err(s);
             }
         }
-        let range = NumericRange::parse(rv.index_range.as_str()).map_err(|_| StatusCode::BadIndexRangeInvalid)?;
+        let range = NumericRange::parse(rv.index_range.as_str())
+            .map_err(|_| StatusCode::BadIndexRangeInvalid)?;
         let params = &r.requested_parameters;
         let filter = data_change_settings(space, node, rv.attribute_id, &params.filter, &initial)?;
-        let (sampling, sampling_ms) = self.revise_sampling(node, rv.attribute_id, params.sampling_interval, sub_interval);
+        let (sampling, sampling_ms) = self.revise_sampling(
+            node,
+            rv.attribute_id,
+            params.sampling_interval,
+            sub_interval,
+        );
         let queue_size = self.limits.revise_queue_size(params.queue_size);
         let id = self.next_item_id();
         let item = MonitoredItem {
@@ -1575,7 +1926,14 @@ impl SubscriptionEngine {
                 self.resync_pending.pop();
                 self.resync_exception_item(space, it, false, now);
             } else {
-                offer(&mut self.items, &mut self.subs, &mut self.stats, it, &initial_sample(initial, now), now);
+                offer(
+                    &mut self.items,
+                    &mut self.subs,
+                    &mut self.stats,
+                    it,
+                    &initial_sample(initial, now),
+                    now,
+                );
             }
         }
         Ok(MonitoredItemCreateResult {
@@ -1608,16 +1966,17 @@ impl SubscriptionEngine {
         }
         let params = &r.requested_parameters;
         let filter = decode_event_filter(&params.filter)?;
-        let (compiled, filter_result) = match crate::events::filter::compile_with(&filter, space, event_limits) {
-            Ok(x) => x,
-            Err((status, result)) => {
-                return Ok(MonitoredItemCreateResult {
-                    status_code: status,
-                    filter_result: ExtensionObject::from_struct(&result),
-                    ..Default::default()
-                })
-            }
-        };
+        let (compiled, filter_result) =
+            match crate::events::filter::compile_with(&filter, space, event_limits) {
+                Ok(x) => x,
+                Err((status, result)) => {
+                    return Ok(MonitoredItemCreateResult {
+                        status_code: status,
+                        filter_result: ExtensionObject::from_struct(&result),
+                        ..Default::default()
+                    })
+                }
+            };
         let queue_size = self.limits.revise_event_queue_size(params.queue_size);
         let id = self.next_item_id();
         let item = MonitoredItem {
@@ -1639,7 +1998,10 @@ impl SubscriptionEngine {
             in_ready: false,
             triggered: false,
             links: Vec::new(),
-            event: Some(Box::new(EventItem { notifier: rv.node_id.clone(), filter: compiled })),
+            event: Some(Box::new(EventItem {
+                notifier: rv.node_id.clone(),
+                filter: compiled,
+            })),
         };
         let it = self.insert_item(slot, id, item);
         self.event_items.push(it);
@@ -1665,25 +2027,50 @@ impl SubscriptionEngine {
     /// Revised sampling interval (Part 4 §5.12.1.2): negative = the publishing interval; 0 =
     /// exception-based for stored (writable) values, else the fastest supported; never
     /// below the configured minimum or the node's MinimumSamplingInterval.
-    fn revise_sampling(&self, node: &Node, attribute_id: u32, requested: f64, sub_interval: f64) -> (Sampling, f64) {
-        let requested = if requested.is_nan() || requested < 0.0 { sub_interval } else { requested };
+    fn revise_sampling(
+        &self,
+        node: &Node,
+        attribute_id: u32,
+        requested: f64,
+        sub_interval: f64,
+    ) -> (Sampling, f64) {
+        let requested = if requested.is_nan() || requested < 0.0 {
+            sub_interval
+        } else {
+            requested
+        };
         if attribute_id != attr::Value {
-            return (Sampling::Once, requested.min(self.limits.max_sampling_interval_ms));
+            return (
+                Sampling::Once,
+                requested.min(self.limits.max_sampling_interval_ms),
+            );
         }
         let (stored, node_min) = match &node.attributes {
-            ClassAttributes::Variable(v) => (matches!(v.value, ValueSource::Cell(_)), v.minimum_sampling_interval),
+            ClassAttributes::Variable(v) => (
+                matches!(v.value, ValueSource::Cell(_)),
+                v.minimum_sampling_interval,
+            ),
             _ => (false, 0.0),
         };
         if requested == 0.0 && stored {
             return (Sampling::Exception, 0.0);
         }
-        let min = if node_min > 0.0 { node_min.max(self.limits.min_sampling_interval_ms) } else { self.limits.min_sampling_interval_ms };
-        (Sampling::Timed, requested.clamp(min, self.limits.max_sampling_interval_ms.max(min)))
+        let min = if node_min > 0.0 {
+            node_min.max(self.limits.min_sampling_interval_ms)
+        } else {
+            self.limits.min_sampling_interval_ms
+        };
+        (
+            Sampling::Timed,
+            requested.clamp(min, self.limits.max_sampling_interval_ms.max(min)),
+        )
     }
 
     /// Puts an enabled item on its sampling path.
     fn start_sampling(&mut self, it: u32, now: Now) {
-        let Some(Some(item)) = self.items.get(it as usize) else { return };
+        let Some(Some(item)) = self.items.get(it as usize) else {
+            return;
+        };
         match item.sampling {
             Sampling::Timed => {
                 let interval_ns = ((item.sampling_ms * 1e6) as u64).max(1);
@@ -1705,7 +2092,8 @@ impl SubscriptionEngine {
                 watching.push(it);
                 if watching.len() == 1 {
                     let shard = self.shard_index as usize;
-                    self.changes.open(shard, self.limits.change_queue_per_shard as usize);
+                    self.changes
+                        .open(shard, self.limits.change_queue_per_shard as usize);
                     self.changes.watch(shard, node);
                 }
                 // Watching first, then reading the cell (at the next drain, or at once by
@@ -1719,7 +2107,9 @@ impl SubscriptionEngine {
 
     /// Takes an item off its sampling path.
     fn stop_sampling(&mut self, it: u32) {
-        let Some(Some(item)) = self.items.get_mut(it as usize) else { return };
+        let Some(Some(item)) = self.items.get_mut(it as usize) else {
+            return;
+        };
         let (sub, src) = (item.sub, std::mem::replace(&mut item.source, NONE));
         match item.sampling {
             Sampling::Timed if src != NONE => {
@@ -1759,15 +2149,33 @@ impl SubscriptionEngine {
                 self.bucket_generation = self.bucket_generation.wrapping_add(1);
                 let generation = self.bucket_generation;
                 let next_ns = now.mono_ns.saturating_add(interval_ns);
-                let bucket = Bucket { interval_ns, next_ns, sources: Vec::new(), generation };
+                let bucket = Bucket {
+                    interval_ns,
+                    next_ns,
+                    sources: Vec::new(),
+                    generation,
+                };
                 let b = slab_insert(&mut self.buckets, &mut self.bucket_free, bucket);
                 self.bucket_map.insert(interval_ns, b);
                 self.bucket_heap.push(Reverse((next_ns, b, generation)));
                 b
             }
         };
-        let pos = self.buckets.get(b as usize).and_then(Option::as_ref).map_or(0, |bk| bk.sources.len() as u32);
-        let source = Source { node_index: key.0, attribute_id: key.1, interval_ns, last: None, bucket: b, pos, items: Vec::new(), pending_sample: None };
+        let pos = self
+            .buckets
+            .get(b as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |bk| bk.sources.len() as u32);
+        let source = Source {
+            node_index: key.0,
+            attribute_id: key.1,
+            interval_ns,
+            last: None,
+            bucket: b,
+            pos,
+            items: Vec::new(),
+            pending_sample: None,
+        };
         let s = slab_insert(&mut self.sources, &mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
             bk.sources.push(s);
@@ -1777,11 +2185,16 @@ impl SubscriptionEngine {
     }
 
     fn remove_source(&mut self, s: u32) {
-        let Some(src) = self.sources.get_mut(s as usize).and_then(|x| x.take()) else { return };
+        let Some(src) = self.sources.get_mut(s as usize).and_then(|x| x.take()) else {
+            return;
+        };
         self.source_free.push(s);
-        self.source_map.remove(&(src.node_index, src.attribute_id, src.interval_ns));
+        self.source_map
+            .remove(&(src.node_index, src.attribute_id, src.interval_ns));
         let b = src.bucket;
-        let Some(entry) = self.buckets.get_mut(b as usize) else { return };
+        let Some(entry) = self.buckets.get_mut(b as usize) else {
+            return;
+        };
         let Some(bk) = entry.as_mut() else { return };
         let pos = src.pos as usize;
         if bk.sources.get(pos) == Some(&s) {
@@ -1820,7 +2233,10 @@ impl SubscriptionEngine {
     }
 
     fn item_slot(&self, sub_slot: u32, id: u32) -> Result<u32, StatusCode> {
-        let it = *self.item_ids.get(&id).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+        let it = *self
+            .item_ids
+            .get(&id)
+            .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
         match self.items.get(it as usize) {
             Some(Some(item)) if item.sub == sub_slot => Ok(it),
             _ => Err(StatusCode::BadMonitoredItemIdInvalid),
@@ -1840,27 +2256,61 @@ impl SubscriptionEngine {
         now: Now,
     ) -> Result<Vec<MonitoredItemModifyResult>, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
-        let ts = Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
-        let sub_interval = self.subs.get(slot as usize).and_then(Option::as_ref).map_or(0.0, |s| s.interval_ms);
+        let ts =
+            Timestamps::from_i32(timestamps.0).ok_or(StatusCode::BadTimestampsToReturnInvalid)?;
+        let sub_interval = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map_or(0.0, |s| s.interval_ms);
         let mut results = Vec::with_capacity(items.len());
         for r in items {
             let res = (|| -> Result<MonitoredItemModifyResult, StatusCode> {
                 let it = self.item_slot(slot, r.monitored_item_id)?;
-                let item = self.items.get(it as usize).and_then(Option::as_ref).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                let item = self
+                    .items
+                    .get(it as usize)
+                    .and_then(Option::as_ref)
+                    .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
                 if item.event.is_some() {
-                    return self.modify_event_item(space, event_limits, it, ts, &r.requested_parameters);
+                    return self.modify_event_item(
+                        space,
+                        event_limits,
+                        it,
+                        ts,
+                        &r.requested_parameters,
+                    );
                 }
-                let node = space.node_at(item.node_index).ok_or(StatusCode::BadNodeIdUnknown)?;
-                let current = DataValue { value: item.last.as_ref().map(|l| l.value.clone()).unwrap_or_default(), ..Default::default() };
+                let node = space
+                    .node_at(item.node_index)
+                    .ok_or(StatusCode::BadNodeIdUnknown)?;
+                let current = DataValue {
+                    value: item
+                        .last
+                        .as_ref()
+                        .map(|l| l.value.clone())
+                        .unwrap_or_default(),
+                    ..Default::default()
+                };
                 let p = &r.requested_parameters;
-                let filter = data_change_settings(space, node, item.attribute_id, &p.filter, &current)?;
-                let (sampling, sampling_ms) = self.revise_sampling(node, item.attribute_id, p.sampling_interval, sub_interval);
+                let filter =
+                    data_change_settings(space, node, item.attribute_id, &p.filter, &current)?;
+                let (sampling, sampling_ms) = self.revise_sampling(
+                    node,
+                    item.attribute_id,
+                    p.sampling_interval,
+                    sub_interval,
+                );
                 let queue_size = self.limits.revise_queue_size(p.queue_size);
                 let resample = sampling_ms != item.sampling_ms || sampling != item.sampling;
                 if resample {
                     self.stop_sampling(it);
                 }
-                let item = self.items.get_mut(it as usize).and_then(Option::as_mut).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+                let item = self
+                    .items
+                    .get_mut(it as usize)
+                    .and_then(Option::as_mut)
+                    .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
                 item.client_handle = p.client_handle;
                 item.filter = filter;
                 item.timestamps = ts;
@@ -1882,7 +2332,10 @@ impl SubscriptionEngine {
                     filter_result: ExtensionObject::null(),
                 })
             })();
-            results.push(res.unwrap_or_else(|s| MonitoredItemModifyResult { status_code: s, ..Default::default() }));
+            results.push(res.unwrap_or_else(|s| MonitoredItemModifyResult {
+                status_code: s,
+                ..Default::default()
+            }));
         }
         Ok(results)
     }
@@ -1896,14 +2349,23 @@ impl SubscriptionEngine {
         p: &crate::generated::types::MonitoringParameters,
     ) -> Result<MonitoredItemModifyResult, StatusCode> {
         let filter = decode_event_filter(&p.filter)?;
-        let (compiled, result) = match crate::events::filter::compile_with(&filter, space, event_limits) {
-            Ok(x) => x,
-            Err((status, result)) => {
-                return Ok(MonitoredItemModifyResult { status_code: status, filter_result: ExtensionObject::from_struct(&result), ..Default::default() })
-            }
-        };
+        let (compiled, result) =
+            match crate::events::filter::compile_with(&filter, space, event_limits) {
+                Ok(x) => x,
+                Err((status, result)) => {
+                    return Ok(MonitoredItemModifyResult {
+                        status_code: status,
+                        filter_result: ExtensionObject::from_struct(&result),
+                        ..Default::default()
+                    })
+                }
+            };
         let queue_size = self.limits.revise_event_queue_size(p.queue_size);
-        let item = self.items.get_mut(it as usize).and_then(Option::as_mut).ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
+        let item = self
+            .items
+            .get_mut(it as usize)
+            .and_then(Option::as_mut)
+            .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
         item.client_handle = p.client_handle;
         item.timestamps = ts;
         item.queue.resize(queue_size, p.discard_oldest);
@@ -1919,7 +2381,12 @@ impl SubscriptionEngine {
     }
 
     /// DeleteMonitoredItems. `Err` is the service result.
-    pub fn delete_monitored_items(&mut self, key: SessionKey, sub_id: u32, ids: &[u32]) -> Result<Vec<StatusCode>, StatusCode> {
+    pub fn delete_monitored_items(
+        &mut self,
+        key: SessionKey,
+        sub_id: u32,
+        ids: &[u32],
+    ) -> Result<Vec<StatusCode>, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
         let mut results = Vec::with_capacity(ids.len());
         for &id in ids {
@@ -1961,7 +2428,9 @@ impl SubscriptionEngine {
                     continue;
                 }
             };
-            let Some(Some(item)) = self.items.get_mut(it as usize) else { continue };
+            let Some(Some(item)) = self.items.get_mut(it as usize) else {
+                continue;
+            };
             let old = item.mode;
             item.mode = mode;
             if old == mode {
@@ -1985,7 +2454,14 @@ impl SubscriptionEngine {
                 self.start_sampling(it, now);
                 let (ni, a) = (item_node(&self.items, it), item_attr(&self.items, it));
                 let s = sample_value(space, ni, a, now);
-                offer(&mut self.items, &mut self.subs, &mut self.stats, it, &s, now);
+                offer(
+                    &mut self.items,
+                    &mut self.subs,
+                    &mut self.stats,
+                    it,
+                    &s,
+                    now,
+                );
             } else if mode == MonitoringMode::Reporting {
                 // Sampling → Reporting: what was queued meanwhile is reported now.
                 let has = !item.queue.is_empty() && !item.in_ready;
@@ -2020,7 +2496,9 @@ impl SubscriptionEngine {
         let trig = self.item_slot(slot, trigger_id)?;
         let mut remove_results = Vec::with_capacity(remove.len());
         for &id in remove {
-            let Some(Some(t)) = self.items.get_mut(trig as usize) else { break };
+            let Some(Some(t)) = self.items.get_mut(trig as usize) else {
+                break;
+            };
             match t.links.iter().position(|&(_, x)| x == id) {
                 Some(i) => {
                     t.links.swap_remove(i);
@@ -2039,7 +2517,9 @@ impl SubscriptionEngine {
                     continue;
                 }
             };
-            let Some(Some(t)) = self.items.get_mut(trig as usize) else { break };
+            let Some(Some(t)) = self.items.get_mut(trig as usize) else {
+                break;
+            };
             if t.links.iter().any(|&(_, x)| x == id) {
                 add_results.push(StatusCode::Good);
             } else if t.links.len() >= max {
@@ -2068,7 +2548,9 @@ fn slab_insert<T>(slots: &mut Vec<Option<T>>, free: &mut Vec<u32>, v: T) -> u32 
 
 /// MonitoringParameters.filter of an event item: an EventFilter (a null or undecodable one
 /// is Bad_EventFilterInvalid, another filter type Bad_FilterNotAllowed).
-fn decode_event_filter(filter: &ExtensionObject) -> Result<crate::generated::types::EventFilter, StatusCode> {
+fn decode_event_filter(
+    filter: &ExtensionObject,
+) -> Result<crate::generated::types::EventFilter, StatusCode> {
     match filter.decode_as::<crate::generated::types::EventFilter>(crate::DecodeLimits::default()) {
         Some(Ok(f)) => Ok(f),
         Some(Err(_)) => Err(StatusCode::BadEventFilterInvalid),
@@ -2081,7 +2563,10 @@ fn decode_event_filter(filter: &ExtensionObject) -> Result<crate::generated::typ
 /// 4 §7.22.3 lets the server omit an all-Good result).
 fn filter_result_object(r: &crate::generated::types::EventFilterResult) -> ExtensionObject {
     let bad = r.select_clause_results.iter().any(|s| s.is_bad())
-        || r.where_clause_result.element_results.iter().any(|e| e.status_code.is_bad());
+        || r.where_clause_result
+            .element_results
+            .iter()
+            .any(|e| e.status_code.is_bad());
     if bad {
         ExtensionObject::from_struct(r)
     } else {
@@ -2090,10 +2575,16 @@ fn filter_result_object(r: &crate::generated::types::EventFilterResult) -> Exten
 }
 
 fn item_node(items: &[Option<MonitoredItem>], it: u32) -> u32 {
-    items.get(it as usize).and_then(|i| i.as_ref()).map_or(NONE, |i| i.node_index)
+    items
+        .get(it as usize)
+        .and_then(|i| i.as_ref())
+        .map_or(NONE, |i| i.node_index)
 }
 fn item_attr(items: &[Option<MonitoredItem>], it: u32) -> u32 {
-    items.get(it as usize).and_then(|i| i.as_ref()).map_or(0, |i| i.attribute_id)
+    items
+        .get(it as usize)
+        .and_then(|i| i.as_ref())
+        .map_or(0, |i| i.attribute_id)
 }
 
 /// The value of an item for the client: its IndexRange applied and its timestamps reduced
@@ -2129,7 +2620,9 @@ fn offer(
     sample: &DataValue,
     _now: Now,
 ) {
-    let Some(Some(item)) = items.get_mut(it as usize) else { return };
+    let Some(Some(item)) = items.get_mut(it as usize) else {
+        return;
+    };
     if item.mode == MonitoringMode::Disabled {
         return;
     }
@@ -2137,8 +2630,15 @@ fn offer(
     let sample = match &item.range {
         Some(r) if sample.status.is_none_or(|s| !s.is_bad()) => {
             ranged = match r.read(&sample.value) {
-                Ok(v) => DataValue { value: v, ..sample.clone() },
-                Err(e) => DataValue { value: Variant::Empty, status: Some(e), ..sample.clone() },
+                Ok(v) => DataValue {
+                    value: v,
+                    ..sample.clone()
+                },
+                Err(e) => DataValue {
+                    value: Variant::Empty,
+                    status: Some(e),
+                    ..sample.clone()
+                },
             };
             &ranged
         }
@@ -2153,13 +2653,16 @@ fn offer(
     }
     item.last = Some(sample.clone());
     let before = item.queue.overflows;
-    item.queue.push(Queued::Data(item_value(item, sample.clone())));
+    item.queue
+        .push(Queued::Data(item_value(item, sample.clone())));
     stats.overflows += item.queue.overflows - before;
     let sub_slot = item.sub;
     if item.mode != MonitoringMode::Reporting {
         return;
     }
-    let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else { return };
+    let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else {
+        return;
+    };
     if !item.in_ready {
         item.in_ready = true;
         sub.ready.push(it);
@@ -2242,8 +2745,15 @@ impl Pools {
 }
 
 /// Queues an event notification into an item and puts it on its subscription's ready list.
-fn queue_event(items: &mut [Option<MonitoredItem>], subs: &mut [Option<Subscription>], it: u32, fields: Vec<Variant>) {
-    let Some(Some(item)) = items.get_mut(it as usize) else { return };
+fn queue_event(
+    items: &mut [Option<MonitoredItem>],
+    subs: &mut [Option<Subscription>],
+    it: u32,
+    fields: Vec<Variant>,
+) {
+    let Some(Some(item)) = items.get_mut(it as usize) else {
+        return;
+    };
     item.queue.push(Queued::Event(fields));
     if item.mode != MonitoringMode::Reporting || item.in_ready {
         return;
@@ -2256,7 +2766,12 @@ fn queue_event(items: &mut [Option<MonitoredItem>], subs: &mut [Option<Subscript
 
 /// Builds the next NotificationMessage of a subscription from its ready list (at most
 /// MaxNotificationsPerPublish notifications). Returns (message, more waiting, count).
-fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], pools: &mut Pools, now: Now) -> (NotificationMessage, bool, usize) {
+fn build_message(
+    sub: &mut Subscription,
+    items: &mut [Option<MonitoredItem>],
+    pools: &mut Pools,
+    now: Now,
+) -> (NotificationMessage, bool, usize) {
     let cap = sub.max_notifications.max(1) as usize;
     let mut data = std::mem::take(&mut pools.notes);
     let mut events = std::mem::take(&mut pools.events);
@@ -2271,15 +2786,22 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], po
         while count < cap {
             let Some(&it) = ready.get(i) else { break };
             i += 1;
-            let Some(Some(item)) = items.get_mut(it as usize) else { continue };
+            let Some(Some(item)) = items.get_mut(it as usize) else {
+                continue;
+            };
             let reportable = item.mode == MonitoringMode::Reporting || item.triggered;
             while reportable && count < cap {
                 match item.queue.pop() {
-                    Some(Queued::Data(v)) => data.push(MonitoredItemNotification { client_handle: item.client_handle, value: v }),
-                    Some(Queued::Event(fields)) => events.push(crate::generated::types::EventFieldList {
+                    Some(Queued::Data(v)) => data.push(MonitoredItemNotification {
                         client_handle: item.client_handle,
-                        event_fields: fields,
+                        value: v,
                     }),
+                    Some(Queued::Event(fields)) => {
+                        events.push(crate::generated::types::EventFieldList {
+                            client_handle: item.client_handle,
+                            event_fields: fields,
+                        })
+                    }
                     None => break,
                 }
                 count += 1;
@@ -2324,31 +2846,54 @@ fn build_message(sub: &mut Subscription, items: &mut [Option<MonitoredItem>], po
         }
         events.clear();
         notification_data.push(ExtensionObject {
-            type_id: NodeId::ns0(crate::generated::types::EventNotificationList::BINARY_ENCODING_ID),
+            type_id: NodeId::ns0(
+                crate::generated::types::EventNotificationList::BINARY_ENCODING_ID,
+            ),
             body: crate::types::ExtensionObjectBody::Binary(body),
         });
     }
     pools.notes = data;
     pools.events = events;
     if let Some(status) = sub.status_change.take() {
-        notification_data.push(ExtensionObject::from_struct(&StatusChangeNotification { status, diagnostic_info: Default::default() }));
+        notification_data.push(ExtensionObject::from_struct(&StatusChangeNotification {
+            status,
+            diagnostic_info: Default::default(),
+        }));
     }
     let more = sub.publishing_enabled && !sub.ready.is_empty();
-    let seq = if notification_data.is_empty() { sub.next_seq } else { sub.take_seq() };
-    (NotificationMessage { sequence_number: seq, publish_time: now.utc, notification_data }, more, count)
+    let seq = if notification_data.is_empty() {
+        sub.next_seq
+    } else {
+        sub.take_seq()
+    };
+    (
+        NotificationMessage {
+            sequence_number: seq,
+            publish_time: now.utc,
+            notification_data,
+        },
+        more,
+        count,
+    )
 }
 
 /// Equal for every DataChangeFilter: value, status and source timestamp (the server
 /// timestamp is the sampling time and always differs).
 fn same_sample(a: &DataValue, b: &DataValue) -> bool {
-    a.status == b.status && a.source_timestamp == b.source_timestamp && a.source_picoseconds == b.source_picoseconds && a.value == b.value
+    a.status == b.status
+        && a.source_timestamp == b.source_timestamp
+        && a.source_picoseconds == b.source_picoseconds
+        && a.value == b.value
 }
 
 /// Samples a node's attribute: the hot path for stored, dynamic and counter values; the
 /// generic Read path otherwise.
 fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: Now) -> DataValue {
     let Some(node) = space.node_at(node_index) else {
-        return DataValue { status: Some(StatusCode::BadNodeIdUnknown), ..Default::default() };
+        return DataValue {
+            status: Some(StatusCode::BadNodeIdUnknown),
+            ..Default::default()
+        };
     };
     if attribute_id == attr::Value {
         if let ClassAttributes::Variable(v) = &node.attributes {
@@ -2357,7 +2902,9 @@ fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: N
                     ValueSource::Cell(c) => c.load(),
                     ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
                     ValueSource::Computed(c) => c.value(now),
-                    ValueSource::Async(_) => DataValue::status(StatusCode::BadWaitingForInitialData),
+                    ValueSource::Async(_) => {
+                        DataValue::status(StatusCode::BadWaitingForInitialData)
+                    }
                 };
                 if dv.server_timestamp.is_none() || !matches!(v.value, ValueSource::Computed(_)) {
                     dv.server_timestamp = Some(now.utc);
@@ -2366,7 +2913,15 @@ fn sample_value(space: &AddressSpace, node_index: u32, attribute_id: u32, now: N
             }
         }
     }
-    read_attribute(space, &node.node_id, attribute_id, "", &QualifiedName::default(), Timestamps::Both, now)
+    read_attribute(
+        space,
+        &node.node_id,
+        attribute_id,
+        "",
+        &QualifiedName::default(),
+        Timestamps::Both,
+        now,
+    )
 }
 
 /// The first sample of a new item: the value the creation check already read (a counter
@@ -2392,7 +2947,8 @@ fn data_change_settings(
     }
     let Some(decoded) = filter.decode_as::<DataChangeFilter>(crate::DecodeLimits::default()) else {
         // EventFilter on a data item, AggregateFilter, or an unknown type.
-        if filter.type_id.as_ns0() == Some(crate::generated::types::EventFilter::BINARY_ENCODING_ID) {
+        if filter.type_id.as_ns0() == Some(crate::generated::types::EventFilter::BINARY_ENCODING_ID)
+        {
             return Err(StatusCode::BadFilterNotAllowed);
         }
         return Err(StatusCode::BadMonitoredItemFilterUnsupported);
@@ -2427,15 +2983,23 @@ fn data_change_settings(
     };
     if f.trigger == DataChangeTrigger::Status && deadband > 0.0 {
         // A deadband needs value changes in the trigger (Part 4 §7.22.2): ignored.
-        return Ok(DataChangeSettings { trigger: f.trigger, deadband: 0.0 });
+        return Ok(DataChangeSettings {
+            trigger: f.trigger,
+            deadband: 0.0,
+        });
     }
-    Ok(DataChangeSettings { trigger: f.trigger, deadband })
+    Ok(DataChangeSettings {
+        trigger: f.trigger,
+        deadband,
+    })
 }
 
 /// Is this a Variable of a Number data type (or, when the type is abstract, does it hold
 /// a numeric value)?
 fn numeric_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> bool {
-    let ClassAttributes::Variable(v) = &node.attributes else { return false };
+    let ClassAttributes::Variable(v) = &node.attributes else {
+        return false;
+    };
     let number = NodeId::ns0(crate::generated::node_ids::Number);
     if v.data_type == number || space.is_subtype_of(&v.data_type, &number) {
         return true;
@@ -2447,23 +3011,30 @@ fn numeric_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> b
 /// The EURange property (Range: low, high) of a node, if it has one.
 fn eu_range(space: &AddressSpace, node: &Node) -> Option<(f64, f64)> {
     for r in &node.references {
-        if !r.is_forward || r.reference_type.as_ns0() != Some(crate::address_space::ids::HAS_PROPERTY) {
+        if !r.is_forward
+            || r.reference_type.as_ns0() != Some(crate::address_space::ids::HAS_PROPERTY)
+        {
             continue;
         }
-        let Some(p) = space.node_expanded(&r.target) else { continue };
+        let Some(p) = space.node_expanded(&r.target) else {
+            continue;
+        };
         if p.browse_name.namespace_index != 0 || p.browse_name.name.as_str() != "EURange" {
             continue;
         }
         let dv = space.variable_value(p, Now::new(0, DateTime::NULL))?;
-        let Variant::ExtensionObject(eo) = &dv.value else { return None };
-        let range = eo.decode_as::<crate::generated::types::Range>(crate::DecodeLimits::default())?.ok()?;
+        let Variant::ExtensionObject(eo) = &dv.value else {
+            return None;
+        };
+        let range = eo
+            .decode_as::<crate::generated::types::Range>(crate::DecodeLimits::default())?
+            .ok()?;
         if range.low.is_finite() && range.high.is_finite() {
             return Some((range.low, range.high));
         }
     }
     None
 }
-
 
 #[cfg(test)]
 mod pool_tests {
@@ -2480,10 +3051,17 @@ mod pool_tests {
         assert_eq!(p.buffers.len(), POOL_BUFFER_BYTES_MAX / (4 << 20));
         assert!(p.buffer_bytes <= POOL_BUFFER_BYTES_MAX);
         p.put_buffer(Vec::with_capacity(POOL_BUFFER_MAX_BYTES + 1));
-        assert_eq!(p.buffers.len(), 4, "a buffer past the size bound is dropped");
+        assert_eq!(
+            p.buffers.len(),
+            4,
+            "a buffer past the size bound is dropped"
+        );
         let b = p.buffer();
         assert!(b.is_empty() && b.capacity() >= 4 << 20);
-        assert_eq!(p.buffer_bytes, p.buffers.iter().map(Vec::capacity).sum::<usize>());
+        assert_eq!(
+            p.buffer_bytes,
+            p.buffers.iter().map(Vec::capacity).sum::<usize>()
+        );
         p.put_buffer(b);
         while !p.buffers.is_empty() {
             drop(p.buffer());
@@ -2493,6 +3071,9 @@ mod pool_tests {
             p.put_buffer(Vec::with_capacity(64));
         }
         assert_eq!(p.buffers.len(), POOL_MAX, "at most POOL_MAX buffers");
-        assert_eq!(p.buffer_bytes, p.buffers.iter().map(Vec::capacity).sum::<usize>());
+        assert_eq!(
+            p.buffer_bytes,
+            p.buffers.iter().map(Vec::capacity).sum::<usize>()
+        );
     }
 }

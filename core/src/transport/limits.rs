@@ -119,25 +119,40 @@ impl std::fmt::Display for LimitsError {
 impl std::error::Error for LimitsError {}
 
 fn err(field: &'static str, reason: impl Into<String>) -> Result<(), LimitsError> {
-    Err(LimitsError { field, reason: reason.into() })
+    Err(LimitsError {
+        field,
+        reason: reason.into(),
+    })
 }
 
 impl TransportLimits {
     /// Checks every field: no zero, buffers within [8192, 16 MiB], the pre-session budget
     /// not above the message size, min token lifetime not above max.
     pub fn validate(&self) -> Result<(), LimitsError> {
-        for (field, v) in [("receive_buffer_size", self.receive_buffer_size), ("send_buffer_size", self.send_buffer_size)] {
+        for (field, v) in [
+            ("receive_buffer_size", self.receive_buffer_size),
+            ("send_buffer_size", self.send_buffer_size),
+        ] {
             if !(MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&v) {
-                return err(field, format!("{v} is outside [{MIN_BUFFER_SIZE}, {MAX_BUFFER_SIZE}] bytes"));
+                return err(
+                    field,
+                    format!("{v} is outside [{MIN_BUFFER_SIZE}, {MAX_BUFFER_SIZE}] bytes"),
+                );
             }
         }
         if self.max_message_size < MIN_BUFFER_SIZE {
-            return err("max_message_size", format!("{} is below {MIN_BUFFER_SIZE} bytes", self.max_message_size));
+            return err(
+                "max_message_size",
+                format!("{} is below {MIN_BUFFER_SIZE} bytes", self.max_message_size),
+            );
         }
         if self.max_message_size_pre_session < MIN_BUFFER_SIZE {
             return err(
                 "max_message_size_pre_session",
-                format!("{} is below {MIN_BUFFER_SIZE} bytes", self.max_message_size_pre_session),
+                format!(
+                    "{} is below {MIN_BUFFER_SIZE} bytes",
+                    self.max_message_size_pre_session
+                ),
             );
         }
         if self.max_message_size_pre_session > self.max_message_size {
@@ -146,11 +161,17 @@ impl TransportLimits {
         if self.max_response_message_size < MIN_BUFFER_SIZE {
             return err(
                 "max_response_message_size",
-                format!("{} is below {MIN_BUFFER_SIZE} bytes (there is no unbounded setting)", self.max_response_message_size),
+                format!(
+                    "{} is below {MIN_BUFFER_SIZE} bytes (there is no unbounded setting)",
+                    self.max_response_message_size
+                ),
             );
         }
         if self.max_chunk_count == 0 {
-            return err("max_chunk_count", "0 is not allowed (it would mean unbounded)");
+            return err(
+                "max_chunk_count",
+                "0 is not allowed (it would mean unbounded)",
+            );
         }
         if self.hello_timeout_ms == 0 {
             return err("hello_timeout_ms", "0 is not allowed");
@@ -173,10 +194,16 @@ impl TransportLimits {
         }
         let d = &self.decode;
         if d.max_string_len == 0 || d.max_byte_string_len == 0 || d.max_array_len == 0 {
-            return err("decode", "string, byte string and array limits must be above 0");
+            return err(
+                "decode",
+                "string, byte string and array limits must be above 0",
+            );
         }
         if d.max_decoded_size < MIN_BUFFER_SIZE as usize {
-            return err("decode", "max_decoded_size must be at least 8192 bytes (there is no unbounded setting)");
+            return err(
+                "decode",
+                "max_decoded_size must be at least 8192 bytes (there is no unbounded setting)",
+            );
         }
         if d.max_depth < 100 {
             return err("decode", "max_depth must be at least 100 (Part 6)");
@@ -189,7 +216,10 @@ impl TransportLimits {
         if requested_ms == 0 {
             return self.max_token_lifetime_ms;
         }
-        requested_ms.clamp(self.min_token_lifetime_ms, self.max_token_lifetime_ms.max(self.min_token_lifetime_ms))
+        requested_ms.clamp(
+            self.min_token_lifetime_ms,
+            self.max_token_lifetime_ms.max(self.min_token_lifetime_ms),
+        )
     }
 }
 
@@ -206,20 +236,68 @@ mod tests {
     fn zeros_are_rejected() {
         let d = TransportLimits::default();
         let cases: Vec<TransportLimits> = vec![
-            TransportLimits { receive_buffer_size: 0, ..d },
-            TransportLimits { send_buffer_size: 8191, ..d },
-            TransportLimits { max_message_size: 0, ..d },
-            TransportLimits { max_message_size_pre_session: 0, ..d },
-            TransportLimits { max_chunk_count: 0, ..d },
-            TransportLimits { max_response_message_size: 0, ..d },
-            TransportLimits { hello_timeout_ms: 0, ..d },
-            TransportLimits { message_assembly_timeout_ms: 0, ..d },
-            TransportLimits { min_token_lifetime_ms: 0, ..d },
-            TransportLimits { max_token_lifetime_ms: 1, ..d },
-            TransportLimits { max_channels_per_shard: 0, ..d },
-            TransportLimits { decode: DecodeLimits { max_array_len: 0, ..d.decode }, ..d },
-            TransportLimits { decode: DecodeLimits { max_decoded_size: 0, ..d.decode }, ..d },
-            TransportLimits { max_message_size_pre_session: d.max_message_size + 1, ..d },
+            TransportLimits {
+                receive_buffer_size: 0,
+                ..d
+            },
+            TransportLimits {
+                send_buffer_size: 8191,
+                ..d
+            },
+            TransportLimits {
+                max_message_size: 0,
+                ..d
+            },
+            TransportLimits {
+                max_message_size_pre_session: 0,
+                ..d
+            },
+            TransportLimits {
+                max_chunk_count: 0,
+                ..d
+            },
+            TransportLimits {
+                max_response_message_size: 0,
+                ..d
+            },
+            TransportLimits {
+                hello_timeout_ms: 0,
+                ..d
+            },
+            TransportLimits {
+                message_assembly_timeout_ms: 0,
+                ..d
+            },
+            TransportLimits {
+                min_token_lifetime_ms: 0,
+                ..d
+            },
+            TransportLimits {
+                max_token_lifetime_ms: 1,
+                ..d
+            },
+            TransportLimits {
+                max_channels_per_shard: 0,
+                ..d
+            },
+            TransportLimits {
+                decode: DecodeLimits {
+                    max_array_len: 0,
+                    ..d.decode
+                },
+                ..d
+            },
+            TransportLimits {
+                decode: DecodeLimits {
+                    max_decoded_size: 0,
+                    ..d.decode
+                },
+                ..d
+            },
+            TransportLimits {
+                max_message_size_pre_session: d.max_message_size + 1,
+                ..d
+            },
         ];
         for c in cases {
             assert!(c.validate().is_err(), "{c:?}");
@@ -239,8 +317,16 @@ mod tests {
         let e = crate::secure_channel::EndpointSecurity::none();
         let j = serde_json::to_string(&e).unwrap();
         assert!(j.contains(r#""mode":"None""#), "{j}");
-        assert_eq!(serde_json::from_str::<crate::secure_channel::EndpointSecurity>(&j).unwrap(), e);
-        assert!(serde_json::from_str::<crate::secure_channel::EndpointSecurity>(r#"{"policy_uri":"x","mode":"Invalid"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<crate::secure_channel::EndpointSecurity>(&j).unwrap(),
+            e
+        );
+        assert!(
+            serde_json::from_str::<crate::secure_channel::EndpointSecurity>(
+                r#"{"policy_uri":"x","mode":"Invalid"}"#
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -248,7 +334,10 @@ mod tests {
         let d = TransportLimits::default();
         assert_eq!(d.revise_token_lifetime_ms(0), d.max_token_lifetime_ms);
         assert_eq!(d.revise_token_lifetime_ms(1), d.min_token_lifetime_ms);
-        assert_eq!(d.revise_token_lifetime_ms(u32::MAX), d.max_token_lifetime_ms);
+        assert_eq!(
+            d.revise_token_lifetime_ms(u32::MAX),
+            d.max_token_lifetime_ms
+        );
         assert_eq!(d.revise_token_lifetime_ms(60_000), 60_000);
     }
 }

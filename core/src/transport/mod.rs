@@ -7,7 +7,9 @@
 
 pub mod limits;
 
-pub use limits::{LimitsError, TransportLimits, MAX_ENDPOINT_URL_LEN, MAX_REASON_LEN, MIN_BUFFER_SIZE};
+pub use limits::{
+    LimitsError, TransportLimits, MAX_ENDPOINT_URL_LEN, MAX_REASON_LEN, MIN_BUFFER_SIZE,
+};
 
 use crate::encoding::{Decode, DecodeLimits, Decoder, Encode};
 use crate::types::{StatusCode, UaString};
@@ -56,7 +58,10 @@ impl MessageType {
     /// Secure-conversation messages (OPN, CLO, MSG) carry a secure channel id and may be
     /// split in chunks; the UACP ones (HEL, ACK, ERR, RHE) are always 'F'.
     pub const fn is_secure(self) -> bool {
-        matches!(self, MessageType::OpenSecureChannel | MessageType::CloseSecureChannel | MessageType::Message)
+        matches!(
+            self,
+            MessageType::OpenSecureChannel | MessageType::CloseSecureChannel | MessageType::Message
+        )
     }
 }
 
@@ -99,8 +104,8 @@ impl MessageHeader {
     /// Parses the first 8 bytes. Unknown types, a chunk type other than 'F' on a UACP
     /// message, and a size below the header size are BadTcpMessageTypeInvalid.
     pub fn parse(b: &[u8; MESSAGE_HEADER_LEN]) -> Result<MessageHeader, StatusCode> {
-        let message_type =
-            MessageType::from_tag([b[0], b[1], b[2]]).ok_or(StatusCode::BadTcpMessageTypeInvalid)?;
+        let message_type = MessageType::from_tag([b[0], b[1], b[2]])
+            .ok_or(StatusCode::BadTcpMessageTypeInvalid)?;
         let chunk_type = ChunkType::from_byte(b[3]).ok_or(StatusCode::BadTcpMessageTypeInvalid)?;
         if !message_type.is_secure() && chunk_type != ChunkType::Final {
             return Err(StatusCode::BadTcpMessageTypeInvalid);
@@ -109,7 +114,11 @@ impl MessageHeader {
         if (message_size as usize) < MESSAGE_HEADER_LEN {
             return Err(StatusCode::BadTcpMessageTypeInvalid);
         }
-        Ok(MessageHeader { message_type, chunk_type, message_size })
+        Ok(MessageHeader {
+            message_type,
+            chunk_type,
+            message_size,
+        })
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -122,7 +131,12 @@ impl MessageHeader {
 /// Writes a UACP message (`F`) whose body is produced by `body`, patching the size.
 fn write_uacp(out: &mut Vec<u8>, t: MessageType, body: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
-    MessageHeader { message_type: t, chunk_type: ChunkType::Final, message_size: 0 }.encode(out);
+    MessageHeader {
+        message_type: t,
+        chunk_type: ChunkType::Final,
+        message_size: 0,
+    }
+    .encode(out);
     body(out);
     let size = (out.len() - start) as u32;
     // The header just written is 8 bytes long: the size field is there.
@@ -133,7 +147,13 @@ fn write_uacp(out: &mut Vec<u8>, t: MessageType, body: impl FnOnce(&mut Vec<u8>)
 
 /// Limits used to decode the small UACP bodies: strings up to 4096 bytes.
 fn uacp_decode_limits() -> DecodeLimits {
-    DecodeLimits { max_string_len: MAX_ENDPOINT_URL_LEN, max_byte_string_len: 0, max_array_len: 0, max_depth: 1, max_decoded_size: MAX_ENDPOINT_URL_LEN }
+    DecodeLimits {
+        max_string_len: MAX_ENDPOINT_URL_LEN,
+        max_byte_string_len: 0,
+        max_array_len: 0,
+        max_depth: 1,
+        max_decoded_size: MAX_ENDPOINT_URL_LEN,
+    }
 }
 
 /// Hello (Part 6 §7.1.2.3).
@@ -177,7 +197,14 @@ impl HelloMessage {
                 StatusCode::BadTcpMessageTypeInvalid
             }
         })?;
-        Ok(HelloMessage { protocol_version, receive_buffer_size, send_buffer_size, max_message_size, max_chunk_count, endpoint_url })
+        Ok(HelloMessage {
+            protocol_version,
+            receive_buffer_size,
+            send_buffer_size,
+            max_message_size,
+            max_chunk_count,
+            endpoint_url,
+        })
     }
 }
 
@@ -234,7 +261,10 @@ impl ErrorMessage {
             }
             r = &r[..n];
         }
-        ErrorMessage { error, reason: UaString::from(r) }
+        ErrorMessage {
+            error,
+            reason: UaString::from(r),
+        }
     }
     pub fn encode_body(&self, out: &mut Vec<u8>) {
         self.error.encode(out);
@@ -308,7 +338,11 @@ pub fn check_endpoint_url(url: &str) -> Result<(), &'static str> {
     if !url.bytes().all(|b| b.is_ascii_graphic()) {
         return Err("EndpointUrl has spaces, control or non-ASCII characters");
     }
-    let Some(rest) = url.get(..10).filter(|s| s.eq_ignore_ascii_case("opc.tcp://")).and(url.get(10..)) else {
+    let Some(rest) = url
+        .get(..10)
+        .filter(|s| s.eq_ignore_ascii_case("opc.tcp://"))
+        .and(url.get(10..))
+    else {
         return Err("EndpointUrl is not opc.tcp");
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
@@ -338,11 +372,18 @@ pub fn check_endpoint_url(url: &str) -> Result<(), &'static str> {
     if host.is_empty() {
         return Err("EndpointUrl has no host");
     }
-    if !authority.starts_with('[') && !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b)) {
+    if !authority.starts_with('[')
+        && !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b))
+    {
         return Err("EndpointUrl has a malformed host");
     }
     if let Some(p) = port {
-        let ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n));
+        let ok = !p.is_empty()
+            && p.len() <= 5
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && p.parse::<u32>().is_ok_and(|n| (1..=65535).contains(&n));
         if !ok {
             return Err("EndpointUrl has a port outside 1..65535");
         }
@@ -354,7 +395,10 @@ pub fn check_endpoint_url(url: &str) -> Result<(), &'static str> {
 /// send and what both sides then use. Buffers below 8192 bytes are BadConnectionRejected.
 /// The largest response is the client's MaxMessageSize, bounded by our
 /// `max_response_message_size` (also when the client says 0, "no limit").
-pub fn negotiate_server(ours: &TransportLimits, hello: &HelloMessage) -> Result<(AcknowledgeMessage, Negotiated), StatusCode> {
+pub fn negotiate_server(
+    ours: &TransportLimits,
+    hello: &HelloMessage,
+) -> Result<(AcknowledgeMessage, Negotiated), StatusCode> {
     if hello.receive_buffer_size < MIN_BUFFER_SIZE || hello.send_buffer_size < MIN_BUFFER_SIZE {
         return Err(StatusCode::BadConnectionRejected);
     }
@@ -383,7 +427,10 @@ pub fn negotiate_server(ours: &TransportLimits, hello: &HelloMessage) -> Result<
 
 /// Client side: check the server's ACK against our Hello. The server may only lower
 /// the sizes; a buffer below 8192 or above what we offered is BadConnectionRejected.
-pub fn negotiate_client(hello: &HelloMessage, ack: &AcknowledgeMessage) -> Result<Negotiated, StatusCode> {
+pub fn negotiate_client(
+    hello: &HelloMessage,
+    ack: &AcknowledgeMessage,
+) -> Result<Negotiated, StatusCode> {
     if ack.receive_buffer_size < MIN_BUFFER_SIZE || ack.send_buffer_size < MIN_BUFFER_SIZE {
         return Err(StatusCode::BadConnectionRejected);
     }
@@ -451,9 +498,15 @@ impl FrameReader {
         self.consumed = false;
     }
 
-    fn check_header(&self, b: &[u8], max_chunk_size: usize) -> Result<(MessageHeader, usize), StatusCode> {
-        let h: [u8; MESSAGE_HEADER_LEN] =
-            b.get(..MESSAGE_HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or(StatusCode::BadTcpInternalError)?;
+    fn check_header(
+        &self,
+        b: &[u8],
+        max_chunk_size: usize,
+    ) -> Result<(MessageHeader, usize), StatusCode> {
+        let h: [u8; MESSAGE_HEADER_LEN] = b
+            .get(..MESSAGE_HEADER_LEN)
+            .and_then(|h| h.try_into().ok())
+            .ok_or(StatusCode::BadTcpInternalError)?;
         let header = MessageHeader::parse(&h)?;
         if let Some(f) = self.filter {
             if !f(header.message_type) {
@@ -470,7 +523,11 @@ impl FrameReader {
     /// The next whole frame from the buffered bytes and `input` (which is advanced past
     /// what was used). `Ok(None)`: `input` is used up and any tail is buffered. An error
     /// is fatal for the connection (send ERR with it and close).
-    pub fn next<'s, 'i: 's>(&'s mut self, input: &mut &'i [u8], max_chunk_size: u32) -> Result<Option<Frame<'s>>, StatusCode> {
+    pub fn next<'s, 'i: 's>(
+        &'s mut self,
+        input: &mut &'i [u8],
+        max_chunk_size: u32,
+    ) -> Result<Option<Frame<'s>>, StatusCode> {
         let max = max_chunk_size as usize;
         if self.consumed {
             self.pending.clear();
@@ -484,7 +541,10 @@ impl FrameReader {
                 if input.len() >= size {
                     let (frame, rest) = input.split_at(size);
                     *input = rest;
-                    return Ok(Some(Frame { header, bytes: frame }));
+                    return Ok(Some(Frame {
+                        header,
+                        bytes: frame,
+                    }));
                 }
                 self.pending.reserve_exact(size);
                 self.pending_size = Some(size);
@@ -518,7 +578,10 @@ impl FrameReader {
         }
         let (header, _) = self.check_header(&self.pending, max)?;
         self.consumed = true;
-        Ok(Some(Frame { header, bytes: &self.pending }))
+        Ok(Some(Frame {
+            header,
+            bytes: &self.pending,
+        }))
     }
 }
 
@@ -565,16 +628,28 @@ mod tests {
         let mut r = FrameReader::new();
         let b = [b'M', b'S', b'G', b'F', 0xff, 0xff, 0xff, 0xff];
         let mut input = &b[..];
-        assert_eq!(r.next(&mut input, 65536).unwrap_err(), StatusCode::BadTcpMessageTooLarge);
+        assert_eq!(
+            r.next(&mut input, 65536).unwrap_err(),
+            StatusCode::BadTcpMessageTooLarge
+        );
         let b = *b"XYZF\x10\0\0\0";
         let mut input = &b[..];
-        assert_eq!(r.next(&mut input, 65536).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid);
+        assert_eq!(
+            r.next(&mut input, 65536).unwrap_err(),
+            StatusCode::BadTcpMessageTypeInvalid
+        );
         let b = *b"HELC\x10\0\0\0";
         let mut input = &b[..];
-        assert_eq!(r.next(&mut input, 65536).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid);
+        assert_eq!(
+            r.next(&mut input, 65536).unwrap_err(),
+            StatusCode::BadTcpMessageTypeInvalid
+        );
         let b = *b"MSGF\x04\0\0\0";
         let mut input = &b[..];
-        assert_eq!(r.next(&mut input, 65536).unwrap_err(), StatusCode::BadTcpMessageTypeInvalid);
+        assert_eq!(
+            r.next(&mut input, 65536).unwrap_err(),
+            StatusCode::BadTcpMessageTypeInvalid
+        );
     }
 
     #[test]
@@ -583,13 +658,23 @@ mod tests {
         let mut b = Vec::new();
         h.write(&mut b);
         assert_eq!(HelloMessage::decode_body(&b[8..]).unwrap(), h);
-        let ours = TransportLimits { receive_buffer_size: 8192, send_buffer_size: 1 << 20, ..Default::default() };
+        let ours = TransportLimits {
+            receive_buffer_size: 8192,
+            send_buffer_size: 1 << 20,
+            ..Default::default()
+        };
         let (ack, n) = negotiate_server(&ours, &h).unwrap();
         assert_eq!(ack.receive_buffer_size, 8192);
         assert_eq!(ack.send_buffer_size, 65535);
         assert_eq!(n.peer_max_message_size, 4 * 1024 * 1024);
-        let small = HelloMessage { receive_buffer_size: 1024, ..h.clone() };
-        assert_eq!(negotiate_server(&ours, &small).unwrap_err(), StatusCode::BadConnectionRejected);
+        let small = HelloMessage {
+            receive_buffer_size: 1024,
+            ..h.clone()
+        };
+        assert_eq!(
+            negotiate_server(&ours, &small).unwrap_err(),
+            StatusCode::BadConnectionRejected
+        );
         let cn = negotiate_client(&h, &ack).unwrap();
         assert_eq!(cn.send_buffer_size, 8192);
         assert_eq!(cn.receive_buffer_size, 65535);
@@ -633,20 +718,56 @@ mod tests {
 
     #[test]
     fn response_size_is_bounded_when_the_client_sets_no_limit() {
-        let ours = TransportLimits { max_response_message_size: 1 << 20, ..Default::default() };
-        let unlimited = HelloMessage { max_message_size: 0, ..hello() };
-        assert_eq!(negotiate_server(&ours, &unlimited).unwrap().1.peer_max_message_size, 1 << 20);
-        let big = HelloMessage { max_message_size: 1 << 30, ..hello() };
-        assert_eq!(negotiate_server(&ours, &big).unwrap().1.peer_max_message_size, 1 << 20);
-        let small = HelloMessage { max_message_size: 100_000, ..hello() };
-        assert_eq!(negotiate_server(&ours, &small).unwrap().1.peer_max_message_size, 100_000);
+        let ours = TransportLimits {
+            max_response_message_size: 1 << 20,
+            ..Default::default()
+        };
+        let unlimited = HelloMessage {
+            max_message_size: 0,
+            ..hello()
+        };
+        assert_eq!(
+            negotiate_server(&ours, &unlimited)
+                .unwrap()
+                .1
+                .peer_max_message_size,
+            1 << 20
+        );
+        let big = HelloMessage {
+            max_message_size: 1 << 30,
+            ..hello()
+        };
+        assert_eq!(
+            negotiate_server(&ours, &big)
+                .unwrap()
+                .1
+                .peer_max_message_size,
+            1 << 20
+        );
+        let small = HelloMessage {
+            max_message_size: 100_000,
+            ..hello()
+        };
+        assert_eq!(
+            negotiate_server(&ours, &small)
+                .unwrap()
+                .1
+                .peer_max_message_size,
+            100_000
+        );
     }
 
     #[test]
     fn long_endpoint_url_is_invalid() {
-        let h = HelloMessage { endpoint_url: "x".repeat(5000).as_str().into(), ..hello() };
+        let h = HelloMessage {
+            endpoint_url: "x".repeat(5000).as_str().into(),
+            ..hello()
+        };
         let mut b = Vec::new();
         h.write(&mut b);
-        assert_eq!(HelloMessage::decode_body(&b[8..]).unwrap_err(), StatusCode::BadTcpEndpointUrlInvalid);
+        assert_eq!(
+            HelloMessage::decode_body(&b[8..]).unwrap_err(),
+            StatusCode::BadTcpEndpointUrlInvalid
+        );
     }
 }

@@ -4,13 +4,15 @@
 // proven safe carry an `#[allow]` with the reason.
 
 mod node_id;
-mod strings;
 mod status_code;
-mod variant;
+mod strings;
 mod structs;
+mod variant;
 
 pub use node_id::{base64_decode, ExpandedNodeId, Identifier, NodeId};
 pub use status_code::StatusCode;
 pub use strings::{ByteString, DateTime, Guid, UaString, XmlElement};
-pub use structs::{DataValue, DiagnosticInfo, ExtensionObject, ExtensionObjectBody, LocalizedText, QualifiedName};
+pub use structs::{
+    DataValue, DiagnosticInfo, ExtensionObject, ExtensionObjectBody, LocalizedText, QualifiedName,
+};
 pub use variant::{Array, BuiltinType, Variant};

@@ -40,7 +40,10 @@ pub struct NodeId {
 // `clone_from` reuses the identifier's memory.
 impl Clone for NodeId {
     fn clone(&self) -> Self {
-        NodeId { namespace: self.namespace, identifier: self.identifier.clone() }
+        NodeId {
+            namespace: self.namespace,
+            identifier: self.identifier.clone(),
+        }
     }
     fn clone_from(&mut self, source: &Self) {
         self.namespace = source.namespace;
@@ -56,11 +59,17 @@ impl Default for NodeId {
 
 impl NodeId {
     /// `i=0`, the null NodeId.
-    pub const NULL: NodeId = NodeId { namespace: 0, identifier: Identifier::Numeric(0) };
+    pub const NULL: NodeId = NodeId {
+        namespace: 0,
+        identifier: Identifier::Numeric(0),
+    };
 
     #[inline]
     pub const fn numeric(namespace: u16, id: u32) -> NodeId {
-        NodeId { namespace, identifier: Identifier::Numeric(id) }
+        NodeId {
+            namespace,
+            identifier: Identifier::Numeric(id),
+        }
     }
     /// `ns=0;i=id`.
     #[inline]
@@ -68,13 +77,22 @@ impl NodeId {
         NodeId::numeric(0, id)
     }
     pub fn string(namespace: u16, s: impl Into<String>) -> NodeId {
-        NodeId { namespace, identifier: Identifier::String(s.into()) }
+        NodeId {
+            namespace,
+            identifier: Identifier::String(s.into()),
+        }
     }
     pub fn guid(namespace: u16, g: Guid) -> NodeId {
-        NodeId { namespace, identifier: Identifier::Guid(g) }
+        NodeId {
+            namespace,
+            identifier: Identifier::Guid(g),
+        }
     }
     pub fn byte_string(namespace: u16, b: Vec<u8>) -> NodeId {
-        NodeId { namespace, identifier: Identifier::ByteString(b) }
+        NodeId {
+            namespace,
+            identifier: Identifier::ByteString(b),
+        }
     }
     /// True for the null NodeId of any identifier type (Part 3: ns 0 and a null/zero identifier).
     pub fn is_null(&self) -> bool {
@@ -115,7 +133,10 @@ impl NodeId {
             "b=" => Identifier::ByteString(base64_decode(val)?),
             _ => return None,
         };
-        Some(NodeId { namespace: ns, identifier: id })
+        Some(NodeId {
+            namespace: ns,
+            identifier: id,
+        })
     }
 }
 
@@ -148,7 +169,9 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub(crate) fn base64_encode(b: &[u8]) -> String {
     let mut s = String::with_capacity(b.len().div_ceil(3) * 4);
     for c in b.chunks(3) {
-        let n = (*c.first().unwrap_or(&0) as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (*c.first().unwrap_or(&0) as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
                 // `& 63` keeps the index inside the 64-entry table.
@@ -257,7 +280,10 @@ fn decode_node_id_body(d: &mut Decoder<'_>, kind: u8) -> DecodeResult<NodeId> {
             let ns = u16::decode(d)?;
             // A null string identifier is read as "".
             let s = decode_str(d, "NodeId.String")?.unwrap_or_default();
-            NodeId { namespace: ns, identifier: Identifier::String(s) }
+            NodeId {
+                namespace: ns,
+                identifier: Identifier::String(s),
+            }
         }
         GUID => {
             let ns = u16::decode(d)?;
@@ -340,7 +366,11 @@ pub struct ExpandedNodeId {
 // `clone_from` reuses the NodeId's and the URI's memory.
 impl Clone for ExpandedNodeId {
     fn clone(&self) -> Self {
-        ExpandedNodeId { node_id: self.node_id.clone(), namespace_uri: self.namespace_uri.clone(), server_index: self.server_index }
+        ExpandedNodeId {
+            node_id: self.node_id.clone(),
+            namespace_uri: self.namespace_uri.clone(),
+            server_index: self.server_index,
+        }
     }
     fn clone_from(&mut self, source: &Self) {
         self.node_id.clone_from(&source.node_id);
@@ -351,7 +381,11 @@ impl Clone for ExpandedNodeId {
 
 impl ExpandedNodeId {
     pub fn local(node_id: NodeId) -> Self {
-        ExpandedNodeId { node_id, namespace_uri: UaString::null(), server_index: 0 }
+        ExpandedNodeId {
+            node_id,
+            namespace_uri: UaString::null(),
+            server_index: 0,
+        }
     }
     /// The NodeId when this refers to a node of this server by namespace index.
     pub fn as_local(&self) -> Option<&NodeId> {
@@ -397,8 +431,20 @@ impl Decode for ExpandedNodeId {
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
         let b = u8::decode(d)?;
         let node_id = decode_node_id_body(d, b & 0x3F)?;
-        let namespace_uri = if b & NS_URI_FLAG != 0 { UaString::decode(d)? } else { UaString::null() };
-        let server_index = if b & SERVER_INDEX_FLAG != 0 { u32::decode(d)? } else { 0 };
-        Ok(ExpandedNodeId { node_id, namespace_uri, server_index })
+        let namespace_uri = if b & NS_URI_FLAG != 0 {
+            UaString::decode(d)?
+        } else {
+            UaString::null()
+        };
+        let server_index = if b & SERVER_INDEX_FLAG != 0 {
+            u32::decode(d)?
+        } else {
+            0
+        };
+        Ok(ExpandedNodeId {
+            node_id,
+            namespace_uri,
+            server_index,
+        })
     }
 }

@@ -227,7 +227,13 @@ impl std::fmt::Debug for DateTime {
         let d = doy - (153 * mp + 2) / 5 + 1;
         let m = if mp < 10 { mp + 3 } else { mp - 9 };
         let y = if m <= 2 { y + 1 } else { y };
-        write!(f, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:07}Z", sod / 3600, sod / 60 % 60, sod % 60)
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:07}Z",
+            sod / 3600,
+            sod / 60 % 60,
+            sod % 60
+        )
     }
 }
 impl std::fmt::Display for DateTime {
@@ -259,7 +265,12 @@ pub struct Guid {
 }
 
 impl Guid {
-    pub const NULL: Guid = Guid { data1: 0, data2: 0, data3: 0, data4: [0; 8] };
+    pub const NULL: Guid = Guid {
+        data1: 0,
+        data2: 0,
+        data3: 0,
+        data4: [0; 8],
+    };
     /// A random (version 4) Guid.
     pub fn random(r: &mut dyn crate::random::Random) -> Guid {
         let mut b = [0u8; 16];

@@ -1,5 +1,7 @@
 use super::{DateTime, NodeId, StatusCode, UaString, Variant, XmlElement};
-use crate::encoding::{Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure};
+use crate::encoding::{
+    Decode, DecodeError, DecodeLimits, DecodeResult, Decoder, Encode, UaStructure,
+};
 
 /// A QualifiedName: namespace index and name.
 #[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
@@ -10,7 +12,10 @@ pub struct QualifiedName {
 // `clone_from` reuses the name's memory.
 impl Clone for QualifiedName {
     fn clone(&self) -> Self {
-        QualifiedName { namespace_index: self.namespace_index, name: self.name.clone() }
+        QualifiedName {
+            namespace_index: self.namespace_index,
+            name: self.name.clone(),
+        }
     }
     fn clone_from(&mut self, source: &Self) {
         self.namespace_index = source.namespace_index;
@@ -19,7 +24,10 @@ impl Clone for QualifiedName {
 }
 impl QualifiedName {
     pub fn new(namespace_index: u16, name: &str) -> Self {
-        QualifiedName { namespace_index, name: name.into() }
+        QualifiedName {
+            namespace_index,
+            name: name.into(),
+        }
     }
     pub fn is_null(&self) -> bool {
         self.namespace_index == 0 && self.name.is_empty()
@@ -34,7 +42,10 @@ impl Encode for QualifiedName {
 impl Decode for QualifiedName {
     const MIN_LEN: usize = 6;
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
-        Ok(QualifiedName { namespace_index: u16::decode(d)?, name: UaString::decode(d)? })
+        Ok(QualifiedName {
+            namespace_index: u16::decode(d)?,
+            name: UaString::decode(d)?,
+        })
     }
 }
 
@@ -47,7 +58,10 @@ pub struct LocalizedText {
 // `clone_from` reuses the strings' memory.
 impl Clone for LocalizedText {
     fn clone(&self) -> Self {
-        LocalizedText { locale: self.locale.clone(), text: self.text.clone() }
+        LocalizedText {
+            locale: self.locale.clone(),
+            text: self.text.clone(),
+        }
     }
     fn clone_from(&mut self, source: &Self) {
         self.locale.clone_from(&source.locale);
@@ -56,11 +70,17 @@ impl Clone for LocalizedText {
 }
 impl LocalizedText {
     pub fn new(locale: &str, text: &str) -> Self {
-        LocalizedText { locale: locale.into(), text: text.into() }
+        LocalizedText {
+            locale: locale.into(),
+            text: text.into(),
+        }
     }
     /// Text with no locale.
     pub fn text(text: &str) -> Self {
-        LocalizedText { locale: UaString::null(), text: text.into() }
+        LocalizedText {
+            locale: UaString::null(),
+            text: text.into(),
+        }
     }
 }
 impl Encode for LocalizedText {
@@ -84,8 +104,16 @@ impl Encode for LocalizedText {
 impl Decode for LocalizedText {
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
         let mask = u8::decode(d)?;
-        let locale = if mask & 1 != 0 { UaString::decode(d)? } else { UaString::null() };
-        let text = if mask & 2 != 0 { UaString::decode(d)? } else { UaString::null() };
+        let locale = if mask & 1 != 0 {
+            UaString::decode(d)?
+        } else {
+            UaString::null()
+        };
+        let text = if mask & 2 != 0 {
+            UaString::decode(d)?
+        } else {
+            UaString::null()
+        };
         Ok(LocalizedText { locale, text })
     }
 }
@@ -120,11 +148,15 @@ impl ExtensionObject {
     pub fn from_struct<T: UaStructure>(v: &T) -> Self {
         let mut b = Vec::new();
         v.encode(&mut b);
-        ExtensionObject { type_id: NodeId::ns0(T::BINARY_ENCODING_ID), body: ExtensionObjectBody::Binary(b) }
+        ExtensionObject {
+            type_id: NodeId::ns0(T::BINARY_ENCODING_ID),
+            body: ExtensionObjectBody::Binary(b),
+        }
     }
     /// Is this a binary-encoded `T`?
     pub fn is<T: UaStructure>(&self) -> bool {
-        self.type_id.as_ns0() == Some(T::BINARY_ENCODING_ID) && matches!(self.body, ExtensionObjectBody::Binary(_))
+        self.type_id.as_ns0() == Some(T::BINARY_ENCODING_ID)
+            && matches!(self.body, ExtensionObjectBody::Binary(_))
     }
     /// Decodes the body as `T`. `None` when the type id is not `T`'s binary encoding.
     pub fn decode_as<T: UaStructure>(&self, limits: DecodeLimits) -> Option<DecodeResult<T>> {
@@ -210,10 +242,16 @@ pub struct DataValue {
 
 impl DataValue {
     pub fn new(value: Variant) -> Self {
-        DataValue { value, ..Default::default() }
+        DataValue {
+            value,
+            ..Default::default()
+        }
     }
     pub fn status(status: StatusCode) -> Self {
-        DataValue { status: Some(status), ..Default::default() }
+        DataValue {
+            status: Some(status),
+            ..Default::default()
+        }
     }
     pub fn status_code(&self) -> StatusCode {
         self.status.unwrap_or_default()
@@ -266,14 +304,45 @@ impl Decode for DataValue {
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
         d.enter("DataValue")?;
         let mask = u8::decode(d)?;
-        let value = if mask & 0x01 != 0 { Variant::decode(d)? } else { Variant::Empty };
-        let status = if mask & 0x02 != 0 { Some(StatusCode::decode(d)?) } else { None };
-        let source_timestamp = if mask & 0x04 != 0 { Some(DateTime::decode(d)?) } else { None };
-        let source_picoseconds = if mask & 0x10 != 0 { Some(u16::decode(d)?) } else { None };
-        let server_timestamp = if mask & 0x08 != 0 { Some(DateTime::decode(d)?) } else { None };
-        let server_picoseconds = if mask & 0x20 != 0 { Some(u16::decode(d)?) } else { None };
+        let value = if mask & 0x01 != 0 {
+            Variant::decode(d)?
+        } else {
+            Variant::Empty
+        };
+        let status = if mask & 0x02 != 0 {
+            Some(StatusCode::decode(d)?)
+        } else {
+            None
+        };
+        let source_timestamp = if mask & 0x04 != 0 {
+            Some(DateTime::decode(d)?)
+        } else {
+            None
+        };
+        let source_picoseconds = if mask & 0x10 != 0 {
+            Some(u16::decode(d)?)
+        } else {
+            None
+        };
+        let server_timestamp = if mask & 0x08 != 0 {
+            Some(DateTime::decode(d)?)
+        } else {
+            None
+        };
+        let server_picoseconds = if mask & 0x20 != 0 {
+            Some(u16::decode(d)?)
+        } else {
+            None
+        };
         d.leave();
-        Ok(DataValue { value, status, source_timestamp, source_picoseconds, server_timestamp, server_picoseconds })
+        Ok(DataValue {
+            value,
+            status,
+            source_timestamp,
+            source_picoseconds,
+            server_timestamp,
+            server_picoseconds,
+        })
     }
 }
 
@@ -312,7 +381,15 @@ impl Encode for DiagnosticInfo {
             }
         }
         out.push(mask);
-        for v in [self.symbolic_id, self.namespace_uri, self.locale, self.localized_text].into_iter().flatten() {
+        for v in [
+            self.symbolic_id,
+            self.namespace_uri,
+            self.locale,
+            self.localized_text,
+        ]
+        .into_iter()
+        .flatten()
+        {
             v.encode(out);
         }
         if let Some(s) = &self.additional_info {

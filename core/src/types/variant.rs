@@ -1,6 +1,6 @@
 use super::{
-    ByteString, DataValue, DateTime, DiagnosticInfo, ExpandedNodeId, ExtensionObject, Guid, LocalizedText, NodeId,
-    QualifiedName, StatusCode, UaString, XmlElement,
+    ByteString, DataValue, DateTime, DiagnosticInfo, ExpandedNodeId, ExtensionObject, Guid,
+    LocalizedText, NodeId, QualifiedName, StatusCode, UaString, XmlElement,
 };
 use crate::encoding::{Decode, DecodeError, DecodeResult, Decoder, Encode};
 
@@ -105,8 +105,14 @@ impl BuiltinType {
         match self {
             BuiltinType::Boolean | BuiltinType::SByte | BuiltinType::Byte => 1,
             BuiltinType::Int16 | BuiltinType::UInt16 => 2,
-            BuiltinType::Int32 | BuiltinType::UInt32 | BuiltinType::Float | BuiltinType::StatusCode => 4,
-            BuiltinType::Int64 | BuiltinType::UInt64 | BuiltinType::Double | BuiltinType::DateTime => 8,
+            BuiltinType::Int32
+            | BuiltinType::UInt32
+            | BuiltinType::Float
+            | BuiltinType::StatusCode => 4,
+            BuiltinType::Int64
+            | BuiltinType::UInt64
+            | BuiltinType::Double
+            | BuiltinType::DateTime => 8,
             BuiltinType::String | BuiltinType::ByteString | BuiltinType::XmlElement => 4,
             BuiltinType::Guid => 16,
             BuiltinType::NodeId | BuiltinType::ExpandedNodeId => 2,
@@ -136,12 +142,26 @@ impl Array {
     pub fn new(value_type: BuiltinType, values: Vec<Variant>) -> Option<Array> {
         let ok = value_type == BuiltinType::Variant
             || values.iter().all(|v| v.scalar_type() == Some(value_type));
-        ok.then_some(Array { value_type, values, dimensions: None })
+        ok.then_some(Array {
+            value_type,
+            values,
+            dimensions: None,
+        })
     }
     /// A multi-dimensional array; `None` if the dimensions don't multiply to the length.
-    pub fn with_dimensions(value_type: BuiltinType, values: Vec<Variant>, dims: Vec<i32>) -> Option<Array> {
+    pub fn with_dimensions(
+        value_type: BuiltinType,
+        values: Vec<Variant>,
+        dims: Vec<i32>,
+    ) -> Option<Array> {
         let mut a = Array::new(value_type, values)?;
-        let prod = dims.iter().try_fold(1usize, |acc, &d| if d < 0 { None } else { acc.checked_mul(d as usize) })?;
+        let prod = dims.iter().try_fold(1usize, |acc, &d| {
+            if d < 0 {
+                None
+            } else {
+                acc.checked_mul(d as usize)
+            }
+        })?;
         if prod != a.values.len() {
             return None;
         }
@@ -382,18 +402,30 @@ impl Decode for Variant {
         }
         d.enter("Variant array")?;
         let max = d.limits().max_array_len;
-        let n = d.read_length(max, t.min_len(), "Variant array")?.unwrap_or(0);
+        let n = d
+            .read_length(max, t.min_len(), "Variant array")?
+            .unwrap_or(0);
         d.charge_elements::<Array>(1)?;
         d.charge_elements::<Variant>(n)?;
         let mut values = Vec::with_capacity(n);
         for _ in 0..n {
-            values.push(if t == BuiltinType::Variant { Variant::decode(d)? } else { Variant::decode_scalar(t, d)? });
+            values.push(if t == BuiltinType::Variant {
+                Variant::decode(d)?
+            } else {
+                Variant::decode_scalar(t, d)?
+            });
         }
         let dimensions = if mask & 0x40 != 0 {
             let dims = Vec::<i32>::decode(d)?;
             let prod = dims
                 .iter()
-                .try_fold(1usize, |acc, &x| if x < 0 { None } else { acc.checked_mul(x as usize) })
+                .try_fold(1usize, |acc, &x| {
+                    if x < 0 {
+                        None
+                    } else {
+                        acc.checked_mul(x as usize)
+                    }
+                })
                 .ok_or(DecodeError::decoding("ArrayDimensions"))?;
             if prod != values.len() || dims.is_empty() {
                 return Err(DecodeError::decoding("ArrayDimensions"));
@@ -403,7 +435,11 @@ impl Decode for Variant {
             None
         };
         d.leave();
-        Ok(Variant::Array(Box::new(Array { value_type: t, values, dimensions })))
+        Ok(Variant::Array(Box::new(Array {
+            value_type: t,
+            values,
+            dimensions,
+        })))
     }
 }
 

@@ -4,8 +4,9 @@
 
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
-    ActivateSessionResponse, CreateSessionResponse, EndpointDescription, GetEndpointsResponse, MessageSecurityMode,
-    ReadResponse, ResponseHeader, ServiceFault, UserTokenPolicy, UserTokenType,
+    ActivateSessionResponse, CreateSessionResponse, EndpointDescription, GetEndpointsResponse,
+    MessageSecurityMode, ReadResponse, ResponseHeader, ServiceFault, UserTokenPolicy,
+    UserTokenType,
 };
 use uaring_core::secure_channel::SecurityProvider;
 use uaring_core::server::context::{ConnectionHost, RequestContext};
@@ -45,7 +46,12 @@ impl TestHost {
 }
 
 fn header(handle: u32, now: Now) -> ResponseHeader {
-    ResponseHeader { timestamp: now.utc, request_handle: handle, service_result: StatusCode::Good, ..Default::default() }
+    ResponseHeader {
+        timestamp: now.utc,
+        request_handle: handle,
+        service_result: StatusCode::Good,
+        ..Default::default()
+    }
 }
 
 impl ConnectionHost for TestHost {
@@ -70,7 +76,11 @@ impl ConnectionHost for TestHost {
     fn channel_closed(&mut self, channel_id: u32) {
         let before = self.open_channels.len();
         self.open_channels.retain(|&c| c != channel_id);
-        assert_eq!(before, self.open_channels.len() + 1, "channel {channel_id} reported closed twice or never opened");
+        assert_eq!(
+            before,
+            self.open_channels.len() + 1,
+            "channel {channel_id} reported closed twice or never opened"
+        );
         self.closed_channels.push(channel_id);
     }
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
@@ -84,13 +94,19 @@ impl ConnectionHost for TestHost {
                     .iter()
                     .map(|_| {
                         if self.read_value_len > 0 {
-                            DataValue::new(Variant::ByteString(ByteString::from(vec![7u8; self.read_value_len])))
+                            DataValue::new(Variant::ByteString(ByteString::from(
+                                vec![7u8; self.read_value_len],
+                            )))
                         } else {
                             DataValue::new(Variant::Int32(42))
                         }
                     })
                     .collect();
-                Response::Read(Box::new(ReadResponse { response_header: header(h, now), results, diagnostic_infos: vec![] }))
+                Response::Read(Box::new(ReadResponse {
+                    response_header: header(h, now),
+                    results,
+                    diagnostic_infos: vec![],
+                }))
             }
             Request::GetEndpoints(_) => Response::GetEndpoints(Box::new(GetEndpointsResponse {
                 response_header: header(h, now),
@@ -113,13 +129,18 @@ impl ConnectionHost for TestHost {
                 server_nonce: ByteString::from(vec![0u8; 32]),
                 ..Default::default()
             })),
-            Request::ActivateSession(_) => Response::ActivateSession(Box::new(ActivateSessionResponse {
-                response_header: header(h, now),
-                server_nonce: ByteString::from(vec![0u8; 32]),
-                ..Default::default()
-            })),
+            Request::ActivateSession(_) => {
+                Response::ActivateSession(Box::new(ActivateSessionResponse {
+                    response_header: header(h, now),
+                    server_nonce: ByteString::from(vec![0u8; 32]),
+                    ..Default::default()
+                }))
+            }
             _ => Response::ServiceFault(Box::new(ServiceFault {
-                response_header: ResponseHeader { service_result: StatusCode::BadServiceUnsupported, ..header(h, now) },
+                response_header: ResponseHeader {
+                    service_result: StatusCode::BadServiceUnsupported,
+                    ..header(h, now)
+                },
             })),
         }
     }
@@ -127,7 +148,10 @@ impl ConnectionHost for TestHost {
 
 /// A fixed starting instant for simulated time.
 pub fn t0() -> Now {
-    Now::new(1_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        1_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
 /// xorshift64*: tiny, seeded, deterministic.
@@ -160,7 +184,12 @@ pub fn find_err(out: &[u8]) -> Option<StatusCode> {
     while i + 8 <= out.len() {
         let size = u32::from_le_bytes([out[i + 4], out[i + 5], out[i + 6], out[i + 7]]) as usize;
         if &out[i..i + 3] == b"ERR" && i + 12 <= out.len() {
-            return Some(StatusCode(u32::from_le_bytes([out[i + 8], out[i + 9], out[i + 10], out[i + 11]])));
+            return Some(StatusCode(u32::from_le_bytes([
+                out[i + 8],
+                out[i + 9],
+                out[i + 10],
+                out[i + 11],
+            ])));
         }
         if size < 8 {
             return None;

@@ -17,7 +17,10 @@ pub const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";
 pub const HEL_URL: &str = "opc.tcp://hel-host:4840/uaring";
 
 pub fn start() -> Now {
-    Now::new(1_000_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
 pub struct Harness {
@@ -45,9 +48,18 @@ impl Harness {
     /// Shard `shard_index` of a server whose other shards are built on the same `shared`.
     pub fn on_shared(shared: Arc<ServerShared>, shard_index: usize) -> Harness {
         let now = start();
-        let mut shard = ShardState::new(shared, shard_index, Box::new(uaring_core::random::ChaCha::from_u64(1)));
+        let mut shard = ShardState::new(
+            shared,
+            shard_index,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        );
         let channel = shard.next_channel_id();
-        Harness { shard, now, channel, handle: 0 }
+        Harness {
+            shard,
+            now,
+            channel,
+            handle: 0,
+        }
     }
 
     pub fn ctx(channel: u32) -> RequestContext<'static> {
@@ -86,8 +98,16 @@ impl Harness {
         let handle = req.request_header().request_handle;
         let ctx = Harness::ctx(channel);
         let resp = dispatch(&mut self.shard, &ctx, req, self.now);
-        assert_eq!(resp.response_header().request_handle, handle, "request handle echoed");
-        assert_eq!(resp.response_header().timestamp, self.now.utc, "response timestamp");
+        assert_eq!(
+            resp.response_header().request_handle,
+            handle,
+            "request handle echoed"
+        );
+        assert_eq!(
+            resp.response_header().timestamp,
+            self.now.utc,
+            "response timestamp"
+        );
         resp
     }
 
@@ -119,7 +139,12 @@ impl Harness {
         }
     }
 
-    pub fn activate_on(&mut self, channel: u32, token: &NodeId, identity: ExtensionObject) -> Response {
+    pub fn activate_on(
+        &mut self,
+        channel: u32,
+        token: &NodeId,
+        identity: ExtensionObject,
+    ) -> Response {
         let h = self.header(token);
         self.call_on(
             channel,
@@ -133,7 +158,9 @@ impl Harness {
     }
 
     pub fn anonymous() -> ExtensionObject {
-        ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() })
+        ExtensionObject::from_struct(&AnonymousIdentityToken {
+            policy_id: "anonymous".into(),
+        })
     }
 
     /// Creates and activates a session on the default channel; returns its token.
@@ -147,7 +174,12 @@ impl Harness {
         cs.authentication_token
     }
 
-    pub fn browse_request(&mut self, token: &NodeId, max_refs: u32, nodes: Vec<BrowseDescription>) -> Request {
+    pub fn browse_request(
+        &mut self,
+        token: &NodeId,
+        max_refs: u32,
+        nodes: Vec<BrowseDescription>,
+    ) -> Request {
         let h = self.header(token);
         Request::Browse(Box::new(BrowseRequest {
             request_header: h,
@@ -157,7 +189,12 @@ impl Harness {
         }))
     }
 
-    pub fn browse_next_request(&mut self, token: &NodeId, release: bool, cps: Vec<uaring_core::ByteString>) -> Request {
+    pub fn browse_next_request(
+        &mut self,
+        token: &NodeId,
+        release: bool,
+        cps: Vec<uaring_core::ByteString>,
+    ) -> Request {
         let h = self.header(token);
         Request::BrowseNext(Box::new(BrowseNextRequest {
             request_header: h,
@@ -172,7 +209,11 @@ impl Harness {
             request_header: h,
             max_age: 0.0,
             timestamps_to_return: TimestampsToReturn::Both,
-            nodes_to_read: vec![ReadValueId { node_id: node, attribute_id: 13, ..ReadValueId::default() }],
+            nodes_to_read: vec![ReadValueId {
+                node_id: node,
+                attribute_id: 13,
+                ..ReadValueId::default()
+            }],
         }))
     }
 }

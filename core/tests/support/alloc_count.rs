@@ -9,7 +9,8 @@ use std::cell::Cell;
 
 use uaring_core::generated::messages::Request;
 use uaring_core::generated::types::{
-    BrowseDescription, BrowseDirection, BrowseRequest, ReadRequest, ReadValueId, TimestampsToReturn, WriteRequest, WriteValue,
+    BrowseDescription, BrowseDirection, BrowseRequest, ReadRequest, ReadValueId,
+    TimestampsToReturn, WriteRequest, WriteValue,
 };
 use uaring_core::server::connection::ConnStatus;
 use uaring_core::types::{DataValue, DateTime, NodeId, Variant};
@@ -85,11 +86,18 @@ impl Net {
     /// Feeds `requests` one chunk at a time and returns (allocations, bytes) per request
     /// over the last `measured` of them (the ones before warm the buffers up). Checks that
     /// every response decodes and is Good.
-    pub fn allocations_per_request(&mut self, make: impl Fn() -> Request, total: usize, measured: usize) -> (f64, f64) {
+    pub fn allocations_per_request(
+        &mut self,
+        make: impl Fn() -> Request,
+        total: usize,
+        measured: usize,
+    ) -> (f64, f64) {
         let chunks: Vec<Vec<u8>> = (0..total)
             .map(|_| {
                 let mut v = Vec::new();
-                self.client.send_request(make(), now(), &mut v).expect("send");
+                self.client
+                    .send_request(make(), now(), &mut v)
+                    .expect("send");
                 v
             })
             .collect();
@@ -97,18 +105,27 @@ impl Net {
         let (mut allocs, mut bytes) = (0, 0);
         for (i, chunk) in chunks.iter().enumerate() {
             out.clear();
-            let (status, a, b) = count(|| self.server.on_recv(&mut self.shard, now(), chunk, &mut out));
+            let (status, a, b) =
+                count(|| self.server.on_recv(&mut self.shard, now(), chunk, &mut out));
             assert_eq!(status, ConnStatus::Open);
             if i >= total - measured {
                 allocs += a;
                 bytes += b;
             }
             let mut sink = Vec::new();
-            self.client.on_recv(now(), &out, &mut sink).expect("client decodes the response");
-            let (_, resp) = self.client.poll_response().expect("one response per request");
+            self.client
+                .on_recv(now(), &out, &mut sink)
+                .expect("client decodes the response");
+            let (_, resp) = self
+                .client
+                .poll_response()
+                .expect("one response per request");
             assert!(resp.response_header().service_result.is_good(), "{resp:?}");
         }
-        (allocs as f64 / measured as f64, bytes as f64 / measured as f64)
+        (
+            allocs as f64 / measured as f64,
+            bytes as f64 / measured as f64,
+        )
     }
 }
 
@@ -117,7 +134,11 @@ pub fn read(n: u32) -> Request {
     Request::Read(Box::new(ReadRequest {
         timestamps_to_return: TimestampsToReturn::Both,
         nodes_to_read: (0..n)
-            .map(|i| ReadValueId { node_id: NodeId::numeric(1, 1001 + i), attribute_id: 13, ..Default::default() })
+            .map(|i| ReadValueId {
+                node_id: NodeId::numeric(1, 1001 + i),
+                attribute_id: 13,
+                ..Default::default()
+            })
             .collect(),
         ..Default::default()
     }))
@@ -130,7 +151,10 @@ pub fn write(n: u32) -> Request {
             .map(|i| WriteValue {
                 node_id: NodeId::numeric(1, 1001 + i),
                 attribute_id: 13,
-                value: DataValue { value: Variant::Int32(i as i32), ..Default::default() },
+                value: DataValue {
+                    value: Variant::Int32(i as i32),
+                    ..Default::default()
+                },
                 ..Default::default()
             })
             .collect(),

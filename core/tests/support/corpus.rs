@@ -35,8 +35,17 @@ impl Conversation {
         let mut shard = shard();
         let server = ServerConnection::new(&mut shard, None, start());
         let client = ClientConnection::new(cfg, Box::new(ChaCha::from_u64(2)));
-        let rec = Recording { name: name.to_string(), c2s: Vec::new(), requests: Vec::new() };
-        let mut c = Conversation { shard, server, client, rec };
+        let rec = Recording {
+            name: name.to_string(),
+            c2s: Vec::new(),
+            requests: Vec::new(),
+        };
+        let mut c = Conversation {
+            shard,
+            server,
+            client,
+            rec,
+        };
         let mut out = Vec::new();
         c.client.start(start(), &mut out);
         c.pump(out);
@@ -50,7 +59,9 @@ impl Conversation {
             }
             self.rec.c2s.extend_from_slice(&c2s);
             let mut s2c = Vec::new();
-            let st = self.server.on_recv(&mut self.shard, start(), &c2s, &mut s2c);
+            let st = self
+                .server
+                .on_recv(&mut self.shard, start(), &c2s, &mut s2c);
             c2s.clear();
             if !s2c.is_empty() {
                 let _ = self.client.on_recv(start(), &s2c, &mut c2s);
@@ -83,8 +94,11 @@ impl Conversation {
             requested_session_timeout: 60_000.0,
             ..Default::default()
         })));
-        let Some(Response::CreateSession(cs)) = r else { panic!("CreateSession: {r:?}") };
-        self.client.set_authentication_token(cs.authentication_token.clone());
+        let Some(Response::CreateSession(cs)) = r else {
+            panic!("CreateSession: {r:?}")
+        };
+        self.client
+            .set_authentication_token(cs.authentication_token.clone());
         let policy_id = cs
             .server_endpoints
             .iter()
@@ -93,11 +107,16 @@ impl Conversation {
             .map(|p| p.policy_id.clone())
             .unwrap_or_default();
         let r = self.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id,
+            }),
             locale_ids: vec!["en".into()],
             ..Default::default()
         })));
-        assert!(matches!(r, Some(Response::ActivateSession(_))), "ActivateSession: {r:?}");
+        assert!(
+            matches!(r, Some(Response::ActivateSession(_))),
+            "ActivateSession: {r:?}"
+        );
     }
 
     fn close(mut self) -> Recording {
@@ -111,7 +130,11 @@ impl Conversation {
 const URL: &str = "opc.tcp://localhost:4840/uaring";
 
 fn rv(node: NodeId, attribute_id: u32) -> ReadValueId {
-    ReadValueId { node_id: node, attribute_id, ..Default::default() }
+    ReadValueId {
+        node_id: node,
+        attribute_id,
+        ..Default::default()
+    }
 }
 
 /// The conversations: channel only, discovery, and one per service set after a session.
@@ -122,8 +145,14 @@ pub fn recordings() -> Vec<Recording> {
     all.push(c.close());
 
     let mut c = Conversation::new("discovery", ClientConfig::new(URL));
-    c.call(Request::GetEndpoints(Box::new(GetEndpointsRequest { endpoint_url: URL.into(), ..Default::default() })));
-    c.call(Request::FindServers(Box::new(FindServersRequest { endpoint_url: URL.into(), ..Default::default() })));
+    c.call(Request::GetEndpoints(Box::new(GetEndpointsRequest {
+        endpoint_url: URL.into(),
+        ..Default::default()
+    })));
+    c.call(Request::FindServers(Box::new(FindServersRequest {
+        endpoint_url: URL.into(),
+        ..Default::default()
+    })));
     all.push(c.close());
 
     let mut c = Conversation::new("attribute", ClientConfig::new(URL));
@@ -131,13 +160,23 @@ pub fn recordings() -> Vec<Recording> {
     let mut nodes: Vec<ReadValueId> = (1..=22).map(|a| rv(NodeId::ns0(2253), a)).collect();
     nodes.push(rv(NodeId::ns0(2258), 13));
     nodes.push(rv(NodeId::numeric(1, 1001), 13));
-    nodes.push(ReadValueId { index_range: "1:3".into(), ..rv(NodeId::ns0(2255), 13) });
-    c.call(Request::Read(Box::new(ReadRequest { nodes_to_read: nodes, timestamps_to_return: TimestampsToReturn::Both, ..Default::default() })));
+    nodes.push(ReadValueId {
+        index_range: "1:3".into(),
+        ..rv(NodeId::ns0(2255), 13)
+    });
+    c.call(Request::Read(Box::new(ReadRequest {
+        nodes_to_read: nodes,
+        timestamps_to_return: TimestampsToReturn::Both,
+        ..Default::default()
+    })));
     c.call(Request::Write(Box::new(WriteRequest {
         nodes_to_write: vec![WriteValue {
             node_id: NodeId::numeric(1, 1001),
             attribute_id: 13,
-            value: uaring_core::DataValue { value: Variant::Int32(5), ..Default::default() },
+            value: uaring_core::DataValue {
+                value: Variant::Int32(5),
+                ..Default::default()
+            },
             ..Default::default()
         }],
         ..Default::default()
@@ -158,24 +197,37 @@ pub fn recordings() -> Vec<Recording> {
         ..Default::default()
     })));
     if let Some(Response::Browse(b)) = r {
-        let cps = b.results.iter().map(|r| r.continuation_point.clone()).filter(|c| !c.is_null()).collect();
-        c.call(Request::BrowseNext(Box::new(BrowseNextRequest { continuation_points: cps, ..Default::default() })));
+        let cps = b
+            .results
+            .iter()
+            .map(|r| r.continuation_point.clone())
+            .filter(|c| !c.is_null())
+            .collect();
+        c.call(Request::BrowseNext(Box::new(BrowseNextRequest {
+            continuation_points: cps,
+            ..Default::default()
+        })));
     }
-    c.call(Request::TranslateBrowsePathsToNodeIds(Box::new(TranslateBrowsePathsToNodeIdsRequest {
-        browse_paths: vec![BrowsePath {
-            starting_node: NodeId::ns0(84),
-            relative_path: RelativePath {
-                elements: vec![RelativePathElement {
-                    reference_type_id: NodeId::ns0(33),
-                    include_subtypes: true,
-                    target_name: QualifiedName::new(0, "Objects"),
-                    ..Default::default()
-                }],
-            },
-        }],
+    c.call(Request::TranslateBrowsePathsToNodeIds(Box::new(
+        TranslateBrowsePathsToNodeIdsRequest {
+            browse_paths: vec![BrowsePath {
+                starting_node: NodeId::ns0(84),
+                relative_path: RelativePath {
+                    elements: vec![RelativePathElement {
+                        reference_type_id: NodeId::ns0(33),
+                        include_subtypes: true,
+                        target_name: QualifiedName::new(0, "Objects"),
+                        ..Default::default()
+                    }],
+                },
+            }],
+            ..Default::default()
+        },
+    )));
+    c.call(Request::RegisterNodes(Box::new(RegisterNodesRequest {
+        nodes_to_register: vec![NodeId::ns0(2258)],
         ..Default::default()
     })));
-    c.call(Request::RegisterNodes(Box::new(RegisterNodesRequest { nodes_to_register: vec![NodeId::ns0(2258)], ..Default::default() })));
     c.call(Request::Call(Box::new(CallRequest {
         methods_to_call: vec![CallMethodRequest {
             object_id: NodeId::ns0(2253),
@@ -188,13 +240,15 @@ pub fn recordings() -> Vec<Recording> {
 
     let mut c = Conversation::new("subscription", ClientConfig::new(URL));
     c.session();
-    let r = c.call(Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
-        requested_publishing_interval: 100.0,
-        requested_lifetime_count: 60,
-        requested_max_keep_alive_count: 10,
-        publishing_enabled: true,
-        ..Default::default()
-    })));
+    let r = c.call(Request::CreateSubscription(Box::new(
+        CreateSubscriptionRequest {
+            requested_publishing_interval: 100.0,
+            requested_lifetime_count: 60,
+            requested_max_keep_alive_count: 10,
+            publishing_enabled: true,
+            ..Default::default()
+        },
+    )));
     let sid = match r {
         Some(Response::CreateSubscription(s)) => s.subscription_id,
         _ => 1,
@@ -211,31 +265,59 @@ pub fn recordings() -> Vec<Recording> {
             .collect(),
         ..Default::default()
     };
-    c.call(Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
-        subscription_id: sid,
-        timestamps_to_return: TimestampsToReturn::Both,
-        items_to_create: vec![
-            MonitoredItemCreateRequest {
-                item_to_monitor: rv(NodeId::ns0(2258), 13),
-                monitoring_mode: MonitoringMode::Reporting,
-                requested_parameters: MonitoringParameters { client_handle: 1, sampling_interval: 50.0, queue_size: 2, ..Default::default() },
-            },
-            MonitoredItemCreateRequest {
-                item_to_monitor: rv(NodeId::ns0(2253), 12),
-                monitoring_mode: MonitoringMode::Reporting,
-                requested_parameters: MonitoringParameters {
-                    client_handle: 2,
-                    filter: ExtensionObject::from_struct(&event_filter),
-                    queue_size: 10,
-                    ..Default::default()
+    c.call(Request::CreateMonitoredItems(Box::new(
+        CreateMonitoredItemsRequest {
+            subscription_id: sid,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![
+                MonitoredItemCreateRequest {
+                    item_to_monitor: rv(NodeId::ns0(2258), 13),
+                    monitoring_mode: MonitoringMode::Reporting,
+                    requested_parameters: MonitoringParameters {
+                        client_handle: 1,
+                        sampling_interval: 50.0,
+                        queue_size: 2,
+                        ..Default::default()
+                    },
                 },
-            },
-        ],
-        ..Default::default()
-    })));
-    c.call(Request::ModifySubscription(Box::new(ModifySubscriptionRequest { subscription_id: sid, requested_publishing_interval: 200.0, requested_lifetime_count: 60, requested_max_keep_alive_count: 10, ..Default::default() })));
-    c.call(Request::SetPublishingMode(Box::new(SetPublishingModeRequest { publishing_enabled: true, subscription_ids: vec![sid], ..Default::default() })));
-    c.call(Request::SetMonitoringMode(Box::new(SetMonitoringModeRequest { subscription_id: sid, monitoring_mode: MonitoringMode::Sampling, monitored_item_ids: vec![1], ..Default::default() })));
+                MonitoredItemCreateRequest {
+                    item_to_monitor: rv(NodeId::ns0(2253), 12),
+                    monitoring_mode: MonitoringMode::Reporting,
+                    requested_parameters: MonitoringParameters {
+                        client_handle: 2,
+                        filter: ExtensionObject::from_struct(&event_filter),
+                        queue_size: 10,
+                        ..Default::default()
+                    },
+                },
+            ],
+            ..Default::default()
+        },
+    )));
+    c.call(Request::ModifySubscription(Box::new(
+        ModifySubscriptionRequest {
+            subscription_id: sid,
+            requested_publishing_interval: 200.0,
+            requested_lifetime_count: 60,
+            requested_max_keep_alive_count: 10,
+            ..Default::default()
+        },
+    )));
+    c.call(Request::SetPublishingMode(Box::new(
+        SetPublishingModeRequest {
+            publishing_enabled: true,
+            subscription_ids: vec![sid],
+            ..Default::default()
+        },
+    )));
+    c.call(Request::SetMonitoringMode(Box::new(
+        SetMonitoringModeRequest {
+            subscription_id: sid,
+            monitoring_mode: MonitoringMode::Sampling,
+            monitored_item_ids: vec![1],
+            ..Default::default()
+        },
+    )));
     // Publish is answered later (on a publishing cycle): send without waiting.
     for _ in 0..2 {
         let req = Request::Publish(Box::new(PublishRequest::default()));
@@ -246,10 +328,28 @@ pub fn recordings() -> Vec<Recording> {
         let _ = c.client.send_request(req, start(), &mut out);
         c.pump(out);
     }
-    c.call(Request::Republish(Box::new(RepublishRequest { subscription_id: sid, retransmit_sequence_number: 1, ..Default::default() })));
-    c.call(Request::DeleteMonitoredItems(Box::new(DeleteMonitoredItemsRequest { subscription_id: sid, monitored_item_ids: vec![1, 2], ..Default::default() })));
-    c.call(Request::DeleteSubscriptions(Box::new(DeleteSubscriptionsRequest { subscription_ids: vec![sid], ..Default::default() })));
-    c.call(Request::CloseSession(Box::new(CloseSessionRequest { delete_subscriptions: true, ..Default::default() })));
+    c.call(Request::Republish(Box::new(RepublishRequest {
+        subscription_id: sid,
+        retransmit_sequence_number: 1,
+        ..Default::default()
+    })));
+    c.call(Request::DeleteMonitoredItems(Box::new(
+        DeleteMonitoredItemsRequest {
+            subscription_id: sid,
+            monitored_item_ids: vec![1, 2],
+            ..Default::default()
+        },
+    )));
+    c.call(Request::DeleteSubscriptions(Box::new(
+        DeleteSubscriptionsRequest {
+            subscription_ids: vec![sid],
+            ..Default::default()
+        },
+    )));
+    c.call(Request::CloseSession(Box::new(CloseSessionRequest {
+        delete_subscriptions: true,
+        ..Default::default()
+    })));
     all.push(c.close());
 
     // Small buffers: a Read split over many chunks.
@@ -258,8 +358,13 @@ pub fn recordings() -> Vec<Recording> {
     cfg.limits.send_buffer_size = 8192;
     let mut c = Conversation::new("chunked", cfg);
     c.session();
-    let nodes = (0..600).map(|i| rv(NodeId::numeric(1, 1001 + i % 100), 13)).collect();
-    c.call(Request::Read(Box::new(ReadRequest { nodes_to_read: nodes, ..Default::default() })));
+    let nodes = (0..600)
+        .map(|i| rv(NodeId::numeric(1, 1001 + i % 100), 13))
+        .collect();
+    c.call(Request::Read(Box::new(ReadRequest {
+        nodes_to_read: nodes,
+        ..Default::default()
+    })));
     all.push(c.close());
 
     all

@@ -4,7 +4,9 @@
 
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::{ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, UserTokenType};
+use uaring_core::generated::types::{
+    ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, UserTokenType,
+};
 use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
@@ -27,30 +29,49 @@ impl Net {
     /// A fresh shard and a client connection with its secure channel open (SecurityPolicy None).
     pub fn connected(now: Now) -> Net {
         let shared = ServerShared::new(ServerConfig::default(), now).expect("server");
-        let mut shard = ShardState::new(shared, 0, Box::new(uaring_core::random::ChaCha::from_u64(1)));
+        let mut shard = ShardState::new(
+            shared,
+            0,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        );
         let server = ServerConnection::new(&mut shard, None, now);
         let config = ClientConfig::new("opc.tcp://localhost:4840/uaring");
-        let mut client = ClientConnection::new(config, Box::new(uaring_core::random::ChaCha::from_u64(2)));
+        let mut client =
+            ClientConnection::new(config, Box::new(uaring_core::random::ChaCha::from_u64(2)));
         let mut c2s = Vec::new();
         client.start(now, &mut c2s);
-        let mut n = Net { shard, server, client, c2s, s2c: Vec::new(), now };
+        let mut n = Net {
+            shard,
+            server,
+            client,
+            c2s,
+            s2c: Vec::new(),
+            now,
+        };
         n.pump();
         n
     }
 
     /// CreateSession (with `session_timeout_ms` and `max_response_message_size`, 0 = none) and
     /// an anonymous ActivateSession; the client then sends the session's token.
-    pub fn activate_anonymous_session(&mut self, session_timeout_ms: f64, max_response_message_size: u32) {
-        let Response::CreateSession(cs) = self.call(Request::CreateSession(Box::new(CreateSessionRequest {
-            session_name: "t".into(),
-            client_nonce: ByteString::from(vec![1u8; 32]),
-            requested_session_timeout: session_timeout_ms,
-            max_response_message_size,
-            ..Default::default()
-        }))) else {
+    pub fn activate_anonymous_session(
+        &mut self,
+        session_timeout_ms: f64,
+        max_response_message_size: u32,
+    ) {
+        let Response::CreateSession(cs) =
+            self.call(Request::CreateSession(Box::new(CreateSessionRequest {
+                session_name: "t".into(),
+                client_nonce: ByteString::from(vec![1u8; 32]),
+                requested_session_timeout: session_timeout_ms,
+                max_response_message_size,
+                ..Default::default()
+            })))
+        else {
             panic!("CreateSession failed")
         };
-        self.client.set_authentication_token(cs.authentication_token.clone());
+        self.client
+            .set_authentication_token(cs.authentication_token.clone());
         let policy_id = cs
             .server_endpoints
             .iter()
@@ -59,7 +80,9 @@ impl Net {
             .map(|p| p.policy_id.clone())
             .unwrap_or_default();
         let act = self.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id }),
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id,
+            }),
             ..Default::default()
         })));
         assert!(act.response_header().service_result.is_good(), "{act:?}");
@@ -72,15 +95,24 @@ impl Net {
                 return;
             }
             let data = std::mem::take(&mut self.c2s);
-            assert_eq!(self.server.on_recv(&mut self.shard, self.now, &data, &mut self.s2c), ConnStatus::Open);
+            assert_eq!(
+                self.server
+                    .on_recv(&mut self.shard, self.now, &data, &mut self.s2c),
+                ConnStatus::Open
+            );
             let data = std::mem::take(&mut self.s2c);
-            self.client.on_recv(self.now, &data, &mut self.c2s).expect("client");
+            self.client
+                .on_recv(self.now, &data, &mut self.c2s)
+                .expect("client");
         }
     }
 
     /// Sends `r` and returns its response (which must be the next one).
     pub fn call(&mut self, r: Request) -> Response {
-        let id = self.client.send_request(r, self.now, &mut self.c2s).expect("send");
+        let id = self
+            .client
+            .send_request(r, self.now, &mut self.c2s)
+            .expect("send");
         self.pump();
         let (rid, resp) = self.client.poll_response().expect("response");
         assert_eq!(rid, id);

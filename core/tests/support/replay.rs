@@ -16,7 +16,10 @@ use uaring_core::{DateTime, Now};
 
 /// The fixed start time of every run.
 pub fn start() -> Now {
-    Now::new(1_000_000_000_000, DateTime::from_unix_nanos(1_700_000_000_000_000_000))
+    Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
 }
 
 /// The server every input runs against: the default configuration (Demo namespace,
@@ -24,14 +27,19 @@ pub fn start() -> Now {
 /// written by one input stay for the next, as they would in a server.)
 pub fn shared() -> Arc<ServerShared> {
     static SHARED: OnceLock<Arc<ServerShared>> = OnceLock::new();
-    SHARED.get_or_init(|| ServerShared::new(ServerConfig::default(), start()).expect("default configuration")).clone()
+    SHARED
+        .get_or_init(|| {
+            ServerShared::new(ServerConfig::default(), start()).expect("default configuration")
+        })
+        .clone()
 }
 
 /// A fresh shard over [`shared`], default limits, random numbers from seed 1. Shard 1:
 /// shard 0 runs the Demo event generator, whose catch-up after the time jumps costs
 /// milliseconds per input.
 pub fn shard() -> ShardState {
-    ShardState::new(shared(), 1, Box::new(ChaCha::from_u64(1))).with_transport_limits(TransportLimits::default())
+    ShardState::new(shared(), 1, Box::new(ChaCha::from_u64(1)))
+        .with_transport_limits(TransportLimits::default())
 }
 
 /// The input is what a client sent on one TCP connection. It is fed in one piece at the
@@ -61,12 +69,17 @@ pub fn run_server(data: &[u8]) {
         }
     }
     conn.on_close(&mut shard, now);
-    assert_eq!(shard.open_channel_count(), 0, "a channel outlived its connection");
+    assert_eq!(
+        shard.open_channel_count(),
+        0,
+        "a channel outlived its connection"
+    );
 }
 
 /// The binary encoding ids of every request the server decodes (the `requests` target
 /// picks one with its first byte).
 pub const REQUEST_IDS: [u32; 39] = [
-    422, 12208, 428, 437, 12211, 446, 452, 461, 467, 473, 479, 488, 494, 500, 506, 527, 533, 554, 560, 566, 615, 621,
-    631, 664, 673, 700, 712, 751, 763, 769, 775, 781, 787, 793, 799, 826, 832, 841, 847,
+    422, 12208, 428, 437, 12211, 446, 452, 461, 467, 473, 479, 488, 494, 500, 506, 527, 533, 554,
+    560, 566, 615, 621, 631, 664, 673, 700, 712, 751, 763, 769, 775, 781, 787, 793, 799, 826, 832,
+    841, 847,
 ];

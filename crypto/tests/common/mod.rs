@@ -109,7 +109,12 @@ pub fn find_err(out: &[u8]) -> Option<uaring_core::StatusCode> {
     while i + 8 <= out.len() {
         let size = u32::from_le_bytes([out[i + 4], out[i + 5], out[i + 6], out[i + 7]]) as usize;
         if &out[i..i + 3] == b"ERR" && i + 12 <= out.len() {
-            return Some(uaring_core::StatusCode(u32::from_le_bytes([out[i + 8], out[i + 9], out[i + 10], out[i + 11]])));
+            return Some(uaring_core::StatusCode(u32::from_le_bytes([
+                out[i + 8],
+                out[i + 9],
+                out[i + 10],
+                out[i + 11],
+            ])));
         }
         if size < 8 {
             return None;

@@ -53,24 +53,27 @@ use uaring_core::encoding::{Decode, Decoder, Encode};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::node_ids;
 use uaring_core::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType, CreateSessionRequest,
-    MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse, RequestHeader, SecurityTokenRequestType,
-    SignatureData,
+    ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType,
+    CreateSessionRequest, MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse,
+    RequestHeader, SecurityTokenRequestType, SignatureData,
 };
 use uaring_core::secure_channel::{
-    open_chunk, parse_chunk_head, write_chunks, AsymmetricSecurityHeader, Assembly, ChunkCrypto, ChunkLimits,
-    EndpointSecurity, MessageAssembler, NonePolicy, PlainCrypto, Role, SecurityHeader, SecurityPolicy,
-    SecurityProvider, SequenceChecker, SequenceCounter,
+    open_chunk, parse_chunk_head, write_chunks, Assembly, AsymmetricSecurityHeader, ChunkCrypto,
+    ChunkLimits, EndpointSecurity, MessageAssembler, NonePolicy, PlainCrypto, Role, SecurityHeader,
+    SecurityPolicy, SecurityProvider, SequenceChecker, SequenceCounter,
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
 use uaring_core::transport::{
-    negotiate_client, AcknowledgeMessage, ErrorMessage, FrameReader, HelloMessage, MessageType, Negotiated,
-    MESSAGE_HEADER_LEN,
+    negotiate_client, AcknowledgeMessage, ErrorMessage, FrameReader, HelloMessage, MessageType,
+    Negotiated, MESSAGE_HEADER_LEN,
 };
 use uaring_core::types::{ByteString, ExtensionObject, NodeId, StatusCode};
 use uaring_core::{DecodeLimits, Now};
-use uaring_crypto::{generate_self_signed, p_sha256, thumbprint, CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};
+use uaring_crypto::{
+    generate_self_signed, p_sha256, thumbprint, CertificateRequest, OwnIdentity, PolicyId,
+    RsaPolicy,
+};
 
 use crate::replay::{shard, start};
 
@@ -145,7 +148,9 @@ impl StandIn {
     }
 
     fn signature_algorithm(&self) -> &'static str {
-        PolicyId::Basic256Sha256.asym_signature_algorithm_uri().unwrap_or_default()
+        PolicyId::Basic256Sha256
+            .asym_signature_algorithm_uri()
+            .unwrap_or_default()
     }
 }
 
@@ -176,7 +181,8 @@ impl SecurityPolicy for StandIn {
         if peer_certificate.is_none() {
             return Err(StatusCode::BadCertificateInvalid);
         }
-        if role == Role::Server && receiver_thumbprint != Some(&thumbprint(SERVER_CERTIFICATE)[..]) {
+        if role == Role::Server && receiver_thumbprint != Some(&thumbprint(SERVER_CERTIFICATE)[..])
+        {
             return Err(StatusCode::BadCertificateInvalid);
         }
         Ok(Box::new(PlainCrypto))
@@ -191,9 +197,18 @@ impl SecurityPolicy for StandIn {
         self.rsa.symmetric(role, mode, local_nonce, remote_nonce)
     }
     fn sign_own(&self, data: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
-        Ok((self.signature_algorithm().to_owned(), stand_in_signature(data)))
+        Ok((
+            self.signature_algorithm().to_owned(),
+            stand_in_signature(data),
+        ))
     }
-    fn verify_signature(&self, _: &[u8], data: &[u8], algorithm_uri: &str, signature: &[u8]) -> Result<(), StatusCode> {
+    fn verify_signature(
+        &self,
+        _: &[u8],
+        data: &[u8],
+        algorithm_uri: &str,
+        signature: &[u8],
+    ) -> Result<(), StatusCode> {
         if algorithm_uri == self.signature_algorithm() && signature == stand_in_signature(data) {
             Ok(())
         } else {
@@ -212,15 +227,24 @@ pub fn secure_shard() -> ShardState {
     let policy: Arc<dyn SecurityPolicy> = StandIn::get();
     let uri = policy.uri().to_owned();
     p.add_policy(policy);
-    for mode in [MessageSecurityMode::Sign, MessageSecurityMode::SignAndEncrypt] {
-        p.add_endpoint(EndpointSecurity { policy_uri: uri.clone(), mode });
+    for mode in [
+        MessageSecurityMode::Sign,
+        MessageSecurityMode::SignAndEncrypt,
+    ] {
+        p.add_endpoint(EndpointSecurity {
+            policy_uri: uri.clone(),
+            mode,
+        });
     }
     shard().with_security(p)
 }
 
 /// Limits of what the client decodes: generous (a server may send more than it accepts).
 fn client_decode_limits() -> DecodeLimits {
-    DecodeLimits { max_decoded_size: 1 << 30, ..DecodeLimits::default() }
+    DecodeLimits {
+        max_decoded_size: 1 << 30,
+        ..DecodeLimits::default()
+    }
 }
 
 /// The client end: sends with the current token, and checks everything the server sends.
@@ -252,8 +276,11 @@ struct Client {
 
 impl Client {
     fn new(mode: MessageSecurityMode) -> Client {
-        let policy: Arc<dyn SecurityPolicy> =
-            if mode == MessageSecurityMode::None { Arc::new(NonePolicy) } else { StandIn::get() };
+        let policy: Arc<dyn SecurityPolicy> = if mode == MessageSecurityMode::None {
+            Arc::new(NonePolicy)
+        } else {
+            StandIn::get()
+        };
         let legacy = policy.legacy_sequence_numbers();
         Client {
             policy,
@@ -298,7 +325,11 @@ impl Client {
     }
 
     fn limits(&self, max_chunk_size: u32) -> ChunkLimits {
-        ChunkLimits { max_chunk_size, max_message_size: 0, max_chunk_count: 0 }
+        ChunkLimits {
+            max_chunk_size,
+            max_message_size: 0,
+            max_chunk_count: 0,
+        }
     }
 
     fn send_buffer_size(&self) -> u32 {
@@ -318,7 +349,10 @@ impl Client {
             n
         };
         let header = if self.policy.nonce_len() == 0 {
-            AsymmetricSecurityHeader { security_policy_uri: self.policy.uri().to_owned(), ..Default::default() }
+            AsymmetricSecurityHeader {
+                security_policy_uri: self.policy.uri().to_owned(),
+                ..Default::default()
+            }
         } else {
             AsymmetricSecurityHeader {
                 security_policy_uri: self.policy.uri().to_owned(),
@@ -327,7 +361,11 @@ impl Client {
             }
         };
         let req = OpenSecureChannelRequest {
-            request_header: RequestHeader { timestamp: start().utc, request_handle: 1, ..Default::default() },
+            request_header: RequestHeader {
+                timestamp: start().utc,
+                request_handle: 1,
+                ..Default::default()
+            },
             client_protocol_version: 0,
             request_type,
             security_mode: self.mode,
@@ -356,20 +394,45 @@ impl Client {
     }
 
     /// A whole message, chunked at most `max_chunk_size` bytes per chunk.
-    fn message(&mut self, message_type: MessageType, body: &[u8], max_chunk_size: u32, out: &mut Vec<u8>) {
+    fn message(
+        &mut self,
+        message_type: MessageType,
+        body: &[u8],
+        max_chunk_size: u32,
+        out: &mut Vec<u8>,
+    ) {
         let request_id = self.request_id();
         let limits = self.limits(max_chunk_size.min(self.send_buffer_size()));
-        let header = SecurityHeader::Symmetric { token_id: self.send_token };
-        let crypto: &dyn ChunkCrypto = match self.tokens.iter().find(|(id, _)| *id == self.send_token) {
-            Some((_, Some(c))) => &**c,
-            _ => &PlainCrypto,
+        let header = SecurityHeader::Symmetric {
+            token_id: self.send_token,
         };
+        let crypto: &dyn ChunkCrypto =
+            match self.tokens.iter().find(|(id, _)| *id == self.send_token) {
+                Some((_, Some(c))) => &**c,
+                _ => &PlainCrypto,
+            };
         // Errors (a body over the chunk limits) send nothing.
-        let _ = write_chunks(message_type, self.channel_id, &header, request_id, body, crypto, &mut self.send_seq, &limits, out);
+        let _ = write_chunks(
+            message_type,
+            self.channel_id,
+            &header,
+            request_id,
+            body,
+            crypto,
+            &mut self.send_seq,
+            &limits,
+            out,
+        );
     }
 
     /// A chunk whose plaintext after the security header is given; signed and encrypted.
-    fn chunk(&mut self, message_type: MessageType, chunk_type: u8, plain: &[u8], out: &mut Vec<u8>) {
+    fn chunk(
+        &mut self,
+        message_type: MessageType,
+        chunk_type: u8,
+        plain: &[u8],
+        out: &mut Vec<u8>,
+    ) {
         let crypto = self.send_crypto();
         let layout = crypto.send_layout();
         let mut n = plain.len();
@@ -397,7 +460,8 @@ impl Client {
         }
         if let Some(s) = plain.get(..4) {
             let next = u32::from_le_bytes([s[0], s[1], s[2], s[3]]).wrapping_add(1);
-            self.send_seq = SequenceCounter::starting_at(next, self.policy.legacy_sequence_numbers());
+            self.send_seq =
+                SequenceCounter::starting_at(next, self.policy.legacy_sequence_numbers());
         }
     }
 
@@ -411,30 +475,45 @@ impl Client {
                 Err(s) => panic!("the server sent a bad chunk header: {s:?}"),
             };
             if let Some(s) = self.ended {
-                panic!("the server sent a {:?} after an ERR {s:?}", frame.header.message_type);
+                panic!(
+                    "the server sent a {:?} after an ERR {s:?}",
+                    frame.header.message_type
+                );
             }
             let header = frame.header;
             let bytes = frame.bytes;
             match header.message_type {
                 MessageType::Acknowledge => {
                     assert!(self.negotiated.is_none(), "a second ACK");
-                    let ack = AcknowledgeMessage::decode_body(&bytes[MESSAGE_HEADER_LEN..]).expect("the ACK decodes");
-                    self.negotiated = Some(negotiate_client(&self.hello, &ack).expect("the ACK negotiates"));
+                    let ack = AcknowledgeMessage::decode_body(&bytes[MESSAGE_HEADER_LEN..])
+                        .expect("the ACK decodes");
+                    self.negotiated =
+                        Some(negotiate_client(&self.hello, &ack).expect("the ACK negotiates"));
                 }
                 MessageType::Error => {
-                    let e = ErrorMessage::decode_body(&bytes[MESSAGE_HEADER_LEN..]).expect("the ERR decodes");
+                    let e = ErrorMessage::decode_body(&bytes[MESSAGE_HEADER_LEN..])
+                        .expect("the ERR decodes");
                     self.ended = Some(e.error);
                 }
                 MessageType::OpenSecureChannel | MessageType::Message => {
-                    let head = parse_chunk_head(header, bytes).expect("the server's chunk head parses");
+                    let head =
+                        parse_chunk_head(header, bytes).expect("the server's chunk head parses");
                     let crypto: &dyn ChunkCrypto = match &head.security {
                         SecurityHeader::Asymmetric(a) => {
-                            assert_eq!(a.security_policy_uri, self.policy.uri(), "OPN answered under another policy");
+                            assert_eq!(
+                                a.security_policy_uri,
+                                self.policy.uri(),
+                                "OPN answered under another policy"
+                            );
                             &PlainCrypto
                         }
                         SecurityHeader::Symmetric { token_id } => {
-                            let Some(at) = self.tokens.iter().position(|(id, _)| id == token_id) else {
-                                panic!("the server sent with token {token_id}, not one of {:?}", self.token_ids())
+                            let Some(at) = self.tokens.iter().position(|(id, _)| id == token_id)
+                            else {
+                                panic!(
+                                    "the server sent with token {token_id}, not one of {:?}",
+                                    self.token_ids()
+                                )
                             };
                             // The server sends with the last token the client used until the
                             // client uses a newer one (however many renewals came between),
@@ -446,7 +525,8 @@ impl Client {
                                 // A token made by a raw OPN of the input: its keys are
                                 // unknown, so the chunk cannot be checked (nor its number).
                                 None => {
-                                    self.recv_seq = SequenceChecker::new(self.policy.legacy_sequence_numbers());
+                                    self.recv_seq =
+                                        SequenceChecker::new(self.policy.legacy_sequence_numbers());
                                     continue;
                                 }
                             }
@@ -454,18 +534,34 @@ impl Client {
                     };
                     // The first OPN response names the channel (checked in on_open_response).
                     if self.channel_id != 0 {
-                        assert_eq!(head.secure_channel_id, self.channel_id, "the channel id of a response");
+                        assert_eq!(
+                            head.secure_channel_id, self.channel_id,
+                            "the channel id of a response"
+                        );
                     }
                     let opened = open_chunk(bytes, head.sequence_offset, crypto, &mut self.scratch)
                         .unwrap_or_else(|s| panic!("a chunk the server sent does not open: {s:?}"));
-                    self.recv_seq.check(opened.sequence_number).expect("the server's sequence numbers");
+                    self.recv_seq
+                        .check(opened.sequence_number)
+                        .expect("the server's sequence numbers");
                     let assembled = self
                         .assembler
-                        .push(header.message_type, header.chunk_type, opened.request_id, opened.body, 1 << 30, 1 << 20, StatusCode::BadResponseTooLarge, 0)
+                        .push(
+                            header.message_type,
+                            header.chunk_type,
+                            opened.request_id,
+                            opened.body,
+                            1 << 30,
+                            1 << 20,
+                            StatusCode::BadResponseTooLarge,
+                            0,
+                        )
                         .unwrap_or_else(|s| panic!("the server's chunks do not assemble: {s:?}"));
                     let body = match assembled {
                         Assembly::Partial => continue,
-                        Assembly::Aborted { error, .. } => panic!("the server aborted a response: {error:?}"),
+                        Assembly::Aborted { error, .. } => {
+                            panic!("the server aborted a response: {error:?}")
+                        }
                         Assembly::Complete { body, .. } => body.to_vec(),
                     };
                     if header.message_type == MessageType::OpenSecureChannel {
@@ -487,8 +583,12 @@ impl Client {
     fn on_open_response(&mut self, body: &[u8]) {
         let mut d = Decoder::new(body, client_decode_limits());
         let type_id = NodeId::decode(&mut d).expect("OPN response type id");
-        assert_eq!(type_id.as_ns0(), Some(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary));
-        let r = OpenSecureChannelResponse::decode(&mut d).expect("OpenSecureChannelResponse decodes");
+        assert_eq!(
+            type_id.as_ns0(),
+            Some(node_ids::OpenSecureChannelResponse_Encoding_DefaultBinary)
+        );
+        let r =
+            OpenSecureChannelResponse::decode(&mut d).expect("OpenSecureChannelResponse decodes");
         assert!(d.is_empty(), "bytes after the OpenSecureChannelResponse");
         let token = r.security_token;
         if self.channel_id == 0 {
@@ -506,7 +606,10 @@ impl Client {
                 Some(c)
             }
             // The input's own OPN (sent raw): the client nonce is not known here.
-            None => self.policy.symmetric(Role::Client, self.mode, &[], r.server_nonce.as_bytes()).ok(),
+            None => self
+                .policy
+                .symmetric(Role::Client, self.mode, &[], r.server_nonce.as_bytes())
+                .ok(),
         };
         self.tokens.retain(|(id, _)| *id != token.token_id);
         self.tokens.push((token.token_id, crypto));
@@ -548,14 +651,25 @@ impl Run {
         let now = start();
         let conn = ServerConnection::new(&mut shard, None, now);
         let client = Client::new(mode);
-        let mut run = Run { shard, conn, client, now, closed: false, authentication_token: NodeId::NULL };
+        let mut run = Run {
+            shard,
+            conn,
+            client,
+            now,
+            closed: false,
+            authentication_token: NodeId::NULL,
+        };
         let mut out = Vec::new();
         run.client.hello(&mut out);
         run.send(&out);
         out.clear();
         run.client.open(SecurityTokenRequestType::Issue, &mut out);
         run.send(&out);
-        assert!(!run.closed && run.client.send_token != 0, "OpenSecureChannel failed: {:?}", run.client.ended);
+        assert!(
+            !run.closed && run.client.send_token != 0,
+            "OpenSecureChannel failed: {:?}",
+            run.client.ended
+        );
         if flags & 4 == 0 {
             run.session();
         }
@@ -591,7 +705,8 @@ impl Run {
     /// (the sequence number and request id are used up).
     pub fn seal(&mut self, body: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        self.client.message(MessageType::Message, body, u32::MAX, &mut out);
+        self.client
+            .message(MessageType::Message, body, u32::MAX, &mut out);
         out
     }
 
@@ -621,7 +736,11 @@ impl Run {
     fn session(&mut self) {
         let secure = self.client.mode != MessageSecurityMode::None;
         let r = self.call(&Request::CreateSession(Box::new(CreateSessionRequest {
-            request_header: RequestHeader { timestamp: start().utc, request_handle: 1, ..Default::default() },
+            request_header: RequestHeader {
+                timestamp: start().utc,
+                request_handle: 1,
+                ..Default::default()
+            },
             client_description: ApplicationDescription {
                 application_uri: "urn:uaring:fuzz".into(),
                 application_type: ApplicationType::Client,
@@ -629,32 +748,50 @@ impl Run {
             },
             endpoint_url: URL.into(),
             session_name: "fuzz".into(),
-            client_nonce: if secure { ByteString::from(SESSION_NONCE.to_vec()) } else { ByteString::null() },
-            client_certificate: if secure { ByteString::from(CLIENT_CERTIFICATE) } else { ByteString::null() },
+            client_nonce: if secure {
+                ByteString::from(SESSION_NONCE.to_vec())
+            } else {
+                ByteString::null()
+            },
+            client_certificate: if secure {
+                ByteString::from(CLIENT_CERTIFICATE)
+            } else {
+                ByteString::null()
+            },
             requested_session_timeout: 600_000.0,
             ..Default::default()
         })));
-        let Some(Response::CreateSession(cs)) = r.into_iter().next() else { panic!("CreateSession failed") };
+        let Some(Response::CreateSession(cs)) = r.into_iter().next() else {
+            panic!("CreateSession failed")
+        };
         let signature = if secure {
             let mut data = SERVER_CERTIFICATE.to_vec();
             data.extend_from_slice(cs.server_nonce.as_bytes());
-            let (algorithm, signature) = StandIn::get().sign_own(&data).expect("stand-in signature");
-            SignatureData { algorithm: algorithm.as_str().into(), signature: ByteString::from(signature) }
+            let (algorithm, signature) =
+                StandIn::get().sign_own(&data).expect("stand-in signature");
+            SignatureData {
+                algorithm: algorithm.as_str().into(),
+                signature: ByteString::from(signature),
+            }
         } else {
             SignatureData::default()
         };
-        let r = self.call(&Request::ActivateSession(Box::new(ActivateSessionRequest {
-            request_header: RequestHeader {
-                authentication_token: cs.authentication_token.clone(),
-                timestamp: start().utc,
-                request_handle: 2,
+        let r = self.call(&Request::ActivateSession(Box::new(
+            ActivateSessionRequest {
+                request_header: RequestHeader {
+                    authentication_token: cs.authentication_token.clone(),
+                    timestamp: start().utc,
+                    request_handle: 2,
+                    ..Default::default()
+                },
+                client_signature: signature,
+                user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                    policy_id: "anonymous".into(),
+                }),
+                locale_ids: vec!["en".into()],
                 ..Default::default()
             },
-            client_signature: signature,
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken { policy_id: "anonymous".into() }),
-            locale_ids: vec!["en".into()],
-            ..Default::default()
-        })));
+        )));
         match r.first() {
             Some(Response::ActivateSession(a)) if a.response_header.service_result.is_good() => {}
             other => panic!("ActivateSession failed: {other:?}"),
@@ -679,13 +816,20 @@ impl Run {
         let mut ready = Vec::new();
         self.shard.take_ready_channels(&mut ready);
         let mut s2c = Vec::new();
-        let st = self.conn.flush_deferred(&mut self.shard, self.now, &mut s2c);
+        let st = self
+            .conn
+            .flush_deferred(&mut self.shard, self.now, &mut s2c);
         if self.closed {
             assert_eq!(st, ConnStatus::Close, "a closed connection came back");
         }
         self.closed |= st == ConnStatus::Close;
-        if self.conn.next_deadline().is_some_and(|d| d <= self.now.mono_ns) {
-            self.closed |= self.conn.on_timer(&mut self.shard, self.now, &mut s2c) == ConnStatus::Close;
+        if self
+            .conn
+            .next_deadline()
+            .is_some_and(|d| d <= self.now.mono_ns)
+        {
+            self.closed |=
+                self.conn.on_timer(&mut self.shard, self.now, &mut s2c) == ConnStatus::Close;
         }
         self.client.receive(&s2c);
     }
@@ -697,13 +841,20 @@ impl Run {
         }
         let mut out = Vec::new();
         match op & 7 {
-            OP_CLOSE => self.client.message(MessageType::CloseSecureChannel, data, u32::MAX, &mut out),
+            OP_CLOSE => {
+                self.client
+                    .message(MessageType::CloseSecureChannel, data, u32::MAX, &mut out)
+            }
             OP_CHUNK => {
                 let (kind, chunk_type, plain) = match data {
                     [k, t, rest @ ..] => (*k, *t, rest),
                     _ => return,
                 };
-                let t = if kind & 1 == 1 { MessageType::CloseSecureChannel } else { MessageType::Message };
+                let t = if kind & 1 == 1 {
+                    MessageType::CloseSecureChannel
+                } else {
+                    MessageType::Message
+                };
                 self.client.chunk(t, chunk_type, plain, &mut out);
             }
             OP_RAW => out.extend_from_slice(data),
@@ -724,7 +875,8 @@ impl Run {
             }
             _ => {
                 let size = [u32::MAX, 4096, 512, 64][((op >> 3) & 3) as usize];
-                self.client.message(MessageType::Message, data, size, &mut out);
+                self.client
+                    .message(MessageType::Message, data, size, &mut out);
             }
         }
         self.send(&out);
@@ -736,7 +888,11 @@ impl Run {
             self.wait(ms);
         }
         self.conn.on_close(&mut self.shard, self.now);
-        assert_eq!(self.shard.open_channel_count(), 0, "a channel outlived its connection");
+        assert_eq!(
+            self.shard.open_channel_count(),
+            0,
+            "a channel outlived its connection"
+        );
     }
 }
 
@@ -761,7 +917,9 @@ pub fn parse(data: &[u8]) -> Option<(u8, Vec<(u8, &[u8])>)> {
 
 /// The fuzz target: one input (see the module documentation).
 pub fn run_secure_channel(data: &[u8]) {
-    let Some((flags, records)) = parse(data) else { return };
+    let Some((flags, records)) = parse(data) else {
+        return;
+    };
     let mut run = Run::new(flags);
     for (op, body) in records {
         run.step(op, body);

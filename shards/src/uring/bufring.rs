@@ -24,9 +24,13 @@ impl BufRing {
     /// Maps the ring, fills it with every buffer and registers it on `uring`.
     pub fn new(uring: &IoUring, entries: u16, buf_bytes: usize, bgid: u16) -> io::Result<BufRing> {
         if entries == 0 || !entries.is_power_of_two() || entries > 32768 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "buffer ring entries must be a power of two ≤ 32768"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "buffer ring entries must be a power of two ≤ 32768",
+            ));
         }
-        let ring_bytes = (entries as usize * std::mem::size_of::<BufRingEntry>()).div_ceil(4096) * 4096;
+        let ring_bytes =
+            (entries as usize * std::mem::size_of::<BufRingEntry>()).div_ceil(4096) * 4096;
         // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
         let addr = unsafe {
             libc::mmap(
@@ -41,8 +45,11 @@ impl BufRing {
         if addr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let ring = NonNull::new(addr as *mut BufRingEntry).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        let total = (entries as usize).checked_mul(buf_bytes).ok_or_else(|| io::Error::other("buffer size overflow"))?;
+        let ring = NonNull::new(addr as *mut BufRingEntry)
+            .ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let total = (entries as usize)
+            .checked_mul(buf_bytes)
+            .ok_or_else(|| io::Error::other("buffer size overflow"))?;
         let mut br = BufRing {
             ring,
             ring_bytes,
@@ -60,7 +67,14 @@ impl BufRing {
         // SAFETY: the mapping is page aligned, `entries` long, and lives until
         // `Drop`, which happens after the ring is unregistered or the io_uring closed
         // (the owner drops the BufRing before the IoUring, and unregisters first).
-        unsafe { uring.submitter().register_buf_ring_with_flags(ring.as_ptr() as u64, entries, bgid, 0)? };
+        unsafe {
+            uring.submitter().register_buf_ring_with_flags(
+                ring.as_ptr() as u64,
+                entries,
+                bgid,
+                0,
+            )?
+        };
         Ok(br)
     }
 

@@ -37,7 +37,9 @@ const IDLE_WAIT_NS: u64 = 3_600_000_000_000;
 
 /// A relative io_uring timeout of `ns` nanoseconds.
 fn timespec(ns: u64) -> types::Timespec {
-    types::Timespec::new().sec(ns / 1_000_000_000).nsec((ns % 1_000_000_000) as u32)
+    types::Timespec::new()
+        .sec(ns / 1_000_000_000)
+        .nsec((ns % 1_000_000_000) as u32)
 }
 
 /// How long the second wait of batched waiting without IORING_FEAT_MIN_TIMEOUT lasts, ns: the
@@ -46,7 +48,10 @@ fn timespec(ns: u64) -> types::Timespec {
 /// and never past `deadline`. Counted from the first completion instead, every request of a
 /// quiet shard would wait the whole bound on kernels before 6.12, and only there.
 fn batch_rest(started: u64, batch_ns: u64, deadline: u64, now: u64) -> u64 {
-    started.saturating_add(batch_ns).min(deadline).saturating_sub(now)
+    started
+        .saturating_add(batch_ns)
+        .min(deadline)
+        .saturating_sub(now)
 }
 
 /// The shortest receive window of batched waiting ([`Receivers`]), ns: long enough to hold the
@@ -74,7 +79,12 @@ struct Receivers {
 
 impl Receivers {
     fn new(window_ns: u64) -> Receivers {
-        Receivers { window_ns: window_ns.max(1), window: 0, current: 0, recent: 0 }
+        Receivers {
+            window_ns: window_ns.max(1),
+            window: 0,
+            current: 0,
+            recent: 0,
+        }
     }
 
     fn window_of(&self, now: u64) -> u64 {
@@ -85,7 +95,11 @@ impl Receivers {
     fn note(&mut self, stamp: &mut u64, now: u64) {
         let w = self.window_of(now);
         if w != self.window {
-            self.recent = if w == self.window + 1 { self.current } else { 0 };
+            self.recent = if w == self.window + 1 {
+                self.current
+            } else {
+                0
+            };
             self.current = 0;
             self.window = w;
         }
@@ -177,13 +191,23 @@ pub struct UringLoop<H: Handler> {
 impl<H: Handler> UringLoop<H> {
     /// Sets up the ring (on the calling thread, which must be the one that runs
     /// the loop), the provided buffer ring and the wake-up read.
-    pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> Result<UringLoop<H>, SetupError> {
+    pub fn new(
+        handler: H,
+        wiring: ShardWiring,
+        cfg: LoopConfig,
+    ) -> Result<UringLoop<H>, SetupError> {
         let (ring, features) = setup_ring(cfg.ring_entries)?;
         Ok(Self::with_ring(ring, features, handler, wiring, cfg))
     }
 
     /// Builds the loop around a ring made by [`setup_ring`] on this thread.
-    pub fn with_ring(ring: IoUring, mut features: Features, handler: H, wiring: ShardWiring, cfg: LoopConfig) -> UringLoop<H> {
+    pub fn with_ring(
+        ring: IoUring,
+        mut features: Features,
+        handler: H,
+        wiring: ShardWiring,
+        cfg: LoopConfig,
+    ) -> UringLoop<H> {
         let mut bufring = None;
         if cfg.multishot {
             match u16::try_from(cfg.recv_buffers)
@@ -200,10 +224,17 @@ impl<H: Handler> UringLoop<H> {
         features.multishot = cfg.multishot && bufring.is_some();
         // Without it, batched waiting takes the path of kernels before 6.12 (`wait`).
         features.min_timeout &= cfg.min_timeout;
-        let recv_mode = if features.multishot { RecvMode::Multi } else { RecvMode::SingleOwn };
-        let receivers = Receivers::new((u64::from(cfg.batch_wait_us) * 1000).max(RECV_WINDOW_MIN_NS));
+        let recv_mode = if features.multishot {
+            RecvMode::Multi
+        } else {
+            RecvMode::SingleOwn
+        };
+        let receivers =
+            Receivers::new((u64::from(cfg.batch_wait_us) * 1000).max(RECV_WINDOW_MIN_NS));
         let fd = ring.as_raw_fd();
-        wiring.fleet.shards[wiring.index].ring_fd.store(fd, std::sync::atomic::Ordering::Release);
+        wiring.fleet.shards[wiring.index]
+            .ring_fd
+            .store(fd, std::sync::atomic::Ordering::Release);
         UringLoop {
             core: ShardCore::new(handler, wiring, cfg),
             bufring,
@@ -280,7 +311,9 @@ impl<H: Handler> UringLoop<H> {
             }
             // SQ full: hand what we have to the kernel and retry.
             if let Err(err) = self.ring.submit() {
-                if err.raw_os_error() != Some(libc::EBUSY) && err.raw_os_error() != Some(libc::EINTR) {
+                if err.raw_os_error() != Some(libc::EBUSY)
+                    && err.raw_os_error() != Some(libc::EINTR)
+                {
                     tracing::error!("io_uring submit failed: {err}");
                 }
                 // EBUSY: the CQ is backed up; reap completions into our buffer first.
@@ -301,7 +334,9 @@ impl<H: Handler> UringLoop<H> {
     fn arm_static(&mut self) {
         let now = self.core.now.mono_ns;
         if !self.eventfd_armed {
-            let fd = self.core.wiring.fleet.shards[self.core.wiring.index].eventfd.as_raw_fd();
+            let fd = self.core.wiring.fleet.shards[self.core.wiring.index]
+                .eventfd
+                .as_raw_fd();
             let e = opcode::Read::new(types::Fd(fd), self.eventfd_buf.as_mut_ptr(), 8)
                 .build()
                 .user_data(ud(K_EVENTFD, 0, 0));
@@ -319,9 +354,13 @@ impl<H: Handler> UringLoop<H> {
             if l.armed || l.backoff_until > now || self.core.table.is_full() {
                 continue;
             }
-            let Some(fd) = l.fd.as_ref().map(|f| f.as_raw_fd()) else { continue };
+            let Some(fd) = l.fd.as_ref().map(|f| f.as_raw_fd()) else {
+                continue;
+            };
             let e = if l.multishot {
-                opcode::AcceptMulti::new(types::Fd(fd)).flags(libc::SOCK_CLOEXEC).build()
+                opcode::AcceptMulti::new(types::Fd(fd))
+                    .flags(libc::SOCK_CLOEXEC)
+                    .build()
             } else {
                 l.addr.1 = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
                 opcode::Accept::new(
@@ -341,7 +380,9 @@ impl<H: Handler> UringLoop<H> {
     fn stop_listeners(&mut self) {
         for i in 0..self.listeners.len() {
             if self.listeners[i].armed {
-                let e = opcode::AsyncCancel::new(ud(K_ACCEPT, i as u32, 0)).build().user_data(ud(K_LISTENER_CANCEL, i as u32, 0));
+                let e = opcode::AsyncCancel::new(ud(K_ACCEPT, i as u32, 0))
+                    .build()
+                    .user_data(ud(K_LISTENER_CANCEL, i as u32, 0));
                 self.push(e);
             } else {
                 self.listeners[i].fd = None;
@@ -352,11 +393,14 @@ impl<H: Handler> UringLoop<H> {
     fn send_wakes(&mut self) {
         let targets = std::mem::take(&mut self.core.wake);
         for &t in &targets {
-            let ring_fd = self.core.wiring.fleet.shards[t].ring_fd.load(std::sync::atomic::Ordering::Acquire);
+            let ring_fd = self.core.wiring.fleet.shards[t]
+                .ring_fd
+                .load(std::sync::atomic::Ordering::Acquire);
             if self.features.op_msg_ring && ring_fd >= 0 {
-                let e = opcode::MsgRingData::new(types::Fd(ring_fd), 0, ud(K_MSG_HANDOFF, 0, 0), None)
-                    .build()
-                    .user_data(ud(K_MSG_SENT, t as u32, 0));
+                let e =
+                    opcode::MsgRingData::new(types::Fd(ring_fd), 0, ud(K_MSG_HANDOFF, 0, 0), None)
+                        .build()
+                        .user_data(ud(K_MSG_SENT, t as u32, 0));
                 self.msg_inflight += 1;
                 self.push(e);
             } else {
@@ -371,7 +415,9 @@ impl<H: Handler> UringLoop<H> {
         let mode = self.recv_mode;
         let bgid = self.bufring.as_ref().map_or(0, |b| b.bgid());
         let buf_bytes = self.core.cfg.recv_buffer_bytes as usize;
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         let fd = types::Fd(c.fd.as_raw_fd());
         let e = match mode {
             RecvMode::Multi => opcode::RecvMulti::new(fd, bgid).build(),
@@ -380,7 +426,9 @@ impl<H: Handler> UringLoop<H> {
                 .build()
                 .flags(squeue::Flags::BUFFER_SELECT),
             RecvMode::SingleOwn => {
-                let buf = c.recv_buf.get_or_insert_with(|| vec![0u8; buf_bytes].into_boxed_slice());
+                let buf = c
+                    .recv_buf
+                    .get_or_insert_with(|| vec![0u8; buf_bytes].into_boxed_slice());
                 opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32).build()
             }
         };
@@ -389,24 +437,34 @@ impl<H: Handler> UringLoop<H> {
     }
 
     fn cancel_recv(&mut self, id: ConnId) {
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         c.cancel_inflight = true;
-        let e = opcode::AsyncCancel::new(conn_ud(K_RECV, id)).build().user_data(conn_ud(K_CANCEL, id));
+        let e = opcode::AsyncCancel::new(conn_ud(K_RECV, id))
+            .build()
+            .user_data(conn_ud(K_CANCEL, id));
         self.push(e);
     }
 
     /// While reading is stopped, a poll tells us when the peer goes away (no
     /// receive is armed to see the end of the stream).
     fn arm_hup_poll(&mut self, id: ConnId) {
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         let mask = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
-        let e = opcode::PollAdd::new(types::Fd(c.fd.as_raw_fd()), mask).build().user_data(conn_ud(K_HUP_POLL, id));
+        let e = opcode::PollAdd::new(types::Fd(c.fd.as_raw_fd()), mask)
+            .build()
+            .user_data(conn_ud(K_HUP_POLL, id));
         c.hup_poll_armed = true;
         self.push(e);
     }
 
     fn start_send(&mut self, id: ConnId) {
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         let unsent = c.output.unsent();
         let len = unsent.len().min(1 << 30) as u32;
         let e = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), unsent.as_ptr(), len)
@@ -422,14 +480,20 @@ impl<H: Handler> UringLoop<H> {
     fn reconcile(&mut self, id: ConnId) {
         // Accounting, the connection's and the shard's bounds, held-back input.
         let may_read = self.core.resume(id);
-        let Some(c) = self.core.table.get_mut(id) else { return };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         let expired = c.phase != Phase::Open && c.drain_deadline <= self.core.now.mono_ns;
         match c.phase {
             Phase::Open if c.moving_to.is_some() => {
                 // Leaving for another shard: no receive, no poll; send what is pending;
                 // once the kernel holds nothing for it, the connection goes.
-                let (armed, cancelling, hup_poll, hup_cancelling) =
-                    (c.recv_armed, c.cancel_inflight, c.hup_poll_armed, c.hup_cancel_inflight);
+                let (armed, cancelling, hup_poll, hup_cancelling) = (
+                    c.recv_armed,
+                    c.cancel_inflight,
+                    c.hup_poll_armed,
+                    c.hup_cancel_inflight,
+                );
                 let want_send = !c.send_inflight && c.output.take_batch();
                 if armed && !cancelling {
                     self.cancel_recv(id);
@@ -438,20 +502,27 @@ impl<H: Handler> UringLoop<H> {
                     if let Some(c) = self.core.table.get_mut(id) {
                         c.hup_cancel_inflight = true;
                     }
-                    let e = opcode::AsyncCancel::new(conn_ud(K_HUP_POLL, id)).build().user_data(conn_ud(K_HUP_CANCEL, id));
+                    let e = opcode::AsyncCancel::new(conn_ud(K_HUP_POLL, id))
+                        .build()
+                        .user_data(conn_ud(K_HUP_CANCEL, id));
                     self.push(e);
                 }
                 if want_send {
                     self.start_send(id);
                 }
-                let idle = self.core.table.get_mut(id).is_some_and(|c| !c.ops_inflight() && !c.hup_cancel_inflight);
+                let idle = self
+                    .core
+                    .table
+                    .get_mut(id)
+                    .is_some_and(|c| !c.ops_inflight() && !c.hup_cancel_inflight);
                 if idle && self.core.move_ready(id) {
                     self.core.complete_move(id);
                 }
             }
             Phase::Open => {
                 let paused = !may_read;
-                let (armed, cancelling, hup_poll) = (c.recv_armed, c.cancel_inflight, c.hup_poll_armed);
+                let (armed, cancelling, hup_poll) =
+                    (c.recv_armed, c.cancel_inflight, c.hup_poll_armed);
                 let want_send = !c.send_inflight && c.output.take_batch();
                 if !paused && !armed && !cancelling {
                     self.arm_recv(id);
@@ -469,7 +540,9 @@ impl<H: Handler> UringLoop<H> {
                 if c.recv_armed && !c.cancel_inflight {
                     self.cancel_recv(id);
                 }
-                let Some(c) = self.core.table.get_mut(id) else { return };
+                let Some(c) = self.core.table.get_mut(id) else {
+                    return;
+                };
                 if expired {
                     if c.output.pending() > 0 {
                         crate::shard::reset_on_close(&c.fd);
@@ -481,7 +554,9 @@ impl<H: Handler> UringLoop<H> {
                         // A peer that reads nothing keeps a send waiting for buffer
                         // space forever (shutdown does not end it): cancel it so the
                         // socket can be closed.
-                        let e = opcode::AsyncCancel::new(conn_ud(K_SEND, id)).build().user_data(conn_ud(K_SEND_CANCEL, id));
+                        let e = opcode::AsyncCancel::new(conn_ud(K_SEND, id))
+                            .build()
+                            .user_data(conn_ud(K_SEND_CANCEL, id));
                         self.push(e);
                     }
                 } else if !c.send_inflight {
@@ -520,12 +595,22 @@ impl<H: Handler> UringLoop<H> {
     fn handle(&mut self, user_data: u64, res: i32, flags: u32) {
         let (kind, index, generation) = ud_split(user_data);
         let id = ConnId { index, generation };
-        tracing::trace!(shard = self.core.wiring.index, kind, index, generation, res, flags, "cqe");
+        tracing::trace!(
+            shard = self.core.wiring.index,
+            kind,
+            index,
+            generation,
+            res,
+            flags,
+            "cqe"
+        );
         match kind {
             K_RECV => self.on_recv(id, res, flags),
             K_SEND => {
                 self.sends_inflight = self.sends_inflight.saturating_sub(1);
-                let Some(c) = self.core.table.get_mut(id) else { return };
+                let Some(c) = self.core.table.get_mut(id) else {
+                    return;
+                };
                 c.send_inflight = false;
                 if res >= 0 {
                     ShardStats::add(&self.core.wiring.stats().bytes_out, res as u64);
@@ -547,7 +632,9 @@ impl<H: Handler> UringLoop<H> {
                 self.core.table.mark_dirty(id);
             }
             K_HUP_POLL => {
-                let Some(c) = self.core.table.get_mut(id) else { return };
+                let Some(c) = self.core.table.get_mut(id) else {
+                    return;
+                };
                 c.hup_poll_armed = false;
                 let open = c.phase == Phase::Open;
                 let moving = c.moving_to.is_some();
@@ -556,7 +643,8 @@ impl<H: Handler> UringLoop<H> {
                 if res > 0 && open && !self.core.reading_allowed(id) {
                     // The peer closed (or the socket failed) while we were not reading:
                     // what it sent will not be processed; send what is pending, then close.
-                    self.core.begin_close(id, res as u32 & libc::POLLERR as u32 != 0);
+                    self.core
+                        .begin_close(id, res as u32 & libc::POLLERR as u32 != 0);
                 }
                 // An error (cancelled at teardown, or a kernel without poll) on an open
                 // connection is not re-armed at once: that could spin. Its next reconcile
@@ -607,19 +695,26 @@ impl<H: Handler> UringLoop<H> {
     }
 
     fn on_accept(&mut self, li: usize, res: i32, flags: u32) {
-        let Some(l) = self.listeners.get_mut(li) else { return };
+        let Some(l) = self.listeners.get_mut(li) else {
+            return;
+        };
         if !cqueue::more(flags) {
             l.armed = false;
         }
         if res < 0 {
             match -res {
                 libc::EINVAL if l.multishot => {
-                    tracing::info!("multishot accept not supported by this kernel: using single-shot accept");
+                    tracing::info!(
+                        "multishot accept not supported by this kernel: using single-shot accept"
+                    );
                     l.multishot = false;
                 }
                 libc::ECANCELED => {}
                 libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
-                    tracing::warn!("accept failed: {} (backing off 10 ms)", io::Error::from_raw_os_error(-res));
+                    tracing::warn!(
+                        "accept failed: {} (backing off 10 ms)",
+                        io::Error::from_raw_os_error(-res)
+                    );
                     l.backoff_until = self.core.now.mono_ns + 10_000_000;
                 }
                 _ => tracing::debug!("accept failed: {}", io::Error::from_raw_os_error(-res)),
@@ -634,7 +729,8 @@ impl<H: Handler> UringLoop<H> {
         let peer = if l.multishot {
             net::peer_addr(fd.as_raw_fd())
         } else {
-            net::from_sockaddr(&l.addr.0, l.addr.1).unwrap_or_else(|| net::peer_addr(fd.as_raw_fd()))
+            net::from_sockaddr(&l.addr.0, l.addr.1)
+                .unwrap_or_else(|| net::peer_addr(fd.as_raw_fd()))
         };
         if self.core.stopping {
             return; // dropping fd closes it
@@ -657,7 +753,8 @@ impl<H: Handler> UringLoop<H> {
             c.recv_armed = false;
         }
         if res > 0 {
-            self.receivers.note(&mut c.recv_window, self.core.now.mono_ns);
+            self.receivers
+                .note(&mut c.recv_window, self.core.now.mono_ns);
             let n = res as usize;
             match (bid, self.bufring.as_mut()) {
                 (Some(bid), Some(b)) => {
@@ -688,7 +785,11 @@ impl<H: Handler> UringLoop<H> {
                     self.features.multishot = false;
                 }
                 e => {
-                    tracing::debug!(shard = self.core.wiring.index, "recv failed: {}", io::Error::from_raw_os_error(e));
+                    tracing::debug!(
+                        shard = self.core.wiring.index,
+                        "recv failed: {}",
+                        io::Error::from_raw_os_error(e)
+                    );
                     self.core.begin_close(id, true);
                 }
             }
@@ -709,8 +810,13 @@ impl<H: Handler> UringLoop<H> {
         if self.core.cfg.batch_wait_us == 0 || !self.features.ext_arg {
             return 1;
         }
-        let conns = self.receivers.count(now).min(self.core.cfg.batch_completions);
-        self.sends_inflight.saturating_add(conns).clamp(1, self.features.cq_entries.max(1))
+        let conns = self
+            .receivers
+            .count(now)
+            .min(self.core.cfg.batch_completions);
+        self.sends_inflight
+            .saturating_add(conns)
+            .clamp(1, self.features.cq_entries.max(1))
     }
 
     /// Submits and waits for at least one completion or `deadline` (mono ns). With batched
@@ -730,7 +836,11 @@ impl<H: Handler> UringLoop<H> {
         let rel = deadline.saturating_sub(now);
         // The batch bound, cut to the time left before the deadline (0: no batching).
         let batch_us = u64::from(self.core.cfg.batch_wait_us).min(rel / 1000) as u32;
-        let want = if batch_us == 0 { 1 } else { self.batch_want(now) };
+        let want = if batch_us == 0 {
+            1
+        } else {
+            self.batch_want(now)
+        };
         let ts = timespec(rel);
         let blocks = !(has_cqes || !self.cqes.is_empty() || deadline <= now);
         if blocks && want > 1 {
@@ -743,7 +853,10 @@ impl<H: Handler> UringLoop<H> {
         } else if want > 1 && self.features.min_timeout {
             let args = types::SubmitArgs::new().min_wait_usec(batch_us);
             let idle = timespec(IDLE_WAIT_NS);
-            let r = self.ring.submitter().submit_with_args(want as usize, &args.timespec(if deadline == u64::MAX { &idle } else { &ts }));
+            let r = self.ring.submitter().submit_with_args(
+                want as usize,
+                &args.timespec(if deadline == u64::MAX { &idle } else { &ts }),
+            );
             if let Err(e) = &r {
                 if e.raw_os_error() == Some(libc::EINVAL) {
                     tracing::info!("io_uring min-wait rejected by this kernel: batched waiting uses a second bounded wait");
@@ -760,7 +873,9 @@ impl<H: Handler> UringLoop<H> {
             } else {
                 if self.timeout_armed_at.is_none_or_later(deadline) {
                     *self.timeout_ts = ts;
-                    let e = opcode::Timeout::new(&*self.timeout_ts as *const _).build().user_data(ud(K_TIMEOUT, 0, 0));
+                    let e = opcode::Timeout::new(&*self.timeout_ts as *const _)
+                        .build()
+                        .user_data(ud(K_TIMEOUT, 0, 0));
                     self.push(e);
                     self.timeout_armed_at = Some(deadline);
                 }
@@ -775,7 +890,12 @@ impl<H: Handler> UringLoop<H> {
                     cq.sync();
                     cq.len()
                 };
-                let left = batch_rest(now, u64::from(batch_us) * 1000, deadline, crate::clock::mono_ns());
+                let left = batch_rest(
+                    now,
+                    u64::from(batch_us) * 1000,
+                    deadline,
+                    crate::clock::mono_ns(),
+                );
                 if ready > 0 && ready < want as usize && left > 0 {
                     let bts = timespec(left);
                     let args = types::SubmitArgs::new().timespec(&bts);
@@ -804,12 +924,16 @@ impl<H: Handler> UringLoop<H> {
         loop {
             self.core.refresh_now();
             let fleet_stop = self.core.wiring.fleet.stopping();
-            if !self.core.stopping && (fleet_stop || !self.core.handler.keep_running(self.core.now)) {
+            if !self.core.stopping && (fleet_stop || !self.core.handler.keep_running(self.core.now))
+            {
                 self.core.begin_stop();
                 self.stop_listeners();
             }
             self.core.fire_timers();
-            if self.core.stopping && !self.aborted && self.core.now.mono_ns >= self.core.stop_deadline {
+            if self.core.stopping
+                && !self.aborted
+                && self.core.now.mono_ns >= self.core.stop_deadline
+            {
                 self.aborted = true;
                 self.core.abort_all();
             }
@@ -818,7 +942,8 @@ impl<H: Handler> UringLoop<H> {
             if self.core.stopping {
                 let listeners_done = self.listeners.iter().all(|l| !l.armed);
                 if (self.core.table.len() == 0 && listeners_done)
-                    || self.core.now.mono_ns >= self.core.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS)
+                    || self.core.now.mono_ns
+                        >= self.core.stop_deadline.saturating_add(STOP_HARD_EXTRA_NS)
                 {
                     break;
                 }
@@ -828,8 +953,19 @@ impl<H: Handler> UringLoop<H> {
                 b.publish();
             }
             let deadline = self.core.next_wakeup();
-            let deadline = if self.listeners.iter().any(|l| !l.armed && l.fd.is_some() && l.backoff_until > 0) {
-                deadline.min(self.listeners.iter().map(|l| l.backoff_until).filter(|&b| b > 0).min().unwrap_or(u64::MAX))
+            let deadline = if self
+                .listeners
+                .iter()
+                .any(|l| !l.armed && l.fd.is_some() && l.backoff_until > 0)
+            {
+                deadline.min(
+                    self.listeners
+                        .iter()
+                        .map(|l| l.backoff_until)
+                        .filter(|&b| b > 0)
+                        .min()
+                        .unwrap_or(u64::MAX),
+                )
             } else {
                 deadline
             };
@@ -837,7 +973,10 @@ impl<H: Handler> UringLoop<H> {
             self.reap();
             self.core.refresh_now();
             let stats = self.core.wiring.stats();
-            ShardStats::add(&stats.idle_ns, self.core.now.mono_ns.saturating_sub(waited_from));
+            ShardStats::add(
+                &stats.idle_ns,
+                self.core.now.mono_ns.saturating_sub(waited_from),
+            );
             ShardStats::add(&stats.completions, self.cqes.len() as u64);
             let mut cqes = std::mem::take(&mut self.cqes);
             for &(u, r, f) in &cqes {
@@ -856,7 +995,9 @@ impl<H: Handler> UringLoop<H> {
     /// Cancels what the kernel still holds and waits (bounded) for it, so no
     /// buffer is freed under an operation.
     fn teardown(&mut self) {
-        self.core.wiring.fleet.shards[self.core.wiring.index].ring_fd.store(-1, std::sync::atomic::Ordering::Release);
+        self.core.wiring.fleet.shards[self.core.wiring.index]
+            .ring_fd
+            .store(-1, std::sync::atomic::Ordering::Release);
         for id in self.core.table.ids() {
             if let Some(c) = self.core.table.get_mut(id) {
                 net::shutdown(&c.fd);
@@ -864,7 +1005,9 @@ impl<H: Handler> UringLoop<H> {
             }
         }
         let cancel = |s: &mut Self, target: u64| {
-            let e = opcode::AsyncCancel::new(target).build().user_data(ud(K_LISTENER_CANCEL, 0, 0));
+            let e = opcode::AsyncCancel::new(target)
+                .build()
+                .user_data(ud(K_LISTENER_CANCEL, 0, 0));
             s.push(e);
         };
         if self.eventfd_armed {
@@ -895,16 +1038,27 @@ impl<H: Handler> UringLoop<H> {
                 self.handle(u, r, f);
             }
             for id in self.core.table.ids() {
-                if self.core.table.get_mut(id).is_some_and(|c| !c.ops_inflight()) {
+                if self
+                    .core
+                    .table
+                    .get_mut(id)
+                    .is_some_and(|c| !c.ops_inflight())
+                {
                     self.core.finalize(id);
                 }
             }
         }
         if self.eventfd_armed || self.timeout_armed_at.is_some() || self.core.table.len() > 0 {
             // The kernel still holds buffers: leak them rather than free them under it.
-            tracing::warn!(shard = self.core.wiring.index, "operations still in flight at exit: leaking their buffers");
+            tracing::warn!(
+                shard = self.core.wiring.index,
+                "operations still in flight at exit: leaking their buffers"
+            );
             std::mem::forget(std::mem::replace(&mut self.eventfd_buf, Box::new([0; 8])));
-            std::mem::forget(std::mem::replace(&mut self.timeout_ts, Box::new(types::Timespec::new())));
+            std::mem::forget(std::mem::replace(
+                &mut self.timeout_ts,
+                Box::new(types::Timespec::new()),
+            ));
             if let Some(b) = self.bufring.take() {
                 std::mem::forget(b);
             }
@@ -919,7 +1073,10 @@ impl<H: Handler> UringLoop<H> {
         }
         for l in &mut self.listeners {
             if l.armed {
-                std::mem::forget(std::mem::replace(&mut l.addr, Box::new(unsafe { std::mem::zeroed() })));
+                std::mem::forget(std::mem::replace(
+                    &mut l.addr,
+                    Box::new(unsafe { std::mem::zeroed() }),
+                ));
             }
             l.fd = None;
         }
@@ -969,7 +1126,11 @@ mod tests {
         r.note(&mut a, 10_100);
         assert_eq!(r.count(10_200), 2);
         r.note(&mut b, 10_300);
-        assert_eq!(r.count(10_400), 2, "b counted once though it received in both windows");
+        assert_eq!(
+            r.count(10_400),
+            2,
+            "b counted once though it received in both windows"
+        );
         // A clock read earlier than the last receive (another source) counts as its window.
         assert_eq!(r.count(9_000), 2);
     }

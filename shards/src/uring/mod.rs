@@ -146,10 +146,30 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
         submit_all: bool,
     }
     let tries = [
-        Try { single_issuer: true, defer: true, coop: false, submit_all: true },
-        Try { single_issuer: true, defer: false, coop: true, submit_all: true },
-        Try { single_issuer: false, defer: false, coop: true, submit_all: false },
-        Try { single_issuer: false, defer: false, coop: false, submit_all: false },
+        Try {
+            single_issuer: true,
+            defer: true,
+            coop: false,
+            submit_all: true,
+        },
+        Try {
+            single_issuer: true,
+            defer: false,
+            coop: true,
+            submit_all: true,
+        },
+        Try {
+            single_issuer: false,
+            defer: false,
+            coop: true,
+            submit_all: false,
+        },
+        Try {
+            single_issuer: false,
+            defer: false,
+            coop: false,
+            submit_all: false,
+        },
     ];
     let mut last_err = None;
     for t in tries {
@@ -208,7 +228,9 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
             Err(e) => return Err(SetupError::Setup(e)),
         }
     }
-    Err(SetupError::Setup(last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))))
+    Err(SetupError::Setup(last_err.unwrap_or_else(|| {
+        io::Error::from_raw_os_error(libc::EINVAL)
+    })))
 }
 
 #[cfg(test)]

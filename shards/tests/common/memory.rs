@@ -20,12 +20,21 @@ pub const MIB: u64 = 1 << 20;
 pub fn now() -> Now {
     static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     let start = *START.get_or_init(Instant::now);
-    let utc = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0);
-    Now::new(start.elapsed().as_nanos() as u64, DateTime::from_unix_nanos(utc))
+    let utc = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
+    Now::new(
+        start.elapsed().as_nanos() as u64,
+        DateTime::from_unix_nanos(utc),
+    )
 }
 
 pub fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// VmRSS of `pid`, bytes.
@@ -84,11 +93,18 @@ impl RssSampler {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        RssSampler { peak, stop, thread: Some(thread), pid }
+        RssSampler {
+            peak,
+            stop,
+            thread: Some(thread),
+            pid,
+        }
     }
 
     pub fn peak(&self) -> u64 {
-        self.peak.fetch_max(rss_bytes(self.pid), Ordering::Relaxed).max(rss_bytes(self.pid))
+        self.peak
+            .fetch_max(rss_bytes(self.pid), Ordering::Relaxed)
+            .max(rss_bytes(self.pid))
     }
 }
 
@@ -113,9 +129,18 @@ pub fn start_server_with(runtime: &str, sections: &str, tag: &str) -> (Server, s
     // UARING_TEST_RUNTIME replaces the budget lines (a measurement run against a
     // build that does not know them).
     let runtime = std::env::var("UARING_TEST_RUNTIME").unwrap_or_else(|_| runtime.to_string());
-    std::fs::write(&cfg, format!("[runtime]\nshards = 1\n{runtime}\n{sections}\n")).expect("write config");
+    std::fs::write(
+        &cfg,
+        format!("[runtime]\nshards = 1\n{runtime}\n{sections}\n"),
+    )
+    .expect("write config");
     let pki = dir.join("pki");
-    let server = Server::start(&["--config", cfg.to_str().expect("path"), "--pki", pki.to_str().expect("path")]);
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().expect("path"),
+        "--pki",
+        pki.to_str().expect("path"),
+    ]);
     (server, dir)
 }
 
@@ -124,19 +149,29 @@ pub fn start_server_with(runtime: &str, sections: &str, tag: &str) -> (Server, s
 pub fn try_open_channel(addr: SocketAddr) -> Result<(TcpStream, ClientConnection), String> {
     let url = format!("opc.tcp://{addr}");
     let mut s = connect(addr);
-    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    let mut conn = ClientConnection::new(ClientConfig::new(&url), Box::new(uaring_core::random::ChaCha::from_u64(2)));
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut conn = ClientConnection::new(
+        ClientConfig::new(&url),
+        Box::new(uaring_core::random::ChaCha::from_u64(2)),
+    );
     let mut out = Vec::new();
     conn.start(now(), &mut out);
     s.write_all(&out).map_err(|e| format!("HEL: {e}"))?;
     out.clear();
     let mut buf = vec![0u8; 65536];
     while !conn.is_open() {
-        let n = s.read(&mut buf).map_err(|e| format!("ACK / OPN response: {e}"))?;
+        let n = s
+            .read(&mut buf)
+            .map_err(|e| format!("ACK / OPN response: {e}"))?;
         if n == 0 {
-            return Err(format!("server closed during the handshake: {:?}", conn.state()));
+            return Err(format!(
+                "server closed during the handshake: {:?}",
+                conn.state()
+            ));
         }
-        conn.on_recv(now(), &buf[..n], &mut out).map_err(|e| format!("handshake: {e:?}"))?;
+        conn.on_recv(now(), &buf[..n], &mut out)
+            .map_err(|e| format!("handshake: {e:?}"))?;
         s.write_all(&out).map_err(|e| format!("OPN: {e}"))?;
         out.clear();
     }
@@ -148,7 +183,10 @@ pub fn open_channel(addr: SocketAddr) -> (TcpStream, ClientConnection) {
 }
 
 pub fn get_endpoints(url: &str) -> Request {
-    Request::GetEndpoints(Box::new(GetEndpointsRequest { endpoint_url: url.into(), ..Default::default() }))
+    Request::GetEndpoints(Box::new(GetEndpointsRequest {
+        endpoint_url: url.into(),
+        ..Default::default()
+    }))
 }
 
 /// A fresh client opens a channel and asks GetEndpoints; returns how many
@@ -157,7 +195,9 @@ pub fn try_get_endpoints(addr: SocketAddr) -> Result<usize, String> {
     let url = format!("opc.tcp://{addr}");
     let (mut s, mut conn) = try_open_channel(addr)?;
     let mut out = Vec::new();
-    let id = conn.send_request(get_endpoints(&url), now(), &mut out).map_err(|e| format!("encode: {e:?}"))?;
+    let id = conn
+        .send_request(get_endpoints(&url), now(), &mut out)
+        .map_err(|e| format!("encode: {e:?}"))?;
     s.write_all(&out).map_err(|e| format!("send: {e}"))?;
     out.clear();
     let mut buf = vec![0u8; 65536];
@@ -172,7 +212,8 @@ pub fn try_get_endpoints(addr: SocketAddr) -> Result<usize, String> {
         if n == 0 {
             return Err("server closed".into());
         }
-        conn.on_recv(now(), &buf[..n], &mut out).map_err(|e| format!("response: {e:?}"))?;
+        conn.on_recv(now(), &buf[..n], &mut out)
+            .map_err(|e| format!("response: {e:?}"))?;
     }
 }
 
@@ -199,7 +240,11 @@ pub fn fresh_client_is_served(addr: SocketAddr) {
 /// Writes each connection's bytes without blocking, round robin, until all
 /// are written or nothing moved for `stall` (the server stopped reading: the
 /// bytes wait in the kernel's socket buffers). Hang guard: `guard`.
-pub fn push_all(conns: &mut [(TcpStream, Vec<u8>, usize)], stall: Duration, guard: Duration) -> (usize, usize) {
+pub fn push_all(
+    conns: &mut [(TcpStream, Vec<u8>, usize)],
+    stall: Duration,
+    guard: Duration,
+) -> (usize, usize) {
     for (s, _, _) in conns.iter() {
         s.set_nonblocking(true).expect("nonblocking");
     }
@@ -218,7 +263,8 @@ pub fn push_all(conns: &mut [(TcpStream, Vec<u8>, usize)], stall: Duration, guar
                     moved = true;
                 }
                 Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => *off = data.len(), // closed by the server
             }
             if *off < data.len() {
@@ -248,7 +294,11 @@ pub fn peer_closed(s: &TcpStream, guard: Duration) -> bool {
     use std::os::fd::AsRawFd;
     let until = Instant::now() + guard;
     loop {
-        let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+        let mut p = libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, 100) };
         if n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
@@ -271,4 +321,3 @@ pub fn discard_pending(s: &mut TcpStream) {
         }
     }
 }
-

@@ -64,9 +64,14 @@ impl Server {
 
     pub fn start_with(args: &[&str], tweak: impl FnOnce(&mut Command)) -> Server {
         let mut cmd = Command::new(bin());
-        cmd.arg("serve").arg("--listen").arg("127.0.0.1:0").args(args);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .args(args);
         let log = std::env::var("UARING_TEST_LOG").unwrap_or_else(|_| "info".to_string());
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", log);
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("RUST_LOG", log);
         tweak(&mut cmd);
         let mut child = cmd.spawn().expect("spawn uaring");
         let stdout = child.stdout.take().expect("stdout");
@@ -91,21 +96,30 @@ impl Server {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
-                    let found = line.strip_prefix("listening on opc.tcp://").map(|a| a.parse::<SocketAddr>().expect("address"));
+                    let found = line
+                        .strip_prefix("listening on opc.tcp://")
+                        .map(|a| a.parse::<SocketAddr>().expect("address"));
                     lines.push(line);
                     if let Some(addr) = found {
                         // Collect anything printed right after (the contract line).
                         while let Ok(l) = rx.recv_timeout(Duration::from_millis(50)) {
                             lines.push(l);
                         }
-                        return Server { child, addr, stdout_lines: lines, stderr: Some(err_thread) };
+                        return Server {
+                            child,
+                            addr,
+                            stdout_lines: lines,
+                            stderr: Some(err_thread),
+                        };
                     }
                 }
                 Err(_) => {
                     let _ = child.kill();
                     let _ = child.wait();
                     let err = err_thread.join().unwrap_or_default();
-                    panic!("server did not print `listening on` (stdout {lines:?}); stderr:\n{err}");
+                    panic!(
+                        "server did not print `listening on` (stdout {lines:?}); stderr:\n{err}"
+                    );
                 }
             }
         }
@@ -128,7 +142,9 @@ impl Server {
         let status = loop {
             match self.child.try_wait() {
                 Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
                 _ => {
                     let _ = self.child.kill();
                     break self.child.wait().ok();
@@ -136,7 +152,11 @@ impl Server {
             }
         };
         let secs = t.elapsed().as_secs_f64();
-        let err = self.stderr.take().map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let err = self
+            .stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
         (status.and_then(|s| s.code()), secs, err)
     }
 }
@@ -169,7 +189,8 @@ pub fn hello(url: &str) -> Vec<u8> {
 
 pub fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     s.set_nodelay(true).expect("nodelay");
     s
 }
@@ -191,9 +212,16 @@ pub fn read_message(s: &mut TcpStream) -> std::io::Result<([u8; 4], Vec<u8>)> {
 /// HEL → ACK on a fresh connection.
 pub fn assert_hello_ack(addr: SocketAddr) {
     let mut s = connect(addr);
-    s.write_all(&hello(&format!("opc.tcp://{addr}"))).expect("send HEL");
+    s.write_all(&hello(&format!("opc.tcp://{addr}")))
+        .expect("send HEL");
     let (t, msg) = read_message(&mut s).expect("ACK");
-    assert_eq!(&t, b"ACKF", "expected ACK, got {:?} {:?}", String::from_utf8_lossy(&t), msg);
+    assert_eq!(
+        &t,
+        b"ACKF",
+        "expected ACK, got {:?} {:?}",
+        String::from_utf8_lossy(&t),
+        msg
+    );
 }
 
 /// Reads until EOF/reset (bounded); returns the bytes and whether the server closed.
@@ -205,7 +233,9 @@ pub fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) 
         match s.read(&mut buf) {
             Ok(0) => return (got, true),
             Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
             Err(_) => return (got, true),
         }
     }
@@ -218,7 +248,9 @@ pub fn field_values(json: &str, key: &str) -> Vec<u64> {
     json.match_indices(&pat)
         .filter_map(|(i, _)| {
             let rest = &json[i + pat.len()..];
-            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            let end = rest
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(rest.len());
             rest[..end].parse().ok()
         })
         .collect()

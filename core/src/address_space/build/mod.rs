@@ -31,7 +31,11 @@ pub type Extend<'a> = dyn FnMut(&mut AddressSpaceBuilder) -> Result<(), String> 
 
 /// [`build`], then `extend`, then the NamespaceArray of the Server object set to every
 /// namespace in the end.
-pub fn build_with(config: &ServerConfig, now: Now, extend: &mut Extend<'_>) -> Result<AddressSpace, String> {
+pub fn build_with(
+    config: &ServerConfig,
+    now: Now,
+    extend: &mut Extend<'_>,
+) -> Result<AddressSpace, String> {
     let uris = vec![
         NS0_URI.to_string(),
         config.application.effective_application_uri().to_string(),
@@ -161,9 +165,10 @@ impl AddressSpaceBuilder {
         }
         let i = u32::try_from(self.nodes.len()).map_err(|_| "too many nodes".to_string())?;
         let dense = match node.node_id.identifier {
-            Identifier::Numeric(n) if n < DENSE_ID_MAX => {
-                self.dense.get_mut(node.node_id.namespace as usize).map(|t| (t, n as usize))
-            }
+            Identifier::Numeric(n) if n < DENSE_ID_MAX => self
+                .dense
+                .get_mut(node.node_id.namespace as usize)
+                .map(|t| (t, n as usize)),
             _ => None,
         };
         match dense {
@@ -284,7 +289,10 @@ impl AddressSpaceBuilder {
                 hooks.methods.insert(id, m);
             }
         }
-        hooks.conditions = conditions.into_iter().filter(|c| lookup(&c.node_id).is_some()).collect();
+        hooks.conditions = conditions
+            .into_iter()
+            .filter(|c| lookup(&c.node_id).is_some())
+            .collect();
         let has_async = !hooks.async_write_hooks.is_empty()
             || hooks.methods.values().any(|m| matches!(m.handler, super::app::MethodHandler::Deferred { .. }))
             || nodes.iter().any(|n| {

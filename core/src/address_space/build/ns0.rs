@@ -131,7 +131,10 @@ fn omitted(nodes: &[Ns0Node]) -> HashSet<NodeId> {
         let Some(n) = by_id.get(&id) else { continue };
         for r in &n.references {
             let child = r.is_forward
-                && matches!(r.reference_type.as_ns0(), Some(HAS_COMPONENT) | Some(HAS_PROPERTY));
+                && matches!(
+                    r.reference_type.as_ns0(),
+                    Some(HAS_COMPONENT) | Some(HAS_PROPERTY)
+                );
             if child {
                 stack.push(r.target.clone());
             }

@@ -78,21 +78,38 @@ pub fn demo_types() -> Vec<(&'static str, u32, Variant)> {
 /// shard computes the same one.
 fn demo_counter(start_time: DateTime, start_mono_ns: u64) -> ValueSource {
     let period_ns = COUNTER_PERIOD_MS as u64 * 1_000_000;
-    ValueSource::Computed(crate::address_space::app::Computed::new(move |now: crate::Now| {
-        let n = now.mono_ns.saturating_sub(start_mono_ns) / period_ns;
-        let ts = DateTime(start_time.0.saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64));
-        DataValue { value: Variant::UInt32(n as u32), source_timestamp: Some(ts), ..Default::default() }
-    }))
+    ValueSource::Computed(crate::address_space::app::Computed::new(
+        move |now: crate::Now| {
+            let n = now.mono_ns.saturating_sub(start_mono_ns) / period_ns;
+            let ts = DateTime(
+                start_time
+                    .0
+                    .saturating_add(((n * period_ns) / 100).min(i64::MAX as u64) as i64),
+            );
+            DataValue {
+                value: Variant::UInt32(n as u32),
+                source_timestamp: Some(ts),
+                ..Default::default()
+            }
+        },
+    ))
 }
 
 /// `Demo.Dynamic.Sine`, a computed value: Double = sin(2π · (now − start) / period),
 /// amplitude 1. Source timestamp = `now`.
 fn demo_sine(start_mono_ns: u64) -> ValueSource {
     let period_ns = SINE_PERIOD_MS as u64 * 1_000_000;
-    ValueSource::Computed(crate::address_space::app::Computed::new(move |now: crate::Now| {
-        let phase = (now.mono_ns.saturating_sub(start_mono_ns) % period_ns) as f64 / period_ns as f64;
-        DataValue { value: Variant::Double((phase * std::f64::consts::TAU).sin()), source_timestamp: Some(now.utc), ..Default::default() }
-    }))
+    ValueSource::Computed(crate::address_space::app::Computed::new(
+        move |now: crate::Now| {
+            let phase =
+                (now.mono_ns.saturating_sub(start_mono_ns) % period_ns) as f64 / period_ns as f64;
+            DataValue {
+                value: Variant::Double((phase * std::f64::consts::TAU).sin()),
+                source_timestamp: Some(now.utc),
+                ..Default::default()
+            }
+        },
+    ))
 }
 
 /// Builds a Variable node with a stored value.
@@ -226,8 +243,16 @@ pub fn add_namespace1(
 
     // The benchmark contract.
     // Counters mode is a separate contract: its ns=1;i=1..N would collide with these.
-    let contract_values = if app.counters > 0 { 0 } else { app.benchmark_value_count };
-    let contract_arrays: &[u32] = if app.counters > 0 { &[] } else { &app.benchmark_array_sizes };
+    let contract_values = if app.counters > 0 {
+        0
+    } else {
+        app.benchmark_value_count
+    };
+    let contract_arrays: &[u32] = if app.counters > 0 {
+        &[]
+    } else {
+        &app.benchmark_array_sizes
+    };
     for i in 0..contract_values {
         b.add(variable(
             NodeId::numeric(1, BENCHMARK_VALUE_FIRST_ID + i),

@@ -97,7 +97,12 @@ pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
 }
 
 /// Computes a dynamic value at `now` (the diagnostics and ServiceLevel from `metrics`).
-pub fn dynamic_value(info: &ServerInfo, metrics: &crate::server::metrics::ServerMetrics, d: Dynamic, now: Now) -> DataValue {
+pub fn dynamic_value(
+    info: &ServerInfo,
+    metrics: &crate::server::metrics::ServerMetrics,
+    d: Dynamic,
+    now: Now,
+) -> DataValue {
     match d {
         Dynamic::CurrentTime => DataValue {
             value: Variant::DateTime(now.utc),
@@ -111,23 +116,37 @@ pub fn dynamic_value(info: &ServerInfo, metrics: &crate::server::metrics::Server
             source_timestamp: Some(now.utc),
             ..Default::default()
         },
-        Dynamic::DiagnosticsSummary | Dynamic::DiagnosticsCount(_) | Dynamic::ServiceLevel { .. } => {
-            diagnostics_value(metrics, d, now)
-        }
+        Dynamic::DiagnosticsSummary
+        | Dynamic::DiagnosticsCount(_)
+        | Dynamic::ServiceLevel { .. } => diagnostics_value(metrics, d, now),
     }
 }
 
 /// ServerDiagnosticsSummary and its children (ids in the structure's field order).
 pub const DIAGNOSTICS_SUMMARY: u32 = 2275;
-pub const DIAGNOSTICS_COUNTS: [u32; 12] = [2276, 2277, 2278, 2279, 3705, 2281, 2282, 2284, 2285, 2286, 2287, 2288];
+pub const DIAGNOSTICS_COUNTS: [u32; 12] = [
+    2276, 2277, 2278, 2279, 3705, 2281, 2282, 2284, 2285, 2286, 2287, 2288,
+];
 /// Server.ServerDiagnostics.EnabledFlag.
 pub const DIAGNOSTICS_ENABLED: u32 = 2294;
 
 /// ServerDiagnosticsSummary (or one of its counts) at `now`, summed over the shards.
-pub fn diagnostics_value(metrics: &crate::server::metrics::ServerMetrics, d: Dynamic, now: Now) -> DataValue {
-    if let Dynamic::ServiceLevel { max_sessions_per_shard, max_channels_per_shard } = d {
+pub fn diagnostics_value(
+    metrics: &crate::server::metrics::ServerMetrics,
+    d: Dynamic,
+    now: Now,
+) -> DataValue {
+    if let Dynamic::ServiceLevel {
+        max_sessions_per_shard,
+        max_channels_per_shard,
+    } = d
+    {
         return DataValue {
-            value: Variant::Byte(service_level(metrics, max_sessions_per_shard, max_channels_per_shard)),
+            value: Variant::Byte(service_level(
+                metrics,
+                max_sessions_per_shard,
+                max_channels_per_shard,
+            )),
             source_timestamp: Some(now.utc),
             ..Default::default()
         };
@@ -153,13 +172,21 @@ pub fn diagnostics_value(metrics: &crate::server::metrics::ServerMetrics, d: Dyn
         }
         _ => Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(&s))),
     };
-    DataValue { value, source_timestamp: Some(now.utc), ..Default::default() }
+    DataValue {
+        value,
+        source_timestamp: Some(now.utc),
+        ..Default::default()
+    }
 }
 
 /// ServiceLevel (Part 4 §6.6.2.4.2: 200..=255 healthy, 2..=199 degraded) from the load: the
 /// larger of sessions / session capacity and secure channels / channel capacity over the
 /// shards. 255 idle, 200 just below capacity, 199 at capacity (no new session fits).
-pub fn service_level(metrics: &crate::server::metrics::ServerMetrics, max_sessions_per_shard: u32, max_channels_per_shard: u32) -> u8 {
+pub fn service_level(
+    metrics: &crate::server::metrics::ServerMetrics,
+    max_sessions_per_shard: u32,
+    max_channels_per_shard: u32,
+) -> u8 {
     use crate::server::metrics::ShardMetrics;
     let shards = metrics.active().count() as f64;
     if shards == 0.0 {
@@ -169,7 +196,8 @@ pub fn service_level(metrics: &crate::server::metrics::ServerMetrics, max_sessio
     let mut channels = 0u64;
     for (_, m) in metrics.active() {
         for i in 0..m.channels_opened.len() {
-            channels += ShardMetrics::get(&m.channels_opened[i]).saturating_sub(ShardMetrics::get(&m.channels_closed[i]));
+            channels += ShardMetrics::get(&m.channels_opened[i])
+                .saturating_sub(ShardMetrics::get(&m.channels_closed[i]));
         }
     }
     let load = (sessions / (shards * max_sessions_per_shard.max(1) as f64))
@@ -218,14 +246,22 @@ fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
     const REDUNDANCY_SUPPORT: u32 = 3709;
     const NON_TRANSPARENT_REDUNDANCY_TYPE: u32 = 2039;
     let r = &config.redundancy;
-    set_static(b, REDUNDANCY_SUPPORT, Variant::Int32(r.support_value()), start);
+    set_static(
+        b,
+        REDUNDANCY_SUPPORT,
+        Variant::Int32(r.support_value()),
+        start,
+    );
     if r.support_value() == 0 {
         return;
     }
-    let Some(obj) = b.node_mut(&NodeId::ns0(SERVER_REDUNDANCY)) else { return };
+    let Some(obj) = b.node_mut(&NodeId::ns0(SERVER_REDUNDANCY)) else {
+        return;
+    };
     for rf in &mut obj.references {
         if rf.is_forward && rf.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION) {
-            rf.target = crate::types::ExpandedNodeId::local(NodeId::ns0(NON_TRANSPARENT_REDUNDANCY_TYPE));
+            rf.target =
+                crate::types::ExpandedNodeId::local(NodeId::ns0(NON_TRANSPARENT_REDUNDANCY_TYPE));
         }
     }
     let id = NodeId::string(1, "ServerRedundancy.ServerUriArray");
@@ -245,7 +281,11 @@ fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
         }],
         attributes: ClassAttributes::Variable(VariableAttributes {
             value: ValueSource::Cell(ValueCell::new(
-                DataValue { value: strings(&uris), source_timestamp: Some(start), ..Default::default() },
+                DataValue {
+                    value: strings(&uris),
+                    source_timestamp: Some(start),
+                    ..Default::default()
+                },
                 None,
             )),
             data_type: NodeId::ns0(12),
@@ -264,7 +304,11 @@ fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
 }
 
 /// Sets Server.NamespaceArray.
-pub fn set_namespace_array(b: &mut AddressSpaceBuilder, namespace_uris: &[String], start: DateTime) {
+pub fn set_namespace_array(
+    b: &mut AddressSpaceBuilder,
+    namespace_uris: &[String],
+    start: DateTime,
+) {
     let uris: Vec<&str> = namespace_uris.iter().map(String::as_str).collect();
     set_static(b, sid::NAMESPACE_ARRAY, strings(&uris), start);
 }
@@ -355,9 +399,17 @@ pub fn install(
         }),
     );
     install_redundancy(b, config, start);
-    set(b, DIAGNOSTICS_SUMMARY, ValueSource::Dynamic(Dynamic::DiagnosticsSummary));
+    set(
+        b,
+        DIAGNOSTICS_SUMMARY,
+        ValueSource::Dynamic(Dynamic::DiagnosticsSummary),
+    );
     for (i, id) in DIAGNOSTICS_COUNTS.iter().enumerate() {
-        set(b, *id, ValueSource::Dynamic(Dynamic::DiagnosticsCount(i as u8)));
+        set(
+            b,
+            *id,
+            ValueSource::Dynamic(Dynamic::DiagnosticsCount(i as u8)),
+        );
     }
     set_static(b, DIAGNOSTICS_ENABLED, Variant::Boolean(true), start);
     set_static(b, sid::AUDITING, Variant::Boolean(false), start);
@@ -446,11 +498,23 @@ pub fn install(
     }
     let subs = &config.subscriptions;
     for (id, v) in [
-        (sid::MAX_SUBSCRIPTIONS_PER_SESSION, subs.max_subscriptions_per_session),
-        (sid::MAX_MONITORED_ITEMS_PER_SUBSCRIPTION, subs.max_monitored_items_per_subscription),
+        (
+            sid::MAX_SUBSCRIPTIONS_PER_SESSION,
+            subs.max_subscriptions_per_session,
+        ),
+        (
+            sid::MAX_MONITORED_ITEMS_PER_SUBSCRIPTION,
+            subs.max_monitored_items_per_subscription,
+        ),
         (sid::MAX_MONITORED_ITEMS_QUEUE_SIZE, subs.max_queue_size),
-        (sid::MAX_SELECT_CLAUSE_PARAMETERS, config.events.max_select_clauses),
-        (sid::MAX_WHERE_CLAUSE_PARAMETERS, config.events.max_event_filter_elements),
+        (
+            sid::MAX_SELECT_CLAUSE_PARAMETERS,
+            config.events.max_select_clauses,
+        ),
+        (
+            sid::MAX_WHERE_CLAUSE_PARAMETERS,
+            config.events.max_event_filter_elements,
+        ),
     ] {
         set_static(b, id, Variant::UInt32(v), start);
     }

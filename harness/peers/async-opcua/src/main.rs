@@ -21,16 +21,25 @@ use std::time::Duration;
 
 use clap::Parser;
 use opcua::nodes::VariableBuilder;
-use opcua::server::node_manager::memory::{simple_node_manager, CoreNodeManagerBuilder, InMemoryNodeManagerBuilder, SimpleNodeManager};
+use opcua::server::node_manager::memory::{
+    simple_node_manager, CoreNodeManagerBuilder, InMemoryNodeManagerBuilder, SimpleNodeManager,
+};
 use opcua::server::{diagnostics::NamespaceMetadata, ServerBuilder, ANONYMOUS_USER_TOKEN_ID};
-use opcua::types::{DataTypeId, DataValue, DateTime, MessageSecurityMode, NodeId, ObjectId, QualifiedName, StatusCode, Variant};
+use opcua::types::{
+    DataTypeId, DataValue, DateTime, MessageSecurityMode, NodeId, ObjectId, QualifiedName,
+    StatusCode, Variant,
+};
 
 const APPLICATION_URI: &str = "urn:o6:benchmark:server";
 const FIRST_NODE: u32 = 1001;
 const NODE_COUNT: u32 = 100;
 
 #[derive(Parser, Debug)]
-#[command(name = "async-opcua-contract-server", about = "The benchmark contract on async-opcua", disable_version_flag = true)]
+#[command(
+    name = "async-opcua-contract-server",
+    about = "The benchmark contract on async-opcua",
+    disable_version_flag = true
+)]
 struct Opts {
     /// TCP port.
     #[arg(long, default_value_t = 4840)]
@@ -70,14 +79,39 @@ fn builder(o: &Opts) -> ServerBuilder {
         .max_message_size(64 << 20)
         .max_chunk_count(0)
         .max_sessions(10_000)
-        .add_endpoint("none", ("/", opcua::crypto::SecurityPolicy::None, MessageSecurityMode::None, &tokens as &[&str]))
+        .add_endpoint(
+            "none",
+            (
+                "/",
+                opcua::crypto::SecurityPolicy::None,
+                MessageSecurityMode::None,
+                &tokens as &[&str],
+            ),
+        )
         .with_node_manager(simple_node_manager(
-            NamespaceMetadata { namespace_uri: APPLICATION_URI.to_owned(), ..Default::default() },
+            NamespaceMetadata {
+                namespace_uri: APPLICATION_URI.to_owned(),
+                ..Default::default()
+            },
             "benchmark",
         ));
     if o.secure {
-        for (id, mode) in [("basic256sha256_sign", MessageSecurityMode::Sign), ("basic256sha256_sign_encrypt", MessageSecurityMode::SignAndEncrypt)] {
-            b = b.add_endpoint(id, ("/", opcua::crypto::SecurityPolicy::Basic256Sha256, mode, &tokens as &[&str]));
+        for (id, mode) in [
+            ("basic256sha256_sign", MessageSecurityMode::Sign),
+            (
+                "basic256sha256_sign_encrypt",
+                MessageSecurityMode::SignAndEncrypt,
+            ),
+        ] {
+            b = b.add_endpoint(
+                id,
+                (
+                    "/",
+                    opcua::crypto::SecurityPolicy::Basic256Sha256,
+                    mode,
+                    &tokens as &[&str],
+                ),
+            );
         }
     }
     {
@@ -94,10 +128,17 @@ fn builder(o: &Opts) -> ServerBuilder {
 
 async fn serve(o: Opts) -> Result<(), String> {
     let (server, handle) = builder(&o).build()?;
-    let nm = handle.node_managers().get_of_type::<SimpleNodeManager>().ok_or("no simple node manager")?;
-    let ns = handle.get_namespace_index(APPLICATION_URI).ok_or("no namespace for the application URI")?;
+    let nm = handle
+        .node_managers()
+        .get_of_type::<SimpleNodeManager>()
+        .ok_or("no simple node manager")?;
+    let ns = handle
+        .get_namespace_index(APPLICATION_URI)
+        .ok_or("no namespace for the application URI")?;
     if ns != 1 {
-        return Err(format!("the application namespace has index {ns}, the contract needs 1"));
+        return Err(format!(
+            "the application namespace has index {ns}, the contract needs 1"
+        ));
     }
     {
         let mut space = nm.address_space().write();
@@ -105,12 +146,16 @@ async fn serve(o: Opts) -> Result<(), String> {
             None => {
                 for k in 0..NODE_COUNT {
                     let name = format!("BenchmarkValue{k}");
-                    let ok = VariableBuilder::new(&NodeId::new(ns, FIRST_NODE + k), QualifiedName::new(ns, name.as_str()), name.as_str())
-                        .data_type(DataTypeId::Int32)
-                        .value(k as i32)
-                        .writable()
-                        .organized_by(ObjectId::ObjectsFolder)
-                        .insert(&mut *space);
+                    let ok = VariableBuilder::new(
+                        &NodeId::new(ns, FIRST_NODE + k),
+                        QualifiedName::new(ns, name.as_str()),
+                        name.as_str(),
+                    )
+                    .data_type(DataTypeId::Int32)
+                    .value(k as i32)
+                    .writable()
+                    .organized_by(ObjectId::ObjectsFolder)
+                    .insert(&mut *space);
                     if !ok {
                         return Err(format!("cannot add {name}"));
                     }
@@ -119,12 +164,16 @@ async fn serve(o: Opts) -> Result<(), String> {
             Some(n) => {
                 for id in 1..=n {
                     let name = format!("Counter{id}");
-                    let ok = VariableBuilder::new(&NodeId::new(ns, id), QualifiedName::new(ns, name.as_str()), name.as_str())
-                        .data_type(DataTypeId::UInt64)
-                        .value(0u64)
-                        .minimum_sampling_interval(1.0)
-                        .organized_by(ObjectId::ObjectsFolder)
-                        .insert(&mut *space);
+                    let ok = VariableBuilder::new(
+                        &NodeId::new(ns, id),
+                        QualifiedName::new(ns, name.as_str()),
+                        name.as_str(),
+                    )
+                    .data_type(DataTypeId::UInt64)
+                    .value(0u64)
+                    .minimum_sampling_interval(1.0)
+                    .organized_by(ObjectId::ObjectsFolder)
+                    .insert(&mut *space);
                     if !ok {
                         return Err(format!("cannot add {name}"));
                     }
@@ -136,31 +185,42 @@ async fn serve(o: Opts) -> Result<(), String> {
         for k in 0..NODE_COUNT {
             let cell = Arc::new(AtomicI32::new(k as i32));
             let r = cell.clone();
-            nm.inner().add_read_callback(NodeId::new(ns, FIRST_NODE + k), move |_range, _ts, _max_age| {
-                Ok(DataValue::new_at(r.load(Ordering::Relaxed), DateTime::now()))
-            });
-            nm.inner().add_write_callback(NodeId::new(ns, FIRST_NODE + k), move |dv, range| match (&dv.value, range.has_range()) {
-                (Some(Variant::Int32(v)), false) => {
-                    cell.store(*v, Ordering::Relaxed);
-                    StatusCode::Good
-                }
-                (_, true) => StatusCode::BadIndexRangeInvalid,
-                _ => StatusCode::BadTypeMismatch,
-            });
+            nm.inner().add_read_callback(
+                NodeId::new(ns, FIRST_NODE + k),
+                move |_range, _ts, _max_age| {
+                    Ok(DataValue::new_at(
+                        r.load(Ordering::Relaxed),
+                        DateTime::now(),
+                    ))
+                },
+            );
+            nm.inner().add_write_callback(
+                NodeId::new(ns, FIRST_NODE + k),
+                move |dv, range| match (&dv.value, range.has_range()) {
+                    (Some(Variant::Int32(v)), false) => {
+                        cell.store(*v, Ordering::Relaxed);
+                        StatusCode::Good
+                    }
+                    (_, true) => StatusCode::BadIndexRangeInvalid,
+                    _ => StatusCode::BadTypeMismatch,
+                },
+            );
         }
     }
     if let Some(n) = o.counters {
         for id in 1..=n {
             let counter = Arc::new(AtomicU64::new(0));
-            nm.inner().add_read_callback(NodeId::new(ns, id), move |_range, _ts, _max_age| {
-                let v = counter.fetch_add(1, Ordering::Relaxed) + 1;
-                Ok(DataValue::new_at(v, DateTime::now()))
-            });
+            nm.inner()
+                .add_read_callback(NodeId::new(ns, id), move |_range, _ts, _max_age| {
+                    let v = counter.fetch_add(1, Ordering::Relaxed) + 1;
+                    Ok(DataValue::new_at(v, DateTime::now()))
+                });
         }
     }
     let stop = handle.clone();
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -174,7 +234,10 @@ async fn serve(o: Opts) -> Result<(), String> {
     tokio::spawn(async move {
         // Ready once the listener accepts (hang guard: 60 s).
         for _ in 0..6000 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
                 println!("listening on opc.tcp://127.0.0.1:{port}");
                 println!("benchmark server ready");
                 return;

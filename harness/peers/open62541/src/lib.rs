@@ -28,7 +28,11 @@ pub const NODE_COUNT: u32 = 100;
 /// The name of a status code (`BadTypeMismatch` …).
 pub fn status_name(s: UA_StatusCode) -> String {
     // SAFETY: UA_StatusCode_name returns a static NUL-terminated string.
-    unsafe { CStr::from_ptr(UA_StatusCode_name(s)).to_string_lossy().into_owned() }
+    unsafe {
+        CStr::from_ptr(UA_StatusCode_name(s))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 pub fn check(what: &str, s: UA_StatusCode) -> Result<(), String> {
@@ -71,7 +75,11 @@ pub fn numeric(ns: u16, id: u32) -> UA_NodeId {
 pub fn data_type(index: u32) -> *const UA_DataType {
     // SAFETY: UA_TYPES is the static array of built-in types; index is one of
     // the UA_TYPES_* constants.
-    unsafe { std::ptr::addr_of!(UA_TYPES).cast::<UA_DataType>().add(index as usize) }
+    unsafe {
+        std::ptr::addr_of!(UA_TYPES)
+            .cast::<UA_DataType>()
+            .add(index as usize)
+    }
 }
 
 /// The RSA key size of the peers' certificates: uaring's own (`uaring cert generate`, and the
@@ -83,12 +91,20 @@ pub const KEY_BITS: u16 = 2048;
 /// A self-signed application certificate and its private key (DER) with a key of `key_bits`,
 /// made by open62541's own certificate plug-in (Mbed TLS).
 #[cfg(feature = "mbedtls")]
-pub fn self_signed(uri: &str, common_name: &str, key_bits: u16) -> Result<(UA_ByteString, UA_ByteString), String> {
+pub fn self_signed(
+    uri: &str,
+    common_name: &str,
+    key_bits: u16,
+) -> Result<(UA_ByteString, UA_ByteString), String> {
     // SAFETY: the subject and SAN arrays are UA_Strings owned here and cleared after the call;
     // the parameter map copies the key size it is given and is cleared after the call; the
     // outputs are initialised ByteStrings.
     unsafe {
-        let mut subject = [ua_string("C=DE"), ua_string("O=uaring"), ua_string(&format!("CN={common_name}"))];
+        let mut subject = [
+            ua_string("C=DE"),
+            ua_string("O=uaring"),
+            ua_string(&format!("CN={common_name}")),
+        ];
         let mut san = [ua_string(&format!("URI:{uri}")), ua_string("DNS:localhost")];
         let mut params: UA_KeyValueMap = std::mem::zeroed();
         let name = CString::new("key-size-bits").expect("no NUL");

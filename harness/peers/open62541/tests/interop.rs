@@ -24,7 +24,11 @@ fn uaring_bin() -> PathBuf {
     // target/<profile>/deps/interop-… → target/<profile>/uaring
     let me = std::env::current_exe().unwrap();
     let p = me.parent().and_then(|d| d.parent()).unwrap().join("uaring");
-    assert!(p.exists(), "{} is missing: cargo build -p uaring --bin uaring (or set UARING_BIN)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build -p uaring --bin uaring (or set UARING_BIN)",
+        p.display()
+    );
     p
 }
 
@@ -44,9 +48,17 @@ impl Drop for Server {
 /// Starts a server and waits (hang guard: 120 s) for `benchmark server ready`;
 /// the port comes from its `listening on …:PORT` line.
 fn start(cmd: &mut Command) -> Server {
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("server starts");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("server starts");
     let (tx, rx) = mpsc::channel();
-    for r in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+    for r in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(r).lines().map_while(Result::ok) {
@@ -57,10 +69,16 @@ fn start(cmd: &mut Command) -> Server {
     let mut port = None;
     let mut seen = Vec::new();
     loop {
-        let line = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| panic!("server not ready; output:\n{}", seen.join("\n")));
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("server not ready; output:\n{}", seen.join("\n")));
         if let Some(i) = line.find("listening on opc.tcp://") {
             let rest = &line[i + "listening on opc.tcp://".len()..];
-            let hostport = rest.split_whitespace().next().unwrap().trim_end_matches('/');
+            let hostport = rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('/');
             port = hostport.rsplit_once(':').and_then(|(_, p)| p.parse().ok());
         }
         let ready = line.contains("benchmark server ready");
@@ -71,30 +89,69 @@ fn start(cmd: &mut Command) -> Server {
     }
     // Keep draining the output so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in rx {});
-    Server { child, port: port.expect("a `listening on` line with the port") }
+    Server {
+        child,
+        port: port.expect("a `listening on` line with the port"),
+    }
 }
 
 fn client(port: u16, security: &str) {
     let out = Command::new(CLIENT)
-        .args(["--url", &format!("opc.tcp://127.0.0.1:{port}"), "--security", security, "--log-level", "5"])
+        .args([
+            "--url",
+            &format!("opc.tcp://127.0.0.1:{port}"),
+            "--security",
+            security,
+            "--log-level",
+            "5",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "open62541 client ({security}) failed:\n{stdout}\n{stderr}");
-    for check in ["ok connect", "ok read", "ok write:", "ok write of the wrong type", "ok browse", "ok disconnect"] {
-        assert!(stdout.contains(check), "missing {check:?} ({security}):\n{stdout}");
+    assert!(
+        out.status.success(),
+        "open62541 client ({security}) failed:\n{stdout}\n{stderr}"
+    );
+    for check in [
+        "ok connect",
+        "ok read",
+        "ok write:",
+        "ok write of the wrong type",
+        "ok browse",
+        "ok disconnect",
+    ] {
+        assert!(
+            stdout.contains(check),
+            "missing {check:?} ({security}):\n{stdout}"
+        );
     }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 #[test]
 fn open62541_client_against_uaring() {
     let pki = std::env::temp_dir().join(format!("uaring-o6-interop-{}", std::process::id()));
-    let s = start(Command::new(uaring_bin()).args(["serve", "--contract", "--listen", "127.0.0.1:0", "--cpus", "0"]).arg("--pki").arg(&pki));
+    let s = start(
+        Command::new(uaring_bin())
+            .args([
+                "serve",
+                "--contract",
+                "--listen",
+                "127.0.0.1:0",
+                "--cpus",
+                "0",
+            ])
+            .arg("--pki")
+            .arg(&pki),
+    );
     client(s.port, "none");
     client(s.port, "sign-encrypt");
     drop(s);

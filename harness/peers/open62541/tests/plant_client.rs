@@ -23,14 +23,28 @@ fn plant_bin() -> PathBuf {
     let p = match std::env::var_os("UARING_EXAMPLES_DIR") {
         Some(dir) => PathBuf::from(dir).join("plant"),
         // target/<profile>/deps/plant_client-… → target/<profile>/examples/plant
-        None => std::env::current_exe().unwrap().parent().and_then(|d| d.parent()).unwrap().join("examples").join("plant"),
+        None => std::env::current_exe()
+            .unwrap()
+            .parent()
+            .and_then(|d| d.parent())
+            .unwrap()
+            .join("examples")
+            .join("plant"),
     };
-    assert!(p.exists(), "{} is missing: cargo build -p uaring --examples (or set UARING_EXAMPLES_DIR)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: cargo build -p uaring --examples (or set UARING_EXAMPLES_DIR)",
+        p.display()
+    );
     p
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The plant process; SIGTERMed and reaped on drop if the test fails before it does so.
@@ -44,9 +58,19 @@ struct Plant {
 impl Plant {
     /// Starts the plant and waits (hang guard: 120 s) for its `listening on` line.
     fn start(port: u16) -> Plant {
-        let pki = std::env::temp_dir().join(format!("uaring-o6-plant-{}-{port}", std::process::id()));
+        let pki =
+            std::env::temp_dir().join(format!("uaring-o6-plant-{}-{port}", std::process::id()));
         let mut child = Command::new(plant_bin())
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--variables", VARIABLES, "--rate", RATE, "--shards", "2"])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--variables",
+                VARIABLES,
+                "--rate",
+                RATE,
+                "--shards",
+                "2",
+            ])
             .arg("--pki")
             .arg(&pki)
             .stdin(Stdio::null())
@@ -55,7 +79,10 @@ impl Plant {
             .spawn()
             .expect("the plant starts");
         let (tx, rx) = mpsc::channel();
-        for r in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+        for r in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
             let tx = tx.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(r).lines().map_while(Result::ok) {
@@ -64,7 +91,11 @@ impl Plant {
             });
         }
         drop(tx);
-        let mut plant = Plant { child, output: rx, pki };
+        let mut plant = Plant {
+            child,
+            output: rx,
+            pki,
+        };
         let want = format!("listening on opc.tcp://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(120);
         let mut seen = Vec::new();
@@ -78,10 +109,16 @@ impl Plant {
                         return plant;
                     }
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => panic!("the plant did not print {want:?} within 120 s; output:\n{}", seen.join("\n")),
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "the plant did not print {want:?} within 120 s; output:\n{}",
+                    seen.join("\n")
+                ),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status = plant.child.wait().unwrap();
-                    panic!("the plant exited ({status}) before printing {want:?}; output:\n{}", seen.join("\n"));
+                    panic!(
+                        "the plant exited ({status}) before printing {want:?}; output:\n{}",
+                        seen.join("\n")
+                    );
                 }
             }
         }
@@ -129,14 +166,25 @@ fn open62541_client_against_the_uaring_plant_example() {
     let port = free_port();
     let plant = Plant::start(port);
     let out = Command::new(CLIENT)
-        .args(["--url", &format!("opc.tcp://127.0.0.1:{port}"), "--security", "none", "--log-level", "5"])
+        .args([
+            "--url",
+            &format!("opc.tcp://127.0.0.1:{port}"),
+            "--security",
+            "none",
+            "--log-level",
+            "5",
+        ])
         .args(["--plant", "--variables", VARIABLES, "--rate", RATE])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
-    assert!(out.status.success(), "open62541 client (plant mode) failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "open62541 client (plant mode) failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     for check in [
         "ok connect",
         "ok namespace: urn:uaring:example:plant",
@@ -152,8 +200,14 @@ fn open62541_client_against_the_uaring_plant_example() {
         "ok call Reset: Good",
         "ok disconnect",
     ] {
-        assert!(stdout.contains(check), "missing {check:?}:\n{stdout}\n{stderr}");
+        assert!(
+            stdout.contains(check),
+            "missing {check:?}:\n{stdout}\n{stderr}"
+        );
     }
     let (status, rest) = plant.stop();
-    assert!(status.success(), "the plant's exit after SIGTERM: {status}; output:\n{rest}");
+    assert!(
+        status.success(),
+        "the plant's exit after SIGTERM: {status}; output:\n{rest}"
+    );
 }

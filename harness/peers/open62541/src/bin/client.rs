@@ -31,7 +31,11 @@ enum Mode {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "open62541-interop-client", about = "open62541's client against a benchmark-contract server", disable_version_flag = true)]
+#[command(
+    name = "open62541-interop-client",
+    about = "open62541's client against a benchmark-contract server",
+    disable_version_flag = true
+)]
 struct Opts {
     /// Endpoint URL, e.g. opc.tcp://127.0.0.1:4840
     #[arg(long)]
@@ -87,7 +91,15 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
     {
         let (cert, key) = self_signed(CLIENT_URI, "uaring interop open62541 client", KEY_BITS)?;
         // setDefaultEncryption takes the certificate and key by value and copies them.
-        let rc = UA_ClientConfig_setDefaultEncryption(cfg, shallow(&cert), shallow(&key), std::ptr::null(), 0, std::ptr::null(), 0);
+        let rc = UA_ClientConfig_setDefaultEncryption(
+            cfg,
+            shallow(&cert),
+            shallow(&key),
+            std::ptr::null(),
+            0,
+            std::ptr::null(),
+            0,
+        );
         free_bytes(cert);
         free_bytes(key);
         check("client encryption", rc)?;
@@ -113,9 +125,17 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
 /// Reads an Int32 value.
 unsafe fn read_i32(c: *mut UA_Client, id: u32) -> Result<i32, String> {
     let mut v: UA_Variant = std::mem::zeroed();
-    check(&format!("Read ns=1;i={id}"), UA_Client_readValueAttribute(c, numeric(1, id), &mut v))?;
-    let is_i32 = std::ptr::eq(v.type_, data_type(UA_TYPES_INT32)) && !v.data.is_null() && v.arrayLength == 0;
-    let out = if is_i32 { Ok(*(v.data as *const i32)) } else { Err(format!("Read ns=1;i={id}: not a scalar Int32")) };
+    check(
+        &format!("Read ns=1;i={id}"),
+        UA_Client_readValueAttribute(c, numeric(1, id), &mut v),
+    )?;
+    let is_i32 =
+        std::ptr::eq(v.type_, data_type(UA_TYPES_INT32)) && !v.data.is_null() && v.arrayLength == 0;
+    let out = if is_i32 {
+        Ok(*(v.data as *const i32))
+    } else {
+        Err(format!("Read ns=1;i={id}: not a scalar Int32"))
+    };
     UA_Variant_clear(&mut v);
     out
 }
@@ -126,9 +146,18 @@ unsafe fn write_scalar<T>(c: *mut UA_Client, id: u32, value: T, type_index: u32)
 
 /// Writes a scalar to the Value of `node` (a bitwise copy the call does not free); the
 /// status of the write (the service result, else the result of the one write).
-unsafe fn write_node<T>(c: *mut UA_Client, node: UA_NodeId, value: T, type_index: u32) -> UA_StatusCode {
+unsafe fn write_node<T>(
+    c: *mut UA_Client,
+    node: UA_NodeId,
+    value: T,
+    type_index: u32,
+) -> UA_StatusCode {
     let mut v: UA_Variant = std::mem::zeroed();
-    let rc = UA_Variant_setScalarCopy(&mut v, &value as *const T as *const std::ffi::c_void, data_type(type_index));
+    let rc = UA_Variant_setScalarCopy(
+        &mut v,
+        &value as *const T as *const std::ffi::c_void,
+        data_type(type_index),
+    );
     if rc != 0 {
         return rc;
     }
@@ -162,7 +191,10 @@ unsafe fn browse_objects(c: *mut UA_Client) -> Result<Vec<String>, String> {
             let rd = &*r.references.add(i);
             if rd.browseName.namespaceIndex == 1 {
                 let n = &rd.browseName.name;
-                names.push(String::from_utf8_lossy(std::slice::from_raw_parts(n.data, n.length)).into_owned());
+                names.push(
+                    String::from_utf8_lossy(std::slice::from_raw_parts(n.data, n.length))
+                        .into_owned(),
+                );
             }
         }
         Ok(())
@@ -180,7 +212,11 @@ fn run(o: &Opts) -> Result<(), String> {
         let url = CString::new(o.url.clone()).map_err(|_| "URL with NUL")?;
         check("connect", UA_Client_connect(client.0, url.as_ptr()))?;
         println!("ok connect {} ({:?})", o.url, o.security);
-        for (id, want) in [(FIRST_NODE, 0), (FIRST_NODE + 42, 42), (FIRST_NODE + NODE_COUNT - 1, NODE_COUNT as i32 - 1)] {
+        for (id, want) in [
+            (FIRST_NODE, 0),
+            (FIRST_NODE + 42, 42),
+            (FIRST_NODE + NODE_COUNT - 1, NODE_COUNT as i32 - 1),
+        ] {
             let got = read_i32(client.0, id)?;
             if got != want {
                 return Err(format!("Read ns=1;i={id}: {got}, the contract says {want}"));
@@ -188,20 +224,32 @@ fn run(o: &Opts) -> Result<(), String> {
         }
         println!("ok read: BenchmarkValue0/42/99 hold their index");
         let id = FIRST_NODE + 7;
-        check("Write Int32", write_scalar(client.0, id, 4242i32, UA_TYPES_INT32))?;
+        check(
+            "Write Int32",
+            write_scalar(client.0, id, 4242i32, UA_TYPES_INT32),
+        )?;
         let back = read_i32(client.0, id)?;
         if back != 4242 {
             return Err(format!("Read after Write: {back}, wrote 4242"));
         }
-        check("Write Int32 (restore)", write_scalar(client.0, id, 7i32, UA_TYPES_INT32))?;
+        check(
+            "Write Int32 (restore)",
+            write_scalar(client.0, id, 7i32, UA_TYPES_INT32),
+        )?;
         println!("ok write: Int32 written and read back");
         let rc = write_scalar(client.0, id, 1.5f64, UA_TYPES_DOUBLE);
         if status_name(rc) != "BadTypeMismatch" {
-            return Err(format!("Write of a Double to an Int32 variable: {}, the contract says BadTypeMismatch", status_name(rc)));
+            return Err(format!(
+                "Write of a Double to an Int32 variable: {}, the contract says BadTypeMismatch",
+                status_name(rc)
+            ));
         }
         println!("ok write of the wrong type: BadTypeMismatch");
         let names = browse_objects(client.0)?;
-        let bench = names.iter().filter(|n| n.starts_with("BenchmarkValue")).count();
+        let bench = names
+            .iter()
+            .filter(|n| n.starts_with("BenchmarkValue"))
+            .count();
         if bench != NODE_COUNT as usize {
             return Err(format!("Browse Objects: {bench} BenchmarkValue references in namespace 1, the contract says {NODE_COUNT}"));
         }
@@ -256,11 +304,25 @@ unsafe fn text(s: &UA_String) -> String {
 
 /// Reads the Value of `node` (a bitwise copy the call does not free): a scalar of the built-in
 /// type `type_index`.
-unsafe fn read_scalar<T: Copy>(c: *mut UA_Client, node: UA_NodeId, what: &str, type_index: u32, type_name: &str) -> Result<T, String> {
+unsafe fn read_scalar<T: Copy>(
+    c: *mut UA_Client,
+    node: UA_NodeId,
+    what: &str,
+    type_index: u32,
+    type_name: &str,
+) -> Result<T, String> {
     let mut v: UA_Variant = std::mem::zeroed();
-    check(&format!("Read {what}"), UA_Client_readValueAttribute(c, node, &mut v))?;
-    let ok = std::ptr::eq(v.type_, data_type(type_index)) && !v.data.is_null() && v.arrayLength == 0;
-    let out = if ok { Ok(*(v.data as *const T)) } else { Err(format!("Read {what}: not a scalar {type_name}")) };
+    check(
+        &format!("Read {what}"),
+        UA_Client_readValueAttribute(c, node, &mut v),
+    )?;
+    let ok =
+        std::ptr::eq(v.type_, data_type(type_index)) && !v.data.is_null() && v.arrayLength == 0;
+    let out = if ok {
+        Ok(*(v.data as *const T))
+    } else {
+        Err(format!("Read {what}: not a scalar {type_name}"))
+    };
     UA_Variant_clear(&mut v);
     out
 }
@@ -268,9 +330,14 @@ unsafe fn read_scalar<T: Copy>(c: *mut UA_Client, node: UA_NodeId, what: &str, t
 /// The index of `uri` in the server's NamespaceArray (i=2255).
 unsafe fn namespace_index(c: *mut UA_Client, uri: &str) -> Result<u16, String> {
     let mut v: UA_Variant = std::mem::zeroed();
-    check("Read NamespaceArray", UA_Client_readValueAttribute(c, numeric(0, UA_NS0ID_SERVER_NAMESPACEARRAY), &mut v))?;
+    check(
+        "Read NamespaceArray",
+        UA_Client_readValueAttribute(c, numeric(0, UA_NS0ID_SERVER_NAMESPACEARRAY), &mut v),
+    )?;
     let mut uris = Vec::new();
-    let out = if std::ptr::eq(v.type_, data_type(UA_TYPES_STRING)) && (v.arrayLength > 0 || v.data.is_null()) {
+    let out = if std::ptr::eq(v.type_, data_type(UA_TYPES_STRING))
+        && (v.arrayLength > 0 || v.data.is_null())
+    {
         for i in 0..v.arrayLength {
             uris.push(text(&*(v.data as *const UA_String).add(i)));
         }
@@ -300,7 +367,12 @@ unsafe fn browse_forward(c: *mut UA_Client, node: &Node, ns: u16) -> Result<Vec<
     req.requestedMaxReferencesPerNode = 0;
     let mut resp = UA_Client_Service_browse(c, shallow(&req));
     let mut ids = Vec::new();
-    let collect = |ids: &mut Vec<String>, what: &str, service: UA_StatusCode, size: usize, results: *mut UA_BrowseResult| -> Result<Option<UA_ByteString>, String> {
+    let collect = |ids: &mut Vec<String>,
+                   what: &str,
+                   service: UA_StatusCode,
+                   size: usize,
+                   results: *mut UA_BrowseResult|
+     -> Result<Option<UA_ByteString>, String> {
         check(what, service)?;
         if size != 1 {
             return Err(format!("{what}: {size} results for 1 node"));
@@ -310,7 +382,11 @@ unsafe fn browse_forward(c: *mut UA_Client, node: &Node, ns: u16) -> Result<Vec<
         for i in 0..r.referencesSize {
             let rd = &*r.references.add(i);
             let id = &rd.nodeId.nodeId;
-            if rd.isForward && rd.nodeId.serverIndex == 0 && id.namespaceIndex == ns && id.identifierType == UA_NodeIdType::UA_NODEIDTYPE_STRING {
+            if rd.isForward
+                && rd.nodeId.serverIndex == 0
+                && id.namespaceIndex == ns
+                && id.identifierType == UA_NodeIdType::UA_NODEIDTYPE_STRING
+            {
                 ids.push(text(id.identifier.string.as_ref()));
             }
         }
@@ -319,10 +395,19 @@ unsafe fn browse_forward(c: *mut UA_Client, node: &Node, ns: u16) -> Result<Vec<
             return Ok(None);
         }
         let mut cp: UA_ByteString = std::mem::zeroed();
-        check("copy a continuation point", UA_ByteString_copy(&r.continuationPoint, &mut cp))?;
+        check(
+            "copy a continuation point",
+            UA_ByteString_copy(&r.continuationPoint, &mut cp),
+        )?;
         Ok(Some(cp))
     };
-    let mut next = collect(&mut ids, "Browse s=Plant", resp.responseHeader.serviceResult, resp.resultsSize, resp.results);
+    let mut next = collect(
+        &mut ids,
+        "Browse s=Plant",
+        resp.responseHeader.serviceResult,
+        resp.resultsSize,
+        resp.results,
+    );
     UA_BrowseResponse_clear(&mut resp);
     let mut rounds = 0;
     while let Ok(Some(mut cp)) = next {
@@ -336,7 +421,13 @@ unsafe fn browse_forward(c: *mut UA_Client, node: &Node, ns: u16) -> Result<Vec<
         nreq.continuationPoints = &mut cp;
         nreq.continuationPointsSize = 1;
         let mut nresp = UA_Client_Service_browseNext(c, shallow(&nreq));
-        next = collect(&mut ids, "BrowseNext s=Plant", nresp.responseHeader.serviceResult, nresp.resultsSize, nresp.results);
+        next = collect(
+            &mut ids,
+            "BrowseNext s=Plant",
+            nresp.responseHeader.serviceResult,
+            nresp.resultsSize,
+            nresp.results,
+        );
         UA_BrowseNextResponse_clear(&mut nresp);
         UA_ByteString_clear(&mut cp);
     }
@@ -371,9 +462,16 @@ unsafe extern "C" fn on_data_change(
     let seen = &mut *(mon_context as *mut Seen);
     let dv = &*value;
     let v = &dv.value;
-    let is_double = dv.hasValue() && std::ptr::eq(v.type_, data_type(UA_TYPES_DOUBLE)) && !v.data.is_null() && v.arrayLength == 0;
+    let is_double = dv.hasValue()
+        && std::ptr::eq(v.type_, data_type(UA_TYPES_DOUBLE))
+        && !v.data.is_null()
+        && v.arrayLength == 0;
     seen.0.push(Notification {
-        value: if is_double { Some(*(v.data as *const f64)) } else { None },
+        value: if is_double {
+            Some(*(v.data as *const f64))
+        } else {
+            None
+        },
         status: if dv.hasStatus() { dv.status } else { 0 },
     });
 }
@@ -395,16 +493,27 @@ fn check_notifications(seen: &[Notification], rate: f64, secs: f64) -> Result<St
     // Less a hair: 0.8 × 3 × 50 is 120.00000000000001 in binary floating point.
     let need = (0.8 * secs * rate - 1e-6).ceil().max(1.0) as usize;
     if seen.len() < need {
-        return Err(format!("subscription: {} notifications in {secs} s at {rate} Hz, want at least {need}", seen.len()));
+        return Err(format!(
+            "subscription: {} notifications in {secs} s at {rate} Hz, want at least {need}",
+            seen.len()
+        ));
     }
     let mut values = Vec::with_capacity(seen.len());
     for (i, n) in seen.iter().enumerate() {
         if n.status & OVERFLOW_BITS != 0 {
-            return Err(format!("subscription: notification {i} has the overflow bit (status 0x{:08X})", n.status));
+            return Err(format!(
+                "subscription: notification {i} has the overflow bit (status 0x{:08X})",
+                n.status
+            ));
         }
         match n.value {
             Some(v) => values.push(v),
-            None => return Err(format!("subscription: notification {i} holds no scalar Double (status {})", status_name(n.status))),
+            None => {
+                return Err(format!(
+                    "subscription: notification {i} holds no scalar Double (status {})",
+                    status_name(n.status)
+                ))
+            }
         }
     }
     for (i, w) in values.windows(2).enumerate().skip(1) {
@@ -429,7 +538,10 @@ fn check_notifications(seen: &[Notification], rate: f64, secs: f64) -> Result<St
 }
 
 fn run_plant(o: &Opts) -> Result<(), String> {
-    let (n, rate) = (o.variables.expect("clap requires --variables"), o.rate.expect("clap requires --rate"));
+    let (n, rate) = (
+        o.variables.expect("clap requires --variables"),
+        o.rate.expect("clap requires --rate"),
+    );
     let seen = SeenBox(Box::into_raw(Box::<Seen>::default()));
     // SAFETY: the open62541 client API used as documented, on one thread; every value we get
     // is cleared once; the item's context (`seen`) outlives the client.
@@ -456,9 +568,21 @@ fn run_plant(o: &Opts) -> Result<(), String> {
         }
         println!("ok browse: s=Plant references V0 … V{}, Setpoint, Pushes and Reset ({} forward references into ns={ns})", n - 1, ids.len());
 
-        let v0: f64 = read_scalar(c, Node::string(ns, "Plant.V0").get(), "s=Plant.V0", UA_TYPES_DOUBLE, "Double")?;
+        let v0: f64 = read_scalar(
+            c,
+            Node::string(ns, "Plant.V0").get(),
+            "s=Plant.V0",
+            UA_TYPES_DOUBLE,
+            "Double",
+        )?;
         println!("ok read: s=Plant.V0 is the Double {v0}");
-        let pushes: u64 = read_scalar(c, Node::string(ns, "Plant.Pushes").get(), "s=Plant.Pushes", UA_TYPES_UINT64, "UInt64")?;
+        let pushes: u64 = read_scalar(
+            c,
+            Node::string(ns, "Plant.Pushes").get(),
+            "s=Plant.Pushes",
+            UA_TYPES_UINT64,
+            "UInt64",
+        )?;
         println!("ok read: s=Plant.Pushes is the UInt64 {pushes}");
 
         // The subscription and its one item.
@@ -483,7 +607,11 @@ fn run_plant(o: &Opts) -> Result<(), String> {
             Some(on_data_change),
             None,
         );
-        let (mon_rc, revised_si, revised_qs) = (mon.statusCode, mon.revisedSamplingInterval, mon.revisedQueueSize);
+        let (mon_rc, revised_si, revised_qs) = (
+            mon.statusCode,
+            mon.revisedSamplingInterval,
+            mon.revisedQueueSize,
+        );
         UA_MonitoredItemCreateResult_clear(&mut mon);
         check("CreateMonitoredItems s=Plant.V1", mon_rc)?;
         println!(
@@ -496,31 +624,64 @@ fn run_plant(o: &Opts) -> Result<(), String> {
         let secs = SUBSCRIBE_FOR.as_secs_f64();
         let summary = check_notifications(&(*seen.0).0, rate, secs)?;
         println!("ok subscription: {summary}");
-        check("DeleteSubscriptions", UA_Client_Subscriptions_deleteSingle(c, sub_id))?;
+        check(
+            "DeleteSubscriptions",
+            UA_Client_Subscriptions_deleteSingle(c, sub_id),
+        )?;
         println!("ok delete subscription {sub_id}");
 
         let setpoint = Node::string(ns, "Plant.Setpoint");
-        check("Write s=Plant.Setpoint 12.5", write_node(c, setpoint.get(), 12.5f64, UA_TYPES_DOUBLE))?;
+        check(
+            "Write s=Plant.Setpoint 12.5",
+            write_node(c, setpoint.get(), 12.5f64, UA_TYPES_DOUBLE),
+        )?;
         println!("ok write Setpoint 12.5: Good");
         let rc = write_node(c, setpoint.get(), 1000.0f64, UA_TYPES_DOUBLE);
         if rc != UA_STATUSCODE_BADOUTOFRANGE {
-            return Err(format!("Write s=Plant.Setpoint 1000: {}, the contract says BadOutOfRange", status_name(rc)));
+            return Err(format!(
+                "Write s=Plant.Setpoint 1000: {}, the contract says BadOutOfRange",
+                status_name(rc)
+            ));
         }
-        let back: f64 = read_scalar(c, setpoint.get(), "s=Plant.Setpoint", UA_TYPES_DOUBLE, "Double")?;
+        let back: f64 = read_scalar(
+            c,
+            setpoint.get(),
+            "s=Plant.Setpoint",
+            UA_TYPES_DOUBLE,
+            "Double",
+        )?;
         if back != 12.5 {
-            return Err(format!("Read s=Plant.Setpoint after the refused write: {back}, want 12.5"));
+            return Err(format!(
+                "Read s=Plant.Setpoint after the refused write: {back}, want 12.5"
+            ));
         }
         println!("ok write Setpoint 1000: BadOutOfRange (Setpoint still 12.5)");
 
         let reset = Node::string(ns, "Plant.Reset");
         let mut out_size = 0usize;
         let mut out: *mut UA_Variant = std::ptr::null_mut();
-        check("Call s=Plant.Reset", UA_Client_call(c, plant.get(), reset.get(), 0, std::ptr::null(), &mut out_size, &mut out))?;
+        check(
+            "Call s=Plant.Reset",
+            UA_Client_call(
+                c,
+                plant.get(),
+                reset.get(),
+                0,
+                std::ptr::null(),
+                &mut out_size,
+                &mut out,
+            ),
+        )?;
         let result = if out_size != 1 || out.is_null() {
-            Err(format!("Call s=Plant.Reset: {out_size} output arguments, the contract says 1"))
+            Err(format!(
+                "Call s=Plant.Reset: {out_size} output arguments, the contract says 1"
+            ))
         } else {
             let v = &*out;
-            if std::ptr::eq(v.type_, data_type(UA_TYPES_UINT64)) && !v.data.is_null() && v.arrayLength == 0 {
+            if std::ptr::eq(v.type_, data_type(UA_TYPES_UINT64))
+                && !v.data.is_null()
+                && v.arrayLength == 0
+            {
                 Ok(*(v.data as *const u64))
             } else {
                 Err("Call s=Plant.Reset: the output is not a scalar UInt64".into())

@@ -33,13 +33,20 @@ use clap::Parser;
 use uaring_peer_open62541::sys::*;
 use uaring_peer_open62541::*;
 
-const _: () = assert!(UA_MULTITHREADING >= 100, "the push thread needs open62541's thread-safe API (UA_MULTITHREADING >= 100)");
+const _: () = assert!(
+    UA_MULTITHREADING >= 100,
+    "the push thread needs open62541's thread-safe API (UA_MULTITHREADING >= 100)"
+);
 
 /// The plant contract's namespace URI.
 const NAMESPACE_URI: &str = "urn:uaring:example:plant";
 
 #[derive(Parser, Debug)]
-#[command(name = "open62541-plant", about = "The plant contract (pushed values) on a native open62541 server", disable_version_flag = true)]
+#[command(
+    name = "open62541-plant",
+    about = "The plant contract (pushed values) on a native open62541 server",
+    disable_version_flag = true
+)]
 struct Opts {
     /// HOST:PORT to listen on (open62541 needs a fixed port: not 0).
     #[arg(long)]
@@ -70,10 +77,16 @@ extern "C" fn on_signal(_sig: libc::c_int) {
 }
 
 fn host_port(listen: &str) -> Result<(String, u16), String> {
-    let (host, port) = listen.rsplit_once(':').ok_or_else(|| format!("--listen {listen:?}: HOST:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| format!("--listen {listen:?}: bad port"))?;
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| format!("--listen {listen:?}: HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("--listen {listen:?}: bad port"))?;
     if port == 0 {
-        return Err(format!("--listen {listen:?}: open62541's configuration needs a fixed port, not 0"));
+        return Err(format!(
+            "--listen {listen:?}: open62541's configuration needs a fixed port, not 0"
+        ));
     }
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
@@ -90,9 +103,16 @@ fn string_node(ns: u16, s: &str) -> UA_NodeId {
 }
 
 unsafe fn configure(config: &mut UA_ServerConfig, host: &str, port: u16) -> Result<(), String> {
-    check("configuration", UA_ServerConfig_setMinimalCustomBuffer(config, port, std::ptr::null(), 0, 0))?;
+    check(
+        "configuration",
+        UA_ServerConfig_setMinimalCustomBuffer(config, port, std::ptr::null(), 0, 0),
+    )?;
     // Listen on HOST only: the server URLs replace the default `opc.tcp://:PORT` (all interfaces).
-    UA_Array_delete(config.serverUrls as *mut c_void, config.serverUrlsSize, data_type(UA_TYPES_STRING));
+    UA_Array_delete(
+        config.serverUrls as *mut c_void,
+        config.serverUrlsSize,
+        data_type(UA_TYPES_STRING),
+    );
     let urls = UA_Array_new(1, data_type(UA_TYPES_STRING)) as *mut UA_String;
     if urls.is_null() {
         return Err("out of memory".into());
@@ -138,7 +158,11 @@ unsafe fn add_plant(server: *mut UA_Server, ns: u16, n: u32) -> Result<Vec<UA_No
         let mut attr = shallow(&UA_VariableAttributes_default);
         let v = 0.0f64;
         // The value is copied into the node by addVariableNode; `attr.value` points at `v`.
-        UA_Variant_setScalar(&mut attr.value, &v as *const f64 as *mut c_void, data_type(UA_TYPES_DOUBLE));
+        UA_Variant_setScalar(
+            &mut attr.value,
+            &v as *const f64 as *mut c_void,
+            data_type(UA_TYPES_DOUBLE),
+        );
         attr.displayName = UA_LOCALIZEDTEXT(locale.as_ptr() as *mut _, name.as_ptr() as *mut _);
         attr.dataType = shallow(&(*data_type(UA_TYPES_DOUBLE)).typeId);
         attr.valueRank = UA_VALUERANK_SCALAR;
@@ -193,16 +217,29 @@ struct Nodes(Vec<UA_NodeId>);
 unsafe impl Send for Nodes {}
 
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn sleep_until(deadline_ns: u64) {
-    let ts = libc::timespec { tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t, tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
     // SAFETY: an absolute sleep on CLOCK_MONOTONIC; EINTR just returns early.
-    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 /// What the push thread did.
@@ -221,7 +258,13 @@ fn push_loop(server: ServerPtr, nodes: Nodes, rate: f64, stop: Arc<AtomicBool>) 
     let Nodes(nodes) = nodes;
     let period_ns = 1e9 / rate;
     let start = mono_ns();
-    let mut r = PushReport { rounds: 0, late_rounds: 0, max_late_ns: 0, errors: 0, first_error: None };
+    let mut r = PushReport {
+        rounds: 0,
+        late_rounds: 0,
+        max_late_ns: 0,
+        errors: 0,
+        first_error: None,
+    };
     let mut k: u64 = 1;
     // Wake at least every 50 ms to see a stop at low rates.
     const CHECK_NS: u64 = 50_000_000;
@@ -244,7 +287,11 @@ fn push_loop(server: ServerPtr, nodes: Nodes, rate: f64, stop: Arc<AtomicBool>) 
             // the server is alive (see ServerPtr) and the call takes the server lock itself.
             let rc = unsafe {
                 let mut v: UA_Variant = std::mem::zeroed();
-                UA_Variant_setScalar(&mut v, &value as *const f64 as *mut c_void, data_type(UA_TYPES_DOUBLE));
+                UA_Variant_setScalar(
+                    &mut v,
+                    &value as *const f64 as *mut c_void,
+                    data_type(UA_TYPES_DOUBLE),
+                );
                 UA_Server_writeValue(server, shallow(node), v)
             };
             if rc != 0 {
@@ -292,7 +339,8 @@ fn main() {
         }
         let uri = CString::new(NAMESPACE_URI).unwrap();
         let ns = UA_Server_addNamespace(server, uri.as_ptr());
-        let started = add_plant(server, ns, o.variables).and_then(|nodes| check("startup", UA_Server_run_startup(server)).map(|_| nodes));
+        let started = add_plant(server, ns, o.variables)
+            .and_then(|nodes| check("startup", UA_Server_run_startup(server)).map(|_| nodes));
         let code = match started {
             Err(e) => {
                 eprintln!("open62541-plant: {e}");
@@ -303,7 +351,8 @@ fn main() {
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
                 let stop = Arc::new(AtomicBool::new(false));
-                let (srv, nodes, rate, stop2) = (ServerPtr(server), Nodes(nodes), o.rate, stop.clone());
+                let (srv, nodes, rate, stop2) =
+                    (ServerPtr(server), Nodes(nodes), o.rate, stop.clone());
                 let pusher = std::thread::Builder::new()
                     .name("push".into())
                     .spawn(move || push_loop(srv, nodes, rate, stop2))

@@ -25,7 +25,11 @@ use uaring_peer_open62541::sys::*;
 use uaring_peer_open62541::*;
 
 #[derive(Parser, Debug)]
-#[command(name = "open62541-contract-server", about = "The benchmark contract on a native open62541 server", disable_version_flag = true)]
+#[command(
+    name = "open62541-contract-server",
+    about = "The benchmark contract on a native open62541 server",
+    disable_version_flag = true
+)]
 struct Opts {
     /// TCP port (0 is not supported by open62541's configuration: pick one).
     #[arg(long, default_value_t = 4840)]
@@ -65,7 +69,11 @@ unsafe extern "C" fn read_counter(
     let counter = &mut *(node_context as *mut u64);
     *counter += 1;
     let v = *counter;
-    let rc = UA_Variant_setScalarCopy(&mut (*value).value, &v as *const u64 as *const std::ffi::c_void, data_type(UA_TYPES_UINT64));
+    let rc = UA_Variant_setScalarCopy(
+        &mut (*value).value,
+        &v as *const u64 as *const std::ffi::c_void,
+        data_type(UA_TYPES_UINT64),
+    );
     if rc != 0 {
         return rc;
     }
@@ -83,7 +91,14 @@ unsafe fn add_variables(server: *mut UA_Server) -> Result<(), String> {
         let locale = CString::new("en-US").unwrap();
         let mut attr = shallow(&UA_VariableAttributes_default);
         let v: i32 = k as i32;
-        check("Variant", UA_Variant_setScalarCopy(&mut attr.value, &v as *const i32 as *const std::ffi::c_void, data_type(UA_TYPES_INT32)))?;
+        check(
+            "Variant",
+            UA_Variant_setScalarCopy(
+                &mut attr.value,
+                &v as *const i32 as *const std::ffi::c_void,
+                data_type(UA_TYPES_INT32),
+            ),
+        )?;
         attr.displayName = UA_LOCALIZEDTEXT(locale.as_ptr() as *mut _, name.as_ptr() as *mut _);
         attr.dataType = shallow(&(*data_type(UA_TYPES_INT32)).typeId);
         attr.valueRank = UA_VALUERANK_SCALAR;
@@ -107,7 +122,10 @@ unsafe fn add_variables(server: *mut UA_Server) -> Result<(), String> {
 }
 
 unsafe fn add_counters(server: *mut UA_Server, counters: &mut [u64]) -> Result<(), String> {
-    let source = UA_CallbackValueSource { read: Some(read_counter), write: None };
+    let source = UA_CallbackValueSource {
+        read: Some(read_counter),
+        write: None,
+    };
     for (i, c) in counters.iter_mut().enumerate() {
         let id = i as u32 + 1;
         let name = CString::new(format!("Counter{id}")).unwrap();
@@ -141,7 +159,18 @@ unsafe fn configure(config: &mut UA_ServerConfig, o: &Opts) -> Result<(), String
         #[cfg(feature = "mbedtls")]
         {
             let (cert, key) = self_signed(APPLICATION_URI, "uaring benchmark open62541", KEY_BITS)?;
-            let rc = UA_ServerConfig_setDefaultWithSecurityPolicies(config, o.port, &cert, &key, std::ptr::null(), 0, std::ptr::null(), 0, std::ptr::null(), 0);
+            let rc = UA_ServerConfig_setDefaultWithSecurityPolicies(
+                config,
+                o.port,
+                &cert,
+                &key,
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+                0,
+            );
             free_bytes(cert);
             free_bytes(key);
             check("secured configuration", rc)?;
@@ -154,7 +183,10 @@ unsafe fn configure(config: &mut UA_ServerConfig, o: &Opts) -> Result<(), String
         #[cfg(not(feature = "mbedtls"))]
         return Err("--secure needs the `mbedtls` feature".into());
     } else {
-        check("configuration", UA_ServerConfig_setMinimalCustomBuffer(config, o.port, std::ptr::null(), 0, 0))?;
+        check(
+            "configuration",
+            UA_ServerConfig_setMinimalCustomBuffer(config, o.port, std::ptr::null(), 0, 0),
+        )?;
     }
     UA_String_clear(&mut config.applicationDescription.applicationUri);
     config.applicationDescription.applicationUri = ua_string(APPLICATION_URI);
@@ -213,10 +245,12 @@ fn main() {
                 while !STOP.load(Ordering::SeqCst) {
                     UA_Server_run_iterate(server, true);
                 }
-                check("shutdown", UA_Server_run_shutdown(server)).map(|_| 0).unwrap_or_else(|e| {
-                    eprintln!("open62541-contract-server: {e}");
-                    1
-                })
+                check("shutdown", UA_Server_run_shutdown(server))
+                    .map(|_| 0)
+                    .unwrap_or_else(|e| {
+                        eprintln!("open62541-contract-server: {e}");
+                        1
+                    })
             }
         };
         UA_Server_delete(server);
