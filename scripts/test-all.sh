@@ -50,6 +50,9 @@ export UARING_BIN="$ROOT/target/debug/uaring"
 # The library's examples (minimal, plant), run by the asyncua, node-opcua and open62541 tests.
 export UARING_EXAMPLES_DIR="$ROOT/target/debug/examples"
 
+step "cargo fmt --all --check: the tree stays formatted"
+cargo fmt --all --check
+
 step "clippy: no panic reachable from input in all of core and crypto"
 # Both crate roots deny clippy::{unwrap_used, expect_used, indexing_slicing, panic,
 # unreachable, todo, unimplemented} outside tests (docs/Fuzzing.md); the other lints stay
