@@ -191,7 +191,7 @@ impl ServerBuilder {
 
     /// Adds an Object (a folder or an instance of an ObjectType).
     pub fn add_object(&mut self, def: ObjectDef) -> NodeRef {
-        let id = def_id_object(&def);
+        let id = def.id().clone();
         self.defs.push(Def::Object(def));
         id
     }
@@ -399,10 +399,6 @@ impl ServerBuilder {
             shards,
         })
     }
-}
-
-fn def_id_object(def: &ObjectDef) -> NodeRef {
-    def.id().clone()
 }
 
 fn resolve_listen(s: &str) -> Result<SocketAddr, Error> {

@@ -234,9 +234,6 @@ impl VariableDef {
         if let Source::Async { max_in_flight, .. } = &mut self.source {
             *max_in_flight = n.max(1);
         }
-        if let Some(h) = &mut self.on_write_async {
-            let _ = h;
-        }
         self
     }
 

@@ -530,7 +530,7 @@ impl SubscriptionEngine {
             self.sub_heap.pop();
             let ok = matches!(self.subs.get(slot as usize), Some(Some(s)) if s.timer_generation == generation);
             if ok {
-                self.publishing_cycle(space, slot, now);
+                self.publishing_cycle(slot, now);
             }
         }
         if self.sub_heap.len() > 2 * self.sub_ids.len() + 64 {
@@ -841,8 +841,7 @@ impl SubscriptionEngine {
         }
     }
 
-    fn publishing_cycle(&mut self, space: &AddressSpace, slot: u32, now: Now) {
-        let _ = space;
+    fn publishing_cycle(&mut self, slot: u32, now: Now) {
         let Some(sub) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
@@ -2110,7 +2109,7 @@ impl SubscriptionEngine {
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
-        let (sub, src) = (item.sub, std::mem::replace(&mut item.source, NONE));
+        let src = std::mem::replace(&mut item.source, NONE);
         match item.sampling {
             Sampling::Timed if src != NONE => {
                 let empty = match self.sources.get_mut(src as usize) {
@@ -2127,7 +2126,6 @@ impl SubscriptionEngine {
                 }
             }
             Sampling::Exception => {
-                let _ = sub;
                 let node = item.node_index;
                 if let Some(watching) = self.exception_by_node.get_mut(&node) {
                     watching.retain(|&x| x != it);
