@@ -1186,10 +1186,15 @@ impl Workload for SubscriberWork {
         }
         let limits = DecodeLimits::default();
         // Push: the wall time of the receipt, for the latency from each SourceTimestamp.
-        let received = if self.kind == SubKind::Push {
-            realtime_ns()
-        } else {
-            0
+        let received = crate::push::Receipt {
+            received_unix_ns: if self.kind == SubKind::Push {
+                realtime_ns()
+            } else {
+                0
+            },
+            published_unix_ns: Some(msg.publish_time)
+                .filter(|t| !t.is_null())
+                .map(|t| t.unix_nanos()),
         };
         let mut item_error: Option<String> = None;
         for ext in &msg.notification_data {

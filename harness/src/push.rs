@@ -367,16 +367,28 @@ pub fn latency_ns(received_unix_ns: i128, source_unix_ns: Option<i128>) -> Optio
     Some((received_unix_ns - s).clamp(0, u64::MAX as i128) as u64)
 }
 
-/// Accounts one notification of item `j` received at `received_unix_ns` (wall clock).
+/// When a notification of a message was received, and when the server says it published it.
+#[derive(Clone, Copy, Debug)]
+pub struct Receipt {
+    /// The client's wall time at the receipt (ns since the Unix epoch).
+    pub received_unix_ns: i128,
+    /// The NotificationMessage's PublishTime (ns since the Unix epoch), if the server set one.
+    pub published_unix_ns: Option<i128>,
+}
+
+/// Accounts one notification of item `j` of a message received as `receipt`.
 /// Counters go to `ctx` (kept only in the measured window); the sequence advances in every
 /// phase, so the first change of the window is judged against the last one before it.
+/// The latency is SourceTimestamp → receipt; its server part SourceTimestamp → PublishTime
+/// (both clocks are this machine's wall clock when client and server share a host).
 pub fn see_notification(
     p: &mut PushItems,
     j: usize,
     item: &MonitoredItemNotification,
-    received_unix_ns: i128,
+    receipt: Receipt,
     ctx: &mut Ctx,
 ) -> Result<(), String> {
+    let received_unix_ns = receipt.received_unix_ns;
     let dv = &item.value;
     let status = dv.status_code();
     ctx.count("notifications", 1);
@@ -406,7 +418,15 @@ pub fn see_notification(
         .filter(|t| !t.is_null())
         .map(|t| t.unix_nanos());
     match latency_ns(received_unix_ns, source) {
-        Some(l) => ctx.complete(l),
+        Some(l) => {
+            ctx.complete(l);
+            if let Some(part) = receipt
+                .published_unix_ns
+                .and_then(|t| latency_ns(t, source))
+            {
+                ctx.server_part(part);
+            }
+        }
         None => ctx.count("notifications_without_source_timestamp", 1),
     }
     Ok(())
@@ -808,6 +828,13 @@ mod tests {
         }
     }
 
+    fn at(received_unix_ns: i128) -> Receipt {
+        Receipt {
+            received_unix_ns,
+            published_unix_ns: None,
+        }
+    }
+
     /// Warm-up values set the base; in the window every change is counted once: delivered,
     /// missing, overflow, stale; pushes seen; one latency sample per timestamped notification.
     #[test]
@@ -827,9 +854,30 @@ mod tests {
         let t = 1_700_000_000_000_000_000i128;
         {
             let mut warm = Ctx::new(PHASE_WARMUP, &mut stats, &shared);
-            see_notification(&mut p, 0, &notification(0, 0.0, 0, Some(t)), t, &mut warm).unwrap();
-            see_notification(&mut p, 0, &notification(0, 1.0, 0, Some(t)), t, &mut warm).unwrap();
-            see_notification(&mut p, 1, &notification(1, 3.0, 0, Some(t)), t, &mut warm).unwrap();
+            see_notification(
+                &mut p,
+                0,
+                &notification(0, 0.0, 0, Some(t)),
+                at(t),
+                &mut warm,
+            )
+            .unwrap();
+            see_notification(
+                &mut p,
+                0,
+                &notification(0, 1.0, 0, Some(t)),
+                at(t),
+                &mut warm,
+            )
+            .unwrap();
+            see_notification(
+                &mut p,
+                1,
+                &notification(1, 3.0, 0, Some(t)),
+                at(t),
+                &mut warm,
+            )
+            .unwrap();
         }
         assert!(
             stats.extra.is_empty() && stats.ops == 0,
@@ -842,7 +890,10 @@ mod tests {
                 &mut p,
                 0,
                 &notification(0, 2.0, 0, Some(t + 1_000_000)),
-                t + 3_000_000,
+                Receipt {
+                    received_unix_ns: t + 3_000_000,
+                    published_unix_ns: Some(t + 2_000_000),
+                },
                 &mut m,
             )
             .unwrap();
@@ -850,7 +901,7 @@ mod tests {
                 &mut p,
                 0,
                 &notification(0, 5.0, 0x480, Some(t + 2_000_000)),
-                t + 4_000_000,
+                at(t + 4_000_000),
                 &mut m,
             )
             .unwrap();
@@ -858,7 +909,7 @@ mod tests {
                 &mut p,
                 0,
                 &notification(0, 4.0, 0, Some(t + 2_000_000)),
-                t + 4_000_000,
+                at(t + 4_000_000),
                 &mut m,
             )
             .unwrap();
@@ -867,12 +918,12 @@ mod tests {
                 &mut p,
                 1,
                 &notification(1, 4.0, 0, None),
-                t + 4_000_000,
+                at(t + 4_000_000),
                 &mut m,
             )
             .unwrap();
             assert!(
-                see_notification(&mut p, 1, &notification(1, 0.5, 0, None), t, &mut m).is_err(),
+                see_notification(&mut p, 1, &notification(1, 0.5, 0, None), at(t), &mut m).is_err(),
                 "not a push count"
             );
             assert!(
@@ -880,7 +931,7 @@ mod tests {
                     &mut p,
                     1,
                     &notification(1, 5.0, 0x8034_0000, None),
-                    t,
+                    at(t),
                     &mut m
                 )
                 .is_err(),
@@ -905,6 +956,16 @@ mod tests {
         );
         assert_eq!(stats.hist.max(), stats.hist.highest_equivalent(2_000_000));
         assert_eq!(stats.hist.min(), stats.hist.lowest_equivalent(2_000_000));
+        assert_eq!(
+            stats.server_part.len(),
+            1,
+            "a server part only where the message had a PublishTime"
+        );
+        assert_eq!(
+            stats.server_part.max(),
+            stats.server_part.highest_equivalent(1_000_000),
+            "SourceTimestamp → PublishTime"
+        );
 
         // The figures of the run.
         let mut o = Map::new();

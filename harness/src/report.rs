@@ -108,6 +108,13 @@ pub fn build(
     o.insert("p90_us".into(), json!(q(0.9)));
     o.insert("p99_us".into(), json!(q(0.99)));
     o.insert("p999_us".into(), json!(q(0.999)));
+    let part = &stats.server_part;
+    if !part.is_empty() {
+        for (k, x) in [("server_part_p50_us", 0.5), ("server_part_p99_us", 0.99)] {
+            o.insert(k.into(), json!(us(part.value_at_quantile(x))));
+        }
+        o.insert("server_part_max_us".into(), json!(us(part.max())));
+    }
     o.insert(
         "max_us".into(),
         json!(if ops > 0 { us(h.max()) } else { 0.0 }),
@@ -311,6 +318,14 @@ pub fn readable(o: &Map<String, Value>) -> String {
         g("p999_us"),
         g("max_us")
     ));
+    if o.contains_key("server_part_p50_us") {
+        s.push_str(&format!(
+            "  of which    server part (to the message's PublishTime) p50 {}  p99 {}  max {}\n",
+            g("server_part_p50_us"),
+            g("server_part_p99_us"),
+            g("server_part_max_us")
+        ));
+    }
     s.push_str(&format!(
         "  server      {} µs CPU/op ({} cores, sys share {}), peak RSS {} kB, cs/op {} vol {} invol\n",
         g("server_cpu_us_per_op"),

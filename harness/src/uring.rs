@@ -71,6 +71,9 @@ impl Shared {
 /// Per-thread measurements.
 pub struct ThreadStats {
     pub hist: Histogram<u64>,
+    /// The server's part of each latency where the protocol tells it (push: SourceTimestamp
+    /// to the NotificationMessage's PublishTime); empty for the other scenarios.
+    pub server_part: Histogram<u64>,
     pub ops: u64,
     pub errors: u64,
     pub warm_ops: u64,
@@ -90,6 +93,7 @@ impl Default for ThreadStats {
     fn default() -> Self {
         ThreadStats {
             hist: new_histogram(),
+            server_part: new_histogram(),
             ops: 0,
             errors: 0,
             warm_ops: 0,
@@ -104,6 +108,7 @@ impl Default for ThreadStats {
 impl ThreadStats {
     pub fn merge(&mut self, other: &ThreadStats) {
         let _ = self.hist.add(&other.hist);
+        let _ = self.server_part.add(&other.server_part);
         self.ops += other.ops;
         self.errors += other.errors;
         self.warm_ops += other.warm_ops;
@@ -158,6 +163,15 @@ impl<'a> Ctx<'a> {
             self.stats.hist.saturating_record(latency_ns.max(1));
         } else {
             self.stats.warm_ops += 1;
+        }
+    }
+
+    /// The server's part of the latency of the operation just completed (measured window
+    /// only; reported as `server_part_p50_us` … when any was recorded).
+    #[inline]
+    pub fn server_part(&mut self, ns: u64) {
+        if self.phase == PHASE_MEASURE {
+            self.stats.server_part.saturating_record(ns.max(1));
         }
     }
 

@@ -50,6 +50,7 @@
 
 pub mod item;
 pub mod limits;
+mod watch;
 
 pub use limits::SubscriptionLimits;
 
@@ -319,7 +320,7 @@ pub struct SubscriptionEngine {
     /// The change path: every shard's inbox and the nodes' watcher bits.
     changes: std::sync::Arc<crate::address_space::ChangeHub>,
     /// Exception-based items of this shard by node index (the nodes this shard watches).
-    exception_by_node: rustc_hash::FxHashMap<u32, Vec<u32>>,
+    exception_by_node: watch::Watching,
     /// Exception-based items that started watching and still have to read their cell.
     resync_pending: Vec<u32>,
     /// Reused list of the nodes whose changes were lost.
@@ -371,7 +372,7 @@ impl SubscriptionEngine {
             event_items: Vec::new(),
             event_cursor: None,
             changes,
-            exception_by_node: rustc_hash::FxHashMap::default(),
+            exception_by_node: watch::Watching::default(),
             resync_pending: Vec::new(),
             lost_scratch: Vec::new(),
             async_samples_out: 0,
@@ -767,11 +768,10 @@ impl SubscriptionEngine {
         }
         let max = changes.capacity(shard);
         let lost = changes.drain(shard, max, |c| {
-            let Some(watching) = exception_by_node.get(&c.node_index) else {
-                return;
-            };
+            let mut at = exception_by_node.first(c.node_index);
             let mut sample: Option<DataValue> = None;
-            for &it in watching {
+            while let Some(it) = at {
+                at = exception_by_node.next(it);
                 let Some(Some(item)) = items.get_mut(it as usize) else {
                     continue;
                 };
@@ -795,11 +795,12 @@ impl SubscriptionEngine {
             // Only the items of the nodes whose changes were lost.
             let mut nodes = std::mem::take(&mut self.lost_scratch);
             self.changes.take_lost_nodes(shard, |n| nodes.push(n));
+            let mut items = Vec::new();
             for &n in &nodes {
-                let items = self.exception_by_node.get(&n).cloned().unwrap_or_default();
-                for it in items {
-                    self.resync_exception_item(space, it, true, now);
-                }
+                self.exception_by_node.collect(n, &mut items);
+            }
+            for &it in &items {
+                self.resync_exception_item(space, it, true, now);
             }
             nodes.clear();
             self.lost_scratch = nodes;
@@ -2087,9 +2088,7 @@ impl SubscriptionEngine {
             }
             Sampling::Exception => {
                 let node = item.node_index;
-                let watching = self.exception_by_node.entry(node).or_default();
-                watching.push(it);
-                if watching.len() == 1 {
+                if self.exception_by_node.add(node, it) {
                     let shard = self.shard_index as usize;
                     self.changes
                         .open(shard, self.limits.change_queue_per_shard as usize);
@@ -2127,12 +2126,8 @@ impl SubscriptionEngine {
             }
             Sampling::Exception => {
                 let node = item.node_index;
-                if let Some(watching) = self.exception_by_node.get_mut(&node) {
-                    watching.retain(|&x| x != it);
-                    if watching.is_empty() {
-                        self.exception_by_node.remove(&node);
-                        self.changes.unwatch(self.shard_index as usize, node);
-                    }
+                if self.exception_by_node.remove(node, it) {
+                    self.changes.unwatch(self.shard_index as usize, node);
                 }
             }
             _ => {}
