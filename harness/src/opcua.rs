@@ -39,6 +39,17 @@ fn realtime_ns() -> i128 {
         .unwrap_or(0)
 }
 
+/// The wall time (ns since the Unix epoch) of monotonic instant `mono` (CLOCK_MONOTONIC ns,
+/// the loops' clock), from one reading of both clocks taken at first use: the push scenario
+/// stamps a message with the time its bytes were reaped by the loop, not the later time this
+/// thread got round to decoding it.
+pub fn unix_ns_at(mono: u64) -> i128 {
+    static OFFSET: std::sync::OnceLock<i128> = std::sync::OnceLock::new();
+    let offset =
+        *OFFSET.get_or_init(|| realtime_ns() - i128::from(crate::uring::mono_ns()));
+    i128::from(mono) + offset
+}
+
 pub fn now_at(mono: u64) -> Now {
     Now::new(mono, DateTime::from_unix_nanos(realtime_ns()))
 }
@@ -1185,10 +1196,11 @@ impl Workload for SubscriberWork {
             ctx.count("keepalives", 1);
         }
         let limits = DecodeLimits::default();
-        // Push: the wall time of the receipt, for the latency from each SourceTimestamp.
+        // Push: the wall time of the receipt (when the loop reaped the message's last bytes),
+        // for the latency from each SourceTimestamp.
         let received = crate::push::Receipt {
             received_unix_ns: if self.kind == SubKind::Push {
-                realtime_ns()
+                unix_ns_at(now)
             } else {
                 0
             },

@@ -23,7 +23,9 @@
 //! pushes seen (the sum over items of how far k advanced: subscribed variables only, once per
 //! item monitoring them), the server's CPU per notification and per push with and without the
 //! threads named `push`, and the latency from the SourceTimestamp to the client's receipt
-//! (wall clock against wall clock, on the same machine).
+//! (the time its event loop reaped the message's last bytes, so one long message decoded
+//! before another does not lengthen the other's; wall clock against wall clock, on the same
+//! machine), with the server's part of it: SourceTimestamp to the message's PublishTime.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -490,7 +492,7 @@ pub fn finish(o: &mut Map<String, Value>, p: &PushParams, setup: &PushSetup) {
     out.push(("subscribed_variables", json!(p.subscribed_variables())));
     out.push((
         "latency_from",
-        json!("SourceTimestamp to the client's receipt (wall clock)"),
+        json!("SourceTimestamp to the client loop's reaping of the message (wall clock)"),
     ));
     let q = setup.queue_size_min.load(Ordering::Relaxed);
     if q != u64::MAX {
