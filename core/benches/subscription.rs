@@ -10,9 +10,7 @@
 //! After the timings the bench prints heap allocations per sample and per notification in
 //! steady state (`cargo bench -p uaring-core --bench subscription`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -25,25 +23,10 @@ use uaring_core::server::shared::ServerShared;
 use uaring_core::services::{dispatch, dispatch_deferrable};
 use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
 
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
+#[path = "../tests/support/counting.rs"]
+mod counting;
 
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        System.dealloc(p, l)
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        System.realloc(p, l, n)
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use counting::count;
 
 const CH: u32 = 7;
 
@@ -239,10 +222,6 @@ impl Bench {
     }
 }
 
-fn allocs() -> u64 {
-    ALLOCS.load(Ordering::Relaxed)
-}
-
 fn benches(c: &mut Criterion) {
     const N: u32 = 10_000;
     let mut g = c.benchmark_group("subscription");
@@ -253,11 +232,12 @@ fn benches(c: &mut Criterion) {
             b.tick();
         }
         g.bench_function(BenchmarkId::new("sample", N), |x| x.iter(|| b.tick()));
-        let a0 = allocs();
-        for _ in 0..100 {
-            b.tick();
-        }
-        let per = (allocs() - a0) as f64 / (100.0 * N as f64);
+        let ((), allocs, _) = count(|| {
+            for _ in 0..100 {
+                b.tick();
+            }
+        });
+        let per = allocs as f64 / (100.0 * N as f64);
         println!(
             "sample: {per:.4} heap allocations per item sampled (steady state, {N} items, queue 1)"
         );
@@ -274,11 +254,11 @@ fn benches(c: &mut Criterion) {
                 seq = b.publish_cycle(seq).1;
             })
         });
-        let a0 = allocs();
-        for _ in 0..100 {
-            seq = b.publish_cycle(seq).1;
-        }
-        let total = allocs() - a0;
+        let ((), total, _) = count(|| {
+            for _ in 0..100 {
+                seq = b.publish_cycle(seq).1;
+            }
+        });
         let per = total as f64 / (100.0 * N as f64);
         println!("publish: {per:.4} heap allocations per notification ({} per message of {N}, encoded; steady state)", total as f64 / 100.0);
     }

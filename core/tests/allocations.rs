@@ -31,3 +31,41 @@ fn browse_allocates_nothing_in_steady_state() {
     let (allocs, bytes) = net.allocations_per_request(browse, 300, 200);
     assert_eq!((allocs, bytes), (0.0, 0.0), "Browse of the Objects folder");
 }
+
+#[path = "support/push_rig.rs"]
+mod push_rig;
+
+/// The change path: values stored into watched Doubles, drained into the items' queues,
+/// built into NotificationMessages and encoded into PublishResponses (the connection's
+/// decoder hands the Publish requests over, as in the bench).
+#[test]
+fn pushed_values_and_their_notifications_allocate_nothing_in_steady_state() {
+    const N: u32 = 1_000;
+    let mut rig = push_rig::PushRig::new(N);
+    for _ in 0..10 {
+        rig.push_all();
+        rig.publish_cycle(Some(N as usize));
+    }
+    let ((), pushed, bytes) = alloc_count::count(|| {
+        for _ in 0..5 {
+            rig.push_all();
+        }
+    });
+    assert_eq!((pushed, bytes), (0, 0), "5 × {N} pushed updates");
+    rig.publish_cycle(None);
+    for _ in 0..10 {
+        rig.push_all();
+        rig.publish_cycle(Some(N as usize));
+    }
+    for round in 0..20 {
+        rig.push_all();
+        let req = rig.publish_request();
+        let ((), allocs, bytes) =
+            alloc_count::count(|| rig.publish_cycle_with(req, Some(N as usize)));
+        assert_eq!(
+            (allocs, bytes),
+            (0, 0),
+            "message {round} of {N} notifications"
+        );
+    }
+}

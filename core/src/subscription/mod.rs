@@ -1006,6 +1006,7 @@ impl SubscriptionEngine {
         message.encode(&mut body);
         pp.results.encode(&mut body);
         0i32.encode(&mut body); // diagnosticInfos: none
+        self.pools.put_results(pp.results);
         self.emit_deferred(
             pp.channel_id,
             pp.request_id,
@@ -1117,7 +1118,7 @@ impl SubscriptionEngine {
         now: Now,
     ) -> Option<Response> {
         let handle = req.request_header.request_handle;
-        let mut results = Vec::with_capacity(req.subscription_acknowledgements.len());
+        let mut results = self.pools.results();
         for ack in &req.subscription_acknowledgements {
             results.push(self.acknowledge(key, ack.subscription_id, ack.sequence_number));
         }
@@ -2692,6 +2693,8 @@ struct Pools {
     /// Capacity of `buffers` together, in bytes.
     buffer_bytes: usize,
     eo_vecs: Vec<Vec<ExtensionObject>>,
+    /// Acknowledgement results of Publish requests (one list per request in the queue).
+    results: Vec<Vec<StatusCode>>,
     notes: Vec<MonitoredItemNotification>,
     events: Vec<crate::generated::types::EventFieldList>,
 }
@@ -2719,6 +2722,16 @@ impl Pools {
             b.clear();
             self.buffer_bytes += cap;
             self.buffers.push(b);
+        }
+    }
+    fn results(&mut self) -> Vec<StatusCode> {
+        self.results.pop().unwrap_or_default()
+    }
+    fn put_results(&mut self, mut r: Vec<StatusCode>) {
+        // Bounded like the other lists; a request acknowledges at most a few messages.
+        if self.results.len() < POOL_MAX && r.capacity() <= 1024 {
+            r.clear();
+            self.results.push(r);
         }
     }
     fn eo_vec(&mut self) -> Vec<ExtensionObject> {
