@@ -45,8 +45,7 @@ fn realtime_ns() -> i128 {
 /// thread got round to decoding it.
 pub fn unix_ns_at(mono: u64) -> i128 {
     static OFFSET: std::sync::OnceLock<i128> = std::sync::OnceLock::new();
-    let offset =
-        *OFFSET.get_or_init(|| realtime_ns() - i128::from(crate::uring::mono_ns()));
+    let offset = *OFFSET.get_or_init(|| realtime_ns() - i128::from(crate::uring::mono_ns()));
     i128::from(mono) + offset
 }
 

@@ -11,6 +11,9 @@
 //! * `s=Plant.Setpoint`: Double, writable; the write hook refuses values outside 0..=100
 //!   (Bad_OutOfRange). Above 90 it activates the alarm `s=Plant.HighSetpoint` (an
 //!   AlarmConditionType of `Plant`, severity 800), at 90 or below it deactivates it.
+//! * `s=Plant.HighLimit` and `s=Plant.LowLimit`: Double, writable, initially 95 and 5; the
+//!   namespace's write hook (every writable Variable of the namespace without a hook of its
+//!   own) refuses values that are not finite Doubles (Bad_OutOfRange).
 //! * `s=Plant.AlarmAcks` (UInt32) and `s=Plant.AlarmLastComment` (String): what the
 //!   application's alarm hook saw: the acknowledgements so far and the last comment.
 //! * `s=Plant.Pushes`: UInt64, computed at every read: the pushes made so far.
@@ -181,6 +184,22 @@ fn run(a: Args) -> Result<(), uaring::Error> {
                 _ => Err(StatusCode::BadOutOfRange),
             }),
     );
+    // The namespace's write hook: every writable plant Variable without a hook of its own
+    // (here the limits) takes finite Doubles only.
+    for (id, name, x) in [
+        ("Plant.HighLimit", "HighLimit", 95.0),
+        ("Plant.LowLimit", "LowLimit", 5.0),
+    ] {
+        b.add_variable(
+            VariableDef::new(ns.id(id), name, x)
+                .component_of(&plant)
+                .writable(true),
+        );
+    }
+    b.on_write_in(&ns, |w| match w.value.value {
+        Variant::Double(x) if x.is_finite() => Ok(()),
+        _ => Err(StatusCode::BadOutOfRange),
+    });
     let pushes = Arc::new(AtomicU64::new(0));
     let baseline = Arc::new(AtomicU64::new(0));
     let (p, base) = (pushes.clone(), baseline.clone());

@@ -18,10 +18,12 @@ use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 use crate::config::{FileConfig, IoBackend};
 use crate::error::Error;
 use crate::nodes::{
-    Alarm, AlarmDef, Binding, Def, MethodDef, Namespace, NodeRef, ObjectDef, Variable, VariableDef,
+    Alarm, AlarmDef, Binding, Def, MethodDef, Namespace, NamespaceWriteHook, NodeRef, ObjectDef,
+    Variable, VariableDef,
 };
 use crate::runtime::{self, RuntimeOptions};
 use crate::{server, stats};
+use uaring_core::address_space::app::{AsyncWrite, WriteInfo};
 
 /// The configuration used when none is given (the same as `uaring serve` without `--config`).
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
@@ -206,6 +208,42 @@ impl ServerBuilder {
         let binding = Arc::new(Binding::default());
         self.defs.push(Def::Variable(def, binding.clone()));
         Variable::new(binding)
+    }
+
+    /// Called on the shard for every client Write of the Value of a Variable in namespace
+    /// `ns` that has no write hook of its own (added from code or imported from a NodeSet
+    /// alike), before the value is stored: `Ok` accepts, `Err(status)` rejects with that
+    /// status. It makes no Variable writable (its AccessLevel decides). One hook per
+    /// namespace: a later [`ServerBuilder::on_write_in`] or
+    /// [`ServerBuilder::on_write_async_in`] for it replaces this one.
+    pub fn on_write_in(
+        &mut self,
+        ns: &Namespace,
+        hook: impl Fn(&WriteInfo<'_>) -> Result<(), uaring_core::StatusCode> + Send + Sync + 'static,
+    ) {
+        self.defs.push(Def::NamespaceWriteHook(
+            ns.clone(),
+            NamespaceWriteHook::Quick(Arc::new(hook)),
+        ));
+    }
+
+    /// Like [`VariableDef::on_write_async`] for every Variable of namespace `ns` with a
+    /// stored value and no write hook of its own: the Write is answered when the application
+    /// completes the [`AsyncWrite`] (`Good` stores the value), BadTimeout after `timeout_ms`.
+    /// One hook per namespace, as [`ServerBuilder::on_write_in`].
+    pub fn on_write_async_in(
+        &mut self,
+        ns: &Namespace,
+        timeout_ms: u32,
+        start: impl Fn(&WriteInfo<'_>, AsyncWrite) + Send + Sync + 'static,
+    ) {
+        self.defs.push(Def::NamespaceWriteHook(
+            ns.clone(),
+            NamespaceWriteHook::Async(uaring_core::address_space::app::AsyncWriteHook {
+                start: Arc::new(start),
+                timeout_ms: timeout_ms.max(1),
+            }),
+        ));
     }
 
     /// A handle that raises events from any thread once the server runs (for method

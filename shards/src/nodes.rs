@@ -13,6 +13,7 @@ use uaring_core::address_space::app::{
     MethodHandler, ReadFn, WriteHook, WriteInfo,
 };
 use uaring_core::address_space::build::ns1::{folder, make_variable};
+pub(crate) use uaring_core::address_space::build::NamespaceWriteHook;
 use uaring_core::address_space::{
     access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell,
     ValueSource,
@@ -1129,6 +1130,7 @@ pub(crate) enum Def {
     Variable(VariableDef, Arc<Binding>),
     Method(MethodDef),
     Alarm(AlarmDef, Alarm),
+    NamespaceWriteHook(Namespace, NamespaceWriteHook),
     Reference {
         from: NodeRef,
         reference_type: NodeRef,
@@ -1164,6 +1166,10 @@ impl Def {
             Def::Alarm(a, handle) => {
                 let id = a.build(b)?;
                 alarms.push((handle, id));
+            }
+            Def::NamespaceWriteHook(ns, hook) => {
+                let i = b.add_namespace(ns.uri()).map_err(Error::AddressSpace)?;
+                b.set_namespace_write_hook(i, hook);
             }
             Def::Reference {
                 from,

@@ -183,6 +183,35 @@ def test_read_callback_and_rejecting_write_hook(plant):
     run(body())
 
 
+def test_namespace_write_hook_guards_the_variables_without_their_own(plant):
+    """The plant namespace's write hook takes finite Doubles for HighLimit and LowLimit (no
+    hook of their own); Setpoint keeps its own (0..=100); read-only sensors stay read-only."""
+    async def body():
+        async with Client(plant.url, timeout=10) as c:
+            ns = await c.get_namespace_index(PLANT_NS)
+            high = c.get_node(ua.NodeId("Plant.HighLimit", ns))
+            assert await high.read_value() == 95.0
+            await high.write_value(ua.DataValue(ua.Variant(150.0, ua.VariantType.Double)))
+            assert await high.read_value() == 150.0, "the namespace's rule, not Setpoint's 0..=100"
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await high.write_value(ua.DataValue(ua.Variant(float("nan"), ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadOutOfRange
+            low = c.get_node(ua.NodeId("Plant.LowLimit", ns))
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await low.write_value(ua.DataValue(ua.Variant(float("inf"), ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadOutOfRange
+            assert (await high.read_value(), await low.read_value()) == (150.0, 5.0)
+            sp = c.get_node(ua.NodeId("Plant.Setpoint", ns))
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await sp.write_value(ua.DataValue(ua.Variant(150.0, ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadOutOfRange, "its own hook, not the namespace's"
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await c.get_node(ua.NodeId("Plant.V0", ns)).write_value(
+                    ua.DataValue(ua.Variant(1.0, ua.VariantType.Double)))
+            assert e.value.code == ua.StatusCodes.BadNotWritable, "a hook makes nothing writable"
+    run(body())
+
+
 def test_method_raises_an_event_filtered_by_a_where_clause(plant):
     async def body():
         async with Client(plant.url, timeout=10) as c:

@@ -64,8 +64,20 @@ pub struct AddressSpaceBuilder {
     server_info: ServerInfo,
     write_hooks: Vec<(NodeId, super::app::WriteHook)>,
     async_write_hooks: Vec<(NodeId, super::app::AsyncWriteHook)>,
+    /// Write hooks of whole namespaces (the last one set for a namespace wins).
+    namespace_write_hooks: Vec<(u16, NamespaceWriteHook)>,
     methods: Vec<(NodeId, super::app::AppMethod)>,
     conditions: Vec<super::app::AppCondition>,
+}
+
+/// The write hook of a namespace: answers client Writes of the Value of every Variable of
+/// the namespace with a stored value that has no write hook of its own.
+#[derive(Clone)]
+pub enum NamespaceWriteHook {
+    /// Accepts or rejects on the shard, before the value is stored.
+    Quick(super::app::WriteHook),
+    /// Completed later by the application (the Write is answered then).
+    Async(super::app::AsyncWriteHook),
 }
 
 impl AddressSpaceBuilder {
@@ -79,9 +91,19 @@ impl AddressSpaceBuilder {
             server_info,
             write_hooks: Vec::new(),
             async_write_hooks: Vec::new(),
+            namespace_write_hooks: Vec::new(),
             methods: Vec::new(),
             conditions: Vec::new(),
         }
+    }
+
+    /// Sets the write hook of namespace `ns`: at [`AddressSpaceBuilder::finish`] it becomes
+    /// the hook of every Variable of the namespace with a stored value and no hook of its
+    /// own (whether added from code or from a NodeSet). It makes no Variable writable: the
+    /// AccessLevel still decides. Setting another for the same namespace replaces it.
+    pub fn set_namespace_write_hook(&mut self, ns: u16, hook: NamespaceWriteHook) {
+        self.namespace_write_hooks.retain(|(n, _)| *n != ns);
+        self.namespace_write_hooks.push((ns, hook));
     }
 
     /// Registers a condition of the application whose nodes were added
@@ -218,6 +240,7 @@ impl AddressSpaceBuilder {
             server_info,
             write_hooks,
             async_write_hooks,
+            namespace_write_hooks,
             methods,
             conditions,
         } = self;
@@ -282,6 +305,34 @@ impl AddressSpaceBuilder {
         for (id, hook) in async_write_hooks {
             if let Some(i) = lookup(&id) {
                 hooks.async_write_hooks.insert(i, hook);
+            }
+        }
+        if !namespace_write_hooks.is_empty() {
+            // Expanded into per-node hooks: the request path looks up one table either way.
+            for (i, n) in nodes.iter().enumerate() {
+                let i = i as u32;
+                let stored = matches!(&n.attributes,
+                    ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Cell(_)));
+                if !stored
+                    || hooks.write_hooks.contains_key(&i)
+                    || hooks.async_write_hooks.contains_key(&i)
+                {
+                    continue;
+                }
+                let Some((_, hook)) = namespace_write_hooks
+                    .iter()
+                    .find(|(ns, _)| *ns == n.node_id.namespace)
+                else {
+                    continue;
+                };
+                match hook {
+                    NamespaceWriteHook::Quick(h) => {
+                        hooks.write_hooks.insert(i, h.clone());
+                    }
+                    NamespaceWriteHook::Async(h) => {
+                        hooks.async_write_hooks.insert(i, h.clone());
+                    }
+                }
             }
         }
         for (id, m) in methods {
