@@ -360,72 +360,55 @@ impl VariableDef {
     ) -> Result<(NodeId, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
         let node_id = self.id.resolve(b)?;
         let browse_name = QualifiedName::new(node_id.namespace, &self.name);
-        let (value, initial_type, initial_rank) = match self.source {
+        // What the node's value comes from, and the DataType, ValueRank and
+        // ArrayDimensions that follow from it (a stored value says its own type and rank
+        // unless set explicitly; computed and asynchronous ones are BaseDataType scalars
+        // unless set).
+        let (value_source, data_type, value_rank, dims) = match self.source {
             Source::Stored(dv) => {
-                let t = match &dv.value {
+                let initial_type = match &dv.value {
                     Variant::Array(a) => Some(a.value_type),
                     v => v.scalar_type(),
                 };
-                let rank = dv.value.value_rank();
-                (Some(dv), t, rank)
-            }
-            source @ (Source::Computed(_) | Source::Async { .. }) => {
-                let value_source = match source {
-                    Source::Computed(f) => {
-                        ValueSource::Computed(uaring_core::address_space::app::Computed {
-                            read: f,
-                            state: Default::default(),
-                        })
+                let data_type = match (&self.data_type, initial_type) {
+                    (Some(d), _) => d.resolve(b)?,
+                    (None, Some(BuiltinType::Variant)) | (None, None) => {
+                        NodeId::ns0(ids::BASE_DATA_TYPE)
                     }
-                    Source::Async {
-                        read,
-                        max_in_flight,
-                        timeout_ms,
-                    } => ValueSource::Async(AsyncSource::new(read, max_in_flight, timeout_ms)),
-                    Source::Stored(_) => unreachable_stored(),
+                    (None, Some(t)) => NodeId::ns0(t as u32),
                 };
-                let rank = self.value_rank.unwrap_or(-1);
-                let dt = match &self.data_type {
-                    Some(d) => d.resolve(b)?,
-                    None => NodeId::ns0(ids::BASE_DATA_TYPE),
+                let value_rank = self.value_rank.unwrap_or(dv.value.value_rank());
+                let dims = if self.array_dimensions.is_empty() && value_rank == 1 {
+                    vec![0]
+                } else {
+                    self.array_dimensions
                 };
-                let parent = resolve_parent(b, &self.id, &self.parent)?;
-                let mut node = make_variable(
-                    node_id.clone(),
-                    browse_name,
-                    dt,
-                    rank,
-                    self.array_dimensions,
-                    value_source,
-                    access(self.writable),
-                    self.minimum_sampling_interval_ms,
-                    parent,
-                );
-                finish_variable(
-                    &mut node,
-                    self.property,
-                    &self.description,
-                    self.historizing,
-                );
-                b.add(node).map_err(Error::AddressSpace)?;
-                return Ok((node_id, self.on_write, self.on_write_async));
+                let fixed = match data_type.as_ns0() {
+                    Some(n) if value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
+                    _ => None,
+                };
+                let cell = ValueSource::Cell(ValueCell::new(dv, fixed));
+                (cell, data_type, value_rank, dims)
             }
-        };
-        let value = value.unwrap_or_default();
-        let data_type = match (&self.data_type, initial_type) {
-            (Some(d), _) => d.resolve(b)?,
-            (None, Some(BuiltinType::Variant)) | (None, None) => NodeId::ns0(ids::BASE_DATA_TYPE),
-            (None, Some(t)) => NodeId::ns0(t as u32),
-        };
-        let value_rank = self.value_rank.unwrap_or(initial_rank);
-        let dims = if self.array_dimensions.is_empty() && value_rank == 1 {
-            vec![0]
-        } else {
-            self.array_dimensions
-        };
-        let fixed = match data_type.as_ns0() {
-            Some(n) if value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
-            _ => None,
+            Source::Computed(f) => (
+                ValueSource::Computed(uaring_core::address_space::app::Computed {
+                    read: f,
+                    state: Default::default(),
+                }),
+                explicit_data_type(&self.data_type, b)?,
+                self.value_rank.unwrap_or(-1),
+                self.array_dimensions,
+            ),
+            Source::Async {
+                read,
+                max_in_flight,
+                timeout_ms,
+            } => (
+                ValueSource::Async(AsyncSource::new(read, max_in_flight, timeout_ms)),
+                explicit_data_type(&self.data_type, b)?,
+                self.value_rank.unwrap_or(-1),
+                self.array_dimensions,
+            ),
         };
         let parent = resolve_parent(b, &self.id, &self.parent)?;
         let mut node = make_variable(
@@ -434,7 +417,7 @@ impl VariableDef {
             data_type,
             value_rank,
             dims,
-            ValueSource::Cell(ValueCell::new(value, fixed)),
+            value_source,
             access(self.writable),
             self.minimum_sampling_interval_ms,
             parent,
@@ -450,9 +433,15 @@ impl VariableDef {
     }
 }
 
-/// The arm above matched only the non-stored sources.
-fn unreachable_stored() -> ValueSource {
-    ValueSource::Cell(ValueCell::new(DataValue::default(), None))
+/// The DataType set with [`VariableDef::data_type`], else BaseDataType.
+fn explicit_data_type(
+    data_type: &Option<NodeRef>,
+    b: &mut AddressSpaceBuilder,
+) -> Result<NodeId, Error> {
+    match data_type {
+        Some(d) => d.resolve(b),
+        None => Ok(NodeId::ns0(ids::BASE_DATA_TYPE)),
+    }
 }
 
 /// The parent's NodeId, which must be in the address space already (add parents first).
