@@ -179,17 +179,11 @@ pub fn read_deferred(
             ));
             continue;
         };
-        let readable = node.as_variable().map_or(StatusCode::BadNotReadable, |v| {
-            if v.access_level & access_level::CURRENT_READ == 0 {
-                StatusCode::BadNotReadable
-            } else if v.user_access_level & access_level::CURRENT_READ == 0 {
-                StatusCode::BadUserAccessDenied
-            } else {
-                StatusCode::Good
-            }
-        });
-        if readable.is_bad() {
-            results.push(bad(readable));
+        if let Err(status) = node
+            .as_variable()
+            .map_or(Err(StatusCode::BadNotReadable), value_readable)
+        {
+            results.push(bad(status));
             continue;
         }
         let range = match NumericRange::parse(rv.index_range.as_str()) {
@@ -649,6 +643,18 @@ fn check_encoding(
 }
 
 /// Reads one attribute of one node (one ReadValueId).
+/// May the Value of Variable `v` be read (AccessLevel, then UserAccessLevel)? One rule for
+/// values answered at once and for those deferred to the application.
+fn value_readable(v: &VariableAttributes) -> Result<(), StatusCode> {
+    if v.access_level & access_level::CURRENT_READ == 0 {
+        Err(StatusCode::BadNotReadable)
+    } else if v.user_access_level & access_level::CURRENT_READ == 0 {
+        Err(StatusCode::BadUserAccessDenied)
+    } else {
+        Ok(())
+    }
+}
+
 pub fn read_attribute(
     space: &AddressSpace,
     node_id: &NodeId,
@@ -691,11 +697,8 @@ pub fn read_attribute(
 
     let dv = match &node.attributes {
         ClassAttributes::Variable(v) => {
-            if v.access_level & access_level::CURRENT_READ == 0 {
-                return bad(StatusCode::BadNotReadable);
-            }
-            if v.user_access_level & access_level::CURRENT_READ == 0 {
-                return bad(StatusCode::BadUserAccessDenied);
+            if let Err(status) = value_readable(v) {
+                return bad(status);
             }
             match &v.value {
                 ValueSource::Cell(c) => c.load(),
