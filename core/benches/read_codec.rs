@@ -6,6 +6,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
     ReadRequest, ReadResponse, ReadValueId, RequestHeader, ResponseHeader, TimestampsToReturn,
@@ -16,7 +17,7 @@ use uaring_core::secure_channel::{
 };
 use uaring_core::server::connection::ServerConnection;
 use uaring_core::server::context::{ConnectionHost, RequestContext};
-use uaring_core::transport::{FrameReader, HelloMessage, MessageType, TransportLimits};
+use uaring_core::transport::{FrameReader, HelloMessage, MessageType};
 use uaring_core::types::{DataValue, DateTime, NodeId, StatusCode, Variant};
 use uaring_core::{Decode, DecodeLimits, Decoder, Now};
 

@@ -14,9 +14,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::{ConnectionHost, Deferred, RequestContext};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;

@@ -20,9 +20,11 @@
 
 pub mod address_space;
 pub mod client;
+pub mod config;
 pub mod encoding;
 pub mod events;
 pub mod generated;
+pub mod metrics;
 pub mod random;
 pub mod secure_channel;
 pub mod server;

@@ -1,7 +1,7 @@
 //! The built address space: namespace 0, inverse references, the type hierarchy, namespace 1.
 
 use uaring_core::address_space::{ids, ClassAttributes, NodeClass, ValueSource};
-use uaring_core::server::config::ServerConfig;
+use uaring_core::config::ServerConfig;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::*;
 

@@ -12,9 +12,9 @@ use uaring_core::address_space::app::{
 };
 use uaring_core::address_space::build::ns1;
 use uaring_core::address_space::ValueSource;
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch_deferrable;

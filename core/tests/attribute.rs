@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use uaring_core::address_space::build::ns1::demo_types;
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::{
     NodeClass, ReadRequest, ReadValueId, TimestampsToReturn, WriteRequest, WriteValue,
 };
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::services::attribute::{self, attr};
 use uaring_core::*;
@@ -991,7 +991,7 @@ fn access_level_bits_are_enforced() {
     b.add(user_ro).unwrap();
     assert!(b.add(mk(1, 0x01)).is_err(), "duplicate NodeId");
     let space = b.finish();
-    let lim = uaring_core::server::config::OperationLimits::default();
+    let lim = uaring_core::config::OperationLimits::default();
     let read = |id: u32| {
         read_attribute(
             &space,

@@ -8,9 +8,9 @@ mod dispatch_util;
 use std::sync::Arc;
 
 use dispatch_util::*;
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch_deferrable;

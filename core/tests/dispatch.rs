@@ -3,9 +3,9 @@
 mod dispatch_util;
 
 use dispatch_util::*;
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::{NodeId, StatusCode, Variant};
 
 #[test]

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
+use uaring_core::config::ServerConfig;
 use uaring_core::events::condition::{is_refresh_bracket, ConditionAction};
 use uaring_core::events::filter::{compile_with, FilterLimits};
 use uaring_core::events::{self, demo, ids, nodes, DemoEventGenerator, Event, EventBus};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{
     BuiltinType, ByteString, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName,

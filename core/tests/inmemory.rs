@@ -11,10 +11,10 @@ use std::collections::HashMap;
 
 use common::{find_err, t0, Rng, TestHost};
 use uaring_core::client::{ClientConfig, ClientConnection, ClientState};
+use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{ReadRequest, ReadValueId};
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::transport::TransportLimits;
 use uaring_core::types::{NodeId, StatusCode};
 use uaring_core::Now;
 

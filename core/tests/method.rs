@@ -5,11 +5,11 @@
 mod dispatch_util;
 
 use dispatch_util::*;
+use uaring_core::config::ServerConfig;
 use uaring_core::events::{ids, nodes};
 use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::*;
 use uaring_core::secure_channel::{SecurityProvider, UserAccess, UserTokenSettings};
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::shard::{SessionKey, ShardState};
 use uaring_core::services::method;
 use uaring_core::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{find_err, t0, TestHost};
+use uaring_core::config::TransportLimits;
 use uaring_core::encoding::Encode;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::node_ids;
@@ -17,7 +18,7 @@ use uaring_core::secure_channel::{
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::transport::{
-    ErrorMessage, FrameReader, HelloMessage, MessageType, ReverseHelloMessage, TransportLimits,
+    ErrorMessage, FrameReader, HelloMessage, MessageType, ReverseHelloMessage,
 };
 use uaring_core::types::{ByteString, NodeId, StatusCode};
 use uaring_core::{Decode, DecodeLimits, Decoder, Now};

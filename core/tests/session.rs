@@ -4,9 +4,9 @@
 mod dispatch_util;
 
 use dispatch_util::*;
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::shard::{channel_shard, token_shard, AUTH_TOKEN_LEN};
 use uaring_core::{Decode, DecodeLimits, Encode, ExtensionObject, Identifier, NodeId, StatusCode};
 
@@ -111,7 +111,7 @@ fn create_session_response_round_trips_with_a_32_byte_nonce() {
 #[test]
 fn revised_timeout_is_clamped_to_the_limits() {
     let mut h = Harness::new();
-    let limits = uaring_core::server::shard::SessionLimits::default();
+    let limits = uaring_core::config::SessionLimits::default();
     let ch = h.channel;
     for (requested, expected) in [
         (1.0, limits.session_timeout_min_ms),

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use dispatch_util::{hierarchical, start};
 use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::config::ServerConfig;
+use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
-use uaring_core::transport::TransportLimits;
 use uaring_core::{ExtensionObject, NodeId, Now, StatusCode, Variant};
 
 const URL: &str = "opc.tcp://e2e-host:4840/uaring";

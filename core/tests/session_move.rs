@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use dispatch_util::start;
 use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;

@@ -26,14 +26,14 @@ use std::sync::Arc;
 
 use common::{find_err, Rng};
 use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::config::ServerConfig;
+use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::random::ChaCha;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
-use uaring_core::transport::TransportLimits;
 use uaring_core::{DataValue, DateTime, ExtensionObject, NodeId, Now, StatusCode, Variant};
 
 const URL: &str = "opc.tcp://sim:4840/uaring";

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{find_err, t0, TestHost};
+use uaring_core::config::TransportLimits;
 use uaring_core::encoding::{Decode, Decoder, Encode};
 use uaring_core::generated::messages::Request;
 use uaring_core::generated::node_ids;
@@ -19,7 +20,7 @@ use uaring_core::secure_channel::{
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::transport::{
-    AcknowledgeMessage, FrameReader, HelloMessage, MessageHeader, MessageType, TransportLimits,
+    AcknowledgeMessage, FrameReader, HelloMessage, MessageHeader, MessageType,
 };
 use uaring_core::types::NodeId;
 use uaring_core::DecodeLimits;

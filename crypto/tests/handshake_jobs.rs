@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use common::{find_err, now_unix_s, TempDir};
 use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::secure_channel::{
     EndpointSecurity, NonePolicy, SecurityPolicy, SecurityProvider, UserAccess, UserTokenSettings,
 };
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::handshake::{HandshakeJob, JobKind};
 use uaring_core::server::shard::ShardState;

@@ -9,13 +9,13 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use common::{now_unix_s, TempDir};
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::secure_channel::{
     EndpointSecurity, NonePolicy, SecurityPolicy, SecurityProvider, UserAccess, UserTokenSettings,
     SECURITY_POLICY_NONE_URI,
 };
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::RequestContext;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use common::{find_err, now_unix_s, TempDir};
 use uaring_core::client::{ClientConfig, ClientConnection, ClientState};
+use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
     MessageSecurityMode, ReadRequest, ReadResponse, ReadValueId, ResponseHeader,
@@ -18,7 +19,6 @@ use uaring_core::generated::types::{
 use uaring_core::secure_channel::{EndpointSecurity, SecurityPolicy, SecurityProvider};
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::context::{ConnectionHost, RequestContext};
-use uaring_core::transport::TransportLimits;
 use uaring_core::types::{ByteString, DataValue, DateTime, NodeId, StatusCode, Variant};
 use uaring_core::Now;
 use uaring_crypto::{

@@ -15,7 +15,7 @@ pub use replay::{run_server, shard, shared, start, REQUEST_IDS};
 mod secure_channel;
 pub use secure_channel::run_secure_channel;
 
-use uaring_core::transport::TransportLimits;
+use uaring_core::config::TransportLimits;
 
 
 use uaring_core::encoding::{Decode, Decoder, Encode};
@@ -84,7 +84,7 @@ pub fn run_types(data: &[u8]) {
 /// binary reads from every section but `[runtime]`), validated. Errors are fine; panics are
 /// not; a configuration that validated validates again after a TOML round trip.
 pub fn run_config(data: &[u8]) {
-    use uaring_core::server::config::ServerConfig;
+    use uaring_core::config::ServerConfig;
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(table) = text.parse::<toml::Table>() else { return };
     let Ok(config) = table.try_into::<ServerConfig>() else { return };

@@ -6,8 +6,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+use uaring_core::config::ServerConfig;
 use uaring_core::random::ChaCha;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;

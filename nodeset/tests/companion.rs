@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use uaring_core::address_space::build::build_with;
 use uaring_core::address_space::{AddressSpace, ClassAttributes, NodeClass};
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::types::{Argument, StructureDefinition};
-use uaring_core::server::config::ServerConfig;
 use uaring_core::types::{NodeId, QualifiedName, Variant};
 use uaring_core::{DecodeLimits, Now};
 use uaring_nodeset::{load_files, load_sources, LoadError, ModelInfo, Source};

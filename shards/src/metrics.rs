@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use uaring_core::server::metrics::{ServerMetrics, ShardMetrics, POLICIES, SERVICES};
+use uaring_core::metrics::{ServerMetrics, ShardMetrics, POLICIES, SERVICES};
 use uaring_core::server::shared::ServerShared;
 
 use crate::fleet::Fleet;

@@ -10,23 +10,24 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use uaring_core::server::config::ServerConfig;
+use uaring_core::config::ServerConfig;
+use uaring_core::config::TransportLimits;
 use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::handshake::JobDone;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
-use uaring_core::transport::{ErrorMessage, TransportLimits};
+use uaring_core::transport::ErrorMessage;
 use uaring_core::{Now, StatusCode};
 
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
 use crate::handshake::PoolClient;
 
 /// The benchmark contract's ApplicationUri.
-pub use uaring_core::server::config::CONTRACT_APPLICATION_URI;
+pub use uaring_core::config::CONTRACT_APPLICATION_URI;
 
 /// Most shards the secure channel id layout can name (`shard << 24 | counter`).
-pub use uaring_core::server::shard::MAX_SHARDS;
+pub use uaring_core::config::MAX_SHARDS;
 
 /// A shard's protocol state as the loop sees it: a `ConnectionHost` with
 /// shard-wide timers.

@@ -33,7 +33,7 @@ fn example_parses_into_runtime_and_server_config() {
         server_config(&file.server, false).expect("core's ServerConfig accepts the example");
     assert_eq!(
         server,
-        uaring_core::server::config::ServerConfig::default(),
+        uaring_core::config::ServerConfig::default(),
         "the example shows core's defaults"
     );
     let contract = server_config(&file.server, true).expect("contract");

@@ -42,8 +42,7 @@ use crossbeam_queue::ArrayQueue;
 use super::value::Versioned;
 use crate::types::DataValue;
 
-/// Most shards a process runs (secure channel ids are `shard << 24 | counter`).
-pub const MAX_SHARDS: usize = 256;
+use crate::config::MAX_SHARDS;
 
 /// The watcher bit that stands for every shard from 63 up.
 const HIGH_SHARDS_BIT: u32 = 63;

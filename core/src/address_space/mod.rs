@@ -235,7 +235,7 @@ pub struct AddressSpace {
     namespace_uris: Vec<String>,
     server_info: ServerInfo,
     /// The shards' counters (ServerDiagnostics values are computed from them at read time).
-    metrics: std::sync::Arc<crate::server::metrics::ServerMetrics>,
+    metrics: std::sync::Arc<crate::metrics::ServerMetrics>,
     /// The change path to exception-based monitored items ([`change`]).
     changes: std::sync::Arc<ChangeHub>,
     /// The application's write hooks and methods ([`app`]).
@@ -422,7 +422,7 @@ impl AddressSpace {
     }
 
     /// The shards' counters.
-    pub fn metrics(&self) -> &std::sync::Arc<crate::server::metrics::ServerMetrics> {
+    pub fn metrics(&self) -> &std::sync::Arc<crate::metrics::ServerMetrics> {
         &self.metrics
     }
 

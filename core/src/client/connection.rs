@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::config::{TransportLimits, MIN_BUFFER_SIZE};
 use crate::encoding::{Decode, Decoder, Encode};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
@@ -23,7 +24,7 @@ use crate::secure_channel::{
 use crate::time::Now;
 use crate::transport::{
     negotiate_client, AcknowledgeMessage, ErrorMessage, FrameReader, HelloMessage, MessageType,
-    Negotiated, TransportLimits, MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
+    Negotiated, MESSAGE_HEADER_LEN, PROTOCOL_VERSION,
 };
 use crate::types::{ByteString, NodeId, StatusCode};
 

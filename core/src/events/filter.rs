@@ -155,7 +155,7 @@ pub struct FilterLimits {
 
 impl Default for FilterLimits {
     fn default() -> Self {
-        let c = crate::server::config::EventConfig::default();
+        let c = crate::config::EventConfig::default();
         FilterLimits {
             max_select_clauses: c.max_select_clauses as usize,
             max_elements: c.max_event_filter_elements as usize,
@@ -166,7 +166,7 @@ impl Default for FilterLimits {
 impl FilterLimits {
     /// The limits of a configuration (`events.max_select_clauses`,
     /// `events.max_event_filter_elements`).
-    pub fn from_config(c: &crate::server::config::EventConfig) -> FilterLimits {
+    pub fn from_config(c: &crate::config::EventConfig) -> FilterLimits {
         FilterLimits {
             max_select_clauses: c.max_select_clauses as usize,
             max_elements: c.max_event_filter_elements as usize,

@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::address_space::AddressSpace;
+use crate::config::ServerConfig;
 use crate::generated::attribute_ids;
-use crate::server::config::ServerConfig;
 use crate::types::{ByteString, DateTime, LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
 pub use bus::{EventBus, EventCursor};

@@ -19,6 +19,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::config::{TransportLimits, MIN_BUFFER_SIZE};
 use crate::encoding::{Decode, Decoder, Encode};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
@@ -39,7 +40,7 @@ use crate::server::recycle::Recycler;
 use crate::time::Now;
 use crate::transport::{
     negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated,
-    TransportLimits, MESSAGE_HEADER_LEN, MIN_BUFFER_SIZE, PROTOCOL_VERSION,
+    MESSAGE_HEADER_LEN, PROTOCOL_VERSION,
 };
 use crate::types::{ByteString, NodeId, StatusCode};
 

@@ -7,12 +7,12 @@
 
 use std::net::SocketAddr;
 
+use crate::config::TransportLimits;
 use crate::generated::messages::{Request, Response};
 use crate::generated::types::MessageSecurityMode;
 use crate::secure_channel::SecurityProvider;
 use crate::server::handshake::{HandshakeJob, JobDone};
 use crate::time::Now;
-use crate::transport::TransportLimits;
 use crate::types::{NodeId, StatusCode};
 
 /// The secure channel a request arrived on. Borrowed from the connection for the

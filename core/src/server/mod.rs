@@ -1,12 +1,10 @@
 //! The server role: configuration, the state shared by all shards, the per-connection
 //! state machine and the request context.
 
-pub mod config;
 pub mod connection;
 pub mod context;
 pub mod deferred;
 pub mod handshake;
-pub mod metrics;
 pub mod recycle;
 pub mod shard;
 pub mod shared;

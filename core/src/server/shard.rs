@@ -49,8 +49,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
+use crate::config::TransportLimits;
 use crate::generated::messages::{Request, Response};
 use crate::generated::types::{ApplicationDescription, ReferenceDescription};
 use crate::random::Random;
@@ -60,82 +59,12 @@ use crate::server::recycle::Recycler;
 use crate::server::shared::ServerShared;
 use crate::subscription::SubscriptionEngine;
 use crate::time::Now;
-use crate::transport::TransportLimits;
 use crate::types::{ByteString, Guid, Identifier, NodeId, StatusCode, UaString};
-
-/// Limits on sessions, per shard. Every count is a hard cap, sized into pools at start.
-///
-/// Browse continuation points per session are limited by
-/// `operation_limits.max_browse_continuation_points` (it is also what
-/// ServerCapabilities.MaxBrowseContinuationPoints reports, so it has exactly one source).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SessionLimits {
-    /// Most sessions one shard holds at once (created and not yet closed or timed out).
-    /// The session pool is sized from it; one more CreateSession is BadTooManySessions.
-    /// 1..=16,777,215.
-    pub max_sessions_per_shard: u32,
-    /// Shortest session timeout the server grants, milliseconds: a smaller requested
-    /// timeout is raised to it. > 0.
-    pub session_timeout_min_ms: f64,
-    /// Longest session timeout the server grants, milliseconds: a larger (or a zero,
-    /// negative or NaN) requested timeout is lowered to it. >= `session_timeout_min_ms`.
-    pub session_timeout_max_ms: f64,
-    /// Rejects a request (ServiceFault BadTimeout) whose RequestHeader.timestamp is older
-    /// than this many milliseconds by the server's clock. `None`: not checked — the default,
-    /// because client clocks are often skewed and Part 4 makes the timestamp informational.
-    /// A null timestamp is never rejected.
-    pub max_request_age_ms: Option<u32>,
-}
-
-impl Default for SessionLimits {
-    fn default() -> Self {
-        SessionLimits {
-            max_sessions_per_shard: 1000,
-            session_timeout_min_ms: 10_000.0,
-            session_timeout_max_ms: 3_600_000.0,
-            max_request_age_ms: None,
-        }
-    }
-}
-
-impl SessionLimits {
-    /// Checks every field; the message names the offending field.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.max_sessions_per_shard == 0 || self.max_sessions_per_shard > 0xFF_FFFF {
-            return Err("sessions.max_sessions_per_shard must be 1..=16777215".into());
-        }
-        if !(self.session_timeout_min_ms.is_finite() && self.session_timeout_min_ms > 0.0) {
-            return Err("sessions.session_timeout_min_ms must be a positive number".into());
-        }
-        if !(self.session_timeout_max_ms.is_finite()
-            && self.session_timeout_max_ms >= self.session_timeout_min_ms)
-        {
-            return Err(
-                "sessions.session_timeout_max_ms must be a number >= session_timeout_min_ms".into(),
-            );
-        }
-        if self.max_request_age_ms == Some(0) {
-            return Err("sessions.max_request_age_ms is 0 (use null to disable the check)".into());
-        }
-        Ok(())
-    }
-
-    /// The revised session timeout for a requested one (Part 4 CreateSession).
-    pub fn revise_timeout_ms(&self, requested_ms: f64) -> f64 {
-        let (lo, hi) = (self.session_timeout_min_ms, self.session_timeout_max_ms);
-        if !requested_ms.is_finite() || requested_ms <= 0.0 {
-            hi
-        } else {
-            requested_ms.clamp(lo, hi)
-        }
-    }
-}
 
 /// Length of an authentication token's ByteString identifier.
 pub const AUTH_TOKEN_LEN: usize = 32;
 /// Most shards the channel-id layout can name (defined with the change path's inboxes).
-pub use crate::address_space::change::MAX_SHARDS;
+use crate::config::MAX_SHARDS;
 
 /// The shard that issued a secure channel id.
 pub fn channel_shard(channel_id: u32) -> usize {
@@ -548,14 +477,14 @@ impl ShardState {
 
     /// This shard's counters (the metrics endpoint, ServerDiagnostics).
     #[inline]
-    pub fn metrics(&self) -> &crate::server::metrics::ShardMetrics {
+    pub fn metrics(&self) -> &crate::metrics::ShardMetrics {
         self.shared.metrics.shard(self.shard_index)
     }
 
     /// Publishes the gauges and the subscription engine's counts to this shard's counters
     /// (the runtime calls it once per loop iteration: a few relaxed stores).
     pub fn publish_metrics(&self) {
-        use crate::server::metrics::ShardMetrics as M;
+        use crate::metrics::ShardMetrics as M;
         let m = self.metrics();
         let e = self.subscriptions.stats();
         M::set(&m.sessions, self.live_sessions as u64);
@@ -1001,7 +930,7 @@ impl ShardState {
                     true,
                     now,
                 );
-                crate::server::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
+                crate::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
                 self.close_session(SessionKey { slot, generation }, false, now);
             } else {
                 let d = session.deadline_ns;
@@ -1092,7 +1021,7 @@ impl ShardState {
             .push(Reverse((session.deadline_ns, slot, s.generation)));
         s.session = Some(session);
         self.live_sessions += 1;
-        crate::server::metrics::ShardMetrics::add(&self.metrics().sessions_created, 1);
+        crate::metrics::ShardMetrics::add(&self.metrics().sessions_created, 1);
         if self.deadlines.len() > 2 * self.max_sessions {
             self.compact_deadlines();
         }
@@ -1139,7 +1068,7 @@ impl ShardState {
             generation: s.generation,
         };
         if session.deadline_ns <= now.mono_ns {
-            crate::server::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
+            crate::metrics::ShardMetrics::add(&self.metrics().session_timeouts, 1);
             self.close_session(key, false, now);
             return Err(StatusCode::BadSessionIdInvalid);
         }
@@ -1247,7 +1176,7 @@ impl ConnectionHost for ShardState {
         Ok(id)
     }
     fn channel_policy(&mut self, policy_uri: &str, opened: bool) {
-        use crate::server::metrics::{policy_index, ShardMetrics};
+        use crate::metrics::{policy_index, ShardMetrics};
         let m = self.metrics();
         let i = policy_index(policy_uri);
         ShardMetrics::add(
@@ -1352,36 +1281,6 @@ impl ConnectionHost for ShardState {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn revise_timeout_clamps() {
-        let l = SessionLimits::default();
-        assert_eq!(l.revise_timeout_ms(1.0), l.session_timeout_min_ms);
-        assert_eq!(l.revise_timeout_ms(1e12), l.session_timeout_max_ms);
-        assert_eq!(l.revise_timeout_ms(0.0), l.session_timeout_max_ms);
-        assert_eq!(l.revise_timeout_ms(f64::NAN), l.session_timeout_max_ms);
-        assert_eq!(l.revise_timeout_ms(60_000.0), 60_000.0);
-        l.validate().unwrap();
-    }
-
-    #[test]
-    fn zero_limits_are_rejected() {
-        let l = SessionLimits {
-            max_sessions_per_shard: 0,
-            ..SessionLimits::default()
-        };
-        assert!(l.validate().is_err());
-        let l = SessionLimits {
-            max_request_age_ms: Some(0),
-            ..SessionLimits::default()
-        };
-        assert!(l.validate().is_err());
-        let l = SessionLimits {
-            session_timeout_max_ms: 1.0,
-            ..SessionLimits::default()
-        };
-        assert!(l.validate().is_err());
-    }
 
     #[test]
     fn channel_and_token_layout() {

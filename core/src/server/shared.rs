@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::address_space::{build, AddressSpace};
-use crate::server::config::ServerConfig;
+use crate::config::ServerConfig;
 use crate::types::DateTime;
 use crate::Now;
 
@@ -20,7 +20,7 @@ pub struct ServerShared {
     /// Events: the cross-shard event bus, the Demo alarm, EventIds (docs/Events.md).
     pub events: crate::events::ServerEvents,
     /// Per-shard counters (the metrics endpoint, ServerDiagnostics); the address space's.
-    pub metrics: Arc<crate::server::metrics::ServerMetrics>,
+    pub metrics: Arc<crate::metrics::ServerMetrics>,
 }
 
 impl ServerShared {

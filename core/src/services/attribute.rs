@@ -15,11 +15,11 @@ use crate::address_space::numeric_range::NumericRange;
 use crate::address_space::{
     access_level, ids, AddressSpace, ClassAttributes, Node, ValueSource, VariableAttributes,
 };
+use crate::config::OperationLimits;
 use crate::generated::messages::Response;
 use crate::generated::types::{
     ReadRequest, ReadResponse, ResponseHeader, ServiceFault, WriteRequest, WriteResponse,
 };
-use crate::server::config::OperationLimits;
 use crate::server::shared::ServerShared;
 use crate::types::{
     BuiltinType, DataValue, LocalizedText, NodeId, QualifiedName, StatusCode, Variant,

@@ -74,13 +74,13 @@ pub fn dispatch_deferrable(
     request_id: u32,
     now: Now,
 ) -> Option<Response> {
-    let service = crate::server::metrics::service_index(&request);
+    let service = crate::metrics::service_index(&request);
     let response = answer(shard, ctx, request, request_id, now);
     let result = match &response {
         Some(r) => r.response_header().service_result,
         None => StatusCode::Good,
     };
-    crate::server::metrics::count_request(shard.metrics(), service, result);
+    crate::metrics::count_request(shard.metrics(), service, result);
     response
 }
 

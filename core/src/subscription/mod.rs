@@ -49,10 +49,9 @@
 //! ([`SubscriptionEngine::export_subscription`] / [`SubscriptionEngine::import_subscription`]).
 
 pub mod item;
-pub mod limits;
 mod watch;
 
-pub use limits::SubscriptionLimits;
+use crate::config::SubscriptionLimits;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};

@@ -5,11 +5,7 @@
 // Input reaches this module from the network: no panic on any path (issue 10). Spots
 // proven safe carry an `#[allow]` with the reason.
 
-pub mod limits;
-
-pub use limits::{
-    LimitsError, TransportLimits, MAX_ENDPOINT_URL_LEN, MAX_REASON_LEN, MIN_BUFFER_SIZE,
-};
+use crate::config::{TransportLimits, MAX_ENDPOINT_URL_LEN, MAX_REASON_LEN, MIN_BUFFER_SIZE};
 
 use crate::encoding::{Decode, DecodeLimits, Decoder, Encode};
 use crate::types::{StatusCode, UaString};

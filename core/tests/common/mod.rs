@@ -2,6 +2,7 @@
 //! ConnectionHost with a test-only dispatcher, a clock, and a seeded PRNG.
 #![allow(dead_code)]
 
+use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
     ActivateSessionResponse, CreateSessionResponse, EndpointDescription, GetEndpointsResponse,
@@ -10,7 +11,6 @@ use uaring_core::generated::types::{
 };
 use uaring_core::secure_channel::SecurityProvider;
 use uaring_core::server::context::{ConnectionHost, RequestContext};
-use uaring_core::transport::TransportLimits;
 use uaring_core::types::{ByteString, DataValue, DateTime, NodeId, StatusCode, Variant};
 use uaring_core::Now;
 

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::context::RequestContext;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;

@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
     ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, UserTokenType,
 };
-use uaring_core::server::config::ServerConfig;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use super::{
     ids, lookup, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX,
 };
-use crate::server::config::ServerConfig;
+use crate::config::ServerConfig;
 use crate::types::{ExpandedNodeId, Identifier, NodeId};
 use crate::Now;
 
@@ -244,7 +244,7 @@ impl AddressSpaceBuilder {
             methods,
             conditions,
         } = self;
-        let metrics = std::sync::Arc::new(crate::server::metrics::ServerMetrics::default());
+        let metrics = std::sync::Arc::new(crate::metrics::ServerMetrics::default());
         let lookup = |id: &NodeId| lookup(&dense, &map, id);
 
         // Inverses of every declared reference whose target is a local node.

@@ -17,7 +17,7 @@ use crate::address_space::value::ValueCell;
 use crate::address_space::{
     access_level, ids, ClassAttributes, Node, NodeClass, Reference, ValueSource, VariableAttributes,
 };
-use crate::server::config::ServerConfig;
+use crate::config::ServerConfig;
 use crate::types::{
     BuiltinType, ByteString, DataValue, DateTime, ExpandedNodeId, Guid, LocalizedText, NodeId,
     QualifiedName, StatusCode, UaString, Variant,

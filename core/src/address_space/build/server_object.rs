@@ -5,8 +5,8 @@
 use super::AddressSpaceBuilder;
 use crate::address_space::value::ValueCell;
 use crate::address_space::{ClassAttributes, Dynamic, ServerInfo, ValueSource};
+use crate::config::ServerConfig;
 use crate::generated::types::{BuildInfo, ServerState, ServerStatusDataType};
-use crate::server::config::ServerConfig;
 use crate::types::{
     BuiltinType, DataValue, DateTime, ExtensionObject, LocalizedText, NodeId, UaString, Variant,
 };
@@ -99,7 +99,7 @@ pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
 /// Computes a dynamic value at `now` (the diagnostics and ServiceLevel from `metrics`).
 pub fn dynamic_value(
     info: &ServerInfo,
-    metrics: &crate::server::metrics::ServerMetrics,
+    metrics: &crate::metrics::ServerMetrics,
     d: Dynamic,
     now: Now,
 ) -> DataValue {
@@ -132,7 +132,7 @@ pub const DIAGNOSTICS_ENABLED: u32 = 2294;
 
 /// ServerDiagnosticsSummary (or one of its counts) at `now`, summed over the shards.
 pub fn diagnostics_value(
-    metrics: &crate::server::metrics::ServerMetrics,
+    metrics: &crate::metrics::ServerMetrics,
     d: Dynamic,
     now: Now,
 ) -> DataValue {
@@ -183,11 +183,11 @@ pub fn diagnostics_value(
 /// larger of sessions / session capacity and secure channels / channel capacity over the
 /// shards. 255 idle, 200 just below capacity, 199 at capacity (no new session fits).
 pub fn service_level(
-    metrics: &crate::server::metrics::ServerMetrics,
+    metrics: &crate::metrics::ServerMetrics,
     max_sessions_per_shard: u32,
     max_channels_per_shard: u32,
 ) -> u8 {
-    use crate::server::metrics::ShardMetrics;
+    use crate::metrics::ShardMetrics;
     let shards = metrics.active().count() as f64;
     if shards == 0.0 {
         return 255;

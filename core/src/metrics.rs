@@ -10,8 +10,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::config::MAX_SHARDS;
 use crate::generated::messages::Request;
-use crate::server::shard::MAX_SHARDS;
 
 /// Service names, in the order of [`service_index`] (the schema names without `Request`).
 pub const SERVICES: [&str; 40] = [

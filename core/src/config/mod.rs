@@ -6,6 +6,20 @@
 
 use serde::{Deserialize, Serialize};
 
+mod sessions;
+mod subscriptions;
+mod transport;
+
+pub use sessions::SessionLimits;
+pub use subscriptions::SubscriptionLimits;
+pub use transport::{
+    LimitsError, TransportLimits, MAX_BUFFER_SIZE, MAX_ENDPOINT_URL_LEN, MAX_REASON_LEN,
+    MIN_BUFFER_SIZE,
+};
+
+/// Most shards of one server: watcher bits, inboxes and metrics blocks are sized by it.
+pub const MAX_SHARDS: usize = 256;
+
 /// The whole server configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -15,13 +29,13 @@ pub struct ServerConfig {
     /// Per-request operation limits, reported in Server.ServerCapabilities.
     pub operation_limits: OperationLimits,
     /// Session pool size, session timeouts and request age, per shard.
-    pub sessions: crate::server::shard::SessionLimits,
+    pub sessions: SessionLimits,
     /// UA-TCP and secure-channel limits: buffer sizes, message size, chunk count,
     /// timeouts, token lifetimes, channels per shard, decoding limits.
-    pub transport: crate::transport::TransportLimits,
+    pub transport: TransportLimits,
     /// Subscriptions, monitored items, publish and retransmission queues, per session and
     /// per shard.
-    pub subscriptions: crate::subscription::SubscriptionLimits,
+    pub subscriptions: SubscriptionLimits,
     /// Events: the Demo event generator, the cross-shard event bus, EventFilter limits.
     pub events: EventConfig,
     /// Non-transparent redundancy: RedundancySupport and ServerUriArray of
