@@ -275,12 +275,28 @@ pub fn markdown(t: &Table) -> String {
                 }
                 if r.get("sessions").is_some() {
                     x.push_str(&format!(
-                        ", {} sessions × {} subscriptions × {} items, {} writer(s) at {} writes/s, publishing {} ms, sampling {} ms",
+                        ", {} sessions × {} subscriptions × {} items",
                         g("sessions"),
                         g("subscriptions"),
                         g("items"),
-                        g("writers"),
-                        g("write_rate"),
+                    ));
+                    if r.get("push_rate").is_some() {
+                        // Push: the server changes its values itself; no writer sessions.
+                        x.push_str(&format!(
+                            ", {} variables pushed at {} Hz each by the server's application, queue {}",
+                            g("variables"),
+                            g("push_rate"),
+                            g("queue_size")
+                        ));
+                    } else if r.get("writers").is_some() {
+                        x.push_str(&format!(
+                            ", {} writer(s) at {} writes/s",
+                            g("writers"),
+                            g("write_rate")
+                        ));
+                    }
+                    x.push_str(&format!(
+                        ", publishing {} ms, sampling {} ms",
                         g("publishing_ms"),
                         g("sampling_ms")
                     ));
