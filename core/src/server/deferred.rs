@@ -15,7 +15,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::address_space::app::{ArgDef, Outcome};
+use std::sync::Arc;
+
+use crate::address_space::app::{ArgDef, AsyncSource, Outcome, Reply, Target};
+use crate::address_space::ChangeHub;
 use crate::address_space::{AddressSpace, NumericRange};
 use crate::generated::messages::Response;
 use crate::generated::types::{CallMethodResult, CallResponse, ReadResponse, WriteResponse};
@@ -102,6 +105,32 @@ pub struct Finished {
     pub response: Response,
 }
 
+/// A request [`Deferrals::begin`] just kept: makes the [`Reply`] of each of its operations.
+pub struct Opened {
+    hub: Arc<ChangeHub>,
+    shard: usize,
+    /// The request's slot and generation in the table.
+    pub slot: u32,
+    pub generation: u32,
+}
+
+impl Opened {
+    /// The reply handle of operation `op` (`source`: the asynchronous source whose
+    /// concurrency the operation holds, released when it is answered).
+    pub(crate) fn reply(&self, op: u32, source: Option<Arc<AsyncSource>>) -> Reply {
+        Reply::new(
+            self.hub.clone(),
+            self.shard,
+            Target::Request {
+                slot: self.slot,
+                generation: self.generation,
+                op,
+            },
+            source,
+        )
+    }
+}
+
 /// The shard's deferred requests. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Deferrals {
@@ -135,6 +164,36 @@ impl Deferrals {
     /// Requests waiting now.
     pub fn requests(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Starts a request whose operations the application answers (Read of asynchronous
+    /// sources, asynchronous write hooks, deferred methods): opens this shard's completion
+    /// inbox (room for twice the operations that may wait), keeps the request with each
+    /// operation's deadline from its timeout, and returns what makes each operation's
+    /// [`Reply`]. The caller has checked [`Deferrals::room`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin(
+        &mut self,
+        hub: &Arc<ChangeHub>,
+        shard: usize,
+        channel_id: u32,
+        request_id: u32,
+        kind: PendingKind,
+        timeouts_ms: impl IntoIterator<Item = u32>,
+        now: Now,
+    ) -> Opened {
+        hub.open_completions(shard, 2 * self.max_waiting);
+        let deadlines = timeouts_ms
+            .into_iter()
+            .map(|ms| now.deadline_after_ms(ms as f64))
+            .collect();
+        let (slot, generation) = self.open(channel_id, request_id, kind, deadlines);
+        Opened {
+            hub: hub.clone(),
+            shard,
+            slot,
+            generation,
+        }
     }
 
     /// Keeps a request whose operations (`kind`'s ops, all unsettled) are about to be handed

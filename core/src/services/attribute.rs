@@ -144,7 +144,7 @@ pub fn read_deferred(
     mask: &dyn Fn(&mut Response),
     now: Now,
 ) -> Option<Response> {
-    use crate::address_space::app::{AsyncRead, Outcome, Reply, Target};
+    use crate::address_space::app::{AsyncRead, Outcome};
     use crate::server::deferred::{PendingKind, ReadOp};
     let handle = req.request_header.request_handle;
     let shared = std::sync::Arc::clone(shard.shared());
@@ -213,10 +213,6 @@ pub fn read_deferred(
     if ops.is_empty() {
         return Some(Response::Read(response));
     }
-    let max = shared
-        .config
-        .operation_limits
-        .max_async_operations_per_shard as usize;
     let (deferrals, _, shard_index) = shard.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
@@ -226,13 +222,10 @@ pub fn read_deferred(
         }
         return Some(Response::Read(response));
     }
-    let hub = space.changes();
-    hub.open_completions(shard_index, 2 * max);
-    let deadlines = starts
-        .iter()
-        .map(|(s, _)| now.deadline_after_ms(s.timeout_ms() as f64))
-        .collect();
-    let (slot, generation) = deferrals.open(
+    let timeouts: Vec<u32> = starts.iter().map(|(s, _)| s.timeout_ms()).collect();
+    let opened = deferrals.begin(
+        space.changes(),
+        shard_index,
         channel_id,
         request_id,
         PendingKind::Read {
@@ -240,7 +233,8 @@ pub fn read_deferred(
             timestamps: ts,
             ops,
         },
-        deadlines,
+        timeouts,
+        now,
     );
     let mut finished = None;
     for (op, (source, node_id)) in starts.into_iter().enumerate() {
@@ -249,8 +243,8 @@ pub fn read_deferred(
             finished = deferrals
                 .settle(
                     space,
-                    slot,
-                    generation,
+                    opened.slot,
+                    opened.generation,
                     op,
                     Outcome::Status(StatusCode::BadTooManyOperations),
                     now,
@@ -258,16 +252,7 @@ pub fn read_deferred(
                 .or(finished);
             continue;
         }
-        let reply = Reply::new(
-            hub.clone(),
-            shard_index,
-            Target::Request {
-                slot,
-                generation,
-                op,
-            },
-            Some(source.clone()),
-        );
+        let reply = opened.reply(op, Some(source.clone()));
         (source.read)(AsyncRead::new(node_id, reply));
     }
     finished.map(|f| f.response)
@@ -293,7 +278,7 @@ pub fn write_deferred(
     req: &WriteRequest,
     now: Now,
 ) -> Option<Response> {
-    use crate::address_space::app::{AsyncWrite, Reply, Target, WriteInfo};
+    use crate::address_space::app::{AsyncWrite, WriteInfo};
     use crate::server::deferred::{PendingKind, WriteOp};
     let handle = req.request_header.request_handle;
     let shared = std::sync::Arc::clone(shard.shared());
@@ -350,10 +335,6 @@ pub fn write_deferred(
     if ops.is_empty() {
         return Some(Response::Write(response));
     }
-    let max = shared
-        .config
-        .operation_limits
-        .max_async_operations_per_shard as usize;
     let (deferrals, _, shard_index) = shard.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
@@ -363,33 +344,22 @@ pub fn write_deferred(
         }
         return Some(Response::Write(response));
     }
-    let hub = space.changes();
-    hub.open_completions(shard_index, 2 * max);
-    let deadlines = hooks
-        .iter()
-        .map(|(h, _)| now.deadline_after_ms(h.timeout_ms as f64))
-        .collect();
+    let timeouts: Vec<u32> = hooks.iter().map(|(h, _)| h.timeout_ms).collect();
     let infos: Vec<DataValue> = ops.iter().map(|o| o.prepared.stored.clone()).collect();
-    let (slot, generation) = deferrals.open(
+    let opened = deferrals.begin(
+        space.changes(),
+        shard_index,
         channel_id,
         request_id,
         PendingKind::Write { response, ops },
-        deadlines,
+        timeouts,
+        now,
     );
     for (op, ((hook, i), stored)) in hooks.into_iter().zip(infos).enumerate() {
         let Some(w) = req.nodes_to_write.get(i) else {
             continue;
         };
-        let reply = Reply::new(
-            hub.clone(),
-            shard_index,
-            Target::Request {
-                slot,
-                generation,
-                op: op as u32,
-            },
-            None,
-        );
+        let reply = opened.reply(op as u32, None);
         let info = WriteInfo {
             node_id: &w.node_id,
             value: &stored,

@@ -150,7 +150,7 @@ pub fn call_deferrable(
     req: &CallRequest,
     now: Now,
 ) -> Option<Response> {
-    use crate::address_space::app::{AsyncCall, Reply, Target};
+    use crate::address_space::app::AsyncCall;
     use crate::server::deferred::{CallOp, PendingKind};
     let handle = req.request_header.request_handle;
     let n = req.methods_to_call.len();
@@ -185,10 +185,6 @@ pub fn call_deferrable(
         return Some(Response::Call(response));
     }
     let shared = std::sync::Arc::clone(shard.shared());
-    let max = shared
-        .config
-        .operation_limits
-        .max_async_operations_per_shard as usize;
     let (deferrals, _, shard_index) = shard.deferred_parts();
     if deferrals.room() < later.len() {
         for (i, _) in &later {
@@ -198,12 +194,7 @@ pub fn call_deferrable(
         }
         return Some(Response::Call(response));
     }
-    let hub = shared.address_space.changes();
-    hub.open_completions(shard_index, 2 * max);
-    let deadlines = later
-        .iter()
-        .map(|(_, d)| now.deadline_after_ms(d.timeout_ms as f64))
-        .collect();
+    let timeouts: Vec<u32> = later.iter().map(|(_, d)| d.timeout_ms).collect();
     let ops = later
         .iter()
         .map(|(i, d)| CallOp {
@@ -212,23 +203,17 @@ pub fn call_deferrable(
             outputs: d.outputs.clone(),
         })
         .collect();
-    let (slot, generation) = deferrals.open(
+    let opened = deferrals.begin(
+        shared.address_space.changes(),
+        shard_index,
         channel_id,
         request_id,
         PendingKind::Call { response, ops },
-        deadlines,
+        timeouts,
+        now,
     );
     for (op, (_, d)) in later.into_iter().enumerate() {
-        let reply = Reply::new(
-            hub.clone(),
-            shard_index,
-            Target::Request {
-                slot,
-                generation,
-                op: op as u32,
-            },
-            None,
-        );
+        let reply = opened.reply(op as u32, None);
         (d.start)(AsyncCall::new(
             d.object_id,
             d.method_id,
