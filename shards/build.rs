@@ -20,14 +20,17 @@ fn main() {
     };
     println!("cargo:rustc-env=UARING_GIT_REVISION={rev}");
     // Rerun when HEAD moves: a checkout (HEAD) or a commit on the branch (its ref, or
-    // packed-refs after a gc).
+    // packed-refs after a gc). Only files that exist: cargo reruns the script on every build
+    // for a path that does not (a fresh clone has no packed-refs, a gc'd branch no loose ref).
+    let mut paths = Vec::new();
     for p in ["HEAD", "packed-refs"] {
-        if let Some(path) = git(&["rev-parse", "--git-path", p]) {
-            println!("cargo:rerun-if-changed={path}");
-        }
+        paths.extend(git(&["rev-parse", "--git-path", p]));
     }
     if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        if let Some(path) = git(&["rev-parse", "--git-path", &r]) {
+        paths.extend(git(&["rev-parse", "--git-path", &r]));
+    }
+    for path in paths {
+        if std::path::Path::new(&path).exists() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
