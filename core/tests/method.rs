@@ -238,14 +238,15 @@ fn object_and_method_validation() {
             ),
             StatusCode::BadMethodInvalid,
         ),
-        // A namespace-0 method of the Server this server does not implement.
+        // A namespace-0 method of the Server this server does not serve
+        // (SetSubscriptionDurable): not executable, and so it says.
         (
             m(
                 NodeId::ns0(ids::SERVER),
                 NodeId::ns0(12749),
                 vec![Variant::UInt32(1), Variant::UInt32(1)],
             ),
-            StatusCode::BadNotImplemented,
+            StatusCode::BadNotExecutable,
         ),
     ];
     let (reqs, want): (Vec<_>, Vec<_>) = cases.into_iter().unzip();
@@ -667,4 +668,18 @@ fn user_executable_by_role() {
         &NodeId::ns0(ids::CONDITION_REFRESH),
         UserAccess::Read
     ));
+    // Namespace 0's methods this server does not serve are not executable at all
+    // (SetSubscriptionDurable i=12749, RequestServerStateChange i=12886); the served ones are.
+    let executable = |id: u32| match space.node(&NodeId::ns0(id)).map(|n| &n.attributes) {
+        Some(uaring_core::address_space::ClassAttributes::Method {
+            executable,
+            user_executable,
+        }) => (*executable, *user_executable),
+        other => panic!("i={id}: {other:?}"),
+    };
+    assert_eq!(executable(12749), (false, false));
+    assert_eq!(executable(12886), (false, false));
+    assert_eq!(executable(ids::GET_MONITORED_ITEMS), (true, true));
+    assert_eq!(executable(ids::RESEND_DATA), (true, true));
+    assert_eq!(executable(ids::ACKNOWLEDGE), (true, true));
 }

@@ -10,8 +10,10 @@
 //!    HasComponent (or subtype) target of the object, of its type definition or of a
 //!    supertype of that (for an ObjectType: of the type itself) → else `BadMethodInvalid`.
 //! 3. Executable false → `BadNotExecutable`; a method that needs write access (Acknowledge,
-//!    Confirm, AddComment, Enable, Disable, GenerateEvent) called by a read-only user → `BadUserAccessDenied`; a method
-//!    of namespace 0 this server does not implement → `BadNotImplemented`.
+//!    Confirm, AddComment, Enable, Disable, GenerateEvent) called by a read-only user → `BadUserAccessDenied`. The
+//!    methods of namespace 0 this server does not serve ([`served`]) are made not executable
+//!    when the address space is built, so they answer `BadNotExecutable`; `BadNotImplemented`
+//!    is left for an executable method without a handler (none in this server).
 //! 4. Fewer input arguments than declared → `BadArgumentsMissing`; more →
 //!    `BadTooManyArguments`; a wrong type (no conversion: a Double argument needs a Double)
 //!    or a value out of range → `BadInvalidArgument` with one status per argument in
@@ -62,6 +64,13 @@ enum MethodKind {
     ConditionRefresh2,
     GetMonitoredItems,
     ResendData,
+}
+
+/// Does this server serve Method `method_id` itself (the condition methods, ConditionRefresh,
+/// GetMonitoredItems, ResendData, the Demo's GenerateEvent)? The application's methods are
+/// registered apart (`address_space::app`).
+pub fn served(method_id: &NodeId) -> bool {
+    MethodKind::of(method_id).is_some()
 }
 
 impl MethodKind {

@@ -129,6 +129,29 @@ impl AddressSpaceBuilder {
         self.methods.push((method_id, method));
     }
 
+    /// Makes every Method node for which `unserved` is true, and that has no handler of the
+    /// application ([`AddressSpaceBuilder::set_method`]), not executable (Executable and
+    /// UserExecutable false: a Call answers BadNotExecutable, and clients can tell before).
+    pub fn disable_methods(&mut self, unserved: impl Fn(&NodeId) -> bool) {
+        let handled: std::collections::HashSet<&NodeId> =
+            self.methods.iter().map(|(id, _)| id).collect();
+        for n in &mut self.nodes {
+            if handled.contains(&n.node_id) {
+                continue;
+            }
+            if let ClassAttributes::Method {
+                executable,
+                user_executable,
+            } = &mut n.attributes
+            {
+                if unserved(&n.node_id) {
+                    *executable = false;
+                    *user_executable = false;
+                }
+            }
+        }
+    }
+
     /// Reserves room for `n` more nodes.
     pub fn reserve(&mut self, n: usize) {
         self.nodes.reserve(n);
