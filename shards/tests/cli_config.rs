@@ -96,6 +96,33 @@ fn config_check_prints_effective_values_and_loads_nodesets() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), text);
 }
 
+/// The production profile README.md points to is valid and says what it promises: no None
+/// endpoint, SignAndEncrypt only, no anonymous logins, one listen address.
+#[test]
+fn the_shipped_production_profile_passes_config_check() {
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/uaring.production.toml");
+    let out = Command::new(bin())
+        .args(["config", "check"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("listen = \"127.0.0.1:4840\""), "{text}");
+    assert!(
+        text.contains(
+            "policies = [\"Basic256Sha256\", \"Aes128_Sha256_RsaOaep\", \"Aes256_Sha256_RsaPss\"]"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("modes = [\"SignAndEncrypt\"]"), "{text}");
+    assert!(text.contains("anonymous = \"off\""), "{text}");
+}
+
 #[test]
 fn config_check_rejects_with_the_reason() {
     let dir = TempDir::new("uaring-cli-config");

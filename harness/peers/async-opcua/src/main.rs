@@ -1,4 +1,4 @@
-//! `async-opcua-contract-server`: the benchmark contract (../shared/DESIGN.md)
+//! `async-opcua-contract-server`: the benchmark contract (docs/Benchmarks.md, "The benchmark contract")
 //! on async-opcua's server (the Rust stack a Rust user would pick instead of
 //! uaring), in our own code.
 //!

@@ -1,4 +1,4 @@
-//! `open62541-contract-server`: the benchmark contract (../shared/DESIGN.md)
+//! `open62541-contract-server`: the benchmark contract (docs/Benchmarks.md, "The benchmark contract")
 //! on a native open62541 1.5 server, built by cargo from `open62541-sys`.
 //!
 //! - 100 Int32 variables `ns=1;i=1001..1100`, BrowseName/DisplayName
