@@ -31,6 +31,11 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
         3,
     ),
     ("changes_missing", "changes missing", 0),
+    (
+        "server_part_p99_us",
+        "p99 µs of it in the server (SourceTimestamp → PublishTime)",
+        1,
+    ),
     ("server_segments_per_op", "server TCP data segs/op", 2),
     ("client_segments_per_op", "client TCP data segs/op", 2),
     ("rsa_key_bits", "server RSA key bits", 0),
