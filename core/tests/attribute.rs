@@ -894,7 +894,11 @@ fn namespace0_attributes() {
     assert_eq!(v(11703), Variant::UInt32(lim.max_string_length));
     assert_eq!(v(12911), Variant::UInt32(lim.max_byte_string_length));
     assert_eq!(v(2735), Variant::UInt16(lim.max_browse_continuation_points));
-    assert_eq!(v(2272), Variant::Double(lim.min_supported_sample_rate_ms));
+    assert_eq!(
+        v(2272),
+        Variant::Double(s.config.subscriptions.min_sampling_interval_ms),
+        "MinSupportedSampleRate is the sampling limit in force"
+    );
     assert!(v(2269).is_array());
     assert!(v(2271).is_array());
     assert_eq!(

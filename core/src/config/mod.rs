@@ -240,8 +240,6 @@ pub struct OperationLimits {
     pub max_string_length: u32,
     /// Longest ByteString value, bytes.
     pub max_byte_string_length: u32,
-    /// Fastest sampling interval the server supports, milliseconds (> 0).
-    pub min_supported_sample_rate_ms: f64,
     /// Operations handed to the application that one shard waits for at once (asynchronous
     /// reads, samples, writes and method calls); one more is answered BadTooManyOperations
     /// (a sample is skipped). Bounds the shard's completion inbox (allocated at the first).
@@ -262,7 +260,6 @@ impl Default for OperationLimits {
             max_array_length: 1_000_000,
             max_string_length: 16 * 1024 * 1024,
             max_byte_string_length: 16 * 1024 * 1024,
-            min_supported_sample_rate_ms: 1.0,
             max_async_operations_per_shard: 10_000,
         }
     }
@@ -321,13 +318,6 @@ impl OperationLimits {
             if v > i32::MAX as u32 {
                 return Err(format!("operation_limits.{name} exceeds {}", i32::MAX));
             }
-        }
-        if !(self.min_supported_sample_rate_ms.is_finite()
-            && self.min_supported_sample_rate_ms > 0.0)
-        {
-            return Err(
-                "operation_limits.min_supported_sample_rate_ms must be a positive number".into(),
-            );
         }
         Ok(())
     }

@@ -423,7 +423,8 @@ pub fn install(
     set_static(
         b,
         sid::MIN_SUPPORTED_SAMPLE_RATE,
-        Variant::Double(lim.min_supported_sample_rate_ms),
+        // The limit sampling is revised with: one source for what is reported and what is done.
+        Variant::Double(config.subscriptions.min_sampling_interval_ms),
         start,
     );
     set_static(
