@@ -1024,3 +1024,33 @@ fn access_level_bits_are_enforced() {
     assert_eq!(read(2), StatusCode::BadUserAccessDenied);
     assert_eq!(write(2), StatusCode::BadUserAccessDenied);
 }
+
+/// ServerDiagnostics.EnabledFlag: the summary is always collected and nothing switches it,
+/// so the flag reads true and a Write is refused instead of succeeding and changing nothing.
+#[test]
+fn diagnostics_enabled_flag_is_true_and_read_only() {
+    let s = shared();
+    let flag = NodeId::ns0(2294);
+    assert_eq!(
+        read_one(&s, flag.clone(), attr::VALUE).value,
+        Variant::Boolean(true)
+    );
+    assert_eq!(
+        read_one(&s, flag.clone(), attr::ACCESS_LEVEL).value,
+        Variant::Byte(1),
+        "CurrentRead only"
+    );
+    assert_eq!(
+        write_one(
+            &s,
+            flag.clone(),
+            "",
+            DataValue::new(Variant::Boolean(false))
+        ),
+        StatusCode::BadNotWritable
+    );
+    assert_eq!(
+        read_one(&s, flag, attr::VALUE).value,
+        Variant::Boolean(true)
+    );
+}

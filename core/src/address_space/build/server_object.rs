@@ -411,7 +411,16 @@ pub fn install(
             ValueSource::Dynamic(Dynamic::DiagnosticsCount(i as u8)),
         );
     }
+    // The summary is always collected; there is no switch behind the flag, so clients may
+    // read it and not write it (a Write answers BadNotWritable instead of succeeding and
+    // changing nothing).
     set_static(b, DIAGNOSTICS_ENABLED, Variant::Boolean(true), start);
+    if let Some(n) = b.node_mut(&NodeId::ns0(DIAGNOSTICS_ENABLED)) {
+        if let ClassAttributes::Variable(v) = &mut n.attributes {
+            v.access_level = crate::address_space::access_level::CURRENT_READ;
+            v.user_access_level = crate::address_space::access_level::CURRENT_READ;
+        }
+    }
     set_static(b, sid::AUDITING, Variant::Boolean(false), start);
     set_static(
         b,
