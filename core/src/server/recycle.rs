@@ -1,5 +1,6 @@
-//! Recycled request and response memory for the hot services (Read, Write, Browse), so a
-//! steady stream of them allocates nothing on the heap.
+//! Recycled request and response memory for the hot services (Read, Write, Browse, and the
+//! Publish requests a subscription keeps coming), so a steady stream of them allocates
+//! nothing on the heap.
 //!
 //! A shard keeps at most one spare of each boxed message. A request is decoded into the
 //! spare with [`Decode::decode_into`], which reuses the arrays' and strings' capacity; the
@@ -16,8 +17,8 @@ use crate::encoding::{Decode, DecodeResult, Decoder};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
-    BrowseRequest, BrowseResponse, EndpointDescription, ReadRequest, ReadResponse, WriteRequest,
-    WriteResponse,
+    BrowseRequest, BrowseResponse, EndpointDescription, PublishRequest, ReadRequest, ReadResponse,
+    WriteRequest, WriteResponse,
 };
 use crate::types::NodeId;
 
@@ -36,6 +37,7 @@ pub struct Recycler {
     write_response: Option<Box<WriteResponse>>,
     browse_request: Option<Box<BrowseRequest>>,
     browse_response: Option<Box<BrowseResponse>>,
+    publish_request: Option<Box<PublishRequest>>,
     /// The serverEndpoints of the last CreateSession response, all under one endpoint URL.
     session_endpoints: Vec<EndpointDescription>,
 }
@@ -64,6 +66,11 @@ impl Recycler {
                 r.decode_into(d)?;
                 Ok(Some(Request::Write(r)))
             }
+            Some(node_ids::PublishRequest_Encoding_DefaultBinary) => {
+                let mut r = self.publish_request.take().unwrap_or_default();
+                r.decode_into(d)?;
+                Ok(Some(Request::Publish(r)))
+            }
             _ => Request::decode_body(type_id, d),
         }
     }
@@ -79,6 +86,14 @@ impl Recycler {
     pub fn give_write_request(&mut self, r: Box<WriteRequest>) {
         if r.nodes_to_write.capacity() <= RECYCLE_ELEMENTS_MAX {
             self.write_request = Some(r);
+        }
+    }
+
+    /// Takes back a Publish request once the subscription engine has read it (it keeps
+    /// what it needs of a queued request, not the request).
+    pub fn give_publish_request(&mut self, r: Box<PublishRequest>) {
+        if r.subscription_acknowledgements.capacity() <= RECYCLE_ELEMENTS_MAX {
+            self.publish_request = Some(r);
         }
     }
 

@@ -140,9 +140,14 @@ fn session_service(
         shard.close_session(key, true, now);
         return Some(fault(handle, StatusCode::BadSessionNotActivated, now));
     }
-    if let Request::Publish(r) = &request {
-        return subscription::publish(shard, key, ctx.channel_id, request_id, r, now);
-    }
+    let request = match request {
+        Request::Publish(r) => {
+            let resp = subscription::publish(shard, key, ctx.channel_id, request_id, &r, now);
+            shard.recycler.give_publish_request(r);
+            return resp;
+        }
+        other => other,
+    };
     Some(match request {
         Request::Cancel(r) => session::cancel(shard, key, &r, now),
         Request::Read(r)

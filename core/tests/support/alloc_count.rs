@@ -28,7 +28,12 @@ pub use net::Net;
 impl Net {
     /// A client and a server connection on a real shard, with an activated anonymous session.
     pub fn with_session() -> Net {
-        let mut n = Net::connected(now());
+        Net::with_session_on(uaring_core::config::ServerConfig::default())
+    }
+
+    /// [`Net::with_session`] on a server with `config`.
+    pub fn with_session_on(config: uaring_core::config::ServerConfig) -> Net {
+        let mut n = Net::connected_with(config, now());
         n.activate_anonymous_session(600_000.0, 0);
         n
     }

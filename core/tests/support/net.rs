@@ -28,7 +28,12 @@ pub struct Net {
 impl Net {
     /// A fresh shard and a client connection with its secure channel open (SecurityPolicy None).
     pub fn connected(now: Now) -> Net {
-        let shared = ServerShared::new(ServerConfig::default(), now).expect("server");
+        Net::connected_with(ServerConfig::default(), now)
+    }
+
+    /// [`Net::connected`] to a server with `config`.
+    pub fn connected_with(config: ServerConfig, now: Now) -> Net {
+        let shared = ServerShared::new(config, now).expect("server");
         let mut shard = ShardState::new(
             shared,
             0,
