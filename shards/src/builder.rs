@@ -693,6 +693,33 @@ impl ServerHandle {
                 None => write_stats(running),
             }
         }
+        let announce = Duration::from_millis(self.file.runtime.shutdown_announce_ms);
+        if !announce.is_zero() {
+            // Part 5: clients see State Shutdown and SecondsTillShutdown count down while
+            // they are still served; a second SIGINT/SIGTERM stops at once.
+            let at = crate::clock::mono_ns().saturating_add(announce.as_nanos() as u64);
+            self.setup
+                .shared
+                .address_space
+                .server_info()
+                .shutdown
+                .announce(at);
+            tracing::info!(
+                ms = announce.as_millis() as u64,
+                "announcing the shutdown (ServerStatus.State Shutdown) before it begins"
+            );
+            let until = std::time::Instant::now() + announce;
+            loop {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match signals.wait(left) {
+                    Some(libc::SIGINT) | Some(libc::SIGTERM) => break,
+                    _ => {}
+                }
+            }
+        }
         let fleet = running.fleet.clone();
         running.stop();
         write_stats(running);

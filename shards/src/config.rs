@@ -140,6 +140,11 @@ pub struct RuntimeConfig {
     pub batch_completions: u32,
     /// How long a graceful shutdown waits for pending output before closing sockets, ms.
     pub shutdown_grace_ms: u64,
+    /// On SIGINT/SIGTERM, how long the server announces its shutdown before it begins:
+    /// ServerStatus.State reads Shutdown, SecondsTillShutdown counts down and
+    /// ShutdownReason says why, while every session is served as before, ms. 0 = stop at once.
+    /// At most 600,000.
+    pub shutdown_announce_ms: u64,
     /// Write per-shard statistics as JSON to this file (atomically replaced); `--stats-file` overrides.
     pub stats_file: Option<PathBuf>,
     /// How often the statistics file is rewritten, ms.
@@ -170,6 +175,7 @@ impl Default for RuntimeConfig {
             batch_wait_us: 0,
             batch_completions: 32,
             shutdown_grace_ms: 500,
+            shutdown_announce_ms: 0,
             stats_file: None,
             stats_interval_ms: 1000,
         }
@@ -183,6 +189,9 @@ pub const RING_ENTRIES_MAX: u32 = 32768;
 impl RuntimeConfig {
     /// Checks ranges; "0 never means unbounded by accident".
     pub fn validate(&self) -> Result<(), String> {
+        if self.shutdown_announce_ms > 600_000 {
+            return Err("runtime.shutdown_announce_ms must be 0..=600000".into());
+        }
         let e = self.ring_entries;
         if e != 0 && (!e.is_power_of_two() || !(RING_ENTRIES_MIN..=RING_ENTRIES_MAX).contains(&e)) {
             return Err(format!(

@@ -456,3 +456,72 @@ fn help_and_subcommands() {
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `[runtime] shutdown_announce_ms`: after SIGTERM the server keeps serving its sessions for
+/// that long with ServerStatus.State Shutdown, SecondsTillShutdown counting down and a
+/// ShutdownReason (Part 5 §6.3.1), then stops by itself with exit code 0.
+#[test]
+fn sigterm_announces_the_shutdown_in_server_status_first() {
+    use uaring_core::generated::types::{ServerState, ServerStatusDataType};
+    use uaring_core::{NodeId, Variant};
+    let dir = common::TempDir::new("uaring-test-announce");
+    let config = dir.join("announce.toml");
+    std::fs::write(&config, "[runtime]\nshutdown_announce_ms = 2500\n").unwrap();
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let mut c = Client::connect(&server.url(), Duration::from_secs(5)).expect("channel");
+    c.create_session().expect("CreateSession");
+    c.activate_session_anonymous().expect("ActivateSession");
+    // State (2259), SecondsTillShutdown (2992), ShutdownReason (2993), ServerStatus (2256).
+    let ids = [2259, 2992, 2993, 2256].map(NodeId::ns0);
+    let read = |c: &mut Client| -> Vec<Variant> {
+        c.read_values(&ids)
+            .expect("Read")
+            .into_iter()
+            .map(|d| d.value)
+            .collect()
+    };
+    let v = read(&mut c);
+    assert_eq!(v[0], Variant::Int32(ServerState::Running.0));
+    assert_eq!(v[1], Variant::UInt32(0));
+    let t = Instant::now();
+    server.signal(libc::SIGTERM);
+    // The same session is still served, and says the server is going.
+    let v = loop {
+        let v = read(&mut c);
+        if v[0] == Variant::Int32(ServerState::Shutdown.0) {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(2), "still {:?}", v[0]);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let Variant::UInt32(left) = v[1] else {
+        panic!("SecondsTillShutdown {:?}", v[1])
+    };
+    assert!((1..=3).contains(&left), "SecondsTillShutdown {left}");
+    let Variant::LocalizedText(reason) = &v[2] else {
+        panic!("ShutdownReason {:?}", v[2])
+    };
+    assert_eq!(reason.text.as_str(), "The server is shutting down");
+    let Variant::ExtensionObject(eo) = &v[3] else {
+        panic!("ServerStatus {:?}", v[3])
+    };
+    let status: ServerStatusDataType = eo
+        .decode_as(Default::default())
+        .expect("a ServerStatusDataType")
+        .expect("decodes");
+    assert_eq!(status.state, ServerState::Shutdown);
+    assert_eq!(
+        status.shutdown_reason.text.as_str(),
+        "The server is shutting down"
+    );
+    // Then it stops by itself.
+    let (code, _, err) = server.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+    // Not before the announced time (a lower bound: it cannot fail on a slow machine).
+    assert!(
+        t.elapsed() >= Duration::from_millis(2400),
+        "exited {:?} after SIGTERM, before the 2.5 s it announced",
+        t.elapsed()
+    );
+    assert!(err.contains("announcing the shutdown"), "{err}");
+}

@@ -186,6 +186,44 @@ pub enum Dynamic {
         max_sessions_per_shard: u32,
         max_channels_per_shard: u32,
     },
+    /// Server.ServerStatus.State: Running, or Shutdown once a shutdown is announced.
+    ServerState,
+    /// Server.ServerStatus.SecondsTillShutdown: 0, or the seconds left of an announced
+    /// shutdown (rounded up).
+    SecondsTillShutdown,
+    /// Server.ServerStatus.ShutdownReason: empty, or why the server is shutting down.
+    ShutdownReason,
+}
+
+/// A shutdown the server announced ([`ShutdownNotice::announce`]): ServerStatus reads State
+/// Shutdown, SecondsTillShutdown and ShutdownReason from it on every shard. One per server,
+/// shared through [`ServerInfo`].
+#[derive(Debug, Default)]
+pub struct ShutdownNotice {
+    /// Monotonic ns at which the server stops; 0 while none is announced.
+    at_mono_ns: std::sync::atomic::AtomicU64,
+}
+
+impl ShutdownNotice {
+    /// The server stops at monotonic time `at_mono_ns` (any thread; the shards see it at once).
+    pub fn announce(&self, at_mono_ns: u64) {
+        self.at_mono_ns
+            .store(at_mono_ns.max(1), std::sync::atomic::Ordering::Release);
+    }
+
+    /// When the announced shutdown happens, if one is announced.
+    pub fn at(&self) -> Option<u64> {
+        match self.at_mono_ns.load(std::sync::atomic::Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+}
+
+impl PartialEq for ShutdownNotice {
+    fn eq(&self, other: &ShutdownNotice) -> bool {
+        self.at() == other.at()
+    }
 }
 
 /// Data the live Server object is computed from.
@@ -199,6 +237,8 @@ pub struct ServerInfo {
     pub software_version: String,
     pub build_number: String,
     pub build_date: DateTime,
+    /// The shutdown announced, if any (shared by every clone).
+    pub shutdown: std::sync::Arc<ShutdownNotice>,
 }
 
 impl Default for ServerInfo {
@@ -212,6 +252,7 @@ impl Default for ServerInfo {
             software_version: env!("CARGO_PKG_VERSION").into(),
             build_number: env!("CARGO_PKG_VERSION").into(),
             build_date: DateTime::NULL,
+            shutdown: Default::default(),
         }
     }
 }

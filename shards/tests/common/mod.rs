@@ -135,10 +135,16 @@ impl Server {
     }
 
     /// SIGTERM and wait; returns (exit code, seconds taken, stderr).
-    pub fn terminate(mut self) -> (Option<i32>, f64, String) {
-        let t = Instant::now();
+    pub fn terminate(self) -> (Option<i32>, f64, String) {
         self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        self.wait_exit(Duration::from_secs(10))
+    }
+
+    /// Waits up to `limit` for the process to exit (then kills it); returns (exit code,
+    /// seconds taken, stderr).
+    pub fn wait_exit(mut self, limit: Duration) -> (Option<i32>, f64, String) {
+        let t = Instant::now();
+        let deadline = Instant::now() + limit;
         let status = loop {
             match self.child.try_wait() {
                 Ok(Some(s)) => break Some(s),

@@ -69,6 +69,7 @@ pub fn server_info(config: &ServerConfig, now: Now) -> ServerInfo {
         software_version: env!("CARGO_PKG_VERSION").into(),
         build_number: a.build_number.clone(),
         build_date: DateTime(a.build_date_ticks),
+        shutdown: Default::default(),
     }
 }
 
@@ -84,15 +85,36 @@ pub fn build_info(info: &ServerInfo) -> BuildInfo {
     }
 }
 
+/// What ServerStatus.ShutdownReason says once a shutdown is announced.
+pub const SHUTDOWN_REASON_TEXT: &str = "The server is shutting down";
+
+/// State, SecondsTillShutdown and ShutdownReason at `now` (Part 5 §6.3.1: Shutdown with the
+/// seconds left, rounded up, once a shutdown is announced).
+fn shutdown_status(info: &ServerInfo, now: Now) -> (ServerState, u32, LocalizedText) {
+    match info.shutdown.at() {
+        None => (ServerState::Running, 0, LocalizedText::default()),
+        Some(at) => {
+            let left_ns = at.saturating_sub(now.mono_ns);
+            let seconds = left_ns.div_ceil(1_000_000_000).min(u32::MAX as u64) as u32;
+            (
+                ServerState::Shutdown,
+                seconds,
+                LocalizedText::new("en", SHUTDOWN_REASON_TEXT),
+            )
+        }
+    }
+}
+
 /// The ServerStatusDataType structure at `now`.
 pub fn server_status(info: &ServerInfo, now: Now) -> ServerStatusDataType {
+    let (state, seconds_till_shutdown, shutdown_reason) = shutdown_status(info, now);
     ServerStatusDataType {
         start_time: info.start_time,
         current_time: now.utc,
-        state: ServerState::Running,
+        state,
         build_info: build_info(info),
-        seconds_till_shutdown: 0,
-        shutdown_reason: LocalizedText::default(),
+        seconds_till_shutdown,
+        shutdown_reason,
     }
 }
 
@@ -116,6 +138,18 @@ pub fn dynamic_value(
             source_timestamp: Some(now.utc),
             ..Default::default()
         },
+        Dynamic::ServerState | Dynamic::SecondsTillShutdown | Dynamic::ShutdownReason => {
+            let (state, seconds, reason) = shutdown_status(info, now);
+            DataValue {
+                value: match d {
+                    Dynamic::ServerState => Variant::Int32(state.0),
+                    Dynamic::SecondsTillShutdown => Variant::UInt32(seconds),
+                    _ => Variant::LocalizedText(Box::new(reason)),
+                },
+                source_timestamp: Some(now.utc),
+                ..Default::default()
+            }
+        }
         Dynamic::DiagnosticsSummary
         | Dynamic::DiagnosticsCount(_)
         | Dynamic::ServiceLevel { .. } => diagnostics_value(metrics, d, now),
@@ -340,7 +374,7 @@ pub fn install(
         ValueSource::Dynamic(Dynamic::CurrentTime),
     );
     set_static(b, sid::START_TIME, Variant::DateTime(start), start);
-    set_static(b, sid::STATE, Variant::Int32(ServerState::Running.0), start);
+    set(b, sid::STATE, ValueSource::Dynamic(Dynamic::ServerState));
     set_static(
         b,
         sid::BUILD_INFO,
@@ -383,12 +417,15 @@ pub fn install(
         Variant::DateTime(info.build_date),
         start,
     );
-    set_static(b, sid::SECONDS_TILL_SHUTDOWN, Variant::UInt32(0), start);
-    set_static(
+    set(
+        b,
+        sid::SECONDS_TILL_SHUTDOWN,
+        ValueSource::Dynamic(Dynamic::SecondsTillShutdown),
+    );
+    set(
         b,
         sid::SHUTDOWN_REASON,
-        Variant::LocalizedText(Box::default()),
-        start,
+        ValueSource::Dynamic(Dynamic::ShutdownReason),
     );
     set(
         b,
