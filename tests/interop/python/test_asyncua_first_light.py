@@ -1,5 +1,6 @@
 """asyncua (PyPI) against the real uaring binary, SecurityPolicy None, Anonymous."""
 import asyncio
+import math
 import datetime
 import uuid
 
@@ -182,8 +183,16 @@ def test_dynamic_counter_increments(server):
             await asyncio.sleep(0.35)
             b = await n.read_value()
             assert b >= a + 2
-            s = await c.get_node("ns=1;s=Demo.Dynamic.Sine").read_value()
-            assert -1.0 <= s <= 1.0 or isinstance(s, float)
+            # Sine = sin(2π · (t − StartTime) / 10 s) at its SourceTimestamp t.
+            start = await c.get_node("i=2257").read_value()  # ServerStatus.StartTime
+            sine = c.get_node("ns=1;s=Demo.Dynamic.Sine")
+            for _ in range(3):
+                dv = await sine.read_data_value()
+                assert isinstance(dv.Value.Value, float)
+                elapsed = (dv.SourceTimestamp - start).total_seconds()
+                want = math.sin(2 * math.pi * elapsed / 10.0)
+                assert abs(dv.Value.Value - want) < 1e-3, (dv.Value.Value, want, elapsed)
+                await asyncio.sleep(0.3)
 
     run(body())
 

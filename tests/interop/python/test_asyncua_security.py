@@ -227,6 +227,9 @@ def test_untrusted_certificate_refused_then_trusted_without_restart(env):
 
     err = run(attempt())
     assert err is not None, "an untrusted client certificate must be refused"
+    # The server's answer to the OpenSecureChannel (an ERR), not some other failure.
+    assert isinstance(err, ua.UaStatusCodeError), repr(err)
+    assert err.code == ua.StatusCodes.BadSecurityChecksFailed, repr(err)
     rejected = list((pki / "rejected" / "certs").iterdir())
     assert len(rejected) == 1, rejected
     assert env["server"].alive()
