@@ -601,3 +601,134 @@ fn register_and_unregister_nodes() {
     })));
     assert_eq!(fault_status(&r), Some(StatusCode::BadNothingToDo));
 }
+
+/// A Browse within a View sees the View's nodes only: the View organizes a folder with one
+/// variable; the folder's other variable is organized from Objects, outside the View.
+#[test]
+fn browse_within_a_view_sees_its_nodes_only() {
+    use uaring_core::address_space::build::ns1;
+    use uaring_core::address_space::{ClassAttributes, Node, NodeClass, Reference};
+    use uaring_core::server::shared::ServerShared;
+    use uaring_core::{DataValue, LocalizedText, Variant};
+    let view = NodeId::string(1, "LineView");
+    let folder = NodeId::string(1, "Line");
+    let inside = NodeId::string(1, "Line.Speed");
+    let outside = NodeId::string(1, "Line.Secret");
+    let shared =
+        ServerShared::new_with(ServerConfig::default(), dispatch_util::start(), &mut |b| {
+            b.add(Node {
+                node_id: view.clone(),
+                node_class: NodeClass::View,
+                browse_name: QualifiedName::new(1, "LineView"),
+                display_name: LocalizedText::text("LineView"),
+                description: LocalizedText::default(),
+                write_mask: 0,
+                user_write_mask: 0,
+                references: vec![Reference {
+                    reference_type: NodeId::ns0(35), // Organizes, from the Views folder
+                    is_forward: false,
+                    target: ExpandedNodeId::local(NodeId::ns0(87)),
+                }],
+                attributes: ClassAttributes::View {
+                    contains_no_loops: true,
+                    event_notifier: 0,
+                },
+            })?;
+            b.add(ns1::folder(
+                folder.clone(),
+                QualifiedName::new(1, "Line"),
+                view.clone(),
+            ))?;
+            for (id, parent, reference) in
+                [(&inside, &folder, 47u32), (&outside, &NodeId::ns0(85), 35)]
+            {
+                let name = match &id.identifier {
+                    uaring_core::Identifier::String(s) => s.as_str().to_string(),
+                    _ => unreachable!(),
+                };
+                b.add(ns1::variable(
+                    id.clone(),
+                    QualifiedName::new(1, &name),
+                    NodeId::ns0(11),
+                    -1,
+                    Vec::new(),
+                    DataValue::new(Variant::Double(1.0)),
+                    ns1::READ_ONLY,
+                    0.0,
+                    Some((parent.clone(), reference)),
+                ))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut h = dispatch_util::Harness::on_shared(shared, 0);
+    let token = h.open_session();
+    let within = |h: &mut dispatch_util::Harness, id: &NodeId| {
+        let hd = h.header(&token);
+        match h.call(Request::Browse(Box::new(BrowseRequest {
+            request_header: hd,
+            view: ViewDescription {
+                view_id: view.clone(),
+                ..ViewDescription::default()
+            },
+            requested_max_references_per_node: 0,
+            nodes_to_browse: vec![hierarchical(id.clone())],
+        }))) {
+            Response::Browse(b) => b.results.into_iter().next().unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let targets = |r: &BrowseResult| -> Vec<NodeId> {
+        r.references
+            .iter()
+            .map(|d| d.node_id.node_id.clone())
+            .collect()
+    };
+    let r = within(&mut h, &view);
+    assert_eq!(r.status_code, StatusCode::Good);
+    assert_eq!(targets(&r), vec![folder.clone()]);
+    let r = within(&mut h, &folder);
+    assert_eq!(r.status_code, StatusCode::Good);
+    assert_eq!(
+        targets(&r),
+        vec![inside.clone()],
+        "the View's variable only"
+    );
+    // Outside the View: not in it; unknown stays unknown.
+    assert_eq!(
+        within(&mut h, &NodeId::ns0(85)).status_code,
+        StatusCode::BadNodeNotInView
+    );
+    assert_eq!(
+        within(&mut h, &outside).status_code,
+        StatusCode::BadNodeNotInView
+    );
+    assert_eq!(
+        within(&mut h, &NodeId::numeric(7, 12345)).status_code,
+        StatusCode::BadNodeIdUnknown
+    );
+    // Every forward reference of the folder: within the View its HasTypeDefinition to
+    // FolderType (not a node of the View) is left out; without the View it is there.
+    let all = BrowseDescription {
+        reference_type_id: NodeId::NULL,
+        ..hierarchical(folder.clone())
+    };
+    let hd = h.header(&token);
+    let Response::Browse(b) = h.call(Request::Browse(Box::new(BrowseRequest {
+        request_header: hd,
+        view: ViewDescription {
+            view_id: view.clone(),
+            ..ViewDescription::default()
+        },
+        requested_max_references_per_node: 0,
+        nodes_to_browse: vec![all.clone()],
+    }))) else {
+        panic!()
+    };
+    assert_eq!(targets(&b.results[0]), vec![inside.clone()]);
+    let b = browse(&mut h, &token, 0, vec![all]);
+    let t = targets(&b.results[0]);
+    assert!(t.contains(&inside) && t.contains(&NodeId::ns0(61)), "{t:?}");
+    let b = browse(&mut h, &token, 0, vec![hierarchical(NodeId::ns0(85))]);
+    assert!(targets(&b.results[0]).contains(&outside));
+}

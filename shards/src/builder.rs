@@ -360,6 +360,13 @@ impl ServerBuilder {
         .map(Arc::new)
         .map_err(Error::Security)?;
         tracing::info!("endpoints: {}", security.describe());
+        if app.counters > 0 {
+            tracing::info!(
+                counters = app.counters,
+                "counters contract: ns=1;i=1..{} (the BenchmarkValue and BenchmarkArray variables are left out: their ids would collide)",
+                app.counters
+            );
+        }
         let opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
         let shards = opts.shards;
         let helper_cpus = if handshake.cpus.is_empty() {

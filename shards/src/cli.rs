@@ -118,7 +118,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub contract: bool,
     /// Sampling-capacity contract: N UInt64 counters ns=1;i=1..N that increment on every sample
-    /// or read (application.counters; 0..=1000000).
+    /// or read (application.counters; 0..=1000000). A mode of its own: while it is on, the
+    /// BenchmarkValue and BenchmarkArray variables are not built (their ids would collide).
     #[arg(long, value_name = "N", value_parser = parse_counters)]
     pub counters: Option<u32>,
     /// Rate of the Demo events per second (events.demo_rate_per_s; 0 = off; needs the Demo

@@ -283,6 +283,9 @@ pub struct AddressSpace {
     hooks: app::AppHooks,
     /// Some node answers asynchronously ([`AddressSpace::has_async`]).
     has_async: bool,
+    /// The nodes of each View (by the View's index): the View and what its forward
+    /// hierarchical references reach ([`AddressSpace::view_members`]).
+    views: HashMap<u32, std::collections::HashSet<u32>>,
 }
 
 /// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
@@ -465,6 +468,44 @@ impl AddressSpace {
     /// The shards' counters.
     pub fn metrics(&self) -> &std::sync::Arc<crate::metrics::ServerMetrics> {
         &self.metrics
+    }
+
+    /// The nodes a Browse within View `view_index` may see: the View node and every node its
+    /// forward hierarchical references reach, transitively (Part 3 §5.4: a View's nodes are
+    /// the ones it organizes). `None` when the index is no View.
+    pub fn view_members(&self, view_index: u32) -> Option<&std::collections::HashSet<u32>> {
+        self.views.get(&view_index)
+    }
+
+    /// Works out [`AddressSpace::view_members`] for every View node (once, when built).
+    pub(crate) fn compute_views(&mut self) {
+        let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
+        let mut views = HashMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.node_class != NodeClass::View {
+                continue;
+            }
+            let mut members = std::collections::HashSet::new();
+            let mut stack = vec![i as u32];
+            while let Some(at) = stack.pop() {
+                if !members.insert(at) {
+                    continue;
+                }
+                let Some(node) = self.nodes.get(at as usize) else {
+                    continue;
+                };
+                for r in &node.references {
+                    if !r.is_forward || !self.is_subtype_of(&r.reference_type, &hierarchical) {
+                        continue;
+                    }
+                    if let Some(t) = r.target.as_local().and_then(|t| self.node_index(t)) {
+                        stack.push(t);
+                    }
+                }
+            }
+            views.insert(i as u32, members);
+        }
+        self.views = views;
     }
 
     /// The application's write hook of the node at `node_index`.

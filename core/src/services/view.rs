@@ -197,15 +197,24 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
     let space: &AddressSpace = &shared.address_space;
-    if !req.view.view_id.is_null() {
-        // Views are whole-address-space views: no View node restricts what is browsed yet.
-        let is_view = space
-            .node(&req.view.view_id)
-            .is_some_and(|n| node_class_of(n) == NodeClass::View);
-        if !is_view {
-            return fault(handle, StatusCode::BadViewIdUnknown, now);
+    // Within a View only its nodes are seen: a starting node outside it is BadNodeNotInView,
+    // references to nodes outside it are left out (Part 4 §5.9.2).
+    let view = if req.view.view_id.is_null() {
+        None
+    } else {
+        let members = space
+            .node_index(&req.view.view_id)
+            .filter(|&i| {
+                space
+                    .node_at(i)
+                    .is_some_and(|n| node_class_of(n) == NodeClass::View)
+            })
+            .and_then(|i| space.view_members(i));
+        match members {
+            Some(m) => Some(m),
+            None => return fault(handle, StatusCode::BadViewIdUnknown, now),
         }
-    }
+    };
     let per_node = max_refs(req.requested_max_references_per_node);
     let seq = session.begin_request();
     // The results are built in the recycled response, reusing its descriptions' memory.
@@ -214,7 +223,31 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
     results.resize_with(req.nodes_to_browse.len(), BrowseResult::default);
     for (bd, result) in req.nodes_to_browse.iter().zip(results.iter_mut()) {
         result.continuation_point = ByteString::null();
-        result.status_code = match browse_all_into(space, bd, &mut result.references) {
+        let browsed = match view {
+            Some(members)
+                if !space
+                    .node_index(&bd.node_id)
+                    .is_some_and(|i| members.contains(&i)) =>
+            {
+                // An unknown node stays BadNodeIdUnknown; a known one outside the View is not in it.
+                if space.node(&bd.node_id).is_some() {
+                    Err(StatusCode::BadNodeNotInView)
+                } else {
+                    browse_all_into(space, bd, &mut result.references)
+                }
+            }
+            Some(members) => browse_all_into(space, bd, &mut result.references).map(|()| {
+                result.references.retain(|r| {
+                    r.node_id.server_index != 0
+                        || !r.node_id.namespace_uri.is_null()
+                        || space
+                            .node_index(&r.node_id.node_id)
+                            .is_some_and(|i| members.contains(&i))
+                });
+            }),
+            None => browse_all_into(space, bd, &mut result.references),
+        };
+        result.status_code = match browsed {
             Err(status) => status,
             Ok(()) if result.references.len() > per_node => {
                 let rest: VecDeque<ReferenceDescription> =

@@ -372,7 +372,7 @@ impl AddressSpaceBuilder {
             || nodes.iter().any(|n| {
                 matches!(&n.attributes, ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Async(_)))
             });
-        AddressSpace {
+        let mut space = AddressSpace {
             nodes,
             dense,
             map,
@@ -384,7 +384,10 @@ impl AddressSpaceBuilder {
             changes,
             hooks,
             has_async,
-        }
+            views: HashMap::new(),
+        };
+        space.compute_views();
+        space
     }
 }
 
