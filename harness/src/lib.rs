@@ -7,6 +7,7 @@ pub mod cli;
 pub mod echo;
 pub mod idle;
 pub mod opcua;
+pub mod options;
 pub mod placements;
 pub mod procstat;
 pub mod push;

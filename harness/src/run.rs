@@ -145,7 +145,7 @@ impl RunConfig {
                 "--rate: an open loop is for the read and read-batch scenarios, not {scenario}"
             ));
         }
-        crate::push::check_options(a)?;
+        crate::options::check(a)?;
         let target = if let Some(url) = &a.url {
             Target::Url {
                 url: url.clone(),

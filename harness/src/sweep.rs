@@ -166,6 +166,7 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
     for s in &scenarios {
         for v in &variants {
             RunOpts::try_parse_words(run_words(&common, s, v))
+                .and_then(|o| crate::options::check(&o))
                 .map_err(|e| format!("scenario {} × variant {}: {e}", s.name, v.name))?;
         }
     }
@@ -301,6 +302,43 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every sweep of harness/benchmarks/make-tables.sh parses, and no option in its files
+    /// does nothing where it is given (the check `sweep` makes before its first run).
+    #[test]
+    fn checked_in_sweeps_pass_the_option_checks() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benchmarks");
+        let script = std::fs::read_to_string(dir.join("make-tables.sh")).unwrap();
+        let common: Vec<String> = ["--duration", "8", "--warmup", "2"]
+            .map(String::from)
+            .to_vec();
+        let mut checked = 0;
+        for line in script.lines() {
+            let Some(rest) = line.split(") sweep ").nth(1) else {
+                continue;
+            };
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            let (variants, scenarios) = (w[1], w[2]);
+            let v = parse_variants(&std::fs::read_to_string(dir.join(variants)).unwrap()).unwrap();
+            let sc =
+                parse_scenarios(&std::fs::read_to_string(dir.join(scenarios)).unwrap()).unwrap();
+            for s in &sc {
+                for v in &v {
+                    let r = RunOpts::try_parse_words(run_words(&common, s, v))
+                        .and_then(|o| crate::options::check(&o));
+                    assert_eq!(
+                        r,
+                        Ok(()),
+                        "{variants} × {scenarios}: {} × {}",
+                        s.name,
+                        v.name
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "{checked} combinations");
+    }
 
     #[test]
     fn variant_file() {
