@@ -79,8 +79,7 @@ fn publish_allocates_nothing_in_steady_state() {
     use uaring_core::generated::messages::{Request, Response};
     use uaring_core::generated::types::{
         CreateMonitoredItemsRequest, CreateSubscriptionRequest, DataChangeNotification,
-        MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, PublishRequest,
-        ReadValueId, SubscriptionAcknowledgement, TimestampsToReturn,
+        PublishRequest, SubscriptionAcknowledgement, TimestampsToReturn,
     };
     use uaring_core::server::connection::ConnStatus;
     use uaring_core::types::{DataValue, NodeId, Variant};
@@ -102,22 +101,7 @@ fn publish_allocates_nothing_in_steady_state() {
     ))) else {
         panic!("CreateSubscription")
     };
-    let items = (0..N)
-        .map(|i| MonitoredItemCreateRequest {
-            item_to_monitor: ReadValueId {
-                node_id: NodeId::numeric(1, 1001 + i),
-                attribute_id: 13,
-                ..Default::default()
-            },
-            monitoring_mode: MonitoringMode::Reporting,
-            requested_parameters: MonitoringParameters {
-                client_handle: i,
-                sampling_interval: 0.0,
-                queue_size: 1,
-                ..Default::default()
-            },
-        })
-        .collect();
+    let items = push_rig::exception_items((0..N).map(|i| NodeId::numeric(1, 1001 + i)), 1);
     let Response::CreateMonitoredItems(m) = net.call(Request::CreateMonitoredItems(Box::new(
         CreateMonitoredItemsRequest {
             subscription_id: sub.subscription_id,

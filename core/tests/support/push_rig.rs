@@ -50,6 +50,31 @@ pub struct PushRig {
     k: f64,
 }
 
+/// Exception-based items (sampling interval 0, Reporting) on the Values of `nodes`, client
+/// handle = position, queue size `queue_size`.
+pub fn exception_items(
+    nodes: impl Iterator<Item = NodeId>,
+    queue_size: u32,
+) -> Vec<MonitoredItemCreateRequest> {
+    nodes
+        .zip(0..)
+        .map(|(node_id, i)| MonitoredItemCreateRequest {
+            item_to_monitor: ReadValueId {
+                node_id,
+                attribute_id: 13,
+                ..Default::default()
+            },
+            monitoring_mode: MonitoringMode::Reporting,
+            requested_parameters: MonitoringParameters {
+                client_handle: i,
+                sampling_interval: 0.0,
+                queue_size,
+                ..Default::default()
+            },
+        })
+        .collect()
+}
+
 fn node(i: u32) -> NodeId {
     NodeId::string(2, format!("V{i}"))
 }
@@ -157,22 +182,7 @@ impl PushRig {
         };
         b.sub = s.subscription_id;
         let hd = b.header();
-        let items = (0..n)
-            .map(|i| MonitoredItemCreateRequest {
-                item_to_monitor: ReadValueId {
-                    node_id: node(i),
-                    attribute_id: 13,
-                    ..Default::default()
-                },
-                monitoring_mode: MonitoringMode::Reporting,
-                requested_parameters: MonitoringParameters {
-                    client_handle: i,
-                    sampling_interval: 0.0,
-                    queue_size: 4,
-                    ..Default::default()
-                },
-            })
-            .collect();
+        let items = exception_items((0..n).map(node), 4);
         let Response::CreateMonitoredItems(m) = b.call(Request::CreateMonitoredItems(Box::new(
             CreateMonitoredItemsRequest {
                 request_header: hd,
