@@ -39,13 +39,16 @@ impl Watching {
         if self.next.len() <= i {
             self.next.resize(i + 1, NONE);
         }
-        let head = self.first[n];
-        self.next[i] = head;
-        self.first[n] = item;
-        if head == NONE {
+        let (Some(head), Some(next)) = (self.first.get_mut(n), self.next.get_mut(i)) else {
+            return false; // both were just sized to hold their index
+        };
+        let was = *head;
+        *next = was;
+        *head = item;
+        if was == NONE {
             self.nodes += 1;
         }
-        head == NONE
+        was == NONE
     }
 
     /// Item slot `item` stops watching `node`; true when the node has no watcher left here.
@@ -54,11 +57,13 @@ impl Watching {
         let Some(&head) = self.first.get(node as usize) else {
             return false;
         };
+        let after_item = self.next(item).unwrap_or(NONE);
         if head == item {
-            let after = self.next[item as usize];
-            self.first[node as usize] = after;
-            self.next[item as usize] = NONE;
-            if after == NONE {
+            if let Some(h) = self.first.get_mut(node as usize) {
+                *h = after_item;
+            }
+            self.set_next(item, NONE);
+            if after_item == NONE {
                 self.nodes -= 1;
                 return true;
             }
@@ -66,15 +71,21 @@ impl Watching {
         }
         let mut at = head;
         while at != NONE {
-            let after = self.next[at as usize];
+            let after = self.next(at).unwrap_or(NONE);
             if after == item {
-                self.next[at as usize] = self.next[item as usize];
-                self.next[item as usize] = NONE;
+                self.set_next(at, after_item);
+                self.set_next(item, NONE);
                 return false;
             }
             at = after;
         }
         false
+    }
+
+    fn set_next(&mut self, item: u32, to: u32) {
+        if let Some(n) = self.next.get_mut(item as usize) {
+            *n = to;
+        }
     }
 
     /// The first item slot watching `node` (then follow [`Watching::next`]).
