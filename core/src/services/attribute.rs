@@ -222,7 +222,6 @@ pub fn read_deferred(
         }
         return Some(Response::Read(response));
     }
-    let timeouts: Vec<u32> = starts.iter().map(|(s, _)| s.timeout_ms()).collect();
     let opened = deferrals.begin(
         space.changes(),
         shard_index,
@@ -233,7 +232,7 @@ pub fn read_deferred(
             timestamps: ts,
             ops,
         },
-        timeouts,
+        starts.iter().map(|(s, _)| s.timeout_ms()),
         now,
     );
     let mut finished = None;
@@ -344,7 +343,6 @@ pub fn write_deferred(
         }
         return Some(Response::Write(response));
     }
-    let timeouts: Vec<u32> = hooks.iter().map(|(h, _)| h.timeout_ms).collect();
     let infos: Vec<DataValue> = ops.iter().map(|o| o.prepared.stored.clone()).collect();
     let opened = deferrals.begin(
         space.changes(),
@@ -352,7 +350,7 @@ pub fn write_deferred(
         channel_id,
         request_id,
         PendingKind::Write { response, ops },
-        timeouts,
+        hooks.iter().map(|(h, _)| h.timeout_ms),
         now,
     );
     for (op, ((hook, i), stored)) in hooks.into_iter().zip(infos).enumerate() {
@@ -612,7 +610,6 @@ fn check_encoding(
     }
 }
 
-/// Reads one attribute of one node (one ReadValueId).
 /// May the Value of Variable `v` be read (AccessLevel, then UserAccessLevel)? One rule for
 /// values answered at once and for those deferred to the application.
 fn value_readable(v: &VariableAttributes) -> Result<(), StatusCode> {
@@ -625,6 +622,7 @@ fn value_readable(v: &VariableAttributes) -> Result<(), StatusCode> {
     }
 }
 
+/// Reads one attribute of one node (one ReadValueId).
 pub fn read_attribute(
     space: &AddressSpace,
     node_id: &NodeId,

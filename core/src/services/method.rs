@@ -203,7 +203,6 @@ pub fn call_deferrable(
         }
         return Some(Response::Call(response));
     }
-    let timeouts: Vec<u32> = later.iter().map(|(_, d)| d.timeout_ms).collect();
     let ops = later
         .iter()
         .map(|(i, d)| CallOp {
@@ -218,7 +217,7 @@ pub fn call_deferrable(
         channel_id,
         request_id,
         PendingKind::Call { response, ops },
-        timeouts,
+        later.iter().map(|(_, d)| d.timeout_ms),
         now,
     );
     for (op, (_, d)) in later.into_iter().enumerate() {

@@ -202,13 +202,9 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
     let view = if req.view.view_id.is_null() {
         None
     } else {
+        // Only View nodes have members: any other id is no View.
         let members = space
             .node_index(&req.view.view_id)
-            .filter(|&i| {
-                space
-                    .node_at(i)
-                    .is_some_and(|n| node_class_of(n) == NodeClass::View)
-            })
             .and_then(|i| space.view_members(i));
         match members {
             Some(m) => Some(m),
