@@ -1,6 +1,8 @@
 """asyncua (PyPI) against the real uaring binary, SecurityPolicy None, Anonymous."""
 import asyncio
 import math
+import signal
+import time
 import datetime
 import uuid
 
@@ -8,7 +10,7 @@ import pytest
 from asyncua import Client, ua
 from asyncua.ua import uaerrors
 
-from conftest import connected, run, session
+from conftest import Server, connected, run, session
 
 
 DEMO_VALUES = {
@@ -234,3 +236,51 @@ def test_get_endpoints_and_find_servers(server):
         assert apps and apps[0].ApplicationUri
 
     run(body())
+
+
+def test_unserved_namespace0_methods_are_not_executable(server):
+    """RequestServerStateChange and SetSubscriptionDurable are not served: Executable and
+    UserExecutable read false and a Call is BadNotExecutable; GetMonitoredItems is served."""
+    async def body():
+        async with session(server.url) as c:
+            srv = c.get_node("i=2253")
+            for method in ("i=12886", "i=12749"):
+                m = c.get_node(method)
+                assert (await m.read_attribute(ua.AttributeIds.Executable)).Value.Value is False
+                assert (await m.read_attribute(ua.AttributeIds.UserExecutable)).Value.Value is False
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await srv.call_method(ua.NodeId(12749, 0), ua.Variant(1, ua.VariantType.UInt32),
+                                      ua.Variant(1, ua.VariantType.UInt32))
+            assert e.value.code == ua.StatusCodes.BadNotExecutable
+            served = c.get_node("i=11492")  # GetMonitoredItems
+            assert (await served.read_attribute(ua.AttributeIds.Executable)).Value.Value is True
+    run(body())
+
+
+def test_sigterm_announces_the_shutdown_before_it_begins(tmp_path):
+    """[runtime] shutdown_announce_ms: after SIGTERM the session is still served, with
+    ServerStatus.State Shutdown, SecondsTillShutdown counting down and a ShutdownReason."""
+    cfg = tmp_path / "announce.toml"
+    cfg.write_text("[runtime]\nshutdown_announce_ms = 3000\n")
+    srv = Server("--config", str(cfg))
+    try:
+        async def body():
+            async with session(srv.url) as c:
+                state = c.get_node("i=2259")
+                assert await state.read_value() == ua.ServerState.Running
+                srv.proc.send_signal(signal.SIGTERM)
+                deadline = time.monotonic() + 2
+                while await state.read_value() != ua.ServerState.Shutdown:
+                    assert time.monotonic() < deadline, "State never went to Shutdown"
+                    await asyncio.sleep(0.05)
+                left = await c.get_node("i=2992").read_value()
+                assert 1 <= left <= 3, left
+                reason = await c.get_node("i=2993").read_value()
+                assert reason.Text == "The server is shutting down"
+                status = await c.get_node("i=2256").read_value()
+                assert status.State == ua.ServerState.Shutdown
+                assert status.SecondsTillShutdown in (left, left - 1)
+        run(body())
+        assert srv.proc.wait(timeout=15) == 0, "it stops by itself, cleanly"
+    finally:
+        srv.stop()
