@@ -26,6 +26,7 @@ pub mod events;
 pub mod generated;
 pub mod metrics;
 pub mod random;
+pub mod roles;
 pub mod secure_channel;
 pub mod server;
 pub mod services;

@@ -9,13 +9,14 @@ use uaring_core::config::ServerConfig;
 use uaring_core::events::{ids, nodes};
 use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::*;
-use uaring_core::secure_channel::{SecurityProvider, UserAccess, UserTokenSettings};
+use uaring_core::roles::Roles;
+use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
 use uaring_core::server::shard::{SessionKey, ShardState};
 use uaring_core::services::method;
 use uaring_core::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
 
 /// A harness with one activated anonymous session; anonymous users get `access`.
-fn setup(access: UserAccess) -> (Harness, SessionKey) {
+fn setup(access: Roles) -> (Harness, SessionKey) {
     let mut h = Harness::new();
     let mut security = SecurityProvider::none_only();
     security.set_user_tokens(UserTokenSettings {
@@ -91,7 +92,7 @@ fn doubles(v: &[f64]) -> Variant {
 
 #[test]
 fn demo_add_and_sum() {
-    let (mut h, key) = setup(UserAccess::Read);
+    let (mut h, key) = setup(Roles::OBSERVER);
     let r = one(
         &mut h,
         key,
@@ -126,7 +127,7 @@ fn demo_add_and_sum() {
 
 #[test]
 fn argument_validation() {
-    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let (mut h, key) = setup(Roles::OPERATOR);
     let r = one(&mut h, key, add(vec![Variant::Double(1.0)]));
     assert_eq!(r.status_code, StatusCode::BadArgumentsMissing);
     assert!(r.input_argument_results.is_empty() && r.output_arguments.is_empty());
@@ -188,7 +189,7 @@ fn argument_validation() {
 
 #[test]
 fn object_and_method_validation() {
-    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let (mut h, key) = setup(Roles::OPERATOR);
     let two = || vec![Variant::Double(1.0), Variant::Double(2.0)];
     let cases = vec![
         (
@@ -281,7 +282,7 @@ fn object_and_method_validation() {
 
 #[test]
 fn request_limits() {
-    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let (mut h, key) = setup(Roles::OPERATOR);
     let now = h.now;
     let fault = |r: Response| match r {
         Response::ServiceFault(f) => f.response_header.service_result,
@@ -320,7 +321,7 @@ fn ack(object: NodeId, method: NodeId, event_id: ByteString, comment: &str) -> C
 
 #[test]
 fn acknowledge_and_confirm_through_call() {
-    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let (mut h, key) = setup(Roles::OPERATOR);
     let shared = std::sync::Arc::clone(h.shard.shared());
     shared
         .events
@@ -431,7 +432,7 @@ fn acknowledge_and_confirm_through_call() {
 
 #[test]
 fn read_only_user() {
-    let (mut h, key) = setup(UserAccess::Read);
+    let (mut h, key) = setup(Roles::OBSERVER);
     let shared = std::sync::Arc::clone(h.shard.shared());
     shared
         .events
@@ -475,7 +476,7 @@ fn read_only_user() {
 
 #[test]
 fn enable_disable_and_add_comment() {
-    let (mut h, key) = setup(UserAccess::ReadWrite);
+    let (mut h, key) = setup(Roles::OPERATOR);
     let shared = std::sync::Arc::clone(h.shard.shared());
     shared
         .events
@@ -554,7 +555,7 @@ fn enable_disable_and_add_comment() {
         StatusCode::BadConditionAlreadyEnabled
     );
 
-    let (mut h, key) = setup(UserAccess::Read);
+    let (mut h, key) = setup(Roles::OBSERVER);
     let r = one(&mut h, key, m(alarm, NodeId::ns0(ids::DISABLE), vec![]));
     assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
 }
@@ -636,7 +637,13 @@ fn argument_tables_match_the_nodeset() {
 
 #[test]
 fn user_executable_by_role() {
-    use uaring_core::services::method::user_executable;
+    fn user_executable(
+        space: &uaring_core::address_space::AddressSpace,
+        id: &NodeId,
+        roles: Roles,
+    ) -> bool {
+        uaring_core::services::method::method_callable(space, roles, id)
+    }
     let shared = uaring_core::server::shared::ServerShared::new(
         Default::default(),
         uaring_core::Now::new(1, uaring_core::DateTime::NULL),
@@ -646,27 +653,27 @@ fn user_executable_by_role() {
     assert!(user_executable(
         space,
         &NodeId::ns0(ids::ACKNOWLEDGE),
-        UserAccess::ReadWrite
+        Roles::OPERATOR
     ));
     assert!(!user_executable(
         space,
         &NodeId::ns0(ids::ACKNOWLEDGE),
-        UserAccess::Read
+        Roles::OBSERVER
     ));
     assert!(!user_executable(
         space,
         &nodes::generate_event_method_id(),
-        UserAccess::Read
+        Roles::OBSERVER
     ));
     assert!(user_executable(
         space,
         &nodes::add_method_id(),
-        UserAccess::Read
+        Roles::OBSERVER
     ));
     assert!(user_executable(
         space,
         &NodeId::ns0(ids::CONDITION_REFRESH),
-        UserAccess::Read
+        Roles::OBSERVER
     ));
     // Namespace 0's methods this server does not serve are not executable at all
     // (SetSubscriptionDurable i=12749, RequestServerStateChange i=12886); the served ones are.

@@ -20,8 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use uaring_core::generated::types::MessageSecurityMode;
+use uaring_core::roles::Roles;
 use uaring_core::secure_channel::{
-    ChunkCrypto, CryptoLayout, Role, SecurityPolicy, UserAccess, UserAuthenticator,
+    ChunkCrypto, CryptoLayout, Role, SecurityPolicy, UserAuthenticator,
 };
 use uaring_core::types::StatusCode;
 
@@ -598,22 +599,22 @@ impl ChunkCrypto for SymCrypto {
     }
 }
 
-/// A configured user: name, argon2id PHC hash, access.
+/// A configured user: name, argon2id PHC hash, roles.
 #[derive(Clone, Debug)]
 pub struct UserEntry {
     /// User name.
     pub name: String,
     /// argon2id PHC string (`uaring hash-password`).
     pub password_hash: String,
-    /// Read or read/write.
-    pub access: UserAccess,
+    /// The well-known roles the user is given (the session also gets AuthenticatedUser).
+    pub roles: Roles,
 }
 
 /// The users from the configuration, shared by all shards (read-only).
 #[derive(Debug)]
 pub struct UserDirectory {
     store: UserStore,
-    access: Vec<(String, UserAccess)>,
+    roles: Vec<(String, Roles)>,
 }
 
 impl UserDirectory {
@@ -627,33 +628,33 @@ impl UserDirectory {
         )?;
         Ok(Arc::new(UserDirectory {
             store,
-            access: users.iter().map(|u| (u.name.clone(), u.access)).collect(),
+            roles: users.iter().map(|u| (u.name.clone(), u.roles)).collect(),
         }))
     }
 
     /// Number of users.
     pub fn len(&self) -> usize {
-        self.access.len()
+        self.roles.len()
     }
 
     /// Whether no user is configured.
     pub fn is_empty(&self) -> bool {
-        self.access.is_empty()
+        self.roles.is_empty()
     }
 
-    fn access_of(&self, name: &str) -> Option<UserAccess> {
-        self.access.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+    fn roles_of(&self, name: &str) -> Option<Roles> {
+        self.roles.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
     }
 }
 
 /// Core's [`UserAuthenticator`] for one shard: configured users (argon2id), the shard's
 /// failed-login limiter per client address, and X.509 user certificates validated against
 /// the shard's PKI (a trusted user certificate logs in as its subject common name, with the
-/// access of the configured user of that name, else `x509_access`).
+/// roles of the configured user of that name, else `x509_roles`).
 pub struct ConfiguredUsers {
     users: Arc<UserDirectory>,
     trust: Arc<ShardTrust>,
-    x509_access: UserAccess,
+    x509_roles: Roles,
 }
 
 impl ConfiguredUsers {
@@ -661,12 +662,12 @@ impl ConfiguredUsers {
     pub fn new(
         users: Arc<UserDirectory>,
         trust: Arc<ShardTrust>,
-        x509_access: UserAccess,
+        x509_roles: Roles,
     ) -> Arc<ConfiguredUsers> {
         Arc::new(ConfiguredUsers {
             users,
             trust,
-            x509_access,
+            x509_roles,
         })
     }
 }
@@ -677,7 +678,7 @@ impl UserAuthenticator for ConfiguredUsers {
         peer: Option<IpAddr>,
         user: &str,
         password: &[u8],
-    ) -> Result<UserAccess, StatusCode> {
+    ) -> Result<Roles, StatusCode> {
         let limits = self.trust.limits();
         if !limits.login_allowed(peer) {
             // Too many failures from this address: refused without running argon2.
@@ -687,7 +688,7 @@ impl UserAuthenticator for ConfiguredUsers {
             Ok(()) => {
                 limits.login_succeeded(peer);
                 self.users
-                    .access_of(user)
+                    .roles_of(user)
                     .ok_or(StatusCode::BadUserAccessDenied)
             }
             Err(_) => {
@@ -709,7 +710,7 @@ impl UserAuthenticator for ConfiguredUsers {
         &self,
         peer: Option<IpAddr>,
         certificate: &[u8],
-    ) -> Result<(String, UserAccess), StatusCode> {
+    ) -> Result<(String, Roles), StatusCode> {
         if !self.login_allowed(peer) {
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -724,7 +725,7 @@ impl UserAuthenticator for ConfiguredUsers {
             }
         };
         let cn = cert.common_name().unwrap_or_else(|| cert.subject());
-        let access = self.users.access_of(&cn).unwrap_or(self.x509_access);
-        Ok((cn, access))
+        let roles = self.users.roles_of(&cn).unwrap_or(self.x509_roles);
+        Ok((cn, roles))
     }
 }

@@ -14,8 +14,9 @@ use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
+use uaring_core::roles::Roles;
 use uaring_core::secure_channel::{
-    EndpointSecurity, NonePolicy, SecurityPolicy, SecurityProvider, UserAccess, UserTokenSettings,
+    EndpointSecurity, NonePolicy, SecurityPolicy, SecurityProvider, UserTokenSettings,
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::handshake::{HandshakeJob, JobKind};
@@ -58,7 +59,7 @@ fn world() -> World {
     let users = UserDirectory::new(&[UserEntry {
         name: "op".into(),
         password_hash: hash_password("op-pw").unwrap(),
-        access: UserAccess::ReadWrite,
+        roles: Roles::OPERATOR,
     }])
     .unwrap();
     let mut p = SecurityProvider::empty();
@@ -69,9 +70,9 @@ fn world() -> World {
         policy_uri: B256.uri().into(),
         mode: MessageSecurityMode::SignAndEncrypt,
     });
-    p.set_user_authenticator(ConfiguredUsers::new(users, trust, UserAccess::Read));
+    p.set_user_authenticator(ConfiguredUsers::new(users, trust, Roles::OBSERVER));
     p.set_user_tokens(UserTokenSettings {
-        anonymous: Some(UserAccess::ReadWrite),
+        anonymous: Some(Roles::OPERATOR),
         user_name: true,
         x509: false,
         allow_password_on_none: false,

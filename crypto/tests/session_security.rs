@@ -12,8 +12,9 @@ use common::{now_unix_s, TempDir};
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
+use uaring_core::roles::Roles;
 use uaring_core::secure_channel::{
-    EndpointSecurity, NonePolicy, SecurityPolicy, SecurityProvider, UserAccess, UserTokenSettings,
+    EndpointSecurity, NonePolicy, SecurityPolicy, SecurityProvider, UserTokenSettings,
     SECURITY_POLICY_NONE_URI,
 };
 use uaring_core::server::context::RequestContext;
@@ -65,12 +66,12 @@ fn harness(settings: UserTokenSettings) -> H {
         UserEntry {
             name: "admin".into(),
             password_hash: hash_password("admin-pw").unwrap(),
-            access: UserAccess::ReadWrite,
+            roles: Roles::OPERATOR,
         },
         UserEntry {
             name: "reader".into(),
             password_hash: hash_password("reader-pw").unwrap(),
-            access: UserAccess::Read,
+            roles: Roles::OBSERVER,
         },
     ])
     .unwrap();
@@ -86,7 +87,7 @@ fn harness(settings: UserTokenSettings) -> H {
         policy_uri: B256.uri().into(),
         mode: MessageSecurityMode::Sign,
     });
-    p.set_user_authenticator(ConfiguredUsers::new(users, trust, UserAccess::Read));
+    p.set_user_authenticator(ConfiguredUsers::new(users, trust, Roles::OBSERVER));
     p.set_user_tokens(settings);
     p.validate().unwrap();
     let now = Now::new(
@@ -115,7 +116,7 @@ fn harness(settings: UserTokenSettings) -> H {
 
 fn settings() -> UserTokenSettings {
     UserTokenSettings {
-        anonymous: Some(UserAccess::ReadWrite),
+        anonymous: Some(Roles::OPERATOR),
         user_name: true,
         x509: true,
         allow_password_on_none: false,

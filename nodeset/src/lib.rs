@@ -42,8 +42,9 @@ use uaring_core::address_space::{
     ValueSource, VariableAttributes, VariableTypeAttributes,
 };
 use uaring_core::generated::types::{
-    EnumDefinition, EnumField, StructureDefinition, StructureField, StructureType,
+    EnumDefinition, EnumField, PermissionType, StructureDefinition, StructureField, StructureType,
 };
+use uaring_core::roles::{RolePermissions, WellKnownRole};
 use uaring_core::types::{
     BuiltinType, DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId,
     QualifiedName, Variant,
@@ -674,6 +675,12 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                     refs.push(r);
                 }
             }
+            if let Some(rp) = child(n, "RolePermissions") {
+                let rp = self
+                    .role_permissions(rp)
+                    .map_err(|x| self.err(rp, Some(written), x))?;
+                b.set_role_permissions(id.clone(), rp);
+            }
             let node = Node {
                 node_id: id.clone(),
                 node_class,
@@ -698,6 +705,29 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
             });
         }
         Ok((pending.len(), pending))
+    }
+
+    /// A `<RolePermissions>` element: `<RolePermission Permissions="N">role id</…>` entries
+    /// of well-known roles (the server has no others: another role is an error, so a model
+    /// is never served with permissions it did not ask for).
+    fn role_permissions(&self, el: XNode) -> Result<RolePermissions, String> {
+        let mut rp = RolePermissions::new();
+        for e in elements(el) {
+            if e.tag_name().name() != "RolePermission" {
+                return Err(format!("<{}> in <RolePermissions>", e.tag_name().name()));
+            }
+            let bits = e.attribute("Permissions").unwrap_or("0").trim();
+            let bits: u32 = bits
+                .parse()
+                .map_err(|_| format!("Permissions={bits:?} is not a number"))?;
+            let role = self
+                .node_id(e.text().unwrap_or("").trim(), e)
+                .map_err(|x| x.message)?;
+            let role = WellKnownRole::from_node_id(&role)
+                .ok_or_else(|| format!("role {role} is not a well-known role"))?;
+            rp = rp.grant(role, PermissionType(bits));
+        }
+        Ok(rp)
     }
 
     /// Pass 2: DataTypeDefinition of every DataType with a `<Definition>`.

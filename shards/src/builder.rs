@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uaring_core::events::{type_chain, Event, EventField};
+use uaring_core::roles::RolePermissions;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
@@ -246,6 +247,27 @@ impl ServerBuilder {
         ));
     }
 
+    /// Sets the RolePermissions of a node (added from code, imported from a NodeSet or of
+    /// namespace 0): what each well-known role may do on it (Part 3 §8.55). They replace
+    /// the server's default rule for this node — every user browses, reads, receives events
+    /// and calls; Operator, Engineer, Supervisor, ConfigureAdmin and SecurityAdmin also
+    /// write — and the namespace's default: a role not listed may do nothing here (it does
+    /// not even see the node in Browse). The permissions are checked on every operation;
+    /// UserAccessLevel, UserExecutable and UserRolePermissions follow them. Which roles a
+    /// user has is configured in `[[users]] roles` (docs/Security.md). A node unknown at
+    /// [`ServerBuilder::start`] is an [`Error::AddressSpace`].
+    pub fn role_permissions(&mut self, node: &NodeRef, permissions: RolePermissions) {
+        self.defs
+            .push(Def::RolePermissions(node.clone(), permissions));
+    }
+
+    /// The default RolePermissions of namespace `ns`: they apply to each of its nodes without
+    /// [`ServerBuilder::role_permissions`] of its own. Setting them again replaces them.
+    pub fn role_permissions_in(&mut self, ns: &Namespace, permissions: RolePermissions) {
+        self.defs
+            .push(Def::NamespaceRolePermissions(ns.clone(), permissions));
+    }
+
     /// A handle that raises events from any thread once the server runs (for method
     /// handlers and application threads set up before the start).
     pub fn events(&self) -> Events {
@@ -325,7 +347,14 @@ impl ServerBuilder {
         let mut bound = Vec::new();
         let mut alarms = Vec::new();
         let mut defs = defs;
+        let role_identities =
+            crate::security::role_identities(&sec_config, &users).map_err(Error::Config)?;
         let setup = server::build_with(&file.server, contract, &nodesets, &mut |b| {
+            for (role, rules) in &role_identities {
+                uaring_core::address_space::build::server_object::set_role_identities(
+                    b, *role, rules,
+                );
+            }
             for d in defs.drain(..) {
                 d.build(b, &mut bound, &mut alarms)
                     .map_err(|e| e.to_string())?;

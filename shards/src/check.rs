@@ -40,11 +40,11 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let _ = writeln!(out, "[log]\n{}", toml(&file.log)?);
     let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
     for u in &users {
+        let roles: Vec<&str> = u.granted()?.iter().map(|r| r.name()).collect();
         let _ = writeln!(
             out,
-            "[[users]]\nname = {:?}\nrole = {:?}\n# password: an argon2id hash (not shown)\n",
-            u.name,
-            role_name(u.role)
+            "[[users]]\nname = {:?}\nroles = {:?}\n# password: an argon2id hash (not shown)\n",
+            u.name, roles
         );
     }
     for f in &files {
@@ -61,13 +61,6 @@ pub fn check_text(text: &str) -> Result<String, String> {
         setup.shared.address_space.len()
     );
     Ok(out)
-}
-
-fn role_name(r: security::Role) -> &'static str {
-    match r {
-        security::Role::Read => "read",
-        security::Role::Readwrite => "readwrite",
-    }
 }
 
 /// TOML of any serializable configuration part.

@@ -67,6 +67,9 @@ pub use uaring_core::address_space::app::{
     ArgDef, AsyncCall, AsyncRead, AsyncWrite, ConditionAction, ConditionActionInfo, MethodCall,
     WriteInfo,
 };
+/// Roles and permissions per node ([`ServerBuilder::role_permissions`]).
+pub use uaring_core::generated::types::PermissionType as Permissions;
+pub use uaring_core::roles::{RolePermissions, WellKnownRole};
 pub use uaring_core::{
     BuiltinType, ByteString, DataValue, DateTime, ExtensionObject, Guid, Identifier, LocalizedText,
     NodeId, Now, QualifiedName, StatusCode, UaString, Variant,

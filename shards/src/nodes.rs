@@ -18,6 +18,7 @@ use uaring_core::address_space::{
     access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell,
     ValueSource,
 };
+use uaring_core::roles::RolePermissions;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::{
     BuiltinType, DataValue, DateTime, ExpandedNodeId, Identifier, LocalizedText, NodeId, Now,
@@ -1120,6 +1121,8 @@ pub(crate) enum Def {
     Method(MethodDef),
     Alarm(AlarmDef, Alarm),
     NamespaceWriteHook(Namespace, NamespaceWriteHook),
+    RolePermissions(NodeRef, RolePermissions),
+    NamespaceRolePermissions(Namespace, RolePermissions),
     Reference {
         from: NodeRef,
         reference_type: NodeRef,
@@ -1159,6 +1162,19 @@ impl Def {
             Def::NamespaceWriteHook(ns, hook) => {
                 let i = b.add_namespace(ns.uri()).map_err(Error::AddressSpace)?;
                 b.set_namespace_write_hook(i, hook);
+            }
+            Def::RolePermissions(node, rp) => {
+                let id = node.resolve(b)?;
+                if !b.contains(&id) {
+                    return Err(Error::AddressSpace(format!(
+                        "role permissions of unknown node {node}"
+                    )));
+                }
+                b.set_role_permissions(id, rp);
+            }
+            Def::NamespaceRolePermissions(ns, rp) => {
+                let i = b.add_namespace(ns.uri()).map_err(Error::AddressSpace)?;
+                b.set_namespace_role_permissions(i, rp);
             }
             Def::Reference {
                 from,

@@ -12,17 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use uaring_core::generated::types::MessageSecurityMode;
+use uaring_core::generated::types::{IdentityMappingRuleType, MessageSecurityMode};
+use uaring_core::roles::{Roles, WellKnownRole};
 use uaring_core::secure_channel::{
-    EndpointSecurity, NonePolicy, SecurityProvider, UserAccess, UserTokenSettings,
-    SECURITY_POLICY_NONE_URI,
+    EndpointSecurity, NonePolicy, SecurityProvider, UserTokenSettings, SECURITY_POLICY_NONE_URI,
 };
 use uaring_crypto::{
     AddressLimits, CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig,
     OwnIdentity, Pki, PkiConfig, PolicyId, RsaPolicy, ShardTrust, UserDirectory, UserEntry,
 };
 
-/// A user role in `[[users]]`.
+/// The shorthand role of `[[users]] role`, `[security] anonymous` and `x509_user_role`:
+/// `read` is the Observer role, `readwrite` the Operator role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -31,11 +32,34 @@ pub enum Role {
 }
 
 impl Role {
-    fn access(self) -> UserAccess {
+    /// The well-known role it stands for.
+    pub fn roles(self) -> Roles {
         match self {
-            Role::Read => UserAccess::Read,
-            Role::Readwrite => UserAccess::ReadWrite,
+            Role::Read => Roles::OBSERVER,
+            Role::Readwrite => Roles::OPERATOR,
         }
+    }
+}
+
+/// The well-known roles a user can be given by name in `[[users]] roles` (Anonymous and
+/// AuthenticatedUser are granted by the kind of login, not by configuration).
+pub const GRANTABLE_ROLES: [WellKnownRole; 6] = [
+    WellKnownRole::Observer,
+    WellKnownRole::Operator,
+    WellKnownRole::Engineer,
+    WellKnownRole::Supervisor,
+    WellKnownRole::ConfigureAdmin,
+    WellKnownRole::SecurityAdmin,
+];
+
+/// A role named in `[[users]] roles`: one of [`GRANTABLE_ROLES`].
+pub fn grantable_role(name: &str) -> Result<WellKnownRole, String> {
+    match WellKnownRole::from_name(name) {
+        Some(r) if GRANTABLE_ROLES.contains(&r) => Ok(r),
+        _ => Err(format!(
+            "unknown role {name:?} (one of {})",
+            GRANTABLE_ROLES.map(WellKnownRole::name).join(", ")
+        )),
     }
 }
 
@@ -55,7 +79,82 @@ pub struct UserConfig {
     pub name: String,
     /// argon2id PHC string (`uaring hash-password`).
     pub password: String,
-    pub role: Role,
+    /// Shorthand: `read` (Observer) or `readwrite` (Operator).
+    #[serde(default)]
+    pub role: Option<Role>,
+    /// Well-known roles by name (Observer, Operator, Engineer, Supervisor, ConfigureAdmin,
+    /// SecurityAdmin), added to `role`'s.
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+impl UserConfig {
+    /// The user's roles: `role`'s and `roles`; an unknown name or neither key is an error.
+    pub fn granted(&self) -> Result<Roles, String> {
+        if self.role.is_none() && self.roles.is_empty() {
+            return Err(format!(
+                "[[users]] {:?}: give it a role (`role = \"read\"|\"readwrite\"`) or roles (`roles = [\"Operator\", …]`)",
+                self.name
+            ));
+        }
+        let mut r = self.role.map_or(Roles::NONE, Role::roles);
+        for name in &self.roles {
+            r = r.and(grantable_role(name).map_err(|e| format!("[[users]] {:?}: {e}", self.name))?);
+        }
+        Ok(r)
+    }
+}
+
+/// The identity mapping rules the server applies, per well-known role, for
+/// Server.ServerCapabilities.RoleSet.<role>.Identities: anonymous logins (when on) get
+/// Anonymous and the role of `[security] anonymous`; every user AuthenticatedUser and its
+/// own roles (a UserName rule per user). X.509 users whose certificate names no configured
+/// user get `x509_user_role`, which no rule of Part 18 can express (there is no "any
+/// certificate" criterion): it is not listed.
+pub fn role_identities(
+    config: &SecurityConfig,
+    users: &[UserConfig],
+) -> Result<Vec<(WellKnownRole, Vec<IdentityMappingRuleType>)>, String> {
+    use uaring_core::generated::types::IdentityCriteriaType as C;
+    let rule = |criteria_type, criteria: &str| IdentityMappingRuleType {
+        criteria_type,
+        criteria: criteria.into(),
+    };
+    let anonymous = match config.anonymous {
+        Anonymous::Off => None,
+        Anonymous::Read => Some(Role::Read.roles()),
+        Anonymous::Readwrite => Some(Role::Readwrite.roles()),
+    };
+    let mut granted = Vec::with_capacity(users.len());
+    for u in users {
+        granted.push((u.name.as_str(), u.granted()?));
+    }
+    Ok(WellKnownRole::ALL
+        .into_iter()
+        .map(|role| {
+            let mut rules = Vec::new();
+            match role {
+                WellKnownRole::Anonymous if anonymous.is_some() => {
+                    rules.push(rule(C::Anonymous, ""))
+                }
+                WellKnownRole::AuthenticatedUser
+                    if !users.is_empty() || config.x509_user_tokens =>
+                {
+                    rules.push(rule(C::AuthenticatedUser, ""))
+                }
+                _ => {}
+            }
+            if anonymous.is_some_and(|a| a.contains(role)) {
+                rules.push(rule(C::Anonymous, ""));
+            }
+            for (name, r) in &granted {
+                if r.contains(role) {
+                    rules.push(rule(C::UserName, name));
+                }
+            }
+            (role, rules)
+        })
+        .collect())
 }
 
 /// `[security]`.
@@ -334,12 +433,14 @@ pub fn check(
     }
     let entries: Vec<UserEntry> = users
         .iter()
-        .map(|u| UserEntry {
-            name: u.name.clone(),
-            password_hash: u.password.clone(),
-            access: u.role.access(),
+        .map(|u| {
+            Ok(UserEntry {
+                name: u.name.clone(),
+                password_hash: u.password.clone(),
+                roles: u.granted()?,
+            })
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     UserDirectory::new(&entries).map_err(|e| format!("[[users]]: {e}"))?;
     Ok((none, policies, modes))
 }
@@ -372,12 +473,14 @@ pub fn build(
     };
     let entries: Vec<UserEntry> = users
         .iter()
-        .map(|u| UserEntry {
-            name: u.name.clone(),
-            password_hash: u.password.clone(),
-            access: u.role.access(),
+        .map(|u| {
+            Ok(UserEntry {
+                name: u.name.clone(),
+                password_hash: u.password.clone(),
+                roles: u.granted()?,
+            })
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     let user_dir = Some(UserDirectory::new(&entries).map_err(|e| format!("[[users]]: {e}"))?);
     // The own certificate is needed by every RSA policy, and by UserName/X.509 tokens on None
     // endpoints.
@@ -515,7 +618,7 @@ impl SecuritySetup {
             p.set_user_authenticator(ConfiguredUsers::new(
                 users.clone(),
                 t.clone(),
-                c.x509_user_role.access(),
+                c.x509_user_role.roles(),
             ));
         }
         let none_uri = if c.user_token_policy_on_none.is_empty() {
@@ -526,8 +629,8 @@ impl SecuritySetup {
         p.set_user_tokens(UserTokenSettings {
             anonymous: match c.anonymous {
                 Anonymous::Off => None,
-                Anonymous::Read => Some(UserAccess::Read),
-                Anonymous::Readwrite => Some(UserAccess::ReadWrite),
+                Anonymous::Read => Some(Role::Read.roles()),
+                Anonymous::Readwrite => Some(Role::Readwrite.roles()),
             },
             user_name: user_auth && have_users && c.user_name_tokens,
             x509: user_auth && c.x509_user_tokens,
@@ -567,9 +670,64 @@ mod tests {
         .unwrap();
         assert_eq!(s.anonymous, Anonymous::Off);
         assert_eq!(u.len(), 2);
-        assert_eq!(u[1].role, Role::Readwrite);
+        assert_eq!(u[1].role, Some(Role::Readwrite));
+        assert_eq!(u[1].granted(), Ok(Roles::OPERATOR));
+        assert_eq!(u[0].granted(), Ok(Roles::OBSERVER));
         assert!(parse("[security]\npolicys = []\n").is_err());
         assert!(parse("[[users]]\nname = \"a\"\npassword = \"x\"\nrole = \"admin\"\n").is_err());
+    }
+
+    #[test]
+    fn users_get_well_known_roles_by_name_and_the_role_set_lists_them() {
+        let (s, u) = parse(
+            "[security]\nanonymous = \"read\"\n\
+             [[users]]\nname = \"eng\"\npassword = \"x\"\nroles = [\"Engineer\", \"Observer\"]\n\
+             [[users]]\nname = \"op\"\npassword = \"y\"\nrole = \"readwrite\"\nroles = [\"SecurityAdmin\"]\n\
+             [[users]]\nname = \"none\"\npassword = \"z\"\n\
+             [[users]]\nname = \"bad\"\npassword = \"z\"\nroles = [\"Anonymous\"]\n",
+        )
+        .unwrap();
+        let eng = u[0].granted().unwrap();
+        assert!(eng.contains(WellKnownRole::Engineer) && eng.contains(WellKnownRole::Observer));
+        let op = u[1].granted().unwrap();
+        assert!(op.contains(WellKnownRole::Operator) && op.contains(WellKnownRole::SecurityAdmin));
+        assert!(u[2].granted().unwrap_err().contains("give it a role"));
+        assert!(u[3]
+            .granted()
+            .unwrap_err()
+            .contains("unknown role \"Anonymous\""));
+        assert!(
+            role_identities(&s, &u).is_err(),
+            "a user without a role fails the start"
+        );
+
+        let ids = role_identities(&s, &u[..2]).unwrap();
+        let rules = |role: WellKnownRole| -> Vec<(i32, String)> {
+            ids.iter()
+                .find(|(r, _)| *r == role)
+                .unwrap()
+                .1
+                .iter()
+                .map(|r| (r.criteria_type.0, r.criteria.as_str().to_string()))
+                .collect()
+        };
+        // 1 UserName, 5 Anonymous, 6 AuthenticatedUser.
+        assert_eq!(rules(WellKnownRole::Anonymous), vec![(5, String::new())]);
+        assert_eq!(
+            rules(WellKnownRole::AuthenticatedUser),
+            vec![(6, String::new())]
+        );
+        assert_eq!(
+            rules(WellKnownRole::Observer),
+            vec![(5, String::new()), (1, "eng".to_string())]
+        );
+        assert_eq!(rules(WellKnownRole::Operator), vec![(1, "op".to_string())]);
+        assert_eq!(rules(WellKnownRole::Engineer), vec![(1, "eng".to_string())]);
+        assert_eq!(
+            rules(WellKnownRole::SecurityAdmin),
+            vec![(1, "op".to_string())]
+        );
+        assert_eq!(rules(WellKnownRole::Supervisor), vec![]);
     }
 
     #[test]
@@ -594,7 +752,7 @@ mod tests {
         assert!(setup.own.is_none());
         let p = setup.shard_provider().unwrap();
         assert_eq!(p.endpoints().len(), 1);
-        assert_eq!(p.user_tokens().anonymous, Some(UserAccess::ReadWrite));
+        assert_eq!(p.user_tokens().anonymous, Some(Roles::OPERATOR));
     }
 
     #[test]
@@ -700,7 +858,7 @@ mod tests {
         }
         assert_eq!(
             users[0].authenticate_password(other, "op", b"right"),
-            Ok(UserAccess::Read)
+            Ok(Roles::OBSERVER)
         );
         let _ = fs::remove_dir_all(&dir);
     }

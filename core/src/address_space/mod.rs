@@ -286,6 +286,42 @@ pub struct AddressSpace {
     /// The nodes of each View (by the View's index): the View and what its forward
     /// hierarchical references reach ([`AddressSpace::view_members`]).
     views: HashMap<u32, std::collections::HashSet<u32>>,
+    /// RolePermissions of nodes and namespaces ([`AddressSpace::permissions`]).
+    permissions: NodePermissions,
+}
+
+/// The RolePermissions set on nodes (by node index) and the DefaultRolePermissions of
+/// namespaces (by namespace index). Empty in most servers: then nothing is looked up.
+#[derive(Debug, Default)]
+pub(crate) struct NodePermissions {
+    by_node: HashMap<u32, crate::roles::RolePermissions>,
+    by_namespace: Vec<Option<crate::roles::RolePermissions>>,
+}
+
+impl NodePermissions {
+    pub(crate) fn new(
+        by_node: HashMap<u32, crate::roles::RolePermissions>,
+        namespaces: Vec<(u16, crate::roles::RolePermissions)>,
+    ) -> NodePermissions {
+        let mut by_namespace = Vec::new();
+        for (ns, rp) in namespaces {
+            let ns = ns as usize;
+            if by_namespace.len() <= ns {
+                by_namespace.resize(ns + 1, None);
+            }
+            if let Some(slot) = by_namespace.get_mut(ns) {
+                *slot = Some(rp);
+            }
+        }
+        NodePermissions {
+            by_node,
+            by_namespace,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.by_node.is_empty() && self.by_namespace.is_empty()
+    }
 }
 
 /// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
@@ -452,6 +488,39 @@ impl AddressSpace {
     #[inline]
     pub fn node_index(&self, id: &NodeId) -> Option<u32> {
         self.index_of(id)
+    }
+
+    /// Does any node or namespace carry RolePermissions? (Else every node follows
+    /// [`crate::roles::Roles::default_permissions`].)
+    #[inline]
+    pub fn has_role_permissions(&self) -> bool {
+        !self.permissions.is_empty()
+    }
+
+    /// The RolePermissions that apply to the node at `index`: its own, else its namespace's
+    /// default, else none (the server's default rule applies).
+    pub fn role_permissions(&self, index: u32) -> Option<&crate::roles::RolePermissions> {
+        if self.permissions.is_empty() {
+            return None;
+        }
+        if let Some(rp) = self.permissions.by_node.get(&index) {
+            return Some(rp);
+        }
+        let ns = self.nodes.get(index as usize)?.node_id.namespace as usize;
+        self.permissions.by_namespace.get(ns)?.as_ref()
+    }
+
+    /// What a user with `roles` may do on the node at `index` (Part 3 §8.55).
+    #[inline]
+    pub fn permissions(
+        &self,
+        index: u32,
+        roles: crate::roles::Roles,
+    ) -> crate::generated::types::PermissionType {
+        match self.role_permissions(index) {
+            Some(rp) => rp.granted(roles),
+            None => roles.default_permissions(),
+        }
     }
 
     /// The node at an index from [`AddressSpace::node_index`].

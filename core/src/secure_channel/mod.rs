@@ -15,6 +15,6 @@ pub use chunk::{
 };
 pub use policy::{
     AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy, PlainCrypto,
-    Role, SecurityPolicy, SecurityProvider, UserAccess, UserAuthenticator, UserTokenSettings,
+    Role, SecurityPolicy, SecurityProvider, UserAuthenticator, UserTokenSettings,
     SECURITY_POLICY_NONE_URI,
 };

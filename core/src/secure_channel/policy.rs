@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::generated::types::MessageSecurityMode;
+use crate::roles::Roles;
 use crate::types::StatusCode;
 
 /// The URI of SecurityPolicy None.
@@ -198,47 +199,26 @@ pub trait SecurityPolicy: Send + Sync {
     }
 }
 
-/// The rights of an authenticated user (configuration: `role = "read" | "readwrite"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UserAccess {
-    /// May read and browse; a Write is BadUserAccessDenied and UserAccessLevel lacks
-    /// CurrentWrite.
-    Read,
-    /// May read, browse and write what the AccessLevel allows.
-    ReadWrite,
-}
-
-impl UserAccess {
-    /// The AccessLevel bits this user keeps (ANDed into UserAccessLevel).
-    pub fn access_level_mask(self) -> u8 {
-        match self {
-            // CurrentRead | HistoryRead | (no writes: CurrentWrite 0x02, HistoryWrite 0x08,
-            // StatusWrite 0x20, TimestampWrite 0x40 are cleared).
-            UserAccess::Read => !(0x02 | 0x08 | 0x20 | 0x40),
-            UserAccess::ReadWrite => 0xFF,
-        }
-    }
-}
-
 /// Checks user credentials (user names and passwords, X.509 user certificates): a plug-in
 /// (uaring-crypto implements it with argon2id hashes, a per-address failed-login limiter
 /// and the PKI). Object-safe; one per shard, behind the shard's [`SecurityProvider`].
 pub trait UserAuthenticator: Send + Sync {
-    /// Checks a user name and a decrypted password. Failures are BadUserAccessDenied
-    /// (also when `peer` is rate-limited after too many failures).
+    /// Checks a user name and a decrypted password: the user's roles (the session also gets
+    /// AuthenticatedUser). Failures are BadUserAccessDenied (also when `peer` is
+    /// rate-limited after too many failures).
     fn authenticate_password(
         &self,
         peer: Option<IpAddr>,
         user: &str,
         password: &[u8],
-    ) -> Result<UserAccess, StatusCode>;
+    ) -> Result<Roles, StatusCode>;
     /// Validates an X.509 user certificate (its signature was verified already) and maps
-    /// it to a user: (name, access).
+    /// it to a user: (name, roles).
     fn authenticate_certificate(
         &self,
         peer: Option<IpAddr>,
         certificate: &[u8],
-    ) -> Result<(String, UserAccess), StatusCode>;
+    ) -> Result<(String, Roles), StatusCode>;
     /// Whether `peer` may attempt a login now (checked before any RSA work on its token).
     fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
         let _ = peer;
@@ -254,8 +234,8 @@ pub trait UserAuthenticator: Send + Sync {
 /// Which user identity tokens the endpoints accept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserTokenSettings {
-    /// Anonymous logins, with the access they get; `None`: refused.
-    pub anonymous: Option<UserAccess>,
+    /// Anonymous logins, with the roles they get besides Anonymous; `None`: refused.
+    pub anonymous: Option<Roles>,
     /// UserName tokens (needs a [`UserAuthenticator`]).
     pub user_name: bool,
     /// X.509 user certificate tokens (needs a [`UserAuthenticator`]).
@@ -269,10 +249,11 @@ pub struct UserTokenSettings {
 }
 
 impl Default for UserTokenSettings {
-    /// Anonymous with full access only (the benchmark contract).
+    /// Anonymous logins only, with the Operator role (read, write, call: the benchmark
+    /// contract).
     fn default() -> Self {
         UserTokenSettings {
-            anonymous: Some(UserAccess::ReadWrite),
+            anonymous: Some(Roles::OPERATOR),
             user_name: false,
             x509: false,
             allow_password_on_none: false,

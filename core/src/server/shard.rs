@@ -110,23 +110,39 @@ pub struct SessionKey {
     generation: u32,
 }
 
-/// The user a session was activated for.
+/// The user a session was activated for, with the roles granted to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UserIdentity {
     /// An AnonymousIdentityToken (or a null token) under the given user token policy id.
-    Anonymous { policy_id: String },
+    Anonymous {
+        policy_id: String,
+        roles: crate::roles::Roles,
+    },
     /// A configured user who logged in with a UserName token.
     UserName {
         policy_id: String,
         user: String,
-        access: crate::secure_channel::UserAccess,
+        roles: crate::roles::Roles,
     },
     /// An X.509 user certificate (validated, its signature verified); `user` is its CN.
     Certificate {
         policy_id: String,
         user: String,
-        access: crate::secure_channel::UserAccess,
+        roles: crate::roles::Roles,
     },
+}
+
+impl UserIdentity {
+    /// The roles of the session: Anonymous or AuthenticatedUser, and those the login gave.
+    pub fn roles(&self) -> crate::roles::Roles {
+        use crate::roles::WellKnownRole;
+        match self {
+            UserIdentity::Anonymous { roles, .. } => roles.and(WellKnownRole::Anonymous),
+            UserIdentity::UserName { roles, .. } | UserIdentity::Certificate { roles, .. } => {
+                roles.and(WellKnownRole::AuthenticatedUser)
+            }
+        }
+    }
 }
 
 /// A paused Browse: the references still to return for one BrowseDescription, already

@@ -9,7 +9,11 @@
 //!   server timestamp is always the server's own clock.
 //! * Only the Value attribute is writable; every node has WriteMask 0, so any other attribute
 //!   answers `BadNotWritable`.
-//! * UserAccessLevel equals AccessLevel (no per-user rights yet).
+//! * What the session's user may do is checked per operation from its roles and the node's
+//!   RolePermissions ([`crate::roles`]): Value reads need Read, other attributes Browse,
+//!   RolePermissions ReadRolePermissions, Value writes Write, other writes WriteAttribute;
+//!   BadUserAccessDenied otherwise. UserAccessLevel, UserExecutable, UserWriteMask and
+//!   UserRolePermissions are the node's attributes narrowed to the user's permissions.
 
 use crate::address_space::numeric_range::NumericRange;
 use crate::address_space::{
@@ -18,8 +22,10 @@ use crate::address_space::{
 use crate::config::OperationLimits;
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    ReadRequest, ReadResponse, ResponseHeader, ServiceFault, WriteRequest, WriteResponse,
+    PermissionType, ReadRequest, ReadResponse, ReadValueId, ResponseHeader, ServiceFault,
+    WriteRequest, WriteResponse, WriteValue,
 };
+use crate::roles::Roles;
 use crate::server::shared::ServerShared;
 use crate::types::{
     BuiltinType, DataValue, LocalizedText, NodeId, QualifiedName, StatusCode, Variant,
@@ -44,14 +50,16 @@ fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
 /// The Read service: a `ReadResponse`, or a `ServiceFault` for a bad request
 /// (BadNothingToDo, BadTooManyOperations, BadMaxAgeInvalid, BadTimestampsToReturnInvalid).
 /// MaxAge is otherwise ignored: every value is current.
+/// Read with every role ([`Roles::ALL`]); sessions read through [`read_into`].
 pub fn read(shared: &ServerShared, req: &ReadRequest, now: Now) -> Response {
-    read_into(shared, req, now, Box::default())
+    read_into(shared, Roles::ALL, req, now, Box::default())
 }
 
-/// [`read`] building its response in `spare` (an empty, recycled response whose arrays'
-/// capacity is reused; see `server::recycle`).
+/// [`read`] for a user with `roles`, building its response in `spare` (an empty, recycled
+/// response whose arrays' capacity is reused; see `server::recycle`).
 pub fn read_into(
     shared: &ServerShared,
+    roles: Roles,
     req: &ReadRequest,
     now: Now,
     mut spare: Box<ReadResponse>,
@@ -69,31 +77,222 @@ pub fn read_into(
     };
     let space = &shared.address_space;
     spare.results.clear();
-    spare.results.extend(req.nodes_to_read.iter().map(|r| {
-        read_attribute(
-            space,
-            &r.node_id,
-            r.attribute_id,
-            r.index_range.as_str(),
-            &r.data_encoding,
-            ts,
-            now,
-        )
-    }));
+    spare.results.extend(
+        req.nodes_to_read
+            .iter()
+            .map(|r| read_as(space, roles, r, ts, now)),
+    );
     spare.diagnostic_infos.clear();
     spare.response_header = header(handle, StatusCode::Good, now);
     Response::Read(spare)
 }
 
+/// Is `attribute_id` one whose value depends on the user?
+fn user_attribute(attribute_id: u32) -> bool {
+    matches!(
+        attribute_id,
+        attr::USER_ACCESS_LEVEL
+            | attr::USER_EXECUTABLE
+            | attr::USER_WRITE_MASK
+            | attr::ROLE_PERMISSIONS
+            | attr::USER_ROLE_PERMISSIONS
+    )
+}
+
+/// The permission an operation on `attribute_id` needs to read it.
+fn read_permission(attribute_id: u32) -> PermissionType {
+    match attribute_id {
+        attr::VALUE => PermissionType::Read,
+        attr::ROLE_PERMISSIONS => PermissionType::ReadRolePermissions,
+        _ => PermissionType::Browse,
+    }
+}
+
+/// Reads one attribute as a user with `roles` sees it: the permission the attribute needs
+/// (BadUserAccessDenied without it), then [`read_attribute`], then the user attributes
+/// narrowed to the user's permissions.
+pub fn read_as(
+    space: &AddressSpace,
+    roles: Roles,
+    rv: &ReadValueId,
+    ts: Timestamps,
+    now: Now,
+) -> DataValue {
+    let read = || {
+        read_attribute(
+            space,
+            &rv.node_id,
+            rv.attribute_id,
+            rv.index_range.as_str(),
+            &rv.data_encoding,
+            ts,
+            now,
+        )
+    };
+    // Most servers set no RolePermissions: then only the user attributes need the user.
+    if !user_attribute(rv.attribute_id) && !space.has_role_permissions() {
+        return read();
+    }
+    let Some(index) = space.node_index(&rv.node_id) else {
+        return bad(StatusCode::BadNodeIdUnknown);
+    };
+    let permissions = space.permissions(index, roles);
+    if !permissions.contains(read_permission(rv.attribute_id)) {
+        return bad(StatusCode::BadUserAccessDenied);
+    }
+    match rv.attribute_id {
+        attr::ROLE_PERMISSIONS | attr::USER_ROLE_PERMISSIONS => {
+            let shown = if rv.attribute_id == attr::ROLE_PERMISSIONS {
+                Roles::ALL
+            } else {
+                roles
+            };
+            role_permissions_value(space, index, shown, rv, ts, now)
+        }
+        _ => {
+            let mut dv = read();
+            narrow_to_user(space, roles, permissions, rv, &mut dv);
+            dv
+        }
+    }
+}
+
+/// RolePermissions (`shown` = every role) or UserRolePermissions (the user's roles) of the
+/// node at `index`: BadAttributeIdInvalid when neither the node nor its namespace has any.
+fn role_permissions_value(
+    space: &AddressSpace,
+    index: u32,
+    shown: Roles,
+    rv: &ReadValueId,
+    ts: Timestamps,
+    now: Now,
+) -> DataValue {
+    let Some(rp) = space.role_permissions(index) else {
+        return bad(StatusCode::BadAttributeIdInvalid);
+    };
+    if let Err(e) = check_encoding(rv.attribute_id, &rv.data_encoding, None) {
+        return bad(e);
+    }
+    let entries: Vec<Variant> = rp
+        .to_attribute(shown)
+        .iter()
+        .map(|e| Variant::ExtensionObject(Box::new(crate::types::ExtensionObject::from_struct(e))))
+        .collect();
+    let Some(value) = Variant::array(BuiltinType::ExtensionObject, entries) else {
+        return bad(StatusCode::BadInternalError);
+    };
+    let value = match NumericRange::parse(rv.index_range.as_str()) {
+        Ok(None) => value,
+        Ok(Some(r)) => match r.read(&value) {
+            Ok(v) => v,
+            Err(e) => return bad(e),
+        },
+        Err(e) => return bad(e),
+    };
+    DataValue {
+        value,
+        server_timestamp: ts.server().then_some(now.utc),
+        ..Default::default()
+    }
+}
+
+/// UserAccessLevel, UserExecutable and UserWriteMask as the user sees them: the node's
+/// value with what `permissions` (and, for a method without RolePermissions that changes
+/// state, a writing role) does not allow taken away.
+fn narrow_to_user(
+    space: &AddressSpace,
+    roles: Roles,
+    permissions: PermissionType,
+    rv: &ReadValueId,
+    dv: &mut DataValue,
+) {
+    match (rv.attribute_id, &mut dv.value) {
+        (attr::USER_ACCESS_LEVEL, Variant::Byte(b)) => *b &= user_access_mask(permissions),
+        (attr::USER_EXECUTABLE, Variant::Boolean(b)) => {
+            *b = *b && super::method::method_callable(space, roles, &rv.node_id);
+        }
+        (attr::USER_WRITE_MASK, Variant::UInt32(m)) => {
+            if !permissions.contains(PermissionType::WriteAttribute) {
+                *m &= write_mask::ROLE_PERMISSIONS | write_mask::HISTORIZING;
+            }
+            if !permissions.contains(PermissionType::WriteRolePermissions) {
+                *m &= !write_mask::ROLE_PERMISSIONS;
+            }
+            if !permissions.contains(PermissionType::WriteHistorizing) {
+                *m &= !write_mask::HISTORIZING;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// WriteMask bits (Part 3 §8.60) the permissions treat apart.
+mod write_mask {
+    pub const HISTORIZING: u32 = 1 << 9;
+    pub const ROLE_PERMISSIONS: u32 = 1 << 23;
+}
+
+/// The AccessLevel bits a user with `permissions` keeps (ANDed into UserAccessLevel).
+pub fn user_access_mask(permissions: PermissionType) -> u8 {
+    let mut m = 0xFF;
+    if !permissions.contains(PermissionType::Read) {
+        m &= !access_level::CURRENT_READ;
+    }
+    if !permissions.contains(PermissionType::Write) {
+        m &= !(access_level::CURRENT_WRITE
+            | access_level::STATUS_WRITE
+            | access_level::TIMESTAMP_WRITE);
+    }
+    if !permissions.contains(PermissionType::ReadHistory) {
+        m &= !access_level::HISTORY_READ;
+    }
+    let history_write = PermissionType::InsertHistory.0
+        | PermissionType::ModifyHistory.0
+        | PermissionType::DeleteHistory.0;
+    if permissions.0 & history_write == 0 {
+        m &= !access_level::HISTORY_WRITE;
+    }
+    m
+}
+
+/// May a user with `roles` write this attribute of this node? Value writes need Write,
+/// RolePermissions WriteRolePermissions, Historizing WriteHistorizing, any other attribute
+/// WriteAttribute (BadUserAccessDenied). An unknown node is BadNodeIdUnknown.
+pub fn write_permitted(
+    space: &AddressSpace,
+    roles: Roles,
+    w: &WriteValue,
+) -> Result<(), StatusCode> {
+    if roles.may_write() && !space.has_role_permissions() {
+        return Ok(());
+    }
+    let index = space
+        .node_index(&w.node_id)
+        .ok_or(StatusCode::BadNodeIdUnknown)?;
+    let needed = match w.attribute_id {
+        attr::VALUE => PermissionType::Write,
+        attr::ROLE_PERMISSIONS => PermissionType::WriteRolePermissions,
+        attr::HISTORIZING => PermissionType::WriteHistorizing,
+        _ => PermissionType::WriteAttribute,
+    };
+    if space.permissions(index, roles).contains(needed) {
+        Ok(())
+    } else {
+        Err(StatusCode::BadUserAccessDenied)
+    }
+}
+
 /// The Write service: a `WriteResponse`, or a `ServiceFault` (BadNothingToDo,
 /// BadTooManyOperations).
 pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
-    write_into(shared, req, now, Box::default())
+    write_into(shared, Roles::ALL, req, now, Box::default())
 }
 
-/// [`write`] building its response in `spare` (an empty, recycled response).
+/// [`write`] for a user with `roles`, building its response in `spare` (an empty, recycled
+/// response).
 pub fn write_into(
     shared: &ServerShared,
+    roles: Roles,
     req: &WriteRequest,
     now: Now,
     mut spare: Box<WriteResponse>,
@@ -106,6 +305,9 @@ pub fn write_into(
     let space = &shared.address_space;
     spare.results.clear();
     spare.results.extend(req.nodes_to_write.iter().map(|w| {
+        if let Err(s) = write_permitted(space, roles, w) {
+            return s;
+        }
         write_attribute(
             space,
             limits,
@@ -134,14 +336,13 @@ pub fn reads_async(space: &AddressSpace, req: &ReadRequest) -> bool {
 /// A Read with operations answered by asynchronous sources: the other operations are read
 /// now, the asynchronous ones handed to their sources, and the response sent when the last
 /// one is settled (`None`: deferred, through the shard's outbox for `channel_id`).
-/// `mask` adjusts the results read now to the user's rights (UserAccessLevel,
-/// UserExecutable) as the synchronous Read does.
+/// Every operation is checked against the user's `roles` as the synchronous Read does.
 pub fn read_deferred(
     shard: &mut crate::server::shard::ShardState,
+    roles: Roles,
     channel_id: u32,
     request_id: u32,
     req: &ReadRequest,
-    mask: &dyn Fn(&mut Response),
     now: Now,
 ) -> Option<Response> {
     use crate::address_space::app::{AsyncRead, Outcome};
@@ -168,20 +369,20 @@ pub fn read_deferred(
             .flatten()
             .and_then(|ix| Some((space.node_at(ix)?, space.async_source(ix)?.clone())));
         let Some((node, source)) = source else {
-            results.push(read_attribute(
-                space,
-                &rv.node_id,
-                rv.attribute_id,
-                rv.index_range.as_str(),
-                &rv.data_encoding,
-                ts,
-                now,
-            ));
+            results.push(read_as(space, roles, rv, ts, now));
             continue;
+        };
+        let permitted = || {
+            let ix = space.node_index(&rv.node_id);
+            match ix.map(|ix| space.permissions(ix, roles)) {
+                Some(p) if p.contains(PermissionType::Read) => Ok(()),
+                _ => Err(StatusCode::BadUserAccessDenied),
+            }
         };
         if let Err(status) = node
             .as_variable()
             .map_or(Err(StatusCode::BadNotReadable), value_readable)
+            .and_then(|()| permitted())
         {
             results.push(bad(status));
             continue;
@@ -201,15 +402,11 @@ pub fn read_deferred(
         });
         starts.push((source, rv.node_id.clone()));
     }
-    let mut response = Response::Read(Box::new(ReadResponse {
+    let mut response = Box::new(ReadResponse {
         response_header: header(handle, StatusCode::Good, now),
         results,
         diagnostic_infos: Vec::new(),
-    }));
-    mask(&mut response);
-    let Response::Read(mut response) = response else {
-        return Some(fault(handle, StatusCode::BadInternalError, now));
-    };
+    });
     if ops.is_empty() {
         return Some(Response::Read(response));
     }
@@ -272,6 +469,7 @@ pub fn writes_async(space: &AddressSpace, req: &WriteRequest) -> bool {
 /// to its hook, stored when the hook answers Good. `None`: deferred.
 pub fn write_deferred(
     shard: &mut crate::server::shard::ShardState,
+    roles: Roles,
     channel_id: u32,
     request_id: u32,
     req: &WriteRequest,
@@ -290,6 +488,10 @@ pub fn write_deferred(
     let mut ops = Vec::new();
     let mut hooks = Vec::new();
     for (i, w) in req.nodes_to_write.iter().enumerate() {
+        if let Err(s) = write_permitted(space, roles, w) {
+            results.push(s);
+            continue;
+        }
         let hook = (w.attribute_id == attr::VALUE)
             .then(|| space.node_index(&w.node_id))
             .flatten()

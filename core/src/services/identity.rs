@@ -20,7 +20,8 @@ use crate::generated::types::{
     ActivateSessionRequest, AnonymousIdentityToken, IssuedIdentityToken, MessageSecurityMode,
     SignatureData, UserNameIdentityToken, UserTokenPolicy, UserTokenType, X509IdentityToken,
 };
-use crate::secure_channel::{UserAccess, SECURITY_POLICY_NONE_URI};
+use crate::roles::Roles;
+use crate::secure_channel::SECURITY_POLICY_NONE_URI;
 use crate::server::context::RequestContext;
 use crate::server::shard::{ShardState, UserIdentity};
 use crate::types::{ByteString, ExtensionObject, StatusCode, UaString};
@@ -340,6 +341,7 @@ pub fn identity_work(
             .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         return Ok(Activation::Ready(UserIdentity::Anonymous {
             policy_id: p.policy_id.as_str().to_owned(),
+            roles: anonymous_roles(shard),
         }));
     }
     if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
@@ -348,6 +350,7 @@ pub fn identity_work(
             .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         return Ok(Activation::Ready(UserIdentity::Anonymous {
             policy_id: p.policy_id.as_str().to_owned(),
+            roles: anonymous_roles(shard),
         }));
     }
     let peer = peer_ip(ctx);
@@ -398,11 +401,11 @@ pub fn identity_work(
                     }
                 }
             };
-            let access = users.authenticate_password(peer, &user, &password)?;
+            let roles = users.authenticate_password(peer, &user, &password)?;
             Ok(UserIdentity::UserName {
                 policy_id,
                 user,
-                access,
+                roles,
             })
         })));
     }
@@ -436,11 +439,11 @@ pub fn identity_work(
                     users.login_failed(peer);
                     StatusCode::BadUserSignatureInvalid
                 })?;
-            let (user, access) = users.authenticate_certificate(peer, &certificate)?;
+            let (user, roles) = users.authenticate_certificate(peer, &certificate)?;
             Ok(UserIdentity::Certificate {
                 policy_id,
                 user,
-                access,
+                roles,
             })
         })));
     }
@@ -450,14 +453,11 @@ pub fn identity_work(
     Err(StatusCode::BadIdentityTokenInvalid)
 }
 
-/// The access of an activated session's user.
-pub fn access_of(shard: &ShardState, identity: &UserIdentity) -> UserAccess {
-    match identity {
-        UserIdentity::Anonymous { .. } => shard
-            .security()
-            .user_tokens()
-            .anonymous
-            .unwrap_or(UserAccess::Read),
-        UserIdentity::UserName { access, .. } | UserIdentity::Certificate { access, .. } => *access,
-    }
+/// The roles an anonymous login gets besides Anonymous (`[security] anonymous`).
+fn anonymous_roles(shard: &ShardState) -> Roles {
+    shard
+        .security()
+        .user_tokens()
+        .anonymous
+        .unwrap_or(Roles::NONE)
 }

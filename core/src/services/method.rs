@@ -9,8 +9,11 @@
 //! 2. methodId null, unknown or not a Method → `BadMethodInvalid`; the method must be a
 //!    HasComponent (or subtype) target of the object, of its type definition or of a
 //!    supertype of that (for an ObjectType: of the type itself) → else `BadMethodInvalid`.
-//! 3. Executable false → `BadNotExecutable`; a method that needs write access (Acknowledge,
-//!    Confirm, AddComment, Enable, Disable, GenerateEvent) called by a read-only user → `BadUserAccessDenied`. The
+//! 3. Executable false → `BadNotExecutable`; the user lacks the Call permission on the
+//!    method or on the object (their RolePermissions, [`crate::roles`]) → `BadUserAccessDenied`;
+//!    without RolePermissions on the method, one that changes state (Acknowledge, Confirm,
+//!    AddComment, Enable, Disable, GenerateEvent, an application method declared so) needs
+//!    a writing role → else `BadUserAccessDenied`. The
 //!    methods of namespace 0 this server does not serve ([`served`]) are made not executable
 //!    when the address space is built, so they answer `BadNotExecutable`; `BadNotImplemented`
 //!    is left for an executable method without a handler (none in this server).
@@ -40,9 +43,9 @@ use crate::events::nodes::{self, ArgSpec};
 use crate::events::{demo, ids};
 use crate::generated::messages::Response;
 use crate::generated::types::{CallMethodRequest, CallMethodResult, CallRequest, CallResponse};
-use crate::secure_channel::UserAccess;
+use crate::roles::Roles;
 use crate::server::shard::{SessionKey, ShardState, UserIdentity};
-use crate::services::{fault, identity, response_header, subscription_methods};
+use crate::services::{fault, response_header, subscription_methods};
 use crate::time::Now;
 use crate::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
 
@@ -174,13 +177,13 @@ pub fn call_deferrable(
     {
         return Some(fault(handle, StatusCode::BadTooManyOperations, now));
     }
-    let access = session_access(shard, key);
+    let roles = super::session_roles(shard, key);
     let user = client_user_id(shard, key);
     let mut later = Vec::new();
     let mut results = Vec::with_capacity(n);
     for (i, m) in req.methods_to_call.iter().enumerate() {
         let mut deferred = None;
-        results.push(call_one(shard, key, access, &user, m, now, &mut deferred));
+        results.push(call_one(shard, key, roles, &user, m, now, &mut deferred));
         if let Some(d) = deferred {
             later.push((i, d));
         }
@@ -233,20 +236,40 @@ pub fn call_deferrable(
     None
 }
 
-/// UserExecutable of a method for a user: false for the methods that change state
-/// (Acknowledge, Confirm, AddComment, Enable, Disable, GenerateEvent) when the user may only
-/// read. For the Read service's UserExecutable attribute (ANDed with Executable).
-pub fn user_executable(space: &AddressSpace, method_id: &NodeId, access: UserAccess) -> bool {
-    access == UserAccess::ReadWrite
-        || !(MethodKind::of(method_id).is_some_and(MethodKind::needs_write)
-            || space.app_method(method_id).is_some_and(|m| m.needs_write))
+/// Does the method change state (the condition methods, GenerateEvent, an application
+/// method declared so)? Without RolePermissions on it, only a writing role may call it.
+pub fn changes_state(space: &AddressSpace, method_id: &NodeId) -> bool {
+    MethodKind::of(method_id).is_some_and(MethodKind::needs_write)
+        || space.app_method(method_id).is_some_and(|m| m.needs_write)
 }
 
-fn session_access(shard: &ShardState, key: SessionKey) -> UserAccess {
-    match shard.session(key).and_then(|s| s.identity.as_ref()) {
-        Some(id) => identity::access_of(shard, id),
-        None => UserAccess::Read,
-    }
+/// The Call permission of a node for `roles`, when it has RolePermissions (own or its
+/// namespace's); `None` when the server's default rule applies.
+fn call_granted(space: &AddressSpace, roles: Roles, id: &NodeId) -> Option<bool> {
+    let index = space.node_index(id)?;
+    let rp = space.role_permissions(index)?;
+    Some(
+        rp.granted(roles)
+            .contains(crate::generated::types::PermissionType::Call),
+    )
+}
+
+/// May a user with `roles` call this method (its own permission)? UserExecutable is
+/// Executable and this.
+pub fn method_callable(space: &AddressSpace, roles: Roles, method_id: &NodeId) -> bool {
+    call_granted(space, roles, method_id)
+        .unwrap_or_else(|| !changes_state(space, method_id) || roles.may_write())
+}
+
+/// May a user with `roles` call this method on this object: Call on both (Part 3 §8.55)?
+fn call_permitted(
+    space: &AddressSpace,
+    roles: Roles,
+    object_id: &NodeId,
+    method_id: &NodeId,
+) -> bool {
+    method_callable(space, roles, method_id)
+        && call_granted(space, roles, object_id).unwrap_or(true)
 }
 
 /// ClientUserId for condition comments: the user name or certificate CN; empty when
@@ -349,14 +372,10 @@ fn text_of(v: &Variant) -> LocalizedText {
 fn call_app(
     app: &crate::address_space::app::AppMethod,
     m: &CallMethodRequest,
-    access: UserAccess,
     user: &str,
     now: Now,
     deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
-    if app.needs_write && access != UserAccess::ReadWrite {
-        return status_only(StatusCode::BadUserAccessDenied);
-    }
     let args = &m.input_arguments;
     if args.len() < app.inputs.len() {
         return status_only(StatusCode::BadArgumentsMissing);
@@ -427,7 +446,7 @@ fn call_app(
 fn call_one(
     shard: &mut ShardState,
     key: SessionKey,
-    access: UserAccess,
+    roles: Roles,
     user: &str,
     m: &CallMethodRequest,
     now: Now,
@@ -457,15 +476,15 @@ fn call_one(
     if !executable {
         return status_only(StatusCode::BadNotExecutable);
     }
+    if !call_permitted(space, roles, &m.object_id, &m.method_id) {
+        return status_only(StatusCode::BadUserAccessDenied);
+    }
     let Some(kind) = MethodKind::of(&m.method_id) else {
         return match space.app_method(&m.method_id) {
-            Some(app) => call_app(app, m, access, user, now, deferred),
+            Some(app) => call_app(app, m, user, now, deferred),
             None => status_only(StatusCode::BadNotImplemented),
         };
     };
-    if kind.needs_write() && access != UserAccess::ReadWrite {
-        return status_only(StatusCode::BadUserAccessDenied);
-    }
     let specs = kind.inputs();
     let args = &m.input_arguments;
     if args.len() < specs.len() {

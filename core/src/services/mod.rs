@@ -24,7 +24,6 @@ pub mod view;
 
 use crate::generated::messages::{Request, Response};
 use crate::generated::types::{ResponseHeader, ServiceFault};
-use crate::secure_channel::UserAccess;
 use crate::server::context::RequestContext;
 use crate::server::shard::ShardState;
 use crate::time::Now;
@@ -154,50 +153,31 @@ fn session_service(
             if shard.shared().address_space.has_async()
                 && attribute::reads_async(&shard.shared().address_space, &r) =>
         {
-            let read_only = session_access(shard, key) == UserAccess::Read;
-            let space = std::sync::Arc::clone(shard.shared());
-            let mask = |resp: &mut Response| {
-                if read_only {
-                    mask_user_access_level(&r, resp, UserAccess::Read.access_level_mask());
-                    mask_user_executable(&space.address_space, &r, resp, UserAccess::Read);
-                }
-            };
-            let resp = attribute::read_deferred(shard, ctx.channel_id, request_id, &r, &mask, now);
+            let roles = session_roles(shard, key);
+            let resp = attribute::read_deferred(shard, roles, ctx.channel_id, request_id, &r, now);
             shard.recycler.give_read_request(r);
             return resp;
         }
         Request::Write(r)
-            if session_access(shard, key) == UserAccess::ReadWrite
-                && shard.shared().address_space.has_async()
+            if shard.shared().address_space.has_async()
                 && attribute::writes_async(&shard.shared().address_space, &r) =>
         {
-            let resp = attribute::write_deferred(shard, ctx.channel_id, request_id, &r, now);
+            let roles = session_roles(shard, key);
+            let resp = attribute::write_deferred(shard, roles, ctx.channel_id, request_id, &r, now);
             shard.recycler.give_write_request(r);
             return resp;
         }
         Request::Read(r) => {
             let spare = shard.recycler.read_response();
-            let mut resp = attribute::read_into(shard.shared(), &r, now, spare);
-            if session_access(shard, key) == UserAccess::Read {
-                mask_user_access_level(&r, &mut resp, UserAccess::Read.access_level_mask());
-                mask_user_executable(
-                    &shard.shared().address_space,
-                    &r,
-                    &mut resp,
-                    UserAccess::Read,
-                );
-            }
+            let roles = session_roles(shard, key);
+            let resp = attribute::read_into(shard.shared(), roles, &r, now, spare);
             shard.recycler.give_read_request(r);
             resp
         }
         Request::Write(r) => {
-            let resp = match session_access(shard, key) {
-                UserAccess::ReadWrite => {
-                    let spare = shard.recycler.write_response();
-                    attribute::write_into(shard.shared(), &r, now, spare)
-                }
-                UserAccess::Read => write_denied(shard, &r, now),
-            };
+            let spare = shard.recycler.write_response();
+            let roles = session_roles(shard, key);
+            let resp = attribute::write_into(shard.shared(), roles, &r, now, spare);
             shard.recycler.give_write_request(r);
             resp
         }
@@ -207,7 +187,9 @@ fn session_service(
             resp
         }
         Request::BrowseNext(r) => view::browse_next(shard, key, &r, now),
-        Request::TranslateBrowsePathsToNodeIds(r) => view::translate_browse_paths(shard, &r, now),
+        Request::TranslateBrowsePathsToNodeIds(r) => {
+            view::translate_browse_paths(shard, key, &r, now)
+        }
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
         Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
         Request::Call(r) => {
@@ -244,77 +226,13 @@ fn session_service(
     })
 }
 
-/// The access of the session's user (its identity is set: the session is activated).
-fn session_access(shard: &ShardState, key: crate::server::shard::SessionKey) -> UserAccess {
-    match shard.session(key).and_then(|s| s.identity.as_ref()) {
-        Some(id) => identity::access_of(shard, id),
-        None => UserAccess::Read,
-    }
-}
-
-/// UserAccessLevel (attribute 18) as the user sees it: the node's bits ANDed with the
-/// user's mask.
-fn mask_user_access_level(
-    req: &crate::generated::types::ReadRequest,
-    resp: &mut Response,
-    mask: u8,
-) {
-    let Response::Read(r) = resp else { return };
-    for (rv, dv) in req.nodes_to_read.iter().zip(r.results.iter_mut()) {
-        if rv.attribute_id == crate::generated::attribute_ids::UserAccessLevel {
-            if let crate::types::Variant::Byte(b) = &mut dv.value {
-                *b &= mask;
-            }
-        }
-    }
-}
-
-/// UserExecutable (attribute 22) as the user sees it: methods that change state need the
-/// ReadWrite role.
-fn mask_user_executable(
-    space: &crate::address_space::AddressSpace,
-    req: &crate::generated::types::ReadRequest,
-    resp: &mut Response,
-    access: UserAccess,
-) {
-    let Response::Read(r) = resp else { return };
-    for (rv, dv) in req.nodes_to_read.iter().zip(r.results.iter_mut()) {
-        if rv.attribute_id == crate::generated::attribute_ids::UserExecutable {
-            if let crate::types::Variant::Boolean(b) = &mut dv.value {
-                *b = *b && method::user_executable(space, &rv.node_id, access);
-            }
-        }
-    }
-}
-
-/// A Write by a read-only user: the request is checked as usual, then every operation on
-/// an existing node is BadUserAccessDenied (nothing is written).
-fn write_denied(
+/// The roles of the session's user (its identity is set: the session is activated).
+pub(crate) fn session_roles(
     shard: &ShardState,
-    req: &crate::generated::types::WriteRequest,
-    now: Now,
-) -> Response {
-    let handle = req.request_header.request_handle;
-    let shared = shard.shared();
-    if let Err(s) =
-        attribute::check_write_request(&shared.config.operation_limits, req.nodes_to_write.len())
-    {
-        return fault(handle, s, now);
-    }
-    let results = req
-        .nodes_to_write
-        .iter()
-        .map(|w| {
-            if shared.address_space.node(&w.node_id).is_some() {
-                StatusCode::BadUserAccessDenied
-            } else {
-                StatusCode::BadNodeIdUnknown
-            }
-        })
-        .collect();
-    Response::Write(Box::new(crate::generated::types::WriteResponse {
-        response_header: response_header(handle, now),
-        results,
-        diagnostic_infos: Vec::new(),
-    }))
+    key: crate::server::shard::SessionKey,
+) -> crate::roles::Roles {
+    shard.session(key).and_then(|s| s.identity.as_ref()).map_or(
+        crate::roles::Roles::NONE,
+        crate::server::shard::UserIdentity::roles,
+    )
 }

@@ -39,10 +39,12 @@ pub fn create_monitored_items(
     if let Err(s) = check_count(shard, req.items_to_create.len()) {
         return fault(handle, s, now);
     }
+    let roles = super::session_roles(shard, key);
     let (subs, shared) = shard.subscriptions_mut();
     match subs.create_monitored_items(
         shared,
         key,
+        roles,
         req.subscription_id,
         req.timestamps_to_return,
         &req.items_to_create,

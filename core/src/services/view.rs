@@ -11,11 +11,12 @@ use crate::address_space::{AddressSpace, Node, Reference};
 use crate::generated::messages::Response;
 use crate::generated::types::{
     BrowseDescription, BrowseDirection, BrowseNextRequest, BrowseNextResponse, BrowsePath,
-    BrowsePathResult, BrowsePathTarget, BrowseRequest, BrowseResult, NodeClass,
+    BrowsePathResult, BrowsePathTarget, BrowseRequest, BrowseResult, NodeClass, PermissionType,
     ReferenceDescription, RegisterNodesRequest, RegisterNodesResponse,
     TranslateBrowsePathsToNodeIdsRequest, TranslateBrowsePathsToNodeIdsResponse,
     UnregisterNodesRequest, UnregisterNodesResponse,
 };
+use crate::roles::Roles;
 use crate::server::shard::{SessionKey, ShardState};
 use crate::services::{fault, response_header};
 use crate::time::Now;
@@ -184,9 +185,21 @@ fn check_count(n: usize, max: u32) -> Result<(), StatusCode> {
     }
 }
 
-/// Browse (Part 4 §5.9.2) for a validated, activated session.
+/// May a user with `roles` see this node (the Browse permission)? Nodes of other servers
+/// are not ours to hide.
+fn browsable(space: &AddressSpace, roles: Roles, id: &NodeId) -> bool {
+    match space.node_index(id) {
+        Some(i) => space.permissions(i, roles).contains(PermissionType::Browse),
+        None => true,
+    }
+}
+
+/// Browse (Part 4 §5.9.2) for a validated, activated session. Nodes the user may not browse
+/// (RolePermissions without Browse for its roles) are hidden: a starting node is
+/// BadNodeIdUnknown, references to them are left out.
 pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
+    let roles = super::session_roles(shard, key);
     let limits = &shard.shared().config.operation_limits;
     if let Err(s) = check_count(req.nodes_to_browse.len(), limits.max_nodes_per_browse) {
         return fault(handle, s, now);
@@ -242,6 +255,21 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
                 });
             }),
             None => browse_all_into(space, bd, &mut result.references),
+        };
+        let browsed = match browsed {
+            Ok(()) if space.has_role_permissions() => {
+                if browsable(space, roles, &bd.node_id) {
+                    result.references.retain(|r| {
+                        r.node_id.server_index != 0
+                            || !r.node_id.namespace_uri.is_null()
+                            || browsable(space, roles, &r.node_id.node_id)
+                    });
+                    Ok(())
+                } else {
+                    Err(StatusCode::BadNodeIdUnknown)
+                }
+            }
+            other => other,
         };
         result.status_code = match browsed {
             Err(status) => status,
@@ -320,7 +348,7 @@ pub fn browse_next(
 }
 
 /// Resolves one browse path (Part 4 §5.9.4).
-fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
+fn translate_one(space: &AddressSpace, roles: Roles, path: &BrowsePath) -> BrowsePathResult {
     let fail = |s: StatusCode| BrowsePathResult {
         status_code: s,
         targets: Vec::new(),
@@ -333,7 +361,7 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
     if elements.iter().any(|e| e.target_name.name.is_empty()) {
         return fail(StatusCode::BadBrowseNameInvalid);
     }
-    if space.node(&path.starting_node).is_none() {
+    if space.node(&path.starting_node).is_none() || !browsable(space, roles, &path.starting_node) {
         return fail(if path.starting_node.is_null() {
             StatusCode::BadNodeIdInvalid
         } else {
@@ -358,7 +386,11 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
                     continue;
                 }
                 match space.node_expanded(&r.target) {
-                    Some(t) if t.browse_name == e.target_name && seen.insert(&t.node_id) => {
+                    Some(t)
+                        if t.browse_name == e.target_name
+                            && browsable(space, roles, &t.node_id)
+                            && seen.insert(&t.node_id) =>
+                    {
                         next.push(t)
                     }
                     Some(_) => {}
@@ -410,6 +442,7 @@ fn translate_one(space: &AddressSpace, path: &BrowsePath) -> BrowsePathResult {
 /// TranslateBrowsePathsToNodeIds (Part 4 §5.9.4) for a validated, activated session.
 pub fn translate_browse_paths(
     shard: &ShardState,
+    key: SessionKey,
     req: &TranslateBrowsePathsToNodeIdsRequest,
     now: Now,
 ) -> Response {
@@ -425,10 +458,11 @@ pub fn translate_browse_paths(
         return fault(handle, s, now);
     }
     let space: &AddressSpace = &shared.address_space;
+    let roles = super::session_roles(shard, key);
     let results = req
         .browse_paths
         .iter()
-        .map(|p| translate_one(space, p))
+        .map(|p| translate_one(space, roles, p))
         .collect();
     Response::TranslateBrowsePathsToNodeIds(Box::new(TranslateBrowsePathsToNodeIdsResponse {
         response_header: response_header(handle, now),

@@ -169,6 +169,21 @@ struct MonitoredItem {
 struct EventItem {
     notifier: NodeId,
     filter: crate::events::filter::CompiledEventFilter,
+    /// The roles of the session that created the item: an event whose source node has
+    /// RolePermissions reaches it only with ReceiveEvents there (the subscription stays with
+    /// that user: TransferSubscriptions requires the same one).
+    roles: crate::roles::Roles,
+}
+
+/// May an item of a session with `roles` receive events of this source node (its
+/// ReceiveEvents permission; a source outside the address space is not ours to hide)?
+fn receives(space: &AddressSpace, roles: crate::roles::Roles, source: &NodeId) -> bool {
+    match space.node_index(source) {
+        Some(i) => space
+            .permissions(i, roles)
+            .contains(crate::generated::types::PermissionType::ReceiveEvents),
+        None => true,
+    }
 }
 
 struct Source {
@@ -558,6 +573,8 @@ impl SubscriptionEngine {
         let items = &mut self.items;
         let subs = &mut self.subs;
         let event_items = &self.event_items;
+        let space = &shared.address_space;
+        let permissions = space.has_role_permissions();
         let mut seen = 0u64;
         let missed = cursor.poll(bus, |ev| {
             seen += 1;
@@ -565,8 +582,12 @@ impl SubscriptionEngine {
                 let fields = match items.get(it as usize) {
                     Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
                         match &item.event {
-                            Some(e) => e.filter.notification(&e.notifier, ev),
-                            None => None,
+                            Some(e)
+                                if !permissions || receives(space, e.roles, &ev.source_node) =>
+                            {
+                                e.filter.notification(&e.notifier, ev)
+                            }
+                            _ => None,
                         }
                     }
                     _ => None,
@@ -638,12 +659,15 @@ impl SubscriptionEngine {
                 .unwrap_or_default(),
         };
         let events = shared.events.condition_refresh(now.utc);
+        let space = &shared.address_space;
+        let permissions = space.has_role_permissions();
         for &it in &targets {
             for ev in &events {
                 let fields = match self.items.get(it as usize) {
                     Some(Some(item)) if item.mode != MonitoringMode::Disabled => item
                         .event
                         .as_ref()
+                        .filter(|e| !permissions || receives(space, e.roles, &ev.source_node))
                         .and_then(|e| e.filter.refresh_notification(&e.notifier, ev)),
                     _ => None,
                 };
@@ -1790,10 +1814,12 @@ impl SubscriptionEngine {
 
     /// CreateMonitoredItems: the subscription check and one result per item. The caller
     /// checked the operation count. `Err` is the service result.
+    #[allow(clippy::too_many_arguments)]
     pub fn create_monitored_items(
         &mut self,
         shared: &crate::server::shared::ServerShared,
         key: SessionKey,
+        roles: crate::roles::Roles,
         sub_id: u32,
         timestamps: TimestampsToReturn,
         items: &[MonitoredItemCreateRequest],
@@ -1812,7 +1838,7 @@ impl SubscriptionEngine {
                 self.event_cursor = Some(shared.events.bus.cursor());
             }
             results.push(
-                match self.create_item(space, event_limits, slot, ts, r, now) {
+                match self.create_item(space, roles, event_limits, slot, ts, r, now) {
                     Ok(res) => res,
                     Err(status) => MonitoredItemCreateResult {
                         status_code: status,
@@ -1824,9 +1850,11 @@ impl SubscriptionEngine {
         Ok(results)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn create_item(
         &mut self,
         space: &AddressSpace,
+        roles: crate::roles::Roles,
         event_limits: crate::events::filter::FilterLimits,
         slot: u32,
         ts: Timestamps,
@@ -1851,12 +1879,25 @@ impl SubscriptionEngine {
         let node = space
             .node_at(node_index)
             .ok_or(StatusCode::BadNodeIdUnknown)?;
+        if space.has_role_permissions() {
+            // What a Read of the attribute would need; events need ReceiveEvents.
+            use crate::generated::types::PermissionType as P;
+            let needed = match rv.attribute_id {
+                attr::Value => P::Read,
+                attr::EventNotifier => P::ReceiveEvents,
+                attr::RolePermissions => P::ReadRolePermissions,
+                _ => P::Browse,
+            };
+            if !space.permissions(node_index, roles).contains(needed) {
+                return Err(StatusCode::BadUserAccessDenied);
+            }
+        }
         let mode = r.monitoring_mode;
         if !(0..=2).contains(&mode.0) {
             return Err(StatusCode::BadMonitoringModeInvalid);
         }
         if rv.attribute_id == attr::EventNotifier {
-            return self.create_event_item(space, slot, ts, r, node_index, event_limits);
+            return self.create_event_item(space, roles, slot, ts, r, node_index, event_limits);
         }
         // The attribute must be readable now (same checks as Read).
         let initial = read_attribute(
@@ -1948,9 +1989,11 @@ impl SubscriptionEngine {
     /// An event monitored item: the node must be an event notifier (EventNotifier
     /// SubscribeToEvents), the filter an EventFilter; the filter result goes back to the
     /// client (per-clause statuses).
+    #[allow(clippy::too_many_arguments)]
     fn create_event_item(
         &mut self,
         space: &AddressSpace,
+        roles: crate::roles::Roles,
         slot: u32,
         ts: Timestamps,
         r: &MonitoredItemCreateRequest,
@@ -2001,6 +2044,7 @@ impl SubscriptionEngine {
             event: Some(Box::new(EventItem {
                 notifier: rv.node_id.clone(),
                 filter: compiled,
+                roles,
             })),
         };
         let it = self.insert_item(slot, id, item);

@@ -68,6 +68,10 @@ pub struct AddressSpaceBuilder {
     namespace_write_hooks: Vec<(u16, NamespaceWriteHook)>,
     methods: Vec<(NodeId, super::app::AppMethod)>,
     conditions: Vec<super::app::AppCondition>,
+    /// RolePermissions of single nodes (the last one set for a node wins).
+    role_permissions: Vec<(NodeId, crate::roles::RolePermissions)>,
+    /// The DefaultRolePermissions of namespaces (the last one set wins).
+    namespace_role_permissions: Vec<(u16, crate::roles::RolePermissions)>,
 }
 
 /// The write hook of a namespace: answers client Writes of the Value of every Variable of
@@ -94,7 +98,25 @@ impl AddressSpaceBuilder {
             namespace_write_hooks: Vec::new(),
             methods: Vec::new(),
             conditions: Vec::new(),
+            role_permissions: Vec::new(),
+            namespace_role_permissions: Vec::new(),
         }
+    }
+
+    /// Sets the RolePermissions of a node (added before or after this call; those of
+    /// unknown nodes are dropped by [`AddressSpaceBuilder::finish`]). They replace the
+    /// server's default rule and the namespace's default for this node
+    /// ([`crate::roles`]).
+    pub fn set_role_permissions(&mut self, node_id: NodeId, rp: crate::roles::RolePermissions) {
+        self.role_permissions.retain(|(n, _)| *n != node_id);
+        self.role_permissions.push((node_id, rp));
+    }
+
+    /// Sets the default RolePermissions of namespace `ns`: they apply to its nodes without
+    /// RolePermissions of their own.
+    pub fn set_namespace_role_permissions(&mut self, ns: u16, rp: crate::roles::RolePermissions) {
+        self.namespace_role_permissions.retain(|(n, _)| *n != ns);
+        self.namespace_role_permissions.push((ns, rp));
     }
 
     /// Sets the write hook of namespace `ns`: at [`AddressSpaceBuilder::finish`] it becomes
@@ -266,6 +288,8 @@ impl AddressSpaceBuilder {
             namespace_write_hooks,
             methods,
             conditions,
+            role_permissions,
+            namespace_role_permissions,
         } = self;
         let metrics = std::sync::Arc::new(crate::metrics::ServerMetrics::default());
         let lookup = |id: &NodeId| lookup(&dense, &map, id);
@@ -372,6 +396,13 @@ impl AddressSpaceBuilder {
             || nodes.iter().any(|n| {
                 matches!(&n.attributes, ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Async(_)))
             });
+        let permissions = super::NodePermissions::new(
+            role_permissions
+                .into_iter()
+                .filter_map(|(id, rp)| lookup(&id).map(|i| (i, rp)))
+                .collect(),
+            namespace_role_permissions,
+        );
         let mut space = AddressSpace {
             nodes,
             dense,
@@ -385,6 +416,7 @@ impl AddressSpaceBuilder {
             hooks,
             has_async,
             views: HashMap::new(),
+            permissions,
         };
         space.compute_views();
         space

@@ -6,7 +6,10 @@ use super::AddressSpaceBuilder;
 use crate::address_space::value::ValueCell;
 use crate::address_space::{ClassAttributes, Dynamic, ServerInfo, ValueSource};
 use crate::config::ServerConfig;
-use crate::generated::types::{BuildInfo, ServerState, ServerStatusDataType};
+use crate::generated::types::{
+    BuildInfo, IdentityMappingRuleType, ServerState, ServerStatusDataType,
+};
+use crate::roles::WellKnownRole;
 use crate::types::{
     BuiltinType, DataValue, DateTime, ExtensionObject, LocalizedText, NodeId, UaString, Variant,
 };
@@ -272,6 +275,99 @@ fn strings(v: &[&str]) -> Variant {
     .unwrap_or(Variant::Empty)
 }
 
+/// The Property `name` of a well-known role's Object, when the node set has it.
+fn role_property(b: &AddressSpaceBuilder, role: WellKnownRole, name: &str) -> Option<NodeId> {
+    let node = b.node(&role.node_id())?;
+    node.references
+        .iter()
+        .filter(|r| {
+            r.is_forward
+                && r.reference_type.as_ns0() == Some(crate::address_space::ids::HAS_PROPERTY)
+        })
+        .filter_map(|r| r.target.as_local())
+        .find(|t| {
+            b.node(t).is_some_and(|n| {
+                n.browse_name.namespace_index == 0 && n.browse_name.name.as_str() == name
+            })
+        })
+        .cloned()
+}
+
+fn set_role_property(
+    b: &mut AddressSpaceBuilder,
+    role: WellKnownRole,
+    name: &str,
+    value: Variant,
+    start: DateTime,
+) {
+    if let Some(id) = role_property(b, role, name) {
+        if let Some(n) = id.as_ns0() {
+            set_static(b, n, value, start);
+        }
+    }
+}
+
+/// Sets the Identities of a well-known role (Server.ServerCapabilities.RoleSet.<role>): the
+/// rules by which the server grants the role to a session. The runtime calls it with the
+/// mapping it applies (its users and anonymous logins); [`install`] sets the mapping of the
+/// default token settings.
+pub fn set_role_identities(
+    b: &mut AddressSpaceBuilder,
+    role: WellKnownRole,
+    rules: &[IdentityMappingRuleType],
+) {
+    let start = b.server_info().start_time;
+    let rules: Vec<Variant> = rules
+        .iter()
+        .map(|r| Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(r))))
+        .collect();
+    let value = Variant::array(BuiltinType::ExtensionObject, rules).unwrap_or(Variant::Empty);
+    set_role_property(b, role, "Identities", value, start);
+}
+
+/// The RoleSet's values: each role's Identities as the default token settings grant it
+/// (Anonymous and AuthenticatedUser by their criteria; Operator to anonymous logins); no
+/// role is restricted to applications or endpoints (empty lists that exclude: every one);
+/// no role has a custom configuration. AddIdentity and the other RoleSet methods are not
+/// served (not executable).
+fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
+    use crate::generated::types::IdentityCriteriaType as C;
+    let rule = |criteria_type| IdentityMappingRuleType {
+        criteria_type,
+        criteria: UaString::from(""),
+    };
+    for role in WellKnownRole::ALL {
+        let rules: Vec<IdentityMappingRuleType> = match role {
+            WellKnownRole::Anonymous => vec![rule(C::Anonymous)],
+            WellKnownRole::AuthenticatedUser => vec![rule(C::AuthenticatedUser)],
+            WellKnownRole::Operator => vec![rule(C::Anonymous)],
+            _ => Vec::new(),
+        };
+        set_role_identities(b, role, &rules);
+        let empty_strings =
+            Variant::array(BuiltinType::String, Vec::new()).unwrap_or(Variant::Empty);
+        set_role_property(b, role, "Applications", empty_strings, start);
+        set_role_property(
+            b,
+            role,
+            "ApplicationsExclude",
+            Variant::Boolean(true),
+            start,
+        );
+        let no_endpoints =
+            Variant::array(BuiltinType::ExtensionObject, Vec::new()).unwrap_or(Variant::Empty);
+        set_role_property(b, role, "Endpoints", no_endpoints, start);
+        set_role_property(b, role, "EndpointsExclude", Variant::Boolean(true), start);
+        set_role_property(
+            b,
+            role,
+            "CustomConfiguration",
+            Variant::Boolean(false),
+            start,
+        );
+    }
+}
+
 /// Server.ServerRedundancy: RedundancySupport, and for cold/warm/hot the
 /// NonTransparentRedundancyType with its ServerUriArray (`ns=1;s=ServerRedundancy.ServerUriArray`).
 fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start: DateTime) {
@@ -436,6 +532,7 @@ pub fn install(
         }),
     );
     install_redundancy(b, config, start);
+    install_role_set(b, start);
     set(
         b,
         DIAGNOSTICS_SUMMARY,
