@@ -41,6 +41,7 @@ fn start(backend: IoBackend) -> runtime::Running {
         listen_backlog: 128,
         handoff_queue: 64,
         move_queue: 16,
+        sqpoll_cpus: Vec::new(),
     };
     let setup: Arc<server::ServerSetup> = setup;
     runtime::start(opts, move |i| server::make_handler(&setup, i, 2)).expect("runtime")

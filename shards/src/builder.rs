@@ -138,6 +138,27 @@ impl ServerBuilder {
         self.edit(|f| f.runtime.ring_entries = n)
     }
 
+    /// Kernel submission polling (`runtime.sqpoll`: off, per-shard, shared).
+    pub fn sqpoll(self, mode: crate::config::Sqpoll) -> Self {
+        self.edit(|f| f.runtime.sqpoll = mode)
+    }
+
+    /// Where the SQPOLL pollers run (`runtime.sqpoll_cpu`: any, same, sibling, a CPU expression).
+    pub fn sqpoll_cpu(self, expr: &str) -> Self {
+        let expr = expr.to_string();
+        self.edit(|f| f.runtime.sqpoll_cpu = expr)
+    }
+
+    /// How long an idle poller polls before it sleeps (`runtime.sqpoll_idle_ms`).
+    pub fn sqpoll_idle_ms(self, ms: u32) -> Self {
+        self.edit(|f| f.runtime.sqpoll_idle_ms = ms)
+    }
+
+    /// Spin-before-sleep of the shards (`runtime.busy_poll_us`; 0 = off).
+    pub fn busy_poll_us(self, us: u32) -> Self {
+        self.edit(|f| f.runtime.busy_poll_us = us)
+    }
+
     /// Writes per-shard statistics as JSON to `path` (`runtime.stats_file`).
     pub fn stats_file(self, path: PathBuf) -> Self {
         self.edit(|f| f.runtime.stats_file = Some(path))
@@ -396,8 +417,19 @@ impl ServerBuilder {
                 app.counters
             );
         }
-        let opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
+        let mut opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
         let shards = opts.shards;
+        let shard_cpus: Vec<usize> = (0..shards)
+            .filter_map(|i| opts.cpus.get(i % opts.cpus.len().max(1)).copied())
+            .collect();
+        let topo = uaring_affinity::Topology::system().ok();
+        opts.sqpoll_cpus = crate::sqpoll::poller_cpus(
+            file.runtime.sqpoll,
+            &file.runtime.sqpoll_cpu,
+            &shard_cpus,
+            topo.as_ref(),
+        )
+        .map_err(Error::Config)?;
         let helper_cpus = if handshake.cpus.is_empty() {
             Vec::new()
         } else {
@@ -418,6 +450,7 @@ impl ServerBuilder {
             }
         }
         let make_setup = setup.clone();
+        let opts_sqpoll_cpus = opts.sqpoll_cpus.clone();
         let running = runtime::start(opts, move |i| {
             let handler = server::make_handler(&make_setup, i, shards)?;
             let provider = security.shard_provider()?;
@@ -438,6 +471,24 @@ impl ServerBuilder {
                 running.features
             ),
             _ => tracing::info!("io backend epoll"),
+        }
+        if running.backend == IoBackend::Uring {
+            tracing::info!(
+                "io modes: sqpoll {}; busy_poll_us {}",
+                crate::sqpoll::describe(
+                    file.runtime.sqpoll,
+                    &opts_sqpoll_cpus,
+                    file.runtime.sqpoll_idle_ms
+                ),
+                if file.runtime.busy_poll_us == 0 {
+                    "off".to_string()
+                } else {
+                    format!(
+                        "{} (spin before each sleep, never past the next deadline)",
+                        file.runtime.busy_poll_us
+                    )
+                }
+            );
         }
         if file.runtime.batch_wait_us > 0 && running.backend == IoBackend::Uring {
             tracing::info!(

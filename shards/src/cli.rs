@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
-use crate::config::{Distribution, FileConfig, IoBackend};
+use crate::config::{Distribution, FileConfig, IoBackend, Sqpoll};
 use crate::server;
 
 /// The version `uaring --version` prints: the crate version and the git revision of the
@@ -136,6 +136,21 @@ pub struct ServeArgs {
     /// io_uring submission queue entries per shard, a power of two (runtime.ring_entries).
     #[arg(long, value_name = "N")]
     pub ring_entries: Option<u32>,
+    /// Kernel submission polling of the shards' rings (runtime.sqpoll): off, per-shard (a
+    /// poller thread per shard) or shared (one poller for all shards). Needs io_uring.
+    #[arg(long, value_name = "MODE")]
+    pub sqpoll: Option<Sqpoll>,
+    /// Where the SQPOLL pollers run (runtime.sqpoll_cpu): any, same (the shard's CPU), sibling
+    /// (its SMT sibling) or a CPU expression like --cpus (per-shard: poller i on the i-th CPU).
+    #[arg(long, value_name = "EXPR")]
+    pub sqpoll_cpu: Option<String>,
+    /// How long an idle SQPOLL poller polls before it sleeps, ms (runtime.sqpoll_idle_ms; 1..=10000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub sqpoll_idle_ms: Option<u32>,
+    /// Spin before sleeping: a shard with nothing to handle peeks its completion queue this
+    /// long, µs, before it sleeps in the kernel (runtime.busy_poll_us; 0 = off, ..=10000).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub busy_poll_us: Option<u32>,
     /// Write per-shard connection statistics as JSON to PATH every runtime.stats_interval_ms and
     /// on SIGUSR1 (runtime.stats_file).
     #[arg(long, value_name = "PATH")]
@@ -411,6 +426,18 @@ pub fn serve(a: ServeArgs) -> i32 {
     if let Some(v) = a.ring_entries {
         b = b.ring_entries(v);
     }
+    if let Some(v) = a.sqpoll {
+        b = b.sqpoll(v);
+    }
+    if let Some(v) = &a.sqpoll_cpu {
+        b = b.sqpoll_cpu(v);
+    }
+    if let Some(v) = a.sqpoll_idle_ms {
+        b = b.sqpoll_idle_ms(v);
+    }
+    if let Some(v) = a.busy_poll_us {
+        b = b.busy_poll_us(v);
+    }
     if let Some(v) = &a.stats_file {
         b = b.stats_file(v.clone());
     }
@@ -486,6 +513,23 @@ mod tests {
         assert!(parse_serve(&s(&["--counters", "1000001"])).is_err());
         assert!(parse_serve(&s(&["--events-per-s", "NaN"])).is_err());
         assert_eq!(parse_serve(&s(&["--shards", "2"])).unwrap().shards, Some(2));
+        let a = parse_serve(&s(&[
+            "--sqpoll",
+            "shared",
+            "--sqpoll-cpu",
+            "sibling",
+            "--sqpoll-idle-ms",
+            "5",
+            "--busy-poll-us",
+            "30",
+        ]))
+        .unwrap();
+        assert_eq!(a.sqpoll, Some(Sqpoll::Shared));
+        assert_eq!(a.sqpoll_cpu.as_deref(), Some("sibling"));
+        assert_eq!((a.sqpoll_idle_ms, a.busy_poll_us), (Some(5), Some(30)));
+        assert!(parse_serve(&s(&["--sqpoll", "sometimes"])).is_err());
+        assert!(parse_serve(&s(&["--sqpoll-idle-ms", "0"])).is_err());
+        assert!(parse_serve(&s(&["--busy-poll-us", "10001"])).is_err());
     }
 
     #[test]

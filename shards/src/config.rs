@@ -80,6 +80,57 @@ impl fmt::Display for Distribution {
     }
 }
 
+/// Kernel-side submission polling (IORING_SETUP_SQPOLL) of the shards' rings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sqpoll {
+    /// The shard submits with io_uring_enter itself (the default).
+    #[default]
+    Off,
+    /// One kernel poller thread per shard ring.
+    PerShard,
+    /// One kernel poller thread for all shards: every ring attaches to shard 0's
+    /// (IORING_SETUP_ATTACH_WQ).
+    Shared,
+}
+
+impl Sqpoll {
+    pub fn is_on(self) -> bool {
+        self != Sqpoll::Off
+    }
+}
+
+impl FromStr for Sqpoll {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Sqpoll::Off),
+            "per-shard" | "per_shard" => Ok(Sqpoll::PerShard),
+            "shared" => Ok(Sqpoll::Shared),
+            _ => Err(format!(
+                "unknown sqpoll mode {s:?} (expected off, per-shard or shared)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Sqpoll {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Sqpoll::Off => "off",
+            Sqpoll::PerShard => "per-shard",
+            Sqpoll::Shared => "shared",
+        })
+    }
+}
+
+/// `runtime.sqpoll_cpu` when no CPU is given: the kernel lets the poller run anywhere.
+pub const SQPOLL_CPU_ANY: &str = "any";
+/// The range of `runtime.sqpoll_idle_ms`.
+pub const SQPOLL_IDLE_MS_MAX: u32 = 10_000;
+/// The range of `runtime.busy_poll_us`.
+pub const BUSY_POLL_US_MAX: u32 = 10_000;
+
 /// `[runtime]`: everything about threads, sockets and rings. docs/Configuration.md
 /// documents every key.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -138,6 +189,16 @@ pub struct RuntimeConfig {
     pub batch_wait_us: u32,
     /// At most how many recently receiving connections batched waiting waits for.
     pub batch_completions: u32,
+    /// Kernel submission polling (io_uring backend): off, per-shard or shared.
+    pub sqpoll: Sqpoll,
+    /// Where the poller threads run: `any` (unpinned), `same` (the shard's CPU), `sibling`
+    /// (its SMT sibling) or a CPU expression like `cpus` (per-shard: poller i on the i-th CPU).
+    pub sqpoll_cpu: String,
+    /// How long a poller keeps polling an empty submission queue before it sleeps, ms.
+    pub sqpoll_idle_ms: u32,
+    /// Spin-before-sleep (io_uring backend): when a shard has nothing to handle it peeks its
+    /// completion queue for up to this long, µs, before it sleeps in the kernel. 0 = off.
+    pub busy_poll_us: u32,
     /// How long a graceful shutdown waits for pending output before closing sockets, ms.
     pub shutdown_grace_ms: u64,
     /// On SIGINT/SIGTERM, how long the server announces its shutdown before it begins:
@@ -174,6 +235,10 @@ impl Default for RuntimeConfig {
             tcp_nodelay: true,
             batch_wait_us: 0,
             batch_completions: 32,
+            sqpoll: Sqpoll::Off,
+            sqpoll_cpu: SQPOLL_CPU_ANY.to_string(),
+            sqpoll_idle_ms: 10,
+            busy_poll_us: 0,
             shutdown_grace_ms: 500,
             shutdown_announce_ms: 0,
             stats_file: None,
@@ -245,6 +310,45 @@ impl RuntimeConfig {
             return Err(format!(
                 "runtime.batch_completions = {}: must be in 1..=4096",
                 self.batch_completions
+            ));
+        }
+        if self.sqpoll.is_on() && self.io_backend == IoBackend::Epoll {
+            return Err(format!(
+                "runtime.sqpoll = \"{}\" needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.sqpoll = \"off\" or use io_backend \"uring\"/\"auto\"",
+                self.sqpoll
+            ));
+        }
+        if self.busy_poll_us > 0 && self.io_backend == IoBackend::Epoll {
+            return Err(
+                "runtime.busy_poll_us needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.busy_poll_us = 0 or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        if self.sqpoll_cpu.trim().is_empty() {
+            return Err(
+                "runtime.sqpoll_cpu is empty: expected any, same, sibling or a CPU expression"
+                    .into(),
+            );
+        }
+        if !self.sqpoll.is_on() && self.sqpoll_cpu.trim() != SQPOLL_CPU_ANY {
+            return Err(format!(
+                "runtime.sqpoll_cpu = {:?} but runtime.sqpoll is \"off\": there is no poller to place \
+                 (set runtime.sqpoll = \"per-shard\" or \"shared\", or leave sqpoll_cpu out)",
+                self.sqpoll_cpu
+            ));
+        }
+        if !(1..=SQPOLL_IDLE_MS_MAX).contains(&self.sqpoll_idle_ms) {
+            return Err(format!(
+                "runtime.sqpoll_idle_ms = {}: must be in 1..={SQPOLL_IDLE_MS_MAX}",
+                self.sqpoll_idle_ms
+            ));
+        }
+        if self.busy_poll_us > BUSY_POLL_US_MAX {
+            return Err(format!(
+                "runtime.busy_poll_us = {}: must be in 0..={BUSY_POLL_US_MAX} (0 = off)",
+                self.busy_poll_us
             ));
         }
         if self.handoff_queue == 0 {
@@ -362,6 +466,44 @@ mod tests {
         assert!(FileConfig::parse("[runtime]\nmax_connections_per_shard = 0\n").is_err());
         assert!(FileConfig::parse("[runtime]\nmax_connections_per_address = 0\n").is_err());
         assert!(FileConfig::parse("[runtime]\nmax_connections_per_shard = 100\n").is_ok());
+    }
+
+    #[test]
+    fn io_mode_keys_parse_and_are_checked() {
+        let c = FileConfig::parse(
+            "[runtime]\nsqpoll = \"per-shard\"\nsqpoll_cpu = \"same\"\nsqpoll_idle_ms = 50\nbusy_poll_us = 20\n",
+        )
+        .unwrap();
+        assert_eq!(c.runtime.sqpoll, Sqpoll::PerShard);
+        assert_eq!(c.runtime.sqpoll_cpu, "same");
+        assert_eq!(c.runtime.sqpoll_idle_ms, 50);
+        assert_eq!(c.runtime.busy_poll_us, 20);
+        assert_eq!(
+            FileConfig::parse("[runtime]\nsqpoll = \"shared\"\n")
+                .unwrap()
+                .runtime
+                .sqpoll,
+            Sqpoll::Shared
+        );
+        assert!(FileConfig::parse("[runtime]\nsqpoll = \"always\"\n").is_err());
+        let e = FileConfig::parse("[runtime]\nsqpoll = \"per-shard\"\nio_backend = \"epoll\"\n")
+            .unwrap_err();
+        assert!(e.contains("needs io_uring"), "{e}");
+        let e = FileConfig::parse("[runtime]\nsqpoll_cpu = \"1\"\n").unwrap_err();
+        assert!(e.contains("runtime.sqpoll is \"off\""), "{e}");
+        assert!(
+            FileConfig::parse("[runtime]\nsqpoll = \"per-shard\"\nsqpoll_idle_ms = 0\n").is_err()
+        );
+        assert!(
+            FileConfig::parse("[runtime]\nsqpoll = \"per-shard\"\nsqpoll_idle_ms = 10001\n")
+                .is_err()
+        );
+        assert!(FileConfig::parse("[runtime]\nbusy_poll_us = 10001\n").is_err());
+        assert!(
+            FileConfig::parse("[runtime]\nbusy_poll_us = 5\nio_backend = \"epoll\"\n").is_err()
+        );
+        assert_eq!("per-shard".parse::<Sqpoll>(), Ok(Sqpoll::PerShard));
+        assert_eq!(Sqpoll::Shared.to_string(), "shared");
     }
 
     #[test]

@@ -63,10 +63,14 @@ impl<H: Handler> EventLoop<H> {
             IoBackend::Uring => UringLoop::new(handler, wiring, cfg)
                 .map(EventLoop::Uring)
                 .map_err(LoopError::Uring),
-            IoBackend::Auto => match crate::uring::setup_ring(cfg.ring_entries) {
+            IoBackend::Auto => match crate::uring::event_loop::ring_options(&cfg, &wiring)
+                .and_then(|o| crate::uring::setup_ring_with(cfg.ring_entries, &o))
+            {
                 Ok((ring, features)) => Ok(EventLoop::Uring(UringLoop::with_ring(
                     ring, features, handler, wiring, cfg,
                 ))),
+                // An io_uring mode that was asked for is never traded for epoll silently.
+                Err(e) if cfg.sqpoll.is_on() || cfg.busy_poll_us > 0 => Err(LoopError::Uring(e)),
                 Err(e) => {
                     tracing::warn!(
                         shard = wiring.index,

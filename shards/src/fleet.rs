@@ -52,6 +52,15 @@ pub struct ShardStats {
     /// Completions those waits asked for, in total (`batch_want` of each): divided by
     /// `batch_waits`, how many completions a batched wait expects on average.
     pub batch_wanted: AtomicU64,
+    /// SQPOLL: submissions that found the poller asleep and woke it (IORING_SQ_NEED_WAKEUP
+    /// set while entries were queued: an io_uring_enter with IORING_ENTER_SQ_WAKEUP).
+    pub sqpoll_wakeups: AtomicU64,
+    /// Busy polling (`busy_poll_us`): spins started (the loop had nothing to handle).
+    pub busy_polls: AtomicU64,
+    /// Spins that found a completion before their bound (the sleep they saved).
+    pub busy_poll_hits: AtomicU64,
+    /// Time spent spinning, ns (CPU the shard burns instead of sleeping).
+    pub busy_poll_ns: AtomicU64,
 }
 
 impl ShardStats {
@@ -88,6 +97,10 @@ pub struct StatsSnapshot {
     pub completions: u64,
     pub batch_waits: u64,
     pub batch_wanted: u64,
+    pub sqpoll_wakeups: u64,
+    pub busy_polls: u64,
+    pub busy_poll_hits: u64,
+    pub busy_poll_ns: u64,
 }
 
 impl ShardStats {
@@ -110,6 +123,10 @@ impl ShardStats {
             completions: r(&self.completions),
             batch_waits: r(&self.batch_waits),
             batch_wanted: r(&self.batch_wanted),
+            sqpoll_wakeups: r(&self.sqpoll_wakeups),
+            busy_polls: r(&self.busy_polls),
+            busy_poll_hits: r(&self.busy_poll_hits),
+            busy_poll_ns: r(&self.busy_poll_ns),
         }
     }
 }
@@ -123,6 +140,18 @@ pub struct ShardLink {
     pub ring_fd: AtomicI32,
     /// The CPU the shard is pinned to, if any.
     pub cpu: Option<usize>,
+    /// The I/O modes the shard's loop runs with, set once its loop is built (unset: epoll or
+    /// not started, which report as off).
+    pub io_modes: std::sync::OnceLock<IoModes>,
+}
+
+/// The I/O modes one shard's loop actually runs with (statistics file, metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoModes {
+    pub sqpoll: crate::config::Sqpoll,
+    /// The poller's CPU (bound with IORING_SETUP_SQ_AFF); `None`: any CPU.
+    pub sqpoll_cpu: Option<u32>,
+    pub busy_poll_us: u32,
 }
 
 /// All shards of one process.
@@ -175,6 +204,7 @@ impl Fleet {
                 eventfd: eventfd()?,
                 ring_fd: AtomicI32::new(-1),
                 cpu: cpus.get(i).copied().flatten(),
+                io_modes: std::sync::OnceLock::new(),
             });
         }
         let fleet = Arc::new(Fleet {

@@ -47,6 +47,7 @@ pub mod security;
 pub mod server;
 mod shard;
 pub mod spsc;
+pub mod sqpoll;
 pub mod stats;
 pub mod uring;
 mod workers;
@@ -76,7 +77,7 @@ pub use uaring_core::{
 };
 pub use workers::Workers;
 
-pub use config::{Distribution, FileConfig, IoBackend, RuntimeConfig};
+pub use config::{Distribution, FileConfig, IoBackend, RuntimeConfig, Sqpoll};
 pub use event_loop::EventLoop;
 pub use fleet::{Fleet, ShardWiring, StatsSnapshot, Waker};
 pub use handler::{ConnId, ConnStatus, EchoHandler, Handler, Origin};

@@ -223,6 +223,53 @@ pub fn render(src: &Sources) -> String {
     );
     per_shard(&mut out, "uaring_uring_batch_waits_total", "counter", "io_uring waits that asked for more than one completion (batch_wait_us; 0 when off and on epoll).", &|i| stats[i].batch_waits);
     per_shard(&mut out, "uaring_uring_batch_wanted_total", "counter", "Completions those waits asked for, in total (divided by uaring_uring_batch_waits_total: what a batched wait expects).", &|i| stats[i].batch_wanted);
+    family(
+        &mut out,
+        "uaring_uring_io_mode_info",
+        "gauge",
+        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound) and busy_poll_us.",
+        |out| {
+            for (i, link) in src.fleet.shards.iter().enumerate() {
+                let m = link.io_modes.get().copied().unwrap_or_default();
+                let cpu = m.sqpoll_cpu.map_or("any".to_string(), |c| c.to_string());
+                let _ = writeln!(
+                    out,
+                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\"}} 1",
+                    m.sqpoll, m.busy_poll_us
+                );
+            }
+        },
+    );
+    per_shard(&mut out, "uaring_uring_sqpoll_wakeups_total", "counter", "SQPOLL: submissions that found the shard's poller asleep and woke it (0 when sqpoll is off).", &|i| stats[i].sqpoll_wakeups);
+    per_shard(
+        &mut out,
+        "uaring_uring_busy_polls_total",
+        "counter",
+        "Spins before sleeping (busy_poll_us; 0 when off).",
+        &|i| stats[i].busy_polls,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_busy_poll_hits_total",
+        "counter",
+        "Spins that found a completion before their bound (a sleep saved).",
+        &|i| stats[i].busy_poll_hits,
+    );
+    family(
+        &mut out,
+        "uaring_uring_busy_poll_seconds_total",
+        "counter",
+        "Time the shard spun before sleeping (busy_poll_us): CPU spent instead of sleeping.",
+        |out| {
+            for (i, s) in stats.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "uaring_uring_busy_poll_seconds_total{{shard=\"{i}\"}} {:.6}",
+                    s.busy_poll_ns as f64 / 1e9
+                );
+            }
+        },
+    );
 
     let labelled = |out: &mut String,
                     name: &str,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::{Distribution, IoBackend, RuntimeConfig};
+use crate::config::{Distribution, IoBackend, RuntimeConfig, Sqpoll};
 use crate::event_loop::{EventLoop, LoopError};
 use crate::fleet::Fleet;
 use crate::handler::Handler;
@@ -32,6 +32,9 @@ pub struct RuntimeOptions {
     pub listen_backlog: u32,
     pub handoff_queue: usize,
     pub move_queue: usize,
+    /// The poller CPUs of `loop_cfg.sqpoll` ([`crate::sqpoll::poller_cpus`]): one per shard
+    /// with per-shard, one with shared. Empty: no poller is bound to a CPU.
+    pub sqpoll_cpus: Vec<Option<usize>>,
 }
 
 impl RuntimeOptions {
@@ -52,6 +55,7 @@ impl RuntimeOptions {
             listen_backlog: r.listen_backlog,
             handoff_queue: r.handoff_queue,
             move_queue: r.move_queue,
+            sqpoll_cpus: Vec::new(),
         }
     }
 }
@@ -65,6 +69,8 @@ pub enum StartError {
     Listen(SocketAddr, std::io::Error),
     /// A shard could not build its loop or its handler.
     Shard(usize, String),
+    /// An I/O mode that was asked for (`runtime.sqpoll`, `runtime.busy_poll_us`) cannot run.
+    IoMode(String),
     Other(String),
 }
 
@@ -74,6 +80,7 @@ impl fmt::Display for StartError {
             StartError::Memlock(e) => write!(f, "{e}"),
             StartError::Listen(a, e) => write!(f, "cannot listen on {a}: {e}"),
             StartError::Shard(i, e) => write!(f, "shard {i}: {e}"),
+            StartError::IoMode(e) => f.write_str(e),
             StartError::Other(e) => f.write_str(e),
         }
     }
@@ -146,8 +153,20 @@ fn bind_listeners(
 /// Decides the backend and ring size before any shard starts: one clear log
 /// line when io_uring is not used.
 fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartError> {
+    let modes = opts.loop_cfg.sqpoll.is_on() || opts.loop_cfg.busy_poll_us > 0;
     if opts.backend == IoBackend::Epoll {
+        if modes {
+            return Err(StartError::IoMode(
+                "runtime.sqpoll and runtime.busy_poll_us need the io_uring backend, not epoll: \
+                 turn them off or use --io-backend uring"
+                    .into(),
+            ));
+        }
         return Ok((IoBackend::Epoll, 0));
+    }
+    if modes {
+        // An io_uring mode that was asked for is never traded for epoll silently.
+        opts.backend = IoBackend::Uring;
     }
     let pbuf = if opts.loop_cfg.multishot {
         opts.loop_cfg.recv_buffers
@@ -165,10 +184,65 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     }
     let needed = memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf).total_bytes()
         * opts.shards as u64;
-    // Probe once on this thread so a kernel or sandbox without io_uring is
-    // reported once, not per shard.
-    match crate::uring::setup_ring(opts.loop_cfg.ring_entries) {
-        Ok(_) => Ok((IoBackend::Uring, needed)),
+    // Probe once so a kernel or sandbox without io_uring is reported once, not per shard;
+    // with SQPOLL, every distinct poller placement too, before anything listens: a CPU the
+    // kernel does not accept stops the start here with what to change, not half-way
+    // through. On a thread of its own that ends with the probes: the rings' fds registered
+    // with IORING_REGISTER_RING_FDS (which the io-uring crate cannot unregister once its
+    // `Submitter` is gone) keep a ring — and a SQPOLL ring's poller thread — alive until
+    // their thread exits.
+    let entries = opts.loop_cfg.ring_entries;
+    let sqpoll_probes: Vec<crate::uring::RingOptions> = if opts.loop_cfg.sqpoll.is_on() {
+        let mut cpus: Vec<Option<usize>> = if opts.sqpoll_cpus.is_empty() {
+            vec![None]
+        } else {
+            opts.sqpoll_cpus.clone()
+        };
+        cpus.sort_unstable();
+        cpus.dedup();
+        cpus.into_iter()
+            .map(|cpu| crate::uring::RingOptions {
+                sqpoll: Some(crate::uring::SqpollSetup {
+                    idle_ms: opts.loop_cfg.sqpoll_idle_ms,
+                    cpu: cpu.map(|c| c as u32),
+                    attach_fd: None,
+                }),
+                taskrun_flag: false,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let probed = std::thread::Builder::new()
+        .name("uaring-probe".into())
+        .spawn(
+            move || -> Result<Result<(), String>, crate::uring::SetupError> {
+                let (ring, _) = crate::uring::setup_ring(entries)?;
+                drop(ring);
+                for o in &sqpoll_probes {
+                    match crate::uring::setup_ring_with(entries, o) {
+                        Ok((ring, _)) => drop(ring),
+                        Err(e) => return Ok(Err(e.to_string())),
+                    }
+                }
+                Ok(Ok(()))
+            },
+        )
+        .map_err(|e| StartError::Other(format!("cannot spawn the io_uring probe thread: {e}")))?
+        .join()
+        .map_err(|_| StartError::Other("the io_uring probe thread panicked".into()))?;
+    let probe = match probed {
+        Ok(Err(e)) => {
+            return Err(StartError::IoMode(format!(
+                "runtime.sqpoll = \"{}\": {e}",
+                opts.loop_cfg.sqpoll
+            )))
+        }
+        Ok(Ok(())) => Ok(()),
+        Err(e) => Err(e),
+    };
+    match probe {
+        Ok(()) => Ok((IoBackend::Uring, needed)),
         Err(e) if opts.backend == IoBackend::Uring => {
             if e.is_enomem() {
                 let m = memlock::MemlockError {
@@ -218,12 +292,30 @@ where
     let make = Arc::new(make);
     let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<String, String>)>();
     let mut threads = Vec::with_capacity(opts.shards);
+    let shared_poller = opts.loop_cfg.sqpoll == Sqpoll::Shared && backend == IoBackend::Uring;
+    // Shared SQPOLL: the other shards attach to shard 0's ring, so it is set up first.
+    let mut first_ready = None;
     for (wiring, listener) in wirings.into_iter().zip(listeners) {
         let i = wiring.index;
         let cpu = cpus_per_shard[i];
         let make = make.clone();
         let tx = ready_tx.clone();
-        let cfg = opts.loop_cfg.clone();
+        let mut cfg = opts.loop_cfg.clone();
+        cfg.sqpoll_cpu = match opts.loop_cfg.sqpoll {
+            Sqpoll::Off => None,
+            Sqpoll::PerShard => opts.sqpoll_cpus.get(i).copied().flatten(),
+            Sqpoll::Shared => opts.sqpoll_cpus.first().copied().flatten(),
+        };
+        if shared_poller && i == 1 {
+            match ready_rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(r @ (_, Ok(_))) => first_ready = Some(r),
+                Ok(r) => {
+                    first_ready = Some(r);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
         let spawned = std::thread::Builder::new().name(format!("uaring-shard-{i}")).spawn(move || {
             if let Some(cpu) = cpu {
                 if let Err(e) = uaring_affinity::pin_current_thread(&[cpu]) {
@@ -273,8 +365,12 @@ where
     drop(ready_tx);
     let mut features = String::new();
     let mut failure = None;
-    for _ in 0..opts.shards {
-        match ready_rx.recv_timeout(Duration::from_secs(30)) {
+    for _ in 0..threads.len() {
+        let next = match first_ready.take() {
+            Some(r) => Ok(r),
+            None => ready_rx.recv_timeout(Duration::from_secs(30)),
+        };
+        match next {
             Ok((i, Ok(desc))) => {
                 if i == 0 {
                     features = desc;

@@ -9,7 +9,7 @@ use uaring_core::transport::ErrorMessage;
 use uaring_core::{Now, StatusCode};
 
 use crate::clock;
-use crate::config::RuntimeConfig;
+use crate::config::{RuntimeConfig, Sqpoll};
 use crate::conn::{Conn, Phase, Table};
 use crate::fleet::{Handoff, Moved, ShardStats, ShardWiring};
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
@@ -47,6 +47,16 @@ pub struct LoopConfig {
     pub min_timeout: bool,
     /// Graceful stop: how long pending output may take, ms.
     pub shutdown_grace_ms: u64,
+    /// Kernel submission polling (io_uring): off, a poller per shard, or one shared poller
+    /// (shard 0's; the other shards attach to its ring, so shard 0 must be set up first).
+    pub sqpoll: Sqpoll,
+    /// This shard's poller CPU (with `Shared`, the shared poller's, used by shard 0); `None`:
+    /// not bound. Set per shard by the runtime from `runtime.sqpoll_cpu`.
+    pub sqpoll_cpu: Option<usize>,
+    /// sq_thread_idle, ms.
+    pub sqpoll_idle_ms: u32,
+    /// Spin-before-sleep, µs (0 = off): peek the completion queue this long before sleeping.
+    pub busy_poll_us: u32,
 }
 
 impl Default for LoopConfig {
@@ -76,6 +86,10 @@ impl From<&RuntimeConfig> for LoopConfig {
             batch_completions: r.batch_completions,
             min_timeout: true,
             shutdown_grace_ms: r.shutdown_grace_ms,
+            sqpoll: r.sqpoll,
+            sqpoll_cpu: None,
+            sqpoll_idle_ms: r.sqpoll_idle_ms,
+            busy_poll_us: r.busy_poll_us,
         }
     }
 }

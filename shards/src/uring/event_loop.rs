@@ -6,9 +6,10 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::{setup_ring, BufRing, Features, SetupError};
+use super::{setup_ring_with, BufRing, Features, RingOptions, SetupError, SqpollSetup};
+use crate::config::Sqpoll;
 use crate::conn::Phase;
-use crate::fleet::{ShardStats, ShardWiring};
+use crate::fleet::{IoModes, ShardStats, ShardWiring};
 use crate::handler::{ConnId, Handler, Origin};
 use crate::net;
 use crate::shard::{LoopConfig, ShardCore, STOP_HARD_EXTRA_NS};
@@ -196,7 +197,8 @@ impl<H: Handler> UringLoop<H> {
         wiring: ShardWiring,
         cfg: LoopConfig,
     ) -> Result<UringLoop<H>, SetupError> {
-        let (ring, features) = setup_ring(cfg.ring_entries)?;
+        let opts = ring_options(&cfg, &wiring)?;
+        let (ring, features) = setup_ring_with(cfg.ring_entries, &opts)?;
         Ok(Self::with_ring(ring, features, handler, wiring, cfg))
     }
 
@@ -222,6 +224,10 @@ impl<H: Handler> UringLoop<H> {
             }
         }
         features.multishot = cfg.multishot && bufring.is_some();
+        if features.sqpoll_attached {
+            // The shared poller runs where shard 0 bound it.
+            features.sqpoll_cpu = cfg.sqpoll_cpu.map(|c| c as u32);
+        }
         // Without it, batched waiting takes the path of kernels before 6.12 (`wait`).
         features.min_timeout &= cfg.min_timeout;
         let recv_mode = if features.multishot {
@@ -232,9 +238,20 @@ impl<H: Handler> UringLoop<H> {
         let receivers =
             Receivers::new((u64::from(cfg.batch_wait_us) * 1000).max(RECV_WINDOW_MIN_NS));
         let fd = ring.as_raw_fd();
-        wiring.fleet.shards[wiring.index]
-            .ring_fd
-            .store(fd, std::sync::atomic::Ordering::Release);
+        let link = &wiring.fleet.shards[wiring.index];
+        link.ring_fd.store(fd, std::sync::atomic::Ordering::Release);
+        let _ = link.io_modes.set(IoModes {
+            sqpoll: if !features.sqpoll {
+                Sqpoll::Off
+            } else if cfg.sqpoll == Sqpoll::Off {
+                // A ring made by the embedder with SQPOLL: say it is one poller per ring.
+                Sqpoll::PerShard
+            } else {
+                cfg.sqpoll
+            },
+            sqpoll_cpu: features.sqpoll_cpu,
+            busy_poll_us: cfg.busy_poll_us,
+        });
         UringLoop {
             core: ShardCore::new(handler, wiring, cfg),
             bufring,
@@ -309,7 +326,28 @@ impl<H: Handler> UringLoop<H> {
             if unsafe { self.ring.submission().push(&e) }.is_ok() {
                 return;
             }
-            // SQ full: hand what we have to the kernel and retry.
+            // SQ full: hand what we have to the kernel and retry. With SQPOLL the poller
+            // takes the entries: wake it if it sleeps, then wait until it made room.
+            self.note_wakeup();
+            if self.features.sqpoll {
+                match self.ring.submit().and_then(|_| {
+                    if self.ring.submission().is_full() {
+                        self.ring.submitter().squeue_wait()
+                    } else {
+                        Ok(0)
+                    }
+                }) {
+                    Ok(_) => {}
+                    Err(err)
+                        if err.raw_os_error() == Some(libc::EBUSY)
+                            || err.raw_os_error() == Some(libc::EINTR) =>
+                    {
+                        self.reap()
+                    }
+                    Err(err) => tracing::error!("io_uring submit (SQPOLL) failed: {err}"),
+                }
+                continue;
+            }
             if let Err(err) = self.ring.submit() {
                 if err.raw_os_error() != Some(libc::EBUSY)
                     && err.raw_os_error() != Some(libc::EINTR)
@@ -320,6 +358,77 @@ impl<H: Handler> UringLoop<H> {
                 self.reap();
             }
         }
+    }
+
+    /// SQPOLL: counts a wake-up when entries are queued and the poller sleeps (the next
+    /// submit enters the kernel with IORING_ENTER_SQ_WAKEUP). Call right before submitting.
+    fn note_wakeup(&mut self) {
+        if !self.features.sqpoll {
+            return;
+        }
+        let mut sq = self.ring.submission();
+        sq.sync();
+        // need_wakeup issues the SeqCst fence the flag needs.
+        if !sq.is_empty() && sq.need_wakeup() {
+            drop(sq);
+            ShardStats::add(&self.core.wiring.stats().sqpoll_wakeups, 1);
+        }
+    }
+
+    /// Spin-before-sleep (`busy_poll_us`): with nothing to handle, peek the completion queue
+    /// until a completion is there or `busy_poll_us` (never past `deadline`) has passed.
+    /// Queued entries are submitted first (without SQPOLL, nothing would complete
+    /// otherwise); deferred task work flagged by IORING_SQ_TASKRUN is run by a non-blocking
+    /// enter. Counts the spins, those that found a completion, and the time spun.
+    fn busy_poll(&mut self, deadline: u64) {
+        let us = self.core.cfg.busy_poll_us;
+        if us == 0 || !self.cqes.is_empty() {
+            return;
+        }
+        let start = crate::clock::mono_ns();
+        let until = start.saturating_add(u64::from(us) * 1000).min(deadline);
+        if until <= start {
+            return;
+        }
+        self.note_wakeup();
+        if let Err(e) = self.ring.submit() {
+            if !matches!(
+                e.raw_os_error(),
+                Some(libc::EBUSY) | Some(libc::EINTR) | Some(libc::EAGAIN)
+            ) {
+                tracing::error!("io_uring submit failed: {e}");
+                return;
+            }
+        }
+        let mut hit = false;
+        let mut now = start;
+        while now < until {
+            {
+                let mut cq = self.ring.completion();
+                cq.sync();
+                if !cq.is_empty() {
+                    hit = true;
+                    break;
+                }
+            }
+            if self.ring.submission().taskrun() {
+                // Deferred completions wait for an enter with GETEVENTS (submit adds it
+                // when the flag is up); it does not block.
+                let _ = self.ring.submit();
+                continue;
+            }
+            std::hint::spin_loop();
+            now = crate::clock::mono_ns();
+        }
+        let stats = self.core.wiring.stats();
+        ShardStats::add(&stats.busy_polls, 1);
+        if hit {
+            ShardStats::add(&stats.busy_poll_hits, 1);
+        }
+        ShardStats::add(
+            &stats.busy_poll_ns,
+            crate::clock::mono_ns().saturating_sub(start),
+        );
     }
 
     /// Moves completions from the CQ into `self.cqes` (processed later).
@@ -843,6 +952,7 @@ impl<H: Handler> UringLoop<H> {
         };
         let ts = timespec(rel);
         let blocks = !(has_cqes || !self.cqes.is_empty() || deadline <= now);
+        self.note_wakeup();
         if blocks && want > 1 {
             let stats = self.core.wiring.stats();
             ShardStats::add(&stats.batch_waits, 1);
@@ -969,6 +1079,7 @@ impl<H: Handler> UringLoop<H> {
             } else {
                 deadline
             };
+            self.busy_poll(deadline);
             let waited_from = self.wait(deadline);
             self.reap();
             self.core.refresh_now();
@@ -1081,6 +1192,54 @@ impl<H: Handler> UringLoop<H> {
             l.fd = None;
         }
     }
+}
+
+/// The ring setup a shard's loop configuration asks for. With `Sqpoll::Shared`, shard 0
+/// starts the poller and every other shard attaches to shard 0's ring, which must exist.
+pub(crate) fn ring_options(
+    cfg: &LoopConfig,
+    wiring: &ShardWiring,
+) -> Result<RingOptions, SetupError> {
+    let sqpoll = match cfg.sqpoll {
+        Sqpoll::Off => None,
+        Sqpoll::PerShard => Some(SqpollSetup {
+            idle_ms: cfg.sqpoll_idle_ms,
+            cpu: cfg.sqpoll_cpu.map(|c| c as u32),
+            attach_fd: None,
+        }),
+        Sqpoll::Shared => {
+            let setup = SqpollSetup {
+                idle_ms: cfg.sqpoll_idle_ms,
+                cpu: cfg.sqpoll_cpu.map(|c| c as u32),
+                attach_fd: None,
+            };
+            if wiring.index == 0 {
+                Some(setup)
+            } else {
+                let fd = wiring.fleet.shards[0]
+                    .ring_fd
+                    .load(std::sync::atomic::Ordering::Acquire);
+                if fd < 0 {
+                    return Err(SetupError::Sqpoll(
+                        io::Error::other(
+                            "shard 0's ring is not set up (shared SQPOLL attaches to it)",
+                        ),
+                        setup,
+                    ));
+                }
+                // The poller's CPU is shard 0's business; an attached ring only shares it.
+                Some(SqpollSetup {
+                    attach_fd: Some(fd),
+                    cpu: None,
+                    ..setup
+                })
+            }
+        }
+    };
+    Ok(RingOptions {
+        sqpoll,
+        taskrun_flag: cfg.busy_poll_us > 0,
+    })
 }
 
 trait OptionDeadline {

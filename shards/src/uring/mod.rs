@@ -5,13 +5,14 @@
 //! loop as the server.
 
 mod bufring;
-mod event_loop;
+pub(crate) mod event_loop;
 
 pub use bufring::BufRing;
 pub use event_loop::UringLoop;
 
 use std::fmt;
 use std::io;
+use std::os::fd::RawFd;
 
 use io_uring::{opcode, IoUring, Probe};
 
@@ -49,6 +50,15 @@ pub struct Features {
     pub multishot: bool,
     pub sq_entries: u32,
     pub cq_entries: u32,
+    /// IORING_SETUP_SQPOLL: a kernel thread polls the submission queue.
+    pub sqpoll: bool,
+    /// The ring shares the poller of another ring (IORING_SETUP_ATTACH_WQ).
+    pub sqpoll_attached: bool,
+    /// The CPU the poller is bound to (IORING_SETUP_SQ_AFF); `None`: any CPU.
+    pub sqpoll_cpu: Option<u32>,
+    /// IORING_SETUP_TASKRUN_FLAG: the kernel flags pending task work in the SQ ring, so a
+    /// peek of the completion queue (busy polling) knows when to enter the kernel.
+    pub taskrun_flag: bool,
 }
 
 impl Features {
@@ -57,9 +67,11 @@ impl Features {
         let mut parts: Vec<String> = Vec::new();
         parts.push(format!("sq={} cq={}", self.sq_entries, self.cq_entries));
         let flags = [
+            (self.sqpoll, "SQPOLL"),
             (self.single_issuer, "SINGLE_ISSUER"),
             (self.defer_taskrun, "DEFER_TASKRUN"),
             (self.coop_taskrun, "COOP_TASKRUN"),
+            (self.taskrun_flag, "TASKRUN_FLAG"),
             (self.submit_all, "SUBMIT_ALL"),
             (self.ext_arg, "EXT_ARG"),
             (self.min_timeout, "MIN_TIMEOUT"),
@@ -73,6 +85,17 @@ impl Features {
         let on: Vec<&str> = flags.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         let off: Vec<&str> = flags.iter().filter(|(b, _)| !*b).map(|(_, n)| *n).collect();
         parts.push(format!("on: {}", on.join(",")));
+        if self.sqpoll {
+            let cpu = self
+                .sqpoll_cpu
+                .map_or("any CPU".to_string(), |c| format!("CPU {c}"));
+            let whose = if self.sqpoll_attached {
+                "shares shard 0's poller"
+            } else {
+                "own poller"
+            };
+            parts.push(format!("sqpoll: {whose} on {cpu}"));
+        }
         if !off.is_empty() {
             parts.push(format!("off: {}", off.join(",")));
         }
@@ -104,6 +127,9 @@ pub enum SetupError {
     Setup(io::Error),
     /// The kernel lacks an opcode the loop needs.
     Missing(&'static str),
+    /// The kernel refused the SQPOLL ring that was asked for (`runtime.sqpoll`); the ring is
+    /// never set up without it instead.
+    Sqpoll(io::Error, SqpollSetup),
 }
 
 impl fmt::Display for SetupError {
@@ -119,6 +145,30 @@ impl fmt::Display for SetupError {
                 write!(f, "io_uring_setup failed: {e}{hint}")
             }
             SetupError::Missing(op) => write!(f, "the kernel's io_uring lacks {op}"),
+            SetupError::Sqpoll(e, s) => {
+                let cpu = s.cpu.map_or("any CPU".to_string(), |c| format!("CPU {c}"));
+                let what = if s.attach_fd.is_some() {
+                    format!("attaching to shard 0's poller (runtime.sqpoll = \"shared\", poller on {cpu})")
+                } else {
+                    format!("a poller thread on {cpu}, idle {} ms", s.idle_ms)
+                };
+                let hint = match e.raw_os_error() {
+                    Some(libc::EINVAL) if s.cpu.is_some() => format!(
+                        "the kernel does not accept {cpu} for the poller (offline, outside this process's \
+                         cpuset, or SQPOLL unsupported): choose another runtime.sqpoll_cpu / --sqpoll-cpu \
+                         (`uaring topology` lists the CPUs), or set runtime.sqpoll = \"off\""
+                    ),
+                    Some(libc::EINVAL) => "this kernel does not support SQPOLL with the setup flags the loop can use: \
+                         set runtime.sqpoll = \"off\"".to_string(),
+                    Some(libc::EPERM) => "SQPOLL is not permitted here (kernels before 5.11 need CAP_SYS_ADMIN; \
+                         seccomp or kernel.io_uring_disabled may forbid it): grant the capability or set \
+                         runtime.sqpoll = \"off\"".to_string(),
+                    Some(libc::ENOMEM) => "out of locked memory (RLIMIT_MEMLOCK) or memory for the poller: raise \
+                         `ulimit -l` / LimitMEMLOCK= (see the budget in the start log), or set runtime.sqpoll = \"off\"".to_string(),
+                    _ => "set runtime.sqpoll = \"off\" to run without a kernel poller".to_string(),
+                };
+                write!(f, "io_uring SQPOLL refused ({what}): {e}: {hint}")
+            }
         }
     }
 }
@@ -131,6 +181,27 @@ impl SetupError {
     }
 }
 
+/// A SQPOLL ring to set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqpollSetup {
+    /// sq_thread_idle: how long the poller polls an empty queue before it sleeps, ms.
+    pub idle_ms: u32,
+    /// The poller's CPU (IORING_SETUP_SQ_AFF); `None`: not bound.
+    pub cpu: Option<u32>,
+    /// Share the poller of this ring (IORING_SETUP_ATTACH_WQ) instead of starting one.
+    pub attach_fd: Option<RawFd>,
+}
+
+/// How a ring is set up beyond its size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingOptions {
+    /// Kernel submission polling; when set, every try carries it (no silent fallback).
+    pub sqpoll: Option<SqpollSetup>,
+    /// IORING_SETUP_TASKRUN_FLAG with DEFER_TASKRUN (busy polling peeks the CQ and must
+    /// know when deferred completions wait for an enter).
+    pub taskrun_flag: bool,
+}
+
 /// Creates a ring of `entries` SQ entries (CQ twice that) on the calling
 /// thread, trying the best setup flags first and retrying without the ones
 /// the kernel rejects (EINVAL): SINGLE_ISSUER + DEFER_TASKRUN, then
@@ -138,6 +209,18 @@ impl SetupError {
 ///
 /// With SINGLE_ISSUER the ring must only be used from this thread.
 pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
+    setup_ring_with(entries, &RingOptions::default())
+}
+
+/// [`setup_ring`] with options. With SQPOLL the tries are SQPOLL + SINGLE_ISSUER + SUBMIT_ALL,
+/// SQPOLL + SUBMIT_ALL, then SQPOLL alone: the kernel refuses DEFER_TASKRUN and COOP_TASKRUN
+/// with SQPOLL (EINVAL, Linux 6.18), and the poller runs the task work itself. A kernel that
+/// refuses all of them is [`SetupError::Sqpoll`]: the ring is never set up without the poller
+/// that was asked for.
+pub fn setup_ring_with(
+    entries: u32,
+    opts: &RingOptions,
+) -> Result<(IoUring, Features), SetupError> {
     #[derive(Clone, Copy)]
     struct Try {
         single_issuer: bool,
@@ -145,6 +228,26 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
         coop: bool,
         submit_all: bool,
     }
+    let sqpoll_tries = [
+        Try {
+            single_issuer: true,
+            defer: false,
+            coop: false,
+            submit_all: true,
+        },
+        Try {
+            single_issuer: false,
+            defer: false,
+            coop: false,
+            submit_all: true,
+        },
+        Try {
+            single_issuer: false,
+            defer: false,
+            coop: false,
+            submit_all: false,
+        },
+    ];
     let tries = [
         Try {
             single_issuer: true,
@@ -172,14 +275,31 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
         },
     ];
     let mut last_err = None;
-    for t in tries {
+    let list: &[Try] = if opts.sqpoll.is_some() {
+        &sqpoll_tries
+    } else {
+        &tries
+    };
+    for &t in list {
         let mut b = IoUring::builder();
         b.setup_cqsize(entries.saturating_mul(2)).setup_clamp();
+        if let Some(sq) = &opts.sqpoll {
+            b.setup_sqpoll(sq.idle_ms);
+            if let Some(cpu) = sq.cpu {
+                b.setup_sqpoll_cpu(cpu);
+            }
+            if let Some(fd) = sq.attach_fd {
+                b.setup_attach_wq(fd);
+            }
+        }
         if t.single_issuer {
             b.setup_single_issuer();
         }
         if t.defer {
             b.setup_defer_taskrun();
+            if opts.taskrun_flag {
+                b.setup_taskrun_flag();
+            }
         }
         if t.coop {
             b.setup_coop_taskrun().setup_taskrun_flag();
@@ -194,6 +314,10 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
                     defer_taskrun: t.defer,
                     coop_taskrun: t.coop,
                     submit_all: t.submit_all,
+                    taskrun_flag: t.coop || (t.defer && opts.taskrun_flag),
+                    sqpoll: opts.sqpoll.is_some(),
+                    sqpoll_attached: opts.sqpoll.is_some_and(|s| s.attach_fd.is_some()),
+                    sqpoll_cpu: opts.sqpoll.and_then(|s| s.cpu),
                     ..Features::default()
                 };
                 let p = ring.params();
@@ -225,12 +349,20 @@ pub fn setup_ring(entries: u32) -> Result<(IoUring, Features), SetupError> {
                 return Ok((ring, f));
             }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
-            Err(e) => return Err(SetupError::Setup(e)),
+            Err(e) => {
+                return Err(match opts.sqpoll {
+                    // ENOMEM without SQPOLL is the memlock case the runtime explains.
+                    Some(sq) if e.raw_os_error() != Some(libc::ENOSYS) => SetupError::Sqpoll(e, sq),
+                    _ => SetupError::Setup(e),
+                });
+            }
         }
     }
-    Err(SetupError::Setup(last_err.unwrap_or_else(|| {
-        io::Error::from_raw_os_error(libc::EINVAL)
-    })))
+    let e = last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL));
+    Err(match opts.sqpoll {
+        Some(sq) => SetupError::Sqpoll(e, sq),
+        None => SetupError::Setup(e),
+    })
 }
 
 #[cfg(test)]
@@ -247,5 +379,42 @@ mod tests {
             // io_uring may be unavailable in a sandbox: then the failure is explained.
             Err(e) => assert!(!e.to_string().is_empty()),
         }
+    }
+
+    #[test]
+    fn sqpoll_rings_keep_sqpoll_or_fail_with_advice() {
+        let opts = |cpu: Option<u32>, attach_fd: Option<RawFd>| RingOptions {
+            sqpoll: Some(SqpollSetup {
+                idle_ms: 10,
+                cpu,
+                attach_fd,
+            }),
+            taskrun_flag: false,
+        };
+        let Ok((first, f)) = setup_ring_with(64, &opts(None, None)) else {
+            eprintln!("no SQPOLL here (io_uring unavailable in this sandbox?)");
+            return;
+        };
+        assert!(f.sqpoll && !f.sqpoll_attached && !f.defer_taskrun && !f.coop_taskrun);
+        assert!(f.describe().contains("SQPOLL"), "{}", f.describe());
+        use std::os::fd::AsRawFd;
+        let (_second, f2) = setup_ring_with(64, &opts(None, Some(first.as_raw_fd()))).unwrap();
+        assert!(f2.sqpoll && f2.sqpoll_attached);
+        assert!(f2.describe().contains("shares shard 0's poller"));
+        // A CPU that does not exist: the kernel says EINVAL, the message says what to change.
+        let Err(e) = setup_ring_with(64, &opts(Some(100_000), None)) else {
+            panic!("a poller on CPU 100000 was accepted");
+        };
+        let text = e.to_string();
+        assert!(matches!(e, SetupError::Sqpoll(..)), "{text}");
+        assert!(
+            text.contains("CPU 100000") && text.contains("runtime.sqpoll = \"off\""),
+            "{text}"
+        );
+        // Attaching to something that is not a ring is refused too, never set up alone.
+        let Err(e) = setup_ring_with(64, &opts(None, Some(0))) else {
+            panic!("attaching to fd 0 was accepted");
+        };
+        assert!(matches!(e, SetupError::Sqpoll(..)), "{e}");
     }
 }
