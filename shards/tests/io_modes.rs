@@ -1,0 +1,549 @@
+//! The I/O modes of the shard loop against the real `uaring` binary: SQPOLL per shard (the
+//! poller on any CPU and on the shard's own), one shared poller, spin-before-sleep
+//! (`busy_poll_us`), and SQPOLL with spinning, each on one and on two shards (round robin, so
+//! connections are handed over between SQPOLL rings), serve Reads, Writes and a subscription
+//! that receives every written value in order. The statistics file and the process's threads
+//! show the mode is really in force (the pollers are `iou-sqp-*` threads of the process, one
+//! per shard or one in all), the metrics report it; and what cannot run is refused at start
+//! with a message that says what to change, exit 1, without listening.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::{NodeId, StatusCode, Variant};
+use uaring_harness::blocking::Client;
+
+const T: Duration = Duration::from_secs(10);
+
+fn int32() -> NodeId {
+    NodeId::string(1, "Demo.Static.Int32")
+}
+
+fn write(c: &mut Client, v: i32) {
+    let r = c.write(&[WriteValue {
+        node_id: int32(),
+        attribute_id: 13,
+        value: uaring_core::DataValue::new(Variant::Int32(v)),
+        ..Default::default()
+    }]);
+    assert_eq!(r.expect("write"), vec![StatusCode::Good]);
+}
+
+fn read(c: &mut Client) -> i32 {
+    let v = c.read_values(&[int32()]).expect("read");
+    match v[0].value {
+        Variant::Int32(x) => x,
+        ref other => panic!("Int32 expected, got {other:?}"),
+    }
+}
+
+/// A 20 ms subscription on the Int32 variable; returns its id.
+fn subscribe(c: &mut Client) -> u32 {
+    let Response::CreateSubscription(s) = c
+        .call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                requested_publishing_interval: 20.0,
+                requested_lifetime_count: 3000,
+                requested_max_keep_alive_count: 10,
+                publishing_enabled: true,
+                ..Default::default()
+            },
+        )))
+        .expect("CreateSubscription")
+    else {
+        panic!("not a CreateSubscription response")
+    };
+    let item = MonitoredItemCreateRequest {
+        item_to_monitor: ReadValueId {
+            node_id: int32(),
+            attribute_id: 13,
+            ..Default::default()
+        },
+        monitoring_mode: MonitoringMode::Reporting,
+        requested_parameters: MonitoringParameters {
+            client_handle: 5,
+            sampling_interval: 0.0,
+            queue_size: 100,
+            discard_oldest: false,
+            ..Default::default()
+        },
+    };
+    let Response::CreateMonitoredItems(m) = c
+        .call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                subscription_id: s.subscription_id,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: vec![item],
+                ..Default::default()
+            },
+        )))
+        .expect("CreateMonitoredItems")
+    else {
+        panic!("not a CreateMonitoredItems response")
+    };
+    assert!(m.results[0].status_code.is_good());
+    s.subscription_id
+}
+
+/// Publishes (acknowledging what it got) until `want` arrived; returns the values seen.
+fn collect_until(
+    c: &mut Client,
+    acks: &mut Vec<SubscriptionAcknowledgement>,
+    want: i32,
+) -> Vec<i32> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + T;
+    while !got.contains(&want) {
+        assert!(
+            Instant::now() < deadline,
+            "value {want} not delivered; got {got:?}"
+        );
+        let r = c
+            .call(Request::Publish(Box::new(PublishRequest {
+                subscription_acknowledgements: std::mem::take(acks),
+                ..Default::default()
+            })))
+            .expect("Publish");
+        let Response::Publish(p) = r else {
+            panic!("{r:?}")
+        };
+        for n in &p.notification_message.notification_data {
+            if let Some(Ok(dc)) =
+                n.decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default())
+            {
+                for m in dc.monitored_items {
+                    if let Variant::Int32(v) = m.value.value {
+                        got.push(v);
+                    }
+                }
+            }
+        }
+        if !p.notification_message.notification_data.is_empty() {
+            acks.push(SubscriptionAcknowledgement {
+                subscription_id: p.subscription_id,
+                sequence_number: p.notification_message.sequence_number,
+            });
+        }
+    }
+    got
+}
+
+/// The names of the threads of process `pid`.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir") {
+        let p = e.expect("task").path();
+        if let Ok(n) = std::fs::read_to_string(p.join("comm")) {
+            names.push(n.trim().to_string());
+        }
+    }
+    names
+}
+
+/// The statistics file, freshly written (SIGUSR1).
+fn stats(server: &Server, path: &std::path::Path) -> String {
+    let before = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    server.signal(libc::SIGUSR1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline
+        && std::fs::metadata(path).and_then(|m| m.modified()).ok() == before
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    std::fs::read_to_string(path).expect("stats file")
+}
+
+/// The string values of `"key":"…"` in a JSON text, in order.
+fn string_values(json: &str, key: &str) -> Vec<String> {
+    json.match_indices(&format!("\"{key}\":\""))
+        .map(|(i, m)| {
+            let rest = &json[i + m.len()..];
+            rest[..rest.find('"').unwrap_or(rest.len())].to_string()
+        })
+        .collect()
+}
+
+/// `"key":N` or `"key":null` values in a JSON text, in order (`None` for null).
+fn opt_values(json: &str, key: &str) -> Vec<Option<u64>> {
+    json.match_indices(&format!("\"{key}\":"))
+        .map(|(i, m)| {
+            let rest = &json[i + m.len()..];
+            let end = rest
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(rest.len());
+            rest[..end].parse::<u64>().ok()
+        })
+        .collect()
+}
+
+/// One mode under test.
+struct Mode {
+    name: &'static str,
+    args: &'static [&'static str],
+    /// The `sqpoll` the statistics file must report.
+    sqpoll: &'static str,
+    busy: bool,
+}
+
+const PER_SHARD_ANY: Mode = Mode {
+    name: "per-shard-any",
+    args: &["--sqpoll", "per-shard"],
+    sqpoll: "per-shard",
+    busy: false,
+};
+const PER_SHARD_SAME: Mode = Mode {
+    name: "per-shard-same",
+    args: &["--sqpoll", "per-shard", "--sqpoll-cpu", "same"],
+    sqpoll: "per-shard",
+    busy: false,
+};
+const SHARED: Mode = Mode {
+    name: "shared",
+    args: &["--sqpoll", "shared", "--sqpoll-cpu", "same"],
+    sqpoll: "shared",
+    busy: false,
+};
+const BUSY: Mode = Mode {
+    name: "busy",
+    args: &["--busy-poll-us", "50"],
+    sqpoll: "off",
+    busy: true,
+};
+const SQPOLL_BUSY: Mode = Mode {
+    name: "sqpoll-busy",
+    args: &["--sqpoll", "per-shard", "--busy-poll-us", "50"],
+    sqpoll: "per-shard",
+    busy: true,
+};
+
+/// The shards' CPUs as the server pins them (`--cpus` default: all allowed, round-robin).
+fn shard_cpus(shards: usize) -> Vec<u64> {
+    let allowed = uaring_affinity::allowed_cpus().expect("affinity");
+    (0..shards)
+        .map(|i| allowed[i % allowed.len()] as u64)
+        .collect()
+}
+
+fn serves(mode: &Mode, shards: usize) {
+    let dir = TempDir::new(&format!("uaring-io-{}-{shards}", mode.name));
+    let stats_path = dir.join("stats.json");
+    let n = shards.to_string();
+    let mut args = vec![
+        "--io-backend",
+        "uring",
+        "--shards",
+        &n,
+        "--distribution",
+        "round-robin",
+        "--stats-file",
+        stats_path.to_str().expect("path"),
+    ];
+    args.extend_from_slice(mode.args);
+    let server = Server::start(&args);
+    let url = server.url();
+    // Round robin: the writer, the reader and the subscriber spread over the shards.
+    let mut writer = Client::connect(&url, T).expect("writer");
+    writer.activate_session_anonymous().expect("writer session");
+    let mut reader = Client::connect(&url, T).expect("reader");
+    reader.activate_session_anonymous().expect("reader session");
+    let mut sub = Client::connect(&url, T).expect("subscriber");
+    sub.activate_session_anonymous()
+        .expect("subscriber session");
+    subscribe(&mut sub);
+    let mut acks = Vec::new();
+    write(&mut writer, 0);
+    let mut seen = collect_until(&mut sub, &mut acks, 0);
+    for v in 1..=20 {
+        write(&mut writer, v);
+        assert_eq!(
+            read(&mut reader),
+            v,
+            "{}: a Read after the Write",
+            mode.name
+        );
+        // Every other value is awaited at once, the rest are collected later: both an
+        // immediate Publish answer and a queued one go through.
+        if v % 2 == 0 {
+            seen.extend(collect_until(&mut sub, &mut acks, v));
+        }
+    }
+    seen.dedup();
+    assert_eq!(
+        seen,
+        (0..=20).collect::<Vec<_>>(),
+        "{}: every value once, in order",
+        mode.name
+    );
+
+    // The mode is in force: the statistics file per shard, and the process's poller threads.
+    let json = stats(&server, &stats_path);
+    let modes = string_values(&json, "sqpoll");
+    assert_eq!(modes, vec![mode.sqpoll; shards], "{json}");
+    let pollers = thread_names(server.child.id())
+        .into_iter()
+        .filter(|n| n.starts_with("iou-sqp-"))
+        .count();
+    let want_pollers = match mode.sqpoll {
+        "per-shard" => shards,
+        "shared" => 1,
+        _ => 0,
+    };
+    assert_eq!(
+        pollers, want_pollers,
+        "{}: iou-sqp threads in the process",
+        mode.name
+    );
+    let poller_cpus = opt_values(&json, "sqpoll_cpu");
+    let cpus = shard_cpus(shards);
+    match mode.name {
+        "per-shard-same" => {
+            assert_eq!(
+                poller_cpus,
+                cpus.iter().map(|&c| Some(c)).collect::<Vec<_>>()
+            )
+        }
+        // One poller, on shard 0's CPU, for every shard.
+        "shared" => assert_eq!(poller_cpus, vec![Some(cpus[0]); shards], "{json}"),
+        _ => assert_eq!(poller_cpus, vec![None; shards], "{json}"),
+    }
+    let wakeups: u64 = field_values(&json, "sqpoll_wakeups").iter().sum();
+    if mode.sqpoll == "off" {
+        assert_eq!(wakeups, 0, "{json}");
+    } else {
+        // At least the first submission of each ring found its poller asleep.
+        assert!(wakeups >= 1, "{json}");
+    }
+    let spins: u64 = field_values(&json, "busy_polls").iter().sum();
+    let spun_ns: u64 = field_values(&json, "busy_poll_ns").iter().sum();
+    if mode.busy {
+        assert!(
+            spins > 0 && spun_ns > 0,
+            "{}: spins counted: {json}",
+            mode.name
+        );
+        assert_eq!(field_values(&json, "busy_poll_us"), vec![50; shards]);
+    } else {
+        assert_eq!((spins, spun_ns), (0, 0), "{json}");
+    }
+    drop((writer, reader, sub));
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+    assert!(
+        err.contains(&format!("io modes: sqpoll {}", mode.sqpoll)),
+        "the start log names the mode:\n{err}"
+    );
+    if mode.sqpoll != "off" {
+        assert!(
+            err.contains("on: SQPOLL") && err.contains("DEFER_TASKRUN"),
+            "SQPOLL on, DEFER_TASKRUN off (the kernel refuses it with SQPOLL):\n{err}"
+        );
+    }
+}
+
+macro_rules! on_one_and_two_shards {
+    ($name:ident, $mode:expr) => {
+        mod $name {
+            #[test]
+            fn one_shard() {
+                super::serves(&$mode, 1);
+            }
+
+            #[test]
+            fn two_shards() {
+                super::serves(&$mode, 2);
+            }
+        }
+    };
+}
+
+on_one_and_two_shards!(sqpoll_per_shard_any_cpu, super::PER_SHARD_ANY);
+on_one_and_two_shards!(sqpoll_per_shard_same_cpu, super::PER_SHARD_SAME);
+on_one_and_two_shards!(sqpoll_shared, super::SHARED);
+on_one_and_two_shards!(busy_poll, super::BUSY);
+on_one_and_two_shards!(sqpoll_and_busy_poll, super::SQPOLL_BUSY);
+
+#[test]
+fn metrics_report_the_modes() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let dir = TempDir::new("uaring-io-metrics");
+    let cfg = dir.join("uaring.toml");
+    std::fs::write(
+        &cfg,
+        format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[runtime]\nsqpoll = \"per-shard\"\nsqpoll_cpu = \"same\"\nbusy_poll_us = 20\n"),
+    )
+    .expect("config");
+    let server = Server::start(&["--shards", "1", "--config", cfg.to_str().expect("path")]);
+    let mut c = Client::connect(&server.url(), T).expect("client");
+    c.activate_session_anonymous().expect("session");
+    for v in 0..5 {
+        write(&mut c, v);
+    }
+    let body = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics");
+        s.set_read_timeout(Some(T)).expect("timeout");
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("response");
+        text
+    };
+    let cpu = shard_cpus(1)[0];
+    assert!(
+        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\"}} 1")),
+        "{body}"
+    );
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{shard=\"0\"}}")))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
+    };
+    assert!(value("uaring_uring_sqpoll_wakeups_total") >= 1.0);
+    assert!(value("uaring_uring_busy_polls_total") >= 1.0);
+    assert!(value("uaring_uring_busy_poll_seconds_total") > 0.0);
+    value("uaring_uring_busy_poll_hits_total");
+    drop(c);
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// `uaring serve --listen 127.0.0.1:0 ARGS`: (exit code, stdout, stderr), within 20 s.
+fn serve_fails(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("run uaring");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn what_cannot_run_is_refused_before_listening() {
+    let no_smt = {
+        let cpu = shard_cpus(1)[0];
+        std::fs::read_to_string(format!(
+            "/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+        ))
+        .map(|s| s.trim() == cpu.to_string())
+        .unwrap_or(false)
+    };
+    let mut cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        // A poller CPU that does not exist here.
+        (
+            vec!["--sqpoll", "per-shard", "--sqpoll-cpu", "4095"],
+            vec!["runtime.sqpoll_cpu = \"4095\"", "not online"],
+        ),
+        // One shared poller on two CPUs.
+        (
+            vec!["--sqpoll", "shared", "--sqpoll-cpu", "0-1", "--shards", "2"],
+            vec!["one poller: give one CPU"],
+        ),
+        // SQPOLL on epoll, and busy polling on epoll.
+        (
+            vec!["--sqpoll", "per-shard", "--io-backend", "epoll"],
+            vec!["needs io_uring", "runtime.sqpoll = \"off\""],
+        ),
+        (
+            vec!["--busy-poll-us", "10", "--io-backend", "epoll"],
+            vec!["needs io_uring", "runtime.busy_poll_us = 0"],
+        ),
+        // A poller placement without a poller.
+        (
+            vec!["--sqpoll-cpu", "same"],
+            vec!["runtime.sqpoll is \"off\""],
+        ),
+    ];
+    if no_smt {
+        // This machine's cores have one logical CPU each: no sibling to put a poller on.
+        cases.push((
+            vec!["--sqpoll", "per-shard", "--sqpoll-cpu", "sibling"],
+            vec!["no other logical CPU", "runtime.sqpoll = \"off\""],
+        ));
+    }
+    for (args, says) in cases {
+        let (code, stdout, stderr) = serve_fails(&args);
+        assert_eq!(code, Some(1), "{args:?}: exit 1; stderr:\n{stderr}");
+        assert!(
+            !stdout.contains("listening on"),
+            "{args:?}: must not listen: {stdout}"
+        );
+        for s in says {
+            assert!(stderr.contains(s), "{args:?}: {s:?} in stderr:\n{stderr}");
+        }
+    }
+    // The command line refuses what is out of range before anything starts (exit 2).
+    for args in [
+        vec!["--sqpoll", "sometimes"],
+        vec!["--sqpoll-idle-ms", "0"],
+        vec!["--busy-poll-us", "10001"],
+    ] {
+        let (code, _, stderr) = serve_fails(&args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn config_check_validates_the_io_mode_keys() {
+    let dir = TempDir::new("uaring-io-check");
+    let check = |text: &str| {
+        let f = dir.join("c.toml");
+        std::fs::write(&f, text).expect("write");
+        let out = Command::new(bin())
+            .args(["config", "check", f.to_str().expect("path")])
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = check(
+        "[runtime]\nsqpoll = \"shared\"\nsqpoll_cpu = \"sibling\"\nsqpoll_idle_ms = 100\nbusy_poll_us = 25\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    for line in [
+        "sqpoll = \"shared\"",
+        "sqpoll_cpu = \"sibling\"",
+        "sqpoll_idle_ms = 100",
+        "busy_poll_us = 25",
+    ] {
+        assert!(out.contains(line), "{line} in:\n{out}");
+    }
+    for (bad, says) in [
+        ("sqpoll = \"maybe\"", "unknown variant"),
+        (
+            "sqpoll = \"per-shard\"\nsqpoll_idle_ms = 0",
+            "sqpoll_idle_ms",
+        ),
+        (
+            "sqpoll = \"per-shard\"\nsqpoll_idle_ms = 20000",
+            "1..=10000",
+        ),
+        ("busy_poll_us = 10001", "busy_poll_us"),
+        ("sqpoll_cpu = \"1\"", "runtime.sqpoll is \"off\""),
+        (
+            "sqpoll = \"per-shard\"\nio_backend = \"epoll\"",
+            "needs io_uring",
+        ),
+    ] {
+        let (code, _, err) = check(&format!("[runtime]\n{bad}\n"));
+        assert_eq!(code, Some(1), "{bad}: {err}");
+        assert!(err.contains(says), "{bad}: {says:?} in {err}");
+    }
+}
