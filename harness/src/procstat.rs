@@ -4,6 +4,13 @@
 //! CPU time comes from `/proc/PID/task/*/schedstat` (nanoseconds on CPU) where
 //! the kernel has it, and from the `utime`/`stime` ticks of `/proc/PID/stat`
 //! otherwise. The user/system split always comes from the ticks.
+//!
+//! Every thread of a process counts, kernel threads that belong to it included: an io_uring
+//! SQPOLL poller (`iou-sqp-<tid>`) and io_uring workers (`iou-wrk-<tid>`) are listed under
+//! `/proc/PID/task` of the process that created them, so their CPU is the process's CPU. The
+//! scheduler states per thread — run time, run delay (runnable but waiting for a CPU) and
+//! timeslices from `schedstat`, migrations from `sched` — are summed by thread class
+//! ([`thread_class`], [`by_class`]).
 
 use std::fs;
 use std::path::Path;
@@ -86,6 +93,12 @@ pub struct ThreadSample {
     pub tid: i32,
     pub name: String,
     pub cpu_ns: u64,
+    /// schedstat: time runnable but waiting for a CPU, ns (0 without schedstat).
+    pub run_delay_ns: u64,
+    /// schedstat: timeslices run on a CPU.
+    pub timeslices: u64,
+    /// `se.nr_migrations` of `/proc/PID/task/TID/sched` (None where the kernel has no such file).
+    pub migrations: Option<u64>,
     pub utime_ticks: u64,
     pub stime_ticks: u64,
     pub voluntary: u64,
@@ -114,6 +127,76 @@ fn read(path: &Path) -> Option<String> {
 /// The first field of a schedstat file: nanoseconds spent on a CPU.
 pub fn parse_schedstat(text: &str) -> Option<u64> {
     text.split_whitespace().next()?.parse().ok()
+}
+
+/// All three fields of a schedstat file: (ns on a CPU, ns runnable but waiting, timeslices).
+pub fn parse_schedstat_all(text: &str) -> Option<(u64, u64, u64)> {
+    let mut it = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
+}
+
+/// `se.nr_migrations` from a `/proc/PID/task/TID/sched` text.
+pub fn parse_migrations(text: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.trim_start().starts_with("se.nr_migrations"))
+        .and_then(|l| l.rsplit(':').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The class of a thread by its name: `shard` (`uaring-shard-*`), `poller` (an io_uring SQPOLL
+/// kernel thread, `iou-sqp-*`), `io-worker` (io_uring's async workers, `iou-wrk-*`), `load` (the
+/// harness's load threads, `load-*`), else `helper` (main thread, handshake and application
+/// workers, anything else).
+pub fn thread_class(name: &str) -> &'static str {
+    if name.starts_with("uaring-shard-") {
+        "shard"
+    } else if name.starts_with("iou-sqp-") {
+        "poller"
+    } else if name.starts_with("iou-wrk-") {
+        "io-worker"
+    } else if name.starts_with("load-") {
+        "load"
+    } else {
+        "helper"
+    }
+}
+
+/// The threads of one class, summed over a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClassDelta {
+    pub class: &'static str,
+    pub threads: usize,
+    pub cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub timeslices: u64,
+    /// None when no thread of the class had a `sched` file.
+    pub migrations: Option<u64>,
+}
+
+/// A delta's threads summed by [`thread_class`], in a fixed order (shard, poller, io-worker,
+/// load, helper); classes without threads are left out.
+pub fn by_class(d: &ProcDelta) -> Vec<ClassDelta> {
+    let order = ["shard", "poller", "io-worker", "load", "helper"];
+    let mut out: Vec<ClassDelta> = Vec::new();
+    for class in order {
+        let mut c = ClassDelta {
+            class,
+            ..ClassDelta::default()
+        };
+        for t in d.threads.iter().filter(|t| thread_class(&t.name) == class) {
+            c.threads += 1;
+            c.cpu_ns += t.cpu_ns;
+            c.run_delay_ns += t.run_delay_ns;
+            c.timeslices += t.timeslices;
+            if let Some(m) = t.migrations {
+                c.migrations = Some(c.migrations.unwrap_or(0) + m);
+            }
+        }
+        if c.threads > 0 {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Samples a process and each of its threads. `None` when the process is gone.
@@ -168,19 +251,32 @@ pub fn sample_process(pid: i32) -> Option<ProcSample> {
             let name = read(&tbase.join("comm"))
                 .map(|s| s.trim().to_string())
                 .unwrap_or(tstat.comm.clone());
-            let cpu_ns = match read(&tbase.join("schedstat")).and_then(|t| parse_schedstat(&t)) {
-                Some(ns) => ns,
-                None => {
-                    have_schedstat = false;
-                    (tstat.utime_ticks + tstat.stime_ticks) * 1_000_000_000 / tck
-                }
-            };
+            let sched = read(&tbase.join("schedstat"));
+            let (cpu_ns, run_delay_ns, timeslices) =
+                match sched.as_deref().and_then(parse_schedstat_all) {
+                    Some(all) => all,
+                    None => match sched.as_deref().and_then(parse_schedstat) {
+                        Some(ns) => (ns, 0, 0),
+                        None => {
+                            have_schedstat = false;
+                            (
+                                (tstat.utime_ticks + tstat.stime_ticks) * 1_000_000_000 / tck,
+                                0,
+                                0,
+                            )
+                        }
+                    },
+                };
+            let migrations = read(&tbase.join("sched")).and_then(|t| parse_migrations(&t));
             sample.voluntary += tstatus.voluntary_ctxt_switches;
             sample.nonvoluntary += tstatus.nonvoluntary_ctxt_switches;
             sample.threads.push(ThreadSample {
                 tid,
                 name,
                 cpu_ns,
+                run_delay_ns,
+                timeslices,
+                migrations,
                 utime_ticks: tstat.utime_ticks,
                 stime_ticks: tstat.stime_ticks,
                 voluntary: tstatus.voluntary_ctxt_switches,
@@ -202,6 +298,9 @@ pub fn sample_process(pid: i32) -> Option<ProcSample> {
 pub struct ThreadDelta {
     pub name: String,
     pub cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub timeslices: u64,
+    pub migrations: Option<u64>,
     pub voluntary: u64,
     pub nonvoluntary: u64,
 }
@@ -225,9 +324,16 @@ pub fn delta(a: &ProcSample, b: &ProcSample) -> ProcDelta {
         let (cpu0, v0, n0) = ta
             .map(|t| (t.cpu_ns, t.voluntary, t.nonvoluntary))
             .unwrap_or((0, 0, 0));
+        let (rd0, ts0) = ta.map(|t| (t.run_delay_ns, t.timeslices)).unwrap_or((0, 0));
+        let migrations = tb
+            .migrations
+            .map(|m| m.saturating_sub(ta.and_then(|t| t.migrations).unwrap_or(0)));
         threads.push(ThreadDelta {
             name: tb.name.clone(),
             cpu_ns: tb.cpu_ns.saturating_sub(cpu0),
+            run_delay_ns: tb.run_delay_ns.saturating_sub(rd0),
+            timeslices: tb.timeslices.saturating_sub(ts0),
+            migrations,
             voluntary: tb.voluntary.saturating_sub(v0),
             nonvoluntary: tb.nonvoluntary.saturating_sub(n0),
         });
@@ -400,6 +506,104 @@ mod tests {
         let s = sample_process(std::process::id() as i32).unwrap();
         assert!(!s.threads.is_empty());
         assert!(s.vm_hwm_kb > 0);
+    }
+
+    #[test]
+    fn schedstat_sched_and_classes() {
+        assert_eq!(
+            parse_schedstat_all("52041910 689676 29\n"),
+            Some((52041910, 689676, 29))
+        );
+        assert_eq!(parse_schedstat_all("5"), None);
+        let sched = "iou-sqp-3075 (3077, #threads: 4)\n---\nse.exec_start : 1.0\nse.nr_migrations                             :                    7\nnr_switches : 3\n";
+        assert_eq!(parse_migrations(sched), Some(7));
+        assert_eq!(parse_migrations("nr_switches : 3\n"), None);
+        assert_eq!(thread_class("uaring-shard-0"), "shard");
+        assert_eq!(thread_class("iou-sqp-3075"), "poller");
+        assert_eq!(thread_class("iou-wrk-3075"), "io-worker");
+        assert_eq!(thread_class("load-1"), "load");
+        assert_eq!(thread_class("uaring-handshak"), "helper");
+        assert_eq!(thread_class("uaring"), "helper");
+        let t = |name: &str, cpu: u64, delay: u64, mig: Option<u64>| ThreadDelta {
+            name: name.into(),
+            cpu_ns: cpu,
+            run_delay_ns: delay,
+            timeslices: 1,
+            migrations: mig,
+            ..Default::default()
+        };
+        let d = ProcDelta {
+            threads: vec![
+                t("uaring", 5, 1, Some(0)),
+                t("uaring-shard-0", 100, 10, Some(2)),
+                t("iou-sqp-9", 40, 4, Some(1)),
+                t("uaring-shard-1", 50, 5, None),
+            ],
+            ..Default::default()
+        };
+        let c = by_class(&d);
+        assert_eq!(
+            c.iter().map(|c| c.class).collect::<Vec<_>>(),
+            ["shard", "poller", "helper"]
+        );
+        assert_eq!(
+            (
+                c[0].threads,
+                c[0].cpu_ns,
+                c[0].run_delay_ns,
+                c[0].timeslices,
+                c[0].migrations
+            ),
+            (2, 150, 15, 2, Some(2))
+        );
+        assert_eq!((c[1].cpu_ns, c[1].migrations), (40, Some(1)));
+    }
+
+    /// A SQPOLL poller is a thread of the process that set up the ring: it is in the
+    /// process's sample, classed `poller`, and its CPU time is in the process's total.
+    #[test]
+    fn sqpoll_poller_is_counted_in_the_process() {
+        let mut b =
+            io_uring::IoUring::<io_uring::squeue::Entry, io_uring::cqueue::Entry>::builder();
+        // Polls for 50 ms after each submission: it burns CPU the test can see.
+        b.setup_sqpoll(50);
+        let Ok(mut ring) = b.build(8) else {
+            eprintln!("no io_uring SQPOLL here (sandbox?): nothing to count");
+            return;
+        };
+        let me = std::process::id() as i32;
+        let before = sample_process(me).unwrap();
+        for i in 0..20u64 {
+            // SAFETY: a Nop references no memory.
+            unsafe {
+                ring.submission()
+                    .push(&io_uring::opcode::Nop::new().build().user_data(i))
+                    .unwrap();
+            }
+            ring.submit_and_wait(1).unwrap();
+            ring.completion().for_each(drop);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let after = sample_process(me).unwrap();
+        let d = delta(&before, &after);
+        let pollers: Vec<&ThreadDelta> = d
+            .threads
+            .iter()
+            .filter(|t| thread_class(&t.name) == "poller")
+            .collect();
+        assert!(!pollers.is_empty(), "no iou-sqp thread in {:?}", d.threads);
+        let poller_ns: u64 = pollers.iter().map(|t| t.cpu_ns).sum();
+        assert!(poller_ns > 0, "the poller ran: {pollers:?}");
+        assert_eq!(
+            d.cpu_ns,
+            d.threads.iter().map(|t| t.cpu_ns).sum::<u64>(),
+            "the process total is the sum of its threads, the poller's included"
+        );
+        assert!(d.cpu_ns >= poller_ns);
+        let classes = by_class(&d);
+        let p = classes.iter().find(|c| c.class == "poller").unwrap();
+        assert_eq!(p.cpu_ns, poller_ns);
+        drop(ring);
     }
 
     #[test]

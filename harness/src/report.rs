@@ -53,6 +53,47 @@ fn us(ns: u64) -> f64 {
     round(ns as f64 / 1000.0, 2)
 }
 
+/// The scheduler states of a process's threads summed by class (`server_sched`,
+/// `client_sched`): per class its threads, CPU seconds, run delay seconds (runnable but
+/// waiting for a CPU), timeslices and migrations (null where the kernel has no `sched` file).
+fn sched_json(d: &ProcDelta) -> Value {
+    let mut o = Map::new();
+    for c in crate::procstat::by_class(d) {
+        o.insert(
+            c.class.to_string(),
+            json!({
+                "threads": c.threads,
+                "cpu_s": round(c.cpu_ns as f64 / 1e9, 4),
+                "run_delay_s": round(c.run_delay_ns as f64 / 1e9, 4),
+                "timeslices": c.timeslices,
+                "migrations": c.migrations,
+            }),
+        );
+    }
+    Value::Object(o)
+}
+
+/// One line of a `*_sched` object for the readable block.
+fn sched_line(v: &Value) -> String {
+    let Some(o) = v.as_object() else {
+        return String::new();
+    };
+    o.iter()
+        .map(|(class, c)| {
+            let f = |k: &str| c.get(k).map(fmt).unwrap_or_default();
+            format!(
+                "{class} ×{}: run {} s, delay {} s, {} slices, {} migr",
+                f("threads"),
+                f("cpu_s"),
+                f("run_delay_s"),
+                f("timeslices"),
+                f("migrations")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Builds the result object. Per-op figures are per measured operation.
 pub fn build(
     info: &RunInfo,
@@ -154,6 +195,28 @@ pub fn build(
                 json!(per_op(s.nonvoluntary as f64)),
             );
             o.insert("server_rss_kb".into(), json!(m.server_rss_kb));
+            // Every thread of the server counts, io_uring SQPOLL pollers (kernel threads of
+            // the process) included; their part is reported on its own as well.
+            let classes = crate::procstat::by_class(s);
+            let poller = classes.iter().find(|c| c.class == "poller");
+            let poller_ns = poller.map_or(0, |p| p.cpu_ns);
+            o.insert(
+                "server_pollers".into(),
+                json!(poller.map_or(0, |p| p.threads)),
+            );
+            o.insert(
+                "server_poller_cpu_s".into(),
+                json!(round(poller_ns as f64 / 1e9, 4)),
+            );
+            o.insert(
+                "server_poller_share".into(),
+                json!(if s.cpu_ns > 0 {
+                    round(poller_ns as f64 / s.cpu_ns as f64, 3)
+                } else {
+                    0.0
+                }),
+            );
+            o.insert("server_sched".into(), sched_json(s));
             let mut shards = Vec::new();
             for t in &s.threads {
                 if t.name.contains("shard") {
@@ -199,6 +262,7 @@ pub fn build(
         }
     }
     let c = &m.client;
+    o.insert("client_sched".into(), sched_json(c));
     o.insert(
         "client_cpu_us_per_op".into(),
         json!(per_op(c.cpu_ns as f64 / 1000.0)),
@@ -355,6 +419,20 @@ pub fn readable(o: &Map<String, Value>) -> String {
             ));
         }
     }
+    if o.contains_key("server_poller_cpu_s") {
+        s.push_str(&format!(
+            "  pollers     {} SQPOLL poller threads, {} s CPU = {} of the server's CPU (counted in it)\n",
+            g("server_pollers"),
+            g("server_poller_cpu_s"),
+            g("server_poller_share")
+        ));
+    }
+    if let Some(v) = o.get("server_sched") {
+        s.push_str(&format!("  sched srv   {}\n", sched_line(v)));
+    }
+    if let Some(v) = o.get("client_sched") {
+        s.push_str(&format!("  sched cli   {}\n", sched_line(v)));
+    }
     if o.contains_key("rsa_bound_us_per_op") {
         s.push_str(&format!(
             "  rsa bound   {} per op = {} µs (RSA-{}: decrypt {} µs, sign {} µs, on cpus {} at once, drift {}) = {} ops per core-s; share reached {}\n",
@@ -444,6 +522,11 @@ pub fn readable(o: &Map<String, Value>) -> String {
         "bytes_out_per_op",
         "bytes_in_per_op",
         "shards",
+        "server_pollers",
+        "server_poller_cpu_s",
+        "server_poller_share",
+        "server_sched",
+        "client_sched",
         "foreign_cores",
         "steal_cores",
         "discarded_runs",
