@@ -843,6 +843,13 @@ const HANDLED_SIGNALS: [libc::c_int; 4] =
 
 /// Blocks the handled signals (and SIGPIPE's default action) on the calling thread; returns
 /// the previous mask.
+/// Blocks the signals `run_until_signal` handles on the calling thread until it installs its
+/// handlers (which unblock them): `uaring serve` prints `listening on` before that, and a
+/// SIGTERM sent as soon as the line is read must wait for the handler, not kill the process.
+pub(crate) fn block_handled_signals() {
+    let _ = mask_signals();
+}
+
 fn mask_signals() -> libc::sigset_t {
     // SAFETY: sigset manipulation on local sets; pthread_sigmask on the calling thread.
     unsafe {
