@@ -214,9 +214,11 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
         Vec::new()
     };
     let probed = std::thread::Builder::new()
-        .name("uaring-probe".into())
+        .name(PROBE_THREAD.into())
         .spawn(
-            move || -> Result<Result<(), String>, crate::uring::SetupError> {
+            move || -> Result<Result<i32, String>, crate::uring::SetupError> {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
                 let (ring, _) = crate::uring::setup_ring(entries)?;
                 drop(ring);
                 for o in &sqpoll_probes {
@@ -225,7 +227,7 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                         Err(e) => return Ok(Err(e.to_string())),
                     }
                 }
-                Ok(Ok(()))
+                Ok(Ok(tid))
             },
         )
         .map_err(|e| StartError::Other(format!("cannot spawn the io_uring probe thread: {e}")))?
@@ -238,7 +240,12 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                 opts.loop_cfg.sqpoll
             )))
         }
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(tid)) => {
+            if opts.loop_cfg.sqpoll.is_on() {
+                await_probe_pollers(tid);
+            }
+            Ok(())
+        }
         Err(e) => Err(e),
     };
     match probe {
@@ -260,6 +267,35 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
             tracing::warn!("io_uring unavailable ({e}); using the epoll backend");
             Ok((IoBackend::Epoll, 0))
         }
+    }
+}
+
+/// The name of the thread that probes io_uring at start.
+const PROBE_THREAD: &str = "uaring-probe";
+
+/// Waits (at most 2 s) until the probe thread and its SQPOLL poller threads have left the
+/// process: the kernel tears a closed ring down in the background, and a server that says it
+/// listens should have exactly the pollers its mode names. A poller starts with its creator's
+/// name (`uaring-probe`) and renames itself `iou-sqp-<tid>` once it runs, so both names count.
+fn await_probe_pollers(tid: i32) {
+    let name = format!("iou-sqp-{tid}");
+    let give_up = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        let lingering = dir.flatten().any(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim() == name || c.trim() == PROBE_THREAD)
+        });
+        if !lingering {
+            return;
+        }
+        if std::time::Instant::now() >= give_up {
+            tracing::debug!("the SQPOLL probe's poller threads are still exiting");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -281,6 +281,12 @@ fn serves(mode: &Mode, shards: usize) {
         mode.name
     );
 
+    // Quiet for longer than sqpoll_idle_ms (10 ms): the pollers go to sleep, and the next
+    // request's submissions must wake them (counted).
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(read(&mut reader), 20);
+    write(&mut writer, 21);
+
     // The mode is in force: the statistics file per shard, and the process's poller threads.
     let json = stats(&server, &stats_path);
     let modes = string_values(&json, "sqpoll");
@@ -316,7 +322,7 @@ fn serves(mode: &Mode, shards: usize) {
     if mode.sqpoll == "off" {
         assert_eq!(wakeups, 0, "{json}");
     } else {
-        // At least the first submission of each ring found its poller asleep.
+        // The requests after the quiet time found a poller asleep.
         assert!(wakeups >= 1, "{json}");
     }
     let spins: u64 = field_values(&json, "busy_polls").iter().sum();
@@ -387,6 +393,10 @@ fn metrics_report_the_modes() {
     for v in 0..5 {
         write(&mut c, v);
     }
+    // Quiet for longer than sqpoll_idle_ms (10 ms): the poller sleeps; the next request's
+    // submissions wake it.
+    std::thread::sleep(Duration::from_millis(200));
+    write(&mut c, 5);
     let body = {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics");
