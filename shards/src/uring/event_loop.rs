@@ -400,24 +400,29 @@ impl<H: Handler> UringLoop<H> {
                 return;
             }
         }
+        let ready = |ring: &mut IoUring| {
+            let mut cq = ring.completion();
+            cq.sync();
+            !cq.is_empty()
+        };
+        if ready(&mut self.ring) {
+            // Something completed already: nothing to spin for.
+            return;
+        }
         let mut hit = false;
         let mut now = start;
         while now < until {
-            {
-                let mut cq = self.ring.completion();
-                cq.sync();
-                if !cq.is_empty() {
-                    hit = true;
-                    break;
-                }
-            }
             if self.ring.submission().taskrun() {
                 // Deferred completions wait for an enter with GETEVENTS (submit adds it
                 // when the flag is up); it does not block.
                 let _ = self.ring.submit();
-                continue;
+            } else {
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
+            if ready(&mut self.ring) {
+                hit = true;
+                break;
+            }
             now = crate::clock::mono_ns();
         }
         let stats = self.core.wiring.stats();
