@@ -20,7 +20,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push library-cost depth placement servers security distribution handshake batching paced floor establishment"
+ALL="headline headline-connect capacity subscriptions events push library-cost depth placement servers security distribution handshake batching paced floor establishment io-modes"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -74,6 +74,10 @@ for t in $ALL; do
             --ratio uaring/open62541 --ratio uaring-wait-50/open62541 ;;
         establishment) sweep establishment establishment.variants establishment.scenarios \
             --ratio uaring-2-shards/open62541 --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline ;;
+        # The shard loop's I/O modes; not in the default TABLES yet: TABLES=io-modes harness/benchmarks/make-tables.sh
+        io-modes) sweep io-modes io-modes.variants io-modes.scenarios \
+            --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
+            --ratio sqpoll-cpu1-busy-50/default ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
@@ -105,6 +109,7 @@ done
     section floor "Batched client: uaring against the same-loop echo floor, and SignAndEncrypt against None and native open62541"
     section batching "Batched waiting: clients sending each request on its own, uaring with and without it, native open62541 and the echo floor"
     section paced "Paced per-request clients: latency and CPU at the same offered load (open loop)"
+    section io-modes "I/O modes of the shard loop: SQPOLL placements and busy polling against the default, every server thread counted"
     if [ -f "$RES/stalled.md" ]; then
         printf '\n## %s\n\n' "A subscriber that stops reading (SIGSTOP)"
         cat "$RES/stalled.md"
