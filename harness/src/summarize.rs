@@ -700,6 +700,19 @@ mod tests {
     }
 
     #[test]
+    fn the_pollers_share_is_a_column_only_where_a_run_had_pollers() {
+        let row = |v: &str, share: f64| {
+            format!("{{\"scenario\":\"read\",\"variant\":\"{v}\",\"server\":\"uaring\",\"send\":\"per-request\",\"ops_per_s\":10,\"clients\":1,\"inflight\":1,\"server_poller_share\":{share}}}\n")
+        };
+        let title = "SQPOLL pollers' share of the server CPU";
+        let without = markdown(&group(&row("default", 0.0)).unwrap());
+        assert!(!without.contains(title), "{without}");
+        let with = markdown(&group(&(row("default", 0.0) + &row("sqpoll", 0.25))).unwrap());
+        assert!(with.contains(title), "{with}");
+        assert!(with.contains("0.250"), "{with}");
+    }
+
+    #[test]
     fn numbers() {
         assert_eq!(num(1234567.4, 0), "1,234,567");
         assert_eq!(num(999.0, 0), "999");
