@@ -187,10 +187,9 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     // Probe once so a kernel or sandbox without io_uring is reported once, not per shard;
     // with SQPOLL, every distinct poller placement too, before anything listens: a CPU the
     // kernel does not accept stops the start here with what to change, not half-way
-    // through. On a thread of its own that ends with the probes: the rings' fds registered
-    // with IORING_REGISTER_RING_FDS (which the io-uring crate cannot unregister once its
-    // `Submitter` is gone) keep a ring — and a SQPOLL ring's poller thread — alive until
-    // their thread exits.
+    // through. On a thread of its own that ends with the probes, so whatever the kernel ties
+    // to the creating thread goes with it; then the start waits until the probe's pollers
+    // have left the process (`await_probe_pollers`).
     let entries = opts.loop_cfg.ring_entries;
     let sqpoll_probes: Vec<crate::uring::RingOptions> = if opts.loop_cfg.sqpoll.is_on() {
         let mut cpus: Vec<Option<usize>> = if opts.sqpoll_cpus.is_empty() {

@@ -33,7 +33,10 @@ pub struct Features {
     pub nodrop: bool,
     /// IORING_FEAT_FAST_POLL.
     pub fast_poll: bool,
-    /// IORING_REGISTER_RING_FD succeeded.
+    /// Always false: the ring's fd is not registered (IORING_REGISTER_RING_FDS). io-uring
+    /// 0.7.16 keeps the registered index in a `Submitter`, which `IoUring::submitter` makes
+    /// afresh each call, so no enter would use it; and the registration keeps the ring (and a
+    /// SQPOLL ring's poller thread) alive until its thread exits.
     pub registered_ring_fd: bool,
     /// Opcodes from the probe.
     pub op_accept: bool,
@@ -77,7 +80,6 @@ impl Features {
             (self.min_timeout, "MIN_TIMEOUT"),
             (self.nodrop, "NODROP"),
             (self.fast_poll, "FAST_POLL"),
-            (self.registered_ring_fd, "REGISTERED_RING_FD"),
             (self.pbuf_ring, "PBUF_RING"),
             (self.multishot, "MULTISHOT_ACCEPT_RECV"),
             (self.op_msg_ring, "MSG_RING"),
@@ -345,7 +347,6 @@ pub fn setup_ring_with(
                 if let Some(op) = f.missing_required() {
                     return Err(SetupError::Missing(op));
                 }
-                f.registered_ring_fd = ring.submitter().register_ring_fd().is_ok();
                 return Ok((ring, f));
             }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
