@@ -215,7 +215,7 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     let probed = std::thread::Builder::new()
         .name(PROBE_THREAD.into())
         .spawn(
-            move || -> Result<Result<i32, String>, crate::uring::SetupError> {
+            move || -> Result<Result<i32, crate::uring::SetupError>, crate::uring::SetupError> {
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
                 let (ring, _) = crate::uring::setup_ring(entries)?;
@@ -223,7 +223,7 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                 for o in &sqpoll_probes {
                     match crate::uring::setup_ring_with(entries, o) {
                         Ok((ring, _)) => drop(ring),
-                        Err(e) => return Ok(Err(e.to_string())),
+                        Err(e) => return Ok(Err(e)),
                     }
                 }
                 Ok(Ok(tid))
@@ -234,10 +234,27 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
         .map_err(|_| StartError::Other("the io_uring probe thread panicked".into()))?;
     let probe = match probed {
         Ok(Err(e)) => {
+            // Out of locked memory: say how much the rings are budgeted for against the limit.
+            let memlock = match (&e, limit) {
+                (crate::uring::SetupError::Sqpoll(io, _), Some(l))
+                    if io.raw_os_error() == Some(libc::ENOMEM) =>
+                {
+                    format!(
+                        " (the rings of {} shards are budgeted at {} KiB of locked memory and RLIMIT_MEMLOCK is {} KiB, \
+                         but the kernel wanted more than the limit had left: raise it with `ulimit -l` / LimitMEMLOCK= \
+                         to at least {} KiB, or set runtime.sqpoll = \"off\")",
+                        opts.shards,
+                        needed.div_ceil(1024),
+                        l / 1024,
+                        (2 * needed).div_ceil(1024).max(l / 1024 + 1)
+                    )
+                }
+                _ => String::new(),
+            };
             return Err(StartError::IoMode(format!(
-                "runtime.sqpoll = \"{}\": {e}",
+                "runtime.sqpoll = \"{}\": {e}{memlock}",
                 opts.loop_cfg.sqpoll
-            )))
+            )));
         }
         Ok(Ok(tid)) => {
             if opts.loop_cfg.sqpoll.is_on() {
