@@ -466,6 +466,15 @@ fn the_role_set_lists_the_mapping_of_the_default_token_settings() {
                 NodeId::ns0(n::WellKnownRole_Observer_EndpointsExclude),
                 VALUE,
             ),
+            // A role the server never grants: no identity maps to it.
+            (
+                NodeId::ns0(n::WellKnownRole_SecurityKeyServerAdmin_Identities),
+                VALUE,
+            ),
+            (
+                NodeId::ns0(n::WellKnownRole_SecurityKeyServerAdmin_CustomConfiguration),
+                VALUE,
+            ),
         ],
     );
     let rules = |v: &Variant| -> Vec<(i32, String)> {
@@ -496,6 +505,8 @@ fn the_role_set_lists_the_mapping_of_the_default_token_settings() {
     assert!(matches!(&r[3].value, Variant::Array(a) if a.values.is_empty()));
     assert_eq!(r[4].value, Variant::Boolean(true));
     assert_eq!(r[5].value, Variant::Boolean(true));
+    assert_eq!(rules(&r[6].value), vec![]);
+    assert_eq!(r[7].value, Variant::Boolean(false));
 }
 
 /// Message texts of the events in the Publish responses the shard has ready.

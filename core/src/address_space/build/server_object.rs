@@ -276,8 +276,8 @@ fn strings(v: &[&str]) -> Variant {
 }
 
 /// The Property `name` of a well-known role's Object, when the node set has it.
-fn role_property(b: &AddressSpaceBuilder, role: WellKnownRole, name: &str) -> Option<NodeId> {
-    let node = b.node(&role.node_id())?;
+fn role_property(b: &AddressSpaceBuilder, role: &NodeId, name: &str) -> Option<NodeId> {
+    let node = b.node(role)?;
     node.references
         .iter()
         .filter(|r| {
@@ -295,7 +295,7 @@ fn role_property(b: &AddressSpaceBuilder, role: WellKnownRole, name: &str) -> Op
 
 fn set_role_property(
     b: &mut AddressSpaceBuilder,
-    role: WellKnownRole,
+    role: &NodeId,
     name: &str,
     value: Variant,
     start: DateTime,
@@ -322,7 +322,7 @@ pub fn set_role_identities(
         .map(|r| Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(r))))
         .collect();
     let value = Variant::array(BuiltinType::ExtensionObject, rules).unwrap_or(Variant::Empty);
-    set_role_property(b, role, "Identities", value, start);
+    set_role_property(b, &role.node_id(), "Identities", value, start);
 }
 
 /// The RoleSet's values: each role's Identities as the default token settings grant it
@@ -344,9 +344,48 @@ fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
             _ => Vec::new(),
         };
         set_role_identities(b, role, &rules);
-        let empty_strings =
-            Variant::array(BuiltinType::String, Vec::new()).unwrap_or(Variant::Empty);
-        set_role_property(b, role, "Applications", empty_strings, start);
+    }
+    // Every role of the RoleSet, the ones the server never grants too (the Security Key
+    // Server roles): no identity maps to those.
+    // The builder has each reference as declared (inverses come at finish): a role is
+    // declared a component of the RoleSet on either end.
+    let role_set = NodeId::ns0(crate::generated::node_ids::Server_ServerCapabilities_RoleSet);
+    let component = |r: &crate::address_space::Reference| {
+        r.reference_type.as_ns0() == Some(crate::address_space::ids::HAS_COMPONENT)
+    };
+    let mut roles: Vec<NodeId> = b
+        .node(&role_set)
+        .map(|n| {
+            n.references
+                .iter()
+                .filter(|r| r.is_forward && component(r))
+                .filter_map(|r| r.target.as_local().cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    roles.extend(
+        b.nodes()
+            .filter(|n| {
+                n.references.iter().any(|r| {
+                    !r.is_forward && component(r) && r.target.as_local() == Some(&role_set)
+                })
+            })
+            .map(|n| n.node_id.clone()),
+    );
+    roles.sort();
+    roles.dedup();
+    let empty = |t| Variant::array(t, Vec::new()).unwrap_or(Variant::Empty);
+    for role in &roles {
+        if WellKnownRole::from_node_id(role).is_none() {
+            set_role_property(
+                b,
+                role,
+                "Identities",
+                empty(BuiltinType::ExtensionObject),
+                start,
+            );
+        }
+        set_role_property(b, role, "Applications", empty(BuiltinType::String), start);
         set_role_property(
             b,
             role,
@@ -354,9 +393,13 @@ fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
             Variant::Boolean(true),
             start,
         );
-        let no_endpoints =
-            Variant::array(BuiltinType::ExtensionObject, Vec::new()).unwrap_or(Variant::Empty);
-        set_role_property(b, role, "Endpoints", no_endpoints, start);
+        set_role_property(
+            b,
+            role,
+            "Endpoints",
+            empty(BuiltinType::ExtensionObject),
+            start,
+        );
         set_role_property(b, role, "EndpointsExclude", Variant::Boolean(true), start);
         set_role_property(
             b,
