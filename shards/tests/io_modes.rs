@@ -12,126 +12,9 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::int32::*;
 use common::*;
-use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::*;
-use uaring_core::{NodeId, StatusCode, Variant};
 use uaring_harness::blocking::Client;
-
-const T: Duration = Duration::from_secs(10);
-
-fn int32() -> NodeId {
-    NodeId::string(1, "Demo.Static.Int32")
-}
-
-fn write(c: &mut Client, v: i32) {
-    let r = c.write(&[WriteValue {
-        node_id: int32(),
-        attribute_id: 13,
-        value: uaring_core::DataValue::new(Variant::Int32(v)),
-        ..Default::default()
-    }]);
-    assert_eq!(r.expect("write"), vec![StatusCode::Good]);
-}
-
-fn read(c: &mut Client) -> i32 {
-    let v = c.read_values(&[int32()]).expect("read");
-    match v[0].value {
-        Variant::Int32(x) => x,
-        ref other => panic!("Int32 expected, got {other:?}"),
-    }
-}
-
-/// A 20 ms subscription on the Int32 variable; returns its id.
-fn subscribe(c: &mut Client) -> u32 {
-    let Response::CreateSubscription(s) = c
-        .call(Request::CreateSubscription(Box::new(
-            CreateSubscriptionRequest {
-                requested_publishing_interval: 20.0,
-                requested_lifetime_count: 3000,
-                requested_max_keep_alive_count: 10,
-                publishing_enabled: true,
-                ..Default::default()
-            },
-        )))
-        .expect("CreateSubscription")
-    else {
-        panic!("not a CreateSubscription response")
-    };
-    let item = MonitoredItemCreateRequest {
-        item_to_monitor: ReadValueId {
-            node_id: int32(),
-            attribute_id: 13,
-            ..Default::default()
-        },
-        monitoring_mode: MonitoringMode::Reporting,
-        requested_parameters: MonitoringParameters {
-            client_handle: 5,
-            sampling_interval: 0.0,
-            queue_size: 100,
-            discard_oldest: false,
-            ..Default::default()
-        },
-    };
-    let Response::CreateMonitoredItems(m) = c
-        .call(Request::CreateMonitoredItems(Box::new(
-            CreateMonitoredItemsRequest {
-                subscription_id: s.subscription_id,
-                timestamps_to_return: TimestampsToReturn::Both,
-                items_to_create: vec![item],
-                ..Default::default()
-            },
-        )))
-        .expect("CreateMonitoredItems")
-    else {
-        panic!("not a CreateMonitoredItems response")
-    };
-    assert!(m.results[0].status_code.is_good());
-    s.subscription_id
-}
-
-/// Publishes (acknowledging what it got) until `want` arrived; returns the values seen.
-fn collect_until(
-    c: &mut Client,
-    acks: &mut Vec<SubscriptionAcknowledgement>,
-    want: i32,
-) -> Vec<i32> {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + T;
-    while !got.contains(&want) {
-        assert!(
-            Instant::now() < deadline,
-            "value {want} not delivered; got {got:?}"
-        );
-        let r = c
-            .call(Request::Publish(Box::new(PublishRequest {
-                subscription_acknowledgements: std::mem::take(acks),
-                ..Default::default()
-            })))
-            .expect("Publish");
-        let Response::Publish(p) = r else {
-            panic!("{r:?}")
-        };
-        for n in &p.notification_message.notification_data {
-            if let Some(Ok(dc)) =
-                n.decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default())
-            {
-                for m in dc.monitored_items {
-                    if let Variant::Int32(v) = m.value.value {
-                        got.push(v);
-                    }
-                }
-            }
-        }
-        if !p.notification_message.notification_data.is_empty() {
-            acks.push(SubscriptionAcknowledgement {
-                subscription_id: p.subscription_id,
-                sequence_number: p.notification_message.sequence_number,
-            });
-        }
-    }
-    got
-}
 
 /// The names of the threads of process `pid`.
 fn thread_names(pid: u32) -> Vec<String> {
@@ -393,11 +276,7 @@ fn metrics_report_the_modes() {
     for v in 0..5 {
         write(&mut c, v);
     }
-    // Quiet for longer than sqpoll_idle_ms (10 ms): the poller sleeps; the next request's
-    // submissions wake it.
-    std::thread::sleep(Duration::from_millis(200));
-    write(&mut c, 5);
-    let body = {
+    let metrics = || {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics");
         s.set_read_timeout(Some(T)).expect("timeout");
@@ -406,18 +285,33 @@ fn metrics_report_the_modes() {
         s.read_to_string(&mut text).expect("response");
         text
     };
+    let counter = |body: &str, name: &str| -> Option<f64> {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{shard=\"0\"}}")))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+    };
+    // Quiet for longer than sqpoll_idle_ms (10 ms): the poller sleeps; the next request's
+    // submissions wake it. The shard publishes its counters from time to time, so the
+    // count is awaited (a few quiet spells at most).
+    let deadline = Instant::now() + T;
+    let body = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        write(&mut c, 5);
+        let body = metrics();
+        if counter(&body, "uaring_uring_sqpoll_wakeups_total").is_some_and(|v| v >= 1.0)
+            || Instant::now() > deadline
+        {
+            break body;
+        }
+    };
     let cpu = shard_cpus(1)[0];
     assert!(
         body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\"}} 1")),
         "{body}"
     );
-    let value = |name: &str| -> f64 {
-        body.lines()
-            .find(|l| l.starts_with(&format!("{name}{{shard=\"0\"}}")))
-            .and_then(|l| l.rsplit_once(' '))
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or_else(|| panic!("{name} missing:\n{body}"))
-    };
+    let value =
+        |name: &str| counter(&body, name).unwrap_or_else(|| panic!("{name} missing:\n{body}"));
     assert!(value("uaring_uring_sqpoll_wakeups_total") >= 1.0);
     assert!(value("uaring_uring_busy_polls_total") >= 1.0);
     assert!(value("uaring_uring_busy_poll_seconds_total") > 0.0);

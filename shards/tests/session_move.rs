@@ -8,17 +8,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::int32::*;
 use common::*;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::{ExtensionObject, NodeId, StatusCode, Variant};
+use uaring_core::{ExtensionObject, NodeId, StatusCode};
 use uaring_harness::blocking::{Client, ClientError};
-
-const T: Duration = Duration::from_secs(10);
-
-fn int32() -> NodeId {
-    NodeId::string(1, "Demo.Static.Int32")
-}
 
 fn start(backend: &str, stats: &std::path::Path) -> Server {
     Server::start(&[
@@ -86,106 +81,6 @@ fn resume(url: &str, token: &NodeId) -> Client {
             other => panic!("ActivateSession on a new channel: {other:?}"),
         }
     }
-}
-
-fn write(c: &mut Client, v: i32) {
-    let r = c.write(&[WriteValue {
-        node_id: int32(),
-        attribute_id: 13,
-        value: uaring_core::DataValue::new(Variant::Int32(v)),
-        ..Default::default()
-    }]);
-    assert_eq!(r.expect("write"), vec![StatusCode::Good]);
-}
-
-fn subscribe(c: &mut Client) -> u32 {
-    let Response::CreateSubscription(s) = c
-        .call(Request::CreateSubscription(Box::new(
-            CreateSubscriptionRequest {
-                requested_publishing_interval: 20.0,
-                requested_lifetime_count: 3000,
-                requested_max_keep_alive_count: 10,
-                publishing_enabled: true,
-                ..Default::default()
-            },
-        )))
-        .expect("CreateSubscription")
-    else {
-        panic!()
-    };
-    let item = MonitoredItemCreateRequest {
-        item_to_monitor: ReadValueId {
-            node_id: int32(),
-            attribute_id: 13,
-            ..Default::default()
-        },
-        monitoring_mode: MonitoringMode::Reporting,
-        requested_parameters: MonitoringParameters {
-            client_handle: 5,
-            sampling_interval: 0.0,
-            queue_size: 100,
-            discard_oldest: false,
-            ..Default::default()
-        },
-    };
-    let Response::CreateMonitoredItems(m) = c
-        .call(Request::CreateMonitoredItems(Box::new(
-            CreateMonitoredItemsRequest {
-                subscription_id: s.subscription_id,
-                timestamps_to_return: TimestampsToReturn::Both,
-                items_to_create: vec![item],
-                ..Default::default()
-            },
-        )))
-        .expect("CreateMonitoredItems")
-    else {
-        panic!()
-    };
-    assert!(m.results[0].status_code.is_good());
-    s.subscription_id
-}
-
-/// Publishes (acknowledging what it got) until `want` arrived; returns the values seen.
-fn collect_until(
-    c: &mut Client,
-    acks: &mut Vec<SubscriptionAcknowledgement>,
-    want: i32,
-) -> Vec<i32> {
-    let mut got = Vec::new();
-    let deadline = Instant::now() + T;
-    while !got.contains(&want) {
-        assert!(
-            Instant::now() < deadline,
-            "value {want} not delivered; got {got:?}"
-        );
-        let r = c
-            .call(Request::Publish(Box::new(PublishRequest {
-                subscription_acknowledgements: std::mem::take(acks),
-                ..Default::default()
-            })))
-            .expect("Publish");
-        let Response::Publish(p) = r else {
-            panic!("{r:?}")
-        };
-        for n in &p.notification_message.notification_data {
-            if let Some(Ok(dc)) =
-                n.decode_as::<DataChangeNotification>(uaring_core::DecodeLimits::default())
-            {
-                for m in dc.monitored_items {
-                    if let Variant::Int32(v) = m.value.value {
-                        got.push(v);
-                    }
-                }
-            }
-        }
-        if !p.notification_message.notification_data.is_empty() {
-            acks.push(SubscriptionAcknowledgement {
-                subscription_id: p.subscription_id,
-                sequence_number: p.notification_message.sequence_number,
-            });
-        }
-    }
-    got
 }
 
 fn reconnects_keep_the_subscription(backend: &str) {

@@ -1,6 +1,7 @@
 //! Starting the real `uaring` binary and speaking raw UA-TCP to it.
 #![allow(dead_code)]
 
+pub mod int32;
 pub mod memory;
 
 use std::io::{BufRead, BufReader, Read, Write};
