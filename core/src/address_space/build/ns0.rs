@@ -101,9 +101,14 @@ fn convert(n: Ns0Node) -> Result<Node, String> {
 
 /// Optional nodes of the Server object that this server leaves out, with everything
 /// under them: limits of services it does not offer (history, node management), the
-/// HistoryServerCapabilities of a server without history, and server-wide totals that
-/// depend on the runtime's shard count, which the address space does not know (the
-/// per-shard limits are in docs/Limits.md). Otherwise a client would read them as Null.
+/// HistoryServerCapabilities and the default history configurations of a server without
+/// history, server-wide totals that depend on the runtime's shard count, which the address
+/// space does not know (the per-shard limits are in docs/Limits.md), and features it does
+/// not implement: PubSub (PublishSubscribe), push certificate management
+/// (ServerConfiguration), Resources, LocalTime, EstimatedReturnTime, UrisVersion, the
+/// sampling-interval diagnostics, the Aliases' LastChange and namespace 0's default role
+/// permissions and access restrictions (none are set: the server's default rule applies).
+/// Otherwise a client would find features that are not there, or read them as Null.
 pub const OMITTED: &[u32] = &[
     node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
     node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadEvents,
@@ -115,27 +120,58 @@ pub const OMITTED: &[u32] = &[
     node_ids::Server_ServerCapabilities_MaxSubscriptions,
     node_ids::Server_ServerCapabilities_MaxMonitoredItems,
     node_ids::Server_ServerCapabilities_ConformanceUnits,
+    node_ids::PublishSubscribe,
+    node_ids::ServerConfiguration,
+    node_ids::Resources,
+    node_ids::DefaultHAConfiguration,
+    node_ids::DefaultHEConfiguration,
+    node_ids::Server_LocalTime,
+    node_ids::Server_EstimatedReturnTime,
+    node_ids::Server_UrisVersion,
+    node_ids::Server_ServerDiagnostics_SamplingIntervalDiagnosticsArray,
+    node_ids::Aliases_LastChange,
+    node_ids::OPCUANamespaceMetadata_DefaultRolePermissions,
+    node_ids::OPCUANamespaceMetadata_DefaultUserRolePermissions,
+    node_ids::OPCUANamespaceMetadata_DefaultAccessRestrictions,
 ];
 
-/// The ids in [`OMITTED`] and every node under them (forward HasComponent / HasProperty).
+/// The ids in [`OMITTED`] and every node under them (HasComponent / HasProperty, declared
+/// on the parent as a forward reference or on the child as an inverse one).
 fn omitted(nodes: &[Ns0Node]) -> HashSet<NodeId> {
     const HAS_COMPONENT: u32 = 47;
     const HAS_PROPERTY: u32 = 46;
+    let child_ref = |r: &ns0::Ns0Reference| {
+        matches!(
+            r.reference_type.as_ns0(),
+            Some(HAS_COMPONENT) | Some(HAS_PROPERTY)
+        )
+    };
     let by_id: HashMap<&NodeId, &Ns0Node> = nodes.iter().map(|n| (&n.node_id, n)).collect();
+    let mut declared_on_child: HashMap<&NodeId, Vec<&NodeId>> = HashMap::new();
+    for n in nodes {
+        for r in n
+            .references
+            .iter()
+            .filter(|r| !r.is_forward && child_ref(r))
+        {
+            declared_on_child
+                .entry(&r.target)
+                .or_default()
+                .push(&n.node_id);
+        }
+    }
     let mut out: HashSet<NodeId> = HashSet::new();
     let mut stack: Vec<NodeId> = OMITTED.iter().map(|&i| NodeId::ns0(i)).collect();
     while let Some(id) = stack.pop() {
         if !out.insert(id.clone()) {
             continue;
         }
+        if let Some(children) = declared_on_child.get(&id) {
+            stack.extend(children.iter().map(|c| (*c).clone()));
+        }
         let Some(n) = by_id.get(&id) else { continue };
         for r in &n.references {
-            let child = r.is_forward
-                && matches!(
-                    r.reference_type.as_ns0(),
-                    Some(HAS_COMPONENT) | Some(HAS_PROPERTY)
-                );
-            if child {
+            if r.is_forward && child_ref(r) {
                 stack.push(r.target.clone());
             }
         }
