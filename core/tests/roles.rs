@@ -183,21 +183,26 @@ fn translate(h: &mut Harness, token: &NodeId, names: &[&str]) -> StatusCode {
     }
 }
 
-fn monitor(h: &mut Harness, token: &NodeId, node: NodeId) -> StatusCode {
+/// A subscription publishing every `interval_ms`; returns its id.
+fn create_subscription(h: &mut Harness, token: &NodeId, interval_ms: f64) -> u32 {
     let header = h.header(token);
-    let sub = match h.call(Request::CreateSubscription(Box::new(
+    match h.call(Request::CreateSubscription(Box::new(
         CreateSubscriptionRequest {
             request_header: header,
-            requested_publishing_interval: 100.0,
-            requested_lifetime_count: 100,
-            requested_max_keep_alive_count: 10,
+            requested_publishing_interval: interval_ms,
+            requested_lifetime_count: 300,
+            requested_max_keep_alive_count: 100,
             publishing_enabled: true,
             ..CreateSubscriptionRequest::default()
         },
     ))) {
         Response::CreateSubscription(r) => r.subscription_id,
         other => panic!("CreateSubscription failed: {other:?}"),
-    };
+    }
+}
+
+fn monitor(h: &mut Harness, token: &NodeId, node: NodeId) -> StatusCode {
+    let sub = create_subscription(h, token, 100.0);
     let header = h.header(token);
     let r = Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
         request_header: header,
@@ -535,20 +540,7 @@ fn event_messages(h: &mut Harness) -> Vec<String> {
 
 /// An event item on the Server object selecting Message, and one Publish waiting.
 fn subscribe_events(h: &mut Harness, token: &NodeId) {
-    let header = h.header(token);
-    let sub = match h.call(Request::CreateSubscription(Box::new(
-        CreateSubscriptionRequest {
-            request_header: header,
-            requested_publishing_interval: 50.0,
-            requested_lifetime_count: 100,
-            requested_max_keep_alive_count: 100,
-            publishing_enabled: true,
-            ..CreateSubscriptionRequest::default()
-        },
-    ))) {
-        Response::CreateSubscription(r) => r.subscription_id,
-        other => panic!("CreateSubscription failed: {other:?}"),
-    };
+    let sub = create_subscription(h, token, 50.0);
     let filter = EventFilter {
         select_clauses: vec![SimpleAttributeOperand {
             type_definition_id: NodeId::ns0(2041),

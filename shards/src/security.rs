@@ -72,6 +72,17 @@ pub enum Anonymous {
     Readwrite,
 }
 
+impl Anonymous {
+    /// The roles an anonymous login gets besides Anonymous; `None`: refused.
+    pub fn roles(self) -> Option<Roles> {
+        match self {
+            Anonymous::Off => None,
+            Anonymous::Read => Some(Role::Read.roles()),
+            Anonymous::Readwrite => Some(Role::Readwrite.roles()),
+        }
+    }
+}
+
 /// `[[users]]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,11 +131,7 @@ pub fn role_identities(
         criteria_type,
         criteria: criteria.into(),
     };
-    let anonymous = match config.anonymous {
-        Anonymous::Off => None,
-        Anonymous::Read => Some(Role::Read.roles()),
-        Anonymous::Readwrite => Some(Role::Readwrite.roles()),
-    };
+    let anonymous = config.anonymous.roles();
     let mut granted = Vec::with_capacity(users.len());
     for u in users {
         granted.push((u.name.as_str(), u.granted()?));
@@ -627,11 +634,7 @@ impl SecuritySetup {
             policy_id(&c.user_token_policy_on_none)?.uri().to_owned()
         };
         p.set_user_tokens(UserTokenSettings {
-            anonymous: match c.anonymous {
-                Anonymous::Off => None,
-                Anonymous::Read => Some(Role::Read.roles()),
-                Anonymous::Readwrite => Some(Role::Readwrite.roles()),
-            },
+            anonymous: c.anonymous.roles(),
             user_name: user_auth && have_users && c.user_name_tokens,
             x509: user_auth && c.x509_user_tokens,
             allow_password_on_none: c.allow_password_on_none,

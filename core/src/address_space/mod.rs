@@ -523,6 +523,19 @@ impl AddressSpace {
         }
     }
 
+    /// May a user with `roles` do `needed` on the node `id`? True for an id that is not in
+    /// the address space (a node of another server is not ours to hide; an unknown one
+    /// answers its own status elsewhere).
+    pub fn node_permits(
+        &self,
+        id: &NodeId,
+        roles: crate::roles::Roles,
+        needed: crate::generated::types::PermissionType,
+    ) -> bool {
+        self.index_of(id)
+            .is_none_or(|i| self.permissions(i, roles).contains(needed))
+    }
+
     /// The node at an index from [`AddressSpace::node_index`].
     #[inline]
     pub fn node_at(&self, index: u32) -> Option<&Node> {

@@ -99,8 +99,9 @@ fn user_attribute(attribute_id: u32) -> bool {
     )
 }
 
-/// The permission an operation on `attribute_id` needs to read it.
-fn read_permission(attribute_id: u32) -> PermissionType {
+/// The permission an operation on `attribute_id` needs to read it (also what a monitored
+/// item of the attribute needs).
+pub fn read_permission(attribute_id: u32) -> PermissionType {
     match attribute_id {
         attr::VALUE => PermissionType::Read,
         attr::ROLE_PERMISSIONS => PermissionType::ReadRolePermissions,
@@ -367,16 +368,19 @@ pub fn read_deferred(
         let source = (rv.attribute_id == attr::VALUE)
             .then(|| space.node_index(&rv.node_id))
             .flatten()
-            .and_then(|ix| Some((space.node_at(ix)?, space.async_source(ix)?.clone())));
-        let Some((node, source)) = source else {
+            .and_then(|ix| Some((ix, space.node_at(ix)?, space.async_source(ix)?.clone())));
+        let Some((ix, node, source)) = source else {
             results.push(read_as(space, roles, rv, ts, now));
             continue;
         };
         let permitted = || {
-            let ix = space.node_index(&rv.node_id);
-            match ix.map(|ix| space.permissions(ix, roles)) {
-                Some(p) if p.contains(PermissionType::Read) => Ok(()),
-                _ => Err(StatusCode::BadUserAccessDenied),
+            if space
+                .permissions(ix, roles)
+                .contains(read_permission(attr::VALUE))
+            {
+                Ok(())
+            } else {
+                Err(StatusCode::BadUserAccessDenied)
             }
         };
         if let Err(status) = node

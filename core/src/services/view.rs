@@ -185,13 +185,9 @@ fn check_count(n: usize, max: u32) -> Result<(), StatusCode> {
     }
 }
 
-/// May a user with `roles` see this node (the Browse permission)? Nodes of other servers
-/// are not ours to hide.
+/// May a user with `roles` see this node (the Browse permission)?
 fn browsable(space: &AddressSpace, roles: Roles, id: &NodeId) -> bool {
-    match space.node_index(id) {
-        Some(i) => space.permissions(i, roles).contains(PermissionType::Browse),
-        None => true,
-    }
+    space.node_permits(id, roles, PermissionType::Browse)
 }
 
 /// Browse (Part 4 §5.9.2) for a validated, activated session. Nodes the user may not browse

@@ -176,14 +176,13 @@ struct EventItem {
 }
 
 /// May an item of a session with `roles` receive events of this source node (its
-/// ReceiveEvents permission; a source outside the address space is not ours to hide)?
+/// ReceiveEvents permission)?
 fn receives(space: &AddressSpace, roles: crate::roles::Roles, source: &NodeId) -> bool {
-    match space.node_index(source) {
-        Some(i) => space
-            .permissions(i, roles)
-            .contains(crate::generated::types::PermissionType::ReceiveEvents),
-        None => true,
-    }
+    space.node_permits(
+        source,
+        roles,
+        crate::generated::types::PermissionType::ReceiveEvents,
+    )
 }
 
 struct Source {
@@ -1881,12 +1880,9 @@ impl SubscriptionEngine {
             .ok_or(StatusCode::BadNodeIdUnknown)?;
         if space.has_role_permissions() {
             // What a Read of the attribute would need; events need ReceiveEvents.
-            use crate::generated::types::PermissionType as P;
             let needed = match rv.attribute_id {
-                attr::Value => P::Read,
-                attr::EventNotifier => P::ReceiveEvents,
-                attr::RolePermissions => P::ReadRolePermissions,
-                _ => P::Browse,
+                attr::EventNotifier => crate::generated::types::PermissionType::ReceiveEvents,
+                a => crate::services::attribute::read_permission(a),
             };
             if !space.permissions(node_index, roles).contains(needed) {
                 return Err(StatusCode::BadUserAccessDenied);

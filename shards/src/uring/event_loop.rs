@@ -1205,19 +1205,15 @@ pub(crate) fn ring_options(
     cfg: &LoopConfig,
     wiring: &ShardWiring,
 ) -> Result<RingOptions, SetupError> {
+    let setup = SqpollSetup {
+        idle_ms: cfg.sqpoll_idle_ms,
+        cpu: cfg.sqpoll_cpu.map(|c| c as u32),
+        attach_fd: None,
+    };
     let sqpoll = match cfg.sqpoll {
         Sqpoll::Off => None,
-        Sqpoll::PerShard => Some(SqpollSetup {
-            idle_ms: cfg.sqpoll_idle_ms,
-            cpu: cfg.sqpoll_cpu.map(|c| c as u32),
-            attach_fd: None,
-        }),
+        Sqpoll::PerShard => Some(setup),
         Sqpoll::Shared => {
-            let setup = SqpollSetup {
-                idle_ms: cfg.sqpoll_idle_ms,
-                cpu: cfg.sqpoll_cpu.map(|c| c as u32),
-                attach_fd: None,
-            };
             if wiring.index == 0 {
                 Some(setup)
             } else {
