@@ -26,6 +26,8 @@ use uaring_core::server::shared::ServerShared;
 use uaring_core::services::{dispatch, dispatch_deferrable};
 use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
 
+#[path = "../tests/support/content.rs"]
+mod content;
 #[path = "../tests/support/counting.rs"]
 mod counting;
 
@@ -70,15 +72,13 @@ impl Bench {
     /// and `items` items on `nodes(i)` at 10 ms, queue 1.
     fn new(counters: u32, publishing_ms: f64, items: u32, nodes: impl Fn(u32) -> u32) -> Bench {
         let mut config = ServerConfig::default();
-        config.application.counters = counters;
         config.operation_limits.max_monitored_items_per_call = 1_000_000;
-        // No Demo folder: its event generator and alarm allocate per event, off this path.
-        config.application.demo_namespace = false;
         let now = Now::new(
             1_000_000_000,
             DateTime::from_unix_nanos(1_700_000_000_000_000_000),
         );
-        let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
+        let shared: Arc<ServerShared> =
+            content::new_with(config, now, &content::Content::counters(counters)).unwrap();
         let mut shard = ShardState::new(
             shared,
             0,

@@ -85,10 +85,7 @@ fn publish_allocates_nothing_in_steady_state() {
     use uaring_core::types::{DataValue, NodeId, Variant};
 
     const N: u32 = 10;
-    // No Demo folder: its event generator and alarm allocate per event (every few seconds
-    // of this test's clock), and they are not the Publish path.
-    let mut config = uaring_core::config::ServerConfig::default();
-    config.application.demo_namespace = false;
+    let config = uaring_core::config::ServerConfig::default();
     let mut net = Net::with_session_on(config);
     let Response::CreateSubscription(sub) = net.call(Request::CreateSubscription(Box::new(
         CreateSubscriptionRequest {

@@ -10,7 +10,7 @@ use dispatch_util::*;
 use uaring_core::address_space::app::{
     AppMethod, ArgDef, AsyncCall, AsyncRead, AsyncSource, AsyncWrite, AsyncWriteHook, MethodHandler,
 };
-use uaring_core::address_space::build::ns1;
+use uaring_core::address_space::build::make;
 use uaring_core::address_space::ValueSource;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
@@ -46,7 +46,7 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
     let a = app.clone();
     let b = app.clone();
     let c = app.clone();
-    ServerShared::new_with(ServerConfig::default(), start(), &mut move |bld| {
+    content::new_and(ServerConfig::default(), start(), move |bld| {
         let ns = bld.add_namespace("urn:test:async")?;
         assert_eq!(ns, 2);
         let objects = Some((NodeId::ns0(85), 35));
@@ -56,14 +56,14 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
             2,
             500,
         );
-        bld.add(ns1::make_variable(
+        bld.add(make::make_variable(
             device(),
             QualifiedName::new(ns, "Device"),
             NodeId::ns0(11),
             -1,
             vec![],
             ValueSource::Async(source),
-            ns1::READ_ONLY,
+            make::READ_ONLY,
             0.0,
             objects.clone(),
         ))?;
@@ -73,25 +73,25 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
             8,
             100,
         );
-        bld.add(ns1::make_variable(
+        bld.add(make::make_variable(
             slow_device(),
             QualifiedName::new(ns, "SlowDevice"),
             NodeId::ns0(11),
             -1,
             vec![],
             ValueSource::Async(slow),
-            ns1::READ_ONLY,
+            make::READ_ONLY,
             0.0,
             objects.clone(),
         ))?;
-        bld.add(ns1::variable(
+        bld.add(make::variable(
             setpoint(),
             QualifiedName::new(ns, "Setpoint"),
             NodeId::ns0(11),
             -1,
             vec![],
             DataValue::new(Variant::Double(1.0)),
-            ns1::WRITABLE,
+            make::WRITABLE,
             0.0,
             objects.clone(),
         ))?;
@@ -108,7 +108,7 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
                 timeout_ms: 500,
             },
         );
-        let folder = ns1::folder(
+        let folder = make::folder(
             NodeId::string(ns, "Tools"),
             QualifiedName::new(ns, "Tools"),
             NodeId::ns0(85),

@@ -1,8 +1,10 @@
 //! Read and Write against the built address space.
 
+#[path = "support/content.rs"]
+mod content;
 use std::sync::Arc;
 
-use uaring_core::address_space::build::ns1::demo_types;
+use content::demo_types;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::{
@@ -20,7 +22,7 @@ fn now() -> Now {
 }
 
 fn shared() -> Arc<ServerShared> {
-    ServerShared::new(ServerConfig::default(), now()).unwrap()
+    content::new(ServerConfig::default(), now()).unwrap()
 }
 
 fn rv(id: NodeId, attribute_id: u32) -> ReadValueId {
@@ -967,7 +969,7 @@ fn structures_are_written_by_data_type() {
 
 #[test]
 fn access_level_bits_are_enforced() {
-    use uaring_core::address_space::build::ns1::variable;
+    use uaring_core::address_space::build::make::variable;
     use uaring_core::address_space::{AddressSpaceBuilder, ServerInfo};
     use uaring_core::services::attribute::{read_attribute, write_attribute, Timestamps};
     let mut b = AddressSpaceBuilder::new(

@@ -164,7 +164,7 @@ fn bench_node(i: u32) -> NodeId {
 
 #[test]
 fn twenty_quick_writes_arrive_as_twenty_notifications_whichever_shard_writes() {
-    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
     let mut subscriber = Client::on(&shared, 1);
     let mut other = Client::on(&shared, 0);
     let sub = subscriber.subscribe(100.0);
@@ -204,7 +204,7 @@ fn twenty_quick_writes_arrive_as_twenty_notifications_whichever_shard_writes() {
 
 #[test]
 fn a_thousand_pushes_from_an_application_thread_reach_items_on_two_shards_in_order() {
-    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
     let mut a = Client::on(&shared, 0);
     let mut b = Client::on(&shared, 1);
     let (sa, sb) = (a.subscribe(50.0), b.subscribe(100.0));
@@ -232,7 +232,7 @@ fn a_thousand_pushes_from_an_application_thread_reach_items_on_two_shards_in_ord
 
 #[test]
 fn a_push_of_the_wrong_type_is_refused_and_reaches_nobody() {
-    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
     let mut a = Client::on(&shared, 0);
     let s = a.subscribe(50.0);
     a.monitor(s, bench_node(1), 0.0, 10);
@@ -251,7 +251,7 @@ fn a_push_of_the_wrong_type_is_refused_and_reaches_nobody() {
 fn a_full_inbox_resynchronises_items_with_the_overflow_bit() {
     let mut cfg = ServerConfig::default();
     cfg.subscriptions.change_queue_per_shard = 8;
-    let shared = ServerShared::new(cfg, start()).unwrap();
+    let shared = content::new(cfg, start()).unwrap();
     let mut a = Client::on(&shared, 0);
     let s = a.subscribe(100.0);
     a.monitor(s, bench_node(2), 0.0, 100);
@@ -277,7 +277,7 @@ fn a_full_inbox_resynchronises_items_with_the_overflow_bit() {
 
 #[test]
 fn deleting_the_last_item_stops_watching_the_node() {
-    let shared = ServerShared::new(ServerConfig::default(), start()).unwrap();
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
     let mut a = Client::on(&shared, 0);
     let s = a.subscribe(50.0);
     let index = shared.address_space.node_index(&bench_node(3)).unwrap();

@@ -1,14 +1,16 @@
 //! Events: EventFilter compile results and where-clause evaluation, the cross-shard bus
-//! (order, lapping, missed counts, concurrent publishers), the Demo alarm (activation,
-//! Acknowledge / Confirm, Retain, ConditionRefresh, its Variables), the Demo generator and
+//! (order, lapping, missed counts, concurrent publishers), an application alarm (the test
+//! content's: activation, Acknowledge / Confirm, Retain, ConditionRefresh, its Variables) and
 //! the session events.
 
+#[path = "support/content.rs"]
+mod content;
 use std::sync::Arc;
 
 use uaring_core::config::ServerConfig;
 use uaring_core::events::condition::{is_refresh_bracket, ConditionAction};
 use uaring_core::events::filter::{compile_with, FilterLimits};
-use uaring_core::events::{self, demo, ids, nodes, DemoEventGenerator, Event, EventBus};
+use uaring_core::events::{self, ids, Event, EventBus};
 use uaring_core::generated::types::*;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{
@@ -27,7 +29,7 @@ fn start() -> Now {
 fn shared_with(f: impl FnOnce(&mut ServerConfig)) -> Arc<ServerShared> {
     let mut c = ServerConfig::default();
     f(&mut c);
-    ServerShared::new(c, start()).expect("config")
+    content::new(c, start()).expect("config")
 }
 
 fn shared() -> Arc<ServerShared> {
@@ -78,7 +80,7 @@ fn filter(select: Vec<SimpleAttributeOperand>, elements: Vec<ContentFilterElemen
 
 /// A Demo event: Severity 500, Message "Demo event 4", Sequence 4.
 fn demo_event(s: &ServerShared) -> Event {
-    demo::demo_event(&s.events, 4, "Demo event 4", 500, start().utc)
+    content::demo_event(&s, 4, "Demo event 4", 500, start().utc)
 }
 
 /// Does the event pass a where clause made of `elements`?
@@ -271,7 +273,7 @@ fn good_filter_has_empty_results() {
         vec![base("Message")],
         vec![el(
             FilterOperator::OfType,
-            vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))],
+            vec![lit(Variant::NodeId(Box::new(content::demo_event_type())))],
         )],
     );
     let (_, r) = events::compile(&f, &s.address_space).unwrap();
@@ -492,7 +494,7 @@ fn logic_is_three_valued() {
         ),
         el(
             FilterOperator::OfType,
-            vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))],
+            vec![lit(Variant::NodeId(Box::new(content::demo_event_type())))],
         ),
     ];
     assert!(!passes(&s, &ev, tree));
@@ -508,20 +510,17 @@ fn of_type_follows_the_hierarchy() {
             vec![lit(Variant::NodeId(Box::new(id)))],
         )]
     };
-    assert!(passes(&s, &ev, of(nodes::demo_event_type())));
+    assert!(passes(&s, &ev, of(content::demo_event_type())));
     assert!(passes(&s, &ev, of(NodeId::ns0(ids::BASE_EVENT_TYPE))));
     assert!(!passes(&s, &ev, of(NodeId::ns0(ids::ALARM_CONDITION_TYPE))));
-    let alarm = s
-        .events
-        .set_alarm_active(&s.address_space, true, start().utc)
-        .expect("alarm goes active");
+    let alarm = content::set_alarm_active(&s, true, start().utc).expect("alarm goes active");
     assert!(passes(&s, &alarm, of(NodeId::ns0(ids::CONDITION_TYPE))));
     assert!(passes(
         &s,
         &alarm,
         of(NodeId::ns0(ids::ACKNOWLEDGEABLE_CONDITION_TYPE))
     ));
-    assert!(!passes(&s, &alarm, of(nodes::demo_event_type())));
+    assert!(!passes(&s, &alarm, of(content::demo_event_type())));
 }
 
 #[test]
@@ -530,7 +529,7 @@ fn fields_by_type_and_path() {
     let ev = demo_event(&s);
     let seq = vec![QualifiedName::new(1, "Sequence")];
     assert_eq!(
-        ev.field(&nodes::demo_event_type(), &seq, 13),
+        ev.field(&content::demo_event_type(), &seq, 13),
         Variant::UInt32(4)
     );
     assert_eq!(
@@ -544,29 +543,26 @@ fn fields_by_type_and_path() {
     );
     assert_eq!(
         ev.field(
-            &nodes::demo_event_type(),
+            &content::demo_event_type(),
             &[QualifiedName::new(0, "Severity")],
             13
         ),
         Variant::UInt16(500)
     );
     assert_eq!(
-        ev.field(&nodes::demo_event_type(), &[], 1),
+        ev.field(&content::demo_event_type(), &[], 1),
         Variant::Empty,
         "no ConditionId"
     );
     assert!(ev.is_reported_on(&NodeId::ns0(2253)));
-    assert!(ev.is_reported_on(&nodes::demo_folder_id()));
+    assert!(ev.is_reported_on(&content::demo_folder_id()));
     assert!(!ev.is_reported_on(&NodeId::ns0(85)));
 
-    let alarm = s
-        .events
-        .set_alarm_active(&s.address_space, true, start().utc)
-        .unwrap();
+    let alarm = content::set_alarm_active(&s, true, start().utc).unwrap();
     let cond = NodeId::ns0(ids::CONDITION_TYPE);
     assert_eq!(
         alarm.field(&cond, &[], 1),
-        Variant::NodeId(Box::new(nodes::alarm_id()))
+        Variant::NodeId(Box::new(content::alarm_id()))
     );
     let acked = [
         QualifiedName::new(0, "AckedState"),
@@ -601,7 +597,7 @@ fn fields_by_type_and_path() {
     );
     let (c, _) = events::compile(&f, &s.address_space).unwrap();
     let got = c.apply(&alarm).unwrap();
-    assert_eq!(got[0], Variant::NodeId(Box::new(nodes::alarm_id())));
+    assert_eq!(got[0], Variant::NodeId(Box::new(content::alarm_id())));
     assert_eq!(got[1], Variant::Boolean(true));
     assert_eq!(got[2], Variant::Boolean(true));
     assert_eq!(got[3], Variant::ByteString(alarm.event_id.clone()));
@@ -610,7 +606,7 @@ fn fields_by_type_and_path() {
 // ---- bus ----
 
 fn numbered(s: &ServerShared, n: u32) -> Event {
-    demo::demo_event(&s.events, n, "x", 100, start().utc)
+    content::demo_event(&s, n, "x", 100, start().utc)
 }
 
 fn seq_of(e: &Event) -> u32 {
@@ -776,7 +772,7 @@ fn bus_concurrent_publishers() {
     }
 }
 
-// ---- the Demo alarm ----
+// ---- the alarm ----
 
 fn read_value(s: &ServerShared, id: &NodeId) -> Variant {
     let n = s
@@ -790,16 +786,15 @@ fn read_value(s: &ServerShared, id: &NodeId) -> Variant {
 fn alarm_acknowledge_and_confirm() {
     let s = shared();
     let ev = &s.events;
-    let space = &s.address_space;
     let t = start().utc;
     let mut cursor = ev.bus.cursor();
     let nobody = LocalizedText::default();
     // Nothing raised yet: no EventId is known.
-    let initial = ev.alarm.as_ref().unwrap().state();
+    let initial = content::alarm(&s).state();
     assert!(!initial.retain());
     assert_eq!(
-        ev.alarm_action(
-            space,
+        content::alarm_action(
+            &s,
             ConditionAction::Acknowledge,
             &initial.event_id,
             &nobody,
@@ -808,9 +803,9 @@ fn alarm_acknowledge_and_confirm() {
         ),
         Err(StatusCode::BadEventIdUnknown)
     );
-    let active = ev.set_alarm_active(space, true, t).unwrap();
+    let active = content::set_alarm_active(&s, true, t).unwrap();
     assert!(
-        ev.set_alarm_active(space, true, t).is_none(),
+        content::set_alarm_active(&s, true, t).is_none(),
         "no change, no event"
     );
     assert_eq!(active.field_ns0("Retain"), Variant::Boolean(true));
@@ -818,7 +813,7 @@ fn alarm_acknowledge_and_confirm() {
     assert_eq!(
         read_value(
             &s,
-            &nodes::alarm_child_id(&[
+            &content::alarm_child_id(&[
                 QualifiedName::new(0, "ActiveState"),
                 QualifiedName::new(0, "Id")
             ])
@@ -829,18 +824,11 @@ fn alarm_acknowledge_and_confirm() {
     let wrong = ByteString::from(vec![0u8; 16]);
     let comment = LocalizedText::new("en", "seen it");
     assert_eq!(
-        ev.alarm_action(
-            space,
-            ConditionAction::Acknowledge,
-            &wrong,
-            &comment,
-            "op",
-            t
-        ),
+        content::alarm_action(&s, ConditionAction::Acknowledge, &wrong, &comment, "op", t),
         Err(StatusCode::BadEventIdUnknown)
     );
-    ev.alarm_action(
-        space,
+    content::alarm_action(
+        &s,
         ConditionAction::Acknowledge,
         &active.event_id,
         &comment,
@@ -864,8 +852,8 @@ fn alarm_acknowledge_and_confirm() {
     assert_ne!(acked.event_id, active.event_id);
     // The old EventId is stale now; the new one says "already acked".
     assert_eq!(
-        ev.alarm_action(
-            space,
+        content::alarm_action(
+            &s,
             ConditionAction::Acknowledge,
             &active.event_id,
             &comment,
@@ -875,8 +863,8 @@ fn alarm_acknowledge_and_confirm() {
         Err(StatusCode::BadEventIdUnknown)
     );
     assert_eq!(
-        ev.alarm_action(
-            space,
+        content::alarm_action(
+            &s,
             ConditionAction::Acknowledge,
             &acked.event_id,
             &comment,
@@ -888,7 +876,7 @@ fn alarm_acknowledge_and_confirm() {
     assert_eq!(
         read_value(
             &s,
-            &nodes::alarm_child_id(&[
+            &content::alarm_child_id(&[
                 QualifiedName::new(0, "AckedState"),
                 QualifiedName::new(0, "Id")
             ])
@@ -898,13 +886,13 @@ fn alarm_acknowledge_and_confirm() {
     assert_eq!(
         read_value(
             &s,
-            &nodes::alarm_child_id(&[QualifiedName::new(0, "EventId")])
+            &content::alarm_child_id(&[QualifiedName::new(0, "EventId")])
         ),
         Variant::ByteString(acked.event_id.clone())
     );
 
-    ev.alarm_action(
-        space,
+    content::alarm_action(
+        &s,
         ConditionAction::Confirm,
         &acked.event_id,
         &nobody,
@@ -912,12 +900,12 @@ fn alarm_acknowledge_and_confirm() {
         t,
     )
     .unwrap();
-    let confirmed = ev.alarm.as_ref().unwrap().state();
+    let confirmed = content::alarm(&s).state();
     assert!(confirmed.confirmed && confirmed.acked && confirmed.active);
     assert!(confirmed.retain(), "still active");
     assert_eq!(
-        ev.alarm_action(
-            space,
+        content::alarm_action(
+            &s,
             ConditionAction::Confirm,
             &confirmed.event_id,
             &nobody,
@@ -926,12 +914,12 @@ fn alarm_acknowledge_and_confirm() {
         ),
         Err(StatusCode::BadConditionBranchAlreadyConfirmed)
     );
-    let inactive = ev.set_alarm_active(space, false, t).unwrap();
+    let inactive = content::set_alarm_active(&s, false, t).unwrap();
     assert_eq!(inactive.field_ns0("Retain"), Variant::Boolean(false));
     assert_eq!(
         read_value(
             &s,
-            &nodes::alarm_child_id(&[QualifiedName::new(0, "Retain")])
+            &content::alarm_child_id(&[QualifiedName::new(0, "Retain")])
         ),
         Variant::Boolean(false)
     );
@@ -952,7 +940,7 @@ fn condition_refresh_brackets_retained_conditions() {
         ]
     );
     assert!(is_refresh_bracket(&quiet[0]) && is_refresh_bracket(&quiet[1]));
-    let active = ev.set_alarm_active(&s.address_space, true, t).unwrap();
+    let active = content::set_alarm_active(&s, true, t).unwrap();
     let r = ev.condition_refresh(t);
     assert_eq!(r.len(), 3);
     assert_eq!(
@@ -965,7 +953,7 @@ fn condition_refresh_brackets_retained_conditions() {
         vec![base("EventType")],
         vec![el(
             FilterOperator::OfType,
-            vec![lit(Variant::NodeId(Box::new(nodes::demo_event_type())))],
+            vec![lit(Variant::NodeId(Box::new(content::demo_event_type())))],
         )],
     );
     let (c, _) = events::compile(&f, &s.address_space).unwrap();
@@ -981,65 +969,14 @@ fn condition_refresh_brackets_retained_conditions() {
     assert_eq!(n, 0, "a refresh publishes nothing on the bus");
 }
 
-// ---- generator and session events ----
-
-#[test]
-fn generator_is_a_function_of_time() {
-    let s = shared_with(|c| c.events.demo_rate_per_s = 10.0);
-    let mut g = DemoEventGenerator::new(Arc::clone(&s), start());
-    let ms = |n: u64| start().advance_ns(n * 1_000_000);
-    // First call at the start: the alarm is already in line (inactive), nothing due.
-    assert_eq!(g.due(start(), |_| panic!("nothing is due at the start")), 0);
-    assert_eq!(g.next_deadline(), Some(ms(100).mono_ns));
-    let mut got = Vec::new();
-    assert_eq!(g.due(ms(1000), |e| got.push(e)), 10);
-    let seqs: Vec<u32> = got.iter().map(seq_of).collect();
-    assert_eq!(seqs, (1..=10).collect::<Vec<_>>());
-    assert_eq!(
-        got[0].time,
-        ms(100).utc,
-        "event n is stamped start + n × period"
-    );
-    assert_eq!(got[0].severity, 200);
-    assert_eq!(got[0].message, LocalizedText::new("en", "Demo event 1"));
-    assert_eq!(g.due(ms(1000), |_| panic!("already emitted")), 0);
-    assert_eq!(g.next_deadline(), Some(ms(1100).mono_ns));
-    // The alarm goes active in the second half period.
-    let mut got = Vec::new();
-    g.due(ms(10_050), |e| got.push(e));
-    let alarms: Vec<&Event> = got
-        .iter()
-        .filter(|e| e.event_type == NodeId::ns0(ids::ALARM_CONDITION_TYPE))
-        .collect();
-    assert_eq!(alarms.len(), 1);
-    assert_eq!(
-        alarms[0].field_ns0("ActiveState/Id"),
-        Variant::Boolean(true)
-    );
-    assert_eq!(got.len(), 1 + 90, "events 11..=100 plus the alarm");
-    // A long stall emits a bounded number.
-    let n = g.due(ms(10_050 + 3_600_000), |_| {});
-    assert!(n as u64 <= demo::MAX_CATCH_UP + 1, "{n}");
-}
-
-#[test]
-fn generator_off_and_without_demo() {
-    let s = shared_with(|c| c.events.demo_rate_per_s = 0.0);
-    let g = DemoEventGenerator::new(Arc::clone(&s), start());
-    // Only the alarm schedule remains.
-    assert_eq!(g.next_deadline(), Some(start().mono_ns));
-    let s = shared_with(|c| c.application.demo_namespace = false);
-    assert!(s.events.alarm.is_none());
-    let g = DemoEventGenerator::new(Arc::clone(&s), start());
-    assert_eq!(g.next_deadline(), None);
-}
+// ---- session events ----
 
 #[test]
 fn session_events() {
     let s = shared();
     let sid = NodeId::string(1, "session-1");
     let cert = ByteString::from(vec![1u8, 2, 3]);
-    let created = demo::session_created_event(&s, &sid, 7, &cert, 60_000.0, start());
+    let created = events::audit::session_created_event(&s, &sid, 7, &cert, 60_000.0, start());
     assert_eq!(
         created.event_type,
         NodeId::ns0(ids::AUDIT_CREATE_SESSION_EVENT_TYPE)
@@ -1059,9 +996,9 @@ fn session_events() {
         Variant::Double(60_000.0)
     );
     assert!(created.is_reported_on(&NodeId::ns0(2253)));
-    assert!(!created.is_reported_on(&nodes::demo_folder_id()));
+    assert!(!created.is_reported_on(&content::demo_folder_id()));
     let mut c = s.events.bus.cursor();
-    demo::publish_session_closed(&s, &sid, true, start());
+    events::audit::publish_session_closed(&s, &sid, true, start());
     let mut got = Vec::new();
     c.poll(&s.events.bus, |e| got.push(e.clone()));
     assert_eq!(got.len(), 1);
@@ -1071,14 +1008,14 @@ fn session_events() {
 }
 
 #[test]
-fn namespace1_event_nodes() {
+fn event_and_condition_nodes() {
     let s = shared();
     let space = &s.address_space;
-    let demo = space.node(&nodes::demo_folder_id()).unwrap();
+    let demo = space.node(&content::demo_folder_id()).unwrap();
     assert_eq!(demo.event_notifier(), Some(1));
     assert_eq!(
         space
-            .node(&nodes::demo_events_id())
+            .node(&content::demo_events_id())
             .unwrap()
             .event_notifier(),
         Some(1)
@@ -1086,8 +1023,8 @@ fn namespace1_event_nodes() {
     let server = space.node(&NodeId::ns0(2253)).unwrap();
     assert!(server.references.iter().any(|r| r.is_forward
         && r.reference_type.as_ns0() == Some(ids::HAS_NOTIFIER)
-        && r.target.as_local() == Some(&nodes::demo_folder_id())));
-    let alarm = space.node(&nodes::alarm_id()).unwrap();
+        && r.target.as_local() == Some(&content::demo_folder_id())));
+    let alarm = space.node(&content::alarm_id()).unwrap();
     assert_eq!(
         alarm.type_definition().and_then(|t| t.as_local()),
         Some(&NodeId::ns0(ids::ALARM_CONDITION_TYPE))
@@ -1095,9 +1032,9 @@ fn namespace1_event_nodes() {
     assert!(alarm
         .references
         .iter()
-        .any(|r| r.target.as_local() == Some(&nodes::alarm_acknowledge_id())));
+        .any(|r| r.target.as_local() == Some(&content::alarm_acknowledge_id())));
     assert!(space.is_subtype_of(
-        &nodes::demo_event_type(),
+        &content::demo_event_type(),
         &NodeId::ns0(ids::BASE_EVENT_TYPE)
     ));
     for p in [
@@ -1119,21 +1056,15 @@ fn namespace1_event_nodes() {
         let id = NodeId::string(1, format!("Demo.Events.Alarm.{p}"));
         assert!(space.node(&id).is_some(), "{id}");
     }
-    // The Add method's argument declaration.
-    let input = space
-        .node(&NodeId::string(1, "Demo.Methods.Add.InputArguments"))
-        .unwrap();
-    match space.variable_value(input, start()).unwrap().value {
-        Variant::Array(a) => {
-            assert_eq!(a.value_type, BuiltinType::ExtensionObject);
-            assert_eq!(a.values.len(), 2);
-        }
-        other => panic!("{other:?}"),
-    }
-    // Contract mode has no Demo folder and no alarm.
-    let c = ServerShared::new(ServerConfig::contract(), start()).unwrap();
-    assert!(c.events.alarm.is_none());
-    assert!(c.address_space.node(&nodes::alarm_id()).is_none());
+    // Without the content there is no condition.
+    let c = content::new_with(
+        ServerConfig::contract(),
+        start(),
+        &content::Content::contract(),
+    )
+    .unwrap();
+    assert!(c.events.conditions.is_empty());
+    assert!(c.address_space.node(&content::alarm_id()).is_none());
 }
 
 #[test]
@@ -1141,13 +1072,13 @@ fn notifier_matching_for_monitored_items() {
     let s = shared();
     let space = &s.address_space;
     assert!(events::is_event_notifier(space, &NodeId::ns0(2253)));
-    assert!(events::is_event_notifier(space, &nodes::demo_folder_id()));
-    assert!(events::is_event_notifier(space, &nodes::demo_events_id()));
+    assert!(events::is_event_notifier(space, &content::demo_folder_id()));
+    assert!(events::is_event_notifier(space, &content::demo_events_id()));
     assert!(
         !events::is_event_notifier(space, &NodeId::ns0(85)),
         "Objects is no notifier"
     );
-    assert!(!events::is_event_notifier(space, &nodes::alarm_id()));
+    assert!(!events::is_event_notifier(space, &content::alarm_id()));
     assert!(!events::is_event_notifier(
         space,
         &NodeId::string(1, "nope")
@@ -1169,7 +1100,7 @@ fn notifier_matching_for_monitored_items() {
         Some(vec![Variant::UInt16(500)])
     );
     assert_eq!(
-        c.notification(&nodes::demo_folder_id(), &ev),
+        c.notification(&content::demo_folder_id(), &ev),
         Some(vec![Variant::UInt16(500)])
     );
     assert_eq!(
@@ -1177,7 +1108,7 @@ fn notifier_matching_for_monitored_items() {
         None,
         "not reported there"
     );
-    let low = demo::demo_event(&s.events, 1, "low", 100, start().utc);
+    let low = content::demo_event(&s, 1, "low", 100, start().utc);
     assert_eq!(
         c.notification(&NodeId::ns0(2253), &low),
         None,
@@ -1186,10 +1117,13 @@ fn notifier_matching_for_monitored_items() {
     // A refresh bracket passes any item, whatever its notifier and where clause.
     let refresh = s.events.condition_refresh(start().utc);
     assert_eq!(
-        c.refresh_notification(&nodes::demo_events_id(), &refresh[0]),
+        c.refresh_notification(&content::demo_events_id(), &refresh[0]),
         Some(vec![Variant::UInt16(100)])
     );
-    assert_eq!(c.notification(&nodes::demo_events_id(), &refresh[0]), None);
+    assert_eq!(
+        c.notification(&content::demo_events_id(), &refresh[0]),
+        None
+    );
 }
 
 // ---- hostile filters ----
@@ -1222,7 +1156,7 @@ fn random_sao(r: &mut common::Rng) -> SimpleAttributeOperand {
     let types = [
         NodeId::ns0(ids::BASE_EVENT_TYPE),
         NodeId::ns0(ids::ALARM_CONDITION_TYPE),
-        nodes::demo_event_type(),
+        content::demo_event_type(),
         NodeId::NULL,
         NodeId::ns0(61),
         NodeId::numeric(3, 7),
@@ -1279,11 +1213,10 @@ fn random_operand(r: &mut common::Rng, n: u32) -> ExtensionObject {
 #[test]
 fn random_filters_never_panic() {
     let s = shared();
-    s.events
-        .set_alarm_active(&s.address_space, true, start().utc);
+    content::set_alarm_active(&s, true, start().utc);
     let mut evs = vec![
         demo_event(&s),
-        demo::session_created_event(
+        events::audit::session_created_event(
             &s,
             &NodeId::string(1, "x"),
             1,
@@ -1350,7 +1283,7 @@ fn event_type_in_list_of_subtypes() {
         vec![el(FilterOperator::InList, ops)]
     };
     let demo = demo_event(&s);
-    let alarm = s.events.set_alarm_active(space, true, start().utc).unwrap();
+    let alarm = content::set_alarm_active(&s, true, start().utc).unwrap();
     let all = subtypes_of(NodeId::ns0(ids::BASE_EVENT_TYPE));
     assert!(
         all.len() > 50 && all.len() < uaring_core::events::filter::MAX_OPERANDS_PER_ELEMENT,
@@ -1366,7 +1299,7 @@ fn event_type_in_list_of_subtypes() {
     let mixed = vec![
         lit(Variant::Int32(5)),
         lit(Variant::String(
-            nodes::demo_event_type().to_string().as_str().into(),
+            content::demo_event_type().to_string().as_str().into(),
         )),
     ];
     assert!(passes(&s, &demo, in_list(mixed)));

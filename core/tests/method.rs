@@ -1,6 +1,6 @@
 //! The Call service (`services::method::call`): request limits, per-call validation
-//! (object, method, user, argument count and types), the Demo methods, and Acknowledge /
-//! Confirm on the Demo alarm.
+//! (object, method, user, argument count and types), the test content's application
+//! methods, and Acknowledge / Confirm on its alarm (by the type's methods and the alarm's own).
 
 mod dispatch_util;
 
@@ -79,7 +79,7 @@ fn one(h: &mut Harness, key: SessionKey, c: CallMethodRequest) -> CallMethodResu
 }
 
 fn add(args: Vec<Variant>) -> CallMethodRequest {
-    m(nodes::methods_folder_id(), nodes::add_method_id(), args)
+    m(content::methods_folder_id(), content::add_method_id(), args)
 }
 
 fn doubles(v: &[f64]) -> Variant {
@@ -104,7 +104,13 @@ fn demo_add_and_sum() {
         r.input_argument_results,
         vec![StatusCode::Good, StatusCode::Good]
     );
-    let sum = |v: Variant| m(nodes::methods_folder_id(), nodes::sum_method_id(), vec![v]);
+    let sum = |v: Variant| {
+        m(
+            content::methods_folder_id(),
+            content::sum_method_id(),
+            vec![v],
+        )
+    };
     let r = one(&mut h, key, sum(doubles(&[1.0, 2.0, 3.5])));
     assert_eq!(r.status_code, StatusCode::Good);
     assert_eq!(r.output_arguments, vec![Variant::Double(6.5)]);
@@ -158,33 +164,6 @@ fn argument_validation() {
         vec![StatusCode::BadTypeMismatch, StatusCode::Good],
         "no Null number"
     );
-    // GenerateEvent: Severity out of range.
-    let gen = |sev: u16| {
-        m(
-            nodes::methods_folder_id(),
-            nodes::generate_event_method_id(),
-            vec![Variant::String("hi".into()), Variant::UInt16(sev)],
-        )
-    };
-    let r = one(&mut h, key, gen(0));
-    assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
-    assert_eq!(
-        r.input_argument_results,
-        vec![StatusCode::Good, StatusCode::BadOutOfRange]
-    );
-    // And in range: the event is on the bus.
-    let shared = std::sync::Arc::clone(h.shard.shared());
-    let mut c = shared.events.bus.cursor();
-    assert_eq!(one(&mut h, key, gen(300)).status_code, StatusCode::Good);
-    let mut got = Vec::new();
-    c.poll(&shared.events.bus, |e| {
-        got.push((
-            e.message.text.as_str().to_string(),
-            e.severity,
-            e.event_type.clone(),
-        ))
-    });
-    assert_eq!(got, vec![("hi".to_string(), 300, nodes::demo_event_type())]);
 }
 
 #[test]
@@ -193,34 +172,38 @@ fn object_and_method_validation() {
     let two = || vec![Variant::Double(1.0), Variant::Double(2.0)];
     let cases = vec![
         (
-            m(NodeId::NULL, nodes::add_method_id(), two()),
+            m(NodeId::NULL, content::add_method_id(), two()),
             StatusCode::BadNodeIdInvalid,
         ),
         (
-            m(NodeId::string(1, "nope"), nodes::add_method_id(), two()),
+            m(NodeId::string(1, "nope"), content::add_method_id(), two()),
             StatusCode::BadNodeIdUnknown,
         ),
         // A Variable is no object.
         (
             m(
                 NodeId::string(1, "Demo.Static.Int32"),
-                nodes::add_method_id(),
+                content::add_method_id(),
                 two(),
             ),
             StatusCode::BadNodeIdInvalid,
         ),
         (
-            m(nodes::methods_folder_id(), NodeId::string(1, "nope"), two()),
+            m(
+                content::methods_folder_id(),
+                NodeId::string(1, "nope"),
+                two(),
+            ),
             StatusCode::BadMethodInvalid,
         ),
         (
-            m(nodes::methods_folder_id(), NodeId::NULL, two()),
+            m(content::methods_folder_id(), NodeId::NULL, two()),
             StatusCode::BadMethodInvalid,
         ),
         // Not a Method node.
         (
             m(
-                nodes::methods_folder_id(),
+                content::methods_folder_id(),
                 NodeId::string(1, "Demo.Static.Int32"),
                 two(),
             ),
@@ -228,7 +211,7 @@ fn object_and_method_validation() {
         ),
         // The method exists but the object does not have it.
         (
-            m(NodeId::ns0(ids::SERVER), nodes::add_method_id(), two()),
+            m(NodeId::ns0(ids::SERVER), content::add_method_id(), two()),
             StatusCode::BadMethodInvalid,
         ),
         (
@@ -305,7 +288,7 @@ fn request_limits() {
 }
 
 fn alarm_event_id(s: &uaring_core::server::shared::ServerShared) -> ByteString {
-    s.events.alarm.as_ref().unwrap().state().event_id.clone()
+    content::alarm(s).state().event_id.clone()
 }
 
 fn ack(object: NodeId, method: NodeId, event_id: ByteString, comment: &str) -> CallMethodRequest {
@@ -323,11 +306,8 @@ fn ack(object: NodeId, method: NodeId, event_id: ByteString, comment: &str) -> C
 fn acknowledge_and_confirm_through_call() {
     let (mut h, key) = setup(Roles::OPERATOR);
     let shared = std::sync::Arc::clone(h.shard.shared());
-    shared
-        .events
-        .set_alarm_active(&shared.address_space, true, h.now.utc)
-        .expect("goes active");
-    let alarm = nodes::alarm_id();
+    content::set_alarm_active(&shared, true, h.now.utc).expect("goes active");
+    let alarm = content::alarm_id();
     let acknowledge = NodeId::ns0(ids::ACKNOWLEDGE);
     let confirm = NodeId::ns0(ids::CONFIRM);
 
@@ -383,7 +363,7 @@ fn acknowledge_and_confirm_through_call() {
         ),
     );
     assert_eq!(r.status_code, StatusCode::Good);
-    let s = shared.events.alarm.as_ref().unwrap().state();
+    let s = content::alarm(&shared).state();
     assert!(s.acked && !s.confirmed);
     assert_eq!(s.comment, LocalizedText::new("en", "seen"));
     // The instance's own method node works as well.
@@ -392,7 +372,7 @@ fn acknowledge_and_confirm_through_call() {
         key,
         ack(
             alarm.clone(),
-            nodes::alarm_acknowledge_id(),
+            content::alarm_acknowledge_id(),
             alarm_event_id(&shared),
             "again",
         ),
@@ -414,7 +394,7 @@ fn acknowledge_and_confirm_through_call() {
         key,
         ack(
             alarm.clone(),
-            nodes::alarm_confirm_id(),
+            content::alarm_confirm_id(),
             alarm_event_id(&shared),
             "ok",
         ),
@@ -423,7 +403,7 @@ fn acknowledge_and_confirm_through_call() {
         r.status_code,
         StatusCode::BadConditionBranchAlreadyConfirmed
     );
-    let s = shared.events.alarm.as_ref().unwrap().state();
+    let s = content::alarm(&shared).state();
     assert!(
         s.acked && s.confirmed && s.active && s.retain(),
         "active: still retained"
@@ -434,34 +414,31 @@ fn acknowledge_and_confirm_through_call() {
 fn read_only_user() {
     let (mut h, key) = setup(Roles::OBSERVER);
     let shared = std::sync::Arc::clone(h.shard.shared());
-    shared
-        .events
-        .set_alarm_active(&shared.address_space, true, h.now.utc)
-        .unwrap();
+    content::set_alarm_active(&shared, true, h.now.utc).unwrap();
     let r = one(
         &mut h,
         key,
         ack(
-            nodes::alarm_id(),
+            content::alarm_id(),
             NodeId::ns0(ids::ACKNOWLEDGE),
             alarm_event_id(&shared),
             "x",
         ),
     );
     assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
-    assert!(
-        !shared.events.alarm.as_ref().unwrap().state().acked,
-        "nothing changed"
+    assert!(!content::alarm(&shared).state().acked, "nothing changed");
+    // The alarm's own Acknowledge is the same method: refused too.
+    let r = one(
+        &mut h,
+        key,
+        ack(
+            content::alarm_id(),
+            content::alarm_acknowledge_id(),
+            alarm_event_id(&shared),
+            "x",
+        ),
     );
-    let gen = m(
-        nodes::methods_folder_id(),
-        nodes::generate_event_method_id(),
-        vec![Variant::String("x".into()), Variant::UInt16(1)],
-    );
-    assert_eq!(
-        one(&mut h, key, gen).status_code,
-        StatusCode::BadUserAccessDenied
-    );
+    assert_eq!(r.status_code, StatusCode::BadUserAccessDenied);
     // Reading methods are allowed.
     assert_eq!(
         one(
@@ -478,12 +455,9 @@ fn read_only_user() {
 fn enable_disable_and_add_comment() {
     let (mut h, key) = setup(Roles::OPERATOR);
     let shared = std::sync::Arc::clone(h.shard.shared());
-    shared
-        .events
-        .set_alarm_active(&shared.address_space, true, h.now.utc)
-        .unwrap();
-    let alarm = nodes::alarm_id();
-    let state = || shared.events.alarm.as_ref().unwrap().state();
+    content::set_alarm_active(&shared, true, h.now.utc).unwrap();
+    let alarm = content::alarm_id();
+    let state = || content::alarm(&shared).state();
 
     let r = one(
         &mut h,
@@ -527,10 +501,7 @@ fn enable_disable_and_add_comment() {
     );
     assert_eq!(r.status_code, StatusCode::BadConditionDisabled);
     assert!(
-        shared
-            .events
-            .set_alarm_active(&shared.address_space, false, h.now.utc)
-            .is_none(),
+        content::set_alarm_active(&shared, false, h.now.utc).is_none(),
         "a disabled alarm does not change"
     );
     // An argument to a method that takes none.
@@ -539,12 +510,12 @@ fn enable_disable_and_add_comment() {
         key,
         m(
             alarm.clone(),
-            nodes::alarm_enable_id(),
+            content::alarm_enable_id(),
             vec![Variant::Boolean(true)],
         ),
     );
     assert_eq!(r.status_code, StatusCode::BadTooManyArguments);
-    let enable = m(alarm.clone(), nodes::alarm_enable_id(), vec![]);
+    let enable = m(alarm.clone(), content::alarm_enable_id(), vec![]);
     assert_eq!(
         one(&mut h, key, enable.clone()).status_code,
         StatusCode::Good
@@ -644,7 +615,7 @@ fn user_executable_by_role() {
     ) -> bool {
         uaring_core::services::method::method_callable(space, roles, id)
     }
-    let shared = uaring_core::server::shared::ServerShared::new(
+    let shared = content::new(
         Default::default(),
         uaring_core::Now::new(1, uaring_core::DateTime::NULL),
     )
@@ -662,12 +633,12 @@ fn user_executable_by_role() {
     ));
     assert!(!user_executable(
         space,
-        &nodes::generate_event_method_id(),
+        &content::alarm_acknowledge_id(),
         Roles::OBSERVER
     ));
     assert!(user_executable(
         space,
-        &nodes::add_method_id(),
+        &content::add_method_id(),
         Roles::OBSERVER
     ));
     assert!(user_executable(

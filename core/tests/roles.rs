@@ -37,7 +37,7 @@ fn p(bits: &[PermissionType]) -> PermissionType {
 /// Engineer may call it.
 fn shared() -> Arc<ServerShared> {
     use PermissionType as P;
-    ServerShared::new_with(ServerConfig::default(), start(), &mut |b| {
+    content::new_and(ServerConfig::default(), start(), |b| {
         b.set_role_permissions(
             demo("Demo.Static.Double"),
             RolePermissions::new()
@@ -413,7 +413,7 @@ fn a_listed_node_ignores_the_default_rule() {
 #[test]
 fn a_namespace_default_applies_to_nodes_without_their_own() {
     use PermissionType as P;
-    let shared = ServerShared::new_with(ServerConfig::default(), start(), &mut |b| {
+    let shared = content::new_and(ServerConfig::default(), start(), |b| {
         b.set_namespace_role_permissions(
             1,
             RolePermissions::new().grant(WellKnownRole::Observer, p(&[P::Browse])),
@@ -451,7 +451,7 @@ fn a_namespace_default_applies_to_nodes_without_their_own() {
 #[test]
 fn the_role_set_lists_the_mapping_of_the_default_token_settings() {
     let (mut h, token) = session(
-        ServerShared::new(ServerConfig::default(), start()).expect("server"),
+        content::new(ServerConfig::default(), start()).expect("server"),
         Roles::OPERATOR,
     );
     use uaring_core::generated::node_ids as n;
@@ -597,9 +597,9 @@ fn subscribe_events(h: &mut Harness, token: &NodeId) {
 #[test]
 fn events_reach_the_roles_that_may_receive_them_from_their_source() {
     use PermissionType as P;
-    let shared = ServerShared::new_with(ServerConfig::default(), start(), &mut |b| {
+    let shared = content::new_and(ServerConfig::default(), start(), |b| {
         b.set_role_permissions(
-            uaring_core::events::nodes::demo_events_id(),
+            content::demo_events_id(),
             RolePermissions::new()
                 .grant(WellKnownRole::Observer, P::Browse)
                 .grant(WellKnownRole::Engineer, p(&[P::Browse, P::ReceiveEvents])),
@@ -611,13 +611,7 @@ fn events_reach_the_roles_that_may_receive_them_from_their_source() {
     let (mut engineer, e_token) = session(shared.clone(), WellKnownRole::Engineer.set());
     subscribe_events(&mut observer, &o_token);
     subscribe_events(&mut engineer, &e_token);
-    let demo = uaring_core::events::demo::demo_event(
-        &shared.events,
-        1,
-        "from Demo.Events",
-        500,
-        start().utc,
-    );
+    let demo = content::demo_event(&shared, 1, "from Demo.Events", 500, start().utc);
     let mut server = demo.clone();
     server.message = uaring_core::LocalizedText::new("en", "from the Server");
     server.source_node = NodeId::ns0(2253);

@@ -131,12 +131,9 @@ fn revised_timeout_is_clamped_to_the_limits() {
     }
 }
 
-/// No Demo folder: no Demo event generator or alarm schedule on shard 0, so the shard's
-/// only deadlines are the sessions'.
+/// The shard's only deadlines are the sessions'.
 fn sessions_only() -> ServerConfig {
-    let mut c = ServerConfig::default();
-    c.application.demo_namespace = false;
-    c
+    ServerConfig::default()
 }
 
 #[test]

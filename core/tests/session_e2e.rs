@@ -6,7 +6,7 @@ mod dispatch_util;
 
 use std::sync::Arc;
 
-use dispatch_util::{hierarchical, start};
+use dispatch_util::{content, hierarchical, start};
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::config::ServerConfig;
 use uaring_core::config::TransportLimits;
@@ -32,7 +32,7 @@ struct World {
 impl World {
     fn new(config: ServerConfig) -> World {
         let now = start();
-        let shared: Arc<ServerShared> = ServerShared::new(config, now).unwrap();
+        let shared: Arc<ServerShared> = content::new(config, now).unwrap();
         let shard = ShardState::new(
             shared,
             2,

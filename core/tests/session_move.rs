@@ -8,7 +8,7 @@ mod dispatch_util;
 
 use std::sync::Arc;
 
-use dispatch_util::start;
+use dispatch_util::{content, start};
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
@@ -35,7 +35,7 @@ struct World {
 impl World {
     fn new() -> World {
         let now = start();
-        let shared: Arc<ServerShared> = ServerShared::new(ServerConfig::default(), now).unwrap();
+        let shared: Arc<ServerShared> = content::new(ServerConfig::default(), now).unwrap();
         let shards = (0..2)
             .map(|i| {
                 ShardState::new(

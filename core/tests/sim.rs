@@ -21,6 +21,8 @@
 
 mod common;
 
+#[path = "support/content.rs"]
+mod content;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -128,7 +130,7 @@ impl World {
         let mut rng = Rng::new(seed);
         let mut config = ServerConfig::default();
         config.sessions.max_sessions_per_shard = 4 + rng.below(8) as u32;
-        let shared: Arc<ServerShared> = ServerShared::new(config, start()).unwrap();
+        let shared: Arc<ServerShared> = content::new(config, start()).unwrap();
         let limits = TransportLimits {
             receive_buffer_size: if rng.chance(50) { 8192 } else { 65536 },
             max_channels_per_shard: 6 + rng.below(6) as u32,

@@ -20,7 +20,11 @@ struct Sub {
 
 impl Sub {
     fn new(config: ServerConfig) -> Sub {
-        let mut h = Harness::with_config(config);
+        Sub::with_content(config, &content::Content::default())
+    }
+
+    fn with_content(config: ServerConfig, c: &content::Content) -> Sub {
+        let mut h = Harness::with_content(config, c, 0);
         let token = h.open_session();
         Sub {
             h,
@@ -168,15 +172,13 @@ fn status_change(m: &NotificationMessage) -> Option<StatusCode> {
         .map(|s| s.status)
 }
 
-fn counters(n: u32) -> ServerConfig {
-    let mut c = ServerConfig::default();
-    c.application.counters = n;
-    c
+fn counters(n: u32) -> Sub {
+    Sub::with_content(ServerConfig::default(), &content::Content::counters(n))
 }
 
 #[test]
 fn sampling_keeps_absolute_deadlines_and_shares_one_source() {
-    let mut s = Sub::new(counters(4));
+    let mut s = counters(4);
     let sub = s.create(1000.0, 10, 100, 0).subscription_id;
     // Three items on counter 1 at 10 ms share one sample; one on counter 2 samples alone.
     let r = s.items(
@@ -217,7 +219,7 @@ fn sampling_keeps_absolute_deadlines_and_shares_one_source() {
 
 #[test]
 fn late_timer_skips_missed_ticks_without_bursting() {
-    let mut s = Sub::new(counters(1));
+    let mut s = counters(1);
     let sub = s.create(1000.0, 10, 100, 0).subscription_id;
     s.items(sub, &[(NodeId::numeric(1, 1), 10.0, 1)]);
     s.run_ms(100, 10);

@@ -606,7 +606,7 @@ fn register_and_unregister_nodes() {
 /// variable; the folder's other variable is organized from Objects, outside the View.
 #[test]
 fn browse_within_a_view_sees_its_nodes_only() {
-    use uaring_core::address_space::build::ns1;
+    use uaring_core::address_space::build::make;
     use uaring_core::address_space::{ClassAttributes, Node, NodeClass, Reference};
     use uaring_core::server::shared::ServerShared;
     use uaring_core::{DataValue, LocalizedText, Variant};
@@ -634,7 +634,7 @@ fn browse_within_a_view_sees_its_nodes_only() {
                     event_notifier: 0,
                 },
             })?;
-            b.add(ns1::folder(
+            b.add(make::folder(
                 folder.clone(),
                 QualifiedName::new(1, "Line"),
                 view.clone(),
@@ -646,14 +646,14 @@ fn browse_within_a_view_sees_its_nodes_only() {
                     uaring_core::Identifier::String(s) => s.as_str().to_string(),
                     _ => unreachable!(),
                 };
-                b.add(ns1::variable(
+                b.add(make::variable(
                     id.clone(),
                     QualifiedName::new(1, &name),
                     NodeId::ns0(11),
                     -1,
                     Vec::new(),
                     DataValue::new(Variant::Double(1.0)),
-                    ns1::READ_ONLY,
+                    make::READ_ONLY,
                     0.0,
                     Some((parent.clone(), reference)),
                 ))?;

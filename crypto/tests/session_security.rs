@@ -9,6 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use common::{now_unix_s, TempDir};
+use uaring_core::address_space::build::make::{variable, WRITABLE};
+use uaring_core::address_space::ids;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
@@ -21,6 +23,7 @@ use uaring_core::server::context::RequestContext;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch;
+use uaring_core::types::{BuiltinType, QualifiedName};
 use uaring_core::{
     ByteString, DataValue, DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString, Variant,
 };
@@ -94,7 +97,24 @@ fn harness(settings: UserTokenSettings) -> H {
         1_000_000_000_000,
         DateTime::from_unix_nanos(1_700_000_000_000_000_000),
     );
-    let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
+    // One writable Int32 (ns=1;i=1001) for the Write and UserAccessLevel checks.
+    let shared = ServerShared::new_with(ServerConfig::default(), now, &mut |b| {
+        b.add(variable(
+            NodeId::numeric(1, 1001),
+            QualifiedName::new(1, "Value"),
+            NodeId::ns0(BuiltinType::Int32 as u32),
+            -1,
+            Vec::new(),
+            DataValue {
+                value: Variant::Int32(0),
+                ..Default::default()
+            },
+            WRITABLE,
+            0.0,
+            Some((NodeId::ns0(ids::OBJECTS_FOLDER), ids::ORGANIZES)),
+        ))
+    })
+    .unwrap();
     let mut shard = ShardState::new(
         shared,
         0,

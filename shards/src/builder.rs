@@ -19,8 +19,8 @@ use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 use crate::config::{FileConfig, IoBackend};
 use crate::error::Error;
 use crate::nodes::{
-    Alarm, AlarmDef, Binding, Def, MethodDef, Namespace, NamespaceWriteHook, NodeRef, ObjectDef,
-    Variable, VariableDef,
+    Alarm, AlarmDef, Binding, Def, EventTypeDef, MethodDef, Namespace, NamespaceWriteHook, NodeRef,
+    ObjectDef, Variable, VariableDef,
 };
 use crate::runtime::{self, RuntimeOptions};
 use crate::{server, stats};
@@ -46,6 +46,7 @@ pub struct ServerBuilder {
     file: Result<FileConfig, Error>,
     config_path: Option<PathBuf>,
     contract: bool,
+    demo: bool,
     pki: Option<PathBuf>,
     accept_all_client_certs: bool,
     nodesets: Vec<PathBuf>,
@@ -68,6 +69,7 @@ impl ServerBuilder {
             file: FileConfig::parse(DEFAULT_CONFIG).map_err(Error::Config),
             config_path: None,
             contract: false,
+            demo: false,
             pki: None,
             accept_all_client_certs: false,
             nodesets: Vec::new(),
@@ -193,6 +195,19 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves what `uaring serve` serves in the application namespace besides the
+    /// application's own nodes: the Demo folder (`ns=1;s=Demo.*`, with its events and alarm
+    /// driven by a thread of its own), the benchmark contract's `BenchmarkValue<i>` and
+    /// `BenchmarkArray<N>` variables, or the `--counters` variables — configured by the keys
+    /// `application.demo_namespace`, `benchmark_value_count`, `benchmark_array_sizes`,
+    /// `counters` and `events.demo_rate_per_s` (docs/Configuration.md; [`crate::content`]).
+    /// Off by default: a library server's namespace 1 holds only what the application adds,
+    /// and those keys in its configuration are an error.
+    pub fn demo(mut self, on: bool) -> Self {
+        self.demo = on;
+        self
+    }
+
     /// Sets a key of the server's configuration (`section`, `key`) to a TOML value, as the
     /// file would (e.g. `("application", "counters", 1000.into())`).
     pub fn set(self, section: &str, key: &str, value: toml::Value) -> Self {
@@ -217,6 +232,13 @@ impl ServerBuilder {
     pub fn add_object(&mut self, def: ObjectDef) -> NodeRef {
         let id = def.id().clone();
         self.defs.push(Def::Object(def));
+        id
+    }
+
+    /// Adds an event type (an ObjectType below BaseEventType with its own fields).
+    pub fn add_event_type(&mut self, def: EventTypeDef) -> NodeRef {
+        let id = def.id().clone();
+        self.defs.push(Def::EventType(def));
         id
     }
 
@@ -346,7 +368,8 @@ impl ServerBuilder {
         r
     }
 
-    fn start_masked(self) -> Result<ServerHandle, Error> {
+    fn start_masked(mut self) -> Result<ServerHandle, Error> {
+        let demo = self.add_content()?;
         let ServerBuilder {
             file,
             config_path,
@@ -410,13 +433,6 @@ impl ServerBuilder {
         .map(Arc::new)
         .map_err(Error::Security)?;
         tracing::info!("endpoints: {}", security.describe());
-        if app.counters > 0 {
-            tracing::info!(
-                counters = app.counters,
-                "counters contract: ns=1;i=1..{} (the BenchmarkValue and BenchmarkArray variables are left out: their ids would collide)",
-                app.counters
-            );
-        }
         let mut opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
         let shards = opts.shards;
         let shard_cpus: Vec<usize> = (0..shards)
@@ -516,13 +532,43 @@ impl ServerBuilder {
                 }
             }
         }
+        let demo = demo
+            .map(crate::content::demo::DemoParts::start)
+            .transpose()?;
         Ok(ServerHandle {
             running: Some(running),
+            demo,
             setup,
             file,
             config_path,
             shards,
         })
+    }
+
+    /// Takes the served content's keys out of the configuration and, with
+    /// [`ServerBuilder::demo`], adds the content ([`crate::content`]). Returns the Demo's
+    /// driver to start with the server.
+    fn add_content(&mut self) -> Result<Option<crate::content::demo::DemoParts>, Error> {
+        let Ok(file) = self.file.as_mut() else {
+            // The configuration's error is reported by the caller.
+            return Ok(None);
+        };
+        let Some(content) = crate::content::take_config(&mut file.server, self.demo, self.contract)
+            .map_err(Error::Config)?
+        else {
+            return Ok(None);
+        };
+        // The application namespace's URI, as core will read it.
+        let mut app: uaring_core::config::ApplicationConfig = match file.server.get("application") {
+            Some(v) => v
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| Error::Config(format!("[application]: {e}")))?,
+            None => Default::default(),
+        };
+        app.contract_mode |= self.contract;
+        let uri = app.effective_application_uri().to_string();
+        crate::content::install(self, &content, &uri)
     }
 }
 
@@ -606,6 +652,8 @@ impl EventDef {
 /// A running server. Dropping it stops the server (like [`ServerHandle::shutdown`]).
 pub struct ServerHandle {
     running: Option<runtime::Running>,
+    /// The Demo's thread ([`ServerBuilder::demo`]); stopped before the shards.
+    demo: Option<crate::content::DemoDriver>,
     setup: Arc<server::ServerSetup>,
     file: FileConfig,
     config_path: Option<PathBuf>,
@@ -728,6 +776,7 @@ impl ServerHandle {
     }
 
     fn stop_and_join(&mut self) -> Result<(), Error> {
+        self.demo.take();
         match self.running.take() {
             Some(r) => {
                 r.stop();

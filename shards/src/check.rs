@@ -24,6 +24,7 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let mut file = FileConfig::parse(text)?;
     let (sec, users) = security::take_config(&mut file.server)?;
     security::check(&sec, &users)?;
+    let content = crate::content::take_config(&mut file.server, true, false)?;
     let config = server::server_config(&file.server, false)?;
     let files = server::nodeset_files(&file.server)?;
     let setup = server::build(&file.server, false)?;
@@ -50,14 +51,20 @@ pub fn check_text(text: &str) -> Result<String, String> {
     for f in &files {
         let _ = writeln!(out, "[[nodesets]]\nfile = {:?}\n", f.display().to_string());
     }
-    let _ = writeln!(out, "{}", toml(&config)?);
+    let mut core = toml::Table::try_from(&config)
+        .map_err(|e| format!("cannot print the configuration: {e}"))?;
+    if let Some(c) = &content {
+        c.insert_into(&mut core);
+    }
+    let _ = writeln!(out, "{}", toml(&core)?);
     let _ = writeln!(out, "# NamespaceArray: {}", ns.len());
     for (i, u) in ns.iter().enumerate() {
         let _ = writeln!(out, "#   {i}: {u}");
     }
     let _ = writeln!(
         out,
-        "# Address space: {} nodes",
+        "# Address space: {} nodes (namespace 0 and the NodeSets; `uaring serve` adds its Demo \
+         folder and benchmark variables on top)",
         setup.shared.address_space.len()
     );
     Ok(out)

@@ -455,7 +455,8 @@ pub fn serve(a: ServeArgs) -> i32 {
     }
     let b = b
         .accept_all_client_certs(a.accept_all_client_certs)
-        .contract(a.contract);
+        .contract(a.contract)
+        .demo(true);
     // A signal between `listening on` and the handlers of run_until_signal waits for them.
     crate::builder::block_handled_signals();
     let handle = match b.start() {

@@ -30,6 +30,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 mod conn;
+pub mod content;
 pub mod epoll;
 mod error;
 pub mod event_loop;
@@ -60,13 +61,13 @@ pub struct EmbeddingGuide;
 pub use builder::{EventDef, Events, Server, ServerBuilder, ServerHandle, DEFAULT_CONFIG};
 pub use error::Error;
 pub use nodes::{
-    objects_folder, server_object, set_many, Alarm, AlarmDef, AlarmState, MethodDef, Namespace,
-    NodeRef, ObjectDef, Variable, VariableDef,
+    objects_folder, server_object, set_many, Alarm, AlarmDef, AlarmState, EventTypeDef, MethodDef,
+    Namespace, NodeRef, ObjectDef, Variable, VariableDef,
 };
 /// What the application's callbacks see and return (core's types).
 pub use uaring_core::address_space::app::{
     ArgDef, AsyncCall, AsyncRead, AsyncWrite, ConditionAction, ConditionActionInfo, MethodCall,
-    WriteInfo,
+    ReadFn, WriteInfo,
 };
 /// Roles and permissions per node ([`ServerBuilder::role_permissions`]).
 pub use uaring_core::generated::types::PermissionType as Permissions;

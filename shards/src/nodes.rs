@@ -12,7 +12,7 @@ use uaring_core::address_space::app::{
     AppMethod, ArgDef, AsyncCall, AsyncRead, AsyncSource, AsyncWrite, AsyncWriteHook, MethodCall,
     MethodHandler, ReadFn, WriteHook, WriteInfo,
 };
-use uaring_core::address_space::build::ns1::{folder, make_variable};
+use uaring_core::address_space::build::make::{folder, make_variable};
 pub(crate) use uaring_core::address_space::build::NamespaceWriteHook;
 use uaring_core::address_space::{
     access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell,
@@ -146,8 +146,8 @@ impl Namespace {
 enum Source {
     /// Stored; pushed by the application ([`Variable::set`]) and written by clients.
     Stored(DataValue),
-    /// Computed on the shard at every Read and sample.
-    Computed(ReadFn),
+    /// Computed on the shard at every Read and sample, with the node's state word.
+    Computed(ReadFn, u64),
     /// Asked of the application, answered later from any thread.
     Async {
         read: uaring_core::address_space::app::AsyncReadFn,
@@ -278,16 +278,39 @@ impl VariableDef {
     ) -> VariableDef {
         let mut v = VariableDef::new(id, name, Variant::Empty);
         v.data_type = Some(NodeRef::ns0(data_type as u32));
-        v.source = Source::Computed(Arc::new(move |now, _state| {
-            let t = std::time::Instant::now();
-            let dv = read(now);
-            READ_CALLBACK_NS.fetch_add(
-                t.elapsed().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            READ_CALLBACK_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            dv
-        }));
+        v.source = Source::Computed(
+            Arc::new(move |now, _state| {
+                let t = std::time::Instant::now();
+                let dv = read(now);
+                READ_CALLBACK_NS.fetch_add(
+                    t.elapsed().as_nanos() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                READ_CALLBACK_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                dv
+            }),
+            0,
+        );
+        v
+    }
+
+    /// A computed Variable for the many-nodes case: one `read` closure shared by every node
+    /// that uses it, each node with its own 64-bit state word (starting at `initial`) kept
+    /// inline in the node and handed to `read` (e.g. a per-node counter or a channel
+    /// number). Nothing is allocated per node, and a sample touches no memory beyond the
+    /// node and what `read` touches. Unlike [`VariableDef::computed`], the calls are not
+    /// timed (two clock reads would cost as much as a cheap `read`), so the metrics do not
+    /// count them. The same rules apply: quick, never blocking.
+    pub fn computed_with_state(
+        id: NodeRef,
+        name: &str,
+        data_type: BuiltinType,
+        read: ReadFn,
+        initial: u64,
+    ) -> VariableDef {
+        let mut v = VariableDef::new(id, name, Variant::Empty);
+        v.data_type = Some(NodeRef::ns0(data_type as u32));
+        v.source = Source::Computed(read, initial);
         v
     }
 
@@ -391,11 +414,10 @@ impl VariableDef {
                 let cell = ValueSource::Cell(ValueCell::new(dv, fixed));
                 (cell, data_type, value_rank, dims)
             }
-            Source::Computed(f) => (
-                ValueSource::Computed(uaring_core::address_space::app::Computed {
-                    read: f,
-                    state: Default::default(),
-                }),
+            Source::Computed(f, initial) => (
+                ValueSource::Computed(uaring_core::address_space::app::Computed::with_state(
+                    f, initial,
+                )),
                 explicit_data_type(&self.data_type, b)?,
                 self.value_rank.unwrap_or(-1),
                 self.array_dimensions,
@@ -970,6 +992,117 @@ fn suffixed(id: &Identifier, prop: &str) -> Identifier {
     }
 }
 
+/// An event type of the application: an ObjectType, a subtype of BaseEventType (or of
+/// another event type), with its own fields as Properties (ModellingRule Mandatory) — what
+/// clients browse to build their EventFilters. Raise its events with [`crate::EventDef`],
+/// the fields set with [`crate::EventDef::field`].
+pub struct EventTypeDef {
+    id: NodeRef,
+    name: String,
+    supertype: NodeRef,
+    fields: Vec<(String, BuiltinType)>,
+    description: String,
+}
+
+impl EventTypeDef {
+    /// An event type `id` named `name`, a subtype of BaseEventType (`i=2041`).
+    pub fn new(id: NodeRef, name: &str) -> EventTypeDef {
+        EventTypeDef {
+            id,
+            name: name.to_string(),
+            supertype: NodeRef::ns0(BASE_EVENT_TYPE),
+            fields: Vec::new(),
+            description: String::new(),
+        }
+    }
+
+    /// A subtype of another event type (of namespace 0, a companion model or the
+    /// application) instead of BaseEventType.
+    pub fn subtype_of(mut self, supertype: NodeRef) -> Self {
+        self.supertype = supertype;
+        self
+    }
+
+    /// A field of its own: a Property `<id>.<name>` of built-in type `data_type` (scalar),
+    /// BrowseName `name` in the type's namespace.
+    pub fn field(mut self, name: &str, data_type: BuiltinType) -> Self {
+        self.fields.push((name.to_string(), data_type));
+        self
+    }
+
+    /// The Description attribute.
+    pub fn description(mut self, text: &str) -> Self {
+        self.description = text.to_string();
+        self
+    }
+
+    /// The node this definition adds.
+    pub fn id(&self) -> &NodeRef {
+        &self.id
+    }
+
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+        let node_id = self.id.resolve(b)?;
+        let supertype = self.supertype.resolve(b)?;
+        let is_event_type = supertype == NodeId::ns0(BASE_EVENT_TYPE)
+            || matches!(
+                b.node(&supertype).map(|n| n.node_class),
+                Some(NodeClass::ObjectType)
+            );
+        if !is_event_type {
+            return Err(Error::AddressSpace(format!(
+                "{}: supertype {supertype} is no ObjectType",
+                self.id
+            )));
+        }
+        let name = QualifiedName::new(node_id.namespace, &self.name);
+        b.add(Node {
+            node_id: node_id.clone(),
+            node_class: NodeClass::ObjectType,
+            display_name: LocalizedText::text(&self.name),
+            browse_name: name,
+            description: LocalizedText::text(&self.description),
+            write_mask: 0,
+            user_write_mask: 0,
+            references: vec![Reference {
+                reference_type: NodeId::ns0(ids::HAS_SUBTYPE),
+                is_forward: false,
+                target: ExpandedNodeId::local(supertype),
+            }],
+            attributes: ClassAttributes::ObjectType { is_abstract: false },
+        })
+        .map_err(Error::AddressSpace)?;
+        for (field, data_type) in self.fields {
+            let id = NodeId {
+                namespace: node_id.namespace,
+                identifier: suffixed(&node_id.identifier, &field),
+            };
+            let mut node = make_variable(
+                id,
+                QualifiedName::new(node_id.namespace, &field),
+                NodeId::ns0(data_type as u32),
+                -1,
+                Vec::new(),
+                ValueSource::Cell(ValueCell::new(DataValue::new(Variant::Empty), None)),
+                access(false),
+                0.0,
+                Some((node_id.clone(), ids::HAS_PROPERTY)),
+            );
+            finish_variable(&mut node, true, "", false);
+            node.references.push(Reference {
+                reference_type: NodeId::ns0(HAS_MODELLING_RULE),
+                is_forward: true,
+                target: ExpandedNodeId::local(NodeId::ns0(MODELLING_RULE_MANDATORY)),
+            });
+            b.add(node).map_err(Error::AddressSpace)?;
+        }
+        Ok(node_id)
+    }
+}
+
+/// BaseEventType (namespace 0).
+const BASE_EVENT_TYPE: u32 = 2041;
+
 /// An alarm (an AlarmConditionType instance, Part 9) of the application, driven from any
 /// thread through its [`Alarm`] handle; clients acknowledge, confirm, comment, enable and
 /// disable it with the type's methods, and the application hears of it through
@@ -1117,6 +1250,7 @@ impl Alarm {
 /// A definition waiting for the start.
 pub(crate) enum Def {
     Object(ObjectDef),
+    EventType(EventTypeDef),
     Variable(VariableDef, Arc<Binding>),
     Method(MethodDef),
     Alarm(AlarmDef, Alarm),
@@ -1141,6 +1275,9 @@ impl Def {
         match self {
             Def::Object(o) => {
                 o.build(b)?;
+            }
+            Def::EventType(t) => {
+                t.build(b)?;
             }
             Def::Variable(v, binding) => {
                 let (id, hook, async_hook) = v.build(b)?;

@@ -343,7 +343,7 @@ pub struct ServerSetup {
 /// Reads core's `ServerConfig` from the non-runtime part of the configuration
 /// file. `--contract` turns on contract mode (ApplicationUri
 /// `urn:o6:benchmark:server`) and, unless the file sets them, the contract's
-/// operation limits and no Demo folder.
+/// operation limits.
 pub fn server_config(server: &toml::Table, contract: bool) -> Result<ServerConfig, String> {
     let mut table = server.clone();
     // `[[nodesets]]` is read by [`nodeset_files`], not by core.
@@ -354,10 +354,6 @@ pub fn server_config(server: &toml::Table, contract: bool) -> Result<ServerConfi
     if contract {
         let base = ServerConfig::contract();
         config.application.contract_mode = true;
-        let app_sets = |key: &str| server.get("application").and_then(|a| a.get(key)).is_some();
-        if !app_sets("demo_namespace") {
-            config.application.demo_namespace = base.application.demo_namespace;
-        }
         if !server.contains_key("operation_limits") {
             config.operation_limits = base.operation_limits;
         }

@@ -23,6 +23,14 @@ fn example_parses_into_runtime_and_server_config() {
         format!("{defaults:?}"),
         "the example shows the security defaults"
     );
+    let content = uaring::content::take_config(&mut file.server, true, false)
+        .expect("the served content's keys parse")
+        .expect("served");
+    assert_eq!(
+        content,
+        uaring::content::ContentConfig::serve_defaults(false),
+        "the example shows the served content's defaults"
+    );
     let handshake = uaring::handshake::take_config(&mut file.server).expect("[handshake] parses");
     assert_eq!(
         handshake,

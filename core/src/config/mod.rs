@@ -36,7 +36,7 @@ pub struct ServerConfig {
     /// Subscriptions, monitored items, publish and retransmission queues, per session and
     /// per shard.
     pub subscriptions: SubscriptionLimits,
-    /// Events: the Demo event generator, the cross-shard event bus, EventFilter limits.
+    /// Events: the cross-shard event bus, EventFilter limits.
     pub events: EventConfig,
     /// Non-transparent redundancy: RedundancySupport and ServerUriArray of
     /// Server.ServerRedundancy (docs/Deployment.md).
@@ -45,11 +45,10 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// The configuration of the benchmark contract (`--contract`): ApplicationUri
-    /// `urn:o6:benchmark:server`, no Demo folder, 100,000 operations per request.
+    /// `urn:o6:benchmark:server`, 100,000 operations per request.
     pub fn contract() -> ServerConfig {
         let mut c = ServerConfig::default();
         c.application.contract_mode = true;
-        c.application.demo_namespace = false;
         c.operation_limits = OperationLimits::contract();
         c
     }
@@ -126,7 +125,7 @@ impl RedundancyConfig {
 /// The contract-mode ApplicationUri.
 pub const CONTRACT_APPLICATION_URI: &str = "urn:o6:benchmark:server";
 
-/// Application identity and namespace 1 content.
+/// Application identity (namespace 1's URI is the ApplicationUri).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApplicationConfig {
@@ -145,18 +144,6 @@ pub struct ApplicationConfig {
     pub build_date_ticks: i64,
     /// Benchmark contract mode: ApplicationUri `urn:o6:benchmark:server`.
     pub contract_mode: bool,
-    /// Element counts of the benchmark arrays `ns=1;i=2001+k` (`BenchmarkArray<N>`);
-    /// each must be 1..=`OperationLimits::max_array_length`. Empty = none.
-    pub benchmark_array_sizes: Vec<u32>,
-    /// Build the `Demo` folder (`ns=1;s=Demo.*`) under Objects.
-    pub demo_namespace: bool,
-    /// Number of `BenchmarkValue<i>` Int32 variables (`ns=1;i=1001+i`), 1..=10,000. The contract is 100.
-    pub benchmark_value_count: u32,
-    /// Sampling-capacity contract (`uaring serve --counters N`): N UInt64 variables
-    /// `ns=1;i=1..N` (`Counter<i>`) that increment on every sample or read, minimum sampling
-    /// interval 1 ms. A separate mode: when N > 0 the BenchmarkValue and BenchmarkArray
-    /// variables are not built (their ids would collide). 0 = off; at most 1,000,000.
-    pub counters: u32,
 }
 
 impl Default for ApplicationConfig {
@@ -169,10 +156,6 @@ impl Default for ApplicationConfig {
             build_number: env!("CARGO_PKG_VERSION").into(),
             build_date_ticks: 0,
             contract_mode: false,
-            benchmark_array_sizes: vec![10, 100, 1000],
-            demo_namespace: true,
-            benchmark_value_count: 100,
-            counters: 0,
         }
     }
 }
@@ -192,22 +175,6 @@ impl ApplicationConfig {
         }
         if self.application_name.is_empty() {
             return Err("application.application_name is empty".into());
-        }
-        if self.benchmark_value_count == 0 || self.benchmark_value_count > 10_000 {
-            return Err("application.benchmark_value_count must be 1..=10000".into());
-        }
-        if self.counters > 1_000_000 {
-            return Err("application.counters must be 0..=1000000".into());
-        }
-        if self.benchmark_array_sizes.len() > 1000 {
-            return Err("application.benchmark_array_sizes has more than 1000 entries".into());
-        }
-        if self
-            .benchmark_array_sizes
-            .iter()
-            .any(|&n| n == 0 || n > 10_000_000)
-        {
-            return Err("application.benchmark_array_sizes entries must be 1..=10000000".into());
         }
         Ok(())
     }
@@ -323,14 +290,10 @@ impl OperationLimits {
     }
 }
 
-/// Events (docs/Events.md): the Demo event generator, the cross-shard event bus and the
-/// EventFilter limits.
+/// Events (docs/Events.md): the cross-shard event bus and the EventFilter limits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EventConfig {
-    /// Demo events (`DemoEventType`, source `Demo.Events`) per second, generated on shard 0
-    /// only. `0` = off. At most 1,000,000. Ignored without the Demo folder. Default 1.
-    pub demo_rate_per_s: f64,
     /// Events kept in the cross-shard broadcast ring (slots). A shard that falls further
     /// behind than this misses the oldest ones (counted). 16..=1,048,576. Default 4096.
     pub bus_capacity: u32,
@@ -345,7 +308,6 @@ pub struct EventConfig {
 impl Default for EventConfig {
     fn default() -> Self {
         EventConfig {
-            demo_rate_per_s: 1.0,
             bus_capacity: 4096,
             max_event_filter_elements: 64,
             max_select_clauses: 64,
@@ -355,11 +317,6 @@ impl Default for EventConfig {
 
 impl EventConfig {
     fn validate(&self) -> Result<(), String> {
-        if !(self.demo_rate_per_s.is_finite()
-            && (0.0..=1_000_000.0).contains(&self.demo_rate_per_s))
-        {
-            return Err("events.demo_rate_per_s must be 0..=1000000 (0 = off)".into());
-        }
         if !(16..=1_048_576).contains(&self.bus_capacity) {
             return Err("events.bus_capacity must be 16..=1048576".into());
         }

@@ -1,7 +1,7 @@
 //! The cross-shard event bus: a bounded, lock-free broadcast ring.
 //!
-//! Events are raised on any shard (a session closes on its shard, a Call acknowledges the
-//! alarm on another, shard 0 runs the Demo generator) and every shard's event monitored
+//! Events are raised on any shard or thread (a session closes on its shard, a Call
+//! acknowledges an alarm on another, the application raises one) and every shard's event monitored
 //! items must see them. Subscribers live on their session's shard, so each shard keeps
 //! one [`EventCursor`] and fans what it polls out to its own items.
 //!

@@ -1,10 +1,9 @@
 //! Conditions: AlarmConditionType instances without branches (Part 9 §5.5, §5.7, §5.8) —
-//! the Demo alarm `ns=1;s=Demo.Events.Alarm` and the application's alarms (driven from any
-//! thread through the library, acknowledged and confirmed by clients, with a hook telling the
-//! application).
+//! the application's alarms (driven from any thread through the library, acknowledged and
+//! confirmed by clients, with a hook telling the application).
 //!
 //! * State ([`ConditionState`]) lives in an `ArcSwap` shared by every shard. A change
-//!   (activation by the Demo generator on shard 0, Acknowledge / Confirm from a Call on any
+//!   (activation by the application on any thread, Acknowledge / Confirm from a Call on any
 //!   shard) is a compare-and-swap (`rcu`) from the state it was checked against, so two
 //!   shards acknowledging at once cannot both succeed: the second sees the new state and
 //!   gets `BadConditionBranchAlreadyAcked`.
@@ -14,10 +13,11 @@
 //!   shards may store their cells in either order, the next change repairs them).
 //! * Acknowledge / Confirm take the EventId of the *latest* event of the condition (a
 //!   stale one is `BadEventIdUnknown`, as is any EventId while no event was raised).
-//! * Activity is a pure function of time: inactive for [`ALARM_HALF_PERIOD_MS`], then
-//!   active for as long, and so on from the server start; the generator on shard 0 applies
-//!   it. Going active sets AckedState and ConfirmedState to false; Retain is true while the
+//! * Going active sets AckedState and ConfirmedState to false; Retain is true while the
 //!   alarm is active, unacknowledged or unconfirmed.
+//! * Besides the type's methods (Acknowledge i=9111, …, called with the condition as the
+//!   object), every condition has its own method nodes `<condition>.Acknowledge`, … (the
+//!   mandatory components of its type, Part 9), which serve the same ([`method_of`]).
 
 use std::sync::Arc;
 
@@ -32,10 +32,7 @@ use crate::types::{
     ByteString, DateTime, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant,
 };
 
-/// Half the alarm's cycle: it is inactive this long, then active this long.
-pub const ALARM_HALF_PERIOD_MS: u64 = 10_000;
-/// Severity while active / inactive.
-pub const SEVERITY_ACTIVE: u16 = 700;
+/// The Severity of a condition before its first activation.
 pub const SEVERITY_INACTIVE: u16 = 100;
 /// Longest Comment text accepted by Acknowledge / Confirm, characters (longer:
 /// BadInvalidArgument for the Comment argument).
@@ -99,7 +96,7 @@ pub struct ConditionSpec {
     pub node_id: NodeId,
     /// ConditionName.
     pub name: String,
-    /// The first words of its Messages ("Demo alarm" → "Demo alarm acknowledged").
+    /// The first words of its Messages ("Boiler alarm" → "Boiler alarm acknowledged").
     pub label: String,
     pub source: NodeId,
     pub source_name: UaString,
@@ -182,9 +179,6 @@ pub struct Condition {
     state: ArcSwap<ConditionState>,
 }
 
-/// The Demo alarm is a condition like any other.
-pub type DemoAlarm = Condition;
-
 impl Condition {
     pub fn new(spec: ConditionSpec, ids: &EventIdSource, start: DateTime) -> Condition {
         let state = ConditionState::initial(ids, &spec.label, start);
@@ -197,11 +191,6 @@ impl Condition {
     /// The current state.
     pub fn state(&self) -> Arc<ConditionState> {
         self.state.load_full()
-    }
-
-    /// Should the Demo alarm be active `elapsed_ns` after the server start?
-    pub fn active_at(elapsed_ns: u64) -> bool {
-        (elapsed_ns / (ALARM_HALF_PERIOD_MS * 1_000_000)) % 2 == 1
     }
 
     /// The NodeId of the condition's Variable for a field path (`AckedState/Id` →
@@ -236,6 +225,38 @@ impl Condition {
     }
 }
 
+/// The condition methods: BrowseName (namespace 0), the type's method, the action.
+pub const METHODS: [(&str, u32, ConditionAction); 5] = [
+    (
+        "Acknowledge",
+        ids::ACKNOWLEDGE,
+        ConditionAction::Acknowledge,
+    ),
+    ("Confirm", ids::CONFIRM, ConditionAction::Confirm),
+    ("AddComment", ids::ADD_COMMENT, ConditionAction::AddComment),
+    ("Enable", ids::ENABLE, ConditionAction::Enable),
+    ("Disable", ids::DISABLE, ConditionAction::Disable),
+];
+
+/// The action of a condition's own method node (`<condition>.Acknowledge`, …, added by
+/// [`nodes::add_condition_nodes`]); `None` for any other node.
+pub fn method_of(space: &AddressSpace, method_id: &NodeId) -> Option<ConditionAction> {
+    let crate::types::Identifier::String(s) = &method_id.identifier else {
+        return None;
+    };
+    let (prefix, name) = s.as_str().rsplit_once('.')?;
+    let (_, _, action) = METHODS.iter().find(|(n, _, _)| *n == name)?;
+    space
+        .app_conditions()
+        .iter()
+        .any(|c| {
+            c.node_id.namespace == method_id.namespace
+                && child_id(&c.node_id, &[]).identifier
+                    == crate::types::Identifier::String(prefix.to_string())
+        })
+        .then_some(*action)
+}
+
 /// The NodeId of a condition's Variable for a field path: the condition's identifier (its
 /// string, or its number as a string) and the path's names joined by dots.
 pub fn child_id(condition: &NodeId, path: &[QualifiedName]) -> NodeId {
@@ -252,27 +273,9 @@ pub fn child_id(condition: &NodeId, path: &[QualifiedName]) -> NodeId {
 }
 
 impl ServerEvents {
-    /// The condition with this NodeId (the Demo alarm or one of the application's).
+    /// The condition with this NodeId.
     pub fn condition(&self, node_id: &NodeId) -> Option<&Arc<Condition>> {
         self.conditions.iter().find(|c| &c.spec.node_id == node_id)
-    }
-
-    /// Sets the Demo alarm active or inactive with the Demo's severities and messages.
-    /// Returns the condition event when the state changed (the caller publishes it). Also
-    /// stores the alarm's Variables.
-    pub fn set_alarm_active(
-        &self,
-        space: &AddressSpace,
-        active: bool,
-        now: DateTime,
-    ) -> Option<Event> {
-        let alarm = self.alarm.clone()?;
-        let severity = if active {
-            SEVERITY_ACTIVE
-        } else {
-            SEVERITY_INACTIVE
-        };
-        self.set_condition_active(space, &alarm, active, severity, None, now)
     }
 
     /// Sets a condition active (with `severity` 1..=1000 and `message`; default "<label>
@@ -319,29 +322,6 @@ impl ServerEvents {
         let ev = condition_event(&c.spec, &next, &self.chains.alarm);
         self.store_condition_cells(space, c);
         Some(ev)
-    }
-
-    /// Acknowledge, Confirm, AddComment, Enable or Disable the Demo alarm (see
-    /// [`ServerEvents::condition_action`]).
-    pub fn alarm_action(
-        &self,
-        space: &AddressSpace,
-        action: ConditionAction,
-        event_id: &ByteString,
-        comment: &LocalizedText,
-        client_user_id: &str,
-        now: DateTime,
-    ) -> Result<(), StatusCode> {
-        let alarm = self.alarm.clone().ok_or(StatusCode::BadNodeIdUnknown)?;
-        self.condition_action(
-            space,
-            &alarm,
-            action,
-            event_id,
-            comment,
-            client_user_id,
-            now,
-        )
     }
 
     /// Acknowledge, Confirm, AddComment, Enable or Disable a condition (Part 9 §5.5.4 to

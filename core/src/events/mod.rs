@@ -1,24 +1,25 @@
 //! Events and conditions (Part 4 §7.22.3, Part 5 §6.4, Part 9), sans-IO like the rest of core.
 //!
 //! * [`Event`]: one event occurrence. The BaseEventType fields are members; type-specific
-//!   fields (the condition's states, the Demo event's `Sequence`, the audit fields) are
+//!   fields (the condition's states, an application event type's own fields, the audit
+//!   fields) are
 //!   `(browse path, value)` pairs. A field is addressed the way a SimpleAttributeOperand
 //!   names it: (type definition, browse path, attribute). The event carries its type's
 //!   supertype chain, so "is this event of type T" needs no address-space walk.
 //! * [`filter`]: EventFilter compile (per-clause results) and evaluation.
 //! * [`bus`]: the bounded lock-free broadcast ring that carries events from the shard that
 //!   raised them to every shard.
-//! * [`condition`]: the Demo alarm (AlarmConditionType), its shared lock-free state,
-//!   Acknowledge / Confirm, and the ConditionRefresh event sequence.
-//! * [`demo`]: the Demo event generator (a pure function of time, run on shard 0 only) and
-//!   the session-created / session-closed events.
-//! * [`nodes`]: the namespace-1 nodes of all this (called from the ns1 builder).
+//! * [`condition`]: the application's alarms (AlarmConditionType), their shared lock-free
+//!   state, Acknowledge / Confirm, and the ConditionRefresh event sequence.
+//! * [`audit`]: the session-created / session-closed events.
+//! * [`nodes`]: the nodes of a condition and the argument declarations of the server's own
+//!   methods.
 //!
 //! See docs/Events.md.
 
+pub mod audit;
 pub mod bus;
 pub mod condition;
-pub mod demo;
 pub mod filter;
 pub mod nodes;
 
@@ -31,8 +32,7 @@ use crate::generated::attribute_ids;
 use crate::types::{ByteString, DateTime, LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
 pub use bus::{EventBus, EventCursor};
-pub use condition::{Condition, ConditionSpec, DemoAlarm};
-pub use demo::DemoEventGenerator;
+pub use condition::{Condition, ConditionSpec};
 pub use filter::{compile, CompiledEventFilter};
 
 /// Namespace-0 ids of the event and condition types and methods used here.
@@ -126,7 +126,7 @@ pub struct Event {
     /// Type-specific fields.
     pub fields: Vec<EventField>,
     /// The notifier nodes this event is reported on: always the Server object, plus the
-    /// notifiers above the source (e.g. `Demo`, `Demo.Events`).
+    /// notifiers above the source.
     pub notifiers: Arc<[NodeId]>,
 }
 
@@ -259,7 +259,6 @@ pub fn type_chain(space: &AddressSpace, t: &NodeId) -> Arc<[NodeId]> {
 #[derive(Debug)]
 pub struct TypeChains {
     pub base: Arc<[NodeId]>,
-    pub demo: Arc<[NodeId]>,
     pub alarm: Arc<[NodeId]>,
     pub refresh_start: Arc<[NodeId]>,
     pub refresh_end: Arc<[NodeId]>,
@@ -273,7 +272,6 @@ impl TypeChains {
         let c = |id: u32| type_chain(space, &NodeId::ns0(id));
         TypeChains {
             base: c(ids::BASE_EVENT_TYPE),
-            demo: type_chain(space, &nodes::demo_event_type()),
             alarm: c(ids::ALARM_CONDITION_TYPE),
             refresh_start: c(ids::REFRESH_START_EVENT_TYPE),
             refresh_end: c(ids::REFRESH_END_EVENT_TYPE),
@@ -284,24 +282,17 @@ impl TypeChains {
     }
 }
 
-/// Everything about events the shards share (`ServerShared::events`): the bus, the Demo
-/// alarm, the EventId source and the type chains. Lock-free throughout.
+/// Everything about events the shards share (`ServerShared::events`): the bus, the
+/// conditions, the EventId source and the type chains. Lock-free throughout.
 #[derive(Debug)]
 pub struct ServerEvents {
     /// The cross-shard broadcast ring.
     pub bus: EventBus,
-    /// The Demo alarm; `None` without the Demo folder.
-    pub alarm: Option<Arc<Condition>>,
-    /// Every condition: the Demo alarm (first, when there is one) and the application's.
+    /// Every condition of the application.
     pub conditions: Vec<Arc<Condition>>,
     pub ids: EventIdSource,
     pub chains: TypeChains,
-    /// The Demo folder exists (Demo events have a source).
-    pub demo_namespace: bool,
-    /// `events.demo_rate_per_s`.
-    pub demo_rate_per_s: f64,
-    /// [`demo_notifiers`] and [`server_notifiers`], shared by every event that uses them.
-    pub notifiers_demo: Arc<[NodeId]>,
+    /// [`server_notifiers`], shared by every event that uses them.
     pub notifiers_server: Arc<[NodeId]>,
 }
 
@@ -310,21 +301,7 @@ impl ServerEvents {
     pub fn new(config: &ServerConfig, space: &AddressSpace, start: DateTime) -> ServerEvents {
         let ids = EventIdSource::new(start);
         let chains = TypeChains::new(space);
-        let demo_namespace =
-            config.application.demo_namespace && space.node(&nodes::alarm_id()).is_some();
-        let alarm = demo_namespace.then(|| {
-            let spec = ConditionSpec {
-                node_id: nodes::alarm_id(),
-                name: nodes::ALARM_NAME.to_string(),
-                label: "Demo alarm".to_string(),
-                source: nodes::demo_events_id(),
-                source_name: UaString::from(nodes::DEMO_EVENTS_NAME),
-                notifiers: demo_notifiers(),
-                on_action: None,
-            };
-            Arc::new(Condition::new(spec, &ids, start))
-        });
-        let mut conditions: Vec<Arc<Condition>> = alarm.iter().cloned().collect();
+        let mut conditions: Vec<Arc<Condition>> = Vec::new();
         for c in space.app_conditions() {
             let source_name = space
                 .display_name_of(&c.source)
@@ -343,13 +320,9 @@ impl ServerEvents {
         }
         let events = ServerEvents {
             bus: EventBus::new(config.events.bus_capacity as usize),
-            alarm,
             conditions,
             ids,
             chains,
-            demo_namespace,
-            demo_rate_per_s: config.events.demo_rate_per_s,
-            notifiers_demo: demo_notifiers(),
             notifiers_server: server_notifiers(),
         };
         events.store_alarm_cells(space);
@@ -391,16 +364,6 @@ pub fn is_event_notifier(space: &AddressSpace, node: &NodeId) -> bool {
         .node(node)
         .and_then(|n| n.event_notifier())
         .is_some_and(|e| e & SUBSCRIBE_TO_EVENTS != 0)
-}
-
-/// The notifiers of events whose source is `Demo.Events`: the Server object, `Demo` and
-/// `Demo.Events`.
-pub fn demo_notifiers() -> Arc<[NodeId]> {
-    Arc::from(vec![
-        NodeId::ns0(ids::SERVER),
-        nodes::demo_folder_id(),
-        nodes::demo_events_id(),
-    ])
 }
 
 /// The notifiers an event from `source` is reported on: the Server object, the source when

@@ -1,19 +1,11 @@
-//! The namespace-1 nodes for events, the Demo alarm and the Demo methods (built by
-//! [`add_event_nodes`] from the ns1 builder, under the `Demo` folder):
-//!
-//! | NodeId (ns=1) | what |
-//! |---|---|
-//! | `s=Demo` | the Demo folder: EventNotifier = SubscribeToEvents; `Server` HasNotifier it |
-//! | `s=Demo.Events` | BaseObjectType, EventNotifier = SubscribeToEvents, source of the Demo events and the alarm; `Demo` HasNotifier it |
-//! | `s=Demo.Events.Alarm` | AlarmConditionType instance (`Demo.Events` HasComponent and HasCondition it) |
-//! | `s=Demo.Events.Alarm.<Field>` | its Variables: EventId … Severity, Retain, EnabledState (+`.Id`), AckedState (+`.Id`), … |
-//! | `s=Demo.Events.Alarm.Acknowledge`, `.Confirm`, `.AddComment`, `.Enable`, `.Disable` | its methods (calling the types' i=9111, i=9113, i=9029, i=9027, i=9028 on the alarm works too) |
-//! | `s=DemoEventType` | ObjectType, subtype of BaseEventType, with the property `1:Sequence` (UInt32) |
-//! | `s=Demo.Methods` | folder with `Add(a, b: Double) → Double`, `Sum(values: Double[]) → Double`, `GenerateEvent(Message: String, Severity: UInt16)` |
+//! The nodes of conditions ([`add_condition_nodes`]: an AlarmConditionType instance with a
+//! Variable per field of its event and its own methods) and the argument declarations of the
+//! methods the server serves itself (the condition methods, ConditionRefresh,
+//! GetMonitoredItems, ResendData).
 
 use super::{ids, Event};
-use crate::address_space::app::{AppMethod, ArgDef, MethodHandler};
-use crate::address_space::build::ns1::{folder, variable, READ_ONLY};
+use crate::address_space::app::ConditionAction;
+use crate::address_space::build::make::{variable, READ_ONLY};
 use crate::address_space::build::AddressSpaceBuilder;
 use crate::address_space::ids as ns0;
 use crate::address_space::{ClassAttributes, Node, NodeClass, Reference};
@@ -22,63 +14,6 @@ use crate::types::{
     BuiltinType, DataValue, DateTime, ExpandedNodeId, ExtensionObject, LocalizedText, NodeId,
     QualifiedName, UaString, Variant,
 };
-
-/// SourceName of the Demo events and of the alarm.
-pub const DEMO_EVENTS_NAME: &str = "Demo.Events";
-/// ConditionName of the alarm.
-pub const ALARM_NAME: &str = "Alarm";
-const ALARM: &str = "Demo.Events.Alarm";
-
-pub fn demo_folder_id() -> NodeId {
-    NodeId::string(1, "Demo")
-}
-pub fn demo_events_id() -> NodeId {
-    NodeId::string(1, "Demo.Events")
-}
-pub fn alarm_id() -> NodeId {
-    NodeId::string(1, ALARM)
-}
-pub fn demo_event_type() -> NodeId {
-    NodeId::string(1, "DemoEventType")
-}
-pub fn methods_folder_id() -> NodeId {
-    NodeId::string(1, "Demo.Methods")
-}
-pub fn add_method_id() -> NodeId {
-    NodeId::string(1, "Demo.Methods.Add")
-}
-pub fn sum_method_id() -> NodeId {
-    NodeId::string(1, "Demo.Methods.Sum")
-}
-pub fn generate_event_method_id() -> NodeId {
-    NodeId::string(1, "Demo.Methods.GenerateEvent")
-}
-pub fn alarm_acknowledge_id() -> NodeId {
-    NodeId::string(1, "Demo.Events.Alarm.Acknowledge")
-}
-pub fn alarm_confirm_id() -> NodeId {
-    NodeId::string(1, "Demo.Events.Alarm.Confirm")
-}
-pub fn alarm_add_comment_id() -> NodeId {
-    NodeId::string(1, "Demo.Events.Alarm.AddComment")
-}
-pub fn alarm_enable_id() -> NodeId {
-    NodeId::string(1, "Demo.Events.Alarm.Enable")
-}
-pub fn alarm_disable_id() -> NodeId {
-    NodeId::string(1, "Demo.Events.Alarm.Disable")
-}
-
-/// The browse name of the Demo event's own field.
-pub fn sequence_field() -> QualifiedName {
-    QualifiedName::new(1, "Sequence")
-}
-
-/// The NodeId of the alarm Variable for a field path (`AckedState/Id` →
-/// `ns=1;s=Demo.Events.Alarm.AckedState.Id`).
-pub fn alarm_child_id(path: &[QualifiedName]) -> NodeId {
-    super::condition::child_id(&alarm_id(), path)
-}
 
 /// Every field of an alarm event with its path: the BaseEventType ones, then the condition
 /// ones.
@@ -137,35 +72,6 @@ const fn arg(
 /// IntegerId (UInt32).
 const INTEGER_ID: u32 = 288;
 
-pub const ADD_IN: &[ArgSpec] = &[
-    arg("a", 11, BuiltinType::Double, -1, "first addend"),
-    arg("b", 11, BuiltinType::Double, -1, "second addend"),
-];
-pub const ADD_OUT: &[ArgSpec] = &[arg("sum", 11, BuiltinType::Double, -1, "a + b")];
-pub const SUM_IN: &[ArgSpec] = &[arg(
-    "values",
-    11,
-    BuiltinType::Double,
-    1,
-    "the numbers to add",
-)];
-pub const SUM_OUT: &[ArgSpec] = &[arg("sum", 11, BuiltinType::Double, -1, "their sum")];
-pub const GENERATE_EVENT_IN: &[ArgSpec] = &[
-    arg(
-        "Message",
-        12,
-        BuiltinType::String,
-        -1,
-        "Message of the event",
-    ),
-    arg(
-        "Severity",
-        5,
-        BuiltinType::UInt16,
-        -1,
-        "Severity of the event, 1..=1000",
-    ),
-];
 pub const ACK_IN: &[ArgSpec] = &[
     arg(
         "EventId",
@@ -195,19 +101,6 @@ pub const GET_MONITORED_ITEMS_OUT: &[ArgSpec] = &[
     arg("ServerHandles", 7, BuiltinType::UInt32, 1, ""),
     arg("ClientHandles", 7, BuiltinType::UInt32, 1, ""),
 ];
-
-/// The owned declaration of static argument specs.
-fn arg_defs(args: &[ArgSpec]) -> Vec<ArgDef> {
-    args.iter()
-        .map(|a| ArgDef {
-            name: a.name.to_string(),
-            data_type: NodeId::ns0(a.data_type),
-            builtin: a.builtin,
-            value_rank: a.value_rank,
-            description: a.description.to_string(),
-        })
-        .collect()
-}
 
 fn reference(rt: u32, forward: bool, target: NodeId) -> Reference {
     Reference {
@@ -315,7 +208,7 @@ fn method(
 ) -> Result<(), String> {
     let key = match &id.identifier {
         crate::types::Identifier::String(s) => s.clone(),
-        _ => return Err("method ids here are strings".into()),
+        _ => return Err("condition method ids are strings".into()),
     };
     b.add(Node {
         node_id: id.clone(),
@@ -336,7 +229,7 @@ fn method(
             continue;
         }
         b.add(child_variable(
-            NodeId::string(1, format!("{key}.{prop}")),
+            NodeId::string(id.namespace, format!("{key}.{prop}")),
             QualifiedName::new(0, prop),
             arguments_value(args),
             NodeId::ns0(ids::ARGUMENT),
@@ -350,199 +243,12 @@ fn method(
     Ok(())
 }
 
-/// Adds the event, alarm and method nodes (the `Demo` folder must exist).
-pub fn add_event_nodes(b: &mut AddressSpaceBuilder, start: DateTime) -> Result<(), String> {
-    let demo = demo_folder_id();
-    // Demo is an event notifier below the Server object.
-    match b.node_mut(&demo) {
-        Some(Node {
-            attributes: ClassAttributes::Object { event_notifier },
-            ..
-        }) => *event_notifier = 1,
-        _ => return Err("the Demo folder is missing".into()),
-    }
-    b.add_reference(&demo, ids::HAS_NOTIFIER, NodeId::ns0(ids::SERVER), false)?;
-
-    // DemoEventType with its Sequence property.
-    let det = demo_event_type();
-    b.add(Node {
-        node_id: det.clone(),
-        node_class: NodeClass::ObjectType,
-        browse_name: QualifiedName::new(1, "DemoEventType"),
-        display_name: LocalizedText::text("DemoEventType"),
-        description: LocalizedText::text(
-            "The events of the Demo event generator and of Demo.Methods.GenerateEvent",
-        ),
-        write_mask: 0,
-        user_write_mask: 0,
-        references: vec![reference(
-            ns0::HAS_SUBTYPE,
-            false,
-            NodeId::ns0(ids::BASE_EVENT_TYPE),
-        )],
-        attributes: ClassAttributes::ObjectType { is_abstract: false },
-    })?;
-    let seq = NodeId::string(1, "DemoEventType.Sequence");
-    b.add(child_variable(
-        seq.clone(),
-        sequence_field(),
-        Variant::UInt32(0),
-        NodeId::ns0(BuiltinType::UInt32 as u32),
-        -1,
-        ns0::PROPERTY_TYPE,
-        det,
-        ns0::HAS_PROPERTY,
-        start,
-    ))?;
-    b.add_reference(
-        &seq,
-        ids::HAS_MODELLING_RULE,
-        NodeId::ns0(ids::MODELLING_RULE_MANDATORY),
-        true,
-    )?;
-
-    // The event source.
-    let events = demo_events_id();
-    b.add(object(
-        events.clone(),
-        QualifiedName::new(1, "Events"),
-        ns0::BASE_OBJECT_TYPE,
-        1,
-        vec![
-            reference(ns0::ORGANIZES, false, demo.clone()),
-            reference(ids::HAS_NOTIFIER, false, demo.clone()),
-        ],
-    ))?;
-
-    // The alarm and its Variables.
-    let alarm = alarm_id();
-    add_condition_nodes(
-        b,
-        &alarm,
-        &QualifiedName::new(1, ALARM_NAME),
-        &events,
-        start,
-    )?;
-    method(
-        b,
-        alarm_acknowledge_id(),
-        QualifiedName::new(0, "Acknowledge"),
-        alarm.clone(),
-        ACK_IN,
-        &[],
-        start,
-    )?;
-    method(
-        b,
-        alarm_confirm_id(),
-        QualifiedName::new(0, "Confirm"),
-        alarm.clone(),
-        ACK_IN,
-        &[],
-        start,
-    )?;
-    method(
-        b,
-        alarm_add_comment_id(),
-        QualifiedName::new(0, "AddComment"),
-        alarm.clone(),
-        ACK_IN,
-        &[],
-        start,
-    )?;
-    method(
-        b,
-        alarm_enable_id(),
-        QualifiedName::new(0, "Enable"),
-        alarm.clone(),
-        &[],
-        &[],
-        start,
-    )?;
-    method(
-        b,
-        alarm_disable_id(),
-        QualifiedName::new(0, "Disable"),
-        alarm,
-        &[],
-        &[],
-        start,
-    )?;
-
-    // The Demo methods.
-    let methods = methods_folder_id();
-    b.add(folder(
-        methods.clone(),
-        QualifiedName::new(1, "Methods"),
-        demo,
-    ))?;
-    method(
-        b,
-        add_method_id(),
-        QualifiedName::new(1, "Add"),
-        methods.clone(),
-        ADD_IN,
-        ADD_OUT,
-        start,
-    )?;
-    method(
-        b,
-        sum_method_id(),
-        QualifiedName::new(1, "Sum"),
-        methods.clone(),
-        SUM_IN,
-        SUM_OUT,
-        start,
-    )?;
-    // Add and Sum are ordinary application methods (quick, on the shard), as a library
-    // user's would be.
-    let double = |v: &Variant| if let Variant::Double(x) = v { *x } else { 0.0 };
-    b.set_method(
-        add_method_id(),
-        AppMethod {
-            inputs: arg_defs(ADD_IN),
-            outputs: arg_defs(ADD_OUT),
-            needs_write: false,
-            handler: MethodHandler::Quick(std::sync::Arc::new(move |c| match c.inputs {
-                [a, b] => Ok(vec![Variant::Double(double(a) + double(b))]),
-                _ => Err(crate::types::StatusCode::BadArgumentsMissing),
-            })),
-        },
-    );
-    b.set_method(
-        sum_method_id(),
-        AppMethod {
-            inputs: arg_defs(SUM_IN),
-            outputs: arg_defs(SUM_OUT),
-            needs_write: false,
-            handler: MethodHandler::Quick(std::sync::Arc::new(move |c| {
-                let sum = c
-                    .inputs
-                    .first()
-                    .and_then(Variant::as_array)
-                    .map_or(0.0, |a| a.values.iter().map(double).sum());
-                Ok(vec![Variant::Double(sum)])
-            })),
-        },
-    );
-    method(
-        b,
-        generate_event_method_id(),
-        QualifiedName::new(1, "GenerateEvent"),
-        methods,
-        GENERATE_EVENT_IN,
-        &[],
-        start,
-    )?;
-    Ok(())
-}
-
 /// Adds an AlarmConditionType instance `alarm` named `name`, a component of `source` (and
 /// HasCondition from it), with a Variable for every field of its event (EventId … Severity,
 /// Retain, EnabledState and `.Id`, AckedState and `.Id`, …), ids as
-/// [`super::condition::child_id`] makes them. Its methods are the type's (Acknowledge
-/// i=9111, Confirm i=9113, AddComment i=9029, Enable i=9027, Disable i=9028), called with the
-/// condition as the object.
+/// [`super::condition::child_id`] makes them, and its own method nodes
+/// `<alarm>.Acknowledge`, `.Confirm`, `.AddComment`, `.Enable`, `.Disable`, which serve the
+/// same as the type's (i=9111, i=9113, i=9029, i=9027, i=9028) called on the condition.
 pub fn add_condition_nodes(
     b: &mut AddressSpaceBuilder,
     alarm: &NodeId,
@@ -612,6 +318,22 @@ pub fn add_condition_nodes(
             ref_type,
             start,
         ))?;
+    }
+    // Its own methods, the mandatory components of its type.
+    for (method_name, _, action) in super::condition::METHODS {
+        let inputs = match action {
+            ConditionAction::Enable | ConditionAction::Disable => &[][..],
+            _ => ACK_IN,
+        };
+        method(
+            b,
+            super::condition::child_id(alarm, &[QualifiedName::new(0, method_name)]),
+            QualifiedName::new(0, method_name),
+            alarm.clone(),
+            inputs,
+            &[],
+            start,
+        )?;
     }
     Ok(())
 }

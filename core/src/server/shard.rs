@@ -383,9 +383,6 @@ pub struct ShardState {
     max_sessions: usize,
     deadlines: BinaryHeap<Reverse<(u64, u32, u32)>>,
     subscriptions: SubscriptionEngine,
-    /// The Demo event generator and alarm schedule: shard 0 only (events reach every shard
-    /// through the shared bus).
-    demo_events: Option<crate::events::demo::DemoEventGenerator>,
     /// Requests waiting for the application (asynchronous sources, writes, methods).
     deferrals: crate::server::deferred::Deferrals,
     /// Spare Read/Write request and response memory (bounded; see the module).
@@ -467,10 +464,6 @@ impl ShardState {
                     .operation_limits
                     .max_async_operations_per_shard as usize,
             ),
-            demo_events: (shard_index == 0).then(|| {
-                let start = Now::new(shared.start_mono_ns, shared.start_time);
-                crate::events::demo::DemoEventGenerator::new(shared.clone(), start)
-            }),
             memory_headroom: usize::MAX,
             offload_handshakes: false,
             parked_job: None,
@@ -825,8 +818,7 @@ impl ShardState {
 
     fn next_deadline_sync(&self) -> Option<u64> {
         let s = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
-        let g = self.demo_events.as_ref().and_then(|g| g.next_deadline());
-        [s, self.subscriptions.next_deadline(), g]
+        [s, self.subscriptions.next_deadline()]
             .into_iter()
             .flatten()
             .min()
@@ -915,12 +907,6 @@ impl ShardState {
         if self.shared.address_space.has_async() {
             self.on_async(now);
         }
-        if let Some(g) = self.demo_events.as_mut() {
-            if g.next_deadline().is_some_and(|d| d <= now.mono_ns) {
-                let bus = &self.shared.events.bus;
-                g.due(now, |e| bus.publish(e));
-            }
-        }
         self.subscriptions.on_timer(&self.shared, now);
         self.on_session_timer(now);
     }
@@ -940,7 +926,7 @@ impl ShardState {
             }
             let Some(session) = &s.session else { continue };
             if session.deadline_ns <= now.mono_ns {
-                crate::events::demo::publish_session_closed(
+                crate::events::audit::publish_session_closed(
                     &self.shared,
                     &session.session_id,
                     true,

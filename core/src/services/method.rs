@@ -27,20 +27,17 @@
 //!
 //! `inputArgumentResults` has one entry per argument once the count is right, else none.
 //!
-//! Methods: the application's (`address_space::app`: `Demo.Methods.Add(a, b: Double) →
-//! Double` and `Sum(values: Double[]) → Double` are two, registered by the Demo folder like a
-//! library user's), `Demo.Methods.GenerateEvent(Message: String, Severity: UInt16)` (publishes
-//! a DemoEventType event on the bus; the one Demo method still served here, because it needs
-//! the server's event plumbing),
-//! Acknowledge (i=9111), Confirm (i=9113), AddComment (i=9029), Enable (i=9027), Disable
-//! (i=9028) on the Demo alarm (or its own instance method nodes), ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
+//! Methods: the application's (`address_space::app`, registered through the `uaring`
+//! library), the condition methods Acknowledge (i=9111), Confirm (i=9113), AddComment
+//! (i=9029), Enable (i=9027) and Disable (i=9028) on a condition (or its own method nodes),
+//! ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
 //! `services::subscription_methods`.
 
 use crate::address_space::{ids as ns0, AddressSpace, ClassAttributes, Node, NodeClass};
 use crate::events::condition::{ConditionAction, MAX_COMMENT_CHARS};
+use crate::events::ids;
 use crate::events::nodes::{self, ArgSpec};
-use crate::events::{demo, ids};
 use crate::generated::messages::Response;
 use crate::generated::types::{CallMethodRequest, CallMethodResult, CallRequest, CallResponse};
 use crate::roles::Roles;
@@ -51,13 +48,10 @@ use crate::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, V
 
 /// Reference type HasOrderedComponent (a subtype of HasComponent).
 const HAS_ORDERED_COMPONENT: u32 = 49;
-/// Longest Message of GenerateEvent, characters.
-pub const MAX_MESSAGE_CHARS: usize = 4096;
 
 /// The methods this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MethodKind {
-    GenerateEvent,
     Acknowledge,
     Confirm,
     AddComment,
@@ -69,46 +63,46 @@ enum MethodKind {
     ResendData,
 }
 
-/// Does this server serve Method `method_id` itself (the condition methods, ConditionRefresh,
-/// GetMonitoredItems, ResendData, the Demo's GenerateEvent)? The application's methods are
+/// Does this server serve the namespace-0 Method `method_id` itself (the condition methods,
+/// ConditionRefresh, GetMonitoredItems, ResendData)? The application's methods are
 /// registered apart (`address_space::app`).
 pub fn served(method_id: &NodeId) -> bool {
-    MethodKind::of(method_id).is_some()
+    method_id.namespace == 0 && MethodKind::of_ns0(method_id).is_some()
 }
 
 impl MethodKind {
-    fn of(method_id: &NodeId) -> Option<MethodKind> {
-        if let Some(n) = method_id.as_ns0() {
-            return Some(match n {
-                ids::ACKNOWLEDGE => MethodKind::Acknowledge,
-                ids::CONFIRM => MethodKind::Confirm,
-                ids::ADD_COMMENT => MethodKind::AddComment,
-                ids::ENABLE => MethodKind::Enable,
-                ids::DISABLE => MethodKind::Disable,
-                ids::CONDITION_REFRESH => MethodKind::ConditionRefresh,
-                ids::CONDITION_REFRESH2 => MethodKind::ConditionRefresh2,
-                ids::GET_MONITORED_ITEMS => MethodKind::GetMonitoredItems,
-                ids::RESEND_DATA => MethodKind::ResendData,
-                _ => return None,
-            });
+    /// The server's own method `method_id`: one of namespace 0, or a condition's own method
+    /// node.
+    fn of(space: &AddressSpace, method_id: &NodeId) -> Option<MethodKind> {
+        if method_id.namespace == 0 {
+            return MethodKind::of_ns0(method_id);
         }
-        let table = [
-            (nodes::generate_event_method_id(), MethodKind::GenerateEvent),
-            (nodes::alarm_acknowledge_id(), MethodKind::Acknowledge),
-            (nodes::alarm_confirm_id(), MethodKind::Confirm),
-            (nodes::alarm_add_comment_id(), MethodKind::AddComment),
-            (nodes::alarm_enable_id(), MethodKind::Enable),
-            (nodes::alarm_disable_id(), MethodKind::Disable),
-        ];
-        table
-            .into_iter()
-            .find(|(id, _)| id == method_id)
-            .map(|(_, k)| k)
+        crate::events::condition::method_of(space, method_id).map(|a| match a {
+            ConditionAction::Acknowledge => MethodKind::Acknowledge,
+            ConditionAction::Confirm => MethodKind::Confirm,
+            ConditionAction::AddComment => MethodKind::AddComment,
+            ConditionAction::Enable => MethodKind::Enable,
+            ConditionAction::Disable => MethodKind::Disable,
+        })
+    }
+
+    fn of_ns0(method_id: &NodeId) -> Option<MethodKind> {
+        Some(match method_id.as_ns0()? {
+            ids::ACKNOWLEDGE => MethodKind::Acknowledge,
+            ids::CONFIRM => MethodKind::Confirm,
+            ids::ADD_COMMENT => MethodKind::AddComment,
+            ids::ENABLE => MethodKind::Enable,
+            ids::DISABLE => MethodKind::Disable,
+            ids::CONDITION_REFRESH => MethodKind::ConditionRefresh,
+            ids::CONDITION_REFRESH2 => MethodKind::ConditionRefresh2,
+            ids::GET_MONITORED_ITEMS => MethodKind::GetMonitoredItems,
+            ids::RESEND_DATA => MethodKind::ResendData,
+            _ => return None,
+        })
     }
 
     fn inputs(self) -> &'static [ArgSpec] {
         match self {
-            MethodKind::GenerateEvent => nodes::GENERATE_EVENT_IN,
             MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment => nodes::ACK_IN,
             MethodKind::Enable | MethodKind::Disable => &[],
             MethodKind::ConditionRefresh => nodes::SUBSCRIPTION_ID_IN,
@@ -123,8 +117,7 @@ impl MethodKind {
     fn needs_write(self) -> bool {
         matches!(
             self,
-            MethodKind::GenerateEvent
-                | MethodKind::Acknowledge
+            MethodKind::Acknowledge
                 | MethodKind::Confirm
                 | MethodKind::AddComment
                 | MethodKind::Enable
@@ -236,10 +229,10 @@ pub fn call_deferrable(
     None
 }
 
-/// Does the method change state (the condition methods, GenerateEvent, an application
-/// method declared so)? Without RolePermissions on it, only a writing role may call it.
+/// Does the method change state (the condition methods, an application method declared
+/// so)? Without RolePermissions on it, only a writing role may call it.
 pub fn changes_state(space: &AddressSpace, method_id: &NodeId) -> bool {
-    MethodKind::of(method_id).is_some_and(MethodKind::needs_write)
+    MethodKind::of(space, method_id).is_some_and(MethodKind::needs_write)
         || space.app_method(method_id).is_some_and(|m| m.needs_write)
 }
 
@@ -479,7 +472,7 @@ fn call_one(
     if !call_permitted(space, roles, &m.object_id, &m.method_id) {
         return status_only(StatusCode::BadUserAccessDenied);
     }
-    let Some(kind) = MethodKind::of(&m.method_id) else {
+    let Some(kind) = MethodKind::of(space, &m.method_id) else {
         return match space.app_method(&m.method_id) {
             Some(app) => call_app(app, m, user, now, deferred),
             None => status_only(StatusCode::BadNotImplemented),
@@ -509,16 +502,6 @@ fn call_one(
             }
         };
         match kind {
-            MethodKind::GenerateEvent => {
-                if let Variant::String(s) = arg(0) {
-                    if s.as_str().chars().count() > MAX_MESSAGE_CHARS {
-                        out_of_range(0);
-                    }
-                }
-                if !matches!(arg(1), Variant::UInt16(1..=1000)) {
-                    out_of_range(1);
-                }
-            }
             MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment
                 if text_of(arg(1)).text.as_str().chars().count() > MAX_COMMENT_CHARS =>
             {
@@ -545,24 +528,6 @@ fn call_one(
         },
     };
     match kind {
-        MethodKind::GenerateEvent => {
-            if !shared.events.demo_namespace {
-                return status_only(StatusCode::BadNodeIdUnknown);
-            }
-            let msg = match arg(0) {
-                Variant::String(s) => s.as_str().to_string(),
-                _ => String::new(),
-            };
-            let sev = match arg(1) {
-                Variant::UInt16(s) => *s,
-                _ => 1,
-            };
-            shared
-                .events
-                .bus
-                .publish(demo::demo_event(&shared.events, 0, &msg, sev, now.utc));
-            done(StatusCode::Good, Vec::new())
-        }
         MethodKind::Acknowledge
         | MethodKind::Confirm
         | MethodKind::AddComment

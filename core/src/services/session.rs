@@ -182,7 +182,7 @@ fn finish_create_session(
         session.timeout_ms,
         session.server_nonce.clone(),
     );
-    crate::events::demo::publish_session_created(
+    crate::events::audit::publish_session_created(
         shard.shared(),
         &session_id,
         ctx.channel_id,
@@ -327,7 +327,7 @@ pub fn close_session(
         s.release_continuation_points();
     }
     if let Some(id) = shard.session(key).map(|s| s.session_id.clone()) {
-        crate::events::demo::publish_session_closed(shard.shared(), &id, false, now);
+        crate::events::audit::publish_session_closed(shard.shared(), &id, false, now);
     }
     shard.close_session(key, req.delete_subscriptions, now);
     Response::CloseSession(Box::new(CloseSessionResponse {

@@ -5,6 +5,9 @@
 use std::sync::Arc;
 
 use uaring_core::config::ServerConfig;
+
+#[path = "../support/content.rs"]
+pub mod content;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::RequestContext;
@@ -41,7 +44,17 @@ impl Harness {
     }
 
     pub fn with_shard(config: ServerConfig, shard_index: usize) -> Harness {
-        let shared: Arc<ServerShared> = ServerShared::new(config, start()).expect("server config");
+        Harness::with_content(config, &content::Content::default(), shard_index)
+    }
+
+    /// Shard `shard_index` of a server with `content` in namespace 1.
+    pub fn with_content(
+        config: ServerConfig,
+        content: &content::Content,
+        shard_index: usize,
+    ) -> Harness {
+        let shared: Arc<ServerShared> =
+            content::new_with(config, start(), content).expect("server config");
         Harness::on_shared(shared, shard_index)
     }
 

@@ -2,6 +2,8 @@
 //! sockets): the set-up of the in-memory service tests and of the allocation count.
 #![allow(dead_code)]
 
+#[path = "content.rs"]
+mod content;
 use uaring_core::client::{ClientConfig, ClientConnection};
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
@@ -10,7 +12,6 @@ use uaring_core::generated::types::{
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{ByteString, ExtensionObject};
 use uaring_core::Now;
 
@@ -33,7 +34,7 @@ impl Net {
 
     /// [`Net::connected`] to a server with `config`.
     pub fn connected_with(config: ServerConfig, now: Now) -> Net {
-        let shared = ServerShared::new(config, now).expect("server");
+        let shared = content::new(config, now).expect("server");
         let mut shard = ShardState::new(
             shared,
             0,

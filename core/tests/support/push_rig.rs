@@ -6,7 +6,7 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use uaring_core::address_space::build::ns1;
+use uaring_core::address_space::build::make;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
@@ -99,9 +99,6 @@ impl PushRig {
     pub fn new(n: u32) -> PushRig {
         let mut config = ServerConfig::default();
         config.operation_limits.max_monitored_items_per_call = 1_000_000;
-        // No Demo folder: its event generator and the alarm it toggles allocate per event,
-        // and they are not the path measured here.
-        config.application.demo_namespace = false;
         let now = Now::new(
             1_000_000_000,
             DateTime::from_unix_nanos(1_700_000_000_000_000_000),
@@ -110,14 +107,14 @@ impl PushRig {
             let ns = b.add_namespace("urn:bench:push")?;
             for i in 0..=n {
                 let id = NodeId::string(ns, format!("V{i}"));
-                b.add(ns1::variable(
+                b.add(make::variable(
                     id,
                     QualifiedName::new(ns, &format!("V{i}")),
                     NodeId::ns0(11),
                     -1,
                     Vec::new(),
                     DataValue::new(Variant::Double(0.0)),
-                    ns1::READ_ONLY,
+                    make::READ_ONLY,
                     0.0,
                     Some((NodeId::ns0(85), 35)),
                 ))?;

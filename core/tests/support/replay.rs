@@ -4,6 +4,8 @@
 //! replays every input the fuzzers ever crashed on (fuzz/regressions/).
 #![allow(dead_code)]
 
+#[path = "content.rs"]
+mod content;
 use std::sync::{Arc, OnceLock};
 
 use uaring_core::config::ServerConfig;
@@ -29,7 +31,7 @@ pub fn shared() -> Arc<ServerShared> {
     static SHARED: OnceLock<Arc<ServerShared>> = OnceLock::new();
     SHARED
         .get_or_init(|| {
-            ServerShared::new(ServerConfig::default(), start()).expect("default configuration")
+            content::new(ServerConfig::default(), start()).expect("default configuration")
         })
         .clone()
 }

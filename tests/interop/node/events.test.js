@@ -82,7 +82,7 @@ test("event monitored items with select and where clauses", async () => {
   assert.ok(await waitFor(() => mine(all).length === 1 && mine(filtered).length === 1), `server ${all.length}, demo ${filtered.length}`);
   const e = mine(all)[0];
   assert.equal(e[2].value, 321);
-  assert.equal(e[3].value, "Demo.Events");
+  assert.equal(e[3].value, "Events");
   // The OfType clause keeps the alarm's condition events off the filtered item.
   assert.ok(filtered.every((x) => x[0].value.toString() === "ns=1;s=DemoEventType"));
   await sub.terminate();

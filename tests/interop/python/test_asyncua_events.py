@@ -92,7 +92,7 @@ def test_events_with_select_and_where_clauses(server):
             await generate(c, "low", 300)
             await generate(c, "high", 900)
             got = await collect_events(r, lambda g: any(f[2].Text == "high" and h == 100 for (h, f) in g) and any(h == 101 for (h, _) in g))
-            server_msgs = [f[2].Text for (h, f) in got if h == 100 and f[1] == "Demo.Events" and f[2].Text in ("low", "high")]
+            server_msgs = [f[2].Text for (h, f) in got if h == 100 and f[1] == "Events" and f[2].Text in ("low", "high")]
             demo_msgs = [f[2].Text for (h, f) in got if h == 101 and f[2].Text in ("low", "high")]
             assert server_msgs == ["low", "high"]
             assert demo_msgs == ["high"], "the where clause drops Severity 300"

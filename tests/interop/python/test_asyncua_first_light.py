@@ -185,13 +185,15 @@ def test_dynamic_counter_increments(server):
             await asyncio.sleep(0.35)
             b = await n.read_value()
             assert b >= a + 2
-            # Sine = sin(2π · (t − StartTime) / 10 s) at its SourceTimestamp t.
-            start = await c.get_node("i=2257").read_value()  # ServerStatus.StartTime
+            # Sine = sin(2π · t / 10 s) at its SourceTimestamp t (any epoch whose offset
+            # from 1601 is a multiple of 10 s: Unix time is one).
+            epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
             sine = c.get_node("ns=1;s=Demo.Dynamic.Sine")
             for _ in range(3):
                 dv = await sine.read_data_value()
                 assert isinstance(dv.Value.Value, float)
-                elapsed = (dv.SourceTimestamp - start).total_seconds()
+                ts = dv.SourceTimestamp if dv.SourceTimestamp.tzinfo else dv.SourceTimestamp.replace(tzinfo=datetime.timezone.utc)
+                elapsed = (ts - epoch).total_seconds() % 10.0
                 want = math.sin(2 * math.pi * elapsed / 10.0)
                 assert abs(dv.Value.Value - want) < 1e-3, (dv.Value.Value, want, elapsed)
                 await asyncio.sleep(0.3)

@@ -1,9 +1,10 @@
-//! Building the address space: the builder, namespace 0 from the generated NodeSet, the
-//! live Server object and namespace 1.
+//! Building the address space: the builder, namespace 0 from the generated NodeSet and the
+//! live Server object. Namespace 1 (the ApplicationUri) starts empty: what is in it, and in
+//! any other namespace, comes from the caller ([`build_with`]: the `uaring` library's
+//! definitions, NodeSet imports).
 
-pub mod counters;
+pub mod make;
 pub mod ns0;
-pub mod ns1;
 pub mod server_object;
 
 use std::collections::HashMap;
@@ -18,13 +19,13 @@ use crate::Now;
 /// The namespace-0 URI.
 pub const NS0_URI: &str = "http://opcfoundation.org/UA/";
 
-/// Builds the whole address space: namespace 0, the live Server object, namespace 1.
+/// Builds the address space: namespace 0 and the live Server object; namespace 1 empty.
 pub fn build(config: &ServerConfig, now: Now) -> Result<AddressSpace, String> {
     build_with(config, now, &mut |_| Ok(()))
 }
 
 /// Adds nodes to the address space before it is frozen (companion models read by the
-/// caller, e.g. uaring-nodeset). It runs after namespaces 0 and 1 are built; it may add
+/// caller, e.g. uaring-nodeset). It runs after namespace 0 is built; it may add
 /// namespaces ([`AddressSpaceBuilder::add_namespace`]) and nodes. On an error nothing is
 /// built.
 pub type Extend<'a> = dyn FnMut(&mut AddressSpaceBuilder) -> Result<(), String> + 'a;
@@ -44,8 +45,6 @@ pub fn build_with(
     let mut b = AddressSpaceBuilder::new(uris.clone(), info.clone());
     ns0::add_namespace0(&mut b)?;
     server_object::install(&mut b, config, &info, &uris);
-    ns1::add_namespace1(&mut b, config, now.utc)?;
-    counters::add_counters(&mut b, config.application.counters)?;
     extend(&mut b)?;
     if b.namespace_uris.len() != uris.len() {
         let all = b.namespace_uris.clone();
