@@ -9,8 +9,9 @@
 //!   HZ times a second on absolute deadlines, spread evenly: the k-th push of a variable
 //!   (k = 1, 2, …) sets it to the Double k, source-timestamped at the push. Initial value 0.
 //! * `s=Plant.Setpoint`: Double, writable; the write hook refuses values outside 0..=100
-//!   (Bad_OutOfRange). Above 90 it activates the alarm `s=Plant.HighSetpoint` (an
-//!   AlarmConditionType of `Plant`, severity 800), at 90 or below it deactivates it.
+//!   (Bad_OutOfRange). Above 90 it activates the alarm `s=Plant.HighSetpoint` (a
+//!   NonExclusiveLevelAlarmType of `Plant` with the Property HighLimit 90, severity 800), at
+//!   90 or below it deactivates it.
 //! * `s=Plant.HighLimit` and `s=Plant.LowLimit`: Double, writable, initially 95 and 5; the
 //!   namespace's write hook (every writable Variable of the namespace without a hook of its
 //!   own) refuses values that are not finite Doubles (Bad_OutOfRange).
@@ -40,6 +41,11 @@ use uaring::{
     objects_folder, AlarmDef, ArgDef, AsyncRead, AsyncWrite, BuiltinType, ConditionAction,
     DataValue, EventDef, MethodDef, NodeRef, ObjectDef, Server, StatusCode, VariableDef, Variant,
 };
+
+/// NonExclusiveLevelAlarmType (namespace 0).
+const NON_EXCLUSIVE_LEVEL_ALARM_TYPE: u32 = 10060;
+/// The setpoint above which the alarm is active (its HighLimit).
+const SETPOINT_HIGH: f64 = 90.0;
 
 /// A request to the simulated device, with the time it was made.
 enum DeviceJob {
@@ -161,13 +167,16 @@ fn run(a: Args) -> Result<(), uaring::Error> {
     );
     let acked = Arc::new(AtomicU64::new(0));
     let alarm = b.add_alarm(
-        AlarmDef::new(ns.id("Plant.HighSetpoint"), "HighSetpoint", &plant).on_action(move |a| {
-            if a.action == ConditionAction::Acknowledge {
-                let n = acked.fetch_add(1, Ordering::Relaxed) + 1;
-                let _ = acks.set(n as u32);
-                let _ = last_comment.set(a.comment.text.as_str());
-            }
-        }),
+        AlarmDef::new(ns.id("Plant.HighSetpoint"), "HighSetpoint", &plant)
+            .of_type(NodeRef::ns0(NON_EXCLUSIVE_LEVEL_ALARM_TYPE))
+            .property("HighLimit", SETPOINT_HIGH)
+            .on_action(move |a| {
+                if a.action == ConditionAction::Acknowledge {
+                    let n = acked.fetch_add(1, Ordering::Relaxed) + 1;
+                    let _ = acks.set(n as u32);
+                    let _ = last_comment.set(a.comment.text.as_str());
+                }
+            }),
     );
     b.add_variable(
         VariableDef::new(ns.id("Plant.Setpoint"), "Setpoint", 50.0)
@@ -175,8 +184,8 @@ fn run(a: Args) -> Result<(), uaring::Error> {
             .on_write(move |w| match w.value.value {
                 Variant::Double(x) if (0.0..=100.0).contains(&x) => {
                     let _ = alarm.set_active(
-                        x > 90.0,
-                        if x > 90.0 { 800 } else { 100 },
+                        x > SETPOINT_HIGH,
+                        if x > SETPOINT_HIGH { 800 } else { 100 },
                         &format!("setpoint {x}"),
                     );
                     Ok(())

@@ -1111,6 +1111,8 @@ pub struct AlarmDef {
     id: NodeRef,
     name: String,
     source: NodeRef,
+    type_def: Option<NodeRef>,
+    properties: Vec<(String, Variant)>,
     on_action: Option<uaring_core::address_space::app::ConditionHook>,
 }
 
@@ -1123,8 +1125,36 @@ impl AlarmDef {
             id,
             name: name.to_string(),
             source: source.clone(),
+            type_def: None,
+            properties: Vec::new(),
             on_action: None,
         }
+    }
+
+    /// Makes the alarm an instance of `type_def`, a subtype of AlarmConditionType: namespace
+    /// 0's OffNormalAlarmType (`i=10637`), DiscreteAlarmType (`i=10523`), TripAlarmType
+    /// (`i=10751`), SystemOffNormalAlarmType (`i=11753`), LimitAlarmType (`i=2955`),
+    /// NonExclusiveLimitAlarmType (`i=9906`) and its level, deviation and rate-of-change
+    /// subtypes, or one from a NodeSet. Its events have that EventType, so an `OfType` filter
+    /// on the subtype selects them. Each mandatory Property the subtypes declare must be given
+    /// with [`AlarmDef::property`]; a type with a mandatory child the library does not
+    /// maintain (ExclusiveLimitAlarmType's LimitState state machine) fails the start with a
+    /// message naming it. The alarm's behaviour is AlarmConditionType's: the application
+    /// decides when it is active (for a limit alarm: when the value crosses a limit).
+    pub fn of_type(mut self, type_def: NodeRef) -> Self {
+        self.type_def = Some(type_def);
+        self
+    }
+
+    /// A Property the alarm's type (or a supertype below AlarmConditionType) declares, with
+    /// its value, fixed for the server's life: OffNormalAlarmType's `NormalState` (the NodeId
+    /// of the variable holding the normal state), LimitAlarmType's `HighHighLimit`,
+    /// `HighLimit`, `LowLimit`, `LowLowLimit` (Double). It becomes a Property node of the
+    /// alarm and a field of each of its events (select `NormalState` on the subtype). A name
+    /// the types do not declare, or a value of another data type, fails the start.
+    pub fn property(mut self, name: &str, value: impl Into<Variant>) -> Self {
+        self.properties.push((name.to_string(), value.into()));
+        self
     }
 
     /// Called on the shard serving the Call after a client's Acknowledge, Confirm,
@@ -1149,12 +1179,19 @@ impl AlarmDef {
                 self.id
             )));
         }
+        let type_def = match &self.type_def {
+            Some(t) => t.resolve(b)?,
+            None => NodeId::ns0(ALARM_CONDITION_TYPE),
+        };
+        let properties = alarm_properties(b, &self.id, &type_def, self.properties)?;
         let name = QualifiedName::new(node_id.namespace, &self.name);
         uaring_core::events::nodes::add_condition_nodes(
             b,
             &node_id,
             &name,
             &source,
+            &type_def,
+            &properties,
             crate::clock::utc_now(),
         )
         .map_err(Error::AddressSpace)?;
@@ -1162,10 +1199,131 @@ impl AlarmDef {
             node_id: node_id.clone(),
             name: self.name,
             source,
+            type_def,
+            properties,
             on_action: self.on_action,
         });
         Ok(node_id)
     }
+}
+
+/// AlarmConditionType (namespace 0).
+const ALARM_CONDITION_TYPE: u32 = 2915;
+const UTC_TIME: u32 = 294;
+const DURATION: u32 = 290;
+
+/// Checks an alarm's type and Properties against the types between `type_def` and
+/// AlarmConditionType, and names the Properties as the types declare them.
+fn alarm_properties(
+    b: &AddressSpaceBuilder,
+    alarm: &NodeRef,
+    type_def: &NodeId,
+    given: Vec<(String, Variant)>,
+) -> Result<Vec<(QualifiedName, Variant)>, Error> {
+    let err = |m: String| Error::AddressSpace(format!("{alarm}: {m}"));
+    // The subtypes, most derived first, up to (without) AlarmConditionType.
+    let mut subtypes = Vec::new();
+    let mut t = type_def.clone();
+    for _ in 0..32 {
+        if t.as_ns0() == Some(ALARM_CONDITION_TYPE) {
+            break;
+        }
+        if !b
+            .node(&t)
+            .is_some_and(|n| n.node_class == NodeClass::ObjectType)
+        {
+            return Err(err(format!("{type_def} is no ObjectType")));
+        }
+        subtypes.push(t.clone());
+        t = supertype(b, &t)
+            .ok_or_else(|| err(format!("{type_def} is no subtype of AlarmConditionType")))?;
+    }
+    if t.as_ns0() != Some(ALARM_CONDITION_TYPE) {
+        return Err(err(format!(
+            "{type_def} is no subtype of AlarmConditionType"
+        )));
+    }
+    struct Decl {
+        name: QualifiedName,
+        property: Option<NodeId>,
+        mandatory: bool,
+        owner: NodeId,
+    }
+    let mut decls: Vec<Decl> = Vec::new();
+    for owner in &subtypes {
+        for (rt, decl) in targets(b, owner, &[ids::HAS_COMPONENT, ids::HAS_PROPERTY]) {
+            let Some(d) = b.node(&decl) else { continue };
+            if decls.iter().any(|x| x.name == d.browse_name) {
+                continue; // overridden by a more derived type
+            }
+            if d.browse_name.namespace_index == 0
+                && uaring_core::events::condition::MAINTAINED_FIELDS
+                    .contains(&d.browse_name.name.as_str())
+            {
+                continue; // an override of what the condition maintains (ActiveState)
+            }
+            let property = match (&d.attributes, rt == ids::HAS_PROPERTY) {
+                (ClassAttributes::Variable(v), true) => Some(v.data_type.clone()),
+                _ => None,
+            };
+            decls.push(Decl {
+                name: d.browse_name.clone(),
+                property,
+                mandatory: is_mandatory(b, &decl),
+                owner: owner.clone(),
+            });
+        }
+    }
+    let mut out: Vec<(QualifiedName, Variant)> = Vec::new();
+    for (name, value) in given {
+        let Some(d) = decls.iter().find(|d| d.name.name.as_str() == name) else {
+            return Err(err(format!(
+                "{type_def} (below AlarmConditionType) declares no Property {name}"
+            )));
+        };
+        let Some(data_type) = &d.property else {
+            return Err(err(format!(
+                "{name} of {} is no Property; the library does not maintain it",
+                d.owner
+            )));
+        };
+        let want = match data_type.as_ns0() {
+            Some(UTC_TIME) => Some(BuiltinType::DateTime),
+            Some(DURATION) => Some(BuiltinType::Double),
+            Some(n) if n <= 25 => BuiltinType::from_id(n as u8),
+            _ => None,
+        };
+        if let Some(want) = want {
+            if value.scalar_type() != Some(want) {
+                return Err(err(format!(
+                    "Property {name} is {want:?}, the value given is {:?}",
+                    value.scalar_type()
+                )));
+            }
+        }
+        if out.iter().any(|(n, _)| n == &d.name) {
+            return Err(err(format!("Property {name} given twice")));
+        }
+        out.push((d.name.clone(), value));
+    }
+    for d in decls.iter().filter(|d| d.mandatory) {
+        if out.iter().any(|(n, _)| n == &d.name) {
+            continue;
+        }
+        let name = d.name.name.as_str();
+        return Err(err(match d.property {
+            Some(_) => format!(
+                "{}'s mandatory Property {name} needs a value: AlarmDef::property(\"{name}\", …)",
+                d.owner
+            ),
+            None => format!(
+                "{}'s mandatory {name} is not maintained by the library (not supported yet); \
+                 use a type without it",
+                d.owner
+            ),
+        }));
+    }
+    Ok(out)
 }
 
 /// The state of an alarm, as clients see it.

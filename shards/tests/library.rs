@@ -2,7 +2,8 @@
 //! ObjectTypes with their mandatory children, and a shutdown that returns.
 
 use uaring::{
-    BuiltinType, Error, NodeId, NodeRef, ObjectDef, Server, StatusCode, VariableDef, Variant,
+    AlarmDef, BuiltinType, Error, NodeId, NodeRef, ObjectDef, Server, StatusCode, VariableDef,
+    Variant,
 };
 
 const MACHINERY: &str = "http://opcfoundation.org/UA/Machinery/";
@@ -189,4 +190,85 @@ fn an_instance_of_a_companion_model_type_gets_its_mandatory_children() {
     );
     assert!(NodeRef::ns0(85).namespace_uri().is_none());
     server.shutdown().unwrap();
+}
+
+#[test]
+fn alarm_subtypes_need_their_mandatory_properties_and_report_their_event_type() {
+    let dir = tempfile_dir::Dir::new("alarm-types");
+    // (type, properties, what the start error must name; None = it starts)
+    let cases: [(u32, Vec<(&str, Variant)>, Option<&str>); 7] = [
+        // OffNormalAlarmType without its mandatory NormalState.
+        (10637, vec![], Some("NormalState")),
+        // ... with it.
+        (
+            10637,
+            vec![(
+                "NormalState",
+                Variant::NodeId(Box::new(NodeId::string(2, "Normal"))),
+            )],
+            None,
+        ),
+        // A Property the types do not declare.
+        (
+            10523,
+            vec![("HighLimit", Variant::Double(1.0))],
+            Some("HighLimit"),
+        ),
+        // The wrong data type for LimitAlarmType's HighLimit.
+        (
+            10060,
+            vec![("HighLimit", Variant::Int32(1))],
+            Some("HighLimit"),
+        ),
+        // ExclusiveLimitAlarmType's LimitState is a state machine the library does not run.
+        (9341, vec![], Some("LimitState")),
+        // Not an alarm type.
+        (2041, vec![], Some("AlarmConditionType")),
+        // NonExclusiveLevelAlarmType overrides ActiveState, which the condition maintains.
+        (10060, vec![("HighLimit", Variant::Double(90.0))], None),
+    ];
+    for (type_id, properties, fails) in cases {
+        let mut b = builder(&dir);
+        let ns = b.namespace("urn:test:library");
+        let source = b.add_object(ObjectDef::folder(ns.id("Line"), "Line").event_notifier(true));
+        b.add_variable(VariableDef::new(ns.id("Normal"), "Normal", false));
+        let mut def =
+            AlarmDef::new(ns.id("Line.Alarm"), "Alarm", &source).of_type(NodeRef::ns0(type_id));
+        for (name, value) in properties.clone() {
+            def = def.property(name, value);
+        }
+        let alarm = b.add_alarm(def);
+        match (b.start(), fails) {
+            (Err(Error::AddressSpace(e)), Some(want)) => {
+                assert!(
+                    e.contains(want) && e.contains("s=Line.Alarm"),
+                    "{type_id}: {e}"
+                )
+            }
+            (Ok(server), None) => {
+                let i = server.namespace_index("urn:test:library").unwrap();
+                let space = &server.shared().address_space;
+                let id = NodeId::string(i, "Line.Alarm");
+                let node = space.node(&id).unwrap();
+                assert_eq!(
+                    node.type_definition().and_then(|t| t.as_local()).cloned(),
+                    Some(NodeId::ns0(type_id))
+                );
+                for (name, value) in &properties {
+                    let p = server
+                        .variable(&NodeId::string(i, &format!("Line.Alarm.{name}")))
+                        .unwrap();
+                    assert_eq!(&p.get().unwrap().value, value, "{name}");
+                }
+                alarm.set_active(true, 800, "on").unwrap();
+                let c = &server.shared().events.conditions[0];
+                assert_eq!(c.spec.event_type, NodeId::ns0(type_id));
+                // The chain runs through AlarmConditionType to BaseEventType.
+                assert!(c.spec.type_chain.contains(&NodeId::ns0(2915)));
+                assert!(c.spec.type_chain.contains(&NodeId::ns0(2041)));
+                server.shutdown().unwrap();
+            }
+            (r, want) => panic!("{type_id}: {:?} (wanted the error {want:?})", r.err()),
+        }
+    }
 }

@@ -498,6 +498,11 @@ pub struct AppCondition {
     pub name: String,
     /// The source node (an Object; HasCondition from it to the condition).
     pub source: NodeId,
+    /// Its type: AlarmConditionType or a subtype (the EventType of its events).
+    pub type_def: NodeId,
+    /// The subtype's Properties (e.g. OffNormalAlarmType's NormalState), fixed at start:
+    /// Property nodes of the condition and fields of every event it raises.
+    pub properties: Vec<(crate::types::QualifiedName, Variant)>,
     pub on_action: Option<ConditionHook>,
 }
 

@@ -101,6 +101,11 @@ pub struct ConditionSpec {
     pub source: NodeId,
     pub source_name: UaString,
     pub notifiers: Arc<[NodeId]>,
+    /// AlarmConditionType or a subtype, and its supertype chain (most derived first).
+    pub event_type: NodeId,
+    pub type_chain: Arc<[NodeId]>,
+    /// The subtype's fixed Properties, appended to every event's fields.
+    pub properties: Arc<[EventField]>,
     pub on_action: Option<ConditionHook>,
 }
 
@@ -113,15 +118,44 @@ impl std::fmt::Debug for ConditionSpec {
     }
 }
 
+/// The BrowseNames of the fields every condition maintains itself (BaseEventType's and
+/// [`condition_event`]'s): a subtype's declaration of one of them (NonExclusiveLimitAlarmType
+/// overriding ActiveState) is served by the condition, not given by the application.
+pub const MAINTAINED_FIELDS: &[&str] = &[
+    "EventId",
+    "EventType",
+    "SourceNode",
+    "SourceName",
+    "Time",
+    "ReceiveTime",
+    "Message",
+    "Severity",
+    "ConditionClassId",
+    "ConditionClassName",
+    "ConditionName",
+    "BranchId",
+    "Retain",
+    "EnabledState",
+    "Quality",
+    "LastSeverity",
+    "Comment",
+    "ClientUserId",
+    "AckedState",
+    "ConfirmedState",
+    "ActiveState",
+    "InputNode",
+    "SuppressedOrShelved",
+];
+
 /// The condition event for a state: what is published on every change and in a
 /// ConditionRefresh.
-pub fn condition_event(spec: &ConditionSpec, s: &ConditionState, chain: &Arc<[NodeId]>) -> Event {
+pub fn condition_event(spec: &ConditionSpec, s: &ConditionState) -> Event {
     let lt = |t: &LocalizedText| Variant::LocalizedText(Box::new(t.clone()));
     let f = EventField::ns0;
-    Event {
+    let mut ev = Event {
         event_id: s.event_id.clone(),
-        event_type: NodeId::ns0(ids::ALARM_CONDITION_TYPE),
-        type_chain: Arc::clone(chain),
+        event_type: spec.event_type.clone(),
+        type_chain: Arc::clone(&spec.type_chain),
         source_node: spec.source.clone(),
         source_name: spec.source_name.clone(),
         time: s.time,
@@ -169,7 +203,9 @@ pub fn condition_event(spec: &ConditionSpec, s: &ConditionState, chain: &Arc<[No
             f("SuppressedOrShelved", Variant::Boolean(false)),
         ],
         notifiers: Arc::clone(&spec.notifiers),
-    }
+    };
+    ev.fields.extend(spec.properties.iter().cloned());
+    ev
 }
 
 /// A condition: its spec and its state, shared by every shard.
@@ -319,7 +355,7 @@ impl ServerEvents {
                 Ok(Some(n))
             })
             .ok()??;
-        let ev = condition_event(&c.spec, &next, &self.chains.alarm);
+        let ev = condition_event(&c.spec, &next);
         self.store_condition_cells(space, c);
         Some(ev)
     }
@@ -400,8 +436,7 @@ impl ServerEvents {
             Ok(Some(n))
         })?;
         if let Some(next) = next {
-            self.bus
-                .publish(condition_event(&c.spec, &next, &self.chains.alarm));
+            self.bus.publish(condition_event(&c.spec, &next));
             self.store_condition_cells(space, c);
             if let Some(hook) = &c.spec.on_action {
                 hook(&ConditionActionInfo {
@@ -428,7 +463,7 @@ impl ServerEvents {
 
     /// Writes the newest state of a condition into the Variables under its node.
     pub(crate) fn store_condition_cells(&self, space: &AddressSpace, c: &Condition) {
-        let ev = condition_event(&c.spec, &c.state(), &self.chains.alarm);
+        let ev = condition_event(&c.spec, &c.state());
         for (path, value) in nodes::alarm_values(&ev) {
             if let Some(i) = space.node_index(&c.child_id(&path)) {
                 // A node without a stored value (none is built so) is left alone.
@@ -476,7 +511,7 @@ impl ServerEvents {
         for c in &self.conditions {
             let s = c.state();
             if s.retain() && s.changes > 0 {
-                out.push(condition_event(&c.spec, &s, &self.chains.alarm));
+                out.push(condition_event(&c.spec, &s));
             }
         }
         out.push(bracket(
@@ -494,4 +529,31 @@ pub fn is_refresh_bracket(ev: &Event) -> bool {
         ev.event_type.as_ns0(),
         Some(ids::REFRESH_START_EVENT_TYPE | ids::REFRESH_END_EVENT_TYPE)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_of_a_condition_event_is_listed_as_maintained() {
+        let ids = EventIdSource::new(DateTime(0));
+        let spec = ConditionSpec {
+            node_id: NodeId::string(1, "A"),
+            name: "A".into(),
+            label: "A".into(),
+            source: NodeId::string(1, "S"),
+            source_name: UaString::from("S"),
+            notifiers: Arc::from(Vec::new()),
+            event_type: NodeId::ns0(ids::ALARM_CONDITION_TYPE),
+            type_chain: Arc::from(Vec::new()),
+            properties: Arc::from(Vec::new()),
+            on_action: None,
+        };
+        let ev = condition_event(&spec, &ConditionState::initial(&ids, "A", DateTime(0)));
+        for f in &ev.fields {
+            let first = f.path.first().map(|q| q.name.as_str()).unwrap_or_default();
+            assert!(MAINTAINED_FIELDS.contains(&first), "{first}");
+        }
+    }
 }

@@ -259,7 +259,6 @@ pub fn type_chain(space: &AddressSpace, t: &NodeId) -> Arc<[NodeId]> {
 #[derive(Debug)]
 pub struct TypeChains {
     pub base: Arc<[NodeId]>,
-    pub alarm: Arc<[NodeId]>,
     pub refresh_start: Arc<[NodeId]>,
     pub refresh_end: Arc<[NodeId]>,
     pub audit_create_session: Arc<[NodeId]>,
@@ -272,7 +271,6 @@ impl TypeChains {
         let c = |id: u32| type_chain(space, &NodeId::ns0(id));
         TypeChains {
             base: c(ids::BASE_EVENT_TYPE),
-            alarm: c(ids::ALARM_CONDITION_TYPE),
             refresh_start: c(ids::REFRESH_START_EVENT_TYPE),
             refresh_end: c(ids::REFRESH_END_EVENT_TYPE),
             audit_create_session: c(ids::AUDIT_CREATE_SESSION_EVENT_TYPE),
@@ -314,6 +312,16 @@ impl ServerEvents {
                 source: c.source.clone(),
                 source_name: UaString::from(source_name.as_str()),
                 notifiers: notifiers_of(space, &c.source).into(),
+                event_type: c.type_def.clone(),
+                type_chain: type_chain(space, &c.type_def),
+                properties: c
+                    .properties
+                    .iter()
+                    .map(|(name, value)| EventField {
+                        path: vec![name.clone()],
+                        value: value.clone(),
+                    })
+                    .collect(),
                 on_action: c.on_action.clone(),
             };
             conditions.push(Arc::new(Condition::new(spec, &ids, start)));

@@ -243,9 +243,10 @@ fn method(
     Ok(())
 }
 
-/// Adds an AlarmConditionType instance `alarm` named `name`, a component of `source` (and
-/// HasCondition from it), with a Variable for every field of its event (EventId … Severity,
-/// Retain, EnabledState and `.Id`, AckedState and `.Id`, …), ids as
+/// Adds an instance `alarm` of `type_def` (AlarmConditionType or a subtype; the caller
+/// checks which) named `name`, a component of `source` (and HasCondition from it), with a
+/// Variable for every field of its event (EventId … Severity, Retain, EnabledState and
+/// `.Id`, AckedState and `.Id`, …, then the subtype's `properties`), ids as
 /// [`super::condition::child_id`] makes them, and its own method nodes
 /// `<alarm>.Acknowledge`, `.Confirm`, `.AddComment`, `.Enable`, `.Disable`, which serve the
 /// same as the type's (i=9111, i=9113, i=9029, i=9027, i=9028) called on the condition.
@@ -254,9 +255,11 @@ pub fn add_condition_nodes(
     alarm: &NodeId,
     name: &QualifiedName,
     source: &NodeId,
+    type_def: &NodeId,
+    properties: &[(QualifiedName, Variant)],
     start: DateTime,
 ) -> Result<(), String> {
-    b.add(object(
+    let mut node = object(
         alarm.clone(),
         name.clone(),
         ids::ALARM_CONDITION_TYPE,
@@ -265,7 +268,15 @@ pub fn add_condition_nodes(
             reference(ns0::HAS_COMPONENT, false, source.clone()),
             reference(ids::HAS_CONDITION, false, source.clone()),
         ],
-    ))?;
+    );
+    if let Some(r) = node
+        .references
+        .iter_mut()
+        .find(|r| r.reference_type.as_ns0() == Some(ns0::HAS_TYPE_DEFINITION))
+    {
+        r.target = ExpandedNodeId::local(type_def.clone());
+    }
+    b.add(node)?;
     let template_ids = super::EventIdSource::new(start);
     let spec = super::condition::ConditionSpec {
         node_id: alarm.clone(),
@@ -274,11 +285,19 @@ pub fn add_condition_nodes(
         source: source.clone(),
         source_name: UaString::from(source.to_string().as_str()),
         notifiers: std::sync::Arc::from(Vec::new()),
+        event_type: type_def.clone(),
+        type_chain: std::sync::Arc::from(Vec::new()),
+        properties: properties
+            .iter()
+            .map(|(name, value)| super::EventField {
+                path: vec![name.clone()],
+                value: value.clone(),
+            })
+            .collect(),
         on_action: None,
     };
     let state = super::condition::ConditionState::initial(&template_ids, &spec.label, start);
-    let template =
-        super::condition::condition_event(&spec, &state, &std::sync::Arc::from(Vec::new()));
+    let template = super::condition::condition_event(&spec, &state);
     for (path, value) in alarm_values(&template) {
         let (parent, ref_type, type_def) = match path.as_slice() {
             [one] => {

@@ -473,11 +473,22 @@ fn add_demo(b: &mut AddressSpaceBuilder, now: Now) -> Result<(), String> {
             reference(events::ids::HAS_NOTIFIER, false, s("Demo")),
         ],
     ))?;
-    events::nodes::add_condition_nodes(b, &alarm_id(), &q("Alarm"), &demo_events_id(), start)?;
+    let alarm_type = NodeId::ns0(events::ids::ALARM_CONDITION_TYPE);
+    events::nodes::add_condition_nodes(
+        b,
+        &alarm_id(),
+        &q("Alarm"),
+        &demo_events_id(),
+        &alarm_type,
+        &[],
+        start,
+    )?;
     b.set_condition(AppCondition {
         node_id: alarm_id(),
         name: "Alarm".into(),
         source: demo_events_id(),
+        type_def: alarm_type,
+        properties: Vec::new(),
         on_action: None,
     });
 

@@ -13,7 +13,7 @@ import pytest
 from asyncua import Client, ua
 
 from conftest import Server, example_bin
-from test_asyncua_events import base_filter, collect_events, event_items, severity_at_least
+from test_asyncua_events import base_filter, collect_events, event_items, select, severity_at_least
 from test_asyncua_subscriptions import Raw
 
 PLANT_NS = "urn:uaring:example:plant"
@@ -299,9 +299,24 @@ def test_slow_method_runs_on_the_pool_while_the_server_serves(plant):
     run(body())
 
 
+LEVEL_ALARM = ua.NodeId(10060, 0)  # NonExclusiveLevelAlarmType
+
+
+def of_type_filter(type_id, selects):
+    """An EventFilter whose where clause is OfType(type_id)."""
+    el = ua.ContentFilterElement()
+    el.FilterOperator = ua.FilterOperator.OfType
+    el.FilterOperands = [ua.LiteralOperand(Value=ua.Variant(type_id, ua.VariantType.NodeId))]
+    f = ua.EventFilter()
+    f.SelectClauses = selects
+    f.WhereClause = ua.ContentFilter(Elements=[el])
+    return f
+
+
 def test_alarm_driven_by_the_application_and_acknowledged_by_the_client(plant):
-    """Plant.HighSetpoint goes active when Setpoint > 90 (the write hook drives it); the
-    client sees the AlarmConditionType event, acknowledges it with a comment, and the
+    """Plant.HighSetpoint (a NonExclusiveLevelAlarmType, HighLimit 90) goes active when
+    Setpoint > 90 (the write hook drives it); the client sees its event, also through an
+    OfType(LimitAlarmType) filter that selects HighLimit, acknowledges it with a comment, and the
     application's hook sees the acknowledgement (Plant.AlarmAcks, Plant.AlarmLastComment)."""
     async def body():
         async with Client(plant.url, timeout=10) as c:
@@ -309,14 +324,24 @@ def test_alarm_driven_by_the_application_and_acknowledged_by_the_client(plant):
             alarm = ua.NodeId("Plant.HighSetpoint", ns)
             r = Raw(c)
             sub = await r.create_subscription(interval=50)
-            res = await event_items(r, sub.SubscriptionId, [(ua.NodeId("Plant", ns), base_filter(severity_at_least(700)))])
-            assert res[0].StatusCode.is_good(), res
+            # The alarm is a NonExclusiveLevelAlarmType with the Property HighLimit.
+            type_def = await c.get_node(alarm).read_type_definition()
+            assert type_def == LEVEL_ALARM, type_def
+            assert await c.get_node(ua.NodeId("Plant.HighSetpoint.HighLimit", ns)).read_value() == 90.0
+            res = await event_items(r, sub.SubscriptionId, [
+                (ua.NodeId("Plant", ns), base_filter(severity_at_least(700))),
+                (ua.NodeId("Plant", ns), of_type_filter(ua.NodeId(2955, 0), [select("EventType"), select("HighLimit", type_id=ua.NodeId(2955, 0))])),
+            ])
+            assert all(x.StatusCode.is_good() for x in res), res
             acks_before = await c.get_node(ua.NodeId("Plant.AlarmAcks", ns)).read_value()
             sp = c.get_node(ua.NodeId("Plant.Setpoint", ns))
             await sp.write_value(ua.DataValue(ua.Variant(95.0, ua.VariantType.Double)))
-            got = await collect_events(r, lambda g: any(f[0] == ua.NodeId(2915, 0) for (_, f) in g))
-            ev = next(f for (_, f) in got if f[0] == ua.NodeId(2915, 0))
+            got = await collect_events(r, lambda g: any(h == 100 and f[0] == LEVEL_ALARM for (h, f) in g) and any(h == 101 for (h, _) in g))
+            ev = next(f for (h, f) in got if h == 100 and f[0] == LEVEL_ALARM)
             assert ev[1] == "Plant" and ev[2].Text == "setpoint 95" and ev[3] == 800
+            # The OfType(LimitAlarmType) item: the subtype's own field, HighLimit, selected.
+            limit = next(f for (h, f) in got if h == 101)
+            assert limit[0] == LEVEL_ALARM and limit[1] == 90.0, limit
             assert await c.get_node(ua.NodeId("Plant.HighSetpoint.ActiveState.Id", ns)).read_value() is True
             assert await c.get_node(ua.NodeId("Plant.HighSetpoint.AckedState.Id", ns)).read_value() is False
             await c.get_node(alarm).call_method(
