@@ -92,7 +92,7 @@ done
             cat "$RES/$1.md"
             # A reading of the table written by hand (figures quoted from the kept run).
             if [ -f "harness/benchmarks/$1.note.md" ]; then
-                printf '\n'
+                printf '\n*Note, written by hand (harness/benchmarks/%s.note.md): its figures and any table in it are quoted from the kept runs, not generated.*\n\n' "$1"
                 cat "harness/benchmarks/$1.note.md"
             fi
         fi
