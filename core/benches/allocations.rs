@@ -10,7 +10,7 @@ use alloc_count::{browse, read, write, Net};
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` runs this too: both just print.
     let mut net = Net::with_session();
-    println!("{:<28} {:>12} {:>12}", "request", "allocs/req", "bytes/req");
+    println!("{:<32} {:>12} {:>12}", "request", "allocs/req", "bytes/req");
     let cases: Vec<(
         String,
         Box<dyn Fn() -> uaring_core::generated::messages::Request>,
@@ -24,6 +24,14 @@ fn main() {
     ];
     for (name, make) in cases {
         let (allocs, bytes) = net.allocations_per_request(make, 2_000, 1_000);
-        println!("{name:<28} {allocs:>12.2} {bytes:>12.1}");
+        println!("{name:<32} {allocs:>12.2} {bytes:>12.1}");
+    }
+    // Values with heap memory (stored once first).
+    net.call(alloc_count::write_heap_values());
+    for (k, (what, _, _)) in alloc_count::HEAP_READS.iter().enumerate() {
+        let (allocs, bytes) =
+            net.allocations_per_request(|| alloc_count::read_heap_values(Some(k)), 2_000, 1_000);
+        let name = format!("Read, {what}");
+        println!("{name:<32} {allocs:>12.2} {bytes:>12.1}");
     }
 }

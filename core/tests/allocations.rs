@@ -17,6 +17,57 @@ fn read_allocates_nothing_in_steady_state() {
     }
 }
 
+/// Reads of values with heap memory (a String, a String array, a structure, a 1,000-element
+/// array, IndexRanges of arrays) copy into the recycled response's slots: no allocation.
+#[test]
+fn reads_of_strings_arrays_structures_and_ranges_allocate_nothing_in_steady_state() {
+    use uaring_core::generated::messages::Response;
+    use uaring_core::types::Variant;
+    let mut net = Net::with_session();
+    match net.call(alloc_count::write_heap_values()) {
+        Response::Write(w) => assert!(w.results.iter().all(|s| s.is_good()), "{w:?}"),
+        r => panic!("{r:?}"),
+    }
+    for (k, (what, _, _)) in alloc_count::HEAP_READS.iter().enumerate() {
+        let (allocs, bytes) =
+            net.allocations_per_request(|| alloc_count::read_heap_values(Some(k)), 300, 200);
+        assert_eq!((allocs, bytes), (0.0, 0.0), "Read of {what}");
+    }
+    let (allocs, bytes) =
+        net.allocations_per_request(|| alloc_count::read_heap_values(None), 300, 200);
+    assert_eq!((allocs, bytes), (0.0, 0.0), "Read of all of them at once");
+    // And the values read are the ones stored, ranges applied.
+    let Response::Read(r) = net.call(alloc_count::read_heap_values(None)) else {
+        panic!("no Read response");
+    };
+    let stored = alloc_count::heap_values();
+    let values: Vec<&Variant> = r.results.iter().map(|d| &d.value).collect();
+    assert_eq!(values[0], &stored[0].1);
+    assert_eq!(values[1], &stored[1].1);
+    assert_eq!(values[2], &stored[2].1);
+    let ints = |v: &Variant| -> Vec<i32> {
+        v.as_array()
+            .map(|a| {
+                a.values
+                    .iter()
+                    .map(|x| match x {
+                        Variant::Int32(i) => *i,
+                        _ => -1,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(ints(values[3]), (0..1000).collect::<Vec<i32>>());
+    assert_eq!(ints(values[4]), (100..200).collect::<Vec<i32>>());
+    let strings = stored[1].1.as_array().expect("array");
+    assert_eq!(
+        values[5].as_array().map(|a| a.values.clone()),
+        Some(strings.values[2..5].to_vec())
+    );
+    assert!(r.results.iter().all(|d| d.status.is_none()), "{r:?}");
+}
+
 #[test]
 fn write_allocates_nothing_in_steady_state() {
     let mut net = Net::with_session();

@@ -19,6 +19,24 @@ pub struct NumericRange {
     pub dims: Vec<(u32, u32)>,
 }
 
+/// One dimension of a range: `a` or `a:b` with a < b.
+fn parse_dim(part: &str) -> Result<(u32, u32), StatusCode> {
+    match part.split_once(':') {
+        None => {
+            let a = parse_u32(part).ok_or(StatusCode::BadIndexRangeInvalid)?;
+            Ok((a, a))
+        }
+        Some((a, b)) => {
+            let a = parse_u32(a).ok_or(StatusCode::BadIndexRangeInvalid)?;
+            let b = parse_u32(b).ok_or(StatusCode::BadIndexRangeInvalid)?;
+            if a >= b {
+                return Err(StatusCode::BadIndexRangeInvalid);
+            }
+            Ok((a, b))
+        }
+    }
+}
+
 fn parse_u32(s: &str) -> Option<u32> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -37,23 +55,60 @@ impl NumericRange {
             if dims.len() == MAX_DIMENSIONS {
                 return Err(StatusCode::BadIndexRangeInvalid);
             }
-            let d = match part.split_once(':') {
-                None => {
-                    let a = parse_u32(part).ok_or(StatusCode::BadIndexRangeInvalid)?;
-                    (a, a)
-                }
-                Some((a, b)) => {
-                    let a = parse_u32(a).ok_or(StatusCode::BadIndexRangeInvalid)?;
-                    let b = parse_u32(b).ok_or(StatusCode::BadIndexRangeInvalid)?;
-                    if a >= b {
-                        return Err(StatusCode::BadIndexRangeInvalid);
-                    }
-                    (a, b)
-                }
-            };
-            dims.push(d);
+            dims.push(parse_dim(part)?);
         }
         Ok(Some(NumericRange { dims }))
+    }
+
+    /// The bounds of a valid one-dimension range (`"3"`, `"2:5"`), without allocating;
+    /// `None` for anything else (no range, several dimensions, an invalid one: `parse`
+    /// says which).
+    pub fn single(s: &str) -> Option<(u32, u32)> {
+        if s.is_empty() || s.contains(',') {
+            return None;
+        }
+        parse_dim(s).ok()
+    }
+
+    /// [`NumericRange::read`] of the one-dimension range `(lo, hi)` into `out`, reusing
+    /// its memory when `v` is a one-dimensional array and `out` already holds one (a
+    /// recycled response's slot). Other values go through [`NumericRange::read`].
+    pub fn read_single_into(
+        lo: u32,
+        hi: u32,
+        v: &Variant,
+        out: &mut Variant,
+    ) -> Result<(), StatusCode> {
+        match v {
+            Variant::Array(a) if a.dimensions.is_none() => {
+                let len = a.values.len();
+                let (lo, hi) = (lo as usize, hi as usize);
+                if lo >= len {
+                    return Err(StatusCode::BadIndexRangeNoData);
+                }
+                let hi = hi.min(len - 1) + 1;
+                match out {
+                    Variant::Array(o) => o.clone_range_from(a, lo, hi),
+                    _ => {
+                        let mut o = Array {
+                            value_type: a.value_type,
+                            values: Vec::new(),
+                            dimensions: None,
+                        };
+                        o.clone_range_from(a, lo, hi);
+                        *out = Variant::Array(Box::new(o));
+                    }
+                }
+                Ok(())
+            }
+            _ => {
+                *out = NumericRange {
+                    dims: vec![(lo, hi)],
+                }
+                .read(v)?;
+                Ok(())
+            }
+        }
     }
 
     /// The selected part of `v`.

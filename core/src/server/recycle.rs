@@ -7,7 +7,9 @@
 //! service builds its response in the spare response; after the connection has encoded the
 //! response, both go back here. Spares whose arrays grew beyond
 //! [`RECYCLE_ELEMENTS_MAX`] elements are dropped instead of kept, so the memory held is
-//! bounded (a few KiB per shard) whatever sizes the clients send.
+//! bounded (a few KiB per shard) whatever sizes the clients send. A kept Read response keeps
+//! its results (so a String or array read into the same slot next time reuses their memory)
+//! while their values hold at most [`RECYCLE_VALUE_BYTES_MAX`].
 //!
 //! CreateSession's serverEndpoints come back too: they depend only on the configuration and
 //! the endpoint URL the client asked for, so the next CreateSession for the same URL sends
@@ -20,10 +22,50 @@ use crate::generated::types::{
     BrowseRequest, BrowseResponse, EndpointDescription, PublishRequest, ReadRequest, ReadResponse,
     WriteRequest, WriteResponse,
 };
-use crate::types::NodeId;
+use crate::types::{NodeId, Variant};
 
 /// Spares with more array elements than this are dropped instead of recycled.
 pub const RECYCLE_ELEMENTS_MAX: usize = 256;
+
+/// Most heap bytes (about) the values of a kept Read response may hold: more, and its
+/// results are dropped before it is kept.
+pub const RECYCLE_VALUE_BYTES_MAX: usize = 64 * 1024;
+
+/// About how many heap bytes a value holds (its strings, bytes and elements).
+fn heap_bytes(v: &Variant) -> usize {
+    match v {
+        Variant::String(s) => s.as_str().len(),
+        Variant::XmlElement(x) => x.0.as_str().len(),
+        Variant::ByteString(b) => b.as_bytes().len(),
+        Variant::LocalizedText(t) => 64 + t.text.as_str().len() + t.locale.as_str().len(),
+        Variant::ExtensionObject(e) => {
+            64 + match &e.body {
+                crate::types::ExtensionObjectBody::Binary(b) => b.len(),
+                crate::types::ExtensionObjectBody::Xml(x) => x.0.as_str().len(),
+                crate::types::ExtensionObjectBody::None => 0,
+            }
+        }
+        Variant::Array(a) => {
+            a.values.capacity() * std::mem::size_of::<Variant>()
+                + a.values.iter().map(heap_bytes).sum::<usize>()
+        }
+        Variant::Empty
+        | Variant::Boolean(_)
+        | Variant::SByte(_)
+        | Variant::Byte(_)
+        | Variant::Int16(_)
+        | Variant::UInt16(_)
+        | Variant::Int32(_)
+        | Variant::UInt32(_)
+        | Variant::Int64(_)
+        | Variant::UInt64(_)
+        | Variant::Float(_)
+        | Variant::Double(_)
+        | Variant::DateTime(_)
+        | Variant::StatusCode(_) => 0,
+        _ => 64,
+    }
+}
 /// A Browse response spare holding more reference descriptions than this (over all its
 /// results) is dropped instead of recycled.
 pub const RECYCLE_REFERENCES_MAX: usize = 1024;
@@ -141,7 +183,16 @@ impl Recycler {
                 self.session_endpoints = std::mem::take(&mut r.server_endpoints);
             }
             Response::Read(mut r) if r.results.capacity() <= RECYCLE_ELEMENTS_MAX => {
-                r.results.clear();
+                // The results stay (the next Read overwrites them in place, reusing their
+                // strings' and arrays' memory) while what they hold is small.
+                if r.results
+                    .iter()
+                    .map(|d| heap_bytes(&d.value))
+                    .sum::<usize>()
+                    > RECYCLE_VALUE_BYTES_MAX
+                {
+                    r.results.clear();
+                }
                 r.diagnostic_infos.clear();
                 r.response_header = Default::default();
                 self.read_response = Some(r);

@@ -76,12 +76,16 @@ pub fn read_into(
         Err(s) => return fault(handle, s, now),
     };
     let space = &shared.address_space;
-    spare.results.clear();
-    spare.results.extend(
-        req.nodes_to_read
-            .iter()
-            .map(|r| read_as(space, roles, r, ts, now)),
-    );
+    // The recycled response keeps its results: each is overwritten in place, so a String,
+    // array or structure read into a slot that held one of its kind reuses its memory.
+    let results = &mut spare.results;
+    results.truncate(req.nodes_to_read.len());
+    for (i, rv) in req.nodes_to_read.iter().enumerate() {
+        match results.get_mut(i) {
+            Some(slot) => read_as_into(space, roles, rv, ts, now, slot),
+            None => results.push(read_as(space, roles, rv, ts, now)),
+        }
+    }
     spare.diagnostic_infos.clear();
     spare.response_header = header(handle, StatusCode::Good, now);
     Response::Read(spare)
@@ -119,8 +123,23 @@ pub fn read_as(
     ts: Timestamps,
     now: Now,
 ) -> DataValue {
-    let read = || {
-        read_attribute(
+    let mut dv = DataValue::default();
+    read_as_into(space, roles, rv, ts, now, &mut dv);
+    dv
+}
+
+/// [`read_as`] into `out`, reusing its memory where the value allows
+/// ([`read_attribute_into`]).
+pub fn read_as_into(
+    space: &AddressSpace,
+    roles: Roles,
+    rv: &ReadValueId,
+    ts: Timestamps,
+    now: Now,
+    out: &mut DataValue,
+) {
+    let read = |out: &mut DataValue| {
+        read_attribute_into(
             space,
             &rv.node_id,
             rv.attribute_id,
@@ -128,18 +147,19 @@ pub fn read_as(
             &rv.data_encoding,
             ts,
             now,
+            out,
         )
     };
     // Most servers set no RolePermissions: then only the user attributes need the user.
     if !user_attribute(rv.attribute_id) && !space.has_role_permissions() {
-        return read();
+        return read(out);
     }
     let Some(index) = space.node_index(&rv.node_id) else {
-        return bad(StatusCode::BadNodeIdUnknown);
+        return *out = bad(StatusCode::BadNodeIdUnknown);
     };
     let permissions = space.permissions(index, roles);
     if !permissions.contains(read_permission(rv.attribute_id)) {
-        return bad(StatusCode::BadUserAccessDenied);
+        return *out = bad(StatusCode::BadUserAccessDenied);
     }
     match rv.attribute_id {
         attr::ROLE_PERMISSIONS | attr::USER_ROLE_PERMISSIONS => {
@@ -148,12 +168,11 @@ pub fn read_as(
             } else {
                 roles
             };
-            role_permissions_value(space, index, shown, rv, ts, now)
+            *out = role_permissions_value(space, index, shown, rv, ts, now);
         }
         _ => {
-            let mut dv = read();
-            narrow_to_user(space, roles, permissions, rv, &mut dv);
-            dv
+            read(out);
+            narrow_to_user(space, roles, permissions, rv, out);
         }
     }
 }
@@ -828,6 +847,65 @@ fn value_readable(v: &VariableAttributes) -> Result<(), StatusCode> {
     }
 }
 
+/// [`read_attribute`] into `out`. The Value of a stored Variable (a value cell) is copied
+/// from the cell's current value into `out` with `clone_from`, without a clone of its own,
+/// and a one-dimension IndexRange copies only the selected elements: a String, ByteString,
+/// array or structure read into a slot that held a value of its kind (a recycled Read
+/// response) allocates nothing. Everything else is [`read_attribute`]'s answer, moved in.
+#[allow(clippy::too_many_arguments)]
+pub fn read_attribute_into(
+    space: &AddressSpace,
+    node_id: &NodeId,
+    attribute_id: u32,
+    index_range: &str,
+    data_encoding: &QualifiedName,
+    ts: Timestamps,
+    now: Now,
+    out: &mut DataValue,
+) {
+    if attribute_id == attr::VALUE {
+        let cell = match space.node(node_id).map(|n| &n.attributes) {
+            Some(ClassAttributes::Variable(v)) if value_readable(v).is_ok() => match &v.value {
+                ValueSource::Cell(c) => Some(c),
+                _ => None,
+            },
+            _ => None,
+        };
+        let range = NumericRange::single(index_range);
+        if let (Some(cell), true) = (cell, index_range.is_empty() || range.is_some()) {
+            let r = cell.with(|dv| -> Result<(), StatusCode> {
+                check_encoding(attr::VALUE, data_encoding, Some(&dv.value))?;
+                match range {
+                    None => out.clone_from(dv),
+                    Some((lo, hi)) => {
+                        NumericRange::read_single_into(lo, hi, &dv.value, &mut out.value)?;
+                        out.status = dv.status;
+                        out.source_timestamp = dv.source_timestamp;
+                        out.source_picoseconds = dv.source_picoseconds;
+                        out.server_timestamp = dv.server_timestamp;
+                        out.server_picoseconds = dv.server_picoseconds;
+                    }
+                }
+                Ok(())
+            });
+            match r {
+                Ok(()) => apply_timestamps(out, ts, now),
+                Err(e) => *out = bad(e),
+            }
+            return;
+        }
+    }
+    *out = read_attribute(
+        space,
+        node_id,
+        attribute_id,
+        index_range,
+        data_encoding,
+        ts,
+        now,
+    );
+}
+
 /// Reads one attribute of one node (one ReadValueId).
 pub fn read_attribute(
     space: &AddressSpace,
@@ -907,6 +985,13 @@ fn finish_value(
             Err(e) => return bad(e),
         }
     }
+    apply_timestamps(&mut dv, ts, now);
+    dv
+}
+
+/// The timestamps asked for: the source's kept or dropped, the server's `now` unless the
+/// value has one.
+fn apply_timestamps(dv: &mut DataValue, ts: Timestamps, now: Now) {
     if !ts.source() {
         dv.source_timestamp = None;
         dv.source_picoseconds = None;
@@ -919,7 +1004,6 @@ fn finish_value(
         dv.server_timestamp = None;
         dv.server_picoseconds = None;
     }
-    dv
 }
 
 /// The built-in type a DataType is encoded as (its nearest built-in supertype, or itself).

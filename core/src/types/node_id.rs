@@ -349,6 +349,20 @@ impl Decode for NodeId {
                 v.extend_from_slice(bytes);
                 self.namespace = ns;
             }
+            // A string id reuses the string's memory (a recycled request reading nodes with
+            // string ids, e.g. `ns=1;s=Plant.V7`).
+            (STRING, Identifier::String(v)) => {
+                let ns = u16::decode(d)?;
+                let max = d.limits().max_string_len;
+                let n = d.read_length(max, 1, "NodeId.String")?.unwrap_or(0);
+                d.charge(n)?;
+                let bytes = d.take(n, "NodeId.String")?;
+                let text = std::str::from_utf8(bytes)
+                    .map_err(|_| DecodeError::decoding("NodeId.String"))?;
+                v.clear();
+                v.push_str(text);
+                self.namespace = ns;
+            }
             _ => *self = decode_node_id_body(d, b)?,
         }
         Ok(())

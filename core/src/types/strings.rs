@@ -99,11 +99,42 @@ impl Decode for UaString {
     fn decode(d: &mut Decoder<'_>) -> DecodeResult<Self> {
         Ok(UaString(decode_str(d, "String")?))
     }
+
+    /// Reuses the string's memory (a recycled request's IndexRange, say).
+    fn decode_into(&mut self, d: &mut Decoder<'_>) -> DecodeResult<()> {
+        let max = d.limits().max_string_len;
+        match d.read_length(max, 1, "String")? {
+            None => self.0 = None,
+            Some(n) => {
+                d.charge(n)?;
+                let b = d.take(n, "String")?;
+                let text = std::str::from_utf8(b).map_err(|_| DecodeError::decoding("String"))?;
+                match &mut self.0 {
+                    Some(s) => {
+                        s.clear();
+                        s.push_str(text);
+                    }
+                    None => self.0 = Some(text.to_owned()),
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A ByteString, with a null value distinct from empty.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ByteString(pub Option<Vec<u8>>);
+
+// `clone_from` reuses the bytes' memory (responses built in recycled messages).
+impl Clone for ByteString {
+    fn clone(&self) -> Self {
+        ByteString(self.0.clone())
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.0.clone_from(&source.0);
+    }
+}
 
 impl ByteString {
     pub const fn null() -> Self {
@@ -168,8 +199,17 @@ impl Decode for ByteString {
 }
 
 /// An XmlElement: encoded as a String holding UTF-8 XML.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord, Default, Debug)]
 pub struct XmlElement(pub UaString);
+
+impl Clone for XmlElement {
+    fn clone(&self) -> Self {
+        XmlElement(self.0.clone())
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.0.clone_from(&source.0);
+    }
+}
 
 impl Encode for XmlElement {
     fn encode(&self, out: &mut Vec<u8>) {

@@ -119,7 +119,7 @@ impl Decode for LocalizedText {
 }
 
 /// The body of an ExtensionObject.
-#[derive(Clone, PartialEq, Debug, Default)]
+#[derive(PartialEq, Debug, Default)]
 pub enum ExtensionObjectBody {
     #[default]
     None,
@@ -128,13 +128,44 @@ pub enum ExtensionObjectBody {
     Xml(XmlElement),
 }
 
+// `clone_from` reuses the body's memory when both are of the same kind.
+impl Clone for ExtensionObjectBody {
+    fn clone(&self) -> Self {
+        match self {
+            ExtensionObjectBody::None => ExtensionObjectBody::None,
+            ExtensionObjectBody::Binary(b) => ExtensionObjectBody::Binary(b.clone()),
+            ExtensionObjectBody::Xml(x) => ExtensionObjectBody::Xml(x.clone()),
+        }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        match (self, source) {
+            (ExtensionObjectBody::Binary(a), ExtensionObjectBody::Binary(b)) => a.clone_from(b),
+            (ExtensionObjectBody::Xml(a), ExtensionObjectBody::Xml(b)) => a.clone_from(b),
+            (me, other) => *me = other.clone(),
+        }
+    }
+}
+
 /// An ExtensionObject (Part 6 §5.2.2.15): TypeId, an encoding byte, then a length-prefixed body.
 /// The body is kept encoded; [`ExtensionObject::decode_as`] decodes it on demand.
-#[derive(Clone, PartialEq, Debug, Default)]
+#[derive(PartialEq, Debug, Default)]
 pub struct ExtensionObject {
     /// The encoding id (for a binary body, `<Type>_Encoding_DefaultBinary`).
     pub type_id: NodeId,
     pub body: ExtensionObjectBody,
+}
+
+impl Clone for ExtensionObject {
+    fn clone(&self) -> Self {
+        ExtensionObject {
+            type_id: self.type_id.clone(),
+            body: self.body.clone(),
+        }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.type_id.clone_from(&source.type_id);
+        self.body.clone_from(&source.body);
+    }
 }
 
 impl ExtensionObject {
@@ -228,8 +259,9 @@ impl Decode for ExtensionObject {
     }
 }
 
-/// A DataValue. `value == Variant::Empty` means no value is present.
-#[derive(Clone, PartialEq, Debug, Default)]
+/// A DataValue. `value == Variant::Empty` means no value is present. `clone_from` reuses
+/// the value's memory (see [`Variant`]'s).
+#[derive(PartialEq, Debug, Default)]
 pub struct DataValue {
     pub value: Variant,
     /// `None` is Good (not encoded).
@@ -238,6 +270,27 @@ pub struct DataValue {
     pub source_picoseconds: Option<u16>,
     pub server_timestamp: Option<DateTime>,
     pub server_picoseconds: Option<u16>,
+}
+
+impl Clone for DataValue {
+    fn clone(&self) -> Self {
+        DataValue {
+            value: self.value.clone(),
+            status: self.status,
+            source_timestamp: self.source_timestamp,
+            source_picoseconds: self.source_picoseconds,
+            server_timestamp: self.server_timestamp,
+            server_picoseconds: self.server_picoseconds,
+        }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.value.clone_from(&source.value);
+        self.status = source.status;
+        self.source_timestamp = source.source_timestamp;
+        self.source_picoseconds = source.source_picoseconds;
+        self.server_timestamp = source.server_timestamp;
+        self.server_picoseconds = source.server_picoseconds;
+    }
 }
 
 impl DataValue {

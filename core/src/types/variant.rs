@@ -129,11 +129,43 @@ impl BuiltinType {
 /// An array held by a Variant: the element type, the elements (each a scalar Variant of
 /// `value_type`, or for `BuiltinType::Variant` any Variant), and optional dimensions
 /// for a multi-dimensional array (row-major, their product equals `values.len()`).
-#[derive(Clone, PartialEq, Debug)]
+#[derive(PartialEq, Debug)]
 pub struct Array {
     pub value_type: BuiltinType,
     pub values: Vec<Variant>,
     pub dimensions: Option<Vec<i32>>,
+}
+
+// `clone_from` reuses the elements' memory (and theirs, element by element).
+impl Clone for Array {
+    fn clone(&self) -> Self {
+        Array {
+            value_type: self.value_type,
+            values: self.values.clone(),
+            dimensions: self.dimensions.clone(),
+        }
+    }
+    fn clone_from(&mut self, source: &Self) {
+        self.value_type = source.value_type;
+        self.values.clone_from(&source.values);
+        self.dimensions.clone_from(&source.dimensions);
+    }
+}
+
+impl Array {
+    /// Makes `self` a copy of `source[lo..hi]` with the type of `source`, reusing the memory
+    /// of `self`'s elements (a one-dimensional IndexRange read into a recycled response).
+    pub fn clone_range_from(&mut self, source: &Array, lo: usize, hi: usize) {
+        self.value_type = source.value_type;
+        self.dimensions = None;
+        let part = source.values.get(lo..hi).unwrap_or(&[]);
+        self.values.truncate(part.len());
+        let (init, tail) = part.split_at(self.values.len());
+        for (to, from) in self.values.iter_mut().zip(init) {
+            to.clone_from(from);
+        }
+        self.values.extend_from_slice(tail);
+    }
 }
 
 impl Array {
@@ -170,8 +202,10 @@ impl Array {
     }
 }
 
-/// A Variant: Empty, one scalar of a built-in type, or an array.
-#[derive(Clone, PartialEq, Debug, Default)]
+/// A Variant: Empty, one scalar of a built-in type, or an array. `clone_from` reuses the
+/// memory of `self` when both hold the same kind (a String into a String, an array into an
+/// array, element by element): a Read answered into a recycled response allocates nothing.
+#[derive(PartialEq, Debug, Default)]
 pub enum Variant {
     #[default]
     Empty,
@@ -200,6 +234,54 @@ pub enum Variant {
     DataValue(Box<DataValue>),
     DiagnosticInfo(Box<DiagnosticInfo>),
     Array(Box<Array>),
+}
+
+impl Clone for Variant {
+    fn clone(&self) -> Self {
+        match self {
+            Variant::Empty => Variant::Empty,
+            Variant::Boolean(v) => Variant::Boolean(*v),
+            Variant::SByte(v) => Variant::SByte(*v),
+            Variant::Byte(v) => Variant::Byte(*v),
+            Variant::Int16(v) => Variant::Int16(*v),
+            Variant::UInt16(v) => Variant::UInt16(*v),
+            Variant::Int32(v) => Variant::Int32(*v),
+            Variant::UInt32(v) => Variant::UInt32(*v),
+            Variant::Int64(v) => Variant::Int64(*v),
+            Variant::UInt64(v) => Variant::UInt64(*v),
+            Variant::Float(v) => Variant::Float(*v),
+            Variant::Double(v) => Variant::Double(*v),
+            Variant::String(v) => Variant::String(v.clone()),
+            Variant::DateTime(v) => Variant::DateTime(*v),
+            Variant::Guid(v) => Variant::Guid(*v),
+            Variant::ByteString(v) => Variant::ByteString(v.clone()),
+            Variant::XmlElement(v) => Variant::XmlElement(v.clone()),
+            Variant::NodeId(v) => Variant::NodeId(v.clone()),
+            Variant::ExpandedNodeId(v) => Variant::ExpandedNodeId(v.clone()),
+            Variant::StatusCode(v) => Variant::StatusCode(*v),
+            Variant::QualifiedName(v) => Variant::QualifiedName(v.clone()),
+            Variant::LocalizedText(v) => Variant::LocalizedText(v.clone()),
+            Variant::ExtensionObject(v) => Variant::ExtensionObject(v.clone()),
+            Variant::DataValue(v) => Variant::DataValue(v.clone()),
+            Variant::DiagnosticInfo(v) => Variant::DiagnosticInfo(v.clone()),
+            Variant::Array(v) => Variant::Array(v.clone()),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        match (self, source) {
+            (Variant::String(a), Variant::String(b)) => a.clone_from(b),
+            (Variant::ByteString(a), Variant::ByteString(b)) => a.clone_from(b),
+            (Variant::XmlElement(a), Variant::XmlElement(b)) => a.clone_from(b),
+            (Variant::NodeId(a), Variant::NodeId(b)) => (**a).clone_from(b),
+            (Variant::QualifiedName(a), Variant::QualifiedName(b)) => (**a).clone_from(b),
+            (Variant::LocalizedText(a), Variant::LocalizedText(b)) => (**a).clone_from(b),
+            (Variant::ExtensionObject(a), Variant::ExtensionObject(b)) => (**a).clone_from(b),
+            (Variant::DataValue(a), Variant::DataValue(b)) => (**a).clone_from(b),
+            (Variant::Array(a), Variant::Array(b)) => (**a).clone_from(b),
+            (me, other) => *me = other.clone(),
+        }
+    }
 }
 
 impl Variant {

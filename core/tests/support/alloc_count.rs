@@ -84,6 +84,95 @@ impl Net {
     }
 }
 
+/// Values with heap memory, stored once into the fixture's Demo variables so that the
+/// reads of [`read_heap_values`] have something to copy: a String, a String array and a
+/// structure (a BuildInfo in an ExtensionObject, in `Demo.Static.Variant`).
+pub fn heap_values() -> Vec<(NodeId, Variant)> {
+    let strings = (0..10)
+        .map(|i| Variant::String(format!("element {i} of a String array").as_str().into()))
+        .collect();
+    let build = uaring_core::generated::types::BuildInfo {
+        product_uri: "urn:uaring:test:product".into(),
+        manufacturer_name: "uaring".into(),
+        product_name: "a structure read again and again".into(),
+        software_version: "1.2.3".into(),
+        build_number: "42".into(),
+        build_date: uaring_core::types::DateTime(1),
+    };
+    vec![
+        (
+            NodeId::string(1, "Demo.Static.String"),
+            Variant::String("a String value read again and again".into()),
+        ),
+        (
+            NodeId::string(1, "Demo.Static.Arrays.String"),
+            Variant::array(uaring_core::types::BuiltinType::String, strings).expect("array"),
+        ),
+        (
+            NodeId::string(1, "Demo.Static.Variant"),
+            Variant::ExtensionObject(Box::new(uaring_core::types::ExtensionObject::from_struct(
+                &build,
+            ))),
+        ),
+    ]
+}
+
+/// A Write storing [`heap_values`].
+pub fn write_heap_values() -> Request {
+    Request::Write(Box::new(WriteRequest {
+        nodes_to_write: heap_values()
+            .into_iter()
+            .map(|(node_id, value)| WriteValue {
+                node_id,
+                attribute_id: 13,
+                value: DataValue {
+                    value,
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }))
+}
+
+/// The Reads of values with heap memory: (what, node, IndexRange).
+pub const HEAP_READS: &[(&str, &str, &str)] = &[
+    ("a String", "Demo.Static.String", ""),
+    ("a String array (10)", "Demo.Static.Arrays.String", ""),
+    ("a structure", "Demo.Static.Variant", ""),
+    ("an Int32 array (1,000)", "BenchmarkArray1000", ""),
+    ("IndexRange 100:199 of it", "BenchmarkArray1000", "100:199"),
+    (
+        "IndexRange 2:4 of Strings",
+        "Demo.Static.Arrays.String",
+        "2:4",
+    ),
+];
+
+/// A Read of one of [`HEAP_READS`] (`Some(k)`) or of all of them (`None`).
+pub fn read_heap_values(k: Option<usize>) -> Request {
+    let rv = |&(_, node, range): &(&str, &str, &str)| ReadValueId {
+        // BenchmarkArray1000 is ns=1;i=2003 (the third benchmark array).
+        node_id: if node == "BenchmarkArray1000" {
+            NodeId::numeric(1, 2003)
+        } else {
+            NodeId::string(1, node)
+        },
+        attribute_id: 13,
+        index_range: range.into(),
+        ..Default::default()
+    };
+    Request::Read(Box::new(ReadRequest {
+        timestamps_to_return: TimestampsToReturn::Both,
+        nodes_to_read: match k {
+            Some(k) => HEAP_READS.get(k).map(rv).into_iter().collect(),
+            None => HEAP_READS.iter().map(rv).collect(),
+        },
+        ..Default::default()
+    }))
+}
+
 /// A Read of `n` benchmark variables' values (ns=1;i=1001..).
 pub fn read(n: u32) -> Request {
     Request::Read(Box::new(ReadRequest {
