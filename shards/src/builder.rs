@@ -479,6 +479,17 @@ impl ServerBuilder {
         })
         .map_err(|e| Error::Start(e.to_string()))?;
         tracing::info!(shards, distribution = %file.runtime.distribution, "shards on {cpu_desc}");
+        {
+            let (shard, pre) = file.runtime.shard_budgets(shards);
+            let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
+            tracing::info!(
+                "buffer budget: {:.1} MiB in all ({:.1} MiB per shard), of which {:.1} MiB for connections without an activated session ({:.1} MiB per shard)",
+                mib(shard * shards),
+                mib(shard),
+                mib(pre * shards),
+                mib(pre)
+            );
+        }
         match running.backend {
             IoBackend::Uring => tracing::info!(
                 ring_entries = running.ring_entries,

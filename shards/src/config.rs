@@ -163,11 +163,21 @@ pub struct RuntimeConfig {
     /// Unsent output per connection above which the shard stops reading from it (and
     /// stops handing it requests already received) until it drains below half.
     pub max_pending_output_bytes: usize,
-    /// Per shard, in total: unsent output plus received input not yet answered (held
-    /// back by the shard or buffered in unfinished chunks and messages) across all
-    /// connections. Past it the shard stops reading from every connection and refuses
-    /// new ones (ERR BadTcpNotEnoughResources) until the total drains below three quarters.
-    pub max_shard_buffered_bytes: usize,
+    /// Server-wide, in total: unsent output plus received input not yet answered (held
+    /// back by a shard or buffered in unfinished chunks and messages) across all
+    /// connections, shared out evenly across the shards (at least 1 MiB and
+    /// `max_pending_output_bytes` each). Past its share a shard stops reading from every
+    /// connection and refuses new ones (ERR BadTcpNotEnoughResources) until its total
+    /// drains below three quarters.
+    pub max_buffered_bytes: usize,
+    /// Server-wide, the part of `max_buffered_bytes` that connections without an activated
+    /// session may hold, shared out the same way (at least 1 MiB each). Past its share a
+    /// shard stops reading from those connections and refuses new ones, while connections
+    /// with a session go on.
+    pub max_pre_session_buffered_bytes: usize,
+    /// Overrides the per-shard share of `max_buffered_bytes` (unset: the share). The
+    /// pre-session share is then at most this.
+    pub max_shard_buffered_bytes: Option<usize>,
     /// A connection that is not read from (its own bound or the shard's budget) and
     /// whose unsent output makes no progress for this long is aborted, ms.
     pub send_stall_timeout_ms: u64,
@@ -227,7 +237,9 @@ impl Default for RuntimeConfig {
             max_connections_per_shard: 4096,
             max_connections_per_address: 1024,
             max_pending_output_bytes: 1 << 20,
-            max_shard_buffered_bytes: 64 << 20,
+            max_buffered_bytes: 64 << 20,
+            max_pre_session_buffered_bytes: 32 << 20,
+            max_shard_buffered_bytes: None,
             send_stall_timeout_ms: 60_000,
             handoff_queue: 1024,
             move_queue: 16,
@@ -253,6 +265,19 @@ pub const RING_ENTRIES_MAX: u32 = 32768;
 
 impl RuntimeConfig {
     /// Checks ranges; "0 never means unbounded by accident".
+    /// Each of `shards` shards' share: (its buffer budget, its pre-session part), bytes.
+    pub fn shard_budgets(&self, shards: usize) -> (usize, usize) {
+        let n = shards.max(1);
+        let floor = self.max_pending_output_bytes.max(1 << 20);
+        let shard = self
+            .max_shard_buffered_bytes
+            .unwrap_or((self.max_buffered_bytes / n).max(floor));
+        let pre = (self.max_pre_session_buffered_bytes / n)
+            .max(1 << 20)
+            .min(shard);
+        (shard, pre)
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         if self.shutdown_announce_ms > 600_000 {
             return Err("runtime.shutdown_announce_ms must be 0..=600000".into());
@@ -287,11 +312,26 @@ impl RuntimeConfig {
                 self.max_pending_output_bytes
             ));
         }
-        if self.max_shard_buffered_bytes < self.max_pending_output_bytes.max(1 << 20) {
+        let floor = self.max_pending_output_bytes.max(1 << 20);
+        for (key, v) in [
+            ("max_buffered_bytes", Some(self.max_buffered_bytes)),
+            ("max_shard_buffered_bytes", self.max_shard_buffered_bytes),
+        ] {
+            if let Some(v) = v.filter(|&v| v < floor) {
+                return Err(format!(
+                    "runtime.{key} = {v}: must be at least 1048576 and at least \
+                     runtime.max_pending_output_bytes ({}); there is no unbounded setting",
+                    self.max_pending_output_bytes
+                ));
+            }
+        }
+        if self.max_pre_session_buffered_bytes < 1 << 20
+            || self.max_pre_session_buffered_bytes > self.max_buffered_bytes
+        {
             return Err(format!(
-                "runtime.max_shard_buffered_bytes = {}: must be at least 1048576 and at least \
-                 runtime.max_pending_output_bytes ({}); there is no unbounded setting",
-                self.max_shard_buffered_bytes, self.max_pending_output_bytes
+                "runtime.max_pre_session_buffered_bytes = {}: must be at least 1048576 and at \
+                 most runtime.max_buffered_bytes ({})",
+                self.max_pre_session_buffered_bytes, self.max_buffered_bytes
             ));
         }
         if self.send_stall_timeout_ms < 100 {
@@ -512,7 +552,18 @@ mod tests {
             "[runtime]\nmax_shard_buffered_bytes = 33554432\nmax_pending_output_bytes = 65536\n",
         )
         .unwrap();
-        assert_eq!(c.runtime.max_shard_buffered_bytes, 32 << 20);
+        assert_eq!(c.runtime.max_shard_buffered_bytes, Some(32 << 20));
+        // The override is each shard's budget; the pre-session share stays within it.
+        assert_eq!(c.runtime.shard_budgets(4), (32 << 20, 8 << 20));
+        // The defaults: 64 MiB in all, half of it for connections without a session,
+        // shared out across the shards, 1 MiB per shard at least.
+        let d = RuntimeConfig::default();
+        assert_eq!(d.shard_budgets(1), (64 << 20, 32 << 20));
+        assert_eq!(d.shard_budgets(2), (32 << 20, 16 << 20));
+        assert_eq!(d.shard_budgets(128), (1 << 20, 1 << 20));
+        let e = FileConfig::parse("[runtime]\nmax_pre_session_buffered_bytes = 134217728\n")
+            .unwrap_err();
+        assert!(e.contains("max_pre_session_buffered_bytes"), "{e}");
         assert_eq!(c.runtime.max_pending_output_bytes, 64 << 10);
         let zero = FileConfig::parse("[runtime]\nmax_shard_buffered_bytes = 0\n").unwrap_err();
         assert!(zero.contains("max_shard_buffered_bytes"), "{zero}");

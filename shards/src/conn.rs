@@ -142,6 +142,9 @@ pub(crate) struct Conn<C> {
     /// Bytes this connection held at its last accounting (unsent output, backlog,
     /// input the handler buffers); part of the shard's total.
     pub held: usize,
+    /// No session activated on it yet (as the handler said at the last accounting): its
+    /// `held` bytes also count against the shard's pre-session share.
+    pub pre_session: bool,
     /// The handler asked to move this connection to that shard ([`crate::ConnStatus::Move`]),
     /// and a slot of the move queue is reserved: nothing more is read or fed; once its
     /// output is sent and no operation is in flight, it leaves.
@@ -181,6 +184,7 @@ impl<C> Conn<C> {
             backlog: Vec::new(),
             stall_deadline: u64::MAX,
             held: 0,
+            pre_session: false,
             moving_to: None,
             recv_armed: false,
             hup_poll_armed: false,

@@ -83,6 +83,13 @@ pub trait Handler {
         0
     }
 
+    /// The connection has no activated session yet: its bytes count against the smaller
+    /// pre-session share of the buffer budget as well, and it is the first to stop being
+    /// read when that share is used up. By default no connection is.
+    fn pre_session(&self, _conn: &Self::Conn) -> bool {
+        false
+    }
+
     /// Before each `recv`: how many bytes the shard's buffer budget has left
     /// (`max_shard_buffered_bytes` less what its connections hold). A handler that
     /// allocates for what it receives (decoding a request) stays within it.

@@ -51,7 +51,12 @@ impl RuntimeOptions {
             backend: r.io_backend,
             distribution: r.distribution,
             ring_entries: r.ring_entries,
-            loop_cfg: LoopConfig::from(r),
+            loop_cfg: {
+                let mut c = LoopConfig::from(r);
+                (c.max_shard_buffered_bytes, c.max_pre_session_buffered_bytes) =
+                    r.shard_budgets(shards);
+                c
+            },
             listen_backlog: r.listen_backlog,
             handoff_queue: r.handoff_queue,
             move_queue: r.move_queue,

@@ -177,6 +177,10 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         conn.conn.buffered_bytes()
     }
 
+    fn pre_session(&self, conn: &UaConn) -> bool {
+        !conn.conn.session_activated()
+    }
+
     fn set_memory_headroom(&mut self, bytes: usize) {
         self.host.set_memory_headroom(bytes);
     }

@@ -33,8 +33,13 @@ pub struct LoopConfig {
     /// input is held back) until they drain below half.
     pub max_pending_output_bytes: usize,
     /// Unsent output plus held input across the shard above which the shard stops
-    /// reading and refuses new connections until the total drains below 3/4.
+    /// reading and refuses new connections until the total drains below 3/4 (this shard's
+    /// share of `runtime.max_buffered_bytes`).
     pub max_shard_buffered_bytes: usize,
+    /// The same for the connections without an activated session: past it they are no
+    /// longer read and new connections are refused, while the others go on (this shard's
+    /// share of `runtime.max_pre_session_buffered_bytes`).
+    pub max_pre_session_buffered_bytes: usize,
     /// A connection not read from whose output makes no progress this long is aborted, ms.
     pub send_stall_timeout_ms: u64,
     pub tcp_nodelay: bool,
@@ -79,7 +84,8 @@ impl From<&RuntimeConfig> for LoopConfig {
             max_connections: r.max_connections_per_shard,
             max_connections_per_address: r.max_connections_per_address,
             max_pending_output_bytes: r.max_pending_output_bytes,
-            max_shard_buffered_bytes: r.max_shard_buffered_bytes,
+            max_shard_buffered_bytes: r.shard_budgets(1).0,
+            max_pre_session_buffered_bytes: r.shard_budgets(1).1,
             send_stall_timeout_ms: r.send_stall_timeout_ms,
             tcp_nodelay: r.tcp_nodelay,
             batch_wait_us: r.batch_wait_us,
@@ -211,6 +217,11 @@ pub(crate) struct ShardCore<H: Handler> {
     /// `held_total` passed `max_shard_buffered_bytes` and has not yet drained below
     /// 3/4 of it: no connection reads, new connections are refused.
     pub over_budget: bool,
+    /// Sum of the `held` bytes of the connections without an activated session.
+    pub held_pre_session: usize,
+    /// `held_pre_session` passed `max_pre_session_buffered_bytes` and has not yet drained
+    /// below 3/4 of it: those connections are not read, new connections are refused.
+    pub over_pre_session_budget: bool,
     /// Scratch list for [`ShardCore::flush_ready`].
     ready: Vec<ConnId>,
     /// Accepted connections in the table per peer address (at most one entry per
@@ -220,7 +231,29 @@ pub(crate) struct ShardCore<H: Handler> {
     mail_out: Vec<(usize, Box<dyn std::any::Any + Send>)>,
 }
 
+/// Which budgets are past their bound: whether a connection may be read.
+#[derive(Clone, Copy)]
+struct Gate {
+    all: bool,
+    pre_session: bool,
+}
+
+impl Gate {
+    /// Is reading `c` stopped (its own bound, the shard's budget, or the pre-session share
+    /// for a connection without a session)?
+    fn stops<U>(self, c: &crate::conn::Conn<U>) -> bool {
+        c.bounded && (c.paused || self.all || (c.pre_session && self.pre_session))
+    }
+}
+
 impl<H: Handler> ShardCore<H> {
+    fn gate(&self) -> Gate {
+        Gate {
+            all: self.over_budget,
+            pre_session: self.over_pre_session_budget,
+        }
+    }
+
     pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> ShardCore<H> {
         tune_malloc();
         let mut handler = handler;
@@ -236,6 +269,8 @@ impl<H: Handler> ShardCore<H> {
             wake: Vec::new(),
             held_total: 0,
             over_budget: false,
+            held_pre_session: 0,
+            over_pre_session_budget: false,
             ready: Vec::new(),
             per_address: std::collections::HashMap::new(),
             mail_out: Vec::new(),
@@ -293,7 +328,7 @@ impl<H: Handler> ShardCore<H> {
         }
         let now = self.now;
         let grace = self.grace_ns();
-        let over_budget = self.over_budget;
+        let over_budget = self.over_budget || self.over_pre_session_budget;
         let c = self.table.get_mut(id)?;
         c.bounded = origin == Origin::Accepted;
         let too_many_from_address = from_address > self.cfg.max_connections_per_address;
@@ -336,17 +371,14 @@ impl<H: Handler> ShardCore<H> {
     /// connection's backlog (the backend stops receiving meanwhile).
     pub fn deliver(&mut self, id: ConnId, data: &[u8]) {
         ShardStats::add(&self.wiring.stats().bytes_in, data.len() as u64);
-        let over_budget = self.over_budget;
+        let gate = self.gate();
         let Some(c) = self.table.get_mut(id) else {
             return;
         };
         if c.phase != Phase::Open {
             return;
         }
-        if (c.bounded && (c.paused || over_budget))
-            || !c.backlog.is_empty()
-            || c.moving_to.is_some()
-        {
+        if gate.stops(c) || !c.backlog.is_empty() || c.moving_to.is_some() {
             // Received after the bound was passed (a multishot receive still
             // completing, or the socket read before the pause took effect).
             c.backlog.extend_from_slice(data);
@@ -368,14 +400,14 @@ impl<H: Handler> ShardCore<H> {
         let mut data = data;
         while !data.is_empty() {
             let now = self.now;
-            let over_budget = self.over_budget;
+            let gate = self.gate();
             let Some(c) = self.table.get_mut(id) else {
                 return &[];
             };
             if c.phase != Phase::Open {
                 return &[];
             }
-            if (c.bounded && (c.paused || over_budget)) || c.moving_to.is_some() {
+            if gate.stops(c) || c.moving_to.is_some() {
                 break;
             }
             let Some(user) = c.user.as_mut() else {
@@ -386,11 +418,19 @@ impl<H: Handler> ShardCore<H> {
             }
             let n = data.len().min(DELIVER_SLICE_BYTES);
             if c.bounded {
-                self.handler.set_memory_headroom(
-                    self.cfg
-                        .max_shard_buffered_bytes
-                        .saturating_sub(self.held_total),
-                );
+                let shard = self
+                    .cfg
+                    .max_shard_buffered_bytes
+                    .saturating_sub(self.held_total);
+                let pre = self
+                    .cfg
+                    .max_pre_session_buffered_bytes
+                    .saturating_sub(self.held_pre_session);
+                self.handler.set_memory_headroom(if c.pre_session {
+                    shard.min(pre)
+                } else {
+                    shard
+                });
             }
             let status = self.handler.recv(user, now, &data[..n], &mut c.output.out);
             data = &data[n..];
@@ -402,13 +442,13 @@ impl<H: Handler> ShardCore<H> {
     /// Whether `id` may receive now: open, within its own bound and the shard's,
     /// nothing held back. No side effects (see [`ShardCore::resume`]).
     pub fn reading_allowed(&mut self, id: ConnId) -> bool {
-        let over_budget = self.over_budget;
+        let gate = self.gate();
         match self.table.get_mut(id) {
             Some(c) => {
                 c.phase == Phase::Open
                     && c.moving_to.is_none()
                     && c.backlog.is_empty()
-                    && (!c.bounded || (!c.paused && !over_budget))
+                    && !gate.stops(c)
                     && !c
                         .user
                         .as_ref()
@@ -434,10 +474,11 @@ impl<H: Handler> ShardCore<H> {
         if c.paused && c.output.pending() <= max_pending / 2 {
             c.paused = false;
         }
-        if !c.backlog.is_empty()
-            && c.moving_to.is_none()
-            && (!c.bounded || (!c.paused && !self.over_budget))
-        {
+        let gate = Gate {
+            all: self.over_budget,
+            pre_session: self.over_pre_session_budget,
+        };
+        if !c.backlog.is_empty() && c.moving_to.is_none() && !gate.stops(c) {
             let mut backlog = std::mem::take(&mut c.backlog);
             let left = self.feed(id, &backlog).len();
             let done = backlog.len() - left;
@@ -494,8 +535,16 @@ impl<H: Handler> ShardCore<H> {
             .user
             .as_ref()
             .map_or(0, |u| self.handler.buffered_bytes(u));
+        let pre_session = c.user.as_ref().is_some_and(|u| self.handler.pre_session(u));
         let held = c.output.held_bytes() + c.backlog.len() + input;
         let before = c.held;
+        if c.pre_session {
+            self.held_pre_session -= before;
+        }
+        if pre_session {
+            self.held_pre_session += held;
+        }
+        c.pre_session = pre_session;
         c.held = held;
         let pause = !c.paused && c.phase == Phase::Open && c.output.pending() > max_pending;
         if pause {
@@ -511,6 +560,27 @@ impl<H: Handler> ShardCore<H> {
     /// Enters or leaves the over-budget state (hysteresis: leaves below 3/4). Every
     /// open connection is reconciled on a change, so that receives stop or restart.
     fn check_budget(&mut self) {
+        let pre = self.cfg.max_pre_session_buffered_bytes;
+        let pre_change = if self.over_pre_session_budget {
+            self.held_pre_session <= pre / 4 * 3
+        } else {
+            self.held_pre_session > pre
+        };
+        if pre_change {
+            self.over_pre_session_budget = !self.over_pre_session_budget;
+            tracing::debug!(
+                shard = self.wiring.index,
+                held_bytes = self.held_pre_session,
+                budget_bytes = pre,
+                "pre-session share of the buffer budget {}",
+                if self.over_pre_session_budget {
+                    "exceeded: connections without a session are not read"
+                } else {
+                    "regained: they are read again"
+                }
+            );
+            self.table.mark_all_dirty();
+        }
         let budget = self.cfg.max_shard_buffered_bytes;
         let change = if self.over_budget {
             self.held_total <= budget / 4 * 3
@@ -621,6 +691,9 @@ impl<H: Handler> ShardCore<H> {
             return;
         };
         self.held_total -= c.held;
+        if c.pre_session {
+            self.held_pre_session -= c.held;
+        }
         if c.bounded {
             self.forget_address(c.peer.ip());
         }
@@ -822,6 +895,9 @@ impl<H: Handler> ShardCore<H> {
     pub fn finalize(&mut self, id: ConnId) {
         if let Some(c) = self.table.remove(id) {
             self.held_total -= c.held;
+            if c.pre_session {
+                self.held_pre_session -= c.held;
+            }
             if c.bounded {
                 self.forget_address(c.peer.ip());
             }

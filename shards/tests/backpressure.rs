@@ -298,6 +298,100 @@ fn chunk_bomb(tag: &str, backend: &str) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The default configuration's server-wide budget: 200 connections without a session,
+/// each with an unfinished 900 KiB message, grow the server by less than 64 MiB on one shard
+/// and on two (the pre-session share, 32 MiB in all, is shared out across the shards), and
+/// a client whose session was activated before is still served meanwhile.
+#[test]
+fn unauthenticated_clients_stay_within_the_pre_session_share_on_one_and_two_shards() {
+    for shards in [1, 2] {
+        pre_session_bomb(shards);
+    }
+}
+
+fn pre_session_bomb(shards: usize) {
+    let conns = env_usize("BOMB_CONNS", 200);
+    let (server, dir) = start_server_on(shards, "", "", &format!("pre-session-{shards}"));
+    let addr = server.addr;
+    fresh_client_is_served(addr);
+    // Sessions on every shard (reuseport hashes connections: open a few).
+    let url = format!("opc.tcp://{addr}");
+    let mut sessions: Vec<uaring_harness::blocking::Client> = (0..4 * shards)
+        .map(|_| {
+            let mut c = uaring_harness::blocking::Client::connect(&url, Duration::from_secs(10))
+                .expect("connect");
+            c.activate_session_anonymous().expect("session");
+            c
+        })
+        .collect();
+    let pid = server.child.id();
+    let baseline = rss_bytes(pid);
+    let sampler = RssSampler::start(pid);
+    let mut bombs: Vec<(TcpStream, Vec<u8>, usize)> = Vec::new();
+    let mut refused = 0;
+    for _ in 0..conns {
+        match bomb_bytes(addr) {
+            Ok((s, data)) => bombs.push((s, data, 0)),
+            Err(e) => {
+                assert!(
+                    e.contains("BadTcpNotEnoughResources") || e.contains("BadTimeout"),
+                    "a refused connection says why: {e}"
+                );
+                refused += 1;
+            }
+        }
+        push_all(
+            &mut bombs,
+            Duration::from_millis(20),
+            Duration::from_secs(60),
+        );
+    }
+    let (written, total) = push_all(&mut bombs, Duration::from_secs(3), Duration::from_secs(120));
+    // The sessions are read while the connections without one are not.
+    let node = uaring_core::types::NodeId::ns0(2258); // Server.ServerStatus.CurrentTime
+    for c in &mut sessions {
+        let v = c.read_values(std::slice::from_ref(&node)).expect("read");
+        assert!(v.first().is_some_and(|d| d.status.is_none()), "{v:?}");
+    }
+    settle(pid);
+    let peak = sampler.peak();
+    drop(sampler);
+    let growth = peak.saturating_sub(baseline);
+    let bound = 64 * MIB;
+    eprintln!(
+        "pre-session bomb, {shards} shard(s): {conns} connections ({refused} refused), {written}/{total} bytes \
+         taken by the kernel; server RSS baseline {} KiB, peak {} KiB, growth {} KiB (bound {} KiB)",
+        baseline / 1024,
+        peak / 1024,
+        growth / 1024,
+        bound / 1024
+    );
+    assert!(
+        refused > 0,
+        "200 × 900 KiB is past the 32 MiB pre-session share: some are refused"
+    );
+    if growth >= bound {
+        let (_, _, err) = server.terminate();
+        let tail = &err[err.len().saturating_sub(4000)..];
+        panic!(
+            "{shards} shard(s): the server grew by {} KiB (bound {} KiB); log tail:\n{tail}",
+            growth / 1024,
+            bound / 1024
+        );
+    }
+    drop(bombs);
+    drop(sessions);
+    fresh_client_is_served(addr);
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+    assert!(
+        err.contains("buffer budget: 64.0 MiB in all")
+            && err.contains("of which 32.0 MiB for connections without an activated session"),
+        "the start log states the totals:\n{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_zero_budget_is_rejected() {
     for key in [

@@ -302,6 +302,11 @@ impl ServerConnection {
         matches!(self.st.phase, Phase::Closed)
     }
 
+    /// Has a session been activated on this connection (the full message size applies)?
+    pub fn session_activated(&self) -> bool {
+        self.st.session_activated
+    }
+
     /// Bytes held for unfinished chunks and messages, and input held while a job is out.
     pub fn buffered_bytes(&self) -> usize {
         self.reader.buffered() + self.st.assembler.buffered() + self.st.held.len()

@@ -124,6 +124,16 @@ pub fn start_server(runtime: &str, tag: &str) -> (Server, super::TempDir) {
 
 /// A server with one shard, the given `[runtime]` lines and further TOML sections.
 pub fn start_server_with(runtime: &str, sections: &str, tag: &str) -> (Server, super::TempDir) {
+    start_server_on(1, runtime, sections, tag)
+}
+
+/// [`start_server_with`] on `shards` shards.
+pub fn start_server_on(
+    shards: usize,
+    runtime: &str,
+    sections: &str,
+    tag: &str,
+) -> (Server, super::TempDir) {
     let dir = super::TempDir::new(&format!("uaring-bp-{tag}"));
     let cfg = dir.join("uaring.toml");
     // UARING_TEST_RUNTIME replaces the budget lines (a measurement run against a
@@ -131,7 +141,7 @@ pub fn start_server_with(runtime: &str, sections: &str, tag: &str) -> (Server, s
     let runtime = std::env::var("UARING_TEST_RUNTIME").unwrap_or_else(|_| runtime.to_string());
     std::fs::write(
         &cfg,
-        format!("[runtime]\nshards = 1\n{runtime}\n{sections}\n"),
+        format!("[runtime]\nshards = {shards}\n{runtime}\n{sections}\n"),
     )
     .expect("write config");
     let pki = dir.join("pki");
