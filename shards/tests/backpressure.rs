@@ -218,6 +218,37 @@ fn bomb_bytes(addr: SocketAddr) -> Result<(TcpStream, Vec<u8>), String> {
     Ok((s, out))
 }
 
+/// `conns` connections each send [`bomb_bytes`], pushed as they come so that the budget
+/// fills while connections keep coming. Returns the connections held, how many were
+/// refused, and the bytes the kernel took of all there were. Connections that arrive while
+/// the shard is over its budget are refused (ERR BadTcpNotEnoughResources): that is how it
+/// stays within it. One accepted just before the budget ran out is not read until its Hello
+/// (or OpenSecureChannel) times out (ERR BadTimeout).
+#[allow(clippy::type_complexity)]
+fn bomb(addr: SocketAddr, conns: usize) -> (Vec<(TcpStream, Vec<u8>, usize)>, usize, usize, usize) {
+    let mut bombs: Vec<(TcpStream, Vec<u8>, usize)> = Vec::new();
+    let mut refused = 0;
+    for _ in 0..conns {
+        match bomb_bytes(addr) {
+            Ok((s, data)) => bombs.push((s, data, 0)),
+            Err(e) => {
+                assert!(
+                    e.contains("BadTcpNotEnoughResources") || e.contains("BadTimeout"),
+                    "a refused connection says why: {e}"
+                );
+                refused += 1;
+            }
+        }
+        push_all(
+            &mut bombs,
+            Duration::from_millis(20),
+            Duration::from_secs(60),
+        );
+    }
+    let (written, total) = push_all(&mut bombs, Duration::from_secs(3), Duration::from_secs(120));
+    (bombs, refused, written, total)
+}
+
 #[test]
 fn chunk_bomb_stays_within_the_shard_budget() {
     chunk_bomb("bomb", "auto");
@@ -241,31 +272,7 @@ fn chunk_bomb(tag: &str, backend: &str) {
     let baseline = rss_bytes(pid);
     let sampler = RssSampler::start(pid);
 
-    let mut bombs: Vec<(TcpStream, Vec<u8>, usize)> = Vec::new();
-    let mut refused = 0;
-    for _ in 0..conns {
-        // Connections that arrive while the shard is over its budget are refused
-        // (ERR BadTcpNotEnoughResources): that is how it stays within it. One
-        // accepted just before the budget ran out is not read until its Hello
-        // (or OpenSecureChannel) times out (ERR BadTimeout).
-        match bomb_bytes(addr) {
-            Ok((s, data)) => bombs.push((s, data, 0)),
-            Err(e) => {
-                assert!(
-                    e.contains("BadTcpNotEnoughResources") || e.contains("BadTimeout"),
-                    "a refused connection says why: {e}"
-                );
-                refused += 1;
-            }
-        }
-        // Push as we go so that the budget fills while connections keep coming.
-        push_all(
-            &mut bombs,
-            Duration::from_millis(20),
-            Duration::from_secs(60),
-        );
-    }
-    let (written, total) = push_all(&mut bombs, Duration::from_secs(3), Duration::from_secs(120));
+    let (bombs, refused, written, total) = bomb(addr, conns);
     settle(pid);
     let peak = sampler.peak();
     drop(sampler);
@@ -327,26 +334,7 @@ fn pre_session_bomb(shards: usize) {
     let pid = server.child.id();
     let baseline = rss_bytes(pid);
     let sampler = RssSampler::start(pid);
-    let mut bombs: Vec<(TcpStream, Vec<u8>, usize)> = Vec::new();
-    let mut refused = 0;
-    for _ in 0..conns {
-        match bomb_bytes(addr) {
-            Ok((s, data)) => bombs.push((s, data, 0)),
-            Err(e) => {
-                assert!(
-                    e.contains("BadTcpNotEnoughResources") || e.contains("BadTimeout"),
-                    "a refused connection says why: {e}"
-                );
-                refused += 1;
-            }
-        }
-        push_all(
-            &mut bombs,
-            Duration::from_millis(20),
-            Duration::from_secs(60),
-        );
-    }
-    let (written, total) = push_all(&mut bombs, Duration::from_secs(3), Duration::from_secs(120));
+    let (bombs, refused, written, total) = bomb(addr, conns);
     // The sessions are read while the connections without one are not.
     let node = uaring_core::types::NodeId::ns0(2258); // Server.ServerStatus.CurrentTime
     for c in &mut sessions {
