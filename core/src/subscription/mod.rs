@@ -233,6 +233,27 @@ struct Subscription {
     ready: Vec<u32>,
     status_change: Option<StatusCode>,
     retrans: VecDeque<NotificationMessage>,
+    /// What SubscriptionDiagnostics counts (it travels with a transferred subscription).
+    diag: SubscriptionCounts,
+}
+
+/// The counts of one subscription for its SubscriptionDiagnosticsDataType (Part 5 §12.15),
+/// bumped where they happen (single-threaded: the owning shard's engine).
+#[derive(Clone, Copy, Debug, Default)]
+struct SubscriptionCounts {
+    modify: u32,
+    enable: u32,
+    disable: u32,
+    republish_requests: u32,
+    republish_messages: u32,
+    transfer_requests: u32,
+    publish_requests: u32,
+    data_changes: u32,
+    events: u32,
+    late: u32,
+    discarded_messages: u32,
+    queue_overflows: u32,
+    event_queue_overflows: u32,
 }
 
 impl Subscription {
@@ -473,6 +494,74 @@ impl SubscriptionEngine {
     /// Publish requests a session has queued.
     pub fn queued_publish_count(&self, key: SessionKey) -> usize {
         self.sessions.get(&key).map_or(0, |s| s.publish.len())
+    }
+
+    /// Monitored items of the subscriptions of one session.
+    pub fn session_monitored_item_count(&self, key: SessionKey) -> usize {
+        self.sessions.get(&key).map_or(0, |ss| {
+            ss.subs
+                .iter()
+                .filter_map(|&slot| self.subs.get(slot as usize).and_then(Option::as_ref))
+                .map(|s| s.items.len())
+                .sum()
+        })
+    }
+
+    /// The SubscriptionDiagnosticsDataType of every subscription of this shard (Part 5
+    /// §12.15), with the session it is on (`None`: orphaned, waiting for a transfer or its
+    /// lifetime); `session_id` is left null for the caller, who knows the sessions.
+    /// TransferredToAltClientCount and TransferredToSameClientCount stay 0: the engine does
+    /// not know which client a session belongs to.
+    pub fn subscription_diagnostics(
+        &self,
+        mut f: impl FnMut(Option<SessionKey>, crate::generated::types::SubscriptionDiagnosticsDataType),
+    ) {
+        for sub in self.subs.iter().flatten() {
+            let d = &sub.diag;
+            let disabled = sub
+                .items
+                .iter()
+                .filter_map(|&it| self.items.get(it as usize).and_then(Option::as_ref))
+                .filter(|i| i.mode == MonitoringMode::Disabled)
+                .count();
+            let n = |v: usize| v.min(u32::MAX as usize) as u32;
+            f(
+                sub.session,
+                crate::generated::types::SubscriptionDiagnosticsDataType {
+                    session_id: NodeId::NULL,
+                    subscription_id: sub.id,
+                    priority: sub.priority,
+                    publishing_interval: sub.interval_ms,
+                    max_keep_alive_count: sub.keep_alive_count,
+                    max_lifetime_count: sub.lifetime_count,
+                    max_notifications_per_publish: sub.max_notifications,
+                    publishing_enabled: sub.publishing_enabled,
+                    modify_count: d.modify,
+                    enable_count: d.enable,
+                    disable_count: d.disable,
+                    republish_request_count: d.republish_requests,
+                    republish_message_request_count: d.republish_requests,
+                    republish_message_count: d.republish_messages,
+                    transfer_request_count: d.transfer_requests,
+                    transferred_to_alt_client_count: 0,
+                    transferred_to_same_client_count: 0,
+                    publish_request_count: d.publish_requests,
+                    data_change_notifications_count: d.data_changes,
+                    event_notifications_count: d.events,
+                    notifications_count: d.data_changes.wrapping_add(d.events),
+                    late_publish_request_count: d.late,
+                    current_keep_alive_count: sub.keep_alive_counter,
+                    current_lifetime_count: sub.lifetime_counter,
+                    unacknowledged_message_count: n(sub.retrans.len()),
+                    discarded_message_count: d.discarded_messages,
+                    monitored_item_count: n(sub.items.len()),
+                    disabled_monitored_item_count: n(disabled),
+                    monitoring_queue_overflow_count: d.queue_overflows,
+                    next_sequence_number: sub.next_seq,
+                    event_queue_over_flow_count: d.event_queue_overflows,
+                },
+            );
+        }
     }
 
     fn sub_slot(&self, key: SessionKey, id: u32) -> Result<u32, StatusCode> {
@@ -910,6 +999,7 @@ impl SubscriptionEngine {
             None => {
                 if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
                     s.late = true;
+                    s.diag.late = s.diag.late.wrapping_add(1);
                 }
             }
         }
@@ -1058,6 +1148,7 @@ impl SubscriptionEngine {
             if let Some(Some(sub)) = self.subs.get_mut(slot as usize) {
                 if let Some(i) = sub.retrans.iter().position(|m| m.sequence_number == seq) {
                     if let Some(m) = sub.retrans.remove(i) {
+                        sub.diag.discarded_messages = sub.diag.discarded_messages.wrapping_add(1);
                         self.pools.put_message(m);
                     }
                 }
@@ -1176,6 +1267,7 @@ impl SubscriptionEngine {
         for &slot in &ss.subs {
             if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
                 s.lifetime_counter = 0;
+                s.diag.publish_requests = s.diag.publish_requests.wrapping_add(1);
             }
         }
         self.service_session(key, now);
@@ -1249,11 +1341,15 @@ impl SubscriptionEngine {
             .and_then(Option::as_mut)
             .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
         sub.lifetime_counter = 0;
-        sub.retrans
+        sub.diag.republish_requests = sub.diag.republish_requests.wrapping_add(1);
+        let m = sub
+            .retrans
             .iter()
             .find(|m| m.sequence_number == seq)
             .cloned()
-            .ok_or(StatusCode::BadMessageNotAvailable)
+            .ok_or(StatusCode::BadMessageNotAvailable)?;
+        sub.diag.republish_messages = sub.diag.republish_messages.wrapping_add(1);
+        Ok(m)
     }
 
     /// Responses to queued Publish requests that became ready, for one channel.
@@ -1362,6 +1458,7 @@ impl SubscriptionEngine {
             ready: Vec::new(),
             status_change: None,
             retrans: VecDeque::new(),
+            diag: SubscriptionCounts::default(),
         };
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
@@ -1405,6 +1502,7 @@ impl SubscriptionEngine {
         sub.max_notifications = max_notifications;
         sub.priority = req.priority;
         sub.lifetime_counter = 0;
+        sub.diag.modify = sub.diag.modify.wrapping_add(1);
         if interval_ms != sub.interval_ms {
             sub.interval_ms = interval_ms;
             sub.interval_ns = (interval_ms * 1e6) as u64;
@@ -1433,6 +1531,11 @@ impl SubscriptionEngine {
                 if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
                     s.publishing_enabled = enabled;
                     s.lifetime_counter = 0;
+                    if enabled {
+                        s.diag.enable = s.diag.enable.wrapping_add(1);
+                    } else {
+                        s.diag.disable = s.diag.disable.wrapping_add(1);
+                    }
                 }
                 StatusCode::Good
             }
@@ -1507,6 +1610,7 @@ impl SubscriptionEngine {
             .get_mut(slot as usize)
             .and_then(Option::as_mut)
             .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
+        sub.diag.transfer_requests = sub.diag.transfer_requests.wrapping_add(1);
         if sub.owner != owner {
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -1692,6 +1796,7 @@ impl SubscriptionEngine {
         sub.late = false;
         sub.lifetime_counter = 0;
         sub.timer_generation = 0;
+        sub.diag.transfer_requests = sub.diag.transfer_requests.wrapping_add(1);
         sub.next_ns = now.mono_ns.saturating_add(sub.interval_ns);
         let id = sub.id;
         let next_ns = sub.next_ns;
@@ -2688,14 +2793,16 @@ fn offer(
     let before = item.queue.overflows;
     item.queue
         .push(Queued::Data(item_value(item, sample.clone())));
-    stats.overflows += item.queue.overflows - before;
+    let overflows = item.queue.overflows - before;
+    stats.overflows += overflows;
     let sub_slot = item.sub;
-    if item.mode != MonitoringMode::Reporting {
-        return;
-    }
     let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else {
         return;
     };
+    sub.diag.queue_overflows = sub.diag.queue_overflows.wrapping_add(overflows as u32);
+    if item.mode != MonitoringMode::Reporting {
+        return;
+    }
     if !item.in_ready {
         item.in_ready = true;
         sub.ready.push(it);
@@ -2799,7 +2906,17 @@ fn queue_event(
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
     };
+    let before = item.queue.overflows;
     item.queue.push(Queued::Event(fields));
+    let overflows = item.queue.overflows - before;
+    if overflows > 0 {
+        if let Some(Some(sub)) = subs.get_mut(item.sub as usize) {
+            sub.diag.event_queue_overflows = sub
+                .diag
+                .event_queue_overflows
+                .wrapping_add(overflows as u32);
+        }
+    }
     if item.mode != MonitoringMode::Reporting || item.in_ready {
         return;
     }
@@ -2837,11 +2954,15 @@ fn build_message(
             let reportable = item.mode == MonitoringMode::Reporting || item.triggered;
             while reportable && count < cap {
                 match item.queue.pop() {
-                    Some(Queued::Data(v)) => data.push(MonitoredItemNotification {
-                        client_handle: item.client_handle,
-                        value: v,
-                    }),
+                    Some(Queued::Data(v)) => {
+                        sub.diag.data_changes = sub.diag.data_changes.wrapping_add(1);
+                        data.push(MonitoredItemNotification {
+                            client_handle: item.client_handle,
+                            value: v,
+                        })
+                    }
                     Some(Queued::Event(fields)) => {
+                        sub.diag.events = sub.diag.events.wrapping_add(1);
                         events.push(crate::generated::types::EventFieldList {
                             client_handle: item.client_handle,
                             event_fields: fields,
