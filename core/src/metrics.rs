@@ -185,6 +185,35 @@ pub struct ShardMetrics {
     pub subscriptions_expired: AtomicU64,
     /// Events the shared bus overwrote before this shard read them.
     pub events_missed: AtomicU64,
+    /// The shard's last diagnostics snapshot (its sessions and subscriptions), replaced
+    /// whole by the shard off the request path
+    /// ([`crate::server::shard::ShardState::publish_metrics`]); any shard reads it.
+    pub diagnostics: arc_swap::ArcSwap<DiagnosticsSnapshot>,
+    /// Set by a reader of the diagnostics arrays: the shard refreshes its snapshot at its
+    /// next loop iteration (if anything changed since the last one) and clears it.
+    pub diagnostics_requested: AtomicBool,
+}
+
+/// One shard's sessions and subscriptions as ServerDiagnostics shows them (Part 5 §6.3.3),
+/// each array element already an ExtensionObject (encoded once per snapshot, not per Read).
+#[derive(Debug, Default)]
+pub struct DiagnosticsSnapshot {
+    /// SessionDiagnosticsDataType, one per session.
+    pub sessions: Vec<crate::types::ExtensionObject>,
+    /// SessionSecurityDiagnosticsDataType, one per session.
+    pub security: Vec<crate::types::ExtensionObject>,
+    /// SubscriptionDiagnosticsDataType, one per subscription.
+    pub subscriptions: Vec<crate::types::ExtensionObject>,
+    /// The publishing interval (ms) of every subscription, sorted, each once.
+    pub publishing_intervals: Vec<f64>,
+}
+
+/// Which array of a [`DiagnosticsSnapshot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiagnosticsArray {
+    Sessions,
+    SessionSecurity,
+    Subscriptions,
 }
 
 impl ShardMetrics {
@@ -252,6 +281,42 @@ impl ServerMetrics {
             .fold(0, u64::wrapping_add)
     }
 
+    /// One diagnostics array over every shard, from each shard's last snapshot.
+    pub fn diagnostics_array(&self, which: DiagnosticsArray) -> Vec<crate::types::ExtensionObject> {
+        let mut out = Vec::new();
+        for (_, m) in self.active() {
+            let snap = m.diagnostics.load();
+            out.extend_from_slice(match which {
+                DiagnosticsArray::Sessions => &snap.sessions,
+                DiagnosticsArray::SessionSecurity => &snap.security,
+                DiagnosticsArray::Subscriptions => &snap.subscriptions,
+            });
+        }
+        out
+    }
+
+    /// PublishingIntervalCount: the distinct publishing intervals of the subscriptions on
+    /// every shard, from the shards' last snapshots.
+    pub fn publishing_interval_count(&self) -> u64 {
+        let mut all: Vec<f64> = Vec::new();
+        for (_, m) in self.active() {
+            all.extend_from_slice(&m.diagnostics.load().publishing_intervals);
+        }
+        all.sort_by(f64::total_cmp);
+        all.dedup();
+        all.len() as u64
+    }
+
+    /// Asks every shard for a fresh diagnostics snapshot; calls `wake` with each shard not
+    /// asked already since its last snapshot (the caller wakes its loop).
+    pub fn request_diagnostics(&self, mut wake: impl FnMut(usize)) {
+        for (i, m) in self.active() {
+            if !m.diagnostics_requested.swap(true, Ordering::Relaxed) {
+                wake(i);
+            }
+        }
+    }
+
     /// The ServerDiagnosticsSummary figures (Part 5 §12.9).
     pub fn summary(&self) -> crate::generated::types::ServerDiagnosticsSummaryDataType {
         let n = |v: u64| v.min(u32::MAX as u64) as u32;
@@ -276,7 +341,7 @@ impl ServerMetrics {
             session_abort_count: 0,
             current_subscription_count: n(self.sum(|m| &m.subscriptions)),
             cumulated_subscription_count: n(created_subs_ok),
-            publishing_interval_count: 0,
+            publishing_interval_count: n(self.publishing_interval_count()),
             security_rejected_requests_count: n(self.sum(|m| &m.security_rejected_requests)),
             rejected_requests_count: n(rejected),
         }

@@ -153,6 +153,15 @@ impl ChangeHub {
         }
     }
 
+    /// Wakes shard `shard`'s loop, if the runtime set its waker (rare cross-shard requests:
+    /// a reader of the diagnostics arrays asks the shards for fresh snapshots).
+    pub fn wake(&self, shard: usize) {
+        // Not counted in `wakes` (those are the change path's).
+        if let Some(wake) = self.shards.get(shard).and_then(|s| s.waker.get()) {
+            wake();
+        }
+    }
+
     /// Opens shard `shard`'s inbox with `capacity` entries (once; later calls keep the first).
     pub fn open(&self, shard: usize, capacity: usize) {
         if let Some(s) = self.shards.get(shard) {

@@ -193,6 +193,11 @@ pub enum Dynamic {
     SecondsTillShutdown,
     /// Server.ServerStatus.ShutdownReason: empty, or why the server is shutting down.
     ShutdownReason,
+    /// ServerDiagnostics.SessionsDiagnosticsSummary.SessionDiagnosticsArray,
+    /// .SessionSecurityDiagnosticsArray and ServerDiagnostics.SubscriptionDiagnosticsArray:
+    /// every shard's last snapshot ([`crate::metrics::DiagnosticsSnapshot`]); a Read also
+    /// asks the shards for a fresh one.
+    DiagnosticsArray(crate::metrics::DiagnosticsArray),
 }
 
 /// A shutdown the server announced ([`ShutdownNotice::announce`]): ServerStatus reads State
@@ -296,6 +301,29 @@ pub struct AddressSpace {
 pub(crate) struct NodePermissions {
     by_node: HashMap<u32, crate::roles::RolePermissions>,
     by_namespace: Vec<Option<crate::roles::RolePermissions>>,
+    /// The namespaces of the nodes in `by_node`, found on first use (lock-free: whoever
+    /// gets there first computes the same value).
+    node_namespaces: std::sync::atomic::AtomicU64,
+}
+
+/// A set of namespace indexes: bit `ns` for `ns < 62`, bit 62 for every higher one; bit 63
+/// marks a computed value.
+/// [`NodeNamespaces::UNKNOWN`] until computed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeNamespaces(u64);
+
+impl NodeNamespaces {
+    const UNKNOWN: u64 = 0;
+    /// Set in every computed value, so it is never `UNKNOWN`.
+    const COMPUTED: u64 = 1 << 63;
+
+    fn bit(ns: u16) -> u64 {
+        1u64 << (ns as u32).min(62)
+    }
+
+    pub(crate) fn contains(self, ns: u16) -> bool {
+        self.0 & Self::bit(ns) != 0
+    }
 }
 
 impl NodePermissions {
@@ -316,7 +344,26 @@ impl NodePermissions {
         NodePermissions {
             by_node,
             by_namespace,
+            node_namespaces: std::sync::atomic::AtomicU64::new(NodeNamespaces::UNKNOWN),
         }
+    }
+
+    fn node_namespaces(&self, nodes: &[Node]) -> NodeNamespaces {
+        use std::sync::atomic::Ordering;
+        let v = self.node_namespaces.load(Ordering::Relaxed);
+        if v != NodeNamespaces::UNKNOWN {
+            return NodeNamespaces(v);
+        }
+        let mut v = NodeNamespaces::COMPUTED;
+        for &i in self.by_node.keys() {
+            // An index without a node cannot happen (the builder maps ids to indexes);
+            // counted as every namespace, to stay on the safe side.
+            v |= nodes
+                .get(i as usize)
+                .map_or(!0, |n| NodeNamespaces::bit(n.node_id.namespace));
+        }
+        self.node_namespaces.store(v, Ordering::Relaxed);
+        NodeNamespaces(v)
     }
 
     fn is_empty(&self) -> bool {
@@ -497,6 +544,21 @@ impl AddressSpace {
         !self.permissions.is_empty()
     }
 
+    /// Can RolePermissions apply to a node of namespace `ns`? False when no node of that
+    /// namespace has its own and the namespace has no default: then every role has the
+    /// default permissions there, and the Read and Write paths skip the lookups (the server's
+    /// own RolePermissions on a namespace-0 node do not slow down every other namespace).
+    #[inline]
+    pub fn has_role_permissions_in(&self, ns: u16) -> bool {
+        if self.permissions.is_empty() {
+            return false;
+        }
+        if !self.permissions.by_namespace.is_empty() {
+            return true;
+        }
+        self.permissions.node_namespaces(&self.nodes).contains(ns)
+    }
+
     /// The RolePermissions that apply to the node at `index`: its own, else its namespace's
     /// default, else none (the server's default rule applies).
     pub fn role_permissions(&self, index: u32) -> Option<&crate::roles::RolePermissions> {
@@ -544,6 +606,17 @@ impl AddressSpace {
 
     /// Computes a dynamic value.
     pub fn dynamic_value(&self, d: Dynamic, now: Now) -> DataValue {
+        if matches!(
+            d,
+            Dynamic::DiagnosticsArray(_)
+                | Dynamic::DiagnosticsSummary
+                | Dynamic::DiagnosticsCount(7)
+        ) {
+            // Read from the shards' snapshots: ask for fresh ones (a shard refreshes at its
+            // next loop iteration, if anything changed since its last one).
+            self.metrics
+                .request_diagnostics(|shard| self.changes.wake(shard));
+        }
         build::server_object::dynamic_value(&self.server_info, &self.metrics, d, now)
     }
 

@@ -4,6 +4,7 @@
 pub mod connection;
 pub mod context;
 pub mod deferred;
+pub mod diagnostics;
 pub mod handshake;
 pub mod recycle;
 pub mod shard;

@@ -200,6 +200,8 @@ pub struct Session {
     pub locale_ids: Vec<UaString>,
     /// MaxResponseMessageSize from CreateSession (0: no limit requested).
     pub max_response_message_size: u32,
+    /// What SessionDiagnostics shows of it ([`crate::server::diagnostics`]).
+    pub diagnostics: crate::server::diagnostics::SessionDiagnostics,
     continuation_points: VecDeque<BrowseContinuationPoint>,
     cp_counter: u64,
     request_seq: u64,
@@ -215,6 +217,7 @@ impl Session {
     pub fn touch(&mut self, now: Now) {
         self.last_use_ns = now.mono_ns;
         self.deadline_ns = now.deadline_after_ms(self.timeout_ms);
+        self.diagnostics.last_contact = now.utc;
     }
 
     /// Starts a new request that may create continuation points; returns its sequence
@@ -405,6 +408,8 @@ pub struct ShardState {
     offload_handshakes: bool,
     /// The job the last session service left for its connection.
     parked_job: Option<crate::server::handshake::HandshakeJob>,
+    /// When the diagnostics snapshot was last built ([`crate::server::diagnostics`]).
+    pub(crate) diag: crate::server::diagnostics::Refresh,
 }
 
 impl ShardState {
@@ -467,6 +472,7 @@ impl ShardState {
             memory_headroom: usize::MAX,
             offload_handshakes: false,
             parked_job: None,
+            diag: Default::default(),
             shared,
             random,
             outgoing: Vec::new(),
@@ -491,8 +497,14 @@ impl ShardState {
     }
 
     /// Publishes the gauges and the subscription engine's counts to this shard's counters
-    /// (the runtime calls it once per loop iteration: a few relaxed stores).
-    pub fn publish_metrics(&self) {
+    /// (the runtime calls it once per loop iteration: a few relaxed stores), and the
+    /// diagnostics snapshot when it is due ([`crate::server::diagnostics`]).
+    pub fn publish_metrics(&mut self) {
+        self.publish_counters();
+        self.refresh_diagnostics();
+    }
+
+    fn publish_counters(&self) {
         use crate::metrics::ShardMetrics as M;
         let m = self.metrics();
         let e = self.subscriptions.stats();
@@ -666,6 +678,7 @@ impl ShardState {
 
     /// A message from another shard.
     pub fn on_message(&mut self, msg: ShardMessage, now: Now) {
+        self.diag.note_request(now);
         match msg {
             ShardMessage::TransferRequest {
                 from,
@@ -904,6 +917,7 @@ impl ShardState {
 
     /// Runs due timers: session timeouts, sampling and publishing cycles.
     pub fn on_timer(&mut self, now: Now) {
+        self.diag.now_mono_ns = now.mono_ns;
         if self.shared.address_space.has_async() {
             self.on_async(now);
         }
@@ -1005,6 +1019,7 @@ impl ShardState {
             server_nonce: ByteString::from(crate::random::bytes(&mut *self.random, 32)),
             locale_ids: Vec::new(),
             max_response_message_size: 0,
+            diagnostics: crate::server::diagnostics::SessionDiagnostics::new(now),
             continuation_points: VecDeque::with_capacity(max_cps.min(64)),
             cp_counter: 0,
             request_seq: 0,
@@ -1157,6 +1172,17 @@ impl ShardState {
     pub fn sessions(&self) -> impl Iterator<Item = &Session> {
         self.slots.iter().filter_map(|s| s.session.as_ref())
     }
+
+    /// Every live session with its key.
+    pub fn sessions_with_keys(&self) -> impl Iterator<Item = (SessionKey, &Session)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            let key = SessionKey {
+                slot: i as u32,
+                generation: s.generation,
+            };
+            s.session.as_ref().map(|session| (key, session))
+        })
+    }
 }
 
 /// The host interface `ServerConnection` drives: channel ids and limits from this shard,
@@ -1276,6 +1302,7 @@ impl ConnectionHost for ShardState {
         done: crate::server::handshake::JobDone,
         now: Now,
     ) -> Response {
+        self.diag.note_request(now);
         crate::services::session::resume(self, ctx, done, now)
     }
 }

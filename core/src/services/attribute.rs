@@ -150,8 +150,9 @@ pub fn read_as_into(
             out,
         )
     };
-    // Most servers set no RolePermissions: then only the user attributes need the user.
-    if !user_attribute(rv.attribute_id) && !space.has_role_permissions() {
+    // Most nodes have no RolePermissions (own or their namespace's): then only the user
+    // attributes need the user.
+    if !user_attribute(rv.attribute_id) && !space.has_role_permissions_in(rv.node_id.namespace) {
         return read(out);
     }
     let Some(index) = space.node_index(&rv.node_id) else {
@@ -283,7 +284,7 @@ pub fn write_permitted(
     roles: Roles,
     w: &WriteValue,
 ) -> Result<(), StatusCode> {
-    if roles.may_write() && !space.has_role_permissions() {
+    if roles.may_write() && !space.has_role_permissions_in(w.node_id.namespace) {
         return Ok(());
     }
     let index = space

@@ -74,6 +74,7 @@ pub fn dispatch_deferrable(
     now: Now,
 ) -> Option<Response> {
     let service = crate::metrics::service_index(&request);
+    shard.diag.note_request(now);
     let response = answer(shard, ctx, request, request_id, now);
     let result = match &response {
         Some(r) => r.response_header().service_result,
@@ -139,6 +140,28 @@ fn session_service(
         shard.close_session(key, true, now);
         return Some(fault(handle, StatusCode::BadSessionNotActivated, now));
     }
+    let service = crate::metrics::service_index(&request);
+    let response = activated_service(shard, ctx, key, request, request_id, now);
+    // The session's own counts (SessionDiagnostics); a queued Publish counts as Good.
+    let result = response
+        .as_ref()
+        .map_or(StatusCode::Good, |r| r.response_header().service_result);
+    if let Some(s) = shard.session_mut(key) {
+        s.diagnostics.count(service, result);
+    }
+    response
+}
+
+/// Requests of an activated session (`key`, found and checked by [`session_service`]).
+fn activated_service(
+    shard: &mut ShardState,
+    ctx: &RequestContext<'_>,
+    key: crate::server::shard::SessionKey,
+    request: Request,
+    request_id: u32,
+    now: Now,
+) -> Option<Response> {
+    let handle = request.request_header().request_handle;
     let request = match request {
         Request::Publish(r) => {
             let resp = subscription::publish(shard, key, ctx.channel_id, request_id, &r, now);

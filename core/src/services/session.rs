@@ -176,6 +176,8 @@ fn finish_create_session(
         .map(ByteString::from)
         .unwrap_or_default();
     session.max_response_message_size = req.max_response_message_size;
+    session.diagnostics.endpoint_url = crate::types::UaString::from(endpoint_url);
+    session.diagnostics.security_mode = ctx.security_mode;
     let (session_id, token, timeout_ms, server_nonce) = (
         session.session_id.clone(),
         session.authentication_token.clone(),
@@ -295,6 +297,8 @@ fn finish_activate_session(
         }
     }
     session.channel_id = Some(ctx.channel_id);
+    session.diagnostics.activated(&identity);
+    session.diagnostics.security_mode = ctx.security_mode;
     session.identity = Some(identity);
     session.locale_ids = req.locale_ids.clone();
     session.server_nonce = new_nonce;

@@ -156,6 +156,19 @@ pub fn dynamic_value(
         Dynamic::DiagnosticsSummary
         | Dynamic::DiagnosticsCount(_)
         | Dynamic::ServiceLevel { .. } => diagnostics_value(metrics, d, now),
+        Dynamic::DiagnosticsArray(which) => DataValue {
+            value: Variant::array(
+                BuiltinType::ExtensionObject,
+                metrics
+                    .diagnostics_array(which)
+                    .into_iter()
+                    .map(|e| Variant::ExtensionObject(Box::new(e)))
+                    .collect(),
+            )
+            .unwrap_or(Variant::Empty),
+            source_timestamp: Some(now.utc),
+            ..Default::default()
+        },
     }
 }
 
@@ -166,6 +179,15 @@ pub const DIAGNOSTICS_COUNTS: [u32; 12] = [
 ];
 /// Server.ServerDiagnostics.EnabledFlag.
 pub const DIAGNOSTICS_ENABLED: u32 = 2294;
+/// ServerDiagnostics.SubscriptionDiagnosticsArray.
+pub const SUBSCRIPTION_DIAGNOSTICS_ARRAY: u32 = 2290;
+/// ServerDiagnostics.SessionsDiagnosticsSummary.SessionDiagnosticsArray.
+pub const SESSION_DIAGNOSTICS_ARRAY: u32 = 3707;
+/// ServerDiagnostics.SessionsDiagnosticsSummary.SessionSecurityDiagnosticsArray.
+pub const SESSION_SECURITY_DIAGNOSTICS_ARRAY: u32 = 3708;
+/// The RolePermissions the standard NodeSet gives SessionSecurityDiagnosticsArray: every
+/// permission but the history ones, to SecurityAdmin only (59391).
+pub const SESSION_SECURITY_DIAGNOSTICS_PERMISSIONS: u32 = 59391;
 
 /// ServerDiagnosticsSummary (or one of its counts) at `now`, summed over the shards.
 pub fn diagnostics_value(
@@ -588,7 +610,29 @@ pub fn install(
             ValueSource::Dynamic(Dynamic::DiagnosticsCount(i as u8)),
         );
     }
-    // The summary is always collected; there is no switch behind the flag, so clients may
+    {
+        use crate::metrics::DiagnosticsArray as A;
+        for (id, which) in [
+            (SESSION_DIAGNOSTICS_ARRAY, A::Sessions),
+            (SESSION_SECURITY_DIAGNOSTICS_ARRAY, A::SessionSecurity),
+            (SUBSCRIPTION_DIAGNOSTICS_ARRAY, A::Subscriptions),
+        ] {
+            set(
+                b,
+                id,
+                ValueSource::Dynamic(Dynamic::DiagnosticsArray(which)),
+            );
+        }
+        // Part 5 §6.3.3 and the NodeSet: only a SecurityAdmin sees who logged in how.
+        b.set_role_permissions(
+            NodeId::ns0(SESSION_SECURITY_DIAGNOSTICS_ARRAY),
+            crate::roles::RolePermissions::new().grant(
+                WellKnownRole::SecurityAdmin,
+                crate::generated::types::PermissionType(SESSION_SECURITY_DIAGNOSTICS_PERMISSIONS),
+            ),
+        );
+    }
+    // The summary and the arrays are always collected; there is no switch behind the flag, so clients may
     // read it and not write it (a Write answers BadNotWritable instead of succeeding and
     // changing nothing).
     set_static(b, DIAGNOSTICS_ENABLED, Variant::Boolean(true), start);
