@@ -594,6 +594,10 @@ impl AddressSpace {
         roles: crate::roles::Roles,
         needed: crate::generated::types::PermissionType,
     ) -> bool {
+        if !self.has_role_permissions_in(id.namespace) {
+            // No RolePermissions apply in the namespace: the default rule, no lookup.
+            return roles.default_permissions().contains(needed) || self.index_of(id).is_none();
+        }
         self.index_of(id)
             .is_none_or(|i| self.permissions(i, roles).contains(needed))
     }

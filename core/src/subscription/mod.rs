@@ -234,7 +234,9 @@ struct Subscription {
     status_change: Option<StatusCode>,
     retrans: VecDeque<NotificationMessage>,
     /// What SubscriptionDiagnostics counts (it travels with a transferred subscription).
-    diag: SubscriptionCounts,
+    /// Boxed: a subscription is built once, and it keeps `MovedSubscription` (a message
+    /// between shards) small.
+    diag: Box<SubscriptionCounts>,
 }
 
 /// The counts of one subscription for its SubscriptionDiagnosticsDataType (Part 5 §12.15),
@@ -1458,7 +1460,7 @@ impl SubscriptionEngine {
             ready: Vec::new(),
             status_change: None,
             retrans: VecDeque::new(),
-            diag: SubscriptionCounts::default(),
+            diag: Box::default(),
         };
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
@@ -1983,7 +1985,7 @@ impl SubscriptionEngine {
         let node = space
             .node_at(node_index)
             .ok_or(StatusCode::BadNodeIdUnknown)?;
-        if space.has_role_permissions() {
+        if space.has_role_permissions_in(node.node_id.namespace) {
             // What a Read of the attribute would need; events need ReceiveEvents.
             let needed = match rv.attribute_id {
                 attr::EventNotifier => crate::generated::types::PermissionType::ReceiveEvents,
