@@ -614,7 +614,7 @@ impl AddressSpace {
             d,
             Dynamic::DiagnosticsArray(_)
                 | Dynamic::DiagnosticsSummary
-                | Dynamic::DiagnosticsCount(7)
+                | Dynamic::DiagnosticsCount(7) // PublishingIntervalCount
         ) {
             // Read from the shards' snapshots: ask for fresh ones (a shard refreshes at its
             // next loop iteration, if anything changed since its last one).
