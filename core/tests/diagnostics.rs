@@ -381,4 +381,52 @@ fn session_security_array_is_for_security_admins_only() {
     assert_eq!(s.security_policy_uri.as_str(), NONE_URI);
     assert!(s.client_user_id_of_session.is_null());
     assert_eq!(s.client_user_id_history.len(), 1);
+
+    // Browse hides it from everyone but a SecurityAdmin (no Browse permission either).
+    let children = |h: &mut Harness, t: &NodeId| -> Vec<NodeId> {
+        let r = h.browse_request(t, 0, vec![hierarchical(NodeId::ns0(3706))]);
+        match h.call(r) {
+            Response::Browse(r) => r.results[0]
+                .references
+                .iter()
+                .map(|r| r.node_id.node_id.clone())
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let seen = children(&mut observer, &to);
+    assert!(seen.contains(&NodeId::ns0(SESSIONS)), "{seen:?}");
+    assert!(!seen.contains(&NodeId::ns0(SECURITY)), "{seen:?}");
+    assert!(children(&mut admin, &ta).contains(&NodeId::ns0(SECURITY)));
+    // Its RolePermissions are the NodeSet's: SecurityAdmin, 59391.
+    let r = Request::Read(Box::new(ReadRequest {
+        request_header: admin.header(&ta),
+        nodes_to_read: vec![ReadValueId {
+            node_id: NodeId::ns0(SECURITY),
+            attribute_id: 24,
+            ..ReadValueId::default()
+        }],
+        ..ReadRequest::default()
+    }));
+    let Response::Read(r) = admin.call(r) else {
+        panic!()
+    };
+    let Variant::Array(a) = &r.results[0].value else {
+        panic!("{:?}", r.results[0])
+    };
+    let rp: Vec<RolePermissionType> = a
+        .values
+        .iter()
+        .map(|v| match v {
+            Variant::ExtensionObject(e) => decode(e),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        rp,
+        vec![RolePermissionType {
+            role_id: WellKnownRole::SecurityAdmin.node_id(),
+            permissions: PermissionType(59391),
+        }]
+    );
 }
