@@ -246,6 +246,21 @@ fn session_and_subscription_arrays_cover_every_shard() {
     };
     assert_eq!(summary.publishing_interval_count, 2);
     assert_eq!(summary.current_session_count, 2);
+    // An interval in use on another shard too counts once.
+    let sub3 = create_subscription(&mut a, &ta, 500.0);
+    a.shard.publish_metrics();
+    assert_eq!(
+        read(&mut a, &ta, PUBLISHING_INTERVAL_COUNT).value,
+        Variant::UInt32(2)
+    );
+    let subs: Vec<SubscriptionDiagnosticsDataType> = array(&read(&mut a, &ta, SUBSCRIPTIONS));
+    assert_eq!(subs.len(), 3);
+    assert_eq!(
+        subs.iter()
+            .find(|s| s.subscription_id == sub3)
+            .map(|s| s.session_id.clone()),
+        Some(ida)
+    );
 
     // Shard 1 reads them too, and gets the same sessions.
     let from_b: Vec<SessionDiagnosticsDataType> = array(&read(&mut b, &tb, SESSIONS));

@@ -15,8 +15,10 @@
 //! A shard rebuilds its snapshot only when something changed since the last one (requests,
 //! notifications and keep-alives sent, subscriptions expired, sessions created or timed
 //! out), and then at most every [`REFRESH_MS`] — unless a reader asked: a Read of an array
-//! (or of the summary's PublishingIntervalCount) sets every shard's `diagnostics_requested`
-//! flag and wakes the shards it newly set, which rebuild at their next loop iteration. So a
+//! (or of the summary or its PublishingIntervalCount; a monitored item's sample of one is
+//! a Read too) sets every shard's `diagnostics_requested` flag and wakes the shards it newly
+//! set (one wake per shard until it has rebuilt), which rebuild at their next loop
+//! iteration. So a
 //! snapshot is at most [`REFRESH_MS`] behind a busy shard, and a quiet shard is brought up
 //! to date by the first Read that finds it behind (the following Read sees it). Counters
 //! that move without any of those events (CurrentLifetimeCount, CurrentKeepAliveCount
