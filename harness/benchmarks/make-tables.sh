@@ -20,7 +20,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push library-cost depth placement servers security distribution handshake batching paced floor establishment io-modes"
+ALL="headline headline-connect capacity subscriptions events push library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -58,6 +58,9 @@ for t in $ALL; do
         # Needs the binary of c35c903 in ../before (see library-cost.variants); run on demand:
         # TABLES=library-cost harness/benchmarks/make-tables.sh
         library-cost) sweep library-cost library-cost.variants library-cost.scenarios --ratio after/before ;;
+        # Needs the binary of 9f0da14 in ../before/target-9f0 (see content-move.variants):
+        # TABLES=content-move harness/benchmarks/make-tables.sh
+        content-move) sweep content-move content-move.variants library-cost.scenarios --ratio after/before ;;
         subscriptions) sweep subscriptions subscriptions.variants subscriptions.scenarios ;;
         events) sweep events events.variants events.scenarios ;;
         depth) sweep depth uaring-echo.variants read-depth.scenarios ;;
@@ -101,6 +104,7 @@ done
     section headline-connect "Session establishment: uaring, native open62541 and async-opcua"
     section capacity "Sampling capacity: uaring and native open62541 (counters contract, 10 ms sampling, one server CPU)"
     section library-cost "The uaring binary on the library against the one before it (c35c903), side by side"
+    section content-move "The Demo folder and the contracts on the public library API: before (9f0da14) and after, side by side"
     section push "Pushed values: the application pushes, exception-based items receive every change (uaring's plant example and native open62541, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
