@@ -276,22 +276,17 @@ impl VariableDef {
         data_type: BuiltinType,
         read: impl Fn(Now) -> DataValue + Send + Sync + 'static,
     ) -> VariableDef {
-        let mut v = VariableDef::new(id, name, Variant::Empty);
-        v.data_type = Some(NodeRef::ns0(data_type as u32));
-        v.source = Source::Computed(
-            Arc::new(move |now, _state| {
-                let t = std::time::Instant::now();
-                let dv = read(now);
-                READ_CALLBACK_NS.fetch_add(
-                    t.elapsed().as_nanos() as u64,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                READ_CALLBACK_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                dv
-            }),
-            0,
-        );
-        v
+        let timed: ReadFn = Arc::new(move |now, _state| {
+            let t = std::time::Instant::now();
+            let dv = read(now);
+            READ_CALLBACK_NS.fetch_add(
+                t.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            READ_CALLBACK_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            dv
+        });
+        VariableDef::computed_with_state(id, name, data_type, timed, 0)
     }
 
     /// A computed Variable for the many-nodes case: one `read` closure shared by every node
@@ -1044,14 +1039,18 @@ impl EventTypeDef {
     fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
         let node_id = self.id.resolve(b)?;
         let supertype = self.supertype.resolve(b)?;
-        let is_event_type = supertype == NodeId::ns0(BASE_EVENT_TYPE)
-            || matches!(
-                b.node(&supertype).map(|n| n.node_class),
-                Some(NodeClass::ObjectType)
-            );
-        if !is_event_type {
+        // The supertype is BaseEventType or below it.
+        let mut t = Some(supertype.clone());
+        for _ in 0..32 {
+            match &t {
+                Some(x) if x.as_ns0() == Some(BASE_EVENT_TYPE) => break,
+                Some(x) => t = self::supertype(b, x),
+                None => break,
+            }
+        }
+        if t.and_then(|x| x.as_ns0()) != Some(BASE_EVENT_TYPE) {
             return Err(Error::AddressSpace(format!(
-                "{}: supertype {supertype} is no ObjectType",
+                "{}: supertype {supertype} is no event type (BaseEventType or below it)",
                 self.id
             )));
         }

@@ -117,6 +117,17 @@ fn a_duplicate_node_or_a_missing_parent_fails_the_start_with_the_node_named() {
     let ns = b.namespace("urn:test:library");
     b.add_variable(VariableDef::new(ns.id("Y"), "Y", 1.0).component_of(&ns.id("NoSuchParent")));
     assert!(matches!(b.start(), Err(Error::AddressSpace(_))));
+    // An event type must be below BaseEventType: BaseObjectType is an ObjectType but no
+    // event type.
+    let mut b = builder(&dir);
+    let ns = b.namespace("urn:test:library");
+    b.add_event_type(uaring::EventTypeDef::new(ns.id("T"), "T").subtype_of(NodeRef::ns0(58)));
+    match b.start() {
+        Err(Error::AddressSpace(e)) => {
+            assert!(e.contains("no event type") && e.contains("s=T"), "{e}")
+        }
+        other => panic!("{:?}", other.err()),
+    }
     // A configuration error names the key.
     match builder(&dir)
         .config_toml("[runtime]\nshards = \"two\"\n")

@@ -147,6 +147,17 @@ pub const MAINTAINED_FIELDS: &[&str] = &[
     "SuppressedOrShelved",
 ];
 
+/// A subtype's fixed Properties as event fields (each its BrowseName as a one-element path).
+pub fn property_fields(properties: &[(QualifiedName, Variant)]) -> Arc<[EventField]> {
+    properties
+        .iter()
+        .map(|(name, value)| EventField {
+            path: vec![name.clone()],
+            value: value.clone(),
+        })
+        .collect()
+}
+
 /// The condition event for a state: what is published on every change and in a
 /// ConditionRefresh.
 pub fn condition_event(spec: &ConditionSpec, s: &ConditionState) -> Event {
@@ -287,8 +298,10 @@ pub fn method_of(space: &AddressSpace, method_id: &NodeId) -> Option<ConditionAc
         .iter()
         .any(|c| {
             c.node_id.namespace == method_id.namespace
-                && child_id(&c.node_id, &[]).identifier
-                    == crate::types::Identifier::String(prefix.to_string())
+                && matches!(
+                    &child_id(&c.node_id, &[]).identifier,
+                    crate::types::Identifier::String(p) if p == prefix
+                )
         })
         .then_some(*action)
 }

@@ -314,14 +314,7 @@ impl ServerEvents {
                 notifiers: notifiers_of(space, &c.source).into(),
                 event_type: c.type_def.clone(),
                 type_chain: type_chain(space, &c.type_def),
-                properties: c
-                    .properties
-                    .iter()
-                    .map(|(name, value)| EventField {
-                        path: vec![name.clone()],
-                        value: value.clone(),
-                    })
-                    .collect(),
+                properties: condition::property_fields(&c.properties),
                 on_action: c.on_action.clone(),
             };
             conditions.push(Arc::new(Condition::new(spec, &ids, start)));

@@ -113,15 +113,11 @@ fn reference(rt: u32, forward: bool, target: NodeId) -> Reference {
 fn object(
     id: NodeId,
     name: QualifiedName,
-    type_def: u32,
+    type_def: NodeId,
     event_notifier: u8,
     refs: Vec<Reference>,
 ) -> Node {
-    let mut references = vec![reference(
-        ns0::HAS_TYPE_DEFINITION,
-        true,
-        NodeId::ns0(type_def),
-    )];
+    let mut references = vec![reference(ns0::HAS_TYPE_DEFINITION, true, type_def)];
     references.extend(refs);
     Node {
         node_id: id,
@@ -259,24 +255,16 @@ pub fn add_condition_nodes(
     properties: &[(QualifiedName, Variant)],
     start: DateTime,
 ) -> Result<(), String> {
-    let mut node = object(
+    b.add(object(
         alarm.clone(),
         name.clone(),
-        ids::ALARM_CONDITION_TYPE,
+        type_def.clone(),
         0,
         vec![
             reference(ns0::HAS_COMPONENT, false, source.clone()),
             reference(ids::HAS_CONDITION, false, source.clone()),
         ],
-    );
-    if let Some(r) = node
-        .references
-        .iter_mut()
-        .find(|r| r.reference_type.as_ns0() == Some(ns0::HAS_TYPE_DEFINITION))
-    {
-        r.target = ExpandedNodeId::local(type_def.clone());
-    }
-    b.add(node)?;
+    ))?;
     let template_ids = super::EventIdSource::new(start);
     let spec = super::condition::ConditionSpec {
         node_id: alarm.clone(),
@@ -287,13 +275,7 @@ pub fn add_condition_nodes(
         notifiers: std::sync::Arc::from(Vec::new()),
         event_type: type_def.clone(),
         type_chain: std::sync::Arc::from(Vec::new()),
-        properties: properties
-            .iter()
-            .map(|(name, value)| super::EventField {
-                path: vec![name.clone()],
-                value: value.clone(),
-            })
-            .collect(),
+        properties: super::condition::property_fields(properties),
         on_action: None,
     };
     let state = super::condition::ConditionState::initial(&template_ids, &spec.label, start);
