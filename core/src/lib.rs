@@ -24,6 +24,7 @@ pub mod config;
 pub mod encoding;
 pub mod events;
 pub mod generated;
+pub mod history;
 pub mod metrics;
 pub mod random;
 pub mod roles;

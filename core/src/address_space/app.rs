@@ -232,6 +232,8 @@ pub enum Outcome {
     Status(StatusCode),
     /// Output arguments (Call).
     Outputs(Vec<Variant>),
+    /// One node's HistoryRead result (`crate::history`).
+    History(Box<crate::generated::types::HistoryReadResult>),
 }
 
 /// One completion on its way to its shard.
@@ -266,6 +268,11 @@ impl Reply {
             source,
             sent: false,
         }
+    }
+
+    /// Sends the answer (once; later calls do nothing).
+    pub(crate) fn answer(mut self, outcome: Outcome) {
+        self.send(outcome);
     }
 
     fn send(&mut self, outcome: Outcome) {

@@ -201,6 +201,15 @@ pub struct OperationLimits {
     pub max_monitored_items_per_call: u32,
     /// Browse continuation points per session.
     pub max_browse_continuation_points: u16,
+    /// Most HistoryReadValueIds in one HistoryRead of values (raw, at time, processed).
+    pub max_nodes_per_history_read_data: u32,
+    /// Most HistoryReadValueIds in one HistoryRead of events.
+    pub max_nodes_per_history_read_events: u32,
+    /// HistoryRead continuation points per session (one more is BadNoContinuationPoints).
+    pub max_history_continuation_points: u16,
+    /// Most values one HistoryRead operation returns before it gives a continuation
+    /// point (HistoryServerCapabilities.MaxReturnDataValues), values.
+    pub max_history_values_per_node: u32,
     /// Most elements in an array value (written or read), elements.
     pub max_array_length: u32,
     /// Longest String value, bytes.
@@ -224,6 +233,10 @@ impl Default for OperationLimits {
             max_nodes_per_method_call: 100,
             max_monitored_items_per_call: 10_000,
             max_browse_continuation_points: 10,
+            max_nodes_per_history_read_data: 1_000,
+            max_nodes_per_history_read_events: 100,
+            max_history_continuation_points: 10,
+            max_history_values_per_node: 100_000,
             max_array_length: 1_000_000,
             max_string_length: 16 * 1024 * 1024,
             max_byte_string_length: 16 * 1024 * 1024,
@@ -267,6 +280,22 @@ impl OperationLimits {
             (
                 "max_browse_continuation_points",
                 self.max_browse_continuation_points as u32,
+            ),
+            (
+                "max_nodes_per_history_read_data",
+                self.max_nodes_per_history_read_data,
+            ),
+            (
+                "max_nodes_per_history_read_events",
+                self.max_nodes_per_history_read_events,
+            ),
+            (
+                "max_history_continuation_points",
+                self.max_history_continuation_points as u32,
+            ),
+            (
+                "max_history_values_per_node",
+                self.max_history_values_per_node,
             ),
             ("max_array_length", self.max_array_length),
             ("max_string_length", self.max_string_length),

@@ -21,7 +21,10 @@ use crate::address_space::app::{ArgDef, AsyncSource, Outcome, Reply, Target};
 use crate::address_space::ChangeHub;
 use crate::address_space::{AddressSpace, NumericRange};
 use crate::generated::messages::Response;
-use crate::generated::types::{CallMethodResult, CallResponse, ReadResponse, WriteResponse};
+use crate::generated::types::{
+    CallMethodResult, CallResponse, HistoryReadResponse, HistoryReadResult, ReadResponse,
+    WriteResponse,
+};
 use crate::services::attribute::{commit_write, finish_async_value, PreparedWrite, Timestamps};
 use crate::time::Now;
 use crate::types::{QualifiedName, StatusCode};
@@ -50,6 +53,15 @@ pub struct CallOp {
     pub outputs: Vec<ArgDef>,
 }
 
+/// One operation of a deferred HistoryRead.
+#[derive(Debug)]
+pub struct HistoryOp {
+    pub result: u32,
+    /// The fingerprint of the request's details and node, kept with a continuation point
+    /// so that a continuation with other details is refused.
+    pub fingerprint: u64,
+}
+
 /// What a deferred request is building.
 #[derive(Debug)]
 pub enum PendingKind {
@@ -66,6 +78,14 @@ pub enum PendingKind {
         response: Box<CallResponse>,
         ops: Vec<CallOp>,
     },
+    /// A HistoryRead: each result's `continuation_point` holds the backend's resume token
+    /// until the shard turns it into a continuation point of `session`
+    /// (`crate::services::history::finish`).
+    HistoryRead {
+        response: Box<HistoryReadResponse>,
+        session: crate::server::shard::SessionKey,
+        ops: Vec<HistoryOp>,
+    },
 }
 
 impl PendingKind {
@@ -74,14 +94,18 @@ impl PendingKind {
             PendingKind::Read { ops, .. } => ops.len(),
             PendingKind::Write { ops, .. } => ops.len(),
             PendingKind::Call { ops, .. } => ops.len(),
+            PendingKind::HistoryRead { ops, .. } => ops.len(),
         }
     }
 
-    fn into_response(self) -> Response {
+    /// The response (a HistoryRead's continuation points made first, see
+    /// `crate::services::history::finish`).
+    pub fn into_response(self) -> Response {
         match self {
             PendingKind::Read { response, .. } => Response::Read(response),
             PendingKind::Write { response, .. } => Response::Write(response),
             PendingKind::Call { response, .. } => Response::Call(response),
+            PendingKind::HistoryRead { response, .. } => Response::HistoryRead(response),
         }
     }
 }
@@ -102,7 +126,8 @@ struct Pending {
 pub struct Finished {
     pub channel_id: u32,
     pub request_id: u32,
-    pub response: Response,
+    /// What the request built; [`PendingKind::into_response`] makes its response.
+    pub kind: PendingKind,
 }
 
 /// A request [`Deferrals::begin`] just kept: makes the [`Reply`] of each of its operations.
@@ -330,7 +355,7 @@ impl Deferrals {
         Some(Finished {
             channel_id: p.channel_id,
             request_id: p.request_id,
-            response: p.kind.into_response(),
+            kind: p.kind,
         })
     }
 }
@@ -338,6 +363,7 @@ impl Deferrals {
 /// Puts one operation's outcome into the response being built.
 fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outcome, now: Now) {
     match kind {
+        PendingKind::HistoryRead { response, ops, .. } => apply_history(response, ops, op, outcome),
         PendingKind::Read {
             response,
             timestamps,
@@ -355,7 +381,7 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
                     *timestamps,
                     now,
                 ),
-                Outcome::Outputs(_) => {
+                Outcome::Outputs(_) | Outcome::History(_) => {
                     crate::types::DataValue::status(StatusCode::BadInternalError)
                 }
             };
@@ -402,6 +428,30 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
                 *r = result;
             }
         }
+    }
+}
+
+/// Puts one HistoryRead operation's outcome into the response.
+fn apply_history(
+    response: &mut HistoryReadResponse,
+    ops: &[HistoryOp],
+    op: usize,
+    outcome: Outcome,
+) {
+    let Some(o) = ops.get(op) else { return };
+    let result = match outcome {
+        Outcome::History(r) => *r,
+        Outcome::Status(s) => HistoryReadResult {
+            status_code: bad_or_internal(s),
+            ..HistoryReadResult::default()
+        },
+        _ => HistoryReadResult {
+            status_code: StatusCode::BadInternalError,
+            ..HistoryReadResult::default()
+        },
+    };
+    if let Some(r) = response.results.get_mut(o.result as usize) {
+        *r = result;
     }
 }
 

@@ -203,8 +203,19 @@ pub struct Session {
     /// What SessionDiagnostics shows of it ([`crate::server::diagnostics`]).
     pub diagnostics: crate::server::diagnostics::SessionDiagnostics,
     continuation_points: VecDeque<BrowseContinuationPoint>,
+    /// HistoryRead continuation points, oldest first.
+    history_points: VecDeque<HistoryContinuationPoint>,
     cp_counter: u64,
     request_seq: u64,
+}
+
+/// A HistoryRead continuation point: the backend's resume token, and the fingerprint of
+/// the details and node it continues (a continuation with other details is refused).
+#[derive(Debug)]
+pub struct HistoryContinuationPoint {
+    id: [u8; 16],
+    pub fingerprint: u64,
+    pub token: Vec<u8>,
 }
 
 impl Session {
@@ -293,6 +304,43 @@ impl Session {
     /// Releases every continuation point.
     pub fn release_continuation_points(&mut self) {
         self.continuation_points.clear();
+        self.history_points.clear();
+    }
+
+    /// Number of live HistoryRead continuation points.
+    pub fn history_point_count(&self) -> usize {
+        self.history_points.len()
+    }
+
+    /// Stores a HistoryRead continuation point, at most `max` per session: when they are
+    /// all taken, BadNoContinuationPoints (Part 11 §6.3: the client releases or finishes
+    /// the ones it holds; the server does not drop a client's place in a read).
+    pub fn add_history_point(
+        &mut self,
+        max: usize,
+        fingerprint: u64,
+        token: Vec<u8>,
+        random: &mut dyn Random,
+    ) -> Result<ByteString, StatusCode> {
+        if self.history_points.len() >= max {
+            return Err(StatusCode::BadNoContinuationPoints);
+        }
+        self.cp_counter += 1;
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.cp_counter.to_le_bytes());
+        random.fill(&mut id[8..]);
+        self.history_points.push_back(HistoryContinuationPoint {
+            id,
+            fingerprint,
+            token,
+        });
+        Ok(ByteString::from(&id[..]))
+    }
+
+    /// Removes and returns the HistoryRead continuation point with this id.
+    pub fn take_history_point(&mut self, id: &[u8]) -> Option<HistoryContinuationPoint> {
+        let i = self.history_points.iter().position(|cp| cp.id[..] == *id)?;
+        self.history_points.remove(i)
     }
 }
 
@@ -812,7 +860,7 @@ impl ShardState {
     /// The earliest monotonic time (ns) at which [`ShardState::on_timer`] has work; it may
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
-        if self.shared.address_space.has_async() {
+        if self.answers_later() {
             if self
                 .shared
                 .address_space
@@ -827,6 +875,12 @@ impl ShardState {
             }
         }
         self.next_deadline_sync()
+    }
+
+    /// Can requests of this shard wait for an answer from another thread (asynchronous
+    /// sources, write hooks and methods, or a history store)?
+    fn answers_later(&self) -> bool {
+        self.shared.address_space.has_async() || self.shared.history.is_some()
     }
 
     fn next_deadline_sync(&self) -> Option<u64> {
@@ -878,10 +932,11 @@ impl ShardState {
                 }
             });
         deferrals.expire(space, now, &mut finished);
-        for mut f in finished {
-            f.response.response_header_mut().timestamp = now.utc;
+        for f in finished {
+            let mut response = crate::services::history::finish(self, f.kind);
+            response.response_header_mut().timestamp = now.utc;
             self.subscriptions
-                .emit_response(f.channel_id, f.request_id, f.response);
+                .emit_response(f.channel_id, f.request_id, response);
         }
         for (source, generation, outcome) in samples {
             self.subscriptions
@@ -918,7 +973,7 @@ impl ShardState {
     /// Runs due timers: session timeouts, sampling and publishing cycles.
     pub fn on_timer(&mut self, now: Now) {
         self.diag.now_mono_ns = now.mono_ns;
-        if self.shared.address_space.has_async() {
+        if self.answers_later() {
             self.on_async(now);
         }
         self.subscriptions.on_timer(&self.shared, now);
@@ -1021,6 +1076,7 @@ impl ShardState {
             max_response_message_size: 0,
             diagnostics: crate::server::diagnostics::SessionDiagnostics::new(now),
             continuation_points: VecDeque::with_capacity(max_cps.min(64)),
+            history_points: VecDeque::new(),
             cp_counter: 0,
             request_seq: 0,
         };
@@ -1118,6 +1174,19 @@ impl ShardState {
             return None;
         }
         s.session.as_ref()
+    }
+
+    /// The session and the shard's random number generator, borrowed together.
+    pub fn session_and_random(
+        &mut self,
+        key: SessionKey,
+    ) -> Option<(&mut Session, &mut dyn Random)> {
+        let slot = self.slots.get_mut(key.slot as usize)?;
+        if slot.generation != key.generation {
+            return None;
+        }
+        let session = slot.session.as_mut()?;
+        Some((session, &mut *self.random))
     }
 
     pub fn session_mut(&mut self, key: SessionKey) -> Option<&mut Session> {

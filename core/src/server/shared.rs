@@ -21,6 +21,8 @@ pub struct ServerShared {
     pub events: crate::events::ServerEvents,
     /// Per-shard counters (the metrics endpoint, ServerDiagnostics); the address space's.
     pub metrics: Arc<crate::metrics::ServerMetrics>,
+    /// The history store behind HistoryRead (`None`: BadServiceUnsupported).
+    pub history: Option<Arc<dyn crate::history::HistoryBackend>>,
 }
 
 impl ServerShared {
@@ -35,6 +37,16 @@ impl ServerShared {
         config: ServerConfig,
         now: Now,
         extend: &mut build::Extend<'_>,
+    ) -> Result<Arc<ServerShared>, String> {
+        Self::new_with_history(config, now, extend, None)
+    }
+
+    /// [`ServerShared::new_with`] with a history store serving HistoryRead.
+    pub fn new_with_history(
+        config: ServerConfig,
+        now: Now,
+        extend: &mut build::Extend<'_>,
+        history: Option<Arc<dyn crate::history::HistoryBackend>>,
     ) -> Result<Arc<ServerShared>, String> {
         config.validate()?;
         let address_space = build::build_with(&config, now, &mut |b| {
@@ -54,6 +66,7 @@ impl ServerShared {
             start_time: now.utc,
             start_mono_ns: now.mono_ns,
             events,
+            history,
         }))
     }
 }

@@ -475,7 +475,7 @@ pub fn read_deferred(
         let reply = opened.reply(op, Some(source.clone()));
         (source.read)(AsyncRead::new(node_id, reply));
     }
-    finished.map(|f| f.response)
+    finished.map(|f| f.kind.into_response())
 }
 
 /// Does this Write touch a Variable with an asynchronous write hook?

@@ -14,6 +14,7 @@
 
 pub mod attribute;
 pub mod discovery;
+pub mod history;
 pub mod identity;
 pub mod method;
 pub mod monitored_item;
@@ -244,7 +245,11 @@ fn activated_service(
         }
         Request::SetMonitoringMode(r) => monitored_item::set_monitoring_mode(shard, key, &r, now),
         Request::SetTriggering(r) => monitored_item::set_triggering(shard, key, &r, now),
-        // HistoryRead/Update, Query, node management: not offered.
+        Request::HistoryRead(r) => {
+            let roles = session_roles(shard, key);
+            return history::history_read(shard, key, roles, ctx.channel_id, request_id, &r, now);
+        }
+        // HistoryUpdate, Query, node management: not offered.
         _ => fault(handle, StatusCode::BadServiceUnsupported, now),
     })
 }

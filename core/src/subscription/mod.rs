@@ -448,7 +448,9 @@ impl SubscriptionEngine {
             } else {
                 StatusCode::BadInternalError
             }),
-            Outcome::Outputs(_) => DataValue::status(StatusCode::BadInternalError),
+            Outcome::Outputs(_) | Outcome::History(_) => {
+                DataValue::status(StatusCode::BadInternalError)
+            }
         };
         if sample.server_timestamp.is_none() {
             sample.server_timestamp = Some(now.utc);

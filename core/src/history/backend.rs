@@ -1,0 +1,145 @@
+//! The interface between the HistoryRead service and a history store.
+//!
+//! The service checks what the server can check without the store (the session, the
+//! operation limits, the details, the node, its AccessLevel and the user's permissions,
+//! continuation points) and hands each remaining operation to
+//! [`HistoryBackend::read`] as a [`HistoryReadOp`] with a [`HistoryReply`]. The backend
+//! answers each reply once, from any thread, with a `HistoryReadResult`. Continuation
+//! points are the server's, not the backend's: a backend that stops early puts an opaque
+//! resume token of its own into the result's `continuation_point`; the server keeps that
+//! token in the session (bounded by `operation_limits.max_history_continuation_points`)
+//! and gives the client an id for it. When the client continues, the token comes back in
+//! [`HistoryReadOp::resume`].
+
+use std::sync::Arc;
+
+use crate::address_space::app::{Outcome, Reply};
+use crate::address_space::NumericRange;
+use crate::generated::types::{
+    HistoryReadResult, ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails,
+    ReadRawModifiedDetails, TimestampsToReturn,
+};
+use crate::types::{ExtensionObject, NodeId, StatusCode};
+
+/// The HistoryReadDetails of a request, decoded.
+#[derive(Debug, Clone)]
+pub enum ReadDetails {
+    /// Raw values (isReadModified false; the service refuses modified reads the backend
+    /// does not keep).
+    Raw(ReadRawModifiedDetails),
+    /// Values at given times (interpolated where no raw value is at the time).
+    AtTime(ReadAtTimeDetails),
+    /// Aggregates over processing intervals (Part 13).
+    Processed(ReadProcessedDetails),
+    /// Events of a notifier.
+    Events(ReadEventDetails),
+}
+
+impl ReadDetails {
+    /// Decodes the request's historyReadDetails. `Err` is the service result: a null or
+    /// undecodable one is BadHistoryOperationInvalid; ReadAnnotationDataDetails and the
+    /// other known kinds this server does not read are BadHistoryOperationUnsupported.
+    pub fn decode(
+        details: &ExtensionObject,
+        limits: crate::encoding::DecodeLimits,
+    ) -> Result<ReadDetails, StatusCode> {
+        fn take<T>(r: Option<crate::encoding::DecodeResult<T>>) -> Option<Result<T, StatusCode>> {
+            r.map(|r| r.map_err(|_| StatusCode::BadHistoryOperationInvalid))
+        }
+        if let Some(r) = take(details.decode_as::<ReadRawModifiedDetails>(limits)) {
+            return r.map(ReadDetails::Raw);
+        }
+        if let Some(r) = take(details.decode_as::<ReadAtTimeDetails>(limits)) {
+            return r.map(ReadDetails::AtTime);
+        }
+        if let Some(r) = take(details.decode_as::<ReadProcessedDetails>(limits)) {
+            return r.map(ReadDetails::Processed);
+        }
+        if let Some(r) = take(details.decode_as::<ReadEventDetails>(limits)) {
+            return r.map(ReadDetails::Events);
+        }
+        if details.is::<crate::generated::types::ReadAnnotationDataDetails>()
+            || details.is::<crate::generated::types::ReadEventDetails2>()
+        {
+            return Err(StatusCode::BadHistoryOperationUnsupported);
+        }
+        Err(StatusCode::BadHistoryOperationInvalid)
+    }
+
+    /// Does it read events (an EventNotifier) rather than values (a Variable)?
+    pub fn reads_events(&self) -> bool {
+        matches!(self, ReadDetails::Events(_))
+    }
+}
+
+/// One node's operation of a HistoryRead, for the backend.
+#[derive(Debug, Clone)]
+pub struct HistoryReadOp {
+    pub node_id: NodeId,
+    /// The request's details (shared by its operations).
+    pub details: Arc<ReadDetails>,
+    /// Which timestamps each returned DataValue carries (never Neither: refused before).
+    pub timestamps: TimestampsToReturn,
+    /// The IndexRange of the operation, parsed (`None`: the whole value).
+    pub index_range: Option<NumericRange>,
+    /// The backend's resume token, when the client continues from a continuation point.
+    pub resume: Option<Vec<u8>>,
+    /// Most values to return in this answer: the request's numValuesPerNode (0 = no
+    /// request limit) capped by the server's `max_history_values_per_node`. A backend with
+    /// more to give stops there and returns a resume token.
+    pub max_values: u32,
+}
+
+/// What a history backend can do; the server's HistoryServerCapabilities say exactly this.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryCapabilities {
+    /// Raw, at-time and processed reads of Variables.
+    pub access_history_data: bool,
+    /// Event history of notifiers.
+    pub access_history_events: bool,
+    /// The aggregates processed reads accept (namespace-0 AggregateFunction ids).
+    pub aggregates: Vec<NodeId>,
+}
+
+/// The reply to one [`HistoryReadOp`]: answer it once, from any thread. Dropped
+/// unanswered, the operation gets BadInternalError.
+#[derive(Debug)]
+pub struct HistoryReply {
+    reply: Reply,
+}
+
+impl HistoryReply {
+    pub(crate) fn new(reply: Reply) -> HistoryReply {
+        HistoryReply { reply }
+    }
+
+    /// Answers with the result: its status (Good, GoodNoData, GoodMoreData with a token,
+    /// BadNoData, …), its HistoryData (as an ExtensionObject) and, when the backend
+    /// stopped at `max_values` with more to give, its resume token in
+    /// `continuation_point`.
+    pub fn answer(self, result: HistoryReadResult) {
+        self.reply.answer(Outcome::History(Box::new(result)));
+    }
+
+    /// Answers with a bad status and no data.
+    pub fn fail(self, status: StatusCode) {
+        self.reply.answer(Outcome::Status(status));
+    }
+}
+
+/// A history store as the server sees it. Called on a shard thread: `read` must return at
+/// once (hand the operation to the store's own threads) and never block.
+pub trait HistoryBackend: Send + Sync + std::fmt::Debug {
+    /// What it serves.
+    fn capabilities(&self) -> HistoryCapabilities;
+    /// Is this node's history kept (its value for data reads, its events for event
+    /// reads)? Checked before an operation is handed over; `false` is
+    /// BadHistoryOperationUnsupported.
+    fn has_history(&self, node_id: &NodeId, events: bool) -> bool;
+    /// Starts one operation; answer `reply` when done.
+    fn read(&self, op: HistoryReadOp, reply: HistoryReply);
+    /// The timeout after which the server answers an operation BadTimeout, ms.
+    fn timeout_ms(&self) -> u32 {
+        30_000
+    }
+}

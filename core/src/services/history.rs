@@ -1,0 +1,356 @@
+//! The HistoryRead service (Part 4 §5.10.3, Part 11 §6).
+//!
+//! What the server checks itself, in this order: a history store is attached (else the
+//! service is BadServiceUnsupported); the request has operations, within the operation
+//! limits; TimestampsToReturn is Source, Server or Both (Neither and unknown values are
+//! BadTimestampsToReturnInvalid); the details decode and are complete (raw reads need two
+//! of startTime, endTime and numValuesPerNode; processed reads one aggregate per node).
+//! Then per node: it exists (BadNodeIdUnknown); a data read needs a Variable whose
+//! AccessLevel has HistoryRead (else BadNotReadable), an event read an EventNotifier with
+//! HistoryRead; the store keeps its history (else BadHistoryOperationUnsupported); the
+//! user's roles grant ReadHistory (BadUserAccessDenied); the IndexRange parses; a
+//! continuation point is one of the session's, for the same details and node
+//! (BadContinuationPointInvalid). What passes goes to the store
+//! ([`crate::history::HistoryBackend::read`]) and is answered when the store answers,
+//! through the deferred-response path.
+//!
+//! Continuation points: the store's resume token is kept in the session
+//! ([`crate::server::shard::Session::add_history_point`], at most
+//! `operation_limits.max_history_continuation_points`); a request with
+//! releaseContinuationPoints releases the ones it names and reads nothing.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::address_space::{access_level, NumericRange};
+use crate::generated::messages::Response;
+use crate::generated::types::{
+    HistoryReadRequest, HistoryReadResponse, HistoryReadResult, PermissionType, TimestampsToReturn,
+};
+use crate::history::{HistoryReadOp, HistoryReply, ReadDetails};
+use crate::server::deferred::{HistoryOp, PendingKind};
+use crate::server::shard::{SessionKey, ShardState};
+use crate::services::{fault, response_header};
+use crate::time::Now;
+use crate::types::StatusCode;
+
+/// EventNotifier bit: the notifier's event history can be read.
+const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
+
+fn result(status: StatusCode) -> HistoryReadResult {
+    HistoryReadResult {
+        status_code: status,
+        ..HistoryReadResult::default()
+    }
+}
+
+/// Checks the details as a whole: `Err` is the service result.
+fn check_details(details: &ReadDetails, nodes: usize) -> Result<(), StatusCode> {
+    match details {
+        ReadDetails::Raw(d) => {
+            let given = [
+                !d.start_time.is_null(),
+                !d.end_time.is_null(),
+                d.num_values_per_node > 0,
+            ];
+            if given.iter().filter(|g| **g).count() < 2 {
+                return Err(StatusCode::BadInvalidTimestampArgument);
+            }
+            Ok(())
+        }
+        ReadDetails::AtTime(d) => {
+            if d.req_times.is_empty() {
+                Err(StatusCode::BadInvalidArgument)
+            } else {
+                Ok(())
+            }
+        }
+        ReadDetails::Processed(d) => {
+            if d.aggregate_type.len() != nodes {
+                return Err(StatusCode::BadAggregateListMismatch);
+            }
+            if d.start_time.is_null() || d.end_time.is_null() {
+                return Err(StatusCode::BadInvalidTimestampArgument);
+            }
+            if !d.processing_interval.is_finite() || d.processing_interval < 0.0 {
+                return Err(StatusCode::BadInvalidArgument);
+            }
+            Ok(())
+        }
+        ReadDetails::Events(d) => {
+            let given = [
+                !d.start_time.is_null(),
+                !d.end_time.is_null(),
+                d.num_values_per_node > 0,
+            ];
+            if given.iter().filter(|g| **g).count() < 2 {
+                return Err(StatusCode::BadInvalidTimestampArgument);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The fingerprint a continuation point carries: the encoded details, the node and the
+/// timestamps asked for.
+fn fingerprint(
+    details: &crate::types::ExtensionObject,
+    node: &crate::types::NodeId,
+    timestamps: i32,
+) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut bytes = Vec::new();
+    crate::encoding::Encode::encode(details, &mut bytes);
+    crate::encoding::Encode::encode(node, &mut bytes);
+    bytes.hash(&mut h);
+    timestamps.hash(&mut h);
+    h.finish()
+}
+
+/// HistoryRead. `None`: deferred (answered through the shard's outbox for `channel_id`).
+pub fn history_read(
+    shard: &mut ShardState,
+    key: SessionKey,
+    roles: crate::roles::Roles,
+    channel_id: u32,
+    request_id: u32,
+    req: &HistoryReadRequest,
+    now: Now,
+) -> Option<Response> {
+    let handle = req.request_header.request_handle;
+    let shared = Arc::clone(shard.shared());
+    let Some(backend) = shared.history.clone() else {
+        return Some(fault(handle, StatusCode::BadServiceUnsupported, now));
+    };
+    let limits = &shared.config.operation_limits;
+    if req.nodes_to_read.is_empty() {
+        return Some(fault(handle, StatusCode::BadNothingToDo, now));
+    }
+    let timestamps = req.timestamps_to_return;
+    if timestamps.0 > TimestampsToReturn::Both.0 {
+        return Some(fault(handle, StatusCode::BadTimestampsToReturnInvalid, now));
+    }
+    let respond = |results: Vec<HistoryReadResult>| {
+        Some(Response::HistoryRead(Box::new(HistoryReadResponse {
+            response_header: response_header(handle, now),
+            results,
+            diagnostic_infos: Vec::new(),
+        })))
+    };
+    if req.release_continuation_points {
+        // Part 11 §6.3: release the named points, read nothing.
+        if req.nodes_to_read.len() > limits.max_nodes_per_history_read_data as usize {
+            return Some(fault(handle, StatusCode::BadTooManyOperations, now));
+        }
+        let session = shard.session_mut(key)?;
+        let results = req
+            .nodes_to_read
+            .iter()
+            .map(
+                |n| match session.take_history_point(n.continuation_point.as_bytes()) {
+                    Some(_) => result(StatusCode::Good),
+                    None => result(StatusCode::BadContinuationPointInvalid),
+                },
+            )
+            .collect();
+        return respond(results);
+    }
+    if timestamps == TimestampsToReturn::Neither {
+        return Some(fault(handle, StatusCode::BadTimestampsToReturnInvalid, now));
+    }
+    let details =
+        match ReadDetails::decode(&req.history_read_details, crate::DecodeLimits::default()) {
+            Ok(d) => d,
+            Err(s) => return Some(fault(handle, s, now)),
+        };
+    let events = details.reads_events();
+    let max_nodes = if events {
+        limits.max_nodes_per_history_read_events
+    } else {
+        limits.max_nodes_per_history_read_data
+    };
+    if req.nodes_to_read.len() > max_nodes as usize {
+        return Some(fault(handle, StatusCode::BadTooManyOperations, now));
+    }
+    if let Err(s) = check_details(&details, req.nodes_to_read.len()) {
+        return Some(fault(handle, s, now));
+    }
+    if let ReadDetails::Raw(d) = &details {
+        if d.is_read_modified {
+            // The store keeps no record of modifications (HistoryUpdate is not served).
+            return respond(
+                req.nodes_to_read
+                    .iter()
+                    .map(|_| result(StatusCode::BadHistoryOperationUnsupported))
+                    .collect(),
+            );
+        }
+    }
+    let request_max = match &details {
+        ReadDetails::Raw(d) => d.num_values_per_node,
+        ReadDetails::Events(d) => d.num_values_per_node,
+        _ => 0,
+    };
+    let max_values = match request_max {
+        0 => limits.max_history_values_per_node,
+        n => n.min(limits.max_history_values_per_node),
+    };
+    let capabilities = backend.capabilities();
+    let details = Arc::new(details);
+    let space = &shared.address_space;
+    let mut results = Vec::with_capacity(req.nodes_to_read.len());
+    let mut ops = Vec::new();
+    let mut starts = Vec::new();
+    for (i, n) in req.nodes_to_read.iter().enumerate() {
+        let checked = (|| {
+            let ix = space
+                .node_index(&n.node_id)
+                .ok_or(StatusCode::BadNodeIdUnknown)?;
+            let node = space.node_at(ix).ok_or(StatusCode::BadNodeIdUnknown)?;
+            if events {
+                let notifier = node
+                    .event_notifier()
+                    .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
+                if notifier & EVENT_NOTIFIER_HISTORY_READ == 0 {
+                    return Err(StatusCode::BadHistoryOperationUnsupported);
+                }
+            } else {
+                let v = node
+                    .as_variable()
+                    .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
+                if v.access_level & access_level::HISTORY_READ == 0 {
+                    return Err(StatusCode::BadNotReadable);
+                }
+            }
+            if !backend.has_history(&n.node_id, events) {
+                return Err(StatusCode::BadHistoryOperationUnsupported);
+            }
+            if !space
+                .permissions(ix, roles)
+                .contains(PermissionType::ReadHistory)
+            {
+                return Err(StatusCode::BadUserAccessDenied);
+            }
+            if let ReadDetails::Processed(d) = &*details {
+                let aggregate = d
+                    .aggregate_type
+                    .get(i)
+                    .ok_or(StatusCode::BadInternalError)?;
+                if !capabilities.aggregates.contains(aggregate) {
+                    return Err(StatusCode::BadAggregateNotSupported);
+                }
+            }
+            let index_range = NumericRange::parse(n.index_range.as_str())?;
+            let fp = fingerprint(&req.history_read_details, &n.node_id, timestamps.0);
+            let resume = if n.continuation_point.is_null() {
+                None
+            } else {
+                let session = shard
+                    .session_mut(key)
+                    .ok_or(StatusCode::BadSessionIdInvalid)?;
+                let cp = session
+                    .take_history_point(n.continuation_point.as_bytes())
+                    .ok_or(StatusCode::BadContinuationPointInvalid)?;
+                if cp.fingerprint != fp {
+                    return Err(StatusCode::BadContinuationPointInvalid);
+                }
+                Some(cp.token)
+            };
+            Ok((index_range, fp, resume))
+        })();
+        match checked {
+            Ok((index_range, fp, resume)) => {
+                results.push(result(StatusCode::Good));
+                ops.push(HistoryOp {
+                    result: i as u32,
+                    fingerprint: fp,
+                });
+                starts.push(HistoryReadOp {
+                    node_id: n.node_id.clone(),
+                    details: Arc::clone(&details),
+                    timestamps,
+                    index_range,
+                    resume,
+                    max_values,
+                });
+            }
+            Err(s) => results.push(result(s)),
+        }
+    }
+    let mut response = Box::new(HistoryReadResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    });
+    if ops.is_empty() {
+        return Some(Response::HistoryRead(response));
+    }
+    let (deferrals, _, shard_index) = shard.deferred_parts();
+    if deferrals.room() < ops.len() {
+        for o in &ops {
+            if let Some(r) = response.results.get_mut(o.result as usize) {
+                *r = result(StatusCode::BadTooManyOperations);
+            }
+        }
+        return Some(Response::HistoryRead(response));
+    }
+    let timeout_ms = backend.timeout_ms();
+    let count = ops.len();
+    let opened = deferrals.begin(
+        space.changes(),
+        shard_index,
+        channel_id,
+        request_id,
+        PendingKind::HistoryRead {
+            response,
+            session: key,
+            ops,
+        },
+        std::iter::repeat_n(timeout_ms, count),
+        now,
+    );
+    for (op, start) in starts.into_iter().enumerate() {
+        backend.read(start, HistoryReply::new(opened.reply(op as u32, None)));
+    }
+    None
+}
+
+/// Makes the response of a finished deferred request. For a HistoryRead, each result
+/// whose `continuation_point` holds a resume token from the store gets a continuation
+/// point of the session instead (or BadNoContinuationPoints, its data dropped, when the
+/// session holds as many as it may or is gone).
+pub fn finish(shard: &mut ShardState, kind: PendingKind) -> Response {
+    let PendingKind::HistoryRead {
+        mut response,
+        session,
+        ops,
+    } = kind
+    else {
+        return kind.into_response();
+    };
+    let max = shard
+        .shared()
+        .config
+        .operation_limits
+        .max_history_continuation_points as usize;
+    for o in &ops {
+        let Some(r) = response.results.get_mut(o.result as usize) else {
+            continue;
+        };
+        if r.continuation_point.is_null() {
+            continue;
+        }
+        let token = std::mem::take(&mut r.continuation_point)
+            .as_bytes()
+            .to_vec();
+        let added = match shard.session_and_random(session) {
+            Some((s, random)) => s.add_history_point(max, o.fingerprint, token, random),
+            None => Err(StatusCode::BadNoContinuationPoints),
+        };
+        match added {
+            Ok(cp) => r.continuation_point = cp,
+            Err(s) => *r = result(s),
+        }
+    }
+    Response::HistoryRead(response)
+}
