@@ -475,3 +475,40 @@ fn without_a_store_history_read_is_unsupported() {
         Some(StatusCode::BadServiceUnsupported)
     );
 }
+
+#[test]
+fn the_history_capabilities_say_what_the_store_does_and_are_absent_without_one() {
+    let read = |history: bool, id: u32| {
+        let mut c = Client::new(server(ServerConfig::default(), history));
+        let token = c.token.clone();
+        let req = c.h.read_request(&token, NodeId::ns0(id));
+        match c.h.call(req) {
+            Response::Read(r) => r.results[0].clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    use uaring_core::generated::node_ids as n;
+    let access = read(
+        true,
+        n::HistoryServerCapabilities_AccessHistoryDataCapability,
+    );
+    assert_eq!(access.value, Variant::Boolean(true));
+    let insert = read(true, n::HistoryServerCapabilities_InsertDataCapability);
+    assert_eq!(
+        insert.value,
+        Variant::Boolean(false),
+        "HistoryUpdate is not served"
+    );
+    let max = read(true, n::HistoryServerCapabilities_MaxReturnDataValues);
+    assert_eq!(max.value, Variant::UInt32(100_000));
+    let nodes = read(
+        true,
+        n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
+    );
+    assert_eq!(nodes.value, Variant::UInt32(1_000));
+    let without = read(
+        false,
+        n::HistoryServerCapabilities_AccessHistoryDataCapability,
+    );
+    assert_eq!(without.status, Some(StatusCode::BadNodeIdUnknown));
+}

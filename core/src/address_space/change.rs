@@ -112,11 +112,22 @@ pub struct ChangeCounters {
     pub wakes: AtomicU64,
 }
 
+/// Takes every value stored in a recorded node (the history store's ingest: historized
+/// Variables, Part 11 "by change"). Called on the storing thread — a shard, or the
+/// application's — after the store: it must not block or wait (hand the value to a
+/// bounded queue and count what does not fit).
+pub trait ChangeRecorder: Send + Sync {
+    fn record(&self, node_index: u32, value: &DataValue);
+}
+
 /// Every shard's inbox and every node's watcher bits. Built with the address space.
 pub struct ChangeHub {
     watchers: Box<[AtomicU64]>,
     shards: Box<[ShardSlot]>,
     counters: ChangeCounters,
+    /// One bit per node: its stores go to `recorder`.
+    recorded: Box<[AtomicU64]>,
+    recorder: OnceLock<Arc<dyn ChangeRecorder>>,
 }
 
 impl std::fmt::Debug for ChangeHub {
@@ -134,7 +145,39 @@ impl ChangeHub {
             watchers: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
             shards: (0..MAX_SHARDS).map(|_| ShardSlot::default()).collect(),
             counters: ChangeCounters::default(),
+            recorded: (0..nodes.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            recorder: OnceLock::new(),
         }
+    }
+
+    /// Hands every later store of the nodes `nodes` to `recorder` (once per hub: a second
+    /// recorder is refused with `false`, and so is a node index out of range).
+    pub fn record(
+        &self,
+        recorder: Arc<dyn ChangeRecorder>,
+        nodes: impl IntoIterator<Item = u32>,
+    ) -> bool {
+        if self.recorder.set(recorder).is_err() {
+            return false;
+        }
+        let mut ok = true;
+        for n in nodes {
+            match self.recorded.get(n as usize / 64) {
+                Some(w) => {
+                    w.fetch_or(1 << (n % 64), Ordering::SeqCst);
+                }
+                None => ok = false,
+            }
+        }
+        fence(Ordering::SeqCst);
+        ok
+    }
+
+    #[inline]
+    fn is_recorded(&self, node_index: u32) -> bool {
+        self.recorded
+            .get(node_index as usize / 64)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (node_index % 64)) != 0)
     }
 
     /// The counters.
@@ -214,7 +257,8 @@ impl ChangeHub {
             return;
         };
         let mut mask = w.load(Ordering::SeqCst);
-        if mask == 0 {
+        let recorded = self.is_recorded(node_index);
+        if mask == 0 && !recorded {
             return;
         }
         let change = Change {
@@ -222,6 +266,14 @@ impl ChangeHub {
             version,
             value: value(),
         };
+        if recorded {
+            if let Some(r) = self.recorder.get() {
+                r.record(node_index, change.value.data_value());
+            }
+            if mask == 0 {
+                return;
+            }
+        }
         if mask & (mask - 1) == 0 && mask.trailing_zeros() < HIGH_SHARDS_BIT {
             // One watching shard (the usual case): the change moves, no copy.
             self.deliver(mask.trailing_zeros() as usize, change);
@@ -423,6 +475,39 @@ mod tests {
         assert!(!hub.watched(2));
         hub.publish(2, 4, || inline(3.0));
         assert_eq!(hub.pending(1), 0);
+    }
+
+    #[test]
+    fn recorded_nodes_reach_the_recorder_watched_or_not() {
+        struct Log(std::sync::Mutex<Vec<(u32, DataValue)>>);
+        impl ChangeRecorder for Log {
+            fn record(&self, node_index: u32, value: &DataValue) {
+                self.0.lock().unwrap().push((node_index, value.clone()));
+            }
+        }
+        let hub = ChangeHub::new(130);
+        let log = Arc::new(Log(Default::default()));
+        assert!(hub.record(log.clone(), [1, 129]));
+        assert!(!hub.record(log.clone(), [2]), "one recorder per hub");
+        hub.open(0, 8);
+        hub.watch(0, 129);
+        hub.publish(1, 2, || inline(1.0));
+        hub.publish(2, 2, || inline(2.0));
+        hub.publish(129, 2, || inline(3.0));
+        let got: Vec<(u32, Variant)> = log
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, v)| (*n, v.value.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(1, Variant::Double(1.0)), (129, Variant::Double(3.0))]
+        );
+        let mut shard = Vec::new();
+        hub.drain(0, 10, |c| shard.push(c.node_index));
+        assert_eq!(shard, vec![129], "the watching shard still gets its change");
     }
 
     #[test]

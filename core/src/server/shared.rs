@@ -49,14 +49,20 @@ impl ServerShared {
         history: Option<Arc<dyn crate::history::HistoryBackend>>,
     ) -> Result<Arc<ServerShared>, String> {
         config.validate()?;
-        let address_space = build::build_with(&config, now, &mut |b| {
-            extend(b)?;
-            // Namespace 0 declares methods this server does not serve (RequestServerStateChange,
-            // SetSubscriptionDurable, …): not executable, as the NodeSet import makes the
-            // methods of companion models without a handler.
-            b.disable_methods(|id| id.namespace == 0 && !crate::services::method::served(id));
-            Ok(())
-        })?;
+        let capabilities = history.as_ref().map(|h| h.capabilities());
+        let address_space = build::build_with_history(
+            &config,
+            now,
+            &mut |b| {
+                extend(b)?;
+                // Namespace 0 declares methods this server does not serve (RequestServerStateChange,
+                // SetSubscriptionDurable, …): not executable, as the NodeSet import makes the
+                // methods of companion models without a handler.
+                b.disable_methods(|id| id.namespace == 0 && !crate::services::method::served(id));
+                Ok(())
+            },
+            capabilities.as_ref(),
+        )?;
         let events = crate::events::ServerEvents::new(&config, &address_space, now.utc);
         let metrics = address_space.metrics().clone();
         Ok(Arc::new(ServerShared {

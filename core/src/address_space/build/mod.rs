@@ -37,14 +37,34 @@ pub fn build_with(
     now: Now,
     extend: &mut Extend<'_>,
 ) -> Result<AddressSpace, String> {
+    build_with_history(config, now, extend, None)
+}
+
+/// [`build_with`] for a server whose history store can do `history`: the
+/// HistoryServerCapabilities and the HistoryRead limits are there and say what it does.
+pub fn build_with_history(
+    config: &ServerConfig,
+    now: Now,
+    extend: &mut Extend<'_>,
+    history: Option<&crate::history::HistoryCapabilities>,
+) -> Result<AddressSpace, String> {
     let uris = vec![
         NS0_URI.to_string(),
         config.application.effective_application_uri().to_string(),
     ];
     let info = server_object::server_info(config, now);
     let mut b = AddressSpaceBuilder::new(uris.clone(), info.clone());
-    ns0::add_namespace0(&mut b)?;
-    server_object::install(&mut b, config, &info, &uris);
+    match history {
+        Some(caps) => {
+            ns0::add_namespace0_keeping(&mut b, ns0::HISTORY)?;
+            server_object::install(&mut b, config, &info, &uris);
+            server_object::install_history(&mut b, config, caps, info.start_time);
+        }
+        None => {
+            ns0::add_namespace0(&mut b)?;
+            server_object::install(&mut b, config, &info, &uris);
+        }
+    }
     extend(&mut b)?;
     if b.namespace_uris.len() != uris.len() {
         let all = b.namespace_uris.clone();

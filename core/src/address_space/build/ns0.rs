@@ -137,7 +137,7 @@ pub const OMITTED: &[u32] = &[
 
 /// The ids in [`OMITTED`] and every node under them (HasComponent / HasProperty, declared
 /// on the parent as a forward reference or on the child as an inverse one).
-fn omitted(nodes: &[Ns0Node]) -> HashSet<NodeId> {
+fn omitted(nodes: &[Ns0Node], keep: &[u32]) -> HashSet<NodeId> {
     const HAS_COMPONENT: u32 = 47;
     const HAS_PROPERTY: u32 = 46;
     let child_ref = |r: &ns0::Ns0Reference| {
@@ -161,7 +161,11 @@ fn omitted(nodes: &[Ns0Node]) -> HashSet<NodeId> {
         }
     }
     let mut out: HashSet<NodeId> = HashSet::new();
-    let mut stack: Vec<NodeId> = OMITTED.iter().map(|&i| NodeId::ns0(i)).collect();
+    let mut stack: Vec<NodeId> = OMITTED
+        .iter()
+        .filter(|i| !keep.contains(i))
+        .map(|&i| NodeId::ns0(i))
+        .collect();
     while let Some(id) = stack.pop() {
         if !out.insert(id.clone()) {
             continue;
@@ -179,10 +183,23 @@ fn omitted(nodes: &[Ns0Node]) -> HashSet<NodeId> {
     out
 }
 
+/// What a server with a history store keeps of [`OMITTED`]: its HistoryRead limits and
+/// the HistoryServerCapabilities.
+pub const HISTORY: &[u32] = &[
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadEvents,
+    node_ids::HistoryServerCapabilities,
+];
+
 /// Adds namespace 0, less the [`OMITTED`] nodes and the references to them.
 pub fn add_namespace0(b: &mut AddressSpaceBuilder) -> Result<(), String> {
+    add_namespace0_keeping(b, &[])
+}
+
+/// [`add_namespace0`], keeping the [`OMITTED`] nodes in `keep` (and what is under them).
+pub fn add_namespace0_keeping(b: &mut AddressSpaceBuilder, keep: &[u32]) -> Result<(), String> {
     let nodes = ns0::nodes().map_err(|e| format!("namespace 0: {e}"))?;
-    let gone = omitted(&nodes);
+    let gone = omitted(&nodes, keep);
     b.reserve(nodes.len());
     for mut n in nodes {
         if gone.contains(&n.node_id) {

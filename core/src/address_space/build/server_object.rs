@@ -750,3 +750,86 @@ pub fn install(
         set_static(b, id, Variant::UInt32(v), start);
     }
 }
+
+/// The HistoryServerCapabilities and HistoryRead limits of a server with a history store
+/// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, the
+/// updates it does not serve are false, and the AggregateFunctions folders (of the
+/// HistoryServerCapabilities and of the ServerCapabilities) organize exactly the aggregates
+/// it computes.
+pub fn install_history(
+    b: &mut AddressSpaceBuilder,
+    config: &ServerConfig,
+    caps: &crate::history::HistoryCapabilities,
+    start: DateTime,
+) {
+    use crate::generated::node_ids as n;
+    let lim = &config.operation_limits;
+    let flags = [
+        (
+            n::HistoryServerCapabilities_AccessHistoryDataCapability,
+            caps.access_history_data,
+        ),
+        (
+            n::HistoryServerCapabilities_AccessHistoryEventsCapability,
+            caps.access_history_events,
+        ),
+        (n::HistoryServerCapabilities_InsertDataCapability, false),
+        (n::HistoryServerCapabilities_ReplaceDataCapability, false),
+        (n::HistoryServerCapabilities_UpdateDataCapability, false),
+        (n::HistoryServerCapabilities_DeleteRawCapability, false),
+        (n::HistoryServerCapabilities_DeleteAtTimeCapability, false),
+        (n::HistoryServerCapabilities_InsertEventCapability, false),
+        (n::HistoryServerCapabilities_ReplaceEventCapability, false),
+        (n::HistoryServerCapabilities_UpdateEventCapability, false),
+        (n::HistoryServerCapabilities_DeleteEventCapability, false),
+        (
+            n::HistoryServerCapabilities_InsertAnnotationCapability,
+            false,
+        ),
+        (n::HistoryServerCapabilities_ServerTimestampSupported, true),
+    ];
+    for (id, on) in flags {
+        set_static(b, id, Variant::Boolean(on), start);
+    }
+    set_static(
+        b,
+        n::HistoryServerCapabilities_MaxReturnDataValues,
+        Variant::UInt32(lim.max_history_values_per_node),
+        start,
+    );
+    set_static(
+        b,
+        n::HistoryServerCapabilities_MaxReturnEventValues,
+        Variant::UInt32(if caps.access_history_events {
+            lim.max_history_values_per_node
+        } else {
+            0
+        }),
+        start,
+    );
+    set_static(
+        b,
+        n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
+        Variant::UInt32(lim.max_nodes_per_history_read_data),
+        start,
+    );
+    set_static(
+        b,
+        n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadEvents,
+        Variant::UInt32(lim.max_nodes_per_history_read_events),
+        start,
+    );
+    const ORGANIZES: u32 = 35;
+    for folder in [
+        n::HistoryServerCapabilities_AggregateFunctions,
+        n::Server_ServerCapabilities_AggregateFunctions,
+    ] {
+        for a in &caps.aggregates {
+            // The aggregate objects are namespace 0's; a reference to one that is not
+            // there is not made.
+            if b.contains(a) {
+                let _ = b.add_reference(&NodeId::ns0(folder), ORGANIZES, a.clone(), true);
+            }
+        }
+    }
+}
