@@ -82,6 +82,9 @@ pub struct HistoryReadOp {
     pub timestamps: TimestampsToReturn,
     /// The IndexRange of the operation, parsed (`None`: the whole value).
     pub index_range: Option<NumericRange>,
+    /// The aggregate of this node's processed read (its entry of the details'
+    /// aggregateType, which the server checked is among the backend's aggregates).
+    pub aggregate: Option<NodeId>,
     /// The backend's resume token, when the client continues from a continuation point.
     pub resume: Option<Vec<u8>>,
     /// Most values to return in this answer: the request's numValuesPerNode (0 = no

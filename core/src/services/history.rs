@@ -231,15 +231,19 @@ pub fn history_read(
             {
                 return Err(StatusCode::BadUserAccessDenied);
             }
-            if let ReadDetails::Processed(d) = &*details {
-                let aggregate = d
-                    .aggregate_type
-                    .get(i)
-                    .ok_or(StatusCode::BadInternalError)?;
-                if !capabilities.aggregates.contains(aggregate) {
-                    return Err(StatusCode::BadAggregateNotSupported);
+            let aggregate = match &*details {
+                ReadDetails::Processed(d) => {
+                    let a = d
+                        .aggregate_type
+                        .get(i)
+                        .ok_or(StatusCode::BadInternalError)?;
+                    if !capabilities.aggregates.contains(a) {
+                        return Err(StatusCode::BadAggregateNotSupported);
+                    }
+                    Some(a.clone())
                 }
-            }
+                _ => None,
+            };
             let index_range = NumericRange::parse(n.index_range.as_str())?;
             let fp = fingerprint(&req.history_read_details, &n.node_id, timestamps.0);
             let resume = if n.continuation_point.is_null() {
@@ -256,10 +260,10 @@ pub fn history_read(
                 }
                 Some(cp.token)
             };
-            Ok((index_range, fp, resume))
+            Ok((index_range, fp, resume, aggregate))
         })();
         match checked {
-            Ok((index_range, fp, resume)) => {
+            Ok((index_range, fp, resume, aggregate)) => {
                 results.push(result(StatusCode::Good));
                 ops.push(HistoryOp {
                     result: i as u32,
@@ -270,6 +274,7 @@ pub fn history_read(
                     details: Arc::clone(&details),
                     timestamps,
                     index_range,
+                    aggregate,
                     resume,
                     max_values,
                 });
