@@ -37,6 +37,7 @@ pub mod event_loop;
 pub mod fleet;
 pub mod handler;
 pub mod handshake;
+pub mod history;
 pub mod memlock;
 pub mod metrics;
 pub mod net;

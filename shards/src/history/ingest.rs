@@ -1,0 +1,162 @@
+//! The ingest queue and the writer thread.
+
+use super::store::Store;
+use super::{OnFull, Sample, SeriesId, StoreError};
+use crossbeam_queue::ArrayQueue;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Most samples the writer takes from the queue per hold of the store's writer lock.
+const BATCH: usize = 4096;
+/// Longest the writer sleeps when the queue is empty.
+const IDLE_SLEEP: Duration = Duration::from_millis(1);
+
+/// The handle shards push samples with. Cloneable and `Send`; a push never blocks and
+/// allocates nothing.
+#[derive(Clone)]
+pub struct Ingest {
+    queue: Arc<ArrayQueue<(SeriesId, Sample)>>,
+    store: Arc<Store>,
+    on_full: OnFull,
+}
+
+impl Ingest {
+    /// Queues a sample for the writer. False when it was dropped (queue full and
+    /// [`OnFull::DropNewest`]); every lost sample is counted in `StoreStats::dropped`.
+    #[inline]
+    pub fn try_push(&self, id: SeriesId, sample: Sample) -> bool {
+        match self.on_full {
+            OnFull::DropNewest => match self.queue.push((id, sample)) {
+                Ok(()) => true,
+                Err(_) => {
+                    self.store.c.dropped.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+            },
+            OnFull::DropOldest => {
+                if self.queue.force_push((id, sample)).is_some() {
+                    self.store.c.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+        }
+    }
+
+    /// Samples waiting for the writer.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+}
+
+/// The writer thread; [`WriterHandle::shutdown`] (or dropping it) stops it after it has
+/// drained the queue and flushed.
+pub struct WriterHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<(), StoreError>>>,
+}
+
+impl WriterHandle {
+    /// Stops the writer: it drains what is queued, flushes, and exits. Returns the last
+    /// error of its final flush, if any.
+    pub fn shutdown(mut self) -> Result<(), StoreError> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), StoreError> {
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or(Err(StoreError::Invalid("history writer thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+/// Starts the writer thread of `store` and returns the handle producers push with.
+/// The queue (`queue_capacity`, `on_full`) is the store's configuration. One writer per
+/// store: a second one would interleave with the first (it is allowed, but pointless).
+pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreError> {
+    let cfg = store.config().clone();
+    let queue = Arc::new(ArrayQueue::new(cfg.queue_capacity));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ingest = Ingest {
+        queue: queue.clone(),
+        store: store.clone(),
+        on_full: cfg.on_full,
+    };
+    let stop2 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("uaring-history".into())
+        .spawn(move || writer_loop(&store, &queue, &stop2))?;
+    Ok((
+        ingest,
+        WriterHandle {
+            stop,
+            thread: Some(thread),
+        },
+    ))
+}
+
+fn writer_loop(
+    store: &Store,
+    queue: &ArrayQueue<(SeriesId, Sample)>,
+    stop: &AtomicBool,
+) -> Result<(), StoreError> {
+    let cfg = store.config();
+    let interval = Duration::from_millis(cfg.flush_interval_ms as u64);
+    let retention_every = Duration::from_millis(cfg.retention_check_ms.max(1) as u64);
+    let mut next_flush = Instant::now() + interval;
+    let mut next_retention = Instant::now() + retention_every;
+    let mut batch: Vec<(SeriesId, Sample)> = Vec::with_capacity(BATCH);
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        while batch.len() < BATCH {
+            match queue.pop() {
+                Some(x) => batch.push(x),
+                None => break,
+            }
+        }
+        let took = batch.len();
+        if took > 0 {
+            let mut core = store.lock_core();
+            for (id, s) in batch.drain(..) {
+                if let Err(e) = store.push_locked(&mut core, id, s, true) {
+                    tracing::warn!("history store: append failed: {e}");
+                }
+            }
+            store.c.appended.store(core.appended(), Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        if now >= next_flush {
+            if let Err(e) = store.flush() {
+                tracing::warn!("history store: flush failed: {e}");
+            }
+            next_flush = now + interval;
+        }
+        if now >= next_retention {
+            if let Err(e) = store.apply_retention() {
+                tracing::warn!("history store: retention failed: {e}");
+            }
+            next_retention = now + retention_every;
+        }
+        if stopping && queue.is_empty() && batch.is_empty() {
+            return store.flush().map(|_| ());
+        }
+        if took == 0 && !stopping {
+            std::thread::sleep(IDLE_SLEEP.min(next_flush.saturating_duration_since(now)));
+        }
+    }
+}
