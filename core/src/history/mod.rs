@@ -5,6 +5,7 @@
 //! answered from the backend's own threads through the deferred-response path that
 //! asynchronous Reads use (`crate::server::deferred`). A shard never waits for the store.
 
+pub mod aggregate;
 pub mod backend;
 
 pub use backend::{HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, ReadDetails};

@@ -1,0 +1,1226 @@
+//! The Aggregate engine of OPC 10000-13 (Part 13), pure and sans-IO.
+//!
+//! [`process`] turns a node's raw history into one [`DataValue`] per processing interval, as
+//! ReadProcessedDetails (Part 11 §6.5.4) and the AggregateFilter (Part 4 §7.22.4) need. It reads no
+//! clock, does no I/O and allocates nothing but the output (and the clone of a raw value it returns).
+//!
+//! The rules implemented here are those of Part 13:
+//! - §3.1.8 Interpolated Bounding Values and §3.1.9 Simple Bounding Values (both read with the
+//!   AggregateConfiguration's TreatUncertainAsBad, §4.2.1.2, deciding whether Uncertain is Bad);
+//! - §5.3.3 the Aggregate bits of the StatusCode (Calculated, Interpolated, Partial, ExtraData,
+//!   MultiValue: Part 4 §7.39's InfoBits with the DataValue InfoType);
+//! - §5.4.3.3 the quality of an interval from PercentDataGood / PercentDataBad;
+//! - the characteristics table of each Aggregate in §5.4.3.
+//!
+//! What Annex A's example tables show and the prose leaves open is followed as the tables show it
+//! and said where it is done (see `Aggregate::ALL` for which Aggregates are validated against which
+//! tables; `core/tests/aggregates.rs` runs them).
+
+use crate::generated::node_ids as ids;
+use crate::{DataValue, DateTime, NodeId, StatusCode, Variant};
+
+/// The Aggregates of Part 13 §5.4.3 this module names (each is an AggregateFunction Object of
+/// namespace 0, Part 13 §4.2.2). Only those in [`Aggregate::ALL`] are computed; [`process`]
+/// answers `BadAggregateNotSupported` for the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Aggregate {
+    Interpolative,
+    Average,
+    TimeAverage,
+    TimeAverage2,
+    Total,
+    Total2,
+    Minimum,
+    Maximum,
+    MinimumActualTime,
+    MaximumActualTime,
+    Range,
+    Minimum2,
+    Maximum2,
+    MinimumActualTime2,
+    MaximumActualTime2,
+    Range2,
+    Count,
+    Start,
+    End,
+    Delta,
+    StartBound,
+    EndBound,
+    DurationGood,
+    DurationBad,
+    PercentGood,
+    PercentBad,
+    WorstQuality,
+    WorstQuality2,
+    StandardDeviationSample,
+    VarianceSample,
+    StandardDeviationPopulation,
+    VariancePopulation,
+    DeltaBounds,
+    NumberOfTransitions,
+    DurationInStateZero,
+    DurationInStateNonZero,
+}
+
+/// Every named Aggregate with its namespace-0 NodeId (NodeIds.csv, `AggregateFunction_<Name>`)
+/// and its BrowseName.
+const NAMES: &[(Aggregate, u32, &str)] = &[
+    (
+        Aggregate::Interpolative,
+        ids::AggregateFunction_Interpolative,
+        "Interpolative",
+    ),
+    (
+        Aggregate::Average,
+        ids::AggregateFunction_Average,
+        "Average",
+    ),
+    (
+        Aggregate::TimeAverage,
+        ids::AggregateFunction_TimeAverage,
+        "TimeAverage",
+    ),
+    (
+        Aggregate::TimeAverage2,
+        ids::AggregateFunction_TimeAverage2,
+        "TimeAverage2",
+    ),
+    (Aggregate::Total, ids::AggregateFunction_Total, "Total"),
+    (Aggregate::Total2, ids::AggregateFunction_Total2, "Total2"),
+    (
+        Aggregate::Minimum,
+        ids::AggregateFunction_Minimum,
+        "Minimum",
+    ),
+    (
+        Aggregate::Maximum,
+        ids::AggregateFunction_Maximum,
+        "Maximum",
+    ),
+    (
+        Aggregate::MinimumActualTime,
+        ids::AggregateFunction_MinimumActualTime,
+        "MinimumActualTime",
+    ),
+    (
+        Aggregate::MaximumActualTime,
+        ids::AggregateFunction_MaximumActualTime,
+        "MaximumActualTime",
+    ),
+    (Aggregate::Range, ids::AggregateFunction_Range, "Range"),
+    (
+        Aggregate::Minimum2,
+        ids::AggregateFunction_Minimum2,
+        "Minimum2",
+    ),
+    (
+        Aggregate::Maximum2,
+        ids::AggregateFunction_Maximum2,
+        "Maximum2",
+    ),
+    (
+        Aggregate::MinimumActualTime2,
+        ids::AggregateFunction_MinimumActualTime2,
+        "MinimumActualTime2",
+    ),
+    (
+        Aggregate::MaximumActualTime2,
+        ids::AggregateFunction_MaximumActualTime2,
+        "MaximumActualTime2",
+    ),
+    (Aggregate::Range2, ids::AggregateFunction_Range2, "Range2"),
+    (Aggregate::Count, ids::AggregateFunction_Count, "Count"),
+    (Aggregate::Start, ids::AggregateFunction_Start, "Start"),
+    (Aggregate::End, ids::AggregateFunction_End, "End"),
+    (Aggregate::Delta, ids::AggregateFunction_Delta, "Delta"),
+    (
+        Aggregate::StartBound,
+        ids::AggregateFunction_StartBound,
+        "StartBound",
+    ),
+    (
+        Aggregate::EndBound,
+        ids::AggregateFunction_EndBound,
+        "EndBound",
+    ),
+    (
+        Aggregate::DurationGood,
+        ids::AggregateFunction_DurationGood,
+        "DurationGood",
+    ),
+    (
+        Aggregate::DurationBad,
+        ids::AggregateFunction_DurationBad,
+        "DurationBad",
+    ),
+    (
+        Aggregate::PercentGood,
+        ids::AggregateFunction_PercentGood,
+        "PercentGood",
+    ),
+    (
+        Aggregate::PercentBad,
+        ids::AggregateFunction_PercentBad,
+        "PercentBad",
+    ),
+    (
+        Aggregate::WorstQuality,
+        ids::AggregateFunction_WorstQuality,
+        "WorstQuality",
+    ),
+    (
+        Aggregate::WorstQuality2,
+        ids::AggregateFunction_WorstQuality2,
+        "WorstQuality2",
+    ),
+    (
+        Aggregate::StandardDeviationSample,
+        ids::AggregateFunction_StandardDeviationSample,
+        "StandardDeviationSample",
+    ),
+    (
+        Aggregate::VarianceSample,
+        ids::AggregateFunction_VarianceSample,
+        "VarianceSample",
+    ),
+    (
+        Aggregate::StandardDeviationPopulation,
+        ids::AggregateFunction_StandardDeviationPopulation,
+        "StandardDeviationPopulation",
+    ),
+    (
+        Aggregate::VariancePopulation,
+        ids::AggregateFunction_VariancePopulation,
+        "VariancePopulation",
+    ),
+    (
+        Aggregate::DeltaBounds,
+        ids::AggregateFunction_DeltaBounds,
+        "DeltaBounds",
+    ),
+    (
+        Aggregate::NumberOfTransitions,
+        ids::AggregateFunction_NumberOfTransitions,
+        "NumberOfTransitions",
+    ),
+    (
+        Aggregate::DurationInStateZero,
+        ids::AggregateFunction_DurationInStateZero,
+        "DurationInStateZero",
+    ),
+    (
+        Aggregate::DurationInStateNonZero,
+        ids::AggregateFunction_DurationInStateNonZero,
+        "DurationInStateNonZero",
+    ),
+];
+
+impl Aggregate {
+    /// The Aggregates this engine computes, each one matching every Annex A example table of Part 13
+    /// that `core/tests/aggregates.rs` holds for it. A server advertises these and no others
+    /// (AggregateFunctions of the HistoryServerCapabilities, Part 11 §5.4.2).
+    pub const ALL: &'static [Aggregate] = &[
+        Aggregate::Interpolative,
+        Aggregate::MinimumActualTime,
+        Aggregate::MaximumActualTime,
+        Aggregate::StartBound,
+        Aggregate::DurationGood,
+        Aggregate::DurationInStateZero,
+        Aggregate::DurationInStateNonZero,
+    ];
+
+    /// Every Aggregate this module names, computed or not.
+    pub fn named() -> impl Iterator<Item = Aggregate> {
+        NAMES.iter().map(|(a, _, _)| *a)
+    }
+
+    /// The Aggregate of a namespace-0 `AggregateFunction_*` NodeId, if it is one this engine
+    /// computes (in [`Aggregate::ALL`]); `None` otherwise, which a server answers with
+    /// `BadAggregateNotSupported`.
+    pub fn from_node_id(id: &NodeId) -> Option<Aggregate> {
+        let n = id.as_ns0()?;
+        Aggregate::ALL
+            .iter()
+            .copied()
+            .find(|a| a.node_id_u32() == n)
+    }
+
+    fn entry(self) -> Option<&'static (Aggregate, u32, &'static str)> {
+        NAMES.iter().find(|(a, _, _)| *a == self)
+    }
+
+    fn node_id_u32(self) -> u32 {
+        self.entry().map_or(0, |e| e.1)
+    }
+
+    /// The namespace-0 NodeId of the AggregateFunction Object (Part 13 §4.2.2).
+    pub fn node_id(self) -> NodeId {
+        NodeId::ns0(self.node_id_u32())
+    }
+
+    /// The BrowseName of the AggregateFunction Object, e.g. `"TimeAverage2"`.
+    pub fn name(self) -> &'static str {
+        self.entry().map_or("", |e| e.2)
+    }
+
+    /// Whether [`process`] computes this Aggregate (it is in [`Aggregate::ALL`]).
+    pub fn is_supported(self) -> bool {
+        Aggregate::ALL.contains(&self)
+    }
+}
+
+/// The AggregateConfiguration of Part 13 §4.2.1.2 together with the variable's
+/// HistoricalDataConfiguration.Stepped (Part 11 §5.2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AggregateConfig {
+    /// Uncertain raw values are treated as Bad (and so left out of the calculation).
+    pub treat_uncertain_as_bad: bool,
+    /// The percentage of Bad data in an interval at or above which the interval is Bad (§5.4.3.3).
+    pub percent_data_bad: u8,
+    /// The percentage of Good data in an interval at or above which the interval is Good (§5.4.3.3).
+    pub percent_data_good: u8,
+    /// SlopedExtrapolation instead of SteppedExtrapolation after the end of the data (§3.1.8).
+    pub use_sloped_extrapolation: bool,
+    /// SteppedInterpolation between raw values instead of SlopedInterpolation.
+    pub stepped: bool,
+}
+
+impl Default for AggregateConfig {
+    /// The defaults of the AggregateConfigurationType (Part 13 §4.2.1.2): TreatUncertainAsBad
+    /// True, PercentDataBad 100, PercentDataGood 100, UseSlopedExtrapolation False; Stepped False
+    /// (Part 11 §5.2.2).
+    fn default() -> Self {
+        AggregateConfig {
+            treat_uncertain_as_bad: true,
+            percent_data_bad: 100,
+            percent_data_good: 100,
+            use_sloped_extrapolation: false,
+            stepped: false,
+        }
+    }
+}
+
+/// The Aggregate bits of a StatusCode (Part 13 §5.3.3, Part 4 §7.39 "HistorianBits"): the low
+/// five InfoBits, valid with the DataValue InfoType (bit 10).
+pub mod bits {
+    /// Bits 0–1 = 01: the value was calculated (00 is Raw).
+    pub const CALCULATED: u32 = 0x01;
+    /// Bits 0–1 = 10: the value was interpolated.
+    pub const INTERPOLATED: u32 = 0x02;
+    /// Bit 2: the value was calculated with an incomplete interval.
+    pub const PARTIAL: u32 = 0x04;
+    /// Bit 3: a raw value that hides other values at the same timestamp.
+    pub const EXTRA_DATA: u32 = 0x08;
+    /// Bit 4: multiple values match the Aggregate's criteria.
+    pub const MULTI_VALUE: u32 = 0x10;
+    /// InfoType = DataValue (bits 10–11 = 01), which makes the bits above meaningful.
+    pub const INFO_TYPE_DATA_VALUE: u32 = 0x0400;
+}
+
+/// `code` with the Aggregate `bits` set (and the DataValue InfoType when any is).
+pub fn with_bits(code: StatusCode, aggregate_bits: u32) -> StatusCode {
+    let b = aggregate_bits & 0x1F;
+    if b == 0 {
+        code
+    } else {
+        StatusCode(code.0 | bits::INFO_TYPE_DATA_VALUE | b)
+    }
+}
+
+/// 100-ns ticks in one millisecond.
+const TICKS_PER_MS: i64 = 10_000;
+
+/// The number of intervals [`process`] would return, so that a server can bound a request
+/// (or page it with continuation points) before computing it. Errors as [`process`] does.
+pub fn interval_count(
+    start: DateTime,
+    end: DateTime,
+    processing_interval_ms: f64,
+) -> Result<u64, StatusCode> {
+    let (lo, hi) = (start.0.min(end.0), start.0.max(end.0));
+    let pi = interval_ticks(lo, hi, processing_interval_ms)?;
+    let span = hi.saturating_sub(lo);
+    Ok((span / pi + i64::from(span % pi != 0)) as u64)
+}
+
+fn interval_ticks(lo: i64, hi: i64, processing_interval_ms: f64) -> Result<i64, StatusCode> {
+    if hi <= lo || !processing_interval_ms.is_finite() || processing_interval_ms < 0.0 {
+        return Err(StatusCode::BadInvalidArgument);
+    }
+    if processing_interval_ms == 0.0 {
+        // Part 11 §6.5.4.1: ProcessingInterval 0 is one interval over the whole range.
+        return Ok(hi - lo);
+    }
+    let t = (processing_interval_ms * TICKS_PER_MS as f64).round();
+    if !(1.0..9.0e18).contains(&t) {
+        return Err(StatusCode::BadInvalidArgument);
+    }
+    Ok(t as i64)
+}
+
+/// Computes `aggregate` over `raw` for the processing intervals of `[start, end)`.
+///
+/// `raw`: the node's raw values sorted by SourceTimestamp (ascending), holding every value in
+/// [min(start,end), max(start,end)] and, on each side, the values beyond the range up to and
+/// including the first non-Bad one (or to the end of the data): what bounding values and
+/// interpolation need. The last raw value is taken as the end of the data ("no more entries") when
+/// it lies inside the range, and the first raw value that is not a `Bad_NoData` marker as its
+/// start (Annex A's historians begin with a `Bad_NoData` "point created" entry).
+///
+/// Returns one DataValue per processing interval, in the direction start→end (end < start gives
+/// the intervals in reverse order, Part 11 §6.4.4; each is still computed over its own time range
+/// forwards and stamped with its earlier time). `processing_interval_ms` 0 is one interval over
+/// the whole range; the last interval may be shorter than the ProcessingInterval (then it is
+/// Partial, §5.3.3).
+///
+/// Errors: `BadInvalidArgument` for start == end or a negative / non-finite interval,
+/// `BadAggregateNotSupported` for an Aggregate not in [`Aggregate::ALL`],
+/// `BadAggregateInvalidInputs` for a raw value without a SourceTimestamp. An interval whose values
+/// the Aggregate cannot use (not numeric) is answered with `BadAggregateInvalidInputs` in place.
+pub fn process(
+    aggregate: Aggregate,
+    raw: &[DataValue],
+    start: DateTime,
+    end: DateTime,
+    processing_interval_ms: f64,
+    config: &AggregateConfig,
+) -> Result<Vec<DataValue>, StatusCode> {
+    let mut out = Vec::new();
+    process_into(
+        aggregate,
+        raw,
+        start,
+        end,
+        processing_interval_ms,
+        config,
+        &mut out,
+    )?;
+    Ok(out)
+}
+
+/// [`process`] appending to `out` (reused by the caller). On error `out` is left as it was.
+pub fn process_into(
+    aggregate: Aggregate,
+    raw: &[DataValue],
+    start: DateTime,
+    end: DateTime,
+    processing_interval_ms: f64,
+    config: &AggregateConfig,
+    out: &mut Vec<DataValue>,
+) -> Result<(), StatusCode> {
+    if !aggregate.is_supported() {
+        return Err(StatusCode::BadAggregateNotSupported);
+    }
+    let (lo, hi) = (start.0.min(end.0), start.0.max(end.0));
+    let pi = interval_ticks(lo, hi, processing_interval_ms)?;
+    if raw.iter().any(|d| d.source_timestamp.is_none()) {
+        return Err(StatusCode::BadAggregateInvalidInputs);
+    }
+    let ctx = Ctx::new(raw, config, pi);
+    let count = interval_count(start, end, processing_interval_ms)?;
+    out.reserve(usize::try_from(count).unwrap_or(0).min(1 << 16));
+    let base = out.len();
+    let mut s = lo;
+    while s < hi {
+        let e = s.saturating_add(pi).min(hi);
+        out.push(ctx.interval(aggregate, s, e));
+        s = e;
+    }
+    if end.0 < start.0 {
+        if let Some(tail) = out.get_mut(base..) {
+            tail.reverse();
+        }
+    }
+    Ok(())
+}
+
+/// A number read from a raw value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Num {
+    /// No value (Bad raw values have their value treated as null, §3.1.7).
+    Null,
+    Val(f64),
+    /// A value no arithmetic applies to.
+    NotNumeric,
+}
+
+fn num(v: &Variant) -> Num {
+    match v {
+        Variant::Empty => Num::Null,
+        Variant::Boolean(b) => Num::Val(if *b { 1.0 } else { 0.0 }),
+        Variant::SByte(x) => Num::Val(f64::from(*x)),
+        Variant::Byte(x) => Num::Val(f64::from(*x)),
+        Variant::Int16(x) => Num::Val(f64::from(*x)),
+        Variant::UInt16(x) => Num::Val(f64::from(*x)),
+        Variant::Int32(x) => Num::Val(f64::from(*x)),
+        Variant::UInt32(x) => Num::Val(f64::from(*x)),
+        Variant::Int64(x) => Num::Val(*x as f64),
+        Variant::UInt64(x) => Num::Val(*x as f64),
+        Variant::Float(x) => Num::Val(f64::from(*x)),
+        Variant::Double(x) => Num::Val(*x),
+        _ => Num::NotNumeric,
+    }
+}
+
+/// `x` in the built-in type of `like` ("Data Type: Same as Source"): Float stays Float, integers
+/// are rounded and saturated, Boolean is `x != 0`; anything else becomes Double.
+fn same_type_as(like: &Variant, x: f64) -> Variant {
+    match like {
+        Variant::Float(_) => Variant::Float(x as f32),
+        Variant::Boolean(_) => Variant::Boolean(x != 0.0),
+        Variant::SByte(_) => Variant::SByte(x.round() as i8),
+        Variant::Byte(_) => Variant::Byte(x.round() as u8),
+        Variant::Int16(_) => Variant::Int16(x.round() as i16),
+        Variant::UInt16(_) => Variant::UInt16(x.round() as u16),
+        Variant::Int32(_) => Variant::Int32(x.round() as i32),
+        Variant::UInt32(_) => Variant::UInt32(x.round() as u32),
+        Variant::Int64(_) => Variant::Int64(x.round() as i64),
+        Variant::UInt64(_) => Variant::UInt64(x.round() as u64),
+        _ => Variant::Double(x),
+    }
+}
+
+fn dv(value: Variant, status: StatusCode, t: i64) -> DataValue {
+    DataValue {
+        value,
+        status: Some(status),
+        source_timestamp: Some(DateTime(t)),
+        ..Default::default()
+    }
+}
+
+fn no_data(t: i64) -> DataValue {
+    dv(Variant::Empty, StatusCode::BadNoData, t)
+}
+
+/// A bounding value (§3.1.7): the raw value it is, or a computed number, and its StatusCode.
+#[derive(Clone, Copy, Debug)]
+enum BoundVal {
+    None,
+    Raw(usize),
+    Num(f64, usize),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    val: BoundVal,
+    status: StatusCode,
+    /// A raw value exists at the bound's timestamp (the Raw bit, not Interpolated).
+    raw: bool,
+}
+
+impl Bound {
+    const NO_DATA: Bound = Bound {
+        val: BoundVal::None,
+        status: StatusCode::BadNoData,
+        raw: false,
+    };
+}
+
+struct Ctx<'a> {
+    raw: &'a [DataValue],
+    cfg: &'a AggregateConfig,
+    pi: i64,
+    /// Timestamp of the first raw value that is not a Bad_NoData marker.
+    data_start: Option<i64>,
+    /// Timestamp of the last raw value.
+    data_end: Option<i64>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(raw: &'a [DataValue], cfg: &'a AggregateConfig, pi: i64) -> Self {
+        let data_start = raw
+            .iter()
+            .find(|d| !is_marker(status_of(d)))
+            .and_then(|d| d.source_timestamp)
+            .map(|t| t.0);
+        let data_end = raw.last().and_then(|d| d.source_timestamp).map(|t| t.0);
+        Ctx {
+            raw,
+            cfg,
+            pi,
+            data_start,
+            data_end,
+        }
+    }
+
+    fn t(&self, i: usize) -> i64 {
+        self.raw
+            .get(i)
+            .and_then(|d| d.source_timestamp)
+            .map_or(i64::MAX, |t| t.0)
+    }
+
+    fn status(&self, i: usize) -> StatusCode {
+        self.raw.get(i).map_or(StatusCode::BadNoData, status_of)
+    }
+
+    fn value(&self, i: usize) -> &'a Variant {
+        const EMPTY: &Variant = &Variant::Empty;
+        self.raw.get(i).map_or(EMPTY, |d| &d.value)
+    }
+
+    fn num(&self, i: usize) -> Num {
+        if self.is_bad(self.status(i)) {
+            Num::Null
+        } else {
+            num(self.value(i))
+        }
+    }
+
+    /// Bad, or Uncertain with TreatUncertainAsBad (§3.1.7, §4.2.1.2).
+    fn is_bad(&self, s: StatusCode) -> bool {
+        s.is_bad() || (self.cfg.treat_uncertain_as_bad && s.is_uncertain())
+    }
+
+    /// Index of the first raw value at or after `t`.
+    fn at_or_after(&self, t: i64) -> usize {
+        self.raw
+            .partition_point(|d| d.source_timestamp.map_or(i64::MIN, |x| x.0) < t)
+    }
+
+    /// Whether the values are to be joined by steps: the variable is Stepped, or the values are not
+    /// numbers (Boolean and other non-arithmetic data is always stepped, Annex A.1.4).
+    fn stepped_between(&self, a: usize, b: usize) -> bool {
+        self.cfg.stepped
+            || matches!(self.value(a), Variant::Boolean(_))
+            || !matches!(self.num(a), Num::Val(_))
+            || !matches!(self.num(b), Num::Val(_))
+    }
+
+    fn line(&self, a: usize, b: usize, t: i64) -> f64 {
+        let (ta, tb) = (self.t(a), self.t(b));
+        let (Num::Val(va), Num::Val(vb)) = (self.num(a), self.num(b)) else {
+            return f64::NAN;
+        };
+        if tb == ta {
+            return va;
+        }
+        va + (vb - va) * ((t - ta) as f64 / (tb - ta) as f64)
+    }
+
+    /// Simple Bounding Value at `t` (Part 13 §3.1.9): from the raw values immediately before and
+    /// after `t` even when they are Bad.
+    fn simple_bound(&self, t: i64) -> Bound {
+        let i = self.at_or_after(t);
+        if self.t(i) == t {
+            let s = self.status(i);
+            if self.is_bad(s) {
+                // "If a Raw value at the timestamp is Bad the StatusCode is Bad_NoData."
+                return Bound {
+                    raw: true,
+                    ..Bound::NO_DATA
+                };
+            }
+            return Bound {
+                val: BoundVal::Raw(i),
+                status: s,
+                raw: true,
+            };
+        }
+        let Some(before) = i.checked_sub(1) else {
+            return Bound::NO_DATA;
+        };
+        let bs = self.status(before);
+        if self.is_bad(bs) {
+            // "If the value before the timestamp is Bad the StatusCode is Bad_NoData."
+            return Bound::NO_DATA;
+        }
+        let mut status = if bs.is_uncertain() {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
+        let after = i;
+        if after >= self.raw.len() {
+            // Beyond the last raw value: SteppedExtrapolation, Uncertain (as §3.1.8 for the end).
+            return Bound {
+                val: BoundVal::Raw(before),
+                status: StatusCode::UncertainDataSubNormal,
+                raw: false,
+            };
+        }
+        let a_s = self.status(after);
+        if self.is_bad(a_s) || a_s.is_uncertain() {
+            status = StatusCode::UncertainDataSubNormal;
+        }
+        if self.cfg.stepped || self.is_bad(a_s) || self.stepped_between(before, after) {
+            // SteppedInterpolation, or "if the value after the timestamp is Bad then the before
+            // value is the bounding value".
+            return Bound {
+                val: BoundVal::Raw(before),
+                status,
+                raw: false,
+            };
+        }
+        Bound {
+            val: BoundVal::Num(self.line(before, after, t), before),
+            status,
+            raw: false,
+        }
+    }
+
+    /// Interpolated Bounding Value at `t` (Part 13 §3.1.8): from the nearest non-Bad raw values,
+    /// Uncertain_DataSubNormal when Bad values were skipped or an Uncertain one is used; after
+    /// the end of the data the last non-Bad value is extrapolated (stepped, or sloped with
+    /// UseSlopedExtrapolation), Uncertain_DataSubNormal.
+    fn interpolated_bound(&self, t: i64) -> Bound {
+        let i = self.at_or_after(t);
+        let mut skipped = false;
+        if self.t(i) == t {
+            let s = self.status(i);
+            if !self.is_bad(s) {
+                return Bound {
+                    val: BoundVal::Raw(i),
+                    status: s,
+                    raw: true,
+                };
+            }
+            skipped = true;
+        }
+        // The first non-Bad value before t.
+        let mut before = None;
+        let mut j = i;
+        while let Some(k) = j.checked_sub(1) {
+            if self.is_bad(self.status(k)) {
+                skipped = true;
+                j = k;
+                continue;
+            }
+            before = Some(k);
+            break;
+        }
+        let Some(before) = before else {
+            return Bound::NO_DATA;
+        };
+        // The first non-Bad value after t.
+        let mut after = None;
+        let mut skipped_after = false;
+        let mut k = if self.t(i) == t { i + 1 } else { i };
+        while k < self.raw.len() {
+            if self.is_bad(self.status(k)) {
+                skipped_after = true;
+                k += 1;
+                continue;
+            }
+            after = Some(k);
+            break;
+        }
+        let before_uncertain = self.status(before).is_uncertain();
+        let Some(after) = after else {
+            // After the end of the data: extrapolation.
+            let val = if self.cfg.use_sloped_extrapolation && !self.stepped_between(before, before)
+            {
+                // The line through the last two non-Bad values.
+                let mut prev = None;
+                let mut m = before;
+                while let Some(p) = m.checked_sub(1) {
+                    if !self.is_bad(self.status(p)) {
+                        prev = Some(p);
+                        break;
+                    }
+                    m = p;
+                }
+                match prev {
+                    Some(p) if !self.stepped_between(p, before) => {
+                        BoundVal::Num(self.line(p, before, t), before)
+                    }
+                    _ => BoundVal::Raw(before),
+                }
+            } else {
+                BoundVal::Raw(before)
+            };
+            return Bound {
+                val,
+                status: StatusCode::UncertainDataSubNormal,
+                raw: false,
+            };
+        };
+        if self.stepped_between(before, after) {
+            let status = if skipped || before_uncertain {
+                StatusCode::UncertainDataSubNormal
+            } else {
+                StatusCode::Good
+            };
+            return Bound {
+                val: BoundVal::Raw(before),
+                status,
+                raw: false,
+            };
+        }
+        let status =
+            if skipped || skipped_after || before_uncertain || self.status(after).is_uncertain() {
+                StatusCode::UncertainDataSubNormal
+            } else {
+                StatusCode::Good
+            };
+        Bound {
+            val: BoundVal::Num(self.line(before, after, t), before),
+            status,
+            raw: false,
+        }
+    }
+
+    fn bound_value(&self, b: &Bound) -> Variant {
+        match b.val {
+            BoundVal::None => Variant::Empty,
+            BoundVal::Raw(i) => self.value(i).clone(),
+            BoundVal::Num(x, like) => same_type_as(self.value(like), x),
+        }
+    }
+
+    fn bound_num(&self, b: &Bound) -> Num {
+        match b.val {
+            BoundVal::None => Num::Null,
+            BoundVal::Raw(i) => self.num(i),
+            BoundVal::Num(x, _) => Num::Val(x),
+        }
+    }
+
+    /// The interval lies wholly after the end of the data or before its start: Bad_NoData
+    /// ("After End of Data" / "Before Start of Data" in the §5.4.3 tables).
+    fn outside_data(&self, s: i64, e: i64) -> bool {
+        match (self.data_start, self.data_end) {
+            (Some(first), Some(last)) => last < s || first >= e,
+            _ => true,
+        }
+    }
+
+    /// The Partial bit (§5.3.3): the interval is shorter than the ProcessingInterval, or part of it
+    /// lies before the start or after the end of the data (Annex A sets it so on the first and last
+    /// intervals of each historian).
+    fn partial(&self, s: i64, e: i64) -> u32 {
+        let short = e - s < self.pi;
+        let before_start = self.data_start.is_some_and(|first| s < first);
+        let after_end = self.data_end.is_some_and(|last| e > last);
+        if short || before_start || after_end {
+            bits::PARTIAL
+        } else {
+            0
+        }
+    }
+
+    fn interval(&self, aggregate: Aggregate, s: i64, e: i64) -> DataValue {
+        if aggregate == Aggregate::Interpolative {
+            return self.interpolative(s);
+        }
+        if self.outside_data(s, e) {
+            return no_data(s);
+        }
+        match aggregate {
+            Aggregate::MinimumActualTime => self.extreme_actual_time(s, e, false),
+            Aggregate::MaximumActualTime => self.extreme_actual_time(s, e, true),
+            Aggregate::StartBound => self.start_bound(s, e),
+            Aggregate::DurationGood => self.duration(s, e, Duration::Good),
+            Aggregate::DurationInStateZero => self.duration(s, e, Duration::StateZero),
+            Aggregate::DurationInStateNonZero => self.duration(s, e, Duration::StateNonZero),
+            _ => dv(Variant::Empty, StatusCode::BadAggregateNotSupported, s),
+        }
+    }
+
+    /// Interpolative (Part 13 §5.4.3.4): the Interpolated Bounding Value at the interval's start;
+    /// Raw bit when a raw value is at that time, Interpolated otherwise; no Partial bit; after the
+    /// end of the data the extrapolated value, Uncertain_DataSubNormal.
+    fn interpolative(&self, s: i64) -> DataValue {
+        let b = self.interpolated_bound(s);
+        if matches!(b.val, BoundVal::None) {
+            return no_data(s);
+        }
+        let b_bits = if b.raw { 0 } else { bits::INTERPOLATED };
+        dv(self.bound_value(&b), with_bits(b.status, b_bits), s)
+    }
+
+    /// StartBound (Part 13 §5.4.3, StartBound): the Simple Bounding Value at the interval's start,
+    /// Interpolated unless a raw value is there; Bad_NoData when the bound is Bad (the Partial bit
+    /// still set on a partial interval, as Annex A.25 shows).
+    fn start_bound(&self, s: i64, e: i64) -> DataValue {
+        let b = self.simple_bound(s);
+        let partial = self.partial(s, e);
+        if matches!(b.val, BoundVal::None) {
+            return dv(Variant::Empty, with_bits(StatusCode::BadNoData, partial), s);
+        }
+        let b_bits = if b.raw { 0 } else { bits::INTERPOLATED };
+        dv(
+            self.bound_value(&b),
+            with_bits(b.status, b_bits | partial),
+            s,
+        )
+    }
+
+    /// MinimumActualTime / MaximumActualTime (Part 13 §5.4.3.12 / §5.4.3.13): the least (greatest)
+    /// Good raw value in the interval, at its own timestamp (the oldest when it occurs more than
+    /// once, then MultiValue). Uncertain_DataSubNormal when Bad values are in the interval or an
+    /// Uncertain value is beyond the Good extreme; Bad_NoData without a Good value. Bad_NoData
+    /// markers are absence of data, not Bad values. Annex A.10/A.11 show no Calculated bit on the
+    /// Uncertain results, which the §5.4.3.12 table would set: the Annex is followed.
+    fn extreme_actual_time(&self, s: i64, e: i64, max: bool) -> DataValue {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let Some(slice) = self.raw.get(i0..i1) else {
+            return no_data(s);
+        };
+        let better = |a: f64, b: f64| if max { a > b } else { a < b };
+        let mut best: Option<(f64, usize)> = None;
+        let mut ties = 0usize;
+        let mut bad = false;
+        let mut uncertain: Option<f64> = None;
+        for (k, d) in slice.iter().enumerate() {
+            let st = status_of(d);
+            if is_marker(st) {
+                continue;
+            }
+            if st.is_good() {
+                let x = match num(&d.value) {
+                    Num::Val(x) => x,
+                    Num::NotNumeric => {
+                        return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+                    }
+                    Num::Null => continue,
+                };
+                match best {
+                    Some((b, _)) if x == b => ties += 1,
+                    Some((b, _)) if !better(x, b) => {}
+                    _ => {
+                        best = Some((x, i0 + k));
+                        ties = 0;
+                    }
+                }
+            } else if self.is_bad(st) {
+                bad = true;
+            } else if let Num::Val(x) = num(&d.value) {
+                uncertain = Some(match uncertain {
+                    Some(u) if !better(x, u) => u,
+                    _ => x,
+                });
+            }
+        }
+        let Some((b, idx)) = best else {
+            return no_data(s);
+        };
+        let beyond = uncertain.is_some_and(|u| better(u, b));
+        let code = if bad || beyond {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
+        let multi = if ties > 0 { bits::MULTI_VALUE } else { 0 };
+        dv(
+            self.value(idx).clone(),
+            with_bits(code, multi | self.partial(s, e)),
+            self.t(idx),
+        )
+    }
+
+    /// The step timeline of `[s, e)` (the Simple Bounding Value at `s`, then each raw value held
+    /// until the next): calls `f(from, to, status, value)` per segment. Where the data ends inside
+    /// the interval the last raw value is held for one millisecond (the resolution of Annex A's
+    /// durations: A.21 and A.29 count 10001 ms for 12:01:20–12:01:30 and the value at 12:01:30) and
+    /// the rest is a Bad_NoData segment.
+    fn timeline(&self, s: i64, e: i64, mut f: impl FnMut(i64, i64, StatusCode, Num)) {
+        let b = self.simple_bound(s);
+        let mut cur = (s, b.status, self.bound_num(&b));
+        let mut last_raw = b.raw.then(|| self.at_or_after(s));
+        let mut i = self.at_or_after(s);
+        if self.t(i) == s {
+            i += 1;
+        }
+        while i < self.raw.len() && self.t(i) < e {
+            let t = self.t(i);
+            f(cur.0, t, cur.1, cur.2);
+            cur = (t, self.status(i), self.num(i));
+            last_raw = Some(i);
+            i += 1;
+        }
+        let ends_here = last_raw.is_some_and(|k| k + 1 == self.raw.len());
+        if ends_here {
+            let stop = cur.0.saturating_add(TICKS_PER_MS).min(e);
+            f(cur.0, stop, cur.1, cur.2);
+            if stop < e {
+                f(stop, e, StatusCode::BadNoData, Num::Null);
+            }
+        } else {
+            f(cur.0, e, cur.1, cur.2);
+        }
+    }
+
+    /// The interval's quality from the time its data is Bad (§5.4.3.3): Bad when the Bad share is
+    /// at least PercentDataBad, Good when the non-Bad share is at least PercentDataGood,
+    /// Uncertain_DataSubNormal otherwise.
+    fn quality(&self, total: i64, bad: i64) -> StatusCode {
+        let total = i128::from(total.max(1));
+        let bad = i128::from(bad);
+        let good = total - bad;
+        if bad * 100 >= i128::from(self.cfg.percent_data_bad) * total {
+            StatusCode::Bad
+        } else if good * 100 >= i128::from(self.cfg.percent_data_good) * total {
+            StatusCode::Good
+        } else {
+            StatusCode::UncertainDataSubNormal
+        }
+    }
+
+    /// DurationGood (Part 13 §5.4.3.31): milliseconds of the interval with Good data, always
+    /// Good, Calculated. DurationInStateZero / DurationInStateNonZero (§5.4.3.22 / §5.4.3.23): the
+    /// milliseconds of non-Bad data equal (unequal) to zero, the quality by §5.4.3.3. Both over the
+    /// Simple Bounding Value timeline (Annex A.20, A.21, A.29).
+    fn duration(&self, s: i64, e: i64, what: Duration) -> DataValue {
+        let mut sum = 0i64;
+        let mut bad = 0i64;
+        let mut invalid = false;
+        self.timeline(s, e, |from, to, st, v| {
+            let d = to - from;
+            if self.is_bad(st) {
+                bad += d;
+                return;
+            }
+            match what {
+                Duration::Good => {
+                    if st.is_good() {
+                        sum += d;
+                    }
+                }
+                Duration::StateZero | Duration::StateNonZero => match v {
+                    Num::Val(x) => {
+                        if (x == 0.0) == (what == Duration::StateZero) {
+                            sum += d;
+                        }
+                    }
+                    Num::NotNumeric => invalid = true,
+                    Num::Null => {}
+                },
+            }
+        });
+        if invalid {
+            return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+        }
+        let code = match what {
+            Duration::Good => StatusCode::Good,
+            _ => self.quality(e - s, bad),
+        };
+        let ms = sum as f64 / TICKS_PER_MS as f64;
+        dv(
+            Variant::Double(ms),
+            with_bits(code, bits::CALCULATED | self.partial(s, e)),
+            s,
+        )
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Duration {
+    Good,
+    StateZero,
+    StateNonZero,
+}
+
+fn status_of(d: &DataValue) -> StatusCode {
+    d.status.unwrap_or(StatusCode::Good)
+}
+
+/// A `Bad_NoData` raw entry marks the absence of data (Annex A: "First archive entry, Point
+/// created"), not a Bad value.
+fn is_marker(s: StatusCode) -> bool {
+    s.code() == StatusCode::BadNoData.code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: i64 = 10_000_000;
+
+    fn raw(points: &[(i64, f64)]) -> Vec<DataValue> {
+        points
+            .iter()
+            .map(|&(t, v)| dv(Variant::Double(v), StatusCode::Good, t * SEC))
+            .collect()
+    }
+
+    #[test]
+    fn node_ids_and_names_round_trip() {
+        for a in Aggregate::ALL {
+            assert_eq!(Aggregate::from_node_id(&a.node_id()), Some(*a));
+            assert!(!a.name().is_empty());
+        }
+        assert_eq!(Aggregate::TimeAverage2.name(), "TimeAverage2");
+        assert_eq!(Aggregate::TimeAverage2.node_id(), NodeId::ns0(11285));
+        assert_eq!(Aggregate::named().count(), NAMES.len());
+        for a in Aggregate::named() {
+            assert_ne!(a.node_id(), NodeId::ns0(0), "{a:?}");
+        }
+        // Not computed, so not advertised.
+        assert_eq!(Aggregate::from_node_id(&Aggregate::Average.node_id()), None);
+        assert_eq!(Aggregate::from_node_id(&NodeId::numeric(1, 2341)), None);
+    }
+
+    #[test]
+    fn rejects_bad_arguments_and_unsupported() {
+        let cfg = AggregateConfig::default();
+        let r = raw(&[(0, 1.0)]);
+        let t = DateTime(10 * SEC);
+        assert_eq!(
+            process(Aggregate::Interpolative, &r, t, t, 1000.0, &cfg),
+            Err(StatusCode::BadInvalidArgument)
+        );
+        assert_eq!(
+            process(Aggregate::Interpolative, &r, DateTime(0), t, -1.0, &cfg),
+            Err(StatusCode::BadInvalidArgument)
+        );
+        assert_eq!(
+            process(Aggregate::Interpolative, &r, DateTime(0), t, f64::NAN, &cfg),
+            Err(StatusCode::BadInvalidArgument)
+        );
+        assert_eq!(
+            process(Aggregate::Average, &r, DateTime(0), t, 1000.0, &cfg),
+            Err(StatusCode::BadAggregateNotSupported)
+        );
+        let mut no_ts = r.clone();
+        if let Some(d) = no_ts.first_mut() {
+            d.source_timestamp = None;
+        }
+        assert_eq!(
+            process(
+                Aggregate::Interpolative,
+                &no_ts,
+                DateTime(0),
+                t,
+                1000.0,
+                &cfg
+            ),
+            Err(StatusCode::BadAggregateInvalidInputs)
+        );
+    }
+
+    #[test]
+    fn intervals_partial_last_zero_interval_and_reverse() {
+        let cfg = AggregateConfig::default();
+        let r = raw(&[(0, 0.0), (10, 10.0), (20, 20.0)]);
+        // 0..10 s in 4 s intervals: 0, 4, 8 (the last 2 s long).
+        let out = process(
+            Aggregate::Interpolative,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            4000.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        let ts: Vec<i64> = out
+            .iter()
+            .filter_map(|d| d.source_timestamp)
+            .map(|t| t.0 / SEC)
+            .collect();
+        assert_eq!(ts, vec![0, 4, 8]);
+        assert_eq!(
+            out.get(1).map(|d| d.value.clone()),
+            Some(Variant::Double(4.0))
+        );
+        assert_eq!(
+            out.get(1).and_then(|d| d.status),
+            Some(with_bits(StatusCode::Good, bits::INTERPOLATED))
+        );
+        // Raw value at the interval start: no Interpolated bit.
+        assert_eq!(out.first().and_then(|d| d.status), Some(StatusCode::Good));
+        assert_eq!(
+            interval_count(DateTime(0), DateTime(10 * SEC), 4000.0),
+            Ok(3)
+        );
+        // ProcessingInterval 0: one interval.
+        let one = process(
+            Aggregate::Interpolative,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            0.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        assert_eq!(one.len(), 1);
+        // end < start: the same intervals, latest first.
+        let rev = process(
+            Aggregate::Interpolative,
+            &r,
+            DateTime(10 * SEC),
+            DateTime(0),
+            4000.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        let rts: Vec<i64> = rev
+            .iter()
+            .filter_map(|d| d.source_timestamp)
+            .map(|t| t.0 / SEC)
+            .collect();
+        assert_eq!(rts, vec![8, 4, 0]);
+    }
+
+    #[test]
+    fn partial_bit_on_a_short_last_interval() {
+        let cfg = AggregateConfig::default();
+        let r = raw(&[(0, 5.0), (3, 1.0), (9, 7.0), (30, 2.0)]);
+        let out = process(
+            Aggregate::MinimumActualTime,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            4000.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        let st: Vec<Option<StatusCode>> = out.iter().map(|d| d.status).collect();
+        assert_eq!(
+            st,
+            vec![
+                Some(StatusCode::Good),
+                Some(StatusCode::BadNoData),
+                Some(with_bits(StatusCode::Good, bits::PARTIAL)),
+            ]
+        );
+        assert_eq!(
+            out.first().and_then(|d| d.source_timestamp),
+            Some(DateTime(3 * SEC))
+        );
+    }
+
+    #[test]
+    fn non_numeric_interval_is_invalid_inputs() {
+        let cfg = AggregateConfig::default();
+        let r = vec![
+            dv(Variant::from("a"), StatusCode::Good, 0),
+            dv(Variant::from("b"), StatusCode::Good, 20 * SEC),
+        ];
+        let out = process(
+            Aggregate::DurationInStateZero,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            0.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            out.first().and_then(|d| d.status),
+            Some(StatusCode::BadAggregateInvalidInputs)
+        );
+    }
+
+    #[test]
+    fn multi_value_bit_for_repeated_extreme() {
+        let cfg = AggregateConfig::default();
+        let r = raw(&[(0, 3.0), (2, 1.0), (4, 1.0), (20, 5.0)]);
+        let out = process(
+            Aggregate::MinimumActualTime,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            0.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        let d = out.first();
+        assert_eq!(d.and_then(|d| d.source_timestamp), Some(DateTime(2 * SEC)));
+        assert_eq!(
+            d.and_then(|d| d.status),
+            Some(with_bits(StatusCode::Good, bits::MULTI_VALUE))
+        );
+    }
+}

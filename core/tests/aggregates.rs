@@ -1,0 +1,373 @@
+//! The Aggregate engine against the example tables of OPC 10000-13 Annex A
+//! (`core/tests/data/part13/`): every Aggregate in `Aggregate::ALL` over every historian a table is
+//! held for, comparing each interval's timestamp, value and StatusCode (with the Aggregate bits).
+//!
+//! `WRITE_RESULTS=1 cargo test -p uaring-core --test aggregates` also writes the summary table
+//! `core/tests/data/part13/RESULTS.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use uaring_core::history::aggregate::{self, bits, with_bits, Aggregate, AggregateConfig};
+use uaring_core::*;
+
+/// 12:00:00 of the examples' day (any day serves: 2012-01-01 UTC here).
+const NOON: i64 = DateTime::UNIX_EPOCH_TICKS + 1_325_419_200 * 10_000_000;
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/part13")
+}
+
+/// `hh:mm:ss[.fff]` as ticks of the examples' day.
+fn time(s: &str) -> DateTime {
+    let (hms, frac) = s.split_once('.').unwrap_or((s, "0"));
+    let p: Vec<i64> = hms
+        .split(':')
+        .map(|x| x.trim().parse().expect("time"))
+        .collect();
+    let [h, m, sec] = p[..] else {
+        panic!("time {s}")
+    };
+    let ms: i64 = format!("{frac:0<3}")[..3].parse().expect("ms");
+    DateTime(NOON + ((h - 12) * 3600 + m * 60 + sec) * 10_000_000 + ms * 10_000)
+}
+
+fn status(s: &str) -> StatusCode {
+    let mut code = StatusCode::Good;
+    let mut b = 0;
+    for part in s.split(',').map(str::trim) {
+        match part {
+            "Good" | "Raw" => {}
+            "Uncertain" => code = StatusCode::Uncertain,
+            "Bad" => code = StatusCode::Bad,
+            "BadNoData" => code = StatusCode::BadNoData,
+            "UncertainDataSubNormal" => code = StatusCode::UncertainDataSubNormal,
+            "Calculated" => b |= bits::CALCULATED,
+            "Interpolated" => b |= bits::INTERPOLATED,
+            "Partial" => b |= bits::PARTIAL,
+            "MultipleValues" | "MultiValue" => b |= bits::MULTI_VALUE,
+            "ExtraData" => b |= bits::EXTRA_DATA,
+            other => panic!("unknown status word {other:?}"),
+        }
+    }
+    with_bits(code, b)
+}
+
+fn value(s: &str) -> Variant {
+    match s {
+        "-" | "" => Variant::Empty,
+        "TRUE" => Variant::Boolean(true),
+        "FALSE" => Variant::Boolean(false),
+        x => Variant::Double(x.parse().expect("number")),
+    }
+}
+
+fn row(line: &str) -> (DateTime, Variant, StatusCode, String) {
+    let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+    let [t, v, s] = cols[..] else {
+        panic!("row {line:?}")
+    };
+    (time(t), value(v), status(s), v.to_string())
+}
+
+struct Historian {
+    config: AggregateConfig,
+    raw: Vec<DataValue>,
+}
+
+fn historians() -> BTreeMap<u8, Historian> {
+    let text = std::fs::read_to_string(data_dir().join("historians.txt")).expect("historians.txt");
+    let mut out = BTreeMap::new();
+    let mut cur: Option<u8> = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(n) = line.strip_prefix("historian ") {
+            let n: u8 = n.trim().parse().expect("historian number");
+            out.insert(
+                n,
+                Historian {
+                    config: AggregateConfig::default(),
+                    raw: Vec::new(),
+                },
+            );
+            cur = Some(n);
+            continue;
+        }
+        let h = out
+            .get_mut(&cur.expect("historian first"))
+            .expect("historian");
+        if let Some(cfg) = line.strip_prefix("config ") {
+            for kv in cfg.split_whitespace() {
+                let (k, v) = kv.split_once('=').expect("key=value");
+                let flag = || v.parse::<bool>().expect("bool");
+                match k {
+                    "treat_uncertain_as_bad" => h.config.treat_uncertain_as_bad = flag(),
+                    "stepped" => h.config.stepped = flag(),
+                    "use_sloped_extrapolation" => h.config.use_sloped_extrapolation = flag(),
+                    "percent_data_bad" => h.config.percent_data_bad = v.parse().expect("u8"),
+                    "percent_data_good" => h.config.percent_data_good = v.parse().expect("u8"),
+                    other => panic!("unknown config {other}"),
+                }
+            }
+            continue;
+        }
+        let (t, v, s, _) = row(line);
+        h.raw.push(DataValue {
+            value: v,
+            status: Some(s),
+            source_timestamp: Some(t),
+            ..Default::default()
+        });
+    }
+    out
+}
+
+struct Expected {
+    historian: u8,
+    /// The corpus showed only the first rows of this table (`rows=first`).
+    first_rows_only: bool,
+    rows: Vec<(DateTime, Variant, StatusCode, String)>,
+}
+
+struct Table {
+    file: String,
+    aggregate: String,
+    interval_ms: f64,
+    start: DateTime,
+    end: DateTime,
+    expected: Vec<Expected>,
+}
+
+fn tables() -> Vec<Table> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir())
+        .expect("data dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("A."))
+        })
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).expect("table");
+            let mut t = Table {
+                file: p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default()
+                    .to_string(),
+                aggregate: String::new(),
+                interval_ms: 0.0,
+                start: DateTime(0),
+                end: DateTime(0),
+                expected: Vec::new(),
+            };
+            for line in text.lines().map(str::trim) {
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                if let Some(a) = line.strip_prefix("aggregate ") {
+                    t.aggregate = a.trim().to_string();
+                } else if let Some(s) = line.strip_prefix("processing_interval ") {
+                    t.interval_ms = s.trim().parse::<f64>().expect("seconds") * 1000.0;
+                } else if let Some(s) = line.strip_prefix("start ") {
+                    t.start = time(s.trim());
+                } else if let Some(s) = line.strip_prefix("end ") {
+                    t.end = time(s.trim());
+                } else if let Some(h) = line.strip_prefix("historian ") {
+                    let mut w = h.split_whitespace();
+                    let n = w
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .expect("historian number");
+                    let first_rows_only = w.any(|x| x == "rows=first");
+                    t.expected.push(Expected {
+                        historian: n,
+                        first_rows_only,
+                        rows: Vec::new(),
+                    });
+                } else {
+                    t.expected
+                        .last_mut()
+                        .expect("historian line first")
+                        .rows
+                        .push(row(line));
+                }
+            }
+            t
+        })
+        .collect()
+}
+
+fn as_f64(v: &Variant) -> Option<f64> {
+    Some(match v {
+        Variant::Boolean(b) => f64::from(u8::from(*b)),
+        Variant::Int32(x) => f64::from(*x),
+        Variant::UInt32(x) => f64::from(*x),
+        Variant::Int64(x) => *x as f64,
+        Variant::Float(x) => f64::from(*x),
+        Variant::Double(x) => *x,
+        _ => return None,
+    })
+}
+
+/// Equal to the printed precision of the table (its decimals), or 1e-6 relative.
+fn value_matches(got: &Variant, want: &Variant, printed: &str) -> bool {
+    match (as_f64(got), as_f64(want)) {
+        (None, None) => matches!(got, Variant::Empty) == matches!(want, Variant::Empty),
+        (Some(g), Some(w)) => {
+            let decimals = printed.split_once('.').map_or(0, |(_, d)| d.len()) as i32;
+            let printed_tol = if decimals > 0 {
+                0.5 * 10f64.powi(-decimals)
+            } else {
+                0.0
+            };
+            let tol = printed_tol.max(1e-6 * w.abs().max(1.0));
+            (g - w).abs() <= tol
+        }
+        _ => false,
+    }
+}
+
+#[derive(Default)]
+struct Outcome {
+    /// (aggregate, historian) → differing intervals.
+    results: BTreeMap<(String, u8), Vec<String>>,
+    partial_tables: BTreeMap<(String, u8), usize>,
+}
+
+fn run_all() -> Outcome {
+    let hist = historians();
+    let mut out = Outcome::default();
+    for table in tables() {
+        let Some(agg) = Aggregate::named().find(|a| a.name() == table.aggregate) else {
+            panic!("{}: unknown aggregate {}", table.file, table.aggregate);
+        };
+        if !agg.is_supported() {
+            continue;
+        }
+        for exp in &table.expected {
+            let h = hist.get(&exp.historian).expect("historian data");
+            let key = (table.aggregate.clone(), exp.historian);
+            if exp.first_rows_only {
+                out.partial_tables.insert(key.clone(), exp.rows.len());
+            }
+            let mut diffs = Vec::new();
+            match aggregate::process(
+                agg,
+                &h.raw,
+                table.start,
+                table.end,
+                table.interval_ms,
+                &h.config,
+            ) {
+                Err(e) => diffs.push(format!("process failed: {e:?}")),
+                Ok(got) => {
+                    if !exp.first_rows_only && got.len() != exp.rows.len() {
+                        diffs.push(format!(
+                            "{} intervals, the table has {}",
+                            got.len(),
+                            exp.rows.len()
+                        ));
+                    }
+                    for (i, (t, v, s, printed)) in exp.rows.iter().enumerate() {
+                        let Some(g) = got.get(i) else {
+                            diffs.push(format!("interval {i}: missing"));
+                            continue;
+                        };
+                        let gt = g.source_timestamp.unwrap_or_default();
+                        let gs = g.status.unwrap_or_default();
+                        if gt != *t || gs != *s || !value_matches(&g.value, v, printed) {
+                            diffs.push(format!(
+                                "interval {i}: got {} {:?} {:?}, table {} {printed} {:?}",
+                                clock(gt),
+                                g.value,
+                                gs,
+                                clock(*t),
+                                s
+                            ));
+                        }
+                    }
+                }
+            }
+            out.results.insert(key, diffs);
+        }
+    }
+    out
+}
+
+fn clock(t: DateTime) -> String {
+    let ms = (t.0 - NOON) / 10_000;
+    let s = ms / 1000;
+    format!("12:{:02}:{:02}.{:03}", s / 60, s % 60, ms % 1000)
+}
+
+#[test]
+fn part13_annex_a_tables() {
+    let outcome = run_all();
+    let mut failures = String::new();
+    for ((agg, h), diffs) in &outcome.results {
+        for d in diffs {
+            let _ = writeln!(failures, "{agg} / Historian{h}: {d}");
+        }
+    }
+    // Every Aggregate the engine advertises is checked against at least one table.
+    for a in Aggregate::ALL {
+        assert!(
+            outcome.results.keys().any(|(n, _)| n == a.name()),
+            "{} is in Aggregate::ALL without an Annex A table",
+            a.name()
+        );
+    }
+    if std::env::var_os("WRITE_RESULTS").is_some() {
+        write_results(&outcome);
+    }
+    assert!(failures.is_empty(), "Annex A differences:\n{failures}");
+}
+
+fn write_results(outcome: &Outcome) {
+    let tables = tables();
+    let mut md = String::from(
+        "# Part 13 Annex A results\n\n\
+         Written by `WRITE_RESULTS=1 cargo test -p uaring-core --test aggregates`. Tables: OPC 10000-13 \
+         v1.04 Annex A as transcribed in this directory. ✓ every interval matches; ✗ n: n intervals \
+         differ; ✓ (k rows): only the first k rows of the table were available and they match; — no table \
+         held (the Aggregate does not apply to that historian, or its table was not available).\n\n\
+         | Aggregate | In `ALL` | Historian1 | Historian2 | Historian3 | Historian4 |\n\
+         |---|---|---|---|---|---|\n",
+    );
+    for a in Aggregate::named() {
+        let held: Vec<u8> = tables
+            .iter()
+            .filter(|t| t.aggregate == a.name())
+            .flat_map(|t| t.expected.iter().map(|e| e.historian))
+            .collect();
+        let _ = write!(
+            md,
+            "| {} | {} |",
+            a.name(),
+            if a.is_supported() { "yes" } else { "no" }
+        );
+        for h in 1..=4u8 {
+            let key = (a.name().to_string(), h);
+            let cell = match outcome.results.get(&key) {
+                Some(d) if d.is_empty() => match outcome.partial_tables.get(&key) {
+                    Some(k) => format!("✓ ({k} rows)"),
+                    None => "✓".to_string(),
+                },
+                Some(d) => format!("✗ {}", d.len()),
+                None if held.contains(&h) => "table held, not run".to_string(),
+                None => "—".to_string(),
+            };
+            let _ = write!(md, " {cell} |");
+        }
+        md.push('\n');
+    }
+    std::fs::write(data_dir().join("RESULTS.md"), md).expect("write RESULTS.md");
+}
