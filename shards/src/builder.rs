@@ -388,29 +388,77 @@ impl ServerBuilder {
         let (sec_config, users) =
             crate::security::take_config(&mut file.server).map_err(Error::Config)?;
         let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
+        let history =
+            crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
+        let historian = if history
+            .enabled
+            .unwrap_or(defs.iter().any(|d| d.historizes()))
+        {
+            match crate::history::serve::Historian::start(
+                history.store_config().map_err(Error::Config)?,
+                history.read_threads,
+                history.read_queue,
+            ) {
+                Ok(h) => Some(h),
+                // Asked for: the start fails. On by default (something is historized, no
+                // `[history]` said so): the server runs without history and says why.
+                Err(e) if history.enabled.is_none() => {
+                    tracing::warn!(
+                        "history store in {}: {e}; serving without history (HistoryRead unsupported). Set history.dir to a directory of its own, or history.enabled = true to make this an error",
+                        history.dir.display()
+                    );
+                    None
+                }
+                Err(e) => return Err(Error::Start(format!(
+                    "history store in {}: {e} (history.dir; history.enabled = false turns it off)",
+                    history.dir.display()
+                ))),
+            }
+        } else {
+            None
+        };
         let mut bound = Vec::new();
         let mut alarms = Vec::new();
         let mut defs = defs;
         let role_identities =
             crate::security::role_identities(&sec_config, &users).map_err(Error::Config)?;
-        let setup = server::build_with(&file.server, contract, &nodesets, &mut |b| {
-            for (role, rules) in &role_identities {
-                uaring_core::address_space::build::server_object::set_role_identities(
-                    b, *role, rules,
-                );
-            }
-            for d in defs.drain(..) {
-                d.build(b, &mut bound, &mut alarms)
-                    .map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        })
+        let setup = server::build_with(
+            &file.server,
+            contract,
+            &nodesets,
+            &mut |b| {
+                for (role, rules) in &role_identities {
+                    uaring_core::address_space::build::server_object::set_role_identities(
+                        b, *role, rules,
+                    );
+                }
+                for d in defs.drain(..) {
+                    d.build(b, &mut bound, &mut alarms)
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            },
+            historian
+                .clone()
+                .map(|h| h as Arc<dyn uaring_core::history::HistoryBackend>),
+        )
         .map_err(|e| match e.strip_prefix("address space: ") {
             Some(rest) => Error::AddressSpace(rest.to_string()),
             None => Error::Config(e),
         })?;
         for (binding, id) in bound {
             binding.bind(&setup.shared, id)?;
+        }
+        if let Some(h) = &historian {
+            let nodes = h
+                .attach(&setup.shared)
+                .map_err(|e| Error::Start(format!("history store: {e}")))?;
+            tracing::info!(
+                nodes,
+                dir = %history.dir.display(),
+                flush_interval_ms = history.flush_interval_ms,
+                "history: {nodes} historized Variables, by change"
+            );
         }
         for (alarm, id) in alarms {
             alarm.bind(&setup.shared, &id)?;
@@ -548,6 +596,7 @@ impl ServerBuilder {
             .transpose()?;
         Ok(ServerHandle {
             running: Some(running),
+            historian,
             demo,
             setup,
             file,
@@ -663,6 +712,9 @@ impl EventDef {
 /// A running server. Dropping it stops the server (like [`ServerHandle::shutdown`]).
 pub struct ServerHandle {
     running: Option<runtime::Running>,
+    /// The history store ([`crate::VariableDef::historize`], `[history]`); flushed and
+    /// closed after the shards.
+    historian: Option<Arc<crate::history::serve::Historian>>,
     /// The Demo's thread ([`ServerBuilder::demo`]); stopped before the shards.
     demo: Option<crate::content::DemoDriver>,
     setup: Arc<server::ServerSetup>,
@@ -788,13 +840,19 @@ impl ServerHandle {
 
     fn stop_and_join(&mut self) -> Result<(), Error> {
         self.demo.take();
-        match self.running.take() {
+        let joined = match self.running.take() {
             Some(r) => {
                 r.stop();
                 r.join().map_err(Error::Runtime)
             }
             None => Ok(()),
+        };
+        if let Some(h) = self.historian.take() {
+            if let Err(e) = h.shutdown() {
+                tracing::warn!("history store: last flush failed: {e}");
+            }
         }
+        joined
     }
 
     /// Waits for SIGINT or SIGTERM, then shuts down (exit code 0 for the caller). SIGUSR1

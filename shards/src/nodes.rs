@@ -349,6 +349,16 @@ impl VariableDef {
         self
     }
 
+    /// Keeps the value's history: every value stored in the Variable (a client's Write, an
+    /// application's push) goes to the server's history store, and clients read it back
+    /// with HistoryRead (raw, at time, processed). Sets Historizing and the AccessLevel's
+    /// HistoryRead bit. Only a Variable with a stored value can be historized (a computed or
+    /// asynchronous one is refused at start with [`Error::AddressSpace`]). docs/History.md.
+    pub fn historize(mut self) -> Self {
+        self.historizing = true;
+        self
+    }
+
     /// Called on the shard for every client Write of the value, before it is stored: `Ok`
     /// accepts, `Err(status)` rejects with that status. For a computed Variable the hook is
     /// the only thing a Write does. Implies [`VariableDef::writable`].
@@ -428,6 +438,11 @@ impl VariableDef {
                 self.array_dimensions,
             ),
         };
+        if self.historizing && !matches!(value_source, ValueSource::Cell(_)) {
+            return Err(Error::AddressSpace(format!(
+                "{node_id}: only a Variable with a stored value can be historized"
+            )));
+        }
         let parent = resolve_parent(b, &self.id, &self.parent)?;
         let mut node = make_variable(
             node_id.clone(),
@@ -436,7 +451,12 @@ impl VariableDef {
             value_rank,
             dims,
             value_source,
-            access(self.writable),
+            access(self.writable)
+                | if self.historizing {
+                    uaring_core::address_space::access_level::HISTORY_READ
+                } else {
+                    0
+                },
             self.minimum_sampling_interval_ms,
             parent,
         );
@@ -1419,6 +1439,13 @@ pub(crate) enum Def {
         reference_type: NodeRef,
         to: NodeRef,
     },
+}
+
+impl Def {
+    /// Is it a Variable whose history is kept ([`VariableDef::historize`])?
+    pub(crate) fn historizes(&self) -> bool {
+        matches!(self, Def::Variable(v, _) if v.historizing)
+    }
 }
 
 impl Def {

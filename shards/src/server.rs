@@ -400,7 +400,7 @@ pub fn build_with_nodesets(
     contract: bool,
     extra_nodesets: &[PathBuf],
 ) -> Result<Arc<ServerSetup>, String> {
-    build_with(server, contract, extra_nodesets, &mut |_| Ok(()))
+    build_with(server, contract, extra_nodesets, &mut |_| Ok(()), None)
 }
 
 /// [`build_with_nodesets`], then `extend` adds the application's nodes (errors come back
@@ -410,18 +410,25 @@ pub fn build_with(
     contract: bool,
     extra_nodesets: &[PathBuf],
     extend: &mut uaring_core::address_space::build::Extend<'_>,
+    history: Option<Arc<dyn uaring_core::history::HistoryBackend>>,
 ) -> Result<Arc<ServerSetup>, String> {
     let config = server_config(server, contract)?;
     let mut files = nodeset_files(server)?;
     files.extend_from_slice(extra_nodesets);
     let uri = config.application.effective_application_uri().to_string();
     let mut models = Vec::new();
-    let shared = ServerShared::new_with(config, crate::clock::now(), &mut |b| {
-        if !files.is_empty() {
-            models = uaring_nodeset::load_files(b, &files).map_err(|e| format!("NodeSet: {e}"))?;
-        }
-        extend(b).map_err(|e| format!("address space: {e}"))
-    })?;
+    let shared = ServerShared::new_with_history(
+        config,
+        crate::clock::now(),
+        &mut |b| {
+            if !files.is_empty() {
+                models =
+                    uaring_nodeset::load_files(b, &files).map_err(|e| format!("NodeSet: {e}"))?;
+            }
+            extend(b).map_err(|e| format!("address space: {e}"))
+        },
+        history,
+    )?;
     for m in &models {
         tracing::info!(
             model = %m.uri,

@@ -13,10 +13,14 @@
 //! | `s=DemoEventType` | subtype of BaseEventType with the field `1:Sequence` (UInt32) |
 //! | `s=Demo.Events.Alarm` | an AlarmConditionType alarm: inactive 10 s, active 10 s, … |
 //! | `s=Demo.Methods.Add`, `.Sum`, `.GenerateEvent` | methods (quick, on the shard) |
+//! | `s=Demo.History.Level` | historized Double, set every second: 50 + 10·sin(2π t / 1 h), to 0.01 |
+//! | `s=Demo.History.Count` | historized Int32, +1 every second |
+//! | `s=Demo.History.Setpoint` | historized writable Double: what clients write is kept |
 //!
 //! [`DemoDriver`], one application thread, raises a DemoEventType event every
 //! 1/`events.demo_rate_per_s` s (Message `Demo event <n>`, Severity cycling 100 … 1000,
-//! Sequence n) and switches the alarm every 10 s.
+//! Sequence n), switches the alarm every 10 s and sets the Demo.History values every second
+//! (their history goes to the history store, docs/History.md).
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -83,6 +87,9 @@ pub fn demo_types() -> Vec<(&'static str, u32, Variant)> {
 pub struct DemoParts {
     events: Events,
     alarm: Alarm,
+    /// Demo.History.Level and .Count.
+    level: crate::Variable,
+    count: crate::Variable,
     source: NodeRef,
     event_type: NodeRef,
     ns: Namespace,
@@ -244,9 +251,33 @@ pub fn add_demo(b: &mut ServerBuilder, ns: &Namespace, rate_per_s: f64) -> DemoP
                 .describe("Severity of the event, 1..=1000"),
         ),
     );
+    // History: values the store keeps from the start.
+    let history = b.add_folder(id("Demo.History"), "History", &demo);
+    let level = b.add_variable(
+        VariableDef::new(id("Demo.History.Level"), "Level", Variant::Double(50.0))
+            .component_of(&history)
+            .historize(),
+    );
+    let count = b.add_variable(
+        VariableDef::new(id("Demo.History.Count"), "Count", Variant::Int32(0))
+            .component_of(&history)
+            .historize(),
+    );
+    b.add_variable(
+        VariableDef::new(
+            id("Demo.History.Setpoint"),
+            "Setpoint",
+            Variant::Double(0.0),
+        )
+        .component_of(&history)
+        .writable(true)
+        .historize(),
+    );
     DemoParts {
         events,
         alarm,
+        level,
+        count,
         source,
         event_type,
         ns: ns.clone(),
@@ -318,6 +349,8 @@ impl DemoParts {
         let schedule = Schedule::new(self.rate_per_s);
         let start = crate::clock::mono_ns();
         let mut next = 1;
+        let mut history_ticks = 0u64;
+        let mut next_history = 0u64;
         loop {
             let elapsed = crate::clock::mono_ns().saturating_sub(start);
             let active = Schedule::alarm_active(elapsed);
@@ -342,13 +375,35 @@ impl DemoParts {
                 }
                 next = last + 1;
             }
-            let wake = schedule.next_wake(next, elapsed);
+            if elapsed >= next_history {
+                history_ticks += 1;
+                self.set_history(history_ticks);
+                next_history = history_ticks.saturating_mul(HISTORY_PERIOD_NS);
+            }
+            let wake = schedule.next_wake(next, elapsed).min(next_history);
             let wait = Duration::from_nanos(wake.saturating_sub(elapsed));
             match stop.recv_timeout(wait) {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 _ => return,
             }
         }
+    }
+}
+
+/// The Demo.History values' period, ns.
+const HISTORY_PERIOD_NS: u64 = 1_000_000_000;
+
+impl DemoParts {
+    /// Sets Demo.History.Level and .Count for tick `n` (one a second).
+    fn set_history(&self, n: u64) {
+        let t = crate::clock::utc_now();
+        let hour_ticks = 36_000_000_000i64;
+        let phase = t.0.rem_euclid(hour_ticks) as f64 / hour_ticks as f64;
+        let level = (5000.0 + 1000.0 * (phase * std::f64::consts::TAU).sin()).round() / 100.0;
+        let _ = self.level.set(Variant::Double(level));
+        let _ = self
+            .count
+            .set(Variant::Int32((n % (i32::MAX as u64)) as i32));
     }
 }
 

@@ -85,6 +85,7 @@
 
 mod codec;
 mod ingest;
+pub mod serve;
 mod store;
 mod wal;
 

@@ -1,0 +1,710 @@
+//! The store behind HistoryRead: [`Historian`] is the server's
+//! [`uaring_core::history::HistoryBackend`] and the change recorder of the historized
+//! Variables.
+//!
+//! Threads (none of them a shard): the store's writer thread ([`super::start_writer`]),
+//! and `read_threads` reader threads that answer HistoryRead operations from a bounded
+//! job queue. A shard hands an operation over with one `try_send` and never waits; a full
+//! queue answers the operation BadResourceUnavailable at once.
+//!
+//! What is historized: every Variable with Historizing true and a stored value (the
+//! library's [`crate::VariableDef::historize`], a NodeSet's Historizing attribute), by
+//! change: every value stored in it (a client's Write, an application's push) reaches the
+//! store through the change path's recorder, with the server's time of the store as its
+//! ServerTimestamp. A full ingest queue drops the sample and counts it
+//! (`uaring_history_dropped_total`).
+
+use std::collections::HashMap;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use uaring_core::address_space::change::ChangeRecorder;
+use uaring_core::address_space::ClassAttributes;
+use uaring_core::generated::types::{HistoryData, HistoryReadResult, TimestampsToReturn};
+use uaring_core::history::aggregate::{self, Aggregate, AggregateConfig};
+use uaring_core::history::{
+    HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, ReadDetails,
+};
+use uaring_core::server::shared::ServerShared;
+use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
+
+use super::{Resume, Sample, SeriesId, Store, StoreError};
+
+/// Most raw values one processed or at-time operation reads to compute its answer.
+const MAX_RAW_FOR_PROCESSING: usize = 4_000_000;
+
+/// The server's history: the store, its ingest, the historized nodes, the readers.
+pub struct Historian {
+    store: Arc<Store>,
+    ingest: super::Ingest,
+    /// Historized nodes (filled once the address space is built).
+    nodes: OnceLock<Nodes>,
+    jobs: SyncSender<(HistoryReadOp, HistoryReply)>,
+    writer: Mutex<Option<super::WriterHandle>>,
+}
+
+struct Nodes {
+    by_id: HashMap<NodeId, SeriesId>,
+    /// Series by node index (dense: most historized nodes of a server are near each other).
+    by_index: HashMap<u32, SeriesId>,
+    /// Stepped interpolation (non-float values) by series.
+    stepped: HashMap<SeriesId, bool>,
+}
+
+impl std::fmt::Debug for Historian {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Historian")
+            .field("nodes", &self.nodes.get().map_or(0, |n| n.by_id.len()))
+            .finish()
+    }
+}
+
+impl Historian {
+    /// Opens the store and starts its writer and `read_threads` readers (a job queue of
+    /// `read_queue` operations).
+    pub fn start(
+        config: super::StoreConfig,
+        read_threads: usize,
+        read_queue: usize,
+    ) -> Result<Arc<Historian>, StoreError> {
+        let store = Store::open(config)?;
+        let (ingest, writer) = super::start_writer(store.clone())?;
+        let (jobs, rx) = sync_channel::<(HistoryReadOp, HistoryReply)>(read_queue.max(1));
+        let h = Arc::new(Historian {
+            store,
+            ingest,
+            nodes: OnceLock::new(),
+            jobs,
+            writer: Mutex::new(Some(writer)),
+        });
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..read_threads.max(1) {
+            let h2 = Arc::downgrade(&h);
+            let rx: Arc<Mutex<Receiver<_>>> = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("uaring-history-{i}"))
+                .spawn(move || loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok((op, reply)) = job else { return };
+                    let Some(h) = h2.upgrade() else { return };
+                    h.answer(op, reply);
+                })
+                .map_err(StoreError::Io)?;
+        }
+        Ok(h)
+    }
+
+    /// The store (statistics, tools).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Registers every historized Variable of the built address space as a series and
+    /// records its stores from now on. Returns how many there are.
+    pub fn attach(self: &Arc<Self>, shared: &Arc<ServerShared>) -> Result<usize, StoreError> {
+        let space = &shared.address_space;
+        let mut nodes = Nodes {
+            by_id: HashMap::new(),
+            by_index: HashMap::new(),
+            stepped: HashMap::new(),
+        };
+        for index in 0..space.len() as u32 {
+            let Some(node) = space.node_at(index) else {
+                continue;
+            };
+            let ClassAttributes::Variable(v) = &node.attributes else {
+                continue;
+            };
+            if !v.historizing || node.value_cell().is_none() {
+                continue;
+            }
+            let id = self.store.series(&node.node_id.to_string())?;
+            let current = node.value_cell().map(|c| c.load());
+            let stepped = !matches!(
+                current.as_ref().map(|d| &d.value),
+                Some(Variant::Double(_)) | Some(Variant::Float(_))
+            );
+            nodes.by_id.insert(node.node_id.clone(), id);
+            nodes.by_index.insert(index, id);
+            nodes.stepped.insert(id, stepped);
+        }
+        let count = nodes.by_id.len();
+        let indices: Vec<u32> = nodes.by_index.keys().copied().collect();
+        if self.nodes.set(nodes).is_err() {
+            return Err(StoreError::Invalid("history attached twice"));
+        }
+        if !indices.is_empty() {
+            let recorder: Arc<dyn ChangeRecorder> = self.clone();
+            space.changes().record(recorder, indices.iter().copied());
+            // The value each one starts with is its first sample of this run.
+            for index in indices {
+                if let Some(dv) = space
+                    .node_at(index)
+                    .and_then(|n| n.value_cell())
+                    .map(|c| c.load())
+                {
+                    self.record(index, &dv);
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// Stops the writer after a last flush.
+    pub fn shutdown(&self) -> Result<(), StoreError> {
+        let w = self.writer.lock().ok().and_then(|mut w| w.take());
+        match w {
+            Some(w) => w.shutdown(),
+            None => Ok(()),
+        }
+    }
+
+    fn series(&self, node: &NodeId) -> Option<SeriesId> {
+        self.nodes.get()?.by_id.get(node).copied()
+    }
+
+    fn stepped(&self, id: SeriesId) -> bool {
+        self.nodes
+            .get()
+            .and_then(|n| n.stepped.get(&id).copied())
+            .unwrap_or(true)
+    }
+
+    /// Runs one operation on a reader thread.
+    fn answer(&self, op: HistoryReadOp, reply: HistoryReply) {
+        let Some(id) = self.series(&op.node_id) else {
+            return reply.fail(StatusCode::BadHistoryOperationUnsupported);
+        };
+        let r = match &*op.details {
+            ReadDetails::Raw(_) => self.read_raw(id, &op),
+            ReadDetails::AtTime(d) => self.read_at_time(id, &op, &d.req_times, d.use_simple_bounds),
+            ReadDetails::Processed(_) => self.read_processed(id, &op),
+            ReadDetails::Events(_) => Err(StatusCode::BadHistoryOperationUnsupported),
+        };
+        match r {
+            Ok(result) => reply.answer(result),
+            Err(s) => reply.fail(s),
+        }
+    }
+
+    /// ReadRawModifiedDetails (isReadModified false), Part 11 §6.5.3: `[start, end)` oldest
+    /// first when start < end, `(end, start]` newest first when end < start; one time and
+    /// numValuesPerNode read on from that time (forwards from a start, backwards from an
+    /// end); returnBounds adds the bounding values (BadBoundNotFound where there is none).
+    fn read_raw(&self, id: SeriesId, op: &HistoryReadOp) -> Result<HistoryReadResult, StatusCode> {
+        let ReadDetails::Raw(d) = &*op.details else {
+            return Err(StatusCode::BadInternalError);
+        };
+        let (s, e) = (d.start_time, d.end_time);
+        // (first, bound, reverse): the read goes from `first` towards `bound`.
+        let (first, bound, reverse) = match (s.is_null(), e.is_null()) {
+            (false, false) if s.0 <= e.0 => (s.0, e.0.saturating_sub(1).max(s.0), false),
+            (false, false) => (s.0, e.0.saturating_add(1), true),
+            (false, true) => (s.0, i64::MAX, false),
+            (true, false) => (e.0, i64::MIN, true),
+            (true, true) => return Err(StatusCode::BadInvalidTimestampArgument),
+        };
+        let limit = op.max_values as usize;
+        let mut state = RawState::decode(op.resume.as_deref())?;
+        let mut values: Vec<DataValue> = Vec::new();
+        if d.return_bounds && !state.started {
+            values.push(self.bound_value(id, first, reverse, true)?);
+        }
+        state.started = true;
+        let mut samples = Vec::new();
+        let room = limit.saturating_sub(values.len()).max(1);
+        let next = match state.resume {
+            Some(r) => self
+                .store
+                .read_from(id, r, bound, reverse, room, &mut samples),
+            None => {
+                let (lo, hi) = if reverse {
+                    (bound, first)
+                } else {
+                    (first, bound)
+                };
+                self.store.read(id, lo, hi, reverse, room, &mut samples)
+            }
+        }
+        .map_err(store_status)?;
+        values.extend(samples.into_iter().map(|s| data_value(s, op)));
+        state.resume = next;
+        if next.is_none() && d.return_bounds && !s.is_null() && !e.is_null() {
+            values.push(self.bound_value(id, e.0, reverse, false)?);
+        }
+        let token = next.map(|_| state.encode());
+        Ok(history_result(values, token))
+    }
+
+    /// A bounding value (Part 11 §3.1.5): the value at `t` or the one before it (`at_start`
+    /// of a forward read; after it for a reverse one), else a BadBoundNotFound at `t`.
+    fn bound_value(
+        &self,
+        id: SeriesId,
+        t: i64,
+        reverse: bool,
+        at_start: bool,
+    ) -> Result<DataValue, StatusCode> {
+        let mut at = Vec::new();
+        let earlier = at_start != reverse;
+        if at_start {
+            self.store
+                .read(id, t, t, reverse, 1, &mut at)
+                .map_err(store_status)?;
+            if let Some(s) = at.pop() {
+                return Ok(plain(s));
+            }
+        }
+        let found = if earlier {
+            self.store.last_before(id, t)
+        } else {
+            self.store.first_after(id, t.saturating_sub(1))
+        }
+        .map_err(store_status)?;
+        Ok(match found {
+            Some(s) => plain(s),
+            None => DataValue {
+                source_timestamp: Some(DateTime(t)),
+                server_timestamp: Some(DateTime(t)),
+                ..DataValue::status(StatusCode::BadBoundNotFound)
+            },
+        })
+    }
+
+    /// ReadAtTimeDetails, Part 11 §6.5.5: the raw value at each time, else one
+    /// interpolated from the bounding values (sloped for Float and Double, stepped for other
+    /// types), with the Interpolated bit; BadNoData before the first value. With
+    /// useSimpleBounds the bounding values are the nearest ones whatever their status; without
+    /// it, the nearest non-Bad ones.
+    fn read_at_time(
+        &self,
+        id: SeriesId,
+        op: &HistoryReadOp,
+        times: &[DateTime],
+        simple_bounds: bool,
+    ) -> Result<HistoryReadResult, StatusCode> {
+        let stepped = self.stepped(id);
+        let from = op
+            .resume
+            .as_deref()
+            .and_then(|t| t.try_into().ok())
+            .map_or(0, |b: [u8; 8]| u64::from_le_bytes(b) as usize);
+        let limit = op.max_values as usize;
+        let mut values = Vec::new();
+        for t in times.iter().skip(from).take(limit.max(1)) {
+            values.push(self.value_at(id, t.0, stepped, simple_bounds, op)?);
+        }
+        let done = from + values.len();
+        let token = (done < times.len()).then(|| (done as u64).to_le_bytes().to_vec());
+        Ok(history_result(values, token))
+    }
+
+    fn value_at(
+        &self,
+        id: SeriesId,
+        t: i64,
+        stepped: bool,
+        simple_bounds: bool,
+        op: &HistoryReadOp,
+    ) -> Result<DataValue, StatusCode> {
+        let mut at = Vec::new();
+        self.store
+            .read(id, t, t, false, 1, &mut at)
+            .map_err(store_status)?;
+        if let Some(s) = at.pop() {
+            return Ok(data_value(s, op));
+        }
+        let usable = |s: &Sample| simple_bounds || !StatusCode(s.status).is_bad();
+        let before = self.nearest(id, t, true, &usable)?;
+        let Some(before) = before else {
+            return Ok(DataValue {
+                source_timestamp: Some(DateTime(t)),
+                ..DataValue::status(StatusCode::BadNoData)
+            });
+        };
+        let after = if stepped {
+            None
+        } else {
+            self.nearest(id, t, false, &usable)?
+        };
+        let value = match (
+            &before.value,
+            after.as_ref().map(|a| (&a.value, a.source_ts)),
+        ) {
+            (Variant::Double(a), Some((Variant::Double(b), tb))) => {
+                Variant::Double(lerp(*a, *b, before.source_ts, tb, t))
+            }
+            (Variant::Float(a), Some((Variant::Float(b), tb))) => {
+                Variant::Float(lerp(*a as f64, *b as f64, before.source_ts, tb, t) as f32)
+            }
+            (v, _) => v.clone(),
+        };
+        let base = if after.is_none() && !stepped {
+            // After the last value: stepped extrapolation, Uncertain (Part 13 §3.1.8).
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode(before.status & 0xFFFF_0000)
+        };
+        let status = aggregate::with_bits(base, aggregate::bits::INTERPOLATED);
+        let mut dv = data_value(
+            Sample {
+                source_ts: t,
+                server_ts: t,
+                status: status.0,
+                value,
+            },
+            op,
+        );
+        if dv.status == Some(StatusCode::Good) {
+            dv.status = None;
+        }
+        Ok(dv)
+    }
+
+    /// The nearest sample before (or after) `t` that `usable` accepts, looking at most 1,000
+    /// samples away.
+    fn nearest(
+        &self,
+        id: SeriesId,
+        t: i64,
+        before: bool,
+        usable: &dyn Fn(&Sample) -> bool,
+    ) -> Result<Option<Sample>, StatusCode> {
+        let mut v = Vec::new();
+        let r = if before {
+            self.store
+                .read(id, i64::MIN, t.saturating_sub(1), true, 1000, &mut v)
+        } else {
+            self.store
+                .read(id, t.saturating_add(1), i64::MAX, false, 1000, &mut v)
+        };
+        r.map_err(store_status)?;
+        Ok(v.into_iter().find(|s| usable(s)))
+    }
+
+    /// ReadProcessedDetails (Part 11 §6.5.4, Part 13): the raw values of the range and
+    /// its bounding values, through the aggregate engine; the intervals a continuation
+    /// point resumes at are counted in the token.
+    fn read_processed(
+        &self,
+        id: SeriesId,
+        op: &HistoryReadOp,
+    ) -> Result<HistoryReadResult, StatusCode> {
+        let ReadDetails::Processed(d) = &*op.details else {
+            return Err(StatusCode::BadInternalError);
+        };
+        let Some(aggregate) = op.aggregate.as_ref().and_then(Aggregate::from_node_id) else {
+            return Err(StatusCode::BadAggregateNotSupported);
+        };
+        let c = &d.aggregate_configuration;
+        let config = if c.use_server_capabilities_defaults {
+            AggregateConfig {
+                stepped: self.stepped(id),
+                ..AggregateConfig::default()
+            }
+        } else {
+            AggregateConfig {
+                treat_uncertain_as_bad: c.treat_uncertain_as_bad,
+                percent_data_bad: c.percent_data_bad,
+                percent_data_good: c.percent_data_good,
+                use_sloped_extrapolation: c.use_sloped_extrapolation,
+                stepped: self.stepped(id),
+            }
+        };
+        let (lo, hi) = (
+            d.start_time.0.min(d.end_time.0),
+            d.start_time.0.max(d.end_time.0),
+        );
+        let mut raw = Vec::new();
+        // What lies before the range, back to the first non-Bad value.
+        let mut before = Vec::new();
+        self.store
+            .read(id, i64::MIN, lo.saturating_sub(1), true, 1000, &mut before)
+            .map_err(store_status)?;
+        let keep = before
+            .iter()
+            .position(|s| !StatusCode(s.status).is_bad())
+            .map_or(before.len(), |i| i + 1);
+        before.truncate(keep);
+        before.reverse();
+        raw.extend(before.into_iter().map(plain));
+        let mut inside = Vec::new();
+        let cut = self
+            .store
+            .read(id, lo, hi, false, MAX_RAW_FOR_PROCESSING, &mut inside)
+            .map_err(store_status)?;
+        if cut.is_some() {
+            return Err(StatusCode::BadTooManyOperations);
+        }
+        raw.extend(inside.into_iter().map(plain));
+        let mut after = Vec::new();
+        self.store
+            .read(id, hi.saturating_add(1), i64::MAX, false, 1000, &mut after)
+            .map_err(store_status)?;
+        let keep = after
+            .iter()
+            .position(|s| !StatusCode(s.status).is_bad())
+            .map_or(after.len(), |i| i + 1);
+        after.truncate(keep);
+        raw.extend(after.into_iter().map(plain));
+        let mut values = aggregate::process(
+            aggregate,
+            &raw,
+            d.start_time,
+            d.end_time,
+            d.processing_interval,
+            &config,
+        )?;
+        let from = op
+            .resume
+            .as_deref()
+            .and_then(|t| t.try_into().ok())
+            .map_or(0, |b: [u8; 8]| u64::from_le_bytes(b) as usize);
+        let limit = (op.max_values as usize).max(1);
+        let total = values.len();
+        let page: Vec<DataValue> = values
+            .drain(..)
+            .skip(from)
+            .take(limit)
+            .map(|dv| stamp(dv, op.timestamps))
+            .collect();
+        let done = from + page.len();
+        let token = (done < total).then(|| (done as u64).to_le_bytes().to_vec());
+        Ok(history_result(page, token))
+    }
+}
+
+impl ChangeRecorder for Historian {
+    fn record(&self, node_index: u32, value: &DataValue) {
+        let Some(id) = self
+            .nodes
+            .get()
+            .and_then(|n| n.by_index.get(&node_index).copied())
+        else {
+            return;
+        };
+        let now = crate::clock::utc_now();
+        let _ = self.ingest.try_push(
+            id,
+            Sample {
+                source_ts: value.source_timestamp.unwrap_or(now).0,
+                server_ts: now.0,
+                status: value.status.map_or(0, |s| s.0),
+                value: value.value.clone(),
+            },
+        );
+    }
+}
+
+impl HistoryBackend for Historian {
+    fn capabilities(&self) -> HistoryCapabilities {
+        HistoryCapabilities {
+            access_history_data: true,
+            access_history_events: false,
+            aggregates: Aggregate::ALL.iter().map(|a| a.node_id()).collect(),
+        }
+    }
+
+    fn has_history(&self, node_id: &NodeId, events: bool) -> bool {
+        !events && self.series(node_id).is_some()
+    }
+
+    fn read(&self, op: HistoryReadOp, reply: HistoryReply) {
+        match self.jobs.try_send((op, reply)) {
+            Ok(()) => {}
+            Err(TrySendError::Full((_, reply))) | Err(TrySendError::Disconnected((_, reply))) => {
+                reply.fail(StatusCode::BadResourceUnavailable)
+            }
+        }
+    }
+}
+
+/// Where a raw read is: whether its start bound went out, where the store resumes.
+#[derive(Default)]
+struct RawState {
+    started: bool,
+    resume: Option<Resume>,
+}
+
+impl RawState {
+    fn decode(token: Option<&[u8]>) -> Result<RawState, StatusCode> {
+        let Some(t) = token else {
+            return Ok(RawState::default());
+        };
+        let b: [u8; 13] = t
+            .try_into()
+            .map_err(|_| StatusCode::BadContinuationPointInvalid)?;
+        let mut ts = [0u8; 8];
+        ts.copy_from_slice(&b[1..9]);
+        let mut skip = [0u8; 4];
+        skip.copy_from_slice(&b[9..13]);
+        Ok(RawState {
+            started: b[0] != 0,
+            resume: Some(Resume {
+                ts: i64::from_le_bytes(ts),
+                skip: u32::from_le_bytes(skip),
+            }),
+        })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(13);
+        v.push(self.started as u8);
+        let r = self.resume.unwrap_or(Resume { ts: 0, skip: 0 });
+        v.extend_from_slice(&r.ts.to_le_bytes());
+        v.extend_from_slice(&r.skip.to_le_bytes());
+        v
+    }
+}
+
+fn lerp(a: f64, b: f64, ta: i64, tb: i64, t: i64) -> f64 {
+    if tb == ta {
+        return a;
+    }
+    a + (b - a) * ((t - ta) as f64 / (tb - ta) as f64)
+}
+
+fn store_status(e: StoreError) -> StatusCode {
+    tracing::warn!(error = %e, "history store read failed");
+    StatusCode::BadHistoryOperationInvalid
+}
+
+/// A sample as a DataValue with both timestamps.
+fn plain(s: Sample) -> DataValue {
+    DataValue {
+        value: s.value,
+        status: (s.status != 0).then_some(StatusCode(s.status)),
+        source_timestamp: Some(DateTime(s.source_ts)),
+        server_timestamp: Some(DateTime(s.server_ts)),
+        ..DataValue::default()
+    }
+}
+
+/// A sample as the operation asks for it: its timestamps and its IndexRange.
+fn data_value(s: Sample, op: &HistoryReadOp) -> DataValue {
+    let mut dv = stamp(plain(s), op.timestamps);
+    if let Some(range) = &op.index_range {
+        match range.read(&dv.value) {
+            Ok(v) => dv.value = v,
+            Err(status) => {
+                dv.value = Variant::Empty;
+                dv.status = Some(status);
+            }
+        }
+    }
+    dv
+}
+
+/// Keeps the timestamps asked for.
+fn stamp(mut dv: DataValue, ts: TimestampsToReturn) -> DataValue {
+    if ts == TimestampsToReturn::Source {
+        dv.server_timestamp = None;
+    } else if ts == TimestampsToReturn::Server {
+        dv.source_timestamp = None;
+    }
+    dv
+}
+
+fn history_result(values: Vec<DataValue>, token: Option<Vec<u8>>) -> HistoryReadResult {
+    HistoryReadResult {
+        status_code: if values.is_empty() && token.is_none() {
+            StatusCode::GoodNoData
+        } else {
+            StatusCode::Good
+        },
+        continuation_point: token.map(Into::into).unwrap_or_default(),
+        history_data: ExtensionObject::from_struct(&HistoryData {
+            data_values: values,
+        }),
+    }
+}
+
+/// `[history]` of the configuration file (docs/History.md, docs/Configuration.md).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// On or off; unset: on when the application (or the Demo folder) historizes a
+    /// Variable.
+    pub enabled: Option<bool>,
+    /// The store's directory (created when missing; one server at a time).
+    pub dir: std::path::PathBuf,
+    /// How often the store makes what it received durable (fsync), ms: what a crash can
+    /// lose. 1..=60000.
+    pub flush_interval_ms: u32,
+    /// Segments whose newest value is older than this are deleted, seconds (unset: kept).
+    pub retention_age_s: Option<u64>,
+    /// The oldest segments are deleted while the store is larger, bytes (unset: no limit).
+    pub retention_bytes: Option<u64>,
+    /// Values waiting for the writer thread, all shards together (≥ 1).
+    pub queue_capacity: usize,
+    /// A full queue drops the value being stored (`drop-newest`) or the oldest waiting one
+    /// (`drop-oldest`); either way it is counted.
+    pub on_full: String,
+    /// Threads answering HistoryRead (1..=64).
+    pub read_threads: usize,
+    /// HistoryRead operations waiting for a reader thread (≥ 1); one more is
+    /// BadResourceUnavailable.
+    pub read_queue: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            enabled: None,
+            dir: std::path::PathBuf::from("history"),
+            flush_interval_ms: 1000,
+            retention_age_s: None,
+            retention_bytes: None,
+            queue_capacity: 1 << 18,
+            on_full: "drop-newest".to_string(),
+            read_threads: 2,
+            read_queue: 1024,
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// The store's configuration, checked.
+    pub fn store_config(&self) -> Result<super::StoreConfig, String> {
+        if !(1..=60_000).contains(&self.flush_interval_ms) {
+            return Err("history.flush_interval_ms must be 1..=60000".into());
+        }
+        if self.queue_capacity == 0 || self.read_queue == 0 {
+            return Err("history.queue_capacity and history.read_queue must be at least 1".into());
+        }
+        if !(1..=64).contains(&self.read_threads) {
+            return Err("history.read_threads must be 1..=64".into());
+        }
+        let on_full = match self.on_full.as_str() {
+            "drop-newest" => super::OnFull::DropNewest,
+            "drop-oldest" => super::OnFull::DropOldest,
+            other => {
+                return Err(format!(
+                    "history.on_full = {other:?} (expected drop-newest or drop-oldest)"
+                ))
+            }
+        };
+        let mut c = super::StoreConfig::new(&self.dir);
+        c.flush_interval_ms = self.flush_interval_ms;
+        c.retention_age_s = self.retention_age_s;
+        c.retention_bytes = self.retention_bytes;
+        c.queue_capacity = self.queue_capacity;
+        c.on_full = on_full;
+        Ok(c)
+    }
+}
+
+/// Takes `[history]` out of the file's server table.
+pub fn take_config(table: &mut toml::Table) -> Result<HistoryConfig, String> {
+    let c = match table.remove("history") {
+        Some(v) => v
+            .try_into::<HistoryConfig>()
+            .map_err(|e| format!("[history]: {e}"))?,
+        None => HistoryConfig::default(),
+    };
+    c.store_config()?;
+    Ok(c)
+}

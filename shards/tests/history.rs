@@ -1,0 +1,315 @@
+//! History end to end, in-process: a historized Variable of the library, its pushed values
+//! in the embedded store, read back by a real client over TCP with HistoryRead — raw
+//! (forwards, backwards, with continuation points), at time (interpolated), processed —
+//! a client's Write historized too, and everything still there after a restart.
+
+use std::time::{Duration, Instant};
+
+use uaring::{DataValue, DateTime, NodeId, Server, StatusCode, VariableDef, Variant};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::{DecodeLimits, ExtensionObject};
+use uaring_harness::blocking::Client;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Dir(std::path::PathBuf);
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("uaring-history-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+}
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A day ago, on a whole second: the pushed values are at t0 + i s.
+fn t0() -> DateTime {
+    let now = uaring::clock::utc_now().0;
+    let day = 864_000_000_000i64;
+    DateTime((now - day) / 10_000_000 * 10_000_000)
+}
+fn at(t0: DateTime, s: f64) -> DateTime {
+    DateTime(t0.0 + (s * 1e7) as i64)
+}
+
+fn builder(dir: &Dir) -> uaring::ServerBuilder {
+    Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(2)
+        .pki(dir.0.join("pki"))
+        .config_toml(&format!(
+            "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n",
+            dir.0.join("store").display().to_string()
+        ))
+}
+
+fn session(url: &str) -> Client {
+    let mut c = Client::connect(url, TIMEOUT).expect("connect");
+    c.create_session().expect("CreateSession");
+    c.activate_session_anonymous().expect("ActivateSession");
+    c
+}
+
+fn history_read(
+    c: &mut Client,
+    details: ExtensionObject,
+    nodes: Vec<HistoryReadValueId>,
+) -> HistoryReadResponse {
+    let req = HistoryReadRequest {
+        history_read_details: details,
+        timestamps_to_return: TimestampsToReturn::Both,
+        nodes_to_read: nodes,
+        ..Default::default()
+    };
+    match c
+        .call(Request::HistoryRead(Box::new(req)))
+        .expect("HistoryRead")
+    {
+        Response::HistoryRead(r) => *r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn data(r: &HistoryReadResult) -> Vec<DataValue> {
+    if r.history_data.is_null() {
+        return Vec::new();
+    }
+    r.history_data
+        .decode_as::<HistoryData>(DecodeLimits::default())
+        .expect("HistoryData")
+        .expect("decodes")
+        .data_values
+}
+
+fn doubles(v: &[DataValue]) -> Vec<f64> {
+    v.iter()
+        .map(|d| match d.value {
+            Variant::Double(x) => x,
+            ref o => panic!("{o:?}"),
+        })
+        .collect()
+}
+
+/// Every raw value of `node` in `[start, end)`, `per_call` at a time through continuation
+/// points; also how many calls it took.
+fn read_all(
+    c: &mut Client,
+    node: &NodeId,
+    start: DateTime,
+    end: DateTime,
+    per_call: u32,
+) -> (Vec<DataValue>, usize) {
+    let details = ExtensionObject::from_struct(&ReadRawModifiedDetails {
+        is_read_modified: false,
+        start_time: start,
+        end_time: end,
+        num_values_per_node: per_call,
+        return_bounds: false,
+    });
+    let mut all = Vec::new();
+    let mut cp = ByteString::null();
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let r = history_read(
+            c,
+            details.clone(),
+            vec![HistoryReadValueId {
+                node_id: node.clone(),
+                continuation_point: cp.clone(),
+                ..Default::default()
+            }],
+        );
+        let res = &r.results[0];
+        assert!(res.status_code.is_good(), "{:?}", res.status_code);
+        all.extend(data(res));
+        if res.continuation_point.is_null() {
+            return (all, calls);
+        }
+        cp = res.continuation_point.clone();
+    }
+}
+
+type ByteString = uaring::ByteString;
+
+fn wait_for(c: &mut Client, node: &NodeId, start: DateTime, end: DateTime, n: usize) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let (v, _) = read_all(c, node, start, end, 0);
+        if v.len() >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} values stored",
+            v.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive_a_restart() {
+    let dir = Dir::new("e2e");
+    let t0 = t0();
+    let level_id;
+    let setpoint_id;
+    {
+        let mut b = builder(&dir);
+        let ns = b.namespace("urn:test:history");
+        let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+        b.add_variable(
+            VariableDef::new(ns.id("Setpoint"), "Setpoint", 0.0)
+                .writable(true)
+                .historize(),
+        );
+        b.add_variable(VariableDef::new(ns.id("Live"), "Live", 0.0));
+        let server = b.start().expect("start");
+        let url = server.endpoint_url();
+        let nsi = server.namespace_index("urn:test:history").unwrap();
+        level_id = NodeId::string(nsi, "Level");
+        setpoint_id = NodeId::string(nsi, "Setpoint");
+        for i in 0..1000 {
+            level
+                .set_with(DataValue {
+                    source_timestamp: Some(at(t0, i as f64)),
+                    ..DataValue::new(Variant::Double(i as f64))
+                })
+                .unwrap();
+        }
+        let mut c = session(&url);
+        let end = at(t0, 1000.0);
+        wait_for(&mut c, &level_id, t0, end, 1000);
+
+        // Raw, forwards, 300 at a time: four calls, every value once and in order.
+        let (v, calls) = read_all(&mut c, &level_id, t0, end, 300);
+        assert_eq!(calls, 4);
+        assert_eq!(doubles(&v), (0..1000).map(|i| i as f64).collect::<Vec<_>>());
+        assert!(v.iter().all(|d| d.server_timestamp.is_some()));
+        // [start, end): the value at the end time is not included.
+        let (v, _) = read_all(&mut c, &level_id, at(t0, 10.0), at(t0, 20.0), 0);
+        assert_eq!(doubles(&v), (10..20).map(|i| i as f64).collect::<Vec<_>>());
+        // Backwards: end before start.
+        let (v, _) = read_all(&mut c, &level_id, at(t0, 19.0), at(t0, 9.0), 0);
+        assert_eq!(
+            doubles(&v),
+            (10..20).rev().map(|i| i as f64).collect::<Vec<_>>()
+        );
+
+        // At time: a raw value where there is one, else interpolated between its neighbours.
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadAtTimeDetails {
+                req_times: vec![at(t0, 7.0), at(t0, 10.25), at(t0, -5.0)],
+                use_simple_bounds: true,
+            }),
+            vec![HistoryReadValueId {
+                node_id: level_id.clone(),
+                ..Default::default()
+            }],
+        );
+        let v = data(&r.results[0]);
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0].value, Variant::Double(7.0));
+        assert_eq!(v[0].status, None, "raw, Good");
+        assert_eq!(v[1].value, Variant::Double(10.25));
+        let s = v[1].status.expect("interpolated");
+        assert_eq!(
+            s.0 & 0x0403,
+            0x0402,
+            "Interpolated bit with the DataValue info type"
+        );
+        assert_eq!(
+            v[2].status,
+            Some(StatusCode::BadNoData),
+            "before the first value"
+        );
+
+        // Processed: Interpolative every 100 s.
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadProcessedDetails {
+                start_time: t0,
+                end_time: at(t0, 500.0),
+                processing_interval: 100_000.0,
+                aggregate_type: vec![NodeId::ns0(2341)],
+                aggregate_configuration: AggregateConfiguration {
+                    use_server_capabilities_defaults: true,
+                    ..Default::default()
+                },
+            }),
+            vec![HistoryReadValueId {
+                node_id: level_id.clone(),
+                ..Default::default()
+            }],
+        );
+        assert_eq!(r.results[0].status_code, StatusCode::Good);
+        assert_eq!(
+            doubles(&data(&r.results[0])),
+            vec![0.0, 100.0, 200.0, 300.0, 400.0]
+        );
+
+        // A client's Write is historized too; a Variable that is not says so.
+        let w = c
+            .write(&[WriteValue {
+                node_id: setpoint_id.clone(),
+                attribute_id: 13,
+                value: DataValue::new(Variant::Double(42.0)),
+                ..Default::default()
+            }])
+            .unwrap();
+        assert_eq!(w, vec![StatusCode::Good]);
+        let now = uaring::clock::utc_now();
+        wait_for(&mut c, &setpoint_id, t0, at(now, 10.0), 2);
+        let (v, _) = read_all(&mut c, &setpoint_id, t0, at(now, 10.0), 0);
+        assert_eq!(
+            doubles(&v),
+            vec![0.0, 42.0],
+            "its start value, then the Write"
+        );
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadRawModifiedDetails {
+                start_time: t0,
+                end_time: at(t0, 10.0),
+                ..Default::default()
+            }),
+            vec![HistoryReadValueId {
+                node_id: NodeId::string(nsi, "Live"),
+                ..Default::default()
+            }],
+        );
+        assert_eq!(r.results[0].status_code, StatusCode::BadNotReadable);
+        let _ = c.close();
+        drop(level);
+        server.shutdown().expect("shutdown");
+    }
+    // A restart on the same directory finds everything.
+    let mut b = builder(&dir);
+    let ns = b.namespace("urn:test:history");
+    b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    b.add_variable(
+        VariableDef::new(ns.id("Setpoint"), "Setpoint", 0.0)
+            .writable(true)
+            .historize(),
+    );
+    let server = b.start().expect("restart with the same Variables");
+    let mut c = session(&server.endpoint_url());
+    let (v, _) = read_all(&mut c, &level_id, t0, at(t0, 1000.0), 0);
+    assert_eq!(
+        v.len(),
+        1000,
+        "every value flushed before the shutdown is there"
+    );
+    let now = uaring::clock::utc_now();
+    let (v, _) = read_all(&mut c, &setpoint_id, t0, at(now, 10.0), 0);
+    assert!(doubles(&v).contains(&42.0));
+    let _ = c.close();
+    server.shutdown().unwrap();
+}
