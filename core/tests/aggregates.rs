@@ -337,7 +337,7 @@ fn write_results(outcome: &Outcome) {
         "# Part 13 Annex A results\n\n\
          Written by `WRITE_RESULTS=1 cargo test -p uaring-core --test aggregates`. Tables: OPC 10000-13 \
          v1.04 Annex A as transcribed in this directory. ✓ every interval matches; ✗ n: n intervals \
-         differ; ✓ (k rows): only the first k rows of the table were available and they match; — no table \
+         differ; ✓ (first k): only the first k rows of the table were available and they match; — no table \
          held (the Aggregate does not apply to that historian, or its table was not available).\n\n\
          | Aggregate | In `ALL` | Historian1 | Historian2 | Historian3 | Historian4 |\n\
          |---|---|---|---|---|---|\n",
@@ -358,7 +358,7 @@ fn write_results(outcome: &Outcome) {
             let key = (a.name().to_string(), h);
             let cell = match outcome.results.get(&key) {
                 Some(d) if d.is_empty() => match outcome.partial_tables.get(&key) {
-                    Some(k) => format!("✓ ({k} rows)"),
+                    Some(k) => format!("✓ (first {k})"),
                     None => "✓".to_string(),
                 },
                 Some(d) => format!("✗ {}", d.len()),

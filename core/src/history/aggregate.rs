@@ -227,6 +227,12 @@ impl Aggregate {
         Aggregate::DurationGood,
         Aggregate::DurationInStateZero,
         Aggregate::DurationInStateNonZero,
+        Aggregate::VarianceSample,
+        Aggregate::TimeAverage,
+        Aggregate::TimeAverage2,
+        Aggregate::Minimum2,
+        Aggregate::MinimumActualTime2,
+        Aggregate::MaximumActualTime2,
     ];
 
     /// Every Aggregate this module names, computed or not.
@@ -804,6 +810,14 @@ impl<'a> Ctx<'a> {
         if aggregate == Aggregate::Interpolative {
             return self.interpolative(s);
         }
+        if aggregate == Aggregate::TimeAverage {
+            // Interpolated bounds: after the end of the data the value is extrapolated (as for
+            // Interpolative), so only "Before Start of Data" is Bad_NoData.
+            if self.data_start.is_none_or(|first| first >= e) {
+                return no_data(s);
+            }
+            return self.time_average(s, e, true);
+        }
         if self.outside_data(s, e) {
             return no_data(s);
         }
@@ -814,6 +828,15 @@ impl<'a> Ctx<'a> {
             Aggregate::DurationGood => self.duration(s, e, Duration::Good),
             Aggregate::DurationInStateZero => self.duration(s, e, Duration::StateZero),
             Aggregate::DurationInStateNonZero => self.duration(s, e, Duration::StateNonZero),
+            Aggregate::VarianceSample => self.spread(s, e, Spread::VarianceSample),
+            Aggregate::StandardDeviationSample => self.spread(s, e, Spread::StdDevSample),
+            Aggregate::VariancePopulation => self.spread(s, e, Spread::VariancePopulation),
+            Aggregate::StandardDeviationPopulation => self.spread(s, e, Spread::StdDevPopulation),
+            Aggregate::TimeAverage2 => self.time_average(s, e, false),
+            Aggregate::Minimum2 => self.extreme2(s, e, false, false),
+            Aggregate::Maximum2 => self.extreme2(s, e, true, false),
+            Aggregate::MinimumActualTime2 => self.extreme2(s, e, false, true),
+            Aggregate::MaximumActualTime2 => self.extreme2(s, e, true, true),
             _ => dv(Variant::Empty, StatusCode::BadAggregateNotSupported, s),
         }
     }
@@ -910,36 +933,93 @@ impl<'a> Ctx<'a> {
         )
     }
 
-    /// The step timeline of `[s, e)` (the Simple Bounding Value at `s`, then each raw value held
-    /// until the next): calls `f(from, to, status, value)` per segment. Where the data ends inside
-    /// the interval the last raw value is held for one millisecond (the resolution of Annex A's
-    /// durations: A.21 and A.29 count 10001 ms for 12:01:20–12:01:30 and the value at 12:01:30) and
-    /// the rest is a Bad_NoData segment.
-    fn timeline(&self, s: i64, e: i64, mut f: impl FnMut(i64, i64, StatusCode, Num)) {
-        let b = self.simple_bound(s);
-        let mut cur = (s, b.status, self.bound_num(&b));
+    /// The regions of `[s, e)` (Part 13 §5.4.3.2): from the bounding value at `s` through each raw
+    /// value in the interval to the bounding value at `e`, calling `f` per region with its two end
+    /// points. With `interpolated` the bounds are Interpolated Bounding Values (§3.1.8), Bad raw
+    /// values are skipped and the end of the data is extrapolated; otherwise they are Simple
+    /// Bounding Values (§3.1.9), Bad raw values start Bad regions, and where the data ends inside
+    /// the interval, with [`DataEnd::NoData`], the last raw value is held for one millisecond (the
+    /// resolution of Annex A's examples: A.21 and A.29 count 10001 ms for 12:01:20–12:01:30 and the
+    /// value at 12:01:30, A.5 averages 90 over 12:01:30–12:01:35) and the rest of the interval is a
+    /// Bad_NoData region; with [`DataEnd::Extrapolate`] the last value is held to the end, as an
+    /// Uncertain_DataSubNormal extrapolation unless the variable is Stepped.
+    fn segments(&self, s: i64, e: i64, interpolated: bool, end: DataEnd, mut f: impl FnMut(Seg)) {
+        let b = if interpolated {
+            self.interpolated_bound(s)
+        } else {
+            self.simple_bound(s)
+        };
+        let mut p = Pt {
+            t: s,
+            status: b.status,
+            num: self.bound_num(&b),
+        };
         let mut last_raw = b.raw.then(|| self.at_or_after(s));
         let mut i = self.at_or_after(s);
         if self.t(i) == s {
             i += 1;
         }
         while i < self.raw.len() && self.t(i) < e {
-            let t = self.t(i);
-            f(cur.0, t, cur.1, cur.2);
-            cur = (t, self.status(i), self.num(i));
+            let st = self.status(i);
             last_raw = Some(i);
+            if interpolated && self.is_bad(st) {
+                i += 1;
+                continue;
+            }
+            let q = Pt {
+                t: self.t(i),
+                status: st,
+                num: self.num(i),
+            };
+            f(Seg { p, q });
+            p = q;
             i += 1;
         }
         let ends_here = last_raw.is_some_and(|k| k + 1 == self.raw.len());
-        if ends_here {
-            let stop = cur.0.saturating_add(TICKS_PER_MS).min(e);
-            f(cur.0, stop, cur.1, cur.2);
-            if stop < e {
-                f(stop, e, StatusCode::BadNoData, Num::Null);
-            }
-        } else {
-            f(cur.0, e, cur.1, cur.2);
+        if ends_here && !interpolated && end == DataEnd::Extrapolate {
+            // SteppedInterpolation holds the last value; otherwise it is SteppedExtrapolation,
+            // Uncertain_DataSubNormal (§3.1.8).
+            let status = if self.cfg.stepped {
+                p.status
+            } else {
+                StatusCode::UncertainDataSubNormal
+            };
+            f(Seg {
+                p,
+                q: Pt { t: e, status, ..p },
+            });
+            return;
         }
+        if ends_here && !interpolated {
+            let stop = p.t.saturating_add(TICKS_PER_MS).min(e);
+            f(Seg {
+                p,
+                q: Pt { t: stop, ..p },
+            });
+            if stop < e {
+                let none = Pt {
+                    t: stop,
+                    status: StatusCode::BadNoData,
+                    num: Num::Null,
+                };
+                f(Seg {
+                    p: none,
+                    q: Pt { t: e, ..none },
+                });
+            }
+            return;
+        }
+        let eb = if interpolated {
+            self.interpolated_bound(e)
+        } else {
+            self.simple_bound(e)
+        };
+        let q = Pt {
+            t: e,
+            status: eb.status,
+            num: self.bound_num(&eb),
+        };
+        f(Seg { p, q });
     }
 
     /// The interval's quality from the time its data is Bad (§5.4.3.3): Bad when the Bad share is
@@ -966,8 +1046,10 @@ impl<'a> Ctx<'a> {
         let mut sum = 0i64;
         let mut bad = 0i64;
         let mut invalid = false;
-        self.timeline(s, e, |from, to, st, v| {
-            let d = to - from;
+        self.segments(s, e, false, DataEnd::NoData, |seg| {
+            // "Each region starts with a data point … If that data point is Bad the region is Bad"
+            // (§5.4.3.32): a region has the status and value of its first point.
+            let (d, st, v) = (seg.q.t - seg.p.t, seg.p.status, seg.p.num);
             if self.is_bad(st) {
                 bad += d;
                 return;
@@ -1003,6 +1085,290 @@ impl<'a> Ctx<'a> {
             s,
         )
     }
+
+    /// The quality of an interval from the share of Bad data (§5.4.3.2): `bad` and `total` are
+    /// counts or durations. Bad when the Bad share is at least PercentDataBad, Good when the rest is
+    /// at least PercentDataGood and no Uncertain value was used ("the StatusCode of the value is
+    /// still treated as Uncertain"), Uncertain_DataSubNormal otherwise.
+    fn share_quality(&self, total: i64, bad: i64, uncertain_used: bool) -> StatusCode {
+        let q = self.quality(total, bad);
+        if q == StatusCode::Good && uncertain_used {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            q
+        }
+    }
+
+    /// StandardDeviationSample, VarianceSample, StandardDeviationPopulation, VariancePopulation
+    /// (Part 13 §5.4.3.37–§5.4.3.40): over the Good raw values of the interval (n − 1 or n in the
+    /// divisor; one value gives 0). Annex A.36 shows Uncertain_DataSubNormal where the interval
+    /// holds any value that is not Good (Bad or Uncertain, Bad_NoData markers aside) although the
+    /// §5.4.3.37 table says "Always Good": the Annex is followed. Bad_NoData without a Good value.
+    fn spread(&self, s: i64, e: i64, what: Spread) -> DataValue {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let Some(slice) = self.raw.get(i0..i1) else {
+            return no_data(s);
+        };
+        // Welford's running mean and sum of squared deviations.
+        let (mut n, mut mean, mut m2) = (0u64, 0.0f64, 0.0f64);
+        let mut not_good = false;
+        for d in slice {
+            let st = status_of(d);
+            if is_marker(st) {
+                continue;
+            }
+            if !st.is_good() {
+                not_good = true;
+                continue;
+            }
+            match num(&d.value) {
+                Num::Val(x) => {
+                    n += 1;
+                    let delta = x - mean;
+                    mean += delta / n as f64;
+                    m2 += delta * (x - mean);
+                }
+                Num::NotNumeric => {
+                    return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s)
+                }
+                Num::Null => {}
+            }
+        }
+        if n == 0 {
+            return no_data(s);
+        }
+        let divisor = match what {
+            Spread::VarianceSample | Spread::StdDevSample => n - 1,
+            Spread::VariancePopulation | Spread::StdDevPopulation => n,
+        };
+        let variance = if divisor == 0 {
+            0.0
+        } else {
+            m2 / divisor as f64
+        };
+        let x = match what {
+            Spread::StdDevSample | Spread::StdDevPopulation => variance.sqrt(),
+            Spread::VarianceSample | Spread::VariancePopulation => variance,
+        };
+        let code = if not_good {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
+        dv(
+            Variant::Double(x),
+            with_bits(code, bits::CALCULATED | self.partial(s, e)),
+            s,
+        )
+    }
+
+    /// TimeAverage (Part 13 §5.4.3.6, Interpolated Bounding Values) and TimeAverage2 (§5.4.3.7,
+    /// Simple Bounding Values): the time-weighted average of the non-Bad regions, each region the
+    /// line between its points (SlopedInterpolation) or its first point held (SteppedInterpolation,
+    /// or when the next point is Bad). The quality is time weighted (§5.4.3.2), a region sloped
+    /// between two points as Uncertain as the worse of them. Bad_NoData without a non-Bad region.
+    /// TimeAverage sets no Partial bit for the time after the end of the data, which it
+    /// extrapolates (Annex A.4); TimeAverage2 does (Annex A.5).
+    fn time_average(&self, s: i64, e: i64, interpolated: bool) -> DataValue {
+        let mut area = 0.0f64;
+        let mut good_time = 0i64;
+        let mut bad_time = 0i64;
+        let mut uncertain = false;
+        let mut invalid = false;
+        self.segments(s, e, interpolated, DataEnd::NoData, |seg| {
+            let d = seg.q.t - seg.p.t;
+            if d <= 0 {
+                return;
+            }
+            if self.is_bad(seg.p.status) {
+                bad_time += d;
+                return;
+            }
+            let Num::Val(pv) = seg.p.num else {
+                if seg.p.num == Num::NotNumeric {
+                    invalid = true;
+                }
+                bad_time += d;
+                return;
+            };
+            let q_usable = !self.is_bad(seg.q.status) && matches!(seg.q.num, Num::Val(_));
+            let sloped = !self.cfg.stepped && q_usable;
+            let value = match (sloped, seg.q.num) {
+                (true, Num::Val(qv)) => (pv + qv) / 2.0,
+                _ => pv,
+            };
+            if seg.p.status.is_uncertain() || (sloped && seg.q.status.is_uncertain()) {
+                uncertain = true;
+            }
+            area += value * d as f64;
+            good_time += d;
+        });
+        if invalid {
+            return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+        }
+        if good_time == 0 {
+            return no_data(s);
+        }
+        let code = self.share_quality(e - s, bad_time, uncertain);
+        let partial = if interpolated {
+            let short = e - s < self.pi;
+            let before_start = self.data_start.is_some_and(|first| s < first);
+            if short || before_start {
+                bits::PARTIAL
+            } else {
+                0
+            }
+        } else {
+            self.partial(s, e)
+        };
+        let like = self.at_or_after(s).min(self.raw.len().saturating_sub(1));
+        dv(
+            same_type_as(self.value(like), area / good_time as f64),
+            with_bits(code, bits::CALCULATED | partial),
+            s,
+        )
+    }
+
+    /// Minimum2 / Maximum2 / MinimumActualTime2 / MaximumActualTime2 (Part 13 §5.4.3.16–§5.4.3.19):
+    /// the least (greatest) of the Simple Bounding Value at the start, the non-Bad raw values in the
+    /// interval and (SlopedInterpolation only) the Simple Bounding Value at the end, which is
+    /// stamped at the EffectiveEndTime (§3.1.3, end − 1 ms as Annex A.16 prints it). With
+    /// SteppedInterpolation the end bound is the last value of the interval held, no point of its
+    /// own (Annex A.15/A.16 Historian 3). The quality: §5.4.3.2 counts values (bounds included) for
+    /// Aggregates on raw values, but Annex A.13/A.15/A.16 match only a time-weighted quality over
+    /// the Simple-Bound regions, the data held past its end (Historian 3, PercentDataBad 50,
+    /// 12:01:20: a count gives Bad, the tables Good), so the Annex is followed.
+    /// Bits: Interpolated when a bound is returned, Calculated when Minimum2/Maximum2 return a
+    /// value not at the start of the interval, MultiValue when the extreme occurs more than once
+    /// (the ActualTime variants return the oldest).
+    fn extreme2(&self, s: i64, e: i64, max: bool, actual_time: bool) -> DataValue {
+        let better = |a: f64, b: f64| if max { a > b } else { a < b };
+        // (value, timestamp, from a bound, index of a raw value of the same type)
+        let mut best: Option<(f64, i64, bool, usize)> = None;
+        let mut ties = 0usize;
+        let mut invalid = false;
+        let mut consider = |x: Num, st: StatusCode, t: i64, bound: bool, like: usize| {
+            if self.is_bad(st) {
+                return;
+            }
+            let v = match x {
+                Num::Val(v) => v,
+                Num::NotNumeric => {
+                    invalid = true;
+                    return;
+                }
+                Num::Null => return,
+            };
+            match best {
+                Some((b, ..)) if v == b => ties += 1,
+                Some((b, ..)) if !better(v, b) => {}
+                _ => {
+                    best = Some((v, t, bound, like));
+                    ties = 0;
+                }
+            }
+        };
+        let sb = self.simple_bound(s);
+        let like_of = |b: &Bound| match b.val {
+            BoundVal::Raw(i) | BoundVal::Num(_, i) => i,
+            BoundVal::None => 0,
+        };
+        consider(self.bound_num(&sb), sb.status, s, !sb.raw, like_of(&sb));
+        let mut i = self.at_or_after(s);
+        if self.t(i) == s {
+            i += 1;
+        }
+        while i < self.raw.len() && self.t(i) < e {
+            consider(self.num(i), self.status(i), self.t(i), false, i);
+            i += 1;
+        }
+        if !self.cfg.stepped {
+            let data_ends = self.data_end.is_some_and(|last| last < e);
+            let eb = if data_ends {
+                Bound::NO_DATA
+            } else {
+                self.simple_bound(e)
+            };
+            let stepped_values = matches!(eb.val, BoundVal::Raw(k) | BoundVal::Num(_, k)
+                if matches!(self.value(k), Variant::Boolean(_)));
+            if !stepped_values {
+                consider(
+                    self.bound_num(&eb),
+                    eb.status,
+                    e - TICKS_PER_MS,
+                    true,
+                    like_of(&eb),
+                );
+            }
+        }
+        if invalid {
+            return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+        }
+        let Some((v, t, bound, like)) = best else {
+            return no_data(s);
+        };
+        // The quality over the regions of the interval (see the note above).
+        let (mut bad, mut uncertain) = (0i64, false);
+        self.segments(s, e, false, DataEnd::Extrapolate, |seg| {
+            let d = seg.q.t - seg.p.t;
+            if self.is_bad(seg.p.status) {
+                bad += d;
+            } else if seg.p.status.is_uncertain()
+                || (!self.cfg.stepped && !self.is_bad(seg.q.status) && seg.q.status.is_uncertain())
+            {
+                uncertain = true;
+            }
+        });
+        let code = self.share_quality(e - s, bad, uncertain);
+        let mut b = self.partial(s, e);
+        if bound {
+            b |= bits::INTERPOLATED;
+        }
+        if ties > 0 {
+            b |= bits::MULTI_VALUE;
+        }
+        let ts = if actual_time {
+            t
+        } else {
+            if !bound && t != s {
+                b |= bits::CALCULATED;
+            }
+            s
+        };
+        dv(same_type_as(self.value(like), v), with_bits(code, b), ts)
+    }
+}
+
+/// What a region after the end of the data is (see `Ctx::segments`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum DataEnd {
+    /// The last value held one millisecond, then Bad_NoData.
+    NoData,
+    /// The last value held (extrapolated) to the end of the interval.
+    Extrapolate,
+}
+
+/// A point of a region: a bounding value or a raw value.
+#[derive(Clone, Copy, Debug)]
+struct Pt {
+    t: i64,
+    status: StatusCode,
+    num: Num,
+}
+
+/// A region between two points (§5.4.3.2).
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    p: Pt,
+    q: Pt,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    VarianceSample,
+    StdDevSample,
+    VariancePopulation,
+    StdDevPopulation,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
