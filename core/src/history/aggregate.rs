@@ -354,15 +354,20 @@ fn interval_ticks(lo: i64, hi: i64, processing_interval_ms: f64) -> Result<i64, 
         return Err(StatusCode::BadInvalidArgument);
     }
     if processing_interval_ms == 0.0 {
-        // Part 11 §6.5.4.1: ProcessingInterval 0 is one interval over the whole range.
+        // Part 13 §5.4.2.2 (Table 49): ProcessingInterval 0 or at least the range is one interval
+        // over the whole range.
         return Ok(hi - lo);
     }
     let t = (processing_interval_ms * TICKS_PER_MS as f64).round();
     if !(1.0..9.0e18).contains(&t) {
         return Err(StatusCode::BadInvalidArgument);
     }
-    Ok(t as i64)
+    Ok((t as i64).min(hi - lo))
 }
+
+/// The most intervals one call computes; a request for more is answered `BadTooManyOperations`
+/// (a server splits such a read with continuation points, Part 11 §6.3, before calling).
+pub const MAX_INTERVALS: u64 = 1 << 20;
 
 /// Computes `aggregate` over `raw` for the processing intervals of `[start, end)`.
 ///
@@ -373,11 +378,13 @@ fn interval_ticks(lo: i64, hi: i64, processing_interval_ms: f64) -> Result<i64, 
 /// it lies inside the range, and the first raw value that is not a `Bad_NoData` marker as its
 /// start (Annex A's historians begin with a `Bad_NoData` "point created" entry).
 ///
-/// Returns one DataValue per processing interval, in the direction start→end (end < start gives
-/// the intervals in reverse order, Part 11 §6.4.4; each is still computed over its own time range
-/// forwards and stamped with its earlier time). `processing_interval_ms` 0 is one interval over
-/// the whole range; the last interval may be shorter than the ProcessingInterval (then it is
-/// Partial, §5.3.3).
+/// Returns one DataValue per processing interval (Part 13 §5.4.2.2), in the direction start→end.
+/// End < start gives the intervals in reverse order, anchored at start (time running backwards,
+/// Part 11 §3.1.10); each is computed over its own time range `[earlier, later)` as a forward
+/// read would and stamped with its earlier time — the boundary inclusion and bounds of a
+/// backwards interval are not mirrored. `processing_interval_ms` 0 (or at least the range) is one
+/// interval over the whole range; the last interval may be shorter than the ProcessingInterval
+/// (then it is Partial, §5.3.3). More than [`MAX_INTERVALS`] intervals: `BadTooManyOperations`.
 ///
 /// Errors: `BadInvalidArgument` for start == end or a negative / non-finite interval,
 /// `BadAggregateNotSupported` for an Aggregate not in [`Aggregate::ALL`],
@@ -422,19 +429,27 @@ pub fn process_into(
     if raw.iter().any(|d| d.source_timestamp.is_none()) {
         return Err(StatusCode::BadAggregateInvalidInputs);
     }
-    let ctx = Ctx::new(raw, config, pi);
     let count = interval_count(start, end, processing_interval_ms)?;
-    out.reserve(usize::try_from(count).unwrap_or(0).min(1 << 16));
-    let base = out.len();
-    let mut s = lo;
-    while s < hi {
-        let e = s.saturating_add(pi).min(hi);
-        out.push(ctx.interval(aggregate, s, e));
-        s = e;
+    if count > MAX_INTERVALS {
+        return Err(StatusCode::BadTooManyOperations);
     }
+    let ctx = Ctx::new(raw, config, pi);
+    out.reserve(usize::try_from(count).unwrap_or(0));
     if end.0 < start.0 {
-        if let Some(tail) = out.get_mut(base..) {
-            tail.reverse();
+        // Time runs backwards from startTime (Part 11 §3.1.10): the intervals are anchored at
+        // startTime and the short one, if any, is the last, at endTime.
+        let mut e = hi;
+        while e > lo {
+            let s = e.saturating_sub(pi).max(lo);
+            out.push(ctx.interval(aggregate, s, e));
+            e = s;
+        }
+    } else {
+        let mut s = lo;
+        while s < hi {
+            let e = s.saturating_add(pi).min(hi);
+            out.push(ctx.interval(aggregate, s, e));
+            s = e;
         }
     }
     Ok(())
@@ -462,9 +477,18 @@ fn num(v: &Variant) -> Num {
         Variant::UInt32(x) => Num::Val(f64::from(*x)),
         Variant::Int64(x) => Num::Val(*x as f64),
         Variant::UInt64(x) => Num::Val(*x as f64),
-        Variant::Float(x) => Num::Val(f64::from(*x)),
-        Variant::Double(x) => Num::Val(*x),
+        Variant::Float(x) => finite(f64::from(*x)),
+        Variant::Double(x) => finite(*x),
         _ => Num::NotNumeric,
+    }
+}
+
+/// NaN and the infinities take part in no arithmetic: they are invalid inputs.
+fn finite(x: f64) -> Num {
+    if x.is_finite() {
+        Num::Val(x)
+    } else {
+        Num::NotNumeric
     }
 }
 
@@ -1516,7 +1540,7 @@ mod tests {
             .filter_map(|d| d.source_timestamp)
             .map(|t| t.0 / SEC)
             .collect();
-        assert_eq!(rts, vec![8, 4, 0]);
+        assert_eq!(rts, vec![6, 2, 0]);
     }
 
     #[test]
@@ -1567,6 +1591,136 @@ mod tests {
             out.first().and_then(|d| d.status),
             Some(StatusCode::BadAggregateInvalidInputs)
         );
+    }
+
+    #[test]
+    fn interval_limits() {
+        let cfg = AggregateConfig::default();
+        let r = raw(&[(0, 1.0), (100, 2.0)]);
+        // 10^7 one-tick intervals: refused before any work.
+        assert_eq!(
+            process(
+                Aggregate::Interpolative,
+                &r,
+                DateTime(0),
+                DateTime(10 * SEC / 10),
+                0.0001,
+                &cfg
+            ),
+            Err(StatusCode::BadTooManyOperations)
+        );
+        // An interval longer than the range is one complete interval (§5.4.2.2), not Partial.
+        let one = process(
+            Aggregate::MinimumActualTime,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            60_000.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one.first().and_then(|d| d.status), Some(StatusCode::Good));
+        // Backwards: the short interval is the last one, and Partial.
+        let rev = process(
+            Aggregate::MinimumActualTime,
+            &r,
+            DateTime(10 * SEC),
+            DateTime(0),
+            4000.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            rev.last().and_then(|d| d.status),
+            Some(with_bits(StatusCode::Good, bits::PARTIAL))
+        );
+    }
+
+    #[test]
+    fn nan_is_an_invalid_input() {
+        let cfg = AggregateConfig::default();
+        let r = raw(&[(0, 1.0), (2, f64::NAN), (20, 2.0)]);
+        let out = process(
+            Aggregate::MinimumActualTime,
+            &r,
+            DateTime(0),
+            DateTime(10 * SEC),
+            0.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            out.first().and_then(|d| d.status),
+            Some(StatusCode::BadAggregateInvalidInputs)
+        );
+    }
+
+    #[test]
+    fn sloped_extrapolation_after_the_end_of_the_data() {
+        let cfg = AggregateConfig {
+            use_sloped_extrapolation: true,
+            ..AggregateConfig::default()
+        };
+        let r = raw(&[(0, 0.0), (10, 10.0)]);
+        let out = process(
+            Aggregate::Interpolative,
+            &r,
+            DateTime(20 * SEC),
+            DateTime(25 * SEC),
+            0.0,
+            &cfg,
+        )
+        .unwrap_or_default();
+        let d = out.first();
+        assert_eq!(d.map(|d| d.value.clone()), Some(Variant::Double(20.0)));
+        assert_eq!(
+            d.and_then(|d| d.status),
+            Some(with_bits(
+                StatusCode::UncertainDataSubNormal,
+                bits::INTERPOLATED
+            ))
+        );
+        let stepped = process(
+            Aggregate::Interpolative,
+            &r,
+            DateTime(20 * SEC),
+            DateTime(25 * SEC),
+            0.0,
+            &AggregateConfig::default(),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            stepped.first().map(|d| d.value.clone()),
+            Some(Variant::Double(10.0))
+        );
+    }
+
+    #[test]
+    fn time_average_stepped_and_sloped() {
+        // 0 until 5 s, 10 from 5 s; the data goes on past 10 s.
+        let r = raw(&[(0, 0.0), (5, 10.0), (20, 10.0)]);
+        let sloped = AggregateConfig::default();
+        let stepped = AggregateConfig {
+            stepped: true,
+            ..sloped
+        };
+        let avg = |cfg: &AggregateConfig| {
+            process(
+                Aggregate::TimeAverage2,
+                &r,
+                DateTime(0),
+                DateTime(10 * SEC),
+                0.0,
+                cfg,
+            )
+            .unwrap_or_default()
+            .first()
+            .map(|d| d.value.clone())
+        };
+        // Sloped: the ramp 0→10 over 0..5 s (mean 5), then 10 for 5 s: 7.5. Stepped: 5.
+        assert_eq!(avg(&sloped), Some(Variant::Double(7.5)));
+        assert_eq!(avg(&stepped), Some(Variant::Double(5.0)));
     }
 
     #[test]
