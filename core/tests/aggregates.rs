@@ -371,3 +371,91 @@ fn write_results(outcome: &Outcome) {
     }
     std::fs::write(data_dir().join("RESULTS.md"), md).expect("write RESULTS.md");
 }
+
+/// Hostile and odd inputs: every Aggregate over pseudo-random raw histories (mixed qualities,
+/// Booleans, strings, NaN, repeated timestamps), forwards and backwards, answers one value per
+/// interval or an error, and never panics.
+#[test]
+fn random_histories_never_panic() {
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        seed >> 33
+    };
+    let statuses = [
+        StatusCode::Good,
+        StatusCode::Uncertain,
+        StatusCode::Bad,
+        StatusCode::BadNoData,
+        StatusCode::UncertainDataSubNormal,
+    ];
+    for round in 0..200 {
+        let n = (next() % 40) as usize;
+        let mut t = NOON - 50_000_000;
+        let mut raw = Vec::with_capacity(n);
+        for _ in 0..n {
+            t += (next() % 40_000_000) as i64; // 0..4 s, so equal timestamps occur
+            let value = match next() % 10 {
+                0 => Variant::Boolean(next() % 2 == 0),
+                1 => Variant::from("text"),
+                2 => Variant::Double(f64::NAN),
+                3 => Variant::Empty,
+                4 => Variant::Int32((next() % 100) as i32 - 50),
+                _ => Variant::Double((next() % 1000) as f64 / 7.0),
+            };
+            raw.push(DataValue {
+                value,
+                status: Some(statuses[(next() % statuses.len() as u64) as usize]),
+                source_timestamp: Some(DateTime(t)),
+                ..Default::default()
+            });
+        }
+        let config = AggregateConfig {
+            treat_uncertain_as_bad: next() % 2 == 0,
+            percent_data_bad: (next() % 101) as u8,
+            percent_data_good: (next() % 101) as u8,
+            use_sloped_extrapolation: next() % 2 == 0,
+            stepped: next() % 2 == 0,
+        };
+        let a = NOON + (next() % 100_000_000) as i64;
+        let b = NOON + (next() % 100_000_000) as i64;
+        let interval_ms = [0.0, 1.0, 999.5, 5000.0, 16000.0][(next() % 5) as usize];
+        let (start, end) = if round % 2 == 0 { (a, b) } else { (b, a) };
+        for agg in Aggregate::named() {
+            let got = aggregate::process(
+                agg,
+                &raw,
+                DateTime(start),
+                DateTime(end),
+                interval_ms,
+                &config,
+            );
+            match got {
+                Ok(values) => {
+                    let want =
+                        aggregate::interval_count(DateTime(start), DateTime(end), interval_ms);
+                    assert_eq!(Ok(values.len() as u64), want, "{agg:?} round {round}");
+                    let (lo, hi) = (start.min(end), start.max(end));
+                    for v in &values {
+                        let t = v.source_timestamp.map(|t| t.0);
+                        assert!(
+                            t.is_some_and(|t| (lo..hi).contains(&t)) && v.status.is_some(),
+                            "{agg:?} round {round}: {v:?}"
+                        );
+                    }
+                }
+                Err(e) => assert!(
+                    matches!(
+                        e,
+                        StatusCode::BadInvalidArgument
+                            | StatusCode::BadAggregateNotSupported
+                            | StatusCode::BadTooManyOperations
+                    ),
+                    "{agg:?} round {round}: {e:?}"
+                ),
+            }
+        }
+    }
+}

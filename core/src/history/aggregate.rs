@@ -1334,7 +1334,7 @@ impl<'a> Ctx<'a> {
                 consider(
                     self.bound_num(&eb),
                     eb.status,
-                    e - TICKS_PER_MS,
+                    (e - TICKS_PER_MS).max(s),
                     true,
                     like_of(&eb),
                 );
