@@ -685,13 +685,25 @@ impl<'a> Ctx<'a> {
                 raw: false,
             };
         }
+        let stepped = self.cfg.stepped
+            || matches!(self.value(before), Variant::Boolean(_))
+            || !matches!(self.num(before), Num::Val(_));
+        if stepped {
+            // SteppedInterpolation needs only the value before; its status decides.
+            return Bound {
+                val: BoundVal::Raw(before),
+                status,
+                raw: false,
+            };
+        }
+        // SlopedInterpolation: "If the value after the timestamp is Bad or Uncertain the
+        // StatusCode is Uncertain_DataSubNormal", and "if the value after the timestamp is Bad then
+        // the before value is the bounding value" (so too if it is no number).
         let a_s = self.status(after);
         if self.is_bad(a_s) || a_s.is_uncertain() {
             status = StatusCode::UncertainDataSubNormal;
         }
-        if self.cfg.stepped || self.is_bad(a_s) || self.stepped_between(before, after) {
-            // SteppedInterpolation, or "if the value after the timestamp is Bad then the before
-            // value is the bounding value".
+        if !matches!(self.num(after), Num::Val(_)) {
             return Bound {
                 val: BoundVal::Raw(before),
                 status,
@@ -1084,6 +1096,7 @@ impl<'a> Ctx<'a> {
     fn duration(&self, s: i64, e: i64, what: Duration) -> DataValue {
         let mut sum = 0i64;
         let mut bad = 0i64;
+        let mut uncertain = false;
         let mut invalid = false;
         self.segments(s, e, false, DataEnd::NoData, |seg| {
             // "Each region starts with a data point … If that data point is Bad the region is Bad"
@@ -1092,6 +1105,9 @@ impl<'a> Ctx<'a> {
             if self.is_bad(st) {
                 bad += d;
                 return;
+            }
+            if st.is_uncertain() && d > 0 {
+                uncertain = true;
             }
             match what {
                 Duration::Good => {
@@ -1115,7 +1131,7 @@ impl<'a> Ctx<'a> {
         }
         let code = match what {
             Duration::Good => StatusCode::Good,
-            _ => self.quality(e - s, bad),
+            _ => self.share_quality(e - s, bad, uncertain),
         };
         let ms = sum as f64 / TICKS_PER_MS as f64;
         dv(
