@@ -409,10 +409,12 @@ impl ServerBuilder {
                     );
                     None
                 }
-                Err(e) => return Err(Error::Start(format!(
+                Err(e) => {
+                    return Err(Error::Start(format!(
                     "history store in {}: {e} (history.dir; history.enabled = false turns it off)",
                     history.dir.display()
-                ))),
+                )))
+                }
             }
         } else {
             None
@@ -577,6 +579,7 @@ impl ServerBuilder {
                 shared: setup.shared.clone(),
                 fleet: running.fleet.clone(),
                 backend: running.backend.to_string(),
+                history: historian.clone(),
             };
             match addr
                 .parse()

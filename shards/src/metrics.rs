@@ -27,6 +27,8 @@ pub struct Sources {
     pub shared: Arc<ServerShared>,
     pub fleet: Arc<Fleet>,
     pub backend: String,
+    /// The history store, when the server keeps history.
+    pub history: Option<Arc<crate::history::serve::Historian>>,
 }
 
 /// Binds `addr` and serves on a thread named `uaring-metrics`. Returns the bound address.
@@ -494,5 +496,91 @@ pub fn render(src: &Sources) -> String {
             );
         },
     );
+    if let Some(h) = &src.history {
+        history_families(&mut out, h);
+    }
     out
+}
+
+/// The history store's counters (docs/History.md).
+fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
+    let st = h.store().stats();
+    let (reads, refused) = h.read_counts();
+    let one = |out: &mut String, name: &str, kind: &str, help: &str, v: u64| {
+        family(out, name, kind, help, |out| {
+            let _ = writeln!(out, "{name} {v}");
+        });
+    };
+    one(
+        out,
+        "uaring_history_series",
+        "gauge",
+        "Historized Variables (series) in the store.",
+        st.series,
+    );
+    one(
+        out,
+        "uaring_history_samples",
+        "gauge",
+        "Values the store holds.",
+        st.samples,
+    );
+    one(
+        out,
+        "uaring_history_segment_bytes",
+        "gauge",
+        "Bytes of the store's segment files.",
+        st.segment_bytes,
+    );
+    one(
+        out,
+        "uaring_history_wal_bytes",
+        "gauge",
+        "Bytes of the store's write-ahead log.",
+        st.wal_bytes,
+    );
+    one(
+        out,
+        "uaring_history_appended_total",
+        "counter",
+        "Values the writer thread took from the ingest queue since the start.",
+        st.appended,
+    );
+    one(out, "uaring_history_durable_total", "counter", "Of those, values on disk (WAL fsynced); appended - durable is what a crash now would lose.", st.durable);
+    one(
+        out,
+        "uaring_history_dropped_total",
+        "counter",
+        "Values lost to a full ingest queue (history.queue_capacity, history.on_full).",
+        st.dropped,
+    );
+    one(
+        out,
+        "uaring_history_rejected_total",
+        "counter",
+        "Values refused by the store (a value encoding to more than 1 MiB).",
+        st.rejected,
+    );
+    one(
+        out,
+        "uaring_history_flushes_total",
+        "counter",
+        "Flushes (fsync of the WAL) since the start.",
+        st.flushes,
+    );
+    one(
+        out,
+        "uaring_history_io_errors_total",
+        "counter",
+        "Store I/O errors and chunks that failed their checksum on a read.",
+        st.io_errors,
+    );
+    one(
+        out,
+        "uaring_history_reads_total",
+        "counter",
+        "HistoryRead operations answered by the reader threads.",
+        reads,
+    );
+    one(out, "uaring_history_reads_refused_total", "counter", "HistoryRead operations refused BadResourceUnavailable because the read queue was full (history.read_queue).", refused);
 }

@@ -246,7 +246,7 @@ pub fn history_read(
             };
             let index_range = NumericRange::parse(n.index_range.as_str())?;
             let fp = fingerprint(&req.history_read_details, &n.node_id, timestamps.0);
-            let resume = if n.continuation_point.is_null() {
+            let resume = if n.continuation_point.as_bytes().is_empty() {
                 None
             } else {
                 let session = shard
@@ -342,7 +342,7 @@ pub fn finish(shard: &mut ShardState, kind: PendingKind) -> Response {
         let Some(r) = response.results.get_mut(o.result as usize) else {
             continue;
         };
-        if r.continuation_point.is_null() {
+        if r.continuation_point.as_bytes().is_empty() {
             continue;
         }
         let token = std::mem::take(&mut r.continuation_point)

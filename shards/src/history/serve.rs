@@ -15,6 +15,7 @@
 //! (`uaring_history_dropped_total`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -41,6 +42,9 @@ pub struct Historian {
     nodes: OnceLock<Nodes>,
     jobs: SyncSender<(HistoryReadOp, HistoryReply)>,
     writer: Mutex<Option<super::WriterHandle>>,
+    /// Operations answered by the readers, and refused for a full read queue.
+    reads: AtomicU64,
+    reads_refused: AtomicU64,
 }
 
 struct Nodes {
@@ -76,6 +80,8 @@ impl Historian {
             nodes: OnceLock::new(),
             jobs,
             writer: Mutex::new(Some(writer)),
+            reads: AtomicU64::new(0),
+            reads_refused: AtomicU64::new(0),
         });
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..read_threads.max(1) {
@@ -100,6 +106,14 @@ impl Historian {
     /// The store (statistics, tools).
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// HistoryRead operations answered, and refused for a full read queue.
+    pub fn read_counts(&self) -> (u64, u64) {
+        (
+            self.reads.load(Ordering::Relaxed),
+            self.reads_refused.load(Ordering::Relaxed),
+        )
     }
 
     /// Registers every historized Variable of the built address space as a series and
@@ -175,6 +189,7 @@ impl Historian {
 
     /// Runs one operation on a reader thread.
     fn answer(&self, op: HistoryReadOp, reply: HistoryReply) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         let Some(id) = self.series(&op.node_id) else {
             return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         };
@@ -516,6 +531,7 @@ impl HistoryBackend for Historian {
         match self.jobs.try_send((op, reply)) {
             Ok(()) => {}
             Err(TrySendError::Full((_, reply))) | Err(TrySendError::Disconnected((_, reply))) => {
+                self.reads_refused.fetch_add(1, Ordering::Relaxed);
                 reply.fail(StatusCode::BadResourceUnavailable)
             }
         }

@@ -1,0 +1,257 @@
+"""asyncua (PyPI) reading history from the real `uaring` binary: the Demo folder's
+historized Variables (Demo.History.*, kept in the embedded store from the start, no set-up),
+values a client writes read back raw with asyncua's read_raw_history, continuation points
+page by page and released, values at given times (interpolated), processed reads through
+the Part 13 engine, and HistoryServerCapabilities saying what is served.
+"""
+import asyncio
+import datetime
+
+import pytest
+from asyncua import ua
+
+from conftest import Server, session
+
+UTC = datetime.timezone.utc
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+@pytest.fixture(scope="module")
+def hist_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uaring-history")
+    cfg = root / "history.toml"
+    cfg.write_text(f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n')
+    s = Server("--config", str(cfg), "--pki", str(root / "pki"))
+    yield s
+    assert s.stop() == 0
+
+
+def setpoint(c):
+    return c.get_node("ns=1;s=Demo.History.Setpoint")
+
+
+async def history_read(c, details, node_id, cp=b"", release=False):
+    p = ua.HistoryReadParameters()
+    p.HistoryReadDetails = details
+    p.TimestampsToReturn = ua.TimestampsToReturn.Both
+    p.ReleaseContinuationPoints = release
+    v = ua.HistoryReadValueId()
+    v.NodeId = ua.NodeId.from_string(node_id)
+    v.ContinuationPoint = cp
+    p.NodesToRead = [v]
+    return (await c.uaclient.history_read(p))[0]
+
+
+def raw_details(start, end, n=0, bounds=False):
+    d = ua.ReadRawModifiedDetails()
+    d.IsReadModified = False
+    d.StartTime = start
+    d.EndTime = end
+    d.NumValuesPerNode = n
+    d.ReturnBounds = bounds
+    return d
+
+
+async def write_values(c, values):
+    node = setpoint(c)
+    for v in values:
+        await node.write_value(ua.DataValue(ua.Variant(float(v), ua.VariantType.Double)))
+
+
+async def wait_values(node, start, want, timeout=10.0):
+    """The raw history from `start` once it holds at least `want` values."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+        vals = await node.read_raw_history(start, end, return_bounds=False)
+        if len(vals) >= want or asyncio.get_running_loop().time() > deadline:
+            return vals
+        await asyncio.sleep(0.1)
+
+
+def test_the_demo_history_is_kept_without_any_set_up(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            count = c.get_node("ns=1;s=Demo.History.Count")
+            assert await count.read_attribute(ua.AttributeIds.Historizing) is not None
+            hist = (await count.read_attribute(ua.AttributeIds.Historizing)).Value.Value
+            assert hist is True
+            level = (await count.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            assert level & ua.AccessLevel.HistoryRead.mask
+            start = datetime.datetime.now(UTC) - datetime.timedelta(hours=1)
+            vals = await wait_values(count, start, 3)
+            counts = [v.Value.Value for v in vals]
+            assert len(counts) >= 3
+            assert counts == sorted(counts), "one a second, in order"
+            ts = [v.SourceTimestamp for v in vals]
+            assert ts == sorted(ts)
+
+    run(body())
+
+
+def test_written_values_are_read_back_raw_in_order(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            await write_values(c, [1.5, 2.5, 3.5, 4.5])
+            vals = await wait_values(setpoint(c), start, 4)
+            assert [v.Value.Value for v in vals] == [1.5, 2.5, 3.5, 4.5]
+            assert all(v.ServerTimestamp is not None for v in vals)
+            # Bounds: asyncua asks for them by default; before the first write there is
+            # none after `start`... the start bound is the value before it (or BadBoundNotFound).
+            end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=1)
+            with_bounds = await setpoint(c).read_raw_history(start, end)
+            assert [v.Value.Value for v in with_bounds[1:-1]] == [1.5, 2.5, 3.5, 4.5]
+            assert with_bounds[-1].StatusCode.value == ua.StatusCodes.BadBoundNotFound
+
+    run(body())
+
+
+def test_continuation_points_page_through_and_can_be_released(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            await write_values(c, range(100, 130))
+            await wait_values(setpoint(c), start, 30)
+            end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=1)
+            details = raw_details(start, end, n=7)
+            got, cp, calls = [], b"", 0
+            while True:
+                r = await history_read(c, details, "ns=1;s=Demo.History.Setpoint", cp)
+                calls += 1
+                assert r.StatusCode.is_good()
+                got += [v.Value.Value for v in r.HistoryData.DataValues]
+                cp = r.ContinuationPoint
+                if not cp:
+                    break
+            assert got == [float(x) for x in range(100, 130)]
+            assert calls == 5, "30 values, 7 at a time"
+            # Release: the point is gone afterwards.
+            r = await history_read(c, details, "ns=1;s=Demo.History.Setpoint")
+            cp = r.ContinuationPoint
+            assert cp
+            r = await history_read(c, details, "ns=1;s=Demo.History.Setpoint", cp, release=True)
+            assert r.StatusCode.is_good()
+            r = await history_read(c, details, "ns=1;s=Demo.History.Setpoint", cp)
+            assert r.StatusCode.value == ua.StatusCodes.BadContinuationPointInvalid
+
+    run(body())
+
+
+def test_values_at_given_times_are_raw_or_interpolated(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            # Source timestamps the client gives (whole microseconds, as Python has them).
+            t1 = datetime.datetime.now(UTC).replace(microsecond=0) + datetime.timedelta(seconds=1)
+            t2 = t1 + datetime.timedelta(milliseconds=200)
+            node = setpoint(c)
+            for t, v in ((t1, 10.0), (t2, 20.0)):
+                await node.write_value(
+                    ua.DataValue(ua.Variant(v, ua.VariantType.Double), SourceTimestamp=t)
+                )
+            await wait_values(node, t1, 2)
+            d = ua.ReadAtTimeDetails()
+            d.ReqTimes = [t1, t1 + datetime.timedelta(milliseconds=50), t2 + datetime.timedelta(seconds=1)]
+            d.UseSimpleBounds = True
+            r = await history_read(c, d, "ns=1;s=Demo.History.Setpoint")
+            at = r.HistoryData.DataValues
+            assert at[0].Value.Value == 10.0 and at[0].StatusCode.is_good(), "the raw value"
+            assert abs(at[1].Value.Value - 12.5) < 1e-9, at[1].Value.Value
+            assert at[1].StatusCode.value & 0x3 == 0x2, "HistorianInterpolated"
+            assert at[2].Value.Value == 20.0, "after the last value: stepped extrapolation"
+            assert at[2].StatusCode.is_uncertain()
+
+    run(body())
+
+
+def test_processed_reads_compute_aggregates(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            await write_values(c, [1.0, 3.0])
+            vals = await wait_values(setpoint(c), start, 2)
+            t1 = vals[0].SourceTimestamp
+            d = ua.ReadProcessedDetails()
+            d.StartTime = t1
+            d.EndTime = vals[-1].SourceTimestamp + datetime.timedelta(milliseconds=1)
+            d.ProcessingInterval = 0.0
+            d.AggregateType = [ua.NodeId(ua.ObjectIds.AggregateFunction_MinimumActualTime)]
+            d.AggregateConfiguration = ua.AggregateConfiguration()
+            d.AggregateConfiguration.UseServerCapabilitiesDefaults = True
+            r = await history_read(c, d, "ns=1;s=Demo.History.Setpoint")
+            assert r.StatusCode.is_good(), r.StatusCode
+            out = r.HistoryData.DataValues
+            assert len(out) == 1
+            assert out[0].Value.Value == 1.0
+            assert out[0].SourceTimestamp == t1, "MinimumActualTime stamps the minimum's time"
+            # An aggregate the server does not compute.
+            d.AggregateType = [ua.NodeId(ua.ObjectIds.AggregateFunction_AnnotationCount)]
+            r = await history_read(c, d, "ns=1;s=Demo.History.Setpoint")
+            assert r.StatusCode.value == ua.StatusCodes.BadAggregateNotSupported
+
+    run(body())
+
+
+def test_capabilities_say_what_is_served(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            caps = c.get_node(ua.ObjectIds.HistoryServerCapabilities)
+            access = await c.get_node(
+                ua.ObjectIds.HistoryServerCapabilities_AccessHistoryDataCapability
+            ).read_value()
+            assert access is True
+            insert = await c.get_node(
+                ua.ObjectIds.HistoryServerCapabilities_InsertDataCapability
+            ).read_value()
+            assert insert is False, "HistoryUpdate is not served"
+            events = await c.get_node(
+                ua.ObjectIds.HistoryServerCapabilities_AccessHistoryEventsCapability
+            ).read_value()
+            assert events is False
+            folder = c.get_node(ua.ObjectIds.HistoryServerCapabilities_AggregateFunctions)
+            names = {(await n.read_browse_name()).Name for n in await folder.get_children()}
+            assert "Interpolative" in names and "MinimumActualTime" in names
+            assert "AnnotationCount" not in names
+            assert await caps.read_browse_name()
+
+    run(body())
+
+
+def test_a_variable_without_history_says_so(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            start = datetime.datetime.now(UTC) - datetime.timedelta(minutes=1)
+            end = datetime.datetime.now(UTC)
+            r = await history_read(c, raw_details(start, end), "ns=1;s=Demo.Static.Double")
+            assert r.StatusCode.value == ua.StatusCodes.BadNotReadable
+
+    run(body())
+
+
+def test_without_a_store_history_read_is_unsupported(tmp_path):
+    cfg = tmp_path / "nohistory.toml"
+    cfg.write_text("[history]\nenabled = false\n")
+    s = Server("--config", str(cfg), "--pki", str(tmp_path / "pki"))
+    try:
+        async def body():
+            async with session(s.url) as c:
+                start = datetime.datetime.now(UTC) - datetime.timedelta(minutes=1)
+                with pytest.raises(ua.UaStatusCodeError) as e:
+                    await history_read(
+                        c, raw_details(start, datetime.datetime.now(UTC)), "ns=1;s=Demo.History.Count"
+                    )
+                assert e.value.code == ua.StatusCodes.BadServiceUnsupported
+                with pytest.raises(ua.UaStatusCodeError):
+                    await c.get_node(
+                        ua.ObjectIds.HistoryServerCapabilities_AccessHistoryDataCapability
+                    ).read_value()
+
+        run(body())
+    finally:
+        assert s.stop() == 0
