@@ -88,7 +88,7 @@ impl Historian {
             let h2 = Arc::downgrade(&h);
             let rx: Arc<Mutex<Receiver<_>>> = rx.clone();
             std::thread::Builder::new()
-                .name(format!("uaring-history-{i}"))
+                .name(format!("uaring-hread-{i}"))
                 .spawn(move || loop {
                     let job = match rx.lock() {
                         Ok(r) => r.recv(),
