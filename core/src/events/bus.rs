@@ -63,6 +63,15 @@ pub struct EventBus {
     write: AtomicU64,
     /// Cursors open now ([`EventBus::cursor`] minus [`EventBus::close`]).
     readers: AtomicUsize,
+    /// Takes every published event (the history store's event ingest).
+    recorder: std::sync::OnceLock<Arc<dyn EventRecorder>>,
+}
+
+/// Takes every event published on the bus, on the publishing thread (a shard, or the
+/// application's): it must not block or wait (hand the event to a bounded queue and count
+/// what does not fit).
+pub trait EventRecorder: Send + Sync {
+    fn record(&self, event: &Event);
 }
 
 impl std::fmt::Debug for EventBus {
@@ -85,7 +94,15 @@ impl EventBus {
             slots,
             write: AtomicU64::new(0),
             readers: AtomicUsize::new(0),
+            recorder: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands every event published from now on to `recorder` as well (once per bus: a
+    /// second one is refused with `false`). With a recorder, events are built even while
+    /// no cursor is open.
+    pub fn record(&self, recorder: Arc<dyn EventRecorder>) -> bool {
+        self.recorder.set(recorder).is_ok()
     }
 
     /// Slots in the ring.
@@ -111,10 +128,17 @@ impl EventBus {
     pub fn publish_with(&self, event: impl FnOnce() -> Event) {
         let seq = self.write.fetch_add(1, Ordering::SeqCst);
         let readers = self.readers.load(Ordering::SeqCst);
-        if readers == 0 {
+        let recorder = self.recorder.get();
+        if readers == 0 && recorder.is_none() {
             return;
         }
         let event = event();
+        if let Some(r) = recorder {
+            r.record(&event);
+        }
+        if readers == 0 {
+            return;
+        }
         // `seq % len` is a slot (the ring has at least one).
         let Some(slot) = self.slots.get((seq % self.slots.len() as u64) as usize) else {
             return;

@@ -22,6 +22,7 @@ pub mod bus;
 pub mod condition;
 pub mod filter;
 pub mod nodes;
+pub mod record;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -85,6 +85,10 @@ pub struct HistoryReadOp {
     /// The aggregate of this node's processed read (its entry of the details'
     /// aggregateType, which the server checked is among the backend's aggregates).
     pub aggregate: Option<NodeId>,
+    /// The EventFilter of an event read, compiled and checked by the server: the backend
+    /// applies its where clause and select clauses to each stored event
+    /// ([`crate::events::filter::CompiledEventFilter::apply`]).
+    pub event_filter: Option<Arc<crate::events::filter::CompiledEventFilter>>,
     /// The backend's resume token, when the client continues from a continuation point.
     pub resume: Option<Vec<u8>>,
     /// Most values to return in this answer: the request's numValuesPerNode (0 = no

@@ -196,6 +196,19 @@ pub fn history_read(
         n => n.min(limits.max_history_values_per_node),
     };
     let capabilities = backend.capabilities();
+    // An event read's filter, compiled once for every node of the request.
+    let event_filter = match &details {
+        ReadDetails::Events(d) => Some(
+            crate::events::filter::compile_with(
+                &d.filter,
+                &shared.address_space,
+                crate::events::filter::FilterLimits::from_config(&shared.config.events),
+            )
+            .map(|(f, _)| Arc::new(f))
+            .map_err(|(s, _)| s),
+        ),
+        _ => None,
+    };
     let details = Arc::new(details);
     let space = &shared.address_space;
     let mut results = Vec::with_capacity(req.nodes_to_read.len());
@@ -244,6 +257,11 @@ pub fn history_read(
                 }
                 _ => None,
             };
+            let filter = match &event_filter {
+                Some(Ok(f)) => Some(Arc::clone(f)),
+                Some(Err(s)) => return Err(*s),
+                None => None,
+            };
             let index_range = NumericRange::parse(n.index_range.as_str())?;
             let fp = fingerprint(&req.history_read_details, &n.node_id, timestamps.0);
             let resume = if n.continuation_point.as_bytes().is_empty() {
@@ -260,10 +278,10 @@ pub fn history_read(
                 }
                 Some(cp.token)
             };
-            Ok((index_range, fp, resume, aggregate))
+            Ok((index_range, fp, resume, aggregate, filter))
         })();
         match checked {
-            Ok((index_range, fp, resume, aggregate)) => {
+            Ok((index_range, fp, resume, aggregate, filter)) => {
                 results.push(result(StatusCode::Good));
                 ops.push(HistoryOp {
                     result: i as u32,
@@ -275,6 +293,7 @@ pub fn history_read(
                     timestamps,
                     index_range,
                     aggregate,
+                    event_filter: filter,
                     resume,
                     max_values,
                 });

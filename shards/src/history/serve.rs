@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use uaring_core::address_space::change::ChangeRecorder;
 use uaring_core::address_space::ClassAttributes;
-use uaring_core::generated::types::{HistoryData, HistoryReadResult, TimestampsToReturn};
+use uaring_core::events::bus::EventRecorder;
+use uaring_core::generated::types::{
+    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, TimestampsToReturn,
+};
 use uaring_core::history::aggregate::{self, Aggregate, AggregateConfig};
 use uaring_core::history::{
     HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, ReadDetails,
@@ -30,6 +33,9 @@ use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
 
 use super::{Resume, Sample, SeriesId, Store, StoreError};
+
+/// EventNotifier bit: the notifier's event history can be read.
+const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
 
 /// Most raw values one processed or at-time operation reads to compute its answer.
 const MAX_RAW_FOR_PROCESSING: usize = 4_000_000;
@@ -49,6 +55,9 @@ pub struct Historian {
 
 struct Nodes {
     by_id: HashMap<NodeId, SeriesId>,
+    /// Event series by notifier (the Server object, and notifiers whose EventNotifier
+    /// has HistoryRead).
+    events: HashMap<NodeId, SeriesId>,
     /// Series by node index (dense: most historized nodes of a server are near each other).
     by_index: HashMap<u32, SeriesId>,
     /// Stepped interpolation (non-float values) by series.
@@ -122,6 +131,7 @@ impl Historian {
         let space = &shared.address_space;
         let mut nodes = Nodes {
             by_id: HashMap::new(),
+            events: HashMap::new(),
             by_index: HashMap::new(),
             stepped: HashMap::new(),
         };
@@ -129,6 +139,14 @@ impl Historian {
             let Some(node) = space.node_at(index) else {
                 continue;
             };
+            if let Some(notifier) = node.event_notifier() {
+                let server = node.node_id == NodeId::ns0(uaring_core::generated::node_ids::Server);
+                if server || notifier & EVENT_NOTIFIER_HISTORY_READ != 0 {
+                    let id = self.store.series(&format!("events:{}", node.node_id))?;
+                    nodes.events.insert(node.node_id.clone(), id);
+                }
+                continue;
+            }
             let ClassAttributes::Variable(v) = &node.attributes else {
                 continue;
             };
@@ -147,8 +165,13 @@ impl Historian {
         }
         let count = nodes.by_id.len();
         let indices: Vec<u32> = nodes.by_index.keys().copied().collect();
+        let events = !nodes.events.is_empty();
         if self.nodes.set(nodes).is_err() {
             return Err(StoreError::Invalid("history attached twice"));
+        }
+        if events {
+            let recorder: Arc<dyn EventRecorder> = self.clone();
+            shared.events.bus.record(recorder);
         }
         if !indices.is_empty() {
             let recorder: Arc<dyn ChangeRecorder> = self.clone();
@@ -160,7 +183,7 @@ impl Historian {
                     .and_then(|n| n.value_cell())
                     .map(|c| c.load())
                 {
-                    self.record(index, &dv);
+                    ChangeRecorder::record(&**self, index, &dv);
                 }
             }
         }
@@ -180,6 +203,10 @@ impl Historian {
         self.nodes.get()?.by_id.get(node).copied()
     }
 
+    fn event_series(&self, notifier: &NodeId) -> Option<SeriesId> {
+        self.nodes.get()?.events.get(notifier).copied()
+    }
+
     fn stepped(&self, id: SeriesId) -> bool {
         self.nodes
             .get()
@@ -190,14 +217,19 @@ impl Historian {
     /// Runs one operation on a reader thread.
     fn answer(&self, op: HistoryReadOp, reply: HistoryReply) {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let Some(id) = self.series(&op.node_id) else {
+        let series = if op.details.reads_events() {
+            self.event_series(&op.node_id)
+        } else {
+            self.series(&op.node_id)
+        };
+        let Some(id) = series else {
             return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         };
         let r = match &*op.details {
             ReadDetails::Raw(_) => self.read_raw(id, &op),
             ReadDetails::AtTime(d) => self.read_at_time(id, &op, &d.req_times, d.use_simple_bounds),
             ReadDetails::Processed(_) => self.read_processed(id, &op),
-            ReadDetails::Events(_) => Err(StatusCode::BadHistoryOperationUnsupported),
+            ReadDetails::Events(_) => self.read_events(id, &op),
         };
         match r {
             Ok(result) => reply.answer(result),
@@ -214,14 +246,7 @@ impl Historian {
             return Err(StatusCode::BadInternalError);
         };
         let (s, e) = (d.start_time, d.end_time);
-        // (first, bound, reverse): the read goes from `first` towards `bound`.
-        let (first, bound, reverse) = match (s.is_null(), e.is_null()) {
-            (false, false) if s.0 <= e.0 => (s.0, e.0.saturating_sub(1).max(s.0), false),
-            (false, false) => (s.0, e.0.saturating_add(1), true),
-            (false, true) => (s.0, i64::MAX, false),
-            (true, false) => (e.0, i64::MIN, true),
-            (true, true) => return Err(StatusCode::BadInvalidTimestampArgument),
-        };
+        let (first, bound, reverse) = time_domain(s, e)?;
         let limit = op.max_values as usize;
         let mut state = RawState::decode(op.resume.as_deref())?;
         let mut values: Vec<DataValue> = Vec::new();
@@ -252,6 +277,76 @@ impl Historian {
         }
         let token = next.map(|_| state.encode());
         Ok(history_result(values, token))
+    }
+
+    /// ReadEventDetails (Part 11 §6.5.2): the notifier's events by Time, in the time domain
+    /// of a raw read (`[start, end)` forwards, `(end, start]` backwards, or one time and
+    /// numValuesPerNode), each passed through the request's EventFilter: its where clause
+    /// chooses, its select clauses make the fields. `numValuesPerNode` (and the server's
+    /// limit) counts the events looked at, so a page may hold fewer after filtering.
+    fn read_events(
+        &self,
+        id: SeriesId,
+        op: &HistoryReadOp,
+    ) -> Result<HistoryReadResult, StatusCode> {
+        let ReadDetails::Events(d) = &*op.details else {
+            return Err(StatusCode::BadInternalError);
+        };
+        let Some(filter) = &op.event_filter else {
+            return Err(StatusCode::BadEventFilterInvalid);
+        };
+        let (first, bound, reverse) = time_domain(d.start_time, d.end_time)?;
+        let resume = RawState::decode(op.resume.as_deref())?.resume;
+        let mut samples = Vec::new();
+        let limit = (op.max_values as usize).max(1);
+        let next = match resume {
+            Some(r) => self
+                .store
+                .read_from(id, r, bound, reverse, limit, &mut samples),
+            None => {
+                let (lo, hi) = if reverse {
+                    (bound, first)
+                } else {
+                    (first, bound)
+                };
+                self.store.read(id, lo, hi, reverse, limit, &mut samples)
+            }
+        }
+        .map_err(store_status)?;
+        let mut events = Vec::with_capacity(samples.len());
+        for s in samples {
+            let Variant::ByteString(b) = &s.value else {
+                continue;
+            };
+            let Ok(ev) = uaring_core::events::record::decode(
+                b.as_bytes(),
+                uaring_core::DecodeLimits::default(),
+            ) else {
+                tracing::warn!("history store: an event record did not decode; skipped");
+                continue;
+            };
+            if let Some(fields) = filter.apply(&ev) {
+                events.push(HistoryEventFieldList {
+                    event_fields: fields,
+                });
+            }
+        }
+        let token = next.map(|r| {
+            RawState {
+                started: true,
+                resume: Some(r),
+            }
+            .encode()
+        });
+        Ok(HistoryReadResult {
+            status_code: if events.is_empty() && token.is_none() {
+                StatusCode::GoodNoData
+            } else {
+                StatusCode::Good
+            },
+            continuation_point: token.map(Into::into).unwrap_or_default(),
+            history_data: ExtensionObject::from_struct(&HistoryEvent { events }),
+        })
     }
 
     /// A bounding value (Part 11 §3.1.5): the value at `t` or the one before it (`at_start`
@@ -514,17 +609,49 @@ impl ChangeRecorder for Historian {
     }
 }
 
+impl EventRecorder for Historian {
+    fn record(&self, event: &uaring_core::events::Event) {
+        let Some(nodes) = self.nodes.get() else {
+            return;
+        };
+        let mut encoded: Option<uaring_core::ByteString> = None;
+        for n in event.notifiers.iter() {
+            let Some(id) = nodes.events.get(n).copied() else {
+                continue;
+            };
+            let bytes = encoded.get_or_insert_with(|| {
+                let mut b = Vec::new();
+                uaring_core::events::record::encode(event, &mut b);
+                b.into()
+            });
+            let _ = self.ingest.try_push(
+                id,
+                Sample {
+                    source_ts: event.time.0,
+                    server_ts: event.receive_time.0,
+                    status: 0,
+                    value: Variant::ByteString(bytes.clone()),
+                },
+            );
+        }
+    }
+}
+
 impl HistoryBackend for Historian {
     fn capabilities(&self) -> HistoryCapabilities {
         HistoryCapabilities {
             access_history_data: true,
-            access_history_events: false,
+            access_history_events: true,
             aggregates: Aggregate::ALL.iter().map(|a| a.node_id()).collect(),
         }
     }
 
     fn has_history(&self, node_id: &NodeId, events: bool) -> bool {
-        !events && self.series(node_id).is_some()
+        if events {
+            self.event_series(node_id).is_some()
+        } else {
+            self.series(node_id).is_some()
+        }
     }
 
     fn read(&self, op: HistoryReadOp, reply: HistoryReply) {
@@ -574,6 +701,20 @@ impl RawState {
         v.extend_from_slice(&r.skip.to_le_bytes());
         v
     }
+}
+
+/// The time domain of a raw or event read, as (first, bound, reverse): the read goes from
+/// `first` towards `bound` (both included). Start before end: `[start, end)` forwards (the
+/// start alone when they are equal); end before start: `(end, start]` backwards; a start
+/// alone forwards, an end alone backwards (numValuesPerNode then bounds it).
+fn time_domain(s: DateTime, e: DateTime) -> Result<(i64, i64, bool), StatusCode> {
+    Ok(match (s.is_null(), e.is_null()) {
+        (false, false) if s.0 <= e.0 => (s.0, e.0.saturating_sub(1).max(s.0), false),
+        (false, false) => (s.0, e.0.saturating_add(1), true),
+        (false, true) => (s.0, i64::MAX, false),
+        (true, false) => (e.0, i64::MIN, true),
+        (true, true) => return Err(StatusCode::BadInvalidTimestampArgument),
+    })
 }
 
 fn lerp(a: f64, b: f64, ta: i64, tb: i64, t: i64) -> f64 {

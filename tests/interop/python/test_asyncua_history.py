@@ -2,7 +2,8 @@
 historized Variables (Demo.History.*, kept in the embedded store from the start, no set-up),
 values a client writes read back raw with asyncua's read_raw_history, continuation points
 page by page and released, values at given times (interpolated), processed reads through
-the Part 13 engine, and HistoryServerCapabilities saying what is served.
+the Part 13 engine, the Server object's events with read_event_history and an EventFilter,
+and HistoryServerCapabilities saying what is served.
 """
 import asyncio
 import datetime
@@ -213,12 +214,84 @@ def test_capabilities_say_what_is_served(hist_server):
             events = await c.get_node(
                 ua.ObjectIds.HistoryServerCapabilities_AccessHistoryEventsCapability
             ).read_value()
-            assert events is False
+            assert events is True
             folder = c.get_node(ua.ObjectIds.HistoryServerCapabilities_AggregateFunctions)
             names = {(await n.read_browse_name()).Name for n in await folder.get_children()}
             assert "Interpolative" in names and "MinimumActualTime" in names
             assert "AnnotationCount" not in names
             assert await caps.read_browse_name()
+
+    run(body())
+
+
+def test_the_server_objects_events_are_kept_and_read_with_a_filter(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            server = c.get_node(ua.ObjectIds.Server)
+            notifier = (await server.read_attribute(ua.AttributeIds.EventNotifier)).Value.Value
+            assert notifier & 0x04, "EventNotifier HistoryRead"
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            methods = c.get_node("ns=1;s=Demo.Methods")
+            for i, sev in enumerate((300, 700, 900)):
+                await methods.call_method(
+                    ua.NodeId("Demo.Methods.GenerateEvent", 1),
+                    ua.Variant(f"history event {i}", ua.VariantType.String),
+                    ua.Variant(sev, ua.VariantType.UInt16),
+                )
+            end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=1)
+            deadline = asyncio.get_running_loop().time() + 10
+            while True:
+                # asyncua's read_event_history: BaseEventType's fields, every event.
+                evs = await server.read_event_history(start, end)
+                mine = [e for e in evs if str(e.Message.Text).startswith("history event")]
+                if len(mine) >= 3 or asyncio.get_running_loop().time() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert [e.Message.Text for e in mine] == [f"history event {i}" for i in range(3)]
+            assert [e.Severity for e in mine] == [300, 700, 900]
+            times = [e.Time for e in mine]
+            assert times == sorted(times)
+            # A where clause: Severity >= 700 (the server applies it to the stored events).
+            f = ua.EventFilter()
+            for name in ("Message", "Severity"):
+                op = ua.SimpleAttributeOperand()
+                op.TypeDefinitionId = ua.NodeId(ua.ObjectIds.BaseEventType)
+                op.BrowsePath = [ua.QualifiedName(name, 0)]
+                op.AttributeId = ua.AttributeIds.Value
+                f.SelectClauses.append(op)
+            el = ua.ContentFilterElement()
+            el.FilterOperator = ua.FilterOperator.GreaterThanOrEqual
+            sev = ua.SimpleAttributeOperand()
+            sev.TypeDefinitionId = ua.NodeId(ua.ObjectIds.BaseEventType)
+            sev.BrowsePath = [ua.QualifiedName("Severity", 0)]
+            sev.AttributeId = ua.AttributeIds.Value
+            lit = ua.LiteralOperand()
+            lit.Value = ua.Variant(700, ua.VariantType.UInt16)
+            el.FilterOperands = [sev, lit]
+            f.WhereClause.Elements = [el]
+            d = ua.ReadEventDetails()
+            d.StartTime = start
+            d.EndTime = end
+            d.NumValuesPerNode = 0
+            d.Filter = f
+            r = await history_read(c, d, "i=2253")
+            assert r.StatusCode.is_good(), r.StatusCode
+            got = [
+                (fl.EventFields[0].Value.Text, fl.EventFields[1].Value)
+                for fl in r.HistoryData.Events
+                if str(fl.EventFields[0].Value.Text).startswith("history event")
+            ]
+            assert got == [("history event 1", 700), ("history event 2", 900)]
+            # Newest first: end before start.
+            d.StartTime, d.EndTime = end, start
+            r = await history_read(c, d, "i=2253")
+            sevs = [fl.EventFields[1].Value for fl in r.HistoryData.Events
+                    if str(fl.EventFields[0].Value.Text).startswith("history event")]
+            assert sevs == [900, 700]
+            # A notifier whose events are not kept.
+            r = await history_read(c, d, "ns=1;s=Demo.Static.Double")
+            assert r.StatusCode.value == ua.StatusCodes.BadHistoryOperationUnsupported
 
     run(body())
 

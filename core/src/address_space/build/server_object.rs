@@ -751,6 +751,9 @@ pub fn install(
     }
 }
 
+/// EventNotifier bit: the notifier's event history can be read (Part 3 §5.4).
+const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
+
 /// The HistoryServerCapabilities and HistoryRead limits of a server with a history store
 /// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, the
 /// updates it does not serve are false, and the AggregateFunctions folders (of the
@@ -819,6 +822,14 @@ pub fn install_history(
         Variant::UInt32(lim.max_nodes_per_history_read_events),
         start,
     );
+    if caps.access_history_events {
+        // The Server object's events are kept: its EventNotifier says HistoryRead too.
+        if let Some(n) = b.node_mut(&NodeId::ns0(n::Server)) {
+            if let ClassAttributes::Object { event_notifier } = &mut n.attributes {
+                *event_notifier |= EVENT_NOTIFIER_HISTORY_READ;
+            }
+        }
+    }
     const ORGANIZES: u32 = 35;
     for folder in [
         n::HistoryServerCapabilities_AggregateFunctions,
