@@ -351,8 +351,9 @@ impl VariableDef {
 
     /// Keeps the value's history: every value stored in the Variable (a client's Write, an
     /// application's push) goes to the server's history store, and clients read it back
-    /// with HistoryRead (raw, at time, processed). Sets Historizing and the AccessLevel's
-    /// HistoryRead bit. Only a Variable with a stored value can be historized (a computed or
+    /// with HistoryRead (raw, at time, processed) and edit it with HistoryUpdate (users whose
+    /// roles grant InsertHistory, ModifyHistory, DeleteHistory). Sets Historizing and the
+    /// AccessLevel's HistoryRead and HistoryWrite bits. Only a Variable with a stored value can be historized (a computed or
     /// asynchronous one is refused at start with [`Error::AddressSpace`]). docs/History.md.
     pub fn historize(mut self) -> Self {
         self.historizing = true;
@@ -454,6 +455,7 @@ impl VariableDef {
             access(self.writable)
                 | if self.historizing {
                     uaring_core::address_space::access_level::HISTORY_READ
+                        | uaring_core::address_space::access_level::HISTORY_WRITE
                 } else {
                     0
                 },

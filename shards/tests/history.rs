@@ -13,6 +13,15 @@ use uaring_harness::blocking::Client;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The tests of this file one at a time: each starts and stops servers on port 0, and a
+/// listener of one test may otherwise be given the port another test's server is leaving
+/// (SO_REUSEPORT).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Dir(std::path::PathBuf);
 impl Dir {
     fn new(tag: &str) -> Dir {
@@ -156,6 +165,7 @@ fn wait_for(c: &mut Client, node: &NodeId, start: DateTime, end: DateTime, n: us
 
 #[test]
 fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive_a_restart() {
+    let _serial = serial();
     let dir = Dir::new("e2e");
     let t0 = t0();
     let level_id;
@@ -310,6 +320,150 @@ fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive
     let now = uaring::clock::utc_now();
     let (v, _) = read_all(&mut c, &setpoint_id, t0, at(now, 10.0), 0);
     assert!(doubles(&v).contains(&42.0));
+    let _ = c.close();
+    server.shutdown().unwrap();
+}
+
+fn history_update(c: &mut Client, details: Vec<ExtensionObject>) -> Vec<HistoryUpdateResult> {
+    let req = HistoryUpdateRequest {
+        history_update_details: details,
+        ..Default::default()
+    };
+    match c
+        .call(Request::HistoryUpdate(Box::new(req)))
+        .expect("HistoryUpdate")
+    {
+        Response::HistoryUpdate(r) => r.results,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn dv(t: DateTime, v: f64) -> DataValue {
+    DataValue {
+        source_timestamp: Some(t),
+        ..DataValue::new(Variant::Double(v))
+    }
+}
+
+#[test]
+fn history_update_inserts_replaces_updates_and_deletes_by_role() {
+    let _serial = serial();
+    let dir = Dir::new("update");
+    let t0 = t0();
+    let mut b = builder(&dir);
+    let ns = b.namespace("urn:test:history");
+    let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let id = NodeId::string(nsi, "Level");
+    for i in 0..10 {
+        level.set_with(dv(at(t0, i as f64), i as f64)).unwrap();
+    }
+    let mut c = session(&server.endpoint_url());
+    let end = at(t0, 100.0);
+    wait_for(&mut c, &id, t0, end, 10);
+    let data = |mode: PerformUpdateType, values: Vec<DataValue>| {
+        ExtensionObject::from_struct(&UpdateDataDetails {
+            node_id: id.clone(),
+            perform_insert_replace: mode,
+            update_values: values,
+        })
+    };
+    let r = history_update(
+        &mut c,
+        vec![
+            // Insert: one new, one where a value is.
+            data(
+                PerformUpdateType::Insert,
+                vec![dv(at(t0, 20.0), 20.0), dv(at(t0, 3.0), -3.0)],
+            ),
+            // Replace: one there, one not.
+            data(
+                PerformUpdateType::Replace,
+                vec![dv(at(t0, 4.0), 44.0), dv(at(t0, 30.0), 30.0)],
+            ),
+            // Update: replaces or inserts.
+            data(
+                PerformUpdateType::Update,
+                vec![dv(at(t0, 5.0), 55.0), dv(at(t0, 40.0), 40.0)],
+            ),
+            // Delete at times: one there, one not; delete raw [7, 9).
+            ExtensionObject::from_struct(&DeleteAtTimeDetails {
+                node_id: id.clone(),
+                req_times: vec![at(t0, 6.0), at(t0, 6.5)],
+            }),
+            ExtensionObject::from_struct(&DeleteRawModifiedDetails {
+                node_id: id.clone(),
+                is_delete_modified: false,
+                start_time: at(t0, 7.0),
+                end_time: at(t0, 9.0),
+            }),
+            ExtensionObject::from_struct(&DeleteRawModifiedDetails {
+                node_id: id.clone(),
+                is_delete_modified: false,
+                start_time: at(t0, 50.0),
+                end_time: at(t0, 60.0),
+            }),
+            // Remove is for annotations; events are not updated.
+            data(PerformUpdateType::Remove, vec![dv(at(t0, 1.0), 1.0)]),
+            ExtensionObject::from_struct(&DeleteEventDetails {
+                node_id: NodeId::ns0(2253),
+                event_ids: vec![],
+            }),
+        ],
+    );
+    let statuses: Vec<(StatusCode, Vec<StatusCode>)> = r
+        .iter()
+        .map(|x| (x.status_code, x.operation_results.clone()))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (
+                StatusCode::Good,
+                vec![StatusCode::GoodEntryInserted, StatusCode::BadEntryExists]
+            ),
+            (
+                StatusCode::Good,
+                vec![StatusCode::GoodEntryReplaced, StatusCode::BadNoEntryExists]
+            ),
+            (
+                StatusCode::Good,
+                vec![StatusCode::GoodEntryReplaced, StatusCode::GoodEntryInserted]
+            ),
+            (
+                StatusCode::Good,
+                vec![StatusCode::Good, StatusCode::BadNoEntryExists]
+            ),
+            (StatusCode::Good, vec![]),
+            (StatusCode::BadNoData, vec![]),
+            (StatusCode::BadHistoryOperationInvalid, vec![]),
+            (StatusCode::BadHistoryOperationUnsupported, vec![]),
+        ]
+    );
+    let (v, _) = read_all(&mut c, &id, t0, end, 0);
+    assert_eq!(
+        doubles(&v),
+        vec![0.0, 1.0, 2.0, 3.0, 44.0, 55.0, 9.0, 20.0, 40.0],
+        "3 kept, 4 replaced, 5 updated, 6 and 7–8 deleted, 20 and 40 inserted"
+    );
+    let _ = c.close();
+    drop(level);
+    server.shutdown().unwrap();
+
+    // A read-only user may read history, not edit it.
+    let mut b = builder(&dir).set("security", "anonymous", "read".into());
+    let ns = b.namespace("urn:test:history");
+    b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("restart");
+    let mut c = session(&server.endpoint_url());
+    let r = history_update(
+        &mut c,
+        vec![data(PerformUpdateType::Insert, vec![dv(at(t0, 70.0), 7.0)])],
+    );
+    assert_eq!(r[0].status_code, StatusCode::BadUserAccessDenied);
+    let (v, _) = read_all(&mut c, &id, t0, end, 0);
+    assert_eq!(v.len(), 9, "the edits above were durable");
     let _ = c.close();
     server.shutdown().unwrap();
 }

@@ -234,6 +234,8 @@ pub enum Outcome {
     Outputs(Vec<Variant>),
     /// One node's HistoryRead result (`crate::history`).
     History(Box<crate::generated::types::HistoryReadResult>),
+    /// One node's HistoryUpdate result.
+    HistoryUpdate(Box<crate::generated::types::HistoryUpdateResult>),
 }
 
 /// One completion on its way to its shard.

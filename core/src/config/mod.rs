@@ -205,6 +205,8 @@ pub struct OperationLimits {
     pub max_nodes_per_history_read_data: u32,
     /// Most HistoryReadValueIds in one HistoryRead of events.
     pub max_nodes_per_history_read_events: u32,
+    /// Most entries (nodes) in one HistoryUpdate.
+    pub max_nodes_per_history_update_data: u32,
     /// HistoryRead continuation points per session (one more is BadNoContinuationPoints).
     pub max_history_continuation_points: u16,
     /// Most values one HistoryRead operation returns before it gives a continuation
@@ -235,6 +237,7 @@ impl Default for OperationLimits {
             max_browse_continuation_points: 10,
             max_nodes_per_history_read_data: 1_000,
             max_nodes_per_history_read_events: 100,
+            max_nodes_per_history_update_data: 1_000,
             max_history_continuation_points: 10,
             max_history_values_per_node: 100_000,
             max_array_length: 1_000_000,
@@ -288,6 +291,10 @@ impl OperationLimits {
             (
                 "max_nodes_per_history_read_events",
                 self.max_nodes_per_history_read_events,
+            ),
+            (
+                "max_nodes_per_history_update_data",
+                self.max_nodes_per_history_update_data,
             ),
             (
                 "max_history_continuation_points",

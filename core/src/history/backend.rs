@@ -16,8 +16,9 @@ use std::sync::Arc;
 use crate::address_space::app::{Outcome, Reply};
 use crate::address_space::NumericRange;
 use crate::generated::types::{
-    HistoryReadResult, ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails,
-    ReadRawModifiedDetails, TimestampsToReturn,
+    DeleteAtTimeDetails, DeleteRawModifiedDetails, HistoryReadResult, HistoryUpdateResult,
+    ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails, ReadRawModifiedDetails,
+    TimestampsToReturn, UpdateDataDetails,
 };
 use crate::types::{ExtensionObject, NodeId, StatusCode};
 
@@ -72,6 +73,86 @@ impl ReadDetails {
     }
 }
 
+/// One entry of a HistoryUpdate's historyUpdateDetails, decoded.
+#[derive(Debug, Clone)]
+pub enum UpdateDetails {
+    /// Insert, replace or update (insert or replace) values at their SourceTimestamps.
+    Data(UpdateDataDetails),
+    /// Delete the raw values of `[startTime, endTime)` (isDeleteModified false).
+    DeleteRaw(DeleteRawModifiedDetails),
+    /// Delete the raw values at the given times.
+    DeleteAtTime(DeleteAtTimeDetails),
+}
+
+impl UpdateDetails {
+    /// Decodes one entry. `Err`: BadHistoryOperationInvalid for a null or undecodable one,
+    /// BadHistoryOperationUnsupported for the kinds this server does not update
+    /// (UpdateStructureDataDetails, UpdateEventDetails, DeleteEventDetails).
+    pub fn decode(
+        details: &ExtensionObject,
+        limits: crate::encoding::DecodeLimits,
+    ) -> Result<UpdateDetails, StatusCode> {
+        fn take<T>(r: Option<crate::encoding::DecodeResult<T>>) -> Option<Result<T, StatusCode>> {
+            r.map(|r| r.map_err(|_| StatusCode::BadHistoryOperationInvalid))
+        }
+        if let Some(r) = take(details.decode_as::<UpdateDataDetails>(limits)) {
+            return r.map(UpdateDetails::Data);
+        }
+        if let Some(r) = take(details.decode_as::<DeleteRawModifiedDetails>(limits)) {
+            return r.map(UpdateDetails::DeleteRaw);
+        }
+        if let Some(r) = take(details.decode_as::<DeleteAtTimeDetails>(limits)) {
+            return r.map(UpdateDetails::DeleteAtTime);
+        }
+        if details.is::<crate::generated::types::UpdateStructureDataDetails>()
+            || details.is::<crate::generated::types::UpdateEventDetails>()
+            || details.is::<crate::generated::types::DeleteEventDetails>()
+        {
+            return Err(StatusCode::BadHistoryOperationUnsupported);
+        }
+        Err(StatusCode::BadHistoryOperationInvalid)
+    }
+
+    /// The node the entry updates.
+    pub fn node_id(&self) -> &NodeId {
+        match self {
+            UpdateDetails::Data(d) => &d.node_id,
+            UpdateDetails::DeleteRaw(d) => &d.node_id,
+            UpdateDetails::DeleteAtTime(d) => &d.node_id,
+        }
+    }
+}
+
+/// One node's operation of a HistoryUpdate, for the backend (checked by the server: the
+/// node, its AccessLevel's HistoryWrite, the user's Insert/Modify/DeleteHistory, and that the
+/// backend offers the kind).
+#[derive(Debug, Clone)]
+pub struct HistoryUpdateOp {
+    pub details: UpdateDetails,
+}
+
+/// The reply to one [`HistoryUpdateOp`]: answer it once, from any thread.
+#[derive(Debug)]
+pub struct HistoryUpdateReply {
+    reply: Reply,
+}
+
+impl HistoryUpdateReply {
+    pub(crate) fn new(reply: Reply) -> HistoryUpdateReply {
+        HistoryUpdateReply { reply }
+    }
+
+    /// Answers with the node's status and one status per value or time.
+    pub fn answer(self, result: HistoryUpdateResult) {
+        self.reply.answer(Outcome::HistoryUpdate(Box::new(result)));
+    }
+
+    /// Answers with a bad status for the node.
+    pub fn fail(self, status: StatusCode) {
+        self.reply.answer(Outcome::Status(status));
+    }
+}
+
 /// One node's operation of a HistoryRead, for the backend.
 #[derive(Debug, Clone)]
 pub struct HistoryReadOp {
@@ -106,6 +187,13 @@ pub struct HistoryCapabilities {
     pub access_history_events: bool,
     /// The aggregates processed reads accept (namespace-0 AggregateFunction ids).
     pub aggregates: Vec<NodeId>,
+    /// HistoryUpdate of values: UpdateDataDetails Insert, Replace and Update.
+    pub insert_data: bool,
+    pub replace_data: bool,
+    pub update_data: bool,
+    /// DeleteRawModifiedDetails (isDeleteModified false) and DeleteAtTimeDetails.
+    pub delete_raw: bool,
+    pub delete_at_time: bool,
 }
 
 /// The reply to one [`HistoryReadOp`]: answer it once, from any thread. Dropped
@@ -145,6 +233,12 @@ pub trait HistoryBackend: Send + Sync + std::fmt::Debug {
     fn has_history(&self, node_id: &NodeId, events: bool) -> bool;
     /// Starts one operation; answer `reply` when done.
     fn read(&self, op: HistoryReadOp, reply: HistoryReply);
+    /// Starts one HistoryUpdate operation of a kind [`HistoryBackend::capabilities`] offers;
+    /// answer `reply` when it is done and durable. The default refuses.
+    fn update(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
+        let _ = op;
+        reply.fail(StatusCode::BadHistoryOperationUnsupported);
+    }
     /// The timeout after which the server answers an operation BadTimeout, ms.
     fn timeout_ms(&self) -> u32 {
         30_000

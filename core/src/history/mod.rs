@@ -8,4 +8,7 @@
 pub mod aggregate;
 pub mod backend;
 
-pub use backend::{HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, ReadDetails};
+pub use backend::{
+    HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, HistoryUpdateOp,
+    HistoryUpdateReply, ReadDetails, UpdateDetails,
+};

@@ -22,8 +22,8 @@ use crate::address_space::ChangeHub;
 use crate::address_space::{AddressSpace, NumericRange};
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    CallMethodResult, CallResponse, HistoryReadResponse, HistoryReadResult, ReadResponse,
-    WriteResponse,
+    CallMethodResult, CallResponse, HistoryReadResponse, HistoryReadResult, HistoryUpdateResponse,
+    HistoryUpdateResult, ReadResponse, WriteResponse,
 };
 use crate::services::attribute::{commit_write, finish_async_value, PreparedWrite, Timestamps};
 use crate::time::Now;
@@ -86,6 +86,11 @@ pub enum PendingKind {
         session: crate::server::shard::SessionKey,
         ops: Vec<HistoryOp>,
     },
+    /// A HistoryUpdate: `ops` are the indices of the results the backend answers.
+    HistoryUpdate {
+        response: Box<HistoryUpdateResponse>,
+        ops: Vec<u32>,
+    },
 }
 
 impl PendingKind {
@@ -95,6 +100,7 @@ impl PendingKind {
             PendingKind::Write { ops, .. } => ops.len(),
             PendingKind::Call { ops, .. } => ops.len(),
             PendingKind::HistoryRead { ops, .. } => ops.len(),
+            PendingKind::HistoryUpdate { ops, .. } => ops.len(),
         }
     }
 
@@ -106,6 +112,7 @@ impl PendingKind {
             PendingKind::Write { response, .. } => Response::Write(response),
             PendingKind::Call { response, .. } => Response::Call(response),
             PendingKind::HistoryRead { response, .. } => Response::HistoryRead(response),
+            PendingKind::HistoryUpdate { response, .. } => Response::HistoryUpdate(response),
         }
     }
 }
@@ -364,6 +371,23 @@ impl Deferrals {
 fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outcome, now: Now) {
     match kind {
         PendingKind::HistoryRead { response, ops, .. } => apply_history(response, ops, op, outcome),
+        PendingKind::HistoryUpdate { response, ops } => {
+            let Some(&i) = ops.get(op) else { return };
+            let result = match outcome {
+                Outcome::HistoryUpdate(r) => *r,
+                Outcome::Status(s) => HistoryUpdateResult {
+                    status_code: bad_or_internal(s),
+                    ..HistoryUpdateResult::default()
+                },
+                _ => HistoryUpdateResult {
+                    status_code: StatusCode::BadInternalError,
+                    ..HistoryUpdateResult::default()
+                },
+            };
+            if let Some(r) = response.results.get_mut(i as usize) {
+                *r = result;
+            }
+        }
         PendingKind::Read {
             response,
             timestamps,
@@ -381,7 +405,7 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
                     *timestamps,
                     now,
                 ),
-                Outcome::Outputs(_) | Outcome::History(_) => {
+                Outcome::Outputs(_) | Outcome::History(_) | Outcome::HistoryUpdate(_) => {
                     crate::types::DataValue::status(StatusCode::BadInternalError)
                 }
             };

@@ -378,3 +378,142 @@ pub fn finish(shard: &mut ShardState, kind: PendingKind) -> Response {
     }
     Response::HistoryRead(response)
 }
+
+/// HistoryUpdate (Part 4 §5.10.5, Part 11 §6.8). `None`: deferred. What the server checks
+/// before the store: a store is attached (else BadServiceUnsupported), the request has
+/// entries within `max_nodes_per_history_update_data` (BadNothingToDo, BadTooManyOperations);
+/// per entry: it decodes (BadHistoryOperationInvalid; event and structure updates are
+/// BadHistoryOperationUnsupported), the node exists (BadNodeIdUnknown) and is a Variable
+/// whose AccessLevel has HistoryWrite (BadNotWritable), the store keeps its history and
+/// offers the kind of update (BadHistoryOperationUnsupported), the user's roles grant
+/// InsertHistory (Insert), ModifyHistory (Replace), both (Update) or DeleteHistory (the
+/// deletes) (BadUserAccessDenied), and REMOVE, which is for annotations, is not asked of
+/// values (BadHistoryOperationInvalid).
+pub fn history_update(
+    shard: &mut ShardState,
+    roles: crate::roles::Roles,
+    channel_id: u32,
+    request_id: u32,
+    req: &crate::generated::types::HistoryUpdateRequest,
+    now: Now,
+) -> Option<Response> {
+    use crate::generated::types::{HistoryUpdateResponse, HistoryUpdateResult, PerformUpdateType};
+    use crate::history::{HistoryUpdateOp, HistoryUpdateReply, UpdateDetails};
+    let handle = req.request_header.request_handle;
+    let shared = Arc::clone(shard.shared());
+    let Some(backend) = shared.history.clone() else {
+        return Some(fault(handle, StatusCode::BadServiceUnsupported, now));
+    };
+    let limits = &shared.config.operation_limits;
+    if req.history_update_details.is_empty() {
+        return Some(fault(handle, StatusCode::BadNothingToDo, now));
+    }
+    if req.history_update_details.len() > limits.max_nodes_per_history_update_data as usize {
+        return Some(fault(handle, StatusCode::BadTooManyOperations, now));
+    }
+    let caps = backend.capabilities();
+    let space = &shared.address_space;
+    let bad = |s: StatusCode| HistoryUpdateResult {
+        status_code: s,
+        ..HistoryUpdateResult::default()
+    };
+    let mut results = Vec::with_capacity(req.history_update_details.len());
+    let mut ops = Vec::new();
+    let mut starts = Vec::new();
+    for (i, raw) in req.history_update_details.iter().enumerate() {
+        let checked = (|| {
+            let details = UpdateDetails::decode(raw, crate::DecodeLimits::default())?;
+            let node_id = details.node_id();
+            let ix = space
+                .node_index(node_id)
+                .ok_or(StatusCode::BadNodeIdUnknown)?;
+            let node = space.node_at(ix).ok_or(StatusCode::BadNodeIdUnknown)?;
+            let v = node
+                .as_variable()
+                .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
+            if v.access_level & access_level::HISTORY_WRITE == 0 {
+                return Err(StatusCode::BadNotWritable);
+            }
+            if !backend.has_history(node_id, false) {
+                return Err(StatusCode::BadHistoryOperationUnsupported);
+            }
+            let (offered, needed) = match &details {
+                UpdateDetails::Data(d) => match d.perform_insert_replace {
+                    PerformUpdateType::Insert => {
+                        (caps.insert_data, PermissionType::InsertHistory.0)
+                    }
+                    PerformUpdateType::Replace => {
+                        (caps.replace_data, PermissionType::ModifyHistory.0)
+                    }
+                    PerformUpdateType::Update => (
+                        caps.update_data,
+                        PermissionType::InsertHistory.0 | PermissionType::ModifyHistory.0,
+                    ),
+                    _ => return Err(StatusCode::BadHistoryOperationInvalid),
+                },
+                UpdateDetails::DeleteRaw(d) => {
+                    if d.is_delete_modified {
+                        // No modified values are kept.
+                        return Err(StatusCode::BadHistoryOperationUnsupported);
+                    }
+                    (caps.delete_raw, PermissionType::DeleteHistory.0)
+                }
+                UpdateDetails::DeleteAtTime(_) => {
+                    (caps.delete_at_time, PermissionType::DeleteHistory.0)
+                }
+            };
+            if !offered {
+                return Err(StatusCode::BadHistoryOperationUnsupported);
+            }
+            if !space
+                .permissions(ix, roles)
+                .contains(PermissionType(needed))
+            {
+                return Err(StatusCode::BadUserAccessDenied);
+            }
+            Ok(details)
+        })();
+        match checked {
+            Ok(details) => {
+                results.push(bad(StatusCode::Good));
+                ops.push(i as u32);
+                starts.push(HistoryUpdateOp { details });
+            }
+            Err(s) => results.push(bad(s)),
+        }
+    }
+    let mut response = Box::new(HistoryUpdateResponse {
+        response_header: response_header(handle, now),
+        results,
+        diagnostic_infos: Vec::new(),
+    });
+    if ops.is_empty() {
+        return Some(Response::HistoryUpdate(response));
+    }
+    let (deferrals, _, shard_index) = shard.deferred_parts();
+    if deferrals.room() < ops.len() {
+        for &o in &ops {
+            if let Some(r) = response.results.get_mut(o as usize) {
+                *r = bad(StatusCode::BadTooManyOperations);
+            }
+        }
+        return Some(Response::HistoryUpdate(response));
+    }
+    let count = ops.len();
+    let opened = deferrals.begin(
+        space.changes(),
+        shard_index,
+        channel_id,
+        request_id,
+        PendingKind::HistoryUpdate { response, ops },
+        std::iter::repeat_n(backend.timeout_ms(), count),
+        now,
+    );
+    for (op, start) in starts.into_iter().enumerate() {
+        backend.update(
+            start,
+            HistoryUpdateReply::new(opened.reply(op as u32, None)),
+        );
+    }
+    None
+}

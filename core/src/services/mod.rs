@@ -249,7 +249,11 @@ fn activated_service(
             let roles = session_roles(shard, key);
             return history::history_read(shard, key, roles, ctx.channel_id, request_id, &r, now);
         }
-        // HistoryUpdate, Query, node management: not offered.
+        Request::HistoryUpdate(r) => {
+            let roles = session_roles(shard, key);
+            return history::history_update(shard, roles, ctx.channel_id, request_id, &r, now);
+        }
+        // Query, node management: not offered.
         _ => fault(handle, StatusCode::BadServiceUnsupported, now),
     })
 }

@@ -448,7 +448,7 @@ impl SubscriptionEngine {
             } else {
                 StatusCode::BadInternalError
             }),
-            Outcome::Outputs(_) | Outcome::History(_) => {
+            Outcome::Outputs(_) | Outcome::History(_) | Outcome::HistoryUpdate(_) => {
                 DataValue::status(StatusCode::BadInternalError)
             }
         };

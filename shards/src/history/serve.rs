@@ -25,9 +25,11 @@ use uaring_core::events::bus::EventRecorder;
 use uaring_core::generated::types::{
     HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, TimestampsToReturn,
 };
+use uaring_core::generated::types::{HistoryUpdateResult, PerformUpdateType};
 use uaring_core::history::aggregate::{self, Aggregate, AggregateConfig};
 use uaring_core::history::{
-    HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, ReadDetails,
+    HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, HistoryUpdateOp,
+    HistoryUpdateReply, ReadDetails, UpdateDetails,
 };
 use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
@@ -46,11 +48,17 @@ pub struct Historian {
     ingest: super::Ingest,
     /// Historized nodes (filled once the address space is built).
     nodes: OnceLock<Nodes>,
-    jobs: SyncSender<(HistoryReadOp, HistoryReply)>,
+    jobs: SyncSender<Job>,
     writer: Mutex<Option<super::WriterHandle>>,
     /// Operations answered by the readers, and refused for a full read queue.
     reads: AtomicU64,
     reads_refused: AtomicU64,
+}
+
+/// One operation for a reader thread.
+enum Job {
+    Read(HistoryReadOp, HistoryReply),
+    Update(HistoryUpdateOp, HistoryUpdateReply),
 }
 
 struct Nodes {
@@ -82,7 +90,7 @@ impl Historian {
     ) -> Result<Arc<Historian>, StoreError> {
         let store = Store::open(config)?;
         let (ingest, writer) = super::start_writer(store.clone())?;
-        let (jobs, rx) = sync_channel::<(HistoryReadOp, HistoryReply)>(read_queue.max(1));
+        let (jobs, rx) = sync_channel::<Job>(read_queue.max(1));
         let h = Arc::new(Historian {
             store,
             ingest,
@@ -103,9 +111,12 @@ impl Historian {
                         Ok(r) => r.recv(),
                         Err(_) => return,
                     };
-                    let Ok((op, reply)) = job else { return };
+                    let Ok(job) = job else { return };
                     let Some(h) = h2.upgrade() else { return };
-                    h.answer(op, reply);
+                    match job {
+                        Job::Read(op, reply) => h.answer(op, reply),
+                        Job::Update(op, reply) => h.update_now(op, reply),
+                    }
                 })
                 .map_err(StoreError::Io)?;
         }
@@ -346,6 +357,106 @@ impl Historian {
             },
             continuation_point: token.map(Into::into).unwrap_or_default(),
             history_data: ExtensionObject::from_struct(&HistoryEvent { events }),
+        })
+    }
+
+    /// Runs one HistoryUpdate operation on a reader thread and answers once it is durable.
+    fn update_now(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let Some(id) = self.series(op.details.node_id()) else {
+            return reply.fail(StatusCode::BadHistoryOperationUnsupported);
+        };
+        match self.apply_update(id, &op.details) {
+            Ok(result) => reply.answer(result),
+            Err(s) => reply.fail(s),
+        }
+    }
+
+    /// UpdateDataDetails (Part 11 §6.8.2): Insert puts a value where there is none at its
+    /// SourceTimestamp (else Bad_EntryExists), Replace replaces the value there (else
+    /// Bad_NoEntryExists), Update does whichever applies (Good_EntryInserted /
+    /// Good_EntryReplaced); a value without a SourceTimestamp is Bad_InvalidTimestamp.
+    /// DeleteRawModifiedDetails (§6.8.5) deletes `[start, end)` (Bad_NoData when nothing was
+    /// there); DeleteAtTimeDetails (§6.8.6) the values at each time (Bad_NoEntryExists where
+    /// there is none). The store is flushed before the answer.
+    fn apply_update(
+        &self,
+        id: SeriesId,
+        details: &UpdateDetails,
+    ) -> Result<HistoryUpdateResult, StatusCode> {
+        let exists = |t: i64| -> Result<bool, StatusCode> {
+            let mut v = Vec::new();
+            self.store
+                .read(id, t, t, false, 1, &mut v)
+                .map_err(store_status)?;
+            Ok(!v.is_empty())
+        };
+        let now = crate::clock::utc_now().0;
+        let mut results = Vec::new();
+        let mut status = StatusCode::Good;
+        match details {
+            UpdateDetails::Data(d) => {
+                for dv in &d.update_values {
+                    let Some(ts) = dv.source_timestamp else {
+                        results.push(StatusCode::BadInvalidTimestamp);
+                        continue;
+                    };
+                    let sample = Sample {
+                        source_ts: ts.0,
+                        server_ts: dv.server_timestamp.map_or(now, |t| t.0),
+                        status: dv.status.map_or(0, |s| s.0),
+                        value: dv.value.clone(),
+                    };
+                    let there = exists(ts.0)?;
+                    let r = match (d.perform_insert_replace, there) {
+                        (PerformUpdateType::Insert, true) => StatusCode::BadEntryExists,
+                        (PerformUpdateType::Replace, false) => StatusCode::BadNoEntryExists,
+                        (PerformUpdateType::Insert, false) | (PerformUpdateType::Update, false) => {
+                            self.store
+                                .append(std::iter::once((id, sample)))
+                                .map_err(store_status)?;
+                            StatusCode::GoodEntryInserted
+                        }
+                        (PerformUpdateType::Replace, true) | (PerformUpdateType::Update, true) => {
+                            self.store.replace(id, sample).map_err(store_status)?;
+                            StatusCode::GoodEntryReplaced
+                        }
+                        _ => StatusCode::BadHistoryOperationInvalid,
+                    };
+                    results.push(r);
+                }
+            }
+            UpdateDetails::DeleteRaw(d) => {
+                let (first, bound, reverse) = time_domain(d.start_time, d.end_time)?;
+                let (lo, hi) = if reverse {
+                    (bound, first)
+                } else {
+                    (first, bound)
+                };
+                let n = self.store.delete_range(id, lo, hi).map_err(store_status)?;
+                if n == 0 {
+                    status = StatusCode::BadNoData;
+                }
+            }
+            UpdateDetails::DeleteAtTime(d) => {
+                for t in &d.req_times {
+                    let n = self
+                        .store
+                        .delete_range(id, t.0, t.0)
+                        .map_err(store_status)?;
+                    results.push(if n == 0 {
+                        StatusCode::BadNoEntryExists
+                    } else {
+                        StatusCode::Good
+                    });
+                }
+            }
+        }
+        self.store.flush().map_err(store_status)?;
+        Ok(HistoryUpdateResult {
+            status_code: status,
+            operation_results: results,
+            diagnostic_infos: Vec::new(),
         })
     }
 
@@ -643,6 +754,11 @@ impl HistoryBackend for Historian {
             access_history_data: true,
             access_history_events: true,
             aggregates: Aggregate::ALL.iter().map(|a| a.node_id()).collect(),
+            insert_data: true,
+            replace_data: true,
+            update_data: true,
+            delete_raw: true,
+            delete_at_time: true,
         }
     }
 
@@ -655,11 +771,25 @@ impl HistoryBackend for Historian {
     }
 
     fn read(&self, op: HistoryReadOp, reply: HistoryReply) {
-        match self.jobs.try_send((op, reply)) {
+        match self.jobs.try_send(Job::Read(op, reply)) {
             Ok(()) => {}
-            Err(TrySendError::Full((_, reply))) | Err(TrySendError::Disconnected((_, reply))) => {
+            Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
                 self.reads_refused.fetch_add(1, Ordering::Relaxed);
-                reply.fail(StatusCode::BadResourceUnavailable)
+                if let Job::Read(_, reply) = job {
+                    reply.fail(StatusCode::BadResourceUnavailable)
+                }
+            }
+        }
+    }
+
+    fn update(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
+        match self.jobs.try_send(Job::Update(op, reply)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
+                self.reads_refused.fetch_add(1, Ordering::Relaxed);
+                if let Job::Update(_, reply) = job {
+                    reply.fail(StatusCode::BadResourceUnavailable)
+                }
             }
         }
     }

@@ -207,10 +207,17 @@ def test_capabilities_say_what_is_served(hist_server):
                 ua.ObjectIds.HistoryServerCapabilities_AccessHistoryDataCapability
             ).read_value()
             assert access is True
-            insert = await c.get_node(
-                ua.ObjectIds.HistoryServerCapabilities_InsertDataCapability
-            ).read_value()
-            assert insert is False, "HistoryUpdate is not served"
+            for cap in (
+                ua.ObjectIds.HistoryServerCapabilities_InsertDataCapability,
+                ua.ObjectIds.HistoryServerCapabilities_ReplaceDataCapability,
+                ua.ObjectIds.HistoryServerCapabilities_DeleteRawCapability,
+            ):
+                assert await c.get_node(cap).read_value() is True
+            for cap in (
+                ua.ObjectIds.HistoryServerCapabilities_InsertEventCapability,
+                ua.ObjectIds.HistoryServerCapabilities_InsertAnnotationCapability,
+            ):
+                assert await c.get_node(cap).read_value() is False
             events = await c.get_node(
                 ua.ObjectIds.HistoryServerCapabilities_AccessHistoryEventsCapability
             ).read_value()
@@ -292,6 +299,56 @@ def test_the_server_objects_events_are_kept_and_read_with_a_filter(hist_server):
             # A notifier whose events are not kept.
             r = await history_read(c, d, "ns=1;s=Demo.Static.Double")
             assert r.StatusCode.value == ua.StatusCodes.BadHistoryOperationUnsupported
+
+    run(body())
+
+
+def test_history_update_inserts_replaces_and_deletes(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            t0 = datetime.datetime.now(UTC).replace(microsecond=0) + datetime.timedelta(minutes=5)
+            ts = [t0 + datetime.timedelta(seconds=i) for i in range(4)]
+
+            def dv(t, v):
+                return ua.DataValue(ua.Variant(v, ua.VariantType.Double), SourceTimestamp=t)
+
+            def update(mode, values):
+                d = ua.UpdateDataDetails()
+                d.NodeId = ua.NodeId.from_string("ns=1;s=Demo.History.Setpoint")
+                d.PerformInsertReplace = mode
+                d.UpdateValues = values
+                return d
+
+            p = ua.HistoryUpdateParameters()
+            p.HistoryUpdateDetails = [
+                update(ua.PerformUpdateType.Insert, [dv(t, float(i)) for i, t in enumerate(ts)]),
+            ]
+            r = await c.uaclient.history_update(p)
+            assert [s.value for s in r[0].OperationResults] == [ua.StatusCodes.GoodEntryInserted] * 4
+            p.HistoryUpdateDetails = [
+                update(ua.PerformUpdateType.Replace, [dv(ts[1], 11.0)]),
+                update(ua.PerformUpdateType.Insert, [dv(ts[2], 22.0)]),
+            ]
+            d = ua.DeleteAtTimeDetails()
+            d.NodeId = ua.NodeId.from_string("ns=1;s=Demo.History.Setpoint")
+            d.ReqTimes = [ts[3]]
+            p.HistoryUpdateDetails.append(d)
+            r = await c.uaclient.history_update(p)
+            assert [s.value for s in r[0].OperationResults] == [ua.StatusCodes.GoodEntryReplaced]
+            assert [s.value for s in r[1].OperationResults] == [ua.StatusCodes.BadEntryExists]
+            assert [s.value for s in r[2].OperationResults] == [ua.StatusCodes.Good]
+            vals = await setpoint(c).read_raw_history(t0, t0 + datetime.timedelta(seconds=10), return_bounds=False)
+            assert [v.Value.Value for v in vals] == [0.0, 11.0, 2.0]
+            dr = ua.DeleteRawModifiedDetails()
+            dr.NodeId = ua.NodeId.from_string("ns=1;s=Demo.History.Setpoint")
+            dr.IsDeleteModified = False
+            dr.StartTime = t0
+            dr.EndTime = t0 + datetime.timedelta(seconds=10)
+            p.HistoryUpdateDetails = [dr]
+            r = await c.uaclient.history_update(p)
+            assert r[0].StatusCode.is_good()
+            vals = await setpoint(c).read_raw_history(t0, t0 + datetime.timedelta(seconds=10), return_bounds=False)
+            assert vals == []
 
     run(body())
 

@@ -183,11 +183,12 @@ fn omitted(nodes: &[Ns0Node], keep: &[u32]) -> HashSet<NodeId> {
     out
 }
 
-/// What a server with a history store keeps of [`OMITTED`]: its HistoryRead limits and
-/// the HistoryServerCapabilities.
+/// What a server with a history store keeps of [`OMITTED`]: its HistoryRead and
+/// HistoryUpdate (values) limits and the HistoryServerCapabilities.
 pub const HISTORY: &[u32] = &[
     node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
     node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadEvents,
+    node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryUpdateData,
     node_ids::HistoryServerCapabilities,
 ];
 

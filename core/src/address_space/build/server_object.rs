@@ -755,8 +755,8 @@ pub fn install(
 const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
 
 /// The HistoryServerCapabilities and HistoryRead limits of a server with a history store
-/// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, the
-/// updates it does not serve are false, and the AggregateFunctions folders (of the
+/// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, what it
+/// does not is false, and the AggregateFunctions folders (of the
 /// HistoryServerCapabilities and of the ServerCapabilities) organize exactly the aggregates
 /// it computes.
 pub fn install_history(
@@ -776,11 +776,26 @@ pub fn install_history(
             n::HistoryServerCapabilities_AccessHistoryEventsCapability,
             caps.access_history_events,
         ),
-        (n::HistoryServerCapabilities_InsertDataCapability, false),
-        (n::HistoryServerCapabilities_ReplaceDataCapability, false),
-        (n::HistoryServerCapabilities_UpdateDataCapability, false),
-        (n::HistoryServerCapabilities_DeleteRawCapability, false),
-        (n::HistoryServerCapabilities_DeleteAtTimeCapability, false),
+        (
+            n::HistoryServerCapabilities_InsertDataCapability,
+            caps.insert_data,
+        ),
+        (
+            n::HistoryServerCapabilities_ReplaceDataCapability,
+            caps.replace_data,
+        ),
+        (
+            n::HistoryServerCapabilities_UpdateDataCapability,
+            caps.update_data,
+        ),
+        (
+            n::HistoryServerCapabilities_DeleteRawCapability,
+            caps.delete_raw,
+        ),
+        (
+            n::HistoryServerCapabilities_DeleteAtTimeCapability,
+            caps.delete_at_time,
+        ),
         (n::HistoryServerCapabilities_InsertEventCapability, false),
         (n::HistoryServerCapabilities_ReplaceEventCapability, false),
         (n::HistoryServerCapabilities_UpdateEventCapability, false),
@@ -820,6 +835,12 @@ pub fn install_history(
         b,
         n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadEvents,
         Variant::UInt32(lim.max_nodes_per_history_read_events),
+        start,
+    );
+    set_static(
+        b,
+        n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryUpdateData,
+        Variant::UInt32(lim.max_nodes_per_history_update_data),
         start,
     );
     if caps.access_history_events {
