@@ -392,7 +392,7 @@ impl ServerBuilder {
             crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
         let historian = if history
             .enabled
-            .unwrap_or(defs.iter().any(|d| d.historizes()))
+            .unwrap_or(!history.nodes.is_empty() || defs.iter().any(|d| d.historizes()))
         {
             match crate::history::serve::Historian::start(
                 history.store_config().map_err(Error::Config)?,
@@ -437,6 +437,9 @@ impl ServerBuilder {
                 for d in defs.drain(..) {
                     d.build(b, &mut bound, &mut alarms)
                         .map_err(|e| e.to_string())?;
+                }
+                if historian.is_some() && !history.nodes.is_empty() {
+                    crate::history::serve::historize_nodes(b, &history.nodes)?;
                 }
                 Ok(())
             },

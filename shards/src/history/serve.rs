@@ -935,6 +935,11 @@ pub struct HistoryConfig {
     /// HistoryRead operations waiting for a reader thread (≥ 1); one more is
     /// BadResourceUnavailable.
     pub read_queue: usize,
+    /// Variables to historize besides those the application or a NodeSet marks: NodeIds
+    /// (`ns=2;s=Boiler.Temp`, `nsu=urn:…;i=1001`), or a string-id prefix ending in `*`
+    /// (`nsu=http://example.com/boiler/;s=Boiler.*`). Each must match at least one Variable
+    /// with a stored value (else the start fails, naming it).
+    pub nodes: Vec<String>,
 }
 
 impl Default for HistoryConfig {
@@ -949,6 +954,7 @@ impl Default for HistoryConfig {
             on_full: "drop-newest".to_string(),
             read_threads: 2,
             read_queue: 1024,
+            nodes: Vec::new(),
         }
     }
 }
@@ -994,4 +1000,119 @@ pub fn take_config(table: &mut toml::Table) -> Result<HistoryConfig, String> {
     };
     c.store_config()?;
     Ok(c)
+}
+
+/// One `history.nodes` entry: a namespace (by index or URI) and an identifier, exact or a
+/// string prefix.
+#[derive(Debug, Clone, PartialEq)]
+enum Pattern {
+    Exact(NodeId),
+    Prefix { namespace: u16, prefix: String },
+}
+
+fn parse_pattern(p: &str, uris: &[String]) -> Result<Pattern, String> {
+    let (namespace, rest) = if let Some(r) = p.strip_prefix("nsu=") {
+        let (uri, rest) = r
+            .split_once(';')
+            .ok_or_else(|| format!("history.nodes {p:?}: expected nsu=<uri>;<id>"))?;
+        let ix = uris.iter().position(|u| u == uri).ok_or_else(|| {
+            format!("history.nodes {p:?}: no namespace {uri:?} in the address space")
+        })?;
+        (ix as u16, rest)
+    } else if let Some(r) = p.strip_prefix("ns=") {
+        let (n, rest) = r
+            .split_once(';')
+            .ok_or_else(|| format!("history.nodes {p:?}: expected ns=<index>;<id>"))?;
+        let n: u16 = n
+            .parse()
+            .map_err(|_| format!("history.nodes {p:?}: bad namespace index"))?;
+        (n, rest)
+    } else {
+        (0, p)
+    };
+    if let Some(prefix) = rest.strip_prefix("s=").and_then(|s| s.strip_suffix('*')) {
+        return Ok(Pattern::Prefix {
+            namespace,
+            prefix: prefix.to_string(),
+        });
+    }
+    let id = NodeId::parse(&format!("ns={namespace};{rest}"))
+        .ok_or_else(|| format!("history.nodes {p:?}: not a NodeId or a prefix ending in *"))?;
+    Ok(Pattern::Exact(id))
+}
+
+impl Pattern {
+    fn matches(&self, id: &NodeId) -> bool {
+        match self {
+            Pattern::Exact(x) => x == id,
+            Pattern::Prefix { namespace, prefix } => {
+                id.namespace == *namespace
+                    && matches!(&id.identifier, uaring_core::types::Identifier::String(s) if s.as_str().starts_with(prefix.as_str()))
+            }
+        }
+    }
+}
+
+/// Marks the Variables `history.nodes` names as historized (Historizing, and the HistoryRead
+/// and HistoryWrite bits of their AccessLevel and UserAccessLevel). Run while the address
+/// space is built, after the NodeSets and the application's nodes.
+pub fn historize_nodes(
+    b: &mut uaring_core::address_space::build::AddressSpaceBuilder,
+    patterns: &[String],
+) -> Result<usize, String> {
+    use uaring_core::address_space::access_level::{HISTORY_READ, HISTORY_WRITE};
+    let uris = b.namespace_uris().to_vec();
+    let parsed = patterns
+        .iter()
+        .map(|p| parse_pattern(p, &uris))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut hits = vec![0usize; parsed.len()];
+    for node in b.nodes_mut() {
+        let stored = node.value_cell().is_some();
+        let ClassAttributes::Variable(v) = &mut node.attributes else {
+            continue;
+        };
+        for (i, p) in parsed.iter().enumerate() {
+            if stored && p.matches(&node.node_id) {
+                v.historizing = true;
+                v.access_level |= HISTORY_READ | HISTORY_WRITE;
+                v.user_access_level |= HISTORY_READ | HISTORY_WRITE;
+                if let Some(h) = hits.get_mut(i) {
+                    *h += 1;
+                }
+            }
+        }
+    }
+    if let Some((i, _)) = hits.iter().enumerate().find(|(_, h)| **h == 0) {
+        return Err(format!(
+            "history.nodes {:?} matches no Variable with a stored value",
+            patterns.get(i).map(String::as_str).unwrap_or("")
+        ));
+    }
+    Ok(hits.iter().sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_name_nodes_exactly_or_by_prefix() {
+        let uris = vec![
+            "http://opcfoundation.org/UA/".to_string(),
+            "urn:uaring:server".to_string(),
+            "urn:boiler".to_string(),
+        ];
+        let p = parse_pattern("nsu=urn:boiler;s=Boiler.*", &uris).unwrap();
+        assert!(p.matches(&NodeId::string(2, "Boiler.Temp")));
+        assert!(!p.matches(&NodeId::string(1, "Boiler.Temp")));
+        assert!(!p.matches(&NodeId::string(2, "Pump.Temp")));
+        assert_eq!(
+            parse_pattern("ns=1;i=1001", &uris).unwrap(),
+            Pattern::Exact(NodeId::numeric(1, 1001))
+        );
+        assert!(parse_pattern("nsu=urn:nowhere;s=A", &uris).is_err());
+        assert!(parse_pattern("ns=x;s=A", &uris).is_err());
+        assert!(parse_pattern("ns=1;q=?", &uris).is_err());
+    }
 }

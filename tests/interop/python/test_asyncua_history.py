@@ -24,7 +24,10 @@ def run(coro, timeout=60):
 def hist_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("uaring-history")
     cfg = root / "history.toml"
-    cfg.write_text(f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n')
+    cfg.write_text(
+        f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n'
+        'nodes = ["ns=1;s=Demo.Static.Int32", "nsu=urn:uaring:server;s=Demo.Static.Arrays.U*"]\n'
+    )
     s = Server("--config", str(cfg), "--pki", str(root / "pki"))
     yield s
     assert s.stop() == 0
@@ -349,6 +352,27 @@ def test_history_update_inserts_replaces_and_deletes(hist_server):
             assert r[0].StatusCode.is_good()
             vals = await setpoint(c).read_raw_history(t0, t0 + datetime.timedelta(seconds=10), return_bounds=False)
             assert vals == []
+
+    run(body())
+
+
+def test_variables_named_in_the_configuration_are_historized(hist_server):
+    async def body():
+        async with session(hist_server.url) as c:
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            i32 = c.get_node("ns=1;s=Demo.Static.Int32")
+            for v in (7, 8, 9):
+                await i32.write_value(ua.DataValue(ua.Variant(v, ua.VariantType.Int32)))
+            vals = await wait_values(i32, start, 3)
+            assert [v.Value.Value for v in vals] == [7, 8, 9]
+            arr = c.get_node("ns=1;s=Demo.Static.Arrays.UInt16")
+            assert (await arr.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
+            await arr.write_value(ua.DataValue(ua.Variant([1, 2, 3], ua.VariantType.UInt16)))
+            vals = await wait_values(arr, start, 1)
+            assert vals[-1].Value.Value == [1, 2, 3]
+            other = c.get_node("ns=1;s=Demo.Static.Arrays.Int16")
+            assert (await other.read_attribute(ua.AttributeIds.Historizing)).Value.Value is False
 
     run(body())
 

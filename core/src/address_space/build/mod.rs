@@ -239,6 +239,11 @@ impl AddressSpaceBuilder {
     }
 
     /// The node with this id, for changes before `finish`.
+    /// Every node added so far, to change in place (e.g. which Variables are historized).
+    pub fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node> {
+        self.nodes.iter_mut()
+    }
+
     pub fn node_mut(&mut self, id: &NodeId) -> Option<&mut Node> {
         let i = self.index_of(id)?;
         self.nodes.get_mut(i as usize)
