@@ -11,7 +11,7 @@ use crate::{security, server};
 /// filled in; password hashes left out), followed by the companion models the
 /// `[[nodesets]]` load. The checks: TOML syntax and unknown keys, every range of
 /// `[runtime]`, `[security]` (policy and mode names, limits) and `[[users]]` (password
-/// hashes), core's configuration, and the `[[nodesets]]` loaded into an address space.
+/// hashes), `[handshake]`, `[history]`, core's configuration, and the `[[nodesets]]` loaded into an address space.
 /// Not checked: that the listen address can be bound, the CPUs exist on this machine, and
 /// the PKI directory (it is created on the first start).
 pub fn check_file(path: &Path) -> Result<String, String> {
@@ -25,6 +25,8 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let (sec, users) = security::take_config(&mut file.server)?;
     security::check(&sec, &users)?;
     let content = crate::content::take_config(&mut file.server, true, false)?;
+    let handshake = crate::handshake::take_config(&mut file.server)?;
+    let history = crate::history::serve::take_config(&mut file.server)?;
     let config = server::server_config(&file.server, false)?;
     let files = server::nodeset_files(&file.server)?;
     let setup = server::build(&file.server, false)?;
@@ -40,6 +42,8 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let _ = writeln!(out, "[metrics]\n{}", toml(&file.metrics)?);
     let _ = writeln!(out, "[log]\n{}", toml(&file.log)?);
     let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
+    let _ = writeln!(out, "[handshake]\n{}", toml(&handshake)?);
+    let _ = writeln!(out, "[history]\n{}", toml(&history)?);
     for u in &users {
         let roles: Vec<&str> = u.granted()?.iter().map(|r| r.name()).collect();
         let _ = writeln!(
@@ -79,5 +83,25 @@ mod erased {
         fn to_toml(&self) -> Result<String, String> {
             toml::to_string(self).map_err(|e| format!("cannot print the configuration: {e}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[handshake]` and `[history]` are sections of the file like any other (the check
+    /// refused both before), and what it prints is itself a valid configuration.
+    #[test]
+    fn the_runtime_sections_are_checked_and_printed() {
+        let text = "[handshake]\nthreads = 1\n[history]\ndir = \"/var/lib/uaring/history\"\nflush_interval_ms = 250\nnodes = [\"ns=0;i=2255\"]\n";
+        let out = check_text(text).expect("valid");
+        assert!(out.contains("[handshake]\nthreads = 1\n"), "{out}");
+        assert!(out.contains("flush_interval_ms = 250"), "{out}");
+        check_text(&out).expect("the printed configuration is valid");
+        let e = check_text("[history]\nflush_interval_ms = 0\n").unwrap_err();
+        assert!(e.contains("history.flush_interval_ms"), "{e}");
+        let e = check_text("[history]\nsize = 3\n").unwrap_err();
+        assert!(e.contains("[history]"), "{e}");
     }
 }

@@ -59,6 +59,50 @@ pub enum Command {
     Cert(CertArgs),
     /// Check a configuration file.
     Config(ConfigArgs),
+    /// Move a node's history out of and into the embedded store as CSV (docs/History.md);
+    /// the server must not have the store open.
+    History(HistoryArgs),
+}
+
+/// `uaring history …`.
+#[derive(Clone, Debug, Args)]
+pub struct HistoryArgs {
+    #[command(subcommand)]
+    pub command: HistoryCommand,
+}
+
+/// The `uaring history` subcommands.
+#[derive(Clone, Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// Write the values of NODE with FROM ≤ SourceTimestamp ≤ TO as CSV
+    /// (source_timestamp,server_timestamp,status,type,value) to stdout or --out.
+    Export {
+        /// The store's directory (history.dir).
+        #[arg(long, value_name = "DIR", default_value = "history")]
+        dir: PathBuf,
+        /// The node, as the server names it: `ns=1;s=Demo.History.Level`.
+        #[arg(long, value_name = "NODEID")]
+        node: String,
+        /// RFC 3339 UTC (`2026-12-01T00:00:00Z`) or DateTime ticks; default the beginning.
+        #[arg(long, value_name = "TIME")]
+        from: Option<String>,
+        /// RFC 3339 UTC or DateTime ticks; default the end.
+        #[arg(long, value_name = "TIME")]
+        to: Option<String>,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Append the CSV rows of FILE (as export writes them) to NODE's history.
+    Import {
+        #[arg(long, value_name = "DIR", default_value = "history")]
+        dir: PathBuf,
+        #[arg(long, value_name = "NODEID")]
+        node: String,
+        /// The CSV file ("-" for stdin).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 /// `uaring config …`.
@@ -362,6 +406,16 @@ pub fn main(args: &[String]) -> i32 {
                 }
             }
         }
+        Command::History(h) => match history_command(h.command) {
+            Ok(msg) => {
+                eprintln!("{msg}");
+                0
+            }
+            Err(e) => {
+                eprintln!("uaring history: {e}");
+                1
+            }
+        },
         Command::Cert(c) => {
             let stdout = std::io::stdout();
             let stderr = std::io::stderr();
@@ -544,5 +598,67 @@ mod tests {
     #[test]
     fn embedded_default_parses() {
         FileConfig::parse(DEFAULT_CONFIG).unwrap();
+    }
+}
+
+fn history_command(c: HistoryCommand) -> Result<String, String> {
+    use crate::history::{tools, Store, StoreConfig};
+    let open = |dir: &PathBuf| {
+        if !dir.is_dir() {
+            return Err(format!("{}: no history store there", dir.display()));
+        }
+        Store::open(StoreConfig::new(dir)).map_err(|e| format!("{}: {e}", dir.display()))
+    };
+    match c {
+        HistoryCommand::Export {
+            dir,
+            node,
+            from,
+            to,
+            out,
+        } => {
+            let store = open(&dir)?;
+            let from = from
+                .as_deref()
+                .map(tools::parse_time)
+                .transpose()?
+                .unwrap_or(i64::MIN);
+            let to = to
+                .as_deref()
+                .map(tools::parse_time)
+                .transpose()?
+                .unwrap_or(i64::MAX);
+            let n = match out {
+                Some(path) => {
+                    let f = std::fs::File::create(&path)
+                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                    let mut w = std::io::BufWriter::new(f);
+                    let n = tools::export(&store, &node, from, to, &mut w)?;
+                    w.flush().map_err(|e| e.to_string())?;
+                    n
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut w = std::io::BufWriter::new(stdout.lock());
+                    let n = tools::export(&store, &node, from, to, &mut w)?;
+                    w.flush().map_err(|e| e.to_string())?;
+                    n
+                }
+            };
+            Ok(format!("exported {n} values of {node}"))
+        }
+        HistoryCommand::Import { dir, node, file } => {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let store = open(&dir)?;
+            let n = if file.as_os_str() == "-" {
+                let stdin = std::io::stdin();
+                tools::import(&store, &node, &mut stdin.lock())?
+            } else {
+                let f =
+                    std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+                tools::import(&store, &node, &mut std::io::BufReader::new(f))?
+            };
+            Ok(format!("imported {n} values into {node}"))
+        }
     }
 }

@@ -34,7 +34,7 @@ pub const THREADS_MAX: usize = 64;
 pub const QUEUE_DEPTH_MAX: usize = 65_536;
 
 /// `[handshake]` of the configuration file.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HandshakeConfig {
     /// Helper threads. 0: no pool, handshake work runs inline on the shard threads.

@@ -322,6 +322,29 @@ fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive
     assert!(doubles(&v).contains(&42.0));
     let _ = c.close();
     server.shutdown().unwrap();
+
+    // `uaring history export|import` on the store the server left: a node's values out as
+    // CSV and back in under another node, the same values.
+    use uaring::history::{tools, Store, StoreConfig};
+    let store = Store::open(StoreConfig::new(dir.0.join("store"))).expect("the server let go");
+    let mut csv = Vec::new();
+    let key = level_id.to_string();
+    let n = tools::export(&store, &key, t0.0, at(t0, 999.0).0, &mut csv).unwrap();
+    assert_eq!(n, 1000);
+    let text = String::from_utf8(csv.clone()).unwrap();
+    assert_eq!(text.lines().next(), Some(tools::HEADER));
+    assert!(
+        text.lines().nth(2).unwrap().ends_with(",Double,1.0"),
+        "{}",
+        text.lines().nth(2).unwrap()
+    );
+    assert_eq!(
+        tools::import(&store, "ns=9;s=Copy", &mut &csv[..]).unwrap(),
+        1000
+    );
+    let mut again = Vec::new();
+    tools::export(&store, "ns=9;s=Copy", i64::MIN, i64::MAX, &mut again).unwrap();
+    assert_eq!(again, csv);
 }
 
 fn history_update(c: &mut Client, details: Vec<ExtensionObject>) -> Vec<HistoryUpdateResult> {

@@ -87,6 +87,7 @@ mod codec;
 mod ingest;
 pub mod serve;
 mod store;
+pub mod tools;
 mod wal;
 
 pub use codec::crc32;

@@ -910,7 +910,7 @@ fn history_result(values: Vec<DataValue>, token: Option<Vec<u8>>) -> HistoryRead
 }
 
 /// `[history]` of the configuration file (docs/History.md, docs/Configuration.md).
-#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HistoryConfig {
     /// On or off; unset: on when the application (or the Demo folder) historizes a
