@@ -490,3 +490,57 @@ fn history_update_inserts_replaces_updates_and_deletes_by_role() {
     let _ = c.close();
     server.shutdown().unwrap();
 }
+
+/// A full ingest queue drops values, and says so in the history: the next value of the
+/// series that gets through is preceded by Bad_DataLost at the first dropped time.
+#[test]
+fn values_a_full_queue_drops_are_marked_bad_data_lost() {
+    let _serial = serial();
+    let dir = Dir::new("lost");
+    let t0 = t0();
+    let mut b = builder(&dir).set("history", "queue_capacity", 2i64.into());
+    let ns = b.namespace("urn:test:history");
+    let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let id = NodeId::string(nsi, "Level");
+    let n = 20_000;
+    for i in 0..n {
+        level
+            .set_with(dv(at(t0, i as f64 / 100.0), i as f64))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let last = at(t0, n as f64 / 100.0);
+    level.set_with(dv(last, -1.0)).unwrap();
+    let mut c = session(&server.endpoint_url());
+    let end = at(t0, 1000.0);
+    let deadline = Instant::now() + TIMEOUT;
+    let v = loop {
+        let (v, _) = read_all(&mut c, &id, t0, end, 0);
+        if v.last().map(|d| d.source_timestamp) == Some(Some(last)) || Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let good: Vec<&DataValue> = v.iter().filter(|d| d.status.is_none()).collect();
+    let lost: Vec<&DataValue> = v
+        .iter()
+        .filter(|d| d.status == Some(StatusCode::BadDataLost))
+        .collect();
+    assert!(
+        good.len() < n + 1,
+        "a queue of 2 dropped some of {n} pushes in a row"
+    );
+    assert!(!lost.is_empty(), "and said so");
+    assert_eq!(good.len() + lost.len(), v.len(), "nothing else");
+    // Every marker stands at the time of a value that is missing.
+    let kept: std::collections::HashSet<i64> =
+        good.iter().map(|d| d.source_timestamp.unwrap().0).collect();
+    for m in &lost {
+        assert!(!kept.contains(&m.source_timestamp.unwrap().0));
+    }
+    let _ = c.close();
+    drop(level);
+    server.shutdown().unwrap();
+}

@@ -70,7 +70,13 @@ struct Nodes {
     by_index: HashMap<u32, SeriesId>,
     /// Stepped interpolation (non-float values) by series.
     stepped: HashMap<SeriesId, bool>,
+    /// By series id: the earliest SourceTimestamp a full ingest queue dropped since the
+    /// series last got a sample through ([`NOTHING_LOST`]: none).
+    lost: Vec<std::sync::atomic::AtomicI64>,
 }
+
+/// No sample of the series was dropped.
+const NOTHING_LOST: i64 = i64::MAX;
 
 impl std::fmt::Debug for Historian {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,6 +151,7 @@ impl Historian {
             events: HashMap::new(),
             by_index: HashMap::new(),
             stepped: HashMap::new(),
+            lost: Vec::new(),
         };
         for index in 0..space.len() as u32 {
             let Some(node) = space.node_at(index) else {
@@ -175,6 +182,16 @@ impl Historian {
             nodes.stepped.insert(id, stepped);
         }
         let count = nodes.by_id.len();
+        let max_id = nodes
+            .by_id
+            .values()
+            .chain(nodes.events.values())
+            .map(|s| s.0 as usize + 1)
+            .max()
+            .unwrap_or(0);
+        nodes.lost = (0..max_id)
+            .map(|_| std::sync::atomic::AtomicI64::new(NOTHING_LOST))
+            .collect();
         let indices: Vec<u32> = nodes.by_index.keys().copied().collect();
         let events = !nodes.events.is_empty();
         if self.nodes.set(nodes).is_err() {
@@ -223,6 +240,36 @@ impl Historian {
             .get()
             .and_then(|n| n.stepped.get(&id).copied())
             .unwrap_or(true)
+    }
+
+    /// Queues a sample for the writer. One that a full queue drops leaves a mark on its
+    /// series (the earliest such SourceTimestamp); the next sample of the series that gets
+    /// through is preceded by a `Bad_DataLost` value at that time, so a client reading the
+    /// history sees where values are missing (Part 11 §6.2.2) instead of a silent gap.
+    fn push(&self, id: SeriesId, sample: Sample) {
+        let Some(lost) = self.nodes.get().and_then(|n| n.lost.get(id.0 as usize)) else {
+            let _ = self.ingest.try_push(id, sample);
+            return;
+        };
+        let first = lost.load(Ordering::Acquire);
+        if first != NOTHING_LOST {
+            let marked = lost.swap(NOTHING_LOST, Ordering::AcqRel);
+            if marked != NOTHING_LOST {
+                let marker = Sample {
+                    source_ts: marked,
+                    server_ts: sample.server_ts,
+                    status: StatusCode::BadDataLost.0,
+                    value: Variant::Empty,
+                };
+                if !self.ingest.try_push(id, marker) {
+                    lost.fetch_min(marked, Ordering::AcqRel);
+                }
+            }
+        }
+        let ts = sample.source_ts;
+        if !self.ingest.try_push(id, sample) {
+            lost.fetch_min(ts, Ordering::AcqRel);
+        }
     }
 
     /// Runs one operation on a reader thread.
@@ -708,7 +755,7 @@ impl ChangeRecorder for Historian {
             return;
         };
         let now = crate::clock::utc_now();
-        let _ = self.ingest.try_push(
+        self.push(
             id,
             Sample {
                 source_ts: value.source_timestamp.unwrap_or(now).0,
@@ -735,7 +782,7 @@ impl EventRecorder for Historian {
                 uaring_core::events::record::encode(event, &mut b);
                 b.into()
             });
-            let _ = self.ingest.try_push(
+            self.push(
                 id,
                 Sample {
                     source_ts: event.time.0,
