@@ -14,9 +14,12 @@
 //!
 //! Every Aggregate in [`Aggregate::ALL`] reproduces the Annex A example tables of Part 13 held in
 //! `core/tests/data/part13/` (`core/tests/aggregates.rs` runs them; `RESULTS.md` there is the
-//! summary). The reference corpus held Annex A only as v1.04 (with errata announced on several
-//! pages); the prose sections read are v1.04 and v1.05, which agree on what is used here. Where the
-//! Annex and the prose differ, the Annex is followed and the place says so:
+//! summary). Annex A was read as v1.04 (the reference pages, with errata announced on several, and
+//! node-opcua's transcription of some of its tables) and as v1.05.07's AggregateExamples.csv (the
+//! file its Annex A points to, for Average, Minimum, Maximum, Count, Start, End and
+//! StandardDeviationSample); where both give a table they agree but where the data ends, as each
+//! data file says. The prose sections read are v1.04 and v1.05, which agree on what is used here.
+//! Where the Annex and the prose differ, the Annex is followed and the place says so:
 //! - MinimumActualTime / MaximumActualTime: no Calculated bit on Uncertain results (A.10, A.11);
 //! - VarianceSample: Uncertain_DataSubNormal where the interval holds non-Good values (A.36), where
 //!   the §5.4.3 table says "Always Good";
@@ -26,16 +29,20 @@
 //! - MaximumActualTime2: an extreme at the end bound is stamped one millisecond before the end of
 //!   the interval (A.16, the EffectiveEndTime of §3.1.3);
 //! - a raw `Bad_NoData` value (Annex A's "point created" entry) is the absence of data: no Bad value
-//!   for the Aggregates that look at raw values, a Bad region for the time-weighted ones.
+//!   for the Aggregates that look at raw values, a Bad region for the time-weighted ones;
+//! - Average: no Partial bit where the interval begins before the data or runs past its end (A.3),
+//!   where Minimum, Maximum and Count set it (A.8, A.9, A.19);
+//! - the §5.4.3.2 quality tests PercentDataGood before PercentDataBad (A.19, Historian 3: a half-Bad
+//!   interval with both at 50 is Good).
 
 use crate::generated::node_ids as ids;
 use crate::{DataValue, DateTime, NodeId, StatusCode, Variant};
 
 /// The Aggregates of Part 13 §5.4.3 this module names (each is an AggregateFunction Object of
 /// namespace 0, Part 13 §4.2.2). Only those in [`Aggregate::ALL`] are computed; [`process`]
-/// answers `BadAggregateNotSupported` for the others. (Maximum2, StandardDeviationSample,
-/// VariancePopulation and StandardDeviationPopulation have code here, shared with a checked
-/// relative, but stay out of `ALL`: no Annex A table for them was available to check them.)
+/// answers `BadAggregateNotSupported` for the others. (Maximum2, VariancePopulation and
+/// StandardDeviationPopulation have code here, shared with a checked relative, but stay out of
+/// `ALL`: no Annex A table for them was available to check them.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Aggregate {
     Interpolative,
@@ -248,6 +255,13 @@ impl Aggregate {
         Aggregate::Minimum2,
         Aggregate::MinimumActualTime2,
         Aggregate::MaximumActualTime2,
+        Aggregate::Average,
+        Aggregate::Minimum,
+        Aggregate::Maximum,
+        Aggregate::Count,
+        Aggregate::Start,
+        Aggregate::End,
+        Aggregate::StandardDeviationSample,
     ];
 
     /// Every Aggregate this module names, computed or not.
@@ -873,8 +887,14 @@ impl<'a> Ctx<'a> {
             return no_data(s);
         }
         match aggregate {
-            Aggregate::MinimumActualTime => self.extreme_actual_time(s, e, false),
-            Aggregate::MaximumActualTime => self.extreme_actual_time(s, e, true),
+            Aggregate::Average => self.average(s, e),
+            Aggregate::Count => self.count(s, e),
+            Aggregate::Start => self.start_end(s, e, false),
+            Aggregate::End => self.start_end(s, e, true),
+            Aggregate::Minimum => self.extreme(s, e, false, false),
+            Aggregate::Maximum => self.extreme(s, e, true, false),
+            Aggregate::MinimumActualTime => self.extreme(s, e, false, true),
+            Aggregate::MaximumActualTime => self.extreme(s, e, true, true),
             Aggregate::StartBound => self.start_bound(s, e),
             Aggregate::DurationGood => self.duration(s, e, Duration::Good),
             Aggregate::DurationInStateZero => self.duration(s, e, Duration::StateZero),
@@ -921,13 +941,18 @@ impl<'a> Ctx<'a> {
         )
     }
 
-    /// MinimumActualTime / MaximumActualTime (Part 13 §5.4.3.12 / §5.4.3.13): the least (greatest)
-    /// Good raw value in the interval, at its own timestamp (the oldest when it occurs more than
-    /// once, then MultiValue). Uncertain_DataSubNormal when Bad values are in the interval or an
+    /// Minimum / Maximum (Part 13 §5.4.3.10 / §5.4.3.11) and MinimumActualTime /
+    /// MaximumActualTime (§5.4.3.12 / §5.4.3.13): the least (greatest) Good raw value in the
+    /// interval (the oldest when it occurs more than once, then MultiValue). Uncertain_DataSubNormal
+    /// when Bad values are in the interval (Uncertain ones too with TreatUncertainAsBad) or an
     /// Uncertain value is beyond the Good extreme; Bad_NoData without a Good value. Bad_NoData
-    /// markers are absence of data, not Bad values. Annex A.10/A.11 show no Calculated bit on the
-    /// Uncertain results, which the §5.4.3.12 table would set: the Annex is followed.
-    fn extreme_actual_time(&self, s: i64, e: i64, max: bool) -> DataValue {
+    /// markers are absence of data, not Bad values.
+    /// Minimum / Maximum stamp the result at the interval's start and set the Calculated bit unless
+    /// the extreme is the raw value at the start (Annex A.8, A.9: "80 Good, Partial" at 12:01:20),
+    /// or when the status was made Uncertain. The ActualTime variants stamp it with its own time;
+    /// Annex A.10/A.11 show no Calculated bit on their Uncertain results, which the §5.4.3.12 table
+    /// would set: the Annex is followed.
+    fn extreme(&self, s: i64, e: i64, max: bool, actual_time: bool) -> DataValue {
         let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
         let Some(slice) = self.raw.get(i0..i1) else {
             return no_data(s);
@@ -976,12 +1001,116 @@ impl<'a> Ctx<'a> {
         } else {
             StatusCode::Good
         };
-        let multi = if ties > 0 { bits::MULTI_VALUE } else { 0 };
+        let mut b = self.partial(s, e);
+        if ties > 0 {
+            b |= bits::MULTI_VALUE;
+        }
+        if actual_time {
+            return dv(self.value(idx).clone(), with_bits(code, b), self.t(idx));
+        }
+        if self.t(idx) != s || code != StatusCode::Good {
+            b |= bits::CALCULATED;
+        }
+        dv(self.value(idx).clone(), with_bits(code, b), s)
+    }
+
+    /// The Good values of `[s, e)` and the quality counts of §5.4.3.2 for Aggregates on raw values
+    /// ("PercentValues"): every raw value but the Bad_NoData markers is counted, Bad ones (and
+    /// Uncertain ones with TreatUncertainAsBad) as Bad. Calls `f` with each Good value's number.
+    fn good_values(&self, s: i64, e: i64, mut f: impl FnMut(Num)) -> ValueCounts {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let mut c = ValueCounts::default();
+        for d in self.raw.get(i0..i1).unwrap_or_default() {
+            let st = status_of(d);
+            if is_marker(st) {
+                continue;
+            }
+            c.total += 1;
+            if self.is_bad(st) {
+                c.bad += 1;
+            } else if st.is_good() {
+                c.good += 1;
+                f(num(&d.value));
+            } else {
+                c.uncertain = true;
+            }
+        }
+        c
+    }
+
+    /// Average (Part 13 §5.4.3.5): the mean of the Good raw values of the interval, Calculated;
+    /// the quality by the share of Bad values (§5.4.3.2, the Aggregate not being time based);
+    /// Bad_NoData without a Good value. Annex A.3 sets no Partial bit on the intervals that begin
+    /// before the data or run past its end (Historian 2 at 12:00:00, Historian 1 at 12:01:30),
+    /// where A.8 and A.19 do: the Annex is followed, Partial only for an interval shorter than the
+    /// ProcessingInterval.
+    fn average(&self, s: i64, e: i64) -> DataValue {
+        let (mut sum, mut invalid) = (0.0f64, false);
+        let c = self.good_values(s, e, |x| match x {
+            Num::Val(v) => sum += v,
+            Num::NotNumeric => invalid = true,
+            Num::Null => {}
+        });
+        if invalid {
+            return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+        }
+        if c.good == 0 {
+            return no_data(s);
+        }
+        let code = self.share_quality(c.total, c.bad, c.uncertain);
+        let partial = if e - s < self.pi { bits::PARTIAL } else { 0 };
+        let mean = sum / c.good as f64;
+        // "Data Type: Double" (§5.4.3.5), Float kept Float.
+        let value = match self.value(self.at_or_after(s)) {
+            Variant::Float(_) => Variant::Float(mean as f32),
+            _ => Variant::Double(mean),
+        };
+        dv(value, with_bits(code, bits::CALCULATED | partial), s)
+    }
+
+    /// Count (Part 13 §5.4.3.21): the number of Good raw values in the interval (Int32), Bad
+    /// values and Uncertain ones left out (Annex A.19 Historian 1, TreatUncertainAsBad False: 0
+    /// for the Uncertain value at 12:01:10). The quality by the share of Bad values (§5.4.3.2);
+    /// when it is Bad the result is Bad with no value (A.19 Historian 1 at 12:00:32).
+    fn count(&self, s: i64, e: i64) -> DataValue {
+        let c = self.good_values(s, e, |_| {});
+        let code = self.share_quality(c.total, c.bad, c.uncertain);
+        let partial = self.partial(s, e);
+        if code.is_bad() {
+            return dv(Variant::Empty, with_bits(code, partial), s);
+        }
+        let n = i32::try_from(c.good).unwrap_or(i32::MAX);
         dv(
-            self.value(idx).clone(),
-            with_bits(code, multi | self.partial(s, e)),
-            self.t(idx),
+            Variant::Int32(n),
+            with_bits(code, bits::CALCULATED | partial),
+            s,
         )
+    }
+
+    /// Start / End (Part 13 §5.4.3.25 / §5.4.3.26): the first (last) raw value in the interval
+    /// with its own timestamp and StatusCode, whatever its quality, and the Partial bit; a Bad
+    /// value is returned without a value, as Annex A.23/A.24 print it. Bad_NoData markers are no
+    /// values; an interval without a raw value is Bad_NoData.
+    fn start_end(&self, s: i64, e: i64, last: bool) -> DataValue {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let slice = self.raw.get(i0..i1).unwrap_or_default();
+        let pick = |d: &&DataValue| !is_marker(status_of(d));
+        let found = if last {
+            slice.iter().rev().find(pick)
+        } else {
+            slice.iter().find(pick)
+        };
+        let Some(d) = found else {
+            return no_data(s);
+        };
+        let st = status_of(d);
+        let t = d.source_timestamp.map_or(s, |t| t.0);
+        let value = if st.is_bad() {
+            Variant::Empty
+        } else {
+            d.value.clone()
+        };
+        dv(value, with_bits(st, self.partial(s, e)), t)
     }
 
     /// The regions of `[s, e)` (Part 13 §5.4.3.2): from the bounding value at `s` through each raw
@@ -1073,17 +1202,19 @@ impl<'a> Ctx<'a> {
         f(Seg { p, q });
     }
 
-    /// The interval's quality from the time its data is Bad (§5.4.3.2): Bad when the Bad share is
-    /// at least PercentDataBad, Good when the non-Bad share is at least PercentDataGood,
-    /// Uncertain_DataSubNormal otherwise.
+    /// The interval's quality from the share of its data that is Bad (§5.4.3.2; time or values):
+    /// Good when the non-Bad share is at least PercentDataGood, else Bad when the Bad share is at
+    /// least PercentDataBad, Uncertain_DataSubNormal otherwise. Good is tested first: with
+    /// PercentDataGood = PercentDataBad = 50 (Historian 3) a half-Bad interval is Good, as Annex
+    /// A.19 shows (Count, Historian 3, 12:00:32: one Good and one Bad value, "1 Good").
     fn quality(&self, total: i64, bad: i64) -> StatusCode {
         let total = i128::from(total.max(1));
         let bad = i128::from(bad);
         let good = total - bad;
-        if bad * 100 >= i128::from(self.cfg.percent_data_bad) * total {
-            StatusCode::Bad
-        } else if good * 100 >= i128::from(self.cfg.percent_data_good) * total {
+        if good * 100 >= i128::from(self.cfg.percent_data_good) * total {
             StatusCode::Good
+        } else if bad * 100 >= i128::from(self.cfg.percent_data_bad) * total {
+            StatusCode::Bad
         } else {
             StatusCode::UncertainDataSubNormal
         }
@@ -1418,6 +1549,16 @@ struct Seg {
     q: Pt,
 }
 
+/// The raw values of an interval as §5.4.3.2 counts them (see `Ctx::good_values`).
+#[derive(Clone, Copy, Default, Debug)]
+struct ValueCounts {
+    total: i64,
+    good: i64,
+    bad: i64,
+    /// An Uncertain value that is not treated as Bad.
+    uncertain: bool,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Spread {
     VarianceSample,
@@ -1469,7 +1610,7 @@ mod tests {
             assert_ne!(a.node_id(), NodeId::ns0(0), "{a:?}");
         }
         // Not computed, so not advertised.
-        assert_eq!(Aggregate::from_node_id(&Aggregate::Average.node_id()), None);
+        assert_eq!(Aggregate::from_node_id(&Aggregate::Total.node_id()), None);
         assert_eq!(Aggregate::from_node_id(&NodeId::numeric(1, 2341)), None);
     }
 
@@ -1491,7 +1632,7 @@ mod tests {
             Err(StatusCode::BadInvalidArgument)
         );
         assert_eq!(
-            process(Aggregate::Average, &r, DateTime(0), t, 1000.0, &cfg),
+            process(Aggregate::Total, &r, DateTime(0), t, 1000.0, &cfg),
             Err(StatusCode::BadAggregateNotSupported)
         );
         let mut no_ts = r.clone();
