@@ -134,7 +134,7 @@ struct Expected {
     /// `key=value` settings on the table's `historian` line that replace those of
     /// historians.txt for this table (an edition whose historian is configured otherwise).
     config: Vec<(String, String)>,
-    /// The corpus showed only the first rows of this table (`rows=first`).
+    /// Only the first rows of this table are held (`rows=first`; the data file says why).
     first_rows_only: bool,
     rows: Vec<(DateTime, Variant, StatusCode, String)>,
 }
@@ -359,7 +359,8 @@ fn write_results(outcome: &Outcome) {
          Written by `WRITE_RESULTS=1 cargo test -p uaring-core --test aggregates`. Tables: OPC 10000-13 \
          Annex A (v1.04, and v1.05.07's AggregateExamples.csv) as transcribed in this directory, each \
          file naming its source. ✓ every interval matches; ✗ n: n intervals \
-         differ; ✓ (first k): only the first k rows of the table were available and they match; — no table \
+         differ; ✓ (first k): only the first k rows of the table are held (the rest cut off in the source, or \
+         differing between editions, as the data file says) and they match; — no table \
          held (the Aggregate does not apply to that historian, or its table was not available).\n\n\
          | Aggregate | In `ALL` | Historian1 | Historian2 | Historian3 | Historian4 |\n\
          |---|---|---|---|---|---|\n",

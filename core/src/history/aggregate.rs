@@ -1361,12 +1361,24 @@ impl<'a> Ctx<'a> {
         let mut bad_time = 0i64;
         let mut uncertain = false;
         let mut invalid = false;
+        // With Interpolated Bounding Values the Bad raw values (Uncertain ones too with
+        // TreatUncertainAsBad) are already left out and the line drawn across them; what remains
+        // are usable raw values and bounds whose Uncertain_DataSubNormal says that something was
+        // skipped, not that they are to be skipped in turn (Annex A.4 Historian 2, v1.05.07:
+        // 33.889 over 12:00:40–12:00:45, the line from 30 at 12:00:39 to 40 at 12:00:48).
+        let bad = |st: StatusCode| {
+            if interpolated {
+                st.is_bad()
+            } else {
+                self.is_bad(st)
+            }
+        };
         self.segments(s, e, interpolated, DataEnd::NoData, |seg| {
             let d = seg.q.t - seg.p.t;
             if d <= 0 {
                 return;
             }
-            if self.is_bad(seg.p.status) {
+            if bad(seg.p.status) {
                 bad_time += d;
                 return;
             }
@@ -1377,7 +1389,7 @@ impl<'a> Ctx<'a> {
                 bad_time += d;
                 return;
             };
-            let q_usable = !self.is_bad(seg.q.status) && matches!(seg.q.num, Num::Val(_));
+            let q_usable = !bad(seg.q.status) && matches!(seg.q.num, Num::Val(_));
             let sloped = !self.cfg.stepped && q_usable;
             let value = match (sloped, seg.q.num) {
                 (true, Num::Val(qv)) => (pv + qv) / 2.0,
