@@ -44,9 +44,12 @@ use crate::{DataValue, DateTime, NodeId, StatusCode, Variant};
 
 /// The Aggregates of Part 13 §5.4.3 this module names (each is an AggregateFunction Object of
 /// namespace 0, Part 13 §4.2.2). Only those in [`Aggregate::ALL`] are computed; [`process`]
-/// answers `BadAggregateNotSupported` for the others. (Maximum2, VariancePopulation and
-/// StandardDeviationPopulation have code here, shared with a checked relative, but stay out of
-/// `ALL`: no Annex A table for them was available to check them.)
+/// answers `BadAggregateNotSupported` for the others. Total, Total2, Range, Range2, Maximum2,
+/// Delta, EndBound, DeltaBounds, WorstQuality, WorstQuality2, NumberOfTransitions,
+/// StandardDeviationPopulation and VariancePopulation are computed here from their §5.4.3
+/// definitions and checked on hand-worked histories in this module's tests, but stay out of `ALL`:
+/// no Annex A table for them was found to check them against. AnnotationCount is not named: the
+/// server keeps no Annotations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Aggregate {
     Interpolative,
@@ -460,6 +463,28 @@ pub fn process_into(
     if !aggregate.is_supported() {
         return Err(StatusCode::BadAggregateNotSupported);
     }
+    compute_into(
+        aggregate,
+        raw,
+        start,
+        end,
+        processing_interval_ms,
+        config,
+        out,
+    )
+}
+
+/// [`process_into`] without the [`Aggregate::ALL`] check: the module's own tests reach the
+/// Aggregates computed here but not advertised (no Annex A table checks them) through it.
+fn compute_into(
+    aggregate: Aggregate,
+    raw: &[DataValue],
+    start: DateTime,
+    end: DateTime,
+    processing_interval_ms: f64,
+    config: &AggregateConfig,
+    out: &mut Vec<DataValue>,
+) -> Result<(), StatusCode> {
     let (lo, hi) = (start.0.min(end.0), start.0.max(end.0));
     let pi = interval_ticks(lo, hi, processing_interval_ms)?;
     if raw.iter().any(|d| d.source_timestamp.is_none()) {
@@ -882,13 +907,18 @@ impl<'a> Ctx<'a> {
         if aggregate == Aggregate::Interpolative {
             return self.interpolative(s);
         }
-        if aggregate == Aggregate::TimeAverage {
+        if matches!(aggregate, Aggregate::TimeAverage | Aggregate::Total) {
             // Interpolated bounds: after the end of the data the value is extrapolated (as for
             // Interpolative), so only "Before Start of Data" is Bad_NoData.
             if self.data_start.is_none_or(|first| first >= e) {
                 return no_data(s);
             }
-            return self.time_average(s, e, true);
+            let scale = if aggregate == Aggregate::Total {
+                Scale::Interval
+            } else {
+                Scale::Average
+            };
+            return self.time_average(s, e, true, scale);
         }
         if self.outside_data(s, e) {
             return no_data(s);
@@ -913,7 +943,16 @@ impl<'a> Ctx<'a> {
             Aggregate::StandardDeviationSample => self.spread(s, e, Spread::StdDevSample),
             Aggregate::VariancePopulation => self.spread(s, e, Spread::VariancePopulation),
             Aggregate::StandardDeviationPopulation => self.spread(s, e, Spread::StdDevPopulation),
-            Aggregate::TimeAverage2 => self.time_average(s, e, false),
+            Aggregate::TimeAverage2 => self.time_average(s, e, false, Scale::Average),
+            Aggregate::Total2 => self.time_average(s, e, false, Scale::GoodTime),
+            Aggregate::Range => self.range(s, e),
+            Aggregate::Range2 => self.range2(s, e),
+            Aggregate::Delta => self.delta(s, e),
+            Aggregate::EndBound => self.end_bound(s, e),
+            Aggregate::DeltaBounds => self.delta_bounds(s, e),
+            Aggregate::WorstQuality => self.worst_quality(s, e, false),
+            Aggregate::WorstQuality2 => self.worst_quality(s, e, true),
+            Aggregate::NumberOfTransitions => self.transitions(s, e),
             Aggregate::Minimum2 => self.extreme2(s, e, false, false),
             Aggregate::Maximum2 => self.extreme2(s, e, true, false),
             Aggregate::MinimumActualTime2 => self.extreme2(s, e, false, true),
@@ -1385,7 +1424,10 @@ impl<'a> Ctx<'a> {
     /// between two points as Uncertain as the worse of them. Bad_NoData without a non-Bad region.
     /// TimeAverage sets no Partial bit for the time after the end of the data, which it
     /// extrapolates (Annex A.4); TimeAverage2 does (Annex A.5).
-    fn time_average(&self, s: i64, e: i64, interpolated: bool) -> DataValue {
+    /// Total (§5.4.3.8) is TimeAverage × the interval's seconds and Total2 (§5.4.3.9) TimeAverage2 ×
+    /// the seconds of non-Bad data ("the interval of Good data is the sum of all sub-intervals
+    /// where non-Bad data exists"), with the same StatusCode: `scale` says which.
+    fn time_average(&self, s: i64, e: i64, interpolated: bool, scale: Scale) -> DataValue {
         let mut area = 0.0f64;
         let mut good_time = 0i64;
         let mut bad_time = 0i64;
@@ -1437,6 +1479,20 @@ impl<'a> Ctx<'a> {
         if good_time == 0 {
             return no_data(s);
         }
+        if interpolated {
+            // "Uncertain if Bad values are skipped" (§5.4.3.8, as for TimeAverage): a Bad raw value
+            // inside the interval that the line was drawn across, even between Good bounds.
+            let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+            if self
+                .raw
+                .get(i0..i1)
+                .unwrap_or_default()
+                .iter()
+                .any(|d| !is_marker(status_of(d)) && self.is_bad(status_of(d)))
+            {
+                uncertain = true;
+            }
+        }
         let code = self.share_quality(e - s, bad_time, uncertain);
         let partial = if interpolated {
             let short = e - s < self.pi;
@@ -1449,9 +1505,273 @@ impl<'a> Ctx<'a> {
         } else {
             self.partial(s, e)
         };
-        let like = self.at_or_after(s).min(self.raw.len().saturating_sub(1));
+        let avg = area / good_time as f64;
+        let secs = |ticks: i64| ticks as f64 / (1000 * TICKS_PER_MS) as f64;
+        let value = match scale {
+            Scale::Average => {
+                let like = self.at_or_after(s).min(self.raw.len().saturating_sub(1));
+                same_type_as(self.value(like), avg)
+            }
+            // "Data Type: Double".
+            Scale::Interval => Variant::Double(avg * secs(e - s)),
+            Scale::GoodTime => Variant::Double(avg * secs(good_time)),
+        };
+        dv(value, with_bits(code, bits::CALCULATED | partial), s)
+    }
+
+    /// Range (Part 13 §5.4.3.14): the greatest minus the least Good raw value of the interval (0
+    /// for one value), in the source's type, Calculated; Uncertain_DataSubNormal when Bad values
+    /// exist (Uncertain ones too with TreatUncertainAsBad) or an Uncertain value lies outside the
+    /// Good range; Bad_NoData without a Good value.
+    fn range(&self, s: i64, e: i64) -> DataValue {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let mut lo_hi: Option<(f64, f64)> = None;
+        let (mut bad, mut invalid) = (false, false);
+        let mut uncertain: Vec<f64> = Vec::new();
+        for d in self.raw.get(i0..i1).unwrap_or_default() {
+            let st = status_of(d);
+            if is_marker(st) {
+                continue;
+            }
+            if self.is_bad(st) {
+                bad = true;
+                continue;
+            }
+            match num(&d.value) {
+                Num::Val(x) if st.is_good() => {
+                    lo_hi = Some(lo_hi.map_or((x, x), |(l, h)| (l.min(x), h.max(x))));
+                }
+                Num::Val(x) => uncertain.push(x),
+                Num::NotNumeric => invalid = true,
+                Num::Null => {}
+            }
+        }
+        if invalid {
+            return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+        }
+        let Some((l, h)) = lo_hi else {
+            return no_data(s);
+        };
+        let outside = uncertain.iter().any(|&u| u < l || u > h);
+        let code = if bad || outside {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
         dv(
-            same_type_as(self.value(like), area / good_time as f64),
+            same_type_as(self.value(i0), h - l),
+            with_bits(code, bits::CALCULATED | self.partial(s, e)),
+            s,
+        )
+    }
+
+    /// Range2 (Part 13 §5.4.3.19): Maximum2 − Minimum2; Bad_NoData if either is Bad,
+    /// Uncertain_DataSubNormal if either is Uncertain, Good otherwise; Calculated.
+    fn range2(&self, s: i64, e: i64) -> DataValue {
+        let (lo, hi) = (
+            self.extreme2(s, e, false, false),
+            self.extreme2(s, e, true, false),
+        );
+        let (ls, hs) = (status_of(&lo), status_of(&hi));
+        let partial = self.partial(s, e);
+        let (Num::Val(l), Num::Val(h)) = (num(&lo.value), num(&hi.value)) else {
+            if ls == StatusCode::BadAggregateInvalidInputs
+                || hs == StatusCode::BadAggregateInvalidInputs
+            {
+                return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+            }
+            return dv(Variant::Empty, with_bits(StatusCode::BadNoData, partial), s);
+        };
+        if ls.is_bad() || hs.is_bad() {
+            return dv(Variant::Empty, with_bits(StatusCode::BadNoData, partial), s);
+        }
+        let code = if ls.is_uncertain() || hs.is_uncertain() {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
+        dv(
+            same_type_as(&lo.value, h - l),
+            with_bits(code, bits::CALCULATED | partial),
+            s,
+        )
+    }
+
+    /// Delta (Part 13 §5.4.3.27): the latest minus the earliest Good raw value of the interval, in
+    /// the source's type, Calculated; Uncertain_DataSubNormal when non-Good values were passed over
+    /// looking for them (before the earliest or after the latest Good value); Bad_NoData without
+    /// a Good value.
+    fn delta(&self, s: i64, e: i64) -> DataValue {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let values: Vec<&DataValue> = self
+            .raw
+            .get(i0..i1)
+            .unwrap_or_default()
+            .iter()
+            .filter(|d| !is_marker(status_of(d)))
+            .collect();
+        let good = |d: &&&DataValue| status_of(d).is_good();
+        let first = values.iter().position(|d| good(&d));
+        let last = values.iter().rposition(|d| good(&d));
+        let (Some(first), Some(last)) = (first, last) else {
+            return no_data(s);
+        };
+        let (Some(a), Some(b)) = (values.get(first), values.get(last)) else {
+            return no_data(s);
+        };
+        let (Num::Val(x), Num::Val(y)) = (num(&a.value), num(&b.value)) else {
+            return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
+        };
+        let code = if first > 0 || last + 1 < values.len() {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
+        dv(
+            same_type_as(&a.value, y - x),
+            with_bits(code, bits::CALCULATED | self.partial(s, e)),
+            s,
+        )
+    }
+
+    /// The Simple Bounding Value at the end of `[s, e)`, none where the data ends inside the
+    /// interval ("No End Bound", §5.4.3.29).
+    fn end_bound_of(&self, e: i64) -> Bound {
+        if self.data_end.is_some_and(|last| last < e) {
+            Bound::NO_DATA
+        } else {
+            self.simple_bound(e)
+        }
+    }
+
+    /// EndBound (Part 13 §5.4.3.29): the Simple Bounding Value at the interval's end with its
+    /// status, stamped at the interval's start, Calculated; Bad_NoData without an end bound.
+    fn end_bound(&self, s: i64, e: i64) -> DataValue {
+        let b = self.end_bound_of(e);
+        let partial = self.partial(s, e);
+        if matches!(b.val, BoundVal::None) {
+            return dv(Variant::Empty, with_bits(StatusCode::BadNoData, partial), s);
+        }
+        dv(
+            self.bound_value(&b),
+            with_bits(b.status, bits::CALCULATED | partial),
+            s,
+        )
+    }
+
+    /// DeltaBounds (Part 13 §5.4.3.30): EndBound − StartBound (Simple Bounding Values);
+    /// Bad_NoData when either is missing or Bad, Uncertain_DataSubNormal when either is
+    /// Uncertain; Calculated.
+    fn delta_bounds(&self, s: i64, e: i64) -> DataValue {
+        let (a, b) = (self.simple_bound(s), self.end_bound_of(e));
+        let partial = self.partial(s, e);
+        let (Num::Val(x), Num::Val(y)) = (self.bound_num(&a), self.bound_num(&b)) else {
+            return dv(Variant::Empty, with_bits(StatusCode::BadNoData, partial), s);
+        };
+        if a.status.is_bad() || b.status.is_bad() {
+            return dv(Variant::Empty, with_bits(StatusCode::BadNoData, partial), s);
+        }
+        let code = if a.status.is_uncertain() || b.status.is_uncertain() {
+            StatusCode::UncertainDataSubNormal
+        } else {
+            StatusCode::Good
+        };
+        dv(
+            same_type_as(&self.bound_value(&a), y - x),
+            with_bits(code, bits::CALCULATED | partial),
+            s,
+        )
+    }
+
+    /// WorstQuality / WorstQuality2 (Part 13 §5.4.3.35 / §5.4.3.36): the worst StatusCode of the
+    /// raw values of the interval (Bad worse than Uncertain worse than Good; TreatUncertainAsBad
+    /// ignored), the first such when several share that severity, then MultiValue; WorstQuality2
+    /// counts the Simple Bounding Value at the start as well. The result is Good, Calculated, its
+    /// value the StatusCode. Bad_NoData markers are no values.
+    fn worst_quality(&self, s: i64, e: i64, with_start_bound: bool) -> DataValue {
+        let rank = |c: StatusCode| {
+            if c.is_bad() {
+                2
+            } else if c.is_uncertain() {
+                1
+            } else {
+                0
+            }
+        };
+        let mut worst: Option<(StatusCode, usize)> = None;
+        let mut take = |c: StatusCode| match worst {
+            Some((w, n)) if rank(c) == rank(w) => worst = Some((w, n + 1)),
+            Some((w, _)) if rank(c) < rank(w) => {}
+            _ => worst = Some((c, 1)),
+        };
+        if with_start_bound {
+            take(self.simple_bound(s).status);
+        }
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        for d in self.raw.get(i0..i1).unwrap_or_default() {
+            let st = status_of(d);
+            if !is_marker(st) {
+                take(st);
+            }
+        }
+        let Some((w, n)) = worst else {
+            return no_data(s);
+        };
+        let multi = if n > 1 { bits::MULTI_VALUE } else { 0 };
+        dv(
+            Variant::StatusCode(w),
+            with_bits(
+                StatusCode::Good,
+                bits::CALCULATED | multi | self.partial(s, e),
+            ),
+            s,
+        )
+    }
+
+    /// NumberOfTransitions (Part 13 §5.4.3.24): how often the non-Bad value changes in the
+    /// interval (Int32), the earliest non-Bad value of the interval compared with the last non-Bad
+    /// value before it (a transition when there is none); Bad values left out, the quality by the
+    /// share of Bad values (§5.4.3.2); Calculated.
+    fn transitions(&self, s: i64, e: i64) -> DataValue {
+        let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+        let before = self
+            .raw
+            .get(..i0)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .find(|d| !is_marker(status_of(d)) && !self.is_bad(status_of(d)));
+        let mut prev: Option<&Variant> = before.map(|d| &d.value);
+        let mut n = 0i64;
+        let c = {
+            let mut c = ValueCounts::default();
+            for d in self.raw.get(i0..i1).unwrap_or_default() {
+                let st = status_of(d);
+                if is_marker(st) {
+                    continue;
+                }
+                c.total += 1;
+                if self.is_bad(st) {
+                    c.bad += 1;
+                    continue;
+                }
+                if st.is_uncertain() {
+                    c.uncertain = true;
+                }
+                if prev != Some(&d.value) {
+                    n += 1;
+                }
+                prev = Some(&d.value);
+            }
+            c
+        };
+        let code = self.share_quality(c.total, c.bad, c.uncertain);
+        let partial = self.partial(s, e);
+        if code.is_bad() {
+            return dv(Variant::Empty, with_bits(code, partial), s);
+        }
+        dv(
+            Variant::Int32(i32::try_from(n).unwrap_or(i32::MAX)),
             with_bits(code, bits::CALCULATED | partial),
             s,
         )
@@ -1589,6 +1909,16 @@ struct Pt {
 struct Seg {
     p: Pt,
     q: Pt,
+}
+
+/// What a time-weighted average is turned into (see `Ctx::time_average`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Scale {
+    Average,
+    /// × the interval's seconds (Total).
+    Interval,
+    /// × the seconds of non-Bad data (Total2).
+    GoodTime,
 }
 
 /// The raw values of an interval as §5.4.3.2 counts them (see `Ctx::good_values`).
@@ -1910,6 +2240,292 @@ mod tests {
         assert_eq!(
             stepped.first().map(|d| d.value.clone()),
             Some(Variant::Double(10.0))
+        );
+    }
+
+    fn pts(points: &[(i64, Option<f64>, StatusCode)]) -> Vec<DataValue> {
+        points
+            .iter()
+            .map(|&(t, v, st)| dv(v.map_or(Variant::Empty, Variant::Double), st, t * SEC))
+            .collect()
+    }
+
+    /// The Aggregates computed here but kept out of `ALL` (no Annex A table found to check them):
+    /// the server is answered BadAggregateNotSupported for each, and their results are checked
+    /// below on small histories worked by hand from the §5.4.3 definitions.
+    const UNCHECKED: [Aggregate; 13] = [
+        Aggregate::Total,
+        Aggregate::Total2,
+        Aggregate::Range,
+        Aggregate::Range2,
+        Aggregate::Maximum2,
+        Aggregate::Delta,
+        Aggregate::EndBound,
+        Aggregate::DeltaBounds,
+        Aggregate::WorstQuality,
+        Aggregate::WorstQuality2,
+        Aggregate::NumberOfTransitions,
+        Aggregate::StandardDeviationPopulation,
+        Aggregate::VariancePopulation,
+    ];
+
+    /// One interval per `pi_s` seconds over `[s_s, e_s)`, computed whether advertised or not.
+    fn run(
+        a: Aggregate,
+        r: &[DataValue],
+        s_s: i64,
+        e_s: i64,
+        pi_s: f64,
+        cfg: &AggregateConfig,
+    ) -> Vec<(Variant, StatusCode, i64)> {
+        let mut out = Vec::new();
+        let got = compute_into(
+            a,
+            r,
+            DateTime(s_s * SEC),
+            DateTime(e_s * SEC),
+            pi_s * 1000.0,
+            cfg,
+            &mut out,
+        );
+        assert_eq!(got, Ok(()), "{a:?}");
+        out.into_iter()
+            .map(|d| {
+                (
+                    d.value,
+                    d.status.unwrap_or_default(),
+                    d.source_timestamp.map_or(-1, |t| t.0 / SEC),
+                )
+            })
+            .collect()
+    }
+
+    fn calc(code: StatusCode) -> StatusCode {
+        with_bits(code, bits::CALCULATED)
+    }
+
+    #[test]
+    fn unchecked_aggregates_are_not_advertised() {
+        let r = raw(&[(0, 1.0), (5, 2.0)]);
+        let cfg = AggregateConfig::default();
+        for a in UNCHECKED {
+            assert!(!a.is_supported(), "{a:?}");
+            assert_eq!(Aggregate::from_node_id(&a.node_id()), None, "{a:?}");
+            assert_eq!(
+                process(a, &r, DateTime(0), DateTime(10 * SEC), 1000.0, &cfg),
+                Err(StatusCode::BadAggregateNotSupported),
+                "{a:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn range_delta_population_transitions_worst_quality_by_hand() {
+        use StatusCode as S;
+        // 2, 8, 5 Good at 0, 2, 4 s; Bad at 6 s; 4 Good at 8 s; more data at 20 s, so [0, 10)
+        // is a complete interval.
+        let r = pts(&[
+            (0, Some(2.0), S::Good),
+            (2, Some(8.0), S::Good),
+            (4, Some(5.0), S::Good),
+            (6, None, S::Bad),
+            (8, Some(4.0), S::Good),
+            (20, Some(1.0), S::Good),
+        ]);
+        let cfg = AggregateConfig::default();
+        let one = |a| run(a, &r, 0, 10, 10.0, &cfg);
+        let uncertain = calc(S::UncertainDataSubNormal);
+        // §5.4.3.14: 8 − 2 over the Good values; a Bad value exists: Uncertain.
+        assert_eq!(
+            one(Aggregate::Range),
+            [(Variant::Double(6.0), uncertain, 0)]
+        );
+        // §5.4.3.27: latest Good (4) − earliest Good (2); nothing skipped before or after them.
+        assert_eq!(
+            one(Aggregate::Delta),
+            [(Variant::Double(2.0), calc(S::Good), 0)]
+        );
+        // §5.4.3.40 / .39: mean 4.75, squared deviations 7.5625 + 10.5625 + 0.0625 + 0.5625 =
+        // 18.75, / n = 4.6875; its root 2.1651; Uncertain as VarianceSample is (A.36).
+        assert_eq!(
+            one(Aggregate::VariancePopulation),
+            [(Variant::Double(4.6875), uncertain, 0)]
+        );
+        let sd = one(Aggregate::StandardDeviationPopulation);
+        assert!(
+            matches!(sd.first(), Some((Variant::Double(x), st, 0))
+                if (x - 4.6875f64.sqrt()).abs() < 1e-12 && *st == uncertain),
+            "{sd:?}"
+        );
+        // §5.4.3.24: no non-Bad value before the interval, so 2 is a transition; 8, 5, 4 are
+        // three more (the Bad value is left out): 4. One value in five Bad: Uncertain.
+        assert_eq!(
+            one(Aggregate::NumberOfTransitions),
+            [(Variant::Int32(4), uncertain, 0)]
+        );
+        // §5.4.3.35: the worst status is the one Bad value's; the start bound (2, Good) changes
+        // nothing for WorstQuality2.
+        for a in [Aggregate::WorstQuality, Aggregate::WorstQuality2] {
+            assert_eq!(
+                one(a),
+                [(Variant::StatusCode(S::Bad), calc(S::Good), 0)],
+                "{a:?}"
+            );
+        }
+
+        // Delta with non-Good values passed over at both ends: 7 − 3, Uncertain. WorstQuality:
+        // two Bad values share the worst severity: the first, with MultiValue.
+        let r = pts(&[
+            (0, Some(1.0), S::Uncertain),
+            (2, Some(3.0), S::Good),
+            (4, None, S::BadOutOfRange),
+            (5, Some(7.0), S::Good),
+            (8, None, S::Bad),
+            (20, Some(0.0), S::Good),
+        ]);
+        let one = |a| run(a, &r, 0, 10, 10.0, &cfg);
+        assert_eq!(
+            one(Aggregate::Delta),
+            [(Variant::Double(4.0), uncertain, 0)]
+        );
+        assert_eq!(
+            one(Aggregate::WorstQuality),
+            [(
+                Variant::StatusCode(S::BadOutOfRange),
+                with_bits(S::Good, bits::CALCULATED | bits::MULTI_VALUE),
+                0
+            )]
+        );
+
+        // NumberOfTransitions compares the first value with the last one before the interval:
+        // 1 (at 5 s) → 1, 2, 2, 1 over [10, 20): two transitions, on Booleans as on numbers.
+        let b = |t: i64, v: bool| dv(Variant::Boolean(v), S::Good, t * SEC);
+        let r = [
+            b(0, true),
+            b(5, true),
+            b(12, true),
+            b(14, false),
+            b(16, false),
+            b(18, true),
+            b(30, false),
+        ];
+        assert_eq!(
+            run(Aggregate::NumberOfTransitions, &r, 10, 20, 10.0, &cfg),
+            [(Variant::Int32(2), calc(S::Good), 10)]
+        );
+
+        // WorstQuality2 counts the Simple Bounding Value at the start: at 10 s the value before is
+        // Bad, so the bound is Bad_NoData, worse than the one Good raw value WorstQuality sees.
+        let r = pts(&[
+            (0, Some(1.0), S::Good),
+            (5, None, S::Bad),
+            (15, Some(2.0), S::Good),
+            (25, Some(3.0), S::Good),
+        ]);
+        assert_eq!(
+            run(Aggregate::WorstQuality, &r, 10, 20, 10.0, &cfg),
+            [(Variant::StatusCode(S::Good), calc(S::Good), 10)]
+        );
+        assert_eq!(
+            run(Aggregate::WorstQuality2, &r, 10, 20, 10.0, &cfg),
+            [(Variant::StatusCode(S::BadNoData), calc(S::Good), 10)]
+        );
+    }
+
+    #[test]
+    fn totals_by_hand() {
+        use StatusCode as S;
+        // 2 Good at 0 s, Bad at 5 s, 2 Good at 10 s (and 20 s).
+        let r = pts(&[
+            (0, Some(2.0), S::Good),
+            (5, None, S::Bad),
+            (10, Some(2.0), S::Good),
+            (20, Some(2.0), S::Good),
+        ]);
+        let cfg = AggregateConfig::default();
+        // Total (§5.4.3.8, Interpolated Bounding Values): the Bad value is skipped, the line from
+        // 2 to 2 averages 2 over the 10 s: 20; Uncertain because a Bad value was skipped.
+        assert_eq!(
+            run(Aggregate::Total, &r, 0, 10, 10.0, &cfg),
+            [(Variant::Double(20.0), calc(S::UncertainDataSubNormal), 0)]
+        );
+        // Total2 (§5.4.3.9, Simple Bounding Values): 2 held over the 5 s of non-Bad data (the
+        // next point is Bad, so no slope), TimeAverage2 2, × 5 s of Good data: 10; half the
+        // interval Bad with PercentDataGood/Bad 100: Uncertain.
+        assert_eq!(
+            run(Aggregate::Total2, &r, 0, 10, 10.0, &cfg),
+            [(Variant::Double(10.0), calc(S::UncertainDataSubNormal), 0)]
+        );
+        // A ramp 0 → 10 over 10 s, all Good: TimeAverage 5, Total = Total2 = 50 (unit·s).
+        let r = raw(&[(0, 0.0), (10, 10.0), (20, 10.0)]);
+        for a in [Aggregate::Total, Aggregate::Total2] {
+            assert_eq!(
+                run(a, &r, 0, 10, 10.0, &cfg),
+                [(Variant::Double(50.0), calc(S::Good), 0)],
+                "{a:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bounds_and_range2_by_hand() {
+        use StatusCode as S;
+        // 10, 20, 30, 40 Good at 0, 10, 20, 30 s: a line of slope 1 per second.
+        let r = raw(&[(0, 10.0), (10, 20.0), (20, 30.0), (30, 40.0)]);
+        let cfg = AggregateConfig::default();
+        // EndBound (§5.4.3.29): the raw value at each interval's end, stamped at its start.
+        assert_eq!(
+            run(Aggregate::EndBound, &r, 0, 20, 10.0, &cfg),
+            [
+                (Variant::Double(20.0), calc(S::Good), 0),
+                (Variant::Double(30.0), calc(S::Good), 10)
+            ]
+        );
+        // Over [5, 15): the Simple Bounding Values are 15 and 25 (sloped); DeltaBounds
+        // (§5.4.3.30) 10; Maximum2 the end bound 25 (Interpolated, stamped at the start); Minimum2
+        // the start bound 15; Range2 (§5.4.3.19) 25 − 15 = 10.
+        assert_eq!(
+            run(Aggregate::EndBound, &r, 5, 15, 10.0, &cfg),
+            [(Variant::Double(25.0), calc(S::Good), 5)]
+        );
+        assert_eq!(
+            run(Aggregate::DeltaBounds, &r, 5, 15, 10.0, &cfg),
+            [(Variant::Double(10.0), calc(S::Good), 5)]
+        );
+        assert_eq!(
+            run(Aggregate::Maximum2, &r, 5, 15, 10.0, &cfg),
+            [(
+                Variant::Double(25.0),
+                with_bits(S::Good, bits::INTERPOLATED),
+                5
+            )]
+        );
+        assert_eq!(
+            run(Aggregate::Range2, &r, 5, 15, 10.0, &cfg),
+            [(Variant::Double(10.0), calc(S::Good), 5)]
+        );
+        // The data ends at 30 s, inside [25, 35): no end bound, Bad_NoData (Partial).
+        let partial_no_data = with_bits(S::BadNoData, bits::PARTIAL);
+        for a in [Aggregate::EndBound, Aggregate::DeltaBounds] {
+            assert_eq!(
+                run(a, &r, 25, 35, 10.0, &cfg),
+                [(Variant::Empty, partial_no_data, 25)],
+                "{a:?}"
+            );
+        }
+        // An Uncertain end bound (TreatUncertainAsBad False) makes DeltaBounds Uncertain.
+        let r = pts(&[
+            (0, Some(10.0), S::Good),
+            (10, Some(20.0), S::Uncertain),
+            (20, Some(30.0), S::Good),
+        ]);
+        let lenient = AggregateConfig {
+            treat_uncertain_as_bad: false,
+            ..cfg
+        };
+        assert_eq!(
+            run(Aggregate::DeltaBounds, &r, 0, 10, 10.0, &lenient),
+            [(Variant::Double(10.0), calc(S::UncertainDataSubNormal), 0)]
         );
     }
 
