@@ -2319,6 +2319,71 @@ mod tests {
         }
     }
 
+    /// The integration test's hostile histories reach only the advertised Aggregates through
+    /// `process`; these reach every named one: one value per interval, stamped inside the range,
+    /// or an argument error, never a panic.
+    #[test]
+    fn every_named_aggregate_survives_odd_histories() {
+        let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let statuses = [
+            StatusCode::Good,
+            StatusCode::Uncertain,
+            StatusCode::Bad,
+            StatusCode::BadNoData,
+            StatusCode::UncertainDataSubNormal,
+        ];
+        for round in 0..150 {
+            let n = (next() % 30) as usize;
+            let mut t = 0i64;
+            let mut r = Vec::with_capacity(n);
+            for _ in 0..n {
+                t += (next() % 3) as i64 * SEC / 2; // equal timestamps occur
+                let value = match next() % 6 {
+                    0 => Variant::Boolean(next() % 2 == 0),
+                    1 => Variant::Empty,
+                    2 => Variant::Double(f64::NAN),
+                    3 => Variant::Int32((next() % 9) as i32 - 4),
+                    _ => Variant::Double((next() % 100) as f64 / 3.0),
+                };
+                let st = statuses.get((next() % 5) as usize).copied();
+                r.push(dv(value, st.unwrap_or(StatusCode::Good), t));
+            }
+            let cfg = AggregateConfig {
+                treat_uncertain_as_bad: next() % 2 == 0,
+                percent_data_bad: (next() % 101) as u8,
+                percent_data_good: (next() % 101) as u8,
+                use_sloped_extrapolation: next() % 2 == 0,
+                stepped: next() % 2 == 0,
+            };
+            let (a, b) = ((next() % 20) as i64 * SEC, (next() % 20) as i64 * SEC);
+            let (start, end) = if round % 2 == 0 { (a, b) } else { (b, a) };
+            let pi = [0.0, 700.0, 3000.0][(next() % 3) as usize];
+            for agg in Aggregate::named() {
+                let mut out = Vec::new();
+                match compute_into(agg, &r, DateTime(start), DateTime(end), pi, &cfg, &mut out) {
+                    Ok(()) => {
+                        let want = interval_count(DateTime(start), DateTime(end), pi);
+                        assert_eq!(Ok(out.len() as u64), want, "{agg:?} round {round}");
+                        let (lo, hi) = (start.min(end), start.max(end));
+                        for v in &out {
+                            assert!(
+                                v.source_timestamp.is_some_and(|t| (lo..hi).contains(&t.0)),
+                                "{agg:?} round {round}: {v:?}"
+                            );
+                        }
+                    }
+                    Err(e) => assert_eq!(e, StatusCode::BadInvalidArgument, "{agg:?}"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn range_delta_population_transitions_worst_quality_by_hand() {
         use StatusCode as S;
