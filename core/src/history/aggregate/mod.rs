@@ -21,8 +21,10 @@
 //! data file says. DurationBad, PercentGood and PercentBad (and DurationGood for Historian 4) are
 //! checked on the rows node-opcua's tests assert, no copy of those tables having been found; one
 //! of them (PercentGood, Historian 1, 12:00:32: "Bad") contradicts §5.4.3.33 and A.29 and is held
-//! as the prose gives it (0, Good). The prose sections read are v1.04 and v1.05, which agree on
-//! what is used here.
+//! as the prose gives it (0, Good). v1.05.07 adds a Historian 5, whose CSV tables are held too; one
+//! of its rows (Maximum, 12:01:04: Good where an Uncertain value exceeds the Good maximum)
+//! contradicts §5.4.3.11 of both editions and is held as the prose gives it (Uncertain). The prose
+//! sections read are v1.04 and v1.05, which agree on what is used here.
 //! Where the Annex and the prose differ, the Annex is followed and the place says so:
 //! - MinimumActualTime / MaximumActualTime: no Calculated bit on Uncertain results (A.10, A.11);
 //! - VarianceSample: Uncertain_DataSubNormal where the interval holds non-Good values (A.36), where
