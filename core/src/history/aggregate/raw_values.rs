@@ -386,28 +386,25 @@ impl<'a> Ctx<'a> {
             .find(|d| !is_marker(status_of(d)) && !self.is_bad(status_of(d)));
         let mut prev: Option<&Variant> = before.map(|d| &d.value);
         let mut n = 0i64;
-        let c = {
-            let mut c = ValueCounts::default();
-            for d in self.raw.get(i0..i1).unwrap_or_default() {
-                let st = status_of(d);
-                if is_marker(st) {
-                    continue;
-                }
-                c.total += 1;
-                if self.is_bad(st) {
-                    c.bad += 1;
-                    continue;
-                }
-                if st.is_uncertain() {
-                    c.uncertain = true;
-                }
-                if prev != Some(&d.value) {
-                    n += 1;
-                }
-                prev = Some(&d.value);
+        let mut c = ValueCounts::default();
+        for d in self.raw.get(i0..i1).unwrap_or_default() {
+            let st = status_of(d);
+            if is_marker(st) {
+                continue;
             }
-            c
-        };
+            c.total += 1;
+            if self.is_bad(st) {
+                c.bad += 1;
+                continue;
+            }
+            if st.is_uncertain() {
+                c.uncertain = true;
+            }
+            if prev != Some(&d.value) {
+                n += 1;
+            }
+            prev = Some(&d.value);
+        }
         let code = self.share_quality(c.total, c.bad, c.uncertain);
         let partial = self.partial(s, e);
         if code.is_bad() {
