@@ -39,8 +39,10 @@ use super::{Resume, Sample, SeriesId, Store, StoreError};
 /// EventNotifier bit: the notifier's event history can be read.
 const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
 
-/// Most raw values one processed or at-time operation reads to compute its answer.
-const MAX_RAW_FOR_PROCESSING: usize = 4_000_000;
+/// Most raw values one processed operation reads to compute its answer (about 60 MB held
+/// by the reader thread while it computes; more is BadTooManyOperations: ask for a shorter
+/// range).
+const MAX_RAW_FOR_PROCESSING: usize = 1_000_000;
 
 /// The server's history: the store, its ingest, the historized nodes, the readers.
 pub struct Historian {
