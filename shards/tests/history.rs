@@ -212,6 +212,47 @@ fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive
             (10..20).rev().map(|i| i as f64).collect::<Vec<_>>()
         );
 
+        // Bounding values: the value at or before the start, the first at or after the end
+        // (mirrored when reading backwards), BadBoundNotFound past the data.
+        let bounded = |c: &mut Client, s: f64, e: f64| {
+            let r = history_read(
+                c,
+                ExtensionObject::from_struct(&ReadRawModifiedDetails {
+                    start_time: at(t0, s),
+                    end_time: at(t0, e),
+                    return_bounds: true,
+                    ..Default::default()
+                }),
+                vec![HistoryReadValueId {
+                    node_id: level_id.clone(),
+                    ..Default::default()
+                }],
+            );
+            data(&r.results[0])
+        };
+        let v = bounded(&mut c, 10.5, 15.5);
+        assert_eq!(doubles(&v), vec![10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]);
+        let v = bounded(&mut c, 10.0, 15.0);
+        assert_eq!(
+            doubles(&v),
+            vec![10.0, 11.0, 12.0, 13.0, 14.0, 15.0],
+            "bounds at the times"
+        );
+        let v = bounded(&mut c, 15.5, 10.5);
+        assert_eq!(doubles(&v), vec![16.0, 15.0, 14.0, 13.0, 12.0, 11.0, 10.0]);
+        let v = bounded(&mut c, 15.0, 10.0);
+        assert_eq!(doubles(&v), vec![15.0, 14.0, 13.0, 12.0, 11.0, 10.0]);
+        // (A year on: past every value, the one the Variable started with included.)
+        let v = bounded(&mut c, 998.5, 3.2e7);
+        assert_eq!(doubles(&v[..2]), vec![998.0, 999.0]);
+        let last = v.last().unwrap();
+        assert_eq!(
+            last.status,
+            Some(StatusCode::BadBoundNotFound),
+            "nothing after the end"
+        );
+        assert_eq!(last.source_timestamp, Some(at(t0, 3.2e7)));
+
         // At time: a raw value where there is one, else interpolated between its neighbours.
         let r = history_read(
             &mut c,

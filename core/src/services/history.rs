@@ -195,8 +195,8 @@ pub fn history_read(
     // limit, and a share of one response message (a value takes at least ~24 bytes
     // encoded: a response of every node's values never needs more than the message size
     // the transport allows, so the deferred response stays bounded by it).
-    let per_message = (shared.config.transport.max_message_size as usize / 24)
-        / req.nodes_to_read.len().max(1);
+    let per_message =
+        (shared.config.transport.max_message_size as usize / 24) / req.nodes_to_read.len().max(1);
     let max_values = match request_max {
         0 => limits.max_history_values_per_node,
         n => n.min(limits.max_history_values_per_node),

@@ -311,7 +311,11 @@ impl Historian {
         let mut state = RawState::decode(op.resume.as_deref())?;
         let mut values: Vec<DataValue> = Vec::new();
         if d.return_bounds && !state.started {
-            values.push(self.bound_value(id, first, reverse, true)?);
+            // A value at the start time is its own bound (and the read returns it).
+            let b = self.bound_value(id, first, reverse, true)?;
+            if b.source_timestamp != Some(DateTime(first)) || b.status.is_some_and(|s| s.is_bad()) {
+                values.push(b);
+            }
         }
         state.started = true;
         let mut samples = Vec::new();
@@ -529,7 +533,10 @@ impl Historian {
             }
         }
         let found = if earlier {
-            self.store.last_before(id, t)
+            // The start bound of a forward read: strictly before (the value at `t` was
+            // looked for above); the end bound of a backward read: at `t` or before.
+            self.store
+                .last_before(id, if at_start { t } else { t.saturating_add(1) })
         } else {
             self.store.first_after(id, t.saturating_sub(1))
         }
