@@ -123,14 +123,20 @@ fn writer_loop(
     let mut batch: Vec<(SeriesId, Sample)> = Vec::with_capacity(BATCH);
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        while batch.len() < BATCH {
-            match queue.pop() {
-                Some(x) => batch.push(x),
-                None => break,
+        // Drain what is queued (a batch per hold of the lock), until the queue is empty
+        // or a flush is due.
+        let mut took = 0;
+        loop {
+            while batch.len() < BATCH {
+                match queue.pop() {
+                    Some(x) => batch.push(x),
+                    None => break,
+                }
             }
-        }
-        let took = batch.len();
-        if took > 0 {
+            if batch.is_empty() {
+                break;
+            }
+            took += batch.len();
             let mut core = store.lock_core();
             for (id, s) in batch.drain(..) {
                 if let Err(e) = store.push_locked(&mut core, id, s, true) {
@@ -138,6 +144,10 @@ fn writer_loop(
                 }
             }
             store.c.appended.store(core.appended(), Ordering::Relaxed);
+            drop(core);
+            if Instant::now() >= next_flush {
+                break;
+            }
         }
         let now = Instant::now();
         if now >= next_flush {
