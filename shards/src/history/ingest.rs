@@ -3,6 +3,7 @@
 use super::store::Store;
 use super::{OnFull, Sample, SeriesId, StoreError};
 use crossbeam_queue::ArrayQueue;
+use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -111,7 +112,7 @@ pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreEr
 }
 
 fn writer_loop(
-    store: &Store,
+    store: &Arc<Store>,
     queue: &ArrayQueue<(SeriesId, Sample)>,
     stop: &AtomicBool,
 ) -> Result<(), StoreError> {
@@ -121,6 +122,16 @@ fn writer_loop(
     let mut next_flush = Instant::now() + interval;
     let mut next_retention = Instant::now() + retention_every;
     let mut batch: Vec<(SeriesId, Sample)> = Vec::with_capacity(BATCH);
+    // fdatasync runs here, so the writer goes on taking samples meanwhile.
+    let (sync_tx, sync_rx) = std::sync::mpsc::sync_channel::<(Arc<File>, u64)>(1);
+    let sync_store = store.clone();
+    let syncer = std::thread::Builder::new()
+        .name("uaring-history-sync".into())
+        .spawn(move || {
+            for (file, watermark) in sync_rx {
+                sync_store.flush_end(&file, watermark);
+            }
+        })?;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         // Drain what is queued (a batch per hold of the lock), until the queue is empty
@@ -151,8 +162,14 @@ fn writer_loop(
         }
         let now = Instant::now();
         if now >= next_flush {
-            if let Err(e) = store.flush() {
-                tracing::warn!("history store: flush failed: {e}");
+            match store.flush_begin() {
+                // One sync in flight at most: when the last one is still running, this
+                // interval's waits for the next.
+                Ok(Some(job)) => {
+                    let _ = sync_tx.try_send(job);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!("history store: flush failed: {e}"),
             }
             next_flush = now + interval;
         }
@@ -163,6 +180,8 @@ fn writer_loop(
             next_retention = now + retention_every;
         }
         if stopping && queue.is_empty() && batch.is_empty() {
+            drop(sync_tx);
+            let _ = syncer.join();
             return store.flush().map(|_| ());
         }
         if took == 0 && !stopping {

@@ -49,8 +49,10 @@
 //!   written before it; it is one CRC'd record, so a delete is atomic.
 //! * `wal-NNNNNNNNNNNNNNNN.log`: the write-ahead log of generation N: a 16-byte header
 //!   (`UAHW`, version, generation) then frames `magic | len u32 | crc32 | payload`, the
-//!   payload a run of samples `series u32 | source i64 | server i64 | status u32 |
-//!   Variant`. Every sample taken by the writer is in it; it is fsynced every flush
+//!   payload a run of samples: varints of the series id, of the source timestamp's
+//!   difference from the previous record's, of the server timestamp's difference from
+//!   the source timestamp, and of the status, then the Variant (a Double: ~14 bytes).
+//!   Every sample taken by the writer is in it; it is fsynced every flush
 //!   interval; that makes [`StoreStats::durable`] advance.
 //! * The invariant that ties both: per series, the samples of the current WAL generation
 //!   are exactly the chunks tagged with that generation (in order) followed by the head.

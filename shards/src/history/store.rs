@@ -221,8 +221,13 @@ struct SegMeta {
 pub(crate) struct Core {
     gen: u64,
     wal: Option<File>,
+    /// The same file (a second descriptor) for the writer's sync thread.
+    wal_sync: Option<Arc<File>>,
     wal_len: u64,
     wal_buf: Vec<u8>,
+    /// The previous record's source timestamp in `wal_buf` (records are delta-coded
+    /// within a frame).
+    wal_prev_ts: i64,
     frame_buf: Vec<u8>,
     wal_broken: bool,
     segs: BTreeMap<u64, SegMeta>,
@@ -269,6 +274,8 @@ pub struct Store {
     series: RwLock<Vec<Arc<Series>>>,
     core: Mutex<Core>,
     pub(crate) c: Counters,
+    /// Set by the writer's sync thread when an fdatasync failed.
+    sync_failed: std::sync::atomic::AtomicBool,
     _lock: File,
 }
 
@@ -463,8 +470,10 @@ impl Store {
         let core = Core {
             gen,
             wal: None,
+            wal_sync: None,
             wal_len: 0,
             wal_buf: Vec::new(),
+            wal_prev_ts: 0,
             frame_buf: Vec::new(),
             wal_broken: false,
             segs,
@@ -480,6 +489,7 @@ impl Store {
             series: RwLock::new(series),
             core: Mutex::new(core),
             c,
+            sync_failed: std::sync::atomic::AtomicBool::new(false),
             _lock: lock_file,
         });
         {
@@ -517,6 +527,7 @@ impl Store {
             }
             store.checkpoint_locked(&mut core)?;
         }
+        sync_dir(&dir)?;
         Ok(store)
     }
 
@@ -531,7 +542,7 @@ impl Store {
         let len = file.metadata()?.len();
         let mut data = Vec::new();
         // Bounded: at most 2^32 ids of 4 KiB keys would not fit anyway; refuse the absurd.
-        if len > 1 << 30 {
+        if len > 256 << 20 {
             return Err(StoreError::Corrupt("series.map (too large)"));
         }
         file.read_to_end(&mut data)?;
@@ -735,31 +746,48 @@ impl Store {
         s: Sample,
         log: bool,
     ) -> Result<bool, StoreError> {
-        let series = match core.cache.get(id.0 as usize) {
-            Some(s) => s.clone(),
+        if core.cache.len() <= id.0 as usize {
+            core.cache = self
+                .series
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+        }
+        // Out of the core while in use (no reference count traffic per sample).
+        let cache = std::mem::take(&mut core.cache);
+        let r = match cache.get(id.0 as usize) {
+            Some(series) => self.push_series(core, series, s, log),
             None => {
-                let all = self.series.read().unwrap_or_else(|e| e.into_inner());
-                core.cache = all.clone();
-                match core.cache.get(id.0 as usize) {
-                    Some(s) => s.clone(),
-                    None => {
-                        self.c.rejected.fetch_add(1, Relaxed);
-                        return Ok(false);
-                    }
-                }
+                self.c.rejected.fetch_add(1, Relaxed);
+                Ok(false)
             }
         };
+        core.cache = cache;
+        r
+    }
+
+    fn push_series(
+        &self,
+        core: &mut Core,
+        series: &Series,
+        s: Sample,
+        log: bool,
+    ) -> Result<bool, StoreError> {
+        let id = SeriesId(series.id);
         let start = core.wal_buf.len();
-        wal::encode_record(&mut core.wal_buf, id.0, &s);
+        let prev_ts = core.wal_prev_ts;
+        wal::encode_record(&mut core.wal_buf, &mut core.wal_prev_ts, id.0, &s);
         let size = core.wal_buf.len() - start;
         let mut st = lock(&series.st);
         if size > wal::MAX_RECORD || st.head.len() >= MAX_COUNT as usize {
             core.wal_buf.truncate(start);
+            core.wal_prev_ts = prev_ts;
             self.c.rejected.fetch_add(1, Relaxed);
             return Ok(false);
         }
         if !log {
             core.wal_buf.truncate(start);
+            core.wal_prev_ts = prev_ts;
         }
         st.push_head(s, size);
         if log {
@@ -767,7 +795,7 @@ impl Store {
         }
         let mut result = Ok(true);
         if st.head.len() >= self.cfg.chunk_samples as usize || st.head_bytes >= HEAD_BYTES {
-            result = self.seal(core, &series, &mut st).map(|_| true);
+            result = self.seal(core, series, &mut st).map(|_| true);
         }
         drop(st);
         if core.wal_buf.len() >= wal::FRAME_TARGET {
@@ -871,12 +899,14 @@ impl Store {
         }
         let Some(wal_file) = core.wal.as_ref() else {
             core.wal_buf.clear();
+            core.wal_prev_ts = 0;
             core.wal_broken = true;
             return Ok(());
         };
         core.frame_buf.clear();
         wal::frame(&core.wal_buf, &mut core.frame_buf);
         core.wal_buf.clear();
+        core.wal_prev_ts = 0;
         match wal_file.write_all_at(&core.frame_buf, core.wal_len) {
             Ok(()) => {
                 core.wal_len += core.frame_buf.len() as u64;
@@ -910,10 +940,47 @@ impl Store {
                 self.checkpoint_locked(core)?;
             }
         }
-        self.c.durable.store(core.appended, Relaxed);
+        self.c.durable.fetch_max(core.appended, Relaxed);
         self.c.appended.store(core.appended, Relaxed);
         self.c.flushes.fetch_add(1, Relaxed);
         Ok(core.appended)
+    }
+
+    /// The writer thread's flush: writes the buffered frame and returns the file to
+    /// fdatasync and the watermark that makes durable, so the sync runs on another
+    /// thread while the writer goes on. None: nothing to sync (a checkpoint, which syncs
+    /// itself, took its place).
+    pub(crate) fn flush_begin(&self) -> Result<Option<(Arc<File>, u64)>, StoreError> {
+        let mut core = self.lock_core();
+        let core = &mut *core;
+        if core.wal_broken || self.sync_failed.swap(false, Relaxed) {
+            self.checkpoint_locked(core)?;
+        } else {
+            self.write_frame(core)?;
+            if core.wal_len > self.cfg.wal_max_bytes {
+                self.checkpoint_locked(core)?;
+            } else if let Some(f) = core.wal_sync.clone() {
+                return Ok(Some((f, core.appended)));
+            }
+        }
+        self.c.flushes.fetch_add(1, Relaxed);
+        Ok(None)
+    }
+
+    /// The sync thread's half of [`Store::flush_begin`].
+    pub(crate) fn flush_end(&self, file: &File, watermark: u64) {
+        match file.sync_data() {
+            Ok(()) => {
+                self.c.durable.fetch_max(watermark, Relaxed);
+                self.c.flushes.fetch_add(1, Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!("history store: WAL sync failed: {e}");
+                self.c.io_errors.fetch_add(1, Relaxed);
+                // The next flush checkpoints (which rewrites what the heads hold).
+                self.sync_failed.store(true, Relaxed);
+            }
+        }
     }
 
     /// Makes everything appended so far durable; returns the durable watermark.
@@ -933,16 +1000,18 @@ impl Store {
         let new_gen = core.gen + 1;
         let mut file_buf = wal::header(new_gen).to_vec();
         let mut piece = Vec::new();
+        let mut prev_ts = 0i64;
         for s in &all {
             let mut st = lock(&s.st);
             if st.head.len() >= CARRY_MAX && self.seal(core, s, &mut st).is_ok() {
                 continue;
             }
             for smp in &st.head {
-                wal::encode_record(&mut piece, s.id, smp);
+                wal::encode_record(&mut piece, &mut prev_ts, s.id, smp);
                 if piece.len() >= wal::FRAME_TARGET {
                     wal::frame(&piece, &mut file_buf);
                     piece.clear();
+                    prev_ts = 0;
                 }
             }
         }
@@ -969,13 +1038,15 @@ impl Store {
             let _ = fs::remove_file(wal_path(dir, core.gen));
         }
         core.gen = new_gen;
+        core.wal_sync = file.try_clone().ok().map(Arc::new);
         core.wal = Some(file);
         core.wal_len = file_buf.len() as u64;
         core.wal_buf.clear();
+        core.wal_prev_ts = 0;
         core.wal_broken = false;
         self.c.wal_bytes.store(core.wal_len, Relaxed);
         self.c.checkpoints.fetch_add(1, Relaxed);
-        self.c.durable.store(core.appended, Relaxed);
+        self.c.durable.fetch_max(core.appended, Relaxed);
         Ok(())
     }
 

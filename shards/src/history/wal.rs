@@ -5,7 +5,7 @@ use super::{Sample, StoreError};
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
-use uaring_core::encoding::{Decode, DecodeLimits, Decoder, Encode};
+use uaring_core::encoding::{Decode, DecodeError, DecodeLimits, Decoder, Encode};
 use uaring_core::types::Variant;
 
 pub(crate) const WAL_MAGIC: u32 = u32::from_le_bytes(*b"UAHW");
@@ -28,13 +28,47 @@ pub(crate) fn header(gen: u64) -> [u8; HEADER_LEN as usize] {
     h
 }
 
-/// Appends one sample record.
 #[inline]
-pub(crate) fn encode_record(out: &mut Vec<u8>, id: u32, s: &Sample) {
-    out.extend_from_slice(&id.to_le_bytes());
-    out.extend_from_slice(&s.source_ts.to_le_bytes());
-    out.extend_from_slice(&s.server_ts.to_le_bytes());
-    out.extend_from_slice(&s.status.to_le_bytes());
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(d: &mut Decoder<'_>) -> Result<u64, DecodeError> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = u8::decode(d)?;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b < 0x80 {
+            return Ok(v);
+        }
+    }
+    Err(DecodeError::decoding("WAL varint"))
+}
+
+#[inline]
+fn zz(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+#[inline]
+fn unzz(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// Appends one sample record: varints of the series id, of the source timestamp's
+/// difference from the previous record's in the frame (`prev_ts`, 0 at a frame's start),
+/// of the server timestamp's difference from the source timestamp, and of the status,
+/// then the Variant in core's binary encoding. A Double sample takes about 14 bytes.
+#[inline]
+pub(crate) fn encode_record(out: &mut Vec<u8>, prev_ts: &mut i64, id: u32, s: &Sample) {
+    put_varint(out, id as u64);
+    put_varint(out, zz(s.source_ts.wrapping_sub(*prev_ts)));
+    *prev_ts = s.source_ts;
+    put_varint(out, zz(s.server_ts.wrapping_sub(s.source_ts)));
+    put_varint(out, s.status as u64);
     s.value.encode(out);
 }
 
@@ -54,6 +88,7 @@ pub(crate) struct WalScan {
 
 /// Reads the WAL at `path`, calling `each` for every sample of every valid frame, in
 /// order, and stops at the first damaged or incomplete frame.
+/// A frame's payload is a run of [`encode_record`] records.
 pub(crate) fn scan(
     path: &Path,
     expect_gen: u64,
@@ -98,19 +133,24 @@ pub(crate) fn scan(
         // up to the bad one are kept.
         let mut d = Decoder::new(&payload, limits);
         let mut ok = true;
+        let mut prev_ts = 0i64;
         while !d.is_empty() {
             let rec = (|| {
-                let id = u32::decode(&mut d)?;
-                let source_ts = i64::decode(&mut d)?;
-                let server_ts = i64::decode(&mut d)?;
-                let status = u32::decode(&mut d)?;
+                let id = get_varint(&mut d)?;
+                let source_ts = prev_ts.wrapping_add(unzz(get_varint(&mut d)?));
+                let server_ts = source_ts.wrapping_add(unzz(get_varint(&mut d)?));
+                let status = get_varint(&mut d)?;
                 let value = Variant::decode(&mut d)?;
-                Ok::<_, uaring_core::encoding::DecodeError>((
-                    id,
+                if id > u32::MAX as u64 || status > u32::MAX as u64 {
+                    return Err(DecodeError::decoding("WAL record"));
+                }
+                prev_ts = source_ts;
+                Ok((
+                    id as u32,
                     Sample {
                         source_ts,
                         server_ts,
-                        status,
+                        status: status as u32,
                         value,
                     },
                 ))
