@@ -5,6 +5,8 @@
 //!   through [`Ingest::try_push`] by one producer thread to one writer thread, flush
 //!   interval 1 s; timed from the first push until the writer has taken the last sample
 //!   (a fresh store each iteration; its final flush is not timed).
+//! * `ingest_sustained_5m`: the same with 5,000 samples a series (5 M, several flush
+//!   intervals and a WAL checkpoint).
 //! * `append_direct_1m`: the same 1,000,000 samples through [`Store::append`] (the
 //!   writer's own path without the queue), then a flush (timed).
 //! * `read_1m_raw`: one series of 1,000,000 samples (sealed chunks), read whole into a
@@ -51,8 +53,8 @@ fn open(name: &str) -> (PathBuf, std::sync::Arc<Store>, Vec<SeriesId>) {
     (dir, store, ids)
 }
 
-fn push_all(ingest: &Ingest, ids: &[SeriesId]) {
-    for i in 0..1000i64 {
+fn push_all(ingest: &Ingest, ids: &[SeriesId], per_series: i64) {
+    for i in 0..per_series {
         for (k, &id) in ids.iter().enumerate() {
             // A benchmark producer waits for room (a shard would count a drop): the
             // writer is what is measured.
@@ -72,28 +74,34 @@ fn bench(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(20));
     g.throughput(Throughput::Elements(1_000_000));
 
-    g.bench_function("ingest_1000x1000", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let (dir, store, ids) = open("ingest");
-                let (ingest, writer) = start_writer(store.clone()).expect("writer");
-                let t = Instant::now();
-                push_all(&ingest, &ids);
-                while store.stats().appended < 1_000_000 {
-                    std::thread::sleep(Duration::from_micros(200));
+    for (name, per_series) in [("ingest_1000x1000", 1000i64), ("ingest_sustained_5m", 5000)] {
+        let n = per_series as u64 * 1000;
+        g.throughput(Throughput::Elements(n));
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let (dir, store, ids) = open("ingest");
+                    let (ingest, writer) = start_writer(store.clone()).expect("writer");
+                    let t = Instant::now();
+                    push_all(&ingest, &ids, per_series);
+                    while store.stats().appended < n {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    total += t.elapsed();
+                    writer.shutdown().expect("shutdown");
+                    let st = store.stats();
+                    assert_eq!(st.dropped, 0);
+                    assert_eq!(st.durable, n);
+                    drop(ingest);
+                    drop(store);
+                    let _ = std::fs::remove_dir_all(&dir);
                 }
-                total += t.elapsed();
-                writer.shutdown().expect("shutdown");
-                let st = store.stats();
-                assert_eq!(st.dropped, 0);
-                drop(ingest);
-                drop(store);
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-            total
-        })
-    });
+                total
+            })
+        });
+    }
+    g.throughput(Throughput::Elements(1_000_000));
 
     g.bench_function("append_direct_1m", |b| {
         b.iter_custom(|iters| {

@@ -522,6 +522,73 @@ fn flipped_byte_in_a_chunk_truncates_there() {
 }
 
 #[test]
+fn any_flipped_byte_in_the_newest_segment_leaves_a_prefix() {
+    let (dir, c, all) = sealed_store("flips", 1000);
+    let saved: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    let seg = files(&dir, "seg-").pop().unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len() as usize;
+    for k in 0..40 {
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        for (p, b) in &saved {
+            std::fs::write(p, b).unwrap();
+        }
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let at = k * len / 40 + 3;
+        bytes[at] ^= 1 << (k % 8);
+        std::fs::write(&seg, &bytes).unwrap();
+        let store = Store::open(c.clone()).unwrap();
+        let id = store.lookup("x").unwrap();
+        let got = read_all(&store, id);
+        assert_prefix(&got, &all, all.len());
+        assert!(got.len() < all.len(), "flip at {at} went unnoticed");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_damaged_chunk_in_an_older_segment_is_skipped_and_counted() {
+    let dir = tmp("old-seg");
+    let mut c = cfg(&dir);
+    c.chunk_samples = 100;
+    c.segment_bytes = 4096;
+    let store = Store::open(c.clone()).unwrap();
+    let id = store.series("x").unwrap();
+    let mut all = Vec::new();
+    let mut rng = 3u64;
+    for i in 0..3000i64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let smp = s(T0 + i * SECOND, Variant::Double(f64::from_bits(rng >> 2)));
+        all.push(smp.clone());
+        store.append([(id, smp)]).unwrap();
+    }
+    store.flush().unwrap();
+    drop(store);
+    drop(Store::open(c.clone()).unwrap()); // the WAL no longer covers the chunks
+    let segs = files(&dir, "seg-");
+    assert!(segs.len() > 2);
+    // The first chunk's payload, in the oldest segment (16-byte segment header, 52-byte
+    // record header).
+    let mut bytes = std::fs::read(&segs[0]).unwrap();
+    bytes[16 + 52 + 20] ^= 0xFF;
+    std::fs::write(&segs[0], &bytes).unwrap();
+    let store = Store::open(c).unwrap();
+    let got = read_all(&store, id);
+    assert_eq!(got, all[100..].to_vec());
+    assert!(store.stats().io_errors >= 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn torn_wal_record_loses_only_the_last_frame() {
     let dir = tmp("torn-wal");
     let mut c = cfg(&dir);

@@ -15,9 +15,15 @@
 //!
 //! One writer thread ([`start_writer`]) drains the queue in batches, appends the samples
 //! to the write-ahead log buffer and to the series' in-memory head chunks, seals full
-//! heads into segment files, makes the log durable (`fdatasync`) every
-//! `flush_interval_ms`, checkpoints the log when it grows past `wal_max_bytes`, and
-//! applies retention.
+//! heads into segment files, writes the log's buffered frame every `flush_interval_ms`
+//! and hands its `fdatasync` to a sync thread of its own (so ingest goes on during the
+//! sync; one sync in flight at most; [`StoreStats::durable`] advances when it returns),
+//! checkpoints the log when it grows past `wal_max_bytes`, and applies retention.
+//!
+//! Memory: the queue holds at most `queue_capacity` samples; each series holds at most
+//! one head of `chunk_samples` samples (56 bytes each plus what a Variant points to), so
+//! many series want a smaller `chunk_samples`; the WAL holds at most one flush interval
+//! past `wal_max_bytes`.
 //!
 //! Readers (HistoryRead runs on reader threads, not on shards) read concurrently with
 //! the writer. Each series has one short mutex over its chunk index and its head: a
