@@ -758,11 +758,14 @@ fn kill_cfg(dir: &Path) -> StoreConfig {
     c.flush_interval_ms = KILL_FLUSH_MS;
     c.segment_bytes = 64 * 1024; // rotations during the run
     c.wal_max_bytes = 256 * 1024; // checkpoints during the run
+    c.chunk_samples = 8192; // heads outlive flushes: recovery replays the WAL too
     c
 }
 
-/// The child of `kill_9_during_ingest_loses_nothing_acknowledged`: ingests one series
-/// at a steady rate and prints `durable pushed` every 500 samples, until killed.
+/// The child of `kill_9_during_ingest_loses_nothing_acknowledged`: goes on with the
+/// series where the store has it (sample i at T0 + i with value i), ingests at a steady
+/// rate and prints `durable pushed` (both counting from sample 0) every 500 samples,
+/// until killed.
 #[test]
 #[ignore = "run by kill_9_during_ingest_loses_nothing_acknowledged in a child process"]
 fn kill_9_child() {
@@ -771,11 +774,12 @@ fn kill_9_child() {
     };
     let store = Store::open(kill_cfg(Path::new(&dir))).unwrap();
     let id = store.series("kill").unwrap();
+    let base = read_all(&store, id).len() as u64;
     let (ingest, _writer) = start_writer(store.clone()).unwrap();
     let start = Instant::now();
     let mut next = start;
     let step = Duration::from_micros(500 * 1_000_000 / KILL_RATE);
-    let mut pushed = 0u64;
+    let mut pushed = base;
     while start.elapsed() < Duration::from_secs(60) {
         let smp = s(T0 + pushed as i64, Variant::Double(pushed as f64));
         if !ingest.try_push(id, smp) {
@@ -792,15 +796,14 @@ fn kill_9_child() {
             } else {
                 next = now;
             }
-            println!("{} {}", store.stats().durable, pushed);
+            println!("{} {}", base + store.stats().durable, pushed);
         }
     }
 }
 
-#[test]
-fn kill_9_during_ingest_loses_nothing_acknowledged() {
-    let _heavy = heavy();
-    let dir = tmp("kill9");
+/// One child run: the `(durable, pushed)` lines it printed before it was killed
+/// `delay_ms` after its `flushes`-th flush.
+fn run_child_and_kill(dir: &Path, flushes: usize, delay_ms: u64) -> Vec<(u64, u64)> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
@@ -809,12 +812,11 @@ fn kill_9_during_ingest_loses_nothing_acknowledged() {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, &dir)
+        .env(CHILD_ENV, dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Every line the child prints: `durable pushed`, every 500 samples.
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(u64, u64)>::new()));
     let out = BufReader::new(child.stdout.take().unwrap());
     let sink = lines.clone();
@@ -827,69 +829,89 @@ fn kill_9_during_ingest_loses_nothing_acknowledged() {
             }
         }
     });
-    // The first line after each flush: (watermark, pushed just after it).
-    let flushes = |l: &[(u64, u64)]| {
-        let mut v: Vec<(u64, u64)> = Vec::new();
-        for &(w, p) in l {
-            if w > 0 && v.last().is_none_or(|x| x.0 != w) {
-                v.push((w, p));
-            }
-        }
-        v
-    };
     let started = Instant::now();
-    while flushes(&lines.lock().unwrap()).len() < 15 && started.elapsed() < Duration::from_secs(60)
+    while flush_reports(&lines.lock().unwrap()).len() < flushes
+        && started.elapsed() < Duration::from_secs(60)
     {
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
-    // Not at a flush's heels: somewhere inside an interval.
-    std::thread::sleep(Duration::from_millis(37));
+    std::thread::sleep(Duration::from_millis(delay_ms));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     reader.join().unwrap();
     let lines = lines.lock().unwrap().clone();
-    let reports = flushes(&lines);
-    assert!(
-        reports.len() >= 15,
-        "the child reported {} flushes",
-        reports.len()
-    );
-    let w_last = lines.last().unwrap().0;
-    let p_last = lines.last().unwrap().1;
+    lines
+}
 
-    let store = Store::open(kill_cfg(&dir)).unwrap();
-    let id = store.lookup("kill").unwrap();
-    let got = read_all(&store, id);
-    // Exactly the samples 0..R in order: no gap, no duplicate, no damage.
-    for (i, x) in got.iter().enumerate() {
-        assert_eq!(x.source_ts, T0 + i as i64, "sample {i}");
-        assert_eq!(x.value, Variant::Double(i as f64));
+/// The first line after each flush: (watermark, pushed just after it).
+fn flush_reports(lines: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = Vec::new();
+    for (i, &(w, p)) in lines.iter().enumerate() {
+        if i > 0 && lines[i - 1].0 != w {
+            v.push((w, p));
+        }
     }
-    let r = got.len() as u64;
-    // Every sample acknowledged as durable before the kill is there.
-    assert!(r >= w_last, "recovered {r} < durable watermark {w_last}");
-    // A flush acknowledges what was pushed before the report of the flush before the
-    // previous one (one interval, and one of slack for the writer's scheduling): what can
-    // be lost is what arrived within the last flush intervals.
-    for w in reports.windows(3) {
+    v
+}
+
+#[test]
+fn kill_9_during_ingest_loses_nothing_acknowledged() {
+    let _heavy = heavy();
+    let dir = tmp("kill9");
+    let per_interval = KILL_RATE * KILL_FLUSH_MS as u64 / 1000;
+    // Five runs on the same store, killed at different points of a flush interval (the
+    // first long enough for WAL checkpoints and segment rotations); each recovers what
+    // the one before left.
+    for (run, (flushes, delay_ms)) in [(12, 37), (5, 0), (5, 81), (5, 55), (5, 13)]
+        .into_iter()
+        .enumerate()
+    {
+        let lines = run_child_and_kill(&dir, flushes, delay_ms);
+        let reports = flush_reports(&lines);
         assert!(
-            w[2].0 >= w[0].1,
-            "flushes did not cover earlier pushes: {w:?}"
+            reports.len() >= flushes,
+            "run {run}: {} flushes seen",
+            reports.len()
+        );
+        let (w_last, p_last) = *lines.last().unwrap();
+
+        let store = Store::open(kill_cfg(&dir)).unwrap();
+        let id = store.lookup("kill").unwrap();
+        let got = read_all(&store, id);
+        // Exactly the samples 0..R in order: no gap, no duplicate, no damage.
+        for (i, x) in got.iter().enumerate() {
+            assert_eq!(x.source_ts, T0 + i as i64, "run {run}: sample {i}");
+            assert_eq!(x.value, Variant::Double(i as f64));
+        }
+        let r = got.len() as u64;
+        // Every sample acknowledged as durable before the kill is there.
+        assert!(
+            r >= w_last,
+            "run {run}: recovered {r} < durable watermark {w_last}"
+        );
+        // A flush acknowledges what was pushed before the report of the flush before the
+        // previous one (an interval, and one of slack for the writer's scheduling): what
+        // can be lost is what arrived within the last flush intervals.
+        for w in reports.windows(3) {
+            assert!(
+                w[2].0 >= w[0].1,
+                "run {run}: flushes did not cover earlier pushes: {w:?}"
+            );
+        }
+        let lost = p_last.saturating_sub(r);
+        let st = store.stats();
+        println!(
+            "kill -9 run {run}: {} flushes seen, durable watermark {w_last}, pushed >= \
+             {p_last}, recovered {r}: lost {lost} ({:.2} flush intervals of samples), \
+             beyond the watermark {}, replayed from the WAL {}, truncations at open {}, \
+             segments {}",
+            reports.len(),
+            lost as f64 / per_interval as f64,
+            r - w_last,
+            st.replayed,
+            st.recovered_truncations,
+            files(&dir, "seg-").len()
         );
     }
-    let lost = p_last.saturating_sub(r);
-    let per_interval = KILL_RATE * KILL_FLUSH_MS as u64 / 1000;
-    let st = store.stats();
-    println!(
-        "kill -9: {} flushes seen, durable watermark {w_last}, pushed >= {p_last}, \
-         recovered {r}: lost {lost} ({:.2} flush intervals of samples), \
-         recovered beyond the watermark {}, truncations at open {}, segments {}",
-        reports.len(),
-        lost as f64 / per_interval as f64,
-        r - w_last,
-        st.recovered_truncations,
-        files(&dir, "seg-").len()
-    );
-    drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1463,6 +1463,34 @@ impl Store {
     }
 }
 
+impl Drop for Store {
+    /// Makes what was appended durable (best effort; a writer's shutdown already did).
+    fn drop(&mut self) {
+        let core = self.core.get_mut().unwrap_or_else(|e| e.into_inner());
+        let mut core = std::mem::replace(core, empty_core());
+        let _ = self.flush_locked(&mut core);
+    }
+}
+
+fn empty_core() -> Core {
+    Core {
+        gen: 0,
+        wal: None,
+        wal_sync: None,
+        wal_len: 0,
+        wal_buf: Vec::new(),
+        wal_prev_ts: 0,
+        frame_buf: Vec::new(),
+        wal_broken: false,
+        segs: BTreeMap::new(),
+        active: 0,
+        active_len: 0,
+        appended: 0,
+        cache: Vec::new(),
+        rec_buf: Vec::new(),
+    }
+}
+
 fn tombed(tombs: &[Tomb], seq: u64, t: i64) -> bool {
     tombs
         .iter()
