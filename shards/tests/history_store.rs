@@ -295,6 +295,57 @@ fn out_of_order_samples_are_merged_stably() {
 }
 
 #[test]
+fn a_late_sample_in_an_ordered_series_merges_only_where_it_lands() {
+    let dir = tmp("late");
+    let mut c = cfg(&dir);
+    c.chunk_samples = 8;
+    let store = Store::open(c).unwrap();
+    let id = store.series("late").unwrap();
+    let mut expected = Vec::new();
+    let mut push = |t: i64, v: i32, expected: &mut Vec<Sample>| {
+        let smp = s(T0 + t * SECOND, Variant::Int32(v));
+        expected.push(smp.clone());
+        store.append([(id, smp)]).unwrap();
+    };
+    let mut v = 0;
+    for t in 0..2000 {
+        push(t, v, &mut expected);
+        v += 1;
+    }
+    push(500, v, &mut expected); // late, inside an old chunk's span
+    push(1999, v + 1, &mut expected); // late, equal to the newest
+    v += 2;
+    for t in 2000..2100 {
+        push(t, v, &mut expected);
+        v += 1;
+    }
+    push(2050, v, &mut expected); // late, into the head's span
+    expected.sort_by_key(|x| x.source_ts); // stable: equal timestamps by arrival
+    assert_eq!(read_all(&store, id), expected);
+    let rev: Vec<Sample> = expected.iter().rev().cloned().collect();
+    assert_eq!(paged(&store, id, i64::MIN, i64::MAX, false, 13), expected);
+    assert_eq!(paged(&store, id, i64::MIN, i64::MAX, true, 13), rev);
+    for (a, b) in [(0, 100), (495, 505), (1990, 2010), (2040, 2060), (500, 500)] {
+        let (from, to) = (T0 + a * SECOND, T0 + b * SECOND);
+        let want: Vec<Sample> = expected
+            .iter()
+            .filter(|x| x.source_ts >= from && x.source_ts <= to)
+            .cloned()
+            .collect();
+        assert_eq!(paged(&store, id, from, to, false, 4), want, "{a}..{b}");
+        let want_rev: Vec<Sample> = want.iter().rev().cloned().collect();
+        assert_eq!(
+            paged(&store, id, from, to, true, 4),
+            want_rev,
+            "{a}..{b} reverse"
+        );
+    }
+    let last = store.last_before(id, T0 + 2000 * SECOND).unwrap().unwrap();
+    assert_eq!(last.value, Variant::Int32(2001)); // the later of the two at 1999
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn delete_range_removes_whole_and_partial_chunks_durably() {
     let dir = tmp("delete");
     let mut c = cfg(&dir);

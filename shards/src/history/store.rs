@@ -1300,21 +1300,20 @@ impl Store {
             return Ok(None);
         }
         let series = self.get(id)?;
-        let (chunks, tombs, head, ordered) = {
+        // Under the series' lock: the references of the chunks in range, the head's
+        // samples in range, the deletes that may apply.
+        let (mut srcs, tombs, head, head_sorted) = {
             let st = lock(&series.st);
-            let chunks: Vec<ChunkRef> = if st.ordered {
+            let in_range = |c: &&ChunkRef| c.max >= from && c.min <= to;
+            let srcs: Vec<Src> = if st.ordered {
                 let start = st.chunks.partition_point(|c| c.max < from);
                 st.chunks[start..]
                     .iter()
                     .take_while(|c| c.min <= to)
-                    .cloned()
+                    .map(Src::chunk)
                     .collect()
             } else {
-                st.chunks
-                    .iter()
-                    .filter(|c| c.max >= from && c.min <= to)
-                    .cloned()
-                    .collect()
+                st.chunks.iter().filter(in_range).map(Src::chunk).collect()
             };
             let tombs: Vec<Tomb> = st
                 .tombs
@@ -1331,11 +1330,35 @@ impl Store {
             } else {
                 Vec::new()
             };
-            let ordered = st.ordered
-                && st.head_sorted
-                && (st.chunks.is_empty() || st.head.is_empty() || st.head_min >= st.chunks_max);
-            (chunks, tombs, head, ordered)
+            (srcs, tombs, head, st.head_sorted)
         };
+        if !head.is_empty() {
+            srcs.push(Src {
+                min: head.iter().map(|s| s.source_ts).min().unwrap_or(from),
+                max: head.iter().map(|s| s.source_ts).max().unwrap_or(to),
+                seq: u64::MAX,
+                sorted: head_sorted,
+                chunk: None,
+            });
+        }
+        // Sources in time order; clusters of sources whose spans overlap (or touch: equal
+        // timestamps in two sources are ordered by insertion) are merged, every other
+        // source is streamed as it is. In-order data is one source a cluster.
+        srcs.sort_by_key(|x| (x.min, x.seq));
+        let mut clusters: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut cur_max = i64::MIN;
+        for (i, x) in srcs.iter().enumerate() {
+            match clusters.last_mut() {
+                Some(r) if x.min <= cur_max => {
+                    r.end = i + 1;
+                    cur_max = cur_max.max(x.max);
+                }
+                _ => {
+                    clusters.push(i..i + 1);
+                    cur_max = x.max;
+                }
+            }
+        }
         let mut e = Emit {
             out,
             limit: if limit == 0 { usize::MAX } else { limit },
@@ -1346,79 +1369,45 @@ impl Store {
             run_count: 0,
             resume: None,
         };
+        let keep = |seq: u64, t: i64| t >= from && t <= to && !tombed(&tombs, seq, t);
+        let mut head = Some(head);
         let mut buf = Vec::new();
         let mut scratch = Vec::new();
-        let keep = |seq: u64, t: i64| t >= from && t <= to && !tombed(&tombs, seq, t);
-        if ordered {
-            let mut emit_chunk = |c: &ChunkRef, e: &mut Emit<'_>| -> bool {
-                scratch.clear();
-                if self.load_chunk(c, &mut buf, &mut scratch).is_err() {
-                    self.c.io_errors.fetch_add(1, Relaxed);
-                    return true;
-                }
-                if reverse {
-                    for s in scratch.drain(..).rev() {
-                        if keep(c.seq, s.source_ts) && !e.offer(s) {
-                            return false;
-                        }
-                    }
-                } else {
-                    for s in scratch.drain(..) {
-                        if keep(c.seq, s.source_ts) && !e.offer(s) {
-                            return false;
-                        }
-                    }
-                }
-                true
-            };
-            if reverse {
-                for s in head.into_iter().rev() {
-                    if !e.offer(s) {
-                        return Ok(e.resume);
-                    }
-                }
-                for c in chunks.iter().rev() {
-                    if !emit_chunk(c, &mut e) {
-                        return Ok(e.resume);
-                    }
-                }
-            } else {
-                for c in &chunks {
-                    if !emit_chunk(c, &mut e) {
-                        return Ok(e.resume);
-                    }
-                }
-                for s in head {
-                    if !e.offer(s) {
-                        return Ok(e.resume);
-                    }
-                }
-            }
-            return Ok(e.resume);
-        }
-        // Overlapping or unsorted data: gather in insertion order, sort stably by time.
-        let mut all = Vec::new();
-        for c in &chunks {
-            scratch.clear();
-            if self.load_chunk(c, &mut buf, &mut scratch).is_err() {
-                self.c.io_errors.fetch_add(1, Relaxed);
-                continue;
-            }
-            all.extend(scratch.drain(..).filter(|s| keep(c.seq, s.source_ts)));
-        }
-        all.extend(head);
-        all.sort_by_key(|s| s.source_ts);
-        if reverse {
-            for s in all.into_iter().rev() {
-                if !e.offer(s) {
-                    break;
-                }
-            }
+        let mut merged = Vec::new();
+        let order: Box<dyn Iterator<Item = std::ops::Range<usize>>> = if reverse {
+            Box::new(clusters.into_iter().rev())
         } else {
-            for s in all {
-                if !e.offer(s) {
-                    break;
+            Box::new(clusters.into_iter())
+        };
+        for r in order {
+            let cluster = &mut srcs[r];
+            // Insertion order within the cluster: write order, the head last.
+            cluster.sort_by_key(|x| x.seq);
+            merged.clear();
+            for x in cluster.iter() {
+                scratch.clear();
+                match &x.chunk {
+                    Some(c) => {
+                        if self.load_chunk(c, &mut buf, &mut scratch).is_err() {
+                            self.c.io_errors.fetch_add(1, Relaxed);
+                            continue;
+                        }
+                        scratch.retain(|s| keep(c.seq, s.source_ts));
+                    }
+                    None => scratch.append(head.get_or_insert_with(Vec::new)),
                 }
+                merged.append(&mut scratch);
+            }
+            if cluster.len() > 1 || !cluster[0].sorted {
+                merged.sort_by_key(|s| s.source_ts); // stable
+            }
+            let done = if reverse {
+                merged.drain(..).rev().any(|s| !e.offer(s))
+            } else {
+                merged.drain(..).any(|s| !e.offer(s))
+            };
+            if done {
+                break;
             }
         }
         Ok(e.resume)
@@ -1488,6 +1477,27 @@ fn empty_core() -> Core {
         appended: 0,
         cache: Vec::new(),
         rec_buf: Vec::new(),
+    }
+}
+
+/// One source of a read: a chunk, or the head (`chunk` None).
+struct Src {
+    min: i64,
+    max: i64,
+    seq: u64,
+    sorted: bool,
+    chunk: Option<ChunkRef>,
+}
+
+impl Src {
+    fn chunk(c: &ChunkRef) -> Src {
+        Src {
+            min: c.min,
+            max: c.max,
+            seq: c.seq,
+            sorted: c.sorted,
+            chunk: Some(c.clone()),
+        }
     }
 }
 
