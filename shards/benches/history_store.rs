@@ -47,9 +47,9 @@ fn sample(series: usize, i: i64) -> Sample {
 fn open(name: &str) -> (PathBuf, std::sync::Arc<Store>, Vec<SeriesId>) {
     let dir = tmp(name);
     let store = Store::open(StoreConfig::new(&dir)).expect("open");
-    let ids = (0..1000)
-        .map(|k| store.series(&format!("ns=2;s=Bench.{k}")).expect("series"))
-        .collect();
+    let keys: Vec<String> = (0..1000).map(|k| format!("ns=2;s=Bench.{k}")).collect();
+    let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+    let ids = store.series_many(&keys).expect("series");
     (dir, store, ids)
 }
 

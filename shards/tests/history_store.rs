@@ -144,9 +144,17 @@ fn every_variant_kind_round_trips_through_chunks_wal_and_reopen() {
     c.chunk_samples = 100;
     let store = Store::open(c.clone()).unwrap();
     let kinds = every_kind(0).len();
-    let ids: Vec<SeriesId> = (0..kinds)
-        .map(|k| store.series(&format!("ns=2;s=Kind{k}")).unwrap())
-        .collect();
+    let keys: Vec<String> = (0..kinds).map(|k| format!("ns=2;s=Kind{k}")).collect();
+    let key_refs: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+    let ids = store.series_many(&key_refs).unwrap();
+    assert_eq!(ids, (0..kinds as u32).map(SeriesId).collect::<Vec<_>>());
+    assert_eq!(store.series(&keys[3]).unwrap(), ids[3]);
+    assert_eq!(
+        store
+            .series_many(&[&keys[1], "ns=2;s=New", "ns=2;s=New"])
+            .unwrap(),
+        vec![ids[1], SeriesId(kinds as u32), SeriesId(kinds as u32)]
+    );
     let n = 250; // two sealed chunks and a head each
     let mut expected = vec![Vec::new(); kinds];
     for i in 0..n {
@@ -172,6 +180,8 @@ fn every_variant_kind_round_trips_through_chunks_wal_and_reopen() {
             "kind {k} after reopen"
         );
     }
+    assert_eq!(store.lookup("ns=2;s=New"), Some(SeriesId(kinds as u32)));
+    assert_eq!(store.key(ids[2]).as_deref(), Some(keys[2].as_str()));
     let st = store.stats();
     assert_eq!(st.samples, (kinds as i64 * n) as u64);
     assert!(st.chunks >= 2 * kinds as u64, "{st:?}");
@@ -743,6 +753,45 @@ fn writer_thread_ingests_counts_drops_and_flushes_on_shutdown() {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn the_writer_applies_retention_by_itself() {
+    let _heavy = heavy();
+    let dir = tmp("writer-retention");
+    let mut c = cfg(&dir);
+    c.chunk_samples = 64;
+    c.segment_bytes = 4096;
+    c.retention_bytes = Some(32 * 1024);
+    c.retention_check_ms = 10;
+    c.flush_interval_ms = 20;
+    let store = Store::open(c).unwrap();
+    let id = store.series("r").unwrap();
+    let (ingest, writer) = start_writer(store.clone()).unwrap();
+    let mut rng = 11u64;
+    let n = 20_000i64;
+    for i in 0..n {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let smp = s(T0 + i * SECOND, Variant::Double(f64::from_bits(rng >> 2)));
+        while !ingest.try_push(id, smp.clone()) {
+            std::thread::yield_now();
+        }
+    }
+    let waited = Instant::now();
+    while store.stats().segments_removed == 0 && waited.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writer.shutdown().unwrap();
+    let st = store.stats();
+    assert!(st.segments_removed > 0, "{st:?}");
+    let left = read_all(&store, id);
+    assert!((left.len() as i64) < n);
+    assert_eq!(left.last().unwrap().source_ts, T0 + (n - 1) * SECOND);
+    drop(ingest);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn bytes_per_sample(name: &str, mut value: impl FnMut(i64) -> f64) -> f64 {

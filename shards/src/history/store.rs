@@ -682,20 +682,41 @@ impl Store {
     /// The id of the series with this key (e.g. `"ns=2;s=Boiler.Temp"`), created (and
     /// made durable) on first use.
     pub fn series(&self, key: &str) -> Result<SeriesId, StoreError> {
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
+        Ok(self.series_many(&[key])?[0])
+    }
+
+    /// [`Store::series`] for many keys, made durable with one sync (registering the
+    /// historized nodes of a large address space at start-up).
+    pub fn series_many(&self, keys: &[&str]) -> Result<Vec<SeriesId>, StoreError> {
+        if keys.iter().any(|k| k.is_empty() || k.len() > MAX_KEY_LEN) {
             return Err(StoreError::Invalid("series key must be 1 ..= 4096 bytes"));
         }
         let mut names = lock(&self.names);
-        if let Some(&id) = names.map.get(key) {
-            return Ok(id);
+        let mut out = Vec::new();
+        let mut ids = Vec::with_capacity(keys.len());
+        let mut new: Vec<(String, u32)> = Vec::new();
+        for &key in keys {
+            if let Some(&id) = names.map.get(key) {
+                ids.push(id);
+                continue;
+            }
+            if let Some(&(_, id)) = new.iter().find(|(k, _)| k == key) {
+                ids.push(SeriesId(id));
+                continue;
+            }
+            let id = (names.keys.len() + new.len()) as u32;
+            let mut rec = Vec::with_capacity(10 + key.len());
+            rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            rec.extend_from_slice(&id.to_le_bytes());
+            rec.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(&crc32(&rec).to_le_bytes());
+            out.extend_from_slice(&rec);
+            new.push((key.to_string(), id));
+            ids.push(SeriesId(id));
         }
-        let id = names.keys.len() as u32;
-        let mut rec = Vec::with_capacity(10 + key.len());
-        rec.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        rec.extend_from_slice(&id.to_le_bytes());
-        rec.extend_from_slice(key.as_bytes());
-        let mut out = crc32(&rec).to_le_bytes().to_vec();
-        out.extend_from_slice(&rec);
+        if new.is_empty() {
+            return Ok(ids);
+        }
         let at = names.file.metadata()?.len();
         if let Err(e) = names
             .file
@@ -705,16 +726,16 @@ impl Store {
             let _ = names.file.set_len(at);
             return Err(e.into());
         }
-        names.map.insert(key.to_string(), SeriesId(id));
-        names.keys.push(key.to_string());
-        self.series
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::new(Series {
+        let mut series = self.series.write().unwrap_or_else(|e| e.into_inner());
+        for (key, id) in new {
+            names.map.insert(key.clone(), SeriesId(id));
+            names.keys.push(key);
+            series.push(Arc::new(Series {
                 id,
                 st: Mutex::new(SeriesState::new()),
             }));
-        Ok(SeriesId(id))
+        }
+        Ok(ids)
     }
 
     /// The id of an existing series.
