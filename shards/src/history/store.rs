@@ -1393,7 +1393,6 @@ impl Store {
         let keep = |seq: u64, t: i64| t >= from && t <= to && !tombed(&tombs, seq, t);
         let mut head = Some(head);
         let mut buf = Vec::new();
-        let mut scratch = Vec::new();
         let mut merged = Vec::new();
         let order: Box<dyn Iterator<Item = std::ops::Range<usize>>> = if reverse {
             Box::new(clusters.into_iter().rev())
@@ -1406,18 +1405,22 @@ impl Store {
             cluster.sort_by_key(|x| x.seq);
             merged.clear();
             for x in cluster.iter() {
-                scratch.clear();
                 match &x.chunk {
                     Some(c) => {
-                        if self.load_chunk(c, &mut buf, &mut scratch).is_err() {
+                        let start = merged.len();
+                        if self.load_chunk(c, &mut buf, &mut merged).is_err() {
+                            merged.truncate(start);
                             self.c.io_errors.fetch_add(1, Relaxed);
                             continue;
                         }
-                        scratch.retain(|s| keep(c.seq, s.source_ts));
+                        // Only a chunk across a bound, or under a delete, is filtered.
+                        if c.min < from || c.max > to || !tombs.is_empty() {
+                            let tail = merged.split_off(start);
+                            merged.extend(tail.into_iter().filter(|s| keep(c.seq, s.source_ts)));
+                        }
                     }
-                    None => scratch.append(head.get_or_insert_with(Vec::new)),
+                    None => merged.append(head.get_or_insert_with(Vec::new)),
                 }
-                merged.append(&mut scratch);
             }
             if cluster.len() > 1 || !cluster[0].sorted {
                 merged.sort_by_key(|s| s.source_ts); // stable
