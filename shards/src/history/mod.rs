@@ -68,6 +68,16 @@
 //!   fsyncs the segment, writes the small heads into `wal-(N+1).tmp`, fsyncs it, renames
 //!   it to `.log` and removes generation N.
 //!
+//! # What a crash can lose
+//!
+//! The first [`StoreStats::durable`] samples the writer took since open are on disk
+//! (their WAL frames synced, or their chunks synced by a checkpoint). A crash loses at
+//! most the samples taken after the last completed sync — about one flush interval, plus
+//! the sync's own duration — and what was still in the queue (bounded by
+//! `queue_capacity`; milliseconds of data while the writer keeps up). A kill -9 loses
+//! less: what was written but not synced is in the page cache and survives. Deletes,
+//! replaces and new series are durable when their call returns.
+//!
 //! # Recovery ([`Store::open`])
 //!
 //! Segments are scanned in order: every header's CRC is checked, and every payload's in
