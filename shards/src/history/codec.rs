@@ -129,8 +129,13 @@ impl BitWriter {
 
 pub(crate) struct BitReader<'a> {
     data: &'a [u8],
+    /// The next byte to load into `acc`.
+    next: usize,
+    /// The next `avail` bits, most significant first (the rest zero).
+    acc: u64,
+    avail: u32,
+    /// Bits consumed.
     pos: usize,
-    len_bits: usize,
 }
 
 fn corrupt() -> StoreError {
@@ -141,8 +146,21 @@ impl<'a> BitReader<'a> {
     pub fn new(data: &'a [u8]) -> Self {
         BitReader {
             data,
+            next: 0,
+            acc: 0,
+            avail: 0,
             pos: 0,
-            len_bits: data.len() * 8,
+        }
+    }
+    #[inline]
+    fn refill(&mut self) {
+        while self.avail <= 56 {
+            let Some(&b) = self.data.get(self.next) else {
+                break;
+            };
+            self.acc |= (b as u64) << (56 - self.avail);
+            self.avail += 8;
+            self.next += 1;
         }
     }
     /// Reads `n` bits (`n` ≤ 64).
@@ -151,25 +169,23 @@ impl<'a> BitReader<'a> {
         if n == 0 {
             return Ok(0);
         }
-        if n > 64 || self.pos + n as usize > self.len_bits {
-            return Err(corrupt());
+        if n > 32 {
+            if n > 64 {
+                return Err(corrupt());
+            }
+            let hi = self.read(n - 32)?;
+            let lo = self.read(32)?;
+            return Ok((hi << 32) | lo);
         }
-        let byte = self.pos >> 3;
-        let off = (self.pos & 7) as u32;
-        let w = match self.data.get(byte..byte + 16) {
-            Some(s) => {
-                let mut b = [0u8; 16];
-                b.copy_from_slice(s);
-                u128::from_be_bytes(b)
+        if self.avail < n {
+            self.refill();
+            if self.avail < n {
+                return Err(corrupt());
             }
-            None => {
-                let mut b = [0u8; 16];
-                let rest = self.data.get(byte..).unwrap_or(&[]);
-                b[..rest.len()].copy_from_slice(rest);
-                u128::from_be_bytes(b)
-            }
-        };
-        let v = ((w << off) >> (128 - n)) as u64;
+        }
+        let v = self.acc >> (64 - n);
+        self.acc <<= n;
+        self.avail -= n;
         self.pos += n as usize;
         Ok(v)
     }
