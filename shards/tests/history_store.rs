@@ -405,6 +405,63 @@ fn delete_range_removes_whole_and_partial_chunks_durably() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn replace_many_is_durable_and_replaces_only_its_timestamps() {
+    let dir = tmp("replace");
+    let mut c = cfg(&dir);
+    c.chunk_samples = 64;
+    let store = Store::open(c.clone()).unwrap();
+    let id = store.series("r").unwrap();
+    let mut expected: Vec<Sample> = Vec::new();
+    for i in 0..2000i64 {
+        let smp = s(T0 + i * SECOND, Variant::Int64(i));
+        expected.push(smp.clone());
+        store.append([(id, smp)]).unwrap();
+    }
+    // Two samples at t = 10: both replaced by the one given.
+    let extra = s(T0 + 10 * SECOND, Variant::Int64(-10));
+    store.append([(id, extra)]).unwrap();
+    // Every 7th timestamp, out of order; 1000 and 1001 get two values each; 5000 is new.
+    let mut new: Vec<Sample> = (0..2000i64)
+        .rev()
+        .filter(|i| i % 7 == 3)
+        .map(|i| s(T0 + i * SECOND, Variant::Int64(100_000 + i)))
+        .collect();
+    new.push(s(T0 + 10 * SECOND, Variant::Int64(-1)));
+    for t in [1000i64, 1001] {
+        new.push(s(T0 + t * SECOND, Variant::Int64(-t)));
+        new.push(s(T0 + t * SECOND, Variant::Int64(-t - 1)));
+    }
+    new.push(s(T0 + 5000 * SECOND, Variant::Int64(5000)));
+    let replaced_ts: std::collections::BTreeSet<i64> = new.iter().map(|x| x.source_ts).collect();
+    let old_at: usize = expected
+        .iter()
+        .filter(|x| replaced_ts.contains(&x.source_ts))
+        .count()
+        + 1; // the extra sample at 10
+    assert_eq!(store.replace_many(id, new.clone()).unwrap(), old_at as u64);
+    expected.retain(|x| !replaced_ts.contains(&x.source_ts));
+    let mut sorted_new = new.clone();
+    sorted_new.sort_by_key(|x| x.source_ts);
+    expected.extend(sorted_new);
+    expected.sort_by_key(|x| x.source_ts);
+    assert_eq!(read_all(&store, id), expected);
+    assert_eq!(paged(&store, id, i64::MIN, i64::MAX, false, 97), expected);
+    // More samples after it are not touched by it.
+    let later = s(T0 + 1000 * SECOND, Variant::Int64(7));
+    store.append([(id, later.clone())]).unwrap();
+    let pos = expected
+        .iter()
+        .rposition(|x| x.source_ts == later.source_ts)
+        .unwrap();
+    expected.insert(pos + 1, later);
+    assert_eq!(read_all(&store, id), expected);
+    drop(store);
+    let store = Store::open(c).unwrap();
+    assert_eq!(read_all(&store, id), expected, "after reopen");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn now_ticks() -> i64 {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

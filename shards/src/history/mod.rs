@@ -98,8 +98,10 @@
 //!
 //! Samples may arrive in any order: a chunk records whether its timestamps are in order
 //! and reads merge overlapping chunks (stably: equal timestamps keep insertion order).
-//! Insert is an append; [`Store::delete_range`] writes a delete record; replace is a
-//! delete of one timestamp and an append, both under [`Store::replace`].
+//! Insert is an append; [`Store::delete_range`] writes a delete record;
+//! [`Store::replace_many`] writes replace records: a chunk (flag bit 1, WAL generation
+//! 0, so no replay counts it) that also deletes its timestamps from every record written
+//! before it — one CRC'd record, so a replace is atomic per record.
 
 mod codec;
 mod ingest;

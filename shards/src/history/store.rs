@@ -19,6 +19,8 @@ const REC_HEADER_LEN: usize = 52;
 const KIND_CHUNK: u8 = 0;
 const KIND_DELETE: u8 = 1;
 const FLAG_SORTED: u8 = 1;
+/// A replace record: a chunk that deletes its timestamps from every record before it.
+const FLAG_REPLACES: u8 = 2;
 /// Bounds on what a record header may claim.
 const MAX_PAYLOAD: u32 = 8 << 20;
 const MAX_COUNT: u32 = 65_536;
@@ -184,6 +186,17 @@ impl SeriesState {
         }
         self.chunks_max = self.chunks_max.max(c.max);
         self.chunks.push(c);
+    }
+    /// Applies a replace record written at `seq`: its timestamps (in order) are deleted
+    /// from what was written before it.
+    fn apply_replace(&mut self, ts: impl Iterator<Item = i64>, seq: u64) {
+        let mut prev = None;
+        for t in ts {
+            if prev != Some(t) {
+                self.apply_delete(t, t, seq);
+                prev = Some(t);
+            }
+        }
     }
     /// Applies a delete written at `seq`: chunks wholly inside go, a tombstone stays for
     /// those partly inside.
@@ -614,6 +627,7 @@ impl Store {
         }
         let mut pos = SEG_HEADER_LEN;
         let mut payload = Vec::new();
+        let mut replaced = Vec::new();
         loop {
             let mut hb = [0u8; REC_HEADER_LEN];
             if pos + REC_HEADER_LEN as u64 > file_len || r.read_exact(&mut hb).is_err() {
@@ -626,7 +640,8 @@ impl Store {
             if end > file_len {
                 break;
             }
-            if verify_payloads {
+            let replaces = rh.kind == KIND_CHUNK && rh.flags & FLAG_REPLACES != 0;
+            if verify_payloads || replaces {
                 payload.resize(rh.len as usize, 0);
                 if r.read_exact(&mut payload).is_err() || crc32(&payload) != rh.crc {
                     break;
@@ -634,10 +649,18 @@ impl Store {
             } else if r.seek_relative(rh.len as i64).is_err() {
                 break;
             }
+            // A replace record's timestamps are what it deletes.
+            replaced.clear();
+            if replaces && decode_chunk(&payload, rh.count as usize, &mut replaced).is_err() {
+                break;
+            }
             let seq = (no << 32) | pos;
             if let Some(s) = series.get(rh.series as usize) {
                 let mut st = lock(&s.st);
                 if rh.kind == KIND_CHUNK {
+                    if replaces {
+                        st.apply_replace(replaced.iter().map(|s| s.source_ts), seq);
+                    }
                     st.add_chunk(ChunkRef {
                         seg: seg.clone(),
                         off: pos + REC_HEADER_LEN as u64,
@@ -651,7 +674,7 @@ impl Store {
                     });
                     meta_max_ts = meta_max_ts.max(rh.max);
                     meta_max_gen = meta_max_gen.max(rh.gen);
-                    if rh.gen == gen {
+                    if rh.gen == gen && !replaces {
                         *skip.entry(rh.series).or_insert(0) += rh.count as u64;
                     }
                 } else {
@@ -1116,7 +1139,14 @@ impl Store {
             for s in &all {
                 let mut st = lock(&s.st);
                 if st.chunks.iter().any(|c| c.seg.no == no) {
-                    st.chunks.retain(|c| c.seg.no != no);
+                    let SeriesState { chunks, tombs, .. } = &mut *st;
+                    chunks.retain(|c| c.seg.no != no);
+                    // A delete that no longer covers any chunk before it is done with.
+                    tombs.retain(|t| {
+                        chunks
+                            .iter()
+                            .any(|c| c.seq < t.seq && c.max >= t.from && c.min <= t.to)
+                    });
                 }
             }
             let _ = fs::remove_file(&meta.seg.path);
@@ -1148,29 +1178,7 @@ impl Store {
         let series = self.get(id)?;
         let mut st = lock(&series.st);
         self.seal(core, &series, &mut st)?;
-        // Count what goes.
-        let mut deleted = 0u64;
-        let mut scratch = Vec::new();
-        let mut buf = Vec::new();
-        for c in &st.chunks {
-            if c.max < from || c.min > to {
-                continue;
-            }
-            if c.min >= from && c.max <= to && st.tombs.iter().all(|t| t.seq < c.seq) {
-                deleted += c.count as u64;
-                continue;
-            }
-            scratch.clear();
-            if self.load_chunk(c, &mut buf, &mut scratch).is_ok() {
-                deleted += scratch
-                    .iter()
-                    .filter(|s| {
-                        let t = s.source_ts;
-                        t >= from && t <= to && !tombed(&st.tombs, c.seq, t)
-                    })
-                    .count() as u64;
-            }
-        }
+        let deleted = self.count_in(&st, from, to);
         let h = RecHeader {
             kind: KIND_DELETE,
             flags: 0,
@@ -1207,15 +1215,148 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Samples of a series in `[from, to]`, deletes applied (decodes partly covered
+    /// chunks).
+    fn count_in(&self, st: &SeriesState, from: i64, to: i64) -> u64 {
+        let mut n = 0u64;
+        let mut scratch = Vec::new();
+        let mut buf = Vec::new();
+        for c in &st.chunks {
+            if c.max < from || c.min > to {
+                continue;
+            }
+            if c.min >= from && c.max <= to && st.tombs.iter().all(|t| t.seq < c.seq) {
+                n += c.count as u64;
+                continue;
+            }
+            scratch.clear();
+            if self.load_chunk(c, &mut buf, &mut scratch).is_ok() {
+                n += scratch
+                    .iter()
+                    .filter(|s| {
+                        let t = s.source_ts;
+                        t >= from && t <= to && !tombed(&st.tombs, c.seq, t)
+                    })
+                    .count() as u64;
+            }
+        }
+        n += st
+            .head
+            .iter()
+            .filter(|s| s.source_ts >= from && s.source_ts <= to)
+            .count() as u64;
+        n
+    }
+
     /// Replaces the samples of `id` at `sample.source_ts` with `sample` (HistoryUpdate
-    /// Replace): a delete of that instant and an append, made durable.
+    /// Replace; see [`Store::replace_many`]). Returns how many samples it replaced.
     pub fn replace(&self, id: SeriesId, sample: Sample) -> Result<u64, StoreError> {
+        self.replace_many(id, vec![sample])
+    }
+
+    /// Replaces, for each timestamp among `samples`, every sample of `id` at that source
+    /// timestamp with the given ones (several at one timestamp stay in their order; a
+    /// timestamp with no sample yet is an insert). Durable on return and atomic per
+    /// record: each run of up to `chunk_samples` samples is one replace record, a chunk
+    /// that also deletes its timestamps from everything written before it. Returns how
+    /// many samples were replaced.
+    pub fn replace_many(&self, id: SeriesId, mut samples: Vec<Sample>) -> Result<u64, StoreError> {
+        let series = self.get(id)?;
         let mut core = self.lock_core();
-        let t = sample.source_ts;
-        let n = self.delete_locked(&mut core, id, t, t)?;
-        self.push_locked(&mut core, id, sample, true)?;
-        self.flush_locked(&mut core)?;
-        Ok(n)
+        let core = &mut *core;
+        let mut st = lock(&series.st);
+        // The head goes to a chunk first, so the replace record comes after all of it.
+        self.seal(core, &series, &mut st)?;
+        samples.sort_by_key(|s| s.source_ts); // stable
+        let mut replaced = 0u64;
+        let mut prev = None;
+        for s in &samples {
+            if prev != Some(s.source_ts) {
+                replaced += self.count_in(&st, s.source_ts, s.source_ts);
+                prev = Some(s.source_ts);
+            }
+        }
+        let piece = self.cfg.chunk_samples as usize;
+        let mut written = Vec::new();
+        for part in samples.chunks(piece) {
+            self.write_replace(core, &series, &mut st, part, &mut written)?;
+        }
+        if let Some(meta) = core.segs.get(&core.active) {
+            meta.seg.file.sync_data()?;
+        }
+        Ok(replaced)
+    }
+
+    /// One replace record (split in halves while its payload is over the bound).
+    fn write_replace(
+        &self,
+        core: &mut Core,
+        series: &Series,
+        st: &mut SeriesState,
+        part: &[Sample],
+        buf: &mut Vec<u8>,
+    ) -> Result<(), StoreError> {
+        buf.clear();
+        buf.resize(REC_HEADER_LEN, 0);
+        let mut rec = encode_chunk(part, std::mem::take(buf));
+        let len = rec.len() - REC_HEADER_LEN;
+        if len > MAX_PAYLOAD as usize {
+            *buf = rec;
+            if part.len() == 1 {
+                return Err(StoreError::Invalid("value too large"));
+            }
+            let (a, b) = part.split_at(part.len() / 2);
+            self.write_replace(core, series, st, a, buf)?;
+            return self.write_replace(core, series, st, b, buf);
+        }
+        let (min, max) = (
+            part.first().map_or(0, |s| s.source_ts),
+            part.last().map_or(0, |s| s.source_ts),
+        );
+        let h = RecHeader {
+            kind: KIND_CHUNK,
+            flags: FLAG_SORTED | FLAG_REPLACES,
+            series: series.id,
+            count: part.len() as u32,
+            min,
+            max,
+            // Not in any WAL generation: never counted by a replay.
+            gen: 0,
+            len: len as u32,
+            crc: crc32(&rec[REC_HEADER_LEN..]),
+        };
+        rec[..REC_HEADER_LEN].copy_from_slice(&h.encode());
+        let off = core.active_len;
+        let meta = core
+            .segs
+            .get_mut(&core.active)
+            .ok_or(StoreError::Invalid("no active segment"))?;
+        if let Err(e) = meta.seg.file.write_all_at(&rec, off) {
+            let _ = meta.seg.file.set_len(off);
+            self.c.io_errors.fetch_add(1, Relaxed);
+            *buf = rec;
+            return Err(e.into());
+        }
+        let total = rec.len() as u64;
+        meta.bytes += total;
+        meta.max_ts = meta.max_ts.max(max);
+        core.active_len += total;
+        self.c.segment_bytes.fetch_add(total, Relaxed);
+        let seq = (core.active << 32) | off;
+        st.apply_replace(part.iter().map(|s| s.source_ts), seq);
+        st.add_chunk(ChunkRef {
+            seg: meta.seg.clone(),
+            off: off + REC_HEADER_LEN as u64,
+            len: h.len,
+            crc: h.crc,
+            count: h.count,
+            min,
+            max,
+            sorted: true,
+            seq,
+        });
+        *buf = rec;
+        Ok(())
     }
 
     /// Appends samples directly (not through the queue), e.g. HistoryUpdate inserts;
@@ -1390,7 +1531,6 @@ impl Store {
             run_count: 0,
             resume: None,
         };
-        let keep = |seq: u64, t: i64| t >= from && t <= to && !tombed(&tombs, seq, t);
         let mut head = Some(head);
         let mut buf = Vec::new();
         let mut merged = Vec::new();
@@ -1413,10 +1553,18 @@ impl Store {
                             self.c.io_errors.fetch_add(1, Relaxed);
                             continue;
                         }
-                        // Only a chunk across a bound, or under a delete, is filtered.
-                        if c.min < from || c.max > to || !tombs.is_empty() {
+                        // Only a chunk across a bound, or under a later delete, is filtered.
+                        let later: Vec<Tomb> = tombs
+                            .iter()
+                            .filter(|t| t.seq > c.seq && t.to >= c.min && t.from <= c.max)
+                            .copied()
+                            .collect();
+                        if c.min < from || c.max > to || !later.is_empty() {
                             let tail = merged.split_off(start);
-                            merged.extend(tail.into_iter().filter(|s| keep(c.seq, s.source_ts)));
+                            merged.extend(tail.into_iter().filter(|s| {
+                                let t = s.source_ts;
+                                t >= from && t <= to && !tombed(&later, c.seq, t)
+                            }));
                         }
                     }
                     None => merged.append(head.get_or_insert_with(Vec::new)),
