@@ -537,9 +537,17 @@ fn history_update_inserts_replaces_updates_and_deletes_by_role() {
 #[test]
 fn values_a_full_queue_drops_are_marked_bad_data_lost() {
     let _serial = serial();
-    let dir = Dir::new("lost");
+    for on_full in ["drop-newest", "drop-oldest"] {
+        lost_values_are_marked(on_full);
+    }
+}
+
+fn lost_values_are_marked(on_full: &str) {
+    let dir = Dir::new(on_full);
     let t0 = t0();
-    let mut b = builder(&dir).set("history", "queue_capacity", 2i64.into());
+    let mut b = builder(&dir)
+        .set("history", "queue_capacity", 2i64.into())
+        .set("history", "on_full", on_full.into());
     let ns = b.namespace("urn:test:history");
     let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
     let server = b.start().expect("start");

@@ -14,6 +14,18 @@ const BATCH: usize = 4096;
 /// Longest the writer sleeps when the queue is empty.
 const IDLE_SLEEP: Duration = Duration::from_millis(1);
 
+/// What [`Ingest::push`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued; nothing lost.
+    Queued,
+    /// The queue was full: this sample was dropped.
+    Dropped,
+    /// The queue was full: this sample was queued and the oldest waiting one, of this
+    /// series at this SourceTimestamp, dropped.
+    Displaced(SeriesId, i64),
+}
+
 /// The handle shards push samples with. Cloneable and `Send`; a push never blocks and
 /// allocates nothing.
 #[derive(Clone)]
@@ -28,20 +40,32 @@ impl Ingest {
     /// [`OnFull::DropNewest`]); every lost sample is counted in `StoreStats::dropped`.
     #[inline]
     pub fn try_push(&self, id: SeriesId, sample: Sample) -> bool {
+        matches!(
+            self.push(id, sample),
+            Pushed::Queued | Pushed::Displaced(..)
+        )
+    }
+
+    /// [`Ingest::try_push`], saying which sample was lost, if any: this one
+    /// ([`OnFull::DropNewest`]) or the oldest waiting one ([`OnFull::DropOldest`]: its
+    /// series and SourceTimestamp), so the caller can mark the gap.
+    #[inline]
+    pub fn push(&self, id: SeriesId, sample: Sample) -> Pushed {
         match self.on_full {
             OnFull::DropNewest => match self.queue.push((id, sample)) {
-                Ok(()) => true,
+                Ok(()) => Pushed::Queued,
                 Err(_) => {
                     self.store.c.dropped.fetch_add(1, Ordering::Relaxed);
-                    false
+                    Pushed::Dropped
                 }
             },
-            OnFull::DropOldest => {
-                if self.queue.force_push((id, sample)).is_some() {
+            OnFull::DropOldest => match self.queue.force_push((id, sample)) {
+                None => Pushed::Queued,
+                Some((old_id, old)) => {
                     self.store.c.dropped.fetch_add(1, Ordering::Relaxed);
+                    Pushed::Displaced(old_id, old.source_ts)
                 }
-                true
-            }
+            },
         }
     }
 
@@ -126,7 +150,7 @@ fn writer_loop(
     let (sync_tx, sync_rx) = std::sync::mpsc::sync_channel::<(Arc<File>, u64)>(1);
     let sync_store = store.clone();
     let syncer = std::thread::Builder::new()
-        .name("uaring-history-sync".into())
+        .name("uaring-hsync".into())
         .spawn(move || {
             for (file, watermark) in sync_rx {
                 sync_store.flush_end(&file, watermark);

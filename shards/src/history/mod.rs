@@ -111,7 +111,7 @@ pub mod tools;
 mod wal;
 
 pub use codec::crc32;
-pub use ingest::{start_writer, Ingest, WriterHandle};
+pub use ingest::{start_writer, Ingest, Pushed, WriterHandle};
 pub use store::Store;
 
 use std::path::PathBuf;

@@ -34,7 +34,7 @@ use uaring_core::history::{
 use uaring_core::server::shared::ServerShared;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
 
-use super::{Resume, Sample, SeriesId, Store, StoreError};
+use super::{Pushed, Resume, Sample, SeriesId, Store, StoreError};
 
 /// EventNotifier bit: the notifier's event history can be read.
 const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
@@ -249,29 +249,43 @@ impl Historian {
     /// through is preceded by a `Bad_DataLost` value at that time, so a client reading the
     /// history sees where values are missing (Part 11 §6.2.2) instead of a silent gap.
     fn push(&self, id: SeriesId, sample: Sample) {
-        let Some(lost) = self.nodes.get().and_then(|n| n.lost.get(id.0 as usize)) else {
-            let _ = self.ingest.try_push(id, sample);
+        let Some(nodes) = self.nodes.get() else {
             return;
         };
-        let first = lost.load(Ordering::Acquire);
-        if first != NOTHING_LOST {
-            let marked = lost.swap(NOTHING_LOST, Ordering::AcqRel);
-            if marked != NOTHING_LOST {
-                let marker = Sample {
-                    source_ts: marked,
-                    server_ts: sample.server_ts,
-                    status: StatusCode::BadDataLost.0,
-                    value: Variant::Empty,
-                };
-                if !self.ingest.try_push(id, marker) {
-                    lost.fetch_min(marked, Ordering::AcqRel);
+        let mark = |series: SeriesId, ts: i64| {
+            if let Some(l) = nodes.lost.get(series.0 as usize) {
+                l.fetch_min(ts, Ordering::AcqRel);
+            }
+        };
+        let queue = |series: SeriesId, s: Sample| -> bool {
+            let ts = s.source_ts;
+            match self.ingest.push(series, s) {
+                Pushed::Queued => true,
+                Pushed::Dropped => {
+                    mark(series, ts);
+                    false
+                }
+                Pushed::Displaced(other, other_ts) => {
+                    mark(other, other_ts);
+                    true
+                }
+            }
+        };
+        if let Some(lost) = nodes.lost.get(id.0 as usize) {
+            if lost.load(Ordering::Acquire) != NOTHING_LOST {
+                let marked = lost.swap(NOTHING_LOST, Ordering::AcqRel);
+                if marked != NOTHING_LOST {
+                    let marker = Sample {
+                        source_ts: marked,
+                        server_ts: sample.server_ts,
+                        status: StatusCode::BadDataLost.0,
+                        value: Variant::Empty,
+                    };
+                    queue(id, marker);
                 }
             }
         }
-        let ts = sample.source_ts;
-        if !self.ingest.try_push(id, sample) {
-            lost.fetch_min(ts, Ordering::AcqRel);
-        }
+        queue(id, sample);
     }
 
     /// Runs one operation on a reader thread.
