@@ -79,6 +79,11 @@ pub struct ArgDef {
     /// -1 scalar, 1 one-dimensional array.
     pub value_rank: i32,
     pub description: String,
+    /// For a numeric scalar: the values accepted, inclusive (else BadOutOfRange).
+    pub range: Option<(f64, f64)>,
+    /// For a String scalar: the most characters accepted (else BadOutOfRange); for an
+    /// array: the most elements.
+    pub max_length: Option<u32>,
 }
 
 impl ArgDef {
@@ -90,6 +95,8 @@ impl ArgDef {
             builtin,
             value_rank: -1,
             description: String::new(),
+            range: None,
+            max_length: None,
         }
     }
 
@@ -105,6 +112,60 @@ impl ArgDef {
     pub fn describe(mut self, description: &str) -> ArgDef {
         self.description = description.to_string();
         self
+    }
+
+    /// Numeric values outside `[min, max]` are refused with BadOutOfRange (for this
+    /// argument; the call is BadInvalidArgument), before the handler runs.
+    pub fn range(mut self, min: f64, max: f64) -> ArgDef {
+        self.range = Some((min, max));
+        self
+    }
+
+    /// Strings longer than `n` characters (arrays of more than `n` elements) are refused
+    /// with BadOutOfRange, before the handler runs.
+    pub fn max_length(mut self, n: u32) -> ArgDef {
+        self.max_length = Some(n);
+        self
+    }
+
+    /// Good, BadTypeMismatch (not of the declared type and rank, see
+    /// [`ArgDef::accepts`]), or BadOutOfRange (outside [`ArgDef::range`] or
+    /// [`ArgDef::max_length`]): the inputArgumentResult of `v`.
+    pub fn check(&self, v: &Variant) -> StatusCode {
+        if !self.accepts(v) {
+            return StatusCode::BadTypeMismatch;
+        }
+        if let Some((lo, hi)) = self.range {
+            let x = match v {
+                Variant::SByte(x) => Some(*x as f64),
+                Variant::Byte(x) => Some(*x as f64),
+                Variant::Int16(x) => Some(*x as f64),
+                Variant::UInt16(x) => Some(*x as f64),
+                Variant::Int32(x) => Some(*x as f64),
+                Variant::UInt32(x) => Some(*x as f64),
+                Variant::Int64(x) => Some(*x as f64),
+                Variant::UInt64(x) => Some(*x as f64),
+                Variant::Float(x) => Some(*x as f64),
+                Variant::Double(x) => Some(*x),
+                _ => None,
+            };
+            if let Some(x) = x {
+                if x.is_nan() || x < lo || x > hi {
+                    return StatusCode::BadOutOfRange;
+                }
+            }
+        }
+        if let Some(n) = self.max_length {
+            let len = match v {
+                Variant::String(s) => s.as_str().chars().count(),
+                Variant::Array(a) => a.values.len(),
+                _ => 0,
+            };
+            if len > n as usize {
+                return StatusCode::BadOutOfRange;
+            }
+        }
+        StatusCode::Good
     }
 
     /// Does `v` match this declaration (Part 4 §5.11.2: no conversion; Null accepted for

@@ -380,13 +380,7 @@ fn call_app(
         .inputs
         .iter()
         .zip(args)
-        .map(|(d, v)| {
-            if d.accepts(v) {
-                StatusCode::Good
-            } else {
-                StatusCode::BadTypeMismatch
-            }
-        })
+        .map(|(d, v)| d.check(v))
         .collect();
     if arg_results.iter().any(|s| s.is_bad()) {
         return CallMethodResult {

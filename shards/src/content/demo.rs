@@ -226,16 +226,12 @@ pub fn add_demo(b: &mut ServerBuilder, ns: &Namespace, rate_per_s: f64) -> DemoP
             "GenerateEvent",
             &methods,
             move |c| {
+                // The server checked the declarations below (types, length, range).
                 let (Some(Variant::String(msg)), Some(Variant::UInt16(severity))) =
                     (c.inputs.first(), c.inputs.get(1))
                 else {
                     return Err(StatusCode::BadInvalidArgument);
                 };
-                if msg.as_str().chars().count() > MAX_MESSAGE_CHARS
-                    || !(1..=1000).contains(severity)
-                {
-                    return Err(StatusCode::BadOutOfRange);
-                }
                 gen_events
                     .raise(
                         EventDef::new(gen_type.clone(), &gen_source, msg.as_str(), *severity)
@@ -245,10 +241,15 @@ pub fn add_demo(b: &mut ServerBuilder, ns: &Namespace, rate_per_s: f64) -> DemoP
                     .map_err(|_| StatusCode::BadInternalError)
             },
         )
-        .input(ArgDef::scalar("Message", BuiltinType::String).describe("Message of the event"))
+        .input(
+            ArgDef::scalar("Message", BuiltinType::String)
+                .describe("Message of the event")
+                .max_length(MAX_MESSAGE_CHARS as u32),
+        )
         .input(
             ArgDef::scalar("Severity", BuiltinType::UInt16)
-                .describe("Severity of the event, 1..=1000"),
+                .describe("Severity of the event, 1..=1000")
+                .range(1.0, 1000.0),
         ),
     );
     // History: values the store keeps from the start.

@@ -140,6 +140,18 @@ test("Call validates arguments per Part 4", async () => {
   });
   assert.equal(wrong.statusCode, StatusCodes.BadInvalidArgument);
   assert.equal(wrong.inputArgumentResults[0], StatusCodes.BadTypeMismatch);
+  // Declared bounds: Severity 1..=1000, Message at most 4096 characters (Part 4 §5.11.2:
+  // BadOutOfRange for the argument, BadInvalidArgument for the call).
+  const outOfRange = await session.call({
+    objectId: "ns=1;s=Demo.Methods",
+    methodId: "ns=1;s=Demo.Methods.GenerateEvent",
+    inputArguments: [
+      { dataType: DataType.String, value: "x".repeat(4097) },
+      { dataType: DataType.UInt16, value: 1001 },
+    ],
+  });
+  assert.equal(outOfRange.statusCode, StatusCodes.BadInvalidArgument);
+  assert.deepEqual(outOfRange.inputArgumentResults, [StatusCodes.BadOutOfRange, StatusCodes.BadOutOfRange]);
   const notThere = await session.call({ objectId: "ns=1;s=Demo.Methods", methodId: "ns=1;s=Demo.Events.Alarm.Acknowledge", inputArguments: [] });
   assert.equal(notThere.statusCode, StatusCodes.BadMethodInvalid);
 });
