@@ -762,6 +762,12 @@ impl ServerHandle {
         Variable::of(&self.setup.shared, node_id)
     }
 
+    /// The history store (its statistics: [`crate::history::Store::stats`]), when the server
+    /// has one (`[history]`, [`crate::VariableDef::historize`]).
+    pub fn history_store(&self) -> Option<Arc<crate::history::Store>> {
+        self.historian.as_ref().map(|h| h.store().clone())
+    }
+
     /// Raises an event from any thread: every event monitored item on every shard whose
     /// notifier the event is reported on (the Server object, the source and the event
     /// notifiers above it) and whose filter selects it receives it.
