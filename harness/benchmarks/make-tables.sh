@@ -4,6 +4,7 @@
 # open62541 peer and, for the older server comparison, .venv with asyncua and o6.
 #
 #   cargo build --release -p uaring -p uaring-harness -p uaring-peer-open62541 -p uaring-peer-async-opcua
+#   (history, push: also `cargo build --release -p uaring --examples` for history_bench and plant)
 #   python3 -m venv .venv && .venv/bin/pip install asyncua o6
 #   harness/benchmarks/make-tables.sh            # ROUNDS=3 DURATION=5 WARMUP=2
 #   TABLES=headline harness/benchmarks/make-tables.sh   # one sweep; the others are re-summarized
@@ -20,7 +21,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes"
+ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -55,6 +56,9 @@ for t in $ALL; do
             --ratio uaring-none/async-opcua-none --ratio uaring-sign-encrypt/async-opcua-sign-encrypt ;;
         capacity) sweep capacity capacity.variants capacity.scenarios ;;
         push) sweep push push.variants push.scenarios --ratio uaring/open62541 ;;
+        # Historical Access on the history_bench example; not in the default TABLES yet:
+        # TABLES=history harness/benchmarks/make-tables.sh
+        history) sweep history history.variants history.scenarios ;;
         # Needs the binary of c35c903 in ../before (see library-cost.variants); run on demand:
         # TABLES=library-cost harness/benchmarks/make-tables.sh
         library-cost) sweep library-cost library-cost.variants library-cost.scenarios --ratio after/before ;;
@@ -106,6 +110,7 @@ done
     section library-cost "The uaring binary on the library against the one before it (c35c903), side by side"
     section content-move "The Demo folder and the contracts on the public library API: before (9f0da14) and after, side by side"
     section push "Pushed values: the application pushes, exception-based items receive every change (uaring's plant example and native open62541, one server CPU)"
+    section history "Historical Access: ingest beside Reads, raw and processed HistoryRead, storage (uaring's history_bench example, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
     section handshake "Handshake offload: Read latency beside a SignAndEncrypt connect storm with UserName logins"

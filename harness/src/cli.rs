@@ -17,7 +17,8 @@ use crate::scenarios::SCENARIOS;
     args_override_self = true,
     disable_version_flag = true,
     after_help = "scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo,\n\
-                  push (--variables N --push-rate HZ: a server of the plant contract pushes the values)\n\
+                  push (--variables N --push-rate HZ: a server of the plant contract pushes the values),\n\
+                  history-ingest, history-read-raw, history-read-processed (the history_bench example)\n\
                   docs/Benchmarks.md describes every scenario, request shape and table."
 )]
 pub struct Cli {
@@ -159,7 +160,8 @@ fn positive_f64(s: &str) -> Result<f64, String> {
 /// Options of `run` (and of every run of a sweep).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunOpts {
-    /// read, read-batch, write, browse, sub, counters, events, connect, echo, push
+    /// read, read-batch, write, browse, sub, counters, events, connect, echo, push,
+    /// history-ingest, history-read-raw, history-read-processed
     #[arg(long, default_value = "read", value_parser = scenario_name)]
     pub scenario: String,
     /// Client connections (each with its own session).
@@ -315,6 +317,26 @@ pub struct RunOpts {
     /// push: queue size of each monitored item (default ceil(HZ × publishing interval) × 2 + 1).
     #[arg(long, value_parser = positive)]
     pub queue_size: Option<usize>,
+    /// history-read-raw, history-read-processed: samples of `s=History.V0` the server pre-loads
+    /// at 1 Hz (history_bench --preload N); each measured operation reads all of them.
+    /// Default 1,000,000 (raw), 86,400 (processed: one day).
+    #[arg(long, value_parser = positive)]
+    pub history_values: Option<usize>,
+    /// history-read-raw, history-read-processed: the pre-loaded values (history_bench
+    /// --pattern): count, slow or random. Default count (raw), slow (processed).
+    #[arg(long, value_parser = ["count", "slow", "random"])]
+    pub history_pattern: Option<String>,
+    /// history-read-raw: numValuesPerNode of each HistoryRead (0, the default: the server's
+    /// maximum); the rest through continuation points.
+    #[arg(long)]
+    pub values_per_call: Option<u32>,
+    /// history-read-processed: processing intervals over the pre-loaded range (default 1440).
+    #[arg(long, value_parser = positive)]
+    pub intervals: Option<usize>,
+    /// history-read-processed: the Aggregate's BrowseName (default Average when core computes
+    /// it, else TimeAverage).
+    #[arg(long)]
+    pub aggregate: Option<String>,
     /// The options given on the command line (not defaulted), by clap id (`sampling_ms`):
     /// a scenario refuses the ones it does not use. Filled by [`RunOpts::try_parse_words`] and
     /// by `uaring-bench` itself; empty when the options were built otherwise.

@@ -5,6 +5,7 @@ pub mod args;
 pub mod blocking;
 pub mod cli;
 pub mod echo;
+pub mod history;
 pub mod idle;
 pub mod opcua;
 pub mod options;

@@ -20,8 +20,19 @@ const SCENARIO_OPTIONS: &[(&str, &[&str])] = &[
     ("max_items", &["counters"]),
     ("storm", &["read", "read-batch", "write", "browse"]),
     ("storm_user", &["read", "read-batch", "write", "browse"]),
-    ("rate", &["read", "read-batch"]),
+    ("rate", &["read", "read-batch", "history-ingest"]),
     ("echo_bytes", &["echo"]),
+    (
+        "history_values",
+        &["history-read-raw", "history-read-processed"],
+    ),
+    (
+        "history_pattern",
+        &["history-read-raw", "history-read-processed"],
+    ),
+    ("values_per_call", &["history-read-raw"]),
+    ("intervals", &["history-read-processed"]),
+    ("aggregate", &["history-read-processed"]),
 ];
 
 /// Refuses the given options that do nothing for `o`'s scenario and target.

@@ -110,7 +110,12 @@ pub fn check_options(o: &RunOpts) -> Result<(), String> {
                 unused.join(", ")
             ));
         }
-    } else if let Some(g) = o.given.iter().find(|g| PUSH_ONLY.contains(&g.as_str())) {
+    } else if let Some(g) = o
+        .given
+        .iter()
+        .filter(|g| !crate::history::takes_push_option(&o.scenario, g))
+        .find(|g| PUSH_ONLY.contains(&g.as_str()))
+    {
         return Err(format!(
             "{}: only for the push scenario, not {}",
             option_name(g),

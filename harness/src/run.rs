@@ -46,6 +46,9 @@ pub type ThreadBody = Arc<dyn Fn(usize, SocketAddr, &Shared, &mut ThreadStats) +
 pub type MakePlan<'a> =
     &'a dyn Fn(&RunConfig, &Running) -> Result<(Plan, Vec<(String, Value)>), String>;
 
+/// Adds to a run's result what its window (the server's output) says.
+pub type AfterWindow<'a> = &'a dyn Fn(&Window, &mut Map<String, Value>) -> Result<(), String>;
+
 /// How the load is generated.
 pub enum Plan {
     /// `conns` connections on the ring loop, spread over the client threads.
@@ -117,14 +120,20 @@ pub fn sibling_exe(name: &str) -> String {
 /// The `plant` example (the plant contract on the uaring library): `examples/plant` beside
 /// this executable, as cargo builds it (`target/<profile>/examples/plant`).
 pub fn plant_example() -> Result<String, String> {
+    library_example("plant", "push", "a server of the plant contract")
+}
+
+/// The library example `name` beside this executable (`target/<profile>/examples/<name>`),
+/// which `scenario` drives (`what`: the servers it could be instead).
+pub fn library_example(name: &str, scenario: &str, what: &str) -> Result<String, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let p = me
         .parent()
-        .map(|d| d.join("examples").join("plant"))
+        .map(|d| d.join("examples").join(name))
         .ok_or("no directory of this executable")?;
     if !p.exists() {
         return Err(format!(
-            "push: the plant example is missing at {} (cargo build -p uaring --example plant); or give a server of the plant contract with --server-bin, --server-exe or --url",
+            "{scenario}: the {name} example is missing at {} (cargo build -p uaring --example {name}); or give {what} with --server-bin, --server-exe or --url",
             p.display()
         ));
     }
@@ -140,9 +149,9 @@ pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
 impl RunConfig {
     pub fn from_opts(a: &RunOpts) -> Result<RunConfig, String> {
         let scenario = a.scenario.clone();
-        if a.rate > 0.0 && !matches!(scenario.as_str(), "read" | "read-batch") {
+        if a.rate > 0.0 && !matches!(scenario.as_str(), "read" | "read-batch" | "history-ingest") {
             return Err(format!(
-                "--rate: an open loop is for the read and read-batch scenarios, not {scenario}"
+                "--rate: an open loop is for the read, read-batch and history-ingest scenarios, not {scenario}"
             ));
         }
         crate::options::check(a)?;
@@ -170,6 +179,17 @@ impl RunConfig {
             Target::External {
                 exe,
                 args,
+                ready: a.ready.clone().unwrap_or_else(|| "listening on".into()),
+            }
+        } else if crate::history::is_history(&scenario) {
+            // The history_bench example (--server-bin: another build of it).
+            let exe = match &a.server_bin {
+                Some(b) => b.clone(),
+                None => crate::history::example()?,
+            };
+            Target::External {
+                exe,
+                args: crate::history::server_args(a)?,
                 ready: a.ready.clone().unwrap_or_else(|| "listening on".into()),
             }
         } else if scenario == "echo" {
@@ -474,6 +494,9 @@ pub fn parse_shard_connections(lines: &[String]) -> Vec<(String, u64)> {
 /// Outcome of one measured window.
 pub struct Window {
     pub shard_conns: Vec<(String, u64)>,
+    /// CLOCK_MONOTONIC (ns) at the switch to MEASURE and at the switch to DRAIN.
+    pub start_mono_ns: u64,
+    pub end_mono_ns: u64,
     pub stats: ThreadStats,
     pub measured: Measured,
     pub output: Vec<String>,
@@ -610,6 +633,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let sockets = shared.socket_list();
     let tcp0 = tcpinfo::sample(&sockets);
     let t0 = Instant::now();
+    let start_mono_ns = uring::mono_ns();
     shared.phase.store(PHASE_MEASURE, Ordering::SeqCst);
     let end = t0 + Duration::from_secs_f64(cfg.duration_s);
     while Instant::now() < end {
@@ -622,6 +646,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         }
     }
     shared.phase.store(PHASE_DRAIN, Ordering::SeqCst);
+    let end_mono_ns = uring::mono_ns();
     let seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let s1 = sample_server(&running.pids);
@@ -666,6 +691,8 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         },
         output,
         shard_conns,
+        start_mono_ns,
+        end_mono_ns,
     })
 }
 
@@ -681,6 +708,8 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         inflight: match cfg.scenario.as_str() {
             "connect" => 1,
             "push" => crate::opcua::publish_inflight(1),
+            // One HistoryRead (and its continuation points) at a time per session.
+            "history-read-raw" | "history-read-processed" => 1,
             _ => cfg.inflight,
         },
         // connect's handshake is sequential: every message is its own write.
@@ -706,8 +735,9 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         variant: cfg.variant.clone(),
         params,
         shard_connections: parse_shard_connections(output),
-        // push: the server's pushing thread(s), reported beside the whole process.
-        app_threads: if cfg.scenario == "push" {
+        // push, history-ingest: the server's pushing thread(s), reported beside the whole
+        // process.
+        app_threads: if cfg.scenario == "push" || cfg.scenario == "history-ingest" {
             vec![crate::push::PUSH_THREAD.to_string()]
         } else {
             Vec::new()
@@ -734,14 +764,41 @@ pub fn run_with_guard_and(
     make_plan: MakePlan,
     before_stop: &dyn Fn(),
 ) -> Result<Map<String, Value>, String> {
+    run_with_guard_then(
+        cfg,
+        vars,
+        make_plan,
+        before_stop,
+        Duration::ZERO,
+        &|_, _| Ok(()),
+    )
+}
+
+/// [`run_with_guard_and`], then `after` adds to the result what the window's server output
+/// (and its monotonic start and end) says; the output of `settle` after the window (the
+/// server still running) is added to the window's, for servers that report periodically.
+pub fn run_with_guard_then(
+    cfg: &RunConfig,
+    vars: &[(&str, String)],
+    make_plan: MakePlan,
+    before_stop: &dyn Fn(),
+    settle: Duration,
+    after: AfterWindow,
+) -> Result<Map<String, Value>, String> {
     let mut discarded = 0u32;
     loop {
         let mut running = start_target(cfg, vars)?;
         let idle = crate::idle::IdleSessions::open(cfg, &running)?;
         let (plan, params) = make_plan(cfg, &running)?;
-        let window = measure(cfg, &mut running, plan);
+        let mut window = measure(cfg, &mut running, plan);
         let idle = idle.map(|i| i.close()).transpose();
         before_stop();
+        if let (Ok(w), Some(p)) = (window.as_mut(), running.process.as_ref()) {
+            if !settle.is_zero() {
+                std::thread::sleep(settle);
+                w.output.extend(p.drain_output());
+            }
+        }
         if let Some(p) = running.process.as_mut() {
             p.stop();
         }
@@ -752,6 +809,7 @@ pub fn run_with_guard_and(
             info.shard_connections = window.shard_conns.clone();
         }
         let mut o = report::build(&info, &window.stats, &window.measured, discarded);
+        after(&window, &mut o)?;
         if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
             discarded += 1;
             eprintln!(

@@ -18,6 +18,9 @@ pub const SCENARIOS: &[&str] = &[
     "connect",
     "echo",
     "push",
+    "history-ingest",
+    "history-read-raw",
+    "history-read-processed",
 ];
 
 /// Runs one scenario and returns its result object.
@@ -42,6 +45,7 @@ pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         }
         "counters" => crate::opcua::run_counters(cfg),
         "push" => crate::push::run_push(cfg),
+        s if crate::history::is_history(s) => crate::history::run_history(cfg),
         s if SCENARIOS.contains(&s) => crate::opcua::run_opcua(cfg),
         other => Err(format!(
             "unknown scenario {other:?}; one of {}",

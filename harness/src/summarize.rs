@@ -36,6 +36,33 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
         "p99 µs of it in the server (SourceTimestamp → PublishTime)",
         1,
     ),
+    (
+        "ingest_samples_per_s",
+        "history samples/s into the store",
+        0,
+    ),
+    (
+        "dropped_samples_per_s",
+        "history samples/s dropped (queue full)",
+        0,
+    ),
+    (
+        "server_cpu_us_per_sample_excl_push",
+        "server CPU µs/sample without the push threads",
+        3,
+    ),
+    ("values_per_op", "history values/op", 0),
+    ("calls_per_op", "HistoryRead calls/op", 1),
+    (
+        "storage_bytes_per_sample",
+        "store bytes/sample (served pre-load)",
+        3,
+    ),
+    (
+        "storage_probe_bytes_per_sample",
+        "store bytes/sample (steady server timestamps)",
+        3,
+    ),
     ("server_segments_per_op", "server TCP data segs/op", 2),
     ("client_segments_per_op", "client TCP data segs/op", 2),
     ("rsa_key_bits", "server RSA key bits", 0),
@@ -314,6 +341,28 @@ pub fn markdown(t: &Table) -> String {
                         g("publishing_ms"),
                         g("sampling_ms")
                     ));
+                }
+                if let Some(s) = r.get("scenario").and_then(|v| v.as_str()) {
+                    if s == "history-ingest" {
+                        x.push_str(&format!(
+                            ", Reads beside {} historized variables pushed at {} Hz each by the server's application",
+                            g("variables"),
+                            g("push_rate")
+                        ));
+                    } else if s.starts_with("history-read") {
+                        x.push_str(&format!(
+                            ", one operation reads {} values pre-loaded at 1 Hz (pattern {})",
+                            g("history_values"),
+                            g("history_pattern")
+                        ));
+                        if r.get("intervals").is_some() {
+                            x.push_str(&format!(
+                                " into {} intervals with {}",
+                                g("intervals"),
+                                g("aggregate")
+                            ));
+                        }
+                    }
                 }
                 x.push_str(&format!(", {} s measured", g("seconds")));
                 x
