@@ -343,7 +343,14 @@ pub fn markdown(t: &Table) -> String {
                     ));
                 }
                 if let Some(s) = r.get("scenario").and_then(|v| v.as_str()) {
-                    if s == "history-ingest" {
+                    if s == "history-ingest"
+                        && r.get("push_rate").and_then(|v| v.as_f64()) == Some(0.0)
+                    {
+                        x.push_str(&format!(
+                            ", Reads beside {} historized variables, nothing pushed (the baseline)",
+                            g("variables")
+                        ));
+                    } else if s == "history-ingest" {
                         x.push_str(&format!(
                             ", Reads beside {} historized variables pushed at {} Hz each by the server's application",
                             g("variables"),
