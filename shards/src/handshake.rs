@@ -186,7 +186,8 @@ impl std::fmt::Debug for HandshakePool {
     }
 }
 
-fn set_nice(nice: i32) {
+/// Sets the calling thread's nice value (0: left as it is).
+pub(crate) fn set_nice(nice: i32) {
     if nice == 0 {
         return;
     }

@@ -58,6 +58,31 @@ fn builder(dir: &Dir) -> uaring::ServerBuilder {
         ))
 }
 
+/// The nice value of this process's thread named `name` (/proc/self/task/*/stat), waiting
+/// a little for it to set it.
+fn thread_nice(name: &str) -> Option<i64> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            // Fields after the ")" of the command: state is field 3, nice field 19.
+            let rest = stat.rsplit_once(')')?.1;
+            let nice: i64 = rest.split_whitespace().nth(16)?.parse().ok()?;
+            if nice != 0 || Instant::now() > deadline {
+                return Some(nice);
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn session(url: &str) -> Client {
     let mut c = Client::connect(url, TIMEOUT).expect("connect");
     c.create_session().expect("CreateSession");
@@ -181,6 +206,15 @@ fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive
         );
         b.add_variable(VariableDef::new(ns.id("Live"), "Live", 0.0));
         let server = b.start().expect("start");
+        // The history threads run below the shards' priority (history.nice, 10).
+        for name in [
+            "uaring-history",
+            "uaring-hsync",
+            "uaring-hread-0",
+            "uaring-hread-1",
+        ] {
+            assert_eq!(thread_nice(name), Some(10), "{name}");
+        }
         let url = server.endpoint_url();
         let nsi = server.namespace_index("urn:test:history").unwrap();
         level_id = NodeId::string(nsi, "Level");

@@ -123,9 +123,13 @@ pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreEr
         on_full: cfg.on_full,
     };
     let stop2 = stop.clone();
+    let nice = cfg.nice;
     let thread = std::thread::Builder::new()
         .name("uaring-history".into())
-        .spawn(move || writer_loop(&store, &queue, &stop2))?;
+        .spawn(move || {
+            crate::handshake::set_nice(nice);
+            writer_loop(&store, &queue, &stop2)
+        })?;
     Ok((
         ingest,
         WriterHandle {
@@ -149,9 +153,11 @@ fn writer_loop(
     // fdatasync runs here, so the writer goes on taking samples meanwhile.
     let (sync_tx, sync_rx) = std::sync::mpsc::sync_channel::<(Arc<File>, u64)>(1);
     let sync_store = store.clone();
+    let nice = cfg.nice;
     let syncer = std::thread::Builder::new()
         .name("uaring-hsync".into())
         .spawn(move || {
+            crate::handshake::set_nice(nice);
             for (file, watermark) in sync_rx {
                 sync_store.flush_end(&file, watermark);
             }

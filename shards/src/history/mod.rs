@@ -171,6 +171,9 @@ pub struct StoreConfig {
     pub wal_max_bytes: u64,
     /// How often the writer checks retention.
     pub retention_check_ms: u32,
+    /// Nice value of the writer and sync threads (0..=19; 0 leaves it as it is): above the
+    /// shards' 0, so a writer that shares a CPU with a shard yields to it.
+    pub nice: i32,
 }
 
 impl StoreConfig {
@@ -186,6 +189,7 @@ impl StoreConfig {
             segment_bytes: 64 << 20,
             wal_max_bytes: 64 << 20,
             retention_check_ms: 1000,
+            nice: 0,
         }
     }
 }

@@ -96,6 +96,7 @@ impl Historian {
         read_threads: usize,
         read_queue: usize,
     ) -> Result<Arc<Historian>, StoreError> {
+        let nice = config.nice;
         let store = Store::open(config)?;
         let (ingest, writer) = super::start_writer(store.clone())?;
         let (jobs, rx) = sync_channel::<Job>(read_queue.max(1));
@@ -114,17 +115,9 @@ impl Historian {
             let rx: Arc<Mutex<Receiver<_>>> = rx.clone();
             std::thread::Builder::new()
                 .name(format!("uaring-hread-{i}"))
-                .spawn(move || loop {
-                    let job = match rx.lock() {
-                        Ok(r) => r.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok(job) = job else { return };
-                    let Some(h) = h2.upgrade() else { return };
-                    match job {
-                        Job::Read(op, reply) => h.answer(op, reply),
-                        Job::Update(op, reply) => h.update_now(op, reply),
-                    }
+                .spawn(move || {
+                    crate::handshake::set_nice(nice);
+                    reader_loop(&h2, &rx)
                 })
                 .map_err(StoreError::Io)?;
         }
@@ -768,6 +761,22 @@ impl Historian {
     }
 }
 
+/// A reader thread: takes operations off the job queue until the historian is gone.
+fn reader_loop(h: &std::sync::Weak<Historian>, rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match rx.lock() {
+            Ok(r) => r.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
+        let Some(h) = h.upgrade() else { return };
+        match job {
+            Job::Read(op, reply) => h.answer(op, reply),
+            Job::Update(op, reply) => h.update_now(op, reply),
+        }
+    }
+}
+
 impl ChangeRecorder for Historian {
     fn record(&self, node_index: u32, value: &DataValue) {
         let Some(id) = self
@@ -1002,6 +1011,9 @@ pub struct HistoryConfig {
     pub on_full: String,
     /// Threads answering HistoryRead (1..=64).
     pub read_threads: usize,
+    /// Nice value of the writer, sync and reader threads (0..=19): above the shards' 0, so
+    /// history work that shares a CPU with a shard yields to it.
+    pub nice: i32,
     /// HistoryRead operations waiting for a reader thread (≥ 1); one more is
     /// BadResourceUnavailable.
     pub read_queue: usize,
@@ -1024,6 +1036,7 @@ impl Default for HistoryConfig {
             on_full: "drop-newest".to_string(),
             read_threads: 2,
             read_queue: 1024,
+            nice: 10,
             nodes: Vec::new(),
         }
     }
@@ -1041,6 +1054,9 @@ impl HistoryConfig {
         if !(1..=64).contains(&self.read_threads) {
             return Err("history.read_threads must be 1..=64".into());
         }
+        if !(0..=19).contains(&self.nice) {
+            return Err("history.nice must be 0..=19".into());
+        }
         let on_full = match self.on_full.as_str() {
             "drop-newest" => super::OnFull::DropNewest,
             "drop-oldest" => super::OnFull::DropOldest,
@@ -1056,6 +1072,7 @@ impl HistoryConfig {
         c.retention_bytes = self.retention_bytes;
         c.queue_capacity = self.queue_capacity;
         c.on_full = on_full;
+        c.nice = self.nice;
         Ok(c)
     }
 }
