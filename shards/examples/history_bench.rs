@@ -4,7 +4,7 @@
 //! `history_bench [--listen HOST:PORT] [--dir DIR] [--variables N] [--rate HZ]
 //! [--push-threads T] [--preload N] [--pattern count|slow|random] [--preload-at future|past]
 //! [--shards N] [--pki DIR] [--flush-interval-ms MS] [--queue-capacity N] [--read-threads N]
-//! [--stats-ms MS]`
+//! [--stats-ms MS] [--history-nice N] [--push-nice N]`
 //!
 //! * `[history] enabled = true` in `DIR` (default: a fresh directory under the temporary
 //!   directory, removed at exit; a given `DIR` is kept).
@@ -35,6 +35,9 @@
 //!   timestamps 10 ms after the source timestamps (the served pre-load's are the wall clock
 //!   of the back-fill); then every `--stats-ms` (default 100) while pushing, a line
 //!   `history-stats mono_ns=… pushed=… appended=… dropped=… rejected=…` (CLOCK_MONOTONIC).
+//! * `--history-nice N` (default 10, the server's): `history.nice`, the priority of the
+//!   store's writer, sync and reader threads; `--push-nice N` (default 0): the push threads'
+//!   (the application's ingest) — both beside the shards' 0.
 //! * SIGINT/SIGTERM stop it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +73,8 @@ struct Args {
     queue_capacity: usize,
     read_threads: usize,
     stats_ms: u64,
+    history_nice: i32,
+    push_nice: i32,
 }
 
 fn args() -> Result<Args, String> {
@@ -88,6 +93,8 @@ fn args() -> Result<Args, String> {
         queue_capacity: 1 << 18,
         read_threads: 2,
         stats_ms: 100,
+        history_nice: 10,
+        push_nice: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -126,6 +133,8 @@ fn args() -> Result<Args, String> {
             "--queue-capacity" => a.queue_capacity = num(&k, v()?)?,
             "--read-threads" => a.read_threads = num(&k, v()?)?,
             "--stats-ms" => a.stats_ms = num(&k, v()?)?,
+            "--history-nice" => a.history_nice = num(&k, v()?)?,
+            "--push-nice" => a.push_nice = num(&k, v()?)?,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -281,11 +290,12 @@ impl Rng {
 
 fn run(a: &Args, dir: &std::path::Path) -> Result<(), uaring::Error> {
     let toml = format!(
-        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = {}\nqueue_capacity = {}\nread_threads = {}\n",
+        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = {}\nqueue_capacity = {}\nread_threads = {}\nnice = {}\n",
         dir.join("store").display().to_string(),
         a.flush_interval_ms,
         a.queue_capacity,
-        a.read_threads
+        a.read_threads,
+        a.history_nice
     );
     let mut b = Server::builder()
         .config_toml(&toml)
@@ -408,9 +418,20 @@ fn run(a: &Args, dir: &std::path::Path) -> Result<(), uaring::Error> {
                 .collect();
             let rate = a.rate_hz * mine.len() as f64;
             let pushed = pushed.clone();
+            let nice = a.push_nice;
             std::thread::Builder::new()
                 .name("push".into())
-                .spawn(move || push(&mine, rate, &pushed))
+                .spawn(move || {
+                    if nice != 0 {
+                        // SAFETY: setpriority on the calling thread (its tid); a failure
+                        // leaves nice 0.
+                        unsafe {
+                            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                            libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+                        }
+                    }
+                    push(&mine, rate, &pushed)
+                })
                 .map_err(|e| uaring::Error::Start(format!("push thread: {e}")))?;
         }
         let every = Duration::from_millis(a.stats_ms.max(1));
