@@ -312,7 +312,7 @@ fn a_late_sample_in_an_ordered_series_merges_only_where_it_lands() {
     let store = Store::open(c).unwrap();
     let id = store.series("late").unwrap();
     let mut expected = Vec::new();
-    let mut push = |t: i64, v: i32, expected: &mut Vec<Sample>| {
+    let push = |t: i64, v: i32, expected: &mut Vec<Sample>| {
         let smp = s(T0 + t * SECOND, Variant::Int32(v));
         expected.push(smp.clone());
         store.append([(id, smp)]).unwrap();
