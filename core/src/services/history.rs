@@ -91,18 +91,12 @@ fn check_details(details: &ReadDetails, nodes: usize) -> Result<(), StatusCode> 
     }
 }
 
-/// The fingerprint a continuation point carries: the encoded details, the node and the
-/// timestamps asked for.
-fn fingerprint(
-    details: &crate::types::ExtensionObject,
-    node: &crate::types::NodeId,
-    timestamps: i32,
-) -> u64 {
+/// The fingerprint a continuation point carries: the request's encoded details (encoded
+/// once per request), the node and the timestamps asked for.
+fn fingerprint(details: &[u8], node: &crate::types::NodeId, timestamps: i32) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    let mut bytes = Vec::new();
-    crate::encoding::Encode::encode(details, &mut bytes);
-    crate::encoding::Encode::encode(node, &mut bytes);
-    bytes.hash(&mut h);
+    details.hash(&mut h);
+    node.hash(&mut h);
     timestamps.hash(&mut h);
     h.finish()
 }
@@ -217,6 +211,7 @@ pub fn history_read(
         _ => None,
     };
     let details = Arc::new(details);
+    let details_bytes = crate::encoding::Encode::to_bytes(&req.history_read_details);
     let space = &shared.address_space;
     let mut results = Vec::with_capacity(req.nodes_to_read.len());
     let mut ops = Vec::new();
@@ -270,7 +265,7 @@ pub fn history_read(
                 None => None,
             };
             let index_range = NumericRange::parse(n.index_range.as_str())?;
-            let fp = fingerprint(&req.history_read_details, &n.node_id, timestamps.0);
+            let fp = fingerprint(&details_bytes, &n.node_id, timestamps.0);
             let resume = if n.continuation_point.as_bytes().is_empty() {
                 None
             } else {
