@@ -661,3 +661,258 @@ fn user_executable_by_role() {
     assert_eq!(executable(ids::RESEND_DATA), (true, true));
     assert_eq!(executable(ids::ACKNOWLEDGE), (true, true));
 }
+
+/// An alarm's ShelvingState (Part 9 §5.8.17): TimedShelve, OneShotShelve and Unshelve through
+/// Call, on the ShelvingState (its own method nodes) and on the alarm (the type's methods),
+/// their error statuses, the events and Variables they change, and a timed shelving running
+/// out on the shard's timer.
+#[test]
+fn shelving_through_call() {
+    use uaring_core::types::QualifiedName;
+    let (mut h, key) = setup(Roles::OPERATOR);
+    let shared = std::sync::Arc::clone(h.shard.shared());
+    let alarm = content::alarm_id();
+    let q = |n: &str| QualifiedName::new(0, n);
+    let shelving = content::alarm_child_id(&[q("ShelvingState")]);
+    let own = |name: &str| content::alarm_child_id(&[q("ShelvingState"), q(name)]);
+    let state = || content::alarm(&shared).state();
+    let read = |h: &Harness, id: &NodeId| {
+        let space = &shared.address_space;
+        space
+            .variable_value(space.node(id).expect("node"), h.now)
+            .unwrap()
+            .value
+    };
+    let current = content::alarm_child_id(&[q("ShelvingState"), q("CurrentState")]);
+    let current_id = content::alarm_child_id(&[q("ShelvingState"), q("CurrentState"), q("Id")]);
+    let unshelve_time = content::alarm_child_id(&[q("ShelvingState"), q("UnshelveTime")]);
+    let timed = |object: &NodeId, ms: f64| {
+        m(
+            object.clone(),
+            own("TimedShelve"),
+            vec![Variant::Double(ms)],
+        )
+    };
+    let mut bus = shared.events.bus.cursor();
+    let mut events = |shared: &uaring_core::server::shared::ServerShared| {
+        let mut got = Vec::new();
+        bus.poll(&shared.events.bus, |e| {
+            got.push((
+                e.field_ns0("SuppressedOrShelved"),
+                e.field_ns0("ShelvingState/CurrentState/Id"),
+            ))
+        });
+        got
+    };
+    let shelved_event = |id: u32| {
+        (
+            Variant::Boolean(true),
+            Variant::NodeId(Box::new(NodeId::ns0(id))),
+        )
+    };
+    let unshelved_event = (
+        Variant::Boolean(false),
+        Variant::NodeId(Box::new(NodeId::ns0(ids::SHELVED_UNSHELVED))),
+    );
+
+    // Arguments: ShelvingTime above 0, at most MaxTimeShelved (one hour), a Double.
+    for ms in [0.0, -5.0, f64::NAN, 3_600_001.0] {
+        assert_eq!(
+            one(&mut h, key, timed(&shelving, ms)).status_code,
+            StatusCode::BadShelvingTimeOutOfRange,
+            "{ms}"
+        );
+    }
+    let r = one(&mut h, key, m(shelving.clone(), own("TimedShelve"), vec![]));
+    assert_eq!(r.status_code, StatusCode::BadArgumentsMissing);
+    let r = one(
+        &mut h,
+        key,
+        m(
+            shelving.clone(),
+            own("TimedShelve"),
+            vec![Variant::Int32(5)],
+        ),
+    );
+    assert_eq!(r.status_code, StatusCode::BadInvalidArgument);
+    assert_eq!(
+        one(&mut h, key, m(alarm.clone(), own("Unshelve"), vec![])).status_code,
+        StatusCode::BadConditionNotShelved,
+        "the ShelvingState's own method called on the alarm"
+    );
+    assert!(events(&shared).is_empty());
+    assert_eq!(
+        read(&h, &current_id),
+        Variant::NodeId(Box::new(NodeId::ns0(ids::SHELVED_UNSHELVED)))
+    );
+
+    // TimedShelve on the ShelvingState for 5 s: shelved, its Variables say so.
+    assert_eq!(
+        one(&mut h, key, timed(&shelving, 5000.0)).status_code,
+        StatusCode::Good
+    );
+    assert!(state().shelved.is_shelved());
+    assert_eq!(events(&shared), vec![shelved_event(ids::SHELVED_TIMED)]);
+    assert_eq!(
+        read(&h, &current),
+        Variant::LocalizedText(Box::new(LocalizedText::new("en", "TimedShelved")))
+    );
+    assert_eq!(read(&h, &unshelve_time), Variant::Double(5000.0));
+    assert_eq!(
+        read(&h, &content::alarm_child_id(&[q("SuppressedOrShelved")])),
+        Variant::Boolean(true)
+    );
+    // Half-way, the shard's timer brings UnshelveTime down; at the end it unshelves.
+    h.advance_ms(2000);
+    let now = h.now;
+    h.shard.on_timer(now);
+    assert_eq!(read(&h, &unshelve_time), Variant::Double(3000.0));
+    assert!(state().shelved.is_shelved());
+    h.advance_ms(3000);
+    let now = h.now;
+    h.shard.on_timer(now);
+    assert!(!state().shelved.is_shelved(), "the shelving time ran out");
+    assert_eq!(events(&shared), vec![unshelved_event.clone()]);
+    assert_eq!(read(&h, &unshelve_time), Variant::Double(0.0));
+    assert_eq!(
+        shared.events.next_shelving_tick(),
+        None,
+        "nothing left to time"
+    );
+
+    // The type's methods on the alarm itself (Part 9: a client may know only the ConditionId).
+    let timed_ns0 = m(
+        alarm.clone(),
+        NodeId::ns0(ids::TIMED_SHELVE),
+        vec![Variant::Double(60_000.0)],
+    );
+    assert_eq!(
+        one(&mut h, key, timed_ns0.clone()).status_code,
+        StatusCode::Good
+    );
+    h.advance_ms(10_000);
+    // A TimedShelve of a TimedShelved alarm starts its time again.
+    assert_eq!(one(&mut h, key, timed_ns0).status_code, StatusCode::Good);
+    assert_eq!(read(&h, &unshelve_time), Variant::Double(60_000.0));
+    let unshelve = m(alarm.clone(), NodeId::ns0(ids::UNSHELVE), vec![]);
+    assert_eq!(
+        one(&mut h, key, unshelve.clone()).status_code,
+        StatusCode::Good
+    );
+    assert_eq!(
+        one(&mut h, key, unshelve.clone()).status_code,
+        StatusCode::BadConditionNotShelved
+    );
+    assert_eq!(
+        events(&shared),
+        vec![
+            shelved_event(ids::SHELVED_TIMED),
+            shelved_event(ids::SHELVED_TIMED),
+            unshelved_event.clone()
+        ]
+    );
+
+    // OneShotShelve: through one active period of the alarm.
+    let one_shot = m(shelving.clone(), NodeId::ns0(ids::ONE_SHOT_SHELVE), vec![]);
+    assert_eq!(
+        one(&mut h, key, one_shot.clone()).status_code,
+        StatusCode::Good
+    );
+    assert_eq!(
+        one(&mut h, key, one_shot.clone()).status_code,
+        StatusCode::BadConditionAlreadyShelved
+    );
+    assert_eq!(events(&shared), vec![shelved_event(ids::SHELVED_ONE_SHOT)]);
+    let active = content::set_alarm_active(&shared, true, h.now.utc).unwrap();
+    assert_eq!(
+        active.field_ns0("SuppressedOrShelved"),
+        Variant::Boolean(true)
+    );
+    assert!(state().shelved.is_shelved(), "still shelved while active");
+    let inactive = content::set_alarm_active(&shared, false, h.now.utc).unwrap();
+    assert_eq!(
+        inactive.field_ns0("SuppressedOrShelved"),
+        Variant::Boolean(false)
+    );
+    assert!(
+        !state().shelved.is_shelved(),
+        "back to inactive: the one shot is spent"
+    );
+    events(&shared);
+
+    // With MaxTimeShelved, a OneShotShelve ends after it too.
+    assert_eq!(one(&mut h, key, one_shot).status_code, StatusCode::Good);
+    h.advance_ms(3_600_000);
+    let now = h.now;
+    h.shard.on_timer(now);
+    assert!(!state().shelved.is_shelved(), "MaxTimeShelved ran out");
+
+    // A disabled alarm cannot be shelved (a fresh server: the hour outlived the session);
+    // an observer may not shelve.
+    let (mut h, key) = setup(Roles::OPERATOR);
+    let r = one(
+        &mut h,
+        key,
+        m(alarm.clone(), NodeId::ns0(ids::DISABLE), vec![]),
+    );
+    assert_eq!(r.status_code, StatusCode::Good);
+    assert_eq!(
+        one(&mut h, key, timed(&shelving, 1000.0)).status_code,
+        StatusCode::BadConditionDisabled
+    );
+    let (mut h, key) = setup(Roles::OBSERVER);
+    assert_eq!(
+        one(&mut h, key, m(alarm, NodeId::ns0(ids::UNSHELVE), vec![])).status_code,
+        StatusCode::BadUserAccessDenied
+    );
+}
+
+/// The shelving methods' argument tables agree with the NodeSet's.
+#[test]
+fn shelving_argument_tables_match_the_nodeset() {
+    let h = Harness::new();
+    let space = &h.shard.shared().address_space;
+    let inputs = |method: u32| -> Vec<(String, NodeId)> {
+        let node = space.node(&NodeId::ns0(method)).unwrap();
+        let Some(p) = node
+            .references
+            .iter()
+            .filter(|r| r.is_forward)
+            .filter_map(|r| r.target.as_local())
+            .find(|t| {
+                space
+                    .browse_name_of(t)
+                    .is_some_and(|b| b.name.as_str() == "InputArguments")
+            })
+        else {
+            return Vec::new();
+        };
+        let v = space
+            .variable_value(space.node(p).unwrap(), h.now)
+            .unwrap()
+            .value;
+        v.as_array()
+            .expect("an Argument array")
+            .values
+            .iter()
+            .map(|x| match x {
+                Variant::ExtensionObject(e) => {
+                    let arg: Argument = e.decode_as(Default::default()).unwrap().unwrap();
+                    (arg.name.as_str().to_string(), arg.data_type)
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let spec: Vec<_> = nodes::SHELVE_IN
+        .iter()
+        .map(|a| (a.name.to_string(), NodeId::ns0(a.data_type)))
+        .collect();
+    assert_eq!(inputs(ids::TIMED_SHELVE), spec);
+    assert!(inputs(ids::ONE_SHOT_SHELVE).is_empty());
+    assert!(inputs(ids::UNSHELVE).is_empty());
+    // The ns0 methods are executable now that the server serves them.
+    for id in [ids::TIMED_SHELVE, ids::ONE_SHOT_SHELVE, ids::UNSHELVE] {
+        assert!(method::served(&NodeId::ns0(id)));
+    }
+}

@@ -1134,6 +1134,7 @@ pub struct AlarmDef {
     source: NodeRef,
     type_def: Option<NodeRef>,
     properties: Vec<(String, Variant)>,
+    shelving: Option<uaring_core::address_space::app::Shelving>,
     on_action: Option<uaring_core::address_space::app::ConditionHook>,
 }
 
@@ -1148,8 +1149,21 @@ impl AlarmDef {
             source: source.clone(),
             type_def: None,
             properties: Vec::new(),
+            shelving: None,
             on_action: None,
         }
+    }
+
+    /// Gives the alarm a ShelvingState (Part 9 §5.8.17): clients may TimedShelve,
+    /// OneShotShelve and Unshelve it (methods of `<alarm>.ShelvingState`, or called on the
+    /// alarm), which sets SuppressedOrShelved in its events; a timed shelving ends by itself.
+    /// `max_time_shelved`, when given, is its MaxTimeShelved Property: the longest
+    /// TimedShelve accepted and the end of a OneShotShelve.
+    pub fn shelving(mut self, max_time_shelved: Option<std::time::Duration>) -> Self {
+        self.shelving = Some(uaring_core::address_space::app::Shelving {
+            max_time_shelved_ms: max_time_shelved.map(|d| d.as_secs_f64() * 1000.0),
+        });
+        self
     }
 
     /// Makes the alarm an instance of `type_def`, a subtype of AlarmConditionType: namespace
@@ -1179,7 +1193,8 @@ impl AlarmDef {
     }
 
     /// Called on the shard serving the Call after a client's Acknowledge, Confirm,
-    /// AddComment, Enable or Disable took effect (quick; never block).
+    /// AddComment, Enable, Disable, TimedShelve, OneShotShelve or Unshelve took effect (quick;
+    /// never block). The end of a timed shelving is no client's action: it is not told.
     pub fn on_action(
         mut self,
         hook: impl Fn(&uaring_core::address_space::app::ConditionActionInfo<'_>) + Send + Sync + 'static,
@@ -1205,25 +1220,18 @@ impl AlarmDef {
             None => NodeId::ns0(ALARM_CONDITION_TYPE),
         };
         let properties = alarm_properties(b, &self.id, &type_def, self.properties)?;
-        let name = QualifiedName::new(node_id.namespace, &self.name);
-        uaring_core::events::nodes::add_condition_nodes(
-            b,
-            &node_id,
-            &name,
-            &source,
-            &type_def,
-            &properties,
-            crate::clock::utc_now(),
-        )
-        .map_err(Error::AddressSpace)?;
-        b.set_condition(uaring_core::address_space::app::AppCondition {
+        let condition = uaring_core::address_space::app::AppCondition {
             node_id: node_id.clone(),
             name: self.name,
             source,
             type_def,
             properties,
+            shelving: self.shelving,
             on_action: self.on_action,
-        });
+        };
+        uaring_core::events::nodes::add_condition_nodes(b, &condition, crate::clock::utc_now())
+            .map_err(Error::AddressSpace)?;
+        b.set_condition(condition);
         Ok(node_id)
     }
 }

@@ -539,6 +539,33 @@ pub enum ConditionAction {
     Enable,
     /// ConditionType.Disable (i=9028); EventId and Comment are ignored.
     Disable,
+    /// ShelvedStateMachineType.TimedShelve (i=2949): shelved for a time (Part 9 §5.8.17.4).
+    TimedShelve,
+    /// ShelvedStateMachineType.OneShotShelve (i=2948): shelved until the alarm returns to
+    /// inactive (§5.8.17.6).
+    OneShotShelve,
+    /// ShelvedStateMachineType.Unshelve (i=2947) (§5.8.17.2).
+    Unshelve,
+}
+
+impl ConditionAction {
+    /// Is it one of the ShelvingState's methods?
+    pub fn is_shelving(self) -> bool {
+        matches!(
+            self,
+            ConditionAction::TimedShelve
+                | ConditionAction::OneShotShelve
+                | ConditionAction::Unshelve
+        )
+    }
+}
+
+/// An alarm's shelving (Part 9 §5.8.17): its ShelvingState and, when given, the longest time
+/// it may stay shelved (its MaxTimeShelved Property, milliseconds), which bounds TimedShelve's
+/// ShelvingTime and ends a OneShotShelve.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shelving {
+    pub max_time_shelved_ms: Option<f64>,
 }
 
 /// What the application is told after a client's successful action on its condition.
@@ -573,6 +600,8 @@ pub struct AppCondition {
     /// The subtype's Properties (e.g. OffNormalAlarmType's NormalState), fixed at start:
     /// Property nodes of the condition and fields of every event it raises.
     pub properties: Vec<(crate::types::QualifiedName, Variant)>,
+    /// Its ShelvingState, when it has one.
+    pub shelving: Option<Shelving>,
     pub on_action: Option<ConditionHook>,
 }
 

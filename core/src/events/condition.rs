@@ -19,15 +19,17 @@
 //!   object), every condition has its own method nodes `<condition>.Acknowledge`, … (the
 //!   mandatory components of its type, Part 9), which serve the same ([`method_of`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
 use super::nodes;
 use super::{ids, Event, EventField, EventIdSource, ServerEvents};
-pub use crate::address_space::app::ConditionAction;
+pub use crate::address_space::app::{ConditionAction, Shelving};
 use crate::address_space::app::{ConditionActionInfo, ConditionHook};
 use crate::address_space::AddressSpace;
+use crate::time::Now;
 use crate::types::{
     ByteString, DateTime, LocalizedText, NodeId, QualifiedName, StatusCode, UaString, Variant,
 };
@@ -58,6 +60,77 @@ pub struct ConditionState {
     pub time: DateTime,
     /// Number of changes so far.
     pub changes: u64,
+    /// Its ShelvingState (always `Unshelved` for a condition without one).
+    pub shelved: Shelved,
+}
+
+/// Where an alarm's ShelvingState stands (Part 9 §5.8.17).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Shelved {
+    Unshelved,
+    /// TimedShelved until a time: monotonic ns (when it unshelves) and UTC (for UnshelveTime).
+    Timed {
+        until_ns: u64,
+        until: DateTime,
+    },
+    /// OneShotShelved: until the alarm returns to inactive after having been active
+    /// (`seen_active`: shelved while active, or active since), or until MaxTimeShelved runs
+    /// out (`until`, as for `Timed`).
+    OneShot {
+        seen_active: bool,
+        until: Option<(u64, DateTime)>,
+    },
+}
+
+impl Shelved {
+    pub fn is_shelved(&self) -> bool {
+        !matches!(self, Shelved::Unshelved)
+    }
+
+    /// The state's BrowseName (CurrentState's text) and NodeId in ShelvedStateMachineType.
+    fn state(&self) -> (&'static str, u32) {
+        match self {
+            Shelved::Unshelved => ("Unshelved", ids::SHELVED_UNSHELVED),
+            Shelved::Timed { .. } => ("TimedShelved", ids::SHELVED_TIMED),
+            Shelved::OneShot { .. } => ("OneShotShelved", ids::SHELVED_ONE_SHOT),
+        }
+    }
+
+    /// When it unshelves by itself (monotonic ns), if it does at a time.
+    pub fn deadline_ns(&self) -> Option<u64> {
+        match self {
+            Shelved::Timed { until_ns, .. } => Some(*until_ns),
+            Shelved::OneShot {
+                until: Some((ns, _)),
+                ..
+            } => Some(*ns),
+            _ => None,
+        }
+    }
+
+    /// UnshelveTime at `at` (§5.8.17.1): the milliseconds left until it unshelves by itself;
+    /// 0 when unshelved; the largest Duration for a OneShotShelve without MaxTimeShelved.
+    pub fn unshelve_time_ms(&self, at: DateTime) -> f64 {
+        let left = |until: DateTime| (until.0.saturating_sub(at.0) as f64 / 10_000.0).max(0.0);
+        match self {
+            Shelved::Unshelved => 0.0,
+            Shelved::Timed { until, .. } => left(*until),
+            Shelved::OneShot {
+                until: Some((_, until)),
+                ..
+            } => left(*until),
+            Shelved::OneShot { until: None, .. } => f64::MAX,
+        }
+    }
+}
+
+/// `ms` milliseconds after `now`: monotonic ns and UTC, both saturating.
+fn after_ms(now: Now, ms: f64) -> (u64, DateTime) {
+    let ticks = (ms * 10_000.0) as i64; // `as` saturates
+    (
+        now.deadline_after_ms(ms),
+        DateTime(now.utc.0.saturating_add(ticks)),
+    )
 }
 
 impl ConditionState {
@@ -82,6 +155,7 @@ impl ConditionState {
             event_id: ids.next(),
             time: start,
             changes: 0,
+            shelved: Shelved::Unshelved,
         }
     }
 }
@@ -106,6 +180,8 @@ pub struct ConditionSpec {
     pub type_chain: Arc<[NodeId]>,
     /// The subtype's fixed Properties, appended to every event's fields.
     pub properties: Arc<[EventField]>,
+    /// Its ShelvingState and MaxTimeShelved, when it has them.
+    pub shelving: Option<Shelving>,
     pub on_action: Option<ConditionHook>,
 }
 
@@ -145,6 +221,8 @@ pub const MAINTAINED_FIELDS: &[&str] = &[
     "ActiveState",
     "InputNode",
     "SuppressedOrShelved",
+    "ShelvingState",
+    "MaxTimeShelved",
 ];
 
 /// A subtype's fixed Properties as event fields (each its BrowseName as a one-element path).
@@ -211,10 +289,33 @@ pub fn condition_event(spec: &ConditionSpec, s: &ConditionState) -> Event {
             f("ActiveState", two_state(s.active, "Active", "Inactive")),
             f("ActiveState/Id", Variant::Boolean(s.active)),
             f("InputNode", Variant::NodeId(Box::new(NodeId::NULL))),
-            f("SuppressedOrShelved", Variant::Boolean(false)),
+            f(
+                "SuppressedOrShelved",
+                Variant::Boolean(s.shelved.is_shelved()),
+            ),
         ],
         notifiers: Arc::clone(&spec.notifiers),
     };
+    if let Some(shelving) = &spec.shelving {
+        let (name, id) = s.shelved.state();
+        ev.fields.extend([
+            f(
+                "ShelvingState/CurrentState",
+                Variant::LocalizedText(Box::new(LocalizedText::new("en", name))),
+            ),
+            f(
+                "ShelvingState/CurrentState/Id",
+                Variant::NodeId(Box::new(NodeId::ns0(id))),
+            ),
+            f(
+                "ShelvingState/UnshelveTime",
+                Variant::Double(s.shelved.unshelve_time_ms(s.time)),
+            ),
+        ]);
+        if let Some(max) = shelving.max_time_shelved_ms {
+            ev.fields.push(f("MaxTimeShelved", Variant::Double(max)));
+        }
+    }
     ev.fields.extend(spec.properties.iter().cloned());
     ev
 }
@@ -272,8 +373,10 @@ impl Condition {
     }
 }
 
-/// The condition methods: BrowseName (namespace 0), the type's method, the action.
-pub const METHODS: [(&str, u32, ConditionAction); 5] = [
+/// The condition methods: BrowseName (namespace 0), the type's method, the action. The
+/// shelving ones are components of the condition's ShelvingState (`<condition>.ShelvingState.
+/// TimedShelve`), the others of the condition.
+pub const METHODS: [(&str, u32, ConditionAction); 8] = [
     (
         "Acknowledge",
         ids::ACKNOWLEDGE,
@@ -283,7 +386,31 @@ pub const METHODS: [(&str, u32, ConditionAction); 5] = [
     ("AddComment", ids::ADD_COMMENT, ConditionAction::AddComment),
     ("Enable", ids::ENABLE, ConditionAction::Enable),
     ("Disable", ids::DISABLE, ConditionAction::Disable),
+    (
+        "TimedShelve",
+        ids::TIMED_SHELVE,
+        ConditionAction::TimedShelve,
+    ),
+    (
+        "OneShotShelve",
+        ids::ONE_SHOT_SHELVE,
+        ConditionAction::OneShotShelve,
+    ),
+    ("Unshelve", ids::UNSHELVE, ConditionAction::Unshelve),
 ];
+
+/// The BrowseName of a condition's ShelvingState.
+pub const SHELVING_STATE: &str = "ShelvingState";
+
+/// The path of a condition method's node below the condition.
+pub fn method_path(name: &str, action: ConditionAction) -> Vec<QualifiedName> {
+    let mut path = Vec::with_capacity(2);
+    if action.is_shelving() {
+        path.push(QualifiedName::new(0, SHELVING_STATE));
+    }
+    path.push(QualifiedName::new(0, name));
+    path
+}
 
 /// The action of a condition's own method node (`<condition>.Acknowledge`, …, added by
 /// [`nodes::add_condition_nodes`]); `None` for any other node.
@@ -293,11 +420,17 @@ pub fn method_of(space: &AddressSpace, method_id: &NodeId) -> Option<ConditionAc
     };
     let (prefix, name) = s.as_str().rsplit_once('.')?;
     let (_, _, action) = METHODS.iter().find(|(n, _, _)| *n == name)?;
+    let prefix = if action.is_shelving() {
+        prefix.strip_suffix(SHELVING_STATE)?.strip_suffix('.')?
+    } else {
+        prefix
+    };
     space
         .app_conditions()
         .iter()
         .any(|c| {
             c.node_id.namespace == method_id.namespace
+                && (!action.is_shelving() || c.shelving.is_some())
                 && matches!(
                     &child_id(&c.node_id, &[]).identifier,
                     crate::types::Identifier::String(p) if p == prefix
@@ -356,6 +489,19 @@ impl ServerEvents {
                 if active && !s.active {
                     n.acked = false;
                     n.confirmed = false;
+                }
+                // A OneShotShelve lasts through one active state (§5.8.17.1).
+                if let Shelved::OneShot { seen_active, until } = s.shelved {
+                    n.shelved = if active {
+                        Shelved::OneShot {
+                            seen_active: true,
+                            until,
+                        }
+                    } else if seen_active && s.active {
+                        Shelved::Unshelved
+                    } else {
+                        s.shelved
+                    };
                 }
                 let default = format!("{label} {}", if active { "active" } else { "inactive" });
                 n.message = LocalizedText::new("en", message.unwrap_or(&default));
@@ -449,22 +595,220 @@ impl ServerEvents {
             Ok(Some(n))
         })?;
         if let Some(next) = next {
-            self.bus.publish(condition_event(&c.spec, &next));
-            self.store_condition_cells(space, c);
-            if let Some(hook) = &c.spec.on_action {
-                hook(&ConditionActionInfo {
-                    condition: &c.spec.node_id,
-                    action,
-                    comment,
-                    user: client_user_id,
-                    acked: next.acked,
-                    confirmed: next.confirmed,
-                    active: next.active,
-                    enabled: next.enabled,
-                });
-            }
+            self.announce(space, c, &next, action, comment, client_user_id);
         }
         Ok(())
+    }
+
+    /// After a client's action changed `c` to `next`: publishes the condition event, stores
+    /// the condition's Variables and tells the application's hook.
+    fn announce(
+        &self,
+        space: &AddressSpace,
+        c: &Condition,
+        next: &ConditionState,
+        action: ConditionAction,
+        comment: &LocalizedText,
+        user: &str,
+    ) {
+        self.bus.publish(condition_event(&c.spec, next));
+        self.store_condition_cells(space, c);
+        if let Some(hook) = &c.spec.on_action {
+            hook(&ConditionActionInfo {
+                condition: &c.spec.node_id,
+                action,
+                comment,
+                user,
+                acked: next.acked,
+                confirmed: next.confirmed,
+                active: next.active,
+                enabled: next.enabled,
+            });
+        }
+    }
+
+    /// TimedShelve (for `shelving_time_ms`), OneShotShelve or Unshelve a condition that has a
+    /// ShelvingState (Part 9 §5.8.17.2 to §5.8.17.6). On success the condition event is
+    /// published (SuppressedOrShelved and ShelvingState changed), the Variables are updated
+    /// and the application's hook is told.
+    ///
+    /// * no ShelvingState: `BadMethodInvalid`; disabled: `BadConditionDisabled`;
+    /// * TimedShelve for a time not above 0, not finite, or above MaxTimeShelved:
+    ///   `BadShelvingTimeOutOfRange`; TimedShelve when TimedShelved starts the time again;
+    /// * OneShotShelve when OneShotShelved: `BadConditionAlreadyShelved`;
+    /// * Unshelve when Unshelved: `BadConditionNotShelved`.
+    pub fn shelve(
+        &self,
+        space: &AddressSpace,
+        c: &Condition,
+        action: ConditionAction,
+        shelving_time_ms: f64,
+        client_user_id: &str,
+        now: Now,
+    ) -> Result<(), StatusCode> {
+        let Some(shelving) = c.spec.shelving else {
+            return Err(StatusCode::BadMethodInvalid);
+        };
+        let max = shelving.max_time_shelved_ms;
+        let label = &c.spec.label;
+        let next = c.change(|s| {
+            if !s.enabled {
+                return Err(StatusCode::BadConditionDisabled);
+            }
+            let (shelved, message) = match action {
+                ConditionAction::TimedShelve => {
+                    let t = shelving_time_ms;
+                    if !(t.is_finite() && t > 0.0) || max.is_some_and(|m| t > m) {
+                        return Err(StatusCode::BadShelvingTimeOutOfRange);
+                    }
+                    let (until_ns, until) = after_ms(now, t);
+                    (
+                        Shelved::Timed { until_ns, until },
+                        format!("{label} shelved for {} s", t / 1000.0),
+                    )
+                }
+                ConditionAction::OneShotShelve => {
+                    if matches!(s.shelved, Shelved::OneShot { .. }) {
+                        return Err(StatusCode::BadConditionAlreadyShelved);
+                    }
+                    (
+                        Shelved::OneShot {
+                            seen_active: s.active,
+                            until: max.map(|m| after_ms(now, m)),
+                        },
+                        format!("{label} shelved once"),
+                    )
+                }
+                ConditionAction::Unshelve => {
+                    if !s.shelved.is_shelved() {
+                        return Err(StatusCode::BadConditionNotShelved);
+                    }
+                    (Shelved::Unshelved, format!("{label} unshelved"))
+                }
+                _ => return Err(StatusCode::BadMethodInvalid),
+            };
+            let mut n = s.clone();
+            n.shelved = shelved;
+            n.message = LocalizedText::new("en", &message);
+            n.client_user_id = UaString::from(client_user_id);
+            n.last_severity = s.severity;
+            n.event_id = self.ids.next();
+            n.time = now.utc;
+            n.changes += 1;
+            Ok(Some(n))
+        })?;
+        // A shelving with a time (or its end) moves the next tick.
+        self.shelving_tick_ns.store(0, Ordering::Release);
+        if let Some(next) = next {
+            self.announce(
+                space,
+                c,
+                &next,
+                action,
+                &LocalizedText::default(),
+                client_user_id,
+            );
+        }
+        Ok(())
+    }
+
+    /// When a shard should call [`ServerEvents::shelving_tick`] (monotonic ns), if an alarm
+    /// is shelved until a time.
+    pub fn next_shelving_tick(&self) -> Option<u64> {
+        let t = self.shelving_tick_ns.load(Ordering::Acquire);
+        (t != u64::MAX).then_some(t)
+    }
+
+    /// Unshelves the alarms whose shelving time ran out (each raises its event) and brings
+    /// the UnshelveTime Variables of the others up to date; then sets the next tick: the
+    /// earliest end, at most a second away while an alarm is shelved until a time. Any shard
+    /// may call it when [`ServerEvents::next_shelving_tick`] is due; one that finds the tick
+    /// already taken by another does nothing.
+    pub fn shelving_tick(&self, space: &AddressSpace, now: Now) {
+        let due = self.shelving_tick_ns.load(Ordering::Acquire);
+        if due > now.mono_ns
+            || self
+                .shelving_tick_ns
+                .compare_exchange(due, u64::MAX, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        let mut next = u64::MAX;
+        for c in self.conditions.iter().filter(|c| c.spec.shelving.is_some()) {
+            let Some(end) = c.state().shelved.deadline_ns() else {
+                continue;
+            };
+            if end > now.mono_ns {
+                next = next.min(end).min(now.mono_ns.saturating_add(1_000_000_000));
+                self.store_unshelve_time(space, c, now.utc);
+                continue;
+            }
+            let label = &c.spec.label;
+            let changed = c.change(|s| {
+                if s.shelved.deadline_ns().is_none_or(|d| d > now.mono_ns) {
+                    return Ok(None);
+                }
+                let mut n = s.clone();
+                n.shelved = Shelved::Unshelved;
+                n.message = LocalizedText::new("en", &format!("{label} unshelved: time ran out"));
+                n.client_user_id = UaString::null();
+                n.last_severity = s.severity;
+                n.event_id = self.ids.next();
+                n.time = now.utc;
+                n.changes += 1;
+                Ok(Some(n))
+            });
+            if let Ok(Some(n)) = changed {
+                self.bus.publish(condition_event(&c.spec, &n));
+                self.store_condition_cells(space, c);
+            }
+        }
+        // A shelving during this tick stored 0, which this must not overwrite.
+        let _ = self.shelving_tick_ns.compare_exchange(
+            u64::MAX,
+            next,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Stores a shelved condition's UnshelveTime as of `at`.
+    fn store_unshelve_time(&self, space: &AddressSpace, c: &Condition, at: DateTime) {
+        let path = [
+            QualifiedName::new(0, SHELVING_STATE),
+            QualifiedName::new(0, "UnshelveTime"),
+        ];
+        if let Some(i) = space.node_index(&c.child_id(&path)) {
+            let _ = space.store_value(
+                i,
+                crate::types::DataValue {
+                    value: Variant::Double(c.state().shelved.unshelve_time_ms(at)),
+                    source_timestamp: Some(at),
+                    server_timestamp: Some(at),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+
+    /// The condition a Call of `action` on `object_id` addresses: the condition, or for a
+    /// shelving method its ShelvingState object too (§5.8.17.4: both are allowed).
+    pub fn condition_called(
+        &self,
+        object_id: &NodeId,
+        action: ConditionAction,
+    ) -> Option<&Arc<Condition>> {
+        if let Some(c) = self.condition(object_id) {
+            return Some(c);
+        }
+        if !action.is_shelving() {
+            return None;
+        }
+        self.conditions.iter().find(|c| {
+            c.spec.shelving.is_some()
+                && child_id(&c.spec.node_id, &[QualifiedName::new(0, SHELVING_STATE)]) == *object_id
+        })
     }
 
     /// Writes the newest state of every condition into its Variables.
@@ -561,6 +905,9 @@ mod tests {
             event_type: NodeId::ns0(ids::ALARM_CONDITION_TYPE),
             type_chain: Arc::from(Vec::new()),
             properties: Arc::from(Vec::new()),
+            shelving: Some(Shelving {
+                max_time_shelved_ms: Some(1000.0),
+            }),
             on_action: None,
         };
         let ev = condition_event(&spec, &ConditionState::initial(&ids, "A", DateTime(0)));

@@ -71,6 +71,15 @@ pub mod ids {
     pub const CONFIRM: u32 = 9113;
     pub const GET_MONITORED_ITEMS: u32 = 11492;
     pub const RESEND_DATA: u32 = 12873;
+    /// ShelvedStateMachineType (Part 9 §5.8.17), its states and methods.
+    pub const SHELVED_STATE_MACHINE_TYPE: u32 = 2929;
+    pub const SHELVED_UNSHELVED: u32 = 2930;
+    pub const SHELVED_TIMED: u32 = 2932;
+    pub const SHELVED_ONE_SHOT: u32 = 2933;
+    pub const UNSHELVE: u32 = 2947;
+    pub const ONE_SHOT_SHELVE: u32 = 2948;
+    pub const TIMED_SHELVE: u32 = 2949;
+    pub const FINITE_STATE_VARIABLE_TYPE: u32 = 2760;
 }
 
 /// The BaseEventType field names (browse names in namespace 0).
@@ -293,6 +302,9 @@ pub struct ServerEvents {
     pub chains: TypeChains,
     /// [`server_notifiers`], shared by every event that uses them.
     pub notifiers_server: Arc<[NodeId]>,
+    /// When a shard should next call [`ServerEvents::shelving_tick`] (monotonic ns;
+    /// `u64::MAX`: no alarm is shelved until a time).
+    pub(crate) shelving_tick_ns: std::sync::atomic::AtomicU64,
 }
 
 impl ServerEvents {
@@ -316,6 +328,7 @@ impl ServerEvents {
                 event_type: c.type_def.clone(),
                 type_chain: type_chain(space, &c.type_def),
                 properties: condition::property_fields(&c.properties),
+                shelving: c.shelving,
                 on_action: c.on_action.clone(),
             };
             conditions.push(Arc::new(Condition::new(spec, &ids, start)));
@@ -326,6 +339,7 @@ impl ServerEvents {
             ids,
             chains,
             notifiers_server: server_notifiers(),
+            shelving_tick_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
         };
         events.store_alarm_cells(space);
         events

@@ -83,6 +83,14 @@ pub const ACK_IN: &[ArgSpec] = &[
     arg("Comment", 21, BuiltinType::LocalizedText, -1, "comment"),
 ];
 /// ConditionRefresh's argument (IntegerId).
+/// TimedShelve's argument (Part 9 §5.8.17.4): ShelvingTime, a Duration in milliseconds.
+pub const SHELVE_IN: &[ArgSpec] = &[arg(
+    "ShelvingTime",
+    ids::DURATION,
+    BuiltinType::Double,
+    -1,
+    "how long the alarm stays shelved (ms)",
+)];
 pub const SUBSCRIPTION_ID_IN: &[ArgSpec] = &[arg(
     "SubscriptionId",
     INTEGER_ID,
@@ -239,22 +247,25 @@ fn method(
     Ok(())
 }
 
-/// Adds an instance `alarm` of `type_def` (AlarmConditionType or a subtype; the caller
-/// checks which) named `name`, a component of `source` (and HasCondition from it), with a
+/// Adds the nodes of the condition `c`: an instance `c.node_id` of `c.type_def`
+/// (AlarmConditionType or a subtype; the caller checks which) with the BrowseName `c.name` in
+/// its NodeId's namespace, a component of `c.source` (and HasCondition from it), with a
 /// Variable for every field of its event (EventId … Severity, Retain, EnabledState and
 /// `.Id`, AckedState and `.Id`, …, then the subtype's `properties`), ids as
 /// [`super::condition::child_id`] makes them, and its own method nodes
 /// `<alarm>.Acknowledge`, `.Confirm`, `.AddComment`, `.Enable`, `.Disable`, which serve the
-/// same as the type's (i=9111, i=9113, i=9029, i=9027, i=9028) called on the condition.
+/// same as the type's (i=9111, i=9113, i=9029, i=9027, i=9028) called on the condition. With
+/// `c.shelving`, also its ShelvingState object `<alarm>.ShelvingState` (CurrentState, `.Id`,
+/// UnshelveTime, the methods TimedShelve, OneShotShelve, Unshelve) and MaxTimeShelved.
 pub fn add_condition_nodes(
     b: &mut AddressSpaceBuilder,
-    alarm: &NodeId,
-    name: &QualifiedName,
-    source: &NodeId,
-    type_def: &NodeId,
-    properties: &[(QualifiedName, Variant)],
+    c: &crate::address_space::app::AppCondition,
     start: DateTime,
 ) -> Result<(), String> {
+    let alarm = &c.node_id;
+    let name = &QualifiedName::new(alarm.namespace, &c.name);
+    let (source, type_def, properties, shelving) =
+        (&c.source, &c.type_def, &c.properties, c.shelving);
     b.add(object(
         alarm.clone(),
         name.clone(),
@@ -276,8 +287,21 @@ pub fn add_condition_nodes(
         event_type: type_def.clone(),
         type_chain: std::sync::Arc::from(Vec::new()),
         properties: super::condition::property_fields(properties),
+        shelving,
         on_action: None,
     };
+    let shelving_state = [QualifiedName::new(0, super::condition::SHELVING_STATE)];
+    if shelving.is_some() {
+        // Its ShelvingState, a ShelvedStateMachineType (Part 9 §5.8.17), before the
+        // Variables and methods below it.
+        b.add(object(
+            super::condition::child_id(alarm, &shelving_state),
+            shelving_state[0].clone(),
+            NodeId::ns0(ids::SHELVED_STATE_MACHINE_TYPE),
+            0,
+            vec![reference(ns0::HAS_COMPONENT, false, alarm.clone())],
+        ))?;
+    }
     let state = super::condition::ConditionState::initial(&template_ids, &spec.label, start);
     let template = super::condition::condition_event(&spec, &state);
     for (path, value) in alarm_values(&template) {
@@ -294,15 +318,23 @@ pub fn add_condition_nodes(
                 };
                 (alarm.clone(), t.0, t.1)
             }
-            [first, ..] => (
-                super::condition::child_id(alarm, std::slice::from_ref(first)),
-                ns0::HAS_PROPERTY,
-                ns0::PROPERTY_TYPE,
-            ),
+            [parent @ .., last] => {
+                let t = match (parent, last.name.as_str()) {
+                    // ShelvingState.CurrentState, a FiniteStateVariableType.
+                    ([p], "CurrentState")
+                        if p.name.as_str() == super::condition::SHELVING_STATE =>
+                    {
+                        (ns0::HAS_COMPONENT, ids::FINITE_STATE_VARIABLE_TYPE)
+                    }
+                    _ => (ns0::HAS_PROPERTY, ns0::PROPERTY_TYPE),
+                };
+                (super::condition::child_id(alarm, parent), t.0, t.1)
+            }
             [] => continue,
         };
         let data_type = match path.last().map(|q| q.name.as_str()) {
             Some("Time" | "ReceiveTime" | "SourceTimestamp") => ids::UTC_TIME,
+            Some("UnshelveTime" | "MaxTimeShelved") => ids::DURATION,
             _ => value
                 .scalar_type()
                 .map_or(ns0::BASE_DATA_TYPE, |t| t as u32),
@@ -320,17 +352,27 @@ pub fn add_condition_nodes(
             start,
         ))?;
     }
-    // Its own methods, the mandatory components of its type.
+    // Its own methods, the mandatory components of its type (the shelving ones of its
+    // ShelvingState).
     for (method_name, _, action) in super::condition::METHODS {
+        if action.is_shelving() && shelving.is_none() {
+            continue;
+        }
         let inputs = match action {
-            ConditionAction::Enable | ConditionAction::Disable => &[][..],
+            ConditionAction::Enable
+            | ConditionAction::Disable
+            | ConditionAction::OneShotShelve
+            | ConditionAction::Unshelve => &[][..],
+            ConditionAction::TimedShelve => SHELVE_IN,
             _ => ACK_IN,
         };
+        let path = super::condition::method_path(method_name, action);
+        let parent = path.split_last().map_or(&[][..], |(_, p)| p);
         method(
             b,
-            super::condition::child_id(alarm, &[QualifiedName::new(0, method_name)]),
+            super::condition::child_id(alarm, &path),
             QualifiedName::new(0, method_name),
-            alarm.clone(),
+            super::condition::child_id(alarm, parent),
             inputs,
             &[],
             start,

@@ -885,10 +885,14 @@ impl ShardState {
 
     fn next_deadline_sync(&self) -> Option<u64> {
         let s = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
-        [s, self.subscriptions.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            s,
+            self.subscriptions.next_deadline(),
+            self.shared.events.next_shelving_tick(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The subscriptions of this shard.
@@ -978,6 +982,17 @@ impl ShardState {
         }
         self.subscriptions.on_timer(&self.shared, now);
         self.on_session_timer(now);
+        // Timed shelvings that ran out (any shard may do it; one does).
+        if self
+            .shared
+            .events
+            .next_shelving_tick()
+            .is_some_and(|t| t <= now.mono_ns)
+        {
+            self.shared
+                .events
+                .shelving_tick(&self.shared.address_space, now);
+        }
     }
 
     /// Closes every session whose timeout passed unused by `now`.

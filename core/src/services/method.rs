@@ -30,6 +30,8 @@
 //! Methods: the application's (`address_space::app`, registered through the `uaring`
 //! library), the condition methods Acknowledge (i=9111), Confirm (i=9113), AddComment
 //! (i=9029), Enable (i=9027) and Disable (i=9028) on a condition (or its own method nodes),
+//! TimedShelve (i=2949), OneShotShelve (i=2948) and Unshelve (i=2947) on a condition's
+//! ShelvingState or on the condition itself (or the ShelvingState's own method nodes),
 //! ConditionRefresh (i=3875) / ConditionRefresh2 (i=12912) on ConditionType,
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
 //! `services::subscription_methods`.
@@ -52,11 +54,9 @@ const HAS_ORDERED_COMPONENT: u32 = 49;
 /// The methods this server implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MethodKind {
-    Acknowledge,
-    Confirm,
-    AddComment,
-    Enable,
-    Disable,
+    /// A method of conditions (Acknowledge, …, Disable) or of their ShelvingState
+    /// (TimedShelve, OneShotShelve, Unshelve).
+    Condition(ConditionAction),
     ConditionRefresh,
     ConditionRefresh2,
     GetMonitoredItems,
@@ -77,22 +77,18 @@ impl MethodKind {
         if method_id.namespace == 0 {
             return MethodKind::of_ns0(method_id);
         }
-        crate::events::condition::method_of(space, method_id).map(|a| match a {
-            ConditionAction::Acknowledge => MethodKind::Acknowledge,
-            ConditionAction::Confirm => MethodKind::Confirm,
-            ConditionAction::AddComment => MethodKind::AddComment,
-            ConditionAction::Enable => MethodKind::Enable,
-            ConditionAction::Disable => MethodKind::Disable,
-        })
+        crate::events::condition::method_of(space, method_id).map(MethodKind::Condition)
     }
 
     fn of_ns0(method_id: &NodeId) -> Option<MethodKind> {
-        Some(match method_id.as_ns0()? {
-            ids::ACKNOWLEDGE => MethodKind::Acknowledge,
-            ids::CONFIRM => MethodKind::Confirm,
-            ids::ADD_COMMENT => MethodKind::AddComment,
-            ids::ENABLE => MethodKind::Enable,
-            ids::DISABLE => MethodKind::Disable,
+        let id = method_id.as_ns0()?;
+        if let Some((_, _, action)) = crate::events::condition::METHODS
+            .iter()
+            .find(|(_, m, _)| *m == id)
+        {
+            return Some(MethodKind::Condition(*action));
+        }
+        Some(match id {
             ids::CONDITION_REFRESH => MethodKind::ConditionRefresh,
             ids::CONDITION_REFRESH2 => MethodKind::ConditionRefresh2,
             ids::GET_MONITORED_ITEMS => MethodKind::GetMonitoredItems,
@@ -103,8 +99,16 @@ impl MethodKind {
 
     fn inputs(self) -> &'static [ArgSpec] {
         match self {
-            MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment => nodes::ACK_IN,
-            MethodKind::Enable | MethodKind::Disable => &[],
+            MethodKind::Condition(a) => match a {
+                ConditionAction::Acknowledge
+                | ConditionAction::Confirm
+                | ConditionAction::AddComment => nodes::ACK_IN,
+                ConditionAction::TimedShelve => nodes::SHELVE_IN,
+                ConditionAction::Enable
+                | ConditionAction::Disable
+                | ConditionAction::OneShotShelve
+                | ConditionAction::Unshelve => &[],
+            },
             MethodKind::ConditionRefresh => nodes::SUBSCRIPTION_ID_IN,
             MethodKind::GetMonitoredItems | MethodKind::ResendData => {
                 nodes::SERVER_SUBSCRIPTION_ID_IN
@@ -115,14 +119,7 @@ impl MethodKind {
 
     /// Does the method change server state (a read-only user may not call it)?
     fn needs_write(self) -> bool {
-        matches!(
-            self,
-            MethodKind::Acknowledge
-                | MethodKind::Confirm
-                | MethodKind::AddComment
-                | MethodKind::Enable
-                | MethodKind::Disable
-        )
+        matches!(self, MethodKind::Condition(_))
     }
 }
 
@@ -457,7 +454,15 @@ fn call_one(
         }) => *executable,
         _ => return status_only(StatusCode::BadMethodInvalid),
     };
-    if !method_of(space, object, &m.method_id) {
+    let kind = MethodKind::of(space, &m.method_id);
+    // A shelving method may be called on the alarm itself as well as on its ShelvingState
+    // (Part 9 §5.8.17.2: some clients know only the ConditionId).
+    let shelving_on_condition = matches!(kind, Some(MethodKind::Condition(a)) if a.is_shelving())
+        && shared
+            .events
+            .condition(&m.object_id)
+            .is_some_and(|c| c.spec.shelving.is_some());
+    if !shelving_on_condition && !method_of(space, object, &m.method_id) {
         return status_only(StatusCode::BadMethodInvalid);
     }
     if !executable {
@@ -466,7 +471,7 @@ fn call_one(
     if !call_permitted(space, roles, &m.object_id, &m.method_id) {
         return status_only(StatusCode::BadUserAccessDenied);
     }
-    let Some(kind) = MethodKind::of(space, &m.method_id) else {
+    let Some(kind) = kind else {
         return match space.app_method(&m.method_id) {
             Some(app) => call_app(app, m, user, now, deferred),
             None => status_only(StatusCode::BadNotImplemented),
@@ -496,9 +501,11 @@ fn call_one(
             }
         };
         match kind {
-            MethodKind::Acknowledge | MethodKind::Confirm | MethodKind::AddComment
-                if text_of(arg(1)).text.as_str().chars().count() > MAX_COMMENT_CHARS =>
-            {
+            MethodKind::Condition(
+                ConditionAction::Acknowledge
+                | ConditionAction::Confirm
+                | ConditionAction::AddComment,
+            ) if text_of(arg(1)).text.as_str().chars().count() > MAX_COMMENT_CHARS => {
                 out_of_range(1);
             }
             _ => {}
@@ -522,29 +529,32 @@ fn call_one(
         },
     };
     match kind {
-        MethodKind::Acknowledge
-        | MethodKind::Confirm
-        | MethodKind::AddComment
-        | MethodKind::Enable
-        | MethodKind::Disable => {
-            let Some(condition) = shared.events.condition(&m.object_id).cloned() else {
+        MethodKind::Condition(action) => {
+            let Some(condition) = shared
+                .events
+                .condition_called(&m.object_id, action)
+                .cloned()
+            else {
                 return status_only(StatusCode::BadNodeIdInvalid);
             };
-            let (event_id, comment) = match kind {
-                MethodKind::Enable | MethodKind::Disable => {
+            if action.is_shelving() {
+                let time = match arg(0) {
+                    Variant::Double(t) => *t,
+                    _ => 0.0,
+                };
+                let r = shared
+                    .events
+                    .shelve(space, &condition, action, time, user, now);
+                return done(r.err().unwrap_or(StatusCode::Good), Vec::new());
+            }
+            let (event_id, comment) = match action {
+                ConditionAction::Enable | ConditionAction::Disable => {
                     (ByteString::null(), LocalizedText::default())
                 }
                 _ => match arg(0) {
                     Variant::ByteString(b) => (b.clone(), text_of(arg(1))),
                     _ => (ByteString::null(), text_of(arg(1))),
                 },
-            };
-            let action = match kind {
-                MethodKind::Acknowledge => ConditionAction::Acknowledge,
-                MethodKind::Confirm => ConditionAction::Confirm,
-                MethodKind::AddComment => ConditionAction::AddComment,
-                MethodKind::Enable => ConditionAction::Enable,
-                _ => ConditionAction::Disable,
             };
             let r = shared.events.condition_action(
                 space, &condition, action, &event_id, &comment, user, now.utc,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use uaring_core::address_space::app::{
-    AppCondition, AppMethod, ArgDef, Computed, MethodHandler, ReadFn,
+    AppCondition, AppMethod, ArgDef, Computed, MethodHandler, ReadFn, Shelving,
 };
 use uaring_core::address_space::build::make::{
     folder, make_variable, variable, READ_ONLY, WRITABLE,
@@ -110,6 +110,10 @@ pub fn add(b: &mut AddressSpaceBuilder, c: &Content, now: Now) -> Result<(), Str
 pub const BENCHMARK_VALUE_FIRST_ID: u32 = 1001;
 pub const BENCHMARK_ARRAY_FIRST_ID: u32 = 2001;
 pub const COUNTER_PERIOD_MS: u32 = 100;
+/// The test alarm's shelving: MaxTimeShelved one hour.
+pub const DEMO_SHELVING: Shelving = Shelving {
+    max_time_shelved_ms: Some(3_600_000.0),
+};
 pub const SINE_PERIOD_MS: u32 = 10_000;
 
 fn initial(v: Variant, t: DateTime) -> DataValue {
@@ -474,23 +478,17 @@ fn add_demo(b: &mut AddressSpaceBuilder, now: Now) -> Result<(), String> {
         ],
     ))?;
     let alarm_type = NodeId::ns0(events::ids::ALARM_CONDITION_TYPE);
-    events::nodes::add_condition_nodes(
-        b,
-        &alarm_id(),
-        &q("Alarm"),
-        &demo_events_id(),
-        &alarm_type,
-        &[],
-        start,
-    )?;
-    b.set_condition(AppCondition {
+    let alarm = AppCondition {
         node_id: alarm_id(),
         name: "Alarm".into(),
         source: demo_events_id(),
         type_def: alarm_type,
         properties: Vec::new(),
+        shelving: Some(DEMO_SHELVING),
         on_action: None,
-    });
+    };
+    events::nodes::add_condition_nodes(b, &alarm, start)?;
+    b.set_condition(alarm);
 
     // Two quick methods.
     b.add(folder(methods_folder_id(), q("Methods"), s("Demo")))?;

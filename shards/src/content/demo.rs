@@ -183,7 +183,11 @@ pub fn add_demo(b: &mut ServerBuilder, ns: &Namespace, rate_per_s: f64) -> DemoP
             .event_notifier(true),
     );
     b.add_reference(&demo, NodeRef::ns0(HAS_NOTIFIER), &source);
-    let alarm = b.add_alarm(AlarmDef::new(id("Demo.Events.Alarm"), "Alarm", &source));
+    // Shelvable for up to an hour (its ShelvingState: TimedShelve, OneShotShelve, Unshelve).
+    let alarm = b.add_alarm(
+        AlarmDef::new(id("Demo.Events.Alarm"), "Alarm", &source)
+            .shelving(Some(std::time::Duration::from_secs(3600))),
+    );
 
     // Methods.
     let methods = b.add_folder(id("Demo.Methods"), "Methods", &demo);

@@ -265,3 +265,68 @@ def test_condition_refresh_acknowledge_and_confirm(server):
             assert await c.get_node(ua.NodeId("Demo.Events.Alarm.ConfirmedState.Id", 1)).read_value() is True
 
     run(body())
+
+
+def test_alarm_shelving(server):
+    """The Demo alarm's ShelvingState (Part 9 §5.8.17): asyncua browses to it and calls
+    TimedShelve, OneShotShelve and Unshelve on it and on the alarm, sees the shelving in the
+    alarm's events (SuppressedOrShelved, ShelvingState/CurrentState/Id) and Variables, and a
+    timed shelving end by itself."""
+    TIMED_SHELVED, ONE_SHOT_SHELVED, UNSHELVED = ua.NodeId(2932, 0), ua.NodeId(2933, 0), ua.NodeId(2930, 0)
+
+    async def body():
+        async with Client(server.url, timeout=10) as c:
+            r = Raw(c)
+            sub = await r.create_subscription(interval=50)
+            f = ua.EventFilter()
+            f.SelectClauses = [
+                select(type_id=ua.NodeId(2782, 0), attr=ua.AttributeIds.NodeId),
+                select("SuppressedOrShelved", type_id=ua.NodeId(2915, 0)),
+                select("ShelvingState", "CurrentState", "Id", type_id=ua.NodeId(2915, 0)),
+            ]
+            res = await event_items(r, sub.SubscriptionId, [(DEMO_EVENTS, f)])
+            assert res[0].StatusCode.is_good()
+            alarm = c.get_node(ALARM)
+            shelving = await alarm.get_child(["0:ShelvingState"])
+            assert shelving.nodeid == ua.NodeId("Demo.Events.Alarm.ShelvingState", 1)
+            assert (await shelving.read_type_definition()) == ua.NodeId(2929, 0)
+            timed = await shelving.get_child(["0:TimedShelve"])
+            unshelve = await shelving.get_child(["0:Unshelve"])
+            state_id = await shelving.get_child(["0:CurrentState", "0:Id"])
+            unshelve_time = await shelving.get_child(["0:UnshelveTime"])
+            max_time = await alarm.get_child(["0:MaxTimeShelved"])
+            assert await max_time.read_value() == 3_600_000.0
+            assert await state_id.read_value() == UNSHELVED
+
+            def shelving_events(got, state):
+                return [ev for (_, ev) in got if ev[0] == ALARM and ev[2] == state]
+
+            # Refusals: not shelved, a time out of range.
+            with pytest.raises(ua.uaerrors.BadConditionNotShelved):
+                await shelving.call_method(unshelve)
+            with pytest.raises(ua.uaerrors.BadShelvingTimeOutOfRange):
+                await shelving.call_method(timed, ua.Variant(7_200_000.0, ua.VariantType.Double))
+
+            # TimedShelve on the ShelvingState for 1.5 s; it ends by itself.
+            await shelving.call_method(timed, ua.Variant(1500.0, ua.VariantType.Double))
+            assert await state_id.read_value() == TIMED_SHELVED
+            assert 0 < await unshelve_time.read_value() <= 1500.0
+            assert await (await alarm.get_child(["0:SuppressedOrShelved"])).read_value() is True
+            got = await collect_events(r, lambda g: shelving_events(g, TIMED_SHELVED))
+            assert shelving_events(got, TIMED_SHELVED)[-1][1] is True
+            got = await collect_events(r, lambda g: shelving_events(g, UNSHELVED), tries=100)
+            assert shelving_events(got, UNSHELVED)[-1][1] is False, "the shelving time ran out"
+            assert await state_id.read_value() == UNSHELVED
+            assert await unshelve_time.read_value() == 0.0
+
+            # The type's methods called on the alarm itself: OneShotShelve, then Unshelve.
+            await alarm.call_method(ua.NodeId(2948, 0))
+            assert await state_id.read_value() == ONE_SHOT_SHELVED
+            with pytest.raises(ua.uaerrors.BadConditionAlreadyShelved):
+                await alarm.call_method(ua.NodeId(2948, 0))
+            await alarm.call_method(ua.NodeId(2947, 0))
+            assert await state_id.read_value() == UNSHELVED
+            # Both raised their events.
+            await collect_events(r, lambda g: shelving_events(g, ONE_SHOT_SHELVED) and shelving_events(g, UNSHELVED))
+
+    run(body())
