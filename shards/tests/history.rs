@@ -627,3 +627,85 @@ fn lost_values_are_marked(on_full: &str) {
     drop(level);
     server.shutdown().unwrap();
 }
+
+/// Chunks the store cannot read (its segment files cut short under it, as a failing disk
+/// would) stand in a raw read as one Bad_DataUnavailable value each, at the chunk's first
+/// time: the client sees where values are missing, gets the rest, and the server goes on
+/// serving.
+#[test]
+fn a_damaged_store_answers_bad_data_unavailable() {
+    let _serial = serial();
+    let dir = Dir::new("damaged");
+    let t0 = t0();
+    let mut b = builder(&dir);
+    let ns = b.namespace("urn:test:history");
+    let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let id = NodeId::string(nsi, "Level");
+    // Several sealed chunks of 1,024 values each, on disk in segment files.
+    let n = 5_000;
+    for i in 0..n {
+        level.set_with(dv(at(t0, i as f64), i as f64)).unwrap();
+    }
+    let mut c = session(&server.endpoint_url());
+    let end = at(t0, n as f64);
+    wait_for(&mut c, &id, t0, end, n);
+    let mut cut = 0;
+    for e in std::fs::read_dir(dir.0.join("store")).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap().to_string_lossy().starts_with("seg-") {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            cut += 1;
+        }
+    }
+    assert!(cut > 0, "the values are in segment files");
+    let details = ExtensionObject::from_struct(&ReadRawModifiedDetails {
+        is_read_modified: false,
+        start_time: t0,
+        end_time: end,
+        num_values_per_node: 0,
+        return_bounds: false,
+    });
+    let r = history_read(
+        &mut c,
+        details,
+        vec![HistoryReadValueId {
+            node_id: id.clone(),
+            ..Default::default()
+        }],
+    );
+    let res = &r.results[0];
+    assert_eq!(res.status_code, StatusCode::Good);
+    let v = data(res);
+    let gaps: Vec<&DataValue> = v
+        .iter()
+        .filter(|d| d.status == Some(StatusCode::BadDataUnavailable))
+        .collect();
+    // 5,000 values (and the start value): four sealed chunks of 1,024 on disk, the rest in
+    // the head in memory. Each chunk is one gap, in time order, before the head's values.
+    assert_eq!(gaps.len(), 4, "one per unreadable chunk");
+    assert_eq!(gaps[0].source_timestamp, Some(t0));
+    assert!(gaps
+        .windows(2)
+        .all(|w| w[0].source_timestamp < w[1].source_timestamp));
+    assert!(gaps.iter().all(|g| g.value == Variant::Empty));
+    assert!(v[..4]
+        .iter()
+        .all(|d| d.status == Some(StatusCode::BadDataUnavailable)));
+    let good = doubles(&v[4..]);
+    let first = n - good.len();
+    assert!((800..1024).contains(&good.len()), "{}", good.len());
+    assert_eq!(good, (first..n).map(|i| i as f64).collect::<Vec<_>>());
+    // The session and the server are fine: a Read of the node still answers.
+    let v = c.read_values(std::slice::from_ref(&id)).expect("Read");
+    assert!(v[0].status.is_none_or(|s| s.is_good()), "{v:?}");
+    let _ = c.close();
+    drop(level);
+    server.shutdown().unwrap();
+}

@@ -672,7 +672,7 @@ fn any_flipped_byte_in_the_newest_segment_leaves_a_prefix() {
 }
 
 #[test]
-fn a_damaged_chunk_in_an_older_segment_is_skipped_and_counted() {
+fn a_damaged_chunk_in_an_older_segment_is_marked_and_counted() {
     let dir = tmp("old-seg");
     let mut c = cfg(&dir);
     c.chunk_samples = 100;
@@ -701,7 +701,16 @@ fn a_damaged_chunk_in_an_older_segment_is_skipped_and_counted() {
     std::fs::write(&segs[0], &bytes).unwrap();
     let store = Store::open(c).unwrap();
     let got = read_all(&store, id);
-    assert_eq!(got, all[100..].to_vec());
+    // The damaged chunk's 100 values stand as one Bad_DataUnavailable value at its first
+    // time; the rest is all there.
+    let mut expected = vec![Sample {
+        source_ts: T0,
+        server_ts: T0,
+        status: uaring_core::StatusCode::BadDataUnavailable.0,
+        value: Variant::Empty,
+    }];
+    expected.extend_from_slice(&all[100..]);
+    assert_eq!(got, expected);
     assert!(store.stats().io_errors >= 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -448,7 +448,7 @@ impl Historian {
             let mut v = Vec::new();
             self.store
                 .read(id, t, t, false, 1, &mut v)
-                .map_err(store_status)?;
+                .map_err(update_status)?;
             Ok(!v.is_empty())
         };
         let now = crate::clock::utc_now().0;
@@ -474,11 +474,11 @@ impl Historian {
                         (PerformUpdateType::Insert, false) | (PerformUpdateType::Update, false) => {
                             self.store
                                 .append(std::iter::once((id, sample)))
-                                .map_err(store_status)?;
+                                .map_err(update_status)?;
                             StatusCode::GoodEntryInserted
                         }
                         (PerformUpdateType::Replace, true) | (PerformUpdateType::Update, true) => {
-                            self.store.replace(id, sample).map_err(store_status)?;
+                            self.store.replace(id, sample).map_err(update_status)?;
                             StatusCode::GoodEntryReplaced
                         }
                         _ => StatusCode::BadHistoryOperationInvalid,
@@ -493,7 +493,7 @@ impl Historian {
                 } else {
                     (first, bound)
                 };
-                let n = self.store.delete_range(id, lo, hi).map_err(store_status)?;
+                let n = self.store.delete_range(id, lo, hi).map_err(update_status)?;
                 if n == 0 {
                     status = StatusCode::BadNoData;
                 }
@@ -503,7 +503,7 @@ impl Historian {
                     let n = self
                         .store
                         .delete_range(id, t.0, t.0)
-                        .map_err(store_status)?;
+                        .map_err(update_status)?;
                     results.push(if n == 0 {
                         StatusCode::BadNoEntryExists
                     } else {
@@ -512,7 +512,7 @@ impl Historian {
                 }
             }
         }
-        self.store.flush().map_err(store_status)?;
+        self.store.flush().map_err(update_status)?;
         Ok(HistoryUpdateResult {
             status_code: status,
             operation_results: results,
@@ -933,9 +933,29 @@ fn lerp(a: f64, b: f64, ta: i64, tb: i64, t: i64) -> f64 {
     a + (b - a) * ((t - ta) as f64 / (tb - ta) as f64)
 }
 
+/// A read the store could not do: its data is there but cannot be had now (an I/O error, a
+/// damaged record, the store locked), Bad_DataUnavailable ("temporary unavailability" of an
+/// archive); an argument the store refuses, Bad_HistoryOperationInvalid.
 fn store_status(e: StoreError) -> StatusCode {
     tracing::warn!(error = %e, "history store read failed");
-    StatusCode::BadHistoryOperationInvalid
+    match e {
+        StoreError::Invalid(_) => StatusCode::BadHistoryOperationInvalid,
+        StoreError::Io(_) | StoreError::Corrupt(_) | StoreError::Locked => {
+            StatusCode::BadDataUnavailable
+        }
+    }
+}
+
+/// An update the store could not do: an I/O error (a full disk, say) is
+/// Bad_ResourceUnavailable, damaged data Bad_DataUnavailable, an argument the store refuses
+/// Bad_HistoryOperationInvalid. Nothing of a failed update is acknowledged.
+fn update_status(e: StoreError) -> StatusCode {
+    tracing::warn!(error = %e, "history store update failed");
+    match e {
+        StoreError::Invalid(_) => StatusCode::BadHistoryOperationInvalid,
+        StoreError::Io(_) => StatusCode::BadResourceUnavailable,
+        StoreError::Corrupt(_) | StoreError::Locked => StatusCode::BadDataUnavailable,
+    }
 }
 
 /// A sample as a DataValue with both timestamps.

@@ -26,6 +26,9 @@ const MAX_PAYLOAD: u32 = 8 << 20;
 const MAX_COUNT: u32 = 65_536;
 /// A head is sealed at this many bytes of samples (as logged) whatever its count.
 const HEAD_BYTES: usize = 1 << 20;
+/// The status of the value that stands for a chunk a read could not load:
+/// Bad_DataUnavailable ("temporary unavailability" of an archive, Part 4).
+pub const UNREADABLE_CHUNK: u32 = uaring_core::StatusCode::BadDataUnavailable.0;
 /// At a checkpoint, heads below this many samples are carried into the new WAL.
 const CARRY_MAX: usize = 64;
 const MAX_KEY_LEN: usize = 4096;
@@ -1549,8 +1552,18 @@ impl Store {
                     Some(c) => {
                         let start = merged.len();
                         if self.load_chunk(c, &mut buf, &mut merged).is_err() {
+                            // A chunk that cannot be read (an I/O error, a bad CRC) stands
+                            // in the answer as one Bad_DataUnavailable value at its first
+                            // time within the range: the client sees the gap.
                             merged.truncate(start);
                             self.c.io_errors.fetch_add(1, Relaxed);
+                            let t = c.min.clamp(from, to);
+                            merged.push(Sample {
+                                source_ts: t,
+                                server_ts: t,
+                                status: UNREADABLE_CHUNK,
+                                value: uaring_core::types::Variant::Empty,
+                            });
                             continue;
                         }
                         // Only a chunk across a bound, or under a later delete, is filtered.
