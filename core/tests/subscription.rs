@@ -587,3 +587,75 @@ fn items_on_other_attributes_report_once() {
         "no timed sampling for it"
     );
 }
+
+/// DeleteMonitoredItems of several items in one call (the subscription's lists cleaned once
+/// for the whole request): the deleted ones — with values queued and waiting to be
+/// published — report nothing more, an unknown id in the same call is refused alone, and
+/// the others go on reporting.
+#[test]
+fn deleting_several_items_in_one_call_leaves_the_others_reporting() {
+    let mut s = counters(6);
+    let sub = s.create(100.0, 10, 100, 0).subscription_id;
+    let nodes: Vec<(NodeId, f64, u32)> =
+        (1..=6).map(|i| (NodeId::numeric(1, i), 10.0, 1)).collect();
+    let r = s.items(sub, &nodes);
+    assert!(r.iter().all(|x| x.status_code == StatusCode::Good));
+    let ids: Vec<u32> = r.iter().map(|x| x.monitored_item_id).collect();
+    // Every item has a value queued (ready), none published yet.
+    s.run_ms(50, 10);
+    let hd = s.h.header(&s.token);
+    let del = s.h.call(Request::DeleteMonitoredItems(Box::new(
+        DeleteMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: sub,
+            monitored_item_ids: vec![ids[1], ids[3], 999_999, ids[4]],
+        },
+    )));
+    let Response::DeleteMonitoredItems(del) = del else {
+        panic!("{del:?}")
+    };
+    assert_eq!(
+        del.results,
+        vec![
+            StatusCode::Good,
+            StatusCode::Good,
+            StatusCode::BadMonitoredItemIdInvalid,
+            StatusCode::Good
+        ]
+    );
+    let handles = |s: &mut Sub| -> Vec<u32> {
+        assert!(s.publish(vec![]).is_none());
+        s.run_ms(100, 10);
+        let resp = s.responses();
+        assert_eq!(resp.len(), 1);
+        let mut h: Vec<u32> = data_changes(&resp[0].notification_message)
+            .iter()
+            .map(|n| n.client_handle)
+            .collect();
+        h.sort_unstable();
+        h
+    };
+    // Client handles are 1..=6 in creation order: 2, 4 and 5 are gone.
+    assert_eq!(
+        handles(&mut s),
+        vec![1, 3, 6],
+        "what was queued, less the deleted"
+    );
+    assert_eq!(handles(&mut s), vec![1, 3, 6], "and what is sampled after");
+    // Deleting them again: each is unknown now.
+    let hd = s.h.header(&s.token);
+    let again = s.h.call(Request::DeleteMonitoredItems(Box::new(
+        DeleteMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: sub,
+            monitored_item_ids: vec![ids[1], ids[0]],
+        },
+    )));
+    let Response::DeleteMonitoredItems(again) = again else {
+        panic!("{again:?}")
+    };
+    assert_eq!(
+        again.results,
+        vec![StatusCode::BadMonitoredItemIdInvalid, StatusCode::Good]
+    );
+}

@@ -2531,17 +2531,30 @@ impl SubscriptionEngine {
     ) -> Result<Vec<StatusCode>, StatusCode> {
         let slot = self.sub_slot(key, sub_id)?;
         let mut results = Vec::with_capacity(ids.len());
+        // The subscription's lists are cleaned once for the whole request (not once per
+        // item: deleting k of n items costs O(n + k log k), not O(n·k)); the ready list only
+        // when a deleted item was on it.
+        let mut removed: Vec<u32> = Vec::with_capacity(ids.len());
+        let mut any_ready = false;
         for &id in ids {
             match self.item_slot(slot, id) {
                 Ok(it) => {
+                    any_ready |= matches!(self.items.get(it as usize), Some(Some(i)) if i.in_ready);
                     self.remove_item_slot(it);
-                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
-                        s.items.retain(|&x| x != it);
-                        s.ready.retain(|&x| x != it);
-                    }
+                    removed.push(it);
                     results.push(StatusCode::Good);
                 }
                 Err(e) => results.push(e),
+            }
+        }
+        if !removed.is_empty() {
+            removed.sort_unstable();
+            let gone = |x: &u32| removed.binary_search(x).is_ok();
+            if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                s.items.retain(|x| !gone(x));
+                if any_ready {
+                    s.ready.retain(|x| !gone(x));
+                }
             }
         }
         Ok(results)
@@ -2580,12 +2593,15 @@ impl SubscriptionEngine {
                 continue;
             }
             if mode == MonitoringMode::Disabled {
+                let was_ready = item.in_ready;
                 item.queue.clear();
                 item.last = None;
                 item.triggered = false;
                 self.stop_sampling(it);
-                if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
-                    s.ready.retain(|&x| x != it);
+                if was_ready {
+                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                        s.ready.retain(|&x| x != it);
+                    }
                 }
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.in_ready = false;
@@ -2615,9 +2631,11 @@ impl SubscriptionEngine {
                 }
             } else {
                 // Reporting → Sampling: keep the queue; stop reporting it.
-                item.in_ready = false;
-                if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
-                    s.ready.retain(|&x| x != it);
+                let was_ready = std::mem::replace(&mut item.in_ready, false);
+                if was_ready {
+                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                        s.ready.retain(|&x| x != it);
+                    }
                 }
             }
             results.push(StatusCode::Good);

@@ -1,0 +1,351 @@
+//! Plant scale on one shard (issue 29): what a node and a monitored item cost in memory, and
+//! whether creating, deleting and sampling items stays proportional to the work asked for as
+//! the server fills up. Prints a table; no criterion (each step runs once, on a big state).
+//!
+//! * **Memory per node**: the heap the address space holds (live bytes: allocated less freed,
+//!   counted by this bench's global allocator) for N Double Variables with a stored value
+//!   (`ns=1;s=Plant.V<i>`, organized by one folder), less the same server without them;
+//!   and for N folders.
+//! * **Monitored items**: one session, one subscription (publishing 1 s), items on distinct
+//!   counter Variables at a sampling interval of 1 s, queue 1, created in CreateMonitoredItems
+//!   calls of `BATCH` items up to `ITEMS`. For each decile: the median and the slowest call
+//!   (µs per item; the slowest is where a table of the shard doubled), the live heap per item
+//!   (tables included, so it steps with their doublings), one sampling pass over every item (ns
+//!   per item sampled), and at the end DeleteMonitoredItems of one batch with all the others
+//!   still there.
+//!
+//! `cargo bench -p uaring-core --bench scale` (ITEMS = 1,000,000; `SCALE_ITEMS=N` for fewer).
+//! Run on a quiet machine: each figure is one measurement.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use uaring_core::address_space::build::make::{folder, variable, WRITABLE};
+use uaring_core::address_space::ids;
+use uaring_core::config::ServerConfig;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::server::context::RequestContext;
+use uaring_core::server::shard::ShardState;
+use uaring_core::server::shared::ServerShared;
+use uaring_core::services::dispatch;
+use uaring_core::types::{DataValue, QualifiedName, Variant};
+use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
+
+#[path = "../tests/support/content.rs"]
+mod content;
+
+/// Live heap bytes of the whole process (allocated less freed).
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+struct Live;
+
+// SAFETY: forwards to the system allocator; the bookkeeping is one atomic add.
+unsafe impl GlobalAlloc for Live {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
+        System.alloc(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
+        System.dealloc(p, l)
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
+        System.alloc_zeroed(l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as i64 - l.size() as i64, Ordering::Relaxed);
+        System.realloc(p, l, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Live = Live;
+
+fn live() -> i64 {
+    LIVE.load(Ordering::Relaxed)
+}
+
+const CH: u32 = 7;
+const BATCH: u32 = 10_000;
+
+fn ctx() -> RequestContext<'static> {
+    RequestContext {
+        channel_id: CH,
+        security_policy_uri: "http://opcfoundation.org/UA/SecurityPolicy#None",
+        security_mode: MessageSecurityMode::None,
+        client_certificate: None,
+        peer: None,
+        endpoint_url: "opc.tcp://bench:4840",
+    }
+}
+
+fn start() -> Now {
+    Now::new(
+        1_000_000_000,
+        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+    )
+}
+
+fn config() -> ServerConfig {
+    let mut c = ServerConfig::default();
+    c.operation_limits.max_monitored_items_per_call = BATCH;
+    c.subscriptions.max_monitored_items_per_subscription = 10_000_000;
+    c.subscriptions.max_monitored_items_per_shard = 10_000_000;
+    c
+}
+
+/// The live heap of a server with the contract's content and `extend`'s nodes (the server
+/// dropped before the next is built).
+fn server_bytes(
+    extend: impl FnMut(
+        &mut uaring_core::address_space::build::AddressSpaceBuilder,
+    ) -> Result<(), String>,
+) -> i64 {
+    let before = live();
+    let s = content::new_and(config(), start(), extend).expect("server");
+    let bytes = live() - before;
+    drop(s);
+    bytes
+}
+
+fn node_memory(n: u32) {
+    let base = server_bytes(|_| Ok(()));
+    let plant = NodeId::string(1, "Plant");
+    let vars = server_bytes(|b| {
+        b.reserve(n as usize + 1);
+        b.add(folder(
+            plant.clone(),
+            QualifiedName::new(1, "Plant"),
+            NodeId::ns0(ids::OBJECTS_FOLDER),
+        ))?;
+        for i in 0..n {
+            b.add(variable(
+                NodeId::string(1, format!("Plant.V{i}")),
+                QualifiedName::new(1, &format!("V{i}")),
+                NodeId::ns0(11),
+                -1,
+                Vec::new(),
+                DataValue {
+                    value: Variant::Double(i as f64),
+                    ..Default::default()
+                },
+                WRITABLE,
+                0.0,
+                Some((plant.clone(), ids::ORGANIZES)),
+            ))?;
+        }
+        Ok(())
+    });
+    let folders = server_bytes(|b| {
+        b.reserve(n as usize);
+        for i in 0..n {
+            b.add(folder(
+                NodeId::string(1, format!("Plant.F{i}")),
+                QualifiedName::new(1, &format!("F{i}")),
+                NodeId::ns0(ids::OBJECTS_FOLDER),
+            ))?;
+        }
+        Ok(())
+    });
+    println!("| memory per node ({n} nodes) | bytes |");
+    println!("|---|---:|");
+    println!(
+        "| Double Variable with a stored value, `s=Plant.V<i>` | {:.0} |",
+        (vars - base) as f64 / n as f64
+    );
+    println!(
+        "| Folder (Object), `s=Plant.F<i>` | {:.0} |",
+        (folders - base) as f64 / n as f64
+    );
+    println!();
+}
+
+struct Shard {
+    shard: ShardState,
+    now: Now,
+    token: NodeId,
+    handle: u32,
+    sub: u32,
+}
+
+impl Shard {
+    fn header(&mut self) -> RequestHeader {
+        self.handle += 1;
+        RequestHeader {
+            authentication_token: self.token.clone(),
+            request_handle: self.handle,
+            timeout_hint: 0,
+            ..Default::default()
+        }
+    }
+
+    fn call(&mut self, r: Request) -> Response {
+        dispatch(&mut self.shard, &ctx(), r, self.now)
+    }
+
+    fn new(counters: u32) -> Shard {
+        let shared: Arc<ServerShared> =
+            content::new_with(config(), start(), &content::Content::counters(counters))
+                .expect("server");
+        let shard = ShardState::new(
+            shared,
+            0,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        );
+        let mut s = Shard {
+            shard,
+            now: start(),
+            token: NodeId::NULL,
+            handle: 0,
+            sub: 0,
+        };
+        let Response::CreateSession(cs) =
+            s.call(Request::CreateSession(Box::new(CreateSessionRequest {
+                requested_session_timeout: 3_600_000.0,
+                ..Default::default()
+            })))
+        else {
+            panic!("CreateSession")
+        };
+        s.token = cs.authentication_token.clone();
+        let hd = s.header();
+        let r = s.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+            request_header: hd,
+            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: UaString::from("anonymous"),
+            }),
+            ..Default::default()
+        })));
+        assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
+        let hd = s.header();
+        let Response::CreateSubscription(sub) = s.call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                request_header: hd,
+                requested_publishing_interval: 1000.0,
+                requested_lifetime_count: 1_000_000,
+                requested_max_keep_alive_count: 1000,
+                publishing_enabled: true,
+                ..Default::default()
+            },
+        ))) else {
+            panic!("CreateSubscription")
+        };
+        s.sub = sub.subscription_id;
+        s
+    }
+
+    /// Creates items on counters `first..first + n` (1 s, queue 1); their server handles.
+    fn create(&mut self, first: u32, n: u32) -> Vec<u32> {
+        let items = (first..first + n)
+            .map(|i| MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId {
+                    node_id: NodeId::numeric(1, i + 1),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: i,
+                    sampling_interval: 1000.0,
+                    queue_size: 1,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        let hd = self.header();
+        let sub = self.sub;
+        let Response::CreateMonitoredItems(m) = self.call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: items,
+            },
+        ))) else {
+            panic!("CreateMonitoredItems")
+        };
+        assert!(m.results.iter().all(|x| x.status_code.is_good()));
+        m.results.iter().map(|r| r.monitored_item_id).collect()
+    }
+
+    fn delete(&mut self, ids: Vec<u32>) {
+        let hd = self.header();
+        let sub = self.sub;
+        let Response::DeleteMonitoredItems(d) = self.call(Request::DeleteMonitoredItems(Box::new(
+            DeleteMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                monitored_item_ids: ids,
+            },
+        ))) else {
+            panic!("DeleteMonitoredItems")
+        };
+        assert!(d.results.iter().all(|s| s.is_good()));
+    }
+
+    /// One second on: every item samples once. Its time.
+    fn sampling_pass(&mut self) -> std::time::Duration {
+        self.now = self.now.advance_ns(1_000_000_000);
+        let t = Instant::now();
+        self.shard.on_timer(self.now);
+        t.elapsed()
+    }
+}
+
+fn items_at_scale(total: u32) {
+    let mut s = Shard::new(total);
+    println!("| items on the server | CreateMonitoredItems of {BATCH}: µs per item, median (max) of the calls since the row above | live heap per item, bytes | one sampling pass: ns per item |");
+    println!("|---:|---:|---:|---:|");
+    let step = (total / 10).max(BATCH);
+    let mut created = 0u32;
+    let mut handles = Vec::new();
+    let mut calls: Vec<f64> = Vec::new();
+    let before = live();
+    while created < total {
+        let n = BATCH.min(total - created);
+        let t = Instant::now();
+        handles.push(s.create(created, n));
+        calls.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        created += n;
+        if created == n || created % step == 0 || created == total {
+            let per_item = (live() - before) as f64 / created as f64;
+            calls.sort_by(f64::total_cmp);
+            let median = calls[calls.len() / 2];
+            let max = calls[calls.len() - 1];
+            calls.clear();
+            s.sampling_pass(); // the first pass after new items warms what they added
+            let pass = s.sampling_pass();
+            println!(
+                "| {created} | {median:.2} ({max:.2}) | {per_item:.0} | {:.0} |",
+                pass.as_secs_f64() * 1e9 / created as f64
+            );
+        }
+    }
+    // Deleting one batch (the first created) with all the others there.
+    let first = handles.remove(0);
+    let n = first.len();
+    let t = Instant::now();
+    s.delete(first);
+    println!();
+    println!(
+        "DeleteMonitoredItems of {n} with {} others on the server: {:.2} µs per item",
+        created as usize - n,
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    println!();
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is read.
+    let total: u32 = std::env::var("SCALE_ITEMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    node_memory(100_000);
+    items_at_scale(total);
+}
