@@ -260,6 +260,12 @@ pub fn request_rescan() {
     RESCAN_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
 }
 
+/// How many [`request_rescan`]s the process has seen (a refresher compares it with the one it
+/// last acted on).
+pub fn rescan_generation() -> u64 {
+    RESCAN_GENERATION.load(std::sync::atomic::Ordering::Acquire)
+}
+
 const DIRS: [&str; 7] = [
     "own/certs",
     "own/private",
@@ -405,6 +411,18 @@ impl Pki {
     }
 
     fn scan_fingerprint(&self) -> u64 {
+        Pki::fingerprint_of(&self.root)
+    }
+
+    /// What this store was loaded from, as [`Pki::fingerprint_of`] gives it.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The listing, sizes and mtimes of the trust directories under `root`, hashed (a few
+    /// `readdir`/`stat` calls): when it differs from a store's [`Pki::fingerprint`], the store
+    /// is out of date.
+    pub fn fingerprint_of(root: &Path) -> u64 {
         let mut h = DefaultHasher::new();
         for sub in [
             "trusted/certs",
@@ -412,7 +430,7 @@ impl Pki {
             "issuers/certs",
             "issuers/crl",
         ] {
-            let dir = self.root.join(sub);
+            let dir = root.join(sub);
             sub.hash(&mut h);
             if let Ok(rd) = fs::read_dir(&dir) {
                 let mut entries: Vec<(String, u64, i128)> = rd

@@ -5,19 +5,22 @@
 //!
 //! Ownership (thread per core): the own certificate and key ([`OwnIdentity`]) are built once
 //! and shared read-only by every shard. Each shard owns a [`ShardTrust`]: its own [`Pki`]
-//! (rescanned with `refresh_if_stale` before each validation, so a certificate dropped into
-//! `trusted/certs` is accepted within `rescan_interval_ms`) and a handle on the process-wide
+//! (rescanned by the runtime calling [`ShardTrust::refresh`] from a thread of its own, never on
+//! the handshake path, so a certificate dropped into `trusted/certs` is accepted within
+//! `rescan_interval_ms` without a shard reading a directory) and a handle on the process-wide
 //! [`AddressLimits`] (the handshake and failed-login limiters, one fixed-size table each, shared
 //! by all shards so that N shards do not allow N times the attempts). The mutexes are taken
 //! only on OpenSecureChannel, CreateSession and ActivateSession (by the shard's thread, or by a
 //! handshake helper thread working for it) — never for a Read or Write.
+//!
+//! Time comes in with every call (core's `Now`, the time of the request): nothing here reads a
+//! clock, so a validity period or a limiter is judged at the time the caller says.
 //!
 //! Symmetric chunks are signed, encrypted, decrypted and verified in place in the caller's
 //! buffer with key schedules computed once per token: nothing is allocated per message.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use uaring_core::generated::types::MessageSecurityMode;
 use uaring_core::roles::Roles;
@@ -25,6 +28,7 @@ use uaring_core::secure_channel::{
     ChunkCrypto, CryptoLayout, Role, SecurityPolicy, UserAuthenticator,
 };
 use uaring_core::types::StatusCode;
+use uaring_core::Now;
 
 use crate::asymmetric::{asym_decrypt, asym_encrypt, asym_sign_into, asym_verify, PrivateKey};
 use crate::cert::Certificate;
@@ -39,12 +43,14 @@ fn sc(code: u32) -> StatusCode {
     StatusCode(code)
 }
 
-/// Seconds since the Unix epoch (certificate validity checks).
-fn unix_now_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+/// `now` in seconds since the Unix epoch (certificate validity checks).
+fn unix_s(now: Now) -> i64 {
+    (now.utc.unix_nanos() / 1_000_000_000) as i64
+}
+
+/// `now` on the caller's monotonic clock, in milliseconds (the limiters).
+fn mono_ms(now: Now) -> u64 {
+    now.mono_ns / 1_000_000
 }
 
 /// The application instance certificate and its private key.
@@ -93,7 +99,6 @@ impl Default for HandshakeLimits {
 pub struct AddressLimits {
     handshakes: Option<Mutex<LoginLimiter>>,
     logins: Mutex<LoginLimiter>,
-    started: Instant,
 }
 
 impl std::fmt::Debug for AddressLimits {
@@ -118,20 +123,16 @@ impl AddressLimits {
         Arc::new(AddressLimits {
             handshakes,
             logins: Mutex::new(LoginLimiter::new(logins)),
-            started: Instant::now(),
         })
     }
 
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    /// Counts one handshake from `peer`; Err (BadTcpServerTooBusy) when over the limit.
-    pub fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
+    /// Counts one handshake from `peer` at `now`; Err (BadTcpServerTooBusy) when over the
+    /// limit.
+    pub fn admit_handshake(&self, peer: Option<IpAddr>, now: Now) -> Result<(), StatusCode> {
         let (Some(limiter), Some(ip)) = (&self.handshakes, peer) else {
             return Ok(());
         };
-        let now = self.now_ms();
+        let now = mono_ms(now);
         let mut l = lock(limiter);
         if l.check(ip, now).is_err() {
             return Err(StatusCode::BadTcpServerTooBusy);
@@ -140,19 +141,18 @@ impl AddressLimits {
         Ok(())
     }
 
-    /// Whether `peer` may attempt a login now.
-    pub fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
+    /// Whether `peer` may attempt a login at `now`.
+    pub fn login_allowed(&self, peer: Option<IpAddr>, now: Now) -> bool {
         match peer {
-            Some(ip) => lock(&self.logins).check(ip, self.now_ms()).is_ok(),
+            Some(ip) => lock(&self.logins).check(ip, mono_ms(now)).is_ok(),
             None => true,
         }
     }
 
-    /// A failed login from `peer`.
-    pub fn login_failed(&self, peer: Option<IpAddr>) {
+    /// A failed login from `peer` at `now`.
+    pub fn login_failed(&self, peer: Option<IpAddr>, now: Now) {
         if let Some(ip) = peer {
-            let now = self.now_ms();
-            lock(&self.logins).record_failure(ip, now);
+            lock(&self.logins).record_failure(ip, mono_ms(now));
         }
     }
 
@@ -166,9 +166,18 @@ impl AddressLimits {
 
 /// One shard's trust state: its PKI store, and the process-wide address limits.
 pub struct ShardTrust {
+    /// Locked by the shard (or a handshake helper working for it) for a validation, and by
+    /// [`ShardTrust::refresh`] only to put a store loaded beside it in place.
     pki: Mutex<Pki>,
+    /// The refresher's own state (never touched on the handshake path).
+    rescan: Mutex<Rescan>,
     limits: Arc<AddressLimits>,
-    started: Instant,
+}
+
+/// When [`ShardTrust::refresh`] last looked, and the rescan request it last honoured.
+struct Rescan {
+    last_ms: Option<u64>,
+    generation: u64,
 }
 
 impl std::fmt::Debug for ShardTrust {
@@ -198,8 +207,11 @@ impl ShardTrust {
     pub fn with_limits(pki: Pki, limits: Arc<AddressLimits>) -> Arc<ShardTrust> {
         Arc::new(ShardTrust {
             pki: Mutex::new(pki),
+            rescan: Mutex::new(Rescan {
+                last_ms: None,
+                generation: crate::pki::rescan_generation(),
+            }),
             limits,
-            started: Instant::now(),
         })
     }
 
@@ -208,22 +220,52 @@ impl ShardTrust {
         &self.limits
     }
 
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    /// Runs `f` on the PKI after rescanning it if stale.
+    /// Runs `f` on the PKI as it stands (no rescan: that is [`ShardTrust::refresh`]'s).
     pub fn with_pki<R>(&self, f: impl FnOnce(&Pki) -> R) -> R {
-        let now = self.now_ms();
-        let mut pki = lock(&self.pki);
-        pki.refresh_if_stale(now);
-        f(&pki)
+        f(&lock(&self.pki))
     }
 
-    /// Validates a client application certificate (chain); a failure is copied to
+    /// Brings the store up to date, for the runtime to call from a thread of its own (every
+    /// few hundred milliseconds; `now_ms` on any monotonic clock): when `rescan_interval_ms`
+    /// has passed since it last looked (or [`crate::pki::request_rescan`] asked), it hashes the
+    /// trust directories' listing and, when they changed, loads a new store from disk — both
+    /// without holding the shard's lock — and puts it in place. Returns whether it did; an
+    /// error (the directories cannot be read) leaves the store as it was.
+    pub fn refresh(&self, now_ms: u64) -> std::io::Result<bool> {
+        let mut r = lock(&self.rescan);
+        let generation = crate::pki::rescan_generation();
+        let asked = generation != r.generation;
+        let (root, config, loaded) = {
+            let p = lock(&self.pki);
+            (p.root().to_path_buf(), p.config().clone(), p.fingerprint())
+        };
+        if !asked {
+            if let Some(last) = r.last_ms {
+                if now_ms.saturating_sub(last) < config.rescan_interval_ms {
+                    return Ok(false);
+                }
+            }
+        }
+        r.generation = generation;
+        r.last_ms = Some(now_ms);
+        if !asked && Pki::fingerprint_of(&root) == loaded {
+            return Ok(false);
+        }
+        let fresh = Pki::open(&root, config)?;
+        let old = std::mem::replace(&mut *lock(&self.pki), fresh);
+        drop(old);
+        Ok(true)
+    }
+
+    /// Validates a client application certificate (chain) at `now`; a failure is copied to
     /// `rejected/certs`.
-    pub fn validate_client(&self, chain: &[u8], app_uri: Option<&str>) -> Result<Certificate, u32> {
-        self.with_pki(|pki| pki.validate_client(chain, app_uri, unix_now_s()))
+    pub fn validate_client(
+        &self,
+        chain: &[u8],
+        app_uri: Option<&str>,
+        now: Now,
+    ) -> Result<Certificate, u32> {
+        self.with_pki(|pki| pki.validate_client(chain, app_uri, unix_s(now)))
     }
 
     /// The parsed leaf of a chain this shard validated as a client certificate, if it is still
@@ -232,9 +274,9 @@ impl ShardTrust {
         self.with_pki(|pki| pki.validated_leaf(chain))
     }
 
-    /// Counts one handshake from `peer`; Err when over the limit.
-    pub fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
-        self.limits.admit_handshake(peer)
+    /// Counts one handshake from `peer` at `now`; Err when over the limit.
+    pub fn admit_handshake(&self, peer: Option<IpAddr>, now: Now) -> Result<(), StatusCode> {
+        self.limits.admit_handshake(peer, now)
     }
 }
 
@@ -353,6 +395,7 @@ impl SecurityPolicy for RsaPolicy {
         role: Role,
         peer_certificate: Option<&[u8]>,
         receiver_thumbprint: Option<&[u8]>,
+        now: Now,
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
         let peer_bytes = peer_certificate.ok_or(StatusCode::BadCertificateInvalid)?;
         let peer = match role {
@@ -364,7 +407,7 @@ impl SecurityPolicy for RsaPolicy {
                 }
                 let trust = self.trust.as_ref().ok_or(StatusCode::BadInternalError)?;
                 let leaf = trust
-                    .validate_client(peer_bytes, None)
+                    .validate_client(peer_bytes, None, now)
                     .map_err(opn_certificate_status)?;
                 let (lo, hi) = self.id.asym_key_bits_range();
                 if leaf.key_bits() < lo || leaf.key_bits() > hi {
@@ -411,9 +454,9 @@ impl SecurityPolicy for RsaPolicy {
         }))
     }
 
-    fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
+    fn admit_handshake(&self, peer: Option<IpAddr>, now: Now) -> Result<(), StatusCode> {
         match &self.trust {
-            Some(t) => t.admit_handshake(peer),
+            Some(t) => t.admit_handshake(peer, now),
             None => Ok(()),
         }
     }
@@ -473,10 +516,11 @@ impl SecurityPolicy for RsaPolicy {
         &self,
         certificate: &[u8],
         application_uri: Option<&str>,
+        now: Now,
     ) -> Result<(), StatusCode> {
         match &self.trust {
             Some(t) => t
-                .validate_client(certificate, application_uri)
+                .validate_client(certificate, application_uri, now)
                 .map(|_| ())
                 .map_err(sc),
             None => Ok(()),
@@ -678,9 +722,10 @@ impl UserAuthenticator for ConfiguredUsers {
         peer: Option<IpAddr>,
         user: &str,
         password: &[u8],
+        now: Now,
     ) -> Result<Roles, StatusCode> {
         let limits = self.trust.limits();
-        if !limits.login_allowed(peer) {
+        if !limits.login_allowed(peer, now) {
             // Too many failures from this address: refused without running argon2.
             return Err(StatusCode::BadUserAccessDenied);
         }
@@ -692,35 +737,36 @@ impl UserAuthenticator for ConfiguredUsers {
                     .ok_or(StatusCode::BadUserAccessDenied)
             }
             Err(_) => {
-                limits.login_failed(peer);
+                limits.login_failed(peer, now);
                 Err(StatusCode::BadUserAccessDenied)
             }
         }
     }
 
-    fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
-        self.trust.limits().login_allowed(peer)
+    fn login_allowed(&self, peer: Option<IpAddr>, now: Now) -> bool {
+        self.trust.limits().login_allowed(peer, now)
     }
 
-    fn login_failed(&self, peer: Option<IpAddr>) {
-        self.trust.limits().login_failed(peer)
+    fn login_failed(&self, peer: Option<IpAddr>, now: Now) {
+        self.trust.limits().login_failed(peer, now)
     }
 
     fn authenticate_certificate(
         &self,
         peer: Option<IpAddr>,
         certificate: &[u8],
+        now: Now,
     ) -> Result<(String, Roles), StatusCode> {
-        if !self.login_allowed(peer) {
+        if !self.login_allowed(peer, now) {
             return Err(StatusCode::BadUserAccessDenied);
         }
         let cert = match self
             .trust
-            .with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_now_s()))
+            .with_pki(|pki| pki.validate(certificate, CertRole::User, None, unix_s(now)))
         {
             Ok(c) => c,
             Err(code) => {
-                self.login_failed(peer);
+                self.login_failed(peer, now);
                 return Err(sc(code));
             }
         };

@@ -81,7 +81,9 @@ fn world() -> World {
     p.validate().unwrap();
     let now = Now::new(
         1_000_000_000_000,
-        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+        // The wall clock's time: the test certificates are valid from now on, and the
+        // policies judge validity at the time of the request.
+        DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
     );
     let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
     let shard = ShardState::new(

@@ -95,7 +95,9 @@ fn harness(settings: UserTokenSettings) -> H {
     p.validate().unwrap();
     let now = Now::new(
         1_000_000_000_000,
-        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+        // The wall clock's time: the test certificates are valid from now on, and the
+        // policies judge validity at the time of the request.
+        DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
     );
     // One writable Int32 (ns=1;i=1001) for the Write and UserAccessLevel checks.
     let shared = ServerShared::new_with(ServerConfig::default(), now, &mut |b| {

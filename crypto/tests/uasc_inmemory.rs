@@ -100,10 +100,12 @@ impl ConnectionHost for Host {
     }
 }
 
+/// The time of the requests: now by the wall clock, as the test certificates are made
+/// valid from now (the policies judge validity at the time they are given).
 fn t0() -> Now {
     Now::new(
         1_000_000_000,
-        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
+        DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
     )
 }
 
@@ -362,6 +364,21 @@ fn untrusted_client_is_refused_then_accepted_once_trusted() {
             .join(from.file_name().unwrap()),
     )
     .unwrap();
+    // Until the trust state is refreshed (the runtime's `uaring-pki` thread does it; no
+    // handshake reads a directory) it is still refused; then it is accepted.
+    let mut p = Pair::new(
+        &s,
+        PolicyId::Basic256Sha256,
+        MessageSecurityMode::SignAndEncrypt,
+        65536,
+    );
+    p.pump();
+    assert_eq!(p.server_err, Some(StatusCode::BadSecurityChecksFailed));
+    assert!(
+        s.trust.refresh(1).unwrap(),
+        "the refresh loads the new trust list"
+    );
+    assert!(!s.trust.refresh(2).unwrap(), "and only once");
     let mut p = Pair::new(
         &s,
         PolicyId::Basic256Sha256,
@@ -476,12 +493,32 @@ fn session_signatures_and_user_secrets_round_trip() {
             Err(StatusCode::BadIdentityTokenInvalid)
         );
         server
-            .validate_client_certificate(s.client_id.cert.der(), Some("urn:test:client"))
+            .validate_client_certificate(s.client_id.cert.der(), Some("urn:test:client"), t0())
             .unwrap();
         assert_eq!(
-            server.validate_client_certificate(s.client_id.cert.der(), Some("urn:test:nope")),
+            server.validate_client_certificate(s.client_id.cert.der(), Some("urn:test:nope"), t0()),
             Err(StatusCode::BadCertificateUriInvalid)
         );
+        // Validity is judged at the time the caller gives, not by a clock of the plug-in's:
+        // the same certificate a hundred years on, and before it was made.
+        let years = |y: i64| {
+            Now::new(
+                1_000_000_000,
+                DateTime::from_unix_nanos(
+                    (now_unix_s() + y * 365 * 86_400) as i128 * 1_000_000_000,
+                ),
+            )
+        };
+        for when in [years(100), years(-1)] {
+            assert_eq!(
+                server.validate_client_certificate(
+                    s.client_id.cert.der(),
+                    Some("urn:test:client"),
+                    when
+                ),
+                Err(StatusCode::BadCertificateTimeInvalid)
+            );
+        }
     }
 }
 

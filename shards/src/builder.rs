@@ -520,6 +520,7 @@ impl ServerBuilder {
         }
         let make_setup = setup.clone();
         let opts_sqpoll_cpus = opts.sqpoll_cpus.clone();
+        let refresher = security.clone();
         let running = runtime::start(opts, move |i| {
             let handler = server::make_handler(&make_setup, i, shards)?;
             let provider = security.shard_provider()?;
@@ -531,6 +532,15 @@ impl ServerBuilder {
             Ok(server::UaHandler::new(host).with_pool(client))
         })
         .map_err(|e| Error::Start(e.to_string()))?;
+        {
+            // The shards made their trust states while starting: keep them up to date from a
+            // thread of the runtime (no shard rescans a directory).
+            let fleet = running.fleet.clone();
+            if let Err(e) = refresher.start_pki_refresher(move || fleet.stopping()) {
+                running.fleet.stop_all();
+                return Err(Error::Start(format!("PKI refresher thread: {e}")));
+            }
+        }
         tracing::info!(shards, distribution = %file.runtime.distribution, "shards on {cpu_desc}");
         {
             let (shard, pre) = file.runtime.shard_budgets(shards);

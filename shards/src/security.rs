@@ -8,7 +8,7 @@
 use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -324,6 +324,9 @@ pub struct SecuritySetup {
     pub users: Option<Arc<UserDirectory>>,
     /// The per-address handshake and failed-login limiters, shared by every shard.
     pub limits: Arc<AddressLimits>,
+    /// Every shard's trust state [`SecuritySetup::shard_provider`] made, for the PKI
+    /// refresher ([`SecuritySetup::start_pki_refresher`]).
+    trusts: Arc<Mutex<Vec<Arc<ShardTrust>>>>,
 }
 
 impl std::fmt::Debug for SecuritySetup {
@@ -569,10 +572,53 @@ pub fn build(
         pki_config,
         users: user_dir,
         limits,
+        trusts: Arc::default(),
     })
 }
 
 impl SecuritySetup {
+    /// Starts `uaring-pki`, the thread that keeps every shard's trust lists up to date: every
+    /// 200 ms it asks each shard's [`ShardTrust::refresh`] (which looks at the directories
+    /// every `rescan_interval_ms`, or at once after a SIGHUP) — so no shard reads a directory
+    /// or parses a certificate on its handshake path. It stops when `stopping` says so. No
+    /// thread without a PKI (policy None only).
+    pub fn start_pki_refresher(
+        &self,
+        stopping: impl Fn() -> bool + Send + 'static,
+    ) -> std::io::Result<()> {
+        if self.own.is_none() {
+            return Ok(());
+        }
+        let trusts = self.trusts.clone();
+        let root = self.pki_root.clone();
+        std::thread::Builder::new()
+            .name("uaring-pki".into())
+            .spawn(move || {
+                let start = std::time::Instant::now();
+                let mut failing = false;
+                while !stopping() {
+                    let now_ms = start.elapsed().as_millis() as u64;
+                    let all: Vec<Arc<ShardTrust>> =
+                        trusts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    for t in &all {
+                        match t.refresh(now_ms) {
+                            Ok(_) => failing = false,
+                            Err(e) if !failing => {
+                                failing = true;
+                                tracing::warn!(
+                                    "PKI {}: rescan failed, the trust lists stay as they were: {e}",
+                                    root.display()
+                                );
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            })
+            .map(|_| ())
+    }
+
     /// The endpoint list, for the log.
     pub fn describe(&self) -> String {
         let mut v = Vec::new();
@@ -617,6 +663,10 @@ impl SecuritySetup {
                     });
                 }
             }
+            self.trusts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(t.clone());
             trust = Some(t);
         }
         let have_users = self.users.as_ref().is_some_and(|u| !u.is_empty());
@@ -822,23 +872,29 @@ mod tests {
         let uri = PolicyId::Basic256Sha256.uri();
         let ip: Option<IpAddr> = Some("192.0.2.7".parse().unwrap());
         let other: Option<IpAddr> = Some("192.0.2.8".parse().unwrap());
+        // The time of the requests (the limiters refill over an hour: nothing refills here).
+        let now = uaring_core::Now::new(1_000_000_000, uaring_core::DateTime::from_unix_nanos(0));
         // Handshakes alternate between the shards: 4 in total are admitted, the 5th is refused
         // on either shard.
         for i in 0..4 {
             shards[i % 2]
                 .find(uri)
                 .unwrap()
-                .admit_handshake(ip)
+                .admit_handshake(ip, now)
                 .unwrap();
         }
         for p in &shards {
             assert_eq!(
-                p.find(uri).unwrap().admit_handshake(ip),
+                p.find(uri).unwrap().admit_handshake(ip, now),
                 Err(uaring_core::StatusCode::BadTcpServerTooBusy)
             );
         }
         // Another address is unaffected.
-        shards[1].find(uri).unwrap().admit_handshake(other).unwrap();
+        shards[1]
+            .find(uri)
+            .unwrap()
+            .admit_handshake(other, now)
+            .unwrap();
         // Failed logins: 3 wrong passwords spread over both shards lock the address out on
         // both, even with the right password.
         let users = [
@@ -846,21 +902,21 @@ mod tests {
             shards[1].user_authenticator().unwrap(),
         ];
         for i in 0..3 {
-            assert!(users[i % 2].login_allowed(ip));
+            assert!(users[i % 2].login_allowed(ip, now));
             assert_eq!(
-                users[i % 2].authenticate_password(ip, "op", b"wrong"),
+                users[i % 2].authenticate_password(ip, "op", b"wrong", now),
                 Err(uaring_core::StatusCode::BadUserAccessDenied)
             );
         }
         for u in &users {
-            assert!(!u.login_allowed(ip));
+            assert!(!u.login_allowed(ip, now));
             assert_eq!(
-                u.authenticate_password(ip, "op", b"right"),
+                u.authenticate_password(ip, "op", b"right", now),
                 Err(uaring_core::StatusCode::BadUserAccessDenied)
             );
         }
         assert_eq!(
-            users[0].authenticate_password(other, "op", b"right"),
+            users[0].authenticate_password(other, "op", b"right", now),
             Ok(Roles::OBSERVER)
         );
         let _ = fs::remove_dir_all(&dir);

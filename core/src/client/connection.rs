@@ -351,9 +351,12 @@ impl ClientConnection {
         let policy = self.cfg.policy.clone();
         let asym = match self.asym.take() {
             Some(a) => a,
-            None => {
-                policy.asymmetric(Role::Client, self.cfg.server_certificate.as_deref(), None)?
-            }
+            None => policy.asymmetric(
+                Role::Client,
+                self.cfg.server_certificate.as_deref(),
+                None,
+                now,
+            )?,
         };
         let n = policy.nonce_len();
         let client_nonce = if n > 0 {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::generated::types::MessageSecurityMode;
 use crate::roles::Roles;
+use crate::time::Now;
 use crate::types::StatusCode;
 
 /// The URI of SecurityPolicy None.
@@ -127,12 +128,14 @@ pub trait SecurityPolicy: Send + Sync {
     /// The protection of OPN chunks exchanged with the owner of `peer_certificate`.
     /// A server calls it with the header of a received OPN: the policy checks the
     /// sender certificate (trust, validity: BadCertificate… codes) and that the receiver
-    /// thumbprint is ours (BadCertificateInvalid). Policy None ignores both.
+    /// thumbprint is ours (BadCertificateInvalid). Policy None ignores both. `now` is the
+    /// time of the request (validity periods are checked against it).
     fn asymmetric(
         &self,
         role: Role,
         peer_certificate: Option<&[u8]>,
         receiver_thumbprint: Option<&[u8]>,
+        now: Now,
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode>;
     /// The protection of MSG/CLO chunks: keys derived from the nonces (Part 6 §6.7.5)
     /// for `mode` (None → plain, Sign → signed, SignAndEncrypt → both).
@@ -147,9 +150,9 @@ pub trait SecurityPolicy: Send + Sync {
     // ---- Used by the session layer and the server connection (defaults: policy None). ----
 
     /// Whether a handshake (OpenSecureChannel: one RSA private-key operation each) from
-    /// `peer` may proceed now. Err is sent as the ERR status (BadTcpServerTooBusy).
-    fn admit_handshake(&self, peer: Option<IpAddr>) -> Result<(), StatusCode> {
-        let _ = peer;
+    /// `peer` may proceed at `now`. Err is sent as the ERR status (BadTcpServerTooBusy).
+    fn admit_handshake(&self, peer: Option<IpAddr>, now: Now) -> Result<(), StatusCode> {
+        let _ = (peer, now);
         Ok(())
     }
     /// Signs `data` with our private key (CreateSession serverSignature, Part 4 §5.7.2).
@@ -188,20 +191,22 @@ pub trait SecurityPolicy: Send + Sync {
     }
     /// Validates a client application certificate given in CreateSession against the
     /// trust list, with the ApplicationUri of its ApplicationDescription. Policy None has
-    /// no trust list and accepts; the default fails closed.
+    /// no trust list and accepts; the default fails closed. Validity is checked at `now`.
     fn validate_client_certificate(
         &self,
         certificate: &[u8],
         application_uri: Option<&str>,
+        now: Now,
     ) -> Result<(), StatusCode> {
-        let _ = (certificate, application_uri);
+        let _ = (certificate, application_uri, now);
         Err(StatusCode::BadCertificateUntrusted)
     }
 }
 
 /// Checks user credentials (user names and passwords, X.509 user certificates): a plug-in
 /// (uaring-crypto implements it with argon2id hashes, a per-address failed-login limiter
-/// and the PKI). Object-safe; one per shard, behind the shard's [`SecurityProvider`].
+/// and the PKI). Object-safe; one per shard, behind the shard's [`SecurityProvider`]. Every
+/// method is given the time of the request (`now`): a plug-in reads no clock of its own.
 pub trait UserAuthenticator: Send + Sync {
     /// Checks a user name and a decrypted password: the user's roles (the session also gets
     /// AuthenticatedUser). Failures are BadUserAccessDenied (also when `peer` is
@@ -211,6 +216,7 @@ pub trait UserAuthenticator: Send + Sync {
         peer: Option<IpAddr>,
         user: &str,
         password: &[u8],
+        now: Now,
     ) -> Result<Roles, StatusCode>;
     /// Validates an X.509 user certificate (its signature was verified already) and maps
     /// it to a user: (name, roles).
@@ -218,16 +224,17 @@ pub trait UserAuthenticator: Send + Sync {
         &self,
         peer: Option<IpAddr>,
         certificate: &[u8],
+        now: Now,
     ) -> Result<(String, Roles), StatusCode>;
     /// Whether `peer` may attempt a login now (checked before any RSA work on its token).
-    fn login_allowed(&self, peer: Option<IpAddr>) -> bool {
-        let _ = peer;
+    fn login_allowed(&self, peer: Option<IpAddr>, now: Now) -> bool {
+        let _ = (peer, now);
         true
     }
     /// A login attempt from `peer` failed before reaching the credential check (a token that
     /// does not decrypt, a bad user token signature): it counts like a wrong password.
-    fn login_failed(&self, peer: Option<IpAddr>) {
-        let _ = peer;
+    fn login_failed(&self, peer: Option<IpAddr>, now: Now) {
+        let _ = (peer, now);
     }
 }
 
@@ -309,6 +316,7 @@ impl SecurityPolicy for NonePolicy {
         _: Role,
         _: Option<&[u8]>,
         _: Option<&[u8]>,
+        _: Now,
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
         Ok(Box::new(PlainCrypto))
     }
@@ -330,7 +338,12 @@ impl SecurityPolicy for NonePolicy {
     fn verify_signature(&self, _: &[u8], _: &[u8], _: &str, _: &[u8]) -> Result<(), StatusCode> {
         Ok(())
     }
-    fn validate_client_certificate(&self, _: &[u8], _: Option<&str>) -> Result<(), StatusCode> {
+    fn validate_client_certificate(
+        &self,
+        _: &[u8],
+        _: Option<&str>,
+        _: Now,
+    ) -> Result<(), StatusCode> {
         Ok(())
     }
 }

@@ -988,7 +988,7 @@ impl State {
         }
         // Each OPN costs an RSA private-key operation: the policy limits them per address.
         policy
-            .admit_handshake(self.peer.map(|p| p.ip()))
+            .admit_handshake(self.peer.map(|p| p.ip()), now)
             .map_err(|s| Failure {
                 status: s,
                 reason: "too many handshakes",
@@ -1029,6 +1029,7 @@ impl State {
                     Role::Server,
                     job_certificate.as_deref(),
                     thumbprint.as_deref(),
+                    now,
                 )?;
                 let mut scratch = Vec::new();
                 let o = open_chunk(&bytes, offset, &*crypto, &mut scratch)?;
@@ -1096,6 +1097,7 @@ impl State {
                         Role::Server,
                         job_certificate.as_deref(),
                         thumbprint.as_deref(),
+                        now,
                     )
                     .map_err(|s| (s, ""))?;
                 let mut scratch = Vec::new();

@@ -24,6 +24,7 @@ use crate::roles::Roles;
 use crate::secure_channel::SECURITY_POLICY_NONE_URI;
 use crate::server::context::RequestContext;
 use crate::server::shard::{ShardState, UserIdentity};
+use crate::time::Now;
 use crate::types::{ByteString, ExtensionObject, StatusCode, UaString};
 
 /// Policy id of the anonymous user token policy.
@@ -144,6 +145,7 @@ pub fn create_session_signature_work(
     client_certificate: &[u8],
     client_nonce: &[u8],
     application_uri: &str,
+    now: Now,
 ) -> Result<Option<Work<SignatureData>>, StatusCode> {
     if ctx.security_mode == MessageSecurityMode::None {
         return Ok(None);
@@ -167,7 +169,7 @@ pub fn create_session_signature_work(
     let data = concat(cert, client_nonce);
     let cert = cert.to_vec();
     Ok(Some(Box::new(move || {
-        policy.validate_client_certificate(&cert, uri.as_deref())?;
+        policy.validate_client_certificate(&cert, uri.as_deref(), now)?;
         let (algorithm, signature) = policy.sign_own(&data)?;
         Ok(SignatureData {
             algorithm: algorithm.as_str().into(),
@@ -222,6 +224,7 @@ pub fn activation_work(
     ctx: &RequestContext<'_>,
     req: &ActivateSessionRequest,
     server_nonce: &[u8],
+    now: Now,
 ) -> Result<Activation, StatusCode> {
     let client = client_signature_work(shard, ctx, server_nonce, &req.client_signature)?;
     let user = identity_work(
@@ -230,6 +233,7 @@ pub fn activation_work(
         &req.user_identity_token,
         &req.user_token_signature,
         server_nonce,
+        now,
     );
     match (client, user) {
         (None, Ok(a)) => Ok(a),
@@ -260,6 +264,7 @@ pub fn create_session_signature(
     client_certificate: &[u8],
     client_nonce: &[u8],
     application_uri: &str,
+    now: Now,
 ) -> Result<SignatureData, StatusCode> {
     let work = create_session_signature_work(
         shard,
@@ -267,6 +272,7 @@ pub fn create_session_signature(
         client_certificate,
         client_nonce,
         application_uri,
+        now,
     )?;
     Ok(run_now(work)?.unwrap_or_default())
 }
@@ -316,8 +322,9 @@ pub fn identity_from_token(
     token: &ExtensionObject,
     token_signature: &SignatureData,
     server_nonce: &[u8],
+    now: Now,
 ) -> Result<UserIdentity, StatusCode> {
-    match identity_work(shard, ctx, token, token_signature, server_nonce)? {
+    match identity_work(shard, ctx, token, token_signature, server_nonce, now)? {
         Activation::Ready(i) => Ok(i),
         Activation::Work(w) => w(),
     }
@@ -332,6 +339,7 @@ pub fn identity_work(
     token: &ExtensionObject,
     token_signature: &SignatureData,
     server_nonce: &[u8],
+    now: Now,
 ) -> Result<Activation, StatusCode> {
     let limits = crate::DecodeLimits::default();
     let security = shard.security();
@@ -362,7 +370,7 @@ pub fn identity_work(
             .ok_or(StatusCode::BadIdentityTokenRejected)?
             .clone();
         // A rate-limited address costs no RSA decryption.
-        if !users.login_allowed(peer) {
+        if !users.login_allowed(peer, now) {
             return Err(StatusCode::BadUserAccessDenied);
         }
         let uri = token_security_uri(&p, ctx);
@@ -395,13 +403,13 @@ pub fn identity_work(
                     match policy.decrypt_user_secret(&algorithm, &secret, &nonce) {
                         Ok(p) => p,
                         Err(s) => {
-                            users.login_failed(peer);
+                            users.login_failed(peer, now);
                             return Err(s);
                         }
                     }
                 }
             };
-            let roles = users.authenticate_password(peer, &user, &password)?;
+            let roles = users.authenticate_password(peer, &user, &password, now)?;
             Ok(UserIdentity::UserName {
                 policy_id,
                 user,
@@ -416,7 +424,7 @@ pub fn identity_work(
             .user_authenticator()
             .ok_or(StatusCode::BadIdentityTokenRejected)?
             .clone();
-        if !users.login_allowed(peer) {
+        if !users.login_allowed(peer, now) {
             return Err(StatusCode::BadUserAccessDenied);
         }
         let uri = token_security_uri(&p, ctx);
@@ -436,10 +444,10 @@ pub fn identity_work(
             policy
                 .verify_signature(&certificate, &data, &algorithm, &signature)
                 .map_err(|_| {
-                    users.login_failed(peer);
+                    users.login_failed(peer, now);
                     StatusCode::BadUserSignatureInvalid
                 })?;
-            let (user, roles) = users.authenticate_certificate(peer, &certificate)?;
+            let (user, roles) = users.authenticate_certificate(peer, &certificate, now)?;
             Ok(UserIdentity::Certificate {
                 policy_id,
                 user,

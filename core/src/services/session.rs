@@ -57,6 +57,7 @@ pub fn create_session(
         req.client_certificate.as_bytes(),
         req.client_nonce.as_bytes(),
         req.client_description.application_uri.as_str(),
+        now,
     );
     match work {
         Err(s) => {
@@ -226,7 +227,7 @@ pub fn activate_session(
         Some(s) => s.server_nonce.clone(),
         None => return Some(fault(handle, StatusCode::BadSessionIdInvalid, now)),
     };
-    match identity::activation_work(shard, ctx, &req, server_nonce.as_bytes()) {
+    match identity::activation_work(shard, ctx, &req, server_nonce.as_bytes(), now) {
         Err(s) => Some(fault(handle, s, now)),
         Ok(Activation::Ready(identity)) => Some(finish_activate_session(
             shard,

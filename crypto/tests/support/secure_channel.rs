@@ -177,6 +177,7 @@ impl SecurityPolicy for StandIn {
         role: Role,
         peer_certificate: Option<&[u8]>,
         receiver_thumbprint: Option<&[u8]>,
+        _: Now,
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
         if peer_certificate.is_none() {
             return Err(StatusCode::BadCertificateInvalid);
@@ -215,7 +216,12 @@ impl SecurityPolicy for StandIn {
             Err(StatusCode::BadSecurityChecksFailed)
         }
     }
-    fn validate_client_certificate(&self, _: &[u8], _: Option<&str>) -> Result<(), StatusCode> {
+    fn validate_client_certificate(
+        &self,
+        _: &[u8],
+        _: Option<&str>,
+        _: Now,
+    ) -> Result<(), StatusCode> {
         Ok(())
     }
 }
