@@ -48,6 +48,7 @@
 //! alone, and a subscription moved to another shard keeps its ids there
 //! ([`SubscriptionEngine::export_subscription`] / [`SubscriptionEngine::import_subscription`]).
 
+pub mod aggregate;
 pub mod item;
 mod watch;
 
@@ -62,10 +63,10 @@ use crate::address_space::{
 use crate::generated::attribute_ids as attr;
 use crate::generated::messages::Response;
 use crate::generated::types::{
-    DataChangeFilter, DataChangeNotification, DataChangeTrigger, MonitoredItemCreateRequest,
-    MonitoredItemCreateResult, MonitoredItemModifyRequest, MonitoredItemModifyResult,
-    MonitoredItemNotification, MonitoringMode, NotificationMessage, PublishResponse,
-    StatusChangeNotification, TimestampsToReturn,
+    AggregateFilter, DataChangeFilter, DataChangeNotification, DataChangeTrigger,
+    MonitoredItemCreateRequest, MonitoredItemCreateResult, MonitoredItemModifyRequest,
+    MonitoredItemModifyResult, MonitoredItemNotification, MonitoringMode, NotificationMessage,
+    PublishResponse, StatusChangeNotification, TimestampsToReturn,
 };
 use crate::server::context::Deferred;
 use crate::server::shard::SessionKey;
@@ -164,6 +165,9 @@ struct MonitoredItem {
     links: Vec<(u32, u32)>,
     /// Event items: the notifier node and the compiled EventFilter.
     event: Option<Box<EventItem>>,
+    /// Items with an AggregateFilter: the samples of the current processing interval; the
+    /// item queues one computed value per interval instead of its samples.
+    aggregate: Option<Box<aggregate::AggregateState>>,
 }
 
 struct EventItem {
@@ -196,6 +200,9 @@ struct Source {
     /// Position in the bucket's source list.
     pos: u32,
     items: Vec<u32>,
+    /// How many of `items` have an AggregateFilter (their intervals end on this source's
+    /// ticks, whether or not the sample changed).
+    aggregate_items: u32,
     /// An asynchronous source's sample out at the application: its token and the time
     /// after which it is given up (the tick after that starts another).
     pending_sample: Option<(u32, u64)>,
@@ -366,6 +373,9 @@ pub struct SubscriptionEngine {
     async_samples_max: usize,
     /// Token of the next asynchronous sample.
     sample_token: u32,
+    /// Items with an AggregateFilter on a source (a shard without any skips their pass at
+    /// each tick).
+    aggregate_items: usize,
 }
 
 /// A ServiceFault-free response header for a deferred response.
@@ -414,6 +424,7 @@ impl SubscriptionEngine {
             async_samples_out: 0,
             async_samples_max: 10_000,
             sample_token: 0,
+            aggregate_items: 0,
         }
     }
 
@@ -853,6 +864,29 @@ impl SubscriptionEngine {
                 );
             }
             src.last = Some(sample);
+        }
+        // Aggregate items end their processing intervals on their source's ticks, changed
+        // sample or not.
+        if self.aggregate_items > 0 {
+            let mut scratch = Vec::new();
+            for &s in &sources {
+                let Some(Some(src)) = self.sources.get(s as usize) else {
+                    continue;
+                };
+                if src.aggregate_items == 0 {
+                    continue;
+                }
+                for &it in &src.items {
+                    close_aggregate_intervals(
+                        &mut self.items,
+                        &mut self.subs,
+                        &mut self.stats,
+                        it,
+                        now,
+                        &mut scratch,
+                    );
+                }
+            }
         }
         if let Some(Some(bucket)) = self.buckets.get_mut(b as usize) {
             bucket.sources = sources;
@@ -2033,12 +2067,17 @@ impl SubscriptionEngine {
             .map_err(|_| StatusCode::BadIndexRangeInvalid)?;
         let params = &r.requested_parameters;
         let filter = data_change_settings(space, node, rv.attribute_id, &params.filter, &initial)?;
-        let (sampling, sampling_ms) = self.revise_sampling(
+        let (sampling, sampling_ms, filter, spec) = self.revise_filter(
             node,
             rv.attribute_id,
             params.sampling_interval,
             sub_interval,
-        );
+            filter,
+        )?;
+        let aggregate = spec.map(|spec| Box::new(aggregate::AggregateState::new(spec, now.utc)));
+        let filter_result = aggregate.as_ref().map_or_else(ExtensionObject::null, |a| {
+            ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
+        });
         let queue_size = self.limits.revise_queue_size(params.queue_size);
         let id = self.next_item_id();
         let item = MonitoredItem {
@@ -2061,6 +2100,7 @@ impl SubscriptionEngine {
             triggered: false,
             links: Vec::new(),
             event: None,
+            aggregate,
         };
         let it = self.insert_item(slot, id, item);
         if mode != MonitoringMode::Disabled {
@@ -2087,7 +2127,7 @@ impl SubscriptionEngine {
             monitored_item_id: id,
             revised_sampling_interval: sampling_ms,
             revised_queue_size: queue_size,
-            filter_result: ExtensionObject::null(),
+            filter_result,
         })
     }
 
@@ -2151,6 +2191,7 @@ impl SubscriptionEngine {
                 filter: compiled,
                 roles,
             })),
+            aggregate: None,
         };
         let it = self.insert_item(slot, id, item);
         self.event_items.push(it);
@@ -2215,6 +2256,71 @@ impl SubscriptionEngine {
         )
     }
 
+    /// The revised sampling of a data item and its filter. An AggregateFilter (Part 4
+    /// §7.22.4) samples on a timer (a requested 0 is the fastest interval granted, not
+    /// exception-based: the intervals end on the sampling ticks); its processingInterval is
+    /// revised to at least twice the revised sampling interval (a non-positive or non-finite
+    /// one to the publishing interval first) and at most
+    /// [`aggregate::AGGREGATE_PROCESSING_INTERVAL_MS_MAX`]; the sampling interval is then
+    /// raised, if needed, so that one interval holds at most
+    /// [`aggregate::AGGREGATE_SAMPLES_PER_INTERVAL`] samples.
+    fn revise_filter(
+        &self,
+        node: &Node,
+        attribute_id: u32,
+        requested_sampling: f64,
+        sub_interval: f64,
+        filter: ItemFilter,
+    ) -> Result<
+        (
+            Sampling,
+            f64,
+            DataChangeSettings,
+            Option<aggregate::AggregateSpec>,
+        ),
+        StatusCode,
+    > {
+        let f = match filter {
+            ItemFilter::DataChange(settings) => {
+                let (sampling, ms) =
+                    self.revise_sampling(node, attribute_id, requested_sampling, sub_interval);
+                return Ok((sampling, ms, settings, None));
+            }
+            ItemFilter::Aggregate(f) => f,
+        };
+        let requested = if requested_sampling == 0.0 {
+            self.limits.min_sampling_interval_ms
+        } else {
+            requested_sampling
+        };
+        let (_, mut sampling_ms) =
+            self.revise_sampling(node, attribute_id, requested, sub_interval);
+        let pi = f.processing_interval;
+        let pi = if pi.is_finite() && pi > 0.0 {
+            pi
+        } else {
+            sub_interval
+        };
+        let max = aggregate::AGGREGATE_PROCESSING_INTERVAL_MS_MAX;
+        let mut pi = pi.max(2.0 * sampling_ms).min(max);
+        // Whole 100-ns ticks, as the intervals are computed.
+        pi = ((pi * 10_000.0).round() / 10_000.0).max(0.0001);
+        let per_interval = pi / aggregate::AGGREGATE_SAMPLES_PER_INTERVAL;
+        if sampling_ms < per_interval {
+            sampling_ms = per_interval.min(self.limits.max_sampling_interval_ms);
+            if pi / sampling_ms > aggregate::AGGREGATE_SAMPLES_PER_INTERVAL {
+                pi = sampling_ms * aggregate::AGGREGATE_SAMPLES_PER_INTERVAL;
+            }
+        }
+        let spec = aggregate::AggregateSpec::new(&f, pi)?;
+        Ok((
+            Sampling::Timed,
+            sampling_ms,
+            DataChangeSettings::default(),
+            Some(spec),
+        ))
+    }
+
     /// Puts an enabled item on its sampling path.
     fn start_sampling(&mut self, it: u32, now: Now) {
         let Some(Some(item)) = self.items.get(it as usize) else {
@@ -2224,12 +2330,15 @@ impl SubscriptionEngine {
             Sampling::Timed => {
                 let interval_ns = ((item.sampling_ms * 1e6) as u64).max(1);
                 let key = (item.node_index, item.attribute_id, interval_ns);
+                let aggregate = item.aggregate.is_some();
                 let src = match self.source_map.get(&key) {
                     Some(&s) => s,
                     None => self.new_source(key, now),
                 };
                 if let Some(Some(s)) = self.sources.get_mut(src as usize) {
                     s.items.push(it);
+                    s.aggregate_items += u32::from(aggregate);
+                    self.aggregate_items += usize::from(aggregate);
                 }
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.source = src;
@@ -2258,12 +2367,17 @@ impl SubscriptionEngine {
             return;
         };
         let src = std::mem::replace(&mut item.source, NONE);
+        let aggregate = item.aggregate.is_some();
         match item.sampling {
             Sampling::Timed if src != NONE => {
                 let empty = match self.sources.get_mut(src as usize) {
                     Some(Some(s)) => {
                         if let Some(i) = s.items.iter().position(|&x| x == it) {
                             s.items.swap_remove(i);
+                            if aggregate {
+                                s.aggregate_items = s.aggregate_items.saturating_sub(1);
+                                self.aggregate_items = self.aggregate_items.saturating_sub(1);
+                            }
                         }
                         s.items.is_empty()
                     }
@@ -2316,6 +2430,7 @@ impl SubscriptionEngine {
             bucket: b,
             pos,
             items: Vec::new(),
+            aggregate_items: 0,
             pending_sample: None,
         };
         let s = slab_insert(&mut self.sources, &mut self.source_free, source);
@@ -2437,14 +2552,19 @@ impl SubscriptionEngine {
                 let p = &r.requested_parameters;
                 let filter =
                     data_change_settings(space, node, item.attribute_id, &p.filter, &current)?;
-                let (sampling, sampling_ms) = self.revise_sampling(
+                let (sampling, sampling_ms, filter, spec) = self.revise_filter(
                     node,
                     item.attribute_id,
                     p.sampling_interval,
                     sub_interval,
-                );
+                    filter,
+                )?;
                 let queue_size = self.limits.revise_queue_size(p.queue_size);
-                let resample = sampling_ms != item.sampling_ms || sampling != item.sampling;
+                // A source counts its aggregate items: gaining or losing the AggregateFilter
+                // moves the item off and back onto its source.
+                let resample = sampling_ms != item.sampling_ms
+                    || sampling != item.sampling
+                    || spec.is_some() != item.aggregate.is_some();
                 if resample {
                     self.stop_sampling(it);
                 }
@@ -2459,6 +2579,27 @@ impl SubscriptionEngine {
                 item.queue.resize(queue_size, p.discard_oldest);
                 item.sampling = sampling;
                 item.sampling_ms = sampling_ms;
+                // The same AggregateFilter keeps its interval; another aggregate, interval,
+                // start or configuration starts again from the revised start.
+                match spec {
+                    None => item.aggregate = None,
+                    Some(spec) => {
+                        if item.aggregate.as_ref().is_none_or(|a| a.spec != spec) {
+                            let mut a = aggregate::AggregateState::new(spec, now.utc);
+                            if let Some(last) = &item.last {
+                                // The current value: the bound before the first interval.
+                                a.offer(last, now.utc);
+                            }
+                            item.aggregate = Some(Box::new(a));
+                        }
+                    }
+                }
+                let filter_result = item
+                    .aggregate
+                    .as_ref()
+                    .map_or_else(ExtensionObject::null, |a| {
+                        ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
+                    });
                 let enabled = item.mode != MonitoringMode::Disabled;
                 let src = item.source;
                 if resample && enabled {
@@ -2471,7 +2612,7 @@ impl SubscriptionEngine {
                     status_code: StatusCode::Good,
                     revised_sampling_interval: sampling_ms,
                     revised_queue_size: queue_size,
-                    filter_result: ExtensionObject::null(),
+                    filter_result,
                 })
             })();
             results.push(res.unwrap_or_else(|s| MonitoredItemModifyResult {
@@ -2591,6 +2732,13 @@ impl SubscriptionEngine {
             if old == mode {
                 results.push(StatusCode::Good);
                 continue;
+            }
+            if let Some(a) = item.aggregate.as_mut() {
+                if mode == MonitoringMode::Disabled || old == MonitoringMode::Disabled {
+                    // No aggregation while disabled; enabled again, the intervals start again
+                    // at the first boundary of the grid not before now.
+                    a.restart(now.utc);
+                }
             }
             if mode == MonitoringMode::Disabled {
                 let was_ready = item.in_ready;
@@ -2778,7 +2926,7 @@ fn offer(
     stats: &mut EngineStats,
     it: u32,
     sample: &DataValue,
-    _now: Now,
+    now: Now,
 ) {
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
@@ -2804,6 +2952,12 @@ fn offer(
         }
         _ => sample,
     };
+    if let Some(a) = item.aggregate.as_mut() {
+        // Kept for the interval; its value is queued when the interval ends.
+        a.offer(sample, now.utc);
+        item.last = Some(sample.clone());
+        return;
+    }
     let changed = match &item.last {
         None => true,
         Some(l) => item.filter.changed(l, sample),
@@ -2812,9 +2966,48 @@ fn offer(
         return;
     }
     item.last = Some(sample.clone());
+    queue_value(items, subs, stats, it, sample.clone());
+}
+
+/// Ends the processing intervals of an aggregate item that are over at `now` (a sampling tick
+/// of its source) and queues their values.
+fn close_aggregate_intervals(
+    items: &mut [Option<MonitoredItem>],
+    subs: &mut [Option<Subscription>],
+    stats: &mut EngineStats,
+    it: u32,
+    now: Now,
+    scratch: &mut Vec<DataValue>,
+) {
+    let Some(Some(item)) = items.get_mut(it as usize) else {
+        return;
+    };
+    if item.mode == MonitoringMode::Disabled {
+        return;
+    }
+    let Some(a) = item.aggregate.as_mut() else {
+        return;
+    };
+    a.close_due(now.utc, scratch);
+    for dv in scratch.drain(..) {
+        queue_value(items, subs, stats, it, dv);
+    }
+}
+
+/// Queues a value for an item (its timestamps reduced to TimestampsToReturn) and puts the
+/// item on its subscription's ready list (and its triggered items with it).
+fn queue_value(
+    items: &mut [Option<MonitoredItem>],
+    subs: &mut [Option<Subscription>],
+    stats: &mut EngineStats,
+    it: u32,
+    value: DataValue,
+) {
+    let Some(Some(item)) = items.get_mut(it as usize) else {
+        return;
+    };
     let before = item.queue.overflows;
-    item.queue
-        .push(Queued::Data(item_value(item, sample.clone())));
+    item.queue.push(Queued::Data(item_value(item, value)));
     let overflows = item.queue.overflows - before;
     stats.overflows += overflows;
     let sub_slot = item.sub;
@@ -3122,6 +3315,13 @@ fn initial_sample(initial: DataValue, now: Now) -> DataValue {
     dv
 }
 
+/// The filter of a data item: a DataChangeFilter (or none), or an AggregateFilter (decoded
+/// and checked against the node; revised by [`SubscriptionEngine::revise_aggregate`]).
+enum ItemFilter {
+    DataChange(DataChangeSettings),
+    Aggregate(Box<AggregateFilter>),
+}
+
 /// Validates MonitoringParameters.filter for a data item (Part 4 §7.22).
 fn data_change_settings(
     space: &AddressSpace,
@@ -3129,12 +3329,24 @@ fn data_change_settings(
     attribute_id: u32,
     filter: &ExtensionObject,
     current: &DataValue,
-) -> Result<DataChangeSettings, StatusCode> {
+) -> Result<ItemFilter, StatusCode> {
     if filter.is_null() {
-        return Ok(DataChangeSettings::default());
+        return Ok(ItemFilter::DataChange(DataChangeSettings::default()));
+    }
+    if let Some(decoded) = filter.decode_as::<AggregateFilter>(crate::DecodeLimits::default()) {
+        let f = decoded.map_err(|_| StatusCode::BadMonitoredItemFilterInvalid)?;
+        // An aggregate of the Value of a Variable whose values the engine computes on:
+        // numbers and Booleans (Part 13 §5.4.3).
+        if attribute_id != attr::Value || !aggregatable_variable(space, node, current) {
+            return Err(StatusCode::BadFilterNotAllowed);
+        }
+        if crate::history::aggregate::Aggregate::from_node_id(&f.aggregate_type).is_none() {
+            return Err(StatusCode::BadAggregateNotSupported);
+        }
+        return Ok(ItemFilter::Aggregate(Box::new(f)));
     }
     let Some(decoded) = filter.decode_as::<DataChangeFilter>(crate::DecodeLimits::default()) else {
-        // EventFilter on a data item, AggregateFilter, or an unknown type.
+        // EventFilter on a data item, or an unknown type.
         if filter.type_id.as_ns0() == Some(crate::generated::types::EventFilter::BINARY_ENCODING_ID)
         {
             return Err(StatusCode::BadFilterNotAllowed);
@@ -3171,15 +3383,35 @@ fn data_change_settings(
     };
     if f.trigger == DataChangeTrigger::Status && deadband > 0.0 {
         // A deadband needs value changes in the trigger (Part 4 §7.22.2): ignored.
-        return Ok(DataChangeSettings {
+        return Ok(ItemFilter::DataChange(DataChangeSettings {
             trigger: f.trigger,
             deadband: 0.0,
-        });
+        }));
     }
-    Ok(DataChangeSettings {
+    Ok(ItemFilter::DataChange(DataChangeSettings {
         trigger: f.trigger,
         deadband,
-    })
+    }))
+}
+
+/// A Variable whose values an Aggregate computes on: a Number or a Boolean (or, when the
+/// type is abstract, one holding a numeric or Boolean scalar now).
+fn aggregatable_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> bool {
+    let ClassAttributes::Variable(v) = &node.attributes else {
+        return false;
+    };
+    if v.value_rank >= 0 || matches!(current.value, Variant::Array(_)) {
+        return false; // arrays: the aggregates are defined on scalars
+    }
+    if numeric_variable(space, node, current) {
+        return true;
+    }
+    let boolean = NodeId::ns0(crate::generated::node_ids::Boolean);
+    if v.data_type == boolean || space.is_subtype_of(&v.data_type, &boolean) {
+        return true;
+    }
+    let base = v.data_type.as_ns0() == Some(crate::generated::node_ids::BaseDataType);
+    base && matches!(current.value, Variant::Boolean(_))
 }
 
 /// Is this a Variable of a Number data type (or, when the type is abstract, does it hold
