@@ -525,3 +525,31 @@ fn modify_restarts_and_disabled_does_not_aggregate() {
         "100 (written while disabled) is before the interval"
     );
 }
+
+/// Hostile values in the filter are revised or refused, never a panic, and intervals at the
+/// end of time never end.
+#[test]
+fn hostile_filters_are_revised() {
+    let mut r = Rig::new();
+    let avg = ids::AggregateFunction_Average;
+    for (pi, start) in [
+        (f64::NAN, DateTime(i64::MIN)),
+        (f64::INFINITY, DateTime(i64::MAX)),
+        (-1.0, DateTime::NULL),
+        (1e300, DateTime(i64::MAX - 1)),
+        (1e-300, DateTime(-5)),
+    ] {
+        let res = r.create_agg(1, &agg_filter(avg, pi, start));
+        assert_eq!(res.status_code, StatusCode::Good, "{pi} {start:?}");
+        let fr = filter_result(&res.filter_result);
+        let rpi = fr.revised_processing_interval;
+        assert!((200.0..=86_400_000.0).contains(&rpi), "{pi}: {rpi}");
+        assert!(res.revised_sampling_interval * 512.0 >= rpi);
+        assert!(fr.revised_start_time.0 >= r.h.now.utc.0 || fr.revised_start_time == start);
+    }
+    r.publish(5);
+    r.run_to(2000);
+    for (_, v) in r.notifications() {
+        assert!(v.source_timestamp.is_some());
+    }
+}
