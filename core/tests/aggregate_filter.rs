@@ -553,3 +553,73 @@ fn hostile_filters_are_revised() {
         assert!(v.source_timestamp.is_some());
     }
 }
+
+/// In Sampling mode the intervals' values are queued (and reported once Reporting); a Modify
+/// to no filter makes the item an ordinary one again, reporting its samples.
+#[test]
+fn sampling_mode_queues_and_no_filter_ends_the_aggregation() {
+    let mut r = Rig::new();
+    let start = r.at_ms(0);
+    let res = r.create_agg(1, &agg_filter(ids::AggregateFunction_Maximum, 500.0, start));
+    let id = res.monitored_item_id;
+    r.set_mode(id, MonitoringMode::Sampling);
+    r.publish(20);
+    r.run_to(200);
+    r.write_i32(8);
+    r.run_to(1000);
+    assert!(
+        of(&r.notifications(), 1).is_empty(),
+        "Sampling: nothing reported"
+    );
+    r.set_mode(id, MonitoringMode::Reporting);
+    r.run_to(1500);
+    let got = of(&r.notifications(), 1);
+    assert_eq!(
+        got.len(),
+        3,
+        "[0,500) and [500,1000) from the queue, [1000,1500) reported at once: {got:?}"
+    );
+    assert_eq!(number(&got[0].value), 8.0);
+    assert_eq!(got[0].status, Some(GOOD_CALCULATED));
+    assert_eq!(got[1].source_timestamp, Some(r.at_ms(500)));
+    assert_eq!(
+        got[1].status,
+        Some(StatusCode::BadNoData),
+        "no value inside [500,1000)"
+    );
+    assert_eq!(got[2].source_timestamp, Some(r.at_ms(1000)));
+
+    let hd = r.h.header(&r.token);
+    let m = match r.h.call(Request::ModifyMonitoredItems(Box::new(
+        ModifyMonitoredItemsRequest {
+            request_header: hd,
+            subscription_id: r.sub,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_modify: vec![MonitoredItemModifyRequest {
+                monitored_item_id: id,
+                requested_parameters: MonitoringParameters {
+                    client_handle: 2,
+                    sampling_interval: 100.0,
+                    queue_size: 10,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            }],
+        },
+    ))) {
+        Response::ModifyMonitoredItems(mut m) => m.results.remove(0),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(m.status_code, StatusCode::Good);
+    assert!(
+        m.filter_result.is_null(),
+        "no AggregateFilterResult without the filter"
+    );
+    r.run_to(1600);
+    r.write_i32(9);
+    r.run_to(2000);
+    let got = of(&r.notifications(), 2);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].value, Variant::Int32(9), "the sample itself");
+    assert_eq!(got[0].status, None);
+}
