@@ -188,13 +188,17 @@ impl Rig {
     }
 
     fn write_i32(&mut self, v: i32) {
+        self.write(value_node(), Variant::Int32(v));
+    }
+
+    fn write(&mut self, node_id: NodeId, v: Variant) {
         let hd = self.h.header(&self.token);
         let r = self.h.call(Request::Write(Box::new(WriteRequest {
             request_header: hd,
             nodes_to_write: vec![WriteValue {
-                node_id: value_node(),
+                node_id,
                 attribute_id: 13,
-                value: DataValue::new(Variant::Int32(v)),
+                value: DataValue::new(v),
                 ..Default::default()
             }],
         })));
@@ -622,4 +626,39 @@ fn sampling_mode_queues_and_no_filter_ends_the_aggregation() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].value, Variant::Int32(9), "the sample itself");
     assert_eq!(got[0].status, None);
+}
+
+/// TimeAverage interpolates as the variable's history would: stepped for an Int32 (0 for half
+/// the interval, then 10: 5), sloped for a Double (0 rising to 10 over the first half, then 10:
+/// 7.5).
+#[test]
+fn time_average_is_stepped_for_integers_and_sloped_for_doubles() {
+    let mut r = Rig::new();
+    let start = r.at_ms(0);
+    let f = ExtensionObject::from_struct(&agg_filter(
+        ids::AggregateFunction_TimeAverage,
+        1000.0,
+        start,
+    ));
+    let int32 = NodeId::string(1, "Demo.Static.Int32");
+    let double = NodeId::string(1, "Demo.Static.Double");
+    for (handle, node) in [(1, int32.clone()), (2, double.clone())] {
+        let res = r.create(node, 13, handle, 100.0, f.clone());
+        assert_eq!(res.status_code, StatusCode::Good);
+    }
+    r.publish(10);
+    r.run_to(500);
+    r.write(int32, Variant::Int32(10));
+    r.write(double, Variant::Double(10.0));
+    r.run_to(1000);
+    let n = r.notifications();
+    let int = of(&n, 1);
+    let dbl = of(&n, 2);
+    assert_eq!(int.len(), 1, "{n:?}");
+    assert_eq!(dbl.len(), 1, "{n:?}");
+    assert_eq!(number(&int[0].value), 5.0, "{int:?}");
+    assert_eq!(number(&dbl[0].value), 7.5, "{dbl:?}");
+    for v in [&int[0], &dbl[0]] {
+        assert_eq!(v.status, Some(GOOD_CALCULATED), "{v:?}");
+    }
 }

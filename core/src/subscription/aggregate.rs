@@ -62,16 +62,22 @@ pub struct AggregateSpec {
 impl AggregateSpec {
     /// Validates the decoded filter (Part 4 §7.22.4): the Aggregate must be one the engine
     /// computes (`Bad_AggregateNotSupported`), the configuration's percentages at most 100
-    /// (`Bad_AggregateConfigurationRejected`). `processing_interval_ms` is the revised one.
+    /// (`Bad_AggregateConfigurationRejected`). `processing_interval_ms` is the revised one;
+    /// `stepped` the variable's SteppedInterpolation (Part 11 §5.2.2), which the filter does not
+    /// carry: the server chooses it as for history (sloped for Float and Double values only).
     pub fn new(
         f: &AggregateFilter,
         processing_interval_ms: f64,
+        stepped: bool,
     ) -> Result<AggregateSpec, StatusCode> {
         let aggregate = Aggregate::from_node_id(&f.aggregate_type)
             .ok_or(StatusCode::BadAggregateNotSupported)?;
         let c = &f.aggregate_configuration;
         let (config, revised_configuration) = if c.use_server_capabilities_defaults {
-            let d = AggregateConfig::default();
+            let d = AggregateConfig {
+                stepped,
+                ..AggregateConfig::default()
+            };
             (
                 d,
                 AggregateConfiguration {
@@ -92,7 +98,7 @@ impl AggregateSpec {
                     percent_data_bad: c.percent_data_bad,
                     percent_data_good: c.percent_data_good,
                     use_sloped_extrapolation: c.use_sloped_extrapolation,
-                    stepped: false,
+                    stepped,
                 },
                 c.clone(),
             )
@@ -325,7 +331,7 @@ mod tests {
                 ..Default::default()
             },
         };
-        AggregateSpec::new(&f, pi_ms).unwrap()
+        AggregateSpec::new(&f, pi_ms, false).unwrap()
     }
 
     fn sample(v: f64, t_ms: i64) -> DataValue {
@@ -457,12 +463,12 @@ mod tests {
         };
         f.aggregate_configuration.percent_data_good = 101;
         assert_eq!(
-            AggregateSpec::new(&f, 100.0).unwrap_err(),
+            AggregateSpec::new(&f, 100.0, false).unwrap_err(),
             StatusCode::BadAggregateConfigurationRejected
         );
         f.aggregate_type = NodeId::ns0(ids::AggregateFunction_Total);
         assert_eq!(
-            AggregateSpec::new(&f, 100.0).unwrap_err(),
+            AggregateSpec::new(&f, 100.0, false).unwrap_err(),
             StatusCode::BadAggregateNotSupported
         );
     }

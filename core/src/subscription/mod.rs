@@ -2073,6 +2073,7 @@ impl SubscriptionEngine {
             params.sampling_interval,
             sub_interval,
             filter,
+            stepped_variable(space, node, &initial),
         )?;
         let aggregate = spec.map(|spec| Box::new(aggregate::AggregateState::new(spec, now.utc)));
         let filter_result = aggregate.as_ref().map_or_else(ExtensionObject::null, |a| {
@@ -2271,6 +2272,7 @@ impl SubscriptionEngine {
         requested_sampling: f64,
         sub_interval: f64,
         filter: ItemFilter,
+        stepped: bool,
     ) -> Result<
         (
             Sampling,
@@ -2312,7 +2314,7 @@ impl SubscriptionEngine {
                 pi = sampling_ms * aggregate::AGGREGATE_SAMPLES_PER_INTERVAL;
             }
         }
-        let spec = aggregate::AggregateSpec::new(&f, pi)?;
+        let spec = aggregate::AggregateSpec::new(&f, pi, stepped)?;
         Ok((
             Sampling::Timed,
             sampling_ms,
@@ -2558,6 +2560,7 @@ impl SubscriptionEngine {
                     p.sampling_interval,
                     sub_interval,
                     filter,
+                    stepped_variable(space, node, &current),
                 )?;
                 let queue_size = self.limits.revise_queue_size(p.queue_size);
                 // A source counts its aggregate items: gaining or losing the AggregateFilter
@@ -3392,6 +3395,25 @@ fn data_change_settings(
         trigger: f.trigger,
         deadband,
     }))
+}
+
+/// SteppedInterpolation for an aggregate item, chosen as the server's history does (sloped
+/// for Float and Double, stepped otherwise), so a ReadProcessed of the same intervals agrees:
+/// by the DataType, or by the value when the type is abstract.
+fn stepped_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> bool {
+    let ClassAttributes::Variable(v) = &node.attributes else {
+        return true;
+    };
+    for t in [
+        crate::generated::node_ids::Double,
+        crate::generated::node_ids::Float,
+    ] {
+        let t = NodeId::ns0(t);
+        if v.data_type == t || space.is_subtype_of(&v.data_type, &t) {
+            return false;
+        }
+    }
+    !matches!(current.value, Variant::Double(_) | Variant::Float(_))
 }
 
 /// A Variable whose values an Aggregate computes on: a Number or a Boolean (or, when the
