@@ -388,6 +388,37 @@ fn filter_validation_and_revision() {
     let res = r.create(value_node(), 13, 1, 100.0, eo);
     assert_eq!(res.status_code, StatusCode::BadMonitoredItemFilterInvalid);
 
+    // The aggregate's timestamp is the SourceTimestamp: Server or Neither only is refused.
+    for ttr in [TimestampsToReturn::Server, TimestampsToReturn::Neither] {
+        let hd = r.h.header(&r.token);
+        let res = match r.h.call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: r.sub,
+                timestamps_to_return: ttr,
+                items_to_create: vec![MonitoredItemCreateRequest {
+                    item_to_monitor: ReadValueId {
+                        node_id: value_node(),
+                        attribute_id: 13,
+                        ..Default::default()
+                    },
+                    monitoring_mode: MonitoringMode::Reporting,
+                    requested_parameters: MonitoringParameters {
+                        filter: ExtensionObject::from_struct(&agg_filter(
+                            ids::AggregateFunction_Average,
+                            1000.0,
+                            start,
+                        )),
+                        ..Default::default()
+                    },
+                }],
+            },
+        ))) {
+            Response::CreateMonitoredItems(mut r) => r.results.remove(0),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(res.status_code, StatusCode::BadTimestampsToReturnInvalid);
+    }
     // An interval below twice the sampling interval is raised to it.
     let res = r.create_agg(1, &agg_filter(ids::AggregateFunction_Average, 50.0, start));
     assert_eq!(res.status_code, StatusCode::Good);

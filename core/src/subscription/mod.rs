@@ -2075,6 +2075,9 @@ impl SubscriptionEngine {
             filter,
             stepped_variable(space, node, &initial),
         )?;
+        if spec.is_some() {
+            aggregate_timestamps(ts)?;
+        }
         let aggregate = spec.map(|spec| Box::new(aggregate::AggregateState::new(spec, now.utc)));
         let filter_result = aggregate.as_ref().map_or_else(ExtensionObject::null, |a| {
             ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
@@ -2562,6 +2565,9 @@ impl SubscriptionEngine {
                     filter,
                     stepped_variable(space, node, &current),
                 )?;
+                if spec.is_some() {
+                    aggregate_timestamps(ts)?;
+                }
                 let queue_size = self.limits.revise_queue_size(p.queue_size);
                 // A source counts its aggregate items: gaining or losing the AggregateFilter
                 // moves the item off and back onto its source.
@@ -3395,6 +3401,16 @@ fn data_change_settings(
         trigger: f.trigger,
         deadband,
     }))
+}
+
+/// An aggregate's timestamp is its interval's start, the SourceTimestamp: TimestampsToReturn
+/// Server or Neither is `Bad_TimestampsToReturnInvalid` for an aggregate item (Part 13
+/// §5.4.3.1, "anything but the source timestamp"; Both includes it).
+fn aggregate_timestamps(ts: Timestamps) -> Result<(), StatusCode> {
+    match ts {
+        Timestamps::Source | Timestamps::Both => Ok(()),
+        Timestamps::Server | Timestamps::Neither => Err(StatusCode::BadTimestampsToReturnInvalid),
+    }
 }
 
 /// SteppedInterpolation for an aggregate item, chosen as the server's history does (sloped
