@@ -344,3 +344,31 @@ fn server_capabilities_have_no_null_values() {
         );
     }
 }
+
+/// ServerCapabilities.AggregateFunctions organizes exactly the aggregates an AggregateFilter
+/// computes, on a server without a history store too (HistoryServerCapabilities, and its
+/// own AggregateFunctions folder, are then not there).
+#[test]
+fn server_capabilities_list_the_aggregates_monitored_items_compute() {
+    use uaring_core::generated::node_ids as n;
+    use uaring_core::history::aggregate::Aggregate;
+    let s = content::new(ServerConfig::default(), now()).unwrap();
+    let a = &s.address_space;
+    let folder = NodeId::ns0(n::Server_ServerCapabilities_AggregateFunctions);
+    let mut listed: Vec<NodeId> = a
+        .node(&folder)
+        .unwrap()
+        .references
+        .iter()
+        .filter(|r| r.is_forward && r.reference_type == NodeId::ns0(35))
+        .filter_map(|r| r.target.as_local().cloned())
+        .collect();
+    let mut all: Vec<NodeId> = Aggregate::ALL.iter().map(|x| x.node_id()).collect();
+    listed.sort_by_key(|x| x.to_string());
+    all.sort_by_key(|x| x.to_string());
+    assert_eq!(listed, all);
+    for id in &all {
+        assert!(has_ref(a, id, 35, false, &folder), "{id} organized back");
+    }
+    assert!(a.node(&NodeId::ns0(n::HistoryServerCapabilities)).is_none());
+}

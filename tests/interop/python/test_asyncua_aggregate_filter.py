@@ -96,3 +96,18 @@ def test_average_and_count_over_500_ms(server):
             await c.disconnect()
 
     run(main())
+
+
+def test_server_capabilities_list_the_aggregates(server):
+    """ServerCapabilities.AggregateFunctions lists what an AggregateFilter computes."""
+    async def main():
+        c = await connected(server.url)
+        try:
+            folder = c.get_node(ua.ObjectIds.Server_ServerCapabilities_AggregateFunctions)
+            names = {(await n.read_browse_name()).Name for n in await folder.get_children()}
+            assert {"Average", "Count", "Minimum", "Maximum", "TimeAverage"} <= names, names
+            assert "Total" not in names and "AnnotationCount" not in names
+        finally:
+            await c.disconnect()
+
+    run(main())

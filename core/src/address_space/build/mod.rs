@@ -65,6 +65,7 @@ pub fn build_with_history(
             server_object::install(&mut b, config, &info, &uris);
         }
     }
+    server_object::install_aggregate_functions(&mut b);
     extend(&mut b)?;
     if b.namespace_uris.len() != uris.len() {
         let all = b.namespace_uris.clone();

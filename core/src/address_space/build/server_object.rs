@@ -756,9 +756,8 @@ const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
 
 /// The HistoryServerCapabilities and HistoryRead limits of a server with a history store
 /// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, what it
-/// does not is false, and the AggregateFunctions folders (of the
-/// HistoryServerCapabilities and of the ServerCapabilities) organize exactly the aggregates
-/// it computes.
+/// does not is false, and the HistoryServerCapabilities' AggregateFunctions folder organizes
+/// exactly the aggregates it computes (the ServerCapabilities' is [`install_aggregate_functions`]'s).
 pub fn install_history(
     b: &mut AddressSpaceBuilder,
     config: &ServerConfig,
@@ -851,17 +850,34 @@ pub fn install_history(
             }
         }
     }
-    const ORGANIZES: u32 = 35;
-    for folder in [
+    organize_aggregates(
+        b,
         n::HistoryServerCapabilities_AggregateFunctions,
-        n::Server_ServerCapabilities_AggregateFunctions,
-    ] {
-        for a in &caps.aggregates {
-            // The aggregate objects are namespace 0's; a reference to one that is not
-            // there is not made.
-            if b.contains(a) {
-                let _ = b.add_reference(&NodeId::ns0(folder), ORGANIZES, a.clone(), true);
-            }
+        &caps.aggregates,
+    );
+}
+
+/// ServerCapabilities.AggregateFunctions organizes the aggregates an AggregateFilter on a
+/// monitored item computes (every one of `Aggregate::ALL`, with or without a history store).
+pub fn install_aggregate_functions(b: &mut AddressSpaceBuilder) {
+    let all: Vec<NodeId> = crate::history::aggregate::Aggregate::ALL
+        .iter()
+        .map(|a| a.node_id())
+        .collect();
+    organize_aggregates(
+        b,
+        crate::generated::node_ids::Server_ServerCapabilities_AggregateFunctions,
+        &all,
+    );
+}
+
+fn organize_aggregates(b: &mut AddressSpaceBuilder, folder: u32, aggregates: &[NodeId]) {
+    const ORGANIZES: u32 = 35;
+    for a in aggregates {
+        // The aggregate objects are namespace 0's; a reference to one that is not there is
+        // not made.
+        if b.contains(a) {
+            let _ = b.add_reference(&NodeId::ns0(folder), ORGANIZES, a.clone(), true);
         }
     }
 }
