@@ -339,6 +339,30 @@ fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive
             doubles(&data(&r.results[0])),
             vec![0.0, 100.0, 200.0, 300.0, 400.0]
         );
+        // A configuration with a percentage above 100 is refused for that node.
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadProcessedDetails {
+                start_time: t0,
+                end_time: at(t0, 500.0),
+                processing_interval: 100_000.0,
+                aggregate_type: vec![NodeId::ns0(2341)],
+                aggregate_configuration: AggregateConfiguration {
+                    use_server_capabilities_defaults: false,
+                    percent_data_bad: 101,
+                    percent_data_good: 100,
+                    ..Default::default()
+                },
+            }),
+            vec![HistoryReadValueId {
+                node_id: level_id.clone(),
+                ..Default::default()
+            }],
+        );
+        assert_eq!(
+            r.results[0].status_code,
+            StatusCode::BadAggregateConfigurationRejected
+        );
 
         // A client's Write is historized too; a Variable that is not says so.
         let w = c

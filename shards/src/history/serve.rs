@@ -690,6 +690,11 @@ impl Historian {
                 ..AggregateConfig::default()
             }
         } else {
+            // Percentages above 100 configure nothing (Part 13 §4.2.1.2): refused, as the
+            // AggregateFilter of a monitored item refuses them.
+            if c.percent_data_bad > 100 || c.percent_data_good > 100 {
+                return Err(StatusCode::BadAggregateConfigurationRejected);
+            }
             AggregateConfig {
                 treat_uncertain_as_bad: c.treat_uncertain_as_bad,
                 percent_data_bad: c.percent_data_bad,
