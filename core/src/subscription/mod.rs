@@ -50,10 +50,12 @@
 
 pub mod aggregate;
 pub mod item;
+mod slots;
 mod watch;
 
 use crate::config::SubscriptionLimits;
 
+use slots::Slots;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -336,11 +338,11 @@ pub struct SubscriptionEngine {
     sub_free: Vec<u32>,
     sub_ids: HashMap<u32, u32>,
     sub_counter: u32,
-    items: Vec<Option<MonitoredItem>>,
+    items: Slots<MonitoredItem>,
     item_free: Vec<u32>,
     item_ids: HashMap<u32, u32>,
     item_counter: u32,
-    sources: Vec<Option<Source>>,
+    sources: Slots<Source>,
     source_free: Vec<u32>,
     source_map: HashMap<(u32, u32, u64), u32>,
     buckets: Vec<Option<Bucket>>,
@@ -397,11 +399,11 @@ impl SubscriptionEngine {
             sub_free: Vec::new(),
             sub_ids: HashMap::new(),
             sub_counter: 0,
-            items: Vec::new(),
+            items: Slots::default(),
             item_free: Vec::new(),
             item_ids: HashMap::new(),
             item_counter: 0,
-            sources: Vec::new(),
+            sources: Slots::default(),
             source_free: Vec::new(),
             source_map: HashMap::new(),
             buckets: Vec::new(),
@@ -2210,7 +2212,7 @@ impl SubscriptionEngine {
 
     /// Stores a new item in the pool and in its subscription; returns its slot.
     fn insert_item(&mut self, slot: u32, id: u32, item: MonitoredItem) -> u32 {
-        let it = slab_insert(&mut self.items, &mut self.item_free, item);
+        let it = self.items.insert(&mut self.item_free, item);
         self.item_ids.insert(id, it);
         if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
             s.items.push(it);
@@ -2438,7 +2440,7 @@ impl SubscriptionEngine {
             aggregate_items: 0,
             pending_sample: None,
         };
-        let s = slab_insert(&mut self.sources, &mut self.source_free, source);
+        let s = self.sources.insert(&mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
             bk.sources.push(s);
         }
@@ -2891,13 +2893,13 @@ fn filter_result_object(r: &crate::generated::types::EventFilterResult) -> Exten
     }
 }
 
-fn item_node(items: &[Option<MonitoredItem>], it: u32) -> u32 {
+fn item_node(items: &Slots<MonitoredItem>, it: u32) -> u32 {
     items
         .get(it as usize)
         .and_then(|i| i.as_ref())
         .map_or(NONE, |i| i.node_index)
 }
-fn item_attr(items: &[Option<MonitoredItem>], it: u32) -> u32 {
+fn item_attr(items: &Slots<MonitoredItem>, it: u32) -> u32 {
     items
         .get(it as usize)
         .and_then(|i| i.as_ref())
@@ -2930,7 +2932,7 @@ fn item_value(item: &MonitoredItem, mut dv: DataValue) -> DataValue {
 /// Offers a sample to an item: filtered against the last reported value, queued, and the
 /// item put on its subscription's ready list (and its triggered items with it).
 fn offer(
-    items: &mut [Option<MonitoredItem>],
+    items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
     stats: &mut EngineStats,
     it: u32,
@@ -2981,7 +2983,7 @@ fn offer(
 /// Ends the processing intervals of an aggregate item that are over at `now` (a sampling tick
 /// of its source) and queues their values.
 fn close_aggregate_intervals(
-    items: &mut [Option<MonitoredItem>],
+    items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
     stats: &mut EngineStats,
     it: u32,
@@ -3006,7 +3008,7 @@ fn close_aggregate_intervals(
 /// Queues a value for an item (its timestamps reduced to TimestampsToReturn) and puts the
 /// item on its subscription's ready list (and its triggered items with it).
 fn queue_value(
-    items: &mut [Option<MonitoredItem>],
+    items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
     stats: &mut EngineStats,
     it: u32,
@@ -3122,7 +3124,7 @@ impl Pools {
 
 /// Queues an event notification into an item and puts it on its subscription's ready list.
 fn queue_event(
-    items: &mut [Option<MonitoredItem>],
+    items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
     it: u32,
     fields: Vec<Variant>,
@@ -3154,7 +3156,7 @@ fn queue_event(
 /// MaxNotificationsPerPublish notifications). Returns (message, more waiting, count).
 fn build_message(
     sub: &mut Subscription,
-    items: &mut [Option<MonitoredItem>],
+    items: &mut Slots<MonitoredItem>,
     pools: &mut Pools,
     now: Now,
 ) -> (NotificationMessage, bool, usize) {

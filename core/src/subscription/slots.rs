@@ -1,0 +1,103 @@
+//! [`Slots`]: a table of optional values addressed by a `u32` slot, grown in fixed chunks.
+//!
+//! The shard's monitored items and sampling sources live here. A `Vec` doubles when it is
+//! full and copies everything into the new allocation: at a million items (a few hundred
+//! bytes each) one CreateMonitoredItems call paid for copying the whole table and stalled the
+//! shard's loop for a fifth of a second. Chunks never move once allocated, so growing costs
+//! one chunk's allocation, whatever the table's size; a lookup is one more index into a small
+//! table of chunk pointers (which stays in the cache).
+
+/// Slots per chunk.
+const CHUNK: usize = 4096;
+
+pub(crate) struct Slots<T> {
+    chunks: Vec<Box<[Option<T>]>>,
+    len: usize,
+}
+
+impl<T> Default for Slots<T> {
+    fn default() -> Self {
+        Slots {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Slots<T> {
+    /// Slots handed out so far (free or not).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Slot `i`: `None` past the last chunk; a slot not handed out yet (in the last chunk)
+    /// reads as a free one, `Some(&None)`.
+    pub(crate) fn get(&self, i: usize) -> Option<&Option<T>> {
+        self.chunks.get(i / CHUNK).and_then(|c| c.get(i % CHUNK))
+    }
+
+    /// As [`Slots::get`].
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut Option<T>> {
+        self.chunks
+            .get_mut(i / CHUNK)
+            .and_then(|c| c.get_mut(i % CHUNK))
+    }
+
+    /// Puts `v` into a free slot from `free` (or a new one) and returns the slot.
+    pub(crate) fn insert(&mut self, free: &mut Vec<u32>, v: T) -> u32 {
+        // A free list only holds slots of its own table; one out of range is dropped.
+        while let Some(i) = free.pop() {
+            if (i as usize) >= self.len {
+                continue;
+            }
+            if let Some(slot) = self.get_mut(i as usize) {
+                *slot = Some(v);
+                return i;
+            }
+        }
+        let i = self.len;
+        if i / CHUNK == self.chunks.len() {
+            self.chunks
+                .push(std::iter::repeat_with(|| None).take(CHUNK).collect());
+        }
+        self.len += 1;
+        if let Some(slot) = self.get_mut(i) {
+            *slot = Some(v);
+        }
+        i as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_grow_by_chunks_and_reuse_freed_ones() {
+        let mut s: Slots<u64> = Slots::default();
+        let mut free = Vec::new();
+        for i in 0..(CHUNK as u64 * 2 + 5) {
+            assert_eq!(s.insert(&mut free, i), i as u32);
+        }
+        assert_eq!(s.len(), CHUNK * 2 + 5);
+        assert_eq!(s.chunks.len(), 3);
+        assert_eq!(s.get(CHUNK + 7), Some(&Some(CHUNK as u64 + 7)));
+        assert_eq!(s.get(CHUNK * 2 + 5), Some(&None), "not handed out: free");
+        assert_eq!(s.get(CHUNK * 3), None, "past the last chunk");
+        // A freed slot is handed out again; a bogus free entry is skipped.
+        *s.get_mut(10).unwrap() = None;
+        free.push(10);
+        free.push(u32::MAX);
+        free.push((CHUNK * 2 + 6) as u32); // in the last chunk, never handed out
+        assert_eq!(s.insert(&mut free, 99), 10);
+        assert!(free.is_empty());
+        assert_eq!(s.get(10), Some(&Some(99)));
+        // Chunks do not move as the table grows.
+        let first = s.get(0).unwrap() as *const Option<u64>;
+        for i in 0..(CHUNK as u64 * 4) {
+            s.insert(&mut free, i);
+        }
+        assert_eq!(first, s.get(0).unwrap() as *const Option<u64>);
+    }
+}
