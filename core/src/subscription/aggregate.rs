@@ -73,36 +73,8 @@ impl AggregateSpec {
         let aggregate = Aggregate::from_node_id(&f.aggregate_type)
             .ok_or(StatusCode::BadAggregateNotSupported)?;
         let c = &f.aggregate_configuration;
-        let (config, revised_configuration) = if c.use_server_capabilities_defaults {
-            let d = AggregateConfig {
-                stepped,
-                ..AggregateConfig::default()
-            };
-            (
-                d,
-                AggregateConfiguration {
-                    use_server_capabilities_defaults: true,
-                    treat_uncertain_as_bad: d.treat_uncertain_as_bad,
-                    percent_data_bad: d.percent_data_bad,
-                    percent_data_good: d.percent_data_good,
-                    use_sloped_extrapolation: d.use_sloped_extrapolation,
-                },
-            )
-        } else {
-            if c.percent_data_bad > 100 || c.percent_data_good > 100 {
-                return Err(StatusCode::BadAggregateConfigurationRejected);
-            }
-            (
-                AggregateConfig {
-                    treat_uncertain_as_bad: c.treat_uncertain_as_bad,
-                    percent_data_bad: c.percent_data_bad,
-                    percent_data_good: c.percent_data_good,
-                    use_sloped_extrapolation: c.use_sloped_extrapolation,
-                    stepped,
-                },
-                c.clone(),
-            )
-        };
+        let config = AggregateConfig::of_request(c, stepped)?;
+        let revised_configuration = config.to_configuration(c.use_server_capabilities_defaults);
         Ok(AggregateSpec {
             aggregate,
             config,

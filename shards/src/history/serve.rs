@@ -683,26 +683,7 @@ impl Historian {
         let Some(aggregate) = op.aggregate.as_ref().and_then(Aggregate::from_node_id) else {
             return Err(StatusCode::BadAggregateNotSupported);
         };
-        let c = &d.aggregate_configuration;
-        let config = if c.use_server_capabilities_defaults {
-            AggregateConfig {
-                stepped: self.stepped(id),
-                ..AggregateConfig::default()
-            }
-        } else {
-            // Percentages above 100 configure nothing (Part 13 §4.2.1.2): refused, as the
-            // AggregateFilter of a monitored item refuses them.
-            if c.percent_data_bad > 100 || c.percent_data_good > 100 {
-                return Err(StatusCode::BadAggregateConfigurationRejected);
-            }
-            AggregateConfig {
-                treat_uncertain_as_bad: c.treat_uncertain_as_bad,
-                percent_data_bad: c.percent_data_bad,
-                percent_data_good: c.percent_data_good,
-                use_sloped_extrapolation: c.use_sloped_extrapolation,
-                stepped: self.stepped(id),
-            }
-        };
+        let config = AggregateConfig::of_request(&d.aggregate_configuration, self.stepped(id))?;
         let (lo, hi) = (
             d.start_time.0.min(d.end_time.0),
             d.start_time.0.max(d.end_time.0),

@@ -362,6 +362,47 @@ impl Default for AggregateConfig {
     }
 }
 
+impl AggregateConfig {
+    /// The configuration a request asks for (ReadProcessedDetails, an AggregateFilter), with
+    /// `stepped` from the variable: the defaults when it asks for the server's, else its own.
+    /// A percentage above 100 configures nothing: `Bad_AggregateConfigurationRejected`.
+    pub fn of_request(
+        c: &crate::generated::types::AggregateConfiguration,
+        stepped: bool,
+    ) -> Result<AggregateConfig, StatusCode> {
+        if c.use_server_capabilities_defaults {
+            return Ok(AggregateConfig {
+                stepped,
+                ..AggregateConfig::default()
+            });
+        }
+        if c.percent_data_bad > 100 || c.percent_data_good > 100 {
+            return Err(StatusCode::BadAggregateConfigurationRejected);
+        }
+        Ok(AggregateConfig {
+            treat_uncertain_as_bad: c.treat_uncertain_as_bad,
+            percent_data_bad: c.percent_data_bad,
+            percent_data_good: c.percent_data_good,
+            use_sloped_extrapolation: c.use_sloped_extrapolation,
+            stepped,
+        })
+    }
+
+    /// As an AggregateConfiguration (the revised one of an AggregateFilterResult).
+    pub fn to_configuration(
+        &self,
+        use_server_capabilities_defaults: bool,
+    ) -> crate::generated::types::AggregateConfiguration {
+        crate::generated::types::AggregateConfiguration {
+            use_server_capabilities_defaults,
+            treat_uncertain_as_bad: self.treat_uncertain_as_bad,
+            percent_data_bad: self.percent_data_bad,
+            percent_data_good: self.percent_data_good,
+            use_sloped_extrapolation: self.use_sloped_extrapolation,
+        }
+    }
+}
+
 /// The Aggregate bits of a StatusCode (Part 13 §5.3, Part 4's StatusCode "HistorianBits"): the low
 /// five InfoBits, valid with the DataValue InfoType (bit 10).
 pub mod bits {
