@@ -604,6 +604,16 @@ fn argument_tables_match_the_nodeset() {
         args_of(ids::RESEND_DATA, "InputArguments"),
         spec(nodes::SERVER_SUBSCRIPTION_ID_IN)
     );
+    assert_eq!(
+        args_of(ids::TIMED_SHELVE, "InputArguments"),
+        spec(nodes::SHELVE_IN)
+    );
+    assert!(args_of(ids::ONE_SHOT_SHELVE, "InputArguments").is_empty());
+    assert!(args_of(ids::UNSHELVE, "InputArguments").is_empty());
+    // The namespace-0 shelving methods are served (so Executable).
+    for id in [ids::TIMED_SHELVE, ids::ONE_SHOT_SHELVE, ids::UNSHELVE] {
+        assert!(method::served(&NodeId::ns0(id)));
+    }
 }
 
 #[test]
@@ -865,54 +875,4 @@ fn shelving_through_call() {
         one(&mut h, key, m(alarm, NodeId::ns0(ids::UNSHELVE), vec![])).status_code,
         StatusCode::BadUserAccessDenied
     );
-}
-
-/// The shelving methods' argument tables agree with the NodeSet's.
-#[test]
-fn shelving_argument_tables_match_the_nodeset() {
-    let h = Harness::new();
-    let space = &h.shard.shared().address_space;
-    let inputs = |method: u32| -> Vec<(String, NodeId)> {
-        let node = space.node(&NodeId::ns0(method)).unwrap();
-        let Some(p) = node
-            .references
-            .iter()
-            .filter(|r| r.is_forward)
-            .filter_map(|r| r.target.as_local())
-            .find(|t| {
-                space
-                    .browse_name_of(t)
-                    .is_some_and(|b| b.name.as_str() == "InputArguments")
-            })
-        else {
-            return Vec::new();
-        };
-        let v = space
-            .variable_value(space.node(p).unwrap(), h.now)
-            .unwrap()
-            .value;
-        v.as_array()
-            .expect("an Argument array")
-            .values
-            .iter()
-            .map(|x| match x {
-                Variant::ExtensionObject(e) => {
-                    let arg: Argument = e.decode_as(Default::default()).unwrap().unwrap();
-                    (arg.name.as_str().to_string(), arg.data_type)
-                }
-                other => panic!("{other:?}"),
-            })
-            .collect()
-    };
-    let spec: Vec<_> = nodes::SHELVE_IN
-        .iter()
-        .map(|a| (a.name.to_string(), NodeId::ns0(a.data_type)))
-        .collect();
-    assert_eq!(inputs(ids::TIMED_SHELVE), spec);
-    assert!(inputs(ids::ONE_SHOT_SHELVE).is_empty());
-    assert!(inputs(ids::UNSHELVE).is_empty());
-    // The ns0 methods are executable now that the server serves them.
-    for id in [ids::TIMED_SHELVE, ids::ONE_SHOT_SHELVE, ids::UNSHELVE] {
-        assert!(method::served(&NodeId::ns0(id)));
-    }
 }
