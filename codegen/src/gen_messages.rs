@@ -160,11 +160,9 @@ pub fn generate_tests(m: &Model) -> String {
         }
         writeln!(
             o,
-            "    ];\n    assert_eq!(all.len(), {});\n    for msg in &all {{\n        let mut b = Vec::new();\n        msg.encode_with_type_id(&mut b);\n        let mut d = Decoder::new(&b, DecodeLimits::default());\n        let id = NodeId::decode(&mut d).unwrap();\n        assert_eq!(id, NodeId::ns0(msg.binary_encoding_id()));\n        let back = {enum_name}::decode_body(&id, &mut d).unwrap().expect(msg.name());\n        assert_eq!(d.remaining(), 0);\n        assert_eq!(&back, msg);\n        assert_eq!(back.name(), msg.name());\n        let mut m2 = back.clone();\n        m2.{}_mut().{} = {};\n        assert_ne!(&m2, msg);\n        let _ = m2.{}();\n    }}\n    let mut d = Decoder::new(&[], DecodeLimits::default());\n    assert!({enum_name}::decode_body(&NodeId::ns0(1), &mut d).unwrap().is_none());\n    assert!({enum_name}::decode_body(&NodeId::numeric(1, {}), &mut d).unwrap().is_none());\n}}\n",
+            "    ];\n    assert_eq!(all.len(), {});\n    for msg in &all {{\n        let mut b = Vec::new();\n        msg.encode_with_type_id(&mut b);\n        let mut d = Decoder::new(&b, DecodeLimits::default());\n        let id = NodeId::decode(&mut d).unwrap();\n        assert_eq!(id, NodeId::ns0(msg.binary_encoding_id()));\n        let back = {enum_name}::decode_body(&id, &mut d).unwrap().expect(msg.name());\n        assert_eq!(d.remaining(), 0);\n        assert_eq!(&back, msg);\n        assert_eq!(back.name(), msg.name());\n        let mut m2 = back.clone();\n        m2.{}_mut().request_handle = 4242;\n        assert_ne!(&m2, msg);\n        let _ = m2.{}();\n    }}\n    let mut d = Decoder::new(&[], DecodeLimits::default());\n    assert!({enum_name}::decode_body(&NodeId::ns0(1), &mut d).unwrap().is_none());\n    assert!({enum_name}::decode_body(&NodeId::numeric(1, {}), &mut d).unwrap().is_none());\n}}\n",
             list.len(),
             if suffix == "Request" { "request_header" } else { "response_header" },
-            if suffix == "Request" { "request_handle" } else { "request_handle" },
-            "4242",
             if suffix == "Request" { "request_header" } else { "response_header" },
             list[0].2,
         )

@@ -286,7 +286,7 @@ pub fn build<'a>(bsd: &'a Bsd, ids: &Ids) -> Model<'a> {
             // A direct, non-array self-containment would need a Box; the bsd has none.
             for f in &structs[i].fields {
                 assert!(
-                    !(f.ty == Ty::Struct(structs[i].name.clone()) && !f.array),
+                    f.ty != Ty::Struct(structs[i].name.clone()) || f.array,
                     "{} contains itself",
                     structs[i].name
                 );

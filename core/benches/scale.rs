@@ -312,7 +312,7 @@ fn items_at_scale(total: u32) {
         handles.push(s.create(created, n));
         calls.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
         created += n;
-        if created == n || created % step == 0 || created == total {
+        if created == n || created.is_multiple_of(step) || created == total {
             let per_item = (live() - before) as f64 / created as f64;
             calls.sort_by(f64::total_cmp);
             let median = calls[calls.len() / 2];

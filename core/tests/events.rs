@@ -80,7 +80,7 @@ fn filter(select: Vec<SimpleAttributeOperand>, elements: Vec<ContentFilterElemen
 
 /// A Demo event: Severity 500, Message "Demo event 4", Sequence 4.
 fn demo_event(s: &ServerShared) -> Event {
-    content::demo_event(&s, 4, "Demo event 4", 500, start().utc)
+    content::demo_event(s, 4, "Demo event 4", 500, start().utc)
 }
 
 /// Does the event pass a where clause made of `elements`?
@@ -606,7 +606,7 @@ fn fields_by_type_and_path() {
 // ---- bus ----
 
 fn numbered(s: &ServerShared, n: u32) -> Event {
-    content::demo_event(&s, n, "x", 100, start().utc)
+    content::demo_event(s, n, "x", 100, start().utc)
 }
 
 fn seq_of(e: &Event) -> u32 {

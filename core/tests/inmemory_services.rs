@@ -11,8 +11,8 @@ use net::Net;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
     CreateMonitoredItemsRequest, CreateSubscriptionRequest, GetEndpointsRequest,
-    MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, PublishRequest, ReadRequest,
-    ReadValueId, TimestampsToReturn,
+    MonitoredItemCreateRequest, MonitoringMode, MonitoringParameters, ReadRequest, ReadValueId,
+    TimestampsToReturn,
 };
 use uaring_core::server::connection::ConnStatus;
 use uaring_core::types::{NodeId, Variant};
@@ -142,11 +142,7 @@ fn responses_past_the_sessions_max_response_size_are_refused_publish_included() 
     }
     let id = n
         .client
-        .send_request(
-            Request::Publish(Box::new(PublishRequest::default())),
-            t0(),
-            &mut n.c2s,
-        )
+        .send_request(Request::Publish(Box::default()), t0(), &mut n.c2s)
         .unwrap();
     n.pump();
     // Publishing cycles pass until the Publish is answered with the 100 initial values.

@@ -213,7 +213,7 @@ pub fn asym_decrypt(
         .asym_encryption()
         .ok_or(status::BAD_SECURITY_POLICY_REJECTED)?;
     let key_bytes = own.key_bytes();
-    if ciphertext.is_empty() || ciphertext.len() % key_bytes != 0 {
+    if ciphertext.is_empty() || !ciphertext.len().is_multiple_of(key_bytes) {
         return Err(status::BAD_SECURITY_CHECKS_FAILED);
     }
     let start = out.len();

@@ -278,10 +278,10 @@ impl Certificate {
                 let san = SubjectAltName::from_der(value).map_err(bad)?;
                 for name in san.0 {
                     match name {
-                        GeneralName::UniformResourceIdentifier(uri) => {
-                            if cert.application_uri.is_none() {
-                                cert.application_uri = Some(uri.to_string());
-                            }
+                        GeneralName::UniformResourceIdentifier(uri)
+                            if cert.application_uri.is_none() =>
+                        {
+                            cert.application_uri = Some(uri.to_string());
                         }
                         GeneralName::DnsName(dns) => cert.dns_names.push(dns.to_string()),
                         GeneralName::IpAddress(ip) => {

@@ -574,7 +574,7 @@ impl ChunkCrypto for AsymCrypto {
         }
         let plain = zeroize::Zeroizing::new(buf.split_off(start));
         let pb = self.id.asym_plain_block_size(self.peer.key_bytes());
-        if pb == 0 || plain.len() % pb != 0 {
+        if pb == 0 || !plain.len().is_multiple_of(pb) {
             return Err(StatusCode::BadInternalError);
         }
         asym_encrypt(self.id, &self.peer, &plain, buf).map_err(sc)

@@ -106,8 +106,7 @@ impl Seed {
     /// CloseSecureChannel: the server closes without an answer.
     fn close(mut self) -> (String, Vec<u8>) {
         let mut body = Vec::new();
-        Request::CloseSecureChannel(Box::new(CloseSecureChannelRequest::default()))
-            .encode_with_type_id(&mut body);
+        Request::CloseSecureChannel(Box::default()).encode_with_type_id(&mut body);
         self.op(OP_CLOSE, &body);
         assert!(
             self.run.is_closed() && self.run.error().is_none(),
@@ -262,7 +261,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
             },
         )));
         for _ in 0..2 {
-            let r = s.send(Request::Publish(Box::new(PublishRequest::default())), 0);
+            let r = s.send(Request::Publish(Box::default()), 0);
             assert!(
                 r.is_empty(),
                 "{}: a Publish is answered on a publishing cycle",
@@ -549,9 +548,7 @@ fn the_old_token_stays_until_the_client_uses_a_new_one() {
             },
         )));
         assert!(matches!(r, Response::CreateSubscription(_)));
-        assert!(s
-            .send(Request::Publish(Box::new(PublishRequest::default())), 0)
-            .is_empty());
+        assert!(s.send(Request::Publish(Box::default()), 0).is_empty());
         assert_eq!(s.run.last_server_token(), 1);
         s.op(OP_RENEW, &[]);
         s.op(OP_RENEW, &[]);

@@ -134,7 +134,7 @@ fn untrusted_self_signed_is_rejected_then_trusted_after_a_rescan() {
     let mut pki = Pki::open(tmp.path(), PkiConfig::default()).unwrap();
     let (cert, _) = self_signed("urn:client:a");
     let now = now_unix_s();
-    assert_eq!(pki.refresh_if_stale(1_000), false);
+    assert!(!pki.refresh_if_stale(1_000));
     assert_eq!(
         pki.validate_client(cert.der(), Some("urn:client:a"), now)
             .unwrap_err(),
@@ -150,19 +150,19 @@ fn untrusted_self_signed_is_rejected_then_trusted_after_a_rescan() {
 
     // The operator drops it into trusted/certs; within the rescan interval nothing changes...
     write(&tmp.path().join("trusted/certs"), "client.der", cert.der());
-    assert_eq!(pki.refresh_if_stale(1_500), false);
+    assert!(!pki.refresh_if_stale(1_500));
     assert!(pki
         .validate_client(cert.der(), Some("urn:client:a"), now)
         .is_err());
     // ...and at the next rescan (at most 1 s later) it is accepted without a restart.
-    assert_eq!(pki.refresh_if_stale(2_000), true);
+    assert!(pki.refresh_if_stale(2_000));
     assert_eq!(pki.counts().0, 1);
     let leaf = pki
         .validate_client(cert.der(), Some("urn:client:a"), now)
         .unwrap();
     assert_eq!(leaf.thumbprint(), cert.thumbprint());
     // Nothing changed: a rescan does not reload.
-    assert_eq!(pki.refresh_if_stale(3_000), false);
+    assert!(!pki.refresh_if_stale(3_000));
     // ApplicationUri must match the SAN URI.
     assert_eq!(
         pki.validate_client(cert.der(), Some("urn:client:b"), now)
@@ -171,7 +171,7 @@ fn untrusted_self_signed_is_rejected_then_trusted_after_a_rescan() {
     );
     // Removing it revokes trust at the next rescan.
     std::fs::remove_file(tmp.path().join("trusted/certs/client.der")).unwrap();
-    assert_eq!(pki.refresh_if_stale(4_000), true);
+    assert!(pki.refresh_if_stale(4_000));
     assert_eq!(
         pki.validate_client(cert.der(), None, now).unwrap_err(),
         status::BAD_CERTIFICATE_UNTRUSTED
@@ -240,8 +240,10 @@ fn ca_signed_chain_with_crls() {
     write(&tmp.path().join("trusted/certs"), "ca.der", ca.cert.der());
     let now = now_unix_s();
 
-    let mut config = PkiConfig::default();
-    config.require_crls = true;
+    let config = PkiConfig {
+        require_crls: true,
+        ..PkiConfig::default()
+    };
     let mut pki = Pki::open(tmp.path(), config).unwrap();
     assert_eq!(
         pki.validate_client(&good, Some("urn:client:good"), now)
@@ -338,8 +340,10 @@ fn intermediate_in_the_chain_bytes() {
 #[test]
 fn accept_all_mode() {
     let tmp = TempDir::new("acceptall");
-    let mut config = PkiConfig::default();
-    config.accept_all_client_certs = true;
+    let config = PkiConfig {
+        accept_all_client_certs: true,
+        ..PkiConfig::default()
+    };
     let pki = Pki::open(tmp.path(), config).unwrap();
     let (cert, _) = self_signed("urn:whatever");
     pki.validate_client(cert.der(), Some("urn:other"), now_unix_s())
@@ -390,8 +394,10 @@ fn own_certificate_is_created_once() {
 #[test]
 fn rejected_copies_are_bounded() {
     let tmp = TempDir::new("bounded");
-    let mut config = PkiConfig::default();
-    config.rejected_files_max = 2;
+    let config = PkiConfig {
+        rejected_files_max: 2,
+        ..PkiConfig::default()
+    };
     let pki = Pki::open(tmp.path(), config).unwrap();
     for i in 0..3 {
         let (cert, _) = self_signed(&format!("urn:c:{i}"));

@@ -416,7 +416,7 @@ fn padding_helpers() {
     for plain in 0..64 {
         for sig in [0, 20, 32] {
             let n = padding_len(plain, sig, 16, false);
-            assert!(n >= 1 && n <= 16);
+            assert!((1..=16).contains(&n));
             assert_eq!((plain + n + sig) % 16, 0);
             let mut buf = vec![0xEEu8; plain];
             buf.resize(plain + n, 0);

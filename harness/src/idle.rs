@@ -126,7 +126,7 @@ impl Control {
 
 /// One held connection: a session, or (echo floor) a connection that sends nothing.
 enum Idle {
-    Session(UaDriver),
+    Session(Box<UaDriver>),
     Silent,
 }
 
@@ -390,7 +390,7 @@ impl IdleSessions {
                 crate::security::prepare(&running.url, &cfg.security, &cfg.opts.security_policy)?;
             (0..n)
                 .map(|_| {
-                    Idle::Session(UaDriver::new(
+                    Idle::Session(Box::new(UaDriver::new(
                         &running.url,
                         Box::new(KeepAlive {
                             interval_ns: 0,
@@ -398,7 +398,7 @@ impl IdleSessions {
                         }),
                         4,
                         sec.clone(),
-                    ))
+                    )))
                 })
                 .collect()
         };

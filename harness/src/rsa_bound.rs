@@ -173,7 +173,7 @@ pub fn key_bits_of(cert_der: &[u8]) -> Result<usize, String> {
 /// establishment they account for.
 pub fn add_to(o: &mut Map<String, Value>, cal: &Calibration, opn_encrypted_bytes: u64) {
     let key_bytes = (cal.key_bits / 8).max(1) as u64;
-    if opn_encrypted_bytes == 0 || opn_encrypted_bytes % key_bytes != 0 {
+    if opn_encrypted_bytes == 0 || !opn_encrypted_bytes.is_multiple_of(key_bytes) {
         o.insert(
             "rsa_bound_error".into(),
             json!("no OpenSecureChannel request of whole RSA blocks was seen"),

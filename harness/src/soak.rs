@@ -369,7 +369,8 @@ fn svg(samples: &[Sample], warmup_s: f64) -> String {
         w + 2.0 * pad,
         2.0 * h + 3.0 * pad
     );
-    let series: [(&str, Box<dyn Fn(&Sample) -> f64>); 2] = [
+    type Series<'a> = (&'a str, Box<dyn Fn(&Sample) -> f64>);
+    let series: [Series; 2] = [
         (
             "server RSS, MiB",
             Box::new(|s: &Sample| s.rss_kib as f64 / 1024.0),
@@ -592,13 +593,13 @@ mod tests {
                 t_s: t as f64,
                 // Grows during the 120 s warm-up, then flat at 1000 KiB, last minute 1010.
                 rss_kib: if t < 120 {
-                    500 + t as u64
+                    500 + t
                 } else if t >= 540 {
                     1010
                 } else {
                     1000
                 },
-                fds: 10 + (t % 3) as u64,
+                fds: 10 + (t % 3),
                 sessions: t,
                 requests: 10 * t,
                 errors: 0,

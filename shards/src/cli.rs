@@ -320,8 +320,10 @@ pub fn parse_serve(args: &[String]) -> Result<ServeArgs, String> {
 }
 
 /// Replaces the log filter of the running process (SIGHUP, `[log] filter`).
-static LOG_FILTER: std::sync::OnceLock<Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>> =
-    std::sync::OnceLock::new();
+static LOG_FILTER: std::sync::OnceLock<LogFilterSetter> = std::sync::OnceLock::new();
+
+/// Sets the log filter from its text (an error names what does not parse).
+type LogFilterSetter = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
@@ -540,67 +542,6 @@ pub fn serve(a: ServeArgs) -> i32 {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
-    }
-
-    #[test]
-    fn parses_serve_flags() {
-        let a = parse_serve(&s(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--io-backend=epoll",
-            "--distribution",
-            "round-robin",
-            "--contract",
-        ]))
-        .unwrap();
-        assert_eq!(a.listen.as_deref(), Some("127.0.0.1:0"));
-        assert_eq!(a.io_backend, Some(IoBackend::Epoll));
-        assert_eq!(a.distribution, Some(Distribution::RoundRobin));
-        assert!(a.contract);
-        assert!(parse_serve(&s(&["--bogus"])).is_err());
-        assert!(parse_serve(&s(&["--listen"])).is_err());
-        assert!(parse_serve(&s(&["--distribution", "random"])).is_err());
-        assert!(parse_serve(&s(&["--shards", "0"])).is_err());
-        assert!(parse_serve(&s(&["--counters", "1000001"])).is_err());
-        assert!(parse_serve(&s(&["--events-per-s", "NaN"])).is_err());
-        assert_eq!(parse_serve(&s(&["--shards", "2"])).unwrap().shards, Some(2));
-        let a = parse_serve(&s(&[
-            "--sqpoll",
-            "shared",
-            "--sqpoll-cpu",
-            "sibling",
-            "--sqpoll-idle-ms",
-            "5",
-            "--busy-poll-us",
-            "30",
-        ]))
-        .unwrap();
-        assert_eq!(a.sqpoll, Some(Sqpoll::Shared));
-        assert_eq!(a.sqpoll_cpu.as_deref(), Some("sibling"));
-        assert_eq!((a.sqpoll_idle_ms, a.busy_poll_us), (Some(5), Some(30)));
-        assert!(parse_serve(&s(&["--sqpoll", "sometimes"])).is_err());
-        assert!(parse_serve(&s(&["--sqpoll-idle-ms", "0"])).is_err());
-        assert!(parse_serve(&s(&["--busy-poll-us", "10001"])).is_err());
-    }
-
-    #[test]
-    fn cli_definition_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn embedded_default_parses() {
-        FileConfig::parse(DEFAULT_CONFIG).unwrap();
-    }
-}
-
 fn history_command(c: HistoryCommand) -> Result<String, String> {
     use crate::history::{tools, Store, StoreConfig};
     let open = |dir: &PathBuf| {
@@ -660,5 +601,66 @@ fn history_command(c: HistoryCommand) -> Result<String, String> {
             };
             Ok(format!("imported {n} values into {node}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_serve_flags() {
+        let a = parse_serve(&s(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--io-backend=epoll",
+            "--distribution",
+            "round-robin",
+            "--contract",
+        ]))
+        .unwrap();
+        assert_eq!(a.listen.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(a.io_backend, Some(IoBackend::Epoll));
+        assert_eq!(a.distribution, Some(Distribution::RoundRobin));
+        assert!(a.contract);
+        assert!(parse_serve(&s(&["--bogus"])).is_err());
+        assert!(parse_serve(&s(&["--listen"])).is_err());
+        assert!(parse_serve(&s(&["--distribution", "random"])).is_err());
+        assert!(parse_serve(&s(&["--shards", "0"])).is_err());
+        assert!(parse_serve(&s(&["--counters", "1000001"])).is_err());
+        assert!(parse_serve(&s(&["--events-per-s", "NaN"])).is_err());
+        assert_eq!(parse_serve(&s(&["--shards", "2"])).unwrap().shards, Some(2));
+        let a = parse_serve(&s(&[
+            "--sqpoll",
+            "shared",
+            "--sqpoll-cpu",
+            "sibling",
+            "--sqpoll-idle-ms",
+            "5",
+            "--busy-poll-us",
+            "30",
+        ]))
+        .unwrap();
+        assert_eq!(a.sqpoll, Some(Sqpoll::Shared));
+        assert_eq!(a.sqpoll_cpu.as_deref(), Some("sibling"));
+        assert_eq!((a.sqpoll_idle_ms, a.busy_poll_us), (Some(5), Some(30)));
+        assert!(parse_serve(&s(&["--sqpoll", "sometimes"])).is_err());
+        assert!(parse_serve(&s(&["--sqpoll-idle-ms", "0"])).is_err());
+        assert!(parse_serve(&s(&["--busy-poll-us", "10001"])).is_err());
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn embedded_default_parses() {
+        FileConfig::parse(DEFAULT_CONFIG).unwrap();
     }
 }

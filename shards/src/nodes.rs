@@ -1257,9 +1257,8 @@ fn alarm_properties(
         if t.as_ns0() == Some(ALARM_CONDITION_TYPE) {
             break;
         }
-        if !b
-            .node(&t)
-            .is_some_and(|n| n.node_class == NodeClass::ObjectType)
+        if b.node(&t)
+            .is_none_or(|n| n.node_class != NodeClass::ObjectType)
         {
             return Err(err(format!("{type_def} is no ObjectType")));
         }

@@ -953,7 +953,7 @@ fn kill_9_child() {
             continue; // the test's producer may wait; a shard would not
         }
         pushed += 1;
-        if pushed % 500 == 0 {
+        if pushed.is_multiple_of(500) {
             // A steady rate, without bursts to catch up after a stall.
             next += step;
             let now = Instant::now();

@@ -207,7 +207,8 @@ fn an_instance_of_a_companion_model_type_gets_its_mandatory_children() {
 fn alarm_subtypes_need_their_mandatory_properties_and_report_their_event_type() {
     let dir = tempfile_dir::Dir::new("alarm-types");
     // (type, properties, what the start error must name; None = it starts)
-    let cases: [(u32, Vec<(&str, Variant)>, Option<&str>); 7] = [
+    type Case<'a> = (u32, Vec<(&'a str, Variant)>, Option<&'a str>);
+    let cases: [Case; 7] = [
         // OffNormalAlarmType without its mandatory NormalState.
         (10637, vec![], Some("NormalState")),
         // ... with it.
@@ -267,7 +268,7 @@ fn alarm_subtypes_need_their_mandatory_properties_and_report_their_event_type() 
                 );
                 for (name, value) in &properties {
                     let p = server
-                        .variable(&NodeId::string(i, &format!("Line.Alarm.{name}")))
+                        .variable(&NodeId::string(i, format!("Line.Alarm.{name}")))
                         .unwrap();
                     assert_eq!(&p.get().unwrap().value, value, "{name}");
                 }

@@ -320,7 +320,7 @@ pub fn recordings() -> Vec<Recording> {
     )));
     // Publish is answered later (on a publishing cycle): send without waiting.
     for _ in 0..2 {
-        let req = Request::Publish(Box::new(PublishRequest::default()));
+        let req = Request::Publish(Box::default());
         let mut body = Vec::new();
         req.encode_body(&mut body);
         c.rec.requests.push((req.binary_encoding_id(), body));

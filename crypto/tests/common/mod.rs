@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 pub fn hex(s: &str) -> Vec<u8> {
     let s: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(s.len() % 2 == 0, "odd hex length");
+    assert!(s.len().is_multiple_of(2), "odd hex length");
     s.chunks(2)
         .map(|c| u8::from_str_radix(std::str::from_utf8(c).unwrap(), 16).unwrap())
         .collect()

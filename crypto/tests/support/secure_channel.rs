@@ -902,8 +902,11 @@ impl Run {
     }
 }
 
+/// An input's records: (operation, body).
+pub type Records<'a> = Vec<(u8, &'a [u8])>;
+
 /// Splits an input into its flags and records.
-pub fn parse(data: &[u8]) -> Option<(u8, Vec<(u8, &[u8])>)> {
+pub fn parse(data: &[u8]) -> Option<(u8, Records<'_>)> {
     let (&flags, mut rest) = data.split_first()?;
     let mut records = Vec::new();
     while let [op, rest2 @ ..] = rest {

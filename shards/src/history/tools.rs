@@ -256,8 +256,7 @@ mod tests {
         let t = DateTime(133_456_789_012_345_678);
         assert_eq!(parse_time(&t.to_string()).unwrap(), t.0);
         assert_eq!(parse_time("2026-12-02T18:00:00Z").unwrap(), {
-            let x = parse_time("2026-12-02T18:00:00.0000000Z").unwrap();
-            x
+            parse_time("2026-12-02T18:00:00.0000000Z").unwrap()
         });
         assert!(parse_time("2026-13-02T18:00:00Z").is_err());
         assert!(parse_time("yesterday").is_err());
