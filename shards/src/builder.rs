@@ -161,6 +161,16 @@ impl ServerBuilder {
         self.edit(|f| f.runtime.busy_poll_us = us)
     }
 
+    /// Fixed files in the shards' rings (`runtime.fixed_files`).
+    pub fn fixed_files(self, on: bool) -> Self {
+        self.edit(|f| f.runtime.fixed_files = on)
+    }
+
+    /// Zero-copy sends of batches of at least `bytes` (`runtime.zero_copy_send_min`; 0 = off).
+    pub fn zero_copy_send_min(self, bytes: u32) -> Self {
+        self.edit(|f| f.runtime.zero_copy_send_min = bytes)
+    }
+
     /// Writes per-shard statistics as JSON to `path` (`runtime.stats_file`).
     pub fn stats_file(self, path: PathBuf) -> Self {
         self.edit(|f| f.runtime.stats_file = Some(path))
@@ -564,7 +574,7 @@ impl ServerBuilder {
         }
         if running.backend == IoBackend::Uring {
             tracing::info!(
-                "io modes: sqpoll {}; busy_poll_us {}",
+                "io modes: sqpoll {}; busy_poll_us {}; fixed_files {}; zero_copy_send_min {}",
                 crate::sqpoll::describe(
                     file.runtime.sqpoll,
                     &opts_sqpoll_cpus,
@@ -576,6 +586,22 @@ impl ServerBuilder {
                     format!(
                         "{} (spin before each sleep, never past the next deadline)",
                         file.runtime.busy_poll_us
+                    )
+                },
+                if file.runtime.fixed_files {
+                    format!(
+                        "on ({} slots per shard; the table is not locked memory)",
+                        file.runtime.max_connections_per_shard
+                    )
+                } else {
+                    "off".to_string()
+                },
+                if file.runtime.zero_copy_send_min == 0 {
+                    "off".to_string()
+                } else {
+                    format!(
+                        "{} (batches of at least this many bytes go out with SEND_ZC; on loopback the kernel copies)",
+                        file.runtime.zero_copy_send_min
                     )
                 }
             );

@@ -195,6 +195,15 @@ pub struct ServeArgs {
     /// long, µs, before it sleeps in the kernel (runtime.busy_poll_us; 0 = off, ..=10000).
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub busy_poll_us: Option<u32>,
+    /// Fixed files: each shard registers a sparse file table of max_connections_per_shard
+    /// slots and names its connections' sockets by slot in receives, sends, polls and closes
+    /// (runtime.fixed_files = true). Needs io_uring.
+    #[arg(long)]
+    pub fixed_files: bool,
+    /// Zero-copy sends: a batch of output of at least N bytes goes out with IORING_OP_SEND_ZC
+    /// (runtime.zero_copy_send_min; 0 = off, ..=67108864). Needs io_uring.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=(64 << 20)))]
+    pub zero_copy_send_min: Option<u32>,
     /// Write per-shard connection statistics as JSON to PATH every runtime.stats_interval_ms and
     /// on SIGUSR1 (runtime.stats_file).
     #[arg(long, value_name = "PATH")]
@@ -494,6 +503,12 @@ pub fn serve(a: ServeArgs) -> i32 {
     if let Some(v) = a.busy_poll_us {
         b = b.busy_poll_us(v);
     }
+    if a.fixed_files {
+        b = b.fixed_files(true);
+    }
+    if let Some(v) = a.zero_copy_send_min {
+        b = b.zero_copy_send_min(v);
+    }
     if let Some(v) = &a.stats_file {
         b = b.stats_file(v.clone());
     }
@@ -651,6 +666,12 @@ mod tests {
         assert!(parse_serve(&s(&["--sqpoll", "sometimes"])).is_err());
         assert!(parse_serve(&s(&["--sqpoll-idle-ms", "0"])).is_err());
         assert!(parse_serve(&s(&["--busy-poll-us", "10001"])).is_err());
+        let a = parse_serve(&s(&["--fixed-files", "--zero-copy-send-min", "4096"])).unwrap();
+        assert!(a.fixed_files);
+        assert_eq!(a.zero_copy_send_min, Some(4096));
+        let a = parse_serve(&s(&[])).unwrap();
+        assert!(!a.fixed_files && a.zero_copy_send_min.is_none());
+        assert!(parse_serve(&s(&["--zero-copy-send-min", "67108865"])).is_err());
     }
 
     #[test]

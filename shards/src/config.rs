@@ -130,6 +130,9 @@ pub const SQPOLL_CPU_ANY: &str = "any";
 pub const SQPOLL_IDLE_MS_MAX: u32 = 10_000;
 /// The range of `runtime.busy_poll_us`.
 pub const BUSY_POLL_US_MAX: u32 = 10_000;
+/// The largest `runtime.zero_copy_send_min` (0 = off): larger responses than a send of this
+/// size are rare enough that the key would be off in all but name.
+pub const ZERO_COPY_SEND_MIN_MAX: u32 = 64 << 20;
 
 /// `[runtime]`: everything about threads, sockets and rings. docs/Configuration.md
 /// documents every key.
@@ -209,6 +212,13 @@ pub struct RuntimeConfig {
     /// Spin-before-sleep (io_uring backend): when a shard has nothing to handle it peeks its
     /// completion queue for up to this long, µs, before it sleeps in the kernel. 0 = off.
     pub busy_poll_us: u32,
+    /// Fixed files (io_uring backend): each shard registers a sparse file table of
+    /// `max_connections_per_shard` slots and its connections' receives, sends, polls and
+    /// closes name the socket by its slot instead of by its file descriptor.
+    pub fixed_files: bool,
+    /// Zero-copy sends (io_uring backend): a batch of output of at least this many bytes goes
+    /// out with IORING_OP_SEND_ZC. 0 = off.
+    pub zero_copy_send_min: u32,
     /// How long a graceful shutdown waits for pending output before closing sockets, ms.
     pub shutdown_grace_ms: u64,
     /// On SIGINT/SIGTERM, how long the server announces its shutdown before it begins:
@@ -251,6 +261,8 @@ impl Default for RuntimeConfig {
             sqpoll_cpu: SQPOLL_CPU_ANY.to_string(),
             sqpoll_idle_ms: 10,
             busy_poll_us: 0,
+            fixed_files: false,
+            zero_copy_send_min: 0,
             shutdown_grace_ms: 500,
             shutdown_announce_ms: 0,
             stats_file: None,
@@ -365,6 +377,26 @@ impl RuntimeConfig {
                  set runtime.busy_poll_us = 0 or use io_backend \"uring\"/\"auto\""
                     .into(),
             );
+        }
+        if self.fixed_files && self.io_backend == IoBackend::Epoll {
+            return Err(
+                "runtime.fixed_files needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.fixed_files = false or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        if self.zero_copy_send_min > 0 && self.io_backend == IoBackend::Epoll {
+            return Err(
+                "runtime.zero_copy_send_min needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.zero_copy_send_min = 0 or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        if self.zero_copy_send_min > ZERO_COPY_SEND_MIN_MAX {
+            return Err(format!(
+                "runtime.zero_copy_send_min = {}: must be in 0..={ZERO_COPY_SEND_MIN_MAX} (0 = off)",
+                self.zero_copy_send_min
+            ));
         }
         if self.sqpoll_cpu.trim().is_empty() {
             return Err(
@@ -544,6 +576,22 @@ mod tests {
         );
         assert_eq!("per-shard".parse::<Sqpoll>(), Ok(Sqpoll::PerShard));
         assert_eq!(Sqpoll::Shared.to_string(), "shared");
+        let c = FileConfig::parse("[runtime]\nfixed_files = true\nzero_copy_send_min = 4096\n")
+            .unwrap();
+        assert!(c.runtime.fixed_files);
+        assert_eq!(c.runtime.zero_copy_send_min, 4096);
+        let d = RuntimeConfig::default();
+        assert!(
+            !d.fixed_files && d.zero_copy_send_min == 0,
+            "both off by default"
+        );
+        let e = FileConfig::parse("[runtime]\nfixed_files = true\nio_backend = \"epoll\"\n")
+            .unwrap_err();
+        assert!(e.contains("runtime.fixed_files = false"), "{e}");
+        let e = FileConfig::parse("[runtime]\nzero_copy_send_min = 1\nio_backend = \"epoll\"\n")
+            .unwrap_err();
+        assert!(e.contains("runtime.zero_copy_send_min = 0"), "{e}");
+        assert!(FileConfig::parse("[runtime]\nzero_copy_send_min = 67108865\n").is_err());
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl<H: Handler> EventLoop<H> {
                     ring, features, handler, wiring, cfg,
                 ))),
                 // An io_uring mode that was asked for is never traded for epoll silently.
-                Err(e) if cfg.sqpoll.is_on() || cfg.busy_poll_us > 0 => Err(LoopError::Uring(e)),
+                Err(e) if cfg.needs_uring() => Err(LoopError::Uring(e)),
                 Err(e) => {
                     tracing::warn!(
                         shard = wiring.index,

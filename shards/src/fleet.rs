@@ -61,6 +61,18 @@ pub struct ShardStats {
     pub busy_poll_hits: AtomicU64,
     /// Time spent spinning, ns (CPU the shard burns instead of sleeping).
     pub busy_poll_ns: AtomicU64,
+    /// Fixed files (`fixed_files`): connections whose socket was put into a slot of the
+    /// ring's file table.
+    pub fixed_files_registered: AtomicU64,
+    /// Zero-copy sends (`zero_copy_send_min`): IORING_OP_SEND_ZC submitted.
+    pub zc_sends: AtomicU64,
+    /// Bytes those sends reported sent.
+    pub zc_bytes: AtomicU64,
+    /// Their notifications (IORING_CQE_F_NOTIF: the kernel let go of the buffer).
+    pub zc_notifs: AtomicU64,
+    /// Notifications that say the kernel copied the data after all
+    /// (IORING_NOTIF_USAGE_ZC_COPIED; always so on loopback).
+    pub zc_copied: AtomicU64,
 }
 
 impl ShardStats {
@@ -101,6 +113,11 @@ pub struct StatsSnapshot {
     pub busy_polls: u64,
     pub busy_poll_hits: u64,
     pub busy_poll_ns: u64,
+    pub fixed_files_registered: u64,
+    pub zc_sends: u64,
+    pub zc_bytes: u64,
+    pub zc_notifs: u64,
+    pub zc_copied: u64,
 }
 
 impl ShardStats {
@@ -127,6 +144,11 @@ impl ShardStats {
             busy_polls: r(&self.busy_polls),
             busy_poll_hits: r(&self.busy_poll_hits),
             busy_poll_ns: r(&self.busy_poll_ns),
+            fixed_files_registered: r(&self.fixed_files_registered),
+            zc_sends: r(&self.zc_sends),
+            zc_bytes: r(&self.zc_bytes),
+            zc_notifs: r(&self.zc_notifs),
+            zc_copied: r(&self.zc_copied),
         }
     }
 }
@@ -152,6 +174,10 @@ pub struct IoModes {
     /// The poller's CPU (bound with IORING_SETUP_SQ_AFF); `None`: any CPU.
     pub sqpoll_cpu: Option<u32>,
     pub busy_poll_us: u32,
+    /// Slots of the ring's file table (`fixed_files`); 0: off.
+    pub fixed_files: u32,
+    /// Zero-copy sends from this many bytes on; 0: off.
+    pub zero_copy_send_min: u32,
 }
 
 /// All shards of one process.

@@ -229,15 +229,15 @@ pub fn render(src: &Sources) -> String {
         &mut out,
         "uaring_uring_io_mode_info",
         "gauge",
-        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound) and busy_poll_us.",
+        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound), busy_poll_us, fixed_files (the file table's slots, 0 = off) and zero_copy_send_min (0 = off).",
         |out| {
             for (i, link) in src.fleet.shards.iter().enumerate() {
                 let m = link.io_modes.get().copied().unwrap_or_default();
                 let cpu = m.sqpoll_cpu.map_or("any".to_string(), |c| c.to_string());
                 let _ = writeln!(
                     out,
-                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\"}} 1",
-                    m.sqpoll, m.busy_poll_us
+                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\",fixed_files=\"{}\",zero_copy_send_min=\"{}\"}} 1",
+                    m.sqpoll, m.busy_poll_us, m.fixed_files, m.zero_copy_send_min
                 );
             }
         },
@@ -271,6 +271,42 @@ pub fn render(src: &Sources) -> String {
                 );
             }
         },
+    );
+
+    per_shard(
+        &mut out,
+        "uaring_uring_fixed_files_registered_total",
+        "counter",
+        "Fixed files: connections whose socket was put into a slot of the ring's file table (0 when off).",
+        &|i| stats[i].fixed_files_registered,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_zc_sends_total",
+        "counter",
+        "Zero-copy sends (IORING_OP_SEND_ZC) submitted (zero_copy_send_min; 0 when off).",
+        &|i| stats[i].zc_sends,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_zc_bytes_total",
+        "counter",
+        "Bytes the zero-copy sends reported sent.",
+        &|i| stats[i].zc_bytes,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_zc_notifications_total",
+        "counter",
+        "Zero-copy send notifications: the kernel let go of the send buffer.",
+        &|i| stats[i].zc_notifs,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_zc_copied_total",
+        "counter",
+        "Zero-copy sends the kernel copied after all (IORING_NOTIF_USAGE_ZC_COPIED; every one on loopback).",
+        &|i| stats[i].zc_copied,
     );
 
     let labelled = |out: &mut String,

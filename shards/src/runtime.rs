@@ -158,11 +158,12 @@ fn bind_listeners(
 /// Decides the backend and ring size before any shard starts: one clear log
 /// line when io_uring is not used.
 fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartError> {
-    let modes = opts.loop_cfg.sqpoll.is_on() || opts.loop_cfg.busy_poll_us > 0;
+    let modes = opts.loop_cfg.needs_uring();
     if opts.backend == IoBackend::Epoll {
         if modes {
             return Err(StartError::IoMode(
-                "runtime.sqpoll and runtime.busy_poll_us need the io_uring backend, not epoll: \
+                "runtime.sqpoll, runtime.busy_poll_us, runtime.fixed_files and \
+                 runtime.zero_copy_send_min need the io_uring backend, not epoll: \
                  turn them off or use --io-backend uring"
                     .into(),
             ));
@@ -212,11 +213,26 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                     attach_fd: None,
                 }),
                 taskrun_flag: false,
+                ..crate::uring::RingOptions::default()
             })
             .collect()
     } else {
         Vec::new()
     };
+    // Fixed files and zero-copy sends: a ring with the file table every shard registers
+    // (RLIMIT_NOFILE bounds it) and the SEND_ZC opcode, tried before anything listens.
+    let mode_probe =
+        (opts.loop_cfg.fixed_files || opts.loop_cfg.zero_copy_send_min > 0).then(|| {
+            crate::uring::RingOptions {
+                fixed_files: if opts.loop_cfg.fixed_files {
+                    opts.loop_cfg.max_connections as u32
+                } else {
+                    0
+                },
+                send_zc: opts.loop_cfg.zero_copy_send_min > 0,
+                ..crate::uring::RingOptions::default()
+            }
+        });
     let probed = std::thread::Builder::new()
         .name(PROBE_THREAD.into())
         .spawn(
@@ -225,6 +241,12 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                 let tid = unsafe { libc::gettid() };
                 let (ring, _) = crate::uring::setup_ring(entries)?;
                 drop(ring);
+                if let Some(o) = &mode_probe {
+                    match crate::uring::setup_ring_with(entries, o) {
+                        Ok((ring, _)) => drop(ring),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                }
                 for o in &sqpoll_probes {
                     match crate::uring::setup_ring_with(entries, o) {
                         Ok((ring, _)) => drop(ring),
@@ -238,6 +260,9 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
         .join()
         .map_err(|_| StartError::Other("the io_uring probe thread panicked".into()))?;
     let probe = match probed {
+        Ok(Err(e)) if !matches!(e, crate::uring::SetupError::Sqpoll(..)) => {
+            return Err(StartError::IoMode(e.to_string()));
+        }
         Ok(Err(e)) => {
             // Out of locked memory: say how much the rings are budgeted for against the limit.
             let memlock = match (&e, limit) {

@@ -62,6 +62,21 @@ pub struct LoopConfig {
     pub sqpoll_idle_ms: u32,
     /// Spin-before-sleep, µs (0 = off): peek the completion queue this long before sleeping.
     pub busy_poll_us: u32,
+    /// Register a sparse file table of `max_connections` slots in the ring and name the
+    /// connections' sockets by slot (io_uring).
+    pub fixed_files: bool,
+    /// Send a batch of at least this many bytes with IORING_OP_SEND_ZC (0 = off; io_uring).
+    pub zero_copy_send_min: u32,
+}
+
+impl LoopConfig {
+    /// An io_uring-only mode is asked for: the loop must not fall back to epoll.
+    pub fn needs_uring(&self) -> bool {
+        self.sqpoll.is_on()
+            || self.busy_poll_us > 0
+            || self.fixed_files
+            || self.zero_copy_send_min > 0
+    }
 }
 
 impl Default for LoopConfig {
@@ -96,6 +111,8 @@ impl From<&RuntimeConfig> for LoopConfig {
             sqpoll_cpu: None,
             sqpoll_idle_ms: r.sqpoll_idle_ms,
             busy_poll_us: r.busy_poll_us,
+            fixed_files: r.fixed_files,
+            zero_copy_send_min: r.zero_copy_send_min,
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The I/O modes of the shard loop against the real `uaring` binary: SQPOLL per shard (the
 //! poller on any CPU and on the shard's own), one shared poller, spin-before-sleep
-//! (`busy_poll_us`), and SQPOLL with spinning, each on one and on two shards (round robin, so
-//! connections are handed over between SQPOLL rings), serve Reads, Writes and a subscription
-//! that receives every written value in order. The statistics file and the process's threads
+//! (`busy_poll_us`), SQPOLL with spinning, fixed files, zero-copy sends, and fixed files with
+//! zero-copy sends and SQPOLL, each on one and on two shards (round robin, so connections are
+//! handed over between rings), serve Reads, Writes and a subscription that receives every
+//! written value in order. With fixed files, a session resumed on the shard that does not
+//! own it moves there (the socket leaves one ring's file table for the other's), many times
+//! over a table of four slots, so slots are emptied and reused. The statistics file and the process's threads
 //! show the mode is really in force (the pollers are `iou-sqp-*` threads of the process, one
 //! per shard or one in all), the metrics report it; and what cannot run is refused at start
 //! with a message that says what to change, exit 1, without listening.
@@ -14,7 +17,10 @@ use std::time::{Duration, Instant};
 
 use common::int32::*;
 use common::*;
-use uaring_harness::blocking::Client;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::{ExtensionObject, NodeId, StatusCode};
+use uaring_harness::blocking::{Client, ClientError};
 
 /// The names of the threads of process `pid`.
 fn thread_names(pid: u32) -> Vec<String> {
@@ -72,6 +78,10 @@ struct Mode {
     /// The `sqpoll` the statistics file must report.
     sqpoll: &'static str,
     busy: bool,
+    /// `--fixed-files`.
+    fixed: bool,
+    /// `--zero-copy-send-min 1`: every send is a zero-copy send.
+    zc: bool,
 }
 
 const PER_SHARD_ANY: Mode = Mode {
@@ -79,30 +89,71 @@ const PER_SHARD_ANY: Mode = Mode {
     args: &["--sqpoll", "per-shard"],
     sqpoll: "per-shard",
     busy: false,
+    fixed: false,
+    zc: false,
 };
 const PER_SHARD_SAME: Mode = Mode {
     name: "per-shard-same",
     args: &["--sqpoll", "per-shard", "--sqpoll-cpu", "same"],
     sqpoll: "per-shard",
     busy: false,
+    fixed: false,
+    zc: false,
 };
 const SHARED: Mode = Mode {
     name: "shared",
     args: &["--sqpoll", "shared", "--sqpoll-cpu", "same"],
     sqpoll: "shared",
     busy: false,
+    fixed: false,
+    zc: false,
 };
 const BUSY: Mode = Mode {
     name: "busy",
     args: &["--busy-poll-us", "50"],
     sqpoll: "off",
     busy: true,
+    fixed: false,
+    zc: false,
 };
 const SQPOLL_BUSY: Mode = Mode {
     name: "sqpoll-busy",
     args: &["--sqpoll", "per-shard", "--busy-poll-us", "50"],
     sqpoll: "per-shard",
     busy: true,
+    fixed: false,
+    zc: false,
+};
+
+const FIXED: Mode = Mode {
+    name: "fixed-files",
+    args: &["--fixed-files"],
+    sqpoll: "off",
+    busy: false,
+    fixed: true,
+    zc: false,
+};
+const ZC: Mode = Mode {
+    name: "zc-send",
+    args: &["--zero-copy-send-min", "1"],
+    sqpoll: "off",
+    busy: false,
+    fixed: false,
+    zc: true,
+};
+const FIXED_ZC_SQPOLL: Mode = Mode {
+    name: "fixed-zc-sqpoll",
+    args: &[
+        "--fixed-files",
+        "--zero-copy-send-min",
+        "1",
+        "--sqpoll",
+        "per-shard",
+    ],
+    sqpoll: "per-shard",
+    busy: false,
+    fixed: true,
+    zc: true,
 };
 
 /// The shards' CPUs as the server pins them (`--cpus` default: all allowed, round-robin).
@@ -222,6 +273,7 @@ fn serves(mode: &Mode, shards: usize) {
     } else {
         assert_eq!((spins, spun_ns), (0, 0), "{json}");
     }
+    check_fixed_and_zc(mode, shards, &json, 3);
     drop((writer, reader, sub));
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
@@ -234,6 +286,53 @@ fn serves(mode: &Mode, shards: usize) {
             err.contains("on: SQPOLL") && err.contains("DEFER_TASKRUN"),
             "SQPOLL on, DEFER_TASKRUN off (the kernel refuses it with SQPOLL):\n{err}"
         );
+    }
+}
+
+/// What the statistics file says of fixed files and zero-copy sends, `clients` connections in.
+fn check_fixed_and_zc(mode: &Mode, shards: usize, json: &str, clients: u64) {
+    let flags: Vec<bool> = json
+        .match_indices("\"fixed_files\":")
+        .map(|(i, m)| json[i + m.len()..].starts_with("true"))
+        .collect();
+    assert_eq!(flags, vec![mode.fixed; shards], "{}: {json}", mode.name);
+    let registered: u64 = field_values(json, "fixed_files_registered").iter().sum();
+    if mode.fixed {
+        // The default table: max_connections_per_shard slots on every shard.
+        assert_eq!(field_values(json, "fixed_file_slots"), vec![4096; shards]);
+        assert!(registered >= clients, "{}: {json}", mode.name);
+    } else {
+        assert_eq!(field_values(json, "fixed_file_slots"), vec![0; shards]);
+        assert_eq!(registered, 0, "{json}");
+    }
+    let sum = |key: &str| -> u64 { field_values(json, key).iter().sum() };
+    let (sends, bytes, notifs, copied) = (
+        sum("zc_sends"),
+        sum("zc_bytes"),
+        sum("zc_notifs"),
+        sum("zc_copied"),
+    );
+    if mode.zc {
+        assert_eq!(field_values(json, "zero_copy_send_min"), vec![1; shards]);
+        // Every send was a zero-copy send. The file is a snapshot: a send per connection
+        // may still wait for its notification (its bytes are counted in `bytes_out` once it
+        // is in), the rest have had theirs.
+        assert!(sends > 0, "{json}");
+        assert!(
+            notifs <= sends && sends <= notifs + clients,
+            "{}: a notification per send: {json}",
+            mode.name
+        );
+        assert!(
+            bytes >= sum("bytes_out") && bytes > 0,
+            "{}: {json}",
+            mode.name
+        );
+        // Loopback: the receiving socket copies the pages, the kernel says so.
+        assert!(copied >= 1 && copied <= notifs, "{}: {json}", mode.name);
+    } else {
+        assert_eq!(field_values(json, "zero_copy_send_min"), vec![0; shards]);
+        assert_eq!((sends, bytes, notifs, copied), (0, 0, 0, 0), "{json}");
     }
 }
 
@@ -258,6 +357,111 @@ on_one_and_two_shards!(sqpoll_per_shard_same_cpu, super::PER_SHARD_SAME);
 on_one_and_two_shards!(sqpoll_shared, super::SHARED);
 on_one_and_two_shards!(busy_poll, super::BUSY);
 on_one_and_two_shards!(sqpoll_and_busy_poll, super::SQPOLL_BUSY);
+on_one_and_two_shards!(fixed_files, super::FIXED);
+on_one_and_two_shards!(zero_copy_send, super::ZC);
+on_one_and_two_shards!(fixed_files_zero_copy_and_sqpoll, super::FIXED_ZC_SQPOLL);
+
+/// A session resumed on the other shard with fixed files: the new connection is put into the
+/// first shard's file table, moves (the process's fd goes to the owning shard, the slot is
+/// emptied), is put into the owner's table and goes on: the subscription gets every value.
+/// Four slots per shard and ten reconnects: the owner's table is emptied and reused.
+#[test]
+fn fixed_files_resume_on_another_shard() {
+    let dir = TempDir::new("uaring-io-fixed-move");
+    let stats_path = dir.join("stats.json");
+    let cfg = dir.join("uaring.toml");
+    std::fs::write(
+        &cfg,
+        "[runtime]\nfixed_files = true\nmax_connections_per_shard = 4\n",
+    )
+    .expect("config");
+    let server = Server::start(&[
+        "--io-backend",
+        "uring",
+        "--shards",
+        "2",
+        "--distribution",
+        "round-robin",
+        "--config",
+        cfg.to_str().expect("path"),
+        "--stats-file",
+        stats_path.to_str().expect("path"),
+    ]);
+    let url = server.url();
+    let mut writer = Client::connect(&url, T).expect("writer");
+    writer.activate_session_anonymous().expect("writer session");
+    let mut sub = Client::connect(&url, T).expect("subscriber");
+    sub.activate_session_anonymous()
+        .expect("subscriber session");
+    let token = sub.connection().authentication_token().clone();
+    subscribe(&mut sub);
+    write(&mut writer, 0);
+    let mut acks = Vec::new();
+    let mut seen = collect_until(&mut sub, &mut acks, 0);
+    let mut v = 0;
+    for _ in 0..10 {
+        // Dropped without closing; a value changes while it is away.
+        drop(sub);
+        v += 1;
+        write(&mut writer, v);
+        sub = resume(&url, &token);
+        seen.extend(collect_until(&mut sub, &mut acks, v));
+        assert_eq!(read(&mut sub), v, "a Read on the resumed connection");
+    }
+    assert_eq!(
+        seen,
+        (0..=v).collect::<Vec<_>>(),
+        "every value once, in order"
+    );
+    let json = stats(&server, &stats_path);
+    let sum = |key: &str| -> u64 { field_values(&json, key).iter().sum() };
+    assert_eq!(sum("move_refused"), 0, "{json}");
+    assert_eq!(sum("moved_out"), sum("moved_in"), "{json}");
+    assert!(sum("moved_in") >= 4, "every other reconnect moves: {json}");
+    assert_eq!(field_values(&json, "fixed_file_slots"), vec![4, 4]);
+    // Every accepted and every moved-in connection was put into a table, and one table saw
+    // more connections than it has slots.
+    let registered = field_values(&json, "fixed_files_registered");
+    assert!(
+        registered.iter().sum::<u64>()
+            >= field_values(&json, "accepted").iter().take(2).sum::<u64>() + sum("moved_in"),
+        "{json}"
+    );
+    assert!(registered.iter().any(|&r| r > 4), "slots reused: {json}");
+    assert_eq!(sum("refused"), 0, "{json}");
+    drop((writer, sub));
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+    assert!(err.contains("fixed_files on (4 slots per shard"), "{err}");
+}
+
+fn activate(c: &mut Client) -> Result<Response, ClientError> {
+    c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+            policy_id: "anonymous".into(),
+        }),
+        ..Default::default()
+    })))
+}
+
+/// A new connection resuming the session of `token`; retried while the server answers
+/// BadResourceUnavailable (its move queue to the owner was full).
+fn resume(url: &str, token: &NodeId) -> Client {
+    let deadline = Instant::now() + T;
+    loop {
+        let mut c = Client::connect(url, T).expect("connect");
+        c.connection().set_authentication_token(token.clone());
+        match activate(&mut c) {
+            Ok(Response::ActivateSession(_)) => return c,
+            Err(ClientError::Status(StatusCode::BadResourceUnavailable))
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => panic!("ActivateSession on a new channel: {other:?}"),
+        }
+    }
+}
 
 #[test]
 fn metrics_report_the_modes() {
@@ -269,7 +473,7 @@ fn metrics_report_the_modes() {
     let cfg = dir.join("uaring.toml");
     std::fs::write(
         &cfg,
-        format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[runtime]\nsqpoll = \"per-shard\"\nsqpoll_cpu = \"same\"\nsqpoll_idle_ms = 1\nbusy_poll_us = 20\n"),
+        format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[runtime]\nsqpoll = \"per-shard\"\nsqpoll_cpu = \"same\"\nsqpoll_idle_ms = 1\nbusy_poll_us = 20\nfixed_files = true\nzero_copy_send_min = 1\n"),
     )
     .expect("config");
     let server = Server::start(&["--shards", "1", "--config", cfg.to_str().expect("path")]);
@@ -316,7 +520,7 @@ fn metrics_report_the_modes() {
     };
     let cpu = shard_cpus(1)[0];
     assert!(
-        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\"}} 1")),
+        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\",fixed_files=\"4096\",zero_copy_send_min=\"1\"}} 1")),
         "{body}"
     );
     let value =
@@ -325,6 +529,11 @@ fn metrics_report_the_modes() {
     assert!(value("uaring_uring_busy_polls_total") >= 1.0);
     assert!(value("uaring_uring_busy_poll_seconds_total") > 0.0);
     value("uaring_uring_busy_poll_hits_total");
+    assert!(value("uaring_uring_fixed_files_registered_total") >= 1.0);
+    assert!(value("uaring_uring_zc_sends_total") >= 1.0);
+    assert!(value("uaring_uring_zc_bytes_total") > 0.0);
+    assert!(value("uaring_uring_zc_notifications_total") >= 1.0);
+    value("uaring_uring_zc_copied_total");
     drop(c);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
@@ -375,6 +584,15 @@ fn what_cannot_run_is_refused_before_listening() {
             vec!["--busy-poll-us", "10", "--io-backend", "epoll"],
             vec!["needs io_uring", "runtime.busy_poll_us = 0"],
         ),
+        // Fixed files and zero-copy sends on epoll.
+        (
+            vec!["--fixed-files", "--io-backend", "epoll"],
+            vec!["needs io_uring", "runtime.fixed_files = false"],
+        ),
+        (
+            vec!["--zero-copy-send-min", "4096", "--io-backend", "epoll"],
+            vec!["needs io_uring", "runtime.zero_copy_send_min = 0"],
+        ),
         // A poller placement without a poller.
         (
             vec!["--sqpoll-cpu", "same"],
@@ -388,6 +606,35 @@ fn what_cannot_run_is_refused_before_listening() {
             vec!["no other logical CPU", "runtime.sqpoll = \"off\""],
         ));
     }
+    // A file table larger than the open-files limit (the kernel's EMFILE), from a file.
+    let dir = TempDir::new("uaring-io-refused");
+    let big = dir.join("big.toml");
+    let nofile = {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+        rl.rlim_cur
+    };
+    std::fs::write(
+        &big,
+        format!(
+            "[runtime]\nfixed_files = true\nmax_connections_per_shard = {}\n",
+            (nofile + 1).min(1 << 24)
+        ),
+    )
+    .expect("config");
+    let big_arg = format!("--config={}", big.to_str().expect("path"));
+    cases.push((
+        vec![&big_arg, "--shards", "1"],
+        vec![
+            "io_uring fixed files refused",
+            "max_connections_per_shard",
+            "runtime.fixed_files = false",
+        ],
+    ));
     for (args, says) in cases {
         let (code, stdout, stderr) = serve_fails(&args);
         assert_eq!(code, Some(1), "{args:?}: exit 1; stderr:\n{stderr}");
@@ -404,6 +651,8 @@ fn what_cannot_run_is_refused_before_listening() {
         vec!["--sqpoll", "sometimes"],
         vec!["--sqpoll-idle-ms", "0"],
         vec!["--busy-poll-us", "10001"],
+        vec!["--zero-copy-send-min", "67108865"],
+        vec!["--fixed-files=yes"],
     ] {
         let (code, _, stderr) = serve_fails(&args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
@@ -427,7 +676,7 @@ fn config_check_validates_the_io_mode_keys() {
         )
     };
     let (code, out, err) = check(
-        "[runtime]\nsqpoll = \"shared\"\nsqpoll_cpu = \"sibling\"\nsqpoll_idle_ms = 100\nbusy_poll_us = 25\n",
+        "[runtime]\nsqpoll = \"shared\"\nsqpoll_cpu = \"sibling\"\nsqpoll_idle_ms = 100\nbusy_poll_us = 25\nfixed_files = true\nzero_copy_send_min = 4096\n",
     );
     assert_eq!(code, Some(0), "{err}");
     for line in [
@@ -435,6 +684,8 @@ fn config_check_validates_the_io_mode_keys() {
         "sqpoll_cpu = \"sibling\"",
         "sqpoll_idle_ms = 100",
         "busy_poll_us = 25",
+        "fixed_files = true",
+        "zero_copy_send_min = 4096",
     ] {
         assert!(out.contains(line), "{line} in:\n{out}");
     }
@@ -449,6 +700,12 @@ fn config_check_validates_the_io_mode_keys() {
             "1..=10000",
         ),
         ("busy_poll_us = 10001", "busy_poll_us"),
+        ("zero_copy_send_min = 67108865", "zero_copy_send_min"),
+        ("fixed_files = 1", "invalid type"),
+        (
+            "fixed_files = true\nio_backend = \"epoll\"",
+            "runtime.fixed_files = false",
+        ),
         ("sqpoll_cpu = \"1\"", "runtime.sqpoll is \"off\""),
         (
             "sqpoll = \"per-shard\"\nio_backend = \"epoll\"",

@@ -29,6 +29,42 @@ const K_HUP_POLL: u64 = 10;
 const K_SEND_CANCEL: u64 = 11;
 /// Completion of the cancel of a connection's peer-closed poll (it is moving to another shard).
 const K_HUP_CANCEL: u64 = 12;
+/// Completion of the IORING_OP_CLOSE that empties a slot of the file table (index = slot).
+const K_FIXED_CLOSE: u64 = 13;
+
+/// IORING_SEND_ZC_REPORT_USAGE: the notification says whether the kernel copied after all.
+const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// IORING_NOTIF_USAGE_ZC_COPIED, in the notification's result.
+const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+
+/// An io_uring operation on a connection's socket, named by its slot in the ring's file table
+/// when it has one (`fixed_files`), else by its file descriptor.
+macro_rules! on_socket {
+    ($slot:expr, $raw:expr, |$f:ident| $e:expr) => {
+        match $slot {
+            Some(s) => {
+                let $f = types::Fixed(s);
+                $e
+            }
+            None => {
+                let $f = types::Fd($raw);
+                $e
+            }
+        }
+    };
+}
+
+/// What the io_uring loop keeps per connection beside the shared table (indexed by
+/// `ConnId::index`, valid for `generation`).
+#[derive(Clone, Copy, Debug, Default)]
+struct ConnIo {
+    generation: u32,
+    /// The connection's slot in the ring's file table (`fixed_files`).
+    slot: Option<u32>,
+    /// The send in flight is a zero-copy send whose result is in (held here until its
+    /// notification arrives: until then the kernel may still read the batch).
+    zc_result: Option<i32>,
+}
 
 /// The overall timeout of a min-timeout wait when the loop has no deadline of its own: the
 /// kernel ends a min-timeout wait that has no overall timeout at the min-timeout even when
@@ -187,6 +223,18 @@ pub struct UringLoop<H: Handler> {
     dirty: Vec<ConnId>,
     added: Vec<ConnId>,
     aborted: bool,
+    /// Per-connection io_uring state (fixed-file slot, zero-copy result).
+    io: Vec<ConnIo>,
+    /// Free slots of the file table (`fixed_files`; empty when off). A slot comes back when
+    /// the close that empties it completes.
+    slots_free: Vec<u32>,
+    /// Open connections waiting for a slot (all were being closed): reconciled when one frees.
+    slot_waiters: Vec<ConnId>,
+    /// Batches of closed connections whose zero-copy send's notification has not come (the
+    /// kernel may still read them), by the send's user_data; at most `max_connections`.
+    zc_orphans: Vec<(u64, Vec<u8>)>,
+    /// Zero-copy sends from this many bytes on (0: off).
+    zc_min: u32,
 }
 
 impl<H: Handler> UringLoop<H> {
@@ -237,6 +285,25 @@ impl<H: Handler> UringLoop<H> {
         };
         let receivers =
             Receivers::new((u64::from(cfg.batch_wait_us) * 1000).max(RECV_WINDOW_MIN_NS));
+        if cfg.fixed_files && features.fixed_files == 0 {
+            // Only an embedder's own ring (`with_ring`) can get here: `new` refuses instead.
+            tracing::warn!(
+                shard = wiring.index,
+                "runtime.fixed_files asked for, but the ring given to the loop has no file table: off"
+            );
+        }
+        let zc_min = if features.op_send_zc {
+            cfg.zero_copy_send_min
+        } else {
+            if cfg.zero_copy_send_min > 0 {
+                tracing::warn!(
+                    shard = wiring.index,
+                    "runtime.zero_copy_send_min asked for, but the ring given to the loop lacks SEND_ZC: off"
+                );
+            }
+            0
+        };
+        let slots_free: Vec<u32> = (0..features.fixed_files).rev().collect();
         let fd = ring.as_raw_fd();
         let link = &wiring.fleet.shards[wiring.index];
         link.ring_fd.store(fd, std::sync::atomic::Ordering::Release);
@@ -251,6 +318,8 @@ impl<H: Handler> UringLoop<H> {
             },
             sqpoll_cpu: features.sqpoll_cpu,
             busy_poll_us: cfg.busy_poll_us,
+            fixed_files: features.fixed_files,
+            zero_copy_send_min: zc_min,
         });
         UringLoop {
             core: ShardCore::new(handler, wiring, cfg),
@@ -270,7 +339,124 @@ impl<H: Handler> UringLoop<H> {
             dirty: Vec::new(),
             added: Vec::new(),
             aborted: false,
+            io: Vec::new(),
+            slots_free,
+            slot_waiters: Vec::new(),
+            zc_orphans: Vec::new(),
+            zc_min,
         }
+    }
+
+    /// The loop's own state of `id` (created, or reset for a new generation, on first use).
+    fn io_mut(&mut self, id: ConnId) -> &mut ConnIo {
+        let i = id.index as usize;
+        if self.io.len() <= i {
+            self.io.resize(i + 1, ConnIo::default());
+        }
+        let e = &mut self.io[i];
+        if e.generation != id.generation {
+            debug_assert!(
+                e.slot.is_none(),
+                "a slot left behind by a finished connection"
+            );
+            *e = ConnIo {
+                generation: id.generation,
+                ..ConnIo::default()
+            };
+        }
+        e
+    }
+
+    /// The slot of `id` in the file table, if it has one.
+    fn slot_of(&self, id: ConnId) -> Option<u32> {
+        self.io
+            .get(id.index as usize)
+            .filter(|e| e.generation == id.generation)
+            .and_then(|e| e.slot)
+    }
+
+    /// Fixed files: gives an open connection a slot of the file table (its socket is put there
+    /// with IORING_REGISTER_FILES_UPDATE; the process keeps its fd for the paths that need
+    /// one). Returns false when every slot is still being emptied: the connection waits.
+    fn ensure_slot(&mut self, id: ConnId) -> bool {
+        if self.features.fixed_files == 0 || self.slot_of(id).is_some() {
+            return true;
+        }
+        let Some(raw) = self.core.table.get_mut(id).map(|c| c.fd.as_raw_fd()) else {
+            return true;
+        };
+        let Some(slot) = self.slots_free.pop() else {
+            if !self.slot_waiters.contains(&id) {
+                self.slot_waiters.push(id);
+            }
+            return false;
+        };
+        match self.ring.submitter().register_files_update(slot, &[raw]) {
+            Ok(_) => {
+                self.io_mut(id).slot = Some(slot);
+                ShardStats::add(&self.core.wiring.stats().fixed_files_registered, 1);
+            }
+            Err(e) => {
+                self.slots_free.push(slot);
+                tracing::warn!(
+                    shard = self.core.wiring.index,
+                    "cannot put a connection into the file table ({e}): closing it"
+                );
+                self.core.begin_close(id, true);
+            }
+        }
+        true
+    }
+
+    /// Empties the slot of `id` (an IORING_OP_CLOSE of the slot; the process's fd is closed or
+    /// handed on by the caller). The slot is reused once the close completes.
+    fn release_slot(&mut self, id: ConnId) {
+        let Some(slot) = self.slot_of(id) else {
+            return;
+        };
+        self.io_mut(id).slot = None;
+        let e =
+            opcode::Close::new(types::Fixed(slot))
+                .build()
+                .user_data(ud(K_FIXED_CLOSE, slot, 0));
+        self.push(e);
+    }
+
+    /// Forgets `id` (no operation in flight for it): empties its slot, then the shared part.
+    fn finalize(&mut self, id: ConnId) {
+        self.release_slot(id);
+        self.core.finalize(id);
+    }
+
+    /// A closed connection whose only operation in flight is the notification of a zero-copy
+    /// send: its batch is kept until the notification comes, and the connection goes now
+    /// (a peer that never acknowledges would otherwise keep it open for as long as TCP
+    /// retransmits). Bounded: at most `max_connections` such batches wait.
+    fn orphan_zc(&mut self, id: ConnId) {
+        let waiting = self
+            .io
+            .get(id.index as usize)
+            .is_some_and(|e| e.generation == id.generation && e.zc_result.is_some());
+        if !waiting || self.zc_orphans.len() >= self.core.cfg.max_connections {
+            return;
+        }
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
+        if c.phase != Phase::Shut
+            || c.recv_armed
+            || c.hup_poll_armed
+            || c.cancel_inflight
+            || c.hup_cancel_inflight
+        {
+            return;
+        }
+        let batch = std::mem::take(&mut c.output.sending);
+        c.output.discard();
+        c.send_inflight = false;
+        self.sends_inflight = self.sends_inflight.saturating_sub(1);
+        self.zc_orphans.push((conn_ud(K_SEND, id), batch));
+        self.io_mut(id).zc_result = None;
     }
 
     /// The features in use (for the start-up log line).
@@ -529,21 +715,31 @@ impl<H: Handler> UringLoop<H> {
         let mode = self.recv_mode;
         let bgid = self.bufring.as_ref().map_or(0, |b| b.bgid());
         let buf_bytes = self.core.cfg.recv_buffer_bytes as usize;
+        let slot = self.slot_of(id);
         let Some(c) = self.core.table.get_mut(id) else {
             return;
         };
-        let fd = types::Fd(c.fd.as_raw_fd());
+        let raw = c.fd.as_raw_fd();
         let e = match mode {
-            RecvMode::Multi => opcode::RecvMulti::new(fd, bgid).build(),
-            RecvMode::SingleSelect => opcode::Recv::new(fd, std::ptr::null_mut(), buf_bytes as u32)
-                .buf_group(bgid)
-                .build()
-                .flags(squeue::Flags::BUFFER_SELECT),
+            RecvMode::Multi => on_socket!(slot, raw, |fd| opcode::RecvMulti::new(fd, bgid).build()),
+            RecvMode::SingleSelect => on_socket!(slot, raw, |fd| opcode::Recv::new(
+                fd,
+                std::ptr::null_mut(),
+                buf_bytes as u32
+            )
+            .buf_group(bgid)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)),
             RecvMode::SingleOwn => {
                 let buf = c
                     .recv_buf
                     .get_or_insert_with(|| vec![0u8; buf_bytes].into_boxed_slice());
-                opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32).build()
+                on_socket!(slot, raw, |fd| opcode::Recv::new(
+                    fd,
+                    buf.as_mut_ptr(),
+                    buf.len() as u32
+                )
+                .build())
             }
         };
         c.recv_armed = true;
@@ -564,36 +760,114 @@ impl<H: Handler> UringLoop<H> {
     /// While reading is stopped, a poll tells us when the peer goes away (no
     /// receive is armed to see the end of the stream).
     fn arm_hup_poll(&mut self, id: ConnId) {
+        let slot = self.slot_of(id);
         let Some(c) = self.core.table.get_mut(id) else {
             return;
         };
         let mask = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as u32;
-        let e = opcode::PollAdd::new(types::Fd(c.fd.as_raw_fd()), mask)
+        let e = on_socket!(slot, c.fd.as_raw_fd(), |fd| opcode::PollAdd::new(fd, mask)
             .build()
-            .user_data(conn_ud(K_HUP_POLL, id));
+            .user_data(conn_ud(K_HUP_POLL, id)));
         c.hup_poll_armed = true;
         self.push(e);
     }
 
+    /// Sends the unsent rest of the connection's batch: with IORING_OP_SEND_ZC when it is at
+    /// least `zero_copy_send_min` bytes. A zero-copy send stays in flight until its
+    /// notification (the batch is not touched until the kernel lets go of it), so the next
+    /// batch of the connection waits for it; nothing else is held.
     fn start_send(&mut self, id: ConnId) {
+        let slot = self.slot_of(id);
+        let zc_min = self.zc_min;
         let Some(c) = self.core.table.get_mut(id) else {
             return;
         };
         let unsent = c.output.unsent();
         let len = unsent.len().min(1 << 30) as u32;
-        let e = opcode::Send::new(types::Fd(c.fd.as_raw_fd()), unsent.as_ptr(), len)
+        let raw = c.fd.as_raw_fd();
+        let zc = zc_min > 0 && len >= zc_min;
+        let e = if zc {
+            on_socket!(slot, raw, |fd| opcode::SendZc::new(
+                fd,
+                unsent.as_ptr(),
+                len
+            )
             .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(conn_ud(K_SEND, id));
+            .zc_flags(SEND_ZC_REPORT_USAGE)
+            .build())
+        } else {
+            on_socket!(slot, raw, |fd| opcode::Send::new(fd, unsent.as_ptr(), len)
+                .flags(libc::MSG_NOSIGNAL)
+                .build())
+        };
         c.send_inflight = true;
         self.sends_inflight += 1;
-        self.push(e);
+        if zc {
+            ShardStats::add(&self.core.wiring.stats().zc_sends, 1);
+        }
+        self.io_mut(id).zc_result = None;
+        self.push(e.user_data(conn_ud(K_SEND, id)));
+    }
+
+    /// The result of the send of `id` (for a zero-copy send, once its notification is in).
+    fn send_done(&mut self, id: ConnId, res: i32) {
+        self.sends_inflight = self.sends_inflight.saturating_sub(1);
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
+        c.send_inflight = false;
+        if res >= 0 {
+            ShardStats::add(&self.core.wiring.stats().bytes_out, res as u64);
+            if c.phase == Phase::Shut {
+                c.output.discard();
+            } else {
+                c.output.advance(res as usize);
+            }
+            if res > 0 {
+                // Progress: a stalled connection's clock starts again.
+                c.stall_deadline = u64::MAX;
+            }
+        } else {
+            c.output.discard();
+            if c.phase == Phase::Open {
+                self.core.begin_close(id, true);
+            }
+        }
+        self.core.table.mark_dirty(id);
+    }
+
+    /// A zero-copy send's notification: the kernel no longer reads the batch.
+    fn on_zc_notif(&mut self, user_data: u64, id: ConnId, res: i32) {
+        let stats = self.core.wiring.stats();
+        ShardStats::add(&stats.zc_notifs, 1);
+        if res as u32 & NOTIF_USAGE_ZC_COPIED != 0 {
+            ShardStats::add(&stats.zc_copied, 1);
+        }
+        if let Some(i) = self.zc_orphans.iter().position(|(u, _)| *u == user_data) {
+            // Its connection is gone: the batch may be freed now.
+            self.zc_orphans.swap_remove(i);
+            return;
+        }
+        let held = self
+            .io
+            .get_mut(id.index as usize)
+            .filter(|e| e.generation == id.generation)
+            .and_then(|e| e.zc_result.take());
+        debug_assert!(held.is_some(), "a notification without its send's result");
+        self.send_done(id, held.unwrap_or(0));
     }
 
     /// Brings one connection's kernel operations in line with its state.
     fn reconcile(&mut self, id: ConnId) {
         // Accounting, the connection's and the shard's bounds, held-back input.
         let may_read = self.core.resume(id);
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
+        if c.phase == Phase::Open && c.moving_to.is_none() && !self.ensure_slot(id) {
+            // Every slot is being emptied: reconciled again once one is free.
+            return;
+        }
         let Some(c) = self.core.table.get_mut(id) else {
             return;
         };
@@ -630,6 +904,8 @@ impl<H: Handler> UringLoop<H> {
                     .get_mut(id)
                     .is_some_and(|c| !c.ops_inflight() && !c.hup_cancel_inflight);
                 if idle && self.core.move_ready(id) {
+                    // The other shard gets the process's fd; this ring's slot is emptied.
+                    self.release_slot(id);
                     self.core.complete_move(id);
                 }
             }
@@ -681,15 +957,22 @@ impl<H: Handler> UringLoop<H> {
                         c.phase = Phase::Shut;
                     }
                 }
+                self.orphan_zc(id);
                 if let Some(c) = self.core.table.get_mut(id) {
                     if c.phase == Phase::Shut && !c.ops_inflight() {
-                        self.core.finalize(id);
+                        self.finalize(id);
                     }
                 }
             }
             Phase::Shut => {
-                if !c.ops_inflight() {
-                    self.core.finalize(id);
+                self.orphan_zc(id);
+                if self
+                    .core
+                    .table
+                    .get_mut(id)
+                    .is_some_and(|c| !c.ops_inflight())
+                {
+                    self.finalize(id);
                 }
             }
         }
@@ -720,30 +1003,33 @@ impl<H: Handler> UringLoop<H> {
         );
         match kind {
             K_RECV => self.on_recv(id, res, flags),
-            K_SEND => {
-                self.sends_inflight = self.sends_inflight.saturating_sub(1);
-                let Some(c) = self.core.table.get_mut(id) else {
-                    return;
-                };
-                c.send_inflight = false;
-                if res >= 0 {
-                    ShardStats::add(&self.core.wiring.stats().bytes_out, res as u64);
-                    if c.phase == Phase::Shut {
-                        c.output.discard();
-                    } else {
-                        c.output.advance(res as usize);
-                    }
-                    if res > 0 {
-                        // Progress: a stalled connection's clock starts again.
-                        c.stall_deadline = u64::MAX;
-                    }
-                } else {
-                    c.output.discard();
-                    if c.phase == Phase::Open {
-                        self.core.begin_close(id, true);
-                    }
+            K_SEND if cqueue::notif(flags) => self.on_zc_notif(user_data, id, res),
+            K_SEND if cqueue::more(flags) => {
+                // A zero-copy send's result; its notification follows. Until then the
+                // kernel may read the batch: the result waits, the send stays in flight.
+                if res > 0 {
+                    ShardStats::add(&self.core.wiring.stats().zc_bytes, res as u64);
                 }
-                self.core.table.mark_dirty(id);
+                if self.core.table.get_mut(id).is_some() {
+                    self.io_mut(id).zc_result = Some(res);
+                    // A closed connection may now go, leaving the batch behind.
+                    self.core.table.mark_dirty(id);
+                }
+            }
+            K_SEND => self.send_done(id, res),
+            K_FIXED_CLOSE => {
+                if res < 0 {
+                    tracing::debug!(
+                        shard = self.core.wiring.index,
+                        slot = index,
+                        "closing a slot of the file table: {}",
+                        io::Error::from_raw_os_error(-res)
+                    );
+                }
+                self.slots_free.push(index);
+                for id in std::mem::take(&mut self.slot_waiters) {
+                    self.core.table.mark_dirty(id);
+                }
             }
             K_HUP_POLL => {
                 let Some(c) = self.core.table.get_mut(id) else {
@@ -1143,7 +1429,8 @@ impl<H: Handler> UringLoop<H> {
                 || self.timeout_armed_at.is_some()
                 || self.msg_inflight > 0
                 || self.listeners.iter().any(|l| l.armed)
-                || self.core.table.len() > 0;
+                || self.core.table.len() > 0
+                || !self.zc_orphans.is_empty();
             if !busy || crate::clock::mono_ns() >= give_up {
                 break;
             }
@@ -1160,7 +1447,7 @@ impl<H: Handler> UringLoop<H> {
                     .get_mut(id)
                     .is_some_and(|c| !c.ops_inflight())
                 {
-                    self.core.finalize(id);
+                    self.finalize(id);
                 }
             }
         }
@@ -1186,6 +1473,10 @@ impl<H: Handler> UringLoop<H> {
             }
         } else if let Some(b) = self.bufring.take() {
             b.unregister(&self.ring);
+        }
+        if !self.zc_orphans.is_empty() {
+            // Zero-copy batches the kernel has not let go of: leaked, never freed under it.
+            std::mem::forget(std::mem::take(&mut self.zc_orphans));
         }
         for l in &mut self.listeners {
             if l.armed {
@@ -1240,6 +1531,12 @@ pub(crate) fn ring_options(
     Ok(RingOptions {
         sqpoll,
         taskrun_flag: cfg.busy_poll_us > 0,
+        fixed_files: if cfg.fixed_files {
+            cfg.max_connections as u32
+        } else {
+            0
+        },
+        send_zc: cfg.zero_copy_send_min > 0,
     })
 }
 

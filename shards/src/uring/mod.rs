@@ -62,6 +62,10 @@ pub struct Features {
     /// IORING_SETUP_TASKRUN_FLAG: the kernel flags pending task work in the SQ ring, so a
     /// peek of the completion queue (busy polling) knows when to enter the kernel.
     pub taskrun_flag: bool,
+    /// IORING_OP_SEND_ZC (6.0) is offered.
+    pub op_send_zc: bool,
+    /// Slots of the sparse file table registered in the ring (`runtime.fixed_files`); 0: none.
+    pub fixed_files: u32,
 }
 
 impl Features {
@@ -83,6 +87,8 @@ impl Features {
             (self.pbuf_ring, "PBUF_RING"),
             (self.multishot, "MULTISHOT_ACCEPT_RECV"),
             (self.op_msg_ring, "MSG_RING"),
+            (self.fixed_files > 0, "FIXED_FILES"),
+            (self.op_send_zc, "SEND_ZC"),
         ];
         let on: Vec<&str> = flags.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         let off: Vec<&str> = flags.iter().filter(|(b, _)| !*b).map(|(_, n)| *n).collect();
@@ -97,6 +103,9 @@ impl Features {
                 "own poller"
             };
             parts.push(format!("sqpoll: {whose} on {cpu}"));
+        }
+        if self.fixed_files > 0 {
+            parts.push(format!("fixed files: {} slots", self.fixed_files));
         }
         if !off.is_empty() {
             parts.push(format!("off: {}", off.join(",")));
@@ -132,7 +141,30 @@ pub enum SetupError {
     /// The kernel refused the SQPOLL ring that was asked for (`runtime.sqpoll`); the ring is
     /// never set up without it instead.
     Sqpoll(io::Error, SqpollSetup),
+    /// The kernel refused the sparse file table of this many slots (`runtime.fixed_files`).
+    FixedFiles(io::Error, u32),
+    /// Zero-copy sends were asked for (`runtime.zero_copy_send_min`) and the kernel lacks
+    /// IORING_OP_SEND_ZC.
+    SendZc,
 }
+
+/// The soft RLIMIT_NOFILE (`None`: unknown or unlimited).
+fn nofile_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0
+        || rl.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(rl.rlim_cur)
+}
+
+/// The kernel's bound on a ring's file table (IORING_MAX_FIXED_FILES).
+pub const MAX_FIXED_FILES: u32 = 1 << 20;
 
 impl fmt::Display for SetupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -171,6 +203,40 @@ impl fmt::Display for SetupError {
                 };
                 write!(f, "io_uring SQPOLL refused ({what}): {e}: {hint}")
             }
+            SetupError::FixedFiles(e, n) => {
+                let hint = match (e.raw_os_error(), nofile_limit()) {
+                    (Some(libc::EMFILE), _) if *n > MAX_FIXED_FILES => format!(
+                        "the kernel allows at most {MAX_FIXED_FILES} slots per ring: lower \
+                         runtime.max_connections_per_shard by {} to {MAX_FIXED_FILES}, or set \
+                         runtime.fixed_files = false",
+                        n - MAX_FIXED_FILES
+                    ),
+                    (Some(libc::EMFILE), Some(lim)) => format!(
+                        "the table may not be larger than the open-files limit (RLIMIT_NOFILE {lim}): \
+                         raise it by {} to at least {n} (`ulimit -n {n}` / LimitNOFILE={n}), lower \
+                         runtime.max_connections_per_shard to {lim}, or set runtime.fixed_files = false",
+                        u64::from(*n).saturating_sub(lim)
+                    ),
+                    (Some(libc::EINVAL), _) => "this kernel has no sparse file tables (Linux 5.19+): \
+                         set runtime.fixed_files = false"
+                        .to_string(),
+                    (Some(libc::ENOMEM), _) => "no kernel memory for the table (it is charged to \
+                         the memory cgroup, not to RLIMIT_MEMLOCK): lower \
+                         runtime.max_connections_per_shard or set runtime.fixed_files = false"
+                        .to_string(),
+                    _ => "set runtime.fixed_files = false".to_string(),
+                };
+                write!(
+                    f,
+                    "io_uring fixed files refused (a sparse table of {n} slots, \
+                     runtime.max_connections_per_shard): {e}: {hint}"
+                )
+            }
+            SetupError::SendZc => write!(
+                f,
+                "zero-copy sends refused: the kernel's io_uring lacks IORING_OP_SEND_ZC (Linux 6.0+): \
+                 set runtime.zero_copy_send_min = 0"
+            ),
         }
     }
 }
@@ -202,6 +268,10 @@ pub struct RingOptions {
     /// IORING_SETUP_TASKRUN_FLAG with DEFER_TASKRUN (busy polling peeks the CQ and must
     /// know when deferred completions wait for an enter).
     pub taskrun_flag: bool,
+    /// Register a sparse file table of this many slots (0: none); refused, never skipped.
+    pub fixed_files: u32,
+    /// The ring must offer IORING_OP_SEND_ZC (zero-copy sends were asked for).
+    pub send_zc: bool,
 }
 
 /// Creates a ring of `entries` SQ entries (CQ twice that) on the calling
@@ -339,6 +409,7 @@ pub fn setup_ring_with(
                     f.op_read = probe.is_supported(opcode::Read::CODE);
                     f.op_msg_ring = probe.is_supported(opcode::MsgRingData::CODE);
                     f.op_shutdown = probe.is_supported(opcode::Shutdown::CODE);
+                    f.op_send_zc = probe.is_supported(opcode::SendZc::CODE);
                 } else {
                     // IORING_REGISTER_PROBE is 5.6; everything we need is 5.6+ too,
                     // so a kernel without the probe cannot run the loop.
@@ -346,6 +417,17 @@ pub fn setup_ring_with(
                 }
                 if let Some(op) = f.missing_required() {
                     return Err(SetupError::Missing(op));
+                }
+                if opts.send_zc && !f.op_send_zc {
+                    return Err(SetupError::SendZc);
+                }
+                if opts.fixed_files > 0 {
+                    // Not locked memory: the kernel charges the table (8 bytes or so a slot)
+                    // to the memory cgroup. It must not be larger than RLIMIT_NOFILE.
+                    ring.submitter()
+                        .register_files_sparse(opts.fixed_files)
+                        .map_err(|e| SetupError::FixedFiles(e, opts.fixed_files))?;
+                    f.fixed_files = opts.fixed_files;
                 }
                 return Ok((ring, f));
             }
@@ -391,6 +473,7 @@ mod tests {
                 attach_fd,
             }),
             taskrun_flag: false,
+            ..RingOptions::default()
         };
         let Ok((first, f)) = setup_ring_with(64, &opts(None, None)) else {
             eprintln!("no SQPOLL here (io_uring unavailable in this sandbox?)");
@@ -417,5 +500,44 @@ mod tests {
             panic!("attaching to fd 0 was accepted");
         };
         assert!(matches!(e, SetupError::Sqpoll(..)), "{e}");
+    }
+
+    #[test]
+    fn fixed_file_tables_are_registered_or_refused_with_advice() {
+        let opts = |n: u32| RingOptions {
+            fixed_files: n,
+            ..RingOptions::default()
+        };
+        let Ok((ring, f)) = setup_ring_with(64, &opts(16)) else {
+            eprintln!("no fixed files here (io_uring unavailable in this sandbox?)");
+            return;
+        };
+        assert_eq!(f.fixed_files, 16);
+        assert!(
+            f.describe().contains("fixed files: 16 slots"),
+            "{}",
+            f.describe()
+        );
+        // The table is there: a socket goes into slot 3 and out again.
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(
+            ring.submitter()
+                .register_files_update(3, &[sock.as_raw_fd()])
+                .unwrap(),
+            1
+        );
+        assert_eq!(ring.submitter().register_files_update(3, &[-1]).unwrap(), 1);
+        // More slots than the kernel allows a ring: refused, with what to change.
+        let Err(e) = setup_ring_with(64, &opts(MAX_FIXED_FILES + 1)) else {
+            panic!("a table of more than IORING_MAX_FIXED_FILES slots was accepted");
+        };
+        let text = e.to_string();
+        assert!(matches!(e, SetupError::FixedFiles(..)), "{text}");
+        assert!(
+            text.contains("runtime.fixed_files = false")
+                && text.contains("max_connections_per_shard"),
+            "{text}"
+        );
     }
 }
