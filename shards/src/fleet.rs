@@ -73,6 +73,9 @@ pub struct ShardStats {
     /// Notifications that say the kernel copied the data after all
     /// (IORING_NOTIF_USAGE_ZC_COPIED; always so on loopback).
     pub zc_copied: AtomicU64,
+    /// Zero-copy sends the locked-memory limit refused (ENOMEM: without CAP_IPC_LOCK their
+    /// pages count against RLIMIT_MEMLOCK), sent again as ordinary sends.
+    pub zc_refused: AtomicU64,
 }
 
 impl ShardStats {
@@ -118,6 +121,7 @@ pub struct StatsSnapshot {
     pub zc_bytes: u64,
     pub zc_notifs: u64,
     pub zc_copied: u64,
+    pub zc_refused: u64,
 }
 
 impl ShardStats {
@@ -149,6 +153,7 @@ impl ShardStats {
             zc_bytes: r(&self.zc_bytes),
             zc_notifs: r(&self.zc_notifs),
             zc_copied: r(&self.zc_copied),
+            zc_refused: r(&self.zc_refused),
         }
     }
 }

@@ -308,6 +308,13 @@ pub fn render(src: &Sources) -> String {
         "Zero-copy sends the kernel copied after all (IORING_NOTIF_USAGE_ZC_COPIED; every one on loopback).",
         &|i| stats[i].zc_copied,
     );
+    per_shard(
+        &mut out,
+        "uaring_uring_zc_refused_total",
+        "counter",
+        "Zero-copy sends the locked-memory limit refused (ENOMEM; without CAP_IPC_LOCK their pages count against RLIMIT_MEMLOCK until the notification), sent again as ordinary sends.",
+        &|i| stats[i].zc_refused,
+    );
 
     let labelled = |out: &mut String,
                     name: &str,

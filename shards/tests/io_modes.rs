@@ -435,6 +435,120 @@ fn fixed_files_resume_on_another_shard() {
     assert!(err.contains("fixed_files on (4 slots per shard"), "{err}");
 }
 
+/// Zero-copy sends of a server without CAP_IPC_LOCK: the kernel charges each send's pages to
+/// RLIMIT_MEMLOCK until its notification. A response larger than the whole limit (512 KiB
+/// here) is refused by it (ENOMEM), goes out with an ordinary send, arrives whole, and is
+/// counted (`zc_refused`); the small ones before and after go zero-copy.
+#[test]
+fn zero_copy_sends_the_locked_memory_limit_refuses_go_out_copied() {
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new("uaring-io-zc-memlock");
+    let stats_path = dir.join("stats.json");
+    let server = Server::start_with(
+        &[
+            "--contract",
+            "--io-backend",
+            "uring",
+            "--shards",
+            "1",
+            "--zero-copy-send-min",
+            "1",
+            "--stats-file",
+            stats_path.to_str().expect("path"),
+        ],
+        |cmd| {
+            // SAFETY: only async-signal-safe calls (setrlimit, prctl, capget/capset) between
+            // fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let lim = libc::rlimit {
+                        rlim_cur: 512 << 10,
+                        rlim_max: 512 << 10,
+                    };
+                    libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim);
+                    // Root keeps no CAP_IPC_LOCK across exec: out of the bounding set and the
+                    // inheritable and ambient sets (errors mean it was not there to drop).
+                    const CAP_IPC_LOCK: u32 = 14;
+                    libc::prctl(
+                        libc::PR_CAPBSET_DROP,
+                        CAP_IPC_LOCK as libc::c_ulong,
+                        0,
+                        0,
+                        0,
+                    );
+                    libc::prctl(
+                        libc::PR_CAP_AMBIENT,
+                        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                        0,
+                        0,
+                        0,
+                    );
+                    #[repr(C)]
+                    struct Header {
+                        version: u32,
+                        pid: i32,
+                    }
+                    #[repr(C)]
+                    #[derive(Clone, Copy)]
+                    struct Data {
+                        effective: u32,
+                        permitted: u32,
+                        inheritable: u32,
+                    }
+                    let mut h = Header {
+                        version: 0x2008_0522,
+                        pid: 0,
+                    };
+                    let mut d = [Data {
+                        effective: 0,
+                        permitted: 0,
+                        inheritable: 0,
+                    }; 2];
+                    if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) == 0 {
+                        d[0].inheritable &= !(1 << CAP_IPC_LOCK);
+                        libc::syscall(libc::SYS_capset, &mut h, d.as_ptr());
+                    }
+                    Ok(())
+                });
+            }
+        },
+    );
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).expect("status");
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff");
+    assert_eq!(eff & (1 << 14), 0, "the server runs without CAP_IPC_LOCK");
+    let mut c = Client::connect(&server.url(), T).expect("client");
+    c.activate_session_anonymous().expect("session");
+    let value = NodeId::numeric(1, 1001);
+    let small = c
+        .read_values(std::slice::from_ref(&value))
+        .expect("small read");
+    assert_eq!(small.len(), 1);
+    // 100,000 values: a response of more than 512 KiB.
+    let nodes = vec![value.clone(); 100_000];
+    let big = c.read_values(&nodes).expect("big read");
+    assert_eq!(big.len(), 100_000);
+    assert!(
+        big.iter().all(|v| v.value == small[0].value),
+        "every value read"
+    );
+    assert_eq!(c.read_values(&[value]).expect("read after").len(), 1);
+    let json = stats(&server, &stats_path);
+    let refused: u64 = field_values(&json, "zc_refused").iter().sum();
+    assert!(
+        refused >= 1,
+        "the big response was refused zero-copy: {json}"
+    );
+    assert!(field_values(&json, "zc_notifs")[0] >= 3, "{json}");
+    drop(c);
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+}
+
 fn activate(c: &mut Client) -> Result<Response, ClientError> {
     c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
         user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {

@@ -64,6 +64,11 @@ struct ConnIo {
     /// The send in flight is a zero-copy send whose result is in (held here until its
     /// notification arrives: until then the kernel may still read the batch).
     zc_result: Option<i32>,
+    /// The send in flight is a zero-copy send.
+    zc_inflight: bool,
+    /// The locked-memory limit refused the last zero-copy send: the batch goes out with an
+    /// ordinary send.
+    plain_next: bool,
 }
 
 /// The overall timeout of a min-timeout wait when the loop has no deadline of its own: the
@@ -785,7 +790,11 @@ impl<H: Handler> UringLoop<H> {
         let unsent = c.output.unsent();
         let len = unsent.len().min(1 << 30) as u32;
         let raw = c.fd.as_raw_fd();
-        let zc = zc_min > 0 && len >= zc_min;
+        let plain_next = self
+            .io
+            .get(id.index as usize)
+            .is_some_and(|e| e.generation == id.generation && e.plain_next);
+        let zc = zc_min > 0 && len >= zc_min && !plain_next;
         let e = if zc {
             on_socket!(slot, raw, |fd| opcode::SendZc::new(
                 fd,
@@ -805,7 +814,10 @@ impl<H: Handler> UringLoop<H> {
         if zc {
             ShardStats::add(&self.core.wiring.stats().zc_sends, 1);
         }
-        self.io_mut(id).zc_result = None;
+        let io = self.io_mut(id);
+        io.zc_result = None;
+        io.zc_inflight = zc;
+        io.plain_next = false;
         self.push(e.user_data(conn_ud(K_SEND, id)));
     }
 
@@ -816,6 +828,19 @@ impl<H: Handler> UringLoop<H> {
             return;
         };
         c.send_inflight = false;
+        let zc = std::mem::take(&mut self.io_mut(id).zc_inflight);
+        if zc && res == -libc::ENOMEM {
+            // Without CAP_IPC_LOCK the kernel charges a zero-copy send's pages to
+            // RLIMIT_MEMLOCK until its notification; the limit refused this one. Nothing
+            // was sent: the batch goes out again with an ordinary send (counted).
+            ShardStats::add(&self.core.wiring.stats().zc_refused, 1);
+            self.io_mut(id).plain_next = true;
+            self.core.table.mark_dirty(id);
+            return;
+        }
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
         if res >= 0 {
             ShardStats::add(&self.core.wiring.stats().bytes_out, res as u64);
             if c.phase == Phase::Shut {
