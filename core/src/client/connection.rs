@@ -123,7 +123,9 @@ pub struct ClientConnection {
     scratch: Vec<u8>,
     body_buf: Vec<u8>,
     responses: VecDeque<(u32, Response)>,
-    /// Read responses given back (`give_back`): the next ones are decoded into them.
+    /// Read responses given back (`give_back`): the next ones are decoded into them. Boxed
+    /// because `Response::Read` holds a box: the allocation itself is what is reused.
+    #[allow(clippy::vec_box)]
     spare_read: Vec<Box<ReadResponse>>,
     in_flight: usize,
     /// Client nonces (OpenSecureChannel).
@@ -603,6 +605,7 @@ struct Chunks<'a> {
     assembler: &'a mut MessageAssembler,
     scratch: &'a mut Vec<u8>,
     responses: &'a mut VecDeque<(u32, Response)>,
+    #[allow(clippy::vec_box)] // as `spare_read` above
     spare_read: &'a mut Vec<Box<ReadResponse>>,
     in_flight: &'a mut usize,
 }
