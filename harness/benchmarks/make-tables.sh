@@ -84,7 +84,9 @@ for t in $ALL; do
         # The shard loop's I/O modes; not in the default TABLES yet: TABLES=io-modes harness/benchmarks/make-tables.sh
         io-modes) sweep io-modes io-modes.variants io-modes.scenarios \
             --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
-            --ratio sqpoll-cpu1-busy-50/default ;;
+            --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default \
+            --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default \
+            --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
