@@ -65,6 +65,20 @@ async def write_values(c, values):
         await node.write_value(ua.DataValue(ua.Variant(float(v), ua.VariantType.Double)))
 
 
+async def wait_written(node, start, written, timeout=10.0):
+    """The raw values from `start` that are the ones in `written`, once all are stored (other
+    tests on this module's server may have left values after `start`: the at-time test stores
+    two with SourceTimestamps a second in the future)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+        vals = await node.read_raw_history(start, end, return_bounds=False)
+        mine = [v for v in vals if v.Value.Value in written]
+        if len(mine) >= len(written) or asyncio.get_running_loop().time() > deadline:
+            return mine
+        await asyncio.sleep(0.1)
+
+
 async def wait_values(node, start, want, timeout=10.0):
     """The raw history from `start` once it holds at least `want` values."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -179,7 +193,8 @@ def test_processed_reads_compute_aggregates(hist_server):
             start = datetime.datetime.now(UTC)
             await asyncio.sleep(0.01)
             await write_values(c, [1.0, 3.0])
-            vals = await wait_values(setpoint(c), start, 2)
+            vals = await wait_written(setpoint(c), start, [1.0, 3.0])
+            assert [v.Value.Value for v in vals] == [1.0, 3.0]
             t1 = vals[0].SourceTimestamp
             d = ua.ReadProcessedDetails()
             d.StartTime = t1
