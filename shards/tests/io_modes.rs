@@ -17,10 +17,8 @@ use std::time::{Duration, Instant};
 
 use common::int32::*;
 use common::*;
-use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::*;
-use uaring_core::{ExtensionObject, NodeId, StatusCode};
-use uaring_harness::blocking::{Client, ClientError};
+use uaring_core::NodeId;
+use uaring_harness::blocking::Client;
 
 /// The names of the threads of process `pid`.
 fn thread_names(pid: u32) -> Vec<String> {
@@ -547,34 +545,6 @@ fn zero_copy_sends_the_locked_memory_limit_refuses_go_out_copied() {
     drop(c);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
-}
-
-fn activate(c: &mut Client) -> Result<Response, ClientError> {
-    c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
-            policy_id: "anonymous".into(),
-        }),
-        ..Default::default()
-    })))
-}
-
-/// A new connection resuming the session of `token`; retried while the server answers
-/// BadResourceUnavailable (its move queue to the owner was full).
-fn resume(url: &str, token: &NodeId) -> Client {
-    let deadline = Instant::now() + T;
-    loop {
-        let mut c = Client::connect(url, T).expect("connect");
-        c.connection().set_authentication_token(token.clone());
-        match activate(&mut c) {
-            Ok(Response::ActivateSession(_)) => return c,
-            Err(ClientError::Status(StatusCode::BadResourceUnavailable))
-                if Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => panic!("ActivateSession on a new channel: {other:?}"),
-        }
-    }
 }
 
 #[test]

@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::int32::*;
 use common::*;
-use uaring_core::generated::messages::{Request, Response};
-use uaring_core::generated::types::*;
-use uaring_core::{ExtensionObject, NodeId, StatusCode};
-use uaring_harness::blocking::{Client, ClientError};
+use uaring_core::NodeId;
+use uaring_harness::blocking::Client;
 
 fn start(backend: &str, stats: &std::path::Path) -> Server {
     Server::start(&[
@@ -53,34 +51,6 @@ fn moves(server: &Server, stats: &std::path::Path) -> (u64, u64, u64) {
             .sum()
     };
     (sum("moved_out"), sum("moved_in"), sum("move_refused"))
-}
-
-fn activate(c: &mut Client) -> Result<Response, ClientError> {
-    c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
-            policy_id: "anonymous".into(),
-        }),
-        ..Default::default()
-    })))
-}
-
-/// A new connection resuming the session of `token`; retried while the server answers
-/// BadResourceUnavailable (its move queue to the owner was full).
-fn resume(url: &str, token: &NodeId) -> Client {
-    let deadline = Instant::now() + T;
-    loop {
-        let mut c = Client::connect(url, T).expect("connect");
-        c.connection().set_authentication_token(token.clone());
-        match activate(&mut c) {
-            Ok(Response::ActivateSession(_)) => return c,
-            Err(ClientError::Status(StatusCode::BadResourceUnavailable))
-                if Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => panic!("ActivateSession on a new channel: {other:?}"),
-        }
-    }
 }
 
 fn reconnects_keep_the_subscription(backend: &str) {

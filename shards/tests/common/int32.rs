@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
+use uaring_core::ExtensionObject;
 use uaring_core::{NodeId, StatusCode, Variant};
-use uaring_harness::blocking::Client;
+use uaring_harness::blocking::{Client, ClientError};
 
 /// How long a value may take to arrive.
 pub const T: Duration = Duration::from_secs(10);
@@ -122,4 +123,33 @@ pub fn collect_until(
         }
     }
     got
+}
+
+/// ActivateSession with an anonymous token on `c`'s channel.
+pub fn activate(c: &mut Client) -> Result<Response, ClientError> {
+    c.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
+        user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
+            policy_id: "anonymous".into(),
+        }),
+        ..Default::default()
+    })))
+}
+
+/// A new connection resuming the session of `token`; retried while the server answers
+/// BadResourceUnavailable (its move queue to the owner was full).
+pub fn resume(url: &str, token: &NodeId) -> Client {
+    let deadline = Instant::now() + T;
+    loop {
+        let mut c = Client::connect(url, T).expect("connect");
+        c.connection().set_authentication_token(token.clone());
+        match activate(&mut c) {
+            Ok(Response::ActivateSession(_)) => return c,
+            Err(ClientError::Status(StatusCode::BadResourceUnavailable))
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => panic!("ActivateSession on a new channel: {other:?}"),
+        }
+    }
 }
