@@ -485,6 +485,68 @@ fn hello_timeout_and_open_timeout() {
     assert_eq!(find_err(&out), Some(StatusCode::BadTimeout));
 }
 
+#[test]
+fn reverse_connection_sends_reverse_hello_then_runs_as_any_other() {
+    let mut host = TestHost::new();
+    let rhe = ReverseHelloMessage {
+        server_uri: "urn:uaring:server".into(),
+        endpoint_url: "opc.tcp://plant-gw:4840".into(),
+    };
+    let mut out = Vec::new();
+    let mut conn = ServerConnection::reverse(&mut host, None, t0(), &rhe, 60_000, &mut out);
+    // The first bytes on the wire are the ReverseHello, whole and alone.
+    assert_eq!(&out[..4], b"RHEF");
+    assert_eq!(
+        u32::from_le_bytes(out[4..8].try_into().unwrap()) as usize,
+        out.len()
+    );
+    assert_eq!(ReverseHelloMessage::decode_body(&out[8..]).unwrap(), rhe);
+    assert!(conn.awaits_hello());
+    // It waits for the client's Hello as long as it was told to, not hello_timeout_ms.
+    assert_eq!(
+        conn.next_deadline(),
+        Some(t0().mono_ns + 60_000 * 1_000_000)
+    );
+    // The client's Hello and OpenSecureChannel: an ordinary channel from here on.
+    let mut raw = Raw::new();
+    let mut input = hello();
+    raw.opn(
+        SecurityTokenRequestType::Issue,
+        SECURITY_POLICY_NONE_URI,
+        &mut input,
+    );
+    let mut out = Vec::new();
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &input, &mut out),
+        ConnStatus::Open
+    );
+    assert_eq!(find_err(&out), None);
+    assert!(!conn.awaits_hello());
+    assert!(conn.channel_id().is_some());
+    // A client that never takes the connection up gets ERR BadTimeout at the wait's end.
+    let mut out = Vec::new();
+    let mut idle = ServerConnection::reverse(&mut host, None, t0(), &rhe, 5_000, &mut out);
+    let d = idle.next_deadline().unwrap();
+    assert_eq!(d, t0().mono_ns + 5_000 * 1_000_000);
+    out.clear();
+    assert_eq!(
+        idle.on_timer(&mut host, Now::new(d, t0().utc), &mut out),
+        ConnStatus::Close
+    );
+    assert_eq!(find_err(&out), Some(StatusCode::BadTimeout));
+    // A ReverseHello sent to the server is refused: servers never take one.
+    let mut out = Vec::new();
+    let mut conn = ServerConnection::reverse(&mut host, None, t0(), &rhe, 5_000, &mut out);
+    let mut bogus = Vec::new();
+    rhe.write(&mut bogus);
+    let mut out = Vec::new();
+    assert_eq!(
+        conn.on_recv(&mut host, t0(), &bogus, &mut out),
+        ConnStatus::Close
+    );
+    assert_eq!(find_err(&out), Some(StatusCode::BadTcpMessageTypeInvalid));
+}
+
 fn responses(out: &[u8]) -> Vec<(u32, Response)> {
     let mut r = FrameReader::new();
     let mut rest = out;

@@ -40,7 +40,7 @@ use crate::server::recycle::Recycler;
 use crate::time::Now;
 use crate::transport::{
     negotiate_server, ErrorMessage, Frame, FrameReader, HelloMessage, MessageType, Negotiated,
-    MESSAGE_HEADER_LEN, PROTOCOL_VERSION,
+    ReverseHelloMessage, MESSAGE_HEADER_LEN, PROTOCOL_VERSION,
 };
 use crate::types::{ByteString, NodeId, StatusCode};
 
@@ -283,6 +283,32 @@ impl ServerConnection {
                 cheap_open: false,
             },
         }
+    }
+
+    /// A connection this server dialed to a client (Reverse Connect, Part 6 §7.1.3): sends
+    /// `hello` (ReverseHello: our ServerUri and the EndpointUrl the client is to use) and then
+    /// waits up to `wait_ms` for the client's Hello; from there on it is an ordinary
+    /// connection. A client that keeps the connection idle past `wait_ms` gets ERR
+    /// BadTimeout, as one that sends no Hello after an accept does.
+    pub fn reverse<H: ConnectionHost + ?Sized>(
+        host: &mut H,
+        peer: Option<SocketAddr>,
+        now: Now,
+        hello: &ReverseHelloMessage,
+        wait_ms: u64,
+        out: &mut Vec<u8>,
+    ) -> ServerConnection {
+        let mut c = ServerConnection::new(host, peer, now);
+        hello.write(out);
+        c.st.phase = Phase::AwaitHello {
+            deadline_ns: now.deadline_after_ms(wait_ms as f64),
+        };
+        c
+    }
+
+    /// No Hello has arrived yet (a reverse connection the client has not taken up).
+    pub fn awaits_hello(&self) -> bool {
+        matches!(self.st.phase, Phase::AwaitHello { .. })
     }
 
     /// The secure channel id once a channel is open.
