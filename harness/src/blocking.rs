@@ -3,7 +3,7 @@
 //! OS-seeded random number generator (this is why it lives here and not in core).
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,6 +18,7 @@ use uaring_core::generated::types::{
     TranslateBrowsePathsToNodeIdsRequest, UserTokenType, WriteRequest, WriteValue,
 };
 use uaring_core::time::Now;
+use uaring_core::transport::{ReverseHelloMessage, MESSAGE_HEADER_LEN};
 use uaring_core::types::{
     ByteString, DataValue, DateTime, ExtensionObject, NodeId, StatusCode, UaString,
 };
@@ -79,6 +80,23 @@ pub fn now() -> Now {
     Now::new(mono_ns, DateTime::from_unix_nanos(utc))
 }
 
+/// Reads one whole UACP message from `stream` and decodes it as a ReverseHello.
+pub fn read_reverse_hello(
+    mut stream: &TcpStream,
+    timeout: Duration,
+) -> ClientResult<ReverseHelloMessage> {
+    stream.set_read_timeout(Some(timeout))?;
+    let mut header = [0u8; MESSAGE_HEADER_LEN];
+    stream.read_exact(&mut header)?;
+    let size = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+    if &header[..4] != b"RHEF" || !(MESSAGE_HEADER_LEN..=2 * 4096 + 16).contains(&size) {
+        return Err(ClientError::Status(StatusCode::BadTcpMessageTypeInvalid));
+    }
+    let mut body = vec![0u8; size - MESSAGE_HEADER_LEN];
+    stream.read_exact(&mut body)?;
+    Ok(ReverseHelloMessage::decode_body(&body)?)
+}
+
 /// `opc.tcp://host:port/path` → `host:port`.
 pub fn host_port(url: &str) -> Option<String> {
     let rest = url
@@ -128,7 +146,38 @@ impl Client {
             .next()
             .ok_or_else(|| ClientError::BadUrl(url.clone()))?;
         let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        Client::over(stream, config, timeout)
+    }
+
+    /// Reverse Connect (Part 6 §7.1.3), the client's side: accepts the next connection a
+    /// server dials to `listener`, reads its ReverseHello (the first message; anything else is
+    /// `Status(BadTcpMessageTypeInvalid)`), then says Hello with the ReverseHello's
+    /// EndpointUrl and opens a SecurityPolicy None channel on that socket, as
+    /// [`Client::connect`] does on one it dialed itself. Returns the ReverseHello too.
+    pub fn accept_reverse(
+        listener: &TcpListener,
+        timeout: Duration,
+    ) -> ClientResult<(Client, ReverseHelloMessage)> {
+        Client::accept_reverse_with(listener, timeout, ClientConfig::new)
+    }
+
+    /// [`Client::accept_reverse`] with the channel's configuration made by `config` from the
+    /// ReverseHello's EndpointUrl (a secured policy, say).
+    pub fn accept_reverse_with(
+        listener: &TcpListener,
+        timeout: Duration,
+        config: impl FnOnce(&str) -> ClientConfig,
+    ) -> ClientResult<(Client, ReverseHelloMessage)> {
+        let (stream, _) = listener.accept()?;
+        let rhe = read_reverse_hello(&stream, timeout)?;
+        let c = Client::over(stream, config(rhe.endpoint_url.as_str()), timeout)?;
+        Ok((c, rhe))
+    }
+
+    /// Hello and a secure channel on an already connected socket.
+    fn over(stream: TcpStream, config: ClientConfig, timeout: Duration) -> ClientResult<Client> {
         stream.set_nodelay(true)?;
+        let url = config.endpoint_url.clone();
         let mut c = Client {
             stream,
             conn: ClientConnection::new(config, Box::new(uaring::random::os_seeded()?)),

@@ -171,6 +171,13 @@ impl ServerBuilder {
         self.edit(|f| f.runtime.zero_copy_send_min = bytes)
     }
 
+    /// A client to dial (Reverse Connect, `[[reverse_connect]]`): the server connects to
+    /// `entry.url`, sends ReverseHello and keeps `entry.idle_connections` connections waiting
+    /// for the client ([`crate::reverse`]). Repeatable; checked by [`ServerBuilder::start`].
+    pub fn reverse_connect(self, entry: crate::reverse::ReverseConnectConfig) -> Self {
+        self.edit(|f| f.reverse_connect.push(entry))
+    }
+
     /// Writes per-shard statistics as JSON to `path` (`runtime.stats_file`).
     pub fn stats_file(self, path: PathBuf) -> Self {
         self.edit(|f| f.runtime.stats_file = Some(path))
@@ -393,6 +400,7 @@ impl ServerBuilder {
         } = self;
         let mut file = file?;
         file.runtime.validate().map_err(Error::Config)?;
+        crate::reverse::validate_all(&file.reverse_connect).map_err(Error::Config)?;
         let listen = resolve_listen(&file.runtime.listen)?;
         let (cpus, cpu_desc) = resolve_cpus(&file.runtime.cpus)?;
         let (sec_config, users) =
@@ -551,6 +559,36 @@ impl ServerBuilder {
                 return Err(Error::Start(format!("PKI refresher thread: {e}")));
             }
         }
+        let dialer = if file.reverse_connect.is_empty() {
+            None
+        } else {
+            let queues = running.fleet.take_dial_queues().unwrap_or_default();
+            let endpoint_url = format!(
+                "opc.tcp://{}:{}",
+                crate::net::host_name(),
+                running.local_addr.port()
+            );
+            let uri = setup
+                .shared
+                .config
+                .application
+                .effective_application_uri()
+                .to_owned();
+            match crate::reverse::start(
+                &file.reverse_connect,
+                running.fleet.clone(),
+                queues,
+                &uri,
+                &endpoint_url,
+            ) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    running.fleet.stop_all();
+                    let _ = running.join();
+                    return Err(Error::Start(format!("reverse connect dialer: {e}")));
+                }
+            }
+        };
         tracing::info!(shards, distribution = %file.runtime.distribution, "shards on {cpu_desc}");
         {
             let (shard, pre) = file.runtime.shard_budgets(shards);
@@ -638,6 +676,7 @@ impl ServerBuilder {
             .transpose()?;
         Ok(ServerHandle {
             running: Some(running),
+            dialer,
             historian,
             demo,
             setup,
@@ -754,6 +793,8 @@ impl EventDef {
 /// A running server. Dropping it stops the server (like [`ServerHandle::shutdown`]).
 pub struct ServerHandle {
     running: Option<runtime::Running>,
+    /// The Reverse Connect dialer (`[[reverse_connect]]`); joined after the shards stop.
+    dialer: Option<crate::reverse::Dialer>,
     /// The history store ([`crate::VariableDef::historize`], `[history]`); flushed and
     /// closed after the shards.
     historian: Option<Arc<crate::history::serve::Historian>>,
@@ -895,6 +936,9 @@ impl ServerHandle {
             }
             None => Ok(()),
         };
+        if let Some(d) = self.dialer.take() {
+            d.join();
+        }
         if let Some(h) = self.historian.take() {
             if let Err(e) = h.shutdown() {
                 tracing::warn!("history store: last flush failed: {e}");

@@ -55,6 +55,9 @@ pub fn check_text(text: &str) -> Result<String, String> {
     for f in &files {
         let _ = writeln!(out, "[[nodesets]]\nfile = {:?}\n", f.display().to_string());
     }
+    for r in &file.reverse_connect {
+        let _ = writeln!(out, "[[reverse_connect]]\n{}", toml(r)?);
+    }
     let mut core = toml::Table::try_from(&config)
         .map_err(|e| format!("cannot print the configuration: {e}"))?;
     if let Some(c) = &content {
@@ -103,5 +106,24 @@ mod tests {
         assert!(e.contains("history.flush_interval_ms"), "{e}");
         let e = check_text("[history]\nsize = 3\n").unwrap_err();
         assert!(e.contains("[history]"), "{e}");
+    }
+
+    #[test]
+    fn reverse_connect_entries_are_checked_and_printed() {
+        let out =
+            check_text("[[reverse_connect]]\nurl = \"opc.tcp://scada:4844\"\n").expect("valid");
+        assert!(
+            out.contains("[[reverse_connect]]\nurl = \"opc.tcp://scada:4844\""),
+            "{out}"
+        );
+        assert!(
+            out.contains("idle_connections = 1"),
+            "every key printed: {out}"
+        );
+        check_text(&out).expect("the printed configuration is valid");
+        let e =
+            check_text("[[reverse_connect]]\nurl = \"opc.tcp://scada:4844\"\nretry_min_ms = 5\n")
+                .unwrap_err();
+        assert!(e.contains("retry_min_ms"), "{e}");
     }
 }

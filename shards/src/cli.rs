@@ -219,6 +219,11 @@ pub struct ServeArgs {
     /// repeatable.
     #[arg(long = "nodeset", value_name = "FILE")]
     pub nodesets: Vec<PathBuf>,
+    /// Reverse Connect: dial the client listening at URL (opc.tcp://HOST:PORT), send it
+    /// ReverseHello and keep one connection waiting for it, with the defaults of
+    /// `[[reverse_connect]]` (docs/Configuration.md); repeatable, added to the file's entries.
+    #[arg(long = "reverse-connect", value_name = "URL")]
+    pub reverse_connect: Vec<String>,
 }
 
 /// Options of `uaring topology`.
@@ -523,6 +528,12 @@ pub fn serve(a: ServeArgs) -> i32 {
     }
     for n in &a.nodesets {
         b = b.nodeset(n.clone());
+    }
+    for url in &a.reverse_connect {
+        b = b.reverse_connect(crate::reverse::ReverseConnectConfig {
+            url: url.clone(),
+            ..Default::default()
+        });
     }
     let b = b
         .accept_all_client_certs(a.accept_all_client_certs)

@@ -467,6 +467,8 @@ pub struct FileConfig {
     pub runtime: RuntimeConfig,
     pub metrics: MetricsConfig,
     pub log: LogConfig,
+    /// `[[reverse_connect]]`: clients the server dials (Reverse Connect, [`crate::reverse`]).
+    pub reverse_connect: Vec<crate::reverse::ReverseConnectConfig>,
     /// Every other top-level key, for core.
     pub server: toml::Table,
 }
@@ -502,10 +504,18 @@ impl FileConfig {
             tracing_subscriber::EnvFilter::try_new(f)
                 .map_err(|e| format!("log.filter = {f:?}: {e}"))?;
         }
+        let reverse_connect = match table.remove("reverse_connect") {
+            Some(v) => v
+                .try_into::<Vec<crate::reverse::ReverseConnectConfig>>()
+                .map_err(|e| format!("[[reverse_connect]]: {e}"))?,
+            None => Vec::new(),
+        };
+        crate::reverse::validate_all(&reverse_connect)?;
         Ok(FileConfig {
             runtime,
             metrics,
             log,
+            reverse_connect,
             server: table,
         })
     }
@@ -514,6 +524,28 @@ impl FileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reverse_connect_entries_parse_and_are_checked() {
+        let c = FileConfig::parse(
+            "[[reverse_connect]]\nurl = \"opc.tcp://scada:4844\"\nidle_connections = 2\n\
+             [[reverse_connect]]\nurl = \"opc.tcp://10.0.0.9:4845\"\nendpoint_url = \"opc.tcp://gw:4840\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.reverse_connect.len(), 2);
+        assert_eq!(c.reverse_connect[0].idle_connections, 2);
+        assert_eq!(c.reverse_connect[1].idle_connections, 1, "the default");
+        assert_eq!(
+            c.reverse_connect[1].endpoint_url.as_deref(),
+            Some("opc.tcp://gw:4840")
+        );
+        assert!(!c.server.contains_key("reverse_connect"), "not core's");
+        let e = FileConfig::parse("[[reverse_connect]]\nurl = \"opc.tcp://scada\"\n").unwrap_err();
+        assert!(e.contains("port"), "{e}");
+        assert!(
+            FileConfig::parse("[[reverse_connect]]\nurl = \"opc.tcp://s:1\"\nidel = 1\n").is_err()
+        );
+    }
 
     #[test]
     fn empty_file_is_defaults() {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::Distribution;
+use crate::reverse::Dialed;
 use crate::spsc::{self, Consumer, Producer};
 
 /// Counters of one shard. Written by that shard only (relaxed stores), read by anyone.
@@ -190,7 +191,14 @@ pub struct Fleet {
     pub shards: Vec<ShardLink>,
     pub stop: AtomicBool,
     pub policy: Distribution,
+    /// The producer ends of the shards' queues of dialed connections (Reverse Connect), for
+    /// the dialer to take once ([`Fleet::take_dial_queues`]).
+    dial_queues: std::sync::Mutex<Option<Vec<Producer<Dialed>>>>,
 }
+
+/// Slots of each shard's queue of dialed connections (Reverse Connect): the dialer makes one
+/// connection at a time and the shard takes them on its next wake-up.
+const DIAL_QUEUE: usize = 16;
 
 /// An accepted socket on its way to another shard.
 pub struct Handoff {
@@ -238,10 +246,18 @@ impl Fleet {
                 io_modes: std::sync::OnceLock::new(),
             });
         }
+        let mut dial_out = Vec::with_capacity(n);
+        let mut dial_in = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (p, c) = spsc::channel(DIAL_QUEUE);
+            dial_out.push(p);
+            dial_in.push(c);
+        }
         let fleet = Arc::new(Fleet {
             shards,
             stop: AtomicBool::new(false),
             policy,
+            dial_queues: std::sync::Mutex::new(Some(dial_out)),
         });
         let central = policy != Distribution::Reuseport && n > 1;
         let mut outboxes: Vec<Option<Producer<Handoff>>> = Vec::new();
@@ -265,8 +281,8 @@ impl Fleet {
             .into_iter()
             .zip(move_in)
             .zip(mail_out.into_iter().zip(mail_in));
-        for ((i, inbox), ((move_out, move_in), (mail_out, mail_in))) in
-            inboxes.into_iter().enumerate().zip(meshes)
+        for (((i, inbox), ((move_out, move_in), (mail_out, mail_in))), dialed) in
+            inboxes.into_iter().enumerate().zip(meshes).zip(dial_in)
         {
             wirings.push(ShardWiring {
                 index: i,
@@ -282,6 +298,7 @@ impl Fleet {
                 move_in,
                 mail_out,
                 mail_in,
+                dialed,
                 rr_next: 0,
             });
         }
@@ -320,6 +337,12 @@ impl Fleet {
 
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The queues into every shard for connections the Reverse Connect dialer made (one per
+    /// shard, in shard order); `None` after the first call.
+    pub fn take_dial_queues(&self) -> Option<Vec<Producer<Dialed>>> {
+        self.dial_queues.lock().ok()?.take()
     }
 
     pub fn snapshot(&self) -> Vec<StatsSnapshot> {
@@ -382,6 +405,8 @@ pub struct ShardWiring {
     /// TransferSubscriptions), to every other shard / from every other shard.
     mail_out: Vec<Option<Producer<Box<dyn Any + Send>>>>,
     mail_in: Vec<Consumer<Box<dyn Any + Send>>>,
+    /// Connections the Reverse Connect dialer made for this shard.
+    dialed: Consumer<Dialed>,
     rr_next: usize,
 }
 
@@ -491,6 +516,11 @@ impl ShardWiring {
 
     /// The next socket handed to this shard: from the acceptor, or a live connection from
     /// another shard.
+    /// A connection the Reverse Connect dialer made, waiting for this shard.
+    pub fn pop_dialed(&mut self) -> Option<Dialed> {
+        self.dialed.pop()
+    }
+
     pub fn pop_incoming(&mut self) -> Option<Handoff> {
         if let Some(h) = self.inbox.as_mut().and_then(|i| i.pop()) {
             return Some(h);

@@ -33,12 +33,16 @@ pub struct ConnId {
 }
 
 /// How a connection came to the loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Origin {
     /// Accepted on one of the shard's listeners (or handed over by the acceptor shard).
     Accepted,
     /// Connected outgoing through `EventLoop::connect` / `EventLoop::adopt`.
     Connected,
+    /// Dialed by the runtime to a Reverse Connect client (`[[reverse_connect]]`): the handler
+    /// keeps the lease with the connection (it tells the dialer when the client took the
+    /// connection up, and when it closed).
+    Reverse(crate::reverse::ReverseLease),
 }
 
 /// The protocol side of one shard. Deadlines are CLOCK_MONOTONIC nanoseconds

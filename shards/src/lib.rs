@@ -44,6 +44,7 @@ pub mod net;
 mod nodes;
 pub mod notify;
 pub mod random;
+pub mod reverse;
 pub mod runtime;
 pub mod security;
 pub mod server;

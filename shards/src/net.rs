@@ -176,3 +176,24 @@ pub fn accept_nonblocking(listener: RawFd) -> io::Result<Option<(OwnedFd, Socket
     let peer = from_sockaddr(&ss, len).unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
     Ok(Some((fd, peer)))
 }
+
+/// This machine's host name (gethostname), or `localhost` when it has none that is printable
+/// ASCII (what an `opc.tcp://` URL can carry).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name)
+            if rc == 0
+                && !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') =>
+        {
+            name.to_owned()
+        }
+        _ => "localhost".to_owned(),
+    }
+}

@@ -17,11 +17,12 @@ use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::handshake::JobDone;
 use uaring_core::server::shard::ShardState;
 use uaring_core::server::shared::ServerShared;
-use uaring_core::transport::ErrorMessage;
+use uaring_core::transport::{ErrorMessage, ReverseHelloMessage};
 use uaring_core::{Now, StatusCode};
 
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
 use crate::handshake::PoolClient;
+use crate::reverse::ReverseLease;
 
 /// The benchmark contract's ApplicationUri.
 pub use uaring_core::config::CONTRACT_APPLICATION_URI;
@@ -122,6 +123,25 @@ pub struct UaConn {
     pub conn: ServerConnection,
     id: ConnId,
     channel: Option<u32>,
+    /// A connection dialed to a Reverse Connect client: its tie to the dialer.
+    reverse: Option<ReverseLease>,
+}
+
+impl UaConn {
+    /// Tells the dialer once the client has taken a dialed connection up (its Hello came).
+    fn note_taken(&mut self) {
+        if let Some(l) = self.reverse.as_mut() {
+            if l.is_idle() && !self.conn.awaits_hello() {
+                l.taken();
+            }
+        }
+    }
+}
+
+/// What moves to another shard with a live connection.
+struct MovedConn {
+    conn: ServerConnection,
+    reverse: Option<ReverseLease>,
 }
 
 fn status(s: CoreStatus) -> ConnStatus {
@@ -139,19 +159,44 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         &mut self,
         id: ConnId,
         peer: SocketAddr,
-        _o: Origin,
+        origin: Origin,
         now: Now,
-        _out: &mut Vec<u8>,
+        out: &mut Vec<u8>,
     ) -> Option<UaConn> {
-        Some(UaConn {
-            conn: ServerConnection::new(&mut self.host, Some(peer), now),
-            id,
-            channel: None,
-        })
+        match origin {
+            Origin::Reverse(lease) => {
+                let t = lease.target();
+                let hello = ReverseHelloMessage {
+                    server_uri: t.server_uri.as_str().into(),
+                    endpoint_url: t.endpoint_url.as_str().into(),
+                };
+                let wait = t.hello_wait_ms;
+                Some(UaConn {
+                    conn: ServerConnection::reverse(
+                        &mut self.host,
+                        Some(peer),
+                        now,
+                        &hello,
+                        wait,
+                        out,
+                    ),
+                    id,
+                    channel: None,
+                    reverse: Some(lease),
+                })
+            }
+            Origin::Accepted | Origin::Connected => Some(UaConn {
+                conn: ServerConnection::new(&mut self.host, Some(peer), now),
+                id,
+                channel: None,
+                reverse: None,
+            }),
+        }
     }
 
     fn recv(&mut self, conn: &mut UaConn, now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
         let s = conn.conn.on_recv(&mut self.host, now, data, out);
+        conn.note_taken();
         let s = self.start_jobs(conn, now, out, s);
         self.track(conn);
         status(s)
@@ -205,7 +250,10 @@ impl<S: ShardHost> Handler for UaHandler<S> {
             }
         }
         conn.conn.detach(&mut self.host);
-        Some(Box::new(conn.conn))
+        Some(Box::new(MovedConn {
+            conn: conn.conn,
+            reverse: conn.reverse,
+        }))
     }
 
     fn attach(
@@ -216,13 +264,15 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         now: Now,
         out: &mut Vec<u8>,
     ) -> (Option<UaConn>, ConnStatus) {
-        let Ok(conn) = state.downcast::<ServerConnection>() else {
+        let Ok(moved) = state.downcast::<MovedConn>() else {
             return (None, ConnStatus::Close);
         };
+        let MovedConn { conn, reverse } = *moved;
         let mut conn = UaConn {
-            conn: *conn,
+            conn,
             id,
             channel: None,
+            reverse,
         };
         let s = conn.conn.attach(&mut self.host, now, out);
         // The ActivateSession answered here may have left a handshake job (its signature check).

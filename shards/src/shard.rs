@@ -318,7 +318,7 @@ impl<H: Handler> ShardCore<H> {
         if self.table.len() >= self.cfg.max_connections {
             ShardStats::add(&self.stats().refused, 1);
             tracing::debug!(shard = self.wiring.index, %peer, "connection table full: closing new connection");
-            if origin == Origin::Accepted {
+            if matches!(origin, Origin::Accepted) {
                 refuse_at_once(
                     &fd,
                     StatusCode::BadTcpNotEnoughResources,
@@ -331,7 +331,10 @@ impl<H: Handler> ShardCore<H> {
             ShardStats::add(&self.stats().refused, 1);
             return None;
         };
-        let from_address = if origin == Origin::Accepted {
+        let accepted = matches!(origin, Origin::Accepted);
+        // A peer's input, not our own client's: within the budgets (dialed ones too).
+        let untrusted = accepted || matches!(origin, Origin::Reverse(_));
+        let from_address = if accepted {
             let n = self.per_address.entry(peer.ip()).or_insert(0);
             *n += 1;
             *n as usize
@@ -340,16 +343,16 @@ impl<H: Handler> ShardCore<H> {
         };
         let stats = self.wiring.stats();
         ShardStats::add(&stats.open, 1);
-        if origin == Origin::Accepted {
+        if accepted {
             ShardStats::add(&stats.accepted, 1);
         }
         let now = self.now;
         let grace = self.grace_ns();
         let over_budget = self.over_budget || self.over_pre_session_budget;
         let c = self.table.get_mut(id)?;
-        c.bounded = origin == Origin::Accepted;
+        c.bounded = untrusted;
         let too_many_from_address = from_address > self.cfg.max_connections_per_address;
-        if (over_budget || too_many_from_address) && origin == Origin::Accepted {
+        if (over_budget && untrusted) || (too_many_from_address && accepted) {
             // New pre-session work would only add to what the shard cannot hold.
             ShardStats::add(&self.wiring.stats().refused, 1);
             let (status, reason) = if over_budget {
@@ -1021,6 +1024,11 @@ impl<H: Handler> ShardCore<H> {
                 None => self.add_conn(h.fd, h.peer, Origin::Accepted),
             };
             if let Some(id) = id {
+                added.push(id);
+            }
+        }
+        while let Some(d) = self.wiring.pop_dialed() {
+            if let Some(id) = self.add_conn(d.fd, d.peer, Origin::Reverse(d.lease)) {
                 added.push(id);
             }
         }
