@@ -113,8 +113,13 @@ fn client(port: u16, security: &str) {
         out.status.success(),
         "open62541 client ({security}) failed:\n{stdout}\n{stderr}"
     );
+    check_contract_run(&stdout, security, "ok connect");
+}
+
+/// The checks every run of the client against the benchmark contract prints.
+fn check_contract_run(stdout: &str, security: &str, connected: &str) {
     for check in [
-        "ok connect",
+        connected,
         "ok read",
         "ok write:",
         "ok write of the wrong type",
@@ -125,6 +130,47 @@ fn client(port: u16, security: &str) {
             stdout.contains(check),
             "missing {check:?} ({security}):\n{stdout}"
         );
+    }
+}
+
+/// open62541's client listening for a Reverse Connect on `port`; returns once it listens.
+fn reverse_client(port: u16, security: &str) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(CLIENT)
+        .args([
+            "--reverse-port",
+            &port.to_string(),
+            "--security",
+            security,
+            "--log-level",
+            "5",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    for r in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.starts_with("ok listening for reverse connect") => return (child, rx),
+            Ok(_) => {}
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("open62541's client did not listen for the reverse connect");
+            }
+        }
     }
 }
 
@@ -154,6 +200,45 @@ fn open62541_client_against_uaring() {
     );
     client(s.port, "none");
     client(s.port, "sign-encrypt");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&pki);
+}
+
+/// Reverse Connect: two open62541 clients listen; the real `uaring` binary dials both, says
+/// ReverseHello, and each client opens its channel and session on the server's connection and
+/// runs the contract's checks over it. SecurityPolicy None: open62541 1.5's client opens a
+/// reverse connection's first channel with None for GetEndpoints and cannot reconnect with a
+/// secured one (shards/tests/reverse_connect.rs opens a SignAndEncrypt channel on a dialed
+/// connection with our own client).
+#[test]
+fn open62541_client_takes_a_reverse_connection_from_uaring() {
+    let pki = std::env::temp_dir().join(format!("uaring-o6-reverse-{}", std::process::id()));
+    let ports = [free_port(), free_port()];
+    let clients: Vec<_> = ["none", "none"]
+        .iter()
+        .zip(ports)
+        .map(|(sec, p)| (*sec, reverse_client(p, sec)))
+        .collect();
+    let s = start(
+        Command::new(uaring_bin())
+            .args(["serve", "--contract", "--listen", "127.0.0.1:0"])
+            .arg("--reverse-connect")
+            .arg(format!("opc.tcp://127.0.0.1:{}", ports[0]))
+            .arg("--reverse-connect")
+            .arg(format!("opc.tcp://127.0.0.1:{}", ports[1]))
+            .arg("--pki")
+            .arg(&pki),
+    );
+    for (security, (mut child, rx)) in clients {
+        let status = child.wait().unwrap();
+        let lines: Vec<String> = rx.try_iter().collect();
+        let stdout = lines.join("\n");
+        assert!(
+            status.success(),
+            "open62541 reverse client ({security}) failed:\n{stdout}"
+        );
+        check_contract_run(&stdout, security, "ok reverse connect: session activated");
+    }
     drop(s);
     let _ = std::fs::remove_dir_all(&pki);
 }
