@@ -657,6 +657,10 @@ impl ServerBuilder {
                 fleet: running.fleet.clone(),
                 backend: running.backend.to_string(),
                 history: historian.clone(),
+                reverse: dialer
+                    .as_ref()
+                    .map(|d| d.targets().to_vec())
+                    .unwrap_or_default(),
             };
             match addr
                 .parse()

@@ -29,6 +29,8 @@ pub struct Sources {
     pub backend: String,
     /// The history store, when the server keeps history.
     pub history: Option<Arc<crate::history::serve::Historian>>,
+    /// The Reverse Connect clients (`[[reverse_connect]]`), when there are any.
+    pub reverse: Vec<Arc<crate::reverse::Target>>,
 }
 
 /// Binds `addr` and serves on a thread named `uaring-metrics`. Returns the bound address.
@@ -542,7 +544,62 @@ pub fn render(src: &Sources) -> String {
     if let Some(h) = &src.history {
         history_families(&mut out, h);
     }
+    if !src.reverse.is_empty() {
+        reverse_families(&mut out, &src.reverse);
+    }
     out
+}
+
+/// The Reverse Connect dialer's counters, per client (docs/Configuration.md).
+fn reverse_families(out: &mut String, targets: &[Arc<crate::reverse::Target>]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let each = |out: &mut String,
+                name: &str,
+                kind: &str,
+                help: &str,
+                v: fn(&crate::reverse::Target) -> u64| {
+        family(out, name, kind, help, |out| {
+            for t in targets {
+                let client = t.url.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "{name}{{client=\"{client}\"}} {}", v(t));
+            }
+        });
+    };
+    each(
+        out,
+        "uaring_reverse_dialed_total",
+        "counter",
+        "Connections the server dialed to this Reverse Connect client.",
+        |t| t.dialed.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_reverse_taken_total",
+        "counter",
+        "Of those, connections the client took up (sent Hello on).",
+        |t| t.taken.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_reverse_connect_failures_total",
+        "counter",
+        "Connect attempts to this client that failed (each backs off).",
+        |t| t.failed.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_reverse_idle",
+        "gauge",
+        "Dialed connections waiting for this client's Hello now.",
+        |t| u64::from(t.idle()),
+    );
+    each(
+        out,
+        "uaring_reverse_open",
+        "gauge",
+        "Connections open to this client now, waiting and in use.",
+        |t| u64::from(t.live()),
+    );
 }
 
 /// The history store's counters (docs/History.md).

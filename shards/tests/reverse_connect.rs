@@ -281,7 +281,18 @@ fn a_dialed_connection_moves_to_the_shard_that_owns_its_session() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let stats = dir.join("stats.json");
-    let cfg = config(&dir, port, "idle_connections = 2\nmax_connections = 4\n");
+    let metrics_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = config(
+        &dir,
+        port,
+        &format!(
+            "idle_connections = 2\nmax_connections = 4\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"
+        ),
+    );
     let server = Server::start(&[
         "--config",
         cfg.to_str().unwrap(),
@@ -320,6 +331,37 @@ fn a_dialed_connection_moves_to_the_shard_that_owns_its_session() {
     assert!(
         moved_in >= 1,
         "one dialed connection moved to the session's shard"
+    );
+    // The dialer's counters, per client, in the metrics: both taken up, and (once the
+    // replacements are dialed) two more waiting.
+    let client = format!("{{client=\"opc.tcp://127.0.0.1:{port}\"}}");
+    let deadline = Instant::now() + T;
+    let body = loop {
+        let mut scrape = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        scrape.set_read_timeout(Some(T)).unwrap();
+        write!(scrape, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut scrape, &mut body).unwrap();
+        if body.contains(&format!("uaring_reverse_open{client} 4")) || Instant::now() >= deadline {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        body.contains(&format!("uaring_reverse_open{client} 4")),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("uaring_reverse_idle{client} 2")),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("uaring_reverse_taken_total{client} 2")),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("uaring_reverse_dialed_total{client} 4")),
+        "{body}"
     );
     drop(taken);
     let (code, _, stderr) = server.terminate();
