@@ -199,6 +199,22 @@ pub struct RunOpts {
     /// (required by --send per-request).
     #[arg(long, value_enum)]
     pub client_io: Option<ClientIo>,
+    /// The load client's own I/O modes (with --client-io shards; uaring's loop, the same keys
+    /// as `[runtime]`): kernel submission polling, one poller per client thread.
+    #[arg(long, value_name = "MODE", value_parser = ["off", "per-shard"], default_value = "off")]
+    pub client_sqpoll: String,
+    /// The CPU of each client thread's SQPOLL poller (unset: not bound).
+    #[arg(long, value_name = "CPU")]
+    pub client_sqpoll_cpu: Option<usize>,
+    /// Spin this long, µs, before a client thread sleeps (0 = off, ..=10000).
+    #[arg(long, value_name = "US", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub client_busy_poll_us: u32,
+    /// Fixed files for the client's sockets.
+    #[arg(long)]
+    pub client_fixed_files: bool,
+    /// Zero-copy sends for client batches of at least N bytes (0 = off).
+    #[arg(long, value_name = "BYTES", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=(64 << 20)))]
+    pub client_zero_copy_send_min: u32,
     /// The uaring binary (default: `uaring` beside this executable). push: a server of the
     /// plant contract (default: the `plant` example, `examples/plant` beside this executable),
     /// started with `--listen 127.0.0.1:PORT --variables N --rate HZ` and --server-args.

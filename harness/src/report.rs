@@ -30,6 +30,8 @@ pub struct RunInfo {
     pub send: String,
     /// `shards` or `harness`.
     pub client_io: String,
+    /// The modes of the client's loop (`default`, or e.g. `sqpoll per-thread, fixed_files`).
+    pub client_io_modes: String,
     pub server_cpus: String,
     pub client_cpus: String,
     pub client_threads: usize,
@@ -131,6 +133,7 @@ pub fn build(
     o.insert("inflight".into(), json!(info.inflight));
     o.insert("send".into(), json!(info.send));
     o.insert("client_io".into(), json!(info.client_io));
+    o.insert("client_io_modes".into(), json!(info.client_io_modes));
     for (k, v) in &info.params {
         o.insert(k.clone(), v.clone());
     }
@@ -612,6 +615,7 @@ mod tests {
             inflight: 32,
             send: "batched".into(),
             client_io: "shards".into(),
+            client_io_modes: "default".into(),
             server_cpus: "0".into(),
             client_cpus: "1".into(),
             client_threads: 1,

@@ -100,9 +100,63 @@ pub struct RunConfig {
     pub env: Vec<(String, String)>,
     /// uaring' event loop or the harness's client ring (`uring`).
     pub client_io: ClientIo,
+    /// The I/O modes of the client's loop (with `ClientIo::Shards`).
+    pub client_modes: ClientModes,
     /// Batched or one send per request.
     pub send: SendMode,
     pub opts: RunOpts,
+}
+
+/// The I/O modes of the load client's loop (uaring's shards loop, `--client-io shards`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientModes {
+    /// A SQPOLL poller per client thread.
+    pub sqpoll: bool,
+    pub sqpoll_cpu: Option<usize>,
+    pub busy_poll_us: u32,
+    pub fixed_files: bool,
+    pub zero_copy_send_min: u32,
+}
+
+impl ClientModes {
+    pub fn any(&self) -> bool {
+        *self != ClientModes::default()
+    }
+
+    /// Applies the modes to a loop's configuration.
+    pub fn apply(&self, cfg: &mut uaring::LoopConfig) {
+        if self.sqpoll {
+            cfg.sqpoll = uaring::Sqpoll::PerShard;
+            cfg.sqpoll_cpu = self.sqpoll_cpu;
+        }
+        cfg.busy_poll_us = self.busy_poll_us;
+        cfg.fixed_files = self.fixed_files;
+        cfg.zero_copy_send_min = self.zero_copy_send_min;
+    }
+
+    /// `default`, or the modes on, as the result's `client_io_modes` names them.
+    pub fn describe(&self) -> String {
+        if !self.any() {
+            return "default".into();
+        }
+        let mut parts = Vec::new();
+        if self.sqpoll {
+            parts.push(match self.sqpoll_cpu {
+                Some(c) => format!("sqpoll per-thread (poller on CPU {c})"),
+                None => "sqpoll per-thread".into(),
+            });
+        }
+        if self.busy_poll_us > 0 {
+            parts.push(format!("busy_poll_us {}", self.busy_poll_us));
+        }
+        if self.fixed_files {
+            parts.push("fixed_files".into());
+        }
+        if self.zero_copy_send_min > 0 {
+            parts.push(format!("zero_copy_send_min {}", self.zero_copy_send_min));
+        }
+        parts.join(", ")
+    }
 }
 
 pub fn sibling_exe(name: &str) -> String {
@@ -230,7 +284,21 @@ impl RunConfig {
                 (None, SendMode::PerRequest) => ClientIo::Harness,
                 (None, SendMode::Batched) => ClientIo::Shards,
             };
+        let client_modes = ClientModes {
+            sqpoll: a.client_sqpoll == "per-shard",
+            sqpoll_cpu: a.client_sqpoll_cpu,
+            busy_poll_us: a.client_busy_poll_us,
+            fixed_files: a.client_fixed_files,
+            zero_copy_send_min: a.client_zero_copy_send_min,
+        };
+        if client_modes.any() && client_io != ClientIo::Shards {
+            return Err("--client-sqpoll, --client-busy-poll-us, --client-fixed-files and --client-zero-copy-send-min are modes of uaring's loop: they need --client-io shards".into());
+        }
+        if a.client_sqpoll_cpu.is_some() && !client_modes.sqpoll {
+            return Err("--client-sqpoll-cpu needs --client-sqpoll per-shard".into());
+        }
         Ok(RunConfig {
+            client_modes,
             scenario,
             target,
             security: a.security.clone(),
@@ -520,6 +588,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                     .copied();
                 let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
                 let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
+                let modes = cfg.client_modes;
                 handles.push(
                     std::thread::Builder::new()
                         .name(format!("load-{t}"))
@@ -531,7 +600,9 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                             if client_io == ClientIo::Shards {
                                 let drivers: Vec<DynDriver> =
                                     my.iter().map(|&i| factory(i)).collect();
-                                return crate::shards_loop::run_client(addr, drivers, shared);
+                                return crate::shards_loop::run_client(
+                                    addr, drivers, shared, modes,
+                                );
                             }
                             let mut stats = ThreadStats::default();
                             let mut conns = Vec::new();
@@ -722,6 +793,7 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
             ClientIo::Shards => "shards".into(),
             ClientIo::Harness => "harness".into(),
         },
+        client_io_modes: cfg.client_modes.describe(),
         server_cpus: match cfg.target {
             Target::Url { .. } => "as running".into(),
             Target::External { .. } if !cfg.pin_external => "unpinned".into(),

@@ -128,6 +128,7 @@ pub fn run_client(
     addr: SocketAddr,
     drivers: Vec<DynDriver>,
     shared: Arc<Shared>,
+    modes: crate::run::ClientModes,
 ) -> Result<ThreadStats, String> {
     let wiring = Fleet::standalone().map_err(|e| format!("shards loop wiring: {e}"))?;
     let n = drivers.len();
@@ -139,8 +140,14 @@ pub fn run_client(
     };
     let mut cfg = LoopConfig::default();
     cfg.max_connections = cfg.max_connections.max(n + 16);
-    let mut lp = EventLoop::new(IoBackend::Auto, handler, wiring, cfg)
-        .map_err(|e| format!("shards loop: {e}"))?;
+    modes.apply(&mut cfg);
+    let backend = if cfg.needs_uring() {
+        IoBackend::Uring
+    } else {
+        IoBackend::Auto
+    };
+    let mut lp =
+        EventLoop::new(backend, handler, wiring, cfg).map_err(|e| format!("shards loop: {e}"))?;
     for _ in 0..n {
         let s = TcpStream::connect(addr).map_err(|e| {
             shared.failed.fetch_add(1, Ordering::SeqCst);

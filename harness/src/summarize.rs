@@ -279,6 +279,18 @@ fn setup_of(cell: &Cell) -> String {
     {
         x.push_str(&format!(" · {} idle sessions", g("idle_sessions")));
     }
+    // The client's loop and its I/O modes, where a run says (runs before `client_io_modes`
+    // used the default modes).
+    if let Some(io) = r.get("client_io") {
+        let modes = r
+            .get("client_io_modes")
+            .map(crate::report::fmt)
+            .unwrap_or_else(|| "default".into());
+        x.push_str(&format!(
+            " · client loop {} ({modes})",
+            crate::report::fmt(io)
+        ));
+    }
     x
 }
 

@@ -31,11 +31,20 @@ impl Drop for TempDir {
 
 #[test]
 fn echo_run_prints_json() {
-    // The last also holds two idle connections open (the echo floor's idle sessions).
-    for (io, send, idle) in [
-        ("shards", "batched", "0"),
-        ("harness", "batched", "0"),
-        ("harness", "per-request", "2"),
+    // The third also holds two idle connections open (the echo floor's idle sessions); the
+    // last runs the client's loop with kernel polling, fixed files and busy polling.
+    let modes: &[&str] = &[
+        "--client-sqpoll",
+        "per-shard",
+        "--client-fixed-files",
+        "--client-busy-poll-us",
+        "5",
+    ];
+    for (io, send, idle, extra) in [
+        ("shards", "batched", "0", &[][..]),
+        ("harness", "batched", "0", &[][..]),
+        ("harness", "per-request", "2", &[][..]),
+        ("shards", "batched", "0", modes),
     ] {
         let out = Command::new(BENCH)
             .args([
@@ -65,6 +74,7 @@ fn echo_run_prints_json() {
                 send,
             ])
             .args(["--idle-sessions", idle])
+            .args(extra)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -94,6 +104,12 @@ fn echo_run_prints_json() {
         assert_eq!(v["bytes_in_per_op"].as_f64().unwrap(), 128.0);
         assert_eq!(v["send"], send);
         assert_eq!(v["client_io"], io);
+        let want_modes = if extra.is_empty() {
+            "default"
+        } else {
+            "sqpoll per-thread, busy_poll_us 5, fixed_files"
+        };
+        assert_eq!(v["client_io_modes"], want_modes, "{v}");
         assert!(v["window_skew_us"].as_u64().is_some(), "{v}");
         match idle {
             "0" => assert!(v.get("idle_sessions").is_none(), "{v}"),
@@ -122,6 +138,17 @@ fn command_line_errors_have_messages() {
                 "echo",
             ],
             "per-request",
+        ),
+        (
+            &[
+                "run",
+                "--client-io",
+                "harness",
+                "--client-fixed-files",
+                "--scenario",
+                "echo",
+            ],
+            "need --client-io shards",
         ),
         (&["sweep", "--variants"], "--variants"),
         (&["summarize", "--md", "x.md"], "--in"),
