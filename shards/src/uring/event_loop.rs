@@ -433,6 +433,19 @@ impl<H: Handler> UringLoop<H> {
         self.core.finalize(id);
     }
 
+    /// Finalizes `id` if no operation of its is in flight (and, with `shut_only`, its socket is
+    /// shut down).
+    fn finalize_if_idle(&mut self, id: ConnId, shut_only: bool) {
+        if self
+            .core
+            .table
+            .get_mut(id)
+            .is_some_and(|c| !c.ops_inflight() && (!shut_only || c.phase == Phase::Shut))
+        {
+            self.finalize(id);
+        }
+    }
+
     /// A closed connection whose only operation in flight is the notification of a zero-copy
     /// send: its batch is kept until the notification comes, and the connection goes now
     /// (a peer that never acknowledges would otherwise keep it open for as long as TCP
@@ -983,22 +996,11 @@ impl<H: Handler> UringLoop<H> {
                     }
                 }
                 self.orphan_zc(id);
-                if let Some(c) = self.core.table.get_mut(id) {
-                    if c.phase == Phase::Shut && !c.ops_inflight() {
-                        self.finalize(id);
-                    }
-                }
+                self.finalize_if_idle(id, true);
             }
             Phase::Shut => {
                 self.orphan_zc(id);
-                if self
-                    .core
-                    .table
-                    .get_mut(id)
-                    .is_some_and(|c| !c.ops_inflight())
-                {
-                    self.finalize(id);
-                }
+                self.finalize_if_idle(id, false);
             }
         }
     }
@@ -1466,14 +1468,7 @@ impl<H: Handler> UringLoop<H> {
                 self.handle(u, r, f);
             }
             for id in self.core.table.ids() {
-                if self
-                    .core
-                    .table
-                    .get_mut(id)
-                    .is_some_and(|c| !c.ops_inflight())
-                {
-                    self.finalize(id);
-                }
+                self.finalize_if_idle(id, false);
             }
         }
         if self.eventfd_armed || self.timeout_armed_at.is_some() || self.core.table.len() > 0 {
