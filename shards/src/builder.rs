@@ -161,6 +161,11 @@ impl ServerBuilder {
         self.edit(|f| f.runtime.busy_poll_us = us)
     }
 
+    /// Receive bundles in the shards' rings (`runtime.recv_bundles`; Linux 6.10+).
+    pub fn recv_bundles(self, on: bool) -> Self {
+        self.edit(|f| f.runtime.recv_bundles = on)
+    }
+
     /// Fixed files in the shards' rings (`runtime.fixed_files`).
     pub fn fixed_files(self, on: bool) -> Self {
         self.edit(|f| f.runtime.fixed_files = on)
@@ -612,7 +617,7 @@ impl ServerBuilder {
         }
         if running.backend == IoBackend::Uring {
             tracing::info!(
-                "io modes: sqpoll {}; busy_poll_us {}; fixed_files {}; zero_copy_send_min {}",
+                "io modes: sqpoll {}; busy_poll_us {}; fixed_files {}; zero_copy_send_min {}; recv_bundles {}",
                 crate::sqpoll::describe(
                     file.runtime.sqpoll,
                     &opts_sqpoll_cpus,
@@ -641,6 +646,14 @@ impl ServerBuilder {
                         "{} (batches of at least this many bytes go out with SEND_ZC; on loopback the kernel copies)",
                         file.runtime.zero_copy_send_min
                     )
+                },
+                if file.runtime.recv_bundles {
+                    format!(
+                        "on (one completion for all the {}-byte buffers a receive fills)",
+                        file.runtime.recv_buffer_bytes
+                    )
+                } else {
+                    "off".to_string()
                 }
             );
         }

@@ -200,6 +200,10 @@ pub struct ServeArgs {
     /// (runtime.fixed_files = true). Needs io_uring.
     #[arg(long)]
     pub fixed_files: bool,
+    /// Receive bundles: a multishot receive fills several provided buffers in one completion
+    /// (runtime.recv_bundles = true). Needs io_uring on Linux 6.10+.
+    #[arg(long)]
+    pub recv_bundles: bool,
     /// Zero-copy sends: a batch of output of at least N bytes goes out with IORING_OP_SEND_ZC
     /// (runtime.zero_copy_send_min; 0 = off, ..=67108864). Needs io_uring.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=(64 << 20)))]
@@ -510,6 +514,9 @@ pub fn serve(a: ServeArgs) -> i32 {
     }
     if a.fixed_files {
         b = b.fixed_files(true);
+    }
+    if a.recv_bundles {
+        b = b.recv_bundles(true);
     }
     if let Some(v) = a.zero_copy_send_min {
         b = b.zero_copy_send_min(v);

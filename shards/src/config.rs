@@ -219,6 +219,10 @@ pub struct RuntimeConfig {
     /// Zero-copy sends (io_uring backend): a batch of output of at least this many bytes goes
     /// out with IORING_OP_SEND_ZC. 0 = off.
     pub zero_copy_send_min: u32,
+    /// Receive bundles (io_uring backend, Linux 6.10+): a multishot receive fills several
+    /// provided buffers in one completion, so that smaller `recv_buffer_bytes` do not mean more
+    /// completions for large messages.
+    pub recv_bundles: bool,
     /// How long a graceful shutdown waits for pending output before closing sockets, ms.
     pub shutdown_grace_ms: u64,
     /// On SIGINT/SIGTERM, how long the server announces its shutdown before it begins:
@@ -262,6 +266,7 @@ impl Default for RuntimeConfig {
             sqpoll_idle_ms: 10,
             busy_poll_us: 0,
             fixed_files: false,
+            recv_bundles: false,
             zero_copy_send_min: 0,
             shutdown_grace_ms: 500,
             shutdown_announce_ms: 0,
@@ -382,6 +387,20 @@ impl RuntimeConfig {
             return Err(
                 "runtime.fixed_files needs io_uring, but runtime.io_backend is \"epoll\": \
                  set runtime.fixed_files = false or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        if self.recv_bundles && self.io_backend == IoBackend::Epoll {
+            return Err(
+                "runtime.recv_bundles needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.recv_bundles = false or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        if self.recv_bundles && !self.multishot {
+            return Err(
+                "runtime.recv_bundles needs multishot receives: set runtime.multishot = true \
+                 or runtime.recv_bundles = false"
                     .into(),
             );
         }
@@ -624,6 +643,19 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("runtime.zero_copy_send_min = 0"), "{e}");
         assert!(FileConfig::parse("[runtime]\nzero_copy_send_min = 67108865\n").is_err());
+        assert!(
+            FileConfig::parse("[runtime]\nrecv_bundles = true\n")
+                .unwrap()
+                .runtime
+                .recv_bundles
+        );
+        assert!(!RuntimeConfig::default().recv_bundles, "off by default");
+        let e = FileConfig::parse("[runtime]\nrecv_bundles = true\nio_backend = \"epoll\"\n")
+            .unwrap_err();
+        assert!(e.contains("runtime.recv_bundles = false"), "{e}");
+        let e =
+            FileConfig::parse("[runtime]\nrecv_bundles = true\nmultishot = false\n").unwrap_err();
+        assert!(e.contains("multishot"), "{e}");
     }
 
     #[test]

@@ -77,6 +77,10 @@ pub struct ShardStats {
     /// Zero-copy sends the locked-memory limit refused (ENOMEM: without CAP_IPC_LOCK their
     /// pages count against RLIMIT_MEMLOCK), sent again as ordinary sends.
     pub zc_refused: AtomicU64,
+    /// Receive bundles (`recv_bundles`): receives that filled more than one buffer.
+    pub bundled_recvs: AtomicU64,
+    /// Buffers those receives filled.
+    pub bundled_bufs: AtomicU64,
 }
 
 impl ShardStats {
@@ -123,6 +127,8 @@ pub struct StatsSnapshot {
     pub zc_notifs: u64,
     pub zc_copied: u64,
     pub zc_refused: u64,
+    pub bundled_recvs: u64,
+    pub bundled_bufs: u64,
 }
 
 impl ShardStats {
@@ -155,6 +161,8 @@ impl ShardStats {
             zc_notifs: r(&self.zc_notifs),
             zc_copied: r(&self.zc_copied),
             zc_refused: r(&self.zc_refused),
+            bundled_recvs: r(&self.bundled_recvs),
+            bundled_bufs: r(&self.bundled_bufs),
         }
     }
 }
@@ -184,6 +192,8 @@ pub struct IoModes {
     pub fixed_files: u32,
     /// Zero-copy sends from this many bytes on; 0: off.
     pub zero_copy_send_min: u32,
+    /// Multishot receives in bundles.
+    pub recv_bundles: bool,
 }
 
 /// All shards of one process.

@@ -231,15 +231,15 @@ pub fn render(src: &Sources) -> String {
         &mut out,
         "uaring_uring_io_mode_info",
         "gauge",
-        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound), busy_poll_us, fixed_files (the file table's slots, 0 = off) and zero_copy_send_min (0 = off).",
+        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound), busy_poll_us, fixed_files (the file table's slots, 0 = off), zero_copy_send_min (0 = off) and recv_bundles.",
         |out| {
             for (i, link) in src.fleet.shards.iter().enumerate() {
                 let m = link.io_modes.get().copied().unwrap_or_default();
                 let cpu = m.sqpoll_cpu.map_or("any".to_string(), |c| c.to_string());
                 let _ = writeln!(
                     out,
-                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\",fixed_files=\"{}\",zero_copy_send_min=\"{}\"}} 1",
-                    m.sqpoll, m.busy_poll_us, m.fixed_files, m.zero_copy_send_min
+                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\",fixed_files=\"{}\",zero_copy_send_min=\"{}\",recv_bundles=\"{}\"}} 1",
+                    m.sqpoll, m.busy_poll_us, m.fixed_files, m.zero_copy_send_min, m.recv_bundles
                 );
             }
         },
@@ -275,6 +275,20 @@ pub fn render(src: &Sources) -> String {
         },
     );
 
+    per_shard(
+        &mut out,
+        "uaring_uring_bundled_recvs_total",
+        "counter",
+        "Receive bundles (recv_bundles): receives that filled more than one provided buffer (0 when off).",
+        &|i| stats[i].bundled_recvs,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_bundled_bufs_total",
+        "counter",
+        "Buffers those receives filled.",
+        &|i| stats[i].bundled_bufs,
+    );
     per_shard(
         &mut out,
         "uaring_uring_fixed_files_registered_total",

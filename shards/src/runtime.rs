@@ -162,8 +162,8 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     if opts.backend == IoBackend::Epoll {
         if modes {
             return Err(StartError::IoMode(
-                "runtime.sqpoll, runtime.busy_poll_us, runtime.fixed_files and \
-                 runtime.zero_copy_send_min need the io_uring backend, not epoll: \
+                "runtime.sqpoll, runtime.busy_poll_us, runtime.fixed_files, \
+                 runtime.zero_copy_send_min and runtime.recv_bundles need the io_uring backend, not epoll: \
                  turn them off or use --io-backend uring"
                     .into(),
             ));
@@ -221,17 +221,18 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     };
     // Fixed files and zero-copy sends: a ring with the file table every shard registers
     // (RLIMIT_NOFILE bounds it) and the SEND_ZC opcode, tried before anything listens.
-    let mode_probe =
-        (opts.loop_cfg.fixed_files || opts.loop_cfg.zero_copy_send_min > 0).then(|| {
-            crate::uring::RingOptions {
-                fixed_files: if opts.loop_cfg.fixed_files {
-                    opts.loop_cfg.max_connections as u32
-                } else {
-                    0
-                },
-                send_zc: opts.loop_cfg.zero_copy_send_min > 0,
-                ..crate::uring::RingOptions::default()
-            }
+    let mode_probe = (opts.loop_cfg.fixed_files
+        || opts.loop_cfg.zero_copy_send_min > 0
+        || opts.loop_cfg.recv_bundles)
+        .then(|| crate::uring::RingOptions {
+            fixed_files: if opts.loop_cfg.fixed_files {
+                opts.loop_cfg.max_connections as u32
+            } else {
+                0
+            },
+            send_zc: opts.loop_cfg.zero_copy_send_min > 0,
+            recv_bundle: opts.loop_cfg.recv_bundles,
+            ..crate::uring::RingOptions::default()
         });
     let probed = std::thread::Builder::new()
         .name(PROBE_THREAD.into())

@@ -67,6 +67,8 @@ pub struct LoopConfig {
     pub fixed_files: bool,
     /// Send a batch of at least this many bytes with IORING_OP_SEND_ZC (0 = off; io_uring).
     pub zero_copy_send_min: u32,
+    /// Multishot receives with IORING_RECVSEND_BUNDLE (io_uring, 6.10+).
+    pub recv_bundles: bool,
 }
 
 impl LoopConfig {
@@ -76,6 +78,7 @@ impl LoopConfig {
             || self.busy_poll_us > 0
             || self.fixed_files
             || self.zero_copy_send_min > 0
+            || self.recv_bundles
     }
 }
 
@@ -113,6 +116,7 @@ impl From<&RuntimeConfig> for LoopConfig {
             busy_poll_us: r.busy_poll_us,
             fixed_files: r.fixed_files,
             zero_copy_send_min: r.zero_copy_send_min,
+            recv_bundles: r.recv_bundles,
         }
     }
 }

@@ -25,10 +25,11 @@ pub fn render_json(fleet: &Fleet, backend: &str, listen: &str) -> String {
             .sqpoll_cpu
             .map_or("null".to_string(), |c| c.to_string());
         s.push_str(&format!(
-            "{{\"shard\":{i},\"cpu\":{cpu},\"open\":{},\"accepted\":{},\"closed\":{},\"refused\":{},\"handed_off\":{},\"moved_out\":{},\"moved_in\":{},\"move_refused\":{},\"bytes_in\":{},\"bytes_out\":{},\"loops\":{},\"batch_waits\":{},\"batch_wanted\":{},\"sqpoll\":\"{}\",\"sqpoll_cpu\":{sqpoll_cpu},\"sqpoll_wakeups\":{},\"busy_poll_us\":{},\"busy_polls\":{},\"busy_poll_hits\":{},\"busy_poll_ns\":{},\"fixed_files\":{},\"fixed_file_slots\":{},\"fixed_files_registered\":{},\"zero_copy_send_min\":{},\"zc_sends\":{},\"zc_bytes\":{},\"zc_notifs\":{},\"zc_copied\":{},\"zc_refused\":{}}}",
+            "{{\"shard\":{i},\"cpu\":{cpu},\"open\":{},\"accepted\":{},\"closed\":{},\"refused\":{},\"handed_off\":{},\"moved_out\":{},\"moved_in\":{},\"move_refused\":{},\"bytes_in\":{},\"bytes_out\":{},\"loops\":{},\"batch_waits\":{},\"batch_wanted\":{},\"sqpoll\":\"{}\",\"sqpoll_cpu\":{sqpoll_cpu},\"sqpoll_wakeups\":{},\"busy_poll_us\":{},\"busy_polls\":{},\"busy_poll_hits\":{},\"busy_poll_ns\":{},\"fixed_files\":{},\"fixed_file_slots\":{},\"fixed_files_registered\":{},\"zero_copy_send_min\":{},\"zc_sends\":{},\"zc_bytes\":{},\"zc_notifs\":{},\"zc_copied\":{},\"zc_refused\":{},\"recv_bundles\":{},\"bundled_recvs\":{},\"bundled_bufs\":{}}}",
             sn.open, sn.accepted, sn.closed, sn.refused, sn.handed_off, sn.moved_out, sn.moved_in, sn.move_refused, sn.bytes_in, sn.bytes_out, sn.loops, sn.batch_waits, sn.batch_wanted,
             modes.sqpoll, sn.sqpoll_wakeups, modes.busy_poll_us, sn.busy_polls, sn.busy_poll_hits, sn.busy_poll_ns,
-            modes.fixed_files > 0, modes.fixed_files, sn.fixed_files_registered, modes.zero_copy_send_min, sn.zc_sends, sn.zc_bytes, sn.zc_notifs, sn.zc_copied, sn.zc_refused
+            modes.fixed_files > 0, modes.fixed_files, sn.fixed_files_registered, modes.zero_copy_send_min, sn.zc_sends, sn.zc_bytes, sn.zc_notifs, sn.zc_copied, sn.zc_refused,
+            modes.recv_bundles, sn.bundled_recvs, sn.bundled_bufs
         ));
         total.open += sn.open;
         total.accepted += sn.accepted;

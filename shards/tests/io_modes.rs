@@ -604,7 +604,7 @@ fn metrics_report_the_modes() {
     };
     let cpu = shard_cpus(1)[0];
     assert!(
-        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\",fixed_files=\"4096\",zero_copy_send_min=\"1\"}} 1")),
+        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\",fixed_files=\"4096\",zero_copy_send_min=\"1\",recv_bundles=\"false\"}} 1")),
         "{body}"
     );
     let value =
@@ -800,4 +800,73 @@ fn config_check_validates_the_io_mode_keys() {
         assert_eq!(code, Some(1), "{bad}: {err}");
         assert!(err.contains(says), "{bad}: {says:?} in {err}");
     }
+}
+
+/// Receive bundles with 512-byte buffers: a Read of 2,000 nodes (about 20 KiB on the wire)
+/// arrives in receives that each fill several buffers of the ring, one completion apiece, and
+/// is handled whole; the statistics file says bundles are on and counts them; on one and two
+/// shards.
+fn bundles(shards: usize) {
+    let dir = TempDir::new(&format!("uaring-bundles-{shards}"));
+    let stats_path = dir.join("stats.json");
+    let cfg = dir.join("uaring.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[runtime]\nshards = {shards}\ndistribution = \"round-robin\"\nrecv_bundles = true\nrecv_buffer_bytes = 512\nrecv_buffers = 256\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--stats-file",
+        stats_path.to_str().unwrap(),
+        "--pki",
+        dir.join("pki").to_str().unwrap(),
+    ]);
+    for _ in 0..shards {
+        let mut c = Client::connect(&server.url(), T).expect("connect");
+        c.activate_session_anonymous().expect("session");
+        // BenchmarkValue0 … 99, twenty times over: each holds its index.
+        let nodes: Vec<NodeId> = (0..2000)
+            .map(|i| NodeId::numeric(1, 1001 + i % 100))
+            .collect();
+        let values = c.read_values(&nodes).expect("a Read of 2,000 nodes");
+        assert_eq!(values.len(), 2000);
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(
+                v.value,
+                uaring_core::Variant::Int32((i % 100) as i32),
+                "node {i}"
+            );
+        }
+    }
+    let json = stats(&server, &stats_path);
+    let on: Vec<bool> = json
+        .match_indices("\"recv_bundles\":")
+        .map(|(i, m)| json[i + m.len()..].starts_with("true"))
+        .collect();
+    assert_eq!(on, vec![true; shards], "{json}");
+    let recvs: u64 = field_values(&json, "bundled_recvs").iter().sum();
+    let bufs: u64 = field_values(&json, "bundled_bufs").iter().sum();
+    assert!(recvs >= 1, "no receive filled more than one buffer: {json}");
+    assert!(bufs >= 2 * recvs, "{json}");
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("recv_bundles on"),
+        "the start log names the mode:\n{err}"
+    );
+    assert!(err.contains("RECVSEND_BUNDLE"), "{err}");
+}
+
+#[test]
+fn receive_bundles_on_one_shard() {
+    bundles(1);
+}
+
+#[test]
+fn receive_bundles_on_two_shards() {
+    bundles(2);
 }

@@ -18,6 +18,11 @@ pub struct BufRing {
     bufs: Box<[u8]>,
     buf_bytes: usize,
     bgid: u16,
+    /// The buffer pushed after each buffer (receive bundles): the kernel takes ring entries
+    /// in the order they were pushed, and a bundle's completion names only its first buffer.
+    next: Box<[u16]>,
+    /// The buffer pushed last.
+    last: Option<u16>,
 }
 
 impl BufRing {
@@ -59,6 +64,8 @@ impl BufRing {
             bufs: vec![0u8; total].into_boxed_slice(),
             buf_bytes,
             bgid,
+            next: vec![0u16; entries as usize].into_boxed_slice(),
+            last: None,
         };
         for bid in 0..entries {
             br.push(bid);
@@ -107,6 +114,23 @@ impl BufRing {
         entry.set_len(self.buf_bytes as u32);
         entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
+        if let Some(l) = self.last {
+            self.next[(l & self.mask) as usize] = bid;
+        }
+        self.last = Some(bid);
+    }
+
+    /// The buffers a bundle receive of `len` bytes filled, first to last, starting at `first`
+    /// (the buffer its completion names): each full but the last. Read before any of them is
+    /// pushed back.
+    pub fn bundle(&self, first: u16, len: usize, into: &mut Vec<u16>) {
+        into.clear();
+        let count = len.div_ceil(self.buf_bytes).clamp(1, self.entries as usize);
+        let mut bid = first & self.mask;
+        for _ in 0..count {
+            into.push(bid);
+            bid = self.next[bid as usize] & self.mask;
+        }
     }
 
     /// Publishes pushed buffers to the kernel (one release store per loop iteration).

@@ -189,6 +189,9 @@ const BGID: u16 = 0;
 enum RecvMode {
     /// Multishot recv, buffers from the provided buffer ring.
     Multi,
+    /// Multishot recv in bundles (IORING_RECVSEND_BUNDLE, 6.10): one completion for every
+    /// buffer of the ring one receive filled.
+    MultiBundle,
     /// Single-shot recv with buffer selection from the ring (5.19 without multishot recv).
     SingleSelect,
     /// Single-shot recv into a per-connection buffer (no buffer ring).
@@ -227,6 +230,8 @@ pub struct UringLoop<H: Handler> {
     cqes: Vec<(u64, i32, u32)>,
     dirty: Vec<ConnId>,
     added: Vec<ConnId>,
+    /// The buffers of the bundle being delivered, reused.
+    bundle_bids: Vec<u16>,
     aborted: bool,
     /// Per-connection io_uring state (fixed-file slot, zero-copy result).
     io: Vec<ConnIo>,
@@ -283,7 +288,16 @@ impl<H: Handler> UringLoop<H> {
         }
         // Without it, batched waiting takes the path of kernels before 6.12 (`wait`).
         features.min_timeout &= cfg.min_timeout;
-        let recv_mode = if features.multishot {
+        let recv_mode = if features.multishot && cfg.recv_bundles && features.recv_bundle {
+            RecvMode::MultiBundle
+        } else if features.multishot {
+            if cfg.recv_bundles {
+                // Only an embedder's own ring (`with_ring`) can get here: `new` refuses instead.
+                tracing::warn!(
+                    shard = wiring.index,
+                    "runtime.recv_bundles asked for, but the ring given to the loop has no bundles: off"
+                );
+            }
             RecvMode::Multi
         } else {
             RecvMode::SingleOwn
@@ -325,6 +339,7 @@ impl<H: Handler> UringLoop<H> {
             busy_poll_us: cfg.busy_poll_us,
             fixed_files: features.fixed_files,
             zero_copy_send_min: zc_min,
+            recv_bundles: recv_mode == RecvMode::MultiBundle,
         });
         UringLoop {
             core: ShardCore::new(handler, wiring, cfg),
@@ -343,6 +358,7 @@ impl<H: Handler> UringLoop<H> {
             cqes: Vec::with_capacity(256),
             dirty: Vec::new(),
             added: Vec::new(),
+            bundle_bids: Vec::new(),
             aborted: false,
             io: Vec::new(),
             slots_free,
@@ -740,6 +756,10 @@ impl<H: Handler> UringLoop<H> {
         let raw = c.fd.as_raw_fd();
         let e = match mode {
             RecvMode::Multi => on_socket!(slot, raw, |fd| opcode::RecvMulti::new(fd, bgid).build()),
+            RecvMode::MultiBundle => {
+                on_socket!(slot, raw, |fd| opcode::RecvMultiBundle::new(fd, bgid)
+                    .build())
+            }
             RecvMode::SingleSelect => on_socket!(slot, raw, |fd| opcode::Recv::new(
                 fd,
                 std::ptr::null_mut(),
@@ -1184,6 +1204,27 @@ impl<H: Handler> UringLoop<H> {
                 .note(&mut c.recv_window, self.core.now.mono_ns);
             let n = res as usize;
             match (bid, self.bufring.as_mut()) {
+                (Some(bid), Some(b)) if self.recv_mode == RecvMode::MultiBundle => {
+                    // One completion for every buffer the receive filled, in the order the
+                    // kernel took them: each full but the last.
+                    let mut bids = std::mem::take(&mut self.bundle_bids);
+                    b.bundle(bid, n, &mut bids);
+                    if bids.len() > 1 {
+                        let stats = self.core.wiring.stats();
+                        ShardStats::add(&stats.bundled_recvs, 1);
+                        ShardStats::add(&stats.bundled_bufs, bids.len() as u64);
+                    }
+                    let mut left = n;
+                    for &x in &bids {
+                        let len = left.min(b.buf_bytes());
+                        self.core.deliver(id, b.get(x, len));
+                        left -= len;
+                    }
+                    for &x in &bids {
+                        b.push(x);
+                    }
+                    self.bundle_bids = bids;
+                }
                 (Some(bid), Some(b)) => {
                     self.core.deliver(id, b.get(bid, n));
                     b.push(bid);
@@ -1206,6 +1247,12 @@ impl<H: Handler> UringLoop<H> {
             match -res {
                 // Out of provided buffers: they are recycled below; re-armed on reconcile.
                 libc::ENOBUFS | libc::ECANCELED | libc::EINTR | libc::EAGAIN => {}
+                libc::EINVAL if self.recv_mode == RecvMode::MultiBundle => {
+                    tracing::info!(
+                        "receive bundles refused by this kernel: multishot recv without them"
+                    );
+                    self.recv_mode = RecvMode::Multi;
+                }
                 libc::EINVAL if self.recv_mode == RecvMode::Multi => {
                     tracing::info!("multishot recv not supported by this kernel: using single-shot recv with the buffer ring");
                     self.recv_mode = RecvMode::SingleSelect;
@@ -1557,6 +1604,7 @@ pub(crate) fn ring_options(
             0
         },
         send_zc: cfg.zero_copy_send_min > 0,
+        recv_bundle: cfg.recv_bundles,
     })
 }
 

@@ -66,6 +66,8 @@ pub struct Features {
     pub op_send_zc: bool,
     /// Slots of the sparse file table registered in the ring (`runtime.fixed_files`); 0: none.
     pub fixed_files: u32,
+    /// IORING_FEAT_RECVSEND_BUNDLE (6.10): one receive fills several provided buffers.
+    pub recv_bundle: bool,
 }
 
 impl Features {
@@ -89,6 +91,7 @@ impl Features {
             (self.op_msg_ring, "MSG_RING"),
             (self.fixed_files > 0, "FIXED_FILES"),
             (self.op_send_zc, "SEND_ZC"),
+            (self.recv_bundle, "RECVSEND_BUNDLE"),
         ];
         let on: Vec<&str> = flags.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         let off: Vec<&str> = flags.iter().filter(|(b, _)| !*b).map(|(_, n)| *n).collect();
@@ -146,6 +149,8 @@ pub enum SetupError {
     /// Zero-copy sends were asked for (`runtime.zero_copy_send_min`) and the kernel lacks
     /// IORING_OP_SEND_ZC.
     SendZc,
+    /// Receive bundles were asked for and the kernel has no IORING_FEAT_RECVSEND_BUNDLE.
+    RecvBundle,
 }
 
 /// The soft RLIMIT_NOFILE (`None`: unknown or unlimited).
@@ -232,6 +237,11 @@ impl fmt::Display for SetupError {
                      runtime.max_connections_per_shard): {e}: {hint}"
                 )
             }
+            SetupError::RecvBundle => write!(
+                f,
+                "receive bundles refused: the kernel's io_uring lacks IORING_FEAT_RECVSEND_BUNDLE (Linux 6.10+): \
+                 set runtime.recv_bundles = false"
+            ),
             SetupError::SendZc => write!(
                 f,
                 "zero-copy sends refused: the kernel's io_uring lacks IORING_OP_SEND_ZC (Linux 6.0+): \
@@ -272,6 +282,8 @@ pub struct RingOptions {
     pub fixed_files: u32,
     /// The ring must offer IORING_OP_SEND_ZC (zero-copy sends were asked for).
     pub send_zc: bool,
+    /// The ring must offer receive bundles (`runtime.recv_bundles` was asked for).
+    pub recv_bundle: bool,
 }
 
 /// Creates a ring of `entries` SQ entries (CQ twice that) on the calling
@@ -397,6 +409,7 @@ pub fn setup_ring_with(
                 f.min_timeout = p.is_feature_min_timeout();
                 f.nodrop = p.is_feature_nodrop();
                 f.fast_poll = p.is_feature_fast_poll();
+                f.recv_bundle = p.is_feature_recvsend_bundle();
                 f.sq_entries = p.sq_entries();
                 f.cq_entries = p.cq_entries();
                 let mut probe = Probe::new();
@@ -420,6 +433,9 @@ pub fn setup_ring_with(
                 }
                 if opts.send_zc && !f.op_send_zc {
                     return Err(SetupError::SendZc);
+                }
+                if opts.recv_bundle && !f.recv_bundle {
+                    return Err(SetupError::RecvBundle);
                 }
                 if opts.fixed_files > 0 {
                     // Not locked memory: the kernel charges the table (8 bytes or so a slot)
