@@ -147,6 +147,30 @@ pub trait SecurityPolicy: Send + Sync {
         remote_nonce: &[u8],
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode>;
 
+    /// The local nonce of an OpenSecureChannel (Issue or Renew) and the new token's
+    /// protection derived from it and the peer's `remote_nonce`. `random_nonce` is a fresh
+    /// random nonce of [`SecurityPolicy::nonce_len`] bytes. The default (RSA policies) sends
+    /// it and derives the keys from the two nonces ([`SecurityPolicy::symmetric`]); the ECC
+    /// policies send an ephemeral public key instead and derive the keys from the ECDH
+    /// secret (Part 6 §6.8.1), whose private half never leaves this call.
+    fn new_token(
+        &self,
+        role: Role,
+        mode: MessageSecurityMode,
+        random_nonce: Vec<u8>,
+        remote_nonce: &[u8],
+    ) -> Result<(Vec<u8>, Box<dyn ChunkCrypto>), StatusCode> {
+        let crypto = self.symmetric(role, mode, &random_nonce, remote_nonce)?;
+        Ok((random_nonce, crypto))
+    }
+
+    /// Whether UserName and X.509 user identity tokens may be offered on endpoints of this
+    /// channel policy (the policy can decrypt a password sent with it and check a user token
+    /// signature). A policy that cannot says so, and the endpoints do not offer them.
+    fn offers_user_tokens(&self) -> bool {
+        true
+    }
+
     // ---- Used by the session layer and the server connection (defaults: policy None). ----
 
     /// Whether a handshake (OpenSecureChannel: one RSA private-key operation each) from

@@ -1101,7 +1101,7 @@ impl State {
         })?;
         self.channel_to_report = Some(channel_id);
         let nonce_len = policy.nonce_len();
-        let server_nonce = if nonce_len > 0 {
+        let random_nonce = if nonce_len > 0 {
             crate::random::bytes(host.random(), nonce_len)
         } else {
             Vec::new()
@@ -1137,11 +1137,11 @@ impl State {
                 }
                 check_client_nonce(&req, nonce_len)?;
                 let lifetime_ms = limits.revise_token_lifetime_ms(req.requested_lifetime);
-                let sym = policy
-                    .symmetric(
+                let (server_nonce, sym) = policy
+                    .new_token(
                         Role::Server,
                         req.security_mode,
-                        &server_nonce,
+                        random_nonce,
                         req.client_nonce.as_bytes(),
                     )
                     .map_err(|s| (s, ""))?;
@@ -1268,11 +1268,12 @@ impl State {
         check_client_nonce(&req, nonce_len)
             .map_err(|(status, reason)| Failure { status, reason })?;
         let lifetime_ms = self.limits.revise_token_lifetime_ms(req.requested_lifetime);
-        let server_nonce = if nonce_len > 0 {
+        let random_nonce = if nonce_len > 0 {
             crate::random::bytes(host.random(), nonce_len)
         } else {
             Vec::new()
         };
+        let server_nonce;
         let negotiated = self.negotiated.ok_or(Failure {
             status: StatusCode::BadTcpInternalError,
             reason: "no Hello",
@@ -1294,12 +1295,13 @@ impl State {
                     "security mode not offered with this policy",
                 );
             }
-            let sym = policy.symmetric(
+            let (nonce, sym) = policy.new_token(
                 Role::Server,
                 req.security_mode,
-                &server_nonce,
+                random_nonce,
                 req.client_nonce.as_bytes(),
             )?;
+            server_nonce = nonce;
             let id = host.open_channel()?;
             host.channel_policy(policy.uri(), true);
             self.channel_to_report = Some(id);
@@ -1330,12 +1332,13 @@ impl State {
                     "Renew with another security mode",
                 );
             }
-            let sym = policy.symmetric(
+            let (nonce, sym) = policy.new_token(
                 Role::Server,
                 req.security_mode,
-                &server_nonce,
+                random_nonce,
                 req.client_nonce.as_bytes(),
             )?;
+            server_nonce = nonce;
             let id = c.next_token_id;
             c.next_token_id = c.next_token_id.wrapping_add(1).max(1);
             let new = Token {

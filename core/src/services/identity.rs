@@ -13,6 +13,10 @@
 //!   offered on None endpoints only if `allow_password_on_none` (password in clear);
 //! * `x509` when X.509 user tokens are enabled (on None endpoints only with a token policy URI,
 //!   which names the signature algorithm).
+//!
+//! Neither `username` nor `x509` is offered on an endpoint whose channel policy says it
+//! cannot handle them ([`SecurityPolicy::offers_user_tokens`](crate::secure_channel::SecurityPolicy::offers_user_tokens):
+//! the ECC policies, whose EccEncryptedSecret is not implemented).
 
 use std::net::IpAddr;
 
@@ -52,7 +56,12 @@ pub fn user_token_policies_for(
     if settings.anonymous.is_some() {
         out.push(policy(ANONYMOUS_POLICY_ID, UserTokenType::Anonymous, None));
     }
-    let has_users = security.user_authenticator().is_some();
+    // A channel policy that cannot decrypt a password or check a user token signature (the
+    // ECC policies: EccEncryptedSecret is not implemented) offers neither token.
+    let has_users = security.user_authenticator().is_some()
+        && security
+            .policy(endpoint_policy_uri)
+            .is_none_or(|p| p.offers_user_tokens());
     let on_none = endpoint_policy_uri == SECURITY_POLICY_NONE_URI;
     let token_uri = settings.none_endpoint_token_policy_uri.as_str();
     let token_uri_usable = !token_uri.is_empty()
