@@ -52,7 +52,11 @@ pub enum CertSignatureAlg {
     RsaSha512,
     /// RSASSA-PSS
     RsaPss,
-    /// Anything else (ECDSA, MD5, …): not usable with the RSA policies.
+    /// ecdsa-with-SHA256
+    EcdsaSha256,
+    /// ecdsa-with-SHA384
+    EcdsaSha384,
+    /// Anything else (MD5, ECDSA with SHA-1 or SHA-512, …): not accepted.
     Other,
 }
 
@@ -77,6 +81,7 @@ struct Parsed {
     spki_der: Vec<u8>,
     rsa_public_key: Vec<u8>,
     key_bits: usize,
+    ec_curve: Option<crate::ecc::EccCurve>,
     application_uri: Option<String>,
     dns_names: Vec<String>,
     ip_addresses: Vec<IpAddr>,
@@ -233,6 +238,10 @@ impl Certificate {
             CertSignatureAlg::RsaSha512
         } else if sig_oid == rfc5912::ID_RSASSA_PSS {
             CertSignatureAlg::RsaPss
+        } else if sig_oid == rfc5912::ECDSA_WITH_SHA_256 {
+            CertSignatureAlg::EcdsaSha256
+        } else if sig_oid == rfc5912::ECDSA_WITH_SHA_384 {
+            CertSignatureAlg::EcdsaSha384
         } else {
             CertSignatureAlg::Other
         };
@@ -246,6 +255,20 @@ impl Certificate {
             rsa_modulus_bits(&rsa_public_key).unwrap_or(0)
         } else {
             0
+        };
+        // An EC key: id-ecPublicKey with a named curve we run, the point uncompressed.
+        let spki_alg = &tbs.subject_public_key_info.algorithm;
+        let ec_curve = if spki_alg.oid == rfc5912::ID_EC_PUBLIC_KEY {
+            spki_alg
+                .parameters
+                .as_ref()
+                .and_then(|p| p.decode_as::<ObjectIdentifier>().ok())
+                .and_then(|oid| crate::ecc::EccCurve::from_oid(&oid))
+                .filter(|c| {
+                    rsa_public_key.len() == 1 + c.nonce_len() && rsa_public_key.first() == Some(&4)
+                })
+        } else {
+            None
         };
         let mut cert = Parsed {
             der: der.to_vec(),
@@ -261,6 +284,7 @@ impl Certificate {
             spki_der,
             rsa_public_key,
             key_bits,
+            ec_curve,
             application_uri: None,
             dns_names: Vec::new(),
             ip_addresses: Vec::new(),
@@ -413,6 +437,15 @@ impl Certificate {
     pub fn rsa_public_key(&self) -> &[u8] {
         &self.0.rsa_public_key
     }
+    /// The curve of an EC key (P-256 or P-384); `None` for any other key.
+    pub fn ec_curve(&self) -> Option<crate::ecc::EccCurve> {
+        self.0.ec_curve
+    }
+    /// The EC public key as an uncompressed point (`04 ‖ x ‖ y`), for a key of
+    /// [`Certificate::ec_curve`].
+    pub fn ec_public_point(&self) -> Option<&[u8]> {
+        self.0.ec_curve.map(|_| &self.0.rsa_public_key[..])
+    }
     /// RSA modulus size in bits; 0 for a non-RSA key.
     pub fn key_bits(&self) -> usize {
         self.0.key_bits
@@ -475,10 +508,21 @@ impl Certificate {
             .any(|d| d.eq_ignore_ascii_case(hostname))
     }
 
-    /// Verifies that `issuer`'s key signed this certificate. Only SHA-2 RSA signatures are
-    /// accepted; SHA-1 gives `BadCertificatePolicyCheckFailed`, a bad signature
-    /// `BadCertificateInvalid`.
+    /// Verifies that `issuer`'s key signed this certificate. Only SHA-2 RSA signatures and
+    /// ECDSA with SHA-256/SHA-384 by a P-256/P-384 key are accepted; SHA-1 gives
+    /// `BadCertificatePolicyCheckFailed`, a bad signature `BadCertificateInvalid`.
     pub fn verify_signed_by(&self, issuer: &Certificate) -> Result<(), u32> {
+        if matches!(
+            self.0.signature_alg,
+            CertSignatureAlg::EcdsaSha256 | CertSignatureAlg::EcdsaSha384
+        ) {
+            return verify_ecdsa_signature(
+                self.0.signature_alg,
+                issuer,
+                self.tbs_der(),
+                &self.0.signature,
+            );
+        }
         verify_rsa_signature(
             self.0.signature_alg,
             issuer.rsa_public_key(),
@@ -497,9 +541,10 @@ pub(crate) fn verify_rsa_signature(
 ) -> Result<(), u32> {
     use aws_lc_rs::signature as sig;
     let candidates: &[&'static dyn sig::VerificationAlgorithm] = match alg {
-        CertSignatureAlg::RsaSha1 | CertSignatureAlg::Other => {
-            return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED)
-        }
+        CertSignatureAlg::RsaSha1
+        | CertSignatureAlg::Other
+        | CertSignatureAlg::EcdsaSha256
+        | CertSignatureAlg::EcdsaSha384 => return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED),
         CertSignatureAlg::RsaSha256 => &[&sig::RSA_PKCS1_2048_8192_SHA256],
         CertSignatureAlg::RsaSha384 => &[&sig::RSA_PKCS1_2048_8192_SHA384],
         CertSignatureAlg::RsaSha512 => &[&sig::RSA_PKCS1_2048_8192_SHA512],
@@ -519,6 +564,30 @@ pub(crate) fn verify_rsa_signature(
         }
     }
     Err(status::BAD_CERTIFICATE_INVALID)
+}
+
+/// Verifies an X.509 ECDSA signature (DER `r`, `s`) with the EC key of `issuer`.
+fn verify_ecdsa_signature(
+    alg: CertSignatureAlg,
+    issuer: &Certificate,
+    signed: &[u8],
+    signature: &[u8],
+) -> Result<(), u32> {
+    use crate::ecc::EccCurve;
+    use aws_lc_rs::signature as sig;
+    let (Some(curve), Some(point)) = (issuer.ec_curve(), issuer.ec_public_point()) else {
+        return Err(status::BAD_CERTIFICATE_INVALID);
+    };
+    let alg: &'static dyn sig::VerificationAlgorithm = match (curve, alg) {
+        (EccCurve::NistP256, CertSignatureAlg::EcdsaSha256) => &sig::ECDSA_P256_SHA256_ASN1,
+        (EccCurve::NistP256, CertSignatureAlg::EcdsaSha384) => &sig::ECDSA_P256_SHA384_ASN1,
+        (EccCurve::NistP384, CertSignatureAlg::EcdsaSha256) => &sig::ECDSA_P384_SHA256_ASN1,
+        (EccCurve::NistP384, CertSignatureAlg::EcdsaSha384) => &sig::ECDSA_P384_SHA384_ASN1,
+        _ => return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED),
+    };
+    sig::UnparsedPublicKey::new(alg, point)
+        .verify(signed, signature)
+        .map_err(|_| status::BAD_CERTIFICATE_INVALID)
 }
 
 /// What goes into a generated application instance certificate.
@@ -563,81 +632,123 @@ impl CertificateRequest {
 /// nonRepudiation, keyEncipherment, dataEncipherment, keyCertSign; extendedKeyUsage serverAuth +
 /// clientAuth; basicConstraints cA=false; subject and authority key identifiers.
 pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, PrivateKey), u32> {
+    let key = PrivateKey::generate(req.key_bits)?;
+    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    let der = self_signed_der(req, &kp, key.public_key_pkcs1(), false)?;
+    let cert = Certificate::from_der(&der)?;
+    Ok((cert, key))
+}
+
+/// Generates a self-signed ECC application instance certificate (OPC 10000-6 §6.2.2 with the
+/// ECC certificate types of OPC 10000-12: EccNistP256ApplicationCertificateType,
+/// EccNistP384ApplicationCertificateType) and its key: ecdsa-with-SHA256 (P-256) or
+/// ecdsa-with-SHA384 (P-384); keyUsage digitalSignature, nonRepudiation, keyAgreement,
+/// keyCertSign (no keyEncipherment: an EC key does not encrypt); the rest as for RSA.
+pub fn generate_self_signed_ecc(
+    req: &CertificateRequest,
+    curve: crate::ecc::EccCurve,
+) -> Result<(Certificate, crate::ecc::EccPrivateKey), u32> {
+    let key = crate::ecc::EccPrivateKey::generate(curve)?;
+    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+    let alg = match curve {
+        crate::ecc::EccCurve::NistP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+        crate::ecc::EccCurve::NistP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+    };
+    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, alg)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    let der = self_signed_der(req, &kp, key.public_point(), true)?;
+    let cert = Certificate::from_der(&der)?;
+    if !key.matches(&cert) {
+        return Err(status::BAD_INTERNAL_ERROR);
+    }
+    Ok((cert, key))
+}
+
+/// The DER of a self-signed certificate for `req` signed by `kp`; `public_key` is the
+/// subjectPublicKey (the key identifiers are its SHA-1).
+fn self_signed_der(
+    req: &CertificateRequest,
+    kp: &rcgen::KeyPair,
+    public_key: &[u8],
+    ecc: bool,
+) -> Result<Vec<u8>, u32> {
     use rcgen::{
         CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyIdMethod,
         KeyUsagePurpose, SanType,
     };
-    let key = PrivateKey::generate(req.key_bits)?;
-    let der = {
-        let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
-        let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256)
-            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
-        let mut params = CertificateParams::default();
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, req.common_name.as_str());
-        dn.push(DnType::OrganizationName, req.organization.as_str());
-        params.distinguished_name = dn;
-        let uri = rcgen::Ia5String::try_from(req.application_uri.as_str())
-            .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
-        params.subject_alt_names.push(SanType::URI(uri));
-        for d in &req.dns_names {
-            let d =
-                rcgen::Ia5String::try_from(d.as_str()).map_err(|_| status::BAD_INVALID_ARGUMENT)?;
-            params.subject_alt_names.push(SanType::DnsName(d));
-        }
-        for ip in &req.ip_addresses {
-            params.subject_alt_names.push(SanType::IpAddress(*ip));
-        }
-        params.not_before = time::OffsetDateTime::from_unix_timestamp(req.not_before_unix_s)
-            .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
-        params.not_after = params.not_before + time::Duration::days(i64::from(req.validity_days));
-        let mut serial = [0u8; 16];
-        crate::asymmetric::random_bytes(&mut serial)?;
-        serial[0] &= 0x7f;
-        serial[0] |= 0x01;
-        params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
-        params.key_usages = vec![
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, req.common_name.as_str());
+    dn.push(DnType::OrganizationName, req.organization.as_str());
+    params.distinguished_name = dn;
+    let uri = rcgen::Ia5String::try_from(req.application_uri.as_str())
+        .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+    params.subject_alt_names.push(SanType::URI(uri));
+    for d in &req.dns_names {
+        let d = rcgen::Ia5String::try_from(d.as_str()).map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        params.subject_alt_names.push(SanType::DnsName(d));
+    }
+    for ip in &req.ip_addresses {
+        params.subject_alt_names.push(SanType::IpAddress(*ip));
+    }
+    params.not_before = time::OffsetDateTime::from_unix_timestamp(req.not_before_unix_s)
+        .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+    params.not_after = params.not_before + time::Duration::days(i64::from(req.validity_days));
+    let mut serial = [0u8; 16];
+    crate::asymmetric::random_bytes(&mut serial)?;
+    serial[0] &= 0x7f;
+    serial[0] |= 0x01;
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+    params.key_usages = if ecc {
+        vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::ContentCommitment,
+            KeyUsagePurpose::KeyAgreement,
+            KeyUsagePurpose::KeyCertSign,
+        ]
+    } else {
+        vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::ContentCommitment,
             KeyUsagePurpose::KeyEncipherment,
             KeyUsagePurpose::DataEncipherment,
             KeyUsagePurpose::KeyCertSign,
-        ];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        // basicConstraints with cA = FALSE, encoded as DER requires: an empty SEQUENCE (a
-        // DEFAULT value is never encoded). rcgen's ExplicitNoCa writes `cA FALSE`, which
-        // strict parsers (Python cryptography, used by asyncua) reject.
-        params.is_ca = IsCa::NoCa;
-        let mut bc = rcgen::CustomExtension::from_oid_content(&[2, 5, 29, 19], vec![0x30, 0x00]);
-        bc.set_criticality(true);
-        params.custom_extensions.push(bc);
-        // With NoCa rcgen writes no subjectKeyIdentifier: write it (RFC 5280 method 1, SHA-1
-        // of the subjectPublicKey) and use the same value as authorityKeyIdentifier, which is
-        // how node-opcua recognises a self-signed certificate.
-        let ski: Vec<u8> = {
-            use sha1::Digest;
-            sha1::Sha1::digest(key.public_key_pkcs1()).to_vec()
-        };
-        let mut ski_ext = vec![0x04, ski.len() as u8];
-        ski_ext.extend_from_slice(&ski);
-        params
-            .custom_extensions
-            .push(rcgen::CustomExtension::from_oid_content(
-                &[2, 5, 29, 14],
-                ski_ext,
-            ));
-        params.key_identifier_method = KeyIdMethod::PreSpecified(ski);
-        params.use_authority_key_identifier_extension = true;
-        let cert = params
-            .self_signed(&kp)
-            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
-        cert.der().to_vec()
+        ]
     };
-    let cert = Certificate::from_der(&der)?;
-    Ok((cert, key))
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    // basicConstraints with cA = FALSE, encoded as DER requires: an empty SEQUENCE (a
+    // DEFAULT value is never encoded). rcgen's ExplicitNoCa writes `cA FALSE`, which
+    // strict parsers (Python cryptography, used by asyncua) reject.
+    params.is_ca = IsCa::NoCa;
+    let mut bc = rcgen::CustomExtension::from_oid_content(&[2, 5, 29, 19], vec![0x30, 0x00]);
+    bc.set_criticality(true);
+    params.custom_extensions.push(bc);
+    // With NoCa rcgen writes no subjectKeyIdentifier: write it (RFC 5280 method 1, SHA-1
+    // of the subjectPublicKey) and use the same value as authorityKeyIdentifier, which is
+    // how node-opcua recognises a self-signed certificate.
+    let ski: Vec<u8> = {
+        use sha1::Digest;
+        sha1::Sha1::digest(public_key).to_vec()
+    };
+    let mut ski_ext = vec![0x04, ski.len() as u8];
+    ski_ext.extend_from_slice(&ski);
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::from_oid_content(
+            &[2, 5, 29, 14],
+            ski_ext,
+        ));
+    params.key_identifier_method = KeyIdMethod::PreSpecified(ski);
+    params.use_authority_key_identifier_extension = true;
+    let cert = params
+        .self_signed(kp)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    Ok(cert.der().to_vec())
 }
 
 /// PEM (`CERTIFICATE`) encoding of a DER certificate.

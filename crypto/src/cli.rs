@@ -6,7 +6,9 @@ use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::path::Path;
 
-use crate::cert::{generate_self_signed, to_hex, Certificate, CertificateRequest};
+use crate::cert::{
+    generate_self_signed, generate_self_signed_ecc, to_hex, Certificate, CertificateRequest,
+};
 use crate::pki::{Pki, PkiConfig};
 use crate::status;
 use crate::user::hash_password;
@@ -45,8 +47,11 @@ pub struct GenerateOptions {
     pub ips: Vec<IpAddr>,
     /// Validity in days, 1..=[`VALIDITY_DAYS_MAX`].
     pub days: u32,
-    /// RSA key size, one of [`KEY_BITS_ALLOWED`].
+    /// RSA key size, one of [`KEY_BITS_ALLOWED`] (RSA certificates only).
     pub bits: usize,
+    /// The certificate type: `None` the RSA application certificate (own/certs/uaring.der),
+    /// an ECC curve the certificate of its ECC policy (own/certs/uaring_<type>.der).
+    pub ecc: Option<crate::ecc::EccCurve>,
     /// Replace an existing own certificate.
     pub force: bool,
 }
@@ -60,6 +65,7 @@ impl Default for GenerateOptions {
             ips: Vec::new(),
             days: 5 * 365,
             bits: 2048,
+            ecc: None,
             force: false,
         }
     }
@@ -161,11 +167,15 @@ pub fn cert_generate(
         return 1;
     };
     let host = system_hostname();
-    if !opts.force && (pki.own_cert_path().exists() || pki.own_key_path().exists()) {
+    let (cert_path, key_path) = match opts.ecc {
+        None => (pki.own_cert_path(), pki.own_key_path()),
+        Some(c) => (pki.own_ecc_cert_path(c), pki.own_ecc_key_path(c)),
+    };
+    if !opts.force && (cert_path.exists() || key_path.exists()) {
         let _ = writeln!(
             err,
             "{} already exists; pass --force to replace it",
-            pki.own_cert_path().display()
+            cert_path.display()
         );
         return 1;
     }
@@ -190,22 +200,29 @@ pub fn cert_generate(
     req.ip_addresses = ips;
     req.validity_days = opts.days;
     req.key_bits = opts.bits;
-    let (cert, key) = match generate_self_signed(&req) {
-        Ok(v) => v,
+    let written = match opts.ecc {
+        None => {
+            generate_self_signed(&req).map(|(cert, key)| pki.write_own(&cert, &key).map(|()| cert))
+        }
+        Some(curve) => generate_self_signed_ecc(&req, curve)
+            .map(|(cert, key)| pki.write_own_ecc(&cert, &key).map(|()| cert)),
+    };
+    let cert = match written {
+        Ok(Ok(cert)) => cert,
+        Ok(Err(e)) => {
+            let _ = writeln!(err, "{e}");
+            return 1;
+        }
         Err(code) => {
             let _ = writeln!(err, "certificate generation failed: {}", status::name(code));
             return 1;
         }
     };
-    if let Err(e) = pki.write_own(&cert, &key) {
-        let _ = writeln!(err, "{e}");
-        return 1;
-    }
     let _ = writeln!(
         out,
         "wrote {} and {}",
-        pki.own_cert_path().display(),
-        pki.own_key_path().display()
+        cert_path.display(),
+        key_path.display()
     );
     let _ = write!(out, "{}", describe(&cert));
     0
@@ -236,7 +253,10 @@ pub fn describe(cert: &Certificate) -> String {
         "valid to:        {}\n",
         fmt_time(cert.not_after_unix_s())
     ));
-    s.push_str(&format!("key:             RSA {} bits\n", cert.key_bits()));
+    match cert.ec_curve() {
+        Some(c) => s.push_str(&format!("key:             EC {}\n", c.type_name())),
+        None => s.push_str(&format!("key:             RSA {} bits\n", cert.key_bits())),
+    }
     s.push_str(&format!("signature:       {:?}\n", cert.signature_alg()));
     s.push_str(&format!(
         "application uri: {}\n",

@@ -6,6 +6,9 @@
 //! - [`derive_channel_keys`] / [`SymmetricKeys`]: P_SHA256 key derivation and in-place,
 //!   allocation-free HMAC + AES-CBC chunk security.
 //! - [`asym_encrypt`], [`asym_decrypt`], [`asym_sign`], [`asym_verify`]: RSA with aws-lc-rs.
+//! - [`EccPolicy`], [`EccCurve`], [`ecc`]: the ECC policies ECC_nistP256 and ECC_nistP384
+//!   (ECDH ephemeral keys, HKDF, ECDSA) with aws-lc-rs; the crate choice is written down in
+//!   [`ecc`]'s documentation.
 //! - [`Certificate`], [`generate_self_signed`], [`Pki`]: certificates and the PKI directory.
 //! - [`encrypt_user_password`], [`decrypt_user_password`], [`UserStore`], [`LoginLimiter`]:
 //!   user authentication.
@@ -34,6 +37,8 @@
 pub mod asymmetric;
 pub mod cert;
 pub mod cli;
+pub mod ecc;
+pub mod ecc_policy;
 pub mod kdf;
 pub mod pki;
 pub mod policy;
@@ -47,8 +52,12 @@ pub use asymmetric::{
     asym_decrypt, asym_encrypt, asym_sign, asym_sign_into, asym_verify, cipher_text_block_size,
     encrypted_len, new_nonce, plain_text_block_size, random_bytes, PrivateKey,
 };
-pub use cert::{generate_self_signed, thumbprint, Certificate, CertificateRequest};
+pub use cert::{
+    generate_self_signed, generate_self_signed_ecc, thumbprint, Certificate, CertificateRequest,
+};
 pub use cli::{cert_generate, cert_show, cert_trust, hash_password_command, GenerateOptions};
+pub use ecc::{EccCurve, EccPrivateKey};
+pub use ecc_policy::{EccIdentity, EccPolicy};
 pub use kdf::{p_hash, p_sha1, p_sha256};
 pub use pki::{CertRole, Crl, Pki, PkiConfig, ACCEPT_ALL_WARNING};
 pub use policy::{check_padding, padding_len, write_padding, PolicyId, SecurityMode};

@@ -6,6 +6,8 @@
 //! ```text
 //! pki/own/certs/uaring.der        own application instance certificate
 //! pki/own/private/uaring.pem      own private key (PKCS#8 PEM, mode 0600)
+//! pki/own/certs/uaring_nistP256.der    own ECC_nistP256 certificate (`uaring cert generate
+//! pki/own/private/uaring_nistP256.pem  --type nistP256`), and its key; likewise nistP384
 //! pki/trusted/certs/              trusted application certificates and CAs
 //! pki/trusted/crl/                CRLs of trusted CAs
 //! pki/issuers/certs/              CAs used to build chains, not trusted by themselves
@@ -30,6 +32,7 @@ use crate::asymmetric::PrivateKey;
 use crate::cert::{
     generate_self_signed, verify_rsa_signature, CertSignatureAlg, Certificate, CertificateRequest,
 };
+use crate::ecc::{EccCurve, EccPrivateKey};
 use crate::status;
 
 /// Certificate files larger than this are ignored by the scanner.
@@ -586,6 +589,11 @@ impl Pki {
     }
 
     fn check_key_size(&self, cert: &Certificate) -> Result<(), u32> {
+        // An EC key on a curve this crate runs (P-256, P-384) has the size its curve gives;
+        // which curve a channel needs is the policy's check.
+        if cert.ec_curve().is_some() {
+            return Ok(());
+        }
         let bits = cert.key_bits();
         if bits < self.config.key_bits_min || bits > self.config.key_bits_max {
             return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED);
@@ -795,6 +803,63 @@ impl Pki {
         Ok((cert, key))
     }
 
+    /// Path of the own certificate of an ECC certificate type.
+    pub fn own_ecc_cert_path(&self, curve: EccCurve) -> PathBuf {
+        self.root
+            .join("own/certs")
+            .join(format!("uaring_{}.der", curve.type_name()))
+    }
+
+    /// Path of the own private key of an ECC certificate type.
+    pub fn own_ecc_key_path(&self, curve: EccCurve) -> PathBuf {
+        self.root
+            .join("own/private")
+            .join(format!("uaring_{}.pem", curve.type_name()))
+    }
+
+    /// Loads the own certificate and key of an ECC certificate type: `None` when neither file
+    /// is there (the type is not offered), an error when only one is or they do not match.
+    pub fn load_own_ecc(
+        &self,
+        curve: EccCurve,
+    ) -> Result<Option<(Certificate, EccPrivateKey)>, String> {
+        let cert_path = self.own_ecc_cert_path(curve);
+        let key_path = self.own_ecc_key_path(curve);
+        if !cert_path.exists() && !key_path.exists() {
+            return Ok(None);
+        }
+        let cert_bytes =
+            read_small(&cert_path).map_err(|e| format!("{}: {e}", cert_path.display()))?;
+        let cert = Certificate::from_pem_or_der(&cert_bytes)
+            .map_err(|c| format!("{}: {}", cert_path.display(), status::name(c)))?;
+        let key_bytes = zeroize::Zeroizing::new(
+            read_small(&key_path).map_err(|e| format!("{}: {e}", key_path.display()))?,
+        );
+        let key = EccPrivateKey::from_pem_or_der(&key_bytes)
+            .map_err(|_| format!("{}: not an EC private key", key_path.display()))?;
+        if key.curve() != curve || !key.matches(&cert) {
+            return Err(format!(
+                "{} does not belong to {} ({})",
+                key_path.display(),
+                cert_path.display(),
+                curve.type_name()
+            ));
+        }
+        Ok(Some((cert, key)))
+    }
+
+    /// Writes the own certificate and key of an ECC certificate type, replacing old ones.
+    pub fn write_own_ecc(&self, cert: &Certificate, key: &EccPrivateKey) -> Result<(), String> {
+        let curve = key.curve();
+        let key_path = self.own_ecc_key_path(curve);
+        write_atomic(&key_path, key.to_pem().as_bytes(), 0o600)
+            .map_err(|e| format!("{}: {e}", key_path.display()))?;
+        let cert_path = self.own_ecc_cert_path(curve);
+        write_atomic(&cert_path, cert.der(), 0o644)
+            .map_err(|e| format!("{}: {e}", cert_path.display()))?;
+        Ok(())
+    }
+
     /// Writes the own certificate (DER, 0644) and key (PKCS#8 PEM, 0600), replacing old ones.
     pub fn write_own(&self, cert: &Certificate, key: &PrivateKey) -> Result<(), String> {
         let key_path = self.own_key_path();
@@ -812,6 +877,10 @@ fn check_leaf_usage(leaf: &Certificate, role: CertRole) -> Result<(), u32> {
     if let Some(ku) = leaf.key_usage() {
         let ok = match role {
             CertRole::User => ku.digital_signature,
+            // An EC key signs and agrees on keys, it does not encrypt.
+            CertRole::ClientApp | CertRole::ServerApp if leaf.ec_curve().is_some() => {
+                ku.digital_signature
+            }
             CertRole::ClientApp | CertRole::ServerApp => {
                 ku.digital_signature && (ku.key_encipherment || ku.data_encipherment)
             }

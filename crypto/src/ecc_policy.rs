@@ -1,0 +1,378 @@
+//! The ECC security policies plugged into uaring-core: [`EccPolicy`] implements core's
+//! [`SecurityPolicy`] for ECC_nistP256 and ECC_nistP384 (OPC 10000-7), Sign and
+//! SignAndEncrypt, with the cryptography of [`crate::ecc`].
+//!
+//! - OpenSecureChannel: the chunks are signed with ECDSA (the sender's application key) and
+//!   never encrypted; the nonces are ephemeral ECDH public keys ([`SecurityPolicy::new_token`]
+//!   makes ours and derives the token's keys with HKDF from the shared secret; the ephemeral
+//!   private key lives only for that call). Sequence numbers are the non-legacy ones (start at
+//!   0, wrap to 0).
+//! - The client certificate must carry a key on the policy's curve: an RSA key or a key on the
+//!   other curve is `BadCertificatePolicyCheckFailed` (after the trust check, which comes
+//!   first as for the RSA policies).
+//! - CreateSession's serverSignature and ActivateSession's clientSignature are ECDSA over the
+//!   same data as with RSA (certificate ‖ nonce). open62541 1.5 sends an empty
+//!   SignatureData.algorithm for these (pre-1.05.07) ECC policies; an empty algorithm or the
+//!   policy's ECDSA URI is accepted.
+//! - UserName tokens over ECC need EccEncryptedSecret (Part 4 §7.41.2.3), which is not
+//!   implemented: [`SecurityPolicy::offers_user_tokens`] is false, so ECC endpoints offer
+//!   Anonymous only, and a password token on an ECC channel is refused.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use uaring_core::generated::types::MessageSecurityMode;
+use uaring_core::secure_channel::{ChunkCrypto, CryptoLayout, Role, SecurityPolicy};
+use uaring_core::types::StatusCode;
+use uaring_core::Now;
+
+use crate::cert::Certificate;
+use crate::ecc::EphemeralKey;
+use crate::ecc::{derive_ecc_keys, ecdsa_verify, EccCurve, EccPrivateKey, EccSymmetricKeys};
+use crate::policy::AES_BLOCK_SIZE;
+use crate::uasc::{opn_certificate_status, ShardTrust};
+
+fn sc(code: u32) -> StatusCode {
+    StatusCode(code)
+}
+
+/// An ECC application instance certificate and its key.
+pub struct EccIdentity {
+    /// The certificate (DER), sent as SenderCertificate and ServerCertificate.
+    pub cert: Certificate,
+    /// The private key.
+    pub key: EccPrivateKey,
+}
+
+impl std::fmt::Debug for EccIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EccIdentity")
+            .field("curve", &self.key.curve())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EccIdentity {
+    /// Pairs a certificate with its key (they must match).
+    pub fn new(cert: Certificate, key: EccPrivateKey) -> Result<Arc<EccIdentity>, String> {
+        if !key.matches(&cert) {
+            return Err("the private key does not belong to the certificate".into());
+        }
+        Ok(Arc::new(EccIdentity { cert, key }))
+    }
+
+    /// The curve of the key.
+    pub fn curve(&self) -> EccCurve {
+        self.key.curve()
+    }
+}
+
+/// An ECC security policy: the curve, the own ECC identity and (server side) the shard's
+/// trust state.
+pub struct EccPolicy {
+    curve: EccCurve,
+    own: Arc<EccIdentity>,
+    trust: Option<Arc<ShardTrust>>,
+}
+
+impl std::fmt::Debug for EccPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EccPolicy")
+            .field("curve", &self.curve)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EccPolicy {
+    /// A server-side policy of the curve of `own`: client certificates are validated by
+    /// `trust`.
+    pub fn server(own: Arc<EccIdentity>, trust: Arc<ShardTrust>) -> Arc<EccPolicy> {
+        Arc::new(EccPolicy {
+            curve: own.curve(),
+            own,
+            trust: Some(trust),
+        })
+    }
+
+    /// A client-side policy: the server certificate is taken as given.
+    pub fn client(own: Arc<EccIdentity>) -> Arc<EccPolicy> {
+        Arc::new(EccPolicy {
+            curve: own.curve(),
+            own,
+            trust: None,
+        })
+    }
+
+    /// The curve.
+    pub fn curve(&self) -> EccCurve {
+        self.curve
+    }
+
+    fn leaf(chain: &[u8]) -> Result<Certificate, StatusCode> {
+        let chain =
+            Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
+        chain
+            .into_iter()
+            .next()
+            .ok_or(StatusCode::BadCertificateInvalid)
+    }
+
+    /// A key on this policy's curve, else BadCertificatePolicyCheckFailed.
+    fn check_curve(&self, cert: &Certificate) -> Result<(), StatusCode> {
+        if cert.ec_curve() == Some(self.curve) {
+            Ok(())
+        } else {
+            Err(StatusCode::BadCertificatePolicyCheckFailed)
+        }
+    }
+}
+
+impl SecurityPolicy for EccPolicy {
+    fn uri(&self) -> &str {
+        self.curve.policy_uri()
+    }
+
+    fn legacy_sequence_numbers(&self) -> bool {
+        false
+    }
+
+    fn nonce_len(&self) -> usize {
+        self.curve.nonce_len()
+    }
+
+    fn local_certificate(&self) -> Option<&[u8]> {
+        Some(self.own.cert.der())
+    }
+
+    fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
+        let leaf = crate::cert::leaf_der(certificate).unwrap_or(certificate);
+        Some(crate::cert::thumbprint(leaf).to_vec())
+    }
+
+    fn asymmetric(
+        &self,
+        role: Role,
+        peer_certificate: Option<&[u8]>,
+        receiver_thumbprint: Option<&[u8]>,
+        now: Now,
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        let peer_bytes = peer_certificate.ok_or(StatusCode::BadCertificateInvalid)?;
+        let peer = match role {
+            Role::Client => Self::leaf(peer_bytes)?,
+            Role::Server => {
+                // Part 6 §6.7.7: the receiver thumbprint must be ours.
+                if receiver_thumbprint != Some(&self.own.cert.thumbprint()[..]) {
+                    return Err(StatusCode::BadCertificateInvalid);
+                }
+                let trust = self.trust.as_ref().ok_or(StatusCode::BadInternalError)?;
+                trust
+                    .validate_client(peer_bytes, None, now)
+                    .map_err(opn_certificate_status)?
+            }
+        };
+        self.check_curve(&peer)?;
+        Ok(Box::new(EccAsymCrypto {
+            curve: self.curve,
+            own: self.own.clone(),
+            peer,
+        }))
+    }
+
+    fn symmetric(
+        &self,
+        _: Role,
+        _: MessageSecurityMode,
+        _: &[u8],
+        _: &[u8],
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        // The keys need the ephemeral private key behind our nonce: only `new_token` has it.
+        Err(StatusCode::BadInternalError)
+    }
+
+    fn new_token(
+        &self,
+        role: Role,
+        mode: MessageSecurityMode,
+        _random_nonce: Vec<u8>,
+        remote_nonce: &[u8],
+    ) -> Result<(Vec<u8>, Box<dyn ChunkCrypto>), StatusCode> {
+        let encrypt = match mode {
+            MessageSecurityMode::Sign => false,
+            MessageSecurityMode::SignAndEncrypt => true,
+            _ => return Err(StatusCode::BadSecurityModeRejected),
+        };
+        if remote_nonce.len() != self.curve.nonce_len() {
+            return Err(StatusCode::BadNonceInvalid);
+        }
+        let ephemeral = EphemeralKey::generate(self.curve).map_err(sc)?;
+        let shared = ephemeral.shared_secret(remote_nonce).map_err(sc)?;
+        let local = ephemeral.nonce().to_vec();
+        let (client_nonce, server_nonce) = match role {
+            Role::Client => (&local[..], remote_nonce),
+            Role::Server => (remote_nonce, &local[..]),
+        };
+        let (client, server) =
+            derive_ecc_keys(self.curve, encrypt, &shared, client_nonce, server_nonce)
+                .map_err(sc)?;
+        let (send, recv) = match role {
+            Role::Client => (client, server),
+            Role::Server => (server, client),
+        };
+        Ok((
+            local,
+            Box::new(EccSymCrypto {
+                encrypt,
+                send,
+                recv,
+            }),
+        ))
+    }
+
+    fn offers_user_tokens(&self) -> bool {
+        false
+    }
+
+    fn admit_handshake(&self, peer: Option<IpAddr>, now: Now) -> Result<(), StatusCode> {
+        match &self.trust {
+            Some(t) => t.admit_handshake(peer, now),
+            None => Ok(()),
+        }
+    }
+
+    fn sign_own(&self, data: &[u8]) -> Result<(String, Vec<u8>), StatusCode> {
+        let sig = self.own.key.sign(data).map_err(sc)?;
+        Ok((self.curve.signature_algorithm_uri().to_owned(), sig))
+    }
+
+    fn verify_signature(
+        &self,
+        signer_certificate: &[u8],
+        data: &[u8],
+        algorithm_uri: &str,
+        signature: &[u8],
+    ) -> Result<(), StatusCode> {
+        if !algorithm_uri.is_empty() && algorithm_uri != self.curve.signature_algorithm_uri() {
+            return Err(StatusCode::BadSecurityChecksFailed);
+        }
+        let signer = match self
+            .trust
+            .as_ref()
+            .and_then(|t| t.validated_leaf(signer_certificate))
+        {
+            Some(leaf) => leaf,
+            None => Self::leaf(signer_certificate)?,
+        };
+        ecdsa_verify(self.curve, &signer, data, signature)
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+
+    fn validate_client_certificate(
+        &self,
+        certificate: &[u8],
+        application_uri: Option<&str>,
+        now: Now,
+    ) -> Result<(), StatusCode> {
+        match &self.trust {
+            Some(t) => {
+                let leaf = t
+                    .validate_client(certificate, application_uri, now)
+                    .map_err(sc)?;
+                self.check_curve(&leaf)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// OpenSecureChannel chunks of an ECC policy: ECDSA-signed by the sender, not encrypted.
+struct EccAsymCrypto {
+    curve: EccCurve,
+    own: Arc<EccIdentity>,
+    peer: Certificate,
+}
+
+impl EccAsymCrypto {
+    fn layout(&self) -> CryptoLayout {
+        CryptoLayout {
+            encrypted: false,
+            plain_block_size: 1,
+            cipher_block_size: 1,
+            signature_len: self.curve.signature_len(),
+            extra_padding_byte: false,
+        }
+    }
+}
+
+impl ChunkCrypto for EccAsymCrypto {
+    fn send_layout(&self) -> CryptoLayout {
+        self.layout()
+    }
+    fn recv_layout(&self) -> CryptoLayout {
+        self.layout()
+    }
+    fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
+        self.own.key.sign_into(data, signature).map_err(sc)
+    }
+    fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
+        ecdsa_verify(self.curve, &self.peer, data, signature)
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+    fn encrypt(&self, _: &mut Vec<u8>, _: usize) -> Result<(), StatusCode> {
+        // The layout says not encrypted; core never asks.
+        Err(StatusCode::BadInternalError)
+    }
+    fn decrypt(&self, _: &mut Vec<u8>, _: usize) -> Result<(), StatusCode> {
+        Err(StatusCode::BadSecurityChecksFailed)
+    }
+}
+
+/// MSG / CLO chunks of one ECC token: HMAC and (SignAndEncrypt) AES-CBC, in place.
+struct EccSymCrypto {
+    encrypt: bool,
+    send: EccSymmetricKeys,
+    recv: EccSymmetricKeys,
+}
+
+impl EccSymCrypto {
+    fn layout(&self, keys: &EccSymmetricKeys) -> CryptoLayout {
+        let block = if self.encrypt { AES_BLOCK_SIZE } else { 1 };
+        CryptoLayout {
+            encrypted: self.encrypt,
+            plain_block_size: block,
+            cipher_block_size: block,
+            signature_len: keys.signature_len(),
+            extra_padding_byte: false,
+        }
+    }
+}
+
+impl ChunkCrypto for EccSymCrypto {
+    fn send_layout(&self) -> CryptoLayout {
+        self.layout(&self.send)
+    }
+    fn recv_layout(&self) -> CryptoLayout {
+        self.layout(&self.recv)
+    }
+    fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
+        self.send.sign(data, signature).map_err(sc)
+    }
+    fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
+        if self.recv.verify(data, signature) {
+            Ok(())
+        } else {
+            Err(StatusCode::BadSecurityChecksFailed)
+        }
+    }
+    fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        let part = buf.get_mut(start..).ok_or(StatusCode::BadInternalError)?;
+        self.send.encrypt_in_place(part).map_err(sc)
+    }
+    fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        let part = buf
+            .get_mut(start..)
+            .ok_or(StatusCode::BadSecurityChecksFailed)?;
+        self.recv
+            .decrypt_in_place(part)
+            .map_err(|_| StatusCode::BadSecurityChecksFailed)
+    }
+}

@@ -1,0 +1,439 @@
+//! The ECC policies (ECC_nistP256, ECC_nistP384): known-answer tests of the primitives
+//! (RFC 5869 HKDF, RFC 5903 ECDH), the key derivation of OPC 10000-6 §6.8.1 checked against an
+//! independent HKDF (RustCrypto HMAC), a server token against a client's keys, ECC
+//! certificates (generation, PKI validation), and the refusals: a wrong ECDSA signature, an
+//! RSA certificate on an ECC endpoint, a key on the other curve.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{hex, now_unix_s, TempDir};
+use hmac::{Hmac, Mac};
+use uaring_core::generated::types::MessageSecurityMode;
+use uaring_core::secure_channel::{Role, SecurityPolicy};
+use uaring_core::{DateTime, Now, StatusCode};
+use uaring_crypto::ecc::{derive_ecc_keys, hkdf_into, EphemeralKey};
+use uaring_crypto::{
+    generate_self_signed, generate_self_signed_ecc, CertificateRequest, EccCurve, EccIdentity,
+    EccPolicy, LoginLimiterConfig, Pki, PkiConfig, ShardTrust,
+};
+
+fn now() -> Now {
+    Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
+    )
+}
+
+fn req(uri: &str) -> CertificateRequest {
+    CertificateRequest::new(uri, "ecc test", now_unix_s())
+}
+
+fn ecc_ident(curve: EccCurve, uri: &str) -> Arc<EccIdentity> {
+    let (c, k) = generate_self_signed_ecc(&req(uri), curve).unwrap();
+    EccIdentity::new(c, k).unwrap()
+}
+
+/// A server policy of `curve` whose PKI trusts every certificate in `trusted`.
+fn server(
+    curve: EccCurve,
+    dir: &TempDir,
+    trusted: &[&uaring_crypto::Certificate],
+) -> Arc<EccPolicy> {
+    let mut pki = Pki::open(dir.path(), PkiConfig::default()).unwrap();
+    for c in trusted {
+        pki.trust(c).unwrap();
+    }
+    let trust = ShardTrust::new(pki, None, LoginLimiterConfig::default());
+    EccPolicy::server(ecc_ident(curve, "urn:t:server"), trust)
+}
+
+#[test]
+fn hkdf_sha256_rfc5869_case_1() {
+    let ikm = [0x0b; 22];
+    let salt = hex("000102030405060708090a0b0c");
+    let info = hex("f0f1f2f3f4f5f6f7f8f9");
+    let mut okm = [0u8; 42];
+    hkdf_into(EccCurve::NistP256, &salt, &ikm, &info, &mut okm).unwrap();
+    assert_eq!(
+        okm.to_vec(),
+        hex("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
+    );
+}
+
+#[test]
+fn ecdh_p256_rfc5903_section_8_1() {
+    let i = hex("C88F01F510D9AC3F70A292DAA2316DE544E9AAB8AFE84049C62A9C57862D1433");
+    let gi = hex(concat!(
+        "DAD0B65394221CF9B051E1FECA5787D098DFE637FC90B9EF945D0C3772581180",
+        "5271A0461CDB8252D61F1C456FA3E59AB1F45B33ACCF5F58389E0577B8990BB3"
+    ));
+    let r = hex("C6EF9C5D78AE012A011164ACB397CE2088685D8F06BF9BE0B283AB46476BEE53");
+    let gr = hex(concat!(
+        "D12DFB5289C8D4F81208B70270398C342296970A0BCCB74C736FC7554494BF63",
+        "56FBF3CA366CC23E8157854C13C58D6AAC23F046ADA30F8353E74F33039872AB"
+    ));
+    let gir = hex("D6840F6B42F6EDAFD13116E0E12565202FEF8E9ECE7DCE03812464D04B9442DE");
+    let a = EphemeralKey::from_scalar(EccCurve::NistP256, &i).unwrap();
+    let b = EphemeralKey::from_scalar(EccCurve::NistP256, &r).unwrap();
+    // The nonce is the public key without the 04 prefix.
+    assert_eq!(a.nonce(), &gi[..]);
+    assert_eq!(b.nonce(), &gr[..]);
+    assert_eq!(&a.shared_secret(&gr).unwrap()[..], &gir[..]);
+    assert_eq!(&b.shared_secret(&gi).unwrap()[..], &gir[..]);
+    // A point off the curve, or a nonce of the wrong length, is BadNonceInvalid.
+    let mut off = gr.clone();
+    off[63] ^= 1;
+    assert_eq!(
+        a.shared_secret(&off).err(),
+        Some(StatusCode::BadNonceInvalid.0)
+    );
+    assert_eq!(
+        a.shared_secret(&gr[..63]).err(),
+        Some(StatusCode::BadNonceInvalid.0)
+    );
+}
+
+/// HKDF written out with RustCrypto's HMAC (RFC 5869 §2.2, 2.3), to check the salt layout
+/// against an implementation that shares nothing with the one under test.
+fn reference_hkdf<M: Mac + hmac::digest::KeyInit + Clone>(
+    salt: &[u8],
+    ikm: &[u8],
+    len: usize,
+) -> Vec<u8> {
+    let mut m = <M as hmac::digest::KeyInit>::new_from_slice(salt).unwrap();
+    m.update(ikm);
+    let prk = m.finalize().into_bytes();
+    let mut out = Vec::new();
+    let mut t: Vec<u8> = Vec::new();
+    let mut counter = 1u8;
+    while out.len() < len {
+        let mut m = <M as hmac::digest::KeyInit>::new_from_slice(&prk).unwrap();
+        m.update(&t);
+        m.update(salt); // info = salt (OPC 10000-6 §6.8.1)
+        m.update(&[counter]);
+        t = m.finalize().into_bytes().to_vec();
+        out.extend_from_slice(&t);
+        counter += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+fn check_derivation(curve: EccCurve, encrypt: bool) {
+    let client = EphemeralKey::generate(curve).unwrap();
+    let server = EphemeralKey::generate(curve).unwrap();
+    let shared = client.shared_secret(server.nonce()).unwrap();
+    let (c, s) = derive_ecc_keys(curve, encrypt, &shared, client.nonce(), server.nonce()).unwrap();
+    let (sig, enc, iv) = curve.symmetric_key_lens();
+    let len = if encrypt { sig + enc + iv } else { sig };
+    let salt = |label: &[u8], a: &[u8], b: &[u8]| {
+        let mut v = (len as u16).to_le_bytes().to_vec();
+        v.extend_from_slice(label);
+        v.extend_from_slice(a);
+        v.extend_from_slice(b);
+        v
+    };
+    let cs = salt(b"opcua-client", client.nonce(), server.nonce());
+    let ss = salt(b"opcua-server", server.nonce(), client.nonce());
+    let (rc, rs) = match curve {
+        EccCurve::NistP256 => (
+            reference_hkdf::<Hmac<sha2::Sha256>>(&cs, &shared, len),
+            reference_hkdf::<Hmac<sha2::Sha256>>(&ss, &shared, len),
+        ),
+        EccCurve::NistP384 => (
+            reference_hkdf::<Hmac<sha2::Sha384>>(&cs, &shared, len),
+            reference_hkdf::<Hmac<sha2::Sha384>>(&ss, &shared, len),
+        ),
+    };
+    assert_eq!(c.signing_key(), &rc[..sig]);
+    assert_eq!(s.signing_key(), &rs[..sig]);
+    if encrypt {
+        assert_eq!(c.iv(), &rc[sig + enc..]);
+        assert_eq!(s.iv(), &rs[sig + enc..]);
+    }
+    assert_ne!(c.signing_key(), s.signing_key());
+    assert_eq!(c.encrypts(), encrypt);
+}
+
+#[test]
+fn key_derivation_matches_an_independent_hkdf() {
+    for curve in EccCurve::ALL {
+        check_derivation(curve, true);
+        check_derivation(curve, false);
+    }
+}
+
+#[test]
+fn a_server_token_talks_with_a_client_deriving_on_its_own() {
+    for curve in EccCurve::ALL {
+        for mode in [
+            MessageSecurityMode::Sign,
+            MessageSecurityMode::SignAndEncrypt,
+        ] {
+            let dir = TempDir::new("ecc-token");
+            let policy = server(curve, &dir, &[]);
+            assert!(!policy.legacy_sequence_numbers());
+            assert!(!policy.offers_user_tokens());
+            let client = EphemeralKey::generate(curve).unwrap();
+            let (server_nonce, crypto) = policy
+                .new_token(
+                    Role::Server,
+                    mode,
+                    vec![0; curve.nonce_len()],
+                    client.nonce(),
+                )
+                .unwrap();
+            assert_eq!(server_nonce.len(), curve.nonce_len());
+            let shared = client.shared_secret(&server_nonce).unwrap();
+            let encrypt = mode == MessageSecurityMode::SignAndEncrypt;
+            let (ck, sk) =
+                derive_ecc_keys(curve, encrypt, &shared, client.nonce(), &server_nonce).unwrap();
+            // The client signs (and encrypts) with its keys; the server token opens it.
+            let layout = crypto.recv_layout();
+            assert_eq!(layout.signature_len, curve.symmetric_signature_len());
+            assert_eq!(layout.encrypted, encrypt);
+            let mut msg = vec![7u8; 64];
+            let mut sig = vec![0u8; ck.signature_len()];
+            ck.sign(&msg, &mut sig).unwrap();
+            crypto.verify(&msg, &sig).unwrap();
+            let mut bad = sig.clone();
+            bad[0] ^= 1;
+            assert_eq!(
+                crypto.verify(&msg, &bad),
+                Err(StatusCode::BadSecurityChecksFailed)
+            );
+            if encrypt {
+                let plain = msg.clone();
+                ck.encrypt_in_place(&mut msg).unwrap();
+                assert_ne!(msg, plain);
+                crypto.decrypt(&mut msg, 0).unwrap();
+                assert_eq!(msg, plain);
+            }
+            // And the server's chunks verify with the server keys the client derived.
+            let mut out = vec![0u8; crypto.send_layout().signature_len];
+            crypto.sign(b"from the server", &mut out).unwrap();
+            assert!(sk.verify(b"from the server", &out));
+            // A client nonce that is not a point of the curve: BadNonceInvalid.
+            let mut off = client.nonce().to_vec();
+            off[1] ^= 0x55;
+            assert_eq!(
+                policy.new_token(Role::Server, mode, Vec::new(), &off).err(),
+                Some(StatusCode::BadNonceInvalid)
+            );
+        }
+    }
+}
+
+#[test]
+fn ecc_certificates_validate_and_sign() {
+    for curve in EccCurve::ALL {
+        let id = ecc_ident(curve, "urn:t:client");
+        assert_eq!(id.cert.ec_curve(), Some(curve));
+        assert_eq!(id.cert.key_bits(), 0, "no RSA key");
+        let ku = id.cert.key_usage().unwrap();
+        assert!(ku.digital_signature && !ku.key_encipherment);
+        let dir = TempDir::new("ecc-pki");
+        let mut pki = Pki::open(dir.path(), PkiConfig::default()).unwrap();
+        // Untrusted first, then trusted: the self-signed ECDSA signature verifies.
+        assert!(pki
+            .validate_client(id.cert.der(), None, now_unix_s())
+            .is_err());
+        pki.trust(&id.cert).unwrap();
+        let leaf = pki
+            .validate_client(id.cert.der(), Some("urn:t:client"), now_unix_s())
+            .unwrap();
+        assert_eq!(leaf.ec_curve(), Some(curve));
+        // The own-certificate files of the type.
+        pki.write_own_ecc(&id.cert, &id.key).unwrap();
+        let (c, k) = pki.load_own_ecc(curve).unwrap().unwrap();
+        assert!(k.matches(&c));
+        let other = match curve {
+            EccCurve::NistP256 => EccCurve::NistP384,
+            EccCurve::NistP384 => EccCurve::NistP256,
+        };
+        assert!(pki.load_own_ecc(other).unwrap().is_none());
+    }
+}
+
+#[test]
+fn open_secure_channel_checks_and_signatures() {
+    for curve in EccCurve::ALL {
+        let dir = TempDir::new("ecc-opn");
+        let client = ecc_ident(curve, "urn:t:client");
+        let other_curve = match curve {
+            EccCurve::NistP256 => EccCurve::NistP384,
+            EccCurve::NistP384 => EccCurve::NistP256,
+        };
+        let wrong_curve = ecc_ident(other_curve, "urn:t:client");
+        let (rsa_cert, _) = generate_self_signed(&req("urn:t:client")).unwrap();
+        let policy = server(curve, &dir, &[&client.cert, &wrong_curve.cert, &rsa_cert]);
+        let own_tp = policy
+            .thumbprint(policy.local_certificate().unwrap())
+            .unwrap();
+        // A trusted client on the curve: the OPN crypto signs with ECDSA, does not encrypt.
+        let asym = policy
+            .asymmetric(Role::Server, Some(client.cert.der()), Some(&own_tp), now())
+            .unwrap();
+        let layout = asym.send_layout();
+        assert!(!layout.encrypted);
+        assert_eq!(layout.signature_len, curve.signature_len());
+        let data = b"an OpenSecureChannel chunk";
+        let sig = client.key.sign(data).unwrap();
+        asym.verify(data, &sig).unwrap();
+        // A wrong ECC signature: BadSecurityChecksFailed.
+        let mut bad = sig.clone();
+        bad[5] ^= 0x80;
+        assert_eq!(
+            asym.verify(data, &bad),
+            Err(StatusCode::BadSecurityChecksFailed)
+        );
+        assert_eq!(
+            asym.verify(b"another chunk", &sig),
+            Err(StatusCode::BadSecurityChecksFailed)
+        );
+        // An RSA certificate on an ECC endpoint, and a key on the other curve (both trusted):
+        // BadCertificatePolicyCheckFailed.
+        for refused in [rsa_cert.der(), wrong_curve.cert.der()] {
+            assert_eq!(
+                policy
+                    .asymmetric(Role::Server, Some(refused), Some(&own_tp), now())
+                    .err(),
+                Some(StatusCode::BadCertificatePolicyCheckFailed)
+            );
+            assert_eq!(
+                policy.validate_client_certificate(refused, None, now()),
+                Err(StatusCode::BadCertificatePolicyCheckFailed)
+            );
+        }
+        // Another receiver thumbprint: BadCertificateInvalid.
+        assert_eq!(
+            policy
+                .asymmetric(
+                    Role::Server,
+                    Some(client.cert.der()),
+                    Some(&[0u8; 20]),
+                    now()
+                )
+                .err(),
+            Some(StatusCode::BadCertificateInvalid)
+        );
+
+        // CreateSession's serverSignature verifies with the server certificate (as a client
+        // does); ActivateSession's clientSignature: empty algorithm (open62541) or the ECDSA
+        // URI accepted, anything else or a wrong signature refused.
+        let (alg, server_sig) = policy.sign_own(b"clientCert||clientNonce").unwrap();
+        assert_eq!(alg, curve.signature_algorithm_uri());
+        let server_cert =
+            uaring_crypto::Certificate::from_der(policy.local_certificate().unwrap()).unwrap();
+        uaring_crypto::ecc::ecdsa_verify(
+            curve,
+            &server_cert,
+            b"clientCert||clientNonce",
+            &server_sig,
+        )
+        .unwrap();
+        let signed = b"serverCert||serverNonce";
+        let client_sig = client.key.sign(signed).unwrap();
+        for alg in ["", curve.signature_algorithm_uri()] {
+            policy
+                .verify_signature(client.cert.der(), signed, alg, &client_sig)
+                .unwrap();
+        }
+        assert_eq!(
+            policy.verify_signature(
+                client.cert.der(),
+                signed,
+                "http://www.w3.org/2001/04/xmldsig-more#rsa-sha256",
+                &client_sig
+            ),
+            Err(StatusCode::BadSecurityChecksFailed)
+        );
+        let mut forged = client_sig.clone();
+        forged[0] ^= 1;
+        assert_eq!(
+            policy.verify_signature(client.cert.der(), signed, "", &forged),
+            Err(StatusCode::BadSecurityChecksFailed)
+        );
+        assert_eq!(
+            policy.verify_signature(wrong_curve.cert.der(), signed, "", &client_sig),
+            Err(StatusCode::BadSecurityChecksFailed)
+        );
+        // No user secret can be decrypted: UserName is not offered on ECC endpoints.
+        assert_eq!(
+            policy.decrypt_user_secret("", b"x", b"nonce"),
+            Err(StatusCode::BadIdentityTokenInvalid)
+        );
+    }
+}
+
+/// An ECC endpoint offers Anonymous only (EccEncryptedSecret is not implemented): no UserName
+/// and no X.509 token policy, while the RSA endpoint of the same server offers both.
+#[test]
+fn ecc_endpoints_offer_no_user_token_they_cannot_decrypt() {
+    use uaring_core::config::ServerConfig;
+    use uaring_core::generated::types::UserTokenType;
+    use uaring_core::roles::Roles;
+    use uaring_core::secure_channel::{EndpointSecurity, SecurityProvider, UserTokenSettings};
+    use uaring_core::server::shard::ShardState;
+    use uaring_core::server::shared::ServerShared;
+    use uaring_core::services::identity::user_token_policies_for;
+    use uaring_crypto::{
+        hash_password, ConfiguredUsers, OwnIdentity, PolicyId, RsaPolicy, UserDirectory, UserEntry,
+    };
+
+    let dir = TempDir::new("ecc-tokens");
+    let pki = Pki::open(dir.path(), PkiConfig::default()).unwrap();
+    let trust = ShardTrust::new(pki, None, LoginLimiterConfig::default());
+    let (c, k) = generate_self_signed(&req("urn:t:server")).unwrap();
+    let rsa = OwnIdentity::new(c, k).unwrap();
+    let users = UserDirectory::new(&[UserEntry {
+        name: "op".into(),
+        password_hash: hash_password("op-pw").unwrap(),
+        roles: Roles::OPERATOR,
+    }])
+    .unwrap();
+    let mut p = SecurityProvider::empty();
+    let b256 = PolicyId::Basic256Sha256;
+    p.add_policy(RsaPolicy::server(b256, rsa, trust.clone()).unwrap());
+    let ecc = EccPolicy::server(ecc_ident(EccCurve::NistP256, "urn:t:server"), trust.clone());
+    p.add_policy(ecc.clone());
+    for uri in [b256.uri(), ecc.uri()] {
+        p.add_endpoint(EndpointSecurity {
+            policy_uri: uri.into(),
+            mode: MessageSecurityMode::SignAndEncrypt,
+        });
+    }
+    p.set_user_authenticator(ConfiguredUsers::new(users, trust, Roles::OBSERVER));
+    p.set_user_tokens(UserTokenSettings {
+        anonymous: Some(Roles::OPERATOR),
+        user_name: true,
+        x509: true,
+        allow_password_on_none: false,
+        none_endpoint_token_policy_uri: String::new(),
+    });
+    p.validate().unwrap();
+    let shared = ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let shard = ShardState::new(
+        shared,
+        0,
+        Box::new(uaring_core::random::ChaCha::from_u64(1)),
+    )
+    .with_security(p);
+    let types = |uri: &str| {
+        user_token_policies_for(&shard, uri)
+            .into_iter()
+            .map(|t| t.token_type)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        types(b256.uri()),
+        [
+            UserTokenType::Anonymous,
+            UserTokenType::UserName,
+            UserTokenType::Certificate
+        ]
+    );
+    assert_eq!(types(ecc.uri()), [UserTokenType::Anonymous]);
+}
