@@ -282,6 +282,18 @@ fn parse_key_bits(v: &str) -> Result<usize, String> {
     }
 }
 
+/// `uaring cert generate --type`: `None` is RSA.
+pub type CertType = Option<uaring_crypto::EccCurve>;
+
+fn parse_cert_type(v: &str) -> Result<CertType, String> {
+    if v == "rsa" {
+        return Ok(None);
+    }
+    uaring_crypto::EccCurve::from_name(v)
+        .map(Some)
+        .ok_or_else(|| "expected rsa, nistP256 or nistP384".into())
+}
+
 /// The `uaring cert` subcommands.
 #[derive(Clone, Debug, Subcommand)]
 pub enum CertCommand {
@@ -306,6 +318,11 @@ pub enum CertCommand {
         /// RSA key size: 2048, 3072 or 4096.
         #[arg(long, value_name = "N", default_value_t = 2048, value_parser = parse_key_bits)]
         bits: usize,
+        /// Certificate type: rsa (own/certs/uaring.der), nistP256 or nistP384 (the
+        /// certificate of the ECC_nistP256 / ECC_nistP384 endpoints,
+        /// own/certs/uaring_<type>.der).
+        #[arg(long = "type", value_name = "TYPE", default_value = "rsa", value_parser = parse_cert_type)]
+        cert_type: CertType,
         /// Replace an existing own certificate.
         #[arg(long)]
         force: bool,
@@ -448,6 +465,7 @@ pub fn main(args: &[String]) -> i32 {
                     ips,
                     days,
                     bits,
+                    cert_type,
                     force,
                 } => {
                     let opts = uaring_crypto::GenerateOptions {
@@ -457,6 +475,7 @@ pub fn main(args: &[String]) -> i32 {
                         ips,
                         days,
                         bits,
+                        ecc: cert_type,
                         force,
                     };
                     uaring_crypto::cert_generate(&opts, &c.pki, out, err)

@@ -18,8 +18,9 @@ use uaring_core::secure_channel::{
     EndpointSecurity, NonePolicy, SecurityProvider, UserTokenSettings, SECURITY_POLICY_NONE_URI,
 };
 use uaring_crypto::{
-    AddressLimits, CertificateRequest, ConfiguredUsers, HandshakeLimits, LoginLimiterConfig,
-    OwnIdentity, Pki, PkiConfig, PolicyId, RsaPolicy, ShardTrust, UserDirectory, UserEntry,
+    AddressLimits, CertificateRequest, ConfiguredUsers, EccCurve, EccIdentity, EccPolicy,
+    HandshakeLimits, LoginLimiterConfig, OwnIdentity, Pki, PkiConfig, PolicyId, RsaPolicy,
+    ShardTrust, UserDirectory, UserEntry,
 };
 
 /// The shorthand role of `[[users]] role`, `[security] anonymous` and `x509_user_role`:
@@ -228,6 +229,8 @@ impl Default for SecurityConfig {
                 "Basic256Sha256",
                 "Aes128_Sha256_RsaOaep",
                 "Aes256_Sha256_RsaPss",
+                "ECC_nistP256",
+                "ECC_nistP384",
             ]
             .map(String::from)
             .to_vec(),
@@ -262,6 +265,28 @@ pub struct SecurityArgs {
     pub pki: Option<PathBuf>,
     pub accept_all_client_certs: bool,
     pub contract: bool,
+}
+
+/// An ECC policy named in `security.policies` (`ECC_nistP256`, `ECC_nistP384` or the URI).
+fn ecc_policy(name: &str) -> Option<EccCurve> {
+    let n = name
+        .strip_prefix("http://opcfoundation.org/UA/SecurityPolicy#")
+        .unwrap_or(name);
+    n.starts_with("ECC_")
+        .then(|| EccCurve::from_name(n))
+        .flatten()
+}
+
+/// The ECC policies named in `security.policies`, in order. They are offered only when their
+/// certificate is in the PKI (`uaring cert generate --type nistP256`).
+pub fn ecc_policies(config: &SecurityConfig) -> Vec<EccCurve> {
+    let mut v = Vec::new();
+    for c in config.policies.iter().filter_map(|p| ecc_policy(p)) {
+        if !v.contains(&c) {
+            v.push(c);
+        }
+    }
+    v
 }
 
 fn policy_id(name: &str) -> Result<PolicyId, String> {
@@ -319,6 +344,9 @@ pub struct SecuritySetup {
     pub modes: Vec<MessageSecurityMode>,
     pub none: bool,
     pub own: Option<Arc<OwnIdentity>>,
+    /// The ECC application certificates present in the PKI, one per curve, for the ECC
+    /// policies configured.
+    pub ecc: Vec<Arc<EccIdentity>>,
     pub pki_root: PathBuf,
     pub pki_config: PkiConfig,
     pub users: Option<Arc<UserDirectory>>,
@@ -421,6 +449,9 @@ pub fn check(
     let mut none = false;
     let mut policies = Vec::new();
     for p in &config.policies {
+        if ecc_policy(p).is_some() {
+            continue;
+        }
         match policy_id(p)? {
             PolicyId::None => none = true,
             id if !policies.contains(&id) => policies.push(id),
@@ -497,6 +528,33 @@ pub fn build(
     let needs_cert =
         !policies.is_empty() || (!users.is_empty() && !config.user_token_policy_on_none.is_empty());
     let pki_root = config.pki_dir.clone();
+    let ecc_wanted = ecc_policies(&config);
+    let mut ecc = Vec::new();
+    if !ecc_wanted.is_empty() && !modes.is_empty() {
+        let pki = Pki::open(&pki_root, pki_config.clone())
+            .map_err(|e| format!("{}: {e}", pki_root.display()))?;
+        for curve in ecc_wanted {
+            match pki.load_own_ecc(curve)? {
+                Some((cert, key)) => {
+                    if cert.application_uri() != Some(application_uri) {
+                        tracing::warn!(
+                            "the {} certificate's URI {:?} is not the ApplicationUri {application_uri:?}: \
+                             clients may refuse it",
+                            curve.type_name(),
+                            cert.application_uri()
+                        );
+                    }
+                    ecc.push(EccIdentity::new(cert, key)?);
+                }
+                None => tracing::info!(
+                    "{}: no certificate ({}), not offered (uaring cert generate --type {})",
+                    curve.policy_name(),
+                    pki.own_ecc_cert_path(curve).display(),
+                    curve.type_name()
+                ),
+            }
+        }
+    }
     let own = if needs_cert {
         let pki = Pki::open(&pki_root, pki_config.clone())
             .map_err(|e| format!("{}: {e}", pki_root.display()))?;
@@ -568,6 +626,7 @@ pub fn build(
         modes,
         none,
         own,
+        ecc,
         pki_root,
         pki_config,
         users: user_dir,
@@ -586,7 +645,7 @@ impl SecuritySetup {
         &self,
         stopping: impl Fn() -> bool + Send + 'static,
     ) -> std::io::Result<()> {
-        if self.own.is_none() {
+        if self.own.is_none() && self.ecc.is_empty() {
             return Ok(());
         }
         let trusts = self.trusts.clone();
@@ -630,6 +689,15 @@ impl SecuritySetup {
                 v.push(format!("{}/{}", p.name(), m.name().unwrap_or("?")));
             }
         }
+        for e in &self.ecc {
+            for m in &self.modes {
+                v.push(format!(
+                    "{}/{}",
+                    e.curve().policy_name(),
+                    m.name().unwrap_or("?")
+                ));
+            }
+        }
         v.join(", ")
     }
 
@@ -642,10 +710,12 @@ impl SecuritySetup {
             p.add_endpoint(EndpointSecurity::none());
         }
         let mut trust = None;
-        if let Some(own) = &self.own {
+        if self.own.is_some() || !self.ecc.is_empty() {
             let pki = Pki::open(&self.pki_root, self.pki_config.clone())
                 .map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
-            let t = ShardTrust::with_limits(pki, self.limits.clone());
+            trust = Some(ShardTrust::with_limits(pki, self.limits.clone()));
+        }
+        if let (Some(own), Some(t)) = (&self.own, &trust) {
             // Every supported RSA policy is registered (a None endpoint's token policy may name
             // one no endpoint offers); endpoints only for the configured ones.
             for id in [
@@ -663,11 +733,23 @@ impl SecuritySetup {
                     });
                 }
             }
+        }
+        if let Some(t) = &trust {
+            // One ECC policy per ECC certificate present, with its endpoints.
+            for own in &self.ecc {
+                let policy = EccPolicy::server(own.clone(), t.clone());
+                for m in &self.modes {
+                    p.add_endpoint(EndpointSecurity {
+                        policy_uri: policy.curve().policy_uri().to_owned(),
+                        mode: *m,
+                    });
+                }
+                p.add_policy(policy);
+            }
             self.trusts
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(t.clone());
-            trust = Some(t);
         }
         let have_users = self.users.as_ref().is_some_and(|u| !u.is_empty());
         let user_auth = trust.is_some();
@@ -844,6 +926,48 @@ mod tests {
         )
         .unwrap();
         assert_eq!(again.own.as_ref().unwrap().cert.der(), own.cert.der());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// An ECC policy gets its endpoints only when its certificate is in the PKI.
+    #[test]
+    fn ecc_endpoints_only_for_the_certificates_present() {
+        let dir = std::env::temp_dir().join(format!("uaring-sec-ecc-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let a = SecurityArgs {
+            pki: Some(dir.clone()),
+            ..SecurityArgs::default()
+        };
+        let start = || {
+            build(
+                SecurityConfig::default(),
+                &[],
+                &a,
+                "urn:uaring:test",
+                "test",
+                None,
+            )
+            .unwrap()
+        };
+        let setup = start();
+        assert!(setup.ecc.is_empty());
+        assert!(!setup.describe().contains("ECC"));
+        let pki = Pki::open(&dir, PkiConfig::default()).unwrap();
+        let req = CertificateRequest::new("urn:uaring:test", "test", now_unix_s());
+        let (cert, key) =
+            uaring_crypto::generate_self_signed_ecc(&req, EccCurve::NistP256).unwrap();
+        pki.write_own_ecc(&cert, &key).unwrap();
+        let setup = start();
+        let p = setup.shard_provider().unwrap();
+        assert_eq!(p.endpoints().len(), 9);
+        let d = setup.describe();
+        assert!(
+            d.contains("ECC_nistP256/Sign, ECC_nistP256/SignAndEncrypt"),
+            "{d}"
+        );
+        assert!(!d.contains("ECC_nistP384"), "{d}");
+        assert!(p.find(EccCurve::NistP256.policy_uri()).is_some());
+        assert!(p.find(EccCurve::NistP384.policy_uri()).is_none());
         let _ = fs::remove_dir_all(&dir);
     }
 
