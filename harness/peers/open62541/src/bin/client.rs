@@ -1,8 +1,9 @@
 //! `open62541-interop-client`: open62541's own client (the client of the public
 //! benchmark suite) against a server that implements the benchmark contract:
 //! connect, Read, Write (and a Write of the wrong type), Browse, disconnect —
-//! with SecurityPolicy None or Basic256Sha256 Sign/SignAndEncrypt (a fresh
-//! self-signed client certificate; the server's certificate is accepted).
+//! with SecurityPolicy None or, secured (Sign/SignAndEncrypt), the policy of `--policy`:
+//! Basic256Sha256 (default), ECC_nistP256 or ECC_nistP384 (a fresh self-signed client
+//! certificate of the policy's type; the server's certificate is accepted).
 //!
 //! With `--plant --variables N --rate HZ`, against a server of the plant contract instead
 //! (the `plant` example of the `uaring` library, or `open62541-plant`): finds the namespace
@@ -49,6 +50,10 @@ struct Opts {
     /// Message security mode (policy Basic256Sha256 when secured).
     #[arg(long, value_enum, default_value_t = Mode::None)]
     security: Mode,
+    /// The SecurityPolicy of a secured mode instead, by the name in its URI: Basic256Sha256
+    /// (the default), ECC_nistP256 or ECC_nistP384.
+    #[arg(long, value_name = "NAME", default_value = "Basic256Sha256", value_parser = ["Basic256Sha256", "ECC_nistP256", "ECC_nistP384"])]
+    policy: String,
     /// open62541's log level: 1 trace … 6 fatal.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=6))]
     log_level: u32,
@@ -116,8 +121,18 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
         UA_CertificateGroup_AcceptAll(&mut cfg.certificateVerification);
         UA_String_clear(&mut cfg.clientDescription.applicationUri);
         cfg.clientDescription.applicationUri = ua_string(CLIENT_URI);
+        if o.policy != "Basic256Sha256" {
+            add_ecc_policy(cfg, &o.policy)?;
+        }
         UA_String_clear(&mut cfg.securityPolicyUri);
-        cfg.securityPolicyUri = ua_string(BASIC256SHA256);
+        cfg.securityPolicyUri = if o.policy == "Basic256Sha256" {
+            ua_string(BASIC256SHA256)
+        } else {
+            ua_string(&format!(
+                "http://opcfoundation.org/UA/SecurityPolicy#{}",
+                o.policy
+            ))
+        };
         cfg.securityMode = match o.security {
             Mode::Sign => UA_MessageSecurityMode::UA_MESSAGESECURITYMODE_SIGN,
             _ => UA_MessageSecurityMode::UA_MESSAGESECURITYMODE_SIGNANDENCRYPT,
@@ -126,6 +141,108 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
     }
     #[cfg(not(feature = "mbedtls"))]
     Err("secured modes need the `mbedtls` feature".into())
+}
+
+/// A self-signed EC certificate (DER) and key of open62541's plug-in on `curve` (`nistp256`,
+/// `nistp384`).
+#[cfg(feature = "mbedtls")]
+fn ecc_self_signed(curve: &str) -> Result<(UA_ByteString, UA_ByteString), String> {
+    // SAFETY: as lib.rs's `self_signed`: the subject, SAN and parameter values are owned here
+    // and cleared after the call (the map copies what it is given).
+    unsafe {
+        let mut subject = [
+            ua_string("C=DE"),
+            ua_string("O=uaring"),
+            ua_string("CN=uaring interop open62541 client"),
+        ];
+        let mut san = [
+            ua_string(&format!("URI:{CLIENT_URI}")),
+            ua_string("DNS:localhost"),
+        ];
+        let mut params: UA_KeyValueMap = std::mem::zeroed();
+        for (k, v) in [("key-type", "ec"), ("ecc-curve", curve)] {
+            let key = CString::new(k).expect("no NUL");
+            let mut value = ua_string(v);
+            let rc = UA_KeyValueMap_setScalar(
+                &mut params,
+                UA_QUALIFIEDNAME(0, key.as_ptr() as *mut std::ffi::c_char),
+                &value as *const UA_String as *const c_void,
+                data_type(UA_TYPES_STRING),
+            );
+            UA_String_clear(&mut value);
+            check(k, rc)?;
+        }
+        let mut key: UA_ByteString = std::mem::zeroed();
+        let mut cert: UA_ByteString = std::mem::zeroed();
+        let rc = UA_CreateCertificate(
+            UA_Log_Stdout,
+            subject.as_ptr(),
+            subject.len(),
+            san.as_ptr(),
+            san.len(),
+            UA_CertificateFormat::UA_CERTIFICATEFORMAT_DER,
+            &mut params,
+            &mut key,
+            &mut cert,
+        );
+        UA_KeyValueMap_clear(&mut params);
+        for s in subject.iter_mut().chain(san.iter_mut()) {
+            UA_String_clear(s);
+        }
+        check("UA_CreateCertificate (EC)", rc)?;
+        Ok((cert, key))
+    }
+}
+
+/// Adds open62541's ECC policy `name` (ECC_nistP256 / ECC_nistP384, with a fresh EC
+/// certificate) to the client's SecurityPolicies: open62541's default encryption setup
+/// leaves the (deprecated, non-AEAD) ECC policies out. The array is replaced by one a slot
+/// longer, allocated by open62541 (UA_Array_new), that the config frees as its own.
+#[cfg(feature = "mbedtls")]
+unsafe fn add_ecc_policy(cfg: &mut UA_ClientConfig, name: &str) -> Result<(), String> {
+    type MakePolicy = unsafe extern "C" fn(
+        *mut UA_SecurityPolicy,
+        UA_ApplicationType,
+        UA_ByteString,
+        UA_ByteString,
+        *const UA_Logger,
+    ) -> UA_StatusCode;
+    let (curve, make): (&str, MakePolicy) = match name {
+        "ECC_nistP256" => ("nistp256", UA_SecurityPolicy_EccNistP256),
+        "ECC_nistP384" => ("nistp384", UA_SecurityPolicy_EccNistP384),
+        other => return Err(format!("unknown policy {other}")),
+    };
+    let (cert, key) = ecc_self_signed(curve)?;
+    let n = cfg.securityPoliciesSize;
+    let size = std::mem::size_of::<UA_SecurityPolicy>();
+    let grown = UA_Array_new((n + 1) * size, data_type(UA_TYPES_BYTE)) as *mut UA_SecurityPolicy;
+    if grown.is_null() {
+        free_bytes(cert);
+        free_bytes(key);
+        return Err("out of memory".into());
+    }
+    // The policies move bitwise into the new array (no policy points at itself); the old
+    // array is freed without clearing them.
+    std::ptr::copy_nonoverlapping(cfg.securityPolicies, grown, n);
+    let rc = make(
+        grown.add(n),
+        UA_ApplicationType::UA_APPLICATIONTYPE_CLIENT,
+        shallow(&cert),
+        shallow(&key),
+        cfg.logging,
+    );
+    free_bytes(cert);
+    free_bytes(key);
+    UA_Array_delete(
+        cfg.securityPolicies as *mut c_void,
+        0,
+        data_type(UA_TYPES_BYTE),
+    );
+    cfg.securityPolicies = grown;
+    cfg.securityPoliciesSize = n;
+    check(name, rc)?;
+    cfg.securityPoliciesSize = n + 1;
+    Ok(())
 }
 
 /// Reads an Int32 value.
