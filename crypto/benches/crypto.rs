@@ -1,4 +1,6 @@
-//! Symmetric chunk security per message size and policy, and RSA operations per second.
+//! Symmetric chunk security per message size and policy, RSA operations per second, and one
+//! handshake's asymmetric work per policy (RSA-2048 beside ECC_nistP256 / ECC_nistP384:
+//! `-- handshake`).
 //!
 //! `cargo bench -p uaring-crypto` (with `-- --quick` for a short run; `-- read-floor` for the
 //! symmetric work of one SignAndEncrypt Read).
@@ -369,7 +371,83 @@ fn read_floor(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, symmetric, rsa, uasc, read_floor);
+/// One handshake's asymmetric work on the server (OpenSecureChannel + CreateSession +
+/// ActivateSession), RSA-2048 Basic256Sha256 beside ECC_nistP256 and ECC_nistP384.
+///
+/// `private`: the private-key operations. RSA: two OAEP decryptions (the OPN request's
+/// encrypted part, sequence header + body + a 256-byte signature, is two 214-byte blocks) and
+/// two signatures (the OPN response, CreateSession's serverSignature). ECC: one ephemeral key
+/// pair, one ECDH agreement with the client's nonce and the HKDF of both key sets, and the
+/// same two ECDSA signatures. `all`: with the public-key checks too (the OPN request's and
+/// ActivateSession's client signatures: two verifications each way).
+fn handshake(c: &mut Criterion) {
+    use uaring_crypto::ecc::{derive_ecc_keys, ecdsa_verify, EphemeralKey};
+    use uaring_crypto::{generate_self_signed_ecc, EccCurve};
+    let req = CertificateRequest::new("urn:bench", "bench", 1_700_000_000);
+    let mut g = c.benchmark_group("handshake");
+    g.measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    g.throughput(Throughput::Elements(1));
+    let data = vec![3u8; 1024];
+
+    let policy = PolicyId::Basic256Sha256;
+    let (rsa_cert, rsa_key) = generate_self_signed(&req).unwrap();
+    let block = [7u8; 214];
+    let mut ct = Vec::new();
+    asym_encrypt(policy, &rsa_cert, &block, &mut ct).unwrap();
+    let rsa_sig = asym_sign(policy, &rsa_key, &data).unwrap();
+    let mut out = Vec::with_capacity(256);
+    let rsa_private = |out: &mut Vec<u8>| {
+        for _ in 0..2 {
+            out.clear();
+            asym_decrypt(policy, &rsa_key, &ct, out).unwrap();
+        }
+        for _ in 0..2 {
+            std::hint::black_box(asym_sign(policy, &rsa_key, &data).unwrap());
+        }
+    };
+    g.bench_function("private/rsa2048-Basic256Sha256", |b| {
+        b.iter(|| rsa_private(&mut out))
+    });
+    g.bench_function("all/rsa2048-Basic256Sha256", |b| {
+        b.iter(|| {
+            rsa_private(&mut out);
+            for _ in 0..2 {
+                asym_verify(policy, &rsa_cert, &data, &rsa_sig).unwrap();
+            }
+        })
+    });
+
+    for curve in EccCurve::ALL {
+        let (cert, key) = generate_self_signed_ecc(&req, curve).unwrap();
+        let client = EphemeralKey::generate(curve).unwrap();
+        let sig = key.sign(&data).unwrap();
+        let private = || {
+            let eph = EphemeralKey::generate(curve).unwrap();
+            let shared = eph.shared_secret(client.nonce()).unwrap();
+            std::hint::black_box(
+                derive_ecc_keys(curve, true, &shared, client.nonce(), eph.nonce()).unwrap(),
+            );
+            for _ in 0..2 {
+                std::hint::black_box(key.sign(&data).unwrap());
+            }
+        };
+        g.bench_function(format!("private/{}", curve.policy_name()), |b| {
+            b.iter(private)
+        });
+        g.bench_function(format!("all/{}", curve.policy_name()), |b| {
+            b.iter(|| {
+                private();
+                for _ in 0..2 {
+                    ecdsa_verify(curve, &cert, &data, &sig).unwrap();
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, symmetric, rsa, uasc, read_floor, handshake);
 criterion_main!(benches);
 
 /// The time given to the policies (a client role validates nothing against it).

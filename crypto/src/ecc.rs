@@ -20,11 +20,14 @@
 //! (`signature`) and HKDF (`hkdf`): AWS-LC's P-256 and P-384 implementations are constant
 //! time (the formally verified fiat-crypto field arithmetic for P-256 and P-384), maintained,
 //! FIPS-validated, and no new dependency. HMAC and AES-CBC are RustCrypto's, as for the RSA
-//! policies. Brainpool curves are left out: aws-lc-rs has none, and RustCrypto's `bp256` /
-//! `bp384` crates (0.13 at the time of writing) say in their own README that they have never
-//! been independently audited and are experimental; the curve arithmetic of `bp256` is
-//! generic (primeorder) and there is no client in this tree to prove them against besides
-//! open62541 — not enough to advertise a policy.
+//! policies. Brainpool curves (ECC_brainpoolP256r1/P384r1) are left out: aws-lc-rs has none,
+//! and the one Rust candidate, RustCrypto's `bp256` / `bp384` (0.14, after a long series of
+//! release candidates), implements its arithmetic with the generic `primefield` /
+//! `primeorder` crates (constant time by design, through `subtle`) but has no published audit
+//! and few users (about 250 downloads a month): a second, young ECC stack beside AWS-LC, for
+//! two policies open62541 itself marks deprecated (Part 7) in favour of AEAD variants.
+//! curve25519/curve448 are left out too: open62541's Mbed TLS build has no policy for them,
+//! so no client here could prove them.
 
 use aws_lc_rs::agreement;
 use aws_lc_rs::hkdf;
