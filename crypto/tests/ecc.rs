@@ -437,3 +437,242 @@ fn ecc_endpoints_offer_no_user_token_they_cannot_decrypt() {
     );
     assert_eq!(types(ecc.uri()), [UserTokenType::Anonymous]);
 }
+
+/// The refusals through core's server connection: core's client (uaring's own, in memory)
+/// sends an OpenSecureChannel for ECC_nistP256 with a client certificate that does not fit
+/// (an RSA key, a P-384 key) or with a broken ECDSA signature; the server answers ERR with
+/// the status and closes.
+mod connection_refusals {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    use uaring_core::client::{ClientConfig, ClientConnection};
+    use uaring_core::config::ServerConfig;
+    use uaring_core::roles::Roles;
+    use uaring_core::secure_channel::{
+        ChunkCrypto, CryptoLayout, EndpointSecurity, SecurityProvider, UserTokenSettings,
+    };
+    use uaring_core::server::connection::{ConnStatus, ServerConnection};
+    use uaring_core::server::shard::ShardState;
+    use uaring_core::server::shared::ServerShared;
+    use uaring_crypto::{OwnIdentity, PolicyId, RsaPolicy};
+
+    const URL: &str = "opc.tcp://localhost:4840/x";
+
+    /// A client-side policy that announces ECC_nistP256 but signs with another policy's key
+    /// (and, with `corrupt`, flips a bit of every signature it makes).
+    struct Pretend {
+        inner: Arc<dyn SecurityPolicy>,
+        corrupt: bool,
+    }
+
+    struct Corrupt(Box<dyn ChunkCrypto>, bool);
+
+    impl ChunkCrypto for Corrupt {
+        fn send_layout(&self) -> CryptoLayout {
+            self.0.send_layout()
+        }
+        fn recv_layout(&self) -> CryptoLayout {
+            self.0.recv_layout()
+        }
+        fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
+            self.0.sign(data, signature)?;
+            if self.1 {
+                signature[3] ^= 0x10;
+            }
+            Ok(())
+        }
+        fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
+            self.0.verify(data, signature)
+        }
+        fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+            self.0.encrypt(buf, start)
+        }
+        fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+            self.0.decrypt(buf, start)
+        }
+    }
+
+    impl SecurityPolicy for Pretend {
+        fn uri(&self) -> &str {
+            EccCurve::NistP256.policy_uri()
+        }
+        fn legacy_sequence_numbers(&self) -> bool {
+            false
+        }
+        fn nonce_len(&self) -> usize {
+            EccCurve::NistP256.nonce_len()
+        }
+        fn local_certificate(&self) -> Option<&[u8]> {
+            self.inner.local_certificate()
+        }
+        fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
+            self.inner.thumbprint(certificate)
+        }
+        fn asymmetric(
+            &self,
+            role: Role,
+            peer: Option<&[u8]>,
+            thumbprint: Option<&[u8]>,
+            now: Now,
+        ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+            // Only `sign` is used (the server refuses before it answers): the inner policy is
+            // given its own certificate as the peer's, which it accepts whatever the curve.
+            let _ = peer;
+            let c = self
+                .inner
+                .asymmetric(role, self.inner.local_certificate(), thumbprint, now)?;
+            // An ECC OPN is signed, not encrypted: keep the RSA signature, drop encryption.
+            struct SignOnly(Box<dyn ChunkCrypto>);
+            impl ChunkCrypto for SignOnly {
+                fn send_layout(&self) -> CryptoLayout {
+                    CryptoLayout {
+                        encrypted: false,
+                        plain_block_size: 1,
+                        cipher_block_size: 1,
+                        extra_padding_byte: false,
+                        ..self.0.send_layout()
+                    }
+                }
+                fn recv_layout(&self) -> CryptoLayout {
+                    self.0.recv_layout()
+                }
+                fn sign(&self, d: &[u8], s: &mut [u8]) -> Result<(), StatusCode> {
+                    self.0.sign(d, s)
+                }
+                fn verify(&self, d: &[u8], s: &[u8]) -> Result<(), StatusCode> {
+                    self.0.verify(d, s)
+                }
+                fn encrypt(&self, _: &mut Vec<u8>, _: usize) -> Result<(), StatusCode> {
+                    Ok(())
+                }
+                fn decrypt(&self, _: &mut Vec<u8>, _: usize) -> Result<(), StatusCode> {
+                    Ok(())
+                }
+            }
+            Ok(Box::new(Corrupt(Box::new(SignOnly(c)), self.corrupt)))
+        }
+        fn symmetric(
+            &self,
+            _: Role,
+            _: MessageSecurityMode,
+            _: &[u8],
+            _: &[u8],
+        ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+            Err(StatusCode::BadInternalError)
+        }
+    }
+
+    /// The status of the server's ERR to `client_policy`'s first OpenSecureChannel, and
+    /// whether the server closed.
+    fn refusal(
+        server_policy: Arc<EccPolicy>,
+        client_policy: Arc<dyn SecurityPolicy>,
+    ) -> (Option<StatusCode>, bool) {
+        let mut p = SecurityProvider::empty();
+        p.add_endpoint(EndpointSecurity {
+            policy_uri: server_policy.uri().into(),
+            mode: MessageSecurityMode::SignAndEncrypt,
+        });
+        let server_cert = server_policy.local_certificate().unwrap().to_vec();
+        p.add_policy(server_policy);
+        p.set_user_tokens(UserTokenSettings {
+            anonymous: Some(Roles::OPERATOR),
+            ..UserTokenSettings::default()
+        });
+        p.validate().unwrap();
+        let shared = ServerShared::new(ServerConfig::default(), now()).unwrap();
+        let mut shard = ShardState::new(
+            shared,
+            0,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        )
+        .with_security(p);
+        let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 4000);
+        let mut server = ServerConnection::new(&mut shard, Some(peer), now());
+        let mut cfg = ClientConfig::new(URL);
+        cfg.policy = client_policy;
+        cfg.mode = MessageSecurityMode::SignAndEncrypt;
+        cfg.server_certificate = Some(server_cert);
+        let mut client =
+            ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(2)));
+        let mut c2s = Vec::new();
+        client.start(now(), &mut c2s);
+        for _ in 0..20 {
+            if c2s.is_empty() {
+                break;
+            }
+            let data = std::mem::take(&mut c2s);
+            let mut out = Vec::new();
+            let st = server.on_recv(&mut shard, now(), &data, &mut out);
+            while let Some(job) = server.take_job() {
+                let done = job.run();
+                let st = server.on_job_done(&mut shard, now(), done, &mut out);
+                if st == ConnStatus::Close {
+                    return (common::find_err(&out), true);
+                }
+            }
+            if let Some(e) = common::find_err(&out) {
+                return (Some(e), st == ConnStatus::Close);
+            }
+            if st == ConnStatus::Close {
+                return (None, true);
+            }
+            let _ = client.on_recv(now(), &out, &mut c2s);
+        }
+        (None, false)
+    }
+
+    #[test]
+    fn wrong_certificate_types_and_a_bad_signature_are_refused() {
+        let dir = TempDir::new("ecc-refusals");
+        let good = ecc_ident(EccCurve::NistP256, "urn:t:client");
+        let p384 = ecc_ident(EccCurve::NistP384, "urn:t:client");
+        let (c, k) = generate_self_signed(&req("urn:t:client")).unwrap();
+        let rsa = OwnIdentity::new(c, k).unwrap();
+        let server_policy = server(
+            EccCurve::NistP256,
+            &dir,
+            &[&good.cert, &p384.cert, &rsa.cert],
+        );
+        let cases: [(Arc<dyn SecurityPolicy>, StatusCode); 3] = [
+            (
+                Arc::new(Pretend {
+                    inner: RsaPolicy::client(PolicyId::Basic256Sha256, rsa.clone()).unwrap(),
+                    corrupt: false,
+                }),
+                StatusCode::BadCertificatePolicyCheckFailed,
+            ),
+            (
+                Arc::new(Pretend {
+                    inner: EccPolicy::client(p384.clone()),
+                    corrupt: false,
+                }),
+                StatusCode::BadCertificatePolicyCheckFailed,
+            ),
+            (
+                Arc::new(Pretend {
+                    inner: EccPolicy::client(good.clone()),
+                    corrupt: true,
+                }),
+                StatusCode::BadSecurityChecksFailed,
+            ),
+        ];
+        for (client_policy, expected) in cases {
+            let (err, closed) = refusal(server_policy.clone(), client_policy);
+            assert_eq!(err, Some(expected));
+            assert!(closed);
+        }
+        // The control: the same path with a fitting certificate and an intact signature gets
+        // past the certificate and the signature, to the nonce: core's client sends random
+        // bytes, not a point of the curve, which is BadNonceInvalid.
+        let (err, closed) = refusal(
+            server_policy,
+            Arc::new(Pretend {
+                inner: EccPolicy::client(good),
+                corrupt: false,
+            }),
+        );
+        assert_eq!(err, Some(StatusCode::BadNonceInvalid));
+        assert!(closed);
+    }
+}
