@@ -18,8 +18,7 @@
 //!
 //! Crate choice: aws-lc-rs (already the RSA engine here) for ECDH (`agreement`), ECDSA
 //! (`signature`) and HKDF (`hkdf`): AWS-LC's P-256 and P-384 implementations are constant
-//! time (the formally verified fiat-crypto field arithmetic for P-256 and P-384), maintained,
-//! FIPS-validated, and no new dependency. HMAC and AES-CBC are RustCrypto's, as for the RSA
+//! time, maintained (AWS's fork of BoringSSL), FIPS-validated, and no new dependency. HMAC and AES-CBC are RustCrypto's, as for the RSA
 //! policies. Brainpool curves (ECC_brainpoolP256r1/P384r1) are left out: aws-lc-rs has none,
 //! and the one Rust candidate, RustCrypto's `bp256` / `bp384` (0.14, after a long series of
 //! release candidates), implements its arithmetic with the generic `primefield` /
