@@ -566,8 +566,9 @@ pub(crate) fn verify_rsa_signature(
     Err(status::BAD_CERTIFICATE_INVALID)
 }
 
-/// Verifies an X.509 ECDSA signature (DER `r`, `s`) with the EC key of `issuer`.
-fn verify_ecdsa_signature(
+/// Verifies an X.509 ECDSA signature (certificate or CRL; DER `r`, `s`) with the EC key of
+/// `issuer`.
+pub(crate) fn verify_ecdsa_signature(
     alg: CertSignatureAlg,
     issuer: &Certificate,
     signed: &[u8],

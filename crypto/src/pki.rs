@@ -30,7 +30,8 @@ use der::{Decode, Encode, Reader, SliceReader};
 
 use crate::asymmetric::PrivateKey;
 use crate::cert::{
-    generate_self_signed, verify_rsa_signature, CertSignatureAlg, Certificate, CertificateRequest,
+    generate_self_signed, verify_ecdsa_signature, verify_rsa_signature, CertSignatureAlg,
+    Certificate, CertificateRequest,
 };
 use crate::ecc::{EccCurve, EccPrivateKey};
 use crate::status;
@@ -137,6 +138,10 @@ impl Crl {
             CertSignatureAlg::RsaPss
         } else if oid == o::SHA_1_WITH_RSA_ENCRYPTION {
             CertSignatureAlg::RsaSha1
+        } else if oid == o::ECDSA_WITH_SHA_256 {
+            CertSignatureAlg::EcdsaSha256
+        } else if oid == o::ECDSA_WITH_SHA_384 {
+            CertSignatureAlg::EcdsaSha384
         } else {
             CertSignatureAlg::Other
         };
@@ -158,14 +163,18 @@ impl Crl {
 
     /// Whether `ca` issued (and signed) this CRL.
     pub fn is_issued_by(&self, ca: &Certificate) -> bool {
-        self.issuer_der == ca.subject_der()
-            && verify_rsa_signature(
+        let signed = match self.signature_alg {
+            CertSignatureAlg::EcdsaSha256 | CertSignatureAlg::EcdsaSha384 => {
+                verify_ecdsa_signature(self.signature_alg, ca, &self.tbs, &self.signature)
+            }
+            _ => verify_rsa_signature(
                 self.signature_alg,
                 ca.rsa_public_key(),
                 &self.tbs,
                 &self.signature,
-            )
-            .is_ok()
+            ),
+        };
+        self.issuer_der == ca.subject_der() && signed.is_ok()
     }
 
     /// Whether the serial number is listed.

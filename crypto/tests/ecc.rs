@@ -676,3 +676,108 @@ mod connection_refusals {
         assert!(closed);
     }
 }
+
+/// A chain of ECDSA certificates: a P-384 CA (ecdsa-with-SHA384) signs P-256 client
+/// certificates (the CA's signature over a P-256 leaf), and its ECDSA-signed CRL revokes one.
+#[test]
+fn ecdsa_ca_chain_and_crl() {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertificateRevocationListParams, DistinguishedName,
+        DnType, ExtendedKeyUsagePurpose, IsCa, KeyIdMethod, KeyUsagePurpose, RevokedCertParams,
+        SanType, SerialNumber,
+    };
+    use time::OffsetDateTime;
+    use uaring_crypto::status;
+    let at = |s: i64| OffsetDateTime::from_unix_timestamp(s).unwrap();
+    let now = now_unix_s();
+    let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
+    let mut p = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "ECC CA");
+    p.distinguished_name = dn;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    p.not_before = at(now - 86400);
+    p.not_after = at(now + 86400 * 365);
+    p.key_identifier_method = KeyIdMethod::Sha256;
+    p.use_authority_key_identifier_extension = true;
+    let ca = p.self_signed(&ca_key).unwrap();
+    let leaf = |uri: &str, serial: u8| {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut p = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, "leaf");
+        p.distinguished_name = dn;
+        p.subject_alt_names = vec![SanType::URI(uri.try_into().unwrap())];
+        p.serial_number = Some(SerialNumber::from_slice(&[0x20, serial]));
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::ContentCommitment,
+            KeyUsagePurpose::KeyAgreement,
+        ];
+        p.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ClientAuth,
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ];
+        p.is_ca = IsCa::ExplicitNoCa;
+        p.not_before = at(now - 86400);
+        p.not_after = at(now + 86400 * 30);
+        p.use_authority_key_identifier_extension = true;
+        p.key_identifier_method = KeyIdMethod::Sha256;
+        p.signed_by(&key, &ca, &ca_key).unwrap().der().to_vec()
+    };
+    let good = leaf("urn:t:good", 1);
+    let revoked = leaf("urn:t:revoked", 2);
+    let crl = CertificateRevocationListParams {
+        this_update: at(now - 3600),
+        next_update: at(now + 86400),
+        crl_number: SerialNumber::from_slice(&[1]),
+        issuing_distribution_point: None,
+        revoked_certs: vec![RevokedCertParams {
+            serial_number: SerialNumber::from_slice(&[0x20, 2]),
+            revocation_time: at(now - 60),
+            reason_code: None,
+            invalidity_date: None,
+        }],
+        key_identifier_method: KeyIdMethod::Sha256,
+    }
+    .signed_by(&ca, &ca_key)
+    .unwrap();
+    let tmp = TempDir::new("ecc-ca");
+    for (dir, name, bytes) in [
+        ("trusted/certs", "ca.der", ca.der().to_vec()),
+        ("trusted/crl", "ca.crl", crl.der().to_vec()),
+    ] {
+        let d = tmp.path().join(dir);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(name), bytes).unwrap();
+    }
+    let pki = Pki::open(
+        tmp.path(),
+        PkiConfig {
+            require_crls: true,
+            ..PkiConfig::default()
+        },
+    )
+    .unwrap();
+    let leaf_cert = pki.validate_client(&good, Some("urn:t:good"), now).unwrap();
+    assert_eq!(leaf_cert.ec_curve(), Some(EccCurve::NistP256));
+    assert_eq!(
+        pki.validate_client(&revoked, Some("urn:t:revoked"), now)
+            .unwrap_err(),
+        status::BAD_CERTIFICATE_REVOKED
+    );
+    // (require_crls: the revocation above needed the ECDSA-signed CRL to verify.) A leaf whose
+    // CA signature does not verify:
+    let mut forged = good.clone();
+    let n = forged.len();
+    forged[n - 5] ^= 1;
+    assert_eq!(
+        pki.validate_client(&forged, None, now).unwrap_err(),
+        status::BAD_CERTIFICATE_INVALID
+    );
+}
