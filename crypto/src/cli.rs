@@ -119,6 +119,23 @@ pub fn cert_show(
     }
 }
 
+/// `uaring cert show --type nistP256|nistP384`: describes the own certificate of an ECC
+/// certificate type (`None`: the RSA one, as [`cert_show`] without a file).
+pub fn cert_show_type(
+    ecc: Option<crate::ecc::EccCurve>,
+    pki_dir: &Path,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let Some(curve) = ecc else {
+        return cert_show(None, pki_dir, out, err);
+    };
+    match open_pki(pki_dir, err) {
+        Some(pki) => cert_show(Some(&pki.own_ecc_cert_path(curve)), pki_dir, out, err),
+        None => 1,
+    }
+}
+
 /// `uaring cert trust FILE`: copies a certificate into trusted/certs. Exit code 0 or 1.
 pub fn cert_trust(file: &Path, pki_dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let Some(mut pki) = open_pki(pki_dir, err) else {

@@ -55,7 +55,9 @@ pub use asymmetric::{
 pub use cert::{
     generate_self_signed, generate_self_signed_ecc, thumbprint, Certificate, CertificateRequest,
 };
-pub use cli::{cert_generate, cert_show, cert_trust, hash_password_command, GenerateOptions};
+pub use cli::{
+    cert_generate, cert_show, cert_show_type, cert_trust, hash_password_command, GenerateOptions,
+};
 pub use ecc::{EccCurve, EccPrivateKey};
 pub use ecc_policy::{EccIdentity, EccPolicy};
 pub use kdf::{p_hash, p_sha1, p_sha256};

@@ -781,3 +781,41 @@ fn ecdsa_ca_chain_and_crl() {
         status::BAD_CERTIFICATE_INVALID
     );
 }
+
+/// `uaring cert generate --type nistP256|nistP384` and `cert show --type`: one certificate
+/// per type beside the RSA one, never overwritten without --force.
+#[test]
+fn cli_generates_and_shows_one_certificate_per_type() {
+    use uaring_crypto::{cert_generate, cert_show_type, GenerateOptions};
+    let tmp = TempDir::new("ecc-cli");
+    let pki_dir = tmp.path().join("pki");
+    for ecc in [None, Some(EccCurve::NistP256), Some(EccCurve::NistP384)] {
+        let opts = GenerateOptions {
+            uri: Some("urn:cli:ecc".into()),
+            ecc,
+            ..GenerateOptions::default()
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(cert_generate(&opts, &pki_dir, &mut out, &mut err), 0);
+        let text = String::from_utf8(out).unwrap();
+        let key = match ecc {
+            None => "key:             RSA 2048 bits".to_string(),
+            Some(c) => format!("key:             EC {}", c.type_name()),
+        };
+        assert!(text.contains(&key), "{text}");
+        // Again without --force: refused, the file stays.
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(cert_generate(&opts, &pki_dir, &mut out, &mut err), 1);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(cert_show_type(ecc, &pki_dir, &mut out, &mut err), 0);
+        let shown = String::from_utf8(out).unwrap();
+        assert!(shown.contains(&key), "{shown}");
+        assert!(shown.contains("application uri: urn:cli:ecc"), "{shown}");
+    }
+    let pki = Pki::open(&pki_dir, PkiConfig::default()).unwrap();
+    for curve in EccCurve::ALL {
+        let (cert, key) = pki.load_own_ecc(curve).unwrap().unwrap();
+        assert!(key.matches(&cert));
+    }
+    pki.load_own().unwrap();
+}

@@ -327,10 +327,13 @@ pub enum CertCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Describe a certificate (default: the own certificate).
+    /// Describe a certificate (default: the own certificate of `--type`).
     Show {
         /// A DER or PEM certificate file.
         file: Option<PathBuf>,
+        /// Without FILE: which own certificate, rsa (default), nistP256 or nistP384.
+        #[arg(long = "type", value_name = "TYPE", default_value = "rsa", value_parser = parse_cert_type, conflicts_with = "file")]
+        cert_type: CertType,
     },
     /// Copy a certificate into trusted/certs (accepted within a second by a running server).
     Trust {
@@ -480,9 +483,13 @@ pub fn main(args: &[String]) -> i32 {
                     };
                     uaring_crypto::cert_generate(&opts, &c.pki, out, err)
                 }
-                CertCommand::Show { file } => {
-                    uaring_crypto::cert_show(file.as_deref(), &c.pki, out, err)
-                }
+                CertCommand::Show {
+                    file: Some(file), ..
+                } => uaring_crypto::cert_show(Some(&file), &c.pki, out, err),
+                CertCommand::Show {
+                    file: None,
+                    cert_type,
+                } => uaring_crypto::cert_show_type(cert_type, &c.pki, out, err),
                 CertCommand::Trust { file } => uaring_crypto::cert_trust(&file, &c.pki, out, err),
             }
         }
