@@ -622,6 +622,111 @@ mod connection_refusals {
         (None, false)
     }
 
+    /// 300 OpenSecureChannel chunks for ECC_nistP256, each one byte of a signed chunk changed
+    /// (or the chunk cut short): the server answers ERR and closes, or waits for more bytes,
+    /// and never panics; a changed byte is never accepted.
+    #[test]
+    fn mutated_ecc_open_chunks_are_refused_without_a_panic() {
+        let dir = TempDir::new("ecc-mutate");
+        let good = ecc_ident(EccCurve::NistP256, "urn:t:client");
+        let server_policy = server(EccCurve::NistP256, &dir, &[&good.cert]);
+        let client_policy: Arc<dyn SecurityPolicy> = Arc::new(Pretend {
+            inner: EccPolicy::client(good.clone()),
+            corrupt: false,
+        });
+        // The client's Hello and OPN bytes, as it sends them.
+        let mut shard = shard_for(server_policy.clone());
+        let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 4000);
+        let mut server_conn = ServerConnection::new(&mut shard, Some(peer), now());
+        let mut cfg = ClientConfig::new(URL);
+        cfg.policy = client_policy;
+        cfg.mode = MessageSecurityMode::SignAndEncrypt;
+        cfg.server_certificate = Some(server_policy.local_certificate().unwrap().to_vec());
+        let mut client =
+            ClientConnection::new(cfg, Box::new(uaring_core::random::ChaCha::from_u64(3)));
+        let mut hello = Vec::new();
+        client.start(now(), &mut hello);
+        let mut out = Vec::new();
+        let _ = server_conn.on_recv(&mut shard, now(), &hello, &mut out);
+        let mut opn = Vec::new();
+        let _ = client.on_recv(now(), &out, &mut opn);
+        assert_eq!(&opn[..3], b"OPN");
+        drop(server_conn);
+        let mut statuses = std::collections::BTreeMap::<u32, u32>::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..300 {
+            let mut bytes = opn.clone();
+            if i % 10 == 9 {
+                bytes.truncate((next() as usize) % bytes.len());
+            } else {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] ^= 1 + (next() % 255) as u8;
+            }
+            let mut conn = ServerConnection::new(&mut shard, Some(peer), now());
+            let mut out = Vec::new();
+            let _ = conn.on_recv(&mut shard, now(), &hello, &mut out);
+            out.clear();
+            let mut st = conn.on_recv(&mut shard, now(), &bytes, &mut out);
+            while let Some(job) = conn.take_job() {
+                st = conn.on_job_done(&mut shard, now(), job.run(), &mut out);
+            }
+            // Never an OpenSecureChannel response to a changed chunk.
+            assert_ne!(out.get(..3), Some(&b"OPN"[..]), "mutation {i} accepted");
+            if st != ConnStatus::Close {
+                assert!(out.is_empty(), "mutation {i}: output without closing");
+            } else {
+                let e = common::find_err(&out).expect("an ERR before the close");
+                *statuses.entry(e.0).or_insert(0) += 1;
+            }
+        }
+        // Mostly the signature check; the shard is still fine: the chunk unchanged gets past
+        // the certificate and the signature to the (random, off-curve) nonce.
+        assert!(
+            statuses
+                .get(&StatusCode::BadSecurityChecksFailed.0)
+                .copied()
+                .unwrap_or(0)
+                > 100,
+            "{statuses:?}"
+        );
+        let mut conn = ServerConnection::new(&mut shard, Some(peer), now());
+        let mut out = Vec::new();
+        let _ = conn.on_recv(&mut shard, now(), &hello, &mut out);
+        out.clear();
+        let _ = conn.on_recv(&mut shard, now(), &opn, &mut out);
+        while let Some(job) = conn.take_job() {
+            let _ = conn.on_job_done(&mut shard, now(), job.run(), &mut out);
+        }
+        assert_eq!(common::find_err(&out), Some(StatusCode::BadNonceInvalid));
+    }
+
+    fn shard_for(server_policy: Arc<EccPolicy>) -> ShardState {
+        let mut p = SecurityProvider::empty();
+        p.add_endpoint(EndpointSecurity {
+            policy_uri: server_policy.uri().into(),
+            mode: MessageSecurityMode::SignAndEncrypt,
+        });
+        p.add_policy(server_policy);
+        p.set_user_tokens(UserTokenSettings {
+            anonymous: Some(Roles::OPERATOR),
+            ..UserTokenSettings::default()
+        });
+        p.validate().unwrap();
+        let shared = ServerShared::new(ServerConfig::default(), now()).unwrap();
+        ShardState::new(
+            shared,
+            0,
+            Box::new(uaring_core::random::ChaCha::from_u64(1)),
+        )
+        .with_security(p)
+    }
+
     #[test]
     fn wrong_certificate_types_and_a_bad_signature_are_refused() {
         let dir = TempDir::new("ecc-refusals");
