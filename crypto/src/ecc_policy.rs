@@ -14,6 +14,12 @@
 //!   same data as with RSA (certificate ‖ nonce). open62541 1.5 sends an empty
 //!   SignatureData.algorithm for these (pre-1.05.07) ECC policies; an empty algorithm or the
 //!   policy's ECDSA URI is accepted.
+//! - open62541 1.5 (Mbed TLS) drops the leading zero bytes of the ECDH shared secret before
+//!   the HKDF (RFC 8422 §5.10 says they must stay), so in about one handshake in 256 its keys
+//!   differ from the specification's. A token whose secret starts with zero bytes derives both
+//!   key sets; the peer's first chunk that verifies settles which one the token uses from then
+//!   on (a chunk is only ever accepted when it verifies with a key set derived from the
+//!   secret).
 //! - UserName tokens over ECC need EccEncryptedSecret (Part 4 §7.41.2.3), which is not
 //!   implemented: [`SecurityPolicy::offers_user_tokens`] is false, so ECC endpoints offer
 //!   Anonymous only, and a password token on an ECC channel is refused.
@@ -211,12 +217,22 @@ impl SecurityPolicy for EccPolicy {
             Role::Client => (&local[..], remote_nonce),
             Role::Server => (remote_nonce, &local[..]),
         };
-        let (client, server) =
-            derive_ecc_keys(self.curve, encrypt, &shared, client_nonce, server_nonce)
-                .map_err(sc)?;
-        let (send, recv) = match role {
-            Role::Client => (client, server),
-            Role::Server => (server, client),
+        let keys = |secret: &[u8]| {
+            derive_ecc_keys(self.curve, encrypt, secret, client_nonce, server_nonce)
+                .map(|(client, server)| match role {
+                    Role::Client => (client, server),
+                    Role::Server => (server, client),
+                })
+                .map_err(sc)
+        };
+        let (send, recv) = keys(&shared)?;
+        // open62541 1.5 (Mbed TLS) drops the leading zero bytes of the shared secret before
+        // the HKDF, which RFC 8422 §5.10 (the ECDH of Part 6 §6.8.1) forbids: in about one
+        // handshake out of 256 its keys differ from ours. Those keys are derived too, and the
+        // peer's first authenticated chunk shows which ones it uses.
+        let truncated = match shared.iter().position(|b| *b != 0) {
+            Some(first) if first > 0 => Some(Box::new(keys(shared.get(first..).unwrap_or(&[]))?)),
+            _ => None,
         };
         Ok((
             local,
@@ -224,6 +240,8 @@ impl SecurityPolicy for EccPolicy {
                 encrypt,
                 send,
                 recv,
+                truncated,
+                which: std::cell::Cell::new(Which::Unknown),
             }),
         ))
     }
@@ -326,14 +344,56 @@ impl ChunkCrypto for EccAsymCrypto {
     }
 }
 
+/// Which key derivation the peer of a token uses (see [`EccSymCrypto::truncated`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    /// No authenticated chunk yet: ours (RFC 8422) is sent, both are tried on receipt.
+    Unknown,
+    /// The shared secret at its full length (RFC 8422; every peer when it has no leading 0).
+    Full,
+    /// The shared secret without its leading zero bytes (open62541 1.5).
+    Truncated,
+}
+
 /// MSG / CLO chunks of one ECC token: HMAC and (SignAndEncrypt) AES-CBC, in place.
 struct EccSymCrypto {
     encrypt: bool,
     send: EccSymmetricKeys,
     recv: EccSymmetricKeys,
+    /// When the shared secret starts with zero bytes: the (send, recv) keys derived from it
+    /// without them, as open62541 1.5 derives them.
+    truncated: Option<Box<(EccSymmetricKeys, EccSymmetricKeys)>>,
+    /// Settled by the first chunk that verifies with one of the two.
+    which: std::cell::Cell<Which>,
 }
 
 impl EccSymCrypto {
+    fn send_keys(&self) -> &EccSymmetricKeys {
+        match (&self.truncated, self.which.get()) {
+            (Some(t), Which::Truncated) => &t.0,
+            _ => &self.send,
+        }
+    }
+
+    fn recv_keys(&self) -> &EccSymmetricKeys {
+        match (&self.truncated, self.which.get()) {
+            (Some(t), Which::Truncated) => &t.1,
+            _ => &self.recv,
+        }
+    }
+
+    /// Whether `chunk` (a whole decrypted chunk, its signature at the end) verifies with
+    /// `keys`.
+    fn chunk_verifies(keys: &EccSymmetricKeys, chunk: &[u8]) -> bool {
+        let Some(split) = chunk.len().checked_sub(keys.signature_len()) else {
+            return false;
+        };
+        match chunk.split_at_checked(split) {
+            Some((data, sig)) => keys.verify(data, sig),
+            None => false,
+        }
+    }
+
     fn layout(&self, keys: &EccSymmetricKeys) -> CryptoLayout {
         let block = if self.encrypt { AES_BLOCK_SIZE } else { 1 };
         CryptoLayout {
@@ -348,31 +408,70 @@ impl EccSymCrypto {
 
 impl ChunkCrypto for EccSymCrypto {
     fn send_layout(&self) -> CryptoLayout {
-        self.layout(&self.send)
+        self.layout(self.send_keys())
     }
     fn recv_layout(&self) -> CryptoLayout {
-        self.layout(&self.recv)
+        self.layout(self.recv_keys())
     }
     fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
-        self.send.sign(data, signature).map_err(sc)
+        self.send_keys().sign(data, signature).map_err(sc)
     }
     fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
-        if self.recv.verify(data, signature) {
-            Ok(())
-        } else {
-            Err(StatusCode::BadSecurityChecksFailed)
+        if self.recv_keys().verify(data, signature) {
+            if self.which.get() == Which::Unknown {
+                self.which.set(Which::Full);
+            }
+            return Ok(());
         }
+        if let (Some(t), Which::Unknown) = (&self.truncated, self.which.get()) {
+            if t.1.verify(data, signature) {
+                self.which.set(Which::Truncated);
+                return Ok(());
+            }
+        }
+        Err(StatusCode::BadSecurityChecksFailed)
     }
     fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
         let part = buf.get_mut(start..).ok_or(StatusCode::BadInternalError)?;
-        self.send.encrypt_in_place(part).map_err(sc)
+        self.send_keys().encrypt_in_place(part).map_err(sc)
     }
     fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
+        let bad = |_| StatusCode::BadSecurityChecksFailed;
+        let Some(t) = self
+            .truncated
+            .as_ref()
+            .filter(|_| self.which.get() == Which::Unknown)
+        else {
+            let part = buf
+                .get_mut(start..)
+                .ok_or(StatusCode::BadSecurityChecksFailed)?;
+            return self.recv_keys().decrypt_in_place(part).map_err(bad);
+        };
+        // Not settled yet: decrypt with ours; if the chunk does not verify, with the other
+        // derivation's keys from the ciphertext again; if neither, leave ours (the signature
+        // check then fails).
+        let cipher = buf
+            .get(start..)
+            .ok_or(StatusCode::BadSecurityChecksFailed)?
+            .to_vec();
+        let restore = |buf: &mut Vec<u8>| {
+            buf.truncate(start);
+            buf.extend_from_slice(&cipher);
+        };
+        for (keys, which) in [(&self.recv, Which::Full), (&t.1, Which::Truncated)] {
+            let part = buf
+                .get_mut(start..)
+                .ok_or(StatusCode::BadSecurityChecksFailed)?;
+            keys.decrypt_in_place(part).map_err(bad)?;
+            if Self::chunk_verifies(keys, buf) {
+                self.which.set(which);
+                return Ok(());
+            }
+            restore(buf);
+        }
         let part = buf
             .get_mut(start..)
             .ok_or(StatusCode::BadSecurityChecksFailed)?;
-        self.recv
-            .decrypt_in_place(part)
-            .map_err(|_| StatusCode::BadSecurityChecksFailed)
+        self.recv.decrypt_in_place(part).map_err(bad)
     }
 }

@@ -924,3 +924,84 @@ fn cli_generates_and_shows_one_certificate_per_type() {
     }
     pki.load_own().unwrap();
 }
+
+/// open62541 1.5 (Mbed TLS) derives its keys from the shared secret without its leading zero
+/// bytes (RFC 8422 §5.10 says they must stay): a token whose secret starts with 0 accepts a
+/// client deriving either way, settles on what the client's first chunk shows, and answers
+/// with the matching keys; a conformant client works with it as before.
+#[test]
+fn a_client_dropping_leading_zeros_of_the_secret_is_understood() {
+    for curve in EccCurve::ALL {
+        for mode in [
+            MessageSecurityMode::Sign,
+            MessageSecurityMode::SignAndEncrypt,
+        ] {
+            let encrypt = mode == MessageSecurityMode::SignAndEncrypt;
+            let dir = TempDir::new("ecc-zero");
+            let policy = server(curve, &dir, &[]);
+            let client = EphemeralKey::generate(curve).unwrap();
+            for truncating in [true, false] {
+                // A token whose shared secret starts with a zero byte (one in 256).
+                let (server_nonce, crypto, shared) = (0..20_000)
+                    .find_map(|_| {
+                        let (n, c) = policy
+                            .new_token(Role::Server, mode, Vec::new(), client.nonce())
+                            .unwrap();
+                        let shared = client.shared_secret(&n).unwrap();
+                        (shared[0] == 0).then_some((n, c, shared))
+                    })
+                    .expect("a secret with a leading zero");
+                let first = shared.iter().position(|b| *b != 0).unwrap();
+                let secret = if truncating {
+                    &shared[first..]
+                } else {
+                    &shared[..]
+                };
+                let (ck, sk) =
+                    derive_ecc_keys(curve, encrypt, secret, client.nonce(), &server_nonce).unwrap();
+                // The client's first chunk: header, body, signature (encrypted from 8 on).
+                let sig_len = ck.signature_len();
+                let mut chunk = vec![0x42u8; 8 + 40];
+                while encrypt && !(chunk.len() - 8 + sig_len).is_multiple_of(16) {
+                    chunk.push(0x22);
+                }
+                let at = chunk.len();
+                chunk.resize(at + sig_len, 0);
+                let (data, sig) = chunk.split_at_mut(at);
+                ck.sign(data, sig).unwrap();
+                let plain = chunk.clone();
+                if encrypt {
+                    ck.encrypt_in_place(&mut chunk[8..]).unwrap();
+                    crypto.decrypt(&mut chunk, 8).unwrap();
+                    assert_eq!(chunk, plain);
+                }
+                let (data, sig) = chunk.split_at(at);
+                crypto.verify(data, sig).unwrap();
+                // The server answers with the keys the client derived.
+                let mut out = vec![0u8; crypto.send_layout().signature_len];
+                crypto.sign(b"response", &mut out).unwrap();
+                assert!(sk.verify(b"response", &out), "truncating {truncating}");
+                if encrypt {
+                    let mut v = vec![9u8; 32];
+                    crypto.encrypt(&mut v, 0).unwrap();
+                    sk.decrypt_in_place(&mut v).unwrap();
+                    assert_eq!(v, vec![9u8; 32]);
+                }
+                // Settled: the other derivation's chunk is refused from now on.
+                let other = if truncating {
+                    &shared[..]
+                } else {
+                    &shared[first..]
+                };
+                let (ok2, _) =
+                    derive_ecc_keys(curve, encrypt, other, client.nonce(), &server_nonce).unwrap();
+                let mut sig2 = vec![0u8; sig_len];
+                ok2.sign(&plain[..at], &mut sig2).unwrap();
+                assert_eq!(
+                    crypto.verify(&plain[..at], &sig2),
+                    Err(StatusCode::BadSecurityChecksFailed)
+                );
+            }
+        }
+    }
+}
