@@ -465,7 +465,8 @@ pub fn check(
             modes.push(m);
         }
     }
-    if !none && (policies.is_empty() || modes.is_empty()) {
+    let ecc = !ecc_policies(config).is_empty();
+    if !none && ((policies.is_empty() && !ecc) || modes.is_empty()) {
         return Err("security: no endpoint left (policies/modes are empty)".into());
     }
     if !config.user_token_policy_on_none.is_empty() {
@@ -554,6 +555,13 @@ pub fn build(
                 ),
             }
         }
+    }
+    if !none && policies.is_empty() && ecc.is_empty() {
+        return Err(
+            "security: no endpoint left: the ECC policies have no certificate in the PKI \
+             (uaring cert generate --type nistP256|nistP384)"
+                .into(),
+        );
     }
     let own = if needs_cert {
         let pki = Pki::open(&pki_root, pki_config.clone())
@@ -968,6 +976,32 @@ mod tests {
         assert!(!d.contains("ECC_nistP384"), "{d}");
         assert!(p.find(EccCurve::NistP256.policy_uri()).is_some());
         assert!(p.find(EccCurve::NistP384.policy_uri()).is_none());
+        // ECC alone: offered with its certificate, an error at start without one.
+        let ecc_only = |name: &str| SecurityConfig {
+            policies: vec![name.into()],
+            ..SecurityConfig::default()
+        };
+        let only = build(
+            ecc_only("ECC_nistP256"),
+            &[],
+            &a,
+            "urn:uaring:test",
+            "test",
+            None,
+        )
+        .unwrap();
+        assert!(only.own.is_none(), "no RSA certificate needed");
+        assert_eq!(only.shard_provider().unwrap().endpoints().len(), 2);
+        let err = build(
+            ecc_only("ECC_nistP384"),
+            &[],
+            &a,
+            "urn:uaring:test",
+            "test",
+            None,
+        )
+        .unwrap_err();
+        assert!(err.contains("no certificate"), "{err}");
         let _ = fs::remove_dir_all(&dir);
     }
 
