@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use uaring_core::generated::types::MessageSecurityMode;
-use uaring_core::secure_channel::{ChunkCrypto, CryptoLayout, Role, SecurityPolicy};
+use uaring_core::secure_channel::{ChunkCrypto, CryptoLayout, PendingToken, Role, SecurityPolicy};
 use uaring_core::types::StatusCode;
 use uaring_core::Now;
 
@@ -123,6 +123,55 @@ impl EccPolicy {
             .ok_or(StatusCode::BadCertificateInvalid)
     }
 
+    /// The token's chunk protection from our ephemeral key and the peer's nonce (its
+    /// ephemeral public key): ECDH, then the HKDF of Part 6 §6.8.1.
+    fn keys(
+        &self,
+        role: Role,
+        mode: MessageSecurityMode,
+        ephemeral: &EphemeralKey,
+        remote_nonce: &[u8],
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        let encrypt = match mode {
+            MessageSecurityMode::Sign => false,
+            MessageSecurityMode::SignAndEncrypt => true,
+            _ => return Err(StatusCode::BadSecurityModeRejected),
+        };
+        if remote_nonce.len() != self.curve.nonce_len() {
+            return Err(StatusCode::BadNonceInvalid);
+        }
+        let shared = ephemeral.shared_secret(remote_nonce).map_err(sc)?;
+        let local = ephemeral.nonce();
+        let (client_nonce, server_nonce) = match role {
+            Role::Client => (local, remote_nonce),
+            Role::Server => (remote_nonce, local),
+        };
+        let keys = |secret: &[u8]| {
+            derive_ecc_keys(self.curve, encrypt, secret, client_nonce, server_nonce)
+                .map(|(client, server)| match role {
+                    Role::Client => (client, server),
+                    Role::Server => (server, client),
+                })
+                .map_err(sc)
+        };
+        let (send, recv) = keys(&shared)?;
+        // open62541 1.5 (Mbed TLS) drops the leading zero bytes of the shared secret before
+        // the HKDF, which RFC 8422 §5.10 (the ECDH of Part 6 §6.8.1) forbids: in about one
+        // handshake out of 256 its keys differ from ours. Those keys are derived too, and the
+        // peer's first authenticated chunk shows which ones it uses.
+        let truncated = match shared.iter().position(|b| *b != 0) {
+            Some(first) if first > 0 => Some(Box::new(keys(shared.get(first..).unwrap_or(&[]))?)),
+            _ => None,
+        };
+        Ok(Box::new(EccSymCrypto {
+            encrypt,
+            send,
+            recv,
+            truncated,
+            which: std::cell::Cell::new(Which::Unknown),
+        }))
+    }
+
     /// A key on this policy's curve, else BadCertificatePolicyCheckFailed.
     fn check_curve(&self, cert: &Certificate) -> Result<(), StatusCode> {
         if cert.ec_curve() == Some(self.curve) {
@@ -202,48 +251,32 @@ impl SecurityPolicy for EccPolicy {
         _random_nonce: Vec<u8>,
         remote_nonce: &[u8],
     ) -> Result<(Vec<u8>, Box<dyn ChunkCrypto>), StatusCode> {
-        let encrypt = match mode {
-            MessageSecurityMode::Sign => false,
-            MessageSecurityMode::SignAndEncrypt => true,
-            _ => return Err(StatusCode::BadSecurityModeRejected),
-        };
-        if remote_nonce.len() != self.curve.nonce_len() {
-            return Err(StatusCode::BadNonceInvalid);
-        }
         let ephemeral = EphemeralKey::generate(self.curve).map_err(sc)?;
-        let shared = ephemeral.shared_secret(remote_nonce).map_err(sc)?;
         let local = ephemeral.nonce().to_vec();
-        let (client_nonce, server_nonce) = match role {
-            Role::Client => (&local[..], remote_nonce),
-            Role::Server => (remote_nonce, &local[..]),
-        };
-        let keys = |secret: &[u8]| {
-            derive_ecc_keys(self.curve, encrypt, secret, client_nonce, server_nonce)
-                .map(|(client, server)| match role {
-                    Role::Client => (client, server),
-                    Role::Server => (server, client),
-                })
-                .map_err(sc)
-        };
-        let (send, recv) = keys(&shared)?;
-        // open62541 1.5 (Mbed TLS) drops the leading zero bytes of the shared secret before
-        // the HKDF, which RFC 8422 §5.10 (the ECDH of Part 6 §6.8.1) forbids: in about one
-        // handshake out of 256 its keys differ from ours. Those keys are derived too, and the
-        // peer's first authenticated chunk shows which ones it uses.
-        let truncated = match shared.iter().position(|b| *b != 0) {
-            Some(first) if first > 0 => Some(Box::new(keys(shared.get(first..).unwrap_or(&[]))?)),
-            _ => None,
-        };
-        Ok((
-            local,
-            Box::new(EccSymCrypto {
-                encrypt,
-                send,
-                recv,
-                truncated,
-                which: std::cell::Cell::new(Which::Unknown),
-            }),
-        ))
+        let crypto = self.keys(role, mode, &ephemeral, remote_nonce)?;
+        Ok((local, crypto))
+    }
+
+    fn begin_token(&self, _random_nonce: Vec<u8>) -> Result<PendingToken, StatusCode> {
+        let ephemeral = EphemeralKey::generate(self.curve).map_err(sc)?;
+        Ok(PendingToken {
+            nonce: ephemeral.nonce().to_vec(),
+            secret: Some(Box::new(ephemeral)),
+        })
+    }
+
+    fn finish_token(
+        &self,
+        role: Role,
+        mode: MessageSecurityMode,
+        pending: PendingToken,
+        remote_nonce: &[u8],
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        let ephemeral = pending
+            .secret
+            .and_then(|s| s.downcast::<EphemeralKey>().ok())
+            .ok_or(StatusCode::BadInternalError)?;
+        self.keys(role, mode, &ephemeral, remote_nonce)
     }
 
     fn offers_user_tokens(&self) -> bool {

@@ -18,7 +18,7 @@ use crate::generated::types::{
 };
 use crate::secure_channel::{
     open_chunk, parse_chunk_head, write_abort_chunk, write_chunks, Assembly, ChunkCrypto,
-    ChunkLimits, MessageAssembler, NonePolicy, Role, SecurityHeader, SecurityPolicy,
+    ChunkLimits, MessageAssembler, NonePolicy, PendingToken, Role, SecurityHeader, SecurityPolicy,
     SequenceChecker, SequenceCounter,
 };
 use crate::time::Now;
@@ -100,7 +100,8 @@ struct ClientToken {
 
 struct PendingOpen {
     request_id: u32,
-    client_nonce: Vec<u8>,
+    /// The nonce sent and what the policy needs to finish the keys with the server's.
+    token: PendingToken,
 }
 
 /// The sans-IO client connection. See the module documentation.
@@ -361,11 +362,13 @@ impl ClientConnection {
             )?,
         };
         let n = policy.nonce_len();
-        let client_nonce = if n > 0 {
+        let random_nonce = if n > 0 {
             crate::random::bytes(&mut *self.random, n)
         } else {
             Vec::new()
         };
+        let token = policy.begin_token(random_nonce)?;
+        let client_nonce = token.nonce.clone();
         let request_id = self.take_request_id();
         let req = OpenSecureChannelRequest {
             request_header: RequestHeader {
@@ -400,10 +403,7 @@ impl ClientConnection {
         );
         self.asym = Some(asym);
         r?;
-        self.pending_open = Some(PendingOpen {
-            request_id,
-            client_nonce,
-        });
+        self.pending_open = Some(PendingOpen { request_id, token });
         Ok(())
     }
 
@@ -725,10 +725,10 @@ impl Chunks<'_> {
         if n > 0 && resp.server_nonce.as_bytes().len() != n {
             return Err(StatusCode::BadNonceInvalid);
         }
-        let crypto = policy.symmetric(
+        let crypto = policy.finish_token(
             Role::Client,
             self.cfg.mode,
-            &pending.client_nonce,
+            pending.token,
             resp.server_nonce.as_bytes(),
         )?;
         let new = ClientToken {

@@ -14,7 +14,7 @@ pub use chunk::{
     OpenedChunk, SecurityHeader, SequenceChecker, SequenceCounter, SEQUENCE_HEADER_LEN,
 };
 pub use policy::{
-    AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy, PlainCrypto,
-    Role, SecurityPolicy, SecurityProvider, UserAuthenticator, UserTokenSettings,
-    SECURITY_POLICY_NONE_URI,
+    AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy,
+    PendingToken, PlainCrypto, Role, SecurityPolicy, SecurityProvider, UserAuthenticator,
+    UserTokenSettings, SECURITY_POLICY_NONE_URI,
 };

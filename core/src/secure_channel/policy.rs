@@ -81,6 +81,25 @@ pub trait ChunkCrypto: Send {
     fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode>;
 }
 
+/// A token a client has begun ([`SecurityPolicy::begin_token`]): the nonce it sent and the
+/// policy's secret behind it (an ephemeral private key for the ECC policies), kept until the
+/// server's nonce arrives.
+pub struct PendingToken {
+    pub nonce: Vec<u8>,
+    /// The policy's own state (`None` for the RSA policies), read back by the policy that made
+    /// it in [`SecurityPolicy::finish_token`].
+    pub secret: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl std::fmt::Debug for PendingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingToken")
+            .field("nonce_len", &self.nonce.len())
+            .field("secret", &self.secret.is_some())
+            .finish()
+    }
+}
+
 /// Which end of the channel we are (key derivation differs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -162,6 +181,30 @@ pub trait SecurityPolicy: Send + Sync {
     ) -> Result<(Vec<u8>, Box<dyn ChunkCrypto>), StatusCode> {
         let crypto = self.symmetric(role, mode, &random_nonce, remote_nonce)?;
         Ok((random_nonce, crypto))
+    }
+
+    /// A client's half of [`SecurityPolicy::new_token`]: the nonce its OpenSecureChannel
+    /// request carries (`random_nonce` of [`SecurityPolicy::nonce_len`] bytes for the RSA
+    /// policies, the default; an ephemeral public key for the ECC ones) and, in the
+    /// [`PendingToken`], what the keys need once the server's nonce is in
+    /// ([`SecurityPolicy::finish_token`]).
+    fn begin_token(&self, random_nonce: Vec<u8>) -> Result<PendingToken, StatusCode> {
+        Ok(PendingToken {
+            nonce: random_nonce,
+            secret: None,
+        })
+    }
+
+    /// The client's keys of the token begun with [`SecurityPolicy::begin_token`], from the
+    /// server's nonce. The default derives them from the two nonces.
+    fn finish_token(
+        &self,
+        role: Role,
+        mode: MessageSecurityMode,
+        pending: PendingToken,
+        remote_nonce: &[u8],
+    ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
+        self.symmetric(role, mode, &pending.nonce, remote_nonce)
     }
 
     /// Whether UserName and X.509 user identity tokens may be offered on endpoints of this
