@@ -21,7 +21,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes"
+ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes recv-bundles"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -79,14 +79,29 @@ for t in $ALL; do
             --ratio uaring-sae-wait-0/open62541-sae --ratio uaring-sae-wait-50/open62541-sae ;;
         paced) sweep paced paced.variants paced.scenarios \
             --ratio uaring/open62541 --ratio uaring-wait-50/open62541 ;;
-        establishment) sweep establishment establishment.variants establishment.scenarios \
-            --ratio uaring-2-shards/open62541 --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline ;;
+        establishment)
+            # The ECC variants need the server's ECC certificates in ./pki (the RSA one is made
+            # at the first start); the contract's ApplicationUri.
+            if [ -z "${SKIP_RUN:-}" ] && [[ " $TABLES " == *" establishment "* ]]; then
+                for ty in nistP256 nistP384; do
+                    [ -f "pki/own/certs/uaring_$ty.der" ] || "$TARGET/release/uaring" cert --pki pki generate \
+                        --type "$ty" --uri urn:o6:benchmark:server >/dev/null
+                done
+            fi
+            sweep establishment establishment.variants establishment.scenarios \
+            --ratio uaring-2-shards/open62541 --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline \
+            --ratio uaring-1-shard-ecc-p256/uaring-1-shard --ratio uaring-1-shard-ecc-p384/uaring-1-shard ;;
         # The shard loop's I/O modes; not in the default TABLES yet: TABLES=io-modes harness/benchmarks/make-tables.sh
         io-modes) sweep io-modes io-modes.variants io-modes.scenarios \
             --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
             --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default \
             --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default \
             --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same ;;
+        # Receive bundles and the receive buffer size; not in the default TABLES yet:
+        # TABLES=recv-bundles harness/benchmarks/make-tables.sh
+        recv-bundles) sweep recv-bundles recv-bundles.variants recv-bundles.scenarios \
+            --ratio buffers-2k/default-16k --ratio buffers-2k-bundles/default-16k \
+            --ratio buffers-2k-bundles/buffers-2k --ratio bundles-16k/default-16k ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
@@ -121,6 +136,7 @@ done
     section batching "Batched waiting: clients sending each request on its own, uaring with and without it, native open62541 and the echo floor"
     section paced "Paced per-request clients: latency and CPU at the same offered load (open loop)"
     section io-modes "I/O modes of the shard loop: SQPOLL placements and busy polling against the default, every server thread counted"
+    section recv-bundles "Receive bundles: 2 KiB receive buffers with and without bundles against the default 16 KiB"
     if [ -f "$RES/stalled.md" ]; then
         printf '\n## %s\n\n' "A subscriber that stops reading (SIGSTOP)"
         cat "$RES/stalled.md"

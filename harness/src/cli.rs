@@ -130,7 +130,7 @@ fn security_mode(s: &str) -> Result<String, String> {
 }
 
 fn security_policy(s: &str) -> Result<String, String> {
-    crate::security::parse_policy(s).map(|_| s.to_string())
+    crate::security::parse_client_policy(s).map(|_| s.to_string())
 }
 
 fn positive(s: &str) -> Result<usize, String> {

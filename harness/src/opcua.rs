@@ -1618,7 +1618,19 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     // while the server idles before the warm-up (and after the window, below): the bound the
     // establishments are quoted beside. The decryptions it counts come from the
     // OpenSecureChannel requests the clients of the same run send.
-    let policy = security::parse_policy(&cfg.opts.security_policy)?;
+    // With an ECC policy the bound is the ECC private-key work instead
+    // (`rsa_bound::calibrate_ecc`), timed once before the run.
+    let client_policy = security::parse_client_policy(&cfg.opts.security_policy)?;
+    let ecc_curve = match client_policy {
+        security::ClientPolicy::Ecc(c) => Some(c),
+        security::ClientPolicy::Rsa(_) => None,
+    };
+    let policy = match client_policy {
+        security::ClientPolicy::Rsa(p) => p,
+        security::ClientPolicy::Ecc(_) => uaring_crypto::PolicyId::Basic256Sha256,
+    };
+    let ecc_bound: Arc<std::sync::Mutex<Option<f64>>> = Arc::default();
+    let ecc_b = ecc_bound.clone();
     let calibration: Arc<std::sync::Mutex<Option<crate::rsa_bound::Calibration>>> = Arc::default();
     let opn_encrypted = Arc::new(AtomicU64::new(0));
     let (cal, opn) = (calibration.clone(), opn_encrypted.clone());
@@ -1627,7 +1639,10 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             let url = endpoint(r);
             let sec = secure(cfg, &url)?;
             opn.store(0, Ordering::Relaxed);
-            if let Some(s) = &sec {
+            if let (Some(_), Some(curve)) = (&sec, ecc_curve) {
+                let us = crate::rsa_bound::calibrate_ecc(curve, &cfg.server_cpus, 2.0)?;
+                *ecc_b.lock().map_err(|_| "calibration lock".to_string())? = Some(us);
+            } else if let Some(s) = &sec {
                 let bits = crate::rsa_bound::key_bits_of(&s.server_certificate)?;
                 let c = crate::rsa_bound::calibrate(policy, bits, &cfg.server_cpus, 2.0)?;
                 *cal.lock().map_err(|_| "calibration lock".to_string())? = Some(c);
@@ -1683,6 +1698,13 @@ fn run_connect(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let mut repeated = 0u32;
     let mut o = loop {
         let mut o = run_with_guard(cfg, &[], &plan)?;
+        if let Some(us) = ecc_bound
+            .lock()
+            .map_err(|_| "calibration lock".to_string())?
+            .take()
+        {
+            crate::rsa_bound::add_ecc_to(&mut o, us);
+        }
         let Some(before) = calibration
             .lock()
             .map_err(|_| "calibration lock".to_string())?

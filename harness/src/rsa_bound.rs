@@ -213,6 +213,74 @@ pub fn add_to(o: &mut Map<String, Value>, cal: &Calibration, opn_encrypted_bytes
     }
 }
 
+/// The ECC counterpart of the bound: the server's private-key work of one ECC establishment —
+/// an ephemeral key, the ECDH with the client's ephemeral key, and two ECDSA signatures (the
+/// OpenSecureChannel response and CreateSession's serverSignature) — timed on one pinned thread
+/// per CPU of `cpus`, all at once, for `seconds`. Returns µs of one establishment's such work.
+pub fn calibrate_ecc(
+    curve: uaring_crypto::EccCurve,
+    cpus: &[usize],
+    seconds: f64,
+) -> Result<f64, String> {
+    use uaring_crypto::ecc::EphemeralKey;
+    let peer = EphemeralKey::generate(curve).map_err(|e| format!("peer key: 0x{e:08X}"))?;
+    let peer_nonce = Arc::new(peer.nonce().to_vec());
+    let key = Arc::new(
+        uaring_crypto::EccPrivateKey::generate(curve).map_err(|e| format!("key: 0x{e:08X}"))?,
+    );
+    let for_ = Duration::from_secs_f64(seconds.max(0.1));
+    let start = Arc::new(std::sync::Barrier::new(cpus.len().max(1)));
+    let mut threads = Vec::new();
+    for &cpu in cpus {
+        let (key, peer_nonce, start) = (key.clone(), peer_nonce.clone(), start.clone());
+        threads.push(std::thread::spawn(move || -> Result<f64, String> {
+            uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+            start.wait();
+            let data = [7u8; 128];
+            let (t0, c0) = (Instant::now(), thread_cpu_ns());
+            let mut n = 0u64;
+            while t0.elapsed() < for_ || n == 0 {
+                let e = EphemeralKey::generate(curve).map_err(|e| format!("0x{e:08X}"))?;
+                let s = e
+                    .shared_secret(&peer_nonce)
+                    .map_err(|e| format!("0x{e:08X}"))?;
+                std::hint::black_box(&s);
+                for _ in 0..2 {
+                    std::hint::black_box(key.sign(&data).map_err(|e| format!("0x{e:08X}"))?);
+                }
+                n += 1;
+            }
+            Ok((thread_cpu_ns() - c0) as f64 / 1e3 / n as f64)
+        }));
+    }
+    let mut each = Vec::new();
+    for t in threads {
+        each.push(t.join().map_err(|_| "ECC calibration thread panicked")??);
+    }
+    Ok(each.iter().sum::<f64>() / each.len().max(1) as f64)
+}
+
+/// Adds the ECC bound (µs of private-key work per establishment, [`calibrate_ecc`]) to a
+/// `connect` result, with its share of the server's CPU per establishment.
+pub fn add_ecc_to(o: &mut Map<String, Value>, bound_us: f64) {
+    o.insert(
+        "ecc_private_ops_per_op".into(),
+        json!("1 ephemeral key + 1 ECDH + 2 sign"),
+    );
+    o.insert("ecc_bound_us_per_op".into(), json!(round(bound_us, 1)));
+    o.insert(
+        "ecc_bound_ops_per_core_s".into(),
+        json!(round(1e6 / bound_us.max(1e-3), 1)),
+    );
+    if let Some(cpu) = o
+        .get("server_cpu_us_per_op")
+        .and_then(Value::as_f64)
+        .filter(|c| *c > 0.0)
+    {
+        o.insert("ecc_bound_share".into(), json!(round(bound_us / cpu, 3)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,32 @@ use crate::blocking::Client;
 use uaring_core::client::ClientConfig;
 use uaring_core::generated::types::MessageSecurityMode;
 use uaring_core::secure_channel::SecurityPolicy;
-use uaring_crypto::{generate_self_signed, CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};
+use uaring_crypto::{
+    generate_self_signed, generate_self_signed_ecc, CertificateRequest, EccCurve, EccIdentity,
+    EccPolicy, OwnIdentity, PolicyId, RsaPolicy,
+};
+
+/// A security policy the load client speaks: one of the RSA policies, or an ECC curve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientPolicy {
+    Rsa(PolicyId),
+    Ecc(EccCurve),
+}
+
+impl ClientPolicy {
+    pub fn uri(self) -> &'static str {
+        match self {
+            ClientPolicy::Rsa(p) => p.uri(),
+            ClientPolicy::Ecc(c) => c.policy_uri(),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientPolicy::Rsa(p) => p.name(),
+            ClientPolicy::Ecc(c) => c.policy_name(),
+        }
+    }
+}
 
 pub struct Security {
     pub policy: Arc<dyn SecurityPolicy>,
@@ -40,16 +65,19 @@ pub fn parse_mode(s: &str) -> Result<MessageSecurityMode, String> {
     }
 }
 
-pub fn parse_policy(s: &str) -> Result<PolicyId, String> {
+/// Any policy the load client speaks: the three RSA ones, ECC_nistP256, ECC_nistP384.
+pub fn parse_client_policy(s: &str) -> Result<ClientPolicy, String> {
     let all = [
-        PolicyId::Basic256Sha256,
-        PolicyId::Aes128Sha256RsaOaep,
-        PolicyId::Aes256Sha256RsaPss,
+        ClientPolicy::Rsa(PolicyId::Basic256Sha256),
+        ClientPolicy::Rsa(PolicyId::Aes128Sha256RsaOaep),
+        ClientPolicy::Rsa(PolicyId::Aes256Sha256RsaPss),
+        ClientPolicy::Ecc(EccCurve::NistP256),
+        ClientPolicy::Ecc(EccCurve::NistP384),
     ];
     let norm = |x: &str| x.to_ascii_lowercase().replace(['-', '_'], "");
     all.into_iter()
         .find(|p| norm(p.name()) == norm(s) || p.uri() == s)
-        .ok_or_else(|| format!("--security-policy {s:?}: one of Basic256Sha256, Aes128_Sha256_RsaOaep, Aes256_Sha256_RsaPss"))
+        .ok_or_else(|| format!("--security-policy {s:?}: one of Basic256Sha256, Aes128_Sha256_RsaOaep, Aes256_Sha256_RsaPss, ECC_nistP256, ECC_nistP384"))
 }
 
 /// Builds the secured configuration, or `None` for mode None.
@@ -58,16 +86,27 @@ pub fn prepare(url: &str, mode: &str, policy: &str) -> Result<Option<Arc<Securit
     if mode == MessageSecurityMode::None {
         return Ok(None);
     }
-    let id = parse_policy(policy)?;
+    let id = parse_client_policy(policy)?;
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
     let req = CertificateRequest::new(CLIENT_URI, "uaring-bench", now_s - 3600);
-    let (cert, key) =
-        generate_self_signed(&req).map_err(|e| format!("client certificate: 0x{e:08X}"))?;
-    let own = OwnIdentity::new(cert, key)?;
-    let client_certificate = own.cert.der().to_vec();
+    let (policy, client_certificate): (Arc<dyn SecurityPolicy>, Vec<u8>) = match id {
+        ClientPolicy::Rsa(p) => {
+            let (cert, key) =
+                generate_self_signed(&req).map_err(|e| format!("client certificate: 0x{e:08X}"))?;
+            let own = OwnIdentity::new(cert, key)?;
+            let der = own.cert.der().to_vec();
+            (RsaPolicy::client(p, own)?, der)
+        }
+        ClientPolicy::Ecc(curve) => {
+            let (cert, key) = generate_self_signed_ecc(&req, curve)
+                .map_err(|e| format!("client certificate: 0x{e:08X}"))?;
+            let der = cert.der().to_vec();
+            (EccPolicy::client(EccIdentity::new(cert, key)?), der)
+        }
+    };
     let mut c = Client::connect(url, Duration::from_secs(10))
         .map_err(|e| format!("GetEndpoints connect: {e:?}"))?;
     let eps = c
@@ -82,7 +121,6 @@ pub fn prepare(url: &str, mode: &str, policy: &str) -> Result<Option<Arc<Securit
     if server_certificate.is_empty() {
         return Err("the endpoint has no server certificate".into());
     }
-    let policy: Arc<dyn SecurityPolicy> = RsaPolicy::client(id, own)?;
     Ok(Some(Arc::new(Security {
         policy,
         mode,
@@ -104,13 +142,21 @@ mod tests {
         assert_eq!(parse_mode("None").unwrap(), MessageSecurityMode::None);
         assert!(parse_mode("x").is_err());
         assert_eq!(
-            parse_policy("Basic256Sha256").unwrap(),
-            PolicyId::Basic256Sha256
+            parse_client_policy("Basic256Sha256").unwrap(),
+            ClientPolicy::Rsa(PolicyId::Basic256Sha256)
         );
         assert_eq!(
-            parse_policy("aes256-sha256-rsapss").unwrap(),
-            PolicyId::Aes256Sha256RsaPss
+            parse_client_policy("aes256-sha256-rsapss").unwrap(),
+            ClientPolicy::Rsa(PolicyId::Aes256Sha256RsaPss)
         );
-        assert!(parse_policy("Basic128Rsa15").is_err());
+        assert!(parse_client_policy("Basic128Rsa15").is_err());
+        assert_eq!(
+            parse_client_policy("ECC_nistP256").unwrap(),
+            ClientPolicy::Ecc(EccCurve::NistP256)
+        );
+        assert_eq!(
+            parse_client_policy("ecc-nistp384").unwrap().name(),
+            "ECC_nistP384"
+        );
     }
 }
