@@ -308,11 +308,25 @@ impl Dialer {
         &self.targets
     }
 
-    /// Waits for the thread (after the fleet was told to stop).
+    /// Waits for the thread (after the fleet was told to stop), at most a second: a connect
+    /// in progress (name resolution included) may hold it up to `connect_timeout_ms`, and a
+    /// shutdown does not wait for that — the thread is left to end on its own (a socket it
+    /// still makes is closed by the stopped shards).
     pub fn join(mut self) {
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        t.thread().unpark();
+        let give_up = Instant::now() + Duration::from_secs(1);
+        while !t.is_finished() && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
             let _ = t.join();
+        } else {
+            tracing::debug!(
+                "reverse connect: the dialer is still in a connect; not waiting for it"
+            );
         }
     }
 }
