@@ -338,7 +338,9 @@ impl<H: Handler> ShardCore<H> {
         let accepted = matches!(origin, Origin::Accepted);
         // A peer's input, not our own client's: within the budgets (dialed ones too).
         let untrusted = accepted || matches!(origin, Origin::Reverse(_));
-        let from_address = if accepted {
+        // Counted by address like every connection of a peer (a move and the close forget it
+        // again by `bounded`); only accepted ones are refused for it.
+        let from_address = if untrusted {
             let n = self.per_address.entry(peer.ip()).or_insert(0);
             *n += 1;
             *n as usize
