@@ -524,13 +524,13 @@ impl ShardWiring {
         self.mail_in.iter_mut().find_map(|c| c.pop())
     }
 
-    /// The next socket handed to this shard: from the acceptor, or a live connection from
-    /// another shard.
     /// A connection the Reverse Connect dialer made, waiting for this shard.
     pub fn pop_dialed(&mut self) -> Option<Dialed> {
         self.dialed.pop()
     }
 
+    /// The next socket handed to this shard: from the acceptor, or a live connection from
+    /// another shard.
     pub fn pop_incoming(&mut self) -> Option<Handoff> {
         if let Some(h) = self.inbox.as_mut().and_then(|i| i.pop()) {
             return Some(h);

@@ -120,9 +120,9 @@ impl BufRing {
         self.last = Some(bid);
     }
 
-    /// The buffers a bundle receive of `len` bytes filled, first to last, starting at `first`
-    /// (the buffer its completion names): each full but the last. Read before any of them is
-    /// pushed back.
+    /// The buffers a receive of `len` bytes filled, first to last, starting at `first` (the
+    /// buffer its completion names): each full but the last — `first` alone unless the receive
+    /// was a bundle. Read before any of them is pushed back.
     pub fn bundle(&self, first: u16, len: usize, into: &mut Vec<u16>) {
         into.clear();
         let count = len.div_ceil(self.buf_bytes).clamp(1, self.entries as usize);

@@ -230,7 +230,7 @@ pub struct UringLoop<H: Handler> {
     cqes: Vec<(u64, i32, u32)>,
     dirty: Vec<ConnId>,
     added: Vec<ConnId>,
-    /// The buffers of the bundle being delivered, reused.
+    /// The buffers of the receive being delivered (more than one for a bundle), reused.
     bundle_bids: Vec<u16>,
     aborted: bool,
     /// Per-connection io_uring state (fixed-file slot, zero-copy result).
@@ -1204,9 +1204,9 @@ impl<H: Handler> UringLoop<H> {
                 .note(&mut c.recv_window, self.core.now.mono_ns);
             let n = res as usize;
             match (bid, self.bufring.as_mut()) {
-                (Some(bid), Some(b)) if self.recv_mode == RecvMode::MultiBundle => {
-                    // One completion for every buffer the receive filled, in the order the
-                    // kernel took them: each full but the last.
+                (Some(bid), Some(b)) => {
+                    // Every buffer the receive filled, in the order the kernel took them: each
+                    // full but the last. One, but for a bundle (`recv_bundles`).
                     let mut bids = std::mem::take(&mut self.bundle_bids);
                     b.bundle(bid, n, &mut bids);
                     if bids.len() > 1 {
@@ -1224,10 +1224,6 @@ impl<H: Handler> UringLoop<H> {
                         b.push(x);
                     }
                     self.bundle_bids = bids;
-                }
-                (Some(bid), Some(b)) => {
-                    self.core.deliver(id, b.get(bid, n));
-                    b.push(bid);
                 }
                 _ => {
                     if let Some(buf) = c.recv_buf.take() {
