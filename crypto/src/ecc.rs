@@ -34,15 +34,10 @@ use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair};
 use zeroize::Zeroizing;
 
-use aes::{Aes128, Aes256};
-use cbc::cipher::block_padding::NoPadding;
-use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
-use hmac::{Hmac, Mac};
-use sha2::{Sha256, Sha384};
-
 use crate::cert::Certificate;
 use crate::policy::AES_BLOCK_SIZE;
 use crate::status;
+use crate::symmetric::{ChunkKeys, MacHash};
 
 const URI_PREFIX: &str = "http://opcfoundation.org/UA/SecurityPolicy#";
 
@@ -440,29 +435,12 @@ pub fn derive_ecc_keys(
     Ok((client, server))
 }
 
-#[derive(Clone)]
-enum EccMac {
-    Sha256(Hmac<Sha256>),
-    Sha384(Hmac<Sha384>),
-}
-
-// One schedule per channel direction, kept inline (as for the RSA policies' keys).
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
-enum EccCipher {
-    None,
-    Aes128(Aes128),
-    Aes256(Aes256),
-}
-
 /// One direction's keys of an ECC channel token, with their expanded schedules.
 #[derive(Clone)]
 pub struct EccSymmetricKeys {
     curve: EccCurve,
     signing_key: Zeroizing<Vec<u8>>,
-    mac: EccMac,
-    cipher: EccCipher,
-    iv: [u8; AES_BLOCK_SIZE],
+    keys: ChunkKeys,
 }
 
 impl std::fmt::Debug for EccSymmetricKeys {
@@ -487,31 +465,15 @@ impl EccSymmetricKeys {
         if signing_key.len() != sig_len || encrypting_key.len() != enc_len || iv.len() != iv_len {
             return Err(status::BAD_INVALID_ARGUMENT);
         }
-        let bad = |_| status::BAD_INTERNAL_ERROR;
-        let mac = match curve {
-            EccCurve::NistP256 => {
-                EccMac::Sha256(<Hmac<Sha256> as Mac>::new_from_slice(signing_key).map_err(bad)?)
-            }
-            EccCurve::NistP384 => {
-                EccMac::Sha384(<Hmac<Sha384> as Mac>::new_from_slice(signing_key).map_err(bad)?)
-            }
+        let hash = match curve {
+            EccCurve::NistP256 => MacHash::Sha256,
+            EccCurve::NistP384 => MacHash::Sha384,
         };
-        let cipher = match (encrypt, curve) {
-            (false, _) => EccCipher::None,
-            (true, EccCurve::NistP256) => EccCipher::Aes128(
-                Aes128::new_from_slice(encrypting_key).map_err(|_| status::BAD_INTERNAL_ERROR)?,
-            ),
-            (true, EccCurve::NistP384) => EccCipher::Aes256(
-                Aes256::new_from_slice(encrypting_key).map_err(|_| status::BAD_INTERNAL_ERROR)?,
-            ),
-        };
-        let iv: [u8; AES_BLOCK_SIZE] = iv.try_into().map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        let keys = ChunkKeys::new(hash, signing_key, encrypt.then_some(encrypting_key), iv)?;
         Ok(EccSymmetricKeys {
             curve,
             signing_key: Zeroizing::new(signing_key.to_vec()),
-            mac,
-            cipher,
-            iv,
+            keys,
         })
     }
 
@@ -522,12 +484,12 @@ impl EccSymmetricKeys {
 
     /// The derived IV.
     pub fn iv(&self) -> &[u8; AES_BLOCK_SIZE] {
-        &self.iv
+        self.keys.iv()
     }
 
     /// Whether these keys encrypt (SignAndEncrypt).
     pub fn encrypts(&self) -> bool {
-        !matches!(self.cipher, EccCipher::None)
+        self.keys.encrypts()
     }
 
     /// HMAC length.
@@ -540,75 +502,22 @@ impl EccSymmetricKeys {
         if out.len() != self.signature_len() {
             return Err(status::BAD_INVALID_ARGUMENT);
         }
-        match &self.mac {
-            EccMac::Sha256(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                out.copy_from_slice(&m.finalize().into_bytes());
-            }
-            EccMac::Sha384(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                out.copy_from_slice(&m.finalize().into_bytes());
-            }
-        }
-        Ok(())
+        self.keys.sign(data, out)
     }
 
     /// Verifies an HMAC in constant time.
     pub fn verify(&self, data: &[u8], signature: &[u8]) -> bool {
-        if signature.len() != self.signature_len() {
-            return false;
-        }
-        match &self.mac {
-            EccMac::Sha256(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                m.verify_slice(signature).is_ok()
-            }
-            EccMac::Sha384(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                m.verify_slice(signature).is_ok()
-            }
-        }
+        signature.len() == self.signature_len() && self.keys.verify(data, signature)
     }
 
     /// AES-CBC encryption in place from the derived IV (whole blocks).
     pub fn encrypt_in_place(&self, buf: &mut [u8]) -> Result<(), u32> {
-        if !buf.len().is_multiple_of(AES_BLOCK_SIZE) {
-            return Err(status::BAD_INVALID_ARGUMENT);
-        }
-        let iv = (&self.iv).into();
-        let len = buf.len();
-        let res = match &self.cipher {
-            EccCipher::None => return Err(status::BAD_INTERNAL_ERROR),
-            EccCipher::Aes128(c) => cbc::Encryptor::<Aes128>::inner_iv_init(c.clone(), iv)
-                .encrypt_padded_mut::<NoPadding>(buf, len)
-                .map(|_| ()),
-            EccCipher::Aes256(c) => cbc::Encryptor::<Aes256>::inner_iv_init(c.clone(), iv)
-                .encrypt_padded_mut::<NoPadding>(buf, len)
-                .map(|_| ()),
-        };
-        res.map_err(|_| status::BAD_INVALID_ARGUMENT)
+        self.keys.encrypt_in_place(buf)
     }
 
     /// AES-CBC decryption in place from the derived IV (whole blocks, else
     /// `BadSecurityChecksFailed`).
     pub fn decrypt_in_place(&self, buf: &mut [u8]) -> Result<(), u32> {
-        if !buf.len().is_multiple_of(AES_BLOCK_SIZE) {
-            return Err(status::BAD_SECURITY_CHECKS_FAILED);
-        }
-        let iv = (&self.iv).into();
-        let res = match &self.cipher {
-            EccCipher::None => return Err(status::BAD_SECURITY_CHECKS_FAILED),
-            EccCipher::Aes128(c) => cbc::Decryptor::<Aes128>::inner_iv_init(c.clone(), iv)
-                .decrypt_padded_mut::<NoPadding>(buf)
-                .map(|_| ()),
-            EccCipher::Aes256(c) => cbc::Decryptor::<Aes256>::inner_iv_init(c.clone(), iv)
-                .decrypt_padded_mut::<NoPadding>(buf)
-                .map(|_| ()),
-        };
-        res.map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
+        self.keys.decrypt_in_place(buf)
     }
 }

@@ -9,17 +9,26 @@ use cbc::cipher::block_padding::NoPadding;
 use cbc::cipher::{BlockDecryptMut, BlockEncryptMut, InnerIvInit, KeyInit};
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
-use sha2::Sha256;
+use sha2::{Sha256, Sha384};
 use zeroize::Zeroizing;
 
 use crate::kdf::p_hash;
 use crate::policy::{PolicyId, SecurityMode, AES_BLOCK_SIZE};
 use crate::status;
 
+/// The HMAC behind a key set's chunk signatures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MacHash {
+    Sha1,
+    Sha256,
+    Sha384,
+}
+
 #[derive(Clone)]
 enum MacKey {
     Sha1(Hmac<Sha1>),
     Sha256(Hmac<Sha256>),
+    Sha384(Hmac<Sha384>),
 }
 
 // The AES key schedules are kept inline: every chunk's encryption reads one with no
@@ -32,15 +41,154 @@ enum CipherKey {
     Aes256(Aes256),
 }
 
+/// What every policy's symmetric chunk security is made of (the RSA policies' key sets and the
+/// ECC ones'): an HMAC key schedule, an AES-CBC key schedule (none for the ECC policies in Sign
+/// mode) and the IV every chunk starts from. Works in place and does not allocate.
+#[derive(Clone)]
+pub(crate) struct ChunkKeys {
+    mac: MacKey,
+    cipher: Option<CipherKey>,
+    iv: [u8; AES_BLOCK_SIZE],
+}
+
+impl ChunkKeys {
+    /// The schedules of `signing_key` (HMAC with `hash`) and of `encrypting_key` (AES-128 for
+    /// 16 bytes, AES-256 for 32; `None`: no encryption).
+    pub(crate) fn new(
+        hash: MacHash,
+        signing_key: &[u8],
+        encrypting_key: Option<&[u8]>,
+        iv: &[u8],
+    ) -> Result<Self, u32> {
+        let bad = |_| status::BAD_INTERNAL_ERROR;
+        let mac = match hash {
+            MacHash::Sha1 => {
+                MacKey::Sha1(<Hmac<Sha1> as Mac>::new_from_slice(signing_key).map_err(bad)?)
+            }
+            MacHash::Sha256 => {
+                MacKey::Sha256(<Hmac<Sha256> as Mac>::new_from_slice(signing_key).map_err(bad)?)
+            }
+            MacHash::Sha384 => {
+                MacKey::Sha384(<Hmac<Sha384> as Mac>::new_from_slice(signing_key).map_err(bad)?)
+            }
+        };
+        let cipher = match encrypting_key {
+            None => None,
+            Some(k) if k.len() == 16 => Some(CipherKey::Aes128(
+                Aes128::new_from_slice(k).map_err(|_| status::BAD_INTERNAL_ERROR)?,
+            )),
+            Some(k) => Some(CipherKey::Aes256(
+                Aes256::new_from_slice(k).map_err(|_| status::BAD_INTERNAL_ERROR)?,
+            )),
+        };
+        let iv: [u8; AES_BLOCK_SIZE] = iv.try_into().map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        Ok(ChunkKeys { mac, cipher, iv })
+    }
+
+    pub(crate) fn iv(&self) -> &[u8; AES_BLOCK_SIZE] {
+        &self.iv
+    }
+
+    pub(crate) fn encrypts(&self) -> bool {
+        self.cipher.is_some()
+    }
+
+    /// HMAC over `data` into `out`, which the caller sized to the HMAC's length.
+    pub(crate) fn sign(&self, data: &[u8], out: &mut [u8]) -> Result<(), u32> {
+        fn put(tag: &[u8], out: &mut [u8]) -> Result<(), u32> {
+            if tag.len() != out.len() {
+                return Err(status::BAD_INVALID_ARGUMENT);
+            }
+            out.copy_from_slice(tag);
+            Ok(())
+        }
+        match &self.mac {
+            MacKey::Sha1(m) => {
+                let mut m = m.clone();
+                m.update(data);
+                put(&m.finalize().into_bytes(), out)
+            }
+            MacKey::Sha256(m) => {
+                let mut m = m.clone();
+                m.update(data);
+                put(&m.finalize().into_bytes(), out)
+            }
+            MacKey::Sha384(m) => {
+                let mut m = m.clone();
+                m.update(data);
+                put(&m.finalize().into_bytes(), out)
+            }
+        }
+    }
+
+    /// Verifies an HMAC in constant time.
+    pub(crate) fn verify(&self, data: &[u8], signature: &[u8]) -> bool {
+        match &self.mac {
+            MacKey::Sha1(m) => {
+                let mut m = m.clone();
+                m.update(data);
+                m.verify_slice(signature).is_ok()
+            }
+            MacKey::Sha256(m) => {
+                let mut m = m.clone();
+                m.update(data);
+                m.verify_slice(signature).is_ok()
+            }
+            MacKey::Sha384(m) => {
+                let mut m = m.clone();
+                m.update(data);
+                m.verify_slice(signature).is_ok()
+            }
+        }
+    }
+
+    /// AES-CBC encryption in place from the IV (whole blocks, else `BadInvalidArgument`;
+    /// without an encrypting key `BadInternalError`).
+    pub(crate) fn encrypt_in_place(&self, buf: &mut [u8]) -> Result<(), u32> {
+        if !buf.len().is_multiple_of(AES_BLOCK_SIZE) {
+            return Err(status::BAD_INVALID_ARGUMENT);
+        }
+        let iv = (&self.iv).into();
+        let len = buf.len();
+        let res = match &self.cipher {
+            None => return Err(status::BAD_INTERNAL_ERROR),
+            Some(CipherKey::Aes128(c)) => cbc::Encryptor::<Aes128>::inner_iv_init(c.clone(), iv)
+                .encrypt_padded_mut::<NoPadding>(buf, len)
+                .map(|_| ()),
+            Some(CipherKey::Aes256(c)) => cbc::Encryptor::<Aes256>::inner_iv_init(c.clone(), iv)
+                .encrypt_padded_mut::<NoPadding>(buf, len)
+                .map(|_| ()),
+        };
+        res.map_err(|_| status::BAD_INVALID_ARGUMENT)
+    }
+
+    /// AES-CBC decryption in place from the IV (whole blocks, else `BadSecurityChecksFailed`,
+    /// as the data came from the peer; so without an encrypting key).
+    pub(crate) fn decrypt_in_place(&self, buf: &mut [u8]) -> Result<(), u32> {
+        if !buf.len().is_multiple_of(AES_BLOCK_SIZE) {
+            return Err(status::BAD_SECURITY_CHECKS_FAILED);
+        }
+        let iv = (&self.iv).into();
+        let res = match &self.cipher {
+            None => return Err(status::BAD_SECURITY_CHECKS_FAILED),
+            Some(CipherKey::Aes128(c)) => cbc::Decryptor::<Aes128>::inner_iv_init(c.clone(), iv)
+                .decrypt_padded_mut::<NoPadding>(buf)
+                .map(|_| ()),
+            Some(CipherKey::Aes256(c)) => cbc::Decryptor::<Aes256>::inner_iv_init(c.clone(), iv)
+                .decrypt_padded_mut::<NoPadding>(buf)
+                .map(|_| ()),
+        };
+        res.map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
+    }
+}
+
 /// One direction's keys (signing key, encrypting key, IV) with their expanded schedules.
 #[derive(Clone)]
 pub struct SymmetricKeys {
     policy: PolicyId,
     signing_key: Zeroizing<Vec<u8>>,
     encrypting_key: Zeroizing<Vec<u8>>,
-    iv: [u8; AES_BLOCK_SIZE],
-    mac: MacKey,
-    cipher: CipherKey,
+    keys: ChunkKeys,
 }
 
 impl std::fmt::Debug for SymmetricKeys {
@@ -128,33 +276,15 @@ impl SymmetricKeys {
         {
             return Err(status::BAD_INVALID_ARGUMENT);
         }
-        let mac = match policy.symmetric_signature_len() {
-            20 => MacKey::Sha1(
-                <Hmac<Sha1> as Mac>::new_from_slice(signing_key)
-                    .map_err(|_| status::BAD_INTERNAL_ERROR)?,
-            ),
-            _ => MacKey::Sha256(
-                <Hmac<Sha256> as Mac>::new_from_slice(signing_key)
-                    .map_err(|_| status::BAD_INTERNAL_ERROR)?,
-            ),
+        let hash = match policy.symmetric_signature_len() {
+            20 => MacHash::Sha1,
+            _ => MacHash::Sha256,
         };
-        let cipher = match enc_len {
-            16 => CipherKey::Aes128(
-                Aes128::new_from_slice(encrypting_key).map_err(|_| status::BAD_INTERNAL_ERROR)?,
-            ),
-            _ => CipherKey::Aes256(
-                Aes256::new_from_slice(encrypting_key).map_err(|_| status::BAD_INTERNAL_ERROR)?,
-            ),
-        };
-        let mut iv_arr = [0u8; AES_BLOCK_SIZE];
-        iv_arr.copy_from_slice(iv);
         Ok(SymmetricKeys {
             policy,
             signing_key: Zeroizing::new(signing_key.to_vec()),
             encrypting_key: Zeroizing::new(encrypting_key.to_vec()),
-            iv: iv_arr,
-            mac,
-            cipher,
+            keys: ChunkKeys::new(hash, signing_key, Some(encrypting_key), iv)?,
         })
     }
 
@@ -175,7 +305,7 @@ impl SymmetricKeys {
 
     /// The derived IV (used unchanged for every chunk).
     pub fn iv(&self) -> &[u8; AES_BLOCK_SIZE] {
-        &self.iv
+        self.keys.iv()
     }
 
     /// Signature length in bytes (HMAC output).
@@ -188,74 +318,23 @@ impl SymmetricKeys {
         if out.len() != self.signature_len() {
             return Err(status::BAD_INVALID_ARGUMENT);
         }
-        match &self.mac {
-            MacKey::Sha1(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                out.copy_from_slice(&m.finalize().into_bytes());
-            }
-            MacKey::Sha256(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                out.copy_from_slice(&m.finalize().into_bytes());
-            }
-        }
-        Ok(())
+        self.keys.sign(data, out)
     }
 
     /// Verifies an HMAC in constant time.
     pub fn verify(&self, data: &[u8], signature: &[u8]) -> bool {
-        if signature.len() != self.signature_len() {
-            return false;
-        }
-        match &self.mac {
-            MacKey::Sha1(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                m.verify_slice(signature).is_ok()
-            }
-            MacKey::Sha256(m) => {
-                let mut m = m.clone();
-                m.update(data);
-                m.verify_slice(signature).is_ok()
-            }
-        }
+        signature.len() == self.signature_len() && self.keys.verify(data, signature)
     }
 
     /// AES-CBC encryption in place from the derived IV; `buf.len()` must be a multiple of 16.
     pub fn encrypt_in_place(&self, buf: &mut [u8]) -> Result<(), u32> {
-        if !buf.len().is_multiple_of(AES_BLOCK_SIZE) {
-            return Err(status::BAD_INVALID_ARGUMENT);
-        }
-        let iv = (&self.iv).into();
-        let len = buf.len();
-        let res = match &self.cipher {
-            CipherKey::Aes128(c) => cbc::Encryptor::<Aes128>::inner_iv_init(c.clone(), iv)
-                .encrypt_padded_mut::<NoPadding>(buf, len)
-                .map(|_| ()),
-            CipherKey::Aes256(c) => cbc::Encryptor::<Aes256>::inner_iv_init(c.clone(), iv)
-                .encrypt_padded_mut::<NoPadding>(buf, len)
-                .map(|_| ()),
-        };
-        res.map_err(|_| status::BAD_INVALID_ARGUMENT)
+        self.keys.encrypt_in_place(buf)
     }
 
     /// AES-CBC decryption in place from the derived IV; `buf.len()` must be a multiple of 16
     /// (otherwise `BadSecurityChecksFailed`, as the data came from the peer).
     pub fn decrypt_in_place(&self, buf: &mut [u8]) -> Result<(), u32> {
-        if !buf.len().is_multiple_of(AES_BLOCK_SIZE) {
-            return Err(status::BAD_SECURITY_CHECKS_FAILED);
-        }
-        let iv = (&self.iv).into();
-        let res = match &self.cipher {
-            CipherKey::Aes128(c) => cbc::Decryptor::<Aes128>::inner_iv_init(c.clone(), iv)
-                .decrypt_padded_mut::<NoPadding>(buf)
-                .map(|_| ()),
-            CipherKey::Aes256(c) => cbc::Decryptor::<Aes256>::inner_iv_init(c.clone(), iv)
-                .decrypt_padded_mut::<NoPadding>(buf)
-                .map(|_| ()),
-        };
-        res.map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
+        self.keys.decrypt_in_place(buf)
     }
 
     /// Secures a complete chunk in place before sending.
