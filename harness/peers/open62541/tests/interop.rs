@@ -47,15 +47,15 @@ impl Drop for Server {
     }
 }
 
-/// Starts a server and waits (hang guard: 120 s) for `benchmark server ready`;
-/// the port comes from its `listening on …:PORT` line.
-fn start(cmd: &mut Command) -> Server {
+/// Spawns `cmd` with its stdout and stderr read line by line into the returned channel
+/// (closed once both reach EOF).
+fn spawn_with_lines(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("server starts");
+        .expect("the process starts");
     let (tx, rx) = mpsc::channel();
     for r in [
         Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
@@ -68,6 +68,13 @@ fn start(cmd: &mut Command) -> Server {
             }
         });
     }
+    (child, rx)
+}
+
+/// Starts a server and waits (hang guard: 120 s) for `benchmark server ready`;
+/// the port comes from its `listening on …:PORT` line.
+fn start(cmd: &mut Command) -> Server {
+    let (child, rx) = spawn_with_lines(cmd);
     let mut port = None;
     let mut seen = Vec::new();
     loop {
@@ -143,32 +150,14 @@ fn check_contract_run(stdout: &str, security: &str, connected: &str) {
 
 /// open62541's client listening for a Reverse Connect on `port`; returns once it listens.
 fn reverse_client(port: u16, security: &str) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(CLIENT)
-        .args([
-            "--reverse-port",
-            &port.to_string(),
-            "--security",
-            security,
-            "--log-level",
-            "5",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    for r in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(r).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-    }
+    let (mut child, rx) = spawn_with_lines(Command::new(CLIENT).args([
+        "--reverse-port",
+        &port.to_string(),
+        "--security",
+        security,
+        "--log-level",
+        "5",
+    ]));
     loop {
         match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(line) if line.starts_with("ok listening for reverse connect") => return (child, rx),
