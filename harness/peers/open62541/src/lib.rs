@@ -96,16 +96,8 @@ pub fn self_signed(
     common_name: &str,
     key_bits: u16,
 ) -> Result<(UA_ByteString, UA_ByteString), String> {
-    // SAFETY: the subject and SAN arrays are UA_Strings owned here and cleared after the call;
-    // the parameter map copies the key size it is given and is cleared after the call; the
-    // outputs are initialised ByteStrings.
+    // SAFETY: the parameter map copies the key size it is given; `self_signed_with` clears it.
     unsafe {
-        let mut subject = [
-            ua_string("C=DE"),
-            ua_string("O=uaring"),
-            ua_string(&format!("CN={common_name}")),
-        ];
-        let mut san = [ua_string(&format!("URI:{uri}")), ua_string("DNS:localhost")];
         let mut params: UA_KeyValueMap = std::mem::zeroed();
         let name = CString::new("key-size-bits").expect("no NUL");
         let rc = UA_KeyValueMap_setScalar(
@@ -114,7 +106,35 @@ pub fn self_signed(
             &key_bits as *const u16 as *const c_void,
             data_type(UA_TYPES_UINT16),
         );
-        check("key-size-bits", rc)?;
+        if let Err(e) = check("key-size-bits", rc) {
+            UA_KeyValueMap_clear(&mut params);
+            return Err(e);
+        }
+        self_signed_with(uri, common_name, params)
+    }
+}
+
+/// A self-signed certificate and key (DER) of open62541's certificate plug-in for `uri` and
+/// `common_name`, with the plug-in's parameters `params` (key size, key type, curve), which
+/// it clears.
+///
+/// # Safety
+/// `params` must be a map made by open62541's `UA_KeyValueMap_*` functions.
+#[cfg(feature = "mbedtls")]
+pub unsafe fn self_signed_with(
+    uri: &str,
+    common_name: &str,
+    mut params: UA_KeyValueMap,
+) -> Result<(UA_ByteString, UA_ByteString), String> {
+    // SAFETY: the subject and SAN arrays are UA_Strings owned here and cleared after the call;
+    // the outputs are initialised ByteStrings.
+    unsafe {
+        let mut subject = [
+            ua_string("C=DE"),
+            ua_string("O=uaring"),
+            ua_string(&format!("CN={common_name}")),
+        ];
+        let mut san = [ua_string(&format!("URI:{uri}")), ua_string("DNS:localhost")];
         let mut key: UA_ByteString = std::mem::zeroed();
         let mut cert: UA_ByteString = std::mem::zeroed();
         let rc = UA_CreateCertificate(

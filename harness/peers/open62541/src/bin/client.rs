@@ -147,18 +147,9 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
 /// `nistp384`).
 #[cfg(feature = "mbedtls")]
 fn ecc_self_signed(curve: &str) -> Result<(UA_ByteString, UA_ByteString), String> {
-    // SAFETY: as lib.rs's `self_signed`: the subject, SAN and parameter values are owned here
-    // and cleared after the call (the map copies what it is given).
+    // SAFETY: the parameter map copies the values it is given (each cleared here after);
+    // `self_signed_with` clears the map.
     unsafe {
-        let mut subject = [
-            ua_string("C=DE"),
-            ua_string("O=uaring"),
-            ua_string("CN=uaring interop open62541 client"),
-        ];
-        let mut san = [
-            ua_string(&format!("URI:{CLIENT_URI}")),
-            ua_string("DNS:localhost"),
-        ];
         let mut params: UA_KeyValueMap = std::mem::zeroed();
         for (k, v) in [("key-type", "ec"), ("ecc-curve", curve)] {
             let key = CString::new(k).expect("no NUL");
@@ -170,27 +161,12 @@ fn ecc_self_signed(curve: &str) -> Result<(UA_ByteString, UA_ByteString), String
                 data_type(UA_TYPES_STRING),
             );
             UA_String_clear(&mut value);
-            check(k, rc)?;
+            if let Err(e) = check(k, rc) {
+                UA_KeyValueMap_clear(&mut params);
+                return Err(e);
+            }
         }
-        let mut key: UA_ByteString = std::mem::zeroed();
-        let mut cert: UA_ByteString = std::mem::zeroed();
-        let rc = UA_CreateCertificate(
-            UA_Log_Stdout,
-            subject.as_ptr(),
-            subject.len(),
-            san.as_ptr(),
-            san.len(),
-            UA_CertificateFormat::UA_CERTIFICATEFORMAT_DER,
-            &mut params,
-            &mut key,
-            &mut cert,
-        );
-        UA_KeyValueMap_clear(&mut params);
-        for s in subject.iter_mut().chain(san.iter_mut()) {
-            UA_String_clear(s);
-        }
-        check("UA_CreateCertificate (EC)", rc)?;
-        Ok((cert, key))
+        self_signed_with(CLIENT_URI, "uaring interop open62541 client", params)
     }
 }
 
