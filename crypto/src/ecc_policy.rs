@@ -36,7 +36,7 @@ use crate::cert::Certificate;
 use crate::ecc::EphemeralKey;
 use crate::ecc::{derive_ecc_keys, ecdsa_verify, EccCurve, EccPrivateKey, EccSymmetricKeys};
 use crate::policy::AES_BLOCK_SIZE;
-use crate::uasc::{opn_certificate_status, ShardTrust};
+use crate::uasc::{leaf_thumbprint, opn_peer, signer_leaf, ShardTrust};
 
 fn sc(code: u32) -> StatusCode {
     StatusCode(code)
@@ -112,15 +112,6 @@ impl EccPolicy {
     /// The curve.
     pub fn curve(&self) -> EccCurve {
         self.curve
-    }
-
-    fn leaf(chain: &[u8]) -> Result<Certificate, StatusCode> {
-        let chain =
-            Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
-        chain
-            .into_iter()
-            .next()
-            .ok_or(StatusCode::BadCertificateInvalid)
     }
 
     /// The token's chunk protection from our ephemeral key and the peer's nonce (its
@@ -200,8 +191,7 @@ impl SecurityPolicy for EccPolicy {
     }
 
     fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
-        let leaf = crate::cert::leaf_der(certificate).unwrap_or(certificate);
-        Some(crate::cert::thumbprint(leaf).to_vec())
+        Some(leaf_thumbprint(certificate))
     }
 
     fn asymmetric(
@@ -211,20 +201,14 @@ impl SecurityPolicy for EccPolicy {
         receiver_thumbprint: Option<&[u8]>,
         now: Now,
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
-        let peer_bytes = peer_certificate.ok_or(StatusCode::BadCertificateInvalid)?;
-        let peer = match role {
-            Role::Client => Self::leaf(peer_bytes)?,
-            Role::Server => {
-                // Part 6 §6.7.7: the receiver thumbprint must be ours.
-                if receiver_thumbprint != Some(&self.own.cert.thumbprint()[..]) {
-                    return Err(StatusCode::BadCertificateInvalid);
-                }
-                let trust = self.trust.as_ref().ok_or(StatusCode::BadInternalError)?;
-                trust
-                    .validate_client(peer_bytes, None, now)
-                    .map_err(opn_certificate_status)?
-            }
-        };
+        let peer = opn_peer(
+            role,
+            &self.own.cert,
+            self.trust.as_deref(),
+            peer_certificate,
+            receiver_thumbprint,
+            now,
+        )?;
         self.check_curve(&peer)?;
         Ok(Box::new(EccAsymCrypto {
             curve: self.curve,
@@ -305,14 +289,7 @@ impl SecurityPolicy for EccPolicy {
         if !algorithm_uri.is_empty() && algorithm_uri != self.curve.signature_algorithm_uri() {
             return Err(StatusCode::BadSecurityChecksFailed);
         }
-        let signer = match self
-            .trust
-            .as_ref()
-            .and_then(|t| t.validated_leaf(signer_certificate))
-        {
-            Some(leaf) => leaf,
-            None => Self::leaf(signer_certificate)?,
-        };
+        let signer = signer_leaf(self.trust.as_deref(), signer_certificate)?;
         ecdsa_verify(self.curve, &signer, data, signature)
             .map_err(|_| StatusCode::BadSecurityChecksFailed)
     }

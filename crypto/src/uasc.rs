@@ -294,6 +294,60 @@ pub fn opn_certificate_status(code: u32) -> StatusCode {
     }
 }
 
+/// The first certificate of a DER chain (BadCertificateInvalid when there is none).
+pub(crate) fn leaf_certificate(chain: &[u8]) -> Result<Certificate, StatusCode> {
+    let chain = Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
+    chain
+        .into_iter()
+        .next()
+        .ok_or(StatusCode::BadCertificateInvalid)
+}
+
+/// The thumbprint a receiver identifies `certificate` by: the SHA-1 of its leaf's DER, which
+/// needs only the first TLV's length, not a parse (the certificate is validated elsewhere).
+pub(crate) fn leaf_thumbprint(certificate: &[u8]) -> Vec<u8> {
+    let leaf = crate::cert::leaf_der(certificate).unwrap_or(certificate);
+    crate::cert::thumbprint(leaf).to_vec()
+}
+
+/// The peer's certificate of an OpenSecureChannel, for every policy: a client takes the
+/// server's leaf as given; a server checks that the receiver thumbprint is that of `own`
+/// (Part 6 §6.7.7) and validates the client's chain against `trust` at `now`.
+pub(crate) fn opn_peer(
+    role: Role,
+    own: &Certificate,
+    trust: Option<&ShardTrust>,
+    peer_certificate: Option<&[u8]>,
+    receiver_thumbprint: Option<&[u8]>,
+    now: Now,
+) -> Result<Certificate, StatusCode> {
+    let peer_bytes = peer_certificate.ok_or(StatusCode::BadCertificateInvalid)?;
+    match role {
+        Role::Client => leaf_certificate(peer_bytes),
+        Role::Server => {
+            if receiver_thumbprint != Some(&own.thumbprint()[..]) {
+                return Err(StatusCode::BadCertificateInvalid);
+            }
+            let trust = trust.ok_or(StatusCode::BadInternalError)?;
+            trust
+                .validate_client(peer_bytes, None, now)
+                .map_err(opn_certificate_status)
+        }
+    }
+}
+
+/// The certificate behind a signature to check: the shard's validated parse when it has one,
+/// else the leaf of `signer_certificate`.
+pub(crate) fn signer_leaf(
+    trust: Option<&ShardTrust>,
+    signer_certificate: &[u8],
+) -> Result<Certificate, StatusCode> {
+    match trust.and_then(|t| t.validated_leaf(signer_certificate)) {
+        Some(leaf) => Ok(leaf),
+        None => leaf_certificate(signer_certificate),
+    }
+}
+
 /// An RSA security policy: the algorithm suite, the own identity and (server side) the
 /// shard's trust state.
 pub struct RsaPolicy {
@@ -359,15 +413,6 @@ impl RsaPolicy {
     pub fn own(&self) -> &Arc<OwnIdentity> {
         &self.own
     }
-
-    fn leaf(chain: &[u8]) -> Result<Certificate, StatusCode> {
-        let chain =
-            Certificate::parse_chain(chain).map_err(|_| StatusCode::BadCertificateInvalid)?;
-        chain
-            .into_iter()
-            .next()
-            .ok_or(StatusCode::BadCertificateInvalid)
-    }
 }
 
 impl SecurityPolicy for RsaPolicy {
@@ -384,10 +429,7 @@ impl SecurityPolicy for RsaPolicy {
     }
 
     fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
-        // The thumbprint of the leaf, when a chain is sent: the SHA-1 of its DER, which needs
-        // only the first TLV's length, not a parse (the certificate is validated elsewhere).
-        let leaf = crate::cert::leaf_der(certificate).unwrap_or(certificate);
-        Some(crate::cert::thumbprint(leaf).to_vec())
+        Some(leaf_thumbprint(certificate))
     }
 
     fn asymmetric(
@@ -397,25 +439,20 @@ impl SecurityPolicy for RsaPolicy {
         receiver_thumbprint: Option<&[u8]>,
         now: Now,
     ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
-        let peer_bytes = peer_certificate.ok_or(StatusCode::BadCertificateInvalid)?;
-        let peer = match role {
-            Role::Client => Self::leaf(peer_bytes)?,
-            Role::Server => {
-                // Part 6 §6.7.7: the receiver thumbprint must be ours.
-                if receiver_thumbprint != Some(&self.own.cert.thumbprint()[..]) {
-                    return Err(StatusCode::BadCertificateInvalid);
-                }
-                let trust = self.trust.as_ref().ok_or(StatusCode::BadInternalError)?;
-                let leaf = trust
-                    .validate_client(peer_bytes, None, now)
-                    .map_err(opn_certificate_status)?;
-                let (lo, hi) = self.id.asym_key_bits_range();
-                if leaf.key_bits() < lo || leaf.key_bits() > hi {
-                    return Err(StatusCode::BadCertificatePolicyCheckFailed);
-                }
-                leaf
+        let peer = opn_peer(
+            role,
+            &self.own.cert,
+            self.trust.as_deref(),
+            peer_certificate,
+            receiver_thumbprint,
+            now,
+        )?;
+        if role == Role::Server {
+            let (lo, hi) = self.id.asym_key_bits_range();
+            if peer.key_bits() < lo || peer.key_bits() > hi {
+                return Err(StatusCode::BadCertificatePolicyCheckFailed);
             }
-        };
+        }
         if self.id.asym_plain_block_size(peer.key_bytes()) == 0 {
             return Err(StatusCode::BadCertificatePolicyCheckFailed);
         }
@@ -483,14 +520,7 @@ impl SecurityPolicy for RsaPolicy {
         }
         // The signer is the session's client certificate, which CreateSession validated: the
         // shard usually still has it parsed.
-        let signer = match self
-            .trust
-            .as_ref()
-            .and_then(|t| t.validated_leaf(signer_certificate))
-        {
-            Some(leaf) => leaf,
-            None => Self::leaf(signer_certificate)?,
-        };
+        let signer = signer_leaf(self.trust.as_deref(), signer_certificate)?;
         asym_verify(self.id, &signer, data, signature)
             .map_err(|_| StatusCode::BadSecurityChecksFailed)
     }
