@@ -338,6 +338,9 @@ pub struct SubscriptionEngine {
     sub_free: Vec<u32>,
     sub_ids: HashMap<u32, u32>,
     sub_counter: u32,
+    /// How many publishing timers this shard has placed: the next one's phase (see
+    /// [`SubscriptionEngine::first_cycle`]).
+    phase_counter: u64,
     items: Slots<MonitoredItem>,
     item_free: Vec<u32>,
     item_ids: HashMap<u32, u32>,
@@ -399,6 +402,7 @@ impl SubscriptionEngine {
             sub_free: Vec::new(),
             sub_ids: HashMap::new(),
             sub_counter: 0,
+            phase_counter: 0,
             items: Slots::default(),
             item_free: Vec::new(),
             item_ids: HashMap::new(),
@@ -590,6 +594,27 @@ impl SubscriptionEngine {
             Some(Some(s)) if s.session == Some(key) => Ok(slot),
             _ => Err(StatusCode::BadSubscriptionIdInvalid),
         }
+    }
+
+    /// The first publishing deadline of a timer (re)started now with `interval_ns`.
+    ///
+    /// The cycles of a shard's subscriptions are spread over their interval instead of all
+    /// following their creation times: clients create their subscriptions together (after a
+    /// restart, or a benchmark's sessions), and cycles that fall together make one core build
+    /// and send all their messages back to back, so the last one leaves late and the client
+    /// receives them in one burst. The k-th timer placed on the shard (from 0) starts
+    /// frac(k·φ)·interval early (φ the golden ratio: however many are placed together, their
+    /// phases stay evenly spread, and placing one costs a counter). So the first cycle comes
+    /// within one interval of now, never later than a timer started now, and the shard's
+    /// first subscription keeps exactly one interval; later cycles keep the phase (absolute
+    /// deadlines).
+    fn first_cycle(&mut self, interval_ns: u64, now: Now) -> u64 {
+        const PHI_64: u64 = 0x9E37_79B9_7F4A_7C15;
+        let interval = interval_ns.max(1);
+        let fraction = self.phase_counter.wrapping_mul(PHI_64);
+        self.phase_counter = self.phase_counter.wrapping_add(1);
+        let early = ((u128::from(fraction) * u128::from(interval)) >> 64) as u64;
+        now.mono_ns.saturating_add(interval - early)
     }
 
     fn next_sub_id(&mut self) -> u32 {
@@ -1474,6 +1499,7 @@ impl SubscriptionEngine {
         );
         let id = self.next_sub_id();
         let interval_ns = (interval_ms * 1e6) as u64;
+        let first_ns = self.first_cycle(interval_ns, now);
         let sub = Subscription {
             id,
             session: Some(key),
@@ -1487,7 +1513,7 @@ impl SubscriptionEngine {
                 .revise_max_notifications(req.max_notifications_per_publish),
             priority: req.priority,
             publishing_enabled: req.publishing_enabled,
-            next_ns: now.mono_ns.saturating_add(interval_ns),
+            next_ns: first_ns,
             timer_generation: 0,
             keep_alive_counter: 0,
             lifetime_counter: 0,
@@ -1502,8 +1528,7 @@ impl SubscriptionEngine {
         };
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
-        self.sub_heap
-            .push(Reverse((now.mono_ns.saturating_add(interval_ns), slot, 0)));
+        self.sub_heap.push(Reverse((first_ns, slot, 0)));
         self.sessions.entry(key).or_default().subs.push(slot);
         Ok(Revised {
             subscription_id: id,
@@ -1532,6 +1557,17 @@ impl SubscriptionEngine {
         let max_notifications = self
             .limits
             .revise_max_notifications(req.max_notifications_per_publish);
+        let interval_ns = (interval_ms * 1e6) as u64;
+        let changed = self
+            .subs
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|sub| interval_ms != sub.interval_ms);
+        let first_ns = if changed {
+            self.first_cycle(interval_ns, now)
+        } else {
+            0
+        };
         let sub = self
             .subs
             .get_mut(slot as usize)
@@ -1543,11 +1579,11 @@ impl SubscriptionEngine {
         sub.priority = req.priority;
         sub.lifetime_counter = 0;
         sub.diag.modify = sub.diag.modify.wrapping_add(1);
-        if interval_ms != sub.interval_ms {
+        if changed {
             sub.interval_ms = interval_ms;
-            sub.interval_ns = (interval_ms * 1e6) as u64;
+            sub.interval_ns = interval_ns;
             sub.timer_generation = sub.timer_generation.wrapping_add(1);
-            sub.next_ns = now.mono_ns.saturating_add(sub.interval_ns);
+            sub.next_ns = first_ns;
             self.sub_heap
                 .push(Reverse((sub.next_ns, slot, sub.timer_generation)));
         }
@@ -1837,7 +1873,7 @@ impl SubscriptionEngine {
         sub.lifetime_counter = 0;
         sub.timer_generation = 0;
         sub.diag.transfer_requests = sub.diag.transfer_requests.wrapping_add(1);
-        sub.next_ns = now.mono_ns.saturating_add(sub.interval_ns);
+        sub.next_ns = self.first_cycle(sub.interval_ns, now);
         let id = sub.id;
         let next_ns = sub.next_ns;
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
@@ -3535,5 +3571,42 @@ mod pool_tests {
             p.buffer_bytes,
             p.buffers.iter().map(Vec::capacity).sum::<usize>()
         );
+    }
+}
+
+#[cfg(test)]
+mod timer_tests {
+    use super::*;
+
+    /// Timers placed at one instant get first cycles spread over the interval, each within
+    /// one interval of now, the first exactly one interval away; a timer that keeps its phase
+    /// keeps it (the shard's later cycles are absolute deadlines).
+    #[test]
+    fn timers_placed_together_are_spread_over_their_interval() {
+        let mut engine = SubscriptionEngine::new(
+            SubscriptionLimits::default(),
+            0,
+            std::sync::Arc::new(crate::address_space::ChangeHub::new(0)),
+        );
+        let now = Now::new(5_000_000_123, crate::types::DateTime(0));
+        let interval = 100_000_000;
+        let mut firsts: Vec<u64> = (0..10).map(|_| engine.first_cycle(interval, now)).collect();
+        assert_eq!(
+            firsts[0],
+            now.mono_ns + interval,
+            "the first keeps one interval"
+        );
+        assert!(firsts
+            .iter()
+            .all(|&f| f > now.mono_ns && f <= now.mono_ns + interval));
+        firsts.sort_unstable();
+        let gaps: Vec<u64> = firsts.windows(2).map(|w| w[1] - w[0]).collect();
+        let smallest = gaps.iter().copied().min().unwrap_or(0);
+        assert!(
+            smallest >= interval / 20,
+            "ten timers at least 5 ms apart over 100 ms: {gaps:?}"
+        );
+        let wrap = firsts[0] + interval - firsts[9];
+        assert!(wrap >= interval / 20, "and around the end: {wrap}");
     }
 }
