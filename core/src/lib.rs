@@ -27,6 +27,7 @@ pub mod generated;
 pub mod history;
 pub mod metrics;
 pub mod random;
+pub mod response;
 pub mod roles;
 pub mod secure_channel;
 pub mod server;

@@ -976,7 +976,7 @@ fn session_events() {
     let s = shared();
     let sid = NodeId::string(1, "session-1");
     let cert = ByteString::from(vec![1u8, 2, 3]);
-    let created = events::audit::session_created_event(&s, &sid, 7, &cert, 60_000.0, start());
+    let created = events::audit::session_created_event(&s.events, &sid, 7, &cert, 60_000.0, start());
     assert_eq!(
         created.event_type,
         NodeId::ns0(ids::AUDIT_CREATE_SESSION_EVENT_TYPE)
@@ -998,7 +998,7 @@ fn session_events() {
     assert!(created.is_reported_on(&NodeId::ns0(2253)));
     assert!(!created.is_reported_on(&content::demo_folder_id()));
     let mut c = s.events.bus.cursor();
-    events::audit::publish_session_closed(&s, &sid, true, start());
+    events::audit::publish_session_closed(&s.events, &sid, true, start());
     let mut got = Vec::new();
     c.poll(&s.events.bus, |e| got.push(e.clone()));
     assert_eq!(got.len(), 1);
@@ -1217,7 +1217,7 @@ fn random_filters_never_panic() {
     let mut evs = vec![
         demo_event(&s),
         events::audit::session_created_event(
-            &s,
+            &s.events,
             &NodeId::string(1, "x"),
             1,
             &ByteString::null(),

@@ -10,6 +10,7 @@
 //!   HasSubtype); `is_subtype_of` walks that chain (depth ≤ 16 in namespace 0).
 
 pub mod app;
+pub mod attributes;
 pub mod build;
 pub mod change;
 pub mod numeric_range;

@@ -137,6 +137,10 @@ pub struct ClientConnection {
 /// request a pipelining client has in flight, up to this.
 pub const SPARE_READS_MAX: usize = 1024;
 
+/// Largest Read response (in results) a client keeps for reuse; a bigger one is dropped, so
+/// the memory kept stays bounded (the server's recycler keeps requests to the same size).
+pub const SPARE_READ_RESULTS_MAX: usize = 256;
+
 /// A ServiceFault standing for a request the server aborted.
 fn fault(handle: u32, status: StatusCode) -> Response {
     Response::ServiceFault(Box::new(ServiceFault {
@@ -500,12 +504,12 @@ impl ClientConnection {
     }
 
     /// Gives a response back once it has been read: a Read response of at most
-    /// [`crate::server::recycle::RECYCLE_ELEMENTS_MAX`] results is kept (at most
+    /// [`SPARE_READ_RESULTS_MAX`] results is kept (at most
     /// [`SPARE_READS_MAX`] of them), and the next Read responses are decoded into them instead
     /// of into new allocations. Anything else is dropped.
     pub fn give_back(&mut self, response: Response) {
         if let Response::Read(r) = response {
-            if r.results.capacity() <= crate::server::recycle::RECYCLE_ELEMENTS_MAX
+            if r.results.capacity() <= SPARE_READ_RESULTS_MAX
                 && self.spare_read.len() < SPARE_READS_MAX
             {
                 self.spare_read.push(r);

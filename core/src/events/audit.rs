@@ -6,21 +6,16 @@
 
 use std::sync::Arc;
 
+use super::ServerEvents;
 use super::{ids, Event, EventField};
-use crate::server::shared::ServerShared;
 use crate::types::{ByteString, LocalizedText, NodeId, UaString, Variant};
 use crate::Now;
 
-fn audit_fields(shared: &ServerShared, session_id: &NodeId, now: Now) -> Vec<EventField> {
+fn audit_fields(ev: &ServerEvents, session_id: &NodeId, now: Now) -> Vec<EventField> {
     vec![
         EventField::ns0("ActionTimeStamp", Variant::DateTime(now.utc)),
         EventField::ns0("Status", Variant::Boolean(true)),
-        EventField::ns0(
-            "ServerId",
-            Variant::String(UaString::from(
-                shared.config.application.effective_application_uri(),
-            )),
-        ),
+        EventField::ns0("ServerId", Variant::String(ev.server_uri.clone())),
         EventField::ns0("ClientAuditEntryId", Variant::String(UaString::null())),
         EventField::ns0("ClientUserId", Variant::String(UaString::null())),
         EventField::ns0("SessionId", Variant::NodeId(Box::new(session_id.clone()))),
@@ -29,15 +24,14 @@ fn audit_fields(shared: &ServerShared, session_id: &NodeId, now: Now) -> Vec<Eve
 
 /// The event of a session's creation (AuditCreateSessionEventType).
 pub fn session_created_event(
-    shared: &ServerShared,
+    ev: &ServerEvents,
     session_id: &NodeId,
     secure_channel_id: u32,
     client_certificate: &ByteString,
     revised_session_timeout_ms: f64,
     now: Now,
 ) -> Event {
-    let ev = &shared.events;
-    let mut fields = audit_fields(shared, session_id, now);
+    let mut fields = audit_fields(ev, session_id, now);
     fields.push(EventField::ns0(
         "SecureChannelId",
         Variant::String(UaString::from(secure_channel_id.to_string())),
@@ -69,12 +63,11 @@ pub fn session_created_event(
 /// The event of a session's end (AuditSessionEventType): closed by CloseSession, or
 /// `timed_out`.
 pub fn session_closed_event(
-    shared: &ServerShared,
+    ev: &ServerEvents,
     session_id: &NodeId,
     timed_out: bool,
     now: Now,
 ) -> Event {
-    let ev = &shared.events;
     let (name, msg) = if timed_out {
         ("Session/Timeout", "Session timed out")
     } else {
@@ -91,7 +84,7 @@ pub fn session_closed_event(
         message: LocalizedText::new("en", msg),
         severity: 100,
         condition_id: None,
-        fields: audit_fields(shared, session_id, now),
+        fields: audit_fields(ev, session_id, now),
         notifiers: Arc::clone(&ev.notifiers_server),
     }
 }
@@ -99,16 +92,16 @@ pub fn session_closed_event(
 /// Publishes [`session_created_event`] on the bus (call on the session's shard after a
 /// successful CreateSession).
 pub fn publish_session_created(
-    shared: &ServerShared,
+    ev: &ServerEvents,
     session_id: &NodeId,
     secure_channel_id: u32,
     client_certificate: &ByteString,
     revised_session_timeout_ms: f64,
     now: Now,
 ) {
-    shared.events.bus.publish_with(|| {
+    ev.bus.publish_with(|| {
         session_created_event(
-            shared,
+            ev,
             session_id,
             secure_channel_id,
             client_certificate,
@@ -119,14 +112,7 @@ pub fn publish_session_created(
 }
 
 /// Publishes [`session_closed_event`] on the bus (CloseSession, or the session timed out).
-pub fn publish_session_closed(
-    shared: &ServerShared,
-    session_id: &NodeId,
-    timed_out: bool,
-    now: Now,
-) {
-    shared
-        .events
-        .bus
-        .publish_with(|| session_closed_event(shared, session_id, timed_out, now));
+pub fn publish_session_closed(ev: &ServerEvents, session_id: &NodeId, timed_out: bool, now: Now) {
+    ev.bus
+        .publish_with(|| session_closed_event(ev, session_id, timed_out, now));
 }

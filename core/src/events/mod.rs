@@ -302,6 +302,8 @@ pub struct ServerEvents {
     pub chains: TypeChains,
     /// [`server_notifiers`], shared by every event that uses them.
     pub notifiers_server: Arc<[NodeId]>,
+    /// The server's ApplicationUri: the ServerId of its audit events.
+    pub server_uri: UaString,
     /// When a shard should next call [`ServerEvents::shelving_tick`] (monotonic ns;
     /// `u64::MAX`: no alarm is shelved until a time).
     pub(crate) shelving_tick_ns: std::sync::atomic::AtomicU64,
@@ -339,6 +341,7 @@ impl ServerEvents {
             ids,
             chains,
             notifiers_server: server_notifiers(),
+            server_uri: UaString::from(config.application.effective_application_uri()),
             shelving_tick_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
         };
         events.store_alarm_cells(space);

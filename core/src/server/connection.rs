@@ -25,7 +25,7 @@ use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
     ChannelSecurityToken, MessageSecurityMode, OpenSecureChannelRequest, OpenSecureChannelResponse,
-    RequestHeader, ResponseHeader, SecurityTokenRequestType, ServiceFault,
+    RequestHeader, ResponseHeader, SecurityTokenRequestType,
 };
 use crate::secure_channel::{
     open_chunk, parse_chunk_head, parse_symmetric_head, write_chunks, write_message_with, Assembly,
@@ -236,18 +236,6 @@ fn secure_or_error(t: MessageType) -> bool {
     t.is_secure() || t == MessageType::Error
 }
 
-/// A ServiceFault answering `request_handle` with `status`.
-pub fn service_fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
-    Response::ServiceFault(Box::new(ServiceFault {
-        response_header: ResponseHeader {
-            timestamp: now.utc,
-            request_handle,
-            service_result: status,
-            ..Default::default()
-        },
-    }))
-}
-
 impl ServerConnection {
     /// A connection just accepted from `peer`. The Hello must arrive within
     /// `hello_timeout_ms`.
@@ -411,7 +399,7 @@ impl ServerConnection {
     ) -> ConnStatus {
         if let Some((request_id, request)) = self.st.moving.take() {
             let handle = request.request_header().request_handle;
-            let fault = service_fault(handle, StatusCode::BadResourceUnavailable, now);
+            let fault = crate::response::fault(handle, StatusCode::BadResourceUnavailable, now);
             let State {
                 phase,
                 negotiated,
@@ -1458,7 +1446,7 @@ impl State {
                     &mut self.body_out,
                     &negotiated,
                     request_id,
-                    &service_fault(handle, status, now),
+                    &crate::response::fault(handle, status, now),
                     handle,
                     now,
                     out,
@@ -1520,7 +1508,7 @@ impl State {
             Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)
         ) {
             (
-                service_fault(handle, StatusCode::BadServiceUnsupported, now),
+                crate::response::fault(handle, StatusCode::BadServiceUnsupported, now),
                 false,
             )
         } else {
@@ -1801,7 +1789,7 @@ fn send_encoded(
         Ok(_) => Ok(()),
         Err(StatusCode::BadTcpMessageTooLarge) => {
             scratch.clear();
-            service_fault(handle, StatusCode::BadResponseTooLarge, now)
+            crate::response::fault(handle, StatusCode::BadResponseTooLarge, now)
                 .encode_with_type_id(scratch);
             write_chunks(
                 MessageType::Message,

@@ -15,6 +15,8 @@ use crate::server::handshake::{HandshakeJob, JobDone};
 use crate::time::Now;
 use crate::types::{NodeId, StatusCode};
 
+pub use crate::response::Deferred;
+
 /// The secure channel a request arrived on. Borrowed from the connection for the
 /// duration of one dispatch: no allocation per request. (The fields are `&str`: use
 /// them directly, `ctx.endpoint_url`, not `.as_str()`.)
@@ -127,39 +129,6 @@ pub trait ConnectionHost {
     /// Finishes the session service whose job is done (or refused): the response.
     fn resume(&mut self, ctx: &RequestContext<'_>, done: JobDone, now: Now) -> Response {
         let _ = (ctx, done);
-        crate::server::connection::service_fault(0, StatusCode::BadInternalError, now)
-    }
-}
-
-/// A response produced after its request was handled (a Publish).
-#[derive(Debug)]
-pub enum Deferred {
-    /// A response to encode like any other.
-    Response(Response),
-    /// A response the host already encoded (type id + body) into a pooled buffer; the
-    /// connection chunks it and hands the buffer back with [`ConnectionHost::recycle_buffer`].
-    /// `max_size`: the session's MaxResponseMessageSize (0 = none), applied with the
-    /// channel's limit.
-    Encoded {
-        request_handle: u32,
-        body: Vec<u8>,
-        max_size: u32,
-    },
-}
-
-impl Deferred {
-    /// The response as a structure (decodes an encoded one; for tests and diagnostics).
-    pub fn to_response(&self) -> Result<Response, StatusCode> {
-        match self {
-            Deferred::Response(r) => Ok(r.clone()),
-            Deferred::Encoded { body, .. } => {
-                use crate::encoding::{Decode, Decoder};
-                let mut d = Decoder::new(body, crate::DecodeLimits::default());
-                let t = crate::types::NodeId::decode(&mut d).map_err(|e| e.status)?;
-                Response::decode_body(&t, &mut d)
-                    .map_err(|e| e.status)?
-                    .ok_or(StatusCode::BadDecodingError)
-            }
-        }
+        crate::response::fault(0, StatusCode::BadInternalError, now)
     }
 }

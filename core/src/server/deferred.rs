@@ -18,6 +18,9 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::address_space::app::{ArgDef, AsyncSource, Outcome, Reply, Target};
+use crate::address_space::attributes::{
+    commit_write, finish_async_value, PreparedWrite, Timestamps,
+};
 use crate::address_space::ChangeHub;
 use crate::address_space::{AddressSpace, NumericRange};
 use crate::generated::messages::Response;
@@ -25,7 +28,6 @@ use crate::generated::types::{
     CallMethodResult, CallResponse, HistoryReadResponse, HistoryReadResult, HistoryUpdateResponse,
     HistoryUpdateResult, ReadResponse, WriteResponse,
 };
-use crate::services::attribute::{commit_write, finish_async_value, PreparedWrite, Timestamps};
 use crate::time::Now;
 use crate::types::{QualifiedName, StatusCode};
 

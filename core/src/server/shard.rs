@@ -1011,7 +1011,7 @@ impl ShardState {
             let Some(session) = &s.session else { continue };
             if session.deadline_ns <= now.mono_ns {
                 crate::events::audit::publish_session_closed(
-                    &self.shared,
+                    &self.shared.events,
                     &session.session_id,
                     true,
                     now,

@@ -24,30 +24,12 @@ pub mod subscription_methods;
 pub mod view;
 
 use crate::generated::messages::{Request, Response};
-use crate::generated::types::{ResponseHeader, ServiceFault};
 use crate::server::context::RequestContext;
 use crate::server::shard::ShardState;
 use crate::time::Now;
 use crate::types::StatusCode;
 
-/// A ResponseHeader with Good, the request handle and `now`'s UTC time.
-pub fn response_header(request_handle: u32, now: Now) -> ResponseHeader {
-    ResponseHeader {
-        timestamp: now.utc,
-        request_handle,
-        ..ResponseHeader::default()
-    }
-}
-
-/// A ServiceFault with `status`.
-pub fn fault(request_handle: u32, status: StatusCode, now: Now) -> Response {
-    Response::ServiceFault(Box::new(ServiceFault {
-        response_header: ResponseHeader {
-            service_result: status,
-            ..response_header(request_handle, now)
-        },
-    }))
-}
+pub use crate::response::{fault, response_header};
 
 /// Answers one request. See the module docs for the session rules. A Publish cannot be
 /// answered synchronously: it gets BadInternalError here; the connection uses

@@ -186,7 +186,7 @@ fn finish_create_session(
         session.server_nonce.clone(),
     );
     crate::events::audit::publish_session_created(
-        shard.shared(),
+        &shard.shared().events,
         &session_id,
         ctx.channel_id,
         &req.client_certificate,
@@ -332,7 +332,7 @@ pub fn close_session(
         s.release_continuation_points();
     }
     if let Some(id) = shard.session(key).map(|s| s.session_id.clone()) {
-        crate::events::audit::publish_session_closed(shard.shared(), &id, false, now);
+        crate::events::audit::publish_session_closed(&shard.shared().events, &id, false, now);
     }
     shard.close_session(key, req.delete_subscriptions, now);
     Response::CloseSession(Box::new(CloseSessionResponse {

@@ -59,6 +59,7 @@ use slots::Slots;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
+use crate::address_space::attributes::{read_attribute, Timestamps};
 use crate::address_space::{
     access_level, AddressSpace, ClassAttributes, Node, NumericRange, ValueSource,
 };
@@ -70,9 +71,8 @@ use crate::generated::types::{
     MonitoredItemModifyResult, MonitoredItemNotification, MonitoringMode, NotificationMessage,
     PublishResponse, StatusChangeNotification, TimestampsToReturn,
 };
-use crate::server::context::Deferred;
+use crate::response::Deferred;
 use crate::server::shard::SessionKey;
-use crate::services::attribute::{read_attribute, Timestamps};
 use crate::time::Now;
 use crate::types::{
     DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant,
@@ -385,7 +385,7 @@ pub struct SubscriptionEngine {
 
 /// A ServiceFault-free response header for a deferred response.
 fn header(request_handle: u32, now: Now) -> crate::generated::types::ResponseHeader {
-    crate::services::response_header(request_handle, now)
+    crate::response::response_header(request_handle, now)
 }
 
 impl SubscriptionEngine {
@@ -1096,7 +1096,7 @@ impl SubscriptionEngine {
         loop {
             let pp = self.sessions.get_mut(&key)?.publish.pop_front()?;
             if pp.expires_ns <= now.mono_ns {
-                let fault = crate::services::fault(pp.request_handle, StatusCode::BadTimeout, now);
+                let fault = crate::response::fault(pp.request_handle, StatusCode::BadTimeout, now);
                 self.emit(pp.channel_id, pp.request_id, fault);
                 continue;
             }
@@ -1302,14 +1302,14 @@ impl SubscriptionEngine {
         }
         let ss = self.sessions.entry(key).or_default();
         if ss.subs.is_empty() && ss.status_messages.is_empty() {
-            return Some(crate::services::fault(
+            return Some(crate::response::fault(
                 handle,
                 StatusCode::BadNoSubscription,
                 now,
             ));
         }
         if ss.publish.len() >= self.limits.max_publish_requests_per_session as usize {
-            return Some(crate::services::fault(
+            return Some(crate::response::fault(
                 handle,
                 StatusCode::BadTooManyPublishRequests,
                 now,
@@ -1355,7 +1355,7 @@ impl SubscriptionEngine {
             }
         });
         for &(channel, request_id) in &cancelled {
-            let f = crate::services::fault(
+            let f = crate::response::fault(
                 request_handle,
                 StatusCode::BadRequestCancelledByClient,
                 now,
@@ -1459,7 +1459,7 @@ impl SubscriptionEngine {
         };
         // Outstanding Publish requests are answered Bad_SessionClosed (Part 4 §5.7.4).
         for p in ss.publish {
-            let f = crate::services::fault(p.request_handle, StatusCode::BadSessionClosed, now);
+            let f = crate::response::fault(p.request_handle, StatusCode::BadSessionClosed, now);
             self.emit(p.channel_id, p.request_id, f);
         }
         for slot in ss.subs {
@@ -1641,7 +1641,7 @@ impl SubscriptionEngine {
         }
         let pending: Vec<PendingPublish> = ss.publish.drain(..).collect();
         for pp in pending {
-            let f = crate::services::fault(pp.request_handle, StatusCode::BadNoSubscription, now);
+            let f = crate::response::fault(pp.request_handle, StatusCode::BadNoSubscription, now);
             self.emit(pp.channel_id, pp.request_id, f);
         }
     }
@@ -2063,7 +2063,7 @@ impl SubscriptionEngine {
             // What a Read of the attribute would need; events need ReceiveEvents.
             let needed = match rv.attribute_id {
                 attr::EventNotifier => crate::generated::types::PermissionType::ReceiveEvents,
-                a => crate::services::attribute::read_permission(a),
+                a => crate::address_space::attributes::read_permission(a),
             };
             if !space.permissions(node_index, roles).contains(needed) {
                 return Err(StatusCode::BadUserAccessDenied);
