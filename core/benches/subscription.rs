@@ -22,8 +22,8 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::{ConnectionHost, Deferred, RequestContext};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::{dispatch, dispatch_deferrable};
+use uaring_core::shared::ServerShared;
 use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
 
 #[path = "../tests/support/content.rs"]

@@ -32,6 +32,8 @@ pub mod roles;
 pub mod secure_channel;
 pub mod server;
 pub mod services;
+pub mod session;
+pub mod shared;
 pub mod subscription;
 pub mod time;
 pub mod transport;

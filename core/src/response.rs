@@ -33,7 +33,7 @@ pub enum Deferred {
     /// A response to encode like any other.
     Response(Response),
     /// A response the host already encoded (type id + body) into a pooled buffer; the
-    /// connection chunks it and hands the buffer back with [`ConnectionHost::recycle_buffer`].
+    /// connection chunks it and hands the buffer back (`ConnectionHost::recycle_buffer`).
     /// `max_size`: the session's MaxResponseMessageSize (0 = none), applied with the
     /// channel's limit.
     Encoded {

@@ -224,7 +224,7 @@ fn invalid_config_is_refused() {
 
 #[test]
 fn whole_namespace0_is_loaded() {
-    let s = uaring_core::server::shared::ServerShared::new(ServerConfig::default(), now()).unwrap();
+    let s = uaring_core::shared::ServerShared::new(ServerConfig::default(), now()).unwrap();
     let a = &s.address_space;
     let ns0 = a.nodes().filter(|n| n.node_id.namespace == 0).count();
     // Less the optional Server nodes left out (address_space::build::ns0::OMITTED and

@@ -16,8 +16,8 @@ use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::ConnectionHost;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch_deferrable;
+use uaring_core::shared::ServerShared;
 use uaring_core::{
     BuiltinType, DataValue, DecodeLimits, NodeId, QualifiedName, StatusCode, Variant,
 };

@@ -10,8 +10,8 @@ use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::{
     NodeClass, ReadRequest, ReadValueId, TimestampsToReturn, WriteRequest, WriteValue,
 };
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::attribute::{self, attr};
+use uaring_core::shared::ServerShared;
 use uaring_core::*;
 
 fn now() -> Now {

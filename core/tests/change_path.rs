@@ -12,8 +12,8 @@ use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::ConnectionHost;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch_deferrable;
+use uaring_core::shared::ServerShared;
 use uaring_core::subscription::item::OVERFLOW_INFO_BITS;
 use uaring_core::{DataValue, DecodeLimits, NodeId, StatusCode, Variant};
 

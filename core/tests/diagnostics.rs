@@ -16,7 +16,7 @@ use uaring_core::generated::types::*;
 use uaring_core::roles::{Roles, WellKnownRole};
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, ExtensionObject, NodeId, StatusCode, UaStructure, Variant};
 
 const VALUE: u32 = 13;

@@ -12,7 +12,7 @@ use uaring_core::events::condition::{is_refresh_bracket, ConditionAction};
 use uaring_core::events::filter::{compile_with, FilterLimits};
 use uaring_core::events::{self, ids, Event, EventBus};
 use uaring_core::generated::types::*;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::types::{
     BuiltinType, ByteString, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName,
     StatusCode, UaString, Variant,
@@ -976,7 +976,8 @@ fn session_events() {
     let s = shared();
     let sid = NodeId::string(1, "session-1");
     let cert = ByteString::from(vec![1u8, 2, 3]);
-    let created = events::audit::session_created_event(&s.events, &sid, 7, &cert, 60_000.0, start());
+    let created =
+        events::audit::session_created_event(&s.events, &sid, 7, &cert, 60_000.0, start());
     assert_eq!(
         created.event_type,
         NodeId::ns0(ids::AUDIT_CREATE_SESSION_EVENT_TYPE)

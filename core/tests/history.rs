@@ -18,8 +18,8 @@ use uaring_core::history::{
     HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, ReadDetails,
 };
 use uaring_core::server::context::ConnectionHost;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch_deferrable;
+use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, DateTime, DecodeLimits, ExtensionObject, NodeId, QualifiedName};
 use uaring_core::{StatusCode, Variant};
 

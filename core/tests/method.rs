@@ -11,8 +11,9 @@ use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::*;
 use uaring_core::roles::Roles;
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
-use uaring_core::server::shard::{SessionKey, ShardState};
+use uaring_core::server::shard::ShardState;
 use uaring_core::services::method;
+use uaring_core::session::SessionKey;
 use uaring_core::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
 
 /// A harness with one activated anonymous session; anonymous users get `access`.
@@ -287,7 +288,7 @@ fn request_limits() {
     assert_eq!(call(&mut h, key, exactly).len(), max);
 }
 
-fn alarm_event_id(s: &uaring_core::server::shared::ServerShared) -> ByteString {
+fn alarm_event_id(s: &uaring_core::shared::ServerShared) -> ByteString {
     content::alarm(s).state().event_id.clone()
 }
 
@@ -704,7 +705,7 @@ fn shelving_through_call() {
         )
     };
     let mut bus = shared.events.bus.cursor();
-    let mut events = |shared: &uaring_core::server::shared::ServerShared| {
+    let mut events = |shared: &uaring_core::shared::ServerShared| {
         let mut got = Vec::new();
         bus.poll(&shared.events.bus, |e| {
             got.push((

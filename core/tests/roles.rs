@@ -14,7 +14,7 @@ use uaring_core::roles::{RolePermissions, Roles, WellKnownRole};
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, NodeId, QualifiedName, StatusCode, Variant};
 
 const VALUE: u32 = 13;

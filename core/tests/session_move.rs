@@ -15,7 +15,7 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{ExtensionObject, NodeId, Now, StatusCode};
 
 const URL: &str = "opc.tcp://move-host:4840/uaring";

@@ -35,7 +35,7 @@ use uaring_core::generated::types::*;
 use uaring_core::random::ChaCha;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, DateTime, ExtensionObject, NodeId, Now, StatusCode, Variant};
 
 const URL: &str = "opc.tcp://sim:4840/uaring";

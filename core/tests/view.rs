@@ -608,7 +608,7 @@ fn register_and_unregister_nodes() {
 fn browse_within_a_view_sees_its_nodes_only() {
     use uaring_core::address_space::build::make;
     use uaring_core::address_space::{ClassAttributes, Node, NodeClass, Reference};
-    use uaring_core::server::shared::ServerShared;
+    use uaring_core::shared::ServerShared;
     use uaring_core::{DataValue, LocalizedText, Variant};
     let view = NodeId::string(1, "LineView");
     let folder = NodeId::string(1, "Line");

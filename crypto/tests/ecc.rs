@@ -377,8 +377,8 @@ fn ecc_endpoints_offer_no_user_token_they_cannot_decrypt() {
     use uaring_core::roles::Roles;
     use uaring_core::secure_channel::{EndpointSecurity, SecurityProvider, UserTokenSettings};
     use uaring_core::server::shard::ShardState;
-    use uaring_core::server::shared::ServerShared;
     use uaring_core::services::identity::user_token_policies_for;
+    use uaring_core::shared::ServerShared;
     use uaring_crypto::{
         hash_password, ConfiguredUsers, OwnIdentity, PolicyId, RsaPolicy, UserDirectory, UserEntry,
     };
@@ -453,7 +453,7 @@ mod connection_refusals {
     };
     use uaring_core::server::connection::{ConnStatus, ServerConnection};
     use uaring_core::server::shard::ShardState;
-    use uaring_core::server::shared::ServerShared;
+    use uaring_core::shared::ServerShared;
     use uaring_crypto::{OwnIdentity, PolicyId, RsaPolicy};
 
     const URL: &str = "opc.tcp://localhost:4840/x";

@@ -21,7 +21,7 @@ use uaring_core::secure_channel::{
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::handshake::{HandshakeJob, JobKind};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{ByteString, DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString};
 use uaring_crypto::{
     generate_self_signed, hash_password, CertificateRequest, ConfiguredUsers, HandshakeLimits,

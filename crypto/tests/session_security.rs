@@ -21,8 +21,8 @@ use uaring_core::secure_channel::{
 };
 use uaring_core::server::context::RequestContext;
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch;
+use uaring_core::shared::ServerShared;
 use uaring_core::types::{BuiltinType, QualifiedName};
 use uaring_core::{
     ByteString, DataValue, DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString, Variant,

@@ -10,7 +10,7 @@ use uaring_core::config::ServerConfig;
 use uaring_core::random::ChaCha;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::types::{NodeId, StatusCode, Variant};
 use uaring_harness::blocking::{host_port, now, Client, ClientError};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use uaring_core::events::{type_chain, Event, EventField};
 use uaring_core::roles::RolePermissions;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 
 use crate::config::{FileConfig, IoBackend};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uaring_core::metrics::{ServerMetrics, ShardMetrics, POLICIES, SERVICES};
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 
 use crate::fleet::Fleet;
 

@@ -19,7 +19,7 @@ use uaring_core::address_space::{
     ValueSource,
 };
 use uaring_core::roles::RolePermissions;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{
     BuiltinType, DataValue, DateTime, ExpandedNodeId, Identifier, LocalizedText, NodeId, Now,
     QualifiedName, StatusCode, Variant,

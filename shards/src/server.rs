@@ -16,7 +16,7 @@ use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::handshake::JobDone;
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::transport::{ErrorMessage, ReverseHelloMessage};
 use uaring_core::{Now, StatusCode};
 

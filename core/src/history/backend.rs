@@ -178,23 +178,7 @@ pub struct HistoryReadOp {
     pub max_values: u32,
 }
 
-/// What a history backend can do; the server's HistoryServerCapabilities say exactly this.
-#[derive(Debug, Clone, Default)]
-pub struct HistoryCapabilities {
-    /// Raw, at-time and processed reads of Variables.
-    pub access_history_data: bool,
-    /// Event history of notifiers.
-    pub access_history_events: bool,
-    /// The aggregates processed reads accept (namespace-0 AggregateFunction ids).
-    pub aggregates: Vec<NodeId>,
-    /// HistoryUpdate of values: UpdateDataDetails Insert, Replace and Update.
-    pub insert_data: bool,
-    pub replace_data: bool,
-    pub update_data: bool,
-    /// DeleteRawModifiedDetails (isDeleteModified false) and DeleteAtTimeDetails.
-    pub delete_raw: bool,
-    pub delete_at_time: bool,
-}
+pub use crate::address_space::build::HistoryCapabilities;
 
 /// The reply to one [`HistoryReadOp`]: answer it once, from any thread. Dropped
 /// unanswered, the operation gets BadInternalError.

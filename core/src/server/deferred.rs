@@ -85,7 +85,7 @@ pub enum PendingKind {
     /// (`crate::services::history::finish`).
     HistoryRead {
         response: Box<HistoryReadResponse>,
-        session: crate::server::shard::SessionKey,
+        session: crate::session::SessionKey,
         ops: Vec<HistoryOp>,
     },
     /// A HistoryUpdate: `ops` are the indices of the results the backend answers.

@@ -25,7 +25,8 @@ use crate::generated::types::{
     ActivateSessionRequest, CreateSessionRequest, MessageSecurityMode, SignatureData,
 };
 use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter};
-use crate::server::shard::{SessionKey, UserIdentity};
+use crate::server::shard::UserIdentity;
+use crate::session::SessionKey;
 use crate::transport::ChunkType;
 use crate::types::{ByteString, StatusCode};
 

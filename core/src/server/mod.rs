@@ -8,4 +8,3 @@ pub mod diagnostics;
 pub mod handshake;
 pub mod recycle;
 pub mod shard;
-pub mod shared;

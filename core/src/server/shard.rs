@@ -50,13 +50,15 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use crate::config::TransportLimits;
-use crate::generated::messages::{Request, Response};
+use crate::generated::messages::Response;
 use crate::generated::types::{ApplicationDescription, ReferenceDescription};
 use crate::random::Random;
 use crate::secure_channel::SecurityProvider;
-use crate::server::context::{ConnectionHost, RequestContext};
+#[cfg(doc)]
+use crate::server::context::ConnectionHost;
 use crate::server::recycle::Recycler;
-use crate::server::shared::ServerShared;
+use crate::session::SessionKey;
+use crate::shared::ServerShared;
 use crate::subscription::SubscriptionEngine;
 use crate::time::Now;
 use crate::types::{ByteString, Guid, Identifier, NodeId, StatusCode, UaString};
@@ -102,12 +104,19 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(d) == 0
 }
 
-/// A handle to a session of this shard: pool slot plus the slot's generation, so a handle
-/// kept across a close never reaches the slot's next session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SessionKey {
-    slot: u32,
-    generation: u32,
+/// The TransferSubscriptionsResponse with one result per requested id.
+pub fn transfer_response(
+    handle: u32,
+    results: Vec<crate::generated::types::TransferResult>,
+    now: Now,
+) -> Response {
+    Response::TransferSubscriptions(Box::new(
+        crate::generated::types::TransferSubscriptionsResponse {
+            response_header: crate::response::response_header(handle, now),
+            results,
+            diagnostic_infos: Vec::new(),
+        },
+    ))
 }
 
 /// The user a session was activated for, with the roles granted to it.
@@ -667,7 +676,7 @@ impl ShardState {
         now: Now,
     ) -> Option<Response> {
         if self.transfers.len() >= MAX_PENDING_TRANSFERS {
-            return Some(crate::services::fault(
+            return Some(crate::response::fault(
                 pending.request_handle,
                 StatusCode::BadTooManyOperations,
                 now,
@@ -709,11 +718,7 @@ impl ShardState {
         }
         if pending.results.iter().all(|r| r.is_some()) {
             let results = pending.results.into_iter().flatten().collect();
-            return Some(crate::services::subscription::transfer_response(
-                pending.request_handle,
-                results,
-                now,
-            ));
+            return Some(transfer_response(pending.request_handle, results, now));
         }
         self.transfers.insert(ticket, pending);
         None
@@ -820,8 +825,7 @@ impl ShardState {
         // Answered on the channel the request came on, if the session is still bound to it.
         if self.session(key).and_then(|s| s.channel_id) == Some(p.channel_id) {
             let results = p.results.into_iter().flatten().collect();
-            let response =
-                crate::services::subscription::transfer_response(p.request_handle, results, now);
+            let response = transfer_response(p.request_handle, results, now);
             self.subscriptions
                 .emit_response(p.channel_id, p.request_id, response);
         }
@@ -937,7 +941,7 @@ impl ShardState {
             });
         deferrals.expire(space, now, &mut finished);
         for f in finished {
-            let mut response = crate::services::history::finish(self, f.kind);
+            let mut response = self.finish_deferred(f.kind);
             response.response_header_mut().timestamp = now.utc;
             self.subscriptions
                 .emit_response(f.channel_id, f.request_id, response);
@@ -946,6 +950,54 @@ impl ShardState {
             self.subscriptions
                 .on_sample_done(source, generation, outcome, now);
         }
+    }
+
+    /// Makes the response of a finished deferred request. For a HistoryRead, each result
+    /// whose `continuation_point` holds a resume token from the store gets a continuation
+    /// point of the session instead (or BadNoContinuationPoints, its data dropped, when the
+    /// session holds as many as it may or is gone).
+    pub(crate) fn finish_deferred(
+        &mut self,
+        kind: crate::server::deferred::PendingKind,
+    ) -> Response {
+        let crate::server::deferred::PendingKind::HistoryRead {
+            mut response,
+            session,
+            ops,
+        } = kind
+        else {
+            return kind.into_response();
+        };
+        let max = self
+            .shared()
+            .config
+            .operation_limits
+            .max_history_continuation_points as usize;
+        for o in &ops {
+            let Some(r) = response.results.get_mut(o.result as usize) else {
+                continue;
+            };
+            if r.continuation_point.as_bytes().is_empty() {
+                continue;
+            }
+            let token = std::mem::take(&mut r.continuation_point)
+                .as_bytes()
+                .to_vec();
+            let added = match self.session_and_random(session) {
+                Some((s, random)) => s.add_history_point(max, o.fingerprint, token, random),
+                None => Err(StatusCode::BadNoContinuationPoints),
+            };
+            match added {
+                Ok(cp) => r.continuation_point = cp,
+                Err(s) => {
+                    *r = crate::generated::types::HistoryReadResult {
+                        status_code: s,
+                        ..Default::default()
+                    }
+                }
+            }
+        }
+        Response::HistoryRead(response)
     }
 
     /// What a service needs to defer a request: the table, the shared state, this shard's
@@ -1269,16 +1321,11 @@ impl ShardState {
     }
 }
 
-/// The host interface `ServerConnection` drives: channel ids and limits from this shard,
-/// every request through [`crate::services::dispatch`].
-impl ConnectionHost for ShardState {
-    fn transport_limits(&self) -> &TransportLimits {
-        &self.transport
-    }
-    fn security(&self) -> &SecurityProvider {
-        &self.security
-    }
-    fn open_channel(&mut self) -> Result<u32, StatusCode> {
+/// The shard's side of hosting its connections: channel ids, counts and limits, buffers,
+/// parked handshake jobs. [`ConnectionHost`] is implemented for the shard in
+/// `services::host` with these, and routes every request to the services.
+impl ShardState {
+    pub(crate) fn open_channel(&mut self) -> Result<u32, StatusCode> {
         if self.open_channels >= self.transport.max_channels_per_shard {
             return Err(StatusCode::BadTcpNotEnoughResources);
         }
@@ -1287,7 +1334,8 @@ impl ConnectionHost for ShardState {
         self.live_channels.insert(id);
         Ok(id)
     }
-    fn channel_policy(&mut self, policy_uri: &str, opened: bool) {
+
+    pub(crate) fn channel_policy(&mut self, policy_uri: &str, opened: bool) {
         use crate::metrics::{policy_index, ShardMetrics};
         let m = self.metrics();
         let i = policy_index(policy_uri);
@@ -1301,10 +1349,11 @@ impl ConnectionHost for ShardState {
         );
     }
 
-    fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
+    pub(crate) fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
         token_shard(authentication_token).filter(|&s| self.routes_to(s))
     }
-    fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
+
+    pub(crate) fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
         if self.open_channels >= self.transport.max_channels_per_shard
             || self.live_channels.contains(&channel_id)
         {
@@ -1314,34 +1363,26 @@ impl ConnectionHost for ShardState {
         self.live_channels.insert(channel_id);
         Ok(())
     }
-    fn channel_closed(&mut self, channel_id: u32) {
+
+    pub(crate) fn channel_closed(&mut self, channel_id: u32) {
         self.open_channels = self.open_channels.saturating_sub(1);
         self.live_channels.remove(&channel_id);
         self.on_channel_closed(channel_id);
     }
-    fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
-        crate::services::dispatch(self, ctx, request, now)
-    }
-    fn dispatch_deferrable(
-        &mut self,
-        ctx: &RequestContext<'_>,
-        request: Request,
-        request_id: u32,
-        now: Now,
-    ) -> Option<Response> {
-        crate::services::dispatch_deferrable(self, ctx, request, request_id, now)
-    }
-    fn take_deferred(
+
+    pub(crate) fn take_deferred(
         &mut self,
         channel_id: u32,
         into: &mut Vec<(u32, crate::server::context::Deferred)>,
     ) {
         self.subscriptions.take_responses(channel_id, into);
     }
-    fn memory_headroom(&self) -> usize {
+
+    pub(crate) fn memory_headroom(&self) -> usize {
         self.memory_headroom
     }
-    fn session_max_response_size(&self, authentication_token: &NodeId) -> u32 {
+
+    pub(crate) fn session_max_response_size(&self, authentication_token: &NodeId) -> u32 {
         let Some((shard, slot)) = token_parts(authentication_token) else {
             return 0;
         };
@@ -1365,29 +1406,26 @@ impl ConnectionHost for ShardState {
             _ => 0,
         }
     }
-    fn recycle_buffer(&mut self, buf: Vec<u8>) {
+
+    pub(crate) fn recycle_buffer(&mut self, buf: Vec<u8>) {
         self.subscriptions.recycle_buffer(buf);
     }
-    fn recycler(&mut self) -> Option<&mut Recycler> {
+
+    pub(crate) fn recycler(&mut self) -> Option<&mut Recycler> {
         Some(&mut self.recycler)
     }
-    fn random(&mut self) -> &mut dyn Random {
-        &mut *self.random
-    }
-    fn offload_handshakes(&self) -> bool {
+
+    pub(crate) fn offload_handshakes(&self) -> bool {
         self.offload_handshakes
     }
-    fn take_job(&mut self) -> Option<crate::server::handshake::HandshakeJob> {
+
+    pub(crate) fn take_job(&mut self) -> Option<crate::server::handshake::HandshakeJob> {
         self.parked_job.take()
     }
-    fn resume(
-        &mut self,
-        ctx: &RequestContext<'_>,
-        done: crate::server::handshake::JobDone,
-        now: Now,
-    ) -> Response {
+
+    /// Counts a request for the diagnostics (a resumed handshake's, which bypassed dispatch).
+    pub(crate) fn note_request(&mut self, now: Now) {
         self.diag.note_request(now);
-        crate::services::session::resume(self, ctx, done, now)
     }
 }
 

@@ -29,7 +29,7 @@ use crate::generated::types::{
     PermissionType, ReadRequest, ReadResponse, ReadValueId, WriteRequest, WriteResponse,
 };
 use crate::roles::Roles;
-use crate::server::shared::ServerShared;
+use crate::shared::ServerShared;
 use crate::types::{BuiltinType, DataValue, StatusCode, Variant};
 use crate::Now;
 

@@ -29,8 +29,9 @@ use crate::generated::types::{
 };
 use crate::history::{HistoryReadOp, HistoryReply, ReadDetails};
 use crate::server::deferred::{HistoryOp, PendingKind};
-use crate::server::shard::{SessionKey, ShardState};
+use crate::server::shard::ShardState;
 use crate::services::{fault, response_header};
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 
@@ -339,46 +340,6 @@ pub fn history_read(
         backend.read(start, HistoryReply::new(opened.reply(op as u32, None)));
     }
     None
-}
-
-/// Makes the response of a finished deferred request. For a HistoryRead, each result
-/// whose `continuation_point` holds a resume token from the store gets a continuation
-/// point of the session instead (or BadNoContinuationPoints, its data dropped, when the
-/// session holds as many as it may or is gone).
-pub fn finish(shard: &mut ShardState, kind: PendingKind) -> Response {
-    let PendingKind::HistoryRead {
-        mut response,
-        session,
-        ops,
-    } = kind
-    else {
-        return kind.into_response();
-    };
-    let max = shard
-        .shared()
-        .config
-        .operation_limits
-        .max_history_continuation_points as usize;
-    for o in &ops {
-        let Some(r) = response.results.get_mut(o.result as usize) else {
-            continue;
-        };
-        if r.continuation_point.as_bytes().is_empty() {
-            continue;
-        }
-        let token = std::mem::take(&mut r.continuation_point)
-            .as_bytes()
-            .to_vec();
-        let added = match shard.session_and_random(session) {
-            Some((s, random)) => s.add_history_point(max, o.fingerprint, token, random),
-            None => Err(StatusCode::BadNoContinuationPoints),
-        };
-        match added {
-            Ok(cp) => r.continuation_point = cp,
-            Err(s) => *r = result(s),
-        }
-    }
-    Response::HistoryRead(response)
 }
 
 /// HistoryUpdate (Part 4 §5.10.5, Part 11 §6.8). `None`: deferred. What the server checks

@@ -43,8 +43,9 @@ use crate::events::nodes::{self, ArgSpec};
 use crate::generated::messages::Response;
 use crate::generated::types::{CallMethodRequest, CallMethodResult, CallRequest, CallResponse};
 use crate::roles::Roles;
-use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::server::shard::{ShardState, UserIdentity};
 use crate::services::{fault, response_header, subscription_methods};
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
 

@@ -13,8 +13,10 @@
 //! * Every response carries the request's requestHandle and the server's timestamp.
 
 pub mod attribute;
+pub mod build;
 pub mod discovery;
 pub mod history;
+pub mod host;
 pub mod identity;
 pub mod method;
 pub mod monitored_item;
@@ -139,7 +141,7 @@ fn session_service(
 fn activated_service(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
-    key: crate::server::shard::SessionKey,
+    key: crate::session::SessionKey,
     request: Request,
     request_id: u32,
     now: Now,
@@ -243,7 +245,7 @@ fn activated_service(
 /// The roles of the session's user (its identity is set: the session is activated).
 pub(crate) fn session_roles(
     shard: &ShardState,
-    key: crate::server::shard::SessionKey,
+    key: crate::session::SessionKey,
 ) -> crate::roles::Roles {
     shard.session(key).and_then(|s| s.identity.as_ref()).map_or(
         crate::roles::Roles::NONE,

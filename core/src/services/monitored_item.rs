@@ -8,8 +8,9 @@ use crate::generated::types::{
     SetMonitoringModeRequest, SetMonitoringModeResponse, SetTriggeringRequest,
     SetTriggeringResponse,
 };
-use crate::server::shard::{SessionKey, ShardState};
+use crate::server::shard::ShardState;
 use crate::services::{fault, response_header};
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 

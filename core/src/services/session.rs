@@ -8,9 +8,10 @@ use crate::generated::types::{
 };
 use crate::server::context::RequestContext;
 use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, Output};
-use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::server::shard::{ShardState, UserIdentity};
 use crate::services::identity::Activation;
 use crate::services::{discovery, fault, identity, response_header};
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::{ByteString, StatusCode};
 

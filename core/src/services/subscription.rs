@@ -7,10 +7,10 @@ use crate::generated::types::{
     DeleteSubscriptionsResponse, ModifySubscriptionRequest, ModifySubscriptionResponse,
     PublishRequest, RepublishRequest, RepublishResponse, SetPublishingModeRequest,
     SetPublishingModeResponse, TransferResult, TransferSubscriptionsRequest,
-    TransferSubscriptionsResponse,
 };
-use crate::server::shard::{SessionKey, ShardState, UserIdentity};
+use crate::server::shard::{ShardState, UserIdentity};
 use crate::services::{fault, response_header};
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 
@@ -204,7 +204,7 @@ pub fn transfer_subscriptions(
         })
         .collect();
     if remote.is_empty() {
-        return Some(transfer_response(
+        return Some(crate::server::shard::transfer_response(
             handle,
             results.into_iter().flatten().collect(),
             now,
@@ -219,13 +219,4 @@ pub fn transfer_subscriptions(
         results,
     );
     shard.start_transfer(pending, owner, remote, now)
-}
-
-/// The TransferSubscriptionsResponse with one result per requested id.
-pub fn transfer_response(handle: u32, results: Vec<TransferResult>, now: Now) -> Response {
-    Response::TransferSubscriptions(Box::new(TransferSubscriptionsResponse {
-        response_header: response_header(handle, now),
-        results,
-        diagnostic_infos: Vec::new(),
-    }))
 }

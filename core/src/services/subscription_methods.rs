@@ -8,7 +8,8 @@
 //! RefreshEnd; the two bracket events bypass the where clause, see
 //! `crate::events::condition::is_refresh_bracket` and `CompiledEventFilter::select`).
 
-use crate::server::shard::{SessionKey, ShardState};
+use crate::server::shard::ShardState;
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 

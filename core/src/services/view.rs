@@ -17,8 +17,9 @@ use crate::generated::types::{
     UnregisterNodesRequest, UnregisterNodesResponse,
 };
 use crate::roles::Roles;
-use crate::server::shard::{SessionKey, ShardState};
+use crate::server::shard::ShardState;
 use crate::services::{fault, response_header};
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::{ByteString, ExpandedNodeId, LocalizedText, NodeId, QualifiedName, StatusCode};
 

@@ -72,7 +72,7 @@ use crate::generated::types::{
     PublishResponse, StatusChangeNotification, TimestampsToReturn,
 };
 use crate::response::Deferred;
-use crate::server::shard::SessionKey;
+use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::{
     DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant,
@@ -656,7 +656,7 @@ impl SubscriptionEngine {
 
     /// Runs every due sampling tick and publishing cycle; first delivers the events raised
     /// on any shard since the last call.
-    pub fn on_timer(&mut self, shared: &crate::server::shared::ServerShared, now: Now) {
+    pub fn on_timer(&mut self, shared: &crate::shared::ServerShared, now: Now) {
         self.poll_events(shared, now);
         let space = &shared.address_space;
         self.drain_changes(space, now);
@@ -691,7 +691,7 @@ impl SubscriptionEngine {
 
     /// Reads the events published since the last poll and queues them into every event
     /// item whose notifier and filter accept them. One atomic load when nothing is new.
-    pub fn poll_events(&mut self, shared: &crate::server::shared::ServerShared, now: Now) {
+    pub fn poll_events(&mut self, shared: &crate::shared::ServerShared, now: Now) {
         if self.event_items.is_empty() {
             if let Some(c) = self.event_cursor.take() {
                 shared.events.bus.close(c);
@@ -750,7 +750,7 @@ impl SubscriptionEngine {
     /// conditions into the subscription's event items (or the one item).
     pub fn condition_refresh(
         &mut self,
-        shared: &crate::server::shared::ServerShared,
+        shared: &crate::shared::ServerShared,
         key: SessionKey,
         sub_id: u32,
         item_id: Option<u32>,
@@ -1997,7 +1997,7 @@ impl SubscriptionEngine {
     #[allow(clippy::too_many_arguments)]
     pub fn create_monitored_items(
         &mut self,
-        shared: &crate::server::shared::ServerShared,
+        shared: &crate::shared::ServerShared,
         key: SessionKey,
         roles: crate::roles::Roles,
         sub_id: u32,

@@ -12,8 +12,8 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::RequestContext;
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
 use uaring_core::services::dispatch;
+use uaring_core::shared::ServerShared;
 use uaring_core::{DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString};
 
 pub const NONE_URI: &str = "http://opcfoundation.org/UA/SecurityPolicy#None";

@@ -19,7 +19,7 @@ use uaring_core::address_space::{ids, ClassAttributes, Node, NodeClass, Referenc
 use uaring_core::config::ServerConfig;
 use uaring_core::events::condition::{child_id, ConditionAction};
 use uaring_core::events::{self, Event, EventField};
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::types::{
     BuiltinType, ByteString, DataValue, DateTime, ExpandedNodeId, Guid, LocalizedText, NodeId,
     QualifiedName, StatusCode, UaString, Variant,

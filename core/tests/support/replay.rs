@@ -13,7 +13,7 @@ use uaring_core::config::TransportLimits;
 use uaring_core::random::ChaCha;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::shard::ShardState;
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::{DateTime, Now};
 
 /// The fixed start time of every run.

@@ -31,7 +31,7 @@ use uaring_core::history::{
     HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, HistoryUpdateOp,
     HistoryUpdateReply, ReadDetails, UpdateDetails,
 };
-use uaring_core::server::shared::ServerShared;
+use uaring_core::shared::ServerShared;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
 
 use super::{Pushed, Resume, Sample, SeriesId, Store, StoreError};

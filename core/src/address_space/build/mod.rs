@@ -46,7 +46,7 @@ pub fn build_with_history(
     config: &ServerConfig,
     now: Now,
     extend: &mut Extend<'_>,
-    history: Option<&crate::history::HistoryCapabilities>,
+    history: Option<&HistoryCapabilities>,
 ) -> Result<AddressSpace, String> {
     let uris = vec![
         NS0_URI.to_string(),
@@ -65,13 +65,31 @@ pub fn build_with_history(
             server_object::install(&mut b, config, &info, &uris);
         }
     }
-    server_object::install_aggregate_functions(&mut b);
     extend(&mut b)?;
     if b.namespace_uris.len() != uris.len() {
         let all = b.namespace_uris.clone();
         server_object::set_namespace_array(&mut b, &all, info.start_time);
     }
     Ok(b.finish())
+}
+
+/// What a history backend can do (`crate::history::HistoryBackend::capabilities`); the
+/// server's HistoryServerCapabilities say exactly this.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryCapabilities {
+    /// Raw, at-time and processed reads of Variables.
+    pub access_history_data: bool,
+    /// Event history of notifiers.
+    pub access_history_events: bool,
+    /// The aggregates processed reads accept (namespace-0 AggregateFunction ids).
+    pub aggregates: Vec<NodeId>,
+    /// HistoryUpdate of values: UpdateDataDetails Insert, Replace and Update.
+    pub insert_data: bool,
+    pub replace_data: bool,
+    pub update_data: bool,
+    /// DeleteRawModifiedDetails (isDeleteModified false) and DeleteAtTimeDetails.
+    pub delete_raw: bool,
+    pub delete_at_time: bool,
 }
 
 /// Collects nodes, then [`AddressSpaceBuilder::finish`] adds inverse references and the

@@ -761,7 +761,7 @@ const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
 pub fn install_history(
     b: &mut AddressSpaceBuilder,
     config: &ServerConfig,
-    caps: &crate::history::HistoryCapabilities,
+    caps: &super::HistoryCapabilities,
     start: DateTime,
 ) {
     use crate::generated::node_ids as n;
@@ -857,17 +857,14 @@ pub fn install_history(
     );
 }
 
-/// ServerCapabilities.AggregateFunctions organizes the aggregates an AggregateFilter on a
-/// monitored item computes (every one of `Aggregate::ALL`, with or without a history store).
-pub fn install_aggregate_functions(b: &mut AddressSpaceBuilder) {
-    let all: Vec<NodeId> = crate::history::aggregate::Aggregate::ALL
-        .iter()
-        .map(|a| a.node_id())
-        .collect();
+/// ServerCapabilities.AggregateFunctions organizes `aggregates`: the ones an AggregateFilter
+/// on a monitored item computes (with or without a history store; the caller, which knows
+/// the aggregate engine, names them).
+pub fn install_aggregate_functions(b: &mut AddressSpaceBuilder, aggregates: &[NodeId]) {
     organize_aggregates(
         b,
         crate::generated::node_ids::Server_ServerCapabilities_AggregateFunctions,
-        &all,
+        aggregates,
     );
 }
 

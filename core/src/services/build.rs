@@ -1,29 +1,16 @@
-//! `ServerShared`: built once at start, `Arc`-shared read-only by every shard.
+//! Building [`ServerShared`], the state every shard shares: the configuration validated, the
+//! address space built (with the application's nodes) and frozen, the events and the
+//! history store. Here, above the shared state, because the address space must know which
+//! of namespace 0's methods the services serve (the others are not executable) and which
+//! aggregates the engine computes (ServerCapabilities.AggregateFunctions).
 
 use std::sync::Arc;
 
-use crate::address_space::{build, AddressSpace};
+use crate::address_space::build::{self, server_object};
 use crate::config::ServerConfig;
-use crate::types::DateTime;
+use crate::history::aggregate::Aggregate;
+use crate::shared::ServerShared;
 use crate::Now;
-
-/// Everything the shards share: the configuration and the address space (whose value
-/// cells are the only mutable part, and lock-free).
-#[derive(Debug)]
-pub struct ServerShared {
-    pub config: ServerConfig,
-    pub address_space: AddressSpace,
-    /// UTC time of the start (ServerStatus.StartTime).
-    pub start_time: DateTime,
-    /// Monotonic nanoseconds at the start.
-    pub start_mono_ns: u64,
-    /// Events: the cross-shard event bus, the Demo alarm, EventIds (docs/Events.md).
-    pub events: crate::events::ServerEvents,
-    /// Per-shard counters (the metrics endpoint, ServerDiagnostics); the address space's.
-    pub metrics: Arc<crate::metrics::ServerMetrics>,
-    /// The history store behind HistoryRead (`None`: BadServiceUnsupported).
-    pub history: Option<Arc<dyn crate::history::HistoryBackend>>,
-}
 
 impl ServerShared {
     /// Validates the configuration and builds the address space (a few milliseconds).
@@ -54,11 +41,14 @@ impl ServerShared {
             &config,
             now,
             &mut |b| {
+                let aggregates: Vec<crate::types::NodeId> =
+                    Aggregate::ALL.iter().map(|a| a.node_id()).collect();
+                server_object::install_aggregate_functions(b, &aggregates);
                 extend(b)?;
                 // Namespace 0 declares methods this server does not serve (RequestServerStateChange,
                 // SetSubscriptionDurable, …): not executable, as the NodeSet import makes the
                 // methods of companion models without a handler.
-                b.disable_methods(|id| id.namespace == 0 && !crate::services::method::served(id));
+                b.disable_methods(|id| id.namespace == 0 && !super::method::served(id));
                 Ok(())
             },
             capabilities.as_ref(),
