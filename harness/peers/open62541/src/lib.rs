@@ -114,6 +114,37 @@ pub fn self_signed(
     }
 }
 
+/// A self-signed EC application certificate (DER) and key of open62541's plug-in for `uri`
+/// and `common_name` on `curve` (`nistp256`, `nistp384`).
+#[cfg(feature = "mbedtls")]
+pub fn ecc_self_signed(
+    uri: &str,
+    common_name: &str,
+    curve: &str,
+) -> Result<(UA_ByteString, UA_ByteString), String> {
+    // SAFETY: the parameter map copies the values it is given (each cleared here after);
+    // `self_signed_with` clears the map.
+    unsafe {
+        let mut params: UA_KeyValueMap = std::mem::zeroed();
+        for (k, v) in [("key-type", "ec"), ("ecc-curve", curve)] {
+            let key = CString::new(k).expect("no NUL");
+            let mut value = ua_string(v);
+            let rc = UA_KeyValueMap_setScalar(
+                &mut params,
+                UA_QUALIFIEDNAME(0, key.as_ptr() as *mut std::ffi::c_char),
+                &value as *const UA_String as *const c_void,
+                data_type(UA_TYPES_STRING),
+            );
+            UA_String_clear(&mut value);
+            if let Err(e) = check(k, rc) {
+                UA_KeyValueMap_clear(&mut params);
+                return Err(e);
+            }
+        }
+        self_signed_with(uri, common_name, params)
+    }
+}
+
 /// A self-signed certificate and key (DER) of open62541's certificate plug-in for `uri` and
 /// `common_name`, with the plug-in's parameters `params` (key size, key type, curve), which
 /// it clears.

@@ -16,6 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod common;
+
 const CLIENT: &str = env!("CARGO_BIN_EXE_open62541-interop-client");
 const SERVER: &str = env!("CARGO_BIN_EXE_open62541-contract-server");
 
@@ -247,6 +249,52 @@ fn open62541_client_against_the_open62541_contract_server() {
     unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
     let status = s.child.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// The contract server with `--ecc` offers ECC_nistP256 and ECC_nistP384 beside the RSA
+/// policies: open62541's own client connects in both curves, and uaring's load client reads
+/// over ECC_nistP256 SignAndEncrypt (the side-by-side rows of the ecc and establishment
+/// tables).
+#[test]
+fn the_open62541_contract_server_offers_the_ecc_policies() {
+    let port = free_port();
+    let mut s =
+        start(Command::new(SERVER).args(["--port", &port.to_string(), "--secure", "--ecc"]));
+    client_with(s.port, "sign-encrypt", "ECC_nistP256");
+    client_with(s.port, "sign", "ECC_nistP384");
+    let out = Command::new(common::bench_bin())
+        .args(["run", "--url", &format!("opc.tcp://127.0.0.1:{}", s.port)])
+        .args([
+            "--security",
+            "sign-encrypt",
+            "--security-policy",
+            "ECC_nistP256",
+        ])
+        .args(["--scenario", "read", "--clients", "1", "--inflight", "4"])
+        .args([
+            "--duration",
+            "1",
+            "--warmup",
+            "1",
+            "--foreign-max",
+            "1000",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "uaring-bench over ECC_nistP256:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(v["errors"].as_u64(), Some(0), "{v}");
+    assert!(v["ops"].as_u64().is_some_and(|n| n > 0), "{v}");
+    // SAFETY: SIGTERM to our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    assert!(s.child.wait().unwrap().success());
 }
 
 /// `uaring cert --pki DIR generate --type TYPE` with the contract's ApplicationUri.

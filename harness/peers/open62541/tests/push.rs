@@ -7,29 +7,12 @@
 //! The run is measured on a shared machine: no CPU figure is asserted, only that each is
 //! reported, and the latency bound is a hang guard.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-const PLANT: &str = env!("CARGO_BIN_EXE_open62541-plant");
+mod common;
+use common::bench_bin;
 
-fn bench_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("UARING_BENCH") {
-        return PathBuf::from(p);
-    }
-    // target/<profile>/deps/push-… → target/<profile>/uaring-bench
-    let me = std::env::current_exe().unwrap();
-    let p = me
-        .parent()
-        .and_then(|d| d.parent())
-        .unwrap()
-        .join("uaring-bench");
-    assert!(
-        p.exists(),
-        "{} is missing: cargo build -p uaring-harness (or set UARING_BENCH)",
-        p.display()
-    );
-    p
-}
+const PLANT: &str = env!("CARGO_BIN_EXE_open62541-plant");
 
 #[test]
 fn push_scenario_against_the_open62541_plant() {

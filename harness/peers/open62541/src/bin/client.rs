@@ -143,33 +143,6 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
     Err("secured modes need the `mbedtls` feature".into())
 }
 
-/// A self-signed EC certificate (DER) and key of open62541's plug-in on `curve` (`nistp256`,
-/// `nistp384`).
-#[cfg(feature = "mbedtls")]
-fn ecc_self_signed(curve: &str) -> Result<(UA_ByteString, UA_ByteString), String> {
-    // SAFETY: the parameter map copies the values it is given (each cleared here after);
-    // `self_signed_with` clears the map.
-    unsafe {
-        let mut params: UA_KeyValueMap = std::mem::zeroed();
-        for (k, v) in [("key-type", "ec"), ("ecc-curve", curve)] {
-            let key = CString::new(k).expect("no NUL");
-            let mut value = ua_string(v);
-            let rc = UA_KeyValueMap_setScalar(
-                &mut params,
-                UA_QUALIFIEDNAME(0, key.as_ptr() as *mut std::ffi::c_char),
-                &value as *const UA_String as *const c_void,
-                data_type(UA_TYPES_STRING),
-            );
-            UA_String_clear(&mut value);
-            if let Err(e) = check(k, rc) {
-                UA_KeyValueMap_clear(&mut params);
-                return Err(e);
-            }
-        }
-        self_signed_with(CLIENT_URI, "uaring interop open62541 client", params)
-    }
-}
-
 /// Adds open62541's ECC policy `name` (ECC_nistP256 / ECC_nistP384, with a fresh EC
 /// certificate) to the client's SecurityPolicies: open62541's default encryption setup
 /// leaves the (deprecated, non-AEAD) ECC policies out. The array is replaced by one a slot
@@ -188,7 +161,7 @@ unsafe fn add_ecc_policy(cfg: &mut UA_ClientConfig, name: &str) -> Result<(), St
         "ECC_nistP384" => ("nistp384", UA_SecurityPolicy_EccNistP384),
         other => return Err(format!("unknown policy {other}")),
     };
-    let (cert, key) = ecc_self_signed(curve)?;
+    let (cert, key) = ecc_self_signed(CLIENT_URI, "uaring interop open62541 client", curve)?;
     let n = cfg.securityPoliciesSize;
     let size = std::mem::size_of::<UA_SecurityPolicy>();
     let grown = UA_Array_new((n + 1) * size, data_type(UA_TYPES_BYTE)) as *mut UA_SecurityPolicy;

@@ -40,6 +40,10 @@ struct Opts {
     /// Also offer the secured endpoints (Basic256Sha256 … Sign and SignAndEncrypt).
     #[arg(long)]
     secure: bool,
+    /// With --secure, also offer ECC_nistP256 and ECC_nistP384 (Sign and SignAndEncrypt),
+    /// each with a fresh self-signed EC certificate of its curve.
+    #[arg(long, requires = "secure")]
+    ecc: bool,
     /// open62541's log level: 1 trace, 2 debug, 3 info, 4 warning, 5 error, 6 fatal.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=6))]
     log_level: u32,
@@ -154,6 +158,50 @@ unsafe fn add_counters(server: *mut UA_Server, counters: &mut [u64]) -> Result<(
     Ok(())
 }
 
+/// Adds the ECC_nistP256 and ECC_nistP384 policies, each with an EC certificate of its
+/// curve, and their Sign and SignAndEncrypt endpoints (open62541's secured default leaves the
+/// ECC policies out).
+#[cfg(feature = "mbedtls")]
+unsafe fn add_ecc_endpoints(config: &mut UA_ServerConfig) -> Result<(), String> {
+    type AddPolicy = unsafe extern "C" fn(
+        *mut UA_ServerConfig,
+        *const UA_ByteString,
+        *const UA_ByteString,
+    ) -> UA_StatusCode;
+    let policies: [(&str, &str, AddPolicy); 2] = [
+        (
+            "ECC_nistP256",
+            "nistp256",
+            UA_ServerConfig_addSecurityPolicyEccNistP256,
+        ),
+        (
+            "ECC_nistP384",
+            "nistp384",
+            UA_ServerConfig_addSecurityPolicyEccNistP384,
+        ),
+    ];
+    for (name, curve, add) in policies {
+        let (cert, key) = ecc_self_signed(APPLICATION_URI, "uaring benchmark open62541", curve)?;
+        let rc = add(config, &cert, &key);
+        free_bytes(cert);
+        free_bytes(key);
+        check(name, rc)?;
+        for mode in [
+            UA_MessageSecurityMode::UA_MESSAGESECURITYMODE_SIGN,
+            UA_MessageSecurityMode::UA_MESSAGESECURITYMODE_SIGNANDENCRYPT,
+        ] {
+            // The endpoint copies the URI it is given (a shallow copy here, freed after).
+            let mut uri = ua_string(&format!(
+                "http://opcfoundation.org/UA/SecurityPolicy#{name}"
+            ));
+            let rc = UA_ServerConfig_addEndpoint(config, shallow(&uri), mode);
+            UA_String_clear(&mut uri);
+            check(&format!("{name} endpoint"), rc)?;
+        }
+    }
+    Ok(())
+}
+
 unsafe fn configure(config: &mut UA_ServerConfig, o: &Opts) -> Result<(), String> {
     if o.secure {
         #[cfg(feature = "mbedtls")]
@@ -174,6 +222,9 @@ unsafe fn configure(config: &mut UA_ServerConfig, o: &Opts) -> Result<(), String
             free_bytes(cert);
             free_bytes(key);
             check("secured configuration", rc)?;
+            if o.ecc {
+                add_ecc_endpoints(config)?;
+            }
             // Accept any client certificate (benchmark contract).
             (config.secureChannelPKI.clear.ok_or("no PKI clear")?)(&mut config.secureChannelPKI);
             UA_CertificateGroup_AcceptAll(&mut config.secureChannelPKI);
