@@ -756,3 +756,146 @@ fn self_signed_der(
 pub fn to_pem(der: &[u8]) -> String {
     pem::encode(&pem::Pem::new("CERTIFICATE", der.to_vec()))
 }
+
+/// The most characters of a subject name a signing request accepts.
+pub const SUBJECT_NAME_CHARS_MAX: usize = 1024;
+
+/// What a certificate signing request (PKCS#10, OPC 10000-12 CreateSigningRequest) asks for.
+#[derive(Clone, Debug, Default)]
+pub struct SigningRequest {
+    /// The subject, as `CN=…, O=…` (or `/CN=…/O=…`); empty: CN = `common_name`.
+    pub subject: String,
+    /// The CN used when `subject` is empty.
+    pub common_name: String,
+    /// subjectAltName URI: the ApplicationUri ("" for none).
+    pub application_uri: String,
+    /// subjectAltName DNS names.
+    pub dns_names: Vec<String>,
+    /// subjectAltName IP addresses.
+    pub ip_addresses: Vec<IpAddr>,
+}
+
+/// Parses `CN=a, O=b` or `/CN=a/O=b` into an rcgen name (CN, O, OU, C, ST, L, DC).
+fn parse_subject(subject: &str) -> Result<rcgen::DistinguishedName, u32> {
+    use rcgen::{DistinguishedName, DnType};
+    if subject.chars().count() > SUBJECT_NAME_CHARS_MAX {
+        return Err(status::BAD_INVALID_ARGUMENT);
+    }
+    let mut dn = DistinguishedName::new();
+    let sep = if subject.trim_start().starts_with('/') {
+        '/'
+    } else {
+        ','
+    };
+    let mut any = false;
+    for part in subject.split(sep).map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').ok_or(status::BAD_INVALID_ARGUMENT)?;
+        let v = v.trim().trim_matches('"');
+        if v.is_empty() {
+            return Err(status::BAD_INVALID_ARGUMENT);
+        }
+        let ty = match k.trim().to_ascii_uppercase().as_str() {
+            "CN" => DnType::CommonName,
+            "O" => DnType::OrganizationName,
+            "OU" => DnType::OrganizationalUnitName,
+            "C" => DnType::CountryName,
+            "ST" | "S" => DnType::StateOrProvinceName,
+            "L" => DnType::LocalityName,
+            "DC" => DnType::CustomDnType(vec![0, 9, 2342, 19200300, 100, 1, 25]),
+            _ => return Err(status::BAD_INVALID_ARGUMENT),
+        };
+        dn.push(ty, v);
+        any = true;
+    }
+    if !any {
+        return Err(status::BAD_INVALID_ARGUMENT);
+    }
+    Ok(dn)
+}
+
+/// A PKCS#10 certificate signing request (DER) for an RSA key: the subject, the
+/// subjectAltName (URI, DNS, IP), keyUsage and extendedKeyUsage as a generated application
+/// instance certificate has them, signed with `key` (sha256WithRSAEncryption). A subject that
+/// does not parse is BadInvalidArgument.
+pub fn signing_request_der(req: &SigningRequest, key: &PrivateKey) -> Result<Vec<u8>, u32> {
+    use rcgen::{
+        CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose,
+        SanType,
+    };
+    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = if req.subject.trim().is_empty() {
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, req.common_name.as_str());
+        dn
+    } else {
+        parse_subject(&req.subject)?
+    };
+    if !req.application_uri.is_empty() {
+        let uri = rcgen::Ia5String::try_from(req.application_uri.as_str())
+            .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        params.subject_alt_names.push(SanType::URI(uri));
+    }
+    for d in &req.dns_names {
+        let d = rcgen::Ia5String::try_from(d.as_str()).map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        params.subject_alt_names.push(SanType::DnsName(d));
+    }
+    for ip in &req.ip_addresses {
+        params.subject_alt_names.push(SanType::IpAddress(*ip));
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::ContentCommitment,
+        KeyUsagePurpose::KeyEncipherment,
+        KeyUsagePurpose::DataEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let csr = params
+        .serialize_request(&kp)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    Ok(csr.der().to_vec())
+}
+
+#[cfg(test)]
+mod signing_request_tests {
+    use super::*;
+
+    #[test]
+    fn a_signing_request_parses_and_carries_the_key_and_the_subject() {
+        let key = PrivateKey::generate(2048).unwrap();
+        let req = SigningRequest {
+            subject: "CN=uaring push, O=plant".into(),
+            common_name: "unused".into(),
+            application_uri: "urn:x:y".into(),
+            dns_names: vec!["host".into()],
+            ip_addresses: vec![IpAddr::from([127, 0, 0, 1])],
+        };
+        let der = signing_request_der(&req, &key).unwrap();
+        let csr = x509_cert::request::CertReq::from_der(&der).unwrap();
+        let subject = csr.info.subject.to_string();
+        assert!(subject.contains("CN=uaring push"), "{subject}");
+        assert!(subject.contains("O=plant"), "{subject}");
+        let spki = csr.info.public_key.subject_public_key.raw_bytes();
+        assert_eq!(spki, key.public_key_pkcs1());
+        for bad in ["CN", "XX=1", "CN=", ""] {
+            let r = SigningRequest {
+                subject: bad.into(),
+                ..req.clone()
+            };
+            if bad.is_empty() {
+                assert!(signing_request_der(&r, &key).is_ok());
+            } else {
+                assert_eq!(
+                    signing_request_der(&r, &key),
+                    Err(status::BAD_INVALID_ARGUMENT),
+                    "{bad}"
+                );
+            }
+        }
+    }
+}

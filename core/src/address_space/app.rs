@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use crate::generated::types::Argument;
+use crate::generated::types::{Argument, MessageSecurityMode};
+use crate::roles::Roles;
 use crate::time::Now;
 use crate::types::{
     BuiltinType, DataValue, ExtensionObject, LocalizedText, NodeId, StatusCode, UaString, Variant,
@@ -213,6 +214,14 @@ pub struct MethodCall<'a> {
     pub inputs: &'a [Variant],
     /// The user name (or certificate subject) of the session; empty when anonymous.
     pub user: &'a str,
+    /// The calling session's roles (Part 3 §4.9): a method may demand one, e.g. SecurityAdmin.
+    pub roles: Roles,
+    /// The MessageSecurityMode of the secure channel the call came over (a method may demand
+    /// SignAndEncrypt).
+    pub security_mode: MessageSecurityMode,
+    /// The calling session's SessionId: stable for the session's life, also across a move to
+    /// another channel or shard (state a method keeps per session, e.g. file handles).
+    pub session_id: &'a NodeId,
     pub now: Now,
 }
 
@@ -420,7 +429,22 @@ pub struct AsyncCall {
     pub method_id: NodeId,
     pub inputs: Vec<Variant>,
     pub user: String,
+    /// As [`MethodCall::roles`].
+    pub roles: Roles,
+    /// As [`MethodCall::security_mode`].
+    pub security_mode: MessageSecurityMode,
+    /// As [`MethodCall::session_id`].
+    pub session_id: NodeId,
     reply: Reply,
+}
+
+/// Who called a method: what [`AsyncCall::new`] takes besides the call itself.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    pub user: String,
+    pub roles: Roles,
+    pub security_mode: MessageSecurityMode,
+    pub session_id: NodeId,
 }
 
 impl AsyncCall {
@@ -428,14 +452,17 @@ impl AsyncCall {
         object_id: NodeId,
         method_id: NodeId,
         inputs: Vec<Variant>,
-        user: String,
+        caller: Caller,
         reply: Reply,
     ) -> AsyncCall {
         AsyncCall {
             object_id,
             method_id,
             inputs,
-            user,
+            user: caller.user,
+            roles: caller.roles,
+            security_mode: caller.security_mode,
+            session_id: caller.session_id,
             reply,
         }
     }

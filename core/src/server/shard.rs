@@ -625,6 +625,14 @@ impl ShardState {
         self
     }
 
+    /// Replaces the security provider (a new own certificate, Part 12 push management): the
+    /// channels opened from now on use it. Channels already open keep the crypto they
+    /// negotiated; their sessions' certificate and signatures come from the new one, so the
+    /// runtime should close those channels once the change was answered.
+    pub fn set_security(&mut self, security: SecurityProvider) {
+        self.security = security;
+    }
+
     pub fn shared(&self) -> &Arc<ServerShared> {
         &self.shared
     }

@@ -36,12 +36,15 @@
 //! Server.GetMonitoredItems (i=11492) and Server.ResendData (i=12873) — the last four run in
 //! `services::subscription_methods`.
 
+use crate::address_space::app::Caller;
 use crate::address_space::{ids as ns0, AddressSpace, ClassAttributes, Node, NodeClass};
 use crate::events::condition::{ConditionAction, MAX_COMMENT_CHARS};
 use crate::events::ids;
 use crate::events::nodes::{self, ArgSpec};
 use crate::generated::messages::Response;
-use crate::generated::types::{CallMethodRequest, CallMethodResult, CallRequest, CallResponse};
+use crate::generated::types::{
+    CallMethodRequest, CallMethodResult, CallRequest, CallResponse, MessageSecurityMode,
+};
 use crate::roles::Roles;
 use crate::server::shard::{ShardState, UserIdentity};
 use crate::services::{fault, response_header, subscription_methods};
@@ -170,11 +173,21 @@ pub fn call_deferrable(
     }
     let roles = super::session_roles(shard, key);
     let user = client_user_id(shard, key);
+    let (security_mode, session_id) = shard
+        .session(key)
+        .map(|s| (s.diagnostics.security_mode, s.session_id.clone()))
+        .unwrap_or((MessageSecurityMode::Invalid, NodeId::NULL));
+    let caller = Caller {
+        user,
+        roles,
+        security_mode,
+        session_id,
+    };
     let mut later = Vec::new();
     let mut results = Vec::with_capacity(n);
     for (i, m) in req.methods_to_call.iter().enumerate() {
         let mut deferred = None;
-        results.push(call_one(shard, key, roles, &user, m, now, &mut deferred));
+        results.push(call_one(shard, key, &caller, m, now, &mut deferred));
         if let Some(d) = deferred {
             later.push((i, d));
         }
@@ -220,7 +233,7 @@ pub fn call_deferrable(
             d.object_id,
             d.method_id,
             d.inputs,
-            user.clone(),
+            caller.clone(),
             reply,
         ));
     }
@@ -363,7 +376,7 @@ fn text_of(v: &Variant) -> LocalizedText {
 fn call_app(
     app: &crate::address_space::app::AppMethod,
     m: &CallMethodRequest,
-    user: &str,
+    caller: &Caller,
     now: Now,
     deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
@@ -406,7 +419,10 @@ fn call_app(
         object_id: &m.object_id,
         method_id: &m.method_id,
         inputs: args,
-        user,
+        user: &caller.user,
+        roles: caller.roles,
+        security_mode: caller.security_mode,
+        session_id: &caller.session_id,
         now,
     };
     let (status, outputs) = match handler(&call) {
@@ -431,12 +447,12 @@ fn call_app(
 fn call_one(
     shard: &mut ShardState,
     key: SessionKey,
-    roles: Roles,
-    user: &str,
+    caller: &Caller,
     m: &CallMethodRequest,
     now: Now,
     deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
+    let (roles, user) = (caller.roles, caller.user.as_str());
     let shared = std::sync::Arc::clone(shard.shared());
     let space = &shared.address_space;
     if m.object_id.is_null() {
@@ -474,7 +490,7 @@ fn call_one(
     }
     let Some(kind) = kind else {
         return match space.app_method(&m.method_id) {
-            Some(app) => call_app(app, m, user, now, deferred),
+            Some(app) => call_app(app, m, caller, now, deferred),
             None => status_only(StatusCode::BadNotImplemented),
         };
     };

@@ -138,6 +138,57 @@ pub const OMITTED: &[u32] = &[
 /// The ids in [`OMITTED`] and every node under them (HasComponent / HasProperty, declared
 /// on the parent as a forward reference or on the child as an inverse one).
 fn omitted(nodes: &[Ns0Node], keep: &[u32]) -> HashSet<NodeId> {
+    let roots: Vec<u32> = OMITTED
+        .iter()
+        .copied()
+        .filter(|i| !keep.contains(i))
+        .collect();
+    subtree(nodes, &roots)
+}
+
+/// Adds one [`OMITTED`] node `root` back, with those of its descendants listed in `keep`
+/// (each Method in `keep` with its argument properties), to a builder that has namespace 0
+/// without it ([`add_namespace0`]): a feature of the runtime (the `uaring` library's push
+/// certificate management) brings back the part of namespace 0 it serves, and only that.
+/// References to nodes that are not in the builder are dropped. Returns the ids added.
+pub fn add_omitted_subtree(
+    b: &mut AddressSpaceBuilder,
+    root: u32,
+    keep: &[u32],
+) -> Result<Vec<NodeId>, String> {
+    if !OMITTED.contains(&root) {
+        return Err(format!("i={root} is not an omitted namespace-0 node"));
+    }
+    let nodes = ns0::nodes().map_err(|e| format!("namespace 0: {e}"))?;
+    let under_root = subtree(&nodes, &[root]);
+    let methods: Vec<u32> = keep
+        .iter()
+        .copied()
+        .filter(|&i| {
+            nodes
+                .iter()
+                .any(|n| n.node_id == NodeId::ns0(i) && n.node_class == NodeClass::Method)
+        })
+        .collect();
+    let mut wanted: HashSet<NodeId> = subtree(&nodes, &methods);
+    wanted.insert(NodeId::ns0(root));
+    wanted.extend(keep.iter().map(|&i| NodeId::ns0(i)));
+    wanted.retain(|id| under_root.contains(id) && !b.contains(id));
+    let mut added = Vec::new();
+    for mut n in nodes {
+        if !wanted.contains(&n.node_id) {
+            continue;
+        }
+        n.references
+            .retain(|r| wanted.contains(&r.target) || (b.contains(&r.target) && !under_root.contains(&r.target)));
+        added.push(n.node_id.clone());
+        b.add(convert(n)?)?;
+    }
+    Ok(added)
+}
+
+/// `ids` and every node under them (HasComponent / HasProperty, declared either way).
+fn subtree(nodes: &[Ns0Node], ids: &[u32]) -> HashSet<NodeId> {
     const HAS_COMPONENT: u32 = 47;
     const HAS_PROPERTY: u32 = 46;
     let child_ref = |r: &ns0::Ns0Reference| {
@@ -161,11 +212,7 @@ fn omitted(nodes: &[Ns0Node], keep: &[u32]) -> HashSet<NodeId> {
         }
     }
     let mut out: HashSet<NodeId> = HashSet::new();
-    let mut stack: Vec<NodeId> = OMITTED
-        .iter()
-        .filter(|i| !keep.contains(i))
-        .map(|&i| NodeId::ns0(i))
-        .collect();
+    let mut stack: Vec<NodeId> = ids.iter().map(|&i| NodeId::ns0(i)).collect();
     while let Some(id) = stack.pop() {
         if !out.insert(id.clone()) {
             continue;
