@@ -546,13 +546,15 @@ impl ServerBuilder {
         let refresher = security.clone();
         let running = runtime::start(opts, move |i| {
             let handler = server::make_handler(&make_setup, i, shards)?;
-            let provider = security.shard_provider()?;
+            let (provider, watch) = security.shard_security()?;
             let client = pool.as_ref().map(|p| p.client());
             let host = handler
                 .host
                 .with_security(provider)
                 .with_handshake_offload(client.is_some());
-            Ok(server::UaHandler::new(host).with_pool(client))
+            Ok(server::UaHandler::new(host)
+                .with_pool(client)
+                .with_identity(Some(watch)))
         })
         .map_err(|e| Error::Start(e.to_string()))?;
         {

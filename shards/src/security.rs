@@ -355,6 +355,11 @@ pub struct SecuritySetup {
     /// Every shard's trust state [`SecuritySetup::shard_provider`] made, for the PKI
     /// refresher ([`SecuritySetup::start_pki_refresher`]).
     trusts: Arc<Mutex<Vec<Arc<ShardTrust>>>>,
+    /// The RSA application instance certificate in use now: `own` at start, replaced by
+    /// push management's ApplyChanges ([`SecuritySetup::replace_own`]). Read by a shard only
+    /// when `own_generation` moved.
+    current_own: Mutex<Option<Arc<OwnIdentity>>>,
+    own_generation: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for SecuritySetup {
@@ -633,6 +638,7 @@ pub fn build(
         policies,
         modes,
         none,
+        current_own: Mutex::new(own.clone()),
         own,
         ecc,
         pki_root,
@@ -640,7 +646,49 @@ pub fn build(
         users: user_dir,
         limits,
         trusts: Arc::default(),
+        own_generation: Default::default(),
     })
+}
+
+/// A shard's view of the own certificate: when push management replaced it, [`IdentityWatch::poll`]
+/// gives the shard's new security provider (same trust state, the new certificate).
+pub struct IdentityWatch {
+    setup: Arc<SecuritySetup>,
+    trust: Option<Arc<ShardTrust>>,
+    seen: u64,
+}
+
+impl std::fmt::Debug for IdentityWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityWatch")
+            .field("seen", &self.seen)
+            .finish()
+    }
+}
+
+impl IdentityWatch {
+    /// The new provider once the certificate changed since the last call (one atomic load
+    /// otherwise).
+    pub fn poll(&mut self) -> Option<SecurityProvider> {
+        let g = self
+            .setup
+            .own_generation
+            .load(std::sync::atomic::Ordering::Acquire);
+        if g == self.seen {
+            return None;
+        }
+        self.seen = g;
+        match self
+            .setup
+            .provider_with(self.trust.clone(), self.setup.current_own())
+        {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!("new application certificate not taken up by a shard: {e}");
+                None
+            }
+        }
+    }
 }
 
 impl SecuritySetup {
@@ -709,21 +757,75 @@ impl SecuritySetup {
         v.join(", ")
     }
 
+    /// The RSA application instance certificate and key in use now.
+    pub fn current_own(&self) -> Option<Arc<OwnIdentity>> {
+        self.current_own
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Makes `own` the RSA application instance certificate of the channels opened from now
+    /// on: every shard's [`IdentityWatch`] sees it at its next loop iteration. The files are
+    /// the caller's (push management writes them first).
+    pub fn replace_own(&self, own: Arc<OwnIdentity>) {
+        *self.current_own.lock().unwrap_or_else(|e| e.into_inner()) = Some(own);
+        self.own_generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     /// The security provider of one shard: its own PKI store, the shared limiters.
     pub fn shard_provider(&self) -> Result<SecurityProvider, String> {
+        let trust = self.shard_trust()?;
+        self.provider_with(trust, self.current_own())
+    }
+
+    /// [`SecuritySetup::shard_provider`] and the watch that follows certificate changes.
+    pub fn shard_security(
+        self: &Arc<Self>,
+    ) -> Result<(SecurityProvider, IdentityWatch), String> {
+        let seen = self
+            .own_generation
+            .load(std::sync::atomic::Ordering::Acquire);
+        let trust = self.shard_trust()?;
+        let p = self.provider_with(trust.clone(), self.current_own())?;
+        Ok((
+            p,
+            IdentityWatch {
+                setup: self.clone(),
+                trust,
+                seen,
+            },
+        ))
+    }
+
+    /// A shard's trust state (registered with the PKI refresher); none without a PKI.
+    fn shard_trust(&self) -> Result<Option<Arc<ShardTrust>>, String> {
+        if self.own.is_none() && self.ecc.is_empty() {
+            return Ok(None);
+        }
+        let pki = Pki::open(&self.pki_root, self.pki_config.clone())
+            .map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
+        let t = ShardTrust::with_limits(pki, self.limits.clone());
+        self.trusts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(t.clone());
+        Ok(Some(t))
+    }
+
+    fn provider_with(
+        &self,
+        trust: Option<Arc<ShardTrust>>,
+        own: Option<Arc<OwnIdentity>>,
+    ) -> Result<SecurityProvider, String> {
         let mut p = SecurityProvider::empty();
         let c = &self.config;
         if self.none {
             p.add_policy(Arc::new(NonePolicy));
             p.add_endpoint(EndpointSecurity::none());
         }
-        let mut trust = None;
-        if self.own.is_some() || !self.ecc.is_empty() {
-            let pki = Pki::open(&self.pki_root, self.pki_config.clone())
-                .map_err(|e| format!("{}: {e}", self.pki_root.display()))?;
-            trust = Some(ShardTrust::with_limits(pki, self.limits.clone()));
-        }
-        if let (Some(own), Some(t)) = (&self.own, &trust) {
+        if let (Some(own), Some(t)) = (&own, &trust) {
             // Every supported RSA policy is registered (a None endpoint's token policy may name
             // one no endpoint offers); endpoints only for the configured ones.
             for id in [
@@ -754,10 +856,6 @@ impl SecuritySetup {
                 }
                 p.add_policy(policy);
             }
-            self.trusts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(t.clone());
         }
         let have_users = self.users.as_ref().is_some_and(|u| !u.is_empty());
         let user_auth = trust.is_some();

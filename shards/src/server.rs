@@ -48,7 +48,19 @@ pub trait ShardHost: ConnectionHost {
     fn on_message(&mut self, _msg: Box<dyn Any + Send>, _now: Now) {}
     /// How other threads wake this shard's loop (the change path).
     fn set_waker(&mut self, _wake: uaring_core::address_space::change::WakeFn) {}
+    /// Replaces the security provider (a new application certificate).
+    fn replace_security(&mut self, _provider: uaring_core::secure_channel::SecurityProvider) {}
+    /// The certificate the provider gives policy `uri` now.
+    fn policy_certificate(&self, _uri: &str) -> Option<Vec<u8>> {
+        None
+    }
 }
+
+/// How long a shard waits after it took up a new application certificate before it closes
+/// the secure channels opened with the old one (Part 12 §7.10.9: the ApplyChanges reply goes
+/// out first, then the affected channels must renegotiate; their sessions stay, for the
+/// clients' reconnect).
+pub const RETIRE_CHANNELS_AFTER_MS: u64 = 1000;
 
 /// Drives core's `ServerConnection`s of one shard.
 pub struct UaHandler<S: ShardHost> {
@@ -60,6 +72,13 @@ pub struct UaHandler<S: ShardHost> {
     pool: Option<PoolClient>,
     /// Handshake results taken from the pool, for `flush`.
     done: Vec<(ConnId, JobDone)>,
+    /// Follows the application certificate (push management).
+    identity: Option<crate::security::IdentityWatch>,
+    /// When (mono ns) the channels of the old certificate are closed.
+    retire_at_ns: Option<u64>,
+    /// Connections to check against the new certificate (and close when theirs is old).
+    retiring: Vec<ConnId>,
+    retire_checks: Vec<ConnId>,
 }
 
 impl<S: ShardHost> UaHandler<S> {
@@ -70,7 +89,19 @@ impl<S: ShardHost> UaHandler<S> {
             ready_channels: Vec::new(),
             pool: None,
             done: Vec::new(),
+            identity: None,
+            retire_at_ns: None,
+            retiring: Vec::new(),
+            retire_checks: Vec::new(),
         }
+    }
+
+    /// Follows certificate changes (push management): a shard takes up the new certificate
+    /// for new channels at once and closes the channels of the old one
+    /// [`RETIRE_CHANNELS_AFTER_MS`] later.
+    pub fn with_identity(mut self, watch: Option<crate::security::IdentityWatch>) -> UaHandler<S> {
+        self.identity = watch;
+        self
     }
 
     /// Runs handshake jobs on `pool` (the host must offload them: `ShardState::with_handshake_offload`).
@@ -299,14 +330,30 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn deadline(&self) -> u64 {
-        self.host.next_deadline().unwrap_or(u64::MAX)
+        self.host
+            .next_deadline()
+            .unwrap_or(u64::MAX)
+            .min(self.retire_at_ns.unwrap_or(u64::MAX))
     }
 
     fn timer(&mut self, now: Now) {
+        if self.retire_at_ns.is_some_and(|t| t <= now.mono_ns) {
+            self.retire_at_ns = None;
+            self.retiring.extend(self.channels.values().copied());
+        }
         self.host.on_timer(now);
     }
 
     fn take_ready(&mut self, into: &mut Vec<ConnId>) {
+        if let Some(p) = self.identity.as_mut().and_then(|w| w.poll()) {
+            self.host.replace_security(p);
+            let now = crate::clock::now().mono_ns;
+            self.retire_at_ns = Some(now.saturating_add(RETIRE_CHANNELS_AFTER_MS * 1_000_000));
+        }
+        if !self.retiring.is_empty() {
+            into.extend(self.retiring.iter().copied());
+            self.retire_checks.append(&mut self.retiring);
+        }
         // Results left from the last pass belong to connections that closed meanwhile.
         self.done.clear();
         if let Some(pool) = self.pool.as_mut() {
@@ -325,6 +372,19 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn flush(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
+        if let Some(i) = self.retire_checks.iter().position(|id| *id == conn.id) {
+            self.retire_checks.swap_remove(i);
+            if let Some(p) = conn.conn.channel_policy() {
+                let old = p.local_certificate();
+                if old.is_some() && old.map(<[u8]>::to_vec) != self.host.policy_certificate(p.uri()) {
+                    tracing::info!(
+                        channel = conn.channel.unwrap_or(0),
+                        "closing a secure channel of the old application certificate"
+                    );
+                    return ConnStatus::Close;
+                }
+            }
+        }
         if let Some(i) = self.done.iter().position(|(id, _)| *id == conn.id) {
             let (_, done) = self.done.swap_remove(i);
             let s = conn.conn.on_job_done(&mut self.host, now, done, out);
@@ -370,6 +430,14 @@ impl ShardHost for ShardState {
     }
     fn set_waker(&mut self, wake: uaring_core::address_space::change::WakeFn) {
         ShardState::set_waker(self, wake)
+    }
+    fn replace_security(&mut self, provider: uaring_core::secure_channel::SecurityProvider) {
+        ShardState::set_security(self, provider)
+    }
+    fn policy_certificate(&self, uri: &str) -> Option<Vec<u8>> {
+        ShardState::security(self)
+            .policy(uri)
+            .and_then(|p| p.local_certificate().map(<[u8]>::to_vec))
     }
 
     fn take_messages(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {

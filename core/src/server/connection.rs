@@ -307,6 +307,15 @@ impl ServerConnection {
         }
     }
 
+    /// The security policy the open channel was opened with (it keeps it for its whole
+    /// life, renewals included, whatever the host's provider says later).
+    pub fn channel_policy(&self) -> Option<&Arc<dyn SecurityPolicy>> {
+        match &self.st.phase {
+            Phase::Open(c) => Some(&c.policy),
+            _ => None,
+        }
+    }
+
     /// The channel is open (OPN done, not closed).
     pub fn is_open(&self) -> bool {
         matches!(self.st.phase, Phase::Open(_))
