@@ -392,6 +392,19 @@ impl ServerBuilder {
 
     fn start_masked(mut self) -> Result<ServerHandle, Error> {
         let demo = self.add_content()?;
+        // Push certificate management's methods run on the worker pool.
+        let push_wanted = self.file.as_ref().is_ok_and(|f| {
+            f.server
+                .get("push")
+                .and_then(|p| p.get("enabled"))
+                .and_then(|v| v.as_bool())
+                .unwrap_or(true)
+        });
+        let push_workers = if push_wanted {
+            Some(self.workers()?)
+        } else {
+            None
+        };
         let ServerBuilder {
             file,
             config_path,
@@ -411,6 +424,19 @@ impl ServerBuilder {
         let (sec_config, users) =
             crate::security::take_config(&mut file.server).map_err(Error::Config)?;
         let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
+        let push_config = crate::push::take_config(&mut file.server).map_err(Error::Config)?;
+        // Push management replaces the RSA certificate: only with an RSA policy configured.
+        let (_, rsa_policies, _) =
+            crate::security::check(&sec_config, &users).map_err(Error::Security)?;
+        let push = match push_workers {
+            Some(w) if push_config.enabled && !rsa_policies.is_empty() => {
+                let core = crate::server::server_config(&file.server, contract)
+                    .map_err(Error::Config)?;
+                let uri = core.application.effective_application_uri().to_string();
+                Some((crate::push::PushManager::new(push_config, &uri), w))
+            }
+            _ => None,
+        };
         let history =
             crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
         let historian = if history
@@ -464,6 +490,9 @@ impl ServerBuilder {
                 if historian.is_some() && !history.nodes.is_empty() {
                     crate::history::serve::historize_nodes(b, &history.nodes)?;
                 }
+                if let Some((p, w)) = &push {
+                    p.install(b, w)?;
+                }
                 Ok(())
             },
             historian
@@ -509,6 +538,13 @@ impl ServerBuilder {
         .map(Arc::new)
         .map_err(Error::Security)?;
         tracing::info!("endpoints: {}", security.describe());
+        if let Some((p, _)) = &push {
+            p.attach(security.clone());
+            tracing::info!(
+                trust_list_bytes_max = p.config().trust_list_bytes_max,
+                "push certificate management: ServerConfiguration served (SecurityAdmin over SignAndEncrypt)"
+            );
+        }
         let mut opts = RuntimeOptions::from_config(&file.runtime, listen, cpus);
         let shards = opts.shards;
         let shard_cpus: Vec<usize> = (0..shards)

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod net;
 mod nodes;
 pub mod notify;
+pub mod push;
 pub mod random;
 pub mod reverse;
 pub mod runtime;

@@ -534,6 +534,9 @@ pub fn build(
     let needs_cert =
         !policies.is_empty() || (!users.is_empty() && !config.user_token_policy_on_none.is_empty());
     let pki_root = config.pki_dir.clone();
+    // An update of the trust list or own certificate a crash interrupted is finished (past
+    // its commit point) or dropped before anything reads the directory.
+    crate::push::recover(&pki_root).map_err(|e| format!("{}: {e}", pki_root.display()))?;
     let ecc_wanted = ecc_policies(&config);
     let mut ecc = Vec::new();
     if !ecc_wanted.is_empty() && !modes.is_empty() {
