@@ -151,7 +151,6 @@ pub const KEEP: &[u32] = &[
     TL_USER_WRITABLE,
     TL_OPEN_COUNT,
     TL_LAST_UPDATE_TIME,
-    TL_ACTIVITY_TIMEOUT,
     TL_OPEN,
     TL_CLOSE,
     TL_READ,
@@ -173,8 +172,6 @@ const TL_OPEN_COUNT: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_OpenCount;
 const TL_LAST_UPDATE_TIME: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_LastUpdateTime;
-const TL_ACTIVITY_TIMEOUT: u32 =
-    ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_ActivityTimeout;
 const TL_OPEN: u32 = ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Open;
 const TL_CLOSE: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Close;
@@ -431,10 +428,6 @@ impl PushManager {
         for (id, v) in [
             (TL_WRITABLE, Variant::Boolean(true)),
             (TL_USER_WRITABLE, Variant::Boolean(true)),
-            (
-                TL_ACTIVITY_TIMEOUT,
-                Variant::Double(self.config.activity_timeout_ms as f64),
-            ),
         ] {
             set_value(b, id, ValueSource::Cell(ValueCell::new(DataValue::new(v), None)))?;
         }
