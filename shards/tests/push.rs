@@ -1,0 +1,303 @@
+//! Part 12 push certificate management against the real `uaring` binary, the hostile cases:
+//! wrong role, unencrypted channels, garbage certificates and keys, an oversize trust list,
+//! a handle of another session, too many handles; and `[push] enabled = false` leaves the
+//! nodes out. (The whole update, CSR to ApplyChanges, is tests/interop/python/test_asyncua_push.py.)
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Server;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::{
+    ActivateSessionRequest, AnonymousIdentityToken, CallMethodRequest, CallRequest,
+    MessageSecurityMode, ReadValueId, SignatureData, UserNameIdentityToken,
+};
+use uaring_core::secure_channel::SecurityPolicy;
+use uaring_core::types::{BuiltinType, ByteString, ExtensionObject, NodeId, StatusCode, UaString, Variant};
+use uaring_crypto::{CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};
+use uaring_harness::blocking::{Client, ClientError};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const SERVER_CONFIGURATION: u32 = 12637;
+const GET_REJECTED_LIST: u32 = 12777;
+const UPDATE_CERTIFICATE: u32 = 13737;
+const APPLY_CHANGES: u32 = 12740;
+const TRUST_LIST: u32 = 12642;
+const OPEN: u32 = 12647;
+const CLOSE: u32 = 12650;
+const READ: u32 = 12652;
+const WRITE: u32 = 12655;
+const CLOSE_AND_UPDATE: u32 = 12666;
+const ADD_CERTIFICATE: u32 = 12668;
+const CANCEL_CHANGES: u32 = 25708;
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A client application identity with the URI the blocking client's CreateSession names.
+fn client_identity(cn: &str) -> Arc<OwnIdentity> {
+    let req = CertificateRequest::new("urn:uaring:client", cn, now_s());
+    let (cert, key) = uaring_crypto::generate_self_signed(&req).unwrap();
+    OwnIdentity::new(cert, key).unwrap()
+}
+
+struct Env {
+    server: Server,
+    dir: common::TempDir,
+    client: Arc<OwnIdentity>,
+}
+
+fn start(push: &str, tag: &str) -> Env {
+    let dir = common::TempDir::new(&format!("uaring-push-{tag}"));
+    let client = client_identity("push test client");
+    let trusted = dir.join("pki/trusted/certs");
+    std::fs::create_dir_all(&trusted).unwrap();
+    std::fs::write(trusted.join("client.der"), client.cert.der()).unwrap();
+    let hash = uaring_crypto::hash_password("pw").unwrap();
+    let cfg = dir.join("uaring.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[runtime]\nshards = 2\ndistribution = \"round-robin\"\n[push]\n{push}\n\
+             [security]\npolicies = [\"None\", \"Basic256Sha256\"]\n\
+             [[users]]\nname = \"secadmin\"\npassword = \"{hash}\"\nroles = [\"SecurityAdmin\"]\n\
+             [[users]]\nname = \"operator\"\npassword = \"{hash}\"\nroles = [\"Operator\", \"ConfigureAdmin\"]\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--pki",
+        dir.join("pki").to_str().unwrap(),
+    ]);
+    Env {
+        server,
+        dir,
+        client,
+    }
+}
+
+impl Env {
+    fn server_cert(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("pki/own/certs/uaring.der")).unwrap()
+    }
+
+    /// A session over Basic256Sha256 in `mode`, logged in as `user` (password "pw", in clear:
+    /// only SignAndEncrypt takes it) or anonymous.
+    fn session(&self, mode: MessageSecurityMode, user: Option<&str>) -> Client {
+        let policy = RsaPolicy::client(PolicyId::Basic256Sha256, self.client.clone()).unwrap();
+        let mut cfg = uaring_core::client::ClientConfig::new(&self.server.url());
+        cfg.policy = policy.clone();
+        cfg.mode = mode;
+        cfg.server_certificate = Some(self.server_cert());
+        let mut c = Client::connect_with(cfg, TIMEOUT).expect("secure channel");
+        let cs = c.create_session().expect("CreateSession").clone();
+        let mut data = cs.server_certificate.as_bytes().to_vec();
+        data.extend_from_slice(cs.server_nonce.as_bytes());
+        let (algorithm, signature) = policy.sign_own(&data).unwrap();
+        let token = match user {
+            Some(u) => ExtensionObject::from_struct(&UserNameIdentityToken {
+                policy_id: "username".into(),
+                user_name: u.into(),
+                password: ByteString::from(&b"pw"[..]),
+                encryption_algorithm: UaString::null(),
+            }),
+            None => ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id: "anonymous".into(),
+            }),
+        };
+        let req = ActivateSessionRequest {
+            client_signature: SignatureData {
+                algorithm: algorithm.as_str().into(),
+                signature: ByteString::from(signature),
+            },
+            user_identity_token: token,
+            locale_ids: vec!["en".into()],
+            ..Default::default()
+        };
+        match c.call(Request::ActivateSession(Box::new(req))) {
+            Ok(Response::ActivateSession(_)) => c,
+            other => panic!("ActivateSession: {other:?}"),
+        }
+    }
+
+    fn none_session(&self) -> Client {
+        let mut c = Client::connect(&self.server.url(), TIMEOUT).unwrap();
+        c.activate_session_anonymous().unwrap();
+        c
+    }
+}
+
+fn call(c: &mut Client, object: u32, method: u32, inputs: Vec<Variant>) -> Result<Vec<Variant>, StatusCode> {
+    let req = CallRequest {
+        methods_to_call: vec![CallMethodRequest {
+            object_id: NodeId::ns0(object),
+            method_id: NodeId::ns0(method),
+            input_arguments: inputs,
+        }],
+        ..Default::default()
+    };
+    match c.call(Request::Call(Box::new(req))) {
+        Ok(Response::Call(r)) => {
+            let res = &r.results[0];
+            if res.status_code.is_bad() {
+                Err(res.status_code)
+            } else {
+                Ok(res.output_arguments.clone())
+            }
+        }
+        Ok(other) => panic!("{other:?}"),
+        Err(ClientError::Status(s)) => Err(s),
+        Err(e) => panic!("{e:?}"),
+    }
+}
+
+fn open(c: &mut Client, mode: u8) -> Result<u32, StatusCode> {
+    match call(c, TRUST_LIST, OPEN, vec![Variant::Byte(mode)])?.as_slice() {
+        [Variant::UInt32(h)] => Ok(*h),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn read(c: &mut Client, h: u32, n: i32) -> Result<Vec<u8>, StatusCode> {
+    match call(c, TRUST_LIST, READ, vec![Variant::UInt32(h), Variant::Int32(n)])?.as_slice() {
+        [Variant::ByteString(b)] => Ok(b.as_bytes().to_vec()),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn bytes(b: &[u8]) -> Variant {
+    Variant::ByteString(ByteString::from(b))
+}
+
+fn update_certificate(c: &mut Client, cert: &[u8], format: &str, key: &[u8]) -> Result<Vec<Variant>, StatusCode> {
+    call(
+        c,
+        SERVER_CONFIGURATION,
+        UPDATE_CERTIFICATE,
+        vec![
+            Variant::NodeId(Box::new(NodeId::NULL)),
+            Variant::NodeId(Box::new(NodeId::NULL)),
+            bytes(cert),
+            Variant::array(BuiltinType::ByteString, vec![]).unwrap(),
+            Variant::String(format.into()),
+            bytes(key),
+        ],
+    )
+}
+
+#[test]
+fn push_methods_refuse_the_wrong_role_channel_input_and_handles() {
+    let env = start(
+        "trust_list_bytes_max = 4096\nhandles_per_session_max = 2\nhandles_max = 3",
+        "hostile",
+    );
+    // Wrong role, over SignAndEncrypt: every method, reading the trust list too.
+    let mut op = env.session(MessageSecurityMode::SignAndEncrypt, Some("operator"));
+    assert_eq!(call(&mut op, SERVER_CONFIGURATION, GET_REJECTED_LIST, vec![]), Err(StatusCode::BadUserAccessDenied));
+    assert_eq!(open(&mut op, 1), Err(StatusCode::BadUserAccessDenied));
+    assert_eq!(update_certificate(&mut op, b"x", "", b""), Err(StatusCode::BadUserAccessDenied));
+    assert_eq!(call(&mut op, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadUserAccessDenied));
+
+    // Unencrypted channels: None, and Sign.
+    let mut none = env.none_session();
+    assert_eq!(open(&mut none, 1), Err(StatusCode::BadSecurityModeInsufficient));
+    let mut sign = env.session(MessageSecurityMode::Sign, None);
+    assert_eq!(open(&mut sign, 1), Err(StatusCode::BadSecurityModeInsufficient));
+    assert_eq!(call(&mut sign, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadSecurityModeInsufficient));
+
+    // Garbage certificates and keys.
+    let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    assert_eq!(update_certificate(&mut a, b"garbage", "", b""), Err(StatusCode::BadCertificateInvalid));
+    assert_eq!(update_certificate(&mut a, &[0x30; 70_000], "", b""), Err(StatusCode::BadCertificateInvalid));
+    // A well-formed certificate of a key the server does not hold, without the key.
+    let stranger = client_identity("stranger");
+    assert_eq!(update_certificate(&mut a, stranger.cert.der(), "", b""), Err(StatusCode::BadSecurityChecksFailed));
+    assert_eq!(update_certificate(&mut a, stranger.cert.der(), "PFX", b"key"), Err(StatusCode::BadNotSupported));
+    assert_eq!(update_certificate(&mut a, stranger.cert.der(), "PEM", b"not a key"), Err(StatusCode::BadSecurityChecksFailed));
+    // Its own key, but the certificate names another ApplicationUri.
+    let pem = stranger.key.to_pem();
+    assert_eq!(
+        update_certificate(&mut a, stranger.cert.der(), "PEM", pem.as_bytes()),
+        Err(StatusCode::BadCertificateUriInvalid)
+    );
+    assert_eq!(
+        call(&mut a, TRUST_LIST, ADD_CERTIFICATE, vec![bytes(b"garbage"), Variant::Boolean(true)]),
+        Err(StatusCode::BadCertificateInvalid)
+    );
+    // An application certificate is no issuer.
+    assert_eq!(
+        call(&mut a, TRUST_LIST, ADD_CERTIFICATE, vec![bytes(stranger.cert.der()), Variant::Boolean(false)]),
+        Err(StatusCode::BadCertificateInvalid)
+    );
+    assert_eq!(call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadNothingToDo));
+    assert_eq!(open(&mut a, 3), Err(StatusCode::BadInvalidArgument));
+
+    // An oversize trust list: refused at the Write that passes trust_list_bytes_max.
+    let h = open(&mut a, 6).unwrap();
+    call(&mut a, TRUST_LIST, WRITE, vec![Variant::UInt32(h), bytes(&[0u8; 4000])]).unwrap();
+    assert_eq!(
+        call(&mut a, TRUST_LIST, WRITE, vec![Variant::UInt32(h), bytes(&[0u8; 200])]),
+        Err(StatusCode::BadEncodingLimitsExceeded)
+    );
+    // While it is open for writing nobody reads, and ApplyChanges waits.
+    assert_eq!(open(&mut a, 1), Err(StatusCode::BadNotReadable));
+    assert_eq!(call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadInvalidState));
+    // What it holds is no TrustListDataType: refused, and the handle is gone.
+    assert_eq!(
+        call(&mut a, TRUST_LIST, CLOSE_AND_UPDATE, vec![Variant::UInt32(h)]),
+        Err(StatusCode::BadDecodingError)
+    );
+    assert_eq!(call(&mut a, TRUST_LIST, CLOSE, vec![Variant::UInt32(h)]), Err(StatusCode::BadInvalidArgument));
+
+    // Handles belong to their session.
+    let mut b = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    let ha = open(&mut a, 1).unwrap();
+    assert_eq!(read(&mut b, ha, 100), Err(StatusCode::BadInvalidArgument));
+    assert_eq!(call(&mut b, TRUST_LIST, CLOSE, vec![Variant::UInt32(ha)]), Err(StatusCode::BadInvalidArgument));
+    let first = read(&mut a, ha, 10).unwrap();
+    assert_eq!(first.len(), 10);
+    assert_eq!(read(&mut a, ha, -1), Err(StatusCode::BadInvalidArgument));
+
+    // Too many handles: 2 per session, 3 in all.
+    let ha2 = open(&mut a, 1).unwrap();
+    assert_eq!(open(&mut a, 1), Err(StatusCode::BadTooManyOperations));
+    let hb = open(&mut b, 1).unwrap();
+    assert_eq!(open(&mut b, 1), Err(StatusCode::BadTooManyOperations));
+    for h in [ha, ha2] {
+        call(&mut a, TRUST_LIST, CLOSE, vec![Variant::UInt32(h)]).unwrap();
+    }
+    call(&mut b, TRUST_LIST, CLOSE, vec![Variant::UInt32(hb)]).unwrap();
+    assert!(open(&mut b, 1).is_ok());
+
+    // What is not implemented is not in the address space.
+    let dv = a
+        .read(&[ReadValueId {
+            node_id: NodeId::ns0(CANCEL_CHANGES),
+            attribute_id: 1,
+            ..Default::default()
+        }])
+        .unwrap();
+    assert_eq!(dv[0].status, Some(StatusCode::BadNodeIdUnknown));
+}
+
+#[test]
+fn push_management_switched_off_leaves_server_configuration_out() {
+    let env = start("enabled = false", "off");
+    let mut c = env.none_session();
+    let dv = c
+        .read(&[ReadValueId {
+            node_id: NodeId::ns0(SERVER_CONFIGURATION),
+            attribute_id: 1,
+            ..Default::default()
+        }])
+        .unwrap();
+    assert_eq!(dv[0].status, Some(StatusCode::BadNodeIdUnknown));
+}
