@@ -430,8 +430,8 @@ impl ServerBuilder {
             crate::security::check(&sec_config, &users).map_err(Error::Security)?;
         let push = match push_workers {
             Some(w) if push_config.enabled && !rsa_policies.is_empty() => {
-                let core = crate::server::server_config(&file.server, contract)
-                    .map_err(Error::Config)?;
+                let core =
+                    crate::server::server_config(&file.server, contract).map_err(Error::Config)?;
                 let uri = core.application.effective_application_uri().to_string();
                 Some((crate::push::PushManager::new(push_config, &uri), w))
             }

@@ -30,9 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use uaring_core::address_space::app::{
-    AppMethod, ArgDef, AsyncCall, Computed, MethodHandler,
-};
+use uaring_core::address_space::app::{AppMethod, ArgDef, AsyncCall, Computed, MethodHandler};
 use uaring_core::address_space::build::ns0;
 use uaring_core::address_space::{AddressSpaceBuilder, ClassAttributes, ValueCell, ValueSource};
 use uaring_core::encoding::{Decode, Decoder, Encode};
@@ -163,7 +161,8 @@ pub const KEEP: &[u32] = &[
     TL_REMOVE_CERTIFICATE,
 ];
 
-const TL_SIZE: u32 = ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Size;
+const TL_SIZE: u32 =
+    ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Size;
 const TL_WRITABLE: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Writable;
 const TL_USER_WRITABLE: u32 =
@@ -172,10 +171,12 @@ const TL_OPEN_COUNT: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_OpenCount;
 const TL_LAST_UPDATE_TIME: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_LastUpdateTime;
-const TL_OPEN: u32 = ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Open;
+const TL_OPEN: u32 =
+    ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Open;
 const TL_CLOSE: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Close;
-const TL_READ: u32 = ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Read;
+const TL_READ: u32 =
+    ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Read;
 const TL_WRITE: u32 =
     ids::ServerConfiguration_CertificateGroups_DefaultApplicationGroup_TrustList_Write;
 const TL_GET_POSITION: u32 =
@@ -423,13 +424,20 @@ impl PushManager {
         set_value(
             b,
             ids::ServerConfiguration_MulticastDnsEnabled,
-            ValueSource::Cell(ValueCell::new(DataValue::new(Variant::Boolean(false)), None)),
+            ValueSource::Cell(ValueCell::new(
+                DataValue::new(Variant::Boolean(false)),
+                None,
+            )),
         )?;
         for (id, v) in [
             (TL_WRITABLE, Variant::Boolean(true)),
             (TL_USER_WRITABLE, Variant::Boolean(true)),
         ] {
-            set_value(b, id, ValueSource::Cell(ValueCell::new(DataValue::new(v), None)))?;
+            set_value(
+                b,
+                id,
+                ValueSource::Cell(ValueCell::new(DataValue::new(v), None)),
+            )?;
         }
         let me = self.clone();
         set_value(
@@ -440,7 +448,10 @@ impl PushManager {
                 DataValue::new(
                     Variant::array(
                         BuiltinType::NodeId,
-                        types.into_iter().map(|t| Variant::NodeId(Box::new(t))).collect(),
+                        types
+                            .into_iter()
+                            .map(|t| Variant::NodeId(Box::new(t)))
+                            .collect(),
                     )
                     .unwrap_or(Variant::Empty),
                 )
@@ -669,7 +680,10 @@ impl PushManager {
                     return Err(StatusCode::BadInvalidState);
                 }
                 h.used = Instant::now();
-                let end = h.pos.checked_add(data.len()).ok_or(StatusCode::BadInvalidArgument)?;
+                let end = h
+                    .pos
+                    .checked_add(data.len())
+                    .ok_or(StatusCode::BadInvalidArgument)?;
                 if end > max {
                     return Err(StatusCode::BadEncodingLimitsExceeded);
                 }
@@ -789,10 +803,14 @@ impl PushManager {
                 check_group_and_type(a(0), a(1))?;
                 let nonce = bytes_of(a(4));
                 let regenerate = bool_of(a(3));
-                if nonce.len() > NONCE_BYTES_MAX || (regenerate && !nonce.is_empty() && nonce.len() < 32) {
+                if nonce.len() > NONCE_BYTES_MAX
+                    || (regenerate && !nonce.is_empty() && nonce.len() < 32)
+                {
                     return Err(StatusCode::BadInvalidArgument);
                 }
-                let own = setup.current_own().ok_or(StatusCode::BadResourceUnavailable)?;
+                let own = setup
+                    .current_own()
+                    .ok_or(StatusCode::BadResourceUnavailable)?;
                 let key = if regenerate {
                     let k = PrivateKey::generate(own.key.key_bits())
                         .map_err(|_| StatusCode::BadInternalError)?;
@@ -893,7 +911,8 @@ impl PushManager {
                     tracing::error!("push: writing the new application certificate: {e}");
                     StatusCode::BadInternalError
                 })?;
-                let own = OwnIdentity::new(p.cert, p.key).map_err(|_| StatusCode::BadInternalError)?;
+                let own =
+                    OwnIdentity::new(p.cert, p.key).map_err(|_| StatusCode::BadInternalError)?;
                 tracing::info!(
                     thumbprint = %own.cert.thumbprint_hex(),
                     subject = %own.cert.subject(),
@@ -901,7 +920,11 @@ impl PushManager {
                 );
                 setup.replace_own(own);
                 let mut st = self.lock();
-                if st.new_key.as_ref().is_some_and(|(s, _)| *s == call.session_id) {
+                if st
+                    .new_key
+                    .as_ref()
+                    .is_some_and(|(s, _)| *s == call.session_id)
+                {
                     st.new_key = None;
                 }
                 Ok(vec![])
@@ -929,7 +952,9 @@ impl PushManager {
                 }
             }
         }
-        let own = setup.current_own().ok_or(StatusCode::BadResourceUnavailable)?;
+        let own = setup
+            .current_own()
+            .ok_or(StatusCode::BadResourceUnavailable)?;
         if own.key.matches(cert) {
             return copy(&own.key);
         }
@@ -956,8 +981,8 @@ impl PushManager {
         let data = if write {
             Vec::new()
         } else {
-            let list =
-                read_trust_list(&setup.pki_root, masks).map_err(|_| StatusCode::BadInternalError)?;
+            let list = read_trust_list(&setup.pki_root, masks)
+                .map_err(|_| StatusCode::BadInternalError)?;
             let mut out = Vec::new();
             list.encode(&mut out);
             if masks == MASK_ALL {
@@ -1099,7 +1124,9 @@ fn check_chain(cert: &Certificate, issuers: &[Certificate], now: i64) -> Result<
         }
         let next = issuers
             .iter()
-            .find(|i| i.subject_der() == current.issuer_der() && current.verify_signed_by(i).is_ok())
+            .find(|i| {
+                i.subject_der() == current.issuer_der() && current.verify_signed_by(i).is_ok()
+            })
             .ok_or(bad)?;
         if next.is_ca() != Some(true) || !next.is_time_valid(now) {
             return Err(bad);
@@ -1137,7 +1164,11 @@ fn merge(
     if m & !MASK_ALL != 0 {
         return Err(StatusCode::BadInvalidArgument);
     }
-    for c in new.trusted_certificates.iter().chain(&new.issuer_certificates) {
+    for c in new
+        .trusted_certificates
+        .iter()
+        .chain(&new.issuer_certificates)
+    {
         Certificate::from_der(c.as_bytes()).map_err(|_| StatusCode::BadCertificateInvalid)?;
     }
     for c in new.trusted_crls.iter().chain(&new.issuer_crls) {
@@ -1354,16 +1385,22 @@ pub fn write_trust_list(root: &Path, list: &TrustListDataType) -> std::io::Resul
     if staged.exists() {
         fs::remove_dir_all(&staged)?;
     }
-    for d in ["trusted/certs", "trusted/crl", "issuers/certs", "issuers/crl"] {
+    for d in [
+        "trusted/certs",
+        "trusted/crl",
+        "issuers/certs",
+        "issuers/crl",
+    ] {
         fs::create_dir_all(staged.join(d))?;
     }
     let write_certs = |sub: &str, items: &[ByteString]| -> std::io::Result<()> {
         for c in items {
-            let cert = Certificate::from_der(c.as_bytes()).map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, "certificate")
-            })?;
+            let cert = Certificate::from_der(c.as_bytes())
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "certificate"))?;
             write_synced(
-                &staged.join(sub).join(uaring_crypto::pki::cert_file_name(&cert)),
+                &staged
+                    .join(sub)
+                    .join(uaring_crypto::pki::cert_file_name(&cert)),
                 cert.der(),
                 0o644,
             )?;
@@ -1463,11 +1500,19 @@ fn finish_own(root: &Path) -> std::io::Result<()> {
     let staged = root.join(OWN_STAGED);
     let key = staged.join(uaring_crypto::pki::OWN_KEY_FILE);
     if key.exists() {
-        fs::rename(&key, root.join("own/private").join(uaring_crypto::pki::OWN_KEY_FILE))?;
+        fs::rename(
+            &key,
+            root.join("own/private")
+                .join(uaring_crypto::pki::OWN_KEY_FILE),
+        )?;
     }
     let cert = staged.join(uaring_crypto::pki::OWN_CERT_FILE);
     if cert.exists() {
-        fs::rename(&cert, root.join("own/certs").join(uaring_crypto::pki::OWN_CERT_FILE))?;
+        fs::rename(
+            &cert,
+            root.join("own/certs")
+                .join(uaring_crypto::pki::OWN_CERT_FILE),
+        )?;
     }
     sync_dir(&root.join("own/private"))?;
     sync_dir(&root.join("own/certs"))?;
@@ -1511,7 +1556,14 @@ mod tests {
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("uaring-push-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
-        for s in ["trusted/certs", "trusted/crl", "issuers/certs", "issuers/crl", "own/certs", "own/private"] {
+        for s in [
+            "trusted/certs",
+            "trusted/crl",
+            "issuers/certs",
+            "issuers/crl",
+            "own/certs",
+            "own/private",
+        ] {
             fs::create_dir_all(d.join(s)).unwrap();
         }
         d
@@ -1553,11 +1605,18 @@ mod tests {
 
         // Journal written, trusted swapped, issuers not (crash in the middle): finished.
         let staged = root.join(STAGED);
-        for d in ["trusted/certs", "trusted/crl", "issuers/certs", "issuers/crl"] {
+        for d in [
+            "trusted/certs",
+            "trusted/crl",
+            "issuers/certs",
+            "issuers/crl",
+        ] {
             fs::create_dir_all(staged.join(d)).unwrap();
         }
         fs::write(
-            staged.join("trusted/certs").join(uaring_crypto::pki::cert_file_name(&b)),
+            staged
+                .join("trusted/certs")
+                .join(uaring_crypto::pki::cert_file_name(&b)),
             b.der(),
         )
         .unwrap();
@@ -1589,13 +1648,18 @@ mod tests {
         let (c2, k2) = uaring_crypto::generate_self_signed(&req).unwrap();
         let staged = root.join(OWN_STAGED);
         fs::create_dir_all(&staged).unwrap();
-        fs::write(staged.join(uaring_crypto::pki::OWN_KEY_FILE), k2.to_pem().as_bytes()).unwrap();
+        fs::write(
+            staged.join(uaring_crypto::pki::OWN_KEY_FILE),
+            k2.to_pem().as_bytes(),
+        )
+        .unwrap();
         fs::write(staged.join(uaring_crypto::pki::OWN_CERT_FILE), c2.der()).unwrap();
         fs::write(staged.join("commit"), b"1").unwrap();
         // The key moved already, the certificate not.
         fs::rename(
             staged.join(uaring_crypto::pki::OWN_KEY_FILE),
-            root.join("own/private").join(uaring_crypto::pki::OWN_KEY_FILE),
+            root.join("own/private")
+                .join(uaring_crypto::pki::OWN_KEY_FILE),
         )
         .unwrap();
         recover(&root).unwrap();
@@ -1603,7 +1667,11 @@ mod tests {
         // Staged before the marker: dropped, the live pair stays.
         let (c3, k3) = uaring_crypto::generate_self_signed(&req).unwrap();
         fs::create_dir_all(&staged).unwrap();
-        fs::write(staged.join(uaring_crypto::pki::OWN_KEY_FILE), k3.to_pem().as_bytes()).unwrap();
+        fs::write(
+            staged.join(uaring_crypto::pki::OWN_KEY_FILE),
+            k3.to_pem().as_bytes(),
+        )
+        .unwrap();
         let _ = c3;
         recover(&root).unwrap();
         assert!(!staged.exists());

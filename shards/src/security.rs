@@ -784,9 +784,7 @@ impl SecuritySetup {
     }
 
     /// [`SecuritySetup::shard_provider`] and the watch that follows certificate changes.
-    pub fn shard_security(
-        self: &Arc<Self>,
-    ) -> Result<(SecurityProvider, IdentityWatch), String> {
+    pub fn shard_security(self: &Arc<Self>) -> Result<(SecurityProvider, IdentityWatch), String> {
         let seen = self
             .own_generation
             .load(std::sync::atomic::Ordering::Acquire);

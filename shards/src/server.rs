@@ -376,7 +376,8 @@ impl<S: ShardHost> Handler for UaHandler<S> {
             self.retire_checks.swap_remove(i);
             if let Some(p) = conn.conn.channel_policy() {
                 let old = p.local_certificate();
-                if old.is_some() && old.map(<[u8]>::to_vec) != self.host.policy_certificate(p.uri()) {
+                if old.is_some() && old.map(<[u8]>::to_vec) != self.host.policy_certificate(p.uri())
+                {
                     tracing::info!(
                         channel = conn.channel.unwrap_or(0),
                         "closing a secure channel of the old application certificate"

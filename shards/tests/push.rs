@@ -15,7 +15,9 @@ use uaring_core::generated::types::{
     MessageSecurityMode, ReadValueId, SignatureData, UserNameIdentityToken,
 };
 use uaring_core::secure_channel::SecurityPolicy;
-use uaring_core::types::{BuiltinType, ByteString, ExtensionObject, NodeId, StatusCode, UaString, Variant};
+use uaring_core::types::{
+    BuiltinType, ByteString, ExtensionObject, NodeId, StatusCode, UaString, Variant,
+};
 use uaring_crypto::{CertificateRequest, OwnIdentity, PolicyId, RsaPolicy};
 use uaring_harness::blocking::{Client, ClientError};
 
@@ -135,7 +137,12 @@ impl Env {
     }
 }
 
-fn call(c: &mut Client, object: u32, method: u32, inputs: Vec<Variant>) -> Result<Vec<Variant>, StatusCode> {
+fn call(
+    c: &mut Client,
+    object: u32,
+    method: u32,
+    inputs: Vec<Variant>,
+) -> Result<Vec<Variant>, StatusCode> {
     let req = CallRequest {
         methods_to_call: vec![CallMethodRequest {
             object_id: NodeId::ns0(object),
@@ -167,7 +174,14 @@ fn open(c: &mut Client, mode: u8) -> Result<u32, StatusCode> {
 }
 
 fn read(c: &mut Client, h: u32, n: i32) -> Result<Vec<u8>, StatusCode> {
-    match call(c, TRUST_LIST, READ, vec![Variant::UInt32(h), Variant::Int32(n)])?.as_slice() {
+    match call(
+        c,
+        TRUST_LIST,
+        READ,
+        vec![Variant::UInt32(h), Variant::Int32(n)],
+    )?
+    .as_slice()
+    {
         [Variant::ByteString(b)] => Ok(b.as_bytes().to_vec()),
         other => panic!("{other:?}"),
     }
@@ -177,7 +191,12 @@ fn bytes(b: &[u8]) -> Variant {
     Variant::ByteString(ByteString::from(b))
 }
 
-fn update_certificate(c: &mut Client, cert: &[u8], format: &str, key: &[u8]) -> Result<Vec<Variant>, StatusCode> {
+fn update_certificate(
+    c: &mut Client,
+    cert: &[u8],
+    format: &str,
+    key: &[u8],
+) -> Result<Vec<Variant>, StatusCode> {
     call(
         c,
         SERVER_CONFIGURATION,
@@ -201,27 +220,60 @@ fn push_methods_refuse_the_wrong_role_channel_input_and_handles() {
     );
     // Wrong role, over SignAndEncrypt: every method, reading the trust list too.
     let mut op = env.session(MessageSecurityMode::SignAndEncrypt, Some("operator"));
-    assert_eq!(call(&mut op, SERVER_CONFIGURATION, GET_REJECTED_LIST, vec![]), Err(StatusCode::BadUserAccessDenied));
+    assert_eq!(
+        call(&mut op, SERVER_CONFIGURATION, GET_REJECTED_LIST, vec![]),
+        Err(StatusCode::BadUserAccessDenied)
+    );
     assert_eq!(open(&mut op, 1), Err(StatusCode::BadUserAccessDenied));
-    assert_eq!(update_certificate(&mut op, b"x", "", b""), Err(StatusCode::BadUserAccessDenied));
-    assert_eq!(call(&mut op, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadUserAccessDenied));
+    assert_eq!(
+        update_certificate(&mut op, b"x", "", b""),
+        Err(StatusCode::BadUserAccessDenied)
+    );
+    assert_eq!(
+        call(&mut op, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]),
+        Err(StatusCode::BadUserAccessDenied)
+    );
 
     // Unencrypted channels: None, and Sign.
     let mut none = env.none_session();
-    assert_eq!(open(&mut none, 1), Err(StatusCode::BadSecurityModeInsufficient));
+    assert_eq!(
+        open(&mut none, 1),
+        Err(StatusCode::BadSecurityModeInsufficient)
+    );
     let mut sign = env.session(MessageSecurityMode::Sign, None);
-    assert_eq!(open(&mut sign, 1), Err(StatusCode::BadSecurityModeInsufficient));
-    assert_eq!(call(&mut sign, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadSecurityModeInsufficient));
+    assert_eq!(
+        open(&mut sign, 1),
+        Err(StatusCode::BadSecurityModeInsufficient)
+    );
+    assert_eq!(
+        call(&mut sign, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]),
+        Err(StatusCode::BadSecurityModeInsufficient)
+    );
 
     // Garbage certificates and keys.
     let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
-    assert_eq!(update_certificate(&mut a, b"garbage", "", b""), Err(StatusCode::BadCertificateInvalid));
-    assert_eq!(update_certificate(&mut a, &[0x30; 70_000], "", b""), Err(StatusCode::BadCertificateInvalid));
+    assert_eq!(
+        update_certificate(&mut a, b"garbage", "", b""),
+        Err(StatusCode::BadCertificateInvalid)
+    );
+    assert_eq!(
+        update_certificate(&mut a, &[0x30; 70_000], "", b""),
+        Err(StatusCode::BadCertificateInvalid)
+    );
     // A well-formed certificate of a key the server does not hold, without the key.
     let stranger = client_identity("stranger");
-    assert_eq!(update_certificate(&mut a, stranger.cert.der(), "", b""), Err(StatusCode::BadSecurityChecksFailed));
-    assert_eq!(update_certificate(&mut a, stranger.cert.der(), "PFX", b"key"), Err(StatusCode::BadNotSupported));
-    assert_eq!(update_certificate(&mut a, stranger.cert.der(), "PEM", b"not a key"), Err(StatusCode::BadSecurityChecksFailed));
+    assert_eq!(
+        update_certificate(&mut a, stranger.cert.der(), "", b""),
+        Err(StatusCode::BadSecurityChecksFailed)
+    );
+    assert_eq!(
+        update_certificate(&mut a, stranger.cert.der(), "PFX", b"key"),
+        Err(StatusCode::BadNotSupported)
+    );
+    assert_eq!(
+        update_certificate(&mut a, stranger.cert.der(), "PEM", b"not a key"),
+        Err(StatusCode::BadSecurityChecksFailed)
+    );
     // Its own key, but the certificate names another ApplicationUri.
     let pem = stranger.key.to_pem();
     assert_eq!(
@@ -229,39 +281,77 @@ fn push_methods_refuse_the_wrong_role_channel_input_and_handles() {
         Err(StatusCode::BadCertificateUriInvalid)
     );
     assert_eq!(
-        call(&mut a, TRUST_LIST, ADD_CERTIFICATE, vec![bytes(b"garbage"), Variant::Boolean(true)]),
+        call(
+            &mut a,
+            TRUST_LIST,
+            ADD_CERTIFICATE,
+            vec![bytes(b"garbage"), Variant::Boolean(true)]
+        ),
         Err(StatusCode::BadCertificateInvalid)
     );
     // An application certificate is no issuer.
     assert_eq!(
-        call(&mut a, TRUST_LIST, ADD_CERTIFICATE, vec![bytes(stranger.cert.der()), Variant::Boolean(false)]),
+        call(
+            &mut a,
+            TRUST_LIST,
+            ADD_CERTIFICATE,
+            vec![bytes(stranger.cert.der()), Variant::Boolean(false)]
+        ),
         Err(StatusCode::BadCertificateInvalid)
     );
-    assert_eq!(call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadNothingToDo));
+    assert_eq!(
+        call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]),
+        Err(StatusCode::BadNothingToDo)
+    );
     assert_eq!(open(&mut a, 3), Err(StatusCode::BadInvalidArgument));
 
     // An oversize trust list: refused at the Write that passes trust_list_bytes_max.
     let h = open(&mut a, 6).unwrap();
-    call(&mut a, TRUST_LIST, WRITE, vec![Variant::UInt32(h), bytes(&[0u8; 4000])]).unwrap();
+    call(
+        &mut a,
+        TRUST_LIST,
+        WRITE,
+        vec![Variant::UInt32(h), bytes(&[0u8; 4000])],
+    )
+    .unwrap();
     assert_eq!(
-        call(&mut a, TRUST_LIST, WRITE, vec![Variant::UInt32(h), bytes(&[0u8; 200])]),
+        call(
+            &mut a,
+            TRUST_LIST,
+            WRITE,
+            vec![Variant::UInt32(h), bytes(&[0u8; 200])]
+        ),
         Err(StatusCode::BadEncodingLimitsExceeded)
     );
     // While it is open for writing nobody reads, and ApplyChanges waits.
     assert_eq!(open(&mut a, 1), Err(StatusCode::BadNotReadable));
-    assert_eq!(call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]), Err(StatusCode::BadInvalidState));
+    assert_eq!(
+        call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]),
+        Err(StatusCode::BadInvalidState)
+    );
     // What it holds is no TrustListDataType: refused, and the handle is gone.
     assert_eq!(
-        call(&mut a, TRUST_LIST, CLOSE_AND_UPDATE, vec![Variant::UInt32(h)]),
+        call(
+            &mut a,
+            TRUST_LIST,
+            CLOSE_AND_UPDATE,
+            vec![Variant::UInt32(h)]
+        ),
         Err(StatusCode::BadDecodingError)
     );
-    assert_eq!(call(&mut a, TRUST_LIST, CLOSE, vec![Variant::UInt32(h)]), Err(StatusCode::BadInvalidArgument));
+    assert_eq!(
+        call(&mut a, TRUST_LIST, CLOSE, vec![Variant::UInt32(h)]),
+        Err(StatusCode::BadInvalidArgument)
+    );
 
     // Handles belong to their session.
     let mut b = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
     let ha = open(&mut a, 1).unwrap();
     assert_eq!(read(&mut b, ha, 100), Err(StatusCode::BadInvalidArgument));
-    assert_eq!(call(&mut b, TRUST_LIST, CLOSE, vec![Variant::UInt32(ha)]), Err(StatusCode::BadInvalidArgument));
+    assert_eq!(
+        call(&mut b, TRUST_LIST, CLOSE, vec![Variant::UInt32(ha)]),
+        Err(StatusCode::BadInvalidArgument)
+    );
     let first = read(&mut a, ha, 10).unwrap();
     assert_eq!(first.len(), 10);
     assert_eq!(read(&mut a, ha, -1), Err(StatusCode::BadInvalidArgument));

@@ -105,7 +105,8 @@ fn convert(n: Ns0Node) -> Result<Node, String> {
 /// history, server-wide totals that depend on the runtime's shard count, which the address
 /// space does not know (the per-shard limits are in docs/Limits.md), and features it does
 /// not implement: PubSub (PublishSubscribe), push certificate management
-/// (ServerConfiguration), Resources, LocalTime, EstimatedReturnTime, UrisVersion, the
+/// (ServerConfiguration: the `uaring` library brings back the part it serves with
+/// [`add_omitted_subtree`]), Resources, LocalTime, EstimatedReturnTime, UrisVersion, the
 /// sampling-interval diagnostics, the Aliases' LastChange and namespace 0's default role
 /// permissions and access restrictions (none are set: the server's default rule applies).
 /// Otherwise a client would find features that are not there, or read them as Null.
@@ -179,8 +180,9 @@ pub fn add_omitted_subtree(
         if !wanted.contains(&n.node_id) {
             continue;
         }
-        n.references
-            .retain(|r| wanted.contains(&r.target) || (b.contains(&r.target) && !under_root.contains(&r.target)));
+        n.references.retain(|r| {
+            wanted.contains(&r.target) || (b.contains(&r.target) && !under_root.contains(&r.target))
+        });
         added.push(n.node_id.clone());
         b.add(convert(n)?)?;
     }
