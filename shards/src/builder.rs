@@ -424,6 +424,8 @@ impl ServerBuilder {
         let (sec_config, users) =
             crate::security::take_config(&mut file.server).map_err(Error::Config)?;
         let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
+        let history =
+            crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
         let push_config = crate::push::take_config(&mut file.server).map_err(Error::Config)?;
         // Push management replaces the RSA certificate: only with an RSA policy configured.
         let (_, rsa_policies, _) =
@@ -437,8 +439,6 @@ impl ServerBuilder {
             }
             _ => None,
         };
-        let history =
-            crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
         let historian = if history
             .enabled
             .unwrap_or(!history.nodes.is_empty() || defs.iter().any(|d| d.historizes()))

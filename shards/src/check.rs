@@ -11,7 +11,7 @@ use crate::{security, server};
 /// filled in; password hashes left out), followed by the companion models the
 /// `[[nodesets]]` load. The checks: TOML syntax and unknown keys, every range of
 /// `[runtime]`, `[security]` (policy and mode names, limits) and `[[users]]` (password
-/// hashes), `[handshake]`, `[history]`, core's configuration, and the `[[nodesets]]` loaded into an address space.
+/// hashes), `[handshake]`, `[history]`, `[push]`, core's configuration, and the `[[nodesets]]` loaded into an address space.
 /// Not checked: that the listen address can be bound, the CPUs exist on this machine, and
 /// the PKI directory (it is created on the first start).
 pub fn check_file(path: &Path) -> Result<String, String> {
@@ -27,6 +27,7 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let content = crate::content::take_config(&mut file.server, true, false)?;
     let handshake = crate::handshake::take_config(&mut file.server)?;
     let history = crate::history::serve::take_config(&mut file.server)?;
+    let push = crate::push::take_config(&mut file.server)?;
     let config = server::server_config(&file.server, false)?;
     let files = server::nodeset_files(&file.server)?;
     let setup = server::build(&file.server, false)?;
@@ -44,6 +45,7 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
     let _ = writeln!(out, "[handshake]\n{}", toml(&handshake)?);
     let _ = writeln!(out, "[history]\n{}", toml(&history)?);
+    let _ = writeln!(out, "[push]\n{}", toml(&push)?);
     for u in &users {
         let roles: Vec<&str> = u.granted()?.iter().map(|r| r.name()).collect();
         let _ = writeln!(

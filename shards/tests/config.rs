@@ -37,6 +37,12 @@ fn example_parses_into_runtime_and_server_config() {
         uaring::handshake::HandshakeConfig::default(),
         "the example shows the handshake defaults"
     );
+    let push = uaring::push::take_config(&mut file.server).expect("[push] parses");
+    assert_eq!(
+        format!("{push:?}"),
+        format!("{:?}", uaring::push::PushConfig::default()),
+        "the example shows the push defaults"
+    );
     let server =
         server_config(&file.server, false).expect("core's ServerConfig accepts the example");
     assert_eq!(
@@ -131,4 +137,25 @@ fn nodesets_entries_are_read_and_checked() {
     let bad = FileConfig::parse("[[nodesets]]\npath = \"a.xml\"\n").unwrap();
     let e = uaring::server::nodeset_files(&bad.server).unwrap_err();
     assert!(e.contains("[[nodesets]]") && e.contains("path"), "{e}");
+}
+
+#[test]
+fn push_section_is_checked() {
+    let parse = |text: &str| {
+        let mut file = FileConfig::parse(text).expect("runtime part is fine");
+        uaring::push::take_config(&mut file.server)
+    };
+    assert!(parse("").unwrap().enabled, "on by default (role-gated)");
+    assert!(!parse("[push]\nenabled = false\n").unwrap().enabled);
+    for bad in [
+        "trust_list_bytes_max = 0",
+        "trust_list_bytes_max = 100000000",
+        "handles_max = 0",
+        "read_bytes_max = 0",
+        "activity_timeout_ms = 0",
+        "handles_per_session_max = 9",
+        "no_such_key = 1",
+    ] {
+        assert!(parse(&format!("[push]\n{bad}\n")).is_err(), "{bad}");
+    }
 }
