@@ -94,12 +94,23 @@ impl Env {
     /// A session over Basic256Sha256 in `mode`, logged in as `user` (password "pw", in clear:
     /// only SignAndEncrypt takes it) or anonymous.
     fn session(&self, mode: MessageSecurityMode, user: Option<&str>) -> Client {
+        self.session_to(&self.server_cert(), mode, user)
+            .expect("secure session")
+    }
+
+    /// [`Env::session`] to a server whose certificate the client takes to be `server_cert`.
+    fn session_to(
+        &self,
+        server_cert: &[u8],
+        mode: MessageSecurityMode,
+        user: Option<&str>,
+    ) -> Result<Client, ClientError> {
         let policy = RsaPolicy::client(PolicyId::Basic256Sha256, self.client.clone()).unwrap();
         let mut cfg = uaring_core::client::ClientConfig::new(&self.server.url());
         cfg.policy = policy.clone();
         cfg.mode = mode;
-        cfg.server_certificate = Some(self.server_cert());
-        let mut c = Client::connect_with(cfg, TIMEOUT).expect("secure channel");
+        cfg.server_certificate = Some(server_cert.to_vec());
+        let mut c = Client::connect_with(cfg, TIMEOUT)?;
         let cs = c.create_session().expect("CreateSession").clone();
         let mut data = cs.server_certificate.as_bytes().to_vec();
         data.extend_from_slice(cs.server_nonce.as_bytes());
@@ -125,7 +136,7 @@ impl Env {
             ..Default::default()
         };
         match c.call(Request::ActivateSession(Box::new(req))) {
-            Ok(Response::ActivateSession(_)) => c,
+            Ok(Response::ActivateSession(_)) => Ok(c),
             other => panic!("ActivateSession: {other:?}"),
         }
     }
@@ -390,4 +401,79 @@ fn push_management_switched_off_leaves_server_configuration_out() {
         }])
         .unwrap();
     assert_eq!(dv[0].status, Some(StatusCode::BadNodeIdUnknown));
+}
+
+/// A certificate with its own key (PEM) replaces the server's: pending until ApplyChanges,
+/// then the certificate of new channels (a client still expecting the old one is refused),
+/// the channels of the old one are closed a second later while a None session stays, the
+/// files on disk are the new pair, and a restart serves it.
+#[test]
+fn apply_changes_swaps_the_certificate_for_new_channels_and_retires_the_old_ones() {
+    let env = start("", "swap");
+    let old = env.server_cert();
+    let req = CertificateRequest::new("urn:uaring:server", "uaring swapped", now_s());
+    let (cert, key) = uaring_crypto::generate_self_signed(&req).unwrap();
+    let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    let mut none = env.none_session();
+    let out = update_certificate(&mut a, cert.der(), "PEM", key.to_pem().as_bytes()).unwrap();
+    assert_eq!(out, vec![Variant::Boolean(true)], "applyChangesRequired");
+    // Pending: nothing changed yet.
+    assert_eq!(env.server_cert(), old);
+    let mut before = env.session(MessageSecurityMode::SignAndEncrypt, None);
+    call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]).unwrap();
+    assert_eq!(
+        env.server_cert(),
+        cert.der(),
+        "the new certificate is on disk"
+    );
+    // New channels: the new certificate; a client encrypting to the old one is refused.
+    let mut fresh = env
+        .session_to(cert.der(), MessageSecurityMode::SignAndEncrypt, None)
+        .expect("a channel to the new certificate");
+    assert!(env
+        .session_to(&old, MessageSecurityMode::SignAndEncrypt, None)
+        .is_err());
+    let eps = fresh.get_endpoints().unwrap();
+    assert!(eps
+        .iter()
+        .filter(|e| e.security_mode == MessageSecurityMode::SignAndEncrypt)
+        .all(|e| e.server_certificate.as_bytes() == cert.der()));
+    // The channels of the old certificate are closed a second later; the None one stays.
+    std::thread::sleep(Duration::from_millis(1800));
+    assert!(
+        before.read_values(&[NodeId::ns0(2259)]).is_err(),
+        "old channel closed"
+    );
+    assert!(
+        none.read_values(&[NodeId::ns0(2259)]).is_ok(),
+        "None channel kept"
+    );
+    assert!(
+        fresh.read_values(&[NodeId::ns0(2259)]).is_ok(),
+        "new channel kept"
+    );
+    drop((a, none, fresh, before));
+    // A restart serves the pair written.
+    let Env {
+        server,
+        dir,
+        client,
+    } = env;
+    drop(server);
+    let cfg = dir.join("uaring.toml");
+    let server = Server::start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--pki",
+        dir.join("pki").to_str().unwrap(),
+    ]);
+    let env = Env {
+        server,
+        dir,
+        client,
+    };
+    let mut again = env
+        .session_to(cert.der(), MessageSecurityMode::SignAndEncrypt, None)
+        .expect("the new certificate after a restart");
+    assert!(again.read_values(&[NodeId::ns0(2259)]).is_ok());
 }
