@@ -818,13 +818,38 @@ fn parse_subject(subject: &str) -> Result<rcgen::DistinguishedName, u32> {
 /// instance certificate has them, signed with `key` (sha256WithRSAEncryption). A subject that
 /// does not parse is BadInvalidArgument.
 pub fn signing_request_der(req: &SigningRequest, key: &PrivateKey) -> Result<Vec<u8>, u32> {
+    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    signing_request_with(req, &kp, false)
+}
+
+/// [`signing_request_der`] for an ECC key (ecdsa-with-SHA256 for P-256, -SHA384 for P-384;
+/// keyUsage digitalSignature, nonRepudiation and keyAgreement, as the ECC certificate types
+/// have it).
+pub fn signing_request_der_ecc(
+    req: &SigningRequest,
+    key: &crate::ecc::EccPrivateKey,
+) -> Result<Vec<u8>, u32> {
+    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+    let alg = match key.curve() {
+        crate::ecc::EccCurve::NistP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+        crate::ecc::EccCurve::NistP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+    };
+    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, alg)
+        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    signing_request_with(req, &kp, true)
+}
+
+fn signing_request_with(
+    req: &SigningRequest,
+    kp: &rcgen::KeyPair,
+    ecc: bool,
+) -> Result<Vec<u8>, u32> {
     use rcgen::{
         CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose,
         SanType,
     };
-    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
-    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_RSA_SHA256)
-        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = if req.subject.trim().is_empty() {
         let mut dn = DistinguishedName::new();
@@ -845,18 +870,26 @@ pub fn signing_request_der(req: &SigningRequest, key: &PrivateKey) -> Result<Vec
     for ip in &req.ip_addresses {
         params.subject_alt_names.push(SanType::IpAddress(*ip));
     }
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::ContentCommitment,
-        KeyUsagePurpose::KeyEncipherment,
-        KeyUsagePurpose::DataEncipherment,
-    ];
+    params.key_usages = if ecc {
+        vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::ContentCommitment,
+            KeyUsagePurpose::KeyAgreement,
+        ]
+    } else {
+        vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::ContentCommitment,
+            KeyUsagePurpose::KeyEncipherment,
+            KeyUsagePurpose::DataEncipherment,
+        ]
+    };
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
     let csr = params
-        .serialize_request(&kp)
+        .serialize_request(kp)
         .map_err(|_| status::BAD_INTERNAL_ERROR)?;
     Ok(csr.der().to_vec())
 }
@@ -882,6 +915,13 @@ mod signing_request_tests {
         assert!(subject.contains("O=plant"), "{subject}");
         let spki = csr.info.public_key.subject_public_key.raw_bytes();
         assert_eq!(spki, key.public_key_pkcs1());
+        let ec = crate::ecc::EccPrivateKey::generate(crate::ecc::EccCurve::NistP256).unwrap();
+        let der = signing_request_der_ecc(&req, &ec).unwrap();
+        let csr = x509_cert::request::CertReq::from_der(&der).unwrap();
+        assert_eq!(
+            csr.info.public_key.subject_public_key.raw_bytes(),
+            ec.public_point()
+        );
         for bad in ["CN", "XX=1", "CN=", ""] {
             let r = SigningRequest {
                 subject: bad.into(),

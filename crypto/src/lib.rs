@@ -53,8 +53,8 @@ pub use asymmetric::{
     encrypted_len, new_nonce, plain_text_block_size, random_bytes, PrivateKey,
 };
 pub use cert::{
-    generate_self_signed, generate_self_signed_ecc, signing_request_der, thumbprint, Certificate,
-    CertificateRequest, SigningRequest,
+    generate_self_signed, generate_self_signed_ecc, signing_request_der, signing_request_der_ecc,
+    thumbprint, Certificate, CertificateRequest, SigningRequest,
 };
 pub use cli::{
     cert_generate, cert_show, cert_show_type, cert_trust, hash_password_command, GenerateOptions,

@@ -1,7 +1,7 @@
 //! Part 12 push certificate management (OPC 10000-12 §7.10 ServerConfiguration, §7.8.2
-//! TrustListType): a SecurityAdmin client replaces the server's RSA application certificate
-//! (from a signing request the server made, or with a key of its own) and edits the trust
-//! list, on the running server.
+//! TrustListType): a SecurityAdmin client replaces the server's application certificates
+//! (RSA, and the ECC ones in use; from a signing request the server made, or with a key of
+//! its own) and edits the trust list, on the running server.
 //!
 //! - The nodes are namespace 0's `ServerConfiguration` (i=12637), brought back from
 //!   `ns0::OMITTED` with only what is served here ([`KEEP`]): the four methods, the
@@ -17,8 +17,8 @@
 //!   written beside the live ones and swapped in with `renameat2(RENAME_EXCHANGE)` under a
 //!   journal, so a crash leaves the old or the new lists ([`recover`] finishes or drops an
 //!   interrupted swap at the next start); then every shard's PKI is reloaded.
-//! - UpdateCertificate keeps the new certificate pending (applyChangesRequired = true);
-//!   ApplyChanges writes certificate and key under a journal (the same guarantee), makes them
+//! - UpdateCertificate keeps the new certificate pending, one per type (applyChangesRequired =
+//!   true); ApplyChanges writes certificates and keys under a journal (the same guarantee), makes them
 //!   the certificate of new channels, and the shards close the channels of the old one a
 //!   second later (their sessions stay for the reconnect).
 
@@ -41,7 +41,9 @@ use uaring_core::types::{
     BuiltinType, ByteString, DataValue, DateTime, NodeId, StatusCode, Variant,
 };
 use uaring_core::DecodeLimits;
-use uaring_crypto::{Certificate, Crl, OwnIdentity, PrivateKey};
+use uaring_crypto::{
+    Certificate, Crl, EccCurve, EccIdentity, EccPrivateKey, OwnIdentity, PrivateKey,
+};
 
 use crate::security::SecuritySetup;
 
@@ -219,20 +221,96 @@ struct Handle {
     used: Instant,
 }
 
+/// The certificate types of the DefaultApplicationGroup push management updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Rsa,
+    Ecc(EccCurve),
+}
+
+/// A private key of either kind.
+enum AnyKey {
+    Rsa(PrivateKey),
+    Ecc(EccPrivateKey),
+}
+
+impl AnyKey {
+    fn kind(&self) -> Kind {
+        match self {
+            AnyKey::Rsa(_) => Kind::Rsa,
+            AnyKey::Ecc(k) => Kind::Ecc(k.curve()),
+        }
+    }
+
+    fn matches(&self, cert: &Certificate) -> bool {
+        match self {
+            AnyKey::Rsa(k) => cert.ec_curve().is_none() && k.matches(cert),
+            AnyKey::Ecc(k) => cert.ec_curve() == Some(k.curve()) && k.matches(cert),
+        }
+    }
+
+    fn copy(&self) -> Result<AnyKey, StatusCode> {
+        let bad = |_| StatusCode::BadInternalError;
+        Ok(match self {
+            AnyKey::Rsa(k) => {
+                AnyKey::Rsa(PrivateKey::from_pkcs8_der(k.to_pkcs8_der()).map_err(bad)?)
+            }
+            AnyKey::Ecc(k) => {
+                AnyKey::Ecc(EccPrivateKey::from_pkcs8_der(k.to_pkcs8_der()).map_err(bad)?)
+            }
+        })
+    }
+
+    /// The live files' names: (certificate, key).
+    fn file_names(&self) -> (String, String) {
+        match self {
+            AnyKey::Rsa(_) => (
+                uaring_crypto::pki::OWN_CERT_FILE.to_string(),
+                uaring_crypto::pki::OWN_KEY_FILE.to_string(),
+            ),
+            AnyKey::Ecc(k) => (
+                format!("uaring_{}.der", k.curve().type_name()),
+                format!("uaring_{}.pem", k.curve().type_name()),
+            ),
+        }
+    }
+
+    fn to_pem(&self) -> zeroize_free::Pem {
+        match self {
+            AnyKey::Rsa(k) => zeroize_free::Pem(k.to_pem().as_bytes().to_vec()),
+            AnyKey::Ecc(k) => zeroize_free::Pem(k.to_pem().as_bytes().to_vec()),
+        }
+    }
+}
+
+/// A PEM private key's bytes, wiped when dropped.
+mod zeroize_free {
+    pub struct Pem(pub Vec<u8>);
+    impl Drop for Pem {
+        fn drop(&mut self) {
+            for b in self.0.iter_mut() {
+                // SAFETY: a valid, aligned byte of our own vector.
+                unsafe { std::ptr::write_volatile(b, 0) };
+            }
+        }
+    }
+}
+
 /// A certificate UpdateCertificate accepted, live after ApplyChanges.
 struct Pending {
     session: NodeId,
     cert: Certificate,
-    key: PrivateKey,
+    key: AnyKey,
 }
 
 #[derive(Default)]
 struct State {
     handles: Vec<Handle>,
     next_handle: u32,
-    /// A key CreateSigningRequest made (regeneratePrivateKey), by session.
-    new_key: Option<(NodeId, PrivateKey)>,
-    pending: Option<Pending>,
+    /// Keys CreateSigningRequest made (regeneratePrivateKey): by session, one per kind.
+    new_keys: Vec<(NodeId, AnyKey)>,
+    /// The certificates of the transaction (one session's), one per kind.
+    pending: Vec<Pending>,
 }
 
 /// The push management of one server: its configuration, the trust list handles and the
@@ -800,7 +878,7 @@ impl PushManager {
                 Ok(vec![byte_string_array(out)])
             }
             Op::CreateSigningRequest => {
-                check_group_and_type(a(0), a(1))?;
+                let kind = check_group_and_type(&setup, a(0), a(1))?;
                 let nonce = bytes_of(a(4));
                 let regenerate = bool_of(a(3));
                 if nonce.len() > NONCE_BYTES_MAX
@@ -808,42 +886,59 @@ impl PushManager {
                 {
                     return Err(StatusCode::BadInvalidArgument);
                 }
-                let own = setup
-                    .current_own()
-                    .ok_or(StatusCode::BadResourceUnavailable)?;
+                let (cert, key) = current(&setup, kind)?;
                 let key = if regenerate {
-                    let k = PrivateKey::generate(own.key.key_bits())
-                        .map_err(|_| StatusCode::BadInternalError)?;
-                    let der = k.to_pkcs8_der().to_vec();
-                    self.lock().new_key = Some((call.session_id.clone(), k));
-                    PrivateKey::from_pkcs8_der(&der).map_err(|_| StatusCode::BadInternalError)?
+                    let k = match kind {
+                        Kind::Rsa => AnyKey::Rsa(
+                            PrivateKey::generate(cert.key_bits())
+                                .map_err(|_| StatusCode::BadInternalError)?,
+                        ),
+                        Kind::Ecc(curve) => AnyKey::Ecc(
+                            EccPrivateKey::generate(curve)
+                                .map_err(|_| StatusCode::BadInternalError)?,
+                        ),
+                    };
+                    let copy = k.copy()?;
+                    let mut st = self.lock();
+                    st.new_keys
+                        .retain(|(s, old)| !(*s == call.session_id && old.kind() == kind));
+                    st.new_keys.push((call.session_id.clone(), k));
+                    copy
                 } else {
-                    let der = own.key.to_pkcs8_der().to_vec();
-                    PrivateKey::from_pkcs8_der(&der).map_err(|_| StatusCode::BadInternalError)?
+                    key
                 };
                 let req = uaring_crypto::SigningRequest {
                     subject: str_of(a(2)).to_string(),
-                    common_name: own.cert.common_name().unwrap_or_else(|| "uaring".into()),
-                    application_uri: own
-                        .cert
+                    common_name: cert.common_name().unwrap_or_else(|| "uaring".into()),
+                    application_uri: cert
                         .application_uri()
                         .unwrap_or(&self.application_uri)
                         .to_string(),
-                    dns_names: own.cert.dns_names().to_vec(),
-                    ip_addresses: own.cert.ip_addresses().to_vec(),
+                    dns_names: cert.dns_names().to_vec(),
+                    ip_addresses: cert.ip_addresses().to_vec(),
                 };
-                let csr = uaring_crypto::signing_request_der(&req, &key).map_err(StatusCode)?;
+                let csr = match &key {
+                    AnyKey::Rsa(k) => uaring_crypto::signing_request_der(&req, k),
+                    AnyKey::Ecc(k) => uaring_crypto::signing_request_der_ecc(&req, k),
+                }
+                .map_err(StatusCode)?;
                 Ok(vec![Variant::ByteString(ByteString::from(csr))])
             }
             Op::UpdateCertificate => {
-                check_group_and_type(a(0), a(1))?;
+                let kind = check_group_and_type(&setup, a(0), a(1))?;
                 let der = bytes_of(a(2));
                 if der.is_empty() || der.len() > CERTIFICATE_BYTES_MAX {
                     return Err(StatusCode::BadCertificateInvalid);
                 }
                 let cert =
                     Certificate::from_der(der).map_err(|_| StatusCode::BadCertificateInvalid)?;
-                if cert.ec_curve().is_some() || !(2048..=4096).contains(&cert.key_bits()) {
+                let right_type = match kind {
+                    Kind::Rsa => {
+                        cert.ec_curve().is_none() && (2048..=4096).contains(&cert.key_bits())
+                    }
+                    Kind::Ecc(curve) => cert.ec_curve() == Some(curve),
+                };
+                if !right_type {
                     return Err(StatusCode::BadCertificateInvalid);
                 }
                 let mut issuers = Vec::new();
@@ -858,7 +953,7 @@ impl PushManager {
                 let format = str_of(a(4));
                 let key_bytes = bytes_of(a(5));
                 let key = if key_bytes.is_empty() {
-                    self.matching_key(&setup, call, &cert)?
+                    self.matching_key(&setup, call, kind, &cert)?
                 } else {
                     if !format.eq_ignore_ascii_case("PEM") {
                         return Err(StatusCode::BadNotSupported);
@@ -866,8 +961,11 @@ impl PushManager {
                     if key_bytes.len() > PRIVATE_KEY_BYTES_MAX {
                         return Err(StatusCode::BadInvalidArgument);
                     }
-                    let k = PrivateKey::from_pem_or_der(key_bytes)
-                        .map_err(|_| StatusCode::BadSecurityChecksFailed)?;
+                    let k = match kind {
+                        Kind::Rsa => PrivateKey::from_pem_or_der(key_bytes).map(AnyKey::Rsa),
+                        Kind::Ecc(_) => EccPrivateKey::from_pem_or_der(key_bytes).map(AnyKey::Ecc),
+                    }
+                    .map_err(|_| StatusCode::BadSecurityChecksFailed)?;
                     if !k.matches(&cert) {
                         return Err(StatusCode::BadSecurityChecksFailed);
                     }
@@ -878,14 +976,11 @@ impl PushManager {
                     return Err(StatusCode::BadCertificateUriInvalid);
                 }
                 let mut st = self.lock();
-                if st
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| p.session != call.session_id)
-                {
+                if st.pending.iter().any(|p| p.session != call.session_id) {
                     return Err(StatusCode::BadTransactionPending);
                 }
-                st.pending = Some(Pending {
+                st.pending.retain(|p| p.key.kind() != kind);
+                st.pending.push(Pending {
                     session: call.session_id.clone(),
                     cert,
                     key,
@@ -899,34 +994,50 @@ impl PushManager {
                     if st.handles.iter().any(|h| h.write) {
                         return Err(StatusCode::BadInvalidState);
                     }
-                    match &st.pending {
-                        Some(p) if p.session == call.session_id => st.pending.take(),
-                        _ => None,
+                    if st.pending.iter().any(|p| p.session == call.session_id) {
+                        std::mem::take(&mut st.pending)
+                    } else {
+                        Vec::new()
                     }
                 };
-                let Some(p) = pending else {
+                if pending.is_empty() {
                     return Err(StatusCode::BadNothingToDo);
-                };
-                write_own(&setup.pki_root, &p.cert, &p.key).map_err(|e| {
+                }
+                let mut files = Vec::new();
+                for p in &pending {
+                    let (cert_name, key_name) = p.key.file_names();
+                    files.push((cert_name, p.cert.der().to_vec()));
+                    files.push((key_name, p.key.to_pem().0.clone()));
+                }
+                let written = write_own_files(&setup.pki_root, &files);
+                for f in files.iter_mut() {
+                    f.1.iter_mut().for_each(|b| *b = 0);
+                }
+                written.map_err(|e| {
                     tracing::error!("push: writing the new application certificate: {e}");
                     StatusCode::BadInternalError
                 })?;
-                let own =
-                    OwnIdentity::new(p.cert, p.key).map_err(|_| StatusCode::BadInternalError)?;
-                tracing::info!(
-                    thumbprint = %own.cert.thumbprint_hex(),
-                    subject = %own.cert.subject(),
-                    "push: new application instance certificate in use for new secure channels"
-                );
-                setup.replace_own(own);
-                let mut st = self.lock();
-                if st
-                    .new_key
-                    .as_ref()
-                    .is_some_and(|(s, _)| *s == call.session_id)
-                {
-                    st.new_key = None;
+                for p in pending {
+                    tracing::info!(
+                        thumbprint = %p.cert.thumbprint_hex(),
+                        subject = %p.cert.subject(),
+                        kind = ?p.key.kind(),
+                        "push: new application instance certificate in use for new secure channels"
+                    );
+                    match p.key {
+                        AnyKey::Rsa(k) => setup.replace_own(
+                            OwnIdentity::new(p.cert, k)
+                                .map_err(|_| StatusCode::BadInternalError)?,
+                        ),
+                        AnyKey::Ecc(k) => setup
+                            .replace_ecc(
+                                EccIdentity::new(p.cert, k)
+                                    .map_err(|_| StatusCode::BadInternalError)?,
+                            )
+                            .map_err(|_| StatusCode::BadInternalError)?,
+                    }
                 }
+                self.lock().new_keys.retain(|(s, _)| *s != call.session_id);
                 Ok(vec![])
             }
         }
@@ -939,24 +1050,22 @@ impl PushManager {
         &self,
         setup: &SecuritySetup,
         call: &AsyncCall,
+        kind: Kind,
         cert: &Certificate,
-    ) -> Result<PrivateKey, StatusCode> {
-        let copy = |k: &PrivateKey| {
-            PrivateKey::from_pkcs8_der(k.to_pkcs8_der()).map_err(|_| StatusCode::BadInternalError)
-        };
+    ) -> Result<AnyKey, StatusCode> {
         {
             let st = self.lock();
-            if let Some((s, k)) = &st.new_key {
-                if *s == call.session_id && k.matches(cert) {
-                    return copy(k);
-                }
+            if let Some((_, k)) = st
+                .new_keys
+                .iter()
+                .find(|(s, k)| *s == call.session_id && k.kind() == kind && k.matches(cert))
+            {
+                return k.copy();
             }
         }
-        let own = setup
-            .current_own()
-            .ok_or(StatusCode::BadResourceUnavailable)?;
-        if own.key.matches(cert) {
-            return copy(&own.key);
+        let (_, key) = current(setup, kind)?;
+        if key.matches(cert) {
+            return Ok(key);
         }
         Err(StatusCode::BadSecurityChecksFailed)
     }
@@ -996,11 +1105,7 @@ impl PushManager {
             if !st.handles.is_empty() {
                 return Err(StatusCode::BadNotWritable);
             }
-            if st
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.session != call.session_id)
-            {
+            if st.pending.iter().any(|p| p.session != call.session_id) {
                 return Err(StatusCode::BadTransactionPending);
             }
         } else if st.handles.iter().any(|h| h.write) {
@@ -1090,23 +1195,62 @@ fn own_handle(st: &State, call: &AsyncCall, id: u32) -> Result<usize, StatusCode
         .ok_or(StatusCode::BadInvalidArgument)
 }
 
-/// certificateGroupId null or DefaultApplicationGroup; certificateTypeId null or an RSA
-/// application type (the ECC types are not managed by push here: Bad_NotSupported).
-fn check_group_and_type(group: &Variant, ty: &Variant) -> Result<(), StatusCode> {
+/// certificateGroupId null or DefaultApplicationGroup (else Bad_InvalidArgument);
+/// certificateTypeId null or an RSA application type (the RSA certificate), or the ECC type
+/// of a certificate the server has (else Bad_InvalidArgument: not a type of the group).
+fn check_group_and_type(
+    setup: &SecuritySetup,
+    group: &Variant,
+    ty: &Variant,
+) -> Result<Kind, StatusCode> {
     let g = node_of(group);
     if !g.is_null() && g != NodeId::ns0(DEFAULT_APPLICATION_GROUP) {
         return Err(StatusCode::BadInvalidArgument);
     }
     let t = node_of(ty);
     if t.is_null() || t == NodeId::ns0(RSA_SHA256_TYPE) || t == NodeId::ns0(RSA_MIN_TYPE) {
-        return Ok(());
+        return Ok(Kind::Rsa);
     }
-    if t == NodeId::ns0(ids::EccNistP256ApplicationCertificateType)
-        || t == NodeId::ns0(ids::EccNistP384ApplicationCertificateType)
-    {
-        return Err(StatusCode::BadNotSupported);
+    let curve = if t == NodeId::ns0(ids::EccNistP256ApplicationCertificateType) {
+        EccCurve::NistP256
+    } else if t == NodeId::ns0(ids::EccNistP384ApplicationCertificateType) {
+        EccCurve::NistP384
+    } else {
+        return Err(StatusCode::BadInvalidArgument);
+    };
+    if setup.current_ecc().iter().any(|e| e.curve() == curve) {
+        Ok(Kind::Ecc(curve))
+    } else {
+        Err(StatusCode::BadInvalidArgument)
     }
-    Err(StatusCode::BadInvalidArgument)
+}
+
+/// The certificate in use of `kind`, and a copy of its key.
+fn current(setup: &SecuritySetup, kind: Kind) -> Result<(Certificate, AnyKey), StatusCode> {
+    match kind {
+        Kind::Rsa => {
+            let own = setup
+                .current_own()
+                .ok_or(StatusCode::BadResourceUnavailable)?;
+            let key = AnyKey::Rsa(
+                PrivateKey::from_pkcs8_der(own.key.to_pkcs8_der())
+                    .map_err(|_| StatusCode::BadInternalError)?,
+            );
+            Ok((own.cert.clone(), key))
+        }
+        Kind::Ecc(curve) => {
+            let own = setup
+                .current_ecc()
+                .into_iter()
+                .find(|e| e.curve() == curve)
+                .ok_or(StatusCode::BadInvalidArgument)?;
+            let key = AnyKey::Ecc(
+                EccPrivateKey::from_pkcs8_der(own.key.to_pkcs8_der())
+                    .map_err(|_| StatusCode::BadInternalError)?,
+            );
+            Ok((own.cert.clone(), key))
+        }
+    }
 }
 
 /// The certificate is in its validity period and chains to a self-signed root through
@@ -1468,11 +1612,29 @@ fn finish_trust_swap(root: &Path, journal: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Writes the own certificate and key: both staged in `own/private/.push-own` (synced),
-/// a `commit` marker there, then each renamed over the live file, then the marker removed.
-/// [`recover`] finishes the renames after a crash past the marker and drops the staged files
-/// before it: the certificate and the key on disk always belong together.
+/// Writes the own certificate and key (RSA: `own/certs/uaring.der`, `own/private/uaring.pem`).
 pub fn write_own(root: &Path, cert: &Certificate, key: &PrivateKey) -> std::io::Result<()> {
+    write_own_files(
+        root,
+        &[
+            (
+                uaring_crypto::pki::OWN_CERT_FILE.to_string(),
+                cert.der().to_vec(),
+            ),
+            (
+                uaring_crypto::pki::OWN_KEY_FILE.to_string(),
+                key.to_pem().as_bytes().to_vec(),
+            ),
+        ],
+    )
+}
+
+/// Writes own certificates (`*.der`, into `own/certs`, 0644) and keys (`*.pem`, into
+/// `own/private`, 0600) together: all staged in `own/private/.push-own` (synced), a `commit`
+/// marker there, then each renamed over its live file, then the marker removed. [`recover`]
+/// finishes the renames after a crash past the marker and drops the staged files before it:
+/// the certificates and keys on disk always belong together.
+pub fn write_own_files(root: &Path, files: &[(String, Vec<u8>)]) -> std::io::Result<()> {
     let staged = root.join(OWN_STAGED);
     if staged.exists() {
         fs::remove_dir_all(&staged)?;
@@ -1481,16 +1643,16 @@ pub fn write_own(root: &Path, cert: &Certificate, key: &PrivateKey) -> std::io::
         use std::os::unix::fs::DirBuilderExt;
         fs::DirBuilder::new().mode(0o700).create(&staged)?;
     }
-    write_synced(
-        &staged.join(uaring_crypto::pki::OWN_KEY_FILE),
-        key.to_pem().as_bytes(),
-        0o600,
-    )?;
-    write_synced(
-        &staged.join(uaring_crypto::pki::OWN_CERT_FILE),
-        cert.der(),
-        0o644,
-    )?;
+    for (name, bytes) in files {
+        if name.contains('/') || name == "commit" {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "bad file name",
+            ));
+        }
+        let mode = if name.ends_with(".pem") { 0o600 } else { 0o644 };
+        write_synced(&staged.join(name), bytes, mode)?;
+    }
     write_synced(&staged.join("commit"), b"1\n", 0o600)?;
     sync_dir(&staged)?;
     finish_own(root)
@@ -1498,21 +1660,17 @@ pub fn write_own(root: &Path, cert: &Certificate, key: &PrivateKey) -> std::io::
 
 fn finish_own(root: &Path) -> std::io::Result<()> {
     let staged = root.join(OWN_STAGED);
-    let key = staged.join(uaring_crypto::pki::OWN_KEY_FILE);
-    if key.exists() {
-        fs::rename(
-            &key,
-            root.join("own/private")
-                .join(uaring_crypto::pki::OWN_KEY_FILE),
-        )?;
-    }
-    let cert = staged.join(uaring_crypto::pki::OWN_CERT_FILE);
-    if cert.exists() {
-        fs::rename(
-            &cert,
-            root.join("own/certs")
-                .join(uaring_crypto::pki::OWN_CERT_FILE),
-        )?;
+    for entry in fs::read_dir(&staged)?.flatten().take(16) {
+        let name = entry.file_name();
+        let n = name.to_string_lossy();
+        let dir = if n.ends_with(".pem") {
+            "own/private"
+        } else if n.ends_with(".der") {
+            "own/certs"
+        } else {
+            continue;
+        };
+        fs::rename(entry.path(), root.join(dir).join(&name))?;
     }
     sync_dir(&root.join("own/private"))?;
     sync_dir(&root.join("own/certs"))?;

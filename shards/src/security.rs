@@ -359,6 +359,9 @@ pub struct SecuritySetup {
     /// push management's ApplyChanges ([`SecuritySetup::replace_own`]). Read by a shard only
     /// when `own_generation` moved.
     current_own: Mutex<Option<Arc<OwnIdentity>>>,
+    /// The ECC certificates in use now: `ecc` at start, replaced one per curve by
+    /// [`SecuritySetup::replace_ecc`].
+    current_ecc: Mutex<Vec<Arc<EccIdentity>>>,
     own_generation: std::sync::atomic::AtomicU64,
 }
 
@@ -643,6 +646,7 @@ pub fn build(
         none,
         current_own: Mutex::new(own.clone()),
         own,
+        current_ecc: Mutex::new(ecc.clone()),
         ecc,
         pki_root,
         pki_config,
@@ -777,6 +781,29 @@ impl SecuritySetup {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
+    /// The ECC application certificates in use now, one per curve.
+    pub fn current_ecc(&self) -> Vec<Arc<EccIdentity>> {
+        self.current_ecc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// [`SecuritySetup::replace_own`] for the ECC certificate of `own`'s curve (which must
+    /// be one in use: a curve not offered stays unoffered).
+    pub fn replace_ecc(&self, own: Arc<EccIdentity>) -> Result<(), String> {
+        let mut all = self.current_ecc.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = all
+            .iter_mut()
+            .find(|e| e.curve() == own.curve())
+            .ok_or_else(|| format!("{} is not offered", own.curve().policy_name()))?;
+        *slot = own;
+        drop(all);
+        self.own_generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
+    }
+
     /// The security provider of one shard: its own PKI store, the shared limiters.
     pub fn shard_provider(&self) -> Result<SecurityProvider, String> {
         let trust = self.shard_trust()?;
@@ -847,7 +874,7 @@ impl SecuritySetup {
         }
         if let Some(t) = &trust {
             // One ECC policy per ECC certificate present, with its endpoints.
-            for own in &self.ecc {
+            for own in &self.current_ecc() {
                 let policy = EccPolicy::server(own.clone(), t.clone());
                 for m in &self.modes {
                     p.add_endpoint(EndpointSecurity {

@@ -56,7 +56,13 @@ struct Env {
 }
 
 fn start(push: &str, tag: &str) -> Env {
+    start_with(push, tag, "\"None\", \"Basic256Sha256\"", |_| {})
+}
+
+/// [`start`] with `security.policies` and something done to the directory first.
+fn start_with(push: &str, tag: &str, policies: &str, before: impl FnOnce(&std::path::Path)) -> Env {
     let dir = common::TempDir::new(&format!("uaring-push-{tag}"));
+    before(&dir);
     let client = client_identity("push test client");
     let trusted = dir.join("pki/trusted/certs");
     std::fs::create_dir_all(&trusted).unwrap();
@@ -67,7 +73,7 @@ fn start(push: &str, tag: &str) -> Env {
         &cfg,
         format!(
             "[runtime]\nshards = 2\ndistribution = \"round-robin\"\n[push]\n{push}\n\
-             [security]\npolicies = [\"None\", \"Basic256Sha256\"]\n\
+             [security]\npolicies = [{policies}]\n\
              [[users]]\nname = \"secadmin\"\npassword = \"{hash}\"\nroles = [\"SecurityAdmin\"]\n\
              [[users]]\nname = \"operator\"\npassword = \"{hash}\"\nroles = [\"Operator\", \"ConfigureAdmin\"]\n"
         ),
@@ -476,4 +482,117 @@ fn apply_changes_swaps_the_certificate_for_new_channels_and_retires_the_old_ones
         .session_to(cert.der(), MessageSecurityMode::SignAndEncrypt, None)
         .expect("the new certificate after a restart");
     assert!(again.read_values(&[NodeId::ns0(2259)]).is_ok());
+}
+
+/// The ECC certificate types present are listed and pushed as the RSA one is: a signing
+/// request for a new P-256 key, a P-256 certificate with its key, ApplyChanges; the ECC
+/// endpoints then carry the new certificate and the RSA ones keep theirs.
+#[test]
+fn ecc_certificates_of_the_group_are_updated_too() {
+    use uaring_core::generated::node_ids as ids;
+    use uaring_crypto::EccCurve;
+    let req = CertificateRequest::new("urn:uaring:server", "uaring ecc", now_s());
+    let env = start_with(
+        "",
+        "ecc",
+        "\"None\", \"Basic256Sha256\", \"ECC_nistP256\"",
+        |dir| {
+            let pki = uaring_crypto::Pki::open(&dir.join("pki"), Default::default()).unwrap();
+            let (c, k) = uaring_crypto::generate_self_signed_ecc(&req, EccCurve::NistP256).unwrap();
+            pki.write_own_ecc(&c, &k).unwrap();
+        },
+    );
+    let rsa_cert = env.server_cert();
+    let p256 = NodeId::ns0(ids::EccNistP256ApplicationCertificateType);
+    let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    let types = a
+        .read(&[ReadValueId {
+            node_id: NodeId::ns0(14161),
+            attribute_id: 13,
+            ..Default::default()
+        }])
+        .unwrap();
+    match &types[0].value {
+        Variant::Array(arr) => assert_eq!(
+            arr.values,
+            vec![
+                Variant::NodeId(Box::new(NodeId::ns0(
+                    ids::RsaSha256ApplicationCertificateType
+                ))),
+                Variant::NodeId(Box::new(p256.clone())),
+            ]
+        ),
+        other => panic!("CertificateTypes: {other:?}"),
+    }
+    let csr = call(
+        &mut a,
+        SERVER_CONFIGURATION,
+        12737,
+        vec![
+            Variant::NodeId(Box::new(NodeId::NULL)),
+            Variant::NodeId(Box::new(p256.clone())),
+            Variant::String("CN=uaring ecc push".into()),
+            Variant::Boolean(true),
+            Variant::ByteString(ByteString::null()),
+        ],
+    )
+    .unwrap();
+    assert!(matches!(&csr[..], [Variant::ByteString(b)] if b.as_bytes().first() == Some(&0x30)));
+    // A type the group does not have.
+    let p384 = NodeId::ns0(ids::EccNistP384ApplicationCertificateType);
+    let update = |c: &mut Client, ty: &NodeId, cert: &[u8], key: &[u8]| {
+        call(
+            c,
+            SERVER_CONFIGURATION,
+            UPDATE_CERTIFICATE,
+            vec![
+                Variant::NodeId(Box::new(NodeId::NULL)),
+                Variant::NodeId(Box::new(ty.clone())),
+                bytes(cert),
+                Variant::array(BuiltinType::ByteString, vec![]).unwrap(),
+                Variant::String("PEM".into()),
+                bytes(key),
+            ],
+        )
+    };
+    let (new_cert, new_key) =
+        uaring_crypto::generate_self_signed_ecc(&req, EccCurve::NistP256).unwrap();
+    let pem = new_key.to_pem();
+    assert_eq!(
+        update(&mut a, &p384, new_cert.der(), pem.as_bytes()),
+        Err(StatusCode::BadInvalidArgument)
+    );
+    // An RSA certificate is not of the ECC type.
+    let rsa = client_identity("rsa");
+    assert_eq!(
+        update(&mut a, &p256, rsa.cert.der(), rsa.key.to_pem().as_bytes()),
+        Err(StatusCode::BadCertificateInvalid)
+    );
+    assert_eq!(
+        update(&mut a, &p256, new_cert.der(), pem.as_bytes()),
+        Ok(vec![Variant::Boolean(true)])
+    );
+    call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]).unwrap();
+    assert_eq!(
+        std::fs::read(env.dir.join("pki/own/certs/uaring_nistP256.der")).unwrap(),
+        new_cert.der()
+    );
+    let mut none = env.none_session();
+    let eps = none.get_endpoints().unwrap();
+    for e in eps
+        .iter()
+        .filter(|e| e.security_mode != MessageSecurityMode::None)
+    {
+        let want = if e.security_policy_uri.as_str() == EccCurve::NistP256.policy_uri() {
+            new_cert.der()
+        } else {
+            &rsa_cert[..]
+        };
+        assert_eq!(
+            e.server_certificate.as_bytes(),
+            want,
+            "{}",
+            e.security_policy_uri.as_str()
+        );
+    }
 }
