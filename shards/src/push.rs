@@ -301,14 +301,18 @@ struct Pending {
     session: NodeId,
     cert: Certificate,
     key: AnyKey,
+    /// The last push call of its session: a transaction without one for
+    /// `activity_timeout_ms` is discarded (its session is gone, Part 12 §7.10.2).
+    used: Instant,
 }
 
 #[derive(Default)]
 struct State {
     handles: Vec<Handle>,
     next_handle: u32,
-    /// Keys CreateSigningRequest made (regeneratePrivateKey): by session, one per kind.
-    new_keys: Vec<(NodeId, AnyKey)>,
+    /// Keys CreateSigningRequest made (regeneratePrivateKey): by session, one per kind, with
+    /// the session's last push call (dropped after `activity_timeout_ms` without one).
+    new_keys: Vec<(NodeId, AnyKey, Instant)>,
     /// The certificates of the transaction (one session's), one per kind.
     pending: Vec<Pending>,
 }
@@ -462,8 +466,23 @@ impl PushManager {
     fn expire(&self, st: &mut State) {
         let limit = Duration::from_millis(self.config.activity_timeout_ms);
         st.handles.retain(|h| h.used.elapsed() < limit);
+        st.pending.retain(|p| p.used.elapsed() < limit);
+        st.new_keys.retain(|(_, _, used)| used.elapsed() < limit);
         self.open_count
             .store(st.handles.len() as u32, Ordering::Release);
+    }
+
+    /// A push call of `session`: its transaction and new keys stay alive.
+    fn touch(&self, session: &NodeId) {
+        let mut st = self.lock();
+        self.expire(&mut st);
+        let now = Instant::now();
+        for p in st.pending.iter_mut().filter(|p| p.session == *session) {
+            p.used = now;
+        }
+        for k in st.new_keys.iter_mut().filter(|k| k.0 == *session) {
+            k.2 = now;
+        }
     }
 
     /// Adds ServerConfiguration (the [`KEEP`] part of it) to the address space, with its
@@ -698,6 +717,7 @@ impl PushManager {
     fn run(&self, op: Op, call: &AsyncCall) -> Result<Vec<Variant>, StatusCode> {
         admit(call)?;
         let setup = self.setup()?.clone();
+        self.touch(&call.session_id);
         let a = |i: usize| call.inputs.get(i).unwrap_or(&Variant::Empty);
         match op {
             Op::Open => {
@@ -901,8 +921,9 @@ impl PushManager {
                     let copy = k.copy()?;
                     let mut st = self.lock();
                     st.new_keys
-                        .retain(|(s, old)| !(*s == call.session_id && old.kind() == kind));
-                    st.new_keys.push((call.session_id.clone(), k));
+                        .retain(|(s, old, _)| !(*s == call.session_id && old.kind() == kind));
+                    st.new_keys
+                        .push((call.session_id.clone(), k, Instant::now()));
                     copy
                 } else {
                     key
@@ -976,6 +997,7 @@ impl PushManager {
                     return Err(StatusCode::BadCertificateUriInvalid);
                 }
                 let mut st = self.lock();
+                self.expire(&mut st);
                 if st.pending.iter().any(|p| p.session != call.session_id) {
                     return Err(StatusCode::BadTransactionPending);
                 }
@@ -984,6 +1006,7 @@ impl PushManager {
                     session: call.session_id.clone(),
                     cert,
                     key,
+                    used: Instant::now(),
                 });
                 Ok(vec![Variant::Boolean(true)])
             }
@@ -1037,7 +1060,9 @@ impl PushManager {
                             .map_err(|_| StatusCode::BadInternalError)?,
                     }
                 }
-                self.lock().new_keys.retain(|(s, _)| *s != call.session_id);
+                self.lock()
+                    .new_keys
+                    .retain(|(s, _, _)| *s != call.session_id);
                 Ok(vec![])
             }
         }
@@ -1055,10 +1080,10 @@ impl PushManager {
     ) -> Result<AnyKey, StatusCode> {
         {
             let st = self.lock();
-            if let Some((_, k)) = st
+            if let Some((_, k, _)) = st
                 .new_keys
                 .iter()
-                .find(|(s, k)| *s == call.session_id && k.kind() == kind && k.matches(cert))
+                .find(|(s, k, _)| *s == call.session_id && k.kind() == kind && k.matches(cert))
             {
                 return k.copy();
             }

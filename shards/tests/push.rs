@@ -596,3 +596,34 @@ fn ecc_certificates_of_the_group_are_updated_too() {
         );
     }
 }
+
+/// A transaction belongs to its session: another session's UpdateCertificate, write-Open and
+/// ApplyChanges do not touch it, and one left without a call for `activity_timeout_ms` (its
+/// session gone) is discarded.
+#[test]
+fn a_transaction_is_one_sessions_and_an_abandoned_one_expires() {
+    let env = start("activity_timeout_ms = 1500", "txn");
+    let req = CertificateRequest::new("urn:uaring:server", "uaring next", now_s());
+    let (cert, key) = uaring_crypto::generate_self_signed(&req).unwrap();
+    let pem = key.to_pem();
+    let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    let mut b = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    assert!(update_certificate(&mut a, cert.der(), "PEM", pem.as_bytes()).is_ok());
+    assert_eq!(
+        update_certificate(&mut b, cert.der(), "PEM", pem.as_bytes()),
+        Err(StatusCode::BadTransactionPending)
+    );
+    assert_eq!(open(&mut b, 6), Err(StatusCode::BadTransactionPending));
+    assert_eq!(
+        call(&mut b, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]),
+        Err(StatusCode::BadNothingToDo)
+    );
+    std::thread::sleep(Duration::from_millis(1800));
+    assert!(update_certificate(&mut b, cert.der(), "PEM", pem.as_bytes()).is_ok());
+    assert_eq!(
+        call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]),
+        Err(StatusCode::BadNothingToDo)
+    );
+    assert!(call(&mut b, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]).is_ok());
+    assert_eq!(env.server_cert(), cert.der());
+}
