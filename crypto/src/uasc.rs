@@ -172,6 +172,8 @@ pub struct ShardTrust {
     /// The refresher's own state (never touched on the handshake path).
     rescan: Mutex<Rescan>,
     limits: Arc<AddressLimits>,
+    /// How many times [`ShardTrust::refresh`] put a new store in place.
+    reloads: std::sync::atomic::AtomicU64,
 }
 
 /// When [`ShardTrust::refresh`] last looked, and the rescan request it last honoured.
@@ -212,7 +214,24 @@ impl ShardTrust {
                 generation: crate::pki::rescan_generation(),
             }),
             limits,
+            reloads: Default::default(),
         })
+    }
+
+    /// How many times the store was replaced by a newer one (a shard compares it with the
+    /// count it last saw to re-check the certificates of its open channels).
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Does the client certificate (chain) `chain` still pass validation against the store
+    /// as it stands (trust, revocation, validity at `now_unix_s`)? Always true with
+    /// `accept_all_client_certs`. Nothing is written to `rejected/`.
+    pub fn still_trusted(&self, chain: &[u8], now_unix_s: i64) -> bool {
+        let p = lock(&self.pki);
+        p.config().accept_all_client_certs
+            || p.validate(chain, CertRole::ClientApp, None, now_unix_s)
+                .is_ok()
     }
 
     /// The address limits this shard counts in.
@@ -254,6 +273,8 @@ impl ShardTrust {
         let fresh = Pki::open(&root, config)?;
         let old = std::mem::replace(&mut *lock(&self.pki), fresh);
         drop(old);
+        self.reloads
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(true)
     }
 

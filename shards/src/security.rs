@@ -663,6 +663,8 @@ pub struct IdentityWatch {
     setup: Arc<SecuritySetup>,
     trust: Option<Arc<ShardTrust>>,
     seen: u64,
+    /// The trust store reloads last seen ([`IdentityWatch::trust_changed`]).
+    trust_seen: u64,
 }
 
 impl std::fmt::Debug for IdentityWatch {
@@ -674,6 +676,21 @@ impl std::fmt::Debug for IdentityWatch {
 }
 
 impl IdentityWatch {
+    /// Did the shard's trust store change since the last call (one atomic load)?
+    pub fn trust_changed(&mut self) -> bool {
+        let n = self.trust.as_ref().map_or(0, |t| t.reloads());
+        let changed = n != self.trust_seen;
+        self.trust_seen = n;
+        changed
+    }
+
+    /// Does a channel's client certificate still validate against the shard's store?
+    pub fn still_trusted(&self, chain: &[u8], now_unix_s: i64) -> bool {
+        self.trust
+            .as_ref()
+            .is_none_or(|t| t.still_trusted(chain, now_unix_s))
+    }
+
     /// The new provider once the certificate changed since the last call (one atomic load
     /// otherwise).
     pub fn poll(&mut self) -> Option<SecurityProvider> {
@@ -817,12 +834,14 @@ impl SecuritySetup {
             .load(std::sync::atomic::Ordering::Acquire);
         let trust = self.shard_trust()?;
         let p = self.provider_with(trust.clone(), self.current_own())?;
+        let trust_seen = trust.as_ref().map_or(0, |t| t.reloads());
         Ok((
             p,
             IdentityWatch {
                 setup: self.clone(),
                 trust,
                 seen,
+                trust_seen,
             },
         ))
     }

@@ -79,7 +79,16 @@ pub struct UaHandler<S: ShardHost> {
     /// Connections to check against the new certificate (and close when theirs is old).
     retiring: Vec<ConnId>,
     retire_checks: Vec<ConnId>,
+    /// Channels whose client certificate is to be validated again (the trust store changed),
+    /// [`TRUST_CHECKS_PER_PASS`] a loop iteration.
+    trust_queue: Vec<ConnId>,
+    trust_checks: Vec<ConnId>,
 }
+
+/// Channels a shard re-validates per loop iteration after its trust store changed (each a
+/// certificate validation, tens of microseconds): the rest of the shard's work goes on
+/// between the slices.
+pub const TRUST_CHECKS_PER_PASS: usize = 16;
 
 impl<S: ShardHost> UaHandler<S> {
     pub fn new(host: S) -> UaHandler<S> {
@@ -93,6 +102,8 @@ impl<S: ShardHost> UaHandler<S> {
             retire_at_ns: None,
             retiring: Vec::new(),
             retire_checks: Vec::new(),
+            trust_queue: Vec::new(),
+            trust_checks: Vec::new(),
         }
     }
 
@@ -354,6 +365,18 @@ impl<S: ShardHost> Handler for UaHandler<S> {
             into.extend(self.retiring.iter().copied());
             self.retire_checks.append(&mut self.retiring);
         }
+        // Part 12 §7.8.2.5: after a trust list change the channels of certificates no longer
+        // trusted (or revoked) are closed.
+        if self.identity.as_mut().is_some_and(|w| w.trust_changed()) {
+            self.trust_queue = self.channels.values().copied().collect();
+        }
+        if !self.trust_queue.is_empty() {
+            let n = self.trust_queue.len().min(TRUST_CHECKS_PER_PASS);
+            for id in self.trust_queue.drain(..n) {
+                into.push(id);
+                self.trust_checks.push(id);
+            }
+        }
         // Results left from the last pass belong to connections that closed meanwhile.
         self.done.clear();
         if let Some(pool) = self.pool.as_mut() {
@@ -381,6 +404,22 @@ impl<S: ShardHost> Handler for UaHandler<S> {
                     tracing::info!(
                         channel = conn.channel.unwrap_or(0),
                         "closing a secure channel of the old application certificate"
+                    );
+                    return ConnStatus::Close;
+                }
+            }
+        }
+        if let Some(i) = self.trust_checks.iter().position(|id| *id == conn.id) {
+            self.trust_checks.swap_remove(i);
+            if let (Some(w), Some(cert)) = (
+                self.identity.as_ref(),
+                conn.conn.channel_client_certificate(),
+            ) {
+                let now_s = (now.utc.unix_nanos() / 1_000_000_000) as i64;
+                if !w.still_trusted(cert, now_s) {
+                    tracing::info!(
+                        channel = conn.channel.unwrap_or(0),
+                        "closing a secure channel whose client certificate is no longer trusted"
                     );
                     return ConnStatus::Close;
                 }

@@ -111,7 +111,18 @@ impl Env {
         mode: MessageSecurityMode,
         user: Option<&str>,
     ) -> Result<Client, ClientError> {
-        let policy = RsaPolicy::client(PolicyId::Basic256Sha256, self.client.clone()).unwrap();
+        self.session_as(&self.client, server_cert, mode, user)
+    }
+
+    /// [`Env::session_to`] with the client application identity `ident`.
+    fn session_as(
+        &self,
+        ident: &Arc<OwnIdentity>,
+        server_cert: &[u8],
+        mode: MessageSecurityMode,
+        user: Option<&str>,
+    ) -> Result<Client, ClientError> {
+        let policy = RsaPolicy::client(PolicyId::Basic256Sha256, ident.clone()).unwrap();
         let mut cfg = uaring_core::client::ClientConfig::new(&self.server.url());
         cfg.policy = policy.clone();
         cfg.mode = mode;
@@ -626,4 +637,71 @@ fn a_transaction_is_one_sessions_and_an_abandoned_one_expires() {
     );
     assert!(call(&mut b, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]).is_ok());
     assert_eq!(env.server_cert(), cert.der());
+}
+
+/// Part 12 §7.8.2.5: when the trust list changes, the channels whose client certificate is no
+/// longer trusted are closed; the others stay.
+#[test]
+fn removing_a_trusted_certificate_closes_its_channels() {
+    let victim = client_identity("victim");
+    let victim_der = victim.cert.der().to_vec();
+    let env = start_with("", "remove", "\"None\", \"Basic256Sha256\"", |dir| {
+        let trusted = dir.join("pki/trusted/certs");
+        std::fs::create_dir_all(&trusted).unwrap();
+        std::fs::write(trusted.join("victim.der"), &victim_der).unwrap();
+    });
+    let server_cert = env.server_cert();
+    let mut v = env
+        .session_as(
+            &victim,
+            &server_cert,
+            MessageSecurityMode::SignAndEncrypt,
+            None,
+        )
+        .expect("the victim is trusted");
+    let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
+    let thumb = victim.cert.thumbprint_hex();
+    call(
+        &mut a,
+        TRUST_LIST,
+        12670,
+        vec![
+            Variant::String(thumb.as_str().into()),
+            Variant::Boolean(true),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        call(
+            &mut a,
+            TRUST_LIST,
+            12670,
+            vec![
+                Variant::String(thumb.as_str().into()),
+                Variant::Boolean(true)
+            ],
+        ),
+        Err(StatusCode::BadInvalidArgument),
+        "gone already"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while v.read_values(&[NodeId::ns0(2259)]).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the victim's channel stays open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        a.read_values(&[NodeId::ns0(2259)]).is_ok(),
+        "a trusted client's channel stays"
+    );
+    assert!(env
+        .session_as(
+            &victim,
+            &server_cert,
+            MessageSecurityMode::SignAndEncrypt,
+            None
+        )
+        .is_err());
 }

@@ -316,6 +316,15 @@ impl ServerConnection {
         }
     }
 
+    /// The client certificate (chain) the open channel was opened with (none on a None
+    /// channel).
+    pub fn channel_client_certificate(&self) -> Option<&[u8]> {
+        match &self.st.phase {
+            Phase::Open(c) => c.client_certificate.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The channel is open (OPN done, not closed).
     pub fn is_open(&self) -> bool {
         matches!(self.st.phase, Phase::Open(_))
