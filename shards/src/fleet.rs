@@ -179,6 +179,23 @@ pub struct ShardLink {
     /// The I/O modes the shard's loop runs with, set once its loop is built (unset: epoll or
     /// not started, which report as off).
     pub io_modes: std::sync::OnceLock<IoModes>,
+    /// The kernel refused receive bundles at run time (EINVAL), after the loop had started
+    /// with them: the loop went on without them, and [`ShardLink::modes`] says so.
+    pub recv_bundles_refused: std::sync::atomic::AtomicBool,
+}
+
+impl ShardLink {
+    /// The I/O modes the shard's loop runs with now (off while unset).
+    pub fn modes(&self) -> IoModes {
+        let mut m = self.io_modes.get().copied().unwrap_or_default();
+        if self
+            .recv_bundles_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            m.recv_bundles = false;
+        }
+        m
+    }
 }
 
 /// The I/O modes one shard's loop actually runs with (statistics file, metrics).
@@ -254,6 +271,7 @@ impl Fleet {
                 ring_fd: AtomicI32::new(-1),
                 cpu: cpus.get(i).copied().flatten(),
                 io_modes: std::sync::OnceLock::new(),
+                recv_bundles_refused: std::sync::atomic::AtomicBool::new(false),
             });
         }
         let mut dial_out = Vec::with_capacity(n);
@@ -576,6 +594,31 @@ mod tests {
                 .and_then(|m| m.downcast::<u32>().ok())
                 .map(|b| *b),
             Some(7)
+        );
+    }
+
+    /// What the statistics file and the metrics report: the modes the loop started with, and
+    /// receive bundles off once the kernel refused them at run time.
+    #[test]
+    fn modes_report_bundles_off_after_a_refusal() {
+        let (fleet, _w) = Fleet::new(&[None], Distribution::Reuseport, 1, 1).unwrap();
+        let link = &fleet.shards[0];
+        assert_eq!(link.modes(), IoModes::default(), "unset: everything off");
+        let started = IoModes {
+            recv_bundles: true,
+            busy_poll_us: 50,
+            ..IoModes::default()
+        };
+        link.io_modes.set(started).unwrap();
+        assert_eq!(link.modes(), started);
+        link.recv_bundles_refused
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            link.modes(),
+            IoModes {
+                recv_bundles: false,
+                ..started
+            }
         );
     }
 }

@@ -234,7 +234,7 @@ pub fn render(src: &Sources) -> String {
         "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound), busy_poll_us, fixed_files (the file table's slots, 0 = off), zero_copy_send_min (0 = off) and recv_bundles.",
         |out| {
             for (i, link) in src.fleet.shards.iter().enumerate() {
-                let m = link.io_modes.get().copied().unwrap_or_default();
+                let m = link.modes();
                 let cpu = m.sqpoll_cpu.map_or("any".to_string(), |c| c.to_string());
                 let _ = writeln!(
                     out,

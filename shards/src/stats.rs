@@ -20,7 +20,7 @@ pub fn render_json(fleet: &Fleet, backend: &str, listen: &str) -> String {
             s.push(',');
         }
         let cpu = link.cpu.map_or("null".to_string(), |c| c.to_string());
-        let modes = link.io_modes.get().copied().unwrap_or_default();
+        let modes = link.modes();
         let sqpoll_cpu = modes
             .sqpoll_cpu
             .map_or("null".to_string(), |c| c.to_string());

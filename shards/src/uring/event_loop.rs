@@ -1248,6 +1248,9 @@ impl<H: Handler> UringLoop<H> {
                         "receive bundles refused by this kernel: multishot recv without them"
                     );
                     self.recv_mode = RecvMode::Multi;
+                    self.core.wiring.fleet.shards[self.core.wiring.index]
+                        .recv_bundles_refused
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 libc::EINVAL if self.recv_mode == RecvMode::Multi => {
                     tracing::info!("multishot recv not supported by this kernel: using single-shot recv with the buffer ring");
