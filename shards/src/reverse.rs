@@ -210,6 +210,9 @@ impl Target {
 pub struct ReverseLease {
     target: Arc<Target>,
     idle: bool,
+    /// Closed by the server because the client sent no Hello within `hello_wait_ms`: the
+    /// client left it unused, it did not turn it away (no back-off).
+    waited_out: bool,
 }
 
 impl PartialEq for ReverseLease {
@@ -223,7 +226,11 @@ impl ReverseLease {
     fn new(target: Arc<Target>) -> ReverseLease {
         target.idle.fetch_add(1, Ordering::Relaxed);
         target.live.fetch_add(1, Ordering::Relaxed);
-        ReverseLease { target, idle: true }
+        ReverseLease {
+            target,
+            idle: true,
+            waited_out: false,
+        }
     }
 
     pub fn target(&self) -> &Target {
@@ -247,12 +254,22 @@ impl ReverseLease {
     }
 }
 
+impl ReverseLease {
+    /// The server closes the connection because no Hello came within `hello_wait_ms`: the
+    /// dialer replaces it without backing off (the client is not refusing, only idle).
+    pub fn waited_out(&mut self) {
+        self.waited_out = self.idle;
+    }
+}
+
 impl Drop for ReverseLease {
     fn drop(&mut self) {
         let t = &self.target;
         if self.idle {
             t.idle.fetch_sub(1, Ordering::Relaxed);
-            t.dropped_idle.fetch_add(1, Ordering::Relaxed);
+            if !self.waited_out {
+                t.dropped_idle.fetch_add(1, Ordering::Relaxed);
+            }
         }
         t.live.fetch_sub(1, Ordering::Relaxed);
         t.wake_dialer();

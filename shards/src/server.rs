@@ -257,7 +257,14 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 
     fn conn_timer(&mut self, conn: &mut UaConn, now: Now, out: &mut Vec<u8>) -> ConnStatus {
-        status(conn.conn.on_timer(&mut self.host, now, out))
+        let s = conn.conn.on_timer(&mut self.host, now, out);
+        // A dialed connection still waiting for its Hello can only time out waiting for it.
+        if matches!(s, CoreStatus::Close) {
+            if let Some(lease) = conn.reverse.as_mut() {
+                lease.waited_out();
+            }
+        }
+        status(s)
     }
 
     fn buffered_bytes(&self, conn: &UaConn) -> usize {

@@ -178,7 +178,7 @@ fn a_client_that_turns_connections_away_is_backed_off_and_an_unused_one_times_ou
     let cfg = config(
         &dir,
         port,
-        "retry_min_ms = 400\nretry_max_ms = 4000\nhello_wait_ms = 300\n",
+        "retry_min_ms = 1500\nretry_max_ms = 4000\nhello_wait_ms = 300\n",
     );
     let server = start(&dir, &cfg);
     // An idle connection the client leaves unused gets ERR BadTimeout after hello_wait_ms.
@@ -194,10 +194,21 @@ fn a_client_that_turns_connections_away_is_backed_off_and_an_unused_one_times_ou
     assert_eq!(&bytes[..3], b"ERR");
     let status = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
     assert_eq!(status, uaring_core::StatusCode::BadTimeout.0);
-    // A client that closes every dialed connection at once: without a back-off the server
-    // would dial it hundreds of times in 2 s; with 400 ms doubling it dials a handful.
+    // That was the client leaving it unused, not turning it away: the replacement is dialed
+    // without the back-off (1.5 s here).
+    let waited = Instant::now();
+    let replacement = next_dialed(&listener);
+    assert!(
+        waited.elapsed() < Duration::from_millis(1000),
+        "an idle connection that timed out is replaced at once, not after the back-off: {:?}",
+        waited.elapsed()
+    );
+    drop(replacement);
+    // A client that closes every dialed connection at once (the one just dropped included):
+    // without a back-off the server would dial it hundreds of times in 3 s; with 1.5 s
+    // doubling it dials one or two.
     let turned_away = {
-        let until = Instant::now() + Duration::from_secs(2);
+        let until = Instant::now() + Duration::from_secs(3);
         let mut n = 0;
         listener.set_nonblocking(true).unwrap();
         while Instant::now() < until {
@@ -212,8 +223,8 @@ fn a_client_that_turns_connections_away_is_backed_off_and_an_unused_one_times_ou
         n
     };
     assert!(
-        (1..=6).contains(&turned_away),
-        "{turned_away} connections in 2 s to a client that turns each away"
+        (1..=3).contains(&turned_away),
+        "{turned_away} connections in 3 s to a client that turns each away"
     );
     let (code, _, stderr) = server.terminate();
     assert_eq!(code, Some(0), "{stderr}");
