@@ -1,0 +1,369 @@
+//! Service requests on an open channel: a MSG decoded into a request, dispatched to the
+//! host, and its response encoded, chunked and sent within the negotiated limits.
+
+use super::*;
+
+impl State {
+    pub(super) fn on_message<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        frame: Frame<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Step, Failure> {
+        let max_size = self.max_message_size();
+        let State {
+            phase,
+            limits,
+            assembler,
+            scratch,
+            ..
+        } = self;
+        let Phase::Open(c) = phase else {
+            return fail(
+                StatusCode::BadTcpSecureChannelUnknown,
+                "no secure channel is open",
+            );
+        };
+        let head = parse_symmetric_head(frame.bytes)?;
+        if head.secure_channel_id != c.id {
+            return fail(
+                StatusCode::BadSecureChannelIdInvalid,
+                "wrong secure channel id",
+            );
+        }
+        let token_id = head.token_id;
+        // Find the token, activating a renewed one on first use.
+        let token = if token_id == c.current.id {
+            // Part 6 §6.7.4: the old token is accepted until the new one is first used.
+            c.current.activated = true;
+            c.previous = None;
+            &c.current
+        } else {
+            match &c.previous {
+                Some(p) if p.id == token_id => p,
+                _ => return fail(StatusCode::BadSecureChannelTokenUnknown, "unknown token id"),
+            }
+        };
+        if now.mono_ns >= token.expires_ns() {
+            return fail(StatusCode::BadSecureChannelTokenUnknown, "token expired");
+        }
+        let opened = open_chunk(frame.bytes, head.sequence_offset, &*token.crypto, scratch)?;
+        c.recv_seq.check(opened.sequence_number)?;
+        if frame.header.message_type == MessageType::CloseSecureChannel {
+            return Ok(Step::CloseQuietly);
+        }
+        let assembled = assembler.push(
+            MessageType::Message,
+            frame.header.chunk_type,
+            opened.request_id,
+            opened.body,
+            max_size,
+            limits.max_chunk_count,
+            StatusCode::BadRequestTooLarge,
+            now.mono_ns,
+        )?;
+        let (request_id, body) = match assembled {
+            Assembly::Partial | Assembly::Aborted { .. } => return Ok(Step::Continue),
+            Assembly::Complete { request_id, body } => (request_id, body),
+        };
+        let headroom = host.memory_headroom();
+        let request = decode_request(host.recycler(), body, limits, headroom);
+        let req = match request {
+            Err((handle, status)) => {
+                let negotiated = self.negotiated.ok_or(Failure {
+                    status: StatusCode::BadTcpInternalError,
+                    reason: "no Hello",
+                })?;
+                let Phase::Open(c) = &mut self.phase else {
+                    return fail(StatusCode::BadTcpInternalError, "channel missing");
+                };
+                send_response(
+                    c,
+                    &mut self.body_out,
+                    &negotiated,
+                    request_id,
+                    &crate::response::fault(handle, status, now),
+                    handle,
+                    now,
+                    out,
+                )?;
+                return Ok(Step::Continue);
+            }
+            Ok(req) => req,
+        };
+        if let Request::ActivateSession(a) = &req {
+            if let Some(shard) = host.session_owner(&a.request_header.authentication_token) {
+                self.moving = Some((request_id, req));
+                return Ok(Step::Move(shard));
+            }
+        }
+        self.answer(host, now, request_id, req, out)?;
+        Ok(Step::Continue)
+    }
+
+    /// Dispatches one decoded service request and sends its response (unless the host
+    /// defers it: a queued Publish).
+    pub(super) fn answer<H: ConnectionHost + ?Sized>(
+        &mut self,
+        host: &mut H,
+        now: Now,
+        request_id: u32,
+        req: Request,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        let State {
+            phase,
+            negotiated,
+            endpoint_url,
+            peer,
+            body_out,
+            session_activated,
+            job,
+            waiting,
+            ..
+        } = self;
+        let Phase::Open(c) = phase else {
+            return fail(
+                StatusCode::BadTcpSecureChannelUnknown,
+                "no secure channel is open",
+            );
+        };
+        let negotiated = negotiated.ok_or(Failure {
+            status: StatusCode::BadTcpInternalError,
+            reason: "no Hello",
+        })?;
+        let handle = req.request_header().request_handle;
+        let token = &req.request_header().authentication_token;
+        let session_max = if token.is_null() {
+            0
+        } else {
+            host.session_max_response_size(token)
+        };
+        let (response, is_activate) = if matches!(
+            req,
+            Request::OpenSecureChannel(_) | Request::CloseSecureChannel(_)
+        ) {
+            (
+                crate::response::fault(handle, StatusCode::BadServiceUnsupported, now),
+                false,
+            )
+        } else {
+            let is_activate = matches!(req, Request::ActivateSession(_));
+            let ctx = c.request_context(*peer, endpoint_url);
+            match host.dispatch_deferrable(&ctx, req, request_id, now) {
+                Some(r) => (r, is_activate),
+                None => {
+                    // A session service whose handshake work is a job: wait for it.
+                    if let Some(j) = host.take_job() {
+                        *job = Some(j);
+                        *waiting = Some(Waiting::Service {
+                            request_id,
+                            handle,
+                            is_activate,
+                        });
+                    }
+                    // Otherwise answered later (a queued Publish): see `flush_deferred`.
+                    return Ok(());
+                }
+            }
+        };
+        let mut response = response;
+        response.response_header_mut().request_handle = handle;
+        if is_activate
+            && matches!(response, Response::ActivateSession(_))
+            && response.response_header().service_result.is_good()
+        {
+            *session_activated = true;
+        }
+        let negotiated = Negotiated {
+            peer_max_message_size: response_limit(negotiated.peer_max_message_size, session_max),
+            ..negotiated
+        };
+        let sent = send_response(
+            c,
+            body_out,
+            &negotiated,
+            request_id,
+            &response,
+            handle,
+            now,
+            out,
+        );
+        if let Some(r) = host.recycler() {
+            r.give_response(response);
+        }
+        sent
+    }
+}
+
+/// The largest response body: the Hello's (already bounded by our own limit) and the
+/// session's MaxResponseMessageSize, whichever is smaller (0 = not set).
+pub(super) fn response_limit(hello: u32, session: u32) -> u32 {
+    match (hello, session) {
+        (0, s) => s,
+        (h, 0) => h,
+        (h, s) => h.min(s),
+    }
+}
+
+/// An OpenSecureChannelResponse the peer's limits cannot carry is BadResponseTooLarge.
+pub(super) fn response_status(s: StatusCode) -> StatusCode {
+    if s == StatusCode::BadTcpMessageTooLarge {
+        StatusCode::BadResponseTooLarge
+    } else {
+        s
+    }
+}
+
+/// Decodes a request body (type id + message). An unknown type id or a body that fails
+/// to decode is `Err((request handle if readable, status))`: the caller answers with a
+/// ServiceFault (BadServiceUnsupported, or the decoder's status). Decoding stops at the
+/// decoded-size budget: `max_decoded_size` (BadEncodingLimitsExceeded), or the shard's
+/// `headroom` when that is smaller (BadResourceUnavailable: the server is short of memory,
+/// the request itself may be fine).
+fn decode_request(
+    recycler: Option<&mut Recycler>,
+    body: &[u8],
+    limits: &TransportLimits,
+    headroom: usize,
+) -> Result<Request, (u32, StatusCode)> {
+    let mut d = Decoder::with_budget(body, limits.decode, headroom);
+    let Ok(type_id) = NodeId::decode(&mut d) else {
+        return Err((0, StatusCode::BadDecodingError));
+    };
+    let after_type = d.position();
+    let header_handle = || {
+        let rest = body.get(after_type..).unwrap_or_default();
+        RequestHeader::from_bytes(rest, limits.decode)
+            .map(|h| h.request_handle)
+            .unwrap_or(0)
+    };
+    let decoded = match recycler {
+        Some(r) => r.decode_request(&type_id, &mut d),
+        None => Request::decode_body(&type_id, &mut d),
+    };
+    match decoded {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err((header_handle(), StatusCode::BadServiceUnsupported)),
+        Err(e)
+            if e.what == crate::encoding::DECODED_SIZE
+                && headroom < limits.decode.max_decoded_size =>
+        {
+            Err((header_handle(), StatusCode::BadResourceUnavailable))
+        }
+        Err(e) => Err((header_handle(), e.status)),
+    }
+}
+
+/// Encodes a response straight into `out` behind its chunk headers and seals it there (see
+/// [`send_encoded`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_response(
+    c: &mut Channel,
+    scratch: &mut Vec<u8>,
+    negotiated: &Negotiated,
+    request_id: u32,
+    response: &Response,
+    handle: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    send_encoded(
+        c,
+        scratch,
+        negotiated,
+        request_id,
+        |o| response.encode_with_type_id(o),
+        handle,
+        now,
+        out,
+    )
+}
+
+/// Chunks an already encoded response body (type id + message; see [`send_encoded`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn send_body(
+    c: &mut Channel,
+    scratch: &mut Vec<u8>,
+    negotiated: &Negotiated,
+    request_id: u32,
+    body: &[u8],
+    handle: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    send_encoded(
+        c,
+        scratch,
+        negotiated,
+        request_id,
+        |o| o.extend_from_slice(body),
+        handle,
+        now,
+        out,
+    )
+}
+
+/// Writes a response body that `encode` appends (type id + message) straight into `out`
+/// behind its chunk headers and seals it there (one chunk: no copy of the body; more chunks
+/// go through `scratch`). A response over the client's limits becomes a ServiceFault
+/// BadResponseTooLarge (Part 4 §5.3), nothing of it having been sent.
+#[allow(clippy::too_many_arguments)]
+fn send_encoded(
+    c: &mut Channel,
+    scratch: &mut Vec<u8>,
+    negotiated: &Negotiated,
+    request_id: u32,
+    encode: impl FnOnce(&mut Vec<u8>),
+    handle: u32,
+    now: Now,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    let limits = ChunkLimits::negotiated(negotiated);
+    let token = match (&c.previous, c.current.activated) {
+        (Some(p), false) => p,
+        _ => &c.current,
+    };
+    let header = SecurityHeader::Symmetric { token_id: token.id };
+    let crypto: &dyn ChunkCrypto = &*token.crypto;
+    match write_message_with(
+        MessageType::Message,
+        c.id,
+        &header,
+        request_id,
+        encode,
+        crypto,
+        &mut c.send_seq,
+        &limits,
+        out,
+        scratch,
+    ) {
+        Ok(_) => Ok(()),
+        Err(StatusCode::BadTcpMessageTooLarge) => {
+            scratch.clear();
+            crate::response::fault(handle, StatusCode::BadResponseTooLarge, now)
+                .encode_with_type_id(scratch);
+            write_chunks(
+                MessageType::Message,
+                c.id,
+                &header,
+                request_id,
+                scratch,
+                crypto,
+                &mut c.send_seq,
+                &limits,
+                out,
+            )
+            .map(|_| ())
+            .map_err(|_| Failure {
+                status: StatusCode::BadResponseTooLarge,
+                reason: "response too large",
+            })
+        }
+        Err(s) => Err(Failure {
+            status: s,
+            reason: "encoding the response",
+        }),
+    }
+}
