@@ -28,12 +28,11 @@ use crate::generated::messages::Response;
 use crate::generated::types::{
     PermissionType, ReadRequest, ReadResponse, ReadValueId, WriteRequest, WriteResponse,
 };
+use crate::response::{fault, response_header};
 use crate::roles::Roles;
 use crate::shared::ServerShared;
 use crate::types::{BuiltinType, DataValue, StatusCode, Variant};
 use crate::Now;
-
-use crate::response::{fault, response_header};
 
 /// The Read service: a `ReadResponse`, or a `ServiceFault` for a bad request
 /// (BadNothingToDo, BadTooManyOperations, BadMaxAgeInvalid, BadTimestampsToReturnInvalid).
