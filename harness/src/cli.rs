@@ -353,6 +353,40 @@ pub struct RunOpts {
     /// it, else TimeAverage).
     #[arg(long)]
     pub aggregate: Option<String>,
+    /// Profile the server during the measured window (not the warm-up): `perf record -e
+    /// cpu-clock -g` attached to its process, then per-thread busy shares and top functions
+    /// (the result's `profile`), the collapsed stacks and a flame graph beside perf.data
+    /// (docs/Placement.md "Profiles"). Needs perf (Debian: linux-perf).
+    #[arg(long)]
+    pub profile: bool,
+    /// Directory of the profile's files (default: `uaring-profiles` under the current
+    /// directory; a sweep with --out: the directory of its output).
+    #[arg(long, value_name = "DIR")]
+    pub profile_dir: Option<String>,
+    /// File name stem of the profile's files: NAME.perf.data, NAME.folded, NAME.svg (default:
+    /// SCENARIO-SERVER[-VARIANT]-UNIXTIME; a sweep with --out: OUT-STEM.SCENARIO.VARIANT.rROUND).
+    #[arg(long, value_name = "NAME")]
+    pub profile_name: Option<String>,
+    /// Samples per second per thread of the profile.
+    #[arg(long, value_name = "HZ", default_value_t = 999, value_parser = clap::value_parser!(u32).range(1..=20_000))]
+    pub profile_freq: u32,
+    /// How perf records the stacks: fp (frame pointers, `-g`; small and fast, but frames
+    /// without a frame pointer are cut short) or dwarf (unwound from a copy of the stack:
+    /// whole stacks, larger files, slower to analyse). Self time is exact either way.
+    #[arg(long, value_name = "HOW", value_parser = ["fp", "dwarf"], default_value = "fp")]
+    pub profile_call_graph: String,
+    /// Functions listed per thread in the profile (by self time).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = positive)]
+    pub profile_top: usize,
+    /// Scheduling priority of every thread of the server: nice:N (-20..19), fifo:P or rr:P
+    /// (SCHED_FIFO / SCHED_RR, 1..99). Set before the server's first instruction (its threads
+    /// inherit it); refused with the limit to raise when not permitted.
+    #[arg(long, value_name = "PRIO", value_parser = crate::priority::parse_arg)]
+    pub server_priority: Option<crate::priority::Priority>,
+    /// Scheduling priority of every thread of the load client (the harness): as
+    /// --server-priority.
+    #[arg(long, value_name = "PRIO", value_parser = crate::priority::parse_arg)]
+    pub client_priority: Option<crate::priority::Priority>,
     /// The options given on the command line (not defaulted), by clap id (`sampling_ms`):
     /// a scenario refuses the ones it does not use. Filled by [`RunOpts::try_parse_words`] and
     /// by `uaring-bench` itself; empty when the options were built otherwise.

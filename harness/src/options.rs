@@ -49,6 +49,28 @@ pub fn check(o: &RunOpts) -> Result<(), String> {
             ));
         }
     }
+    for id in [
+        "profile_dir",
+        "profile_name",
+        "profile_freq",
+        "profile_call_graph",
+        "profile_top",
+    ] {
+        if given(id) && !o.profile {
+            return Err(format!("{}: an option of --profile", option_name(id)));
+        }
+    }
+    if o.profile && o.scenario == "counters" {
+        return Err(
+            "--profile: the counters scenario is a search over many windows; profile one of its steps as a sub run instead"
+                .into(),
+        );
+    }
+    if o.profile && o.url.is_some() && o.server_pid.is_empty() {
+        return Err(
+            "--profile with --url: give the running server's --server-pid to attach perf to".into(),
+        );
+    }
     if given("storm_user") && o.storm == 0 {
         return Err("--storm-user: the storm's logins, so it needs --storm N".into());
     }
@@ -138,6 +160,22 @@ mod tests {
             ),
             (&["--scenario", "read", "--no-pin"], "--no-pin"),
             (
+                &["--scenario", "read", "--profile-dir", "x"],
+                "--profile-dir: an option of --profile",
+            ),
+            (
+                &["--scenario", "read", "--profile-freq", "99"],
+                "--profile-freq",
+            ),
+            (
+                &["--scenario", "counters", "--profile"],
+                "--profile: the counters scenario",
+            ),
+            (
+                &["--scenario", "read", "--profile", "--url", "opc.tcp://h:1"],
+                "--server-pid",
+            ),
+            (
                 &[
                     "--scenario",
                     "read",
@@ -218,6 +256,23 @@ mod tests {
                 "--ready",
                 "r",
                 "--no-pin",
+            ],
+            &[
+                "--scenario",
+                "read",
+                "--profile",
+                "--profile-dir",
+                "d",
+                "--profile-freq",
+                "499",
+                "--profile-call-graph",
+                "dwarf",
+                "--profile-top",
+                "3",
+                "--server-priority",
+                "nice:-5",
+                "--client-priority",
+                "fifo:10",
             ],
             &["--scenario", "echo", "--echo-bytes", "64"],
             &["--scenario", "read"],

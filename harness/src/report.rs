@@ -486,6 +486,34 @@ pub fn readable(o: &Map<String, Value>) -> String {
             g("server_push_cpu_us")
         ));
     }
+    for (key, label) in [
+        ("server_priority", "prio srv"),
+        ("client_priority", "prio cli"),
+    ] {
+        if let Some(p) = o.get(key) {
+            let f = |k: &str| p.get(k).map(fmt).unwrap_or_default();
+            let others = p
+                .get("others")
+                .and_then(Value::as_array)
+                .filter(|a| !a.is_empty())
+                .map(|a| {
+                    format!(
+                        "; not: {}",
+                        a.iter().map(fmt).collect::<Vec<_>>().join(", ")
+                    )
+                })
+                .unwrap_or_default();
+            s.push_str(&format!(
+                "  {label}    {}: {} of {} threads at the window's start{others}\n",
+                f("requested"),
+                f("at_requested"),
+                f("threads")
+            ));
+        }
+    }
+    if let Some(p) = o.get("profile") {
+        s.push_str(&crate::profile::readable(p));
+    }
     s.push_str(&format!(
         "  machine     foreign load {} cores, steal {} cores, discarded runs {}\n",
         g("foreign_cores"),
@@ -547,6 +575,9 @@ pub fn readable(o: &Map<String, Value>) -> String {
         "rsa_bound_ops_per_core_s",
         "rsa_bound_share",
         "rsa_bound_drift",
+        "server_priority",
+        "client_priority",
+        "profile",
     ];
     let push_shown = [
         "sessions",

@@ -104,6 +104,8 @@ pub struct RunConfig {
     pub client_modes: ClientModes,
     /// Batched or one send per request.
     pub send: SendMode,
+    /// `--profile`: where and how to profile the server's window.
+    pub profile: Option<crate::profile::ProfileSpec>,
     pub opts: RunOpts,
 }
 
@@ -297,7 +299,11 @@ impl RunConfig {
         if a.client_sqpoll_cpu.is_some() && !client_modes.sqpoll {
             return Err("--client-sqpoll-cpu needs --client-sqpoll per-shard".into());
         }
-        Ok(RunConfig {
+        if a.profile {
+            crate::profile::check_perf()?;
+        }
+        let mut cfg = RunConfig {
+            profile: None,
             client_modes,
             scenario,
             target,
@@ -320,7 +326,42 @@ impl RunConfig {
             client_io,
             send: a.send,
             opts: a.clone(),
-        })
+        };
+        if a.profile {
+            let unix_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let name = a.profile_name.clone().unwrap_or_else(|| {
+                let mut n = format!("{}-{}", cfg.scenario, cfg.server_name());
+                if let Some(v) = &cfg.variant {
+                    n.push('-');
+                    n.push_str(v);
+                }
+                n.push_str(&format!("-{unix_s}"));
+                n.chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect()
+            });
+            cfg.profile = Some(crate::profile::ProfileSpec {
+                dir: a
+                    .profile_dir
+                    .clone()
+                    .unwrap_or_else(|| crate::profile::DEFAULT_DIR.into())
+                    .into(),
+                name,
+                freq_hz: a.profile_freq,
+                call_graph: a.profile_call_graph.clone(),
+                top: a.profile_top,
+            });
+        }
+        Ok(cfg)
     }
 
     pub fn server_name(&self) -> String {
@@ -463,6 +504,7 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 pin: None,
                 port: None,
                 timeout,
+                priority: cfg.opts.server_priority,
             })?;
             r.stats_file = Some(stats_file);
             Ok(r)
@@ -488,6 +530,7 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 pin,
                 port: uses_port.then_some(port),
                 timeout,
+                priority: cfg.opts.server_priority,
             })
         }
         Target::Echo => {
@@ -509,6 +552,7 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 pin: Some(cfg.server_cpus.clone()),
                 port: None,
                 timeout,
+                priority: cfg.opts.server_priority,
             })
         }
         Target::Url { url, pids } => {
@@ -518,6 +562,11 @@ pub fn start_target(cfg: &RunConfig, vars: &[(&str, String)]) -> Result<Running,
                 .rsplit_once(':')
                 .ok_or_else(|| format!("--url {url}: no port"))?;
             let port: u16 = port.parse().map_err(|_| format!("--url {url}: bad port"))?;
+            if let Some(p) = cfg.opts.server_priority {
+                for &pid in pids {
+                    crate::priority::apply_to_process("--server-priority", pid, p, true)?;
+                }
+            }
             Ok(Running {
                 process: None,
                 pid: pids.first().copied(),
@@ -568,6 +617,11 @@ pub struct Window {
     pub stats: ThreadStats,
     pub measured: Measured,
     pub output: Vec<String>,
+    /// `--profile`: perf, its events disabled again at the window's end.
+    pub recorder: Option<crate::profile::Recorder>,
+    /// What the server's and the client's threads ran at when the window started
+    /// (`--server-priority`, `--client-priority`; [`crate::priority::observe`]).
+    pub priorities: Vec<(&'static str, Value)>,
 }
 
 /// Drives `plan` against `running`: waits for every connection to be ready,
@@ -689,14 +743,41 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    // perf attaches now, its events disabled: the warm-up is not profiled.
+    let mut recorder = match &cfg.profile {
+        Some(spec) => match crate::profile::Recorder::start(spec, &running.pids) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                let _ = stop_all(handles, &shared);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     std::thread::sleep(Duration::from_secs_f64(cfg.warmup_s));
+    let me = std::process::id() as i32;
+    let mut priorities = Vec::new();
+    if let Some(p) = cfg.opts.server_priority {
+        priorities.push((
+            "server_priority",
+            crate::priority::observe(&running.pids, p),
+        ));
+    }
+    if let Some(p) = cfg.opts.client_priority {
+        priorities.push(("client_priority", crate::priority::observe(&[me], p)));
+    }
+    if let Some(r) = recorder.as_mut() {
+        if let Err(e) = r.enable() {
+            let _ = stop_all(handles, &shared);
+            return Err(e);
+        }
+    }
     // The window: operations count while the phase is MEASURE, and the CPU
     // samples of server, client and machine are taken right before the
     // switch to MEASURE and right after the switch to DRAIN (the load goes
     // on, uncounted, until every sample is taken; the load threads stay alive
     // so their CPU time is still readable). `window_skew_us` reports how far
     // apart the two windows' ends are.
-    let me = std::process::id() as i32;
     let sample_server = |pids: &[i32]| procstat::sample_processes(pids);
     let s0: Option<ProcSample> = sample_server(&running.pids);
     let c0 = procstat::sample_process(me).unwrap_or_default();
@@ -725,6 +806,12 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let m1 = procstat::sample_machine();
     let tcp1 = tcpinfo::sample(&sockets);
     let skew_us = t1.elapsed().as_secs_f64() * 1e6;
+    if let Some(r) = recorder.as_mut() {
+        if let Err(e) = r.disable() {
+            let _ = stop_all(handles, &shared);
+            return Err(e);
+        }
+    }
     // uaring's per-shard connections: outside the window (SIGUSR1 makes the
     // server write its stats file, which costs it CPU time).
     let shard_conns = match (&running.stats_file, running.pid) {
@@ -764,6 +851,8 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         shard_conns,
         start_mono_ns,
         end_mono_ns,
+        recorder,
+        priorities,
     })
 }
 
@@ -858,6 +947,10 @@ pub fn run_with_guard_then(
     after: AfterWindow,
 ) -> Result<Map<String, Value>, String> {
     let mut discarded = 0u32;
+    if let Some(p) = cfg.opts.client_priority {
+        // Every thread of the harness; the load threads, created later, inherit it.
+        crate::priority::apply_to_process("--client-priority", std::process::id() as i32, p, true)?;
+    }
     loop {
         let mut running = start_target(cfg, vars)?;
         let idle = crate::idle::IdleSessions::open(cfg, &running)?;
@@ -871,16 +964,25 @@ pub fn run_with_guard_then(
                 w.output.extend(p.drain_output());
             }
         }
+        // perf stops (and writes its file) while the server still runs.
+        let recorded = match window.as_mut().map(|w| w.recorder.take()) {
+            Ok(Some(r)) => Some(r.finish()),
+            _ => None,
+        };
         if let Some(p) = running.process.as_mut() {
             p.stop();
         }
         let window = window?;
+        let recorded = recorded.transpose()?;
         idle?;
         let mut info = info_for(cfg, params, &window.output);
         if !window.shard_conns.is_empty() {
             info.shard_connections = window.shard_conns.clone();
         }
         let mut o = report::build(&info, &window.stats, &window.measured, discarded);
+        for (k, v) in &window.priorities {
+            o.insert((*k).to_string(), v.clone());
+        }
         after(&window, &mut o)?;
         if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
             discarded += 1;
@@ -892,6 +994,16 @@ pub fn run_with_guard_then(
         }
         if window.measured.foreign_cores > cfg.foreign_max_cores {
             o.insert("foreign_load_exceeded".into(), json!(true));
+        }
+        if let Some(rec) = recorded {
+            let title = format!(
+                "{} · {} · {}{}",
+                cfg.server_name(),
+                cfg.scenario,
+                cfg.variant.as_deref().unwrap_or(""),
+                rec.spec.name
+            );
+            o.insert("profile".into(), crate::profile::analyze(&rec, &title)?);
         }
         report::add_host(&mut o);
         return Ok(o);

@@ -30,6 +30,9 @@ pub struct SpawnSpec {
     /// The port when the harness chose it; otherwise parsed from `listening on`.
     pub port: Option<u16>,
     pub timeout: Duration,
+    /// `--server-priority`: set in the child before exec (every thread it starts inherits
+    /// it) and on all its threads once it is ready; `None`: the default priority.
+    pub priority: Option<crate::priority::Priority>,
 }
 
 /// A free loopback port (bound and released; a small race is accepted).
@@ -111,9 +114,17 @@ impl ServerProcess {
                 });
             }
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", spec.exe))?;
+        match spec.priority {
+            Some(p) => crate::priority::set_in_child(&mut cmd, p),
+            None => crate::priority::reset_in_child(&mut cmd),
+        }
+        let mut child = cmd.spawn().map_err(|e| match spec.priority {
+            // set_in_child reports a refused priority as EPERM.
+            Some(p) if e.raw_os_error() == Some(libc::EPERM) => {
+                crate::priority::refusal("--server-priority", p, &e)
+            }
+            _ => format!("cannot start {}: {e}", spec.exe),
+        })?;
         let pid = child.id() as i32;
         let (tx, rx) = mpsc::channel();
         forward_lines(child.stdout.take().unwrap(), tx.clone());
@@ -188,6 +199,10 @@ impl ServerProcess {
             // Threads started after exec inherit the mask; pin again anyway in
             // case the server changed its own affinity.
             let _ = uaring_affinity::pin_process_all_threads(pid, cpus);
+        }
+        if let Some(p) = spec.priority {
+            // Inherited from exec on; set again in case the server changed its own.
+            crate::priority::apply_to_process("--server-priority", pid, p, false)?;
         }
         Ok(sp)
     }
@@ -264,6 +279,7 @@ mod tests {
             pin: None,
             port: None,
             timeout: Duration::from_secs(10),
+            priority: None,
         };
         let mut s = ServerProcess::spawn(&spec).unwrap();
         assert_eq!(s.port, port);
@@ -282,6 +298,7 @@ mod tests {
             pin: None,
             port: None,
             timeout: Duration::from_secs(10),
+            priority: None,
         };
         let err = ServerProcess::spawn(&spec).err().unwrap();
         assert!(err.contains("boom"), "{err}");

@@ -468,6 +468,7 @@ pub fn soak_main(o: &SoakOpts, argv: &[String]) -> Result<i32, String> {
                 pin: None,
                 port: None,
                 timeout: Duration::from_secs(30),
+                priority: None,
             })?;
             let addr: std::net::SocketAddr = format!("{}:{}", p.host, p.port)
                 .parse()

@@ -279,6 +279,12 @@ fn setup_of(cell: &Cell) -> String {
     {
         x.push_str(&format!(" · {} idle sessions", g("idle_sessions")));
     }
+    // Scheduling priorities, where a run set one (`--server-priority`, `--client-priority`).
+    for (key, who) in [("server_priority", "srv"), ("client_priority", "cli")] {
+        if let Some(p) = r.get(key).and_then(|v| v.get("requested")) {
+            x.push_str(&format!(" · {who} prio {}", crate::report::fmt(p)));
+        }
+    }
     // The client's loop and its I/O modes, where a run says (runs before `client_io_modes`
     // used the default modes).
     if let Some(io) = r.get("client_io") {
@@ -764,6 +770,29 @@ mod tests {
         assert!(
             md.contains(" · per-request · srv  · cli  · 8 idle sessions |"),
             "{md}"
+        );
+    }
+
+    #[test]
+    fn priorities_in_the_setup_column_only_when_set() {
+        let row = |v: &str, extra: &str| {
+            format!("{{\"scenario\":\"read\",\"variant\":\"{v}\",\"server\":\"uaring\",\"send\":\"batched\",\"ops_per_s\":10,\"clients\":1,\"inflight\":1{extra}}}\n")
+        };
+        let md = markdown(
+            &group(
+                &(row("plain", "")
+                    + &row(
+                        "rt",
+                        ",\"server_priority\":{\"requested\":\"fifo:10\",\"threads\":2,\"at_requested\":2},\"client_priority\":{\"requested\":\"nice:5\"}",
+                    )),
+            )
+            .unwrap(),
+        );
+        assert!(md.contains(" · srv prio fifo:10 · cli prio nice:5"), "{md}");
+        assert_eq!(
+            md.matches("prio").count(),
+            2,
+            "only the row that set them: {md}"
         );
     }
 

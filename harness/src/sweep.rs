@@ -146,6 +146,61 @@ pub fn run_words(common: &[String], s: &Scenario, v: &Variant) -> Vec<String> {
     argv
 }
 
+/// The words that name a profiled run's files (nothing when the run is not profiled):
+/// `--profile-name OUT-STEM.SCENARIO.VARIANT.rROUND` (`sweep` without --out: `sweep.…`), and
+/// `--profile-dir` the directory of --out unless the run's words give one.
+pub fn profile_words(
+    argv: &[String],
+    out: Option<&str>,
+    scenario: &str,
+    variant: &str,
+    round: usize,
+) -> Vec<String> {
+    let Ok(o) = RunOpts::try_parse_words(argv) else {
+        return Vec::new();
+    };
+    if !o.profile {
+        return Vec::new();
+    }
+    let out = out.map(std::path::Path::new);
+    let stem = out
+        .and_then(|p| p.file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "sweep".into());
+    let clean = |x: &str| -> String {
+        x.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let mut w = vec![
+        "--profile-name".to_string(),
+        format!(
+            "{}.{}.{}.r{}",
+            clean(&stem),
+            clean(scenario),
+            clean(variant),
+            round + 1
+        ),
+    ];
+    if o.profile_dir.is_none() {
+        if let Some(dir) = out.and_then(|p| p.parent()) {
+            let dir = if dir.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                dir.to_string_lossy().into_owned()
+            };
+            w.extend(["--profile-dir".to_string(), dir]);
+        }
+    }
+    w
+}
+
 /// `sweep --variants FILE [--scenarios FILE] --rounds N [--out FILE] [run args…]`;
 /// `words` are the words after `sweep` on the command line.
 pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
@@ -196,7 +251,14 @@ pub fn sweep_main(a: &SweepOpts, words: &[String]) -> Result<i32, String> {
                     "\r\x1b[K{}",
                     progress_line(done, total, started.elapsed().as_secs_f64(), &label)
                 );
-                let argv = run_words(&common, s, v);
+                let mut argv = run_words(&common, s, v);
+                argv.extend(profile_words(
+                    &argv,
+                    a.out.as_deref(),
+                    &s.name,
+                    &v.name,
+                    round,
+                ));
                 let mut cmd = std::process::Command::new(&exe);
                 cmd.args(&argv)
                     .stdin(std::process::Stdio::null())
@@ -338,6 +400,50 @@ mod tests {
             }
         }
         assert!(checked > 50, "{checked} combinations");
+    }
+
+    #[test]
+    fn profiled_runs_get_their_own_file_names() {
+        let words = |extra: &[&str]| {
+            let mut w = vec!["run".to_string(), "--scenario".into(), "read".into()];
+            w.extend(extra.iter().map(|s| s.to_string()));
+            w
+        };
+        assert!(profile_words(&words(&[]), Some("r/x.jsonl"), "s", "v", 0).is_empty());
+        assert_eq!(
+            profile_words(
+                &words(&["--profile"]),
+                Some("res/io.jsonl"),
+                "read-1",
+                "sq poll",
+                1
+            ),
+            vec![
+                "--profile-name",
+                "io.read-1.sq_poll.r2",
+                "--profile-dir",
+                "res"
+            ]
+        );
+        assert_eq!(
+            profile_words(
+                &words(&["--profile", "--profile-dir", "p"]),
+                Some("io.jsonl"),
+                "s",
+                "v",
+                0
+            ),
+            vec!["--profile-name", "io.s.v.r1"]
+        );
+        assert_eq!(
+            profile_words(&words(&["--profile"]), None, "s", "v", 0),
+            vec!["--profile-name", "sweep.s.v.r1"]
+        );
+        let mut w = words(&["--profile"]);
+        w.extend(profile_words(&w, Some("x.jsonl"), "s", "v", 0));
+        let o = RunOpts::try_parse_words(&w).unwrap();
+        assert_eq!(o.profile_name.as_deref(), Some("x.s.v.r1"));
+        assert_eq!(o.profile_dir.as_deref(), Some("."));
     }
 
     #[test]
