@@ -42,6 +42,13 @@ if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy
 fi
 
+step "perf (Debian package linux-perf) for uaring-bench --profile and its tests, when missing"
+if ! command -v perf >/dev/null; then
+    SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq linux-perf
+fi
+
 step "cargo test --workspace (the async-opcua peer is a benchmark peer only: built on demand, not here)"
 # Builds the `uaring` binary too (the shards integration tests run it).
 cargo test --workspace --exclude uaring-peer-async-opcua --no-fail-fast
