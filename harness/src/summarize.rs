@@ -281,8 +281,14 @@ fn setup_of(cell: &Cell) -> String {
     }
     // Scheduling priorities, where a run set one (`--server-priority`, `--client-priority`).
     for (key, who) in [("server_priority", "srv"), ("client_priority", "cli")] {
-        if let Some(p) = r.get(key).and_then(|v| v.get("requested")) {
-            x.push_str(&format!(" · {who} prio {}", crate::report::fmt(p)));
+        match r
+            .get(key)
+            .and_then(|v| v.get("requested"))
+            .and_then(Value::as_str)
+        {
+            // nice:0 given explicitly is the default: not worth a word.
+            Some(p) if p != "nice:0" => x.push_str(&format!(" · {who} prio {p}")),
+            _ => {}
         }
     }
     // The client's loop and its I/O modes, where a run says (runs before `client_io_modes`
@@ -793,6 +799,12 @@ mod tests {
             md.matches("prio").count(),
             2,
             "only the row that set them: {md}"
+        );
+        let default =
+            markdown(&group(&row("d", ",\"server_priority\":{\"requested\":\"nice:0\"}")).unwrap());
+        assert!(
+            !default.contains("prio"),
+            "the default is not shown: {default}"
         );
     }
 
