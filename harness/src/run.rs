@@ -996,11 +996,15 @@ pub fn run_with_guard_then(
             o.insert("foreign_load_exceeded".into(), json!(true));
         }
         if let Some(rec) = recorded {
+            let variant = cfg
+                .variant
+                .as_deref()
+                .map(|v| format!(" · {v}"))
+                .unwrap_or_default();
             let title = format!(
-                "{} · {} · {}{}",
+                "{} · {}{variant} · {}",
                 cfg.server_name(),
                 cfg.scenario,
-                cfg.variant.as_deref().unwrap_or(""),
                 rec.spec.name
             );
             o.insert("profile".into(), crate::profile::analyze(&rec, &title)?);
