@@ -132,6 +132,9 @@ impl Recorder {
         std::fs::create_dir_all(&spec.dir)
             .map_err(|e| format!("--profile-dir {}: {e}", spec.dir.display()))?;
         let data = spec.path("perf.data");
+        // A repeated run (foreign load) records again under the same name: perf would keep
+        // the earlier file as perf.data.old beside it.
+        let _ = std::fs::remove_file(&data);
         let tag = format!("{}-{}", std::process::id(), spec.name);
         let fifos = [
             std::env::temp_dir().join(format!("uaring-bench-perf-{tag}.ctl")),
