@@ -37,9 +37,9 @@ use crate::ecc::{EccCurve, EccPrivateKey};
 use crate::status;
 
 /// Certificate files larger than this are ignored by the scanner.
-const FILE_LEN_MAX: u64 = 1024 * 1024;
+pub const FILE_LEN_MAX: u64 = 1024 * 1024;
 /// Files per directory the scanner loads at most.
-const FILES_PER_DIR_MAX: usize = 4096;
+pub const FILES_PER_DIR_MAX: usize = 4096;
 /// File name of the own certificate in `own/certs`.
 pub const OWN_CERT_FILE: &str = "uaring.der";
 /// File name of the own private key in `own/private`.
@@ -926,7 +926,9 @@ pub fn cert_file_name(cert: &Certificate) -> String {
     format!("{safe} [{}].der", cert.thumbprint_hex())
 }
 
-fn list_files(dir: &Path) -> Vec<PathBuf> {
+/// The files of a PKI directory as the scanner reads them: at most [`FILES_PER_DIR_MAX`],
+/// dot files (temporary files of an atomic write) left out, sorted by name.
+pub fn list_files(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = match fs::read_dir(dir) {
         Ok(rd) => rd
             .flatten()
@@ -945,8 +947,13 @@ fn list_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    read_bounded(path, FILE_LEN_MAX)
+}
+
+/// A file's bytes, or InvalidData when it is longer than `max` (checked before reading).
+pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let md = fs::metadata(path)?;
-    if md.len() > FILE_LEN_MAX {
+    if md.len() > max {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "file too large"));
     }
     fs::read(path)

@@ -24,7 +24,7 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -45,7 +45,9 @@ use uaring_crypto::{
     Certificate, Crl, EccCurve, EccIdentity, EccPrivateKey, OwnIdentity, PrivateKey,
 };
 
-use crate::security::SecuritySetup;
+use uaring_crypto::pki::{list_files, read_bounded, FILE_LEN_MAX};
+
+use crate::security::{now_unix_s, SecuritySetup};
 
 /// `[push]`: Part 12 push certificate management.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -337,13 +339,6 @@ impl std::fmt::Debug for PushManager {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-fn now_unix_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 fn bytes_of(v: &Variant) -> &[u8] {
@@ -1371,39 +1366,6 @@ fn set_value(b: &mut AddressSpaceBuilder, id: u32, value: ValueSource) -> Result
 
 // ---- files ---------------------------------------------------------------------------
 
-/// The most files read from one trust directory.
-const FILES_PER_DIR_MAX: usize = 4096;
-/// The largest file of a trust directory read (as uaring-crypto's PKI reads them).
-const FILE_BYTES_MAX: u64 = 1 << 20;
-
-fn list_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = match fs::read_dir(dir) {
-        Ok(rd) => rd
-            .flatten()
-            .take(FILES_PER_DIR_MAX)
-            .map(|e| e.path())
-            .filter(|p| p.is_file())
-            .filter(|p| {
-                !p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            })
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    out.sort();
-    out
-}
-
-fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    if fs::metadata(path)?.len() > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "file too large",
-        ));
-    }
-    fs::read(path)
-}
-
 /// The trust directories' contents as a TrustListDataType (the lists of `masks`), DER;
 /// files that do not parse are left out.
 pub fn read_trust_list(root: &Path, masks: u32) -> std::io::Result<TrustListDataType> {
@@ -1414,7 +1376,7 @@ pub fn read_trust_list(root: &Path, masks: u32) -> std::io::Result<TrustListData
     let certs = |sub: &str| -> Vec<ByteString> {
         list_files(&root.join(sub))
             .iter()
-            .filter_map(|p| read_bounded(p, FILE_BYTES_MAX).ok())
+            .filter_map(|p| read_bounded(p, FILE_LEN_MAX).ok())
             .filter_map(|b| Certificate::from_pem_or_der(&b).ok())
             .map(|c| ByteString::from(c.der()))
             .collect()
@@ -1422,7 +1384,7 @@ pub fn read_trust_list(root: &Path, masks: u32) -> std::io::Result<TrustListData
     let crls = |sub: &str| -> Vec<ByteString> {
         list_files(&root.join(sub))
             .iter()
-            .filter_map(|p| read_bounded(p, FILE_BYTES_MAX).ok())
+            .filter_map(|p| read_bounded(p, FILE_LEN_MAX).ok())
             .filter_map(|b| {
                 let der = pem_or_der(&b, "X509 CRL");
                 Crl::from_der(&der).ok().map(|_| ByteString::from(der))
@@ -1736,7 +1698,7 @@ pub fn recover(root: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn tmp(name: &str) -> PathBuf {
+    fn tmp(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("uaring-push-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         for s in [

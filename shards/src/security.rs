@@ -374,7 +374,8 @@ impl std::fmt::Debug for SecuritySetup {
     }
 }
 
-fn now_unix_s() -> i64 {
+/// The wall clock in Unix seconds (certificate validity checks).
+pub(crate) fn now_unix_s() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
