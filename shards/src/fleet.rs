@@ -79,6 +79,11 @@ pub struct ShardStats {
     pub zc_refused: AtomicU64,
     /// Receive bundles (`recv_bundles`): receives that filled more than one buffer.
     pub bundled_recvs: AtomicU64,
+    /// Connections the Reverse Connect dialer queued for this shard that it took in (opened
+    /// or refused). Bumped with Release after `open` is, so that the dialer, which loads it
+    /// with Acquire before `open`, counts a connection on its way in at least once: queued
+    /// (handed − taken in) or open, never neither.
+    pub dialed_in: AtomicU64,
     /// Buffers those receives filled.
     pub bundled_bufs: AtomicU64,
 }

@@ -424,6 +424,7 @@ fn connect(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
 }
 
 fn run(mut slots: Vec<Slot>, fleet: Arc<Fleet>, mut queues: Vec<Producer<Dialed>>) {
+    let mut handed = vec![0u64; queues.len()];
     // Parked until a target is set up (start() sets the thread handles after the spawn).
     std::thread::park_timeout(Duration::from_millis(50));
     while !fleet.stopping() {
@@ -451,7 +452,13 @@ fn run(mut slots: Vec<Slot>, fleet: Arc<Fleet>, mut queues: Vec<Producer<Dialed>
                 ) {
                     Ok(stream) => {
                         t.dialed.fetch_add(1, Ordering::Relaxed);
-                        if !hand_over(&fleet, &mut queues, stream, ReverseLease::new(t.clone())) {
+                        if !hand_over(
+                            &fleet,
+                            &mut queues,
+                            &mut handed,
+                            stream,
+                            ReverseLease::new(t.clone()),
+                        ) {
                             // Every shard's queue is full: the lease's drop counted it as
                             // dropped idle; back off rather than dial into a full server.
                             t.dropped_idle.store(0, Ordering::Relaxed);
@@ -475,11 +482,12 @@ fn run(mut slots: Vec<Slot>, fleet: Arc<Fleet>, mut queues: Vec<Producer<Dialed>
     }
 }
 
-/// Gives the socket to the shard with the fewest connections (open and queued) whose queue has
-/// room.
+/// Gives the socket to the shard with the fewest connections (open, and queued or on their way
+/// in) whose queue has room. `handed` counts what this dialer queued for each shard.
 fn hand_over(
     fleet: &Fleet,
     queues: &mut [Producer<Dialed>],
+    handed: &mut [u64],
     stream: TcpStream,
     lease: ReverseLease,
 ) -> bool {
@@ -487,19 +495,20 @@ fn hand_over(
         return false;
     };
     let _ = stream.set_nonblocking(true);
-    // Open connections and those still in the queue (a shard may not have woken up yet).
-    let load = |i: usize, q: &Producer<Dialed>| {
-        fleet
-            .shards
-            .get(i)
-            .map_or(u64::MAX, |s| s.stats.open.load(Ordering::Relaxed))
-            .saturating_add(q.len() as u64)
+    // A connection the shard popped but has not counted open yet is still "on its way in"
+    // (`dialed_in`, loaded first, moves only after `open` did), so none is missed: two
+    // connections dialed back to back go to different shards.
+    let load = |i: usize| {
+        fleet.shards.get(i).map_or(u64::MAX, |s| {
+            let taken_in = s.stats.dialed_in.load(Ordering::Acquire);
+            let on_the_way = handed.get(i).map_or(0, |h| h.saturating_sub(taken_in));
+            s.stats
+                .open
+                .load(Ordering::Relaxed)
+                .saturating_add(on_the_way)
+        })
     };
-    let mut order: Vec<(u64, usize)> = queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (load(i, q), i))
-        .collect();
+    let mut order: Vec<(u64, usize)> = (0..queues.len()).map(|i| (load(i), i)).collect();
     order.sort_unstable();
     let mut h = Dialed {
         fd: OwnedFd::from(stream),
@@ -510,6 +519,9 @@ fn hand_over(
         let Some(q) = queues.get_mut(i) else { continue };
         match q.push(h) {
             Ok(()) => {
+                if let Some(n) = handed.get_mut(i) {
+                    *n += 1;
+                }
                 fleet.wake(i);
                 return true;
             }

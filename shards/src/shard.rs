@@ -1037,6 +1037,11 @@ impl<H: Handler> ShardCore<H> {
             if let Some(id) = self.add_conn(d.fd, d.peer, Origin::Reverse(d.lease)) {
                 added.push(id);
             }
+            // After `open` counts it (the dialer's placement reads the two in turn).
+            self.wiring
+                .stats()
+                .dialed_in
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
         }
     }
 
