@@ -52,6 +52,9 @@ pub struct Historian {
     nodes: OnceLock<Nodes>,
     jobs: SyncSender<Job>,
     writer: Mutex<Option<super::WriterHandle>>,
+    /// The reader threads, joined by [`Historian::shutdown`] (a reader holds the historian,
+    /// and so the store and its lock, while it answers).
+    readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Operations answered by the readers, and refused for a full read queue.
     reads: AtomicU64,
     reads_refused: AtomicU64,
@@ -61,6 +64,8 @@ pub struct Historian {
 enum Job {
     Read(HistoryReadOp, HistoryReply),
     Update(HistoryUpdateOp, HistoryUpdateReply),
+    /// Ends the reader that takes it.
+    Stop,
 }
 
 struct Nodes {
@@ -106,20 +111,27 @@ impl Historian {
             nodes: OnceLock::new(),
             jobs,
             writer: Mutex::new(Some(writer)),
+            readers: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             reads_refused: AtomicU64::new(0),
         });
         let rx = Arc::new(Mutex::new(rx));
+        let mut readers = Vec::with_capacity(read_threads.max(1));
         for i in 0..read_threads.max(1) {
             let h2 = Arc::downgrade(&h);
             let rx: Arc<Mutex<Receiver<_>>> = rx.clone();
-            std::thread::Builder::new()
-                .name(format!("uaring-hread-{i}"))
-                .spawn(move || {
-                    crate::handshake::set_nice(nice);
-                    reader_loop(&h2, &rx)
-                })
-                .map_err(StoreError::Io)?;
+            readers.push(
+                std::thread::Builder::new()
+                    .name(format!("uaring-hread-{i}"))
+                    .spawn(move || {
+                        crate::handshake::set_nice(nice);
+                        reader_loop(&h2, &rx)
+                    })
+                    .map_err(StoreError::Io)?,
+            );
+        }
+        if let Ok(mut r) = h.readers.lock() {
+            *r = readers;
         }
         Ok(h)
     }
@@ -213,8 +225,22 @@ impl Historian {
         Ok(count)
     }
 
-    /// Stops the writer after a last flush.
+    /// Stops the readers (after the operations queued before the call) and the writer after a last flush. Once it returns no thread of the
+    /// historian holds the store: the last handle to the historian lets go of the store's
+    /// lock.
     pub fn shutdown(&self) -> Result<(), StoreError> {
+        let readers = self
+            .readers
+            .lock()
+            .map(|mut r| std::mem::take(&mut *r))
+            .unwrap_or_default();
+        for _ in &readers {
+            // Blocks only while the queue is full of operations the readers are taking off.
+            let _ = self.jobs.send(Job::Stop);
+        }
+        for r in readers {
+            let _ = r.join();
+        }
         let w = self.writer.lock().ok().and_then(|mut w| w.take());
         match w {
             Some(w) => w.shutdown(),
@@ -755,11 +781,17 @@ fn reader_loop(h: &std::sync::Weak<Historian>, rx: &Mutex<Receiver<Job>>) {
             Err(_) => return,
         };
         let Ok(job) = job else { return };
+        if matches!(job, Job::Stop) {
+            return;
+        }
         let Some(h) = h.upgrade() else { return };
         match job {
             Job::Read(op, reply) => h.answer(op, reply),
             Job::Update(op, reply) => h.update_now(op, reply),
+            Job::Stop => {}
         }
+        // Let go of the historian before waiting for the next job.
+        drop(h);
     }
 }
 
