@@ -57,19 +57,26 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 }
 
 /// Waits until the server has done all the work it is going to do with what it
-/// was sent: its CPU time stops moving for a second. Hang guard: two minutes.
+/// was sent: over the last second it used at most 2 % of a CPU (2 clock ticks). Not
+/// "no tick at all": the server's own background threads (the PKI refresher, the Demo
+/// folder's thread, the history writer) use a little CPU at any time, and waiting for
+/// them to stop waited out the guard. Hang guard: two minutes.
 pub fn settle(pid: u32) {
+    const IDLE_TICKS_PER_S: u64 = 2;
     let guard = Instant::now() + Duration::from_secs(120);
-    let mut last = cpu_ticks(pid);
-    let mut still_since = Instant::now();
+    // Samples 100 ms apart; the oldest kept is about a second old.
+    let mut window = std::collections::VecDeque::with_capacity(11);
+    window.push_back(cpu_ticks(pid));
     while Instant::now() < guard {
         std::thread::sleep(Duration::from_millis(100));
-        let t = cpu_ticks(pid);
-        if t != last {
-            last = t;
-            still_since = Instant::now();
-        } else if still_since.elapsed() >= Duration::from_secs(1) {
-            return;
+        window.push_back(cpu_ticks(pid));
+        if window.len() > 11 {
+            window.pop_front();
+        }
+        if let (11, Some(first), Some(last)) = (window.len(), window.front(), window.back()) {
+            if last.saturating_sub(*first) <= IDLE_TICKS_PER_S {
+                return;
+            }
         }
     }
 }
