@@ -42,6 +42,15 @@ if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy
 fi
 
+step "PostgreSQL (Debian package postgresql) for the history database backend's tests, when missing"
+# shards/tests/history_postgres.rs runs initdb and postgres of its own in a temporary
+# directory (a Unix socket only, as the package's postgres user); no service is started.
+if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
+    SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql
+fi
+
 step "perf (Debian package linux-perf) for uaring-bench --profile and its tests, when missing"
 if ! command -v perf >/dev/null; then
     SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -443,25 +443,21 @@ impl ServerBuilder {
             .enabled
             .unwrap_or(!history.nodes.is_empty() || defs.iter().any(|d| d.historizes()))
         {
-            match crate::history::serve::Historian::start(
-                history.store_config().map_err(Error::Config)?,
-                history.read_threads,
-                history.read_queue,
-            ) {
+            match crate::history::serve::Historian::open(&history) {
                 Ok(h) => Some(h),
                 // Asked for: the start fails. On by default (something is historized, no
                 // `[history]` said so): the server runs without history and says why.
                 Err(e) if history.enabled.is_none() => {
                     tracing::warn!(
-                        "history store in {}: {e}; serving without history (HistoryRead unsupported). Set history.dir to a directory of its own, or history.enabled = true to make this an error",
-                        history.dir.display()
+                        "history {}: {e}; serving without history (HistoryRead unsupported). Set history.dir to a directory of its own, or history.enabled = true to make this an error",
+                        history.location()
                     );
                     None
                 }
                 Err(e) => {
                     return Err(Error::Start(format!(
-                    "history store in {}: {e} (history.dir; history.enabled = false turns it off)",
-                    history.dir.display()
+                    "history {}: {e} (history.dir, history.backend; history.enabled = false turns it off)",
+                    history.location()
                 )))
                 }
             }
@@ -512,7 +508,7 @@ impl ServerBuilder {
                 .map_err(|e| Error::Start(format!("history store: {e}")))?;
             tracing::info!(
                 nodes,
-                dir = %history.dir.display(),
+                at = %history.location(),
                 flush_interval_ms = history.flush_interval_ms,
                 "history: {nodes} historized Variables, by change"
             );
@@ -894,10 +890,25 @@ impl ServerHandle {
         Variable::of(&self.setup.shared, node_id)
     }
 
-    /// The history store (its statistics: [`crate::history::Store::stats`]), when the server
-    /// has one (`[history]`, [`crate::VariableDef::historize`]).
+    /// The embedded history store (its statistics: [`crate::history::Store::stats`]), when
+    /// the server has one (`[history]`, [`crate::VariableDef::historize`]; `None` with
+    /// `backend = "postgres"`: see [`ServerHandle::history_stats`]).
     pub fn history_store(&self) -> Option<Arc<crate::history::Store>> {
-        self.historian.as_ref().map(|h| h.store().clone())
+        self.historian.as_ref().and_then(|h| h.store().cloned())
+    }
+
+    /// The history backend's counters (the embedded store's or the database's), when the
+    /// server keeps history.
+    pub fn history_stats(&self) -> Option<crate::history::StoreStats> {
+        self.historian.as_ref().map(|h| h.stats())
+    }
+
+    /// The PostgreSQL history backend's own counters (up or away, connects, reconnects,
+    /// errors), when that is the backend.
+    pub fn history_database(&self) -> Option<crate::history::postgres::PgStats> {
+        self.historian
+            .as_ref()
+            .and_then(|h| h.postgres().map(|p| p.pg_stats()))
     }
 
     /// Raises an event from any thread: every event monitored item on every shard whose

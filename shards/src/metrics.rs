@@ -618,8 +618,9 @@ fn reverse_families(out: &mut String, targets: &[Arc<crate::reverse::Target>]) {
 
 /// The history store's counters (docs/History.md).
 fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
-    let st = h.store().stats();
+    let st = h.stats();
     let (reads, refused) = h.read_counts();
+    let embedded = h.store().is_some();
     let one = |out: &mut String, name: &str, kind: &str, help: &str, v: u64| {
         family(out, name, kind, help, |out| {
             let _ = writeln!(out, "{name} {v}");
@@ -632,27 +633,29 @@ fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
         "Historized Variables (series) in the store.",
         st.series,
     );
-    one(
-        out,
-        "uaring_history_samples",
-        "gauge",
-        "Values the store holds.",
-        st.samples,
-    );
-    one(
-        out,
-        "uaring_history_segment_bytes",
-        "gauge",
-        "Bytes of the store's segment files.",
-        st.segment_bytes,
-    );
-    one(
-        out,
-        "uaring_history_wal_bytes",
-        "gauge",
-        "Bytes of the store's write-ahead log.",
-        st.wal_bytes,
-    );
+    if embedded {
+        one(
+            out,
+            "uaring_history_samples",
+            "gauge",
+            "Values the store holds.",
+            st.samples,
+        );
+        one(
+            out,
+            "uaring_history_segment_bytes",
+            "gauge",
+            "Bytes of the store's segment files.",
+            st.segment_bytes,
+        );
+        one(
+            out,
+            "uaring_history_wal_bytes",
+            "gauge",
+            "Bytes of the store's write-ahead log.",
+            st.wal_bytes,
+        );
+    }
     one(
         out,
         "uaring_history_appended_total",
@@ -660,7 +663,7 @@ fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
         "Values the writer thread took from the ingest queue since the start.",
         st.appended,
     );
-    one(out, "uaring_history_durable_total", "counter", "Of those, values on disk (WAL fsynced); appended - durable is what a crash now would lose.", st.durable);
+    one(out, "uaring_history_durable_total", "counter", "Of those, values on disk (WAL fsynced) or committed to the database; appended - durable is what a crash now would lose.", st.durable);
     one(
         out,
         "uaring_history_dropped_total",
@@ -679,14 +682,52 @@ fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
         out,
         "uaring_history_flushes_total",
         "counter",
-        "Flushes (fsync of the WAL) since the start.",
+        "Flushes (fsync of the WAL, or batches committed to the database) since the start.",
         st.flushes,
     );
+    if let Some(pg) = h.postgres() {
+        let p = pg.pg_stats();
+        one(
+            out,
+            "uaring_history_database_up",
+            "gauge",
+            "1 while the history database answers, 0 while it is away (backend = postgres).",
+            u64::from(p.up),
+        );
+        one(
+            out,
+            "uaring_history_database_connects_total",
+            "counter",
+            "Connections opened to the history database.",
+            p.connects,
+        );
+        one(
+            out,
+            "uaring_history_database_reconnects_total",
+            "counter",
+            "Times the history database came back after being away.",
+            p.reconnects,
+        );
+        one(
+            out,
+            "uaring_history_database_errors_total",
+            "counter",
+            "Connects and statements of the history database that failed.",
+            p.errors,
+        );
+        one(
+            out,
+            "uaring_history_lost_at_shutdown_total",
+            "counter",
+            "Values not written because the database was away when the server stopped.",
+            p.lost_at_shutdown,
+        );
+    }
     one(
         out,
         "uaring_history_io_errors_total",
         "counter",
-        "Store I/O errors and chunks that failed their checksum on a read.",
+        "Store I/O errors and chunks that failed their checksum on a read (database errors with backend = postgres).",
         st.io_errors,
     );
     one(

@@ -4,10 +4,11 @@ use super::store::Store;
 use super::{OnFull, Sample, SeriesId, StoreError};
 use crossbeam_queue::ArrayQueue;
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use uaring_core::types::StatusCode;
 
 /// Most samples the writer takes from the queue per hold of the store's writer lock.
 const BATCH: usize = 4096;
@@ -31,11 +32,33 @@ pub enum Pushed {
 #[derive(Clone)]
 pub struct Ingest {
     queue: Arc<ArrayQueue<(SeriesId, Sample)>>,
-    store: Arc<Store>,
+    /// Samples lost to a full queue (the store's `StoreStats::dropped`).
+    dropped: Arc<AtomicU64>,
     on_full: OnFull,
 }
 
+/// The queue a writer drains: what [`Ingest`] pushes onto.
+pub(crate) type Queue = ArrayQueue<(SeriesId, Sample)>;
+
 impl Ingest {
+    /// A queue of `capacity` samples (≥ 1) that counts what it drops in `dropped`; the
+    /// caller's writer threads drain the queue it also returns.
+    pub(crate) fn new(
+        capacity: usize,
+        on_full: OnFull,
+        dropped: Arc<AtomicU64>,
+    ) -> (Ingest, Arc<Queue>) {
+        let queue = Arc::new(ArrayQueue::new(capacity.max(1)));
+        (
+            Ingest {
+                queue: queue.clone(),
+                dropped,
+                on_full,
+            },
+            queue,
+        )
+    }
+
     /// Queues a sample for the writer. False when it was dropped (queue full and
     /// [`OnFull::DropNewest`]); every lost sample is counted in `StoreStats::dropped`.
     #[inline]
@@ -51,18 +74,38 @@ impl Ingest {
     /// series and SourceTimestamp), so the caller can mark the gap.
     #[inline]
     pub fn push(&self, id: SeriesId, sample: Sample) -> Pushed {
+        self.push_counted(id, sample, true)
+    }
+
+    /// [`Ingest::push`] of a `Bad_DataLost` mark: one that does not fit is not a lost
+    /// value (the caller keeps the mark and tries again with the series' next value), so
+    /// it is not counted; a value it displaces ([`OnFull::DropOldest`]) is.
+    #[inline]
+    pub fn push_mark(&self, id: SeriesId, mark: Sample) -> Pushed {
+        self.push_counted(id, mark, false)
+    }
+
+    #[inline]
+    fn push_counted(&self, id: SeriesId, sample: Sample, count: bool) -> Pushed {
         match self.on_full {
             OnFull::DropNewest => match self.queue.push((id, sample)) {
                 Ok(()) => Pushed::Queued,
                 Err(_) => {
-                    self.store.c.dropped.fetch_add(1, Ordering::Relaxed);
+                    if count {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                     Pushed::Dropped
                 }
             },
             OnFull::DropOldest => match self.queue.force_push((id, sample)) {
                 None => Pushed::Queued,
                 Some((old_id, old)) => {
-                    self.store.c.dropped.fetch_add(1, Ordering::Relaxed);
+                    // A displaced mark is not a value; its series keeps the mark below.
+                    if StatusCode(old.status) != StatusCode::BadDataLost
+                        || old.value != uaring_core::types::Variant::Empty
+                    {
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                     Pushed::Displaced(old_id, old.source_ts)
                 }
             },
@@ -115,13 +158,8 @@ impl Drop for WriterHandle {
 /// store: a second one would interleave with the first (it is allowed, but pointless).
 pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreError> {
     let cfg = store.config().clone();
-    let queue = Arc::new(ArrayQueue::new(cfg.queue_capacity));
+    let (ingest, queue) = Ingest::new(cfg.queue_capacity, cfg.on_full, store.c.dropped.clone());
     let stop = Arc::new(AtomicBool::new(false));
-    let ingest = Ingest {
-        queue: queue.clone(),
-        store: store.clone(),
-        on_full: cfg.on_full,
-    };
     let stop2 = stop.clone();
     let nice = cfg.nice;
     let thread = std::thread::Builder::new()

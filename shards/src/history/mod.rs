@@ -103,8 +103,10 @@
 //! 0, so no replay counts it) that also deletes its timestamps from every record written
 //! before it — one CRC'd record, so a replace is atomic per record.
 
+pub mod archive;
 mod codec;
 mod ingest;
+pub mod postgres;
 pub mod serve;
 mod store;
 pub mod tools;
@@ -231,6 +233,11 @@ pub enum StoreError {
     Invalid(&'static str),
     /// Another process has the store open.
     Locked,
+    /// The history database is away or refused a statement (its message; never a
+    /// password).
+    Database(String),
+    /// The configuration is not usable (what is wrong).
+    Config(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -240,6 +247,8 @@ impl std::fmt::Display for StoreError {
             StoreError::Corrupt(w) => write!(f, "history store: damaged {w}"),
             StoreError::Invalid(w) => write!(f, "history store: {w}"),
             StoreError::Locked => write!(f, "history store: in use by another process"),
+            StoreError::Database(e) => write!(f, "history database: {e}"),
+            StoreError::Config(e) => write!(f, "{e}"),
         }
     }
 }

@@ -34,6 +34,8 @@ use uaring_core::history::{
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
 
+use super::archive::Archive;
+use super::postgres::{PgArchive, PgConfig, PgWriters, PostgresConfig};
 use super::{Pushed, Resume, Sample, SeriesId, Store, StoreError};
 
 /// EventNotifier bit: the notifier's event history can be read.
@@ -46,18 +48,25 @@ const MAX_RAW_FOR_PROCESSING: usize = 1_000_000;
 
 /// The server's history: the store, its ingest, the historized nodes, the readers.
 pub struct Historian {
-    store: Arc<Store>,
+    /// Where the series are: the embedded store or the database.
+    archive: Arc<dyn Archive>,
+    backend: Backend,
     ingest: super::Ingest,
     /// Historized nodes (filled once the address space is built).
     nodes: OnceLock<Nodes>,
     jobs: SyncSender<Job>,
-    writer: Mutex<Option<super::WriterHandle>>,
     /// The reader threads, joined by [`Historian::shutdown`] (a reader holds the historian,
     /// and so the store and its lock, while it answers).
     readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Operations answered by the readers, and refused for a full read queue.
     reads: AtomicU64,
     reads_refused: AtomicU64,
+}
+
+/// The backend behind the archive, with its writer threads.
+enum Backend {
+    Embedded(Arc<Store>, Mutex<Option<super::WriterHandle>>),
+    Postgres(Arc<PgArchive>, Mutex<Option<PgWriters>>),
 }
 
 /// One operation for a reader thread.
@@ -104,13 +113,72 @@ impl Historian {
         let nice = config.nice;
         let store = Store::open(config)?;
         let (ingest, writer) = super::start_writer(store.clone())?;
+        let archive: Arc<dyn Archive> = store.clone();
+        Self::with_readers(
+            archive,
+            Backend::Embedded(store, Mutex::new(Some(writer))),
+            ingest,
+            nice,
+            read_threads,
+            read_queue,
+        )
+    }
+
+    /// Starts the PostgreSQL backend: its writer threads and `read_threads` readers. Nothing
+    /// waits for the database: the writers connect (and keep trying) on their own.
+    pub fn start_postgres(
+        config: PgConfig,
+        read_threads: usize,
+        read_queue: usize,
+    ) -> Result<Arc<Historian>, StoreError> {
+        let nice = config.nice;
+        let pg = PgArchive::new(config);
+        let cfg = pg.config().clone();
+        let (ingest, queue) =
+            super::Ingest::new(cfg.queue_capacity, cfg.on_full, pg.dropped_counter());
+        let writers = super::postgres::start_writers(&pg, queue)?;
+        let archive: Arc<dyn Archive> = pg.clone();
+        Self::with_readers(
+            archive,
+            Backend::Postgres(pg, Mutex::new(Some(writers))),
+            ingest,
+            nice,
+            read_threads,
+            read_queue,
+        )
+    }
+
+    /// Starts the backend `[history]` chooses.
+    pub fn open(config: &HistoryConfig) -> Result<Arc<Historian>, StoreError> {
+        match config.backend.as_str() {
+            "postgres" => Self::start_postgres(
+                config.pg_config().map_err(StoreError::Config)?,
+                config.read_threads,
+                config.read_queue,
+            ),
+            _ => Self::start(
+                config.store_config().map_err(StoreError::Config)?,
+                config.read_threads,
+                config.read_queue,
+            ),
+        }
+    }
+
+    fn with_readers(
+        archive: Arc<dyn Archive>,
+        backend: Backend,
+        ingest: super::Ingest,
+        nice: i32,
+        read_threads: usize,
+        read_queue: usize,
+    ) -> Result<Arc<Historian>, StoreError> {
         let (jobs, rx) = sync_channel::<Job>(read_queue.max(1));
         let h = Arc::new(Historian {
-            store,
+            archive,
+            backend,
             ingest,
             nodes: OnceLock::new(),
             jobs,
-            writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             reads_refused: AtomicU64::new(0),
@@ -136,9 +204,25 @@ impl Historian {
         Ok(h)
     }
 
-    /// The store (statistics, tools).
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
+    /// The embedded store (statistics, tools), when that is the backend.
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        match &self.backend {
+            Backend::Embedded(s, _) => Some(s),
+            Backend::Postgres(..) => None,
+        }
+    }
+
+    /// The PostgreSQL backend, when that is the backend.
+    pub fn postgres(&self) -> Option<&Arc<PgArchive>> {
+        match &self.backend {
+            Backend::Postgres(p, _) => Some(p),
+            Backend::Embedded(..) => None,
+        }
+    }
+
+    /// The archive's counters (those of the embedded store, or the database's).
+    pub fn stats(&self) -> super::StoreStats {
+        self.archive.stats()
     }
 
     /// HistoryRead operations answered, and refused for a full read queue.
@@ -167,7 +251,7 @@ impl Historian {
             if let Some(notifier) = node.event_notifier() {
                 let server = node.node_id == NodeId::ns0(uaring_core::generated::node_ids::Server);
                 if server || notifier & EVENT_NOTIFIER_HISTORY_READ != 0 {
-                    let id = self.store.series(&format!("events:{}", node.node_id))?;
+                    let id = self.archive.series(&format!("events:{}", node.node_id))?;
                     nodes.events.insert(node.node_id.clone(), id);
                 }
                 continue;
@@ -178,7 +262,7 @@ impl Historian {
             if !v.historizing || node.value_cell().is_none() {
                 continue;
             }
-            let id = self.store.series(&node.node_id.to_string())?;
+            let id = self.archive.series(&node.node_id.to_string())?;
             let current = node.value_cell().map(|c| c.load());
             let stepped = !matches!(
                 current.as_ref().map(|d| &d.value),
@@ -241,10 +325,15 @@ impl Historian {
         for r in readers {
             let _ = r.join();
         }
-        let w = self.writer.lock().ok().and_then(|mut w| w.take());
-        match w {
-            Some(w) => w.shutdown(),
-            None => Ok(()),
+        match &self.backend {
+            Backend::Embedded(_, w) => match w.lock().ok().and_then(|mut w| w.take()) {
+                Some(w) => w.shutdown(),
+                None => Ok(()),
+            },
+            Backend::Postgres(_, w) => match w.lock().ok().and_then(|mut w| w.take()) {
+                Some(w) => w.shutdown(),
+                None => Ok(()),
+            },
         }
     }
 
@@ -276,9 +365,14 @@ impl Historian {
                 l.fetch_min(ts, Ordering::AcqRel);
             }
         };
-        let queue = |series: SeriesId, s: Sample| -> bool {
+        let queue = |series: SeriesId, s: Sample, is_mark: bool| -> bool {
             let ts = s.source_ts;
-            match self.ingest.push(series, s) {
+            let pushed = if is_mark {
+                self.ingest.push_mark(series, s)
+            } else {
+                self.ingest.push(series, s)
+            };
+            match pushed {
                 Pushed::Queued => true,
                 Pushed::Dropped => {
                     mark(series, ts);
@@ -300,11 +394,11 @@ impl Historian {
                         status: StatusCode::BadDataLost.0,
                         value: Variant::Empty,
                     };
-                    queue(id, marker);
+                    queue(id, marker, true);
                 }
             }
         }
-        queue(id, sample);
+        queue(id, sample, false);
     }
 
     /// Runs one operation on a reader thread.
@@ -355,7 +449,7 @@ impl Historian {
         let room = limit.saturating_sub(values.len()).max(1);
         let next = match state.resume {
             Some(r) => self
-                .store
+                .archive
                 .read_from(id, r, bound, reverse, room, &mut samples),
             None => {
                 let (lo, hi) = if reverse {
@@ -363,7 +457,7 @@ impl Historian {
                 } else {
                     (first, bound)
                 };
-                self.store.read(id, lo, hi, reverse, room, &mut samples)
+                self.archive.read(id, lo, hi, reverse, room, &mut samples)
             }
         }
         .map_err(store_status)?;
@@ -398,7 +492,7 @@ impl Historian {
         let limit = (op.max_values as usize).max(1);
         let next = match resume {
             Some(r) => self
-                .store
+                .archive
                 .read_from(id, r, bound, reverse, limit, &mut samples),
             None => {
                 let (lo, hi) = if reverse {
@@ -406,7 +500,7 @@ impl Historian {
                 } else {
                     (first, bound)
                 };
-                self.store.read(id, lo, hi, reverse, limit, &mut samples)
+                self.archive.read(id, lo, hi, reverse, limit, &mut samples)
             }
         }
         .map_err(store_status)?;
@@ -472,7 +566,7 @@ impl Historian {
     ) -> Result<HistoryUpdateResult, StatusCode> {
         let exists = |t: i64| -> Result<bool, StatusCode> {
             let mut v = Vec::new();
-            self.store
+            self.archive
                 .read(id, t, t, false, 1, &mut v)
                 .map_err(update_status)?;
             Ok(!v.is_empty())
@@ -498,13 +592,13 @@ impl Historian {
                         (PerformUpdateType::Insert, true) => StatusCode::BadEntryExists,
                         (PerformUpdateType::Replace, false) => StatusCode::BadNoEntryExists,
                         (PerformUpdateType::Insert, false) | (PerformUpdateType::Update, false) => {
-                            self.store
-                                .append(std::iter::once((id, sample)))
+                            self.archive
+                                .insert(id, vec![sample])
                                 .map_err(update_status)?;
                             StatusCode::GoodEntryInserted
                         }
                         (PerformUpdateType::Replace, true) | (PerformUpdateType::Update, true) => {
-                            self.store.replace(id, sample).map_err(update_status)?;
+                            self.archive.replace(id, sample).map_err(update_status)?;
                             StatusCode::GoodEntryReplaced
                         }
                         _ => StatusCode::BadHistoryOperationInvalid,
@@ -519,7 +613,10 @@ impl Historian {
                 } else {
                     (first, bound)
                 };
-                let n = self.store.delete_range(id, lo, hi).map_err(update_status)?;
+                let n = self
+                    .archive
+                    .delete_range(id, lo, hi)
+                    .map_err(update_status)?;
                 if n == 0 {
                     status = StatusCode::BadNoData;
                 }
@@ -527,7 +624,7 @@ impl Historian {
             UpdateDetails::DeleteAtTime(d) => {
                 for t in &d.req_times {
                     let n = self
-                        .store
+                        .archive
                         .delete_range(id, t.0, t.0)
                         .map_err(update_status)?;
                     results.push(if n == 0 {
@@ -538,7 +635,7 @@ impl Historian {
                 }
             }
         }
-        self.store.flush().map_err(update_status)?;
+        self.archive.flush().map_err(update_status)?;
         Ok(HistoryUpdateResult {
             status_code: status,
             operation_results: results,
@@ -558,7 +655,7 @@ impl Historian {
         let mut at = Vec::new();
         let earlier = at_start != reverse;
         if at_start {
-            self.store
+            self.archive
                 .read(id, t, t, reverse, 1, &mut at)
                 .map_err(store_status)?;
             if let Some(s) = at.pop() {
@@ -568,10 +665,10 @@ impl Historian {
         let found = if earlier {
             // The start bound of a forward read: strictly before (the value at `t` was
             // looked for above); the end bound of a backward read: at `t` or before.
-            self.store
+            self.archive
                 .last_before(id, if at_start { t } else { t.saturating_add(1) })
         } else {
-            self.store.first_after(id, t.saturating_sub(1))
+            self.archive.first_after(id, t.saturating_sub(1))
         }
         .map_err(store_status)?;
         Ok(match found {
@@ -621,7 +718,7 @@ impl Historian {
         op: &HistoryReadOp,
     ) -> Result<DataValue, StatusCode> {
         let mut at = Vec::new();
-        self.store
+        self.archive
             .read(id, t, t, false, 1, &mut at)
             .map_err(store_status)?;
         if let Some(s) = at.pop() {
@@ -685,10 +782,10 @@ impl Historian {
     ) -> Result<Option<Sample>, StatusCode> {
         let mut v = Vec::new();
         let r = if before {
-            self.store
+            self.archive
                 .read(id, i64::MIN, t.saturating_sub(1), true, 1000, &mut v)
         } else {
-            self.store
+            self.archive
                 .read(id, t.saturating_add(1), i64::MAX, false, 1000, &mut v)
         };
         r.map_err(store_status)?;
@@ -717,7 +814,7 @@ impl Historian {
         let mut raw = Vec::new();
         // What lies before the range, back to the first non-Bad value.
         let mut before = Vec::new();
-        self.store
+        self.archive
             .read(id, i64::MIN, lo.saturating_sub(1), true, 1000, &mut before)
             .map_err(store_status)?;
         let keep = before
@@ -729,7 +826,7 @@ impl Historian {
         raw.extend(before.into_iter().map(plain));
         let mut inside = Vec::new();
         let cut = self
-            .store
+            .archive
             .read(id, lo, hi, false, MAX_RAW_FOR_PROCESSING, &mut inside)
             .map_err(store_status)?;
         if cut.is_some() {
@@ -737,7 +834,7 @@ impl Historian {
         }
         raw.extend(inside.into_iter().map(plain));
         let mut after = Vec::new();
-        self.store
+        self.archive
             .read(id, hi.saturating_add(1), i64::MAX, false, 1000, &mut after)
             .map_err(store_status)?;
         let keep = after
@@ -958,9 +1055,11 @@ fn store_status(e: StoreError) -> StatusCode {
     tracing::warn!(error = %e, "history store read failed");
     match e {
         StoreError::Invalid(_) => StatusCode::BadHistoryOperationInvalid,
-        StoreError::Io(_) | StoreError::Corrupt(_) | StoreError::Locked => {
-            StatusCode::BadDataUnavailable
-        }
+        StoreError::Io(_)
+        | StoreError::Corrupt(_)
+        | StoreError::Locked
+        | StoreError::Database(_)
+        | StoreError::Config(_) => StatusCode::BadDataUnavailable,
     }
 }
 
@@ -971,8 +1070,11 @@ fn update_status(e: StoreError) -> StatusCode {
     tracing::warn!(error = %e, "history store update failed");
     match e {
         StoreError::Invalid(_) => StatusCode::BadHistoryOperationInvalid,
-        StoreError::Io(_) => StatusCode::BadResourceUnavailable,
-        StoreError::Corrupt(_) | StoreError::Locked => StatusCode::BadDataUnavailable,
+        // The database away: as a full disk, the server cannot take the update now.
+        StoreError::Io(_) | StoreError::Database(_) => StatusCode::BadResourceUnavailable,
+        StoreError::Corrupt(_) | StoreError::Locked | StoreError::Config(_) => {
+            StatusCode::BadDataUnavailable
+        }
     }
 }
 
@@ -1033,6 +1135,11 @@ pub struct HistoryConfig {
     /// On or off; unset: on when the application (or the Demo folder) historizes a
     /// Variable.
     pub enabled: Option<bool>,
+    /// Where history is kept: `embedded` (the store in `dir`) or `postgres` (a PostgreSQL
+    /// database, `[history.postgres]`).
+    pub backend: String,
+    /// The PostgreSQL backend's connection and writers.
+    pub postgres: PostgresConfig,
     /// The store's directory (created when missing; one server at a time).
     pub dir: std::path::PathBuf,
     /// How often the store makes what it received durable (fsync), ms: what a crash can
@@ -1066,6 +1173,8 @@ impl Default for HistoryConfig {
     fn default() -> Self {
         HistoryConfig {
             enabled: None,
+            backend: "embedded".to_string(),
+            postgres: PostgresConfig::default(),
             dir: std::path::PathBuf::from("history"),
             flush_interval_ms: 1000,
             retention_age_s: None,
@@ -1104,6 +1213,14 @@ impl HistoryConfig {
                 ))
             }
         };
+        match self.backend.as_str() {
+            "embedded" | "postgres" => {}
+            other => {
+                return Err(format!(
+                    "history.backend = {other:?} (expected embedded or postgres)"
+                ))
+            }
+        }
         let mut c = super::StoreConfig::new(&self.dir);
         c.flush_interval_ms = self.flush_interval_ms;
         c.retention_age_s = self.retention_age_s;
@@ -1112,6 +1229,43 @@ impl HistoryConfig {
         c.on_full = on_full;
         c.nice = self.nice;
         Ok(c)
+    }
+}
+
+impl HistoryConfig {
+    /// The PostgreSQL backend's configuration, checked (the password read from its file
+    /// or variable).
+    pub fn pg_config(&self) -> Result<PgConfig, String> {
+        let store = self.store_config()?;
+        if self.retention_bytes.is_some() {
+            return Err("history.retention_bytes is for the embedded store; with backend = \"postgres\" use retention_age_s (or the database's own means)".into());
+        }
+        let (client, target) = self.postgres.client_config()?;
+        Ok(PgConfig {
+            client,
+            target,
+            writer_threads: self.postgres.writer_threads,
+            batch_samples: self.postgres.batch_samples,
+            reconnect_max_ms: self.postgres.reconnect_max_ms,
+            queue_capacity: store.queue_capacity,
+            on_full: store.on_full,
+            retention_age_s: store.retention_age_s,
+            retention_check_ms: 60_000,
+            nice: store.nice,
+        })
+    }
+
+    /// Where the history is, for logs: the store's directory or the database (never its
+    /// password).
+    pub fn location(&self) -> String {
+        if self.backend == "postgres" {
+            self.postgres
+                .client_config()
+                .map(|(_, t)| format!("database {t}"))
+                .unwrap_or_else(|_| "database (misconfigured)".into())
+        } else {
+            format!("store in {}", self.dir.display())
+        }
     }
 }
 
@@ -1124,6 +1278,9 @@ pub fn take_config(table: &mut toml::Table) -> Result<HistoryConfig, String> {
         None => HistoryConfig::default(),
     };
     c.store_config()?;
+    if c.backend == "postgres" {
+        c.pg_config()?;
+    }
     Ok(c)
 }
 

@@ -264,7 +264,8 @@ impl Core {
 pub(crate) struct Counters {
     pub durable: AtomicU64,
     pub appended: AtomicU64,
-    pub dropped: AtomicU64,
+    /// Shared with the ingest queue ([`super::Ingest`]), which counts what it drops.
+    pub dropped: Arc<AtomicU64>,
     pub rejected: AtomicU64,
     pub flushes: AtomicU64,
     pub checkpoints: AtomicU64,

@@ -1,0 +1,653 @@
+//! The end-to-end history cases, run against each backend (`history.rs`: the embedded
+//! store; `history_postgres.rs`: a PostgreSQL server the test starts): a historized
+//! Variable of the library, its pushed values read back by a real client over TCP with
+//! HistoryRead — raw (forwards, backwards, with continuation points), at time
+//! (interpolated), processed — a client's Write historized too, everything still there
+//! after a restart; HistoryUpdate by role; values a full queue drops marked.
+#![allow(dead_code)]
+
+pub mod pg;
+
+use std::time::{Duration, Instant};
+
+use uaring::{DataValue, DateTime, NodeId, Server, StatusCode, VariableDef, Variant};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::{DecodeLimits, ExtensionObject};
+use uaring_harness::blocking::Client;
+
+/// The client's hang guard: above the store's own bound on an operation (30 s, after which the
+/// server answers BadTimeout), so a store slowed by the disk (a HistoryUpdate is durable when
+/// it is answered: some forty fdatasyncs in the update test) answers rather than the guard.
+pub const TIMEOUT: Duration = Duration::from_secs(35);
+
+/// The tests of this file one at a time: each starts and stops servers on port 0, and a
+/// listener of one test may otherwise be given the port another test's server is leaving
+/// (SO_REUSEPORT).
+pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Dir(pub std::path::PathBuf);
+impl Dir {
+    pub fn new(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("uaring-history-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+}
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A day ago, on a whole second: the pushed values are at t0 + i s.
+pub fn t0() -> DateTime {
+    let now = uaring::clock::utc_now().0;
+    let day = 864_000_000_000i64;
+    DateTime((now - day) / 10_000_000 * 10_000_000)
+}
+pub fn at(t0: DateTime, s: f64) -> DateTime {
+    DateTime(t0.0 + (s * 1e7) as i64)
+}
+
+/// Where the history goes.
+pub enum Backend<'a> {
+    /// The embedded store, in the test's directory.
+    Embedded,
+    /// The PostgreSQL server of the test.
+    Postgres(&'a pg::Pg),
+}
+
+impl Backend<'_> {
+    /// The history threads of the backend besides the readers.
+    fn writer_threads(&self) -> &'static [&'static str] {
+        match self {
+            Backend::Embedded => &["uaring-history", "uaring-hsync"],
+            Backend::Postgres(_) => &["uaring-hpg-0", "uaring-hpg-1"],
+        }
+    }
+}
+
+pub fn builder(dir: &Dir, backend: &Backend) -> uaring::ServerBuilder {
+    let toml = match backend {
+        Backend::Embedded => format!(
+            "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n",
+            dir.0.join("store").display().to_string()
+        ),
+        Backend::Postgres(pg) => pg.history_toml(),
+    };
+    Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(2)
+        .pki(dir.0.join("pki"))
+        .config_toml(&toml)
+}
+
+/// The nice value of this process's thread named `name` (/proc/self/task/*/stat), waiting
+/// a little for it to set it.
+pub fn thread_nice(name: &str) -> Option<i64> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            // Fields after the ")" of the command: state is field 3, nice field 19.
+            let rest = stat.rsplit_once(')')?.1;
+            let nice: i64 = rest.split_whitespace().nth(16)?.parse().ok()?;
+            if nice != 0 || Instant::now() > deadline {
+                return Some(nice);
+            }
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn session(url: &str) -> Client {
+    let mut c = Client::connect(url, TIMEOUT).expect("connect");
+    c.create_session().expect("CreateSession");
+    c.activate_session_anonymous().expect("ActivateSession");
+    c
+}
+
+pub fn history_read(
+    c: &mut Client,
+    details: ExtensionObject,
+    nodes: Vec<HistoryReadValueId>,
+) -> HistoryReadResponse {
+    let req = HistoryReadRequest {
+        history_read_details: details,
+        timestamps_to_return: TimestampsToReturn::Both,
+        nodes_to_read: nodes,
+        ..Default::default()
+    };
+    match c
+        .call(Request::HistoryRead(Box::new(req)))
+        .expect("HistoryRead")
+    {
+        Response::HistoryRead(r) => *r,
+        other => panic!("{other:?}"),
+    }
+}
+
+pub fn data(r: &HistoryReadResult) -> Vec<DataValue> {
+    if r.history_data.is_null() {
+        return Vec::new();
+    }
+    r.history_data
+        .decode_as::<HistoryData>(DecodeLimits::default())
+        .expect("HistoryData")
+        .expect("decodes")
+        .data_values
+}
+
+pub fn doubles(v: &[DataValue]) -> Vec<f64> {
+    v.iter()
+        .map(|d| match d.value {
+            Variant::Double(x) => x,
+            ref o => panic!("{o:?}"),
+        })
+        .collect()
+}
+
+/// Every raw value of `node` in `[start, end)`, `per_call` at a time through continuation
+/// points; also how many calls it took.
+pub fn read_all(
+    c: &mut Client,
+    node: &NodeId,
+    start: DateTime,
+    end: DateTime,
+    per_call: u32,
+) -> (Vec<DataValue>, usize) {
+    let details = ExtensionObject::from_struct(&ReadRawModifiedDetails {
+        is_read_modified: false,
+        start_time: start,
+        end_time: end,
+        num_values_per_node: per_call,
+        return_bounds: false,
+    });
+    let mut all = Vec::new();
+    let mut cp = ByteString::null();
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        let r = history_read(
+            c,
+            details.clone(),
+            vec![HistoryReadValueId {
+                node_id: node.clone(),
+                continuation_point: cp.clone(),
+                ..Default::default()
+            }],
+        );
+        let res = &r.results[0];
+        assert!(res.status_code.is_good(), "{:?}", res.status_code);
+        all.extend(data(res));
+        if res.continuation_point.is_null() {
+            return (all, calls);
+        }
+        cp = res.continuation_point.clone();
+    }
+}
+
+pub type ByteString = uaring::ByteString;
+
+pub fn wait_for(c: &mut Client, node: &NodeId, start: DateTime, end: DateTime, n: usize) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let (v, _) = read_all(c, node, start, end, 0);
+        if v.len() >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} values stored",
+            v.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Returns the NodeId of the Level Variable (1,000 Doubles at t0 + i s), for what the
+/// caller checks of its backend afterwards.
+pub fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive_a_restart(
+    dir: &Dir,
+    backend: &Backend,
+) -> (NodeId, DateTime) {
+    let t0 = t0();
+    let level_id;
+    let setpoint_id;
+    {
+        let mut b = builder(dir, backend);
+        let ns = b.namespace("urn:test:history");
+        let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+        b.add_variable(
+            VariableDef::new(ns.id("Setpoint"), "Setpoint", 0.0)
+                .writable(true)
+                .historize(),
+        );
+        b.add_variable(VariableDef::new(ns.id("Live"), "Live", 0.0));
+        let server = b.start().expect("start");
+        // The history threads run below the shards' priority (history.nice, 10).
+        for name in backend
+            .writer_threads()
+            .iter()
+            .chain(&["uaring-hread-0", "uaring-hread-1"])
+        {
+            assert_eq!(thread_nice(name), Some(10), "{name}");
+        }
+        let url = server.endpoint_url();
+        let nsi = server.namespace_index("urn:test:history").unwrap();
+        level_id = NodeId::string(nsi, "Level");
+        setpoint_id = NodeId::string(nsi, "Setpoint");
+        for i in 0..1000 {
+            level
+                .set_with(DataValue {
+                    source_timestamp: Some(at(t0, i as f64)),
+                    ..DataValue::new(Variant::Double(i as f64))
+                })
+                .unwrap();
+        }
+        let mut c = session(&url);
+        let end = at(t0, 1000.0);
+        wait_for(&mut c, &level_id, t0, end, 1000);
+
+        // Raw, forwards, 300 at a time: four calls, every value once and in order.
+        let (v, calls) = read_all(&mut c, &level_id, t0, end, 300);
+        assert_eq!(calls, 4);
+        assert_eq!(doubles(&v), (0..1000).map(|i| i as f64).collect::<Vec<_>>());
+        assert!(v.iter().all(|d| d.server_timestamp.is_some()));
+        // [start, end): the value at the end time is not included.
+        let (v, _) = read_all(&mut c, &level_id, at(t0, 10.0), at(t0, 20.0), 0);
+        assert_eq!(doubles(&v), (10..20).map(|i| i as f64).collect::<Vec<_>>());
+        // Backwards: end before start.
+        let (v, _) = read_all(&mut c, &level_id, at(t0, 19.0), at(t0, 9.0), 0);
+        assert_eq!(
+            doubles(&v),
+            (10..20).rev().map(|i| i as f64).collect::<Vec<_>>()
+        );
+
+        // Bounding values: the value at or before the start, the first at or after the end
+        // (mirrored when reading backwards), BadBoundNotFound past the data.
+        let bounded = |c: &mut Client, s: f64, e: f64| {
+            let r = history_read(
+                c,
+                ExtensionObject::from_struct(&ReadRawModifiedDetails {
+                    start_time: at(t0, s),
+                    end_time: at(t0, e),
+                    return_bounds: true,
+                    ..Default::default()
+                }),
+                vec![HistoryReadValueId {
+                    node_id: level_id.clone(),
+                    ..Default::default()
+                }],
+            );
+            data(&r.results[0])
+        };
+        let v = bounded(&mut c, 10.5, 15.5);
+        assert_eq!(doubles(&v), vec![10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]);
+        let v = bounded(&mut c, 10.0, 15.0);
+        assert_eq!(
+            doubles(&v),
+            vec![10.0, 11.0, 12.0, 13.0, 14.0, 15.0],
+            "bounds at the times"
+        );
+        let v = bounded(&mut c, 15.5, 10.5);
+        assert_eq!(doubles(&v), vec![16.0, 15.0, 14.0, 13.0, 12.0, 11.0, 10.0]);
+        let v = bounded(&mut c, 15.0, 10.0);
+        assert_eq!(doubles(&v), vec![15.0, 14.0, 13.0, 12.0, 11.0, 10.0]);
+        // (A year on: past every value, the one the Variable started with included.)
+        let v = bounded(&mut c, 998.5, 3.2e7);
+        assert_eq!(doubles(&v[..2]), vec![998.0, 999.0]);
+        let last = v.last().unwrap();
+        assert_eq!(
+            last.status,
+            Some(StatusCode::BadBoundNotFound),
+            "nothing after the end"
+        );
+        assert_eq!(last.source_timestamp, Some(at(t0, 3.2e7)));
+
+        // At time: a raw value where there is one, else interpolated between its neighbours.
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadAtTimeDetails {
+                req_times: vec![at(t0, 7.0), at(t0, 10.25), at(t0, -5.0)],
+                use_simple_bounds: true,
+            }),
+            vec![HistoryReadValueId {
+                node_id: level_id.clone(),
+                ..Default::default()
+            }],
+        );
+        let v = data(&r.results[0]);
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0].value, Variant::Double(7.0));
+        assert_eq!(v[0].status, None, "raw, Good");
+        assert_eq!(v[1].value, Variant::Double(10.25));
+        let s = v[1].status.expect("interpolated");
+        assert_eq!(
+            s.0 & 0x0403,
+            0x0402,
+            "Interpolated bit with the DataValue info type"
+        );
+        assert_eq!(
+            v[2].status,
+            Some(StatusCode::BadNoData),
+            "before the first value"
+        );
+
+        // Processed: Interpolative every 100 s.
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadProcessedDetails {
+                start_time: t0,
+                end_time: at(t0, 500.0),
+                processing_interval: 100_000.0,
+                aggregate_type: vec![NodeId::ns0(2341)],
+                aggregate_configuration: AggregateConfiguration {
+                    use_server_capabilities_defaults: true,
+                    ..Default::default()
+                },
+            }),
+            vec![HistoryReadValueId {
+                node_id: level_id.clone(),
+                ..Default::default()
+            }],
+        );
+        assert_eq!(r.results[0].status_code, StatusCode::Good);
+        assert_eq!(
+            doubles(&data(&r.results[0])),
+            vec![0.0, 100.0, 200.0, 300.0, 400.0]
+        );
+        // A configuration with a percentage above 100 is refused for that node.
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadProcessedDetails {
+                start_time: t0,
+                end_time: at(t0, 500.0),
+                processing_interval: 100_000.0,
+                aggregate_type: vec![NodeId::ns0(2341)],
+                aggregate_configuration: AggregateConfiguration {
+                    use_server_capabilities_defaults: false,
+                    percent_data_bad: 101,
+                    percent_data_good: 100,
+                    ..Default::default()
+                },
+            }),
+            vec![HistoryReadValueId {
+                node_id: level_id.clone(),
+                ..Default::default()
+            }],
+        );
+        assert_eq!(
+            r.results[0].status_code,
+            StatusCode::BadAggregateConfigurationRejected
+        );
+
+        // A client's Write is historized too; a Variable that is not says so.
+        let w = c
+            .write(&[WriteValue {
+                node_id: setpoint_id.clone(),
+                attribute_id: 13,
+                value: DataValue::new(Variant::Double(42.0)),
+                ..Default::default()
+            }])
+            .unwrap();
+        assert_eq!(w, vec![StatusCode::Good]);
+        let now = uaring::clock::utc_now();
+        wait_for(&mut c, &setpoint_id, t0, at(now, 10.0), 2);
+        let (v, _) = read_all(&mut c, &setpoint_id, t0, at(now, 10.0), 0);
+        assert_eq!(
+            doubles(&v),
+            vec![0.0, 42.0],
+            "its start value, then the Write"
+        );
+        let r = history_read(
+            &mut c,
+            ExtensionObject::from_struct(&ReadRawModifiedDetails {
+                start_time: t0,
+                end_time: at(t0, 10.0),
+                ..Default::default()
+            }),
+            vec![HistoryReadValueId {
+                node_id: NodeId::string(nsi, "Live"),
+                ..Default::default()
+            }],
+        );
+        assert_eq!(r.results[0].status_code, StatusCode::BadNotReadable);
+        let _ = c.close();
+        drop(level);
+        server.shutdown().expect("shutdown");
+    }
+    // A restart on the same directory finds everything.
+    let mut b = builder(dir, backend);
+    let ns = b.namespace("urn:test:history");
+    b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    b.add_variable(
+        VariableDef::new(ns.id("Setpoint"), "Setpoint", 0.0)
+            .writable(true)
+            .historize(),
+    );
+    let server = b.start().expect("restart with the same Variables");
+    let mut c = session(&server.endpoint_url());
+    let (v, _) = read_all(&mut c, &level_id, t0, at(t0, 1000.0), 0);
+    assert_eq!(
+        v.len(),
+        1000,
+        "every value flushed before the shutdown is there"
+    );
+    let now = uaring::clock::utc_now();
+    let (v, _) = read_all(&mut c, &setpoint_id, t0, at(now, 10.0), 0);
+    assert!(doubles(&v).contains(&42.0));
+    let _ = c.close();
+    server.shutdown().unwrap();
+
+    (level_id, t0)
+}
+
+pub fn history_update(c: &mut Client, details: Vec<ExtensionObject>) -> Vec<HistoryUpdateResult> {
+    let req = HistoryUpdateRequest {
+        history_update_details: details,
+        ..Default::default()
+    };
+    match c
+        .call(Request::HistoryUpdate(Box::new(req)))
+        .expect("HistoryUpdate")
+    {
+        Response::HistoryUpdate(r) => r.results,
+        other => panic!("{other:?}"),
+    }
+}
+
+pub fn dv(t: DateTime, v: f64) -> DataValue {
+    DataValue {
+        source_timestamp: Some(t),
+        ..DataValue::new(Variant::Double(v))
+    }
+}
+
+pub fn history_update_inserts_replaces_updates_and_deletes_by_role(dir: &Dir, backend: &Backend) {
+    let t0 = t0();
+    let mut b = builder(dir, backend);
+    let ns = b.namespace("urn:test:history");
+    let level = b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let id = NodeId::string(nsi, "Level");
+    for i in 0..10 {
+        level.set_with(dv(at(t0, i as f64), i as f64)).unwrap();
+    }
+    let mut c = session(&server.endpoint_url());
+    let end = at(t0, 100.0);
+    wait_for(&mut c, &id, t0, end, 10);
+    let data = |mode: PerformUpdateType, values: Vec<DataValue>| {
+        ExtensionObject::from_struct(&UpdateDataDetails {
+            node_id: id.clone(),
+            perform_insert_replace: mode,
+            update_values: values,
+        })
+    };
+    let r = history_update(
+        &mut c,
+        vec![
+            // Insert: one new, one where a value is.
+            data(
+                PerformUpdateType::Insert,
+                vec![dv(at(t0, 20.0), 20.0), dv(at(t0, 3.0), -3.0)],
+            ),
+            // Replace: one there, one not.
+            data(
+                PerformUpdateType::Replace,
+                vec![dv(at(t0, 4.0), 44.0), dv(at(t0, 30.0), 30.0)],
+            ),
+            // Update: replaces or inserts.
+            data(
+                PerformUpdateType::Update,
+                vec![dv(at(t0, 5.0), 55.0), dv(at(t0, 40.0), 40.0)],
+            ),
+            // Delete at times: one there, one not; delete raw [7, 9).
+            ExtensionObject::from_struct(&DeleteAtTimeDetails {
+                node_id: id.clone(),
+                req_times: vec![at(t0, 6.0), at(t0, 6.5)],
+            }),
+            ExtensionObject::from_struct(&DeleteRawModifiedDetails {
+                node_id: id.clone(),
+                is_delete_modified: false,
+                start_time: at(t0, 7.0),
+                end_time: at(t0, 9.0),
+            }),
+            ExtensionObject::from_struct(&DeleteRawModifiedDetails {
+                node_id: id.clone(),
+                is_delete_modified: false,
+                start_time: at(t0, 50.0),
+                end_time: at(t0, 60.0),
+            }),
+            // Remove is for annotations; events are not updated.
+            data(PerformUpdateType::Remove, vec![dv(at(t0, 1.0), 1.0)]),
+            ExtensionObject::from_struct(&DeleteEventDetails {
+                node_id: NodeId::ns0(2253),
+                event_ids: vec![],
+            }),
+        ],
+    );
+    let statuses: Vec<(StatusCode, Vec<StatusCode>)> = r
+        .iter()
+        .map(|x| (x.status_code, x.operation_results.clone()))
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (
+                StatusCode::Good,
+                vec![StatusCode::GoodEntryInserted, StatusCode::BadEntryExists]
+            ),
+            (
+                StatusCode::Good,
+                vec![StatusCode::GoodEntryReplaced, StatusCode::BadNoEntryExists]
+            ),
+            (
+                StatusCode::Good,
+                vec![StatusCode::GoodEntryReplaced, StatusCode::GoodEntryInserted]
+            ),
+            (
+                StatusCode::Good,
+                vec![StatusCode::Good, StatusCode::BadNoEntryExists]
+            ),
+            (StatusCode::Good, vec![]),
+            (StatusCode::BadNoData, vec![]),
+            (StatusCode::BadHistoryOperationInvalid, vec![]),
+            (StatusCode::BadHistoryOperationUnsupported, vec![]),
+        ]
+    );
+    let (v, _) = read_all(&mut c, &id, t0, end, 0);
+    assert_eq!(
+        doubles(&v),
+        vec![0.0, 1.0, 2.0, 3.0, 44.0, 55.0, 9.0, 20.0, 40.0],
+        "3 kept, 4 replaced, 5 updated, 6 and 7–8 deleted, 20 and 40 inserted"
+    );
+    let _ = c.close();
+    drop(level);
+    server.shutdown().unwrap();
+
+    // A read-only user may read history, not edit it.
+    let mut b = builder(dir, backend).set("security", "anonymous", "read".into());
+    let ns = b.namespace("urn:test:history");
+    b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("restart");
+    let mut c = session(&server.endpoint_url());
+    let r = history_update(
+        &mut c,
+        vec![data(PerformUpdateType::Insert, vec![dv(at(t0, 70.0), 7.0)])],
+    );
+    assert_eq!(r[0].status_code, StatusCode::BadUserAccessDenied);
+    let (v, _) = read_all(&mut c, &id, t0, end, 0);
+    assert_eq!(v.len(), 9, "the edits above were durable");
+    let _ = c.close();
+    server.shutdown().unwrap();
+}
+
+/// A full ingest queue drops values, and says so in the history: the next value of the
+/// series that gets through is preceded by Bad_DataLost at the first dropped time.
+pub fn lost_values_are_marked(dir: &Dir, backend: &Backend, on_full: &str) {
+    let t0 = t0();
+    let mut b = builder(dir, backend)
+        .set("history", "queue_capacity", 2i64.into())
+        .set("history", "on_full", on_full.into());
+    let ns = b.namespace("urn:test:history");
+    // A node of its own per mode (a database keeps both runs).
+    let name = format!("Level-{on_full}");
+    let level = b.add_variable(VariableDef::new(ns.id(&name), &name, 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let id = NodeId::string(nsi, &name);
+    let n = 20_000;
+    for i in 0..n {
+        level
+            .set_with(dv(at(t0, i as f64 / 100.0), i as f64))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let last = at(t0, n as f64 / 100.0);
+    level.set_with(dv(last, -1.0)).unwrap();
+    let mut c = session(&server.endpoint_url());
+    let end = at(t0, 1000.0);
+    let deadline = Instant::now() + TIMEOUT;
+    let v = loop {
+        let (v, _) = read_all(&mut c, &id, t0, end, 0);
+        if v.last().map(|d| d.source_timestamp) == Some(Some(last)) || Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let good: Vec<&DataValue> = v.iter().filter(|d| d.status.is_none()).collect();
+    let lost: Vec<&DataValue> = v
+        .iter()
+        .filter(|d| d.status == Some(StatusCode::BadDataLost))
+        .collect();
+    assert!(
+        good.len() < n + 1,
+        "a queue of 2 dropped some of {n} pushes in a row"
+    );
+    assert!(!lost.is_empty(), "and said so");
+    assert_eq!(good.len() + lost.len(), v.len(), "nothing else");
+    // Every marker stands at the time of a value that is missing.
+    let kept: std::collections::HashSet<i64> =
+        good.iter().map(|d| d.source_timestamp.unwrap().0).collect();
+    for m in &lost {
+        assert!(!kept.contains(&m.source_timestamp.unwrap().0));
+    }
+    let _ = c.close();
+    drop(level);
+    server.shutdown().unwrap();
+}
