@@ -25,8 +25,8 @@ use crate::types::{ExtensionObject, NodeId, StatusCode};
 /// The HistoryReadDetails of a request, decoded.
 #[derive(Debug, Clone)]
 pub enum ReadDetails {
-    /// Raw values (isReadModified false; the service refuses modified reads the backend
-    /// does not keep).
+    /// Raw values, or with isReadModified the modified values (the service refuses modified
+    /// reads the backend does not keep, and returnBounds with them).
     Raw(ReadRawModifiedDetails),
     /// Values at given times (interpolated where no raw value is at the time).
     AtTime(ReadAtTimeDetails),
@@ -78,7 +78,8 @@ impl ReadDetails {
 pub enum UpdateDetails {
     /// Insert, replace or update (insert or replace) values at their SourceTimestamps.
     Data(UpdateDataDetails),
-    /// Delete the raw values of `[startTime, endTime)` (isDeleteModified false).
+    /// Delete the raw values of `[startTime, endTime)`, or with isDeleteModified the
+    /// modified values kept for that range.
     DeleteRaw(DeleteRawModifiedDetails),
     /// Delete the raw values at the given times.
     DeleteAtTime(DeleteAtTimeDetails),
@@ -129,6 +130,9 @@ impl UpdateDetails {
 #[derive(Debug, Clone)]
 pub struct HistoryUpdateOp {
     pub details: UpdateDetails,
+    /// The user who asks (a UserName token's name, an X.509 user's CN; `None` for an
+    /// anonymous session): the ModificationInfo's userName.
+    pub user: Option<String>,
 }
 
 /// The reply to one [`HistoryUpdateOp`]: answer it once, from any thread.

@@ -170,15 +170,17 @@ pub fn history_read(
     if let Err(s) = check_details(&details, req.nodes_to_read.len()) {
         return Some(fault(handle, s, now));
     }
+    let capabilities = backend.capabilities();
     if let ReadDetails::Raw(d) = &details {
-        if d.is_read_modified {
-            // The store keeps no record of modifications (HistoryUpdate is not served).
-            return respond(
-                req.nodes_to_read
-                    .iter()
-                    .map(|_| result(StatusCode::BadHistoryOperationUnsupported))
-                    .collect(),
-            );
+        if d.is_read_modified && (!capabilities.modified_values || d.return_bounds) {
+            // Part 11 §6.5.3.3: returnBounds with a modified read is Bad_InvalidArgument; a
+            // store that keeps no modifications cannot answer one.
+            let s = if capabilities.modified_values {
+                StatusCode::BadInvalidArgument
+            } else {
+                StatusCode::BadHistoryOperationUnsupported
+            };
+            return respond(req.nodes_to_read.iter().map(|_| result(s)).collect());
         }
     }
     let request_max = match &details {
@@ -197,7 +199,6 @@ pub fn history_read(
         n => n.min(limits.max_history_values_per_node),
     }
     .min(per_message.max(1).min(u32::MAX as usize) as u32);
-    let capabilities = backend.capabilities();
     // An event read's filter, compiled once for every node of the request.
     let event_filter = match &details {
         ReadDetails::Events(d) => Some(
@@ -352,8 +353,10 @@ pub fn history_read(
 /// InsertHistory (Insert), ModifyHistory (Replace), both (Update) or DeleteHistory (the
 /// deletes) (BadUserAccessDenied), and REMOVE, which is for annotations, is not asked of
 /// values (BadHistoryOperationInvalid).
+#[allow(clippy::too_many_arguments)]
 pub fn history_update(
     shard: &mut ShardState,
+    key: SessionKey,
     roles: crate::roles::Roles,
     channel_id: u32,
     request_id: u32,
@@ -376,6 +379,14 @@ pub fn history_update(
     }
     let caps = backend.capabilities();
     let space = &shared.address_space;
+    let user = shard
+        .session(key)
+        .and_then(|s| s.identity.as_ref())
+        .and_then(|i| match i {
+            crate::server::shard::UserIdentity::Anonymous { .. } => None,
+            crate::server::shard::UserIdentity::UserName { user, .. }
+            | crate::server::shard::UserIdentity::Certificate { user, .. } => Some(user.clone()),
+        });
     let bad = |s: StatusCode| HistoryUpdateResult {
         status_code: s,
         ..HistoryUpdateResult::default()
@@ -414,13 +425,10 @@ pub fn history_update(
                     ),
                     _ => return Err(StatusCode::BadHistoryOperationInvalid),
                 },
-                UpdateDetails::DeleteRaw(d) => {
-                    if d.is_delete_modified {
-                        // No modified values are kept.
-                        return Err(StatusCode::BadHistoryOperationUnsupported);
-                    }
-                    (caps.delete_raw, PermissionType::DeleteHistory.0)
-                }
+                UpdateDetails::DeleteRaw(d) => (
+                    caps.delete_raw && (!d.is_delete_modified || caps.modified_values),
+                    PermissionType::DeleteHistory.0,
+                ),
                 UpdateDetails::DeleteAtTime(_) => {
                     (caps.delete_at_time, PermissionType::DeleteHistory.0)
                 }
@@ -440,7 +448,10 @@ pub fn history_update(
             Ok(details) => {
                 results.push(bad(StatusCode::Good));
                 ops.push(i as u32);
-                starts.push(HistoryUpdateOp { details });
+                starts.push(HistoryUpdateOp {
+                    details,
+                    user: user.clone(),
+                });
             }
             Err(s) => results.push(bad(s)),
         }

@@ -235,7 +235,7 @@ fn activated_service(
         }
         Request::HistoryUpdate(r) => {
             let roles = session_roles(shard, key);
-            return history::history_update(shard, roles, ctx.channel_id, request_id, &r, now);
+            return history::history_update(shard, key, roles, ctx.channel_id, request_id, &r, now);
         }
         // Query, node management: not offered.
         _ => fault(handle, StatusCode::BadServiceUnsupported, now),

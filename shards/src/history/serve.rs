@@ -25,14 +25,19 @@ use uaring_core::events::bus::EventRecorder;
 use uaring_core::generated::types::{
     HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, TimestampsToReturn,
 };
-use uaring_core::generated::types::{HistoryUpdateResult, PerformUpdateType};
+use uaring_core::generated::types::{
+    HistoryModifiedData, HistoryUpdateResult, HistoryUpdateType, ModificationInfo,
+    PerformUpdateType,
+};
 use uaring_core::history::aggregate::{self, Aggregate, AggregateConfig};
 use uaring_core::history::{
     HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, HistoryUpdateOp,
     HistoryUpdateReply, ReadDetails, UpdateDetails,
 };
 use uaring_core::shared::ServerShared;
-use uaring_core::types::{DataValue, DateTime, ExtensionObject, NodeId, StatusCode, Variant};
+use uaring_core::types::{
+    DataValue, DateTime, ExtensionObject, NodeId, StatusCode, UaString, Variant,
+};
 
 use super::archive::Archive;
 use super::postgres::{PgArchive, PgConfig, PgWriters, PostgresConfig};
@@ -58,6 +63,8 @@ pub struct Historian {
     /// The reader threads, joined by [`Historian::shutdown`] (a reader holds the historian,
     /// and so the store and its lock, while it answers).
     readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The series of each node's modified values (`modified:<node>`), made on first use.
+    modified: Mutex<HashMap<NodeId, SeriesId>>,
     /// Operations answered by the readers, and refused for a full read queue.
     reads: AtomicU64,
     reads_refused: AtomicU64,
@@ -89,6 +96,43 @@ struct Nodes {
     /// By series id: the earliest SourceTimestamp a full ingest queue dropped since the
     /// series last got a sample through ([`NOTHING_LOST`]: none).
     lost: Vec<std::sync::atomic::AtomicI64>,
+}
+
+/// Values a delete keeps as modified values per page (so a large delete holds a page, not
+/// the range).
+const MODIFIED_PAGE: usize = 10_000;
+
+/// A modified value as the sample kept for it: the value (with its timestamps and status)
+/// and its ModificationInfo, in OPC UA Binary, at the value's SourceTimestamp.
+fn modification(old: &Sample, info: &ModificationInfo) -> Sample {
+    use uaring_core::encoding::Encode;
+    let mut b = Vec::new();
+    plain(old.clone()).encode(&mut b);
+    info.encode(&mut b);
+    Sample {
+        source_ts: old.source_ts,
+        server_ts: info.modification_time.0,
+        status: 0,
+        value: Variant::ByteString(b.into()),
+    }
+}
+
+/// [`modification`] read back.
+fn unmodification(s: &Sample) -> Option<(DataValue, ModificationInfo)> {
+    use uaring_core::encoding::{Decode, Decoder};
+    let Variant::ByteString(b) = &s.value else {
+        return None;
+    };
+    let mut d = Decoder::new(
+        b.as_bytes(),
+        uaring_core::DecodeLimits {
+            max_decoded_size: 4 << 20,
+            ..uaring_core::DecodeLimits::default()
+        },
+    );
+    let dv = DataValue::decode(&mut d).ok()?;
+    let info = ModificationInfo::decode(&mut d).ok()?;
+    Some((dv, info))
 }
 
 /// No sample of the series was dropped.
@@ -179,6 +223,7 @@ impl Historian {
             ingest,
             nodes: OnceLock::new(),
             jobs,
+            modified: Mutex::new(HashMap::new()),
             readers: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             reads_refused: AtomicU64::new(0),
@@ -413,6 +458,7 @@ impl Historian {
             return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         };
         let r = match &*op.details {
+            ReadDetails::Raw(d) if d.is_read_modified => self.read_modified(&op),
             ReadDetails::Raw(_) => self.read_raw(id, &op),
             ReadDetails::AtTime(d) => self.read_at_time(id, &op, &d.req_times, d.use_simple_bounds),
             ReadDetails::Processed(_) => self.read_processed(id, &op),
@@ -543,13 +589,25 @@ impl Historian {
     /// Runs one HistoryUpdate operation on a reader thread and answers once it is durable.
     fn update_now(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let Some(id) = self.series(op.details.node_id()) else {
+        let node = op.details.node_id();
+        let Some(id) = self.series(node) else {
             return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         };
-        match self.apply_update(id, &op.details) {
+        match self.apply_update(id, node, &op.details, op.user.as_deref()) {
             Ok(result) => reply.answer(result),
             Err(s) => reply.fail(s),
         }
+    }
+
+    /// The series that keeps a node's modified values (made on first use).
+    fn modified_series(&self, node: &NodeId) -> Result<SeriesId, StoreError> {
+        let mut m = self.modified.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&id) = m.get(node) {
+            return Ok(id);
+        }
+        let id = self.archive.series(&format!("modified:{node}"))?;
+        m.insert(node.clone(), id);
+        Ok(id)
     }
 
     /// UpdateDataDetails (Part 11 §6.8.2): Insert puts a value where there is none at its
@@ -557,23 +615,36 @@ impl Historian {
     /// Bad_NoEntryExists), Update does whichever applies (Good_EntryInserted /
     /// Good_EntryReplaced); a value without a SourceTimestamp is Bad_InvalidTimestamp.
     /// DeleteRawModifiedDetails (§6.8.5) deletes `[start, end)` (Bad_NoData when nothing was
-    /// there); DeleteAtTimeDetails (§6.8.6) the values at each time (Bad_NoEntryExists where
-    /// there is none). The store is flushed before the answer.
+    /// there), or with isDeleteModified the modified values kept for it; DeleteAtTimeDetails
+    /// (§6.8.6) the values at each time (Bad_NoEntryExists where there is none). Every
+    /// value inserted, replaced or deleted is kept as a modified value with its
+    /// ModificationInfo (the time, the update type, the user), for isReadModified reads
+    /// (§6.5.3.3): an insert keeps the new value, the others the old one. The store is
+    /// flushed before the answer.
     fn apply_update(
         &self,
         id: SeriesId,
+        node: &NodeId,
         details: &UpdateDetails,
+        user: Option<&str>,
     ) -> Result<HistoryUpdateResult, StatusCode> {
-        let exists = |t: i64| -> Result<bool, StatusCode> {
+        let at = |t: i64| -> Result<Vec<Sample>, StatusCode> {
             let mut v = Vec::new();
             self.archive
-                .read(id, t, t, false, 1, &mut v)
+                .read(id, t, t, false, 0, &mut v)
                 .map_err(update_status)?;
-            Ok(!v.is_empty())
+            Ok(v)
         };
         let now = crate::clock::utc_now().0;
+        let info = |update_type: HistoryUpdateType| ModificationInfo {
+            modification_time: DateTime(now),
+            update_type,
+            user_name: user.map(UaString::from).unwrap_or_default(),
+        };
+        let modified = self.modified_series(node).map_err(update_status)?;
         let mut results = Vec::new();
         let mut status = StatusCode::Good;
+        let mut records: Vec<Sample> = Vec::new();
         match details {
             UpdateDetails::Data(d) => {
                 for dv in &d.update_values {
@@ -587,17 +658,25 @@ impl Historian {
                         status: dv.status.map_or(0, |s| s.0),
                         value: dv.value.clone(),
                     };
-                    let there = exists(ts.0)?;
-                    let r = match (d.perform_insert_replace, there) {
+                    let old = at(ts.0)?;
+                    let r = match (d.perform_insert_replace, !old.is_empty()) {
                         (PerformUpdateType::Insert, true) => StatusCode::BadEntryExists,
                         (PerformUpdateType::Replace, false) => StatusCode::BadNoEntryExists,
                         (PerformUpdateType::Insert, false) | (PerformUpdateType::Update, false) => {
+                            records.push(modification(&sample, &info(HistoryUpdateType::Insert)));
                             self.archive
                                 .insert(id, vec![sample])
                                 .map_err(update_status)?;
                             StatusCode::GoodEntryInserted
                         }
-                        (PerformUpdateType::Replace, true) | (PerformUpdateType::Update, true) => {
+                        (mode @ PerformUpdateType::Replace, true)
+                        | (mode @ PerformUpdateType::Update, true) => {
+                            let kind = if mode == PerformUpdateType::Replace {
+                                HistoryUpdateType::Replace
+                            } else {
+                                HistoryUpdateType::Update
+                            };
+                            records.extend(old.iter().map(|o| modification(o, &info(kind))));
                             self.archive.replace(id, sample).map_err(update_status)?;
                             StatusCode::GoodEntryReplaced
                         }
@@ -613,20 +692,53 @@ impl Historian {
                 } else {
                     (first, bound)
                 };
-                let n = self
-                    .archive
-                    .delete_range(id, lo, hi)
-                    .map_err(update_status)?;
+                let n = if d.is_delete_modified {
+                    self.archive
+                        .delete_range(modified, lo, hi)
+                        .map_err(update_status)?
+                } else {
+                    // What is deleted is kept as modified values, a page at a time.
+                    let mut page = Vec::new();
+                    let mut next = self
+                        .archive
+                        .read(id, lo, hi, false, MODIFIED_PAGE, &mut page)
+                        .map_err(update_status)?;
+                    loop {
+                        let kept: Vec<Sample> = page
+                            .drain(..)
+                            .map(|o| modification(&o, &info(HistoryUpdateType::Delete)))
+                            .collect();
+                        if !kept.is_empty() {
+                            self.archive.insert(modified, kept).map_err(update_status)?;
+                        }
+                        let Some(r) = next else { break };
+                        next = self
+                            .archive
+                            .read_from(id, r, hi, false, MODIFIED_PAGE, &mut page)
+                            .map_err(update_status)?;
+                    }
+                    self.archive
+                        .delete_range(id, lo, hi)
+                        .map_err(update_status)?
+                };
                 if n == 0 {
                     status = StatusCode::BadNoData;
                 }
             }
             UpdateDetails::DeleteAtTime(d) => {
                 for t in &d.req_times {
-                    let n = self
-                        .archive
-                        .delete_range(id, t.0, t.0)
-                        .map_err(update_status)?;
+                    let old = at(t.0)?;
+                    records.extend(
+                        old.iter()
+                            .map(|o| modification(o, &info(HistoryUpdateType::Delete))),
+                    );
+                    let n = if old.is_empty() {
+                        0
+                    } else {
+                        self.archive
+                            .delete_range(id, t.0, t.0)
+                            .map_err(update_status)?
+                    };
                     results.push(if n == 0 {
                         StatusCode::BadNoEntryExists
                     } else {
@@ -635,11 +747,80 @@ impl Historian {
                 }
             }
         }
+        if !records.is_empty() {
+            self.archive
+                .insert(modified, records)
+                .map_err(update_status)?;
+        }
         self.archive.flush().map_err(update_status)?;
         Ok(HistoryUpdateResult {
             status_code: status,
             operation_results: results,
             diagnostic_infos: Vec::new(),
+        })
+    }
+
+    /// ReadRawModifiedDetails with isReadModified (Part 11 §6.5.3.3): the modified values
+    /// of the time domain (as a raw read's, without bounds), each with its
+    /// ModificationInfo, in a HistoryModifiedData: every modification of a time, in the
+    /// order they were made.
+    fn read_modified(&self, op: &HistoryReadOp) -> Result<HistoryReadResult, StatusCode> {
+        let ReadDetails::Raw(d) = &*op.details else {
+            return Err(StatusCode::BadInternalError);
+        };
+        let id = self.modified_series(&op.node_id).map_err(store_status)?;
+        let (first, bound, reverse) = time_domain(d.start_time, d.end_time)?;
+        let resume = RawState::decode(op.resume.as_deref())?.resume;
+        let limit = (op.max_values as usize).max(1);
+        let mut samples = Vec::new();
+        let next = match resume {
+            Some(r) => self
+                .archive
+                .read_from(id, r, bound, reverse, limit, &mut samples),
+            None => {
+                let (lo, hi) = if reverse {
+                    (bound, first)
+                } else {
+                    (first, bound)
+                };
+                self.archive.read(id, lo, hi, reverse, limit, &mut samples)
+            }
+        }
+        .map_err(store_status)?;
+        let mut data = HistoryModifiedData::default();
+        for s in &samples {
+            let Some((dv, info)) = unmodification(s) else {
+                tracing::warn!("history store: a modified-value record did not decode; skipped");
+                continue;
+            };
+            let mut dv = stamp(dv, op.timestamps);
+            if let Some(range) = &op.index_range {
+                match range.read(&dv.value) {
+                    Ok(v) => dv.value = v,
+                    Err(status) => {
+                        dv.value = Variant::Empty;
+                        dv.status = Some(status);
+                    }
+                }
+            }
+            data.data_values.push(dv);
+            data.modification_infos.push(info);
+        }
+        let token = next.map(|r| {
+            RawState {
+                started: true,
+                resume: Some(r),
+            }
+            .encode()
+        });
+        Ok(HistoryReadResult {
+            status_code: if data.data_values.is_empty() && token.is_none() {
+                StatusCode::GoodNoData
+            } else {
+                StatusCode::Good
+            },
+            continuation_point: token.map(Into::into).unwrap_or_default(),
+            history_data: ExtensionObject::from_struct(&data),
         })
     }
 
@@ -953,6 +1134,7 @@ impl HistoryBackend for Historian {
             update_data: true,
             delete_raw: true,
             delete_at_time: true,
+            modified_values: true,
         }
     }
 

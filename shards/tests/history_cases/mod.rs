@@ -576,6 +576,101 @@ pub fn history_update_inserts_replaces_updates_and_deletes_by_role(dir: &Dir, ba
         vec![0.0, 1.0, 2.0, 3.0, 44.0, 55.0, 9.0, 20.0, 40.0],
         "3 kept, 4 replaced, 5 updated, 6 and 7–8 deleted, 20 and 40 inserted"
     );
+    // The modified values (isReadModified): what was replaced or deleted (the old value),
+    // what was inserted (the new one), each with its ModificationInfo; in time order.
+    let updated_at = uaring::clock::utc_now();
+    let modified = |c: &mut Client, s: f64, e: f64, bounds: bool| {
+        let r = history_read(
+            c,
+            ExtensionObject::from_struct(&ReadRawModifiedDetails {
+                is_read_modified: true,
+                start_time: at(t0, s),
+                end_time: at(t0, e),
+                return_bounds: bounds,
+                ..Default::default()
+            }),
+            vec![HistoryReadValueId {
+                node_id: id.clone(),
+                ..Default::default()
+            }],
+        );
+        r.results.into_iter().next().unwrap()
+    };
+    let r = modified(&mut c, 0.0, 100.0, false);
+    assert_eq!(r.status_code, StatusCode::Good);
+    let m = r
+        .history_data
+        .decode_as::<HistoryModifiedData>(DecodeLimits::default())
+        .expect("HistoryModifiedData")
+        .expect("decodes");
+    assert_eq!(
+        doubles(&m.data_values),
+        vec![4.0, 5.0, 6.0, 7.0, 8.0, 20.0, 40.0]
+    );
+    let kinds: Vec<HistoryUpdateType> =
+        m.modification_infos.iter().map(|i| i.update_type).collect();
+    use HistoryUpdateType as U;
+    assert_eq!(
+        kinds,
+        vec![
+            U::Replace,
+            U::Update,
+            U::Delete,
+            U::Delete,
+            U::Delete,
+            U::Insert,
+            U::Insert
+        ]
+    );
+    for i in &m.modification_infos {
+        assert!(i.user_name.is_null(), "anonymous: no user name");
+        let age = updated_at.0 - i.modification_time.0;
+        assert!((0..600_000_000).contains(&age), "made just now: {age}");
+    }
+    assert!(m.data_values.iter().all(|d| d.source_timestamp.is_some()));
+    // Backwards, and returnBounds refused.
+    let r = modified(&mut c, 100.0, 0.0, false);
+    let back = r
+        .history_data
+        .decode_as::<HistoryModifiedData>(DecodeLimits::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        doubles(&back.data_values),
+        vec![40.0, 20.0, 8.0, 7.0, 6.0, 5.0, 4.0]
+    );
+    assert_eq!(
+        modified(&mut c, 0.0, 100.0, true).status_code,
+        StatusCode::BadInvalidArgument
+    );
+    // isDeleteModified deletes the modified values of a range, not the values.
+    let r = history_update(
+        &mut c,
+        vec![
+            ExtensionObject::from_struct(&DeleteRawModifiedDetails {
+                node_id: id.clone(),
+                is_delete_modified: true,
+                start_time: at(t0, 6.0),
+                end_time: at(t0, 9.0),
+            }),
+            ExtensionObject::from_struct(&DeleteRawModifiedDetails {
+                node_id: id.clone(),
+                is_delete_modified: true,
+                start_time: at(t0, 60.0),
+                end_time: at(t0, 70.0),
+            }),
+        ],
+    );
+    assert_eq!(r[0].status_code, StatusCode::Good);
+    assert_eq!(r[1].status_code, StatusCode::BadNoData);
+    let m = modified(&mut c, 0.0, 100.0, false)
+        .history_data
+        .decode_as::<HistoryModifiedData>(DecodeLimits::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(doubles(&m.data_values), vec![4.0, 5.0, 20.0, 40.0]);
+    let (v, _) = read_all(&mut c, &id, t0, end, 0);
+    assert_eq!(v.len(), 9, "the values are untouched");
     let _ = c.close();
     drop(level);
     server.shutdown().unwrap();

@@ -90,6 +90,9 @@ pub struct HistoryCapabilities {
     /// DeleteRawModifiedDetails (isDeleteModified false) and DeleteAtTimeDetails.
     pub delete_raw: bool,
     pub delete_at_time: bool,
+    /// Modified values are kept: what HistoryUpdate inserted, replaced or deleted, with
+    /// its ModificationInfo, read with isReadModified and deleted with isDeleteModified.
+    pub modified_values: bool,
 }
 
 /// Collects nodes, then [`AddressSpaceBuilder::finish`] adds inverse references and the
