@@ -144,3 +144,10 @@ fn a_damaged_store_answers_bad_data_unavailable() {
     drop(level);
     server.shutdown().unwrap();
 }
+
+#[test]
+fn event_history_is_inserted_replaced_updated_and_deleted() {
+    let _serial = serial();
+    let dir = Dir::new("events");
+    history_cases::event_history_is_inserted_replaced_updated_and_deleted(&dir, &Backend::Embedded);
+}

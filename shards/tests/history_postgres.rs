@@ -48,6 +48,17 @@ fn history_update_inserts_replaces_updates_and_deletes_by_role() {
 }
 
 #[test]
+fn event_history_is_inserted_replaced_updated_and_deleted() {
+    let _serial = serial();
+    let dir = Dir::new("pg-events");
+    let pg = Pg::start("events");
+    history_cases::event_history_is_inserted_replaced_updated_and_deleted(
+        &dir,
+        &Backend::Postgres(&pg),
+    );
+}
+
+#[test]
 fn values_a_full_queue_drops_are_marked_bad_data_lost() {
     let _serial = serial();
     let dir = Dir::new("pg-lost");

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use crate::address_space::app::{Outcome, Reply};
 use crate::address_space::NumericRange;
 use crate::generated::types::{
-    DeleteAtTimeDetails, DeleteRawModifiedDetails, HistoryReadResult, HistoryUpdateResult,
-    ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails, ReadRawModifiedDetails,
-    TimestampsToReturn, UpdateDataDetails,
+    DeleteAtTimeDetails, DeleteEventDetails, DeleteRawModifiedDetails, HistoryReadResult,
+    HistoryUpdateResult, ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails,
+    ReadRawModifiedDetails, TimestampsToReturn, UpdateDataDetails, UpdateEventDetails,
 };
 use crate::types::{ExtensionObject, NodeId, StatusCode};
 
@@ -83,12 +83,16 @@ pub enum UpdateDetails {
     DeleteRaw(DeleteRawModifiedDetails),
     /// Delete the raw values at the given times.
     DeleteAtTime(DeleteAtTimeDetails),
+    /// Insert, replace or update (insert or replace) events of a notifier.
+    Events(UpdateEventDetails),
+    /// Delete events of a notifier by EventId.
+    DeleteEvents(DeleteEventDetails),
 }
 
 impl UpdateDetails {
     /// Decodes one entry. `Err`: BadHistoryOperationInvalid for a null or undecodable one,
-    /// BadHistoryOperationUnsupported for the kinds this server does not update
-    /// (UpdateStructureDataDetails, UpdateEventDetails, DeleteEventDetails).
+    /// BadHistoryOperationUnsupported for the kind this server does not update
+    /// (UpdateStructureDataDetails).
     pub fn decode(
         details: &ExtensionObject,
         limits: crate::encoding::DecodeLimits,
@@ -105,10 +109,13 @@ impl UpdateDetails {
         if let Some(r) = take(details.decode_as::<DeleteAtTimeDetails>(limits)) {
             return r.map(UpdateDetails::DeleteAtTime);
         }
-        if details.is::<crate::generated::types::UpdateStructureDataDetails>()
-            || details.is::<crate::generated::types::UpdateEventDetails>()
-            || details.is::<crate::generated::types::DeleteEventDetails>()
-        {
+        if let Some(r) = take(details.decode_as::<UpdateEventDetails>(limits)) {
+            return r.map(UpdateDetails::Events);
+        }
+        if let Some(r) = take(details.decode_as::<DeleteEventDetails>(limits)) {
+            return r.map(UpdateDetails::DeleteEvents);
+        }
+        if details.is::<crate::generated::types::UpdateStructureDataDetails>() {
             return Err(StatusCode::BadHistoryOperationUnsupported);
         }
         Err(StatusCode::BadHistoryOperationInvalid)
@@ -120,7 +127,17 @@ impl UpdateDetails {
             UpdateDetails::Data(d) => &d.node_id,
             UpdateDetails::DeleteRaw(d) => &d.node_id,
             UpdateDetails::DeleteAtTime(d) => &d.node_id,
+            UpdateDetails::Events(d) => &d.node_id,
+            UpdateDetails::DeleteEvents(d) => &d.node_id,
         }
+    }
+
+    /// Does it update events (of a notifier) rather than values?
+    pub fn updates_events(&self) -> bool {
+        matches!(
+            self,
+            UpdateDetails::Events(_) | UpdateDetails::DeleteEvents(_)
+        )
     }
 }
 
@@ -133,6 +150,9 @@ pub struct HistoryUpdateOp {
     /// The user who asks (a UserName token's name, an X.509 user's CN; `None` for an
     /// anonymous session): the ModificationInfo's userName.
     pub user: Option<String>,
+    /// The EventFilter of an UpdateEventDetails, compiled and checked by the server: an
+    /// existing event is replaced only when its where clause accepts it.
+    pub event_filter: Option<Arc<crate::events::filter::CompiledEventFilter>>,
 }
 
 /// The reply to one [`HistoryUpdateOp`]: answer it once, from any thread.

@@ -37,6 +37,8 @@ use crate::types::StatusCode;
 
 /// EventNotifier bit: the notifier's event history can be read.
 const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
+/// EventNotifier bit: the notifier's event history can be updated.
+const EVENT_NOTIFIER_HISTORY_WRITE: u8 = 0x08;
 
 fn result(status: StatusCode) -> HistoryReadResult {
     HistoryReadResult {
@@ -346,13 +348,16 @@ pub fn history_read(
 /// HistoryUpdate (Part 4 §5.10.5, Part 11 §6.8). `None`: deferred. What the server checks
 /// before the store: a store is attached (else BadServiceUnsupported), the request has
 /// entries within `max_nodes_per_history_update_data` (BadNothingToDo, BadTooManyOperations);
-/// per entry: it decodes (BadHistoryOperationInvalid; event and structure updates are
+/// per entry: it decodes (BadHistoryOperationInvalid; structure updates are
 /// BadHistoryOperationUnsupported), the node exists (BadNodeIdUnknown) and is a Variable
-/// whose AccessLevel has HistoryWrite (BadNotWritable), the store keeps its history and
-/// offers the kind of update (BadHistoryOperationUnsupported), the user's roles grant
-/// InsertHistory (Insert), ModifyHistory (Replace), both (Update) or DeleteHistory (the
-/// deletes) (BadUserAccessDenied), and REMOVE, which is for annotations, is not asked of
-/// values (BadHistoryOperationInvalid).
+/// whose AccessLevel has HistoryWrite — for event updates an EventNotifier with
+/// HistoryWrite — (BadNotWritable), the store keeps its history and offers the kind of
+/// update (BadHistoryOperationUnsupported), the user's roles grant InsertHistory (Insert),
+/// ModifyHistory (Replace), both (Update) or DeleteHistory (the deletes)
+/// (BadUserAccessDenied), REMOVE, which is for annotations, is not asked of values
+/// (BadHistoryOperationInvalid) nor of events (BadInvalidArgument), and an event update's
+/// EventFilter compiles (BadEventFilterInvalid; an Insert's has no where clause,
+/// BadInvalidArgument).
 #[allow(clippy::too_many_arguments)]
 pub fn history_update(
     shard: &mut ShardState,
@@ -402,27 +407,32 @@ pub fn history_update(
                 .node_index(node_id)
                 .ok_or(StatusCode::BadNodeIdUnknown)?;
             let node = space.node_at(ix).ok_or(StatusCode::BadNodeIdUnknown)?;
-            let v = node
-                .as_variable()
-                .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
-            if v.access_level & access_level::HISTORY_WRITE == 0 {
-                return Err(StatusCode::BadNotWritable);
+            let events = details.updates_events();
+            if events {
+                let notifier = node
+                    .event_notifier()
+                    .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
+                if notifier & EVENT_NOTIFIER_HISTORY_WRITE == 0 {
+                    return Err(StatusCode::BadNotWritable);
+                }
+            } else {
+                let v = node
+                    .as_variable()
+                    .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
+                if v.access_level & access_level::HISTORY_WRITE == 0 {
+                    return Err(StatusCode::BadNotWritable);
+                }
             }
-            if !backend.has_history(node_id, false) {
+            if !backend.has_history(node_id, events) {
                 return Err(StatusCode::BadHistoryOperationUnsupported);
             }
+            let insert = PermissionType::InsertHistory.0;
+            let modify = PermissionType::ModifyHistory.0;
             let (offered, needed) = match &details {
                 UpdateDetails::Data(d) => match d.perform_insert_replace {
-                    PerformUpdateType::Insert => {
-                        (caps.insert_data, PermissionType::InsertHistory.0)
-                    }
-                    PerformUpdateType::Replace => {
-                        (caps.replace_data, PermissionType::ModifyHistory.0)
-                    }
-                    PerformUpdateType::Update => (
-                        caps.update_data,
-                        PermissionType::InsertHistory.0 | PermissionType::ModifyHistory.0,
-                    ),
+                    PerformUpdateType::Insert => (caps.insert_data, insert),
+                    PerformUpdateType::Replace => (caps.replace_data, modify),
+                    PerformUpdateType::Update => (caps.update_data, insert | modify),
                     _ => return Err(StatusCode::BadHistoryOperationInvalid),
                 },
                 UpdateDetails::DeleteRaw(d) => (
@@ -431,6 +441,16 @@ pub fn history_update(
                 ),
                 UpdateDetails::DeleteAtTime(_) => {
                     (caps.delete_at_time, PermissionType::DeleteHistory.0)
+                }
+                // Part 11 §6.9.4: Delete (Remove) is not an event update: Bad_InvalidArgument.
+                UpdateDetails::Events(d) => match d.perform_insert_replace {
+                    PerformUpdateType::Insert => (caps.insert_event, insert),
+                    PerformUpdateType::Replace => (caps.replace_event, modify),
+                    PerformUpdateType::Update => (caps.update_event, insert | modify),
+                    _ => return Err(StatusCode::BadInvalidArgument),
+                },
+                UpdateDetails::DeleteEvents(_) => {
+                    (caps.delete_event, PermissionType::DeleteHistory.0)
                 }
             };
             if !offered {
@@ -442,15 +462,36 @@ pub fn history_update(
             {
                 return Err(StatusCode::BadUserAccessDenied);
             }
-            Ok(details)
+            // An event update's filter names the fields of its event data: compiled here,
+            // its where clause chooses the events a Replace may replace; an Insert has none
+            // (Part 11 §6.9.4.2).
+            let filter = match &details {
+                UpdateDetails::Events(d) => {
+                    if d.perform_insert_replace == PerformUpdateType::Insert
+                        && !d.filter.where_clause.elements.is_empty()
+                    {
+                        return Err(StatusCode::BadInvalidArgument);
+                    }
+                    let (f, _) = crate::events::filter::compile_with(
+                        &d.filter,
+                        space,
+                        crate::events::filter::FilterLimits::from_config(&shared.config.events),
+                    )
+                    .map_err(|(s, _)| s)?;
+                    Some(Arc::new(f))
+                }
+                _ => None,
+            };
+            Ok((details, filter))
         })();
         match checked {
-            Ok(details) => {
+            Ok((details, event_filter)) => {
                 results.push(bad(StatusCode::Good));
                 ops.push(i as u32);
                 starts.push(HistoryUpdateOp {
                     details,
                     user: user.clone(),
+                    event_filter,
                 });
             }
             Err(s) => results.push(bad(s)),

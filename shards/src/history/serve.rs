@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use uaring_core::address_space::change::ChangeRecorder;
 use uaring_core::address_space::ClassAttributes;
 use uaring_core::events::bus::EventRecorder;
+use uaring_core::events::Event;
 use uaring_core::generated::types::{
     HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, TimestampsToReturn,
 };
@@ -60,9 +61,16 @@ pub struct Historian {
     /// Historized nodes (filled once the address space is built).
     nodes: OnceLock<Nodes>,
     jobs: SyncSender<Job>,
+    /// HistoryUpdate operations, for the one updater thread (`uaring-hupdate`): updates run
+    /// one at a time, in the order they came, so the entries of a request (and requests
+    /// after one another) apply in order, and no two edit a series at once.
+    updates: SyncSender<Job>,
     /// The reader threads, joined by [`Historian::shutdown`] (a reader holds the historian,
     /// and so the store and its lock, while it answers).
     readers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The server's shared state (the address space: event types), set by attach; weak,
+    /// since the server's state holds the historian.
+    shared: OnceLock<std::sync::Weak<ServerShared>>,
     /// The series of each node's modified values (`modified:<node>`), made on first use.
     modified: Mutex<HashMap<NodeId, SeriesId>>,
     /// Operations answered by the readers, and refused for a full read queue.
@@ -133,6 +141,151 @@ fn unmodification(s: &Sample) -> Option<(DataValue, ModificationInfo)> {
     let dv = DataValue::decode(&mut d).ok()?;
     let info = ModificationInfo::decode(&mut d).ok()?;
     Some((dv, info))
+}
+
+/// What one select clause of an event update names.
+#[derive(Debug, Clone, PartialEq)]
+enum Slot {
+    EventId,
+    EventType,
+    SourceNode,
+    SourceName,
+    Time,
+    ReceiveTime,
+    Message,
+    Severity,
+    ConditionId,
+    /// A type-specific field, by its browse path.
+    Field(Vec<uaring_core::types::QualifiedName>),
+    /// Neither the Value of a field nor the ConditionId: nothing is kept of it.
+    Ignored,
+}
+
+impl Slot {
+    fn of(sao: &uaring_core::generated::types::SimpleAttributeOperand) -> Slot {
+        use uaring_core::events::base_fields as b;
+        const VALUE: u32 = 13;
+        const NODE_ID: u32 = 1;
+        if sao.browse_path.is_empty() {
+            return if sao.attribute_id == NODE_ID {
+                Slot::ConditionId
+            } else {
+                Slot::Ignored
+            };
+        }
+        if sao.attribute_id != VALUE {
+            return Slot::Ignored;
+        }
+        if let [one] = sao.browse_path.as_slice() {
+            if one.namespace_index == 0 {
+                match one.name.as_str() {
+                    b::EVENT_ID => return Slot::EventId,
+                    b::EVENT_TYPE => return Slot::EventType,
+                    b::SOURCE_NODE => return Slot::SourceNode,
+                    b::SOURCE_NAME => return Slot::SourceName,
+                    b::TIME => return Slot::Time,
+                    b::RECEIVE_TIME => return Slot::ReceiveTime,
+                    b::MESSAGE => return Slot::Message,
+                    b::SEVERITY => return Slot::Severity,
+                    _ => {}
+                }
+            }
+        }
+        Slot::Field(sao.browse_path.clone())
+    }
+}
+
+/// An event of a HistoryUpdate, from its select clauses and fields. `Err` is that entry's
+/// status.
+fn build_event(
+    slots: &[Slot],
+    fields: &[Variant],
+    space: &uaring_core::address_space::AddressSpace,
+    now: DateTime,
+) -> Result<Event, StatusCode> {
+    if fields.len() != slots.len() {
+        return Err(StatusCode::BadInvalidArgument);
+    }
+    let mut ev = Event {
+        event_id: uaring_core::ByteString::null(),
+        event_type: NodeId::NULL,
+        type_chain: Arc::from(Vec::new()),
+        source_node: NodeId::NULL,
+        source_name: UaString::null(),
+        time: DateTime(0),
+        receive_time: now,
+        message: uaring_core::types::LocalizedText::default(),
+        severity: 500,
+        condition_id: None,
+        fields: Vec::new(),
+        notifiers: Arc::from(Vec::new()),
+    };
+    let bad = StatusCode::BadInvalidArgument;
+    for (slot, v) in slots.iter().zip(fields) {
+        if matches!(v, Variant::Empty) {
+            continue;
+        }
+        match (slot, v) {
+            (Slot::EventId, Variant::ByteString(b)) => ev.event_id = b.clone(),
+            (Slot::EventType, Variant::NodeId(n)) => ev.event_type = (**n).clone(),
+            (Slot::SourceNode, Variant::NodeId(n)) => ev.source_node = (**n).clone(),
+            (Slot::SourceName, Variant::String(s)) => ev.source_name = s.clone(),
+            (Slot::Time, Variant::DateTime(t)) => ev.time = *t,
+            (Slot::ReceiveTime, Variant::DateTime(t)) => ev.receive_time = *t,
+            (Slot::Message, Variant::LocalizedText(t)) => ev.message = (**t).clone(),
+            (Slot::Severity, Variant::UInt16(x)) if (1..=1000).contains(x) => ev.severity = *x,
+            (Slot::ConditionId, Variant::NodeId(n)) => ev.condition_id = Some((**n).clone()),
+            (Slot::Field(path), v) => ev.fields.push(uaring_core::events::EventField {
+                path: path.clone(),
+                value: v.clone(),
+            }),
+            (Slot::Ignored, _) => {}
+            _ => return Err(bad),
+        }
+    }
+    if ev.time.0 == 0 || ev.event_type.is_null() {
+        return Err(StatusCode::BadArgumentsMissing);
+    }
+    // The type must be an event type this server knows: BaseEventType or below it.
+    let base = NodeId::ns0(uaring_core::events::ids::BASE_EVENT_TYPE);
+    let chain = uaring_core::events::type_chain(space, &ev.event_type);
+    if space.node_index(&ev.event_type).is_none()
+        || !(ev.event_type == base || space.supertype_of(&ev.event_type).is_some())
+    {
+        return Err(StatusCode::BadTypeDefinitionInvalid);
+    }
+    ev.type_chain = chain;
+    Ok(ev)
+}
+
+/// A new EventId for an inserted event that came without one.
+fn new_event_id() -> uaring_core::ByteString {
+    let mut b = [0u8; uaring_core::events::EVENT_ID_LEN];
+    if getrandom::getrandom(&mut b).is_err() {
+        let t = crate::clock::utc_now().0.to_le_bytes();
+        b[..8].copy_from_slice(&t);
+    }
+    b.to_vec().into()
+}
+
+/// An event as its sample in a notifier's series.
+fn event_sample(ev: &Event) -> Sample {
+    let mut b = Vec::new();
+    uaring_core::events::record::encode(ev, &mut b);
+    Sample {
+        source_ts: ev.time.0,
+        server_ts: ev.receive_time.0,
+        status: 0,
+        value: Variant::ByteString(b.into()),
+    }
+}
+
+/// The event a notifier's sample holds.
+fn event_of(s: &Sample) -> Option<Event> {
+    let Variant::ByteString(b) = &s.value else {
+        return None;
+    };
+    uaring_core::events::record::decode(b.as_bytes(), uaring_core::DecodeLimits::default()).ok()
 }
 
 /// No sample of the series was dropped.
@@ -217,12 +370,15 @@ impl Historian {
         read_queue: usize,
     ) -> Result<Arc<Historian>, StoreError> {
         let (jobs, rx) = sync_channel::<Job>(read_queue.max(1));
+        let (updates, updates_rx) = sync_channel::<Job>(read_queue.max(1));
         let h = Arc::new(Historian {
             archive,
             backend,
             ingest,
             nodes: OnceLock::new(),
             jobs,
+            updates,
+            shared: OnceLock::new(),
             modified: Mutex::new(HashMap::new()),
             readers: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
@@ -243,6 +399,17 @@ impl Historian {
                     .map_err(StoreError::Io)?,
             );
         }
+        let h2 = Arc::downgrade(&h);
+        let updates_rx = Arc::new(Mutex::new(updates_rx));
+        readers.push(
+            std::thread::Builder::new()
+                .name("uaring-hupdate".into())
+                .spawn(move || {
+                    crate::handshake::set_nice(nice);
+                    reader_loop(&h2, &updates_rx)
+                })
+                .map_err(StoreError::Io)?,
+        );
         if let Ok(mut r) = h.readers.lock() {
             *r = readers;
         }
@@ -281,6 +448,7 @@ impl Historian {
     /// Registers every historized Variable of the built address space as a series and
     /// records its stores from now on. Returns how many there are.
     pub fn attach(self: &Arc<Self>, shared: &Arc<ServerShared>) -> Result<usize, StoreError> {
+        let _ = self.shared.set(Arc::downgrade(shared));
         let space = &shared.address_space;
         let mut nodes = Nodes {
             by_id: HashMap::new(),
@@ -363,10 +531,12 @@ impl Historian {
             .lock()
             .map(|mut r| std::mem::take(&mut *r))
             .unwrap_or_default();
-        for _ in &readers {
+        // The last of them is the updater.
+        for _ in 1..readers.len() {
             // Blocks only while the queue is full of operations the readers are taking off.
             let _ = self.jobs.send(Job::Stop);
         }
+        let _ = self.updates.send(Job::Stop);
         for r in readers {
             let _ = r.join();
         }
@@ -590,6 +760,15 @@ impl Historian {
     fn update_now(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let node = op.details.node_id();
+        if op.details.updates_events() {
+            let Some(id) = self.event_series(node) else {
+                return reply.fail(StatusCode::BadHistoryOperationUnsupported);
+            };
+            return match self.apply_event_update(id, &op) {
+                Ok(result) => reply.answer(result),
+                Err(s) => reply.fail(s),
+            };
+        }
         let Some(id) = self.series(node) else {
             return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         };
@@ -725,6 +904,9 @@ impl Historian {
                     status = StatusCode::BadNoData;
                 }
             }
+            UpdateDetails::Events(_) | UpdateDetails::DeleteEvents(_) => {
+                return Err(StatusCode::BadInternalError)
+            }
             UpdateDetails::DeleteAtTime(d) => {
                 for t in &d.req_times {
                     let old = at(t.0)?;
@@ -755,6 +937,178 @@ impl Historian {
         self.archive.flush().map_err(update_status)?;
         Ok(HistoryUpdateResult {
             status_code: status,
+            operation_results: results,
+            diagnostic_infos: Vec::new(),
+        })
+    }
+
+    /// Where the events with these EventIds are in the notifier's series: one pass over
+    /// its event history, a page at a time (EventIds are not indexed).
+    fn locate_events(
+        &self,
+        id: SeriesId,
+        wanted: &std::collections::HashSet<Vec<u8>>,
+    ) -> Result<HashMap<Vec<u8>, Event>, StatusCode> {
+        let mut found = HashMap::new();
+        if wanted.is_empty() {
+            return Ok(found);
+        }
+        let mut page = Vec::new();
+        let mut next = self
+            .archive
+            .read(id, i64::MIN, i64::MAX, false, MODIFIED_PAGE, &mut page)
+            .map_err(update_status)?;
+        loop {
+            for s in page.drain(..) {
+                if let Some(ev) = event_of(&s) {
+                    if wanted.contains(ev.event_id.as_bytes()) {
+                        found.insert(ev.event_id.as_bytes().to_vec(), ev);
+                    }
+                }
+            }
+            if found.len() == wanted.len() {
+                break;
+            }
+            let Some(r) = next else { break };
+            next = self
+                .archive
+                .read_from(id, r, i64::MAX, false, MODIFIED_PAGE, &mut page)
+                .map_err(update_status)?;
+        }
+        Ok(found)
+    }
+
+    /// Removes the event `event_id` at `time` from the series, keeping the others of that
+    /// time in their order.
+    fn remove_event(&self, id: SeriesId, time: i64, event_id: &[u8]) -> Result<bool, StatusCode> {
+        let mut at = Vec::new();
+        self.archive
+            .read(id, time, time, false, 0, &mut at)
+            .map_err(update_status)?;
+        let before = at.len();
+        let keep: Vec<Sample> = at
+            .into_iter()
+            .filter(|s| event_of(s).is_none_or(|e| e.event_id.as_bytes() != event_id))
+            .collect();
+        if keep.len() == before {
+            return Ok(false);
+        }
+        self.archive
+            .delete_range(id, time, time)
+            .map_err(update_status)?;
+        if !keep.is_empty() {
+            self.archive.insert(id, keep).map_err(update_status)?;
+        }
+        Ok(true)
+    }
+
+    /// UpdateEventDetails (Part 11 §6.9.4) and DeleteEventDetails (§6.9.7) on a notifier's
+    /// event history. The filter's select clauses name the fields of each entry of
+    /// eventData: EventType and Time are required (else Bad_ArgumentsMissing for the node;
+    /// a Replace needs EventId too); an unknown EventType is Bad_TypeDefinitionInvalid and
+    /// an entry whose field count or types do not fit Bad_InvalidArgument, for that entry.
+    /// Insert: Good_EntryInserted (a new EventId when none is given), Bad_EntryExists for
+    /// an EventId that is there. Replace: the event with that EventId (and which the where
+    /// clause accepts) is replaced, keeping its EventId, Good_EntryReplaced, else
+    /// Bad_NoEntryExists. Update: whichever applies. Delete: Good, or Bad_NoEntryExists
+    /// per EventId. Durable when answered.
+    fn apply_event_update(
+        &self,
+        id: SeriesId,
+        op: &HistoryUpdateOp,
+    ) -> Result<HistoryUpdateResult, StatusCode> {
+        let mut results = Vec::new();
+        match &op.details {
+            UpdateDetails::DeleteEvents(d) => {
+                let wanted = d.event_ids.iter().map(|e| e.as_bytes().to_vec()).collect();
+                let found = self.locate_events(id, &wanted)?;
+                for e in &d.event_ids {
+                    let r = match found.get(e.as_bytes()) {
+                        Some(ev) if self.remove_event(id, ev.time.0, e.as_bytes())? => {
+                            StatusCode::Good
+                        }
+                        _ => StatusCode::BadNoEntryExists,
+                    };
+                    results.push(r);
+                }
+            }
+            UpdateDetails::Events(d) => {
+                let slots: Vec<Slot> = d.filter.select_clauses.iter().map(Slot::of).collect();
+                let has = |x: &Slot| slots.contains(x);
+                let mode = d.perform_insert_replace;
+                if !has(&Slot::EventType)
+                    || !has(&Slot::Time)
+                    || (mode == PerformUpdateType::Replace && !has(&Slot::EventId))
+                {
+                    return Err(StatusCode::BadArgumentsMissing);
+                }
+                let shared = self
+                    .shared
+                    .get()
+                    .and_then(std::sync::Weak::upgrade)
+                    .ok_or(StatusCode::BadInternalError)?;
+                let space = &shared.address_space;
+                let now = crate::clock::utc_now();
+                let mut built = Vec::with_capacity(d.event_data.len());
+                for entry in &d.event_data {
+                    built.push(build_event(&slots, &entry.event_fields, space, now));
+                }
+                let wanted = built
+                    .iter()
+                    .filter_map(|b| b.as_ref().ok())
+                    .filter(|ev| !ev.event_id.as_bytes().is_empty())
+                    .map(|ev| ev.event_id.as_bytes().to_vec())
+                    .collect();
+                let mut found = self.locate_events(id, &wanted)?;
+                for b in built {
+                    let mut ev = match b {
+                        Ok(ev) => ev,
+                        Err(s) => {
+                            results.push(s);
+                            continue;
+                        }
+                    };
+                    let given = !ev.event_id.as_bytes().is_empty();
+                    let existing = if given {
+                        found.get(ev.event_id.as_bytes()).cloned()
+                    } else {
+                        None
+                    };
+                    // A Replace replaces only what the where clause accepts.
+                    let replaceable = existing
+                        .as_ref()
+                        .filter(|old| op.event_filter.as_ref().is_none_or(|f| f.matches(old)));
+                    let r = match (mode, existing.is_some(), replaceable) {
+                        (PerformUpdateType::Insert, true, _) => StatusCode::BadEntryExists,
+                        (PerformUpdateType::Insert, false, _)
+                        | (PerformUpdateType::Update, false, _) => {
+                            if !given {
+                                ev.event_id = new_event_id();
+                            }
+                            self.archive
+                                .insert(id, vec![event_sample(&ev)])
+                                .map_err(update_status)?;
+                            found.insert(ev.event_id.as_bytes().to_vec(), ev);
+                            StatusCode::GoodEntryInserted
+                        }
+                        (_, true, Some(old)) => {
+                            self.remove_event(id, old.time.0, old.event_id.as_bytes())?;
+                            self.archive
+                                .insert(id, vec![event_sample(&ev)])
+                                .map_err(update_status)?;
+                            found.insert(ev.event_id.as_bytes().to_vec(), ev);
+                            StatusCode::GoodEntryReplaced
+                        }
+                        _ => StatusCode::BadNoEntryExists,
+                    };
+                    results.push(r);
+                }
+            }
+            _ => return Err(StatusCode::BadInternalError),
+        }
+        self.archive.flush().map_err(update_status)?;
+        Ok(HistoryUpdateResult {
+            status_code: StatusCode::Good,
             operation_results: results,
             diagnostic_infos: Vec::new(),
         })
@@ -1135,6 +1489,10 @@ impl HistoryBackend for Historian {
             delete_raw: true,
             delete_at_time: true,
             modified_values: true,
+            insert_event: true,
+            replace_event: true,
+            update_event: true,
+            delete_event: true,
         }
     }
 
@@ -1159,7 +1517,7 @@ impl HistoryBackend for Historian {
     }
 
     fn update(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
-        match self.jobs.try_send(Job::Update(op, reply)) {
+        match self.updates.try_send(Job::Update(op, reply)) {
             Ok(()) => {}
             Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
                 self.reads_refused.fetch_add(1, Ordering::Relaxed);

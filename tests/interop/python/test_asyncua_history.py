@@ -229,13 +229,19 @@ def test_capabilities_say_what_is_served(hist_server):
                 ua.ObjectIds.HistoryServerCapabilities_InsertDataCapability,
                 ua.ObjectIds.HistoryServerCapabilities_ReplaceDataCapability,
                 ua.ObjectIds.HistoryServerCapabilities_DeleteRawCapability,
+                ua.ObjectIds.HistoryServerCapabilities_InsertEventCapability,
+                ua.ObjectIds.HistoryServerCapabilities_ReplaceEventCapability,
+                ua.ObjectIds.HistoryServerCapabilities_UpdateEventCapability,
+                ua.ObjectIds.HistoryServerCapabilities_DeleteEventCapability,
             ):
                 assert await c.get_node(cap).read_value() is True
-            for cap in (
-                ua.ObjectIds.HistoryServerCapabilities_InsertEventCapability,
-                ua.ObjectIds.HistoryServerCapabilities_InsertAnnotationCapability,
-            ):
-                assert await c.get_node(cap).read_value() is False
+            # Annotations are not kept.
+            assert (
+                await c.get_node(
+                    ua.ObjectIds.HistoryServerCapabilities_InsertAnnotationCapability
+                ).read_value()
+                is False
+            )
             events = await c.get_node(
                 ua.ObjectIds.HistoryServerCapabilities_AccessHistoryEventsCapability
             ).read_value()

@@ -93,6 +93,12 @@ pub struct HistoryCapabilities {
     /// Modified values are kept: what HistoryUpdate inserted, replaced or deleted, with
     /// its ModificationInfo, read with isReadModified and deleted with isDeleteModified.
     pub modified_values: bool,
+    /// HistoryUpdate of events: UpdateEventDetails Insert, Replace and Update, and
+    /// DeleteEventDetails.
+    pub insert_event: bool,
+    pub replace_event: bool,
+    pub update_event: bool,
+    pub delete_event: bool,
 }
 
 /// Collects nodes, then [`AddressSpaceBuilder::finish`] adds inverse references and the

@@ -753,6 +753,8 @@ pub fn install(
 
 /// EventNotifier bit: the notifier's event history can be read (Part 3 §5.4).
 const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
+/// EventNotifier bit: the notifier's event history can be updated.
+const EVENT_NOTIFIER_HISTORY_WRITE: u8 = 0x08;
 
 /// The HistoryServerCapabilities and HistoryRead limits of a server with a history store
 /// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, what it
@@ -795,10 +797,22 @@ pub fn install_history(
             n::HistoryServerCapabilities_DeleteAtTimeCapability,
             caps.delete_at_time,
         ),
-        (n::HistoryServerCapabilities_InsertEventCapability, false),
-        (n::HistoryServerCapabilities_ReplaceEventCapability, false),
-        (n::HistoryServerCapabilities_UpdateEventCapability, false),
-        (n::HistoryServerCapabilities_DeleteEventCapability, false),
+        (
+            n::HistoryServerCapabilities_InsertEventCapability,
+            caps.insert_event,
+        ),
+        (
+            n::HistoryServerCapabilities_ReplaceEventCapability,
+            caps.replace_event,
+        ),
+        (
+            n::HistoryServerCapabilities_UpdateEventCapability,
+            caps.update_event,
+        ),
+        (
+            n::HistoryServerCapabilities_DeleteEventCapability,
+            caps.delete_event,
+        ),
         (
             n::HistoryServerCapabilities_InsertAnnotationCapability,
             false,
@@ -844,9 +858,15 @@ pub fn install_history(
     );
     if caps.access_history_events {
         // The Server object's events are kept: its EventNotifier says HistoryRead too.
+        // Its event history can be edited when the store edits events: HistoryWrite too.
+        let write =
+            caps.insert_event || caps.replace_event || caps.update_event || caps.delete_event;
         if let Some(n) = b.node_mut(&NodeId::ns0(n::Server)) {
             if let ClassAttributes::Object { event_notifier } = &mut n.attributes {
                 *event_notifier |= EVENT_NOTIFIER_HISTORY_READ;
+                if write {
+                    *event_notifier |= EVENT_NOTIFIER_HISTORY_WRITE;
+                }
             }
         }
     }
