@@ -652,7 +652,15 @@ pub fn run_history(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     } else {
         std::time::Duration::ZERO
     };
-    crate::run::run_with_guard_then(cfg, &[], &plan, &|| {}, settle, &after)
+    // The contract's values as placeholders of --server-exe arguments (another stack's
+    // server of the contract: harness/benchmarks/history-peers.variants).
+    let vars = [
+        ("history_values", p.values.to_string()),
+        ("history_pattern", p.pattern.clone()),
+        ("variables", p.variables.to_string()),
+        ("push_rate", format!("{}", p.push_rate)),
+    ];
+    crate::run::run_with_guard_then(cfg, &vars, &plan, &|| {}, settle, &after)
 }
 
 #[cfg(test)]
