@@ -430,3 +430,66 @@ def test_without_a_store_history_read_is_unsupported(tmp_path):
         run(body())
     finally:
         assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def user_server(tmp_path_factory):
+    import subprocess
+    from conftest import uaring_bin
+    root = tmp_path_factory.mktemp("uaring-history-users")
+    pw = subprocess.run([uaring_bin(), "hash-password"], input="op-pw\n", capture_output=True,
+                        text=True, check=True).stdout.strip()
+    cfg = root / "uaring.toml"
+    cfg.write_text(
+        f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n'
+        f'[[users]]\nname = "operator"\npassword = "{pw}"\nroles = ["Operator"]\n'
+    )
+    s = Server("--config", str(cfg), "--pki", str(root / "pki"))
+    yield s
+    assert s.stop() == 0
+
+
+def test_modified_values_name_the_user_who_made_them(user_server):
+    """A value a logged-in user replaces is kept as a modified value whose ModificationInfo
+    names that user; asyncua reads it with isReadModified (HistoryModifiedData)."""
+    from asyncua import Client
+
+    async def body():
+        c = Client(user_server.url, timeout=10)
+        c.set_user("operator")
+        c.set_password("op-pw")
+        await c.connect()
+        try:
+            t0 = datetime.datetime.now(UTC).replace(microsecond=0) + datetime.timedelta(minutes=7)
+            node = ua.NodeId.from_string("ns=1;s=Demo.History.Setpoint")
+
+            def update(mode, v):
+                d = ua.UpdateDataDetails()
+                d.NodeId = node
+                d.PerformInsertReplace = mode
+                d.UpdateValues = [ua.DataValue(ua.Variant(v, ua.VariantType.Double), SourceTimestamp=t0)]
+                return d
+
+            p = ua.HistoryUpdateParameters()
+            p.HistoryUpdateDetails = [update(ua.PerformUpdateType.Insert, 1.0),
+                                      update(ua.PerformUpdateType.Replace, 2.0)]
+            r = await c.uaclient.history_update(p)
+            assert [s.value for x in r for s in x.OperationResults] == [
+                ua.StatusCodes.GoodEntryInserted, ua.StatusCodes.GoodEntryReplaced]
+            d = ua.ReadRawModifiedDetails()
+            d.IsReadModified = True
+            d.StartTime = t0
+            d.EndTime = t0 + datetime.timedelta(seconds=1)
+            d.NumValuesPerNode = 0
+            d.ReturnBounds = False
+            res = await history_read(c, d, "ns=1;s=Demo.History.Setpoint")
+            assert res.StatusCode.is_good()
+            h = res.HistoryData
+            assert [v.Value.Value for v in h.DataValues] == [1.0, 1.0]
+            infos = h.ModificationInfos
+            assert [i.UpdateType for i in infos] == [ua.HistoryUpdateType.Insert, ua.HistoryUpdateType.Replace]
+            assert all(i.UserName == "operator" for i in infos)
+        finally:
+            await c.disconnect()
+
+    run(body())
