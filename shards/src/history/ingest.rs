@@ -112,6 +112,12 @@ impl Ingest {
         }
     }
 
+    /// Counts a value the caller drops itself (one that may not go ahead of a mark that
+    /// did not fit).
+    pub fn count_dropped(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Samples waiting for the writer.
     pub fn queued(&self) -> usize {
         self.queue.len()

@@ -609,7 +609,12 @@ impl Historian {
                         status: StatusCode::BadDataLost.0,
                         value: Variant::Empty,
                     };
-                    queue(id, marker, true);
+                    if !queue(id, marker, true) {
+                        // The mark did not fit (it is kept for the next value): this value
+                        // does not go ahead of it either, or its gap would read as closed.
+                        self.ingest.count_dropped();
+                        return;
+                    }
                 }
             }
         }
