@@ -176,6 +176,26 @@ impl ServerBuilder {
         self.edit(|f| f.runtime.zero_copy_send_min = bytes)
     }
 
+    /// Registered send buffers per shard (`runtime.fixed_send_buffers`; even, 0 = off).
+    pub fn fixed_send_buffers(self, count: u32) -> Self {
+        self.edit(|f| f.runtime.fixed_send_buffers = count)
+    }
+
+    /// The size of each registered send buffer (`runtime.fixed_send_buffer_bytes`).
+    pub fn fixed_send_buffer_bytes(self, bytes: u32) -> Self {
+        self.edit(|f| f.runtime.fixed_send_buffer_bytes = bytes)
+    }
+
+    /// NAPI busy polling of the shards' rings, µs (`runtime.napi_busy_poll_us`; 0 = off).
+    pub fn napi_busy_poll_us(self, us: u32) -> Self {
+        self.edit(|f| f.runtime.napi_busy_poll_us = us)
+    }
+
+    /// NAPI busy polling preferred over interrupts (`runtime.napi_prefer_busy_poll`).
+    pub fn napi_prefer_busy_poll(self, on: bool) -> Self {
+        self.edit(|f| f.runtime.napi_prefer_busy_poll = on)
+    }
+
     /// A client to dial (Reverse Connect, `[[reverse_connect]]`): the server connects to
     /// `entry.url`, sends ReverseHello and keeps `entry.idle_connections` connections waiting
     /// for the client ([`crate::reverse`]). Repeatable; checked by [`ServerBuilder::start`].
@@ -651,7 +671,7 @@ impl ServerBuilder {
         }
         if running.backend == IoBackend::Uring {
             tracing::info!(
-                "io modes: sqpoll {}; busy_poll_us {}; fixed_files {}; zero_copy_send_min {}; recv_bundles {}",
+                "io modes: sqpoll {}; busy_poll_us {}; fixed_files {}; zero_copy_send_min {}; recv_bundles {}; fixed_send_buffers {}; napi_busy_poll_us {}",
                 crate::sqpoll::describe(
                     file.runtime.sqpoll,
                     &opts_sqpoll_cpus,
@@ -688,7 +708,12 @@ impl ServerBuilder {
                     )
                 } else {
                     "off".to_string()
-                }
+                },
+                fixed_send_desc(
+                    &file.runtime,
+                    running.fleet.shards.first().is_some_and(|l| l.modes().fixed_send_plain)
+                ),
+                napi_desc(&file.runtime, running.local_addr)
             );
         }
         if file.runtime.batch_wait_us > 0 && running.backend == IoBackend::Uring {
@@ -1230,4 +1255,48 @@ impl SignalPipe {
         };
         (r == 1).then_some(b as i32)
     }
+}
+
+/// The start log's words on the registered send buffers.
+fn fixed_send_desc(r: &crate::config::RuntimeConfig, plain: bool) -> String {
+    if r.fixed_send_buffers == 0 {
+        return "off".to_string();
+    }
+    format!(
+        "{} of {} bytes per shard ({} KiB of locked memory per shard; two per connection: {} \
+         connections per shard send from them, the others from ordinary buffers, counted); named by {}",
+        r.fixed_send_buffers,
+        r.fixed_send_buffer_bytes,
+        crate::memlock::fixed_send_bytes(r.fixed_send_buffers, r.fixed_send_buffer_bytes)
+            .div_ceil(1024),
+        r.fixed_send_buffers / 2,
+        if plain {
+            "every send"
+        } else {
+            "zero-copy sends only (this kernel refuses them in plain sends)"
+        }
+    )
+}
+
+/// The start log's words on NAPI busy polling: what it does, and that it does nothing for
+/// loopback sockets.
+fn napi_desc(r: &crate::config::RuntimeConfig, local: std::net::SocketAddr) -> String {
+    if r.napi_busy_poll_us == 0 {
+        return "off".to_string();
+    }
+    let where_ = if local.ip().is_loopback() {
+        "listening on loopback, where sockets have no NAPI id: it does nothing here"
+    } else {
+        "it acts only on sockets that came through a NIC receive queue with a NAPI id, \
+         never on loopback ones (napi_sockets / napi_none count which)"
+    };
+    format!(
+        "{} (registered on every ring{}; {where_})",
+        r.napi_busy_poll_us,
+        if r.napi_prefer_busy_poll {
+            ", busy polling preferred over interrupts"
+        } else {
+            ""
+        }
+    )
 }

@@ -208,6 +208,23 @@ pub struct ServeArgs {
     /// (runtime.zero_copy_send_min; 0 = off, ..=67108864). Needs io_uring.
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=(64 << 20)))]
     pub zero_copy_send_min: Option<u32>,
+    /// Registered send buffers: each shard registers N buffers (even, ..=16384) with its ring
+    /// and lends each connection two as its output buffers, which its sends name by index
+    /// (runtime.fixed_send_buffers; 0 = off). Locked memory. Needs io_uring.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=16_384))]
+    pub fixed_send_buffers: Option<u32>,
+    /// The size of each registered send buffer, bytes (runtime.fixed_send_buffer_bytes; a
+    /// multiple of 4096 in 4096..=65536).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(4096..=65_536))]
+    pub fixed_send_buffer_bytes: Option<u32>,
+    /// NAPI busy polling: register every ring for it with this timeout, µs
+    /// (runtime.napi_busy_poll_us; 0 = off, ..=10000). It acts only on sockets of a NIC
+    /// receive queue with a NAPI id, not on loopback. Needs io_uring on Linux 6.9+.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub napi_busy_poll_us: Option<u32>,
+    /// NAPI busy polling preferred over interrupts (runtime.napi_prefer_busy_poll = true).
+    #[arg(long)]
+    pub napi_prefer_busy_poll: bool,
     /// Write per-shard connection statistics as JSON to PATH every runtime.stats_interval_ms and
     /// on SIGUSR1 (runtime.stats_file).
     #[arg(long, value_name = "PATH")]
@@ -547,6 +564,18 @@ pub fn serve(a: ServeArgs) -> i32 {
     if let Some(v) = a.zero_copy_send_min {
         b = b.zero_copy_send_min(v);
     }
+    if let Some(v) = a.fixed_send_buffers {
+        b = b.fixed_send_buffers(v);
+    }
+    if let Some(v) = a.fixed_send_buffer_bytes {
+        b = b.fixed_send_buffer_bytes(v);
+    }
+    if let Some(v) = a.napi_busy_poll_us {
+        b = b.napi_busy_poll_us(v);
+    }
+    if a.napi_prefer_busy_poll {
+        b = b.napi_prefer_busy_poll(true);
+    }
     if let Some(v) = &a.stats_file {
         b = b.stats_file(v.clone());
     }
@@ -716,6 +745,23 @@ mod tests {
         let a = parse_serve(&s(&[])).unwrap();
         assert!(!a.fixed_files && a.zero_copy_send_min.is_none());
         assert!(parse_serve(&s(&["--zero-copy-send-min", "67108865"])).is_err());
+        let a = parse_serve(&s(&[
+            "--fixed-send-buffers",
+            "64",
+            "--fixed-send-buffer-bytes",
+            "8192",
+            "--napi-busy-poll-us",
+            "50",
+            "--napi-prefer-busy-poll",
+        ]))
+        .unwrap();
+        assert_eq!(a.fixed_send_buffers, Some(64));
+        assert_eq!(a.fixed_send_buffer_bytes, Some(8192));
+        assert_eq!(a.napi_busy_poll_us, Some(50));
+        assert!(a.napi_prefer_busy_poll);
+        assert!(parse_serve(&s(&["--fixed-send-buffers", "16386"])).is_err());
+        assert!(parse_serve(&s(&["--fixed-send-buffer-bytes", "1024"])).is_err());
+        assert!(parse_serve(&s(&["--napi-busy-poll-us", "10001"])).is_err());
     }
 
     #[test]

@@ -133,6 +133,16 @@ pub const BUSY_POLL_US_MAX: u32 = 10_000;
 /// The largest `runtime.zero_copy_send_min` (0 = off): larger responses than a send of this
 /// size are rare enough that the key would be off in all but name.
 pub const ZERO_COPY_SEND_MIN_MAX: u32 = 64 << 20;
+/// The most registered send buffers per shard (`runtime.fixed_send_buffers`): the kernel's
+/// bound on a ring's buffer table (IORING_MAX_REG_BUFFERS).
+pub const FIXED_SEND_BUFFERS_MAX: u32 = 1 << 14;
+/// The range of `runtime.fixed_send_buffer_bytes` (a multiple of 4096): a connection's output
+/// buffer keeps at most 64 KiB when idle, so a larger registered buffer would be given back
+/// to the allocator after each large batch.
+pub const FIXED_SEND_BUFFER_BYTES_MIN: u32 = 4096;
+pub const FIXED_SEND_BUFFER_BYTES_MAX: u32 = 64 << 10;
+/// The range of `runtime.napi_busy_poll_us`.
+pub const NAPI_BUSY_POLL_US_MAX: u32 = 10_000;
 
 /// `[runtime]`: everything about threads, sockets and rings. docs/Configuration.md
 /// documents every key.
@@ -219,6 +229,22 @@ pub struct RuntimeConfig {
     /// Zero-copy sends (io_uring backend): a batch of output of at least this many bytes goes
     /// out with IORING_OP_SEND_ZC. 0 = off.
     pub zero_copy_send_min: u32,
+    /// Registered send buffers (io_uring backend): each shard registers this many buffers of
+    /// `fixed_send_buffer_bytes` with its ring (locked memory, within RLIMIT_MEMLOCK); each
+    /// connection takes two as its output buffers while they last, and its sends name them by
+    /// index (zero-copy sends without pinning pages per send). 0 = off; even, ..=16384.
+    pub fixed_send_buffers: u32,
+    /// The size of one registered send buffer, bytes (a multiple of 4096, 4096..=65536): a
+    /// batch larger than this goes out of an ordinary buffer.
+    pub fixed_send_buffer_bytes: u32,
+    /// NAPI busy polling (io_uring backend, Linux 6.9+): each ring is registered for NAPI
+    /// busy polling (IORING_REGISTER_NAPI) with this timeout, µs, so a waiting shard polls the
+    /// NIC receive queues of its sockets. It acts only on sockets received through a NIC
+    /// queue with a NAPI id: on loopback it does nothing. 0 = off.
+    pub napi_busy_poll_us: u32,
+    /// NAPI busy polling: prefer busy polling over interrupts (the NIC's interrupts stay
+    /// masked while the ring polls).
+    pub napi_prefer_busy_poll: bool,
     /// Receive bundles (io_uring backend, Linux 6.10+): a multishot receive fills several
     /// provided buffers in one completion, so that smaller `recv_buffer_bytes` do not mean more
     /// completions for large messages.
@@ -268,6 +294,10 @@ impl Default for RuntimeConfig {
             fixed_files: false,
             recv_bundles: false,
             zero_copy_send_min: 0,
+            fixed_send_buffers: 0,
+            fixed_send_buffer_bytes: 16 << 10,
+            napi_busy_poll_us: 0,
+            napi_prefer_busy_poll: false,
             shutdown_grace_ms: 500,
             shutdown_announce_ms: 0,
             stats_file: None,
@@ -416,6 +446,55 @@ impl RuntimeConfig {
                 "runtime.zero_copy_send_min = {}: must be in 0..={ZERO_COPY_SEND_MIN_MAX} (0 = off)",
                 self.zero_copy_send_min
             ));
+        }
+        if self.fixed_send_buffers > 0 && self.io_backend == IoBackend::Epoll {
+            return Err(
+                "runtime.fixed_send_buffers needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.fixed_send_buffers = 0 or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        // `%` rather than `is_multiple_of` (Rust 1.87) for the workspace's rust-version.
+        #[allow(clippy::manual_is_multiple_of)]
+        let odd = self.fixed_send_buffers % 2 != 0;
+        #[allow(clippy::manual_is_multiple_of)]
+        let unaligned = self.fixed_send_buffer_bytes % 4096 != 0;
+        if odd || self.fixed_send_buffers > FIXED_SEND_BUFFERS_MAX {
+            return Err(format!(
+                "runtime.fixed_send_buffers = {}: must be even (a connection takes two: one fills \
+                 while the other is on the wire) and in 0..={FIXED_SEND_BUFFERS_MAX} (0 = off)",
+                self.fixed_send_buffers
+            ));
+        }
+        if unaligned
+            || !(FIXED_SEND_BUFFER_BYTES_MIN..=FIXED_SEND_BUFFER_BYTES_MAX)
+                .contains(&self.fixed_send_buffer_bytes)
+        {
+            return Err(format!(
+                "runtime.fixed_send_buffer_bytes = {}: must be a multiple of 4096 in \
+                 {FIXED_SEND_BUFFER_BYTES_MIN}..={FIXED_SEND_BUFFER_BYTES_MAX}",
+                self.fixed_send_buffer_bytes
+            ));
+        }
+        if self.napi_busy_poll_us > 0 && self.io_backend == IoBackend::Epoll {
+            return Err(
+                "runtime.napi_busy_poll_us needs io_uring, but runtime.io_backend is \"epoll\": \
+                 set runtime.napi_busy_poll_us = 0 or use io_backend \"uring\"/\"auto\""
+                    .into(),
+            );
+        }
+        if self.napi_busy_poll_us > NAPI_BUSY_POLL_US_MAX {
+            return Err(format!(
+                "runtime.napi_busy_poll_us = {}: must be in 0..={NAPI_BUSY_POLL_US_MAX} (0 = off)",
+                self.napi_busy_poll_us
+            ));
+        }
+        if self.napi_prefer_busy_poll && self.napi_busy_poll_us == 0 {
+            return Err(
+                "runtime.napi_prefer_busy_poll = true but runtime.napi_busy_poll_us is 0: there \
+                 is no NAPI busy polling to prefer (set napi_busy_poll_us, or leave the key out)"
+                    .into(),
+            );
         }
         if self.sqpoll_cpu.trim().is_empty() {
             return Err(
@@ -656,6 +735,44 @@ mod tests {
         let e =
             FileConfig::parse("[runtime]\nrecv_bundles = true\nmultishot = false\n").unwrap_err();
         assert!(e.contains("multishot"), "{e}");
+    }
+
+    #[test]
+    fn fixed_send_buffer_and_napi_keys() {
+        let d = RuntimeConfig::default();
+        assert_eq!(
+            (d.fixed_send_buffers, d.fixed_send_buffer_bytes),
+            (0, 16384)
+        );
+        assert_eq!((d.napi_busy_poll_us, d.napi_prefer_busy_poll), (0, false));
+        let c = FileConfig::parse(
+            "[runtime]\nfixed_send_buffers = 64\nfixed_send_buffer_bytes = 8192\nnapi_busy_poll_us = 50\nnapi_prefer_busy_poll = true\n",
+        )
+        .unwrap();
+        assert_eq!(c.runtime.fixed_send_buffers, 64);
+        assert_eq!(c.runtime.fixed_send_buffer_bytes, 8192);
+        assert_eq!(c.runtime.napi_busy_poll_us, 50);
+        assert!(c.runtime.napi_prefer_busy_poll);
+        for (bad, says) in [
+            ("fixed_send_buffers = 3", "must be even"),
+            ("fixed_send_buffers = 16386", "0..=16384"),
+            ("fixed_send_buffer_bytes = 5000", "multiple of 4096"),
+            ("fixed_send_buffer_bytes = 0", "multiple of 4096"),
+            ("fixed_send_buffer_bytes = 131072", "4096..=65536"),
+            (
+                "fixed_send_buffers = 2\nio_backend = \"epoll\"",
+                "runtime.fixed_send_buffers = 0",
+            ),
+            ("napi_busy_poll_us = 10001", "napi_busy_poll_us"),
+            (
+                "napi_busy_poll_us = 5\nio_backend = \"epoll\"",
+                "runtime.napi_busy_poll_us = 0",
+            ),
+            ("napi_prefer_busy_poll = true", "napi_busy_poll_us is 0"),
+        ] {
+            let e = FileConfig::parse(&format!("[runtime]\n{bad}\n")).unwrap_err();
+            assert!(e.contains(says), "{bad}: {says:?} in {e}");
+        }
     }
 
     #[test]

@@ -66,9 +66,11 @@ impl<H: Handler> EventLoop<H> {
             IoBackend::Auto => match crate::uring::event_loop::ring_options(&cfg, &wiring)
                 .and_then(|o| crate::uring::setup_ring_with(cfg.ring_entries, &o))
             {
-                Ok((ring, features)) => Ok(EventLoop::Uring(UringLoop::with_ring(
-                    ring, features, handler, wiring, cfg,
-                ))),
+                Ok((ring, features)) => {
+                    UringLoop::try_with_ring(ring, features, handler, wiring, cfg)
+                        .map(EventLoop::Uring)
+                        .map_err(LoopError::Uring)
+                }
                 // An io_uring mode that was asked for is never traded for epoll silently.
                 Err(e) if cfg.needs_uring() => Err(LoopError::Uring(e)),
                 Err(e) => {

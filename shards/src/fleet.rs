@@ -86,6 +86,23 @@ pub struct ShardStats {
     pub dialed_in: AtomicU64,
     /// Buffers those receives filled.
     pub bundled_bufs: AtomicU64,
+    /// Registered send buffers (`fixed_send_buffers`): sends that named one (its batch was in
+    /// a registered buffer: no page walk, no pinning per send).
+    pub fixed_buf_sends: AtomicU64,
+    /// Sends that could have named one but went out of an ordinary buffer: the region had
+    /// none left for the connection.
+    pub fixed_buf_exhausted: AtomicU64,
+    /// Batches that outgrew their registered buffer (the allocator moved them; they went out
+    /// of ordinary memory and the buffer's index was given new memory).
+    pub fixed_buf_outgrown: AtomicU64,
+    /// Registered send buffers lent to connections now (a gauge).
+    pub fixed_bufs_lent: AtomicU64,
+    /// NAPI busy polling (`napi_busy_poll_us`): connections whose socket had a NAPI id at its
+    /// first receive here (a NIC receive queue the ring's busy polling polls) …
+    pub napi_sockets: AtomicU64,
+    /// … and those whose socket had none (loopback, a device without NAPI): busy polling
+    /// does nothing for them.
+    pub napi_none: AtomicU64,
 }
 
 impl ShardStats {
@@ -134,6 +151,12 @@ pub struct StatsSnapshot {
     pub zc_refused: u64,
     pub bundled_recvs: u64,
     pub bundled_bufs: u64,
+    pub fixed_buf_sends: u64,
+    pub fixed_buf_exhausted: u64,
+    pub fixed_buf_outgrown: u64,
+    pub fixed_bufs_lent: u64,
+    pub napi_sockets: u64,
+    pub napi_none: u64,
 }
 
 impl ShardStats {
@@ -168,6 +191,12 @@ impl ShardStats {
             zc_refused: r(&self.zc_refused),
             bundled_recvs: r(&self.bundled_recvs),
             bundled_bufs: r(&self.bundled_bufs),
+            fixed_buf_sends: r(&self.fixed_buf_sends),
+            fixed_buf_exhausted: r(&self.fixed_buf_exhausted),
+            fixed_buf_outgrown: r(&self.fixed_buf_outgrown),
+            fixed_bufs_lent: r(&self.fixed_bufs_lent),
+            napi_sockets: r(&self.napi_sockets),
+            napi_none: r(&self.napi_none),
         }
     }
 }
@@ -216,6 +245,15 @@ pub struct IoModes {
     pub zero_copy_send_min: u32,
     /// Multishot receives in bundles.
     pub recv_bundles: bool,
+    /// Registered send buffers in the ring (0: off) …
+    pub fixed_send_buffers: u32,
+    /// … of this many bytes each …
+    pub fixed_send_buffer_bytes: u32,
+    /// … named by plain sends too (else by zero-copy sends only).
+    pub fixed_send_plain: bool,
+    /// NAPI busy polling registered on the ring, µs (0: off).
+    pub napi_busy_poll_us: u32,
+    pub napi_prefer_busy_poll: bool,
 }
 
 /// All shards of one process.

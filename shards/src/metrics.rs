@@ -231,15 +231,15 @@ pub fn render(src: &Sources) -> String {
         &mut out,
         "uaring_uring_io_mode_info",
         "gauge",
-        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound), busy_poll_us, fixed_files (the file table's slots, 0 = off), zero_copy_send_min (0 = off) and recv_bundles.",
+        "The I/O modes of each shard's loop: sqpoll (off, per-shard, shared), the poller's CPU (any = not bound), busy_poll_us, fixed_files (the file table's slots, 0 = off), zero_copy_send_min (0 = off), recv_bundles, fixed_send_buffers (registered send buffers, 0 = off) and napi_busy_poll_us (0 = off; it acts only on sockets of a NIC queue with a NAPI id, never on loopback).",
         |out| {
             for (i, link) in src.fleet.shards.iter().enumerate() {
                 let m = link.modes();
                 let cpu = m.sqpoll_cpu.map_or("any".to_string(), |c| c.to_string());
                 let _ = writeln!(
                     out,
-                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\",fixed_files=\"{}\",zero_copy_send_min=\"{}\",recv_bundles=\"{}\"}} 1",
-                    m.sqpoll, m.busy_poll_us, m.fixed_files, m.zero_copy_send_min, m.recv_bundles
+                    "uaring_uring_io_mode_info{{shard=\"{i}\",sqpoll=\"{}\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"{}\",fixed_files=\"{}\",zero_copy_send_min=\"{}\",recv_bundles=\"{}\",fixed_send_buffers=\"{}\",napi_busy_poll_us=\"{}\"}} 1",
+                    m.sqpoll, m.busy_poll_us, m.fixed_files, m.zero_copy_send_min, m.recv_bundles, m.fixed_send_buffers, m.napi_busy_poll_us
                 );
             }
         },
@@ -323,6 +323,48 @@ pub fn render(src: &Sources) -> String {
         "counter",
         "Zero-copy sends the kernel copied after all (IORING_NOTIF_USAGE_ZC_COPIED; every one on loopback).",
         &|i| stats[i].zc_copied,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_fixed_buf_sends_total",
+        "counter",
+        "Registered send buffers (fixed_send_buffers): sends that named one (0 when off).",
+        &|i| stats[i].fixed_buf_sends,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_fixed_buf_exhausted_total",
+        "counter",
+        "Sends that could have named a registered send buffer but went out of an ordinary one: the region had none left for the connection.",
+        &|i| stats[i].fixed_buf_exhausted,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_fixed_buf_outgrown_total",
+        "counter",
+        "Batches that outgrew their registered send buffer (sent from ordinary memory; the buffer was given new memory).",
+        &|i| stats[i].fixed_buf_outgrown,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_fixed_bufs_lent",
+        "gauge",
+        "Registered send buffers lent to connections now (two per connection while they last).",
+        &|i| stats[i].fixed_bufs_lent,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_napi_sockets_total",
+        "counter",
+        "NAPI busy polling (napi_busy_poll_us): connections whose socket had a NAPI id at its first receive on the shard, that is, came through a NIC receive queue the ring's busy polling polls (0 when off).",
+        &|i| stats[i].napi_sockets,
+    );
+    per_shard(
+        &mut out,
+        "uaring_uring_napi_none_total",
+        "counter",
+        "NAPI busy polling: connections whose socket had no NAPI id (loopback, or a device without NAPI): busy polling does nothing for them.",
+        &|i| stats[i].napi_none,
     );
     per_shard(
         &mut out,

@@ -163,7 +163,8 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
         if modes {
             return Err(StartError::IoMode(
                 "runtime.sqpoll, runtime.busy_poll_us, runtime.fixed_files, \
-                 runtime.zero_copy_send_min and runtime.recv_bundles need the io_uring backend, not epoll: \
+                 runtime.zero_copy_send_min, runtime.fixed_send_buffers, runtime.napi_busy_poll_us \
+                 and runtime.recv_bundles need the io_uring backend, not epoll: \
                  turn them off or use --io-backend uring"
                     .into(),
             ));
@@ -180,7 +181,11 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
         0
     };
     let limit = memlock::memlock_limit_bytes();
-    match memlock::size_rings(opts.shards, opts.ring_entries, pbuf, limit) {
+    let fixed_send = (
+        opts.loop_cfg.fixed_send_buffers,
+        opts.loop_cfg.fixed_send_buffer_bytes,
+    );
+    match memlock::size_shards(opts.shards, opts.ring_entries, pbuf, fixed_send, limit) {
         Ok(s) => opts.loop_cfg.ring_entries = s.ring_entries,
         Err(e) if opts.backend == IoBackend::Uring => return Err(StartError::Memlock(e)),
         Err(e) => {
@@ -188,8 +193,9 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
             return Ok((IoBackend::Epoll, 0));
         }
     }
-    let needed = memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf).total_bytes()
-        * opts.shards as u64;
+    let budget = memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf)
+        .with_fixed_send(fixed_send.0, fixed_send.1);
+    let needed = budget.total_bytes() * opts.shards as u64;
     // Probe once so a kernel or sandbox without io_uring is reported once, not per shard;
     // with SQPOLL, every distinct poller placement too, before anything listens: a CPU the
     // kernel does not accept stops the start here with what to change, not half-way
@@ -221,9 +227,13 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
     };
     // Fixed files and zero-copy sends: a ring with the file table every shard registers
     // (RLIMIT_NOFILE bounds it) and the SEND_ZC opcode, tried before anything listens.
+    // Registered send buffers: one shard's, registered on the probe ring (the kernel pins
+    // them; the budget above holds all shards'); NAPI busy polling registered on it.
     let mode_probe = (opts.loop_cfg.fixed_files
         || opts.loop_cfg.zero_copy_send_min > 0
-        || opts.loop_cfg.recv_bundles)
+        || opts.loop_cfg.recv_bundles
+        || opts.loop_cfg.fixed_send_buffers > 0
+        || opts.loop_cfg.napi_busy_poll_us > 0)
         .then(|| crate::uring::RingOptions {
             fixed_files: if opts.loop_cfg.fixed_files {
                 opts.loop_cfg.max_connections as u32
@@ -232,8 +242,15 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
             },
             send_zc: opts.loop_cfg.zero_copy_send_min > 0,
             recv_bundle: opts.loop_cfg.recv_bundles,
+            fixed_send_buffers: opts.loop_cfg.fixed_send_buffers,
+            fixed_send_buffer_bytes: opts.loop_cfg.fixed_send_buffer_bytes,
+            napi: (opts.loop_cfg.napi_busy_poll_us > 0).then_some(crate::uring::NapiSetup {
+                busy_poll_us: opts.loop_cfg.napi_busy_poll_us,
+                prefer_busy_poll: opts.loop_cfg.napi_prefer_busy_poll,
+            }),
             ..crate::uring::RingOptions::default()
         });
+    let probe_cfg = opts.loop_cfg.clone();
     let probed = std::thread::Builder::new()
         .name(PROBE_THREAD.into())
         .spawn(
@@ -244,7 +261,15 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                 drop(ring);
                 if let Some(o) = &mode_probe {
                     match crate::uring::setup_ring_with(entries, o) {
-                        Ok((ring, _)) => drop(ring),
+                        Ok((mut ring, mut f)) => {
+                            let bufs = crate::uring::event_loop::register_send_bufs(
+                                &mut ring, &mut f, &probe_cfg,
+                            );
+                            drop(ring);
+                            if let Err(e) = bufs {
+                                return Ok(Err(e));
+                            }
+                        }
                         Err(e) => return Ok(Err(e)),
                     }
                 }
@@ -303,7 +328,7 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                     needed_bytes: needed,
                     limit_bytes: limit,
                     shards: opts.shards,
-                    per_shard: memlock::ShardBudget::new(opts.loop_cfg.ring_entries, pbuf),
+                    per_shard: budget,
                 };
                 Err(StartError::Memlock(m))
             } else {

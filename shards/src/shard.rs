@@ -67,6 +67,15 @@ pub struct LoopConfig {
     pub fixed_files: bool,
     /// Send a batch of at least this many bytes with IORING_OP_SEND_ZC (0 = off; io_uring).
     pub zero_copy_send_min: u32,
+    /// Registered send buffers in the ring (0 = off; io_uring): two per connection while
+    /// they last, named by index in its sends.
+    pub fixed_send_buffers: u32,
+    /// The size of each registered send buffer, bytes.
+    pub fixed_send_buffer_bytes: u32,
+    /// NAPI busy polling registered on the ring with this timeout, µs (0 = off; io_uring).
+    pub napi_busy_poll_us: u32,
+    /// NAPI busy polling: prefer busy polling over interrupts.
+    pub napi_prefer_busy_poll: bool,
     /// Multishot receives with IORING_RECVSEND_BUNDLE (io_uring, 6.10+).
     pub recv_bundles: bool,
 }
@@ -78,6 +87,8 @@ impl LoopConfig {
             || self.busy_poll_us > 0
             || self.fixed_files
             || self.zero_copy_send_min > 0
+            || self.fixed_send_buffers > 0
+            || self.napi_busy_poll_us > 0
             || self.recv_bundles
     }
 }
@@ -116,6 +127,10 @@ impl From<&RuntimeConfig> for LoopConfig {
             busy_poll_us: r.busy_poll_us,
             fixed_files: r.fixed_files,
             zero_copy_send_min: r.zero_copy_send_min,
+            fixed_send_buffers: r.fixed_send_buffers,
+            fixed_send_buffer_bytes: r.fixed_send_buffer_bytes,
+            napi_busy_poll_us: r.napi_busy_poll_us,
+            napi_prefer_busy_poll: r.napi_prefer_busy_poll,
             recv_bundles: r.recv_bundles,
         }
     }

@@ -80,6 +80,8 @@ struct Mode {
     fixed: bool,
     /// `--zero-copy-send-min 1`: every send is a zero-copy send.
     zc: bool,
+    /// `--fixed-send-buffers 8`: every connection sends from registered buffers.
+    fixed_bufs: bool,
 }
 
 const PER_SHARD_ANY: Mode = Mode {
@@ -89,6 +91,7 @@ const PER_SHARD_ANY: Mode = Mode {
     busy: false,
     fixed: false,
     zc: false,
+    fixed_bufs: false,
 };
 const PER_SHARD_SAME: Mode = Mode {
     name: "per-shard-same",
@@ -97,6 +100,7 @@ const PER_SHARD_SAME: Mode = Mode {
     busy: false,
     fixed: false,
     zc: false,
+    fixed_bufs: false,
 };
 const SHARED: Mode = Mode {
     name: "shared",
@@ -105,6 +109,7 @@ const SHARED: Mode = Mode {
     busy: false,
     fixed: false,
     zc: false,
+    fixed_bufs: false,
 };
 const BUSY: Mode = Mode {
     name: "busy",
@@ -113,6 +118,7 @@ const BUSY: Mode = Mode {
     busy: true,
     fixed: false,
     zc: false,
+    fixed_bufs: false,
 };
 const SQPOLL_BUSY: Mode = Mode {
     name: "sqpoll-busy",
@@ -121,6 +127,7 @@ const SQPOLL_BUSY: Mode = Mode {
     busy: true,
     fixed: false,
     zc: false,
+    fixed_bufs: false,
 };
 
 const FIXED: Mode = Mode {
@@ -130,6 +137,7 @@ const FIXED: Mode = Mode {
     busy: false,
     fixed: true,
     zc: false,
+    fixed_bufs: false,
 };
 const ZC: Mode = Mode {
     name: "zc-send",
@@ -138,6 +146,7 @@ const ZC: Mode = Mode {
     busy: false,
     fixed: false,
     zc: true,
+    fixed_bufs: false,
 };
 const FIXED_ZC_SQPOLL: Mode = Mode {
     name: "fixed-zc-sqpoll",
@@ -152,6 +161,36 @@ const FIXED_ZC_SQPOLL: Mode = Mode {
     busy: false,
     fixed: true,
     zc: true,
+    fixed_bufs: false,
+};
+/// Registered send buffers: eight per shard (four connections), every batch a zero-copy
+/// send that names its buffer.
+const FIXED_BUFS: Mode = Mode {
+    name: "fixed-send-buffers",
+    args: &["--fixed-send-buffers", "8", "--zero-copy-send-min", "1"],
+    sqpoll: "off",
+    busy: false,
+    fixed: false,
+    zc: true,
+    fixed_bufs: true,
+};
+/// Everything that sends: fixed files, registered send buffers, zero-copy sends and SQPOLL.
+const FIXED_BUFS_FILES_SQPOLL: Mode = Mode {
+    name: "fixed-bufs-files-sqpoll",
+    args: &[
+        "--fixed-files",
+        "--fixed-send-buffers",
+        "8",
+        "--zero-copy-send-min",
+        "1",
+        "--sqpoll",
+        "per-shard",
+    ],
+    sqpoll: "per-shard",
+    busy: false,
+    fixed: true,
+    zc: true,
+    fixed_bufs: true,
 };
 
 /// The shards' CPUs as the server pins them (`--cpus` default: all allowed, round-robin).
@@ -332,6 +371,22 @@ fn check_fixed_and_zc(mode: &Mode, shards: usize, json: &str, clients: u64) {
         assert_eq!(field_values(json, "zero_copy_send_min"), vec![0; shards]);
         assert_eq!((sends, bytes, notifs, copied), (0, 0, 0, 0), "{json}");
     }
+    let fixed_sends = sum("fixed_buf_sends");
+    if mode.fixed_bufs {
+        assert_eq!(field_values(json, "fixed_send_buffers"), vec![8; shards]);
+        // Every connection holds two (the region has four connections' worth a shard), so
+        // every send named its buffer: none went out of ordinary memory.
+        assert_eq!(sum("fixed_bufs_lent"), 2 * clients, "{json}");
+        assert!(fixed_sends > 0 && fixed_sends == sends, "{json}");
+        assert_eq!(
+            (sum("fixed_buf_exhausted"), sum("fixed_buf_outgrown")),
+            (0, 0),
+            "{json}"
+        );
+    } else {
+        assert_eq!(field_values(json, "fixed_send_buffers"), vec![0; shards]);
+        assert_eq!((fixed_sends, sum("fixed_bufs_lent")), (0, 0), "{json}");
+    }
 }
 
 macro_rules! on_one_and_two_shards {
@@ -358,11 +413,17 @@ on_one_and_two_shards!(sqpoll_and_busy_poll, super::SQPOLL_BUSY);
 on_one_and_two_shards!(fixed_files, super::FIXED);
 on_one_and_two_shards!(zero_copy_send, super::ZC);
 on_one_and_two_shards!(fixed_files_zero_copy_and_sqpoll, super::FIXED_ZC_SQPOLL);
+on_one_and_two_shards!(fixed_send_buffers, super::FIXED_BUFS);
+on_one_and_two_shards!(
+    fixed_send_buffers_fixed_files_and_sqpoll,
+    super::FIXED_BUFS_FILES_SQPOLL
+);
 
 /// A session resumed on the other shard with fixed files: the new connection is put into the
 /// first shard's file table, moves (the process's fd goes to the owning shard, the slot is
 /// emptied), is put into the owner's table and goes on: the subscription gets every value.
-/// Four slots per shard and ten reconnects: the owner's table is emptied and reused.
+/// Four slots per shard and ten reconnects: the owner's table is emptied and reused. With
+/// registered send buffers too, which a moving connection gives back and takes anew.
 #[test]
 fn fixed_files_resume_on_another_shard() {
     let dir = TempDir::new("uaring-io-fixed-move");
@@ -370,7 +431,7 @@ fn fixed_files_resume_on_another_shard() {
     let cfg = dir.join("uaring.toml");
     std::fs::write(
         &cfg,
-        "[runtime]\nfixed_files = true\nmax_connections_per_shard = 4\n",
+        "[runtime]\nfixed_files = true\nmax_connections_per_shard = 4\nfixed_send_buffers = 8\nzero_copy_send_min = 1\n",
     )
     .expect("config");
     let server = Server::start(&[
@@ -427,6 +488,18 @@ fn fixed_files_resume_on_another_shard() {
     );
     assert!(registered.iter().any(|&r| r > 4), "slots reused: {json}");
     assert_eq!(sum("refused"), 0, "{json}");
+    // Registered send buffers: a connection that moves gives its two back on the shard it
+    // leaves and takes two on the owner's; once the dropped connections are gone, the two
+    // open ones hold two each, and every send named one.
+    assert!(sum("fixed_buf_sends") > 0, "{json}");
+    let deadline = Instant::now() + T;
+    loop {
+        let json = stats(&server, &stats_path);
+        if field_values(&json, "fixed_bufs_lent").iter().sum::<u64>() == 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "buffers left lent: {json}");
+    }
     drop((writer, sub));
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
@@ -557,7 +630,7 @@ fn metrics_report_the_modes() {
     let cfg = dir.join("uaring.toml");
     std::fs::write(
         &cfg,
-        format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[runtime]\nsqpoll = \"per-shard\"\nsqpoll_cpu = \"same\"\nsqpoll_idle_ms = 1\nbusy_poll_us = 20\nfixed_files = true\nzero_copy_send_min = 1\n"),
+        format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[runtime]\nsqpoll = \"per-shard\"\nsqpoll_cpu = \"same\"\nsqpoll_idle_ms = 1\nbusy_poll_us = 20\nfixed_files = true\nzero_copy_send_min = 1\nfixed_send_buffers = 8\nnapi_busy_poll_us = 20\n"),
     )
     .expect("config");
     let server = Server::start(&["--shards", "1", "--config", cfg.to_str().expect("path")]);
@@ -604,7 +677,7 @@ fn metrics_report_the_modes() {
     };
     let cpu = shard_cpus(1)[0];
     assert!(
-        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\",fixed_files=\"4096\",zero_copy_send_min=\"1\",recv_bundles=\"false\"}} 1")),
+        body.contains(&format!("uaring_uring_io_mode_info{{shard=\"0\",sqpoll=\"per-shard\",sqpoll_cpu=\"{cpu}\",busy_poll_us=\"20\",fixed_files=\"4096\",zero_copy_send_min=\"1\",recv_bundles=\"false\",fixed_send_buffers=\"8\",napi_busy_poll_us=\"20\"}} 1")),
         "{body}"
     );
     let value =
@@ -618,9 +691,169 @@ fn metrics_report_the_modes() {
     assert!(value("uaring_uring_zc_bytes_total") > 0.0);
     assert!(value("uaring_uring_zc_notifications_total") >= 1.0);
     value("uaring_uring_zc_copied_total");
+    assert!(value("uaring_uring_fixed_buf_sends_total") >= 1.0);
+    assert_eq!(value("uaring_uring_fixed_buf_exhausted_total"), 0.0);
+    assert_eq!(value("uaring_uring_fixed_bufs_lent"), 2.0);
+    value("uaring_uring_fixed_buf_outgrown_total");
+    // NAPI busy polling is registered, and says plainly that it has nothing to poll here: the
+    // client came over loopback, whose sockets have no NAPI id.
+    assert_eq!(value("uaring_uring_napi_sockets_total"), 0.0);
+    assert!(value("uaring_uring_napi_none_total") >= 1.0);
     drop(c);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("napi_busy_poll_us 20 (registered on every ring")
+            && err.contains(
+                "listening on loopback, where sockets have no NAPI id: it does nothing here"
+            ),
+        "the start log says NAPI busy polling does nothing on loopback:\n{err}"
+    );
+    assert!(err.contains("on: ") && err.contains("NAPI"), "{err}");
+}
+
+/// Registered send buffers on one shard: four buffers (two connections' worth) of 4 KiB, every
+/// batch a zero-copy send. The third client finds the region exhausted and is served from
+/// ordinary buffers (counted); a response larger than a buffer outgrows it (sent from ordinary
+/// memory, the index given new memory, counted) and the next ones are sent from registered
+/// buffers again; a client that leaves gives its two back, and the next one takes them.
+#[test]
+fn fixed_send_buffers_exhausted_outgrown_and_given_back() {
+    let dir = TempDir::new("uaring-io-fixed-bufs");
+    let stats_path = dir.join("stats.json");
+    let server = Server::start(&[
+        "--io-backend",
+        "uring",
+        "--shards",
+        "1",
+        "--fixed-send-buffers",
+        "4",
+        "--fixed-send-buffer-bytes",
+        "4096",
+        "--zero-copy-send-min",
+        "1",
+        "--stats-file",
+        stats_path.to_str().expect("path"),
+    ]);
+    let url = server.url();
+    let sum = |json: &str, key: &str| -> u64 { field_values(json, key).iter().sum() };
+    let value = NodeId::numeric(1, 1001);
+    let mut a = Client::connect(&url, T).expect("a");
+    a.activate_session_anonymous().expect("a session");
+    let mut b = Client::connect(&url, T).expect("b");
+    b.activate_session_anonymous().expect("b session");
+    let json = stats(&server, &stats_path);
+    assert_eq!(sum(&json, "fixed_bufs_lent"), 4, "{json}");
+    assert_eq!(sum(&json, "fixed_buf_exhausted"), 0, "{json}");
+    // The third client finds none left: its sends go out of ordinary buffers.
+    let mut c = Client::connect(&url, T).expect("c");
+    c.activate_session_anonymous().expect("c session");
+    for _ in 0..5 {
+        assert_eq!(
+            c.read_values(std::slice::from_ref(&value))
+                .expect("c read")
+                .len(),
+            1
+        );
+    }
+    let json = stats(&server, &stats_path);
+    let exhausted = sum(&json, "fixed_buf_exhausted");
+    assert!(
+        exhausted >= 7,
+        "the handshake's and five Reads' sends: {json}"
+    );
+    assert_eq!(sum(&json, "fixed_bufs_lent"), 4, "{json}");
+    let sends_before = sum(&json, "fixed_buf_sends");
+    // 2,000 values (about 20 KiB): larger than a 4 KiB buffer.
+    let nodes: Vec<NodeId> = (0..2000)
+        .map(|i| NodeId::numeric(1, 1001 + i % 100))
+        .collect();
+    let values = a.read_values(&nodes).expect("a big read");
+    assert_eq!(values.len(), 2000);
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(
+            v.value,
+            uaring_core::Variant::Int32((i % 100) as i32),
+            "node {i}"
+        );
+    }
+    for _ in 0..5 {
+        assert_eq!(
+            a.read_values(std::slice::from_ref(&value))
+                .expect("a read")
+                .len(),
+            1
+        );
+    }
+    let json = stats(&server, &stats_path);
+    assert!(sum(&json, "fixed_buf_outgrown") >= 1, "{json}");
+    assert!(
+        sum(&json, "fixed_buf_sends") >= sends_before + 5,
+        "the small Reads after the big one are sent from registered buffers again: {json}"
+    );
+    assert_eq!(sum(&json, "fixed_buf_exhausted"), exhausted, "{json}");
+    assert_eq!(sum(&json, "fixed_bufs_lent"), 4, "{json}");
+    // b leaves: its two buffers go home, and the next client takes them.
+    drop(b);
+    let deadline = Instant::now() + T;
+    loop {
+        let json = stats(&server, &stats_path);
+        if sum(&json, "fixed_bufs_lent") == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b's buffers never came back: {json}"
+        );
+    }
+    let mut d = Client::connect(&url, T).expect("d");
+    d.activate_session_anonymous().expect("d session");
+    assert_eq!(d.read_values(&[value]).expect("d read").len(), 1);
+    let json = stats(&server, &stats_path);
+    assert_eq!(sum(&json, "fixed_bufs_lent"), 4, "{json}");
+    assert_eq!(
+        sum(&json, "fixed_buf_exhausted"),
+        exhausted,
+        "d sent from registered buffers: {json}"
+    );
+    drop((a, c, d));
+    let (code, _, err) = server.terminate();
+    assert_eq!(code, Some(0), "stderr:\n{err}");
+    assert!(
+        err.contains(
+            "fixed_send_buffers 4 of 4096 bytes per shard (32 KiB of locked memory per shard"
+        ),
+        "the start log names the region:\n{err}"
+    );
+}
+
+/// Whether this kernel lets IORING_OP_SEND name a registered buffer
+/// (IORING_RECVSEND_FIXED_BUF): one byte over a socket pair.
+fn plain_fixed_sends() -> bool {
+    use io_uring::{opcode, types, IoUring};
+    use std::os::fd::AsRawFd;
+    let Ok(mut ring) = IoUring::new(4) else {
+        return false;
+    };
+    let mut buf = vec![7u8; 4096];
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: `buf` outlives the ring's use of it (the send is awaited below).
+    if unsafe { ring.submitter().register_buffers(&[iov]) }.is_err() {
+        return false;
+    }
+    let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+    let e = opcode::Send::new(types::Fd(a.as_raw_fd()), buf.as_ptr(), 1)
+        .ioprio(1 << 2)
+        .buf_group(0)
+        .build();
+    // SAFETY: as above.
+    unsafe { ring.submission().push(&e).expect("push") };
+    ring.submit_and_wait(1).expect("submit");
+    let res = ring.completion().next().map(|c| c.result());
+    res == Some(1)
 }
 
 /// `uaring serve --listen 127.0.0.1:0 ARGS`: (exit code, stdout, stderr), within 20 s.
@@ -682,12 +915,54 @@ fn what_cannot_run_is_refused_before_listening() {
             vec!["--sqpoll-cpu", "same"],
             vec!["runtime.sqpoll is \"off\""],
         ),
+        // Registered send buffers beyond the locked-memory limit: how much to raise it, and
+        // how many would fit.
+        (
+            vec![
+                "--fixed-send-buffers",
+                "16384",
+                "--fixed-send-buffer-bytes",
+                "65536",
+                "--zero-copy-send-min",
+                "1",
+                "--shards",
+                "1",
+            ],
+            vec![
+                "registered send buffers",
+                "RLIMIT_MEMLOCK",
+                "raise it by",
+                "lower runtime.fixed_send_buffers to",
+                "runtime.fixed_send_buffers = 0",
+            ],
+        ),
+        // Registered send buffers and NAPI busy polling on epoll.
+        (
+            vec!["--fixed-send-buffers", "8", "--io-backend", "epoll"],
+            vec!["needs io_uring", "runtime.fixed_send_buffers = 0"],
+        ),
+        (
+            vec!["--napi-busy-poll-us", "50", "--io-backend", "epoll"],
+            vec!["needs io_uring", "runtime.napi_busy_poll_us = 0"],
+        ),
+        (
+            vec!["--napi-prefer-busy-poll"],
+            vec!["napi_busy_poll_us is 0"],
+        ),
     ];
     if no_smt {
         // This machine's cores have one logical CPU each: no sibling to put a poller on.
         cases.push((
             vec!["--sqpoll", "per-shard", "--sqpoll-cpu", "sibling"],
             vec!["no other logical CPU", "runtime.sqpoll = \"off\""],
+        ));
+    }
+    if !plain_fixed_sends() {
+        // Registered send buffers without zero-copy sends, where the kernel names them in
+        // zero-copy sends only (6.18 does).
+        cases.push((
+            vec!["--fixed-send-buffers", "8"],
+            vec!["zero-copy sends only", "runtime.zero_copy_send_min"],
         ));
     }
     // A file table larger than the open-files limit (the kernel's EMFILE), from a file.
@@ -737,6 +1012,9 @@ fn what_cannot_run_is_refused_before_listening() {
         vec!["--busy-poll-us", "10001"],
         vec!["--zero-copy-send-min", "67108865"],
         vec!["--fixed-files=yes"],
+        vec!["--fixed-send-buffers", "16386"],
+        vec!["--fixed-send-buffer-bytes", "1024"],
+        vec!["--napi-busy-poll-us", "10001"],
     ] {
         let (code, _, stderr) = serve_fails(&args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
@@ -760,7 +1038,7 @@ fn config_check_validates_the_io_mode_keys() {
         )
     };
     let (code, out, err) = check(
-        "[runtime]\nsqpoll = \"shared\"\nsqpoll_cpu = \"sibling\"\nsqpoll_idle_ms = 100\nbusy_poll_us = 25\nfixed_files = true\nzero_copy_send_min = 4096\n",
+        "[runtime]\nsqpoll = \"shared\"\nsqpoll_cpu = \"sibling\"\nsqpoll_idle_ms = 100\nbusy_poll_us = 25\nfixed_files = true\nzero_copy_send_min = 4096\nfixed_send_buffers = 64\nfixed_send_buffer_bytes = 8192\nnapi_busy_poll_us = 50\nnapi_prefer_busy_poll = true\n",
     );
     assert_eq!(code, Some(0), "{err}");
     for line in [
@@ -770,6 +1048,10 @@ fn config_check_validates_the_io_mode_keys() {
         "busy_poll_us = 25",
         "fixed_files = true",
         "zero_copy_send_min = 4096",
+        "fixed_send_buffers = 64",
+        "fixed_send_buffer_bytes = 8192",
+        "napi_busy_poll_us = 50",
+        "napi_prefer_busy_poll = true",
     ] {
         assert!(out.contains(line), "{line} in:\n{out}");
     }
@@ -785,6 +1067,10 @@ fn config_check_validates_the_io_mode_keys() {
         ),
         ("busy_poll_us = 10001", "busy_poll_us"),
         ("zero_copy_send_min = 67108865", "zero_copy_send_min"),
+        ("fixed_send_buffers = 7", "must be even"),
+        ("fixed_send_buffer_bytes = 6000", "multiple of 4096"),
+        ("napi_busy_poll_us = 10001", "napi_busy_poll_us"),
+        ("napi_prefer_busy_poll = true", "napi_busy_poll_us is 0"),
         ("fixed_files = 1", "invalid type"),
         (
             "fixed_files = true\nio_backend = \"epoll\"",

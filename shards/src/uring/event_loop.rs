@@ -6,7 +6,8 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use super::{setup_ring_with, BufRing, Features, RingOptions, SetupError, SqpollSetup};
+use super::sendbuf::{SendBufs, RECVSEND_FIXED_BUF};
+use super::{setup_ring_with, BufRing, Features, NapiSetup, RingOptions, SetupError, SqpollSetup};
 use crate::config::Sqpoll;
 use crate::conn::Phase;
 use crate::fleet::{IoModes, ShardStats, ShardWiring};
@@ -69,6 +70,61 @@ struct ConnIo {
     /// The locked-memory limit refused the last zero-copy send: the batch goes out with an
     /// ordinary send.
     plain_next: bool,
+    /// The registered send buffer lent as the connection's `output.out`, by index …
+    out_buf: Option<u16>,
+    /// … and as its `output.sending` (checked to be still the registered memory each time it
+    /// becomes the batch on the wire).
+    sending_buf: Option<u16>,
+    /// The batch on the wire outgrew its registered buffer (counted then, not again as a
+    /// send without one).
+    outgrown: bool,
+    /// NAPI busy polling: the socket's NAPI id was looked at (its first receive here).
+    napi_checked: bool,
+}
+
+/// The loop's own state of `id` in `io` (created, or reset for a new generation, on first use).
+fn io_entry(io: &mut Vec<ConnIo>, id: ConnId) -> &mut ConnIo {
+    let i = id.index as usize;
+    if io.len() <= i {
+        io.resize(i + 1, ConnIo::default());
+    }
+    let e = &mut io[i];
+    if e.generation != id.generation {
+        debug_assert!(
+            e.slot.is_none() && e.out_buf.is_none() && e.sending_buf.is_none(),
+            "a slot or send buffer left behind by a finished connection"
+        );
+        *e = ConnIo {
+            generation: id.generation,
+            ..ConnIo::default()
+        };
+    }
+    e
+}
+
+/// SO_INCOMING_NAPI_ID: the NAPI id of the receive queue the socket's last packet came
+/// through (0: none, as on loopback).
+const SO_INCOMING_NAPI_ID: libc::c_int = 56;
+
+/// The NAPI id of `fd`'s receive queue (0: none; loopback sockets and devices without NAPI).
+fn napi_id(fd: RawFd) -> u32 {
+    let mut id: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `id`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_INCOMING_NAPI_ID,
+            (&mut id as *mut u32).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        id
+    } else {
+        0
+    }
 }
 
 /// The overall timeout of a min-timeout wait when the loop has no deadline of its own: the
@@ -241,10 +297,42 @@ pub struct UringLoop<H: Handler> {
     /// Open connections waiting for a slot (all were being closed): reconciled when one frees.
     slot_waiters: Vec<ConnId>,
     /// Batches of closed connections whose zero-copy send's notification has not come (the
-    /// kernel may still read them), by the send's user_data; at most `max_connections`.
-    zc_orphans: Vec<(u64, Vec<u8>)>,
+    /// kernel may still read them), by the send's user_data, with the registered send
+    /// buffer's index when the batch is one; at most `max_connections`.
+    zc_orphans: Vec<(u64, Vec<u8>, Option<u16>)>,
     /// Zero-copy sends from this many bytes on (0: off).
     zc_min: u32,
+    /// The registered send buffers (`fixed_send_buffers`; `None`: off).
+    sendbufs: Option<SendBufs>,
+}
+
+/// Fills the ring's sparse buffer table with the registered send buffers `cfg` asks for
+/// (`None` when it asks for none). Refused when the kernel will not register them, or when
+/// it names them in zero-copy sends only and `cfg` has none.
+pub(crate) fn register_send_bufs(
+    ring: &mut IoUring,
+    features: &mut Features,
+    cfg: &LoopConfig,
+) -> Result<Option<SendBufs>, SetupError> {
+    if cfg.fixed_send_buffers == 0 {
+        return Ok(None);
+    }
+    if features.fixed_send_buffers < cfg.fixed_send_buffers {
+        return Err(SetupError::FixedSendBuffers(
+            io::Error::other("the ring has no buffer table that large"),
+            cfg.fixed_send_buffers,
+            cfg.fixed_send_buffer_bytes,
+        ));
+    }
+    let bufs = SendBufs::register(ring, cfg.fixed_send_buffers, cfg.fixed_send_buffer_bytes)
+        .map_err(|e| {
+            SetupError::FixedSendBuffers(e, cfg.fixed_send_buffers, cfg.fixed_send_buffer_bytes)
+        })?;
+    features.fixed_send_plain = bufs.plain;
+    if !bufs.plain && (cfg.zero_copy_send_min == 0 || !features.op_send_zc) {
+        return Err(SetupError::FixedSendNeedsZc);
+    }
+    Ok(Some(bufs))
 }
 
 impl<H: Handler> UringLoop<H> {
@@ -257,13 +345,44 @@ impl<H: Handler> UringLoop<H> {
     ) -> Result<UringLoop<H>, SetupError> {
         let opts = ring_options(&cfg, &wiring)?;
         let (ring, features) = setup_ring_with(cfg.ring_entries, &opts)?;
-        Ok(Self::with_ring(ring, features, handler, wiring, cfg))
+        Self::try_with_ring(ring, features, handler, wiring, cfg)
     }
 
-    /// Builds the loop around a ring made by [`setup_ring`] on this thread.
+    /// Builds the loop around a ring made by [`setup_ring`](super::setup_ring) on this thread.
+    /// Registered send buffers the ring cannot take are left off, with a warning (the
+    /// server's shards use [`UringLoop::new`], which refuses instead).
     pub fn with_ring(
+        mut ring: IoUring,
+        mut features: Features,
+        handler: H,
+        wiring: ShardWiring,
+        cfg: LoopConfig,
+    ) -> UringLoop<H> {
+        let sendbufs = register_send_bufs(&mut ring, &mut features, &cfg).unwrap_or_else(|e| {
+            tracing::warn!(shard = wiring.index, "{e}: registered send buffers off");
+            None
+        });
+        Self::assemble(ring, features, sendbufs, handler, wiring, cfg)
+    }
+
+    /// [`UringLoop::with_ring`] that refuses registered send buffers the ring cannot take.
+    pub(crate) fn try_with_ring(
+        mut ring: IoUring,
+        mut features: Features,
+        handler: H,
+        wiring: ShardWiring,
+        cfg: LoopConfig,
+    ) -> Result<UringLoop<H>, SetupError> {
+        let sendbufs = register_send_bufs(&mut ring, &mut features, &cfg)?;
+        Ok(Self::assemble(
+            ring, features, sendbufs, handler, wiring, cfg,
+        ))
+    }
+
+    fn assemble(
         ring: IoUring,
         mut features: Features,
+        sendbufs: Option<SendBufs>,
         handler: H,
         wiring: ShardWiring,
         cfg: LoopConfig,
@@ -339,6 +458,11 @@ impl<H: Handler> UringLoop<H> {
             busy_poll_us: cfg.busy_poll_us,
             fixed_files: features.fixed_files,
             zero_copy_send_min: zc_min,
+            fixed_send_buffers: sendbufs.as_ref().map_or(0, |_| cfg.fixed_send_buffers),
+            fixed_send_buffer_bytes: sendbufs.as_ref().map_or(0, |b| b.bytes() as u32),
+            fixed_send_plain: sendbufs.as_ref().is_some_and(|b| b.plain),
+            napi_busy_poll_us: features.napi_busy_poll_us,
+            napi_prefer_busy_poll: features.napi_busy_poll_us > 0 && cfg.napi_prefer_busy_poll,
             recv_bundles: recv_mode == RecvMode::MultiBundle,
         });
         UringLoop {
@@ -365,27 +489,13 @@ impl<H: Handler> UringLoop<H> {
             slot_waiters: Vec::new(),
             zc_orphans: Vec::new(),
             zc_min,
+            sendbufs,
         }
     }
 
     /// The loop's own state of `id` (created, or reset for a new generation, on first use).
     fn io_mut(&mut self, id: ConnId) -> &mut ConnIo {
-        let i = id.index as usize;
-        if self.io.len() <= i {
-            self.io.resize(i + 1, ConnIo::default());
-        }
-        let e = &mut self.io[i];
-        if e.generation != id.generation {
-            debug_assert!(
-                e.slot.is_none(),
-                "a slot left behind by a finished connection"
-            );
-            *e = ConnIo {
-                generation: id.generation,
-                ..ConnIo::default()
-            };
-        }
-        e
+        io_entry(&mut self.io, id)
     }
 
     /// The slot of `id` in the file table, if it has one.
@@ -446,7 +556,118 @@ impl<H: Handler> UringLoop<H> {
     /// Forgets `id` (no operation in flight for it): empties its slot, then the shared part.
     fn finalize(&mut self, id: ConnId) {
         self.release_slot(id);
+        self.release_bufs(id);
         self.core.finalize(id);
+    }
+
+    /// Registered send buffers: lends an open connection the two it holds while it is here
+    /// (one for `output.out`, one for `output.sending`), as far as the region has them. The
+    /// batch on the wire is only replaced when nothing of it is in flight or unsent; what
+    /// `out` holds is copied into its buffer (a handshake's few bytes).
+    fn ensure_bufs(&mut self, id: ConnId) {
+        let Some(bufs) = self.sendbufs.as_mut() else {
+            return;
+        };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
+        let io = io_entry(&mut self.io, id);
+        if io.out_buf.is_some() && io.sending_buf.is_some() {
+            return;
+        }
+        let mut changed = false;
+        if io.sending_buf.is_none() && !c.send_inflight && c.output.sent >= c.output.sending.len() {
+            if let Some((k, v)) = bufs.take() {
+                c.output.sending = v;
+                c.output.sent = 0;
+                io.sending_buf = Some(k);
+                changed = true;
+            }
+        }
+        if io.out_buf.is_none() && c.output.out.len() <= bufs.bytes() {
+            if let Some((k, mut v)) = bufs.take() {
+                v.extend_from_slice(&c.output.out);
+                c.output.out = v;
+                io.out_buf = Some(k);
+                changed = true;
+            }
+        }
+        if changed {
+            self.core
+                .wiring
+                .stats()
+                .fixed_bufs_lent
+                .store(bufs.lent() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Takes back the registered send buffers of `id` (nothing of its in flight): it is
+    /// finalized or leaves for another shard. A buffer that grew is replaced (counted).
+    fn release_bufs(&mut self, id: ConnId) {
+        let Some(bufs) = self.sendbufs.as_mut() else {
+            return;
+        };
+        let Some(io) = self
+            .io
+            .get_mut(id.index as usize)
+            .filter(|e| e.generation == id.generation)
+        else {
+            return;
+        };
+        let Some(c) = self.core.table.get_mut(id) else {
+            return;
+        };
+        let stats = self.core.wiring.stats();
+        let mut give = |k: u16, v: Vec<u8>| {
+            if !bufs.give_back(&self.ring, k, v) {
+                ShardStats::add(&stats.fixed_buf_outgrown, 1);
+            }
+        };
+        if let Some(k) = io.sending_buf.take() {
+            c.output.sent = 0;
+            give(k, std::mem::take(&mut c.output.sending));
+        }
+        if let Some(k) = io.out_buf.take() {
+            give(k, std::mem::take(&mut c.output.out));
+        }
+        stats
+            .fixed_bufs_lent
+            .store(bufs.lent() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `Output::take_batch` of `id`, with its registered send buffers: when `out` becomes the
+    /// batch on the wire, their indexes swap with them, and a batch that outgrew its buffer
+    /// (the allocator moved it: it is no longer the registered memory) loses the index, which
+    /// gets new memory (counted `fixed_buf_outgrown`).
+    fn take_batch(&mut self, id: ConnId) -> bool {
+        let Some(c) = self.core.table.get_mut(id) else {
+            return false;
+        };
+        let swaps = c.output.sent >= c.output.sending.len() && !c.output.out.is_empty();
+        let want = c.output.take_batch();
+        if !swaps {
+            return want;
+        }
+        let Some(bufs) = self.sendbufs.as_mut() else {
+            return want;
+        };
+        let Some(io) = self
+            .io
+            .get_mut(id.index as usize)
+            .filter(|e| e.generation == id.generation)
+        else {
+            return want;
+        };
+        std::mem::swap(&mut io.out_buf, &mut io.sending_buf);
+        if let Some(k) = io.sending_buf {
+            if !bufs.intact(k, &c.output.sending) {
+                io.sending_buf = None;
+                io.outgrown = true;
+                bufs.replace(&self.ring, k);
+                ShardStats::add(&self.core.wiring.stats().fixed_buf_outgrown, 1);
+            }
+        }
+        want
     }
 
     /// Finalizes `id` if no operation of its is in flight (and, with `shut_only`, its socket is
@@ -489,8 +710,10 @@ impl<H: Handler> UringLoop<H> {
         c.output.discard();
         c.send_inflight = false;
         self.sends_inflight = self.sends_inflight.saturating_sub(1);
-        self.zc_orphans.push((conn_ud(K_SEND, id), batch));
-        self.io_mut(id).zc_result = None;
+        let io = self.io_mut(id);
+        io.zc_result = None;
+        let buf = io.sending_buf.take();
+        self.zc_orphans.push((conn_ud(K_SEND, id), batch, buf));
     }
 
     /// The features in use (for the start-up log line).
@@ -823,20 +1046,34 @@ impl<H: Handler> UringLoop<H> {
         let unsent = c.output.unsent();
         let len = unsent.len().min(1 << 30) as u32;
         let raw = c.fd.as_raw_fd();
-        let plain_next = self
+        let io = self
             .io
             .get(id.index as usize)
-            .is_some_and(|e| e.generation == id.generation && e.plain_next);
+            .filter(|e| e.generation == id.generation);
+        let plain_next = io.is_some_and(|e| e.plain_next);
+        let outgrown = io.is_some_and(|e| e.outgrown);
         let zc = zc_min > 0 && len >= zc_min && !plain_next;
+        // The batch's registered buffer (still the registered memory: checked when it became
+        // the batch), where this kind of send may name one.
+        let fixed_kind = self.sendbufs.as_ref().is_some_and(|b| zc || b.plain);
+        let fixed = io.and_then(|e| e.sending_buf).filter(|_| fixed_kind);
         let e = if zc {
             on_socket!(slot, raw, |fd| opcode::SendZc::new(
                 fd,
                 unsent.as_ptr(),
                 len
             )
+            .buf_index(fixed)
             .flags(libc::MSG_NOSIGNAL)
             .zc_flags(SEND_ZC_REPORT_USAGE)
             .build())
+        } else if let Some(k) = fixed {
+            // buf_group shares the SQE's field with buf_index.
+            on_socket!(slot, raw, |fd| opcode::Send::new(fd, unsent.as_ptr(), len)
+                .ioprio(RECVSEND_FIXED_BUF)
+                .buf_group(k)
+                .flags(libc::MSG_NOSIGNAL)
+                .build())
         } else {
             on_socket!(slot, raw, |fd| opcode::Send::new(fd, unsent.as_ptr(), len)
                 .flags(libc::MSG_NOSIGNAL)
@@ -844,13 +1081,22 @@ impl<H: Handler> UringLoop<H> {
         };
         c.send_inflight = true;
         self.sends_inflight += 1;
+        let stats = self.core.wiring.stats();
         if zc {
-            ShardStats::add(&self.core.wiring.stats().zc_sends, 1);
+            ShardStats::add(&stats.zc_sends, 1);
+        }
+        if fixed.is_some() {
+            ShardStats::add(&stats.fixed_buf_sends, 1);
+        } else if fixed_kind && !outgrown {
+            // The connection holds no registered buffer for this batch: the region had none
+            // left when it asked.
+            ShardStats::add(&stats.fixed_buf_exhausted, 1);
         }
         let io = self.io_mut(id);
         io.zc_result = None;
         io.zc_inflight = zc;
         io.plain_next = false;
+        io.outgrown = false;
         self.push(e.user_data(conn_ud(K_SEND, id)));
     }
 
@@ -901,9 +1147,18 @@ impl<H: Handler> UringLoop<H> {
         if res as u32 & NOTIF_USAGE_ZC_COPIED != 0 {
             ShardStats::add(&stats.zc_copied, 1);
         }
-        if let Some(i) = self.zc_orphans.iter().position(|(u, _)| *u == user_data) {
-            // Its connection is gone: the batch may be freed now.
-            self.zc_orphans.swap_remove(i);
+        if let Some(i) = self.zc_orphans.iter().position(|(u, _, _)| *u == user_data) {
+            // Its connection is gone: the batch may be freed now (a registered send buffer
+            // goes home).
+            let (_, batch, buf) = self.zc_orphans.swap_remove(i);
+            if let (Some(k), Some(bufs)) = (buf, self.sendbufs.as_mut()) {
+                if !bufs.give_back(&self.ring, k, batch) {
+                    ShardStats::add(&stats.fixed_buf_outgrown, 1);
+                }
+                stats
+                    .fixed_bufs_lent
+                    .store(bufs.lent() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
             return;
         }
         let held = self
@@ -940,7 +1195,7 @@ impl<H: Handler> UringLoop<H> {
                     c.hup_poll_armed,
                     c.hup_cancel_inflight,
                 );
-                let want_send = !c.send_inflight && c.output.take_batch();
+                let want_send = !c.send_inflight && self.take_batch(id);
                 if armed && !cancelling {
                     self.cancel_recv(id);
                 }
@@ -962,8 +1217,10 @@ impl<H: Handler> UringLoop<H> {
                     .get_mut(id)
                     .is_some_and(|c| !c.ops_inflight() && !c.hup_cancel_inflight);
                 if idle && self.core.move_ready(id) {
-                    // The other shard gets the process's fd; this ring's slot is emptied.
+                    // The other shard gets the process's fd; this ring's slot is emptied and
+                    // its send buffers go home.
                     self.release_slot(id);
+                    self.release_bufs(id);
                     self.core.complete_move(id);
                 }
             }
@@ -971,7 +1228,9 @@ impl<H: Handler> UringLoop<H> {
                 let paused = !may_read;
                 let (armed, cancelling, hup_poll) =
                     (c.recv_armed, c.cancel_inflight, c.hup_poll_armed);
-                let want_send = !c.send_inflight && c.output.take_batch();
+                let inflight = c.send_inflight;
+                self.ensure_bufs(id);
+                let want_send = !inflight && self.take_batch(id);
                 if !paused && !armed && !cancelling {
                     self.arm_recv(id);
                 } else if paused && armed && !cancelling {
@@ -1008,9 +1267,9 @@ impl<H: Handler> UringLoop<H> {
                         self.push(e);
                     }
                 } else if !c.send_inflight {
-                    if c.output.take_batch() {
+                    if self.take_batch(id) {
                         self.start_send(id);
-                    } else {
+                    } else if let Some(c) = self.core.table.get_mut(id) {
                         net::shutdown(&c.fd);
                         c.phase = Phase::Shut;
                     }
@@ -1202,6 +1461,21 @@ impl<H: Handler> UringLoop<H> {
         if res > 0 {
             self.receivers
                 .note(&mut c.recv_window, self.core.now.mono_ns);
+            if self.features.napi_busy_poll_us > 0 {
+                let raw = c.fd.as_raw_fd();
+                let io = io_entry(&mut self.io, id);
+                if !io.napi_checked {
+                    // Once per connection here: does its socket receive through a NIC queue
+                    // that NAPI busy polling can poll?
+                    io.napi_checked = true;
+                    let stats = self.core.wiring.stats();
+                    if napi_id(raw) != 0 {
+                        ShardStats::add(&stats.napi_sockets, 1);
+                    } else {
+                        ShardStats::add(&stats.napi_none, 1);
+                    }
+                }
+            }
             let n = res as usize;
             match (bid, self.bufring.as_mut()) {
                 (Some(bid), Some(b)) => {
@@ -1604,6 +1878,12 @@ pub(crate) fn ring_options(
         },
         send_zc: cfg.zero_copy_send_min > 0,
         recv_bundle: cfg.recv_bundles,
+        fixed_send_buffers: cfg.fixed_send_buffers,
+        fixed_send_buffer_bytes: cfg.fixed_send_buffer_bytes,
+        napi: (cfg.napi_busy_poll_us > 0).then_some(NapiSetup {
+            busy_poll_us: cfg.napi_busy_poll_us,
+            prefer_busy_poll: cfg.napi_prefer_busy_poll,
+        }),
     })
 }
 

@@ -6,6 +6,7 @@
 
 mod bufring;
 pub(crate) mod event_loop;
+pub(crate) mod sendbuf;
 
 pub use bufring::BufRing;
 pub use event_loop::UringLoop;
@@ -68,6 +69,14 @@ pub struct Features {
     pub fixed_files: u32,
     /// IORING_FEAT_RECVSEND_BUNDLE (6.10): one receive fills several provided buffers.
     pub recv_bundle: bool,
+    /// Slots of the sparse buffer table registered in the ring (`runtime.fixed_send_buffers`);
+    /// 0: none. The loop fills them with its registered send buffers.
+    pub fixed_send_buffers: u32,
+    /// Plain sends (IORING_OP_SEND) may name a registered buffer too (IORING_RECVSEND_FIXED_BUF;
+    /// zero-copy sends always may). Set by the loop after it tried one.
+    pub fixed_send_plain: bool,
+    /// NAPI busy polling is registered on the ring with this timeout, µs (0: not registered).
+    pub napi_busy_poll_us: u32,
 }
 
 impl Features {
@@ -92,6 +101,8 @@ impl Features {
             (self.fixed_files > 0, "FIXED_FILES"),
             (self.op_send_zc, "SEND_ZC"),
             (self.recv_bundle, "RECVSEND_BUNDLE"),
+            (self.fixed_send_buffers > 0, "FIXED_SEND_BUFFERS"),
+            (self.napi_busy_poll_us > 0, "NAPI"),
         ];
         let on: Vec<&str> = flags.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
         let off: Vec<&str> = flags.iter().filter(|(b, _)| !*b).map(|(_, n)| *n).collect();
@@ -109,6 +120,20 @@ impl Features {
         }
         if self.fixed_files > 0 {
             parts.push(format!("fixed files: {} slots", self.fixed_files));
+        }
+        if self.fixed_send_buffers > 0 {
+            parts.push(format!(
+                "fixed send buffers: {} ({})",
+                self.fixed_send_buffers,
+                if self.fixed_send_plain {
+                    "zero-copy and plain sends"
+                } else {
+                    "zero-copy sends only: the kernel refuses them in IORING_OP_SEND"
+                }
+            ));
+        }
+        if self.napi_busy_poll_us > 0 {
+            parts.push(format!("napi: busy poll {} µs", self.napi_busy_poll_us));
         }
         if !off.is_empty() {
             parts.push(format!("off: {}", off.join(",")));
@@ -151,6 +176,14 @@ pub enum SetupError {
     SendZc,
     /// Receive bundles were asked for and the kernel has no IORING_FEAT_RECVSEND_BUNDLE.
     RecvBundle,
+    /// The kernel refused the registered send buffers (`runtime.fixed_send_buffers`): this
+    /// many of this many bytes each.
+    FixedSendBuffers(io::Error, u32, u32),
+    /// Registered send buffers were asked for without zero-copy sends, and the kernel names
+    /// registered buffers in zero-copy sends only.
+    FixedSendNeedsZc,
+    /// The kernel refused NAPI busy polling (`runtime.napi_busy_poll_us`) on the ring.
+    Napi(io::Error),
 }
 
 /// The soft RLIMIT_NOFILE (`None`: unknown or unlimited).
@@ -242,6 +275,50 @@ impl fmt::Display for SetupError {
                 "receive bundles refused: the kernel's io_uring lacks IORING_FEAT_RECVSEND_BUNDLE (Linux 6.10+): \
                  set runtime.recv_bundles = false"
             ),
+            SetupError::FixedSendBuffers(e, n, bytes) => {
+                let hint = match e.raw_os_error() {
+                    Some(libc::ENOMEM) => format!(
+                        "out of locked memory: the kernel pins and charges every page of them to \
+                         RLIMIT_MEMLOCK (without CAP_IPC_LOCK): raise `ulimit -l` / LimitMEMLOCK= by \
+                         at least {} KiB per shard, or lower runtime.fixed_send_buffers",
+                        crate::memlock::fixed_send_bytes(*n, *bytes).div_ceil(1024)
+                    ),
+                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => {
+                        "this kernel cannot update a sparse buffer table (Linux 5.19+): \
+                         set runtime.fixed_send_buffers = 0"
+                            .to_string()
+                    }
+                    _ => "set runtime.fixed_send_buffers = 0".to_string(),
+                };
+                write!(
+                    f,
+                    "io_uring registered send buffers refused ({n} of {bytes} bytes, \
+                     runtime.fixed_send_buffers / fixed_send_buffer_bytes): {e}: {hint}"
+                )
+            }
+            SetupError::FixedSendNeedsZc => write!(
+                f,
+                "registered send buffers refused: this kernel sends from registered buffers in \
+                 zero-copy sends only (IORING_OP_SEND_ZC; IORING_OP_SEND refuses \
+                 IORING_RECVSEND_FIXED_BUF), and runtime.zero_copy_send_min is 0: set it (1 sends \
+                 every batch zero-copy from them) or set runtime.fixed_send_buffers = 0"
+            ),
+            SetupError::Napi(e) => {
+                let hint = match e.raw_os_error() {
+                    Some(libc::EINVAL) => {
+                        "this kernel's io_uring has no IORING_REGISTER_NAPI (Linux 6.9+)"
+                    }
+                    Some(libc::EOPNOTSUPP) => {
+                        "this kernel was built without busy polling (CONFIG_NET_RX_BUSY_POLL)"
+                    }
+                    _ => "the kernel refused it",
+                };
+                write!(
+                    f,
+                    "NAPI busy polling refused (runtime.napi_busy_poll_us): {e}: {hint}: \
+                     set runtime.napi_busy_poll_us = 0"
+                )
+            }
             SetupError::SendZc => write!(
                 f,
                 "zero-copy sends refused: the kernel's io_uring lacks IORING_OP_SEND_ZC (Linux 6.0+): \
@@ -284,6 +361,21 @@ pub struct RingOptions {
     pub send_zc: bool,
     /// The ring must offer receive bundles (`runtime.recv_bundles` was asked for).
     pub recv_bundle: bool,
+    /// Register a sparse buffer table of this many slots (0: none), for the loop's
+    /// registered send buffers; refused, never skipped.
+    pub fixed_send_buffers: u32,
+    /// Their size (for the messages; the loop allocates them).
+    pub fixed_send_buffer_bytes: u32,
+    /// Register the ring for NAPI busy polling; refused, never skipped.
+    pub napi: Option<NapiSetup>,
+}
+
+/// NAPI busy polling of a ring (IORING_REGISTER_NAPI, dynamic tracking: the kernel polls the
+/// NAPI ids of the sockets the ring's operations touch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NapiSetup {
+    pub busy_poll_us: u32,
+    pub prefer_busy_poll: bool,
 }
 
 /// Creates a ring of `entries` SQ entries (CQ twice that) on the calling
@@ -444,6 +536,28 @@ pub fn setup_ring_with(
                         .register_files_sparse(opts.fixed_files)
                         .map_err(|e| SetupError::FixedFiles(e, opts.fixed_files))?;
                     f.fixed_files = opts.fixed_files;
+                }
+                if opts.fixed_send_buffers > 0 {
+                    // Empty slots are not charged; the loop fills them (locked memory).
+                    ring.submitter()
+                        .register_buffers_sparse(opts.fixed_send_buffers)
+                        .map_err(|e| {
+                            SetupError::FixedSendBuffers(
+                                e,
+                                opts.fixed_send_buffers,
+                                opts.fixed_send_buffer_bytes,
+                            )
+                        })?;
+                    f.fixed_send_buffers = opts.fixed_send_buffers;
+                }
+                if let Some(n) = opts.napi {
+                    let mut napi = io_uring::types::Napi::new()
+                        .set_busy_poll_timeout(n.busy_poll_us)
+                        .set_prefer_busy_poll(n.prefer_busy_poll);
+                    ring.submitter()
+                        .register_napi(&mut napi)
+                        .map_err(SetupError::Napi)?;
+                    f.napi_busy_poll_us = n.busy_poll_us;
                 }
                 return Ok((ring, f));
             }
