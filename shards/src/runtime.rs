@@ -265,6 +265,12 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                             let bufs = crate::uring::event_loop::register_send_bufs(
                                 &mut ring, &mut f, &probe_cfg,
                             );
+                            if matches!(bufs, Ok(Some(_))) {
+                                // Given back now, not when the kernel gets round to tearing
+                                // the ring down: the shards' own are charged next, and
+                                // RLIMIT_MEMLOCK is counted per user.
+                                let _ = ring.submitter().unregister_buffers();
+                            }
                             drop(ring);
                             if let Err(e) = bufs {
                                 return Ok(Err(e));

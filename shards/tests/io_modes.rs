@@ -506,84 +506,68 @@ fn fixed_files_resume_on_another_shard() {
     assert!(err.contains("fixed_files on (4 slots per shard"), "{err}");
 }
 
-/// Zero-copy sends of a server without CAP_IPC_LOCK: the kernel charges each send's pages to
-/// RLIMIT_MEMLOCK until its notification. A response larger than the whole limit (512 KiB
-/// here) is refused by it (ENOMEM), goes out with an ordinary send, arrives whole, and is
-/// counted (`zc_refused`); the small ones before and after go zero-copy.
-#[test]
-fn zero_copy_sends_the_locked_memory_limit_refuses_go_out_copied() {
+/// Runs the server without CAP_IPC_LOCK under a locked-memory limit of `limit_bytes`, as a
+/// service user would: the kernel charges its rings, registered buffers and zero-copy sends.
+fn without_ipc_lock(cmd: &mut Command, limit_bytes: u64) {
     use std::os::unix::process::CommandExt;
-    let dir = TempDir::new("uaring-io-zc-memlock");
-    let stats_path = dir.join("stats.json");
-    let server = Server::start_with(
-        &[
-            "--contract",
-            "--io-backend",
-            "uring",
-            "--shards",
-            "1",
-            "--zero-copy-send-min",
-            "1",
-            "--stats-file",
-            stats_path.to_str().expect("path"),
-        ],
-        |cmd| {
-            // SAFETY: only async-signal-safe calls (setrlimit, prctl, capget/capset) between
-            // fork and exec.
-            unsafe {
-                cmd.pre_exec(|| {
-                    let lim = libc::rlimit {
-                        rlim_cur: 512 << 10,
-                        rlim_max: 512 << 10,
-                    };
-                    libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim);
-                    // Root keeps no CAP_IPC_LOCK across exec: out of the bounding set and the
-                    // inheritable and ambient sets (errors mean it was not there to drop).
-                    const CAP_IPC_LOCK: u32 = 14;
-                    libc::prctl(
-                        libc::PR_CAPBSET_DROP,
-                        CAP_IPC_LOCK as libc::c_ulong,
-                        0,
-                        0,
-                        0,
-                    );
-                    libc::prctl(
-                        libc::PR_CAP_AMBIENT,
-                        libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                        0,
-                        0,
-                        0,
-                    );
-                    #[repr(C)]
-                    struct Header {
-                        version: u32,
-                        pid: i32,
-                    }
-                    #[repr(C)]
-                    #[derive(Clone, Copy)]
-                    struct Data {
-                        effective: u32,
-                        permitted: u32,
-                        inheritable: u32,
-                    }
-                    let mut h = Header {
-                        version: 0x2008_0522,
-                        pid: 0,
-                    };
-                    let mut d = [Data {
-                        effective: 0,
-                        permitted: 0,
-                        inheritable: 0,
-                    }; 2];
-                    if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) == 0 {
-                        d[0].inheritable &= !(1 << CAP_IPC_LOCK);
-                        libc::syscall(libc::SYS_capset, &mut h, d.as_ptr());
-                    }
-                    Ok(())
-                });
+    // SAFETY: only async-signal-safe calls (setrlimit, prctl, capget/capset) between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit_bytes,
+                rlim_max: limit_bytes,
+            };
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim);
+            // Root keeps no CAP_IPC_LOCK across exec: out of the bounding set and the
+            // inheritable and ambient sets (errors mean it was not there to drop).
+            const CAP_IPC_LOCK: u32 = 14;
+            libc::prctl(
+                libc::PR_CAPBSET_DROP,
+                CAP_IPC_LOCK as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            );
+            #[repr(C)]
+            struct Header {
+                version: u32,
+                pid: i32,
             }
-        },
-    );
+            #[repr(C)]
+            #[derive(Clone, Copy)]
+            struct Data {
+                effective: u32,
+                permitted: u32,
+                inheritable: u32,
+            }
+            let mut h = Header {
+                version: 0x2008_0522,
+                pid: 0,
+            };
+            let mut d = [Data {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            }; 2];
+            if libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) == 0 {
+                d[0].inheritable &= !(1 << CAP_IPC_LOCK);
+                libc::syscall(libc::SYS_capset, &mut h, d.as_ptr());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The server runs without CAP_IPC_LOCK.
+fn assert_no_ipc_lock(server: &Server) {
     let status =
         std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).expect("status");
     let eff = status
@@ -592,6 +576,41 @@ fn zero_copy_sends_the_locked_memory_limit_refuses_go_out_copied() {
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .expect("CapEff");
     assert_eq!(eff & (1 << 14), 0, "the server runs without CAP_IPC_LOCK");
+}
+
+/// Zero-copy sends of a server without CAP_IPC_LOCK: the kernel charges each send's pages to
+/// RLIMIT_MEMLOCK until its notification. A response larger than the whole limit (512 KiB
+/// here) is refused by it (ENOMEM), goes out with an ordinary send, arrives whole, and is
+/// counted (`zc_refused`); the small ones before and after go zero-copy. With registered send
+/// buffers (`fixed`), which the kernel charged at start within the same limit, the small ones
+/// name their buffer; the big one outgrows it and takes the same way as without them.
+fn zero_copy_under_memlock(fixed: bool) {
+    // The kernel counts locked memory per user, not per process: two servers of this user
+    // without CAP_IPC_LOCK under a tight limit would be charged for each other's rings and
+    // buffers. One at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TempDir::new(&format!("uaring-io-zc-memlock-{fixed}"));
+    let stats_path = dir.join("stats.json");
+    let pki = dir.join("pki");
+    let mut args = vec![
+        "--pki",
+        pki.to_str().expect("path"),
+        "--contract",
+        "--io-backend",
+        "uring",
+        "--shards",
+        "1",
+        "--zero-copy-send-min",
+        "1",
+        "--stats-file",
+        stats_path.to_str().expect("path"),
+    ];
+    if fixed {
+        args.extend_from_slice(&["--fixed-send-buffers", "4"]);
+    }
+    let server = Server::start_with(&args, |cmd| without_ipc_lock(cmd, 512 << 10));
+    assert_no_ipc_lock(&server);
     let mut c = Client::connect(&server.url(), T).expect("client");
     c.activate_session_anonymous().expect("session");
     let value = NodeId::numeric(1, 1001);
@@ -615,9 +634,23 @@ fn zero_copy_sends_the_locked_memory_limit_refuses_go_out_copied() {
         "the big response was refused zero-copy: {json}"
     );
     assert!(field_values(&json, "zc_notifs")[0] >= 3, "{json}");
+    if fixed {
+        assert!(field_values(&json, "fixed_buf_sends")[0] >= 3, "{json}");
+        assert!(field_values(&json, "fixed_buf_outgrown")[0] >= 1, "{json}");
+    }
     drop(c);
     let (code, _, err) = server.terminate();
     assert_eq!(code, Some(0), "stderr:\n{err}");
+}
+
+#[test]
+fn zero_copy_sends_the_locked_memory_limit_refuses_go_out_copied() {
+    zero_copy_under_memlock(false);
+}
+
+#[test]
+fn registered_send_buffers_within_the_locked_memory_limit() {
+    zero_copy_under_memlock(true);
 }
 
 #[test]
