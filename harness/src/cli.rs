@@ -82,6 +82,19 @@ pub struct PlacementsOpts {
     /// Write the variant file here (default: stdout).
     #[arg(long, value_name = "FILE")]
     pub out: Option<String>,
+    /// Propose SQPOLL poller placements by core class instead (one shard on the fastest
+    /// class; the poller on the same CPU, its SMT sibling, a slower class's core, a
+    /// dedicated core, another NUMA node), as variant lines for the io-modes scenarios.
+    #[arg(long)]
+    pub pollers: bool,
+    /// With --pollers: the arguments of `uaring serve` in every line, before the poller's.
+    #[arg(
+        long,
+        default_value = "--io-backend uring --shards 1",
+        allow_hyphen_values = true,
+        requires = "pollers"
+    )]
+    pub server_args: String,
 }
 
 /// How the load client hands requests to the kernel.
