@@ -19,7 +19,6 @@
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
-const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
 const {
@@ -33,7 +32,7 @@ const {
   ClientMonitoredItem,
   TimestampsToReturn,
 } = require("node-opcua-client");
-const { startServer, cpusArgs } = require("./server");
+const { startServer, startRelay, cpusArgs } = require("./server");
 
 const INT32 = "ns=1;s=Demo.Static.Int32";
 const CYCLES = 50;
@@ -53,42 +52,6 @@ async function waitFor(pred, ms = 15000, what = "condition") {
     await sleep(10);
   }
   assert.ok(pred(), `timed out waiting for ${what}`);
-}
-
-/** A TCP relay to the server whose connections can be dropped at will. */
-function startRelay(target) {
-  const { hostname, port } = new URL(target.replace("opc.tcp://", "http://"));
-  const pairs = new Set();
-  const srv = net.createServer((c) => {
-    const s = net.connect(Number(port), hostname);
-    const pair = [c, s];
-    pairs.add(pair);
-    const end = () => {
-      c.destroy();
-      s.destroy();
-      pairs.delete(pair);
-    };
-    c.on("error", end).on("close", end);
-    s.on("error", end).on("close", end);
-    c.pipe(s);
-    s.pipe(c);
-  });
-  return new Promise((resolve) => {
-    srv.listen(0, "127.0.0.1", () => {
-      resolve({
-        url: `opc.tcp://127.0.0.1:${srv.address().port}`,
-        open: () => pairs.size,
-        drop: () => {
-          for (const [c, s] of pairs) {
-            c.destroy();
-            s.destroy();
-          }
-          pairs.clear();
-        },
-        close: () => new Promise((r) => srv.close(() => r())),
-      });
-    });
-  });
 }
 
 function movedIn() {

@@ -4,6 +4,7 @@
 "use strict";
 const { spawn } = require("node:child_process");
 const fs = require("node:fs");
+const net = require("node:net");
 const os = require("node:os");
 const path = require("node:path");
 const readline = require("node:readline");
@@ -92,4 +93,40 @@ async function waitFor(pred, ms = 10000, every = 10) {
   return pred();
 }
 
-module.exports = { startServer, startExample, exampleBin, uaringBin, cpusArgs, batchedConfig, sleep, waitFor };
+/** A TCP relay to the server whose connections can be dropped at will. */
+function startRelay(target) {
+  const { hostname, port } = new URL(target.replace("opc.tcp://", "http://"));
+  const pairs = new Set();
+  const srv = net.createServer((c) => {
+    const s = net.connect(Number(port), hostname);
+    const pair = [c, s];
+    pairs.add(pair);
+    const end = () => {
+      c.destroy();
+      s.destroy();
+      pairs.delete(pair);
+    };
+    c.on("error", end).on("close", end);
+    s.on("error", end).on("close", end);
+    c.pipe(s);
+    s.pipe(c);
+  });
+  return new Promise((resolve) => {
+    srv.listen(0, "127.0.0.1", () => {
+      resolve({
+        url: `opc.tcp://127.0.0.1:${srv.address().port}`,
+        open: () => pairs.size,
+        drop: () => {
+          for (const [c, s] of pairs) {
+            c.destroy();
+            s.destroy();
+          }
+          pairs.clear();
+        },
+        close: () => new Promise((r) => srv.close(() => r())),
+      });
+    });
+  });
+}
+
+module.exports = { startServer, startExample, startRelay, exampleBin, uaringBin, cpusArgs, batchedConfig, sleep, waitFor };

@@ -9,9 +9,19 @@ hand-offs go between SQPOLL rings; a second module-scoped server runs one shared
 both shards (`--sqpoll shared`). The tests check the answers themselves (values, status codes,
 the order of notifications) and that the pollers are really there: `iou-sqp-*` threads of the
 server process, as many as the mode says.
+
+A third module-scoped server runs the modes that change how a send reaches the kernel instead:
+fixed files (`--fixed-files`), zero-copy sends of every batch (`--zero-copy-send-min 1`) and
+registered send buffers (`--fixed-send-buffers 8`, two per connection, named by index in those
+zero-copy sends), on the same two shards; its statistics file shows each of them in force.
 """
 import asyncio
+import json
 import os
+import tempfile
+import time
+
+import signal
 
 import pytest
 from asyncua import ua
@@ -41,20 +51,47 @@ def shards():
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
-@pytest.fixture(scope="module", params=["per-shard", "shared"])
+SEND_MODES = ["--fixed-files", "--zero-copy-send-min", "1", "--fixed-send-buffers", "8"]
+
+
+@pytest.fixture(scope="module", params=["per-shard", "shared", "send-modes"])
 def sqpoll_server(request):
-    args = [*cpus_args(), "--shards", str(shards()), "--distribution", "round-robin", "--config", SQPOLL_CONFIG]
+    stats = tempfile.NamedTemporaryFile(prefix="uaring-io-modes-", suffix=".json", delete=False)
+    stats.close()
+    args = [*cpus_args(), "--shards", str(shards()), "--distribution", "round-robin", "--stats-file", stats.name]
+    if request.param == "send-modes":
+        args += SEND_MODES
+    else:
+        args += ["--config", SQPOLL_CONFIG]
     if request.param == "shared":
         args += ["--sqpoll", "shared"]
     s = Server(*args)
     s.mode = request.param
+    s.stats_path = stats.name
     yield s
     code = s.stop()
+    os.unlink(stats.name)
     assert code == 0, f"uaring exited with {code} on SIGTERM"
 
 
+def shard_stats(server):
+    """The statistics file, rewritten at once (SIGUSR1): the list of shards."""
+    before = os.stat(server.stats_path).st_mtime_ns
+    server.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while os.stat(server.stats_path).st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for _ in range(50):
+        try:
+            with open(server.stats_path) as f:
+                return json.load(f)["shards"]
+        except ValueError:
+            time.sleep(0.02)
+    raise AssertionError("no statistics file")
+
+
 def test_the_pollers_are_threads_of_the_server(sqpoll_server):
-    want = shards() if sqpoll_server.mode == "per-shard" else 1
+    want = {"per-shard": shards(), "shared": 1, "send-modes": 0}[sqpoll_server.mode]
     assert len(pollers(sqpoll_server)) == want, pollers(sqpoll_server)
 
 
@@ -137,3 +174,28 @@ def test_subscription_receives_every_write_of_another_session_in_order(sqpoll_se
             await subscriber.disconnect()
 
     run(body())
+
+
+def test_the_send_modes_are_in_force(sqpoll_server):
+    """One session per shard at once (round robin): every shard registered sockets in its
+    file table, sent zero-copy and named registered send buffers, none found the region
+    exhausted."""
+    async def body():
+        clients = [await connected(sqpoll_server.url) for _ in range(shards())]
+        try:
+            for c in clients:
+                assert await c.get_node("ns=1;i=1001").read_value() is not None
+        finally:
+            for c in clients:
+                await c.disconnect()
+
+    run(body())
+    st = shard_stats(sqpoll_server)
+    if sqpoll_server.mode != "send-modes":
+        assert all(s["fixed_send_buffers"] == 0 and s["zc_sends"] == 0 for s in st), st
+        return
+    for s in st:
+        assert s["fixed_files"] and s["fixed_files_registered"] > 0, s
+        assert s["zero_copy_send_min"] == 1 and s["zc_sends"] > 0, s
+        assert s["fixed_send_buffers"] == 8 and s["fixed_buf_sends"] > 0, s
+        assert s["fixed_buf_exhausted"] == 0, s
