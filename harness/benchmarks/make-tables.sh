@@ -101,7 +101,10 @@ for t in $ALL; do
             --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
             --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default \
             --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default \
-            --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same ;;
+            --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same \
+            --ratio zc-send-min-1/default --ratio fixed-bufs-zc-1/zc-send-min-1 \
+            --ratio fixed-bufs-zc-4096/zc-send-min-4096 --ratio fixed-bufs-zc-1/default \
+            --ratio default-profiled/default --ratio sqpoll-same-profiled/sqpoll-same --sched ;;
         # SignAndEncrypt Reads per policy, RSA beside ECC; not in the default TABLES yet:
         # TABLES=ecc harness/benchmarks/make-tables.sh
         ecc) ecc_certs ecc
@@ -146,7 +149,7 @@ done
     section floor "Batched client: uaring against the same-loop echo floor, and SignAndEncrypt against None and native open62541"
     section batching "Batched waiting: clients sending each request on its own, uaring with and without it, native open62541 and the echo floor"
     section paced "Paced per-request clients: latency and CPU at the same offered load (open loop)"
-    section io-modes "I/O modes of the shard loop: SQPOLL placements and busy polling against the default, every server thread counted"
+    section io-modes "I/O modes of the shard loop: SQPOLL placements, busy polling, fixed files, zero-copy sends and registered send buffers against the default, every server thread counted, with profiles and scheduler states"
     section ecc "SignAndEncrypt Reads per security policy: RSA beside ECC_nistP256 and ECC_nistP384"
     section recv-bundles "Receive bundles: 2 KiB receive buffers with and without bundles against the default 16 KiB"
     if [ -f "$RES/stalled.md" ]; then

@@ -541,6 +541,10 @@ pub struct SummarizeOpts {
     /// scenario (server CPU per op and throughput). Repeatable.
     #[arg(long = "ratio", value_name = "A/B", value_parser = ratio_pair)]
     pub ratios: Vec<(String, String)>,
+    /// Add the scheduler states per thread class (`server_sched`, `client_sched`: time
+    /// running, runnable but waiting, migrations), medians per cell, after the tables.
+    #[arg(long)]
+    pub sched: bool,
 }
 
 fn ratio_pair(s: &str) -> Result<(String, String), String> {

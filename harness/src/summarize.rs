@@ -459,6 +459,164 @@ pub fn markdown(t: &Table) -> String {
     s
 }
 
+/// The run of `cell` with the median throughput (the lower middle of an even count).
+fn median_run(cell: &Cell) -> Option<&Map<String, Value>> {
+    let mut runs: Vec<&Map<String, Value>> = cell.runs.iter().collect();
+    runs.sort_by(|a, b| {
+        let f = |r: &Map<String, Value>| r.get("ops_per_s").and_then(Value::as_f64).unwrap_or(0.0);
+        f(a).partial_cmp(&f(b)).unwrap_or(std::cmp::Ordering::Equal)
+    });
+    runs.get(runs.len().saturating_sub(1) / 2).copied()
+}
+
+/// Profiles of the profiled cells (`run --profile`): for each, the run with the median
+/// throughput, its server threads most busy first with their CPU and top functions by self
+/// time, and the flame graph's file. Empty when no run was profiled.
+pub fn profiles(t: &Table) -> String {
+    let mut s = String::new();
+    for ((sc, v), cell) in ordered(t) {
+        let Some(run) = median_run(cell) else {
+            continue;
+        };
+        let Some(p) = run.get("profile") else {
+            continue;
+        };
+        if s.is_empty() {
+            s.push_str(
+                "#### Profiles: where the server's CPU went\n\n\
+                 perf `cpu-clock` samples of the server process during the measured window \
+                 (`run --profile`), the run with the median throughput of each profiled cell; a \
+                 thread's CPU is its samples × the period ÷ the window, in cores; its functions \
+                 are by self time, as shares of its samples. The flame graph and perf.data are \
+                 written beside the raw results (not kept in the repository: the command above \
+                 makes them again).\n\n\
+                 | scenario | variant | thread (class) | CPU, cores | top functions by self time | flame graph |\n\
+                 |---|---|---|---:|---|---|\n",
+            );
+        }
+        let svg = p
+            .pointer("/files/svg")
+            .and_then(Value::as_str)
+            .and_then(|f| std::path::Path::new(f).file_name())
+            .map(|f| format!("`{}`", f.to_string_lossy()))
+            .unwrap_or_default();
+        for th in p
+            .get("threads")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let cpu = th.get("cpu").and_then(Value::as_f64).unwrap_or(0.0);
+            if cpu < 0.01 {
+                continue;
+            }
+            let top: Vec<String> = th
+                .get("top")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|x| {
+                    format!(
+                        "`{}` {:.0} %",
+                        x.get("function").and_then(Value::as_str).unwrap_or("?"),
+                        x.get("share").and_then(Value::as_f64).unwrap_or(0.0) * 100.0
+                    )
+                })
+                .collect();
+            s.push_str(&format!(
+                "| {sc} | {v} | {} ({}) | {:.2} | {} | {svg} |\n",
+                th.get("name").and_then(Value::as_str).unwrap_or("?"),
+                th.get("class").and_then(Value::as_str).unwrap_or("?"),
+                cpu,
+                top.join(", ")
+            ));
+        }
+    }
+    if !s.is_empty() {
+        s.push('\n');
+    }
+    s
+}
+
+/// Scheduler states per thread class (`server_sched`, `client_sched`), medians per cell: a
+/// class's CPU seconds, the seconds it was runnable but waited for a CPU (run delay), and its
+/// migrations, so a placement table shows contention, not only CPU.
+pub fn sched(t: &Table) -> String {
+    let mut s = String::new();
+    for sc in &t.scenarios {
+        let cells: Vec<(&String, &Cell)> = t
+            .variants
+            .iter()
+            .filter_map(|v| t.cells.get(&(sc.clone(), v.clone())).map(|c| (v, c)))
+            .collect();
+        let classes = |key: &str| -> Vec<String> {
+            let mut out: Vec<String> = Vec::new();
+            for (_, c) in &cells {
+                for r in &c.runs {
+                    for k in r
+                        .get(key)
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flat_map(|o| o.keys())
+                    {
+                        if !out.contains(k) {
+                            out.push(k.clone());
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let (server, client) = (classes("server_sched"), classes("client_sched"));
+        if server.is_empty() && client.is_empty() {
+            continue;
+        }
+        s.push_str(&format!(
+            "#### Scheduler states: {sc}\n\nPer thread class, medians over runs: CPU seconds running · seconds runnable but waiting for a CPU (run delay) · migrations, in the measured window.\n\n| variant |"
+        ));
+        for c in &server {
+            s.push_str(&format!(" server {c} |"));
+        }
+        for c in &client {
+            s.push_str(&format!(" client {c} |"));
+        }
+        s.push_str("\n|---|");
+        for _ in server.iter().chain(&client) {
+            s.push_str("---|");
+        }
+        s.push('\n');
+        for (v, cell) in &cells {
+            s.push_str(&format!("| {v} |"));
+            for (key, list) in [("server_sched", &server), ("client_sched", &client)] {
+                for class in list {
+                    let vals = |f: &str| -> Vec<f64> {
+                        cell.runs
+                            .iter()
+                            .filter_map(|r| r.get(key)?.get(class)?.get(f)?.as_f64())
+                            .collect()
+                    };
+                    let med = |f: &str, d: usize| {
+                        Stat::of(&vals(f)).map_or("–".to_string(), |st| num(st.median, d))
+                    };
+                    if vals("cpu_s").is_empty() {
+                        s.push_str(" – |");
+                    } else {
+                        s.push_str(&format!(
+                            " {} · {} · {} |",
+                            med("cpu_s", 2),
+                            med("run_delay_s", 2),
+                            med("migrations", 0)
+                        ));
+                    }
+                }
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// Ratio tables: for each `A/B` pair, A's median divided by B's in every
 /// scenario where both ran: server CPU per op (below 1: A spends less) and
 /// throughput (above 1: A serves more).
@@ -673,6 +831,10 @@ pub fn summarize_main(a: &SummarizeOpts) -> Result<i32, String> {
     let mut md = header(&t, a.command.as_deref());
     md.push_str(&markdown(&t));
     md.push_str(&ratios(&t, &a.ratios));
+    md.push_str(&profiles(&t));
+    if a.sched {
+        md.push_str(&sched(&t));
+    }
     if let Some(prefix) = &a.svg {
         let mut links = String::new();
         for sc in &t.scenarios {
@@ -805,6 +967,53 @@ mod tests {
         assert!(
             !default.contains("prio"),
             "the default is not shown: {default}"
+        );
+    }
+
+    #[test]
+    fn profiles_of_the_median_run_and_scheduler_states() {
+        let row = |v: &str, ops: f64, shard_cpu: f64, poller: bool| {
+            let profile = if v == "sq-prof" {
+                format!(",\"profile\":{{\"files\":{{\"svg\":\"/r/io.read.{v}.r{ops}.svg\"}},\"threads\":[{{\"name\":\"iou-sqp-7\",\"class\":\"poller\",\"cpu\":0.61,\"top\":[{{\"function\":\"io_sq_thread\",\"share\":0.34}},{{\"function\":\"tcp_sendmsg\",\"share\":0.2}}]}},{{\"name\":\"uaring-shard-0\",\"class\":\"shard\",\"cpu\":{shard_cpu},\"top\":[]}},{{\"name\":\"idle\",\"class\":\"helper\",\"cpu\":0.001,\"top\":[]}}]}}")
+            } else {
+                String::new()
+            };
+            let poller = if poller {
+                ",\"poller\":{\"threads\":1,\"cpu_s\":3.1,\"run_delay_s\":1.25,\"timeslices\":9,\"migrations\":0}"
+            } else {
+                ""
+            };
+            format!("{{\"scenario\":\"read\",\"variant\":\"{v}\",\"ops_per_s\":{ops},\"clients\":1,\"inflight\":1,\"server_sched\":{{\"shard\":{{\"threads\":1,\"cpu_s\":{shard_cpu},\"run_delay_s\":0.95,\"timeslices\":5,\"migrations\":2}}{poller}}},\"client_sched\":{{\"load\":{{\"threads\":1,\"cpu_s\":4.0,\"run_delay_s\":0.1,\"timeslices\":3,\"migrations\":0}}}}{profile}}}\n")
+        };
+        let text = row("default", 10.0, 2.5, false)
+            + &row("sq-prof", 30.0, 0.3, true)
+            + &row("sq-prof", 10.0, 0.19, true)
+            + &row("sq-prof", 20.0, 0.2, true);
+        let t = group(&text).unwrap();
+        let p = profiles(&t);
+        // The median-throughput run (20 ops/s) of the profiled cell; threads under 0.01 cores left out.
+        assert!(p.contains("| read | sq-prof | iou-sqp-7 (poller) | 0.61 | `io_sq_thread` 34 %, `tcp_sendmsg` 20 % | `io.read.sq-prof.r20.svg` |"), "{p}");
+        assert!(
+            p.contains("| read | sq-prof | uaring-shard-0 (shard) | 0.20 |"),
+            "{p}"
+        );
+        assert!(!p.contains("idle") && !p.contains("| default |"), "{p}");
+        assert_eq!(
+            profiles(&group(&row("default", 1.0, 1.0, false)).unwrap()),
+            ""
+        );
+        let s = sched(&t);
+        assert!(
+            s.contains("| variant | server shard | server poller | client load |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| default | 2.50 · 0.95 · 2 | – | 4.00 · 0.10 · 0 |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| sq-prof | 0.20 · 0.95 · 2 | 3.10 · 1.25 · 0 | 4.00 · 0.10 · 0 |"),
+            "{s}"
         );
     }
 

@@ -1,6 +1,7 @@
 //! `--profile` and `--server-priority` / `--client-priority` end to end, through the
-//! `uaring-bench` binary against the real `uaring` binary and the native open62541 peer:
-//! a profile's files and its per-thread shares, what a priority run records, and the
+//! `uaring-bench` binary against the real `uaring` binary (with and without a SQPOLL poller)
+//! and the native open62541 peer: a profile's files and its per-thread shares, the scheduler
+//! states of the server's thread classes and of the client, what a priority run records, and the
 //! messages of a refused or malformed priority and of a missing perf. No timing is asserted.
 //! Needs perf (scripts/test-all.sh installs Debian's linux-perf when it is missing).
 
@@ -118,6 +119,20 @@ fn check_profile(v: &Value, dir: &Path, name: &str, thread: &str) -> Value {
     t
 }
 
+/// The scheduler states of the run: for the server's thread class `class` (one thread at
+/// least, CPU and slices counted, run delay and migrations read) and the client's load threads.
+fn check_sched(v: &Value, class: &str) {
+    let c = &v["server_sched"][class];
+    assert!(c["threads"].as_u64().unwrap_or(0) >= 1, "{class}: {v}");
+    assert!(c["cpu_s"].as_f64().unwrap_or(0.0) > 0.0, "{class}: {v}");
+    assert!(c["timeslices"].as_u64().unwrap_or(0) > 0, "{class}: {v}");
+    assert!(c["run_delay_s"].as_f64().is_some(), "{class}: {v}");
+    assert!(c["migrations"].as_u64().is_some(), "{class}: {v}");
+    let load = &v["client_sched"]["load"];
+    assert!(load["threads"].as_u64().unwrap_or(0) >= 1, "{v}");
+    assert!(load["cpu_s"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
+}
+
 #[test]
 fn profile_of_uaring_names_its_shard() {
     let dir = TempDir::new("uaring");
@@ -152,6 +167,59 @@ fn profile_of_uaring_names_its_shard() {
     assert!(t["top"].as_array().unwrap().len() <= 3, "{t}");
     assert_eq!(v["profile"]["classes"]["shard"]["threads"], 1, "{v}");
     assert_eq!(v["profile"]["call_graph"], "fp");
+    check_sched(&v, "shard");
+}
+
+/// A SQPOLL poller on the shard's CPU: the profile names the poller thread (`iou-sqp-*`, a
+/// thread of the server process) apart from the shard, with its own CPU and functions (the
+/// kernel's: the poller runs nothing else), and the scheduler states show the two threads
+/// of one CPU waiting for each other.
+#[test]
+fn profile_of_uaring_with_a_poller_names_the_poller() {
+    let dir = TempDir::new("uaring-sqpoll");
+    let bin = sibling("uaring", "uaring");
+    let out = short(
+        Command::new(BENCH)
+            .args([
+                "run",
+                "--scenario",
+                "read",
+                "--clients",
+                "2",
+                "--inflight",
+                "8",
+                "--send",
+                "per-request",
+            ])
+            .args([
+                "--server-bin",
+                bin.to_str().unwrap(),
+                "--server-args",
+                "--shards 1 --sqpoll per-shard --sqpoll-cpu same",
+            ])
+            .args(["--profile", "--profile-name", "sq"])
+            .arg("--profile-dir")
+            .arg(&dir.0),
+    )
+    .output()
+    .unwrap();
+    let v = json_of(&out);
+    assert_eq!(v["errors"], 0, "{v}");
+    let t = check_profile(&v, &dir.0, "sq", "iou-sqp-");
+    assert_eq!(t["class"], "poller", "{t}");
+    assert_eq!(v["profile"]["classes"]["poller"]["threads"], 1, "{v}");
+    assert!(
+        v["profile"]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("uaring-shard-0"))),
+        "the shard beside the poller: {v}"
+    );
+    check_sched(&v, "shard");
+    check_sched(&v, "poller");
 }
 
 #[test]
@@ -192,6 +260,8 @@ fn profile_of_the_native_open62541_peer() {
     // open62541 serves on its one thread, named after the executable (15 characters).
     let t = check_profile(&v, &dir.0, "o6", "open62541-cont");
     assert_eq!(t["class"], "helper", "{t}");
+    // The scheduler states of open62541's one thread, as for uaring's shards.
+    check_sched(&v, "helper");
 }
 
 #[test]
@@ -228,6 +298,26 @@ fn a_profiled_variant_of_a_sweep_writes_beside_the_results() {
     assert!(v.get("error").is_none(), "{v}");
     assert_eq!(v["profile"]["frequency_hz"], 499, "{v}");
     check_profile(&v, &dir.0, "res.echo.prof.r1", "uaring-shard-");
+    // The table says where the CPU went and how the threads were scheduled.
+    let out = Command::new(BENCH)
+        .args(["summarize", "--sched", "--in"])
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        md.contains("#### Profiles: where the server's CPU went"),
+        "{md}"
+    );
+    assert!(md.contains("| echo | prof | uaring-shard-"), "{md}");
+    assert!(md.contains("`res.echo.prof.r1.svg`"), "{md}");
+    assert!(md.contains("#### Scheduler states: echo"), "{md}");
+    assert!(md.contains("server shard"), "{md}");
 }
 
 #[test]
