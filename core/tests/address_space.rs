@@ -20,7 +20,7 @@ fn has_ref(
     fwd: bool,
     to: &NodeId,
 ) -> bool {
-    space.node(from).unwrap().references.iter().any(|r| {
+    space.node(from).unwrap().references.load().iter().any(|r| {
         r.reference_type == NodeId::ns0(rt)
             && r.is_forward == fwd
             && r.target.as_local() == Some(to)
@@ -80,8 +80,9 @@ fn inverse_references_are_added_once() {
         &NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE)
     ));
     assert_eq!(
-        a.type_definition_of(&b0).and_then(|t| t.as_local()),
-        Some(&NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE))
+        a.type_definition_of(&b0)
+            .and_then(|t| t.as_local().cloned()),
+        Some(NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE))
     );
     // Subtype links exist in both directions.
     assert!(has_ref(
@@ -100,7 +101,7 @@ fn inverse_references_are_added_once() {
     ));
     // No node lists the same reference twice.
     for n in a.nodes() {
-        let mut refs = n.references.clone();
+        let mut refs = n.references.load().to_vec();
         refs.sort();
         let len = refs.len();
         refs.dedup();
@@ -241,7 +242,7 @@ fn whole_namespace0_is_loaded() {
     }
     // Nothing left refers to a node left out.
     for n in a.nodes() {
-        for r in &n.references {
+        for r in n.references.load().iter() {
             if let Some(t) = r.target.as_local().filter(|t| t.namespace == 0) {
                 assert!(
                     a.node(t).is_some(),
@@ -263,10 +264,11 @@ fn whole_namespace0_is_loaded() {
     assert!(a.is_subtype_of(&NodeId::ns0(852), &NodeId::ns0(29)));
     // Every declared reference's local target got its inverse.
     for n in a.nodes() {
-        for r in &n.references {
+        for r in n.references.load().iter() {
             if let Some(t) = r.target.as_local().and_then(|t| a.node(t)) {
                 assert!(
                     t.references
+                        .load()
                         .iter()
                         .any(|b| b.reference_type == r.reference_type
                             && b.is_forward != r.is_forward
@@ -305,7 +307,7 @@ fn server_capabilities_have_no_null_values() {
         if id == NodeId::ns0(15606) {
             continue; // RoleSet: role management is not offered (its own issue)
         }
-        for r in &n.references {
+        for r in n.references.load().iter() {
             // HasComponent (47), HasProperty (46), forward.
             if r.is_forward
                 && (r.reference_type == NodeId::ns0(46) || r.reference_type == NodeId::ns0(47))
@@ -359,6 +361,7 @@ fn server_capabilities_list_the_aggregates_monitored_items_compute() {
         .node(&folder)
         .unwrap()
         .references
+        .load()
         .iter()
         .filter(|r| r.is_forward && r.reference_type == NodeId::ns0(35))
         .filter_map(|r| r.target.as_local().cloned())

@@ -122,7 +122,8 @@ fn server(app: &Arc<App>) -> Arc<ServerShared> {
             description: Default::default(),
             write_mask: 0,
             user_write_mask: 0,
-            references: vec![],
+            references: vec![].into(),
+            generation: 0,
             attributes: uaring_core::address_space::ClassAttributes::Method {
                 executable: true,
                 user_executable: true,

@@ -300,3 +300,180 @@ fn deleting_the_last_item_stops_watching_the_node() {
     a.monitor(s, bench_node(3), 100.0, 1);
     assert!(!shared.address_space.changes().watched(index));
 }
+
+/// A Double Variable under Objects, for a run-time edit.
+fn run_time_variable(name: &str, v: f64) -> uaring_core::address_space::Node {
+    uaring_core::address_space::build::make::variable(
+        NodeId::string(1, name),
+        uaring_core::QualifiedName::new(1, name),
+        NodeId::ns0(11),
+        -1,
+        Vec::new(),
+        DataValue::new(Variant::Double(v)),
+        3,
+        0.0,
+        Some((NodeId::ns0(85), 35)),
+    )
+}
+
+fn statuses(v: &[DataValue]) -> Vec<StatusCode> {
+    v.iter()
+        .map(|d| d.status.unwrap_or(StatusCode::Good))
+        .collect()
+}
+
+#[test]
+fn items_on_a_deleted_node_report_bad_node_id_unknown_and_a_readded_node_is_new() {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let mut a = Client::on(&shared, 0);
+    let mut b = Client::on(&shared, 1);
+    let (sa, sb) = (a.subscribe(50.0), b.subscribe(50.0));
+    let id = NodeId::string(1, "Run.V1");
+    // Added while both shards run: each takes the new version at its next timer pass.
+    let mut edit = shared.model.edit();
+    let index = edit.add_node(run_time_variable("Run.V1", 1.0)).unwrap();
+    let committed = shared.model.commit(edit).unwrap();
+    assert_eq!(committed.version, 1);
+    assert!(committed
+        .changes
+        .iter()
+        .any(|c| c.affected == id && c.verb & 1 != 0));
+    assert!(
+        committed
+            .changes
+            .iter()
+            .any(|c| c.affected == NodeId::ns0(85) && c.verb & 4 != 0),
+        "Objects gained a reference"
+    );
+    assert!(a.h.shard.model_changed());
+    // Exception-based on shard 0, sampled every 10 ms on shard 1.
+    a.collect(10);
+    b.collect(10);
+    assert!(!a.h.shard.model_changed());
+    assert!(a.monitor(sa, id.clone(), 0.0, 10).status_code.is_good());
+    assert!(b.monitor(sb, id.clone(), 10.0, 10).status_code.is_good());
+    assert_eq!(a.collect(60).len(), 1);
+    assert_eq!(b.collect(60).len(), 1);
+    let space = shared.model.load();
+    space
+        .store_value(index, DataValue::new(Variant::Double(2.0)))
+        .unwrap();
+    assert_eq!(a.collect(60).len(), 1);
+    assert_eq!(b.collect(60).len(), 1);
+    // Objects lists it (its references were swapped).
+    assert!(space
+        .node(&NodeId::ns0(85))
+        .unwrap()
+        .references
+        .load()
+        .iter()
+        .any(|r| r.target.node_id == id));
+
+    // Deleted: both items report BadNodeIdUnknown, once.
+    let mut edit = shared.model.edit();
+    edit.delete_node(&id, true).unwrap();
+    let committed = shared.model.commit(edit).unwrap();
+    assert!(committed
+        .changes
+        .iter()
+        .any(|c| c.affected == id && c.verb & 2 != 0));
+    assert_eq!(
+        statuses(&a.collect(60)),
+        vec![StatusCode::BadNodeIdUnknown],
+        "the exception-based item"
+    );
+    assert_eq!(
+        statuses(&b.collect(60)),
+        vec![StatusCode::BadNodeIdUnknown],
+        "the sampled item"
+    );
+    assert!(!shared.address_space.changes().watched(index));
+    assert!(!shared
+        .model
+        .load()
+        .node(&NodeId::ns0(85))
+        .unwrap()
+        .references
+        .load()
+        .iter()
+        .any(|r| r.target.node_id == id));
+    // A store through the old version's node reaches nobody.
+    let _ = space.store_value(index, DataValue::new(Variant::Double(3.0)));
+    drop(space);
+    assert!(a.collect(60).is_empty());
+
+    // Added again with the same id, at the same index (both shards are past the delete):
+    // a new node, the old items stay on the old one.
+    let mut edit = shared.model.edit();
+    let again = edit.add_node(run_time_variable("Run.V1", 5.0)).unwrap();
+    shared.model.commit(edit).unwrap();
+    assert_eq!(again, index, "the freed index is reused");
+    let space = shared.model.load();
+    assert_eq!(space.node_at(again).unwrap().generation, 1);
+    space
+        .store_value(again, DataValue::new(Variant::Double(6.0)))
+        .unwrap();
+    assert!(a.collect(60).is_empty());
+    assert!(b.collect(60).is_empty());
+    // A new item follows the new node.
+    assert!(a.monitor(sa, id.clone(), 0.0, 10).status_code.is_good());
+    assert_eq!(a.collect(60).len(), 1);
+    space
+        .store_value(again, DataValue::new(Variant::Double(7.0)))
+        .unwrap();
+    let got = a.collect(60);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].value, Variant::Double(7.0));
+}
+
+#[test]
+fn nodes_come_and_go_from_another_thread_while_two_shards_read_and_sample() {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let mut a = Client::on(&shared, 0);
+    let mut b = Client::on(&shared, 1);
+    let (sa, sb) = (a.subscribe(10.0), b.subscribe(10.0));
+    assert!(a.monitor(sa, bench_node(3), 0.0, 100).status_code.is_good());
+    assert!(b
+        .monitor(sb, bench_node(3), 10.0, 100)
+        .status_code
+        .is_good());
+    let writer = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            for round in 0..20u32 {
+                let mut edit = shared.model.edit();
+                for k in 0..50 {
+                    let name = format!("Churn.{round}.{k}");
+                    edit.add_node(run_time_variable(&name, k as f64)).unwrap();
+                }
+                if round > 0 {
+                    for k in 0..50 {
+                        let name = format!("Churn.{}.{k}", round - 1);
+                        edit.delete_node(&NodeId::string(1, &name), true).unwrap();
+                    }
+                }
+                shared.model.commit(edit).unwrap();
+            }
+        })
+    };
+    let mut rounds = 0;
+    while !writer.is_finished() || rounds < 3 {
+        a.write_i32(bench_node(3), rounds);
+        a.collect(10);
+        b.collect(10);
+        rounds += 1;
+    }
+    writer.join().unwrap();
+    a.collect(10);
+    b.collect(10);
+    let space = shared.model.load();
+    assert_eq!(space.version(), 20);
+    // The last round's 50 are there, the others gone; the indexes were reused.
+    assert!(space.node(&NodeId::string(1, "Churn.19.0")).is_some());
+    assert!(space.node(&NodeId::string(1, "Churn.18.0")).is_none());
+    assert!(space.index_bound() as usize <= shared.address_space.len() + 20 * 50 + 50);
+    // Both shards hold the last version; the items on a node that stayed kept reporting.
+    assert!(!a.h.shard.model_changed() && !b.h.shard.model_changed());
+    a.write_i32(bench_node(3), 1000);
+    assert_eq!(int_values(&a.collect(30)), vec![1000]);
+}

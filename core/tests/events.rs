@@ -1022,16 +1022,17 @@ fn event_and_condition_nodes() {
         Some(1)
     );
     let server = space.node(&NodeId::ns0(2253)).unwrap();
-    assert!(server.references.iter().any(|r| r.is_forward
+    assert!(server.references.load().iter().any(|r| r.is_forward
         && r.reference_type.as_ns0() == Some(ids::HAS_NOTIFIER)
         && r.target.as_local() == Some(&content::demo_folder_id())));
     let alarm = space.node(&content::alarm_id()).unwrap();
     assert_eq!(
-        alarm.type_definition().and_then(|t| t.as_local()),
-        Some(&NodeId::ns0(ids::ALARM_CONDITION_TYPE))
+        alarm.type_definition().and_then(|t| t.as_local().cloned()),
+        Some(NodeId::ns0(ids::ALARM_CONDITION_TYPE))
     );
     assert!(alarm
         .references
+        .load()
         .iter()
         .any(|r| r.target.as_local() == Some(&content::alarm_acknowledge_id())));
     assert!(space.is_subtype_of(

@@ -541,8 +541,8 @@ fn argument_tables_match_the_nodeset() {
     let space = &h.shard.shared().address_space;
     let args_of = |method: u32, prop: &str| -> Vec<(String, NodeId, i32)> {
         let node = space.node(&NodeId::ns0(method)).unwrap();
-        let Some(p) = node
-            .references
+        let refs = node.references.load();
+        let Some(p) = refs
             .iter()
             .filter(|r| r.is_forward)
             .filter_map(|r| r.target.as_local())

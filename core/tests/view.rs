@@ -323,8 +323,7 @@ fn result_mask_node_class_mask_and_direction() {
         .address_space
         .node(&NodeId::ns0(2253))
         .unwrap()
-        .type_definition()
-        .cloned();
+        .type_definition();
     assert_eq!(
         Some(server.type_definition.clone()).filter(|t| !t.node_id.is_null()),
         server_type,
@@ -628,7 +627,9 @@ fn browse_within_a_view_sees_its_nodes_only() {
                     reference_type: NodeId::ns0(35), // Organizes, from the Views folder
                     is_forward: false,
                     target: ExpandedNodeId::local(NodeId::ns0(87)),
-                }],
+                }]
+                .into(),
+                generation: 0,
                 attributes: ClassAttributes::View {
                     contains_no_loops: true,
                     event_notifier: 0,

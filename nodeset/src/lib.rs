@@ -365,7 +365,7 @@ pub fn load_sources(
         let doc = &docs[l.file];
         for p in &l.pending {
             let node = b.node(&p.id).expect("added");
-            for (r, el) in node.references.iter().zip(&p.refs) {
+            for (r, el) in node.references.load().iter().zip(&p.refs) {
                 let err = |m: String| LoadError {
                     file: sources[l.file].path.clone(),
                     line: line(doc, *el),
@@ -682,6 +682,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 b.set_role_permissions(id.clone(), rp);
             }
             let node = Node {
+                generation: 0,
                 node_id: id.clone(),
                 node_class,
                 browse_name,
@@ -689,7 +690,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 description,
                 write_mask: 0,
                 user_write_mask: 0,
-                references,
+                references: references.into(),
                 attributes,
             };
             b.add(node).map_err(|m| {
@@ -747,7 +748,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
             let eo = if value::is_subtype(b, &p.id, &NodeId::ns0(ids::STRUCTURE)) {
                 let node = b.node(&p.id).expect("added");
                 let mut default_encoding_id = NodeId::NULL;
-                for r in &node.references {
+                for r in node.references.load().iter() {
                     if r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_ENCODING) {
                         if let Some(t) = r.target.as_local().and_then(|t| b.node(t)) {
                             if t.browse_name.name.as_str() == "Default Binary" {
@@ -761,7 +762,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                     for q in pending {
                         let n = b.node(&q.id).expect("added");
                         if n.browse_name.name.as_str() == "Default Binary"
-                            && n.references.iter().any(|r| {
+                            && n.references.load().iter().any(|r| {
                                 !r.is_forward
                                     && r.reference_type.as_ns0() == Some(ids::HAS_ENCODING)
                                     && r.target.as_local() == Some(&p.id)

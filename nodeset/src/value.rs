@@ -22,6 +22,7 @@ const MAX_DEPTH: u32 = 32;
 pub(crate) fn supertype(b: &AddressSpaceBuilder, id: &NodeId) -> Option<NodeId> {
     b.node(id)?
         .references
+        .load()
         .iter()
         .find(|r| !r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE))
         .and_then(|r| r.target.as_local().cloned())
@@ -29,7 +30,7 @@ pub(crate) fn supertype(b: &AddressSpaceBuilder, id: &NodeId) -> Option<NodeId> 
             // Declared the other way round (forward HasSubtype on the supertype).
             b.nodes()
                 .find(|n| {
-                    n.references.iter().any(|r| {
+                    n.references.load().iter().any(|r| {
                         r.is_forward
                             && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE)
                             && r.target.as_local() == Some(id)
@@ -57,7 +58,7 @@ pub(crate) fn is_subtype(b: &AddressSpaceBuilder, id: &NodeId, base: &NodeId) ->
 pub(crate) fn encoding_map(b: &AddressSpaceBuilder) -> HashMap<NodeId, NodeId> {
     let mut m = HashMap::new();
     for n in b.nodes() {
-        for r in &n.references {
+        for r in n.references.load().iter() {
             if r.reference_type.as_ns0() != Some(ids::HAS_ENCODING) {
                 continue;
             }

@@ -104,6 +104,7 @@ fn di_and_machinery_load_with_namespaces_remapped() {
         .node(&NodeId::ns0(85))
         .unwrap()
         .references
+        .load()
         .iter()
         .any(|r| r.is_forward && r.target.as_local() == Some(&device_set)));
     // Machines (Machinery i=1001) too; its type is a Machinery type in Machinery's namespace.

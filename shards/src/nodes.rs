@@ -514,13 +514,7 @@ fn access(writable: bool) -> u8 {
 
 fn finish_variable(node: &mut Node, property: bool, description: &str, historizing: bool) {
     if property {
-        if let Some(r) = node
-            .references
-            .iter_mut()
-            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
-        {
-            r.target = ExpandedNodeId::local(NodeId::ns0(ids::PROPERTY_TYPE));
-        }
+        node.set_type_definition(NodeId::ns0(ids::PROPERTY_TYPE));
     }
     if !description.is_empty() {
         node.description = LocalizedText::text(description);
@@ -617,13 +611,7 @@ impl ObjectDef {
         };
         let mut node = folder(node_id.clone(), browse_name, parent.clone());
         node.references.retain(|r| r.is_forward);
-        if let Some(r) = node
-            .references
-            .iter_mut()
-            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
-        {
-            r.target = ExpandedNodeId::local(type_def.clone());
-        }
+        node.set_type_definition(type_def.clone());
         if let Some((_, rt)) = &self.parent {
             node.references.push(Reference {
                 reference_type: NodeId::ns0(*rt),
@@ -665,14 +653,14 @@ fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, N
     let mut out = Vec::new();
     let of = |r: &Reference| r.reference_type.as_ns0().filter(|t| types.contains(t));
     if let Some(n) = b.node(node) {
-        for r in &n.references {
+        for r in n.references.load().iter() {
             if let (Some(t), true, Some(id)) = (of(r), r.is_forward, r.target.as_local()) {
                 out.push((t, id.clone()));
             }
         }
     }
     for n in b.nodes() {
-        for r in &n.references {
+        for r in n.references.load().iter() {
             if let (Some(t), false) = (of(r), r.is_forward) {
                 if r.target.as_local() == Some(node) && !out.iter().any(|(_, x)| x == &n.node_id) {
                     out.push((t, n.node_id.clone()));
@@ -686,7 +674,7 @@ fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, N
 /// The supertype of a type node.
 fn supertype(b: &AddressSpaceBuilder, t: &NodeId) -> Option<NodeId> {
     if let Some(n) = b.node(t) {
-        for r in &n.references {
+        for r in n.references.load().iter() {
             if r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) && !r.is_forward {
                 return r.target.as_local().cloned();
             }
@@ -694,7 +682,7 @@ fn supertype(b: &AddressSpaceBuilder, t: &NodeId) -> Option<NodeId> {
     }
     b.nodes()
         .find(|n| {
-            n.references.iter().any(|r| {
+            n.references.load().iter().any(|r| {
                 r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE)
                     && r.is_forward
                     && r.target.as_local() == Some(t)
@@ -753,7 +741,7 @@ fn instantiate_mandatory(
                 namespace: instance.namespace,
                 identifier: suffixed(&instance.identifier, name.name.as_str()),
             };
-            let type_def = d.type_definition().and_then(|t| t.as_local()).cloned();
+            let type_def = d.type_definition().and_then(|t| t.as_local().cloned());
             match (d.node_class, &d.attributes) {
                 (NodeClass::Variable, ClassAttributes::Variable(v)) => {
                     let value = match &v.value {
@@ -777,13 +765,8 @@ fn instantiate_mandatory(
                     );
                     node.display_name = d.display_name.clone();
                     node.description = d.description.clone();
-                    if let (Some(t), Some(r)) = (
-                        type_def,
-                        node.references
-                            .iter_mut()
-                            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)),
-                    ) {
-                        r.target = ExpandedNodeId::local(t);
+                    if let Some(t) = type_def {
+                        node.set_type_definition(t);
                     }
                     b.add(node).map_err(Error::AddressSpace)?;
                     instantiate_mandatory(b, &decl, &id, depth + 1)?;
@@ -793,13 +776,8 @@ fn instantiate_mandatory(
                     let display_name = d.display_name.clone();
                     let mut node = folder(id.clone(), name, instance.clone());
                     node.references.retain(|r| r.is_forward);
-                    if let (Some(t), Some(r)) = (
-                        type_def,
-                        node.references
-                            .iter_mut()
-                            .find(|r| r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)),
-                    ) {
-                        r.target = ExpandedNodeId::local(t);
+                    if let Some(t) = type_def {
+                        node.set_type_definition(t);
                     }
                     node.references.push(Reference {
                         reference_type: NodeId::ns0(rt),
@@ -927,6 +905,7 @@ impl MethodDef {
         }
         let ns = node_id.namespace;
         b.add(Node {
+            generation: 0,
             node_id: node_id.clone(),
             node_class: NodeClass::Method,
             browse_name: QualifiedName::new(ns, &self.name),
@@ -938,7 +917,8 @@ impl MethodDef {
                 reference_type: NodeId::ns0(ids::HAS_COMPONENT),
                 is_forward: false,
                 target: ExpandedNodeId::local(parent),
-            }],
+            }]
+            .into(),
             attributes: ClassAttributes::Method {
                 executable: true,
                 user_executable: true,
@@ -1078,6 +1058,7 @@ impl EventTypeDef {
         }
         let name = QualifiedName::new(node_id.namespace, &self.name);
         b.add(Node {
+            generation: 0,
             node_id: node_id.clone(),
             node_class: NodeClass::ObjectType,
             display_name: LocalizedText::text(&self.name),
@@ -1089,7 +1070,8 @@ impl EventTypeDef {
                 reference_type: NodeId::ns0(ids::HAS_SUBTYPE),
                 is_forward: false,
                 target: ExpandedNodeId::local(supertype),
-            }],
+            }]
+            .into(),
             attributes: ClassAttributes::ObjectType { is_abstract: false },
         })
         .map_err(Error::AddressSpace)?;
@@ -1537,26 +1519,47 @@ pub(crate) struct Binding {
 struct Bound {
     shared: Arc<ServerShared>,
     index: u32,
+    /// The node's generation: once the node is removed (and maybe another added at its
+    /// index), the handle answers BadNodeIdUnknown.
+    generation: u32,
     node_id: NodeId,
 }
 
 impl Binding {
     pub(crate) fn bind(&self, shared: &Arc<ServerShared>, node_id: NodeId) -> Result<(), Error> {
-        let index = shared
-            .address_space
+        let space = shared.model.current();
+        let index = space
             .node_index(&node_id)
             .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
+        let generation = space.node_at(index).map_or(0, |n| n.generation);
         let _ = self.bound.set(Bound {
             shared: shared.clone(),
             index,
+            generation,
             node_id,
         });
         Ok(())
     }
 }
 
+impl Bound {
+    /// Calls `f` with the node in the current version of the address space.
+    fn with_node<R>(
+        &self,
+        f: impl FnOnce(&uaring_core::address_space::AddressSpace, &Node) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let space = self.shared.model.current();
+        let node = space
+            .node_at_generation(self.index, self.generation)
+            .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+        f(&space, node)
+    }
+}
+
 /// A Variable of the running server, for pushing values from any thread. Cheap to clone;
-/// every method is lock-free. Before the server started, every call is [`Error::NotStarted`].
+/// every method is lock-free. Before the server started, every call is [`Error::NotStarted`];
+/// once its node is removed ([`crate::ServerHandle::apply`], DeleteNodes), every call is
+/// `Error::Status(BadNodeIdUnknown)`.
 #[derive(Clone)]
 pub struct Variable {
     binding: Arc<Binding>,
@@ -1579,12 +1582,11 @@ impl Variable {
     /// A handle to any Variable with a stored value of a running server (namespace 0, a
     /// NodeSet's, the application's).
     pub(crate) fn of(shared: &Arc<ServerShared>, node_id: &NodeId) -> Result<Variable, Error> {
-        let index = shared
-            .address_space
+        let space = shared.model.current();
+        let index = space
             .node_index(node_id)
             .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
-        let node = shared
-            .address_space
+        let node = space
             .node_at(index)
             .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
         if node.value_cell().is_none() {
@@ -1594,6 +1596,7 @@ impl Variable {
         let _ = binding.bound.set(Bound {
             shared: shared.clone(),
             index,
+            generation: node.generation,
             node_id: node_id.clone(),
         });
         Ok(Variable { binding })
@@ -1623,38 +1626,41 @@ impl Variable {
     /// ignored: the server stamps when it reports).
     pub fn set_with(&self, mut dv: DataValue) -> Result<(), Error> {
         let b = self.bound()?;
-        check(b, &dv.value)?;
         dv.server_timestamp = None;
         dv.server_picoseconds = None;
-        b.shared
-            .address_space
-            .store_value(b.index, dv)
-            .map(|_| ())
-            .map_err(|s| match s {
-                StatusCode::BadTypeMismatch => Error::TypeMismatch(b.node_id.to_string()),
-                s => Error::Status(s),
-            })
+        b.with_node(|space, node| {
+            check_node(b, space, node, &dv.value)?;
+            space
+                .store_value(b.index, dv)
+                .map(|_| ())
+                .map_err(|s| match s {
+                    StatusCode::BadTypeMismatch => Error::TypeMismatch(b.node_id.to_string()),
+                    s => Error::Status(s),
+                })
+        })
     }
 
     /// The current value.
     pub fn get(&self) -> Result<DataValue, Error> {
         let b = self.bound()?;
-        let node = b
-            .shared
-            .address_space
-            .node_at(b.index)
-            .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
-        node.value_cell()
-            .map(|c| c.load())
-            .ok_or(Error::Status(StatusCode::BadNotReadable))
+        b.with_node(|_, node| {
+            node.value_cell()
+                .map(|c| c.load())
+                .ok_or(Error::Status(StatusCode::BadNotReadable))
+        })
     }
 }
 
 fn check(b: &Bound, v: &Variant) -> Result<(), Error> {
-    let space = &b.shared.address_space;
-    let node = space
-        .node_at(b.index)
-        .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
+    b.with_node(|space, node| check_node(b, space, node, v))
+}
+
+fn check_node(
+    b: &Bound,
+    space: &uaring_core::address_space::AddressSpace,
+    node: &Node,
+    v: &Variant,
+) -> Result<(), Error> {
     match uaring_core::services::attribute::check_value(space, node, v) {
         Ok(()) => Ok(()),
         Err(StatusCode::BadTypeMismatch) => Err(Error::TypeMismatch(b.node_id.to_string())),

@@ -166,6 +166,7 @@ fn an_instance_of_a_companion_model_type_gets_its_mandatory_children() {
         .node(&ident)
         .unwrap()
         .references
+        .load()
         .iter()
         .filter(|r| r.is_forward && r.reference_type == NodeId::ns0(46))
         .filter_map(|r| {
@@ -263,7 +264,7 @@ fn alarm_subtypes_need_their_mandatory_properties_and_report_their_event_type() 
                 let id = NodeId::string(i, "Line.Alarm");
                 let node = space.node(&id).unwrap();
                 assert_eq!(
-                    node.type_definition().and_then(|t| t.as_local()).cloned(),
+                    node.type_definition().and_then(|t| t.as_local().cloned()),
                     Some(NodeId::ns0(type_id))
                 );
                 for (name, value) in &properties {

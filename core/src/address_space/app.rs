@@ -261,7 +261,7 @@ impl std::fmt::Debug for AppMethod {
 }
 
 /// The application's hooks of a finished address space, by node.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct AppHooks {
     /// Write hooks by node index.
     pub(crate) write_hooks: rustc_hash::FxHashMap<u32, WriteHook>,

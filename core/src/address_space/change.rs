@@ -55,6 +55,9 @@ pub type WakeFn = Arc<dyn Fn() + Send + Sync>;
 pub struct Change {
     /// The node's index in the address space.
     pub node_index: u32,
+    /// The node's generation ([`super::Node::generation`]): a change of a node since
+    /// deleted never reaches the items of another node added at its index.
+    pub generation: u32,
     /// The cell's version after this store.
     pub version: u64,
     pub value: ChangeValue,
@@ -139,7 +142,8 @@ impl std::fmt::Debug for ChangeHub {
 }
 
 impl ChangeHub {
-    /// A hub for an address space of `nodes` nodes.
+    /// A hub for node indexes below `nodes` (the address space's nodes at start and the
+    /// room for nodes added at run time, `operation_limits.max_run_time_nodes`).
     pub fn new(nodes: usize) -> ChangeHub {
         ChangeHub {
             watchers: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
@@ -241,6 +245,19 @@ impl ChangeHub {
         }
     }
 
+    /// Node indexes this hub has room for.
+    pub fn index_capacity(&self) -> usize {
+        self.watchers.len()
+    }
+
+    /// The node at `node_index` was removed: its stores no longer go to the recorder (a
+    /// node added later at the index is recorded only if asked).
+    pub fn forget(&self, node_index: u32) {
+        if let Some(w) = self.recorded.get(node_index as usize / 64) {
+            w.fetch_and(!(1 << (node_index % 64)), Ordering::SeqCst);
+        }
+    }
+
     /// Is any shard watching the node? (For tests and diagnostics.)
     pub fn watched(&self, node_index: u32) -> bool {
         self.watchers
@@ -251,7 +268,13 @@ impl ChangeHub {
     /// Hands a change just stored in node `node_index`'s cell to every watching shard.
     /// Never blocks and never allocates: a full inbox counts the change as lost there.
     #[inline]
-    pub fn publish(&self, node_index: u32, version: u64, value: impl FnOnce() -> ChangeValue) {
+    pub fn publish(
+        &self,
+        node_index: u32,
+        generation: u32,
+        version: u64,
+        value: impl FnOnce() -> ChangeValue,
+    ) {
         fence(Ordering::SeqCst);
         let Some(w) = self.watchers.get(node_index as usize) else {
             return;
@@ -263,6 +286,7 @@ impl ChangeHub {
         }
         let change = Change {
             node_index,
+            generation,
             version,
             value: value(),
         };
@@ -465,15 +489,15 @@ mod tests {
         hub.open(0, 8);
         hub.open(1, 8);
         hub.watch(1, 2);
-        hub.publish(2, 2, || inline(1.0));
-        hub.publish(3, 2, || inline(2.0));
+        hub.publish(2, 0, 2, || inline(1.0));
+        hub.publish(3, 0, 2, || inline(2.0));
         let mut got = Vec::new();
         assert_eq!(hub.drain(0, 100, |c| got.push((0, c.node_index))), 0);
         assert_eq!(hub.drain(1, 100, |c| got.push((1, c.node_index))), 0);
         assert_eq!(got, vec![(1, 2)]);
         hub.unwatch(1, 2);
         assert!(!hub.watched(2));
-        hub.publish(2, 4, || inline(3.0));
+        hub.publish(2, 0, 4, || inline(3.0));
         assert_eq!(hub.pending(1), 0);
     }
 
@@ -491,9 +515,9 @@ mod tests {
         assert!(!hub.record(log.clone(), [2]), "one recorder per hub");
         hub.open(0, 8);
         hub.watch(0, 129);
-        hub.publish(1, 2, || inline(1.0));
-        hub.publish(2, 2, || inline(2.0));
-        hub.publish(129, 2, || inline(3.0));
+        hub.publish(1, 0, 2, || inline(1.0));
+        hub.publish(2, 0, 2, || inline(2.0));
+        hub.publish(129, 0, 2, || inline(3.0));
         let got: Vec<(u32, Variant)> = log
             .0
             .lock()
@@ -524,7 +548,7 @@ mod tests {
         );
         hub.watch(0, 0);
         for i in 0..10 {
-            hub.publish(0, 2 * i + 2, || inline(i as f64));
+            hub.publish(0, 0, 2 * i + 2, || inline(i as f64));
         }
         assert_eq!(
             wakes.load(Ordering::Relaxed),
@@ -539,7 +563,7 @@ mod tests {
         assert_eq!(lost, vec![0], "the node whose changes were lost");
         hub.take_lost_nodes(0, |n| lost.push(n));
         assert_eq!(lost, vec![0], "and only once");
-        hub.publish(0, 22, || inline(0.0));
+        hub.publish(0, 0, 22, || inline(0.0));
         assert_eq!(wakes.load(Ordering::Relaxed), 2);
     }
 
@@ -549,7 +573,7 @@ mod tests {
         hub.open(63, 4);
         hub.open(70, 4);
         hub.watch(70, 0);
-        hub.publish(0, 2, || inline(1.0));
+        hub.publish(0, 0, 2, || inline(1.0));
         assert_eq!(hub.pending(63), 1);
         assert_eq!(hub.pending(70), 1);
     }

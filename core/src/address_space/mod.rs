@@ -13,7 +13,10 @@ pub mod app;
 pub mod attributes;
 pub mod build;
 pub mod change;
+pub mod edit;
+pub mod model;
 pub mod numeric_range;
+pub(crate) mod table;
 pub mod value;
 
 use std::collections::HashMap;
@@ -26,7 +29,10 @@ use crate::Now;
 
 pub use build::AddressSpaceBuilder;
 pub use change::{Change, ChangeHub, ChangeValue};
+pub use model::Model;
 pub use numeric_range::NumericRange;
+pub use table::Refs;
+use table::{IdMap, NodeTable};
 pub use value::{ValueCell, Versioned};
 
 pub use crate::generated::types::NodeClass;
@@ -82,8 +88,13 @@ pub struct Node {
     pub description: LocalizedText,
     pub write_mask: u32,
     pub user_write_mask: u32,
-    /// Forward and inverse references (inverses added by the builder).
-    pub references: Vec<Reference>,
+    /// Forward and inverse references (inverses added by the builder). Swapped whole by a
+    /// run-time change ([`Refs`]).
+    pub references: Refs,
+    /// How many nodes had this node's index before it (set by the address space; a
+    /// monitored item keeps it with the index, so a node added later at a freed index is
+    /// never taken for the one the item was created on).
+    pub generation: u32,
     /// The attributes of this node's class. Its variant always matches `node_class`.
     pub attributes: ClassAttributes,
 }
@@ -268,33 +279,45 @@ const NO_INDEX: u32 = u32::MAX;
 const DENSE_ID_MAX: u32 = 1 << 20;
 
 /// The address space. See the module documentation.
+///
+/// One version of it: a run-time change ([`edit`]) makes a new version that shares every
+/// part it does not touch, and [`Model`] hands it to the shards.
+#[derive(Clone)]
 pub struct AddressSpace {
-    nodes: Vec<Node>,
+    /// Counts the versions published by [`Model`] (0 = the one built at start).
+    version: u64,
+    nodes: NodeTable,
+    /// Nodes in the table.
+    count: usize,
     /// Dense lookup for numeric NodeIds of namespaces 0 and 1: `dense[ns][id]` is an index
     /// into `nodes` or `NO_INDEX`.
-    dense: [Vec<u32>; 2],
+    dense: [Arc<Vec<u32>>; 2],
     /// Every other NodeId.
-    map: HashMap<NodeId, u32>,
+    map: IdMap,
     /// `supertype[i]`: index of the supertype of type node `i`, or `NO_INDEX`.
-    supertype: Vec<u32>,
+    supertype: Arc<Vec<u32>>,
     /// Encoding object index → the DataType it encodes (inverse HasEncoding).
-    encoding_of: HashMap<NodeId, NodeId>,
-    namespace_uris: Vec<String>,
-    server_info: ServerInfo,
+    encoding_of: Arc<HashMap<NodeId, NodeId>>,
+    namespace_uris: Arc<Vec<String>>,
+    server_info: Arc<ServerInfo>,
     /// The shards' counters (ServerDiagnostics values are computed from them at read time).
-    metrics: std::sync::Arc<crate::metrics::ServerMetrics>,
+    metrics: Arc<crate::metrics::ServerMetrics>,
     /// The change path to exception-based monitored items ([`change`]).
-    changes: std::sync::Arc<ChangeHub>,
+    changes: Arc<ChangeHub>,
     /// The application's write hooks and methods ([`app`]).
-    hooks: app::AppHooks,
+    hooks: Arc<app::AppHooks>,
     /// Some node answers asynchronously ([`AddressSpace::has_async`]).
     has_async: bool,
     /// The nodes of each View (by the View's index): the View and what its forward
     /// hierarchical references reach ([`AddressSpace::view_members`]).
-    views: HashMap<u32, std::collections::HashSet<u32>>,
+    views: Arc<HashMap<u32, std::collections::HashSet<u32>>>,
     /// RolePermissions of nodes and namespaces ([`AddressSpace::permissions`]).
-    permissions: NodePermissions,
+    permissions: Arc<NodePermissions>,
+    /// What the run-time writer keeps between versions: free indexes, removed nodes.
+    pub(crate) log: Arc<edit::EditLog>,
 }
+
+use std::sync::Arc;
 
 /// The RolePermissions set on nodes (by node index) and the DefaultRolePermissions of
 /// namespaces (by namespace index). Empty in most servers: then nothing is looked up.
@@ -305,6 +328,16 @@ pub(crate) struct NodePermissions {
     /// The namespaces of the nodes in `by_node`, found on first use (lock-free: whoever
     /// gets there first computes the same value).
     node_namespaces: std::sync::atomic::AtomicU64,
+}
+
+impl Clone for NodePermissions {
+    fn clone(&self) -> NodePermissions {
+        NodePermissions {
+            by_node: self.by_node.clone(),
+            by_namespace: self.by_namespace.clone(),
+            node_namespaces: std::sync::atomic::AtomicU64::new(NodeNamespaces::UNKNOWN),
+        }
+    }
 }
 
 /// A set of namespace indexes: bit `ns` for `ns < 62`, bit 62 for every higher one; bit 63
@@ -349,7 +382,7 @@ impl NodePermissions {
         }
     }
 
-    fn node_namespaces(&self, nodes: &[Node]) -> NodeNamespaces {
+    fn node_namespaces(&self, nodes: &NodeTable) -> NodeNamespaces {
         use std::sync::atomic::Ordering;
         let v = self.node_namespaces.load(Ordering::Relaxed);
         if v != NodeNamespaces::UNKNOWN {
@@ -360,7 +393,7 @@ impl NodePermissions {
             // An index without a node cannot happen (the builder maps ids to indexes);
             // counted as every namespace, to stay on the safe side.
             v |= nodes
-                .get(i as usize)
+                .get(i)
                 .map_or(!0, |n| NodeNamespaces::bit(n.node_id.namespace));
         }
         self.node_namespaces.store(v, Ordering::Relaxed);
@@ -375,7 +408,7 @@ impl NodePermissions {
 /// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
 /// from that namespace's dense table, any other from the map.
 #[inline]
-fn lookup(dense: &[Vec<u32>; 2], map: &HashMap<NodeId, u32>, id: &NodeId) -> Option<u32> {
+fn lookup(dense: &[Arc<Vec<u32>>; 2], map: &IdMap, id: &NodeId) -> Option<u32> {
     if let crate::types::Identifier::Numeric(n) = id.identifier {
         if n < DENSE_ID_MAX {
             if let Some(t) = dense.get(id.namespace as usize) {
@@ -386,13 +419,14 @@ fn lookup(dense: &[Vec<u32>; 2], map: &HashMap<NodeId, u32>, id: &NodeId) -> Opt
             }
         }
     }
-    map.get(id).copied()
+    map.get(id)
 }
 
 impl std::fmt::Debug for AddressSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AddressSpace")
-            .field("nodes", &self.nodes.len())
+            .field("nodes", &self.count)
+            .field("version", &self.version)
             .field("namespaces", &self.namespace_uris)
             .finish()
     }
@@ -402,7 +436,14 @@ impl AddressSpace {
     /// The node with this id.
     #[inline]
     pub fn node(&self, id: &NodeId) -> Option<&Node> {
-        self.index_of(id).and_then(|i| self.nodes.get(i as usize))
+        self.index_of(id).and_then(|i| self.nodes.get(i))
+    }
+
+    /// The version (0 for the address space built at start; each run-time change publishes
+    /// the next).
+    #[inline]
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     #[inline]
@@ -457,7 +498,7 @@ impl AddressSpace {
         let i = self.index_of(id)?;
         let p = *self.supertype.get(i as usize)?;
         (p != NO_INDEX)
-            .then(|| self.nodes.get(p as usize).map(|n| &n.node_id))
+            .then(|| self.nodes.get(p).map(|n| &n.node_id))
             .flatten()
     }
 
@@ -492,22 +533,32 @@ impl AddressSpace {
     }
 
     /// The target of the node's forward HasTypeDefinition reference (Objects and Variables).
-    pub fn type_definition_of(&self, id: &NodeId) -> Option<&ExpandedNodeId> {
+    pub fn type_definition_of(&self, id: &NodeId) -> Option<ExpandedNodeId> {
         self.node(id)?.type_definition()
     }
 
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.count == 0
     }
 
-    /// Every node, in insertion order.
+    /// Every node, by index (the start's nodes in insertion order).
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().map(|(_, n)| n)
+    }
+
+    /// Every node with its index.
+    pub fn indexed_nodes(&self) -> impl Iterator<Item = (u32, &Node)> {
         self.nodes.iter()
+    }
+
+    /// One past the highest node index in use.
+    pub fn index_bound(&self) -> u32 {
+        self.nodes.len()
     }
 
     /// The data the live Server object is computed from.
@@ -569,7 +620,7 @@ impl AddressSpace {
         if let Some(rp) = self.permissions.by_node.get(&index) {
             return Some(rp);
         }
-        let ns = self.nodes.get(index as usize)?.node_id.namespace as usize;
+        let ns = self.nodes.get(index)?.node_id.namespace as usize;
         self.permissions.by_namespace.get(ns)?.as_ref()
     }
 
@@ -606,7 +657,14 @@ impl AddressSpace {
     /// The node at an index from [`AddressSpace::node_index`].
     #[inline]
     pub fn node_at(&self, index: u32) -> Option<&Node> {
-        self.nodes.get(index as usize)
+        self.nodes.get(index)
+    }
+
+    /// The node at `index` if it is still the one of generation `generation` (a monitored
+    /// item's node: deleted, or replaced by another at the same index, it is gone).
+    #[inline]
+    pub fn node_at_generation(&self, index: u32, generation: u32) -> Option<&Node> {
+        self.nodes.get(index).filter(|n| n.generation == generation)
     }
 
     /// Computes a dynamic value.
@@ -641,20 +699,20 @@ impl AddressSpace {
     pub(crate) fn compute_views(&mut self) {
         let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
         let mut views = HashMap::new();
-        for (i, n) in self.nodes.iter().enumerate() {
+        for (i, n) in self.nodes.iter() {
             if n.node_class != NodeClass::View {
                 continue;
             }
             let mut members = std::collections::HashSet::new();
-            let mut stack = vec![i as u32];
+            let mut stack = vec![i];
             while let Some(at) = stack.pop() {
                 if !members.insert(at) {
                     continue;
                 }
-                let Some(node) = self.nodes.get(at as usize) else {
+                let Some(node) = self.nodes.get(at) else {
                     continue;
                 };
-                for r in &node.references {
+                for r in node.references.load().iter() {
                     if !r.is_forward || !self.is_subtype_of(&r.reference_type, &hierarchical) {
                         continue;
                     }
@@ -663,9 +721,9 @@ impl AddressSpace {
                     }
                 }
             }
-            views.insert(i as u32, members);
+            views.insert(i, members);
         }
-        self.views = views;
+        self.views = Arc::new(views);
     }
 
     /// The application's write hook of the node at `node_index`.
@@ -719,6 +777,9 @@ impl AddressSpace {
     }
 
     /// The change path (watchers and the shards' inboxes).
+    ///
+    /// (Also the shards' wakers: the run-time writer wakes every shard when it publishes a
+    /// version.)
     pub fn changes(&self) -> &std::sync::Arc<ChangeHub> {
         &self.changes
     }
@@ -742,7 +803,8 @@ impl AddressSpace {
         let (version, change) = cell
             .store_versioned(dv)
             .ok_or(StatusCode::BadTypeMismatch)?;
-        self.changes.publish(node_index, version, || change);
+        self.changes
+            .publish(node_index, node.generation, version, || change);
         Ok(version)
     }
 
@@ -759,18 +821,40 @@ impl AddressSpace {
             .ok_or(StatusCode::BadNodeIdUnknown)?;
         let cell = node.value_cell().ok_or(StatusCode::BadNotWritable)?;
         let (version, change) = cell.update_versioned(f)?;
-        self.changes.publish(node_index, version, || change);
+        self.changes
+            .publish(node_index, node.generation, version, || change);
         Ok(version)
     }
 }
 
 impl Node {
     /// The target of the forward HasTypeDefinition reference.
-    pub fn type_definition(&self) -> Option<&ExpandedNodeId> {
+    pub fn type_definition(&self) -> Option<ExpandedNodeId> {
         self.references
+            .load()
             .iter()
             .find(|r| r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
-            .map(|r| &r.target)
+            .map(|r| r.target.clone())
+    }
+
+    /// Points the node's forward HasTypeDefinition reference at `t` (while it is built).
+    pub fn set_type_definition(&mut self, t: NodeId) {
+        self.references.update(|refs| {
+            if let Some(r) = refs.iter_mut().find(|r| {
+                r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)
+            }) {
+                r.target = ExpandedNodeId::local(t);
+            }
+        });
+    }
+
+    /// Calls `f` with the target of the forward HasTypeDefinition reference (no copy).
+    pub fn with_type_definition<R>(&self, f: impl FnOnce(&ExpandedNodeId) -> R) -> Option<R> {
+        self.references
+            .load()
+            .iter()
+            .find(|r| r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
+            .map(|r| f(&r.target))
     }
 
     /// The Variable attributes, when this is a Variable.

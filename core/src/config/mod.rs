@@ -222,6 +222,15 @@ pub struct OperationLimits {
     /// reads, samples, writes and method calls); one more is answered BadTooManyOperations
     /// (a sample is skipped). Bounds the shard's completion inbox (allocated at the first).
     pub max_async_operations_per_shard: u32,
+    /// Most nodes or references in one AddNodes, AddReferences, DeleteNodes or
+    /// DeleteReferences (ServerCapabilities.OperationLimits.MaxNodesPerNodeManagement; more
+    /// → BadTooManyOperations). A library batch is not bounded by it.
+    pub max_nodes_per_node_management: u32,
+    /// Node indexes kept free at start for nodes added while the server runs (the
+    /// library's `ServerHandle::apply` and the AddNodes service). A removed node's index is
+    /// reused, so this bounds the nodes added and not yet removed. One more is
+    /// BadResourceUnavailable. Costs 8 bytes per index (the change path's watcher word).
+    pub max_run_time_nodes: u32,
 }
 
 impl Default for OperationLimits {
@@ -244,6 +253,8 @@ impl Default for OperationLimits {
             max_string_length: 16 * 1024 * 1024,
             max_byte_string_length: 16 * 1024 * 1024,
             max_async_operations_per_shard: 10_000,
+            max_nodes_per_node_management: 1_000,
+            max_run_time_nodes: 100_000,
         }
     }
 }
@@ -311,6 +322,11 @@ impl OperationLimits {
                 "max_async_operations_per_shard",
                 self.max_async_operations_per_shard,
             ),
+            (
+                "max_nodes_per_node_management",
+                self.max_nodes_per_node_management,
+            ),
+            ("max_run_time_nodes", self.max_run_time_nodes),
         ];
         for (name, v) in counts {
             if v == 0 {

@@ -128,6 +128,7 @@ fn object(
     let mut references = vec![reference(ns0::HAS_TYPE_DEFINITION, true, type_def)];
     references.extend(refs);
     Node {
+        generation: 0,
         node_id: id,
         node_class: NodeClass::Object,
         display_name: LocalizedText::text(name.name.as_str()),
@@ -135,7 +136,7 @@ fn object(
         description: LocalizedText::default(),
         write_mask: 0,
         user_write_mask: 0,
-        references,
+        references: references.into(),
         attributes: ClassAttributes::Object { event_notifier },
     }
 }
@@ -170,13 +171,14 @@ fn child_variable(
         0.0,
         Some((parent, ref_type)),
     );
-    if let Some(r) = n
-        .references
-        .iter_mut()
-        .find(|r| r.reference_type.as_ns0() == Some(ns0::HAS_TYPE_DEFINITION))
-    {
-        r.target = ExpandedNodeId::local(NodeId::ns0(type_def));
-    }
+    n.references.update(|refs| {
+        if let Some(r) = refs
+            .iter_mut()
+            .find(|r| r.reference_type.as_ns0() == Some(ns0::HAS_TYPE_DEFINITION))
+        {
+            r.target = ExpandedNodeId::local(NodeId::ns0(type_def));
+        }
+    });
     n
 }
 
@@ -215,6 +217,7 @@ fn method(
         _ => return Err("condition method ids are strings".into()),
     };
     b.add(Node {
+        generation: 0,
         node_id: id.clone(),
         node_class: NodeClass::Method,
         display_name: LocalizedText::text(name.name.as_str()),
@@ -222,7 +225,7 @@ fn method(
         description: LocalizedText::default(),
         write_mask: 0,
         user_write_mask: 0,
-        references: vec![reference(ns0::HAS_COMPONENT, false, parent)],
+        references: vec![reference(ns0::HAS_COMPONENT, false, parent)].into(),
         attributes: ClassAttributes::Method {
             executable: true,
             user_executable: true,

@@ -425,6 +425,13 @@ impl PendingTransfer {
 /// Why a request's authentication token was not accepted.
 pub type SessionResult<T> = Result<T, StatusCode>;
 
+impl Drop for ShardState {
+    fn drop(&mut self) {
+        // No later version waits for this shard.
+        self.shared.model.unregister(self.shard_index);
+    }
+}
+
 /// Per-shard state. See the module docs.
 pub struct ShardState {
     shared: Arc<ServerShared>,
@@ -492,6 +499,15 @@ impl ShardState {
             .shard(shard_index)
             .active
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        // This shard holds the version it was made with (and later acknowledges each new
+        // one): a removed node's index is not reused while it may still have items on it.
+        let shared = match shared.model.version() == shared.address_space.version() {
+            true => shared,
+            false => Arc::new(shared.with_space(shared.model.load())),
+        };
+        shared
+            .model
+            .register(shard_index, shared.address_space.version());
         ShardState {
             recycler: Recycler::default(),
             shard_index,
@@ -872,6 +888,9 @@ impl ShardState {
     /// The earliest monotonic time (ns) at which [`ShardState::on_timer`] has work; it may
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.model_changed() {
+            return Some(0);
+        }
         if self.answers_later() {
             if self
                 .shared
@@ -1034,9 +1053,34 @@ impl ShardState {
             .set_waker(self.shard_index, wake);
     }
 
+    /// Has a newer version of the address space been published than this shard holds?
+    #[inline]
+    pub fn model_changed(&self) -> bool {
+        self.shared.model.version() != self.shared.address_space.version()
+    }
+
+    /// Takes the newest version of the address space (at the top of a loop iteration, from
+    /// [`ShardState::on_timer`]): the monitored items of nodes it removed learn of it, and
+    /// the shard acknowledges the version (docs/Architecture.md, "Nodes added and removed
+    /// while serving").
+    pub fn refresh_model(&mut self, now: Now) {
+        if !self.model_changed() {
+            return;
+        }
+        let space = self.shared.model.load();
+        let held = self.shared.address_space.version();
+        for (index, generation) in space.log.removed_after(held) {
+            self.subscriptions.node_removed(index, generation, now);
+        }
+        let version = space.version();
+        self.shared = Arc::new(self.shared.with_space(space));
+        self.shared.model.ack(self.shard_index, version);
+    }
+
     /// Runs due timers: session timeouts, sampling and publishing cycles.
     pub fn on_timer(&mut self, now: Now) {
         self.diag.now_mono_ns = now.mono_ns;
+        self.refresh_model(now);
         if self.answers_later() {
             self.on_async(now);
         }

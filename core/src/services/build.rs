@@ -55,13 +55,16 @@ impl ServerShared {
         )?;
         let events = crate::events::ServerEvents::new(&config, &address_space, now.utc);
         let metrics = address_space.metrics().clone();
+        let address_space = Arc::new(address_space);
+        let model = Arc::new(crate::address_space::Model::new(address_space.clone()));
         Ok(Arc::new(ServerShared {
             metrics,
-            config,
+            config: Arc::new(config),
             address_space,
+            model,
             start_time: now.utc,
             start_mono_ns: now.mono_ns,
-            events,
+            events: Arc::new(events),
             history,
         }))
     }

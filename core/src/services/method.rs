@@ -303,6 +303,7 @@ fn is_component_ref(space: &AddressSpace, r: &crate::address_space::Reference) -
 
 fn has_component(space: &AddressSpace, node: &Node, method_id: &NodeId) -> bool {
     node.references
+        .load()
         .iter()
         .any(|r| is_component_ref(space, r) && r.target.as_local() == Some(method_id))
 }
@@ -316,7 +317,7 @@ fn method_of(space: &AddressSpace, object: &Node, method_id: &NodeId) -> bool {
     if object.node_class != NodeClass::Object {
         return false;
     }
-    let Some(mut t) = object.type_definition().and_then(|t| t.as_local()).cloned() else {
+    let Some(mut t) = object.type_definition().and_then(|t| t.as_local().cloned()) else {
         return false;
     };
     for _ in 0..32 {

@@ -97,17 +97,18 @@ fn describe_into(
         }
         _ => d.display_name = LocalizedText::default(),
     }
-    let type_definition = match (target, class) {
+    let found = match (target, class) {
         (Some(t), Some(NodeClass::Object | NodeClass::Variable))
             if result_mask & mask::TYPE_DEFINITION != 0 =>
         {
-            t.type_definition()
+            // Copied into the recycled description (no allocation when it fits).
+            t.with_type_definition(|td| d.type_definition.clone_from(td))
+                .is_some()
         }
-        _ => None,
+        _ => false,
     };
-    match type_definition {
-        Some(td) => d.type_definition.clone_from(td),
-        None => d.type_definition = ExpandedNodeId::default(),
+    if !found {
+        d.type_definition = ExpandedNodeId::default();
     }
 }
 
@@ -138,7 +139,7 @@ fn browse_all_into(
         return Err(StatusCode::BadReferenceTypeIdInvalid);
     }
     let mut n = 0;
-    for r in &node.references {
+    for r in node.references.load().iter() {
         let direction_ok = match dir {
             BrowseDirection::Forward => r.is_forward,
             BrowseDirection::Inverse => !r.is_forward,
@@ -375,7 +376,7 @@ fn translate_one(space: &AddressSpace, roles: Roles, path: &BrowsePath) -> Brows
         let mut next: Vec<&Node> = Vec::new();
         let mut seen: HashSet<&NodeId> = HashSet::new();
         for node in &current {
-            for r in &node.references {
+            for r in node.references.load().iter() {
                 // isInverse selects the inverse direction.
                 if r.is_forward == e.is_inverse
                     || !reference_type_matches(space, r, &e.reference_type_id, e.include_subtypes)

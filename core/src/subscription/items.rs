@@ -74,6 +74,7 @@ impl SubscriptionEngine {
         let node = space
             .node_at(node_index)
             .ok_or(StatusCode::BadNodeIdUnknown)?;
+        let node_generation = node.generation;
         if space.has_role_permissions_in(node.node_id.namespace) {
             // What a Read of the attribute would need; events need ReceiveEvents.
             let needed = match rv.attribute_id {
@@ -89,7 +90,15 @@ impl SubscriptionEngine {
             return Err(StatusCode::BadMonitoringModeInvalid);
         }
         if rv.attribute_id == attr::EventNotifier {
-            return self.create_event_item(space, roles, slot, ts, r, node_index, event_limits);
+            return self.create_event_item(
+                space,
+                roles,
+                slot,
+                ts,
+                r,
+                (node_index, node_generation),
+                event_limits,
+            );
         }
         // The attribute must be readable now (same checks as Read).
         let initial = read_attribute(
@@ -142,6 +151,7 @@ impl SubscriptionEngine {
             sub: slot,
             client_handle: params.client_handle,
             node_index,
+            node_generation,
             attribute_id: rv.attribute_id,
             range,
             timestamps: ts,
@@ -199,7 +209,7 @@ impl SubscriptionEngine {
         slot: u32,
         ts: Timestamps,
         r: &MonitoredItemCreateRequest,
-        node_index: u32,
+        (node_index, node_generation): (u32, u32),
         event_limits: crate::events::filter::FilterLimits,
     ) -> Result<MonitoredItemCreateResult, StatusCode> {
         let rv = &r.item_to_monitor;
@@ -229,6 +239,7 @@ impl SubscriptionEngine {
             sub: slot,
             client_handle: params.client_handle,
             node_index,
+            node_generation,
             attribute_id: rv.attribute_id,
             range: None,
             timestamps: ts,
@@ -387,7 +398,12 @@ impl SubscriptionEngine {
         match item.sampling {
             Sampling::Timed => {
                 let interval_ns = ((item.sampling_ms * 1e6) as u64).max(1);
-                let key = (item.node_index, item.attribute_id, interval_ns);
+                let key = (
+                    item.node_index,
+                    item.node_generation,
+                    item.attribute_id,
+                    interval_ns,
+                );
                 let aggregate = item.aggregate.is_some();
                 let src = match self.source_map.get(&key) {
                     Some(&s) => s,
@@ -455,8 +471,8 @@ impl SubscriptionEngine {
         }
     }
 
-    pub(super) fn new_source(&mut self, key: (u32, u32, u64), now: Now) -> u32 {
-        let interval_ns = key.2;
+    pub(super) fn new_source(&mut self, key: (u32, u32, u32, u64), now: Now) -> u32 {
+        let interval_ns = key.3;
         let b = match self.bucket_map.get(&interval_ns) {
             Some(&b) => b,
             None => {
@@ -482,7 +498,8 @@ impl SubscriptionEngine {
             .map_or(0, |bk| bk.sources.len() as u32);
         let source = Source {
             node_index: key.0,
-            attribute_id: key.1,
+            node_generation: key.1,
+            attribute_id: key.2,
             interval_ns,
             last: None,
             bucket: b,
@@ -504,8 +521,12 @@ impl SubscriptionEngine {
             return;
         };
         self.source_free.push(s);
-        self.source_map
-            .remove(&(src.node_index, src.attribute_id, src.interval_ns));
+        self.source_map.remove(&(
+            src.node_index,
+            src.node_generation,
+            src.attribute_id,
+            src.interval_ns,
+        ));
         let b = src.bucket;
         let Some(entry) = self.buckets.get_mut(b as usize) else {
             return;
@@ -597,7 +618,7 @@ impl SubscriptionEngine {
                     );
                 }
                 let node = space
-                    .node_at(item.node_index)
+                    .node_at_generation(item.node_index, item.node_generation)
                     .ok_or(StatusCode::BadNodeIdUnknown)?;
                 let current = DataValue {
                     value: item
@@ -916,11 +937,11 @@ pub(super) fn same_sample(a: &DataValue, b: &DataValue) -> bool {
 /// generic Read path otherwise.
 pub(super) fn sample_value(
     space: &AddressSpace,
-    node_index: u32,
+    (node_index, generation): (u32, u32),
     attribute_id: u32,
     now: Now,
 ) -> DataValue {
-    let Some(node) = space.node_at(node_index) else {
+    let Some(node) = space.node_at_generation(node_index, generation) else {
         return DataValue {
             status: Some(StatusCode::BadNodeIdUnknown),
             ..Default::default()
@@ -1113,7 +1134,7 @@ pub(super) fn numeric_variable(space: &AddressSpace, node: &Node, current: &Data
 
 /// The EURange property (Range: low, high) of a node, if it has one.
 pub(super) fn eu_range(space: &AddressSpace, node: &Node) -> Option<(f64, f64)> {
-    for r in &node.references {
+    for r in node.references.load().iter() {
         if !r.is_forward
             || r.reference_type.as_ns0() != Some(crate::address_space::ids::HAS_PROPERTY)
         {

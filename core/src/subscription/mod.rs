@@ -165,6 +165,9 @@ struct MonitoredItem {
     sub: u32,
     client_handle: u32,
     node_index: u32,
+    /// The node's generation when the item was created (a node removed and another added at
+    /// its index is not this item's node).
+    node_generation: u32,
     attribute_id: u32,
     range: Option<NumericRange>,
     timestamps: Timestamps,
@@ -211,6 +214,7 @@ fn receives(space: &AddressSpace, roles: crate::roles::Roles, source: &NodeId) -
 
 struct Source {
     node_index: u32,
+    node_generation: u32,
     attribute_id: u32,
     interval_ns: u64,
     /// The previous sample: an identical one (value, status, source timestamp) cannot
@@ -365,7 +369,8 @@ pub struct SubscriptionEngine {
     item_counter: u32,
     sources: Slots<Source>,
     source_free: Vec<u32>,
-    source_map: HashMap<(u32, u32, u64), u32>,
+    /// Sources by (node index, node generation, attribute, interval).
+    source_map: HashMap<(u32, u32, u32, u64), u32>,
     buckets: Vec<Option<Bucket>>,
     bucket_free: Vec<u32>,
     bucket_map: HashMap<u64, u32>,
@@ -699,11 +704,11 @@ fn filter_result_object(r: &crate::generated::types::EventFilterResult) -> Exten
     }
 }
 
-fn item_node(items: &Slots<MonitoredItem>, it: u32) -> u32 {
+fn item_node(items: &Slots<MonitoredItem>, it: u32) -> (u32, u32) {
     items
         .get(it as usize)
         .and_then(|i| i.as_ref())
-        .map_or(NONE, |i| i.node_index)
+        .map_or((NONE, 0), |i| (i.node_index, i.node_generation))
 }
 fn item_attr(items: &Slots<MonitoredItem>, it: u32) -> u32 {
     items

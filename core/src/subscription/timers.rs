@@ -205,7 +205,11 @@ impl SubscriptionEngine {
                 continue;
             };
             if any_async && src.attribute_id == attr::Value {
-                if let Some(a) = space.async_source(src.node_index) {
+                if let Some(a) = space.async_source(src.node_index).filter(|_| {
+                    space
+                        .node_at_generation(src.node_index, src.node_generation)
+                        .is_some()
+                }) {
                     // Asked now, offered when the application answers (on_sample_done). One
                     // sample at a time per source; one given up after its timeout.
                     if let Some((_, until)) = src.pending_sample {
@@ -244,7 +248,12 @@ impl SubscriptionEngine {
                     continue;
                 }
             }
-            let sample = sample_value(space, src.node_index, src.attribute_id, now);
+            let sample = sample_value(
+                space,
+                (src.node_index, src.node_generation),
+                src.attribute_id,
+                now,
+            );
             self.stats.samples += 1;
             // Nothing changed since the previous sample: no item can report (each item's
             // last value is this one, or it was not reported for the same difference).
@@ -322,7 +331,10 @@ impl SubscriptionEngine {
                 let Some(Some(item)) = items.get_mut(it as usize) else {
                     continue;
                 };
-                if c.version <= item.version || item.mode == MonitoringMode::Disabled {
+                if c.version <= item.version
+                    || item.mode == MonitoringMode::Disabled
+                    || c.generation != item.node_generation
+                {
                     continue;
                 }
                 item.version = c.version;
@@ -366,7 +378,10 @@ impl SubscriptionEngine {
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
-        let Some(cell) = space.node_at(item.node_index).and_then(Node::value_cell) else {
+        let Some(cell) = space
+            .node_at_generation(item.node_index, item.node_generation)
+            .and_then(Node::value_cell)
+        else {
             return;
         };
         let (mut dv, version) = cell.load_versioned();
@@ -391,6 +406,44 @@ impl SubscriptionEngine {
                 if item.queue.len() > before || item.queue.len() == item.queue.capacity() {
                     item.queue.mark_newest_overflow();
                 }
+            }
+        }
+    }
+
+    /// The node at `index` (of generation `generation`) was removed from the address space:
+    /// its exception-based items report BadNodeIdUnknown (a status change) and stop
+    /// watching it. Sampled items on it read BadNodeIdUnknown at their next sample (their
+    /// source keeps the node's generation); event items on it receive nothing more.
+    pub fn node_removed(&mut self, index: u32, generation: u32, now: Now) {
+        let mut on = Vec::new();
+        self.exception_by_node.collect(index, &mut on);
+        let gone = DataValue {
+            status: Some(StatusCode::BadNodeIdUnknown),
+            server_timestamp: Some(now.utc),
+            ..Default::default()
+        };
+        for it in on {
+            let Some(Some(item)) = self.items.get_mut(it as usize) else {
+                continue;
+            };
+            if item.node_generation != generation {
+                continue;
+            }
+            // No longer fed by the change path (and not again when re-enabled).
+            item.sampling = Sampling::Once;
+            let enabled = item.mode != MonitoringMode::Disabled;
+            if self.exception_by_node.remove(index, it) {
+                self.changes.unwatch(self.shard_index as usize, index);
+            }
+            if enabled {
+                offer(
+                    &mut self.items,
+                    &mut self.subs,
+                    &mut self.stats,
+                    it,
+                    &gone,
+                    now,
+                );
             }
         }
     }

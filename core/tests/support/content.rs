@@ -291,6 +291,7 @@ fn object(
     )];
     references.extend(refs);
     Node {
+        generation: 0,
         node_id: id,
         node_class: NodeClass::Object,
         display_name: LocalizedText::text(name.name.as_str()),
@@ -298,7 +299,7 @@ fn object(
         description: LocalizedText::default(),
         write_mask: 0,
         user_write_mask: 0,
-        references,
+        references: references.into(),
         attributes: ClassAttributes::Object {
             event_notifier: notifier,
         },
@@ -307,6 +308,7 @@ fn object(
 
 fn method_node(id: NodeId, name: QualifiedName, parent: NodeId) -> Node {
     Node {
+        generation: 0,
         node_id: id,
         node_class: NodeClass::Method,
         display_name: LocalizedText::text(name.name.as_str()),
@@ -314,7 +316,7 @@ fn method_node(id: NodeId, name: QualifiedName, parent: NodeId) -> Node {
         description: LocalizedText::default(),
         write_mask: 0,
         user_write_mask: 0,
-        references: vec![reference(ids::HAS_COMPONENT, false, parent)],
+        references: vec![reference(ids::HAS_COMPONENT, false, parent)].into(),
         attributes: ClassAttributes::Method {
             executable: true,
             user_executable: true,
@@ -433,6 +435,7 @@ fn add_demo(b: &mut AddressSpaceBuilder, now: Now) -> Result<(), String> {
 
     // DemoEventType with its Sequence property.
     b.add(Node {
+        generation: 0,
         node_id: demo_event_type(),
         node_class: NodeClass::ObjectType,
         browse_name: q("DemoEventType"),
@@ -444,7 +447,8 @@ fn add_demo(b: &mut AddressSpaceBuilder, now: Now) -> Result<(), String> {
             ids::HAS_SUBTYPE,
             false,
             NodeId::ns0(events::ids::BASE_EVENT_TYPE),
-        )],
+        )]
+        .into(),
         attributes: ClassAttributes::ObjectType { is_abstract: false },
     })?;
     let seq = s("DemoEventType.Sequence");

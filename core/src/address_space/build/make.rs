@@ -76,6 +76,7 @@ pub fn make_variable(
     }
     let display_name = LocalizedText::text(browse_name.name.as_str());
     Node {
+        generation: 0,
         node_id,
         node_class: NodeClass::Variable,
         browse_name,
@@ -83,7 +84,7 @@ pub fn make_variable(
         description: LocalizedText::default(),
         write_mask: 0,
         user_write_mask: 0,
-        references,
+        references: references.into(),
         attributes: ClassAttributes::Variable(VariableAttributes {
             value,
             data_type,
@@ -102,6 +103,7 @@ pub fn make_variable(
 pub fn folder(node_id: NodeId, browse_name: QualifiedName, parent: NodeId) -> Node {
     let display_name = LocalizedText::text(browse_name.name.as_str());
     Node {
+        generation: 0,
         node_id,
         node_class: NodeClass::Object,
         browse_name,
@@ -120,7 +122,8 @@ pub fn folder(node_id: NodeId, browse_name: QualifiedName, parent: NodeId) -> No
                 is_forward: false,
                 target: ExpandedNodeId::local(parent),
             },
-        ],
+        ]
+        .into(),
         attributes: ClassAttributes::Object { event_notifier: 0 },
     }
 }

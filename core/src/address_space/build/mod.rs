@@ -8,7 +8,9 @@ pub mod ns0;
 pub mod server_object;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::table::{IdMap, NodeTable};
 use super::{
     ids, lookup, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX,
 };
@@ -54,6 +56,7 @@ pub fn build_with_history(
     ];
     let info = server_object::server_info(config, now);
     let mut b = AddressSpaceBuilder::new(uris.clone(), info.clone());
+    b.run_time_nodes = config.operation_limits.max_run_time_nodes as usize;
     match history {
         Some(caps) => {
             ns0::add_namespace0_keeping(&mut b, ns0::HISTORY)?;
@@ -105,8 +108,10 @@ pub struct HistoryCapabilities {
 /// type hierarchy.
 pub struct AddressSpaceBuilder {
     nodes: Vec<Node>,
-    dense: [Vec<u32>; 2],
-    map: HashMap<NodeId, u32>,
+    dense: [Arc<Vec<u32>>; 2],
+    map: IdMap,
+    /// Node indexes kept for nodes added at run time (the change path's tables).
+    run_time_nodes: usize,
     namespace_uris: Vec<String>,
     server_info: ServerInfo,
     write_hooks: Vec<(NodeId, super::app::WriteHook)>,
@@ -136,8 +141,9 @@ impl AddressSpaceBuilder {
     pub fn new(namespace_uris: Vec<String>, server_info: ServerInfo) -> Self {
         AddressSpaceBuilder {
             nodes: Vec::new(),
-            dense: [Vec::new(), Vec::new()],
-            map: HashMap::new(),
+            dense: [Arc::new(Vec::new()), Arc::new(Vec::new())],
+            map: IdMap::default(),
+            run_time_nodes: 0,
             namespace_uris,
             server_info,
             write_hooks: Vec::new(),
@@ -287,7 +293,7 @@ impl AddressSpaceBuilder {
             Identifier::Numeric(n) if n < DENSE_ID_MAX => self
                 .dense
                 .get_mut(node.node_id.namespace as usize)
-                .map(|t| (t, n as usize)),
+                .map(|t| (Arc::make_mut(t), n as usize)),
             _ => None,
         };
         match dense {
@@ -333,6 +339,7 @@ impl AddressSpaceBuilder {
             mut nodes,
             dense,
             map,
+            run_time_nodes,
             namespace_uris,
             server_info,
             write_hooks,
@@ -349,7 +356,7 @@ impl AddressSpaceBuilder {
         // Inverses of every declared reference whose target is a local node.
         let mut inverses: Vec<(u32, Reference)> = Vec::new();
         for n in &nodes {
-            for r in &n.references {
+            for r in n.references.load().iter() {
                 if let Some(t) = r.target.as_local().and_then(&lookup) {
                     inverses.push((
                         t,
@@ -368,14 +375,14 @@ impl AddressSpaceBuilder {
             }
         }
         for n in &mut nodes {
-            dedup_refs(&mut n.references);
+            n.references.update(dedup_refs);
         }
 
         // Type hierarchy and encodings.
         let mut supertype = vec![NO_INDEX; nodes.len()];
         let mut encoding_of = HashMap::new();
         for (n, sup) in nodes.iter().zip(supertype.iter_mut()) {
-            for r in &n.references {
+            for r in n.references.load().iter() {
                 match r.reference_type.as_ns0() {
                     Some(ids::HAS_SUBTYPE) if !r.is_forward => {
                         if let Some(p) = r.target.as_local().and_then(&lookup) {
@@ -394,7 +401,9 @@ impl AddressSpaceBuilder {
                 }
             }
         }
-        let changes = std::sync::Arc::new(super::ChangeHub::new(nodes.len()));
+        let changes = std::sync::Arc::new(super::ChangeHub::new(
+            nodes.len().saturating_add(run_time_nodes),
+        ));
         let mut hooks = super::app::AppHooks::default();
         for (id, hook) in write_hooks {
             if let Some(i) = lookup(&id) {
@@ -455,20 +464,24 @@ impl AddressSpaceBuilder {
                 .collect(),
             namespace_role_permissions,
         );
+        let count = nodes.len();
         let mut space = AddressSpace {
-            nodes,
+            version: 0,
+            nodes: NodeTable::from_nodes(nodes),
+            count,
             dense,
             map,
-            supertype,
-            encoding_of,
-            namespace_uris,
-            server_info,
+            supertype: Arc::new(supertype),
+            encoding_of: Arc::new(encoding_of),
+            namespace_uris: Arc::new(namespace_uris),
+            server_info: Arc::new(server_info),
             metrics,
             changes,
-            hooks,
+            hooks: Arc::new(hooks),
             has_async,
-            views: HashMap::new(),
-            permissions,
+            views: Arc::new(HashMap::new()),
+            permissions: Arc::new(permissions),
+            log: Arc::new(super::edit::EditLog::default()),
         };
         space.compute_views();
         space

@@ -79,6 +79,7 @@ fn convert(n: Ns0Node) -> Result<Node, String> {
         }
     };
     Ok(Node {
+        generation: 0,
         node_id: n.node_id,
         node_class: n.node_class,
         browse_name: n.browse_name,

@@ -300,7 +300,8 @@ fn strings(v: &[&str]) -> Variant {
 /// The Property `name` of a well-known role's Object, when the node set has it.
 fn role_property(b: &AddressSpaceBuilder, role: &NodeId, name: &str) -> Option<NodeId> {
     let node = b.node(role)?;
-    node.references
+    let refs = node.references.load();
+    let found = refs
         .iter()
         .filter(|r| {
             r.is_forward
@@ -312,7 +313,8 @@ fn role_property(b: &AddressSpaceBuilder, role: &NodeId, name: &str) -> Option<N
                 n.browse_name.namespace_index == 0 && n.browse_name.name.as_str() == name
             })
         })
-        .cloned()
+        .cloned();
+    found
 }
 
 fn set_role_property(
@@ -379,6 +381,7 @@ fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
         .node(&role_set)
         .map(|n| {
             n.references
+                .load()
                 .iter()
                 .filter(|r| r.is_forward && component(r))
                 .filter_map(|r| r.target.as_local().cloned())
@@ -388,7 +391,7 @@ fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
     roles.extend(
         b.nodes()
             .filter(|n| {
-                n.references.iter().any(|r| {
+                n.references.load().iter().any(|r| {
                     !r.is_forward && component(r) && r.target.as_local() == Some(&role_set)
                 })
             })
@@ -453,15 +456,19 @@ fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
     let Some(obj) = b.node_mut(&NodeId::ns0(SERVER_REDUNDANCY)) else {
         return;
     };
-    for rf in &mut obj.references {
-        if rf.is_forward && rf.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION) {
-            rf.target =
-                crate::types::ExpandedNodeId::local(NodeId::ns0(NON_TRANSPARENT_REDUNDANCY_TYPE));
+    obj.references.update(|refs| {
+        for rf in refs {
+            if rf.is_forward && rf.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION) {
+                rf.target = crate::types::ExpandedNodeId::local(NodeId::ns0(
+                    NON_TRANSPARENT_REDUNDANCY_TYPE,
+                ));
+            }
         }
-    }
+    });
     let id = NodeId::string(1, "ServerRedundancy.ServerUriArray");
     let uris: Vec<&str> = r.server_uris.iter().map(String::as_str).collect();
     let node = Node {
+        generation: 0,
         node_id: id.clone(),
         node_class: NodeClass::Variable,
         browse_name: crate::types::QualifiedName::new(0, "ServerUriArray"),
@@ -473,7 +480,8 @@ fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
             reference_type: NodeId::ns0(ids::HAS_TYPE_DEFINITION),
             is_forward: true,
             target: crate::types::ExpandedNodeId::local(NodeId::ns0(ids::PROPERTY_TYPE)),
-        }],
+        }]
+        .into(),
         attributes: ClassAttributes::Variable(VariableAttributes {
             value: ValueSource::Cell(ValueCell::new(
                 DataValue {
