@@ -159,7 +159,8 @@ impl Roles {
     /// What these roles may do on a node without RolePermissions (own or its namespace's):
     /// browse, read the value and the RolePermissions, read history, receive events and
     /// call methods (a method that changes state also needs a writing role, see
-    /// `services::method`); the writing roles may also write values, attributes and history.
+    /// `services::method`); the writing roles may also write values, attributes and history;
+    /// ConfigureAdmin may also add and delete nodes and references (NodeManagement).
     pub const fn default_permissions(self) -> PermissionType {
         let read = PermissionType::Browse.0
             | PermissionType::ReadRolePermissions.0
@@ -173,10 +174,21 @@ impl Roles {
             | PermissionType::InsertHistory.0
             | PermissionType::ModifyHistory.0
             | PermissionType::DeleteHistory.0;
-        if self.may_write() {
-            PermissionType(read | write)
+        // The NodeManagement services (AddNodes, DeleteNodes, AddReferences,
+        // DeleteReferences): ConfigureAdmin only.
+        let model = PermissionType::AddNode.0
+            | PermissionType::DeleteNode.0
+            | PermissionType::AddReference.0
+            | PermissionType::RemoveReference.0;
+        let model = if self.contains(WellKnownRole::ConfigureAdmin) {
+            model
         } else {
-            PermissionType(read)
+            0
+        };
+        if self.may_write() {
+            PermissionType(read | write | model)
+        } else {
+            PermissionType(read | model)
         }
     }
 }

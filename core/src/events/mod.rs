@@ -423,3 +423,41 @@ pub fn notifiers_of(space: &AddressSpace, source: &NodeId) -> Vec<NodeId> {
 pub fn server_notifiers() -> Arc<[NodeId]> {
     Arc::from(vec![NodeId::ns0(ids::SERVER)])
 }
+
+/// Raises one GeneralModelChangeEvent (Part 3 §9.32.7) on the Server object for a
+/// committed change of the address space: `Changes` lists each affected node with its type
+/// definition and verbs (NodeAdded 1, NodeDeleted 2, ReferenceAdded 4, ReferenceDeleted 8).
+pub fn publish_model_change(
+    ev: &ServerEvents,
+    space: &AddressSpace,
+    committed: &crate::address_space::edit::Committed,
+    now: crate::Now,
+) {
+    if committed.changes.is_empty() {
+        return;
+    }
+    let changes: Vec<Variant> = committed
+        .changes
+        .iter()
+        .map(|c| Variant::ExtensionObject(Box::new(crate::types::ExtensionObject::from_struct(c))))
+        .collect();
+    let Some(value) = Variant::array(crate::types::BuiltinType::ExtensionObject, changes) else {
+        return;
+    };
+    let event_type = NodeId::ns0(crate::generated::node_ids::GeneralModelChangeEventType);
+    let chain = type_chain(space, &event_type);
+    ev.bus.publish_with(|| Event {
+        event_id: ev.ids.next(),
+        event_type,
+        type_chain: chain,
+        source_node: NodeId::ns0(crate::address_space::ids::SERVER),
+        source_name: UaString::from("Server/ModelChange"),
+        time: now.utc,
+        receive_time: now.utc,
+        message: LocalizedText::new("en", "The address space changed"),
+        severity: 1,
+        condition_id: None,
+        fields: vec![EventField::ns0("Changes", value)],
+        notifiers: Arc::clone(&ev.notifiers_server),
+    });
+}

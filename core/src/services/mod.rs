@@ -20,6 +20,7 @@ pub mod host;
 pub mod identity;
 pub mod method;
 pub mod monitored_item;
+pub mod node_management;
 pub mod session;
 pub mod subscription;
 pub mod subscription_methods;
@@ -199,6 +200,10 @@ fn activated_service(
             view::translate_browse_paths(shard, key, &r, now)
         }
         Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
+        Request::AddNodes(r) => node_management::add_nodes(shard, key, &r, now),
+        Request::AddReferences(r) => node_management::add_references(shard, key, &r, now),
+        Request::DeleteNodes(r) => node_management::delete_nodes(shard, key, &r, now),
+        Request::DeleteReferences(r) => node_management::delete_references(shard, key, &r, now),
         Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
         Request::Call(r) => {
             return method::call_deferrable(shard, key, ctx.channel_id, request_id, &r, now)

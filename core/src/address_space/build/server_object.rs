@@ -731,6 +731,12 @@ pub fn install(
         Variant::UInt32(lim.max_monitored_items_per_call),
         start,
     );
+    set_static(
+        b,
+        crate::generated::node_ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerNodeManagement,
+        Variant::UInt32(lim.max_nodes_per_node_management),
+        start,
+    );
     // No software certificates: an empty array, not Null.
     if let Some(empty) = Variant::array(crate::types::BuiltinType::ExtensionObject, Vec::new()) {
         set_static(b, sid::SOFTWARE_CERTIFICATES, empty, start);

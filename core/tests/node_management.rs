@@ -1,0 +1,363 @@
+//! NodeManagement through `dispatch` (Part 4 §5.7): AddNodes, AddReferences, DeleteNodes,
+//! DeleteReferences by a ConfigureAdmin session, refused to others, the Part 4 statuses, and
+//! the GeneralModelChangeEvent on the Server object.
+
+mod dispatch_util;
+
+use std::sync::Arc;
+
+use dispatch_util::*;
+use uaring_core::config::ServerConfig;
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::types::*;
+use uaring_core::roles::{Roles, WellKnownRole};
+use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
+use uaring_core::server::shard::ShardState;
+use uaring_core::shared::ServerShared;
+use uaring_core::{
+    DataValue, ExpandedNodeId, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant,
+};
+
+fn session(shared: Arc<ServerShared>, shard: usize, roles: Roles) -> (Harness, NodeId) {
+    let mut h = Harness::on_shared(shared.clone(), shard);
+    let mut security = SecurityProvider::none_only();
+    security.set_user_tokens(UserTokenSettings {
+        anonymous: Some(roles),
+        ..UserTokenSettings::default()
+    });
+    h.shard = ShardState::new(
+        shared,
+        shard,
+        Box::new(uaring_core::random::ChaCha::from_u64(shard as u64 + 1)),
+    )
+    .with_security(security);
+    h.channel = h.shard.next_channel_id();
+    let token = h.open_session();
+    (h, token)
+}
+
+fn admin() -> Roles {
+    Roles::OPERATOR.and(WellKnownRole::ConfigureAdmin)
+}
+
+fn variable_item(parent: NodeId, id: NodeId, name: &str, v: f64) -> AddNodesItem {
+    AddNodesItem {
+        parent_node_id: ExpandedNodeId::local(parent),
+        reference_type_id: NodeId::ns0(35),
+        requested_new_node_id: ExpandedNodeId::local(id),
+        browse_name: QualifiedName::new(1, name),
+        node_class: NodeClass::Variable,
+        node_attributes: ExtensionObject::from_struct(&VariableAttributes {
+            value: Variant::Double(v),
+            data_type: NodeId::ns0(11),
+            value_rank: -1,
+            access_level: 3,
+            ..Default::default()
+        }),
+        type_definition: ExpandedNodeId::local(NodeId::ns0(63)),
+    }
+}
+
+fn object_item(parent: NodeId, id: NodeId, name: &str, type_def: u32) -> AddNodesItem {
+    AddNodesItem {
+        parent_node_id: ExpandedNodeId::local(parent),
+        reference_type_id: NodeId::ns0(35),
+        requested_new_node_id: ExpandedNodeId::local(id),
+        browse_name: QualifiedName::new(1, name),
+        node_class: NodeClass::Object,
+        node_attributes: ExtensionObject::null(),
+        type_definition: ExpandedNodeId::local(NodeId::ns0(type_def)),
+    }
+}
+
+fn add(h: &mut Harness, token: &NodeId, items: Vec<AddNodesItem>) -> Vec<AddNodesResult> {
+    let header = h.header(token);
+    match h.call(Request::AddNodes(Box::new(AddNodesRequest {
+        request_header: header,
+        nodes_to_add: items,
+    }))) {
+        Response::AddNodes(r) => r.results,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn delete(h: &mut Harness, token: &NodeId, ids: Vec<NodeId>) -> Vec<StatusCode> {
+    let header = h.header(token);
+    match h.call(Request::DeleteNodes(Box::new(DeleteNodesRequest {
+        request_header: header,
+        nodes_to_delete: ids
+            .into_iter()
+            .map(|node_id| DeleteNodesItem {
+                node_id,
+                delete_target_references: true,
+            })
+            .collect(),
+    }))) {
+        Response::DeleteNodes(r) => r.results,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn read_value(h: &mut Harness, token: &NodeId, id: NodeId) -> DataValue {
+    let r = h.read_request(token, id);
+    match h.call(r) {
+        Response::Read(r) => r.results[0].clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn objects_children(h: &mut Harness, token: &NodeId) -> Vec<NodeId> {
+    let r = h.browse_request(token, 0, vec![hierarchical(NodeId::ns0(85))]);
+    match h.call(r) {
+        Response::Browse(b) => b.results[0]
+            .references
+            .iter()
+            .map(|r| r.node_id.node_id.clone())
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_admin_adds_and_deletes_nodes_others_are_refused() {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let (mut adm, at) = session(shared.clone(), 0, admin());
+    let (mut op, ot) = session(shared.clone(), 1, Roles::OPERATOR);
+    let folder = NodeId::string(1, "Line9");
+    let var = NodeId::string(1, "Line9.Speed");
+    // Refused to an operator (no AddNode).
+    let r = add(
+        &mut op,
+        &ot,
+        vec![object_item(NodeId::ns0(85), folder.clone(), "Line9", 61)],
+    );
+    assert_eq!(r[0].status_code, StatusCode::BadUserAccessDenied);
+    // A folder and a variable in it, in one request.
+    let r = add(
+        &mut adm,
+        &at,
+        vec![
+            object_item(NodeId::ns0(85), folder.clone(), "Line9", 61),
+            variable_item(folder.clone(), var.clone(), "Speed", 1.5),
+        ],
+    );
+    assert_eq!(r[0].status_code, StatusCode::Good, "{r:?}");
+    assert_eq!(r[0].added_node_id, folder);
+    assert_eq!(r[1].status_code, StatusCode::Good, "{r:?}");
+    // The admin's shard sees it at once, the other one after its next timer pass.
+    assert_eq!(
+        read_value(&mut adm, &at, var.clone()).value,
+        Variant::Double(1.5)
+    );
+    op.shard.on_timer(op.now);
+    assert_eq!(
+        read_value(&mut op, &ot, var.clone()).value,
+        Variant::Double(1.5)
+    );
+    assert!(objects_children(&mut op, &ot).contains(&folder));
+    // The Part 4 statuses.
+    let r = add(
+        &mut adm,
+        &at,
+        vec![
+            variable_item(folder.clone(), var.clone(), "Speed2", 1.0),
+            variable_item(folder.clone(), NodeId::string(1, "Line9.X"), "Speed", 1.0),
+            variable_item(
+                NodeId::string(1, "Nope"),
+                NodeId::string(1, "Line9.Y"),
+                "Y",
+                1.0,
+            ),
+            object_item(NodeId::ns0(85), NodeId::string(1, "Line9.Z"), "Z", 63),
+            object_item(NodeId::ns0(85), NodeId::ns0(99_999), "Ns0", 61),
+            AddNodesItem {
+                node_class: NodeClass::ReferenceType,
+                ..object_item(NodeId::ns0(85), NodeId::string(1, "R"), "R", 61)
+            },
+            AddNodesItem {
+                reference_type_id: NodeId::ns0(40),
+                ..object_item(NodeId::ns0(85), NodeId::string(1, "T"), "T", 61)
+            },
+            AddNodesItem {
+                node_attributes: ExtensionObject::from_struct(&VariableAttributes {
+                    value: Variant::String("text".into()),
+                    data_type: NodeId::ns0(11),
+                    value_rank: -1,
+                    ..Default::default()
+                }),
+                ..variable_item(folder.clone(), NodeId::string(1, "Line9.W"), "W", 0.0)
+            },
+        ],
+    );
+    let got: Vec<StatusCode> = r.iter().map(|r| r.status_code).collect();
+    assert_eq!(
+        got,
+        vec![
+            StatusCode::BadNodeIdExists,
+            StatusCode::BadBrowseNameDuplicated,
+            StatusCode::BadParentNodeIdInvalid,
+            StatusCode::BadTypeDefinitionInvalid,
+            StatusCode::BadNodeIdRejected,
+            StatusCode::BadNodeClassInvalid,
+            StatusCode::BadReferenceTypeIdInvalid,
+            StatusCode::BadNodeAttributesInvalid,
+        ]
+    );
+    // References.
+    let header = adm.header(&at);
+    let r = adm.call(Request::AddReferences(Box::new(AddReferencesRequest {
+        request_header: header,
+        references_to_add: vec![
+            AddReferencesItem {
+                source_node_id: folder.clone(),
+                reference_type_id: NodeId::ns0(47),
+                is_forward: true,
+                target_server_uri: Default::default(),
+                target_node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+                target_node_class: NodeClass::Object,
+            },
+            AddReferencesItem {
+                source_node_id: NodeId::string(1, "Nope"),
+                reference_type_id: NodeId::ns0(47),
+                is_forward: true,
+                target_server_uri: Default::default(),
+                target_node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+                target_node_class: NodeClass::Unspecified,
+            },
+            AddReferencesItem {
+                source_node_id: folder.clone(),
+                reference_type_id: NodeId::ns0(2253),
+                is_forward: true,
+                target_server_uri: Default::default(),
+                target_node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+                target_node_class: NodeClass::Unspecified,
+            },
+            AddReferencesItem {
+                source_node_id: folder.clone(),
+                reference_type_id: NodeId::ns0(47),
+                is_forward: true,
+                target_server_uri: Default::default(),
+                target_node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+                target_node_class: NodeClass::Variable,
+            },
+        ],
+    })));
+    let Response::AddReferences(r) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        r.results,
+        vec![
+            StatusCode::Good,
+            StatusCode::BadSourceNodeIdInvalid,
+            StatusCode::BadReferenceTypeIdInvalid,
+            StatusCode::BadNodeClassInvalid,
+        ]
+    );
+    let header = adm.header(&at);
+    let r = adm.call(Request::DeleteReferences(Box::new(
+        DeleteReferencesRequest {
+            request_header: header,
+            references_to_delete: vec![
+                DeleteReferencesItem {
+                    source_node_id: folder.clone(),
+                    reference_type_id: NodeId::ns0(47),
+                    is_forward: true,
+                    target_node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+                    delete_bidirectional: true,
+                },
+                DeleteReferencesItem {
+                    source_node_id: folder.clone(),
+                    reference_type_id: NodeId::ns0(47),
+                    is_forward: true,
+                    target_node_id: ExpandedNodeId::local(NodeId::ns0(2253)),
+                    delete_bidirectional: true,
+                },
+            ],
+        },
+    )));
+    let Response::DeleteReferences(r) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(r.results, vec![StatusCode::Good, StatusCode::BadNotFound]);
+    // Deleting: namespace 0 never, others not, the admin yes.
+    assert_eq!(
+        delete(
+            &mut adm,
+            &at,
+            vec![NodeId::ns0(2253), NodeId::string(1, "Nope")]
+        ),
+        vec![
+            StatusCode::BadUserAccessDenied,
+            StatusCode::BadNodeIdUnknown
+        ]
+    );
+    op.shard.on_timer(op.now);
+    assert_eq!(
+        delete(&mut op, &ot, vec![var.clone()]),
+        vec![StatusCode::BadUserAccessDenied]
+    );
+    assert_eq!(
+        delete(&mut adm, &at, vec![var.clone(), folder.clone()]),
+        vec![StatusCode::Good, StatusCode::Good]
+    );
+    assert_eq!(
+        read_value(&mut adm, &at, var.clone()).status,
+        Some(StatusCode::BadNodeIdUnknown)
+    );
+    op.shard.on_timer(op.now);
+    assert!(!objects_children(&mut op, &ot).contains(&folder));
+    // Too many in one request.
+    let max = shared.config.operation_limits.max_nodes_per_node_management as usize;
+    let header = adm.header(&at);
+    let r = adm.call(Request::DeleteNodes(Box::new(DeleteNodesRequest {
+        request_header: header,
+        nodes_to_delete: vec![DeleteNodesItem::default(); max + 1],
+    })));
+    assert_eq!(fault_status(&r), Some(StatusCode::BadTooManyOperations));
+}
+
+#[test]
+fn each_change_raises_a_general_model_change_event() {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let (mut adm, at) = session(shared.clone(), 0, admin());
+    let mut cursor = shared.events.bus.cursor();
+    let folder = NodeId::string(1, "Line7");
+    let r = add(
+        &mut adm,
+        &at,
+        vec![object_item(NodeId::ns0(85), folder.clone(), "Line7", 61)],
+    );
+    assert!(r[0].status_code.is_good());
+    delete(&mut adm, &at, vec![folder.clone()]);
+    let mut seen = Vec::new();
+    cursor.poll(&shared.events.bus, |ev| {
+        if ev.event_type == NodeId::ns0(2133) {
+            let Variant::Array(a) = ev.field_ns0("Changes") else {
+                panic!("Changes is an array")
+            };
+            let changes: Vec<ModelChangeStructureDataType> = a
+                .values
+                .iter()
+                .map(|v| match v {
+                    Variant::ExtensionObject(e) => e
+                        .decode_as::<ModelChangeStructureDataType>(Default::default())
+                        .unwrap()
+                        .unwrap(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            seen.push(changes);
+        }
+    });
+    assert_eq!(seen.len(), 2, "one event per request");
+    let added = seen[0].iter().find(|c| c.affected == folder).unwrap();
+    assert_eq!(added.verb, 1);
+    assert_eq!(added.affected_type, NodeId::ns0(61));
+    assert!(seen[0]
+        .iter()
+        .any(|c| c.affected == NodeId::ns0(85) && c.verb == 4));
+    assert!(seen[1]
+        .iter()
+        .any(|c| c.affected == folder && c.verb & 2 != 0));
+}
