@@ -759,6 +759,7 @@ impl ServerBuilder {
             file,
             config_path,
             shards,
+            model_writer: std::sync::Mutex::new(()),
         })
     }
 
@@ -880,6 +881,9 @@ pub struct ServerHandle {
     file: FileConfig,
     config_path: Option<PathBuf>,
     shards: usize,
+    /// Takes the library's run-time edits one at a time ([`ServerHandle::edit`]; off the
+    /// shards, which never wait for it).
+    model_writer: std::sync::Mutex<()>,
 }
 
 impl ServerHandle {
@@ -941,6 +945,101 @@ impl ServerHandle {
     /// notifiers above it) and whose filter selects it receives it.
     pub fn raise_event(&self, def: EventDef) -> Result<(), Error> {
         raise(&self.setup.shared, def)
+    }
+
+    /// Changes the address space while the server runs, from any thread: `f` adds and
+    /// removes nodes and references on an [`Edit`](uaring_core::address_space::edit::Edit)
+    /// of the current version (its errors are Part 4 statuses), and the result is published
+    /// as one new version that every shard takes at its next loop iteration; no shard waits
+    /// for it. Raises one GeneralModelChangeEvent. Calls from several threads are taken one
+    /// at a time; an edit that raced a client's NodeManagement request is run again on the
+    /// newer version, so `f` may run more than once. docs/Embedding.md, "Nodes added and
+    /// removed while serving".
+    pub fn edit<R>(
+        &self,
+        mut f: impl FnMut(
+            &mut uaring_core::address_space::edit::Edit,
+        ) -> Result<R, uaring_core::StatusCode>,
+    ) -> Result<R, Error> {
+        let shared = &self.setup.shared;
+        let _one_at_a_time = self.model_writer.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..1000 {
+            let mut edit = shared.model.edit();
+            let r = f(&mut edit).map_err(Error::Status)?;
+            match shared.model.commit(edit) {
+                Ok(c) => {
+                    let now = uaring_core::Now {
+                        mono_ns: crate::clock::mono_ns(),
+                        utc: crate::clock::utc_now(),
+                    };
+                    uaring_core::events::publish_model_change(
+                        &shared.events,
+                        &shared.model.load(),
+                        &c,
+                        now,
+                    );
+                    return Ok(r);
+                }
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+        Err(Error::Status(
+            uaring_core::StatusCode::BadResourceUnavailable,
+        ))
+    }
+
+    /// Adds a Double, Int32, String, … Variable with a stored value under `parent`
+    /// (Organizes) while the server runs, and returns its push handle. The DataType follows
+    /// from `initial` (a scalar). Errors: `Status(BadNodeIdExists)`,
+    /// `Status(BadParentNodeIdInvalid)`, `Status(BadResourceUnavailable)` past
+    /// `operation_limits.max_run_time_nodes`.
+    pub fn add_variable(
+        &self,
+        parent: &NodeId,
+        node_id: NodeId,
+        name: &str,
+        initial: impl Into<Variant>,
+        writable: bool,
+    ) -> Result<Variable, Error> {
+        let initial = initial.into();
+        let data_type = match initial.scalar_type() {
+            Some(t) if (t as u32) <= 25 && t != uaring_core::BuiltinType::Variant => {
+                NodeId::ns0(t as u32)
+            }
+            _ => return Err(Error::TypeMismatch(node_id.to_string())),
+        };
+        let ns = node_id.namespace;
+        self.edit(|e| {
+            if e.space().node(parent).is_none() {
+                return Err(uaring_core::StatusCode::BadParentNodeIdInvalid);
+            }
+            let node = uaring_core::address_space::build::make::variable(
+                node_id.clone(),
+                uaring_core::QualifiedName::new(ns, name),
+                data_type.clone(),
+                -1,
+                Vec::new(),
+                uaring_core::DataValue::new(initial.clone()),
+                if writable { 3 } else { 1 },
+                0.0,
+                Some((parent.clone(), 35)),
+            );
+            e.add_node(node)
+        })?;
+        Variable::of(&self.setup.shared, &node_id)
+    }
+
+    /// Removes nodes while the server runs (with the references from and to them).
+    /// Monitored items on them report BadNodeIdUnknown; their [`Variable`] handles answer
+    /// `Status(BadNodeIdUnknown)`. A node that is not there is `Status(BadNodeIdUnknown)`
+    /// and nothing is removed.
+    pub fn delete_nodes(&self, ids: &[NodeId]) -> Result<(), Error> {
+        self.edit(|e| {
+            for id in ids {
+                e.delete_node(id, true)?;
+            }
+            Ok(())
+        })
     }
 }
 

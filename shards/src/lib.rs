@@ -72,6 +72,7 @@ pub use uaring_core::address_space::app::{
     ArgDef, AsyncCall, AsyncRead, AsyncWrite, ConditionAction, ConditionActionInfo, MethodCall,
     ReadFn, WriteInfo,
 };
+pub use uaring_core::address_space::edit::Edit;
 /// Roles and permissions per node ([`ServerBuilder::role_permissions`]).
 pub use uaring_core::generated::types::PermissionType as Permissions;
 pub use uaring_core::roles::{RolePermissions, WellKnownRole};
