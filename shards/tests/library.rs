@@ -285,3 +285,74 @@ fn alarm_subtypes_need_their_mandatory_properties_and_report_their_event_type() 
         }
     }
 }
+
+#[test]
+fn nodes_added_and_removed_from_threads_while_the_server_runs() {
+    let dir = tempfile_dir::Dir::new("runtime-edit");
+    let mut b = builder(&dir);
+    let ns = b.namespace("urn:test:library");
+    let t = b.add_variable(VariableDef::new(ns.id("T"), "T", 20.0));
+    let server = std::sync::Arc::new(b.start().unwrap());
+    let i = server.namespace_index("urn:test:library").unwrap();
+    let objects = NodeId::ns0(85);
+    // Four threads add and remove their own nodes at once.
+    let threads: Vec<_> = (0..4)
+        .map(|k| {
+            let server = server.clone();
+            let objects = objects.clone();
+            std::thread::spawn(move || {
+                for round in 0..25 {
+                    let id = NodeId::string(i, &format!("Run.{k}.{round}"));
+                    let v = server
+                        .add_variable(&objects, id.clone(), &format!("Run{k}_{round}"), 1.0, true)
+                        .unwrap();
+                    v.set(2.0).unwrap();
+                    assert_eq!(v.get().unwrap().value, Variant::Double(2.0));
+                    server.delete_nodes(&[id]).unwrap();
+                    assert_eq!(v.set(3.0), Err(Error::Status(StatusCode::BadNodeIdUnknown)));
+                }
+            })
+        })
+        .collect();
+    for th in threads {
+        th.join().unwrap();
+    }
+    // Typed errors.
+    let id = NodeId::string(i, "Run.X");
+    server
+        .add_variable(&objects, id.clone(), "X", 1i32, false)
+        .unwrap();
+    assert_eq!(
+        server
+            .add_variable(&objects, id.clone(), "X2", 1i32, false)
+            .err(),
+        Some(Error::Status(StatusCode::BadNodeIdExists))
+    );
+    assert_eq!(
+        server
+            .add_variable(
+                &NodeId::string(i, "Nope"),
+                NodeId::string(i, "Y"),
+                "Y",
+                1i32,
+                false
+            )
+            .err(),
+        Some(Error::Status(StatusCode::BadParentNodeIdInvalid))
+    );
+    assert_eq!(
+        server.delete_nodes(&[NodeId::string(i, "Nope")]),
+        Err(Error::Status(StatusCode::BadNodeIdUnknown))
+    );
+    let space = server.shared().model.load();
+    assert!(space.node(&id).is_some());
+    assert_eq!(space.version(), 4 * 25 * 2 + 1);
+    // Start-time nodes are untouched; the churn's indexes were reused (one shard acks).
+    t.set(5.0).unwrap();
+    assert!(space.index_bound() as usize <= server.shared().address_space.len() + 8);
+    drop(space);
+    std::sync::Arc::into_inner(server)
+        .unwrap()
+        .shutdown()
+        .unwrap();
+}
