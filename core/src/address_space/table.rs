@@ -23,7 +23,8 @@ const PAGE: usize = 1 << PAGE_BITS;
 /// change replaces one of its slots.
 #[derive(Clone, Default)]
 pub(crate) struct NodeTable {
-    pages: Vec<Arc<Vec<Option<Arc<Node>>>>>,
+    /// Full pages of `PAGE` slots (a slice behind the `Arc`: one load less than a `Vec`).
+    pages: Vec<Arc<[Option<Arc<Node>>]>>,
     /// One past the highest index ever used.
     len: u32,
 }
@@ -36,14 +37,15 @@ impl NodeTable {
         for n in nodes {
             page.push(Some(Arc::new(n)));
             if page.len() == PAGE {
-                pages.push(Arc::new(std::mem::replace(
+                pages.push(Arc::from(std::mem::replace(
                     &mut page,
                     Vec::with_capacity(PAGE),
                 )));
             }
         }
         if !page.is_empty() {
-            pages.push(Arc::new(page));
+            page.resize(PAGE, None);
+            pages.push(Arc::from(page));
         }
         NodeTable { pages, len }
     }
@@ -64,15 +66,11 @@ impl NodeTable {
     pub(crate) fn set(&mut self, index: u32, node: Option<Arc<Node>>) {
         let p = (index >> PAGE_BITS) as usize;
         while self.pages.len() <= p {
-            self.pages.push(Arc::new(Vec::with_capacity(PAGE)));
+            self.pages.push(Arc::from(vec![None; PAGE]));
         }
         if let Some(page) = self.pages.get_mut(p) {
             let page = Arc::make_mut(page);
-            let i = index as usize & (PAGE - 1);
-            if page.len() <= i {
-                page.resize(i + 1, None);
-            }
-            if let Some(slot) = page.get_mut(i) {
+            if let Some(slot) = page.get_mut(index as usize & (PAGE - 1)) {
                 *slot = node;
             }
         }
