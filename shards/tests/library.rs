@@ -302,7 +302,7 @@ fn nodes_added_and_removed_from_threads_while_the_server_runs() {
             let objects = objects.clone();
             std::thread::spawn(move || {
                 for round in 0..25 {
-                    let id = NodeId::string(i, &format!("Run.{k}.{round}"));
+                    let id = NodeId::string(i, format!("Run.{k}.{round}"));
                     let v = server
                         .add_variable(&objects, id.clone(), &format!("Run{k}_{round}"), 1.0, true)
                         .unwrap();
