@@ -26,8 +26,8 @@ fn unsupported_services_fault_with_bad_service_unsupported() {
     assert_eq!(r.response_header().request_handle, handle);
     for req in [
         Request::HistoryRead(Box::default()),
-        Request::AddNodes(Box::default()),
         Request::QueryFirst(Box::default()),
+        Request::QueryNext(Box::default()),
     ] {
         let mut req = req;
         *req.request_header_mut() = h.header(&token);

@@ -34,18 +34,21 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let ns = setup.shared.address_space.namespace_uris();
 
     let toml = |v: &dyn erased::Ser| v.to_toml();
+    // A section printed under its own name, so that a table inside it (`[history.postgres]`)
+    // is printed with its whole path.
+    let section = |name: &str, v: &dyn erased::Ser| v.to_toml_section(name);
     let mut out = String::new();
     let _ = writeln!(
         out,
         "# The effective configuration: every key with the value in force."
     );
-    let _ = writeln!(out, "[runtime]\n{}", toml(&file.runtime)?);
-    let _ = writeln!(out, "[metrics]\n{}", toml(&file.metrics)?);
-    let _ = writeln!(out, "[log]\n{}", toml(&file.log)?);
-    let _ = writeln!(out, "[security]\n{}", toml(&sec)?);
-    let _ = writeln!(out, "[handshake]\n{}", toml(&handshake)?);
-    let _ = writeln!(out, "[history]\n{}", toml(&history)?);
-    let _ = writeln!(out, "[push]\n{}", toml(&push)?);
+    let _ = writeln!(out, "{}", section("runtime", &file.runtime)?);
+    let _ = writeln!(out, "{}", section("metrics", &file.metrics)?);
+    let _ = writeln!(out, "{}", section("log", &file.log)?);
+    let _ = writeln!(out, "{}", section("security", &sec)?);
+    let _ = writeln!(out, "{}", section("handshake", &handshake)?);
+    let _ = writeln!(out, "{}", section("history", &history)?);
+    let _ = writeln!(out, "{}", section("push", &push)?);
     for u in &users {
         let roles: Vec<&str> = u.granted()?.iter().map(|r| r.name()).collect();
         let _ = writeln!(
@@ -83,10 +86,26 @@ pub fn check_text(text: &str) -> Result<String, String> {
 mod erased {
     pub trait Ser {
         fn to_toml(&self) -> Result<String, String>;
+        /// `[name]` with this value's keys, and its tables as `[name.table]`.
+        fn to_toml_section(&self, name: &str) -> Result<String, String>;
     }
     impl<T: serde::Serialize> Ser for T {
         fn to_toml(&self) -> Result<String, String> {
             toml::to_string(self).map_err(|e| format!("cannot print the configuration: {e}"))
+        }
+        fn to_toml_section(&self, name: &str) -> Result<String, String> {
+            let value = toml::Value::try_from(self)
+                .map_err(|e| format!("cannot print the configuration: {e}"))?;
+            let mut outer = toml::Table::new();
+            outer.insert(name.to_string(), value);
+            let text = toml::to_string(&outer)
+                .map_err(|e| format!("cannot print the configuration: {e}"))?;
+            // An empty section is still printed, as a header.
+            Ok(if text.trim().is_empty() {
+                format!("[{name}]\n")
+            } else {
+                text
+            })
         }
     }
 }
@@ -101,7 +120,14 @@ mod tests {
     fn the_runtime_sections_are_checked_and_printed() {
         let text = "[handshake]\nthreads = 1\n[history]\ndir = \"/var/lib/uaring/history\"\nflush_interval_ms = 250\nnodes = [\"ns=0;i=2255\"]\n";
         let out = check_text(text).expect("valid");
-        assert!(out.contains("[handshake]\nthreads = 1\n"), "{out}");
+        let handshake = out
+            .split("[handshake]\n")
+            .nth(1)
+            .expect("a [handshake] section");
+        let handshake = handshake.split("\n[").next().unwrap_or("");
+        assert!(handshake.contains("threads = 1\n"), "{out}");
+        // Tables inside a section keep their path, so the printed file reads back.
+        assert!(out.contains("[history.postgres]\n"), "{out}");
         assert!(out.contains("flush_interval_ms = 250"), "{out}");
         check_text(&out).expect("the printed configuration is valid");
         let e = check_text("[history]\nflush_interval_ms = 0\n").unwrap_err();
