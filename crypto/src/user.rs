@@ -43,8 +43,9 @@ pub fn encrypt_user_password(
 /// Server side: decrypts a UserNameIdentityToken password and checks the server nonce.
 ///
 /// `encryption_algorithm` is the token's encryptionAlgorithm URI; it must be the token policy's.
-/// Returns the password. A wrong algorithm, bad ciphertext, bad length or a nonce that is not
-/// `server_nonce` is `BadIdentityTokenInvalid` (the nonce comparison is constant time).
+/// Returns the password. A wrong algorithm, bad ciphertext, bad length, padding after the
+/// secret that is not zeros, or a nonce that is not `server_nonce` is
+/// `BadIdentityTokenInvalid` (the nonce comparison is constant time).
 pub fn decrypt_user_password(
     policy: PolicyId,
     own_key: &PrivateKey,
@@ -62,7 +63,12 @@ pub fn decrypt_user_password(
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
     };
     let declared = u32::from_le_bytes(*length) as usize;
-    if declared != body.len() || server_nonce.is_empty() {
+    // A client may pad the plaintext to whole RSA blocks; the padding must be zeros (Part 4
+    // §7.41.2.2, 1.04 errata). open62541 pads.
+    let Some((body, padding)) = body.split_at_checked(declared) else {
+        return Err(status::BAD_IDENTITY_TOKEN_INVALID);
+    };
+    if padding.iter().any(|b| *b != 0) || server_nonce.is_empty() {
         return Err(status::BAD_IDENTITY_TOKEN_INVALID);
     }
     let Some((password, nonce)) = declared

@@ -42,6 +42,34 @@ fn user_password_roundtrip_and_nonce_check() {
     }
 }
 
+/// A client may pad the legacy secret to whole RSA blocks with zeros (open62541 does):
+/// accepted; padding that is not zeros is refused.
+#[test]
+fn zero_padding_after_the_legacy_secret() {
+    let (server_cert, server_key) =
+        generate_self_signed(&CertificateRequest::new("urn:srv", "srv", now_unix_s())).unwrap();
+    let policy = PolicyId::Basic256Sha256;
+    let alg = policy.asym_encryption_algorithm_uri().unwrap();
+    let nonce = [0x42u8; 32];
+    let secret = |pad: u8| {
+        let mut plain = ((2 + nonce.len()) as u32).to_le_bytes().to_vec();
+        plain.extend_from_slice(b"pw");
+        plain.extend_from_slice(&nonce);
+        // To the plaintext block of a 2048-bit key with OAEP-SHA1: 256 − 42.
+        plain.resize(214, 0);
+        *plain.last_mut().unwrap() = pad;
+        let mut ct = Vec::new();
+        uaring_crypto::asym_encrypt(policy, &server_cert, &plain, &mut ct).unwrap();
+        ct
+    };
+    let got = decrypt_user_password(policy, &server_key, alg, &secret(0), &nonce).unwrap();
+    assert_eq!(&got[..], b"pw");
+    assert_eq!(
+        decrypt_user_password(policy, &server_key, alg, &secret(1), &nonce).unwrap_err(),
+        status::BAD_IDENTITY_TOKEN_INVALID
+    );
+}
+
 #[test]
 fn x509_user_token() {
     let tmp = TempDir::new("x509user");
