@@ -341,6 +341,11 @@ impl EphemeralKey {
         Ok(EphemeralKey { curve, key, nonce })
     }
 
+    /// The curve.
+    pub fn curve(&self) -> EccCurve {
+        self.curve
+    }
+
     /// The nonce: the public key `x ‖ y`.
     pub fn nonce(&self) -> &[u8] {
         &self.nonce

@@ -20,21 +20,27 @@
 //!   key sets; the peer's first chunk that verifies settles which one the token uses from then
 //!   on (a chunk is only ever accepted when it verifies with a key set derived from the
 //!   secret).
-//! - UserName tokens over ECC need EccEncryptedSecret (Part 4 §7.41.2.3), which is not
-//!   implemented: [`SecurityPolicy::offers_user_tokens`] is false, so ECC endpoints offer
-//!   Anonymous only, and a password token on an ECC channel is refused.
+//! - UserName passwords come as an EccEncryptedSecret (Part 4 §7.41.2.5, [`crate::ecc_secret`]):
+//!   the policy hands out ephemeral keys signed with its application key
+//!   ([`SecurityPolicy::new_ephemeral_key`], the ECDHKey of the session responses) and
+//!   decrypts a secret sent to one ([`SecurityPolicy::decrypt_encrypted_secret`]) after
+//!   checking the client's signature over it. X.509 user tokens are signed with ECDSA on the
+//!   policy's curve, like the ActivateSession client signature.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use uaring_core::generated::types::MessageSecurityMode;
-use uaring_core::secure_channel::{ChunkCrypto, CryptoLayout, PendingToken, Role, SecurityPolicy};
+use uaring_core::secure_channel::{
+    ChunkCrypto, CryptoLayout, PendingToken, Role, SecurityPolicy, SessionEphemeralKey,
+};
 use uaring_core::types::StatusCode;
 use uaring_core::Now;
 
 use crate::cert::Certificate;
 use crate::ecc::EphemeralKey;
 use crate::ecc::{derive_ecc_keys, ecdsa_verify, EccCurve, EccPrivateKey, EccSymmetricKeys};
+use crate::ecc_secret::decrypt_secret;
 use crate::policy::AES_BLOCK_SIZE;
 use crate::uasc::{leaf_thumbprint, opn_peer, signer_leaf, ShardTrust};
 
@@ -263,8 +269,36 @@ impl SecurityPolicy for EccPolicy {
         self.keys(role, mode, &ephemeral, remote_nonce)
     }
 
-    fn offers_user_tokens(&self) -> bool {
-        false
+    fn offers_ephemeral_keys(&self) -> bool {
+        true
+    }
+
+    fn new_ephemeral_key(&self) -> Result<SessionEphemeralKey, StatusCode> {
+        let key = EphemeralKey::generate(self.curve).map_err(sc)?;
+        let signature = self.own.key.sign(key.nonce()).map_err(sc)?;
+        Ok(SessionEphemeralKey {
+            public_key: key.nonce().to_vec(),
+            signature,
+            private: Box::new(key),
+        })
+    }
+
+    fn decrypt_encrypted_secret(
+        &self,
+        private: &(dyn std::any::Any + Send),
+        secret: &[u8],
+        server_nonce: &[u8],
+        signer_certificate: &[u8],
+    ) -> Result<Vec<u8>, StatusCode> {
+        let key = private
+            .downcast_ref::<EphemeralKey>()
+            .filter(|k| k.curve() == self.curve)
+            .ok_or(StatusCode::BadIdentityTokenInvalid)?;
+        let signer = signer_leaf(self.trust.as_deref(), signer_certificate)
+            .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
+        decrypt_secret(key, &signer, secret, server_nonce)
+            .map(|p| p.to_vec())
+            .map_err(sc)
     }
 
     fn admit_handshake(&self, peer: Option<IpAddr>, now: Now) -> Result<(), StatusCode> {

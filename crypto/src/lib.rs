@@ -8,7 +8,7 @@
 //! - [`asym_encrypt`], [`asym_decrypt`], [`asym_sign`], [`asym_verify`]: RSA with aws-lc-rs.
 //! - [`EccPolicy`], [`EccCurve`], [`ecc`]: the ECC policies ECC_nistP256 and ECC_nistP384
 //!   (ECDH ephemeral keys, HKDF, ECDSA) with aws-lc-rs; the crate choice is written down in
-//!   [`ecc`]'s documentation.
+//!   [`ecc`]'s documentation. [`ecc_secret`]: UserName passwords over them (EccEncryptedSecret).
 //! - [`Certificate`], [`generate_self_signed`], [`Pki`]: certificates and the PKI directory.
 //! - [`encrypt_user_password`], [`decrypt_user_password`], [`UserStore`], [`LoginLimiter`]:
 //!   user authentication.
@@ -39,6 +39,7 @@ pub mod cert;
 pub mod cli;
 pub mod ecc;
 pub mod ecc_policy;
+pub mod ecc_secret;
 pub mod kdf;
 pub mod pki;
 pub mod policy;

@@ -175,7 +175,8 @@ fn a_server_token_talks_with_a_client_deriving_on_its_own() {
             let dir = TempDir::new("ecc-token");
             let policy = server(curve, &dir, &[]);
             assert!(!policy.legacy_sequence_numbers());
-            assert!(!policy.offers_user_tokens());
+            assert!(policy.offers_user_tokens());
+            assert!(policy.offers_ephemeral_keys());
             let client = EphemeralKey::generate(curve).unwrap();
             let (server_nonce, crypto) = policy
                 .new_token(
@@ -360,7 +361,7 @@ fn open_secure_channel_checks_and_signatures() {
             policy.verify_signature(wrong_curve.cert.der(), signed, "", &client_sig),
             Err(StatusCode::BadSecurityChecksFailed)
         );
-        // No user secret can be decrypted: UserName is not offered on ECC endpoints.
+        // No legacy (RSA) user secret: passwords come as an EccEncryptedSecret.
         assert_eq!(
             policy.decrypt_user_secret("", b"x", b"nonce"),
             Err(StatusCode::BadIdentityTokenInvalid)
@@ -368,10 +369,11 @@ fn open_secure_channel_checks_and_signatures() {
     }
 }
 
-/// An ECC endpoint offers Anonymous only (EccEncryptedSecret is not implemented): no UserName
-/// and no X.509 token policy, while the RSA endpoint of the same server offers both.
+/// An ECC endpoint offers UserName (an EccEncryptedSecret) and X.509 (ECDSA) token
+/// policies under its own policy, as the RSA endpoint beside it does under its own: Part 6
+/// §6.8.2 wants no RSA policy in the token policies of an ECC endpoint.
 #[test]
-fn ecc_endpoints_offer_no_user_token_they_cannot_decrypt() {
+fn ecc_endpoints_offer_user_tokens_under_their_own_policy() {
     use uaring_core::config::ServerConfig;
     use uaring_core::generated::types::UserTokenType;
     use uaring_core::roles::Roles;
@@ -421,21 +423,21 @@ fn ecc_endpoints_offer_no_user_token_they_cannot_decrypt() {
         Box::new(uaring_core::random::ChaCha::from_u64(1)),
     )
     .with_security(p);
-    let types = |uri: &str| {
-        user_token_policies_for(&shard, uri)
-            .into_iter()
-            .map(|t| t.token_type)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(
-        types(b256.uri()),
-        [
-            UserTokenType::Anonymous,
-            UserTokenType::UserName,
-            UserTokenType::Certificate
-        ]
-    );
-    assert_eq!(types(ecc.uri()), [UserTokenType::Anonymous]);
+    for uri in [b256.uri(), ecc.uri()] {
+        let tokens = user_token_policies_for(&shard, uri);
+        let types: Vec<_> = tokens.iter().map(|t| t.token_type).collect();
+        assert_eq!(
+            types,
+            [
+                UserTokenType::Anonymous,
+                UserTokenType::UserName,
+                UserTokenType::Certificate
+            ]
+        );
+        for t in &tokens[1..] {
+            assert_eq!(t.security_policy_uri.as_str(), uri);
+        }
+    }
 }
 
 /// The refusals through core's server connection: core's client (uaring's own, in memory)

@@ -15,6 +15,6 @@ pub use chunk::{
 };
 pub use policy::{
     AsymmetricSecurityHeader, ChunkCrypto, CryptoLayout, EndpointSecurity, NonePolicy,
-    PendingToken, PlainCrypto, Role, SecurityPolicy, SecurityProvider, UserAuthenticator,
-    UserTokenSettings, SECURITY_POLICY_NONE_URI,
+    PendingToken, PlainCrypto, Role, SecurityPolicy, SecurityProvider, SessionEphemeralKey,
+    UserAuthenticator, UserTokenSettings, SECURITY_POLICY_NONE_URI,
 };

@@ -91,6 +91,27 @@ pub struct PendingToken {
     pub secret: Option<Box<dyn std::any::Any + Send>>,
 }
 
+/// A server's ephemeral key for a client's EccEncryptedSecret (Part 4 §7.41.2.5, Part 6
+/// §6.8.2): the ECDHKey (an EphemeralKeyType) of a CreateSession or ActivateSession response
+/// header, and its private half, which the session keeps until the next ActivateSession
+/// decrypts a UserName password with it ([`SecurityPolicy::decrypt_encrypted_secret`]).
+pub struct SessionEphemeralKey {
+    /// The public key (`x ‖ y` for the ECC policies): EphemeralKeyType.publicKey.
+    pub public_key: Vec<u8>,
+    /// Our application key's signature over `public_key`: EphemeralKeyType.signature.
+    pub signature: Vec<u8>,
+    /// The private half, read back by the policy that made it.
+    pub private: Box<dyn std::any::Any + Send>,
+}
+
+impl std::fmt::Debug for SessionEphemeralKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionEphemeralKey")
+            .field("public_key_len", &self.public_key.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for PendingToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingToken")
@@ -254,6 +275,33 @@ pub trait SecurityPolicy: Send + Sync {
         server_nonce: &[u8],
     ) -> Result<Vec<u8>, StatusCode> {
         let _ = (encryption_algorithm, ciphertext, server_nonce);
+        Err(StatusCode::BadIdentityTokenInvalid)
+    }
+    /// Whether UserName secrets under this policy travel as an EccEncryptedSecret
+    /// (Part 4 §7.41.2.5): the ECC policies, which hand out ephemeral keys
+    /// ([`SecurityPolicy::new_ephemeral_key`]) in the session responses. The RSA policies
+    /// (legacy encrypted secrets) and None say no.
+    fn offers_ephemeral_keys(&self) -> bool {
+        false
+    }
+    /// A fresh ephemeral key and our signature over its public half, for the ECDHKey of a
+    /// session response. Only where [`SecurityPolicy::offers_ephemeral_keys`].
+    fn new_ephemeral_key(&self) -> Result<SessionEphemeralKey, StatusCode> {
+        Err(StatusCode::BadSecurityPolicyRejected)
+    }
+    /// Decrypts a UserNameIdentityToken secret sent as an EccEncryptedSecret to the
+    /// ephemeral key whose private half is `private` (made by this policy's
+    /// [`SecurityPolicy::new_ephemeral_key`]), signed by `signer_certificate` (the client
+    /// application certificate of the channel), bound to the session's `server_nonce`.
+    /// Any fault is BadIdentityTokenInvalid.
+    fn decrypt_encrypted_secret(
+        &self,
+        private: &(dyn std::any::Any + Send),
+        secret: &[u8],
+        server_nonce: &[u8],
+        signer_certificate: &[u8],
+    ) -> Result<Vec<u8>, StatusCode> {
+        let _ = (private, secret, server_nonce, signer_certificate);
         Err(StatusCode::BadIdentityTokenInvalid)
     }
     /// Validates a client application certificate given in CreateSession against the

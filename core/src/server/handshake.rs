@@ -22,13 +22,14 @@
 use std::sync::Arc;
 
 use crate::generated::types::{
-    ActivateSessionRequest, CreateSessionRequest, MessageSecurityMode, SignatureData,
+    ActivateSessionRequest, AdditionalParametersType, CreateSessionRequest, EphemeralKeyType,
+    KeyValuePair, MessageSecurityMode, SignatureData,
 };
-use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter};
-use crate::server::shard::UserIdentity;
+use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter, SessionEphemeralKey};
+use crate::server::shard::{EphemeralPrivateKey, UserIdentity};
 use crate::session::SessionKey;
 use crate::transport::ChunkType;
-use crate::types::{ByteString, StatusCode};
+use crate::types::{ByteString, ExtensionObject, QualifiedName, StatusCode, Variant};
 
 /// What a job does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,11 +42,14 @@ pub enum JobKind {
     /// The response to an OpenSecureChannel the shard assembled itself (a renewal, or a
     /// request in several chunks): RSA signature (private key) and encryption.
     OpenResponse,
-    /// CreateSession: client certificate validation (PKI) and the server signature.
+    /// CreateSession: client certificate validation (PKI) and the server signature (and an
+    /// ephemeral key for an EccEncryptedSecret when the client asks for one).
     CreateSession,
-    /// ActivateSession: user token decryption (private key), argon2id or the X.509 user
-    /// certificate (PKI), with the client signature. An activation that needs none of these
-    /// (anonymous) checks the client signature on the shard and makes no job.
+    /// ActivateSession: user token decryption (RSA private key, or ECDH for an
+    /// EccEncryptedSecret), argon2id or the X.509 user certificate (PKI), with the client
+    /// signature, and the next ephemeral key when the client asks for them. An activation
+    /// that needs none of these (anonymous) checks the client signature on the shard and
+    /// makes no job.
     ActivateSession,
 }
 
@@ -94,6 +98,53 @@ pub(crate) struct Issued {
     pub send_seq: SequenceCounter,
 }
 
+/// The key name of the SecurityPolicyUri of an ephemeral key (request and response header).
+pub const ECDH_POLICY_URI_KEY: &str = "ECDHPolicyUri";
+/// The key name of the ephemeral key (EphemeralKeyType or StatusCode) in a response header.
+pub const ECDH_KEY_KEY: &str = "ECDHKey";
+
+/// An ephemeral key made for a session response, or why not.
+pub struct EcdhKey {
+    pub(crate) uri: String,
+    pub(crate) key: Result<SessionEphemeralKey, StatusCode>,
+}
+
+impl EcdhKey {
+    pub(crate) fn new(uri: String, key: Result<SessionEphemeralKey, StatusCode>) -> EcdhKey {
+        EcdhKey { uri, key }
+    }
+
+    /// The response header's AdditionalHeader (`ECDHPolicyUri`, `ECDHKey`) and the private
+    /// half for the session (none when refused).
+    pub(crate) fn into_header(self) -> (ExtensionObject, Option<EphemeralPrivateKey>) {
+        let (value, private) = match self.key {
+            Ok(k) => (
+                Variant::ExtensionObject(Box::new(ExtensionObject::from_struct(
+                    &EphemeralKeyType {
+                        public_key: ByteString::from(k.public_key),
+                        signature: ByteString::from(k.signature),
+                    },
+                ))),
+                Some(EphemeralPrivateKey(k.private)),
+            ),
+            Err(s) => (Variant::StatusCode(s), None),
+        };
+        let params = AdditionalParametersType {
+            parameters: vec![
+                KeyValuePair {
+                    key: QualifiedName::new(0, ECDH_POLICY_URI_KEY),
+                    value: Variant::String(self.uri.as_str().into()),
+                },
+                KeyValuePair {
+                    key: QualifiedName::new(0, ECDH_KEY_KEY),
+                    value,
+                },
+            ],
+        };
+        (ExtensionObject::from_struct(&params), private)
+    }
+}
+
 /// What a job computed.
 pub(crate) enum Output {
     OpenRequest(Result<OpenedRequest, StatusCode>),
@@ -101,8 +152,10 @@ pub(crate) enum Output {
     OpenIssued(Result<Issued, (StatusCode, &'static str)>),
     /// The response chunks, and the send sequence counter advanced past them.
     OpenResponse(Result<Vec<u8>, StatusCode>, SequenceCounter),
-    Signature(Result<SignatureData, StatusCode>),
-    Identity(Result<UserIdentity, StatusCode>),
+    /// CreateSession's signature, and the ephemeral key the client asked for.
+    Signature(Result<SignatureData, StatusCode>, Option<EcdhKey>),
+    /// ActivateSession's user, and the next ephemeral key.
+    Identity(Result<UserIdentity, StatusCode>, Option<EcdhKey>),
 }
 
 /// What the shard needs again when the job is done.

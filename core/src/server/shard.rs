@@ -205,6 +205,15 @@ pub struct Session {
     pub deadline_ns: u64,
     /// The last server nonce handed out (CreateSession or ActivateSession): 32 bytes.
     pub server_nonce: ByteString,
+    /// The SecurityPolicyUri the client asked ephemeral keys for (ECDHPolicyUri in a
+    /// CreateSession or ActivateSession request header): from then on every successful
+    /// ActivateSession response carries a fresh one (a client re-activating after a
+    /// reconnect needs one and may not ask again).
+    pub ecdh_policy_uri: Option<String>,
+    /// The private half of the ephemeral key handed out last, until the next
+    /// ActivateSession takes it (to decrypt an EccEncryptedSecret, or to drop it): one key,
+    /// one use.
+    pub ephemeral_key: Option<EphemeralPrivateKey>,
     /// LocaleIds from the last ActivateSession.
     pub locale_ids: Vec<UaString>,
     /// MaxResponseMessageSize from CreateSession (0: no limit requested).
@@ -216,6 +225,16 @@ pub struct Session {
     history_points: VecDeque<HistoryContinuationPoint>,
     cp_counter: u64,
     request_seq: u64,
+}
+
+/// The private half of a session's ephemeral key ([`Session::ephemeral_key`]), as the
+/// policy that made it left it ([`crate::secure_channel::SessionEphemeralKey::private`]).
+pub struct EphemeralPrivateKey(pub Box<dyn std::any::Any + Send>);
+
+impl std::fmt::Debug for EphemeralPrivateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EphemeralPrivateKey")
+    }
 }
 
 /// A HistoryRead continuation point: the backend's resume token, and the fingerprint of
@@ -1191,6 +1210,8 @@ impl ShardState {
             last_use_ns: now.mono_ns,
             deadline_ns: 0,
             server_nonce: ByteString::from(crate::random::bytes(&mut *self.random, 32)),
+            ecdh_policy_uri: None,
+            ephemeral_key: None,
             locale_ids: Vec::new(),
             max_response_message_size: 0,
             diagnostics: crate::server::diagnostics::SessionDiagnostics::new(now),

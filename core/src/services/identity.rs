@@ -15,21 +15,35 @@
 //!   which names the signature algorithm).
 //!
 //! Neither `username` nor `x509` is offered on an endpoint whose channel policy says it
-//! cannot handle them ([`SecurityPolicy::offers_user_tokens`](crate::secure_channel::SecurityPolicy::offers_user_tokens):
-//! the ECC policies, whose EccEncryptedSecret is not implemented).
+//! cannot handle them ([`SecurityPolicy::offers_user_tokens`](crate::secure_channel::SecurityPolicy::offers_user_tokens)).
+//!
+//! ECC policies (Part 6 §6.8.2): a password is sent as an EccEncryptedSecret to an ephemeral
+//! key of the server's. A client asks for one with `ECDHPolicyUri` (a KeyValuePair of an
+//! AdditionalParametersType) in the request header of CreateSession or ActivateSession; the
+//! response header carries `ECDHPolicyUri` and `ECDHKey` (an EphemeralKeyType: the public key
+//! and our signature over it), or `ECDHKey` = Bad_SecurityPolicyRejected when the URI is not
+//! an ECC policy of this endpoint's token policies. The session keeps the private half until
+//! the next ActivateSession, which takes it whether it uses it or not; after the first
+//! request every successful ActivateSession response carries a fresh key. The key pair and its
+//! signature are made in the session service's job, off the shard.
 
 use std::net::IpAddr;
 
+use std::sync::Arc;
+
 use crate::generated::types::{
-    ActivateSessionRequest, AnonymousIdentityToken, IssuedIdentityToken, MessageSecurityMode,
-    SignatureData, UserNameIdentityToken, UserTokenPolicy, UserTokenType, X509IdentityToken,
+    ActivateSessionRequest, AdditionalParametersType, AnonymousIdentityToken, IssuedIdentityToken,
+    MessageSecurityMode, RequestHeader, SignatureData, UserNameIdentityToken, UserTokenPolicy,
+    UserTokenType, X509IdentityToken,
 };
 use crate::roles::Roles;
-use crate::secure_channel::SECURITY_POLICY_NONE_URI;
+use crate::secure_channel::{SecurityPolicy, SECURITY_POLICY_NONE_URI};
 use crate::server::context::RequestContext;
-use crate::server::shard::{ShardState, UserIdentity};
+use crate::server::handshake::EcdhKey;
+use crate::server::shard::{EphemeralPrivateKey, ShardState, UserIdentity};
 use crate::time::Now;
-use crate::types::{ByteString, ExtensionObject, StatusCode, UaString};
+use crate::types::{ByteString, ExtensionObject, NodeId, StatusCode, UaString, Variant};
+use crate::{Decode, DecodeLimits, Decoder};
 
 /// Policy id of the anonymous user token policy.
 pub const ANONYMOUS_POLICY_ID: &str = "anonymous";
@@ -56,8 +70,8 @@ pub fn user_token_policies_for(
     if settings.anonymous.is_some() {
         out.push(policy(ANONYMOUS_POLICY_ID, UserTokenType::Anonymous, None));
     }
-    // A channel policy that cannot decrypt a password or check a user token signature (the
-    // ECC policies: EccEncryptedSecret is not implemented) offers neither token.
+    // A channel policy that cannot decrypt a password or check a user token signature
+    // offers neither token.
     let has_users = security.user_authenticator().is_some()
         && security
             .policy(endpoint_policy_uri)
@@ -133,6 +147,74 @@ pub fn endpoint_certificate(shard: &ShardState, policy_uri: &str) -> ByteString 
         }
     });
     cert.map(ByteString::from).unwrap_or_default()
+}
+
+pub use crate::server::handshake::ECDH_POLICY_URI_KEY;
+
+/// The ECDHPolicyUri of a request header's AdditionalParametersType, if it has one (a value
+/// that is not a String is the empty URI, which no policy has).
+pub fn ecdh_policy_uri(header: &RequestHeader) -> Option<String> {
+    let params = header
+        .additional_header
+        .decode_as::<AdditionalParametersType>(DecodeLimits::default())?
+        .ok()?;
+    params
+        .parameters
+        .iter()
+        .find(|p| p.key.namespace_index == 0 && p.key.name.as_str() == ECDH_POLICY_URI_KEY)
+        .map(|p| match &p.value {
+            Variant::String(s) => s.as_str().to_owned(),
+            _ => String::new(),
+        })
+}
+
+/// An ephemeral key a client asked for: its policy's URI, and the policy that makes it, or
+/// why none can be made (Bad_SecurityPolicyRejected).
+pub(crate) struct EcdhRequest {
+    uri: String,
+    policy: Result<Arc<dyn SecurityPolicy>, StatusCode>,
+}
+
+impl EcdhRequest {
+    /// For the ECDHPolicyUri `uri` on this request's channel: an ECC policy of the channel,
+    /// or of one of the endpoint's user token policies, on a secured channel.
+    pub(crate) fn new(shard: &ShardState, ctx: &RequestContext<'_>, uri: String) -> EcdhRequest {
+        let security = shard.security();
+        let policy = (|| {
+            if ctx.security_mode == MessageSecurityMode::None {
+                return None;
+            }
+            let p = security
+                .policy(&uri)
+                .filter(|p| p.offers_ephemeral_keys())?;
+            let of_endpoint = uri == ctx.security_policy_uri
+                || user_token_policies_for(shard, ctx.security_policy_uri)
+                    .iter()
+                    .any(|t| t.security_policy_uri.as_str() == uri);
+            of_endpoint.then(|| p.clone())
+        })()
+        .ok_or(StatusCode::BadSecurityPolicyRejected);
+        EcdhRequest { uri, policy }
+    }
+
+    /// Whether making the key is work (an ECDH key pair and a signature) rather than the
+    /// refusal.
+    pub(crate) fn is_work(&self) -> bool {
+        self.policy.is_ok()
+    }
+
+    /// Makes the key (job work when [`EcdhRequest::is_work`]).
+    pub(crate) fn make(self) -> EcdhKey {
+        EcdhKey::new(self.uri, self.policy.and_then(|p| p.new_ephemeral_key()))
+    }
+}
+
+/// Whether a UserName token's secret is an EccEncryptedSecret: it starts with the
+/// structure's TypeId (i=17546).
+fn is_ecc_encrypted_secret(secret: &[u8]) -> bool {
+    let mut d = Decoder::new(secret, DecodeLimits::default());
+    NodeId::decode(&mut d)
+        .is_ok_and(|id| id.as_ns0() == Some(crate::generated::node_ids::EccEncryptedSecret))
 }
 
 fn concat(a: &[u8], b: &[u8]) -> Vec<u8> {
@@ -233,6 +315,7 @@ pub fn activation_work(
     ctx: &RequestContext<'_>,
     req: &ActivateSessionRequest,
     server_nonce: &[u8],
+    ephemeral_key: Option<EphemeralPrivateKey>,
     now: Now,
 ) -> Result<Activation, StatusCode> {
     let client = client_signature_work(shard, ctx, server_nonce, &req.client_signature)?;
@@ -242,6 +325,7 @@ pub fn activation_work(
         &req.user_identity_token,
         &req.user_token_signature,
         server_nonce,
+        ephemeral_key,
         now,
     );
     match (client, user) {
@@ -324,30 +408,52 @@ fn peer_ip(ctx: &RequestContext<'_>) -> Option<IpAddr> {
 
 /// What ActivateSession makes of the userIdentityToken (and its signature), run at once.
 /// `server_nonce` is the nonce the server handed out last (CreateSession or the previous
-/// ActivateSession).
+/// ActivateSession), `ephemeral_key` the private half of the ephemeral key handed out last.
 pub fn identity_from_token(
     shard: &ShardState,
     ctx: &RequestContext<'_>,
     token: &ExtensionObject,
     token_signature: &SignatureData,
     server_nonce: &[u8],
+    ephemeral_key: Option<EphemeralPrivateKey>,
     now: Now,
 ) -> Result<UserIdentity, StatusCode> {
-    match identity_work(shard, ctx, token, token_signature, server_nonce, now)? {
+    match identity_work(
+        shard,
+        ctx,
+        token,
+        token_signature,
+        server_nonce,
+        ephemeral_key,
+        now,
+    )? {
         Activation::Ready(i) => Ok(i),
         Activation::Work(w) => w(),
     }
 }
 
+/// How a UserName token's secret is to be read.
+enum Secret {
+    /// In clear.
+    Clear,
+    /// Legacy encrypted (RSA) with the policy, under the token's encryptionAlgorithm.
+    Legacy(Arc<dyn SecurityPolicy>, String),
+    /// An EccEncryptedSecret to the session's ephemeral key, signed by the channel's client
+    /// certificate.
+    Ecc(Arc<dyn SecurityPolicy>, EphemeralPrivateKey, Vec<u8>),
+}
+
 /// The userIdentityToken's checks: the cheap ones now (type, policy, the failed-login limit,
-/// whether a password in clear is acceptable), the user token decryption (RSA private key),
-/// argon2id and the X.509 user certificate (signature, PKI) as work.
+/// whether a password in clear is acceptable), the user token decryption (RSA private key,
+/// or ECDH with the session's ephemeral key `ephemeral_key`), argon2id and the X.509 user
+/// certificate (signature, PKI) as work.
 pub fn identity_work(
     shard: &ShardState,
     ctx: &RequestContext<'_>,
     token: &ExtensionObject,
     token_signature: &SignatureData,
     server_nonce: &[u8],
+    ephemeral_key: Option<EphemeralPrivateKey>,
     now: Now,
 ) -> Result<Activation, StatusCode> {
     let limits = crate::DecodeLimits::default();
@@ -383,7 +489,19 @@ pub fn identity_work(
             return Err(StatusCode::BadUserAccessDenied);
         }
         let uri = token_security_uri(&p, ctx);
-        let decrypt = if t.encryption_algorithm.is_empty() {
+        let token_policy = security.policy(uri);
+        let ecc = token_policy.is_some_and(|p| p.offers_ephemeral_keys())
+            && t.encryption_algorithm.is_empty()
+            && is_ecc_encrypted_secret(t.password.as_bytes());
+        let decrypt = if ecc {
+            // Encrypted to the ephemeral key handed out last, signed by the channel's client.
+            let (Some(policy), Some(key), Some(signer)) =
+                (token_policy, ephemeral_key, ctx.client_certificate)
+            else {
+                return Err(StatusCode::BadIdentityTokenInvalid);
+            };
+            Secret::Ecc(policy.clone(), key, signer.to_vec())
+        } else if t.encryption_algorithm.is_empty() {
             // In clear: only inside an encrypted channel, or where configured for None.
             let allowed = ctx.security_mode == MessageSecurityMode::SignAndEncrypt
                 || (ctx.security_policy_uri == SECURITY_POLICY_NONE_URI
@@ -391,31 +509,34 @@ pub fn identity_work(
             if !allowed {
                 return Err(StatusCode::BadIdentityTokenRejected);
             }
-            None
+            Secret::Clear
         } else {
-            Some((
-                security
-                    .policy(uri)
+            Secret::Legacy(
+                token_policy
                     .ok_or(StatusCode::BadIdentityTokenInvalid)?
                     .clone(),
                 t.encryption_algorithm.as_str().to_owned(),
-            ))
+            )
         };
         let policy_id = p.policy_id.as_str().to_owned();
         let user = t.user_name.as_str().to_owned();
         let secret = t.password.as_bytes().to_vec();
         let nonce = server_nonce.to_vec();
         return Ok(Activation::Work(Box::new(move || {
-            let password = match decrypt {
-                None => secret,
-                Some((policy, algorithm)) => {
-                    match policy.decrypt_user_secret(&algorithm, &secret, &nonce) {
-                        Ok(p) => p,
-                        Err(s) => {
-                            users.login_failed(peer, now);
-                            return Err(s);
-                        }
-                    }
+            let decrypted = match decrypt {
+                Secret::Clear => Ok(secret),
+                Secret::Legacy(policy, algorithm) => {
+                    policy.decrypt_user_secret(&algorithm, &secret, &nonce)
+                }
+                Secret::Ecc(policy, key, signer) => {
+                    policy.decrypt_encrypted_secret(&*key.0, &secret, &nonce, &signer)
+                }
+            };
+            let password = match decrypted {
+                Ok(p) => p,
+                Err(s) => {
+                    users.login_failed(peer, now);
+                    return Err(s);
                 }
             };
             let roles = users.authenticate_password(peer, &user, &password, now)?;

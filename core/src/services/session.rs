@@ -7,13 +7,14 @@ use crate::generated::types::{
     MessageSecurityMode, SignatureData,
 };
 use crate::server::context::RequestContext;
+use crate::server::handshake::EcdhKey;
 use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, Output};
-use crate::server::shard::{ShardState, UserIdentity};
-use crate::services::identity::Activation;
+use crate::server::shard::{Session, ShardState, UserIdentity};
+use crate::services::identity::{Activation, EcdhRequest};
 use crate::services::{discovery, fault, identity, response_header};
 use crate::session::SessionKey;
 use crate::time::Now;
-use crate::types::{ByteString, StatusCode};
+use crate::types::{ByteString, ExtensionObject, StatusCode};
 
 /// Length of every server nonce, with or without security: open62541's client rejects a null
 /// or short nonce even with SecurityPolicy None.
@@ -60,24 +61,38 @@ pub fn create_session(
         req.client_description.application_uri.as_str(),
         now,
     );
+    let ecdh =
+        identity::ecdh_policy_uri(&req.request_header).map(|uri| EcdhRequest::new(shard, ctx, uri));
     match work {
         Err(s) => {
             shard.remove_session(key);
             Some(fault(handle, s, now))
         }
-        Ok(None) => Some(finish_create_session(
-            shard,
-            ctx,
-            key,
-            &req,
-            Ok(SignatureData::default()),
-            now,
-        )),
+        Ok(None) => {
+            // No security: an ephemeral key asked for is refused, which is no work.
+            let ecdh = ecdh.map(EcdhRequest::make);
+            Some(finish_create_session(
+                shard,
+                ctx,
+                key,
+                &req,
+                Ok(SignatureData::default()),
+                ecdh,
+                now,
+            ))
+        }
         Ok(Some(work)) => {
             let job = HandshakeJob::new(
                 JobKind::CreateSession,
                 Carry::CreateSession { key, req },
-                move || Output::Signature(work()),
+                move || {
+                    let signature = work();
+                    let ecdh = match &signature {
+                        Ok(_) => ecdh.map(EcdhRequest::make),
+                        Err(_) => None,
+                    };
+                    Output::Signature(signature, ecdh)
+                },
             );
             run_or_park(shard, ctx, job, now)
         }
@@ -115,24 +130,24 @@ pub fn resume(
     } = done;
     let mut response = match carry {
         Carry::CreateSession { key, req } => {
-            let signature = match output {
-                Some(Output::Signature(r)) => r,
-                None => Err(kind.refusal()),
-                Some(_) => Err(StatusCode::BadInternalError),
+            let (signature, ecdh) = match output {
+                Some(Output::Signature(r, ecdh)) => (r, ecdh),
+                None => (Err(kind.refusal()), None),
+                Some(_) => (Err(StatusCode::BadInternalError), None),
             };
-            finish_create_session(shard, ctx, key, &req, signature, now)
+            finish_create_session(shard, ctx, key, &req, signature, ecdh, now)
         }
         Carry::ActivateSession {
             key,
             req,
             server_nonce,
         } => {
-            let identity = match output {
-                Some(Output::Identity(r)) => r,
-                None => Err(kind.refusal()),
-                Some(_) => Err(StatusCode::BadInternalError),
+            let (identity, ecdh) = match output {
+                Some(Output::Identity(r, ecdh)) => (r, ecdh),
+                None => (Err(kind.refusal()), None),
+                Some(_) => (Err(StatusCode::BadInternalError), None),
             };
-            finish_activate_session(shard, ctx, key, &req, &server_nonce, identity, now)
+            finish_activate_session(shard, ctx, key, &req, &server_nonce, identity, ecdh, now)
         }
         Carry::None | Carry::Open { .. } => fault(0, StatusCode::BadInternalError, now),
     };
@@ -140,12 +155,14 @@ pub fn resume(
     response
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish_create_session(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
     key: SessionKey,
     req: &CreateSessionRequest,
     signature: Result<SignatureData, StatusCode>,
+    ecdh: Option<EcdhKey>,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
@@ -180,6 +197,7 @@ fn finish_create_session(
     session.max_response_message_size = req.max_response_message_size;
     session.diagnostics.endpoint_url = crate::types::UaString::from(endpoint_url);
     session.diagnostics.security_mode = ctx.security_mode;
+    let additional_header = give_ephemeral_key(session, ecdh);
     let (session_id, token, timeout_ms, server_nonce) = (
         session.session_id.clone(),
         session.authentication_token.clone(),
@@ -194,8 +212,10 @@ fn finish_create_session(
         timeout_ms,
         now,
     );
+    let mut response_header = response_header(handle, now);
+    response_header.additional_header = additional_header;
     Response::CreateSession(Box::new(CreateSessionResponse {
-        response_header: response_header(handle, now),
+        response_header,
         session_id,
         authentication_token: token,
         revised_session_timeout: timeout_ms,
@@ -224,35 +244,78 @@ pub fn activate_session(
         Ok(k) => k,
         Err(s) => return Some(fault(handle, s, now)),
     };
-    let server_nonce = match shard.session(key) {
-        Some(s) => s.server_nonce.clone(),
+    // The ephemeral key handed out last is this activation's, used or not.
+    let (server_nonce, ephemeral_key, asked_before) = match shard.session_mut(key) {
+        Some(s) => (
+            s.server_nonce.clone(),
+            s.ephemeral_key.take(),
+            s.ecdh_policy_uri.clone(),
+        ),
         None => return Some(fault(handle, StatusCode::BadSessionIdInvalid, now)),
     };
-    match identity::activation_work(shard, ctx, &req, server_nonce.as_bytes(), now) {
-        Err(s) => Some(fault(handle, s, now)),
-        Ok(Activation::Ready(identity)) => Some(finish_activate_session(
-            shard,
-            ctx,
-            key,
-            &req,
-            &server_nonce,
-            Ok(identity),
-            now,
-        )),
-        Ok(Activation::Work(work)) => {
-            let carry = Carry::ActivateSession {
-                key,
-                req,
-                server_nonce,
-            };
-            let job = HandshakeJob::new(JobKind::ActivateSession, carry, move || {
-                Output::Identity(work())
-            });
-            run_or_park(shard, ctx, job, now)
+    let ecdh = identity::ecdh_policy_uri(&req.request_header)
+        .or(asked_before)
+        .map(|uri| EcdhRequest::new(shard, ctx, uri));
+    let activation = identity::activation_work(
+        shard,
+        ctx,
+        &req,
+        server_nonce.as_bytes(),
+        ephemeral_key,
+        now,
+    );
+    let work: identity::Work<UserIdentity> = match activation {
+        Err(s) => return Some(fault(handle, s, now)),
+        // A new ephemeral key is work for the job even when the identity is not.
+        Ok(Activation::Ready(identity)) if ecdh.as_ref().is_some_and(EcdhRequest::is_work) => {
+            Box::new(move || Ok(identity))
         }
-    }
+        Ok(Activation::Ready(identity)) => {
+            return Some(finish_activate_session(
+                shard,
+                ctx,
+                key,
+                &req,
+                &server_nonce,
+                Ok(identity),
+                ecdh.map(EcdhRequest::make),
+                now,
+            ))
+        }
+        Ok(Activation::Work(work)) => work,
+    };
+    let carry = Carry::ActivateSession {
+        key,
+        req,
+        server_nonce,
+    };
+    let job = HandshakeJob::new(JobKind::ActivateSession, carry, move || {
+        let identity = work();
+        let ecdh = match &identity {
+            Ok(_) => ecdh.map(EcdhRequest::make),
+            Err(_) => None,
+        };
+        Output::Identity(identity, ecdh)
+    });
+    run_or_park(shard, ctx, job, now)
 }
 
+/// Keeps the private half of the ephemeral key made for a session response (and that the
+/// client asks for them); the response header's AdditionalHeader for it (null without).
+fn give_ephemeral_key(session: &mut Session, ecdh: Option<EcdhKey>) -> ExtensionObject {
+    let Some(ecdh) = ecdh else {
+        return ExtensionObject::null();
+    };
+    let uri = ecdh.uri.clone();
+    let (header, private) = ecdh.into_header();
+    if private.is_some() {
+        session.ecdh_policy_uri = Some(uri);
+    }
+    session.ephemeral_key = private;
+    header
+}
+
+#[allow(clippy::too_many_arguments)]
 fn finish_activate_session(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
@@ -260,6 +323,7 @@ fn finish_activate_session(
     req: &ActivateSessionRequest,
     signed_nonce: &ByteString,
     identity: Result<UserIdentity, StatusCode>,
+    ecdh: Option<EcdhKey>,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
@@ -305,14 +369,17 @@ fn finish_activate_session(
     session.locale_ids = req.locale_ids.clone();
     session.server_nonce = new_nonce;
     session.touch(now);
+    let additional_header = give_ephemeral_key(session, ecdh);
     let server_nonce = session.server_nonce.clone();
     // Publish requests queued on a previous channel can no longer be answered.
     shard
         .subscriptions_mut()
         .0
         .on_session_rebound(key, ctx.channel_id);
+    let mut response_header = response_header(handle, now);
+    response_header.additional_header = additional_header;
     Response::ActivateSession(Box::new(ActivateSessionResponse {
-        response_header: response_header(handle, now),
+        response_header,
         server_nonce,
         results: Vec::new(),
         diagnostic_infos: Vec::new(),

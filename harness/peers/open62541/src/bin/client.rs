@@ -14,6 +14,11 @@
 //! exactly one more than the one before, none with the overflow bit; writes Setpoint 12.5
 //! (Good) and 1000 (Bad_OutOfRange); calls `Plant.Reset` (Good, one UInt64 output).
 //!
+//! `--user NAME --password PW` logs in with a UserName token instead of anonymously (open62541
+//! encrypts the password with the token policy: RSA-OAEP for Basic256Sha256, an
+//! EccEncryptedSecret for the ECC policies). `--subscribe` adds, in the benchmark contract, a
+//! subscription on BenchmarkValue8: the initial value, then a data change after a Write.
+//!
 //! Prints one `ok …` line per check and exits 0, or prints what failed and
 //! exits 1.
 
@@ -54,6 +59,16 @@ struct Opts {
     /// (the default), ECC_nistP256 or ECC_nistP384.
     #[arg(long, value_name = "NAME", default_value = "Basic256Sha256", value_parser = ["Basic256Sha256", "ECC_nistP256", "ECC_nistP384"])]
     policy: String,
+    /// Log in with a UserName token as NAME (with --password) instead of anonymously.
+    #[arg(long, value_name = "NAME", requires = "password")]
+    user: Option<String>,
+    /// The password of --user.
+    #[arg(long, value_name = "PW", requires = "user")]
+    password: Option<String>,
+    /// Benchmark contract: also subscribe to BenchmarkValue8 and wait for the data change a
+    /// Write makes.
+    #[arg(long, conflicts_with = "plant")]
+    subscribe: bool,
     /// open62541's log level: 1 trace … 6 fatal.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=6))]
     log_level: u32,
@@ -94,6 +109,14 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
     // process is short-lived).
     cfg.logging = UA_Log_Stdout_new(UA_LogLevel(o.log_level * 100));
     cfg.timeout = 10_000;
+    if let (Some(user), Some(password)) = (&o.user, &o.password) {
+        let user = CString::new(user.as_str()).map_err(|_| "user name with NUL")?;
+        let password = CString::new(password.as_str()).map_err(|_| "password with NUL")?;
+        check(
+            "UserName authentication",
+            UA_ClientConfig_setAuthenticationUsername(cfg, user.as_ptr(), password.as_ptr()),
+        )?;
+    }
     if o.security == Mode::None {
         cfg.securityMode = UA_MessageSecurityMode::UA_MESSAGESECURITYMODE_NONE;
         return Ok(());
@@ -282,7 +305,13 @@ unsafe fn connect(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
         let url = o.url.clone().unwrap_or_default();
         let curl = CString::new(url.clone()).map_err(|_| "URL with NUL")?;
         check("connect", UA_Client_connect(c, curl.as_ptr()))?;
-        println!("ok connect {url} ({:?})", o.security);
+        match &o.user {
+            Some(user) => println!(
+                "ok connect {url} ({:?} {}) as user {user}",
+                o.security, o.policy
+            ),
+            None => println!("ok connect {url} ({:?})", o.security),
+        }
         return Ok(());
     };
     if o.security != Mode::None {
@@ -320,6 +349,68 @@ unsafe fn connect(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
         "ok reverse connect: session activated on the server's connection ({:?})",
         o.security
     );
+    Ok(())
+}
+
+/// A subscription on BenchmarkValue8 (publishing interval 100 ms, sampling interval 0): the
+/// initial value 8 arrives, then a Write of 4343 arrives as a data change; the value is put
+/// back and the subscription deleted. Waits at most 10 s for each (hang guards).
+unsafe fn subscribe_contract(c: *mut UA_Client) -> Result<(), String> {
+    let id = FIRST_NODE + 8;
+    // Leaked: the client may call back into it until it is deleted, also after an error
+    // here (the process ends soon after).
+    let seen: *mut Seen = Box::leak(Box::<Seen>::default());
+    let mut req = UA_CreateSubscriptionRequest_default();
+    req.requestedPublishingInterval = 100.0;
+    let mut sub = UA_Client_Subscriptions_create(c, req, std::ptr::null_mut(), None, None);
+    let sub_rc = sub.responseHeader.serviceResult;
+    let sub_id = sub.subscriptionId;
+    UA_CreateSubscriptionResponse_clear(&mut sub);
+    check("CreateSubscription", sub_rc)?;
+    let mut item = UA_MonitoredItemCreateRequest_default(numeric(1, id));
+    item.requestedParameters.samplingInterval = 0.0;
+    item.requestedParameters.queueSize = 10;
+    let mut mon = UA_Client_MonitoredItems_createDataChange(
+        c,
+        sub_id,
+        UA_TimestampsToReturn::UA_TIMESTAMPSTORETURN_BOTH,
+        item,
+        void(seen),
+        Some(on_data_change),
+        None,
+    );
+    let mon_rc = mon.statusCode;
+    UA_MonitoredItemCreateResult_clear(&mut mon);
+    check(&format!("CreateMonitoredItems ns=1;i={id}"), mon_rc)?;
+    let wait_for = |want: f64| -> Result<(), String> {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !(*seen).0.iter().any(|n| n.value == Some(want)) {
+            if Instant::now() >= give_up {
+                let got: Vec<_> = (*seen).0.iter().map(|n| n.value).collect();
+                return Err(format!(
+                    "subscription: no notification of {want} within 10 s (got {got:?})"
+                ));
+            }
+            check("run_iterate", UA_Client_run_iterate(c, 20))?;
+        }
+        Ok(())
+    };
+    wait_for(8.0)?;
+    println!("ok subscribe: subscription {sub_id}, initial value of ns=1;i={id} is 8");
+    check(
+        "Write Int32 (subscribed)",
+        write_scalar(c, id, 4343i32, UA_TYPES_INT32),
+    )?;
+    wait_for(4343.0)?;
+    println!("ok data change: the Write of 4343 arrived as a notification");
+    check(
+        "Write Int32 (restore)",
+        write_scalar(c, id, 8i32, UA_TYPES_INT32),
+    )?;
+    check(
+        "DeleteSubscriptions",
+        UA_Client_Subscriptions_deleteSingle(c, sub_id),
+    )?;
     Ok(())
 }
 
@@ -372,6 +463,9 @@ fn run(o: &Opts) -> Result<(), String> {
             return Err(format!("Browse Objects: {bench} BenchmarkValue references in namespace 1, the contract says {NODE_COUNT}"));
         }
         println!("ok browse: {bench} BenchmarkValue variables under Objects");
+        if o.subscribe {
+            subscribe_contract(client.0)?;
+        }
         check("disconnect", UA_Client_disconnect(client.0))?;
         println!("ok disconnect");
         Ok(())
@@ -554,7 +648,7 @@ unsafe fn browse_forward(c: *mut UA_Client, node: &Node, ns: u16) -> Result<Vec<
 
 /// One data change notification as the callback saw it.
 struct Notification {
-    /// The value, when it is a scalar Double.
+    /// The value, when it is a scalar Double (or Int32, as a Double).
     value: Option<f64>,
     /// The DataValue's status (Good when it has none).
     status: UA_StatusCode,
@@ -580,16 +674,16 @@ unsafe extern "C" fn on_data_change(
     let seen = &mut *(mon_context as *mut Seen);
     let dv = &*value;
     let v = &dv.value;
-    let is_double = dv.hasValue()
-        && std::ptr::eq(v.type_, data_type(UA_TYPES_DOUBLE))
-        && !v.data.is_null()
-        && v.arrayLength == 0;
+    let scalar = dv.hasValue() && !v.data.is_null() && v.arrayLength == 0;
+    let value = if scalar && std::ptr::eq(v.type_, data_type(UA_TYPES_DOUBLE)) {
+        Some(*(v.data as *const f64))
+    } else if scalar && std::ptr::eq(v.type_, data_type(UA_TYPES_INT32)) {
+        Some(f64::from(*(v.data as *const i32)))
+    } else {
+        None
+    };
     seen.0.push(Notification {
-        value: if is_double {
-            Some(*(v.data as *const f64))
-        } else {
-            None
-        },
+        value,
         status: if dv.hasStatus() { dv.status } else { 0 },
     });
 }
