@@ -5,6 +5,8 @@
 //! RSA certificate on an ECC endpoint, a key on the other curve.
 
 mod common;
+#[path = "support/pretend.rs"]
+mod pretend;
 
 use std::sync::Arc;
 
@@ -450,9 +452,7 @@ mod connection_refusals {
     use uaring_core::client::{ClientConfig, ClientConnection};
     use uaring_core::config::ServerConfig;
     use uaring_core::roles::Roles;
-    use uaring_core::secure_channel::{
-        ChunkCrypto, CryptoLayout, EndpointSecurity, SecurityProvider, UserTokenSettings,
-    };
+    use uaring_core::secure_channel::{EndpointSecurity, SecurityProvider, UserTokenSettings};
     use uaring_core::server::connection::{ConnStatus, ServerConnection};
     use uaring_core::server::shard::ShardState;
     use uaring_core::shared::ServerShared;
@@ -460,109 +460,7 @@ mod connection_refusals {
 
     const URL: &str = "opc.tcp://localhost:4840/x";
 
-    /// A client-side policy that announces ECC_nistP256 but signs with another policy's key
-    /// (and, with `corrupt`, flips a bit of every signature it makes).
-    struct Pretend {
-        inner: Arc<dyn SecurityPolicy>,
-        corrupt: bool,
-    }
-
-    struct Corrupt(Box<dyn ChunkCrypto>, bool);
-
-    impl ChunkCrypto for Corrupt {
-        fn send_layout(&self) -> CryptoLayout {
-            self.0.send_layout()
-        }
-        fn recv_layout(&self) -> CryptoLayout {
-            self.0.recv_layout()
-        }
-        fn sign(&self, data: &[u8], signature: &mut [u8]) -> Result<(), StatusCode> {
-            self.0.sign(data, signature)?;
-            if self.1 {
-                signature[3] ^= 0x10;
-            }
-            Ok(())
-        }
-        fn verify(&self, data: &[u8], signature: &[u8]) -> Result<(), StatusCode> {
-            self.0.verify(data, signature)
-        }
-        fn encrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
-            self.0.encrypt(buf, start)
-        }
-        fn decrypt(&self, buf: &mut Vec<u8>, start: usize) -> Result<(), StatusCode> {
-            self.0.decrypt(buf, start)
-        }
-    }
-
-    impl SecurityPolicy for Pretend {
-        fn uri(&self) -> &str {
-            EccCurve::NistP256.policy_uri()
-        }
-        fn legacy_sequence_numbers(&self) -> bool {
-            false
-        }
-        fn nonce_len(&self) -> usize {
-            EccCurve::NistP256.nonce_len()
-        }
-        fn local_certificate(&self) -> Option<&[u8]> {
-            self.inner.local_certificate()
-        }
-        fn thumbprint(&self, certificate: &[u8]) -> Option<Vec<u8>> {
-            self.inner.thumbprint(certificate)
-        }
-        fn asymmetric(
-            &self,
-            role: Role,
-            peer: Option<&[u8]>,
-            thumbprint: Option<&[u8]>,
-            now: Now,
-        ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
-            // Only `sign` is used (the server refuses before it answers): the inner policy is
-            // given its own certificate as the peer's, which it accepts whatever the curve.
-            let _ = peer;
-            let c = self
-                .inner
-                .asymmetric(role, self.inner.local_certificate(), thumbprint, now)?;
-            // An ECC OPN is signed, not encrypted: keep the RSA signature, drop encryption.
-            struct SignOnly(Box<dyn ChunkCrypto>);
-            impl ChunkCrypto for SignOnly {
-                fn send_layout(&self) -> CryptoLayout {
-                    CryptoLayout {
-                        encrypted: false,
-                        plain_block_size: 1,
-                        cipher_block_size: 1,
-                        extra_padding_byte: false,
-                        ..self.0.send_layout()
-                    }
-                }
-                fn recv_layout(&self) -> CryptoLayout {
-                    self.0.recv_layout()
-                }
-                fn sign(&self, d: &[u8], s: &mut [u8]) -> Result<(), StatusCode> {
-                    self.0.sign(d, s)
-                }
-                fn verify(&self, d: &[u8], s: &[u8]) -> Result<(), StatusCode> {
-                    self.0.verify(d, s)
-                }
-                fn encrypt(&self, _: &mut Vec<u8>, _: usize) -> Result<(), StatusCode> {
-                    Ok(())
-                }
-                fn decrypt(&self, _: &mut Vec<u8>, _: usize) -> Result<(), StatusCode> {
-                    Ok(())
-                }
-            }
-            Ok(Box::new(Corrupt(Box::new(SignOnly(c)), self.corrupt)))
-        }
-        fn symmetric(
-            &self,
-            _: Role,
-            _: MessageSecurityMode,
-            _: &[u8],
-            _: &[u8],
-        ) -> Result<Box<dyn ChunkCrypto>, StatusCode> {
-            Err(StatusCode::BadInternalError)
-        }
-    }
+    use super::pretend::Pretend;
 
     /// The status of the server's ERR to `client_policy`'s first OpenSecureChannel, and
     /// whether the server closed.

@@ -350,17 +350,17 @@ fn the_open62541_contract_server_offers_the_ecc_policies() {
 
 /// `uaring cert --pki DIR generate --type TYPE` with the contract's ApplicationUri.
 fn generate(pki: &std::path::Path, cert_type: &str) {
+    generate_in(pki, cert_type, "urn:o6:benchmark:server", &[]);
+}
+
+/// `uaring cert --pki DIR generate --type TYPE --uri URI` and `extra` arguments.
+fn generate_in(pki: &std::path::Path, cert_type: &str, uri: &str, extra: &[&str]) {
     let out = Command::new(uaring_bin())
         .arg("cert")
         .arg("--pki")
         .arg(pki)
-        .args([
-            "generate",
-            "--type",
-            cert_type,
-            "--uri",
-            "urn:o6:benchmark:server",
-        ])
+        .args(["generate", "--type", cert_type, "--uri", uri])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
@@ -376,12 +376,50 @@ fn generate(pki: &std::path::Path, cert_type: &str) {
 /// connect, so a policy the server does not offer fails in the client. In every ECC policy
 /// and mode the client logs in with a UserName token (its password an EccEncryptedSecret to
 /// the ephemeral key of the CreateSession response), reads, writes, browses and receives a
-/// data change of a subscription; a wrong password is BadUserAccessDenied.
+/// data change of a subscription; a wrong password is BadUserAccessDenied. X.509 users sign
+/// with ECDSA on the policy's curve; a P-256 user certificate on ECC_nistP384 is
+/// BadUserSignatureInvalid.
 #[test]
 fn open62541_client_against_uaring_ecc_policies() {
     let pki = std::env::temp_dir().join(format!("uaring-o6-ecc-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&pki);
     let config = users_config(&pki);
+    // X.509 users: an EC certificate per curve, CN "op" (the configured user's roles), in a
+    // PKI of their own, trusted by the server's.
+    let users = pki.join("users");
+    for ty in ["nistP256", "nistP384"] {
+        generate_in(&users, ty, "urn:uaring:test:user", &["--name", "op"]);
+        let out = Command::new(uaring_bin())
+            .arg("cert")
+            .arg("--pki")
+            .arg(&pki)
+            .arg("trust")
+            .arg(users.join(format!("own/certs/uaring_{ty}.der")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let x509 = |port: u16, security: &str, policy: &str, ty: &str| {
+        let cert = users.join(format!("own/certs/uaring_{ty}.der"));
+        let key = users.join(format!("own/private/uaring_{ty}.pem"));
+        let mut args = vec!["--x509-user-cert", cert.to_str().unwrap()];
+        args.extend(["--x509-user-key", key.to_str().unwrap()]);
+        let out = Command::new(CLIENT)
+            .args(["--url", &format!("opc.tcp://127.0.0.1:{port}")])
+            .args(["--security", security, "--policy", policy])
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
     // Only P-256 first: the P-384 endpoints are not offered without their certificate.
     generate(&pki, "nistP256");
     let serve = |pki: &std::path::Path| {
@@ -447,6 +485,18 @@ fn open62541_client_against_uaring_ecc_policies() {
     assert!(
         !wrong.status.success() && stderr.contains("BadUserAccessDenied"),
         "a wrong password over ECC_nistP256:\n{stderr}"
+    );
+    // X.509 users signing with ECDSA on the policy's curve; a P-256 user certificate cannot
+    // sign for ECC_nistP384.
+    for (policy, ty) in [("ECC_nistP256", "nistP256"), ("ECC_nistP384", "nistP384")] {
+        let (ok, stdout, stderr) = x509(s.port, "sign-encrypt", policy, ty);
+        assert!(ok, "X.509 user over {policy}:\n{stdout}\n{stderr}");
+        check_contract_run(&stdout, "sign-encrypt", "as an X.509 user");
+    }
+    let (ok, _, stderr) = x509(s.port, "sign", "ECC_nistP384", "nistP256");
+    assert!(
+        !ok && stderr.contains("BadUserSignatureInvalid"),
+        "a P-256 user certificate on ECC_nistP384:\n{stderr}"
     );
     // The RSA endpoints are still there beside them, with their (RSA-OAEP) passwords.
     user_client(s.port, "sign-encrypt", "Basic256Sha256");

@@ -16,7 +16,8 @@
 //!
 //! `--user NAME --password PW` logs in with a UserName token instead of anonymously (open62541
 //! encrypts the password with the token policy: RSA-OAEP for Basic256Sha256, an
-//! EccEncryptedSecret for the ECC policies). `--subscribe` adds, in the benchmark contract, a
+//! EccEncryptedSecret for the ECC policies); `--x509-user-cert FILE --x509-user-key FILE` with
+//! an X.509 user token. `--subscribe` adds, in the benchmark contract, a
 //! subscription on BenchmarkValue8: the initial value, then a data change after a Write.
 //!
 //! Prints one `ok …` line per check and exits 0, or prints what failed and
@@ -65,6 +66,19 @@ struct Opts {
     /// The password of --user.
     #[arg(long, value_name = "PW", requires = "user")]
     password: Option<String>,
+    /// Log in with an X.509 user token instead: the user certificate in FILE (DER or PEM;
+    /// an RSA key for Basic256Sha256, an EC key on the curve of an ECC policy), whose key
+    /// (--x509-user-key) signs serverCertificate ‖ serverNonce.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "user",
+        requires = "x509_user_key"
+    )]
+    x509_user_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM or DER) of --x509-user-cert.
+    #[arg(long, value_name = "FILE", requires = "x509_user_cert")]
+    x509_user_key: Option<std::path::PathBuf>,
     /// Benchmark contract: also subscribe to BenchmarkValue8 and wait for the data change a
     /// Write makes.
     #[arg(long, conflicts_with = "plant")]
@@ -145,7 +159,45 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
         UA_String_clear(&mut cfg.clientDescription.applicationUri);
         cfg.clientDescription.applicationUri = ua_string(CLIENT_URI);
         if o.policy != "Basic256Sha256" {
-            add_ecc_policy(cfg, &o.policy)?;
+            let (cert, key) = ecc_self_signed(
+                CLIENT_URI,
+                "uaring interop open62541 client",
+                ecc_curve(&o.policy)?,
+            )?;
+            add_ecc_policy(
+                cfg.logging,
+                &mut cfg.securityPolicies,
+                &mut cfg.securityPoliciesSize,
+                &o.policy,
+                cert,
+                key,
+            )?;
+        }
+        if let (Some(cert), Some(key)) = (&o.x509_user_cert, &o.x509_user_key) {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p)
+                    .map(|b| ua_bytes(&b))
+                    .map_err(|e| format!("{}: {e}", p.display()))
+            };
+            let (cert, key) = (read(cert)?, read(key)?);
+            // The token, and the authentication policies (open62541's default set) with the
+            // user's key: the legacy ECC policies are not among them, so the policy of
+            // `--policy` is added with it.
+            let rc = UA_ClientConfig_setAuthenticationCert(cfg, shallow(&cert), shallow(&key));
+            if rc != 0 || o.policy == "Basic256Sha256" {
+                free_bytes(cert);
+                free_bytes(key);
+                check("X.509 authentication", rc)?;
+            } else {
+                add_ecc_policy(
+                    cfg.logging,
+                    &mut cfg.authSecurityPolicies,
+                    &mut cfg.authSecurityPoliciesSize,
+                    &o.policy,
+                    cert,
+                    key,
+                )?;
+            }
         }
         UA_String_clear(&mut cfg.securityPolicyUri);
         cfg.securityPolicyUri = if o.policy == "Basic256Sha256" {
@@ -166,12 +218,29 @@ unsafe fn configure(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
     Err("secured modes need the `mbedtls` feature".into())
 }
 
-/// Adds open62541's ECC policy `name` (ECC_nistP256 / ECC_nistP384, with a fresh EC
-/// certificate) to the client's SecurityPolicies: open62541's default encryption setup
-/// leaves the (deprecated, non-AEAD) ECC policies out. The array is replaced by one a slot
-/// longer, allocated by open62541 (UA_Array_new), that the config frees as its own.
+/// open62541's curve name of an ECC policy.
+fn ecc_curve(policy: &str) -> Result<&'static str, String> {
+    match policy {
+        "ECC_nistP256" => Ok("nistp256"),
+        "ECC_nistP384" => Ok("nistp384"),
+        other => Err(format!("unknown policy {other}")),
+    }
+}
+
+/// Adds open62541's ECC policy `name` (ECC_nistP256 / ECC_nistP384) with `cert` and `key`
+/// (freed here) to one of the config's policy arrays (`securityPolicies`, or
+/// `authSecurityPolicies` for an X.509 user): open62541's default encryption setup leaves
+/// the (deprecated, non-AEAD) ECC policies out. The array is replaced by one a slot longer,
+/// allocated by open62541 (UA_Array_new), that the config frees as its own.
 #[cfg(feature = "mbedtls")]
-unsafe fn add_ecc_policy(cfg: &mut UA_ClientConfig, name: &str) -> Result<(), String> {
+unsafe fn add_ecc_policy(
+    logging: *mut UA_Logger,
+    policies: *mut *mut UA_SecurityPolicy,
+    size: *mut usize,
+    name: &str,
+    cert: UA_ByteString,
+    key: UA_ByteString,
+) -> Result<(), String> {
     type MakePolicy = unsafe extern "C" fn(
         *mut UA_SecurityPolicy,
         UA_ApplicationType,
@@ -179,15 +248,19 @@ unsafe fn add_ecc_policy(cfg: &mut UA_ClientConfig, name: &str) -> Result<(), St
         UA_ByteString,
         *const UA_Logger,
     ) -> UA_StatusCode;
-    let (curve, make): (&str, MakePolicy) = match name {
-        "ECC_nistP256" => ("nistp256", UA_SecurityPolicy_EccNistP256),
-        "ECC_nistP384" => ("nistp384", UA_SecurityPolicy_EccNistP384),
-        other => return Err(format!("unknown policy {other}")),
+    let make: MakePolicy = match name {
+        "ECC_nistP256" => UA_SecurityPolicy_EccNistP256,
+        "ECC_nistP384" => UA_SecurityPolicy_EccNistP384,
+        other => {
+            free_bytes(cert);
+            free_bytes(key);
+            return Err(format!("unknown policy {other}"));
+        }
     };
-    let (cert, key) = ecc_self_signed(CLIENT_URI, "uaring interop open62541 client", curve)?;
-    let n = cfg.securityPoliciesSize;
-    let size = std::mem::size_of::<UA_SecurityPolicy>();
-    let grown = UA_Array_new((n + 1) * size, data_type(UA_TYPES_BYTE)) as *mut UA_SecurityPolicy;
+    let n = *size;
+    let policy_bytes = std::mem::size_of::<UA_SecurityPolicy>();
+    let grown =
+        UA_Array_new((n + 1) * policy_bytes, data_type(UA_TYPES_BYTE)) as *mut UA_SecurityPolicy;
     if grown.is_null() {
         free_bytes(cert);
         free_bytes(key);
@@ -195,25 +268,23 @@ unsafe fn add_ecc_policy(cfg: &mut UA_ClientConfig, name: &str) -> Result<(), St
     }
     // The policies move bitwise into the new array (no policy points at itself); the old
     // array is freed without clearing them.
-    std::ptr::copy_nonoverlapping(cfg.securityPolicies, grown, n);
+    if n > 0 {
+        std::ptr::copy_nonoverlapping(*policies, grown, n);
+    }
     let rc = make(
         grown.add(n),
         UA_ApplicationType::UA_APPLICATIONTYPE_CLIENT,
         shallow(&cert),
         shallow(&key),
-        cfg.logging,
+        logging,
     );
     free_bytes(cert);
     free_bytes(key);
-    UA_Array_delete(
-        cfg.securityPolicies as *mut c_void,
-        0,
-        data_type(UA_TYPES_BYTE),
-    );
-    cfg.securityPolicies = grown;
-    cfg.securityPoliciesSize = n;
+    UA_Array_delete(*policies as *mut c_void, 0, data_type(UA_TYPES_BYTE));
+    *policies = grown;
+    *size = n;
     check(name, rc)?;
-    cfg.securityPoliciesSize = n + 1;
+    *size = n + 1;
     Ok(())
 }
 
@@ -305,12 +376,16 @@ unsafe fn connect(c: *mut UA_Client, o: &Opts) -> Result<(), String> {
         let url = o.url.clone().unwrap_or_default();
         let curl = CString::new(url.clone()).map_err(|_| "URL with NUL")?;
         check("connect", UA_Client_connect(c, curl.as_ptr()))?;
-        match &o.user {
-            Some(user) => println!(
+        match (&o.user, &o.x509_user_cert) {
+            (Some(user), _) => println!(
                 "ok connect {url} ({:?} {}) as user {user}",
                 o.security, o.policy
             ),
-            None => println!("ok connect {url} ({:?})", o.security),
+            (_, Some(_)) => println!(
+                "ok connect {url} ({:?} {}) as an X.509 user",
+                o.security, o.policy
+            ),
+            _ => println!("ok connect {url} ({:?})", o.security),
         }
         return Ok(());
     };
