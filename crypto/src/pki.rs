@@ -579,6 +579,20 @@ impl Pki {
         self.validated_chains().get(&digest).map(|e| e.leaf.clone())
     }
 
+    /// Whether [`Pki::validate_client`] of `chain_der` would answer from what this store
+    /// remembers (no path to build, no signature to check, nothing to write to `rejected/`).
+    pub fn remembers_client(
+        &self,
+        chain_der: &[u8],
+        expected_app_uri: Option<&str>,
+        now_unix_s: i64,
+    ) -> bool {
+        self.config.validated_chains_max > 0
+            && self
+                .remembered(&chain_digest(chain_der), expected_app_uri, now_unix_s)
+                .is_some()
+    }
+
     fn validated_chains(&self) -> std::sync::MutexGuard<'_, ValidatedChains> {
         self.validated.lock().unwrap_or_else(|e| e.into_inner())
     }

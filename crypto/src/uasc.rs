@@ -289,6 +289,12 @@ impl ShardTrust {
         self.with_pki(|pki| pki.validate_client(chain, app_uri, unix_s(now)))
     }
 
+    /// Whether [`ShardTrust::validate_client`] would answer from what the store remembers
+    /// ([`Pki::remembers_client`]).
+    pub fn remembers_client(&self, chain: &[u8], app_uri: Option<&str>, now: Now) -> bool {
+        self.with_pki(|pki| pki.remembers_client(chain, app_uri, unix_s(now)))
+    }
+
     /// The parsed leaf of a chain this shard validated as a client certificate, if it is still
     /// remembered ([`Pki::validated_leaf`]).
     pub fn validated_leaf(&self, chain: &[u8]) -> Option<Certificate> {

@@ -2,7 +2,8 @@
 //! state with this crate's RSA policies and argon2id users: while one connection's
 //! OpenSecureChannel, CreateSession or ActivateSession job is out (held by the test, as a busy
 //! helper thread would hold it), another connection of the same shard is served; a refused job
-//! answers ERR BadTcpNotEnoughResources (OPN) or BadTooManyOperations (session services).
+//! answers ERR BadTcpNotEnoughResources (OPN) or BadTooManyOperations (session services). On
+//! the ECC policies, which work is a job and which runs on the shard.
 
 mod common;
 
@@ -41,8 +42,10 @@ struct World {
     _dir: TempDir,
     shard: ShardState,
     now: Now,
-    server: Arc<OwnIdentity>,
-    client: Arc<OwnIdentity>,
+    /// The secured channels' policy on the client's side, its certificate and the server's.
+    client_policy: Arc<dyn SecurityPolicy>,
+    client_cert: Vec<u8>,
+    server_cert: Vec<u8>,
 }
 
 fn world() -> World {
@@ -97,8 +100,9 @@ fn world() -> World {
         _dir: dir,
         shard,
         now,
-        server,
-        client,
+        client_policy: RsaPolicy::client(B256, client.clone()).unwrap(),
+        client_cert: client.cert.der().to_vec(),
+        server_cert: server.cert.der().to_vec(),
     }
 }
 
@@ -118,9 +122,9 @@ impl World {
         let server = ServerConnection::new(&mut self.shard, Some(peer), self.now);
         let mut cfg = ClientConfig::new(URL);
         if secured {
-            cfg.policy = RsaPolicy::client(B256, self.client.clone()).unwrap();
+            cfg.policy = self.client_policy.clone();
             cfg.mode = MessageSecurityMode::SignAndEncrypt;
-            cfg.server_certificate = Some(self.server.cert.der().to_vec());
+            cfg.server_certificate = Some(self.server_cert.clone());
         }
         let mut client = ClientConnection::new(
             cfg,
@@ -215,7 +219,7 @@ impl World {
             },
             client_nonce: ByteString::from(vec![7u8; 32]),
             client_certificate: if secured {
-                ByteString::from(self.client.cert.der())
+                ByteString::from(&self.client_cert[..])
             } else {
                 ByteString::default()
             },
@@ -245,11 +249,8 @@ impl World {
         let client_signature = if created.server_signature.signature.is_empty() {
             SignatureData::default()
         } else {
-            let data = [self.server.cert.der(), created.server_nonce.as_bytes()].concat();
-            let (algorithm, sig) = RsaPolicy::client(B256, self.client.clone())
-                .unwrap()
-                .sign_own(&data)
-                .unwrap();
+            let data = [&self.server_cert[..], created.server_nonce.as_bytes()].concat();
+            let (algorithm, sig) = self.client_policy.sign_own(&data).unwrap();
             SignatureData {
                 algorithm: algorithm.as_str().into(),
                 signature: ByteString::from(sig),
@@ -516,4 +517,114 @@ fn an_anonymous_activation_checks_the_client_signature_without_a_job() {
     assert!(
         matches!(w.response(&mut c, id), Response::ActivateSession(r) if r.response_header.service_result.is_good())
     );
+}
+
+/// A shard offering ECC_nistP256 and ECC_nistP384 (SignAndEncrypt), trusting a client of
+/// `curve`, whose secured links use that curve.
+fn ecc_world(curve: uaring_crypto::EccCurve) -> World {
+    use uaring_crypto::{generate_self_signed_ecc, EccCurve, EccIdentity, EccPolicy};
+    let dir = TempDir::new("jobs-ecc");
+    let ecc = |curve, uri: &str| {
+        let req = CertificateRequest::new(uri, "ecc", now_unix_s());
+        let (c, k) = generate_self_signed_ecc(&req, curve).unwrap();
+        EccIdentity::new(c, k).unwrap()
+    };
+    let client = ecc(curve, "urn:t:client");
+    let mut pki = Pki::open(dir.path(), PkiConfig::default()).unwrap();
+    pki.trust(&client.cert).unwrap();
+    let trust = ShardTrust::new(pki, None, LoginLimiterConfig::default());
+    let mut p = SecurityProvider::empty();
+    let mut server_cert = Vec::new();
+    for c in EccCurve::ALL {
+        let own = ecc(c, "urn:t:server");
+        if c == curve {
+            server_cert = own.cert.der().to_vec();
+        }
+        let policy = EccPolicy::server(own, trust.clone());
+        p.add_endpoint(EndpointSecurity {
+            policy_uri: policy.uri().into(),
+            mode: MessageSecurityMode::SignAndEncrypt,
+        });
+        p.add_policy(policy);
+    }
+    p.validate().unwrap();
+    let now = Now::new(
+        1_000_000_000_000,
+        DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
+    );
+    let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
+    let shard = ShardState::new(
+        shared,
+        0,
+        Box::new(uaring_core::random::ChaCha::from_u64(1)),
+    )
+    .with_security(p)
+    .with_handshake_offload(true);
+    World {
+        _dir: dir,
+        shard,
+        now,
+        client_policy: EccPolicy::client(client.clone()),
+        client_cert: client.cert.der().to_vec(),
+        server_cert,
+    }
+}
+
+/// ECC: the OpenSecureChannel (an ECDSA verification, an ephemeral key, ECDH, a signature)
+/// is a job; CreateSession on P-256 with the certificate the channel validated is not (one
+/// P-256 signature costs about what the hand-off costs), unless the client asks for an
+/// ephemeral key; on P-384 (a dearer signature) it is.
+#[test]
+fn ecc_create_session_is_a_job_only_when_it_costs_more_than_the_hand_off() {
+    use uaring_crypto::EccCurve;
+    for (curve, job) in [(EccCurve::NistP256, false), (EccCurve::NistP384, true)] {
+        let mut w = ecc_world(curve);
+        let mut c = w.link(true, 4006);
+        w.pump(&mut c);
+        let opn = take(&mut c, JobKind::OpenRequest);
+        w.finish(&mut c, opn.run());
+        assert!(c.client.is_open(), "{curve:?}: {:?}", c.err);
+        let id = w.create_session(&mut c, true);
+        if job {
+            let j = take(&mut c, JobKind::CreateSession);
+            w.finish(&mut c, j.run());
+        } else {
+            assert!(c.server.take_job().is_none(), "{curve:?}: no job");
+        }
+        let created = w.created(&mut c, id);
+        let id = w.activate(&mut c, &created, None);
+        assert!(
+            matches!(w.response(&mut c, id), Response::ActivateSession(r) if r.response_header.service_result.is_good()),
+            "{curve:?}"
+        );
+    }
+    // Asking for an ephemeral key makes CreateSession a job on P-256 too.
+    let mut w = ecc_world(EccCurve::NistP256);
+    let mut c = w.link(true, 4007);
+    w.pump(&mut c);
+    w.run_jobs(&mut c);
+    let req = CreateSessionRequest {
+        request_header: RequestHeader {
+            additional_header: ExtensionObject::from_struct(&AdditionalParametersType {
+                parameters: vec![KeyValuePair {
+                    key: uaring_core::types::QualifiedName::new(0, "ECDHPolicyUri"),
+                    value: uaring_core::Variant::String(EccCurve::NistP256.policy_uri().into()),
+                }],
+            }),
+            ..Default::default()
+        },
+        client_description: ApplicationDescription {
+            application_uri: "urn:t:client".into(),
+            ..Default::default()
+        },
+        client_nonce: ByteString::from(vec![7u8; 32]),
+        client_certificate: ByteString::from(&w.client_cert[..]),
+        requested_session_timeout: 60_000.0,
+        ..Default::default()
+    };
+    let id = w.send(&mut c, Request::CreateSession(Box::new(req)));
+    let j = take(&mut c, JobKind::CreateSession);
+    w.finish(&mut c, j.run());
+    let created = w.created(&mut c, id);
+    assert!(!created.response_header.additional_header.is_null());
 }

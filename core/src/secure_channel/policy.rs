@@ -277,6 +277,21 @@ pub trait SecurityPolicy: Send + Sync {
         let _ = (encryption_algorithm, ciphertext, server_nonce);
         Err(StatusCode::BadIdentityTokenInvalid)
     }
+    /// Whether CreateSession's work for `certificate` — its validation and our signature —
+    /// may run on the shard instead of a handshake helper: the signature costs about what
+    /// handing a job to a helper and taking the result back costs (a P-256 ECDSA signature,
+    /// about 20 µs), and `certificate` is one the shard validated already (no path to build,
+    /// no file to write). The default (RSA: a private-key operation of about half a
+    /// millisecond) says no.
+    fn session_signature_inline(
+        &self,
+        certificate: &[u8],
+        application_uri: Option<&str>,
+        now: Now,
+    ) -> bool {
+        let _ = (certificate, application_uri, now);
+        false
+    }
     /// Whether UserName secrets under this policy travel as an EccEncryptedSecret
     /// (Part 4 §7.41.2.5): the ECC policies, which hand out ephemeral keys
     /// ([`SecurityPolicy::new_ephemeral_key`]) in the session responses. The RSA policies

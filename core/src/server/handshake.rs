@@ -43,7 +43,8 @@ pub enum JobKind {
     /// request in several chunks): RSA signature (private key) and encryption.
     OpenResponse,
     /// CreateSession: client certificate validation (PKI) and the server signature (and an
-    /// ephemeral key for an EccEncryptedSecret when the client asks for one).
+    /// ephemeral key for an EccEncryptedSecret when the client asks for one). No job when the
+    /// signature is as cheap as the hand-off and the certificate validated already (P-256).
     CreateSession,
     /// ActivateSession: user token decryption (RSA private key, or ECDH for an
     /// EccEncryptedSecret), argon2id or the X.509 user certificate (PKI), with the client

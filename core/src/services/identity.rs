@@ -227,6 +227,13 @@ fn concat(a: &[u8], b: &[u8]) -> Vec<u8> {
 /// Work of a handshake job that yields `T` (runs off the shard; touches no shard state).
 pub type Work<T> = Box<dyn FnOnce() -> Result<T, StatusCode> + Send>;
 
+/// CreateSession's signature work, and whether it may run on the shard
+/// ([`SecurityPolicy::session_signature_inline`]: it costs no more than a hand-off).
+pub struct SignatureWork {
+    pub work: Work<SignatureData>,
+    pub inline: bool,
+}
+
 /// CreateSession on a secured channel: the work that validates the client certificate (with
 /// the ApplicationUri of its description) and signs `clientCertificate ‖ clientNonce`.
 /// `None` on a None channel (a null signature).
@@ -237,7 +244,7 @@ pub fn create_session_signature_work(
     client_nonce: &[u8],
     application_uri: &str,
     now: Now,
-) -> Result<Option<Work<SignatureData>>, StatusCode> {
+) -> Result<Option<SignatureWork>, StatusCode> {
     if ctx.security_mode == MessageSecurityMode::None {
         return Ok(None);
     }
@@ -257,16 +264,20 @@ pub fn create_session_signature_work(
         return Err(StatusCode::BadCertificateInvalid);
     }
     let uri = (!application_uri.is_empty()).then(|| application_uri.to_owned());
+    let inline = policy.session_signature_inline(cert, uri.as_deref(), now);
     let data = concat(cert, client_nonce);
     let cert = cert.to_vec();
-    Ok(Some(Box::new(move || {
-        policy.validate_client_certificate(&cert, uri.as_deref(), now)?;
-        let (algorithm, signature) = policy.sign_own(&data)?;
-        Ok(SignatureData {
-            algorithm: algorithm.as_str().into(),
-            signature: ByteString::from(signature),
-        })
-    })))
+    Ok(Some(SignatureWork {
+        work: Box::new(move || {
+            policy.validate_client_certificate(&cert, uri.as_deref(), now)?;
+            let (algorithm, signature) = policy.sign_own(&data)?;
+            Ok(SignatureData {
+                algorithm: algorithm.as_str().into(),
+                signature: ByteString::from(signature),
+            })
+        }),
+        inline,
+    }))
 }
 
 /// ActivateSession on a secured channel: the work that verifies the client's signature over
@@ -367,7 +378,7 @@ pub fn create_session_signature(
         application_uri,
         now,
     )?;
-    Ok(run_now(work)?.unwrap_or_default())
+    Ok(run_now(work.map(|w| w.work))?.unwrap_or_default())
 }
 
 /// [`client_signature_work`] run at once.

@@ -30,7 +30,9 @@ fn is_secured(ctx: &RequestContext<'_>) -> bool {
 
 /// CreateSession: allocates a session bound to the request's secure channel. On a secured
 /// channel the certificate check and the server signature are a handshake job: `None` when it
-/// went to the runtime (the response comes from [`resume`]).
+/// went to the runtime (the response comes from [`resume`]). A signature that costs no more
+/// than the hand-off (P-256, a certificate the shard validated already:
+/// [`crate::secure_channel::SecurityPolicy::session_signature_inline`]) is made here.
 pub fn create_session(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
@@ -81,7 +83,20 @@ pub fn create_session(
                 now,
             ))
         }
-        Ok(Some(work)) => {
+        // As cheap as a hand-off (a P-256 signature, a certificate validated already), and
+        // no ephemeral key to make: on the shard.
+        Ok(Some(w)) if w.inline && ecdh.as_ref().is_none_or(|e| !e.is_work()) => {
+            let signature = (w.work)();
+            let ecdh = match &signature {
+                Ok(_) => ecdh.map(EcdhRequest::make),
+                Err(_) => None,
+            };
+            Some(finish_create_session(
+                shard, ctx, key, &req, signature, ecdh, now,
+            ))
+        }
+        Ok(Some(w)) => {
+            let work = w.work;
             let job = HandshakeJob::new(
                 JobKind::CreateSession,
                 Carry::CreateSession { key, req },
