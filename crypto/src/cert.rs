@@ -437,7 +437,8 @@ impl Certificate {
     pub fn rsa_public_key(&self) -> &[u8] {
         &self.0.rsa_public_key
     }
-    /// The curve of an EC key (P-256 or P-384); `None` for any other key.
+    /// The curve of an EC key (NIST P-256/P-384, brainpoolP256r1/P384r1); `None` for any
+    /// other key.
     pub fn ec_curve(&self) -> Option<crate::ecc::EccCurve> {
         self.0.ec_curve
     }
@@ -509,7 +510,7 @@ impl Certificate {
     }
 
     /// Verifies that `issuer`'s key signed this certificate. Only SHA-2 RSA signatures and
-    /// ECDSA with SHA-256/SHA-384 by a P-256/P-384 key are accepted; SHA-1 gives
+    /// ECDSA with SHA-256/SHA-384 by a key on one of the four curves are accepted; SHA-1 gives
     /// `BadCertificatePolicyCheckFailed`, a bad signature `BadCertificateInvalid`.
     pub fn verify_signed_by(&self, issuer: &Certificate) -> Result<(), u32> {
         if matches!(
@@ -584,6 +585,9 @@ pub(crate) fn verify_ecdsa_signature(
         (EccCurve::NistP256, CertSignatureAlg::EcdsaSha384) => &sig::ECDSA_P256_SHA384_ASN1,
         (EccCurve::NistP384, CertSignatureAlg::EcdsaSha256) => &sig::ECDSA_P384_SHA256_ASN1,
         (EccCurve::NistP384, CertSignatureAlg::EcdsaSha384) => &sig::ECDSA_P384_SHA384_ASN1,
+        (EccCurve::BrainpoolP256r1 | EccCurve::BrainpoolP384r1, alg) => {
+            return crate::cert_build::verify_brainpool(curve, alg, point, signed, signature)
+        }
         _ => return Err(status::BAD_CERTIFICATE_POLICY_CHECK_FAILED),
     };
     sig::UnparsedPublicKey::new(alg, point)
@@ -644,22 +648,24 @@ pub fn generate_self_signed(req: &CertificateRequest) -> Result<(Certificate, Pr
 
 /// Generates a self-signed ECC application instance certificate (OPC 10000-6 §6.2.2 with the
 /// ECC certificate types of OPC 10000-12: EccNistP256ApplicationCertificateType,
-/// EccNistP384ApplicationCertificateType) and its key: ecdsa-with-SHA256 (P-256) or
-/// ecdsa-with-SHA384 (P-384); keyUsage digitalSignature, nonRepudiation, keyAgreement,
+/// EccNistP384ApplicationCertificateType, the Brainpool ones) and its key: ecdsa-with-SHA256
+/// (256-bit curves) or ecdsa-with-SHA384 (384-bit); keyUsage digitalSignature, nonRepudiation, keyAgreement,
 /// keyCertSign (no keyEncipherment: an EC key does not encrypt); the rest as for RSA.
 pub fn generate_self_signed_ecc(
     req: &CertificateRequest,
     curve: crate::ecc::EccCurve,
 ) -> Result<(Certificate, crate::ecc::EccPrivateKey), u32> {
     let key = crate::ecc::EccPrivateKey::generate(curve)?;
-    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
-    let alg = match curve {
-        crate::ecc::EccCurve::NistP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
-        crate::ecc::EccCurve::NistP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+    let der = match rcgen_ecdsa(curve) {
+        Some(alg) => {
+            let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
+            let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, alg)
+                .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+            self_signed_der(req, &kp, key.public_point(), true)?
+        }
+        // rcgen has no Brainpool algorithm: built from x509-cert's types.
+        None => crate::cert_build::self_signed_der(req, &key)?,
     };
-    let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, alg)
-        .map_err(|_| status::BAD_INTERNAL_ERROR)?;
-    let der = self_signed_der(req, &kp, key.public_point(), true)?;
     let cert = Certificate::from_der(&der)?;
     if !key.matches(&cert) {
         return Err(status::BAD_INTERNAL_ERROR);
@@ -775,40 +781,86 @@ pub struct SigningRequest {
     pub ip_addresses: Vec<IpAddr>,
 }
 
-/// Parses `CN=a, O=b` or `/CN=a/O=b` into an rcgen name (CN, O, OU, C, ST, L, DC).
-fn parse_subject(subject: &str) -> Result<rcgen::DistinguishedName, u32> {
-    use rcgen::{DistinguishedName, DnType};
+/// An attribute type of a subject name a signing request may give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DnKind {
+    Cn,
+    O,
+    Ou,
+    C,
+    St,
+    L,
+    Dc,
+}
+
+impl DnKind {
+    /// The attribute type's OID.
+    pub(crate) fn oid(self) -> ObjectIdentifier {
+        match self {
+            DnKind::Cn => ObjectIdentifier::new_unwrap("2.5.4.3"),
+            DnKind::O => ObjectIdentifier::new_unwrap("2.5.4.10"),
+            DnKind::Ou => ObjectIdentifier::new_unwrap("2.5.4.11"),
+            DnKind::C => ObjectIdentifier::new_unwrap("2.5.4.6"),
+            DnKind::St => ObjectIdentifier::new_unwrap("2.5.4.8"),
+            DnKind::L => ObjectIdentifier::new_unwrap("2.5.4.7"),
+            DnKind::Dc => ObjectIdentifier::new_unwrap("0.9.2342.19200300.100.1.25"),
+        }
+    }
+
+    fn rcgen(self) -> rcgen::DnType {
+        use rcgen::DnType;
+        match self {
+            DnKind::Cn => DnType::CommonName,
+            DnKind::O => DnType::OrganizationName,
+            DnKind::Ou => DnType::OrganizationalUnitName,
+            DnKind::C => DnType::CountryName,
+            DnKind::St => DnType::StateOrProvinceName,
+            DnKind::L => DnType::LocalityName,
+            DnKind::Dc => DnType::CustomDnType(vec![0, 9, 2342, 19200300, 100, 1, 25]),
+        }
+    }
+}
+
+/// Parses `CN=a, O=b` or `/CN=a/O=b` (CN, O, OU, C, ST, L, DC), in order.
+pub(crate) fn subject_attributes(subject: &str) -> Result<Vec<(DnKind, String)>, u32> {
     if subject.chars().count() > SUBJECT_NAME_CHARS_MAX {
         return Err(status::BAD_INVALID_ARGUMENT);
     }
-    let mut dn = DistinguishedName::new();
     let sep = if subject.trim_start().starts_with('/') {
         '/'
     } else {
         ','
     };
-    let mut any = false;
+    let mut out = Vec::new();
     for part in subject.split(sep).map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part.split_once('=').ok_or(status::BAD_INVALID_ARGUMENT)?;
         let v = v.trim().trim_matches('"');
         if v.is_empty() {
             return Err(status::BAD_INVALID_ARGUMENT);
         }
-        let ty = match k.trim().to_ascii_uppercase().as_str() {
-            "CN" => DnType::CommonName,
-            "O" => DnType::OrganizationName,
-            "OU" => DnType::OrganizationalUnitName,
-            "C" => DnType::CountryName,
-            "ST" | "S" => DnType::StateOrProvinceName,
-            "L" => DnType::LocalityName,
-            "DC" => DnType::CustomDnType(vec![0, 9, 2342, 19200300, 100, 1, 25]),
+        let kind = match k.trim().to_ascii_uppercase().as_str() {
+            "CN" => DnKind::Cn,
+            "O" => DnKind::O,
+            "OU" => DnKind::Ou,
+            "C" => DnKind::C,
+            "ST" | "S" => DnKind::St,
+            "L" => DnKind::L,
+            "DC" => DnKind::Dc,
             _ => return Err(status::BAD_INVALID_ARGUMENT),
         };
-        dn.push(ty, v);
-        any = true;
+        out.push((kind, v.to_owned()));
     }
-    if !any {
+    if out.is_empty() {
         return Err(status::BAD_INVALID_ARGUMENT);
+    }
+    Ok(out)
+}
+
+/// [`subject_attributes`] as an rcgen name.
+fn parse_subject(subject: &str) -> Result<rcgen::DistinguishedName, u32> {
+    let mut dn = rcgen::DistinguishedName::new();
+    for (kind, v) in subject_attributes(subject)? {
+        dn.push(kind.rcgen(), v);
     }
     Ok(dn)
 }
@@ -824,21 +876,30 @@ pub fn signing_request_der(req: &SigningRequest, key: &PrivateKey) -> Result<Vec
     signing_request_with(req, &kp, false)
 }
 
-/// [`signing_request_der`] for an ECC key (ecdsa-with-SHA256 for P-256, -SHA384 for P-384;
+/// [`signing_request_der`] for an ECC key (ecdsa-with-SHA256 for the 256-bit curves, -SHA384
+/// for the 384-bit ones;
 /// keyUsage digitalSignature, nonRepudiation and keyAgreement, as the ECC certificate types
 /// have it).
 pub fn signing_request_der_ecc(
     req: &SigningRequest,
     key: &crate::ecc::EccPrivateKey,
 ) -> Result<Vec<u8>, u32> {
-    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
-    let alg = match key.curve() {
-        crate::ecc::EccCurve::NistP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
-        crate::ecc::EccCurve::NistP384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+    let Some(alg) = rcgen_ecdsa(key.curve()) else {
+        return crate::cert_build::signing_request_der(req, key);
     };
+    let pkcs8 = rustls_pki_types::PrivatePkcs8KeyDer::from(key.to_pkcs8_der());
     let kp = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, alg)
         .map_err(|_| status::BAD_INTERNAL_ERROR)?;
     signing_request_with(req, &kp, true)
+}
+
+/// rcgen's ECDSA algorithm of a NIST curve; `None` for the Brainpool curves.
+fn rcgen_ecdsa(curve: crate::ecc::EccCurve) -> Option<&'static rcgen::SignatureAlgorithm> {
+    match curve {
+        crate::ecc::EccCurve::NistP256 => Some(&rcgen::PKCS_ECDSA_P256_SHA256),
+        crate::ecc::EccCurve::NistP384 => Some(&rcgen::PKCS_ECDSA_P384_SHA384),
+        _ => None,
+    }
 }
 
 fn signing_request_with(
@@ -915,13 +976,22 @@ mod signing_request_tests {
         assert!(subject.contains("O=plant"), "{subject}");
         let spki = csr.info.public_key.subject_public_key.raw_bytes();
         assert_eq!(spki, key.public_key_pkcs1());
-        let ec = crate::ecc::EccPrivateKey::generate(crate::ecc::EccCurve::NistP256).unwrap();
-        let der = signing_request_der_ecc(&req, &ec).unwrap();
-        let csr = x509_cert::request::CertReq::from_der(&der).unwrap();
-        assert_eq!(
-            csr.info.public_key.subject_public_key.raw_bytes(),
-            ec.public_point()
-        );
+        for curve in crate::ecc::EccCurve::ALL {
+            let ec = crate::ecc::EccPrivateKey::generate(curve).unwrap();
+            let der = signing_request_der_ecc(&req, &ec).unwrap();
+            let csr = x509_cert::request::CertReq::from_der(&der).unwrap();
+            assert_eq!(
+                csr.info.public_key.subject_public_key.raw_bytes(),
+                ec.public_point()
+            );
+            let subject = csr.info.subject.to_string();
+            assert!(subject.contains("CN=uaring push"), "{curve:?}: {subject}");
+            assert_eq!(
+                csr.info.attributes.len(),
+                1,
+                "{curve:?}: the extensionRequest"
+            );
+        }
         for bad in ["CN", "XX=1", "CN=", ""] {
             let r = SigningRequest {
                 subject: bad.into(),

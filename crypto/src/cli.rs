@@ -119,7 +119,7 @@ pub fn cert_show(
     }
 }
 
-/// `uaring cert show --type nistP256|nistP384`: describes the own certificate of an ECC
+/// `uaring cert show --type nistP256|…|brainpoolP384r1`: describes the own certificate of an ECC
 /// certificate type (`None`: the RSA one, as [`cert_show`] without a file).
 pub fn cert_show_type(
     ecc: Option<crate::ecc::EccCurve>,

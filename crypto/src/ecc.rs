@@ -1,37 +1,40 @@
-//! The cryptography of the ECC security policies ECC_nistP256 and ECC_nistP384 (OPC 10000-7;
-//! OPC 10000-6 §6.8.1 for the key derivation, §6.7.2 for the chunk layout).
+//! The cryptography of the ECC security policies ECC_nistP256, ECC_nistP384,
+//! ECC_brainpoolP256r1 and ECC_brainpoolP384r1 (OPC 10000-7; OPC 10000-6 §6.8.1 for the key
+//! derivation, §6.7.2 for the chunk layout). The two 256-bit curves share every length and
+//! algorithm but the curve, and so do the two 384-bit ones.
 //!
 //! - Ephemeral keys ([`EphemeralKey`]): the OpenSecureChannel nonces are the two sides'
 //!   ephemeral ECDH public keys, the uncompressed point without its `0x04` prefix (`x ‖ y`,
-//!   64 bytes for P-256, 96 for P-384).
+//!   64 bytes for the 256-bit curves, 96 for the 384-bit ones).
 //! - Key derivation ([`derive_ecc_keys`]): the ECDH shared secret (the x coordinate) is the
 //!   HKDF input key material; for the keys a client secures its chunks with, the salt (and the
 //!   HKDF info) is `L ‖ "opcua-client" ‖ ClientNonce ‖ ServerNonce`, for the server's
 //!   `L ‖ "opcua-server" ‖ ServerNonce ‖ ClientNonce`, where `L` is the length of the key
 //!   material as a little-endian UInt16: signing key + encrypting key + IV in SignAndEncrypt,
-//!   the signing key alone in Sign. HKDF-SHA256 for P-256, HKDF-SHA384 for P-384.
-//! - Symmetric chunk security ([`EccSymmetricKeys`]): HMAC-SHA256 + AES-128-CBC (P-256),
-//!   HMAC-SHA384 + AES-256-CBC (P-384), in place, without allocation.
+//!   the signing key alone in Sign. HKDF-SHA256 for the 256-bit curves, HKDF-SHA384 for the
+//!   384-bit ones.
+//! - Symmetric chunk security ([`EccSymmetricKeys`]): HMAC-SHA256 + AES-128-CBC (256 bits),
+//!   HMAC-SHA384 + AES-256-CBC (384 bits), in place, without allocation.
 //! - Asymmetric signatures ([`EccPrivateKey`], [`ecdsa_verify`]): ECDSA with SHA-256 / SHA-384,
 //!   the signature as the fixed-length `r ‖ s` (64 / 96 bytes). OpenSecureChannel chunks are
 //!   signed, never encrypted, in both Sign and SignAndEncrypt.
 //!
 //! Crate choice: aws-lc-rs (already the RSA engine here) for ECDH (`agreement`), ECDSA
 //! (`signature`) and HKDF (`hkdf`): AWS-LC's P-256 and P-384 implementations are constant
-//! time, maintained (AWS's fork of BoringSSL), FIPS-validated, and no new dependency. HMAC and AES-CBC are RustCrypto's, as for the RSA
-//! policies. Brainpool curves (ECC_brainpoolP256r1/P384r1) are left out: aws-lc-rs has none,
-//! and the one Rust candidate, RustCrypto's `bp256` / `bp384` (0.14, after a long series of
-//! release candidates), implements its arithmetic with the generic `primefield` /
-//! `primeorder` crates (constant time by design, through `subtle`) but has no published audit
-//! and few users (about 250 downloads a month): a second, young ECC stack beside AWS-LC, for
-//! two policies open62541 itself marks deprecated (Part 7) in favour of AEAD variants.
-//! curve25519/curve448 are left out too: open62541's Mbed TLS build has no policy for them,
-//! so no client here could prove them.
+//! time, maintained (AWS's fork of BoringSSL), FIPS-validated, and no new dependency. HMAC and
+//! AES-CBC are RustCrypto's, as for the RSA policies. aws-lc-rs has no Brainpool curve: those
+//! run on RustCrypto's `bp256` / `bp384` 0.14 with `ecdsa` 0.17 ([`crate::brainpool`] says why
+//! and at what cost: fiat-crypto field arithmetic, complete formulas and constant-time
+//! scalar multiplication, but no audit, few users, and about ten times AWS-LC's time per
+//! operation); they are offered because open62541's client (Mbed TLS) proves them against the
+//! real binary in the test suite, and only where their certificate exists. HKDF is AWS-LC's
+//! for every curve (it depends on the hash only). curve25519/curve448 are left out:
+//! open62541's Mbed TLS build has no policy for them, so no client here could prove them.
 
 use aws_lc_rs::agreement;
 use aws_lc_rs::hkdf;
 use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair};
+use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair as _};
 use zeroize::Zeroizing;
 
 use crate::cert::Certificate;
@@ -53,17 +56,28 @@ pub enum EccCurve {
     NistP256,
     /// NIST P-384 (secp384r1): `…#ECC_nistP384`.
     NistP384,
+    /// brainpoolP256r1 (RFC 5639): `…#ECC_brainpoolP256r1`.
+    BrainpoolP256r1,
+    /// brainpoolP384r1 (RFC 5639): `…#ECC_brainpoolP384r1`.
+    BrainpoolP384r1,
 }
 
 impl EccCurve {
     /// Every curve this crate runs.
-    pub const ALL: [EccCurve; 2] = [EccCurve::NistP256, EccCurve::NistP384];
+    pub const ALL: [EccCurve; 4] = [
+        EccCurve::NistP256,
+        EccCurve::NistP384,
+        EccCurve::BrainpoolP256r1,
+        EccCurve::BrainpoolP384r1,
+    ];
 
-    /// The policy's short name, `ECC_nistP256` / `ECC_nistP384`.
+    /// The policy's short name, `ECC_nistP256`, `ECC_brainpoolP384r1`, ….
     pub fn policy_name(self) -> &'static str {
         match self {
             EccCurve::NistP256 => "ECC_nistP256",
             EccCurve::NistP384 => "ECC_nistP384",
+            EccCurve::BrainpoolP256r1 => "ECC_brainpoolP256r1",
+            EccCurve::BrainpoolP384r1 => "ECC_brainpoolP384r1",
         }
     }
 
@@ -72,14 +86,38 @@ impl EccCurve {
         match self {
             EccCurve::NistP256 => "http://opcfoundation.org/UA/SecurityPolicy#ECC_nistP256",
             EccCurve::NistP384 => "http://opcfoundation.org/UA/SecurityPolicy#ECC_nistP384",
+            EccCurve::BrainpoolP256r1 => {
+                "http://opcfoundation.org/UA/SecurityPolicy#ECC_brainpoolP256r1"
+            }
+            EccCurve::BrainpoolP384r1 => {
+                "http://opcfoundation.org/UA/SecurityPolicy#ECC_brainpoolP384r1"
+            }
         }
     }
 
-    /// The certificate type name (`uaring cert generate --type`): `nistP256` / `nistP384`.
+    /// The certificate type name (`uaring cert generate --type`): `nistP256`, `nistP384`,
+    /// `brainpoolP256r1`, `brainpoolP384r1`.
     pub fn type_name(self) -> &'static str {
         match self {
             EccCurve::NistP256 => "nistP256",
             EccCurve::NistP384 => "nistP384",
+            EccCurve::BrainpoolP256r1 => "brainpoolP256r1",
+            EccCurve::BrainpoolP384r1 => "brainpoolP384r1",
+        }
+    }
+
+    /// Whether the curve is 384 bits long (SHA-384, AES-256 and HMAC-SHA384 with it).
+    fn is_384(self) -> bool {
+        matches!(self, EccCurve::NistP384 | EccCurve::BrainpoolP384r1)
+    }
+
+    /// The Brainpool curve, run by [`crate::brainpool`]; `None` for the NIST curves
+    /// (aws-lc-rs).
+    fn brainpool(self) -> Option<crate::brainpool::Bp> {
+        match self {
+            EccCurve::BrainpoolP256r1 => Some(crate::brainpool::Bp::P256),
+            EccCurve::BrainpoolP384r1 => Some(crate::brainpool::Bp::P384),
+            _ => None,
         }
     }
 
@@ -93,9 +131,10 @@ impl EccCurve {
 
     /// Bytes of one coordinate (and of the ECDH shared secret).
     pub fn coordinate_len(self) -> usize {
-        match self {
-            EccCurve::NistP256 => 32,
-            EccCurve::NistP384 => 48,
+        if self.is_384() {
+            48
+        } else {
+            32
         }
     }
 
@@ -111,25 +150,28 @@ impl EccCurve {
 
     /// Derived symmetric key lengths: (signing key, encrypting key, IV).
     pub fn symmetric_key_lens(self) -> (usize, usize, usize) {
-        match self {
-            EccCurve::NistP256 => (32, 16, AES_BLOCK_SIZE),
-            EccCurve::NistP384 => (48, 32, AES_BLOCK_SIZE),
+        if self.is_384() {
+            (48, 32, AES_BLOCK_SIZE)
+        } else {
+            (32, 16, AES_BLOCK_SIZE)
         }
     }
 
     /// Symmetric signature (HMAC) length.
     pub fn symmetric_signature_len(self) -> usize {
-        match self {
-            EccCurve::NistP256 => 32,
-            EccCurve::NistP384 => 48,
+        if self.is_384() {
+            48
+        } else {
+            32
         }
     }
 
     /// The `AsymmetricSignatureAlgorithm` URI.
     pub fn signature_algorithm_uri(self) -> &'static str {
-        match self {
-            EccCurve::NistP256 => URI_ECDSA_SHA256,
-            EccCurve::NistP384 => URI_ECDSA_SHA384,
+        if self.is_384() {
+            URI_ECDSA_SHA384
+        } else {
+            URI_ECDSA_SHA256
         }
     }
 
@@ -138,6 +180,12 @@ impl EccCurve {
         match self {
             EccCurve::NistP256 => const_oid::db::rfc5912::SECP_256_R_1,
             EccCurve::NistP384 => const_oid::db::rfc5912::SECP_384_R_1,
+            EccCurve::BrainpoolP256r1 => {
+                const_oid::ObjectIdentifier::new_unwrap("1.3.36.3.3.2.8.1.1.7")
+            }
+            EccCurve::BrainpoolP384r1 => {
+                const_oid::ObjectIdentifier::new_unwrap("1.3.36.3.3.2.8.1.1.11")
+            }
         }
     }
 
@@ -146,31 +194,38 @@ impl EccCurve {
         EccCurve::ALL.into_iter().find(|c| c.oid() == *oid)
     }
 
-    fn ecdh(self) -> &'static agreement::Algorithm {
+    /// aws-lc-rs's ECDH of a NIST curve.
+    fn ecdh(self) -> Option<&'static agreement::Algorithm> {
         match self {
-            EccCurve::NistP256 => &agreement::ECDH_P256,
-            EccCurve::NistP384 => &agreement::ECDH_P384,
+            EccCurve::NistP256 => Some(&agreement::ECDH_P256),
+            EccCurve::NistP384 => Some(&agreement::ECDH_P384),
+            _ => None,
         }
     }
 
-    fn signing(self) -> &'static signature::EcdsaSigningAlgorithm {
+    /// aws-lc-rs's ECDSA signing of a NIST curve.
+    fn signing(self) -> Option<&'static signature::EcdsaSigningAlgorithm> {
         match self {
-            EccCurve::NistP256 => &signature::ECDSA_P256_SHA256_FIXED_SIGNING,
-            EccCurve::NistP384 => &signature::ECDSA_P384_SHA384_FIXED_SIGNING,
+            EccCurve::NistP256 => Some(&signature::ECDSA_P256_SHA256_FIXED_SIGNING),
+            EccCurve::NistP384 => Some(&signature::ECDSA_P384_SHA384_FIXED_SIGNING),
+            _ => None,
         }
     }
 
-    fn verification(self) -> &'static signature::EcdsaVerificationAlgorithm {
+    /// aws-lc-rs's ECDSA verification of a NIST curve.
+    fn verification(self) -> Option<&'static signature::EcdsaVerificationAlgorithm> {
         match self {
-            EccCurve::NistP256 => &signature::ECDSA_P256_SHA256_FIXED,
-            EccCurve::NistP384 => &signature::ECDSA_P384_SHA384_FIXED,
+            EccCurve::NistP256 => Some(&signature::ECDSA_P256_SHA256_FIXED),
+            EccCurve::NistP384 => Some(&signature::ECDSA_P384_SHA384_FIXED),
+            _ => None,
         }
     }
 
     fn hkdf(self) -> hkdf::Algorithm {
-        match self {
-            EccCurve::NistP256 => hkdf::HKDF_SHA256,
-            EccCurve::NistP384 => hkdf::HKDF_SHA384,
+        if self.is_384() {
+            hkdf::HKDF_SHA384
+        } else {
+            hkdf::HKDF_SHA256
         }
     }
 }
@@ -178,8 +233,15 @@ impl EccCurve {
 /// An ECC application instance key (ECDSA), PKCS#8.
 pub struct EccPrivateKey {
     curve: EccCurve,
-    pair: EcdsaKeyPair,
+    pair: KeyPair,
     pkcs8: Zeroizing<Vec<u8>>,
+}
+
+/// The key of a NIST curve (aws-lc-rs) or of a Brainpool curve (RustCrypto) with its public
+/// point.
+enum KeyPair {
+    Aws(EcdsaKeyPair),
+    Brainpool(crate::brainpool::BpSigningKey, Vec<u8>),
 }
 
 impl std::fmt::Debug for EccPrivateKey {
@@ -193,21 +255,41 @@ impl std::fmt::Debug for EccPrivateKey {
 impl EccPrivateKey {
     /// A fresh key on `curve`.
     pub fn generate(curve: EccCurve) -> Result<Self, u32> {
-        let doc = EcdsaKeyPair::generate_pkcs8(curve.signing(), &SystemRandom::new())
+        if let Some(bp) = curve.brainpool() {
+            let (_, der) = crate::brainpool::BpSigningKey::generate(bp)?;
+            return Self::from_pkcs8_der(&der);
+        }
+        let alg = curve.signing().ok_or(status::BAD_INTERNAL_ERROR)?;
+        let doc = EcdsaKeyPair::generate_pkcs8(alg, &SystemRandom::new())
             .map_err(|_| status::BAD_INTERNAL_ERROR)?;
         Self::from_pkcs8_der(doc.as_ref())
     }
 
-    /// Parses a PKCS#8 DER key of either curve.
+    /// Parses a PKCS#8 DER key of any curve.
     pub fn from_pkcs8_der(der: &[u8]) -> Result<Self, u32> {
         for curve in EccCurve::ALL {
-            if let Ok(pair) = EcdsaKeyPair::from_pkcs8(curve.signing(), der) {
+            let Some(alg) = curve.signing() else {
+                continue;
+            };
+            if let Ok(pair) = EcdsaKeyPair::from_pkcs8(alg, der) {
                 return Ok(EccPrivateKey {
                     curve,
-                    pair,
+                    pair: KeyPair::Aws(pair),
                     pkcs8: Zeroizing::new(der.to_vec()),
                 });
             }
+        }
+        if let Some(key) = crate::brainpool::BpSigningKey::from_pkcs8_der(der) {
+            let curve = match key.curve() {
+                crate::brainpool::Bp::P256 => EccCurve::BrainpoolP256r1,
+                crate::brainpool::Bp::P384 => EccCurve::BrainpoolP384r1,
+            };
+            let point = key.public_point();
+            return Ok(EccPrivateKey {
+                curve,
+                pair: KeyPair::Brainpool(key, point),
+                pkcs8: Zeroizing::new(der.to_vec()),
+            });
         }
         Err(status::BAD_CERTIFICATE_INVALID)
     }
@@ -244,7 +326,10 @@ impl EccPrivateKey {
 
     /// The public key as an uncompressed point (`04 ‖ x ‖ y`).
     pub fn public_point(&self) -> &[u8] {
-        self.pair.public_key().as_ref()
+        match &self.pair {
+            KeyPair::Aws(pair) => pair.public_key().as_ref(),
+            KeyPair::Brainpool(_, point) => point,
+        }
     }
 
     /// Whether `cert` carries this key's public key.
@@ -255,16 +340,31 @@ impl EccPrivateKey {
     /// ECDSA signature (`r ‖ s`) over `data` into `out` (`out.len()` = the curve's
     /// [`EccCurve::signature_len`]).
     pub fn sign_into(&self, data: &[u8], out: &mut [u8]) -> Result<(), u32> {
-        let sig = self
-            .pair
-            .sign(&SystemRandom::new(), data)
-            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
-        let sig = sig.as_ref();
-        if sig.len() != out.len() {
-            return Err(status::BAD_INTERNAL_ERROR);
+        let put = |sig: &[u8], out: &mut [u8]| {
+            if sig.len() != out.len() {
+                return Err(status::BAD_INTERNAL_ERROR);
+            }
+            out.copy_from_slice(sig);
+            Ok(())
+        };
+        match &self.pair {
+            KeyPair::Aws(pair) => {
+                let sig = pair
+                    .sign(&SystemRandom::new(), data)
+                    .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+                put(sig.as_ref(), out)
+            }
+            KeyPair::Brainpool(key, _) => put(&key.sign_fixed(data), out),
         }
-        out.copy_from_slice(sig);
-        Ok(())
+    }
+
+    /// ECDSA over an already computed `digest`, DER-encoded (certificates and signing
+    /// requests of a Brainpool key; `None` for a NIST key, which rcgen signs).
+    pub(crate) fn sign_prehash_der(&self, digest: &[u8]) -> Option<Result<Vec<u8>, u32>> {
+        match &self.pair {
+            KeyPair::Aws(_) => None,
+            KeyPair::Brainpool(key, _) => Some(key.sign_prehash_der(digest)),
+        }
     }
 
     /// ECDSA signature (`r ‖ s`) over `data`.
@@ -293,16 +393,26 @@ pub fn ecdsa_verify(
     if sig.len() != curve.signature_len() {
         return Err(status::BAD_SECURITY_CHECKS_FAILED);
     }
-    signature::UnparsedPublicKey::new(curve.verification(), point)
-        .verify(data, sig)
-        .map_err(|_| status::BAD_SECURITY_CHECKS_FAILED)
+    match (curve.verification(), curve.brainpool()) {
+        (Some(alg), _) => signature::UnparsedPublicKey::new(alg, point)
+            .verify(data, sig)
+            .map_err(|_| status::BAD_SECURITY_CHECKS_FAILED),
+        (None, Some(bp)) if crate::brainpool::verify_fixed(bp, point, data, sig) => Ok(()),
+        _ => Err(status::BAD_SECURITY_CHECKS_FAILED),
+    }
 }
 
 /// One side's ephemeral ECDH key of an OpenSecureChannel: its public half is the nonce.
 pub struct EphemeralKey {
     curve: EccCurve,
-    key: agreement::PrivateKey,
+    key: EphemeralSecret,
     nonce: Vec<u8>,
+}
+
+/// The private half: aws-lc-rs's (NIST) or RustCrypto's (Brainpool).
+enum EphemeralSecret {
+    Aws(agreement::PrivateKey),
+    Brainpool(crate::brainpool::BpScalar),
 }
 
 impl std::fmt::Debug for EphemeralKey {
@@ -316,25 +426,48 @@ impl std::fmt::Debug for EphemeralKey {
 impl EphemeralKey {
     /// A fresh key pair.
     pub fn generate(curve: EccCurve) -> Result<Self, u32> {
-        let key = agreement::PrivateKey::generate(curve.ecdh())
-            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
-        Self::from_key(curve, key)
+        match (curve.ecdh(), curve.brainpool()) {
+            (Some(alg), _) => {
+                let key =
+                    agreement::PrivateKey::generate(alg).map_err(|_| status::BAD_INTERNAL_ERROR)?;
+                Self::from_key(curve, EphemeralSecret::Aws(key))
+            }
+            (None, Some(bp)) => Self::from_key(
+                curve,
+                EphemeralSecret::Brainpool(crate::brainpool::BpScalar::generate(bp)),
+            ),
+            (None, None) => Err(status::BAD_INTERNAL_ERROR),
+        }
     }
 
     /// A key pair from its private scalar (big-endian, the coordinate length): known-answer
     /// tests.
     pub fn from_scalar(curve: EccCurve, scalar: &[u8]) -> Result<Self, u32> {
-        let key = agreement::PrivateKey::from_private_key(curve.ecdh(), scalar)
-            .map_err(|_| status::BAD_INVALID_ARGUMENT)?;
+        let key = match (curve.ecdh(), curve.brainpool()) {
+            (Some(alg), _) => EphemeralSecret::Aws(
+                agreement::PrivateKey::from_private_key(alg, scalar)
+                    .map_err(|_| status::BAD_INVALID_ARGUMENT)?,
+            ),
+            (None, Some(bp)) => EphemeralSecret::Brainpool(
+                crate::brainpool::BpScalar::from_bytes(bp, scalar)
+                    .ok_or(status::BAD_INVALID_ARGUMENT)?,
+            ),
+            (None, None) => return Err(status::BAD_INTERNAL_ERROR),
+        };
         Self::from_key(curve, key)
     }
 
-    fn from_key(curve: EccCurve, key: agreement::PrivateKey) -> Result<Self, u32> {
-        let public = key
-            .compute_public_key()
-            .map_err(|_| status::BAD_INTERNAL_ERROR)?;
+    fn from_key(curve: EccCurve, key: EphemeralSecret) -> Result<Self, u32> {
+        let public = match &key {
+            EphemeralSecret::Aws(k) => k
+                .compute_public_key()
+                .map_err(|_| status::BAD_INTERNAL_ERROR)?
+                .as_ref()
+                .to_vec(),
+            EphemeralSecret::Brainpool(k) => k.public_point(),
+        };
         // Uncompressed: 04 ‖ x ‖ y; the nonce drops the 04.
-        let nonce = match public.as_ref().split_first() {
+        let nonce = match public.split_first() {
             Some((0x04, xy)) if xy.len() == curve.nonce_len() => xy.to_vec(),
             _ => return Err(status::BAD_INTERNAL_ERROR),
         };
@@ -360,10 +493,16 @@ impl EphemeralKey {
         let mut point = Vec::with_capacity(1 + peer_nonce.len());
         point.push(0x04);
         point.extend_from_slice(peer_nonce);
-        let peer = agreement::UnparsedPublicKey::new(self.curve.ecdh(), &point);
-        agreement::agree(&self.key, peer, status::BAD_NONCE_INVALID, |secret| {
-            Ok(Zeroizing::new(secret.to_vec()))
-        })
+        match &self.key {
+            EphemeralSecret::Aws(key) => {
+                let alg = self.curve.ecdh().ok_or(status::BAD_INTERNAL_ERROR)?;
+                let peer = agreement::UnparsedPublicKey::new(alg, &point);
+                agreement::agree(key, peer, status::BAD_NONCE_INVALID, |secret| {
+                    Ok(Zeroizing::new(secret.to_vec()))
+                })
+            }
+            EphemeralSecret::Brainpool(key) => key.agree(&point).ok_or(status::BAD_NONCE_INVALID),
+        }
     }
 }
 
@@ -470,9 +609,10 @@ impl EccSymmetricKeys {
         if signing_key.len() != sig_len || encrypting_key.len() != enc_len || iv.len() != iv_len {
             return Err(status::BAD_INVALID_ARGUMENT);
         }
-        let hash = match curve {
-            EccCurve::NistP256 => MacHash::Sha256,
-            EccCurve::NistP384 => MacHash::Sha384,
+        let hash = if curve.is_384() {
+            MacHash::Sha384
+        } else {
+            MacHash::Sha256
         };
         let keys = ChunkKeys::new(hash, signing_key, encrypt.then_some(encrypting_key), iv)?;
         Ok(EccSymmetricKeys {

@@ -1,6 +1,7 @@
 //! The ECC security policies plugged into uaring-core: [`EccPolicy`] implements core's
-//! [`SecurityPolicy`] for ECC_nistP256 and ECC_nistP384 (OPC 10000-7), Sign and
-//! SignAndEncrypt, with the cryptography of [`crate::ecc`].
+//! [`SecurityPolicy`] for ECC_nistP256, ECC_nistP384, ECC_brainpoolP256r1 and
+//! ECC_brainpoolP384r1 (OPC 10000-7), Sign and SignAndEncrypt, with the cryptography of
+//! [`crate::ecc`].
 //!
 //! - OpenSecureChannel: the chunks are signed with ECDSA (the sender's application key) and
 //!   never encrypted; the nonces are ephemeral ECDH public keys ([`SecurityPolicy::new_token`]

@@ -31,8 +31,9 @@
 //!
 //! The key material is `HKDF(salt = info = L ‖ "opcua-secret" ‖ SenderPublicKey ‖
 //! ReceiverPublicKey, IKM = the ECDH shared secret)`, `L` (UInt16, little endian) bytes long:
-//! the encrypting key (16 bytes for P-256, 32 for P-384), then the 16-byte IV; HKDF-SHA256
-//! for P-256, HKDF-SHA384 for P-384. The same layout and derivation are what open62541 1.5
+//! the encrypting key (16 bytes for the 256-bit curves, 32 for the 384-bit ones), then the
+//! 16-byte IV; HKDF-SHA256 or HKDF-SHA384 likewise. The same layout and derivation are what
+//! open62541 1.5
 //! and the OPC Foundation's .NET stack produce.
 //!
 //! open62541 1.5 (Mbed TLS) drops the leading zero bytes of the ECDH secret before the HKDF

@@ -7,7 +7,8 @@
 //!   allocation-free HMAC + AES-CBC chunk security.
 //! - [`asym_encrypt`], [`asym_decrypt`], [`asym_sign`], [`asym_verify`]: RSA with aws-lc-rs.
 //! - [`EccPolicy`], [`EccCurve`], [`ecc`]: the ECC policies ECC_nistP256 and ECC_nistP384
-//!   (ECDH ephemeral keys, HKDF, ECDSA) with aws-lc-rs; the crate choice is written down in
+//!   (ECDH ephemeral keys, HKDF, ECDSA) with aws-lc-rs, ECC_brainpoolP256r1 and
+//!   ECC_brainpoolP384r1 with RustCrypto's `bp256`/`bp384`; the crate choice is written down in
 //!   [`ecc`]'s documentation. [`ecc_secret`]: UserName passwords over them (EccEncryptedSecret).
 //! - [`Certificate`], [`generate_self_signed`], [`Pki`]: certificates and the PKI directory.
 //! - [`encrypt_user_password`], [`decrypt_user_password`], [`UserStore`], [`LoginLimiter`]:
@@ -35,7 +36,9 @@
 #![warn(missing_docs)]
 
 pub mod asymmetric;
+mod brainpool;
 pub mod cert;
+mod cert_build;
 pub mod cli;
 pub mod ecc;
 pub mod ecc_policy;

@@ -7,7 +7,8 @@
 //! pki/own/certs/uaring.der        own application instance certificate
 //! pki/own/private/uaring.pem      own private key (PKCS#8 PEM, mode 0600)
 //! pki/own/certs/uaring_nistP256.der    own ECC_nistP256 certificate (`uaring cert generate
-//! pki/own/private/uaring_nistP256.pem  --type nistP256`), and its key; likewise nistP384
+//! pki/own/private/uaring_nistP256.pem  --type nistP256`), and its key; likewise nistP384,
+//!                                      brainpoolP256r1 and brainpoolP384r1
 //! pki/trusted/certs/              trusted application certificates and CAs
 //! pki/trusted/crl/                CRLs of trusted CAs
 //! pki/issuers/certs/              CAs used to build chains, not trusted by themselves
@@ -612,7 +613,7 @@ impl Pki {
     }
 
     fn check_key_size(&self, cert: &Certificate) -> Result<(), u32> {
-        // An EC key on a curve this crate runs (P-256, P-384) has the size its curve gives;
+        // An EC key on a curve this crate runs (NIST, Brainpool) has the size its curve gives;
         // which curve a channel needs is the policy's check.
         if cert.ec_curve().is_some() {
             return Ok(());

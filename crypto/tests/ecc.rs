@@ -97,6 +97,69 @@ fn ecdh_p256_rfc5903_section_8_1() {
     );
 }
 
+/// brainpoolP256r1 and brainpoolP384r1 ECDH, RFC 7027 Appendix A.1 and A.2 (the same values as
+/// OpenSSL computes for these scalars): the nonces are the public keys, the secrets agree, and
+/// a point off the curve is BadNonceInvalid.
+#[test]
+fn ecdh_brainpool_rfc7027_appendix_a() {
+    let vectors = [
+        (
+            EccCurve::BrainpoolP256r1,
+            "81DB1EE100150FF2EA338D708271BE38300CB54241D79950F77B063039804F1D",
+            concat!(
+                "44106E913F92BC02A1705D9953A8414DB95E1AAA49E81D9E85F929A8E3100BE5",
+                "8AB4846F11CACCB73CE49CBDD120F5A900A69FD32C272223F789EF10EB089BDC"
+            ),
+            "55E40BC41E37E3E2AD25C3C6654511FFA8474A91A0032087593852D3E7D76BD3",
+            concat!(
+                "8D2D688C6CF93E1160AD04CC4429117DC2C41825E1E9FCA0ADDD34E6F1B39F7B",
+                "990C57520812BE512641E47034832106BC7D3E8DD0E4C7F1136D7006547CEC6A"
+            ),
+            "89AFC39D41D3B327814B80940B042590F96556EC91E6AE7939BCE31F3A18BF2B",
+        ),
+        (
+            EccCurve::BrainpoolP384r1,
+            concat!(
+                "1E20F5E048A5886F1F157C74E91BDE2B98C8B52D58E5003D",
+                "57053FC4B0BD65D6F15EB5D1EE1610DF870795143627D042"
+            ),
+            concat!(
+                "68B665DD91C195800650CDD363C625F4E742E8134667B767B1B476793588F885",
+                "AB698C852D4A6E77A252D6380FCAF06855BC91A39C9EC01DEE36017B7D673A93",
+                "1236D2F1F5C83942D049E3FA20607493E0D038FF2FD30C2AB67D15C85F7FAA59"
+            ),
+            concat!(
+                "032640BC6003C59260F7250C3DB58CE647F98E1260ACCE4A",
+                "CDA3DD869F74E01F8BA5E0324309DB6A9831497ABAC96670"
+            ),
+            concat!(
+                "4D44326F269A597A5B58BBA565DA5556ED7FD9A8A9EB76C25F46DB69D19DC8CE",
+                "6AD18E404B15738B2086DF37E71D1EB462D692136DE56CBE93BF5FA3188EF58B",
+                "C8A3A0EC6C1E151A21038A42E9185329B5B275903D192F8D4E1F32FE9CC78C48"
+            ),
+            concat!(
+                "0BD9D3A7EA0B3D519D09D8E48D0785FB744A6B355E6304BC",
+                "51C229FBBCE239BBADF6403715C35D4FB2A5444F575D4F42"
+            ),
+        ),
+    ];
+    for (curve, da, qa, db, qb, z) in vectors {
+        let a = EphemeralKey::from_scalar(curve, &hex(da)).unwrap();
+        let b = EphemeralKey::from_scalar(curve, &hex(db)).unwrap();
+        assert_eq!(a.nonce(), &hex(qa)[..], "{curve:?}");
+        assert_eq!(b.nonce(), &hex(qb)[..], "{curve:?}");
+        assert_eq!(&a.shared_secret(&hex(qb)).unwrap()[..], &hex(z)[..]);
+        assert_eq!(&b.shared_secret(&hex(qa)).unwrap()[..], &hex(z)[..]);
+        let mut off = hex(qb);
+        let last = off.len() - 1;
+        off[last] ^= 1;
+        assert_eq!(
+            a.shared_secret(&off).err(),
+            Some(StatusCode::BadNonceInvalid.0)
+        );
+    }
+}
+
 /// HKDF written out with RustCrypto's HMAC (RFC 5869 §2.2, 2.3), to check the salt layout
 /// against an implementation that shares nothing with the one under test.
 fn reference_hkdf<M: Mac + hmac::digest::KeyInit + Clone>(
@@ -139,15 +202,16 @@ fn check_derivation(curve: EccCurve, encrypt: bool) {
     };
     let cs = salt(b"opcua-client", client.nonce(), server.nonce());
     let ss = salt(b"opcua-server", server.nonce(), client.nonce());
-    let (rc, rs) = match curve {
-        EccCurve::NistP256 => (
-            reference_hkdf::<Hmac<sha2::Sha256>>(&cs, &shared, len),
-            reference_hkdf::<Hmac<sha2::Sha256>>(&ss, &shared, len),
-        ),
-        EccCurve::NistP384 => (
+    let (rc, rs) = if curve.coordinate_len() == 48 {
+        (
             reference_hkdf::<Hmac<sha2::Sha384>>(&cs, &shared, len),
             reference_hkdf::<Hmac<sha2::Sha384>>(&ss, &shared, len),
-        ),
+        )
+    } else {
+        (
+            reference_hkdf::<Hmac<sha2::Sha256>>(&cs, &shared, len),
+            reference_hkdf::<Hmac<sha2::Sha256>>(&ss, &shared, len),
+        )
     };
     assert_eq!(c.signing_key(), &rc[..sig]);
     assert_eq!(s.signing_key(), &rs[..sig]);
@@ -229,6 +293,17 @@ fn a_server_token_talks_with_a_client_deriving_on_its_own() {
     }
 }
 
+/// A curve a key of `curve`'s policy must not be on: of the same size where there is one
+/// (NIST P-256 and brainpoolP256r1 points are both 64 bytes), else another size.
+fn other_curve(curve: EccCurve) -> EccCurve {
+    match curve {
+        EccCurve::NistP256 => EccCurve::BrainpoolP256r1,
+        EccCurve::NistP384 => EccCurve::NistP256,
+        EccCurve::BrainpoolP256r1 => EccCurve::NistP256,
+        EccCurve::BrainpoolP384r1 => EccCurve::NistP384,
+    }
+}
+
 #[test]
 fn ecc_certificates_validate_and_sign() {
     for curve in EccCurve::ALL {
@@ -252,11 +327,7 @@ fn ecc_certificates_validate_and_sign() {
         pki.write_own_ecc(&id.cert, &id.key).unwrap();
         let (c, k) = pki.load_own_ecc(curve).unwrap().unwrap();
         assert!(k.matches(&c));
-        let other = match curve {
-            EccCurve::NistP256 => EccCurve::NistP384,
-            EccCurve::NistP384 => EccCurve::NistP256,
-        };
-        assert!(pki.load_own_ecc(other).unwrap().is_none());
+        assert!(pki.load_own_ecc(other_curve(curve)).unwrap().is_none());
     }
 }
 
@@ -265,11 +336,7 @@ fn open_secure_channel_checks_and_signatures() {
     for curve in EccCurve::ALL {
         let dir = TempDir::new("ecc-opn");
         let client = ecc_ident(curve, "urn:t:client");
-        let other_curve = match curve {
-            EccCurve::NistP256 => EccCurve::NistP384,
-            EccCurve::NistP384 => EccCurve::NistP256,
-        };
-        let wrong_curve = ecc_ident(other_curve, "urn:t:client");
+        let wrong_curve = ecc_ident(other_curve(curve), "urn:t:client");
         let (rsa_cert, _) = generate_self_signed(&req("urn:t:client")).unwrap();
         let policy = server(curve, &dir, &[&client.cert, &wrong_curve.cert, &rsa_cert]);
         let own_tp = policy
@@ -787,6 +854,60 @@ fn ecdsa_ca_chain_and_crl() {
     );
 }
 
+/// A Brainpool chain another implementation made (OpenSSL 3 through Python's `cryptography`;
+/// valid 2026–2126): a brainpoolP384r1 CA that signs with ecdsa-with-SHA384, and a
+/// brainpoolP256r1 client certificate it signed — another curve and another hash than the
+/// leaf's own policy uses. The PKI validates it with the CA trusted; a changed signature bit
+/// does not verify.
+#[test]
+fn a_brainpool_chain_made_by_openssl_validates() {
+    use uaring_crypto::status;
+    const CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBrDCCATOgAwIBAgICEAEwCgYIKoZIzj0EAwMwHDEaMBgGA1UEAwwRYnJhaW5w
+b29sIHRlc3QgQ0EwIBcNMjYwMTAxMDAwMDAwWhgPMjEyNjAxMDEwMDAwMDBaMBwx
+GjAYBgNVBAMMEWJyYWlucG9vbCB0ZXN0IENBMHowFAYHKoZIzj0CAQYJKyQDAwII
+AQELA2IABFos9BAw/upXo2WveJyEarS3chdN0l2cjsxrGFkfDeDiSivz5fvYb4Ox
+H1MxVwTmVoJgcLelbVIkeHMjYn5n4LZuyBI7ZhP00irNj8GYEe6y7WLJIDRcmY21
+AB23EPoq66NCMEAwDwYDVR0TAQH/BAUwAwEB/zAOBgNVHQ8BAf8EBAMCAQYwHQYD
+VR0OBBYEFAPcT12t43anbzcx3lsZLTxPCjjEMAoGCCqGSM49BAMDA2cAMGQCMCBM
+rjnzY9fg5F+SiLrm7LA0JLZUoIa3he4bLeB0RL9BzCDD65FklObne7H6tRKHwAIw
+Ct9RbhdfBJkTsecSvFFA4eSSQZpezebaz7zlGoIOXfP4VU2dYdervdRBh8pSeh8l
+-----END CERTIFICATE-----
+";
+    const LEAF: &str = "-----BEGIN CERTIFICATE-----
+MIIB1jCCAV2gAwIBAgICIAIwCgYIKoZIzj0EAwMwHDEaMBgGA1UEAwwRYnJhaW5w
+b29sIHRlc3QgQ0EwIBcNMjYwMTAxMDAwMDAwWhgPMjEyNjAxMDEwMDAwMDBaMCAx
+HjAcBgNVBAMMFWJyYWlucG9vbCB0ZXN0IGNsaWVudDBaMBQGByqGSM49AgEGCSsk
+AwMCCAEBBwNCAAQ17mEQPFVZcmlKj7rRD+KBzByseIO6rZdbf4RSMA0UQF4yd3qi
+FV4mzu7Udz4kWpmBhO1Xd/pIo4p53O0vBV0oo4GHMIGEMAwGA1UdEwEB/wQCMAAw
+DgYDVR0PAQH/BAQDAgPIMB0GA1UdJQQWMBQGCCsGAQUFBwMCBggrBgEFBQcDATAk
+BgNVHREEHTAbhhl1cm46dGVzdDpicmFpbnBvb2w6Y2xpZW50MB8GA1UdIwQYMBaA
+FAPcT12t43anbzcx3lsZLTxPCjjEMAoGCCqGSM49BAMDA2cAMGQCMEKsb6YNgjvV
+esI3lVyOheFNY6rjIUAHhR1bwv2tdwWp2O+uEJGoO7c1X1O73dymYAIwU77kdy06
+QeR88zGLnziNf8UpDSvQ5pHpl3/B0qONBcAd6LwZeEwWoL40PSsMpFrX
+-----END CERTIFICATE-----
+";
+    let ca = uaring_crypto::Certificate::from_pem_or_der(CA.as_bytes()).unwrap();
+    let leaf = uaring_crypto::Certificate::from_pem_or_der(LEAF.as_bytes()).unwrap();
+    assert_eq!(ca.ec_curve(), Some(EccCurve::BrainpoolP384r1));
+    assert_eq!(leaf.ec_curve(), Some(EccCurve::BrainpoolP256r1));
+    let tmp = TempDir::new("ecc-bp-ca");
+    let mut pki = Pki::open(tmp.path(), PkiConfig::default()).unwrap();
+    pki.trust(&ca).unwrap();
+    let now = now_unix_s();
+    let got = pki
+        .validate_client(leaf.der(), Some("urn:test:brainpool:client"), now)
+        .unwrap();
+    assert_eq!(got.ec_curve(), Some(EccCurve::BrainpoolP256r1));
+    let mut forged = leaf.der().to_vec();
+    let n = forged.len();
+    forged[n - 5] ^= 1;
+    assert_eq!(
+        pki.validate_client(&forged, None, now).unwrap_err(),
+        status::BAD_CERTIFICATE_INVALID
+    );
+}
+
 /// `uaring cert generate --type nistP256|nistP384` and `cert show --type`: one certificate
 /// per type beside the RSA one, never overwritten without --force.
 #[test]
@@ -794,7 +915,7 @@ fn cli_generates_and_shows_one_certificate_per_type() {
     use uaring_crypto::{cert_generate, cert_show_type, GenerateOptions};
     let tmp = TempDir::new("ecc-cli");
     let pki_dir = tmp.path().join("pki");
-    for ecc in [None, Some(EccCurve::NistP256), Some(EccCurve::NistP384)] {
+    for ecc in std::iter::once(None).chain(EccCurve::ALL.map(Some)) {
         let opts = GenerateOptions {
             uri: Some("urn:cli:ecc".into()),
             ecc,
@@ -831,11 +952,20 @@ fn cli_generates_and_shows_one_certificate_per_type() {
 /// with the matching keys; a conformant client works with it as before.
 #[test]
 fn a_client_dropping_leading_zeros_of_the_secret_is_understood() {
-    for curve in EccCurve::ALL {
-        for mode in [
-            MessageSecurityMode::Sign,
+    // The search for a secret with a leading zero makes a few hundred tokens: the Brainpool
+    // curves (RustCrypto, ten times slower than AWS-LC here) once, in one mode.
+    let cases = [
+        (EccCurve::NistP256, MessageSecurityMode::Sign),
+        (EccCurve::NistP256, MessageSecurityMode::SignAndEncrypt),
+        (EccCurve::NistP384, MessageSecurityMode::Sign),
+        (EccCurve::NistP384, MessageSecurityMode::SignAndEncrypt),
+        (
+            EccCurve::BrainpoolP256r1,
             MessageSecurityMode::SignAndEncrypt,
-        ] {
+        ),
+    ];
+    for (curve, mode) in cases {
+        {
             let encrypt = mode == MessageSecurityMode::SignAndEncrypt;
             let dir = TempDir::new("ecc-zero");
             let policy = server(curve, &dir, &[]);

@@ -65,7 +65,7 @@ pub fn parse_mode(s: &str) -> Result<MessageSecurityMode, String> {
     }
 }
 
-/// Any policy the load client speaks: the three RSA ones, ECC_nistP256, ECC_nistP384.
+/// Any policy the load client speaks: the three RSA ones and the four ECC ones.
 pub fn parse_client_policy(s: &str) -> Result<ClientPolicy, String> {
     let all = [
         ClientPolicy::Rsa(PolicyId::Basic256Sha256),
@@ -73,11 +73,13 @@ pub fn parse_client_policy(s: &str) -> Result<ClientPolicy, String> {
         ClientPolicy::Rsa(PolicyId::Aes256Sha256RsaPss),
         ClientPolicy::Ecc(EccCurve::NistP256),
         ClientPolicy::Ecc(EccCurve::NistP384),
+        ClientPolicy::Ecc(EccCurve::BrainpoolP256r1),
+        ClientPolicy::Ecc(EccCurve::BrainpoolP384r1),
     ];
     let norm = |x: &str| x.to_ascii_lowercase().replace(['-', '_'], "");
     all.into_iter()
         .find(|p| norm(p.name()) == norm(s) || p.uri() == s)
-        .ok_or_else(|| format!("--security-policy {s:?}: one of Basic256Sha256, Aes128_Sha256_RsaOaep, Aes256_Sha256_RsaPss, ECC_nistP256, ECC_nistP384"))
+        .ok_or_else(|| format!("--security-policy {s:?}: one of Basic256Sha256, Aes128_Sha256_RsaOaep, Aes256_Sha256_RsaPss, ECC_nistP256, ECC_nistP384, ECC_brainpoolP256r1, ECC_brainpoolP384r1"))
 }
 
 /// Builds the secured configuration, or `None` for mode None.

@@ -308,7 +308,9 @@ fn parse_cert_type(v: &str) -> Result<CertType, String> {
     }
     uaring_crypto::EccCurve::from_name(v)
         .map(Some)
-        .ok_or_else(|| "expected rsa, nistP256 or nistP384".into())
+        .ok_or_else(|| {
+            "expected rsa, nistP256, nistP384, brainpoolP256r1 or brainpoolP384r1".into()
+        })
 }
 
 /// The `uaring cert` subcommands.
@@ -335,8 +337,8 @@ pub enum CertCommand {
         /// RSA key size: 2048, 3072 or 4096.
         #[arg(long, value_name = "N", default_value_t = 2048, value_parser = parse_key_bits)]
         bits: usize,
-        /// Certificate type: rsa (own/certs/uaring.der), nistP256 or nistP384 (the
-        /// certificate of the ECC_nistP256 / ECC_nistP384 endpoints,
+        /// Certificate type: rsa (own/certs/uaring.der), nistP256, nistP384,
+        /// brainpoolP256r1 or brainpoolP384r1 (the certificate of the ECC_<type> endpoints,
         /// own/certs/uaring_<type>.der).
         #[arg(long = "type", value_name = "TYPE", default_value = "rsa", value_parser = parse_cert_type)]
         cert_type: CertType,
@@ -348,7 +350,8 @@ pub enum CertCommand {
     Show {
         /// A DER or PEM certificate file.
         file: Option<PathBuf>,
-        /// Without FILE: which own certificate, rsa (default), nistP256 or nistP384.
+        /// Without FILE: which own certificate, rsa (default), nistP256, nistP384,
+        /// brainpoolP256r1 or brainpoolP384r1.
         #[arg(long = "type", value_name = "TYPE", default_value = "rsa", value_parser = parse_cert_type, conflicts_with = "file")]
         cert_type: CertType,
     },

@@ -432,10 +432,7 @@ impl PushManager {
             types.push(NodeId::ns0(RSA_SHA256_TYPE));
         }
         for e in &security.ecc {
-            types.push(NodeId::ns0(match e.curve() {
-                uaring_crypto::EccCurve::NistP256 => ids::EccNistP256ApplicationCertificateType,
-                uaring_crypto::EccCurve::NistP384 => ids::EccNistP384ApplicationCertificateType,
-            }));
+            types.push(NodeId::ns0(ecc_certificate_type(e.curve())));
         }
         let _ = self.cert_types.set(types);
         if let Ok(list) = read_trust_list(&security.pki_root, MASK_ALL) {
@@ -1231,17 +1228,26 @@ fn check_group_and_type(
     if t.is_null() || t == NodeId::ns0(RSA_SHA256_TYPE) || t == NodeId::ns0(RSA_MIN_TYPE) {
         return Ok(Kind::Rsa);
     }
-    let curve = if t == NodeId::ns0(ids::EccNistP256ApplicationCertificateType) {
-        EccCurve::NistP256
-    } else if t == NodeId::ns0(ids::EccNistP384ApplicationCertificateType) {
-        EccCurve::NistP384
-    } else {
+    let Some(curve) = EccCurve::ALL
+        .into_iter()
+        .find(|c| t == NodeId::ns0(ecc_certificate_type(*c)))
+    else {
         return Err(StatusCode::BadInvalidArgument);
     };
     if setup.current_ecc().iter().any(|e| e.curve() == curve) {
         Ok(Kind::Ecc(curve))
     } else {
         Err(StatusCode::BadInvalidArgument)
+    }
+}
+
+/// The CertificateType (Part 12 §7.8.4) of an ECC application certificate of `curve`.
+fn ecc_certificate_type(curve: EccCurve) -> u32 {
+    match curve {
+        EccCurve::NistP256 => ids::EccNistP256ApplicationCertificateType,
+        EccCurve::NistP384 => ids::EccNistP384ApplicationCertificateType,
+        EccCurve::BrainpoolP256r1 => ids::EccBrainpoolP256r1ApplicationCertificateType,
+        EccCurve::BrainpoolP384r1 => ids::EccBrainpoolP384r1ApplicationCertificateType,
     }
 }
 

@@ -231,6 +231,8 @@ impl Default for SecurityConfig {
                 "Aes256_Sha256_RsaPss",
                 "ECC_nistP256",
                 "ECC_nistP384",
+                "ECC_brainpoolP256r1",
+                "ECC_brainpoolP384r1",
             ]
             .map(String::from)
             .to_vec(),
@@ -267,7 +269,8 @@ pub struct SecurityArgs {
     pub contract: bool,
 }
 
-/// An ECC policy named in `security.policies` (`ECC_nistP256`, `ECC_nistP384` or the URI).
+/// An ECC policy named in `security.policies` (`ECC_nistP256`, `ECC_nistP384`,
+/// `ECC_brainpoolP256r1`, `ECC_brainpoolP384r1` or the URI).
 fn ecc_policy(name: &str) -> Option<EccCurve> {
     let n = name
         .strip_prefix("http://opcfoundation.org/UA/SecurityPolicy#")
@@ -571,7 +574,7 @@ pub fn build(
     if !none && policies.is_empty() && ecc.is_empty() {
         return Err(
             "security: no endpoint left: the ECC policies have no certificate in the PKI \
-             (uaring cert generate --type nistP256|nistP384)"
+             (uaring cert generate --type nistP256|nistP384|brainpoolP256r1|brainpoolP384r1)"
                 .into(),
         );
     }

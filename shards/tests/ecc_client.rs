@@ -1,5 +1,6 @@
 //! uaring's own client (core's sans-IO client role, the one the load client uses) opens
-//! ECC_nistP256 and ECC_nistP384 SignAndEncrypt channels to the real binary: it sends an
+//! SignAndEncrypt channels of the four ECC policies (NIST P-256/P-384, brainpoolP256r1/P384r1)
+//! to the real binary: it sends an
 //! ephemeral key as its nonce (`SecurityPolicy::begin_token`), derives the keys from the
 //! server's when the OpenSecureChannel response comes (`finish_token`), and GetEndpoints works
 //! over the encrypted channel both ways. The server's ECC certificates come from
@@ -35,7 +36,7 @@ use uaring_harness::blocking::{Client, ClientError};
 fn our_client_opens_ecc_channels() {
     let dir = TempDir::new("uaring-ecc-client");
     let pki = dir.join("pki");
-    for ty in ["nistP256", "nistP384"] {
+    for ty in EccCurve::ALL.map(EccCurve::type_name) {
         let out = std::process::Command::new(bin())
             .args([
                 "cert",
@@ -74,10 +75,7 @@ fn our_client_opens_ecc_channels() {
     }
     let server = Server::start(&["--pki", pki.to_str().unwrap()]);
     for (curve, id) in clients {
-        let ty = match curve {
-            EccCurve::NistP256 => "nistP256",
-            EccCurve::NistP384 => "nistP384",
-        };
+        let ty = curve.type_name();
         let server_cert =
             std::fs::read(pki.join(format!("own/certs/uaring_{ty}.der"))).expect("server cert");
         let mut cfg = ClientConfig::new(&server.url());

@@ -495,9 +495,11 @@ fn apply_changes_swaps_the_certificate_for_new_channels_and_retires_the_old_ones
     assert!(again.read_values(&[NodeId::ns0(2259)]).is_ok());
 }
 
-/// The ECC certificate types present are listed and pushed as the RSA one is: a signing
-/// request for a new P-256 key, a P-256 certificate with its key, ApplyChanges; the ECC
-/// endpoints then carry the new certificate and the RSA ones keep theirs.
+/// The ECC certificate types present — exactly those, RSA, P-256 and brainpoolP256r1 here —
+/// are listed in the DefaultApplicationGroup's CertificateTypes and pushed as the RSA one is:
+/// signing requests for new P-256 and brainpoolP256r1 keys, certificates with their keys,
+/// ApplyChanges; the ECC endpoints then carry the new certificates and the RSA ones keep
+/// theirs.
 #[test]
 fn ecc_certificates_of_the_group_are_updated_too() {
     use uaring_core::generated::node_ids as ids;
@@ -506,15 +508,18 @@ fn ecc_certificates_of_the_group_are_updated_too() {
     let env = start_with(
         "",
         "ecc",
-        "\"None\", \"Basic256Sha256\", \"ECC_nistP256\"",
+        "\"None\", \"Basic256Sha256\", \"ECC_nistP256\", \"ECC_brainpoolP256r1\"",
         |dir| {
             let pki = uaring_crypto::Pki::open(&dir.join("pki"), Default::default()).unwrap();
-            let (c, k) = uaring_crypto::generate_self_signed_ecc(&req, EccCurve::NistP256).unwrap();
-            pki.write_own_ecc(&c, &k).unwrap();
+            for curve in [EccCurve::NistP256, EccCurve::BrainpoolP256r1] {
+                let (c, k) = uaring_crypto::generate_self_signed_ecc(&req, curve).unwrap();
+                pki.write_own_ecc(&c, &k).unwrap();
+            }
         },
     );
     let rsa_cert = env.server_cert();
     let p256 = NodeId::ns0(ids::EccNistP256ApplicationCertificateType);
+    let bp256 = NodeId::ns0(ids::EccBrainpoolP256r1ApplicationCertificateType);
     let mut a = env.session(MessageSecurityMode::SignAndEncrypt, Some("secadmin"));
     let types = a
         .read(&[ReadValueId {
@@ -531,6 +536,7 @@ fn ecc_certificates_of_the_group_are_updated_too() {
                     ids::RsaSha256ApplicationCertificateType
                 ))),
                 Variant::NodeId(Box::new(p256.clone())),
+                Variant::NodeId(Box::new(bp256.clone())),
             ]
         ),
         other => panic!("CertificateTypes: {other:?}"),
@@ -583,6 +589,29 @@ fn ecc_certificates_of_the_group_are_updated_too() {
         update(&mut a, &p256, new_cert.der(), pem.as_bytes()),
         Ok(vec![Variant::Boolean(true)])
     );
+    // The Brainpool certificate of the group too: from a signing request of the server's
+    // (ECDSA over brainpoolP256r1, built without rcgen), and a certificate with a key of its
+    // own.
+    let csr = call(
+        &mut a,
+        SERVER_CONFIGURATION,
+        12737,
+        vec![
+            Variant::NodeId(Box::new(NodeId::NULL)),
+            Variant::NodeId(Box::new(bp256.clone())),
+            Variant::String("CN=uaring brainpool push".into()),
+            Variant::Boolean(true),
+            Variant::ByteString(ByteString::null()),
+        ],
+    )
+    .unwrap();
+    assert!(matches!(&csr[..], [Variant::ByteString(b)] if b.as_bytes().first() == Some(&0x30)));
+    let (bp_cert, bp_key) =
+        uaring_crypto::generate_self_signed_ecc(&req, EccCurve::BrainpoolP256r1).unwrap();
+    assert_eq!(
+        update(&mut a, &bp256, bp_cert.der(), bp_key.to_pem().as_bytes()),
+        Ok(vec![Variant::Boolean(true)])
+    );
     call(&mut a, SERVER_CONFIGURATION, APPLY_CHANGES, vec![]).unwrap();
     assert_eq!(
         std::fs::read(env.dir.join("pki/own/certs/uaring_nistP256.der")).unwrap(),
@@ -594,8 +623,11 @@ fn ecc_certificates_of_the_group_are_updated_too() {
         .iter()
         .filter(|e| e.security_mode != MessageSecurityMode::None)
     {
-        let want = if e.security_policy_uri.as_str() == EccCurve::NistP256.policy_uri() {
+        let uri = e.security_policy_uri.as_str();
+        let want = if uri == EccCurve::NistP256.policy_uri() {
             new_cert.der()
+        } else if uri == EccCurve::BrainpoolP256r1.policy_uri() {
+            bp_cert.der()
         } else {
             &rsa_cert[..]
         };

@@ -2,8 +2,9 @@
 //! benchmark suite) against a server that implements the benchmark contract:
 //! connect, Read, Write (and a Write of the wrong type), Browse, disconnect —
 //! with SecurityPolicy None or, secured (Sign/SignAndEncrypt), the policy of `--policy`:
-//! Basic256Sha256 (default), ECC_nistP256 or ECC_nistP384 (a fresh self-signed client
-//! certificate of the policy's type; the server's certificate is accepted).
+//! Basic256Sha256 (default), ECC_nistP256, ECC_nistP384, ECC_brainpoolP256r1 or
+//! ECC_brainpoolP384r1 (a fresh self-signed client certificate of the policy's type; the
+//! server's certificate is accepted).
 //!
 //! With `--plant --variables N --rate HZ`, against a server of the plant contract instead
 //! (the `plant` example of the `uaring` library, or `open62541-plant`): finds the namespace
@@ -57,8 +58,8 @@ struct Opts {
     #[arg(long, value_enum, default_value_t = Mode::None)]
     security: Mode,
     /// The SecurityPolicy of a secured mode instead, by the name in its URI: Basic256Sha256
-    /// (the default), ECC_nistP256 or ECC_nistP384.
-    #[arg(long, value_name = "NAME", default_value = "Basic256Sha256", value_parser = ["Basic256Sha256", "ECC_nistP256", "ECC_nistP384"])]
+    /// (the default), ECC_nistP256, ECC_nistP384, ECC_brainpoolP256r1 or ECC_brainpoolP384r1.
+    #[arg(long, value_name = "NAME", default_value = "Basic256Sha256", value_parser = ["Basic256Sha256", "ECC_nistP256", "ECC_nistP384", "ECC_brainpoolP256r1", "ECC_brainpoolP384r1"])]
     policy: String,
     /// Log in with a UserName token as NAME (with --password) instead of anonymously.
     #[arg(long, value_name = "NAME", requires = "password")]
@@ -223,11 +224,13 @@ fn ecc_curve(policy: &str) -> Result<&'static str, String> {
     match policy {
         "ECC_nistP256" => Ok("nistp256"),
         "ECC_nistP384" => Ok("nistp384"),
+        "ECC_brainpoolP256r1" => Ok("brainpoolP256r1"),
+        "ECC_brainpoolP384r1" => Ok("brainpoolP384r1"),
         other => Err(format!("unknown policy {other}")),
     }
 }
 
-/// Adds open62541's ECC policy `name` (ECC_nistP256 / ECC_nistP384) with `cert` and `key`
+/// Adds open62541's ECC policy `name` (ECC_nistP256, …, ECC_brainpoolP384r1) with `cert` and `key`
 /// (freed here) to one of the config's policy arrays (`securityPolicies`, or
 /// `authSecurityPolicies` for an X.509 user): open62541's default encryption setup leaves
 /// the (deprecated, non-AEAD) ECC policies out. The array is replaced by one a slot longer,
@@ -251,6 +254,8 @@ unsafe fn add_ecc_policy(
     let make: MakePolicy = match name {
         "ECC_nistP256" => UA_SecurityPolicy_EccNistP256,
         "ECC_nistP384" => UA_SecurityPolicy_EccNistP384,
+        "ECC_brainpoolP256r1" => UA_SecurityPolicy_EccBrainpoolP256r1,
+        "ECC_brainpoolP384r1" => UA_SecurityPolicy_EccBrainpoolP384r1,
         other => {
             free_bytes(cert);
             free_bytes(key);
