@@ -44,7 +44,7 @@ sweep() { # name variants scenarios [summarize args…]
 ecc_certs() { # table: the server's ECC certificates in ./pki before the table runs (the RSA
     # one is made at the first start); the contract's ApplicationUri.
     if [ -z "${SKIP_RUN:-}" ] && [[ " $TABLES " == *" $1 "* ]]; then
-        for ty in nistP256 nistP384; do
+        for ty in nistP256 nistP384 brainpoolP256r1 brainpoolP384r1; do
             [ -f "pki/own/certs/uaring_$ty.der" ] || "$TARGET/release/uaring" cert --pki pki generate \
                 --type "$ty" --uri urn:o6:benchmark:server >/dev/null
         done
@@ -95,7 +95,8 @@ for t in $ALL; do
             ecc_certs establishment
             sweep establishment establishment.variants establishment.scenarios \
             --ratio uaring-2-shards/open62541 --ratio uaring-1-shard/open62541 --ratio uaring-1-shard/uaring-1-shard-inline \
-            --ratio uaring-1-shard-ecc-p256/uaring-1-shard --ratio uaring-1-shard-ecc-p384/uaring-1-shard ;;
+            --ratio uaring-1-shard-ecc-p256/uaring-1-shard --ratio uaring-1-shard-ecc-p384/uaring-1-shard \
+            --ratio uaring-1-shard-ecc-bp256/uaring-1-shard ;;
         # The shard loop's I/O modes; not in the default TABLES yet: TABLES=io-modes harness/benchmarks/make-tables.sh
         io-modes) sweep io-modes io-modes.variants io-modes.scenarios \
             --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
