@@ -347,8 +347,8 @@ fn average_minimum_maximum_count_over_intervals() {
 fn filter_validation_and_revision() {
     let mut r = Rig::new();
     let start = r.at_ms(0);
-    // Named by Part 13 but not computed (no Annex A table checks it), and no aggregate at all.
-    for a in [ids::AggregateFunction_Total, ids::Server] {
+    // Named by Part 13 but not computed (the server keeps no Annotations), and no aggregate at all.
+    for a in [ids::AggregateFunction_AnnotationCount, ids::Server] {
         let res = r.create_agg(1, &agg_filter(a, 1000.0, start));
         assert_eq!(res.status_code, StatusCode::BadAggregateNotSupported);
     }
@@ -659,22 +659,25 @@ fn sampling_mode_queues_and_no_filter_ends_the_aggregation() {
     assert_eq!(got[0].status, None);
 }
 
-/// TimeAverage interpolates as the variable's history would: stepped for an Int32 (0 for half
-/// the interval, then 10: 5), sloped for a Double (0 rising to 10 over the first half, then 10:
-/// 7.5).
+/// TimeAverage always draws sloped lines between the points (Part 13 §5.4.3.6: "this calculation
+/// always uses a sloped line between points"): 0 rising to 10 over the first half, then 10: 7.5,
+/// a Double ("Data Type: Double") for an Int32 as for a Double. TimeAverage2 follows the
+/// variable's Stepped Property (§5.4.3.7): stepped for an Int32 (0 for half the interval, then
+/// 10: 5), sloped for a Double (7.5).
 #[test]
-fn time_average_is_stepped_for_integers_and_sloped_for_doubles() {
+fn time_average_slopes_and_time_average2_follows_stepped() {
     let mut r = Rig::new();
     let start = r.at_ms(0);
-    let f = ExtensionObject::from_struct(&agg_filter(
-        ids::AggregateFunction_TimeAverage,
-        1000.0,
-        start,
-    ));
     let int32 = NodeId::string(1, "Demo.Static.Int32");
     let double = NodeId::string(1, "Demo.Static.Double");
-    for (handle, node) in [(1, int32.clone()), (2, double.clone())] {
-        let res = r.create(node, 13, handle, 100.0, f.clone());
+    for (handle, node, agg) in [
+        (1, int32.clone(), ids::AggregateFunction_TimeAverage),
+        (2, double.clone(), ids::AggregateFunction_TimeAverage),
+        (3, int32.clone(), ids::AggregateFunction_TimeAverage2),
+        (4, double.clone(), ids::AggregateFunction_TimeAverage2),
+    ] {
+        let f = ExtensionObject::from_struct(&agg_filter(agg, 1000.0, start));
+        let res = r.create(node, 13, handle, 100.0, f);
         assert_eq!(res.status_code, StatusCode::Good);
     }
     r.publish(10);
@@ -687,8 +690,14 @@ fn time_average_is_stepped_for_integers_and_sloped_for_doubles() {
     let dbl = of(&n, 2);
     assert_eq!(int.len(), 1, "{n:?}");
     assert_eq!(dbl.len(), 1, "{n:?}");
-    assert_eq!(number(&int[0].value), 5.0, "{int:?}");
-    assert_eq!(number(&dbl[0].value), 7.5, "{dbl:?}");
+    assert_eq!(int[0].value, Variant::Double(7.5), "{int:?}");
+    assert_eq!(dbl[0].value, Variant::Double(7.5), "{dbl:?}");
+    let int2 = of(&n, 3);
+    let dbl2 = of(&n, 4);
+    assert_eq!(int2.len(), 1, "{n:?}");
+    assert_eq!(dbl2.len(), 1, "{n:?}");
+    assert_eq!(int2[0].value, Variant::Double(5.0), "{int2:?}");
+    assert_eq!(dbl2[0].value, Variant::Double(7.5), "{dbl2:?}");
     for v in [&int[0], &dbl[0]] {
         assert_eq!(v.status, Some(GOOD_CALCULATED), "{v:?}");
     }

@@ -438,7 +438,7 @@ mod tests {
             AggregateSpec::new(&f, 100.0, false).unwrap_err(),
             StatusCode::BadAggregateConfigurationRejected
         );
-        f.aggregate_type = NodeId::ns0(ids::AggregateFunction_Total);
+        f.aggregate_type = NodeId::ns0(ids::AggregateFunction_AnnotationCount);
         assert_eq!(
             AggregateSpec::new(&f, 100.0, false).unwrap_err(),
             StatusCode::BadAggregateNotSupported

@@ -180,11 +180,15 @@ impl<'a> Ctx<'a> {
             let stepped_values = matches!(eb.val, BoundVal::Raw(k) | BoundVal::Num(_, k)
                 if matches!(self.value(k), Variant::Boolean(_)));
             if !stepped_values {
+                // A raw value at the end is no interpolated point for Minimum2/Maximum2, which
+                // stamp the interval's start (AggregateExamples.csv, Maximum2 Historian 2 12:00:32:
+                // "40 Calculated", the raw value at 12:00:48), but the ActualTime variants stamp it
+                // at the EffectiveEndTime, where it is (Annex A.16: "12:01:19.999 80 Interpolated").
                 consider(
                     self.bound_num(&eb),
                     eb.status,
                     (e - TICKS_PER_MS).max(s),
-                    true,
+                    actual_time || !eb.raw,
                     like_of(&eb),
                 );
             }
@@ -196,18 +200,7 @@ impl<'a> Ctx<'a> {
             return no_data(s);
         };
         // The quality over the regions of the interval (see the note above).
-        let (mut bad, mut uncertain) = (0i64, false);
-        self.segments(s, e, false, DataEnd::Extrapolate, |seg| {
-            let d = seg.q.t - seg.p.t;
-            if self.is_bad(seg.p.status) {
-                bad += d;
-            } else if seg.p.status.is_uncertain()
-                || (!self.cfg.stepped && !self.is_bad(seg.q.status) && seg.q.status.is_uncertain())
-            {
-                uncertain = true;
-            }
-        });
-        let code = self.share_quality(e - s, bad, uncertain);
+        let code = self.time_quality(s, e, DataEnd::Extrapolate);
         let mut b = self.partial(s, e);
         if bound {
             b |= bits::INTERPOLATED;

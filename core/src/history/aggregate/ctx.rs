@@ -406,11 +406,22 @@ impl<'a> Ctx<'a> {
                 return no_data(s);
             }
             let scale = if aggregate == Aggregate::Total {
-                Scale::Interval
+                Scale::GoodTime
             } else {
                 Scale::Average
             };
-            return self.time_average(s, e, true, scale);
+            // "This calculation always uses a sloped line between points" (§5.4.3.6, and
+            // §5.4.3.8 for Total), bounds included, whatever the Stepped Property
+            // (AggregateExamples.csv, TimeAverage Historian 3: 10.652 at 12:00:00).
+            let sloped = AggregateConfig {
+                stepped: false,
+                ..*self.cfg
+            };
+            let ctx = Ctx {
+                cfg: &sloped,
+                ..*self
+            };
+            return ctx.time_average(s, e, true, scale);
         }
         if self.outside_data(s, e) {
             return no_data(s);
@@ -471,10 +482,12 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The quality of an interval from the share of Bad data (§5.4.3.2): `bad` and `total` are
-    /// counts or durations. Bad when the Bad share is at least PercentDataBad, Good when the rest is
-    /// at least PercentDataGood and no Uncertain value was used ("the StatusCode of the value is
-    /// still treated as Uncertain"), Uncertain_DataSubNormal otherwise.
+    /// The quality of an interval of the Aggregates that count raw values (Average, Count,
+    /// NumberOfTransitions; §5.4.3.2 "PercentValues"): Bad when the Bad share is at least
+    /// PercentDataBad, Good when the rest is at least PercentDataGood and no Uncertain value was
+    /// used, Uncertain_DataSubNormal otherwise. v1.05 words the Uncertain rule for regions only
+    /// (the time-weighted ones use [`Ctx::time_quality`]); AggregateExamples.csv keeps a used
+    /// Uncertain value Uncertain for counts (Count, Historian 1, 12:01:04: 0, Uncertain).
     pub(super) fn share_quality(&self, total: i64, bad: i64, uncertain_used: bool) -> StatusCode {
         let q = self.quality(total, bad);
         if q == StatusCode::Good && uncertain_used {

@@ -12,26 +12,31 @@
 //! - §5.4.3.2 the quality of an interval from PercentDataGood / PercentDataBad;
 //! - the characteristics table of each Aggregate in §5.4.3.
 //!
-//! Every Aggregate in [`Aggregate::ALL`] reproduces the Annex A example tables of Part 13 held in
+//! Every Aggregate in [`Aggregate::ALL`] reproduces the example tables of Part 13 Annex A held in
 //! `core/tests/data/part13/` (`core/tests/aggregates.rs` runs them; `RESULTS.md` there is the
-//! summary). Annex A was read as v1.04 (the reference pages, with errata announced on several, and
-//! node-opcua's transcription of some of its tables) and as v1.05.07's AggregateExamples.csv (the
-//! file its Annex A points to, for Average, Minimum, Maximum, Count, Start, End and
-//! StandardDeviationSample); where both give a table they agree but where the data ends, as each
-//! data file says. DurationBad, PercentGood and PercentBad (and DurationGood for Historian 4) are
-//! checked on the rows node-opcua's tests assert, no copy of those tables having been found; one
-//! of them (PercentGood, Historian 1, 12:00:32: "Bad") contradicts §5.4.3.33 and A.29 and is held
-//! as the prose gives it (0, Good). v1.05.07 adds a Historian 5, whose CSV tables are held too; one
-//! of its rows (Maximum, 12:01:04: Good where an Uncertain value exceeds the Good maximum)
-//! contradicts §5.4.3.11 of both editions and is held as the prose gives it (Uncertain). The prose
-//! sections read are v1.04 and v1.05, which agree on what is used here.
-//! Where the Annex and the prose differ, the Annex is followed and the place says so:
+//! summary). Their source is the AggregateExamples.csv that v1.05's Annex A points to, in the OPC
+//! Foundation's UA-Nodeset repository (UA-1.05.02): every aggregate, Historians 1 to 5, cross-read
+//! with the v1.04 reference pages where the corpus held them. The engine follows the v1.05 prose,
+//! which differs from v1.04 where used here in two places: §5.4.3.2 no longer keeps an Uncertain
+//! region "still treated as Uncertain" when TreatUncertainAsBad is False (the v1.04 tables of A.5,
+//! A.13, A.15 and A.16 show Uncertain where the CSV shows Good), and WorstQuality/WorstQuality2
+//! ignore TreatUncertainAsBad. Where a CSV row contradicts the prose the prose decides, and the data
+//! file holds the row as the prose gives it with the reason (RESULTS.md lists them): the end of the
+//! data for TimeAverage and Total (extrapolated, as v1.04 A.4 and §5.4.3.6/§5.4.3.8 say), an
+//! Uncertain value beyond the Good extreme (Maximum, MaximumActualTime, Range), PercentDataBad 50
+//! (TimeAverage2, Total2, Historian 3), the Simple Bounding Value after an Uncertain value with
+//! TreatUncertainAsBad (DurationBad, PercentBad, Historians 3 and 4), WorstQuality2's bounds on
+//! Historian 2; Total's Historian 3 table, computed with SteppedInterpolation where "this
+//! calculation always uses a SlopedInterpolation", is not held.
+//! Where the Annex and the prose differ and the prose does not decide, the Annex is followed and the
+//! place says so:
 //! - MinimumActualTime / MaximumActualTime: no Calculated bit on Uncertain results (A.10, A.11);
 //! - VarianceSample: Uncertain_DataSubNormal where the interval holds non-Good values (A.36), where
 //!   the §5.4.3 table says "Always Good";
 //! - the `2` extremes: a time-weighted quality (A.13, A.15, A.16), where §5.4.3.2 counts values;
-//! - durations and TimeAverage2: the last raw value, where the data ends inside an interval, lasts
-//!   one millisecond (A.5, A.21, A.29: 10001 ms, 7001 ms, 3001 ms);
+//! - the Simple-Bound regions: where the data ends inside an interval the last raw value lasts one
+//!   millisecond (A.5, A.21, A.29: 10001 ms, 7001 ms, 3001 ms), and the time after it is no part of
+//!   the interval for the percentages and PercentTime qualities;
 //! - MaximumActualTime2: an extreme at the end bound is stamped one millisecond before the end of
 //!   the interval (A.16, the EffectiveEndTime of §3.1.3);
 //! - a raw `Bad_NoData` value (Annex A's "point created" entry) is the absence of data: no Bad value
@@ -39,7 +44,10 @@
 //! - Average: no Partial bit where the interval begins before the data or runs past its end (A.3),
 //!   where Minimum, Maximum and Count set it (A.8, A.9, A.19);
 //! - the §5.4.3.2 quality tests PercentDataGood before PercentDataBad (A.19, Historian 3: a half-Bad
-//!   interval with both at 50 is Good).
+//!   interval with both at 50 is Good);
+//! - WorstQuality: MultipleValues only when the worst quality is Uncertain or Bad;
+//! - Total: the time before the start of the data is no part of the integral ("No Start Bound:
+//!   Calculate Partial Interval").
 
 // The engine's parts: `ctx` (raw values as numbers, the bounding values of §3.1.8/§3.1.9, the end
 // of the data, Partial, the §5.4.3.2 quality, the dispatch per interval), `raw_values` (the
@@ -61,12 +69,8 @@ use ctx::Ctx;
 
 /// The Aggregates of Part 13 §5.4.3 this module names (each is an AggregateFunction Object of
 /// namespace 0, Part 13 §4.2.2). Only those in [`Aggregate::ALL`] are computed; [`process`]
-/// answers `BadAggregateNotSupported` for the others. Total, Total2, Range, Range2, Maximum2,
-/// Delta, EndBound, DeltaBounds, WorstQuality, WorstQuality2, NumberOfTransitions,
-/// StandardDeviationPopulation and VariancePopulation are computed here from their §5.4.3
-/// definitions and checked on hand-worked histories in this module's tests, but stay out of `ALL`:
-/// no Annex A table for them was found to check them against. AnnotationCount is not named: the
-/// server keeps no Annotations.
+/// answers `BadAggregateNotSupported` for the others (today every named one is in `ALL`).
+/// AnnotationCount is not named: the server keeps no Annotations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Aggregate {
     Interpolative,
@@ -262,33 +266,47 @@ const NAMES: &[(Aggregate, u32, &str)] = &[
 
 impl Aggregate {
     /// The Aggregates this engine computes, each one matching every Annex A example table of Part 13
-    /// that `core/tests/aggregates.rs` holds for it (some tables only in part: see `RESULTS.md` in
-    /// `core/tests/data/part13/`). A server advertises these and no others
-    /// (the AggregateFunctions of its HistoryServerCapabilities, Part 11).
+    /// that `core/tests/aggregates.rs` holds for it (`RESULTS.md` in `core/tests/data/part13/`
+    /// says which historians and which rows are held as the prose decides). A server advertises
+    /// these and no others (the AggregateFunctions folders of its ServerCapabilities and
+    /// HistoryServerCapabilities; an AggregateFilter accepts the same).
     pub const ALL: &'static [Aggregate] = &[
         Aggregate::Interpolative,
-        Aggregate::MinimumActualTime,
-        Aggregate::MaximumActualTime,
-        Aggregate::StartBound,
-        Aggregate::DurationGood,
-        Aggregate::DurationInStateZero,
-        Aggregate::DurationInStateNonZero,
-        Aggregate::VarianceSample,
+        Aggregate::Average,
         Aggregate::TimeAverage,
         Aggregate::TimeAverage2,
-        Aggregate::Minimum2,
-        Aggregate::MinimumActualTime2,
-        Aggregate::MaximumActualTime2,
-        Aggregate::Average,
+        Aggregate::Total,
+        Aggregate::Total2,
         Aggregate::Minimum,
         Aggregate::Maximum,
+        Aggregate::MinimumActualTime,
+        Aggregate::MaximumActualTime,
+        Aggregate::Range,
+        Aggregate::Minimum2,
+        Aggregate::Maximum2,
+        Aggregate::MinimumActualTime2,
+        Aggregate::MaximumActualTime2,
+        Aggregate::Range2,
         Aggregate::Count,
+        Aggregate::DurationInStateZero,
+        Aggregate::DurationInStateNonZero,
+        Aggregate::NumberOfTransitions,
         Aggregate::Start,
         Aggregate::End,
-        Aggregate::StandardDeviationSample,
+        Aggregate::Delta,
+        Aggregate::StartBound,
+        Aggregate::EndBound,
+        Aggregate::DeltaBounds,
+        Aggregate::DurationGood,
         Aggregate::DurationBad,
         Aggregate::PercentGood,
         Aggregate::PercentBad,
+        Aggregate::WorstQuality,
+        Aggregate::WorstQuality2,
+        Aggregate::StandardDeviationSample,
+        Aggregate::VarianceSample,
+        Aggregate::StandardDeviationPopulation,
+        Aggregate::VariancePopulation,
     ];
 
     /// Every Aggregate this module names, computed or not.
@@ -532,8 +550,8 @@ pub fn process_into(
     )
 }
 
-/// [`process_into`] without the [`Aggregate::ALL`] check: the module's own tests reach the
-/// Aggregates computed here but not advertised (no Annex A table checks them) through it.
+/// [`process_into`] without the [`Aggregate::ALL`] check (the module's own tests reach every named
+/// Aggregate through it).
 fn compute_into(
     aggregate: Aggregate,
     raw: &[DataValue],

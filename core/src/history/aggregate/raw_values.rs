@@ -4,7 +4,7 @@
 //! NumberOfTransitions.
 
 use super::ctx::{dv, is_marker, no_data, num, same_type_as, status_of, Ctx, Num};
-use super::{bits, with_bits};
+use super::{bits, with_bits, AggregateConfig};
 use crate::{DataValue, StatusCode, Variant};
 
 impl<'a> Ctx<'a> {
@@ -327,11 +327,17 @@ impl<'a> Ctx<'a> {
     }
 
     /// WorstQuality / WorstQuality2 (Part 13 §5.4.3.35 / §5.4.3.36): the worst StatusCode of the
-    /// raw values of the interval (Bad worse than Uncertain worse than Good; TreatUncertainAsBad
-    /// ignored), the first such when several share that severity, then MultiValue; WorstQuality2
-    /// counts the Simple Bounding Value at the start as well. The result is Good, Calculated, its
-    /// value the StatusCode. Bad_NoData markers are no values.
-    pub(super) fn worst_quality(&self, s: i64, e: i64, with_start_bound: bool) -> DataValue {
+    /// interval (Bad worse than Uncertain worse than Good; TreatUncertainAsBad ignored, as v1.05
+    /// says), the first such when several share that severity, its code without info bits as the
+    /// value; Good, Calculated. Bad_NoData markers are no values. WorstQuality2 adds the Simple
+    /// Bounding Values (§3.1.9, computed with TreatUncertainAsBad False) at both ends of the
+    /// interval, Bad_NoData past the end of the data: "Use Bounds: Simple", and AggregateExamples.csv
+    /// counts the end bound too (Historian 1, 12:00:16: UncertainDataSubNormal from the bound at
+    /// 12:00:32, all raw values of the interval being Good).
+    /// MultipleValues: "if multiple values exist with the worst quality" (v1.05), set only when
+    /// that quality is Uncertain or Bad: the CSV sets it on no interval whose values are all Good
+    /// (e.g. WorstQuality, every historian, 12:00:16: two Good values).
+    pub(super) fn worst_quality(&self, s: i64, e: i64, with_bounds: bool) -> DataValue {
         let rank = |c: StatusCode| {
             if c.is_bad() {
                 2
@@ -347,8 +353,16 @@ impl<'a> Ctx<'a> {
             Some((w, _)) if rank(c) < rank(w) => {}
             _ => worst = Some((c, 1)),
         };
-        if with_start_bound {
-            take(self.simple_bound(s).status);
+        let uncertain_not_bad = AggregateConfig {
+            treat_uncertain_as_bad: false,
+            ..*self.cfg
+        };
+        let bounds = Ctx {
+            cfg: &uncertain_not_bad,
+            ..*self
+        };
+        if with_bounds {
+            take(bounds.simple_bound(s).status);
         }
         let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
         for d in self.raw.get(i0..i1).unwrap_or_default() {
@@ -357,12 +371,19 @@ impl<'a> Ctx<'a> {
                 take(st);
             }
         }
+        if with_bounds {
+            take(bounds.end_bound_of(e).status);
+        }
         let Some((w, n)) = worst else {
             return no_data(s);
         };
-        let multi = if n > 1 { bits::MULTI_VALUE } else { 0 };
+        let multi = if n > 1 && rank(w) > 0 {
+            bits::MULTI_VALUE
+        } else {
+            0
+        };
         dv(
-            Variant::StatusCode(w),
+            Variant::StatusCode(StatusCode(w.code())),
             with_bits(
                 StatusCode::Good,
                 bits::CALCULATED | multi | self.partial(s, e),

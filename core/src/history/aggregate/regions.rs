@@ -2,7 +2,7 @@
 //! TimeAverage2, Total, Total2 and the durations and percentages (DurationGood/Bad,
 //! PercentGood/Bad, DurationInStateZero/NonZero).
 
-use super::ctx::{dv, is_marker, no_data, same_type_as, status_of, Ctx, Num};
+use super::ctx::{dv, is_marker, no_data, status_of, Ctx, Num};
 use super::{bits, with_bits, TICKS_PER_MS};
 use crate::{DataValue, StatusCode, Variant};
 
@@ -72,10 +72,16 @@ impl<'a> Ctx<'a> {
             return;
         }
         if ends_here && !interpolated {
+            // The hold ends at the missing end bound ("No End Bound: Value for Bound is Bad_NoData",
+            // §5.4.3.9): a sloped region towards it is Uncertain (see `Ctx::region_uncertain`).
             let stop = p.t.saturating_add(TICKS_PER_MS).min(e);
             f(Seg {
                 p,
-                q: Pt { t: stop, ..p },
+                q: Pt {
+                    t: stop,
+                    status: StatusCode::BadNoData,
+                    num: Num::Null,
+                },
             });
             if stop < e {
                 let none = Pt {
@@ -106,8 +112,10 @@ impl<'a> Ctx<'a> {
     /// DurationGood / DurationBad (Part 13 §5.4.3.31 / §5.4.3.32): milliseconds of the interval
     /// with Good (Bad) data, always Good, Calculated; PercentGood / PercentBad (§5.4.3.33 /
     /// §5.4.3.34): that duration as a percentage of the interval. DurationInStateZero /
-    /// DurationInStateNonZero (§5.4.3.22 / §5.4.3.23): the milliseconds of non-Bad data equal
-    /// (unequal) to zero, the quality by §5.4.3.2. All over the Simple Bounding Value timeline
+    /// DurationInStateNonZero (§5.4.3.22 / §5.4.3.23): the milliseconds of Good data equal
+    /// (unequal) to zero, the quality "PercentTime" ([`Ctx::time_quality`]; AggregateExamples.csv,
+    /// Historian 1 12:00:32: 0, the only value an Uncertain bound). All over the Simple Bounding
+    /// Value timeline
     /// (Annex A.20, A.21, A.29–A.32). The time after the end of the data is neither Good nor Bad
     /// (A.30: DurationBad 0 for Historian 1 at 12:01:20, whose data ends at 12:01:30) and is left out
     /// of the interval the percentages divide by (A.31/A.32, Historian 2 at 12:01:20: 7001 ms Good and
@@ -115,26 +123,20 @@ impl<'a> Ctx<'a> {
     /// data is Bad time (A.30 Historian 1 at 12:00:00: 10000 ms).
     pub(super) fn duration(&self, s: i64, e: i64, what: Duration) -> DataValue {
         let mut sum = 0i64;
-        let mut bad = 0i64;
         let mut bad_data = 0i64;
         let mut after_end = 0i64;
-        let mut uncertain = false;
         let mut invalid = false;
         self.segments(s, e, false, DataEnd::NoData, |seg| {
             // "Each region starts with a data point … If that data point is Bad the region is Bad"
             // (§5.4.3.32): a region has the status and value of its first point.
             let (d, st, v) = (seg.q.t - seg.p.t, seg.p.status, seg.p.num);
             if self.is_bad(st) {
-                bad += d;
-                if self.data_end.is_some_and(|last| seg.p.t > last) {
+                if self.after_end(seg.p.t) {
                     after_end += d;
                 } else {
                     bad_data += d;
                 }
                 return;
-            }
-            if st.is_uncertain() && d > 0 {
-                uncertain = true;
             }
             match what {
                 Duration::Good | Duration::PercentGood => {
@@ -143,9 +145,11 @@ impl<'a> Ctx<'a> {
                     }
                 }
                 Duration::Bad | Duration::PercentBad => {}
+                // "If one or more raw values are non-Good, they are not included in the
+                // Duration" (§5.4.3.22/§5.4.3.23): Uncertain regions are left out too.
                 Duration::StateZero | Duration::StateNonZero => match v {
                     Num::Val(x) => {
-                        if (x == 0.0) == (what == Duration::StateZero) {
+                        if st.is_good() && (x == 0.0) == (what == Duration::StateZero) {
                             sum += d;
                         }
                     }
@@ -165,7 +169,7 @@ impl<'a> Ctx<'a> {
             Duration::PercentBad => (bad_data as f64 * 100.0 / with_data, StatusCode::Good),
             Duration::StateZero | Duration::StateNonZero => (
                 sum as f64 / TICKS_PER_MS as f64,
-                self.share_quality(e - s, bad, uncertain),
+                self.time_quality(s, e, DataEnd::NoData),
             ),
         };
         dv(
@@ -178,13 +182,26 @@ impl<'a> Ctx<'a> {
     /// TimeAverage (Part 13 §5.4.3.6, Interpolated Bounding Values) and TimeAverage2 (§5.4.3.7,
     /// Simple Bounding Values): the time-weighted average of the non-Bad regions, each region the
     /// line between its points (SlopedInterpolation) or its first point held (SteppedInterpolation,
-    /// or when the next point is Bad). The quality is time weighted (§5.4.3.2), a region sloped
-    /// between two points as Uncertain as the worse of them. Bad_NoData without a non-Bad region.
-    /// TimeAverage sets no Partial bit for the time after the end of the data, which it
-    /// extrapolates (Annex A.4); TimeAverage2 does (Annex A.5).
-    /// Total (§5.4.3.8) is TimeAverage × the interval's seconds and Total2 (§5.4.3.9) TimeAverage2 ×
-    /// the seconds of non-Bad data ("the interval of Good data is the sum of all sub-intervals
-    /// where non-Bad data exists"), with the same StatusCode: `scale` says which.
+    /// or when the next point is Bad). Total (§5.4.3.8) and Total2 (§5.4.3.9) are the same integral
+    /// in value × seconds: TimeAverage × the seconds of the interval that have data, TimeAverage2 ×
+    /// "the sum of all sub-intervals where non-Bad data exists" (`scale`).
+    ///
+    /// TimeAverage and Total: the §5.4.3.6/§5.4.3.8 "Custom" StatusCode — Good, or
+    /// Uncertain_DataSubNormal "if Bad values are skipped or if Uncertain values are used", which
+    /// includes the time before the start of the data ("No Start Bound: Calculate Partial
+    /// Interval": the interval is computed from the start of the data, AggregateExamples.csv
+    /// Historian 2, 12:00:00: Total 31.957 = 10.652 × 3 s) and the extrapolated time after its end
+    /// ("No End Bound: Extrapolate data, Uncertain status", Stepped or not, Historian 3 12:01:30);
+    /// PercentDataGood/PercentDataBad do not apply. The interval that holds the end of the data is
+    /// extrapolated to its end with no Partial bit, and the intervals after it are extrapolated too
+    /// ("After End of Data: Value extrapolated, Uncertain status"; Annex A.4 v1.04, Historian 1),
+    /// where the v1.05.02 CSV sets Partial and answers Bad_NoData (the errata decisions in
+    /// A.4-TimeAverage.txt and A.6-Total.txt).
+    ///
+    /// TimeAverage2 and Total2: "PercentTime" (§5.4.3.2, see [`Ctx::time_quality`]), the time after
+    /// the end of the data left out. An interval whose data is all Bad for the calculation is Bad
+    /// with no value (the CSV's "Bad, Calculated", Historian 2 12:00:40: the only value an
+    /// Uncertain bound, TreatUncertainAsBad True); with no value at all it is Bad_NoData.
     pub(super) fn time_average(
         &self,
         s: i64,
@@ -195,12 +212,14 @@ impl<'a> Ctx<'a> {
         let mut area = 0.0f64;
         let mut good_time = 0i64;
         let mut bad_time = 0i64;
+        let mut total_time = 0i64;
+        let mut any_value = false;
         let mut uncertain = false;
         let mut invalid = false;
         // With Interpolated Bounding Values the Bad raw values (Uncertain ones too with
         // TreatUncertainAsBad) are already left out and the line drawn across them; what remains
         // are usable raw values and bounds whose Uncertain_DataSubNormal says that something was
-        // skipped, not that they are to be skipped in turn (Annex A.4 Historian 2, v1.05.07:
+        // skipped, not that they are to be skipped in turn (AggregateExamples.csv, TimeAverage Historian 2:
         // 33.889 over 12:00:40–12:00:45, the line from 30 at 12:00:39 to 40 at 12:00:48).
         let bad = |st: StatusCode| {
             if interpolated {
@@ -211,17 +230,22 @@ impl<'a> Ctx<'a> {
         };
         self.segments(s, e, interpolated, DataEnd::NoData, |seg| {
             let d = seg.q.t - seg.p.t;
-            if d <= 0 {
+            if d <= 0 || (!interpolated && self.after_end(seg.p.t)) {
                 return;
             }
-            if bad(seg.p.status) {
-                bad_time += d;
-                return;
-            }
-            let Num::Val(pv) = seg.p.num else {
-                if seg.p.num == Num::NotNumeric {
-                    invalid = true;
+            total_time += d;
+            let pv = match seg.p.num {
+                Num::Val(v) => {
+                    any_value = true;
+                    Some(v)
                 }
+                Num::NotNumeric => {
+                    invalid = true;
+                    None
+                }
+                Num::Null => None,
+            };
+            let Some(pv) = pv.filter(|_| !bad(seg.p.status)) else {
                 bad_time += d;
                 return;
             };
@@ -231,8 +255,12 @@ impl<'a> Ctx<'a> {
                 (true, Num::Val(qv)) => (pv + qv) / 2.0,
                 _ => pv,
             };
-            if seg.p.status.is_uncertain() || (sloped && seg.q.status.is_uncertain()) {
-                uncertain = true;
+            if interpolated {
+                if seg.p.status.is_uncertain() || (sloped && seg.q.status.is_uncertain()) {
+                    uncertain = true;
+                }
+            } else if self.cfg.treat_uncertain_as_bad && self.region_uncertain(&seg) {
+                bad_time += d;
             }
             area += value * d as f64;
             good_time += d;
@@ -240,24 +268,6 @@ impl<'a> Ctx<'a> {
         if invalid {
             return dv(Variant::Empty, StatusCode::BadAggregateInvalidInputs, s);
         }
-        if good_time == 0 {
-            return no_data(s);
-        }
-        if interpolated {
-            // "Uncertain if Bad values are skipped" (§5.4.3.8, as for TimeAverage): a Bad raw value
-            // inside the interval that the line was drawn across, even between Good bounds.
-            let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
-            if self
-                .raw
-                .get(i0..i1)
-                .unwrap_or_default()
-                .iter()
-                .any(|d| !is_marker(status_of(d)) && self.is_bad(status_of(d)))
-            {
-                uncertain = true;
-            }
-        }
-        let code = self.share_quality(e - s, bad_time, uncertain);
         let partial = if interpolated {
             let short = e - s < self.pi;
             let before_start = self.data_start.is_some_and(|first| s < first);
@@ -269,18 +279,97 @@ impl<'a> Ctx<'a> {
         } else {
             self.partial(s, e)
         };
+        if good_time == 0 {
+            if any_value {
+                return dv(
+                    Variant::Empty,
+                    with_bits(StatusCode::Bad, bits::CALCULATED | partial),
+                    s,
+                );
+            }
+            return no_data(s);
+        }
+        let code = if interpolated {
+            // A Bad raw value inside the interval that the line was drawn across, even between
+            // Good bounds, is a Bad value skipped; so is a Bad region (before the start of the data).
+            let (i0, i1) = (self.at_or_after(s), self.at_or_after(e));
+            let skipped = self
+                .raw
+                .get(i0..i1)
+                .unwrap_or_default()
+                .iter()
+                .any(|d| !is_marker(status_of(d)) && self.is_bad(status_of(d)));
+            let extrapolated = self.data_end.is_some_and(|last| last < e);
+            if uncertain || skipped || extrapolated || bad_time > 0 {
+                StatusCode::UncertainDataSubNormal
+            } else {
+                StatusCode::Good
+            }
+        } else {
+            self.quality(total_time, bad_time)
+        };
+        if code.is_bad() {
+            return dv(
+                Variant::Empty,
+                with_bits(code, bits::CALCULATED | partial),
+                s,
+            );
+        }
         let avg = area / good_time as f64;
         let secs = |ticks: i64| ticks as f64 / (1000 * TICKS_PER_MS) as f64;
         let value = match scale {
+            // "Data Type: Double" (§5.4.3.6, §5.4.3.7), Float kept Float as Average keeps it.
             Scale::Average => {
                 let like = self.at_or_after(s).min(self.raw.len().saturating_sub(1));
-                same_type_as(self.value(like), avg)
+                match self.value(like) {
+                    Variant::Float(_) => Variant::Float(avg as f32),
+                    _ => Variant::Double(avg),
+                }
             }
             // "Data Type: Double".
-            Scale::Interval => Variant::Double(avg * secs(e - s)),
             Scale::GoodTime => Variant::Double(avg * secs(good_time)),
         };
         dv(value, with_bits(code, bits::CALCULATED | partial), s)
+    }
+
+    /// Whether a region starting at `t` lies after the end of the data (the Bad_NoData region that
+    /// follows the last raw value's one-millisecond hold).
+    pub(super) fn after_end(&self, t: i64) -> bool {
+        self.data_end.is_some_and(|last| t > last)
+    }
+
+    /// An Uncertain region (§5.4.3.2): its first point is Uncertain, or, with SlopedInterpolation,
+    /// the point it slopes towards is not Good (a region that ends at a Bad value or a missing bound
+    /// is held, Uncertain_DataSubNormal, as the Simple Bounding Values of §3.1.9 are). Stepped
+    /// regions take the status of their first point alone (AggregateExamples.csv: TimeAverage2
+    /// Historian 3, 12:01:30, Good for the hold of the last value; Historian 2, sloped, Bad).
+    pub(super) fn region_uncertain(&self, seg: &Seg) -> bool {
+        seg.p.status.is_uncertain() || (!self.cfg.stepped && !seg.q.status.is_good())
+    }
+
+    /// The "PercentTime" StatusCode of §5.4.3.2 (v1.05) over the regions `segments` gives: Bad
+    /// regions, and with TreatUncertainAsBad the Uncertain ones, are Bad time; without it
+    /// "Uncertain regions are included with the Good regions" and "if no Bad regions are in the
+    /// interval then the StatusCode for the interval is Good" (v1.04 added "the StatusCode of the
+    /// value is still treated as Uncertain", which v1.05 dropped and the CSV follows: TimeAverage2
+    /// Historian 1 12:01:00, Good, where v1.04 A.5 has Uncertain). Time after the end of the data
+    /// is no part of the interval (TimeAverage2 Historian 1, 12:01:30: Good for the last value's
+    /// hold).
+    pub(super) fn time_quality(&self, s: i64, e: i64, end: DataEnd) -> StatusCode {
+        let (mut total, mut bad) = (0i64, 0i64);
+        self.segments(s, e, false, end, |seg| {
+            let d = seg.q.t - seg.p.t;
+            if d <= 0 || (end == DataEnd::NoData && self.after_end(seg.p.t)) {
+                return;
+            }
+            total += d;
+            if self.is_bad(seg.p.status)
+                || (self.cfg.treat_uncertain_as_bad && self.region_uncertain(&seg))
+            {
+                bad += d;
+            }
+        });
+        self.quality(total, bad)
     }
 }
 
@@ -312,9 +401,7 @@ pub(super) struct Seg {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Scale {
     Average,
-    /// × the interval's seconds (Total).
-    Interval,
-    /// × the seconds of non-Bad data (Total2).
+    /// × the seconds of the non-Bad regions: the integral (Total, Total2).
     GoodTime,
 }
 

@@ -25,8 +25,15 @@ fn node_ids_and_names_round_trip() {
     for a in Aggregate::named() {
         assert_ne!(a.node_id(), NodeId::ns0(0), "{a:?}");
     }
-    // Not computed, so not advertised.
-    assert_eq!(Aggregate::from_node_id(&Aggregate::Total.node_id()), None);
+    // Every Aggregate named here is computed and advertised; AnnotationCount is not named (the
+    // server keeps no Annotations), nor is a NodeId outside namespace 0.
+    assert!(Aggregate::named().all(|a| a.is_supported()));
+    assert_eq!(
+        Aggregate::from_node_id(&NodeId::ns0(
+            crate::generated::node_ids::AggregateFunction_AnnotationCount
+        )),
+        None
+    );
     assert_eq!(Aggregate::from_node_id(&NodeId::numeric(1, 2341)), None);
 }
 
@@ -46,10 +53,6 @@ fn rejects_bad_arguments_and_unsupported() {
     assert_eq!(
         process(Aggregate::Interpolative, &r, DateTime(0), t, f64::NAN, &cfg),
         Err(StatusCode::BadInvalidArgument)
-    );
-    assert_eq!(
-        process(Aggregate::Total, &r, DateTime(0), t, 1000.0, &cfg),
-        Err(StatusCode::BadAggregateNotSupported)
     );
     let mut no_ts = r.clone();
     if let Some(d) = no_ts.first_mut() {
@@ -291,26 +294,7 @@ fn pts(points: &[(i64, Option<f64>, StatusCode)]) -> Vec<DataValue> {
         .collect()
 }
 
-/// The Aggregates computed here but kept out of `ALL` (no Annex A table found to check them):
-/// the server is answered BadAggregateNotSupported for each, and their results are checked
-/// below on small histories worked by hand from the §5.4.3 definitions.
-const UNCHECKED: [Aggregate; 13] = [
-    Aggregate::Total,
-    Aggregate::Total2,
-    Aggregate::Range,
-    Aggregate::Range2,
-    Aggregate::Maximum2,
-    Aggregate::Delta,
-    Aggregate::EndBound,
-    Aggregate::DeltaBounds,
-    Aggregate::WorstQuality,
-    Aggregate::WorstQuality2,
-    Aggregate::NumberOfTransitions,
-    Aggregate::StandardDeviationPopulation,
-    Aggregate::VariancePopulation,
-];
-
-/// One interval per `pi_s` seconds over `[s_s, e_s)`, computed whether advertised or not.
+/// One interval per `pi_s` seconds over `[s_s, e_s)`.
 fn run(
     a: Aggregate,
     r: &[DataValue],
@@ -343,21 +327,6 @@ fn run(
 
 fn calc(code: StatusCode) -> StatusCode {
     with_bits(code, bits::CALCULATED)
-}
-
-#[test]
-fn unchecked_aggregates_are_not_advertised() {
-    let r = raw(&[(0, 1.0), (5, 2.0)]);
-    let cfg = AggregateConfig::default();
-    for a in UNCHECKED {
-        assert!(!a.is_supported(), "{a:?}");
-        assert_eq!(Aggregate::from_node_id(&a.node_id()), None, "{a:?}");
-        assert_eq!(
-            process(a, &r, DateTime(0), DateTime(10 * SEC), 1000.0, &cfg),
-            Err(StatusCode::BadAggregateNotSupported),
-            "{a:?}"
-        );
-    }
 }
 
 /// The integration test's hostile histories reach only the advertised Aggregates through
@@ -556,11 +525,22 @@ fn totals_by_hand() {
         [(Variant::Double(20.0), calc(S::UncertainDataSubNormal), 0)]
     );
     // Total2 (§5.4.3.9, Simple Bounding Values): 2 held over the 5 s of non-Bad data (the
-    // next point is Bad, so no slope), TimeAverage2 2, × 5 s of Good data: 10; half the
-    // interval Bad with PercentDataGood/Bad 100: Uncertain.
+    // next point is Bad, so no slope), TimeAverage2 2, × 5 s of Good data: 10. That region
+    // slopes towards a Bad value, so it is Uncertain (§3.1.9); without TreatUncertainAsBad it
+    // counts as Good and half the interval is Bad: Uncertain with PercentDataGood/Bad 100.
+    let lenient = AggregateConfig {
+        treat_uncertain_as_bad: false,
+        ..cfg
+    };
+    assert_eq!(
+        run(Aggregate::Total2, &r, 0, 10, 10.0, &lenient),
+        [(Variant::Double(10.0), calc(S::UncertainDataSubNormal), 0)]
+    );
+    // With TreatUncertainAsBad (the default) the Uncertain region is Bad too (v1.05 §5.4.3.2):
+    // the whole interval is, and a Bad interval has no value.
     assert_eq!(
         run(Aggregate::Total2, &r, 0, 10, 10.0, &cfg),
-        [(Variant::Double(10.0), calc(S::UncertainDataSubNormal), 0)]
+        [(Variant::Empty, calc(S::Bad), 0)]
     );
     // A ramp 0 → 10 over 10 s, all Good: TimeAverage 5, Total = Total2 = 50 (unit·s).
     let r = raw(&[(0, 0.0), (10, 10.0), (20, 10.0)]);
