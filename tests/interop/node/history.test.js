@@ -1,8 +1,8 @@
 // node-opcua-client (npm) reading history from the real uaring binary: values a client
 // writes into the Demo folder's historized Setpoint read back raw (readHistoryValue, with
 // node-opcua paging through continuation points), and processed reads with aggregates
-// (readAggregateValue: TimeAverage and MinimumActualTime over the written steps), and an
-// aggregate the server does not compute refused with BadAggregateNotSupported.
+// (readAggregateValue: TimeAverage, MinimumActualTime, Total and Delta over the written steps),
+// and an aggregate the server does not compute refused with BadAggregateNotSupported.
 "use strict";
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -109,7 +109,7 @@ test("written values come back raw, in order, paged through continuation points"
   assert.ok(page.continuationPoint && page.continuationPoint.length > 0, "more to come");
 });
 
-test("processed reads: TimeAverage and MinimumActualTime over steps the client wrote", async () => {
+test("processed reads: TimeAverage, MinimumActualTime, Total and Delta over steps the client wrote", async () => {
   // 10 for 1 s, then 20 for 1 s, then 30 (the end of the data).
   const t0 = new Date(Math.floor(Date.now() / 1000) * 1000 + 10000);
   await writeAt([
@@ -143,6 +143,40 @@ test("processed reads: TimeAverage and MinimumActualTime over steps the client w
   assert.equal(m.length, 1);
   assert.equal(m[0].value.value, 10);
   assert.equal(m[0].sourceTimestamp.getTime(), t0.getTime(), "the time of the minimum");
+  // Total (the time integral, value × s) per second, and Delta (last minus first raw value)
+  // over the two seconds: aggregates offered once Part 13's AggregateExamples.csv checked them.
+  const [total] = await session.readAggregateValue(
+    [{ nodeId: SETPOINT }],
+    t0,
+    new Date(t0.getTime() + 2000),
+    AggregateFunction.Total,
+    1000,
+  );
+  assert.ok(total.statusCode.isGood(), total.statusCode.toString());
+  const tv = total.historyData.dataValues;
+  assert.deepEqual(
+    tv.map((d) => d.value.value),
+    [15, 25],
+    "the mean of each ramp × 1 s",
+  );
+  // Good with the Calculated bit and the DataValue InfoType (Part 13 §5.3): 0x00000401.
+  assert.deepEqual(
+    tv.map((d) => d.statusCode.value),
+    [0x401, 0x401],
+  );
+  const [delta] = await session.readAggregateValue(
+    [{ nodeId: SETPOINT }],
+    t0,
+    new Date(t0.getTime() + 2000),
+    AggregateFunction.Delta,
+    2000,
+  );
+  assert.ok(delta.statusCode.isGood(), delta.statusCode.toString());
+  const dv = delta.historyData.dataValues;
+  assert.equal(dv.length, 1);
+  assert.equal(dv[0].value.value, 10, "20 − 10: the raw values at t0 and t0 + 1 s");
+  assert.equal(dv[0].statusCode.value, 0x401, dv[0].statusCode.toString());
+  assert.equal(dv[0].sourceTimestamp.getTime(), t0.getTime());
   const [none] = await session.readAggregateValue(
     [{ nodeId: SETPOINT }],
     t0,

@@ -44,7 +44,7 @@ def test_average_and_count_over_500_ms(server):
                     {"node": COUNTER, "handle": 2, "sampling": 100.0, "queue": 10,
                      "filter": aggregate_filter(ua.ObjectIds.AggregateFunction_Count, 500.0, start)},
                     {"node": COUNTER, "handle": 3, "sampling": 100.0,
-                     "filter": aggregate_filter(ua.ObjectIds.AggregateFunction_Total, 500.0, start)},
+                     "filter": aggregate_filter(ua.ObjectIds.AggregateFunction_AnnotationCount, 500.0, start)},
                     {"node": STRING, "handle": 4, "sampling": 100.0,
                      "filter": aggregate_filter(ua.ObjectIds.AggregateFunction_Average, 500.0, start)},
                 ],
@@ -105,8 +105,9 @@ def test_server_capabilities_list_the_aggregates(server):
         try:
             folder = c.get_node(ua.ObjectIds.Server_ServerCapabilities_AggregateFunctions)
             names = {(await n.read_browse_name()).Name for n in await folder.get_children()}
-            assert {"Average", "Count", "Minimum", "Maximum", "TimeAverage"} <= names, names
-            assert "Total" not in names and "AnnotationCount" not in names
+            assert {"Average", "Count", "Minimum", "Maximum", "TimeAverage", "Total", "Delta",
+                    "WorstQuality"} <= names, names
+            assert "AnnotationCount" not in names
         finally:
             await c.disconnect()
 
