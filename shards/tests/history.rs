@@ -43,6 +43,13 @@ fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_survive
 }
 
 #[test]
+fn processed_reads_honour_the_aggregate_configuration() {
+    let _serial = serial();
+    let dir = Dir::new("aggregate-config");
+    history_cases::processed_reads_honour_the_aggregate_configuration(&dir, &Backend::Embedded);
+}
+
+#[test]
 fn history_update_inserts_replaces_updates_and_deletes_by_role() {
     let _serial = serial();
     let dir = Dir::new("update");

@@ -1352,15 +1352,25 @@ impl Historian {
             d.start_time.0.max(d.end_time.0),
         );
         let mut raw = Vec::new();
-        // What lies before the range, back to the first non-Bad value.
+        // A value the bounding values may use (Part 13 §3.1.8: not Bad, nor Uncertain with
+        // TreatUncertainAsBad).
+        let usable = |s: &Sample| {
+            let st = StatusCode(s.status);
+            !(st.is_bad() || (config.treat_uncertain_as_bad && st.is_uncertain()))
+        };
+        // What lies before the range, back to the second usable value: the start bound needs
+        // one, and an end bound extrapolated with UseSlopedExtrapolation the line through the
+        // last two (§3.1.4) when the range begins after the end of the data.
         let mut before = Vec::new();
         self.archive
             .read(id, i64::MIN, lo.saturating_sub(1), true, 1000, &mut before)
             .map_err(store_status)?;
         let keep = before
             .iter()
-            .position(|s| !StatusCode(s.status).is_bad())
-            .map_or(before.len(), |i| i + 1);
+            .enumerate()
+            .filter(|(_, s)| usable(s))
+            .nth(1)
+            .map_or(before.len(), |(i, _)| i + 1);
         before.truncate(keep);
         before.reverse();
         raw.extend(before.into_iter().map(plain));
@@ -1377,10 +1387,7 @@ impl Historian {
         self.archive
             .read(id, hi.saturating_add(1), i64::MAX, false, 1000, &mut after)
             .map_err(store_status)?;
-        let keep = after
-            .iter()
-            .position(|s| !StatusCode(s.status).is_bad())
-            .map_or(after.len(), |i| i + 1);
+        let keep = after.iter().position(usable).map_or(after.len(), |i| i + 1);
         after.truncate(keep);
         raw.extend(after.into_iter().map(plain));
         let mut values = aggregate::process(

@@ -477,6 +477,137 @@ pub fn dv(t: DateTime, v: f64) -> DataValue {
     }
 }
 
+/// One processed read of `node` over `[start, end)` as a single interval with the client's own
+/// AggregateConfiguration (`None`: the server's defaults): the one value it answers.
+fn processed(
+    c: &mut Client,
+    node: &NodeId,
+    aggregate: u32,
+    start: DateTime,
+    end: DateTime,
+    config: Option<AggregateConfiguration>,
+) -> DataValue {
+    let r = history_read(
+        c,
+        ExtensionObject::from_struct(&ReadProcessedDetails {
+            start_time: start,
+            end_time: end,
+            processing_interval: 0.0,
+            aggregate_type: vec![NodeId::ns0(aggregate)],
+            aggregate_configuration: config.unwrap_or(AggregateConfiguration {
+                use_server_capabilities_defaults: true,
+                ..Default::default()
+            }),
+        }),
+        vec![HistoryReadValueId {
+            node_id: node.clone(),
+            ..Default::default()
+        }],
+    );
+    assert_eq!(r.results[0].status_code, StatusCode::Good);
+    let v = data(&r.results[0]);
+    assert_eq!(v.len(), 1, "{v:?}");
+    v[0].clone()
+}
+
+/// A ReadProcessed honours the AggregateConfiguration of the request (Part 13 §4.2.1.2,
+/// §5.4.3.2): over 10, 20, 35 (Uncertain) and 40 at t0 + 0..3 s, t0 a day from now (a Double:
+/// sloped),
+/// TreatUncertainAsBad decides whether TimeAverage uses 35, PercentDataGood and PercentDataBad the
+/// quality of an interval a quarter Bad, and UseSlopedExtrapolation the value after the end of
+/// the data (extrapolated from the last two usable values, which lie before the range).
+pub fn processed_reads_honour_the_aggregate_configuration(dir: &Dir, backend: &Backend) {
+    const AVERAGE: u32 = 2342;
+    const INTERPOLATIVE: u32 = 2341;
+    const TIME_AVERAGE: u32 = 2343;
+    // A day ahead, so that these are the last values of the series (the Variable's initial
+    // value is historized when the server starts).
+    let t0 = at(t0(), 2.0 * 86_400.0);
+    let mut b = builder(dir, backend);
+    let ns = b.namespace("urn:test:history");
+    let flow = b.add_variable(VariableDef::new(ns.id("Flow"), "Flow", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let id = NodeId::string(nsi, "Flow");
+    for (i, (v, st)) in [
+        (10.0, StatusCode::Good),
+        (20.0, StatusCode::Good),
+        (35.0, StatusCode::Uncertain),
+        (40.0, StatusCode::Good),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        flow.set_with(DataValue {
+            status: Some(st),
+            ..dv(at(t0, i as f64), v)
+        })
+        .unwrap();
+    }
+    let mut c = session(&server.endpoint_url());
+    wait_for(&mut c, &id, t0, at(t0, 10.0), 4);
+    let own = |treat_uncertain_as_bad, percent_data_bad, percent_data_good, sloped| {
+        Some(AggregateConfiguration {
+            use_server_capabilities_defaults: false,
+            treat_uncertain_as_bad,
+            percent_data_bad,
+            percent_data_good,
+            use_sloped_extrapolation: sloped,
+        })
+    };
+    let number = |d: &DataValue| match d.value {
+        Variant::Double(x) => x,
+        ref o => panic!("{o:?}"),
+    };
+    let severity = |d: &DataValue| StatusCode(d.status.unwrap_or_default().0 & 0xC000_0000);
+    let (s, e) = (t0, at(t0, 4.0));
+    // TimeAverage over [t0, t0 + 3 s), the lines between the points: 35 is one of them with
+    // TreatUncertainAsBad false, (15 + 27.5 + 37.5) / 3; with the server's defaults
+    // (TreatUncertainAsBad true) it is skipped and the line drawn from 20 to 40, (15 + 2 × 30) / 3.
+    // Uncertain either way: an Uncertain value used, or a Bad one skipped (§5.4.3.6).
+    let d = processed(
+        &mut c,
+        &id,
+        TIME_AVERAGE,
+        s,
+        at(t0, 3.0),
+        own(false, 100, 100, false),
+    );
+    assert!((number(&d) - 80.0 / 3.0).abs() < 1e-9, "{d:?}");
+    assert_eq!(severity(&d), StatusCode::Uncertain, "{d:?}");
+    let d = processed(&mut c, &id, TIME_AVERAGE, s, at(t0, 3.0), None);
+    assert!((number(&d) - 25.0).abs() < 1e-9, "{d:?}");
+    assert_eq!(severity(&d), StatusCode::Uncertain, "{d:?}");
+    // Average, the mean of the Good values (§5.4.3.5), over the four values, a quarter of them
+    // Bad with TreatUncertainAsBad: with the server's defaults neither all Good
+    // (PercentDataGood 100) nor all Bad: Uncertain.
+    let d = processed(&mut c, &id, AVERAGE, s, e, None);
+    assert!((number(&d) - 70.0 / 3.0).abs() < 1e-9, "{d:?}");
+    assert_eq!(severity(&d), StatusCode::Uncertain, "{d:?}");
+    // Three quarters Good is Good with PercentDataGood 70 ...
+    let d = processed(&mut c, &id, AVERAGE, s, e, own(true, 100, 70, false));
+    assert!((number(&d) - 70.0 / 3.0).abs() < 1e-9, "{d:?}");
+    assert_eq!(severity(&d), StatusCode::Good, "{d:?}");
+    // ... and a quarter Bad is Bad with PercentDataBad 20.
+    let d = processed(&mut c, &id, AVERAGE, s, e, own(true, 20, 100, false));
+    assert_eq!(severity(&d), StatusCode::Bad, "{d:?}");
+    // After the end of the data (t0 + 5 s): SteppedExtrapolation holds 40; sloped, the line
+    // through the last two usable values: 35 and 40 (5 per s: 50), or with TreatUncertainAsBad
+    // 20 and 40 (10 per s: 60). Extrapolated values are Uncertain.
+    let (s, e) = (at(t0, 5.0), at(t0, 6.0));
+    for (config, want) in [
+        (own(false, 100, 100, false), 40.0),
+        (own(false, 100, 100, true), 50.0),
+        (own(true, 100, 100, true), 60.0),
+    ] {
+        let d = processed(&mut c, &id, INTERPOLATIVE, s, e, config.clone());
+        assert!((number(&d) - want).abs() < 1e-9, "{config:?}: {d:?}");
+        assert_eq!(severity(&d), StatusCode::Uncertain, "{config:?}: {d:?}");
+    }
+    drop(c);
+    server.shutdown().unwrap();
+}
+
 pub fn history_update_inserts_replaces_updates_and_deletes_by_role(dir: &Dir, backend: &Backend) {
     let t0 = t0();
     let mut b = builder(dir, backend);
