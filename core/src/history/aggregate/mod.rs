@@ -20,14 +20,15 @@
 //! which differs from v1.04 where used here in two places: §5.4.3.2 no longer keeps an Uncertain
 //! region "still treated as Uncertain" when TreatUncertainAsBad is False (the v1.04 tables of A.5,
 //! A.13, A.15 and A.16 show Uncertain where the CSV shows Good), and WorstQuality/WorstQuality2
-//! ignore TreatUncertainAsBad. Where a CSV row contradicts the prose the prose decides, and the data
-//! file holds the row as the prose gives it with the reason (RESULTS.md lists them): the end of the
-//! data for TimeAverage and Total (extrapolated, as v1.04 A.4 and §5.4.3.6/§5.4.3.8 say), an
-//! Uncertain value beyond the Good extreme (Maximum, MaximumActualTime, Range), PercentDataBad 50
-//! (TimeAverage2, Total2, Historian 3), the Simple Bounding Value after an Uncertain value with
-//! TreatUncertainAsBad (DurationBad, PercentBad, Historians 3 and 4), WorstQuality2's bounds on
-//! Historian 2; Total's Historian 3 table, computed with SteppedInterpolation where "this
-//! calculation always uses a SlopedInterpolation", is not held.
+//! ignore TreatUncertainAsBad. Where a CSV row contradicts the prose (or the CSV itself) the prose
+//! decides: the data file keeps the CSV's row and adds what the engine answers, a known deviation
+//! with its reason that the test checks both ways (RESULTS.md lists them): the end of the data for
+//! TimeAverage and Total (extrapolated, as v1.04 A.4 and §5.4.3.6/§5.4.3.8 say), Total on
+//! Historian 3 (computed by the CSV with SteppedInterpolation where "this calculation always uses
+//! a SlopedInterpolation"), an Uncertain value beyond the Good extreme (Maximum,
+//! MaximumActualTime, Range), PercentDataBad 50 (TimeAverage2, Total2, Historian 3), the Simple
+//! Bounding Value after an Uncertain value with TreatUncertainAsBad (DurationBad, PercentBad,
+//! Historians 3 and 4), WorstQuality2's bounds on Historian 2.
 //! Where the Annex and the prose differ and the prose does not decide, the Annex is followed and the
 //! place says so:
 //! - MinimumActualTime / MaximumActualTime: no Calculated bit on Uncertain results (A.10, A.11);
@@ -265,10 +266,10 @@ const NAMES: &[(Aggregate, u32, &str)] = &[
 ];
 
 impl Aggregate {
-    /// The Aggregates this engine computes, each one matching every Annex A example table of Part 13
-    /// that `core/tests/aggregates.rs` holds for it (`RESULTS.md` in `core/tests/data/part13/`
-    /// says which historians and which rows are held as the prose decides). A server advertises
-    /// these and no others (the AggregateFunctions folders of its ServerCapabilities and
+    /// The Aggregates this engine computes, each one checked on every Annex A example table of
+    /// Part 13 that `core/tests/aggregates.rs` holds for it (`RESULTS.md` in
+    /// `core/tests/data/part13/` says which historians, and which rows are known deviations where
+    /// the prose decides). A server advertises these and no others (the AggregateFunctions folders of its ServerCapabilities and
     /// HistoryServerCapabilities; an AggregateFilter accepts the same).
     pub const ALL: &'static [Aggregate] = &[
         Aggregate::Interpolative,
