@@ -45,6 +45,12 @@ fn history_update_inserts_replaces_updates_and_deletes_by_role() {
         &dir,
         &Backend::Postgres(&pg),
     );
+    // On the same database (a Variable of its own), rather than starting another PostgreSQL:
+    // the request's AggregateConfiguration reaches the engine through this backend's reads too.
+    history_cases::processed_reads_honour_the_aggregate_configuration(
+        &dir,
+        &Backend::Postgres(&pg),
+    );
 }
 
 #[test]
