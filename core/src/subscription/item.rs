@@ -169,6 +169,7 @@ impl Default for DataChangeSettings {
 
 impl DataChangeSettings {
     /// Does `new` differ from `last` enough to be reported (Part 4 §7.22.2)?
+    #[inline]
     pub fn changed(&self, last: &DataValue, new: &DataValue) -> bool {
         if last.status.unwrap_or(StatusCode::Good) != new.status.unwrap_or(StatusCode::Good) {
             return true;

@@ -817,7 +817,10 @@ fn close_aggregate_intervals(
 }
 
 /// Queues a value for an item (its timestamps reduced to TimestampsToReturn) and puts the
-/// item on its subscription's ready list (and its triggered items with it).
+/// item on its subscription's ready list (and its triggered items with it). Inlined: it is
+/// the tail of every sample that changed, and out of line it copied the value into its frame
+/// once more (with the comparison below, 68 instructions per sample, callgrind).
+#[inline(always)]
 fn queue_value(
     items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
