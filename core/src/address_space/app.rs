@@ -239,6 +239,23 @@ pub enum MethodHandler {
         start: AsyncMethodFn,
         timeout_ms: u32,
     },
+    /// Answered later like `Deferred`, by whoever declared the method (a gateway forwarding
+    /// the Call to the server it mirrors): the arguments go as the client gave them and the
+    /// outputs come back as that server answered, checked by neither declaration here.
+    Forward {
+        start: AsyncMethodFn,
+        timeout_ms: u32,
+    },
+}
+
+impl MethodHandler {
+    /// Is it answered later (`Deferred` or `Forward`)?
+    pub fn is_async(&self) -> bool {
+        matches!(
+            self,
+            MethodHandler::Deferred { .. } | MethodHandler::Forward { .. }
+        )
+    }
 }
 
 /// An application method: its declaration and its handler.
@@ -271,6 +288,9 @@ pub struct AppHooks {
     pub(crate) async_write_hooks: rustc_hash::FxHashMap<u32, AsyncWriteHook>,
     /// The application's conditions (their nodes are in the address space).
     pub(crate) conditions: Vec<AppCondition>,
+    /// Stored Variables whose cells another server's values keep (a gateway's mirror), by
+    /// node index.
+    pub(crate) read_through: rustc_hash::FxHashMap<u32, ReadThrough>,
 }
 
 impl std::fmt::Debug for AppHooks {
@@ -542,6 +562,45 @@ impl std::fmt::Debug for AsyncSource {
             .field("max_in_flight", &self.max_in_flight)
             .field("timeout_ms", &self.timeout_ms)
             .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+/// A stored Variable whose cell is kept by someone else: a gateway stores the values of the
+/// server it mirrors there (the change path takes them to every item). A Read is answered
+/// from the cell when the cell meets the Read's maxAge, else it goes to `source` (answered
+/// later, like an asynchronous source): a maxAge of 0 always goes, a larger one goes when the
+/// cell was last known current longer ago than that. Sampling and exception-based items
+/// read the cell only.
+#[derive(Clone)]
+pub struct ReadThrough {
+    /// Answers a Read the cell does not meet.
+    pub source: Arc<AsyncSource>,
+    /// Monotonic time (ns) at which the cell last held the other server's current value, or
+    /// `u64::MAX` while that server keeps it current (a subscription feeds it); 0: never.
+    pub fresh_ns: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ReadThrough {
+    /// Does a Read with `max_age_ms` go to the source at `now`?
+    #[inline]
+    pub fn due(&self, max_age_ms: f64, now: Now) -> bool {
+        if max_age_ms.is_nan() || max_age_ms <= 0.0 {
+            return true;
+        }
+        let fresh = self.fresh_ns.load(std::sync::atomic::Ordering::Acquire);
+        if fresh == u64::MAX {
+            return false;
+        }
+        let age_ns = now.mono_ns.saturating_sub(fresh) as f64;
+        fresh == 0 || age_ns > max_age_ms * 1e6
+    }
+}
+
+impl std::fmt::Debug for ReadThrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadThrough")
+            .field("source", &self.source)
             .finish()
     }
 }

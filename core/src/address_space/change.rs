@@ -123,6 +123,31 @@ pub trait ChangeRecorder: Send + Sync {
     fn record(&self, node_index: u32, value: &DataValue);
 }
 
+/// What the monitored items of one shard on one node ask for: the demand signal a
+/// [`DemandSink`] receives.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Demand {
+    /// Enabled data items (Sampling or Reporting) on the node's Value on this shard; 0 when
+    /// the last one went.
+    pub items: u32,
+    /// The fastest revised sampling interval among them, ms (0: an exception-based item).
+    pub sampling_ms: f64,
+    /// The deepest queue among them.
+    pub queue_size: u32,
+}
+
+/// Told, shard by shard, when the data items on a node marked with
+/// [`ChangeHub::track_demand`] come, change or go (a gateway keeps one item of another
+/// server per node while anyone here monitors it). Each call carries the shard's whole
+/// demand on the node (a state, not a delta), so a later call supersedes an earlier one.
+pub trait DemandSink: Send + Sync {
+    /// Shard `shard`'s demand on node `node_index` (of `generation`) is now `demand`. Called
+    /// on the shard after the change, off the request's answer; it must not block or wait.
+    /// `false`: not taken now (a full queue): the shard offers the node's demand again at its
+    /// next timer pass (its newest state then), so nothing is lost and nothing waits.
+    fn demand(&self, shard: usize, node_index: u32, generation: u32, demand: Demand) -> bool;
+}
+
 /// Every shard's inbox and every node's watcher bits. Built with the address space.
 pub struct ChangeHub {
     watchers: Box<[AtomicU64]>,
@@ -131,6 +156,9 @@ pub struct ChangeHub {
     /// One bit per node: its stores go to `recorder`.
     recorded: Box<[AtomicU64]>,
     recorder: OnceLock<Arc<dyn ChangeRecorder>>,
+    /// One bit per node: the shards tell `demand_sink` about the items on it.
+    demanded: Box<[AtomicU64]>,
+    demand_sink: OnceLock<Arc<dyn DemandSink>>,
 }
 
 impl std::fmt::Debug for ChangeHub {
@@ -151,7 +179,45 @@ impl ChangeHub {
             counters: ChangeCounters::default(),
             recorded: (0..nodes.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             recorder: OnceLock::new(),
+            demanded: (0..nodes.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            demand_sink: OnceLock::new(),
         }
+    }
+
+    /// Sets the sink of the demand signal (once per hub: a second one is refused with
+    /// `false`).
+    pub fn set_demand_sink(&self, sink: Arc<dyn DemandSink>) -> bool {
+        self.demand_sink.set(sink).is_ok()
+    }
+
+    /// The sink of the demand signal, once set.
+    #[inline]
+    pub fn demand_sink(&self) -> Option<&Arc<dyn DemandSink>> {
+        self.demand_sink.get()
+    }
+
+    /// Marks (or unmarks) node `node_index`: the data items every shard starts or stops on
+    /// it from now on are told to the sink. Mark a node before it is published (an item
+    /// created on it earlier is not told). `false` for an index out of range.
+    pub fn track_demand(&self, node_index: u32, on: bool) -> bool {
+        let Some(w) = self.demanded.get(node_index as usize / 64) else {
+            return false;
+        };
+        let bit = 1u64 << (node_index % 64);
+        if on {
+            w.fetch_or(bit, Ordering::SeqCst);
+        } else {
+            w.fetch_and(!bit, Ordering::SeqCst);
+        }
+        true
+    }
+
+    /// Is node `node_index` marked for the demand signal? (One relaxed load.)
+    #[inline]
+    pub fn demand_tracked(&self, node_index: u32) -> bool {
+        self.demanded
+            .get(node_index as usize / 64)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (node_index % 64)) != 0)
     }
 
     /// Hands every later store of the nodes `nodes` to `recorder` (once per hub: a second
@@ -250,12 +316,14 @@ impl ChangeHub {
         self.watchers.len()
     }
 
-    /// The node at `node_index` was removed: its stores no longer go to the recorder (a
-    /// node added later at the index is recorded only if asked).
+    /// The node at `node_index` was removed: its stores no longer go to the recorder, nor
+    /// its items to the demand sink (a node added later at the index is recorded and
+    /// tracked only if asked).
     pub fn forget(&self, node_index: u32) {
         if let Some(w) = self.recorded.get(node_index as usize / 64) {
             w.fetch_and(!(1 << (node_index % 64)), Ordering::SeqCst);
         }
+        self.track_demand(node_index, false);
     }
 
     /// Is any shard watching the node? (For tests and diagnostics.)

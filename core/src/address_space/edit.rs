@@ -60,6 +60,9 @@ pub struct Edit {
     /// Indexes of the nodes this edit added.
     added: std::collections::HashSet<u32>,
     changes: Vec<ModelChangeStructureDataType>,
+    /// Where each affected node's entry is in `changes` (an edit of many nodes notes each
+    /// once per reference: a scan of `changes` would make it quadratic).
+    change_at: HashMap<NodeId, usize>,
 }
 
 /// What a committed edit changed.
@@ -114,6 +117,7 @@ impl Edit {
             refs: HashMap::new(),
             added: Default::default(),
             changes: Vec::new(),
+            change_at: HashMap::new(),
         }
     }
 
@@ -151,6 +155,14 @@ impl Edit {
     }
 
     fn note(&mut self, affected: &NodeId, verb: u8) {
+        if let Some(c) = self
+            .change_at
+            .get(affected)
+            .and_then(|&i| self.changes.get_mut(i))
+        {
+            c.verb |= verb;
+            return;
+        }
         let affected_type = self
             .space
             .index_of(affected)
@@ -173,10 +185,7 @@ impl Edit {
                     })
             })
             .unwrap_or_default();
-        if let Some(c) = self.changes.iter_mut().find(|c| &c.affected == affected) {
-            c.verb |= verb;
-            return;
-        }
+        self.change_at.insert(affected.clone(), self.changes.len());
         self.changes.push(ModelChangeStructureDataType {
             affected: affected.clone(),
             affected_type,
@@ -432,11 +441,13 @@ impl Edit {
         if self.space.hooks.write_hooks.contains_key(&index)
             || self.space.hooks.async_write_hooks.contains_key(&index)
             || self.space.hooks.methods.contains_key(id)
+            || self.space.hooks.read_through.contains_key(&index)
         {
             let h = Arc::make_mut(&mut self.space.hooks);
             h.write_hooks.remove(&index);
             h.async_write_hooks.remove(&index);
             h.methods.remove(id);
+            h.read_through.remove(&index);
         }
         if self.space.permissions.by_node.contains_key(&index) {
             Arc::make_mut(&mut self.space.permissions)
@@ -471,9 +482,30 @@ impl Edit {
         self.space.has_async = true;
     }
 
+    /// Makes the stored Variable at `index` a read-through one ([`super::app::ReadThrough`]).
+    pub fn set_read_through(&mut self, index: u32, read_through: super::app::ReadThrough) {
+        Arc::make_mut(&mut self.space.hooks)
+            .read_through
+            .insert(index, read_through);
+        self.space.has_async = true;
+    }
+
+    /// Adds a namespace URI to the NamespaceArray (the index it has when it is there
+    /// already). The Server object's NamespaceArray Variable is the caller's to update once
+    /// the edit is committed. BadResourceUnavailable past 65,535 namespaces.
+    pub fn add_namespace(&mut self, uri: &str) -> Result<u16, StatusCode> {
+        if let Some(i) = self.space.namespace_index(uri) {
+            return Ok(i);
+        }
+        let i = u16::try_from(self.space.namespace_uris.len())
+            .map_err(|_| StatusCode::BadResourceUnavailable)?;
+        Arc::make_mut(&mut self.space.namespace_uris).push(uri.to_string());
+        Ok(i)
+    }
+
     /// Sets the handler of a Method node.
     pub fn set_method(&mut self, method_id: NodeId, method: super::app::AppMethod) {
-        if matches!(method.handler, super::app::MethodHandler::Deferred { .. }) {
+        if method.handler.is_async() {
             self.space.has_async = true;
         }
         Arc::make_mut(&mut self.space.hooks)

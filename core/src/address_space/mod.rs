@@ -735,6 +735,15 @@ impl AddressSpace {
         self.hooks.write_hooks.get(&node_index)
     }
 
+    /// The read-through of the stored Variable at `node_index` ([`app::ReadThrough`]).
+    #[inline]
+    pub fn read_through(&self, node_index: u32) -> Option<&app::ReadThrough> {
+        if self.hooks.read_through.is_empty() {
+            return None;
+        }
+        self.hooks.read_through.get(&node_index)
+    }
+
     /// The application's asynchronous write hook of the node at `node_index`.
     #[inline]
     pub fn async_write_hook(&self, node_index: u32) -> Option<&app::AsyncWriteHook> {

@@ -207,6 +207,11 @@ impl ClientConnection {
     pub fn state(&self) -> ClientState {
         self.state
     }
+    /// The channel's security policy (its `sign_own` signs the ActivateSession's client
+    /// signature).
+    pub fn policy(&self) -> &Arc<dyn SecurityPolicy> {
+        &self.cfg.policy
+    }
     pub fn is_open(&self) -> bool {
         self.state == ClientState::Open
     }

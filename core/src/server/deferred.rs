@@ -52,7 +52,9 @@ pub struct WriteOp {
 pub struct CallOp {
     pub result: u32,
     pub inputs: usize,
-    pub outputs: Vec<ArgDef>,
+    /// The declared outputs an answer must match; `None` for a forwarded method (the server
+    /// that answers it declares them).
+    pub outputs: Option<Vec<ArgDef>>,
 }
 
 /// One operation of a deferred HistoryRead.
@@ -430,8 +432,9 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
             let Some(o) = ops.get(op) else { return };
             let result = match outcome {
                 Outcome::Outputs(out)
-                    if out.len() == o.outputs.len()
-                        && o.outputs.iter().zip(&out).all(|(d, v)| d.accepts(v)) =>
+                    if o.outputs.as_ref().is_none_or(|decl| {
+                        out.len() == decl.len() && decl.iter().zip(&out).all(|(d, v)| d.accepts(v))
+                    }) =>
                 {
                     CallMethodResult {
                         status_code: StatusCode::Good,

@@ -265,14 +265,35 @@ pub fn write_into(
     Response::Write(spare)
 }
 
-/// Does this Read touch a Variable with an asynchronous source (its Value)?
-pub fn reads_async(space: &AddressSpace, req: &ReadRequest) -> bool {
+/// Does this Read touch a Variable with an asynchronous source (its Value), or a
+/// read-through Variable whose cell does not meet the Read's maxAge?
+pub fn reads_async(space: &AddressSpace, req: &ReadRequest, now: Now) -> bool {
     req.nodes_to_read.iter().any(|rv| {
         rv.attribute_id == attr::VALUE
-            && space
-                .node_index(&rv.node_id)
-                .is_some_and(|i| space.async_source(i).is_some())
+            && space.node_index(&rv.node_id).is_some_and(|i| {
+                space.async_source(i).is_some()
+                    || space
+                        .read_through(i)
+                        .is_some_and(|r| r.due(req.max_age, now))
+            })
     })
+}
+
+/// The asynchronous source a Read of the Value of the node at `ix` goes to: its own, or
+/// its read-through's when the cell does not meet `max_age`.
+fn deferred_source(
+    space: &AddressSpace,
+    ix: u32,
+    max_age: f64,
+    now: Now,
+) -> Option<std::sync::Arc<crate::address_space::app::AsyncSource>> {
+    if let Some(s) = space.async_source(ix) {
+        return Some(s.clone());
+    }
+    space
+        .read_through(ix)
+        .filter(|r| r.due(max_age, now))
+        .map(|r| r.source.clone())
 }
 
 /// A Read with operations answered by asynchronous sources: the other operations are read
@@ -309,7 +330,13 @@ pub fn read_deferred(
         let source = (rv.attribute_id == attr::VALUE)
             .then(|| space.node_index(&rv.node_id))
             .flatten()
-            .and_then(|ix| Some((ix, space.node_at(ix)?, space.async_source(ix)?.clone())));
+            .and_then(|ix| {
+                Some((
+                    ix,
+                    space.node_at(ix)?,
+                    deferred_source(space, ix, req.max_age, now)?,
+                ))
+            });
         let Some((ix, node, source)) = source else {
             results.push(read_as(space, roles, rv, ts, now));
             continue;
@@ -463,7 +490,12 @@ pub fn write_deferred(
             now,
         ) {
             Err(s) => results.push(s),
-            Ok(p) => {
+            Ok(mut p) => {
+                // A read-through Variable's cell is kept by whoever answers the Write (the
+                // value it reports afterwards is stored there, in the other server's order).
+                if space.read_through(p.node_index).is_some() {
+                    p.stores = false;
+                }
                 results.push(StatusCode::Good);
                 hooks.push((hook, i));
                 ops.push(WriteOp {

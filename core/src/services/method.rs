@@ -140,7 +140,8 @@ struct DeferredCall {
     start: crate::address_space::app::AsyncMethodFn,
     timeout_ms: u32,
     inputs: Vec<Variant>,
-    outputs: Vec<crate::address_space::app::ArgDef>,
+    /// The declared outputs the answer must match (`None`: forwarded, not checked here).
+    outputs: Option<Vec<crate::address_space::app::ArgDef>>,
     object_id: NodeId,
     method_id: NodeId,
 }
@@ -382,6 +383,18 @@ fn call_app(
     deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
     let args = &m.input_arguments;
+    if let crate::address_space::app::MethodHandler::Forward { start, timeout_ms } = &app.handler {
+        // The server the Call goes to checks the arguments and declares the outputs.
+        *deferred = Some(DeferredCall {
+            start: start.clone(),
+            timeout_ms: *timeout_ms,
+            inputs: args.clone(),
+            outputs: None,
+            object_id: m.object_id.clone(),
+            method_id: m.method_id.clone(),
+        });
+        return CallMethodResult::default();
+    }
     if args.len() < app.inputs.len() {
         return status_only(StatusCode::BadArgumentsMissing);
     }
@@ -403,12 +416,13 @@ fn call_app(
     }
     let handler = match &app.handler {
         crate::address_space::app::MethodHandler::Quick(h) => h,
-        crate::address_space::app::MethodHandler::Deferred { start, timeout_ms } => {
+        crate::address_space::app::MethodHandler::Deferred { start, timeout_ms }
+        | crate::address_space::app::MethodHandler::Forward { start, timeout_ms } => {
             *deferred = Some(DeferredCall {
                 start: start.clone(),
                 timeout_ms: *timeout_ms,
                 inputs: args.clone(),
-                outputs: app.outputs.clone(),
+                outputs: Some(app.outputs.clone()),
                 object_id: m.object_id.clone(),
                 method_id: m.method_id.clone(),
             });

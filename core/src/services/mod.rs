@@ -160,7 +160,7 @@ fn activated_service(
         Request::Cancel(r) => session::cancel(shard, key, &r, now),
         Request::Read(r)
             if shard.shared().address_space.has_async()
-                && attribute::reads_async(&shard.shared().address_space, &r) =>
+                && attribute::reads_async(&shard.shared().address_space, &r, now) =>
         {
             let roles = session_roles(shard, key);
             let resp = attribute::read_deferred(shard, roles, ctx.channel_id, request_id, &r, now);

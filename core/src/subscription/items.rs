@@ -433,10 +433,12 @@ impl SubscriptionEngine {
             }
             Sampling::Once | Sampling::Event => {}
         }
+        self.demand_start(it, now);
     }
 
     /// Takes an item off its sampling path.
     pub(super) fn stop_sampling(&mut self, it: u32) {
+        self.demand_stop(it);
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };

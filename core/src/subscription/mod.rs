@@ -59,6 +59,7 @@
 //! `watch` the dense tables.
 
 pub mod aggregate;
+mod demand;
 pub mod item;
 mod items;
 mod pools;
@@ -404,6 +405,8 @@ pub struct SubscriptionEngine {
     /// Items with an AggregateFilter on a source (a shard without any skips their pass at
     /// each tick).
     aggregate_items: usize,
+    /// The demand signal: this shard's data items on nodes marked for it.
+    demand: demand::DemandTable,
 }
 
 /// A ServiceFault-free response header for a deferred response.
@@ -454,6 +457,7 @@ impl SubscriptionEngine {
             async_samples_max: 10_000,
             sample_token: 0,
             aggregate_items: 0,
+            demand: demand::DemandTable::default(),
         }
     }
 

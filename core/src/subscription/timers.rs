@@ -13,15 +13,14 @@ impl SubscriptionEngine {
         }
         let a = self.bucket_heap.peek().map(|Reverse((d, _, _))| *d);
         let b = self.sub_heap.peek().map(|Reverse((d, _, _))| *d);
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let c = self.demand.retry_deadline();
+        [a, b, c].into_iter().flatten().min()
     }
 
     /// Runs every due sampling tick and publishing cycle; first delivers the events raised
     /// on any shard since the last call.
     pub fn on_timer(&mut self, shared: &crate::shared::ServerShared, now: Now) {
+        self.retry_demand(now);
         self.poll_events(shared, now);
         let space = &shared.address_space;
         self.drain_changes(space, now);
@@ -415,6 +414,7 @@ impl SubscriptionEngine {
     /// watching it. Sampled items on it read BadNodeIdUnknown at their next sample (their
     /// source keeps the node's generation); event items on it receive nothing more.
     pub fn node_removed(&mut self, index: u32, generation: u32, now: Now) {
+        self.demand_forget(index, generation);
         let mut on = Vec::new();
         self.exception_by_node.collect(index, &mut on);
         let gone = DataValue {

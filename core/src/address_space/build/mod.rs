@@ -116,6 +116,7 @@ pub struct AddressSpaceBuilder {
     server_info: ServerInfo,
     write_hooks: Vec<(NodeId, super::app::WriteHook)>,
     async_write_hooks: Vec<(NodeId, super::app::AsyncWriteHook)>,
+    read_through: Vec<(NodeId, super::app::ReadThrough)>,
     /// Write hooks of whole namespaces (the last one set for a namespace wins).
     namespace_write_hooks: Vec<(u16, NamespaceWriteHook)>,
     methods: Vec<(NodeId, super::app::AppMethod)>,
@@ -148,6 +149,7 @@ impl AddressSpaceBuilder {
             server_info,
             write_hooks: Vec::new(),
             async_write_hooks: Vec::new(),
+            read_through: Vec::new(),
             namespace_write_hooks: Vec::new(),
             methods: Vec::new(),
             conditions: Vec::new(),
@@ -191,6 +193,12 @@ impl AddressSpaceBuilder {
     /// application completes it).
     pub fn set_async_write_hook(&mut self, node_id: NodeId, hook: super::app::AsyncWriteHook) {
         self.async_write_hooks.push((node_id, hook));
+    }
+
+    /// Makes a stored Variable read-through ([`super::app::ReadThrough`]; unknown nodes are
+    /// dropped by [`AddressSpaceBuilder::finish`]).
+    pub fn set_read_through(&mut self, node_id: NodeId, read_through: super::app::ReadThrough) {
+        self.read_through.push((node_id, read_through));
     }
 
     /// Sets the write hook of a Variable (added before or after this call; checked by
@@ -344,6 +352,7 @@ impl AddressSpaceBuilder {
             server_info,
             write_hooks,
             async_write_hooks,
+            read_through,
             namespace_write_hooks,
             methods,
             conditions,
@@ -415,6 +424,11 @@ impl AddressSpaceBuilder {
                 hooks.async_write_hooks.insert(i, hook);
             }
         }
+        for (id, r) in read_through {
+            if let Some(i) = lookup(&id) {
+                hooks.read_through.insert(i, r);
+            }
+        }
         if !namespace_write_hooks.is_empty() {
             // Expanded into per-node hooks: the request path looks up one table either way.
             for (i, n) in nodes.iter().enumerate() {
@@ -453,7 +467,8 @@ impl AddressSpaceBuilder {
             .filter(|c| lookup(&c.node_id).is_some())
             .collect();
         let has_async = !hooks.async_write_hooks.is_empty()
-            || hooks.methods.values().any(|m| matches!(m.handler, super::app::MethodHandler::Deferred { .. }))
+            || !hooks.read_through.is_empty()
+            || hooks.methods.values().any(|m| m.handler.is_async())
             || nodes.iter().any(|n| {
                 matches!(&n.attributes, ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Async(_)))
             });
