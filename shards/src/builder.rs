@@ -55,6 +55,8 @@ pub struct ServerBuilder {
     workers: Option<crate::workers::Workers>,
     worker_threads: usize,
     worker_queue: usize,
+    /// Servers to mirror besides the file's `[[gateway.servers]]` ([`ServerBuilder::gateway`]).
+    gateway_servers: Vec<crate::gateway::ServerConfig>,
 }
 
 impl Default for ServerBuilder {
@@ -78,6 +80,7 @@ impl ServerBuilder {
             workers: None,
             worker_threads: 2,
             worker_queue: 64,
+            gateway_servers: Vec::new(),
         }
     }
 
@@ -201,6 +204,14 @@ impl ServerBuilder {
     /// for the client ([`crate::reverse`]). Repeatable; checked by [`ServerBuilder::start`].
     pub fn reverse_connect(self, entry: crate::reverse::ReverseConnectConfig) -> Self {
         self.edit(|f| f.reverse_connect.push(entry))
+    }
+
+    /// A server to mirror (the aggregating gateway, docs/Gateway.md): its nodes appear under
+    /// `Objects/<entry.name>`, served from one subscription on it. Repeatable, added to the
+    /// file's `[[gateway.servers]]`; checked by [`ServerBuilder::start`].
+    pub fn gateway(mut self, entry: crate::gateway::ServerConfig) -> Self {
+        self.gateway_servers.push(entry);
+        self
     }
 
     /// Writes per-shard statistics as JSON to `path` (`runtime.stats_file`).
@@ -434,6 +445,7 @@ impl ServerBuilder {
             nodesets,
             defs,
             events,
+            gateway_servers,
             ..
         } = self;
         let mut file = file?;
@@ -447,6 +459,14 @@ impl ServerBuilder {
         let history =
             crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
         let push_config = crate::push::take_config(&mut file.server).map_err(Error::Config)?;
+        let mut gateway_cfg =
+            crate::gateway::config::take_config(&mut file.server).map_err(Error::Config)?;
+        gateway_cfg.servers.extend(gateway_servers);
+        gateway_cfg.validate().map_err(Error::Config)?;
+        if gateway_cfg.is_on() {
+            // Room in the address space for what the gateway mirrors.
+            crate::gateway::reserve_nodes(&mut file.server, &gateway_cfg).map_err(Error::Config)?;
+        }
         // Push management replaces the RSA certificate: only with an RSA policy configured.
         let (_, rsa_policies, _) =
             crate::security::check(&sec_config, &users).map_err(Error::Security)?;
@@ -750,6 +770,31 @@ impl ServerBuilder {
         let demo = demo
             .map(crate::content::demo::DemoParts::start)
             .transpose()?;
+        let model_writer = Arc::new(std::sync::Mutex::new(()));
+        let gateway = if gateway_cfg.is_on() {
+            let servers = gateway_cfg.servers.len();
+            let host = crate::gateway::Host {
+                server: setup.shared.clone(),
+                writer: model_writer.clone(),
+                own: refresher.current_own(),
+            };
+            match crate::gateway::Gateway::start(gateway_cfg, host) {
+                Ok(g) => {
+                    tracing::info!(
+                        servers,
+                        "gateway: mirroring {servers} servers (docs/Gateway.md)"
+                    );
+                    Some(g)
+                }
+                Err(e) => {
+                    running.fleet.stop_all();
+                    let _ = running.join();
+                    return Err(Error::Start(format!("gateway: {e}")));
+                }
+            }
+        } else {
+            None
+        };
         Ok(ServerHandle {
             running: Some(running),
             dialer,
@@ -759,7 +804,8 @@ impl ServerBuilder {
             file,
             config_path,
             shards,
-            model_writer: std::sync::Mutex::new(()),
+            model_writer,
+            gateway,
         })
     }
 
@@ -882,8 +928,10 @@ pub struct ServerHandle {
     config_path: Option<PathBuf>,
     shards: usize,
     /// Takes the library's run-time edits one at a time ([`ServerHandle::edit`]; off the
-    /// shards, which never wait for it).
-    model_writer: std::sync::Mutex<()>,
+    /// shards, which never wait for it), and the gateway's.
+    model_writer: Arc<std::sync::Mutex<()>>,
+    /// The aggregating gateway (`[gateway]`, docs/Gateway.md); stopped before the shards.
+    gateway: Option<crate::gateway::Gateway>,
 }
 
 impl ServerHandle {
@@ -957,35 +1005,9 @@ impl ServerHandle {
     /// removed while serving".
     pub fn edit<R>(
         &self,
-        mut f: impl FnMut(
-            &mut uaring_core::address_space::edit::Edit,
-        ) -> Result<R, uaring_core::StatusCode>,
+        f: impl FnMut(&mut uaring_core::address_space::edit::Edit) -> Result<R, uaring_core::StatusCode>,
     ) -> Result<R, Error> {
-        let shared = &self.setup.shared;
-        let _one_at_a_time = self.model_writer.lock().unwrap_or_else(|p| p.into_inner());
-        for _ in 0..1000 {
-            let mut edit = shared.model.edit();
-            let r = f(&mut edit).map_err(Error::Status)?;
-            match shared.model.commit(edit) {
-                Ok(c) => {
-                    let now = uaring_core::Now {
-                        mono_ns: crate::clock::mono_ns(),
-                        utc: crate::clock::utc_now(),
-                    };
-                    uaring_core::events::publish_model_change(
-                        &shared.events,
-                        &shared.model.load(),
-                        &c,
-                        now,
-                    );
-                    return Ok(r);
-                }
-                Err(_) => std::thread::yield_now(),
-            }
-        }
-        Err(Error::Status(
-            uaring_core::StatusCode::BadResourceUnavailable,
-        ))
+        edit_model(&self.setup.shared, &self.model_writer, f).map_err(Error::Status)
     }
 
     /// Adds a Double, Int32, String, … Variable with a stored value under `parent`
@@ -1029,6 +1051,20 @@ impl ServerHandle {
         Variable::of(&self.setup.shared, &node_id)
     }
 
+    /// The aggregating gateway's mirrored servers and their state (empty without
+    /// `[gateway]`).
+    pub fn gateway_status(&self) -> Vec<Arc<crate::gateway::ServerStatus>> {
+        self.gateway
+            .as_ref()
+            .map(|g| g.status())
+            .unwrap_or_default()
+    }
+
+    /// The running gateway, when `[gateway]` mirrors servers.
+    pub fn gateway(&self) -> Option<&crate::gateway::Gateway> {
+        self.gateway.as_ref()
+    }
+
     /// Removes nodes while the server runs (with the references from and to them).
     /// Monitored items on them report BadNodeIdUnknown; their [`Variable`] handles answer
     /// `Status(BadNodeIdUnknown)`. A node that is not there is `Status(BadNodeIdUnknown)`
@@ -1041,6 +1077,54 @@ impl ServerHandle {
             Ok(())
         })
     }
+}
+
+/// [`ServerHandle::edit`] for the runtime's own writers (the gateway): `f` on an edit of
+/// the current version, committed as the next one (run again when another writer's commit
+/// came first), one GeneralModelChangeEvent, and the Server object's NamespaceArray updated
+/// when the edit added namespaces. `writer` takes the writers one at a time.
+pub(crate) fn edit_model<R>(
+    shared: &Arc<ServerShared>,
+    writer: &std::sync::Mutex<()>,
+    mut f: impl FnMut(&mut uaring_core::address_space::edit::Edit) -> Result<R, uaring_core::StatusCode>,
+) -> Result<R, uaring_core::StatusCode> {
+    let _one_at_a_time = writer.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..1000 {
+        let mut edit = shared.model.edit();
+        let namespaces = edit.space().namespace_uris().len();
+        let r = f(&mut edit)?;
+        let added_namespaces = edit.space().namespace_uris().len() != namespaces;
+        match shared.model.commit(edit) {
+            Ok(c) => {
+                let space = shared.model.load();
+                if added_namespaces {
+                    let uris = space.namespace_uris();
+                    let array = Variant::array(
+                        uaring_core::BuiltinType::String,
+                        uris.iter()
+                            .map(|u| Variant::String(u.as_str().into()))
+                            .collect(),
+                    );
+                    if let (Some(i), Some(array)) = (
+                        space.node_index(&NodeId::ns0(
+                            uaring_core::generated::node_ids::Server_NamespaceArray,
+                        )),
+                        array,
+                    ) {
+                        let _ = space.store_value(i, uaring_core::DataValue::new(array));
+                    }
+                }
+                let now = uaring_core::Now {
+                    mono_ns: crate::clock::mono_ns(),
+                    utc: crate::clock::utc_now(),
+                };
+                uaring_core::events::publish_model_change(&shared.events, &space, &c, now);
+                return Ok(r);
+            }
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+    Err(uaring_core::StatusCode::BadResourceUnavailable)
 }
 
 /// Raises events from any thread ([`ServerBuilder::events`]). Cheap to clone.
@@ -1119,6 +1203,9 @@ impl ServerHandle {
 
     fn stop_and_join(&mut self) -> Result<(), Error> {
         self.demo.take();
+        if let Some(mut g) = self.gateway.take() {
+            g.stop();
+        }
         let joined = match self.running.take() {
             Some(r) => {
                 r.stop();
@@ -1171,7 +1258,9 @@ impl ServerHandle {
                         stats::render_json(&running.fleet, &backend_name, &listen_name)
                     );
                 }
-                Some(libc::SIGHUP) => crate::cli::reload(self.config_path.as_deref()),
+                Some(libc::SIGHUP) => {
+                    crate::cli::reload(self.config_path.as_deref(), self.gateway.as_ref())
+                }
                 Some(sig) => {
                     tracing::info!(signal = sig, "shutting down");
                     crate::notify::notify("STOPPING=1");

@@ -245,6 +245,11 @@ pub struct ServeArgs {
     /// `[[reverse_connect]]` (docs/Configuration.md); repeatable, added to the file's entries.
     #[arg(long = "reverse-connect", value_name = "URL")]
     pub reverse_connect: Vec<String>,
+    /// Gateway: mirror the OPC UA server at URL (opc.tcp://HOST:PORT) whole under
+    /// Objects/HOST_PORT, security None, anonymous, the defaults of `[[gateway.servers]]`
+    /// (docs/Gateway.md); repeatable, added to the file's entries.
+    #[arg(long = "gateway", value_name = "URL")]
+    pub gateway: Vec<String>,
 }
 
 /// Options of `uaring topology`.
@@ -410,8 +415,9 @@ fn set_log_filter(f: &str) {
     }
 }
 
-/// SIGHUP: rescan the trust lists now and re-read `[log] filter` from the configuration file.
-pub(crate) fn reload(config: Option<&std::path::Path>) {
+/// SIGHUP: rescan the trust lists now and re-read `[log] filter` and `[[gateway.servers]]`
+/// from the configuration file.
+pub(crate) fn reload(config: Option<&std::path::Path>, gateway: Option<&crate::gateway::Gateway>) {
     crate::notify::reloading();
     uaring_crypto::pki::request_rescan();
     let mut what = vec!["trust lists rescanned".to_string()];
@@ -420,10 +426,18 @@ pub(crate) fn reload(config: Option<&std::path::Path>) {
             .map_err(|e| e.to_string())
             .and_then(|t| FileConfig::parse(&t))
         {
-            Ok(f) => {
-                if let Some(filter) = f.log.filter {
+            Ok(mut f) => {
+                if let Some(filter) = f.log.filter.take() {
                     set_log_filter(&filter);
                     what.push(format!("log filter {filter:?}"));
+                }
+                if let Some(g) = gateway {
+                    match crate::gateway::config::take_config(&mut f.server)
+                        .and_then(|c| g.reconfigure(c.servers.clone()).map(|()| c))
+                    {
+                        Ok(c) => what.push(format!("gateway: {} servers", c.servers.len())),
+                        Err(e) => tracing::warn!("reload: [gateway]: {e}; servers unchanged"),
+                    }
                 }
             }
             Err(e) => tracing::warn!("reload: {}: {e}; log filter unchanged", path.display()),
@@ -599,6 +613,9 @@ pub fn serve(a: ServeArgs) -> i32 {
             url: url.clone(),
             ..Default::default()
         });
+    }
+    for url in &a.gateway {
+        b = b.gateway(crate::gateway::ServerConfig::quick(url));
     }
     let b = b
         .accept_all_client_certs(a.accept_all_client_certs)

@@ -43,6 +43,10 @@ pub enum Origin {
     /// keeps the lease with the connection (it tells the dialer when the client took the
     /// connection up, and when it closed).
     Reverse(crate::reverse::ReverseLease),
+    /// Connected outgoing by a dialer thread of the loop's own client (the gateway's, to the
+    /// servers it mirrors) and queued to the loop (`Fleet::take_dial_queues`), with the tag
+    /// the handler asked for it by.
+    Dialed(u64),
 }
 
 /// The protocol side of one shard. Deadlines are CLOCK_MONOTONIC nanoseconds

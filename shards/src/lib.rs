@@ -35,6 +35,7 @@ pub mod epoll;
 mod error;
 pub mod event_loop;
 pub mod fleet;
+pub mod gateway;
 pub mod handler;
 pub mod handshake;
 pub mod history;

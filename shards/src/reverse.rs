@@ -280,7 +280,11 @@ impl Drop for ReverseLease {
 pub struct Dialed {
     pub fd: OwnedFd,
     pub peer: SocketAddr,
-    pub lease: ReverseLease,
+    /// A connection to a Reverse Connect client (`Origin::Reverse`); `None` for an outgoing
+    /// connection of the loop's own client (`Origin::Dialed(tag)`: the gateway's dialer).
+    pub lease: Option<ReverseLease>,
+    /// What the loop's handler knows the connection by (`Origin::Dialed`); 0 with a lease.
+    pub tag: u64,
 }
 
 /// The dialer thread's per-client state.
@@ -513,7 +517,8 @@ fn hand_over(
     let mut h = Dialed {
         fd: OwnedFd::from(stream),
         peer,
-        lease,
+        lease: Some(lease),
+        tag: 0,
     };
     for (_, i) in order {
         let Some(q) = queues.get_mut(i) else { continue };

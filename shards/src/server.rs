@@ -227,7 +227,7 @@ impl<S: ShardHost> Handler for UaHandler<S> {
                     reverse: Some(lease),
                 })
             }
-            Origin::Accepted | Origin::Connected => Some(UaConn {
+            Origin::Accepted | Origin::Connected | Origin::Dialed(_) => Some(UaConn {
                 conn: ServerConnection::new(&mut self.host, Some(peer), now),
                 id,
                 channel: None,

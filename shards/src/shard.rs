@@ -1049,7 +1049,11 @@ impl<H: Handler> ShardCore<H> {
             }
         }
         while let Some(d) = self.wiring.pop_dialed() {
-            if let Some(id) = self.add_conn(d.fd, d.peer, Origin::Reverse(d.lease)) {
+            let origin = match d.lease {
+                Some(lease) => Origin::Reverse(lease),
+                None => Origin::Dialed(d.tag),
+            };
+            if let Some(id) = self.add_conn(d.fd, d.peer, origin) {
                 added.push(id);
             }
             // After `open` counts it (the dialer's placement reads the two in turn).

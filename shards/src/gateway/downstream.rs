@@ -1,0 +1,2422 @@
+//! One mirrored server, as the gateway's client: its connection, session and subscription,
+//! its mirror (built from a [`Crawl`] and refreshed), the monitored items the demand asks
+//! for, the values and events it reports, and the Reads, Writes and Calls forwarded to it.
+//!
+//! Everything here runs on the gateway thread, driven by [`super::handler`]: bytes in
+//! ([`Downstream::on_recv`]), timers ([`Downstream::on_timer`]), the demand of the shards
+//! ([`Downstream::demand`]) and forwarded operations ([`Downstream::forward`]); bytes out
+//! collect in [`Downstream::out`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use uaring_core::address_space::app::{
+    AppMethod, AsyncCall, AsyncRead, AsyncSource, AsyncWrite, AsyncWriteHook, MethodHandler,
+    ReadThrough,
+};
+use uaring_core::address_space::change::Demand;
+use uaring_core::client::{ClientConfig, ClientConnection};
+use uaring_core::events::{Event, EventField};
+use uaring_core::generated::messages::{Request, Response};
+use uaring_core::generated::node_ids as ids;
+use uaring_core::generated::types::{
+    ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType,
+    CallMethodRequest, CallRequest, CloseSessionRequest, ContentFilter,
+    CreateMonitoredItemsRequest, CreateSessionRequest, CreateSubscriptionRequest,
+    DataChangeNotification, DeleteMonitoredItemsRequest, EventFilter, EventNotificationList,
+    MessageSecurityMode, ModifyMonitoredItemsRequest, MonitoredItemCreateRequest,
+    MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters, NodeClass, PublishRequest,
+    ReadRequest, ReadValueId, RequestHeader, SignatureData, SimpleAttributeOperand,
+    StatusChangeNotification, SubscriptionAcknowledgement, TimestampsToReturn,
+    TransferSubscriptionsRequest, UserNameIdentityToken, UserTokenType, WriteRequest, WriteValue,
+};
+use uaring_core::types::{
+    ByteString, DataValue, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName,
+    StatusCode, UaString, Variant,
+};
+use uaring_core::Now;
+
+use super::build;
+use super::config::{GatewayConfig, ServerConfig};
+use super::crawl::{Crawl, Found2, Job};
+use super::names::Names;
+use super::{away_value, Forward, Host, ServerStatus, Shared, State};
+use crate::handler::ConnId;
+
+/// The gateway's own namespace (the servers' folders and their status Properties).
+pub const GATEWAY_URI: &str = "urn:uaring:gateway";
+
+/// Publish requests kept at the server.
+const PUBLISH_OUT: usize = 3;
+/// Monitored item requests out at once.
+const ITEM_REQUESTS_OUT: usize = 8;
+/// Nodes per edit when a mirror is added (each edit is one GeneralModelChangeEvent).
+const NODES_PER_EDIT: usize = 5_000;
+/// The client handle of the event item.
+const EVENT_HANDLE: u32 = u32::MAX;
+/// The keep-alive the gateway's subscription asks for, ms.
+const KEEP_ALIVE_MS: f64 = 5_000.0;
+
+/// What a response answers.
+enum Pending {
+    CreateSession,
+    ActivateSession {
+        resume: bool,
+    },
+    Info,
+    Crawl(Job),
+    CreateSubscription,
+    Transfer,
+    EventItem,
+    CreateItems(Vec<u32>),
+    ModifyItems(Vec<u32>),
+    DeleteItems(Vec<(u32, u32)>),
+    Publish,
+    /// Values read after a resumed session: (var, the epoch when the read was sent).
+    Refresh(Vec<u32>, u64),
+    Read(Vec<(u32, AsyncRead)>),
+    /// A Write and the var it writes (u32::MAX when unknown).
+    Write(u32, AsyncWrite),
+    Call(AsyncCall),
+    CloseSession,
+}
+
+struct Out {
+    what: Pending,
+    deadline_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Not connected; dial at `retry_at`.
+    Waiting,
+    /// The dialer is connecting (tag).
+    Dialing,
+    /// The secure channel is opening.
+    Channel,
+    /// CreateSession / ActivateSession / the server's information.
+    Session,
+    /// Activated: crawls, items, publishing, forwarding.
+    Running,
+}
+
+struct SessionInfo {
+    auth: NodeId,
+    server_nonce: ByteString,
+    server_certificate: ByteString,
+    /// The user token policies the server's endpoints offer.
+    policies: Vec<uaring_core::generated::types::UserTokenPolicy>,
+}
+
+/// A mirrored Variable's monitored item on the server.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Item {
+    id: u32,
+    /// What the gateway asked for (the demand then).
+    asked: (f64, u32),
+    /// What the server granted.
+    sampling_ms: f64,
+    queue_size: u32,
+}
+
+/// A mirrored Variable (its slot is the client handle of its item on the server).
+struct Var {
+    index: u32,
+    generation: u32,
+    remote: NodeId,
+    fresh: Arc<AtomicU64>,
+    /// Each shard's demand (shards with items only).
+    shards: Vec<(u16, Demand)>,
+    item: Option<Item>,
+    /// A create, modify or delete of its item is out.
+    busy: bool,
+    dirty: bool,
+    /// Its node was removed (a refresh): the slot is freed once its item is gone.
+    removed: bool,
+    /// The epoch of the last value the server reported for it.
+    notified: u64,
+    /// The server refused an item for it (status kept; not asked again until the demand
+    /// changes).
+    refused: bool,
+    /// The parameters of the create or modify out.
+    asked: (f64, u32),
+}
+
+impl Var {
+    /// What the shards ask for together: (fastest interval, deepest queue), or `None` when
+    /// no item here watches the node.
+    fn want(&self) -> Option<(f64, u32)> {
+        if self.removed || self.shards.is_empty() {
+            return None;
+        }
+        let sampling = self
+            .shards
+            .iter()
+            .map(|(_, d)| d.sampling_ms)
+            .fold(f64::INFINITY, f64::min)
+            .max(0.0);
+        let queue = self
+            .shards
+            .iter()
+            .map(|(_, d)| d.queue_size)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        Some((sampling, queue))
+    }
+}
+
+/// A mirrored node: its id here, its class, its var slot.
+struct Mirrored {
+    local: NodeId,
+    var: Option<u32>,
+}
+
+/// What the gateway thread shares with every server.
+pub(super) struct Env<'a> {
+    pub host: &'a Host,
+    pub shared: &'a Arc<Shared>,
+    pub limits: &'a GatewayConfig,
+    /// Mirrored Variables by node index: (server, var slot).
+    pub by_node: &'a mut std::collections::HashMap<u32, (u32, u32)>,
+    /// Items on the servers in all, and mirrored nodes in all.
+    pub items_total: &'a mut u64,
+    pub nodes_total: &'a mut u64,
+    pub companions: &'a Arc<Vec<String>>,
+    pub now: Now,
+}
+
+/// One mirrored server. See the module documentation.
+pub(super) struct Downstream {
+    pub id: u32,
+    pub cfg: ServerConfig,
+    pub status: Arc<ServerStatus>,
+    names: Names,
+    pub conn: Option<ConnId>,
+    pub tag: u64,
+    client: Option<ClientConnection>,
+    /// Output for the connection, moved to the loop by `flush`.
+    pub out: Vec<u8>,
+    /// The connection is to be closed (its output sent first).
+    pub close: bool,
+    phase: Phase,
+    backoff_ms: u64,
+    retry_at: u64,
+    connected_once: bool,
+    pending: HashMap<u32, Out>,
+    session: Option<SessionInfo>,
+    ops: usize,
+    // The mirror.
+    crawl: Option<Crawl>,
+    crawl_wanted: bool,
+    crawl_retry_at: u64,
+    start_time: Option<DateTime>,
+    mirrored_start_time: Option<DateTime>,
+    next_refresh_ns: u64,
+    mirror: HashMap<NodeId, Mirrored>,
+    mirrored_types: HashMap<NodeId, NodeId>,
+    gateway_ns: u16,
+    folder: Option<NodeId>,
+    roots: Vec<NodeId>,
+    // Values.
+    vars: Vec<Var>,
+    var_free: Vec<u32>,
+    dirty: Vec<u32>,
+    sub: Option<u32>,
+    sub_ready: bool,
+    sub_asked: bool,
+    revised_interval_ms: f64,
+    event_item: bool,
+    event_asked: bool,
+    publish_out: usize,
+    acks: Vec<SubscriptionAcknowledgement>,
+    item_requests: usize,
+    epoch: u64,
+    // Forwarding: one source for every read-through of the server (its in-flight bound).
+    read_source: Option<Arc<AsyncSource>>,
+    status_dirty: bool,
+    status_at: u64,
+    pub removing: bool,
+    /// The session of this connection is one of an earlier connection's, taken over.
+    resumed_now: bool,
+}
+
+fn header(timeout_ms: u32) -> RequestHeader {
+    RequestHeader {
+        timeout_hint: timeout_ms,
+        ..Default::default()
+    }
+}
+
+fn service_result(resp: &Response) -> StatusCode {
+    resp.response_header().service_result
+}
+
+impl Downstream {
+    pub fn new(id: u32, cfg: ServerConfig, status: Arc<ServerStatus>, env: &Env<'_>) -> Self {
+        let names = Names::new(&cfg.name, env.companions.clone());
+        Downstream {
+            id,
+            status,
+            names,
+            conn: None,
+            tag: 0,
+            client: None,
+            out: Vec::new(),
+            close: false,
+            phase: Phase::Waiting,
+            backoff_ms: cfg.reconnect_min_ms,
+            retry_at: 0,
+            connected_once: false,
+            pending: HashMap::new(),
+            session: None,
+            ops: env.limits.operations_per_request as usize,
+            crawl: None,
+            crawl_wanted: true,
+            crawl_retry_at: 0,
+            start_time: None,
+            mirrored_start_time: None,
+            next_refresh_ns: u64::MAX,
+            mirror: HashMap::new(),
+            mirrored_types: HashMap::new(),
+            gateway_ns: 0,
+            folder: None,
+            roots: Vec::new(),
+            vars: Vec::new(),
+            var_free: Vec::new(),
+            dirty: Vec::new(),
+            sub: None,
+            sub_ready: false,
+            sub_asked: false,
+            revised_interval_ms: 0.0,
+            event_item: false,
+            event_asked: false,
+            publish_out: 0,
+            acks: Vec::new(),
+            item_requests: 0,
+            epoch: 0,
+            read_source: None,
+            status_dirty: true,
+            status_at: 0,
+            removing: false,
+            resumed_now: false,
+            cfg,
+        }
+    }
+
+    fn timeout_ns(&self, env: &Env<'_>) -> u64 {
+        u64::from(env.limits.request_timeout_ms) * 1_000_000
+    }
+
+    // ---- connection ------------------------------------------------------------------
+
+    /// Time to dial? Returns the host and port when it is, and notes the attempt.
+    pub fn want_dial(&mut self, now: Now, tag: u64) -> Option<(String, u16, u64)> {
+        if self.phase != Phase::Waiting || self.removing || now.mono_ns < self.retry_at {
+            return None;
+        }
+        let (host, port) = crate::reverse::parse_client_url(&self.cfg.endpoint).ok()?;
+        self.phase = Phase::Dialing;
+        self.tag = tag;
+        self.status.set_state(State::Connecting);
+        self.status_dirty = true;
+        Some((host, port, self.cfg.connect_timeout_ms))
+    }
+
+    /// The dial failed.
+    pub fn dial_failed(&mut self, env: &mut Env<'_>, error: &str) {
+        if self.phase != Phase::Dialing {
+            return;
+        }
+        self.lost(env, &format!("connect: {error}"));
+    }
+
+    /// The dialed socket joined the loop: start the secure channel.
+    pub fn opened(&mut self, env: &mut Env<'_>, conn: ConnId) -> Result<(), String> {
+        let mut cfg = ClientConfig::new(&self.cfg.endpoint);
+        cfg.requested_lifetime_ms = 600_000;
+        if self.cfg.security_policy != "None" {
+            let policy = uaring_crypto::PolicyId::from_uri(&format!(
+                "http://opcfoundation.org/UA/SecurityPolicy#{}",
+                self.cfg.security_policy
+            ))
+            .ok_or("unknown security policy")?;
+            let own = env
+                .host
+                .own
+                .clone()
+                .ok_or("no application instance certificate (the server offers no RSA policy) for a secured channel")?;
+            cfg.policy = uaring_crypto::RsaPolicy::client(policy, own)?;
+            cfg.mode = if self.cfg.security_mode == "Sign" {
+                MessageSecurityMode::Sign
+            } else {
+                MessageSecurityMode::SignAndEncrypt
+            };
+            cfg.server_certificate = Some(read_certificate(&self.cfg.server_certificate)?);
+        }
+        let random = crate::random::os_seeded().map_err(|e| format!("random: {e}"))?;
+        let mut client = ClientConnection::new(cfg, Box::new(random));
+        client.start(env.now, &mut self.out);
+        self.client = Some(client);
+        self.conn = Some(conn);
+        self.phase = Phase::Channel;
+        Ok(())
+    }
+
+    /// The connection is gone (closed by either side).
+    pub fn closed(&mut self, env: &mut Env<'_>) {
+        self.conn = None;
+        let why = match self.client.as_ref().map(|c| c.state()) {
+            Some(uaring_core::client::ClientState::Closed(s)) => format!("connection closed: {s}"),
+            _ => "connection closed".to_string(),
+        };
+        if self.phase != Phase::Waiting {
+            self.lost(env, &why);
+        }
+    }
+
+    /// Connection lost or refused: every value goes to its away status, everything out is
+    /// answered BadNotConnected, and the next dial is after the back-off.
+    fn lost(&mut self, env: &mut Env<'_>, why: &str) {
+        tracing::info!(server = %self.cfg.name, "gateway: {why}; dialing again in {} ms", self.backoff_ms);
+        self.status.set_error(why);
+        if self.connected_once || self.phase == Phase::Dialing {
+            self.status.reconnects.fetch_add(1, Ordering::Relaxed);
+        }
+        self.client = None;
+        if self.conn.is_some() {
+            self.close = true;
+        }
+        self.phase = Phase::Waiting;
+        self.retry_at = env.now.mono_ns.saturating_add(self.backoff_ms * 1_000_000);
+        self.backoff_ms = (self.backoff_ms * 2).min(self.cfg.reconnect_max_ms);
+        for (_, o) in self.pending.drain() {
+            match o.what {
+                Pending::Read(reads) => {
+                    for (_, r) in reads {
+                        r.fail(StatusCode::BadNotConnected);
+                    }
+                }
+                Pending::Write(_, w) => w.complete(StatusCode::BadNotConnected),
+                Pending::Call(c) => c.complete(Err(StatusCode::BadNotConnected)),
+                Pending::CreateItems(v) | Pending::ModifyItems(v) => {
+                    for i in v {
+                        if let Some(var) = self.vars.get_mut(i as usize) {
+                            var.busy = false;
+                        }
+                    }
+                }
+                Pending::DeleteItems(v) => {
+                    for (i, _) in v {
+                        if let Some(var) = self.vars.get_mut(i as usize) {
+                            var.busy = false;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.publish_out = 0;
+        self.item_requests = 0;
+        self.sub_ready = false;
+        self.sub_asked = false;
+        self.event_asked = false;
+        self.crawl = None;
+        self.acks.clear();
+        // Items whose create was out are unknown now; the rest are re-checked.
+        for i in 0..self.vars.len() as u32 {
+            self.mark(i);
+        }
+        self.status.set_state(State::Waiting);
+        self.status_dirty = true;
+        self.store_away(env);
+    }
+
+    /// Every mirrored Variable's value while the server is away.
+    fn store_away(&mut self, env: &Env<'_>) {
+        let space = env.host.server.model.current();
+        for v in &self.vars {
+            if v.removed {
+                continue;
+            }
+            v.fresh.store(0, Ordering::Release);
+            let Some(node) = space.node_at_generation(v.index, v.generation) else {
+                continue;
+            };
+            let last = node.value_cell().map(|c| c.load()).unwrap_or_default();
+            let _ = space.store_value(v.index, away_value(self.cfg.while_away, &last));
+        }
+    }
+
+    /// Bytes from the server.
+    pub fn on_recv(&mut self, env: &mut Env<'_>, data: &[u8]) {
+        let Some(client) = self.client.as_mut() else {
+            return;
+        };
+        if let Err(s) = client.on_recv(env.now, data, &mut self.out) {
+            self.lost(env, &format!("channel: {s}"));
+            return;
+        }
+        if self.phase == Phase::Channel && client.is_open() {
+            self.phase = Phase::Session;
+            if let Err(e) = self.begin_session(env) {
+                self.lost(env, &e);
+                return;
+            }
+        }
+        while let Some((id, resp)) = self.client.as_mut().and_then(|c| c.poll_response()) {
+            let Some(o) = self.pending.remove(&id) else {
+                continue;
+            };
+            if let Err(e) = self.on_response(env, o.what, resp) {
+                self.lost(env, &e);
+                return;
+            }
+        }
+        self.progress(env);
+    }
+
+    /// When [`Downstream::on_timer`] has work.
+    pub fn deadline(&self) -> u64 {
+        let mut d = u64::MAX;
+        if self.phase == Phase::Waiting && !self.removing {
+            d = d.min(self.retry_at);
+        }
+        for o in self.pending.values() {
+            d = d.min(o.deadline_ns);
+        }
+        if let Some(c) = &self.client {
+            if let Some(t) = c.next_deadline() {
+                d = d.min(t);
+            }
+        }
+        if self.phase == Phase::Running {
+            d = d.min(self.next_refresh_ns);
+            if self.crawl.is_none() && self.crawl_wanted {
+                d = d.min(self.crawl_retry_at);
+            }
+        }
+        d.min(self.status_at)
+    }
+
+    pub fn on_timer(&mut self, env: &mut Env<'_>) {
+        let now = env.now;
+        if let Some(c) = self.client.as_mut() {
+            if let Err(s) = c.on_timer(now, &mut self.out) {
+                self.lost(env, &format!("token renewal: {s}"));
+                return;
+            }
+        }
+        if self.pending.values().any(|o| o.deadline_ns <= now.mono_ns) {
+            self.lost(env, "a request timed out");
+            return;
+        }
+        if self.phase == Phase::Running && now.mono_ns >= self.next_refresh_ns {
+            self.crawl_wanted = true;
+            self.next_refresh_ns = u64::MAX;
+        }
+        if now.mono_ns >= self.status_at {
+            self.status_dirty = true;
+        }
+        self.progress(env);
+    }
+
+    // ---- the session -------------------------------------------------------------------
+
+    fn send(
+        &mut self,
+        env: &Env<'_>,
+        mut req: Request,
+        what: Pending,
+        extra_ns: u64,
+    ) -> Result<(), String> {
+        let timeout = env.limits.request_timeout_ms;
+        req.request_header_mut().timeout_hint = timeout;
+        let client = self.client.as_mut().ok_or("not connected")?;
+        let id = client
+            .send_request(req, env.now, &mut self.out)
+            .map_err(|s| format!("send: {s}"))?;
+        self.pending.insert(
+            id,
+            Out {
+                what,
+                deadline_ns: env.now.mono_ns + self.timeout_ns(env) + extra_ns,
+            },
+        );
+        Ok(())
+    }
+
+    fn begin_session(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        if let Some(s) = &self.session {
+            // A session of an earlier connection: take it over (its subscription with it).
+            let auth = s.auth.clone();
+            if let Some(c) = self.client.as_mut() {
+                c.set_authentication_token(auth);
+            }
+            return self.activate(env, true);
+        }
+        let own_cert = env.host.own.as_ref().map(|o| o.cert.der().to_vec());
+        let secured = self.cfg.security_policy != "None";
+        let nonce = {
+            let c = self.client.as_mut().ok_or("not connected")?;
+            uaring_core::random::bytes(c.random(), 32)
+        };
+        let app = &env.host.server.config.application;
+        let req = CreateSessionRequest {
+            request_header: header(0),
+            client_description: ApplicationDescription {
+                application_uri: app.effective_application_uri().into(),
+                product_uri: "urn:uaring".into(),
+                application_name: LocalizedText::text(&format!(
+                    "{} (gateway)",
+                    app.application_name
+                )),
+                application_type: ApplicationType::Client,
+                ..Default::default()
+            },
+            endpoint_url: self.cfg.endpoint.as_str().into(),
+            session_name: format!("uaring gateway {}", self.cfg.name).as_str().into(),
+            client_nonce: ByteString::from(nonce),
+            client_certificate: match (secured, own_cert) {
+                (true, Some(c)) => ByteString::from(c),
+                _ => ByteString::default(),
+            },
+            requested_session_timeout: f64::from(self.cfg.session_timeout_ms),
+            max_response_message_size: 0,
+            ..Default::default()
+        };
+        self.send(
+            env,
+            Request::CreateSession(Box::new(req)),
+            Pending::CreateSession,
+            0,
+        )
+    }
+
+    fn activate(&mut self, env: &mut Env<'_>, resume: bool) -> Result<(), String> {
+        let s = self.session.as_ref().ok_or("no session")?;
+        let secured = self.cfg.security_policy != "None";
+        let client_signature = if secured {
+            let policy = self
+                .client
+                .as_ref()
+                .map(|c| c.policy().clone())
+                .ok_or("not connected")?;
+            let mut data = s.server_certificate.as_bytes().to_vec();
+            data.extend_from_slice(s.server_nonce.as_bytes());
+            let (alg, sig) = policy
+                .sign_own(&data)
+                .map_err(|e| format!("client signature: {e}"))?;
+            SignatureData {
+                algorithm: alg.as_str().into(),
+                signature: ByteString::from(sig),
+            }
+        } else {
+            SignatureData::default()
+        };
+        let token = self.identity_token(s)?;
+        let req = ActivateSessionRequest {
+            request_header: header(0),
+            client_signature,
+            user_identity_token: token,
+            locale_ids: vec!["en".into()],
+            ..Default::default()
+        };
+        self.send(
+            env,
+            Request::ActivateSession(Box::new(req)),
+            Pending::ActivateSession { resume },
+            0,
+        )
+    }
+
+    /// The identity token of the configured user (anonymous when none): a UserName token's
+    /// password encrypted for the server when its token policy or the channel asks for it.
+    fn identity_token(&self, s: &SessionInfo) -> Result<ExtensionObject, String> {
+        let want = if self.cfg.user.is_empty() {
+            UserTokenType::Anonymous
+        } else {
+            UserTokenType::UserName
+        };
+        let policy = s.policies.iter().find(|p| p.token_type == want);
+        let policy_id = policy.map(|p| p.policy_id.clone()).unwrap_or_else(|| {
+            UaString::from(if self.cfg.user.is_empty() {
+                "anonymous"
+            } else {
+                "username"
+            })
+        });
+        if self.cfg.user.is_empty() {
+            return Ok(ExtensionObject::from_struct(&AnonymousIdentityToken {
+                policy_id,
+            }));
+        }
+        let password = self.cfg.password()?;
+        let token_policy = policy
+            .and_then(|p| p.security_policy_uri.as_opt())
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                format!(
+                    "http://opcfoundation.org/UA/SecurityPolicy#{}",
+                    self.cfg.security_policy
+                )
+            });
+        let (password, algorithm) = match uaring_crypto::PolicyId::from_uri(&token_policy) {
+            Some(p) if p.asym_encryption_algorithm_uri().is_some() => {
+                let cert = uaring_crypto::Certificate::from_der(s.server_certificate.as_bytes())
+                    .map_err(|e| {
+                        format!("the server's certificate (to encrypt the password): 0x{e:08X}")
+                    })?;
+                let enc = uaring_crypto::encrypt_user_password(
+                    p,
+                    &cert,
+                    password.as_bytes(),
+                    s.server_nonce.as_bytes(),
+                )
+                .map_err(|e| format!("password encryption: 0x{e:08X}"))?;
+                (
+                    enc,
+                    UaString::from(p.asym_encryption_algorithm_uri().unwrap_or_default()),
+                )
+            }
+            _ => (password.into_bytes(), UaString::null()),
+        };
+        Ok(ExtensionObject::from_struct(&UserNameIdentityToken {
+            policy_id,
+            user_name: self.cfg.user.as_str().into(),
+            password: ByteString::from(password),
+            encryption_algorithm: algorithm,
+        }))
+    }
+
+    fn read_info(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        let ops = [
+            ids::Server_NamespaceArray,
+            ids::Server_ServerStatus_StartTime,
+            ids::Server_ServiceLevel,
+            ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerRead,
+            ids::Server_ServerCapabilities_OperationLimits_MaxNodesPerBrowse,
+            ids::Server_ServerCapabilities_OperationLimits_MaxMonitoredItemsPerCall,
+        ]
+        .into_iter()
+        .map(|n| ReadValueId {
+            node_id: NodeId::ns0(n),
+            attribute_id: 13,
+            ..Default::default()
+        })
+        .collect();
+        let req = ReadRequest {
+            request_header: header(0),
+            max_age: 0.0,
+            timestamps_to_return: TimestampsToReturn::Neither,
+            nodes_to_read: ops,
+        };
+        self.send(env, Request::Read(Box::new(req)), Pending::Info, 0)
+    }
+
+    fn on_info(&mut self, env: &mut Env<'_>, values: Vec<DataValue>) -> Result<(), String> {
+        let mut v = values.into_iter();
+        let ns = v.next().unwrap_or_default();
+        let Variant::Array(arr) = ns.value else {
+            return Err(format!("the server's NamespaceArray: {}", ns.status_code()));
+        };
+        let uris: Vec<String> = arr
+            .values
+            .iter()
+            .map(|u| match u {
+                Variant::String(s) => s.as_str().to_string(),
+                _ => String::new(),
+            })
+            .collect();
+        self.names.set_namespace_array(&uris);
+        let start = v.next().and_then(|d| match d.value {
+            Variant::DateTime(t) => Some(t),
+            _ => None,
+        });
+        if let Some(Variant::Byte(b)) = v.next().map(|d| d.value) {
+            self.status.service_level.store(b, Ordering::Relaxed);
+        }
+        let mut ops = env.limits.operations_per_request as usize;
+        for d in v {
+            if let Variant::UInt32(n) = d.value {
+                if n > 0 {
+                    ops = ops.min(n as usize);
+                }
+            }
+        }
+        self.ops = ops.max(1);
+        self.register_namespaces(env)?;
+        if self.start_time.is_some() && start != self.start_time {
+            // Another instance of the server: its model may differ.
+            self.crawl_wanted = true;
+        }
+        self.start_time = start;
+        if self.mirrored_start_time.is_none() || self.mirrored_start_time != start {
+            self.crawl_wanted = true;
+        }
+        self.phase = Phase::Running;
+        self.connected_once = true;
+        self.backoff_ms = self.cfg.reconnect_min_ms;
+        self.status.set_state(if self.crawl_wanted {
+            State::Browsing
+        } else {
+            State::Connected
+        });
+        self.status_dirty = true;
+        Ok(())
+    }
+
+    /// Local namespaces for the server's namespaces that have none yet (and the gateway's
+    /// own, the first time).
+    fn register_namespaces(&mut self, env: &Env<'_>) -> Result<(), String> {
+        let slots = self.names.unregistered();
+        if slots.is_empty() && self.gateway_ns != 0 {
+            return Ok(());
+        }
+        let uris: Vec<(u16, String, String)> = slots
+            .iter()
+            .map(|&s| (s, self.names.name_uri(s), self.names.instance_uri(s)))
+            .collect();
+        let got = crate::builder::edit_model(&env.host.server, &env.host.writer, |e| {
+            let g = e.add_namespace(GATEWAY_URI)?;
+            let mut out = Vec::with_capacity(uris.len());
+            for (slot, name, inst) in &uris {
+                out.push((*slot, e.add_namespace(name)?, e.add_namespace(inst)?));
+            }
+            Ok((g, out))
+        })
+        .map_err(|s| format!("namespaces: {s}"))?;
+        self.gateway_ns = got.0;
+        for (slot, n, i) in got.1 {
+            self.names.register(slot, n, i);
+        }
+        Ok(())
+    }
+
+    // ---- progress --------------------------------------------------------------------
+
+    /// Sends what is due: the crawl's requests, the subscription, the items, Publish.
+    fn progress(&mut self, env: &mut Env<'_>) {
+        if self.phase == Phase::Running {
+            if let Err(e) = self.progress_running(env) {
+                self.lost(env, &e);
+                return;
+            }
+        }
+        if self.status_dirty {
+            self.publish_status(env);
+        }
+    }
+
+    fn progress_running(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        // The mirror.
+        if self.crawl.is_none() && self.crawl_wanted && env.now.mono_ns >= self.crawl_retry_at {
+            self.crawl_wanted = false;
+            self.status.set_state(State::Browsing);
+            self.status_dirty = true;
+            let max = (self.cfg.max_nodes as u64).min(
+                u64::from(env.limits.max_nodes).saturating_sub(*env.nodes_total)
+                    + self.mirror.len() as u64,
+            ) as usize;
+            self.crawl = Some(Crawl::new(&self.cfg.roots(), &self.names, max, self.ops));
+        }
+        if let Some(mut crawl) = self.crawl.take() {
+            let space = env.host.server.model.current();
+            let names = &self.names;
+            let types = &self.mirrored_types;
+            let known = |remote: &NodeId| {
+                if types.contains_key(remote) {
+                    return true;
+                }
+                let local = names.local_name_id(remote);
+                local.namespace != 0 && space.node(&local).is_some()
+            };
+            let reqs = crawl.poll(names, &known);
+            let done = crawl.done();
+            drop(space);
+            for (r, job) in reqs {
+                self.send(env, r, Pending::Crawl(job), 0)?;
+            }
+            if done {
+                let found = crawl.into_found();
+                self.apply(env, found)?;
+            } else {
+                self.crawl = Some(crawl);
+            }
+        }
+        // The subscription.
+        if self.sub_ready || self.mirror.is_empty() {
+        } else if !self.sub_asked {
+            self.sub_asked = true;
+            match self.sub {
+                Some(id) if self.session_is_new() => {
+                    let req = TransferSubscriptionsRequest {
+                        request_header: header(0),
+                        subscription_ids: vec![id],
+                        send_initial_values: true,
+                    };
+                    self.send(
+                        env,
+                        Request::TransferSubscriptions(Box::new(req)),
+                        Pending::Transfer,
+                        0,
+                    )?;
+                }
+                Some(_) => {
+                    // The session was resumed with its subscription: read the values of
+                    // the monitored Variables again (the notifications sent while away
+                    // are lost with the connection).
+                    self.sub_ready = true;
+                    self.refresh_values(env)?;
+                }
+                None => self.create_subscription(env)?,
+            }
+        }
+        if self.sub_ready {
+            if self.cfg.events && !self.event_item && !self.event_asked {
+                self.event_asked = true;
+                self.create_event_item(env)?;
+            }
+            self.reconcile(env)?;
+            while self.publish_out < PUBLISH_OUT {
+                let acks = std::mem::take(&mut self.acks);
+                let req = PublishRequest {
+                    request_header: header(0),
+                    subscription_acknowledgements: acks,
+                };
+                let extra = (self.revised_interval_ms.max(1.0) as u64)
+                    .saturating_mul(1_000_000)
+                    .saturating_add((KEEP_ALIVE_MS as u64 + 1_000) * 1_000_000);
+                self.send(
+                    env,
+                    Request::Publish(Box::new(req)),
+                    Pending::Publish,
+                    extra,
+                )?;
+                self.publish_out += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Was the session created on this connection (not resumed)?
+    fn session_is_new(&self) -> bool {
+        !self.resumed_now
+    }
+
+    fn create_subscription(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        let interval = f64::from(self.cfg.publishing_interval_ms);
+        let keep_alive = ((KEEP_ALIVE_MS / interval).ceil() as u32).max(1);
+        let req = CreateSubscriptionRequest {
+            request_header: header(0),
+            requested_publishing_interval: interval,
+            requested_lifetime_count: keep_alive.saturating_mul(6),
+            requested_max_keep_alive_count: keep_alive,
+            max_notifications_per_publish: 0,
+            publishing_enabled: true,
+            priority: 0,
+        };
+        self.send(
+            env,
+            Request::CreateSubscription(Box::new(req)),
+            Pending::CreateSubscription,
+            0,
+        )
+    }
+
+    fn create_event_item(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        let Some(sub) = self.sub else { return Ok(()) };
+        let field = |path: &[&str]| SimpleAttributeOperand {
+            type_definition_id: NodeId::ns0(2041),
+            browse_path: path.iter().map(|p| QualifiedName::new(0, p)).collect(),
+            attribute_id: 13,
+            index_range: UaString::null(),
+        };
+        let mut select: Vec<SimpleAttributeOperand> =
+            EVENT_FIELDS.iter().map(|f| field(&[f])).collect();
+        // ConditionId: the condition's NodeId.
+        select.push(SimpleAttributeOperand {
+            type_definition_id: NodeId::ns0(2782),
+            browse_path: Vec::new(),
+            attribute_id: 1,
+            index_range: UaString::null(),
+        });
+        select.push(SimpleAttributeOperand {
+            type_definition_id: NodeId::ns0(ids::GeneralModelChangeEventType),
+            browse_path: vec![QualifiedName::new(0, "Changes")],
+            attribute_id: 13,
+            index_range: UaString::null(),
+        });
+        let filter = EventFilter {
+            select_clauses: select,
+            where_clause: ContentFilter::default(),
+        };
+        let req = CreateMonitoredItemsRequest {
+            request_header: header(0),
+            subscription_id: sub,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId {
+                    node_id: NodeId::ns0(2253),
+                    attribute_id: 12,
+                    ..Default::default()
+                },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: EVENT_HANDLE,
+                    sampling_interval: 0.0,
+                    filter: ExtensionObject::from_struct(&filter),
+                    queue_size: 1000,
+                    discard_oldest: true,
+                },
+            }],
+        };
+        self.send(
+            env,
+            Request::CreateMonitoredItems(Box::new(req)),
+            Pending::EventItem,
+            0,
+        )
+    }
+
+    /// Reads the values of the Variables with items (a resumed session) and stores those no
+    /// notification overtook.
+    fn refresh_values(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        let vars: Vec<u32> = (0..self.vars.len() as u32)
+            .filter(|&i| {
+                self.vars
+                    .get(i as usize)
+                    .is_some_and(|v| v.item.is_some() && !v.removed)
+            })
+            .collect();
+        self.epoch += 1;
+        for chunk in vars.chunks(self.ops) {
+            let ops: Vec<ReadValueId> = chunk
+                .iter()
+                .filter_map(|&i| self.vars.get(i as usize))
+                .map(|v| ReadValueId {
+                    node_id: self.names.to_wire(&v.remote).unwrap_or_default(),
+                    attribute_id: 13,
+                    ..Default::default()
+                })
+                .collect();
+            let req = ReadRequest {
+                request_header: header(0),
+                max_age: 0.0,
+                timestamps_to_return: TimestampsToReturn::Both,
+                nodes_to_read: ops,
+            };
+            let epoch = self.epoch;
+            self.send(
+                env,
+                Request::Read(Box::new(req)),
+                Pending::Refresh(chunk.to_vec(), epoch),
+                0,
+            )?;
+        }
+        Ok(())
+    }
+
+    // ---- responses -------------------------------------------------------------------
+
+    fn on_response(
+        &mut self,
+        env: &mut Env<'_>,
+        what: Pending,
+        resp: Response,
+    ) -> Result<(), String> {
+        let s = service_result(&resp);
+        match what {
+            Pending::CreateSession => {
+                let Response::CreateSession(r) = resp else {
+                    return Err(format!("CreateSession: {s}"));
+                };
+                if s.is_bad() {
+                    return Err(format!("CreateSession: {s}"));
+                }
+                if self.cfg.security_policy != "None" {
+                    let want = read_certificate(&self.cfg.server_certificate)?;
+                    if !r.server_certificate.as_bytes().is_empty()
+                        && r.server_certificate.as_bytes() != want.as_slice()
+                    {
+                        return Err("CreateSession: the server presents another certificate than server_certificate".into());
+                    }
+                }
+                if let Some(c) = self.client.as_mut() {
+                    c.set_authentication_token(r.authentication_token.clone());
+                }
+                self.session = Some(SessionInfo {
+                    auth: r.authentication_token.clone(),
+                    server_nonce: r.server_nonce.clone(),
+                    server_certificate: r.server_certificate.clone(),
+                    policies: r
+                        .server_endpoints
+                        .iter()
+                        .flat_map(|e| e.user_identity_tokens.iter().cloned())
+                        .collect(),
+                });
+                self.resumed_now = false;
+                self.activate(env, false)
+            }
+            Pending::ActivateSession { resume } => {
+                let ok = matches!(&resp, Response::ActivateSession(_)) && s.is_good();
+                if !ok && resume {
+                    // The session is gone (timed out, or the server restarted): a new one;
+                    // its subscription may still be there (TransferSubscriptions).
+                    tracing::info!(server = %self.cfg.name, "gateway: the session could not be resumed ({s}); creating a new one");
+                    self.session = None;
+                    return self.begin_session(env);
+                }
+                let Response::ActivateSession(r) = resp else {
+                    return Err(format!("ActivateSession: {s}"));
+                };
+                if s.is_bad() {
+                    return Err(format!("ActivateSession: {s}"));
+                }
+                if let Some(sess) = self.session.as_mut() {
+                    sess.server_nonce = r.server_nonce.clone();
+                }
+                if resume {
+                    self.resumed_now = true;
+                    self.status.resumed.fetch_add(1, Ordering::Relaxed);
+                }
+                self.read_info(env)
+            }
+            Pending::Info => {
+                let Response::Read(r) = resp else {
+                    return Err(format!("the server's information: {s}"));
+                };
+                if s.is_bad() {
+                    return Err(format!("the server's information: {s}"));
+                }
+                self.on_info(env, r.results)
+            }
+            Pending::Crawl(job) => {
+                let Some(crawl) = self.crawl.as_mut() else {
+                    return Ok(());
+                };
+                if let Err(e) = crawl.on_response(job, resp, &self.names) {
+                    tracing::warn!(server = %self.cfg.name, "gateway: mirror: {e}; trying again in 10 s");
+                    self.status.set_error(&e);
+                    self.crawl = None;
+                    self.crawl_wanted = true;
+                    self.crawl_retry_at = env.now.mono_ns + 10_000_000_000;
+                    self.status_dirty = true;
+                }
+                Ok(())
+            }
+            Pending::CreateSubscription => {
+                let Response::CreateSubscription(r) = resp else {
+                    return Err(format!("CreateSubscription: {s}"));
+                };
+                if s.is_bad() {
+                    return Err(format!("CreateSubscription: {s}"));
+                }
+                self.sub = Some(r.subscription_id);
+                self.revised_interval_ms = r.revised_publishing_interval;
+                self.sub_ready = true;
+                self.event_item = false;
+                self.event_asked = false;
+                self.drop_items(env);
+                Ok(())
+            }
+            Pending::Transfer => {
+                let ok = match &resp {
+                    Response::TransferSubscriptions(r) => {
+                        s.is_good() && r.results.first().is_some_and(|t| t.status_code.is_good())
+                    }
+                    _ => false,
+                };
+                if ok {
+                    tracing::info!(server = %self.cfg.name, "gateway: subscription transferred to the new session");
+                    self.sub_ready = true;
+                    Ok(())
+                } else {
+                    tracing::info!(server = %self.cfg.name, "gateway: the subscription could not be transferred; creating a new one");
+                    self.sub = None;
+                    self.create_subscription(env)
+                }
+            }
+            Pending::EventItem => {
+                if let Response::CreateMonitoredItems(r) = &resp {
+                    self.event_item =
+                        s.is_good() && r.results.first().is_some_and(|x| x.status_code.is_good());
+                    if !self.event_item {
+                        tracing::info!(server = %self.cfg.name, "gateway: the server refuses an event item on its Server object; events are not passed on");
+                    }
+                }
+                Ok(())
+            }
+            Pending::CreateItems(vars) => {
+                self.item_requests = self.item_requests.saturating_sub(1);
+                let results = match resp {
+                    Response::CreateMonitoredItems(r) if s.is_good() => r.results,
+                    _ => Vec::new(),
+                };
+                for (k, i) in vars.into_iter().enumerate() {
+                    let Some(v) = self.vars.get_mut(i as usize) else {
+                        continue;
+                    };
+                    v.busy = false;
+                    match results.get(k) {
+                        Some(r) if r.status_code.is_good() => {
+                            v.item = Some(Item {
+                                id: r.monitored_item_id,
+                                asked: v.asked,
+                                sampling_ms: r.revised_sampling_interval,
+                                queue_size: r.revised_queue_size,
+                            });
+                            v.fresh.store(u64::MAX, Ordering::Release);
+                            self.status.items.fetch_add(1, Ordering::Relaxed);
+                            self.status_dirty = true;
+                        }
+                        other => {
+                            *env.items_total = env.items_total.saturating_sub(1);
+                            let st = other.map_or(
+                                if s.is_bad() {
+                                    s
+                                } else {
+                                    StatusCode::BadInternalError
+                                },
+                                |r| r.status_code,
+                            );
+                            v.refused = true;
+                            let (index, generation) = (v.index, v.generation);
+                            let space = env.host.server.model.current();
+                            if space.node_at_generation(index, generation).is_some() {
+                                let _ = space.store_value(index, DataValue::status(st));
+                            }
+                        }
+                    }
+                    self.mark(i);
+                }
+                Ok(())
+            }
+            Pending::ModifyItems(vars) => {
+                self.item_requests = self.item_requests.saturating_sub(1);
+                let results = match resp {
+                    Response::ModifyMonitoredItems(r) if s.is_good() => r.results,
+                    _ => Vec::new(),
+                };
+                for (k, i) in vars.into_iter().enumerate() {
+                    let Some(v) = self.vars.get_mut(i as usize) else {
+                        continue;
+                    };
+                    v.busy = false;
+                    if let (Some(r), Some(item)) = (results.get(k), v.item.as_mut()) {
+                        if r.status_code.is_good() {
+                            item.asked = v.asked;
+                            item.sampling_ms = r.revised_sampling_interval;
+                            item.queue_size = r.revised_queue_size;
+                        }
+                    }
+                    self.mark(i);
+                }
+                Ok(())
+            }
+            Pending::DeleteItems(vars) => {
+                self.item_requests = self.item_requests.saturating_sub(1);
+                for (i, _) in vars {
+                    let Some(v) = self.vars.get_mut(i as usize) else {
+                        continue;
+                    };
+                    v.busy = false;
+                    if v.item.take().is_some() {
+                        *env.items_total = env.items_total.saturating_sub(1);
+                        self.status.items.fetch_sub(1, Ordering::Relaxed);
+                        self.status_dirty = true;
+                    }
+                    v.fresh.store(0, Ordering::Release);
+                    if v.removed {
+                        self.var_free.push(i);
+                    } else {
+                        self.mark(i);
+                    }
+                }
+                Ok(())
+            }
+            Pending::Publish => {
+                self.publish_out = self.publish_out.saturating_sub(1);
+                self.on_publish(env, resp)
+            }
+            Pending::Refresh(vars, epoch) => {
+                let Response::Read(r) = resp else {
+                    return Ok(());
+                };
+                let space = env.host.server.model.current();
+                for (i, mut dv) in vars.into_iter().zip(r.results) {
+                    let Some(v) = self.vars.get(i as usize) else {
+                        continue;
+                    };
+                    if v.notified >= epoch || v.removed {
+                        continue; // a notification came after the read was sent
+                    }
+                    if space.node_at_generation(v.index, v.generation).is_none() {
+                        continue;
+                    }
+                    self.names.value_in(&mut dv.value);
+                    dv.server_timestamp = None;
+                    dv.server_picoseconds = None;
+                    let _ = space.store_value(v.index, dv);
+                }
+                Ok(())
+            }
+            Pending::Read(reads) => {
+                let results = match resp {
+                    Response::Read(r) if s.is_good() => r.results,
+                    _ => Vec::new(),
+                };
+                let space = env.host.server.model.current();
+                let mut results = results.into_iter();
+                for (i, read) in reads {
+                    match results.next() {
+                        Some(mut dv) => {
+                            self.names.value_in(&mut dv.value);
+                            dv.server_timestamp = None;
+                            dv.server_picoseconds = None;
+                            if let Some(v) = self.vars.get(i as usize) {
+                                if v.item.is_none()
+                                    && space.node_at_generation(v.index, v.generation).is_some()
+                                {
+                                    // Fresh as of now: later Reads within their maxAge are
+                                    // answered from the cell.
+                                    if space.store_value(v.index, dv.clone()).is_ok() {
+                                        v.fresh.store(env.now.mono_ns.max(1), Ordering::Release);
+                                    }
+                                }
+                            }
+                            read.complete(dv);
+                        }
+                        None => read.fail(if s.is_bad() {
+                            s
+                        } else {
+                            StatusCode::BadInternalError
+                        }),
+                    }
+                }
+                Ok(())
+            }
+            Pending::Write(var, w) => {
+                if let Some(v) = self.vars.get(var as usize) {
+                    if v.item.is_none() {
+                        // The next Read asks the server (no item brings the value here).
+                        v.fresh.store(0, Ordering::Release);
+                    }
+                }
+                let st = match resp {
+                    Response::Write(r) if s.is_good() => r
+                        .results
+                        .first()
+                        .copied()
+                        .unwrap_or(StatusCode::BadInternalError),
+                    _ if s.is_bad() => s,
+                    _ => StatusCode::BadInternalError,
+                };
+                w.complete(st);
+                Ok(())
+            }
+            Pending::Call(c) => {
+                match resp {
+                    Response::Call(r) if s.is_good() => match r.results.into_iter().next() {
+                        Some(mut res) if res.status_code.is_good() => {
+                            for o in res.output_arguments.iter_mut() {
+                                self.names.value_in(o);
+                            }
+                            c.complete(Ok(res.output_arguments))
+                        }
+                        Some(res) => c.complete(Err(res.status_code)),
+                        None => c.complete(Err(StatusCode::BadInternalError)),
+                    },
+                    _ => c.complete(Err(if s.is_bad() {
+                        s
+                    } else {
+                        StatusCode::BadInternalError
+                    })),
+                }
+                Ok(())
+            }
+            Pending::CloseSession => Ok(()),
+        }
+    }
+
+    fn on_publish(&mut self, env: &mut Env<'_>, resp: Response) -> Result<(), String> {
+        let s = service_result(&resp);
+        let Response::Publish(r) = resp else {
+            if s == StatusCode::BadNoSubscription || s == StatusCode::BadSubscriptionIdInvalid {
+                self.subscription_lost(env);
+                return Ok(());
+            }
+            if s == StatusCode::BadTooManyPublishRequests || s == StatusCode::BadTimeout {
+                return Ok(());
+            }
+            return Err(format!("Publish: {s}"));
+        };
+        if s.is_bad() {
+            if s == StatusCode::BadNoSubscription || s == StatusCode::BadSubscriptionIdInvalid {
+                self.subscription_lost(env);
+                return Ok(());
+            }
+            if s == StatusCode::BadTooManyPublishRequests || s == StatusCode::BadTimeout {
+                return Ok(());
+            }
+            return Err(format!("Publish: {s}"));
+        }
+        if Some(r.subscription_id) != self.sub {
+            return Ok(());
+        }
+        let msg = r.notification_message;
+        if !msg.notification_data.is_empty() {
+            self.acks.push(SubscriptionAcknowledgement {
+                subscription_id: r.subscription_id,
+                sequence_number: msg.sequence_number,
+            });
+        }
+        let limits = env.host.server.config.transport.decode;
+        for data in &msg.notification_data {
+            if let Some(Ok(dc)) = data.decode_as::<DataChangeNotification>(limits) {
+                self.on_data_change(env, dc);
+            } else if let Some(Ok(ev)) = data.decode_as::<EventNotificationList>(limits) {
+                self.on_events(env, ev);
+            } else if let Some(Ok(sc)) = data.decode_as::<StatusChangeNotification>(limits) {
+                if sc.status.is_bad() {
+                    tracing::info!(server = %self.cfg.name, "gateway: the server ended the subscription ({})", sc.status);
+                    self.subscription_lost(env);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The subscription is gone on the server: a new one, every item again.
+    fn subscription_lost(&mut self, env: &mut Env<'_>) {
+        if !self.sub_ready {
+            return;
+        }
+        self.sub = None;
+        self.sub_ready = false;
+        self.sub_asked = false;
+        self.event_item = false;
+        self.event_asked = false;
+        self.drop_items(env);
+    }
+
+    /// Forgets every item (their subscription is gone) so the demand creates them again.
+    fn drop_items(&mut self, env: &mut Env<'_>) {
+        for i in 0..self.vars.len() as u32 {
+            if let Some(v) = self.vars.get_mut(i as usize) {
+                if v.item.take().is_some() {
+                    *env.items_total = env.items_total.saturating_sub(1);
+                }
+                v.refused = false;
+            }
+            self.mark(i);
+        }
+        self.status.items.store(0, Ordering::Relaxed);
+    }
+
+    fn on_data_change(&mut self, env: &mut Env<'_>, dc: DataChangeNotification) {
+        let space = env.host.server.model.current();
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let mut n = 0u64;
+        for mut item in dc.monitored_items {
+            let Some(v) = self.vars.get_mut(item.client_handle as usize) else {
+                continue;
+            };
+            if v.removed || v.item.is_none() {
+                continue;
+            }
+            v.notified = epoch;
+            if space.node_at_generation(v.index, v.generation).is_none() {
+                continue;
+            }
+            self.names.value_in(&mut item.value.value);
+            item.value.server_timestamp = None;
+            item.value.server_picoseconds = None;
+            if space.store_value(v.index, item.value).is_ok() {
+                n += 1;
+            }
+        }
+        self.status.notifications.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn on_events(&mut self, env: &mut Env<'_>, list: EventNotificationList) {
+        let server = &env.host.server;
+        let space = server.model.current();
+        for ev in list.events {
+            if ev.client_handle != EVENT_HANDLE {
+                continue;
+            }
+            let f = |i: usize| ev.event_fields.get(i).cloned().unwrap_or_default();
+            let event_type = match f(1) {
+                Variant::NodeId(id) => *id,
+                _ => NodeId::ns0(2041),
+            };
+            if event_type.namespace == 0
+                && matches!(
+                    event_type.as_ns0(),
+                    Some(
+                        ids::BaseModelChangeEventType
+                            | ids::GeneralModelChangeEventType
+                            | ids::SemanticChangeEventType
+                    )
+                )
+            {
+                if self.crawl.is_none() {
+                    tracing::info!(server = %self.cfg.name, "gateway: the server's model changed; browsing it again");
+                }
+                self.crawl_wanted = true;
+                continue;
+            }
+            // Namespace-0 event types are this server's; another one is reported as
+            // BaseEventType's subtype when it was mirrored, else as BaseEventType.
+            let event_type = match self.names.remote(&event_type) {
+                Some(r) if r.namespace != 0 => {
+                    let local = self.names.local_name_id(&r);
+                    if space.node(&local).is_some() {
+                        local
+                    } else {
+                        NodeId::ns0(2041)
+                    }
+                }
+                _ if space.node(&event_type).is_some() => event_type,
+                _ => NodeId::ns0(2041),
+            };
+            let source = match f(2) {
+                Variant::NodeId(id) => self
+                    .names
+                    .remote(&id)
+                    .filter(|r| r.namespace != 0)
+                    .map(|r| self.names.local_instance(&r))
+                    .filter(|l| space.node(l).is_some()),
+                _ => None,
+            }
+            .or_else(|| self.folder.clone())
+            .unwrap_or(NodeId::ns0(2253));
+            let severity = match f(7) {
+                Variant::UInt16(s) => s.clamp(1, 1000),
+                _ => 1,
+            };
+            let time = match f(4) {
+                Variant::DateTime(t) => t,
+                _ => uaring_core::DateTime(crate::clock::utc_now().0),
+            };
+            let message = match f(6) {
+                Variant::LocalizedText(t) => *t,
+                _ => LocalizedText::default(),
+            };
+            let source_name = match f(3) {
+                Variant::String(s) => s,
+                _ => UaString::from(self.cfg.name.as_str()),
+            };
+            let condition_id = match f(8) {
+                Variant::NodeId(id) => self
+                    .names
+                    .remote(&id)
+                    .filter(|r| r.namespace != 0)
+                    .map(|r| self.names.local_instance(&r)),
+                _ => None,
+            };
+            let event = Event {
+                event_id: server.events.ids.next(),
+                type_chain: uaring_core::events::type_chain(&space, &event_type),
+                event_type,
+                source_name,
+                source_node: source.clone(),
+                time,
+                receive_time: uaring_core::DateTime(crate::clock::utc_now().0),
+                message,
+                severity,
+                condition_id,
+                fields: Vec::<EventField>::new(),
+                notifiers: uaring_core::events::notifiers_of(&space, &source).into(),
+            };
+            server.events.bus.publish(event);
+            self.status.events.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    // ---- demand and items --------------------------------------------------------------
+
+    fn mark(&mut self, var: u32) {
+        if let Some(v) = self.vars.get_mut(var as usize) {
+            if !v.dirty {
+                v.dirty = true;
+                self.dirty.push(var);
+            }
+        }
+    }
+
+    /// Shard `shard`'s demand on the mirrored Variable `var`.
+    pub fn demand(&mut self, env: &mut Env<'_>, var: u32, generation: u32, shard: u16, d: Demand) {
+        let Some(v) = self.vars.get_mut(var as usize) else {
+            return;
+        };
+        if v.generation != generation || v.removed {
+            return;
+        }
+        v.shards.retain(|(s, _)| *s != shard);
+        if d.items > 0 {
+            v.shards.push((shard, d));
+        }
+        v.refused = false;
+        self.mark(var);
+        if self.phase == Phase::Running {
+            if let Err(e) = self.reconcile(env) {
+                self.lost(env, &e);
+            }
+        }
+    }
+
+    /// Creates, modifies and deletes items as the demand of the dirty Variables asks.
+    fn reconcile(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        if !self.sub_ready || self.dirty.is_empty() {
+            return Ok(());
+        }
+        let Some(sub) = self.sub else { return Ok(()) };
+        let mut create = Vec::new();
+        let mut modify = Vec::new();
+        let mut delete = Vec::new();
+        let mut keep = Vec::new();
+        let dirty = std::mem::take(&mut self.dirty);
+        for i in dirty {
+            let Some(v) = self.vars.get_mut(i as usize) else {
+                continue;
+            };
+            if v.busy || self.item_requests >= ITEM_REQUESTS_OUT {
+                keep.push(i);
+                continue;
+            }
+            v.dirty = false;
+            match (v.want(), v.item) {
+                (Some(_), None) if v.refused => {}
+                (Some(_), None) => {
+                    if *env.items_total >= u64::from(env.limits.max_items) {
+                        let (index, generation) = (v.index, v.generation);
+                        let space = env.host.server.model.current();
+                        if space.node_at_generation(index, generation).is_some() {
+                            let _ = space.store_value(
+                                index,
+                                DataValue::status(StatusCode::BadTooManyMonitoredItems),
+                            );
+                        }
+                        v.refused = true;
+                        self.status.set_error("gateway.max_items reached");
+                        continue;
+                    }
+                    *env.items_total += 1;
+                    v.busy = true;
+                    v.asked = v.want().unwrap_or((0.0, 1));
+                    create.push(i);
+                }
+                (None, Some(item)) => {
+                    v.busy = true;
+                    delete.push((i, item.id));
+                }
+                (Some(want), Some(item)) if want != item.asked => {
+                    v.busy = true;
+                    v.asked = want;
+                    modify.push(i);
+                }
+                (None, None) if v.removed => self.var_free.push(i),
+                _ => {}
+            }
+        }
+        for i in &keep {
+            if let Some(v) = self.vars.get_mut(*i as usize) {
+                v.dirty = true;
+            }
+        }
+        self.dirty = keep;
+        for chunk in create.chunks(self.ops) {
+            let items = chunk
+                .iter()
+                .filter_map(|&i| {
+                    let v = self.vars.get(i as usize)?;
+                    let (ms, q) = v.asked;
+                    Some(MonitoredItemCreateRequest {
+                        item_to_monitor: ReadValueId {
+                            node_id: self.names.to_wire(&v.remote).unwrap_or_default(),
+                            attribute_id: 13,
+                            ..Default::default()
+                        },
+                        monitoring_mode: MonitoringMode::Reporting,
+                        requested_parameters: MonitoringParameters {
+                            client_handle: i,
+                            sampling_interval: ms,
+                            filter: ExtensionObject::null(),
+                            queue_size: q,
+                            discard_oldest: true,
+                        },
+                    })
+                })
+                .collect::<Vec<_>>();
+            let req = CreateMonitoredItemsRequest {
+                request_header: header(0),
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: items,
+            };
+            self.item_requests += 1;
+            self.send(
+                env,
+                Request::CreateMonitoredItems(Box::new(req)),
+                Pending::CreateItems(chunk.to_vec()),
+                0,
+            )?;
+        }
+        for chunk in modify.chunks(self.ops) {
+            let items = chunk
+                .iter()
+                .filter_map(|&i| {
+                    let v = self.vars.get(i as usize)?;
+                    let (ms, q) = v.asked;
+                    Some(MonitoredItemModifyRequest {
+                        monitored_item_id: v.item?.id,
+                        requested_parameters: MonitoringParameters {
+                            client_handle: i,
+                            sampling_interval: ms,
+                            filter: ExtensionObject::null(),
+                            queue_size: q,
+                            discard_oldest: true,
+                        },
+                    })
+                })
+                .collect::<Vec<_>>();
+            let req = ModifyMonitoredItemsRequest {
+                request_header: header(0),
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_modify: items,
+            };
+            self.item_requests += 1;
+            self.send(
+                env,
+                Request::ModifyMonitoredItems(Box::new(req)),
+                Pending::ModifyItems(chunk.to_vec()),
+                0,
+            )?;
+        }
+        for chunk in delete.chunks(self.ops) {
+            let req = DeleteMonitoredItemsRequest {
+                request_header: header(0),
+                subscription_id: sub,
+                monitored_item_ids: chunk.iter().map(|(_, id)| *id).collect(),
+            };
+            self.item_requests += 1;
+            self.send(
+                env,
+                Request::DeleteMonitoredItems(Box::new(req)),
+                Pending::DeleteItems(chunk.to_vec()),
+                0,
+            )?;
+        }
+        Ok(())
+    }
+
+    // ---- forwarding ------------------------------------------------------------------
+
+    /// A Read, Write or Call of one of this server's nodes.
+    pub fn forward(&mut self, env: &mut Env<'_>, f: Forward) {
+        if self.phase != Phase::Running {
+            match f {
+                Forward::Read { read, .. } => read.fail(StatusCode::BadNotConnected),
+                Forward::Write { write, .. } => write.complete(StatusCode::BadNotConnected),
+                Forward::Call { call, .. } => call.complete(Err(StatusCode::BadNotConnected)),
+            }
+            return;
+        }
+        self.status.forwarded.fetch_add(1, Ordering::Relaxed);
+        let r = match f {
+            Forward::Read { read, .. } => {
+                let wire = self
+                    .names
+                    .remote_of_instance(&read.node_id)
+                    .and_then(|r| self.names.to_wire(&r));
+                let Some(wire) = wire else {
+                    read.fail(StatusCode::BadNodeIdUnknown);
+                    return;
+                };
+                let var = env
+                    .host
+                    .server
+                    .model
+                    .current()
+                    .node_index(&read.node_id)
+                    .and_then(|i| env.by_node.get(&i))
+                    .map_or(u32::MAX, |&(_, v)| v);
+                let req = ReadRequest {
+                    request_header: header(0),
+                    max_age: 0.0,
+                    timestamps_to_return: TimestampsToReturn::Both,
+                    nodes_to_read: vec![ReadValueId {
+                        node_id: wire,
+                        attribute_id: 13,
+                        ..Default::default()
+                    }],
+                };
+                self.send(
+                    env,
+                    Request::Read(Box::new(req)),
+                    Pending::Read(vec![(var, read)]),
+                    0,
+                )
+            }
+            Forward::Write {
+                node,
+                mut value,
+                index_range,
+                write,
+                ..
+            } => {
+                let wire = self
+                    .names
+                    .remote_of_instance(&node)
+                    .and_then(|r| self.names.to_wire(&r));
+                let Some(wire) = wire else {
+                    write.complete(StatusCode::BadNodeIdUnknown);
+                    return;
+                };
+                self.names.value_out(&mut value.value);
+                value.server_timestamp = None;
+                let var = env
+                    .host
+                    .server
+                    .model
+                    .current()
+                    .node_index(&node)
+                    .and_then(|i| env.by_node.get(&i))
+                    .map_or(u32::MAX, |&(_, v)| v);
+                let req = WriteRequest {
+                    request_header: header(0),
+                    nodes_to_write: vec![WriteValue {
+                        node_id: wire,
+                        attribute_id: 13,
+                        index_range: index_range.as_str().into(),
+                        value,
+                    }],
+                };
+                self.send(
+                    env,
+                    Request::Write(Box::new(req)),
+                    Pending::Write(var, write),
+                    0,
+                )
+            }
+            Forward::Call { call, .. } => {
+                let object = self
+                    .names
+                    .remote_of_instance(&call.object_id)
+                    .and_then(|r| self.names.to_wire(&r));
+                let method = self
+                    .names
+                    .remote_of_instance(&call.method_id)
+                    .and_then(|r| self.names.to_wire(&r));
+                let (Some(object), Some(method)) = (object, method) else {
+                    call.complete(Err(StatusCode::BadNodeIdUnknown));
+                    return;
+                };
+                let mut inputs = call.inputs.clone();
+                for i in inputs.iter_mut() {
+                    self.names.value_out(i);
+                }
+                let req = CallRequest {
+                    request_header: header(0),
+                    methods_to_call: vec![CallMethodRequest {
+                        object_id: object,
+                        method_id: method,
+                        input_arguments: inputs,
+                    }],
+                };
+                self.send(env, Request::Call(Box::new(req)), Pending::Call(call), 0)
+            }
+        };
+        if let Err(e) = r {
+            self.lost(env, &e);
+        }
+    }
+
+    // ---- the mirror --------------------------------------------------------------------
+
+    /// Makes the mirror what the crawl found: removes what went, adds what came (types
+    /// first, then instances, children before parents), sets their hooks and demand marks.
+    fn apply(&mut self, env: &mut Env<'_>, found: Found2) -> Result<(), String> {
+        self.status.crawls.fetch_add(1, Ordering::Relaxed);
+        self.mirrored_start_time = self.start_time;
+        if self.cfg.refresh_interval_ms > 0 {
+            self.next_refresh_ns = env.now.mono_ns + self.cfg.refresh_interval_ms * 1_000_000;
+        }
+        if found.truncated {
+            self.status.set_error(&format!(
+                "the mirror stopped at {} nodes (max_nodes)",
+                found.nodes.len()
+            ));
+        }
+        self.register_namespaces(env)?;
+        let server = env.host.server.clone();
+        let shared = env.shared.clone();
+        let id = self.id;
+        let timeout_ms = env.limits.request_timeout_ms;
+        if self.read_source.is_none() {
+            let sh = shared.clone();
+            self.read_source = Some(AsyncSource::new(
+                Arc::new(move |read| sh.forward(Forward::Read { server: id, read })),
+                env.limits.forward_queue,
+                timeout_ms,
+            ));
+        }
+        let read_source = self.read_source.clone().ok_or("no read source")?;
+        let write_hook = {
+            let sh = shared.clone();
+            AsyncWriteHook {
+                start: Arc::new(move |w, done| {
+                    sh.forward(Forward::Write {
+                        server: id,
+                        node: w.node_id.clone(),
+                        value: w.value.clone(),
+                        index_range: w.index_range.to_string(),
+                        write: done,
+                    })
+                }),
+                timeout_ms,
+            }
+        };
+        let method = {
+            let sh = shared.clone();
+            AppMethod {
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                needs_write: true,
+                handler: MethodHandler::Forward {
+                    start: Arc::new(move |call| sh.forward(Forward::Call { server: id, call })),
+                    timeout_ms,
+                },
+            }
+        };
+
+        // Types: the ones not here yet, supertypes first.
+        let space = server.model.current();
+        let mut type_local: HashMap<NodeId, NodeId> = self.mirrored_types.clone();
+        let mut types_to_add: Vec<(usize, NodeId, NodeId, usize)> = Vec::new();
+        {
+            let by_remote: HashMap<&NodeId, usize> = found
+                .types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (&t.remote, i))
+                .collect();
+            for (i, t) in found.types.iter().enumerate() {
+                if self.mirrored_types.contains_key(&t.remote)
+                    || t.browse_name.name.as_str().is_empty()
+                {
+                    continue;
+                }
+                let local = self.names.local_name_id(&t.remote);
+                if local.namespace == 0 {
+                    continue;
+                }
+                type_local.insert(t.remote.clone(), local.clone());
+                if space.node(&local).is_some() {
+                    continue; // another server's mirror (or a loaded NodeSet) has it
+                }
+                let supertype = match &t.supertype {
+                    Some(s) if s.namespace == 0 && space.node(s).is_some() => s.clone(),
+                    Some(s) if by_remote.contains_key(s) || self.mirrored_types.contains_key(s) => {
+                        self.names.local_name_id(s)
+                    }
+                    Some(s) => {
+                        let l = self.names.local_name_id(s);
+                        if l.namespace != 0 && space.node(&l).is_some() {
+                            l
+                        } else {
+                            build::base_type(t.class)
+                        }
+                    }
+                    None => build::base_type(t.class),
+                };
+                // Depth within the found types, so supertypes are added first.
+                let mut depth = 0;
+                let mut at = t.supertype.clone();
+                while let Some(s) = at {
+                    match by_remote.get(&s) {
+                        Some(&j) if depth < 64 => {
+                            depth += 1;
+                            at = found.types[j].supertype.clone();
+                        }
+                        _ => break,
+                    }
+                }
+                types_to_add.push((i, local, supertype, depth));
+            }
+        }
+        types_to_add.sort_by_key(|(_, _, _, d)| *d);
+        drop(space);
+        // What came and what went.
+        let found_ids: std::collections::HashSet<&NodeId> =
+            found.nodes.iter().map(|f| &f.remote).collect();
+        let gone: Vec<NodeId> = self
+            .mirror
+            .keys()
+            .filter(|r| !found_ids.contains(r))
+            .cloned()
+            .collect();
+        // Removals first (one edit), their items deleted.
+        if !gone.is_empty() {
+            let locals: Vec<NodeId> = gone
+                .iter()
+                .filter_map(|r| self.mirror.get(r).map(|m| m.local.clone()))
+                .collect();
+            crate::builder::edit_model(&server, &env.host.writer, |e| {
+                for l in &locals {
+                    let _ = e.delete_node(l, true);
+                }
+                Ok(())
+            })
+            .map_err(|s| format!("mirror: removing nodes: {s}"))?;
+            for r in &gone {
+                if let Some(m) = self.mirror.remove(r) {
+                    if let Some(vi) = m.var {
+                        if let Some(v) = self.vars.get_mut(vi as usize) {
+                            v.removed = true;
+                            v.shards.clear();
+                            env.by_node.remove(&v.index);
+                        }
+                        self.mark(vi);
+                    }
+                }
+            }
+            *env.nodes_total = env.nodes_total.saturating_sub(gone.len() as u64);
+        }
+        // Local ids of the types named by the nodes (known here, mirrored, or a fallback).
+        let names = &self.names;
+        let type_here = |remote: &Option<NodeId>, fallback: u32| -> Option<NodeId> {
+            let r = remote.as_ref()?;
+            if r.namespace == 0 {
+                return Some(r.clone());
+            }
+            Some(
+                type_local
+                    .get(r)
+                    .cloned()
+                    .unwrap_or_else(|| names.local_name_id(r)),
+            )
+            .or(Some(NodeId::ns0(fallback)))
+        };
+
+        // What came.
+        let new: Vec<usize> = (0..found.nodes.len())
+            .filter(|&i| !self.mirror.contains_key(&found.nodes[i].remote))
+            .collect();
+        // Parents of each new node that were mirrored before (their references to it are
+        // declared by the new node, inverse).
+        let mut old_parents: HashMap<usize, Vec<(NodeId, NodeId)>> = HashMap::new();
+        for f in &found.nodes {
+            let Some(m) = self.mirror.get(&f.remote) else {
+                continue;
+            };
+            for (rt, c) in &f.refs {
+                if !self.mirror.contains_key(&found.nodes[*c].remote) {
+                    let rt_local = type_here(&Some(rt.clone()), 33).unwrap_or(NodeId::ns0(33));
+                    old_parents
+                        .entry(*c)
+                        .or_default()
+                        .push((rt_local, m.local.clone()));
+                }
+            }
+        }
+        let first = self.folder.is_none();
+        let folder = NodeId::string(self.gateway_ns, self.cfg.name.as_str());
+        let new_roots: Vec<usize> = found
+            .roots
+            .iter()
+            .copied()
+            .filter(|r| !self.mirror.contains_key(&found.nodes[*r].remote))
+            .collect();
+        let writes = self.cfg.writes;
+        let calls = self.cfg.calls;
+        let now_ns = env.now.mono_ns.max(1);
+
+        // Types (one edit).
+        if !types_to_add.is_empty() {
+            let ts = &found.types;
+            crate::builder::edit_model(&server, &env.host.writer, |e| {
+                for (i, local, sup, _) in &types_to_add {
+                    if e.space().node(local).is_some() {
+                        continue;
+                    }
+                    if let Some(n) = build::type_node(&ts[*i], local.clone(), sup.clone()) {
+                        e.add_node(n)?;
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|s| format!("mirror: adding types: {s}"))?;
+            for (i, local, _, _) in &types_to_add {
+                self.mirrored_types
+                    .insert(found.types[*i].remote.clone(), local.clone());
+            }
+        }
+        // Instances, children first, in edits of NODES_PER_EDIT.
+        let order: Vec<usize> = new.iter().rev().copied().collect();
+        let mut added: Vec<(usize, u32, u32)> = Vec::with_capacity(order.len());
+        for chunk in order.chunks(NODES_PER_EDIT) {
+            let nodes = &found.nodes;
+            let names = &self.names;
+            let mirror = &self.mirror;
+            let got = crate::builder::edit_model(&server, &env.host.writer, |e| {
+                let mut out = Vec::with_capacity(chunk.len());
+                for &i in chunk {
+                    let f = &nodes[i];
+                    let local = names.local_instance(&f.remote);
+                    let mut forward: Vec<(NodeId, NodeId)> = f
+                        .refs
+                        .iter()
+                        .map(|(rt, c)| {
+                            let rt_local =
+                                type_here(&Some(rt.clone()), 33).unwrap_or(NodeId::ns0(33));
+                            (rt_local, names.local_instance(&nodes[*c].remote))
+                        })
+                        .filter(|(_, t)| e.space().node(t).is_some())
+                        .collect();
+                    forward.dedup();
+                    let type_def =
+                        type_here(&f.type_def, 0).filter(|t| e.space().node(t).is_some());
+                    let data_type = f
+                        .var
+                        .as_ref()
+                        .and_then(|v| type_here(&Some(v.data_type.clone()), 24))
+                        .filter(|t| e.space().node(t).is_some())
+                        .unwrap_or(NodeId::ns0(24));
+                    let mut node = build::instance(build::Instance {
+                        local: local.clone(),
+                        class: f.class,
+                        browse_name: f.browse_name.clone(),
+                        display_name: f.display_name.clone(),
+                        type_def,
+                        forward,
+                        var: f.var.as_deref(),
+                        data_type,
+                        event_notifier: f.event_notifier,
+                        executable: f.executable && calls,
+                        writable: writes,
+                    });
+                    // References from nodes mirrored before, declared here (inverse).
+                    if let Some(ps) = old_parents.get(&i) {
+                        let mut refs = node.references.snapshot().to_vec();
+                        for (rt, p) in ps {
+                            refs.push(uaring_core::address_space::Reference {
+                                reference_type: rt.clone(),
+                                is_forward: false,
+                                target: uaring_core::types::ExpandedNodeId::local(p.clone()),
+                            });
+                        }
+                        node.references = refs.into();
+                    }
+                    if !first && new_roots.contains(&i) {
+                        let mut refs = node.references.snapshot().to_vec();
+                        refs.push(uaring_core::address_space::Reference {
+                            reference_type: NodeId::ns0(35),
+                            is_forward: false,
+                            target: uaring_core::types::ExpandedNodeId::local(folder.clone()),
+                        });
+                        node.references = refs.into();
+                    }
+                    let is_var = f.class == NodeClass::Variable;
+                    let writable = node.as_variable().is_some_and(|v| v.access_level & 2 != 0);
+                    if mirror.contains_key(&f.remote) || e.space().node(&local).is_some() {
+                        continue;
+                    }
+                    let index = e.add_node(node)?;
+                    let generation = e.space().node_at(index).map_or(0, |n| n.generation);
+                    if is_var {
+                        e.set_read_through(
+                            index,
+                            ReadThrough {
+                                source: read_source.clone(),
+                                fresh_ns: Arc::new(AtomicU64::new(now_ns)),
+                            },
+                        );
+                        if writable {
+                            e.set_async_write_hook(index, write_hook.clone());
+                        }
+                        e.space().changes().track_demand(index, true);
+                    }
+                    if f.class == NodeClass::Method && f.executable && calls {
+                        e.set_method(local.clone(), method.clone());
+                    }
+                    out.push((i, index, generation));
+                }
+                Ok(out)
+            })
+            .map_err(|s| format!("mirror: adding nodes: {s}"))?;
+            added.extend(got);
+        }
+        // The server's folder and status (the first time), organizing the roots.
+        if first {
+            let roots: Vec<NodeId> = found
+                .roots
+                .iter()
+                .map(|&r| self.names.local_instance(&found.nodes[r].remote))
+                .collect();
+            let ns = self.gateway_ns;
+            let name = self.cfg.name.clone();
+            let endpoint = self.cfg.endpoint.clone();
+            crate::builder::edit_model(&server, &env.host.writer, |e| {
+                let mut node = build::server_folder(folder.clone(), &name, ns);
+                let mut refs = node.references.snapshot().to_vec();
+                for r in &roots {
+                    if e.space().node(r).is_some() {
+                        refs.push(uaring_core::address_space::Reference {
+                            reference_type: NodeId::ns0(35),
+                            is_forward: true,
+                            target: uaring_core::types::ExpandedNodeId::local(r.clone()),
+                        });
+                    }
+                }
+                node.references = refs.into();
+                e.add_node(node)?;
+                for (prop, value) in status_values(&name, &endpoint) {
+                    e.add_node(build::status_property(
+                        NodeId::string(ns, format!("{name}.{prop}")),
+                        prop,
+                        ns,
+                        folder.clone(),
+                        value,
+                    ))?;
+                }
+                Ok(())
+            })
+            .map_err(|s| format!("mirror: the server's folder: {s}"))?;
+            self.folder = Some(folder.clone());
+            self.roots = roots;
+        }
+        // Bookkeeping: the mirror, the Variables.
+        let space = server.model.current();
+        for (i, index, generation) in added {
+            let f = &found.nodes[i];
+            let local = self.names.local_instance(&f.remote);
+            let var = if f.class == NodeClass::Variable {
+                let fresh = space
+                    .read_through(index)
+                    .map(|r| r.fresh_ns.clone())
+                    .unwrap_or_default();
+                let v = Var {
+                    index,
+                    generation,
+                    remote: f.remote.clone(),
+                    fresh,
+                    shards: Vec::new(),
+                    item: None,
+                    busy: false,
+                    dirty: false,
+                    removed: false,
+                    notified: 0,
+                    refused: false,
+                    asked: (0.0, 0),
+                };
+                let slot = match self.var_free.pop() {
+                    Some(s) => {
+                        if let Some(x) = self.vars.get_mut(s as usize) {
+                            *x = v;
+                        }
+                        s
+                    }
+                    None => {
+                        self.vars.push(v);
+                        (self.vars.len() - 1) as u32
+                    }
+                };
+                env.by_node.insert(index, (self.id, slot));
+                Some(slot)
+            } else {
+                None
+            };
+            self.mirror
+                .insert(f.remote.clone(), Mirrored { local, var });
+        }
+        *env.nodes_total +=
+            self.mirror.len() as u64 - (self.mirror.len() as u64).min(*env.nodes_total);
+        self.status
+            .nodes
+            .store(self.mirror.len() as u64, Ordering::Relaxed);
+        self.status.set_state(State::Connected);
+        self.status_dirty = true;
+        tracing::info!(
+            server = %self.cfg.name,
+            nodes = self.mirror.len(),
+            types = self.mirrored_types.len(),
+            removed = gone.len(),
+            "gateway: mirrored"
+        );
+        Ok(())
+    }
+
+    /// Closes the session (a reload removed the server) and deletes its nodes.
+    pub fn remove(&mut self, env: &mut Env<'_>) {
+        self.removing = true;
+        if self.phase == Phase::Running {
+            let req = CloseSessionRequest {
+                request_header: header(0),
+                delete_subscriptions: true,
+            };
+            let _ = self.send(
+                env,
+                Request::CloseSession(Box::new(req)),
+                Pending::CloseSession,
+                0,
+            );
+        }
+        self.close = self.conn.is_some();
+        let mut locals: Vec<NodeId> = Vec::new();
+        if let Some(f) = &self.folder {
+            locals.push(f.clone());
+            for p in STATUS_PROPERTIES {
+                locals.push(NodeId::string(
+                    self.gateway_ns,
+                    format!("{}.{p}", self.cfg.name),
+                ));
+            }
+        }
+        // Parents before children: deleting a parent drops its references from the
+        // children's short lists, never the other way round.
+        locals.extend(self.roots.iter().cloned());
+        locals.extend(self.mirror.values().map(|m| m.local.clone()));
+        let server = env.host.server.clone();
+        let _ = crate::builder::edit_model(&server, &env.host.writer, |e| {
+            for l in &locals {
+                let _ = e.delete_node(l, true);
+            }
+            Ok(())
+        });
+        for v in &self.vars {
+            env.by_node.remove(&v.index);
+            if v.item.is_some() {
+                *env.items_total = env.items_total.saturating_sub(1);
+            }
+        }
+        *env.nodes_total = env.nodes_total.saturating_sub(self.mirror.len() as u64);
+        for (_, o) in self.pending.drain() {
+            match o.what {
+                Pending::Read(reads) => reads
+                    .into_iter()
+                    .for_each(|(_, r)| r.fail(StatusCode::BadNotConnected)),
+                Pending::Write(_, w) => w.complete(StatusCode::BadNotConnected),
+                Pending::Call(c) => c.complete(Err(StatusCode::BadNotConnected)),
+                _ => {}
+            }
+        }
+        self.mirror.clear();
+        self.vars.clear();
+        self.status.set_state(State::Removed);
+    }
+
+    /// Sends CloseSession (the gateway stops).
+    pub fn goodbye(&mut self, env: &mut Env<'_>) {
+        if self.phase == Phase::Running {
+            let req = CloseSessionRequest {
+                request_header: header(0),
+                delete_subscriptions: true,
+            };
+            let _ = self.send(
+                env,
+                Request::CloseSession(Box::new(req)),
+                Pending::CloseSession,
+                0,
+            );
+        }
+    }
+
+    /// Stores the status Properties (on changes, and every second for the counters).
+    fn publish_status(&mut self, env: &Env<'_>) {
+        self.status_dirty = false;
+        self.status_at = env.now.mono_ns + 1_000_000_000;
+        if self.folder.is_none() || self.gateway_ns == 0 {
+            return;
+        }
+        let space = env.host.server.model.current();
+        let st = &self.status;
+        let values: [(&str, Variant); 7] = [
+            ("State", Variant::String(st.state().name().into())),
+            (
+                "Endpoint",
+                Variant::String(self.cfg.endpoint.as_str().into()),
+            ),
+            (
+                "LastError",
+                Variant::String(st.last_error().as_str().into()),
+            ),
+            (
+                "Reconnects",
+                Variant::UInt64(st.reconnects.load(Ordering::Relaxed)),
+            ),
+            (
+                "MonitoredItems",
+                Variant::UInt64(st.items.load(Ordering::Relaxed)),
+            ),
+            ("Nodes", Variant::UInt64(st.nodes.load(Ordering::Relaxed))),
+            (
+                "ServiceLevel",
+                Variant::Byte(st.service_level.load(Ordering::Relaxed)),
+            ),
+        ];
+        for (p, v) in values {
+            let id = NodeId::string(self.gateway_ns, format!("{}.{p}", self.cfg.name));
+            let Some(i) = space.node_index(&id) else {
+                continue;
+            };
+            let same = space
+                .node_at(i)
+                .and_then(|n| n.value_cell())
+                .is_some_and(|c| c.load().value == v);
+            if !same {
+                let _ = space.store_value(i, DataValue::new(v));
+            }
+        }
+    }
+}
+
+/// The status Properties of a server's folder.
+const STATUS_PROPERTIES: [&str; 7] = [
+    "State",
+    "Endpoint",
+    "LastError",
+    "Reconnects",
+    "MonitoredItems",
+    "Nodes",
+    "ServiceLevel",
+];
+
+fn status_values(_name: &str, endpoint: &str) -> Vec<(&'static str, Variant)> {
+    vec![
+        ("State", Variant::String("connected".into())),
+        ("Endpoint", Variant::String(endpoint.into())),
+        ("LastError", Variant::String("".into())),
+        ("Reconnects", Variant::UInt64(0)),
+        ("MonitoredItems", Variant::UInt64(0)),
+        ("Nodes", Variant::UInt64(0)),
+        ("ServiceLevel", Variant::Byte(0)),
+    ]
+}
+
+/// The BaseEventType fields the gateway's event item selects, in order (ConditionId and
+/// Changes follow).
+const EVENT_FIELDS: [&str; 8] = [
+    "EventId",
+    "EventType",
+    "SourceNode",
+    "SourceName",
+    "Time",
+    "ReceiveTime",
+    "Message",
+    "Severity",
+];
+
+/// A certificate file (DER or PEM) as DER.
+fn read_certificate(path: &str) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("server_certificate {path:?}: {e}"))?;
+    uaring_crypto::Certificate::from_pem_or_der(&bytes)
+        .map(|c| c.der().to_vec())
+        .map_err(|e| format!("server_certificate {path:?}: not a certificate (0x{e:08X})"))
+}
