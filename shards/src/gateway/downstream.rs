@@ -1609,6 +1609,7 @@ impl Downstream {
                     *env.items_total += 1;
                     v.busy = true;
                     v.asked = v.want().unwrap_or((0.0, 1));
+                    tracing::debug!(server = %self.cfg.name, var = i, asked = ?v.asked, "gateway: creating an item");
                     create.push(i);
                 }
                 (None, Some(item)) => {
@@ -1618,6 +1619,7 @@ impl Downstream {
                 (Some(want), Some(item)) if want != item.asked => {
                     v.busy = true;
                     v.asked = want;
+                    tracing::debug!(server = %self.cfg.name, var = i, asked = ?v.asked, "gateway: modifying an item");
                     modify.push(i);
                 }
                 (None, None) if v.removed => self.var_free.push(i),
@@ -2194,6 +2196,7 @@ impl Downstream {
         }
         // Bookkeeping: the mirror, the Variables.
         let space = server.model.current();
+        let added_nodes = added.len() as u64;
         for (i, index, generation) in added {
             let f = &found.nodes[i];
             let local = self.names.local_instance(&f.remote);
@@ -2236,8 +2239,8 @@ impl Downstream {
             self.mirror
                 .insert(f.remote.clone(), Mirrored { local, var });
         }
-        *env.nodes_total +=
-            self.mirror.len() as u64 - (self.mirror.len() as u64).min(*env.nodes_total);
+        // Every server's mirror counts against gateway.max_nodes.
+        *env.nodes_total += added_nodes;
         self.status
             .nodes
             .store(self.mirror.len() as u64, Ordering::Relaxed);
