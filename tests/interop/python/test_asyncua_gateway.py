@@ -1,0 +1,335 @@
+"""asyncua (PyPI): the aggregating gateway (docs/Gateway.md) in front of two real servers.
+
+The downstream servers, started here:
+- asyncua's server (gateway_downstream.py), mirrored by `uaring serve --gateway URL` (the
+  quick start: named after its host and port);
+- open62541's native server (`open62541-plant`, harness/peers/open62541), mirrored by a
+  `[[gateway.servers]]` entry named `o6`.
+
+An asyncua client upstream browses both mirrored trees, reads (from the mirrored cell and
+with maxAge 0, forwarded), writes (checked on the downstream server directly), calls a
+method, receives an event the downstream raises, subscribes and receives every change; then
+the asyncua downstream is killed (SIGKILL): the upstream subscription reports
+BadNotConnected, and after a restart on the same port the values resume without the client
+doing anything.
+"""
+import asyncio
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from asyncua import Client, ua
+
+from conftest import ROOT, Server
+
+HERE = pathlib.Path(__file__).resolve().parent
+PLANT_URI = "urn:test:plant"
+O6_URI = "urn:uaring:example:plant"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+def peer_bin(name):
+    for p in ("target/release", "target/debug"):
+        f = ROOT / p / name
+        if f.exists():
+            return str(f)
+    pytest.fail(f"{name} not found: cargo build -p uaring-peer-open62541")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Downstream:
+    """asyncua's server in a process of its own (so it can be killed)."""
+
+    def __init__(self, port=0):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "gateway_downstream.py"), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening "):
+            self.kill()
+            raise RuntimeError(f"the downstream did not start: {line!r}")
+        self.port = int(line.split()[1])
+        self.url = f"opc.tcp://127.0.0.1:{self.port}"
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Plant:
+    """open62541's native server: Doubles s=Plant.V0..V2 pushed 20 times a second."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [peer_bin("open62541-plant"), "--listen", f"127.0.0.1:{self.port}",
+             "--variables", "3", "--rate", "20", "--log-level", "6"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        # open62541 logs to stdout too: up to its line.
+        for _ in range(200):
+            line = self.proc.stdout.readline()
+            if not line or line.startswith("listening on "):
+                break
+        if not line.startswith("listening on "):
+            self.stop()
+            raise RuntimeError("open62541-plant did not start")
+        self.url = f"opc.tcp://127.0.0.1:{self.port}"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    down = Downstream()
+    try:
+        plant = Plant()
+    except Exception:
+        down.kill()
+        raise
+    cfg = tmp_path_factory.mktemp("gateway") / "uaring.toml"
+    cfg.write_text(
+        "[gateway]\nrequest_timeout_ms = 5000\n"
+        "[[gateway.servers]]\n"
+        'name = "o6"\n'
+        f'endpoint = "{plant.url}"\n'
+        "reconnect_min_ms = 100\nreconnect_max_ms = 500\n"
+    )
+    s = Server("--gateway", down.url, "--config", str(cfg))
+    s.down = down
+    s.plant = plant
+    s.down_name = f"127.0.0.1_{down.port}"
+    try:
+        yield s
+    finally:
+        code = s.stop()
+        s.down.kill()
+        plant.stop()
+        assert code == 0, f"uaring exited with {code} on SIGTERM"
+
+
+async def until(what, f, timeout=20):
+    """Polls `f()` (a coroutine) until it returns something true; fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = await f()
+            if last:
+                return last
+        except ua.UaError as e:
+            last = e
+        await asyncio.sleep(0.05)
+    pytest.fail(f"{what}: not within {timeout} s (last: {last!r})")
+
+
+async def child(node, name):
+    for c in await node.get_children():
+        if (await c.read_browse_name()).Name == name:
+            return c
+    return None
+
+
+async def mirrored(c, server, *path):
+    """The mirrored node at Objects/<server>/<path…>, once the gateway has mirrored it."""
+
+    async def find():
+        n = await child(c.nodes.objects, server)
+        for p in path:
+            if n is None:
+                return None
+            n = await child(n, p)
+        return n
+
+    return await until(f"Objects/{server}/{'/'.join(path)} mirrored", find)
+
+
+class Changes:
+    def __init__(self):
+        self.values = []
+        self.events = []
+
+    def datachange_notification(self, node, val, data):
+        self.values.append(data.monitored_item.Value)
+
+    def event_notification(self, event):
+        self.events.append(event)
+
+
+def test_the_mirrored_trees_are_browsed_read_written_and_called(gateway):
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            line = await mirrored(c, gateway.down_name, "Line1")
+            ns = await c.get_namespace_array()
+            # The downstream's own namespace is mapped to one of the gateway's.
+            mapped = [u for u in ns if u.endswith(":" + PLANT_URI)]
+            assert len(mapped) == 1 and mapped[0] != PLANT_URI, ns
+            assert line.nodeid.NamespaceIndex == ns.index(mapped[0])
+            names = {(await n.read_browse_name()).Name for n in await line.get_children()}
+            assert {"Counter", "Setpoint", "Add", "Alarm"} <= names, names
+
+            counter = await child(line, "Counter")
+            assert await counter.read_node_class() == ua.NodeClass.Variable
+            # Read from the cell (whatever maxAge the client lets it be) and with maxAge 0
+            # (forwarded to the downstream): both good Doubles, the forwarded one no older.
+            first = await counter.read_data_value()
+            assert first.StatusCode.is_good() and isinstance(first.Value.Value, float)
+            rv = ua.ReadValueId()
+            rv.NodeId = counter.nodeid
+            rv.AttributeId = ua.AttributeIds.Value
+            p = ua.ReadParameters()
+            p.MaxAge = 0
+            p.NodesToRead = [rv]
+            p.TimestampsToReturn = ua.TimestampsToReturn.Both
+            (fresh,) = await c.uaclient.read(p)
+            assert fresh.StatusCode.is_good(), fresh
+            assert fresh.Value.Value >= first.Value.Value
+
+            # A Write goes to the downstream server: seen there directly.
+            setpoint = await child(line, "Setpoint")
+            await setpoint.write_value(ua.DataValue(ua.Variant(4242, ua.VariantType.Int32)))
+            async with Client(gateway.down.url, timeout=10) as d:
+                idx = await d.get_namespace_index(PLANT_URI)
+                direct = d.get_node(ua.NodeId(0, idx))
+                dline = await child(d.nodes.objects, "Line1")
+                direct = await child(dline, "Setpoint")
+                assert await direct.read_value() == 4242
+            assert await setpoint.read_value() == 4242
+            # A Write the downstream refuses keeps its status.
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await counter.write_value(ua.DataValue(ua.Variant("text", ua.VariantType.String)))
+            assert e.value.code != 0
+
+            # A Call is forwarded, arguments and outputs translated.
+            add = await child(line, "Add")
+            out = await line.call_method(
+                add, ua.Variant(40, ua.VariantType.Int32), ua.Variant(2, ua.VariantType.Int32)
+            )
+            assert out == 42
+
+            # An event the downstream raises is passed on (here its source is the mirror's
+            # folder, under the Server object's notifiers).
+            h = Changes()
+            sub = await c.create_subscription(50, h)
+            await sub.subscribe_events(c.nodes.server)
+            await line.call_method(
+                await child(line, "Alarm"), ua.Variant("too hot", ua.VariantType.String)
+            )
+
+            async def got_event():
+                return [e for e in h.events if e.Message.Text == "too hot"]
+
+            (ev,) = await until("the downstream's event", got_event)
+            assert ev.Severity == 500
+            await sub.delete()
+
+    run(go())
+
+
+def test_a_subscription_receives_every_change(gateway):
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            counter = await mirrored(c, gateway.down_name, "Line1", "Counter")
+            h = Changes()
+            sub = await c.create_subscription(50, h)
+            # Exception-based (sampling interval 0) with a queue: every value of the
+            # downstream's 20 Hz counter arrives, none merged (a sampled item would see the
+            # newest of each of the gateway's downstream publishes: docs/Gateway.md).
+            await sub.subscribe_data_change(counter, queuesize=100, sampling_interval=0)
+
+            async def twenty():
+                return len(h.values) >= 20
+
+            await until("20 changes", twenty)
+            values = [v.Value.Value for v in h.values if v.StatusCode.is_good()]
+            steps = [b - a for a, b in zip(values[1:], values[2:])]
+            assert steps and all(s == 1 for s in steps), values
+            await sub.delete()
+
+    run(go())
+
+
+def test_the_open62541_server_is_mirrored_from_the_configuration(gateway):
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            v0 = await mirrored(c, "o6", "Plant", "V0")
+            ns = await c.get_namespace_array()
+            assert any(u.endswith(":" + O6_URI) for u in ns), ns
+            h = Changes()
+            sub = await c.create_subscription(50, h)
+            await sub.subscribe_data_change(v0, queuesize=100)
+
+            async def rising():
+                good = [v.Value.Value for v in h.values if v.StatusCode.is_good()]
+                return len(good) >= 10 and good[-1] > good[0]
+
+            await until("open62541's values through the gateway", rising)
+            state = await mirrored(c, "o6", "State")
+            assert await state.read_value() == "connected"
+            await sub.delete()
+
+    run(go())
+
+
+def test_a_killed_downstream_reads_bad_not_connected_and_resumes(gateway):
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            counter = await mirrored(c, gateway.down_name, "Line1", "Counter")
+            state = await mirrored(c, gateway.down_name, "State")
+            reconnects = await mirrored(c, gateway.down_name, "Reconnects")
+            h = Changes()
+            sub = await c.create_subscription(50, h)
+            await sub.subscribe_data_change(counter, queuesize=100)
+
+            async def good():
+                return any(v.StatusCode.is_good() for v in h.values)
+
+            await until("a value before the kill", good)
+            gateway.down.kill()
+
+            async def bad():
+                return any(
+                    v.StatusCode.value == ua.StatusCodes.BadNotConnected for v in h.values
+                )
+
+            await until("BadNotConnected on the subscription", bad)
+            # Reads say the same, and Writes and Calls are refused likewise.
+            assert (await counter.read_data_value(raise_on_bad_status=False)).StatusCode.value \
+                == ua.StatusCodes.BadNotConnected
+            assert await state.read_value() != "connected"
+            n = len(h.values)
+            gateway.down = Downstream(gateway.down.port)
+
+            async def resumed():
+                return any(v.StatusCode.is_good() for v in h.values[n:])
+
+            await until("values again after the restart", resumed, timeout=40)
+            assert await state.read_value() == "connected"
+            assert await reconnects.read_value() >= 1
+
+    run(go())
