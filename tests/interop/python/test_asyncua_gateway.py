@@ -269,7 +269,28 @@ def test_a_subscription_receives_every_change(gateway):
             values = [v.Value.Value for v in h.values if v.StatusCode.is_good()]
             steps = [b - a for a, b in zip(values[1:], values[2:])]
             assert steps and all(s == 1 for s in steps), values
+
+            # A second client's item on the node shares the one downstream item.
+            items = await mirrored(c, gateway.down_name, "MonitoredItems")
+            async with Client(gateway.url, timeout=10) as c2:
+                h2 = Changes()
+                sub2 = await c2.create_subscription(50, h2)
+                await sub2.subscribe_data_change(
+                    c2.get_node(counter.nodeid), queuesize=10, sampling_interval=0
+                )
+
+                async def both():
+                    return len(h2.values) >= 3
+
+                await until("the second client's changes", both)
+                assert await items.read_value() == 1
+                await sub2.delete()
             await sub.delete()
+
+            async def none():
+                return await items.read_value() == 0
+
+            await until("the downstream item gone with the last upstream item", none)
 
     run(go())
 
