@@ -28,6 +28,13 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let handshake = crate::handshake::take_config(&mut file.server)?;
     let history = crate::history::serve::take_config(&mut file.server)?;
     let push = crate::push::take_config(&mut file.server)?;
+    let mut gateway = crate::gateway::config::take_config(&mut file.server)?;
+    let hidden = gateway
+        .servers
+        .iter_mut()
+        .filter(|s| !s.password.is_empty())
+        .map(|s| s.password.clear())
+        .count();
     let config = server::server_config(&file.server, false)?;
     let files = server::nodeset_files(&file.server)?;
     let setup = server::build(&file.server, false)?;
@@ -49,6 +56,13 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let _ = writeln!(out, "{}", section("handshake", &handshake)?);
     let _ = writeln!(out, "{}", section("history", &history)?);
     let _ = writeln!(out, "{}", section("push", &push)?);
+    if hidden > 0 {
+        let _ = writeln!(
+            out,
+            "# [[gateway.servers]]: {hidden} password(s) not shown (printed empty)"
+        );
+    }
+    let _ = writeln!(out, "{}", section("gateway", &gateway)?);
     for u in &users {
         let roles: Vec<&str> = u.granted()?.iter().map(|r| r.name()).collect();
         let _ = writeln!(
@@ -153,5 +167,25 @@ mod tests {
             check_text("[[reverse_connect]]\nurl = \"opc.tcp://scada:4844\"\nretry_min_ms = 5\n")
                 .unwrap_err();
         assert!(e.contains("retry_min_ms"), "{e}");
+    }
+
+    #[test]
+    fn gateway_servers_are_checked_and_printed_without_their_passwords() {
+        let out = check_text(
+            "[gateway]\nmax_items = 5000\n[[gateway.servers]]\nname = \"plc\"\n\
+             endpoint = \"opc.tcp://10.0.0.7:4840\"\nuser = \"gw\"\npassword = \"s3cret\"\n",
+        )
+        .expect("valid");
+        assert!(out.contains("max_items = 5000"), "{out}");
+        assert!(out.contains("[[gateway.servers]]\n"), "{out}");
+        assert!(out.contains("name = \"plc\"\n"), "{out}");
+        assert!(
+            out.contains("publishing_interval_ms = 100"),
+            "every key: {out}"
+        );
+        assert!(!out.contains("s3cret"), "{out}");
+        check_text(&out).expect("the printed configuration is valid");
+        let e = check_text("[[gateway.servers]]\nname = \"plc\"\n").unwrap_err();
+        assert!(e.contains("endpoint"), "{e}");
     }
 }
