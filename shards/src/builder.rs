@@ -743,33 +743,6 @@ impl ServerBuilder {
                 "batched waiting on (one min-timeout wait with MIN_TIMEOUT, else a second bounded wait; needs EXT_ARG)"
             );
         }
-        if let Some(addr) = &file.metrics.listen {
-            let sources = crate::metrics::Sources {
-                shared: setup.shared.clone(),
-                fleet: running.fleet.clone(),
-                backend: running.backend.to_string(),
-                history: historian.clone(),
-                reverse: dialer
-                    .as_ref()
-                    .map(|d| d.targets().to_vec())
-                    .unwrap_or_default(),
-            };
-            match addr
-                .parse()
-                .map_err(|e| format!("{e}"))
-                .and_then(|a| crate::metrics::start(a, sources).map_err(|e| e.to_string()))
-            {
-                Ok(bound) => tracing::info!("metrics endpoint http://{bound}/metrics"),
-                Err(e) => {
-                    running.fleet.stop_all();
-                    let _ = running.join();
-                    return Err(Error::Start(format!("metrics.listen = {addr:?}: {e}")));
-                }
-            }
-        }
-        let demo = demo
-            .map(crate::content::demo::DemoParts::start)
-            .transpose()?;
         let model_writer = Arc::new(std::sync::Mutex::new(()));
         let gateway = if gateway_cfg.is_on() {
             let servers = gateway_cfg.servers.len();
@@ -795,6 +768,34 @@ impl ServerBuilder {
         } else {
             None
         };
+        if let Some(addr) = &file.metrics.listen {
+            let sources = crate::metrics::Sources {
+                shared: setup.shared.clone(),
+                fleet: running.fleet.clone(),
+                backend: running.backend.to_string(),
+                history: historian.clone(),
+                reverse: dialer
+                    .as_ref()
+                    .map(|d| d.targets().to_vec())
+                    .unwrap_or_default(),
+                gateway: gateway.as_ref().map(|g| g.status_list()),
+            };
+            match addr
+                .parse()
+                .map_err(|e| format!("{e}"))
+                .and_then(|a| crate::metrics::start(a, sources).map_err(|e| e.to_string()))
+            {
+                Ok(bound) => tracing::info!("metrics endpoint http://{bound}/metrics"),
+                Err(e) => {
+                    running.fleet.stop_all();
+                    let _ = running.join();
+                    return Err(Error::Start(format!("metrics.listen = {addr:?}: {e}")));
+                }
+            }
+        }
+        let demo = demo
+            .map(crate::content::demo::DemoParts::start)
+            .transpose()?;
         Ok(ServerHandle {
             running: Some(running),
             dialer,

@@ -31,6 +31,8 @@ pub struct Sources {
     pub history: Option<Arc<crate::history::serve::Historian>>,
     /// The Reverse Connect clients (`[[reverse_connect]]`), when there are any.
     pub reverse: Vec<Arc<crate::reverse::Target>>,
+    /// The aggregating gateway's servers (`[[gateway.servers]]`), when there are any.
+    pub gateway: Option<crate::gateway::StatusList>,
 }
 
 /// Binds `addr` and serves on a thread named `uaring-metrics`. Returns the bound address.
@@ -603,7 +605,81 @@ pub fn render(src: &Sources) -> String {
     if !src.reverse.is_empty() {
         reverse_families(&mut out, &src.reverse);
     }
+    if let Some(g) = &src.gateway {
+        gateway_families(&mut out, &g.list());
+    }
     out
+}
+
+/// The aggregating gateway's counters, per mirrored server (docs/Gateway.md).
+fn gateway_families(out: &mut String, servers: &[Arc<crate::gateway::ServerStatus>]) {
+    use crate::gateway::{ServerStatus, State};
+    use std::sync::atomic::Ordering::Relaxed;
+    let each =
+        |out: &mut String, name: &str, kind: &str, help: &str, v: fn(&ServerStatus) -> u64| {
+            family(out, name, kind, help, |out| {
+                for s in servers {
+                    let server = s.name.replace('\\', "\\\\").replace('"', "\\\"");
+                    let _ = writeln!(out, "{name}{{server=\"{server}\"}} {}", v(s));
+                }
+            });
+        };
+    each(
+        out,
+        "uaring_gateway_connected",
+        "gauge",
+        "1 while the mirrored server is connected and mirrored (its values flow), else 0.",
+        |s| u64::from(s.state() == State::Connected),
+    );
+    each(
+        out,
+        "uaring_gateway_reconnects_total",
+        "counter",
+        "Connections to the mirrored server lost or refused after the first.",
+        |s| s.reconnects.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_monitored_items",
+        "gauge",
+        "Monitored items the gateway keeps on the server now (one per mirrored Variable monitored here).",
+        |s| s.items.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_nodes",
+        "gauge",
+        "Nodes mirrored of the server now.",
+        |s| s.nodes.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_notifications_total",
+        "counter",
+        "Values the server reported, stored into mirrored Variables.",
+        |s| s.notifications.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_forwarded_total",
+        "counter",
+        "Reads, Writes and Calls forwarded to the server.",
+        |s| s.forwarded.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_events_total",
+        "counter",
+        "Events of the server passed on.",
+        |s| s.events.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_service_level",
+        "gauge",
+        "The server's ServiceLevel when last read (0 unknown).",
+        |s| u64::from(s.service_level.load(Relaxed)),
+    );
 }
 
 /// The Reverse Connect dialer's counters, per client (docs/Configuration.md).
@@ -780,4 +856,36 @@ fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
         reads,
     );
     one(out, "uaring_history_reads_refused_total", "counter", "HistoryRead operations refused BadResourceUnavailable because the read queue was full (history.read_queue).", refused);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::{ServerStatus, State};
+
+    #[test]
+    fn gateway_servers_are_labelled_by_name() {
+        let a = Arc::new(ServerStatus::new("plc\"1", "opc.tcp://a:4840"));
+        a.set_state(State::Connected);
+        a.reconnects.store(3, std::sync::atomic::Ordering::Relaxed);
+        let b = Arc::new(ServerStatus::new("plc2", "opc.tcp://b:4840"));
+        let mut out = String::new();
+        gateway_families(&mut out, &[a, b]);
+        assert!(
+            out.contains("# TYPE uaring_gateway_connected gauge\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("uaring_gateway_connected{server=\"plc\\\"1\"} 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("uaring_gateway_connected{server=\"plc2\"} 0\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("uaring_gateway_reconnects_total{server=\"plc\\\"1\"} 3\n"),
+            "{out}"
+        );
+    }
 }

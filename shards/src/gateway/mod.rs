@@ -108,7 +108,7 @@ pub struct ServerStatus {
 }
 
 impl ServerStatus {
-    fn new(name: &str, endpoint: &str) -> ServerStatus {
+    pub(crate) fn new(name: &str, endpoint: &str) -> ServerStatus {
         ServerStatus {
             name: name.to_string(),
             endpoint: endpoint.to_string(),
@@ -130,7 +130,7 @@ impl ServerStatus {
         State::from_u8(self.state.load(Ordering::Relaxed))
     }
 
-    fn set_state(&self, s: State) {
+    pub(crate) fn set_state(&self, s: State) {
         self.state.store(s as u8, Ordering::Relaxed);
     }
 
@@ -241,6 +241,17 @@ impl DemandSink for Shared {
     }
 }
 
+/// The mirrored servers' status list, for readers on other threads (the metrics endpoint).
+#[derive(Clone)]
+pub struct StatusList(Arc<Mutex<Vec<Arc<ServerStatus>>>>);
+
+impl StatusList {
+    /// The status of every mirrored server now.
+    pub fn list(&self) -> Vec<Arc<ServerStatus>> {
+        self.0.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
 /// The running gateway (owned by the [`crate::ServerHandle`]).
 pub struct Gateway {
     fleet: Arc<Fleet>,
@@ -291,6 +302,11 @@ impl Gateway {
             shared,
             control,
         })
+    }
+
+    /// The status list, to read from another thread.
+    pub fn status_list(&self) -> StatusList {
+        StatusList(self.statuses.clone())
     }
 
     /// The status of every mirrored server.
