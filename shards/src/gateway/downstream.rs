@@ -1232,6 +1232,21 @@ impl Downstream {
                     if v.removed {
                         self.var_free.push(i);
                     } else {
+                        // No longer kept current: an item created here later starts from the
+                        // last value marked so, until the server's new item reports.
+                        let space = env.host.server.model.current();
+                        if let Some(node) = space.node_at_generation(v.index, v.generation) {
+                            let last = node.value_cell().map(|c| c.load()).unwrap_or_default();
+                            if last.status_code().is_good() {
+                                let _ = space.store_value(
+                                    v.index,
+                                    DataValue {
+                                        status: Some(StatusCode::UncertainLastUsableValue),
+                                        ..last
+                                    },
+                                );
+                            }
+                        }
                         self.mark(i);
                     }
                 }

@@ -292,6 +292,19 @@ def test_a_subscription_receives_every_change(gateway):
 
             await until("the downstream item gone with the last upstream item", none)
 
+            # No longer kept current: a new item starts from the last value marked
+            # UncertainLastUsableValue, then the server's new item brings good values.
+            h3 = Changes()
+            sub3 = await c.create_subscription(50, h3)
+            await sub3.subscribe_data_change(counter, queuesize=10, sampling_interval=0)
+
+            async def good_again():
+                return any(v.StatusCode.is_good() for v in h3.values)
+
+            await until("good values from the new downstream item", good_again)
+            assert h3.values[0].StatusCode.value == ua.StatusCodes.UncertainLastUsableValue
+            await sub3.delete()
+
     run(go())
 
 
