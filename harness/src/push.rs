@@ -3,7 +3,8 @@
 //! The server under test keeps the *plant contract*:
 //!
 //! - `plant --listen HOST:PORT --variables N --rate HZ` (HZ pushes a second per variable);
-//! - namespace `urn:uaring:example:plant` (its index looked up in the NamespaceArray);
+//! - namespace `urn:uaring:example:plant` (its index looked up in the NamespaceArray; through
+//!   uaring's gateway, `urn:uaring:gateway:<server>:urn:uaring:example:plant`, docs/Gateway.md);
 //! - N Double variables `s=Plant.V<i>` (i in 0..N) in a folder `s=Plant` under Objects;
 //! - one thread named `push` writes every variable HZ times a second on absolute deadlines:
 //!   the k-th push (k = 1, 2, …) sets the value to the Double k and the SourceTimestamp to
@@ -291,7 +292,18 @@ pub fn namespace_index(value: &Variant, uri: &str) -> Result<u16, String> {
             }
         })
         .collect();
-    match uris.iter().position(|u| *u == uri) {
+    // A gateway in front of a plant server (docs/Gateway.md) keeps the identifiers and maps
+    // the namespace to `urn:uaring:gateway:<server name>:<uri>`: the first such one counts.
+    let mapped = |u: &str| {
+        u.strip_prefix("urn:uaring:gateway:")
+            .and_then(|rest| rest.strip_suffix(uri))
+            .is_some_and(|name| name.ends_with(':') && name.len() > 1)
+    };
+    let at = uris
+        .iter()
+        .position(|u| *u == uri)
+        .or_else(|| uris.iter().position(|u| mapped(u)));
+    match at {
         Some(i) => u16::try_from(i).map_err(|_| format!("NamespaceArray: {uri} at index {i}")),
         None => Err(format!(
             "the server's NamespaceArray {uris:?} has no {uri}: not a server of the plant contract"
@@ -816,6 +828,19 @@ mod tests {
                 .contains("plant contract")
         );
         assert!(namespace_index(&Variant::Int32(1), PLANT_NAMESPACE_URI).is_err());
+        // Through the gateway: the mirrored server's namespace.
+        assert_eq!(
+            namespace_index(
+                &arr(&[
+                    "http://opcfoundation.org/UA/",
+                    "urn:uaring:server",
+                    "urn:uaring:gateway",
+                    "urn:uaring:gateway:o6:urn:uaring:example:plant"
+                ]),
+                PLANT_NAMESPACE_URI
+            ),
+            Ok(3)
+        );
     }
 
     fn notification(
