@@ -16,6 +16,7 @@ doing anything.
 import asyncio
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -328,6 +329,31 @@ def test_the_open62541_server_is_mirrored_from_the_configuration(gateway):
             await sub.delete()
 
     run(go())
+
+
+def test_a_reload_replaces_the_mirrored_servers(gateway, tmp_path):
+    """SIGHUP re-reads [[gateway.servers]]: a removed entry's nodes go, a new one is mirrored."""
+    cfg = tmp_path / "reload.toml"
+    entry = '[[gateway.servers]]\nname = "{}"\nendpoint = "' + gateway.down.url + '"\n'
+    cfg.write_text(entry.format("before"))
+    s = Server("--config", str(cfg))
+    try:
+
+        async def go():
+            async with Client(s.url, timeout=10) as c:
+                await mirrored(c, "before", "Line1", "Counter")
+                cfg.write_text(entry.format("after"))
+                s.proc.send_signal(signal.SIGHUP)
+                await mirrored(c, "after", "Line1", "Counter")
+
+                async def gone():
+                    return await child(c.nodes.objects, "before") is None
+
+                await until("the removed server's folder gone", gone)
+
+        run(go())
+    finally:
+        assert s.stop() == 0
 
 
 def test_a_killed_downstream_reads_bad_not_connected_and_resumes(gateway):
