@@ -100,6 +100,19 @@ impl After {
     }
 }
 
+/// Sets `table[n]` (growing it with empty slots), in a copy when another version shares it.
+fn set_dense(table: &mut Arc<[u32]>, n: u32, index: u32) {
+    let n = n as usize;
+    if n >= table.len() {
+        let mut v = table.to_vec();
+        v.resize(n + 1, NO_INDEX);
+        *table = Arc::from(v);
+    }
+    if let Some(slot) = Arc::make_mut(table).get_mut(n) {
+        *slot = index;
+    }
+}
+
 fn same_ref(a: &Reference, b: &Reference) -> bool {
     a.is_forward == b.is_forward && a.reference_type == b.reference_type && a.target == b.target
 }
@@ -237,13 +250,7 @@ impl Edit {
         match id.identifier {
             Identifier::Numeric(n) if n < DENSE_ID_MAX && (id.namespace as usize) < 2 => {
                 if let Some(t) = self.space.dense.get_mut(id.namespace as usize) {
-                    let t = Arc::make_mut(t);
-                    if t.len() <= n as usize {
-                        t.resize(n as usize + 1, NO_INDEX);
-                    }
-                    if let Some(slot) = t.get_mut(n as usize) {
-                        *slot = index;
-                    }
+                    set_dense(t, n, index);
                 }
             }
             _ => self.space.map.insert(id.clone(), index),
@@ -419,8 +426,8 @@ impl Edit {
         match id.identifier {
             Identifier::Numeric(n) if n < DENSE_ID_MAX && (id.namespace as usize) < 2 => {
                 if let Some(t) = self.space.dense.get_mut(id.namespace as usize) {
-                    if let Some(slot) = Arc::make_mut(t).get_mut(n as usize) {
-                        *slot = NO_INDEX;
+                    if (n as usize) < t.len() {
+                        set_dense(t, n, NO_INDEX);
                     }
                 }
             }

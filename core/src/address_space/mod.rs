@@ -291,7 +291,7 @@ pub struct AddressSpace {
     count: usize,
     /// Dense lookup for numeric NodeIds of namespaces 0 and 1: `dense[ns][id]` is an index
     /// into `nodes` or `NO_INDEX`.
-    dense: [Arc<Vec<u32>>; 2],
+    dense: [Arc<[u32]>; 2],
     /// Every other NodeId.
     map: IdMap,
     /// `supertype[i]`: index of the supertype of type node `i`, or `NO_INDEX`.
@@ -406,9 +406,11 @@ impl NodePermissions {
 }
 
 /// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
-/// from that namespace's dense table, any other from the map.
-#[inline]
-fn lookup(dense: &[Arc<Vec<u32>>; 2], map: &IdMap, id: &NodeId) -> Option<u32> {
+/// from that namespace's dense table, any other from the map. The dense case is inlined
+/// into every caller (a bounds check and one load); the map's hashing stays out of line, so
+/// it does not keep this from being inlined.
+#[inline(always)]
+fn lookup(dense: [&[u32]; 2], map: &IdMap, id: &NodeId) -> Option<u32> {
     if let crate::types::Identifier::Numeric(n) = id.identifier {
         if n < DENSE_ID_MAX {
             if let Some(t) = dense.get(id.namespace as usize) {
@@ -419,6 +421,11 @@ fn lookup(dense: &[Arc<Vec<u32>>; 2], map: &IdMap, id: &NodeId) -> Option<u32> {
             }
         }
     }
+    lookup_map(map, id)
+}
+
+#[inline(never)]
+fn lookup_map(map: &IdMap, id: &NodeId) -> Option<u32> {
     map.get(id)
 }
 
@@ -448,7 +455,7 @@ impl AddressSpace {
 
     #[inline]
     fn index_of(&self, id: &NodeId) -> Option<u32> {
-        lookup(&self.dense, &self.map, id)
+        lookup([&self.dense[0], &self.dense[1]], &self.map, id)
     }
 
     /// The node an ExpandedNodeId names, when it is local to this server.

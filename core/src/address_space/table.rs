@@ -23,8 +23,9 @@ const PAGE: usize = 1 << PAGE_BITS;
 /// change replaces one of its slots.
 #[derive(Clone, Default)]
 pub(crate) struct NodeTable {
-    /// Full pages of `PAGE` slots (a slice behind the `Arc`: one load less than a `Vec`).
-    pages: Vec<Arc<[Option<Arc<Node>>]>>,
+    /// Full pages of `PAGE` slots (an array behind the `Arc`: a thin pointer, and a slot
+    /// index masked to the page needs no bounds check).
+    pages: Vec<Arc<[Option<Arc<Node>>; PAGE]>>,
     /// One past the highest index ever used.
     len: u32,
 }
@@ -33,19 +34,14 @@ impl NodeTable {
     pub(crate) fn from_nodes(nodes: Vec<Node>) -> NodeTable {
         let len = nodes.len() as u32;
         let mut pages = Vec::with_capacity(nodes.len().div_ceil(PAGE));
-        let mut page = Vec::with_capacity(PAGE);
-        for n in nodes {
-            page.push(Some(Arc::new(n)));
-            if page.len() == PAGE {
-                pages.push(Arc::from(std::mem::replace(
-                    &mut page,
-                    Vec::with_capacity(PAGE),
-                )));
+        let mut nodes = nodes.into_iter();
+        loop {
+            let page: Arc<[Option<Arc<Node>>; PAGE]> =
+                Arc::new(std::array::from_fn(|_| nodes.next().map(Arc::new)));
+            if page.first().is_none_or(Option::is_none) {
+                break;
             }
-        }
-        if !page.is_empty() {
-            page.resize(PAGE, None);
-            pages.push(Arc::from(page));
+            pages.push(page);
         }
         NodeTable { pages, len }
     }
@@ -53,6 +49,7 @@ impl NodeTable {
     #[inline]
     pub(crate) fn get(&self, index: u32) -> Option<&Node> {
         let page = self.pages.get((index >> PAGE_BITS) as usize)?;
+        // The mask keeps the index inside the page: the compiler drops the check.
         page.get(index as usize & (PAGE - 1))?.as_deref()
     }
 
@@ -66,11 +63,10 @@ impl NodeTable {
     pub(crate) fn set(&mut self, index: u32, node: Option<Arc<Node>>) {
         let p = (index >> PAGE_BITS) as usize;
         while self.pages.len() <= p {
-            self.pages.push(Arc::from(vec![None; PAGE]));
+            self.pages.push(Arc::new(std::array::from_fn(|_| None)));
         }
         if let Some(page) = self.pages.get_mut(p) {
-            let page = Arc::make_mut(page);
-            if let Some(slot) = page.get_mut(index as usize & (PAGE - 1)) {
+            if let Some(slot) = Arc::make_mut(page).get_mut(index as usize & (PAGE - 1)) {
                 *slot = node;
             }
         }

@@ -38,6 +38,19 @@ impl Net {
         n
     }
 
+    /// [`Net::with_session`] on a server with `config` and what `extend` adds to the
+    /// default content.
+    pub fn with_session_and(
+        config: uaring_core::config::ServerConfig,
+        extend: impl FnMut(
+            &mut uaring_core::address_space::AddressSpaceBuilder,
+        ) -> Result<(), String>,
+    ) -> Net {
+        let mut n = Net::connected_with_and(config, now(), extend);
+        n.activate_anonymous_session(600_000.0, 0);
+        n
+    }
+
     /// Feeds `requests` one chunk at a time and returns (allocations, bytes) per request
     /// over the last `measured` of them (the ones before warm the buffers up). Checks that
     /// every response decodes and is Good.

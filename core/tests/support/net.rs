@@ -34,7 +34,22 @@ impl Net {
 
     /// [`Net::connected`] to a server with `config`.
     pub fn connected_with(config: ServerConfig, now: Now) -> Net {
-        let shared = content::new(config, now).expect("server");
+        Net::connected_to(content::new(config, now).expect("server"), now)
+    }
+
+    /// [`Net::connected`] to a server with the default content and what `extend` adds.
+    pub fn connected_with_and(
+        config: ServerConfig,
+        now: Now,
+        extend: impl FnMut(
+            &mut uaring_core::address_space::AddressSpaceBuilder,
+        ) -> Result<(), String>,
+    ) -> Net {
+        Net::connected_to(content::new_and(config, now, extend).expect("server"), now)
+    }
+
+    /// [`Net::connected`] to `shared`.
+    pub fn connected_to(shared: std::sync::Arc<uaring_core::shared::ServerShared>, now: Now) -> Net {
         let mut shard = ShardState::new(
             shared,
             0,

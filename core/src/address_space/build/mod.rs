@@ -108,7 +108,7 @@ pub struct HistoryCapabilities {
 /// type hierarchy.
 pub struct AddressSpaceBuilder {
     nodes: Vec<Node>,
-    dense: [Arc<Vec<u32>>; 2],
+    dense: [Vec<u32>; 2],
     map: IdMap,
     /// Node indexes kept for nodes added at run time (the change path's tables).
     run_time_nodes: usize,
@@ -142,7 +142,7 @@ impl AddressSpaceBuilder {
     pub fn new(namespace_uris: Vec<String>, server_info: ServerInfo) -> Self {
         AddressSpaceBuilder {
             nodes: Vec::new(),
-            dense: [Arc::new(Vec::new()), Arc::new(Vec::new())],
+            dense: [Vec::new(), Vec::new()],
             map: IdMap::default(),
             run_time_nodes: 0,
             namespace_uris,
@@ -241,7 +241,7 @@ impl AddressSpaceBuilder {
     }
 
     fn index_of(&self, id: &NodeId) -> Option<u32> {
-        lookup(&self.dense, &self.map, id)
+        lookup([&self.dense[0], &self.dense[1]], &self.map, id)
     }
 
     /// The data the live Server object is computed from (start times, product).
@@ -301,7 +301,7 @@ impl AddressSpaceBuilder {
             Identifier::Numeric(n) if n < DENSE_ID_MAX => self
                 .dense
                 .get_mut(node.node_id.namespace as usize)
-                .map(|t| (Arc::make_mut(t), n as usize)),
+                .map(|t| (t, n as usize)),
             _ => None,
         };
         match dense {
@@ -360,7 +360,7 @@ impl AddressSpaceBuilder {
             namespace_role_permissions,
         } = self;
         let metrics = std::sync::Arc::new(crate::metrics::ServerMetrics::default());
-        let lookup = |id: &NodeId| lookup(&dense, &map, id);
+        let lookup = |id: &NodeId| lookup([&dense[0], &dense[1]], &map, id);
 
         // Inverses of every declared reference whose target is a local node.
         let mut inverses: Vec<(u32, Reference)> = Vec::new();
@@ -484,7 +484,7 @@ impl AddressSpaceBuilder {
             version: 0,
             nodes: NodeTable::from_nodes(nodes),
             count,
-            dense,
+            dense: dense.map(Arc::from),
             map,
             supertype: Arc::new(supertype),
             encoding_of: Arc::new(encoding_of),
