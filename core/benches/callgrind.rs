@@ -27,8 +27,7 @@ use uaring_core::address_space::build::make::{folder, variable, WRITABLE};
 use uaring_core::address_space::ids;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
-    BrowseDescription, BrowseDirection, BrowseRequest, ReadRequest, ReadValueId,
-    TimestampsToReturn,
+    BrowseDescription, BrowseDirection, BrowseRequest, ReadRequest, ReadValueId, TimestampsToReturn,
 };
 use uaring_core::server::connection::ConnStatus;
 use uaring_core::types::{DataValue, NodeId, QualifiedName, Variant};
@@ -168,7 +167,12 @@ fn main() {
                 assert!(resp.response_header().service_result.is_good(), "{resp:?}");
                 match &resp {
                     Response::Read(r) => {
-                        assert!(r.results.iter().all(|d| d.status.is_none_or(|s| s.is_good())), "{r:?}")
+                        assert!(
+                            r.results
+                                .iter()
+                                .all(|d| d.status.is_none_or(|s| s.is_good())),
+                            "{r:?}"
+                        )
                     }
                     Response::Write(w) => assert!(w.results.iter().all(|s| s.is_good())),
                     Response::Browse(b) => assert!(b

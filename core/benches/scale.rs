@@ -14,7 +14,9 @@
 //!   per item sampled), and at the end DeleteMonitoredItems of one batch with all the others
 //!   still there.
 //!
-//! `cargo bench -p uaring-core --bench scale` (ITEMS = 1,000,000; `SCALE_ITEMS=N` for fewer).
+//! `cargo bench -p uaring-core --bench scale` (ITEMS = 1,000,000; `SCALE_ITEMS=N` for fewer;
+//! `SCALE_PART=nodes|items` for one part, `SCALE_NODES=N` nodes of each kind, 100,000 unless
+//! set).
 //! Run on a quiet machine: each figure is one measurement.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -140,6 +142,31 @@ fn node_memory(n: u32) {
         }
         Ok(())
     });
+    let numeric = server_bytes(|b| {
+        b.reserve(n as usize + 1);
+        b.add(folder(
+            plant.clone(),
+            QualifiedName::new(1, "Plant"),
+            NodeId::ns0(ids::OBJECTS_FOLDER),
+        ))?;
+        for i in 0..n {
+            b.add(variable(
+                NodeId::numeric(1, 100_000 + i),
+                QualifiedName::new(1, &format!("V{i}")),
+                NodeId::ns0(11),
+                -1,
+                Vec::new(),
+                DataValue {
+                    value: Variant::Double(i as f64),
+                    ..Default::default()
+                },
+                WRITABLE,
+                0.0,
+                Some((plant.clone(), ids::ORGANIZES)),
+            ))?;
+        }
+        Ok(())
+    });
     let folders = server_bytes(|b| {
         b.reserve(n as usize);
         for i in 0..n {
@@ -156,6 +183,10 @@ fn node_memory(n: u32) {
     println!(
         "| Double Variable with a stored value, `s=Plant.V<i>` | {:.0} |",
         (vars - base) as f64 / n as f64
+    );
+    println!(
+        "| Double Variable with a stored value, `i=<100000 + i>` (a dense id) | {:.0} |",
+        (numeric - base) as f64 / n as f64
     );
     println!(
         "| Folder (Object), `s=Plant.F<i>` | {:.0} |",
@@ -346,6 +377,17 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    node_memory(100_000);
-    items_at_scale(total);
+    // SCALE_PART=nodes: the memory per node only (SCALE_NODES of each kind, 100,000 unless
+    // set); SCALE_PART=items: the items only.
+    let part = std::env::var("SCALE_PART").unwrap_or_default();
+    let nodes: u32 = std::env::var("SCALE_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    if part != "items" {
+        node_memory(nodes);
+    }
+    if part != "nodes" {
+        items_at_scale(total);
+    }
 }

@@ -1022,7 +1022,7 @@ fn event_and_condition_nodes() {
         Some(1)
     );
     let server = space.node(&NodeId::ns0(2253)).unwrap();
-    assert!(server.references.load().iter().any(|r| r.is_forward
+    assert!(server.references().any(|r| r.is_forward
         && r.reference_type.as_ns0() == Some(ids::HAS_NOTIFIER)
         && r.target.as_local() == Some(&content::demo_folder_id())));
     let alarm = space.node(&content::alarm_id()).unwrap();
@@ -1031,9 +1031,7 @@ fn event_and_condition_nodes() {
         Some(NodeId::ns0(ids::ALARM_CONDITION_TYPE))
     );
     assert!(alarm
-        .references
-        .load()
-        .iter()
+        .references()
         .any(|r| r.target.as_local() == Some(&content::alarm_acknowledge_id())));
     assert!(space.is_subtype_of(
         &content::demo_event_type(),
@@ -1275,8 +1273,8 @@ fn event_type_in_list_of_subtypes() {
     let subtypes_of = |t: NodeId| -> Vec<ExtensionObject> {
         space
             .nodes()
-            .filter(|n| space.is_subtype_of(&n.node_id, &t))
-            .map(|n| lit(Variant::NodeId(Box::new(n.node_id.clone()))))
+            .filter(|n| space.is_subtype_of(&n.node_id(), &t))
+            .map(|n| lit(Variant::NodeId(Box::new(n.node_id().clone()))))
             .collect()
     };
     let in_list = |list: Vec<ExtensionObject>| {

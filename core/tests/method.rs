@@ -541,11 +541,10 @@ fn argument_tables_match_the_nodeset() {
     let space = &h.shard.shared().address_space;
     let args_of = |method: u32, prop: &str| -> Vec<(String, NodeId, i32)> {
         let node = space.node(&NodeId::ns0(method)).unwrap();
-        let refs = node.references.load();
-        let Some(p) = refs
-            .iter()
+        let Some(p) = node
+            .references()
             .filter(|r| r.is_forward)
-            .filter_map(|r| r.target.as_local())
+            .filter_map(|r| r.target.as_local().cloned())
             .find(|t| {
                 space
                     .browse_name_of(t)
@@ -555,7 +554,7 @@ fn argument_tables_match_the_nodeset() {
             return Vec::new();
         };
         let v = space
-            .variable_value(space.node(p).unwrap(), h.now)
+            .variable_value(space.node(&p).unwrap(), h.now)
             .unwrap()
             .value;
         let a = v.as_array().expect("an Argument array");
@@ -659,12 +658,12 @@ fn user_executable_by_role() {
     ));
     // Namespace 0's methods this server does not serve are not executable at all
     // (SetSubscriptionDurable i=12749, RequestServerStateChange i=12886); the served ones are.
-    let executable = |id: u32| match space.node(&NodeId::ns0(id)).map(|n| &n.attributes) {
-        Some(uaring_core::address_space::ClassAttributes::Method {
+    let executable = |id: u32| match space.node(&NodeId::ns0(id)).map(|n| n.attributes()) {
+        Some(uaring_core::address_space::AttrsView::Method {
             executable,
             user_executable,
-        }) => (*executable, *user_executable),
-        other => panic!("i={id}: {other:?}"),
+        }) => (executable, user_executable),
+        _ => panic!("i={id}: no Method"),
     };
     assert_eq!(executable(12749), (false, false));
     assert_eq!(executable(12886), (false, false));

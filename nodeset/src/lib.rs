@@ -364,33 +364,28 @@ pub fn load_sources(
     for l in &loaded {
         let doc = &docs[l.file];
         for p in &l.pending {
-            let node = b.node(&p.id).expect("added");
-            for (r, el) in node.references.load().iter().zip(&p.refs) {
+            for (el, reference_type, target) in &p.refs {
                 let err = |m: String| LoadError {
                     file: sources[l.file].path.clone(),
                     line: line(doc, *el),
                     node: Some(p.written.to_string()),
                     message: m,
                 };
-                match b.node(&r.reference_type) {
-                    Some(t) if t.node_class == NodeClass::ReferenceType => {}
+                match b.node(reference_type) {
+                    Some(t) if t.node_class() == NodeClass::ReferenceType => {}
                     Some(_) => {
                         return Err(err(format!(
-                            "reference type {} is not a ReferenceType",
-                            r.reference_type
+                            "reference type {reference_type} is not a ReferenceType"
                         )))
                     }
                     None => {
                         return Err(err(format!(
-                            "reference type {} does not exist",
-                            r.reference_type
+                            "reference type {reference_type} does not exist"
                         )))
                     }
                 }
-                if let Some(t) = r.target.as_local() {
-                    if !b.contains(t) {
-                        return Err(err(format!("reference target {t} does not exist")));
-                    }
+                if !b.contains(target) {
+                    return Err(err(format!("reference target {target} does not exist")));
                 }
             }
         }
@@ -411,8 +406,9 @@ struct Pending<'a, 'i> {
     /// As written in the file (for messages).
     written: &'a str,
     el: XNode<'a, 'i>,
-    /// The `<Reference>` element of each declared reference, in order.
-    refs: Vec<XNode<'a, 'i>>,
+    /// The `<Reference>` element of each declared reference, in order, with its type and
+    /// target.
+    refs: Vec<(XNode<'a, 'i>, NodeId, NodeId)>,
 }
 
 pub(crate) fn line(doc: &Document, n: XNode) -> u32 {
@@ -667,12 +663,12 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                     let target = self
                         .node_id(r.text().unwrap_or(""), r)
                         .map_err(|x| self.err(r, Some(written), x.message))?;
+                    refs.push((r, reference_type.clone(), target.clone()));
                     references.push(Reference {
                         reference_type,
                         is_forward: r.attribute("IsForward") != Some("false"),
                         target: ExpandedNodeId::local(target),
                     });
-                    refs.push(r);
                 }
             }
             if let Some(rp) = child(n, "RolePermissions") {
@@ -748,11 +744,11 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
             let eo = if value::is_subtype(b, &p.id, &NodeId::ns0(ids::STRUCTURE)) {
                 let node = b.node(&p.id).expect("added");
                 let mut default_encoding_id = NodeId::NULL;
-                for r in node.references.load().iter() {
-                    if r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_ENCODING) {
-                        if let Some(t) = r.target.as_local().and_then(|t| b.node(t)) {
-                            if t.browse_name.name.as_str() == "Default Binary" {
-                                default_encoding_id = t.node_id.clone();
+                for r in node.refs() {
+                    if r.is_forward() && r.type_is_ns0(ids::HAS_ENCODING) {
+                        if let Some(t) = r.target_node() {
+                            if t.name().1 == Some("Default Binary") {
+                                default_encoding_id = t.node_id();
                             }
                         }
                     }
@@ -761,11 +757,11 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                     // Declared the other way round, on the encoding object.
                     for q in pending {
                         let n = b.node(&q.id).expect("added");
-                        if n.browse_name.name.as_str() == "Default Binary"
-                            && n.references.load().iter().any(|r| {
-                                !r.is_forward
-                                    && r.reference_type.as_ns0() == Some(ids::HAS_ENCODING)
-                                    && r.target.as_local() == Some(&p.id)
+                        if n.name().1 == Some("Default Binary")
+                            && n.refs().any(|r| {
+                                !r.is_forward()
+                                    && r.type_is_ns0(ids::HAS_ENCODING)
+                                    && r.target_node().is_some_and(|t| t.is(&p.id))
                             })
                         {
                             default_encoding_id = q.id.clone();
@@ -861,13 +857,15 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 }
                 ExtensionObject::from_struct(&EnumDefinition { fields })
             };
-            if let Some(ClassAttributes::DataType {
-                data_type_definition,
-                ..
-            }) = b.node_mut(&p.id).map(|n| &mut n.attributes)
-            {
-                *data_type_definition = Some(eo);
-            }
+            b.update(&p.id, |n| {
+                if let ClassAttributes::DataType {
+                    data_type_definition,
+                    ..
+                } = &mut n.attributes
+                {
+                    *data_type_definition = Some(eo);
+                }
+            });
         }
         Ok(())
     }
@@ -892,10 +890,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 node: Some(p.written.to_string()),
                 ..x
             })?;
-            let Some(node) = b.node_mut(&p.id) else {
-                continue;
-            };
-            match &mut node.attributes {
+            b.update(&p.id, |node| match &mut node.attributes {
                 ClassAttributes::Variable(va) => {
                     let fixed = match va.data_type.as_ns0() {
                         Some(t) if va.value_rank == -1 && (1..=25).contains(&t) => {
@@ -907,7 +902,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 }
                 ClassAttributes::VariableType(vt) => vt.value = variant,
                 _ => {}
-            }
+            });
         }
         Ok(())
     }

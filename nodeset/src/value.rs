@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use roxmltree::Node as XNode;
-use uaring_core::address_space::{ids, AddressSpaceBuilder, ClassAttributes, NodeClass};
+use uaring_core::address_space::{ids, AddressSpaceBuilder, AttrsView, NodeClass};
 use uaring_core::generated::types::{EnumDefinition, StructureDefinition, StructureType};
 use uaring_core::types::{
     base64_decode, BuiltinType, ByteString, ExpandedNodeId, ExtensionObject, ExtensionObjectBody,
@@ -21,22 +21,20 @@ const MAX_DEPTH: u32 = 32;
 /// Direct supertype of a type node, from its declared inverse HasSubtype reference.
 pub(crate) fn supertype(b: &AddressSpaceBuilder, id: &NodeId) -> Option<NodeId> {
     b.node(id)?
-        .references
-        .load()
-        .iter()
-        .find(|r| !r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE))
-        .and_then(|r| r.target.as_local().cloned())
+        .refs()
+        .find(|r| !r.is_forward() && r.type_is_ns0(ids::HAS_SUBTYPE))
+        .and_then(|r| r.target().as_local().cloned())
         .or_else(|| {
             // Declared the other way round (forward HasSubtype on the supertype).
             b.nodes()
                 .find(|n| {
-                    n.references.load().iter().any(|r| {
-                        r.is_forward
-                            && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE)
-                            && r.target.as_local() == Some(id)
+                    n.refs().any(|r| {
+                        r.is_forward()
+                            && r.type_is_ns0(ids::HAS_SUBTYPE)
+                            && r.target_node().is_some_and(|t| t.is(id))
                     })
                 })
-                .map(|n| n.node_id.clone())
+                .map(|n| n.node_id())
         })
 }
 
@@ -58,15 +56,15 @@ pub(crate) fn is_subtype(b: &AddressSpaceBuilder, id: &NodeId, base: &NodeId) ->
 pub(crate) fn encoding_map(b: &AddressSpaceBuilder) -> HashMap<NodeId, NodeId> {
     let mut m = HashMap::new();
     for n in b.nodes() {
-        for r in n.references.load().iter() {
-            if r.reference_type.as_ns0() != Some(ids::HAS_ENCODING) {
+        for r in n.refs() {
+            if !r.type_is_ns0(ids::HAS_ENCODING) {
                 continue;
             }
-            if let Some(t) = r.target.as_local() {
-                if r.is_forward && n.node_class == NodeClass::DataType {
-                    m.insert(t.clone(), n.node_id.clone());
-                } else if !r.is_forward && n.node_class == NodeClass::Object {
-                    m.insert(n.node_id.clone(), t.clone());
+            if let Some(t) = r.target().as_local() {
+                if r.is_forward() && n.node_class() == NodeClass::DataType {
+                    m.insert(t.clone(), n.node_id());
+                } else if !r.is_forward() && n.node_class() == NodeClass::Object {
+                    m.insert(n.node_id(), t.clone());
                 }
             }
         }
@@ -265,7 +263,7 @@ impl Converter<'_, '_, '_> {
             return Ok(ExtensionObject::null());
         };
         let dt = match self.b.node(&tid) {
-            Some(n) if n.node_class == NodeClass::DataType => tid.clone(),
+            Some(n) if n.node_class() == NodeClass::DataType => tid.clone(),
             _ => self.encodings.get(&tid).cloned().ok_or_else(|| {
                 self.err(
                     el,
@@ -308,10 +306,10 @@ impl Converter<'_, '_, '_> {
                 .b
                 .node(&cur)
                 .ok_or_else(|| self.err(at, format!("DataType {cur} does not exist")))?;
-            if let ClassAttributes::DataType {
+            if let AttrsView::DataType {
                 data_type_definition: Some(d),
                 ..
-            } = &n.attributes
+            } = n.attributes()
             {
                 if let Some(s) = d.decode_as::<StructureDefinition>(limits()) {
                     return s

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use uaring_core::address_space::build::build_with;
-use uaring_core::address_space::{AddressSpace, ClassAttributes, NodeClass};
+use uaring_core::address_space::{AddressSpace, AttrsView, NodeClass};
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::types::{Argument, StructureDefinition};
 use uaring_core::types::{NodeId, QualifiedName, Variant};
@@ -99,18 +99,16 @@ fn di_and_machinery_load_with_namespaces_remapped() {
     // DeviceSet (DI i=5001) is organized under Objects.
     let device_set = NodeId::numeric(di, 5001);
     let n = a.node(&device_set).unwrap();
-    assert_eq!(n.browse_name, QualifiedName::new(di, "DeviceSet"));
+    assert_eq!(n.browse_name(), QualifiedName::new(di, "DeviceSet"));
     assert!(a
         .node(&NodeId::ns0(85))
         .unwrap()
-        .references
-        .load()
-        .iter()
+        .references()
         .any(|r| r.is_forward && r.target.as_local() == Some(&device_set)));
     // Machines (Machinery i=1001) too; its type is a Machinery type in Machinery's namespace.
     let machines = NodeId::numeric(ma, 1001);
     assert_eq!(
-        a.node(&machines).unwrap().browse_name.name.as_str(),
+        a.node(&machines).unwrap().browse_name().name.as_str(),
         "Machines"
     );
     let topology = NodeId::numeric(di, 1001); // DI TopologyElementType
@@ -138,7 +136,7 @@ fn variables_have_value_cells_and_structures_convert() {
     // re-encoded in binary from Argument's StructureDefinition.
     let mut checked = 0;
     for n in a.nodes() {
-        if n.node_id.namespace != di || n.browse_name.name.as_str() != "InputArguments" {
+        if n.node_id().namespace != di || n.browse_name().name.as_str() != "InputArguments" {
             continue;
         }
         let v = n.value_cell().expect("a value cell").load().value;
@@ -162,10 +160,10 @@ fn variables_have_value_cells_and_structures_convert() {
     // A DataType of DI with its StructureDefinition (FetchResultDataType i=6522 is abstract; use
     // TransferResultDataDataType i=15889).
     let dt = a.node(&NodeId::numeric(di, 15889)).unwrap();
-    let ClassAttributes::DataType {
+    let AttrsView::DataType {
         data_type_definition: Some(d),
         ..
-    } = &dt.attributes
+    } = dt.attributes()
     else {
         panic!()
     };
@@ -181,11 +179,11 @@ fn variables_have_value_cells_and_structures_convert() {
     // Methods are not advertised as executable (the server does not implement them).
     let m = a
         .nodes()
-        .find(|n| n.node_id.namespace == di && n.node_class == NodeClass::Method)
+        .find(|n| n.node_id().namespace == di && n.node_class() == NodeClass::Method)
         .unwrap();
     assert!(matches!(
-        m.attributes,
-        ClassAttributes::Method {
+        m.attributes(),
+        AttrsView::Method {
             executable: false,
             user_executable: false
         }

@@ -1182,7 +1182,7 @@ fn raise(shared: &Arc<ServerShared>, def: EventDef) -> Result<(), Error> {
         event_id: shared.events.ids.next(),
         type_chain: type_chain(space, &event_type),
         event_type,
-        source_name: UaString::from(source_node.display_name.text.as_str()),
+        source_name: UaString::from(source_node.display().text.unwrap_or("")),
         source_node: source.clone(),
         time: now,
         receive_time: now,

@@ -15,8 +15,8 @@ use uaring_core::address_space::app::{
 use uaring_core::address_space::build::make::{folder, make_variable};
 pub(crate) use uaring_core::address_space::build::NamespaceWriteHook;
 use uaring_core::address_space::{
-    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference, ValueCell,
-    ValueSource,
+    access_level, ids, AddressSpaceBuilder, AttrsView, ClassAttributes, Node, NodeClass, NodeView,
+    RefView, Reference, ValueCell, ValueSource,
 };
 use uaring_core::roles::RolePermissions;
 use uaring_core::shared::ServerShared;
@@ -597,7 +597,7 @@ impl ObjectDef {
         let browse_name = QualifiedName::new(node_id.namespace, &self.name);
         let type_def = self.type_definition.resolve(b)?;
         match b.node(&type_def) {
-            Some(n) if n.node_class == NodeClass::ObjectType => {}
+            Some(n) if n.node_class() == NodeClass::ObjectType => {}
             _ => {
                 return Err(Error::AddressSpace(format!(
                     "{}: type definition {} is no ObjectType",
@@ -651,19 +651,26 @@ const HAS_INTERFACE: u32 = 17603;
 /// declared it).
 fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, NodeId)> {
     let mut out = Vec::new();
-    let of = |r: &Reference| r.reference_type.as_ns0().filter(|t| types.contains(t));
-    if let Some(n) = b.node(node) {
-        for r in n.references.load().iter() {
-            if let (Some(t), true, Some(id)) = (of(r), r.is_forward, r.target.as_local()) {
+    let Some(n) = b.node(node) else {
+        return out;
+    };
+    let of = |r: &RefView<'_>| types.iter().copied().find(|&t| r.type_is_ns0(t));
+    let at = n.index();
+    for r in n.refs() {
+        if let (Some(t), true) = (of(&r), r.is_forward()) {
+            if let Some(id) = r.target().as_local() {
                 out.push((t, id.clone()));
             }
         }
     }
     for n in b.nodes() {
-        for r in n.references.load().iter() {
-            if let (Some(t), false) = (of(r), r.is_forward) {
-                if r.target.as_local() == Some(node) && !out.iter().any(|(_, x)| x == &n.node_id) {
-                    out.push((t, n.node_id.clone()));
+        for r in n.refs() {
+            if let (Some(t), false) = (of(&r), r.is_forward()) {
+                if r.target_node().is_some_and(|x| x.index() == at) {
+                    let id = n.node_id();
+                    if !out.iter().any(|(_, x)| x == &id) {
+                        out.push((t, id));
+                    }
                 }
             }
         }
@@ -673,22 +680,22 @@ fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, N
 
 /// The supertype of a type node.
 fn supertype(b: &AddressSpaceBuilder, t: &NodeId) -> Option<NodeId> {
-    if let Some(n) = b.node(t) {
-        for r in n.references.load().iter() {
-            if r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) && !r.is_forward {
-                return r.target.as_local().cloned();
-            }
+    let n = b.node(t)?;
+    for r in n.refs() {
+        if r.type_is_ns0(ids::HAS_SUBTYPE) && !r.is_forward() {
+            return r.target().as_local().cloned();
         }
     }
+    let at = n.index();
     b.nodes()
         .find(|n| {
-            n.references.load().iter().any(|r| {
-                r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE)
-                    && r.is_forward
-                    && r.target.as_local() == Some(t)
+            n.refs().any(|r| {
+                r.type_is_ns0(ids::HAS_SUBTYPE)
+                    && r.is_forward()
+                    && r.target_node().is_some_and(|x| x.index() == at)
             })
         })
-        .map(|n| n.node_id.clone())
+        .map(|n| n.node_id())
 }
 
 fn is_mandatory(b: &AddressSpaceBuilder, decl: &NodeId) -> bool {
@@ -712,7 +719,7 @@ fn instantiate_mandatory(
     // The declarations: the node's own, then (for types) each supertype's and interface's.
     let mut sources = vec![type_or_decl.clone()];
     if b.node(type_or_decl)
-        .is_some_and(|n| n.node_class == NodeClass::ObjectType)
+        .is_some_and(|n| n.node_class() == NodeClass::ObjectType)
     {
         let mut t = type_or_decl.clone();
         for _ in 0..32 {
@@ -732,48 +739,47 @@ fn instantiate_mandatory(
     for src in sources {
         for (rt, decl) in targets(b, &src, &child_refs) {
             let Some(d) = b.node(&decl) else { continue };
-            if seen.contains(&d.browse_name) || !is_mandatory(b, &decl) {
+            let name = d.browse_name();
+            if seen.contains(&name) || !is_mandatory(b, &decl) {
                 continue;
             }
-            seen.push(d.browse_name.clone());
-            let name = d.browse_name.clone();
+            seen.push(name.clone());
             let id = NodeId {
                 namespace: instance.namespace,
                 identifier: suffixed(&instance.identifier, name.name.as_str()),
             };
             let type_def = d.type_definition().and_then(|t| t.as_local().cloned());
-            match (d.node_class, &d.attributes) {
-                (NodeClass::Variable, ClassAttributes::Variable(v)) => {
-                    let value = match &v.value {
-                        ValueSource::Cell(c) => c.load(),
-                        _ => DataValue::default(),
+            match (d.node_class(), d.attributes()) {
+                (NodeClass::Variable, AttrsView::Variable(v)) => {
+                    let value = match v.cell() {
+                        Some(c) => c.load(),
+                        None => DataValue::default(),
                     };
-                    let fixed = match v.data_type.as_ns0() {
-                        Some(n) if v.value_rank == -1 && n <= 25 => BuiltinType::from_id(n as u8),
+                    let fixed = match v.data_type().as_ns0() {
+                        Some(n) if v.value_rank() == -1 && n <= 25 => BuiltinType::from_id(n as u8),
                         _ => None,
                     };
                     let mut node = make_variable(
                         id.clone(),
                         name,
-                        v.data_type.clone(),
-                        v.value_rank,
-                        v.array_dimensions.clone(),
+                        v.data_type().clone(),
+                        v.value_rank(),
+                        v.array_dimensions().to_vec(),
                         ValueSource::Cell(ValueCell::new(value, fixed)),
-                        v.access_level,
-                        v.minimum_sampling_interval,
+                        v.access_level(),
+                        v.minimum_sampling_interval(),
                         Some((instance.clone(), rt)),
                     );
-                    node.display_name = d.display_name.clone();
-                    node.description = d.description.clone();
+                    node.display_name = d.display_name();
+                    node.description = d.description();
                     if let Some(t) = type_def {
                         node.set_type_definition(t);
                     }
                     b.add(node).map_err(Error::AddressSpace)?;
                     instantiate_mandatory(b, &decl, &id, depth + 1)?;
                 }
-                (NodeClass::Object, ClassAttributes::Object { event_notifier }) => {
-                    let event_notifier = *event_notifier;
-                    let display_name = d.display_name.clone();
+                (NodeClass::Object, AttrsView::Object { event_notifier }) => {
+                    let display_name = d.display_name();
                     let mut node = folder(id.clone(), name, instance.clone());
                     node.references.retain(|r| r.is_forward);
                     if let Some(t) = type_def {
@@ -895,7 +901,7 @@ impl MethodDef {
         let node_id = self.id.resolve(b)?;
         let parent = self.parent.resolve(b)?;
         if !matches!(
-            b.node(&parent).map(|n| n.node_class),
+            b.node(&parent).map(|n| n.node_class()),
             Some(NodeClass::Object | NodeClass::ObjectType)
         ) {
             return Err(Error::AddressSpace(format!(
@@ -1189,7 +1195,7 @@ impl AlarmDef {
         let node_id = self.id.resolve(b)?;
         let source = self.source.resolve(b)?;
         if !matches!(
-            b.node(&source).map(|n| n.node_class),
+            b.node(&source).map(|n| n.node_class()),
             Some(NodeClass::Object)
         ) {
             return Err(Error::AddressSpace(format!(
@@ -1240,7 +1246,7 @@ fn alarm_properties(
             break;
         }
         if b.node(&t)
-            .is_none_or(|n| n.node_class != NodeClass::ObjectType)
+            .is_none_or(|n| n.node_class() != NodeClass::ObjectType)
         {
             return Err(err(format!("{type_def} is no ObjectType")));
         }
@@ -1263,21 +1269,21 @@ fn alarm_properties(
     for owner in &subtypes {
         for (rt, decl) in targets(b, owner, &[ids::HAS_COMPONENT, ids::HAS_PROPERTY]) {
             let Some(d) = b.node(&decl) else { continue };
-            if decls.iter().any(|x| x.name == d.browse_name) {
+            let d_name = d.browse_name();
+            if decls.iter().any(|x| x.name == d_name) {
                 continue; // overridden by a more derived type
             }
-            if d.browse_name.namespace_index == 0
-                && uaring_core::events::condition::MAINTAINED_FIELDS
-                    .contains(&d.browse_name.name.as_str())
+            if d_name.namespace_index == 0
+                && uaring_core::events::condition::MAINTAINED_FIELDS.contains(&d_name.name.as_str())
             {
                 continue; // an override of what the condition maintains (ActiveState)
             }
-            let property = match (&d.attributes, rt == ids::HAS_PROPERTY) {
-                (ClassAttributes::Variable(v), true) => Some(v.data_type.clone()),
+            let property = match (d.as_variable(), rt == ids::HAS_PROPERTY) {
+                (Some(v), true) => Some(v.data_type().clone()),
                 _ => None,
             };
             decls.push(Decl {
-                name: d.browse_name.clone(),
+                name: d_name,
                 property,
                 mandatory: is_mandatory(b, &decl),
                 owner: owner.clone(),
@@ -1494,16 +1500,8 @@ impl Def {
                 to,
             } => {
                 let (f, rt, t) = (from.resolve(b)?, reference_type.resolve(b)?, to.resolve(b)?);
-                let Some(n) = b.node_mut(&f) else {
-                    return Err(Error::AddressSpace(format!(
-                        "reference from unknown node {f}"
-                    )));
-                };
-                n.references.push(Reference {
-                    reference_type: rt,
-                    is_forward: true,
-                    target: ExpandedNodeId::local(t),
-                });
+                b.add_reference_of(&f, &rt, &ExpandedNodeId::local(t), true)
+                    .map_err(Error::AddressSpace)?;
             }
         }
         Ok(())
@@ -1531,7 +1529,7 @@ impl Binding {
         let index = space
             .node_index(&node_id)
             .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
-        let generation = space.node_at(index).map_or(0, |n| n.generation);
+        let generation = space.node_at(index).map_or(0, |n| n.generation());
         let _ = self.bound.set(Bound {
             shared: shared.clone(),
             index,
@@ -1546,7 +1544,7 @@ impl Bound {
     /// Calls `f` with the node in the current version of the address space.
     fn with_node<R>(
         &self,
-        f: impl FnOnce(&uaring_core::address_space::AddressSpace, &Node) -> Result<R, Error>,
+        f: impl FnOnce(&uaring_core::address_space::AddressSpace, NodeView<'_>) -> Result<R, Error>,
     ) -> Result<R, Error> {
         let space = self.shared.model.current();
         let node = space
@@ -1596,7 +1594,7 @@ impl Variable {
         let _ = binding.bound.set(Bound {
             shared: shared.clone(),
             index,
-            generation: node.generation,
+            generation: node.generation(),
             node_id: node_id.clone(),
         });
         Ok(Variable { binding })
@@ -1658,7 +1656,7 @@ fn check(b: &Bound, v: &Variant) -> Result<(), Error> {
 fn check_node(
     b: &Bound,
     space: &uaring_core::address_space::AddressSpace,
-    node: &Node,
+    node: NodeView<'_>,
     v: &Variant,
 ) -> Result<(), Error> {
     match uaring_core::services::attribute::check_value(space, node, v) {

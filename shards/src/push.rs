@@ -1361,11 +1361,15 @@ fn merge(
 }
 
 fn set_value(b: &mut AddressSpaceBuilder, id: u32, value: ValueSource) -> Result<(), String> {
-    match b.node_mut(&NodeId::ns0(id)).map(|n| &mut n.attributes) {
-        Some(ClassAttributes::Variable(v)) => {
+    let done = b.update(&NodeId::ns0(id), |n| match &mut n.attributes {
+        ClassAttributes::Variable(v) => {
             v.value = value;
-            Ok(())
+            true
         }
+        _ => false,
+    });
+    match done {
+        Some(true) => Ok(()),
         _ => Err(format!("push: namespace 0 has no Variable i={id}")),
     }
 }

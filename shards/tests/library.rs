@@ -165,9 +165,7 @@ fn an_instance_of_a_companion_model_type_gets_its_mandatory_children() {
     let children: Vec<String> = space
         .node(&ident)
         .unwrap()
-        .references
-        .load()
-        .iter()
+        .references()
         .filter(|r| r.is_forward && r.reference_type == NodeId::ns0(46))
         .filter_map(|r| {
             r.target

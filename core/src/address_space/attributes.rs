@@ -6,14 +6,12 @@
 
 use crate::address_space::numeric_range::NumericRange;
 use crate::address_space::{
-    access_level, ids, AddressSpace, ClassAttributes, Node, ValueSource, VariableAttributes,
+    access_level, ids, AddressSpace, AttrsView, NodeView, SourceView, VariableView,
 };
 use crate::config::OperationLimits;
 use crate::generated::types::{PermissionType, WriteValue};
 use crate::roles::Roles;
-use crate::types::{
-    BuiltinType, DataValue, LocalizedText, NodeId, QualifiedName, StatusCode, Variant,
-};
+use crate::types::{BuiltinType, DataValue, NodeId, QualifiedName, StatusCode, Variant};
 use crate::Now;
 
 /// The permission an operation on `attribute_id` needs to read it (also what a monitored
@@ -163,87 +161,85 @@ fn u32_array(v: &[u32]) -> Variant {
 
 /// The value of a non-Value attribute, or `BadAttributeIdInvalid` when the node's class
 /// lacks it.
-fn attribute_value(node: &Node, attribute_id: u32) -> Result<Variant, StatusCode> {
-    use ClassAttributes as C;
+fn attribute_value(node: NodeView<'_>, attribute_id: u32) -> Result<Variant, StatusCode> {
+    use AttrsView as C;
     let invalid = Err(StatusCode::BadAttributeIdInvalid);
     match attribute_id {
-        attr::NODE_ID => var(node.node_id.clone()),
-        attr::NODE_CLASS => var(node.node_class.0),
-        attr::BROWSE_NAME => var(node.browse_name.clone()),
-        attr::DISPLAY_NAME => var(node.display_name.clone()),
-        attr::DESCRIPTION => var(node.description.clone()),
-        attr::WRITE_MASK => var(node.write_mask),
-        attr::USER_WRITE_MASK => var(node.user_write_mask),
+        attr::NODE_ID => var(node.node_id()),
+        attr::NODE_CLASS => var(node.node_class().0),
+        attr::BROWSE_NAME => var(node.browse_name()),
+        attr::DISPLAY_NAME => var(node.display_name()),
+        attr::DESCRIPTION => var(node.description()),
+        attr::WRITE_MASK => var(node.write_mask()),
+        attr::USER_WRITE_MASK => var(node.user_write_mask()),
         attr::IS_ABSTRACT => node
             .is_abstract()
             .map(Variant::Boolean)
             .ok_or(StatusCode::BadAttributeIdInvalid),
-        attr::SYMMETRIC => match &node.attributes {
-            C::ReferenceType { symmetric, .. } => var(*symmetric),
+        attr::SYMMETRIC => match node.attributes() {
+            C::ReferenceType { symmetric, .. } => var(symmetric),
             _ => invalid,
         },
-        attr::INVERSE_NAME => match &node.attributes {
-            C::ReferenceType { inverse_name, .. } => {
-                var(inverse_name.clone().unwrap_or_else(LocalizedText::default))
-            }
+        attr::INVERSE_NAME => match node.attributes() {
+            C::ReferenceType { inverse_name, .. } => var(inverse_name.cloned().unwrap_or_default()),
             _ => invalid,
         },
-        attr::CONTAINS_NO_LOOPS => match &node.attributes {
+        attr::CONTAINS_NO_LOOPS => match node.attributes() {
             C::View {
                 contains_no_loops, ..
-            } => var(*contains_no_loops),
+            } => var(contains_no_loops),
             _ => invalid,
         },
         attr::EVENT_NOTIFIER => node
             .event_notifier()
             .map(Variant::Byte)
             .ok_or(StatusCode::BadAttributeIdInvalid),
-        attr::DATA_TYPE => match &node.attributes {
-            C::Variable(v) => var(v.data_type.clone()),
+        attr::DATA_TYPE => match node.attributes() {
+            C::Variable(v) => var(v.data_type().clone()),
             C::VariableType(v) => var(v.data_type.clone()),
             _ => invalid,
         },
-        attr::VALUE_RANK => match &node.attributes {
-            C::Variable(v) => var(v.value_rank),
+        attr::VALUE_RANK => match node.attributes() {
+            C::Variable(v) => var(v.value_rank()),
             C::VariableType(v) => var(v.value_rank),
             _ => invalid,
         },
-        attr::ARRAY_DIMENSIONS => match &node.attributes {
-            C::Variable(v) => Ok(u32_array(&v.array_dimensions)),
+        attr::ARRAY_DIMENSIONS => match node.attributes() {
+            C::Variable(v) => Ok(u32_array(v.array_dimensions())),
             C::VariableType(v) => Ok(u32_array(&v.array_dimensions)),
             _ => invalid,
         },
         attr::ACCESS_LEVEL => node
             .as_variable()
-            .map(|v| Variant::Byte(v.access_level))
+            .map(|v| Variant::Byte(v.access_level()))
             .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::USER_ACCESS_LEVEL => node
             .as_variable()
-            .map(|v| Variant::Byte(v.user_access_level))
+            .map(|v| Variant::Byte(v.user_access_level()))
             .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::ACCESS_LEVEL_EX => node
             .as_variable()
-            .map(|v| Variant::UInt32(v.access_level_ex.unwrap_or(v.access_level as u32)))
+            .map(|v| Variant::UInt32(v.access_level_ex().unwrap_or(v.access_level() as u32)))
             .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::MINIMUM_SAMPLING_INTERVAL => node
             .as_variable()
-            .map(|v| Variant::Double(v.minimum_sampling_interval))
+            .map(|v| Variant::Double(v.minimum_sampling_interval()))
             .ok_or(StatusCode::BadAttributeIdInvalid),
         attr::HISTORIZING => node
             .as_variable()
-            .map(|v| Variant::Boolean(v.historizing))
+            .map(|v| Variant::Boolean(v.historizing()))
             .ok_or(StatusCode::BadAttributeIdInvalid),
-        attr::EXECUTABLE => match &node.attributes {
-            C::Method { executable, .. } => var(*executable),
+        attr::EXECUTABLE => match node.attributes() {
+            C::Method { executable, .. } => var(executable),
             _ => invalid,
         },
-        attr::USER_EXECUTABLE => match &node.attributes {
+        attr::USER_EXECUTABLE => match node.attributes() {
             C::Method {
                 user_executable, ..
-            } => var(*user_executable),
+            } => var(user_executable),
             _ => invalid,
         },
-        attr::DATA_TYPE_DEFINITION => match &node.attributes {
+        attr::DATA_TYPE_DEFINITION => match node.attributes() {
             // Abstract and simple DataTypes have no definition: reading it is not an error
             // for the class but there is nothing to return.
             C::DataType {
@@ -294,10 +290,10 @@ pub(crate) fn check_encoding(
 
 /// May the Value of Variable `v` be read (AccessLevel, then UserAccessLevel)? One rule for
 /// values answered at once and for those deferred to the application.
-pub(crate) fn value_readable(v: &VariableAttributes) -> Result<(), StatusCode> {
-    if v.access_level & access_level::CURRENT_READ == 0 {
+pub(crate) fn value_readable(v: VariableView<'_>) -> Result<(), StatusCode> {
+    if v.access_level() & access_level::CURRENT_READ == 0 {
         Err(StatusCode::BadNotReadable)
-    } else if v.user_access_level & access_level::CURRENT_READ == 0 {
+    } else if v.user_access_level() & access_level::CURRENT_READ == 0 {
         Err(StatusCode::BadUserAccessDenied)
     } else {
         Ok(())
@@ -321,13 +317,8 @@ pub fn read_attribute_into(
     out: &mut DataValue,
 ) {
     if attribute_id == attr::VALUE {
-        let cell = match space.node(node_id).map(|n| &n.attributes) {
-            Some(ClassAttributes::Variable(v)) if value_readable(v).is_ok() => match &v.value {
-                ValueSource::Cell(c) => Some(c),
-                _ => None,
-            },
-            _ => None,
-        };
+        // A Variable not readable answers its status from `read_attribute` below.
+        let cell = space.node(node_id).and_then(|n| n.readable_cell());
         let range = NumericRange::single(index_range);
         if let (Some(cell), true) = (cell, index_range.is_empty() || range.is_some()) {
             let r = cell.with(|dv| -> Result<(), StatusCode> {
@@ -404,21 +395,21 @@ pub fn read_attribute(
         };
     }
 
-    let dv = match &node.attributes {
-        ClassAttributes::Variable(v) => {
+    let dv = match node.attributes() {
+        AttrsView::Variable(v) => {
             if let Err(status) = value_readable(v) {
                 return bad(status);
             }
-            match &v.value {
-                ValueSource::Cell(c) => c.load(),
-                ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
-                ValueSource::Computed(c) => c.value(now),
+            match v.source() {
+                SourceView::Cell(c) => c.load(),
+                SourceView::Dynamic(d) => space.dynamic_value(d, now),
+                SourceView::Computed(c) => c.value(now),
                 // Answered later: the Read service defers it; other callers (a new monitored
                 // item's first value) get this until the source answers.
-                ValueSource::Async(_) => return bad(StatusCode::BadWaitingForInitialData),
+                SourceView::Async(_) => return bad(StatusCode::BadWaitingForInitialData),
             }
         }
-        ClassAttributes::VariableType(v) => DataValue::new(v.value.clone()),
+        AttrsView::VariableType(v) => DataValue::new(v.value.clone()),
         _ => return bad(StatusCode::BadAttributeIdInvalid),
     };
     finish_value(dv, data_encoding, range.as_ref(), ts, now)
@@ -472,7 +463,7 @@ fn builtin_of(space: &AddressSpace, dt: &NodeId) -> Option<u32> {
                 return Some(n);
             }
         }
-        cur = space.supertype_of(&cur)?.clone();
+        cur = space.supertype_of(&cur)?;
     }
     None
 }
@@ -528,9 +519,13 @@ fn type_fits(space: &AddressSpace, v: &Variant, dt: &NodeId) -> bool {
 }
 
 /// Does `v`'s rank and shape fit the variable's ValueRank and ArrayDimensions?
-fn rank_fits(var: &VariableAttributes, v: &Variant) -> bool {
+fn rank_fits(var: VariableView<'_>, v: &Variant) -> bool {
+    rank_fits_shape(var.value_rank(), var.array_dimensions(), v)
+}
+
+fn rank_fits_shape(value_rank: i32, array_dimensions: &[u32], v: &Variant) -> bool {
     let vr = v.value_rank();
-    let ok = match var.value_rank {
+    let ok = match value_rank {
         -3 => vr == -1 || vr == 1,
         -2 => true,
         -1 => vr == -1,
@@ -543,14 +538,14 @@ fn rank_fits(var: &VariableAttributes, v: &Variant) -> bool {
     }
     // Fixed dimension lengths (0 = any) bound the written shape.
     if let Variant::Array(a) = v {
-        if var.value_rank > 0 && var.array_dimensions.len() == var.value_rank as usize {
+        if value_rank > 0 && array_dimensions.len() == value_rank as usize {
             let shape: Vec<usize> = match &a.dimensions {
                 Some(d) => d.iter().map(|&x| x.max(0) as usize).collect(),
                 None => vec![a.values.len()],
             };
             return shape
                 .iter()
-                .zip(&var.array_dimensions)
+                .zip(array_dimensions)
                 .all(|(&len, &max)| max == 0 || len <= max as usize);
         }
     }
@@ -635,18 +630,20 @@ pub fn prepare_write(
             Err(e) => e,
         });
     }
-    let var = match &node.attributes {
-        ClassAttributes::Variable(v) => v,
-        ClassAttributes::VariableType(_) => return Err(StatusCode::BadNotWritable),
-        _ => return Err(StatusCode::BadAttributeIdInvalid),
+    let var = match node.as_variable() {
+        Some(v) => v,
+        None if node.node_class() == crate::address_space::NodeClass::VariableType => {
+            return Err(StatusCode::BadNotWritable)
+        }
+        None => return Err(StatusCode::BadAttributeIdInvalid),
     };
-    if var.access_level & access_level::CURRENT_WRITE == 0 {
+    if var.access_level() & access_level::CURRENT_WRITE == 0 {
         return Err(StatusCode::BadNotWritable);
     }
-    if var.user_access_level & access_level::CURRENT_WRITE == 0 {
+    if var.user_access_level() & access_level::CURRENT_WRITE == 0 {
         return Err(StatusCode::BadUserAccessDenied);
     }
-    let stores = matches!(var.value, ValueSource::Cell(_));
+    let stores = var.cell().is_some();
     if !stores
         && space.write_hook(node_index).is_none()
         && space.async_write_hook(node_index).is_none()
@@ -657,18 +654,19 @@ pub fn prepare_write(
     if value.server_timestamp.is_some() || value.server_picoseconds.is_some() {
         return Err(StatusCode::BadWriteNotSupported);
     }
-    if value.status.is_some_and(|s| s.0 != 0) && var.access_level & access_level::STATUS_WRITE == 0
+    if value.status.is_some_and(|s| s.0 != 0)
+        && var.access_level() & access_level::STATUS_WRITE == 0
     {
         return Err(StatusCode::BadWriteNotSupported);
     }
-    if value.source_timestamp.is_some() && var.access_level & access_level::TIMESTAMP_WRITE == 0 {
+    if value.source_timestamp.is_some() && var.access_level() & access_level::TIMESTAMP_WRITE == 0 {
         return Err(StatusCode::BadWriteNotSupported);
     }
     if value.value.is_empty() {
         return Err(StatusCode::BadTypeMismatch);
     }
     check_size(limits, &value.value)?;
-    if !type_fits(space, &value.value, &var.data_type) {
+    if !type_fits(space, &value.value, var.data_type()) {
         return Err(StatusCode::BadTypeMismatch);
     }
     if range.is_none() && !rank_fits(var, &value.value) {
@@ -729,18 +727,33 @@ pub fn finish_async_value(
     finish_value(dv, data_encoding, range, ts, now)
 }
 
+/// [`check_value`] for a Variable being defined (AddNodes), before it is stored.
+pub fn check_value_of(
+    space: &AddressSpace,
+    var: &super::VariableAttributes,
+    v: &Variant,
+) -> Result<(), StatusCode> {
+    if v.is_empty()
+        || !type_fits(space, v, &var.data_type)
+        || !rank_fits_shape(var.value_rank, &var.array_dimensions, v)
+    {
+        return Err(StatusCode::BadTypeMismatch);
+    }
+    Ok(())
+}
+
 /// Does `v` fit the Variable `node` as its Value (not empty; its type fits the DataType,
 /// its rank and shape the ValueRank and ArrayDimensions)? The checks of a Write, without
 /// the access rights and size limits (for values pushed by the application).
 pub fn check_value(
     space: &AddressSpace,
-    node: &crate::address_space::Node,
+    node: NodeView<'_>,
     v: &Variant,
 ) -> Result<(), StatusCode> {
     let Some(var) = node.as_variable() else {
         return Err(StatusCode::BadAttributeIdInvalid);
     };
-    if v.is_empty() || !type_fits(space, v, &var.data_type) || !rank_fits(var, v) {
+    if v.is_empty() || !type_fits(space, v, var.data_type()) || !rank_fits(var, v) {
         return Err(StatusCode::BadTypeMismatch);
     }
     Ok(())

@@ -2,22 +2,25 @@
 //! committed by [`super::Model::commit`] as the next version.
 //!
 //! An edit works on a clone of the current version ([`super::AddressSpace`] is a handful of
-//! `Arc`s) and copies what it touches. Nodes it adds are in its [`Edit::space`] at once (a
-//! later operation of the same edit finds them); the references it adds to or removes from
-//! nodes that already exist are collected and swapped in after the new version is published
-//! (the new nodes' before: nothing reaches them until then).
+//! `Arc`s and the page pointers of its store) and copies what it touches: the record pages
+//! of the nodes it adds, removes or links (1,024 records each), the sub-table of the id
+//! index an id lands in, the chunk of a reference list it changes (256 references; a big
+//! folder's list is never copied whole). Everything it does is in its [`Edit::space`] at
+//! once; nothing is seen by a reader before the commit. Removing many references from one
+//! list (deleting the children of a big folder) is done in one pass at the end.
 //!
 //! What the edit checks is the address space's consistency (an id used twice, a reference
 //! to or from nothing, an index beyond the room kept at start); the Part 4 rules of
 //! AddNodes (parent, type definition, browse name) are the caller's
 //! (`services::node_management`, the library).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{ids, AddressSpace, ClassAttributes, Node, Reference, DENSE_ID_MAX, NO_INDEX};
-use crate::generated::types::{ModelChangeStructureDataType, NodeClass};
-use crate::types::{ExpandedNodeId, Identifier, NodeId, StatusCode};
+use super::store::{Key, Ref, NO_INDEX};
+use super::{ids, AddressSpace, ClassAttributes, Node, NodeClass, Reference};
+use crate::generated::types::ModelChangeStructureDataType;
+use crate::types::{ExpandedNodeId, NodeId, StatusCode};
 
 /// ModelChangeStructureVerbMask (Part 3 §9.32.4... the GeneralModelChangeEvent's verbs).
 pub mod verb {
@@ -55,14 +58,13 @@ pub struct Edit {
     space: AddressSpace,
     /// The oldest version a shard holds: indexes freed by it or before are reusable.
     oldest_held: u64,
-    /// New reference lists, by node index.
-    refs: HashMap<u32, Vec<Reference>>,
     /// Indexes of the nodes this edit added.
-    added: std::collections::HashSet<u32>,
+    added: HashSet<u32>,
     changes: Vec<ModelChangeStructureDataType>,
-    /// Where each affected node's entry is in `changes` (an edit of many nodes notes each
-    /// once per reference: a scan of `changes` would make it quadratic).
-    change_at: HashMap<NodeId, usize>,
+    /// Where each affected node is in `changes`.
+    noted: HashMap<NodeId, usize>,
+    /// References to remove from nodes' lists, by node (done in one pass per list).
+    pending: HashMap<u32, HashSet<Ref>>,
 }
 
 /// What a committed edit changed.
@@ -77,7 +79,6 @@ pub struct Committed {
 
 /// What the commit does once the version is published.
 pub(crate) struct After {
-    refs: Vec<(u32, Vec<Reference>)>,
     changes: Vec<ModelChangeStructureDataType>,
     removed: Vec<u32>,
     version: u64,
@@ -85,11 +86,6 @@ pub(crate) struct After {
 
 impl After {
     pub(crate) fn apply(self, space: &AddressSpace) -> Committed {
-        for (i, refs) in self.refs {
-            if let Some(n) = space.node_at(i) {
-                n.references.replace(refs);
-            }
-        }
         for i in self.removed {
             space.changes().forget(i);
         }
@@ -100,43 +96,40 @@ impl After {
     }
 }
 
-/// Sets `table[n]` (growing it with empty slots), in a copy when another version shares it.
-fn set_dense(table: &mut Arc<[u32]>, n: u32, index: u32) {
-    let n = n as usize;
-    if n >= table.len() {
-        let mut v = table.to_vec();
-        v.resize(n + 1, NO_INDEX);
-        *table = Arc::from(v);
-    }
-    if let Some(slot) = Arc::make_mut(table).get_mut(n) {
-        *slot = index;
-    }
-}
-
-fn same_ref(a: &Reference, b: &Reference) -> bool {
-    a.is_forward == b.is_forward && a.reference_type == b.reference_type && a.target == b.target
+/// Node classes whose index is never reused once removed: other nodes name them by index
+/// (a reference's type, an instance's type definition) and are not found from them.
+fn keeps_index(class: NodeClass) -> bool {
+    matches!(
+        class,
+        NodeClass::ObjectType
+            | NodeClass::VariableType
+            | NodeClass::ReferenceType
+            | NodeClass::DataType
+    )
 }
 
 impl Edit {
     pub(crate) fn new(base: Arc<AddressSpace>, oldest_held: u64) -> Edit {
         let mut space = (*base).clone();
         space.version = base.version.wrapping_add(1);
+        space.token = Arc::default();
         let log = Arc::make_mut(&mut space.log);
         log.removed.retain(|(v, _, _)| *v > oldest_held);
+        space.store.freed.oldest_held = oldest_held;
         Edit {
             base,
             space,
             oldest_held,
-            refs: HashMap::new(),
             added: Default::default(),
             changes: Vec::new(),
-            change_at: HashMap::new(),
+            noted: HashMap::new(),
+            pending: HashMap::new(),
         }
     }
 
-    /// The address space as this edit has made it so far (its reference lists of existing
-    /// nodes aside: [`Edit::references`]).
-    pub fn space(&self) -> &AddressSpace {
+    /// The address space as this edit has made it so far.
+    pub fn space(&mut self) -> &AddressSpace {
+        self.flush_all();
         &self.space
     }
 
@@ -146,64 +139,55 @@ impl Edit {
     }
 
     /// The references of the node at `index` as this edit has made them.
-    pub fn references(&self, index: u32) -> Vec<Reference> {
-        match self.refs.get(&index) {
-            Some(r) => r.clone(),
-            None => self
-                .space
-                .node_at(index)
-                .map(|n| n.references.load().to_vec())
-                .unwrap_or_default(),
+    pub fn references(&mut self, index: u32) -> Vec<Reference> {
+        self.flush(index);
+        self.space
+            .node_at(index)
+            .map(|n| n.references().collect())
+            .unwrap_or_default()
+    }
+
+    /// Applies the removals waiting for the list of node `index`.
+    fn flush(&mut self, index: u32) {
+        if let Some(gone) = self.pending.remove(&index) {
+            if let Some(r) = self.space.store.recs.get_mut(index).filter(|r| r.is_node()) {
+                r.retain_refs(|x| !gone.contains(&x));
+            }
         }
     }
 
-    fn refs_mut(&mut self, index: u32) -> &mut Vec<Reference> {
-        let space = &self.space;
-        self.refs.entry(index).or_insert_with(|| {
-            space
-                .node_at(index)
-                .map(|n| n.references.load().to_vec())
-                .unwrap_or_default()
-        })
+    fn flush_all(&mut self) {
+        let owners: Vec<u32> = self.pending.keys().copied().collect();
+        for i in owners {
+            self.flush(i);
+        }
     }
 
     fn note(&mut self, affected: &NodeId, verb: u8) {
-        if let Some(c) = self
-            .change_at
-            .get(affected)
-            .and_then(|&i| self.changes.get_mut(i))
-        {
-            c.verb |= verb;
+        if let Some(&i) = self.noted.get(affected) {
+            if let Some(c) = self.changes.get_mut(i) {
+                c.verb |= verb;
+            }
             return;
         }
         let affected_type = self
             .space
-            .index_of(affected)
-            .and_then(|i| {
-                self.refs
-                    .get(&i)
-                    .and_then(|r| {
-                        r.iter()
-                            .find(|r| {
-                                r.is_forward
-                                    && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)
-                            })
-                            .map(|r| r.target.node_id.clone())
-                    })
-                    .or_else(|| {
-                        self.space
-                            .node_at(i)
-                            .and_then(|n| n.type_definition())
-                            .map(|t| t.node_id)
-                    })
-            })
+            .node(affected)
+            .and_then(|n| n.type_definition())
+            .map(|t| t.node_id)
             .unwrap_or_default();
-        self.change_at.insert(affected.clone(), self.changes.len());
+        self.noted.insert(affected.clone(), self.changes.len());
         self.changes.push(ModelChangeStructureDataType {
             affected: affected.clone(),
             affected_type,
             verb,
         });
+    }
+
+    fn note_index(&mut self, index: u32, verb: u8) {
+        if let Some(id) = self.space.node_at(index).map(|n| n.node_id()) {
+            self.note(&id, verb);
+        }
     }
 
     /// An index for a new node and its generation: a freed one every shard is past, else
@@ -215,8 +199,8 @@ impl Edit {
             let (i, g, _) = log.free.swap_remove(pos);
             return Ok((i, g.wrapping_add(1)));
         }
-        let i = self.space.nodes.len();
-        if i as usize >= self.space.changes.index_capacity() || i == NO_INDEX {
+        let i = self.space.store.recs.len();
+        if i as usize >= self.space.changes.index_capacity() || i >= super::store::MAX_NODES {
             return Err(StatusCode::BadResourceUnavailable);
         }
         Ok((i, 0))
@@ -226,7 +210,7 @@ impl Edit {
     /// each reference to a node of this server gets the opposite one. BadNodeIdExists when
     /// the id is taken, BadResourceUnavailable past the room for run-time nodes. The node's
     /// `generation` is set here.
-    pub fn add_node(&mut self, mut node: Node) -> Result<u32, StatusCode> {
+    pub fn add_node(&mut self, node: Node) -> Result<u32, StatusCode> {
         if node.node_id.is_null() {
             return Err(StatusCode::BadNodeIdInvalid);
         }
@@ -234,62 +218,54 @@ impl Edit {
             return Err(StatusCode::BadNodeIdExists);
         }
         let (index, generation) = self.allocate()?;
-        node.generation = generation;
         let id = node.node_id.clone();
-        let declared = node.references.snapshot();
-        let is_type = matches!(
-            node.node_class,
-            NodeClass::ObjectType
-                | NodeClass::VariableType
-                | NodeClass::DataType
-                | NodeClass::ReferenceType
-        );
+        let is_type = keeps_index(node.node_class);
         let is_async = matches!(&node.attributes,
             ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Async(_)));
-        // The id tables.
-        match id.identifier {
-            Identifier::Numeric(n) if n < DENSE_ID_MAX && (id.namespace as usize) < 2 => {
-                if let Some(t) = self.space.dense.get_mut(id.namespace as usize) {
-                    set_dense(t, n, index);
-                }
+        if let Err(e) = self.space.store.insert(index, generation, node) {
+            // Not stored: the index goes back.
+            if generation > 0 || index < self.space.store.recs.len() {
+                let log = Arc::make_mut(&mut self.space.log);
+                log.free.push((index, generation.wrapping_sub(1), 0));
             }
-            _ => self.space.map.insert(id.clone(), index),
+            return Err(e);
         }
-        self.space.nodes.set(index, Some(Arc::new(node)));
-        self.space.count += 1;
         self.added.insert(index);
         self.space.has_async |= is_async;
         // The other ends.
-        for r in declared.iter() {
-            let Some(t) = r.target.as_local().and_then(|t| self.space.index_of(t)) else {
-                continue;
-            };
-            if t == index {
-                continue;
-            }
-            let inverse = Reference {
-                reference_type: r.reference_type.clone(),
-                is_forward: !r.is_forward,
-                target: ExpandedNodeId::local(id.clone()),
-            };
-            let list = self.refs_mut(t);
-            if !list.iter().any(|x| same_ref(x, &inverse)) {
-                list.push(inverse);
-            }
-            if is_type && !r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_SUBTYPE) {
+        let touched = self.space.store.link_inverses(index);
+        let has_subtype = self.space.store.ns0(ids::HAS_SUBTYPE);
+        if is_type {
+            let sup = self.space.node_at(index).and_then(|n| {
+                n.refs()
+                    .find(|r| {
+                        !r.is_forward() && r.type_index().is_some() && r.type_index() == has_subtype
+                    })
+                    .and_then(|r| r.target_node())
+                    .map(|t| t.index())
+            });
+            if let Some(p) = sup {
                 let st = Arc::make_mut(&mut self.space.supertype);
                 if st.len() <= index as usize {
                     st.resize(index as usize + 1, NO_INDEX);
                 }
                 if let Some(s) = st.get_mut(index as usize) {
-                    *s = t;
+                    *s = p;
                 }
             }
-            let target_id = r.target.node_id.clone();
-            self.note(&target_id, verb::REFERENCE_ADDED);
+        }
+        let mut seen = HashSet::new();
+        for t in touched {
+            if seen.insert(t) {
+                self.note_index(t, verb::REFERENCE_ADDED);
+            }
         }
         self.note(&id, verb::NODE_ADDED);
         Ok(index)
+    }
+
+    fn key(&mut self, id: &ExpandedNodeId) -> Result<Key, StatusCode> {
+        self.space.store.key(id)
     }
 
     /// Adds a reference from `source` (and its inverse on the target when the target is a
@@ -306,29 +282,43 @@ impl Edit {
             .space
             .index_of(source)
             .ok_or(StatusCode::BadSourceNodeIdInvalid)?;
-        let r = Reference {
-            reference_type: reference_type.clone(),
-            is_forward,
-            target: target.clone(),
-        };
-        if self.refs_mut(s).iter().any(|x| same_ref(x, &r)) {
-            return Err(StatusCode::BadDuplicateReferenceNotAllowed);
-        }
-        self.refs_mut(s).push(r);
-        self.note(source, verb::REFERENCE_ADDED);
-        if let Some(t) = target.as_local().and_then(|t| self.space.index_of(t)) {
-            if t != s {
-                let inverse = Reference {
-                    reference_type: reference_type.clone(),
-                    is_forward: !is_forward,
-                    target: ExpandedNodeId::local(source.clone()),
-                };
-                let list = self.refs_mut(t);
-                if !list.iter().any(|x| same_ref(x, &inverse)) {
-                    list.push(inverse);
+        self.flush(s);
+        let t = self.key(&ExpandedNodeId::local(reference_type.clone()))?;
+        let tk = self.key(target)?;
+        let r = Ref::new(t, is_forward, tk);
+        let is_td = is_forward
+            && matches!(t, Key::Local(i) if self.space.store.is_ns0(i, ids::HAS_TYPE_DEFINITION));
+        let rec = self
+            .space
+            .store
+            .recs
+            .get_mut(s)
+            .ok_or(StatusCode::BadSourceNodeIdInvalid)?;
+        match (is_td, tk) {
+            (true, Key::Local(tg)) => {
+                if rec.type_def != NO_INDEX {
+                    return Err(StatusCode::BadDuplicateReferenceNotAllowed);
                 }
-                let target_id = target.node_id.clone();
-                self.note(&target_id, verb::REFERENCE_ADDED);
+                rec.type_def = tg;
+            }
+            _ => {
+                if rec.refs().any(|x| x == r) {
+                    return Err(StatusCode::BadDuplicateReferenceNotAllowed);
+                }
+                rec.push_ref(r);
+            }
+        }
+        self.note(source, verb::REFERENCE_ADDED);
+        if let (Key::Local(tg), false) = (tk, is_td) {
+            if tg != s {
+                self.flush(tg);
+                let inverse = r.inverse(s);
+                if let Some(tr) = self.space.store.recs.get_mut(tg).filter(|x| x.is_node()) {
+                    if !tr.refs().any(|x| x == inverse) {
+                        tr.push_ref(inverse);
+                    }
+                }
+                self.note(&target.node_id, verb::REFERENCE_ADDED);
             }
         }
         Ok(())
@@ -349,31 +339,44 @@ impl Edit {
             .space
             .index_of(source)
             .ok_or(StatusCode::BadSourceNodeIdInvalid)?;
-        let r = Reference {
-            reference_type: reference_type.clone(),
-            is_forward,
-            target: target.clone(),
+        self.flush(s);
+        let t = self.key(&ExpandedNodeId::local(reference_type.clone()))?;
+        let tk = self.key(target)?;
+        let r = Ref::new(t, is_forward, tk);
+        let is_td = is_forward
+            && matches!(t, Key::Local(i) if self.space.store.is_ns0(i, ids::HAS_TYPE_DEFINITION));
+        let rec = self
+            .space
+            .store
+            .recs
+            .get_mut(s)
+            .ok_or(StatusCode::BadSourceNodeIdInvalid)?;
+        let gone = match (is_td, tk) {
+            (true, Key::Local(tg)) if rec.type_def == tg => {
+                rec.type_def = NO_INDEX;
+                1
+            }
+            _ => rec.retain_refs(|x| x != r),
         };
-        let list = self.refs_mut(s);
-        let before = list.len();
-        list.retain(|x| !same_ref(x, &r));
-        if list.len() == before {
+        if gone == 0 {
             return Err(StatusCode::BadNotFound);
         }
         self.note(source, verb::REFERENCE_DELETED);
-        if bidirectional {
-            if let Some(t) = target.as_local().and_then(|t| self.space.index_of(t)) {
-                let inverse = Reference {
-                    reference_type: reference_type.clone(),
-                    is_forward: !is_forward,
-                    target: ExpandedNodeId::local(source.clone()),
-                };
-                let list = self.refs_mut(t);
-                let before = list.len();
-                list.retain(|x| !same_ref(x, &inverse));
-                if list.len() != before {
-                    let target_id = target.node_id.clone();
-                    self.note(&target_id, verb::REFERENCE_DELETED);
+        if bidirectional && !is_td {
+            if let Key::Local(tg) = tk {
+                if tg != s {
+                    self.flush(tg);
+                    let inverse = r.inverse(s);
+                    let gone = self
+                        .space
+                        .store
+                        .recs
+                        .get_mut(tg)
+                        .filter(|x| x.is_node())
+                        .map_or(0, |tr| tr.retain_refs(|x| x != inverse));
+                    if gone > 0 {
+                        self.note(&target.node_id, verb::REFERENCE_DELETED);
+                    }
                 }
             }
         }
@@ -393,48 +396,54 @@ impl Edit {
             .space
             .index_of(id)
             .ok_or(StatusCode::BadNodeIdUnknown)?;
-        let generation = self
-            .space
-            .node_at(index)
-            .map(|n| n.generation)
-            .unwrap_or_default();
+        self.flush(index);
         self.note(id, verb::NODE_DELETED);
-        let refs = self.references(index);
-        for r in &refs {
-            if !r.is_forward && !delete_target_references {
-                continue;
-            }
-            let Some(t) = r.target.as_local().and_then(|t| self.space.index_of(t)) else {
+        let (generation, class, refs) = match self.space.store.rec(index) {
+            Some(r) => (r.generation, r.class, r.refs().collect::<Vec<Ref>>()),
+            None => return Err(StatusCode::BadNodeIdUnknown),
+        };
+        let mut kept_by_id: Vec<(u32, Ref)> = Vec::new();
+        for r in refs {
+            let Key::Local(t) = r.target_key() else {
                 continue;
             };
-            if t == index {
+            if t == index || self.space.store.rec(t).is_none() {
                 continue;
             }
-            let list = self.refs_mut(t);
-            let before = list.len();
-            list.retain(|x| {
-                !(x.is_forward != r.is_forward
-                    && x.reference_type == r.reference_type
-                    && x.target.as_local() == Some(id))
-            });
-            if list.len() != before {
-                let target_id = r.target.node_id.clone();
-                self.note(&target_id, verb::REFERENCE_DELETED);
+            let at_target = r.inverse(index);
+            self.pending.entry(t).or_default().insert(at_target);
+            self.note_index(t, verb::REFERENCE_DELETED);
+            if !r.is_forward() && !delete_target_references {
+                // The other node keeps its reference, to the id.
+                kept_by_id.push((t, at_target));
             }
         }
-        self.refs.remove(&index);
-        match id.identifier {
-            Identifier::Numeric(n) if n < DENSE_ID_MAX && (id.namespace as usize) < 2 => {
-                if let Some(t) = self.space.dense.get_mut(id.namespace as usize) {
-                    if (n as usize) < t.len() {
-                        set_dense(t, n, NO_INDEX);
-                    }
+        if !kept_by_id.is_empty() {
+            let k = self.key(&ExpandedNodeId::local(id.clone()))?;
+            // The key is local while the node is here: make it an id that stays.
+            let k = match k {
+                Key::Local(_) => {
+                    let mut x = ExpandedNodeId::local(id.clone());
+                    // Interned by id: `key` finds the node, so the id is kept by hand.
+                    x.server_index = 0;
+                    let v = self.space.version;
+                    self.space.store.remove(index, &self.base.token, v);
+                    let k = self.space.store.key(&x)?;
+                    // (The node is gone from the id tables now; the record below too.)
+                    k
+                }
+                k => k,
+            };
+            for (t, r) in kept_by_id {
+                if let Some(tr) = self.space.store.recs.get_mut(t).filter(|x| x.is_node()) {
+                    tr.push_ref(Ref::new(r.type_key(), r.is_forward(), k));
                 }
             }
-            _ => self.space.map.remove(id),
+        } else {
+            let v = self.space.version;
+            self.space.store.remove(index, &self.base.token, v);
         }
-        self.space.nodes.set(index, None);
-        self.space.count = self.space.count.saturating_sub(1);
+        self.pending.remove(&index);
         if self
             .space
             .supertype
@@ -461,14 +470,18 @@ impl Edit {
                 .by_node
                 .remove(&index);
         }
+        let reusable = !keeps_index(NodeClass(class as i32));
+        let log = Arc::make_mut(&mut self.space.log);
         if self.added.remove(&index) {
             // Added and removed by this edit: no shard ever saw it.
-            let log = Arc::make_mut(&mut self.space.log);
-            log.free.push((index, generation, 0));
+            if reusable {
+                log.free.push((index, generation, 0));
+            }
         } else {
             let version = self.space.version;
-            let log = Arc::make_mut(&mut self.space.log);
-            log.free.push((index, generation, version));
+            if reusable {
+                log.free.push((index, generation, version));
+            }
             log.removed.push((version, index, generation));
         }
         Ok(())
@@ -522,20 +535,7 @@ impl Edit {
 
     /// Ends the edit: the base it began on, the new version, and what follows the publish.
     pub(crate) fn finish(mut self) -> (Arc<AddressSpace>, AddressSpace, After) {
-        // New nodes take their references now (no reader reaches them yet); the others
-        // after the publish.
-        let mut later = Vec::new();
-        let refs = std::mem::take(&mut self.refs);
-        for (i, list) in refs {
-            if self.added.contains(&i) {
-                if let Some(n) = self.space.node_at(i) {
-                    n.references.replace(list);
-                }
-            } else {
-                later.push((i, list));
-            }
-        }
-        later.sort_by_key(|(i, _)| *i);
+        self.flush_all();
         if !self.space.views.is_empty() {
             self.space.compute_views();
         }
@@ -549,7 +549,6 @@ impl Edit {
             .collect();
         let version = self.space.version;
         let after = After {
-            refs: later,
             changes: self.changes,
             removed,
             version,

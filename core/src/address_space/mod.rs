@@ -1,11 +1,15 @@
-//! The address space: every node of namespace 0 and namespace 1, built once at start and
-//! shared read-only (`Arc`) by all shards. No locks: the only mutable parts are the
-//! Variable value cells ([`value::ValueCell`]), which are lock-free.
+//! The address space: every node, in versions shared read-only (`Arc`) by all shards. No
+//! locks: a version never changes once published ([`model`]); the only mutable parts are
+//! the Variable value cells ([`value::ValueCell`]), which are lock-free.
 //!
+//! * Nodes are kept compact ([`store`]): a 56-byte record each, names and shapes interned,
+//!   values in their cells. [`Node`] is what the builder and the run-time edit take in; a
+//!   node is read through a [`NodeView`].
 //! * Lookup: numeric ids of namespaces 0 and 1 are found through dense tables indexed by
-//!   the id (one bounds check and one load); every other NodeId through a `HashMap`.
-//! * References are stored on both ends: the NodeSet declares each reference once, the
-//!   builder adds the inverse on the target (deduplicated).
+//!   the id (one bounds check and one load); every other NodeId through a hash index.
+//! * References are kept on both ends (8 bytes each): the NodeSet declares each reference
+//!   once, the builder adds the inverse on the target (deduplicated). HasTypeDefinition is
+//!   a field of the node: its inverse (a type's instances) is not kept.
 //! * Type hierarchy: each type node knows its supertype (the source of its inverse
 //!   HasSubtype); `is_subtype_of` walks that chain (depth ≤ 16 in namespace 0).
 
@@ -16,7 +20,7 @@ pub mod change;
 pub mod edit;
 pub mod model;
 pub mod numeric_range;
-pub(crate) mod table;
+pub mod store;
 pub mod value;
 
 use std::collections::HashMap;
@@ -31,8 +35,11 @@ pub use build::AddressSpaceBuilder;
 pub use change::{Change, ChangeHub, ChangeValue};
 pub use model::Model;
 pub use numeric_range::NumericRange;
-pub use table::Refs;
-use table::{IdMap, NodeTable};
+pub use store::{
+    AttrsView, ComputedView, IdRef, NodeView, RefView, SourceView, TextRef, VariableShape,
+    VariableView,
+};
+use store::{Store, NO_INDEX};
 pub use value::{ValueCell, Versioned};
 
 pub use crate::generated::types::NodeClass;
@@ -78,7 +85,9 @@ pub struct Reference {
     pub target: ExpandedNodeId,
 }
 
-/// A node: the attributes every node class has, its references, and the class-specific ones.
+/// A node as it is defined (the builder's and the run-time edit's input; the store keeps it
+/// compact, [`store`], and gives it back as a [`NodeView`]): the attributes every node
+/// class has, its references, and the class-specific ones.
 #[derive(Debug)]
 pub struct Node {
     pub node_id: NodeId,
@@ -88,12 +97,10 @@ pub struct Node {
     pub description: LocalizedText,
     pub write_mask: u32,
     pub user_write_mask: u32,
-    /// Forward and inverse references (inverses added by the builder). Swapped whole by a
-    /// run-time change ([`Refs`]).
+    /// Declared references, forward and inverse (the store adds the inverse of each on its
+    /// target).
     pub references: Refs,
-    /// How many nodes had this node's index before it (set by the address space; a
-    /// monitored item keeps it with the index, so a node added later at a freed index is
-    /// never taken for the one the item was created on).
+    /// Ignored on input (the store sets it: how many nodes had the index before).
     pub generation: u32,
     /// The attributes of this node's class. Its variant always matches `node_class`.
     pub attributes: ClassAttributes,
@@ -145,7 +152,7 @@ pub struct VariableAttributes {
 }
 
 /// Attributes of a VariableType.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct VariableTypeAttributes {
     pub value: Variant,
     pub data_type: NodeId,
@@ -274,10 +281,6 @@ impl Default for ServerInfo {
     }
 }
 
-const NO_INDEX: u32 = u32::MAX;
-/// Numeric ids below this go into the dense tables of namespaces 0 and 1.
-const DENSE_ID_MAX: u32 = 1 << 20;
-
 /// The address space. See the module documentation.
 ///
 /// One version of it: a run-time change ([`edit`]) makes a new version that shares every
@@ -286,14 +289,10 @@ const DENSE_ID_MAX: u32 = 1 << 20;
 pub struct AddressSpace {
     /// Counts the versions published by [`Model`] (0 = the one built at start).
     version: u64,
-    nodes: NodeTable,
-    /// Nodes in the table.
-    count: usize,
-    /// Dense lookup for numeric NodeIds of namespaces 0 and 1: `dense[ns][id]` is an index
-    /// into `nodes` or `NO_INDEX`.
-    dense: [Arc<[u32]>; 2],
-    /// Every other NodeId.
-    map: IdMap,
+    /// The nodes ([`store`]).
+    pub(crate) store: Store,
+    /// Alive as long as this version is: what a cell freed by the next version waits for.
+    pub(crate) token: Arc<store::VersionToken>,
     /// `supertype[i]`: index of the supertype of type node `i`, or `NO_INDEX`.
     supertype: Arc<Vec<u32>>,
     /// Encoding object index → the DataType it encodes (inverse HasEncoding).
@@ -382,7 +381,7 @@ impl NodePermissions {
         }
     }
 
-    fn node_namespaces(&self, nodes: &NodeTable) -> NodeNamespaces {
+    fn node_namespaces(&self, nodes: &Store) -> NodeNamespaces {
         use std::sync::atomic::Ordering;
         let v = self.node_namespaces.load(Ordering::Relaxed);
         if v != NodeNamespaces::UNKNOWN {
@@ -392,9 +391,7 @@ impl NodePermissions {
         for &i in self.by_node.keys() {
             // An index without a node cannot happen (the builder maps ids to indexes);
             // counted as every namespace, to stay on the safe side.
-            v |= nodes
-                .get(i)
-                .map_or(!0, |n| NodeNamespaces::bit(n.node_id.namespace));
+            v |= nodes.rec(i).map_or(!0, |n| NodeNamespaces::bit(n.id_ns));
         }
         self.node_namespaces.store(v, Ordering::Relaxed);
         NodeNamespaces(v)
@@ -405,34 +402,10 @@ impl NodePermissions {
     }
 }
 
-/// The index of `id` in a node table: a numeric id of namespace 0 or 1 below `DENSE_ID_MAX`
-/// from that namespace's dense table, any other from the map. The dense case is inlined
-/// into every caller (a bounds check and one load); the map's hashing stays out of line, so
-/// it does not keep this from being inlined.
-#[inline(always)]
-fn lookup(dense: [&[u32]; 2], map: &IdMap, id: &NodeId) -> Option<u32> {
-    if let crate::types::Identifier::Numeric(n) = id.identifier {
-        if n < DENSE_ID_MAX {
-            if let Some(t) = dense.get(id.namespace as usize) {
-                return match t.get(n as usize) {
-                    Some(&i) if i != NO_INDEX => Some(i),
-                    _ => None,
-                };
-            }
-        }
-    }
-    lookup_map(map, id)
-}
-
-#[inline(never)]
-fn lookup_map(map: &IdMap, id: &NodeId) -> Option<u32> {
-    map.get(id)
-}
-
 impl std::fmt::Debug for AddressSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AddressSpace")
-            .field("nodes", &self.count)
+            .field("nodes", &self.store.count)
             .field("version", &self.version)
             .field("namespaces", &self.namespace_uris)
             .finish()
@@ -442,8 +415,8 @@ impl std::fmt::Debug for AddressSpace {
 impl AddressSpace {
     /// The node with this id.
     #[inline]
-    pub fn node(&self, id: &NodeId) -> Option<&Node> {
-        self.index_of(id).and_then(|i| self.nodes.get(i))
+    pub fn node(&self, id: &NodeId) -> Option<NodeView<'_>> {
+        NodeView::new(&self.store, self.store.lookup(id)?)
     }
 
     /// The version (0 for the address space built at start; each run-time change publishes
@@ -454,12 +427,12 @@ impl AddressSpace {
     }
 
     #[inline]
-    fn index_of(&self, id: &NodeId) -> Option<u32> {
-        lookup([&self.dense[0], &self.dense[1]], &self.map, id)
+    pub(crate) fn index_of(&self, id: &NodeId) -> Option<u32> {
+        self.store.lookup(id)
     }
 
     /// The node an ExpandedNodeId names, when it is local to this server.
-    pub fn node_expanded(&self, id: &ExpandedNodeId) -> Option<&Node> {
+    pub fn node_expanded(&self, id: &ExpandedNodeId) -> Option<NodeView<'_>> {
         if id.server_index != 0 {
             return None;
         }
@@ -478,12 +451,18 @@ impl AddressSpace {
     /// Is `sub` the same type as `base` or a (transitive) subtype of it? Works for
     /// ReferenceTypes, DataTypes, ObjectTypes and VariableTypes. False when either is unknown.
     pub fn is_subtype_of(&self, sub: &NodeId, base: &NodeId) -> bool {
-        if sub == base {
-            return self.index_of(sub).is_some();
+        match (self.index_of(sub), self.index_of(base)) {
+            (Some(s), Some(b)) => self.is_subtype_index(s, b),
+            _ => false,
         }
-        let (Some(mut i), Some(b)) = (self.index_of(sub), self.index_of(base)) else {
-            return false;
-        };
+    }
+
+    /// [`AddressSpace::is_subtype_of`] by node index.
+    #[inline]
+    pub fn is_subtype_index(&self, mut i: u32, b: u32) -> bool {
+        if i == b {
+            return true;
+        }
         // Bounded walk: the hierarchy is a tree, but never trust data to be acyclic.
         for _ in 0..64 {
             let Some(&p) = self.supertype.get(i as usize) else {
@@ -501,11 +480,11 @@ impl AddressSpace {
     }
 
     /// The direct supertype of a type node.
-    pub fn supertype_of(&self, id: &NodeId) -> Option<&NodeId> {
+    pub fn supertype_of(&self, id: &NodeId) -> Option<NodeId> {
         let i = self.index_of(id)?;
         let p = *self.supertype.get(i as usize)?;
         (p != NO_INDEX)
-            .then(|| self.nodes.get(p).map(|n| &n.node_id))
+            .then(|| self.node_at(p).map(|n| n.node_id()))
             .flatten()
     }
 
@@ -527,16 +506,16 @@ impl AddressSpace {
             .and_then(|i| u16::try_from(i).ok())
     }
 
-    pub fn browse_name_of(&self, id: &NodeId) -> Option<&QualifiedName> {
-        self.node(id).map(|n| &n.browse_name)
+    pub fn browse_name_of(&self, id: &NodeId) -> Option<QualifiedName> {
+        self.node(id).map(|n| n.browse_name())
     }
 
-    pub fn display_name_of(&self, id: &NodeId) -> Option<&LocalizedText> {
-        self.node(id).map(|n| &n.display_name)
+    pub fn display_name_of(&self, id: &NodeId) -> Option<LocalizedText> {
+        self.node(id).map(|n| n.display_name())
     }
 
     pub fn node_class_of(&self, id: &NodeId) -> Option<NodeClass> {
-        self.node(id).map(|n| n.node_class)
+        self.node(id).map(|n| n.node_class())
     }
 
     /// The target of the node's forward HasTypeDefinition reference (Objects and Variables).
@@ -546,26 +525,38 @@ impl AddressSpace {
 
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.count
+        self.store.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.store.count == 0
     }
 
     /// Every node, by index (the start's nodes in insertion order).
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.iter().map(|(_, n)| n)
+    pub fn nodes(&self) -> impl Iterator<Item = NodeView<'_>> {
+        self.indexed_nodes().map(|(_, n)| n)
     }
 
     /// Every node with its index.
-    pub fn indexed_nodes(&self) -> impl Iterator<Item = (u32, &Node)> {
-        self.nodes.iter()
+    pub fn indexed_nodes(&self) -> impl Iterator<Item = (u32, NodeView<'_>)> {
+        (0..self.store.recs.len()).filter_map(|i| Some((i, NodeView::new(&self.store, i)?)))
     }
 
     /// One past the highest node index in use.
     pub fn index_bound(&self) -> u32 {
-        self.nodes.len()
+        self.store.recs.len()
+    }
+
+    /// Bytes the node store holds in its main tables (records, cells, ids, strings,
+    /// indexes; not the reference lists): for the memory figures.
+    pub fn store_bytes(&self) -> usize {
+        self.store.bytes()
+    }
+
+    /// Value cells in the cell table, in use or free for a later node (a removed
+    /// Variable's cell is reused, "Reclaiming" in docs/Architecture.md).
+    pub fn value_cells(&self) -> u32 {
+        self.store.cells.len()
     }
 
     /// The data the live Server object is computed from.
@@ -575,18 +566,16 @@ impl AddressSpace {
 
     /// The value of a Variable right now: the stored cell, or the dynamic value computed
     /// from `now`. `None` when the node is no Variable.
-    pub fn variable_value(&self, node: &Node, now: Now) -> Option<DataValue> {
-        match &node.attributes {
-            ClassAttributes::Variable(v) => Some(match &v.value {
-                ValueSource::Cell(c) => c.load(),
-                ValueSource::Dynamic(d) => self.dynamic_value(*d, now),
-                ValueSource::Computed(c) => c.value(now),
-                ValueSource::Async(_) => {
-                    DataValue::status(crate::types::StatusCode::BadWaitingForInitialData)
-                }
-            }),
-            _ => None,
-        }
+    pub fn variable_value(&self, node: NodeView<'_>, now: Now) -> Option<DataValue> {
+        let v = node.as_variable()?;
+        Some(match v.source() {
+            SourceView::Cell(c) => c.load(),
+            SourceView::Dynamic(d) => self.dynamic_value(d, now),
+            SourceView::Computed(c) => c.value(now),
+            SourceView::Async(_) => {
+                DataValue::status(crate::types::StatusCode::BadWaitingForInitialData)
+            }
+        })
     }
 
     /// The index of a node (stable for the life of the address space), for callers that
@@ -615,7 +604,7 @@ impl AddressSpace {
         if !self.permissions.by_namespace.is_empty() {
             return true;
         }
-        self.permissions.node_namespaces(&self.nodes).contains(ns)
+        self.permissions.node_namespaces(&self.store).contains(ns)
     }
 
     /// The RolePermissions that apply to the node at `index`: its own, else its namespace's
@@ -627,7 +616,7 @@ impl AddressSpace {
         if let Some(rp) = self.permissions.by_node.get(&index) {
             return Some(rp);
         }
-        let ns = self.nodes.get(index)?.node_id.namespace as usize;
+        let ns = self.store.rec(index)?.id_ns as usize;
         self.permissions.by_namespace.get(ns)?.as_ref()
     }
 
@@ -663,15 +652,15 @@ impl AddressSpace {
 
     /// The node at an index from [`AddressSpace::node_index`].
     #[inline]
-    pub fn node_at(&self, index: u32) -> Option<&Node> {
-        self.nodes.get(index)
+    pub fn node_at(&self, index: u32) -> Option<NodeView<'_>> {
+        NodeView::new(&self.store, index)
     }
 
     /// The node at `index` if it is still the one of generation `generation` (a monitored
     /// item's node: deleted, or replaced by another at the same index, it is gone).
     #[inline]
-    pub fn node_at_generation(&self, index: u32, generation: u32) -> Option<&Node> {
-        self.nodes.get(index).filter(|n| n.generation == generation)
+    pub fn node_at_generation(&self, index: u32, generation: u32) -> Option<NodeView<'_>> {
+        NodeView::new(&self.store, index).filter(|n| n.generation() == generation)
     }
 
     /// Computes a dynamic value.
@@ -704,10 +693,12 @@ impl AddressSpace {
 
     /// Works out [`AddressSpace::view_members`] for every View node (once, when built).
     pub(crate) fn compute_views(&mut self) {
-        let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
+        let Some(hierarchical) = self.store.ns0(ids::HIERARCHICAL_REFERENCES) else {
+            return;
+        };
         let mut views = HashMap::new();
-        for (i, n) in self.nodes.iter() {
-            if n.node_class != NodeClass::View {
+        for (i, n) in self.indexed_nodes() {
+            if n.node_class() != NodeClass::View {
                 continue;
             }
             let mut members = std::collections::HashSet::new();
@@ -716,15 +707,19 @@ impl AddressSpace {
                 if !members.insert(at) {
                     continue;
                 }
-                let Some(node) = self.nodes.get(at) else {
+                let Some(node) = self.node_at(at) else {
                     continue;
                 };
-                for r in node.references.load().iter() {
-                    if !r.is_forward || !self.is_subtype_of(&r.reference_type, &hierarchical) {
+                for r in node.refs() {
+                    if !r.is_forward()
+                        || !r
+                            .type_index()
+                            .is_some_and(|t| self.is_subtype_index(t, hierarchical))
+                    {
                         continue;
                     }
-                    if let Some(t) = r.target.as_local().and_then(|t| self.node_index(t)) {
-                        stack.push(t);
+                    if let Some(t) = r.target_node() {
+                        stack.push(t.index());
                     }
                 }
             }
@@ -770,11 +765,8 @@ impl AddressSpace {
     /// The asynchronous source of the Variable at `node_index`.
     #[inline]
     pub fn async_source(&self, node_index: u32) -> Option<&std::sync::Arc<app::AsyncSource>> {
-        match &self.node_at(node_index)?.attributes {
-            ClassAttributes::Variable(VariableAttributes {
-                value: ValueSource::Async(a),
-                ..
-            }) => Some(a),
+        match self.node_at(node_index)?.as_variable()?.source() {
+            SourceView::Async(a) => Some(a),
             _ => None,
         }
     }
@@ -820,7 +812,7 @@ impl AddressSpace {
             .store_versioned(dv)
             .ok_or(StatusCode::BadTypeMismatch)?;
         self.changes
-            .publish(node_index, node.generation, version, || change);
+            .publish(node_index, node.generation(), version, || change);
         Ok(version)
     }
 
@@ -838,7 +830,7 @@ impl AddressSpace {
         let cell = node.value_cell().ok_or(StatusCode::BadNotWritable)?;
         let (version, change) = cell.update_versioned(f)?;
         self.changes
-            .publish(node_index, node.generation, version, || change);
+            .publish(node_index, node.generation(), version, || change);
         Ok(version)
     }
 }
@@ -847,30 +839,29 @@ impl Node {
     /// The target of the forward HasTypeDefinition reference.
     pub fn type_definition(&self) -> Option<ExpandedNodeId> {
         self.references
-            .load()
             .iter()
             .find(|r| r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
             .map(|r| r.target.clone())
     }
 
-    /// Points the node's forward HasTypeDefinition reference at `t` (while it is built).
+    /// Points the node's forward HasTypeDefinition reference at `t` (added when missing).
     pub fn set_type_definition(&mut self, t: NodeId) {
-        self.references.update(|refs| {
-            if let Some(r) = refs.iter_mut().find(|r| {
-                r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION)
-            }) {
-                r.target = ExpandedNodeId::local(t);
-            }
-        });
-    }
-
-    /// Calls `f` with the target of the forward HasTypeDefinition reference (no copy).
-    pub fn with_type_definition<R>(&self, f: impl FnOnce(&ExpandedNodeId) -> R) -> Option<R> {
-        self.references
-            .load()
-            .iter()
+        match self
+            .references
+            .0
+            .iter_mut()
             .find(|r| r.is_forward && r.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION))
-            .map(|r| f(&r.target))
+        {
+            Some(r) => r.target = ExpandedNodeId::local(t),
+            None => self.references.0.insert(
+                0,
+                Reference {
+                    reference_type: NodeId::ns0(ids::HAS_TYPE_DEFINITION),
+                    is_forward: true,
+                    target: ExpandedNodeId::local(t),
+                },
+            ),
+        }
     }
 
     /// The Variable attributes, when this is a Variable.
@@ -891,24 +882,60 @@ impl Node {
             _ => None,
         }
     }
+}
 
-    /// IsAbstract for the type node classes.
-    pub fn is_abstract(&self) -> Option<bool> {
-        match &self.attributes {
-            ClassAttributes::ObjectType { is_abstract }
-            | ClassAttributes::ReferenceType { is_abstract, .. }
-            | ClassAttributes::DataType { is_abstract, .. } => Some(*is_abstract),
-            ClassAttributes::VariableType(v) => Some(v.is_abstract),
-            _ => None,
-        }
+/// A node definition's references: a vector (the name is older than the store).
+#[derive(Debug, Default, Clone)]
+pub struct Refs(pub Vec<Reference>);
+
+impl Refs {
+    pub fn new(refs: Vec<Reference>) -> Refs {
+        Refs(refs)
     }
 
-    /// EventNotifier of Objects and Views.
-    pub fn event_notifier(&self) -> Option<u8> {
-        match &self.attributes {
-            ClassAttributes::Object { event_notifier }
-            | ClassAttributes::View { event_notifier, .. } => Some(*event_notifier),
-            _ => None,
-        }
+    /// The references.
+    pub fn load(&self) -> &Vec<Reference> {
+        &self.0
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Reference> {
+        self.0.iter()
+    }
+
+    /// Changes the references.
+    pub fn update(&mut self, f: impl FnOnce(&mut Vec<Reference>)) {
+        f(&mut self.0)
+    }
+
+    pub fn push(&mut self, r: Reference) {
+        self.0.push(r);
+    }
+
+    pub fn retain(&mut self, f: impl FnMut(&Reference) -> bool) {
+        self.0.retain(f);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn into_vec(self) -> Vec<Reference> {
+        self.0
+    }
+}
+
+impl From<Vec<Reference>> for Refs {
+    fn from(v: Vec<Reference>) -> Refs {
+        Refs(v)
+    }
+}
+
+impl FromIterator<Reference> for Refs {
+    fn from_iter<I: IntoIterator<Item = Reference>>(iter: I) -> Refs {
+        Refs(iter.into_iter().collect())
     }
 }

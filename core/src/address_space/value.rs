@@ -1,18 +1,23 @@
 //! Lock-free value cells for Variable values.
 //!
-//! A cell is shared by every shard (the address space is `Arc`-shared and read-only; the
-//! cells inside are the only mutable part). Two representations:
+//! A cell is shared by every shard and every version of the address space (the cells live
+//! in a table of their own, [`super::store::CellTable`], which versions share; a node's
+//! record names its cell). The cells are the only mutable part. One 48-byte cell, all
+//! atomics, in one of these kinds:
 //!
-//! * [`ValueCell::Scalar`]: a seqlock over atomics for fixed-type scalars of at most 64 bits
-//!   (Boolean … Double, DateTime, StatusCode). A read is one sequence load, four relaxed loads
-//!   and a second sequence load: no allocation, no reference counting. Every field is an
-//!   atomic, so a torn read is never undefined behaviour; it is detected by the sequence
-//!   number and retried. Writers serialise by a compare-exchange on the sequence number; the
-//!   write section is four relaxed stores (no syscalls, no allocation), so a reader or a
+//! * **Scalar**: a seqlock over atomics for fixed-type scalars of at most 64 bits (Boolean …
+//!   Double, DateTime, StatusCode). A read is one sequence load, four relaxed loads and a
+//!   second sequence load: no allocation, no reference counting. Every field is an atomic,
+//!   so a torn read is never undefined behaviour; it is detected by the sequence number and
+//!   retried. Writers serialise by a compare-exchange on the sequence number; the write
+//!   section is four relaxed stores (no syscalls, no allocation), so a reader or a
 //!   concurrent writer waits at most that long unless the writing thread is preempted inside
 //!   it.
-//! * [`ValueCell::Any`]: an `ArcSwap<Versioned>` for everything else. Reads are lock-free,
-//!   a write allocates one `Arc`.
+//! * **Any**: an `ArcSwap<Versioned>` for everything else. Reads are lock-free, a write
+//!   allocates one `Arc`.
+//! * **Source**: a value computed at read time or answered later (the node's
+//!   [`super::store::Source`]); the cell keeps the source's index and, for a computed value,
+//!   its 64-bit state word.
 //!
 //! A Write on one shard is visible to the next Read on any other shard (release/acquire).
 //! Every store gives the cell a larger version (the seqlock's sequence number, or the one in
@@ -24,7 +29,7 @@
 use std::sync::atomic::{fence, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::ArcSwapOption;
 
 use super::change::ChangeValue;
 use crate::types::{BuiltinType, DataValue, DateTime, StatusCode, Variant};
@@ -39,15 +44,39 @@ pub struct Versioned {
 /// Sentinel for "no timestamp" in the scalar cell.
 const NO_TS: i64 = i64::MIN;
 
-/// A Variable's value: stored in a cell, or computed at read time.
-pub enum ValueCell {
-    Scalar(ScalarCell),
-    Any(ArcSwap<Versioned>),
+/// What a cell holds (the low four bits of its `meta`).
+mod kind {
+    pub const EMPTY: u32 = 0;
+    pub const SCALAR: u32 = 1;
+    pub const ANY: u32 = 2;
+    pub const SOURCE: u32 = 3;
+}
+
+/// A Variable's value cell. See the module documentation.
+#[derive(Default)]
+pub struct ValueCell {
+    /// Scalar: the seqlock's sequence (even: stable; odd: a write in progress). Every kind
+    /// takes it while the cell is (re)initialised.
+    seq: AtomicU64,
+    /// Scalar: the value's bits. Source: the computed value's state word.
+    bits: AtomicU64,
+    source_ts: AtomicI64,
+    server_ts: AtomicI64,
+    /// Scalar: the status code. Source: the source's index.
+    status: AtomicU32,
+    /// The kind (bits 0–3) and, for a scalar, its built-in type (bits 4–9).
+    meta: AtomicU32,
+    /// Any: the value.
+    any: ArcSwapOption<Versioned>,
 }
 
 impl std::fmt::Debug for ValueCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ValueCell({:?})", self.load())
+        match self.kind() {
+            kind::SCALAR | kind::ANY => write!(f, "ValueCell({:?})", self.load()),
+            kind::SOURCE => write!(f, "ValueCell(source {})", self.source_index()),
+            _ => f.write_str("ValueCell(empty)"),
+        }
     }
 }
 
@@ -56,85 +85,186 @@ impl ValueCell {
     /// fits 64 bits (and `dv.value` is a scalar of that type), the seqlock representation is
     /// used; otherwise the `ArcSwap` one.
     pub fn new(dv: DataValue, fixed: Option<BuiltinType>) -> ValueCell {
-        if let Some(t) = fixed {
-            if ScalarCell::supports(t) && dv.value.scalar_type() == Some(t) {
-                if let Some(c) = ScalarCell::new(t, &dv) {
-                    return ValueCell::Scalar(c);
-                }
-            }
-        }
-        ValueCell::Any(ArcSwap::from_pointee(Versioned {
-            version: 0,
-            value: dv,
-        }))
+        let c = ValueCell::default();
+        c.init_value(dv, fixed, 0);
+        c
     }
 
-    /// The current value.
+    #[inline(always)]
+    fn kind(&self) -> u32 {
+        self.meta.load(Ordering::Relaxed) & 0xF
+    }
+
+    /// The built-in type id of a scalar cell.
+    #[inline(always)]
+    fn scalar_type(&self) -> u8 {
+        ((self.meta.load(Ordering::Relaxed) >> 4) & 0x3F) as u8
+    }
+
+    /// Does the cell hold a stored value (scalar or any)?
+    #[inline]
+    pub fn stores(&self) -> bool {
+        matches!(self.kind(), kind::SCALAR | kind::ANY)
+    }
+
+    /// Takes the sequence lock (for (re)initialising); the even sequence it had.
+    fn lock(&self) -> u64 {
+        loop {
+            let s = self.seq.load(Ordering::Relaxed);
+            if s & 1 == 0
+                && self
+                    .seq
+                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                fence(Ordering::Release);
+                return s;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// (Re)initialises the cell with a stored value (see [`ValueCell::new`]). The versions
+    /// go on from the cell's last ones (`min_version` at least), so a change of the node
+    /// that had the cell before is never newer than one of the new node.
+    pub(crate) fn init_value(&self, dv: DataValue, fixed: Option<BuiltinType>, min_version: u64) {
+        let s = self.lock();
+        let scalar = fixed.filter(|&t| supports(t) && dv.value.scalar_type() == Some(t));
+        let any_version = self
+            .any
+            .load()
+            .as_ref()
+            .map_or(0, |v| v.version)
+            .max(s)
+            .max(min_version);
+        match scalar.and_then(|t| Some((t, to_bits(t as u8, &dv.value)?))) {
+            Some((t, bits)) => {
+                self.write_fields(bits, &dv);
+                self.any.store(None);
+                self.meta
+                    .store(kind::SCALAR | ((t as u32) << 4), Ordering::Relaxed);
+            }
+            None => {
+                self.any.store(Some(Arc::new(Versioned {
+                    version: (any_version | 1) + 1,
+                    value: dv,
+                })));
+                self.meta.store(kind::ANY, Ordering::Relaxed);
+            }
+        }
+        let next = (s.max(min_version) | 1) + 1;
+        self.seq.store(next, Ordering::Release);
+    }
+
+    /// (Re)initialises the cell for a value source: its index and state word.
+    pub(crate) fn init_source(&self, source_index: u32, state: u64) {
+        let s = self.lock();
+        self.bits.store(state, Ordering::Relaxed);
+        self.status.store(source_index, Ordering::Relaxed);
+        self.any.store(None);
+        self.meta.store(kind::SOURCE, Ordering::Relaxed);
+        self.seq.store(s + 2, Ordering::Release);
+    }
+
+    /// Empties the cell (its node was removed; it may be reused for another).
+    pub(crate) fn clear(&self) {
+        let s = self.lock();
+        self.any.store(None);
+        self.meta.store(kind::EMPTY, Ordering::Relaxed);
+        self.seq.store(s + 2, Ordering::Release);
+    }
+
+    /// A copy of this cell's value or source, for a definition ([`super::Node`]).
+    pub(crate) fn copy_into(&self, other: &ValueCell) {
+        match self.kind() {
+            kind::SCALAR | kind::ANY => other.init_value(self.load(), self.fixed_type(), 0),
+            kind::SOURCE => {
+                other.init_source(self.source_index(), self.state().load(Ordering::Relaxed))
+            }
+            _ => other.clear(),
+        }
+    }
+
+    /// The source's index (a Source cell).
+    #[inline]
+    pub(crate) fn source_index(&self) -> u32 {
+        self.status.load(Ordering::Relaxed)
+    }
+
+    /// The state word of a computed value (a Source cell).
+    #[inline]
+    pub(crate) fn state(&self) -> &AtomicU64 {
+        &self.bits
+    }
+
+    /// The current value (a Null value for a cell that stores none).
     #[inline]
     pub fn load(&self) -> DataValue {
-        match self {
-            ValueCell::Scalar(c) => c.load(),
-            ValueCell::Any(a) => DataValue::clone(&a.load().value),
-        }
+        self.load_versioned().0
     }
 
     /// The current value and the version it was stored under.
     #[inline]
     pub fn load_versioned(&self) -> (DataValue, u64) {
-        match self {
-            ValueCell::Scalar(c) => c.load_seq(),
-            ValueCell::Any(a) => {
-                let g = a.load();
-                (g.value.clone(), g.version)
-            }
+        match self.kind() {
+            kind::ANY => match &*self.any.load() {
+                Some(g) => (g.value.clone(), g.version),
+                None => (DataValue::default(), 0),
+            },
+            kind::SCALAR => self.load_seq(),
+            _ => (DataValue::default(), 0),
         }
     }
 
     /// The version of the current value.
     #[inline]
     pub fn version(&self) -> u64 {
-        match self {
-            ValueCell::Scalar(c) => c.load_seq().1,
-            ValueCell::Any(a) => a.load().version,
-        }
+        self.load_versioned().1
     }
 
     /// Calls `f` with the current value without cloning it (for sub-range reads of large arrays).
     pub fn with<R>(&self, f: impl FnOnce(&DataValue) -> R) -> R {
-        match self {
-            ValueCell::Scalar(c) => f(&c.load()),
-            ValueCell::Any(a) => f(&a.load().value),
+        match self.kind() {
+            kind::ANY => match &*self.any.load() {
+                Some(g) => f(&g.value),
+                None => f(&DataValue::default()),
+            },
+            kind::SCALAR => f(&self.load_seq().0),
+            _ => f(&DataValue::default()),
         }
     }
 
     /// The element type of a fixed-type scalar cell.
     pub fn fixed_type(&self) -> Option<BuiltinType> {
-        match self {
-            ValueCell::Scalar(c) => Some(c.value_type),
-            ValueCell::Any(_) => None,
+        if self.kind() == kind::SCALAR {
+            BuiltinType::from_id(self.scalar_type())
+        } else {
+            None
         }
     }
 
     /// Replaces the value; returns the new version and the change to hand to watchers.
     /// `None` (and nothing changed) when this is a fixed-type scalar cell and `dv.value` is
-    /// not a scalar of that type; the caller type-checks first.
+    /// not a scalar of that type, or the cell stores no value; the caller type-checks first.
     #[inline]
     pub(crate) fn store_versioned(&self, dv: DataValue) -> Option<(u64, ChangeValue)> {
-        match self {
-            ValueCell::Scalar(c) => {
-                let v = c.store(&dv)?;
+        match self.kind() {
+            kind::SCALAR => {
+                let v = self.store(&dv)?;
                 Some((v, ChangeValue::Inline(dv)))
             }
-            ValueCell::Any(a) => {
+            kind::ANY => {
                 let mut value = dv;
                 loop {
-                    let cur = a.load_full();
+                    let cur = self.any.load_full()?;
                     let new = Arc::new(Versioned {
                         version: cur.version + 2,
                         value,
                     });
-                    let prev = a.compare_and_swap(&cur, Arc::clone(&new));
-                    if Arc::ptr_eq(&*prev, &cur) {
+                    let prev = self
+                        .any
+                        .compare_and_swap(&Some(cur.clone()), Some(Arc::clone(&new)));
+                    if prev.as_ref().is_some_and(|p| Arc::ptr_eq(p, &cur)) {
                         return Some((new.version, ChangeValue::Shared(new)));
                     }
                     drop(prev);
@@ -145,6 +275,7 @@ impl ValueCell {
                     };
                 }
             }
+            _ => None,
         }
     }
 
@@ -155,116 +286,30 @@ impl ValueCell {
         &self,
         mut f: impl FnMut(&DataValue) -> Result<DataValue, StatusCode>,
     ) -> Result<(u64, ChangeValue), StatusCode> {
-        match self {
-            ValueCell::Scalar(c) => loop {
-                let (cur, seq) = c.load_seq();
+        match self.kind() {
+            kind::SCALAR => loop {
+                let (cur, seq) = self.load_seq();
                 let new = f(&cur)?;
-                if c.store_if(seq, &new)? {
+                if self.store_if(seq, &new)? {
                     return Ok((seq + 2, ChangeValue::Inline(new)));
                 }
             },
-            ValueCell::Any(a) => loop {
-                let cur = a.load_full();
+            kind::ANY => loop {
+                let cur = self.any.load_full().ok_or(StatusCode::BadNotWritable)?;
                 let value = f(&cur.value)?;
                 let new = Arc::new(Versioned {
                     version: cur.version + 2,
                     value,
                 });
-                let prev = a.compare_and_swap(&cur, Arc::clone(&new));
-                if Arc::ptr_eq(&*prev, &cur) {
+                let prev = self
+                    .any
+                    .compare_and_swap(&Some(cur.clone()), Some(Arc::clone(&new)));
+                if prev.as_ref().is_some_and(|p| Arc::ptr_eq(p, &cur)) {
                     return Ok((new.version, ChangeValue::Shared(new)));
                 }
             },
+            _ => Err(StatusCode::BadNotWritable),
         }
-    }
-}
-
-/// The seqlock cell for fixed-type scalars of at most 64 bits.
-pub struct ScalarCell {
-    value_type: BuiltinType,
-    /// Even: stable; odd: a write is in progress.
-    seq: AtomicU64,
-    bits: AtomicU64,
-    status: AtomicU32,
-    source_ts: AtomicI64,
-    server_ts: AtomicI64,
-}
-
-impl ScalarCell {
-    fn supports(t: BuiltinType) -> bool {
-        use BuiltinType::*;
-        matches!(
-            t,
-            Boolean
-                | SByte
-                | Byte
-                | Int16
-                | UInt16
-                | Int32
-                | UInt32
-                | Int64
-                | UInt64
-                | Float
-                | Double
-                | DateTime
-                | StatusCode
-        )
-    }
-
-    fn to_bits(t: BuiltinType, v: &Variant) -> Option<u64> {
-        Some(match (t, v) {
-            (BuiltinType::Boolean, Variant::Boolean(x)) => *x as u64,
-            (BuiltinType::SByte, Variant::SByte(x)) => *x as u8 as u64,
-            (BuiltinType::Byte, Variant::Byte(x)) => *x as u64,
-            (BuiltinType::Int16, Variant::Int16(x)) => *x as u16 as u64,
-            (BuiltinType::UInt16, Variant::UInt16(x)) => *x as u64,
-            (BuiltinType::Int32, Variant::Int32(x)) => *x as u32 as u64,
-            (BuiltinType::UInt32, Variant::UInt32(x)) => *x as u64,
-            (BuiltinType::Int64, Variant::Int64(x)) => *x as u64,
-            (BuiltinType::UInt64, Variant::UInt64(x)) => *x,
-            (BuiltinType::Float, Variant::Float(x)) => x.to_bits() as u64,
-            (BuiltinType::Double, Variant::Double(x)) => x.to_bits(),
-            (BuiltinType::DateTime, Variant::DateTime(x)) => x.0 as u64,
-            (BuiltinType::StatusCode, Variant::StatusCode(x)) => x.0 as u64,
-            _ => return None,
-        })
-    }
-
-    fn from_bits(t: BuiltinType, b: u64) -> Variant {
-        match t {
-            BuiltinType::Boolean => Variant::Boolean(b != 0),
-            BuiltinType::SByte => Variant::SByte(b as u8 as i8),
-            BuiltinType::Byte => Variant::Byte(b as u8),
-            BuiltinType::Int16 => Variant::Int16(b as u16 as i16),
-            BuiltinType::UInt16 => Variant::UInt16(b as u16),
-            BuiltinType::Int32 => Variant::Int32(b as u32 as i32),
-            BuiltinType::UInt32 => Variant::UInt32(b as u32),
-            BuiltinType::Int64 => Variant::Int64(b as i64),
-            BuiltinType::UInt64 => Variant::UInt64(b),
-            BuiltinType::Float => Variant::Float(f32::from_bits(b as u32)),
-            BuiltinType::Double => Variant::Double(f64::from_bits(b)),
-            BuiltinType::DateTime => Variant::DateTime(DateTime(b as i64)),
-            BuiltinType::StatusCode => Variant::StatusCode(StatusCode(b as u32)),
-            // `supports` admits only the types above.
-            _ => Variant::Empty,
-        }
-    }
-
-    fn new(t: BuiltinType, dv: &DataValue) -> Option<ScalarCell> {
-        let bits = Self::to_bits(t, &dv.value)?;
-        Some(ScalarCell {
-            value_type: t,
-            seq: AtomicU64::new(0),
-            bits: AtomicU64::new(bits),
-            status: AtomicU32::new(dv.status.map_or(0, |s| s.0)),
-            source_ts: AtomicI64::new(dv.source_timestamp.map_or(NO_TS, |t| t.0)),
-            server_ts: AtomicI64::new(dv.server_timestamp.map_or(NO_TS, |t| t.0)),
-        })
-    }
-
-    /// The element type this cell holds.
-    pub fn value_type(&self) -> BuiltinType {
-        self.value_type
     }
 
     #[inline]
@@ -275,6 +320,7 @@ impl ScalarCell {
                 std::hint::spin_loop();
                 continue;
             }
+            let t = self.scalar_type();
             let bits = self.bits.load(Ordering::Relaxed);
             let status = self.status.load(Ordering::Relaxed);
             let src = self.source_ts.load(Ordering::Relaxed);
@@ -283,7 +329,7 @@ impl ScalarCell {
             let s2 = self.seq.load(Ordering::Relaxed);
             if s1 == s2 {
                 let dv = DataValue {
-                    value: Self::from_bits(self.value_type, bits),
+                    value: from_bits(t, bits),
                     status: (status != 0).then_some(StatusCode(status)),
                     source_timestamp: (src != NO_TS).then_some(DateTime(src)),
                     source_picoseconds: None,
@@ -296,21 +342,10 @@ impl ScalarCell {
         }
     }
 
-    #[inline]
-    pub fn load(&self) -> DataValue {
-        self.load_seq().0
-    }
-
-    /// The current value and its version.
-    #[inline]
-    pub fn load_versioned(&self) -> (DataValue, u64) {
-        self.load_seq()
-    }
-
     /// Writes when the sequence is still `expected` (even). `Ok(false)` when another write
     /// came first.
     fn store_if(&self, expected: u64, dv: &DataValue) -> Result<bool, StatusCode> {
-        let bits = Self::to_bits(self.value_type, &dv.value).ok_or(StatusCode::BadTypeMismatch)?;
+        let bits = to_bits(self.scalar_type(), &dv.value).ok_or(StatusCode::BadTypeMismatch)?;
         if self
             .seq
             .compare_exchange(expected, expected + 1, Ordering::Acquire, Ordering::Relaxed)
@@ -318,15 +353,16 @@ impl ScalarCell {
         {
             return Ok(false);
         }
+        fence(Ordering::Release);
         self.write_fields(bits, dv);
         self.seq.store(expected + 2, Ordering::Release);
         Ok(true)
     }
 
+    /// The data stores of a write (the caller holds the sequence lock and issued the
+    /// Release fence that orders the odd sequence number before them).
     #[inline]
     fn write_fields(&self, bits: u64, dv: &DataValue) {
-        // The Release fence orders the odd sequence number before the data stores.
-        fence(Ordering::Release);
         self.bits.store(bits, Ordering::Relaxed);
         self.status
             .store(dv.status.map_or(0, |s| s.0), Ordering::Relaxed);
@@ -343,7 +379,7 @@ impl ScalarCell {
     /// Stores `dv`; the new version (sequence number), or `None` for a value of another type.
     #[inline]
     fn store(&self, dv: &DataValue) -> Option<u64> {
-        let bits = Self::to_bits(self.value_type, &dv.value)?;
+        let bits = to_bits(self.scalar_type(), &dv.value)?;
         loop {
             let s = self.seq.load(Ordering::Relaxed);
             if s & 1 == 0
@@ -352,12 +388,90 @@ impl ScalarCell {
                     .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
+                fence(Ordering::Release);
                 self.write_fields(bits, dv);
                 self.seq.store(s + 2, Ordering::Release);
                 return Some(s + 2);
             }
             std::hint::spin_loop();
         }
+    }
+}
+
+fn supports(t: BuiltinType) -> bool {
+    use BuiltinType::*;
+    matches!(
+        t,
+        Boolean
+            | SByte
+            | Byte
+            | Int16
+            | UInt16
+            | Int32
+            | UInt32
+            | Int64
+            | UInt64
+            | Float
+            | Double
+            | DateTime
+            | StatusCode
+    )
+}
+
+/// The built-in type ids of the scalar cell's types.
+mod id {
+    pub const BOOLEAN: u8 = 1;
+    pub const SBYTE: u8 = 2;
+    pub const BYTE: u8 = 3;
+    pub const INT16: u8 = 4;
+    pub const UINT16: u8 = 5;
+    pub const INT32: u8 = 6;
+    pub const UINT32: u8 = 7;
+    pub const INT64: u8 = 8;
+    pub const UINT64: u8 = 9;
+    pub const FLOAT: u8 = 10;
+    pub const DOUBLE: u8 = 11;
+    pub const DATE_TIME: u8 = 13;
+    pub const STATUS_CODE: u8 = 19;
+}
+
+fn to_bits(t: u8, v: &Variant) -> Option<u64> {
+    Some(match (t, v) {
+        (id::BOOLEAN, Variant::Boolean(x)) => *x as u64,
+        (id::SBYTE, Variant::SByte(x)) => *x as u8 as u64,
+        (id::BYTE, Variant::Byte(x)) => *x as u64,
+        (id::INT16, Variant::Int16(x)) => *x as u16 as u64,
+        (id::UINT16, Variant::UInt16(x)) => *x as u64,
+        (id::INT32, Variant::Int32(x)) => *x as u32 as u64,
+        (id::UINT32, Variant::UInt32(x)) => *x as u64,
+        (id::INT64, Variant::Int64(x)) => *x as u64,
+        (id::UINT64, Variant::UInt64(x)) => *x,
+        (id::FLOAT, Variant::Float(x)) => x.to_bits() as u64,
+        (id::DOUBLE, Variant::Double(x)) => x.to_bits(),
+        (id::DATE_TIME, Variant::DateTime(x)) => x.0 as u64,
+        (id::STATUS_CODE, Variant::StatusCode(x)) => x.0 as u64,
+        _ => return None,
+    })
+}
+
+#[inline]
+fn from_bits(t: u8, b: u64) -> Variant {
+    match t {
+        id::BOOLEAN => Variant::Boolean(b != 0),
+        id::SBYTE => Variant::SByte(b as u8 as i8),
+        id::BYTE => Variant::Byte(b as u8),
+        id::INT16 => Variant::Int16(b as u16 as i16),
+        id::UINT16 => Variant::UInt16(b as u16),
+        id::INT32 => Variant::Int32(b as u32 as i32),
+        id::UINT32 => Variant::UInt32(b as u32),
+        id::INT64 => Variant::Int64(b as i64),
+        id::UINT64 => Variant::UInt64(b),
+        id::FLOAT => Variant::Float(f32::from_bits(b as u32)),
+        id::DOUBLE => Variant::Double(f64::from_bits(b)),
+        id::DATE_TIME => Variant::DateTime(DateTime(b as i64)),
+        id::STATUS_CODE => Variant::StatusCode(StatusCode(b as u32)),
+        // `supports` admits only the types above.
+        _ => Variant::Empty,
     }
 }
 
@@ -390,7 +504,7 @@ mod tests {
                 ..Default::default()
             };
             let c = ValueCell::new(dv.clone(), Some(t));
-            assert!(matches!(c, ValueCell::Scalar(_)), "{t:?}");
+            assert_eq!(c.fixed_type(), Some(t), "{t:?}");
             assert_eq!(c.load(), dv);
             let dv2 = DataValue {
                 value: v,

@@ -257,7 +257,7 @@ fn field_ref(sao: &SimpleAttributeOperand, space: &AddressSpace) -> Result<Field
     let Some(node) = space.node(&type_definition) else {
         return Err(StatusCode::BadNodeIdUnknown);
     };
-    if node.node_class != NodeClass::ObjectType || !space.is_subtype_of(&type_definition, &base) {
+    if node.node_class() != NodeClass::ObjectType || !space.is_subtype_of(&type_definition, &base) {
         return Err(StatusCode::BadTypeDefinitionInvalid);
     }
     if sao.browse_path.len() > MAX_BROWSE_PATH_LEN

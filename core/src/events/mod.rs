@@ -400,11 +400,12 @@ pub fn notifiers_of(space: &AddressSpace, source: &NodeId) -> Vec<NodeId> {
                 out.push(id.clone());
             }
             if let Some(n) = space.node(&id) {
-                for r in n.references.load().iter() {
-                    if !r.is_forward && space.is_subtype_of(&r.reference_type, &hierarchical) {
-                        if let Some(t) = r.target.as_local() {
-                            if !next.contains(t) && out.len() + next.len() < 64 {
-                                next.push(t.clone());
+                for r in n.refs() {
+                    if !r.is_forward() && space.is_subtype_of(&r.reference_type(), &hierarchical) {
+                        if let Some(t) = r.target_node() {
+                            let t = t.node_id();
+                            if !next.contains(&t) && out.len() + next.len() < 64 {
+                                next.push(t);
                             }
                         }
                     }

@@ -237,7 +237,7 @@ pub fn history_read(
                 let v = node
                     .as_variable()
                     .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
-                if v.access_level & access_level::HISTORY_READ == 0 {
+                if v.access_level() & access_level::HISTORY_READ == 0 {
                     return Err(StatusCode::BadNotReadable);
                 }
             }
@@ -419,7 +419,7 @@ pub fn history_update(
                 let v = node
                     .as_variable()
                     .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
-                if v.access_level & access_level::HISTORY_WRITE == 0 {
+                if v.access_level() & access_level::HISTORY_WRITE == 0 {
                     return Err(StatusCode::BadNotWritable);
                 }
             }

@@ -37,7 +37,7 @@
 //! `services::subscription_methods`.
 
 use crate::address_space::app::Caller;
-use crate::address_space::{ids as ns0, AddressSpace, ClassAttributes, Node, NodeClass};
+use crate::address_space::{ids as ns0, AddressSpace, AttrsView, NodeClass, NodeView, RefView};
 use crate::events::condition::{ConditionAction, MAX_COMMENT_CHARS};
 use crate::events::ids;
 use crate::events::nodes::{self, ArgSpec};
@@ -294,28 +294,25 @@ fn status_only(status: StatusCode) -> CallMethodResult {
     }
 }
 
-fn is_component_ref(space: &AddressSpace, r: &crate::address_space::Reference) -> bool {
-    r.is_forward
-        && match r.reference_type.as_ns0() {
-            Some(ns0::HAS_COMPONENT) | Some(HAS_ORDERED_COMPONENT) => true,
-            _ => space.is_subtype_of(&r.reference_type, &NodeId::ns0(ns0::HAS_COMPONENT)),
-        }
+fn is_component_ref(space: &AddressSpace, r: &RefView<'_>) -> bool {
+    r.is_forward()
+        && (r.type_is_ns0(ns0::HAS_COMPONENT)
+            || r.type_is_ns0(HAS_ORDERED_COMPONENT)
+            || space.is_subtype_of(&r.reference_type(), &NodeId::ns0(ns0::HAS_COMPONENT)))
 }
 
-fn has_component(space: &AddressSpace, node: &Node, method_id: &NodeId) -> bool {
-    node.references
-        .load()
-        .iter()
-        .any(|r| is_component_ref(space, r) && r.target.as_local() == Some(method_id))
+fn has_component(space: &AddressSpace, node: NodeView<'_>, method_id: &NodeId) -> bool {
+    node.refs()
+        .any(|r| r.target_node().is_some_and(|t| t.is(method_id)) && is_component_ref(space, &r))
 }
 
 /// Part 4 §5.11.2: the method belongs to the object, its type or a supertype of its type
 /// (an ObjectType: the type itself).
-fn method_of(space: &AddressSpace, object: &Node, method_id: &NodeId) -> bool {
+fn method_of(space: &AddressSpace, object: NodeView<'_>, method_id: &NodeId) -> bool {
     if has_component(space, object, method_id) {
         return true;
     }
-    if object.node_class != NodeClass::Object {
+    if object.node_class() != NodeClass::Object {
         return false;
     }
     let Some(mut t) = object.type_definition().and_then(|t| t.as_local().cloned()) else {
@@ -327,7 +324,7 @@ fn method_of(space: &AddressSpace, object: &Node, method_id: &NodeId) -> bool {
             _ => {}
         }
         match space.supertype_of(&t) {
-            Some(p) => t = p.clone(),
+            Some(p) => t = p,
             None => return false,
         }
     }
@@ -476,14 +473,14 @@ fn call_one(
     let Some(object) = space.node(&m.object_id) else {
         return status_only(StatusCode::BadNodeIdUnknown);
     };
-    if !matches!(object.node_class, NodeClass::Object | NodeClass::ObjectType) {
+    if !matches!(
+        object.node_class(),
+        NodeClass::Object | NodeClass::ObjectType
+    ) {
         return status_only(StatusCode::BadNodeIdInvalid);
     }
-    let executable = match space.node(&m.method_id) {
-        Some(Node {
-            attributes: ClassAttributes::Method { executable, .. },
-            ..
-        }) => *executable,
+    let executable = match space.node(&m.method_id).map(|n| n.attributes()) {
+        Some(AttrsView::Method { executable, .. }) => executable,
         _ => return status_only(StatusCode::BadMethodInvalid),
     };
     let kind = MethodKind::of(space, &m.method_id);

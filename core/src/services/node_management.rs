@@ -58,7 +58,7 @@ fn permits(space: &AddressSpace, index: u32, roles: Roles, needed: PermissionTyp
 
 /// A reference type that exists (and, for `concrete`, is not abstract).
 fn reference_type_ok(space: &AddressSpace, id: &NodeId, concrete: bool) -> bool {
-    matches!(space.node(id), Some(n) if n.node_class == NodeClass::ReferenceType
+    matches!(space.node(id), Some(n) if n.node_class() == NodeClass::ReferenceType
         && (!concrete || n.is_abstract() == Some(false)))
 }
 
@@ -116,7 +116,8 @@ fn node_of(
             let t = type_def.ok_or(StatusCode::BadTypeDefinitionInvalid)?;
             match space.node(&t) {
                 Some(n)
-                    if n.node_class == NodeClass::ObjectType && n.is_abstract() == Some(false) => {}
+                    if n.node_class() == NodeClass::ObjectType
+                        && n.is_abstract() == Some(false) => {}
                 _ => return Err(StatusCode::BadTypeDefinitionInvalid),
             }
             let mut node = make::folder(node_id, name.clone(), parent.clone());
@@ -148,7 +149,7 @@ fn node_of(
             let t = type_def.unwrap_or_else(|| NodeId::ns0(ids::BASE_DATA_VARIABLE_TYPE));
             match space.node(&t) {
                 Some(n)
-                    if n.node_class == NodeClass::VariableType
+                    if n.node_class() == NodeClass::VariableType
                         && n.is_abstract() == Some(false) => {}
                 _ => return Err(StatusCode::BadTypeDefinitionInvalid),
             }
@@ -173,8 +174,10 @@ fn node_of(
             );
             node.set_type_definition(t);
             if !attrs.value.is_empty()
-                && crate::address_space::attributes::check_value(space, &node, &attrs.value)
-                    .is_err()
+                && node.as_variable().is_none_or(|var| {
+                    crate::address_space::attributes::check_value_of(space, var, &attrs.value)
+                        .is_err()
+                })
             {
                 return Err(StatusCode::BadNodeAttributesInvalid);
             }
@@ -201,20 +204,18 @@ fn apply_common(
 }
 
 /// Does `parent` have a forward hierarchical reference to a node with `name`?
-fn name_taken(
-    space: &AddressSpace,
-    edit: &crate::address_space::edit::Edit,
-    parent: u32,
-    name: &QualifiedName,
-) -> bool {
-    let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
-    edit.references(parent).iter().any(|r| {
-        r.is_forward
-            && space.is_subtype_of(&r.reference_type, &hierarchical)
-            && r.target
-                .as_local()
-                .and_then(|t| space.browse_name_of(t))
-                .is_some_and(|b| b == name)
+/// (`space` is the edit's: its pending reference removals are applied.)
+fn name_taken(space: &AddressSpace, parent: u32, name: &QualifiedName) -> bool {
+    let Some(hierarchical) = space.node_index(&NodeId::ns0(ids::HIERARCHICAL_REFERENCES)) else {
+        return false;
+    };
+    space.node_at(parent).is_some_and(|p| {
+        p.refs().any(|r| {
+            r.is_forward()
+                && r.target_node().is_some_and(|t| t.has_name(name))
+                && r.type_index()
+                    .is_some_and(|t| space.is_subtype_index(t, hierarchical))
+        })
     })
 }
 
@@ -264,7 +265,7 @@ pub fn add_nodes(
                 }
                 id
             };
-            if name_taken(space, &edit, parent_index, &item.browse_name) {
+            if name_taken(space, parent_index, &item.browse_name) {
                 return Err(StatusCode::BadBrowseNameDuplicated);
             }
             let node = node_of(space, item, node_id.clone(), &parent)?;

@@ -7,7 +7,7 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use crate::address_space::{AddressSpace, Node, Reference};
+use crate::address_space::{AddressSpace, NodeView, RefView};
 use crate::generated::messages::Response;
 use crate::generated::types::{
     BrowseDescription, BrowseDirection, BrowseNextRequest, BrowseNextResponse, BrowsePath,
@@ -40,28 +40,35 @@ pub const MAX_BROWSE_PATH_MATCHES: usize = 10_000;
 /// `remainingPathIndex` of a fully resolved target (Part 4 §5.9.4.2: the maximum Index).
 pub const PATH_FULLY_RESOLVED: u32 = u32::MAX;
 
-fn node_class_of(n: &Node) -> NodeClass {
-    NodeClass(n.node_class.0)
+fn node_class_of(n: NodeView<'_>) -> NodeClass {
+    NodeClass(n.node_class().0)
 }
 
-/// Is `r`'s type `wanted` (or a subtype, with `include_subtypes`)? A null `wanted` is any.
+/// Is `r`'s type `wanted` (a node index; or a subtype, with `include_subtypes`)? `None` is
+/// any type.
+#[inline]
 fn reference_type_matches(
     space: &AddressSpace,
-    r: &Reference,
-    wanted: &NodeId,
+    r: &RefView<'_>,
+    wanted: Option<u32>,
     include_subtypes: bool,
 ) -> bool {
-    wanted.is_null()
-        || r.reference_type == *wanted
-        || (include_subtypes && space.is_subtype_of(&r.reference_type, wanted))
+    let Some(w) = wanted else {
+        return true;
+    };
+    r.type_index()
+        .is_some_and(|t| t == w || (include_subtypes && space.is_subtype_index(t, w)))
 }
 
-/// Is `id` null or a ReferenceType node?
-fn valid_reference_type(space: &AddressSpace, id: &NodeId) -> bool {
-    id.is_null()
-        || space
-            .node(id)
-            .is_some_and(|n| node_class_of(n) == NodeClass::ReferenceType)
+/// A null id (`Ok(None)`: any type) or a ReferenceType node's index; `Err` for anything else.
+fn reference_type_index(space: &AddressSpace, id: &NodeId) -> Result<Option<u32>, ()> {
+    if id.is_null() {
+        return Ok(None);
+    }
+    match space.node(id) {
+        Some(n) if node_class_of(n) == NodeClass::ReferenceType => Ok(Some(n.index())),
+        _ => Err(()),
+    }
 }
 
 /// The ReferenceDescription of `r`, with only the fields in `result_mask` filled (the
@@ -70,30 +77,30 @@ fn valid_reference_type(space: &AddressSpace, id: &NodeId) -> bool {
 /// `d` already holds (`clone_from`): a recycled response's descriptions cost no allocation
 /// when their strings are long enough.
 fn describe_into(
-    r: &Reference,
-    target: Option<&Node>,
+    r: &RefView<'_>,
+    target: Option<NodeView<'_>>,
     result_mask: u32,
     d: &mut ReferenceDescription,
 ) {
-    d.node_id.clone_from(&r.target);
+    r.write_target_into(&mut d.node_id);
     if result_mask & mask::REFERENCE_TYPE_ID != 0 {
-        d.reference_type_id.clone_from(&r.reference_type);
+        r.write_type_into(&mut d.reference_type_id);
     } else {
         d.reference_type_id = NodeId::NULL;
     }
-    d.is_forward = result_mask & mask::IS_FORWARD != 0 && r.is_forward;
+    d.is_forward = result_mask & mask::IS_FORWARD != 0 && r.is_forward();
     let class = target.map(node_class_of);
     d.node_class = match class {
         Some(c) if result_mask & mask::NODE_CLASS != 0 => c,
         _ => NodeClass::default(),
     };
     match target {
-        Some(t) if result_mask & mask::BROWSE_NAME != 0 => d.browse_name.clone_from(&t.browse_name),
+        Some(t) if result_mask & mask::BROWSE_NAME != 0 => t.write_name_into(&mut d.browse_name),
         _ => d.browse_name = QualifiedName::default(),
     }
     match target {
         Some(t) if result_mask & mask::DISPLAY_NAME != 0 => {
-            d.display_name.clone_from(&t.display_name)
+            t.display().write_into(&mut d.display_name)
         }
         _ => d.display_name = LocalizedText::default(),
     }
@@ -102,8 +109,15 @@ fn describe_into(
             if result_mask & mask::TYPE_DEFINITION != 0 =>
         {
             // Copied into the recycled description (no allocation when it fits).
-            t.with_type_definition(|td| d.type_definition.clone_from(td))
-                .is_some()
+            match t.type_definition_node() {
+                Some(td) => {
+                    td.id().write_into(&mut d.type_definition.node_id);
+                    d.type_definition.namespace_uri = crate::types::UaString::null();
+                    d.type_definition.server_index = 0;
+                    true
+                }
+                None => false,
+            }
         }
         _ => false,
     };
@@ -112,7 +126,11 @@ fn describe_into(
     }
 }
 
-fn describe(r: &Reference, target: Option<&Node>, result_mask: u32) -> ReferenceDescription {
+fn describe(
+    r: &RefView<'_>,
+    target: Option<NodeView<'_>>,
+    result_mask: u32,
+) -> ReferenceDescription {
     let mut d = ReferenceDescription::default();
     describe_into(r, target, result_mask, &mut d);
     d
@@ -135,22 +153,19 @@ fn browse_all_into(
     let node = space
         .node(&bd.node_id)
         .ok_or(StatusCode::BadNodeIdUnknown)?;
-    if !valid_reference_type(space, &bd.reference_type_id) {
-        return Err(StatusCode::BadReferenceTypeIdInvalid);
-    }
+    let wanted = reference_type_index(space, &bd.reference_type_id)
+        .map_err(|()| StatusCode::BadReferenceTypeIdInvalid)?;
     let mut n = 0;
-    for r in node.references.load().iter() {
+    for r in node.refs() {
         let direction_ok = match dir {
-            BrowseDirection::Forward => r.is_forward,
-            BrowseDirection::Inverse => !r.is_forward,
+            BrowseDirection::Forward => r.is_forward(),
+            BrowseDirection::Inverse => !r.is_forward(),
             _ => true,
         };
-        if !direction_ok
-            || !reference_type_matches(space, r, &bd.reference_type_id, bd.include_subtypes)
-        {
+        if !direction_ok || !reference_type_matches(space, &r, wanted, bd.include_subtypes) {
             continue;
         }
-        let target = space.node_expanded(&r.target);
+        let target = r.target_node();
         if bd.node_class_mask != 0 {
             // The class of a target outside this server is unknown: it cannot pass a mask.
             match target {
@@ -159,8 +174,8 @@ fn browse_all_into(
             }
         }
         match out.get_mut(n) {
-            Some(d) => describe_into(r, target, bd.result_mask, d),
-            None => out.push(describe(r, target, bd.result_mask)),
+            Some(d) => describe_into(&r, target, bd.result_mask, d),
+            None => out.push(describe(&r, target, bd.result_mask)),
         }
         n += 1;
     }
@@ -367,41 +382,43 @@ fn translate_one(space: &AddressSpace, roles: Roles, path: &BrowsePath) -> Brows
         });
     }
     let mut targets: Vec<BrowsePathTarget> = Vec::new();
-    let mut current: Vec<&Node> = space.node(&path.starting_node).into_iter().collect();
+    let mut current: Vec<NodeView<'_>> = space.node(&path.starting_node).into_iter().collect();
     let last = elements.len() - 1;
     for (i, e) in elements.iter().enumerate() {
-        if !valid_reference_type(space, &e.reference_type_id) {
+        let Ok(wanted) = reference_type_index(space, &e.reference_type_id) else {
             return fail(StatusCode::BadNoMatch);
-        }
-        let mut next: Vec<&Node> = Vec::new();
-        let mut seen: HashSet<&NodeId> = HashSet::new();
+        };
+        let mut next: Vec<NodeView<'_>> = Vec::new();
+        let mut seen: HashSet<u32> = HashSet::new();
         for node in &current {
-            for r in node.references.load().iter() {
+            for r in node.refs() {
                 // isInverse selects the inverse direction.
-                if r.is_forward == e.is_inverse
-                    || !reference_type_matches(space, r, &e.reference_type_id, e.include_subtypes)
+                if r.is_forward() == e.is_inverse
+                    || !reference_type_matches(space, &r, wanted, e.include_subtypes)
                 {
                     continue;
                 }
-                match space.node_expanded(&r.target) {
+                match r.target_node() {
                     Some(t)
-                        if t.browse_name == e.target_name
-                            && browsable(space, roles, &t.node_id)
-                            && seen.insert(&t.node_id) =>
+                        if t.has_name(&e.target_name)
+                            && browsable(space, roles, &t.node_id())
+                            && seen.insert(t.index()) =>
                     {
                         next.push(t)
                     }
                     Some(_) => {}
                     // A node in another server: its BrowseName cannot be checked here. The
                     // client continues there from element i + 1 (Part 4 §5.9.4.2).
-                    None if r.target.server_index != 0
-                        && i < last
-                        && !targets.iter().any(|t| t.target_id == r.target) =>
-                    {
-                        targets.push(BrowsePathTarget {
-                            target_id: r.target.clone(),
-                            remaining_path_index: (i + 1) as u32,
-                        })
+                    None if r.is_foreign() && i < last => {
+                        let target = r.target();
+                        if target.server_index != 0
+                            && !targets.iter().any(|t| t.target_id == target)
+                        {
+                            targets.push(BrowsePathTarget {
+                                target_id: target,
+                                remaining_path_index: (i + 1) as u32,
+                            })
+                        }
                     }
                     None => {}
                 }
@@ -420,7 +437,7 @@ fn translate_one(space: &AddressSpace, roles: Roles, path: &BrowsePath) -> Brows
     targets.splice(
         0..0,
         current.iter().map(|n| BrowsePathTarget {
-            target_id: ExpandedNodeId::local(n.node_id.clone()),
+            target_id: ExpandedNodeId::local(n.node_id()),
             remaining_path_index: PATH_FULLY_RESOLVED,
         }),
     );

@@ -74,8 +74,8 @@ impl SubscriptionEngine {
         let node = space
             .node_at(node_index)
             .ok_or(StatusCode::BadNodeIdUnknown)?;
-        let node_generation = node.generation;
-        if space.has_role_permissions_in(node.node_id.namespace) {
+        let node_generation = node.generation();
+        if space.has_role_permissions_in(node.id().namespace()) {
             // What a Read of the attribute would need; events need ReceiveEvents.
             let needed = match rv.attribute_id {
                 attr::EventNotifier => crate::generated::types::PermissionType::ReceiveEvents,
@@ -287,7 +287,7 @@ impl SubscriptionEngine {
     /// below the configured minimum or the node's MinimumSamplingInterval.
     pub(super) fn revise_sampling(
         &self,
-        node: &Node,
+        node: NodeView<'_>,
         attribute_id: u32,
         requested: f64,
         sub_interval: f64,
@@ -303,12 +303,9 @@ impl SubscriptionEngine {
                 requested.min(self.limits.max_sampling_interval_ms),
             );
         }
-        let (stored, node_min) = match &node.attributes {
-            ClassAttributes::Variable(v) => (
-                matches!(v.value, ValueSource::Cell(_)),
-                v.minimum_sampling_interval,
-            ),
-            _ => (false, 0.0),
+        let (stored, node_min) = match node.as_variable() {
+            Some(v) => (v.cell().is_some(), v.minimum_sampling_interval()),
+            None => (false, 0.0),
         };
         if requested == 0.0 && stored {
             return (Sampling::Exception, 0.0);
@@ -334,7 +331,7 @@ impl SubscriptionEngine {
     /// [`aggregate::AGGREGATE_SAMPLES_PER_INTERVAL`] samples.
     pub(super) fn revise_filter(
         &self,
-        node: &Node,
+        node: NodeView<'_>,
         attribute_id: u32,
         requested_sampling: f64,
         sub_interval: f64,
@@ -950,17 +947,16 @@ pub(super) fn sample_value(
         };
     };
     if attribute_id == attr::Value {
-        if let ClassAttributes::Variable(v) = &node.attributes {
-            if v.access_level & access_level::CURRENT_READ != 0 {
-                let mut dv = match &v.value {
-                    ValueSource::Cell(c) => c.load(),
-                    ValueSource::Dynamic(d) => space.dynamic_value(*d, now),
-                    ValueSource::Computed(c) => c.value(now),
-                    ValueSource::Async(_) => {
-                        DataValue::status(StatusCode::BadWaitingForInitialData)
-                    }
+        if let Some(v) = node.as_variable() {
+            if v.access_level() & access_level::CURRENT_READ != 0 {
+                let source = v.source();
+                let mut dv = match source {
+                    SourceView::Cell(c) => c.load(),
+                    SourceView::Dynamic(d) => space.dynamic_value(d, now),
+                    SourceView::Computed(c) => c.value(now),
+                    SourceView::Async(_) => DataValue::status(StatusCode::BadWaitingForInitialData),
                 };
-                if dv.server_timestamp.is_none() || !matches!(v.value, ValueSource::Computed(_)) {
+                if dv.server_timestamp.is_none() || !matches!(source, SourceView::Computed(_)) {
                     dv.server_timestamp = Some(now.utc);
                 }
                 return dv;
@@ -969,7 +965,7 @@ pub(super) fn sample_value(
     }
     read_attribute(
         space,
-        &node.node_id,
+        &node.node_id(),
         attribute_id,
         "",
         &QualifiedName::default(),
@@ -998,7 +994,7 @@ pub(super) enum ItemFilter {
 /// Validates MonitoringParameters.filter for a data item (Part 4 §7.22).
 pub(super) fn data_change_settings(
     space: &AddressSpace,
-    node: &Node,
+    node: NodeView<'_>,
     attribute_id: u32,
     filter: &ExtensionObject,
     current: &DataValue,
@@ -1080,8 +1076,12 @@ pub(super) fn aggregate_timestamps(ts: Timestamps) -> Result<(), StatusCode> {
 /// SteppedInterpolation for an aggregate item, chosen as the server's history does (sloped
 /// for Float and Double, stepped otherwise), so a ReadProcessed of the same intervals agrees:
 /// by the DataType, or by the value when the type is abstract.
-pub(super) fn stepped_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> bool {
-    let ClassAttributes::Variable(v) = &node.attributes else {
+pub(super) fn stepped_variable(
+    space: &AddressSpace,
+    node: NodeView<'_>,
+    current: &DataValue,
+) -> bool {
+    let Some(v) = node.as_variable() else {
         return true;
     };
     for t in [
@@ -1089,7 +1089,7 @@ pub(super) fn stepped_variable(space: &AddressSpace, node: &Node, current: &Data
         crate::generated::node_ids::Float,
     ] {
         let t = NodeId::ns0(t);
-        if v.data_type == t || space.is_subtype_of(&v.data_type, &t) {
+        if *v.data_type() == t || space.is_subtype_of(v.data_type(), &t) {
             return false;
         }
     }
@@ -1100,52 +1100,54 @@ pub(super) fn stepped_variable(space: &AddressSpace, node: &Node, current: &Data
 /// type is abstract, one holding a numeric or Boolean scalar now).
 pub(super) fn aggregatable_variable(
     space: &AddressSpace,
-    node: &Node,
+    node: NodeView<'_>,
     current: &DataValue,
 ) -> bool {
-    let ClassAttributes::Variable(v) = &node.attributes else {
+    let Some(v) = node.as_variable() else {
         return false;
     };
-    if v.value_rank >= 0 || matches!(current.value, Variant::Array(_)) {
+    if v.value_rank() >= 0 || matches!(current.value, Variant::Array(_)) {
         return false; // arrays: the aggregates are defined on scalars
     }
     if numeric_variable(space, node, current) {
         return true;
     }
     let boolean = NodeId::ns0(crate::generated::node_ids::Boolean);
-    if v.data_type == boolean || space.is_subtype_of(&v.data_type, &boolean) {
+    if *v.data_type() == boolean || space.is_subtype_of(v.data_type(), &boolean) {
         return true;
     }
-    let base = v.data_type.as_ns0() == Some(crate::generated::node_ids::BaseDataType);
+    let base = v.data_type().as_ns0() == Some(crate::generated::node_ids::BaseDataType);
     base && matches!(current.value, Variant::Boolean(_))
 }
 
 /// Is this a Variable of a Number data type (or, when the type is abstract, does it hold
 /// a numeric value)?
-pub(super) fn numeric_variable(space: &AddressSpace, node: &Node, current: &DataValue) -> bool {
-    let ClassAttributes::Variable(v) = &node.attributes else {
+pub(super) fn numeric_variable(
+    space: &AddressSpace,
+    node: NodeView<'_>,
+    current: &DataValue,
+) -> bool {
+    let Some(v) = node.as_variable() else {
         return false;
     };
     let number = NodeId::ns0(crate::generated::node_ids::Number);
-    if v.data_type == number || space.is_subtype_of(&v.data_type, &number) {
+    if *v.data_type() == number || space.is_subtype_of(v.data_type(), &number) {
         return true;
     }
-    let base = v.data_type.as_ns0() == Some(crate::generated::node_ids::BaseDataType);
+    let base = v.data_type().as_ns0() == Some(crate::generated::node_ids::BaseDataType);
     base && item::is_numeric(&current.value) && !current.value.is_empty()
 }
 
 /// The EURange property (Range: low, high) of a node, if it has one.
-pub(super) fn eu_range(space: &AddressSpace, node: &Node) -> Option<(f64, f64)> {
-    for r in node.references.load().iter() {
-        if !r.is_forward
-            || r.reference_type.as_ns0() != Some(crate::address_space::ids::HAS_PROPERTY)
-        {
+pub(super) fn eu_range(space: &AddressSpace, node: NodeView<'_>) -> Option<(f64, f64)> {
+    for r in node.refs() {
+        if !r.is_forward() || !r.type_is_ns0(crate::address_space::ids::HAS_PROPERTY) {
             continue;
         }
-        let Some(p) = space.node_expanded(&r.target) else {
+        let Some(p) = r.target_node() else {
             continue;
         };
-        if p.browse_name.namespace_index != 0 || p.browse_name.name.as_str() != "EURange" {
+        if p.name() != (0, Some("EURange")) {
             continue;
         }
         let dv = space.variable_value(p, Now::new(0, DateTime::NULL))?;

@@ -76,9 +76,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use crate::address_space::attributes::{read_attribute, Timestamps};
-use crate::address_space::{
-    access_level, AddressSpace, ClassAttributes, Node, NumericRange, ValueSource,
-};
+use crate::address_space::{access_level, AddressSpace, NodeView, NumericRange, SourceView};
 use crate::generated::attribute_ids as attr;
 use crate::generated::messages::Response;
 use crate::generated::types::{

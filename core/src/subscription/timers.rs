@@ -241,7 +241,7 @@ impl SubscriptionEngine {
                     );
                     let node_id = space
                         .node_at(src.node_index)
-                        .map(|n| n.node_id.clone())
+                        .map(|n| n.node_id())
                         .unwrap_or_default();
                     (a.read)(crate::address_space::app::AsyncRead::new(node_id, reply));
                     continue;
@@ -379,7 +379,7 @@ impl SubscriptionEngine {
         };
         let Some(cell) = space
             .node_at_generation(item.node_index, item.node_generation)
-            .and_then(Node::value_cell)
+            .and_then(|n| n.value_cell())
         else {
             return;
         };

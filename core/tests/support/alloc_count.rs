@@ -39,12 +39,11 @@ impl Net {
     }
 
     /// [`Net::with_session`] on a server with `config` and what `extend` adds to the
-    /// default content.
+    /// default content (the callgrind bench's plant; tests/allocations.rs has no use for it).
+    #[allow(dead_code)]
     pub fn with_session_and(
         config: uaring_core::config::ServerConfig,
-        extend: impl FnMut(
-            &mut uaring_core::address_space::AddressSpaceBuilder,
-        ) -> Result<(), String>,
+        extend: impl FnMut(&mut uaring_core::address_space::AddressSpaceBuilder) -> Result<(), String>,
     ) -> Net {
         let mut n = Net::connected_with_and(config, now(), extend);
         n.activate_anonymous_session(600_000.0, 0);

@@ -41,15 +41,16 @@ impl Net {
     pub fn connected_with_and(
         config: ServerConfig,
         now: Now,
-        extend: impl FnMut(
-            &mut uaring_core::address_space::AddressSpaceBuilder,
-        ) -> Result<(), String>,
+        extend: impl FnMut(&mut uaring_core::address_space::AddressSpaceBuilder) -> Result<(), String>,
     ) -> Net {
         Net::connected_to(content::new_and(config, now, extend).expect("server"), now)
     }
 
     /// [`Net::connected`] to `shared`.
-    pub fn connected_to(shared: std::sync::Arc<uaring_core::shared::ServerShared>, now: Now) -> Net {
+    pub fn connected_to(
+        shared: std::sync::Arc<uaring_core::shared::ServerShared>,
+        now: Now,
+    ) -> Net {
         let mut shard = ShardState::new(
             shared,
             0,

@@ -2121,7 +2121,7 @@ impl Downstream {
                     });
                     // References from nodes mirrored before, declared here (inverse).
                     if let Some(ps) = old_parents.get(&i) {
-                        let mut refs = node.references.snapshot().to_vec();
+                        let mut refs = node.references.load().clone();
                         for (rt, p) in ps {
                             refs.push(uaring_core::address_space::Reference {
                                 reference_type: rt.clone(),
@@ -2132,7 +2132,7 @@ impl Downstream {
                         node.references = refs.into();
                     }
                     if !first && new_roots.contains(&i) {
-                        let mut refs = node.references.snapshot().to_vec();
+                        let mut refs = node.references.load().clone();
                         refs.push(uaring_core::address_space::Reference {
                             reference_type: NodeId::ns0(35),
                             is_forward: false,
@@ -2146,7 +2146,7 @@ impl Downstream {
                         continue;
                     }
                     let index = e.add_node(node)?;
-                    let generation = e.space().node_at(index).map_or(0, |n| n.generation);
+                    let generation = e.space().node_at(index).map_or(0, |n| n.generation());
                     if is_var {
                         e.set_read_through(
                             index,
@@ -2182,7 +2182,7 @@ impl Downstream {
             let endpoint = self.cfg.endpoint.clone();
             crate::builder::edit_model(&server, &env.host.writer, |e| {
                 let mut node = build::server_folder(folder.clone(), &name, ns);
-                let mut refs = node.references.snapshot().to_vec();
+                let mut refs = node.references.load().clone();
                 for r in &roots {
                     if e.space().node(r).is_some() {
                         refs.push(uaring_core::address_space::Reference {

@@ -461,27 +461,28 @@ impl Historian {
             let Some(node) = space.node_at(index) else {
                 continue;
             };
+            let node_id = node.node_id();
             if let Some(notifier) = node.event_notifier() {
-                let server = node.node_id == NodeId::ns0(uaring_core::generated::node_ids::Server);
+                let server = node_id == NodeId::ns0(uaring_core::generated::node_ids::Server);
                 if server || notifier & EVENT_NOTIFIER_HISTORY_READ != 0 {
-                    let id = self.archive.series(&format!("events:{}", node.node_id))?;
-                    nodes.events.insert(node.node_id.clone(), id);
+                    let id = self.archive.series(&format!("events:{node_id}"))?;
+                    nodes.events.insert(node_id, id);
                 }
                 continue;
             }
-            let ClassAttributes::Variable(v) = &node.attributes else {
+            let Some(v) = node.as_variable() else {
                 continue;
             };
-            if !v.historizing || node.value_cell().is_none() {
+            if !v.historizing() || node.value_cell().is_none() {
                 continue;
             }
-            let id = self.archive.series(&node.node_id.to_string())?;
+            let id = self.archive.series(&node_id.to_string())?;
             let current = node.value_cell().map(|c| c.load());
             let stepped = !matches!(
                 current.as_ref().map(|d| &d.value),
                 Some(Variant::Double(_)) | Some(Variant::Float(_))
             );
-            nodes.by_id.insert(node.node_id.clone(), id);
+            nodes.by_id.insert(node_id, id);
             nodes.by_index.insert(index, id);
             nodes.stepped.insert(id, stepped);
         }
@@ -1901,22 +1902,29 @@ pub fn historize_nodes(
         .map(|p| parse_pattern(p, &uris))
         .collect::<Result<Vec<_>, _>>()?;
     let mut hits = vec![0usize; parsed.len()];
-    for node in b.nodes_mut() {
-        let stored = node.value_cell().is_some();
-        let ClassAttributes::Variable(v) = &mut node.attributes else {
-            continue;
-        };
-        for (i, p) in parsed.iter().enumerate() {
-            if stored && p.matches(&node.node_id) {
-                v.historizing = true;
-                v.access_level |= HISTORY_READ | HISTORY_WRITE;
-                v.user_access_level |= HISTORY_READ | HISTORY_WRITE;
-                if let Some(h) = hits.get_mut(i) {
-                    *h += 1;
+    b.update_where(
+        |n| {
+            n.value_cell().is_some() && {
+                let id = n.node_id();
+                parsed.iter().any(|p| p.matches(&id))
+            }
+        },
+        |node| {
+            let ClassAttributes::Variable(v) = &mut node.attributes else {
+                return;
+            };
+            for (i, p) in parsed.iter().enumerate() {
+                if p.matches(&node.node_id) {
+                    v.historizing = true;
+                    v.access_level |= HISTORY_READ | HISTORY_WRITE;
+                    v.user_access_level |= HISTORY_READ | HISTORY_WRITE;
+                    if let Some(h) = hits.get_mut(i) {
+                        *h += 1;
+                    }
                 }
             }
-        }
-    }
+        },
+    );
     if let Some((i, _)) = hits.iter().enumerate().find(|(_, h)| **h == 0) {
         return Err(format!(
             "history.nodes {:?} matches no Variable with a stored value",

@@ -10,12 +10,10 @@ pub mod server_object;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::table::{IdMap, NodeTable};
-use super::{
-    ids, lookup, AddressSpace, ClassAttributes, Node, Reference, ServerInfo, DENSE_ID_MAX, NO_INDEX,
-};
+use super::store::{dedup_refs, Key, Ref, Store, NO_INDEX};
+use super::{ids, AddressSpace, ClassAttributes, Node, NodeClass, NodeView, ServerInfo};
 use crate::config::ServerConfig;
-use crate::types::{ExpandedNodeId, Identifier, NodeId};
+use crate::types::{ExpandedNodeId, NodeId};
 use crate::Now;
 
 /// The namespace-0 URI.
@@ -104,12 +102,11 @@ pub struct HistoryCapabilities {
     pub delete_event: bool,
 }
 
-/// Collects nodes, then [`AddressSpaceBuilder::finish`] adds inverse references and the
+/// Collects nodes (stored compact as they come: a million nodes never exist as
+/// [`Node`]s at once), then [`AddressSpaceBuilder::finish`] adds inverse references and the
 /// type hierarchy.
 pub struct AddressSpaceBuilder {
-    nodes: Vec<Node>,
-    dense: [Vec<u32>; 2],
-    map: IdMap,
+    store: Store,
     /// Node indexes kept for nodes added at run time (the change path's tables).
     run_time_nodes: usize,
     namespace_uris: Vec<String>,
@@ -125,6 +122,8 @@ pub struct AddressSpaceBuilder {
     role_permissions: Vec<(NodeId, crate::roles::RolePermissions)>,
     /// The DefaultRolePermissions of namespaces (the last one set wins).
     namespace_role_permissions: Vec<(u16, crate::roles::RolePermissions)>,
+    /// A Variable answers asynchronously.
+    has_async: bool,
 }
 
 /// The write hook of a namespace: answers client Writes of the Value of every Variable of
@@ -141,9 +140,7 @@ impl AddressSpaceBuilder {
     /// An empty builder. `namespace_uris[0]` should be `http://opcfoundation.org/UA/`.
     pub fn new(namespace_uris: Vec<String>, server_info: ServerInfo) -> Self {
         AddressSpaceBuilder {
-            nodes: Vec::new(),
-            dense: [Vec::new(), Vec::new()],
-            map: IdMap::default(),
+            store: Store::new(),
             run_time_nodes: 0,
             namespace_uris,
             server_info,
@@ -155,6 +152,7 @@ impl AddressSpaceBuilder {
             conditions: Vec::new(),
             role_permissions: Vec::new(),
             namespace_role_permissions: Vec::new(),
+            has_async: false,
         }
     }
 
@@ -218,30 +216,34 @@ impl AddressSpaceBuilder {
     pub fn disable_methods(&mut self, unserved: impl Fn(&NodeId) -> bool) {
         let handled: std::collections::HashSet<&NodeId> =
             self.methods.iter().map(|(id, _)| id).collect();
-        for n in &mut self.nodes {
-            if handled.contains(&n.node_id) {
-                continue;
-            }
-            if let ClassAttributes::Method {
-                executable,
-                user_executable,
-            } = &mut n.attributes
-            {
-                if unserved(&n.node_id) {
+        let targets: Vec<u32> = self
+            .indexed_nodes()
+            .filter(|(_, n)| n.node_class() == NodeClass::Method)
+            .filter(|(_, n)| {
+                let id = n.node_id();
+                !handled.contains(&id) && unserved(&id)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in targets {
+            self.update_at(i, |n| {
+                if let ClassAttributes::Method {
+                    executable,
+                    user_executable,
+                } = &mut n.attributes
+                {
                     *executable = false;
                     *user_executable = false;
                 }
-            }
+            });
         }
     }
 
-    /// Reserves room for `n` more nodes.
-    pub fn reserve(&mut self, n: usize) {
-        self.nodes.reserve(n);
-    }
+    /// Reserves room for `n` more nodes (nothing to do: the store grows by pages).
+    pub fn reserve(&mut self, _n: usize) {}
 
     fn index_of(&self, id: &NodeId) -> Option<u32> {
-        lookup([&self.dense[0], &self.dense[1]], &self.map, id)
+        self.store.lookup(id)
     }
 
     /// The data the live Server object is computed from (start times, product).
@@ -265,14 +267,18 @@ impl AddressSpaceBuilder {
         Ok(i)
     }
 
-    /// The node with this id.
-    pub fn node(&self, id: &NodeId) -> Option<&Node> {
-        self.index_of(id).and_then(|i| self.nodes.get(i as usize))
+    /// The node with this id (its declared references: inverses come with `finish`).
+    pub fn node(&self, id: &NodeId) -> Option<NodeView<'_>> {
+        NodeView::new(&self.store, self.index_of(id)?)
     }
 
     /// Every node added so far, in insertion order.
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.iter()
+    pub fn nodes(&self) -> impl Iterator<Item = NodeView<'_>> {
+        self.indexed_nodes().map(|(_, n)| n)
+    }
+
+    fn indexed_nodes(&self) -> impl Iterator<Item = (u32, NodeView<'_>)> {
+        (0..self.store.recs.len()).filter_map(|i| Some((i, NodeView::new(&self.store, i)?)))
     }
 
     /// Is a node with this id present?
@@ -280,45 +286,62 @@ impl AddressSpaceBuilder {
         self.index_of(id).is_some()
     }
 
-    /// The node with this id, for changes before `finish`.
-    /// Every node added so far, to change in place (e.g. which Variables are historized).
-    pub fn nodes_mut(&mut self) -> impl Iterator<Item = &mut Node> {
-        self.nodes.iter_mut()
+    /// Changes the node with this id before `finish`: `f` gets it as a definition (its
+    /// declared references, its value source), and what it leaves is stored in its place.
+    /// `None` when there is no such node.
+    pub fn update<R>(&mut self, id: &NodeId, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let i = self.index_of(id)?;
+        self.update_at(i, f)
     }
 
-    pub fn node_mut(&mut self, id: &NodeId) -> Option<&mut Node> {
-        let i = self.index_of(id)?;
-        self.nodes.get_mut(i as usize)
+    fn update_at<R>(&mut self, i: u32, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let mut node = self.store.to_node(i)?;
+        let r = f(&mut node);
+        // Nothing but the builder sees the store: the node's cell and source are free at
+        // once (the insert below takes them again).
+        self.store.remove(i, &Arc::default(), 0)?;
+        self.note_async(&node);
+        // The same id at the same index: it cannot clash (an id changed by `f` that is
+        // taken already is refused, and the node is lost: `f` must not do that).
+        self.store.insert(i, 0, node).ok()?;
+        Some(r)
+    }
+
+    /// Calls `f` on every node `select` picks, as [`AddressSpaceBuilder::update`] does;
+    /// how many.
+    pub fn update_where(
+        &mut self,
+        mut select: impl FnMut(NodeView<'_>) -> bool,
+        mut f: impl FnMut(&mut Node),
+    ) -> usize {
+        let picked: Vec<u32> = self
+            .indexed_nodes()
+            .filter(|(_, n)| select(*n))
+            .map(|(i, _)| i)
+            .collect();
+        for &i in &picked {
+            self.update_at(i, &mut f);
+        }
+        picked.len()
+    }
+
+    fn note_async(&mut self, node: &Node) {
+        if let ClassAttributes::Variable(v) = &node.attributes {
+            self.has_async |= matches!(v.value, super::ValueSource::Async(_));
+        }
     }
 
     /// Adds a node. Its references are the declared ones; inverses are added by `finish`.
     pub fn add(&mut self, node: Node) -> Result<(), String> {
-        if self.contains(&node.node_id) {
+        let i = self.store.recs.len();
+        if self.store.lookup(&node.node_id).is_some() {
             return Err(format!("duplicate NodeId {}", node.node_id));
         }
-        let i = u32::try_from(self.nodes.len()).map_err(|_| "too many nodes".to_string())?;
-        let dense = match node.node_id.identifier {
-            Identifier::Numeric(n) if n < DENSE_ID_MAX => self
-                .dense
-                .get_mut(node.node_id.namespace as usize)
-                .map(|t| (t, n as usize)),
-            _ => None,
-        };
-        match dense {
-            Some((t, n)) => {
-                if t.len() <= n {
-                    t.resize(n + 1, NO_INDEX);
-                }
-                if let Some(slot) = t.get_mut(n) {
-                    *slot = i;
-                }
-            }
-            None => {
-                self.map.insert(node.node_id.clone(), i);
-            }
-        }
-        self.nodes.push(node);
-        Ok(())
+        self.note_async(&node);
+        let id = node.node_id.to_string();
+        self.store
+            .insert(i, 0, node)
+            .map_err(|e| format!("node {id}: {e}"))
     }
 
     /// Adds a reference declared on `source` (which must exist).
@@ -329,14 +352,39 @@ impl AddressSpaceBuilder {
         target: NodeId,
         is_forward: bool,
     ) -> Result<(), String> {
-        let n = self
-            .node_mut(source)
-            .ok_or_else(|| format!("reference from unknown node {source}"))?;
-        n.references.push(Reference {
-            reference_type: NodeId::ns0(reference_type),
+        self.add_reference_of(
+            source,
+            &NodeId::ns0(reference_type),
+            &ExpandedNodeId::local(target),
             is_forward,
-            target: ExpandedNodeId::local(target),
-        });
+        )
+    }
+
+    /// Adds a reference of any type declared on `source` (which must exist).
+    pub fn add_reference_of(
+        &mut self,
+        source: &NodeId,
+        reference_type: &NodeId,
+        target: &ExpandedNodeId,
+        is_forward: bool,
+    ) -> Result<(), String> {
+        let s = self
+            .index_of(source)
+            .ok_or_else(|| format!("reference from unknown node {source}"))?;
+        let t = self
+            .store
+            .key(&ExpandedNodeId::local(reference_type.clone()))
+            .map_err(|e| e.to_string())?;
+        let target = self.store.key(target).map_err(|e| e.to_string())?;
+        let has_td = self.store.ns0(ids::HAS_TYPE_DEFINITION);
+        if let Some(r) = self.store.recs.get_mut(s) {
+            match (t, target) {
+                (Key::Local(ti), Key::Local(tg)) if is_forward && Some(ti) == has_td => {
+                    r.type_def = tg
+                }
+                _ => r.push_ref(Ref::new(t, is_forward, target)),
+            }
+        }
         Ok(())
     }
 
@@ -344,9 +392,7 @@ impl AddressSpaceBuilder {
     /// the finished address space.
     pub fn finish(self) -> AddressSpace {
         let AddressSpaceBuilder {
-            mut nodes,
-            dense,
-            map,
+            mut store,
             run_time_nodes,
             namespace_uris,
             server_info,
@@ -358,60 +404,62 @@ impl AddressSpaceBuilder {
             conditions,
             role_permissions,
             namespace_role_permissions,
+            has_async,
         } = self;
         let metrics = std::sync::Arc::new(crate::metrics::ServerMetrics::default());
-        let lookup = |id: &NodeId| lookup([&dense[0], &dense[1]], &map, id);
 
-        // Inverses of every declared reference whose target is a local node.
-        let mut inverses: Vec<(u32, Reference)> = Vec::new();
-        for n in &nodes {
-            for r in n.references.load().iter() {
-                if let Some(t) = r.target.as_local().and_then(&lookup) {
-                    inverses.push((
-                        t,
-                        Reference {
-                            reference_type: r.reference_type.clone(),
-                            is_forward: !r.is_forward,
-                            target: ExpandedNodeId::local(n.node_id.clone()),
-                        },
-                    ));
+        // References declared to nodes added after them, then the inverse of every
+        // reference between two nodes here.
+        store.resolve_foreign();
+        let bound = store.recs.len();
+        for i in 0..bound {
+            store.link_inverses(i);
+        }
+        for i in 0..bound {
+            let Some(r) = store.rec(i) else { continue };
+            if r.ref_count() < 2 {
+                continue;
+            }
+            let mut refs: Vec<Ref> = r.refs().collect();
+            let before = refs.len();
+            dedup_refs(&mut refs);
+            if refs.len() != before {
+                if let Some(r) = store.recs.get_mut(i) {
+                    r.set_refs(refs);
                 }
             }
-        }
-        for (t, r) in inverses {
-            if let Some(n) = nodes.get_mut(t as usize) {
-                n.references.push(r);
-            }
-        }
-        for n in &mut nodes {
-            n.references.update(dedup_refs);
         }
 
         // Type hierarchy and encodings.
-        let mut supertype = vec![NO_INDEX; nodes.len()];
+        let mut supertype = vec![NO_INDEX; bound as usize];
         let mut encoding_of = HashMap::new();
-        for (n, sup) in nodes.iter().zip(supertype.iter_mut()) {
-            for r in n.references.load().iter() {
-                match r.reference_type.as_ns0() {
-                    Some(ids::HAS_SUBTYPE) if !r.is_forward => {
-                        if let Some(p) = r.target.as_local().and_then(&lookup) {
-                            *sup = p;
-                        }
+        let has_subtype = store.ns0(ids::HAS_SUBTYPE);
+        let has_encoding = store.ns0(ids::HAS_ENCODING);
+        for (i, sup) in (0..bound).zip(supertype.iter_mut()) {
+            let Some(n) = NodeView::new(&store, i) else {
+                continue;
+            };
+            if matches!(n.node_class(), NodeClass::Object | NodeClass::Variable) {
+                continue;
+            }
+            for r in n.refs() {
+                let t = r.type_index();
+                if t.is_some() && t == has_subtype && !r.is_forward() {
+                    if let Some(p) = r.target_node() {
+                        *sup = p.index();
                     }
-                    Some(ids::HAS_ENCODING)
-                        if r.is_forward
-                            && matches!(n.attributes, ClassAttributes::DataType { .. }) =>
-                    {
-                        if let Some(t) = r.target.as_local() {
-                            encoding_of.insert(t.clone(), n.node_id.clone());
-                        }
-                    }
-                    _ => {}
+                } else if t.is_some()
+                    && t == has_encoding
+                    && r.is_forward()
+                    && n.node_class() == NodeClass::DataType
+                {
+                    encoding_of.insert(r.target().node_id, n.node_id());
                 }
             }
         }
+        let lookup = |id: &NodeId| store.lookup(id);
         let changes = std::sync::Arc::new(super::ChangeHub::new(
-            nodes.len().saturating_add(run_time_nodes),
+            (bound as usize).saturating_add(run_time_nodes),
         ));
         let mut hooks = super::app::AppHooks::default();
         for (id, hook) in write_hooks {
@@ -431,11 +479,11 @@ impl AddressSpaceBuilder {
         }
         if !namespace_write_hooks.is_empty() {
             // Expanded into per-node hooks: the request path looks up one table either way.
-            for (i, n) in nodes.iter().enumerate() {
-                let i = i as u32;
-                let stored = matches!(&n.attributes,
-                    ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Cell(_)));
-                if !stored
+            for i in 0..bound {
+                let Some(n) = NodeView::new(&store, i) else {
+                    continue;
+                };
+                if n.value_cell().is_none()
                     || hooks.write_hooks.contains_key(&i)
                     || hooks.async_write_hooks.contains_key(&i)
                 {
@@ -443,7 +491,7 @@ impl AddressSpaceBuilder {
                 }
                 let Some((_, hook)) = namespace_write_hooks
                     .iter()
-                    .find(|(ns, _)| *ns == n.node_id.namespace)
+                    .find(|(ns, _)| *ns == n.id().namespace())
                 else {
                     continue;
                 };
@@ -466,12 +514,10 @@ impl AddressSpaceBuilder {
             .into_iter()
             .filter(|c| lookup(&c.node_id).is_some())
             .collect();
-        let has_async = !hooks.async_write_hooks.is_empty()
+        let has_async = has_async
+            || !hooks.async_write_hooks.is_empty()
             || !hooks.read_through.is_empty()
-            || hooks.methods.values().any(|m| m.handler.is_async())
-            || nodes.iter().any(|n| {
-                matches!(&n.attributes, ClassAttributes::Variable(v) if matches!(v.value, super::ValueSource::Async(_)))
-            });
+            || hooks.methods.values().any(|m| m.handler.is_async());
         let permissions = super::NodePermissions::new(
             role_permissions
                 .into_iter()
@@ -479,13 +525,10 @@ impl AddressSpaceBuilder {
                 .collect(),
             namespace_role_permissions,
         );
-        let count = nodes.len();
         let mut space = AddressSpace {
             version: 0,
-            nodes: NodeTable::from_nodes(nodes),
-            count,
-            dense: dense.map(Arc::from),
-            map,
+            store,
+            token: Arc::default(),
             supertype: Arc::new(supertype),
             encoding_of: Arc::new(encoding_of),
             namespace_uris: Arc::new(namespace_uris),
@@ -500,31 +543,5 @@ impl AddressSpaceBuilder {
         };
         space.compute_views();
         space
-    }
-}
-
-/// Removes repeated references, keeping the first occurrence and the order.
-fn dedup_refs(refs: &mut Vec<Reference>) {
-    if refs.len() < 2 {
-        return;
-    }
-    // Sorted by reference, then by position: each repeat follows its first occurrence.
-    let mut order: Vec<(&Reference, usize)> = refs.iter().zip(0..).collect();
-    order.sort();
-    let mut keep = vec![true; refs.len()];
-    let mut dup = false;
-    for w in order.windows(2) {
-        if let [(a, _), (b, j)] = w {
-            if a == b {
-                if let Some(k) = keep.get_mut(*j) {
-                    *k = false;
-                }
-                dup = true;
-            }
-        }
-    }
-    if dup {
-        let mut keep = keep.into_iter();
-        refs.retain(|_| keep.next().unwrap_or(true));
     }
 }

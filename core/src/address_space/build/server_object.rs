@@ -270,11 +270,11 @@ pub fn service_level(
 
 /// Sets the value source of a namespace-0 Variable, when the node is present.
 fn set(b: &mut AddressSpaceBuilder, id: u32, src: ValueSource) {
-    if let Some(n) = b.node_mut(&NodeId::ns0(id)) {
+    b.update(&NodeId::ns0(id), |n| {
         if let ClassAttributes::Variable(v) = &mut n.attributes {
             v.value = src;
         }
-    }
+    });
 }
 
 fn set_static(b: &mut AddressSpaceBuilder, id: u32, value: Variant, start: DateTime) {
@@ -300,20 +300,12 @@ fn strings(v: &[&str]) -> Variant {
 /// The Property `name` of a well-known role's Object, when the node set has it.
 fn role_property(b: &AddressSpaceBuilder, role: &NodeId, name: &str) -> Option<NodeId> {
     let node = b.node(role)?;
-    let refs = node.references.load();
-    let found = refs
-        .iter()
-        .filter(|r| {
-            r.is_forward
-                && r.reference_type.as_ns0() == Some(crate::address_space::ids::HAS_PROPERTY)
-        })
-        .filter_map(|r| r.target.as_local())
-        .find(|t| {
-            b.node(t).is_some_and(|n| {
-                n.browse_name.namespace_index == 0 && n.browse_name.name.as_str() == name
-            })
-        })
-        .cloned();
+    let found = node
+        .refs()
+        .filter(|r| r.is_forward() && r.type_is_ns0(crate::address_space::ids::HAS_PROPERTY))
+        .filter_map(|r| r.target_node())
+        .find(|n| n.name() == (0, Some(name)))
+        .map(|n| n.node_id());
     found
 }
 
@@ -374,28 +366,26 @@ fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
     // The builder has each reference as declared (inverses come at finish): a role is
     // declared a component of the RoleSet on either end.
     let role_set = NodeId::ns0(crate::generated::node_ids::Server_ServerCapabilities_RoleSet);
-    let component = |r: &crate::address_space::Reference| {
-        r.reference_type.as_ns0() == Some(crate::address_space::ids::HAS_COMPONENT)
+    let component = |r: &crate::address_space::store::RefView<'_>| {
+        r.type_is_ns0(crate::address_space::ids::HAS_COMPONENT)
     };
     let mut roles: Vec<NodeId> = b
         .node(&role_set)
         .map(|n| {
-            n.references
-                .load()
-                .iter()
-                .filter(|r| r.is_forward && component(r))
-                .filter_map(|r| r.target.as_local().cloned())
+            n.refs()
+                .filter(|r| r.is_forward() && component(r))
+                .filter_map(|r| r.target().as_local().cloned())
                 .collect()
         })
         .unwrap_or_default();
     roles.extend(
         b.nodes()
             .filter(|n| {
-                n.references.load().iter().any(|r| {
-                    !r.is_forward && component(r) && r.target.as_local() == Some(&role_set)
+                n.refs().any(|r| {
+                    !r.is_forward() && component(&r) && r.target().as_local() == Some(&role_set)
                 })
             })
-            .map(|n| n.node_id.clone()),
+            .map(|n| n.node_id()),
     );
     roles.sort();
     roles.dedup();
@@ -453,18 +443,13 @@ fn install_redundancy(b: &mut AddressSpaceBuilder, config: &ServerConfig, start:
     if r.support_value() == 0 {
         return;
     }
-    let Some(obj) = b.node_mut(&NodeId::ns0(SERVER_REDUNDANCY)) else {
+    if b.update(&NodeId::ns0(SERVER_REDUNDANCY), |obj| {
+        obj.set_type_definition(NodeId::ns0(NON_TRANSPARENT_REDUNDANCY_TYPE))
+    })
+    .is_none()
+    {
         return;
-    };
-    obj.references.update(|refs| {
-        for rf in refs {
-            if rf.is_forward && rf.reference_type.as_ns0() == Some(ids::HAS_TYPE_DEFINITION) {
-                rf.target = crate::types::ExpandedNodeId::local(NodeId::ns0(
-                    NON_TRANSPARENT_REDUNDANCY_TYPE,
-                ));
-            }
-        }
-    });
+    }
     let id = NodeId::string(1, "ServerRedundancy.ServerUriArray");
     let uris: Vec<&str> = r.server_uris.iter().map(String::as_str).collect();
     let node = Node {
@@ -644,12 +629,12 @@ pub fn install(
     // read it and not write it (a Write answers BadNotWritable instead of succeeding and
     // changing nothing).
     set_static(b, DIAGNOSTICS_ENABLED, Variant::Boolean(true), start);
-    if let Some(n) = b.node_mut(&NodeId::ns0(DIAGNOSTICS_ENABLED)) {
+    b.update(&NodeId::ns0(DIAGNOSTICS_ENABLED), |n| {
         if let ClassAttributes::Variable(v) = &mut n.attributes {
             v.access_level = crate::address_space::access_level::CURRENT_READ;
             v.user_access_level = crate::address_space::access_level::CURRENT_READ;
         }
-    }
+    });
     set_static(b, sid::AUDITING, Variant::Boolean(false), start);
     set_static(
         b,
@@ -875,14 +860,14 @@ pub fn install_history(
         // Its event history can be edited when the store edits events: HistoryWrite too.
         let write =
             caps.insert_event || caps.replace_event || caps.update_event || caps.delete_event;
-        if let Some(n) = b.node_mut(&NodeId::ns0(n::Server)) {
+        b.update(&NodeId::ns0(n::Server), |n| {
             if let ClassAttributes::Object { event_notifier } = &mut n.attributes {
                 *event_notifier |= EVENT_NOTIFIER_HISTORY_READ;
                 if write {
                     *event_notifier |= EVENT_NOTIFIER_HISTORY_WRITE;
                 }
             }
-        }
+        });
     }
     organize_aggregates(
         b,
