@@ -12,7 +12,7 @@
 //!   (µs per item; the slowest is where a table of the shard doubled), the live heap per item
 //!   (tables included, so it steps with their doublings), one sampling pass over every item (ns
 //!   per item sampled), and at the end DeleteMonitoredItems of one batch with all the others
-//!   still there.
+//!   still there; ModifyMonitoredItems and SetMonitoringMode of that batch too.
 //!
 //! `cargo bench -p uaring-core --bench scale` (ITEMS = 1,000,000; `SCALE_ITEMS=N` for fewer;
 //! `SCALE_PART=nodes|items` for one part, `SCALE_NODES=N` nodes of each kind, 100,000 unless
@@ -319,6 +319,53 @@ impl Shard {
         assert!(d.results.iter().all(|s| s.is_good()));
     }
 
+    /// ModifyMonitoredItems of `ids` (sampling 2 s, queue 1).
+    fn modify(&mut self, ids: &[u32]) {
+        let hd = self.header();
+        let sub = self.sub;
+        let items = ids
+            .iter()
+            .map(|&id| MonitoredItemModifyRequest {
+                monitored_item_id: id,
+                requested_parameters: MonitoringParameters {
+                    client_handle: id,
+                    sampling_interval: 2000.0,
+                    queue_size: 1,
+                    discard_oldest: true,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        let Response::ModifyMonitoredItems(m) = self.call(Request::ModifyMonitoredItems(Box::new(
+            ModifyMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_modify: items,
+            },
+        ))) else {
+            panic!("ModifyMonitoredItems")
+        };
+        assert!(m.results.iter().all(|x| x.status_code.is_good()));
+    }
+
+    /// SetMonitoringMode of `ids`.
+    fn set_mode(&mut self, ids: &[u32], mode: MonitoringMode) {
+        let hd = self.header();
+        let sub = self.sub;
+        let Response::SetMonitoringMode(m) = self.call(Request::SetMonitoringMode(Box::new(
+            SetMonitoringModeRequest {
+                request_header: hd,
+                subscription_id: sub,
+                monitoring_mode: mode,
+                monitored_item_ids: ids.to_vec(),
+            },
+        ))) else {
+            panic!("SetMonitoringMode")
+        };
+        assert!(m.results.iter().all(|x| x.is_good()));
+    }
+
     /// One second on: every item samples once. Its time.
     fn sampling_pass(&mut self) -> std::time::Duration {
         self.now = self.now.advance_ns(1_000_000_000);
@@ -357,12 +404,25 @@ fn items_at_scale(total: u32) {
             );
         }
     }
-    // Deleting one batch (the first created) with all the others there.
+    // Modifying, disabling and enabling, and deleting one batch (the first created) with
+    // all the others there.
     let first = handles.remove(0);
     let n = first.len();
+    let per_item = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let t = Instant::now();
+    s.modify(&first);
+    let modify = per_item(t);
+    let t = Instant::now();
+    s.set_mode(&first, MonitoringMode::Disabled);
+    s.set_mode(&first, MonitoringMode::Reporting);
+    let mode = per_item(t) / 2.0;
+    println!();
+    println!(
+        "ModifyMonitoredItems of {n} with {} others on the server: {modify:.2} µs per item; SetMonitoringMode: {mode:.2} µs per item",
+        created as usize - n
+    );
     let t = Instant::now();
     s.delete(first);
-    println!();
     println!(
         "DeleteMonitoredItems of {n} with {} others on the server: {:.2} µs per item",
         created as usize - n,

@@ -592,6 +592,71 @@ fn items_on_other_attributes_report_once() {
 /// for the whole request): the deleted ones — with values queued and waiting to be
 /// published — report nothing more, an unknown id in the same call is refused alone, and
 /// the others go on reporting.
+/// SetMonitoringMode of several ready items in one call (the ready list is cleaned once per
+/// call): the disabled ones stop reporting what they had queued, the others keep reporting,
+/// and enabled again they report anew.
+#[test]
+fn setting_the_mode_of_several_ready_items_in_one_call_leaves_the_others_reporting() {
+    let mut s = counters(6);
+    let sub = s.create(100.0, 10, 100, 0).subscription_id;
+    let nodes: Vec<(NodeId, f64, u32)> =
+        (1..=6).map(|i| (NodeId::numeric(1, i), 10.0, 1)).collect();
+    let r = s.items(sub, &nodes);
+    let ids: Vec<u32> = r.iter().map(|x| x.monitored_item_id).collect();
+    s.run_ms(50, 10);
+    let set = |s: &mut Sub, mode: MonitoringMode, items: Vec<u32>| -> Vec<StatusCode> {
+        let hd = s.h.header(&s.token);
+        let r = s.h.call(Request::SetMonitoringMode(Box::new(
+            SetMonitoringModeRequest {
+                request_header: hd,
+                subscription_id: sub,
+                monitoring_mode: mode,
+                monitored_item_ids: items,
+            },
+        )));
+        let Response::SetMonitoringMode(r) = r else {
+            panic!("{r:?}")
+        };
+        r.results
+    };
+    assert_eq!(
+        set(
+            &mut s,
+            MonitoringMode::Disabled,
+            vec![ids[1], ids[3], 999_999, ids[4]]
+        ),
+        vec![
+            StatusCode::Good,
+            StatusCode::Good,
+            StatusCode::BadMonitoredItemIdInvalid,
+            StatusCode::Good
+        ]
+    );
+    let handles = |s: &mut Sub| -> Vec<u32> {
+        assert!(s.publish(vec![]).is_none());
+        s.run_ms(100, 10);
+        let resp = s.responses();
+        assert_eq!(resp.len(), 1);
+        let mut h: Vec<u32> = data_changes(&resp[0].notification_message)
+            .iter()
+            .map(|n| n.client_handle)
+            .collect();
+        h.sort_unstable();
+        h
+    };
+    assert_eq!(
+        handles(&mut s),
+        vec![1, 3, 6],
+        "what was queued, less the disabled"
+    );
+    assert_eq!(handles(&mut s), vec![1, 3, 6], "and what is sampled after");
+    assert_eq!(
+        set(&mut s, MonitoringMode::Reporting, ids.clone()),
+        vec![StatusCode::Good; 6]
+    );
+    assert_eq!(handles(&mut s), vec![1, 2, 3, 4, 5, 6], "enabled again");
+}
+
 #[test]
 fn deleting_several_items_in_one_call_leaves_the_others_reporting() {
     let mut s = counters(6);

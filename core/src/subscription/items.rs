@@ -798,6 +798,9 @@ impl SubscriptionEngine {
             return Err(StatusCode::BadMonitoringModeInvalid);
         }
         let mut results = Vec::with_capacity(ids.len());
+        // Items to take off the subscription's ready list: once per request, not once per
+        // item (a list of a million ready items scanned per item was a stall of seconds).
+        let mut unready: Vec<u32> = Vec::new();
         for &id in ids {
             let it = match self.item_slot(slot, id) {
                 Ok(it) => it,
@@ -829,9 +832,7 @@ impl SubscriptionEngine {
                 item.triggered = false;
                 self.stop_sampling(it);
                 if was_ready {
-                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
-                        s.ready.retain(|&x| x != it);
-                    }
+                    unready.push(it);
                 }
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.in_ready = false;
@@ -863,12 +864,16 @@ impl SubscriptionEngine {
                 // Reporting → Sampling: keep the queue; stop reporting it.
                 let was_ready = std::mem::replace(&mut item.in_ready, false);
                 if was_ready {
-                    if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
-                        s.ready.retain(|&x| x != it);
-                    }
+                    unready.push(it);
                 }
             }
             results.push(StatusCode::Good);
+        }
+        if !unready.is_empty() {
+            unready.sort_unstable();
+            if let Some(Some(s)) = self.subs.get_mut(slot as usize) {
+                s.ready.retain(|x| unready.binary_search(x).is_err());
+            }
         }
         Ok(results)
     }
