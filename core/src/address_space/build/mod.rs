@@ -239,8 +239,11 @@ impl AddressSpaceBuilder {
         }
     }
 
-    /// Reserves room for `n` more nodes (nothing to do: the store grows by pages).
-    pub fn reserve(&mut self, _n: usize) {}
+    /// Reserves room for `n` more nodes (the id and string indexes sized once; the records
+    /// and cells grow by pages).
+    pub fn reserve(&mut self, n: usize) {
+        self.store.reserve(n);
+    }
 
     fn index_of(&self, id: &NodeId) -> Option<u32> {
         self.store.lookup(id)

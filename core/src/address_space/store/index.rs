@@ -110,7 +110,12 @@ impl Sub {
 
     /// Rebuilds at a size that leaves room (twice the entries, at least 8 slots).
     fn grow(&mut self, rehash: &dyn Fn(u32) -> Hash) {
-        let want = ((self.len as usize + 1) * 2).next_power_of_two().max(8);
+        self.grow_for(self.len as usize + 1, rehash);
+    }
+
+    /// Rebuilds with room for `entries` (twice them, at least 8 slots).
+    fn grow_for(&mut self, entries: usize, rehash: &dyn Fn(u32) -> Hash) {
+        let want = (entries * 2).next_power_of_two().max(8);
         let old = std::mem::replace(&mut self.slots, vec![EMPTY; want]);
         self.len = 0;
         self.tombs = 0;
@@ -139,6 +144,13 @@ impl Default for HashIndex {
 }
 
 impl HashIndex {
+    /// Moves the index out, leaving an empty one that allocates nothing (for an insert whose
+    /// rehash closure borrows the store beside it: `Default` would allocate 256 pointers
+    /// per insert, which made a million-node build take seconds).
+    pub(crate) fn take(&mut self) -> HashIndex {
+        std::mem::replace(self, HashIndex { subs: Vec::new() })
+    }
+
     /// The entry whose key `eq` accepts, among those with hash `h`.
     #[inline]
     pub(crate) fn find(&self, h: Hash, eq: impl FnMut(u32) -> bool) -> Option<u32> {
@@ -150,6 +162,18 @@ impl HashIndex {
     pub(crate) fn insert(&mut self, h: Hash, entry: u32, rehash: &dyn Fn(u32) -> Hash) {
         if let Some(s) = self.subs.get_mut(h.sub()) {
             Arc::make_mut(s).insert(h, entry & ENTRY_MASK, rehash);
+        }
+    }
+
+    /// Makes room for `extra` more entries spread evenly over the sub-tables, so a builder
+    /// that knows how many nodes come rebuilds each sub-table once, not at every doubling.
+    pub(crate) fn reserve(&mut self, extra: usize, rehash: &dyn Fn(u32) -> Hash) {
+        let per_sub = extra.div_ceil(SUBS);
+        for s in &mut self.subs {
+            let need = s.len as usize + per_sub;
+            if need * 4 > s.slots.len() * 3 {
+                Arc::make_mut(s).grow_for(need, rehash);
+            }
         }
     }
 

@@ -634,6 +634,26 @@ impl Store {
         }
     }
 
+    /// The id index's hash of the node at `i`.
+    fn index_hash(&self, i: u32) -> Hash {
+        match self.recs.get(i) {
+            Some(x) if x.id_kind == id_kind::NUMERIC => {
+                hash_num(x.id_ns, id_kind::NUMERIC, x.id_pos as u64)
+            }
+            Some(x) => hash_key(x.id_ns, x.id_kind, self.id_raw(x)),
+            None => Hash(0),
+        }
+    }
+
+    /// Makes room for `extra` more nodes in the id index and the string index (a builder
+    /// that knows its count rebuilds each of their sub-tables once).
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        let mut ix = self.ids.take();
+        ix.reserve(extra, &|i| self.index_hash(i));
+        self.ids = ix;
+        self.strings.reserve(extra);
+    }
+
     /// The bytes of a record's string, Guid or ByteString identifier.
     #[inline]
     pub(crate) fn id_raw(&self, r: &Rec) -> &[u8] {
@@ -711,7 +731,7 @@ impl Store {
             }
             hash_key(0, 3, &b)
         };
-        let mut ix = std::mem::take(&mut self.foreign_index);
+        let mut ix = self.foreign_index.take();
         ix.insert(h, f, &rehash);
         self.foreign_index = ix;
         Ok(Key::Foreign(f))
@@ -754,7 +774,7 @@ impl Store {
         let i = self.texts.push(t);
         let texts = &self.texts;
         let rehash = |i: u32| texts.get(i).map_or(Hash(0), NodeTexts::hash);
-        let mut ix = std::mem::take(&mut self.texts_index);
+        let mut ix = self.texts_index.take();
         ix.insert(h, i, &rehash);
         self.texts_index = ix;
         i
@@ -771,7 +791,7 @@ impl Store {
         let i = self.shapes.push(s);
         let shapes = &self.shapes;
         let rehash = |i: u32| shapes.get(i).map_or(Hash(0), VariableShape::hash);
-        let mut ix = std::mem::take(&mut self.shapes_index);
+        let mut ix = self.shapes_index.take();
         ix.insert(h, i, &rehash);
         self.shapes_index = ix;
         i
@@ -993,18 +1013,8 @@ impl Store {
             }
             _ => {
                 let h = self.rec_hash(&r);
-                let (recs, text, bytes) = (&self.recs, &self.id_text, &self.id_bytes);
-                let rehash = |i: u32| match recs.get(i) {
-                    Some(x) if x.id_kind == id_kind::NUMERIC => {
-                        hash_num(x.id_ns, id_kind::NUMERIC, x.id_pos as u64)
-                    }
-                    Some(x) if x.id_kind == id_kind::STRING => {
-                        hash_key(x.id_ns, x.id_kind, text.get(x.id_pos, x.id_len).as_bytes())
-                    }
-                    Some(x) => hash_key(x.id_ns, x.id_kind, bytes.get(x.id_pos, x.id_len)),
-                    None => Hash(0),
-                };
-                let mut ix = std::mem::take(&mut self.ids);
+                let mut ix = self.ids.take();
+                let rehash = |i: u32| self.index_hash(i);
                 ix.insert(h, index, &rehash);
                 self.ids = ix;
             }

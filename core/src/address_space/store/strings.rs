@@ -207,10 +207,22 @@ impl Strings {
             hash_key(0, 0, bytes.get(sp.pos, sp.len).as_bytes())
         };
         // The closure borrows the spans and bytes; the index is a separate field.
-        let mut index = std::mem::take(&mut self.index);
+        let mut index = self.index.take();
         index.insert(h, id, &rehash);
         self.index = index;
         Some(id)
+    }
+
+    /// Makes room in the index for `extra` more strings.
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        let (spans, bytes) = (&self.spans, &self.bytes);
+        let rehash = |id: u32| {
+            let sp = spans.get(id).copied().unwrap_or_default();
+            hash_key(0, 0, bytes.get(sp.pos, sp.len).as_bytes())
+        };
+        let mut index = self.index.take();
+        index.reserve(extra, &rehash);
+        self.index = index;
     }
 
     pub(crate) fn bytes(&self) -> usize {
