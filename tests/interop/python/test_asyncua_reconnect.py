@@ -55,8 +55,20 @@ def stats(server):
     """Per-shard counters (the server rewrites the file every second and on SIGUSR1)."""
     import signal
 
+    try:
+        before = os.stat(server.stats_path).st_mtime_ns
+    except FileNotFoundError:
+        before = None
     server.proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.3)
+    # The file is replaced whole; wait for the one written after this signal.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if os.stat(server.stats_path).st_mtime_ns != before:
+                break
+        except FileNotFoundError:
+            pass
+        time.sleep(0.02)
     with open(server.stats_path) as f:
         return json.load(f)
 
