@@ -61,7 +61,11 @@ fi
 step "cargo test --workspace (the async-opcua peer is a benchmark peer only: built on demand, not here)"
 # Builds the `uaring` binary too (the shards integration tests run it).
 cargo test --workspace --exclude uaring-peer-async-opcua --no-fail-fast
-cargo build -p uaring --bin uaring --examples
+# `cargo test` has built the binary (the shards integration tests run it) and the examples.
+# A separate `cargo build -p uaring` would build them again with other features (a minute).
+for f in target/debug/uaring target/debug/examples/minimal target/debug/examples/plant; do
+    [ -x "$f" ] || { echo "test-all: $f was not built by cargo test" >&2; exit 1; }
+done
 export UARING_BIN="$ROOT/target/debug/uaring"
 # The library's examples (minimal, plant), run by the asyncua, node-opcua and open62541 tests.
 export UARING_EXAMPLES_DIR="$ROOT/target/debug/examples"
