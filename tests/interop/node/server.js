@@ -11,6 +11,12 @@ const readline = require("node:readline");
 
 const ROOT = path.resolve(__dirname, "..", "..", "..");
 
+// node-opcua waits ClientBaseImpl.retryDelay (1 s; not an option of its public API) before it
+// repairs a dropped connection. The tests that drop connections on purpose (reconnect, the I/O
+// modes, the gateway) test the reconnection itself, not that wait: 50 waits made the reconnect
+// test take 52 s. Every test of this directory requires this module, so it is set once here.
+require("node-opcua-client/dist/private/client_base_impl").ClientBaseImpl.retryDelay = 20;
+
 function uaringBin() {
   if (process.env.UARING_BIN) return process.env.UARING_BIN;
   for (const p of ["target/release/uaring", "target/debug/uaring"]) {
