@@ -302,8 +302,8 @@ fn server_capabilities_have_no_null_values() {
         if n.node_class() == NodeClass::Variable {
             seen += 1;
             let v = a.variable_value(n, now()).expect("a value");
-            // Mandatory, of services not offered (Query, HistoryRead): 0 would read as
-            // "no limit", so they stay without a value.
+            // Mandatory, of services not offered (Query; HistoryRead without a history
+            // store): 0 would read as "no limit", so they stay without a value.
             let mandatory_unoffered = [2736u32, 2737].iter().any(|&i| id == NodeId::ns0(i));
             if matches!(v.value, Variant::Empty) && !mandatory_unoffered {
                 nulls.push(format!("{} {}", id, n.browse_name().name));

@@ -506,6 +506,18 @@ fn the_history_capabilities_say_what_the_store_does_and_are_absent_without_one()
         n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
     );
     assert_eq!(nodes.value, Variant::UInt32(1_000));
+    let cps = read(
+        true,
+        n::Server_ServerCapabilities_MaxHistoryContinuationPoints,
+    );
+    assert_eq!(
+        cps.value,
+        Variant::UInt16(
+            ServerConfig::default()
+                .operation_limits
+                .max_history_continuation_points
+        )
+    );
     let without = read(
         false,
         n::HistoryServerCapabilities_AccessHistoryDataCapability,

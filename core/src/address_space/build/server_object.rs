@@ -839,6 +839,13 @@ pub fn install_history(
     );
     set_static(
         b,
+        n::Server_ServerCapabilities_MaxHistoryContinuationPoints,
+        // The bound HistoryRead applies per session (one more is BadNoContinuationPoints).
+        Variant::UInt16(lim.max_history_continuation_points),
+        start,
+    );
+    set_static(
+        b,
         n::Server_ServerCapabilities_OperationLimits_MaxNodesPerHistoryReadData,
         Variant::UInt32(lim.max_nodes_per_history_read_data),
         start,
