@@ -19,126 +19,129 @@ pub enum Queued {
 }
 
 /// A bounded FIFO with the discard policy of Part 4 §5.12.1.5. A queue of one (the common
-/// case) is stored inline: no second allocation to reach on the sampling path.
-#[derive(Debug)]
+/// case) is stored inline: no second allocation to reach on the sampling path, and nothing
+/// but the entry itself (88 bytes in all); a longer queue keeps its entries, size and policy
+/// behind one pointer.
+#[derive(Debug, Default)]
 pub struct ItemQueue {
     /// The entry of a queue of one.
     single: Option<Queued>,
-    /// The entries of a longer queue.
+    /// A longer queue: its entries, size and discard policy.
+    more: Option<Box<Longer>>,
+}
+
+#[derive(Debug)]
+struct Longer {
     q: VecDeque<Queued>,
     size: usize,
     discard_oldest: bool,
-    /// Values dropped by overflow since the item was created.
-    pub overflows: u64,
 }
 
 impl ItemQueue {
     /// A queue of `size` (≥ 1) entries.
     pub fn new(size: u32, discard_oldest: bool) -> ItemQueue {
         let size = size.max(1) as usize;
-        let q = if size == 1 {
-            VecDeque::new()
-        } else {
-            VecDeque::with_capacity(size.min(16))
-        };
-        ItemQueue {
-            single: None,
-            q,
-            size,
-            discard_oldest,
-            overflows: 0,
-        }
+        let more = (size > 1).then(|| {
+            Box::new(Longer {
+                q: VecDeque::with_capacity(size.min(16)),
+                size,
+                discard_oldest,
+            })
+        });
+        ItemQueue { single: None, more }
     }
 
     pub fn len(&self) -> usize {
-        self.q.len() + self.single.is_some() as usize
+        match &self.more {
+            Some(m) => m.q.len(),
+            None => self.single.is_some() as usize,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.single.is_none() && self.q.is_empty()
+        self.len() == 0
     }
 
     /// Changes size and policy; a smaller size discards per the (new) policy, without
     /// setting the overflow bit (Part 4 §5.12.3).
     pub fn resize(&mut self, size: u32, discard_oldest: bool) {
         let size = size.max(1) as usize;
-        if let Some(v) = self.single.take() {
-            self.q.push_back(v);
-        }
-        self.size = size;
-        self.discard_oldest = discard_oldest;
-        while self.q.len() > self.size {
+        let mut q = match self.more.take() {
+            Some(m) => m.q,
+            None => self.single.take().into_iter().collect(),
+        };
+        while q.len() > size {
             if discard_oldest {
-                self.q.pop_front();
+                q.pop_front();
             } else {
-                self.q.pop_back();
+                q.pop_back();
             }
         }
-        if self.size == 1 {
-            self.single = self.q.pop_front();
-            self.q = VecDeque::new();
+        if size == 1 {
+            self.single = q.pop_front();
+        } else {
+            self.more = Some(Box::new(Longer {
+                q,
+                size,
+                discard_oldest,
+            }));
         }
     }
 
-    /// Adds a notification. When full: a queue of one keeps the newest value (no overflow
-    /// bit); a longer queue drops the oldest (discardOldest, the Overflow bit goes on the
-    /// new oldest entry) or the newest queued one (the Overflow bit goes on the value that
-    /// replaced it).
+    /// Adds a notification; returns the values dropped (0 or 1). When full: a queue of one
+    /// keeps the newest value (no overflow bit); a longer queue drops the oldest
+    /// (discardOldest, the Overflow bit goes on the new oldest entry) or the newest queued
+    /// one (the Overflow bit goes on the value that replaced it).
     #[inline]
-    pub fn push(&mut self, v: Queued) {
-        if self.size == 1 {
-            if self.single.replace(v).is_some() {
-                self.overflows += 1;
-            }
-            return;
+    pub fn push(&mut self, v: Queued) -> u64 {
+        let Some(m) = self.more.as_mut() else {
+            return u64::from(self.single.replace(v).is_some());
+        };
+        if m.q.len() < m.size {
+            m.q.push_back(v);
+            return 0;
         }
-        if self.q.len() < self.size {
-            self.q.push_back(v);
-            return;
-        }
-        self.overflows += 1;
-        if self.discard_oldest {
-            self.q.pop_front();
-            self.q.push_back(v);
-            if let Some(Queued::Data(dv)) = self.q.front_mut() {
+        if m.discard_oldest {
+            m.q.pop_front();
+            m.q.push_back(v);
+            if let Some(Queued::Data(dv)) = m.q.front_mut() {
                 set_overflow(dv);
             }
         } else {
-            self.q.pop_back();
-            self.q.push_back(v);
-            if let Some(Queued::Data(dv)) = self.q.back_mut() {
+            m.q.pop_back();
+            m.q.push_back(v);
+            if let Some(Queued::Data(dv)) = m.q.back_mut() {
                 set_overflow(dv);
             }
         }
+        1
     }
 
     /// Takes the oldest entry.
     #[inline]
     pub fn pop(&mut self) -> Option<Queued> {
-        if self.size == 1 {
-            return self.single.take();
+        match self.more.as_mut() {
+            Some(m) => m.q.pop_front(),
+            None => self.single.take(),
         }
-        self.q.pop_front()
     }
 
     pub fn clear(&mut self) {
         self.single = None;
-        self.q.clear();
+        if let Some(m) = self.more.as_mut() {
+            m.q.clear();
+        }
     }
 
     /// Entries this queue holds at most.
     pub fn capacity(&self) -> usize {
-        self.size
+        self.more.as_ref().map_or(1, |m| m.size)
     }
 
     /// Sets the Overflow bit on the newest entry (values were dropped before they reached
     /// the queue); a queue of one carries no Overflow bit (Part 4 §5.12.1.5).
     pub fn mark_newest_overflow(&mut self) {
-        if self.size == 1 {
-            return;
-        }
-        self.overflows += 1;
-        if let Some(Queued::Data(dv)) = self.q.back_mut() {
+        if let Some(Queued::Data(dv)) = self.more.as_mut().and_then(|m| m.q.back_mut()) {
             set_overflow(dv);
         }
     }

@@ -146,29 +146,23 @@ impl SubscriptionEngine {
         });
         let queue_size = self.limits.revise_queue_size(params.queue_size);
         let id = self.next_item_id();
-        let item = MonitoredItem {
+        let mut item = MonitoredItem::new(
             id,
-            sub: slot,
-            client_handle: params.client_handle,
-            node_index,
-            node_generation,
-            attribute_id: rv.attribute_id,
-            range,
-            timestamps: ts,
+            slot,
+            params.client_handle,
+            (node_index, node_generation),
+            rv.attribute_id,
+            ts,
             mode,
             sampling,
             sampling_ms,
-            source: NONE,
-            filter,
-            last: None,
-            version: 0,
-            queue: ItemQueue::new(queue_size, params.discard_oldest),
-            in_ready: false,
-            triggered: false,
-            links: Vec::new(),
-            event: None,
-            aggregate,
-        };
+            ItemQueue::new(queue_size, params.discard_oldest),
+        );
+        item.set_filter(filter);
+        if range.is_some() {
+            item.cold_mut().range = range;
+        }
+        item.set_aggregate(aggregate);
         let it = self.insert_item(slot, id, item);
         if mode != MonitoringMode::Disabled {
             self.start_sampling(it, now);
@@ -185,8 +179,10 @@ impl SubscriptionEngine {
                     &mut self.stats,
                     it,
                     &initial_sample(initial, now),
+                    Origin::Elsewhere,
                     now,
                 );
+                self.settle_last(it);
             }
         }
         Ok(MonitoredItemCreateResult {
@@ -234,33 +230,23 @@ impl SubscriptionEngine {
             };
         let queue_size = self.limits.revise_event_queue_size(params.queue_size);
         let id = self.next_item_id();
-        let item = MonitoredItem {
+        let mut item = MonitoredItem::new(
             id,
-            sub: slot,
-            client_handle: params.client_handle,
-            node_index,
-            node_generation,
-            attribute_id: rv.attribute_id,
-            range: None,
-            timestamps: ts,
-            mode: r.monitoring_mode,
-            sampling: Sampling::Event,
-            sampling_ms: 0.0,
-            source: NONE,
-            filter: DataChangeSettings::default(),
-            last: None,
-            version: 0,
-            queue: ItemQueue::new(queue_size, params.discard_oldest),
-            in_ready: false,
-            triggered: false,
-            links: Vec::new(),
-            event: Some(Box::new(EventItem {
-                notifier: rv.node_id.clone(),
-                filter: compiled,
-                roles,
-            })),
-            aggregate: None,
-        };
+            slot,
+            params.client_handle,
+            (node_index, node_generation),
+            rv.attribute_id,
+            ts,
+            r.monitoring_mode,
+            Sampling::Event,
+            0.0,
+            ItemQueue::new(queue_size, params.discard_oldest),
+        );
+        item.cold_mut().event = Some(EventItem {
+            notifier: rv.node_id.clone(),
+            filter: compiled,
+            roles,
+        });
         let it = self.insert_item(slot, id, item);
         self.event_items.push(it);
         Ok(MonitoredItemCreateResult {
@@ -401,7 +387,7 @@ impl SubscriptionEngine {
                     item.attribute_id,
                     interval_ns,
                 );
-                let aggregate = item.aggregate.is_some();
+                let aggregate = item.aggregate().is_some();
                 let src = match self.source_map.get(&key) {
                     Some(&s) => s,
                     None => self.new_source(key, now),
@@ -414,6 +400,7 @@ impl SubscriptionEngine {
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.source = src;
                 }
+                self.settle_last(it);
             }
             Sampling::Exception => {
                 let node = item.node_index;
@@ -436,11 +423,13 @@ impl SubscriptionEngine {
     /// Takes an item off its sampling path.
     pub(super) fn stop_sampling(&mut self, it: u32) {
         self.demand_stop(it);
+        // Off the source, the item keeps its last value itself.
+        self.materialize_last(it);
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
         let src = std::mem::replace(&mut item.source, NONE);
-        let aggregate = item.aggregate.is_some();
+        let aggregate = item.aggregate().is_some();
         match item.sampling {
             Sampling::Timed if src != NONE => {
                 let empty = match self.sources.get_mut(src as usize) {
@@ -501,6 +490,7 @@ impl SubscriptionEngine {
             attribute_id: key.2,
             interval_ns,
             last: None,
+            force: false,
             bucket: b,
             pos,
             items: Vec::new(),
@@ -513,6 +503,66 @@ impl SubscriptionEngine {
         }
         self.source_map.insert(key, s);
         s
+    }
+
+    /// After an item joined its source or was offered a first value there: a light item
+    /// (see [`MonitoredItem::light`]) whose last value equals the source's last sample drops
+    /// its own and is `synced`; the only item of a source not sampled yet gives the source
+    /// its value. Otherwise the source fans its next sample out whatever it is, so the item
+    /// compares against its own last value once and is synced from then on.
+    pub(super) fn settle_last(&mut self, it: u32) {
+        let Some(Some(item)) = self.items.get_mut(it as usize) else {
+            return;
+        };
+        if item.synced || item.source == NONE || !item.light() {
+            return;
+        }
+        let Some(Some(src)) = self.sources.get_mut(item.source as usize) else {
+            return;
+        };
+        match (item.last.take(), &src.last) {
+            (Some(own), None) if src.items.len() == 1 => {
+                src.last = Some(*own);
+                item.synced = true;
+            }
+            (Some(own), Some(l)) if same_sample(&own, l) => item.synced = true,
+            (own, _) => {
+                item.last = own;
+                src.force = true;
+            }
+        }
+    }
+
+    /// A `synced` item takes a copy of its source's last sample as its own last value.
+    pub(super) fn materialize_last(&mut self, it: u32) {
+        let Some(Some(item)) = self.items.get_mut(it as usize) else {
+            return;
+        };
+        if !item.synced {
+            return;
+        }
+        item.synced = false;
+        item.last = self
+            .sources
+            .get(item.source as usize)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.last.clone())
+            .map(Box::new);
+    }
+
+    /// The last value an item was offered (its own, or its source's).
+    pub(super) fn last_of<'a>(
+        sources: &'a Slots<Source>,
+        item: &'a MonitoredItem,
+    ) -> Option<&'a DataValue> {
+        if item.synced {
+            sources
+                .get(item.source as usize)
+                .and_then(Option::as_ref)
+                .and_then(|s| s.last.as_ref())
+        } else {
+            item.last.as_deref()
+        }
     }
 
     pub(super) fn remove_source(&mut self, s: u32) {
@@ -602,12 +652,14 @@ impl SubscriptionEngine {
         for r in items {
             let res = (|| -> Result<MonitoredItemModifyResult, StatusCode> {
                 let it = self.item_slot(slot, r.monitored_item_id)?;
+                // The filter may change what the item compares against: its own last value.
+                self.materialize_last(it);
                 let item = self
                     .items
                     .get(it as usize)
                     .and_then(Option::as_ref)
                     .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
-                if item.event.is_some() {
+                if item.is_event() {
                     return self.modify_event_item(
                         space,
                         event_limits,
@@ -646,7 +698,7 @@ impl SubscriptionEngine {
                 // moves the item off and back onto its source.
                 let resample = sampling_ms != item.sampling_ms
                     || sampling != item.sampling
-                    || spec.is_some() != item.aggregate.is_some();
+                    || spec.is_some() != item.aggregate().is_some();
                 if resample {
                     self.stop_sampling(it);
                 }
@@ -656,7 +708,7 @@ impl SubscriptionEngine {
                     .and_then(Option::as_mut)
                     .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
                 item.client_handle = p.client_handle;
-                item.filter = filter;
+                item.set_filter(filter);
                 item.timestamps = ts;
                 item.queue.resize(queue_size, p.discard_oldest);
                 item.sampling = sampling;
@@ -664,31 +716,29 @@ impl SubscriptionEngine {
                 // The same AggregateFilter keeps its interval; another aggregate, interval,
                 // start or configuration starts again from the revised start.
                 match spec {
-                    None => item.aggregate = None,
+                    None => item.set_aggregate(None),
                     Some(spec) => {
-                        if item.aggregate.as_ref().is_none_or(|a| a.spec != spec) {
+                        if item.aggregate().is_none_or(|a| a.spec != spec) {
                             let mut a = aggregate::AggregateState::new(spec, now.utc);
                             if let Some(last) = &item.last {
                                 // The current value: the bound before the first interval.
                                 a.offer(last, now.utc);
                             }
-                            item.aggregate = Some(Box::new(a));
+                            item.set_aggregate(Some(Box::new(a)));
                         }
                     }
                 }
-                let filter_result = item
-                    .aggregate
-                    .as_ref()
-                    .map_or_else(ExtensionObject::null, |a| {
-                        ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
-                    });
+                let filter_result = item.aggregate().map_or_else(ExtensionObject::null, |a| {
+                    ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
+                });
                 let enabled = item.mode != MonitoringMode::Disabled;
                 let src = item.source;
                 if resample && enabled {
                     self.start_sampling(it, now);
                 } else if let Some(Some(source)) = self.sources.get_mut(src as usize) {
-                    // The new filter judges the next sample even if the value did not change.
-                    source.last = None;
+                    // The new filter judges the next sample even if the value did not change
+                    // (against the item's own last value; a light item is synced again there).
+                    source.force = true;
                 }
                 Ok(MonitoredItemModifyResult {
                     status_code: StatusCode::Good,
@@ -734,7 +784,7 @@ impl SubscriptionEngine {
         item.client_handle = p.client_handle;
         item.timestamps = ts;
         item.queue.resize(queue_size, p.discard_oldest);
-        if let Some(e) = item.event.as_mut() {
+        if let Some(e) = item.cold.as_mut().and_then(|c| c.event.as_mut()) {
             e.filter = compiled;
         }
         Ok(MonitoredItemModifyResult {
@@ -818,7 +868,7 @@ impl SubscriptionEngine {
                 results.push(StatusCode::Good);
                 continue;
             }
-            if let Some(a) = item.aggregate.as_mut() {
+            if let Some(a) = item.aggregate_mut() {
                 if mode == MonitoringMode::Disabled || old == MonitoringMode::Disabled {
                     // No aggregation while disabled; enabled again, the intervals start again
                     // at the first boundary of the grid not before now.
@@ -828,7 +878,6 @@ impl SubscriptionEngine {
             if mode == MonitoringMode::Disabled {
                 let was_ready = item.in_ready;
                 item.queue.clear();
-                item.last = None;
                 item.triggered = false;
                 self.stop_sampling(it);
                 if was_ready {
@@ -836,8 +885,10 @@ impl SubscriptionEngine {
                 }
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.in_ready = false;
+                    item.last = None;
+                    item.synced = false;
                 }
-            } else if old == MonitoringMode::Disabled && item.event.is_some() {
+            } else if old == MonitoringMode::Disabled && item.is_event() {
                 // Event items just start receiving events again.
             } else if old == MonitoringMode::Disabled {
                 self.start_sampling(it, now);
@@ -849,8 +900,10 @@ impl SubscriptionEngine {
                     &mut self.stats,
                     it,
                     &s,
+                    Origin::Elsewhere,
                     now,
                 );
+                self.settle_last(it);
             } else if mode == MonitoringMode::Reporting {
                 // Sampling → Reporting: what was queued meanwhile is reported now.
                 let has = !item.queue.is_empty() && !item.in_ready;
@@ -894,9 +947,10 @@ impl SubscriptionEngine {
             let Some(Some(t)) = self.items.get_mut(trig as usize) else {
                 break;
             };
-            match t.links.iter().position(|&(_, x)| x == id) {
+            match t.links().iter().position(|&(_, x)| x == id) {
                 Some(i) => {
-                    t.links.swap_remove(i);
+                    t.cold_mut().links.swap_remove(i);
+                    t.trim_cold();
                     remove_results.push(StatusCode::Good);
                 }
                 None => remove_results.push(StatusCode::BadMonitoredItemIdInvalid),
@@ -915,12 +969,12 @@ impl SubscriptionEngine {
             let Some(Some(t)) = self.items.get_mut(trig as usize) else {
                 break;
             };
-            if t.links.iter().any(|&(_, x)| x == id) {
+            if t.links().iter().any(|&(_, x)| x == id) {
                 add_results.push(StatusCode::Good);
-            } else if t.links.len() >= max {
+            } else if t.links().len() >= max {
                 add_results.push(StatusCode::BadTooManyMonitoredItems);
             } else {
-                t.links.push((target, id));
+                t.cold_mut().links.push((target, id));
                 add_results.push(StatusCode::Good);
             }
         }

@@ -158,6 +158,13 @@ enum Sampling {
     Event,
 }
 
+/// One monitored item. Hot fields only (what a sample, a change and a publish touch); what
+/// few items have (an IndexRange, a deadband, triggering links, an event filter, an
+/// aggregate) is in [`ItemCold`], behind one pointer that most items leave empty. The last
+/// value a timed item was offered is its source's (`synced`) whenever it can be: only items
+/// that compare against something else (a deadband, an IndexRange, an aggregate), items fed
+/// by the change path, and an item between joining a source and its first sample there keep
+/// one of their own (see [`SubscriptionEngine::settle_last`]).
 struct MonitoredItem {
     id: u32,
     /// Slot of the owning subscription.
@@ -168,28 +175,152 @@ struct MonitoredItem {
     /// its index is not this item's node).
     node_generation: u32,
     attribute_id: u32,
-    range: Option<NumericRange>,
-    timestamps: Timestamps,
-    mode: MonitoringMode,
-    sampling: Sampling,
-    sampling_ms: f64,
     /// Source slot while sampling on a timer (`NONE` otherwise).
     source: u32,
-    filter: DataChangeSettings,
-    last: Option<DataValue>,
-    /// Exception-based items: the cell version of the newest change seen.
-    version: u64,
-    queue: ItemQueue,
+    mode: MonitoringMode,
+    /// The DataChangeFilter's trigger (its deadband is in `cold`).
+    trigger: DataChangeTrigger,
+    timestamps: Timestamps,
+    sampling: Sampling,
     in_ready: bool,
     /// Report the queue once although in Sampling mode (a triggering item fired).
     triggered: bool,
+    /// The last value offered is the source's last sample (`last` is `None`).
+    synced: bool,
+    sampling_ms: f64,
+    /// Exception-based items: the cell version of the newest change seen.
+    version: u64,
+    /// The last value offered, when it is not the source's (see `synced`).
+    last: Option<Box<DataValue>>,
+    queue: ItemQueue,
+    cold: Option<Box<ItemCold>>,
+}
+
+/// What few monitored items have.
+#[derive(Default)]
+struct ItemCold {
+    range: Option<NumericRange>,
+    /// The DataChangeFilter's absolute deadband (0 = none).
+    deadband: f64,
     /// Items this one triggers: (slot, id).
     links: Vec<(u32, u32)>,
     /// Event items: the notifier node and the compiled EventFilter.
-    event: Option<Box<EventItem>>,
+    event: Option<EventItem>,
     /// Items with an AggregateFilter: the samples of the current processing interval; the
     /// item queues one computed value per interval instead of its samples.
     aggregate: Option<Box<aggregate::AggregateState>>,
+}
+
+impl ItemCold {
+    fn is_empty(&self) -> bool {
+        self.range.is_none()
+            && self.deadband == 0.0
+            && self.links.is_empty()
+            && self.event.is_none()
+            && self.aggregate.is_none()
+    }
+}
+
+impl MonitoredItem {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        id: u32,
+        sub: u32,
+        client_handle: u32,
+        (node_index, node_generation): (u32, u32),
+        attribute_id: u32,
+        timestamps: Timestamps,
+        mode: MonitoringMode,
+        sampling: Sampling,
+        sampling_ms: f64,
+        queue: ItemQueue,
+    ) -> MonitoredItem {
+        MonitoredItem {
+            id,
+            sub,
+            client_handle,
+            node_index,
+            node_generation,
+            attribute_id,
+            source: NONE,
+            mode,
+            trigger: DataChangeTrigger::StatusValue,
+            timestamps,
+            sampling,
+            in_ready: false,
+            triggered: false,
+            synced: false,
+            sampling_ms,
+            version: 0,
+            last: None,
+            queue,
+            cold: None,
+        }
+    }
+
+    fn cold_mut(&mut self) -> &mut ItemCold {
+        self.cold.get_or_insert_with(Default::default)
+    }
+    /// Drops the cold part when nothing is left in it.
+    fn trim_cold(&mut self) {
+        if self.cold.as_ref().is_some_and(|c| c.is_empty()) {
+            self.cold = None;
+        }
+    }
+    fn range(&self) -> Option<&NumericRange> {
+        self.cold.as_ref().and_then(|c| c.range.as_ref())
+    }
+    fn filter(&self) -> DataChangeSettings {
+        DataChangeSettings {
+            trigger: self.trigger,
+            deadband: self.cold.as_ref().map_or(0.0, |c| c.deadband),
+        }
+    }
+    fn set_filter(&mut self, f: DataChangeSettings) {
+        self.trigger = f.trigger;
+        if f.deadband != 0.0 || self.cold.is_some() {
+            self.cold_mut().deadband = f.deadband;
+        }
+        self.trim_cold();
+    }
+    fn links(&self) -> &[(u32, u32)] {
+        self.cold.as_ref().map_or(&[], |c| &c.links)
+    }
+    fn event(&self) -> Option<&EventItem> {
+        self.cold.as_ref().and_then(|c| c.event.as_ref())
+    }
+    fn is_event(&self) -> bool {
+        self.event().is_some()
+    }
+    fn aggregate(&self) -> Option<&aggregate::AggregateState> {
+        self.cold.as_ref().and_then(|c| c.aggregate.as_deref())
+    }
+    fn aggregate_mut(&mut self) -> Option<&mut aggregate::AggregateState> {
+        self.cold.as_mut().and_then(|c| c.aggregate.as_deref_mut())
+    }
+    fn set_aggregate(&mut self, a: Option<Box<aggregate::AggregateState>>) {
+        if a.is_some() || self.cold.is_some() {
+            self.cold_mut().aggregate = a;
+        }
+        self.trim_cold();
+    }
+    /// Compares against its source's last sample when it can (see `synced`): a timed item
+    /// without IndexRange, deadband or aggregate.
+    fn light(&self) -> bool {
+        self.sampling == Sampling::Timed
+            && self
+                .cold
+                .as_ref()
+                .is_none_or(|c| c.range.is_none() && c.deadband == 0.0 && c.aggregate.is_none())
+    }
+    /// Sets the item's own last value (reusing its allocation).
+    fn keep_last(&mut self, v: &DataValue) {
+        self.synced = false;
+        match self.last.as_mut() {
+            Some(b) => (**b).clone_from(v),
+            None => self.last = Some(Box::new(v.clone())),
+        }
+    }
 }
 
 struct EventItem {
@@ -217,8 +348,12 @@ struct Source {
     attribute_id: u32,
     interval_ns: u64,
     /// The previous sample: an identical one (value, status, source timestamp) cannot
-    /// change any item's report, so it is not fanned out.
+    /// change any item's report, so it is not fanned out. It is also the last value of
+    /// every `synced` item on the source.
     last: Option<DataValue>,
+    /// Fan the next sample out even if it is identical to `last` (an item joined with a last
+    /// value of its own, or an item's filter changed).
+    force: bool,
     bucket: u32,
     /// Position in the bucket's source list.
     pos: u32,
@@ -498,9 +633,10 @@ impl SubscriptionEngine {
             sample.server_timestamp = Some(now.utc);
         }
         self.stats.samples += 1;
-        if src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
+        if !src.force && src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
             return;
         }
+        src.force = false;
         for &it in &src.items {
             offer(
                 &mut self.items,
@@ -508,6 +644,7 @@ impl SubscriptionEngine {
                 &mut self.stats,
                 it,
                 &sample,
+                Origin::Source(src.last.as_ref()),
                 now,
             );
         }
@@ -742,14 +879,26 @@ fn item_value(item: &MonitoredItem, mut dv: DataValue) -> DataValue {
     dv
 }
 
+/// Where an offered sample comes from: a source's fan-out, with the source's previous sample
+/// (the last value of its `synced` items), or anywhere else (a first sample, a change, a
+/// status).
+#[derive(Clone, Copy)]
+enum Origin<'a> {
+    Source(Option<&'a DataValue>),
+    Elsewhere,
+}
+
 /// Offers a sample to an item: filtered against the last reported value, queued, and the
 /// item put on its subscription's ready list (and its triggered items with it).
+#[allow(clippy::too_many_arguments)]
+#[inline]
 fn offer(
     items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
     stats: &mut EngineStats,
     it: u32,
     sample: &DataValue,
+    origin: Origin<'_>,
     now: Now,
 ) {
     let Some(Some(item)) = items.get_mut(it as usize) else {
@@ -759,7 +908,7 @@ fn offer(
         return;
     }
     let ranged;
-    let sample = match &item.range {
+    let sample = match item.range() {
         Some(r) if sample.status.is_none_or(|s| !s.is_bad()) => {
             ranged = match r.read(&sample.value) {
                 Ok(v) => DataValue {
@@ -776,20 +925,34 @@ fn offer(
         }
         _ => sample,
     };
-    if let Some(a) = item.aggregate.as_mut() {
+    if let Some(a) = item.aggregate_mut() {
         // Kept for the interval; its value is queued when the interval ends.
         a.offer(sample, now.utc);
-        item.last = Some(sample.clone());
+        item.keep_last(sample);
         return;
     }
-    let changed = match &item.last {
-        None => true,
-        Some(l) => item.filter.changed(l, sample),
+    let filter = item.filter();
+    let changed = if item.synced {
+        match origin {
+            Origin::Source(Some(l)) => filter.changed(l, sample),
+            _ => true,
+        }
+    } else {
+        item.last
+            .as_deref()
+            .is_none_or(|l| filter.changed(l, sample))
     };
+    if matches!(origin, Origin::Source(_)) && item.light() {
+        // From now on the source's last sample is this item's last value: reported, or
+        // equal to it for the filter.
+        item.synced = true;
+        item.last = None;
+    } else if changed {
+        item.keep_last(sample);
+    }
     if !changed {
         return;
     }
-    item.last = Some(sample.clone());
     queue_value(items, subs, stats, it, sample.clone());
 }
 
@@ -809,7 +972,7 @@ fn close_aggregate_intervals(
     if item.mode == MonitoringMode::Disabled {
         return;
     }
-    let Some(a) = item.aggregate.as_mut() else {
+    let Some(a) = item.aggregate_mut() else {
         return;
     };
     a.close_due(now.utc, scratch);
@@ -833,9 +996,7 @@ fn queue_value(
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
     };
-    let before = item.queue.overflows;
-    item.queue.push(Queued::Data(item_value(item, value)));
-    let overflows = item.queue.overflows - before;
+    let overflows = item.queue.push(Queued::Data(item_value(item, value)));
     stats.overflows += overflows;
     let sub_slot = item.sub;
     let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else {
@@ -849,10 +1010,14 @@ fn queue_value(
         item.in_ready = true;
         sub.ready.push(it);
     }
-    if item.links.is_empty() {
+    if item.links().is_empty() {
         return;
     }
-    let links = std::mem::take(&mut item.links);
+    let links = item
+        .cold
+        .as_mut()
+        .map(|c| std::mem::take(&mut c.links))
+        .unwrap_or_default();
     for &(t, id) in &links {
         if let Some(Some(ti)) = items.get_mut(t as usize) {
             if ti.id == id && ti.mode == MonitoringMode::Sampling && !ti.queue.is_empty() {
@@ -865,7 +1030,9 @@ fn queue_value(
         }
     }
     if let Some(Some(item)) = items.get_mut(it as usize) {
-        item.links = links;
+        if let Some(c) = item.cold.as_mut() {
+            c.links = links;
+        }
     }
 }
 

@@ -358,9 +358,7 @@ pub(super) fn queue_event(
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
     };
-    let before = item.queue.overflows;
-    item.queue.push(Queued::Event(fields));
-    let overflows = item.queue.overflows - before;
+    let overflows = item.queue.push(Queued::Event(fields));
     if overflows > 0 {
         if let Some(Some(sub)) = subs.get_mut(item.sub as usize) {
             sub.diag.event_queue_overflows = sub

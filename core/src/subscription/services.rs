@@ -365,11 +365,13 @@ impl SubscriptionEngine {
             self.item_ids.remove(&item.id);
             self.item_free.push(it);
             // Links to items of the same subscription become positions in `items`.
-            item.links = item
-                .links
-                .iter()
-                .filter_map(|&(t, id)| index_of.get(&t).map(|&i| (i, id)))
-                .collect();
+            if let Some(c) = item.cold.as_mut() {
+                c.links = c
+                    .links
+                    .iter()
+                    .filter_map(|&(t, id)| index_of.get(&t).map(|&i| (i, id)))
+                    .collect();
+            }
             item.in_ready = false;
             items.push(item);
         }
@@ -464,12 +466,14 @@ impl SubscriptionEngine {
             let Some(Some(item)) = self.items.get_mut(it as usize) else {
                 continue;
             };
-            item.links = item
-                .links
-                .iter()
-                .filter_map(|&(i, id)| slots.get(i as usize).map(|&t| (t, id)))
-                .collect();
-            let (mode, event) = (item.mode, item.event.is_some());
+            if let Some(c) = item.cold.as_mut() {
+                c.links = c
+                    .links
+                    .iter()
+                    .filter_map(|&(i, id)| slots.get(i as usize).map(|&t| (t, id)))
+                    .collect();
+            }
+            let (mode, event) = (item.mode, item.is_event());
             if event {
                 self.event_items.push(it);
             } else if mode != MonitoringMode::Disabled {
@@ -530,7 +534,7 @@ impl SubscriptionEngine {
             if item.mode != MonitoringMode::Reporting {
                 continue;
             }
-            if let Some(last) = &item.last {
+            if let Some(last) = Self::last_of(&self.sources, item) {
                 let v = item_value(item, last.clone());
                 item.queue.push(Queued::Data(v));
                 if !item.in_ready {

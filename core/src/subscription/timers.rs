@@ -75,7 +75,7 @@ impl SubscriptionEngine {
             for &it in event_items {
                 let fields = match items.get(it as usize) {
                     Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
-                        match &item.event {
+                        match item.event() {
                             Some(e)
                                 if !permissions || receives(space, e.roles, &ev.source_node) =>
                             {
@@ -99,7 +99,7 @@ impl SubscriptionEngine {
             for &it in &self.event_items {
                 let fields = match self.items.get(it as usize) {
                     Some(Some(item)) if item.mode != MonitoringMode::Disabled => {
-                        item.event.as_ref().map(|e| e.filter.select(&ev))
+                        item.event().map(|e| e.filter.select(&ev))
                     }
                     _ => None,
                 };
@@ -128,7 +128,7 @@ impl SubscriptionEngine {
                     .items
                     .get(it as usize)
                     .and_then(Option::as_ref)
-                    .is_none_or(|i| i.event.is_none())
+                    .is_none_or(|i| !i.is_event())
                 {
                     return Err(StatusCode::BadMonitoredItemIdInvalid);
                 }
@@ -146,7 +146,7 @@ impl SubscriptionEngine {
                             self.items
                                 .get(it as usize)
                                 .and_then(Option::as_ref)
-                                .is_some_and(|i| i.event.is_some())
+                                .is_some_and(|i| i.is_event())
                         })
                         .collect()
                 })
@@ -159,8 +159,7 @@ impl SubscriptionEngine {
             for ev in &events {
                 let fields = match self.items.get(it as usize) {
                     Some(Some(item)) if item.mode != MonitoringMode::Disabled => item
-                        .event
-                        .as_ref()
+                        .event()
                         .filter(|e| !permissions || receives(space, e.roles, &ev.source_node))
                         .and_then(|e| e.filter.refresh_notification(&e.notifier, ev)),
                     _ => None,
@@ -256,9 +255,10 @@ impl SubscriptionEngine {
             self.stats.samples += 1;
             // Nothing changed since the previous sample: no item can report (each item's
             // last value is this one, or it was not reported for the same difference).
-            if src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
+            if !src.force && src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
                 continue;
             }
+            src.force = false;
             for &it in &src.items {
                 offer(
                     &mut self.items,
@@ -266,6 +266,7 @@ impl SubscriptionEngine {
                     &mut self.stats,
                     it,
                     &sample,
+                    Origin::Source(src.last.as_ref()),
                     now,
                 );
             }
@@ -345,7 +346,7 @@ impl SubscriptionEngine {
                     dv
                 });
                 stats.changes += 1;
-                offer(items, subs, stats, it, dv, now);
+                offer(items, subs, stats, it, dv, Origin::Elsewhere, now);
             }
         });
         if lost > 0 {
@@ -398,6 +399,7 @@ impl SubscriptionEngine {
             &mut self.stats,
             it,
             &dv,
+            Origin::Elsewhere,
             now,
         );
         if overflow {
@@ -442,6 +444,7 @@ impl SubscriptionEngine {
                     &mut self.stats,
                     it,
                     &gone,
+                    Origin::Elsewhere,
                     now,
                 );
             }
