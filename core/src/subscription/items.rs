@@ -261,7 +261,7 @@ impl SubscriptionEngine {
     /// Stores a new item in the pool and in its subscription; returns its slot.
     pub(super) fn insert_item(&mut self, slot: u32, id: u32, item: MonitoredItem) -> u32 {
         let it = self.items.insert(&mut self.item_free, item);
-        self.item_ids.insert(id, it);
+        self.index_item(it, id);
         if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
             s.items.push(it);
         }
@@ -388,17 +388,19 @@ impl SubscriptionEngine {
                     interval_ns,
                 );
                 let aggregate = item.aggregate().is_some();
-                let src = match self.source_map.get(&key) {
-                    Some(&s) => s,
+                let src = match self.source_by_key(key) {
+                    Some(s) => s,
                     None => self.new_source(key, now),
                 };
+                let mut next = NONE;
                 if let Some(Some(s)) = self.sources.get_mut(src as usize) {
-                    s.items.push(it);
+                    next = std::mem::replace(&mut s.first, it);
                     s.aggregate_items += u32::from(aggregate);
                     self.aggregate_items += usize::from(aggregate);
                 }
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
                     item.source = src;
+                    item.next = next;
                 }
                 self.settle_last(it);
             }
@@ -429,19 +431,30 @@ impl SubscriptionEngine {
             return;
         };
         let src = std::mem::replace(&mut item.source, NONE);
+        let next = std::mem::replace(&mut item.next, NONE);
         let aggregate = item.aggregate().is_some();
         match item.sampling {
             Sampling::Timed if src != NONE => {
                 let empty = match self.sources.get_mut(src as usize) {
                     Some(Some(s)) => {
-                        if let Some(i) = s.items.iter().position(|&x| x == it) {
-                            s.items.swap_remove(i);
-                            if aggregate {
-                                s.aggregate_items = s.aggregate_items.saturating_sub(1);
-                                self.aggregate_items = self.aggregate_items.saturating_sub(1);
+                        // Off the source's list of items.
+                        if s.first == it {
+                            s.first = next;
+                        } else {
+                            let mut at = s.first;
+                            while let Some(Some(x)) = self.items.get_mut(at as usize) {
+                                if x.next == it {
+                                    x.next = next;
+                                    break;
+                                }
+                                at = x.next;
                             }
                         }
-                        s.items.is_empty()
+                        if aggregate {
+                            s.aggregate_items = s.aggregate_items.saturating_sub(1);
+                            self.aggregate_items = self.aggregate_items.saturating_sub(1);
+                        }
+                        s.first == NONE
                     }
                     _ => false,
                 };
@@ -459,7 +472,7 @@ impl SubscriptionEngine {
         }
     }
 
-    pub(super) fn new_source(&mut self, key: (u32, u32, u32, u64), now: Now) -> u32 {
+    pub(super) fn new_source(&mut self, key: SourceKey, now: Now) -> u32 {
         let interval_ns = key.3;
         let b = match self.bucket_map.get(&interval_ns) {
             Some(&b) => b,
@@ -493,15 +506,14 @@ impl SubscriptionEngine {
             force: false,
             bucket: b,
             pos,
-            items: Vec::new(),
+            first: NONE,
             aggregate_items: 0,
-            pending_sample: None,
         };
         let s = self.sources.insert(&mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
             bk.sources.push(s);
         }
-        self.source_map.insert(key, s);
+        self.index_source(s, key);
         s
     }
 
@@ -521,7 +533,7 @@ impl SubscriptionEngine {
             return;
         };
         match (item.last.take(), &src.last) {
-            (Some(own), None) if src.items.len() == 1 => {
+            (Some(own), None) if src.first == it && item.next == NONE => {
                 src.last = Some(*own);
                 item.synced = true;
             }
@@ -570,12 +582,8 @@ impl SubscriptionEngine {
             return;
         };
         self.source_free.push(s);
-        self.source_map.remove(&(
-            src.node_index,
-            src.node_generation,
-            src.attribute_id,
-            src.interval_ns,
-        ));
+        self.unindex_source(s, source_key(&src));
+        self.pending_samples.remove(&s);
         let b = src.bucket;
         let Some(entry) = self.buckets.get_mut(b as usize) else {
             return;
@@ -612,15 +620,14 @@ impl SubscriptionEngine {
             self.event_items.swap_remove(i);
         }
         if let Some(item) = self.items.get_mut(it as usize).and_then(|x| x.take()) {
-            self.item_ids.remove(&item.id);
+            self.unindex_item(it, item.id);
             self.item_free.push(it);
         }
     }
 
     pub(super) fn item_slot(&self, sub_slot: u32, id: u32) -> Result<u32, StatusCode> {
-        let it = *self
-            .item_ids
-            .get(&id)
+        let it = self
+            .item_by_id(id)
             .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
         match self.items.get(it as usize) {
             Some(Some(item)) if item.sub == sub_slot => Ok(it),

@@ -71,6 +71,7 @@ mod watch;
 
 use crate::config::SubscriptionLimits;
 
+use hashbrown::HashTable;
 use slots::Slots;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -177,6 +178,8 @@ struct MonitoredItem {
     attribute_id: u32,
     /// Source slot while sampling on a timer (`NONE` otherwise).
     source: u32,
+    /// The next item of the same source (`NONE`: the last).
+    next: u32,
     mode: MonitoringMode,
     /// The DataChangeFilter's trigger (its deadband is in `cold`).
     trigger: DataChangeTrigger,
@@ -243,6 +246,7 @@ impl MonitoredItem {
             node_generation,
             attribute_id,
             source: NONE,
+            next: NONE,
             mode,
             trigger: DataChangeTrigger::StatusValue,
             timestamps,
@@ -357,13 +361,12 @@ struct Source {
     bucket: u32,
     /// Position in the bucket's source list.
     pos: u32,
-    items: Vec<u32>,
-    /// How many of `items` have an AggregateFilter (their intervals end on this source's
+    /// The first of its items (`NONE`: none); each item names the next
+    /// ([`MonitoredItem::next`]), so a source of one item holds no list of its own.
+    first: u32,
+    /// How many of its items have an AggregateFilter (their intervals end on this source's
     /// ticks, whether or not the sample changed).
     aggregate_items: u32,
-    /// An asynchronous source's sample out at the application: its token and the time
-    /// after which it is given up (the tick after that starts another).
-    pending_sample: Option<(u32, u64)>,
 }
 
 struct Bucket {
@@ -499,12 +502,17 @@ pub struct SubscriptionEngine {
     phase_counter: u64,
     items: Slots<MonitoredItem>,
     item_free: Vec<u32>,
-    item_ids: HashMap<u32, u32>,
+    /// Item slots by item id (the id is the item's: 4 bytes an entry).
+    item_ids: HashTable<u32>,
     item_counter: u32,
     sources: Slots<Source>,
     source_free: Vec<u32>,
-    /// Sources by (node index, node generation, attribute, interval).
-    source_map: HashMap<(u32, u32, u32, u64), u32>,
+    /// Source slots by (node index, node generation, attribute, interval), kept in the
+    /// source.
+    source_map: HashTable<u32>,
+    /// Asynchronous sources with a sample out at the application: its token and the time
+    /// after which it is given up (the tick after that starts another).
+    pending_samples: HashMap<u32, (u32, u64)>,
     buckets: Vec<Option<Bucket>>,
     bucket_free: Vec<u32>,
     bucket_map: HashMap<u64, u32>,
@@ -564,11 +572,12 @@ impl SubscriptionEngine {
             phase_counter: 0,
             items: Slots::default(),
             item_free: Vec::new(),
-            item_ids: HashMap::new(),
+            item_ids: HashTable::new(),
             item_counter: 0,
             sources: Slots::default(),
             source_free: Vec::new(),
-            source_map: HashMap::new(),
+            source_map: HashTable::new(),
+            pending_samples: HashMap::new(),
             buckets: Vec::new(),
             bucket_free: Vec::new(),
             bucket_map: HashMap::new(),
@@ -613,10 +622,10 @@ impl SubscriptionEngine {
         let Some(Some(src)) = self.sources.get_mut(source as usize) else {
             return;
         };
-        if src.pending_sample.map(|(t, _)| t) != Some(token) {
+        if self.pending_samples.get(&source).map(|&(t, _)| t) != Some(token) {
             return;
         }
-        src.pending_sample = None;
+        self.pending_samples.remove(&source);
         self.async_samples_out = self.async_samples_out.saturating_sub(1);
         let mut sample = match outcome {
             Outcome::Value(dv) => dv,
@@ -637,16 +646,19 @@ impl SubscriptionEngine {
             return;
         }
         src.force = false;
-        for &it in &src.items {
+        let mut at = src.first;
+        while let Some(Some(item)) = self.items.get(at as usize) {
+            let next = item.next;
             offer(
                 &mut self.items,
                 &mut self.subs,
                 &mut self.stats,
-                it,
+                at,
                 &sample,
                 Origin::Source(src.last.as_ref()),
                 now,
             );
+            at = next;
         }
         src.last = Some(sample);
     }
@@ -795,9 +807,87 @@ impl SubscriptionEngine {
         loop {
             self.item_counter = (self.item_counter + 1) & 0xFF_FFFF;
             let id = self.shard_index << 24 | self.item_counter;
-            if id != 0 && !self.item_ids.contains_key(&id) {
+            if id != 0 && self.item_by_id(id).is_none() {
                 return id;
             }
+        }
+    }
+}
+
+fn id_hash(id: u32) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(id)
+}
+
+/// A source's key: (node index, node generation, attribute, interval in ns).
+type SourceKey = (u32, u32, u32, u64);
+
+fn source_hash(key: SourceKey) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(key)
+}
+
+fn source_key(s: &Source) -> SourceKey {
+    (
+        s.node_index,
+        s.node_generation,
+        s.attribute_id,
+        s.interval_ns,
+    )
+}
+
+impl SubscriptionEngine {
+    /// The slot of the item with id `id`.
+    fn item_by_id(&self, id: u32) -> Option<u32> {
+        let items = &self.items;
+        self.item_ids
+            .find(
+                id_hash(id),
+                |&s| matches!(items.get(s as usize), Some(Some(i)) if i.id == id),
+            )
+            .copied()
+    }
+    /// Indexes the item in slot `it` by its id.
+    fn index_item(&mut self, it: u32, id: u32) {
+        let items = &self.items;
+        self.item_ids.insert_unique(id_hash(id), it, |&s| {
+            id_hash(
+                items
+                    .get(s as usize)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |i| i.id),
+            )
+        });
+    }
+    fn unindex_item(&mut self, it: u32, id: u32) {
+        if let Ok(e) = self.item_ids.find_entry(id_hash(id), |&s| s == it) {
+            e.remove();
+        }
+    }
+    /// The slot of the source with this key.
+    fn source_by_key(&self, key: SourceKey) -> Option<u32> {
+        let sources = &self.sources;
+        self.source_map
+            .find(
+                source_hash(key),
+                |&s| matches!(sources.get(s as usize), Some(Some(x)) if source_key(x) == key),
+            )
+            .copied()
+    }
+    fn index_source(&mut self, s: u32, key: SourceKey) {
+        let sources = &self.sources;
+        self.source_map.insert_unique(source_hash(key), s, |&x| {
+            source_hash(
+                sources
+                    .get(x as usize)
+                    .and_then(Option::as_ref)
+                    .map_or((0, 0, 0, 0), source_key),
+            )
+        });
+    }
+    fn unindex_source(&mut self, s: u32, key: SourceKey) {
+        if let Ok(e) = self.source_map.find_entry(source_hash(key), |&x| x == s) {
+            e.remove();
         }
     }
 }

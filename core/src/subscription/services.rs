@@ -362,7 +362,7 @@ impl SubscriptionEngine {
             let Some(mut item) = self.items.get_mut(it as usize).and_then(|x| x.take()) else {
                 continue;
             };
-            self.item_ids.remove(&item.id);
+            self.unindex_item(it, item.id);
             self.item_free.push(it);
             // Links to items of the same subscription become positions in `items`.
             if let Some(c) = item.cold.as_mut() {
@@ -440,7 +440,7 @@ impl SubscriptionEngine {
             ready,
         } = moved;
         if self.sub_ids.contains_key(&sub.id)
-            || items.iter().any(|i| self.item_ids.contains_key(&i.id))
+            || items.iter().any(|i| self.item_by_id(i.id).is_some())
         {
             return Err(StatusCode::BadSubscriptionIdInvalid);
         }
@@ -459,6 +459,7 @@ impl SubscriptionEngine {
         for mut item in items {
             item.sub = slot;
             item.source = NONE;
+            item.next = NONE;
             let item_id = item.id;
             slots.push(self.insert_item(slot, item_id, item));
         }

@@ -210,12 +210,12 @@ impl SubscriptionEngine {
                 }) {
                     // Asked now, offered when the application answers (on_sample_done). One
                     // sample at a time per source; one given up after its timeout.
-                    if let Some((_, until)) = src.pending_sample {
+                    if let Some(&(_, until)) = self.pending_samples.get(&s) {
                         if until > now.mono_ns {
                             self.stats.missed_ticks += 1;
                             continue;
                         }
-                        src.pending_sample = None;
+                        self.pending_samples.remove(&s);
                         self.async_samples_out = self.async_samples_out.saturating_sub(1);
                     }
                     if self.async_samples_out >= self.async_samples_max || !a.try_acquire() {
@@ -224,8 +224,8 @@ impl SubscriptionEngine {
                     }
                     self.sample_token = self.sample_token.wrapping_add(1);
                     let token = self.sample_token;
-                    src.pending_sample =
-                        Some((token, now.deadline_after_ms(a.timeout_ms() as f64)));
+                    self.pending_samples
+                        .insert(s, (token, now.deadline_after_ms(a.timeout_ms() as f64)));
                     self.async_samples_out += 1;
                     self.changes
                         .open_completions(shard, 2 * self.async_samples_max);
@@ -259,16 +259,19 @@ impl SubscriptionEngine {
                 continue;
             }
             src.force = false;
-            for &it in &src.items {
+            let mut at = src.first;
+            while let Some(Some(item)) = self.items.get(at as usize) {
+                let next = item.next;
                 offer(
                     &mut self.items,
                     &mut self.subs,
                     &mut self.stats,
-                    it,
+                    at,
                     &sample,
                     Origin::Source(src.last.as_ref()),
                     now,
                 );
+                at = next;
             }
             src.last = Some(sample);
         }
@@ -283,15 +286,18 @@ impl SubscriptionEngine {
                 if src.aggregate_items == 0 {
                     continue;
                 }
-                for &it in &src.items {
+                let mut at = src.first;
+                while let Some(Some(item)) = self.items.get(at as usize) {
+                    let next = item.next;
                     close_aggregate_intervals(
                         &mut self.items,
                         &mut self.subs,
                         &mut self.stats,
-                        it,
+                        at,
                         now,
                         &mut scratch,
                     );
+                    at = next;
                 }
             }
         }
