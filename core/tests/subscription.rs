@@ -724,3 +724,90 @@ fn deleting_several_items_in_one_call_leaves_the_others_reporting() {
         vec![StatusCode::BadMonitoredItemIdInvalid, StatusCode::Good]
     );
 }
+
+/// A queue of one reports the first sample of a run of equal status and value (its source
+/// timestamp), even when later samples of the run differ in their timestamps only; an item
+/// that joins the source in the middle of the run reports what it read; a change reaches
+/// both. (Items on one source share the value kept there: this checks what they report.)
+#[test]
+fn a_queue_of_one_reports_the_sample_that_started_the_run() {
+    let node = NodeId::numeric(1, 1003);
+    let mut s = Sub::new(ServerConfig::default());
+    let write = |s: &mut Sub, v: i32, ts: i64| {
+        let hd = s.h.header(&s.token);
+        let r = s.h.call(Request::Write(Box::new(WriteRequest {
+            request_header: hd,
+            nodes_to_write: vec![WriteValue {
+                node_id: node.clone(),
+                attribute_id: 13,
+                value: uaring_core::DataValue {
+                    value: Variant::Int32(v),
+                    source_timestamp: Some(uaring_core::DateTime(ts)),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+        })));
+        let Response::Write(w) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(w.results[0], StatusCode::Good);
+    };
+    // Published notifications: (client handle, value, source timestamp).
+    let publish = |s: &mut Sub| -> Vec<(u32, Variant, Option<i64>)> {
+        assert!(s.publish(vec![]).is_none());
+        s.run_ms(1000, 100);
+        s.responses()
+            .iter()
+            .flat_map(|r| data_changes(&r.notification_message))
+            .map(|n| {
+                (
+                    n.client_handle,
+                    n.value.value,
+                    n.value.source_timestamp.map(|t| t.0),
+                )
+            })
+            .collect()
+    };
+    let sub = s.create(1000.0, 100, 1000, 0).subscription_id;
+    write(&mut s, 5, 1_000);
+    let r = s.items(sub, &[(node.clone(), 100.0, 1)]);
+    assert_eq!(r[0].status_code, StatusCode::Good);
+    assert_eq!(
+        publish(&mut s),
+        vec![(1, Variant::Int32(5), Some(1_000))],
+        "the first value"
+    );
+    write(&mut s, 6, 2_000);
+    s.run_ms(100, 100);
+    write(&mut s, 6, 3_000); // the same value, a later source timestamp
+    s.run_ms(100, 100);
+    // A second item (client handle 1 again: the helper numbers from 1) joins mid-run.
+    let r = s.items(sub, &[(node.clone(), 100.0, 1)]);
+    assert_eq!(r[0].status_code, StatusCode::Good);
+    let mut got = publish(&mut s);
+    got.sort_by_key(|(_, _, ts)| *ts);
+    assert_eq!(
+        got,
+        vec![
+            (1, Variant::Int32(6), Some(2_000)),
+            (1, Variant::Int32(6), Some(3_000)),
+        ],
+        "the first item reports the sample that changed the value, the second what it read"
+    );
+    write(&mut s, 6, 4_000);
+    s.run_ms(100, 100);
+    assert_eq!(publish(&mut s), vec![], "a timestamp alone reports nothing");
+    write(&mut s, 7, 5_000);
+    s.run_ms(100, 100);
+    write(&mut s, 7, 6_000);
+    s.run_ms(100, 100);
+    assert_eq!(
+        publish(&mut s),
+        vec![
+            (1, Variant::Int32(7), Some(5_000)),
+            (1, Variant::Int32(7), Some(5_000)),
+        ],
+        "both report the change, with the timestamp of the sample that made it"
+    );
+}

@@ -18,43 +18,46 @@ pub enum Queued {
     Event(Vec<Variant>),
 }
 
-/// A bounded FIFO with the discard policy of Part 4 §5.12.1.5. A queue of one (the common
-/// case) is stored inline: no second allocation to reach on the sampling path, and nothing
-/// but the entry itself (88 bytes in all); a longer queue keeps its entries, size and policy
-/// behind one pointer.
+/// A bounded FIFO with the discard policy of Part 4 §5.12.1.5, behind one pointer that an
+/// empty queue of one leaves null: a timed item whose entry is its source's sample holds
+/// nothing here (the engine's `held`), and a queue of one that holds an entry keeps it in the
+/// same allocation as its state.
 #[derive(Debug, Default)]
 pub struct ItemQueue {
-    /// The entry of a queue of one.
-    single: Option<Queued>,
-    /// A longer queue: its entries, size and discard policy.
-    more: Option<Box<Longer>>,
+    stored: Option<Box<Stored>>,
 }
 
 #[derive(Debug)]
-struct Longer {
-    q: VecDeque<Queued>,
-    size: usize,
-    discard_oldest: bool,
+enum Stored {
+    /// A queue of one.
+    One(Option<Queued>),
+    /// A longer queue: its entries, size and discard policy.
+    Many {
+        q: VecDeque<Queued>,
+        size: usize,
+        discard_oldest: bool,
+    },
 }
 
 impl ItemQueue {
     /// A queue of `size` (≥ 1) entries.
     pub fn new(size: u32, discard_oldest: bool) -> ItemQueue {
         let size = size.max(1) as usize;
-        let more = (size > 1).then(|| {
-            Box::new(Longer {
+        let stored = (size > 1).then(|| {
+            Box::new(Stored::Many {
                 q: VecDeque::with_capacity(size.min(16)),
                 size,
                 discard_oldest,
             })
         });
-        ItemQueue { single: None, more }
+        ItemQueue { stored }
     }
 
     pub fn len(&self) -> usize {
-        match &self.more {
-            Some(m) => m.q.len(),
-            None => self.single.is_some() as usize,
+        match self.stored.as_deref() {
+            None => 0,
+            Some(Stored::One(v)) => v.is_some() as usize,
+            Some(Stored::Many { q, .. }) => q.len(),
         }
     }
 
@@ -66,9 +69,10 @@ impl ItemQueue {
     /// setting the overflow bit (Part 4 §5.12.3).
     pub fn resize(&mut self, size: u32, discard_oldest: bool) {
         let size = size.max(1) as usize;
-        let mut q = match self.more.take() {
-            Some(m) => m.q,
-            None => self.single.take().into_iter().collect(),
+        let mut q: VecDeque<Queued> = match self.stored.take().map(|b| *b) {
+            None => VecDeque::new(),
+            Some(Stored::One(v)) => v.into_iter().collect(),
+            Some(Stored::Many { q, .. }) => q,
         };
         while q.len() > size {
             if discard_oldest {
@@ -77,15 +81,15 @@ impl ItemQueue {
                 q.pop_back();
             }
         }
-        if size == 1 {
-            self.single = q.pop_front();
+        self.stored = if size == 1 {
+            q.pop_front().map(|v| Box::new(Stored::One(Some(v))))
         } else {
-            self.more = Some(Box::new(Longer {
+            Some(Box::new(Stored::Many {
                 q,
                 size,
                 discard_oldest,
-            }));
-        }
+            }))
+        };
     }
 
     /// Adds a notification; returns the values dropped (0 or 1). When full: a queue of one
@@ -94,23 +98,32 @@ impl ItemQueue {
     /// one (the Overflow bit goes on the value that replaced it).
     #[inline]
     pub fn push(&mut self, v: Queued) -> u64 {
-        let Some(m) = self.more.as_mut() else {
-            return u64::from(self.single.replace(v).is_some());
+        let Some(stored) = self.stored.as_deref_mut() else {
+            self.stored = Some(Box::new(Stored::One(Some(v))));
+            return 0;
         };
-        if m.q.len() < m.size {
-            m.q.push_back(v);
+        let (q, size, discard_oldest) = match stored {
+            Stored::One(x) => return u64::from(x.replace(v).is_some()),
+            Stored::Many {
+                q,
+                size,
+                discard_oldest,
+            } => (q, *size, *discard_oldest),
+        };
+        if q.len() < size {
+            q.push_back(v);
             return 0;
         }
-        if m.discard_oldest {
-            m.q.pop_front();
-            m.q.push_back(v);
-            if let Some(Queued::Data(dv)) = m.q.front_mut() {
+        if discard_oldest {
+            q.pop_front();
+            q.push_back(v);
+            if let Some(Queued::Data(dv)) = q.front_mut() {
                 set_overflow(dv);
             }
         } else {
-            m.q.pop_back();
-            m.q.push_back(v);
-            if let Some(Queued::Data(dv)) = m.q.back_mut() {
+            q.pop_back();
+            q.push_back(v);
+            if let Some(Queued::Data(dv)) = q.back_mut() {
                 set_overflow(dv);
             }
         }
@@ -120,29 +133,47 @@ impl ItemQueue {
     /// Takes the oldest entry.
     #[inline]
     pub fn pop(&mut self) -> Option<Queued> {
-        match self.more.as_mut() {
-            Some(m) => m.q.pop_front(),
-            None => self.single.take(),
+        match self.stored.as_deref_mut() {
+            None => None,
+            Some(Stored::One(v)) => v.take(),
+            Some(Stored::Many { q, .. }) => q.pop_front(),
         }
     }
 
     pub fn clear(&mut self) {
-        self.single = None;
-        if let Some(m) = self.more.as_mut() {
-            m.q.clear();
+        match self.stored.as_deref_mut() {
+            None => {}
+            Some(Stored::One(v)) => *v = None,
+            Some(Stored::Many { q, .. }) => q.clear(),
         }
+    }
+
+    /// Empties a queue of one and gives its allocation back; returns the values dropped (0
+    /// or 1). A longer queue is left alone (returns 0).
+    pub fn release_single(&mut self) -> u64 {
+        if let Some(Stored::One(v)) = self.stored.as_deref() {
+            let dropped = u64::from(v.is_some());
+            self.stored = None;
+            return dropped;
+        }
+        0
     }
 
     /// Entries this queue holds at most.
     pub fn capacity(&self) -> usize {
-        self.more.as_ref().map_or(1, |m| m.size)
+        match self.stored.as_deref() {
+            Some(Stored::Many { size, .. }) => *size,
+            _ => 1,
+        }
     }
 
     /// Sets the Overflow bit on the newest entry (values were dropped before they reached
     /// the queue); a queue of one carries no Overflow bit (Part 4 §5.12.1.5).
     pub fn mark_newest_overflow(&mut self) {
-        if let Some(Queued::Data(dv)) = self.more.as_mut().and_then(|m| m.q.back_mut()) {
-            set_overflow(dv);
+        if let Some(Stored::Many { q, .. }) = self.stored.as_deref_mut() {
+            if let Some(Queued::Data(dv)) = q.back_mut() {
+                set_overflow(dv);
+            }
         }
     }
 }

@@ -504,6 +504,7 @@ impl SubscriptionEngine {
             interval_ns,
             last: None,
             force: false,
+            run_start_kept: false,
             bucket: b,
             pos,
             first: NONE,
@@ -545,11 +546,19 @@ impl SubscriptionEngine {
         }
     }
 
-    /// A `synced` item takes a copy of its source's last sample as its own last value.
+    /// A `synced` item takes a copy of its source's last sample as its own last value, and
+    /// a `held` one its entry into its queue.
     pub(super) fn materialize_last(&mut self, it: u32) {
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
+        if item.held {
+            item.held = false;
+            if let Some(v) = run_start(&self.sources, &self.run_starts, item.source) {
+                let v = item_value(item, v.clone());
+                item.queue.push(Queued::Data(v));
+            }
+        }
         if !item.synced {
             return;
         }
@@ -584,6 +593,7 @@ impl SubscriptionEngine {
         self.source_free.push(s);
         self.unindex_source(s, source_key(&src));
         self.pending_samples.remove(&s);
+        self.run_starts.remove(&s);
         let b = src.bucket;
         let Some(entry) = self.buckets.get_mut(b as usize) else {
             return;
@@ -884,7 +894,7 @@ impl SubscriptionEngine {
             }
             if mode == MonitoringMode::Disabled {
                 let was_ready = item.in_ready;
-                item.queue.clear();
+                item.clear_queue();
                 item.triggered = false;
                 self.stop_sampling(it);
                 if was_ready {
@@ -913,7 +923,7 @@ impl SubscriptionEngine {
                 self.settle_last(it);
             } else if mode == MonitoringMode::Reporting {
                 // Sampling → Reporting: what was queued meanwhile is reported now.
-                let has = !item.queue.is_empty() && !item.in_ready;
+                let has = item.has_queued() && !item.in_ready;
                 if has {
                     item.in_ready = true;
                     if let Some(Some(s)) = self.subs.get_mut(slot as usize) {

@@ -190,6 +190,9 @@ struct MonitoredItem {
     triggered: bool,
     /// The last value offered is the source's last sample (`last` is `None`).
     synced: bool,
+    /// The queue (of one) holds the sample that started its source's current run of equal
+    /// status and value: kept there once, not in the queue (see [`Entry::Held`]).
+    held: bool,
     sampling_ms: f64,
     /// Exception-based items: the cell version of the newest change seen.
     version: u64,
@@ -254,6 +257,7 @@ impl MonitoredItem {
             in_ready: false,
             triggered: false,
             synced: false,
+            held: false,
             sampling_ms,
             version: 0,
             last: None,
@@ -317,6 +321,14 @@ impl MonitoredItem {
                 .as_ref()
                 .is_none_or(|c| c.range.is_none() && c.deadband == 0.0 && c.aggregate.is_none())
     }
+    /// Something to report: a queued entry or the held one.
+    fn has_queued(&self) -> bool {
+        self.held || !self.queue.is_empty()
+    }
+    fn clear_queue(&mut self) {
+        self.queue.clear();
+        self.held = false;
+    }
     /// Sets the item's own last value (reusing its allocation).
     fn keep_last(&mut self, v: &DataValue) {
         self.synced = false;
@@ -358,6 +370,9 @@ struct Source {
     /// Fan the next sample out even if it is identical to `last` (an item joined with a last
     /// value of its own, or an item's filter changed).
     force: bool,
+    /// `last` differs from the sample that started the current run of equal status and
+    /// value only in its timestamps; that sample is in the engine's `run_starts`.
+    run_start_kept: bool,
     bucket: u32,
     /// Position in the bucket's source list.
     pos: u32,
@@ -513,6 +528,10 @@ pub struct SubscriptionEngine {
     /// Asynchronous sources with a sample out at the application: its token and the time
     /// after which it is given up (the tick after that starts another).
     pending_samples: HashMap<u32, (u32, u64)>,
+    /// The first sample of a source's current run of equal status and value, for the sources
+    /// whose last sample differs from it in timestamps only (`Source::run_start_kept`): what
+    /// their `held` items report.
+    run_starts: HashMap<u32, DataValue>,
     buckets: Vec<Option<Bucket>>,
     bucket_free: Vec<u32>,
     bucket_map: HashMap<u64, u32>,
@@ -578,6 +597,7 @@ impl SubscriptionEngine {
             source_free: Vec::new(),
             source_map: HashTable::new(),
             pending_samples: HashMap::new(),
+            run_starts: HashMap::new(),
             buckets: Vec::new(),
             bucket_free: Vec::new(),
             bucket_map: HashMap::new(),
@@ -660,7 +680,7 @@ impl SubscriptionEngine {
             );
             at = next;
         }
-        src.last = Some(sample);
+        advance_source(src, source, &mut self.run_starts, sample);
     }
 
     pub fn limits(&self) -> &SubscriptionLimits {
@@ -1022,6 +1042,7 @@ fn offer(
         return;
     }
     let filter = item.filter();
+    let was_synced = item.synced;
     let changed = if item.synced {
         match origin {
             Origin::Source(Some(l)) => filter.changed(l, sample),
@@ -1043,7 +1064,68 @@ fn offer(
     if !changed {
         return;
     }
-    queue_value(items, subs, stats, it, sample.clone());
+    // A synced item whose sample starts a run of equal status and value at its source (it
+    // changed against the source's last sample for StatusValue) holds it there, not here.
+    let entry = if was_synced
+        && item.synced
+        && item.trigger == DataChangeTrigger::StatusValue
+        && item.queue.capacity() == 1
+    {
+        Entry::Held
+    } else {
+        Entry::Value(sample.clone())
+    };
+    queue_value(items, subs, stats, it, entry);
+}
+
+/// What an item queues: a value, or (a synced item with a queue of one, trigger
+/// StatusValue) the sample that starts its source's current run of equal status and value,
+/// read from the source when the item is published (it is the value the item would have
+/// queued: a later sample of the run changes nothing for this trigger, and a sample that ends
+/// the run replaces it, as a queue of one keeps the newest).
+enum Entry {
+    Value(DataValue),
+    Held,
+}
+
+/// The source's last sample becomes `sample`; it remembers the first sample of the run of
+/// equal status and value when the new one only differs in its timestamps.
+#[inline]
+fn advance_source(
+    src: &mut Source,
+    slot: u32,
+    run_starts: &mut HashMap<u32, DataValue>,
+    sample: DataValue,
+) {
+    match &src.last {
+        Some(l) if !DataChangeSettings::default().changed(l, &sample) => {
+            if !src.run_start_kept {
+                src.run_start_kept = true;
+                match run_starts.get_mut(&slot) {
+                    Some(v) => v.clone_from(l),
+                    None => {
+                        run_starts.insert(slot, l.clone());
+                    }
+                }
+            }
+        }
+        _ => src.run_start_kept = false,
+    }
+    src.last = Some(sample);
+}
+
+/// The sample a source's `held` items report (see [`Entry::Held`]).
+fn run_start<'a>(
+    sources: &'a Slots<Source>,
+    run_starts: &'a HashMap<u32, DataValue>,
+    s: u32,
+) -> Option<&'a DataValue> {
+    let src = sources.get(s as usize)?.as_ref()?;
+    if src.run_start_kept {
+        run_starts.get(&s)
+    } else {
+        src.last.as_ref()
+    }
 }
 
 /// Ends the processing intervals of an aggregate item that are over at `now` (a sampling tick
@@ -1067,7 +1149,7 @@ fn close_aggregate_intervals(
     };
     a.close_due(now.utc, scratch);
     for dv in scratch.drain(..) {
-        queue_value(items, subs, stats, it, dv);
+        queue_value(items, subs, stats, it, Entry::Value(dv));
     }
 }
 
@@ -1081,12 +1163,21 @@ fn queue_value(
     subs: &mut [Option<Subscription>],
     stats: &mut EngineStats,
     it: u32,
-    value: DataValue,
+    entry: Entry,
 ) {
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
     };
-    let overflows = item.queue.push(Queued::Data(item_value(item, value)));
+    let overflows = match entry {
+        Entry::Value(value) => {
+            let dropped = u64::from(std::mem::replace(&mut item.held, false));
+            dropped + item.queue.push(Queued::Data(item_value(item, value)))
+        }
+        Entry::Held => {
+            let dropped = u64::from(std::mem::replace(&mut item.held, true));
+            dropped + item.queue.release_single()
+        }
+    };
     stats.overflows += overflows;
     let sub_slot = item.sub;
     let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else {
@@ -1110,7 +1201,7 @@ fn queue_value(
         .unwrap_or_default();
     for &(t, id) in &links {
         if let Some(Some(ti)) = items.get_mut(t as usize) {
-            if ti.id == id && ti.mode == MonitoringMode::Sampling && !ti.queue.is_empty() {
+            if ti.id == id && ti.mode == MonitoringMode::Sampling && ti.has_queued() {
                 ti.triggered = true;
                 if !ti.in_ready {
                     ti.in_ready = true;

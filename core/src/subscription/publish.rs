@@ -49,7 +49,13 @@ impl SubscriptionEngine {
         sub.lifetime_counter = 0;
         let key = sub.session;
         let (message, more, count) = if sub.has_notifications() {
-            build_message(sub, &mut self.items, &mut self.pools, now)
+            build_message(
+                sub,
+                &mut self.items,
+                (&self.sources, &self.run_starts),
+                &mut self.pools,
+                now,
+            )
         } else {
             let msg = NotificationMessage {
                 sequence_number: sub.next_seq,
@@ -381,6 +387,7 @@ pub(super) fn queue_event(
 pub(super) fn build_message(
     sub: &mut Subscription,
     items: &mut Slots<MonitoredItem>,
+    (sources, run_starts): (&Slots<Source>, &HashMap<u32, DataValue>),
     pools: &mut Pools,
     now: Now,
 ) -> (NotificationMessage, bool, usize) {
@@ -403,7 +410,13 @@ pub(super) fn build_message(
             };
             let reportable = item.mode == MonitoringMode::Reporting || item.triggered;
             while reportable && count < cap {
-                match item.queue.pop() {
+                let entry = if std::mem::replace(&mut item.held, false) {
+                    run_start(sources, run_starts, item.source)
+                        .map(|v| Queued::Data(item_value(item, v.clone())))
+                } else {
+                    item.queue.pop()
+                };
+                match entry {
                     Some(Queued::Data(v)) => {
                         sub.diag.data_changes = sub.diag.data_changes.wrapping_add(1);
                         data.push(MonitoredItemNotification {
@@ -422,7 +435,7 @@ pub(super) fn build_message(
                 }
                 count += 1;
             }
-            if reportable && !item.queue.is_empty() {
+            if reportable && item.has_queued() {
                 // kept < i <= ready.len(): the slot exists (already visited).
                 if let Some(slot) = ready.get_mut(kept) {
                     *slot = it;

@@ -537,6 +537,7 @@ impl SubscriptionEngine {
             }
             if let Some(last) = Self::last_of(&self.sources, item) {
                 let v = item_value(item, last.clone());
+                item.held = false;
                 item.queue.push(Queued::Data(v));
                 if !item.in_ready {
                     item.in_ready = true;

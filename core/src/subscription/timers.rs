@@ -273,7 +273,7 @@ impl SubscriptionEngine {
                 );
                 at = next;
             }
-            src.last = Some(sample);
+            advance_source(src, s, &mut self.run_starts, sample);
         }
         // Aggregate items end their processing intervals on their source's ticks, changed
         // sample or not.
