@@ -15,9 +15,14 @@
 //!   stays), one sampling pass over every item (ns per item sampled), and at the end DeleteMonitoredItems of one batch with all the others
 //!   still there; ModifyMonitoredItems and SetMonitoringMode of that batch too.
 //!
+//! * **Churn** (`SCALE_PART=churn` only): `SCALE_CYCLES` (10) times, `SCALE_NODES` uniquely
+//!   named Double Variables added in one edit and removed in the next; the node store's bytes,
+//!   the live heap and the node index bound after each cycle (flat when removal gives back
+//!   everything; see docs/Architecture.md, "The node store").
+//!
 //! `cargo bench -p uaring-core --bench scale` (ITEMS = 1,000,000; `SCALE_ITEMS=N` for fewer;
-//! `SCALE_PART=nodes|items` for one part, `SCALE_NODES=N` nodes of each kind, 100,000 unless
-//! set).
+//! `SCALE_PART=nodes|items|churn` for one part, `SCALE_NODES=N` nodes of each kind, 100,000
+//! unless set).
 //! Run on a quiet machine: each figure is one measurement.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -446,6 +451,59 @@ fn items_at_scale(total: u32) {
     println!();
 }
 
+/// Churn: `cycles` times, one edit adds `n` Double Variables with names never used before
+/// (`ns=1;s=Churn.<cycle>.<i>`, organized by the Objects folder) and the next edit removes
+/// them. After each cycle: the node store's bytes (`AddressSpace::store_bytes`), the live heap
+/// and the node index bound, against the server before the first cycle. With no shard
+/// holding an older version, removed nodes' indexes and value cells are reused at once; what
+/// still grows per cycle is what removal does not give back.
+fn churn(n: u32, cycles: u32) {
+    let shared = content::new_and(config(), start(), |_| Ok(())).expect("server");
+    let model = &shared.model;
+    let base_store = model.load().store_bytes() as i64;
+    let base_live = live();
+    let base_bound = model.load().index_bound();
+    println!("| churn cycle ({n} uniquely named variables added, then removed) | node store bytes, above the start | live heap bytes, above the start | node index bound, above the start |");
+    println!("|---:|---:|---:|---:|");
+    for cycle in 0..cycles {
+        let mut edit = model.edit();
+        for i in 0..n {
+            let name = format!("Churn.{cycle}.{i}");
+            edit.add_node(variable(
+                NodeId::string(1, &name),
+                QualifiedName::new(1, &name),
+                NodeId::ns0(11),
+                -1,
+                Vec::new(),
+                DataValue {
+                    value: Variant::Double(i as f64),
+                    ..Default::default()
+                },
+                WRITABLE,
+                0.0,
+                Some((NodeId::ns0(ids::OBJECTS_FOLDER), ids::ORGANIZES)),
+            ))
+            .expect("add");
+        }
+        model.commit(edit).expect("commit the adds");
+        let mut edit = model.edit();
+        for i in 0..n {
+            edit.delete_node(&NodeId::string(1, format!("Churn.{cycle}.{i}")), true)
+                .expect("delete");
+        }
+        model.commit(edit).expect("commit the removals");
+        let space = model.load();
+        println!(
+            "| {} | {} | {} | {} |",
+            cycle + 1,
+            space.store_bytes() as i64 - base_store,
+            live() - base_live,
+            i64::from(space.index_bound()) - i64::from(base_bound)
+        );
+    }
+    println!();
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read.
     let total: u32 = std::env::var("SCALE_ITEMS")
@@ -459,10 +517,17 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
-    if part != "items" {
+    if part != "items" && part != "churn" {
         node_memory(nodes);
     }
-    if part != "nodes" {
+    if part != "nodes" && part != "churn" {
         items_at_scale(total);
+    }
+    if part == "churn" {
+        let cycles = std::env::var("SCALE_CYCLES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10);
+        churn(nodes, cycles);
     }
 }
