@@ -811,3 +811,96 @@ fn a_queue_of_one_reports_the_sample_that_started_the_run() {
         "both report the change, with the timestamp of the sample that made it"
     );
 }
+
+/// An item that leaves a deadband compares the next sample against what it last reported,
+/// not against the source's last sample: a value the deadband held back is reported then, even
+/// though the source's sample has not changed since (the source fans it out once more).
+#[test]
+fn an_item_leaving_its_deadband_reports_the_value_it_held_back() {
+    let node = NodeId::numeric(1, 1003);
+    let mut s = Sub::new(ServerConfig::default());
+    let sub = s.create(1000.0, 100, 1000, 0).subscription_id;
+    s.write_i32(node.clone(), 0);
+    let r = s.items(sub, &[(node.clone(), 100.0, 1), (node.clone(), 100.0, 1)]);
+    let (a, b) = (r[0].monitored_item_id, r[1].monitored_item_id);
+    let publish = |s: &mut Sub| -> Vec<(u32, Variant)> {
+        assert!(s.publish(vec![]).is_none());
+        s.run_ms(1000, 100);
+        let mut v: Vec<(u32, Variant)> = s
+            .responses()
+            .iter()
+            .flat_map(|r| data_changes(&r.notification_message))
+            .map(|n| (n.client_handle, n.value.value))
+            .collect();
+        v.sort_by_key(|(h, _)| *h);
+        v
+    };
+    let modify = |s: &mut Sub, id: u32, handle: u32, deadband: f64| {
+        let hd = s.h.header(&s.token);
+        let filter = DataChangeFilter {
+            trigger: DataChangeTrigger::StatusValue,
+            deadband_type: if deadband > 0.0 { 1 } else { 0 },
+            deadband_value: deadband,
+        };
+        let r = s.h.call(Request::ModifyMonitoredItems(Box::new(
+            ModifyMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_modify: vec![MonitoredItemModifyRequest {
+                    monitored_item_id: id,
+                    requested_parameters: MonitoringParameters {
+                        client_handle: handle,
+                        sampling_interval: 100.0,
+                        queue_size: 1,
+                        discard_oldest: true,
+                        filter: uaring_core::ExtensionObject::from_struct(&filter),
+                    },
+                }],
+            },
+        )));
+        let Response::ModifyMonitoredItems(m) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(m.results[0].status_code, StatusCode::Good, "{m:?}");
+    };
+    assert_eq!(
+        publish(&mut s),
+        vec![(1, Variant::Int32(0)), (2, Variant::Int32(0))]
+    );
+    modify(&mut s, a, 1, 10.0);
+    s.write_i32(node.clone(), 5);
+    s.run_ms(200, 100);
+    assert_eq!(
+        publish(&mut s),
+        vec![(2, Variant::Int32(5))],
+        "the deadband holds 5 back from the first item"
+    );
+    modify(&mut s, a, 1, 0.0);
+    s.run_ms(200, 100);
+    assert_eq!(
+        publish(&mut s),
+        vec![(1, Variant::Int32(5))],
+        "without it, the first item reports 5, the value sampled before; the second nothing new"
+    );
+    s.write_i32(node.clone(), 6);
+    s.run_ms(200, 100);
+    assert_eq!(
+        publish(&mut s),
+        vec![(1, Variant::Int32(6)), (2, Variant::Int32(6))]
+    );
+    // Disabled and enabled again: the item reports the current value once, the other nothing.
+    let hd = s.h.header(&s.token);
+    for mode in [MonitoringMode::Disabled, MonitoringMode::Reporting] {
+        let r = s.h.call(Request::SetMonitoringMode(Box::new(
+            SetMonitoringModeRequest {
+                request_header: hd.clone(),
+                subscription_id: sub,
+                monitoring_mode: mode,
+                monitored_item_ids: vec![b],
+            },
+        )));
+        assert!(matches!(r, Response::SetMonitoringMode(_)), "{r:?}");
+    }
+    assert_eq!(publish(&mut s), vec![(2, Variant::Int32(6))]);
+}
