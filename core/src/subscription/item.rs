@@ -159,6 +159,14 @@ impl ItemQueue {
         0
     }
 
+    /// The entry of a queue of one.
+    pub fn single(&self) -> Option<&Queued> {
+        match self.stored.as_deref() {
+            Some(Stored::One(v)) => v.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Entries this queue holds at most.
     pub fn capacity(&self) -> usize {
         match self.stored.as_deref() {

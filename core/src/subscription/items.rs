@@ -535,6 +535,16 @@ impl SubscriptionEngine {
         };
         match (item.last.take(), &src.last) {
             (Some(own), None) if src.first == it && item.next == NONE => {
+                // A new item's first value, queued, is now exactly the source's sample: it
+                // is held there (see `Entry::Held`) rather than kept twice.
+                if item.trigger == DataChangeTrigger::StatusValue
+                    && !item.held
+                    && matches!(item.queue.single(),
+                        Some(Queued::Data(q)) if *q == item_value(item, (*own).clone()))
+                {
+                    item.queue.release_single();
+                    item.held = true;
+                }
                 src.last = Some(*own);
                 item.synced = true;
             }
