@@ -670,11 +670,15 @@ fn time_average_slopes_and_time_average2_follows_stepped() {
     let start = r.at_ms(0);
     let int32 = NodeId::string(1, "Demo.Static.Int32");
     let double = NodeId::string(1, "Demo.Static.Double");
+    let float = NodeId::string(1, "Demo.Static.Float");
     for (handle, node, agg) in [
         (1, int32.clone(), ids::AggregateFunction_TimeAverage),
         (2, double.clone(), ids::AggregateFunction_TimeAverage),
         (3, int32.clone(), ids::AggregateFunction_TimeAverage2),
         (4, double.clone(), ids::AggregateFunction_TimeAverage2),
+        (5, float.clone(), ids::AggregateFunction_TimeAverage),
+        (6, float.clone(), ids::AggregateFunction_Average),
+        (7, float.clone(), ids::AggregateFunction_Maximum),
     ] {
         let f = ExtensionObject::from_struct(&agg_filter(agg, 1000.0, start));
         let res = r.create(node, 13, handle, 100.0, f);
@@ -684,6 +688,7 @@ fn time_average_slopes_and_time_average2_follows_stepped() {
     r.run_to(500);
     r.write(int32, Variant::Int32(10));
     r.write(double, Variant::Double(10.0));
+    r.write(float, Variant::Float(10.0));
     r.run_to(1000);
     let n = r.notifications();
     let int = of(&n, 1);
@@ -701,4 +706,16 @@ fn time_average_slopes_and_time_average2_follows_stepped() {
     for v in [&int[0], &dbl[0]] {
         assert_eq!(v.status, Some(GOOD_CALCULATED), "{v:?}");
     }
+    // A Float source: TimeAverage and Average are Double (Part 13 Table 13), Maximum the raw
+    // data type.
+    let flt: Vec<Variant> = (5..=7).map(|h| of(&n, h)[0].value.clone()).collect();
+    assert_eq!(
+        flt,
+        [
+            Variant::Double(7.5),
+            Variant::Double(5.0),
+            Variant::Float(10.0)
+        ],
+        "{n:?}"
+    );
 }

@@ -526,9 +526,19 @@ pub fn processed_reads_honour_the_aggregate_configuration(dir: &Dir, backend: &B
     let mut b = builder(dir, backend);
     let ns = b.namespace("urn:test:history");
     let flow = b.add_variable(VariableDef::new(ns.id("Flow"), "Flow", 0.0).historize());
+    let speed = b.add_variable(VariableDef::new(ns.id("Speed"), "Speed", 0.0f32).historize());
     let server = b.start().expect("start");
     let nsi = server.namespace_index("urn:test:history").unwrap();
     let id = NodeId::string(nsi, "Flow");
+    let speed_id = NodeId::string(nsi, "Speed");
+    for (i, v) in [1.5f32, 2.5, 4.0].into_iter().enumerate() {
+        speed
+            .set_with(DataValue {
+                source_timestamp: Some(at(t0, i as f64)),
+                ..DataValue::new(Variant::Float(v))
+            })
+            .unwrap();
+    }
     for (i, (v, st)) in [
         (10.0, StatusCode::Good),
         (20.0, StatusCode::Good),
@@ -546,6 +556,18 @@ pub fn processed_reads_honour_the_aggregate_configuration(dir: &Dir, backend: &B
     }
     let mut c = session(&server.endpoint_url());
     wait_for(&mut c, &id, t0, at(t0, 10.0), 4);
+    wait_for(&mut c, &speed_id, t0, at(t0, 10.0), 3);
+    // The data type of a result is Part 13's (Table 13), not the source's: the averages and
+    // totals of a Float are Double, its Minimum a Float (the raw value).
+    for (aggregate, want) in [
+        (AVERAGE, Variant::Double(8.0 / 3.0)),
+        (TIME_AVERAGE, Variant::Double((2.0 + 3.25 + 4.0) / 3.0)),
+        (2344, Variant::Double(2.0 + 3.25 + 4.0)), // Total, in value × seconds
+        (2346, Variant::Float(1.5)),               // Minimum
+    ] {
+        let d = processed(&mut c, &speed_id, aggregate, t0, at(t0, 3.0), None);
+        assert_eq!(d.value, want, "aggregate {aggregate}: {d:?}");
+    }
     let own = |treat_uncertain_as_bad, percent_data_bad, percent_data_good, sloped| {
         Some(AggregateConfiguration {
             use_server_capabilities_defaults: false,

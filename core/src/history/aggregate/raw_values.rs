@@ -127,12 +127,12 @@ impl<'a> Ctx<'a> {
         let code = self.share_quality(c.total, c.bad, c.uncertain);
         let partial = if e - s < self.pi { bits::PARTIAL } else { 0 };
         let mean = sum / c.good as f64;
-        // "Data Type: Double" (§5.4.3.5), Float kept Float.
-        let value = match self.value(self.at_or_after(s)) {
-            Variant::Float(_) => Variant::Float(mean as f32),
-            _ => Variant::Double(mean),
-        };
-        dv(value, with_bits(code, bits::CALCULATED | partial), s)
+        // "Data Type: Double" (§5.4.3.5, Table 13), whatever the source's numeric type.
+        dv(
+            Variant::Double(mean),
+            with_bits(code, bits::CALCULATED | partial),
+            s,
+        )
     }
 
     /// Count (Part 13 §5.4.3.21): the number of Good raw values in the interval (Int32), Bad

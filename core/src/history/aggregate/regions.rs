@@ -317,19 +317,17 @@ impl<'a> Ctx<'a> {
         }
         let avg = area / good_time as f64;
         let secs = |ticks: i64| ticks as f64 / (1000 * TICKS_PER_MS) as f64;
+        // "Data Type: Double" for TimeAverage(2) and Total(2) alike (§5.4.3.6–9, Table 13),
+        // whatever the source's numeric type.
         let value = match scale {
-            // "Data Type: Double" (§5.4.3.6, §5.4.3.7), Float kept Float as Average keeps it.
-            Scale::Average => {
-                let like = self.at_or_after(s).min(self.raw.len().saturating_sub(1));
-                match self.value(like) {
-                    Variant::Float(_) => Variant::Float(avg as f32),
-                    _ => Variant::Double(avg),
-                }
-            }
-            // "Data Type: Double".
-            Scale::GoodTime => Variant::Double(avg * secs(good_time)),
+            Scale::Average => avg,
+            Scale::GoodTime => avg * secs(good_time),
         };
-        dv(value, with_bits(code, bits::CALCULATED | partial), s)
+        dv(
+            Variant::Double(value),
+            with_bits(code, bits::CALCULATED | partial),
+            s,
+        )
     }
 
     /// Whether a region starting at `t` lies after the end of the data (the Bad_NoData region that

@@ -662,3 +662,84 @@ fn multi_value_bit_for_repeated_extreme() {
         Some(with_bits(StatusCode::Good, bits::MULTI_VALUE))
     );
 }
+
+/// Every Aggregate's result DataType is Part 13's Table 13 (and each aggregate's "Data Type"
+/// row), whatever the numeric type of the source: the averages, totals, durations, percentages
+/// and statistics are Double, the counts Int32, WorstQuality a StatusCode, and the rest the
+/// raw data type. Checked for Float, Int32, UInt16 and Double sources on every interval that
+/// has a value.
+#[test]
+fn every_aggregate_answers_the_data_type_of_table_13() {
+    use Aggregate as A;
+    #[derive(Debug, PartialEq)]
+    enum Ty {
+        Double,
+        Int32,
+        Status,
+        Source,
+    }
+    let ty = |a: Aggregate| match a {
+        A::Average
+        | A::TimeAverage
+        | A::TimeAverage2
+        | A::Total
+        | A::Total2
+        | A::DurationInStateZero
+        | A::DurationInStateNonZero
+        | A::DurationGood
+        | A::DurationBad
+        | A::PercentGood
+        | A::PercentBad
+        | A::StandardDeviationSample
+        | A::VarianceSample
+        | A::StandardDeviationPopulation
+        | A::VariancePopulation => Ty::Double,
+        A::Count | A::NumberOfTransitions => Ty::Int32,
+        A::WorstQuality | A::WorstQuality2 => Ty::Status,
+        _ => Ty::Source,
+    };
+    let cfg = AggregateConfig::default();
+    let sources: [fn(f64) -> Variant; 4] = [
+        |x| Variant::Float(x as f32),
+        |x| Variant::Int32(x as i32),
+        |x| Variant::UInt16(x as u16),
+        Variant::Double,
+    ];
+    for make in sources {
+        let like = make(0.0);
+        let r: Vec<DataValue> = [
+            (0, 1.0),
+            (4, 3.0),
+            (10, 7.0),
+            (15, 2.0),
+            (23, 9.0),
+            (30, 4.0),
+        ]
+        .iter()
+        .map(|&(t, v)| dv(make(v), StatusCode::Good, t * SEC))
+        .collect();
+        for a in Aggregate::ALL {
+            let out = process(*a, &r, DateTime(0), DateTime(30 * SEC), 10_000.0, &cfg)
+                .unwrap_or_else(|e| panic!("{a:?}: {e:?}"));
+            let valued: Vec<&DataValue> =
+                out.iter().filter(|d| d.value != Variant::Empty).collect();
+            assert!(!valued.is_empty(), "{a:?} on {like:?}: {out:?}");
+            for d in valued {
+                let got = match &d.value {
+                    Variant::Int32(_) if ty(*a) == Ty::Int32 => Ty::Int32,
+                    Variant::StatusCode(_) => Ty::Status,
+                    v if std::mem::discriminant(v) == std::mem::discriminant(&like) => {
+                        if ty(*a) == Ty::Double && matches!(v, Variant::Double(_)) {
+                            Ty::Double
+                        } else {
+                            Ty::Source
+                        }
+                    }
+                    Variant::Double(_) => Ty::Double,
+                    other => panic!("{a:?} on {like:?}: {other:?}"),
+                };
+                assert_eq!(got, ty(*a), "{a:?} on {like:?}: {d:?}");
+            }
+        }
+    }
+}
