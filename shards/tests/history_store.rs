@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use uaring::history::archive::Archive;
 use uaring::history::{
     start_writer, OnFull, Resume, Sample, SeriesId, Store, StoreConfig, StoreError,
 };

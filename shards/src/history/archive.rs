@@ -13,10 +13,29 @@ pub trait Archive: Send + Sync {
     /// (which maps it to its own id in the database).
     fn series(&self, key: &str) -> Result<SeriesId, StoreError>;
 
+    /// The id of the series with this key if there is one (made in this run or, for a
+    /// backend that keeps its keys, before); never makes one. Reads that only ask whether a
+    /// node has something (its modified values) use it, so that reading creates nothing.
+    fn lookup(&self, key: &str) -> Result<Option<SeriesId>, StoreError>;
+
     /// The samples of `id` with `from ≤ source_ts ≤ to`, oldest first (newest first if
-    /// `reverse`), at most `limit` of them appended to `out` (0: no limit). Equal
-    /// timestamps keep insertion order (reversed when `reverse`). Returns where to resume
-    /// when the limit cut the read short.
+    /// `reverse`), leaving out the first `skip` samples of the starting timestamp (`from`,
+    /// or `to` when `reverse`: they went out before the read was cut short), at most `limit`
+    /// of them appended to `out` (0: no limit). Equal timestamps keep insertion order
+    /// (reversed when `reverse`). Returns where to resume when the limit cut the read short.
+    #[allow(clippy::too_many_arguments)]
+    fn read_skipping(
+        &self,
+        id: SeriesId,
+        from: i64,
+        to: i64,
+        reverse: bool,
+        limit: usize,
+        skip: u32,
+        out: &mut Vec<Sample>,
+    ) -> Result<Option<Resume>, StoreError>;
+
+    /// [`Archive::read_skipping`] from the first sample of the range.
     fn read(
         &self,
         id: SeriesId,
@@ -25,7 +44,9 @@ pub trait Archive: Send + Sync {
         reverse: bool,
         limit: usize,
         out: &mut Vec<Sample>,
-    ) -> Result<Option<Resume>, StoreError>;
+    ) -> Result<Option<Resume>, StoreError> {
+        self.read_skipping(id, from, to, reverse, limit, 0, out)
+    }
 
     /// Goes on with a read cut short: `bound` is the far end of the original range (its
     /// `to`, or its `from` when `reverse`).
@@ -37,7 +58,14 @@ pub trait Archive: Send + Sync {
         reverse: bool,
         limit: usize,
         out: &mut Vec<Sample>,
-    ) -> Result<Option<Resume>, StoreError>;
+    ) -> Result<Option<Resume>, StoreError> {
+        let (from, to) = if reverse {
+            (bound, resume.ts)
+        } else {
+            (resume.ts, bound)
+        };
+        self.read_skipping(id, from, to, reverse, limit, resume.skip, out)
+    }
 
     /// The newest sample with `source_ts < t` (the last of them if several share it).
     fn last_before(&self, id: SeriesId, t: i64) -> Result<Option<Sample>, StoreError> {
@@ -83,36 +111,21 @@ impl Archive for Store {
         Store::series(self, key)
     }
 
-    fn read(
+    fn lookup(&self, key: &str) -> Result<Option<SeriesId>, StoreError> {
+        Ok(Store::lookup(self, key))
+    }
+
+    fn read_skipping(
         &self,
         id: SeriesId,
         from: i64,
         to: i64,
         reverse: bool,
         limit: usize,
+        skip: u32,
         out: &mut Vec<Sample>,
     ) -> Result<Option<Resume>, StoreError> {
-        Store::read(self, id, from, to, reverse, limit, out)
-    }
-
-    fn read_from(
-        &self,
-        id: SeriesId,
-        resume: Resume,
-        bound: i64,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<Sample>,
-    ) -> Result<Option<Resume>, StoreError> {
-        Store::read_from(self, id, resume, bound, reverse, limit, out)
-    }
-
-    fn last_before(&self, id: SeriesId, t: i64) -> Result<Option<Sample>, StoreError> {
-        Store::last_before(self, id, t)
-    }
-
-    fn first_after(&self, id: SeriesId, t: i64) -> Result<Option<Sample>, StoreError> {
-        Store::first_after(self, id, t)
+        Store::read_impl(self, id, from, to, reverse, limit, skip, out)
     }
 
     fn insert(&self, id: SeriesId, samples: Vec<Sample>) -> Result<(), StoreError> {

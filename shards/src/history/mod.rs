@@ -143,7 +143,7 @@ pub enum OnFull {
     DropOldest,
 }
 
-/// Where a read stopped at its limit: pass it to [`Store::read_from`] to go on. The
+/// Where a read stopped at its limit: pass it to [`archive::Archive::read_from`] to go on. The
 /// next sample has source timestamp `ts` and is preceded by `skip` samples of the same
 /// timestamp already returned (in the read's direction).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -737,33 +737,51 @@ impl Archive for PgArchive {
         Ok(id)
     }
 
-    fn read(
+    fn lookup(&self, key: &str) -> Result<Option<SeriesId>, StoreError> {
+        if let Some(&id) = self
+            .names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .get(key)
+        {
+            return Ok(Some(id));
+        }
+        // Made in an earlier run: the database has it.
+        let found: Option<i32> = self.with_client(|client, _| {
+            Ok(client
+                .query_opt(
+                    "SELECT id FROM uaring_history_series WHERE key = $1",
+                    &[&key],
+                )?
+                .map(|r| r.get(0)))
+        })?;
+        let Some(d) = found else {
+            return Ok(None);
+        };
+        let id = self.series(key)?;
+        if let Some(slot) = self
+            .db_ids
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(id.0 as usize)
+        {
+            *slot = d;
+        }
+        Ok(Some(id))
+    }
+
+    fn read_skipping(
         &self,
         id: SeriesId,
         from: i64,
         to: i64,
         reverse: bool,
         limit: usize,
+        skip: u32,
         out: &mut Vec<Sample>,
     ) -> Result<Option<Resume>, StoreError> {
-        self.read_impl(id, from, to, reverse, limit, 0, out)
-    }
-
-    fn read_from(
-        &self,
-        id: SeriesId,
-        resume: Resume,
-        bound: i64,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<Sample>,
-    ) -> Result<Option<Resume>, StoreError> {
-        let (from, to) = if reverse {
-            (bound, resume.ts)
-        } else {
-            (resume.ts, bound)
-        };
-        self.read_impl(id, from, to, reverse, limit, resume.skip, out)
+        self.read_impl(id, from, to, reverse, limit, skip, out)
     }
 
     fn insert(&self, id: SeriesId, samples: Vec<Sample>) -> Result<(), StoreError> {

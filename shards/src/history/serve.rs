@@ -71,8 +71,10 @@ pub struct Historian {
     /// The server's shared state (the address space: event types), set by attach; weak,
     /// since the server's state holds the historian.
     shared: OnceLock<std::sync::Weak<ServerShared>>,
-    /// The series of each node's modified values (`modified:<node>`), made on first use.
-    modified: Mutex<HashMap<NodeId, SeriesId>>,
+    /// The series of each node's modified values (`modified:<node>`), made by the first
+    /// HistoryUpdate of the node; `None`: looked up by a read, and there is none (yet).
+    /// One entry per historized node at most.
+    modified: Mutex<HashMap<NodeId, Option<SeriesId>>>,
     /// Operations answered by the readers, and refused for a full read queue.
     reads: AtomicU64,
     reads_refused: AtomicU64,
@@ -683,10 +685,18 @@ impl Historian {
             }
         }
         .map_err(store_status)?;
-        values.extend(samples.into_iter().map(|s| data_value(s, op)));
+        let (raw_from, n) = (values.len(), samples.len());
+        values.extend(samples.into_iter().map(plain));
         state.resume = next;
         if next.is_none() && d.return_bounds && !s.is_null() && !e.is_null() {
             values.push(self.bound_value(id, e.0, reverse, false)?);
+        }
+        self.mark_extra_data(&op.node_id, &mut values, |d| {
+            d.status != Some(StatusCode::BadBoundNotFound)
+        })?;
+        // The raw values as the operation asks for them (the bounds stay whole).
+        for v in values.iter_mut().skip(raw_from).take(n) {
+            *v = finish(std::mem::take(v), op);
         }
         let token = next.map(|_| state.encode());
         Ok(history_result(values, token))
@@ -787,12 +797,89 @@ impl Historian {
     /// The series that keeps a node's modified values (made on first use).
     fn modified_series(&self, node: &NodeId) -> Result<SeriesId, StoreError> {
         let mut m = self.modified.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&id) = m.get(node) {
+        if let Some(&Some(id)) = m.get(node) {
             return Ok(id);
         }
         let id = self.archive.series(&format!("modified:{node}"))?;
-        m.insert(node.clone(), id);
+        m.insert(node.clone(), Some(id));
         Ok(id)
+    }
+
+    /// The series of a node's modified values if it has one; a read makes none.
+    fn existing_modified_series(&self, node: &NodeId) -> Result<Option<SeriesId>, StoreError> {
+        if let Some(&known) = self
+            .modified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+        {
+            return Ok(known);
+        }
+        let found = self.archive.lookup(&format!("modified:{node}"))?;
+        // An update that made the series meanwhile has put it in; keep that.
+        Ok(*self
+            .modified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(node.clone())
+            .or_insert(found))
+    }
+
+    /// Sets the ExtraData bit (Part 4 §7.39.2; Part 11 §3.1.7, §6.5.3.2; Part 13 §5.3.3.1)
+    /// on each of `values` — raw values, before their timestamps are chosen — whose
+    /// SourceTimestamp has modified values kept: a value that replaced another (which it
+    /// hides) or one inserted by HistoryUpdate. Such a value hides data a client can read
+    /// with isReadModified. `only` picks the values that are raw (a processed read's
+    /// calculated and interpolated values are not). Reads the node's modified values over
+    /// the values' time span, a page at a time.
+    fn mark_extra_data(
+        &self,
+        node: &NodeId,
+        values: &mut [DataValue],
+        only: impl Fn(&DataValue) -> bool,
+    ) -> Result<(), StatusCode> {
+        let mut times: Vec<(i64, usize)> = values
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| only(d))
+            .filter_map(|(i, d)| d.source_timestamp.map(|t| (t.0, i)))
+            .collect();
+        let (Some(lo), Some(hi)) = (
+            times.iter().map(|t| t.0).min(),
+            times.iter().map(|t| t.0).max(),
+        ) else {
+            return Ok(());
+        };
+        let Some(id) = self.existing_modified_series(node).map_err(store_status)? else {
+            return Ok(());
+        };
+        times.sort_unstable();
+        let mut page = Vec::new();
+        let mut next = self
+            .archive
+            .read(id, lo, hi, false, MODIFIED_PAGE, &mut page)
+            .map_err(store_status)?;
+        loop {
+            for s in &page {
+                let from = times.partition_point(|t| t.0 < s.source_ts);
+                for &(_, i) in times[from..].iter().take_while(|t| t.0 == s.source_ts) {
+                    if let Some(d) = values.get_mut(i) {
+                        d.status = Some(aggregate::with_bits(
+                            d.status.unwrap_or(StatusCode::Good),
+                            aggregate::bits::EXTRA_DATA,
+                        ));
+                    }
+                }
+            }
+            let Some(r) = next else {
+                return Ok(());
+            };
+            page.clear();
+            next = self
+                .archive
+                .read_from(id, r, hi, false, MODIFIED_PAGE, &mut page)
+                .map_err(store_status)?;
+        }
     }
 
     /// UpdateDataDetails (Part 11 §6.8.2): Insert puts a value where there is none at its
@@ -1128,8 +1215,17 @@ impl Historian {
         let ReadDetails::Raw(d) = &*op.details else {
             return Err(StatusCode::BadInternalError);
         };
-        let id = self.modified_series(&op.node_id).map_err(store_status)?;
         let (first, bound, reverse) = time_domain(d.start_time, d.end_time)?;
+        let Some(id) = self
+            .existing_modified_series(&op.node_id)
+            .map_err(store_status)?
+        else {
+            return Ok(HistoryReadResult {
+                status_code: StatusCode::GoodNoData,
+                continuation_point: Default::default(),
+                history_data: ExtensionObject::from_struct(&HistoryModifiedData::default()),
+            });
+        };
         let resume = RawState::decode(op.resume.as_deref())?.resume;
         let limit = (op.max_values as usize).max(1);
         let mut samples = Vec::new();
@@ -1263,7 +1359,10 @@ impl Historian {
             .read(id, t, t, false, 1, &mut at)
             .map_err(store_status)?;
         if let Some(s) = at.pop() {
-            return Ok(data_value(s, op));
+            let mut v = [plain(s)];
+            self.mark_extra_data(&op.node_id, &mut v, |_| true)?;
+            let [v] = v;
+            return Ok(finish(v, op));
         }
         let usable = |s: &Sample| simple_bounds || !StatusCode(s.status).is_bad();
         let before = self.nearest(id, t, true, &usable)?;
@@ -1297,13 +1396,13 @@ impl Historian {
             StatusCode(before.status & 0xFFFF_0000)
         };
         let status = aggregate::with_bits(base, aggregate::bits::INTERPOLATED);
-        let mut dv = data_value(
-            Sample {
+        let mut dv = finish(
+            plain(Sample {
                 source_ts: t,
                 server_ts: t,
                 status: status.0,
                 value,
-            },
+            }),
             op,
         );
         if dv.status == Some(StatusCode::Good) {
@@ -1399,6 +1498,15 @@ impl Historian {
             d.processing_interval,
             &config,
         )?;
+        // A raw value passed through (Start, End, Minimum at a raw time, …; neither
+        // Calculated nor Interpolated) that hides modified data carries ExtraData too.
+        self.mark_extra_data(&op.node_id, &mut values, |d| {
+            let st = d.status.unwrap_or(StatusCode::Good).0;
+            let data_value_info = st & aggregate::bits::INFO_TYPE_DATA_VALUE != 0;
+            d.value != Variant::Empty
+                && !(data_value_info
+                    && st & (aggregate::bits::CALCULATED | aggregate::bits::INTERPOLATED) != 0)
+        })?;
         let from = op
             .resume
             .as_deref()
@@ -1642,9 +1750,9 @@ fn plain(s: Sample) -> DataValue {
     }
 }
 
-/// A sample as the operation asks for it: its timestamps and its IndexRange.
-fn data_value(s: Sample, op: &HistoryReadOp) -> DataValue {
-    let mut dv = stamp(plain(s), op.timestamps);
+/// A raw value as the operation asks for it: its timestamps and its IndexRange.
+fn finish(dv: DataValue, op: &HistoryReadOp) -> DataValue {
+    let mut dv = stamp(dv, op.timestamps);
     if let Some(range) = &op.index_range {
         match range.read(&dv.value) {
             Ok(v) => dv.value = v,

@@ -1412,47 +1412,8 @@ impl Store {
         self.read_impl(id, from, to, reverse, limit, 0, out)
     }
 
-    /// Goes on with a read cut short: `bound` is the far end of the original range (its
-    /// `to`, or its `from` when `reverse`).
-    pub fn read_from(
-        &self,
-        id: SeriesId,
-        resume: Resume,
-        bound: i64,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<Sample>,
-    ) -> Result<Option<Resume>, StoreError> {
-        let (from, to) = if reverse {
-            (bound, resume.ts)
-        } else {
-            (resume.ts, bound)
-        };
-        self.read_impl(id, from, to, reverse, limit, resume.skip, out)
-    }
-
-    /// The newest sample with `source_ts < t` (the last of them if several share it).
-    pub fn last_before(&self, id: SeriesId, t: i64) -> Result<Option<Sample>, StoreError> {
-        if t == i64::MIN {
-            return Ok(None);
-        }
-        let mut v = Vec::with_capacity(1);
-        self.read(id, i64::MIN, t - 1, true, 1, &mut v)?;
-        Ok(v.pop())
-    }
-
-    /// The oldest sample with `source_ts > t` (the first of them if several share it).
-    pub fn first_after(&self, id: SeriesId, t: i64) -> Result<Option<Sample>, StoreError> {
-        if t == i64::MAX {
-            return Ok(None);
-        }
-        let mut v = Vec::with_capacity(1);
-        self.read(id, t + 1, i64::MAX, false, 1, &mut v)?;
-        Ok(v.pop())
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn read_impl(
+    pub(super) fn read_impl(
         &self,
         id: SeriesId,
         from: i64,

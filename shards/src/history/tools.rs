@@ -9,6 +9,7 @@
 //! anything else (arrays, structures, NodeIds…) as `Binary` with the hex of its OPC UA Binary
 //! encoding. Export and import round-trip exactly.
 
+use super::archive::Archive;
 use std::io::{BufRead, Write};
 
 use uaring_core::encoding::{Decode, DecodeLimits, Encode};

@@ -202,6 +202,17 @@ pub fn read_all(
 
 pub type ByteString = uaring::ByteString;
 
+/// The values whose status carries the ExtraData bit (Part 4 §7.39: InfoType DataValue,
+/// bit 3): raw values that hide modified data.
+pub fn with_extra_data(v: &[DataValue]) -> Vec<f64> {
+    let flagged: Vec<DataValue> = v
+        .iter()
+        .filter(|d| d.status.is_some_and(|s| s.0 & 0x0408 == 0x0408))
+        .cloned()
+        .collect();
+    doubles(&flagged)
+}
+
 pub fn wait_for(c: &mut Client, node: &NodeId, start: DateTime, end: DateTime, n: usize) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
@@ -729,6 +740,45 @@ pub fn history_update_inserts_replaces_updates_and_deletes_by_role(dir: &Dir, ba
         vec![0.0, 1.0, 2.0, 3.0, 44.0, 55.0, 9.0, 20.0, 40.0],
         "3 kept, 4 replaced, 5 updated, 6 and 7–8 deleted, 20 and 40 inserted"
     );
+    // ExtraData (Part 11 §3.1.7, §6.5.3.2): a value that hides modified values — the
+    // replaced 4 and 5, the inserted 20 and 40 — says so; the others are as stored.
+    assert_eq!(with_extra_data(&v), vec![44.0, 55.0, 20.0, 40.0], "{v:?}");
+    assert!(v[..4].iter().all(|d| d.status.is_none()), "{v:?}");
+    // Also as a bound, at a time (a raw value), and passed through by a processed read
+    // (Start, a raw value: Part 13 §5.3.3.1); not on what is calculated from it (Average).
+    let r = history_read(
+        &mut c,
+        ExtensionObject::from_struct(&ReadRawModifiedDetails {
+            start_time: at(t0, 4.5),
+            end_time: at(t0, 4.8),
+            return_bounds: true,
+            ..Default::default()
+        }),
+        vec![HistoryReadValueId {
+            node_id: id.clone(),
+            ..Default::default()
+        }],
+    );
+    assert_eq!(
+        with_extra_data(&self::data(&r.results[0])),
+        vec![44.0, 55.0]
+    );
+    let r = history_read(
+        &mut c,
+        ExtensionObject::from_struct(&ReadAtTimeDetails {
+            req_times: vec![at(t0, 3.0), at(t0, 4.0)],
+            use_simple_bounds: true,
+        }),
+        vec![HistoryReadValueId {
+            node_id: id.clone(),
+            ..Default::default()
+        }],
+    );
+    assert_eq!(with_extra_data(&self::data(&r.results[0])), vec![44.0]);
+    let start = processed(&mut c, &id, 2357, at(t0, 4.0), at(t0, 5.0), None);
+    assert_eq!(with_extra_data(&[start]), vec![44.0]);
+    let avg = processed(&mut c, &id, 2342, at(t0, 4.0), at(t0, 5.0), None);
+    assert_eq!(with_extra_data(&[avg]), Vec::<f64>::new());
     // The modified values (isReadModified): what was replaced or deleted (the old value),
     // what was inserted (the new one), each with its ModificationInfo; in time order.
     let updated_at = uaring::clock::utc_now();
@@ -841,6 +891,11 @@ pub fn history_update_inserts_replaces_updates_and_deletes_by_role(dir: &Dir, ba
     assert_eq!(r[0].status_code, StatusCode::BadUserAccessDenied);
     let (v, _) = read_all(&mut c, &id, t0, end, 0);
     assert_eq!(v.len(), 9, "the edits above were durable");
+    assert_eq!(
+        with_extra_data(&v),
+        vec![44.0, 55.0, 20.0, 40.0],
+        "and so are the modified values behind ExtraData"
+    );
     let _ = c.close();
     server.shutdown().unwrap();
 }

@@ -366,6 +366,9 @@ def test_history_update_inserts_replaces_and_deletes(hist_server):
             assert [s.value for s in r[2].OperationResults] == [ua.StatusCodes.Good]
             vals = await setpoint(c).read_raw_history(t0, t0 + datetime.timedelta(seconds=10), return_bounds=False)
             assert [v.Value.Value for v in vals] == [0.0, 11.0, 2.0]
+            # Each was inserted (and 11.0 replaced 1.0) by HistoryUpdate, so each hides modified
+            # values: the ExtraData bit (InfoType DataValue 0x400, ExtraData 0x8; Part 11 §6.5.3.2).
+            assert all(v.StatusCode.value & 0x0408 == 0x0408 for v in vals), [v.StatusCode for v in vals]
             dr = ua.DeleteRawModifiedDetails()
             dr.NodeId = ua.NodeId.from_string("ns=1;s=Demo.History.Setpoint")
             dr.IsDeleteModified = False
