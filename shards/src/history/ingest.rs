@@ -4,16 +4,83 @@ use super::store::Store;
 use super::{OnFull, Sample, SeriesId, StoreError};
 use crossbeam_queue::ArrayQueue;
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 use uaring_core::types::StatusCode;
 
 /// Most samples the writer takes from the queue per hold of the store's writer lock.
 const BATCH: usize = 4096;
-/// Longest the writer sleeps when the queue is empty.
-const IDLE_SLEEP: Duration = Duration::from_millis(1);
+/// Most writer threads one queue wakes (a bit each in [`Doorbell`]).
+pub(crate) const MAX_WRITERS: usize = 64;
+
+/// How a push wakes an idle writer without a system call per sample: a writer with nothing
+/// to do sets its bit, looks at the queue once more, and parks until its next timed duty
+/// (a flush, retention); a producer, after its push, rings only when a bit is set. Both
+/// sides order their store before their load with a SeqCst fence, so either the writer
+/// sees the sample or the producer sees the bit: no wake-up is lost. A busy writer never
+/// parks, and then a push costs the fence and one load of a line nobody writes.
+pub(crate) struct Doorbell {
+    /// Bit i: writer i is parked or about to park.
+    asleep: AtomicU64,
+    /// Writer i's thread, set when it starts.
+    writers: Box<[OnceLock<Thread>]>,
+}
+
+impl Doorbell {
+    fn new(writers: usize) -> Doorbell {
+        Doorbell {
+            asleep: AtomicU64::new(0),
+            writers: (0..writers.clamp(1, MAX_WRITERS))
+                .map(|_| OnceLock::new())
+                .collect(),
+        }
+    }
+
+    /// After a push: wakes the writers that went idle.
+    #[inline]
+    fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) != 0 {
+            self.wake_all();
+        }
+    }
+
+    #[cold]
+    pub(crate) fn wake_all(&self) {
+        let mut bits = self.asleep.swap(0, Ordering::AcqRel);
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(t) = self.writers.get(i).and_then(|w| w.get()) {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Writer `i` (the calling thread) registers itself, once, before it first parks.
+    pub(crate) fn register(&self, i: usize) {
+        if let Some(w) = self.writers.get(i) {
+            let _ = w.set(std::thread::current());
+        }
+    }
+
+    /// Writer `i` parks until `until` unless the queue has something (checked after its
+    /// bit is set) or a push rings meanwhile. May return early (spurious wake-ups).
+    pub(crate) fn idle(&self, i: usize, queue: &Queue, until: Instant) {
+        let bit = 1u64 << (i % MAX_WRITERS);
+        self.asleep.fetch_or(bit, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if queue.is_empty() {
+            let now = Instant::now();
+            if until > now {
+                std::thread::park_timeout(until - now);
+            }
+        }
+        self.asleep.fetch_and(!bit, Ordering::Relaxed);
+    }
+}
 
 /// What [`Ingest::push`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +102,7 @@ pub struct Ingest {
     /// Samples lost to a full queue (the store's `StoreStats::dropped`).
     dropped: Arc<AtomicU64>,
     on_full: OnFull,
+    bell: Arc<Doorbell>,
 }
 
 /// The queue a writer drains: what [`Ingest`] pushes onto.
@@ -42,20 +110,25 @@ pub(crate) type Queue = ArrayQueue<(SeriesId, Sample)>;
 
 impl Ingest {
     /// A queue of `capacity` samples (≥ 1) that counts what it drops in `dropped`; the
-    /// caller's writer threads drain the queue it also returns.
+    /// caller's `writers` threads (1 ..= [`MAX_WRITERS`]) drain the queue it also returns,
+    /// parking on the doorbell when idle.
     pub(crate) fn new(
         capacity: usize,
         on_full: OnFull,
         dropped: Arc<AtomicU64>,
-    ) -> (Ingest, Arc<Queue>) {
+        writers: usize,
+    ) -> (Ingest, Arc<Queue>, Arc<Doorbell>) {
         let queue = Arc::new(ArrayQueue::new(capacity.max(1)));
+        let bell = Arc::new(Doorbell::new(writers));
         (
             Ingest {
                 queue: queue.clone(),
                 dropped,
                 on_full,
+                bell: bell.clone(),
             },
             queue,
+            bell,
         )
     }
 
@@ -87,6 +160,13 @@ impl Ingest {
 
     #[inline]
     fn push_counted(&self, id: SeriesId, sample: Sample, count: bool) -> Pushed {
+        let pushed = self.push_quietly(id, sample, count);
+        self.bell.ring();
+        pushed
+    }
+
+    #[inline]
+    fn push_quietly(&self, id: SeriesId, sample: Sample, count: bool) -> Pushed {
         match self.on_full {
             OnFull::DropNewest => match self.queue.push((id, sample)) {
                 Ok(()) => Pushed::Queued,
@@ -132,6 +212,7 @@ impl Ingest {
 /// drained the queue and flushed.
 pub struct WriterHandle {
     stop: Arc<AtomicBool>,
+    bell: Arc<Doorbell>,
     thread: Option<JoinHandle<Result<(), StoreError>>>,
 }
 
@@ -144,6 +225,10 @@ impl WriterHandle {
 
     fn stop_and_join(&mut self) -> Result<(), StoreError> {
         self.stop.store(true, Ordering::Release);
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
+        self.bell.wake_all();
         match self.thread.take() {
             Some(t) => t
                 .join()
@@ -164,20 +249,24 @@ impl Drop for WriterHandle {
 /// store: a second one would interleave with the first (it is allowed, but pointless).
 pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreError> {
     let cfg = store.config().clone();
-    let (ingest, queue) = Ingest::new(cfg.queue_capacity, cfg.on_full, store.c.dropped.clone());
+    let (ingest, queue, bell) =
+        Ingest::new(cfg.queue_capacity, cfg.on_full, store.c.dropped.clone(), 1);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
+    let bell2 = bell.clone();
     let nice = cfg.nice;
     let thread = std::thread::Builder::new()
         .name("uaring-history".into())
         .spawn(move || {
             crate::handshake::set_nice(nice);
-            writer_loop(&store, &queue, &stop2)
+            bell2.register(0);
+            writer_loop(&store, &queue, &bell2, &stop2)
         })?;
     Ok((
         ingest,
         WriterHandle {
             stop,
+            bell,
             thread: Some(thread),
         },
     ))
@@ -186,6 +275,7 @@ pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreEr
 fn writer_loop(
     store: &Arc<Store>,
     queue: &ArrayQueue<(SeriesId, Sample)>,
+    bell: &Doorbell,
     stop: &AtomicBool,
 ) -> Result<(), StoreError> {
     let cfg = store.config();
@@ -259,7 +349,46 @@ fn writer_loop(
             return store.flush().map(|_| ());
         }
         if took == 0 && !stopping {
-            std::thread::sleep(IDLE_SLEEP.min(next_flush.saturating_duration_since(now)));
+            // Nothing came: park until a push rings or the next flush or retention check
+            // is due (an idle server's writer wakes for those alone).
+            bell.idle(0, queue, next_flush.min(next_retention));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ping-pong through the doorbell: the writer parks with a deadline far away each round,
+    /// so a lost wake-up would stall the round (the hang guard fails it) rather than pass.
+    #[test]
+    fn a_push_always_wakes_a_parked_writer() {
+        let (ingest, queue, bell) = Ingest::new(4, OnFull::DropNewest, Arc::default(), 1);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        const ROUNDS: u32 = 2000;
+        let writer = std::thread::spawn(move || {
+            bell.register(0);
+            for _ in 0..ROUNDS {
+                loop {
+                    if queue.pop().is_some() {
+                        break;
+                    }
+                    bell.idle(0, &queue, Instant::now() + Duration::from_secs(60));
+                }
+                done_tx.send(()).unwrap();
+            }
+        });
+        for i in 0..ROUNDS {
+            // Vary the moment of the push against the writer's way to its park.
+            for _ in 0..(i % 64) {
+                std::hint::spin_loop();
+            }
+            assert!(ingest.try_push(SeriesId(0), Sample::default()));
+            done_rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the writer woke for the push");
+        }
+        writer.join().unwrap();
     }
 }

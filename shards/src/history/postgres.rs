@@ -50,15 +50,16 @@ use uaring_core::types::{StatusCode, Variant};
 use uaring_core::DecodeLimits;
 
 use super::archive::Archive;
-use super::ingest::Queue;
+use super::ingest::{Doorbell, Queue};
 use super::{OnFull, Resume, Sample, SeriesId, StoreError, StoreStats};
 
 /// The largest value (its OPC UA Binary encoding) a row takes, as in the embedded store.
 const MAX_VALUE_BYTES: usize = 1 << 20;
 /// The first back-off after a failed connect, ms (it doubles up to `reconnect_max_ms`).
 const BACKOFF_FIRST_MS: u32 = 100;
-/// Longest a writer sleeps when the queue is empty.
-const IDLE_SLEEP: Duration = Duration::from_millis(1);
+/// Longest a writer with no timed duty parks when the queue is empty (a push or the
+/// shutdown wakes it before).
+const IDLE_PARK: Duration = Duration::from_secs(1);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS uaring_history_series (
@@ -854,6 +855,7 @@ impl Archive for PgArchive {
 /// queued (or, the database being away, given up on it: counted in `lost_at_shutdown`).
 pub struct PgWriters {
     stop: Arc<AtomicBool>,
+    bell: Arc<Doorbell>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -865,6 +867,10 @@ impl PgWriters {
 
     fn stop_and_join(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.bell.wake_all();
+        for t in &self.threads {
+            t.thread().unpark();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -877,27 +883,46 @@ impl Drop for PgWriters {
     }
 }
 
-/// Starts the writer threads of `archive` on the queue `queue`.
-pub fn start_writers(archive: &Arc<PgArchive>, queue: Arc<Queue>) -> Result<PgWriters, StoreError> {
+/// Starts the writer threads of `archive` on the queue `queue` (its doorbell `bell`, made
+/// for [`PgArchive::writer_count`] writers).
+pub(crate) fn start_writers(
+    archive: &Arc<PgArchive>,
+    queue: Arc<Queue>,
+    bell: Arc<Doorbell>,
+) -> Result<PgWriters, StoreError> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
-    for i in 0..archive.cfg.writer_threads.max(1) {
+    for i in 0..archive.writer_count() {
         let a = archive.clone();
         let q = queue.clone();
         let s = stop.clone();
+        let b = bell.clone();
         threads.push(
             std::thread::Builder::new()
                 .name(format!("uaring-hpg-{i}"))
                 .spawn(move || {
                     crate::handshake::set_nice(a.cfg.nice);
-                    writer_loop(&a, &q, &s, i == 0)
+                    b.register(i);
+                    writer_loop(&a, &q, &b, i, &s)
                 })?,
         );
     }
-    Ok(PgWriters { stop, threads })
+    Ok(PgWriters {
+        stop,
+        bell,
+        threads,
+    })
 }
 
-fn writer_loop(archive: &PgArchive, queue: &Queue, stop: &AtomicBool, retention: bool) {
+impl PgArchive {
+    /// How many writer threads [`start_writers`] starts (1 ..= 64).
+    pub fn writer_count(&self) -> usize {
+        self.cfg.writer_threads.clamp(1, super::ingest::MAX_WRITERS)
+    }
+}
+
+fn writer_loop(archive: &PgArchive, queue: &Queue, bell: &Doorbell, i: usize, stop: &AtomicBool) {
+    let retention = i == 0;
     let cfg = &archive.cfg;
     let mut client: Option<Client> = None;
     let mut batch: Vec<(SeriesId, Sample)> = Vec::with_capacity(cfg.batch_samples.min(65_536));
@@ -975,7 +1000,12 @@ fn writer_loop(archive: &PgArchive, queue: &Queue, stop: &AtomicBool, retention:
             return;
         }
         if batch.is_empty() && queue.is_empty() {
-            std::thread::sleep(IDLE_SLEEP);
+            let until = if retention {
+                next_retention
+            } else {
+                Instant::now() + IDLE_PARK
+            };
+            bell.idle(i, queue, until);
         }
     }
 }

@@ -333,9 +333,13 @@ impl Historian {
         let nice = config.nice;
         let pg = PgArchive::new(config);
         let cfg = pg.config().clone();
-        let (ingest, queue) =
-            super::Ingest::new(cfg.queue_capacity, cfg.on_full, pg.dropped_counter());
-        let writers = super::postgres::start_writers(&pg, queue)?;
+        let (ingest, queue, bell) = super::Ingest::new(
+            cfg.queue_capacity,
+            cfg.on_full,
+            pg.dropped_counter(),
+            pg.writer_count(),
+        );
+        let writers = super::postgres::start_writers(&pg, queue, bell)?;
         let archive: Arc<dyn Archive> = pg.clone();
         Self::with_readers(
             archive,
