@@ -158,3 +158,63 @@ fn event_history_is_inserted_replaced_updated_and_deleted() {
     let dir = Dir::new("events");
     history_cases::event_history_is_inserted_replaced_updated_and_deleted(&dir, &Backend::Embedded);
 }
+
+/// The historian takes every historized Variable of the address space it is attached to, by
+/// index up to the index bound: also one added after a deletion, whose index lies past the
+/// node count.
+#[test]
+fn attach_finds_a_historized_variable_added_after_a_deletion() {
+    use uaring::history::serve::{Historian, HistoryConfig};
+    use uaring_core::address_space::{build::make, ClassAttributes};
+    let _serial = serial();
+    let dir = Dir::new("attach");
+    let mut b = builder(&dir, &Backend::Embedded);
+    let ns = b.namespace("urn:test:history");
+    b.add_variable(VariableDef::new(ns.id("Gone"), "Gone", 0.0));
+    b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    server
+        .delete_nodes(&[NodeId::string(nsi, "Gone")])
+        .expect("delete");
+    server
+        .edit(|e| {
+            let mut node = make::variable(
+                NodeId::string(nsi, "Late"),
+                uaring_core::QualifiedName::new(nsi, "Late"),
+                NodeId::ns0(11),
+                -1,
+                Vec::new(),
+                DataValue::new(Variant::Double(1.0)),
+                1,
+                0.0,
+                Some((NodeId::ns0(85), 35)),
+            );
+            if let ClassAttributes::Variable(v) = &mut node.attributes {
+                v.historizing = true;
+            }
+            e.add_node(node)
+        })
+        .expect("add");
+    let space = server.shared().model.load();
+    let late = space.node_index(&NodeId::string(nsi, "Late")).unwrap();
+    assert!(
+        late as usize >= space.len(),
+        "the new node's index is past the count"
+    );
+    let historized = space
+        .nodes()
+        .filter(|n| n.as_variable().is_some_and(|v| v.historizing()) && n.value_cell().is_some())
+        .count();
+    let config = HistoryConfig {
+        dir: dir.0.join("second"),
+        ..HistoryConfig::default()
+    };
+    let h = Historian::open(&config).expect("open");
+    let attached = h
+        .attach(&std::sync::Arc::new(server.shared().with_space(space)))
+        .expect("attach");
+    assert_eq!(attached, historized, "Late is among them");
+    h.shutdown().unwrap();
+    server.shutdown().unwrap();
+}

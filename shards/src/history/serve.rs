@@ -463,10 +463,9 @@ impl Historian {
             stepped: HashMap::new(),
             lost: Vec::new(),
         };
-        for index in 0..space.len() as u32 {
-            let Some(node) = space.node_at(index) else {
-                continue;
-            };
+        // By index up to the index bound, not the node count: after a deletion a node's index
+        // may lie past the count.
+        for (index, node) in space.indexed_nodes() {
             let node_id = node.node_id();
             if let Some(notifier) = node.event_notifier() {
                 let server = node_id == NodeId::ns0(uaring_core::generated::node_ids::Server);
