@@ -4,7 +4,7 @@
 //! `history_bench [--listen HOST:PORT] [--dir DIR] [--variables N] [--rate HZ]
 //! [--push-threads T] [--preload N] [--pattern count|slow|random] [--preload-at future|past]
 //! [--shards N] [--pki DIR] [--flush-interval-ms MS] [--queue-capacity N] [--read-threads N]
-//! [--stats-ms MS] [--history-nice N] [--push-nice N]`
+//! [--stats-ms MS] [--history-nice N] [--history-policy P] [--push-nice N]`
 //!
 //! * `[history] enabled = true` in `DIR` (default: a fresh directory under the temporary
 //!   directory, removed at exit; a given `DIR` is kept).
@@ -36,8 +36,9 @@
 //!   of the back-fill); then every `--stats-ms` (default 100) while pushing, a line
 //!   `history-stats mono_ns=… pushed=… appended=… dropped=… rejected=…` (CLOCK_MONOTONIC).
 //! * `--history-nice N` (default 10, the server's): `history.nice`, the priority of the
-//!   store's writer, sync and reader threads; `--push-nice N` (default 0): the push threads'
-//!   (the application's ingest) — both beside the shards' 0.
+//!   store's writer, sync and reader threads; `--history-policy P` (default batch, the
+//!   server's): `history.writer_policy`, normal, batch or idle; `--push-nice N` (default 0):
+//!   the push threads' (the application's ingest) — both beside the shards' 0.
 //! * SIGINT/SIGTERM stop it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +75,7 @@ struct Args {
     read_threads: usize,
     stats_ms: u64,
     history_nice: i32,
+    history_policy: String,
     push_nice: i32,
 }
 
@@ -94,6 +96,7 @@ fn args() -> Result<Args, String> {
         read_threads: 2,
         stats_ms: 100,
         history_nice: 10,
+        history_policy: "batch".into(),
         push_nice: 0,
     };
     let mut it = std::env::args().skip(1);
@@ -134,6 +137,7 @@ fn args() -> Result<Args, String> {
             "--read-threads" => a.read_threads = num(&k, v()?)?,
             "--stats-ms" => a.stats_ms = num(&k, v()?)?,
             "--history-nice" => a.history_nice = num(&k, v()?)?,
+            "--history-policy" => a.history_policy = v()?,
             "--push-nice" => a.push_nice = num(&k, v()?)?,
             other => return Err(format!("unknown option {other}")),
         }
@@ -290,12 +294,13 @@ impl Rng {
 
 fn run(a: &Args, dir: &std::path::Path) -> Result<(), uaring::Error> {
     let toml = format!(
-        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = {}\nqueue_capacity = {}\nread_threads = {}\nnice = {}\n",
+        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = {}\nqueue_capacity = {}\nread_threads = {}\nnice = {}\nwriter_policy = {:?}\n",
         dir.join("store").display().to_string(),
         a.flush_interval_ms,
         a.queue_capacity,
         a.read_threads,
-        a.history_nice
+        a.history_nice,
+        a.history_policy
     );
     let mut b = Server::builder()
         .config_toml(&toml)

@@ -177,6 +177,53 @@ pub struct StoreConfig {
     /// Nice value of the writer and sync threads (0..=19; 0 leaves it as it is): above the
     /// shards' 0, so a writer that shares a CPU with a shard yields to it.
     pub nice: i32,
+    /// The Linux scheduling policy of the writer and sync threads.
+    pub writer_policy: WriterPolicy,
+}
+
+/// The scheduling policy of the history writer threads (`history.writer_policy`): how they
+/// give way to the shards when they share a CPU (docs/History.md, "Threads").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WriterPolicy {
+    /// SCHED_OTHER at `nice`.
+    Normal,
+    /// SCHED_BATCH at `nice`: the kernel treats the writer as CPU-bound, so its wake-ups do
+    /// not preempt a running shard.
+    #[default]
+    Batch,
+    /// SCHED_IDLE: the writer runs only when nothing else wants the CPU; it may fall
+    /// behind a busy shard and the queue drop (counted and marked).
+    Idle,
+}
+
+impl WriterPolicy {
+    /// Parses `normal`, `batch` or `idle`.
+    pub fn parse(s: &str) -> Option<WriterPolicy> {
+        match s {
+            "normal" => Some(WriterPolicy::Normal),
+            "batch" => Some(WriterPolicy::Batch),
+            "idle" => Some(WriterPolicy::Idle),
+            _ => None,
+        }
+    }
+
+    /// Sets the calling thread's policy and nice value (failures leave the defaults).
+    pub(crate) fn apply(self, nice: i32) {
+        let policy = match self {
+            WriterPolicy::Normal => None,
+            WriterPolicy::Batch => Some(libc::SCHED_BATCH),
+            WriterPolicy::Idle => Some(libc::SCHED_IDLE),
+        };
+        if let Some(policy) = policy {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: a plain syscall on the calling thread (pid 0) with a valid parameter;
+            // failure only leaves SCHED_OTHER.
+            unsafe {
+                libc::sched_setscheduler(0, policy, &param);
+            }
+        }
+        crate::handshake::set_nice(nice);
+    }
 }
 
 impl StoreConfig {
@@ -193,6 +240,7 @@ impl StoreConfig {
             wal_max_bytes: 64 << 20,
             retention_check_ms: 1000,
             nice: 0,
+            writer_policy: WriterPolicy::Normal,
         }
     }
 }

@@ -91,6 +91,7 @@ pub struct PgConfig {
     pub retention_age_s: Option<u64>,
     pub retention_check_ms: u32,
     pub nice: i32,
+    pub writer_policy: super::WriterPolicy,
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -901,7 +902,7 @@ pub(crate) fn start_writers(
             std::thread::Builder::new()
                 .name(format!("uaring-hpg-{i}"))
                 .spawn(move || {
-                    crate::handshake::set_nice(a.cfg.nice);
+                    a.cfg.writer_policy.apply(a.cfg.nice);
                     b.register(i);
                     writer_loop(&a, &q, &b, i, &s)
                 })?,

@@ -1823,6 +1823,9 @@ pub struct HistoryConfig {
     /// Nice value of the writer, sync and reader threads (0..=19): above the shards' 0, so
     /// history work that shares a CPU with a shard yields to it.
     pub nice: i32,
+    /// Scheduling policy of the writer threads (and the store's sync thread): `batch`
+    /// (SCHED_BATCH at `nice`), `normal` (SCHED_OTHER at `nice`) or `idle` (SCHED_IDLE).
+    pub writer_policy: String,
     /// HistoryRead operations waiting for a reader thread (≥ 1); one more is
     /// BadResourceUnavailable.
     pub read_queue: usize,
@@ -1848,6 +1851,7 @@ impl Default for HistoryConfig {
             read_threads: 2,
             read_queue: 1024,
             nice: 10,
+            writer_policy: "batch".to_string(),
             nodes: Vec::new(),
         }
     }
@@ -1885,7 +1889,14 @@ impl HistoryConfig {
                 ))
             }
         }
+        let writer_policy = super::WriterPolicy::parse(&self.writer_policy).ok_or_else(|| {
+            format!(
+                "history.writer_policy = {:?} (expected normal, batch or idle)",
+                self.writer_policy
+            )
+        })?;
         let mut c = super::StoreConfig::new(&self.dir);
+        c.writer_policy = writer_policy;
         c.flush_interval_ms = self.flush_interval_ms;
         c.retention_age_s = self.retention_age_s;
         c.retention_bytes = self.retention_bytes;
@@ -1916,6 +1927,7 @@ impl HistoryConfig {
             retention_age_s: store.retention_age_s,
             retention_check_ms: 60_000,
             nice: store.nice,
+            writer_policy: store.writer_policy,
         })
     }
 
@@ -2067,5 +2079,27 @@ mod tests {
         assert!(parse_pattern("nsu=urn:nowhere;s=A", &uris).is_err());
         assert!(parse_pattern("ns=x;s=A", &uris).is_err());
         assert!(parse_pattern("ns=1;q=?", &uris).is_err());
+    }
+
+    #[test]
+    fn writer_policy_is_parsed_and_checked() {
+        let c = |p: &str| {
+            HistoryConfig {
+                writer_policy: p.into(),
+                ..HistoryConfig::default()
+            }
+            .store_config()
+            .map(|c| c.writer_policy)
+        };
+        assert_eq!(c("batch"), Ok(super::super::WriterPolicy::Batch));
+        assert_eq!(c("idle"), Ok(super::super::WriterPolicy::Idle));
+        assert_eq!(c("normal"), Ok(super::super::WriterPolicy::Normal));
+        assert!(c("fifo").unwrap_err().contains("writer_policy"));
+        assert_eq!(
+            HistoryConfig::default()
+                .store_config()
+                .map(|c| c.writer_policy),
+            Ok(super::super::WriterPolicy::Batch)
+        );
     }
 }

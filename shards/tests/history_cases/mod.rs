@@ -113,6 +113,26 @@ pub fn thread_nice(name: &str) -> Option<i64> {
     }
 }
 
+/// The scheduling policy of this process's thread named `name` (field 41 of its stat:
+/// 0 SCHED_OTHER, 3 SCHED_BATCH, 5 SCHED_IDLE). Read after [`thread_nice`] saw its nice
+/// value (a history thread sets its policy first).
+pub fn thread_policy(name: &str) -> Option<i64> {
+    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            return stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(38)?
+                .parse()
+                .ok();
+        }
+    }
+    None
+}
+
 pub fn session(url: &str) -> Client {
     let mut c = Client::connect(url, TIMEOUT).expect("connect");
     c.create_session().expect("CreateSession");
@@ -257,6 +277,11 @@ pub fn pushed_and_written_values_are_read_back_raw_at_time_and_processed_and_sur
         {
             assert_eq!(thread_nice(name), Some(10), "{name}");
         }
+        // The writers run SCHED_BATCH (history.writer_policy), the readers SCHED_OTHER.
+        for name in backend.writer_threads() {
+            assert_eq!(thread_policy(name), Some(3), "{name}");
+        }
+        assert_eq!(thread_policy("uaring-hread-0"), Some(0));
         let url = server.endpoint_url();
         let nsi = server.namespace_index("urn:test:history").unwrap();
         level_id = NodeId::string(nsi, "Level");
