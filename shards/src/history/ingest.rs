@@ -10,8 +10,9 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 use uaring_core::types::StatusCode;
 
-/// Most samples the writer takes from the queue per hold of the store's writer lock.
-const BATCH: usize = 4096;
+/// Most samples the writer takes from the queue per hold of the store's writer lock, and
+/// between two yields of the CPU (about half a millisecond of work).
+const BATCH: usize = 1024;
 /// Most writer threads one queue wakes (a bit each in [`Doorbell`]).
 pub(crate) const MAX_WRITERS: usize = 64;
 
@@ -323,6 +324,10 @@ fn writer_loop(
             if Instant::now() >= next_flush {
                 break;
             }
+            // Bounded work per turn: a shard waiting for this CPU gets it now, not after
+            // the writer's time slice (the kernel need not preempt a running writer for a
+            // waking shard).
+            std::thread::yield_now();
         }
         let now = Instant::now();
         if now >= next_flush {

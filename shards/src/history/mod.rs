@@ -13,7 +13,8 @@
 //! dropped ([`OnFull::DropNewest`]) or the oldest queued one is ([`OnFull::DropOldest`]),
 //! and [`StoreStats::dropped`] counts it.
 //!
-//! One writer thread ([`start_writer`]) drains the queue in batches (parked while it is
+//! One writer thread ([`start_writer`]) drains the queue in batches of 1,024, yielding the
+//! CPU between them (parked while it is
 //! empty, until a push rings its doorbell or a flush is due), appends the samples
 //! to the write-ahead log buffer and to the series' in-memory head chunks, seals full
 //! heads into segment files, writes the log's buffered frame every `flush_interval_ms`
