@@ -249,6 +249,18 @@ fn header(timeout_ms: u32) -> RequestHeader {
     }
 }
 
+/// The parameters of a Variable's item on the server: its slot as the client handle, the
+/// (sampling interval, queue size) asked for, the newest values kept when the queue is full.
+fn parameters(handle: u32, asked: (f64, u32)) -> MonitoringParameters {
+    MonitoringParameters {
+        client_handle: handle,
+        sampling_interval: asked.0,
+        filter: ExtensionObject::null(),
+        queue_size: asked.1,
+        discard_oldest: true,
+    }
+}
+
 fn service_result(resp: &Response) -> StatusCode {
     resp.response_header().service_result
 }
@@ -1652,7 +1664,6 @@ impl Downstream {
                 .iter()
                 .filter_map(|&i| {
                     let v = self.vars.get(i as usize)?;
-                    let (ms, q) = v.asked;
                     Some(MonitoredItemCreateRequest {
                         item_to_monitor: ReadValueId {
                             node_id: self.names.to_wire(&v.remote).unwrap_or_default(),
@@ -1660,13 +1671,7 @@ impl Downstream {
                             ..Default::default()
                         },
                         monitoring_mode: MonitoringMode::Reporting,
-                        requested_parameters: MonitoringParameters {
-                            client_handle: i,
-                            sampling_interval: ms,
-                            filter: ExtensionObject::null(),
-                            queue_size: q,
-                            discard_oldest: true,
-                        },
+                        requested_parameters: parameters(i, v.asked),
                     })
                 })
                 .collect::<Vec<_>>();
@@ -1689,16 +1694,9 @@ impl Downstream {
                 .iter()
                 .filter_map(|&i| {
                     let v = self.vars.get(i as usize)?;
-                    let (ms, q) = v.asked;
                     Some(MonitoredItemModifyRequest {
                         monitored_item_id: v.item?.id,
-                        requested_parameters: MonitoringParameters {
-                            client_handle: i,
-                            sampling_interval: ms,
-                            filter: ExtensionObject::null(),
-                            queue_size: q,
-                            discard_oldest: true,
-                        },
+                        requested_parameters: parameters(i, v.asked),
                     })
                 })
                 .collect::<Vec<_>>();
