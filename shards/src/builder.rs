@@ -504,6 +504,16 @@ impl ServerBuilder {
         } else {
             None
         };
+        // With a gateway, HistoryRead of mirrored Variables is forwarded; the store (if
+        // any) serves the rest (docs/Gateway.md "History").
+        let gateway_history = gateway_cfg.is_on().then(|| {
+            Arc::new(crate::gateway::history::GatewayHistory::new(
+                historian
+                    .clone()
+                    .map(|h| h as Arc<dyn uaring_core::history::HistoryBackend>),
+                gateway_cfg.request_timeout_ms,
+            ))
+        });
         let mut bound = Vec::new();
         let mut alarms = Vec::new();
         let mut defs = defs;
@@ -531,9 +541,12 @@ impl ServerBuilder {
                 }
                 Ok(())
             },
-            historian
-                .clone()
-                .map(|h| h as Arc<dyn uaring_core::history::HistoryBackend>),
+            match &gateway_history {
+                Some(g) => Some(g.clone() as Arc<dyn uaring_core::history::HistoryBackend>),
+                None => historian
+                    .clone()
+                    .map(|h| h as Arc<dyn uaring_core::history::HistoryBackend>),
+            },
         )
         .map_err(|e| match e.strip_prefix("address space: ") {
             Some(rest) => Error::AddressSpace(rest.to_string()),
@@ -750,6 +763,7 @@ impl ServerBuilder {
                 server: setup.shared.clone(),
                 writer: model_writer.clone(),
                 own: refresher.current_own(),
+                history: gateway_history.clone(),
             };
             match crate::gateway::Gateway::start(gateway_cfg, host) {
                 Ok(g) => {

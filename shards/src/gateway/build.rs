@@ -110,12 +110,14 @@ pub struct Instance<'a> {
     pub executable: bool,
     /// Writes of the Variable are forwarded.
     pub writable: bool,
+    /// HistoryRead of the Variable is forwarded (where the server keeps its history).
+    pub history: bool,
 }
 
 /// The node of a mirrored Object, Variable or Method. A Variable's value is stored here
 /// (a cell of any type: the server decides what it holds); its AccessLevel is what the
-/// gateway's user may do there (UserAccessLevel), current read and write only (history is
-/// not forwarded), write only when Writes are forwarded.
+/// gateway's user may do there (UserAccessLevel): current read, current write when Writes
+/// are forwarded, history read when HistoryRead is (never history write).
 pub fn instance(i: Instance<'_>) -> Node {
     let mut refs = Vec::with_capacity(i.forward.len() + 1);
     let default_type = if i.class == NodeClass::Variable {
@@ -144,6 +146,9 @@ pub fn instance(i: Instance<'_>) -> Node {
             if i.writable && v.user_access_level & access_level::CURRENT_WRITE != 0 {
                 access |= access_level::CURRENT_WRITE;
             }
+            if i.history && v.user_access_level & v.access_level & access_level::HISTORY_READ != 0 {
+                access |= access_level::HISTORY_READ;
+            }
             let value =
                 if v.value.status.is_some_and(|s| s.is_bad()) && v.value.value == Variant::Empty {
                     DataValue::status(uaring_core::StatusCode::BadWaitingForInitialData)
@@ -159,7 +164,7 @@ pub fn instance(i: Instance<'_>) -> Node {
                 user_access_level: access,
                 access_level_ex: Some(access as u32),
                 minimum_sampling_interval: v.minimum_sampling_interval,
-                historizing: false,
+                historizing: v.historizing && access & access_level::HISTORY_READ != 0,
             })
         }
         NodeClass::Method => ClassAttributes::Method {

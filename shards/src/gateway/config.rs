@@ -106,6 +106,10 @@ pub struct ServerConfig {
     /// Pass the server's events on (raised here with the mirrored source), and watch them
     /// for model changes.
     pub events: bool,
+    /// Forward clients' HistoryRead (raw, modified, at-time, processed) of mirrored
+    /// Variables whose history the server keeps (HistoryRead in its AccessLevel and in the
+    /// gateway user's UserAccessLevel); else their AccessLevel here has no HistoryRead.
+    pub history: bool,
     /// The mirrored Variables' values while the server is away.
     pub while_away: WhileAway,
     /// The publishing interval of the gateway's subscription on the server, ms.
@@ -137,6 +141,7 @@ impl Default for ServerConfig {
             writes: true,
             calls: true,
             events: true,
+            history: true,
             while_away: WhileAway::BadNotConnected,
             publishing_interval_ms: 100,
             session_timeout_ms: 60_000,

@@ -50,6 +50,7 @@ mod attr {
     pub const ACCESS_LEVEL: u32 = 17;
     pub const USER_ACCESS_LEVEL: u32 = 18;
     pub const MINIMUM_SAMPLING_INTERVAL: u32 = 19;
+    pub const HISTORIZING: u32 = 20;
     pub const EXECUTABLE: u32 = 21;
     pub const USER_EXECUTABLE: u32 = 22;
     pub const DATA_TYPE_DEFINITION: u32 = 23;
@@ -64,6 +65,8 @@ pub struct VarAttrs {
     pub access_level: u8,
     pub user_access_level: u8,
     pub minimum_sampling_interval: f64,
+    /// The server collects its history now (Historizing).
+    pub historizing: bool,
     pub value: DataValue,
 }
 
@@ -372,6 +375,7 @@ impl Crawl {
                             attr::ACCESS_LEVEL,
                             attr::USER_ACCESS_LEVEL,
                             attr::MINIMUM_SAMPLING_INTERVAL,
+                            attr::HISTORIZING,
                             attr::VALUE,
                         ],
                         NodeClass::Object => &[attr::EVENT_NOTIFIER],
@@ -927,6 +931,11 @@ impl Crawl {
             (attr::MINIMUM_SAMPLING_INTERVAL, Some(v)) => {
                 if let Variant::Double(d) = dv.value {
                     v.minimum_sampling_interval = d;
+                }
+            }
+            (attr::HISTORIZING, Some(v)) => {
+                if let Variant::Boolean(b) = dv.value {
+                    v.historizing = b;
                 }
             }
             (attr::VALUE, Some(v)) => {

@@ -25,12 +25,14 @@ use uaring_core::generated::types::{
     CallMethodRequest, CallRequest, CloseSessionRequest, ContentFilter,
     CreateMonitoredItemsRequest, CreateSessionRequest, CreateSubscriptionRequest,
     DataChangeNotification, DeleteMonitoredItemsRequest, EventFilter, EventNotificationList,
-    MessageSecurityMode, ModifyMonitoredItemsRequest, MonitoredItemCreateRequest,
-    MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters, NodeClass, PublishRequest,
-    ReadRequest, ReadValueId, RequestHeader, SignatureData, SimpleAttributeOperand,
-    StatusChangeNotification, SubscriptionAcknowledgement, TimestampsToReturn,
-    TransferSubscriptionsRequest, UserNameIdentityToken, UserTokenType, WriteRequest, WriteValue,
+    HistoryReadRequest, HistoryReadValueId, MessageSecurityMode, ModifyMonitoredItemsRequest,
+    MonitoredItemCreateRequest, MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters,
+    NodeClass, PublishRequest, ReadRequest, ReadValueId, RequestHeader, SignatureData,
+    SimpleAttributeOperand, StatusChangeNotification, SubscriptionAcknowledgement,
+    TimestampsToReturn, TransferSubscriptionsRequest, UserNameIdentityToken, UserTokenType,
+    WriteRequest, WriteValue,
 };
+use uaring_core::history::{HistoryReply, ReadDetails};
 use uaring_core::types::{
     ByteString, DataValue, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName,
     StatusCode, UaString, Variant,
@@ -79,6 +81,11 @@ enum Pending {
     /// A Write and the var it writes (u32::MAX when unknown).
     Write(u32, AsyncWrite),
     Call(AsyncCall),
+    /// A forwarded HistoryRead operation, sent in session `session`.
+    History {
+        reply: HistoryReply,
+        session: u64,
+    },
     CloseSession,
 }
 
@@ -240,7 +247,13 @@ pub(super) struct Downstream {
     pub removing: bool,
     /// The session of this connection is one of an earlier connection's, taken over.
     resumed_now: bool,
+    /// The number of the gateway's session on the server (new with each CreateSession,
+    /// unique in the process): continuation points of forwarded history reads belong to it.
+    session_number: u64,
 }
+
+/// Session numbers (see [`Downstream::session_number`]).
+static SESSIONS: AtomicU64 = AtomicU64::new(1);
 
 fn header(timeout_ms: u32) -> RequestHeader {
     RequestHeader {
@@ -259,6 +272,22 @@ fn parameters(handle: u32, asked: (f64, u32)) -> MonitoringParameters {
         queue_size: asked.1,
         discard_oldest: true,
     }
+}
+
+/// A parsed NumericRange as text again (`None`: the empty string).
+fn range_text(r: Option<&uaring_core::address_space::NumericRange>) -> String {
+    let Some(r) = r else { return String::new() };
+    r.dims
+        .iter()
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}:{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn service_result(resp: &Response) -> StatusCode {
@@ -313,6 +342,7 @@ impl Downstream {
             status_at: 0,
             removing: false,
             resumed_now: false,
+            session_number: 0,
             cfg,
         }
     }
@@ -412,6 +442,7 @@ impl Downstream {
                 }
                 Pending::Write(_, w) => w.complete(StatusCode::BadNotConnected),
                 Pending::Call(c) => c.complete(Err(StatusCode::BadNotConnected)),
+                Pending::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),
                 Pending::CreateItems(v) | Pending::ModifyItems(v) => {
                     for i in v {
                         if let Some(var) = self.vars.get_mut(i as usize) {
@@ -803,6 +834,9 @@ impl Downstream {
         self.gateway_ns = got.0;
         for (slot, n, i) in got.1 {
             self.names.register(slot, n, i);
+            if let Some(h) = &env.host.history {
+                h.namespaces.mark(i);
+            }
         }
         Ok(())
     }
@@ -1070,6 +1104,7 @@ impl Downstream {
                         .collect(),
                 });
                 self.resumed_now = false;
+                self.session_number = SESSIONS.fetch_add(1, Ordering::Relaxed);
                 self.activate(env, false)
             }
             Pending::ActivateSession { resume } => {
@@ -1362,6 +1397,49 @@ impl Downstream {
                         StatusCode::BadInternalError
                     })),
                 }
+                Ok(())
+            }
+            Pending::History { reply, session } => {
+                let result = match resp {
+                    Response::HistoryRead(r) if s.is_good() => r.results.into_iter().next(),
+                    _ => None,
+                };
+                let Some(mut result) = result else {
+                    reply.fail(if s.is_bad() {
+                        s
+                    } else {
+                        StatusCode::BadInternalError
+                    });
+                    return Ok(());
+                };
+                // Values translated (NodeIds and encodings into this server's namespaces).
+                let limits = uaring_core::DecodeLimits::default();
+                if let Some(Ok(mut data)) =
+                    result
+                        .history_data
+                        .decode_as::<uaring_core::generated::types::HistoryData>(limits)
+                {
+                    for dv in data.data_values.iter_mut() {
+                        self.names.value_in(&mut dv.value);
+                    }
+                    result.history_data = ExtensionObject::from_struct(&data);
+                } else if let Some(Ok(mut data)) =
+                    result
+                        .history_data
+                        .decode_as::<uaring_core::generated::types::HistoryModifiedData>(limits)
+                {
+                    for dv in data.data_values.iter_mut() {
+                        self.names.value_in(&mut dv.value);
+                    }
+                    result.history_data = ExtensionObject::from_struct(&data);
+                }
+                if !result.continuation_point.as_bytes().is_empty() {
+                    result.continuation_point = ByteString::from(super::history::token(
+                        session,
+                        result.continuation_point.as_bytes(),
+                    ));
+                }
+                reply.answer(result);
                 Ok(())
             }
             Pending::CloseSession => Ok(()),
@@ -1740,6 +1818,7 @@ impl Downstream {
                 Forward::Read { read, .. } => read.fail(StatusCode::BadNotConnected),
                 Forward::Write { write, .. } => write.complete(StatusCode::BadNotConnected),
                 Forward::Call { call, .. } => call.complete(Err(StatusCode::BadNotConnected)),
+                Forward::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),
             }
             return;
         }
@@ -1846,6 +1925,69 @@ impl Downstream {
                     }],
                 };
                 self.send(env, Request::Call(Box::new(req)), Pending::Call(call), 0)
+            }
+            Forward::History { op, reply } => {
+                if !self.cfg.history {
+                    reply.fail(StatusCode::BadHistoryOperationUnsupported);
+                    return;
+                }
+                let wire = self
+                    .names
+                    .remote_of_instance(&op.node_id)
+                    .and_then(|r| self.names.to_wire(&r));
+                let Some(wire) = wire else {
+                    reply.fail(StatusCode::BadNodeIdUnknown);
+                    return;
+                };
+                let continuation_point = match &op.resume {
+                    None => ByteString::null(),
+                    Some(t) => match super::history::point_of(t, self.session_number) {
+                        Some(p) => ByteString::from(p.to_vec()),
+                        // A point of an earlier session: the server has forgotten it.
+                        None => {
+                            reply.fail(StatusCode::BadContinuationPointInvalid);
+                            return;
+                        }
+                    },
+                };
+                let details = match &*op.details {
+                    ReadDetails::Raw(d) => {
+                        let mut d = d.clone();
+                        // At most what one answer here may hold; the server gives a
+                        // continuation point for the rest.
+                        d.num_values_per_node = op.max_values;
+                        ExtensionObject::from_struct(&d)
+                    }
+                    ReadDetails::AtTime(d) => ExtensionObject::from_struct(d),
+                    ReadDetails::Processed(d) => {
+                        let mut d = d.clone();
+                        d.aggregate_type = op.aggregate.iter().cloned().collect();
+                        ExtensionObject::from_struct(&d)
+                    }
+                    ReadDetails::Events(_) => {
+                        reply.fail(StatusCode::BadHistoryOperationUnsupported);
+                        return;
+                    }
+                };
+                let req = HistoryReadRequest {
+                    request_header: header(0),
+                    history_read_details: details,
+                    timestamps_to_return: op.timestamps,
+                    release_continuation_points: false,
+                    nodes_to_read: vec![HistoryReadValueId {
+                        node_id: wire,
+                        index_range: range_text(op.index_range.as_ref()).as_str().into(),
+                        continuation_point,
+                        ..Default::default()
+                    }],
+                };
+                let session = self.session_number;
+                self.send(
+                    env,
+                    Request::HistoryRead(Box::new(req)),
+                    Pending::History { reply, session },
+                    0,
+                )
             }
         };
         if let Err(e) = r {
@@ -2051,6 +2193,8 @@ impl Downstream {
             .collect();
         let writes = self.cfg.writes;
         let calls = self.cfg.calls;
+        // HistoryRead is shown only where it is forwarded (docs/Gateway.md "History").
+        let history = self.cfg.history && env.host.history.is_some();
         let now_ns = env.now.mono_ns.max(1);
 
         // Types (one edit).
@@ -2116,6 +2260,7 @@ impl Downstream {
                         event_notifier: f.event_notifier,
                         executable: f.executable && calls,
                         writable: writes,
+                        history,
                     });
                     // References from nodes mirrored before, declared here (inverse).
                     if let Some(ps) = old_parents.get(&i) {

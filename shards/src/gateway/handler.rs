@@ -183,6 +183,14 @@ impl GatewayHandler {
                 Forward::Read { server, .. }
                 | Forward::Write { server, .. }
                 | Forward::Call { server, .. } => *server,
+                Forward::History { op, .. } => self
+                    .host
+                    .server
+                    .model
+                    .current()
+                    .node_index(&op.node_id)
+                    .and_then(|i| self.by_node.get(&i))
+                    .map_or(u32::MAX, |&(server, _)| server),
             };
             let (mut env, servers) = self.env();
             match servers.get_mut(server as usize) {
@@ -193,6 +201,7 @@ impl GatewayHandler {
                         Forward::Read { read, .. } => read.fail(s),
                         Forward::Write { write, .. } => write.complete(s),
                         Forward::Call { call, .. } => call.complete(Err(s)),
+                        Forward::History { reply, .. } => reply.fail(s),
                     }
                 }
             }

@@ -24,6 +24,7 @@ pub mod config;
 pub mod crawl;
 mod downstream;
 mod handler;
+pub mod history;
 pub mod names;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -166,6 +167,12 @@ pub(crate) enum Forward {
         server: u32,
         call: AsyncCall,
     },
+    /// A HistoryRead operation of a mirrored Variable (its server found by the gateway
+    /// thread).
+    History {
+        op: uaring_core::history::HistoryReadOp,
+        reply: uaring_core::history::HistoryReply,
+    },
 }
 
 /// A shard's demand on one mirrored node.
@@ -215,6 +222,7 @@ impl Shared {
                     Forward::Read { read, .. } => read.fail(s),
                     Forward::Write { write, .. } => write.complete(s),
                     Forward::Call { call, .. } => call.complete(Err(s)),
+                    Forward::History { reply, .. } => reply.fail(s),
                 }
             }
         }
@@ -269,6 +277,9 @@ pub(crate) struct Host {
     pub writer: Arc<Mutex<()>>,
     /// The server's own certificate and key, for secured channels to mirrored servers.
     pub own: Option<Arc<uaring_crypto::OwnIdentity>>,
+    /// The server's history backend, when the gateway was configured at start (HistoryRead
+    /// of mirrored Variables is forwarded only then: [`history`]).
+    pub history: Option<Arc<history::GatewayHistory>>,
 }
 
 impl Gateway {
@@ -282,6 +293,11 @@ impl Gateway {
             demand_refused: AtomicU64::new(0),
             forward_refused: AtomicU64::new(0),
         });
+        if let Some(h) = &host.history {
+            if !h.attach(shared.clone()) {
+                return Err("the history backend already serves a gateway".into());
+            }
+        }
         if !host
             .server
             .address_space

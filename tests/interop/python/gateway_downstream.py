@@ -1,16 +1,25 @@
 """A downstream OPC UA server (asyncua's) for the gateway tests: `python gateway_downstream.py
-PORT` (0: any free port) prints `listening PORT` once it listens, then serves until killed.
+PORT` (0: any free port) prints `listening PORT HISTORY_START` once it listens, then serves until killed.
 
 Namespace urn:test:plant, Objects/Line1 holding
 - Counter: a Double that counts up by 1 every 50 ms (a subscriber sees every step);
 - Setpoint: a writable Int32;
 - Add(Int32, Int32) -> Int32;
-- Alarm(String): raises a BaseEventType event on the Server object with that message.
+- Alarm(String): raises a BaseEventType event on the Server object with that message;
+- History: a Double historized in asyncua's in-memory store (Server.historize_node_data_change)
+  holding the values 0..9 at one-second steps an hour ago (HISTORY_START), served at most 4
+  values per answer (the rest behind a continuation point).
 """
 import asyncio
 import sys
+from datetime import datetime, timedelta, timezone
 
 from asyncua import Server, ua, uamethod
+from asyncua.server.history import HistoryDict
+
+# The first historized value's SourceTimestamp: a whole second an hour ago (printed after the
+# port).
+HISTORY_START = (datetime.now(timezone.utc) - timedelta(hours=1)).replace(microsecond=0)
 
 
 async def main(port):
@@ -24,6 +33,16 @@ async def main(port):
     setpoint = await line.add_variable(idx, "Setpoint", ua.Variant(1, ua.VariantType.Int32))
     await setpoint.set_writable()
     events = await s.get_event_generator()
+    history = await line.add_variable(idx, "History", 0.0)
+    level = ua.AccessLevel.CurrentRead.mask | ua.AccessLevel.HistoryRead.mask
+    for a in (ua.AttributeIds.AccessLevel, ua.AttributeIds.UserAccessLevel):
+        await history.write_attribute(a, ua.DataValue(ua.Variant(level, ua.VariantType.Byte)))
+    await history.write_attribute(
+        ua.AttributeIds.Historizing, ua.DataValue(ua.Variant(True, ua.VariantType.Boolean))
+    )
+    storage = HistoryDict(max_history_data_response_size=4)
+    s.iserver.history_manager.set_storage(storage)
+    await s.historize_node_data_change(history, period=timedelta(days=1))
 
     @uamethod
     def add(parent, a, b):
@@ -39,7 +58,13 @@ async def main(port):
     )
     await line.add_method(idx, "Alarm", alarm, [ua.VariantType.String], [])
     async with s:
-        print("listening", s.bserver.port, flush=True)
+        for i in range(10):
+            t = HISTORY_START + timedelta(seconds=i)
+            await storage.save_node_value(
+                history.nodeid,
+                ua.DataValue(ua.Variant(float(i)), SourceTimestamp=t, ServerTimestamp=t),
+            )
+        print("listening", s.bserver.port, HISTORY_START.isoformat(), flush=True)
         n = 0.0
         while True:
             await asyncio.sleep(0.05)

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from asyncua import Client, ua
@@ -65,6 +66,8 @@ class Downstream:
             self.kill()
             raise RuntimeError(f"the downstream did not start: {line!r}")
         self.port = int(line.split()[1])
+        # When the History node's values begin (gateway_downstream.py).
+        self.history_start = datetime.fromisoformat(line.split()[2])
         self.url = f"opc.tcp://127.0.0.1:{self.port}"
 
     def kill(self):
@@ -113,17 +116,34 @@ def gateway(tmp_path_factory):
     except Exception:
         down.kill()
         raise
-    cfg = tmp_path_factory.mktemp("gateway") / "uaring.toml"
+    tmp = tmp_path_factory.mktemp("gateway")
+    # uaring itself downstream: its Demo folder (historized Variables, an alarm), its history
+    # store in a directory of its own.
+    ucfg = tmp / "downstream.toml"
+    ucfg.write_text(f'[history]\ndir = "{tmp / "down-history"}"\n')
+    try:
+        udown = Server("--config", str(ucfg))
+    except Exception:
+        down.kill()
+        plant.stop()
+        raise
+    cfg = tmp / "uaring.toml"
     cfg.write_text(
+        f'[history]\ndir = "{tmp / "history"}"\n'
         "[gateway]\nrequest_timeout_ms = 5000\n"
         "[[gateway.servers]]\n"
         'name = "o6"\n'
         f'endpoint = "{plant.url}"\n'
         "reconnect_min_ms = 100\nreconnect_max_ms = 500\n"
+        "[[gateway.servers]]\n"
+        'name = "u"\n'
+        f'endpoint = "{udown.url}"\n'
+        'mirror = ["nsu=urn:uaring:server;s=Demo"]\n'
     )
     s = Server("--gateway", down.url, "--config", str(cfg))
     s.down = down
     s.plant = plant
+    s.udown = udown
     s.down_name = f"127.0.0.1_{down.port}"
     try:
         yield s
@@ -131,7 +151,9 @@ def gateway(tmp_path_factory):
         code = s.stop()
         s.down.kill()
         plant.stop()
+        ucode = udown.stop()
         assert code == 0, f"uaring exited with {code} on SIGTERM"
+        assert ucode == 0, f"the downstream uaring exited with {ucode} on SIGTERM"
 
 
 async def until(what, f, timeout=20):
@@ -391,5 +413,105 @@ def test_a_killed_downstream_reads_bad_not_connected_and_resumes(gateway):
             await until("values again after the restart", resumed, timeout=40)
             assert await state.read_value() == "connected"
             assert await reconnects.read_value() >= 1
+
+    run(go())
+
+
+def test_history_reads_are_forwarded_with_their_continuation_points(gateway):
+    """HistoryRead of a mirrored Variable whose server keeps its history goes to the server;
+    its continuation points come back wrapped and are honoured; a Variable without history
+    shows no HistoryRead in its AccessLevel here."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            node = await mirrored(c, gateway.down_name, "Line1", "History")
+            setpoint = await mirrored(c, gateway.down_name, "Line1", "Setpoint")
+            level = await node.read_attribute(ua.AttributeIds.AccessLevel)
+            assert level.Value.Value & ua.AccessLevel.HistoryRead.mask, level
+            assert (await node.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
+            plain = (await setpoint.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            assert not plain & ua.AccessLevel.HistoryRead.mask, plain
+            start = gateway.down.history_start
+
+            # Raw: ten values, four per answer downstream: asyncua's client follows the
+            # continuation points (three reads through the gateway).
+            values = await node.read_raw_history(
+                start - timedelta(seconds=1), start + timedelta(seconds=20), return_bounds=False
+            )
+            assert [v.Value.Value for v in values] == [float(i) for i in range(10)], values
+            assert values[3].SourceTimestamp.replace(tzinfo=timezone.utc) == start + timedelta(
+                seconds=3
+            )
+
+            # A continuation point of another request (other details) is refused here.
+            details = ua.ReadRawModifiedDetails(
+                IsReadModified=False,
+                StartTime=start,
+                EndTime=start + timedelta(seconds=20),
+                NumValuesPerNode=0,
+                ReturnBounds=False,
+            )
+            first = await node.history_read(details)
+            assert first.StatusCode.is_good() and first.ContinuationPoint, first
+            assert [v.Value.Value for v in first.HistoryData.DataValues] == [0.0, 1.0, 2.0, 3.0]
+            details.EndTime = start + timedelta(seconds=30)
+            other = await node.history_read(details, first.ContinuationPoint)
+            assert other.StatusCode.value == ua.StatusCodes.BadContinuationPointInvalid
+
+            # The server's own refusal comes back: asyncua's store has no processed reads.
+            processed = ua.ReadProcessedDetails(
+                StartTime=start,
+                EndTime=start + timedelta(seconds=10),
+                ProcessingInterval=5000.0,
+                AggregateType=[ua.NodeId(ua.ObjectIds.AggregateFunction_Average)],
+            )
+            r = await node.history_read(processed)
+            assert r.StatusCode.value == ua.StatusCodes.BadNotImplemented, r
+
+            # A Variable without HistoryRead: refused here, not asked downstream.
+            r = await setpoint.history_read(details)
+            assert r.StatusCode.value == ua.StatusCodes.BadNotReadable, r
+
+    run(go())
+
+
+def test_processed_and_at_time_history_reads_are_forwarded(gateway):
+    """uaring downstream (its Demo.History.Count, +1 a second, historized): processed and
+    at-time reads through the gateway give what the server itself gives."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c, Client(
+            gateway.udown.url, timeout=10
+        ) as d:
+            node = await mirrored(c, "u", "Demo", "History", "Count")
+            idx = await d.get_namespace_index("urn:uaring:server")
+            direct = d.get_node(ua.NodeId("Demo.History.Count", idx))
+            level = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            assert level & ua.AccessLevel.HistoryRead.mask, level
+            end = datetime.now(timezone.utc)
+
+            async def three():
+                vs = await direct.read_raw_history(end - timedelta(seconds=30), end + timedelta(seconds=30))
+                return vs if len(vs) >= 3 else None
+
+            raw = await until("three values in the downstream's history", three)
+            t0 = raw[0].SourceTimestamp.replace(tzinfo=timezone.utc)
+            t1 = raw[2].SourceTimestamp.replace(tzinfo=timezone.utc)
+            processed = ua.ReadProcessedDetails(
+                StartTime=t0,
+                EndTime=t1 + timedelta(milliseconds=1),
+                ProcessingInterval=1000.0,
+                AggregateType=[ua.NodeId(ua.ObjectIds.AggregateFunction_Count)],
+            )
+            at_time = ua.ReadAtTimeDetails(
+                ReqTimes=[t0 + timedelta(milliseconds=500), t1], UseSimpleBounds=True
+            )
+            for details in (processed, at_time):
+                here = await node.history_read(details)
+                there = await direct.history_read(details)
+                assert here.StatusCode.is_good(), here
+                got = [(v.StatusCode.value, v.Value.Value, v.SourceTimestamp) for v in here.HistoryData.DataValues]
+                want = [(v.StatusCode.value, v.Value.Value, v.SourceTimestamp) for v in there.HistoryData.DataValues]
+                assert got and got == want, (details, got, want)
 
     run(go())
