@@ -2,7 +2,9 @@
 //! what its items there ask for, whenever that changes, and offers it again when the sink was
 //! full), read-through Variables (a Read the cell does not meet by maxAge is answered by the
 //! source, a Write through its hook leaves the cell to whoever keeps it), and forwarded
-//! methods (arguments and outputs as the other server has them).
+//! methods (arguments and outputs as the other server has them), and condition methods
+//! (Acknowledge …) of another server's condition forwarded through the method registered on
+//! the condition's node.
 
 mod dispatch_util;
 
@@ -130,6 +132,7 @@ impl Rig {
             });
             b.add(m)?;
             let r3 = r3.clone();
+            let r5 = r3.clone();
             b.set_method(
                 forwarded(),
                 AppMethod {
@@ -137,11 +140,46 @@ impl Rig {
                     outputs: Vec::new(),
                     needs_write: false,
                     handler: MethodHandler::Forward {
-                        start: Arc::new(move |c| r3.calls.lock().unwrap().push(c)),
+                        start: Arc::new(move |c| r5.calls.lock().unwrap().push(c)),
                         timeout_ms: 500,
                     },
                 },
             );
+            // Two AlarmConditionType Objects no condition of this server: one with a
+            // forwarder on its own NodeId (a mirrored condition), one without.
+            for (name, forward) in [("Alarm", true), ("Stray", false)] {
+                let id = NodeId::string(2, name);
+                let mut o = make::folder(id.clone(), QualifiedName::new(ns, name), NodeId::ns0(85));
+                o.references = vec![
+                    uaring_core::address_space::Reference {
+                        reference_type: NodeId::ns0(40),
+                        is_forward: true,
+                        target: uaring_core::ExpandedNodeId::local(NodeId::ns0(2915)),
+                    },
+                    uaring_core::address_space::Reference {
+                        reference_type: NodeId::ns0(35),
+                        is_forward: false,
+                        target: uaring_core::ExpandedNodeId::local(NodeId::ns0(85)),
+                    },
+                ]
+                .into();
+                b.add(o)?;
+                if forward {
+                    let r4 = r3.clone();
+                    b.set_method(
+                        id,
+                        AppMethod {
+                            inputs: Vec::new(),
+                            outputs: Vec::new(),
+                            needs_write: true,
+                            handler: MethodHandler::Forward {
+                                start: Arc::new(move |c| r4.calls.lock().unwrap().push(c)),
+                                timeout_ms: 500,
+                            },
+                        },
+                    );
+                }
+            }
             Ok(())
         })
         .unwrap();
@@ -400,4 +438,44 @@ fn a_forwarded_method_passes_any_arguments_and_returns_the_outputs_it_gets() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_condition_method_on_another_servers_condition_goes_to_its_forwarder() {
+    let mut rig = Rig::new();
+    let call = |hd, object: &str| {
+        Request::Call(Box::new(CallRequest {
+            request_header: hd,
+            methods_to_call: vec![CallMethodRequest {
+                object_id: NodeId::string(2, object),
+                method_id: NodeId::ns0(9111),
+                input_arguments: vec![
+                    Variant::ByteString(b"event".to_vec().into()),
+                    Variant::LocalizedText(Box::new(uaring_core::LocalizedText::text("seen"))),
+                ],
+            }],
+        }))
+    };
+    let hd = rig.h.header(&rig.token);
+    assert!(rig.send(call(hd, "Alarm")).is_none(), "deferred");
+    let c = rig.remote.calls.lock().unwrap().pop().unwrap();
+    assert_eq!(c.object_id, NodeId::string(2, "Alarm"));
+    assert_eq!(c.method_id, NodeId::ns0(9111));
+    assert_eq!(c.inputs.len(), 2);
+    c.complete(Err(StatusCode::BadEventIdUnknown));
+    match &rig.later(1)[0] {
+        Response::Call(r) => {
+            assert_eq!(r.results[0].status_code, StatusCode::BadEventIdUnknown)
+        }
+        other => panic!("{other:?}"),
+    }
+    // No condition here and no forwarder: as before.
+    let hd = rig.h.header(&rig.token);
+    match rig.send(call(hd, "Stray")) {
+        Some(Response::Call(r)) => {
+            assert_eq!(r.results[0].status_code, StatusCode::BadNodeIdInvalid)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(rig.remote.calls.lock().unwrap().is_empty());
 }

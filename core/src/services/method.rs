@@ -23,7 +23,10 @@
 //!    `inputArgumentResults` (`BadTypeMismatch`, `BadOutOfRange`, Good). Variant Null is
 //!    accepted for String, ByteString, LocalizedText and NodeId arguments (as null) and for
 //!    arrays (as empty), never for numbers.
-//! 5. The method runs; its own statuses (e.g. `BadEventIdUnknown`) are the result.
+//! 5. The method runs; its own statuses (e.g. `BadEventIdUnknown`) are the result. A
+//!    condition method called on an Object that is no condition of this server but has a
+//!    forwarding application method registered on its own NodeId (a condition of another
+//!    server mirrored by the gateway) is forwarded through it.
 //!
 //! `inputArgumentResults` has one entry per argument once the count is right, else none.
 //!
@@ -564,7 +567,17 @@ fn call_one(
                 .condition_called(&m.object_id, action)
                 .cloned()
             else {
-                return status_only(StatusCode::BadNodeIdInvalid);
+                // A condition another server owns, mirrored here (the gateway): the method
+                // registered on the condition's own node forwards the call there.
+                return match space.app_method(&m.object_id) {
+                    Some(
+                        app @ crate::address_space::app::AppMethod {
+                            handler: crate::address_space::app::MethodHandler::Forward { .. },
+                            ..
+                        },
+                    ) => call_app(app, m, caller, now, deferred),
+                    _ => status_only(StatusCode::BadNodeIdInvalid),
+                };
             };
             if action.is_shelving() {
                 let time = match arg(0) {

@@ -57,6 +57,11 @@ const ITEM_REQUESTS_OUT: usize = 8;
 const NODES_PER_EDIT: usize = 5_000;
 /// The client handle of the event item.
 const EVENT_HANDLE: u32 = u32::MAX;
+/// ConditionType (namespace 0).
+const CONDITION_TYPE: u32 = 2782;
+/// What the EventIds of a server's events passed on begin with, before its number
+/// ([`Downstream::event_tag`]) and the server's own EventId.
+const EVENT_ID_PREFIX: &[u8; 2] = b"gw";
 /// The keep-alive the gateway's subscription asks for, ms.
 const KEEP_ALIVE_MS: f64 = 5_000.0;
 
@@ -250,6 +255,8 @@ pub(super) struct Downstream {
     /// The number of the gateway's session on the server (new with each CreateSession,
     /// unique in the process): continuation points of forwarded history reads belong to it.
     session_number: u64,
+    /// This server's number in the EventIds of its events here (unique in the process).
+    event_tag: u64,
 }
 
 /// Session numbers (see [`Downstream::session_number`]).
@@ -343,6 +350,7 @@ impl Downstream {
             removing: false,
             resumed_now: false,
             session_number: 0,
+            event_tag: SESSIONS.fetch_add(1, Ordering::Relaxed),
             cfg,
         }
     }
@@ -1624,8 +1632,16 @@ impl Downstream {
                     .map(|r| self.names.local_instance(&r)),
                 _ => None,
             };
+            // The server's EventId behind this server's tag: a condition method called here
+            // with it (Acknowledge, Confirm) reaches the server with the server's own.
+            let event_id = match f(0) {
+                Variant::ByteString(b) if !b.as_bytes().is_empty() => {
+                    ByteString::from(self.event_id_here(b.as_bytes()))
+                }
+                _ => server.events.ids.next(),
+            };
             let event = Event {
-                event_id: server.events.ids.next(),
+                event_id,
                 type_chain: uaring_core::events::type_chain(&space, &event_type),
                 event_type,
                 source_name,
@@ -1641,6 +1657,22 @@ impl Downstream {
             server.events.bus.publish(event);
             self.status.events.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A server's EventId as the EventId of its event here.
+    fn event_id_here(&self, theirs: &[u8]) -> Vec<u8> {
+        let mut id = Vec::with_capacity(EVENT_ID_PREFIX.len() + 8 + theirs.len());
+        id.extend_from_slice(EVENT_ID_PREFIX);
+        id.extend_from_slice(&self.event_tag.to_le_bytes());
+        id.extend_from_slice(theirs);
+        id
+    }
+
+    /// The server's EventId of an EventId here, when it is one of its events.
+    fn event_id_there<'b>(&self, ours: &'b [u8]) -> Option<&'b [u8]> {
+        let rest = ours.strip_prefix(EVENT_ID_PREFIX)?;
+        let (tag, theirs) = rest.split_at_checked(8)?;
+        (tag == self.event_tag.to_le_bytes() && !theirs.is_empty()).then_some(theirs)
     }
 
     // ---- demand and items --------------------------------------------------------------
@@ -1904,10 +1936,15 @@ impl Downstream {
                     .names
                     .remote_of_instance(&call.object_id)
                     .and_then(|r| self.names.to_wire(&r));
-                let method = self
-                    .names
-                    .remote_of_instance(&call.method_id)
-                    .and_then(|r| self.names.to_wire(&r));
+                // A namespace-0 method (a condition's Acknowledge, Confirm …) is the same
+                // there.
+                let method = if call.method_id.namespace == 0 {
+                    Some(call.method_id.clone())
+                } else {
+                    self.names
+                        .remote_of_instance(&call.method_id)
+                        .and_then(|r| self.names.to_wire(&r))
+                };
                 let (Some(object), Some(method)) = (object, method) else {
                     call.complete(Err(StatusCode::BadNodeIdUnknown));
                     return;
@@ -1915,6 +1952,13 @@ impl Downstream {
                 let mut inputs = call.inputs.clone();
                 for i in inputs.iter_mut() {
                     self.names.value_out(i);
+                }
+                // An EventId of one of this server's events (the first argument of the
+                // condition methods) goes back as the server's own.
+                if let Some(Variant::ByteString(b)) = inputs.first_mut() {
+                    if let Some(theirs) = self.event_id_there(b.as_bytes()) {
+                        *b = ByteString::from(theirs.to_vec());
+                    }
                 }
                 let req = CallRequest {
                     request_header: header(0),
@@ -2253,7 +2297,7 @@ impl Downstream {
                         class: f.class,
                         browse_name: f.browse_name.clone(),
                         display_name: f.display_name.clone(),
-                        type_def,
+                        type_def: type_def.clone(),
                         forward,
                         var: f.var.as_deref(),
                         data_type,
@@ -2288,7 +2332,18 @@ impl Downstream {
                     if mirror.contains_key(&f.remote) || e.space().node(&local).is_some() {
                         continue;
                     }
+                    // A condition (an Object of a ConditionType subtype): its methods called
+                    // here with its ConditionId (Acknowledge, Confirm … of namespace 0) are
+                    // forwarded to it.
+                    let condition = f.class == NodeClass::Object
+                        && calls
+                        && type_def.as_ref().is_some_and(|t| {
+                            e.space().is_subtype_of(t, &NodeId::ns0(CONDITION_TYPE))
+                        });
                     let index = e.add_node(node)?;
+                    if condition {
+                        e.set_method(local.clone(), method.clone());
+                    }
                     let generation = e.space().node_at(index).map_or(0, |n| n.generation());
                     if is_var {
                         e.set_read_through(

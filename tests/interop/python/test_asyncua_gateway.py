@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from asyncua import Client, ua
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, example_bin
 
 HERE = pathlib.Path(__file__).resolve().parent
 PLANT_URI = "urn:test:plant"
@@ -127,6 +127,14 @@ def gateway(tmp_path_factory):
         down.kill()
         plant.stop()
         raise
+    try:
+        # The library's plant example: an alarm (Plant.HighSetpoint) driven by Setpoint.
+        pex = Server(command=[example_bin("plant"), "--variables", "1"])
+    except Exception:
+        down.kill()
+        plant.stop()
+        udown.stop()
+        raise
     cfg = tmp / "uaring.toml"
     cfg.write_text(
         f'[history]\ndir = "{tmp / "history"}"\n'
@@ -139,11 +147,16 @@ def gateway(tmp_path_factory):
         'name = "u"\n'
         f'endpoint = "{udown.url}"\n'
         'mirror = ["nsu=urn:uaring:server;s=Demo"]\n'
+        "[[gateway.servers]]\n"
+        'name = "p"\n'
+        f'endpoint = "{pex.url}"\n'
+        'mirror = ["nsu=urn:uaring:example:plant;s=Plant"]\n'
     )
     s = Server("--gateway", down.url, "--config", str(cfg))
     s.down = down
     s.plant = plant
     s.udown = udown
+    s.pex = pex
     s.down_name = f"127.0.0.1_{down.port}"
     try:
         yield s
@@ -152,6 +165,7 @@ def gateway(tmp_path_factory):
         s.down.kill()
         plant.stop()
         ucode = udown.stop()
+        pex.stop()
         assert code == 0, f"uaring exited with {code} on SIGTERM"
         assert ucode == 0, f"the downstream uaring exited with {ucode} on SIGTERM"
 
@@ -513,5 +527,72 @@ def test_processed_and_at_time_history_reads_are_forwarded(gateway):
                 got = [(v.StatusCode.value, v.Value.Value, v.SourceTimestamp) for v in here.HistoryData.DataValues]
                 want = [(v.StatusCode.value, v.Value.Value, v.SourceTimestamp) for v in there.HistoryData.DataValues]
                 assert got and got == want, (details, got, want)
+
+    run(go())
+
+
+def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
+    """The plant example's alarm (a NonExclusiveLevelAlarmType, active above Setpoint 90):
+    its event passes through the gateway; Acknowledge and Confirm called here on the mirrored
+    condition with that event's EventId reach the condition on the plant (its AckedState and
+    ConfirmedState there, and its application hook's count of acknowledgements)."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c, Client(
+            gateway.pex.url, timeout=10
+        ) as d:
+            alarm = await mirrored(c, "p", "Plant", "HighSetpoint")
+            setpoint = await mirrored(c, "p", "Plant", "Setpoint")
+            ns = await d.get_namespace_index("urn:uaring:example:plant")
+            there = lambda s: d.get_node(ua.NodeId(s, ns))
+            acks = await there("Plant.AlarmAcks").read_value()
+            h = Changes()
+            sub = await c.create_subscription(50, h)
+            await sub.subscribe_events(c.nodes.server)
+            await setpoint.write_value(ua.DataValue(ua.Variant(95.0, ua.VariantType.Double)))
+
+            async def alarm_event():
+                return [e for e in h.events if e.EventType == ua.NodeId(10060, 0)]
+
+            ev = (await until("the alarm's event through the gateway", alarm_event))[-1]
+            assert await there("Plant.HighSetpoint.AckedState.Id").read_value() is False
+            await alarm.call_method(
+                ua.NodeId(9111, 0),
+                ua.Variant(ev.EventId, ua.VariantType.ByteString),
+                ua.Variant(ua.LocalizedText("acknowledged upstream"), ua.VariantType.LocalizedText),
+            )
+            assert await there("Plant.HighSetpoint.AckedState.Id").read_value() is True
+            assert await there("Plant.AlarmAcks").read_value() == acks + 1
+            assert await there("Plant.AlarmLastComment").read_value() == "acknowledged upstream"
+            # The plant's own refusal comes back: that event is acknowledged (superseded).
+            with pytest.raises(ua.UaStatusCodeError):
+                await alarm.call_method(
+                    ua.NodeId(9111, 0),
+                    ua.Variant(ev.EventId, ua.VariantType.ByteString),
+                    ua.Variant(ua.LocalizedText("again"), ua.VariantType.LocalizedText),
+                )
+            assert await there("Plant.AlarmAcks").read_value() == acks + 1
+            # Confirm, with the EventId of the acknowledgement's own event.
+
+            async def acked_event():
+                return [e for e in h.events if e.EventType == ua.NodeId(10060, 0) and e.EventId != ev.EventId]
+
+            ev2 = (await until("the acknowledgement's event", acked_event))[-1]
+            await alarm.call_method(
+                ua.NodeId(9113, 0),
+                ua.Variant(ev2.EventId, ua.VariantType.ByteString),
+                ua.Variant(ua.LocalizedText("confirmed upstream"), ua.VariantType.LocalizedText),
+            )
+            assert await there("Plant.HighSetpoint.ConfirmedState.Id").read_value() is True
+            # An EventId the plant never issued: its own status.
+            with pytest.raises(ua.UaStatusCodeError) as e:
+                await alarm.call_method(
+                    ua.NodeId(9111, 0),
+                    ua.Variant(b"not an event", ua.VariantType.ByteString),
+                    ua.Variant(ua.LocalizedText("x"), ua.VariantType.LocalizedText),
+                )
+            assert e.value.code == ua.StatusCodes.BadEventIdUnknown
+            await setpoint.write_value(ua.DataValue(ua.Variant(50.0, ua.VariantType.Double)))
+            await sub.delete()
 
     run(go())
