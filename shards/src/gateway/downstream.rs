@@ -59,6 +59,8 @@ const NODES_PER_EDIT: usize = 5_000;
 const EVENT_HANDLE: u32 = u32::MAX;
 /// ConditionType (namespace 0).
 const CONDITION_TYPE: u32 = 2782;
+/// ShelvedStateMachineType (namespace 0): an alarm's ShelvingState.
+const SHELVED_STATE_MACHINE_TYPE: u32 = 2929;
 /// What the EventIds of a server's events passed on begin with, before its number
 /// ([`Downstream::event_tag`]) and the server's own EventId.
 const EVENT_ID_PREFIX: &[u8; 2] = b"gw";
@@ -2332,13 +2334,15 @@ impl Downstream {
                     if mirror.contains_key(&f.remote) || e.space().node(&local).is_some() {
                         continue;
                     }
-                    // A condition (an Object of a ConditionType subtype): its methods called
-                    // here with its ConditionId (Acknowledge, Confirm … of namespace 0) are
-                    // forwarded to it.
+                    // A condition (an Object of a ConditionType subtype) or a ShelvingState:
+                    // its methods called here with its ConditionId (Acknowledge, Confirm …
+                    // of namespace 0) are forwarded to it.
                     let condition = f.class == NodeClass::Object
                         && calls
                         && type_def.as_ref().is_some_and(|t| {
-                            e.space().is_subtype_of(t, &NodeId::ns0(CONDITION_TYPE))
+                            [CONDITION_TYPE, SHELVED_STATE_MACHINE_TYPE]
+                                .iter()
+                                .any(|&b| e.space().is_subtype_of(t, &NodeId::ns0(b)))
                         });
                     let index = e.add_node(node)?;
                     if condition {
