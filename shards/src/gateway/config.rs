@@ -94,6 +94,13 @@ pub struct ServerConfig {
     /// paths from its Objects folder (`/Line1/Drive`, a segment `2:Drive` names the
     /// namespace too). Empty: everything under its Objects folder (its Server object aside).
     pub mirror: Vec<String>,
+    /// Variables kept monitored on the server from the start, whatever the demand here
+    /// (docs/Gateway.md "Always monitored"): NodeIds (`ns=2;s=Line1.Temp`,
+    /// `nsu=urn:plc;s=Temp`) or browse paths from its Objects folder with each segment's
+    /// namespace index (`/2:Line1/2:Temp`). They must be mirrored Variables.
+    pub monitor: Vec<String>,
+    /// The sampling interval of those items on the server, ms (0: the server's fastest).
+    pub monitor_sampling_interval_ms: u32,
     /// Most nodes mirrored of this server (1 to `gateway.max_nodes`); past it the mirror
     /// stops there and says so in its status.
     pub max_nodes: u32,
@@ -136,6 +143,8 @@ impl Default for ServerConfig {
             password_file: String::new(),
             server_certificate: String::new(),
             mirror: Vec::new(),
+            monitor: Vec::new(),
+            monitor_sampling_interval_ms: 1_000,
             max_nodes: 100_000,
             refresh_interval_ms: 0,
             writes: true,
@@ -256,6 +265,26 @@ impl ServerConfig {
         if self.mirror.len() > 1024 {
             return Err(format!("{}: at most 1024 entries", at("mirror")));
         }
+        for m in &self.monitor {
+            match parse_root(m).map_err(|e| format!("{} {m:?}: {e}", at("monitor")))? {
+                Root::Path(p) if p.iter().any(|(ns, _)| ns.is_none()) => {
+                    return Err(format!(
+                        "{} {m:?}: name each segment's namespace index (/2:Line1/2:Temp)",
+                        at("monitor")
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if self.monitor.len() > 10_000 {
+            return Err(format!("{}: at most 10000 entries", at("monitor")));
+        }
+        if self.monitor_sampling_interval_ms > 3_600_000 {
+            return Err(format!(
+                "{}: 0 to 3600000",
+                at("monitor_sampling_interval_ms")
+            ));
+        }
         if !(1..=gw.max_nodes).contains(&self.max_nodes) {
             return Err(format!(
                 "{}: 1 to gateway.max_nodes ({})",
@@ -303,6 +332,14 @@ impl ServerConfig {
             )
         })?;
         Ok(text.lines().next().unwrap_or_default().to_string())
+    }
+
+    /// The Variables to keep monitored.
+    pub fn monitored(&self) -> Vec<Root> {
+        self.monitor
+            .iter()
+            .filter_map(|m| parse_root(m).ok())
+            .collect()
     }
 
     /// The configured roots to mirror.
@@ -442,7 +479,8 @@ mod tests {
         assert_eq!(c.max_items, 5000);
         let s = &c.servers[0];
         assert_eq!(s.security_policy, "None");
-        assert!(s.writes && s.calls && s.events);
+        assert!(s.writes && s.calls && s.events && s.history);
+        assert!(s.monitor.is_empty());
         assert_eq!(
             s.roots(),
             vec![
@@ -473,6 +511,14 @@ mod tests {
             ),
             ("name = \"a\"\nendpoint = \"opc.tcp://h:1\"\nmirror = [\"q=1\"]", "mirror"),
             ("name = \"a\"\nendpoint = \"opc.tcp://h:1\"\nmax_nodes = 0", "max_nodes"),
+            (
+                "name = \"a\"\nendpoint = \"opc.tcp://h:1\"\nmonitor = [\"/Line1/2:Temp\"]",
+                "each segment's namespace",
+            ),
+            (
+                "name = \"a\"\nendpoint = \"opc.tcp://h:1\"\nmonitor_sampling_interval_ms = 4000000",
+                "monitor_sampling_interval_ms",
+            ),
             (
                 "name = \"a\"\nendpoint = \"opc.tcp://h:1\"\nrefresh_interval_ms = 5",
                 "refresh_interval_ms",

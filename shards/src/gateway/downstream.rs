@@ -22,15 +22,16 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::node_ids as ids;
 use uaring_core::generated::types::{
     ActivateSessionRequest, AnonymousIdentityToken, ApplicationDescription, ApplicationType,
-    CallMethodRequest, CallRequest, CloseSessionRequest, ContentFilter,
+    BrowsePath, CallMethodRequest, CallRequest, CloseSessionRequest, ContentFilter,
     CreateMonitoredItemsRequest, CreateSessionRequest, CreateSubscriptionRequest,
     DataChangeNotification, DeleteMonitoredItemsRequest, EventFilter, EventNotificationList,
     HistoryReadRequest, HistoryReadValueId, MessageSecurityMode, ModifyMonitoredItemsRequest,
     MonitoredItemCreateRequest, MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters,
-    NodeClass, PublishRequest, ReadRequest, ReadValueId, RequestHeader, SignatureData,
-    SimpleAttributeOperand, StatusChangeNotification, SubscriptionAcknowledgement,
-    TimestampsToReturn, TransferSubscriptionsRequest, UserNameIdentityToken, UserTokenType,
-    WriteRequest, WriteValue,
+    NodeClass, PublishRequest, ReadRequest, ReadValueId, RelativePath, RelativePathElement,
+    RequestHeader, SignatureData, SimpleAttributeOperand, StatusChangeNotification,
+    SubscriptionAcknowledgement, TimestampsToReturn, TransferSubscriptionsRequest,
+    TranslateBrowsePathsToNodeIdsRequest, UserNameIdentityToken, UserTokenType, WriteRequest,
+    WriteValue,
 };
 use uaring_core::history::{HistoryReply, ReadDetails};
 use uaring_core::types::{
@@ -40,7 +41,7 @@ use uaring_core::types::{
 use uaring_core::Now;
 
 use super::build;
-use super::config::{GatewayConfig, ServerConfig};
+use super::config::{GatewayConfig, Root, ServerConfig};
 use super::crawl::{Crawl, Found2, Job};
 use super::names::Names;
 use super::{away_value, Forward, Host, ServerStatus, Shared, State};
@@ -88,6 +89,8 @@ enum Pending {
     /// A Write and the var it writes (u32::MAX when unknown).
     Write(u32, AsyncWrite),
     Call(AsyncCall),
+    /// The browse paths of `monitor`, translated.
+    Monitor(Vec<NodeId>),
     /// A forwarded HistoryRead operation, sent in session `session`.
     History {
         reply: HistoryReply,
@@ -155,19 +158,22 @@ struct Var {
     refused: bool,
     /// The parameters of the create or modify out.
     asked: (f64, u32),
+    /// Kept monitored whatever the demand (`monitor`), at this sampling interval, ms.
+    pinned: Option<f64>,
 }
 
 impl Var {
     /// What the shards ask for together: (fastest interval, deepest queue), or `None` when
     /// no item here watches the node.
     fn want(&self) -> Option<(f64, u32)> {
-        if self.removed || self.shards.is_empty() {
+        if self.removed || (self.shards.is_empty() && self.pinned.is_none()) {
             return None;
         }
         let sampling = self
             .shards
             .iter()
             .map(|(_, d)| d.sampling_ms)
+            .chain(self.pinned)
             .fold(f64::INFINITY, f64::min)
             .max(0.0);
         let queue = self
@@ -898,6 +904,7 @@ impl Downstream {
             if done {
                 let found = crawl.into_found();
                 self.apply(env, found)?;
+                self.find_monitored(env)?;
             } else {
                 self.crawl = Some(crawl);
             }
@@ -1409,6 +1416,17 @@ impl Downstream {
                 }
                 Ok(())
             }
+            Pending::Monitor(mut ids) => {
+                if let Response::TranslateBrowsePathsToNodeIds(r) = resp {
+                    for res in r.results {
+                        if let Some(t) = res.targets.first().filter(|_| res.status_code.is_good()) {
+                            ids.extend(self.names.remote_expanded(&t.target_id));
+                        }
+                    }
+                }
+                self.pin(ids);
+                self.reconcile(env)
+            }
             Pending::History { reply, session } => {
                 let result = match resp {
                     Response::HistoryRead(r) if s.is_good() => r.results.into_iter().next(),
@@ -1675,6 +1693,85 @@ impl Downstream {
         let rest = ours.strip_prefix(EVENT_ID_PREFIX)?;
         let (tag, theirs) = rest.split_at_checked(8)?;
         (tag == self.event_tag.to_le_bytes() && !theirs.is_empty()).then_some(theirs)
+    }
+
+    // ---- always monitored --------------------------------------------------------------
+
+    /// After a crawl: the `monitor` entries found (NodeIds at once, browse paths by a
+    /// TranslateBrowsePathsToNodeIds).
+    fn find_monitored(&mut self, env: &mut Env<'_>) -> Result<(), String> {
+        let mut ids = Vec::new();
+        let mut paths = Vec::new();
+        for r in self.cfg.monitored() {
+            match r {
+                Root::Id(id) => ids.extend(self.names.remote(&id)),
+                Root::UriId(uri, id) => {
+                    let probe = uaring_core::types::ExpandedNodeId {
+                        node_id: id,
+                        namespace_uri: uri.as_str().into(),
+                        server_index: 0,
+                    };
+                    ids.extend(self.names.remote_expanded(&probe));
+                }
+                Root::Path(p) => paths.push(BrowsePath {
+                    starting_node: NodeId::ns0(85),
+                    relative_path: RelativePath {
+                        elements: p
+                            .iter()
+                            .map(|(ns, name)| RelativePathElement {
+                                reference_type_id: NodeId::ns0(33),
+                                is_inverse: false,
+                                include_subtypes: true,
+                                target_name: QualifiedName::new(ns.unwrap_or(0), name),
+                            })
+                            .collect(),
+                    },
+                }),
+            }
+        }
+        if paths.is_empty() {
+            self.pin(ids);
+            return Ok(());
+        }
+        let req = TranslateBrowsePathsToNodeIdsRequest {
+            request_header: header(0),
+            browse_paths: paths,
+        };
+        self.send(
+            env,
+            Request::TranslateBrowsePathsToNodeIds(Box::new(req)),
+            Pending::Monitor(ids),
+            0,
+        )
+    }
+
+    /// Keeps the Variables `remote` monitored (and only those): their items are made or
+    /// kept whatever the demand; a later `pin` without one lets its item go with the
+    /// demand.
+    fn pin(&mut self, remote: Vec<NodeId>) {
+        let ms = f64::from(self.cfg.monitor_sampling_interval_ms);
+        let want: std::collections::HashSet<&NodeId> = remote.iter().collect();
+        let mut found = 0;
+        for i in 0..self.vars.len() as u32 {
+            let Some(v) = self.vars.get_mut(i as usize) else {
+                continue;
+            };
+            let pinned = (!v.removed && want.contains(&v.remote)).then_some(ms);
+            found += usize::from(pinned.is_some());
+            if v.pinned != pinned {
+                v.pinned = pinned;
+                v.refused = false;
+                self.mark(i);
+            }
+        }
+        if found < self.cfg.monitor.len() {
+            self.status.set_error(&format!(
+                "monitor: {} of {} entries are no mirrored Variable",
+                self.cfg.monitor.len() - found,
+                self.cfg.monitor.len()
+            ));
+            self.status_dirty = true;
+        }
     }
 
     // ---- demand and items --------------------------------------------------------------
@@ -2435,6 +2532,7 @@ impl Downstream {
                     notified: 0,
                     refused: false,
                     asked: (0.0, 0),
+                    pinned: None,
                 };
                 let slot = match self.var_free.pop() {
                     Some(s) => {

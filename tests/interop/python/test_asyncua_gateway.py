@@ -147,6 +147,8 @@ def gateway(tmp_path_factory):
         'name = "u"\n'
         f'endpoint = "{udown.url}"\n'
         'mirror = ["nsu=urn:uaring:server;s=Demo"]\n'
+        'monitor = ["nsu=urn:uaring:server;s=Demo.Dynamic.Counter", "/1:Demo/1:Dynamic/1:Sine"]\n'
+        "monitor_sampling_interval_ms = 100\n"
         "[[gateway.servers]]\n"
         'name = "p"\n'
         f'endpoint = "{pex.url}"\n'
@@ -594,5 +596,55 @@ def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
             assert e.value.code == ua.StatusCodes.BadEventIdUnknown
             await setpoint.write_value(ua.DataValue(ua.Variant(50.0, ua.VariantType.Double)))
             await sub.delete()
+
+    run(go())
+
+
+def test_configured_nodes_are_monitored_whatever_the_demand(gateway):
+    """`monitor` (a NodeId and a browse path): two items on uaring downstream from the
+    start, with no item here; the mirrored cells are kept current (read from the cell: maxAge
+    long); an item here comes and goes and the two stay."""
+
+    async def cell(c, node):
+        rv = ua.ReadValueId(NodeId=node.nodeid, AttributeId=ua.AttributeIds.Value)
+        p = ua.ReadParameters(MaxAge=3.6e6, NodesToRead=[rv])
+        (dv,) = await c.uaclient.read(p)
+        return dv
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            items = await mirrored(c, "u", "MonitoredItems")
+            counter = await mirrored(c, "u", "Demo", "Dynamic", "Counter")
+
+            async def two():
+                return await items.read_value() == 2
+
+            await until("the two configured items on the server", two)
+            first = await cell(c, counter)
+
+            async def advanced():
+                dv = await cell(c, counter)
+                return dv.StatusCode.is_good() and dv.Value.Value > first.Value.Value
+
+            await until("the cell kept current without an item here", advanced)
+            h = Changes()
+            sub = await c.create_subscription(50, h)
+            await sub.subscribe_data_change(counter, queuesize=10, sampling_interval=0)
+
+            async def some():
+                return len([v for v in h.values if v.StatusCode.is_good()]) >= 2
+
+            await until("values of the configured node", some)
+            assert await items.read_value() == 2
+            await sub.delete()
+            # Still monitored there after the last item here went: good, advancing values.
+            last = await cell(c, counter)
+
+            async def still():
+                dv = await cell(c, counter)
+                return dv.StatusCode.is_good() and dv.Value.Value > last.Value.Value
+
+            await until("the cell still current after the last item here", still)
+            assert await items.read_value() == 2
 
     run(go())
