@@ -757,6 +757,7 @@ impl ServerBuilder {
             );
         }
         let model_writer = Arc::new(std::sync::Mutex::new(()));
+        let gateway_statuses = crate::gateway::StatusList::new();
         let gateway = if gateway_cfg.is_on() {
             let servers = gateway_cfg.servers.len();
             let host = crate::gateway::Host {
@@ -765,7 +766,7 @@ impl ServerBuilder {
                 own: refresher.current_own(),
                 history: gateway_history.clone(),
             };
-            match crate::gateway::Gateway::start(gateway_cfg, host) {
+            match crate::gateway::Gateway::start(gateway_cfg, host, gateway_statuses.clone()) {
                 Ok(g) => {
                     tracing::info!(
                         servers,
@@ -792,7 +793,7 @@ impl ServerBuilder {
                     .as_ref()
                     .map(|d| d.targets().to_vec())
                     .unwrap_or_default(),
-                gateway: gateway.as_ref().map(|g| g.status_list()),
+                gateway: Some(gateway_statuses.clone()),
             };
             match addr
                 .parse()
@@ -821,6 +822,8 @@ impl ServerBuilder {
             shards,
             model_writer,
             gateway,
+            gateway_statuses,
+            security: refresher,
         })
     }
 
@@ -947,6 +950,10 @@ pub struct ServerHandle {
     model_writer: Arc<std::sync::Mutex<()>>,
     /// The aggregating gateway (`[gateway]`, docs/Gateway.md); stopped before the shards.
     gateway: Option<crate::gateway::Gateway>,
+    /// The gateway's status list (the metrics read it), also for a gateway a reload starts.
+    gateway_statuses: crate::gateway::StatusList,
+    /// The endpoints' security (the own certificate a gateway started by a reload uses).
+    security: Arc<crate::security::SecuritySetup>,
 }
 
 impl ServerHandle {
@@ -1210,6 +1217,45 @@ fn raise(shared: &Arc<ServerShared>, def: EventDef) -> Result<(), Error> {
     Ok(())
 }
 
+/// A gateway started by a reload (the server had none): the same as at start, but without
+/// HistoryRead forwarding (the history backend is fixed at start) and within the
+/// `operation_limits.max_run_time_nodes` the server started with.
+fn start_late_gateway(
+    cfg: crate::gateway::GatewayConfig,
+    shared: &Arc<uaring_core::shared::ServerShared>,
+    writer: &Arc<std::sync::Mutex<()>>,
+    security: &Arc<crate::security::SecuritySetup>,
+    statuses: &crate::gateway::StatusList,
+) -> Option<crate::gateway::Gateway> {
+    let room = shared.config.operation_limits.max_run_time_nodes;
+    if cfg.max_nodes > room {
+        tracing::warn!(
+            "gateway: mirrors are bounded by operation_limits.max_run_time_nodes ({room}, set at start) below gateway.max_nodes ({})",
+            cfg.max_nodes
+        );
+    }
+    let servers = cfg.servers.len();
+    let host = crate::gateway::Host {
+        server: shared.clone(),
+        writer: writer.clone(),
+        own: security.current_own(),
+        history: None,
+    };
+    match crate::gateway::Gateway::start(cfg, host, statuses.clone()) {
+        Ok(g) => {
+            tracing::info!(
+                servers,
+                "gateway: started by the reload, mirroring {servers} servers (without HistoryRead forwarding: docs/Gateway.md)"
+            );
+            Some(g)
+        }
+        Err(e) => {
+            tracing::warn!("reload: gateway: {e}; not started");
+            None
+        }
+    }
+}
+
 impl ServerHandle {
     /// Stops every shard gracefully (connections get ERR BadServerHalted) and waits for them.
     pub fn shutdown(mut self) -> Result<(), Error> {
@@ -1274,7 +1320,18 @@ impl ServerHandle {
                     );
                 }
                 Some(libc::SIGHUP) => {
-                    crate::cli::reload(self.config_path.as_deref(), self.gateway.as_ref())
+                    let first =
+                        crate::cli::reload(self.config_path.as_deref(), self.gateway.as_ref());
+                    if let Some(cfg) = first {
+                        // The first [[gateway.servers]] of a server started without.
+                        self.gateway = start_late_gateway(
+                            cfg,
+                            &self.setup.shared,
+                            &self.model_writer,
+                            &self.security,
+                            &self.gateway_statuses,
+                        );
+                    }
                 }
                 Some(sig) => {
                     tracing::info!(signal = sig, "shutting down");

@@ -416,8 +416,13 @@ fn set_log_filter(f: &str) {
 }
 
 /// SIGHUP: rescan the trust lists now and re-read `[log] filter` and `[[gateway.servers]]`
-/// from the configuration file.
-pub(crate) fn reload(config: Option<&std::path::Path>, gateway: Option<&crate::gateway::Gateway>) {
+/// from the configuration file. Returns the gateway's configuration to start when the
+/// server has no gateway and the file now has servers.
+pub(crate) fn reload(
+    config: Option<&std::path::Path>,
+    gateway: Option<&crate::gateway::Gateway>,
+) -> Option<crate::gateway::GatewayConfig> {
+    let mut start = None;
     crate::notify::reloading();
     uaring_crypto::pki::request_rescan();
     let mut what = vec!["trust lists rescanned".to_string()];
@@ -438,6 +443,17 @@ pub(crate) fn reload(config: Option<&std::path::Path>, gateway: Option<&crate::g
                         Ok(c) => what.push(format!("gateway: {} servers", c.servers.len())),
                         Err(e) => tracing::warn!("reload: [gateway]: {e}; servers unchanged"),
                     }
+                } else {
+                    match crate::gateway::config::take_config(&mut f.server)
+                        .and_then(|c| c.validate().map(|()| c))
+                    {
+                        Ok(c) if c.is_on() => {
+                            what.push(format!("gateway: {} servers", c.servers.len()));
+                            start = Some(c);
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!("reload: [gateway]: {e}; no gateway started"),
+                    }
                 }
             }
             Err(e) => tracing::warn!("reload: {}: {e}; log filter unchanged", path.display()),
@@ -445,6 +461,7 @@ pub(crate) fn reload(config: Option<&std::path::Path>, gateway: Option<&crate::g
     }
     tracing::info!("reloaded (SIGHUP): {}", what.join(", "));
     crate::notify::notify("READY=1");
+    start
 }
 
 /// `uaring …` (the arguments after the program name): returns the process exit code.

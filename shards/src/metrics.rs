@@ -605,8 +605,13 @@ pub fn render(src: &Sources) -> String {
     if !src.reverse.is_empty() {
         reverse_families(&mut out, &src.reverse);
     }
-    if let Some(g) = &src.gateway {
-        gateway_families(&mut out, &g.list());
+    if let Some(g) = src
+        .gateway
+        .as_ref()
+        .map(|g| g.list())
+        .filter(|l| !l.is_empty())
+    {
+        gateway_families(&mut out, &g);
     }
     out
 }

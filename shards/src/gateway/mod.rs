@@ -254,6 +254,11 @@ impl DemandSink for Shared {
 pub struct StatusList(Arc<Mutex<Vec<Arc<ServerStatus>>>>);
 
 impl StatusList {
+    /// An empty list (a gateway started later fills it).
+    pub(crate) fn new() -> StatusList {
+        StatusList(Arc::new(Mutex::new(Vec::new())))
+    }
+
     /// The status of every mirrored server now.
     pub fn list(&self) -> Vec<Arc<ServerStatus>> {
         self.0.lock().map(|s| s.clone()).unwrap_or_default()
@@ -283,8 +288,13 @@ pub(crate) struct Host {
 }
 
 impl Gateway {
-    /// Starts the gateway threads for `cfg` (its servers are dialed at once).
-    pub(crate) fn start(cfg: GatewayConfig, host: Host) -> Result<Gateway, String> {
+    /// Starts the gateway threads for `cfg` (its servers are dialed at once); their status
+    /// goes to `statuses`.
+    pub(crate) fn start(
+        cfg: GatewayConfig,
+        host: Host,
+        statuses: StatusList,
+    ) -> Result<Gateway, String> {
         let shared = Arc::new(Shared {
             demand: ArrayQueue::new(cfg.demand_queue as usize),
             forward: ArrayQueue::new(cfg.forward_queue as usize),
@@ -306,7 +316,7 @@ impl Gateway {
         {
             return Err("the change path already has a demand sink".into());
         }
-        let statuses = Arc::new(Mutex::new(Vec::new()));
+        let statuses = statuses.0;
         let control = Arc::new(ArrayQueue::new(4));
         let (fleet, thread, dialer) =
             handler::spawn(cfg, host, shared.clone(), statuses.clone(), control.clone())?;

@@ -369,17 +369,26 @@ def test_the_open62541_server_is_mirrored_from_the_configuration(gateway):
     run(go())
 
 
-def test_a_reload_replaces_the_mirrored_servers(gateway, tmp_path):
-    """SIGHUP re-reads [[gateway.servers]]: a removed entry's nodes go, a new one is mirrored."""
+def test_a_reload_starts_the_gateway_and_replaces_the_mirrored_servers(gateway, tmp_path):
+    """A server started without [[gateway.servers]]: the first SIGHUP with an entry starts the
+    gateway (without HistoryRead forwarding: the History Variable shows none); the next
+    re-reads the list: a removed entry's nodes go, a new one is mirrored."""
     cfg = tmp_path / "reload.toml"
+    cfg.write_text(f'[history]\ndir = "{tmp_path / "history"}"\n')
     entry = '[[gateway.servers]]\nname = "{}"\nendpoint = "' + gateway.down.url + '"\n'
-    cfg.write_text(entry.format("before"))
     s = Server("--config", str(cfg))
     try:
 
         async def go():
             async with Client(s.url, timeout=10) as c:
+                assert await child(c.nodes.objects, "before") is None
+                cfg.write_text(entry.format("before"))
+                s.proc.send_signal(signal.SIGHUP)
                 await mirrored(c, "before", "Line1", "Counter")
+                history = await mirrored(c, "before", "Line1", "History")
+                level = (await history.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+                assert level & ua.AccessLevel.CurrentRead.mask, level
+                assert not level & ua.AccessLevel.HistoryRead.mask, level
                 cfg.write_text(entry.format("after"))
                 s.proc.send_signal(signal.SIGHUP)
                 await mirrored(c, "after", "Line1", "Counter")
