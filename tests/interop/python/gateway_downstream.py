@@ -6,6 +6,8 @@ Namespace urn:test:plant, Objects/Line1 holding
 - Setpoint: a writable Int32;
 - Add(Int32, Int32) -> Int32;
 - Alarm(String): raises a BaseEventType event on the Server object with that message;
+- Grow(String): adds a Double Variable of that name under Line1 and raises a
+  GeneralModelChangeEvent (NodeAdded) on the Server object;
 - History: a Double historized in asyncua's in-memory store (Server.historize_node_data_change)
   holding the values 0..9 at one-second steps an hour ago (HISTORY_START), served at most 4
   values per answer (the rest behind a continuation point).
@@ -57,6 +59,21 @@ async def main(port):
         idx, "Add", add, [ua.VariantType.Int32, ua.VariantType.Int32], [ua.VariantType.Int32]
     )
     await line.add_method(idx, "Alarm", alarm, [ua.VariantType.String], [])
+    model_change = await s.get_event_generator(ua.ObjectIds.GeneralModelChangeEventType)
+    # asyncua would make the Changes field a Variant of the structure's DataType NodeId.
+    model_change.event.data_types["Changes"] = ua.VariantType.ExtensionObject
+
+    @uamethod
+    async def grow(parent, name):
+        node = await line.add_variable(idx, name, 0.0)
+        model_change.event.Changes = [
+            ua.ModelChangeStructureDataType(
+                Affected=node.nodeid, AffectedType=ua.NodeId(ua.ObjectIds.BaseDataVariableType), Verb=1
+            )
+        ]
+        await model_change.trigger(message=f"added {name}")
+
+    await line.add_method(idx, "Grow", grow, [ua.VariantType.String], [])
     async with s:
         for i in range(10):
             t = HISTORY_START + timedelta(seconds=i)

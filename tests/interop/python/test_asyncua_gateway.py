@@ -657,3 +657,19 @@ def test_configured_nodes_are_monitored_whatever_the_demand(gateway):
             assert await items.read_value() == 2
 
     run(go())
+
+
+def test_a_model_change_event_makes_the_gateway_browse_again(gateway):
+    """The downstream adds a Variable and raises a GeneralModelChangeEvent: the mirror gains
+    it without a configured refresh."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            line = await mirrored(c, gateway.down_name, "Line1")
+            grow = await mirrored(c, gateway.down_name, "Line1", "Grow")
+            assert await child(line, "Grown") is None
+            await line.call_method(grow, ua.Variant("Grown", ua.VariantType.String))
+            grown = await mirrored(c, gateway.down_name, "Line1", "Grown")
+            assert (await grown.read_data_value()).Value.Value == 0.0
+
+    run(go())
