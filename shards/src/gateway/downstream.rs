@@ -1946,7 +1946,18 @@ impl Downstream {
     pub fn forward(&mut self, env: &mut Env<'_>, f: Forward) {
         if self.phase != Phase::Running {
             match f {
-                Forward::Read { read, .. } => read.fail(StatusCode::BadNotConnected),
+                // A maxAge the server cannot meet gets the best effort (Part 4 §5.10.2): the
+                // cell, BadNotConnected or (while_away) the last value, Uncertain.
+                Forward::Read { read, .. } => {
+                    let space = env.host.server.model.current();
+                    let cell = space
+                        .node(&read.node_id)
+                        .and_then(|n| n.value_cell().map(|c| c.load()));
+                    match cell {
+                        Some(dv) => read.complete(dv),
+                        None => read.fail(StatusCode::BadNotConnected),
+                    }
+                }
                 Forward::Write { write, .. } => write.complete(StatusCode::BadNotConnected),
                 Forward::Call { call, .. } => call.complete(Err(StatusCode::BadNotConnected)),
                 Forward::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),

@@ -673,3 +673,78 @@ def test_a_model_change_event_makes_the_gateway_browse_again(gateway):
             assert (await grown.read_data_value()).Value.Value == 0.0
 
     run(go())
+
+
+def test_a_secured_downstream_with_a_user_and_the_last_usable_value_while_away(tmp_path):
+    """uaring downstream with anonymous logins off: the gateway connects over
+    Basic256Sha256 SignAndEncrypt as a configured user (the server's certificate pinned);
+    reads and writes pass; with `while_away = "uncertain_last_usable_value"`, killing the
+    downstream leaves the last value marked UncertainLastUsableValue on the subscription
+    and on Read."""
+    pw_hash = subprocess.run(
+        [Server.__init__.__globals__["uaring_bin"](), "hash-password"],
+        input="gw-pw\n", capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    dcfg = tmp_path / "down.toml"
+    dcfg.write_text(
+        f'[history]\ndir = "{tmp_path / "down-history"}"\n'
+        '[security]\nanonymous = "off"\n'
+        f'[[users]]\nname = "gw"\npassword = "{pw_hash}"\nrole = "readwrite"\n'
+    )
+    down = Server("--pki", str(tmp_path / "down-pki"), "--accept-all-client-certs", "--config", str(dcfg))
+    gcfg = tmp_path / "gw.toml"
+    gcfg.write_text(
+        f'[history]\ndir = "{tmp_path / "gw-history"}"\n'
+        "[[gateway.servers]]\n"
+        'name = "s"\n'
+        f'endpoint = "{down.url}"\n'
+        'security_policy = "Basic256Sha256"\nsecurity_mode = "SignAndEncrypt"\n'
+        f'server_certificate = "{tmp_path / "down-pki" / "own" / "certs" / "uaring.der"}"\n'
+        'user = "gw"\npassword = "gw-pw"\n'
+        'mirror = ["nsu=urn:uaring:server;s=Demo.Static"]\n'
+        'while_away = "uncertain_last_usable_value"\n'
+        "reconnect_min_ms = 100\nreconnect_max_ms = 200\n"
+    )
+    gw = Server("--pki", str(tmp_path / "gw-pki"), "--config", str(gcfg))
+    try:
+
+        async def go():
+            async with Client(gw.url, timeout=10) as c:
+                double = await mirrored(c, "s", "Static", "Double")
+                state = await mirrored(c, "s", "State")
+                assert await state.read_value() == "connected"
+                await double.write_value(ua.DataValue(ua.Variant(12.5, ua.VariantType.Double)))
+                rv = ua.ReadValueId(NodeId=double.nodeid, AttributeId=ua.AttributeIds.Value)
+                (fresh,) = await c.uaclient.read(ua.ReadParameters(MaxAge=0, NodesToRead=[rv]))
+                assert fresh.StatusCode.is_good() and fresh.Value.Value == 12.5, fresh
+                h = Changes()
+                sub = await c.create_subscription(50, h)
+                await sub.subscribe_data_change(double, queuesize=10, sampling_interval=0)
+
+                async def good():
+                    return any(v.StatusCode.is_good() and v.Value.Value == 12.5 for v in h.values)
+
+                await until("the written value on the subscription", good)
+                down.proc.kill()
+                down.proc.wait()
+
+                async def uncertain():
+                    return [
+                        v for v in h.values
+                        if v.StatusCode.value == ua.StatusCodes.UncertainLastUsableValue
+                    ]
+
+                (last, *_) = await until("UncertainLastUsableValue on the subscription", uncertain)
+                assert last.Value.Value == 12.5, last
+                # Reads say the same, whatever their maxAge (the best effort while away).
+                for max_age in (3.6e6, 0):
+                    p = ua.ReadParameters(MaxAge=max_age, NodesToRead=[rv])
+                    (dv,) = await c.uaclient.read(p)
+                    assert dv.StatusCode.value == ua.StatusCodes.UncertainLastUsableValue, dv
+                    assert dv.Value.Value == 12.5
+                await sub.delete()
+
+        run(go())
+    finally:
+        down.stop()
+        assert gw.stop() == 0
