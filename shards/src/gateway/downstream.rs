@@ -289,6 +289,22 @@ fn parameters(handle: u32, asked: (f64, u32)) -> MonitoringParameters {
     }
 }
 
+/// The server `tag`'s EventId `theirs` as the EventId of its event here.
+fn event_id_here(tag: u64, theirs: &[u8]) -> Vec<u8> {
+    let mut id = Vec::with_capacity(EVENT_ID_PREFIX.len() + 8 + theirs.len());
+    id.extend_from_slice(EVENT_ID_PREFIX);
+    id.extend_from_slice(&tag.to_le_bytes());
+    id.extend_from_slice(theirs);
+    id
+}
+
+/// The server's EventId of an EventId here, when it is one of server `tag`'s events.
+fn event_id_there(tag: u64, ours: &[u8]) -> Option<&[u8]> {
+    let rest = ours.strip_prefix(EVENT_ID_PREFIX)?;
+    let (t, theirs) = rest.split_at_checked(8)?;
+    (t == tag.to_le_bytes() && !theirs.is_empty()).then_some(theirs)
+}
+
 /// A parsed NumericRange as text again (`None`: the empty string).
 fn range_text(r: Option<&uaring_core::address_space::NumericRange>) -> String {
     let Some(r) = r else { return String::new() };
@@ -1656,7 +1672,7 @@ impl Downstream {
             // with it (Acknowledge, Confirm) reaches the server with the server's own.
             let event_id = match f(0) {
                 Variant::ByteString(b) if !b.as_bytes().is_empty() => {
-                    ByteString::from(self.event_id_here(b.as_bytes()))
+                    ByteString::from(event_id_here(self.event_tag, b.as_bytes()))
                 }
                 _ => server.events.ids.next(),
             };
@@ -1677,22 +1693,6 @@ impl Downstream {
             server.events.bus.publish(event);
             self.status.events.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// A server's EventId as the EventId of its event here.
-    fn event_id_here(&self, theirs: &[u8]) -> Vec<u8> {
-        let mut id = Vec::with_capacity(EVENT_ID_PREFIX.len() + 8 + theirs.len());
-        id.extend_from_slice(EVENT_ID_PREFIX);
-        id.extend_from_slice(&self.event_tag.to_le_bytes());
-        id.extend_from_slice(theirs);
-        id
-    }
-
-    /// The server's EventId of an EventId here, when it is one of its events.
-    fn event_id_there<'b>(&self, ours: &'b [u8]) -> Option<&'b [u8]> {
-        let rest = ours.strip_prefix(EVENT_ID_PREFIX)?;
-        let (tag, theirs) = rest.split_at_checked(8)?;
-        (tag == self.event_tag.to_le_bytes() && !theirs.is_empty()).then_some(theirs)
     }
 
     // ---- always monitored --------------------------------------------------------------
@@ -2066,7 +2066,7 @@ impl Downstream {
                 // An EventId of one of this server's events (the first argument of the
                 // condition methods) goes back as the server's own.
                 if let Some(Variant::ByteString(b)) = inputs.first_mut() {
-                    if let Some(theirs) = self.event_id_there(b.as_bytes()) {
+                    if let Some(theirs) = event_id_there(self.event_tag, b.as_bytes()) {
                         *b = ByteString::from(theirs.to_vec());
                     }
                 }
@@ -2748,4 +2748,70 @@ fn read_certificate(path: &str) -> Result<Vec<u8>, String> {
     uaring_crypto::Certificate::from_pem_or_der(&bytes)
         .map(|c| c.der().to_vec())
         .map_err(|e| format!("server_certificate {path:?}: not a certificate (0x{e:08X})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uaring_core::address_space::NumericRange;
+
+    #[test]
+    fn event_ids_go_back_to_their_server_only() {
+        let here = event_id_here(7, b"theirs");
+        assert_eq!(event_id_there(7, &here), Some(&b"theirs"[..]));
+        assert_eq!(event_id_there(8, &here), None, "another server's");
+        assert_eq!(event_id_there(7, b"theirs"), None, "not one of ours");
+        assert_eq!(event_id_there(7, &event_id_here(7, b"")), None);
+    }
+
+    #[test]
+    fn ranges_are_written_as_parsed() {
+        for text in ["", "3", "1:4", "0:1,2,5:9"] {
+            let r = NumericRange::parse(text).unwrap();
+            assert_eq!(range_text(r.as_ref()), text);
+        }
+    }
+
+    #[test]
+    fn the_monitor_pin_joins_the_demand() {
+        let mut v = Var {
+            index: 0,
+            generation: 0,
+            remote: NodeId::numeric(2, 1),
+            fresh: Arc::new(AtomicU64::new(0)),
+            shards: Vec::new(),
+            item: None,
+            busy: false,
+            dirty: false,
+            removed: false,
+            notified: 0,
+            refused: false,
+            asked: (0.0, 0),
+            pinned: None,
+        };
+        assert_eq!(v.want(), None);
+        v.pinned = Some(1000.0);
+        assert_eq!(v.want(), Some((1000.0, 1)));
+        v.shards.push((
+            0,
+            Demand {
+                items: 1,
+                sampling_ms: 50.0,
+                queue_size: 10,
+            },
+        ));
+        assert_eq!(
+            v.want(),
+            Some((50.0, 10)),
+            "faster and deeper while items ask"
+        );
+        v.shards.clear();
+        assert_eq!(
+            v.want(),
+            Some((1000.0, 1)),
+            "back to the configured interval"
+        );
+        v.removed = true;
+        assert_eq!(v.want(), None);
+    }
 }
