@@ -89,8 +89,8 @@ enum Pending {
     /// A Write and the var it writes (u32::MAX when unknown).
     Write(u32, AsyncWrite),
     Call(AsyncCall),
-    /// The browse paths of `monitor`, translated.
-    Monitor(Vec<NodeId>),
+    /// A share of the browse paths of `monitor`, translated.
+    Monitor,
     /// A forwarded HistoryRead operation, sent in session `session`.
     History {
         reply: HistoryReply,
@@ -265,9 +265,13 @@ pub(super) struct Downstream {
     session_number: u64,
     /// This server's number in the EventIds of its events here (unique in the process).
     event_tag: u64,
+    /// `monitor` entries found so far, and the TranslateBrowsePathsToNodeIds requests out.
+    monitor_found: Vec<NodeId>,
+    monitor_out: usize,
 }
 
-/// Session numbers (see [`Downstream::session_number`]).
+/// Session numbers and servers' event tags (see [`Downstream::session_number`],
+/// [`Downstream::event_tag`]): unique in the process.
 static SESSIONS: AtomicU64 = AtomicU64::new(1);
 
 fn header(timeout_ms: u32) -> RequestHeader {
@@ -375,6 +379,8 @@ impl Downstream {
             resumed_now: false,
             session_number: 0,
             event_tag: SESSIONS.fetch_add(1, Ordering::Relaxed),
+            monitor_found: Vec::new(),
+            monitor_out: 0,
             cfg,
         }
     }
@@ -494,6 +500,8 @@ impl Downstream {
         }
         self.publish_out = 0;
         self.item_requests = 0;
+        self.monitor_out = 0;
+        self.monitor_found.clear();
         self.sub_ready = false;
         self.sub_asked = false;
         self.event_asked = false;
@@ -1432,15 +1440,21 @@ impl Downstream {
                 }
                 Ok(())
             }
-            Pending::Monitor(mut ids) => {
+            Pending::Monitor => {
                 if let Response::TranslateBrowsePathsToNodeIds(r) = resp {
                     for res in r.results {
                         if let Some(t) = res.targets.first().filter(|_| res.status_code.is_good()) {
-                            ids.extend(self.names.remote_expanded(&t.target_id));
+                            let found = self.names.remote_expanded(&t.target_id);
+                            self.monitor_found.extend(found);
                         }
                     }
                 }
-                self.pin(ids);
+                self.monitor_out = self.monitor_out.saturating_sub(1);
+                if self.monitor_out > 0 {
+                    return Ok(());
+                }
+                let found = std::mem::take(&mut self.monitor_found);
+                self.pin(found);
                 self.reconcile(env)
             }
             Pending::History { reply, session } => {
@@ -1733,16 +1747,23 @@ impl Downstream {
             self.pin(ids);
             return Ok(());
         }
-        let req = TranslateBrowsePathsToNodeIdsRequest {
-            request_header: header(0),
-            browse_paths: paths,
-        };
-        self.send(
-            env,
-            Request::TranslateBrowsePathsToNodeIds(Box::new(req)),
-            Pending::Monitor(ids),
-            0,
-        )
+        // Pinned once every share is answered (`monitor_out` back to 0).
+        self.monitor_found = ids;
+        self.monitor_out = 0;
+        for chunk in paths.chunks(self.ops) {
+            let req = TranslateBrowsePathsToNodeIdsRequest {
+                request_header: header(0),
+                browse_paths: chunk.to_vec(),
+            };
+            self.monitor_out += 1;
+            self.send(
+                env,
+                Request::TranslateBrowsePathsToNodeIds(Box::new(req)),
+                Pending::Monitor,
+                0,
+            )?;
+        }
+        Ok(())
     }
 
     /// Keeps the Variables `remote` monitored (and only those): their items are made or
