@@ -3,7 +3,8 @@
 // with the repository's .venv). The client browses the mirrored tree, reads, writes, calls a
 // method, subscribes and receives every change; the downstream is killed (SIGKILL), the
 // subscription reports BadNotConnected, and after a restart on the same port the values resume
-// on the same subscription.
+// on the same subscription. HistoryRead of the downstream's historized Variable (asyncua's
+// in-memory store, four values an answer) is forwarded, continuation points and all.
 "use strict";
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -22,6 +23,8 @@ const {
   ClientMonitoredItem,
   TimestampsToReturn,
   BrowseDirection,
+  ReadRawModifiedDetails,
+  HistoryReadRequest,
 } = require("node-opcua-client");
 const { startServer, waitFor } = require("./server");
 
@@ -48,6 +51,7 @@ function startDownstream(port = 0) {
       const p = Number(line.split(" ")[1]);
       resolve({
         port: p,
+        historyStart: new Date(line.split(" ")[2]),
         url: `opc.tcp://127.0.0.1:${p}`,
         kill: () =>
           new Promise((res) => {
@@ -154,6 +158,42 @@ test("the mirrored tree is browsed, read, written and called", async () => {
   });
   assert.equal(r.statusCode, StatusCodes.Good);
   assert.equal(r.outputArguments[0].value, 42);
+});
+
+test("history reads are forwarded, continuation points and all", async () => {
+  const name = `127.0.0.1_${down.port}`;
+  const node = await find(name, "Line1", "History");
+  const level = await session.read({ nodeId: node, attributeId: AttributeIds.AccessLevel });
+  assert.ok(level.value.value & 0x04, `AccessLevel ${level.value.value} has HistoryRead`);
+  const start = down.historyStart;
+  const details = new ReadRawModifiedDetails({
+    isReadModified: false,
+    startTime: new Date(start.getTime() - 1000),
+    endTime: new Date(start.getTime() + 20000),
+    numValuesPerNode: 0,
+    returnBounds: false,
+  });
+  const values = [];
+  let cp = null;
+  for (let round = 0; round < 10; round++) {
+    const r = await session.historyRead(
+      new HistoryReadRequest({
+        historyReadDetails: details,
+        timestampsToReturn: TimestampsToReturn.Both,
+        nodesToRead: [{ nodeId: node, continuationPoint: cp }],
+      }),
+    );
+    const res = r.results[0];
+    assert.ok(res.statusCode.isGood(), res.statusCode.toString());
+    values.push(...res.historyData.dataValues);
+    cp = res.continuationPoint && res.continuationPoint.length > 0 ? res.continuationPoint : null;
+    if (!cp) break;
+  }
+  assert.deepEqual(
+    values.map((d) => d.value.value),
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+  );
+  assert.equal(values[9].sourceTimestamp.getTime(), start.getTime() + 9000);
 });
 
 test("a subscription gets every change, BadNotConnected while the downstream is away, and resumes", async () => {
