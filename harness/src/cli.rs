@@ -18,7 +18,8 @@ use crate::scenarios::SCENARIOS;
     disable_version_flag = true,
     after_help = "scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo,\n\
                   push (--variables N --push-rate HZ: a server of the plant contract pushes the values),\n\
-                  history-ingest, history-read-raw, history-read-processed (the history_bench example)\n\
+                  history-ingest, history-read-raw, history-read-processed (the history_bench example),\n\
+                  scale-nodes (--variables N --service read|browse), scale-items (--sessions S --items I --create-items C)\n\
                   docs/Benchmarks.md describes every scenario, request shape and table."
 )]
 pub struct Cli {
@@ -174,7 +175,7 @@ fn positive_f64(s: &str) -> Result<f64, String> {
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunOpts {
     /// read, read-batch, write, browse, sub, counters, events, connect, echo, push,
-    /// history-ingest, history-read-raw, history-read-processed
+    /// history-ingest, history-read-raw, history-read-processed, scale-nodes, scale-items
     #[arg(long, default_value = "read", value_parser = scenario_name)]
     pub scenario: String,
     /// Client connections (each with its own session).
@@ -278,16 +279,18 @@ pub struct RunOpts {
     /// The variant's name in the results (set by sweep).
     #[arg(long)]
     pub variant: Option<String>,
-    /// read-batch: values per Read request.
+    /// read-batch: values per Read request. scale-nodes: variables per Read or Browse request
+    /// (default 10 for read-batch, 1 for scale-nodes).
     #[arg(long, default_value_t = 10, value_parser = positive)]
     pub nodes: usize,
-    /// sub/events/counters/push: subscriber sessions (default: --clients; counters: 1).
+    /// sub/events/counters/push/scale-items: subscriber sessions (default: --clients; counters: 1).
     #[arg(long, value_parser = positive)]
     pub sessions: Option<usize>,
     /// sub/events: subscriptions per session.
     #[arg(long, default_value_t = 1, value_parser = positive)]
     pub subscriptions: usize,
-    /// sub/events/push: monitored items per subscription (default 100; events 1; push: the
+    /// sub/events/push/scale-items: monitored items per subscription (default 100; events 1;
+    /// scale-items 10,000; push: the
     /// variables shared out, ceil(N / sessions)).
     #[arg(long, value_parser = positive)]
     pub items: Option<usize>,
@@ -297,10 +300,11 @@ pub struct RunOpts {
     /// sub: writes per second per writer.
     #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
     pub write_rate: f64,
-    /// sub/events/counters/push: publishing interval, ms (default 100; counters 1000).
+    /// sub/events/counters/push/scale-items: publishing interval, ms (default 100; counters and
+    /// scale-items 1000).
     #[arg(long, value_parser = positive_f64)]
     pub publishing_ms: Option<f64>,
-    /// sub/counters: sampling interval, ms.
+    /// sub/counters/scale-items: sampling interval, ms (scale-items: default 500).
     #[arg(long, default_value_t = 10.0, value_parser = positive_f64)]
     pub sampling_ms: f64,
     /// counters: first item count of the capacity search.
@@ -335,14 +339,24 @@ pub struct RunOpts {
     /// echo: bytes of each echo frame (the echo handler sends every byte back).
     #[arg(long, alias = "echo-req-bytes", default_value_t = crate::echo::DEFAULT_FRAME_BYTES, value_parser = crate::echo::parse_frame_bytes)]
     pub echo_bytes: usize,
-    /// push: the server's variables `s=Plant.V0 … V<N-1>` (the plant contract's --variables N);
+    /// push, scale-nodes, scale-items: the server's variables `s=Plant.V0 … V<N-1>` (the plant
+    /// contract's --variables N; scale-items: default sessions × items);
     /// session j monitors [j*M, (j+1)*M) modulo N.
     #[arg(long, value_parser = positive)]
     pub variables: Option<usize>,
-    /// push: pushes per second per variable (the plant contract's --rate HZ); sets the default
+    /// push, scale-items: pushes per second per variable (the plant contract's --rate HZ;
+    /// scale-items: default 1); push: sets the default
     /// queue size and the offered rate N×HZ.
     #[arg(long, value_parser = positive_f64)]
     pub push_rate: Option<f64>,
+    /// scale-nodes: the service of each operation, read (Value of each variable) or browse
+    /// (each variable, both directions, every reference type). Default read.
+    #[arg(long, value_parser = ["read", "browse"])]
+    pub service: Option<String>,
+    /// scale-items: items of the one CreateMonitoredItems timed after the window, on the server
+    /// that still holds the sessions' items (0: none). Default 50,000.
+    #[arg(long)]
+    pub create_items: Option<usize>,
     /// push: queue size of each monitored item (default ceil(HZ × publishing interval) × 2 + 1).
     #[arg(long, value_parser = positive)]
     pub queue_size: Option<usize>,

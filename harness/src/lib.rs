@@ -17,6 +17,7 @@ pub mod push;
 pub mod report;
 pub mod rsa_bound;
 pub mod run;
+pub mod scale;
 pub mod scenarios;
 pub mod security;
 pub mod server;

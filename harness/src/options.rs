@@ -8,14 +8,16 @@ use crate::cli::{option_name, RunOpts};
 
 /// Options that only some scenarios read, with the scenarios that do.
 const SCENARIO_OPTIONS: &[(&str, &[&str])] = &[
-    ("nodes", &["read-batch"]),
+    ("nodes", &["read-batch", "scale-nodes"]),
+    ("service", &["scale-nodes"]),
+    ("create_items", &["scale-items"]),
     ("writers", &["sub"]),
     ("write_rate", &["sub"]),
     ("subscriptions", &["sub", "events"]),
-    ("items", &["sub", "events", "push"]),
-    ("sampling_ms", &["sub", "events", "counters"]),
-    ("sessions", &["sub", "events", "counters", "push"]),
-    ("publishing_ms", &["sub", "events", "counters", "push"]),
+    ("items", &["sub", "events", "push", "scale-items"]),
+    ("sampling_ms", &["sub", "events", "counters", "scale-items"]),
+    ("sessions", &["sub", "events", "counters", "push", "scale-items"]),
+    ("publishing_ms", &["sub", "events", "counters", "push", "scale-items"]),
     ("start_items", &["counters"]),
     ("max_items", &["counters"]),
     ("storm", &["read", "read-batch", "write", "browse"]),
@@ -97,7 +99,8 @@ pub fn check(o: &RunOpts) -> Result<(), String> {
             }
         }
     }
-    crate::push::check_options(o)
+    crate::push::check_options(o)?;
+    crate::scale::check_options(o)
 }
 
 #[cfg(test)]

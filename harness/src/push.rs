@@ -114,7 +114,10 @@ pub fn check_options(o: &RunOpts) -> Result<(), String> {
     } else if let Some(g) = o
         .given
         .iter()
-        .filter(|g| !crate::history::takes_push_option(&o.scenario, g))
+        .filter(|g| {
+            !crate::history::takes_push_option(&o.scenario, g)
+                && !crate::scale::takes_push_option(&o.scenario, g)
+        })
         .find(|g| PUSH_ONLY.contains(&g.as_str()))
     {
         return Err(format!(
@@ -145,6 +148,8 @@ pub struct PushParams {
     pub items: usize,
     pub publishing_ms: f64,
     pub queue_size: u32,
+    /// The items' sampling interval, ms: 0 (exception-based) in `push`; `scale-items` samples.
+    pub sampling_ms: f64,
 }
 
 impl PushParams {
@@ -170,6 +175,7 @@ impl PushParams {
             items,
             publishing_ms,
             queue_size,
+            sampling_ms: 0.0,
         })
     }
 
@@ -245,6 +251,8 @@ pub struct PushItems {
     pub namespace: Option<u16>,
     pub seq: Vec<ItemSeq>,
     pub setup: Arc<PushSetup>,
+    /// `scale-items`: every item's record of the measured window (whether it reported on time).
+    pub on_time: Option<Arc<crate::scale::OnTime>>,
 }
 
 impl PushItems {
@@ -255,6 +263,7 @@ impl PushItems {
             namespace: None,
             seq: vec![ItemSeq::default(); params.items],
             setup,
+            on_time: None,
         }
     }
 
@@ -436,7 +445,11 @@ pub fn see_notification(
         .source_timestamp
         .filter(|t| !t.is_null())
         .map(|t| t.unix_nanos());
-    match latency_ns(received_unix_ns, source) {
+    let latency = latency_ns(received_unix_ns, source);
+    if let Some(w) = p.on_time.as_ref().filter(|_| ctx.measuring()) {
+        w.see(j, seen, latency);
+    }
+    match latency {
         Some(l) => {
             ctx.complete(l);
             if let Some(part) = receipt
@@ -878,6 +891,7 @@ mod tests {
             items: 2,
             publishing_ms: 100.0,
             queue_size: 3,
+            sampling_ms: 0.0,
         };
         let mut p = PushItems::new(params, 0, Arc::default());
         p.namespace = Some(2);

@@ -222,7 +222,7 @@ impl RunConfig {
                 args: a.server_args.clone(),
                 ready: a.ready.clone().unwrap_or_else(|| "listening on".into()),
             }
-        } else if scenario == "push" {
+        } else if scenario == "push" || crate::scale::is_scale(&scenario) {
             // A server of the plant contract: --server-bin, else the `plant` example beside us.
             let exe = match &a.server_bin {
                 Some(b) => b.clone(),
@@ -611,6 +611,8 @@ pub fn parse_shard_connections(lines: &[String]) -> Vec<(String, u64)> {
 /// Outcome of one measured window.
 pub struct Window {
     pub shard_conns: Vec<(String, u64)>,
+    /// The server's resident memory (VmRSS, every pid summed) at the window's end, kB.
+    pub server_vm_rss_kb: Option<u64>,
     /// CLOCK_MONOTONIC (ns) at the switch to MEASURE and at the switch to DRAIN.
     pub start_mono_ns: u64,
     pub end_mono_ns: u64,
@@ -802,6 +804,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
     let seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let s1 = sample_server(&running.pids);
+    let vm_rss_kb = crate::scale::vm_rss_kb(&running.pids);
     let c1 = procstat::sample_process(me).unwrap_or_default();
     let m1 = procstat::sample_machine();
     let tcp1 = tcpinfo::sample(&sockets);
@@ -837,6 +840,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
         .map(|p| p.drain_output())
         .unwrap_or_default();
     Ok(Window {
+        server_vm_rss_kb: vm_rss_kb,
         stats,
         measured: Measured {
             seconds,
@@ -867,7 +871,7 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         // push: the Publish requests each session keeps out.
         inflight: match cfg.scenario.as_str() {
             "connect" => 1,
-            "push" => crate::opcua::publish_inflight(1),
+            "push" | "scale-items" => crate::opcua::publish_inflight(1),
             // One HistoryRead (and its continuation points) at a time per session.
             "history-read-raw" | "history-read-processed" => 1,
             _ => cfg.inflight,
@@ -898,7 +902,10 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         shard_connections: parse_shard_connections(output),
         // push, history-ingest: the server's pushing thread(s), reported beside the whole
         // process.
-        app_threads: if cfg.scenario == "push" || cfg.scenario == "history-ingest" {
+        app_threads: if matches!(
+            cfg.scenario.as_str(),
+            "push" | "history-ingest" | "scale-nodes" | "scale-items"
+        ) {
             vec![crate::push::PUSH_THREAD.to_string()]
         } else {
             Vec::new()

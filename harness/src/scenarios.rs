@@ -21,6 +21,8 @@ pub const SCENARIOS: &[&str] = &[
     "history-ingest",
     "history-read-raw",
     "history-read-processed",
+    "scale-nodes",
+    "scale-items",
 ];
 
 /// Runs one scenario and returns its result object.
@@ -45,6 +47,8 @@ pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         }
         "counters" => crate::opcua::run_counters(cfg),
         "push" => crate::push::run_push(cfg),
+        "scale-nodes" => crate::scale::run_scale_nodes(cfg),
+        "scale-items" => crate::scale::run_scale_items(cfg),
         s if crate::history::is_history(s) => crate::history::run_history(cfg),
         s if SCENARIOS.contains(&s) => crate::opcua::run_opcua(cfg),
         other => Err(format!(

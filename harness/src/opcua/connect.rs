@@ -210,11 +210,22 @@ impl BlockingSession {
         d: &mut UaDriver,
         ready: impl Fn(&UaDriver) -> bool,
     ) -> Result<BlockingSession, String> {
+        Self::open_waiting(addr, d, ready, Duration::from_secs(10))
+    }
+
+    /// [`BlockingSession::open`], waiting up to `read_timeout` for each answer (a request
+    /// that takes the server long: `scale-items`' CreateMonitoredItems of 50,000 items).
+    pub fn open_waiting(
+        addr: std::net::SocketAddr,
+        d: &mut UaDriver,
+        ready: impl Fn(&UaDriver) -> bool,
+        read_timeout: Duration,
+    ) -> Result<BlockingSession, String> {
         let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
             .map_err(|e| format!("connect: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(read_timeout))
             .map_err(|e| e.to_string())?;
         let mut s = BlockingSession {
             stream,

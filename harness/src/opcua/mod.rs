@@ -29,9 +29,11 @@ use crate::security::{self, Security};
 use crate::uring::{mono_ns, Ctx, Driver};
 
 mod connect;
+mod scale;
 mod sub;
 mod workloads;
 pub use connect::*;
+pub use scale::*;
 use sub::*;
 pub use workloads::*;
 

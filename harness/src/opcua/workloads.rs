@@ -506,8 +506,8 @@ impl SubscriberWork {
         }
     }
 
-    /// A `push` subscriber: one subscription of `p.params.items` items, sampling interval 0,
-    /// the queue size of the run; setup reads the server's NamespaceArray first.
+    /// A `push` subscriber: one subscription of `p.params.items` items, sampling interval
+    /// `p.params.sampling_ms` (0 in `push`), the queue size of the run; setup reads the server's NamespaceArray first.
     pub fn push(p: crate::push::PushItems) -> Self {
         let pp = p.params;
         let mut w = SubscriberWork::new(
@@ -516,7 +516,7 @@ impl SubscriberWork {
             pp.items,
             0,
             pp.publishing_ms,
-            0.0,
+            pp.sampling_ms,
             pp.queue_size,
         );
         w.push = Some(p);
