@@ -16,8 +16,14 @@ const SCENARIO_OPTIONS: &[(&str, &[&str])] = &[
     ("subscriptions", &["sub", "events"]),
     ("items", &["sub", "events", "push", "scale-items"]),
     ("sampling_ms", &["sub", "events", "counters", "scale-items"]),
-    ("sessions", &["sub", "events", "counters", "push", "scale-items"]),
-    ("publishing_ms", &["sub", "events", "counters", "push", "scale-items"]),
+    (
+        "sessions",
+        &["sub", "events", "counters", "push", "scale-items"],
+    ),
+    (
+        "publishing_ms",
+        &["sub", "events", "counters", "push", "scale-items"],
+    ),
     ("start_items", &["counters"]),
     ("max_items", &["counters"]),
     ("storm", &["read", "read-batch", "write", "browse"]),
@@ -132,7 +138,7 @@ mod tests {
             (&["--scenario", "read", "--write-rate", "5"], "--write-rate"),
             (
                 &["--scenario", "browse", "--items", "5"],
-                "--items: only for the sub, events, push scenarios",
+                "--items: only for the sub, events, push, scale-items scenarios",
             ),
             (
                 &["--scenario", "write", "--subscriptions", "2"],
@@ -140,7 +146,7 @@ mod tests {
             ),
             (
                 &["--scenario", "read", "--nodes", "10"],
-                "--nodes: only for the read-batch scenario",
+                "--nodes: only for the read-batch, scale-nodes scenarios",
             ),
             (&["--scenario", "sub", "--storm", "2"], "--storm"),
             (&["--scenario", "echo", "--sessions", "2"], "--sessions"),

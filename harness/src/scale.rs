@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use crate::cli::{option_name, RunOpts};
-use crate::opcua::{create_items_once, CreateSpec, NodeService, SpreadWork, SubscriberWork, UaDriver};
+use crate::opcua::{
+    create_items_once, CreateSpec, NodeService, SpreadWork, SubscriberWork, UaDriver,
+};
 use crate::push::{PushItems, PushParams, PushSetup, Seen};
 use crate::report::{self, round};
 use crate::run::{info_for, measure, start_target, DynDriver, Plan, RunConfig, Window};
@@ -255,7 +257,9 @@ impl OnTime {
             Seen::InOrder => w.delivered += 1,
             Seen::Gap { missing } => {
                 w.delivered += 1;
-                w.missing = w.missing.saturating_add(missing.min(u32::MAX as u64) as u32);
+                w.missing = w
+                    .missing
+                    .saturating_add(missing.min(u32::MAX as u64) as u32);
             }
         }
         if latency_ns.is_none_or(|l| l > self.deadline_ns) {
@@ -433,7 +437,9 @@ pub fn run_scale_nodes(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             ),
             (
                 "baseline_server_cpu_us_per_op",
-                b.get("server_cpu_us_per_op").cloned().unwrap_or(Value::Null),
+                b.get("server_cpu_us_per_op")
+                    .cloned()
+                    .unwrap_or(Value::Null),
             ),
             (
                 "server_cpu_per_op_ratio_to_baseline",
@@ -509,7 +515,8 @@ pub fn run_scale_items(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         let sec = crate::security::prepare(&url, &cfg.security, &cfg.opts.security_policy)?;
         setup.reset();
         records.lock().map_err(|_| "records lock")?.clear();
-        let (setup2, records2, url2, sec2) = (setup.clone(), records.clone(), url.clone(), sec.clone());
+        let (setup2, records2, url2, sec2) =
+            (setup.clone(), records.clone(), url.clone(), sec.clone());
         let factory = Arc::new(move |i: usize| -> DynDriver {
             let mut items = PushItems::new(p, i, setup2.clone());
             let on_time = Arc::new(OnTime::new(p.items, deadline_ms));
@@ -576,7 +583,9 @@ pub fn run_scale_items(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             .flat_map(|r| r.items.lock().map(|v| v.clone()).unwrap_or_default())
             .collect();
         let seconds = window.measured.seconds;
-        let min_changes = ((seconds * p.push_rate).floor() as u32).saturating_sub(1).max(1);
+        let min_changes = ((seconds * p.push_rate).floor() as u32)
+            .saturating_sub(1)
+            .max(1);
         let s = summarize_on_time(&all, min_changes);
         let total = p.sessions * p.items;
         let share = |x: usize| {
@@ -629,25 +638,113 @@ mod tests {
     #[test]
     fn options_that_do_nothing_are_refused() {
         for (words, needle) in [
-            (&["--scenario", "scale-nodes", "--variables", "1000", "--sessions", "2"][..], "--sessions: not used by the scale-nodes"),
-            (&["--scenario", "scale-nodes", "--variables", "1000", "--url", "opc.tcp://h:1"], "--url"),
-            (&["--scenario", "scale-nodes", "--variables", "1000", "--push-rate", "1"], "--push-rate"),
-            (&["--scenario", "scale-nodes", "--variables", "1000", "--idle-sessions", "1"], "--idle-sessions"),
+            (
+                &[
+                    "--scenario",
+                    "scale-nodes",
+                    "--variables",
+                    "1000",
+                    "--sessions",
+                    "2",
+                ][..],
+                "--sessions: only for the sub, events, counters, push, scale-items scenarios, not scale-nodes",
+            ),
+            (
+                &[
+                    "--scenario",
+                    "scale-nodes",
+                    "--variables",
+                    "1000",
+                    "--url",
+                    "opc.tcp://h:1",
+                ],
+                "--url",
+            ),
+            (
+                &[
+                    "--scenario",
+                    "scale-nodes",
+                    "--variables",
+                    "1000",
+                    "--push-rate",
+                    "1",
+                ],
+                "--push-rate",
+            ),
+            (
+                &[
+                    "--scenario",
+                    "scale-nodes",
+                    "--variables",
+                    "1000",
+                    "--idle-sessions",
+                    "1",
+                ],
+                "--idle-sessions",
+            ),
             (&["--scenario", "scale-nodes"], "--variables N"),
-            (&["--scenario", "scale-nodes", "--variables", "100"], "more than the baseline"),
-            (&["--scenario", "scale-items", "--inflight", "3"], "--inflight: not used by the scale-items"),
-            (&["--scenario", "scale-items", "--queue-size", "3"], "--queue-size"),
-            (&["--scenario", "scale-items", "--service", "browse"], "--service"),
-            (&["--scenario", "scale-items", "--push-rate", "5"], "at most 1 Hz"),
-            (&["--scenario", "read", "--create-items", "5"], "--create-items"),
+            (
+                &["--scenario", "scale-nodes", "--variables", "100"],
+                "more than the baseline",
+            ),
+            (
+                &["--scenario", "scale-items", "--inflight", "3"],
+                "--inflight: not used by the scale-items",
+            ),
+            (
+                &["--scenario", "scale-items", "--queue-size", "3"],
+                "--queue-size",
+            ),
+            (
+                &["--scenario", "scale-items", "--service", "browse"],
+                "--service",
+            ),
+            (
+                &["--scenario", "scale-items", "--push-rate", "5"],
+                "at most 1 Hz",
+            ),
+            (
+                &["--scenario", "read", "--create-items", "5"],
+                "--create-items",
+            ),
             (&["--scenario", "read", "--service", "read"], "--service"),
         ] {
             let e = crate::options::check(&parse(words)).expect_err(&format!("{words:?}"));
             assert!(e.contains(needle), "{words:?}: {e}");
         }
         for words in [
-            &["--scenario", "scale-nodes", "--variables", "1000", "--service", "browse", "--nodes", "10", "--clients", "2", "--inflight", "8"][..],
-            &["--scenario", "scale-items", "--variables", "1000", "--sessions", "2", "--items", "100", "--sampling-ms", "100", "--publishing-ms", "200", "--push-rate", "5", "--create-items", "0"],
+            &[
+                "--scenario",
+                "scale-nodes",
+                "--variables",
+                "1000",
+                "--service",
+                "browse",
+                "--nodes",
+                "10",
+                "--clients",
+                "2",
+                "--inflight",
+                "8",
+            ][..],
+            &[
+                "--scenario",
+                "scale-items",
+                "--variables",
+                "1000",
+                "--sessions",
+                "2",
+                "--items",
+                "100",
+                "--sampling-ms",
+                "100",
+                "--publishing-ms",
+                "200",
+                "--push-rate",
+                "5",
+                "--create-items",
+                "0",
+            ],
             &["--scenario", "scale-items"],
         ] {
             assert_eq!(crate::options::check(&parse(words)), Ok(()), "{words:?}");
@@ -656,9 +753,15 @@ mod tests {
 
     #[test]
     fn items_defaults() {
-        let p = ItemsParams::from_opts(&parse(&["--scenario", "scale-items", "--sessions", "3"])).unwrap();
+        let p = ItemsParams::from_opts(&parse(&["--scenario", "scale-items", "--sessions", "3"]))
+            .unwrap();
         assert_eq!(
-            (p.push.sessions, p.push.items, p.push.variables, p.push.queue_size),
+            (
+                p.push.sessions,
+                p.push.items,
+                p.push.variables,
+                p.push.queue_size
+            ),
             (3, DEFAULT_ITEMS, 3 * DEFAULT_ITEMS, 1)
         );
         assert_eq!(p.push.sampling_ms, DEFAULT_SAMPLING_MS);
@@ -688,15 +791,51 @@ mod tests {
         // Item 3: silent. Out of range: ignored.
         w.see(9, Seen::InOrder, Some(ms));
         let items = w.items.lock().unwrap().clone();
-        assert_eq!(items[0], ItemWindow { delivered: 3, missing: 0, late: 0, stale: 0 });
-        assert_eq!(items[1], ItemWindow { delivered: 3, missing: 2, late: 0, stale: 0 });
-        assert_eq!(items[2], ItemWindow { delivered: 3, missing: 0, late: 2, stale: 1 });
+        assert_eq!(
+            items[0],
+            ItemWindow {
+                delivered: 3,
+                missing: 0,
+                late: 0,
+                stale: 0
+            }
+        );
+        assert_eq!(
+            items[1],
+            ItemWindow {
+                delivered: 3,
+                missing: 2,
+                late: 0,
+                stale: 0
+            }
+        );
+        assert_eq!(
+            items[2],
+            ItemWindow {
+                delivered: 3,
+                missing: 0,
+                late: 2,
+                stale: 1
+            }
+        );
         let s = summarize_on_time(&items, 3);
         assert_eq!(
             s,
-            OnTimeSummary { items: 4, on_time: 1, behind: 1, silent: 1, with_missing: 1, with_late: 1, with_stale: 1 }
+            OnTimeSummary {
+                items: 4,
+                on_time: 1,
+                behind: 1,
+                silent: 1,
+                with_missing: 1,
+                with_late: 1,
+                with_stale: 1
+            }
         );
-        assert_eq!(summarize_on_time(&items, 4).on_time, 0, "fewer changes than due");
+        assert_eq!(
+            summarize_on_time(&items, 4).on_time,
+            0,
+            "fewer changes than due"
+        );
     }
 
     #[test]

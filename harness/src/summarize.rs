@@ -20,6 +20,36 @@ pub const METRICS: &[(&str, &str, usize)] = &[
 
 /// Metrics shown only in tables whose runs report them (subscriptions, capacity).
 pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
+    // Plant scale (scale-nodes, scale-items).
+    (
+        "bytes_per_variable",
+        "server bytes/variable (RSS at N − at 100, after the window)",
+        0,
+    ),
+    (
+        "bytes_per_variable_at_ready",
+        "server bytes/variable at ready",
+        0,
+    ),
+    ("startup_s", "start-up to ready, s", 3),
+    (
+        "baseline_server_cpu_us_per_op",
+        "server CPU µs/op at 100 variables",
+        2,
+    ),
+    (
+        "server_cpu_per_op_ratio_to_baseline",
+        "server CPU/op ÷ at 100 variables",
+        3,
+    ),
+    ("bytes_per_item", "server bytes/item (RSS delta)", 0),
+    (
+        "items_on_time_share",
+        "items on time (every change within sampling + publishing + 100 ms)",
+        4,
+    ),
+    ("create_items_ms", "one CreateMonitoredItems, ms", 1),
+    ("delete_items_ms", "its items deleted (CloseSession), ms", 1),
     ("capacity_items", "capacity, items", 0),
     ("min_sample_ratio", "min sample ratio", 3),
     ("delivered_ratio", "delivered share", 3),
@@ -332,6 +362,14 @@ pub fn markdown(t: &Table) -> String {
                 if let Some(n) = r.get("nodes") {
                     x.push_str(&format!(", {} nodes per request", crate::report::fmt(n)));
                 }
+                if g("scenario") == "scale-nodes" {
+                    x.push_str(&format!(
+                        ", {} of plant variables spread over all {} (beside a server of {} in the same run, the same load)",
+                        g("service"),
+                        g("variables"),
+                        g("baseline_variables")
+                    ));
+                }
                 if let Some(n) = r.get("rate").and_then(|v| v.as_f64()) {
                     x.push_str(&format!(
                         ", open loop at {} Reads/s in all (latency from when each was due; in flight is the cap)",
@@ -365,6 +403,12 @@ pub fn markdown(t: &Table) -> String {
                         g("publishing_ms"),
                         g("sampling_ms")
                     ));
+                    if r.get("create_items").and_then(|v| v.as_u64()).is_some_and(|c| c > 0) {
+                        x.push_str(&format!(
+                            ", then one CreateMonitoredItems of {} items on the server still holding them",
+                            g("create_items")
+                        ));
+                    }
                 }
                 if let Some(s) = r.get("scenario").and_then(|v| v.as_str()) {
                     if s == "history-ingest"

@@ -35,13 +35,24 @@ impl NodeService {
 
 /// A step through 0..n that visits every index once in n steps and jumps far each time, so
 /// that consecutive operations touch variables far apart in the server's store (no locality
-/// to hide a cost that grows with N): a prime that does not divide n, modulo n.
+/// to hide a cost that grows with N): the first number from n × 0.618… (the golden ratio's
+/// fraction) on that shares no factor with n.
 pub fn spread_stride(n: usize) -> usize {
-    let n = n.max(1);
-    [1_000_003usize, 999_983, 7_919]
-        .into_iter()
-        .find(|p| n % p != 0)
-        .map_or(1, |p| p % n)
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    if n <= 2 {
+        return 1 % n.max(1);
+    }
+    let mut s = ((n as f64) * 0.618_033_988_75) as usize;
+    while gcd(s, n) != 1 {
+        s += 1;
+    }
+    s
 }
 
 /// The Read NamespaceArray request of a plant session's first setup step.
@@ -271,7 +282,10 @@ impl Workload for CreateOnce {
                 self.sub_id = r.subscription_id;
                 let items_to_create = (0..self.items)
                     .map(|j| MonitoredItemCreateRequest {
-                        item_to_monitor: read_value_id(plant_node(self.ns, j % self.n), attr::VALUE),
+                        item_to_monitor: read_value_id(
+                            plant_node(self.ns, j % self.n),
+                            attr::VALUE,
+                        ),
                         monitoring_mode: MonitoringMode::Reporting,
                         requested_parameters: MonitoringParameters {
                             client_handle: j as u32,
@@ -427,7 +441,11 @@ mod tests {
             .collect();
         assert_eq!(ids.len(), 3);
         assert_eq!(ids[0], plant_node(2, 5).to_string());
-        assert_eq!(ids[1], plant_node(2, 8).to_string(), "stride 3 modulo 100");
+        assert_eq!(
+            ids[1],
+            plant_node(2, 66).to_string(),
+            "stride 61 modulo 100"
+        );
         let good = |v: Variant| DataValue::new(v);
         let resp = |vals: Vec<DataValue>| {
             Response::Read(Box::new(ReadResponse {
