@@ -1,10 +1,10 @@
 //! What the shards of one process share: per-shard statistics (atomics, each
 //! written by its own shard only), wake-up fds, the stop flag, the hand-off
 //! queues the acceptor shard uses for round-robin and least-connections
-//! distribution, and the move queues (one per ordered pair of shards) that carry
-//! a live connection to the shard owning its session.
+//! distribution, the move queues (one per ordered pair of shards) that carry
+//! a live connection to the shard owning its session, and the mail queues (one per
+//! ordered pair too) that carry [`ShardMessage`]s between the shards' protocol states.
 
-use std::any::Any;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -14,6 +14,9 @@ use std::sync::Arc;
 use crate::config::Distribution;
 use crate::reverse::Dialed;
 use crate::spsc::{self, Consumer, Producer};
+
+use uaring_core::server::connection::ServerConnection;
+pub use uaring_core::server::shard::ShardMessage;
 
 /// Counters of one shard. Written by that shard only (relaxed stores), read by anyone.
 #[repr(align(64))]
@@ -282,9 +285,17 @@ pub struct Handoff {
 /// What moves with a live connection besides its socket.
 pub struct Moved {
     /// The handler's per-connection state (`Handler::detach` → `Handler::attach`).
-    pub state: Box<dyn Any + Send>,
+    pub state: MovedConn,
     /// Bytes received on the old shard after the move began, in order.
     pub input: Vec<u8>,
+}
+
+/// The protocol state of a live connection on its way to another shard: core's connection
+/// (channel, keys, the session it activates) and, for a connection dialed to a Reverse
+/// Connect client, its tie to the dialer.
+pub struct MovedConn {
+    pub conn: ServerConnection,
+    pub reverse: Option<crate::reverse::ReverseLease>,
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
@@ -345,7 +356,7 @@ impl Fleet {
         }
         // The move mesh: move_out[from][to] feeds move_in[to][from].
         let (move_out, move_in) = mesh::<Handoff>(n, move_queue);
-        let (mail_out, mail_in) = mesh::<Box<dyn Any + Send>>(n, move_queue);
+        let (mail_out, mail_in) = mesh::<ShardMessage>(n, move_queue);
         let mut wirings = Vec::with_capacity(n);
         let mut outboxes = Some(outboxes);
         let meshes = move_out
@@ -474,8 +485,8 @@ pub struct ShardWiring {
     move_in: Vec<Consumer<Handoff>>,
     /// Queues for messages between the shards' protocol states (cross-shard
     /// TransferSubscriptions), to every other shard / from every other shard.
-    mail_out: Vec<Option<Producer<Box<dyn Any + Send>>>>,
-    mail_in: Vec<Consumer<Box<dyn Any + Send>>>,
+    mail_out: Vec<Option<Producer<ShardMessage>>>,
+    mail_in: Vec<Consumer<ShardMessage>>,
     /// Connections the Reverse Connect dialer made for this shard.
     dialed: Consumer<Dialed>,
     rr_next: usize,
@@ -564,11 +575,7 @@ impl ShardWiring {
     }
 
     /// Queues a message for shard `target`; gives it back when that queue is full.
-    pub fn mail_to(
-        &mut self,
-        target: usize,
-        body: Box<dyn Any + Send>,
-    ) -> Result<(), Box<dyn Any + Send>> {
+    pub fn mail_to(&mut self, target: usize, body: ShardMessage) -> Result<(), ShardMessage> {
         match self.mail_out.get_mut(target).and_then(|o| o.as_mut()) {
             Some(p) => p.push(body),
             None => Err(body),
@@ -581,7 +588,7 @@ impl ShardWiring {
     }
 
     /// The next message from another shard.
-    pub fn pop_mail(&mut self) -> Option<Box<dyn Any + Send>> {
+    pub fn pop_mail(&mut self) -> Option<ShardMessage> {
         self.mail_in.iter_mut().find_map(|c| c.pop())
     }
 
@@ -608,7 +615,8 @@ mod tests {
     fn queue_slot_sizes_are_what_the_docs_say() {
         // docs/Configuration.md (`runtime.move_queue`) quotes these.
         assert_eq!(std::mem::size_of::<Handoff>(), 48);
-        assert_eq!(std::mem::size_of::<Box<dyn Any + Send>>(), 16);
+        // The mail's payloads are boxed to keep its slots this small (see `ShardMessage`).
+        assert_eq!(std::mem::size_of::<ShardMessage>(), 16);
     }
 
     #[test]
@@ -631,13 +639,21 @@ mod tests {
         };
         assert!(w0.move_to(1, h).is_ok());
         assert!(w1.pop_incoming().is_some());
-        assert!(w0.mail_to(1, Box::new(7u32)).is_ok());
-        assert_eq!(
-            w1.pop_mail()
-                .and_then(|m| m.downcast::<u32>().ok())
-                .map(|b| *b),
-            Some(7)
-        );
+        let request = uaring_core::server::shard::TransferRequest {
+            from: 0,
+            ticket: 7,
+            index: 0,
+            sub_id: 3,
+            owner: String::new(),
+            max_items: 10,
+        };
+        let msg = ShardMessage::TransferRequest(Box::new(request));
+        assert!(w0.mail_to(1, msg).is_ok());
+        assert!(matches!(
+            w1.pop_mail(),
+            Some(ShardMessage::TransferRequest(r)) if r.ticket == 7 && r.sub_id == 3
+        ));
+        assert!(w1.pop_mail().is_none());
     }
 
     /// What the statistics file and the metrics report: the modes the loop started with, and

@@ -4,10 +4,11 @@
 //! per-shard protocol state and one `Handler::Conn` per socket. All calls
 //! happen on the shard's own thread: nothing here is shared between shards.
 
-use std::any::Any;
 use std::net::SocketAddr;
 
 use uaring_core::Now;
+
+use crate::fleet::{MovedConn, ShardMessage};
 
 /// What the handler wants done with a connection after a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +116,7 @@ pub trait Handler {
 
     /// The connection leaves for another shard (after [`ConnStatus::Move`]): release what
     /// this shard holds for it and return the state to send along. `None` closes it.
-    fn detach(&mut self, _conn: Self::Conn, _now: Now) -> Option<Box<dyn Any + Send>> {
+    fn detach(&mut self, _conn: Self::Conn, _now: Now) -> Option<MovedConn> {
         None
     }
 
@@ -125,7 +126,7 @@ pub trait Handler {
         &mut self,
         _id: ConnId,
         _peer: SocketAddr,
-        _state: Box<dyn Any + Send>,
+        _state: MovedConn,
         _now: Now,
         _out: &mut Vec<u8>,
     ) -> (Option<Self::Conn>, ConnStatus) {
@@ -145,10 +146,10 @@ pub trait Handler {
     /// Messages for other shards that arose in the protocol state (cross-shard
     /// TransferSubscriptions): (target shard, message). The loop queues each to its shard
     /// (keeping it until the queue has room) and wakes that shard.
-    fn take_mail(&mut self, _into: &mut Vec<(usize, Box<dyn Any + Send>)>) {}
+    fn take_mail(&mut self, _into: &mut Vec<(usize, ShardMessage)>) {}
 
     /// A message from another shard's [`Handler::take_mail`].
-    fn mail(&mut self, _msg: Box<dyn Any + Send>, _now: Now) {}
+    fn mail(&mut self, _msg: ShardMessage, _now: Now) {}
 
     /// Graceful shutdown of the whole loop: say goodbye on this connection
     /// (append to `out`). The loop sends `out` and then closes the socket.

@@ -4,7 +4,6 @@
 //! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]; the
 //! server runs it over core's `ShardState` (sessions, services, timers).
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,6 +19,7 @@ use uaring_core::shared::ServerShared;
 use uaring_core::transport::{ErrorMessage, ReverseHelloMessage};
 use uaring_core::{Now, StatusCode};
 
+use crate::fleet::{MovedConn, ShardMessage};
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
 use crate::handshake::PoolClient;
 use crate::reverse::ReverseLease;
@@ -43,9 +43,9 @@ pub trait ShardHost: ConnectionHost {
     /// Publishes gauges to the shard's metrics block.
     fn publish_metrics(&mut self) {}
     /// Messages for other shards (see `Handler::take_mail`).
-    fn take_messages(&mut self, _into: &mut Vec<(usize, Box<dyn Any + Send>)>) {}
+    fn take_messages(&mut self, _into: &mut Vec<(usize, ShardMessage)>) {}
     /// A message from another shard.
-    fn on_message(&mut self, _msg: Box<dyn Any + Send>, _now: Now) {}
+    fn on_message(&mut self, _msg: ShardMessage, _now: Now) {}
     /// How other threads wake this shard's loop (the change path).
     fn set_waker(&mut self, _wake: uaring_core::address_space::change::WakeFn) {}
     /// Replaces the security provider (a new application certificate).
@@ -180,12 +180,6 @@ impl UaConn {
     }
 }
 
-/// What moves to another shard with a live connection.
-struct MovedConn {
-    conn: ServerConnection,
-    reverse: Option<ReverseLease>,
-}
-
 fn status(s: CoreStatus) -> ConnStatus {
     match s {
         CoreStatus::Open => ConnStatus::Open,
@@ -292,31 +286,28 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         conn.conn.on_close(&mut self.host, now);
     }
 
-    fn detach(&mut self, mut conn: UaConn, _now: Now) -> Option<Box<dyn Any + Send>> {
+    fn detach(&mut self, mut conn: UaConn, _now: Now) -> Option<MovedConn> {
         if let Some(ch) = conn.channel {
             if self.channels.get(&ch) == Some(&conn.id) {
                 self.channels.remove(&ch);
             }
         }
         conn.conn.detach(&mut self.host);
-        Some(Box::new(MovedConn {
+        Some(MovedConn {
             conn: conn.conn,
             reverse: conn.reverse,
-        }))
+        })
     }
 
     fn attach(
         &mut self,
         id: ConnId,
         _peer: SocketAddr,
-        state: Box<dyn Any + Send>,
+        state: MovedConn,
         now: Now,
         out: &mut Vec<u8>,
     ) -> (Option<UaConn>, ConnStatus) {
-        let Ok(moved) = state.downcast::<MovedConn>() else {
-            return (None, ConnStatus::Close);
-        };
-        let MovedConn { conn, reverse } = *moved;
+        let MovedConn { conn, reverse } = state;
         let mut conn = UaConn {
             conn,
             id,
@@ -450,11 +441,11 @@ impl<S: ShardHost> Handler for UaHandler<S> {
         self.host.publish_metrics();
     }
 
-    fn take_mail(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {
+    fn take_mail(&mut self, into: &mut Vec<(usize, ShardMessage)>) {
         self.host.take_messages(into);
     }
 
-    fn mail(&mut self, msg: Box<dyn Any + Send>, now: Now) {
+    fn mail(&mut self, msg: ShardMessage, now: Now) {
         self.host.on_message(msg, now);
     }
 }
@@ -487,18 +478,11 @@ impl ShardHost for ShardState {
             .and_then(|p| p.local_certificate().map(<[u8]>::to_vec))
     }
 
-    fn take_messages(&mut self, into: &mut Vec<(usize, Box<dyn Any + Send>)>) {
-        let mut msgs = Vec::new();
-        ShardState::take_messages(self, &mut msgs);
-        into.extend(
-            msgs.into_iter()
-                .map(|(t, m)| (t, Box::new(m) as Box<dyn Any + Send>)),
-        );
+    fn take_messages(&mut self, into: &mut Vec<(usize, ShardMessage)>) {
+        ShardState::take_messages(self, into)
     }
-    fn on_message(&mut self, msg: Box<dyn Any + Send>, now: Now) {
-        if let Ok(m) = msg.downcast::<uaring_core::server::shard::ShardMessage>() {
-            ShardState::on_message(self, *m, now);
-        }
+    fn on_message(&mut self, msg: ShardMessage, now: Now) {
+        ShardState::on_message(self, msg, now)
     }
 }
 

@@ -264,7 +264,7 @@ pub(crate) struct ShardCore<H: Handler> {
     /// connection, so bounded by the table).
     per_address: std::collections::HashMap<std::net::IpAddr, u32>,
     /// Messages for other shards whose queue was full: sent first next time.
-    mail_out: Vec<(usize, Box<dyn std::any::Any + Send>)>,
+    mail_out: Vec<(usize, crate::fleet::ShardMessage)>,
 }
 
 /// Which budgets are past their bound: whether a connection may be read.

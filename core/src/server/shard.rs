@@ -383,25 +383,37 @@ pub const MAX_PENDING_TRANSFERS: usize = 64;
 
 /// A message between the shards of one process. The runtime carries it over bounded SPSC
 /// queues ([`ShardState::take_messages`] on one shard, [`ShardState::on_message`] on the
-/// other); it is never dropped.
+/// other); it is never dropped. Each variant's payload is boxed so that a message is 16 bytes:
+/// the queues are allocated at start, n·(n−1)·`move_queue` slots of this size, and
+/// messages are rare (one per subscription of a cross-shard TransferSubscriptions), so one
+/// allocation per message is cheaper than slots sized for the largest payload.
 #[derive(Debug)]
 pub enum ShardMessage {
-    /// Cross-shard TransferSubscriptions: shard `from` asks for subscription `sub_id` for a
-    /// session of its own whose user is `owner`, with room for `max_items` monitored items.
-    TransferRequest {
-        from: usize,
-        ticket: u64,
-        index: usize,
-        sub_id: u32,
-        owner: String,
-        max_items: usize,
-    },
-    /// The answer: the subscription with everything it holds, or why not.
-    TransferReply {
-        ticket: u64,
-        index: usize,
-        result: Result<crate::subscription::MovedSubscription, StatusCode>,
-    },
+    /// Cross-shard TransferSubscriptions: another shard asks for one of this shard's
+    /// subscriptions.
+    TransferRequest(Box<TransferRequest>),
+    /// The answer to a [`ShardMessage::TransferRequest`].
+    TransferReply(Box<TransferReply>),
+}
+
+/// Shard `from` asks for subscription `sub_id` for a session of its own whose user is
+/// `owner`, with room for `max_items` monitored items.
+#[derive(Debug)]
+pub struct TransferRequest {
+    pub from: usize,
+    pub ticket: u64,
+    pub index: usize,
+    pub sub_id: u32,
+    pub owner: String,
+    pub max_items: usize,
+}
+
+/// The subscription with everything it holds, or why not.
+#[derive(Debug)]
+pub struct TransferReply {
+    pub ticket: u64,
+    pub index: usize,
+    pub result: Result<crate::subscription::MovedSubscription, StatusCode>,
 }
 
 /// A TransferSubscriptions request waiting for replies from other shards.
@@ -739,14 +751,14 @@ impl ShardState {
                     self.transfer_reserved_items += max_items;
                     pending.reserved_subs += 1;
                     pending.reserved_items += max_items;
-                    let msg = ShardMessage::TransferRequest {
+                    let msg = ShardMessage::TransferRequest(Box::new(TransferRequest {
                         from: self.shard_index,
                         ticket,
                         index,
                         sub_id,
                         owner: owner.clone(),
                         max_items,
-                    };
+                    }));
                     self.outgoing.push((shard, msg));
                 }
                 Err(status) => {
@@ -776,31 +788,35 @@ impl ShardState {
     pub fn on_message(&mut self, msg: ShardMessage, now: Now) {
         self.diag.note_request(now);
         match msg {
-            ShardMessage::TransferRequest {
-                from,
-                ticket,
-                index,
-                sub_id,
-                owner,
-                max_items,
-            } => {
+            ShardMessage::TransferRequest(r) => {
+                let TransferRequest {
+                    from,
+                    ticket,
+                    index,
+                    sub_id,
+                    owner,
+                    max_items,
+                } = *r;
                 let result = self
                     .subscriptions
                     .export_subscription(&owner, sub_id, max_items, now);
                 self.outgoing.push((
                     from,
-                    ShardMessage::TransferReply {
+                    ShardMessage::TransferReply(Box::new(TransferReply {
                         ticket,
                         index,
                         result,
-                    },
+                    })),
                 ));
             }
-            ShardMessage::TransferReply {
-                ticket,
-                index,
-                result,
-            } => self.on_transfer_reply(ticket, index, result, now),
+            ShardMessage::TransferReply(r) => {
+                let TransferReply {
+                    ticket,
+                    index,
+                    result,
+                } = *r;
+                self.on_transfer_reply(ticket, index, result, now)
+            }
         }
     }
 
