@@ -36,7 +36,8 @@ fn setup(access: Roles) -> (Harness, SessionKey) {
     let key = h
         .shard
         .session_for_request(&token, ch, now)
-        .expect("session");
+        .expect("session")
+        .key;
     (h, key)
 }
 

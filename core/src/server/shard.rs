@@ -237,6 +237,17 @@ impl std::fmt::Debug for EphemeralPrivateKey {
     }
 }
 
+/// A request's session as [`ShardState::session_for_request`] found it: what the services
+/// need of it, carried so that they do not look it up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestSession {
+    pub key: SessionKey,
+    /// ActivateSession has succeeded at least once ([`Session::is_activated`]).
+    pub activated: bool,
+    /// The roles of its user ([`UserIdentity::roles`]; none before activation).
+    pub roles: crate::roles::Roles,
+}
+
 /// A HistoryRead continuation point: the backend's resume token, and the fingerprint of
 /// the details and node it continues (a continuation with other details is refused).
 #[derive(Debug)]
@@ -1305,14 +1316,15 @@ impl ShardState {
     }
 
     /// The session for a request other than Create/ActivateSession: the token must name a
-    /// live session bound to `channel_id` (else BadSessionIdInvalid). Touches it.
-    /// Activation is not checked here.
+    /// live session bound to `channel_id` (else BadSessionIdInvalid). Touches it, and
+    /// returns what the services need of it, read once: its key, whether it is activated and
+    /// its user's roles (activation is not checked here).
     pub fn session_for_request(
         &mut self,
         token: &NodeId,
         channel_id: u32,
         now: Now,
-    ) -> SessionResult<SessionKey> {
+    ) -> SessionResult<RequestSession> {
         let key = self.find_session(token, now)?;
         let session = self
             .session_mut(key)
@@ -1321,7 +1333,14 @@ impl ShardState {
             return Err(StatusCode::BadSessionIdInvalid);
         }
         session.touch(now);
-        Ok(key)
+        Ok(RequestSession {
+            key,
+            activated: session.is_activated(),
+            roles: session
+                .identity
+                .as_ref()
+                .map_or(crate::roles::Roles::NONE, UserIdentity::roles),
+        })
     }
 
     pub fn session(&self, key: SessionKey) -> Option<&Session> {

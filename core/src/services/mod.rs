@@ -28,7 +28,7 @@ pub mod view;
 
 use crate::generated::messages::{Request, Response};
 use crate::server::context::RequestContext;
-use crate::server::shard::ShardState;
+use crate::server::shard::{RequestSession, ShardState};
 use crate::time::Now;
 use crate::types::StatusCode;
 
@@ -113,22 +113,26 @@ fn session_service(
 ) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
-    let key = match shard.session_for_request(&header.authentication_token, ctx.channel_id, now) {
-        Ok(k) => k,
+    let session = match shard.session_for_request(&header.authentication_token, ctx.channel_id, now)
+    {
+        Ok(s) => s,
         Err(s) => return Some(fault(handle, s, now)),
     };
+    let key = session.key;
     if let Request::CloseSession(r) = &request {
         return Some(session::close_session(shard, key, r, now));
     }
-    if !shard.session(key).is_some_and(|s| s.is_activated()) {
+    if !session.activated {
         // Part 4 §5.7.3.1: any request other than CloseSession before ActivateSession
         // makes the server close the session.
         shard.close_session(key, true, now);
         return Some(fault(handle, StatusCode::BadSessionNotActivated, now));
     }
     let service = crate::metrics::service_index(&request);
-    let response = activated_service(shard, ctx, key, request, request_id, now);
-    // The session's own counts (SessionDiagnostics); a queued Publish counts as Good.
+    let response = activated_service(shard, ctx, session, request, request_id, now);
+    // The session's own counts (SessionDiagnostics); a queued Publish counts as Good. Counted
+    // after the service, by key (a slot index and a generation compare): counted before, a
+    // Read of the session's own SessionDiagnostics would see this request.
     let result = response
         .as_ref()
         .map_or(StatusCode::Good, |r| r.response_header().service_result);
@@ -138,16 +142,17 @@ fn session_service(
     response
 }
 
-/// Requests of an activated session (`key`, found and checked by [`session_service`]).
+/// Requests of an activated session (found and checked by [`session_service`]).
 fn activated_service(
     shard: &mut ShardState,
     ctx: &RequestContext<'_>,
-    key: crate::session::SessionKey,
+    session: RequestSession,
     request: Request,
     request_id: u32,
     now: Now,
 ) -> Option<Response> {
     let handle = request.request_header().request_handle;
+    let (key, roles) = (session.key, session.roles);
     let request = match request {
         Request::Publish(r) => {
             let resp = subscription::publish(shard, key, ctx.channel_id, request_id, &r, now);
@@ -162,7 +167,6 @@ fn activated_service(
             if shard.shared().address_space.has_async()
                 && attribute::reads_async(&shard.shared().address_space, &r, now) =>
         {
-            let roles = session_roles(shard, key);
             let resp = attribute::read_deferred(shard, roles, ctx.channel_id, request_id, &r, now);
             shard.recycler.give_read_request(r);
             return resp;
@@ -171,21 +175,18 @@ fn activated_service(
             if shard.shared().address_space.has_async()
                 && attribute::writes_async(&shard.shared().address_space, &r) =>
         {
-            let roles = session_roles(shard, key);
             let resp = attribute::write_deferred(shard, roles, ctx.channel_id, request_id, &r, now);
             shard.recycler.give_write_request(r);
             return resp;
         }
         Request::Read(r) => {
             let spare = shard.recycler.read_response();
-            let roles = session_roles(shard, key);
             let resp = attribute::read_into(shard.shared(), roles, &r, now, spare);
             shard.recycler.give_read_request(r);
             resp
         }
         Request::Write(r) => {
             let spare = shard.recycler.write_response();
-            let roles = session_roles(shard, key);
             let resp = attribute::write_into(shard.shared(), roles, &r, now, spare);
             shard.recycler.give_write_request(r);
             resp
@@ -235,11 +236,9 @@ fn activated_service(
         Request::SetMonitoringMode(r) => monitored_item::set_monitoring_mode(shard, key, &r, now),
         Request::SetTriggering(r) => monitored_item::set_triggering(shard, key, &r, now),
         Request::HistoryRead(r) => {
-            let roles = session_roles(shard, key);
             return history::history_read(shard, key, roles, ctx.channel_id, request_id, &r, now);
         }
         Request::HistoryUpdate(r) => {
-            let roles = session_roles(shard, key);
             return history::history_update(shard, key, roles, ctx.channel_id, request_id, &r, now);
         }
         // Query, node management: not offered.
