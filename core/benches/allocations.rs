@@ -1,5 +1,5 @@
 //! Heap allocations per request over the whole server path (request chunk in → real
-//! ShardState and services → response chunk out), steady state after a warm-up:
+//! ServiceState and services → response chunk out), steady state after a warm-up:
 //! `cargo bench -p uaring-core --bench allocations`. tests/allocations.rs asserts the zeros.
 
 #[path = "../tests/support/alloc_count.rs"]

@@ -1,6 +1,6 @@
 //! Instructions per request over the whole server path, for callgrind (`core/benches/callgrind.sh`
 //! runs it and prints the figures). The set-up of server_path.rs (request chunk bytes in →
-//! ServerConnection → the real ShardState and services → response chunk bytes out, an
+//! ServerConnection → the real ServiceState and services → response chunk bytes out, an
 //! activated session), without criterion: one run of `count` requests fed in batches of
 //! `batch` chunks, one `on_recv` per batch, then exit. Callgrind counts only inside `on_recv`
 //! (`--toggle-collect`), and the script subtracts a short run from a long one, so the set-up

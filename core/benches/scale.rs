@@ -36,7 +36,7 @@ use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::RequestContext;
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::dispatch;
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{DataValue, QualifiedName, Variant};
@@ -214,7 +214,7 @@ fn node_memory(n: u32) {
 }
 
 struct Shard {
-    shard: ShardState,
+    shard: ServiceState,
     now: Now,
     token: NodeId,
     handle: u32,
@@ -240,7 +240,7 @@ impl Shard {
         let shared: Arc<ServerShared> =
             content::new_with(config(), start(), &content::Content::counters(counters))
                 .expect("server");
-        let shard = ShardState::new(
+        let shard = ServiceState::new(
             shared,
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -1,5 +1,5 @@
 //! Server CPU per request over the whole server path, without sockets: request chunk bytes in
-//! → ServerConnection → the real ShardState and services → response chunk bytes out, with an
+//! → ServerConnection → the real ServiceState and services → response chunk bytes out, with an
 //! activated session (the set-up of tests/allocations.rs). A batch is what the batched load
 //! client puts in one recv: `n` Read chunks of one value each, back to back, fed to one
 //! `on_recv`. Criterion reports the time per request (throughput in elements).

@@ -21,7 +21,7 @@ use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::{ConnectionHost, Deferred, RequestContext};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::{dispatch, dispatch_deferrable};
 use uaring_core::shared::ServerShared;
 use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
@@ -47,7 +47,7 @@ fn ctx() -> RequestContext<'static> {
 }
 
 struct Bench {
-    shard: ShardState,
+    shard: ServiceState,
     now: Now,
     token: NodeId,
     handle: u32,
@@ -79,7 +79,7 @@ impl Bench {
         );
         let shared: Arc<ServerShared> =
             content::new_with(config, now, &content::Content::counters(counters)).unwrap();
-        let mut shard = ShardState::new(
+        let mut shard = ServiceState::new(
             shared,
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),

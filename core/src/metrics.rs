@@ -6,7 +6,7 @@
 //! thread, and any shard computing the ServerDiagnostics summary at read time. Counters
 //! that change where they happen (requests, errors, channels, sessions created, timeouts)
 //! are bumped there; gauges and the subscription engine's counts are published by the
-//! shard ([`crate::server::shard::ShardState::publish_metrics`]) once per loop iteration.
+//! shard ([`crate::server::service_state::ServiceState::publish_metrics`]) once per loop iteration.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -187,7 +187,7 @@ pub struct ShardMetrics {
     pub events_missed: AtomicU64,
     /// The shard's last diagnostics snapshot (its sessions and subscriptions), replaced
     /// whole by the shard off the request path
-    /// ([`crate::server::shard::ShardState::publish_metrics`]); any shard reads it.
+    /// ([`crate::server::service_state::ServiceState::publish_metrics`]); any shard reads it.
     pub diagnostics: arc_swap::ArcSwap<DiagnosticsSnapshot>,
     /// Set by a reader of the diagnostics arrays: the shard refreshes its snapshot at its
     /// next loop iteration (if anything changed since the last one) and clears it.
@@ -238,7 +238,7 @@ impl ShardMetrics {
 /// Every shard's block.
 pub struct ServerMetrics {
     shards: Box<[ShardMetrics]>,
-    /// The block of a shard index past `MAX_SHARDS` (which `ShardState::new` refuses): never
+    /// The block of a shard index past `MAX_SHARDS` (which `ServiceState::new` refuses): never
     /// reported.
     spare: ShardMetrics,
 }

@@ -1,7 +1,7 @@
 //! Randomness comes in from the host: core never asks the operating system.
 //!
 //! Nonces, session ids, authentication tokens, continuation points and EventId prefixes
-//! are drawn from a [`Random`] the caller hands in: a [`ShardState`](crate::server::shard::ShardState)
+//! are drawn from a [`Random`] the caller hands in: a [`ServiceState`](crate::server::service_state::ServiceState)
 //! and a [`ClientConnection`](crate::client::ClientConnection) each own one. The
 //! `uaring` binary gives every shard a [`ChaCha`] seeded from the OS CSPRNG (a
 //! cryptographically secure generator); tests and simulations seed it with a number

@@ -4,7 +4,7 @@
 
 /// A handle to a session of this shard: pool slot plus the slot's generation, so a handle
 /// kept across a close never reaches the slot's next session. Only the shard's session pool
-/// makes them ([`crate::server::shard::ShardState::create_session`]).
+/// makes them ([`crate::server::service_state::ServiceState::create_session`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SessionKey {
     pub(crate) slot: u32,

@@ -1,5 +1,5 @@
 //! Zero heap allocations per Read, Write, Browse and Publish in steady state, over the whole
-//! server path (request chunk in → real ShardState and services → response chunk out), and
+//! server path (request chunk in → real ServiceState and services → response chunk out), and
 //! on the change path (pushed values to encoded notifications). The figures
 //! for every service are printed by `cargo bench -p uaring-core --bench allocations`.
 

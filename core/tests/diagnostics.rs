@@ -15,7 +15,7 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::roles::{Roles, WellKnownRole};
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, ExtensionObject, NodeId, StatusCode, UaStructure, Variant};
 
@@ -43,7 +43,7 @@ fn shard(shared: &Arc<ServerShared>, index: usize, roles: Roles) -> Harness {
         anonymous: Some(roles),
         ..UserTokenSettings::default()
     });
-    h.shard = ShardState::new(
+    h.shard = ServiceState::new(
         shared.clone(),
         index,
         Box::new(uaring_core::random::ChaCha::from_u64(index as u64 + 1)),

@@ -1,4 +1,4 @@
-//! ClientConnection ↔ ServerConnection in memory with the real ShardState and services:
+//! ClientConnection ↔ ServerConnection in memory with the real ServiceState and services:
 //! GetEndpoints, CreateSession, ActivateSession (anonymous), Read of the benchmark
 //! variables, a pipeline of Reads, CloseSession, CLO; the channel is reported closed.
 

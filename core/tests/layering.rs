@@ -126,7 +126,7 @@ fn no_module_reaches_up() {
 #[test]
 fn the_check_sees_references_and_skips_comments_and_tests() {
     let code = code_of(
-        "use crate::server::shard::ShardState; // crate::client\n\
+        "use crate::server::service_state::ServiceState; // crate::client\n\
          #[cfg(test)]\nfn g() {}\n\
          fn f() { crate::services::dispatch(); }\n\
          #[cfg(test)]\nmod tests { use crate::history; }\n",

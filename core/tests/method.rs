@@ -11,7 +11,7 @@ use uaring_core::generated::messages::Response;
 use uaring_core::generated::types::*;
 use uaring_core::roles::Roles;
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::method;
 use uaring_core::session::SessionKey;
 use uaring_core::types::{BuiltinType, ByteString, LocalizedText, NodeId, StatusCode, Variant};
@@ -24,7 +24,7 @@ fn setup(access: Roles) -> (Harness, SessionKey) {
         anonymous: Some(access),
         ..UserTokenSettings::default()
     });
-    h.shard = ShardState::new(
+    h.shard = ServiceState::new(
         std::sync::Arc::clone(h.shard.shared()),
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -12,7 +12,7 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::roles::{Roles, WellKnownRole};
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{
     DataValue, ExpandedNodeId, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant,
@@ -25,7 +25,7 @@ fn session(shared: Arc<ServerShared>, shard: usize, roles: Roles) -> (Harness, N
         anonymous: Some(roles),
         ..UserTokenSettings::default()
     });
-    h.shard = ShardState::new(
+    h.shard = ServiceState::new(
         shared,
         shard,
         Box::new(uaring_core::random::ChaCha::from_u64(shard as u64 + 1)),

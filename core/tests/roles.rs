@@ -13,7 +13,7 @@ use uaring_core::generated::types::*;
 use uaring_core::roles::{RolePermissions, Roles, WellKnownRole};
 use uaring_core::secure_channel::{SecurityProvider, UserTokenSettings};
 use uaring_core::server::context::ConnectionHost;
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, NodeId, QualifiedName, StatusCode, Variant};
 
@@ -70,7 +70,7 @@ fn session(shared: Arc<ServerShared>, roles: Roles) -> (Harness, NodeId) {
         anonymous: Some(roles),
         ..UserTokenSettings::default()
     });
-    h.shard = ShardState::new(
+    h.shard = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -7,7 +7,7 @@ use dispatch_util::*;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::shard::{channel_shard, token_shard, AUTH_TOKEN_LEN};
+use uaring_core::server::service_state::{channel_shard, token_shard, AUTH_TOKEN_LEN};
 use uaring_core::{Decode, DecodeLimits, Encode, ExtensionObject, Identifier, NodeId, StatusCode};
 
 fn browse_objects(h: &mut Harness, token: &NodeId) -> Response {

@@ -1,5 +1,5 @@
 //! End to end over bytes: core's `ClientConnection` against a `ServerConnection` hosted by
-//! a real `ShardState` (UA-TCP, SecureConversation, dispatch, services), including a
+//! a real `ServiceState` (UA-TCP, SecureConversation, dispatch, services), including a
 //! session that outlives its connection and is reactivated on a new one.
 
 mod dispatch_util;
@@ -13,7 +13,7 @@ use uaring_core::config::TransportLimits;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{ExtensionObject, NodeId, Now, StatusCode, Variant};
 
@@ -25,7 +25,7 @@ struct Link {
 }
 
 struct World {
-    shard: ShardState,
+    shard: ServiceState,
     now: Now,
 }
 
@@ -33,7 +33,7 @@ impl World {
     fn new(config: ServerConfig) -> World {
         let now = start();
         let shared: Arc<ServerShared> = content::new(config, now).unwrap();
-        let shard = ShardState::new(
+        let shard = ServiceState::new(
             shared,
             2,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),
@@ -133,7 +133,7 @@ fn discovery_session_browse_read_close_over_bytes() {
     let mut link = w.connect();
     assert_eq!(w.shard.open_channel_count(), 1);
     assert_eq!(
-        uaring_core::server::shard::channel_shard(link.client.channel_id()),
+        uaring_core::server::service_state::channel_shard(link.client.channel_id()),
         2
     );
 
@@ -253,7 +253,7 @@ fn session_survives_its_connection_and_is_reactivated() {
 #[test]
 fn channel_limit_per_shard() {
     let mut w = World::new(ServerConfig::default());
-    w.shard = ShardState::new(
+    w.shard = ServiceState::new(
         w.shard.shared().clone(),
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -2,7 +2,7 @@
 //! ActivateSession makes `ServerConnection::on_recv` return `ConnStatus::Move(owner)`; the
 //! runtime detaches the connection from the shard it arrived on and attaches it to the
 //! owner, which answers the ActivateSession and serves the session's subscription on the
-//! moved channel. Two `ShardState`s of one `ServerShared`, over bytes, no runtime.
+//! moved channel. Two `ServiceState`s of one `ServerShared`, over bytes, no runtime.
 
 mod dispatch_util;
 
@@ -14,7 +14,7 @@ use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{ExtensionObject, NodeId, Now, StatusCode};
 
@@ -28,7 +28,7 @@ struct Link {
 }
 
 struct World {
-    shards: Vec<ShardState>,
+    shards: Vec<ServiceState>,
     now: Now,
 }
 
@@ -38,7 +38,7 @@ impl World {
         let shared: Arc<ServerShared> = content::new(ServerConfig::default(), now).unwrap();
         let shards = (0..2)
             .map(|i| {
-                ShardState::new(
+                ServiceState::new(
                     shared.clone(),
                     i,
                     Box::new(uaring_core::random::ChaCha::from_u64(i as u64 + 1)),

@@ -1,5 +1,5 @@
 //! Deterministic simulation of a whole server: many clients built from core's
-//! `ClientConnection` against two `ShardState`s, in memory, everything driven by one seed:
+//! `ClientConnection` against two `ServiceState`s, in memory, everything driven by one seed:
 //! bytes delivered in random pieces and late (the links of different connections
 //! interleave freely), connections dropped or closed, reconnects that reactivate a
 //! session on a new channel, time jumps (publishing, keep-alive, token and session expiry).
@@ -34,7 +34,7 @@ use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::random::ChaCha;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{DataValue, DateTime, ExtensionObject, NodeId, Now, StatusCode, Variant};
 
@@ -103,7 +103,7 @@ struct World {
     rng: Rng,
     seed: u64,
     now: Now,
-    shards: Vec<ShardState>,
+    shards: Vec<ServiceState>,
     clients: Vec<SimClient>,
     stats: Stats,
 }
@@ -138,7 +138,7 @@ impl World {
         };
         let shards = (0..SHARDS)
             .map(|i| {
-                ShardState::new(
+                ServiceState::new(
                     shared.clone(),
                     i,
                     Box::new(ChaCha::from_u64(seed ^ (i as u64) << 32)),

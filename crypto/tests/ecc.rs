@@ -447,7 +447,7 @@ fn ecc_endpoints_offer_user_tokens_under_their_own_policy() {
     use uaring_core::generated::types::UserTokenType;
     use uaring_core::roles::Roles;
     use uaring_core::secure_channel::{EndpointSecurity, SecurityProvider, UserTokenSettings};
-    use uaring_core::server::shard::ShardState;
+    use uaring_core::server::service_state::ServiceState;
     use uaring_core::services::identity::user_token_policies_for;
     use uaring_core::shared::ServerShared;
     use uaring_crypto::{
@@ -486,7 +486,7 @@ fn ecc_endpoints_offer_user_tokens_under_their_own_policy() {
     });
     p.validate().unwrap();
     let shared = ServerShared::new(ServerConfig::default(), now()).unwrap();
-    let shard = ShardState::new(
+    let shard = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),
@@ -521,7 +521,7 @@ mod connection_refusals {
     use uaring_core::roles::Roles;
     use uaring_core::secure_channel::{EndpointSecurity, SecurityProvider, UserTokenSettings};
     use uaring_core::server::connection::{ConnStatus, ServerConnection};
-    use uaring_core::server::shard::ShardState;
+    use uaring_core::server::service_state::ServiceState;
     use uaring_core::shared::ServerShared;
     use uaring_crypto::{OwnIdentity, PolicyId, RsaPolicy};
 
@@ -548,7 +548,7 @@ mod connection_refusals {
         });
         p.validate().unwrap();
         let shared = ServerShared::new(ServerConfig::default(), now()).unwrap();
-        let mut shard = ShardState::new(
+        let mut shard = ServiceState::new(
             shared,
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),
@@ -673,7 +673,7 @@ mod connection_refusals {
         assert_eq!(common::find_err(&out), Some(StatusCode::BadNonceInvalid));
     }
 
-    fn shard_for(server_policy: Arc<EccPolicy>) -> ShardState {
+    fn shard_for(server_policy: Arc<EccPolicy>) -> ServiceState {
         let mut p = SecurityProvider::empty();
         p.add_endpoint(EndpointSecurity {
             policy_uri: server_policy.uri().into(),
@@ -686,7 +686,7 @@ mod connection_refusals {
         });
         p.validate().unwrap();
         let shared = ServerShared::new(ServerConfig::default(), now()).unwrap();
-        ShardState::new(
+        ServiceState::new(
             shared,
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -23,7 +23,7 @@ use uaring_core::secure_channel::{
     EndpointSecurity, SecurityPolicy, SecurityProvider, UserTokenSettings,
 };
 use uaring_core::server::context::RequestContext;
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::dispatch;
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{BuiltinType, QualifiedName};
@@ -45,7 +45,7 @@ const B256: PolicyId = PolicyId::Basic256Sha256;
 
 struct H {
     _dir: TempDir,
-    shard: ShardState,
+    shard: ServiceState,
     now: Now,
     curve: EccCurve,
     server: Arc<EccIdentity>,
@@ -149,7 +149,7 @@ fn harness(curve: EccCurve) -> H {
         ))
     })
     .unwrap();
-    let mut shard = ShardState::new(
+    let mut shard = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),

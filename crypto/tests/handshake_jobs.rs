@@ -21,7 +21,7 @@ use uaring_core::secure_channel::{
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
 use uaring_core::server::handshake::{HandshakeJob, JobKind};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{ByteString, DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString};
 use uaring_crypto::{
@@ -40,7 +40,7 @@ fn ident(uri: &str, name: &str) -> Arc<OwnIdentity> {
 
 struct World {
     _dir: TempDir,
-    shard: ShardState,
+    shard: ServiceState,
     now: Now,
     /// The secured channels' policy on the client's side, its certificate and the server's.
     client_policy: Arc<dyn SecurityPolicy>,
@@ -89,7 +89,7 @@ fn world() -> World {
         DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
     );
     let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
-    let shard = ShardState::new(
+    let shard = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),
@@ -553,7 +553,7 @@ fn ecc_world(curve: uaring_crypto::EccCurve) -> World {
         DateTime::from_unix_nanos(now_unix_s() as i128 * 1_000_000_000),
     );
     let shared = ServerShared::new(ServerConfig::default(), now).unwrap();
-    let shard = ShardState::new(
+    let shard = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),

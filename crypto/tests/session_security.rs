@@ -20,7 +20,7 @@ use uaring_core::secure_channel::{
     SECURITY_POLICY_NONE_URI,
 };
 use uaring_core::server::context::RequestContext;
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::dispatch;
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{BuiltinType, QualifiedName};
@@ -37,7 +37,7 @@ const B256: PolicyId = PolicyId::Basic256Sha256;
 
 struct H {
     _dir: TempDir,
-    shard: ShardState,
+    shard: ServiceState,
     now: Now,
     server: Arc<OwnIdentity>,
     client: Arc<OwnIdentity>,
@@ -117,7 +117,7 @@ fn harness(settings: UserTokenSettings) -> H {
         ))
     })
     .unwrap();
-    let mut shard = ShardState::new(
+    let mut shard = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -1,5 +1,5 @@
 //! The blocking Client over a real loopback socket, against a ServerConnection hosted by a
-//! real ShardState (default configuration) and driven by a plain thread.
+//! real ServiceState (default configuration) and driven by a plain thread.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -9,16 +9,16 @@ use std::time::Duration;
 use uaring_core::config::ServerConfig;
 use uaring_core::random::ChaCha;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{NodeId, StatusCode, Variant};
 use uaring_harness::blocking::{host_port, now, Client, ClientError};
 
 /// Serves one connection; returns the shard when the connection ends.
-fn serve_one(listener: TcpListener) -> std::thread::JoinHandle<ShardState> {
+fn serve_one(listener: TcpListener) -> std::thread::JoinHandle<ServiceState> {
     std::thread::spawn(move || {
         let shared: Arc<ServerShared> = ServerShared::new(ServerConfig::default(), now()).unwrap();
-        let mut shard = ShardState::new(shared, 0, Box::new(ChaCha::from_u64(1)));
+        let mut shard = ServiceState::new(shared, 0, Box::new(ChaCha::from_u64(1)));
         let (mut s, peer) = listener.accept().unwrap();
         let mut conn = ServerConnection::new(&mut shard, Some(peer), now());
         let mut buf = vec![0u8; 65536];

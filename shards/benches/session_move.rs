@@ -21,7 +21,7 @@ use uaring::runtime::{self, RuntimeOptions};
 use uaring::{server, Distribution, IoBackend, LoopConfig};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::shard::channel_shard;
+use uaring_core::server::service_state::channel_shard;
 use uaring_core::{ExtensionObject, NodeId};
 use uaring_harness::blocking::Client;
 

@@ -16,7 +16,7 @@ use crate::reverse::Dialed;
 use crate::spsc::{self, Consumer, Producer};
 
 use uaring_core::server::connection::ServerConnection;
-pub use uaring_core::server::shard::ShardMessage;
+pub use uaring_core::server::service_state::ShardMessage;
 
 /// Counters of one shard. Written by that shard only (relaxed stores), read by anyone.
 #[repr(align(64))]
@@ -639,7 +639,7 @@ mod tests {
         };
         assert!(w0.move_to(1, h).is_ok());
         assert!(w1.pop_incoming().is_some());
-        let request = uaring_core::server::shard::TransferRequest {
+        let request = uaring_core::server::service_state::TransferRequest {
             from: 0,
             ticket: 7,
             index: 0,

@@ -20,7 +20,7 @@
 //! One pinned thread per selected CPU runs its own event loop on io_uring
 //! ([`uring::UringLoop`]) or, where io_uring cannot be set up, on epoll
 //! ([`epoll::EpollLoop`]). Each loop owns its sockets and drives a
-//! [`Handler`] — the OPC UA server (core's `ShardState` + `ServerConnection`)
+//! [`Handler`] — the OPC UA server (core's `ServiceState` + `ServerConnection`)
 //! or any other protocol (the load client, the echo handler). Nothing on the
 //! request path is shared between shards.
 

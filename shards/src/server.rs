@@ -1,8 +1,8 @@
-//! The OPC UA server on the shards: one host per shard (core's `ShardState`,
+//! The OPC UA server on the shards: one host per shard (core's `ServiceState`,
 //! which implements `ConnectionHost`), one `ServerConnection` per socket.
 //!
-//! [`UaHandler`] adapts any [`ShardHost`] to the loop's [`Handler`]; the
-//! server runs it over core's `ShardState` (sessions, services, timers).
+//! [`UaHandler`] adapts any [`ServiceHost`] to the loop's [`Handler`]; the
+//! server runs it over core's `ServiceState` (sessions, services, timers).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use uaring_core::config::TransportLimits;
 use uaring_core::server::connection::{ConnStatus as CoreStatus, ServerConnection};
 use uaring_core::server::context::ConnectionHost;
 use uaring_core::server::handshake::JobDone;
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::transport::{ErrorMessage, ReverseHelloMessage};
 use uaring_core::{Now, StatusCode};
@@ -32,8 +32,8 @@ pub use uaring_core::config::MAX_SHARDS;
 
 /// A shard's protocol state as the loop sees it: a `ConnectionHost` with
 /// shard-wide timers.
-pub trait ShardHost: ConnectionHost {
-    /// The earliest time (mono ns) [`ShardHost::timer`] has work.
+pub trait ServiceHost: ConnectionHost {
+    /// The earliest time (mono ns) [`ServiceHost::timer`] has work.
     fn next_deadline(&self) -> Option<u64>;
     fn on_timer(&mut self, now: Now);
     /// Secure channels with deferred responses (Publish) ready to send.
@@ -63,7 +63,7 @@ pub trait ShardHost: ConnectionHost {
 pub const RETIRE_CHANNELS_AFTER_MS: u64 = 1000;
 
 /// Drives core's `ServerConnection`s of one shard.
-pub struct UaHandler<S: ShardHost> {
+pub struct UaHandler<S: ServiceHost> {
     pub host: S,
     /// Which connection carries each open secure channel (for deferred responses).
     channels: HashMap<u32, ConnId>,
@@ -90,7 +90,7 @@ pub struct UaHandler<S: ShardHost> {
 /// between the slices.
 pub const TRUST_CHECKS_PER_PASS: usize = 16;
 
-impl<S: ShardHost> UaHandler<S> {
+impl<S: ServiceHost> UaHandler<S> {
     pub fn new(host: S) -> UaHandler<S> {
         UaHandler {
             host,
@@ -115,7 +115,7 @@ impl<S: ShardHost> UaHandler<S> {
         self
     }
 
-    /// Runs handshake jobs on `pool` (the host must offload them: `ShardState::with_handshake_offload`).
+    /// Runs handshake jobs on `pool` (the host must offload them: `ServiceState::with_handshake_offload`).
     pub fn with_pool(mut self, pool: Option<PoolClient>) -> UaHandler<S> {
         self.pool = pool;
         self
@@ -188,7 +188,7 @@ fn status(s: CoreStatus) -> ConnStatus {
     }
 }
 
-impl<S: ShardHost> Handler for UaHandler<S> {
+impl<S: ServiceHost> Handler for UaHandler<S> {
     type Conn = UaConn;
 
     fn open(
@@ -450,39 +450,39 @@ impl<S: ShardHost> Handler for UaHandler<S> {
     }
 }
 
-impl ShardHost for ShardState {
+impl ServiceHost for ServiceState {
     fn next_deadline(&self) -> Option<u64> {
-        ShardState::next_deadline(self)
+        ServiceState::next_deadline(self)
     }
     fn on_timer(&mut self, now: Now) {
-        ShardState::on_timer(self, now)
+        ServiceState::on_timer(self, now)
     }
     fn take_ready_channels(&mut self, into: &mut Vec<u32>) {
-        ShardState::take_ready_channels(self, into)
+        ServiceState::take_ready_channels(self, into)
     }
     fn set_memory_headroom(&mut self, bytes: usize) {
-        ShardState::set_memory_headroom(self, bytes)
+        ServiceState::set_memory_headroom(self, bytes)
     }
     fn publish_metrics(&mut self) {
-        ShardState::publish_metrics(self)
+        ServiceState::publish_metrics(self)
     }
     fn set_waker(&mut self, wake: uaring_core::address_space::change::WakeFn) {
-        ShardState::set_waker(self, wake)
+        ServiceState::set_waker(self, wake)
     }
     fn replace_security(&mut self, provider: uaring_core::secure_channel::SecurityProvider) {
-        ShardState::set_security(self, provider)
+        ServiceState::set_security(self, provider)
     }
     fn policy_certificate(&self, uri: &str) -> Option<Vec<u8>> {
-        ShardState::security(self)
+        ServiceState::security(self)
             .policy(uri)
             .and_then(|p| p.local_certificate().map(<[u8]>::to_vec))
     }
 
     fn take_messages(&mut self, into: &mut Vec<(usize, ShardMessage)>) {
-        ShardState::take_messages(self, into)
+        ServiceState::take_messages(self, into)
     }
     fn on_message(&mut self, msg: ShardMessage, now: Now) {
-        ShardState::on_message(self, msg, now)
+        ServiceState::on_message(self, msg, now)
     }
 }
 
@@ -598,7 +598,7 @@ pub fn build_with(
 }
 
 /// The handler of each shard.
-pub type ServerHandler = UaHandler<ShardState>;
+pub type ServerHandler = UaHandler<ServiceState>;
 
 /// The handler of shard `shard` of `shards` (an ActivateSession of a session another of
 /// them owns moves its connection there).
@@ -613,7 +613,7 @@ pub fn make_handler(
     // Each shard's nonces and session tokens come from its own ChaCha20, seeded by the OS.
     let random = crate::random::os_seeded().map_err(|e| e.to_string())?;
     Ok(UaHandler::new(
-        ShardState::new(setup.shared.clone(), shard, Box::new(random))
+        ServiceState::new(setup.shared.clone(), shard, Box::new(random))
             .with_transport_limits(setup.limits)
             .with_shard_count(shards),
     ))

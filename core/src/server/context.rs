@@ -22,7 +22,7 @@ pub use crate::response::Deferred;
 /// them directly, `ctx.endpoint_url`, not `.as_str()`.)
 #[derive(Debug, Clone, Copy)]
 pub struct RequestContext<'a> {
-    /// The secure channel id (unique across shards; see `ShardState::next_channel_id`).
+    /// The secure channel id (unique across shards; see `ServiceState::next_channel_id`).
     pub channel_id: u32,
     /// The channel's SecurityPolicyUri.
     pub security_policy_uri: &'a str,
@@ -37,7 +37,7 @@ pub struct RequestContext<'a> {
     pub endpoint_url: &'a str,
 }
 
-/// What a server connection needs from the shard that owns it. `ShardState` implements
+/// What a server connection needs from the shard that owns it. `ServiceState` implements
 /// it (calling `crate::services::dispatch`); tests implement it with a small dispatcher.
 pub trait ConnectionHost {
     /// The transport and channel limits in force (validated at start).

@@ -5,7 +5,7 @@
 //! # Gathered off the request path
 //!
 //! Each shard owns its sessions and subscriptions, so each shard describes its own: at the
-//! end of a loop iteration ([`ShardState::publish_metrics`]) it builds a
+//! end of a loop iteration ([`ServiceState::publish_metrics`]) it builds a
 //! [`DiagnosticsSnapshot`] of them (already encoded as ExtensionObjects) and swaps it into
 //! its [`crate::metrics::ShardMetrics::diagnostics`] slot (`arc_swap`: the reader takes a
 //! reference count, never a lock). A Read of an array, on any shard, concatenates the
@@ -29,7 +29,7 @@ use crate::generated::types::{
     SessionSecurityDiagnosticsDataType,
 };
 use crate::metrics::{DiagnosticsSnapshot, SERVICES};
-use crate::server::shard::{ShardState, UserIdentity};
+use crate::server::service_state::{ServiceState, UserIdentity};
 use crate::types::{DateTime, ExtensionObject, NodeId, StatusCode, UaString};
 use crate::Now;
 
@@ -168,7 +168,7 @@ impl Refresh {
 }
 
 /// What moves when the shard's diagnostics change.
-fn fingerprint(shard: &ShardState, requests: u64) -> [u64; 7] {
+fn fingerprint(shard: &ServiceState, requests: u64) -> [u64; 7] {
     let e = shard.subscriptions().stats();
     let m = shard.metrics();
     [
@@ -182,9 +182,9 @@ fn fingerprint(shard: &ShardState, requests: u64) -> [u64; 7] {
     ]
 }
 
-impl ShardState {
+impl ServiceState {
     /// Rebuilds this shard's diagnostics snapshot when it is due (see the module docs):
-    /// called by [`ShardState::publish_metrics`], off the request path.
+    /// called by [`ServiceState::publish_metrics`], off the request path.
     pub(crate) fn refresh_diagnostics(&mut self) {
         let requested = self
             .metrics()

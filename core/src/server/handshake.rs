@@ -26,7 +26,7 @@ use crate::generated::types::{
     KeyValuePair, MessageSecurityMode, SignatureData,
 };
 use crate::secure_channel::{ChunkCrypto, SecurityPolicy, SequenceCounter, SessionEphemeralKey};
-use crate::server::shard::{EphemeralPrivateKey, UserIdentity};
+use crate::server::service_state::{EphemeralPrivateKey, UserIdentity};
 use crate::session::SessionKey;
 use crate::transport::ChunkType;
 use crate::types::{ByteString, ExtensionObject, QualifiedName, StatusCode, Variant};

@@ -7,4 +7,4 @@ pub mod deferred;
 pub mod diagnostics;
 pub mod handshake;
 pub mod recycle;
-pub mod shard;
+pub mod service_state;

@@ -301,7 +301,7 @@ fn deferred_source(
 /// one is settled (`None`: deferred, through the shard's outbox for `channel_id`).
 /// Every operation is checked against the user's `roles` as the synchronous Read does.
 pub fn read_deferred(
-    shard: &mut crate::server::shard::ShardState,
+    shard: &mut crate::server::service_state::ServiceState,
     roles: Roles,
     channel_id: u32,
     request_id: u32,
@@ -440,7 +440,7 @@ pub fn writes_async(space: &AddressSpace, req: &WriteRequest) -> bool {
 /// access): the others are written now, each asynchronous one checked as usual and handed
 /// to its hook, stored when the hook answers Good. `None`: deferred.
 pub fn write_deferred(
-    shard: &mut crate::server::shard::ShardState,
+    shard: &mut crate::server::service_state::ServiceState,
     roles: Roles,
     channel_id: u32,
     request_id: u32,

@@ -9,7 +9,7 @@ use crate::generated::types::{
     UserTokenPolicy,
 };
 use crate::server::context::RequestContext;
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::services::response_header;
 use crate::time::Now;
 use crate::types::{ByteString, LocalizedText, UaString};
@@ -26,7 +26,7 @@ pub const FALLBACK_ENDPOINT_URL: &str = "opc.tcp://localhost:4840";
 
 /// The user token policies of endpoints with SecurityPolicy None (see
 /// [`crate::services::identity::user_token_policies_for`] for secured endpoints).
-pub fn user_token_policies(shard: &ShardState) -> Vec<UserTokenPolicy> {
+pub fn user_token_policies(shard: &ServiceState) -> Vec<UserTokenPolicy> {
     crate::services::identity::user_token_policies_for(shard, SECURITY_POLICY_NONE_URI)
 }
 
@@ -50,7 +50,7 @@ pub fn security_level(policy_uri: &str, mode: MessageSecurityMode) -> u8 {
 }
 
 /// The largest request message the server accepts (CreateSession.maxRequestMessageSize).
-pub fn max_message_size(shard: &ShardState) -> u32 {
+pub fn max_message_size(shard: &ServiceState) -> u32 {
     shard.transport_limits().max_message_size
 }
 
@@ -75,7 +75,7 @@ pub fn advertised_url<'a>(request_url: &'a str, hel_url: &'a str) -> &'a str {
 }
 
 /// This server's ApplicationDescription.
-pub fn application_description(shard: &ShardState, endpoint_url: &str) -> ApplicationDescription {
+pub fn application_description(shard: &ServiceState, endpoint_url: &str) -> ApplicationDescription {
     let app = &shard.shared().config.application;
     ApplicationDescription {
         application_uri: app.effective_application_uri().into(),
@@ -91,7 +91,7 @@ pub fn application_description(shard: &ShardState, endpoint_url: &str) -> Applic
 /// Every endpoint, advertised under `endpoint_url`, whose transport profile is in
 /// `profile_uris` (empty: all).
 pub fn endpoint_descriptions(
-    shard: &ShardState,
+    shard: &ServiceState,
     endpoint_url: &str,
     profile_uris: &[UaString],
 ) -> Vec<EndpointDescription> {
@@ -113,7 +113,7 @@ pub fn endpoint_descriptions(
 /// One EndpointDescription per policy and mode, each with `server`, and with the policy's
 /// certificate if `certificates`.
 fn endpoints(
-    shard: &ShardState,
+    shard: &ServiceState,
     endpoint_url: &str,
     server: ApplicationDescription,
     certificates: bool,
@@ -152,7 +152,7 @@ fn endpoints(
 /// certificate, each endpoint is about 450 bytes instead of 1,320 and the response about 4.5 KB
 /// instead of 10.5 KB, on every session establishment.
 pub fn session_endpoint_descriptions(
-    shard: &ShardState,
+    shard: &ServiceState,
     endpoint_url: &str,
 ) -> Vec<EndpointDescription> {
     endpoints(
@@ -165,7 +165,7 @@ pub fn session_endpoint_descriptions(
 
 /// GetEndpoints (Part 4 §5.5.4).
 pub fn get_endpoints(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     req: &GetEndpointsRequest,
     now: Now,
@@ -179,7 +179,7 @@ pub fn get_endpoints(
 
 /// FindServers (Part 4 §5.5.2): this server only, unless `serverUris` names others only.
 pub fn find_servers(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     req: &FindServersRequest,
     now: Now,

@@ -15,7 +15,7 @@
 //! through the deferred-response path.
 //!
 //! Continuation points: the store's resume token is kept in the session
-//! ([`crate::server::shard::Session::add_history_point`], at most
+//! ([`crate::server::service_state::Session::add_history_point`], at most
 //! `operation_limits.max_history_continuation_points`); a request with
 //! releaseContinuationPoints releases the ones it names and reads nothing.
 
@@ -29,7 +29,7 @@ use crate::generated::types::{
 };
 use crate::history::{HistoryReadOp, HistoryReply, ReadDetails};
 use crate::server::deferred::{HistoryOp, PendingKind};
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
 use crate::session::SessionKey;
 use crate::time::Now;
@@ -106,7 +106,7 @@ fn fingerprint(details: &[u8], node: &crate::types::NodeId, timestamps: i32) -> 
 
 /// HistoryRead. `None`: deferred (answered through the shard's outbox for `channel_id`).
 pub fn history_read(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     roles: crate::roles::Roles,
     channel_id: u32,
@@ -360,7 +360,7 @@ pub fn history_read(
 /// BadInvalidArgument).
 #[allow(clippy::too_many_arguments)]
 pub fn history_update(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     roles: crate::roles::Roles,
     channel_id: u32,
@@ -388,9 +388,11 @@ pub fn history_update(
         .session(key)
         .and_then(|s| s.identity.as_ref())
         .and_then(|i| match i {
-            crate::server::shard::UserIdentity::Anonymous { .. } => None,
-            crate::server::shard::UserIdentity::UserName { user, .. }
-            | crate::server::shard::UserIdentity::Certificate { user, .. } => Some(user.clone()),
+            crate::server::service_state::UserIdentity::Anonymous { .. } => None,
+            crate::server::service_state::UserIdentity::UserName { user, .. }
+            | crate::server::service_state::UserIdentity::Certificate { user, .. } => {
+                Some(user.clone())
+            }
         });
     let bad = |s: StatusCode| HistoryUpdateResult {
         status_code: s,

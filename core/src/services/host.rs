@@ -1,6 +1,6 @@
-//! The shard as the host of its connections: [`ConnectionHost`] for [`ShardState`]. The
+//! The shard as the host of its connections: [`ConnectionHost`] for [`ServiceState`]. The
 //! shard's state answers for channels, limits and buffers (its own methods, in
-//! `server::shard`); every request goes to the services ([`super::dispatch`]). Here, above
+//! `server::service_state`); every request goes to the services ([`super::dispatch`]). Here, above
 //! both, so that the shard state needs nothing of the services.
 
 use crate::config::TransportLimits;
@@ -10,31 +10,31 @@ use crate::secure_channel::SecurityProvider;
 use crate::server::context::{ConnectionHost, Deferred, RequestContext};
 use crate::server::handshake::{HandshakeJob, JobDone};
 use crate::server::recycle::Recycler;
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::time::Now;
 use crate::types::{NodeId, StatusCode};
 
-impl ConnectionHost for ShardState {
+impl ConnectionHost for ServiceState {
     fn transport_limits(&self) -> &TransportLimits {
-        ShardState::transport_limits(self)
+        ServiceState::transport_limits(self)
     }
     fn security(&self) -> &SecurityProvider {
-        ShardState::security(self)
+        ServiceState::security(self)
     }
     fn open_channel(&mut self) -> Result<u32, StatusCode> {
-        ShardState::open_channel(self)
+        ServiceState::open_channel(self)
     }
     fn channel_policy(&mut self, policy_uri: &str, opened: bool) {
-        ShardState::channel_policy(self, policy_uri, opened)
+        ServiceState::channel_policy(self, policy_uri, opened)
     }
     fn session_owner(&self, authentication_token: &NodeId) -> Option<usize> {
-        ShardState::session_owner(self, authentication_token)
+        ServiceState::session_owner(self, authentication_token)
     }
     fn adopt_channel(&mut self, channel_id: u32) -> Result<(), StatusCode> {
-        ShardState::adopt_channel(self, channel_id)
+        ServiceState::adopt_channel(self, channel_id)
     }
     fn channel_closed(&mut self, channel_id: u32) {
-        ShardState::channel_closed(self, channel_id)
+        ServiceState::channel_closed(self, channel_id)
     }
     fn dispatch(&mut self, ctx: &RequestContext<'_>, request: Request, now: Now) -> Response {
         super::dispatch(self, ctx, request, now)
@@ -49,28 +49,28 @@ impl ConnectionHost for ShardState {
         super::dispatch_deferrable(self, ctx, request, request_id, now)
     }
     fn take_deferred(&mut self, channel_id: u32, into: &mut Vec<(u32, Deferred)>) {
-        ShardState::take_deferred(self, channel_id, into)
+        ServiceState::take_deferred(self, channel_id, into)
     }
     fn memory_headroom(&self) -> usize {
-        ShardState::memory_headroom(self)
+        ServiceState::memory_headroom(self)
     }
     fn session_max_response_size(&self, authentication_token: &NodeId) -> u32 {
-        ShardState::session_max_response_size(self, authentication_token)
+        ServiceState::session_max_response_size(self, authentication_token)
     }
     fn recycle_buffer(&mut self, buf: Vec<u8>) {
-        ShardState::recycle_buffer(self, buf)
+        ServiceState::recycle_buffer(self, buf)
     }
     fn recycler(&mut self) -> Option<&mut Recycler> {
-        ShardState::recycler(self)
+        ServiceState::recycler(self)
     }
     fn random(&mut self) -> &mut dyn Random {
-        ShardState::random(self)
+        ServiceState::random(self)
     }
     fn offload_handshakes(&self) -> bool {
-        ShardState::offload_handshakes(self)
+        ServiceState::offload_handshakes(self)
     }
     fn take_job(&mut self) -> Option<HandshakeJob> {
-        ShardState::take_job(self)
+        ServiceState::take_job(self)
     }
     fn resume(&mut self, ctx: &RequestContext<'_>, done: JobDone, now: Now) -> Response {
         self.note_request(now);

@@ -40,7 +40,7 @@ use crate::roles::Roles;
 use crate::secure_channel::{SecurityPolicy, SECURITY_POLICY_NONE_URI};
 use crate::server::context::RequestContext;
 use crate::server::handshake::EcdhKey;
-use crate::server::shard::{EphemeralPrivateKey, ShardState, UserIdentity};
+use crate::server::service_state::{EphemeralPrivateKey, ServiceState, UserIdentity};
 use crate::time::Now;
 use crate::types::{ByteString, ExtensionObject, NodeId, StatusCode, UaString, Variant};
 use crate::{Decode, DecodeLimits, Decoder};
@@ -54,7 +54,7 @@ pub const X509_POLICY_ID: &str = "x509";
 
 /// The user token policies of an endpoint whose channel policy is `endpoint_policy_uri`.
 pub fn user_token_policies_for(
-    shard: &ShardState,
+    shard: &ServiceState,
     endpoint_policy_uri: &str,
 ) -> Vec<UserTokenPolicy> {
     let security = shard.security();
@@ -123,7 +123,7 @@ pub fn user_token_policies_for(
 /// The server certificate advertised with an endpoint / returned by CreateSession: the
 /// certificate of the endpoint's policy; for SecurityPolicy None the certificate of the user
 /// token policy (clients encrypt passwords with it), if one is configured.
-pub fn endpoint_certificate(shard: &ShardState, policy_uri: &str) -> ByteString {
+pub fn endpoint_certificate(shard: &ServiceState, policy_uri: &str) -> ByteString {
     let security = shard.security();
     let own = security
         .find(policy_uri)
@@ -178,7 +178,7 @@ pub(crate) struct EcdhRequest {
 impl EcdhRequest {
     /// For the ECDHPolicyUri `uri` on this request's channel: an ECC policy of the channel,
     /// or of one of the endpoint's user token policies, on a secured channel.
-    pub(crate) fn new(shard: &ShardState, ctx: &RequestContext<'_>, uri: String) -> EcdhRequest {
+    pub(crate) fn new(shard: &ServiceState, ctx: &RequestContext<'_>, uri: String) -> EcdhRequest {
         let security = shard.security();
         let policy = (|| {
             if ctx.security_mode == MessageSecurityMode::None {
@@ -238,7 +238,7 @@ pub struct SignatureWork {
 /// the ApplicationUri of its description) and signs `clientCertificate ‖ clientNonce`.
 /// `None` on a None channel (a null signature).
 pub fn create_session_signature_work(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     client_certificate: &[u8],
     client_nonce: &[u8],
@@ -284,7 +284,7 @@ pub fn create_session_signature_work(
 /// `serverCertificate ‖ serverNonce` (the nonce handed out last) with the channel's client
 /// certificate (failure: BadApplicationSignatureInvalid). `None` on a None channel.
 pub fn client_signature_work(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     server_nonce: &[u8],
     signature: &SignatureData,
@@ -322,7 +322,7 @@ pub enum Activation {
 /// The cheap checks (token type, policy, the failed-login limit) run here; the RSA work and
 /// argon2id are left in the returned work.
 pub fn activation_work(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     req: &ActivateSessionRequest,
     server_nonce: &[u8],
@@ -363,7 +363,7 @@ fn run_now<T>(work: Option<Work<T>>) -> Result<Option<T>, StatusCode> {
 
 /// [`create_session_signature_work`] run at once.
 pub fn create_session_signature(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     client_certificate: &[u8],
     client_nonce: &[u8],
@@ -383,7 +383,7 @@ pub fn create_session_signature(
 
 /// [`client_signature_work`] run at once.
 pub fn verify_client_signature(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     server_nonce: &[u8],
     signature: &SignatureData,
@@ -392,7 +392,7 @@ pub fn verify_client_signature(
 }
 
 fn find_policy(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     t: UserTokenType,
     policy_id: &str,
@@ -421,7 +421,7 @@ fn peer_ip(ctx: &RequestContext<'_>) -> Option<IpAddr> {
 /// `server_nonce` is the nonce the server handed out last (CreateSession or the previous
 /// ActivateSession), `ephemeral_key` the private half of the ephemeral key handed out last.
 pub fn identity_from_token(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     token: &ExtensionObject,
     token_signature: &SignatureData,
@@ -459,7 +459,7 @@ enum Secret {
 /// or ECDH with the session's ephemeral key `ephemeral_key`), argon2id and the X.509 user
 /// certificate (signature, PKI) as work.
 pub fn identity_work(
-    shard: &ShardState,
+    shard: &ServiceState,
     ctx: &RequestContext<'_>,
     token: &ExtensionObject,
     token_signature: &SignatureData,
@@ -603,7 +603,7 @@ pub fn identity_work(
 }
 
 /// The roles an anonymous login gets besides Anonymous (`[security] anonymous`).
-fn anonymous_roles(shard: &ShardState) -> Roles {
+fn anonymous_roles(shard: &ServiceState) -> Roles {
     shard
         .security()
         .user_tokens()

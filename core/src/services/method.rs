@@ -49,7 +49,7 @@ use crate::generated::types::{
     CallMethodRequest, CallMethodResult, CallRequest, CallResponse, MessageSecurityMode,
 };
 use crate::roles::Roles;
-use crate::server::shard::{ShardState, UserIdentity};
+use crate::server::service_state::{ServiceState, UserIdentity};
 use crate::services::{fault, response_header, subscription_methods};
 use crate::session::SessionKey;
 use crate::time::Now;
@@ -132,7 +132,7 @@ impl MethodKind {
 
 /// Answers a Call request for the session `key` (deferred methods answer
 /// BadInternalError here: use [`call_deferrable`]).
-pub fn call(shard: &mut ShardState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
+pub fn call(shard: &mut ServiceState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
     call_deferrable(shard, key, 0, 0, req, now)
         .unwrap_or_else(|| fault(handle, StatusCode::BadInternalError, now))
@@ -153,7 +153,7 @@ struct DeferredCall {
 /// is among its calls (answered through the shard's outbox for `channel_id` when the last
 /// one is settled).
 pub fn call_deferrable(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     channel_id: u32,
     request_id: u32,
@@ -282,7 +282,7 @@ fn call_permitted(
 
 /// ClientUserId for condition comments: the user name or certificate CN; empty when
 /// anonymous.
-fn client_user_id(shard: &ShardState, key: SessionKey) -> String {
+fn client_user_id(shard: &ServiceState, key: SessionKey) -> String {
     match shard.session(key).and_then(|s| s.identity.as_ref()) {
         Some(UserIdentity::UserName { user, .. })
         | Some(UserIdentity::Certificate { user, .. }) => user.clone(),
@@ -460,7 +460,7 @@ fn call_app(
 }
 
 fn call_one(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     caller: &Caller,
     m: &CallMethodRequest,

@@ -28,7 +28,7 @@ pub mod view;
 
 use crate::generated::messages::{Request, Response};
 use crate::server::context::RequestContext;
-use crate::server::shard::{RequestSession, ShardState};
+use crate::server::service_state::{RequestSession, ServiceState};
 use crate::time::Now;
 use crate::types::StatusCode;
 
@@ -38,7 +38,7 @@ pub use crate::response::{fault, response_header};
 /// answered synchronously: it gets BadInternalError here; the connection uses
 /// [`dispatch_deferrable`].
 pub fn dispatch(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     now: Now,
@@ -53,7 +53,7 @@ pub fn dispatch(
 /// Answers one request, or queues it (`None`: a Publish, answered later with `request_id`
 /// through the shard's deferred responses for `ctx.channel_id`).
 pub fn dispatch_deferrable(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     request_id: u32,
@@ -71,7 +71,7 @@ pub fn dispatch_deferrable(
 }
 
 fn answer(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     request_id: u32,
@@ -105,7 +105,7 @@ fn answer(
 
 /// Requests that run in an activated session (and CloseSession).
 fn session_service(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     request_id: u32,
@@ -144,7 +144,7 @@ fn session_service(
 
 /// Requests of an activated session (found and checked by [`session_service`]).
 fn activated_service(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     session: RequestSession,
     request: Request,
@@ -248,11 +248,11 @@ fn activated_service(
 
 /// The roles of the session's user (its identity is set: the session is activated).
 pub(crate) fn session_roles(
-    shard: &ShardState,
+    shard: &ServiceState,
     key: crate::session::SessionKey,
 ) -> crate::roles::Roles {
     shard.session(key).and_then(|s| s.identity.as_ref()).map_or(
         crate::roles::Roles::NONE,
-        crate::server::shard::UserIdentity::roles,
+        crate::server::service_state::UserIdentity::roles,
     )
 }

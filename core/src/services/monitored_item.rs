@@ -8,14 +8,14 @@ use crate::generated::types::{
     SetMonitoringModeRequest, SetMonitoringModeResponse, SetTriggeringRequest,
     SetTriggeringResponse,
 };
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
 use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 
 /// BadNothingToDo for no operations, BadTooManyOperations past MaxMonitoredItemsPerCall.
-fn check_count(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
+fn check_count(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
     if n == 0 {
         return Err(StatusCode::BadNothingToDo);
     }
@@ -31,7 +31,7 @@ fn check_count(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
 }
 
 pub fn create_monitored_items(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &CreateMonitoredItemsRequest,
     now: Now,
@@ -61,7 +61,7 @@ pub fn create_monitored_items(
 }
 
 pub fn modify_monitored_items(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &ModifyMonitoredItemsRequest,
     now: Now,
@@ -91,7 +91,7 @@ pub fn modify_monitored_items(
 }
 
 pub fn delete_monitored_items(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &DeleteMonitoredItemsRequest,
     now: Now,
@@ -112,7 +112,7 @@ pub fn delete_monitored_items(
 }
 
 pub fn set_monitoring_mode(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &SetMonitoringModeRequest,
     now: Now,
@@ -140,7 +140,7 @@ pub fn set_monitoring_mode(
 }
 
 pub fn set_triggering(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &SetTriggeringRequest,
     now: Now,

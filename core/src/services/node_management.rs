@@ -32,13 +32,13 @@ use crate::generated::types::{
     DeleteReferencesResponse, NodeClass, ObjectAttributes, PermissionType, VariableAttributes,
 };
 use crate::roles::Roles;
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
 use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::{DataValue, ExpandedNodeId, LocalizedText, NodeId, QualifiedName, StatusCode};
 
-fn check_count(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
+fn check_count(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
     let max = shard
         .shared()
         .config
@@ -78,7 +78,7 @@ fn local_id(space: &AddressSpace, id: &ExpandedNodeId) -> Option<NodeId> {
 
 /// Publishes the edit and raises the model change event. The statuses of operations that
 /// were Good become `BadResourceUnavailable` when the commit is refused.
-fn commit(shard: &ShardState, edit: crate::address_space::edit::Edit, now: Now) -> bool {
+fn commit(shard: &ServiceState, edit: crate::address_space::edit::Edit, now: Now) -> bool {
     if edit.is_empty() {
         return true;
     }
@@ -221,7 +221,7 @@ fn name_taken(space: &AddressSpace, parent: u32, name: &QualifiedName) -> bool {
 
 /// AddNodes (Part 4 §5.7.2).
 pub fn add_nodes(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &AddNodesRequest,
     now: Now,
@@ -301,7 +301,7 @@ pub fn add_nodes(
 
 /// AddReferences (Part 4 §5.7.3).
 pub fn add_references(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &AddReferencesRequest,
     now: Now,
@@ -367,7 +367,7 @@ pub fn add_references(
 
 /// DeleteNodes (Part 4 §5.7.4).
 pub fn delete_nodes(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &DeleteNodesRequest,
     now: Now,
@@ -410,7 +410,7 @@ pub fn delete_nodes(
 
 /// DeleteReferences (Part 4 §5.7.5).
 pub fn delete_references(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &DeleteReferencesRequest,
     now: Now,

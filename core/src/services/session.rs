@@ -9,7 +9,7 @@ use crate::generated::types::{
 use crate::server::context::RequestContext;
 use crate::server::handshake::EcdhKey;
 use crate::server::handshake::{Carry, HandshakeJob, JobDone, JobKind, Output};
-use crate::server::shard::{Session, ShardState, UserIdentity};
+use crate::server::service_state::{ServiceState, Session, UserIdentity};
 use crate::services::identity::{Activation, EcdhRequest};
 use crate::services::{discovery, fault, identity, response_header};
 use crate::session::SessionKey;
@@ -34,7 +34,7 @@ fn is_secured(ctx: &RequestContext<'_>) -> bool {
 /// than the hand-off (P-256, a certificate the shard validated already:
 /// [`crate::secure_channel::SecurityPolicy::session_signature_inline`]) is made here.
 pub fn create_session(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     req: Box<CreateSessionRequest>,
     now: Now,
@@ -117,7 +117,7 @@ pub fn create_session(
 /// Runs a session service's job inline, or leaves it for the connection when the shard
 /// offloads handshakes.
 fn run_or_park(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     job: HandshakeJob,
     now: Now,
@@ -133,7 +133,7 @@ fn run_or_park(
 /// Finishes CreateSession or ActivateSession once its job is done; a refused job is
 /// BadTooManyOperations (and a created session is released).
 pub fn resume(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     done: JobDone,
     now: Now,
@@ -172,7 +172,7 @@ pub fn resume(
 
 #[allow(clippy::too_many_arguments)]
 fn finish_create_session(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     key: SessionKey,
     req: &CreateSessionRequest,
@@ -249,7 +249,7 @@ fn finish_create_session(
 /// handshake job: `None` when it went to the runtime (the response comes from [`resume`]). A
 /// client signature alone (anonymous) is checked here ([`identity::activation_work`]).
 pub fn activate_session(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     req: Box<ActivateSessionRequest>,
     now: Now,
@@ -332,7 +332,7 @@ fn give_ephemeral_key(session: &mut Session, ecdh: Option<EcdhKey>) -> Extension
 
 #[allow(clippy::too_many_arguments)]
 fn finish_activate_session(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     ctx: &RequestContext<'_>,
     key: SessionKey,
     req: &ActivateSessionRequest,
@@ -406,7 +406,7 @@ fn finish_activate_session(
 /// `deleteSubscriptions` is set, otherwise they stay for a TransferSubscriptions until their
 /// lifetime ends.
 pub fn close_session(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &CloseSessionRequest,
     now: Now,
@@ -427,7 +427,12 @@ pub fn close_session(
 /// requests; those with the given request handle are answered with
 /// Bad_RequestCancelledByClient and counted. Every other request was answered before the
 /// next one was read.
-pub fn cancel(shard: &mut ShardState, key: SessionKey, req: &CancelRequest, now: Now) -> Response {
+pub fn cancel(
+    shard: &mut ServiceState,
+    key: SessionKey,
+    req: &CancelRequest,
+    now: Now,
+) -> Response {
     let cancel_count = shard
         .subscriptions_mut()
         .0

@@ -8,14 +8,14 @@ use crate::generated::types::{
     PublishRequest, RepublishRequest, RepublishResponse, SetPublishingModeRequest,
     SetPublishingModeResponse, TransferResult, TransferSubscriptionsRequest,
 };
-use crate::server::shard::{ShardState, UserIdentity};
+use crate::server::service_state::{ServiceState, UserIdentity};
 use crate::services::{fault, response_header};
 use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 
 /// The user a subscription belongs to, as TransferSubscriptions compares it.
-pub fn owner_of(shard: &ShardState, key: SessionKey) -> String {
+pub fn owner_of(shard: &ServiceState, key: SessionKey) -> String {
     match shard.session(key).and_then(|s| s.identity.as_ref()) {
         Some(UserIdentity::Anonymous { .. }) | None => "anonymous".into(),
         Some(UserIdentity::UserName { user, .. }) => format!("user:{user}"),
@@ -25,7 +25,7 @@ pub fn owner_of(shard: &ShardState, key: SessionKey) -> String {
 
 /// Most ids one DeleteSubscriptions / SetPublishingMode / TransferSubscriptions takes: the
 /// subscriptions a session may own (more cannot all be valid).
-fn check_ids(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
+fn check_ids(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
     if n == 0 {
         return Err(StatusCode::BadNothingToDo);
     }
@@ -36,7 +36,7 @@ fn check_ids(shard: &ShardState, n: usize) -> Result<(), StatusCode> {
 }
 
 pub fn create_subscription(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &CreateSubscriptionRequest,
     now: Now,
@@ -57,7 +57,7 @@ pub fn create_subscription(
 }
 
 pub fn modify_subscription(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &ModifySubscriptionRequest,
     now: Now,
@@ -76,7 +76,7 @@ pub fn modify_subscription(
 }
 
 pub fn set_publishing_mode(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &SetPublishingModeRequest,
     now: Now,
@@ -99,7 +99,7 @@ pub fn set_publishing_mode(
 }
 
 pub fn delete_subscriptions(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &DeleteSubscriptionsRequest,
     now: Now,
@@ -123,7 +123,7 @@ pub fn delete_subscriptions(
 
 /// Publish: `None` when queued (answered later through the channel's deferred responses).
 pub fn publish(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     channel_id: u32,
     request_id: u32,
@@ -139,7 +139,7 @@ pub fn publish(
 }
 
 pub fn republish(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &RepublishRequest,
     now: Now,
@@ -157,10 +157,10 @@ pub fn republish(
 
 /// TransferSubscriptions (Part 4 §5.13.7). Subscriptions of this shard move at once; those
 /// whose id names another shard of the process are asked from that shard
-/// (`ShardState::start_transfer`) and the response waits for its replies (`None`: it goes
+/// (`ServiceState::start_transfer`) and the response waits for its replies (`None`: it goes
 /// out through the channel's deferred responses, like a Publish).
 pub fn transfer_subscriptions(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     channel_id: u32,
     request_id: u32,
@@ -204,13 +204,13 @@ pub fn transfer_subscriptions(
         })
         .collect();
     if remote.is_empty() {
-        return Some(crate::server::shard::transfer_response(
+        return Some(crate::server::service_state::transfer_response(
             handle,
             results.into_iter().flatten().collect(),
             now,
         ));
     }
-    let pending = crate::server::shard::PendingTransfer::new(
+    let pending = crate::server::service_state::PendingTransfer::new(
         key,
         channel_id,
         request_id,

@@ -8,7 +8,7 @@
 //! RefreshEnd; the two bracket events bypass the where clause, see
 //! `crate::events::condition::is_refresh_bracket` and `CompiledEventFilter::select`).
 
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
@@ -16,7 +16,7 @@ use crate::types::StatusCode;
 /// Server.GetMonitoredItems: the (server handles, client handles) of the subscription's
 /// monitored items. `BadSubscriptionIdInvalid` when the subscription is not the session's.
 pub fn get_monitored_items(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     subscription_id: u32,
 ) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
@@ -28,7 +28,7 @@ pub fn get_monitored_items(
 /// Server.ResendData: queue the current value of every data monitored item of the
 /// subscription for the next publish.
 pub fn resend_data(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     subscription_id: u32,
     now: Now,
@@ -44,7 +44,7 @@ pub fn resend_data(
 /// `shard.shared().events.condition_refresh(now.utc)` into the subscription's event
 /// monitored items (or the one item).
 pub fn condition_refresh(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     subscription_id: u32,
     monitored_item_id: Option<u32>,

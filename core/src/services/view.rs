@@ -17,7 +17,7 @@ use crate::generated::types::{
     UnregisterNodesRequest, UnregisterNodesResponse,
 };
 use crate::roles::Roles;
-use crate::server::shard::ShardState;
+use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
 use crate::session::SessionKey;
 use crate::time::Now;
@@ -210,7 +210,12 @@ fn browsable(space: &AddressSpace, roles: Roles, id: &NodeId) -> bool {
 /// Browse (Part 4 §5.9.2) for a validated, activated session. Nodes the user may not browse
 /// (RolePermissions without Browse for its roles) are hidden: a starting node is
 /// BadNodeIdUnknown, references to them are left out.
-pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now: Now) -> Response {
+pub fn browse(
+    shard: &mut ServiceState,
+    key: SessionKey,
+    req: &BrowseRequest,
+    now: Now,
+) -> Response {
     let handle = req.request_header.request_handle;
     let roles = super::session_roles(shard, key);
     let limits = &shard.shared().config.operation_limits;
@@ -310,7 +315,7 @@ pub fn browse(shard: &mut ShardState, key: SessionKey, req: &BrowseRequest, now:
 
 /// BrowseNext (Part 4 §5.9.3) for a validated, activated session.
 pub fn browse_next(
-    shard: &mut ShardState,
+    shard: &mut ServiceState,
     key: SessionKey,
     req: &BrowseNextRequest,
     now: Now,
@@ -456,7 +461,7 @@ fn translate_one(space: &AddressSpace, roles: Roles, path: &BrowsePath) -> Brows
 
 /// TranslateBrowsePathsToNodeIds (Part 4 §5.9.4) for a validated, activated session.
 pub fn translate_browse_paths(
-    shard: &ShardState,
+    shard: &ServiceState,
     key: SessionKey,
     req: &TranslateBrowsePathsToNodeIdsRequest,
     now: Now,
@@ -488,7 +493,7 @@ pub fn translate_browse_paths(
 
 /// RegisterNodes (Part 4 §5.9.5): the registered ids are the ids themselves, which Part 4
 /// allows; lookups are already a table index for numeric ids of namespaces 0 and 1.
-pub fn register_nodes(shard: &ShardState, req: &RegisterNodesRequest, now: Now) -> Response {
+pub fn register_nodes(shard: &ServiceState, req: &RegisterNodesRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
     let max = shard
         .shared()
@@ -505,7 +510,7 @@ pub fn register_nodes(shard: &ShardState, req: &RegisterNodesRequest, now: Now) 
 }
 
 /// UnregisterNodes (Part 4 §5.9.6): nothing was allocated by RegisterNodes.
-pub fn unregister_nodes(shard: &ShardState, req: &UnregisterNodesRequest, now: Now) -> Response {
+pub fn unregister_nodes(shard: &ServiceState, req: &UnregisterNodesRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
     let max = shard
         .shared()

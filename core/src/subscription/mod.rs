@@ -5,7 +5,7 @@
 //!
 //! # Per-core design
 //!
-//! Everything here belongs to one shard ([`SubscriptionEngine`] lives in `ShardState`): the
+//! Everything here belongs to one shard ([`SubscriptionEngine`] lives in `ServiceState`): the
 //! subscriptions of the sessions on that shard, their monitored items and queues, the Publish
 //! requests waiting for them and the retransmission queues. Nothing is shared, nothing is
 //! locked; the only shared data touched is the address space's lock-free value cells, read

@@ -11,7 +11,7 @@ pub mod content;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::RequestContext;
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::dispatch;
 use uaring_core::shared::ServerShared;
 use uaring_core::{DateTime, ExtensionObject, NodeId, Now, StatusCode, UaString};
@@ -27,7 +27,7 @@ pub fn start() -> Now {
 }
 
 pub struct Harness {
-    pub shard: ShardState,
+    pub shard: ServiceState,
     pub now: Now,
     /// The channel requests go out on by default.
     pub channel: u32,
@@ -61,7 +61,7 @@ impl Harness {
     /// Shard `shard_index` of a server whose other shards are built on the same `shared`.
     pub fn on_shared(shared: Arc<ServerShared>, shard_index: usize) -> Harness {
         let now = start();
-        let mut shard = ShardState::new(
+        let mut shard = ServiceState::new(
             shared,
             shard_index,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),

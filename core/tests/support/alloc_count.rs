@@ -1,5 +1,5 @@
 //! Heap allocations per request over the whole server path: request chunk bytes in →
-//! ServerConnection → the real ShardState and services → response chunk bytes out, with a
+//! ServerConnection → the real ServiceState and services → response chunk bytes out, with a
 //! session activated by core's own client. The global allocator counts only the allocations
 //! of the thread that switched counting on, so tests running beside it do not disturb it.
 //! Used by tests/allocations.rs (asserts) and benches/allocations.rs (prints the table).

@@ -24,7 +24,7 @@ pub struct Recording {
 }
 
 struct Conversation {
-    shard: uaring_core::server::shard::ShardState,
+    shard: uaring_core::server::service_state::ServiceState,
     server: ServerConnection,
     client: ClientConnection,
     rec: Recording,

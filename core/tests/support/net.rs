@@ -1,4 +1,4 @@
-//! A ClientConnection and a ServerConnection on a real ShardState, talking in memory (no
+//! A ClientConnection and a ServerConnection on a real ServiceState, talking in memory (no
 //! sockets): the set-up of the in-memory service tests and of the allocation count.
 #![allow(dead_code)]
 
@@ -11,12 +11,12 @@ use uaring_core::generated::types::{
     ActivateSessionRequest, AnonymousIdentityToken, CreateSessionRequest, UserTokenType,
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::types::{ByteString, ExtensionObject};
 use uaring_core::Now;
 
 pub struct Net {
-    pub shard: ShardState,
+    pub shard: ServiceState,
     pub server: ServerConnection,
     pub client: ClientConnection,
     /// Bytes on their way from the client to the server, and back.
@@ -51,7 +51,7 @@ impl Net {
         shared: std::sync::Arc<uaring_core::shared::ServerShared>,
         now: Now,
     ) -> Net {
-        let mut shard = ShardState::new(
+        let mut shard = ServiceState::new(
             shared,
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),

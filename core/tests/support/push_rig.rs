@@ -11,7 +11,7 @@ use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::context::{ConnectionHost, Deferred, RequestContext};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::{dispatch, dispatch_deferrable};
 use uaring_core::shared::ServerShared;
 use uaring_core::{
@@ -33,7 +33,7 @@ fn ctx() -> RequestContext<'static> {
 
 pub struct PushRig {
     pub shared: Arc<ServerShared>,
-    pub shard: ShardState,
+    pub shard: ServiceState,
     pub now: Now,
     token: NodeId,
     handle: u32,
@@ -122,7 +122,7 @@ impl PushRig {
             Ok(())
         })
         .unwrap();
-        let shard = ShardState::new(
+        let shard = ServiceState::new(
             shared.clone(),
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),

@@ -12,7 +12,7 @@ use uaring_core::config::ServerConfig;
 use uaring_core::config::TransportLimits;
 use uaring_core::random::ChaCha;
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::shared::ServerShared;
 use uaring_core::{DateTime, Now};
 
@@ -39,8 +39,8 @@ pub fn shared() -> Arc<ServerShared> {
 /// A fresh shard over [`shared`], default limits, random numbers from seed 1. Shard 1:
 /// shard 0 runs the Demo event generator, whose catch-up after the time jumps costs
 /// milliseconds per input.
-pub fn shard() -> ShardState {
-    ShardState::new(shared(), 1, Box::new(ChaCha::from_u64(1)))
+pub fn shard() -> ServiceState {
+    ServiceState::new(shared(), 1, Box::new(ChaCha::from_u64(1)))
         .with_transport_limits(TransportLimits::default())
 }
 

@@ -63,7 +63,7 @@ use uaring_core::secure_channel::{
     SecurityPolicy, SecurityProvider, SequenceChecker, SequenceCounter,
 };
 use uaring_core::server::connection::{ConnStatus, ServerConnection};
-use uaring_core::server::shard::ShardState;
+use uaring_core::server::service_state::ServiceState;
 use uaring_core::transport::{
     negotiate_client, AcknowledgeMessage, ErrorMessage, FrameReader, HelloMessage, MessageType,
     Negotiated, MESSAGE_HEADER_LEN,
@@ -228,7 +228,7 @@ impl SecurityPolicy for StandIn {
 
 /// The shard every input runs against: replay's shard, offering None and
 /// Basic256Sha256 (Sign, SignAndEncrypt).
-pub fn secure_shard() -> ShardState {
+pub fn secure_shard() -> ServiceState {
     let mut p = SecurityProvider::none_only();
     let policy: Arc<dyn SecurityPolicy> = StandIn::get();
     let uri = policy.uri().to_owned();
@@ -635,7 +635,7 @@ impl Client {
 
 /// One input's run: the server, its connection and the client.
 pub struct Run {
-    shard: ShardState,
+    shard: ServiceState,
     conn: ServerConnection,
     client: Client,
     now: Now,

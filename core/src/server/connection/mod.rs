@@ -596,7 +596,7 @@ impl ServerConnection {
 
     /// Sends the responses the host has ready for this connection's channel (queued Publish
     /// requests answered by a publishing cycle). The runtime calls it for the channels
-    /// `ShardState::take_ready_channels` names; `on_recv` calls it itself. While a handshake
+    /// `ServiceState::take_ready_channels` names; `on_recv` calls it itself. While a handshake
     /// job is out they wait (the job may renew the channel's token).
     pub fn flush_deferred<H: ConnectionHost + ?Sized>(
         &mut self,

@@ -1,4 +1,4 @@
-//! [`ShardState`]: everything one shard thread owns on the request path for its connections —
+//! [`ServiceState`]: everything one shard thread owns on the request path for its connections —
 //! the session pool, each session's browse continuation points, and the session-timeout
 //! deadlines.
 //!
@@ -9,7 +9,7 @@
 //! shard accepted the new connection) must be routable to the shard that owns the session.
 //! Both identifiers therefore carry the owning shard:
 //!
-//! * **Secure channel id** ([`ShardState::next_channel_id`]): `shard_index << 24 | counter`,
+//! * **Secure channel id** ([`ServiceState::next_channel_id`]): `shard_index << 24 | counter`,
 //!   `counter` a per-shard 24-bit counter starting at 1 (0 is skipped: channel id 0 is what a
 //!   client sends before it has one). Up to 256 shards; [`channel_shard`] recovers the shard.
 //!   The counter wraps after 16,777,215 channels; ids of channels still open are skipped,
@@ -32,14 +32,14 @@
 //!   unrelated to the token.
 //!
 //! The random bytes come from the shard's [`Random`], handed in by the host
-//! ([`ShardState::new`]): the `uaring` binary's is a ChaCha20 CSPRNG seeded from the OS per
+//! ([`ServiceState::new`]): the `uaring` binary's is a ChaCha20 CSPRNG seeded from the OS per
 //! shard; tests seed theirs with a number.
 //!
 //! # Timers
 //!
 //! Each session has one deadline, `last use + revised timeout`. Using a session only moves
 //! the deadline stored in the session; the min-heap of `(deadline, slot, generation)` is not
-//! touched on the request path. When the heap's earliest entry passes, [`ShardState::on_timer`]
+//! touched on the request path. When the heap's earliest entry passes, [`ServiceState::on_timer`]
 //! pops it and either closes the session (its real deadline passed too) or pushes it back with
 //! its current deadline. Entries of closed sessions are recognised by the slot generation and
 //! dropped. The heap is compacted when stale entries make it grow past twice the pool size, so
@@ -237,7 +237,7 @@ impl std::fmt::Debug for EphemeralPrivateKey {
     }
 }
 
-/// A request's session as [`ShardState::session_for_request`] found it: what the services
+/// A request's session as [`ServiceState::session_for_request`] found it: what the services
 /// need of it, carried so that they do not look it up again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestSession {
@@ -393,7 +393,7 @@ struct Slot {
 pub const MAX_PENDING_TRANSFERS: usize = 64;
 
 /// A message between the shards of one process. The runtime carries it over bounded SPSC
-/// queues ([`ShardState::take_messages`] on one shard, [`ShardState::on_message`] on the
+/// queues ([`ServiceState::take_messages`] on one shard, [`ServiceState::on_message`] on the
 /// other); it is never dropped. Each variant's payload is boxed so that a message is 16 bytes:
 /// the queues are allocated at start, n·(n−1)·`move_queue` slots of this size, and
 /// messages are rare (one per subscription of a cross-shard TransferSubscriptions), so one
@@ -467,7 +467,7 @@ impl PendingTransfer {
 /// Why a request's authentication token was not accepted.
 pub type SessionResult<T> = Result<T, StatusCode>;
 
-impl Drop for ShardState {
+impl Drop for ServiceState {
     fn drop(&mut self) {
         // No later version waits for this shard.
         self.shared.model.unregister(self.shard_index);
@@ -475,7 +475,7 @@ impl Drop for ShardState {
 }
 
 /// Per-shard state. See the module docs.
-pub struct ShardState {
+pub struct ServiceState {
     shared: Arc<ServerShared>,
     shard_index: usize,
     /// Shards of this process (a token naming a shard at or past it is not routable).
@@ -499,7 +499,7 @@ pub struct ShardState {
     /// Nonces, tokens, session ids, continuation points (see the module docs).
     random: Box<dyn Random + Send>,
     /// What the runtime's budget leaves for decoding a request (see
-    /// [`ShardState::set_memory_headroom`]).
+    /// [`ServiceState::set_memory_headroom`]).
     memory_headroom: usize,
     /// Messages for other shards, taken by the runtime (bounded by the pending transfers of
     /// this shard and the requests of the others).
@@ -518,7 +518,7 @@ pub struct ShardState {
     pub(crate) diag: crate::server::diagnostics::Refresh,
 }
 
-impl ShardState {
+impl ServiceState {
     /// State for shard `shard_index` (0-based, < [`MAX_SHARDS`]). Allocates the session
     /// pool's bookkeeping for `config.sessions.max_sessions_per_shard` sessions. `random`
     /// must be a CSPRNG in a server (its bytes become nonces and session tokens).
@@ -529,7 +529,7 @@ impl ShardState {
         shared: Arc<ServerShared>,
         shard_index: usize,
         random: Box<dyn Random + Send>,
-    ) -> ShardState {
+    ) -> ServiceState {
         assert!(
             shard_index < MAX_SHARDS,
             "shard index {shard_index} >= {MAX_SHARDS}"
@@ -550,7 +550,7 @@ impl ShardState {
         shared
             .model
             .register(shard_index, shared.address_space.version());
-        ShardState {
+        ServiceState {
             recycler: Recycler::default(),
             shard_index,
             shard_count: 1,
@@ -644,14 +644,14 @@ impl ShardState {
     /// The number of shards of the process (default 1). An ActivateSession whose token names
     /// another shard below it is handed to that shard with its connection
     /// ([`ConnectionHost::session_owner`]); with 1 it is answered here (BadSessionIdInvalid).
-    pub fn with_shard_count(mut self, shard_count: usize) -> ShardState {
+    pub fn with_shard_count(mut self, shard_count: usize) -> ServiceState {
         self.shard_count = shard_count.clamp(1, MAX_SHARDS);
         self
     }
 
     /// Hands handshake work (RSA, certificate validation, argon2id) to the runtime as jobs
     /// (see [`crate::server::handshake`]) instead of running it inline (the default).
-    pub fn with_handshake_offload(mut self, on: bool) -> ShardState {
+    pub fn with_handshake_offload(mut self, on: bool) -> ServiceState {
         self.offload_handshakes = on;
         self
     }
@@ -671,14 +671,14 @@ impl ShardState {
 
     /// Uses these transport limits (default: `TransportLimits::default()`); they bound the
     /// shard's channels and are what CreateSession reports as maxRequestMessageSize.
-    pub fn with_transport_limits(mut self, limits: TransportLimits) -> ShardState {
+    pub fn with_transport_limits(mut self, limits: TransportLimits) -> ServiceState {
         self.transport = limits;
         self
     }
 
     /// Uses these security policies and endpoint (policy, mode) pairs (default: None only);
     /// GetEndpoints and CreateSession advertise one endpoint per pair.
-    pub fn with_security(mut self, security: SecurityProvider) -> ShardState {
+    pub fn with_security(mut self, security: SecurityProvider) -> ServiceState {
         self.security = security;
         self
     }
@@ -717,14 +717,14 @@ impl ShardState {
         self.shard_index
     }
 
-    /// The number of shards of the process ([`ShardState::with_shard_count`]).
+    /// The number of shards of the process ([`ServiceState::with_shard_count`]).
     pub fn shard_count(&self) -> usize {
         self.shard_count
     }
 
     /// Is `shard` another shard of this process that connections and subscriptions can be
     /// handed to? Never when the shard count was not set to include this shard itself (a
-    /// `ShardState` built alone, as tests do, answers everything here).
+    /// `ServiceState` built alone, as tests do, answers everything here).
     pub fn routes_to(&self, shard: usize) -> bool {
         self.shard_index < self.shard_count && shard != self.shard_index && shard < self.shard_count
     }
@@ -931,7 +931,7 @@ impl ShardState {
         self.max_sessions
     }
 
-    /// The earliest monotonic time (ns) at which [`ShardState::on_timer`] has work; it may
+    /// The earliest monotonic time (ns) at which [`ServiceState::on_timer`] has work; it may
     /// find none (the session was used since, or closed), which is harmless.
     pub fn next_deadline(&self) -> Option<u64> {
         if self.model_changed() {
@@ -1106,7 +1106,7 @@ impl ShardState {
     }
 
     /// Takes the newest version of the address space (at the top of a loop iteration, from
-    /// [`ShardState::on_timer`]): the monitored items of nodes it removed learn of it, and
+    /// [`ServiceState::on_timer`]): the monitored items of nodes it removed learn of it, and
     /// the shard acknowledges the version (docs/Architecture.md, "Nodes added and removed
     /// while serving").
     pub fn refresh_model(&mut self, now: Now) {
@@ -1190,7 +1190,7 @@ impl ShardState {
     }
 
     /// Allocates a session bound to `channel_id`. BadTooManySessions when the pool is full.
-    /// The caller fills in the CreateSession details through [`ShardState::session_mut`].
+    /// The caller fills in the CreateSession details through [`ServiceState::session_mut`].
     pub fn create_session(
         &mut self,
         channel_id: u32,
@@ -1432,7 +1432,7 @@ impl ShardState {
 /// The shard's side of hosting its connections: channel ids, counts and limits, buffers,
 /// parked handshake jobs. [`ConnectionHost`] is implemented for the shard in
 /// `services::host` with these, and routes every request to the services.
-impl ShardState {
+impl ServiceState {
     pub(crate) fn open_channel(&mut self) -> Result<u32, StatusCode> {
         if self.open_channels >= self.transport.max_channels_per_shard {
             return Err(StatusCode::BadTcpNotEnoughResources);
