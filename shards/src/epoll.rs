@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use crate::conn::Phase;
 use crate::fleet::{ShardStats, ShardWiring};
 use crate::handler::{ConnId, Handler, Origin};
+use crate::loop_core::{LoopConfig, LoopCore, STOP_HARD_EXTRA_NS};
 use crate::net;
-use crate::shard::{LoopConfig, ShardCore, STOP_HARD_EXTRA_NS};
 
 const T_LISTENER: u64 = 1;
 const T_CONN: u64 = 2;
@@ -25,7 +25,7 @@ const ACCEPTS_PER_EVENT: usize = 64;
 
 /// One shard's epoll loop.
 pub struct EpollLoop<H: Handler> {
-    core: ShardCore<H>,
+    core: LoopCore<H>,
     epfd: OwnedFd,
     listeners: Vec<Option<OwnedFd>>,
     scratch: Box<[u8]>,
@@ -68,7 +68,7 @@ impl<H: Handler> EpollLoop<H> {
         )?;
         let scratch = vec![0u8; cfg.recv_buffer_bytes as usize].into_boxed_slice();
         Ok(EpollLoop {
-            core: ShardCore::new(handler, wiring, cfg),
+            core: LoopCore::new(handler, wiring, cfg),
             epfd,
             listeners: Vec::new(),
             scratch,
@@ -336,7 +336,7 @@ impl<H: Handler> EpollLoop<H> {
             Phase::Draining | Phase::Shut => {
                 if !ok || c.output.pending() == 0 || c.drain_deadline <= now {
                     if ok && c.output.pending() > 0 {
-                        crate::shard::reset_on_close(&c.fd);
+                        crate::loop_core::reset_on_close(&c.fd);
                     }
                     self.core.finalize(id);
                 } else {

@@ -17,7 +17,7 @@ use crate::config::IoBackend;
 use crate::epoll::EpollLoop;
 use crate::fleet::ShardWiring;
 use crate::handler::{ConnId, Handler};
-use crate::shard::LoopConfig;
+use crate::loop_core::LoopConfig;
 use crate::uring::{Features, SetupError, UringLoop};
 
 /// A shard's event loop (one per thread, so the size difference does not matter).

@@ -12,9 +12,9 @@ use crate::config::{Distribution, IoBackend, RuntimeConfig, Sqpoll};
 use crate::event_loop::{EventLoop, LoopError};
 use crate::fleet::Fleet;
 use crate::handler::Handler;
+use crate::loop_core::LoopConfig;
 use crate::memlock;
 use crate::net;
-use crate::shard::LoopConfig;
 
 /// What to start.
 #[derive(Clone, Debug)]

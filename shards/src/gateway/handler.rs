@@ -26,8 +26,8 @@ use crate::config::IoBackend;
 use crate::event_loop::EventLoop;
 use crate::fleet::{Fleet, Waker};
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
+use crate::loop_core::LoopConfig;
 use crate::reverse::Dialed;
-use crate::shard::LoopConfig;
 use crate::spsc::Producer;
 
 /// A connect the handler asks the dialer for.

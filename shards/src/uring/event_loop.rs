@@ -12,8 +12,8 @@ use crate::config::Sqpoll;
 use crate::conn::Phase;
 use crate::fleet::{IoModes, ShardStats, ShardWiring};
 use crate::handler::{ConnId, Handler, Origin};
+use crate::loop_core::{LoopConfig, LoopCore, STOP_HARD_EXTRA_NS};
 use crate::net;
-use crate::shard::{LoopConfig, ShardCore, STOP_HARD_EXTRA_NS};
 
 // user_data: kind (8 bits) | index (24 bits) | generation (32 bits).
 const K_ACCEPT: u64 = 1;
@@ -266,7 +266,7 @@ struct Listener {
 
 /// One shard's io_uring loop, generic over the protocol handler.
 pub struct UringLoop<H: Handler> {
-    core: ShardCore<H>,
+    core: LoopCore<H>,
     // Field order matters for drop: the buffer ring is unmapped before the ring closes,
     // which is fine because `run` unregisters it first.
     bufring: Option<BufRing>,
@@ -466,7 +466,7 @@ impl<H: Handler> UringLoop<H> {
             recv_bundles: recv_mode == RecvMode::MultiBundle,
         });
         UringLoop {
-            core: ShardCore::new(handler, wiring, cfg),
+            core: LoopCore::new(handler, wiring, cfg),
             bufring,
             ring,
             features,
@@ -1252,7 +1252,7 @@ impl<H: Handler> UringLoop<H> {
                 };
                 if expired {
                     if c.output.pending() > 0 {
-                        crate::shard::reset_on_close(&c.fd);
+                        crate::loop_core::reset_on_close(&c.fd);
                     }
                     c.output.out.clear();
                     net::shutdown(&c.fd);

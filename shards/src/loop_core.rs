@@ -237,7 +237,7 @@ fn refuse_at_once(fd: &OwnedFd, status: StatusCode, reason: &str) {
 /// kernel to finish with its sockets before it exits regardless, ns.
 pub(crate) const STOP_HARD_EXTRA_NS: u64 = 500_000_000;
 
-pub(crate) struct ShardCore<H: Handler> {
+pub(crate) struct LoopCore<H: Handler> {
     pub handler: H,
     pub table: Table<H::Conn>,
     pub wiring: ShardWiring,
@@ -258,7 +258,7 @@ pub(crate) struct ShardCore<H: Handler> {
     /// `held_pre_session` passed `max_pre_session_buffered_bytes` and has not yet drained
     /// below 3/4 of it: those connections are not read, new connections are refused.
     pub over_pre_session_budget: bool,
-    /// Scratch list for [`ShardCore::flush_ready`].
+    /// Scratch list for [`LoopCore::flush_ready`].
     ready: Vec<ConnId>,
     /// Accepted connections in the table per peer address (at most one entry per
     /// connection, so bounded by the table).
@@ -282,7 +282,7 @@ impl Gate {
     }
 }
 
-impl<H: Handler> ShardCore<H> {
+impl<H: Handler> LoopCore<H> {
     fn gate(&self) -> Gate {
         Gate {
             all: self.over_budget,
@@ -290,11 +290,11 @@ impl<H: Handler> ShardCore<H> {
         }
     }
 
-    pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> ShardCore<H> {
+    pub fn new(handler: H, wiring: ShardWiring, cfg: LoopConfig) -> LoopCore<H> {
         tune_malloc();
         let mut handler = handler;
         handler.set_waker(crate::fleet::Waker::new(wiring.fleet.clone(), wiring.index));
-        ShardCore {
+        LoopCore {
             handler,
             table: Table::new(cfg.max_connections),
             wiring,
@@ -481,7 +481,7 @@ impl<H: Handler> ShardCore<H> {
     }
 
     /// Whether `id` may receive now: open, within its own bound and the shard's,
-    /// nothing held back. No side effects (see [`ShardCore::resume`]).
+    /// nothing held back. No side effects (see [`LoopCore::resume`]).
     pub fn reading_allowed(&mut self, id: ConnId) -> bool {
         let gate = self.gate();
         match self.table.get_mut(id) {
@@ -682,7 +682,7 @@ impl<H: Handler> ShardCore<H> {
 
     /// The handler wants `id` on shard `target`: reserve a slot of the queue there and stop
     /// feeding the connection (the backend sends its output, waits for its operations and
-    /// calls [`ShardCore::complete_move`]); or, when that cannot be, tell the handler.
+    /// calls [`LoopCore::complete_move`]); or, when that cannot be, tell the handler.
     fn begin_move(&mut self, id: ConnId, target: usize) {
         let ok = !self.stopping
             && target != self.wiring.index
