@@ -455,7 +455,8 @@ impl ServerBuilder {
         let (cpus, cpu_desc) = resolve_cpus(&file.runtime.cpus)?;
         let (sec_config, users) =
             crate::security::take_config(&mut file.server).map_err(Error::Config)?;
-        let handshake = crate::handshake::take_config(&mut file.server).map_err(Error::Config)?;
+        let handshake =
+            crate::handshake_pool::take_config(&mut file.server).map_err(Error::Config)?;
         let history =
             crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
         let push_config = crate::push::take_config(&mut file.server).map_err(Error::Config)?;
@@ -614,7 +615,7 @@ impl ServerBuilder {
                 .map_err(|e| Error::Config(format!("handshake.cpus: {e}")))?
                 .0
         };
-        let pool = crate::handshake::HandshakePool::start(&handshake, &helper_cpus)
+        let pool = crate::handshake_pool::HandshakePool::start(&handshake, &helper_cpus)
             .map_err(Error::Start)?;
         match &pool {
             Some(p) => tracing::info!(

@@ -25,7 +25,7 @@ pub fn check_text(text: &str) -> Result<String, String> {
     let (sec, users) = security::take_config(&mut file.server)?;
     security::check(&sec, &users)?;
     let content = crate::content::take_config(&mut file.server, true, false)?;
-    let handshake = crate::handshake::take_config(&mut file.server)?;
+    let handshake = crate::handshake_pool::take_config(&mut file.server)?;
     let history = crate::history::serve::take_config(&mut file.server)?;
     let push = crate::push::take_config(&mut file.server)?;
     let mut gateway = crate::gateway::config::take_config(&mut file.server)?;

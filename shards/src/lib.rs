@@ -37,7 +37,7 @@ pub mod event_loop;
 pub mod fleet;
 pub mod gateway;
 pub mod handler;
-pub mod handshake;
+pub mod handshake_pool;
 pub mod history;
 mod loop_core;
 pub mod memlock;

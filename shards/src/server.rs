@@ -21,7 +21,7 @@ use uaring_core::{Now, StatusCode};
 
 use crate::fleet::{MovedConn, ShardMessage};
 use crate::handler::{ConnId, ConnStatus, Handler, Origin};
-use crate::handshake::PoolClient;
+use crate::handshake_pool::PoolClient;
 use crate::reverse::ReverseLease;
 
 /// The benchmark contract's ApplicationUri.

@@ -31,10 +31,11 @@ fn example_parses_into_runtime_and_server_config() {
         uaring::content::ContentConfig::serve_defaults(false),
         "the example shows the served content's defaults"
     );
-    let handshake = uaring::handshake::take_config(&mut file.server).expect("[handshake] parses");
+    let handshake =
+        uaring::handshake_pool::take_config(&mut file.server).expect("[handshake] parses");
     assert_eq!(
         handshake,
-        uaring::handshake::HandshakeConfig::default(),
+        uaring::handshake_pool::HandshakeConfig::default(),
         "the example shows the handshake defaults"
     );
     let push = uaring::push::take_config(&mut file.server).expect("[push] parses");
@@ -86,7 +87,7 @@ fn every_example_key_is_documented() {
 fn handshake_section_is_checked() {
     let parse = |text: &str| {
         let mut file = FileConfig::parse(text).expect("runtime part is fine");
-        uaring::handshake::take_config(&mut file.server)
+        uaring::handshake_pool::take_config(&mut file.server)
     };
     assert_eq!(
         parse("[handshake]\nthreads = 0\n").unwrap().threads,

@@ -223,7 +223,7 @@ impl WriterPolicy {
                 libc::sched_setscheduler(0, policy, &param);
             }
         }
-        crate::handshake::set_nice(nice);
+        crate::handshake_pool::set_nice(nice);
     }
 }
 

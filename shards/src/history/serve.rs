@@ -399,7 +399,7 @@ impl Historian {
                 std::thread::Builder::new()
                     .name(format!("uaring-hread-{i}"))
                     .spawn(move || {
-                        crate::handshake::set_nice(nice);
+                        crate::handshake_pool::set_nice(nice);
                         reader_loop(&h2, &rx)
                     })
                     .map_err(StoreError::Io)?,
@@ -411,7 +411,7 @@ impl Historian {
             std::thread::Builder::new()
                 .name("uaring-hupdate".into())
                 .spawn(move || {
-                    crate::handshake::set_nice(nice);
+                    crate::handshake_pool::set_nice(nice);
                     reader_loop(&h2, &updates_rx)
                 })
                 .map_err(StoreError::Io)?,
