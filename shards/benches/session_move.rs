@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use uaring::runtime::{self, RuntimeOptions};
-use uaring::{server, Distribution, IoBackend, LoopConfig};
+use uaring::{ua_handler, Distribution, IoBackend, LoopConfig};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::server::service_state::channel_shard;
@@ -28,7 +28,7 @@ use uaring_harness::blocking::Client;
 const T: Duration = Duration::from_secs(10);
 
 fn start(backend: IoBackend) -> runtime::Running {
-    let setup = server::build(&toml::Table::new(), false).expect("server setup");
+    let setup = ua_handler::build(&toml::Table::new(), false).expect("server setup");
     let two_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     let opts = RuntimeOptions {
         listen: "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
@@ -43,8 +43,8 @@ fn start(backend: IoBackend) -> runtime::Running {
         move_queue: 16,
         sqpoll_cpus: Vec::new(),
     };
-    let setup: Arc<server::ServerSetup> = setup;
-    runtime::start(opts, move |i| server::make_handler(&setup, i, 2)).expect("runtime")
+    let setup: Arc<ua_handler::ServerSetup> = setup;
+    runtime::start(opts, move |i| ua_handler::make_handler(&setup, i, 2)).expect("runtime")
 }
 
 fn activate(c: &mut Client) {

@@ -23,7 +23,7 @@ use crate::nodes::{
     ObjectDef, Variable, VariableDef,
 };
 use crate::runtime::{self, RuntimeOptions};
-use crate::{server, stats};
+use crate::{stats, ua_handler};
 use uaring_core::address_space::app::{AsyncWrite, WriteInfo};
 
 /// The configuration used when none is given (the same as `uaring serve` without `--config`).
@@ -473,8 +473,8 @@ impl ServerBuilder {
             crate::security::check(&sec_config, &users).map_err(Error::Security)?;
         let push = match push_workers {
             Some(w) if push_config.enabled && !rsa_policies.is_empty() => {
-                let core =
-                    crate::server::server_config(&file.server, contract).map_err(Error::Config)?;
+                let core = crate::ua_handler::server_config(&file.server, contract)
+                    .map_err(Error::Config)?;
                 let uri = core.application.effective_application_uri().to_string();
                 Some((crate::push::PushManager::new(push_config, &uri), w))
             }
@@ -520,7 +520,7 @@ impl ServerBuilder {
         let mut defs = defs;
         let role_identities =
             crate::security::role_identities(&sec_config, &users).map_err(Error::Config)?;
-        let setup = server::build_with(
+        let setup = ua_handler::build_with(
             &file.server,
             contract,
             &nodesets,
@@ -631,14 +631,14 @@ impl ServerBuilder {
         let opts_sqpoll_cpus = opts.sqpoll_cpus.clone();
         let refresher = security.clone();
         let running = runtime::start(opts, move |i| {
-            let handler = server::make_handler(&make_setup, i, shards)?;
+            let handler = ua_handler::make_handler(&make_setup, i, shards)?;
             let (provider, watch) = security.shard_security()?;
             let client = pool.as_ref().map(|p| p.client());
             let host = handler
                 .host
                 .with_security(provider)
                 .with_handshake_offload(client.is_some());
-            Ok(server::UaHandler::new(host)
+            Ok(ua_handler::UaHandler::new(host)
                 .with_pool(client)
                 .with_identity(Some(watch)))
         })
@@ -942,7 +942,7 @@ pub struct ServerHandle {
     historian: Option<Arc<crate::history::serve::Historian>>,
     /// The Demo's thread ([`ServerBuilder::demo`]); stopped before the shards.
     demo: Option<crate::content::DemoDriver>,
-    setup: Arc<server::ServerSetup>,
+    setup: Arc<ua_handler::ServerSetup>,
     file: FileConfig,
     config_path: Option<PathBuf>,
     shards: usize,

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::config::FileConfig;
-use crate::{security, server};
+use crate::{security, ua_handler};
 
 /// Checks the file and returns the effective configuration as TOML text (every key, defaults
 /// filled in; password hashes left out), followed by the companion models the
@@ -35,9 +35,9 @@ pub fn check_text(text: &str) -> Result<String, String> {
         .filter(|s| !s.password.is_empty())
         .map(|s| s.password.clear())
         .count();
-    let config = server::server_config(&file.server, false)?;
-    let files = server::nodeset_files(&file.server)?;
-    let setup = server::build(&file.server, false)?;
+    let config = ua_handler::server_config(&file.server, false)?;
+    let files = ua_handler::nodeset_files(&file.server)?;
+    let setup = ua_handler::build(&file.server, false)?;
     let ns = setup.shared.address_space.namespace_uris();
 
     let toml = |v: &dyn erased::Ser| v.to_toml();

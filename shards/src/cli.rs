@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 use crate::config::{Distribution, FileConfig, IoBackend, Sqpoll};
-use crate::server;
+use crate::ua_handler;
 
 /// The version `uaring --version` prints: the crate version and the git revision of the
 /// build (`unknown` outside a git checkout).
@@ -653,7 +653,7 @@ pub fn serve(a: ServeArgs) -> i32 {
         let _ = writeln!(
             out,
             "benchmark server ready ({}, {} shards)",
-            server::CONTRACT_APPLICATION_URI,
+            ua_handler::CONTRACT_APPLICATION_URI,
             handle.shards()
         );
         let _ = out.flush();

@@ -50,10 +50,10 @@ pub mod random;
 pub mod reverse;
 pub mod runtime;
 pub mod security;
-pub mod server;
 pub mod spsc;
 pub mod sqpoll;
 pub mod stats;
+pub mod ua_handler;
 pub mod uring;
 mod workers;
 

@@ -40,7 +40,7 @@ pub struct RuntimeOptions {
 impl RuntimeOptions {
     pub fn from_config(r: &RuntimeConfig, listen: SocketAddr, cpus: Vec<usize>) -> RuntimeOptions {
         let shards = if r.shards == 0 {
-            cpus.len().clamp(1, crate::server::MAX_SHARDS)
+            cpus.len().clamp(1, crate::ua_handler::MAX_SHARDS)
         } else {
             r.shards
         };

@@ -1,7 +1,7 @@
 //! The example configuration parses, and every key in it is documented.
 
 use uaring::config::FileConfig;
-use uaring::server::server_config;
+use uaring::ua_handler::server_config;
 
 const EXAMPLE: &str = include_str!("../../docs/uaring.example.toml");
 const DOC: &str = include_str!("../../docs/Configuration.md");
@@ -126,7 +126,7 @@ fn nodesets_entries_are_read_and_checked() {
     let file =
         FileConfig::parse("[[nodesets]]\nfile = \"a.xml\"\n[[nodesets]]\nfile = \"b.xml\"\n")
             .unwrap();
-    let files = uaring::server::nodeset_files(&file.server).unwrap();
+    let files = uaring::ua_handler::nodeset_files(&file.server).unwrap();
     assert_eq!(
         files,
         [
@@ -136,7 +136,7 @@ fn nodesets_entries_are_read_and_checked() {
     );
     server_config(&file.server, false).expect("core does not see [[nodesets]]");
     let bad = FileConfig::parse("[[nodesets]]\npath = \"a.xml\"\n").unwrap();
-    let e = uaring::server::nodeset_files(&bad.server).unwrap_err();
+    let e = uaring::ua_handler::nodeset_files(&bad.server).unwrap_err();
     assert!(e.contains("[[nodesets]]") && e.contains("path"), "{e}");
 }
 
