@@ -63,7 +63,7 @@ impl<H: Handler> EventLoop<H> {
             IoBackend::Uring => UringLoop::new(handler, wiring, cfg)
                 .map(EventLoop::Uring)
                 .map_err(LoopError::Uring),
-            IoBackend::Auto => match crate::uring::event_loop::ring_options(&cfg, &wiring)
+            IoBackend::Auto => match crate::uring::uring_loop::ring_options(&cfg, &wiring)
                 .and_then(|o| crate::uring::setup_ring_with(cfg.ring_entries, &o))
             {
                 Ok((ring, features)) => {

@@ -262,7 +262,7 @@ fn choose_backend(opts: &mut RuntimeOptions) -> Result<(IoBackend, u64), StartEr
                 if let Some(o) = &mode_probe {
                     match crate::uring::setup_ring_with(entries, o) {
                         Ok((mut ring, mut f)) => {
-                            let bufs = crate::uring::event_loop::register_send_bufs(
+                            let bufs = crate::uring::uring_loop::register_send_bufs(
                                 &mut ring, &mut f, &probe_cfg,
                             );
                             if matches!(bufs, Ok(Some(_))) {

@@ -5,11 +5,11 @@
 //! loop as the server.
 
 mod bufring;
-pub(crate) mod event_loop;
 pub(crate) mod sendbuf;
+pub(crate) mod uring_loop;
 
 pub use bufring::BufRing;
-pub use event_loop::UringLoop;
+pub use uring_loop::UringLoop;
 
 use std::fmt;
 use std::io;
