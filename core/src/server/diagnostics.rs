@@ -168,9 +168,9 @@ impl Refresh {
 }
 
 /// What moves when the shard's diagnostics change.
-fn fingerprint(shard: &ServiceState, requests: u64) -> [u64; 7] {
-    let e = shard.subscriptions().stats();
-    let m = shard.metrics();
+fn fingerprint(state: &ServiceState, requests: u64) -> [u64; 7] {
+    let e = state.subscriptions().stats();
+    let m = state.metrics();
     [
         requests,
         e.notifications,
@@ -178,7 +178,7 @@ fn fingerprint(shard: &ServiceState, requests: u64) -> [u64; 7] {
         e.expired,
         e.overflows,
         crate::metrics::ShardMetrics::get(&m.session_timeouts),
-        shard.session_count() as u64,
+        state.session_count() as u64,
     ]
 }
 

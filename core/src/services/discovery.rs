@@ -26,8 +26,8 @@ pub const FALLBACK_ENDPOINT_URL: &str = "opc.tcp://localhost:4840";
 
 /// The user token policies of endpoints with SecurityPolicy None (see
 /// [`crate::services::identity::user_token_policies_for`] for secured endpoints).
-pub fn user_token_policies(shard: &ServiceState) -> Vec<UserTokenPolicy> {
-    crate::services::identity::user_token_policies_for(shard, SECURITY_POLICY_NONE_URI)
+pub fn user_token_policies(state: &ServiceState) -> Vec<UserTokenPolicy> {
+    crate::services::identity::user_token_policies_for(state, SECURITY_POLICY_NONE_URI)
 }
 
 /// Part 4 §7.14 securityLevel: a relative measure; None is 0, SignAndEncrypt ranks above
@@ -50,8 +50,8 @@ pub fn security_level(policy_uri: &str, mode: MessageSecurityMode) -> u8 {
 }
 
 /// The largest request message the server accepts (CreateSession.maxRequestMessageSize).
-pub fn max_message_size(shard: &ServiceState) -> u32 {
-    shard.transport_limits().max_message_size
+pub fn max_message_size(state: &ServiceState) -> u32 {
+    state.transport_limits().max_message_size
 }
 
 /// The endpoint URL to advertise: the URL the client used (request, else HEL), so a client
@@ -75,8 +75,8 @@ pub fn advertised_url<'a>(request_url: &'a str, hel_url: &'a str) -> &'a str {
 }
 
 /// This server's ApplicationDescription.
-pub fn application_description(shard: &ServiceState, endpoint_url: &str) -> ApplicationDescription {
-    let app = &shard.shared().config.application;
+pub fn application_description(state: &ServiceState, endpoint_url: &str) -> ApplicationDescription {
+    let app = &state.shared().config.application;
     ApplicationDescription {
         application_uri: app.effective_application_uri().into(),
         product_uri: app.product_uri.as_str().into(),
@@ -91,7 +91,7 @@ pub fn application_description(shard: &ServiceState, endpoint_url: &str) -> Appl
 /// Every endpoint, advertised under `endpoint_url`, whose transport profile is in
 /// `profile_uris` (empty: all).
 pub fn endpoint_descriptions(
-    shard: &ServiceState,
+    state: &ServiceState,
     endpoint_url: &str,
     profile_uris: &[UaString],
 ) -> Vec<EndpointDescription> {
@@ -103,9 +103,9 @@ pub fn endpoint_descriptions(
         return Vec::new();
     }
     endpoints(
-        shard,
+        state,
         endpoint_url,
-        application_description(shard, endpoint_url),
+        application_description(state, endpoint_url),
         true,
     )
 }
@@ -113,24 +113,24 @@ pub fn endpoint_descriptions(
 /// One EndpointDescription per policy and mode, each with `server`, and with the policy's
 /// certificate if `certificates`.
 fn endpoints(
-    shard: &ServiceState,
+    state: &ServiceState,
     endpoint_url: &str,
     server: ApplicationDescription,
     certificates: bool,
 ) -> Vec<EndpointDescription> {
-    shard
+    state
         .security()
         .endpoints()
         .iter()
         .map(|e| EndpointDescription {
             user_identity_tokens: crate::services::identity::user_token_policies_for(
-                shard,
+                state,
                 &e.policy_uri,
             ),
             endpoint_url: endpoint_url.into(),
             server: server.clone(),
             server_certificate: if certificates {
-                crate::services::identity::endpoint_certificate(shard, &e.policy_uri)
+                crate::services::identity::endpoint_certificate(state, &e.policy_uri)
             } else {
                 ByteString::null()
             },
@@ -152,20 +152,20 @@ fn endpoints(
 /// certificate, each endpoint is about 450 bytes instead of 1,320 and the response about 4.5 KB
 /// instead of 10.5 KB, on every session establishment.
 pub fn session_endpoint_descriptions(
-    shard: &ServiceState,
+    state: &ServiceState,
     endpoint_url: &str,
 ) -> Vec<EndpointDescription> {
     endpoints(
-        shard,
+        state,
         endpoint_url,
-        application_description(shard, endpoint_url),
+        application_description(state, endpoint_url),
         false,
     )
 }
 
 /// GetEndpoints (Part 4 §5.5.4).
 pub fn get_endpoints(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     req: &GetEndpointsRequest,
     now: Now,
@@ -173,19 +173,19 @@ pub fn get_endpoints(
     let url = advertised_url(req.endpoint_url.as_str(), ctx.endpoint_url);
     Response::GetEndpoints(Box::new(GetEndpointsResponse {
         response_header: response_header(req.request_header.request_handle, now),
-        endpoints: endpoint_descriptions(shard, url, &req.profile_uris),
+        endpoints: endpoint_descriptions(state, url, &req.profile_uris),
     }))
 }
 
 /// FindServers (Part 4 §5.5.2): this server only, unless `serverUris` names others only.
 pub fn find_servers(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     req: &FindServersRequest,
     now: Now,
 ) -> Response {
     let url = advertised_url(req.endpoint_url.as_str(), ctx.endpoint_url);
-    let me = application_description(shard, url);
+    let me = application_description(state, url);
     let wanted = req.server_uris.is_empty()
         || req
             .server_uris

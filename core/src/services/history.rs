@@ -106,7 +106,7 @@ fn fingerprint(details: &[u8], node: &crate::types::NodeId, timestamps: i32) -> 
 
 /// HistoryRead. `None`: deferred (answered through the shard's outbox for `channel_id`).
 pub fn history_read(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     roles: crate::roles::Roles,
     channel_id: u32,
@@ -115,7 +115,7 @@ pub fn history_read(
     now: Now,
 ) -> Option<Response> {
     let handle = req.request_header.request_handle;
-    let shared = Arc::clone(shard.shared());
+    let shared = Arc::clone(state.shared());
     let Some(backend) = shared.history.clone() else {
         return Some(fault(handle, StatusCode::BadServiceUnsupported, now));
     };
@@ -139,7 +139,7 @@ pub fn history_read(
         if req.nodes_to_read.len() > limits.max_nodes_per_history_read_data as usize {
             return Some(fault(handle, StatusCode::BadTooManyOperations, now));
         }
-        let session = shard.session_mut(key)?;
+        let session = state.session_mut(key)?;
         let results = req
             .nodes_to_read
             .iter()
@@ -273,7 +273,7 @@ pub fn history_read(
             let resume = if n.continuation_point.as_bytes().is_empty() {
                 None
             } else {
-                let session = shard
+                let session = state
                     .session_mut(key)
                     .ok_or(StatusCode::BadSessionIdInvalid)?;
                 let cp = session
@@ -315,7 +315,7 @@ pub fn history_read(
     if ops.is_empty() {
         return Some(Response::HistoryRead(response));
     }
-    let (deferrals, _, shard_index) = shard.deferred_parts();
+    let (deferrals, _, shard_index) = state.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
             if let Some(r) = response.results.get_mut(o.result as usize) {
@@ -360,7 +360,7 @@ pub fn history_read(
 /// BadInvalidArgument).
 #[allow(clippy::too_many_arguments)]
 pub fn history_update(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     roles: crate::roles::Roles,
     channel_id: u32,
@@ -371,7 +371,7 @@ pub fn history_update(
     use crate::generated::types::{HistoryUpdateResponse, HistoryUpdateResult, PerformUpdateType};
     use crate::history::{HistoryUpdateOp, HistoryUpdateReply, UpdateDetails};
     let handle = req.request_header.request_handle;
-    let shared = Arc::clone(shard.shared());
+    let shared = Arc::clone(state.shared());
     let Some(backend) = shared.history.clone() else {
         return Some(fault(handle, StatusCode::BadServiceUnsupported, now));
     };
@@ -384,7 +384,7 @@ pub fn history_update(
     }
     let caps = backend.capabilities();
     let space = &shared.address_space;
-    let user = shard
+    let user = state
         .session(key)
         .and_then(|s| s.identity.as_ref())
         .and_then(|i| match i {
@@ -507,7 +507,7 @@ pub fn history_update(
     if ops.is_empty() {
         return Some(Response::HistoryUpdate(response));
     }
-    let (deferrals, _, shard_index) = shard.deferred_parts();
+    let (deferrals, _, shard_index) = state.deferred_parts();
     if deferrals.room() < ops.len() {
         for &o in &ops {
             if let Some(r) = response.results.get_mut(o as usize) {

@@ -54,10 +54,10 @@ pub const X509_POLICY_ID: &str = "x509";
 
 /// The user token policies of an endpoint whose channel policy is `endpoint_policy_uri`.
 pub fn user_token_policies_for(
-    shard: &ServiceState,
+    state: &ServiceState,
     endpoint_policy_uri: &str,
 ) -> Vec<UserTokenPolicy> {
-    let security = shard.security();
+    let security = state.security();
     let settings = security.user_tokens();
     let mut out = Vec::with_capacity(3);
     let policy = |id: &str, t: UserTokenType, uri: Option<&str>| UserTokenPolicy {
@@ -123,8 +123,8 @@ pub fn user_token_policies_for(
 /// The server certificate advertised with an endpoint / returned by CreateSession: the
 /// certificate of the endpoint's policy; for SecurityPolicy None the certificate of the user
 /// token policy (clients encrypt passwords with it), if one is configured.
-pub fn endpoint_certificate(shard: &ServiceState, policy_uri: &str) -> ByteString {
-    let security = shard.security();
+pub fn endpoint_certificate(state: &ServiceState, policy_uri: &str) -> ByteString {
+    let security = state.security();
     let own = security
         .find(policy_uri)
         .and_then(|p| p.local_certificate());
@@ -136,7 +136,7 @@ pub fn endpoint_certificate(shard: &ServiceState, policy_uri: &str) -> ByteStrin
             .user_tokens()
             .none_endpoint_token_policy_uri
             .as_str();
-        let tokens = user_token_policies_for(shard, policy_uri);
+        let tokens = user_token_policies_for(state, policy_uri);
         let used = tokens
             .iter()
             .any(|t| t.security_policy_uri.as_str() == uri && !uri.is_empty());
@@ -178,8 +178,8 @@ pub(crate) struct EcdhRequest {
 impl EcdhRequest {
     /// For the ECDHPolicyUri `uri` on this request's channel: an ECC policy of the channel,
     /// or of one of the endpoint's user token policies, on a secured channel.
-    pub(crate) fn new(shard: &ServiceState, ctx: &RequestContext<'_>, uri: String) -> EcdhRequest {
-        let security = shard.security();
+    pub(crate) fn new(state: &ServiceState, ctx: &RequestContext<'_>, uri: String) -> EcdhRequest {
+        let security = state.security();
         let policy = (|| {
             if ctx.security_mode == MessageSecurityMode::None {
                 return None;
@@ -188,7 +188,7 @@ impl EcdhRequest {
                 .policy(&uri)
                 .filter(|p| p.offers_ephemeral_keys())?;
             let of_endpoint = uri == ctx.security_policy_uri
-                || user_token_policies_for(shard, ctx.security_policy_uri)
+                || user_token_policies_for(state, ctx.security_policy_uri)
                     .iter()
                     .any(|t| t.security_policy_uri.as_str() == uri);
             of_endpoint.then(|| p.clone())
@@ -238,7 +238,7 @@ pub struct SignatureWork {
 /// the ApplicationUri of its description) and signs `clientCertificate ‖ clientNonce`.
 /// `None` on a None channel (a null signature).
 pub fn create_session_signature_work(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     client_certificate: &[u8],
     client_nonce: &[u8],
@@ -248,7 +248,7 @@ pub fn create_session_signature_work(
     if ctx.security_mode == MessageSecurityMode::None {
         return Ok(None);
     }
-    let policy = shard
+    let policy = state
         .security()
         .find(ctx.security_policy_uri)
         .ok_or(StatusCode::BadSecurityPolicyRejected)?
@@ -284,7 +284,7 @@ pub fn create_session_signature_work(
 /// `serverCertificate ‖ serverNonce` (the nonce handed out last) with the channel's client
 /// certificate (failure: BadApplicationSignatureInvalid). `None` on a None channel.
 pub fn client_signature_work(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     server_nonce: &[u8],
     signature: &SignatureData,
@@ -292,7 +292,7 @@ pub fn client_signature_work(
     if ctx.security_mode == MessageSecurityMode::None {
         return Ok(None);
     }
-    let policy = shard
+    let policy = state
         .security()
         .find(ctx.security_policy_uri)
         .ok_or(StatusCode::BadSecurityPolicyRejected)?
@@ -322,16 +322,16 @@ pub enum Activation {
 /// The cheap checks (token type, policy, the failed-login limit) run here; the RSA work and
 /// argon2id are left in the returned work.
 pub fn activation_work(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     req: &ActivateSessionRequest,
     server_nonce: &[u8],
     ephemeral_key: Option<EphemeralPrivateKey>,
     now: Now,
 ) -> Result<Activation, StatusCode> {
-    let client = client_signature_work(shard, ctx, server_nonce, &req.client_signature)?;
+    let client = client_signature_work(state, ctx, server_nonce, &req.client_signature)?;
     let user = identity_work(
-        shard,
+        state,
         ctx,
         &req.user_identity_token,
         &req.user_token_signature,
@@ -363,7 +363,7 @@ fn run_now<T>(work: Option<Work<T>>) -> Result<Option<T>, StatusCode> {
 
 /// [`create_session_signature_work`] run at once.
 pub fn create_session_signature(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     client_certificate: &[u8],
     client_nonce: &[u8],
@@ -371,7 +371,7 @@ pub fn create_session_signature(
     now: Now,
 ) -> Result<SignatureData, StatusCode> {
     let work = create_session_signature_work(
-        shard,
+        state,
         ctx,
         client_certificate,
         client_nonce,
@@ -383,21 +383,21 @@ pub fn create_session_signature(
 
 /// [`client_signature_work`] run at once.
 pub fn verify_client_signature(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     server_nonce: &[u8],
     signature: &SignatureData,
 ) -> Result<(), StatusCode> {
-    run_now(client_signature_work(shard, ctx, server_nonce, signature)?).map(|_| ())
+    run_now(client_signature_work(state, ctx, server_nonce, signature)?).map(|_| ())
 }
 
 fn find_policy(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     t: UserTokenType,
     policy_id: &str,
 ) -> Result<UserTokenPolicy, StatusCode> {
-    let policies = user_token_policies_for(shard, ctx.security_policy_uri);
+    let policies = user_token_policies_for(state, ctx.security_policy_uri);
     policies
         .into_iter()
         .find(|p| p.token_type == t && (policy_id.is_empty() || p.policy_id.as_str() == policy_id))
@@ -421,7 +421,7 @@ fn peer_ip(ctx: &RequestContext<'_>) -> Option<IpAddr> {
 /// `server_nonce` is the nonce the server handed out last (CreateSession or the previous
 /// ActivateSession), `ephemeral_key` the private half of the ephemeral key handed out last.
 pub fn identity_from_token(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     token: &ExtensionObject,
     token_signature: &SignatureData,
@@ -430,7 +430,7 @@ pub fn identity_from_token(
     now: Now,
 ) -> Result<UserIdentity, StatusCode> {
     match identity_work(
-        shard,
+        state,
         ctx,
         token,
         token_signature,
@@ -459,7 +459,7 @@ enum Secret {
 /// or ECDH with the session's ephemeral key `ephemeral_key`), argon2id and the X.509 user
 /// certificate (signature, PKI) as work.
 pub fn identity_work(
-    shard: &ServiceState,
+    state: &ServiceState,
     ctx: &RequestContext<'_>,
     token: &ExtensionObject,
     token_signature: &SignatureData,
@@ -468,29 +468,29 @@ pub fn identity_work(
     now: Now,
 ) -> Result<Activation, StatusCode> {
     let limits = crate::DecodeLimits::default();
-    let security = shard.security();
+    let security = state.security();
     if token.is_null() {
         // A null token means anonymous (Part 4 §5.7.3.2).
-        let p = find_policy(shard, ctx, UserTokenType::Anonymous, "")
+        let p = find_policy(state, ctx, UserTokenType::Anonymous, "")
             .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         return Ok(Activation::Ready(UserIdentity::Anonymous {
             policy_id: p.policy_id.as_str().to_owned(),
-            roles: anonymous_roles(shard),
+            roles: anonymous_roles(state),
         }));
     }
     if let Some(r) = token.decode_as::<AnonymousIdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        let p = find_policy(shard, ctx, UserTokenType::Anonymous, t.policy_id.as_str())
+        let p = find_policy(state, ctx, UserTokenType::Anonymous, t.policy_id.as_str())
             .map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
         return Ok(Activation::Ready(UserIdentity::Anonymous {
             policy_id: p.policy_id.as_str().to_owned(),
-            roles: anonymous_roles(shard),
+            roles: anonymous_roles(state),
         }));
     }
     let peer = peer_ip(ctx);
     if let Some(r) = token.decode_as::<UserNameIdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        let p = find_policy(shard, ctx, UserTokenType::UserName, t.policy_id.as_str())?;
+        let p = find_policy(state, ctx, UserTokenType::UserName, t.policy_id.as_str())?;
         let users = security
             .user_authenticator()
             .ok_or(StatusCode::BadIdentityTokenRejected)?
@@ -560,7 +560,7 @@ pub fn identity_work(
     }
     if let Some(r) = token.decode_as::<X509IdentityToken>(limits) {
         let t = r.map_err(|_| StatusCode::BadIdentityTokenInvalid)?;
-        let p = find_policy(shard, ctx, UserTokenType::Certificate, t.policy_id.as_str())?;
+        let p = find_policy(state, ctx, UserTokenType::Certificate, t.policy_id.as_str())?;
         let users = security
             .user_authenticator()
             .ok_or(StatusCode::BadIdentityTokenRejected)?
@@ -603,8 +603,8 @@ pub fn identity_work(
 }
 
 /// The roles an anonymous login gets besides Anonymous (`[security] anonymous`).
-fn anonymous_roles(shard: &ServiceState) -> Roles {
-    shard
+fn anonymous_roles(state: &ServiceState) -> Roles {
+    state
         .security()
         .user_tokens()
         .anonymous

@@ -132,9 +132,13 @@ impl MethodKind {
 
 /// Answers a Call request for the session `key` (deferred methods answer
 /// BadInternalError here: use [`call_deferrable`]).
-pub fn call(shard: &mut ServiceState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
+pub fn call(state: &mut ServiceState, key: SessionKey, req: &CallRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
-    call_deferrable(shard, key, 0, 0, req, now)
+    let roles = state.session(key).and_then(|s| s.identity.as_ref()).map_or(
+        Roles::NONE,
+        crate::server::service_state::UserIdentity::roles,
+    );
+    call_deferrable(state, key, roles, 0, 0, req, now)
         .unwrap_or_else(|| fault(handle, StatusCode::BadInternalError, now))
 }
 
@@ -153,8 +157,9 @@ struct DeferredCall {
 /// is among its calls (answered through the shard's outbox for `channel_id` when the last
 /// one is settled).
 pub fn call_deferrable(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
+    roles: Roles,
     channel_id: u32,
     request_id: u32,
     req: &CallRequest,
@@ -167,7 +172,7 @@ pub fn call_deferrable(
     if n == 0 {
         return Some(fault(handle, StatusCode::BadNothingToDo, now));
     }
-    if n > shard
+    if n > state
         .shared()
         .config
         .operation_limits
@@ -175,9 +180,8 @@ pub fn call_deferrable(
     {
         return Some(fault(handle, StatusCode::BadTooManyOperations, now));
     }
-    let roles = super::session_roles(shard, key);
-    let user = client_user_id(shard, key);
-    let (security_mode, session_id) = shard
+    let user = client_user_id(state, key);
+    let (security_mode, session_id) = state
         .session(key)
         .map(|s| (s.diagnostics.security_mode, s.session_id.clone()))
         .unwrap_or((MessageSecurityMode::Invalid, NodeId::NULL));
@@ -191,7 +195,7 @@ pub fn call_deferrable(
     let mut results = Vec::with_capacity(n);
     for (i, m) in req.methods_to_call.iter().enumerate() {
         let mut deferred = None;
-        results.push(call_one(shard, key, &caller, m, now, &mut deferred));
+        results.push(call_one(state, key, &caller, m, now, &mut deferred));
         if let Some(d) = deferred {
             later.push((i, d));
         }
@@ -204,8 +208,8 @@ pub fn call_deferrable(
     if later.is_empty() {
         return Some(Response::Call(response));
     }
-    let shared = std::sync::Arc::clone(shard.shared());
-    let (deferrals, _, shard_index) = shard.deferred_parts();
+    let shared = std::sync::Arc::clone(state.shared());
+    let (deferrals, _, shard_index) = state.deferred_parts();
     if deferrals.room() < later.len() {
         for (i, _) in &later {
             if let Some(r) = response.results.get_mut(*i) {
@@ -282,8 +286,8 @@ fn call_permitted(
 
 /// ClientUserId for condition comments: the user name or certificate CN; empty when
 /// anonymous.
-fn client_user_id(shard: &ServiceState, key: SessionKey) -> String {
-    match shard.session(key).and_then(|s| s.identity.as_ref()) {
+fn client_user_id(state: &ServiceState, key: SessionKey) -> String {
+    match state.session(key).and_then(|s| s.identity.as_ref()) {
         Some(UserIdentity::UserName { user, .. })
         | Some(UserIdentity::Certificate { user, .. }) => user.clone(),
         _ => String::new(),
@@ -460,7 +464,7 @@ fn call_app(
 }
 
 fn call_one(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     caller: &Caller,
     m: &CallMethodRequest,
@@ -468,7 +472,7 @@ fn call_one(
     deferred: &mut Option<DeferredCall>,
 ) -> CallMethodResult {
     let (roles, user) = (caller.roles, caller.user.as_str());
-    let shared = std::sync::Arc::clone(shard.shared());
+    let shared = std::sync::Arc::clone(state.shared());
     let space = &shared.address_space;
     if m.object_id.is_null() {
         return status_only(StatusCode::BadNodeIdInvalid);
@@ -605,11 +609,11 @@ fn call_one(
         }
         MethodKind::ConditionRefresh | MethodKind::ConditionRefresh2 => {
             let mi = (kind == MethodKind::ConditionRefresh2).then(|| u32_of(arg(1)));
-            let r = subscription_methods::condition_refresh(shard, key, u32_of(arg(0)), mi, now);
+            let r = subscription_methods::condition_refresh(state, key, u32_of(arg(0)), mi, now);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
         MethodKind::GetMonitoredItems => {
-            match subscription_methods::get_monitored_items(shard, key, u32_of(arg(0))) {
+            match subscription_methods::get_monitored_items(state, key, u32_of(arg(0))) {
                 Ok((server, client)) => {
                     let arr = |v: Vec<u32>| {
                         Variant::array(
@@ -624,7 +628,7 @@ fn call_one(
             }
         }
         MethodKind::ResendData => {
-            let r = subscription_methods::resend_data(shard, key, u32_of(arg(0)), now);
+            let r = subscription_methods::resend_data(state, key, u32_of(arg(0)), now);
             done(r.err().unwrap_or(StatusCode::Good), Vec::new())
         }
     }

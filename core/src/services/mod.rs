@@ -38,13 +38,13 @@ pub use crate::response::{fault, response_header};
 /// answered synchronously: it gets BadInternalError here; the connection uses
 /// [`dispatch_deferrable`].
 pub fn dispatch(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     now: Now,
 ) -> Response {
     let handle = request.request_header().request_handle;
-    match dispatch_deferrable(shard, ctx, request, 0, now) {
+    match dispatch_deferrable(state, ctx, request, 0, now) {
         Some(r) => r,
         None => fault(handle, StatusCode::BadInternalError, now),
     }
@@ -53,25 +53,25 @@ pub fn dispatch(
 /// Answers one request, or queues it (`None`: a Publish, answered later with `request_id`
 /// through the shard's deferred responses for `ctx.channel_id`).
 pub fn dispatch_deferrable(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     request_id: u32,
     now: Now,
 ) -> Option<Response> {
     let service = crate::metrics::service_index(&request);
-    shard.diag.note_request(now);
-    let response = answer(shard, ctx, request, request_id, now);
+    state.diag.note_request(now);
+    let response = answer(state, ctx, request, request_id, now);
     let result = match &response {
         Some(r) => r.response_header().service_result,
         None => StatusCode::Good,
     };
-    crate::metrics::count_request(shard.metrics(), service, result);
+    crate::metrics::count_request(state.metrics(), service, result);
     response
 }
 
 fn answer(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     request_id: u32,
@@ -79,23 +79,23 @@ fn answer(
 ) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
-    if let Some(age_ms) = shard.shared().config.sessions.max_request_age_ms {
+    if let Some(age_ms) = state.shared().config.sessions.max_request_age_ms {
         if !header.timestamp.is_null() && header.timestamp.add_ms(age_ms as f64) < now.utc {
             return Some(fault(handle, StatusCode::BadTimeout, now));
         }
     }
     let mut response = match request {
-        Request::GetEndpoints(r) => discovery::get_endpoints(shard, ctx, &r, now),
-        Request::FindServers(r) => discovery::find_servers(shard, ctx, &r, now),
-        Request::CreateSession(r) => session::create_session(shard, ctx, r, now)?,
-        Request::ActivateSession(r) => session::activate_session(shard, ctx, r, now)?,
+        Request::GetEndpoints(r) => discovery::get_endpoints(state, ctx, &r, now),
+        Request::FindServers(r) => discovery::find_servers(state, ctx, &r, now),
+        Request::CreateSession(r) => session::create_session(state, ctx, r, now)?,
+        Request::ActivateSession(r) => session::activate_session(state, ctx, r, now)?,
         // No discovery server; the secure channel layer answers OPN/CLO itself.
         Request::FindServersOnNetwork(_)
         | Request::RegisterServer(_)
         | Request::RegisterServer2(_)
         | Request::OpenSecureChannel(_)
         | Request::CloseSecureChannel(_) => fault(handle, StatusCode::BadServiceUnsupported, now),
-        other => session_service(shard, ctx, other, request_id, now)?,
+        other => session_service(state, ctx, other, request_id, now)?,
     };
     let h = response.response_header_mut();
     h.request_handle = handle;
@@ -105,7 +105,7 @@ fn answer(
 
 /// Requests that run in an activated session (and CloseSession).
 fn session_service(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     request: Request,
     request_id: u32,
@@ -113,30 +113,30 @@ fn session_service(
 ) -> Option<Response> {
     let header = request.request_header();
     let handle = header.request_handle;
-    let session = match shard.session_for_request(&header.authentication_token, ctx.channel_id, now)
+    let session = match state.session_for_request(&header.authentication_token, ctx.channel_id, now)
     {
         Ok(s) => s,
         Err(s) => return Some(fault(handle, s, now)),
     };
     let key = session.key;
     if let Request::CloseSession(r) = &request {
-        return Some(session::close_session(shard, key, r, now));
+        return Some(session::close_session(state, key, r, now));
     }
     if !session.activated {
         // Part 4 §5.7.3.1: any request other than CloseSession before ActivateSession
         // makes the server close the session.
-        shard.close_session(key, true, now);
+        state.close_session(key, true, now);
         return Some(fault(handle, StatusCode::BadSessionNotActivated, now));
     }
     let service = crate::metrics::service_index(&request);
-    let response = activated_service(shard, ctx, session, request, request_id, now);
+    let response = activated_service(state, ctx, session, request, request_id, now);
     // The session's own counts (SessionDiagnostics); a queued Publish counts as Good. Counted
     // after the service, by key (a slot index and a generation compare): counted before, a
     // Read of the session's own SessionDiagnostics would see this request.
     let result = response
         .as_ref()
         .map_or(StatusCode::Good, |r| r.response_header().service_result);
-    if let Some(s) = shard.session_mut(key) {
+    if let Some(s) = state.session_mut(key) {
         s.diagnostics.count(service, result);
     }
     response
@@ -144,7 +144,7 @@ fn session_service(
 
 /// Requests of an activated session (found and checked by [`session_service`]).
 fn activated_service(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     session: RequestSession,
     request: Request,
@@ -155,68 +155,68 @@ fn activated_service(
     let (key, roles) = (session.key, session.roles);
     let request = match request {
         Request::Publish(r) => {
-            let resp = subscription::publish(shard, key, ctx.channel_id, request_id, &r, now);
-            shard.recycler.give_publish_request(r);
+            let resp = subscription::publish(state, key, ctx.channel_id, request_id, &r, now);
+            state.recycler.give_publish_request(r);
             return resp;
         }
         other => other,
     };
     Some(match request {
-        Request::Cancel(r) => session::cancel(shard, key, &r, now),
+        Request::Cancel(r) => session::cancel(state, key, &r, now),
         Request::Read(r)
-            if shard.shared().address_space.has_async()
-                && attribute::reads_async(&shard.shared().address_space, &r, now) =>
+            if state.shared().address_space.has_async()
+                && attribute::reads_async(&state.shared().address_space, &r, now) =>
         {
-            let resp = attribute::read_deferred(shard, roles, ctx.channel_id, request_id, &r, now);
-            shard.recycler.give_read_request(r);
+            let resp = attribute::read_deferred(state, roles, ctx.channel_id, request_id, &r, now);
+            state.recycler.give_read_request(r);
             return resp;
         }
         Request::Write(r)
-            if shard.shared().address_space.has_async()
-                && attribute::writes_async(&shard.shared().address_space, &r) =>
+            if state.shared().address_space.has_async()
+                && attribute::writes_async(&state.shared().address_space, &r) =>
         {
-            let resp = attribute::write_deferred(shard, roles, ctx.channel_id, request_id, &r, now);
-            shard.recycler.give_write_request(r);
+            let resp = attribute::write_deferred(state, roles, ctx.channel_id, request_id, &r, now);
+            state.recycler.give_write_request(r);
             return resp;
         }
         Request::Read(r) => {
-            let spare = shard.recycler.read_response();
-            let resp = attribute::read_into(shard.shared(), roles, &r, now, spare);
-            shard.recycler.give_read_request(r);
+            let spare = state.recycler.read_response();
+            let resp = attribute::read_into(state.shared(), roles, &r, now, spare);
+            state.recycler.give_read_request(r);
             resp
         }
         Request::Write(r) => {
-            let spare = shard.recycler.write_response();
-            let resp = attribute::write_into(shard.shared(), roles, &r, now, spare);
-            shard.recycler.give_write_request(r);
+            let spare = state.recycler.write_response();
+            let resp = attribute::write_into(state.shared(), roles, &r, now, spare);
+            state.recycler.give_write_request(r);
             resp
         }
         Request::Browse(r) => {
-            let resp = view::browse(shard, key, &r, now);
-            shard.recycler.give_browse_request(r);
+            let resp = view::browse(state, key, roles, &r, now);
+            state.recycler.give_browse_request(r);
             resp
         }
-        Request::BrowseNext(r) => view::browse_next(shard, key, &r, now),
+        Request::BrowseNext(r) => view::browse_next(state, key, &r, now),
         Request::TranslateBrowsePathsToNodeIds(r) => {
-            view::translate_browse_paths(shard, key, &r, now)
+            view::translate_browse_paths(state, roles, &r, now)
         }
-        Request::RegisterNodes(r) => view::register_nodes(shard, &r, now),
-        Request::AddNodes(r) => node_management::add_nodes(shard, key, &r, now),
-        Request::AddReferences(r) => node_management::add_references(shard, key, &r, now),
-        Request::DeleteNodes(r) => node_management::delete_nodes(shard, key, &r, now),
-        Request::DeleteReferences(r) => node_management::delete_references(shard, key, &r, now),
-        Request::UnregisterNodes(r) => view::unregister_nodes(shard, &r, now),
+        Request::RegisterNodes(r) => view::register_nodes(state, &r, now),
+        Request::AddNodes(r) => node_management::add_nodes(state, roles, &r, now),
+        Request::AddReferences(r) => node_management::add_references(state, roles, &r, now),
+        Request::DeleteNodes(r) => node_management::delete_nodes(state, roles, &r, now),
+        Request::DeleteReferences(r) => node_management::delete_references(state, roles, &r, now),
+        Request::UnregisterNodes(r) => view::unregister_nodes(state, &r, now),
         Request::Call(r) => {
-            return method::call_deferrable(shard, key, ctx.channel_id, request_id, &r, now)
+            return method::call_deferrable(state, key, roles, ctx.channel_id, request_id, &r, now)
         }
-        Request::CreateSubscription(r) => subscription::create_subscription(shard, key, &r, now),
-        Request::ModifySubscription(r) => subscription::modify_subscription(shard, key, &r, now),
-        Request::SetPublishingMode(r) => subscription::set_publishing_mode(shard, key, &r, now),
-        Request::DeleteSubscriptions(r) => subscription::delete_subscriptions(shard, key, &r, now),
-        Request::Republish(r) => subscription::republish(shard, key, &r, now),
+        Request::CreateSubscription(r) => subscription::create_subscription(state, key, &r, now),
+        Request::ModifySubscription(r) => subscription::modify_subscription(state, key, &r, now),
+        Request::SetPublishingMode(r) => subscription::set_publishing_mode(state, key, &r, now),
+        Request::DeleteSubscriptions(r) => subscription::delete_subscriptions(state, key, &r, now),
+        Request::Republish(r) => subscription::republish(state, key, &r, now),
         Request::TransferSubscriptions(r) => {
             return subscription::transfer_subscriptions(
-                shard,
+                state,
                 key,
                 ctx.channel_id,
                 request_id,
@@ -225,34 +225,23 @@ fn activated_service(
             )
         }
         Request::CreateMonitoredItems(r) => {
-            monitored_item::create_monitored_items(shard, key, &r, now)
+            monitored_item::create_monitored_items(state, key, roles, &r, now)
         }
         Request::ModifyMonitoredItems(r) => {
-            monitored_item::modify_monitored_items(shard, key, &r, now)
+            monitored_item::modify_monitored_items(state, key, &r, now)
         }
         Request::DeleteMonitoredItems(r) => {
-            monitored_item::delete_monitored_items(shard, key, &r, now)
+            monitored_item::delete_monitored_items(state, key, &r, now)
         }
-        Request::SetMonitoringMode(r) => monitored_item::set_monitoring_mode(shard, key, &r, now),
-        Request::SetTriggering(r) => monitored_item::set_triggering(shard, key, &r, now),
+        Request::SetMonitoringMode(r) => monitored_item::set_monitoring_mode(state, key, &r, now),
+        Request::SetTriggering(r) => monitored_item::set_triggering(state, key, &r, now),
         Request::HistoryRead(r) => {
-            return history::history_read(shard, key, roles, ctx.channel_id, request_id, &r, now);
+            return history::history_read(state, key, roles, ctx.channel_id, request_id, &r, now);
         }
         Request::HistoryUpdate(r) => {
-            return history::history_update(shard, key, roles, ctx.channel_id, request_id, &r, now);
+            return history::history_update(state, key, roles, ctx.channel_id, request_id, &r, now);
         }
         // Query, node management: not offered.
         _ => fault(handle, StatusCode::BadServiceUnsupported, now),
     })
-}
-
-/// The roles of the session's user (its identity is set: the session is activated).
-pub(crate) fn session_roles(
-    shard: &ServiceState,
-    key: crate::session::SessionKey,
-) -> crate::roles::Roles {
-    shard.session(key).and_then(|s| s.identity.as_ref()).map_or(
-        crate::roles::Roles::NONE,
-        crate::server::service_state::UserIdentity::roles,
-    )
 }

@@ -8,6 +8,7 @@ use crate::generated::types::{
     SetMonitoringModeRequest, SetMonitoringModeResponse, SetTriggeringRequest,
     SetTriggeringResponse,
 };
+use crate::roles::Roles;
 use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
 use crate::session::SessionKey;
@@ -15,11 +16,11 @@ use crate::time::Now;
 use crate::types::StatusCode;
 
 /// BadNothingToDo for no operations, BadTooManyOperations past MaxMonitoredItemsPerCall.
-fn check_count(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
+fn check_count(state: &ServiceState, n: usize) -> Result<(), StatusCode> {
     if n == 0 {
         return Err(StatusCode::BadNothingToDo);
     }
-    if n > shard
+    if n > state
         .shared()
         .config
         .operation_limits
@@ -31,17 +32,17 @@ fn check_count(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
 }
 
 pub fn create_monitored_items(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
+    roles: Roles,
     req: &CreateMonitoredItemsRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.items_to_create.len()) {
+    if let Err(s) = check_count(state, req.items_to_create.len()) {
         return fault(handle, s, now);
     }
-    let roles = super::session_roles(shard, key);
-    let (subs, shared) = shard.subscriptions_mut();
+    let (subs, shared) = state.subscriptions_mut();
     match subs.create_monitored_items(
         shared,
         key,
@@ -61,16 +62,16 @@ pub fn create_monitored_items(
 }
 
 pub fn modify_monitored_items(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &ModifyMonitoredItemsRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.items_to_modify.len()) {
+    if let Err(s) = check_count(state, req.items_to_modify.len()) {
         return fault(handle, s, now);
     }
-    let (subs, shared) = shard.subscriptions_mut();
+    let (subs, shared) = state.subscriptions_mut();
     let limits = crate::events::filter::FilterLimits::from_config(&shared.config.events);
     match subs.modify_monitored_items(
         &shared.address_space,
@@ -91,16 +92,16 @@ pub fn modify_monitored_items(
 }
 
 pub fn delete_monitored_items(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &DeleteMonitoredItemsRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.monitored_item_ids.len()) {
+    if let Err(s) = check_count(state, req.monitored_item_ids.len()) {
         return fault(handle, s, now);
     }
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     match subs.delete_monitored_items(key, req.subscription_id, &req.monitored_item_ids) {
         Ok(results) => Response::DeleteMonitoredItems(Box::new(DeleteMonitoredItemsResponse {
             response_header: response_header(handle, now),
@@ -112,16 +113,16 @@ pub fn delete_monitored_items(
 }
 
 pub fn set_monitoring_mode(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &SetMonitoringModeRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.monitored_item_ids.len()) {
+    if let Err(s) = check_count(state, req.monitored_item_ids.len()) {
         return fault(handle, s, now);
     }
-    let (subs, shared) = shard.subscriptions_mut();
+    let (subs, shared) = state.subscriptions_mut();
     match subs.set_monitoring_mode(
         &shared.address_space,
         key,
@@ -140,17 +141,17 @@ pub fn set_monitoring_mode(
 }
 
 pub fn set_triggering(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &SetTriggeringRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
     let n = req.links_to_add.len() + req.links_to_remove.len();
-    if let Err(s) = check_count(shard, n) {
+    if let Err(s) = check_count(state, n) {
         return fault(handle, s, now);
     }
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     match subs.set_triggering(
         key,
         req.subscription_id,

@@ -34,12 +34,11 @@ use crate::generated::types::{
 use crate::roles::Roles;
 use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
-use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::{DataValue, ExpandedNodeId, LocalizedText, NodeId, QualifiedName, StatusCode};
 
-fn check_count(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
-    let max = shard
+fn check_count(state: &ServiceState, n: usize) -> Result<(), StatusCode> {
+    let max = state
         .shared()
         .config
         .operation_limits
@@ -78,11 +77,11 @@ fn local_id(space: &AddressSpace, id: &ExpandedNodeId) -> Option<NodeId> {
 
 /// Publishes the edit and raises the model change event. The statuses of operations that
 /// were Good become `BadResourceUnavailable` when the commit is refused.
-fn commit(shard: &ServiceState, edit: crate::address_space::edit::Edit, now: Now) -> bool {
+fn commit(state: &ServiceState, edit: crate::address_space::edit::Edit, now: Now) -> bool {
     if edit.is_empty() {
         return true;
     }
-    let shared = shard.shared();
+    let shared = state.shared();
     match shared.model.commit(edit) {
         Ok(c) => {
             crate::events::publish_model_change(&shared.events, &shared.model.load(), &c, now);
@@ -221,17 +220,16 @@ fn name_taken(space: &AddressSpace, parent: u32, name: &QualifiedName) -> bool {
 
 /// AddNodes (Part 4 §5.7.2).
 pub fn add_nodes(
-    shard: &mut ServiceState,
-    key: SessionKey,
+    state: &mut ServiceState,
+    roles: Roles,
     req: &AddNodesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.nodes_to_add.len()) {
+    if let Err(s) = check_count(state, req.nodes_to_add.len()) {
         return fault(handle, s, now);
     }
-    let roles = super::session_roles(shard, key);
-    let shared = shard.shared().clone();
+    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
     let mut results = Vec::with_capacity(req.nodes_to_add.len());
@@ -253,7 +251,7 @@ pub fn add_nodes(
                 return Err(StatusCode::BadUserAccessDenied);
             }
             let node_id = if item.requested_new_node_id.node_id.is_null() {
-                NodeId::guid(1, crate::types::Guid::random(shard.random()))
+                NodeId::guid(1, crate::types::Guid::random(state.random()))
             } else {
                 let id = local_id(space, &item.requested_new_node_id)
                     .ok_or(StatusCode::BadNodeIdRejected)?;
@@ -283,7 +281,7 @@ pub fn add_nodes(
             },
         });
     }
-    if !commit(shard, edit, now) {
+    if !commit(state, edit, now) {
         for r in results.iter_mut().filter(|r| r.status_code.is_good()) {
             *r = AddNodesResult {
                 status_code: StatusCode::BadResourceUnavailable,
@@ -291,7 +289,7 @@ pub fn add_nodes(
             };
         }
     }
-    shard.refresh_model(now);
+    state.refresh_model(now);
     Response::AddNodes(Box::new(AddNodesResponse {
         response_header: response_header(handle, now),
         results,
@@ -301,17 +299,16 @@ pub fn add_nodes(
 
 /// AddReferences (Part 4 §5.7.3).
 pub fn add_references(
-    shard: &mut ServiceState,
-    key: SessionKey,
+    state: &mut ServiceState,
+    roles: Roles,
     req: &AddReferencesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.references_to_add.len()) {
+    if let Err(s) = check_count(state, req.references_to_add.len()) {
         return fault(handle, s, now);
     }
-    let roles = super::session_roles(shard, key);
-    let shared = shard.shared().clone();
+    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let mut results = Vec::with_capacity(req.references_to_add.len());
     for item in &req.references_to_add {
@@ -352,12 +349,12 @@ pub fn add_references(
         })();
         results.push(r.err().unwrap_or(StatusCode::Good));
     }
-    if !commit(shard, edit, now) {
+    if !commit(state, edit, now) {
         for s in results.iter_mut().filter(|s| s.is_good()) {
             *s = StatusCode::BadResourceUnavailable;
         }
     }
-    shard.refresh_model(now);
+    state.refresh_model(now);
     Response::AddReferences(Box::new(AddReferencesResponse {
         response_header: response_header(handle, now),
         results,
@@ -367,17 +364,16 @@ pub fn add_references(
 
 /// DeleteNodes (Part 4 §5.7.4).
 pub fn delete_nodes(
-    shard: &mut ServiceState,
-    key: SessionKey,
+    state: &mut ServiceState,
+    roles: Roles,
     req: &DeleteNodesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.nodes_to_delete.len()) {
+    if let Err(s) = check_count(state, req.nodes_to_delete.len()) {
         return fault(handle, s, now);
     }
-    let roles = super::session_roles(shard, key);
-    let shared = shard.shared().clone();
+    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let mut results = Vec::with_capacity(req.nodes_to_delete.len());
     for item in &req.nodes_to_delete {
@@ -395,12 +391,12 @@ pub fn delete_nodes(
         })();
         results.push(r.err().unwrap_or(StatusCode::Good));
     }
-    if !commit(shard, edit, now) {
+    if !commit(state, edit, now) {
         for s in results.iter_mut().filter(|s| s.is_good()) {
             *s = StatusCode::BadResourceUnavailable;
         }
     }
-    shard.refresh_model(now);
+    state.refresh_model(now);
     Response::DeleteNodes(Box::new(DeleteNodesResponse {
         response_header: response_header(handle, now),
         results,
@@ -410,17 +406,16 @@ pub fn delete_nodes(
 
 /// DeleteReferences (Part 4 §5.7.5).
 pub fn delete_references(
-    shard: &mut ServiceState,
-    key: SessionKey,
+    state: &mut ServiceState,
+    roles: Roles,
     req: &DeleteReferencesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(shard, req.references_to_delete.len()) {
+    if let Err(s) = check_count(state, req.references_to_delete.len()) {
         return fault(handle, s, now);
     }
-    let roles = super::session_roles(shard, key);
-    let shared = shard.shared().clone();
+    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let mut results = Vec::with_capacity(req.references_to_delete.len());
     for item in &req.references_to_delete {
@@ -450,12 +445,12 @@ pub fn delete_references(
         })();
         results.push(r.err().unwrap_or(StatusCode::Good));
     }
-    if !commit(shard, edit, now) {
+    if !commit(state, edit, now) {
         for s in results.iter_mut().filter(|s| s.is_good()) {
             *s = StatusCode::BadResourceUnavailable;
         }
     }
-    shard.refresh_model(now);
+    state.refresh_model(now);
     Response::DeleteReferences(Box::new(DeleteReferencesResponse {
         response_header: response_header(handle, now),
         results,

@@ -34,7 +34,7 @@ fn is_secured(ctx: &RequestContext<'_>) -> bool {
 /// than the hand-off (P-256, a certificate the shard validated already:
 /// [`crate::secure_channel::SecurityPolicy::session_signature_inline`]) is made here.
 pub fn create_session(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     req: Box<CreateSessionRequest>,
     now: Now,
@@ -46,17 +46,17 @@ pub fn create_session(
             return Some(fault(handle, StatusCode::BadNonceInvalid, now));
         }
     }
-    let timeout_ms = shard
+    let timeout_ms = state
         .shared()
         .config
         .sessions
         .revise_timeout_ms(req.requested_session_timeout);
-    let key = match shard.create_session(ctx.channel_id, ctx.security_policy_uri, timeout_ms, now) {
+    let key = match state.create_session(ctx.channel_id, ctx.security_policy_uri, timeout_ms, now) {
         Ok(k) => k,
         Err(s) => return Some(fault(handle, s, now)),
     };
     let work = identity::create_session_signature_work(
-        shard,
+        state,
         ctx,
         req.client_certificate.as_bytes(),
         req.client_nonce.as_bytes(),
@@ -64,17 +64,17 @@ pub fn create_session(
         now,
     );
     let ecdh =
-        identity::ecdh_policy_uri(&req.request_header).map(|uri| EcdhRequest::new(shard, ctx, uri));
+        identity::ecdh_policy_uri(&req.request_header).map(|uri| EcdhRequest::new(state, ctx, uri));
     match work {
         Err(s) => {
-            shard.remove_session(key);
+            state.remove_session(key);
             Some(fault(handle, s, now))
         }
         Ok(None) => {
             // No security: an ephemeral key asked for is refused, which is no work.
             let ecdh = ecdh.map(EcdhRequest::make);
             Some(finish_create_session(
-                shard,
+                state,
                 ctx,
                 key,
                 &req,
@@ -92,7 +92,7 @@ pub fn create_session(
                 Err(_) => None,
             };
             Some(finish_create_session(
-                shard, ctx, key, &req, signature, ecdh, now,
+                state, ctx, key, &req, signature, ecdh, now,
             ))
         }
         Ok(Some(w)) => {
@@ -109,7 +109,7 @@ pub fn create_session(
                     Output::Signature(signature, ecdh)
                 },
             );
-            run_or_park(shard, ctx, job, now)
+            run_or_park(state, ctx, job, now)
         }
     }
 }
@@ -117,23 +117,23 @@ pub fn create_session(
 /// Runs a session service's job inline, or leaves it for the connection when the shard
 /// offloads handshakes.
 fn run_or_park(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     job: HandshakeJob,
     now: Now,
 ) -> Option<Response> {
-    if shard.offloads_handshakes() {
-        shard.park_job(job);
+    if state.offloads_handshakes() {
+        state.park_job(job);
         None
     } else {
-        Some(resume(shard, ctx, job.run(), now))
+        Some(resume(state, ctx, job.run(), now))
     }
 }
 
 /// Finishes CreateSession or ActivateSession once its job is done; a refused job is
 /// BadTooManyOperations (and a created session is released).
 pub fn resume(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     done: JobDone,
     now: Now,
@@ -150,7 +150,7 @@ pub fn resume(
                 None => (Err(kind.refusal()), None),
                 Some(_) => (Err(StatusCode::BadInternalError), None),
             };
-            finish_create_session(shard, ctx, key, &req, signature, ecdh, now)
+            finish_create_session(state, ctx, key, &req, signature, ecdh, now)
         }
         Carry::ActivateSession {
             key,
@@ -162,7 +162,7 @@ pub fn resume(
                 None => (Err(kind.refusal()), None),
                 Some(_) => (Err(StatusCode::BadInternalError), None),
             };
-            finish_activate_session(shard, ctx, key, &req, &server_nonce, identity, ecdh, now)
+            finish_activate_session(state, ctx, key, &req, &server_nonce, identity, ecdh, now)
         }
         Carry::None | Carry::Open { .. } => fault(0, StatusCode::BadInternalError, now),
     };
@@ -172,7 +172,7 @@ pub fn resume(
 
 #[allow(clippy::too_many_arguments)]
 fn finish_create_session(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     key: SessionKey,
     req: &CreateSessionRequest,
@@ -184,7 +184,7 @@ fn finish_create_session(
     let server_signature = match signature {
         Ok(s) => s,
         Err(s) => {
-            shard.remove_session(key);
+            state.remove_session(key);
             return fault(handle, s, now);
         }
     };
@@ -193,13 +193,13 @@ fn finish_create_session(
     } else {
         req.endpoint_url.as_str()
     };
-    let server_endpoints = match shard.recycler.session_endpoints(endpoint_url) {
+    let server_endpoints = match state.recycler.session_endpoints(endpoint_url) {
         Some(e) => e,
-        None => discovery::session_endpoint_descriptions(shard, endpoint_url),
+        None => discovery::session_endpoint_descriptions(state, endpoint_url),
     };
-    let max_request_message_size = discovery::max_message_size(shard);
-    let server_certificate = identity::endpoint_certificate(shard, ctx.security_policy_uri);
-    let Some(session) = shard.session_mut(key) else {
+    let max_request_message_size = discovery::max_message_size(state);
+    let server_certificate = identity::endpoint_certificate(state, ctx.security_policy_uri);
+    let Some(session) = state.session_mut(key) else {
         return fault(handle, StatusCode::BadInternalError, now);
     };
     session.name = req.session_name.clone();
@@ -220,7 +220,7 @@ fn finish_create_session(
         session.server_nonce.clone(),
     );
     crate::events::audit::publish_session_created(
-        &shard.shared().events,
+        &state.shared().events,
         &session_id,
         ctx.channel_id,
         &req.client_certificate,
@@ -249,18 +249,18 @@ fn finish_create_session(
 /// handshake job: `None` when it went to the runtime (the response comes from [`resume`]). A
 /// client signature alone (anonymous) is checked here ([`identity::activation_work`]).
 pub fn activate_session(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     req: Box<ActivateSessionRequest>,
     now: Now,
 ) -> Option<Response> {
     let handle = req.request_header.request_handle;
-    let key = match shard.find_session(&req.request_header.authentication_token, now) {
+    let key = match state.find_session(&req.request_header.authentication_token, now) {
         Ok(k) => k,
         Err(s) => return Some(fault(handle, s, now)),
     };
     // The ephemeral key handed out last is this activation's, used or not.
-    let (server_nonce, ephemeral_key, asked_before) = match shard.session_mut(key) {
+    let (server_nonce, ephemeral_key, asked_before) = match state.session_mut(key) {
         Some(s) => (
             s.server_nonce.clone(),
             s.ephemeral_key.take(),
@@ -270,9 +270,9 @@ pub fn activate_session(
     };
     let ecdh = identity::ecdh_policy_uri(&req.request_header)
         .or(asked_before)
-        .map(|uri| EcdhRequest::new(shard, ctx, uri));
+        .map(|uri| EcdhRequest::new(state, ctx, uri));
     let activation = identity::activation_work(
-        shard,
+        state,
         ctx,
         &req,
         server_nonce.as_bytes(),
@@ -287,7 +287,7 @@ pub fn activate_session(
         }
         Ok(Activation::Ready(identity)) => {
             return Some(finish_activate_session(
-                shard,
+                state,
                 ctx,
                 key,
                 &req,
@@ -312,7 +312,7 @@ pub fn activate_session(
         };
         Output::Identity(identity, ecdh)
     });
-    run_or_park(shard, ctx, job, now)
+    run_or_park(state, ctx, job, now)
 }
 
 /// Keeps the private half of the ephemeral key made for a session response (and that the
@@ -332,7 +332,7 @@ fn give_ephemeral_key(session: &mut Session, ecdh: Option<EcdhKey>) -> Extension
 
 #[allow(clippy::too_many_arguments)]
 fn finish_activate_session(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     ctx: &RequestContext<'_>,
     key: SessionKey,
     req: &ActivateSessionRequest,
@@ -346,8 +346,8 @@ fn finish_activate_session(
         Ok(i) => i,
         Err(s) => return fault(handle, s, now),
     };
-    let new_nonce = ByteString::from(crate::random::bytes(shard.random(), SERVER_NONCE_LEN));
-    let Some(session) = shard.session_mut(key) else {
+    let new_nonce = ByteString::from(crate::random::bytes(state.random(), SERVER_NONCE_LEN));
+    let Some(session) = state.session_mut(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
     if session.server_nonce != *signed_nonce {
@@ -387,7 +387,7 @@ fn finish_activate_session(
     let additional_header = give_ephemeral_key(session, ecdh);
     let server_nonce = session.server_nonce.clone();
     // Publish requests queued on a previous channel can no longer be answered.
-    shard
+    state
         .subscriptions_mut()
         .0
         .on_session_rebound(key, ctx.channel_id);
@@ -406,18 +406,18 @@ fn finish_activate_session(
 /// `deleteSubscriptions` is set, otherwise they stay for a TransferSubscriptions until their
 /// lifetime ends.
 pub fn close_session(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &CloseSessionRequest,
     now: Now,
 ) -> Response {
-    if let Some(s) = shard.session_mut(key) {
+    if let Some(s) = state.session_mut(key) {
         s.release_continuation_points();
     }
-    if let Some(id) = shard.session(key).map(|s| s.session_id.clone()) {
-        crate::events::audit::publish_session_closed(&shard.shared().events, &id, false, now);
+    if let Some(id) = state.session(key).map(|s| s.session_id.clone()) {
+        crate::events::audit::publish_session_closed(&state.shared().events, &id, false, now);
     }
-    shard.close_session(key, req.delete_subscriptions, now);
+    state.close_session(key, req.delete_subscriptions, now);
     Response::CloseSession(Box::new(CloseSessionResponse {
         response_header: response_header(req.request_header.request_handle, now),
     }))
@@ -428,12 +428,12 @@ pub fn close_session(
 /// Bad_RequestCancelledByClient and counted. Every other request was answered before the
 /// next one was read.
 pub fn cancel(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &CancelRequest,
     now: Now,
 ) -> Response {
-    let cancel_count = shard
+    let cancel_count = state
         .subscriptions_mut()
         .0
         .cancel_publish(key, req.request_handle, now);

@@ -15,8 +15,8 @@ use crate::time::Now;
 use crate::types::StatusCode;
 
 /// The user a subscription belongs to, as TransferSubscriptions compares it.
-pub fn owner_of(shard: &ServiceState, key: SessionKey) -> String {
-    match shard.session(key).and_then(|s| s.identity.as_ref()) {
+pub fn owner_of(state: &ServiceState, key: SessionKey) -> String {
+    match state.session(key).and_then(|s| s.identity.as_ref()) {
         Some(UserIdentity::Anonymous { .. }) | None => "anonymous".into(),
         Some(UserIdentity::UserName { user, .. }) => format!("user:{user}"),
         Some(UserIdentity::Certificate { user, .. }) => format!("x509:{user}"),
@@ -25,25 +25,25 @@ pub fn owner_of(shard: &ServiceState, key: SessionKey) -> String {
 
 /// Most ids one DeleteSubscriptions / SetPublishingMode / TransferSubscriptions takes: the
 /// subscriptions a session may own (more cannot all be valid).
-fn check_ids(shard: &ServiceState, n: usize) -> Result<(), StatusCode> {
+fn check_ids(state: &ServiceState, n: usize) -> Result<(), StatusCode> {
     if n == 0 {
         return Err(StatusCode::BadNothingToDo);
     }
-    if n > shard.subscriptions().limits().max_subscriptions_per_shard as usize {
+    if n > state.subscriptions().limits().max_subscriptions_per_shard as usize {
         return Err(StatusCode::BadTooManyOperations);
     }
     Ok(())
 }
 
 pub fn create_subscription(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &CreateSubscriptionRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    let owner = owner_of(shard, key);
-    let (subs, _) = shard.subscriptions_mut();
+    let owner = owner_of(state, key);
+    let (subs, _) = state.subscriptions_mut();
     match subs.create_subscription(key, &owner, req, now) {
         Ok(r) => Response::CreateSubscription(Box::new(CreateSubscriptionResponse {
             response_header: response_header(handle, now),
@@ -57,13 +57,13 @@ pub fn create_subscription(
 }
 
 pub fn modify_subscription(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &ModifySubscriptionRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     match subs.modify_subscription(key, req, now) {
         Ok(r) => Response::ModifySubscription(Box::new(ModifySubscriptionResponse {
             response_header: response_header(handle, now),
@@ -76,16 +76,16 @@ pub fn modify_subscription(
 }
 
 pub fn set_publishing_mode(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &SetPublishingModeRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
+    if let Err(s) = check_ids(state, req.subscription_ids.len()) {
         return fault(handle, s, now);
     }
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     let results = req
         .subscription_ids
         .iter()
@@ -99,16 +99,16 @@ pub fn set_publishing_mode(
 }
 
 pub fn delete_subscriptions(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &DeleteSubscriptionsRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
+    if let Err(s) = check_ids(state, req.subscription_ids.len()) {
         return fault(handle, s, now);
     }
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     let results = req
         .subscription_ids
         .iter()
@@ -123,7 +123,7 @@ pub fn delete_subscriptions(
 
 /// Publish: `None` when queued (answered later through the channel's deferred responses).
 pub fn publish(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     channel_id: u32,
     request_id: u32,
@@ -131,21 +131,21 @@ pub fn publish(
     now: Now,
 ) -> Option<Response> {
     // The session's MaxResponseMessageSize (0 = none) bounds the Publish response like any other.
-    let max_response_size = shard
+    let max_response_size = state
         .session(key)
         .map_or(0, |s| s.max_response_message_size);
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     subs.publish(key, channel_id, request_id, max_response_size, req, now)
 }
 
 pub fn republish(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &RepublishRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     match subs.republish(key, req.subscription_id, req.retransmit_sequence_number) {
         Ok(m) => Response::Republish(Box::new(RepublishResponse {
             response_header: response_header(handle, now),
@@ -160,7 +160,7 @@ pub fn republish(
 /// (`ServiceState::start_transfer`) and the response waits for its replies (`None`: it goes
 /// out through the channel's deferred responses, like a Publish).
 pub fn transfer_subscriptions(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     channel_id: u32,
     request_id: u32,
@@ -168,17 +168,17 @@ pub fn transfer_subscriptions(
     now: Now,
 ) -> Option<Response> {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_ids(shard, req.subscription_ids.len()) {
+    if let Err(s) = check_ids(state, req.subscription_ids.len()) {
         return Some(fault(handle, s, now));
     }
-    let owner = owner_of(shard, key);
+    let owner = owner_of(state, key);
     let routes: Vec<bool> = req
         .subscription_ids
         .iter()
-        .map(|&id| shard.routes_to((id >> 24) as usize))
+        .map(|&id| state.routes_to((id >> 24) as usize))
         .collect();
     let mut remote = Vec::new();
-    let (subs, _) = shard.subscriptions_mut();
+    let (subs, _) = state.subscriptions_mut();
     let results: Vec<Option<TransferResult>> = req
         .subscription_ids
         .iter()
@@ -218,5 +218,5 @@ pub fn transfer_subscriptions(
         req.send_initial_values,
         results,
     );
-    shard.start_transfer(pending, owner, remote, now)
+    state.start_transfer(pending, owner, remote, now)
 }

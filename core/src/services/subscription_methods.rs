@@ -16,11 +16,11 @@ use crate::types::StatusCode;
 /// Server.GetMonitoredItems: the (server handles, client handles) of the subscription's
 /// monitored items. `BadSubscriptionIdInvalid` when the subscription is not the session's.
 pub fn get_monitored_items(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     subscription_id: u32,
 ) -> Result<(Vec<u32>, Vec<u32>), StatusCode> {
-    shard
+    state
         .subscriptions()
         .monitored_items_of(key, subscription_id)
 }
@@ -28,13 +28,13 @@ pub fn get_monitored_items(
 /// Server.ResendData: queue the current value of every data monitored item of the
 /// subscription for the next publish.
 pub fn resend_data(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     subscription_id: u32,
     now: Now,
 ) -> Result<(), StatusCode> {
     let _ = now;
-    shard
+    state
         .subscriptions_mut()
         .0
         .resend_data(key, subscription_id)
@@ -44,12 +44,12 @@ pub fn resend_data(
 /// `shard.shared().events.condition_refresh(now.utc)` into the subscription's event
 /// monitored items (or the one item).
 pub fn condition_refresh(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     subscription_id: u32,
     monitored_item_id: Option<u32>,
     now: Now,
 ) -> Result<(), StatusCode> {
-    let (subs, shared) = shard.subscriptions_mut();
+    let (subs, shared) = state.subscriptions_mut();
     subs.condition_refresh(shared, key, subscription_id, monitored_item_id, now)
 }

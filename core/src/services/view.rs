@@ -211,20 +211,20 @@ fn browsable(space: &AddressSpace, roles: Roles, id: &NodeId) -> bool {
 /// (RolePermissions without Browse for its roles) are hidden: a starting node is
 /// BadNodeIdUnknown, references to them are left out.
 pub fn browse(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
+    roles: Roles,
     req: &BrowseRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    let roles = super::session_roles(shard, key);
-    let limits = &shard.shared().config.operation_limits;
+    let limits = &state.shared().config.operation_limits;
     if let Err(s) = check_count(req.nodes_to_browse.len(), limits.max_nodes_per_browse) {
         return fault(handle, s, now);
     }
     let max_cps = limits.max_browse_continuation_points as usize;
-    let mut spare = shard.recycler.browse_response();
-    let Some((shared, session, random)) = shard.shared_and_session(key) else {
+    let mut spare = state.recycler.browse_response();
+    let Some((shared, session, random)) = state.shared_and_session(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
     let space: &AddressSpace = &shared.address_space;
@@ -315,17 +315,17 @@ pub fn browse(
 
 /// BrowseNext (Part 4 §5.9.3) for a validated, activated session.
 pub fn browse_next(
-    shard: &mut ServiceState,
+    state: &mut ServiceState,
     key: SessionKey,
     req: &BrowseNextRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    let limits = &shard.shared().config.operation_limits;
+    let limits = &state.shared().config.operation_limits;
     if let Err(s) = check_count(req.continuation_points.len(), limits.max_nodes_per_browse) {
         return fault(handle, s, now);
     }
-    let Some(session) = shard.session_mut(key) else {
+    let Some(session) = state.session_mut(key) else {
         return fault(handle, StatusCode::BadSessionIdInvalid, now);
     };
     let seq = session.begin_request();
@@ -461,13 +461,13 @@ fn translate_one(space: &AddressSpace, roles: Roles, path: &BrowsePath) -> Brows
 
 /// TranslateBrowsePathsToNodeIds (Part 4 §5.9.4) for a validated, activated session.
 pub fn translate_browse_paths(
-    shard: &ServiceState,
-    key: SessionKey,
+    state: &ServiceState,
+    roles: Roles,
     req: &TranslateBrowsePathsToNodeIdsRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    let shared = shard.shared();
+    let shared = state.shared();
     if let Err(s) = check_count(
         req.browse_paths.len(),
         shared
@@ -478,7 +478,6 @@ pub fn translate_browse_paths(
         return fault(handle, s, now);
     }
     let space: &AddressSpace = &shared.address_space;
-    let roles = super::session_roles(shard, key);
     let results = req
         .browse_paths
         .iter()
@@ -493,9 +492,9 @@ pub fn translate_browse_paths(
 
 /// RegisterNodes (Part 4 §5.9.5): the registered ids are the ids themselves, which Part 4
 /// allows; lookups are already a table index for numeric ids of namespaces 0 and 1.
-pub fn register_nodes(shard: &ServiceState, req: &RegisterNodesRequest, now: Now) -> Response {
+pub fn register_nodes(state: &ServiceState, req: &RegisterNodesRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
-    let max = shard
+    let max = state
         .shared()
         .config
         .operation_limits
@@ -510,9 +509,9 @@ pub fn register_nodes(shard: &ServiceState, req: &RegisterNodesRequest, now: Now
 }
 
 /// UnregisterNodes (Part 4 §5.9.6): nothing was allocated by RegisterNodes.
-pub fn unregister_nodes(shard: &ServiceState, req: &UnregisterNodesRequest, now: Now) -> Response {
+pub fn unregister_nodes(state: &ServiceState, req: &UnregisterNodesRequest, now: Now) -> Response {
     let handle = req.request_header.request_handle;
-    let max = shard
+    let max = state
         .shared()
         .config
         .operation_limits
