@@ -34,4 +34,23 @@ fn main() {
         let name = format!("Read, {what}");
         println!("{name:<32} {allocs:>12.2} {bytes:>12.1}");
     }
+    // Publish: ten exception-based items changed before each Publish (acknowledging the
+    // last message), the publishing cycle and the response (tests/allocations.rs asserts 0).
+    let mut net = Net::with_session();
+    let mut publish = alloc_count::PublishLoop::new(&mut net, 10);
+    let (rounds, measured) = (2_000u64, 1_000u64);
+    let (mut allocs, mut bytes) = (0, 0);
+    for round in 0..rounds {
+        let (a, b, notifications) = publish.round(&mut net);
+        assert_eq!(notifications, 10);
+        if round >= rounds - measured {
+            (allocs, bytes) = (allocs + a, bytes + b);
+        }
+    }
+    let name = "Publish, 10 data changes";
+    println!(
+        "{name:<32} {:>12.2} {:>12.1}",
+        allocs as f64 / measured as f64,
+        bytes as f64 / measured as f64
+    );
 }

@@ -127,112 +127,15 @@ fn pushed_values_and_their_notifications_allocate_nothing_in_steady_state() {
 /// values change between the cycles (stores into ten exception-based items' Int32s).
 #[test]
 fn publish_allocates_nothing_in_steady_state() {
-    use uaring_core::generated::messages::{Request, Response};
-    use uaring_core::generated::types::{
-        CreateMonitoredItemsRequest, CreateSubscriptionRequest, DataChangeNotification,
-        PublishRequest, SubscriptionAcknowledgement, TimestampsToReturn,
-    };
-    use uaring_core::server::connection::ConnStatus;
-    use uaring_core::types::{DataValue, NodeId, Variant};
-
     const N: u32 = 10;
-    let config = uaring_core::config::ServerConfig::default();
-    let mut net = Net::with_session_on(config);
-    let Response::CreateSubscription(sub) = net.call(Request::CreateSubscription(Box::new(
-        CreateSubscriptionRequest {
-            requested_publishing_interval: 100.0,
-            requested_lifetime_count: 10_000,
-            requested_max_keep_alive_count: 100,
-            publishing_enabled: true,
-            ..Default::default()
-        },
-    ))) else {
-        panic!("CreateSubscription")
-    };
-    let items = push_rig::exception_items((0..N).map(|i| NodeId::numeric(1, 1001 + i)), 1);
-    let Response::CreateMonitoredItems(m) = net.call(Request::CreateMonitoredItems(Box::new(
-        CreateMonitoredItemsRequest {
-            subscription_id: sub.subscription_id,
-            timestamps_to_return: TimestampsToReturn::Both,
-            items_to_create: items,
-            ..Default::default()
-        },
-    ))) else {
-        panic!("CreateMonitoredItems")
-    };
-    assert!(m
-        .results
-        .iter()
-        .all(|r| r.status_code.is_good() && r.revised_sampling_interval == 0.0));
-    let shared = net.shard.shared().clone();
-    let index: Vec<u32> = (0..N)
-        .map(|i| {
-            shared
-                .address_space
-                .node_index(&NodeId::numeric(1, 1001 + i))
-                .unwrap()
-        })
-        .collect();
-    let mut now = net.now;
-    let (mut seq, mut ready, mut out) = (0u32, Vec::with_capacity(8), Vec::with_capacity(1 << 16));
+    let mut net = Net::with_session();
+    let mut publish = alloc_count::PublishLoop::new(&mut net, N);
     for round in 0..60 {
-        for &i in &index {
-            shared
-                .address_space
-                .store_value(i, DataValue::new(Variant::Int32(round)))
-                .unwrap();
-        }
-        let acks = if seq > 0 {
-            vec![SubscriptionAcknowledgement {
-                subscription_id: sub.subscription_id,
-                sequence_number: seq,
-            }]
-        } else {
-            Vec::new()
-        };
-        let mut chunk = Vec::new();
-        net.client
-            .send_request(
-                Request::Publish(Box::new(PublishRequest {
-                    subscription_acknowledgements: acks,
-                    ..Default::default()
-                })),
-                now,
-                &mut chunk,
-            )
-            .expect("send");
-        now = now.advance_ns(100_000_000);
-        out.clear();
-        let ((), allocs, bytes) = alloc_count::count(|| {
-            let st = net.server.on_recv(&mut net.shard, now, &chunk, &mut out);
-            assert_eq!(st, ConnStatus::Open);
-            net.shard.on_timer(now);
-            net.shard.take_ready_channels(&mut ready);
-            ready.clear();
-            let st = net.server.flush_deferred(&mut net.shard, now, &mut out);
-            assert_eq!(st, ConnStatus::Open);
-        });
-        let mut sink = Vec::new();
-        net.client.on_recv(now, &out, &mut sink).expect("client");
-        let (_, resp) = net.client.poll_response().expect("a Publish response");
-        let Response::Publish(p) = resp else {
-            panic!("{resp:?}")
-        };
-        let notifications: usize = p
-            .notification_message
-            .notification_data
-            .iter()
-            .filter_map(|eo| {
-                eo.decode_as::<DataChangeNotification>(Default::default())
-                    .and_then(|r| r.ok())
-            })
-            .map(|d| d.monitored_items.len())
-            .sum();
+        let (allocs, bytes, notifications) = publish.round(&mut net);
         assert_eq!(
             notifications, N as usize,
             "round {round}: one per changed item"
         );
-        seq = p.notification_message.sequence_number;
         if round >= 30 {
             assert_eq!((allocs, bytes), (0, 0), "Publish round {round}");
         }

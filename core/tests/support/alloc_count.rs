@@ -232,3 +232,150 @@ pub fn browse() -> Request {
         ..Default::default()
     }))
 }
+
+/// Publish over the whole server path, a round at a time: the values of `n` exception-based
+/// Int32 items change (stores into BenchmarkValue0..n), the Publish request chunk goes in
+/// (decoded into the recycled request, acknowledging the last message), the publishing cycle
+/// runs, the response chunk comes out. Used by tests/allocations.rs (asserts 0 in steady
+/// state) and benches/allocations.rs (prints the figure).
+pub struct PublishLoop {
+    subscription_id: u32,
+    index: Vec<u32>,
+    sequence_number: u32,
+    round: i32,
+    now: Now,
+    ready: Vec<u32>,
+    out: Vec<u8>,
+}
+
+impl PublishLoop {
+    /// A subscription (100 ms) with `n` items of sampling interval 0 on `net`'s session.
+    pub fn new(net: &mut Net, n: u32) -> PublishLoop {
+        use uaring_core::generated::messages::Response;
+        use uaring_core::generated::types::{
+            CreateMonitoredItemsRequest, CreateSubscriptionRequest, MonitoredItemCreateRequest,
+            MonitoringMode, MonitoringParameters,
+        };
+        let Response::CreateSubscription(sub) = net.call(Request::CreateSubscription(Box::new(
+            CreateSubscriptionRequest {
+                requested_publishing_interval: 100.0,
+                requested_lifetime_count: 10_000,
+                requested_max_keep_alive_count: 100,
+                publishing_enabled: true,
+                ..Default::default()
+            },
+        ))) else {
+            panic!("CreateSubscription")
+        };
+        let items = (0..n)
+            .map(|i| MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId {
+                    node_id: NodeId::numeric(1, 1001 + i),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: i,
+                    sampling_interval: 0.0,
+                    queue_size: 1,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        let Response::CreateMonitoredItems(m) = net.call(Request::CreateMonitoredItems(Box::new(
+            CreateMonitoredItemsRequest {
+                subscription_id: sub.subscription_id,
+                timestamps_to_return: TimestampsToReturn::Both,
+                items_to_create: items,
+                ..Default::default()
+            },
+        ))) else {
+            panic!("CreateMonitoredItems")
+        };
+        assert!(m
+            .results
+            .iter()
+            .all(|r| r.status_code.is_good() && r.revised_sampling_interval == 0.0));
+        let space = &net.shard.shared().address_space;
+        let index = (0..n)
+            .map(|i| space.node_index(&NodeId::numeric(1, 1001 + i)).unwrap())
+            .collect();
+        PublishLoop {
+            subscription_id: sub.subscription_id,
+            index,
+            sequence_number: 0,
+            round: 0,
+            now: net.now,
+            ready: Vec::with_capacity(8),
+            out: Vec::with_capacity(1 << 16),
+        }
+    }
+
+    /// One round: (allocations, bytes) on the server path, and the data changes the Publish
+    /// response carried.
+    pub fn round(&mut self, net: &mut Net) -> (u64, u64, usize) {
+        use uaring_core::generated::messages::Response;
+        use uaring_core::generated::types::{
+            DataChangeNotification, PublishRequest, SubscriptionAcknowledgement,
+        };
+        let shared = net.shard.shared().clone();
+        for &i in &self.index {
+            shared
+                .address_space
+                .store_value(i, DataValue::new(Variant::Int32(self.round)))
+                .unwrap();
+        }
+        self.round += 1;
+        let acks = if self.sequence_number > 0 {
+            vec![SubscriptionAcknowledgement {
+                subscription_id: self.subscription_id,
+                sequence_number: self.sequence_number,
+            }]
+        } else {
+            Vec::new()
+        };
+        let mut chunk = Vec::new();
+        net.client
+            .send_request(
+                Request::Publish(Box::new(PublishRequest {
+                    subscription_acknowledgements: acks,
+                    ..Default::default()
+                })),
+                self.now,
+                &mut chunk,
+            )
+            .expect("send");
+        self.now = self.now.advance_ns(100_000_000);
+        self.out.clear();
+        let now = self.now;
+        let (out, ready) = (&mut self.out, &mut self.ready);
+        let ((), allocs, bytes) = count(|| {
+            let st = net.server.on_recv(&mut net.shard, now, &chunk, out);
+            assert_eq!(st, ConnStatus::Open);
+            net.shard.on_timer(now);
+            net.shard.take_ready_channels(ready);
+            ready.clear();
+            let st = net.server.flush_deferred(&mut net.shard, now, out);
+            assert_eq!(st, ConnStatus::Open);
+        });
+        let mut sink = Vec::new();
+        net.client.on_recv(now, out, &mut sink).expect("client");
+        let (_, resp) = net.client.poll_response().expect("a Publish response");
+        let Response::Publish(p) = resp else {
+            panic!("{resp:?}")
+        };
+        let notifications = p
+            .notification_message
+            .notification_data
+            .iter()
+            .filter_map(|eo| {
+                eo.decode_as::<DataChangeNotification>(Default::default())
+                    .and_then(|r| r.ok())
+            })
+            .map(|d| d.monitored_items.len())
+            .sum();
+        self.sequence_number = p.notification_message.sequence_number;
+        (allocs, bytes, notifications)
+    }
+}
