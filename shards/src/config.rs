@@ -306,6 +306,11 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// The smallest pre-session share of a shard: more than a handshake message needs (an
+/// OpenSecureChannel, CreateSession or ActivateSession with a certificate chain is a few to
+/// some tens of KiB), so a client is only ever held back by other pre-session clients.
+pub const PRE_SESSION_SHARE_MIN: usize = 64 << 10;
+
 /// The smallest and largest ring sizes accepted.
 pub const RING_ENTRIES_MIN: u32 = 16;
 pub const RING_ENTRIES_MAX: u32 = 32768;
@@ -313,6 +318,13 @@ pub const RING_ENTRIES_MAX: u32 = 32768;
 impl RuntimeConfig {
     /// Checks ranges; "0 never means unbounded by accident".
     /// Each of `shards` shards' share: (its buffer budget, its pre-session part), bytes.
+    ///
+    /// A shard's budget is at least 1 MiB and `max_pending_output_bytes` (one connection's
+    /// output must fit), so past 64 shards the budgets add up to more than
+    /// `max_buffered_bytes`; that is memory of connections with an activated session. The
+    /// pre-session share is at least [`PRE_SESSION_SHARE_MIN`] only, so what connections
+    /// without a session may hold stays within `max_pre_session_buffered_bytes` on every
+    /// shard count up to `MAX_SHARDS` at the default (32 MiB / 256 shards = 128 KiB a shard).
     pub fn shard_budgets(&self, shards: usize) -> (usize, usize) {
         let n = shards.max(1);
         let floor = self.max_pending_output_bytes.max(1 << 20);
@@ -320,7 +332,7 @@ impl RuntimeConfig {
             .max_shard_buffered_bytes
             .unwrap_or((self.max_buffered_bytes / n).max(floor));
         let pre = (self.max_pre_session_buffered_bytes / n)
-            .max(1 << 20)
+            .max(PRE_SESSION_SHARE_MIN)
             .min(shard);
         (shard, pre)
     }
@@ -785,11 +797,20 @@ mod tests {
         // The override is each shard's budget; the pre-session share stays within it.
         assert_eq!(c.runtime.shard_budgets(4), (32 << 20, 8 << 20));
         // The defaults: 64 MiB in all, half of it for connections without a session,
-        // shared out across the shards, 1 MiB per shard at least.
+        // shared out across the shards, 1 MiB per shard at least (64 KiB of pre-session share).
         let d = RuntimeConfig::default();
         assert_eq!(d.shard_budgets(1), (64 << 20, 32 << 20));
         assert_eq!(d.shard_budgets(2), (32 << 20, 16 << 20));
-        assert_eq!(d.shard_budgets(128), (1 << 20, 1 << 20));
+        assert_eq!(d.shard_budgets(128), (1 << 20, 256 << 10));
+        // What connections without a session may hold, in all, on any number of shards.
+        for n in 1..=uaring_core::config::MAX_SHARDS {
+            let (shard, pre) = d.shard_budgets(n);
+            assert!(
+                pre * n <= d.max_pre_session_buffered_bytes,
+                "{n} shards: {pre} each"
+            );
+            assert!(pre <= shard);
+        }
         let e = FileConfig::parse("[runtime]\nmax_pre_session_buffered_bytes = 134217728\n")
             .unwrap_err();
         assert!(e.contains("max_pre_session_buffered_bytes"), "{e}");
