@@ -236,6 +236,8 @@ test("untrusted client certificate: refused, then accepted once copied into trus
     }
   };
   assert.ok(await attempt(), "an untrusted certificate must be refused");
+  // node-opcua logs the ERR's BadSecurityChecksFailed but throws a generic "connection may
+  // have been rejected" error; the certificate in rejected/ is what shows the cause.
   const rejected = fs.readdirSync(path.join(pki, "rejected", "certs"));
   assert.equal(rejected.length, 1);
   fs.copyFileSync(path.join(pki, "rejected", "certs", rejected[0]), path.join(pki, "trusted", "certs", rejected[0]));

@@ -209,7 +209,8 @@ def test_fifty_concurrent_sessions(server):
             vals = await asyncio.gather(
                 *(c.get_node(f"ns=1;i={1001 + (i % 40)}").read_value() for i, c in enumerate(clients))
             )
-            assert all(isinstance(v, int) for v in vals)
+            # Each reads its contract value k (nobody in this module writes 1001..1040).
+            assert vals == [i % 40 for i in range(50)], vals
         finally:
             await asyncio.gather(*(c.disconnect() for c in clients))
 

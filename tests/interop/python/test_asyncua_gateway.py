@@ -576,12 +576,13 @@ def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
             assert await there("Plant.AlarmAcks").read_value() == acks + 1
             assert await there("Plant.AlarmLastComment").read_value() == "acknowledged upstream"
             # The plant's own refusal comes back: that event is acknowledged (superseded).
-            with pytest.raises(ua.UaStatusCodeError):
+            with pytest.raises(ua.UaStatusCodeError) as refused:
                 await alarm.call_method(
                     ua.NodeId(9111, 0),
                     ua.Variant(ev.EventId, ua.VariantType.ByteString),
                     ua.Variant(ua.LocalizedText("again"), ua.VariantType.LocalizedText),
                 )
+            assert refused.value.code == ua.StatusCodes.BadEventIdUnknown, refused.value
             assert await there("Plant.AlarmAcks").read_value() == acks + 1
             # Confirm, with the EventId of the acknowledgement's own event.
 

@@ -428,10 +428,12 @@ def test_without_a_store_history_read_is_unsupported(tmp_path):
                         c, raw_details(start, datetime.datetime.now(UTC)), "ns=1;s=Demo.History.Count"
                     )
                 assert e.value.code == ua.StatusCodes.BadServiceUnsupported
-                with pytest.raises(ua.UaStatusCodeError):
+                # Without a store the HistoryServerCapabilities object is not there.
+                with pytest.raises(ua.UaStatusCodeError) as e:
                     await c.get_node(
                         ua.ObjectIds.HistoryServerCapabilities_AccessHistoryDataCapability
                     ).read_value()
+                assert e.value.code == ua.StatusCodes.BadNodeIdUnknown, e.value
 
         run(body())
     finally:

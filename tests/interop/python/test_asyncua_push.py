@@ -205,7 +205,9 @@ def test_push_update_replaces_the_certificate_and_trusts_a_new_client(env):
     async def refused_before():
         try:
             c = await secure_client(server.url, env["newcomer"])
-        except Exception:  # noqa: BLE001 - an untrusted certificate: the channel is refused
+        except ua.UaStatusCodeError as e:
+            # The server's ERR to the OpenSecureChannel of an untrusted certificate.
+            assert e.code == ua.StatusCodes.BadSecurityChecksFailed, repr(e)
             return True
         await c.disconnect()
         return False

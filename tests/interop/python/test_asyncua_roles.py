@@ -138,7 +138,7 @@ def test_anonymous_sessions_and_the_role_set(roles_server):
             rules = await (await engineer.get_child(["0:Identities"])).read_value()
             assert [(r.CriteriaType, r.Criteria) for r in rules] == [(ua.IdentityCriteriaType.UserName, "engineer")]
             assert await (await engineer.get_child(["0:ApplicationsExclude"])).read_value() is True
-            assert await (await engineer.get_child(["0:Applications"])).read_value() in ([], None)
+            assert await (await engineer.get_child(["0:Applications"])).read_value() == []
         finally:
             await c.disconnect()
 
