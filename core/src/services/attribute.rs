@@ -301,7 +301,7 @@ fn deferred_source(
 /// one is settled (`None`: deferred, through the shard's outbox for `channel_id`).
 /// Every operation is checked against the user's `roles` as the synchronous Read does.
 pub fn read_deferred(
-    shard: &mut crate::server::service_state::ServiceState,
+    state: &mut crate::server::service_state::ServiceState,
     roles: Roles,
     channel_id: u32,
     request_id: u32,
@@ -311,7 +311,7 @@ pub fn read_deferred(
     use crate::address_space::app::{AsyncRead, Outcome};
     use crate::server::deferred::{PendingKind, ReadOp};
     let handle = req.request_header.request_handle;
-    let shared = std::sync::Arc::clone(shard.shared());
+    let shared = std::sync::Arc::clone(state.shared());
     let limits = &shared.config.operation_limits;
     let ts = match check_read_request(
         limits,
@@ -382,7 +382,7 @@ pub fn read_deferred(
     if ops.is_empty() {
         return Some(Response::Read(response));
     }
-    let (deferrals, _, shard_index) = shard.deferred_parts();
+    let (deferrals, _, shard_index) = state.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
             if let Some(r) = response.results.get_mut(o.result as usize) {
@@ -440,7 +440,7 @@ pub fn writes_async(space: &AddressSpace, req: &WriteRequest) -> bool {
 /// access): the others are written now, each asynchronous one checked as usual and handed
 /// to its hook, stored when the hook answers Good. `None`: deferred.
 pub fn write_deferred(
-    shard: &mut crate::server::service_state::ServiceState,
+    state: &mut crate::server::service_state::ServiceState,
     roles: Roles,
     channel_id: u32,
     request_id: u32,
@@ -450,7 +450,7 @@ pub fn write_deferred(
     use crate::address_space::app::{AsyncWrite, WriteInfo};
     use crate::server::deferred::{PendingKind, WriteOp};
     let handle = req.request_header.request_handle;
-    let shared = std::sync::Arc::clone(shard.shared());
+    let shared = std::sync::Arc::clone(state.shared());
     let limits = &shared.config.operation_limits;
     if let Err(s) = check_write_request(limits, req.nodes_to_write.len()) {
         return Some(fault(handle, s, now));
@@ -513,7 +513,7 @@ pub fn write_deferred(
     if ops.is_empty() {
         return Some(Response::Write(response));
     }
-    let (deferrals, _, shard_index) = shard.deferred_parts();
+    let (deferrals, _, shard_index) = state.deferred_parts();
     if deferrals.room() < ops.len() {
         for o in &ops {
             if let Some(r) = response.results.get_mut(o.result as usize) {
