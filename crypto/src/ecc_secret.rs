@@ -162,7 +162,6 @@ pub fn encrypt_secret(
 /// and the receiver key, or what another stack derives from instead (open62541 1.5 drops
 /// the secret's leading zero bytes). For tests.
 #[doc(hidden)]
-#[allow(clippy::too_many_arguments)]
 pub fn encrypt_secret_with(
     signer: &EccIdentity,
     with_certificate: bool,

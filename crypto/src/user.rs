@@ -98,7 +98,6 @@ pub fn signature_data(cert_der: &[u8], nonce: &[u8]) -> Vec<u8> {
 /// over `server_cert ‖ server_nonce` and validates the user certificate against the PKI.
 /// Returns the user certificate. A bad signature is `BadUserSignatureInvalid`; certificate
 /// problems keep their validation status.
-#[allow(clippy::too_many_arguments)]
 pub fn verify_x509_user_token(
     pki: &Pki,
     policy: PolicyId,

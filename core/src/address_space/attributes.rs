@@ -305,7 +305,6 @@ pub(crate) fn value_readable(v: VariableView<'_>) -> Result<(), StatusCode> {
 /// and a one-dimension IndexRange copies only the selected elements: a String, ByteString,
 /// array or structure read into a slot that held a value of its kind (a recycled Read
 /// response) allocates nothing. Everything else is [`read_attribute`]'s answer, moved in.
-#[allow(clippy::too_many_arguments)]
 pub fn read_attribute_into(
     space: &AddressSpace,
     node_id: &NodeId,

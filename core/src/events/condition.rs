@@ -529,7 +529,6 @@ impl ServerEvents {
     /// * `event_id` not the latest event's: `BadEventIdUnknown`;
     /// * already acknowledged / confirmed: `BadConditionBranchAlreadyAcked` /
     ///   `BadConditionBranchAlreadyConfirmed`.
-    #[allow(clippy::too_many_arguments)]
     pub fn condition_action(
         &self,
         space: &AddressSpace,

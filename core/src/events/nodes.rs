@@ -142,7 +142,6 @@ fn object(
 }
 
 /// A read-only Variable with a type definition, under `parent` by `ref_type`.
-#[allow(clippy::too_many_arguments)]
 fn child_variable(
     id: NodeId,
     name: QualifiedName,

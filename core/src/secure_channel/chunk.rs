@@ -385,7 +385,6 @@ pub fn max_body_per_chunk(
 /// Splits `body` into chunks and appends them to `out`. Nothing is written when the
 /// body exceeds the peer's limits: the error is BadTcpMessageTooLarge and the caller
 /// maps it (BadResponseTooLarge on a server, BadRequestTooLarge on a client).
-#[allow(clippy::too_many_arguments)]
 pub fn write_chunks(
     message_type: MessageType,
     secure_channel_id: u32,
@@ -439,7 +438,6 @@ pub fn write_chunks(
 }
 
 /// Writes an abort chunk ('A') carrying `error` for `request_id`.
-#[allow(clippy::too_many_arguments)]
 pub fn write_abort_chunk(
     message_type: MessageType,
     secure_channel_id: u32,
@@ -467,7 +465,6 @@ pub fn write_abort_chunk(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write_one_chunk(
     message_type: MessageType,
     chunk_type: ChunkType,
@@ -501,7 +498,6 @@ fn write_one_chunk(
 /// needs more chunks is moved to `scratch` and written by [`write_chunks`]. Results, errors
 /// and sequence numbers are those of `write_chunks` (a number is taken only for chunks
 /// written; on error `out` is as before).
-#[allow(clippy::too_many_arguments)]
 pub fn write_message_with(
     message_type: MessageType,
     secure_channel_id: u32,
@@ -682,7 +678,6 @@ impl MessageAssembler {
     /// Adds one opened chunk. `max_message_size` bounds the body, `max_chunk_count` the
     /// chunks (both > 0); exceeding either is `too_large`. A chunk of another message
     /// (type or request id) while one is unfinished is BadTcpMessageTypeInvalid.
-    #[allow(clippy::too_many_arguments)]
     pub fn push<'a>(
         &'a mut self,
         message_type: MessageType,

@@ -207,7 +207,6 @@ impl Deferrals {
     /// inbox (room for twice the operations that may wait), keeps the request with each
     /// operation's deadline from its timeout, and returns what makes each operation's
     /// [`Reply`]. The caller has checked [`Deferrals::room`].
-    #[allow(clippy::too_many_arguments)]
     pub fn begin(
         &mut self,
         hub: &Arc<ChangeHub>,

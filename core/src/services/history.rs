@@ -358,7 +358,6 @@ pub fn history_read(
 /// (BadHistoryOperationInvalid) nor of events (BadInvalidArgument), and an event update's
 /// EventFilter compiles (BadEventFilterInvalid; an Insert's has no where clause,
 /// BadInvalidArgument).
-#[allow(clippy::too_many_arguments)]
 pub fn history_update(
     state: &mut ServiceState,
     key: SessionKey,

@@ -170,7 +170,6 @@ pub fn resume(
     response
 }
 
-#[allow(clippy::too_many_arguments)]
 fn finish_create_session(
     state: &mut ServiceState,
     ctx: &RequestContext<'_>,
@@ -330,7 +329,6 @@ fn give_ephemeral_key(session: &mut Session, ecdh: Option<EcdhKey>) -> Extension
     header
 }
 
-#[allow(clippy::too_many_arguments)]
 fn finish_activate_session(
     state: &mut ServiceState,
     ctx: &RequestContext<'_>,

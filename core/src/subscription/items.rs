@@ -9,7 +9,6 @@ impl SubscriptionEngine {
 
     /// CreateMonitoredItems: the subscription check and one result per item. The caller
     /// checked the operation count. `Err` is the service result.
-    #[allow(clippy::too_many_arguments)]
     pub fn create_monitored_items(
         &mut self,
         shared: &crate::shared::ServerShared,
@@ -45,7 +44,6 @@ impl SubscriptionEngine {
         Ok(results)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn create_item(
         &mut self,
         space: &AddressSpace,
@@ -197,7 +195,6 @@ impl SubscriptionEngine {
     /// An event monitored item: the node must be an event notifier (EventNotifier
     /// SubscribeToEvents), the filter an EventFilter; the filter result goes back to the
     /// client (per-clause statuses).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn create_event_item(
         &mut self,
         space: &AddressSpace,
@@ -656,7 +653,6 @@ impl SubscriptionEngine {
     }
 
     /// ModifyMonitoredItems. `Err` is the service result.
-    #[allow(clippy::too_many_arguments)]
     pub fn modify_monitored_items(
         &mut self,
         space: &AddressSpace,

@@ -228,7 +228,6 @@ impl ItemCold {
 }
 
 impl MonitoredItem {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         id: u32,
         sub: u32,
@@ -1000,7 +999,6 @@ enum Origin<'a> {
 
 /// Offers a sample to an item: filtered against the last reported value, queued, and the
 /// item put on its subscription's ready list (and its triggered items with it).
-#[allow(clippy::too_many_arguments)]
 #[inline]
 fn offer(
     items: &mut Slots<MonitoredItem>,

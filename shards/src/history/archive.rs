@@ -23,7 +23,6 @@ pub trait Archive: Send + Sync {
     /// or `to` when `reverse`: they went out before the read was cut short), at most `limit`
     /// of them appended to `out` (0: no limit). Equal timestamps keep insertion order
     /// (reversed when `reverse`). Returns where to resume when the limit cut the read short.
-    #[allow(clippy::too_many_arguments)]
     fn read_skipping(
         &self,
         id: SeriesId,

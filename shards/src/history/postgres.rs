@@ -526,7 +526,6 @@ impl PgArchive {
         Ok(d)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn read_impl(
         &self,
         id: SeriesId,

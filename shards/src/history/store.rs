@@ -1412,7 +1412,6 @@ impl Store {
         self.read_impl(id, from, to, reverse, limit, 0, out)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn read_impl(
         &self,
         id: SeriesId,

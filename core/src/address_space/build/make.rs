@@ -18,7 +18,6 @@ pub const WRITABLE: u8 = access_level::CURRENT_READ
 pub const READ_ONLY: u8 = access_level::CURRENT_READ;
 
 /// Builds a Variable node with a stored value.
-#[allow(clippy::too_many_arguments)]
 pub fn variable(
     node_id: NodeId,
     browse_name: QualifiedName,
@@ -50,7 +49,6 @@ pub fn variable(
 
 /// Builds a Variable node with any value source (BaseDataVariableType; `parent` by the
 /// given reference type, inverse).
-#[allow(clippy::too_many_arguments)]
 pub fn make_variable(
     node_id: NodeId,
     browse_name: QualifiedName,

@@ -258,7 +258,6 @@ fn decode_request(
 
 /// Encodes a response straight into `out` behind its chunk headers and seals it there (see
 /// [`send_encoded`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn send_response(
     c: &mut Channel,
     scratch: &mut Vec<u8>,
@@ -282,7 +281,6 @@ pub(super) fn send_response(
 }
 
 /// Chunks an already encoded response body (type id + message; see [`send_encoded`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn send_body(
     c: &mut Channel,
     scratch: &mut Vec<u8>,
@@ -309,7 +307,6 @@ pub(super) fn send_body(
 /// behind its chunk headers and seals it there (one chunk: no copy of the body; more chunks
 /// go through `scratch`). A response over the client's limits becomes a ServiceFault
 /// BadResponseTooLarge (Part 4 §5.3), nothing of it having been sent.
-#[allow(clippy::too_many_arguments)]
 fn send_encoded(
     c: &mut Channel,
     scratch: &mut Vec<u8>,

@@ -932,7 +932,6 @@ impl State {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn finish_service<H: ConnectionHost + ?Sized>(
         &mut self,
         host: &mut H,

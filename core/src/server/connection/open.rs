@@ -112,7 +112,6 @@ impl State {
     /// the response, where [`State::open_received`] would take a second job for the response.
     /// The channel id and the server nonce are taken here first (the response carries them);
     /// the id is released with the connection if the job fails.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn open_issue<H: ConnectionHost + ?Sized>(
         &mut self,
         host: &mut H,
@@ -255,7 +254,6 @@ impl State {
 
     /// An OPN chunk came back decrypted and verified: assemble, answer Issue or Renew, and
     /// hand the response's signature and encryption out as a job.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn open_received<H: ConnectionHost + ?Sized>(
         &mut self,
         host: &mut H,
