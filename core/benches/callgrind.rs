@@ -155,7 +155,7 @@ fn main() {
         out.clear();
         let st = net
             .server
-            .on_recv(&mut net.shard, net.now, &input, &mut out);
+            .on_recv(&mut net.state, net.now, &input, &mut out);
         assert_eq!(st, ConnStatus::Open);
         if first {
             first = false;

@@ -103,7 +103,7 @@ fn benches(c: &mut Criterion) {
         6 * N,
         delivered as f64 / (50.0 * N as f64)
     );
-    let stats = b.shard.subscriptions().stats();
+    let stats = b.state.subscriptions().stats();
     println!(
         "push: {} changes offered, {} lost to a full inbox",
         stats.changes, stats.changes_lost

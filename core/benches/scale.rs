@@ -214,7 +214,7 @@ fn node_memory(n: u32) {
 }
 
 struct Shard {
-    shard: ServiceState,
+    state: ServiceState,
     now: Now,
     token: NodeId,
     handle: u32,
@@ -233,7 +233,7 @@ impl Shard {
     }
 
     fn call(&mut self, r: Request) -> Response {
-        dispatch(&mut self.shard, &ctx(), r, self.now)
+        dispatch(&mut self.state, &ctx(), r, self.now)
     }
 
     fn new(counters: u32) -> Shard {
@@ -246,7 +246,7 @@ impl Shard {
             Box::new(uaring_core::random::ChaCha::from_u64(1)),
         );
         let mut s = Shard {
-            shard,
+            state: shard,
             now: start(),
             token: NodeId::NULL,
             handle: 0,
@@ -388,7 +388,7 @@ impl Shard {
     fn sampling_pass(&mut self) -> std::time::Duration {
         self.now = self.now.advance_ns(1_000_000_000);
         let t = Instant::now();
-        self.shard.on_timer(self.now);
+        self.state.on_timer(self.now);
         t.elapsed()
     }
 }

@@ -35,7 +35,7 @@ fn batch(c: &mut Criterion, name: &str, make: fn() -> Request, sizes: &[usize]) 
         }
         assert_eq!(
             net.server
-                .on_recv(&mut net.shard, net.now, &input, &mut out),
+                .on_recv(&mut net.state, net.now, &input, &mut out),
             ConnStatus::Open
         );
         net.client
@@ -60,7 +60,7 @@ fn batch(c: &mut Criterion, name: &str, make: fn() -> Request, sizes: &[usize]) 
                     let t = Instant::now();
                     let st = net
                         .server
-                        .on_recv(&mut net.shard, net.now, &input, &mut out);
+                        .on_recv(&mut net.state, net.now, &input, &mut out);
                     spent += t.elapsed();
                     assert_eq!(st, ConnStatus::Open);
                 }

@@ -47,7 +47,7 @@ fn ctx() -> RequestContext<'static> {
 }
 
 struct Bench {
-    shard: ServiceState,
+    state: ServiceState,
     now: Now,
     token: NodeId,
     handle: u32,
@@ -98,7 +98,7 @@ impl Bench {
         };
         let token = cs.authentication_token.clone();
         let mut b = Bench {
-            shard,
+            state: shard,
             now,
             token,
             handle: 0,
@@ -110,7 +110,7 @@ impl Bench {
         };
         let hd = b.header();
         let r = dispatch(
-            &mut b.shard,
+            &mut b.state,
             &ctx(),
             Request::ActivateSession(Box::new(ActivateSessionRequest {
                 request_header: hd,
@@ -124,7 +124,7 @@ impl Bench {
         assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
         let hd = b.header();
         let r = dispatch(
-            &mut b.shard,
+            &mut b.state,
             &ctx(),
             Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
                 request_header: hd,
@@ -158,7 +158,7 @@ impl Bench {
             })
             .collect();
         let r = dispatch(
-            &mut b.shard,
+            &mut b.state,
             &ctx(),
             Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
                 request_header: hd,
@@ -177,7 +177,7 @@ impl Bench {
 
     fn tick(&mut self) {
         self.now = self.now.advance_ns(10_000_000);
-        self.shard.on_timer(self.now);
+        self.state.on_timer(self.now);
     }
 
     /// Queues a Publish (acknowledging `ack`), runs one 10 ms tick, encodes what came out.
@@ -206,12 +206,12 @@ impl Bench {
     }
 
     fn publish_cycle_with(&mut self, req: Request, ack: u32) -> (usize, u32) {
-        assert!(dispatch_deferrable(&mut self.shard, &ctx(), req, 1, self.now).is_none());
+        assert!(dispatch_deferrable(&mut self.state, &ctx(), req, 1, self.now).is_none());
         self.tick();
         // As the event loop does: which channels have responses, then theirs.
-        self.shard.take_ready_channels(&mut self.ready);
+        self.state.take_ready_channels(&mut self.ready);
         self.ready.clear();
-        self.shard.take_deferred(CH, &mut self.scratch);
+        self.state.take_deferred(CH, &mut self.scratch);
         let mut n = 0;
         // What the connection does with a deferred response: chunk the encoded body (here:
         // copy it out) and give the buffer back. Every cycle sends one message of new
@@ -230,7 +230,7 @@ impl Bench {
                     self.out.clear();
                     self.out.extend_from_slice(&body);
                     black_box(&self.out);
-                    self.shard.recycle_buffer(body);
+                    self.state.recycle_buffer(body);
                     n += 1;
                 }
                 Deferred::Response(r) => panic!("unexpected {r:?}"),

@@ -167,7 +167,7 @@ impl Rig {
             }));
             let ch = self.h.channel;
             let r = dispatch_deferrable(
-                &mut self.h.shard,
+                &mut self.h.state,
                 &Harness::ctx(ch),
                 req,
                 self.request_id,
@@ -183,7 +183,7 @@ impl Rig {
             self.h.advance_ms(50);
             self.t_ms += 50;
             let now = self.h.now;
-            self.h.shard.on_timer(now);
+            self.h.state.on_timer(now);
         }
     }
 
@@ -212,7 +212,7 @@ impl Rig {
     fn notifications(&mut self) -> Vec<(u32, DataValue)> {
         let mut v = Vec::new();
         let ch = self.h.channel;
-        self.h.shard.take_deferred(ch, &mut v);
+        self.h.state.take_deferred(ch, &mut v);
         let mut out = Vec::new();
         for (_, d) in v {
             let Response::Publish(p) = d.to_response().expect("a decodable response") else {

@@ -175,7 +175,7 @@ impl Client {
         self.request_id += 1;
         let ch = self.h.channel;
         dispatch_deferrable(
-            &mut self.h.shard,
+            &mut self.h.state,
             &Harness::ctx(ch),
             req,
             self.request_id,
@@ -204,10 +204,10 @@ impl Client {
     fn later(&mut self, ms: u64) -> Vec<(u32, Response)> {
         self.h.advance_ms(ms);
         let now = self.h.now;
-        self.h.shard.on_timer(now);
+        self.h.state.on_timer(now);
         let mut v = Vec::new();
         let ch = self.h.channel;
-        self.h.shard.take_deferred(ch, &mut v);
+        self.h.state.take_deferred(ch, &mut v);
         v.into_iter()
             .map(|(id, d)| (id, d.to_response().unwrap()))
             .collect()
@@ -247,7 +247,7 @@ fn a_read_of_an_async_source_is_answered_when_the_application_answers_from_anoth
         .join()
         .unwrap();
     assert!(
-        c.h.shard.next_deadline() == Some(0),
+        c.h.state.next_deadline() == Some(0),
         "a completion makes the shard run its timers at once"
     );
     let out = c.later(1);
@@ -261,7 +261,7 @@ fn a_read_of_an_async_source_is_answered_when_the_application_answers_from_anoth
         Variant::Int32(6),
         "the stored value read at once goes with it"
     );
-    assert_eq!(c.h.shard.deferred_requests(), 0);
+    assert_eq!(c.h.state.deferred_requests(), 0);
 }
 
 #[test]

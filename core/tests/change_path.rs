@@ -120,7 +120,7 @@ impl Client {
             }));
             let ch = self.h.channel;
             assert!(dispatch_deferrable(
-                &mut self.h.shard,
+                &mut self.h.state,
                 &Harness::ctx(ch),
                 req,
                 self.request_id,
@@ -129,9 +129,9 @@ impl Client {
             .is_none());
             self.h.advance_ms(10);
             let now = self.h.now;
-            self.h.shard.on_timer(now);
+            self.h.state.on_timer(now);
             let mut v = Vec::new();
-            self.h.shard.take_deferred(ch, &mut v);
+            self.h.state.take_deferred(ch, &mut v);
             for (_, d) in v {
                 let Ok(Response::Publish(p)) = d.to_response() else {
                     panic!("a Publish response")
@@ -227,7 +227,7 @@ fn a_thousand_pushes_from_an_application_thread_reach_items_on_two_shards_in_ord
     let want: Vec<i32> = (0..1000).collect();
     assert_eq!(int_values(&a.collect(100)), want);
     assert_eq!(int_values(&b.collect(100)), want);
-    assert_eq!(a.h.shard.subscriptions().stats().changes_lost, 0);
+    assert_eq!(a.h.state.subscriptions().stats().changes_lost, 0);
 }
 
 #[test]
@@ -272,7 +272,7 @@ fn a_full_inbox_resynchronises_items_with_the_overflow_bit() {
         Some(OVERFLOW_INFO_BITS)
     );
     assert!(got[..8].iter().all(|d| d.status.is_none()));
-    assert_eq!(a.h.shard.subscriptions().stats().changes_lost, 42);
+    assert_eq!(a.h.state.subscriptions().stats().changes_lost, 42);
 }
 
 #[test]
@@ -393,11 +393,11 @@ fn items_on_a_deleted_node_report_bad_node_id_unknown_and_a_readded_node_is_new(
             .any(|c| c.affected == NodeId::ns0(85) && c.verb & 4 != 0),
         "Objects gained a reference"
     );
-    assert!(a.h.shard.model_changed());
+    assert!(a.h.state.model_changed());
     // Exception-based on shard 0, sampled every 10 ms on shard 1.
     a.collect(10);
     b.collect(10);
-    assert!(!a.h.shard.model_changed());
+    assert!(!a.h.state.model_changed());
     assert!(a.monitor(sa, id.clone(), 0.0, 10).status_code.is_good());
     assert!(b.monitor(sb, id.clone(), 10.0, 10).status_code.is_good());
     assert_eq!(a.collect(60).len(), 1);
@@ -517,7 +517,7 @@ fn nodes_come_and_go_from_another_thread_while_two_shards_read_and_sample() {
     assert!(space.node(&NodeId::string(1, "Churn.18.0")).is_none());
     assert!(space.index_bound() as usize <= shared.address_space.len() + 20 * 50 + 50);
     // Both shards hold the last version; the items on a node that stayed kept reporting.
-    assert!(!a.h.shard.model_changed() && !b.h.shard.model_changed());
+    assert!(!a.h.state.model_changed() && !b.h.state.model_changed());
     a.write_i32(bench_node(3), 1000);
     assert_eq!(int_values(&a.collect(30)), vec![1000]);
 }

@@ -43,14 +43,14 @@ fn shard(shared: &Arc<ServerShared>, index: usize, roles: Roles) -> Harness {
         anonymous: Some(roles),
         ..UserTokenSettings::default()
     });
-    h.shard = ServiceState::new(
+    h.state = ServiceState::new(
         shared.clone(),
         index,
         Box::new(uaring_core::random::ChaCha::from_u64(index as u64 + 1)),
     )
     .with_shard_count(2)
     .with_security(security);
-    h.channel = h.shard.next_channel_id();
+    h.channel = h.state.next_channel_id();
     h
 }
 
@@ -84,7 +84,7 @@ fn array<T: UaStructure>(dv: &DataValue) -> Vec<T> {
 }
 
 fn session_id(h: &Harness, token: &NodeId) -> NodeId {
-    h.shard
+    h.state
         .sessions()
         .find(|s| s.authentication_token == *token)
         .expect("session")
@@ -177,8 +177,8 @@ fn session_and_subscription_arrays_cover_every_shard() {
     for _ in 0..3 {
         read(&mut a, &ta, 2258);
     }
-    a.shard.publish_metrics();
-    b.shard.publish_metrics();
+    a.state.publish_metrics();
+    b.state.publish_metrics();
 
     let sessions: Vec<SessionDiagnosticsDataType> = array(&read(&mut a, &ta, SESSIONS));
     assert_eq!(sessions.len(), 2, "one session per shard");
@@ -248,7 +248,7 @@ fn session_and_subscription_arrays_cover_every_shard() {
     assert_eq!(summary.current_session_count, 2);
     // An interval in use on another shard too counts once.
     let sub3 = create_subscription(&mut a, &ta, 500.0);
-    a.shard.publish_metrics();
+    a.state.publish_metrics();
     assert_eq!(
         read(&mut a, &ta, PUBLISHING_INTERVAL_COUNT).value,
         Variant::UInt32(2)
@@ -282,7 +282,7 @@ fn publishing_counts_follow_the_subscription() {
         let hd = b.header(&tb);
         let ctx = Harness::ctx(b.channel);
         let r = uaring_core::services::dispatch_deferrable(
-            &mut b.shard,
+            &mut b.state,
             &ctx,
             Request::Publish(Box::new(PublishRequest {
                 request_header: hd,
@@ -295,9 +295,9 @@ fn publishing_counts_follow_the_subscription() {
     }
     for _ in 0..3 {
         b.advance_ms(100);
-        b.shard.on_timer(b.now);
+        b.state.on_timer(b.now);
     }
-    b.shard.publish_metrics();
+    b.state.publish_metrics();
     let subs: Vec<SubscriptionDiagnosticsDataType> = array(&read(&mut a, &ta, SUBSCRIPTIONS));
     let d = subs.iter().find(|s| s.subscription_id == sub).expect("sub");
     assert_eq!(d.publish_request_count, 2);
@@ -321,8 +321,8 @@ fn snapshots_refresh_when_asked_or_due() {
     let mut a = shard(&shared, 0, Roles::OBSERVER);
     let mut b = shard(&shared, 1, Roles::OBSERVER);
     let ta = a.open_session();
-    a.shard.publish_metrics();
-    b.shard.publish_metrics();
+    a.state.publish_metrics();
+    b.state.publish_metrics();
     assert_eq!(
         array::<SessionDiagnosticsDataType>(&read(&mut a, &ta, SESSIONS)).len(),
         1
@@ -331,12 +331,12 @@ fn snapshots_refresh_when_asked_or_due() {
     // refreshes. The Read above asked every shard for a fresh snapshot, so its next loop
     // iteration builds one although the refresh interval has not passed.
     let tb = b.open_session();
-    b.shard.publish_metrics();
+    b.state.publish_metrics();
     let sessions: Vec<SessionDiagnosticsDataType> = array(&read(&mut a, &ta, SESSIONS));
     assert_eq!(sessions.len(), 2);
     // That Read asked again; nothing changed on shard 1 since, so its next iteration
     // only clears the request.
-    b.shard.publish_metrics();
+    b.state.publish_metrics();
     // Without a Read, a change shows once the refresh interval passed.
     let hd = b.header(&tb);
     let r = b.call(Request::CloseSession(Box::new(CloseSessionRequest {
@@ -344,7 +344,7 @@ fn snapshots_refresh_when_asked_or_due() {
         delete_subscriptions: true,
     })));
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
-    b.shard.publish_metrics();
+    b.state.publish_metrics();
     assert_eq!(
         shared
             .metrics
@@ -354,8 +354,8 @@ fn snapshots_refresh_when_asked_or_due() {
         "nobody asked and the refresh interval has not passed"
     );
     b.advance_ms(300);
-    b.shard.on_timer(b.now);
-    b.shard.publish_metrics();
+    b.state.on_timer(b.now);
+    b.state.publish_metrics();
     assert_eq!(
         shared
             .metrics
@@ -372,8 +372,8 @@ fn session_security_array_is_for_security_admins_only() {
     let mut admin = shard(&shared, 1, WellKnownRole::SecurityAdmin.set());
     let to = observer.open_session();
     let ta = admin.open_session();
-    observer.shard.publish_metrics();
-    admin.shard.publish_metrics();
+    observer.state.publish_metrics();
+    admin.state.publish_metrics();
     let dv = read(&mut observer, &to, SECURITY);
     assert_eq!(dv.status_code(), StatusCode::BadUserAccessDenied);
     assert_eq!(dv.value, Variant::Empty);

@@ -199,7 +199,7 @@ impl Rig {
         self.request_id += 1;
         let ch = self.h.channel;
         dispatch_deferrable(
-            &mut self.h.shard,
+            &mut self.h.state,
             &Harness::ctx(ch),
             req,
             self.request_id,
@@ -224,10 +224,10 @@ impl Rig {
     fn later(&mut self, ms: u64) -> Vec<Response> {
         self.h.advance_ms(ms);
         let now = self.h.now;
-        self.h.shard.on_timer(now);
+        self.h.state.on_timer(now);
         let mut v = Vec::new();
         let ch = self.h.channel;
-        self.h.shard.take_deferred(ch, &mut v);
+        self.h.state.take_deferred(ch, &mut v);
         v.into_iter()
             .map(|(_, d)| d.to_response().unwrap())
             .collect()
@@ -341,7 +341,7 @@ fn the_demand_signal_tells_the_fastest_interval_and_the_deepest_queue_and_when_i
     rig.delete(sub, c);
     rig.delete(sub, a);
     let told = sink.got.lock().unwrap().len();
-    assert!(rig.h.shard.next_deadline().is_some(), "a retry is due");
+    assert!(rig.h.state.next_deadline().is_some(), "a retry is due");
     sink.full.store(false, Ordering::SeqCst);
     rig.later(20);
     let got = sink.got.lock().unwrap();

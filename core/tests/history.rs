@@ -203,7 +203,7 @@ impl Client {
         let ch = self.h.channel;
         let now = self.h.now;
         let r = dispatch_deferrable(
-            &mut self.h.shard,
+            &mut self.h.state,
             &Harness::ctx(ch),
             req,
             self.request_id,
@@ -212,9 +212,9 @@ impl Client {
         .or_else(|| {
             for _ in 0..500 {
                 std::thread::sleep(std::time::Duration::from_millis(2));
-                self.h.shard.on_timer(now);
+                self.h.state.on_timer(now);
                 let mut v = Vec::new();
-                self.h.shard.take_deferred(ch, &mut v);
+                self.h.state.take_deferred(ch, &mut v);
                 if let Some((id, d)) = v.pop() {
                     assert_eq!(id, self.request_id);
                     return d.to_response().ok();

@@ -66,10 +66,10 @@ fn session_and_reads_against_real_services() {
     let mut out = Vec::new();
     n.client.close(t0(), &mut out);
     assert_eq!(
-        n.server.on_recv(&mut n.shard, t0(), &out, &mut n.s2c),
+        n.server.on_recv(&mut n.state, t0(), &out, &mut n.s2c),
         ConnStatus::Close
     );
-    assert_eq!(n.shard.open_channel_count(), 0);
+    assert_eq!(n.state.open_channel_count(), 0);
 }
 
 /// The session's MaxResponseMessageSize bounds every response body, the deferred Publish
@@ -150,9 +150,9 @@ fn responses_past_the_sessions_max_response_size_are_refused_publish_included() 
     let mut answer = None;
     for _ in 0..20 {
         now = now.advance_ns(60_000_000);
-        n.shard.on_timer(now);
+        n.state.on_timer(now);
         assert_eq!(
-            n.server.flush_deferred(&mut n.shard, now, &mut n.s2c),
+            n.server.flush_deferred(&mut n.state, now, &mut n.s2c),
             ConnStatus::Open
         );
         let data = std::mem::take(&mut n.s2c);

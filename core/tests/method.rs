@@ -24,17 +24,17 @@ fn setup(access: Roles) -> (Harness, SessionKey) {
         anonymous: Some(access),
         ..UserTokenSettings::default()
     });
-    h.shard = ServiceState::new(
-        std::sync::Arc::clone(h.shard.shared()),
+    h.state = ServiceState::new(
+        std::sync::Arc::clone(h.state.shared()),
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),
     )
     .with_security(security);
-    h.channel = h.shard.next_channel_id();
+    h.channel = h.state.next_channel_id();
     let token = h.open_session();
     let (ch, now) = (h.channel, h.now);
     let key = h
-        .shard
+        .state
         .session_for_request(&token, ch, now)
         .expect("session")
         .key;
@@ -65,7 +65,7 @@ fn call(
     methods: Vec<CallMethodRequest>,
 ) -> Vec<CallMethodResult> {
     let now = h.now;
-    match method::call(&mut h.shard, key, &request(methods), now) {
+    match method::call(&mut h.state, key, &request(methods), now) {
         Response::Call(r) => {
             assert_eq!(r.response_header.request_handle, 7);
             r.results
@@ -274,7 +274,7 @@ fn request_limits() {
         other => panic!("expected a fault: {other:?}"),
     };
     assert_eq!(
-        fault(method::call(&mut h.shard, key, &request(vec![]), now)),
+        fault(method::call(&mut h.state, key, &request(vec![]), now)),
         StatusCode::BadNothingToDo
     );
     let max = ServerConfig::default()
@@ -282,7 +282,7 @@ fn request_limits() {
         .max_nodes_per_method_call as usize;
     let many = vec![add(vec![Variant::Double(1.0), Variant::Double(2.0)]); max + 1];
     assert_eq!(
-        fault(method::call(&mut h.shard, key, &request(many), now)),
+        fault(method::call(&mut h.state, key, &request(many), now)),
         StatusCode::BadTooManyOperations
     );
     let exactly = vec![add(vec![Variant::Double(1.0), Variant::Double(2.0)]); max];
@@ -307,7 +307,7 @@ fn ack(object: NodeId, method: NodeId, event_id: ByteString, comment: &str) -> C
 #[test]
 fn acknowledge_and_confirm_through_call() {
     let (mut h, key) = setup(Roles::OPERATOR);
-    let shared = std::sync::Arc::clone(h.shard.shared());
+    let shared = std::sync::Arc::clone(h.state.shared());
     content::set_alarm_active(&shared, true, h.now.utc).expect("goes active");
     let alarm = content::alarm_id();
     let acknowledge = NodeId::ns0(ids::ACKNOWLEDGE);
@@ -415,7 +415,7 @@ fn acknowledge_and_confirm_through_call() {
 #[test]
 fn read_only_user() {
     let (mut h, key) = setup(Roles::OBSERVER);
-    let shared = std::sync::Arc::clone(h.shard.shared());
+    let shared = std::sync::Arc::clone(h.state.shared());
     content::set_alarm_active(&shared, true, h.now.utc).unwrap();
     let r = one(
         &mut h,
@@ -456,7 +456,7 @@ fn read_only_user() {
 #[test]
 fn enable_disable_and_add_comment() {
     let (mut h, key) = setup(Roles::OPERATOR);
-    let shared = std::sync::Arc::clone(h.shard.shared());
+    let shared = std::sync::Arc::clone(h.state.shared());
     content::set_alarm_active(&shared, true, h.now.utc).unwrap();
     let alarm = content::alarm_id();
     let state = || content::alarm(&shared).state();
@@ -539,7 +539,7 @@ fn enable_disable_and_add_comment() {
 fn argument_tables_match_the_nodeset() {
     use uaring_core::events::nodes::ArgSpec;
     let h = Harness::new();
-    let space = &h.shard.shared().address_space;
+    let space = &h.state.shared().address_space;
     let args_of = |method: u32, prop: &str| -> Vec<(String, NodeId, i32)> {
         let node = space.node(&NodeId::ns0(method)).unwrap();
         let Some(p) = node
@@ -681,7 +681,7 @@ fn user_executable_by_role() {
 fn shelving_through_call() {
     use uaring_core::types::QualifiedName;
     let (mut h, key) = setup(Roles::OPERATOR);
-    let shared = std::sync::Arc::clone(h.shard.shared());
+    let shared = std::sync::Arc::clone(h.state.shared());
     let alarm = content::alarm_id();
     let q = |n: &str| QualifiedName::new(0, n);
     let shelving = content::alarm_child_id(&[q("ShelvingState")]);
@@ -776,12 +776,12 @@ fn shelving_through_call() {
     // Half-way, the shard's timer brings UnshelveTime down; at the end it unshelves.
     h.advance_ms(2000);
     let now = h.now;
-    h.shard.on_timer(now);
+    h.state.on_timer(now);
     assert_eq!(read(&h, &unshelve_time), Variant::Double(3000.0));
     assert!(state().shelved.is_shelved());
     h.advance_ms(3000);
     let now = h.now;
-    h.shard.on_timer(now);
+    h.state.on_timer(now);
     assert!(!state().shelved.is_shelved(), "the shelving time ran out");
     assert_eq!(events(&shared), vec![unshelved_event.clone()]);
     assert_eq!(read(&h, &unshelve_time), Variant::Double(0.0));
@@ -855,7 +855,7 @@ fn shelving_through_call() {
     assert_eq!(one(&mut h, key, one_shot).status_code, StatusCode::Good);
     h.advance_ms(3_600_000);
     let now = h.now;
-    h.shard.on_timer(now);
+    h.state.on_timer(now);
     assert!(!state().shelved.is_shelved(), "MaxTimeShelved ran out");
 
     // A disabled alarm cannot be shelved (a fresh server: the hour outlived the session);

@@ -25,13 +25,13 @@ fn session(shared: Arc<ServerShared>, shard: usize, roles: Roles) -> (Harness, N
         anonymous: Some(roles),
         ..UserTokenSettings::default()
     });
-    h.shard = ServiceState::new(
+    h.state = ServiceState::new(
         shared,
         shard,
         Box::new(uaring_core::random::ChaCha::from_u64(shard as u64 + 1)),
     )
     .with_security(security);
-    h.channel = h.shard.next_channel_id();
+    h.channel = h.state.next_channel_id();
     let token = h.open_session();
     (h, token)
 }
@@ -149,7 +149,7 @@ fn an_admin_adds_and_deletes_nodes_others_are_refused() {
         read_value(&mut adm, &at, var.clone()).value,
         Variant::Double(1.5)
     );
-    op.shard.on_timer(op.now);
+    op.state.on_timer(op.now);
     assert_eq!(
         read_value(&mut op, &ot, var.clone()).value,
         Variant::Double(1.5)
@@ -292,7 +292,7 @@ fn an_admin_adds_and_deletes_nodes_others_are_refused() {
             StatusCode::BadNodeIdUnknown
         ]
     );
-    op.shard.on_timer(op.now);
+    op.state.on_timer(op.now);
     assert_eq!(
         delete(&mut op, &ot, vec![var.clone()]),
         vec![StatusCode::BadUserAccessDenied]
@@ -305,7 +305,7 @@ fn an_admin_adds_and_deletes_nodes_others_are_refused() {
         read_value(&mut adm, &at, var.clone()).status,
         Some(StatusCode::BadNodeIdUnknown)
     );
-    op.shard.on_timer(op.now);
+    op.state.on_timer(op.now);
     assert!(!objects_children(&mut op, &ot).contains(&folder));
     // Too many in one request.
     let max = shared.config.operation_limits.max_nodes_per_node_management as usize;

@@ -70,13 +70,13 @@ fn session(shared: Arc<ServerShared>, roles: Roles) -> (Harness, NodeId) {
         anonymous: Some(roles),
         ..UserTokenSettings::default()
     });
-    h.shard = ServiceState::new(
+    h.state = ServiceState::new(
         shared,
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),
     )
     .with_security(security);
-    h.channel = h.shard.next_channel_id();
+    h.channel = h.state.next_channel_id();
     let token = h.open_session();
     (h, token)
 }
@@ -518,7 +518,7 @@ fn the_role_set_lists_the_mapping_of_the_default_token_settings() {
 fn event_messages(h: &mut Harness) -> Vec<String> {
     let mut ready = Vec::new();
     let ch = h.channel;
-    h.shard.take_deferred(ch, &mut ready);
+    h.state.take_deferred(ch, &mut ready);
     let mut out = Vec::new();
     for (_, d) in ready {
         let Response::Publish(p) = d.to_response().expect("a decodable response") else {
@@ -583,7 +583,7 @@ fn subscribe_events(h: &mut Harness, token: &NodeId) {
     }));
     assert!(
         uaring_core::services::dispatch_deferrable(
-            &mut h.shard,
+            &mut h.state,
             &Harness::ctx(ch),
             publish,
             9,
@@ -622,7 +622,7 @@ fn events_reach_the_roles_that_may_receive_them_from_their_source() {
         for _ in 0..4 {
             h.advance_ms(50);
             let now = h.now;
-            h.shard.on_timer(now);
+            h.state.on_timer(now);
         }
         let mut m = event_messages(h);
         m.retain(|t| t.starts_with("from "));

@@ -30,7 +30,7 @@ fn lifecycle_create_activate_use_close() {
     assert!(cs.server_signature.signature.is_null() && cs.server_signature.algorithm.is_null());
     assert!(cs.server_certificate.is_null());
     assert_eq!(cs.server_endpoints.len(), 1);
-    assert_eq!(h.shard.session_count(), 1);
+    assert_eq!(h.state.session_count(), 1);
     let token = cs.authentication_token.clone();
     let ch = h.channel;
     let r = h.activate_on(ch, &token, Harness::anonymous());
@@ -63,7 +63,7 @@ fn lifecycle_create_activate_use_close() {
         delete_subscriptions: true,
     })));
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
-    assert_eq!(h.shard.session_count(), 0);
+    assert_eq!(h.state.session_count(), 0);
 
     assert_eq!(
         fault_status(&browse_objects(&mut h, &token)),
@@ -95,7 +95,7 @@ fn close_before_activation_is_allowed() {
         delete_subscriptions: false,
     })));
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
-    assert_eq!(h.shard.session_count(), 0);
+    assert_eq!(h.state.session_count(), 0);
 }
 
 #[test]
@@ -150,16 +150,16 @@ fn session_times_out_unless_used() {
         Response::ActivateSession(_)
     ));
     assert_eq!(
-        h.shard.next_deadline(),
+        h.state.next_deadline(),
         Some(h.now.mono_ns + 20_000_000_000)
     );
 
     // Used every 15 s: survives well past one timeout.
     for _ in 0..4 {
         h.advance_ms(15_000);
-        if let Some(d) = h.shard.next_deadline() {
+        if let Some(d) = h.state.next_deadline() {
             if d <= h.now.mono_ns {
-                h.shard.on_timer(h.now);
+                h.state.on_timer(h.now);
             }
         }
         assert!(matches!(
@@ -167,10 +167,10 @@ fn session_times_out_unless_used() {
             Response::Browse(_)
         ));
     }
-    assert_eq!(h.shard.session_count(), 1);
+    assert_eq!(h.state.session_count(), 1);
     // The wake-up may come early (the session was used since it was armed), never late.
-    h.shard.on_timer(h.now);
-    let d = h.shard.next_deadline().unwrap();
+    h.state.on_timer(h.now);
+    let d = h.state.next_deadline().unwrap();
     assert!(
         d > h.now.mono_ns && d <= h.now.mono_ns + 20_000_000_000,
         "{d}"
@@ -178,9 +178,9 @@ fn session_times_out_unless_used() {
 
     // Unused for longer than the timeout: the timer closes it.
     h.advance_ms(20_001);
-    h.shard.on_timer(h.now);
-    assert_eq!(h.shard.session_count(), 0);
-    assert_eq!(h.shard.next_deadline(), None);
+    h.state.on_timer(h.now);
+    assert_eq!(h.state.session_count(), 0);
+    assert_eq!(h.state.next_deadline(), None);
     assert_eq!(
         fault_status(&browse_objects(&mut h, &token)),
         Some(StatusCode::BadSessionIdInvalid)
@@ -197,7 +197,7 @@ fn an_expired_session_is_refused_even_before_the_timer_runs() {
     h.advance_ms(10_001);
     let r = h.activate_on(ch, &cs.authentication_token, Harness::anonymous());
     assert_eq!(fault_status(&r), Some(StatusCode::BadSessionIdInvalid));
-    assert_eq!(h.shard.session_count(), 0);
+    assert_eq!(h.state.session_count(), 0);
 }
 
 #[test]
@@ -211,7 +211,7 @@ fn full_pool_is_bad_too_many_sessions() {
         .collect();
     let r = h.create_session_on(ch, 60_000.0);
     assert_eq!(fault_status(&r), Some(StatusCode::BadTooManySessions));
-    assert_eq!(h.shard.session_count(), 3);
+    assert_eq!(h.state.session_count(), 3);
 
     // Closing one frees its slot; the old token does not reach the new session.
     let hd = h.header(&tokens[1]);
@@ -239,8 +239,8 @@ fn full_pool_is_bad_too_many_sessions() {
 
     // Expired sessions free their slots too.
     h.advance_ms(61_000);
-    h.shard.on_timer(h.now);
-    assert_eq!(h.shard.session_count(), 0);
+    h.state.on_timer(h.now);
+    assert_eq!(h.state.session_count(), 0);
     assert!(matches!(
         h.create_session_on(ch, 60_000.0),
         Response::CreateSession(_)
@@ -261,11 +261,11 @@ fn many_create_close_cycles_keep_the_deadline_heap_bounded() {
         })));
         assert!(matches!(r, Response::CloseSession(_)));
     }
-    assert_eq!(h.shard.session_count(), 0);
+    assert_eq!(h.state.session_count(), 0);
     // Stale deadline entries only ever cause one harmless wake-up each.
     h.advance_ms(3_600_001);
-    h.shard.on_timer(h.now);
-    assert_eq!(h.shard.next_deadline(), None);
+    h.state.on_timer(h.now);
+    assert_eq!(h.state.next_deadline(), None);
 }
 
 #[test]
@@ -331,12 +331,12 @@ fn a_request_before_activation_closes_the_session() {
     let mut h = Harness::new();
     let cs = h.create_session();
     let token = cs.authentication_token.clone();
-    assert_eq!(h.shard.session_count(), 1);
+    assert_eq!(h.state.session_count(), 1);
     assert_eq!(
         fault_status(&browse_objects(&mut h, &token)),
         Some(StatusCode::BadSessionNotActivated)
     );
-    assert_eq!(h.shard.session_count(), 0, "the session was closed");
+    assert_eq!(h.state.session_count(), 0, "the session was closed");
     let ch = h.channel;
     assert_eq!(
         fault_status(&h.activate_on(ch, &token, Harness::anonymous())),
@@ -352,7 +352,7 @@ fn a_request_before_activation_closes_the_session() {
 fn session_moves_to_a_new_channel_on_activation() {
     let mut h = Harness::new();
     let ch1 = h.channel;
-    let ch2 = h.shard.next_channel_id();
+    let ch2 = h.state.next_channel_id();
     assert_ne!(ch1, ch2);
 
     // The first activation must come over the creating channel.
@@ -372,8 +372,8 @@ fn session_moves_to_a_new_channel_on_activation() {
     );
 
     // The channel goes away; the session survives, unbound.
-    h.shard.on_channel_closed(ch1);
-    assert_eq!(h.shard.session_count(), 2);
+    h.state.on_channel_closed(ch1);
+    assert_eq!(h.state.session_count(), 2);
     let r = h.browse_request(&token, 0, vec![hierarchical(NodeId::ns0(85))]);
     assert_eq!(
         fault_status(&h.call_on(ch1, r)),
@@ -394,7 +394,7 @@ fn session_moves_to_a_new_channel_on_activation() {
     );
 
     // Transfer between two live channels works too (same application, same user).
-    let ch3 = h.shard.next_channel_id();
+    let ch3 = h.state.next_channel_id();
     assert!(matches!(
         h.activate_on(ch3, &token, Harness::anonymous()),
         Response::ActivateSession(_)
@@ -410,7 +410,7 @@ fn session_moves_to_a_new_channel_on_activation() {
 fn tokens_and_channel_ids_carry_the_shard() {
     let mut h = Harness::with_shard(ServerConfig::default(), 5);
     assert_eq!(channel_shard(h.channel), 5);
-    let a = h.shard.next_channel_id();
+    let a = h.state.next_channel_id();
     assert_eq!(channel_shard(a), 5);
     assert_ne!(a, h.channel);
     let t1 = h.create_session().authentication_token;
@@ -426,7 +426,7 @@ fn tokens_and_channel_ids_carry_the_shard() {
     // Shard 0 channel ids are never 0.
     let mut h0 = Harness::new();
     assert_ne!(h0.channel, 0);
-    assert_ne!(h0.shard.next_channel_id(), 0);
+    assert_ne!(h0.state.next_channel_id(), 0);
 
     // A token of another shard is not found here (routing it is a later issue).
     let t_other = h0.create_session().authentication_token;
@@ -499,10 +499,10 @@ fn secured_channels_require_a_client_nonce() {
             ..CreateSessionRequest::default()
         }))
     };
-    let r = uaring_core::services::dispatch(&mut h.shard, &ctx, req(vec![1; 16], hd), h.now);
+    let r = uaring_core::services::dispatch(&mut h.state, &ctx, req(vec![1; 16], hd), h.now);
     assert_eq!(fault_status(&r), Some(StatusCode::BadNonceInvalid));
     let hd = h.header(&NodeId::NULL);
-    let r = uaring_core::services::dispatch(&mut h.shard, &ctx, req(vec![1; 32], hd), h.now);
+    let r = uaring_core::services::dispatch(&mut h.state, &ctx, req(vec![1; 32], hd), h.now);
     // The nonce is fine; this shard has no Basic256Sha256 policy to sign with (the signed
     // path is tested with the RSA policies in crypto/tests/session_security.rs).
     assert_eq!(
@@ -531,7 +531,7 @@ fn transfer_works_when_the_client_sent_its_certificate_on_a_none_channel() {
         h.activate_on(ch1, &token, Harness::anonymous()),
         Response::ActivateSession(_)
     ));
-    let ch2 = h.shard.next_channel_id();
+    let ch2 = h.state.next_channel_id();
     assert!(matches!(
         h.activate_on(ch2, &token, Harness::anonymous()),
         Response::ActivateSession(_)
@@ -543,8 +543,8 @@ fn channel_ids_stay_unique_across_the_counter_wrap() {
     use uaring_core::server::context::ConnectionHost;
     let mut h = Harness::with_config(sessions_only());
     // A long-lived channel with a session on it.
-    h.shard.set_channel_counter(0);
-    let live = h.shard.open_channel().unwrap();
+    h.state.set_channel_counter(0);
+    let live = h.state.open_channel().unwrap();
     assert_eq!(live & 0xFF_FFFF, 1);
     let Response::CreateSession(cs) = h.create_session_on(live, 60_000.0) else {
         panic!()
@@ -554,20 +554,20 @@ fn channel_ids_stay_unique_across_the_counter_wrap() {
         Response::ActivateSession(_)
     ));
     // 16,777,215 channels later the counter wraps: 0 and the live id are skipped.
-    h.shard.set_channel_counter(0xFF_FFFE);
-    let a = h.shard.open_channel().unwrap();
+    h.state.set_channel_counter(0xFF_FFFE);
+    let a = h.state.open_channel().unwrap();
     assert_eq!(a & 0xFF_FFFF, 0xFF_FFFF);
-    let b = h.shard.open_channel().unwrap();
+    let b = h.state.open_channel().unwrap();
     assert_ne!(b, 0, "0 is never an id");
     assert_ne!(b, live, "the live channel's id is not handed out again");
     assert_eq!(b & 0xFF_FFFF, 2);
     // Closing the new channels leaves the session on the live one bound.
-    h.shard.channel_closed(a);
-    h.shard.channel_closed(b);
+    h.state.channel_closed(a);
+    h.state.channel_closed(b);
     let r = h.read_request(&cs.authentication_token, NodeId::ns0(2259));
     assert!(matches!(h.call_on(live, r), Response::Read(_)));
     // Once the old channel is closed its id may come back.
-    h.shard.channel_closed(live);
-    h.shard.set_channel_counter(0);
-    assert_eq!(h.shard.open_channel().unwrap(), live);
+    h.state.channel_closed(live);
+    h.state.set_channel_counter(0);
+    assert_eq!(h.state.open_channel().unwrap(), live);
 }

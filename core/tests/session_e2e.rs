@@ -25,7 +25,7 @@ struct Link {
 }
 
 struct World {
-    shard: ServiceState,
+    state: ServiceState,
     now: Now,
 }
 
@@ -39,11 +39,11 @@ impl World {
             Box::new(uaring_core::random::ChaCha::from_u64(1)),
         )
         .with_transport_limits(TransportLimits::default());
-        World { shard, now }
+        World { state: shard, now }
     }
 
     fn connect(&mut self) -> Link {
-        let server = ServerConnection::new(&mut self.shard, None, self.now);
+        let server = ServerConnection::new(&mut self.state, None, self.now);
         let mut client = ClientConnection::new(
             ClientConfig::new(URL),
             Box::new(uaring_core::random::ChaCha::from_u64(2)),
@@ -65,7 +65,7 @@ impl World {
             let mut s2c = Vec::new();
             let st = link
                 .server
-                .on_recv(&mut self.shard, self.now, &c2s, &mut s2c);
+                .on_recv(&mut self.state, self.now, &c2s, &mut s2c);
             assert_eq!(st, ConnStatus::Open);
             c2s.clear();
             if !s2c.is_empty() {
@@ -131,7 +131,7 @@ impl World {
 fn discovery_session_browse_read_close_over_bytes() {
     let mut w = World::new(ServerConfig::default());
     let mut link = w.connect();
-    assert_eq!(w.shard.open_channel_count(), 1);
+    assert_eq!(w.state.open_channel_count(), 1);
     assert_eq!(
         uaring_core::server::service_state::channel_shard(link.client.channel_id()),
         2
@@ -196,10 +196,10 @@ fn discovery_session_browse_read_close_over_bytes() {
         })),
     );
     assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
-    assert_eq!(w.shard.session_count(), 0);
+    assert_eq!(w.state.session_count(), 0);
 
-    link.server.on_close(&mut w.shard, w.now);
-    assert_eq!(w.shard.open_channel_count(), 0);
+    link.server.on_close(&mut w.state, w.now);
+    assert_eq!(w.state.open_channel_count(), 0);
 }
 
 #[test]
@@ -209,9 +209,9 @@ fn session_survives_its_connection_and_is_reactivated() {
     let cs = w.open_session(&mut first);
 
     // The socket goes away: the channel closes, the session stays (unbound).
-    first.server.on_close(&mut w.shard, w.now);
-    assert_eq!(w.shard.session_count(), 1);
-    assert_eq!(w.shard.open_channel_count(), 0);
+    first.server.on_close(&mut w.state, w.now);
+    assert_eq!(w.state.session_count(), 1);
+    assert_eq!(w.state.open_channel_count(), 0);
 
     w.now = w.now.advance_ns(20_000_000_000);
     let mut second = w.connect();
@@ -242,19 +242,19 @@ fn session_survives_its_connection_and_is_reactivated() {
     assert!(matches!(r, Response::Browse(_)), "{r:?}");
 
     // Left alone past its timeout, the session is closed by the shard timer.
-    second.server.on_close(&mut w.shard, w.now);
+    second.server.on_close(&mut w.state, w.now);
     w.now = w.now.advance_ns(30_001_000_000);
-    let d = w.shard.next_deadline().unwrap();
+    let d = w.state.next_deadline().unwrap();
     assert!(d <= w.now.mono_ns);
-    w.shard.on_timer(w.now);
-    assert_eq!(w.shard.session_count(), 0);
+    w.state.on_timer(w.now);
+    assert_eq!(w.state.session_count(), 0);
 }
 
 #[test]
 fn channel_limit_per_shard() {
     let mut w = World::new(ServerConfig::default());
-    w.shard = ServiceState::new(
-        w.shard.shared().clone(),
+    w.state = ServiceState::new(
+        w.state.shared().clone(),
         0,
         Box::new(uaring_core::random::ChaCha::from_u64(1)),
     )
@@ -263,10 +263,10 @@ fn channel_limit_per_shard() {
         ..TransportLimits::default()
     });
     let _one = w.connect();
-    assert_eq!(w.shard.open_channel_count(), 1);
+    assert_eq!(w.state.open_channel_count(), 1);
     use uaring_core::server::context::ConnectionHost;
     assert_eq!(
-        w.shard.open_channel(),
+        w.state.open_channel(),
         Err(StatusCode::BadTcpNotEnoughResources)
     );
 }

@@ -101,7 +101,7 @@ impl Sub {
         }));
         let ch = self.h.channel;
         dispatch_deferrable(
-            &mut self.h.shard,
+            &mut self.h.state,
             &Harness::ctx(ch),
             req,
             self.request_id,
@@ -115,7 +115,7 @@ impl Sub {
         while self.h.now.mono_ns < end {
             self.h.advance_ms(step_ms);
             let now = self.h.now;
-            self.h.shard.on_timer(now);
+            self.h.state.on_timer(now);
         }
     }
 
@@ -123,7 +123,7 @@ impl Sub {
     fn responses(&mut self) -> Vec<PublishResponse> {
         let mut v = Vec::new();
         let ch = self.h.channel;
-        self.h.shard.take_deferred(ch, &mut v);
+        self.h.state.take_deferred(ch, &mut v);
         v.into_iter()
             .map(
                 |(_, d)| match d.to_response().expect("a decodable response") {
@@ -199,7 +199,7 @@ fn sampling_keeps_absolute_deadlines_and_shares_one_source() {
         s.run_ms(3, 3);
         s.run_ms(7, 7);
     }
-    let st = s.h.shard.subscriptions().stats();
+    let st = s.h.state.subscriptions().stats();
     // 2 sources × 200 ticks (+ nothing for the shared items: they fan out).
     assert!((398..=402).contains(&st.samples), "samples {}", st.samples);
     assert_eq!(st.missed_ticks, 0);
@@ -223,16 +223,16 @@ fn late_timer_skips_missed_ticks_without_bursting() {
     let sub = s.create(1000.0, 10, 100, 0).subscription_id;
     s.items(sub, &[(NodeId::numeric(1, 1), 10.0, 1)]);
     s.run_ms(100, 10);
-    let before = s.h.shard.subscriptions().stats().samples;
+    let before = s.h.state.subscriptions().stats().samples;
     // The shard stalls for 95 ms: nine ticks (110..190 ms) were due; one catch-up sample is
     // taken, the other eight are counted as missed, and the next tick stays on the 10 ms grid.
     s.run_ms(95, 95);
-    let st = s.h.shard.subscriptions().stats();
+    let st = s.h.state.subscriptions().stats();
     assert_eq!(st.samples - before, 1);
     assert_eq!(st.missed_ticks, 8);
     s.run_ms(5, 5);
     assert_eq!(
-        s.h.shard.subscriptions().stats().samples - before,
+        s.h.state.subscriptions().stats().samples - before,
         2,
         "the tick at 200 ms"
     );
@@ -261,7 +261,7 @@ fn keep_alive_lifetime_and_publish_queue() {
     assert_eq!(s.responses().len(), 1, "keep-alive after 3 cycles");
     // No Publish queued now: after 9 cycles the subscription expires with BadTimeout.
     s.run_ms(1000, 10);
-    assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
+    assert_eq!(s.h.state.subscriptions().subscription_count(), 0);
     assert!(s.publish(vec![]).is_none());
     let e = s.responses();
     assert_eq!(
@@ -291,8 +291,8 @@ fn too_many_publish_requests() {
         Some(StatusCode::BadTooManyPublishRequests)
     );
     let (token, now) = (s.token.clone(), s.h.now);
-    let key = s.h.shard.find_session(&token, now).unwrap();
-    assert_eq!(s.h.shard.subscriptions().queued_publish_count(key), 3);
+    let key = s.h.state.find_session(&token, now).unwrap();
+    assert_eq!(s.h.state.subscriptions().queued_publish_count(key), 3);
 }
 
 #[test]
@@ -420,7 +420,7 @@ fn transfer_within_the_shard_notifies_the_old_session() {
     let sub = s.create(50.0, 10, 100, 0).subscription_id;
     s.items(sub, &[(NodeId::numeric(1, 1001), 0.0, 1)]);
     // A second session of the same (anonymous) user on another channel.
-    let ch2 = s.h.shard.next_channel_id();
+    let ch2 = s.h.state.next_channel_id();
     let cs = match s.h.create_session_on(ch2, 60_000.0) {
         Response::CreateSession(r) => *r,
         other => panic!("{other:?}"),
@@ -465,7 +465,7 @@ fn transfer_within_the_shard_notifies_the_old_session() {
         subscription_acknowledgements: vec![],
     }));
     assert!(dispatch_deferrable(
-        &mut s.h.shard,
+        &mut s.h.state,
         &Harness::ctx(ch2),
         req,
         s.request_id,
@@ -474,7 +474,7 @@ fn transfer_within_the_shard_notifies_the_old_session() {
     .is_none());
     s.run_ms(50, 10);
     let mut v = Vec::new();
-    s.h.shard.take_deferred(ch2, &mut v);
+    s.h.state.take_deferred(ch2, &mut v);
     let Response::Publish(p) = &v[0].1.to_response().unwrap() else {
         panic!()
     };
@@ -502,7 +502,7 @@ fn cancel_answers_queued_publish_requests() {
     assert_eq!(c.cancel_count, 1);
     let mut v = Vec::new();
     let ch = s.h.channel;
-    s.h.shard.take_deferred(ch, &mut v);
+    s.h.state.take_deferred(ch, &mut v);
     assert_eq!(v.len(), 1);
     let r = v[0].1.to_response().unwrap();
     assert_eq!(
@@ -530,12 +530,12 @@ fn close_session_answers_queued_publish_requests() {
     assert!(matches!(r, Response::CloseSession(_)));
     let mut v = Vec::new();
     let ch = s.h.channel;
-    s.h.shard.take_deferred(ch, &mut v);
+    s.h.state.take_deferred(ch, &mut v);
     assert_eq!(v.len(), 1);
     let r = v[0].1.to_response().unwrap();
     assert_eq!(fault_status(&r), Some(StatusCode::BadSessionClosed));
     assert_eq!(r.response_header().request_handle, queued);
-    assert_eq!(s.h.shard.subscriptions().subscription_count(), 0);
+    assert_eq!(s.h.state.subscriptions().subscription_count(), 0);
 }
 
 #[test]
@@ -582,7 +582,7 @@ fn items_on_other_attributes_report_once() {
         matches!(&all[0].value.value, Variant::LocalizedText(t) if t.text.as_str() == "BenchmarkValue0")
     );
     assert_eq!(
-        s.h.shard.subscriptions().stats().samples,
+        s.h.state.subscriptions().stats().samples,
         0,
         "no timed sampling for it"
     );

@@ -70,7 +70,7 @@ fn paged_browse_matches_one_shot_browse() {
     }
     assert_eq!(got, all.references);
     assert_eq!(
-        h.shard
+        h.state
             .sessions()
             .next()
             .unwrap()
@@ -185,7 +185,7 @@ fn continuation_point_limit() {
     assert_eq!(n.results[0].status_code, StatusCode::Good);
     assert_eq!(n.results[1].status_code, StatusCode::Good);
     assert_eq!(
-        h.shard
+        h.state
             .sessions()
             .next()
             .unwrap()
@@ -196,7 +196,7 @@ fn continuation_point_limit() {
     // Releasing makes room again.
     browse_next(&mut h, &token, true, vec![cp1, cp2]);
     assert_eq!(
-        h.shard
+        h.state
             .sessions()
             .next()
             .unwrap()
@@ -318,7 +318,7 @@ fn result_mask_node_class_mask_and_direction() {
     assert_eq!(server.browse_name, QualifiedName::new(0, "Server"));
     assert_eq!(server.display_name.text.as_str(), "Server");
     let server_type = h
-        .shard
+        .state
         .shared()
         .address_space
         .node(&NodeId::ns0(2253))

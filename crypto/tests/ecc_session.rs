@@ -45,7 +45,7 @@ const B256: PolicyId = PolicyId::Basic256Sha256;
 
 struct H {
     _dir: TempDir,
-    shard: ServiceState,
+    state: ServiceState,
     now: Now,
     curve: EccCurve,
     server: Arc<EccIdentity>,
@@ -158,7 +158,7 @@ fn harness(curve: EccCurve) -> H {
     let channel = shard.next_channel_id();
     H {
         _dir: dir,
-        shard,
+        state: shard,
         now,
         curve,
         server,
@@ -241,7 +241,7 @@ impl H {
             )),
             endpoint_url: "opc.tcp://h:4840",
         };
-        dispatch(&mut self.shard, &ctx, req, self.now)
+        dispatch(&mut self.state, &ctx, req, self.now)
     }
 
     /// CreateSession asking for a key of `ask` (if any); returns (token, server nonce,

@@ -40,7 +40,7 @@ fn ident(uri: &str, name: &str) -> Arc<OwnIdentity> {
 
 struct World {
     _dir: TempDir,
-    shard: ServiceState,
+    state: ServiceState,
     now: Now,
     /// The secured channels' policy on the client's side, its certificate and the server's.
     client_policy: Arc<dyn SecurityPolicy>,
@@ -98,7 +98,7 @@ fn world() -> World {
     .with_handshake_offload(true);
     World {
         _dir: dir,
-        shard,
+        state: shard,
         now,
         client_policy: RsaPolicy::client(B256, client.clone()).unwrap(),
         client_cert: client.cert.der().to_vec(),
@@ -119,7 +119,7 @@ struct Link {
 impl World {
     fn link(&mut self, secured: bool, port: u16) -> Link {
         let peer = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), port);
-        let server = ServerConnection::new(&mut self.shard, Some(peer), self.now);
+        let server = ServerConnection::new(&mut self.state, Some(peer), self.now);
         let mut cfg = ClientConfig::new(URL);
         if secured {
             cfg.policy = self.client_policy.clone();
@@ -149,7 +149,7 @@ impl World {
             }
             let data = std::mem::take(&mut l.c2s);
             let mut out = Vec::new();
-            let st = l.server.on_recv(&mut self.shard, self.now, &data, &mut out);
+            let st = l.server.on_recv(&mut self.state, self.now, &data, &mut out);
             self.deliver(l, st, out);
         }
         panic!("no quiescence");
@@ -172,7 +172,7 @@ impl World {
         let mut out = Vec::new();
         let st = l
             .server
-            .on_job_done(&mut self.shard, self.now, done, &mut out);
+            .on_job_done(&mut self.state, self.now, done, &mut out);
         self.deliver(l, st, out);
         self.pump(l);
     }
@@ -342,7 +342,7 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
     let done = job.run();
     let mut out = Vec::new();
     assert_eq!(
-        b.server.on_job_done(&mut w.shard, w.now, done, &mut out),
+        b.server.on_job_done(&mut w.state, w.now, done, &mut out),
         ConnStatus::Open
     );
     assert!(
@@ -404,29 +404,29 @@ fn the_shard_serves_reads_while_handshake_jobs_are_out() {
 #[test]
 fn refused_jobs_answer_with_the_resource_statuses() {
     let mut w = world();
-    let channels = w.shard.open_channel_count();
+    let channels = w.state.open_channel_count();
     let mut b = w.link(true, 4003);
     w.pump(&mut b);
     let job = take(&mut b, JobKind::OpenRequest);
     // The first OPN's job carries the channel id its response names: taken now …
-    assert_eq!(w.shard.open_channel_count(), channels + 1);
+    assert_eq!(w.state.open_channel_count(), channels + 1);
     let mut out = Vec::new();
     assert_eq!(
         b.server
-            .on_job_done(&mut w.shard, w.now, job.refuse(), &mut out),
+            .on_job_done(&mut w.state, w.now, job.refuse(), &mut out),
         ConnStatus::Close
     );
     assert_eq!(find_err(&out), Some(StatusCode::BadTcpNotEnoughResources));
     // … and given back with the refused connection.
-    assert_eq!(w.shard.open_channel_count(), channels);
+    assert_eq!(w.state.open_channel_count(), channels);
 
     let mut c = w.link(true, 4004);
     w.pump(&mut c);
     w.run_jobs(&mut c);
     assert!(c.client.is_open());
-    let sessions = w.shard.sessions().count();
+    let sessions = w.state.sessions().count();
     let id = w.create_session(&mut c, true);
-    assert_eq!(w.shard.sessions().count(), sessions + 1);
+    assert_eq!(w.state.sessions().count(), sessions + 1);
     let job = take(&mut c, JobKind::CreateSession);
     w.finish(&mut c, job.refuse());
     match w.response(&mut c, id) {
@@ -437,7 +437,7 @@ fn refused_jobs_answer_with_the_resource_statuses() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        w.shard.sessions().count(),
+        w.state.sessions().count(),
         sessions,
         "the refused session is released"
     );
@@ -562,7 +562,7 @@ fn ecc_world(curve: uaring_crypto::EccCurve) -> World {
     .with_handshake_offload(true);
     World {
         _dir: dir,
-        shard,
+        state: shard,
         now,
         client_policy: EccPolicy::client(client.clone()),
         client_cert: client.cert.der().to_vec(),

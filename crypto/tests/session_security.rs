@@ -37,7 +37,7 @@ const B256: PolicyId = PolicyId::Basic256Sha256;
 
 struct H {
     _dir: TempDir,
-    shard: ServiceState,
+    state: ServiceState,
     now: Now,
     server: Arc<OwnIdentity>,
     client: Arc<OwnIdentity>,
@@ -126,7 +126,7 @@ fn harness(settings: UserTokenSettings) -> H {
     let channel = shard.next_channel_id();
     H {
         _dir: dir,
-        shard,
+        state: shard,
         now,
         server,
         client,
@@ -175,7 +175,7 @@ impl H {
             )),
             endpoint_url: "opc.tcp://h:4840",
         };
-        dispatch(&mut self.shard, &ctx, req, self.now)
+        dispatch(&mut self.state, &ctx, req, self.now)
     }
 
     /// CreateSession; returns (token, server nonce, response).

@@ -27,7 +27,7 @@ pub fn start() -> Now {
 }
 
 pub struct Harness {
-    pub shard: ServiceState,
+    pub state: ServiceState,
     pub now: Now,
     /// The channel requests go out on by default.
     pub channel: u32,
@@ -68,7 +68,7 @@ impl Harness {
         );
         let channel = shard.next_channel_id();
         Harness {
-            shard,
+            state: shard,
             now,
             channel,
             handle: 0,
@@ -110,7 +110,7 @@ impl Harness {
     pub fn call_on(&mut self, channel: u32, req: Request) -> Response {
         let handle = req.request_header().request_handle;
         let ctx = Harness::ctx(channel);
-        let resp = dispatch(&mut self.shard, &ctx, req, self.now);
+        let resp = dispatch(&mut self.state, &ctx, req, self.now);
         assert_eq!(
             resp.response_header().request_handle,
             handle,

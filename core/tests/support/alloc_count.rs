@@ -73,7 +73,7 @@ impl Net {
         for (i, chunk) in chunks.iter().enumerate() {
             out.clear();
             let (status, a, b) =
-                count(|| self.server.on_recv(&mut self.shard, now(), chunk, &mut out));
+                count(|| self.server.on_recv(&mut self.state, now(), chunk, &mut out));
             assert_eq!(status, ConnStatus::Open);
             if i >= total - measured {
                 allocs += a;
@@ -297,7 +297,7 @@ impl PublishLoop {
             .results
             .iter()
             .all(|r| r.status_code.is_good() && r.revised_sampling_interval == 0.0));
-        let space = &net.shard.shared().address_space;
+        let space = &net.state.shared().address_space;
         let index = (0..n)
             .map(|i| space.node_index(&NodeId::numeric(1, 1001 + i)).unwrap())
             .collect();
@@ -319,7 +319,7 @@ impl PublishLoop {
         use uaring_core::generated::types::{
             DataChangeNotification, PublishRequest, SubscriptionAcknowledgement,
         };
-        let shared = net.shard.shared().clone();
+        let shared = net.state.shared().clone();
         for &i in &self.index {
             shared
                 .address_space
@@ -351,12 +351,12 @@ impl PublishLoop {
         let now = self.now;
         let (out, ready) = (&mut self.out, &mut self.ready);
         let ((), allocs, bytes) = count(|| {
-            let st = net.server.on_recv(&mut net.shard, now, &chunk, out);
+            let st = net.server.on_recv(&mut net.state, now, &chunk, out);
             assert_eq!(st, ConnStatus::Open);
-            net.shard.on_timer(now);
-            net.shard.take_ready_channels(ready);
+            net.state.on_timer(now);
+            net.state.take_ready_channels(ready);
             ready.clear();
-            let st = net.server.flush_deferred(&mut net.shard, now, out);
+            let st = net.server.flush_deferred(&mut net.state, now, out);
             assert_eq!(st, ConnStatus::Open);
         });
         let mut sink = Vec::new();

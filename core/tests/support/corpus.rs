@@ -24,7 +24,7 @@ pub struct Recording {
 }
 
 struct Conversation {
-    shard: uaring_core::server::service_state::ServiceState,
+    state: uaring_core::server::service_state::ServiceState,
     server: ServerConnection,
     client: ClientConnection,
     rec: Recording,
@@ -41,7 +41,7 @@ impl Conversation {
             requests: Vec::new(),
         };
         let mut c = Conversation {
-            shard,
+            state: shard,
             server,
             client,
             rec,
@@ -61,7 +61,7 @@ impl Conversation {
             let mut s2c = Vec::new();
             let st = self
                 .server
-                .on_recv(&mut self.shard, start(), &c2s, &mut s2c);
+                .on_recv(&mut self.state, start(), &c2s, &mut s2c);
             c2s.clear();
             if !s2c.is_empty() {
                 let _ = self.client.on_recv(start(), &s2c, &mut c2s);

@@ -16,7 +16,7 @@ use uaring_core::types::{ByteString, ExtensionObject};
 use uaring_core::Now;
 
 pub struct Net {
-    pub shard: ServiceState,
+    pub state: ServiceState,
     pub server: ServerConnection,
     pub client: ClientConnection,
     /// Bytes on their way from the client to the server, and back.
@@ -63,7 +63,7 @@ impl Net {
         let mut c2s = Vec::new();
         client.start(now, &mut c2s);
         let mut n = Net {
-            shard,
+            state: shard,
             server,
             client,
             c2s,
@@ -119,7 +119,7 @@ impl Net {
             let data = std::mem::take(&mut self.c2s);
             assert_eq!(
                 self.server
-                    .on_recv(&mut self.shard, self.now, &data, &mut self.s2c),
+                    .on_recv(&mut self.state, self.now, &data, &mut self.s2c),
                 ConnStatus::Open
             );
             let data = std::mem::take(&mut self.s2c);

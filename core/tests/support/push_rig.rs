@@ -33,7 +33,7 @@ fn ctx() -> RequestContext<'static> {
 
 pub struct PushRig {
     pub shared: Arc<ServerShared>,
-    pub shard: ServiceState,
+    pub state: ServiceState,
     pub now: Now,
     token: NodeId,
     handle: u32,
@@ -90,7 +90,7 @@ impl PushRig {
     }
 
     fn call(&mut self, r: Request) -> Response {
-        dispatch(&mut self.shard, &ctx(), r, self.now)
+        dispatch(&mut self.state, &ctx(), r, self.now)
     }
 
     /// A shard with `n` pushed Doubles each watched by one exception-based item of one
@@ -133,7 +133,7 @@ impl PushRig {
         let unwatched = shared.address_space.node_index(&node(n)).unwrap();
         let mut b = PushRig {
             shared,
-            shard,
+            state: shard,
             now,
             token: NodeId::NULL,
             handle: 0,
@@ -241,13 +241,13 @@ impl PushRig {
     }
 
     pub fn publish_cycle_with(&mut self, req: Request, expect: Option<usize>) {
-        assert!(dispatch_deferrable(&mut self.shard, &ctx(), req, 1, self.now).is_none());
+        assert!(dispatch_deferrable(&mut self.state, &ctx(), req, 1, self.now).is_none());
         self.now = self.now.advance_ns(100_000_000);
-        self.shard.on_timer(self.now);
+        self.state.on_timer(self.now);
         // As the event loop does: which channels have responses, then theirs.
-        self.shard.take_ready_channels(&mut self.ready);
+        self.state.take_ready_channels(&mut self.ready);
         self.ready.clear();
-        self.shard.take_deferred(CH, &mut self.scratch);
+        self.state.take_deferred(CH, &mut self.scratch);
         let mut scratch = std::mem::take(&mut self.scratch);
         for (_, d) in scratch.drain(..) {
             if let Some(n) = expect.filter(|_| self.seq < 8) {
@@ -270,7 +270,7 @@ impl PushRig {
                 self.out.clear();
                 self.out.extend_from_slice(&body);
                 black_box(&self.out);
-                self.shard.recycle_buffer(body);
+                self.state.recycle_buffer(body);
                 self.seq += 1;
             }
         }

@@ -635,7 +635,7 @@ impl Client {
 
 /// One input's run: the server, its connection and the client.
 pub struct Run {
-    shard: ServiceState,
+    state: ServiceState,
     conn: ServerConnection,
     client: Client,
     now: Now,
@@ -658,7 +658,7 @@ impl Run {
         let conn = ServerConnection::new(&mut shard, None, now);
         let client = Client::new(mode);
         let mut run = Run {
-            shard,
+            state: shard,
             conn,
             client,
             now,
@@ -810,7 +810,7 @@ impl Run {
             return;
         }
         let mut s2c = Vec::new();
-        let st = self.conn.on_recv(&mut self.shard, self.now, c2s, &mut s2c);
+        let st = self.conn.on_recv(&mut self.state, self.now, c2s, &mut s2c);
         self.client.receive(&s2c);
         self.closed = st == ConnStatus::Close;
     }
@@ -818,13 +818,13 @@ impl Run {
     /// Time passes; the shard's and the connection's timers run.
     pub fn wait(&mut self, ms: u64) {
         self.now = self.now.advance_ns(ms.saturating_mul(1_000_000));
-        self.shard.on_timer(self.now);
+        self.state.on_timer(self.now);
         let mut ready = Vec::new();
-        self.shard.take_ready_channels(&mut ready);
+        self.state.take_ready_channels(&mut ready);
         let mut s2c = Vec::new();
         let st = self
             .conn
-            .flush_deferred(&mut self.shard, self.now, &mut s2c);
+            .flush_deferred(&mut self.state, self.now, &mut s2c);
         if self.closed {
             assert_eq!(st, ConnStatus::Close, "a closed connection came back");
         }
@@ -835,7 +835,7 @@ impl Run {
             .is_some_and(|d| d <= self.now.mono_ns)
         {
             self.closed |=
-                self.conn.on_timer(&mut self.shard, self.now, &mut s2c) == ConnStatus::Close;
+                self.conn.on_timer(&mut self.state, self.now, &mut s2c) == ConnStatus::Close;
         }
         self.client.receive(&s2c);
     }
@@ -893,9 +893,9 @@ impl Run {
         for ms in [100u64, 1_000, 10_000, 100_000, 4_000_000] {
             self.wait(ms);
         }
-        self.conn.on_close(&mut self.shard, self.now);
+        self.conn.on_close(&mut self.state, self.now);
         assert_eq!(
-            self.shard.open_channel_count(),
+            self.state.open_channel_count(),
             0,
             "a channel outlived its connection"
         );
