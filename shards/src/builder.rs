@@ -19,8 +19,8 @@ use uaring_core::{LocalizedText, NodeId, QualifiedName, UaString, Variant};
 use crate::config::{FileConfig, IoBackend};
 use crate::error::Error;
 use crate::nodes::{
-    Alarm, AlarmDef, Binding, Def, EventTypeDef, MethodDef, Namespace, NamespaceWriteHook, NodeRef,
-    ObjectDef, Variable, VariableDef,
+    Alarm, AlarmDef, Bindings, Def, EventTypeDef, MethodDef, Namespace, NamespaceWriteHook,
+    NodeRef, ObjectDef, Variable, VariableDef,
 };
 use crate::runtime::{self, RuntimeOptions};
 use crate::{stats, ua_handler};
@@ -51,6 +51,9 @@ pub struct ServerBuilder {
     accept_all_client_certs: bool,
     nodesets: Vec<PathBuf>,
     defs: Vec<Def>,
+    /// Where the Variable handles find their nodes (a slot per [`Def::Variable`]).
+    bindings: Arc<Bindings>,
+    variables: u32,
     events: Events,
     workers: Option<crate::workers::Workers>,
     worker_threads: usize,
@@ -76,6 +79,8 @@ impl ServerBuilder {
             accept_all_client_certs: false,
             nodesets: Vec::new(),
             defs: Vec::new(),
+            bindings: Arc::new(Bindings::default()),
+            variables: 0,
             events: Events::default(),
             workers: None,
             worker_threads: 2,
@@ -302,9 +307,10 @@ impl ServerBuilder {
 
     /// Adds a Variable; the handle pushes its values once the server runs.
     pub fn add_variable(&mut self, def: VariableDef) -> Variable {
-        let binding = Arc::new(Binding::default());
-        self.defs.push(Def::Variable(def, binding.clone()));
-        Variable::new(binding)
+        let slot = self.variables;
+        self.variables += 1;
+        self.defs.push(Def::Variable(def, slot));
+        Variable::new(self.bindings.clone(), slot)
     }
 
     /// Called on the shard for every client Write of the Value of a Variable in namespace
@@ -444,6 +450,8 @@ impl ServerBuilder {
             accept_all_client_certs,
             nodesets,
             defs,
+            bindings,
+            variables,
             events,
             gateway_servers,
             ..
@@ -530,6 +538,9 @@ impl ServerBuilder {
                         b, *role, rules,
                     );
                 }
+                // Room for the application's nodes at once: the node table and its id
+                // index grow once, not at every doubling (a rehash reads every key).
+                b.reserve(defs.len());
                 for d in defs.drain(..) {
                     d.build(b, &mut bound, &mut alarms)
                         .map_err(|e| e.to_string())?;
@@ -553,9 +564,7 @@ impl ServerBuilder {
             Some(rest) => Error::AddressSpace(rest.to_string()),
             None => Error::Config(e),
         })?;
-        for (binding, id) in bound {
-            binding.bind(&setup.shared, id)?;
-        }
+        bindings.bind(&setup.shared, variables as usize, bound)?;
         if let Some(h) = &historian {
             let nodes = h
                 .attach(&setup.shared)

@@ -1425,7 +1425,8 @@ impl Alarm {
 pub(crate) enum Def {
     Object(ObjectDef),
     EventType(EventTypeDef),
-    Variable(VariableDef, Arc<Binding>),
+    /// A Variable and its handle's slot in the builder's [`Bindings`].
+    Variable(VariableDef, u32),
     Method(MethodDef),
     Alarm(AlarmDef, Alarm),
     NamespaceWriteHook(Namespace, NamespaceWriteHook),
@@ -1450,7 +1451,7 @@ impl Def {
     pub(crate) fn build(
         self,
         b: &mut AddressSpaceBuilder,
-        bound: &mut Vec<(Arc<Binding>, NodeId)>,
+        bound: &mut Vec<(u32, NodeId)>,
         alarms: &mut Vec<(Alarm, NodeId)>,
     ) -> Result<(), Error> {
         match self {
@@ -1460,7 +1461,7 @@ impl Def {
             Def::EventType(t) => {
                 t.build(b)?;
             }
-            Def::Variable(v, binding) => {
+            Def::Variable(v, slot) => {
                 let (id, hook, async_hook) = v.build(b)?;
                 if let Some(h) = hook {
                     b.set_write_hook(id.clone(), h);
@@ -1468,7 +1469,7 @@ impl Def {
                 if let Some(h) = async_hook {
                     b.set_async_write_hook(id.clone(), h);
                 }
-                bound.push((binding, id));
+                bound.push((slot, id));
             }
             Def::Method(m) => {
                 m.build(b)?;
@@ -1508,39 +1509,70 @@ impl Def {
     }
 }
 
-/// Where a [`Variable`] handle finds its node once the server runs.
+/// Where the [`Variable`] handles of one builder find their nodes once the server runs: one
+/// table for all of them, a slot each. A handle is the table and its slot number, so a plant
+/// of a million Variables makes no million small allocations (each would cost its size and
+/// the allocator's header, and leave the build's freed strings stranded between them).
 #[derive(Default)]
-pub(crate) struct Binding {
-    bound: OnceLock<Bound>,
+pub(crate) struct Bindings {
+    table: OnceLock<BoundTable>,
 }
 
-struct Bound {
+struct BoundTable {
     shared: Arc<ServerShared>,
+    slots: Box<[Slot]>,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
     index: u32,
     /// The node's generation: once the node is removed (and maybe another added at its
     /// index), the handle answers BadNodeIdUnknown.
     generation: u32,
-    node_id: NodeId,
 }
 
-impl Binding {
-    pub(crate) fn bind(&self, shared: &Arc<ServerShared>, node_id: NodeId) -> Result<(), Error> {
+impl Bindings {
+    /// Binds slots `0..slots` at the start: `ids` gives each slot's NodeId (every slot is
+    /// given one: a Variable whose definition failed failed the start).
+    pub(crate) fn bind(
+        &self,
+        shared: &Arc<ServerShared>,
+        slots: usize,
+        ids: Vec<(u32, NodeId)>,
+    ) -> Result<(), Error> {
         let space = shared.model.current();
-        let index = space
-            .node_index(&node_id)
-            .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
-        let generation = space.node_at(index).map_or(0, |n| n.generation());
-        let _ = self.bound.set(Bound {
+        let mut table = vec![
+            Slot {
+                index: u32::MAX,
+                generation: 0,
+            };
+            slots
+        ];
+        for (slot, node_id) in ids {
+            let index = space
+                .node_index(&node_id)
+                .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
+            let generation = space.node_at(index).map_or(0, |n| n.generation());
+            if let Some(s) = table.get_mut(slot as usize) {
+                *s = Slot { index, generation };
+            }
+        }
+        let _ = self.table.set(BoundTable {
             shared: shared.clone(),
-            index,
-            generation,
-            node_id,
+            slots: table.into_boxed_slice(),
         });
         Ok(())
     }
 }
 
-impl Bound {
+/// A bound handle: the server and the node's index and generation.
+struct Bound<'a> {
+    shared: &'a Arc<ServerShared>,
+    index: u32,
+    generation: u32,
+}
+
+impl Bound<'_> {
     /// Calls `f` with the node in the current version of the address space.
     fn with_node<R>(
         &self,
@@ -1552,6 +1584,15 @@ impl Bound {
             .ok_or(Error::Status(StatusCode::BadNodeIdUnknown))?;
         f(&space, node)
     }
+
+    /// The node's NodeId, while the node is there.
+    fn node_id(&self) -> Option<NodeId> {
+        self.shared
+            .model
+            .current()
+            .node_at_generation(self.index, self.generation)
+            .map(|n| n.node_id())
+    }
 }
 
 /// A Variable of the running server, for pushing values from any thread. Cheap to clone;
@@ -1560,21 +1601,26 @@ impl Bound {
 /// `Error::Status(BadNodeIdUnknown)`.
 #[derive(Clone)]
 pub struct Variable {
-    binding: Arc<Binding>,
+    bindings: Arc<Bindings>,
+    slot: u32,
 }
 
 impl std::fmt::Debug for Variable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.binding.bound.get() {
-            Some(b) => write!(f, "Variable({})", b.node_id),
-            None => f.write_str("Variable(not started)"),
+        match self.bound() {
+            Ok(b) => match b.node_id() {
+                Some(id) => write!(f, "Variable({id})"),
+                None => f.write_str("Variable(removed)"),
+            },
+            Err(_) => f.write_str("Variable(not started)"),
         }
     }
 }
 
 impl Variable {
-    pub(crate) fn new(binding: Arc<Binding>) -> Variable {
-        Variable { binding }
+    /// The handle of slot `slot` of a builder's `bindings`.
+    pub(crate) fn new(bindings: Arc<Bindings>, slot: u32) -> Variable {
+        Variable { bindings, slot }
     }
 
     /// A handle to any Variable with a stored value of a running server (namespace 0, a
@@ -1590,23 +1636,33 @@ impl Variable {
         if node.value_cell().is_none() {
             return Err(Error::Status(StatusCode::BadNotWritable));
         }
-        let binding = Arc::new(Binding::default());
-        let _ = binding.bound.set(Bound {
+        let bindings = Arc::new(Bindings::default());
+        let _ = bindings.table.set(BoundTable {
             shared: shared.clone(),
-            index,
-            generation: node.generation(),
-            node_id: node_id.clone(),
+            slots: Box::new([Slot {
+                index,
+                generation: node.generation(),
+            }]),
         });
-        Ok(Variable { binding })
+        Ok(Variable { bindings, slot: 0 })
     }
 
-    fn bound(&self) -> Result<&Bound, Error> {
-        self.binding.bound.get().ok_or(Error::NotStarted)
+    fn bound(&self) -> Result<Bound<'_>, Error> {
+        let table = self.bindings.table.get().ok_or(Error::NotStarted)?;
+        let slot = table
+            .slots
+            .get(self.slot as usize)
+            .ok_or(Error::NotStarted)?;
+        Ok(Bound {
+            shared: &table.shared,
+            index: slot.index,
+            generation: slot.generation,
+        })
     }
 
-    /// The NodeId (known once the server started).
-    pub fn node_id(&self) -> Option<&NodeId> {
-        self.binding.bound.get().map(|b| &b.node_id)
+    /// The NodeId: `None` before the server started and once the node is removed.
+    pub fn node_id(&self) -> Option<NodeId> {
+        self.bound().ok().and_then(|b| b.node_id())
     }
 
     /// Pushes a new value, source-timestamped now. Every exception-based monitored item on
@@ -1627,12 +1683,12 @@ impl Variable {
         dv.server_timestamp = None;
         dv.server_picoseconds = None;
         b.with_node(|space, node| {
-            check_node(b, space, node, &dv.value)?;
+            check_node(space, node, &dv.value)?;
             space
                 .store_value(b.index, dv)
                 .map(|_| ())
                 .map_err(|s| match s {
-                    StatusCode::BadTypeMismatch => Error::TypeMismatch(b.node_id.to_string()),
+                    StatusCode::BadTypeMismatch => Error::TypeMismatch(node.node_id().to_string()),
                     s => Error::Status(s),
                 })
         })
@@ -1650,18 +1706,17 @@ impl Variable {
 }
 
 fn check(b: &Bound, v: &Variant) -> Result<(), Error> {
-    b.with_node(|space, node| check_node(b, space, node, v))
+    b.with_node(|space, node| check_node(space, node, v))
 }
 
 fn check_node(
-    b: &Bound,
     space: &uaring_core::address_space::AddressSpace,
     node: NodeView<'_>,
     v: &Variant,
 ) -> Result<(), Error> {
     match uaring_core::services::attribute::check_value(space, node, v) {
         Ok(()) => Ok(()),
-        Err(StatusCode::BadTypeMismatch) => Err(Error::TypeMismatch(b.node_id.to_string())),
+        Err(StatusCode::BadTypeMismatch) => Err(Error::TypeMismatch(node.node_id().to_string())),
         Err(s) => Err(Error::Status(s)),
     }
 }
@@ -1675,7 +1730,7 @@ pub fn set_many<'a>(
     let ts = crate::clock::utc_now();
     let batch: Vec<(&Variable, Variant)> = values.into_iter().collect();
     for (var, v) in &batch {
-        check(var.bound()?, v)?;
+        check(&var.bound()?, v)?;
     }
     for (var, v) in batch {
         var.set_with(DataValue {

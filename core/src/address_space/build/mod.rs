@@ -15,6 +15,7 @@ use super::{ids, AddressSpace, ClassAttributes, Node, NodeClass, NodeView, Serve
 use crate::config::ServerConfig;
 use crate::types::{ExpandedNodeId, NodeId};
 use crate::Now;
+use crate::StatusCode;
 
 /// The namespace-0 URI.
 pub const NS0_URI: &str = "http://opcfoundation.org/UA/";
@@ -335,16 +336,16 @@ impl AddressSpaceBuilder {
     }
 
     /// Adds a node. Its references are the declared ones; inverses are added by `finish`.
-    pub fn add(&mut self, node: Node) -> Result<(), String> {
+    pub fn add(&mut self, mut node: Node) -> Result<(), String> {
         let i = self.store.recs.len();
-        if self.store.lookup(&node.node_id).is_some() {
-            return Err(format!("duplicate NodeId {}", node.node_id));
-        }
         self.note_async(&node);
-        let id = node.node_id.to_string();
-        self.store
-            .insert(i, 0, node)
-            .map_err(|e| format!("node {id}: {e}"))
+        // One lookup (the store's) and no copy of the NodeId: a million-node build formats
+        // nothing unless it fails.
+        let id = std::mem::take(&mut node.node_id);
+        self.store.insert_as(i, 0, &id, node).map_err(|e| match e {
+            StatusCode::BadNodeIdExists => format!("duplicate NodeId {id}"),
+            e => format!("node {id}: {e}"),
+        })
     }
 
     /// Adds a reference declared on `source` (which must exist).
@@ -482,11 +483,16 @@ impl AddressSpaceBuilder {
         }
         if !namespace_write_hooks.is_empty() {
             // Expanded into per-node hooks: the request path looks up one table either way.
+            // Only Variables a client may write (CurrentWrite) get one: a Write of any other
+            // is refused before its hook, and a plant of a million read-only sensors would
+            // otherwise hold a million table entries (about 44 bytes each) for nothing.
             for i in 0..bound {
                 let Some(n) = NodeView::new(&store, i) else {
                     continue;
                 };
                 if n.value_cell().is_none()
+                    || n.as_variable()
+                        .is_none_or(|v| v.access_level() & super::access_level::CURRENT_WRITE == 0)
                     || hooks.write_hooks.contains_key(&i)
                     || hooks.async_write_hooks.contains_key(&i)
                 {

@@ -836,16 +836,29 @@ impl Store {
         &mut self,
         index: u32,
         generation: u32,
+        mut node: Node,
+    ) -> Result<(), StatusCode> {
+        let node_id = std::mem::take(&mut node.node_id);
+        self.insert_as(index, generation, &node_id, node)
+    }
+
+    /// [`Store::insert`] of `node` under `node_id` (`node`'s own NodeId is not read), so a
+    /// caller that names the node in its error keeps the NodeId without copying it.
+    pub(crate) fn insert_as(
+        &mut self,
+        index: u32,
+        generation: u32,
+        node_id: &NodeId,
         node: Node,
     ) -> Result<(), StatusCode> {
         if index >= MAX_NODES {
             return Err(StatusCode::BadResourceUnavailable);
         }
-        if self.lookup(&node.node_id).is_some() {
+        if self.lookup(node_id).is_some() {
             return Err(StatusCode::BadNodeIdExists);
         }
         let Node {
-            node_id,
+            node_id: _,
             node_class,
             browse_name,
             display_name,
