@@ -1047,6 +1047,10 @@ impl ServerHandle {
     /// from `initial` (a scalar). Errors: `Status(BadNodeIdExists)`,
     /// `Status(BadParentNodeIdInvalid)`, `Status(BadResourceUnavailable)` past
     /// `operation_limits.max_run_time_nodes`.
+    ///
+    /// A Variable the `[history] nodes` patterns name is historized as
+    /// [`ServerHandle::add_historized_variable`] does (without history when
+    /// `history.max_run_time_historized` Variables already are).
     pub fn add_variable(
         &self,
         parent: &NodeId,
@@ -1055,7 +1059,66 @@ impl ServerHandle {
         initial: impl Into<Variant>,
         writable: bool,
     ) -> Result<Variable, Error> {
-        let initial = initial.into();
+        self.add_variable_with(parent, node_id, name, initial.into(), writable, false)
+    }
+
+    /// [`ServerHandle::add_variable`], historized from the moment it is added: every value
+    /// stored in it (the application's `set`, a client's Write; its initial value first)
+    /// goes to the history store through the same ingest queue as the Variables historized
+    /// at start, its Historizing attribute is true and its AccessLevel has HistoryRead and
+    /// HistoryWrite, so clients read it with HistoryRead. Deleting it
+    /// ([`ServerHandle::delete_nodes`]) stops its history; what was stored stays in the
+    /// store and is served again if a Variable with the same NodeId is historized later
+    /// (docs/History.md, "Variables added while serving").
+    ///
+    /// Errors, besides those of `add_variable` (nothing is added then):
+    /// [`Error::NoHistory`] when the server keeps no history (no store: `[history] enabled
+    /// = false`, or nothing historized at start and `enabled` unset), and
+    /// [`Error::HistoryLimit`] when `history.max_run_time_historized` Variables added at
+    /// run time are historized already.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), uaring::Error> {
+    /// use uaring::{NodeId, Server};
+    /// let server = Server::builder()
+    ///     .listen("127.0.0.1:4840")
+    ///     .config_toml("[history]\nenabled = true\ndir = \"/var/lib/boiler/history\"\n")
+    ///     .start()?;
+    /// let level = server.add_historized_variable(
+    ///     &NodeId::ns0(85), // Objects
+    ///     NodeId::string(1, "Boiler.Level"),
+    ///     "Level",
+    ///     0.0,
+    ///     false,
+    /// )?;
+    /// level.set(42.5)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_historized_variable(
+        &self,
+        parent: &NodeId,
+        node_id: NodeId,
+        name: &str,
+        initial: impl Into<Variant>,
+        writable: bool,
+    ) -> Result<Variable, Error> {
+        self.add_variable_with(parent, node_id, name, initial.into(), writable, true)
+    }
+
+    fn add_variable_with(
+        &self,
+        parent: &NodeId,
+        node_id: NodeId,
+        name: &str,
+        initial: Variant,
+        writable: bool,
+        historize: bool,
+    ) -> Result<Variable, Error> {
+        let hub = self.setup.shared.address_space.changes().clone();
+        if historize && hub.run_time_history().is_none() {
+            return Err(Error::NoHistory);
+        }
         let data_type = match initial.scalar_type() {
             Some(t) if (t as u32) <= 25 && t != uaring_core::BuiltinType::Variant => {
                 NodeId::ns0(t as u32)
@@ -1063,11 +1126,22 @@ impl ServerHandle {
             _ => return Err(Error::TypeMismatch(node_id.to_string())),
         };
         let ns = node_id.namespace;
-        self.edit(|e| {
+        // Whether the added Variable took a place among the run-time historized ones (an
+        // edit run again after a race gives its place back first).
+        let mut reserved = false;
+        let release = |reserved: &mut bool| {
+            if std::mem::take(reserved) {
+                if let Some(h) = hub.run_time_history() {
+                    h.release();
+                }
+            }
+        };
+        let added = self.edit(|e| {
+            release(&mut reserved);
             if e.space().node(parent).is_none() {
                 return Err(uaring_core::StatusCode::BadParentNodeIdInvalid);
             }
-            let node = uaring_core::address_space::build::make::variable(
+            let mut node = uaring_core::address_space::build::make::variable(
                 node_id.clone(),
                 uaring_core::QualifiedName::new(ns, name),
                 data_type.clone(),
@@ -1078,8 +1152,36 @@ impl ServerHandle {
                 0.0,
                 Some((parent.clone(), 35)),
             );
-            e.add_node(node)
-        })?;
+            reserved = uaring_core::address_space::change::prepare_historized(
+                &hub, &mut node, historize, historize,
+            )
+            .map_err(|s| match s {
+                uaring_core::StatusCode::BadResourceUnavailable => {
+                    uaring_core::StatusCode::BadTooManyOperations
+                }
+                s => s,
+            })?;
+            let r = e.add_node(node);
+            if r.is_err() {
+                release(&mut reserved);
+            }
+            r
+        });
+        let index = match added {
+            Ok(i) => i,
+            Err(Error::Status(uaring_core::StatusCode::BadTooManyOperations)) if historize => {
+                return Err(Error::HistoryLimit)
+            }
+            Err(e) => {
+                release(&mut reserved);
+                return Err(e);
+            }
+        };
+        if reserved {
+            if let Some(h) = hub.run_time_history() {
+                h.historize(&self.setup.shared.model.load(), index);
+            }
+        }
         Variable::of(&self.setup.shared, &node_id)
     }
 

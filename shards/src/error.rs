@@ -23,6 +23,12 @@ pub enum Error {
     Status(StatusCode),
     /// A shard stopped with an error.
     Runtime(String),
+    /// History was asked for and the server keeps none (no history store: `[history]
+    /// enabled = false`, or no store opened at start).
+    NoHistory,
+    /// History was asked for a Variable added while the server runs and
+    /// `history.max_run_time_historized` such Variables are historized already.
+    HistoryLimit,
 }
 
 impl std::fmt::Display for Error {
@@ -39,6 +45,10 @@ impl std::fmt::Display for Error {
             ),
             Error::Status(s) => write!(f, "{s:?}"),
             Error::Runtime(e) => write!(f, "runtime: {e}"),
+            Error::NoHistory => f.write_str("the server keeps no history ([history])"),
+            Error::HistoryLimit => f.write_str(
+                "history.max_run_time_historized Variables added at run time are historized already",
+            ),
         }
     }
 }

@@ -40,7 +40,7 @@ use std::sync::{Arc, OnceLock};
 use crossbeam_queue::ArrayQueue;
 
 use super::value::Versioned;
-use crate::types::DataValue;
+use crate::types::{DataValue, NodeId, StatusCode};
 
 use crate::config::MAX_SHARDS;
 
@@ -121,6 +121,84 @@ pub struct ChangeCounters {
 /// bounded queue and count what does not fit).
 pub trait ChangeRecorder: Send + Sync {
     fn record(&self, node_index: u32, value: &DataValue);
+    /// The recorded node at `node_index` was removed ([`ChangeHub::forget`]): no more of
+    /// its stores come. Called on the thread that published the removal.
+    fn forget(&self, _node_index: u32) {}
+}
+
+/// Historizes Variables added while the server runs (the history store behind the
+/// recorder): asked for by the adder (AddNodes with Historizing, the library) or named by
+/// the configured node patterns. Set once per hub ([`ChangeHub::set_run_time_history`]).
+/// Nothing here waits for the store: the calls run on a shard (AddNodes) or the
+/// application's thread.
+pub trait RunTimeHistory: Send + Sync {
+    /// Does the configuration name `node_id` for history (its node patterns)?
+    fn wants(&self, node_id: &NodeId) -> bool;
+    /// Takes one place among the run-time historized Variables (`BadResourceUnavailable`
+    /// when all are taken: the configured bound).
+    fn reserve(&self) -> Result<(), StatusCode>;
+    /// Gives back a place [`RunTimeHistory::reserve`] took and no node used (the node was
+    /// refused, or the edit not published).
+    fn release(&self);
+    /// Historizes the Variable at `node_index` of `space` (a published version), in the
+    /// place a reserve took: its stores go to the store from now on.
+    fn historize(&self, space: &super::AddressSpace, node_index: u32);
+}
+
+/// Makes `node` (a Variable about to be added at run time) historized when `asked` (the
+/// adder wants history) or when the run-time history's node patterns name it: Historizing
+/// true, HistoryRead in its AccessLevel and UserAccessLevel (and HistoryWrite when the
+/// patterns name it, as at start, or when `history_write` asks). `Ok(true)`: a place was
+/// reserved, and the caller calls [`RunTimeHistory::historize`] once the node is published,
+/// or [`RunTimeHistory::release`] when it is not. `Err`: asked and not possible —
+/// `BadNodeAttributesInvalid` without a history store (or for a Variable without a stored
+/// value), `BadResourceUnavailable` at the bound. Named only by the patterns and at the
+/// bound: `Ok(false)`, the node is added without history (Historizing stays false).
+pub fn prepare_historized(
+    hub: &ChangeHub,
+    node: &mut super::Node,
+    asked: bool,
+    history_write: bool,
+) -> Result<bool, StatusCode> {
+    use super::access_level::{HISTORY_READ, HISTORY_WRITE};
+    let stored = node.value_cell().is_some();
+    let Some(h) = hub.run_time_history() else {
+        return if asked {
+            Err(StatusCode::BadNodeAttributesInvalid)
+        } else {
+            Ok(false)
+        };
+    };
+    let named = stored && h.wants(&node.node_id);
+    if !asked && !named {
+        return Ok(false);
+    }
+    if !stored {
+        return Err(StatusCode::BadNodeAttributesInvalid);
+    }
+    match h.reserve() {
+        Ok(()) => {}
+        Err(s) if asked => return Err(s),
+        Err(_) => return Ok(false),
+    }
+    let bits = HISTORY_READ
+        | if named || history_write {
+            HISTORY_WRITE
+        } else {
+            0
+        };
+    match &mut node.attributes {
+        super::ClassAttributes::Variable(v) => {
+            v.historizing = true;
+            v.access_level |= bits;
+            v.user_access_level |= bits;
+            Ok(true)
+        }
+        _ => {
+            h.release();
+            Err(StatusCode::BadNodeAttributesInvalid)
+        }
+    }
 }
 
 /// What the monitored items of one shard on one node ask for: the demand signal a
@@ -156,6 +234,8 @@ pub struct ChangeHub {
     /// One bit per node: its stores go to `recorder`.
     recorded: Box<[AtomicU64]>,
     recorder: OnceLock<Arc<dyn ChangeRecorder>>,
+    /// Historizes Variables added at run time (the history store, when there is one).
+    run_time_history: OnceLock<Arc<dyn RunTimeHistory>>,
     /// One bit per node: the shards tell `demand_sink` about the items on it.
     demanded: Box<[AtomicU64]>,
     demand_sink: OnceLock<Arc<dyn DemandSink>>,
@@ -179,6 +259,7 @@ impl ChangeHub {
             counters: ChangeCounters::default(),
             recorded: (0..nodes.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             recorder: OnceLock::new(),
+            run_time_history: OnceLock::new(),
             demanded: (0..nodes.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             demand_sink: OnceLock::new(),
         }
@@ -241,6 +322,32 @@ impl ChangeHub {
         }
         fence(Ordering::SeqCst);
         ok
+    }
+
+    /// Hands the later stores of node `node_index` to the recorder set by
+    /// [`ChangeHub::record`] (a Variable historized at run time). `false` without a recorder
+    /// or for an index out of range. Followed by a SeqCst fence, as `record`.
+    pub fn record_node(&self, node_index: u32) -> bool {
+        if self.recorder.get().is_none() {
+            return false;
+        }
+        let Some(w) = self.recorded.get(node_index as usize / 64) else {
+            return false;
+        };
+        w.fetch_or(1 << (node_index % 64), Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        true
+    }
+
+    /// Sets what historizes Variables added at run time (once per hub: a second one is
+    /// refused with `false`).
+    pub fn set_run_time_history(&self, h: Arc<dyn RunTimeHistory>) -> bool {
+        self.run_time_history.set(h).is_ok()
+    }
+
+    /// What historizes Variables added at run time, when the server keeps history.
+    pub fn run_time_history(&self) -> Option<&Arc<dyn RunTimeHistory>> {
+        self.run_time_history.get()
     }
 
     #[inline]
@@ -321,7 +428,12 @@ impl ChangeHub {
     /// tracked only if asked).
     pub fn forget(&self, node_index: u32) {
         if let Some(w) = self.recorded.get(node_index as usize / 64) {
-            w.fetch_and(!(1 << (node_index % 64)), Ordering::SeqCst);
+            let bit = 1u64 << (node_index % 64);
+            if w.fetch_and(!bit, Ordering::SeqCst) & bit != 0 {
+                if let Some(r) = self.recorder.get() {
+                    r.forget(node_index);
+                }
+            }
         }
         self.track_demand(node_index, false);
     }

@@ -91,13 +91,20 @@ fn commit(state: &ServiceState, edit: crate::address_space::edit::Edit, now: Now
     }
 }
 
+/// What an AddNodesItem asks of the history: Historizing (and the HistoryWrite bit).
+#[derive(Clone, Copy, Default)]
+struct HistoryAsked {
+    historizing: bool,
+    history_write: bool,
+}
+
 /// Builds the node of one AddNodesItem (checked against `space`), or the item's status.
 fn node_of(
     space: &AddressSpace,
     item: &AddNodesItem,
     node_id: NodeId,
     parent: &NodeId,
-) -> Result<Node, StatusCode> {
+) -> Result<(Node, HistoryAsked), StatusCode> {
     let name = &item.browse_name;
     if name.name.as_str().is_empty() {
         return Err(StatusCode::BadBrowseNameInvalid);
@@ -132,7 +139,7 @@ fn node_of(
                 *event_notifier = attrs.event_notifier & 0x05;
             }
             apply_common(&mut node, name, attrs.display_name, attrs.description);
-            Ok(node)
+            Ok((node, HistoryAsked::default()))
         }
         NodeClass::Variable => {
             let attrs: VariableAttributes = match item.node_attributes.decode_as(limits) {
@@ -180,8 +187,14 @@ fn node_of(
             {
                 return Err(StatusCode::BadNodeAttributesInvalid);
             }
+            let asked = HistoryAsked {
+                historizing: attrs.historizing,
+                history_write: attrs.access_level
+                    & crate::address_space::access_level::HISTORY_WRITE
+                    != 0,
+            };
             apply_common(&mut node, name, attrs.display_name, attrs.description);
-            Ok(node)
+            Ok((node, asked))
         }
         NodeClass::Unspecified => Err(StatusCode::BadNodeClassInvalid),
         _ => Err(StatusCode::BadNodeClassInvalid),
@@ -231,6 +244,9 @@ pub fn add_nodes(
     }
     let shared = state.shared().clone();
     let mut edit = shared.model.edit();
+    let hub = shared.address_space.changes().clone();
+    // Indexes of the added Variables that took a place among the run-time historized ones.
+    let mut historized: Vec<u32> = Vec::new();
     let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
     let mut results = Vec::with_capacity(req.nodes_to_add.len());
     for item in &req.nodes_to_add {
@@ -266,9 +282,32 @@ pub fn add_nodes(
             if name_taken(space, parent_index, &item.browse_name) {
                 return Err(StatusCode::BadBrowseNameDuplicated);
             }
-            let node = node_of(space, item, node_id.clone(), &parent)?;
-            edit.add_node(node)?;
-            Ok(node_id)
+            let (mut node, asked) = node_of(space, item, node_id.clone(), &parent)?;
+            if asked.historizing
+                && !permits(space, parent_index, roles, PermissionType::WriteHistorizing)
+            {
+                return Err(StatusCode::BadUserAccessDenied);
+            }
+            let reserved = crate::address_space::change::prepare_historized(
+                &hub,
+                &mut node,
+                asked.historizing,
+                asked.history_write,
+            )?;
+            match edit.add_node(node) {
+                Ok(index) => {
+                    if reserved {
+                        historized.push(index);
+                    }
+                    Ok(node_id)
+                }
+                Err(s) => {
+                    if let (true, Some(h)) = (reserved, hub.run_time_history()) {
+                        h.release();
+                    }
+                    Err(s)
+                }
+            }
         })();
         results.push(match r {
             Ok(id) => AddNodesResult {
@@ -281,7 +320,19 @@ pub fn add_nodes(
             },
         });
     }
-    if !commit(state, edit, now) {
+    let published = commit(state, edit, now);
+    if let Some(h) = hub.run_time_history() {
+        // Historized from the version that publishes them on (or the places given back).
+        let space = shared.model.load();
+        for index in historized {
+            if published {
+                h.historize(&space, index);
+            } else {
+                h.release();
+            }
+        }
+    }
+    if !published {
         for r in results.iter_mut().filter(|r| r.status_code.is_good()) {
             *r = AddNodesResult {
                 status_code: StatusCode::BadResourceUnavailable,

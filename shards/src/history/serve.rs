@@ -78,6 +78,70 @@ pub struct Historian {
     /// Operations answered by the readers, and refused for a full read queue.
     reads: AtomicU64,
     reads_refused: AtomicU64,
+    /// `[history] nodes` and `max_run_time_historized`, for Variables added while the
+    /// server runs (read by [`Historian::attach`]).
+    run_time_config: Mutex<(Vec<String>, usize)>,
+    /// The run-time historized Variables (made by attach).
+    run_time: OnceLock<RunTime>,
+    /// The registrar thread (`uaring-hreg`), joined by [`Historian::shutdown`].
+    registrar: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Nice value of the history threads.
+    nice: i32,
+}
+
+/// Default of `[history] max_run_time_historized`.
+pub const DEFAULT_MAX_RUN_TIME_HISTORIZED: usize = 1000;
+
+/// Values of a run-time historized Variable kept while its series is being made (by the
+/// registrar thread: a new series is made durable before its first value); more are
+/// dropped, counted and marked like a full ingest queue's.
+const PENDING_SAMPLES: usize = 32;
+
+/// How long a reader waits for the series of a Variable historized a moment ago.
+const REGISTRATION_WAIT_MS: u64 = 2000;
+
+/// A free run-time place; a series not made yet.
+const NONE: u32 = u32::MAX;
+
+/// The Variables historized while the server runs (AddNodes with Historizing, the
+/// library, `[history] nodes` patterns): at most `slots.len()`
+/// (`max_run_time_historized`), each in a place of its own. Shards look a node up by its
+/// index without a lock; the series is made by the registrar thread (`uaring-hreg`), so
+/// nothing on a shard waits for the store.
+struct RunTime {
+    patterns: Vec<Pattern>,
+    /// Places taken (reserved or in use), ≤ `slots.len()`.
+    taken: std::sync::atomic::AtomicUsize,
+    /// By node index: 0, or 1 + the place of the run-time historized Variable there.
+    by_index: Box<[std::sync::atomic::AtomicU32]>,
+    slots: Box<[RunTimeSlot]>,
+    registrations: SyncSender<Registration>,
+    /// Variables the patterns named that were added without history (the bound was reached)
+    /// and series that could not be made.
+    refused: AtomicU64,
+    failed: AtomicU64,
+}
+
+struct RunTimeSlot {
+    /// The node's index (`NONE`: the place is free).
+    node_index: std::sync::atomic::AtomicU32,
+    /// Its series (`NONE`: being made; values wait in `pending`).
+    series: std::sync::atomic::AtomicU32,
+    /// Taken anew each time the place is: a registration for an earlier node is ignored.
+    ticket: AtomicU64,
+    /// Recorders between looking at `series` and queueing in `pending`.
+    inflight: std::sync::atomic::AtomicU32,
+    pending: crossbeam_queue::ArrayQueue<Sample>,
+    /// The earliest SourceTimestamp dropped since the series last got a value through.
+    lost: std::sync::atomic::AtomicI64,
+    stepped: std::sync::atomic::AtomicBool,
+}
+
+/// A series to make, for the registrar thread.
+struct Registration {
+    slot: usize,
+    ticket: u64,
+    node_id: NodeId,
 }
 
 /// The backend behind the archive, with its writer threads.
@@ -353,6 +417,20 @@ impl Historian {
 
     /// Starts the backend `[history]` chooses.
     pub fn open(config: &HistoryConfig) -> Result<Arc<Historian>, StoreError> {
+        let h = Self::open_backend(config)?;
+        h.set_run_time(config.nodes.clone(), config.max_run_time_historized);
+        Ok(h)
+    }
+
+    /// Sets what Variables added while the server runs are historized by (the `[history]
+    /// nodes` patterns) and how many at most; before [`Historian::attach`], which reads it.
+    pub fn set_run_time(&self, patterns: Vec<String>, max: usize) {
+        if let Ok(mut c) = self.run_time_config.lock() {
+            *c = (patterns, max);
+        }
+    }
+
+    fn open_backend(config: &HistoryConfig) -> Result<Arc<Historian>, StoreError> {
         match config.backend.as_str() {
             "postgres" => Self::start_postgres(
                 config.pg_config().map_err(StoreError::Config)?,
@@ -389,6 +467,10 @@ impl Historian {
             readers: Mutex::new(Vec::new()),
             reads: AtomicU64::new(0),
             reads_refused: AtomicU64::new(0),
+            run_time_config: Mutex::new((Vec::new(), DEFAULT_MAX_RUN_TIME_HISTORIZED)),
+            run_time: OnceLock::new(),
+            registrar: Mutex::new(None),
+            nice,
         });
         let rx = Arc::new(Mutex::new(rx));
         let mut readers = Vec::with_capacity(read_threads.max(1));
@@ -507,13 +589,18 @@ impl Historian {
         if self.nodes.set(nodes).is_err() {
             return Err(StoreError::Invalid("history attached twice"));
         }
+        self.start_run_time(space)?;
         if events {
             let recorder: Arc<dyn EventRecorder> = self.clone();
             shared.events.bus.record(recorder);
         }
+        // The recorder is set even with nothing historized yet: Variables added at run time
+        // are recorded through it.
+        let recorder: Arc<dyn ChangeRecorder> = self.clone();
+        space.changes().record(recorder, indices.iter().copied());
+        let h: Arc<dyn uaring_core::address_space::change::RunTimeHistory> = self.clone();
+        space.changes().set_run_time_history(h);
         if !indices.is_empty() {
-            let recorder: Arc<dyn ChangeRecorder> = self.clone();
-            space.changes().record(recorder, indices.iter().copied());
             // The value each one starts with is its first sample of this run.
             for index in indices {
                 if let Some(dv) = space
@@ -546,6 +633,16 @@ impl Historian {
         for r in readers {
             let _ = r.join();
         }
+        if let Some(rt) = self.run_time.get() {
+            let _ = rt.registrations.send(Registration {
+                slot: usize::MAX,
+                ticket: 0,
+                node_id: NodeId::default(),
+            });
+        }
+        if let Some(r) = self.registrar.lock().ok().and_then(|mut r| r.take()) {
+            let _ = r.join();
+        }
         match &self.backend {
             Backend::Embedded(_, w) => match w.lock().ok().and_then(|mut w| w.take()) {
                 Some(w) => w.shutdown(),
@@ -558,8 +655,45 @@ impl Historian {
         }
     }
 
+    /// The series of a historized Variable (on a reader thread: one historized a moment ago
+    /// is waited for, up to [`REGISTRATION_WAIT_MS`]).
     fn series(&self, node: &NodeId) -> Option<SeriesId> {
+        if let Some(slot) = self.run_time_slot(node) {
+            let rt = self.run_time.get()?;
+            let s = rt.slots.get(slot)?;
+            let deadline =
+                std::time::Instant::now() + std::time::Duration::from_millis(REGISTRATION_WAIT_MS);
+            loop {
+                let id = s.series.load(Ordering::Acquire);
+                if id != NONE {
+                    return Some(SeriesId(id));
+                }
+                if s.node_index.load(Ordering::Acquire) == NONE
+                    || std::time::Instant::now() >= deadline
+                {
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
         self.nodes.get()?.by_id.get(node).copied()
+    }
+
+    /// The run-time place of the Variable `node` in the current address space, if it was
+    /// historized while the server runs (one atomic look-up by its index; no lock).
+    fn run_time_slot(&self, node: &NodeId) -> Option<usize> {
+        let rt = self.run_time.get()?;
+        let shared = self.shared.get()?.upgrade()?;
+        let space = shared.model.current();
+        let index = space.node_index(node)?;
+        let v = rt.by_index.get(index as usize)?.load(Ordering::Acquire);
+        (v != 0).then(|| v as usize - 1)
+    }
+
+    /// Is the node historized (at start or since)? For the shards (no wait).
+    fn is_historized(&self, node: &NodeId) -> bool {
+        self.run_time_slot(node).is_some()
+            || self.nodes.get().is_some_and(|n| n.by_id.contains_key(node))
     }
 
     fn event_series(&self, notifier: &NodeId) -> Option<SeriesId> {
@@ -567,6 +701,13 @@ impl Historian {
     }
 
     fn stepped(&self, id: SeriesId) -> bool {
+        if let Some(s) = self.run_time.get().and_then(|rt| {
+            rt.slots
+                .iter()
+                .find(|s| s.series.load(Ordering::Acquire) == id.0)
+        }) {
+            return s.stepped.load(Ordering::Relaxed);
+        }
         self.nodes
             .get()
             .and_then(|n| n.stepped.get(&id).copied())
@@ -581,8 +722,39 @@ impl Historian {
         let Some(nodes) = self.nodes.get() else {
             return;
         };
+        self.push_to(id, nodes.lost.get(id.0 as usize), sample);
+    }
+
+    /// The cell that marks values of series `id` a full queue dropped: the start-time
+    /// series' own, or a run-time place's (looked for only when a drop-oldest queue
+    /// displaced a value of a series made at run time).
+    fn lost_cell(&self, id: SeriesId) -> Option<&std::sync::atomic::AtomicI64> {
+        let nodes = self.nodes.get()?;
+        if let Some(l) = nodes.lost.get(id.0 as usize) {
+            return Some(l);
+        }
+        self.run_time.get().and_then(|rt| {
+            rt.slots
+                .iter()
+                .find(|s| s.series.load(Ordering::Acquire) == id.0)
+                .map(|s| &s.lost)
+        })
+    }
+
+    /// [`Historian::push`] with the series' mark cell.
+    fn push_to(
+        &self,
+        id: SeriesId,
+        lost_cell: Option<&std::sync::atomic::AtomicI64>,
+        sample: Sample,
+    ) {
         let mark = |series: SeriesId, ts: i64| {
-            if let Some(l) = nodes.lost.get(series.0 as usize) {
+            let cell = if series == id {
+                lost_cell
+            } else {
+                self.lost_cell(series)
+            };
+            if let Some(l) = cell {
                 l.fetch_min(ts, Ordering::AcqRel);
             }
         };
@@ -605,7 +777,7 @@ impl Historian {
                 }
             }
         };
-        if let Some(lost) = nodes.lost.get(id.0 as usize) {
+        if let Some(lost) = lost_cell {
             if lost.load(Ordering::Acquire) != NOTHING_LOST {
                 let marked = lost.swap(NOTHING_LOST, Ordering::AcqRel);
                 if marked != NOTHING_LOST {
@@ -1553,6 +1725,26 @@ fn reader_loop(h: &std::sync::Weak<Historian>, rx: &Mutex<Receiver<Job>>) {
 
 impl ChangeRecorder for Historian {
     fn record(&self, node_index: u32, value: &DataValue) {
+        let now = crate::clock::utc_now();
+        let sample = || Sample {
+            source_ts: value.source_timestamp.unwrap_or(now).0,
+            server_ts: now.0,
+            status: value.status.map_or(0, |s| s.0),
+            value: value.value.clone(),
+        };
+        // A Variable historized at run time (its index may have been a start-time node's).
+        if let Some(rt) = self.run_time.get() {
+            let place = rt
+                .by_index
+                .get(node_index as usize)
+                .map_or(0, |p| p.load(Ordering::Acquire));
+            if place != 0 {
+                if let Some(slot) = rt.slots.get(place as usize - 1) {
+                    self.record_run_time(slot, sample());
+                }
+                return;
+            }
+        }
         let Some(id) = self
             .nodes
             .get()
@@ -1560,16 +1752,251 @@ impl ChangeRecorder for Historian {
         else {
             return;
         };
-        let now = crate::clock::utc_now();
-        self.push(
-            id,
-            Sample {
-                source_ts: value.source_timestamp.unwrap_or(now).0,
-                server_ts: now.0,
-                status: value.status.map_or(0, |s| s.0),
-                value: value.value.clone(),
-            },
+        self.push(id, sample());
+    }
+
+    fn forget(&self, node_index: u32) {
+        let Some(rt) = self.run_time.get() else {
+            return;
+        };
+        let Some(p) = rt.by_index.get(node_index as usize) else {
+            return;
+        };
+        let place = p.swap(0, Ordering::AcqRel);
+        if place == 0 {
+            return;
+        }
+        if let Some(slot) = rt.slots.get(place as usize - 1) {
+            // Values still waiting for the series go with the place.
+            while slot.pending.pop().is_some() {}
+            slot.series.store(NONE, Ordering::Release);
+            slot.node_index.store(NONE, Ordering::Release);
+            rt.taken.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Historian {
+    /// Makes the run-time state: the patterns (the address space's namespaces resolve
+    /// them), `max_run_time_historized` places, the registrar thread.
+    fn start_run_time(
+        self: &Arc<Self>,
+        space: &uaring_core::address_space::AddressSpace,
+    ) -> Result<(), StoreError> {
+        let (patterns, max) = self
+            .run_time_config
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        let uris: Vec<String> = space
+            .namespace_uris()
+            .iter()
+            .map(|u| u.as_str().to_string())
+            .collect();
+        let patterns = patterns
+            .iter()
+            .filter_map(|p| parse_pattern(p, &uris).ok())
+            .collect();
+        let (tx, rx) = sync_channel::<Registration>(max.saturating_mul(2).max(1));
+        let slots: Box<[RunTimeSlot]> = (0..max)
+            .map(|_| RunTimeSlot {
+                node_index: std::sync::atomic::AtomicU32::new(NONE),
+                series: std::sync::atomic::AtomicU32::new(NONE),
+                ticket: AtomicU64::new(0),
+                inflight: std::sync::atomic::AtomicU32::new(0),
+                pending: crossbeam_queue::ArrayQueue::new(PENDING_SAMPLES),
+                lost: std::sync::atomic::AtomicI64::new(NOTHING_LOST),
+                stepped: std::sync::atomic::AtomicBool::new(true),
+            })
+            .collect();
+        let capacity = space.changes().index_capacity();
+        let rt = RunTime {
+            patterns,
+            taken: std::sync::atomic::AtomicUsize::new(0),
+            by_index: (0..if max == 0 { 0 } else { capacity })
+                .map(|_| std::sync::atomic::AtomicU32::new(0))
+                .collect(),
+            slots,
+            registrations: tx,
+            refused: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        };
+        if self.run_time.set(rt).is_err() {
+            return Err(StoreError::Invalid("history attached twice"));
+        }
+        if max > 0 {
+            let h = Arc::downgrade(self);
+            let nice = self.nice;
+            let t = std::thread::Builder::new()
+                .name("uaring-hreg".into())
+                .spawn(move || {
+                    crate::handshake_pool::set_nice(nice);
+                    registrar_loop(&h, rx)
+                })
+                .map_err(StoreError::Io)?;
+            if let Ok(mut r) = self.registrar.lock() {
+                *r = Some(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// A value of a run-time historized Variable: to the ingest queue once its series is
+    /// made, else into the place's pending queue (full: dropped, counted and marked).
+    fn record_run_time(&self, slot: &RunTimeSlot, sample: Sample) {
+        slot.inflight.fetch_add(1, Ordering::SeqCst);
+        let series = slot.series.load(Ordering::SeqCst);
+        if series == NONE {
+            let ts = sample.source_ts;
+            if slot.pending.push(sample).is_err() {
+                slot.lost.fetch_min(ts, Ordering::AcqRel);
+                self.ingest.count_dropped();
+            }
+            slot.inflight.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        slot.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.push_to(SeriesId(series), Some(&slot.lost), sample);
+    }
+
+    /// Makes the series of a run-time historized Variable (on the registrar thread) and
+    /// hands it the values that waited.
+    fn register(&self, r: Registration) {
+        let Some(rt) = self.run_time.get() else {
+            return;
+        };
+        let Some(slot) = rt.slots.get(r.slot) else {
+            return;
+        };
+        if slot.ticket.load(Ordering::Acquire) != r.ticket
+            || slot.node_index.load(Ordering::Acquire) == NONE
+        {
+            return;
+        }
+        match self.archive.series(&r.node_id.to_string()) {
+            Ok(id) => {
+                if slot.ticket.load(Ordering::Acquire) != r.ticket
+                    || slot.node_index.load(Ordering::Acquire) == NONE
+                {
+                    return;
+                }
+                slot.series.store(id.0, Ordering::SeqCst);
+                // A recorder that saw no series yet finishes its push into `pending` first.
+                while slot.inflight.load(Ordering::SeqCst) != 0 {
+                    std::hint::spin_loop();
+                }
+                while let Some(sample) = slot.pending.pop() {
+                    self.push_to(id, Some(&slot.lost), sample);
+                }
+            }
+            Err(e) => {
+                rt.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(node = %r.node_id, "history: no series for a Variable historized at run time: {e}");
+            }
+        }
+    }
+
+    /// Run-time historized Variables now, the bound, those the patterns named that were
+    /// added without history at the bound, and those whose series could not be made.
+    pub fn run_time_counts(&self) -> (usize, usize, u64, u64) {
+        self.run_time.get().map_or((0, 0, 0, 0), |rt| {
+            (
+                rt.taken.load(Ordering::Relaxed),
+                rt.slots.len(),
+                rt.refused.load(Ordering::Relaxed),
+                rt.failed.load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+fn registrar_loop(h: &std::sync::Weak<Historian>, rx: Receiver<Registration>) {
+    while let Ok(r) = rx.recv() {
+        if r.slot == usize::MAX {
+            return;
+        }
+        let Some(h) = h.upgrade() else { return };
+        h.register(r);
+        drop(h);
+    }
+}
+
+impl uaring_core::address_space::change::RunTimeHistory for Historian {
+    fn wants(&self, node_id: &NodeId) -> bool {
+        self.run_time
+            .get()
+            .is_some_and(|rt| rt.patterns.iter().any(|p| p.matches(node_id)))
+    }
+
+    fn reserve(&self) -> Result<(), StatusCode> {
+        let Some(rt) = self.run_time.get() else {
+            return Err(StatusCode::BadResourceUnavailable);
+        };
+        let max = rt.slots.len();
+        let taken = rt
+            .taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                (t < max).then_some(t + 1)
+            });
+        if taken.is_err() {
+            rt.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(StatusCode::BadResourceUnavailable);
+        }
+        Ok(())
+    }
+
+    fn release(&self) {
+        if let Some(rt) = self.run_time.get() {
+            rt.taken.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn historize(&self, space: &uaring_core::address_space::AddressSpace, node_index: u32) {
+        let Some(rt) = self.run_time.get() else {
+            return;
+        };
+        let node = space.node_at(node_index);
+        let (Some(node), Some(by_index)) = (node, rt.by_index.get(node_index as usize)) else {
+            return self.release();
+        };
+        let Some(cell) = node.value_cell() else {
+            return self.release();
+        };
+        // A free place: there is one, since reserve counted this one in.
+        let Some((place, slot)) = rt.slots.iter().enumerate().find(|(_, s)| {
+            s.node_index
+                .compare_exchange(NONE, node_index, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        }) else {
+            return self.release();
+        };
+        let ticket = slot.ticket.fetch_add(1, Ordering::AcqRel) + 1;
+        slot.series.store(NONE, Ordering::SeqCst);
+        slot.lost.store(NOTHING_LOST, Ordering::Release);
+        let current = cell.load();
+        slot.stepped.store(
+            !matches!(current.value, Variant::Double(_) | Variant::Float(_)),
+            Ordering::Relaxed,
         );
+        if rt
+            .registrations
+            .try_send(Registration {
+                slot: place,
+                ticket,
+                node_id: node.node_id(),
+            })
+            .is_err()
+        {
+            rt.failed.fetch_add(1, Ordering::Relaxed);
+            slot.node_index.store(NONE, Ordering::Release);
+            return self.release();
+        }
+        by_index.store(place as u32 + 1, Ordering::Release);
+        space.changes().record_node(node_index);
+        // The value it starts with is its first sample (a store between the mark and this
+        // load is recorded twice at worst, never lost).
+        let dv = cell.load();
+        ChangeRecorder::record(self, node_index, &dv);
     }
 }
 
@@ -1624,7 +2051,7 @@ impl HistoryBackend for Historian {
         if events {
             self.event_series(node_id).is_some()
         } else {
-            self.series(node_id).is_some()
+            self.is_historized(node_id)
         }
     }
 
@@ -1832,8 +2259,12 @@ pub struct HistoryConfig {
     /// Variables to historize besides those the application or a NodeSet marks: NodeIds
     /// (`ns=2;s=Boiler.Temp`, `nsu=urn:…;i=1001`), or a string-id prefix ending in `*`
     /// (`nsu=http://example.com/boiler/;s=Boiler.*`). Each must match at least one Variable
-    /// with a stored value (else the start fails, naming it).
+    /// with a stored value (else the start fails, naming it); a prefix may match none at
+    /// start. Variables added while the server runs that they name are historized too.
     pub nodes: Vec<String>,
+    /// Most Variables historized while the server runs (added by AddNodes with
+    /// Historizing, the library, or named by `nodes`), at once; 0: none. ≤ 1,000,000.
+    pub max_run_time_historized: usize,
 }
 
 impl Default for HistoryConfig {
@@ -1853,6 +2284,7 @@ impl Default for HistoryConfig {
             nice: 10,
             writer_policy: "batch".to_string(),
             nodes: Vec::new(),
+            max_run_time_historized: DEFAULT_MAX_RUN_TIME_HISTORIZED,
         }
     }
 }
@@ -1871,6 +2303,9 @@ impl HistoryConfig {
         }
         if !(0..=19).contains(&self.nice) {
             return Err("history.nice must be 0..=19".into());
+        }
+        if self.max_run_time_historized > 1_000_000 {
+            return Err("history.max_run_time_historized must be 0..=1000000".into());
         }
         let on_full = match self.on_full.as_str() {
             "drop-newest" => super::OnFull::DropNewest,
@@ -2048,7 +2483,12 @@ pub fn historize_nodes(
             }
         },
     );
-    if let Some((i, _)) = hits.iter().enumerate().find(|(_, h)| **h == 0) {
+    // A prefix may name only Variables added while the server runs; a NodeId must be there.
+    if let Some((i, _)) = hits
+        .iter()
+        .enumerate()
+        .find(|(i, h)| **h == 0 && matches!(parsed.get(*i), Some(Pattern::Exact(_))))
+    {
         return Err(format!(
             "history.nodes {:?} matches no Variable with a stored value",
             patterns.get(i).map(String::as_str).unwrap_or("")
