@@ -124,3 +124,91 @@ def test_nodes_come_and_go_while_a_client_browses_and_subscribes(nm_server):
             await admin.disconnect()
 
     run(body())
+
+
+@pytest.fixture(scope="module")
+def hist_nm_server(tmp_path_factory):
+    """A server with a history store and no Variable historized at start."""
+    root = tmp_path_factory.mktemp("uaring-nm-history")
+    admin = uaring("hash-password", stdin="admin-pw\n").strip()
+    cfg = root / "uaring.toml"
+    cfg.write_text(
+        '[security]\nanonymous = "read"\n'
+        f'[[users]]\nname = "admin"\npassword = "{admin}"\nroles = ["ConfigureAdmin", "Operator"]\n'
+        f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n'
+    )
+    s = Server("--pki", str(root / "pki"), "--config", str(cfg))
+    yield s
+    assert s.stop() == 0
+
+
+def historized_variable_item(node_id, name, value):
+    """An AddNodesItem of a Double Variable with Historizing and HistoryRead in its
+    AccessLevel (asyncua's add_variable cannot ask for history)."""
+    attrs = ua.VariableAttributes()
+    attrs.DisplayName = ua.LocalizedText(name)
+    attrs.Value = ua.Variant(value, ua.VariantType.Double)
+    attrs.DataType = ua.NodeId(ua.ObjectIds.Double)
+    attrs.ValueRank = -1
+    attrs.AccessLevel = 0x07  # CurrentRead | CurrentWrite | HistoryRead
+    attrs.UserAccessLevel = 0x07
+    attrs.Historizing = True
+    attrs.SpecifiedAttributes = (
+        ua.NodeAttributesMask.DisplayName
+        | ua.NodeAttributesMask.Value
+        | ua.NodeAttributesMask.DataType
+        | ua.NodeAttributesMask.ValueRank
+        | ua.NodeAttributesMask.AccessLevel
+        | ua.NodeAttributesMask.UserAccessLevel
+        | ua.NodeAttributesMask.Historizing
+    )
+    item = ua.AddNodesItem()
+    item.ParentNodeId = ua.NodeId(ua.ObjectIds.ObjectsFolder)
+    item.ReferenceTypeId = ua.NodeId(ua.ObjectIds.Organizes)
+    item.RequestedNewNodeId = node_id
+    item.BrowseName = ua.QualifiedName(name, node_id.NamespaceIndex)
+    item.NodeClass = ua.NodeClass.Variable
+    item.NodeAttributes = attrs
+    item.TypeDefinition = ua.NodeId(ua.ObjectIds.BaseDataVariableType)
+    return item
+
+
+def test_a_variable_added_with_historizing_keeps_its_history(hist_nm_server):
+    """AddNodes of a Variable with Historizing: the writes that follow are its history, read
+    back with read_raw_history (after the value it was added with, its first sample);
+    deleted, it is gone with its history (Part 11 §4.7)."""
+    import datetime
+
+    async def body():
+        admin = await login(hist_nm_server.url, "admin", "admin-pw")
+        try:
+            start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=5)
+            nid = ua.NodeId("Trend.Level", 1)
+            [res] = await admin.uaclient.add_nodes([historized_variable_item(nid, "TrendLevel", 0.5)])
+            assert res.StatusCode.is_good(), res.StatusCode
+            node = admin.get_node(nid)
+            assert (await node.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
+            access = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            assert access & 0x04, access
+            written = [1.25, 2.5, 3.75]
+            for v in written:
+                await node.write_value(ua.DataValue(ua.Variant(v, ua.VariantType.Double)))
+            want = [0.5, *written]
+            got = []
+            for _ in range(100):
+                end = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=5)
+                got = [
+                    v.Value.Value
+                    for v in await node.read_raw_history(start, end, return_bounds=False)
+                ]
+                if got == want:
+                    break
+                await asyncio.sleep(0.1)
+            assert got == want
+            await admin.delete_nodes([node])
+            with pytest.raises(uaerrors.BadNodeIdUnknown):
+                await node.read_raw_history(start, datetime.datetime.now(datetime.timezone.utc))
+        finally:
+            await admin.disconnect()
+
+    run(body())
