@@ -1035,11 +1035,67 @@ impl ServerHandle {
     /// at a time; an edit that raced a client's NodeManagement request is run again on the
     /// newer version, so `f` may run more than once. docs/Embedding.md, "Nodes added and
     /// removed while serving".
+    ///
+    /// A Variable with a stored value that `f` adds with Historizing true is historized from
+    /// the moment it is published, as [`ServerHandle::add_historized_variable`] does; the
+    /// edit is refused (nothing published) with `Status(BadNodeAttributesInvalid)` when the
+    /// server keeps no history and `Status(BadResourceUnavailable)` past
+    /// `history.max_run_time_historized`. The `[history] nodes` patterns are not applied to
+    /// nodes built here: set Historizing yourself, and the HistoryRead bit of the
+    /// AccessLevel and UserAccessLevel for clients to read the history.
     pub fn edit<R>(
         &self,
-        f: impl FnMut(&mut uaring_core::address_space::edit::Edit) -> Result<R, uaring_core::StatusCode>,
+        mut f: impl FnMut(
+            &mut uaring_core::address_space::edit::Edit,
+        ) -> Result<R, uaring_core::StatusCode>,
     ) -> Result<R, Error> {
-        edit_model(&self.setup.shared, &self.model_writer, f).map_err(Error::Status)
+        let hub = self.setup.shared.address_space.changes().clone();
+        let mut reserved: Vec<u32> = Vec::new();
+        let release = |reserved: &mut Vec<u32>| {
+            if let Some(h) = hub.run_time_history() {
+                for _ in reserved.drain(..) {
+                    h.release();
+                }
+            }
+        };
+        let r = edit_model(&self.setup.shared, &self.model_writer, |e| {
+            // Run again after a race: the places of the first run are given back.
+            release(&mut reserved);
+            let r = f(e)?;
+            let added: Vec<u32> = e.added().collect();
+            for index in added {
+                let asked = e.space().node_at(index).is_some_and(|n| {
+                    n.as_variable().is_some_and(|v| v.historizing()) && n.value_cell().is_some()
+                });
+                if !asked {
+                    continue;
+                }
+                let Some(h) = hub.run_time_history() else {
+                    return Err(uaring_core::StatusCode::BadNodeAttributesInvalid);
+                };
+                if let Err(s) = h.reserve() {
+                    release(&mut reserved);
+                    return Err(s);
+                }
+                reserved.push(index);
+            }
+            Ok(r)
+        });
+        match r {
+            Ok(r) => {
+                if let Some(h) = hub.run_time_history() {
+                    let space = self.setup.shared.model.load();
+                    for index in reserved.drain(..) {
+                        h.historize(&space, index);
+                    }
+                }
+                Ok(r)
+            }
+            Err(s) => {
+                release(&mut reserved);
+                Err(Error::Status(s))
+            }
+        }
     }
 
     /// Adds a Double, Int32, String, … Variable with a stored value under `parent`
@@ -1136,7 +1192,7 @@ impl ServerHandle {
                 }
             }
         };
-        let added = self.edit(|e| {
+        let added = edit_model(&self.setup.shared, &self.model_writer, |e| {
             release(&mut reserved);
             if e.space().node(parent).is_none() {
                 return Err(uaring_core::StatusCode::BadParentNodeIdInvalid);
@@ -1166,7 +1222,8 @@ impl ServerHandle {
                 release(&mut reserved);
             }
             r
-        });
+        })
+        .map_err(Error::Status);
         let index = match added {
             Ok(i) => i,
             Err(Error::Status(uaring_core::StatusCode::BadTooManyOperations)) if historize => {

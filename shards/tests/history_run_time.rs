@@ -10,7 +10,7 @@ mod history_cases;
 use std::sync::Arc;
 
 use history_cases::*;
-use uaring::{Error, NodeId, Server, StatusCode, Variant};
+use uaring::{DataValue, Error, NodeId, Server, StatusCode, Variant};
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
 use uaring_core::secure_channel::SecurityPolicy;
@@ -193,6 +193,39 @@ fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
         .expect("add again");
     auto2.set_with(dv(at(t0, 11.0), 11.0)).unwrap();
     wait_raw(&mut c, &auto_id, t0, end, &[10.0, 11.0]);
+
+    // Built with `edit`, Historizing set by the application: historized too, within the
+    // bound (Level and Auto.Speed hold both places now).
+    let built_id = NodeId::string(1, "Built");
+    let build = |e: &mut uaring_core::address_space::edit::Edit| {
+        let mut node = uaring_core::address_space::build::make::variable(
+            built_id.clone(),
+            uaring_core::QualifiedName::new(1, "Built"),
+            NodeId::ns0(11),
+            -1,
+            Vec::new(),
+            DataValue::new(Variant::Double(-1.0)),
+            3,
+            0.0,
+            Some((NodeId::ns0(OBJECTS), 35)),
+        );
+        if let uaring_core::address_space::ClassAttributes::Variable(v) = &mut node.attributes {
+            v.historizing = true;
+            v.access_level |= 0x04;
+            v.user_access_level |= 0x04;
+        }
+        e.add_node(node)
+    };
+    assert_eq!(
+        server.edit(build).err(),
+        Some(Error::Status(StatusCode::BadResourceUnavailable))
+    );
+    assert!(server.shared().model.load().node(&built_id).is_none());
+    server.delete_nodes(&[level_id.clone()]).unwrap();
+    server.edit(build).expect("a place is free");
+    let built = server.variable(&built_id).expect("handle");
+    built.set_with(dv(at(t0, 30.0), 30.0)).unwrap();
+    wait_raw(&mut c, &built_id, t0, end, &[30.0]);
     server.shutdown().unwrap();
 }
 
@@ -330,8 +363,6 @@ fn write(c: &mut Client, node: &NodeId, v: DataValue) -> StatusCode {
         other => panic!("{other:?}"),
     }
 }
-
-use uaring::DataValue;
 
 fn secure_server(dir: &Dir, history: &str) -> uaring::ServerHandle {
     let hash = uaring_crypto::hash_password("pw").unwrap();

@@ -134,6 +134,11 @@ impl Edit {
     }
 
     /// Has the edit changed anything?
+    /// The indexes of the nodes this edit added (and did not remove again), in no order.
+    pub fn added(&self) -> impl Iterator<Item = u32> + '_ {
+        self.added.iter().copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
