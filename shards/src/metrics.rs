@@ -861,6 +861,35 @@ fn history_families(out: &mut String, h: &crate::history::serve::Historian) {
         reads,
     );
     one(out, "uaring_history_reads_refused_total", "counter", "HistoryRead operations refused BadResourceUnavailable because the read queue was full (history.read_queue).", refused);
+    let (run_time, run_time_max, run_time_refused, run_time_failed) = h.run_time_counts();
+    one(
+        out,
+        "uaring_history_run_time_historized",
+        "gauge",
+        "Variables added while the server runs that are historized now.",
+        run_time as u64,
+    );
+    one(
+        out,
+        "uaring_history_run_time_historized_max",
+        "gauge",
+        "The bound on them (history.max_run_time_historized).",
+        run_time_max as u64,
+    );
+    one(
+        out,
+        "uaring_history_run_time_refused_total",
+        "counter",
+        "Run-time Variables refused history at the bound (asked for: refused with the node; named by history.nodes: added without history).",
+        run_time_refused,
+    );
+    one(
+        out,
+        "uaring_history_run_time_failed_total",
+        "counter",
+        "Run-time historized Variables whose series the store could not make (logged).",
+        run_time_failed,
+    );
 }
 
 #[cfg(test)]

@@ -170,7 +170,7 @@ fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
     );
 
     // Deleted: no more values are taken, and its place is free again.
-    server.delete_nodes(&[auto_id.clone()]).unwrap();
+    server.delete_nodes(std::slice::from_ref(&auto_id)).unwrap();
     assert!(auto.set(99.0).is_err(), "the handle of a deleted node");
     assert_eq!(
         history_status(&mut c, &auto_id, t0, end),
@@ -221,7 +221,7 @@ fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
         Some(Error::Status(StatusCode::BadResourceUnavailable))
     );
     assert!(server.shared().model.load().node(&built_id).is_none());
-    server.delete_nodes(&[level_id.clone()]).unwrap();
+    server.delete_nodes(std::slice::from_ref(&level_id)).unwrap();
     server.edit(build).expect("a place is free");
     let built = server.variable(&built_id).expect("handle");
     built.set_with(dv(at(t0, 30.0), 30.0)).unwrap();

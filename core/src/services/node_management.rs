@@ -11,6 +11,12 @@
 //! * **What.** AddNodes adds Objects and Variables (with a stored value) under a parent by
 //!   a non-abstract hierarchical reference; other node classes are BadNodeClassInvalid. A
 //!   null requested id gets `ns=1;g=<random>`.
+//! * **History.** A Variable whose VariableAttributes ask for Historizing is historized from
+//!   the version that publishes it on, by the runtime's history store
+//!   ([`crate::address_space::change::RunTimeHistory`]); the user needs WriteHistorizing on the
+//!   parent too (else BadUserAccessDenied). Without a store: BadNodeAttributesInvalid; past
+//!   the store's bound on run-time historized Variables: BadResourceUnavailable. A Variable the
+//!   store's node patterns name is historized without being asked (within the bound).
 //! * **How many.** At most `operation_limits.max_nodes_per_node_management` items per
 //!   request (more: BadTooManyOperations), and the run-time room of
 //!   `operation_limits.max_run_time_nodes` (BadResourceUnavailable past it).
