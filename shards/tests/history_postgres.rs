@@ -54,6 +54,17 @@ fn history_update_inserts_replaces_updates_and_deletes_by_role() {
 }
 
 #[test]
+fn a_run_time_variable_is_historized_until_it_is_deleted() {
+    let _serial = serial();
+    let dir = Dir::new("pg-run-time");
+    let pg = Pg::start("run-time");
+    history_cases::a_run_time_variable_is_historized_until_it_is_deleted(
+        &dir,
+        &Backend::Postgres(&pg),
+    );
+}
+
+#[test]
 fn event_history_is_inserted_replaced_updated_and_deleted() {
     let _serial = serial();
     let dir = Dir::new("pg-events");

@@ -221,12 +221,22 @@ fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
         Some(Error::Status(StatusCode::BadResourceUnavailable))
     );
     assert!(server.shared().model.load().node(&built_id).is_none());
-    server.delete_nodes(std::slice::from_ref(&level_id)).unwrap();
+    server
+        .delete_nodes(std::slice::from_ref(&level_id))
+        .unwrap();
     server.edit(build).expect("a place is free");
     let built = server.variable(&built_id).expect("handle");
     built.set_with(dv(at(t0, 30.0), 30.0)).unwrap();
     wait_raw(&mut c, &built_id, t0, end, &[30.0]);
     server.shutdown().unwrap();
+}
+
+/// The case every backend runs (`history_postgres.rs` runs it on PostgreSQL).
+#[test]
+fn a_run_time_variable_is_historized_until_it_is_deleted() {
+    let _serial = serial();
+    let dir = Dir::new("rt-case");
+    history_cases::a_run_time_variable_is_historized_until_it_is_deleted(&dir, &Backend::Embedded);
 }
 
 #[test]

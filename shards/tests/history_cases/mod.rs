@@ -1263,3 +1263,44 @@ pub fn event_history_is_inserted_replaced_updated_and_deleted(dir: &Dir, backend
     let _ = c.close();
     server.shutdown().unwrap();
 }
+
+/// A Variable added while the server runs with `add_historized_variable`: its initial value
+/// and every value stored after are its history; deleted, no more are taken and a HistoryRead
+/// of it is BadNodeIdUnknown (docs/History.md, "Variables added while serving").
+pub fn a_run_time_variable_is_historized_until_it_is_deleted(dir: &Dir, backend: &Backend) {
+    let t0 = t0();
+    let server = builder(dir, backend).start().expect("start");
+    let id = NodeId::string(1, "RunTime.Level");
+    let level = server
+        .add_historized_variable(&NodeId::ns0(85), id.clone(), "RunTimeLevel", 0.5, false)
+        .expect("add historized");
+    for i in 0..5 {
+        level.set_with(dv(at(t0, i as f64), i as f64)).unwrap();
+    }
+    let mut c = session(&server.endpoint_url());
+    let end = at(t0, 100.0);
+    wait_for(&mut c, &id, t0, end, 5);
+    let (v, _) = read_all(&mut c, &id, t0, end, 0);
+    assert_eq!(doubles(&v), vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    // Its initial value, stored now, is its first sample of all.
+    let now_end = at(uaring::clock::utc_now(), 60.0);
+    let (all, _) = read_all(&mut c, &id, t0, now_end, 0);
+    assert_eq!(doubles(&all), vec![0.0, 1.0, 2.0, 3.0, 4.0, 0.5]);
+    server.delete_nodes(std::slice::from_ref(&id)).unwrap();
+    let r = history_read(
+        &mut c,
+        ExtensionObject::from_struct(&ReadRawModifiedDetails {
+            is_read_modified: false,
+            start_time: t0,
+            end_time: end,
+            num_values_per_node: 0,
+            return_bounds: false,
+        }),
+        vec![HistoryReadValueId {
+            node_id: id.clone(),
+            ..Default::default()
+        }],
+    );
+    assert_eq!(r.results[0].status_code, StatusCode::BadNodeIdUnknown);
+    server.shutdown().unwrap();
+}
