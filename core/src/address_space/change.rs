@@ -659,6 +659,118 @@ mod tests {
     use super::*;
     use crate::types::Variant;
 
+    /// A run-time history with `places` places that names `ns=1;s=Auto.*`.
+    struct Places {
+        left: std::sync::atomic::AtomicUsize,
+        historized: std::sync::Mutex<Vec<u32>>,
+    }
+    impl RunTimeHistory for Places {
+        fn wants(&self, node_id: &NodeId) -> bool {
+            node_id.to_string().starts_with("ns=1;s=Auto.")
+        }
+        fn reserve(&self) -> Result<(), StatusCode> {
+            self.left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| l.checked_sub(1))
+                .map(|_| ())
+                .map_err(|_| StatusCode::BadResourceUnavailable)
+        }
+        fn release(&self) {
+            self.left.fetch_add(1, Ordering::AcqRel);
+        }
+        fn historize(&self, _space: &crate::address_space::AddressSpace, node_index: u32) {
+            self.historized.lock().unwrap().push(node_index);
+        }
+    }
+
+    fn var(id: &str) -> crate::address_space::Node {
+        crate::address_space::build::make::variable(
+            NodeId::parse(id).unwrap(),
+            crate::types::QualifiedName::new(1, "V"),
+            NodeId::ns0(11),
+            -1,
+            Vec::new(),
+            DataValue::new(Variant::Double(1.0)),
+            3,
+            0.0,
+            None,
+        )
+    }
+
+    fn historizing(n: &crate::address_space::Node) -> (bool, u8) {
+        let v = n.as_variable().unwrap();
+        (v.historizing, v.access_level)
+    }
+
+    #[test]
+    fn prepare_historized_asks_the_run_time_history_within_its_bound() {
+        // No history: asked is BadNodeAttributesInvalid, not asked is left alone.
+        let hub = ChangeHub::new(8);
+        let mut n = var("ns=1;s=A");
+        assert_eq!(
+            prepare_historized(&hub, &mut n, true, false),
+            Err(StatusCode::BadNodeAttributesInvalid)
+        );
+        assert_eq!(prepare_historized(&hub, &mut n, false, false), Ok(false));
+        assert_eq!(historizing(&n), (false, 3));
+
+        let places = Arc::new(Places {
+            left: 2.into(),
+            historized: Default::default(),
+        });
+        assert!(hub.set_run_time_history(places.clone()));
+        // Asked: Historizing and HistoryRead (HistoryWrite only when asked for).
+        let mut a = var("ns=1;s=A");
+        assert_eq!(prepare_historized(&hub, &mut a, true, false), Ok(true));
+        assert_eq!(historizing(&a), (true, 3 | 0x04));
+        // Named by the patterns: both history bits, as at start.
+        let mut auto = var("ns=1;s=Auto.X");
+        assert_eq!(prepare_historized(&hub, &mut auto, false, false), Ok(true));
+        assert_eq!(historizing(&auto), (true, 3 | 0x0c));
+        // The bound: asked is refused, named is added without history.
+        let mut b = var("ns=1;s=B");
+        assert_eq!(
+            prepare_historized(&hub, &mut b, true, false),
+            Err(StatusCode::BadResourceUnavailable)
+        );
+        let mut auto2 = var("ns=1;s=Auto.Y");
+        assert_eq!(
+            prepare_historized(&hub, &mut auto2, false, false),
+            Ok(false)
+        );
+        assert_eq!(historizing(&auto2), (false, 3));
+        // Neither asked nor named: nothing taken.
+        places.release();
+        let mut plain = var("ns=1;s=Plain");
+        assert_eq!(
+            prepare_historized(&hub, &mut plain, false, false),
+            Ok(false)
+        );
+        assert_eq!(places.left.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_recorded_node_removed_is_forgotten_by_the_recorder() {
+        struct Forgets(std::sync::Mutex<Vec<u32>>);
+        impl ChangeRecorder for Forgets {
+            fn record(&self, _node_index: u32, _value: &DataValue) {}
+            fn forget(&self, node_index: u32) {
+                self.0.lock().unwrap().push(node_index);
+            }
+        }
+        let hub = ChangeHub::new(128);
+        assert!(!hub.record_node(3), "no recorder yet");
+        let r = Arc::new(Forgets(Default::default()));
+        assert!(hub.record(r.clone(), [1]));
+        assert!(hub.record_node(70));
+        assert!(!hub.record_node(1000), "out of range");
+        hub.forget(70);
+        hub.forget(2); // never recorded: not told
+        hub.forget(70); // already forgotten
+        hub.forget(1);
+        assert_eq!(*r.0.lock().unwrap(), vec![70, 1]);
+        assert!(!hub.is_recorded(70) && !hub.is_recorded(1));
+    }
+
     fn inline(v: f64) -> ChangeValue {
         ChangeValue::Inline(DataValue::new(Variant::Double(v)))
     }
