@@ -1739,7 +1739,13 @@ impl ChangeRecorder for Historian {
                 .get(node_index as usize)
                 .map_or(0, |p| p.load(Ordering::Acquire));
             if place != 0 {
-                if let Some(slot) = rt.slots.get(place as usize - 1) {
+                // The place is still this node's (not freed by a deletion and taken again
+                // meanwhile).
+                if let Some(slot) = rt
+                    .slots
+                    .get(place as usize - 1)
+                    .filter(|s| s.node_index.load(Ordering::Acquire) == node_index)
+                {
                     self.record_run_time(slot, sample());
                 }
                 return;
