@@ -573,6 +573,7 @@ impl ServerBuilder {
                 nodes,
                 at = %history.location(),
                 flush_interval_ms = history.flush_interval_ms,
+                run_time_max = history.max_run_time_historized,
                 "history: {nodes} historized Variables, by change"
             );
         }
