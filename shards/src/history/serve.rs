@@ -14,7 +14,7 @@
 //! ServerTimestamp. A full ingest queue drops the sample and counts it
 //! (`uaring_history_dropped_total`).
 //!
-//! Variables added while the server runs ([`RunTime`]: AddNodes with Historizing, the
+//! Variables added while the server runs (`RunTime`: AddNodes with Historizing, the
 //! library, the `[history] nodes` patterns) are historized the same way, at most
 //! `max_run_time_historized` at once; their series are made by the registrar thread
 //! (`uaring-hreg`), so no shard waits for the store (docs/History.md, "Variables added while
