@@ -1018,6 +1018,8 @@ fn access_level_bits_are_enforced() {
             attr::VALUE,
             "",
             &DataValue::new(Variant::Int32(2)),
+            "",
+            uaring_core::roles::Roles::NONE,
             now(),
         )
     };

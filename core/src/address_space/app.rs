@@ -62,6 +62,11 @@ pub struct WriteInfo<'a> {
     pub value: &'a DataValue,
     /// The IndexRange of the Write ("" for the whole value).
     pub index_range: &'a str,
+    /// The user name (or certificate subject) of the writing session; empty when anonymous
+    /// (a gateway maps it to an identity on the server it forwards the Write to).
+    pub user: &'a str,
+    /// The writing session's roles (Part 3 §4.9).
+    pub roles: Roles,
     pub now: Now,
 }
 

@@ -551,7 +551,9 @@ fn rank_fits_shape(value_rank: i32, array_dimensions: &[u32], v: &Variant) -> bo
     true
 }
 
-/// Writes one attribute of one node (one WriteValue). Returns the operation's StatusCode.
+/// Writes one attribute of one node (one WriteValue) for a session of user `user` (empty:
+/// anonymous) with `roles` (told to a write hook; the access check is the caller's,
+/// [`write_permitted`]). Returns the operation's StatusCode.
 pub fn write_attribute(
     space: &AddressSpace,
     limits: &OperationLimits,
@@ -559,6 +561,8 @@ pub fn write_attribute(
     attribute_id: u32,
     index_range: &str,
     value: &DataValue,
+    user: &str,
+    roles: crate::roles::Roles,
     now: Now,
 ) -> StatusCode {
     let p = match prepare_write(
@@ -580,6 +584,8 @@ pub fn write_attribute(
             node_id,
             value: &p.stored,
             index_range,
+            user,
+            roles,
             now,
         };
         if let Err(status) = hook(&info) {

@@ -200,6 +200,12 @@ pub struct HistoryReadOp {
     /// request limit) capped by the server's `max_history_values_per_node`. A backend with
     /// more to give stops there and returns a resume token.
     pub max_values: u32,
+    /// The user who asks (a UserName token's name, an X.509 user's CN; empty when
+    /// anonymous), shared by the request's operations: a gateway maps it to an identity on
+    /// the server it forwards the read to.
+    pub user: Arc<str>,
+    /// The asking session's roles (Part 3 §4.9).
+    pub roles: crate::roles::Roles,
 }
 
 pub use crate::address_space::build::HistoryCapabilities;

@@ -142,6 +142,15 @@ pub enum UserIdentity {
 }
 
 impl UserIdentity {
+    /// The user name (a UserName token's) or certificate subject (an X.509 user's CN);
+    /// empty when anonymous.
+    pub fn user(&self) -> &str {
+        match self {
+            UserIdentity::Anonymous { .. } => "",
+            UserIdentity::UserName { user, .. } | UserIdentity::Certificate { user, .. } => user,
+        }
+    }
+
     /// The roles of the session: Anonymous or AuthenticatedUser, and those the login gave.
     pub fn roles(&self) -> crate::roles::Roles {
         use crate::roles::WellKnownRole;

@@ -227,7 +227,7 @@ fn narrow_to_user(
 /// The Write service: a `WriteResponse`, or a `ServiceFault` (BadNothingToDo,
 /// BadTooManyOperations).
 pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
-    write_into(shared, Roles::ALL, req, now, Box::default())
+    write_into(shared, Roles::ALL, "", req, now, Box::default())
 }
 
 /// [`write`] for a user with `roles`, building its response in `spare` (an empty, recycled
@@ -235,6 +235,7 @@ pub fn write(shared: &ServerShared, req: &WriteRequest, now: Now) -> Response {
 pub fn write_into(
     shared: &ServerShared,
     roles: Roles,
+    user: &str,
     req: &WriteRequest,
     now: Now,
     mut spare: Box<WriteResponse>,
@@ -257,6 +258,8 @@ pub fn write_into(
             w.attribute_id,
             w.index_range.as_str(),
             &w.value,
+            user,
+            roles,
             now,
         )
     }));
@@ -441,6 +444,7 @@ pub fn writes_async(space: &AddressSpace, req: &WriteRequest) -> bool {
 /// to its hook, stored when the hook answers Good. `None`: deferred.
 pub fn write_deferred(
     state: &mut crate::server::service_state::ServiceState,
+    key: crate::session::SessionKey,
     roles: Roles,
     channel_id: u32,
     request_id: u32,
@@ -456,6 +460,12 @@ pub fn write_deferred(
         return Some(fault(handle, s, now));
     }
     let space = &shared.address_space;
+    // The writing session's user, for the hooks (a gateway maps it to an identity there).
+    let user: String = state
+        .session(key)
+        .and_then(|s| s.identity.as_ref())
+        .map_or("", |i| i.user())
+        .to_string();
     let mut results = Vec::with_capacity(req.nodes_to_write.len());
     let mut ops = Vec::new();
     let mut hooks = Vec::new();
@@ -476,6 +486,8 @@ pub fn write_deferred(
                 w.attribute_id,
                 w.index_range.as_str(),
                 &w.value,
+                &user,
+                roles,
                 now,
             ));
             continue;
@@ -541,6 +553,8 @@ pub fn write_deferred(
             node_id: &w.node_id,
             value: &stored,
             index_range: w.index_range.as_str(),
+            user: &user,
+            roles,
             now,
         };
         (hook.start)(&info, AsyncWrite::new(reply));

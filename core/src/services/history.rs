@@ -173,6 +173,12 @@ pub fn history_read(
         return Some(fault(handle, s, now));
     }
     let capabilities = backend.capabilities();
+    let user: Arc<str> = Arc::from(
+        state
+            .session(key)
+            .and_then(|s| s.identity.as_ref())
+            .map_or("", |i| i.user()),
+    );
     if let ReadDetails::Raw(d) = &details {
         if d.is_read_modified && (!capabilities.modified_values || d.return_bounds) {
             // Part 11 §6.5.3.3: returnBounds with a modified read is Bad_InvalidArgument; a
@@ -302,6 +308,8 @@ pub fn history_read(
                     event_filter: filter,
                     resume,
                     max_values,
+                    user: Arc::clone(&user),
+                    roles,
                 });
             }
             Err(s) => results.push(result(s)),

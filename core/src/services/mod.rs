@@ -175,7 +175,8 @@ fn activated_service(
             if state.shared().address_space.has_async()
                 && attribute::writes_async(&state.shared().address_space, &r) =>
         {
-            let resp = attribute::write_deferred(state, roles, ctx.channel_id, request_id, &r, now);
+            let resp =
+                attribute::write_deferred(state, key, roles, ctx.channel_id, request_id, &r, now);
             state.recycler.give_write_request(r);
             return resp;
         }
@@ -187,7 +188,11 @@ fn activated_service(
         }
         Request::Write(r) => {
             let spare = state.recycler.write_response();
-            let resp = attribute::write_into(state.shared(), roles, &r, now, spare);
+            let user = state
+                .session(key)
+                .and_then(|s| s.identity.as_ref())
+                .map_or("", |i| i.user());
+            let resp = attribute::write_into(state.shared(), roles, user, &r, now, spare);
             state.recycler.give_write_request(r);
             resp
         }

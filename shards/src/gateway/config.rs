@@ -66,6 +66,84 @@ pub enum WhileAway {
     UncertainLastUsableValue,
 }
 
+/// What a forwarded Write, Call or HistoryRead of a caller no `identities` entry matches
+/// runs as.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Unmapped {
+    /// The server entry's own identity (`user`), the one the gateway's main session logs in
+    /// as (the default).
+    #[default]
+    GatewayUser,
+    /// Refused here with BadUserAccessDenied; nothing is sent to the server.
+    Refuse,
+}
+
+/// One `[[gateway.servers.identities]]` entry: the callers it matches (a user name here, or
+/// a role here) and the identity their forwarded Writes, Calls and HistoryReads run as on
+/// the server (docs/Gateway.md "Identity mapping").
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct IdentityMap {
+    /// The caller's user name here (a UserName token's name, an X.509 user's CN).
+    pub upstream_user: String,
+    /// A role of the caller here (a well-known role name: Anonymous, AuthenticatedUser,
+    /// Observer, Operator, Engineer, Supervisor, ConfigureAdmin, SecurityAdmin). Exactly one
+    /// of `upstream_user` and `upstream_role`.
+    pub upstream_role: String,
+    /// The user on the server; empty: anonymous.
+    pub user: String,
+    /// Its password (with `user`); `password_file` reads it from a file instead.
+    pub password: String,
+    /// A file whose first line is the password; read at load (a missing file is an error)
+    /// and again at each login.
+    pub password_file: String,
+}
+
+impl IdentityMap {
+    /// Does it match a caller of user name `user` (empty: anonymous) and `roles`?
+    pub fn matches(&self, user: &str, roles: uaring_core::roles::Roles) -> bool {
+        if !self.upstream_user.is_empty() {
+            return !user.is_empty() && self.upstream_user == user;
+        }
+        uaring_core::roles::WellKnownRole::from_name(&self.upstream_role)
+            .is_some_and(|r| roles.contains(r))
+    }
+
+    /// The password: `password`, or the first line of `password_file`.
+    pub fn password(&self) -> Result<String, String> {
+        password_of(&self.password, &self.password_file)
+    }
+
+    /// What the logs name it by.
+    pub fn describe(&self) -> String {
+        let from = if self.upstream_user.is_empty() {
+            format!("role {}", self.upstream_role)
+        } else {
+            format!("user {}", self.upstream_user)
+        };
+        let to = if self.user.is_empty() {
+            "anonymous".to_string()
+        } else {
+            format!("user {}", self.user)
+        };
+        format!("{from} as {to}")
+    }
+}
+
+fn password_of(password: &str, file: &str) -> Result<String, String> {
+    if file.is_empty() {
+        return Ok(password.to_string());
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("password_file {file:?}: {e}"))?;
+    Ok(text.lines().next().unwrap_or_default().to_string())
+}
+
+/// Most `identities` entries of one server.
+pub const IDENTITIES_MAX: usize = 256;
+/// Most sessions per server for mapped identities.
+pub const IDENTITY_SESSIONS_MAX: u32 = 64;
+
 /// One `[[gateway.servers]]` entry.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -80,8 +158,9 @@ pub struct ServerConfig {
     pub security_policy: String,
     /// `None`, `Sign` or `SignAndEncrypt` (`None` exactly with the None policy).
     pub security_mode: String,
-    /// The user the gateway logs in as; empty: anonymous. Every Write and Call forwarded to
-    /// this server runs as this user, whoever asked for it here (docs/Gateway.md).
+    /// The user the gateway's main session logs in as; empty: anonymous. Reads,
+    /// subscriptions and browsing run as this user; forwarded Writes, Calls and
+    /// HistoryReads too, unless an `identities` entry matches the caller (docs/Gateway.md).
     pub user: String,
     /// The user's password (with `user`); `password_file` reads it from a file instead.
     pub password: String,
@@ -129,6 +208,19 @@ pub struct ServerConfig {
     /// `reconnect_max_ms`.
     pub reconnect_min_ms: u64,
     pub reconnect_max_ms: u64,
+    /// Callers here mapped to identities on the server, first match wins
+    /// (`[[gateway.servers.identities]]`).
+    pub identities: Vec<IdentityMap>,
+    /// What a caller no entry matches gets: `gateway_user` (runs as `user`) or `refuse`
+    /// (BadUserAccessDenied).
+    pub unmapped: Unmapped,
+    /// Most sessions open at once on the server for mapped identities (1 to 64), besides the
+    /// main one; one more identity in use takes the place of the one unused longest, or is
+    /// answered BadResourceUnavailable when all are busy.
+    pub max_identity_sessions: u32,
+    /// A mapped identity's session unused this long is closed, ms (1,000 to
+    /// `session_timeout_ms` / 2).
+    pub identity_idle_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -157,6 +249,10 @@ impl Default for ServerConfig {
             connect_timeout_ms: 5_000,
             reconnect_min_ms: 500,
             reconnect_max_ms: 30_000,
+            identities: Vec::new(),
+            unmapped: Unmapped::GatewayUser,
+            max_identity_sessions: 8,
+            identity_idle_ms: 30_000,
         }
     }
 }
@@ -317,21 +413,89 @@ impl ServerConfig {
                 at("reconnect_min_ms")
             ));
         }
+        if self.identities.len() > IDENTITIES_MAX {
+            return Err(format!(
+                "{}: at most {IDENTITIES_MAX} entries",
+                at("identities")
+            ));
+        }
+        for (i, m) in self.identities.iter().enumerate() {
+            let at = |k: &str| at(&format!("identities[{i}].{k}"));
+            match (m.upstream_user.is_empty(), m.upstream_role.is_empty()) {
+                (true, true) | (false, false) => {
+                    return Err(format!(
+                        "{}: give exactly one of upstream_user and upstream_role",
+                        at("upstream_user")
+                    ))
+                }
+                (true, false) => {
+                    if uaring_core::roles::WellKnownRole::from_name(&m.upstream_role).is_none() {
+                        return Err(format!(
+                            "{} = {:?}: not a role (one of {})",
+                            at("upstream_role"),
+                            m.upstream_role,
+                            uaring_core::roles::WellKnownRole::ALL
+                                .iter()
+                                .map(|r| r.name())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
+                }
+                (false, true) => {}
+            }
+            if m.user.is_empty() && !(m.password.is_empty() && m.password_file.is_empty()) {
+                return Err(format!("{}: a password without a user", at("password")));
+            }
+            if !m.password.is_empty() && !m.password_file.is_empty() {
+                return Err(format!(
+                    "{}: give password or password_file, not both",
+                    at("password_file")
+                ));
+            }
+            if !m.password_file.is_empty() {
+                m.password()
+                    .map_err(|e| format!("{}: {e}", at("password_file")))?;
+            }
+        }
+        if !(1..=IDENTITY_SESSIONS_MAX).contains(&self.max_identity_sessions) {
+            return Err(format!(
+                "{}: 1 to {IDENTITY_SESSIONS_MAX}",
+                at("max_identity_sessions")
+            ));
+        }
+        let idle_max = u64::from(self.session_timeout_ms) / 2;
+        if !(1_000..=idle_max).contains(&self.identity_idle_ms) {
+            return Err(format!(
+                "{}: 1000 to session_timeout_ms / 2 ({idle_max})",
+                at("identity_idle_ms")
+            ));
+        }
         Ok(())
+    }
+
+    /// The identity a forwarded operation of a caller (user name, empty when anonymous;
+    /// roles) runs as on the server: `Ok(Some(i))` the `identities` entry `i` (the first
+    /// that matches), `Ok(None)` the server entry's own user, `Err` refused here
+    /// (BadUserAccessDenied, `unmapped = "refuse"`).
+    pub fn identity_for(
+        &self,
+        user: &str,
+        roles: uaring_core::roles::Roles,
+    ) -> Result<Option<usize>, uaring_core::StatusCode> {
+        match self.identities.iter().position(|m| m.matches(user, roles)) {
+            Some(i) => Ok(Some(i)),
+            None if self.unmapped == Unmapped::Refuse => {
+                Err(uaring_core::StatusCode::BadUserAccessDenied)
+            }
+            None => Ok(None),
+        }
     }
 
     /// The password: `password`, or the first line of `password_file`.
     pub fn password(&self) -> Result<String, String> {
-        if self.password_file.is_empty() {
-            return Ok(self.password.clone());
-        }
-        let text = std::fs::read_to_string(&self.password_file).map_err(|e| {
-            format!(
-                "gateway.servers {:?}: password_file {:?}: {e}",
-                self.name, self.password_file
-            )
-        })?;
-        Ok(text.lines().next().unwrap_or_default().to_string())
+        password_of(&self.password, &self.password_file)
+            .map_err(|e| format!("gateway.servers {:?}: {e}", self.name))
     }
 
     /// The Variables to keep monitored.
@@ -541,6 +705,84 @@ mod tests {
         assert!(parse("[gateway]\nmax_nodes = 0\n").is_err());
         assert!(parse("[gateway]\ndemand_queue = 1\n").is_err());
         assert!(!parse("").unwrap().is_on());
+    }
+
+    #[test]
+    fn identities_are_checked_and_the_first_match_wins() {
+        use uaring_core::roles::{Roles, WellKnownRole};
+        let dir = std::env::temp_dir().join(format!("uaring-gwid-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pw = dir.join("op.pw");
+        std::fs::write(&pw, "secret\nignored\n").unwrap();
+        let head = "[[gateway.servers]]\nname = \"a\"\nendpoint = \"opc.tcp://h:1\"\n";
+        let c = parse(&format!(
+            "{head}unmapped = \"refuse\"\nmax_identity_sessions = 2\n\
+             [[gateway.servers.identities]]\nupstream_user = \"alice\"\nuser = \"op\"\npassword_file = {:?}\n\
+             [[gateway.servers.identities]]\nupstream_role = \"Operator\"\nuser = \"eng\"\npassword = \"x\"\n\
+             [[gateway.servers.identities]]\nupstream_role = \"Anonymous\"\n",
+            pw.display().to_string()
+        ))
+        .unwrap();
+        let s = &c.servers[0];
+        assert_eq!(s.identities[0].password().unwrap(), "secret");
+        let auth = Roles::NONE.and(WellKnownRole::AuthenticatedUser);
+        // alice matches by name before her role.
+        assert_eq!(
+            s.identity_for("alice", auth.and(WellKnownRole::Operator)),
+            Ok(Some(0))
+        );
+        assert_eq!(
+            s.identity_for("bob", auth.and(WellKnownRole::Operator)),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            s.identity_for("", Roles::NONE.and(WellKnownRole::Anonymous)),
+            Ok(Some(2))
+        );
+        assert_eq!(
+            s.identity_for("carol", auth),
+            Err(uaring_core::StatusCode::BadUserAccessDenied)
+        );
+        let open = parse(&format!(
+            "{head}[[gateway.servers.identities]]\nupstream_user = \"alice\"\nuser = \"op\"\n"
+        ))
+        .unwrap();
+        assert_eq!(open.servers[0].identity_for("carol", auth), Ok(None));
+        for (bad, says) in [
+            ("[[gateway.servers.identities]]\nuser = \"op\"", "exactly one"),
+            (
+                "[[gateway.servers.identities]]\nupstream_user = \"a\"\nupstream_role = \"Operator\"",
+                "exactly one",
+            ),
+            (
+                "[[gateway.servers.identities]]\nupstream_role = \"Operators\"",
+                "not a role",
+            ),
+            (
+                "[[gateway.servers.identities]]\nupstream_user = \"a\"\nuser = \"op\"\npassword_file = \"/nonexistent/uaring.pw\"",
+                "identities[0].password_file",
+            ),
+            (
+                "[[gateway.servers.identities]]\nupstream_user = \"a\"\npassword = \"x\"",
+                "without a user",
+            ),
+            (
+                "[[gateway.servers.identities]]\nupstream_user = \"a\"\nbogus = 1",
+                "unknown field",
+            ),
+        ] {
+            let e = parse(&format!("{head}{bad}\n")).unwrap_err();
+            assert!(e.contains(says), "{bad}: {says:?} in {e}");
+        }
+        for (bad, says) in [
+            ("max_identity_sessions = 0", "max_identity_sessions"),
+            ("identity_idle_ms = 40000", "identity_idle_ms"),
+            ("unmapped = \"drop\"", "unmapped"),
+        ] {
+            let e = parse(&format!("{head}{bad}\n")).unwrap_err();
+            assert!(e.contains(says), "{bad}: {says:?} in {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -97,11 +97,81 @@ enum Pending {
         session: u64,
     },
     CloseSession,
+    /// CreateSession, ActivateSession of the session of `identities` entry `i`.
+    IdentCreate(u16),
+    IdentActivate(u16),
 }
 
 struct Out {
     what: Pending,
     deadline_ns: u64,
+    /// The session it was sent on: [`MAIN`], or an `identities` entry's.
+    ident: u16,
+}
+
+/// [`Out::ident`] of a request of the main session.
+const MAIN: u16 = u16::MAX;
+/// An identity the server refused at login (or could not log in): its operations get that
+/// refusal at once for this long, then it is tried again.
+const IDENT_RETRY_NS: u64 = 5_000_000_000;
+/// Most operations waiting for one identity's session to be activated (one more is
+/// answered BadResourceUnavailable).
+const IDENT_WAITING_MAX: usize = 1_024;
+
+/// Where the session of one `identities` entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IdentState {
+    Closed,
+    Creating,
+    Activating,
+    Ready,
+}
+
+/// The session on the server of one `identities` entry (docs/Gateway.md "Identity
+/// mapping"): opened on the gateway's secure channel when a caller mapped to it first
+/// forwards an operation, closed after `identity_idle_ms` unused.
+struct IdentSession {
+    state: IdentState,
+    info: Option<SessionInfo>,
+    /// Operations waiting for the session to be activated.
+    waiting: Vec<Forward>,
+    /// Operations out on it.
+    busy: u32,
+    last_use_ns: u64,
+    /// Refused at login: (the server's status, until when it is given at once).
+    refused: Option<(StatusCode, u64)>,
+    /// Its number (continuation points of history reads belong to it), as
+    /// [`Downstream::session_number`].
+    number: u64,
+}
+
+impl IdentSession {
+    fn new() -> IdentSession {
+        IdentSession {
+            state: IdentState::Closed,
+            info: None,
+            waiting: Vec::new(),
+            busy: 0,
+            last_use_ns: 0,
+            refused: None,
+            number: 0,
+        }
+    }
+
+    /// Unused (nothing out, nothing waiting) and activated: may be closed.
+    fn idle(&self) -> bool {
+        self.state == IdentState::Ready && self.busy == 0 && self.waiting.is_empty()
+    }
+}
+
+/// Answers a forwarded operation with `s` (nothing sent).
+fn fail(f: Forward, s: StatusCode) {
+    match f {
+        Forward::Read { read, .. } => read.fail(s),
+        Forward::Write { write, .. } => write.complete(s),
+        Forward::Call { call, .. } => call.complete(Err(s)),
+        Forward::History { reply, .. } => reply.fail(s),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +338,8 @@ pub(super) struct Downstream {
     /// `monitor` entries found so far, and the TranslateBrowsePathsToNodeIds requests out.
     monitor_found: Vec<NodeId>,
     monitor_out: usize,
+    /// The sessions of the `identities` entries, by entry.
+    idents: Vec<IdentSession>,
 }
 
 /// Session numbers and servers' event tags (see [`Downstream::session_number`],
@@ -381,6 +453,7 @@ impl Downstream {
             event_tag: SESSIONS.fetch_add(1, Ordering::Relaxed),
             monitor_found: Vec::new(),
             monitor_out: 0,
+            idents: cfg.identities.iter().map(|_| IdentSession::new()).collect(),
             cfg,
         }
     }
@@ -498,6 +571,7 @@ impl Downstream {
                 _ => {}
             }
         }
+        self.drop_identities(StatusCode::BadNotConnected);
         self.publish_out = 0;
         self.item_requests = 0;
         self.monitor_out = 0;
@@ -552,6 +626,14 @@ impl Downstream {
             let Some(o) = self.pending.remove(&id) else {
                 continue;
             };
+            if o.ident != MAIN
+                && matches!(
+                    o.what,
+                    Pending::Write(..) | Pending::Call(_) | Pending::History { .. }
+                )
+            {
+                self.ident_done(o.ident, service_result(&resp));
+            }
             if let Err(e) = self.on_response(env, o.what, resp) {
                 self.lost(env, &e);
                 return;
@@ -579,6 +661,10 @@ impl Downstream {
             if self.crawl.is_none() && self.crawl_wanted {
                 d = d.min(self.crawl_retry_at);
             }
+            let idle_ns = self.cfg.identity_idle_ms * 1_000_000;
+            for s in self.idents.iter().filter(|s| s.idle()) {
+                d = d.min(s.last_use_ns.saturating_add(idle_ns));
+            }
         }
         d.min(self.status_at)
     }
@@ -595,6 +681,9 @@ impl Downstream {
             self.lost(env, "a request timed out");
             return;
         }
+        if self.phase == Phase::Running {
+            self.close_idle_identities(env);
+        }
         if self.phase == Phase::Running && now.mono_ns >= self.next_refresh_ns {
             self.crawl_wanted = true;
             self.next_refresh_ns = u64::MAX;
@@ -610,12 +699,29 @@ impl Downstream {
     fn send(
         &mut self,
         env: &Env<'_>,
-        mut req: Request,
+        req: Request,
         what: Pending,
         extra_ns: u64,
     ) -> Result<(), String> {
+        self.send_as(env, req, what, extra_ns, None, MAIN)
+    }
+
+    /// Sends a request on the session `auth` (`None`: the main session), `ident` noted.
+    fn send_as(
+        &mut self,
+        env: &Env<'_>,
+        mut req: Request,
+        what: Pending,
+        extra_ns: u64,
+        auth: Option<NodeId>,
+        ident: u16,
+    ) -> Result<(), String> {
         let timeout = env.limits.request_timeout_ms;
-        req.request_header_mut().timeout_hint = timeout;
+        let h = req.request_header_mut();
+        h.timeout_hint = timeout;
+        if let Some(a) = auth {
+            h.authentication_token = a;
+        }
         let client = self.client.as_mut().ok_or("not connected")?;
         let id = client
             .send_request(req, env.now, &mut self.out)
@@ -625,6 +731,7 @@ impl Downstream {
             Out {
                 what,
                 deadline_ns: env.now.mono_ns + self.timeout_ns(env) + extra_ns,
+                ident,
             },
         );
         Ok(())
@@ -639,6 +746,21 @@ impl Downstream {
             }
             return self.activate(env, true);
         }
+        let req = self.create_session_request(env, "")?;
+        self.send(
+            env,
+            Request::CreateSession(Box::new(req)),
+            Pending::CreateSession,
+            0,
+        )
+    }
+
+    /// A CreateSession request (`what`: what the session name says besides the server's).
+    fn create_session_request(
+        &mut self,
+        env: &Env<'_>,
+        what: &str,
+    ) -> Result<CreateSessionRequest, String> {
         let own_cert = env.host.own.as_ref().map(|o| o.cert.der().to_vec());
         let secured = self.cfg.security_policy != "None";
         let nonce = {
@@ -659,7 +781,9 @@ impl Downstream {
                 ..Default::default()
             },
             endpoint_url: self.cfg.endpoint.as_str().into(),
-            session_name: format!("uaring gateway {}", self.cfg.name).as_str().into(),
+            session_name: format!("uaring gateway {}{what}", self.cfg.name)
+                .as_str()
+                .into(),
             client_nonce: ByteString::from(nonce),
             client_certificate: match (secured, own_cert) {
                 (true, Some(c)) => ByteString::from(c),
@@ -669,16 +793,27 @@ impl Downstream {
             max_response_message_size: 0,
             ..Default::default()
         };
-        self.send(
-            env,
-            Request::CreateSession(Box::new(req)),
-            Pending::CreateSession,
-            0,
-        )
+        Ok(req)
     }
 
     fn activate(&mut self, env: &mut Env<'_>, resume: bool) -> Result<(), String> {
         let s = self.session.as_ref().ok_or("no session")?;
+        let req = self.activate_request(s, None)?;
+        self.send(
+            env,
+            Request::ActivateSession(Box::new(req)),
+            Pending::ActivateSession { resume },
+            0,
+        )
+    }
+
+    /// The ActivateSession request of session `s`, for the server entry's own user or
+    /// (`ident`) an `identities` entry's.
+    fn activate_request(
+        &self,
+        s: &SessionInfo,
+        ident: Option<&super::IdentityMap>,
+    ) -> Result<ActivateSessionRequest, String> {
         let secured = self.cfg.security_policy != "None";
         let client_signature = if secured {
             let policy = self
@@ -698,44 +833,46 @@ impl Downstream {
         } else {
             SignatureData::default()
         };
-        let token = self.identity_token(s)?;
-        let req = ActivateSessionRequest {
+        let token = match ident {
+            None => self.identity_token(s, &self.cfg.user, || self.cfg.password())?,
+            Some(m) => self.identity_token(s, &m.user, || m.password())?,
+        };
+        Ok(ActivateSessionRequest {
             request_header: header(0),
             client_signature,
             user_identity_token: token,
             locale_ids: vec!["en".into()],
             ..Default::default()
-        };
-        self.send(
-            env,
-            Request::ActivateSession(Box::new(req)),
-            Pending::ActivateSession { resume },
-            0,
-        )
+        })
     }
 
-    /// The identity token of the configured user (anonymous when none): a UserName token's
-    /// password encrypted for the server when its token policy or the channel asks for it.
-    fn identity_token(&self, s: &SessionInfo) -> Result<ExtensionObject, String> {
-        let want = if self.cfg.user.is_empty() {
+    /// The identity token of `user` (anonymous when empty): a UserName token's password
+    /// encrypted for the server when its token policy or the channel asks for it.
+    fn identity_token(
+        &self,
+        s: &SessionInfo,
+        user: &str,
+        password: impl FnOnce() -> Result<String, String>,
+    ) -> Result<ExtensionObject, String> {
+        let want = if user.is_empty() {
             UserTokenType::Anonymous
         } else {
             UserTokenType::UserName
         };
         let policy = s.policies.iter().find(|p| p.token_type == want);
         let policy_id = policy.map(|p| p.policy_id.clone()).unwrap_or_else(|| {
-            UaString::from(if self.cfg.user.is_empty() {
+            UaString::from(if user.is_empty() {
                 "anonymous"
             } else {
                 "username"
             })
         });
-        if self.cfg.user.is_empty() {
+        if user.is_empty() {
             return Ok(ExtensionObject::from_struct(&AnonymousIdentityToken {
                 policy_id,
             }));
         }
-        let password = self.cfg.password()?;
+        let password = password()?;
         let token_policy = policy
             .and_then(|p| p.security_policy_uri.as_opt())
             .filter(|u| !u.is_empty())
@@ -768,7 +905,7 @@ impl Downstream {
         };
         Ok(ExtensionObject::from_struct(&UserNameIdentityToken {
             policy_id,
-            user_name: self.cfg.user.as_str().into(),
+            user_name: user.into(),
             password: ByteString::from(password),
             encryption_algorithm: algorithm,
         }))
@@ -1501,6 +1638,8 @@ impl Downstream {
                 Ok(())
             }
             Pending::CloseSession => Ok(()),
+            Pending::IdentCreate(i) => self.ident_created(env, i, resp),
+            Pending::IdentActivate(i) => self.ident_activated(env, i, resp),
         }
     }
 
@@ -1963,8 +2102,14 @@ impl Downstream {
 
     // ---- forwarding ------------------------------------------------------------------
 
-    /// A Read, Write or Call of one of this server's nodes.
+    /// A Read, Write, Call or HistoryRead of one of this server's nodes. Writes, Calls and
+    /// HistoryReads run as the caller's mapped identity (`identities`), Reads on the main
+    /// session.
     pub fn forward(&mut self, env: &mut Env<'_>, f: Forward) {
+        let ident = match self.caller_identity(&f) {
+            Ok(i) => i,
+            Err(s) => return fail(f, s),
+        };
         if self.phase != Phase::Running {
             match f {
                 // A maxAge the server cannot meet gets the best effort (Part 4 §5.10.2): the
@@ -1986,7 +2131,290 @@ impl Downstream {
             return;
         }
         self.status.forwarded.fetch_add(1, Ordering::Relaxed);
-        let r = match f {
+        let r = match ident {
+            Some(i) => self.forward_as(env, i, f),
+            None => self.send_op(env, f, None),
+        };
+        if let Err(e) = r {
+            self.lost(env, &e);
+        }
+    }
+
+    /// The `identities` entry a forwarded operation's caller is mapped to (`None`: the main
+    /// session's user); `Err`: refused here (`unmapped = "refuse"`). Reads are not mapped.
+    fn caller_identity(&self, f: &Forward) -> Result<Option<u16>, StatusCode> {
+        let (user, roles) = match f {
+            Forward::Read { .. } => return Ok(None),
+            Forward::Write { user, roles, .. } => (user.as_str(), *roles),
+            Forward::Call { call, .. } => (call.user.as_str(), call.roles),
+            Forward::History { op, .. } => (&*op.user, op.roles),
+        };
+        self.cfg
+            .identity_for(user, roles)
+            .map(|i| i.map(|i| i as u16))
+    }
+
+    /// Sends a forwarded operation on the session of `identities` entry `i`, opened first
+    /// when it is not.
+    fn forward_as(&mut self, env: &mut Env<'_>, i: u16, f: Forward) -> Result<(), String> {
+        let now = env.now.mono_ns;
+        let Some(s) = self.idents.get_mut(i as usize) else {
+            fail(f, StatusCode::BadInternalError);
+            return Ok(());
+        };
+        if let Some((st, until)) = s.refused {
+            if now < until {
+                fail(f, st);
+                return Ok(());
+            }
+            s.refused = None;
+        }
+        s.last_use_ns = now;
+        match s.state {
+            IdentState::Ready => self.send_op(env, f, Some(i)),
+            IdentState::Creating | IdentState::Activating => {
+                if s.waiting.len() >= IDENT_WAITING_MAX {
+                    fail(f, StatusCode::BadResourceUnavailable);
+                } else {
+                    s.waiting.push(f);
+                }
+                Ok(())
+            }
+            IdentState::Closed => {
+                if !self.room_for_identity(env) {
+                    fail(f, StatusCode::BadResourceUnavailable);
+                    return Ok(());
+                }
+                self.idents[i as usize].waiting.push(f);
+                self.ident_create(env, i)
+            }
+        }
+    }
+
+    /// Is there room for one more identity session (`max_identity_sessions`)? When all are
+    /// taken, the one unused longest is closed if one is unused.
+    fn room_for_identity(&mut self, env: &Env<'_>) -> bool {
+        let open = self
+            .idents
+            .iter()
+            .filter(|s| s.state != IdentState::Closed)
+            .count();
+        if open < self.cfg.max_identity_sessions as usize {
+            return true;
+        }
+        let lru = (0..self.idents.len())
+            .filter(|&k| self.idents[k].idle())
+            .min_by_key(|&k| self.idents[k].last_use_ns);
+        match lru {
+            Some(k) => {
+                self.close_identity(env, k as u16);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Opens the session of `identities` entry `i` (CreateSession; ActivateSession follows).
+    fn ident_create(&mut self, env: &Env<'_>, i: u16) -> Result<(), String> {
+        let what = self
+            .cfg
+            .identities
+            .get(i as usize)
+            .map(|m| format!(" ({})", m.describe()))
+            .unwrap_or_default();
+        let req = self.create_session_request(env, &what)?;
+        if let Some(s) = self.idents.get_mut(i as usize) {
+            s.state = IdentState::Creating;
+        }
+        self.send_as(
+            env,
+            Request::CreateSession(Box::new(req)),
+            Pending::IdentCreate(i),
+            0,
+            None,
+            i,
+        )
+    }
+
+    /// The session of entry `i` could not be opened: its waiting operations get `st`, and
+    /// so do the next ones for [`IDENT_RETRY_NS`].
+    fn ident_failed(&mut self, env: &Env<'_>, i: u16, st: StatusCode, why: &str) {
+        let name = self
+            .cfg
+            .identities
+            .get(i as usize)
+            .map(|m| m.describe())
+            .unwrap_or_default();
+        tracing::warn!(server = %self.cfg.name, identity = %name, "gateway: the identity's session could not be opened: {why} ({st}); its operations get {st} for 5 s");
+        self.status
+            .set_error(&format!("identity {name}: {why} ({st})"));
+        self.status_dirty = true;
+        let Some(s) = self.idents.get_mut(i as usize) else {
+            return;
+        };
+        s.state = IdentState::Closed;
+        s.info = None;
+        s.refused = Some((st, env.now.mono_ns + IDENT_RETRY_NS));
+        for f in s.waiting.drain(..) {
+            fail(f, st);
+        }
+    }
+
+    /// CreateSession answered for entry `i`: activate as its user.
+    fn ident_created(&mut self, env: &Env<'_>, i: u16, resp: Response) -> Result<(), String> {
+        let st = service_result(&resp);
+        let r = match resp {
+            Response::CreateSession(r) if st.is_good() => r,
+            _ => {
+                let st = if st.is_bad() {
+                    st
+                } else {
+                    StatusCode::BadInternalError
+                };
+                self.ident_failed(env, i, st, "CreateSession refused");
+                return Ok(());
+            }
+        };
+        let info = SessionInfo {
+            auth: r.authentication_token.clone(),
+            server_nonce: r.server_nonce.clone(),
+            server_certificate: r.server_certificate.clone(),
+            policies: r
+                .server_endpoints
+                .iter()
+                .flat_map(|e| e.user_identity_tokens.iter().cloned())
+                .collect(),
+        };
+        let req = self.activate_request(&info, self.cfg.identities.get(i as usize));
+        let auth = info.auth.clone();
+        if let Some(s) = self.idents.get_mut(i as usize) {
+            s.info = Some(info);
+            s.number = SESSIONS.fetch_add(1, Ordering::Relaxed);
+            s.state = IdentState::Activating;
+        }
+        match req {
+            Ok(req) => self.send_as(
+                env,
+                Request::ActivateSession(Box::new(req)),
+                Pending::IdentActivate(i),
+                0,
+                Some(auth),
+                i,
+            ),
+            Err(e) => {
+                self.close_identity(env, i);
+                self.ident_failed(env, i, StatusCode::BadConfigurationError, &e);
+                Ok(())
+            }
+        }
+    }
+
+    /// ActivateSession answered for entry `i`: the waiting operations go, or get the
+    /// server's refusal as it gave it (BadUserAccessDenied, BadIdentityTokenRejected …).
+    fn ident_activated(&mut self, env: &mut Env<'_>, i: u16, resp: Response) -> Result<(), String> {
+        let st = service_result(&resp);
+        let r = match resp {
+            Response::ActivateSession(r) if st.is_good() => r,
+            _ => {
+                let st = if st.is_bad() {
+                    st
+                } else {
+                    StatusCode::BadInternalError
+                };
+                self.close_identity(env, i);
+                self.ident_failed(env, i, st, "the server refused the login");
+                return Ok(());
+            }
+        };
+        let Some(s) = self.idents.get_mut(i as usize) else {
+            return Ok(());
+        };
+        if let Some(info) = s.info.as_mut() {
+            info.server_nonce = r.server_nonce.clone();
+        }
+        s.state = IdentState::Ready;
+        let waiting = std::mem::take(&mut s.waiting);
+        if let Some(m) = self.cfg.identities.get(i as usize) {
+            tracing::info!(server = %self.cfg.name, identity = %m.describe(), "gateway: identity session open");
+        }
+        for f in waiting {
+            self.send_op(env, f, Some(i))?;
+        }
+        Ok(())
+    }
+
+    /// An operation sent on entry `i`'s session was answered: a session the server no
+    /// longer knows (timed out there) is opened again by the next operation.
+    fn ident_done(&mut self, i: u16, st: StatusCode) {
+        let Some(s) = self.idents.get_mut(i as usize) else {
+            return;
+        };
+        s.busy = s.busy.saturating_sub(1);
+        if matches!(
+            st,
+            StatusCode::BadSessionIdInvalid
+                | StatusCode::BadSessionClosed
+                | StatusCode::BadSessionNotActivated
+        ) && s.state == IdentState::Ready
+        {
+            s.state = IdentState::Closed;
+            s.info = None;
+        }
+    }
+
+    /// Closes entry `i`'s session (CloseSession sent when there is one).
+    fn close_identity(&mut self, env: &Env<'_>, i: u16) {
+        let Some(s) = self.idents.get_mut(i as usize) else {
+            return;
+        };
+        let auth = s.info.take().map(|x| x.auth);
+        s.state = IdentState::Closed;
+        if let Some(auth) = auth {
+            let req = CloseSessionRequest {
+                request_header: header(0),
+                delete_subscriptions: true,
+            };
+            let _ = self.send_as(
+                env,
+                Request::CloseSession(Box::new(req)),
+                Pending::CloseSession,
+                0,
+                Some(auth),
+                i,
+            );
+        }
+    }
+
+    /// Closes the identity sessions unused for `identity_idle_ms`.
+    fn close_idle_identities(&mut self, env: &Env<'_>) {
+        let idle_ns = self.cfg.identity_idle_ms * 1_000_000;
+        for i in 0..self.idents.len() {
+            let s = &self.idents[i];
+            if s.idle() && env.now.mono_ns >= s.last_use_ns.saturating_add(idle_ns) {
+                if let Some(m) = self.cfg.identities.get(i) {
+                    tracing::info!(server = %self.cfg.name, identity = %m.describe(), "gateway: identity session closed (unused)");
+                }
+                self.close_identity(env, i as u16);
+            }
+        }
+    }
+
+    /// The connection is gone: so are the identity sessions (opened again on the next
+    /// connection when used); their waiting operations get `st`.
+    fn drop_identities(&mut self, st: StatusCode) {
+        for s in self.idents.iter_mut() {
+            s.state = IdentState::Closed;
+            s.info = None;
+            s.busy = 0;
+            for f in s.waiting.drain(..) {
+                fail(f, st);
+            }
+        }
+    }
+
+    /// Sends a forwarded operation on the main session (`ident` `None`) or an identity's.
+    fn send_op(&mut self, env: &mut Env<'_>, f: Forward, ident: Option<u16>) -> Result<(), String> {
+        match f {
             Forward::Read { read, .. } => {
                 let wire = self
                     .names
@@ -1994,7 +2422,7 @@ impl Downstream {
                     .and_then(|r| self.names.to_wire(&r));
                 let Some(wire) = wire else {
                     read.fail(StatusCode::BadNodeIdUnknown);
-                    return;
+                    return Ok(());
                 };
                 let var = env
                     .host
@@ -2034,7 +2462,7 @@ impl Downstream {
                     .and_then(|r| self.names.to_wire(&r));
                 let Some(wire) = wire else {
                     write.complete(StatusCode::BadNodeIdUnknown);
-                    return;
+                    return Ok(());
                 };
                 self.names.value_out(&mut value.value);
                 value.server_timestamp = None;
@@ -2055,11 +2483,11 @@ impl Downstream {
                         value,
                     }],
                 };
-                self.send(
+                self.send_on(
                     env,
                     Request::Write(Box::new(req)),
                     Pending::Write(var, write),
-                    0,
+                    ident,
                 )
             }
             Forward::Call { call, .. } => {
@@ -2078,7 +2506,7 @@ impl Downstream {
                 };
                 let (Some(object), Some(method)) = (object, method) else {
                     call.complete(Err(StatusCode::BadNodeIdUnknown));
-                    return;
+                    return Ok(());
                 };
                 let mut inputs = call.inputs.clone();
                 for i in inputs.iter_mut() {
@@ -2099,12 +2527,17 @@ impl Downstream {
                         input_arguments: inputs,
                     }],
                 };
-                self.send(env, Request::Call(Box::new(req)), Pending::Call(call), 0)
+                self.send_on(
+                    env,
+                    Request::Call(Box::new(req)),
+                    Pending::Call(call),
+                    ident,
+                )
             }
             Forward::History { op, reply } => {
                 if !self.cfg.history {
                     reply.fail(StatusCode::BadHistoryOperationUnsupported);
-                    return;
+                    return Ok(());
                 }
                 let wire = self
                     .names
@@ -2112,16 +2545,21 @@ impl Downstream {
                     .and_then(|r| self.names.to_wire(&r));
                 let Some(wire) = wire else {
                     reply.fail(StatusCode::BadNodeIdUnknown);
-                    return;
+                    return Ok(());
+                };
+                // Continuation points belong to the session they were given in.
+                let session = match ident {
+                    Some(i) => self.idents.get(i as usize).map_or(0, |s| s.number),
+                    None => self.session_number,
                 };
                 let continuation_point = match &op.resume {
                     None => ByteString::null(),
-                    Some(t) => match super::history::point_of(t, self.session_number) {
+                    Some(t) => match super::history::point_of(t, session) {
                         Some(p) => ByteString::from(p.to_vec()),
                         // A point of an earlier session: the server has forgotten it.
                         None => {
                             reply.fail(StatusCode::BadContinuationPointInvalid);
-                            return;
+                            return Ok(());
                         }
                     },
                 };
@@ -2141,7 +2579,7 @@ impl Downstream {
                     }
                     ReadDetails::Events(_) => {
                         reply.fail(StatusCode::BadHistoryOperationUnsupported);
-                        return;
+                        return Ok(());
                     }
                 };
                 let req = HistoryReadRequest {
@@ -2156,18 +2594,36 @@ impl Downstream {
                         ..Default::default()
                     }],
                 };
-                let session = self.session_number;
-                self.send(
+                self.send_on(
                     env,
                     Request::HistoryRead(Box::new(req)),
                     Pending::History { reply, session },
-                    0,
+                    ident,
                 )
             }
-        };
-        if let Err(e) = r {
-            self.lost(env, &e);
         }
+    }
+
+    /// Sends an operation's request on the main session or entry `ident`'s (counted out).
+    fn send_on(
+        &mut self,
+        env: &Env<'_>,
+        req: Request,
+        what: Pending,
+        ident: Option<u16>,
+    ) -> Result<(), String> {
+        let Some(i) = ident else {
+            return self.send(env, req, what, 0);
+        };
+        let s = self.idents.get_mut(i as usize).ok_or("no such identity")?;
+        let auth = s
+            .info
+            .as_ref()
+            .map(|x| x.auth.clone())
+            .ok_or("the identity's session is gone")?;
+        s.busy += 1;
+        s.last_use_ns = env.now.mono_ns;
+        self.send_as(env, req, what, 0, Some(auth), i)
     }
 
     // ---- the mirror --------------------------------------------------------------------
@@ -2209,6 +2665,8 @@ impl Downstream {
                         node: w.node_id.clone(),
                         value: w.value.clone(),
                         index_range: w.index_range.to_string(),
+                        user: w.user.to_string(),
+                        roles: w.roles,
                         write: done,
                     })
                 }),
@@ -2607,6 +3065,9 @@ impl Downstream {
     pub fn remove(&mut self, env: &mut Env<'_>) {
         self.removing = true;
         if self.phase == Phase::Running {
+            for i in 0..self.idents.len() {
+                self.close_identity(env, i as u16);
+            }
             let req = CloseSessionRequest {
                 request_header: header(0),
                 delete_subscriptions: true,
@@ -2657,6 +3118,7 @@ impl Downstream {
                 _ => {}
             }
         }
+        self.drop_identities(StatusCode::BadNotConnected);
         self.mirror.clear();
         self.vars.clear();
         self.status.set_state(State::Removed);
@@ -2665,6 +3127,9 @@ impl Downstream {
     /// Sends CloseSession (the gateway stops).
     pub fn goodbye(&mut self, env: &mut Env<'_>) {
         if self.phase == Phase::Running {
+            for i in 0..self.idents.len() {
+                self.close_identity(env, i as u16);
+            }
             let req = CloseSessionRequest {
                 request_header: header(0),
                 delete_subscriptions: true,

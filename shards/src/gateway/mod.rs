@@ -37,7 +37,7 @@ use uaring_core::address_space::change::{Demand, DemandSink};
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{DataValue, NodeId, Variant};
 
-pub use config::{GatewayConfig, ServerConfig, WhileAway};
+pub use config::{GatewayConfig, IdentityMap, ServerConfig, Unmapped, WhileAway};
 
 use crate::fleet::{Fleet, Waker};
 
@@ -161,6 +161,10 @@ pub(crate) enum Forward {
         node: NodeId,
         value: DataValue,
         index_range: String,
+        /// The caller (user name, empty when anonymous; roles): the identity it runs as
+        /// there ([`config::ServerConfig::identity_for`]).
+        user: String,
+        roles: uaring_core::roles::Roles,
         write: AsyncWrite,
     },
     Call {

@@ -1,0 +1,156 @@
+"""asyncua (PyPI): the gateway's identity mapping (docs/Gateway.md "Identity mapping").
+
+uaring downstream with anonymous logins off and three users: `gw` (the gateway's main
+session: browsing, subscriptions, Reads; it may write, so the mirror offers writing), `dw`
+(may write) and `dr` (may only read). The
+gateway, over Basic256Sha256 SignAndEncrypt, maps its own users:
+
+- `alice` -> `dw` (password from a file): her Write passes and is seen on the downstream;
+- `bob` -> `dr`: his Write is refused by the downstream, BadUserAccessDenied coming back;
+- `carol` (no entry, `unmapped = "refuse"`): BadUserAccessDenied here, nothing sent.
+
+The downstream's session list names each identity session; `max_identity_sessions = 1`
+makes bob's session take the place of alice's unused one, and `identity_idle_ms` closes
+bob's when unused.
+"""
+import asyncio
+import time
+
+import pytest
+from asyncua import Client, ua
+from asyncua.ua import uaerrors
+
+from conftest import Server
+from test_asyncua_gateway import mirrored, until
+from test_asyncua_security import uaring
+
+SESSIONS = ua.NodeId(3707)  # Server.ServerDiagnostics.SessionsDiagnosticsSummary.SessionDiagnosticsArray
+DOUBLE = "ns=1;s=Demo.Static.Double"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+def hashed(pw):
+    return uaring("hash-password", stdin=f"{pw}\n").strip()
+
+
+async def connect(url, user, password):
+    c = Client(url, timeout=10)
+    c.set_user(user)
+    c.set_password(password)
+    await c.connect()
+    return c
+
+
+async def session_names(c):
+    return {s.SessionName or "" for s in await c.get_node(SESSIONS).read_value()}
+
+
+def test_writes_run_as_the_callers_mapped_identity(tmp_path):
+    dcfg = tmp_path / "down.toml"
+    dcfg.write_text(
+        '[security]\nanonymous = "off"\n'
+        f'[[users]]\nname = "gw"\npassword = "{hashed("gw-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "dw"\npassword = "{hashed("dw-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "dr"\npassword = "{hashed("dr-pw")}"\nrole = "read"\n'
+    )
+    down = Server("--pki", str(tmp_path / "down-pki"), "--accept-all-client-certs",
+                  "--config", str(dcfg))
+    dw_pw = tmp_path / "dw.pw"
+    dw_pw.write_text("dw-pw\n")
+    gcfg = tmp_path / "gw.toml"
+    gcfg.write_text(
+        '[security]\nanonymous = "off"\n'
+        f'[[users]]\nname = "alice"\npassword = "{hashed("a-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "bob"\npassword = "{hashed("b-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "carol"\npassword = "{hashed("c-pw")}"\nrole = "readwrite"\n'
+        "[[gateway.servers]]\n"
+        'name = "s"\n'
+        f'endpoint = "{down.url}"\n'
+        'security_policy = "Basic256Sha256"\nsecurity_mode = "SignAndEncrypt"\n'
+        f'server_certificate = "{tmp_path / "down-pki" / "own" / "certs" / "uaring.der"}"\n'
+        'user = "gw"\npassword = "gw-pw"\n'
+        'mirror = ["nsu=urn:uaring:server;s=Demo.Static"]\n'
+        'unmapped = "refuse"\nmax_identity_sessions = 1\nidentity_idle_ms = 2000\n'
+        "[[gateway.servers.identities]]\n"
+        f'upstream_user = "alice"\nuser = "dw"\npassword_file = "{dw_pw}"\n'
+        "[[gateway.servers.identities]]\n"
+        'upstream_user = "bob"\nuser = "dr"\npassword = "dr-pw"\n'
+    )
+    gw = Server("--pki", str(tmp_path / "gw-pki"), "--config", str(gcfg))
+    try:
+
+        async def go():
+            d = await connect(down.url, "dw", "dw-pw")
+            alice = await connect(gw.url, "alice", "a-pw")
+            bob = await connect(gw.url, "bob", "b-pw")
+            carol = await connect(gw.url, "carol", "c-pw")
+            try:
+                there = d.get_node(DOUBLE)
+                a_double = await mirrored(alice, "s", "Static", "Double")
+                await a_double.write_value(ua.DataValue(ua.Variant(41.5, ua.VariantType.Double)))
+
+                async def written():
+                    return await there.read_value() == 41.5
+
+                await until("alice's write on the downstream", written)
+                names = await until(
+                    "alice's identity session on the downstream",
+                    lambda: _with(d, "(user alice as user dw)"),
+                )
+                assert not any("(user bob" in n for n in names), names
+
+                b_double = bob.get_node(a_double.nodeid)
+                with pytest.raises(uaerrors.BadUserAccessDenied):
+                    await b_double.write_value(
+                        ua.DataValue(ua.Variant(7.0, ua.VariantType.Double)))
+                assert await there.read_value() == 41.5
+                # One identity session at most: bob's took the place of alice's.
+                names = await until(
+                    "bob's identity session on the downstream",
+                    lambda: _with(d, "(user bob as user dr)"),
+                )
+                assert not any("(user alice" in n for n in names), names
+
+                c_double = carol.get_node(a_double.nodeid)
+                with pytest.raises(uaerrors.BadUserAccessDenied):
+                    await c_double.write_value(
+                        ua.DataValue(ua.Variant(8.0, ua.VariantType.Double)))
+                assert await there.read_value() == 41.5
+                assert not any("carol" in n for n in await session_names(d))
+
+                # Reads run on the main session, whoever asks (gw may read).
+                rv = ua.ReadValueId(NodeId=a_double.nodeid, AttributeId=ua.AttributeIds.Value)
+                (fresh,) = await carol.uaclient.read(ua.ReadParameters(MaxAge=0, NodesToRead=[rv]))
+                assert fresh.StatusCode.is_good() and fresh.Value.Value == 41.5, fresh
+
+                # Unused for identity_idle_ms: bob's session is closed.
+                async def closed():
+                    names = await session_names(d)
+                    return not any("(user bob" in n for n in names) and names
+
+                names = await until("bob's idle session closed", closed)
+                assert any(n == "uaring gateway s" for n in names), names
+
+                # Alice again: her session is opened again, her write passes.
+                await a_double.write_value(ua.DataValue(ua.Variant(42.5, ua.VariantType.Double)))
+
+                async def again():
+                    return await there.read_value() == 42.5
+
+                await until("alice's second write on the downstream", again)
+            finally:
+                for c in (carol, bob, alice, d):
+                    await c.disconnect()
+
+        run(go())
+    finally:
+        down.stop()
+        assert gw.stop() == 0
+
+
+async def _with(c, part):
+    names = await session_names(c)
+    return names if any(part in n for n in names) else None
