@@ -47,6 +47,8 @@ impl DemandSink for Sink {
 struct Remote {
     reads: Mutex<Vec<AsyncRead>>,
     writes: Mutex<Vec<AsyncWrite>>,
+    /// Who each Write came from, as its hook was told: (user, roles).
+    writers: Mutex<Vec<(String, uaring_core::roles::Roles)>>,
     calls: Mutex<Vec<AsyncCall>>,
 }
 
@@ -106,7 +108,13 @@ impl Rig {
             b.set_async_write_hook(
                 mirrored(),
                 AsyncWriteHook {
-                    start: Arc::new(move |_, w| r2.writes.lock().unwrap().push(w)),
+                    start: Arc::new(move |info, w| {
+                        r2.writers
+                            .lock()
+                            .unwrap()
+                            .push((info.user.to_string(), info.roles));
+                        r2.writes.lock().unwrap().push(w)
+                    }),
                     timeout_ms: 500,
                 },
             );
@@ -387,6 +395,15 @@ fn a_write_through_the_hook_of_a_read_through_variable_leaves_the_cell_to_its_ke
             }],
         })))
         .is_none());
+    // The hook is told who writes (a gateway maps the caller to an identity there): an
+    // anonymous session, its roles.
+    let (user, roles) = rig.remote.writers.lock().unwrap().pop().unwrap();
+    assert_eq!(user, "");
+    assert!(
+        roles.contains(uaring_core::roles::WellKnownRole::Anonymous),
+        "{roles:?}"
+    );
+    assert!(!roles.contains(uaring_core::roles::WellKnownRole::AuthenticatedUser));
     rig.remote
         .writes
         .lock()

@@ -9,6 +9,8 @@ gateway, over Basic256Sha256 SignAndEncrypt, maps its own users:
 - `bob` -> `dr`: his Write is refused by the downstream, BadUserAccessDenied coming back;
 - `carol` (no entry, `unmapped = "refuse"`): BadUserAccessDenied here, nothing sent.
 
+The same for a Call of a method that needs a writing user there (Demo's GenerateEvent).
+
 The downstream's session list names each identity session; `max_identity_sessions = 1`
 makes bob's session take the place of alice's unused one, and `identity_idle_ms` closes
 bob's when unused.
@@ -72,7 +74,7 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
         'security_policy = "Basic256Sha256"\nsecurity_mode = "SignAndEncrypt"\n'
         f'server_certificate = "{tmp_path / "down-pki" / "own" / "certs" / "uaring.der"}"\n'
         'user = "gw"\npassword = "gw-pw"\n'
-        'mirror = ["nsu=urn:uaring:server;s=Demo.Static"]\n'
+        'mirror = ["nsu=urn:uaring:server;s=Demo.Static", "nsu=urn:uaring:server;s=Demo.Methods"]\n'
         'unmapped = "refuse"\nmax_identity_sessions = 1\nidentity_idle_ms = 2000\n'
         "[[gateway.servers.identities]]\n"
         f'upstream_user = "alice"\nuser = "dw"\npassword_file = "{dw_pw}"\n'
@@ -141,6 +143,15 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
                     return await there.read_value() == 42.5
 
                 await until("alice's second write on the downstream", again)
+
+                # Calls take the same way: GenerateEvent needs a writing user there.
+                methods = await mirrored(alice, "s", "Methods")
+                generate = await mirrored(alice, "s", "Methods", "GenerateEvent")
+                args = ("from the gateway", ua.Variant(300, ua.VariantType.UInt16))
+                await methods.call_method(generate, *args)
+                for who in (bob, carol):
+                    with pytest.raises(uaerrors.BadUserAccessDenied):
+                        await who.get_node(methods.nodeid).call_method(generate.nodeid, *args)
             finally:
                 for c in (carol, bob, alice, d):
                     await c.disconnect()
