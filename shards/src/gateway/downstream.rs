@@ -143,6 +143,9 @@ struct IdentSession {
     /// Its number (continuation points of history reads belong to it), as
     /// [`Downstream::session_number`].
     number: u64,
+    /// Closed when unused this long: `identity_idle_ms`, at most half the session timeout
+    /// the server granted.
+    idle_ns: u64,
 }
 
 impl IdentSession {
@@ -155,6 +158,7 @@ impl IdentSession {
             last_use_ns: 0,
             refused: None,
             number: 0,
+            idle_ns: u64::MAX,
         }
     }
 
@@ -661,9 +665,8 @@ impl Downstream {
             if self.crawl.is_none() && self.crawl_wanted {
                 d = d.min(self.crawl_retry_at);
             }
-            let idle_ns = self.cfg.identity_idle_ms * 1_000_000;
             for s in self.idents.iter().filter(|s| s.idle()) {
-                d = d.min(s.last_use_ns.saturating_add(idle_ns));
+                d = d.min(s.last_use_ns.saturating_add(s.idle_ns));
             }
         }
         d.min(self.status_at)
@@ -2287,7 +2290,10 @@ impl Downstream {
         };
         let req = self.activate_request(&info, self.cfg.identities.get(i as usize));
         let auth = info.auth.clone();
+        let granted_ns = (r.revised_session_timeout.max(0.0) * 1e6) as u64;
+        let idle_ns = (self.cfg.identity_idle_ms * 1_000_000).min(granted_ns / 2);
         if let Some(s) = self.idents.get_mut(i as usize) {
+            s.idle_ns = idle_ns;
             s.info = Some(info);
             s.number = SESSIONS.fetch_add(1, Ordering::Relaxed);
             s.state = IdentState::Activating;
@@ -2387,10 +2393,9 @@ impl Downstream {
 
     /// Closes the identity sessions unused for `identity_idle_ms`.
     fn close_idle_identities(&mut self, env: &Env<'_>) {
-        let idle_ns = self.cfg.identity_idle_ms * 1_000_000;
         for i in 0..self.idents.len() {
             let s = &self.idents[i];
-            if s.idle() && env.now.mono_ns >= s.last_use_ns.saturating_add(idle_ns) {
+            if s.idle() && env.now.mono_ns >= s.last_use_ns.saturating_add(s.idle_ns) {
                 if let Some(m) = self.cfg.identities.get(i) {
                     tracing::info!(server = %self.cfg.name, identity = %m.describe(), "gateway: identity session closed (unused)");
                 }
