@@ -9,14 +9,15 @@ gateway, over Basic256Sha256 SignAndEncrypt, maps its own users:
 - `bob` -> `dr`: his Write is refused by the downstream, BadUserAccessDenied coming back;
 - `carol` (no entry, `unmapped = "refuse"`): BadUserAccessDenied here, nothing sent.
 
-The same for a Call of a method that needs a writing user there (Demo's GenerateEvent).
+The same for a Call of a method that needs a writing user there (Demo's GenerateEvent),
+and a HistoryRead (alice's in her identity's session, carol's refused).
 
 The downstream's session list names each identity session; `max_identity_sessions = 1`
 makes bob's session take the place of alice's unused one, and `identity_idle_ms` closes
 bob's when unused.
 """
 import asyncio
-import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from asyncua import Client, ua
@@ -53,6 +54,7 @@ async def session_names(c):
 def test_writes_run_as_the_callers_mapped_identity(tmp_path):
     dcfg = tmp_path / "down.toml"
     dcfg.write_text(
+        f'[history]\ndir = "{tmp_path / "down-history"}"\n'
         '[security]\nanonymous = "off"\n'
         f'[[users]]\nname = "gw"\npassword = "{hashed("gw-pw")}"\nrole = "readwrite"\n'
         f'[[users]]\nname = "dw"\npassword = "{hashed("dw-pw")}"\nrole = "readwrite"\n'
@@ -64,6 +66,7 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
     dw_pw.write_text("dw-pw\n")
     gcfg = tmp_path / "gw.toml"
     gcfg.write_text(
+        f'[history]\ndir = "{tmp_path / "gw-history"}"\n'
         '[security]\nanonymous = "off"\n'
         f'[[users]]\nname = "alice"\npassword = "{hashed("a-pw")}"\nrole = "readwrite"\n'
         f'[[users]]\nname = "bob"\npassword = "{hashed("b-pw")}"\nrole = "readwrite"\n'
@@ -74,7 +77,8 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
         'security_policy = "Basic256Sha256"\nsecurity_mode = "SignAndEncrypt"\n'
         f'server_certificate = "{tmp_path / "down-pki" / "own" / "certs" / "uaring.der"}"\n'
         'user = "gw"\npassword = "gw-pw"\n'
-        'mirror = ["nsu=urn:uaring:server;s=Demo.Static", "nsu=urn:uaring:server;s=Demo.Methods"]\n'
+        'mirror = ["nsu=urn:uaring:server;s=Demo.Static", "nsu=urn:uaring:server;s=Demo.Methods",'
+        ' "nsu=urn:uaring:server;s=Demo.History"]\n'
         'unmapped = "refuse"\nmax_identity_sessions = 1\nidentity_idle_ms = 2000\n'
         "[[gateway.servers.identities]]\n"
         f'upstream_user = "alice"\nuser = "dw"\npassword_file = "{dw_pw}"\n'
@@ -152,6 +156,25 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
                 for who in (bob, carol):
                     with pytest.raises(uaerrors.BadUserAccessDenied):
                         await who.get_node(methods.nodeid).call_method(generate.nodeid, *args)
+
+                # HistoryRead too: alice's runs in her identity's session (bob's, unused,
+                # makes room), carol's is refused here.
+                count = await mirrored(alice, "s", "History", "Count")
+                end = datetime.now(timezone.utc) + timedelta(seconds=5)
+
+                async def two():
+                    vs = await count.read_raw_history(end - timedelta(minutes=1), end)
+                    return vs if len(vs) >= 2 else None
+
+                await until("two values of Count's history through the gateway", two)
+                # Only the history read can have opened hers again.
+                await until(
+                    "alice's identity session again on the downstream",
+                    lambda: _with(d, "(user alice as user dw)"),
+                )
+                with pytest.raises(uaerrors.BadUserAccessDenied):
+                    await carol.get_node(count.nodeid).read_raw_history(
+                        end - timedelta(minutes=1), end)
             finally:
                 for c in (carol, bob, alice, d):
                     await c.disconnect()
