@@ -17,6 +17,7 @@ makes bob's session take the place of alice's unused one, and `identity_idle_ms`
 bob's when unused.
 """
 import asyncio
+import signal
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -188,3 +189,76 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
 async def _with(c, part):
     names = await session_names(c)
     return names if any(part in n for n in names) else None
+
+
+def test_a_reload_applies_a_changed_identity_table(tmp_path):
+    """SIGHUP re-reads `[[gateway.servers.identities]]` like the rest of the entry: a table
+    naming a missing password file is refused (the old one stays), a changed one maps bob to
+    the writing user."""
+    dcfg = tmp_path / "down.toml"
+    dcfg.write_text(
+        '[security]\nanonymous = "off"\n'
+        f'[[users]]\nname = "gw"\npassword = "{hashed("gw-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "dw"\npassword = "{hashed("dw-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "dr"\npassword = "{hashed("dr-pw")}"\nrole = "read"\n'
+    )
+    down = Server("--pki", str(tmp_path / "down-pki"), "--accept-all-client-certs",
+                  "--config", str(dcfg))
+    head = (
+        '[security]\nanonymous = "off"\n'
+        f'[[users]]\nname = "bob"\npassword = "{hashed("b-pw")}"\nrole = "readwrite"\n'
+        "[[gateway.servers]]\n"
+        'name = "s"\n'
+        f'endpoint = "{down.url}"\n'
+        'security_policy = "Basic256Sha256"\nsecurity_mode = "SignAndEncrypt"\n'
+        f'server_certificate = "{tmp_path / "down-pki" / "own" / "certs" / "uaring.der"}"\n'
+        'user = "gw"\npassword = "gw-pw"\n'
+        'mirror = ["nsu=urn:uaring:server;s=Demo.Static"]\n'
+        'unmapped = "refuse"\n'
+        "[[gateway.servers.identities]]\n"
+        'upstream_user = "bob"\n'
+    )
+    gcfg = tmp_path / "gw.toml"
+    gcfg.write_text(head + 'user = "dr"\npassword = "dr-pw"\n')
+    gw = Server("--pki", str(tmp_path / "gw-pki"), "--config", str(gcfg))
+    try:
+
+        async def go():
+            d = await connect(down.url, "dw", "dw-pw")
+            bob = await connect(gw.url, "bob", "b-pw")
+            try:
+                there = d.get_node(DOUBLE)
+                double = await mirrored(bob, "s", "Static", "Double")
+
+                async def write(v):
+                    await bob.get_node(double.nodeid).write_value(
+                        ua.DataValue(ua.Variant(v, ua.VariantType.Double)))
+
+                with pytest.raises(uaerrors.BadUserAccessDenied):
+                    await write(1.25)
+                gcfg.write_text(
+                    head + f'user = "dw"\npassword_file = "{tmp_path / "missing.pw"}"\n')
+                gw.proc.send_signal(signal.SIGHUP)
+                await asyncio.sleep(1.0)
+                with pytest.raises(uaerrors.BadUserAccessDenied):
+                    await write(1.5)
+                assert await there.read_value() != 1.5
+                gcfg.write_text(head + 'user = "dw"\npassword = "dw-pw"\n')
+                gw.proc.send_signal(signal.SIGHUP)
+
+                async def written():
+                    try:
+                        await write(2.75)
+                    except uaerrors.UaStatusCodeError:
+                        return False
+                    return await there.read_value() == 2.75
+
+                await until("bob's write as dw after the reload", written)
+            finally:
+                for c in (bob, d):
+                    await c.disconnect()
+
+        run(go())
+    finally:
+        down.stop()
+        assert gw.stop() == 0
