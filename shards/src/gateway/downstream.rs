@@ -626,17 +626,18 @@ impl Downstream {
                 return;
             }
         }
-        while let Some((id, resp)) = self.client.as_mut().and_then(|c| c.poll_response()) {
+        while let Some((id, mut resp)) = self.client.as_mut().and_then(|c| c.poll_response()) {
             let Some(o) = self.pending.remove(&id) else {
                 continue;
             };
-            if o.ident != MAIN
-                && matches!(
-                    o.what,
-                    Pending::Write(..) | Pending::Call(_) | Pending::History { .. }
-                )
-            {
-                self.ident_done(o.ident, service_result(&resp));
+            let op = matches!(
+                o.what,
+                Pending::Write(..) | Pending::Call(_) | Pending::History { .. }
+            );
+            if o.ident != MAIN && op && self.ident_done(o.ident, service_result(&resp)) {
+                // The identity's session is gone there: the caller's own session here is
+                // not, so the operation is answered as when the server is away.
+                resp = uaring_core::response::fault(id, StatusCode::BadNotConnected, env.now);
             }
             if let Err(e) = self.on_response(env, o.what, resp) {
                 self.lost(env, &e);
@@ -2350,10 +2351,11 @@ impl Downstream {
     }
 
     /// An operation sent on entry `i`'s session was answered: a session the server no
-    /// longer knows (timed out there) is opened again by the next operation.
-    fn ident_done(&mut self, i: u16, st: StatusCode) {
+    /// longer knows (BadSessionIdInvalid …) is opened again by the next operation. True
+    /// when it was so.
+    fn ident_done(&mut self, i: u16, st: StatusCode) -> bool {
         let Some(s) = self.idents.get_mut(i as usize) else {
-            return;
+            return false;
         };
         s.busy = s.busy.saturating_sub(1);
         if matches!(
@@ -2361,11 +2363,14 @@ impl Downstream {
             StatusCode::BadSessionIdInvalid
                 | StatusCode::BadSessionClosed
                 | StatusCode::BadSessionNotActivated
-        ) && s.state == IdentState::Ready
-        {
-            s.state = IdentState::Closed;
-            s.info = None;
+        ) {
+            if s.state == IdentState::Ready {
+                s.state = IdentState::Closed;
+                s.info = None;
+            }
+            return true;
         }
+        false
     }
 
     /// Closes entry `i`'s session (CloseSession sent when there is one).
