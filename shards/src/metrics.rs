@@ -685,6 +685,20 @@ fn gateway_families(out: &mut String, servers: &[Arc<crate::gateway::ServerStatu
         "The server's ServiceLevel when last read (0 unknown).",
         |s| u64::from(s.service_level.load(Relaxed)),
     );
+    each(
+        out,
+        "uaring_gateway_identity_sessions",
+        "gauge",
+        "Sessions open on the server now for mapped identities (gateway.servers.identities), the main one aside.",
+        |s| s.identity_sessions.load(Relaxed),
+    );
+    each(
+        out,
+        "uaring_gateway_identity_refusals_total",
+        "counter",
+        "Logins of mapped identities the server refused (or that could not be made).",
+        |s| s.identity_refusals.load(Relaxed),
+    );
 }
 
 /// The Reverse Connect dialer's counters, per client (docs/Configuration.md).
@@ -902,9 +916,19 @@ mod tests {
         let a = Arc::new(ServerStatus::new("plc\"1", "opc.tcp://a:4840"));
         a.set_state(State::Connected);
         a.reconnects.store(3, std::sync::atomic::Ordering::Relaxed);
+        a.identity_sessions
+            .store(2, std::sync::atomic::Ordering::Relaxed);
         let b = Arc::new(ServerStatus::new("plc2", "opc.tcp://b:4840"));
         let mut out = String::new();
         gateway_families(&mut out, &[a, b]);
+        assert!(
+            out.contains("uaring_gateway_identity_sessions{server=\"plc\\\"1\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("uaring_gateway_identity_refusals_total{server=\"plc2\"} 0\n"),
+            "{out}"
+        );
         assert!(
             out.contains("# TYPE uaring_gateway_connected gauge\n"),
             "{out}"

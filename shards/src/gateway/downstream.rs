@@ -2262,6 +2262,22 @@ impl Downstream {
         for f in s.waiting.drain(..) {
             fail(f, st);
         }
+        self.status
+            .identity_refusals
+            .fetch_add(1, Ordering::Relaxed);
+        self.count_identities();
+    }
+
+    /// The identity sessions open now, for the status and the metrics.
+    fn count_identities(&self) {
+        let n = self
+            .idents
+            .iter()
+            .filter(|s| s.state == IdentState::Ready)
+            .count();
+        self.status
+            .identity_sessions
+            .store(n as u64, Ordering::Relaxed);
     }
 
     /// CreateSession answered for entry `i`: activate as its user.
@@ -2341,6 +2357,7 @@ impl Downstream {
         }
         s.state = IdentState::Ready;
         let waiting = std::mem::take(&mut s.waiting);
+        self.count_identities();
         if let Some(m) = self.cfg.identities.get(i as usize) {
             tracing::info!(server = %self.cfg.name, identity = %m.describe(), "gateway: identity session open");
         }
@@ -2368,6 +2385,7 @@ impl Downstream {
                 s.state = IdentState::Closed;
                 s.info = None;
             }
+            self.count_identities();
             return true;
         }
         false
@@ -2380,6 +2398,7 @@ impl Downstream {
         };
         let auth = s.info.take().map(|x| x.auth);
         s.state = IdentState::Closed;
+        self.count_identities();
         if let Some(auth) = auth {
             let req = CloseSessionRequest {
                 request_header: header(0),
@@ -2420,6 +2439,7 @@ impl Downstream {
                 fail(f, st);
             }
         }
+        self.count_identities();
     }
 
     /// Sends a forwarded operation on the main session (`ident` `None`) or an identity's.

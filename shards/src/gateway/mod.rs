@@ -105,6 +105,11 @@ pub struct ServerStatus {
     pub crawls: AtomicU64,
     /// The server's ServiceLevel when last read (0 unknown).
     pub service_level: AtomicU8,
+    /// Sessions open on the server now for mapped identities (`identities`), the main one
+    /// aside.
+    pub identity_sessions: AtomicU64,
+    /// Logins of mapped identities the server refused (or that could not be made).
+    pub identity_refusals: AtomicU64,
     last_error: Mutex<String>,
 }
 
@@ -123,6 +128,8 @@ impl ServerStatus {
             forwarded: AtomicU64::new(0),
             crawls: AtomicU64::new(0),
             service_level: AtomicU8::new(0),
+            identity_sessions: AtomicU64::new(0),
+            identity_refusals: AtomicU64::new(0),
             last_error: Mutex::new(String::new()),
         }
     }

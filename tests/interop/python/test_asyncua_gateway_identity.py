@@ -18,6 +18,7 @@ bob's when unused.
 """
 import asyncio
 import signal
+import urllib.request
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -25,7 +26,7 @@ from asyncua import Client, ua
 from asyncua.ua import uaerrors
 
 from conftest import Server
-from test_asyncua_gateway import mirrored, until
+from test_asyncua_gateway import free_port, mirrored, until
 from test_asyncua_security import uaring
 
 SESSIONS = ua.NodeId(3707)  # Server.ServerDiagnostics.SessionsDiagnosticsSummary.SessionDiagnosticsArray
@@ -48,6 +49,20 @@ async def connect(url, user, password):
     return c
 
 
+async def metric(port, line_start):
+    """The value of the metrics line that begins with `line_start`."""
+
+    def get():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    text = await asyncio.get_running_loop().run_in_executor(None, get)
+    for line in text.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.split()[-1])
+    return None
+
+
 async def session_names(c):
     return {s.SessionName or "" for s in await c.get_node(SESSIONS).read_value()}
 
@@ -66,8 +81,10 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
     dw_pw = tmp_path / "dw.pw"
     dw_pw.write_text("dw-pw\n")
     gcfg = tmp_path / "gw.toml"
+    metrics_port = free_port()
     gcfg.write_text(
         f'[history]\ndir = "{tmp_path / "gw-history"}"\n'
+        f'[metrics]\nlisten = "127.0.0.1:{metrics_port}"\n'
         '[security]\nanonymous = "off"\n'
         f'[[users]]\nname = "alice"\npassword = "{hashed("a-pw")}"\nrole = "readwrite"\n'
         f'[[users]]\nname = "bob"\npassword = "{hashed("b-pw")}"\nrole = "readwrite"\n'
@@ -108,6 +125,8 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
                     lambda: _with(d, "(user alice as user dw)"),
                 )
                 assert not any("(user bob" in n for n in names), names
+                gauge = 'uaring_gateway_identity_sessions{server="s"}'
+                assert await metric(metrics_port, gauge) == 1
 
                 b_double = bob.get_node(a_double.nodeid)
                 with pytest.raises(uaerrors.BadUserAccessDenied):
@@ -140,6 +159,7 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
 
                 names = await until("bob's idle session closed", closed)
                 assert any(n == "uaring gateway s" for n in names), names
+                assert await metric(metrics_port, gauge) == 0
 
                 # Alice again: her session is opened again, her write passes.
                 await a_double.write_value(ua.DataValue(ua.Variant(42.5, ua.VariantType.Double)))
