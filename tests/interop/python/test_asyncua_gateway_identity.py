@@ -212,9 +212,10 @@ async def _with(c, part):
 
 
 def test_a_reload_applies_a_changed_identity_table(tmp_path):
-    """SIGHUP re-reads `[[gateway.servers.identities]]` like the rest of the entry: a table
-    naming a missing password file is refused (the old one stays), a changed one maps bob to
-    the writing user."""
+    """A login the downstream refuses (a wrong password) answers the mapped caller's Writes
+    with the downstream's refusal. SIGHUP re-reads `[[gateway.servers.identities]]` like the
+    rest of the entry: a table naming a missing password file is refused (the old one stays),
+    a changed one maps bob to the writing user."""
     dcfg = tmp_path / "down.toml"
     dcfg.write_text(
         '[security]\nanonymous = "off"\n'
@@ -227,6 +228,7 @@ def test_a_reload_applies_a_changed_identity_table(tmp_path):
     head = (
         '[security]\nanonymous = "off"\n'
         f'[[users]]\nname = "bob"\npassword = "{hashed("b-pw")}"\nrole = "readwrite"\n'
+        f'[[users]]\nname = "eve"\npassword = "{hashed("e-pw")}"\nrole = "readwrite"\n'
         "[[gateway.servers]]\n"
         'name = "s"\n'
         f'endpoint = "{down.url}"\n'
@@ -239,13 +241,18 @@ def test_a_reload_applies_a_changed_identity_table(tmp_path):
         'upstream_user = "bob"\n'
     )
     gcfg = tmp_path / "gw.toml"
-    gcfg.write_text(head + 'user = "dr"\npassword = "dr-pw"\n')
+    gcfg.write_text(
+        head + 'user = "dr"\npassword = "dr-pw"\n'
+        # A login the downstream refuses: eve's operations get its refusal.
+        '[[gateway.servers.identities]]\nupstream_user = "eve"\nuser = "dw"\npassword = "wrong"\n'
+    )
     gw = Server("--pki", str(tmp_path / "gw-pki"), "--config", str(gcfg))
     try:
 
         async def go():
             d = await connect(down.url, "dw", "dw-pw")
             bob = await connect(gw.url, "bob", "b-pw")
+            eve = await connect(gw.url, "eve", "e-pw")
             try:
                 there = d.get_node(DOUBLE)
                 double = await mirrored(bob, "s", "Static", "Double")
@@ -256,6 +263,15 @@ def test_a_reload_applies_a_changed_identity_table(tmp_path):
 
                 with pytest.raises(uaerrors.BadUserAccessDenied):
                     await write(1.25)
+                refusals = set()
+                for _ in range(2):  # the second within 5 s: the same refusal, at once
+                    with pytest.raises(uaerrors.UaStatusCodeError) as e:
+                        await eve.get_node(double.nodeid).write_value(
+                            ua.DataValue(ua.Variant(9.0, ua.VariantType.Double)))
+                    refusals.add(e.value.code)
+                # uaring's refusal of a wrong password, as it gave it.
+                assert refusals == {ua.StatusCodes.BadUserAccessDenied}, refusals
+                assert await there.read_value() != 9.0
                 gcfg.write_text(
                     head + f'user = "dw"\npassword_file = "{tmp_path / "missing.pw"}"\n')
                 gw.proc.send_signal(signal.SIGHUP)
@@ -275,7 +291,7 @@ def test_a_reload_applies_a_changed_identity_table(tmp_path):
 
                 await until("bob's write as dw after the reload", written)
             finally:
-                for c in (bob, d):
+                for c in (eve, bob, d):
                     await c.disconnect()
 
         run(go())
