@@ -225,7 +225,9 @@ def test_a_reload_applies_a_changed_identity_table(tmp_path):
     )
     down = Server("--pki", str(tmp_path / "down-pki"), "--accept-all-client-certs",
                   "--config", str(dcfg))
+    metrics_port = free_port()
     head = (
+        f'[metrics]\nlisten = "127.0.0.1:{metrics_port}"\n'
         '[security]\nanonymous = "off"\n'
         f'[[users]]\nname = "bob"\npassword = "{hashed("b-pw")}"\nrole = "readwrite"\n'
         f'[[users]]\nname = "eve"\npassword = "{hashed("e-pw")}"\nrole = "readwrite"\n'
@@ -269,8 +271,10 @@ def test_a_reload_applies_a_changed_identity_table(tmp_path):
                         await eve.get_node(double.nodeid).write_value(
                             ua.DataValue(ua.Variant(9.0, ua.VariantType.Double)))
                     refusals.add(e.value.code)
-                # uaring's refusal of a wrong password, as it gave it.
+                # uaring's refusal of a wrong password, as it gave it; one login tried.
                 assert refusals == {ua.StatusCodes.BadUserAccessDenied}, refusals
+                refused = 'uaring_gateway_identity_refusals_total{server="s"}'
+                assert await metric(metrics_port, refused) == 1
                 assert await there.read_value() != 9.0
                 gcfg.write_text(
                     head + f'user = "dw"\npassword_file = "{tmp_path / "missing.pw"}"\n')
