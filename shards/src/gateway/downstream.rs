@@ -56,8 +56,10 @@ const PUBLISH_OUT: usize = 3;
 const ITEM_REQUESTS_OUT: usize = 8;
 /// Nodes per edit when a mirror is added (each edit is one GeneralModelChangeEvent).
 const NODES_PER_EDIT: usize = 5_000;
-/// The client handle of the event item.
-const EVENT_HANDLE: u32 = u32::MAX;
+/// The client handle of the event item (the data items' handles are their Variables'
+/// indexes, far below it). Not u32::MAX: node-opcua takes 0 and 0xFFFFFFFF for "no handle"
+/// and reports such an item's notifications with handle 0.
+const EVENT_HANDLE: u32 = u32::MAX - 1;
 /// ConditionType (namespace 0).
 const CONDITION_TYPE: u32 = 2782;
 /// ShelvedStateMachineType (namespace 0): an alarm's ShelvingState.
@@ -386,6 +388,17 @@ fn event_id_there(tag: u64, ours: &[u8]) -> Option<&[u8]> {
 }
 
 /// A parsed NumericRange as text again (`None`: the empty string).
+/// An IndexRange for the wire: null when there is none. Part 4 says null for "not used"; a
+/// server may parse "" as a range (node-opcua does, and refuses a scalar Write with it:
+/// BadTypeMismatch).
+fn range_wire(r: &str) -> UaString {
+    if r.is_empty() {
+        UaString::null()
+    } else {
+        r.into()
+    }
+}
+
 fn range_text(r: Option<&uaring_core::address_space::NumericRange>) -> String {
     let Some(r) = r else { return String::new() };
     r.dims
@@ -2509,7 +2522,7 @@ impl Downstream {
                     nodes_to_write: vec![WriteValue {
                         node_id: wire,
                         attribute_id: 13,
-                        index_range: index_range.as_str().into(),
+                        index_range: range_wire(&index_range),
                         value,
                     }],
                 };
@@ -2619,7 +2632,7 @@ impl Downstream {
                     release_continuation_points: false,
                     nodes_to_read: vec![HistoryReadValueId {
                         node_id: wire,
-                        index_range: range_text(op.index_range.as_ref()).as_str().into(),
+                        index_range: range_wire(&range_text(op.index_range.as_ref())),
                         continuation_point,
                         ..Default::default()
                     }],
@@ -3286,6 +3299,9 @@ mod tests {
             let r = NumericRange::parse(text).unwrap();
             assert_eq!(range_text(r.as_ref()), text);
         }
+        // No range goes as a null String, not "" (which node-opcua takes for a range).
+        assert_eq!(range_wire(""), UaString::null());
+        assert_eq!(range_wire("1:4"), UaString::from("1:4"));
     }
 
     #[test]
