@@ -16,8 +16,9 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import asyncua, pytest' 2
     .venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/python/requirements.txt
 fi
 
-step "node-opcua-client (tests/interop/node/node_modules)"
-if [ ! -d tests/interop/node/node_modules/node-opcua-client ]; then
+step "node-opcua-client and node-opcua-server (tests/interop/node/node_modules)"
+# The server is the gateway tests' node-opcua downstream (tests/interop/node/downstream_server.js).
+if [ ! -d tests/interop/node/node_modules/node-opcua-client ] || [ ! -d tests/interop/node/node_modules/node-opcua-server ]; then
     (cd tests/interop/node && npm install --no-audit --no-fund --loglevel=error)
 fi
 
