@@ -261,6 +261,12 @@ test("every change of the counter, BadNotConnected while node-opcua is away, the
   assert.ok(await waitFor(bad, 20000), "BadNotConnected on the subscription");
   const r = await session.read({ nodeId: counter, attributeId: AttributeIds.Value });
   assert.equal(r.statusCode, StatusCodes.BadNotConnected);
+  const w = await session.write({
+    nodeId: await find(name, "Plant", "Setpoint"),
+    attributeId: AttributeIds.Value,
+    value: { value: { dataType: DataType.Int32, value: 5 } },
+  });
+  assert.equal(w, StatusCodes.BadNotConnected);
   const n = seen.length;
   down = await startDownstream(down.port);
   // The new instance counts from 1 again: the values resume on the same subscription.

@@ -141,12 +141,12 @@ class Changes:
         self.events.append(event)
 
 
-async def read_max_age_0(c, node):
+async def read_max_age(c, node, max_age=0):
     rv = ua.ReadValueId()
     rv.NodeId = node.nodeid
     rv.AttributeId = ua.AttributeIds.Value
     p = ua.ReadParameters()
-    p.MaxAge = 0
+    p.MaxAge = max_age
     p.NodesToRead = [rv]
     p.TimestampsToReturn = ua.TimestampsToReturn.Both
     (dv,) = await c.uaclient.read(p)
@@ -165,16 +165,17 @@ def test_node_opcuas_tree_is_browsed_read_written_and_called(gateway):
             names = {(await n.read_browse_name()).Name for n in await plant.get_children()}
             assert names == {"Temperature", "Setpoint", "Counter", "Scale", "Alarm"}, names
 
-            # Reads: from the cell, and with maxAge 0 (forwarded to node-opcua).
+            # Reads: from the cell (maxAge an hour: the value read when it was mirrored), and
+            # with maxAge 0 (forwarded to node-opcua).
             temp = await child(plant, "Temperature")
-            dv = await temp.read_data_value()
+            dv = await read_max_age(c, temp, 3_600_000)
             assert dv.StatusCode.is_good()
             assert dv.Value == ua.Variant(21.5, ua.VariantType.Double)
-            fresh = await read_max_age_0(c, temp)
+            fresh = await read_max_age(c, temp)
             assert fresh.StatusCode.is_good() and fresh.Value.Value == 21.5, fresh
             counter = await child(plant, "Counter")
             assert await counter.read_data_type() == ua.NodeId(ua.ObjectIds.UInt32)
-            first = await read_max_age_0(c, counter)
+            first = await read_max_age(c, counter)
             assert first.StatusCode.is_good()
             assert first.Value.VariantType == ua.VariantType.UInt32 and first.Value.Value >= 1
 
@@ -185,7 +186,7 @@ def test_node_opcuas_tree_is_browsed_read_written_and_called(gateway):
                 idx = await d.get_namespace_index(NS)
                 direct = d.get_node(ua.NodeId("Plant.Setpoint", idx))
                 assert await direct.read_value() == 4242
-            assert (await read_max_age_0(c, setpoint)).Value.Value == 4242
+            assert (await read_max_age(c, setpoint)).Value.Value == 4242
             # A Variable node-opcua keeps read-only is not writable here either.
             level = (await temp.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
             assert level & ua.AccessLevel.CurrentRead.mask and not level & ua.AccessLevel.CurrentWrite.mask
