@@ -57,9 +57,19 @@ const ITEM_REQUESTS_OUT: usize = 8;
 /// Nodes per edit when a mirror is added (each edit is one GeneralModelChangeEvent).
 const NODES_PER_EDIT: usize = 5_000;
 /// The client handle of the event item (the data items' handles are their Variables'
-/// indexes, far below it). Not u32::MAX: node-opcua takes 0 and 0xFFFFFFFF for "no handle"
+/// indexes + 1, far below it). Neither 0 nor u32::MAX: node-opcua takes both for "no handle"
 /// and reports such an item's notifications with handle 0.
 const EVENT_HANDLE: u32 = u32::MAX - 1;
+
+/// The client handle of the data item of Variable `slot` (never 0, see [`EVENT_HANDLE`]).
+fn data_handle(slot: u32) -> u32 {
+    slot + 1
+}
+
+/// The Variable slot a data item's client handle names.
+fn slot_of(handle: u32) -> Option<usize> {
+    handle.checked_sub(1).map(|s| s as usize)
+}
 /// ConditionType (namespace 0).
 const CONDITION_TYPE: u32 = 2782;
 /// ShelvedStateMachineType (namespace 0): an alarm's ShelvingState.
@@ -359,7 +369,7 @@ fn header(timeout_ms: u32) -> RequestHeader {
     }
 }
 
-/// The parameters of a Variable's item on the server: its slot as the client handle, the
+/// The parameters of a Variable's item on the server: its client handle, the
 /// (sampling interval, queue size) asked for, the newest values kept when the queue is full.
 fn parameters(handle: u32, asked: (f64, u32)) -> MonitoringParameters {
     MonitoringParameters {
@@ -1741,7 +1751,7 @@ impl Downstream {
         let epoch = self.epoch;
         let mut n = 0u64;
         for mut item in dc.monitored_items {
-            let Some(v) = self.vars.get_mut(item.client_handle as usize) else {
+            let Some(v) = slot_of(item.client_handle).and_then(|i| self.vars.get_mut(i)) else {
                 continue;
             };
             if v.removed || v.item.is_none() {
@@ -2057,7 +2067,7 @@ impl Downstream {
                             ..Default::default()
                         },
                         monitoring_mode: MonitoringMode::Reporting,
-                        requested_parameters: parameters(i, v.asked),
+                        requested_parameters: parameters(data_handle(i), v.asked),
                     })
                 })
                 .collect::<Vec<_>>();
@@ -2082,7 +2092,7 @@ impl Downstream {
                     let v = self.vars.get(i as usize)?;
                     Some(MonitoredItemModifyRequest {
                         monitored_item_id: v.item?.id,
-                        requested_parameters: parameters(i, v.asked),
+                        requested_parameters: parameters(data_handle(i), v.asked),
                     })
                 })
                 .collect::<Vec<_>>();
