@@ -61,6 +61,16 @@ const NODES_PER_EDIT: usize = 5_000;
 /// and reports such an item's notifications with handle 0.
 const EVENT_HANDLE: u32 = u32::MAX - 1;
 
+/// What a caller gets for an answer that was not good: the server's bad status, or
+/// BadInternalError when the server said Good (or Uncertain) without the result.
+fn refusal(s: StatusCode) -> StatusCode {
+    if s.is_bad() {
+        s
+    } else {
+        StatusCode::BadInternalError
+    }
+}
+
 /// The client handle of the data item of Variable `slot` (never 0, see [`EVENT_HANDLE`]).
 fn data_handle(slot: u32) -> u32 {
     slot + 1
@@ -1426,14 +1436,7 @@ impl Downstream {
                         }
                         other => {
                             *env.items_total = env.items_total.saturating_sub(1);
-                            let st = other.map_or(
-                                if s.is_bad() {
-                                    s
-                                } else {
-                                    StatusCode::BadInternalError
-                                },
-                                |r| r.status_code,
-                            );
+                            let st = other.map_or(refusal(s), |r| r.status_code);
                             v.refused = true;
                             let (index, generation) = (v.index, v.generation);
                             let space = env.host.server.model.current();
@@ -1556,11 +1559,7 @@ impl Downstream {
                             }
                             read.complete(dv);
                         }
-                        None => read.fail(if s.is_bad() {
-                            s
-                        } else {
-                            StatusCode::BadInternalError
-                        }),
+                        None => read.fail(refusal(s)),
                     }
                 }
                 Ok(())
@@ -1596,11 +1595,7 @@ impl Downstream {
                         Some(res) => c.complete(Err(res.status_code)),
                         None => c.complete(Err(StatusCode::BadInternalError)),
                     },
-                    _ => c.complete(Err(if s.is_bad() {
-                        s
-                    } else {
-                        StatusCode::BadInternalError
-                    })),
+                    _ => c.complete(Err(refusal(s))),
                 }
                 Ok(())
             }
@@ -1627,11 +1622,7 @@ impl Downstream {
                     _ => None,
                 };
                 let Some(mut result) = result else {
-                    reply.fail(if s.is_bad() {
-                        s
-                    } else {
-                        StatusCode::BadInternalError
-                    });
+                    reply.fail(refusal(s));
                     return Ok(());
                 };
                 // Values translated (NodeIds and encodings into this server's namespaces).
@@ -2309,11 +2300,7 @@ impl Downstream {
         let r = match resp {
             Response::CreateSession(r) if st.is_good() => r,
             _ => {
-                let st = if st.is_bad() {
-                    st
-                } else {
-                    StatusCode::BadInternalError
-                };
+                let st = refusal(st);
                 self.ident_failed(env, i, st, "CreateSession refused");
                 return Ok(());
             }
@@ -2362,11 +2349,7 @@ impl Downstream {
         let r = match resp {
             Response::ActivateSession(r) if st.is_good() => r,
             _ => {
-                let st = if st.is_bad() {
-                    st
-                } else {
-                    StatusCode::BadInternalError
-                };
+                let st = refusal(st);
                 self.close_identity(env, i);
                 self.ident_failed(env, i, st, "the server refused the login");
                 return Ok(());
