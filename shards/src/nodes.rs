@@ -1587,11 +1587,7 @@ impl Bound<'_> {
 
     /// The node's NodeId, while the node is there.
     fn node_id(&self) -> Option<NodeId> {
-        self.shared
-            .model
-            .current()
-            .node_at_generation(self.index, self.generation)
-            .map(|n| n.node_id())
+        self.with_node(|_, n| Ok(n.node_id())).ok()
     }
 }
 
