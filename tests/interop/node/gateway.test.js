@@ -22,11 +22,10 @@ const {
   ClientSubscription,
   ClientMonitoredItem,
   TimestampsToReturn,
-  BrowseDirection,
   ReadRawModifiedDetails,
   HistoryReadRequest,
 } = require("node-opcua-client");
-const { startServer, waitFor } = require("./server");
+const { startServer, waitFor, browseChildren, findMirrored } = require("./server");
 
 const ROOT = path.resolve(__dirname, "..", "..", "..");
 const SCRIPT = path.join(ROOT, "tests/interop/python/gateway_downstream.py");
@@ -95,36 +94,9 @@ after(async () => {
   assert.equal(code, 0, `uaring exited with ${code} on SIGTERM`);
 });
 
-async function childrenOf(nodeId) {
-  const r = await session.browse({
-    nodeId,
-    browseDirection: BrowseDirection.Forward,
-    referenceTypeId: "HierarchicalReferences",
-    includeSubtypes: true,
-    resultMask: 0x3f,
-  });
-  return r.references || [];
-}
-
 // The NodeId of Objects/<names…> once the gateway has mirrored it.
-async function find(...names) {
-  const end = Date.now() + 20000;
-  while (Date.now() < end) {
-    let at = "ns=0;i=85";
-    let ok = true;
-    for (const n of names) {
-      const c = (await childrenOf(at)).find((r) => r.browseName.name === n);
-      if (!c) {
-        ok = false;
-        break;
-      }
-      at = c.nodeId.toString();
-    }
-    if (ok) return at;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`Objects/${names.join("/")} not mirrored within 20 s`);
-}
+const find = (...names) => findMirrored(session, ...names);
+const childrenOf = (nodeId) => browseChildren(session, nodeId);
 
 test("the mirrored tree is browsed, read, written and called", async () => {
   const name = `127.0.0.1_${down.port}`;

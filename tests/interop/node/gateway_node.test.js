@@ -23,11 +23,10 @@ const {
   ClientSubscription,
   ClientMonitoredItem,
   TimestampsToReturn,
-  BrowseDirection,
   constructEventFilter,
   resolveNodeId,
 } = require("node-opcua-client");
-const { startServer, sleep, waitFor } = require("./server");
+const { startServer, sleep, waitFor, browseChildren, findMirrored } = require("./server");
 
 const NS = "urn:test:node-plant";
 
@@ -106,36 +105,9 @@ after(async () => {
   assert.equal(code, 0, `uaring exited with ${code} on SIGTERM`);
 });
 
-async function childrenOf(nodeId) {
-  const r = await session.browse({
-    nodeId,
-    browseDirection: BrowseDirection.Forward,
-    referenceTypeId: "HierarchicalReferences",
-    includeSubtypes: true,
-    resultMask: 0x3f,
-  });
-  return r.references || [];
-}
-
 // The NodeId of Objects/<names…> once the gateway has mirrored it.
-async function find(...names) {
-  const end = Date.now() + 20000;
-  while (Date.now() < end) {
-    let at = "ns=0;i=85";
-    let ok = true;
-    for (const n of names) {
-      const c = (await childrenOf(at)).find((r) => r.browseName.name === n);
-      if (!c) {
-        ok = false;
-        break;
-      }
-      at = c.nodeId.toString();
-    }
-    if (ok) return at;
-    await sleep(50);
-  }
-  throw new Error(`Objects/${names.join("/")} not mirrored within 20 s`);
-}
+const find = (...names) => findMirrored(session, ...names);
+const childrenOf = (nodeId) => browseChildren(session, nodeId);
 
 test("node-opcua's tree is browsed, read, written and called; its event comes through", async () => {
   const plant = await find(name, "Plant");

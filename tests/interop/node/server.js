@@ -135,4 +135,37 @@ function startRelay(target) {
   });
 }
 
-module.exports = { startServer, startExample, startRelay, exampleBin, uaringBin, cpusArgs, batchedConfig, sleep, waitFor };
+// The hierarchical children of `nodeId` (forward, subtypes included, every result field).
+async function browseChildren(session, nodeId) {
+  const r = await session.browse({
+    nodeId,
+    browseDirection: 0, // Forward
+    referenceTypeId: "HierarchicalReferences",
+    includeSubtypes: true,
+    resultMask: 0x3f,
+  });
+  return r.references || [];
+}
+
+// The NodeId of Objects/<names…> once a gateway has mirrored it (browsed again every 50 ms,
+// for at most 20 s).
+async function findMirrored(session, ...names) {
+  const end = Date.now() + 20000;
+  while (Date.now() < end) {
+    let at = "ns=0;i=85";
+    let ok = true;
+    for (const n of names) {
+      const c = (await browseChildren(session, at)).find((r) => r.browseName.name === n);
+      if (!c) {
+        ok = false;
+        break;
+      }
+      at = c.nodeId.toString();
+    }
+    if (ok) return at;
+    await sleep(50);
+  }
+  throw new Error(`Objects/${names.join("/")} not mirrored within 20 s`);
+}
+
+module.exports = { startServer, startExample, startRelay, exampleBin, uaringBin, cpusArgs, batchedConfig, sleep, waitFor, browseChildren, findMirrored };
