@@ -47,7 +47,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; done
     PIDS=()
 }
-trap 'cleanup; rm -rf "$tmp"' EXIT
+trap 'cleanup; [ -n "${KEEP_TMP:-}" ] && echo "kept $tmp" >&2 || rm -rf "$tmp"' EXIT
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -72,6 +72,8 @@ gateway() {
     cat >"$tmp/gateway.toml" <<EOF
 [metrics]
 listen = "127.0.0.1:0"
+[subscriptions]
+max_monitored_items_per_shard = $((SESSIONS * VARIABLES + 1024))
 [gateway]
 max_nodes = $((n + 1024))
 max_items = $n
@@ -108,7 +110,7 @@ run() {
     "$B" run --scenario push --json --variant "$1" --url "$2" --server-pid "$3" \
         --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" \
         --variables "$VARIABLES" --push-rate "$RATE" --sessions "$SESSIONS" --items "$VARIABLES" \
-        --duration "$DURATION" --warmup "$WARMUP"
+        --duration "$DURATION" --warmup "$WARMUP" --foreign-max "${FOREIGN_MAX:-0.15}"
 }
 
 for round in $(seq "$ROUNDS"); do
