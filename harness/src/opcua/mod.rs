@@ -28,10 +28,12 @@ use crate::run::{run_with_guard, DynDriver, Plan, RunConfig, Running};
 use crate::security::{self, Security};
 use crate::uring::{mono_ns, Ctx, Driver};
 
+mod churn;
 mod connect;
 mod scale;
 mod sub;
 mod workloads;
+pub use churn::*;
 pub use connect::*;
 pub use scale::*;
 use sub::*;
@@ -102,6 +104,8 @@ pub trait Workload: Send {
     /// The server granted the session `revised_timeout_ms` (CreateSession's
     /// revisedSessionTimeout) at `now_ns`.
     fn session_created(&mut self, _revised_timeout_ms: f64, _now_ns: u64) {}
+    /// The session is activated as `user` (None: anonymously).
+    fn logged_in(&mut self, _user: Option<&str>) {}
     /// Timer-driven requests (writers at a fixed rate).
     fn deadline(&self) -> Option<u64> {
         None
@@ -133,6 +137,8 @@ pub struct UaDriver {
     security: Option<Arc<Security>>,
     /// Log in with a UserName token (name, password) instead of anonymously.
     user: Option<(String, String)>,
+    /// With `user`: anonymously when the server offers no UserName token.
+    user_if_offered: bool,
     /// The request id of the CloseSession sent, and its answer's service result.
     close_id: Option<u32>,
     close_result: Option<StatusCode>,
@@ -163,6 +169,7 @@ impl UaDriver {
                 Default::default(),
             ),
             user: None,
+            user_if_offered: false,
             close_id: None,
             close_result: None,
         }
@@ -172,6 +179,14 @@ impl UaDriver {
     /// inside a SignAndEncrypt channel).
     pub fn with_user(mut self, user: Option<(String, String)>) -> UaDriver {
         self.user = user;
+        self
+    }
+
+    /// [`UaDriver::with_user`] where the server offers UserName tokens, else anonymously
+    /// (the workload learns which through [`Workload::logged_in`]).
+    pub fn with_user_if_offered(mut self, user: Option<(String, String)>) -> UaDriver {
+        self.user = user;
+        self.user_if_offered = true;
         self
     }
 
@@ -279,7 +294,17 @@ impl UaDriver {
                     }
                     None => SignatureData::default(),
                 };
-                let token_type = if self.user.is_some() {
+                let offers_user_names = r
+                    .server_endpoints
+                    .iter()
+                    .flat_map(|e| e.user_identity_tokens.iter())
+                    .any(|p| p.token_type == UserTokenType::UserName);
+                let user = self
+                    .user
+                    .clone()
+                    .filter(|_| offers_user_names || !self.user_if_offered);
+                self.work.logged_in(user.as_ref().map(|u| u.0.as_str()));
+                let token_type = if user.is_some() {
                     UserTokenType::UserName
                 } else {
                     UserTokenType::Anonymous
@@ -291,13 +316,13 @@ impl UaDriver {
                     .find(|p| p.token_type == token_type)
                     .map(|p| p.policy_id.clone())
                     .unwrap_or_else(|| {
-                        UaString::from(if self.user.is_some() {
+                        UaString::from(if user.is_some() {
                             "username"
                         } else {
                             "anonymous"
                         })
                     });
-                let user_identity_token = match &self.user {
+                let user_identity_token = match &user {
                     Some((name, password)) => {
                         ExtensionObject::from_struct(&UserNameIdentityToken {
                             policy_id,
@@ -674,6 +699,23 @@ mod tests {
         assert_eq!(c.deadline(), None);
         assert!(c.next(0).is_some());
         assert!(c.on_timer(t0, &mut ctx).is_empty());
+    }
+
+    #[test]
+    fn pacer_steps_from_the_next_period() {
+        const MS: u64 = 1_000_000;
+        let mut p = Pacer::new(1000.0, 1, 4);
+        assert_eq!(p.take(10 * MS), None, "not started");
+        p.start(10 * MS + MS / 2);
+        assert_eq!(p.next_due, 11 * MS + MS / 4);
+        assert_eq!(p.take(11 * MS), None);
+        assert_eq!(p.take(13 * MS), Some(11 * MS + MS / 4));
+        assert_eq!(
+            p.take(13 * MS),
+            Some(12 * MS + MS / 4),
+            "late ones keep their due time"
+        );
+        assert_eq!(p.take(13 * MS), None);
     }
 
     #[test]

@@ -34,13 +34,8 @@ pub struct ReadWork {
     /// First variable index and due time of every request in flight, by request id (a map:
     /// servers may answer far out of order).
     pub(super) starts: rustc_hash::FxHashMap<u32, (u32, u64)>,
-    /// Open loop: ns between two requests of this connection.
-    pub(super) period_ns: Option<u64>,
-    /// Open loop: where in the period this connection's requests fall (ns), so the
-    /// connections of a run arrive evenly spread rather than in step.
-    pub(super) offset_ns: u64,
-    /// Open loop: when the next request is due (0: the loop has not started).
-    pub(super) next_due: u64,
+    /// Open loop: when this connection's requests are due.
+    pub(super) pacer: Option<Pacer>,
 }
 
 impl ReadWork {
@@ -54,9 +49,7 @@ impl ReadWork {
                 inflight * 2,
                 Default::default(),
             ),
-            period_ns: None,
-            offset_ns: 0,
-            next_due: 0,
+            pacer: None,
         }
     }
 
@@ -64,9 +57,7 @@ impl ReadWork {
     /// `index` of `of`: request k is due at the k-th multiple of the period on the monotonic
     /// clock (from the first after the session is ready), shifted by `index / of` of a period.
     pub fn open_loop(mut self, per_second: f64, index: usize, of: usize) -> Self {
-        let period = ((1e9 / per_second) as u64).max(1);
-        self.period_ns = Some(period);
-        self.offset_ns = (period as u128 * (index % of.max(1)) as u128 / of.max(1) as u128) as u64;
+        self.pacer = Some(Pacer::new(per_second, index, of));
         self
     }
 
@@ -130,26 +121,21 @@ impl ReadWork {
 
     /// Open loop: the next due request, if one is due at `now` (and takes its slot).
     fn next_due(&mut self, now: u64) -> Option<Request> {
-        let period = self.period_ns?;
-        if self.next_due == 0 || self.next_due > now {
-            return None;
-        }
-        let due = self.next_due;
-        self.next_due += period;
+        let due = self.pacer.as_mut()?.take(now)?;
         Some(self.build(due))
     }
 }
 
 impl Workload for ReadWork {
     fn initial(&self) -> usize {
-        if self.period_ns.is_some() {
+        if self.pacer.is_some() {
             0
         } else {
             self.inflight
         }
     }
     fn next(&mut self, now: u64) -> Option<Request> {
-        if self.period_ns.is_some() {
+        if self.pacer.is_some() {
             // A slot was freed: a request already due (late) goes at once.
             return self.next_due(now);
         }
@@ -162,17 +148,13 @@ impl Workload for ReadWork {
     }
     fn deadline(&self) -> Option<u64> {
         // Only while a slot is free: otherwise the next answer sends what is due.
-        self.period_ns
-            .filter(|_| self.has_slot())
-            .map(|_| self.next_due)
+        self.pacer.filter(|_| self.has_slot()).map(|p| p.next_due)
     }
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
-        let Some(period) = self.period_ns else {
+        let Some(p) = self.pacer.as_mut() else {
             return Vec::new();
         };
-        if self.next_due == 0 {
-            self.next_due = (now / period + 1) * period + self.offset_ns;
-        }
+        p.start(now);
         let mut out = Vec::new();
         while self.has_slot() {
             match self.next_due(now) {
@@ -198,9 +180,49 @@ impl Workload for ReadWork {
             ));
         };
         // Open loop: from when it was due (it may have waited for a slot); closed: from the send.
-        let from = if self.period_ns.is_some() { due } else { sent };
+        let from = if self.pacer.is_some() { due } else { sent };
         ctx.complete(now.saturating_sub(from));
         Ok(())
+    }
+}
+
+/// An open-loop schedule (`--rate`): one request due every `period_ns`, shifted by
+/// `offset_ns` (so that the connections of a run arrive evenly spread rather than in step),
+/// from the first multiple of the period after [`Pacer::start`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacer {
+    pub period_ns: u64,
+    pub offset_ns: u64,
+    /// When the next request is due (0: not started).
+    pub next_due: u64,
+}
+
+impl Pacer {
+    /// `per_second` requests a second (> 0) on connection `index` of `of`.
+    pub fn new(per_second: f64, index: usize, of: usize) -> Pacer {
+        let period = ((1e9 / per_second) as u64).max(1);
+        let of = of.max(1);
+        Pacer {
+            period_ns: period,
+            offset_ns: (period as u128 * (index % of) as u128 / of as u128) as u64,
+            next_due: 0,
+        }
+    }
+
+    pub fn start(&mut self, now: u64) {
+        if self.next_due == 0 {
+            self.next_due = (now / self.period_ns + 1) * self.period_ns + self.offset_ns;
+        }
+    }
+
+    /// The due time of the next request if it is due at `now` (and steps past it).
+    pub fn take(&mut self, now: u64) -> Option<u64> {
+        if self.next_due == 0 || self.next_due > now {
+            return None;
+        }
+        let due = self.next_due;
+        self.next_due += self.period_ns;
+        Some(due)
     }
 }
 
