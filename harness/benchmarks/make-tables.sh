@@ -147,7 +147,7 @@ done
     section library-cost "The uaring binary on the library against the one before it (c35c903), side by side"
     section content-move "The Demo folder and the contracts on the public library API: before (9f0da14) and after, side by side"
     section push "Pushed values: the application pushes, exception-based items receive every change (uaring's plant example and native open62541, one server CPU)"
-    section scale "Plant scale: a million variables and a million monitored items (uaring's plant example and native open62541, one server CPU)"
+    section scale "Plant scale: a million variables, a million monitored items, nodes added and deleted while serving (uaring's plant example and native open62541, one server CPU)"
     section history "Historical Access: ingest beside Reads, raw and processed HistoryRead, storage (uaring's history_bench example, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"

@@ -19,7 +19,8 @@ use crate::scenarios::SCENARIOS;
     after_help = "scenarios: read, read-batch (--nodes K), write, browse, sub, counters, events, connect, echo,\n\
                   push (--variables N --push-rate HZ: a server of the plant contract pushes the values),\n\
                   history-ingest, history-read-raw, history-read-processed (the history_bench example),\n\
-                  scale-nodes (--variables N --service read|browse), scale-items (--sessions S --items I --create-items C)\n\
+                  scale-nodes (--variables N --service read|browse), scale-items (--sessions S --items I --create-items C),\n\
+                  scale-churn (--variables N --churn-nodes M --churn-batch B --churn-rate R --churn-user NAME:PASSWORD)\n\
                   docs/Benchmarks.md describes every scenario, request shape and table."
 )]
 pub struct Cli {
@@ -175,7 +176,8 @@ fn positive_f64(s: &str) -> Result<f64, String> {
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunOpts {
     /// read, read-batch, write, browse, sub, counters, events, connect, echo, push,
-    /// history-ingest, history-read-raw, history-read-processed, scale-nodes, scale-items
+    /// history-ingest, history-read-raw, history-read-processed, scale-nodes, scale-items,
+    /// scale-churn
     #[arg(long, default_value = "read", value_parser = scenario_name)]
     pub scenario: String,
     /// Client connections (each with its own session).
@@ -357,6 +359,23 @@ pub struct RunOpts {
     /// that still holds the sessions' items (0: none). Default 50,000.
     #[arg(long)]
     pub create_items: Option<usize>,
+    /// scale-churn: Variables one more session adds to the server and deletes again while the
+    /// readers read and subscribe (default 100,000).
+    #[arg(long, value_parser = positive)]
+    pub churn_nodes: Option<usize>,
+    /// scale-churn: nodes per AddNodes or DeleteNodes request, and variables per added folder
+    /// (default 1000, the servers' usual MaxNodesPerNodeManagement).
+    #[arg(long, value_parser = positive)]
+    pub churn_batch: Option<usize>,
+    /// scale-churn: nodes added (then deleted) per second, the requests sent on a schedule
+    /// (0, the default: each as soon as the last one is answered).
+    #[arg(long, value_parser = non_negative_f64)]
+    pub churn_rate: Option<f64>,
+    /// scale-churn: the churn session logs in as this user (`name:password`, a user allowed
+    /// AddNodes and DeleteNodes) where the server offers UserName tokens, else anonymously;
+    /// the result says which (`churn_user`).
+    #[arg(long)]
+    pub churn_user: Option<String>,
     /// push: queue size of each monitored item (default ceil(HZ × publishing interval) × 2 + 1).
     #[arg(long, value_parser = positive)]
     pub queue_size: Option<usize>,

@@ -8,27 +8,47 @@ use crate::cli::{option_name, RunOpts};
 
 /// Options that only some scenarios read, with the scenarios that do.
 const SCENARIO_OPTIONS: &[(&str, &[&str])] = &[
-    ("nodes", &["read-batch", "scale-nodes"]),
+    ("nodes", &["read-batch", "scale-nodes", "scale-churn"]),
     ("service", &["scale-nodes"]),
     ("create_items", &["scale-items"]),
+    ("churn_nodes", &["scale-churn"]),
+    ("churn_batch", &["scale-churn"]),
+    ("churn_rate", &["scale-churn"]),
+    ("churn_user", &["scale-churn"]),
     ("writers", &["sub"]),
     ("write_rate", &["sub"]),
     ("subscriptions", &["sub", "events"]),
-    ("items", &["sub", "events", "push", "scale-items"]),
-    ("sampling_ms", &["sub", "events", "counters", "scale-items"]),
+    (
+        "items",
+        &["sub", "events", "push", "scale-items", "scale-churn"],
+    ),
+    (
+        "sampling_ms",
+        &["sub", "events", "counters", "scale-items", "scale-churn"],
+    ),
     (
         "sessions",
         &["sub", "events", "counters", "push", "scale-items"],
     ),
     (
         "publishing_ms",
-        &["sub", "events", "counters", "push", "scale-items"],
+        &[
+            "sub",
+            "events",
+            "counters",
+            "push",
+            "scale-items",
+            "scale-churn",
+        ],
     ),
     ("start_items", &["counters"]),
     ("max_items", &["counters"]),
     ("storm", &["read", "read-batch", "write", "browse"]),
     ("storm_user", &["read", "read-batch", "write", "browse"]),
-    ("rate", &["read", "read-batch", "history-ingest"]),
+    (
+        "rate",
+        &["read", "read-batch", "history-ingest", "scale-churn"],
+    ),
     ("echo_bytes", &["echo"]),
     (
         "history_values",
@@ -138,7 +158,7 @@ mod tests {
             (&["--scenario", "read", "--write-rate", "5"], "--write-rate"),
             (
                 &["--scenario", "browse", "--items", "5"],
-                "--items: only for the sub, events, push, scale-items scenarios",
+                "--items: only for the sub, events, push, scale-items, scale-churn scenarios",
             ),
             (
                 &["--scenario", "write", "--subscriptions", "2"],
@@ -146,7 +166,7 @@ mod tests {
             ),
             (
                 &["--scenario", "read", "--nodes", "10"],
-                "--nodes: only for the read-batch, scale-nodes scenarios",
+                "--nodes: only for the read-batch, scale-nodes, scale-churn scenarios",
             ),
             (&["--scenario", "sub", "--storm", "2"], "--storm"),
             (&["--scenario", "echo", "--sessions", "2"], "--sessions"),

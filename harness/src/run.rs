@@ -205,9 +205,14 @@ pub fn resolve_cpus(expr: &str) -> Result<Vec<usize>, String> {
 impl RunConfig {
     pub fn from_opts(a: &RunOpts) -> Result<RunConfig, String> {
         let scenario = a.scenario.clone();
-        if a.rate > 0.0 && !matches!(scenario.as_str(), "read" | "read-batch" | "history-ingest") {
+        if a.rate > 0.0
+            && !matches!(
+                scenario.as_str(),
+                "read" | "read-batch" | "history-ingest" | "scale-churn"
+            )
+        {
             return Err(format!(
-                "--rate: an open loop is for the read, read-batch and history-ingest scenarios, not {scenario}"
+                "--rate: an open loop is for the read, read-batch, history-ingest and scale-churn scenarios, not {scenario}"
             ));
         }
         crate::options::check(a)?;
@@ -904,7 +909,7 @@ pub fn info_for(cfg: &RunConfig, params: Vec<(String, Value)>, output: &[String]
         // process.
         app_threads: if matches!(
             cfg.scenario.as_str(),
-            "push" | "history-ingest" | "scale-nodes" | "scale-items"
+            "push" | "history-ingest" | "scale-nodes" | "scale-items" | "scale-churn"
         ) {
             vec![crate::push::PUSH_THREAD.to_string()]
         } else {

@@ -23,6 +23,7 @@ pub const SCENARIOS: &[&str] = &[
     "history-read-processed",
     "scale-nodes",
     "scale-items",
+    "scale-churn",
 ];
 
 /// Runs one scenario and returns its result object.
@@ -49,6 +50,7 @@ pub fn run_scenario(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         "push" => crate::push::run_push(cfg),
         "scale-nodes" => crate::scale::run_scale_nodes(cfg),
         "scale-items" => crate::scale::run_scale_items(cfg),
+        "scale-churn" => crate::scale::run_scale_churn(cfg),
         s if crate::history::is_history(s) => crate::history::run_history(cfg),
         s if SCENARIOS.contains(&s) => crate::opcua::run_opcua(cfg),
         other => Err(format!(

@@ -50,6 +50,19 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
     ),
     ("create_items_ms", "one CreateMonitoredItems, ms", 1),
     ("delete_items_ms", "its items deleted (CloseSession), ms", 1),
+    // scale-churn.
+    ("quiet_p99_us", "Read p99 µs, quiet", 1),
+    ("churn_p99_us", "Read p99 µs, nodes coming and going", 1),
+    ("churn_p99_ratio", "Read p99 under churn ÷ quiet", 2),
+    ("nodes_added_per_s", "nodes added/s", 0),
+    ("nodes_deleted_per_s", "nodes deleted/s", 0),
+    ("reader_errors", "readers' errors", 0),
+    ("churn_errors", "churn errors", 0),
+    (
+        "server_vm_rss_kept_after_churn_kb",
+        "server RSS kept after the churn, kB",
+        0,
+    ),
     ("capacity_items", "capacity, items", 0),
     ("min_sample_ratio", "min sample ratio", 3),
     ("delivered_ratio", "delivered share", 3),
@@ -361,6 +374,20 @@ pub fn markdown(t: &Table) -> String {
                 };
                 if let Some(n) = r.get("nodes") {
                     x.push_str(&format!(", {} nodes per request", crate::report::fmt(n)));
+                }
+                if g("scenario") == "scale-churn" {
+                    x.push_str(&format!(
+                        ", Reads of plant variables spread over all {} and a subscription of {} items each, while one more session adds {} nodes ({} per request, at {}) and deletes them again; {} s quiet, then the churn",
+                        g("variables"),
+                        g("items"),
+                        g("churn_nodes"),
+                        g("churn_batch"),
+                        match r.get("churn_rate").and_then(|v| v.as_f64()) {
+                            Some(x) if x > 0.0 => format!("{} nodes/s", num(x, 0)),
+                            _ => "the server's pace".to_string(),
+                        },
+                        g("quiet_s"),
+                    ));
                 }
                 if g("scenario") == "scale-nodes" {
                     x.push_str(&format!(

@@ -1,4 +1,4 @@
-//! `uaring-bench run --scenario scale-nodes` and `scale-items` through the binary against the
+//! `uaring-bench run --scenario scale-nodes`, `scale-items` and `scale-churn` through the binary against the
 //! `plant` example (built by `cargo test --workspace` at `target/<profile>/examples/plant`), at
 //! a small scale: every figure of the plant-scale table is produced and every answer checked.
 //! The full size is a table run (harness/benchmarks/scale.scenarios), not a test.
@@ -133,4 +133,83 @@ fn scale_items_judges_every_item_and_times_one_create() {
         "{v}"
     );
     assert!(f("bytes_per_item") > 0.0, "{v}");
+}
+
+#[test]
+fn scale_churn_adds_and_deletes_nodes_beside_the_readers() {
+    // The table's configuration of uaring's plant: its ConfigureAdmin user bench churns.
+    let config = format!(
+        "--config {}/benchmarks/servers/uaring-plant-scale.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let v = run_json(&[
+        "--scenario",
+        "scale-churn",
+        "--variables",
+        "2000",
+        "--clients",
+        "2",
+        "--rate",
+        "400",
+        "--inflight",
+        "4",
+        "--items",
+        "50",
+        "--churn-nodes",
+        "2500",
+        "--churn-batch",
+        "500",
+        "--churn-user",
+        "bench:bench",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--server-args",
+        &config,
+    ]);
+    let u = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+    assert_eq!(u("errors"), 0, "{v}");
+    assert_eq!(u("reader_errors"), 0, "{v}");
+    assert_eq!(u("churn_errors"), 0, "{v}");
+    assert_eq!(v["churn_user"], "bench", "{v}");
+    assert_eq!(v["churn_finished"], true, "{v}");
+    assert_eq!(
+        (
+            u("churn_folders_added"),
+            u("churn_variables_added"),
+            u("churn_variables_deleted"),
+            u("churn_folders_deleted")
+        ),
+        (5, 2500, 2500, 5),
+        "{v}"
+    );
+    assert!(u("quiet_reads") > 0 && u("churn_reads") > 0, "{v}");
+    // The churn session's items on the first variables saw them, then saw them go.
+    assert_eq!(u("churn_watched_items"), 10, "{v}");
+    assert!(u("churn_watched_values") >= 10, "{v}");
+    assert_eq!(u("churn_watched_items_reported_deleted"), 10, "{v}");
+    assert_eq!(
+        u("quiet_reads") + u("churn_reads") + u("after_reads"),
+        u("ops"),
+        "every measured Read is in one phase: {v}"
+    );
+    assert!(
+        u("quiet_notifications") > 0,
+        "the subscriptions deliver: {v}"
+    );
+    for k in [
+        "quiet_p99_us",
+        "churn_p99_us",
+        "churn_p99_ratio",
+        "nodes_added_per_s",
+        "nodes_deleted_per_s",
+        "server_vm_rss_before_churn_kb",
+        "server_vm_rss_after_adds_kb",
+        "server_vm_rss_after_churn_kb",
+        "server_cores_quiet",
+        "server_cores_churn",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
 }

@@ -56,7 +56,7 @@ pub fn spread_stride(n: usize) -> usize {
 }
 
 /// The Read NamespaceArray request of a plant session's first setup step.
-fn namespace_array_read() -> Request {
+pub(super) fn namespace_array_read() -> Request {
     Request::Read(Box::new(ReadRequest {
         max_age: 0.0,
         timestamps_to_return: TimestampsToReturn::Neither,
@@ -66,7 +66,7 @@ fn namespace_array_read() -> Request {
 }
 
 /// The plant namespace's index from the answer to [`namespace_array_read`].
-fn plant_namespace(prev: Option<&Response>) -> Result<u16, String> {
+pub(super) fn plant_namespace(prev: Option<&Response>) -> Result<u16, String> {
     let Some(Response::Read(r)) = prev else {
         return Err("NamespaceArray: no Read answer".into());
     };
@@ -119,7 +119,12 @@ impl SpreadWork {
         i
     }
 
-    fn request(&mut self) -> Request {
+    /// The plant namespace's index (else read in the setup).
+    pub(super) fn set_namespace(&mut self, ns: u16) {
+        self.ns = Some(ns);
+    }
+
+    pub(super) fn request(&mut self) -> Request {
         let ns = self.ns.unwrap_or(0);
         let nodes: Vec<NodeId> = (0..self.per_request)
             .map(|_| plant_node(ns, self.take()))
