@@ -30,6 +30,9 @@ RATE=${RATE:-10}
 SESSIONS=${SESSIONS:-20}
 ROUNDS=${ROUNDS:-1}
 DURATION=${DURATION:-10}
+# Seconds for the sessions to connect and create their items (20 x 100,000 through the
+# gateway: two million upstream items before the first window).
+READY_TIMEOUT=${READY_TIMEOUT:-300}
 WARMUP=${WARMUP:-5}
 DOWN_CPUS=${DOWN_CPUS:-0}
 SERVER_CPUS=${SERVER_CPUS:-1}
@@ -69,7 +72,12 @@ downstream() {
 gateway() {
     local down=$1
     local n=$((VARIABLES + 16))
+    # max_buffered_bytes: the sessions' first values (SESSIONS x VARIABLES notifications, about
+    # 30 bytes each) wait unsent at once; the default 64 MiB refused the sessions of a second
+    # attempt (ERR BadTcpNotEnoughResources) while the first one's output drained.
     cat >"$tmp/gateway.toml" <<EOF
+[runtime]
+max_buffered_bytes = $((SESSIONS * VARIABLES * 64 + 67108864))
 [metrics]
 listen = "127.0.0.1:0"
 [subscriptions]
@@ -110,7 +118,8 @@ run() {
     "$B" run --scenario push --json --variant "$1" --url "$2" --server-pid "$3" \
         --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" \
         --variables "$VARIABLES" --push-rate "$RATE" --sessions "$SESSIONS" --items "$VARIABLES" \
-        --duration "$DURATION" --warmup "$WARMUP" --foreign-max "${FOREIGN_MAX:-0.15}"
+        --duration "$DURATION" --warmup "$WARMUP" --foreign-max "${FOREIGN_MAX:-0.15}" \
+        --ready-timeout "$READY_TIMEOUT"
 }
 
 for round in $(seq "$ROUNDS"); do

@@ -124,6 +124,29 @@ enum Pending {
     IdentActivate(u16),
 }
 
+impl Pending {
+    /// The service it waits on, for the log.
+    fn service(&self) -> &'static str {
+        match self {
+            Pending::CreateSession | Pending::IdentCreate(_) => "CreateSession",
+            Pending::ActivateSession { .. } | Pending::IdentActivate(_) => "ActivateSession",
+            Pending::Info | Pending::Refresh(..) | Pending::Read(_) => "Read",
+            Pending::Crawl(_) => "crawl (Browse or Read)",
+            Pending::CreateSubscription => "CreateSubscription",
+            Pending::Transfer => "TransferSubscriptions",
+            Pending::EventItem | Pending::CreateItems(_) => "CreateMonitoredItems",
+            Pending::ModifyItems(_) => "ModifyMonitoredItems",
+            Pending::DeleteItems(_) => "DeleteMonitoredItems",
+            Pending::Publish => "Publish",
+            Pending::Write(..) => "Write",
+            Pending::Call(_) => "Call",
+            Pending::Monitor => "TranslateBrowsePathsToNodeIds",
+            Pending::History { .. } => "HistoryRead",
+            Pending::CloseSession => "CloseSession",
+        }
+    }
+}
+
 struct Out {
     what: Pending,
     deadline_ns: u64,
@@ -714,8 +737,13 @@ impl Downstream {
                 return;
             }
         }
-        if self.pending.values().any(|o| o.deadline_ns <= now.mono_ns) {
-            self.lost(env, "a request timed out");
+        if let Some(o) = self.pending.values().find(|o| o.deadline_ns <= now.mono_ns) {
+            let what = format!(
+                "a {} request timed out ({} requests out)",
+                o.what.service(),
+                self.pending.len()
+            );
+            self.lost(env, &what);
             return;
         }
         if self.phase == Phase::Running {
@@ -1964,7 +1992,7 @@ impl Downstream {
     }
 
     /// Shard `shard`'s demand on the mirrored Variable `var`.
-    pub fn demand(&mut self, env: &mut Env<'_>, var: u32, generation: u32, shard: u16, d: Demand) {
+    pub fn demand(&mut self, var: u32, generation: u32, shard: u16, d: Demand) {
         let Some(v) = self.vars.get_mut(var as usize) else {
             return;
         };
@@ -1977,6 +2005,13 @@ impl Downstream {
         }
         v.refused = false;
         self.mark(var);
+    }
+
+    /// Sends the item requests the demand noted since the last call asks for (the gateway
+    /// thread calls it once per pass over the demand queue, so a client's
+    /// CreateMonitoredItems of many items goes down in requests of `operations_per_request`,
+    /// not one request per item).
+    pub fn settle_demand(&mut self, env: &mut Env<'_>) {
         if self.phase == Phase::Running {
             if let Err(e) = self.reconcile(env) {
                 self.lost(env, &e);
@@ -1986,7 +2021,7 @@ impl Downstream {
 
     /// Creates, modifies and deletes items as the demand of the dirty Variables asks.
     fn reconcile(&mut self, env: &mut Env<'_>) -> Result<(), String> {
-        if !self.sub_ready || self.dirty.is_empty() {
+        if !self.sub_ready || self.dirty.is_empty() || self.item_requests >= ITEM_REQUESTS_OUT {
             return Ok(());
         }
         let Some(sub) = self.sub else { return Ok(()) };
@@ -1994,12 +2029,29 @@ impl Downstream {
         let mut modify = Vec::new();
         let mut delete = Vec::new();
         let mut keep = Vec::new();
-        let dirty = std::mem::take(&mut self.dirty);
-        for i in dirty {
+        let mut dirty = std::mem::take(&mut self.dirty).into_iter();
+        let ops = self.ops.max(1);
+        for i in dirty.by_ref() {
             let Some(v) = self.vars.get_mut(i as usize) else {
                 continue;
             };
-            if v.busy || self.item_requests >= ITEM_REQUESTS_OUT {
+            // The requests this pass sends count against ITEM_REQUESTS_OUT too: a
+            // Variable that could start one more request past it waits for an answer (a
+            // hundred thousand at once went out as a hundred requests, and the last ones
+            // passed request_timeout_ms at a server that creates items one by one).
+            let planned = self.item_requests
+                + create.len().div_ceil(ops)
+                + modify.len().div_ceil(ops)
+                + delete.len().div_ceil(ops);
+            let starts_one = [create.len(), modify.len(), delete.len()]
+                .iter()
+                .any(|n| n % ops == 0);
+            if planned + usize::from(starts_one) > ITEM_REQUESTS_OUT {
+                // The rest wait as they are (still marked dirty).
+                keep.push(i);
+                break;
+            }
+            if v.busy {
                 keep.push(i);
                 continue;
             }
@@ -2040,13 +2092,14 @@ impl Downstream {
                 _ => {}
             }
         }
+        keep.extend(dirty);
         for i in &keep {
             if let Some(v) = self.vars.get_mut(*i as usize) {
                 v.dirty = true;
             }
         }
         self.dirty = keep;
-        for chunk in create.chunks(self.ops) {
+        for chunk in create.chunks(ops) {
             let items = chunk
                 .iter()
                 .filter_map(|&i| {
@@ -2076,7 +2129,7 @@ impl Downstream {
                 0,
             )?;
         }
-        for chunk in modify.chunks(self.ops) {
+        for chunk in modify.chunks(ops) {
             let items = chunk
                 .iter()
                 .filter_map(|&i| {
@@ -2101,7 +2154,7 @@ impl Downstream {
                 0,
             )?;
         }
-        for chunk in delete.chunks(self.ops) {
+        for chunk in delete.chunks(ops) {
             let req = DeleteMonitoredItemsRequest {
                 request_header: header(0),
                 subscription_id: sub,

@@ -162,7 +162,9 @@ impl GatewayHandler {
                 d.dial_failed(&mut env, &e);
             }
         }
-        // At most one queue's worth per pass, so a flood cannot hold the thread.
+        // At most one queue's worth per pass, so a flood cannot hold the thread; the item
+        // requests it calls for go out once, after the pass.
+        let mut demanded = false;
         for _ in 0..self.shared.demand.capacity() {
             let Some(sig) = self.shared.demand.pop() else {
                 break;
@@ -170,9 +172,15 @@ impl GatewayHandler {
             let Some(&(server, var)) = self.by_node.get(&sig.node_index) else {
                 continue;
             };
+            if let Some(Some(d)) = self.servers.get_mut(server as usize) {
+                d.demand(var, sig.generation, sig.shard, sig.demand);
+                demanded = true;
+            }
+        }
+        if demanded {
             let (mut env, servers) = self.env();
-            if let Some(Some(d)) = servers.get_mut(server as usize) {
-                d.demand(&mut env, var, sig.generation, sig.shard, sig.demand);
+            for d in servers.iter_mut().flatten() {
+                d.settle_demand(&mut env);
             }
         }
         for _ in 0..self.shared.forward.capacity() {
