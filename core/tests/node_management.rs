@@ -361,3 +361,92 @@ fn each_change_raises_a_general_model_change_event() {
         .iter()
         .any(|c| c.affected == folder && c.verb & 2 != 0));
 }
+
+fn children_of(h: &mut Harness, token: &NodeId, parent: NodeId) -> Vec<NodeId> {
+    let r = h.browse_request(token, 0, vec![hierarchical(parent)]);
+    match h.call(r) {
+        Response::Browse(b) => b.results[0]
+            .references
+            .iter()
+            .map(|r| r.node_id.node_id.clone())
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Many nodes under one parent in one request: each BrowseName is checked against the
+/// parent's children from before the request and the ones added earlier in it (the
+/// request's set of sibling names), and deleting most of a folder's children in one
+/// request leaves exactly the others.
+#[test]
+fn names_in_one_request_are_checked_against_each_other_and_deletes_leave_the_rest() {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let (mut adm, at) = session(shared.clone(), 0, admin());
+    let folder = NodeId::string(1, "Line5");
+    let id = |i: u32| NodeId::string(1, format!("Line5.V{i}"));
+    let r = add(
+        &mut adm,
+        &at,
+        vec![
+            object_item(NodeId::ns0(85), folder.clone(), "Line5", 61),
+            variable_item(folder.clone(), id(0), "V0", 0.0),
+        ],
+    );
+    assert!(r.iter().all(|r| r.status_code.is_good()), "{r:?}");
+    let mut items: Vec<AddNodesItem> = (1..40)
+        .map(|i| variable_item(folder.clone(), id(i), &format!("V{i}"), i as f64))
+        .collect();
+    // A name added earlier in this request, one from before it, one only in another
+    // namespace (not a duplicate), and a null requested id with a new name.
+    items.push(variable_item(folder.clone(), id(100), "V7", 0.0));
+    items.push(variable_item(folder.clone(), id(101), "V0", 0.0));
+    items.push(AddNodesItem {
+        browse_name: QualifiedName::new(0, "V3"),
+        ..variable_item(folder.clone(), id(102), "", 0.0)
+    });
+    items.push(variable_item(folder.clone(), NodeId::NULL, "V103", 0.0));
+    let r = add(&mut adm, &at, items);
+    let got: Vec<StatusCode> = r.iter().map(|r| r.status_code).collect();
+    let mut want = vec![StatusCode::Good; 39];
+    want.extend([
+        StatusCode::BadBrowseNameDuplicated,
+        StatusCode::BadBrowseNameDuplicated,
+        StatusCode::Good,
+        StatusCode::Good,
+    ]);
+    assert_eq!(got, want);
+    assert_eq!(children_of(&mut adm, &at, folder.clone()).len(), 42);
+    // Delete V0..V29 in one request: V30..V39, the ns-0-named one and V103 stay.
+    let r = delete(&mut adm, &at, (0..30).map(id).collect());
+    assert_eq!(r, vec![StatusCode::Good; 30]);
+    let left = children_of(&mut adm, &at, folder.clone());
+    assert_eq!(left.len(), 12, "{left:?}");
+    assert!((30..40).all(|i| left.contains(&id(i))));
+    assert!(left.contains(&id(102)));
+    // A name freed by the delete may be used again, twice in one request only once.
+    let r = add(
+        &mut adm,
+        &at,
+        vec![
+            variable_item(folder.clone(), id(200), "V5", 0.0),
+            variable_item(folder.clone(), id(201), "V5", 0.0),
+            variable_item(folder.clone(), id(202), "V35", 0.0),
+        ],
+    );
+    let got: Vec<StatusCode> = r.iter().map(|r| r.status_code).collect();
+    assert_eq!(
+        got,
+        vec![
+            StatusCode::Good,
+            StatusCode::BadBrowseNameDuplicated,
+            StatusCode::BadBrowseNameDuplicated,
+        ]
+    );
+    // The folder and what is left, in one request (children before their folder).
+    let mut rest = left;
+    rest.push(id(200));
+    rest.push(folder.clone());
+    let n = rest.len();
+    assert_eq!(delete(&mut adm, &at, rest), vec![StatusCode::Good; n]);
+    assert!(!objects_children(&mut adm, &at).contains(&folder));
+}

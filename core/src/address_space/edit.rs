@@ -14,8 +14,9 @@
 //! AddNodes (parent, type definition, browse name) are the caller's
 //! (`services::node_management`, the library).
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::store::{Key, Ref, NO_INDEX};
 use super::{ids, AddressSpace, ClassAttributes, Node, NodeClass, Reference};
@@ -59,12 +60,12 @@ pub struct Edit {
     /// The oldest version a shard holds: indexes freed by it or before are reusable.
     oldest_held: u64,
     /// Indexes of the nodes this edit added.
-    added: HashSet<u32>,
+    added: FxHashSet<u32>,
     changes: Vec<ModelChangeStructureDataType>,
     /// Where each affected node is in `changes`.
-    noted: HashMap<NodeId, usize>,
+    noted: FxHashMap<NodeId, usize>,
     /// References to remove from nodes' lists, by node (done in one pass per list).
-    pending: HashMap<u32, HashSet<Ref>>,
+    pending: FxHashMap<u32, FxHashSet<Ref>>,
 }
 
 /// What a committed edit changed.
@@ -122,14 +123,23 @@ impl Edit {
             oldest_held,
             added: Default::default(),
             changes: Vec::new(),
-            noted: HashMap::new(),
-            pending: HashMap::new(),
+            noted: FxHashMap::default(),
+            pending: FxHashMap::default(),
         }
     }
 
     /// The address space as this edit has made it so far.
     pub fn space(&mut self) -> &AddressSpace {
         self.flush_all();
+        &self.space
+    }
+
+    /// The address space as this edit has made it so far, for finding nodes and reading
+    /// their attributes without applying the reference removals still waiting (a node's
+    /// list may still hold references to nodes this edit removed; [`Edit::space`] applies
+    /// them first). Finding nodes between the removals of a big folder's children this way
+    /// keeps its list's pass at the end, one for the whole edit.
+    pub fn lookup(&self) -> &AddressSpace {
         &self.space
     }
 
@@ -259,7 +269,7 @@ impl Edit {
                 }
             }
         }
-        let mut seen = HashSet::new();
+        let mut seen = FxHashSet::default();
         for t in touched {
             if seen.insert(t) {
                 self.note_index(t, verb::REFERENCE_ADDED);

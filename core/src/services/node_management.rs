@@ -30,7 +30,7 @@
 //! for its operations and can be sent again).
 
 use crate::address_space::build::make;
-use crate::address_space::{ids, AddressSpace, Node};
+use crate::address_space::{ids, AddressSpace, Node, NodeView};
 use crate::generated::messages::Response;
 use crate::generated::types::{
     AddNodesItem, AddNodesRequest, AddNodesResponse, AddNodesResult, AddReferencesRequest,
@@ -221,20 +221,75 @@ fn apply_common(
     node.description = description;
 }
 
-/// Does `parent` have a forward hierarchical reference to a node with `name`?
+/// The nodes `parent` has forward hierarchical references to, each given to `f`.
 /// (`space` is the edit's: its pending reference removals are applied.)
-fn name_taken(space: &AddressSpace, parent: u32, name: &QualifiedName) -> bool {
+fn children(space: &AddressSpace, parent: u32, mut f: impl FnMut(NodeView<'_>) -> bool) -> bool {
     let Some(hierarchical) = space.node_index(&NodeId::ns0(ids::HIERARCHICAL_REFERENCES)) else {
         return false;
     };
     space.node_at(parent).is_some_and(|p| {
         p.refs().any(|r| {
             r.is_forward()
-                && r.target_node().is_some_and(|t| t.has_name(name))
+                && r.target_node().is_some_and(&mut f)
                 && r.type_index()
                     .is_some_and(|t| space.is_subtype_index(t, hierarchical))
         })
     })
+}
+
+/// Does `parent` have a forward hierarchical reference to a node with `name`?
+fn name_taken(space: &AddressSpace, parent: u32, name: &QualifiedName) -> bool {
+    children(space, parent, |t| t.has_name(name))
+}
+
+fn name_hash(namespace: u16, name: Option<&str>) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one((namespace, name))
+}
+
+/// The BrowseNames of the children of each parent an AddNodes request adds to (Part 4: two
+/// children of one parent by hierarchical references may not share one), so that a request
+/// of many nodes under one parent does not walk the parent's list once per node. The first
+/// node under a parent walks it (as a request of one node must); the second builds a set
+/// of the hashes of the children's names, which the later nodes ask and extend. A hash
+/// found in the set is confirmed by a walk (a collision is not a duplicate).
+#[derive(Default)]
+struct Siblings {
+    /// Per parent index: `None` after the first walk, then the names' hashes.
+    by_parent: rustc_hash::FxHashMap<u32, Option<rustc_hash::FxHashSet<u64>>>,
+}
+
+impl Siblings {
+    /// [`name_taken`], as the edit stands (`space`).
+    fn taken(&mut self, space: &AddressSpace, parent: u32, name: &QualifiedName) -> bool {
+        use std::collections::hash_map::Entry;
+        match self.by_parent.entry(parent) {
+            Entry::Vacant(e) => {
+                e.insert(None);
+                name_taken(space, parent, name)
+            }
+            Entry::Occupied(mut e) => {
+                let names = e.get_mut().get_or_insert_with(|| {
+                    let mut names = rustc_hash::FxHashSet::default();
+                    children(space, parent, |t| {
+                        let (ns, n) = t.name();
+                        names.insert(name_hash(ns, n));
+                        false
+                    });
+                    names
+                });
+                names.contains(&name_hash(name.namespace_index, name.name.as_opt()))
+                    && name_taken(space, parent, name)
+            }
+        }
+    }
+
+    /// A node named `name` was added under `parent`.
+    fn added(&mut self, parent: u32, name: &QualifiedName) {
+        if let Some(Some(names)) = self.by_parent.get_mut(&parent) {
+            names.insert(name_hash(name.namespace_index, name.name.as_opt()));
+        }
+    }
 }
 
 /// AddNodes (Part 4 §5.7.2).
@@ -255,6 +310,7 @@ pub fn add_nodes(
     let mut historized: Vec<u32> = Vec::new();
     let hierarchical = NodeId::ns0(ids::HIERARCHICAL_REFERENCES);
     let mut results = Vec::with_capacity(req.nodes_to_add.len());
+    let mut siblings = Siblings::default();
     for item in &req.nodes_to_add {
         let r = (|| {
             let space = edit.space();
@@ -285,7 +341,7 @@ pub fn add_nodes(
                 }
                 id
             };
-            if name_taken(space, parent_index, &item.browse_name) {
+            if siblings.taken(space, parent_index, &item.browse_name) {
                 return Err(StatusCode::BadBrowseNameDuplicated);
             }
             let (mut node, asked) = node_of(space, item, node_id.clone(), &parent)?;
@@ -305,6 +361,7 @@ pub fn add_nodes(
                     if reserved {
                         historized.push(index);
                     }
+                    siblings.added(parent_index, &item.browse_name);
                     Ok(node_id)
                 }
                 Err(s) => {
@@ -370,7 +427,7 @@ pub fn add_references(
     let mut results = Vec::with_capacity(req.references_to_add.len());
     for item in &req.references_to_add {
         let r = (|| {
-            let space = edit.space();
+            let space = edit.lookup();
             let source = space
                 .node_index(&item.source_node_id)
                 .ok_or(StatusCode::BadSourceNodeIdInvalid)?;
@@ -435,7 +492,7 @@ pub fn delete_nodes(
     let mut results = Vec::with_capacity(req.nodes_to_delete.len());
     for item in &req.nodes_to_delete {
         let r = (|| {
-            let space = edit.space();
+            let space = edit.lookup();
             let index = space
                 .node_index(&item.node_id)
                 .ok_or(StatusCode::BadNodeIdUnknown)?;
@@ -477,7 +534,7 @@ pub fn delete_references(
     let mut results = Vec::with_capacity(req.references_to_delete.len());
     for item in &req.references_to_delete {
         let r = (|| {
-            let space = edit.space();
+            let space = edit.lookup();
             let source = space
                 .node_index(&item.source_node_id)
                 .ok_or(StatusCode::BadSourceNodeIdInvalid)?;
