@@ -450,3 +450,142 @@ fn names_in_one_request_are_checked_against_each_other_and_deletes_leave_the_res
     assert_eq!(delete(&mut adm, &at, rest), vec![StatusCode::Good; n]);
     assert!(!objects_children(&mut adm, &at).contains(&folder));
 }
+
+/// A model writer that keeps up to `room` jobs until the test runs them.
+struct HeldWriter {
+    jobs: std::sync::Mutex<Vec<uaring_core::address_space::model::WriterJob>>,
+    room: usize,
+}
+
+impl uaring_core::address_space::model::Writer for HeldWriter {
+    fn submit(
+        &self,
+        job: uaring_core::address_space::model::WriterJob,
+    ) -> Result<(), uaring_core::address_space::model::WriterJob> {
+        let mut jobs = self.jobs.lock().unwrap();
+        if jobs.len() >= self.room {
+            return Err(job);
+        }
+        jobs.push(job);
+        Ok(())
+    }
+}
+
+fn held_writer(shared: &Arc<ServerShared>, room: usize) -> Arc<HeldWriter> {
+    let w = Arc::new(HeldWriter {
+        jobs: Default::default(),
+        room,
+    });
+    assert!(shared.model.set_writer(w.clone()));
+    w
+}
+
+/// Dispatches with request id `id`; `None`: deferred.
+fn send(h: &mut Harness, id: u32, req: Request) -> Option<Response> {
+    let ch = h.channel;
+    uaring_core::services::dispatch_deferrable(&mut h.state, &Harness::ctx(ch), req, id, h.now)
+}
+
+fn add_request(h: &mut Harness, token: &NodeId, items: Vec<AddNodesItem>) -> Request {
+    Request::AddNodes(Box::new(AddNodesRequest {
+        request_header: h.header(token),
+        nodes_to_add: items,
+    }))
+}
+
+fn statuses(r: &Response) -> Vec<StatusCode> {
+    match r {
+        Response::AddNodes(r) => r.results.iter().map(|r| r.status_code).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// With a model writer, a NodeManagement request waits among the shard's deferred requests
+/// while the writer edits: the shard answers its other requests meanwhile, and the response
+/// comes when the writer is done (the shard then holds the new version). Past the writer's
+/// queue every operation is BadResourceUnavailable, past the shard's room for waiting
+/// operations BadTooManyOperations; nothing is edited either way.
+#[test]
+fn the_model_writer_edits_off_the_shard_within_its_bounds() {
+    use uaring_core::server::context::ConnectionHost;
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let writer = held_writer(&shared, 1);
+    let (mut adm, at) = session(shared.clone(), 0, admin());
+    let folder = NodeId::string(1, "Line3");
+    let req = add_request(
+        &mut adm,
+        &at,
+        vec![object_item(NodeId::ns0(85), folder.clone(), "Line3", 61)],
+    );
+    assert!(send(&mut adm, 41, req).is_none(), "deferred");
+    // Served meanwhile.
+    let r = adm.read_request(&at, NodeId::ns0(2259));
+    assert!(matches!(send(&mut adm, 42, r), Some(Response::Read(_))));
+    // The writer's queue (room 1) is full.
+    let req = add_request(
+        &mut adm,
+        &at,
+        vec![
+            object_item(NodeId::ns0(85), NodeId::string(1, "Line4"), "Line4", 61),
+            object_item(NodeId::ns0(85), NodeId::string(1, "Line5"), "Line5", 61),
+        ],
+    );
+    let r = send(&mut adm, 43, req).expect("refused at once");
+    assert_eq!(
+        statuses(&r),
+        vec![StatusCode::BadResourceUnavailable; 2],
+        "{r:?}"
+    );
+    // The writer runs the job on its own thread.
+    let job = writer.jobs.lock().unwrap().pop().unwrap();
+    let now = adm.now;
+    std::thread::spawn(move || job.run(now)).join().unwrap();
+    adm.state.on_timer(adm.now);
+    let mut out = Vec::new();
+    let ch = adm.channel;
+    adm.state.take_deferred(ch, &mut out);
+    assert_eq!(out.len(), 1);
+    let (id, d) = out.pop().unwrap();
+    assert_eq!(id, 41);
+    assert_eq!(statuses(&d.to_response().unwrap()), vec![StatusCode::Good]);
+    assert!(objects_children(&mut adm, &at).contains(&folder));
+    assert!(!objects_children(&mut adm, &at).contains(&NodeId::string(1, "Line4")));
+
+    // One waiting operation per shard.
+    let mut config = ServerConfig::default();
+    config.operation_limits.max_async_operations_per_shard = 1;
+    let shared = content::new(config, start()).unwrap();
+    let writer = held_writer(&shared, 8);
+    let (mut adm, at) = session(shared.clone(), 0, admin());
+    let req = add_request(
+        &mut adm,
+        &at,
+        vec![object_item(NodeId::ns0(85), folder.clone(), "Line3", 61)],
+    );
+    assert!(send(&mut adm, 51, req).is_none(), "deferred");
+    let req = add_request(
+        &mut adm,
+        &at,
+        vec![object_item(
+            NodeId::ns0(85),
+            NodeId::string(1, "Line4"),
+            "Line4",
+            61,
+        )],
+    );
+    let r = send(&mut adm, 52, req).expect("refused at once");
+    assert_eq!(statuses(&r), vec![StatusCode::BadTooManyOperations]);
+    assert_eq!(writer.jobs.lock().unwrap().len(), 1);
+    // A job the writer drops unrun answers BadInternalError.
+    writer.jobs.lock().unwrap().clear();
+    adm.state.on_timer(adm.now);
+    let mut out = Vec::new();
+    let ch = adm.channel;
+    adm.state.take_deferred(ch, &mut out);
+    let (id, d) = out.pop().unwrap();
+    assert_eq!(id, 51);
+    assert_eq!(
+        fault_status(&d.to_response().unwrap()),
+        Some(StatusCode::BadInternalError)
+    );
+}

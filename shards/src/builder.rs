@@ -637,6 +637,19 @@ impl ServerBuilder {
                 tracing::info!("handshake work runs inline on the shards (handshake.threads = 0)")
             }
         }
+        // The writers' turn (the model writer thread, `ServerHandle::edit`, the gateway), and
+        // the model writer that edits the shards' NodeManagement requests off the shards.
+        let model_writer = Arc::new(std::sync::Mutex::new(()));
+        {
+            let queue = setup
+                .shared
+                .config
+                .operation_limits
+                .max_node_management_requests_queued as usize;
+            let w = crate::workers::ModelWriter::start(queue, model_writer.clone())
+                .map_err(|e| Error::Start(format!("model writer thread: {e}")))?;
+            setup.shared.model.set_writer(w);
+        }
         let make_setup = setup.clone();
         let opts_sqpoll_cpus = opts.sqpoll_cpus.clone();
         let refresher = security.clone();
@@ -767,7 +780,6 @@ impl ServerBuilder {
                 "batched waiting on (one min-timeout wait with MIN_TIMEOUT, else a second bounded wait; needs EXT_ARG)"
             );
         }
-        let model_writer = Arc::new(std::sync::Mutex::new(()));
         let gateway_statuses = crate::gateway::StatusList::new();
         let gateway = if gateway_cfg.is_on() {
             let servers = gateway_cfg.servers.len();

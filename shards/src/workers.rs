@@ -74,3 +74,50 @@ impl Workers {
         }
     }
 }
+
+/// The model writer: one thread that edits and commits the shards' NodeManagement requests
+/// (AddNodes, DeleteNodes, AddReferences, DeleteReferences: core's
+/// [`uaring_core::address_space::model::Writer`]), so that a shard keeps serving while a
+/// request of a thousand nodes is edited. One request at a time, each in the writers' turn
+/// (`turn`: the lock the library's `ServerHandle::edit` and the gateway take too), fed by
+/// a bounded queue of `operation_limits.max_node_management_requests_queued` requests: a
+/// shard only enqueues, and a full queue refuses at once. The thread is named
+/// `uaring-model-writer` and runs at nice 10 (as the workers do), so on a CPU shared with a
+/// shard the shard's reads come first; it ends when the server's model is dropped.
+pub(crate) struct ModelWriter {
+    tx: SyncSender<uaring_core::address_space::model::WriterJob>,
+}
+
+impl ModelWriter {
+    /// Starts the thread behind a queue of `queue_depth` requests.
+    pub(crate) fn start(
+        queue_depth: usize,
+        turn: Arc<Mutex<()>>,
+    ) -> std::io::Result<Arc<ModelWriter>> {
+        let (tx, rx) =
+            sync_channel::<uaring_core::address_space::model::WriterJob>(queue_depth.max(1));
+        std::thread::Builder::new()
+            .name("uaring-model-writer".into())
+            .spawn(move || {
+                // SAFETY: setpriority on the calling thread (who = 0); a failure leaves nice 0.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+                while let Ok(job) = rx.recv() {
+                    let _one_at_a_time = turn.lock().unwrap_or_else(|p| p.into_inner());
+                    job.run(crate::clock::now());
+                }
+            })?;
+        Ok(Arc::new(ModelWriter { tx }))
+    }
+}
+
+impl uaring_core::address_space::model::Writer for ModelWriter {
+    fn submit(
+        &self,
+        job: uaring_core::address_space::model::WriterJob,
+    ) -> Result<(), uaring_core::address_space::model::WriterJob> {
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(j)) | Err(TrySendError::Disconnected(j)) => Err(j),
+        }
+    }
+}

@@ -331,6 +331,8 @@ pub enum Outcome {
     History(Box<crate::generated::types::HistoryReadResult>),
     /// One node's HistoryUpdate result.
     HistoryUpdate(Box<crate::generated::types::HistoryUpdateResult>),
+    /// A whole response (a NodeManagement request answered by the model writer).
+    Response(Box<crate::generated::messages::Response>),
 }
 
 /// One completion on its way to its shard.
@@ -370,6 +372,15 @@ impl Reply {
     /// Sends the answer (once; later calls do nothing).
     pub(crate) fn answer(mut self, outcome: Outcome) {
         self.send(outcome);
+    }
+
+    /// Sends nothing: the operation was settled by the shard itself.
+    pub(crate) fn cancel(mut self) {
+        self.sent = true;
+        if let Some(s) = &self.source {
+            s.in_flight
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 
     fn send(&mut self, outcome: Outcome) {

@@ -12,7 +12,8 @@
 //!   load) when it asks for its next deadline; on a new one it loads it at the top of its
 //!   next loop iteration, tells its monitored items which nodes went away, and acknowledges
 //!   it ([`Model::ack`]). The writer wakes every shard when it publishes.
-//! * **Writers** are serialized by the caller (the runtime's model writer thread; a test
+//! * **Writers** are serialized by the caller (the runtime's model writer thread, which
+//!   also runs the shards' NodeManagement requests handed to it through [`Writer`]; a test
 //!   calls in turn). [`Model::commit`] refuses an edit made on a version that is no longer
 //!   the current one, so two writers that were not serialized cannot lose a change.
 //! * **Reclaiming.** A removed node's memory goes when the last version holding it goes:
@@ -22,7 +23,7 @@
 //!   ([`super::Node::generation`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 
@@ -33,12 +34,61 @@ use crate::config::MAX_SHARDS;
 /// Not a shard (or a shard that stopped).
 const UNREGISTERED: u64 = u64::MAX;
 
+/// One request for the [`Writer`]: [`WriterJob::run`] makes and commits its edit and
+/// answers the shard that holds the request. Dropped unrun, it answers BadInternalError.
+pub struct WriterJob {
+    work: Box<dyn FnOnce(crate::time::Now) -> crate::generated::messages::Response + Send>,
+    reply: super::app::Reply,
+}
+
+impl std::fmt::Debug for WriterJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterJob")
+            .field("reply", &self.reply)
+            .finish()
+    }
+}
+
+impl WriterJob {
+    pub(crate) fn new(
+        work: Box<dyn FnOnce(crate::time::Now) -> crate::generated::messages::Response + Send>,
+        reply: super::app::Reply,
+    ) -> WriterJob {
+        WriterJob { work, reply }
+    }
+
+    /// Runs the job (`now`: the time it runs at) and sends its response to the shard.
+    pub fn run(self, now: crate::time::Now) {
+        let response = (self.work)(now);
+        self.reply
+            .answer(super::app::Outcome::Response(Box::new(response)));
+    }
+
+    /// The job will not run: its request is answered by the shard that made it (nothing is
+    /// sent).
+    pub(crate) fn cancel(self) {
+        self.reply.cancel();
+    }
+}
+
+/// Where the shards' NodeManagement requests are edited and committed: off the shards (the
+/// runtime's model writer thread, the writers' turn taken for each job), so that a shard
+/// keeps serving while a big edit is made. Without one (core alone, a test) the shard edits
+/// in the call that received the request.
+pub trait Writer: Send + Sync {
+    /// Queues `job` (to be run with [`WriterJob::run`] on the writer); the job back at once
+    /// when the writer's bounded queue is full or it stopped.
+    fn submit(&self, job: WriterJob) -> Result<(), WriterJob>;
+}
+
 /// The current version of the address space and what the shards have seen of it.
 pub struct Model {
     current: ArcSwap<AddressSpace>,
     version: AtomicU64,
     /// Per shard: the version it holds (`UNREGISTERED` when none).
     acks: Box<[AtomicU64]>,
+    /// Set once by the runtime before the shards serve.
+    writer: OnceLock<Arc<dyn Writer>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -67,7 +117,19 @@ impl Model {
             acks: (0..MAX_SHARDS)
                 .map(|_| AtomicU64::new(UNREGISTERED))
                 .collect(),
+            writer: OnceLock::new(),
         }
+    }
+
+    /// Hands the shards' NodeManagement edits to `writer` from now on (once: `false`, and
+    /// nothing changed, when a writer is set already).
+    pub fn set_writer(&self, writer: Arc<dyn Writer>) -> bool {
+        self.writer.set(writer).is_ok()
+    }
+
+    /// The writer of the shards' NodeManagement edits, when the runtime set one.
+    pub fn writer(&self) -> Option<&Arc<dyn Writer>> {
+        self.writer.get()
     }
 
     /// The version published last (one atomic load: the shards' check).

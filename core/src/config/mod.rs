@@ -231,6 +231,10 @@ pub struct OperationLimits {
     /// reused, so this bounds the nodes added and not yet removed. One more is
     /// BadResourceUnavailable. Costs 8 bytes per index (the change path's watcher word).
     pub max_run_time_nodes: u32,
+    /// NodeManagement requests of all shards waiting for the runtime's model writer at once
+    /// (it edits one request at a time, off the shards); one more is answered
+    /// BadResourceUnavailable for each of its operations, nothing edited.
+    pub max_node_management_requests_queued: u32,
 }
 
 impl Default for OperationLimits {
@@ -255,6 +259,7 @@ impl Default for OperationLimits {
             max_async_operations_per_shard: 10_000,
             max_nodes_per_node_management: 1_000,
             max_run_time_nodes: 100_000,
+            max_node_management_requests_queued: 16,
         }
     }
 }
@@ -327,6 +332,10 @@ impl OperationLimits {
                 self.max_nodes_per_node_management,
             ),
             ("max_run_time_nodes", self.max_run_time_nodes),
+            (
+                "max_node_management_requests_queued",
+                self.max_node_management_requests_queued,
+            ),
         ];
         for (name, v) in counts {
             if v == 0 {

@@ -1,5 +1,7 @@
 //! Requests that wait for the application: a Read of a Variable with an asynchronous source,
-//! a Write through an asynchronous write hook, a Call of a deferred method. Like Publish,
+//! a Write through an asynchronous write hook, a Call of a deferred method (and requests
+//! that wait for the runtime: HistoryRead and HistoryUpdate, NodeManagement requests edited
+//! by the model writer). Like Publish,
 //! they are not answered in the call that received them: the shard keeps the response it is
 //! building here, hands each operation to the application with a reply handle
 //! ([`crate::address_space::app`]), and answers when the last operation is settled —
@@ -95,6 +97,9 @@ pub enum PendingKind {
         response: Box<HistoryUpdateResponse>,
         ops: Vec<u32>,
     },
+    /// A NodeManagement request the model writer edits (one operation: the whole request,
+    /// answered with its response). `response` is a fault until then (`request_handle`).
+    NodeManagement { response: Box<Response> },
 }
 
 impl PendingKind {
@@ -105,6 +110,7 @@ impl PendingKind {
             PendingKind::Call { ops, .. } => ops.len(),
             PendingKind::HistoryRead { ops, .. } => ops.len(),
             PendingKind::HistoryUpdate { ops, .. } => ops.len(),
+            PendingKind::NodeManagement { .. } => 1,
         }
     }
 
@@ -117,6 +123,7 @@ impl PendingKind {
             PendingKind::Call { response, .. } => Response::Call(response),
             PendingKind::HistoryRead { response, .. } => Response::HistoryRead(response),
             PendingKind::HistoryUpdate { response, .. } => Response::HistoryUpdate(response),
+            PendingKind::NodeManagement { response } => *response,
         }
     }
 }
@@ -373,6 +380,21 @@ impl Deferrals {
 /// Puts one operation's outcome into the response being built.
 fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outcome, now: Now) {
     match kind {
+        PendingKind::NodeManagement { response } => {
+            *response = match outcome {
+                Outcome::Response(r) => r,
+                Outcome::Status(s) => Box::new(crate::response::fault(
+                    response.response_header().request_handle,
+                    bad_or_internal(s),
+                    now,
+                )),
+                _ => Box::new(crate::response::fault(
+                    response.response_header().request_handle,
+                    StatusCode::BadInternalError,
+                    now,
+                )),
+            };
+        }
         PendingKind::HistoryRead { response, ops, .. } => apply_history(response, ops, op, outcome),
         PendingKind::HistoryUpdate { response, ops } => {
             let Some(&i) = ops.get(op) else { return };
@@ -408,9 +430,7 @@ fn apply(space: &AddressSpace, kind: &mut PendingKind, op: usize, outcome: Outco
                     *timestamps,
                     now,
                 ),
-                Outcome::Outputs(_) | Outcome::History(_) | Outcome::HistoryUpdate(_) => {
-                    crate::types::DataValue::status(StatusCode::BadInternalError)
-                }
+                _ => crate::types::DataValue::status(StatusCode::BadInternalError),
             };
             if let Some(r) = response.results.get_mut(o.result as usize) {
                 *r = dv;

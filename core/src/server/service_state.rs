@@ -964,9 +964,12 @@ impl ServiceState {
     }
 
     /// Can requests of this shard wait for an answer from another thread (asynchronous
-    /// sources, write hooks and methods, or a history store)?
+    /// sources, write hooks and methods, or a history store), or does one wait now (a
+    /// NodeManagement request at the model writer)?
     fn answers_later(&self) -> bool {
-        self.shared.address_space.has_async() || self.shared.history.is_some()
+        self.shared.address_space.has_async()
+            || self.shared.history.is_some()
+            || self.deferrals.requests() > 0
     }
 
     fn next_deadline_sync(&self) -> Option<u64> {
@@ -1022,6 +1025,11 @@ impl ServiceState {
                 }
             });
         deferrals.expire(space, now, &mut finished);
+        if !finished.is_empty() {
+            // A NodeManagement request answered by the model writer: the session sees its
+            // edit in what it asks next.
+            self.refresh_model(now);
+        }
         for f in finished {
             let mut response = self.finish_deferred(f.kind);
             response.response_header_mut().timestamp = now.utc;

@@ -206,10 +206,46 @@ fn activated_service(
             view::translate_browse_paths(state, roles, &r, now)
         }
         Request::RegisterNodes(r) => view::register_nodes(state, &r, now),
-        Request::AddNodes(r) => node_management::add_nodes(state, roles, &r, now),
-        Request::AddReferences(r) => node_management::add_references(state, roles, &r, now),
-        Request::DeleteNodes(r) => node_management::delete_nodes(state, roles, &r, now),
-        Request::DeleteReferences(r) => node_management::delete_references(state, roles, &r, now),
+        Request::AddNodes(r) => {
+            return node_management::answer(
+                state,
+                roles,
+                ctx.channel_id,
+                request_id,
+                node_management::EditRequest::AddNodes(r),
+                now,
+            )
+        }
+        Request::AddReferences(r) => {
+            return node_management::answer(
+                state,
+                roles,
+                ctx.channel_id,
+                request_id,
+                node_management::EditRequest::AddReferences(r),
+                now,
+            )
+        }
+        Request::DeleteNodes(r) => {
+            return node_management::answer(
+                state,
+                roles,
+                ctx.channel_id,
+                request_id,
+                node_management::EditRequest::DeleteNodes(r),
+                now,
+            )
+        }
+        Request::DeleteReferences(r) => {
+            return node_management::answer(
+                state,
+                roles,
+                ctx.channel_id,
+                request_id,
+                node_management::EditRequest::DeleteReferences(r),
+                now,
+            )
+        }
         Request::UnregisterNodes(r) => view::unregister_nodes(state, &r, now),
         Request::Call(r) => {
             return method::call_deferrable(state, key, roles, ctx.channel_id, request_id, &r, now)

@@ -40,19 +40,184 @@ use crate::generated::types::{
 use crate::roles::Roles;
 use crate::server::service_state::ServiceState;
 use crate::services::{fault, response_header};
+use crate::shared::ServerShared;
 use crate::time::Now;
-use crate::types::{DataValue, ExpandedNodeId, LocalizedText, NodeId, QualifiedName, StatusCode};
+use crate::types::{
+    DataValue, ExpandedNodeId, Guid, LocalizedText, NodeId, QualifiedName, StatusCode,
+};
+use std::sync::Arc;
 
-fn check_count(state: &ServiceState, n: usize) -> Result<(), StatusCode> {
-    let max = state
-        .shared()
-        .config
-        .operation_limits
-        .max_nodes_per_node_management as usize;
+fn check_count(shared: &ServerShared, n: usize) -> Result<(), StatusCode> {
+    let max = shared.config.operation_limits.max_nodes_per_node_management as usize;
     match n {
         0 => Err(StatusCode::BadNothingToDo),
         n if n > max => Err(StatusCode::BadTooManyOperations),
         _ => Ok(()),
+    }
+}
+
+/// How long a shard waits for the model writer's answer before it answers BadTimeout
+/// itself (a writer that stopped answers at once: its jobs answer BadInternalError when
+/// dropped; this only bounds a writer that hangs), ms.
+const WRITER_TIMEOUT_MS: u32 = 600_000;
+
+/// One request of the service set, as the shard hands it over.
+#[derive(Debug)]
+pub enum EditRequest {
+    AddNodes(Box<AddNodesRequest>),
+    AddReferences(Box<AddReferencesRequest>),
+    DeleteNodes(Box<DeleteNodesRequest>),
+    DeleteReferences(Box<DeleteReferencesRequest>),
+}
+
+impl EditRequest {
+    fn handle(&self) -> u32 {
+        match self {
+            EditRequest::AddNodes(r) => r.request_header.request_handle,
+            EditRequest::AddReferences(r) => r.request_header.request_handle,
+            EditRequest::DeleteNodes(r) => r.request_header.request_handle,
+            EditRequest::DeleteReferences(r) => r.request_header.request_handle,
+        }
+    }
+
+    fn operations(&self) -> usize {
+        match self {
+            EditRequest::AddNodes(r) => r.nodes_to_add.len(),
+            EditRequest::AddReferences(r) => r.references_to_add.len(),
+            EditRequest::DeleteNodes(r) => r.nodes_to_delete.len(),
+            EditRequest::DeleteReferences(r) => r.references_to_delete.len(),
+        }
+    }
+
+    /// Edits, commits and answers the request.
+    fn run(&self, shared: &ServerShared, roles: Roles, guids: Vec<Guid>, now: Now) -> Response {
+        match self {
+            EditRequest::AddNodes(r) => add_nodes(shared, roles, r, guids, now),
+            EditRequest::AddReferences(r) => add_references(shared, roles, r, now),
+            EditRequest::DeleteNodes(r) => delete_nodes(shared, roles, r, now),
+            EditRequest::DeleteReferences(r) => delete_references(shared, roles, r, now),
+        }
+    }
+
+    /// The response that answers every operation `status` (nothing edited).
+    fn refused(&self, status: StatusCode, now: Now) -> Response {
+        let header = response_header(self.handle(), now);
+        let n = self.operations();
+        match self {
+            EditRequest::AddNodes(_) => Response::AddNodes(Box::new(AddNodesResponse {
+                response_header: header,
+                results: vec![
+                    AddNodesResult {
+                        status_code: status,
+                        added_node_id: NodeId::default(),
+                    };
+                    n
+                ],
+                diagnostic_infos: Vec::new(),
+            })),
+            EditRequest::AddReferences(_) => {
+                Response::AddReferences(Box::new(AddReferencesResponse {
+                    response_header: header,
+                    results: vec![status; n],
+                    diagnostic_infos: Vec::new(),
+                }))
+            }
+            EditRequest::DeleteNodes(_) => Response::DeleteNodes(Box::new(DeleteNodesResponse {
+                response_header: header,
+                results: vec![status; n],
+                diagnostic_infos: Vec::new(),
+            })),
+            EditRequest::DeleteReferences(_) => {
+                Response::DeleteReferences(Box::new(DeleteReferencesResponse {
+                    response_header: header,
+                    results: vec![status; n],
+                    diagnostic_infos: Vec::new(),
+                }))
+            }
+        }
+    }
+}
+
+/// Answers a NodeManagement request: at once when the request is refused whole (no
+/// operations, too many) or when the runtime has no model writer (the edit is made here);
+/// else `None`: the request waits among the shard's deferred requests while the model
+/// writer edits, and is answered (through the shard's outbox for `channel_id`) when the
+/// writer is done — the shard serves other requests meanwhile. Past the shard's room for
+/// waiting operations (`operation_limits.max_async_operations_per_shard`, one per request
+/// here) every operation is BadTooManyOperations; past the writer's queue
+/// (`operation_limits.max_node_management_requests_queued`) BadResourceUnavailable;
+/// nothing is edited either way.
+pub fn answer(
+    state: &mut ServiceState,
+    roles: Roles,
+    channel_id: u32,
+    request_id: u32,
+    req: EditRequest,
+    now: Now,
+) -> Option<Response> {
+    use crate::address_space::app::Outcome;
+    use crate::address_space::model::WriterJob;
+    use crate::server::deferred::PendingKind;
+    let handle = req.handle();
+    let shared = Arc::clone(state.shared());
+    if let Err(s) = check_count(&shared, req.operations()) {
+        return Some(fault(handle, s, now));
+    }
+    // New nodes' random ids come from the shard's generator.
+    let guids: Vec<Guid> = match &req {
+        EditRequest::AddNodes(r) => r
+            .nodes_to_add
+            .iter()
+            .filter(|i| i.requested_new_node_id.node_id.is_null())
+            .map(|_| Guid::random(state.random()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let Some(writer) = shared.model.writer().cloned() else {
+        let response = req.run(&shared, roles, guids, now);
+        state.refresh_model(now);
+        return Some(response);
+    };
+    let (deferrals, _, shard_index) = state.deferred_parts();
+    if deferrals.room() == 0 {
+        return Some(req.refused(StatusCode::BadTooManyOperations, now));
+    }
+    let opened = deferrals.begin(
+        shared.address_space.changes(),
+        shard_index,
+        channel_id,
+        request_id,
+        PendingKind::NodeManagement {
+            response: Box::new(fault(handle, StatusCode::BadInternalError, now)),
+        },
+        [WRITER_TIMEOUT_MS],
+        now,
+    );
+    let reply = opened.reply(0, None);
+    let refused = req.refused(StatusCode::BadResourceUnavailable, now);
+    let work = {
+        let shared = Arc::clone(&shared);
+        Box::new(move |now: Now| req.run(&shared, roles, guids, now))
+    };
+    match writer.submit(WriterJob::new(work, reply)) {
+        Ok(()) => None,
+        Err(job) => {
+            // The writer's queue is full: settled here, nothing edited.
+            job.cancel();
+            let space = Arc::clone(&shared.address_space);
+            let (deferrals, _, _) = state.deferred_parts();
+            match deferrals.settle(
+                &space,
+                opened.slot,
+                opened.generation,
+                0,
+                Outcome::Response(Box::new(refused)),
+                now,
+            ) {
+                Some(f) => Some(f.kind.into_response()),
+                None => Some(fault(handle, StatusCode::BadInternalError, now)),
+            }
+        }
     }
 }
 
@@ -83,11 +248,10 @@ fn local_id(space: &AddressSpace, id: &ExpandedNodeId) -> Option<NodeId> {
 
 /// Publishes the edit and raises the model change event. The statuses of operations that
 /// were Good become `BadResourceUnavailable` when the commit is refused.
-fn commit(state: &ServiceState, edit: crate::address_space::edit::Edit, now: Now) -> bool {
+fn commit(shared: &ServerShared, edit: crate::address_space::edit::Edit, now: Now) -> bool {
     if edit.is_empty() {
         return true;
     }
-    let shared = state.shared();
     match shared.model.commit(edit) {
         Ok(c) => {
             crate::events::publish_model_change(&shared.events, &shared.model.load(), &c, now);
@@ -292,18 +456,17 @@ impl Siblings {
     }
 }
 
-/// AddNodes (Part 4 §5.7.2).
-pub fn add_nodes(
-    state: &mut ServiceState,
+/// AddNodes (Part 4 §5.7.2). `guids`: the ids of the items without a requested one, in
+/// order.
+fn add_nodes(
+    shared: &ServerShared,
     roles: Roles,
     req: &AddNodesRequest,
+    guids: Vec<crate::types::Guid>,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(state, req.nodes_to_add.len()) {
-        return fault(handle, s, now);
-    }
-    let shared = state.shared().clone();
+    let mut guids = guids.into_iter();
     let mut edit = shared.model.edit();
     let hub = shared.address_space.changes().clone();
     // Indexes of the added Variables that took a place among the run-time historized ones.
@@ -329,7 +492,7 @@ pub fn add_nodes(
                 return Err(StatusCode::BadUserAccessDenied);
             }
             let node_id = if item.requested_new_node_id.node_id.is_null() {
-                NodeId::guid(1, crate::types::Guid::random(state.random()))
+                NodeId::guid(1, guids.next().ok_or(StatusCode::BadInternalError)?)
             } else {
                 let id = local_id(space, &item.requested_new_node_id)
                     .ok_or(StatusCode::BadNodeIdRejected)?;
@@ -383,7 +546,7 @@ pub fn add_nodes(
             },
         });
     }
-    let published = commit(state, edit, now);
+    let published = commit(shared, edit, now);
     if let Some(h) = hub.run_time_history() {
         // Historized from the version that publishes them on (or the places given back).
         let space = shared.model.load();
@@ -403,7 +566,6 @@ pub fn add_nodes(
             };
         }
     }
-    state.refresh_model(now);
     Response::AddNodes(Box::new(AddNodesResponse {
         response_header: response_header(handle, now),
         results,
@@ -412,17 +574,13 @@ pub fn add_nodes(
 }
 
 /// AddReferences (Part 4 §5.7.3).
-pub fn add_references(
-    state: &mut ServiceState,
+fn add_references(
+    shared: &ServerShared,
     roles: Roles,
     req: &AddReferencesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(state, req.references_to_add.len()) {
-        return fault(handle, s, now);
-    }
-    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let mut results = Vec::with_capacity(req.references_to_add.len());
     for item in &req.references_to_add {
@@ -463,12 +621,11 @@ pub fn add_references(
         })();
         results.push(r.err().unwrap_or(StatusCode::Good));
     }
-    if !commit(state, edit, now) {
+    if !commit(shared, edit, now) {
         for s in results.iter_mut().filter(|s| s.is_good()) {
             *s = StatusCode::BadResourceUnavailable;
         }
     }
-    state.refresh_model(now);
     Response::AddReferences(Box::new(AddReferencesResponse {
         response_header: response_header(handle, now),
         results,
@@ -477,17 +634,13 @@ pub fn add_references(
 }
 
 /// DeleteNodes (Part 4 §5.7.4).
-pub fn delete_nodes(
-    state: &mut ServiceState,
+fn delete_nodes(
+    shared: &ServerShared,
     roles: Roles,
     req: &DeleteNodesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(state, req.nodes_to_delete.len()) {
-        return fault(handle, s, now);
-    }
-    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let mut results = Vec::with_capacity(req.nodes_to_delete.len());
     for item in &req.nodes_to_delete {
@@ -505,12 +658,11 @@ pub fn delete_nodes(
         })();
         results.push(r.err().unwrap_or(StatusCode::Good));
     }
-    if !commit(state, edit, now) {
+    if !commit(shared, edit, now) {
         for s in results.iter_mut().filter(|s| s.is_good()) {
             *s = StatusCode::BadResourceUnavailable;
         }
     }
-    state.refresh_model(now);
     Response::DeleteNodes(Box::new(DeleteNodesResponse {
         response_header: response_header(handle, now),
         results,
@@ -519,17 +671,13 @@ pub fn delete_nodes(
 }
 
 /// DeleteReferences (Part 4 §5.7.5).
-pub fn delete_references(
-    state: &mut ServiceState,
+fn delete_references(
+    shared: &ServerShared,
     roles: Roles,
     req: &DeleteReferencesRequest,
     now: Now,
 ) -> Response {
     let handle = req.request_header.request_handle;
-    if let Err(s) = check_count(state, req.references_to_delete.len()) {
-        return fault(handle, s, now);
-    }
-    let shared = state.shared().clone();
     let mut edit = shared.model.edit();
     let mut results = Vec::with_capacity(req.references_to_delete.len());
     for item in &req.references_to_delete {
@@ -559,12 +707,11 @@ pub fn delete_references(
         })();
         results.push(r.err().unwrap_or(StatusCode::Good));
     }
-    if !commit(state, edit, now) {
+    if !commit(shared, edit, now) {
         for s in results.iter_mut().filter(|s| s.is_good()) {
             *s = StatusCode::BadResourceUnavailable;
         }
     }
-    state.refresh_model(now);
     Response::DeleteReferences(Box::new(DeleteReferencesResponse {
         response_header: response_header(handle, now),
         results,

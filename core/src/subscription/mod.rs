@@ -653,9 +653,7 @@ impl SubscriptionEngine {
             } else {
                 StatusCode::BadInternalError
             }),
-            Outcome::Outputs(_) | Outcome::History(_) | Outcome::HistoryUpdate(_) => {
-                DataValue::status(StatusCode::BadInternalError)
-            }
+            _ => DataValue::status(StatusCode::BadInternalError),
         };
         if sample.server_timestamp.is_none() {
             sample.server_timestamp = Some(now.utc);
