@@ -20,6 +20,9 @@ const PROPERTY_TYPE: u32 = 68;
 const BASE_OBJECT_TYPE: u32 = 58;
 const BASE_DATA_VARIABLE_TYPE: u32 = 63;
 const BASE_DATA_TYPE: u32 = 24;
+/// EventNotifier bits: events can be subscribed to; their history can be read.
+const EVENT_NOTIFIER_SUBSCRIBE: u8 = 0x01;
+const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
 
 fn reference(reference_type: u32, is_forward: bool, target: NodeId) -> Reference {
     Reference {
@@ -110,14 +113,17 @@ pub struct Instance<'a> {
     pub executable: bool,
     /// Writes of the Variable are forwarded.
     pub writable: bool,
-    /// HistoryRead of the Variable is forwarded (where the server keeps its history).
+    /// HistoryRead of the Variable, or of the Object's events, is forwarded (where the
+    /// server keeps that history).
     pub history: bool,
 }
 
 /// The node of a mirrored Object, Variable or Method. A Variable's value is stored here
 /// (a cell of any type: the server decides what it holds); its AccessLevel is what the
 /// gateway's user may do there (UserAccessLevel): current read, current write when Writes
-/// are forwarded, history read when HistoryRead is (never history write).
+/// are forwarded, history read when HistoryRead is (never history write). An Object's
+/// EventNotifier keeps SubscribeToEvents, and HistoryRead when HistoryRead is forwarded and
+/// the server keeps its events (never HistoryWrite).
 pub fn instance(i: Instance<'_>) -> Node {
     let mut refs = Vec::with_capacity(i.forward.len() + 1);
     let default_type = if i.class == NodeClass::Variable {
@@ -172,7 +178,13 @@ pub fn instance(i: Instance<'_>) -> Node {
             user_executable: i.executable,
         },
         _ => ClassAttributes::Object {
-            event_notifier: i.event_notifier & 1,
+            event_notifier: i.event_notifier
+                & (EVENT_NOTIFIER_SUBSCRIBE
+                    | if i.history {
+                        EVENT_NOTIFIER_HISTORY_READ
+                    } else {
+                        0
+                    }),
         },
     };
     node(

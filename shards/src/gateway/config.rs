@@ -194,7 +194,8 @@ pub struct ServerConfig {
     pub events: bool,
     /// Forward clients' HistoryRead (raw, modified, at-time, processed) of mirrored
     /// Variables whose history the server keeps (HistoryRead in its AccessLevel and in the
-    /// gateway user's UserAccessLevel); else their AccessLevel here has no HistoryRead.
+    /// gateway user's UserAccessLevel), and event reads of mirrored notifiers whose events
+    /// it keeps (HistoryRead in their EventNotifier); else neither shows HistoryRead here.
     pub history: bool,
     /// The mirrored Variables' values while the server is away.
     pub while_away: WhileAway,

@@ -1,6 +1,7 @@
 //! One mirrored server, as the gateway's client: its connection, session and subscription,
 //! its mirror (built from a [`Crawl`] and refreshed), the monitored items the demand asks
-//! for, the values and events it reports, and the Reads, Writes and Calls forwarded to it.
+//! for, the values and events it reports, and the Reads, Writes, Calls and HistoryReads
+//! forwarded to it.
 //!
 //! Everything here runs on the gateway thread, driven by [`super::handler`]: bytes in
 //! ([`Downstream::on_recv`]), timers ([`Downstream::on_timer`]), the demand of the shards
@@ -25,13 +26,13 @@ use uaring_core::generated::types::{
     BrowsePath, CallMethodRequest, CallRequest, CloseSessionRequest, ContentFilter,
     CreateMonitoredItemsRequest, CreateSessionRequest, CreateSubscriptionRequest,
     DataChangeNotification, DeleteMonitoredItemsRequest, EventFilter, EventNotificationList,
-    HistoryReadRequest, HistoryReadValueId, MessageSecurityMode, ModifyMonitoredItemsRequest,
-    MonitoredItemCreateRequest, MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters,
-    NodeClass, PublishRequest, ReadRequest, ReadValueId, RelativePath, RelativePathElement,
-    RequestHeader, SignatureData, SimpleAttributeOperand, StatusChangeNotification,
-    SubscriptionAcknowledgement, TimestampsToReturn, TransferSubscriptionsRequest,
-    TranslateBrowsePathsToNodeIdsRequest, UserNameIdentityToken, UserTokenType, WriteRequest,
-    WriteValue,
+    HistoryEvent, HistoryReadRequest, HistoryReadValueId, MessageSecurityMode,
+    ModifyMonitoredItemsRequest, MonitoredItemCreateRequest, MonitoredItemModifyRequest,
+    MonitoringMode, MonitoringParameters, NodeClass, PublishRequest, ReadEventDetails, ReadRequest,
+    ReadValueId, RelativePath, RelativePathElement, RequestHeader, SignatureData,
+    SimpleAttributeOperand, StatusChangeNotification, SubscriptionAcknowledgement,
+    TimestampsToReturn, TransferSubscriptionsRequest, TranslateBrowsePathsToNodeIdsRequest,
+    UserNameIdentityToken, UserTokenType, WriteRequest, WriteValue,
 };
 use uaring_core::history::{HistoryReply, ReadDetails};
 use uaring_core::types::{
@@ -113,10 +114,12 @@ enum Pending {
     Call(AsyncCall),
     /// A share of the browse paths of `monitor`, translated.
     Monitor,
-    /// A forwarded HistoryRead operation, sent in session `session`.
+    /// A forwarded HistoryRead operation, sent in session `session`; an event read's
+    /// fields are put back together by `events`, at most `max` events.
     History {
         reply: HistoryReply,
         session: u64,
+        events: Option<(super::history::EventSelect, u32)>,
     },
     CloseSession,
     /// CreateSession, ActivateSession of the session of `identities` entry `i`.
@@ -415,7 +418,7 @@ fn parameters(handle: u32, asked: (f64, u32)) -> MonitoringParameters {
 }
 
 /// The server `tag`'s EventId `theirs` as the EventId of its event here.
-fn event_id_here(tag: u64, theirs: &[u8]) -> Vec<u8> {
+pub(super) fn event_id_here(tag: u64, theirs: &[u8]) -> Vec<u8> {
     let mut id = Vec::with_capacity(EVENT_ID_PREFIX.len() + 8 + theirs.len());
     id.extend_from_slice(EVENT_ID_PREFIX);
     id.extend_from_slice(&tag.to_le_bytes());
@@ -1644,7 +1647,11 @@ impl Downstream {
                 self.pin(found);
                 self.reconcile(env)
             }
-            Pending::History { reply, session } => {
+            Pending::History {
+                reply,
+                session,
+                events,
+            } => {
                 let result = match resp {
                     Response::HistoryRead(r) if s.is_good() => r.results.into_iter().next(),
                     _ => None,
@@ -1655,7 +1662,26 @@ impl Downstream {
                 };
                 // Values translated (NodeIds and encodings into this server's namespaces).
                 let limits = uaring_core::DecodeLimits::default();
-                if let Some(Ok(mut data)) =
+                if let Some((select, max)) = &events {
+                    // Events: each one's fields for the clauses asked here. A server that
+                    // gives more than it was asked for is cut to that (a response here
+                    // stays within what the service budgeted); anything but events is
+                    // dropped.
+                    match result.history_data.decode_as::<HistoryEvent>(limits) {
+                        Some(Ok(mut data)) => {
+                            data.events.truncate(*max as usize);
+                            for e in data.events.iter_mut() {
+                                e.event_fields = select.event_in(
+                                    &self.names,
+                                    self.event_tag,
+                                    std::mem::take(&mut e.event_fields),
+                                );
+                            }
+                            result.history_data = ExtensionObject::from_struct(&data);
+                        }
+                        _ => result.history_data = ExtensionObject::null(),
+                    }
+                } else if let Some(Ok(mut data)) =
                     result
                         .history_data
                         .decode_as::<uaring_core::generated::types::HistoryData>(limits)
@@ -2211,6 +2237,14 @@ impl Downstream {
         }
     }
 
+    /// Is `local` one of the nodes mirrored from this server (an Object, Variable or
+    /// Method)? Routes an event read of a notifier, which has no Variable slot.
+    pub fn mirrors(&self, local: &NodeId) -> bool {
+        self.names
+            .remote_of_instance(local)
+            .is_some_and(|r| self.mirror.contains_key(&r))
+    }
+
     /// The `identities` entry a forwarded operation's caller is mapped to (`None`: the main
     /// session's user); `Err`: refused here (`unmapped = "refuse"`). Reads are not mapped.
     fn caller_identity(&self, f: &Forward) -> Result<Option<u16>, StatusCode> {
@@ -2636,6 +2670,7 @@ impl Downstream {
                     reply.fail(StatusCode::BadNodeIdUnknown);
                     return Ok(());
                 };
+                let mut events = None;
                 // Continuation points belong to the session they were given in.
                 let session = match ident {
                     Some(i) => self.idents.get(i as usize).map_or(0, |s| s.number),
@@ -2666,9 +2701,17 @@ impl Downstream {
                         d.aggregate_type = op.aggregate.iter().cloned().collect();
                         ExtensionObject::from_struct(&d)
                     }
-                    ReadDetails::Events(_) => {
-                        reply.fail(StatusCode::BadHistoryOperationUnsupported);
-                        return Ok(());
+                    ReadDetails::Events(d) => {
+                        // The filter in the server's namespaces; at most what one answer
+                        // here may hold.
+                        let (filter, select) = super::history::filter_out(&self.names, &d.filter);
+                        events = Some((select, op.max_values));
+                        ExtensionObject::from_struct(&ReadEventDetails {
+                            num_values_per_node: op.max_values,
+                            start_time: d.start_time,
+                            end_time: d.end_time,
+                            filter,
+                        })
                     }
                 };
                 let req = HistoryReadRequest {
@@ -2686,7 +2729,11 @@ impl Downstream {
                 self.send_on(
                     env,
                     Request::HistoryRead(Box::new(req)),
-                    Pending::History { reply, session },
+                    Pending::History {
+                        reply,
+                        session,
+                        events,
+                    },
                     ident,
                 )
             }

@@ -191,6 +191,8 @@ impl GatewayHandler {
                 Forward::Read { server, .. }
                 | Forward::Write { server, .. }
                 | Forward::Call { server, .. } => *server,
+                // A Variable by its slot; a notifier (an event read) by the server that
+                // mirrors it (instance namespaces are a server's own).
                 Forward::History { op, .. } => self
                     .host
                     .server
@@ -198,7 +200,17 @@ impl GatewayHandler {
                     .current()
                     .node_index(&op.node_id)
                     .and_then(|i| self.by_node.get(&i))
-                    .map_or(u32::MAX, |&(server, _)| server),
+                    .map(|&(server, _)| server)
+                    .or_else(|| {
+                        self.servers
+                            .iter()
+                            .position(|d| {
+                                d.as_ref()
+                                    .is_some_and(|d| !d.removing && d.mirrors(&op.node_id))
+                            })
+                            .map(|i| i as u32)
+                    })
+                    .unwrap_or(u32::MAX),
             };
             let (mut env, servers) = self.env();
             match servers.get_mut(server as usize) {

@@ -178,8 +178,8 @@ pub(crate) enum Forward {
         server: u32,
         call: AsyncCall,
     },
-    /// A HistoryRead operation of a mirrored Variable (its server found by the gateway
-    /// thread).
+    /// A HistoryRead operation of a mirrored Variable or event notifier (its server found
+    /// by the gateway thread).
     History {
         op: uaring_core::history::HistoryReadOp,
         reply: uaring_core::history::HistoryReply,

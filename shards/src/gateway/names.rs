@@ -29,6 +29,17 @@ pub const NS0_URI: &str = "http://opcfoundation.org/UA/";
 /// No index on the wire (the server no longer has the URI).
 const NOWHERE: u16 = u16::MAX;
 
+/// Which way a value is translated.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    /// From the wire.
+    In,
+    /// To the wire; a namespace the server does not have is left as it is.
+    Out,
+    /// To the wire; a namespace the server does not have becomes [`Names::absent_ns`].
+    OutOrAbsent,
+}
+
 /// The namespaces of one mirrored server. See the module documentation.
 #[derive(Debug, Default)]
 pub struct Names {
@@ -220,12 +231,43 @@ impl Names {
         })
     }
 
-    /// The wire namespace index of a local name namespace (a BrowseName or a NodeId value
-    /// going out); `None` when the server does not have it.
-    fn wire_of_name_ns(&self, local: u16) -> Option<u16> {
-        let slot = *self.name_rev.get(&local)?;
+    /// The wire namespace index of a local namespace of this server's (its names' or its
+    /// instances'; 0 is 0): a BrowseName or a NodeId going out. `None` for a namespace that
+    /// is not this server's (the gateway's own, another server's) or one it no longer has.
+    fn wire_ns(&self, local: u16) -> Option<u16> {
+        if local == 0 {
+            return Some(0);
+        }
+        let slot = *self
+            .inst_rev
+            .get(&local)
+            .or_else(|| self.name_rev.get(&local))?;
         let w = *self.wire.get(slot as usize)?;
         (w != NOWHERE).then_some(w)
+    }
+
+    /// A NodeId here (a mirrored instance, a type, any NodeId of this server's
+    /// namespaces) as the wire has it now; `None` as for [`Names::wire_ns`].
+    pub fn wire_of(&self, local: &NodeId) -> Option<NodeId> {
+        Some(NodeId {
+            namespace: self.wire_ns(local.namespace)?,
+            identifier: local.identifier.clone(),
+        })
+    }
+
+    /// A BrowseName here as the wire has it now; `None` as for [`Names::wire_ns`].
+    pub fn wire_qname(&self, q: &QualifiedName) -> Option<QualifiedName> {
+        Some(QualifiedName {
+            namespace_index: self.wire_ns(q.namespace_index)?,
+            name: q.name.clone(),
+        })
+    }
+
+    /// A namespace index the server does not have (one past its NamespaceArray): what a
+    /// NodeId or name of no namespace of the server's becomes where it must still go out
+    /// (an event filter's where clause), so that it names nothing there.
+    pub fn absent_ns(&self) -> u16 {
+        self.from_wire.len().min(NOWHERE as usize) as u16
     }
 
     /// The local namespace of a wire namespace index for names.
@@ -249,44 +291,50 @@ impl Names {
     /// QualifiedNames and ExtensionObject encodings, in arrays and nested values too.
     /// Scalars of other types cost one match.
     pub fn value_in(&self, v: &mut Variant) {
-        self.translate(v, true, 0);
+        self.translate(v, Way::In, 0);
     }
 
-    /// Translates a value to the wire (local → remote). A NodeId of a namespace the server
-    /// does not have is left as it is (the server answers for it).
+    /// Translates a value to the wire (local → remote): NodeIds of this server's names and
+    /// of its mirrored instances. A NodeId of a namespace the server does not have is left
+    /// as it is (the server answers for it).
     pub fn value_out(&self, v: &mut Variant) {
-        self.translate(v, false, 0);
+        self.translate(v, Way::Out, 0);
     }
 
-    fn map_ns(&self, ns: u16, inbound: bool) -> u16 {
+    /// As [`Names::value_out`], but a NodeId or name of a namespace the server does not
+    /// have gets [`Names::absent_ns`] (an event filter's literal: it matches nothing there,
+    /// as nothing of that server has it here).
+    pub fn value_out_or_absent(&self, v: &mut Variant) {
+        self.translate(v, Way::OutOrAbsent, 0);
+    }
+
+    fn map_ns(&self, ns: u16, way: Way) -> u16 {
         if ns == 0 {
             return 0;
         }
-        if inbound {
-            self.name_ns_of_wire(ns)
-        } else {
-            self.wire_of_name_ns(ns).unwrap_or(ns)
+        match way {
+            Way::In => self.name_ns_of_wire(ns),
+            Way::Out => self.wire_ns(ns).unwrap_or(ns),
+            Way::OutOrAbsent => self.wire_ns(ns).unwrap_or_else(|| self.absent_ns()),
         }
     }
 
-    fn translate(&self, v: &mut Variant, inbound: bool, depth: u32) {
+    fn translate(&self, v: &mut Variant, way: Way, depth: u32) {
         if depth > 8 {
             return;
         }
         match v {
-            Variant::NodeId(id) => id.namespace = self.map_ns(id.namespace, inbound),
+            Variant::NodeId(id) => id.namespace = self.map_ns(id.namespace, way),
             Variant::ExpandedNodeId(x)
                 if x.namespace_uri.as_opt().is_none_or(|u| u.is_empty()) && x.server_index == 0 =>
             {
-                x.node_id.namespace = self.map_ns(x.node_id.namespace, inbound);
+                x.node_id.namespace = self.map_ns(x.node_id.namespace, way);
             }
-            Variant::QualifiedName(q) => {
-                q.namespace_index = self.map_ns(q.namespace_index, inbound)
-            }
+            Variant::QualifiedName(q) => q.namespace_index = self.map_ns(q.namespace_index, way),
             Variant::ExtensionObject(e) => {
-                e.type_id.namespace = self.map_ns(e.type_id.namespace, inbound)
+                e.type_id.namespace = self.map_ns(e.type_id.namespace, way)
             }
-            Variant::DataValue(dv) => self.translate(&mut dv.value, inbound, depth + 1),
+            Variant::DataValue(dv) => self.translate(&mut dv.value, way, depth + 1),
             Variant::Array(a) => {
                 use uaring_core::BuiltinType as T;
                 if matches!(
@@ -299,7 +347,7 @@ impl Names {
                         | T::Variant
                 ) {
                     for e in a.values.iter_mut() {
-                        self.translate(e, inbound, depth + 1);
+                        self.translate(e, way, depth + 1);
                     }
                 }
             }
@@ -395,5 +443,42 @@ mod tests {
         let mut d = Variant::Double(1.0);
         n.value_in(&mut d);
         assert_eq!(d, Variant::Double(1.0));
+    }
+
+    #[test]
+    fn ids_of_names_and_instances_go_out_and_others_nowhere_when_asked() {
+        let n = names();
+        // DI: names in 11, instances in 12, both ns=2 there.
+        assert_eq!(
+            n.wire_of(&NodeId::string(12, "Dev")),
+            Some(NodeId::string(2, "Dev"))
+        );
+        assert_eq!(
+            n.wire_of(&NodeId::numeric(11, 15)),
+            Some(NodeId::numeric(2, 15))
+        );
+        assert_eq!(
+            n.wire_of(&NodeId::numeric(0, 2041)),
+            Some(NodeId::numeric(0, 2041))
+        );
+        assert_eq!(
+            n.wire_of(&NodeId::numeric(99, 1)),
+            None,
+            "not this server's"
+        );
+        assert_eq!(
+            n.wire_qname(&QualifiedName::new(13, "x")),
+            Some(QualifiedName::new(3, "x"))
+        );
+        assert_eq!(n.wire_qname(&QualifiedName::new(99, "x")), None);
+        assert_eq!(n.absent_ns(), 4, "one past the server's NamespaceArray");
+        let mut v = Variant::NodeId(Box::new(NodeId::string(12, "Dev")));
+        n.value_out(&mut v);
+        assert_eq!(v, Variant::NodeId(Box::new(NodeId::string(2, "Dev"))));
+        let mut other = Variant::NodeId(Box::new(NodeId::numeric(99, 1)));
+        n.value_out(&mut other);
+        assert_eq!(other, Variant::NodeId(Box::new(NodeId::numeric(99, 1))));
+        n.value_out_or_absent(&mut other);
+        assert_eq!(other, Variant::NodeId(Box::new(NodeId::numeric(4, 1))));
     }
 }

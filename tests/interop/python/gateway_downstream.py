@@ -10,18 +10,53 @@ Namespace urn:test:plant, Objects/Line1 holding
   GeneralModelChangeEvent (NodeAdded) on the Server object;
 - History: a Double historized in asyncua's in-memory store (Server.historize_node_data_change)
   holding the values 0..9 at one-second steps an hour ago (HISTORY_START), served at most 4
-  values per answer (the rest behind a continuation point).
+  values per answer (the rest behind a continuation point);
+- Journal: an Object whose events are historized (Server.historize_node_event, the same
+  store: at most 4 events per answer); its method Log(String, UInt16) raises a
+  BaseEventType event from it with that message and severity. Event reads apply the
+  filter's where clause (asyncua's own WhereClauseEvaluator, which its subscriptions use;
+  its history store alone ignores where clauses);
+- Ledger: an Object whose EventNotifier says HistoryRead but whose events are kept nowhere:
+  an event read of it is answered BadDataUnavailable (a ServiceFault).
 """
 import asyncio
+import logging
 import sys
 from datetime import datetime, timedelta, timezone
 
 from asyncua import Server, ua, uamethod
 from asyncua.server.history import HistoryDict
+from asyncua.server.monitored_item_service import WhereClauseEvaluator
 
 # The first historized value's SourceTimestamp: a whole second an hour ago (printed after the
 # port).
 HISTORY_START = (datetime.now(timezone.utc) - timedelta(hours=1)).replace(microsecond=0)
+
+
+class Storage(HistoryDict):
+    """asyncua's in-memory store, keeping each event under its SourceNode: the events its
+    history subscription hands over are rebuilt from their fields, and so name the Server
+    object as the node they came from whatever node raised them (asyncua 2.1)."""
+
+    def __init__(self, aspace, **kw):
+        super().__init__(**kw)
+        self.aspace = aspace
+
+    async def save_event(self, event):
+        event.emitting_node = event.SourceNode
+        await super().save_event(event)
+
+    async def read_event_history(self, source_id, start, end, nb_values, evfilter):
+        if source_id not in self._events:
+            raise ua.UaStatusCodeError(ua.StatusCodes.BadDataUnavailable)
+        # The events the where clause accepts, then the store's own paging over them.
+        where = WhereClauseEvaluator(logging.getLogger("where"), self.aspace, evfilter.WhereClause)
+        kept = self._events[source_id]
+        self._events[source_id] = type(kept)(e for e in kept if where.eval(e))
+        try:
+            return await super().read_event_history(source_id, start, end, nb_values, evfilter)
+        finally:
+            self._events[source_id] = kept
 
 
 async def main(port):
@@ -42,9 +77,29 @@ async def main(port):
     await history.write_attribute(
         ua.AttributeIds.Historizing, ua.DataValue(ua.Variant(True, ua.VariantType.Boolean))
     )
-    storage = HistoryDict(max_history_data_response_size=4)
+    storage = Storage(s.iserver.aspace, max_history_data_response_size=4)
     s.iserver.history_manager.set_storage(storage)
     await s.historize_node_data_change(history, period=timedelta(days=1))
+    ledger = await line.add_object(idx, "Ledger")
+    notifier = ua.EventNotifier.SubscribeToEvents.mask | ua.EventNotifier.HistoryRead.mask
+    await ledger.write_attribute(
+        ua.AttributeIds.EventNotifier,
+        ua.DataValue(ua.Variant(notifier, ua.VariantType.Byte)),
+    )
+    journal = await line.add_object(idx, "Journal")
+    # The generator makes Journal an event notifier (and says it GeneratesEvent
+    # BaseEventType) before its events are historized (HistoryRead in its EventNotifier).
+    journal_events = await s.get_event_generator(ua.ObjectIds.BaseEventType, journal)
+    await s.historize_node_event(journal, period=timedelta(days=1))
+
+    @uamethod
+    async def log(parent, message, severity):
+        journal_events.event.Severity = severity
+        await journal_events.trigger(message=message)
+
+    await journal.add_method(
+        idx, "Log", log, [ua.VariantType.String, ua.VariantType.UInt16], []
+    )
 
     @uamethod
     def add(parent, a, b):

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from asyncua import Client, ua
+from asyncua.common.events import Event, get_filter_from_event_type
 
 from conftest import ROOT, Server, example_bin
 
@@ -389,6 +390,10 @@ def test_a_reload_starts_the_gateway_and_replaces_the_mirrored_servers(gateway, 
                 level = (await history.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
                 assert level & ua.AccessLevel.CurrentRead.mask, level
                 assert not level & ua.AccessLevel.HistoryRead.mask, level
+                journal = await mirrored(c, "before", "Line1", "Journal")
+                notifier = await journal.read_event_notifier()
+                assert ua.EventNotifier.SubscribeToEvents in notifier, notifier
+                assert ua.EventNotifier.HistoryRead not in notifier, notifier
                 cfg.write_text(entry.format("after"))
                 s.proc.send_signal(signal.SIGHUP)
                 await mirrored(c, "after", "Line1", "Counter")
@@ -407,6 +412,7 @@ def test_a_killed_downstream_reads_bad_not_connected_and_resumes(gateway):
     async def go():
         async with Client(gateway.url, timeout=10) as c:
             counter = await mirrored(c, gateway.down_name, "Line1", "Counter")
+            journal = await mirrored(c, gateway.down_name, "Line1", "Journal")
             state = await mirrored(c, gateway.down_name, "State")
             reconnects = await mirrored(c, gateway.down_name, "Reconnects")
             h = Changes()
@@ -428,6 +434,17 @@ def test_a_killed_downstream_reads_bad_not_connected_and_resumes(gateway):
             # Reads say the same, and Writes and Calls are refused likewise.
             assert (await counter.read_data_value(raise_on_bad_status=False)).StatusCode.value \
                 == ua.StatusCodes.BadNotConnected
+            # So is an event history read of a mirrored notifier.
+            now = datetime.now(timezone.utc)
+            details = ua.ReadEventDetails(
+                StartTime=now - timedelta(hours=1),
+                EndTime=now,
+                Filter=await get_filter_from_event_type(
+                    [c.get_node(ua.NodeId(ua.ObjectIds.BaseEventType))]
+                ),
+            )
+            r = await journal.history_read_events(details)
+            assert r.StatusCode.value == ua.StatusCodes.BadNotConnected, r
             assert await state.read_value() != "connected"
             n = len(h.values)
             gateway.down = Downstream(gateway.down.port)
@@ -498,6 +515,177 @@ def test_history_reads_are_forwarded_with_their_continuation_points(gateway):
             assert r.StatusCode.value == ua.StatusCodes.BadNotReadable, r
 
     run(go())
+
+
+def event_read(node, details, point=None, release=False):
+    """One HistoryRead of `node`'s events (asyncua's HistoryReadParameters releases
+    continuation points unless told not to)."""
+    p = ua.HistoryReadParameters(
+        HistoryReadDetails=details,
+        TimestampsToReturn=ua.TimestampsToReturn.Both,
+        ReleaseContinuationPoints=release,
+        NodesToRead=[ua.HistoryReadValueId(NodeId=node.nodeid, ContinuationPoint=point)],
+    )
+    return node.session.history_read(p)
+
+
+async def event_history(node, start, end, per_read, evfilter):
+    """Every event of `node` from `start` to `end`, `per_read` an answer, following the
+    continuation points: (the events, how many reads it took)."""
+    details = ua.ReadEventDetails(
+        StartTime=start, EndTime=end, NumValuesPerNode=per_read, Filter=evfilter
+    )
+    events, point, reads = [], None, 0
+    while True:
+        (r,) = await event_read(node, details, point)
+        reads += 1
+        r.StatusCode.check()
+        events += [
+            Event.from_event_fields(evfilter.SelectClauses, e.EventFields)
+            for e in r.HistoryData.Events
+        ]
+        point = r.ContinuationPoint
+        if not point:
+            return events, reads
+        assert reads < 10, "a continuation point too many"
+
+
+def test_event_history_of_a_mirrored_notifier_is_forwarded(gateway):
+    """asyncua's Journal (its events historized, four an answer): its mirror shows HistoryRead
+    in its EventNotifier, and HistoryRead of its events through the gateway gives what the
+    server keeps (message, severity, time; the mirrored Journal as the source; EventIds
+    behind the gateway's tag), the filter built here (names of the gateway's namespaces too)
+    translated on the way, a read followed through the server's continuation point."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c, Client(
+            gateway.down.url, timeout=10
+        ) as d:
+            journal = await mirrored(c, gateway.down_name, "Line1", "Journal")
+            notifier = await journal.read_event_notifier()
+            assert ua.EventNotifier.HistoryRead in notifier, notifier
+            assert ua.EventNotifier.HistoryWrite not in notifier, notifier
+            idx = await d.get_namespace_index(PLANT_URI)
+            there = await (await child(d.nodes.objects, "Line1")).get_child(f"{idx}:Journal")
+            log = await there.get_child(f"{idx}:Log")
+            start = datetime.now(timezone.utc) - timedelta(seconds=1)
+            for i in range(10):
+                await there.call_method(
+                    log,
+                    ua.Variant(f"journal {i}", ua.VariantType.String),
+                    ua.Variant(100 + 100 * i, ua.VariantType.UInt16),
+                )
+            end = datetime.now(timezone.utc) + timedelta(seconds=1)
+            base = ua.NodeId(ua.ObjectIds.BaseEventType)
+            filter_there = await get_filter_from_event_type([d.get_node(base)])
+            filter_here = await get_filter_from_event_type([c.get_node(base)])
+
+            async def ten():
+                evs, _ = await event_history(there, start, end, 0, filter_there)
+                return evs if len(evs) == 10 else None
+
+            # The server stores its events through a subscription of its own: soon.
+            direct = await until("ten events in the downstream's history", ten)
+            assert [e.Message.Text for e in direct] == [f"journal {i}" for i in range(10)]
+
+            # Five an answer asked here, four an answer there: the second and third reads go
+            # on from the server's continuation points.
+            here, reads = await event_history(journal, start, end, 5, filter_here)
+            assert reads == 3, reads
+            assert [(e.Message.Text, e.Severity, e.Time) for e in here] == [
+                (e.Message.Text, e.Severity, e.Time) for e in direct
+            ]
+            assert [e.Severity for e in here] == [100 + 100 * i for i in range(10)]
+            for h, t in zip(here, direct):
+                assert h.SourceNode == journal.nodeid, h.SourceNode
+                assert h.SourceName == "Journal"
+                assert h.EventType == base
+                assert h.EventId != t.EventId and h.EventId.endswith(t.EventId)
+                assert h.ReceiveTime == t.ReceiveTime
+
+            # asyncua's own call (it reads one answer: four events).
+            first = await journal.read_event_history(start, end)
+            assert [e.Message.Text for e in first] == [f"journal {i}" for i in range(4)]
+
+            # A where clause built here: the mirrored Journal as SourceNode (a NodeId of the
+            # gateway's instance namespace: the server sees its own) and Severity >= 300.
+            where = ua.ContentFilter()
+            for op, operands in (
+                (ua.FilterOperator.And, [ua.ElementOperand(1), ua.ElementOperand(2)]),
+                (ua.FilterOperator.Equals, [field("SourceNode"), literal(journal.nodeid)]),
+                (
+                    ua.FilterOperator.GreaterThanOrEqual,
+                    [field("Severity"), literal(ua.Variant(300, ua.VariantType.UInt16))],
+                ),
+            ):
+                where.Elements.append(
+                    ua.ContentFilterElement(FilterOperator=op, FilterOperands=operands)
+                )
+            filtered = ua.EventFilter(SelectClauses=filter_here.SelectClauses, WhereClause=where)
+            # (Five an answer: asyncua's store gives no continuation point when
+            # numValuesPerNode, not its own page of four, ends an answer.)
+            chosen, reads = await event_history(journal, start, end, 5, filtered)
+            assert [e.Message.Text for e in chosen] == [f"journal {i}" for i in range(2, 10)]
+            assert reads == 2, reads
+            # A NodeId of the gateway's own namespace (the server's folder here): nothing.
+            folder = await child(c.nodes.objects, gateway.down_name)
+            where.Elements[1].FilterOperands[1] = literal(folder.nodeid)
+            none, _ = await event_history(journal, start, end, 5, filtered)
+            assert none == [], none
+
+            # releaseContinuationPoints: the point is released (Good, nothing read), and is
+            # no continuation point afterwards.
+            details = ua.ReadEventDetails(
+                StartTime=start, EndTime=end, NumValuesPerNode=0, Filter=filter_here
+            )
+            (r,) = await event_read(journal, details)
+            assert r.StatusCode.is_good() and r.ContinuationPoint, r
+            point = r.ContinuationPoint
+            (released,) = await event_read(journal, details, point, release=True)
+            assert released.StatusCode.is_good(), released
+            assert not released.HistoryData or not released.HistoryData.Events, released
+            (again,) = await event_read(journal, details, point)
+            assert again.StatusCode.value == ua.StatusCodes.BadContinuationPointInvalid, again
+
+            # A notifier whose server keeps no events for it: the server's own status.
+            ledger = await mirrored(c, gateway.down_name, "Line1", "Ledger")
+            assert ua.EventNotifier.HistoryRead in await ledger.read_event_notifier()
+            (r,) = await event_read(ledger, details)
+            assert r.StatusCode.value == ua.StatusCodes.BadDataUnavailable, r
+
+            # HistoryUpdate of events is not forwarded: the mirror shows no HistoryWrite,
+            # and updates and deletes are refused here.
+            update = ua.UpdateEventDetails(
+                NodeId=journal.nodeid,
+                PerformInsertReplace=ua.PerformUpdateType.Insert,
+                Filter=filter_here,
+                EventData=[ua.HistoryEventFieldList(EventFields=[])],
+            )
+            delete = ua.DeleteEventDetails(NodeId=journal.nodeid, EventIds=[here[0].EventId])
+            results = await c.uaclient.history_update(
+                ua.HistoryUpdateParameters(HistoryUpdateDetails=[update, delete])
+            )
+            assert [r.StatusCode.value for r in results] == [ua.StatusCodes.BadNotWritable] * 2
+            kept, _ = await event_history(there, start, end, 0, filter_there)
+            assert len(kept) == 10, kept
+
+    run(go())
+
+
+def field(name):
+    """A where clause operand: BaseEventType's field `name`."""
+    return ua.SimpleAttributeOperand(
+        TypeDefinitionId=ua.NodeId(ua.ObjectIds.BaseEventType),
+        BrowsePath=[ua.QualifiedName(name, 0)],
+        AttributeId=ua.AttributeIds.Value,
+    )
+
+
+def literal(value):
+    if not isinstance(value, ua.Variant):
+        value = ua.Variant(value)
+    return ua.LiteralOperand(Value=value)
+
 
 
 def test_processed_and_at_time_history_reads_are_forwarded(gateway):
