@@ -46,6 +46,8 @@ fn at(s: i64) -> DateTime {
 struct MemoryStore {
     values: Vec<DataValue>,
     jobs: Mutex<mpsc::Sender<(HistoryReadOp, HistoryReply)>>,
+    /// The tokens of released continuation points, as the server handed them back.
+    released: Mutex<Vec<(NodeId, Vec<u8>)>>,
 }
 
 fn store() -> Arc<MemoryStore> {
@@ -60,6 +62,7 @@ fn store() -> Arc<MemoryStore> {
     let s = Arc::new(MemoryStore {
         values: values.clone(),
         jobs: Mutex::new(tx),
+        released: Mutex::new(Vec::new()),
     });
     std::thread::spawn(move || {
         for (op, reply) in rx {
@@ -131,10 +134,17 @@ impl HistoryBackend for MemoryStore {
         let _ = self.values.len();
         self.jobs.lock().unwrap().send((op, reply)).unwrap();
     }
+    fn release_continuation_point(&self, node_id: &NodeId, token: Vec<u8>) {
+        self.released.lock().unwrap().push((node_id.clone(), token));
+    }
 }
 
 fn server(config: ServerConfig, history: bool) -> Arc<ServerShared> {
-    let backend: Option<Arc<dyn HistoryBackend>> = history.then(|| store() as _);
+    server_on(config, history.then(store))
+}
+
+fn server_on(config: ServerConfig, store: Option<Arc<MemoryStore>>) -> Arc<ServerShared> {
+    let backend: Option<Arc<dyn HistoryBackend>> = store.map(|s| s as _);
     ServerShared::new_with_history(
         config,
         start(),
@@ -408,7 +418,8 @@ fn each_node_gets_its_own_status_and_the_request_its_service_result() {
 fn continuation_points_are_bounded_per_session_tied_to_their_details_and_released() {
     let mut config = ServerConfig::default();
     config.operation_limits.max_history_continuation_points = 2;
-    let mut c = Client::new(server(config, true));
+    let memory = store();
+    let mut c = Client::new(server_on(config, Some(memory.clone())));
     let d = raw(0, 99, 5);
     let r = c.raw(
         d.clone(),
@@ -452,6 +463,11 @@ fn continuation_points_are_bounded_per_session_tied_to_their_details_and_release
     let r = c.send(req);
     assert_eq!(r.results[0].status_code, StatusCode::Good);
     assert!(r.results[0].history_data.is_null());
+    // The store is told, with the token it gave (the second operation's: resume at 5).
+    assert_eq!(
+        *memory.released.lock().unwrap(),
+        vec![(temp(), 5u64.to_le_bytes().to_vec())]
+    );
     let r = c.raw(d, &[(temp(), cp1)]);
     assert_eq!(
         r.results[0].status_code,

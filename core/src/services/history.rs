@@ -17,7 +17,8 @@
 //! Continuation points: the store's resume token is kept in the session
 //! ([`crate::server::service_state::Session::add_history_point`], at most
 //! `operation_limits.max_history_continuation_points`); a request with
-//! releaseContinuationPoints releases the ones it names and reads nothing.
+//! releaseContinuationPoints releases the ones it names (the store is told:
+//! [`crate::history::HistoryBackend::release_continuation_point`]) and reads nothing.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -145,7 +146,12 @@ pub fn history_read(
             .iter()
             .map(
                 |n| match session.take_history_point(n.continuation_point.as_bytes()) {
-                    Some(_) => result(StatusCode::Good),
+                    Some(cp) => {
+                        // The store may hold something for it (a forwarded read's point
+                        // on another server).
+                        backend.release_continuation_point(&n.node_id, cp.token);
+                        result(StatusCode::Good)
+                    }
                     None => result(StatusCode::BadContinuationPointInvalid),
                 },
             )

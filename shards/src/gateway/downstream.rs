@@ -122,6 +122,8 @@ enum Pending {
         events: Option<(super::history::EventSelect, u32)>,
     },
     CloseSession,
+    /// A continuation point released on the server (its answer is not needed).
+    HistoryRelease,
     /// CreateSession, ActivateSession of the session of `identities` entry `i`.
     IdentCreate(u16),
     IdentActivate(u16),
@@ -223,6 +225,7 @@ fn fail(f: Forward, s: StatusCode) {
         Forward::Write { write, .. } => write.complete(s),
         Forward::Call { call, .. } => call.complete(Err(s)),
         Forward::History { reply, .. } => reply.fail(s),
+        Forward::HistoryRelease { .. } => {}
     }
 }
 
@@ -1709,7 +1712,7 @@ impl Downstream {
                 reply.answer(result);
                 Ok(())
             }
-            Pending::CloseSession => Ok(()),
+            Pending::CloseSession | Pending::HistoryRelease => Ok(()),
             Pending::IdentCreate(i) => self.ident_created(env, i, resp),
             Pending::IdentActivate(i) => self.ident_activated(env, i, resp),
         }
@@ -2203,6 +2206,12 @@ impl Downstream {
     /// HistoryReads run as the caller's mapped identity (`identities`), Reads on the main
     /// session.
     pub fn forward(&mut self, env: &mut Env<'_>, f: Forward) {
+        if let Forward::HistoryRelease { node_id, token } = f {
+            if let Err(e) = self.release_point(env, &node_id, &token) {
+                self.lost(env, &e);
+            }
+            return;
+        }
         let ident = match self.caller_identity(&f) {
             Ok(i) => i,
             Err(s) => return fail(f, s),
@@ -2224,6 +2233,7 @@ impl Downstream {
                 Forward::Write { write, .. } => write.complete(StatusCode::BadNotConnected),
                 Forward::Call { call, .. } => call.complete(Err(StatusCode::BadNotConnected)),
                 Forward::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),
+                Forward::HistoryRelease { .. } => {}
             }
             return;
         }
@@ -2235,6 +2245,58 @@ impl Downstream {
         if let Err(e) = r {
             self.lost(env, &e);
         }
+    }
+
+    /// Releases the server's continuation point behind resume token `token` (a client
+    /// released it here), on the session it was given in while that session lasts: the
+    /// main one or an identity's that is open (a point of a session gone went with it).
+    /// Nothing waits for the answer.
+    fn release_point(
+        &mut self,
+        env: &Env<'_>,
+        node_id: &NodeId,
+        token: &[u8],
+    ) -> Result<(), String> {
+        if self.phase != Phase::Running {
+            return Ok(());
+        }
+        let ident = if super::history::point_of(token, self.session_number).is_some() {
+            None
+        } else {
+            match self.idents.iter().position(|s| {
+                s.state == IdentState::Ready && super::history::point_of(token, s.number).is_some()
+            }) {
+                Some(i) => Some(i as u16),
+                None => return Ok(()),
+            }
+        };
+        let session = ident.map_or(self.session_number, |i| self.idents[i as usize].number);
+        let (Some(point), Some(wire)) = (
+            super::history::point_of(token, session),
+            self.names
+                .remote_of_instance(node_id)
+                .and_then(|r| self.names.to_wire(&r)),
+        ) else {
+            return Ok(());
+        };
+        let req = HistoryReadRequest {
+            request_header: header(0),
+            // The details do not matter to a release; an event read's are the smallest.
+            history_read_details: ExtensionObject::from_struct(&ReadEventDetails::default()),
+            timestamps_to_return: TimestampsToReturn::Both,
+            release_continuation_points: true,
+            nodes_to_read: vec![HistoryReadValueId {
+                node_id: wire,
+                continuation_point: ByteString::from(point.to_vec()),
+                ..Default::default()
+            }],
+        };
+        self.send_on(
+            env,
+            Request::HistoryRead(Box::new(req)),
+            Pending::HistoryRelease,
+            ident,
+        )
     }
 
     /// Is `local` one of the nodes mirrored from this server (an Object, Variable or
@@ -2249,7 +2311,7 @@ impl Downstream {
     /// session's user); `Err`: refused here (`unmapped = "refuse"`). Reads are not mapped.
     fn caller_identity(&self, f: &Forward) -> Result<Option<u16>, StatusCode> {
         let (user, roles) = match f {
-            Forward::Read { .. } => return Ok(None),
+            Forward::Read { .. } | Forward::HistoryRelease { .. } => return Ok(None),
             Forward::Write { user, roles, .. } => (user.as_str(), *roles),
             Forward::Call { call, .. } => (call.user.as_str(), call.roles),
             Forward::History { op, .. } => (&*op.user, op.roles),
@@ -2538,6 +2600,8 @@ impl Downstream {
     /// Sends a forwarded operation on the main session (`ident` `None`) or an identity's.
     fn send_op(&mut self, env: &mut Env<'_>, f: Forward, ident: Option<u16>) -> Result<(), String> {
         match f {
+            // Sent by `release_point`, never queued for a session.
+            Forward::HistoryRelease { .. } => Ok(()),
             Forward::Read { read, .. } => {
                 let wire = self
                     .names

@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
+use uaring_core::history::HistoryReadOp;
 use uaring_core::Now;
 
 use super::config::{GatewayConfig, ServerConfig};
@@ -193,12 +194,16 @@ impl GatewayHandler {
                 | Forward::Call { server, .. } => *server,
                 // A Variable by its slot; a notifier (an event read) by the server that
                 // mirrors it (instance namespaces are a server's own).
-                Forward::History { op, .. } => self
+                Forward::History {
+                    op: HistoryReadOp { node_id, .. },
+                    ..
+                }
+                | Forward::HistoryRelease { node_id, .. } => self
                     .host
                     .server
                     .model
                     .current()
-                    .node_index(&op.node_id)
+                    .node_index(node_id)
                     .and_then(|i| self.by_node.get(&i))
                     .map(|&(server, _)| server)
                     .or_else(|| {
@@ -206,7 +211,7 @@ impl GatewayHandler {
                             .iter()
                             .position(|d| {
                                 d.as_ref()
-                                    .is_some_and(|d| !d.removing && d.mirrors(&op.node_id))
+                                    .is_some_and(|d| !d.removing && d.mirrors(node_id))
                             })
                             .map(|i| i as u32)
                     })
@@ -222,6 +227,8 @@ impl GatewayHandler {
                         Forward::Write { write, .. } => write.complete(s),
                         Forward::Call { call, .. } => call.complete(Err(s)),
                         Forward::History { reply, .. } => reply.fail(s),
+                        // Its server is gone, and its points with it.
+                        Forward::HistoryRelease { .. } => {}
                     }
                 }
             }

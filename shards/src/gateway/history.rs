@@ -190,6 +190,22 @@ impl HistoryBackend for GatewayHistory {
             .as_ref()
             .map_or(self.timeout_ms, |l| l.timeout_ms().max(self.timeout_ms))
     }
+
+    /// A forwarded read's point is released on its server too (else it lives there until
+    /// the gateway's session ends: a server that keeps a few per session, as uaring does,
+    /// would refuse the next reads with BadNoContinuationPoints).
+    fn release_continuation_point(&self, node_id: &NodeId, token: Vec<u8>) {
+        if self.mirrored(node_id) {
+            if let Some(s) = self.shared.get() {
+                s.forward(Forward::HistoryRelease {
+                    node_id: node_id.clone(),
+                    token,
+                });
+            }
+        } else if let Some(local) = &self.local {
+            local.release_continuation_point(node_id, token);
+        }
+    }
 }
 
 /// BaseEventType.

@@ -184,6 +184,12 @@ pub(crate) enum Forward {
         op: uaring_core::history::HistoryReadOp,
         reply: uaring_core::history::HistoryReply,
     },
+    /// A continuation point of a forwarded HistoryRead, released by its client here: the
+    /// resume token (the gateway's session number, the server's point) to release there.
+    HistoryRelease {
+        node_id: NodeId,
+        token: Vec<u8>,
+    },
 }
 
 /// A shard's demand on one mirrored node.
@@ -234,6 +240,7 @@ impl Shared {
                     Forward::Write { write, .. } => write.complete(s),
                     Forward::Call { call, .. } => call.complete(Err(s)),
                     Forward::History { reply, .. } => reply.fail(s),
+                    Forward::HistoryRelease { .. } => {}
                 }
             }
         }

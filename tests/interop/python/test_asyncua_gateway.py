@@ -730,6 +730,49 @@ def test_processed_and_at_time_history_reads_are_forwarded(gateway):
     run(go())
 
 
+def test_released_continuation_points_are_released_on_the_downstream(gateway):
+    """uaring downstream keeps ten continuation points a session (its default): twelve
+    reads through the gateway, each leaving a point there and released here, all go through,
+    since each release here releases the point on the downstream too (else the eleventh
+    would get the downstream's BadNoContinuationPoints: the gateway's one session there
+    holds them all)."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c:
+            node = await mirrored(c, "u", "Demo", "History", "Count")
+            end = datetime.now(timezone.utc) + timedelta(seconds=30)
+            details = ua.ReadRawModifiedDetails(
+                IsReadModified=False,
+                StartTime=end - timedelta(hours=1),
+                EndTime=end,
+                NumValuesPerNode=1,
+                ReturnBounds=False,
+            )
+
+            async def two():
+                vs = await node.read_raw_history(end - timedelta(hours=1), end)
+                return vs if len(vs) >= 2 else None
+
+            await until("two values in the downstream's history", two)
+            for i in range(12):
+                first = await node.history_read(details)
+                assert first.StatusCode.is_good() and first.ContinuationPoint, (i, first)
+                p = ua.HistoryReadParameters(
+                    HistoryReadDetails=details,
+                    TimestampsToReturn=ua.TimestampsToReturn.Both,
+                    ReleaseContinuationPoints=True,
+                    NodesToRead=[
+                        ua.HistoryReadValueId(
+                            NodeId=node.nodeid, ContinuationPoint=first.ContinuationPoint
+                        )
+                    ],
+                )
+                (released,) = await node.session.history_read(p)
+                assert released.StatusCode.is_good(), (i, released)
+
+    run(go())
+
+
 def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
     """The plant example's alarm (a NonExclusiveLevelAlarmType, active above Setpoint 90):
     its event passes through the gateway; Acknowledge and Confirm called here on the mirrored
