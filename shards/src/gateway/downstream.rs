@@ -694,7 +694,10 @@ impl Downstream {
             };
             let op = matches!(
                 o.what,
-                Pending::Write(..) | Pending::Call(_) | Pending::History { .. }
+                Pending::Write(..)
+                    | Pending::Call(_)
+                    | Pending::History { .. }
+                    | Pending::HistoryRelease
             );
             if o.ident != MAIN && op && self.ident_done(o.ident, service_result(&resp)) {
                 // The identity's session is gone there: the caller's own session here is

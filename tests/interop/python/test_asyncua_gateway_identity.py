@@ -196,6 +196,36 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
                 with pytest.raises(uaerrors.BadUserAccessDenied):
                     await carol.get_node(count.nodeid).read_raw_history(
                         end - timedelta(minutes=1), end)
+
+                # Her continuation points are released in her session there: eleven reads
+                # that each leave one (the downstream keeps ten a session) and release it
+                # here all pass; then, unused, her session is closed as any other.
+                details = ua.ReadRawModifiedDetails(
+                    IsReadModified=False,
+                    StartTime=end - timedelta(minutes=1),
+                    EndTime=end,
+                    NumValuesPerNode=1,
+                    ReturnBounds=False,
+                )
+                for i in range(11):
+                    first = await count.history_read(details)
+                    assert first.StatusCode.is_good() and first.ContinuationPoint, (i, first)
+                    p = ua.HistoryReadParameters(
+                        HistoryReadDetails=details,
+                        TimestampsToReturn=ua.TimestampsToReturn.Both,
+                        ReleaseContinuationPoints=True,
+                        NodesToRead=[ua.HistoryReadValueId(
+                            NodeId=count.nodeid, ContinuationPoint=first.ContinuationPoint)],
+                    )
+                    (released,) = await alice.uaclient.history_read(p)
+                    assert released.StatusCode.is_good(), (i, released)
+
+                async def alice_closed():
+                    names = await session_names(d)
+                    return not any("(user alice" in n for n in names) and names
+
+                await until("alice's idle session closed", alice_closed)
+                assert await metric(metrics_port, gauge) == 0
             finally:
                 for c in (carol, bob, alice, d):
                     await c.disconnect()
