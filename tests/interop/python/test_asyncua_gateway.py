@@ -554,8 +554,11 @@ def test_event_history_of_a_mirrored_notifier_is_forwarded(gateway):
     """asyncua's Journal (its events historized, four an answer): its mirror shows HistoryRead
     in its EventNotifier, and HistoryRead of its events through the gateway gives what the
     server keeps (message, severity, time; the mirrored Journal as the source; EventIds
-    behind the gateway's tag), the filter built here (names of the gateway's namespaces too)
-    translated on the way, a read followed through the server's continuation point."""
+    behind the gateway's tag), the filter built here translated on the way (a where clause
+    naming the mirrored Journal chooses there; one naming the gateway's own namespace
+    nothing), reads followed through the server's continuation points, a point released;
+    a notifier the server keeps no events of gets the server's status; HistoryUpdate of
+    events is refused here."""
 
     async def go():
         async with Client(gateway.url, timeout=10) as c, Client(
