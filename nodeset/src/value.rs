@@ -26,7 +26,8 @@ pub(crate) fn supertype(b: &AddressSpaceBuilder, id: &NodeId) -> Option<NodeId> 
         .and_then(|r| r.target().as_local().cloned())
         .or_else(|| {
             // Declared the other way round (forward HasSubtype on the supertype).
-            b.nodes()
+            b.referencing(id)
+                .into_iter()
                 .find(|n| {
                     n.refs().any(|r| {
                         r.is_forward()

@@ -648,7 +648,7 @@ const HAS_INTERFACE: u32 = 17603;
 
 /// The nodes `node` points to by one of `types` (forward), whichever end declared the
 /// reference (before the address space is finished, a reference is stored where the NodeSet
-/// declared it).
+/// declared it; the builder's index finds the other end's declarations).
 fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, NodeId)> {
     let mut out = Vec::new();
     let Some(n) = b.node(node) else {
@@ -663,7 +663,7 @@ fn targets(b: &AddressSpaceBuilder, node: &NodeId, types: &[u32]) -> Vec<(u32, N
             }
         }
     }
-    for n in b.nodes() {
+    for n in b.referencing(node) {
         for r in n.refs() {
             if let (Some(t), false) = (of(&r), r.is_forward()) {
                 if r.target_node().is_some_and(|x| x.index() == at) {
@@ -687,7 +687,8 @@ fn supertype(b: &AddressSpaceBuilder, t: &NodeId) -> Option<NodeId> {
         }
     }
     let at = n.index();
-    b.nodes()
+    b.referencing(t)
+        .into_iter()
         .find(|n| {
             n.refs().any(|r| {
                 r.type_is_ns0(ids::HAS_SUBTYPE)

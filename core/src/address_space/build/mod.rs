@@ -5,6 +5,7 @@
 
 pub mod make;
 pub mod ns0;
+mod refs;
 pub mod server_object;
 
 use std::collections::HashMap;
@@ -108,6 +109,8 @@ pub struct HistoryCapabilities {
 /// type hierarchy.
 pub struct AddressSpaceBuilder {
     store: Store,
+    /// The declared references by target ([`AddressSpaceBuilder::referencing`]).
+    by_target: refs::RefIndex,
     /// Node indexes kept for nodes added at run time (the change path's tables).
     run_time_nodes: usize,
     namespace_uris: Vec<String>,
@@ -142,6 +145,7 @@ impl AddressSpaceBuilder {
     pub fn new(namespace_uris: Vec<String>, server_info: ServerInfo) -> Self {
         AddressSpaceBuilder {
             store: Store::new(),
+            by_target: refs::RefIndex::default(),
             run_time_nodes: 0,
             namespace_uris,
             server_info,
@@ -244,6 +248,7 @@ impl AddressSpaceBuilder {
     /// and cells grow by pages).
     pub fn reserve(&mut self, n: usize) {
         self.store.reserve(n);
+        self.by_target.reserve(n);
     }
 
     fn index_of(&self, id: &NodeId) -> Option<u32> {
@@ -274,6 +279,29 @@ impl AddressSpaceBuilder {
     /// The node with this id (its declared references: inverses come with `finish`).
     pub fn node(&self, id: &NodeId) -> Option<NodeView<'_>> {
         NodeView::new(&self.store, self.index_of(id)?)
+    }
+
+    /// The nodes that declare a reference (of any type, in either direction) to the node
+    /// `target`, in the order they were added; `target`'s own declarations aside. Before
+    /// `finish` a reference is stored where it was declared only: this finds the other end's
+    /// without reading every node (the builder keeps an index).
+    pub fn referencing(&self, target: &NodeId) -> Vec<NodeView<'_>> {
+        let Some(at) = self.index_of(target) else {
+            return Vec::new();
+        };
+        let foreign = self
+            .store
+            .find_foreign(&ExpandedNodeId::local(target.clone()));
+        self.by_target
+            .sources(at, foreign)
+            .into_iter()
+            .filter_map(|i| NodeView::new(&self.store, i))
+            // A node changed by `update` after it was entered may no longer declare it.
+            .filter(|n| {
+                n.refs()
+                    .any(|r| r.target_node().is_some_and(|t| t.index() == at))
+            })
+            .collect()
     }
 
     /// Every node added so far, in insertion order.
@@ -308,6 +336,7 @@ impl AddressSpaceBuilder {
         // The same id at the same index: it cannot clash (an id changed by `f` that is
         // taken already is refused, and the node is lost: `f` must not do that).
         self.store.insert(i, 0, node).ok()?;
+        self.by_target.enter(&self.store, i);
         Some(r)
     }
 
@@ -345,7 +374,9 @@ impl AddressSpaceBuilder {
         self.store.insert_as(i, 0, &id, node).map_err(|e| match e {
             StatusCode::BadNodeIdExists => format!("duplicate NodeId {id}"),
             e => format!("node {id}: {e}"),
-        })
+        })?;
+        self.by_target.enter(&self.store, i);
+        Ok(())
     }
 
     /// Adds a reference declared on `source` (which must exist).
@@ -386,7 +417,10 @@ impl AddressSpaceBuilder {
                 (Key::Local(ti), Key::Local(tg)) if is_forward && Some(ti) == has_td => {
                     r.type_def = tg
                 }
-                _ => r.push_ref(Ref::new(t, is_forward, target)),
+                _ => {
+                    r.push_ref(Ref::new(t, is_forward, target));
+                    self.by_target.push(target, s);
+                }
             }
         }
         Ok(())
@@ -397,6 +431,7 @@ impl AddressSpaceBuilder {
     pub fn finish(self) -> AddressSpace {
         let AddressSpaceBuilder {
             mut store,
+            by_target: _,
             run_time_nodes,
             namespace_uris,
             server_info,

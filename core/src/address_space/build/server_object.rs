@@ -379,7 +379,8 @@ fn install_role_set(b: &mut AddressSpaceBuilder, start: DateTime) {
         })
         .unwrap_or_default();
     roles.extend(
-        b.nodes()
+        b.referencing(&role_set)
+            .into_iter()
             .filter(|n| {
                 n.refs().any(|r| {
                     !r.is_forward() && component(&r) && r.target().as_local() == Some(&role_set)

@@ -526,6 +526,13 @@ pub(crate) struct Store {
     pub(crate) freed: Freed,
 }
 
+/// The hash of an interned foreign id.
+fn foreign_hash(id: &ExpandedNodeId) -> Hash {
+    let mut b = Vec::new();
+    crate::encoding::Encode::encode(id, &mut b);
+    hash_key(0, 3, &b)
+}
+
 /// The hash of a NodeId as the id index keeps it.
 #[inline]
 fn id_hash(id: &NodeId) -> Hash {
@@ -705,18 +712,26 @@ impl Store {
         self.masks.get(&index).copied().unwrap_or_default()
     }
 
+    /// The interned foreign id of `id`, when it was interned.
+    pub(crate) fn find_foreign(&self, id: &ExpandedNodeId) -> Option<u32> {
+        if self.foreign.len() == 0 {
+            return None;
+        }
+        self.find_foreign_hashed(id, foreign_hash(id))
+    }
+
+    fn find_foreign_hashed(&self, id: &ExpandedNodeId, h: Hash) -> Option<u32> {
+        self.foreign_index
+            .find(h, |f| self.foreign.get(f).is_some_and(|x| x == id))
+    }
+
     /// The key of an id: the node's index when it is here, else an interned foreign id.
     pub(crate) fn key(&mut self, id: &ExpandedNodeId) -> Result<Key, StatusCode> {
         if let Some(i) = id.as_local().and_then(|l| self.lookup(l)) {
             return Ok(Key::Local(i));
         }
-        let mut b = Vec::new();
-        crate::encoding::Encode::encode(id, &mut b);
-        let h = hash_key(0, 3, &b);
-        if let Some(f) = self
-            .foreign_index
-            .find(h, |f| self.foreign.get(f).is_some_and(|x| x == id))
-        {
+        let h = foreign_hash(id);
+        if let Some(f) = self.find_foreign_hashed(id, h) {
             return Ok(Key::Foreign(f));
         }
         if self.foreign.len() >= index::MAX_ENTRY {
@@ -724,13 +739,7 @@ impl Store {
         }
         let f = self.foreign.push(id.clone());
         let foreign = &self.foreign;
-        let rehash = |f: u32| {
-            let mut b = Vec::new();
-            if let Some(x) = foreign.get(f) {
-                crate::encoding::Encode::encode(x, &mut b);
-            }
-            hash_key(0, 3, &b)
-        };
+        let rehash = |f: u32| foreign.get(f).map_or(Hash(0), foreign_hash);
         let mut ix = self.foreign_index.take();
         ix.insert(h, f, &rehash);
         self.foreign_index = ix;
