@@ -384,10 +384,11 @@ impl VariableDef {
         self
     }
 
+    /// Adds the node: its NodeId, its index in the address space and its hooks.
     fn build(
         self,
         b: &mut AddressSpaceBuilder,
-    ) -> Result<(NodeId, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
+    ) -> Result<(NodeId, u32, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
         let node_id = self.id.resolve(b)?;
         let browse_name = QualifiedName::new(node_id.namespace, &self.name);
         // What the node's value comes from, and the DataType, ValueRank and
@@ -468,8 +469,8 @@ impl VariableDef {
             &self.description,
             self.historizing,
         );
-        b.add(node).map_err(Error::AddressSpace)?;
-        Ok((node_id, self.on_write, self.on_write_async))
+        let index = b.add_indexed(node).map_err(Error::AddressSpace)?;
+        Ok((node_id, index, self.on_write, self.on_write_async))
     }
 }
 
@@ -1452,7 +1453,7 @@ impl Def {
     pub(crate) fn build(
         self,
         b: &mut AddressSpaceBuilder,
-        bound: &mut Vec<(u32, NodeId)>,
+        bound: &mut Vec<(u32, u32)>,
         alarms: &mut Vec<(Alarm, NodeId)>,
     ) -> Result<(), Error> {
         match self {
@@ -1463,14 +1464,17 @@ impl Def {
                 t.build(b)?;
             }
             Def::Variable(v, slot) => {
-                let (id, hook, async_hook) = v.build(b)?;
-                if let Some(h) = hook {
-                    b.set_write_hook(id.clone(), h);
+                let (id, index, hook, async_hook) = v.build(b)?;
+                match (hook, async_hook) {
+                    (Some(h), Some(a)) => {
+                        b.set_write_hook(id.clone(), h);
+                        b.set_async_write_hook(id, a);
+                    }
+                    (Some(h), None) => b.set_write_hook(id, h),
+                    (None, Some(a)) => b.set_async_write_hook(id, a),
+                    (None, None) => {}
                 }
-                if let Some(h) = async_hook {
-                    b.set_async_write_hook(id.clone(), h);
-                }
-                bound.push((slot, id));
+                bound.push((slot, index));
             }
             Def::Method(m) => {
                 m.build(b)?;
@@ -1533,13 +1537,15 @@ struct Slot {
 }
 
 impl Bindings {
-    /// Binds slots `0..slots` at the start: `ids` gives each slot's NodeId (every slot is
-    /// given one: a Variable whose definition failed failed the start).
+    /// Binds slots `0..slots` at the start: `nodes` gives each slot's node index, as the
+    /// builder added it (every slot is given one: a Variable whose definition failed failed
+    /// the start). By index, not by NodeId: a million hashed lookups again would be a
+    /// tenth of a plant's start-up.
     pub(crate) fn bind(
         &self,
         shared: &Arc<ServerShared>,
         slots: usize,
-        ids: Vec<(u32, NodeId)>,
+        nodes: Vec<(u32, u32)>,
     ) -> Result<(), Error> {
         let space = shared.model.current();
         let mut table = vec![
@@ -1549,11 +1555,11 @@ impl Bindings {
             };
             slots
         ];
-        for (slot, node_id) in ids {
-            let index = space
-                .node_index(&node_id)
-                .ok_or_else(|| Error::AddressSpace(format!("{node_id} was not added")))?;
-            let generation = space.node_at(index).map_or(0, |n| n.generation());
+        for (slot, index) in nodes {
+            let generation = space
+                .node_at(index)
+                .ok_or_else(|| Error::AddressSpace(format!("node {index} was not added")))?
+                .generation();
             if let Some(s) = table.get_mut(slot as usize) {
                 *s = Slot { index, generation };
             }

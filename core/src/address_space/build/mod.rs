@@ -365,7 +365,14 @@ impl AddressSpaceBuilder {
     }
 
     /// Adds a node. Its references are the declared ones; inverses are added by `finish`.
-    pub fn add(&mut self, mut node: Node) -> Result<(), String> {
+    pub fn add(&mut self, node: Node) -> Result<(), String> {
+        self.add_indexed(node).map(|_| ())
+    }
+
+    /// [`AddressSpaceBuilder::add`], returning the node's index: where the finished address
+    /// space keeps it ([`AddressSpace::node_at`]), so a caller that binds handles to nodes
+    /// needs no second lookup by NodeId.
+    pub fn add_indexed(&mut self, mut node: Node) -> Result<u32, String> {
         let i = self.store.recs.len();
         self.note_async(&node);
         // One lookup (the store's) and no copy of the NodeId: a million-node build formats
@@ -376,7 +383,7 @@ impl AddressSpaceBuilder {
             e => format!("node {id}: {e}"),
         })?;
         self.by_target.enter(&self.store, i);
-        Ok(())
+        Ok(i)
     }
 
     /// Adds a reference declared on `source` (which must exist).
