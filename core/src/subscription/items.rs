@@ -498,7 +498,6 @@ impl SubscriptionEngine {
             node_index: key.0,
             node_generation: key.1,
             attribute_id: key.2,
-            interval_ns,
             last: None,
             force: false,
             run_start_kept: false,
@@ -537,15 +536,15 @@ impl SubscriptionEngine {
                 if item.trigger == DataChangeTrigger::StatusValue
                     && !item.held
                     && matches!(item.queue.single(),
-                        Some(Queued::Data(q)) if *q == item_value(item, (*own).clone()))
+                        Some(Queued::Data(q)) if *q == item_value(item, own.sample.get()))
                 {
                     item.queue.release_single();
                     item.held = true;
                 }
-                src.last = Some(*own);
+                src.last = Some(own.sample);
                 item.synced = true;
             }
-            (Some(own), Some(l)) if same_sample(&own, l) => item.synced = true,
+            (Some(own), Some(l)) if l.diff(&own.sample.get()).same() => item.synced = true,
             (own, _) => {
                 item.last = own;
                 src.force = true;
@@ -562,7 +561,7 @@ impl SubscriptionEngine {
         if item.held {
             item.held = false;
             if let Some(v) = run_start(&self.sources, &self.run_starts, item.source) {
-                let v = item_value(item, v.clone());
+                let v = item_value(item, v.get());
                 item.queue.push(Queued::Data(v));
             }
         }
@@ -575,21 +574,21 @@ impl SubscriptionEngine {
             .get(item.source as usize)
             .and_then(Option::as_ref)
             .and_then(|s| s.last.clone())
-            .map(Box::new);
+            .map(OwnLast::new);
     }
 
     /// The last value an item was offered (its own, or its source's).
     pub(super) fn last_of<'a>(
         sources: &'a Slots<Source>,
         item: &'a MonitoredItem,
-    ) -> Option<&'a DataValue> {
+    ) -> Option<&'a LastSample> {
         if item.synced {
             sources
                 .get(item.source as usize)
                 .and_then(Option::as_ref)
                 .and_then(|s| s.last.as_ref())
         } else {
-            item.last.as_deref()
+            item.last.as_deref().map(|l| &l.sample)
         }
     }
 
@@ -598,7 +597,7 @@ impl SubscriptionEngine {
             return;
         };
         self.source_free.push(s);
-        self.unindex_source(s, source_key(&src));
+        self.unindex_source(s, source_key(&src, &self.buckets));
         self.pending_samples.remove(&s);
         self.run_starts.remove(&s);
         let b = src.bucket;
@@ -698,7 +697,7 @@ impl SubscriptionEngine {
                     value: item
                         .last
                         .as_ref()
-                        .map(|l| l.value.clone())
+                        .map(|l| l.sample.value())
                         .unwrap_or_default(),
                     ..Default::default()
                 };
@@ -745,7 +744,7 @@ impl SubscriptionEngine {
                             let mut a = aggregate::AggregateState::new(spec, now.utc);
                             if let Some(last) = &item.last {
                                 // The current value: the bound before the first interval.
-                                a.offer(last, now.utc);
+                                a.offer(&last.sample.get(), now.utc);
                             }
                             item.set_aggregate(Some(Box::new(a)));
                         }
@@ -886,7 +885,7 @@ impl SubscriptionEngine {
                 continue;
             };
             let old = item.mode;
-            item.mode = mode;
+            item.mode = Mode::from(mode);
             if old == mode {
                 results.push(StatusCode::Good);
                 continue;
@@ -1003,15 +1002,6 @@ impl SubscriptionEngine {
         }
         Ok((add_results, remove_results))
     }
-}
-
-/// Equal for every DataChangeFilter: value, status and source timestamp (the server
-/// timestamp is the sampling time and always differs).
-pub(super) fn same_sample(a: &DataValue, b: &DataValue) -> bool {
-    a.status == b.status
-        && a.source_timestamp == b.source_timestamp
-        && a.source_picoseconds == b.source_picoseconds
-        && a.value == b.value
 }
 
 /// Samples a node's attribute: the hot path for stored, dynamic and counter values; the

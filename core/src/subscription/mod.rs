@@ -94,7 +94,7 @@ use crate::types::{
 };
 use crate::{Encode, UaStructure};
 
-use item::{DataChangeSettings, ItemQueue, Queued};
+use item::{DataChangeSettings, Diff, ItemQueue, LastSample, Queued};
 use items::*;
 use pools::*;
 use publish::*;
@@ -180,9 +180,9 @@ struct MonitoredItem {
     source: u32,
     /// The next item of the same source (`NONE`: the last).
     next: u32,
-    mode: MonitoringMode,
+    mode: Mode,
     /// The DataChangeFilter's trigger (its deadband is in `cold`).
-    trigger: DataChangeTrigger,
+    trigger: Trigger,
     timestamps: Timestamps,
     sampling: Sampling,
     in_ready: bool,
@@ -194,12 +194,68 @@ struct MonitoredItem {
     /// status and value: kept there once, not in the queue (see [`Entry::Held`]).
     held: bool,
     sampling_ms: f64,
-    /// Exception-based items: the cell version of the newest change seen.
-    version: u64,
-    /// The last value offered, when it is not the source's (see `synced`).
-    last: Option<Box<DataValue>>,
+    /// The last value offered, when it is not the source's (see `synced`), kept compact,
+    /// with the change path's version.
+    last: Option<Box<OwnLast>>,
     queue: ItemQueue,
     cold: Option<Box<ItemCold>>,
+}
+
+const _: () = assert!(std::mem::size_of::<MonitoredItem>() == 72);
+const _: () = assert!(std::mem::size_of::<Source>() == 64);
+
+/// An item's own last value ([`MonitoredItem::last`]).
+#[derive(Clone, Debug)]
+struct OwnLast {
+    sample: LastSample,
+    /// Exception-based items: the cell version of the newest change seen (kept here, not
+    /// in every item: such an item always has a last value of its own, and compares
+    /// against it whenever the version admits a change).
+    version: u64,
+}
+
+impl OwnLast {
+    fn new(sample: LastSample) -> Box<OwnLast> {
+        Box::new(OwnLast { sample, version: 0 })
+    }
+}
+
+/// A MonitoringMode in one byte (checked to be 0..=2 where a request brings it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mode(u8);
+
+impl From<MonitoringMode> for Mode {
+    fn from(m: MonitoringMode) -> Mode {
+        Mode(m.0.clamp(0, 2) as u8)
+    }
+}
+
+impl PartialEq<MonitoringMode> for Mode {
+    fn eq(&self, other: &MonitoringMode) -> bool {
+        i32::from(self.0) == other.0
+    }
+}
+
+/// A DataChangeTrigger in one byte (checked to be 0..=2 where a filter brings it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Trigger(u8);
+
+impl From<DataChangeTrigger> for Trigger {
+    fn from(t: DataChangeTrigger) -> Trigger {
+        Trigger(t.0.clamp(0, 2) as u8)
+    }
+}
+
+impl From<Trigger> for DataChangeTrigger {
+    fn from(t: Trigger) -> DataChangeTrigger {
+        DataChangeTrigger(i32::from(t.0))
+    }
+}
+
+impl PartialEq<DataChangeTrigger> for Trigger {
+    fn eq(&self, other: &DataChangeTrigger) -> bool {
+        i32::from(self.0) == other.0
+    }
 }
 
 /// What few monitored items have.
@@ -249,8 +305,8 @@ impl MonitoredItem {
             attribute_id,
             source: NONE,
             next: NONE,
-            mode,
-            trigger: DataChangeTrigger::StatusValue,
+            mode: Mode::from(mode),
+            trigger: Trigger::from(DataChangeTrigger::StatusValue),
             timestamps,
             sampling,
             in_ready: false,
@@ -258,7 +314,6 @@ impl MonitoredItem {
             synced: false,
             held: false,
             sampling_ms,
-            version: 0,
             last: None,
             queue,
             cold: None,
@@ -279,12 +334,12 @@ impl MonitoredItem {
     }
     fn filter(&self) -> DataChangeSettings {
         DataChangeSettings {
-            trigger: self.trigger,
+            trigger: self.trigger.into(),
             deadband: self.cold.as_ref().map_or(0.0, |c| c.deadband),
         }
     }
     fn set_filter(&mut self, f: DataChangeSettings) {
-        self.trigger = f.trigger;
+        self.trigger = f.trigger.into();
         if f.deadband != 0.0 || self.cold.is_some() {
             self.cold_mut().deadband = f.deadband;
         }
@@ -332,8 +387,19 @@ impl MonitoredItem {
     fn keep_last(&mut self, v: &DataValue) {
         self.synced = false;
         match self.last.as_mut() {
-            Some(b) => (**b).clone_from(v),
-            None => self.last = Some(Box::new(v.clone())),
+            Some(b) => b.sample.store_ref(v),
+            None => self.last = Some(OwnLast::new(LastSample::new(v.clone()))),
+        }
+    }
+    /// The change path's version of the newest change seen (0: none).
+    fn version(&self) -> u64 {
+        self.last.as_ref().map_or(0, |l| l.version)
+    }
+    /// Records the version of a change just offered (the item keeps a last value of its
+    /// own once offered one).
+    fn set_version(&mut self, version: u64) {
+        if let Some(l) = self.last.as_mut() {
+            l.version = version;
         }
     }
 }
@@ -357,15 +423,15 @@ fn receives(space: &AddressSpace, roles: crate::roles::Roles, source: &NodeId) -
     )
 }
 
+/// A sampling source: 64 bytes, one cache line (its interval is its bucket's).
 struct Source {
     node_index: u32,
     node_generation: u32,
     attribute_id: u32,
-    interval_ns: u64,
-    /// The previous sample: an identical one (value, status, source timestamp) cannot
-    /// change any item's report, so it is not fanned out. It is also the last value of
-    /// every `synced` item on the source.
-    last: Option<DataValue>,
+    /// The previous sample, kept compact: an identical one (value, status, source
+    /// timestamp) cannot change any item's report, so it is not fanned out. It is also the
+    /// last value of every `synced` item on the source.
+    last: Option<LastSample>,
     /// Fan the next sample out even if it is identical to `last` (an item joined with a last
     /// value of its own, or an item's filter changed).
     force: bool,
@@ -530,7 +596,7 @@ pub struct SubscriptionEngine {
     /// The first sample of a source's current run of equal status and value, for the sources
     /// whose last sample differs from it in timestamps only (`Source::run_start_kept`): what
     /// their `held` items report.
-    run_starts: HashMap<u32, DataValue>,
+    run_starts: HashMap<u32, LastSample>,
     buckets: Vec<Option<Bucket>>,
     bucket_free: Vec<u32>,
     bucket_map: HashMap<u64, u32>,
@@ -659,7 +725,8 @@ impl SubscriptionEngine {
             sample.server_timestamp = Some(now.utc);
         }
         self.stats.samples += 1;
-        if !src.force && src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
+        let diff = src.last.as_ref().map(|l| l.diff(&sample));
+        if !src.force && diff.is_some_and(Diff::same) {
             return;
         }
         src.force = false;
@@ -672,12 +739,12 @@ impl SubscriptionEngine {
                 &mut self.stats,
                 at,
                 &sample,
-                Origin::Source(src.last.as_ref()),
+                Origin::Source(src.last.as_ref().zip(diff)),
                 now,
             );
             at = next;
         }
-        advance_source(src, source, &mut self.run_starts, sample);
+        advance_source(src, source, &mut self.run_starts, sample, diff);
     }
 
     pub fn limits(&self) -> &SubscriptionLimits {
@@ -844,13 +911,13 @@ fn source_hash(key: SourceKey) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }
 
-fn source_key(s: &Source) -> SourceKey {
-    (
-        s.node_index,
-        s.node_generation,
-        s.attribute_id,
-        s.interval_ns,
-    )
+/// A source's key; its interval is its bucket's.
+fn source_key(s: &Source, buckets: &[Option<Bucket>]) -> SourceKey {
+    let interval_ns = buckets
+        .get(s.bucket as usize)
+        .and_then(Option::as_ref)
+        .map_or(0, |b| b.interval_ns);
+    (s.node_index, s.node_generation, s.attribute_id, interval_ns)
 }
 
 impl SubscriptionEngine {
@@ -883,22 +950,22 @@ impl SubscriptionEngine {
     }
     /// The slot of the source with this key.
     fn source_by_key(&self, key: SourceKey) -> Option<u32> {
-        let sources = &self.sources;
+        let (sources, buckets) = (&self.sources, &self.buckets);
         self.source_map
             .find(
                 source_hash(key),
-                |&s| matches!(sources.get(s as usize), Some(Some(x)) if source_key(x) == key),
+                |&s| matches!(sources.get(s as usize), Some(Some(x)) if source_key(x, buckets) == key),
             )
             .copied()
     }
     fn index_source(&mut self, s: u32, key: SourceKey) {
-        let sources = &self.sources;
+        let (sources, buckets) = (&self.sources, &self.buckets);
         self.source_map.insert_unique(source_hash(key), s, |&x| {
             source_hash(
                 sources
                     .get(x as usize)
                     .and_then(Option::as_ref)
-                    .map_or((0, 0, 0, 0), source_key),
+                    .map_or((0, 0, 0, 0), |x| source_key(x, buckets)),
             )
         });
     }
@@ -987,11 +1054,11 @@ fn item_value(item: &MonitoredItem, mut dv: DataValue) -> DataValue {
 }
 
 /// Where an offered sample comes from: a source's fan-out, with the source's previous sample
-/// (the last value of its `synced` items), or anywhere else (a first sample, a change, a
-/// status).
+/// (the last value of its `synced` items) and how the sample differs from it, or anywhere
+/// else (a first sample, a change, a status).
 #[derive(Clone, Copy)]
 enum Origin<'a> {
-    Source(Option<&'a DataValue>),
+    Source(Option<(&'a LastSample, Diff)>),
     Elsewhere,
 }
 
@@ -1039,15 +1106,17 @@ fn offer(
     }
     let filter = item.filter();
     let was_synced = item.synced;
+    // Against the compact last sample directly: a DataValue is built only for a
+    // notification (and for a synced item, from the difference the source worked out once).
     let changed = if item.synced {
         match origin {
-            Origin::Source(Some(l)) => filter.changed(l, sample),
+            Origin::Source(Some((l, d))) => filter.changed_since(l, d, sample),
             _ => true,
         }
     } else {
         item.last
             .as_deref()
-            .is_none_or(|l| filter.changed(l, sample))
+            .is_none_or(|l| filter.changed_from(&l.sample, sample))
     };
     if matches!(origin, Origin::Source(_)) && item.light() {
         // From now on the source's last sample is this item's last value: reported, or
@@ -1084,17 +1153,19 @@ enum Entry {
     Held,
 }
 
-/// The source's last sample becomes `sample`; it remembers the first sample of the run of
-/// equal status and value when the new one only differs in its timestamps.
+/// The source's last sample becomes `sample` (`diff`: how it differs from the last one); it
+/// remembers the first sample of the run of equal status and value when the new one only
+/// differs in its timestamps.
 #[inline]
 fn advance_source(
     src: &mut Source,
     slot: u32,
-    run_starts: &mut HashMap<u32, DataValue>,
+    run_starts: &mut HashMap<u32, LastSample>,
     sample: DataValue,
+    diff: Option<Diff>,
 ) {
-    match &src.last {
-        Some(l) if !DataChangeSettings::default().changed(l, &sample) => {
+    match (&src.last, diff) {
+        (Some(l), Some(d)) if !d.status_or_value() => {
             if !src.run_start_kept {
                 src.run_start_kept = true;
                 match run_starts.get_mut(&slot) {
@@ -1107,15 +1178,18 @@ fn advance_source(
         }
         _ => src.run_start_kept = false,
     }
-    src.last = Some(sample);
+    match &mut src.last {
+        Some(l) => l.store(sample),
+        None => src.last = Some(LastSample::new(sample)),
+    }
 }
 
 /// The sample a source's `held` items report (see [`Entry::Held`]).
 fn run_start<'a>(
     sources: &'a Slots<Source>,
-    run_starts: &'a HashMap<u32, DataValue>,
+    run_starts: &'a HashMap<u32, LastSample>,
     s: u32,
-) -> Option<&'a DataValue> {
+) -> Option<&'a LastSample> {
     let src = sources.get(s as usize)?.as_ref()?;
     if src.run_start_kept {
         run_starts.get(&s)

@@ -387,7 +387,7 @@ pub(super) fn queue_event(
 pub(super) fn build_message(
     sub: &mut Subscription,
     items: &mut Slots<MonitoredItem>,
-    (sources, run_starts): (&Slots<Source>, &HashMap<u32, DataValue>),
+    (sources, run_starts): (&Slots<Source>, &HashMap<u32, LastSample>),
     pools: &mut Pools,
     now: Now,
 ) -> (NotificationMessage, bool, usize) {
@@ -412,7 +412,7 @@ pub(super) fn build_message(
             while reportable && count < cap {
                 let entry = if std::mem::replace(&mut item.held, false) {
                     run_start(sources, run_starts, item.source)
-                        .map(|v| Queued::Data(item_value(item, v.clone())))
+                        .map(|v| Queued::Data(item_value(item, v.get())))
                 } else {
                     item.queue.pop()
                 };

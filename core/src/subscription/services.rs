@@ -536,7 +536,7 @@ impl SubscriptionEngine {
                 continue;
             }
             if let Some(last) = Self::last_of(&self.sources, item) {
-                let v = item_value(item, last.clone());
+                let v = item_value(item, last.get());
                 item.held = false;
                 item.queue.push(Queued::Data(v));
                 if !item.in_ready {

@@ -253,9 +253,12 @@ impl SubscriptionEngine {
                 now,
             );
             self.stats.samples += 1;
+            // Compared once against the compact last sample; every item's filter reads the
+            // difference.
+            let diff = src.last.as_ref().map(|l| l.diff(&sample));
             // Nothing changed since the previous sample: no item can report (each item's
             // last value is this one, or it was not reported for the same difference).
-            if !src.force && src.last.as_ref().is_some_and(|l| same_sample(l, &sample)) {
+            if !src.force && diff.is_some_and(Diff::same) {
                 continue;
             }
             src.force = false;
@@ -268,12 +271,12 @@ impl SubscriptionEngine {
                     &mut self.stats,
                     at,
                     &sample,
-                    Origin::Source(src.last.as_ref()),
+                    Origin::Source(src.last.as_ref().zip(diff)),
                     now,
                 );
                 at = next;
             }
-            advance_source(src, s, &mut self.run_starts, sample);
+            advance_source(src, s, &mut self.run_starts, sample, diff);
         }
         // Aggregate items end their processing intervals on their source's ticks, changed
         // sample or not.
@@ -337,13 +340,12 @@ impl SubscriptionEngine {
                 let Some(Some(item)) = items.get_mut(it as usize) else {
                     continue;
                 };
-                if c.version <= item.version
+                if c.version <= item.version()
                     || item.mode == MonitoringMode::Disabled
                     || c.generation != item.node_generation
                 {
                     continue;
                 }
-                item.version = c.version;
                 let dv = sample.get_or_insert_with(|| {
                     let mut dv = c.value.data_value().clone();
                     if dv.server_timestamp.is_none() {
@@ -353,6 +355,10 @@ impl SubscriptionEngine {
                 });
                 stats.changes += 1;
                 offer(items, subs, stats, it, dv, Origin::Elsewhere, now);
+                // Offered, the item has a last value of its own: the version goes there.
+                if let Some(Some(item)) = items.get_mut(it as usize) {
+                    item.set_version(c.version);
+                }
             }
         });
         if lost > 0 {
@@ -391,10 +397,9 @@ impl SubscriptionEngine {
             return;
         };
         let (mut dv, version) = cell.load_versioned();
-        if version <= item.version && item.last.is_some() {
+        if item.last.is_some() && version <= item.version() {
             return;
         }
-        item.version = version;
         if dv.server_timestamp.is_none() {
             dv.server_timestamp = Some(now.utc);
         }
@@ -408,6 +413,9 @@ impl SubscriptionEngine {
             Origin::Elsewhere,
             now,
         );
+        if let Some(Some(item)) = self.items.get_mut(it as usize) {
+            item.set_version(version);
+        }
         if overflow {
             if let Some(Some(item)) = self.items.get_mut(it as usize) {
                 if item.queue.len() > before || item.queue.len() == item.queue.capacity() {
