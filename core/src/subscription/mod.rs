@@ -94,7 +94,7 @@ use crate::types::{
 };
 use crate::{Encode, UaStructure};
 
-use item::{DataChangeSettings, Diff, ItemQueue, LastSample, Queued};
+use item::{DataChangeSettings, Diff, Fresh, ItemQueue, LastSample, Queued};
 use items::*;
 use pools::*;
 use publish::*;
@@ -725,7 +725,8 @@ impl SubscriptionEngine {
             sample.server_timestamp = Some(now.utc);
         }
         self.stats.samples += 1;
-        let diff = src.last.as_ref().map(|l| l.diff(&sample));
+        let fresh = Fresh::of(&sample);
+        let diff = src.last.as_ref().map(|l| l.diff_fresh(&fresh, &sample));
         if !src.force && diff.is_some_and(Diff::same) {
             return;
         }
@@ -744,7 +745,7 @@ impl SubscriptionEngine {
             );
             at = next;
         }
-        advance_source(src, source, &mut self.run_starts, sample, diff);
+        advance_source(src, source, &mut self.run_starts, (sample, fresh), diff);
     }
 
     pub fn limits(&self) -> &SubscriptionLimits {
@@ -1122,7 +1123,11 @@ fn offer(
         // From now on the source's last sample is this item's last value: reported, or
         // equal to it for the filter.
         item.synced = true;
-        item.last = None;
+        // Tested first: dropping an empty one is a call, on every sample of every synced
+        // item.
+        if item.last.is_some() {
+            item.last = None;
+        }
     } else if changed {
         item.keep_last(sample);
     }
@@ -1153,15 +1158,15 @@ enum Entry {
     Held,
 }
 
-/// The source's last sample becomes `sample` (`diff`: how it differs from the last one); it
-/// remembers the first sample of the run of equal status and value when the new one only
-/// differs in its timestamps.
+/// The source's last sample becomes `sample` (`fresh`: its fixed-size parts; `diff`: how it
+/// differs from the last one); it remembers the first sample of the run of equal status and
+/// value when the new one only differs in its timestamps.
 #[inline]
 fn advance_source(
     src: &mut Source,
     slot: u32,
     run_starts: &mut HashMap<u32, LastSample>,
-    sample: DataValue,
+    (sample, fresh): (DataValue, Fresh),
     diff: Option<Diff>,
 ) {
     match (&src.last, diff) {
@@ -1179,7 +1184,7 @@ fn advance_source(
         _ => src.run_start_kept = false,
     }
     match &mut src.last {
-        Some(l) => l.store(sample),
+        Some(l) => l.store_fresh(fresh, sample),
         None => src.last = Some(LastSample::new(sample)),
     }
 }

@@ -253,9 +253,11 @@ impl SubscriptionEngine {
                 now,
             );
             self.stats.samples += 1;
-            // Compared once against the compact last sample; every item's filter reads the
+            // Compared once against the compact last sample (the new one's fixed-size parts
+            // worked out once, for this and for storing it); every item's filter reads the
             // difference.
-            let diff = src.last.as_ref().map(|l| l.diff(&sample));
+            let fresh = Fresh::of(&sample);
+            let diff = src.last.as_ref().map(|l| l.diff_fresh(&fresh, &sample));
             // Nothing changed since the previous sample: no item can report (each item's
             // last value is this one, or it was not reported for the same difference).
             if !src.force && diff.is_some_and(Diff::same) {
@@ -276,7 +278,7 @@ impl SubscriptionEngine {
                 );
                 at = next;
             }
-            advance_source(src, s, &mut self.run_starts, sample, diff);
+            advance_source(src, s, &mut self.run_starts, (sample, fresh), diff);
         }
         // Aggregate items end their processing intervals on their source's ticks, changed
         // sample or not.
