@@ -7,6 +7,10 @@
 //!   Reported per notification.
 //! * `fan_out`: K items on the same node share one sample (K = 1, 5, 15 sessions' worth).
 //!
+//! `SAMPLE_TICKS=K` runs only the `sample` set-up and K ticks, no criterion: under
+//! `valgrind --tool=callgrind`, two values of K give instructions per tick that two builds
+//! can be compared by on a busy machine.
+//!
 //! After the timings the bench prints heap allocations per sample and per notification in
 //! steady state (`cargo bench -p uaring-core --bench subscription`): the server's side, from
 //! the Publish request handed to the shard (built before counting) to the encoded response
@@ -244,6 +248,19 @@ impl Bench {
 
 fn benches(c: &mut Criterion) {
     const N: u32 = 10_000;
+    if let Some(ticks) = std::env::var("SAMPLE_TICKS")
+        .ok()
+        .and_then(|t| t.parse::<u32>().ok())
+    {
+        // Just the `sample` set-up and that many ticks, for an instruction count under
+        // callgrind (deterministic where wall-clock times are not): run it with two counts
+        // and divide the difference.
+        let mut b = Bench::new(N, 3_600_000.0, N, |i| i + 1);
+        for _ in 0..10 + ticks {
+            b.tick();
+        }
+        std::process::exit(0);
+    }
     let mut g = c.benchmark_group("subscription");
     g.throughput(Throughput::Elements(N as u64));
     {
