@@ -146,7 +146,7 @@ impl Pending {
             Pending::Write(..) => "Write",
             Pending::Call(_) => "Call",
             Pending::Monitor => "TranslateBrowsePathsToNodeIds",
-            Pending::History { .. } => "HistoryRead",
+            Pending::History { .. } | Pending::HistoryRelease => "HistoryRead",
             Pending::CloseSession => "CloseSession",
         }
     }
