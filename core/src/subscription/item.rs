@@ -420,6 +420,12 @@ enum Repr {
 const _: () = assert!(std::mem::size_of::<LastSample>() == 32);
 const _: () = assert!(std::mem::size_of::<Option<LastSample>>() == 32);
 
+/// Does `dv` carry picoseconds (then it is kept whole)?
+#[inline]
+fn has_picoseconds(dv: &DataValue) -> bool {
+    dv.source_picoseconds.is_some() || dv.server_picoseconds.is_some()
+}
+
 /// The flags, status and timestamps of a sample without picoseconds.
 #[inline]
 fn meta(dv: &DataValue) -> (u8, u32, i64, i64) {
@@ -485,11 +491,26 @@ struct Parts {
     server: i64,
 }
 
+impl Parts {
+    /// The sample kept inline.
+    #[inline]
+    fn kept(self) -> Repr {
+        Repr::Scalar {
+            kind: self.kind,
+            flags: self.flags,
+            status: self.status,
+            bits: self.bits,
+            source: self.source,
+            server: self.server,
+        }
+    }
+}
+
 impl Fresh {
     /// The fixed-size parts of `dv`.
     #[inline]
     pub fn of(dv: &DataValue) -> Fresh {
-        if dv.source_picoseconds.is_some() || dv.server_picoseconds.is_some() {
+        if has_picoseconds(dv) {
             return Fresh(None);
         }
         Fresh(scalar_bits(&dv.value).map(|(kind, bits)| {
@@ -509,107 +530,66 @@ impl Fresh {
 impl LastSample {
     /// `dv`, kept compact.
     pub fn new(dv: DataValue) -> LastSample {
-        if dv.source_picoseconds.is_some() || dv.server_picoseconds.is_some() {
-            return LastSample(Repr::Full(Box::new(dv)));
+        match Fresh::of(&dv).0 {
+            Some(p) => LastSample(p.kept()),
+            None => LastSample(Self::boxed(dv)),
+        }
+    }
+
+    /// A sample that is no fixed-size scalar without picoseconds: boxed, or whole.
+    fn boxed(dv: DataValue) -> Repr {
+        if has_picoseconds(&dv) {
+            return Repr::Full(Box::new(dv));
         }
         let (flags, status, source, server) = meta(&dv);
-        LastSample(match scalar_bits(&dv.value) {
-            Some((kind, bits)) => Repr::Scalar {
-                kind,
-                flags,
-                status,
-                bits,
-                source,
-                server,
-            },
-            None => Repr::Boxed {
-                flags,
-                status,
-                value: Box::new(dv.value),
-                source,
-                server,
-            },
-        })
+        Repr::Boxed {
+            flags,
+            status,
+            value: Box::new(dv.value),
+            source,
+            server,
+        }
     }
 
     /// Replaces the sample kept with `dv`, reusing its box when both need one.
     #[inline]
     pub fn store(&mut self, dv: DataValue) {
-        if dv.source_picoseconds.is_some() || dv.server_picoseconds.is_some() {
-            match &mut self.0 {
-                Repr::Full(b) => **b = dv,
-                r => *r = Repr::Full(Box::new(dv)),
-            }
-            return;
+        self.store_fresh(Fresh::of(&dv), dv);
+    }
+
+    /// The box of the sample kept when it is boxed (and `dv`, without picoseconds, needs
+    /// one too), with `dv`'s status and timestamps set: the caller puts the value in.
+    fn reuse_box(&mut self, dv: &DataValue) -> Option<&mut Variant> {
+        if has_picoseconds(dv) {
+            return None;
         }
-        let (flags, status, source, server) = meta(&dv);
-        if let Some((kind, bits)) = scalar_bits(&dv.value) {
-            self.0 = Repr::Scalar {
-                kind,
-                flags,
-                status,
-                bits,
-                source,
-                server,
-            };
-            return;
-        }
-        match &mut self.0 {
-            Repr::Boxed {
-                flags: f,
-                status: s,
-                value,
-                source: t,
-                server: u,
-            } => {
-                **value = dv.value;
-                (*f, *s, *t, *u) = (flags, status, source, server);
-            }
-            r => {
-                *r = Repr::Boxed {
-                    flags,
-                    status,
-                    value: Box::new(dv.value),
-                    source,
-                    server,
-                }
-            }
-        }
+        let Repr::Boxed {
+            flags: f,
+            status: s,
+            value,
+            source: t,
+            server: u,
+        } = &mut self.0
+        else {
+            return None;
+        };
+        (*f, *s, *t, *u) = meta(dv);
+        Some(&mut **value)
     }
 
     /// Replaces the sample kept with a copy of `dv` (a fixed-size scalar is not cloned; a
     /// boxed value is cloned into the box kept).
     pub fn store_ref(&mut self, dv: &DataValue) {
-        if dv.source_picoseconds.is_none() && dv.server_picoseconds.is_none() {
-            let (flags, status, source, server) = meta(dv);
-            if let Some((kind, bits)) = scalar_bits(&dv.value) {
-                self.0 = Repr::Scalar {
-                    kind,
-                    flags,
-                    status,
-                    bits,
-                    source,
-                    server,
-                };
-                return;
+        if let Some(p) = Fresh::of(dv).0 {
+            self.0 = p.kept();
+        } else if let Some(value) = self.reuse_box(dv) {
+            value.clone_from(&dv.value);
+        } else {
+            match &mut self.0 {
+                Repr::Full(b) if has_picoseconds(dv) => (**b).clone_from(dv),
+                _ => *self = LastSample::new(dv.clone()),
             }
-            if let Repr::Boxed {
-                flags: f,
-                status: s,
-                value,
-                source: t,
-                server: u,
-            } = &mut self.0
-            {
-                (**value).clone_from(&dv.value);
-                (*f, *s, *t, *u) = (flags, status, source, server);
-                return;
-            }
-        } else if let Repr::Full(b) = &mut self.0 {
-            (**b).clone_from(dv);
-            return;
         }
-        *self = LastSample::new(dv.clone());
     }
 
     /// The `DataValue` kept.
@@ -698,18 +678,15 @@ impl LastSample {
     /// [`Fresh::of`]).
     #[inline]
     pub fn store_fresh(&mut self, fresh: Fresh, dv: DataValue) {
-        match fresh.0 {
-            Some(p) => {
-                self.0 = Repr::Scalar {
-                    kind: p.kind,
-                    flags: p.flags,
-                    status: p.status,
-                    bits: p.bits,
-                    source: p.source,
-                    server: p.server,
-                }
+        if let Some(p) = fresh.0 {
+            self.0 = p.kept();
+        } else if let Some(value) = self.reuse_box(&dv) {
+            *value = dv.value;
+        } else {
+            match &mut self.0 {
+                Repr::Full(b) if has_picoseconds(&dv) => **b = dv,
+                _ => self.0 = Self::boxed(dv),
             }
-            None => self.store(dv),
         }
     }
 
