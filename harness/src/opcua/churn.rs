@@ -875,26 +875,8 @@ impl ChurnWork {
                     ..Default::default()
                 }))
             }
-            ChurnStep::DeleteVariables(r) => Request::DeleteNodes(Box::new(DeleteNodesRequest {
-                nodes_to_delete: r
-                    .clone()
-                    .map(|i| DeleteNodesItem {
-                        node_id: self.variable(i),
-                        delete_target_references: true,
-                    })
-                    .collect(),
-                ..Default::default()
-            })),
-            ChurnStep::DeleteFolders(r) => Request::DeleteNodes(Box::new(DeleteNodesRequest {
-                nodes_to_delete: r
-                    .clone()
-                    .map(|f| DeleteNodesItem {
-                        node_id: self.folder(f),
-                        delete_target_references: true,
-                    })
-                    .collect(),
-                ..Default::default()
-            })),
+            ChurnStep::DeleteVariables(r) => delete_nodes(r.clone().map(|i| self.variable(i))),
+            ChurnStep::DeleteFolders(r) => delete_nodes(r.clone().map(|f| self.folder(f))),
         }
     }
 
@@ -1143,6 +1125,18 @@ impl ChurnWork {
     }
 }
 
+/// A DeleteNodes of `ids`, with the references to them.
+fn delete_nodes(ids: impl Iterator<Item = NodeId>) -> Request {
+    Request::DeleteNodes(Box::new(DeleteNodesRequest {
+        nodes_to_delete: ids
+            .map(|node_id| DeleteNodesItem {
+                node_id,
+                delete_target_references: true,
+            })
+            .collect(),
+        ..Default::default()
+    }))
+}
 #[cfg(test)]
 mod tests {
     use super::*;
