@@ -4,7 +4,8 @@
 //! `history_bench [--listen HOST:PORT] [--dir DIR] [--variables N] [--rate HZ]
 //! [--push-threads T] [--preload N] [--pattern count|slow|random] [--preload-at future|past]
 //! [--shards N] [--pki DIR] [--flush-interval-ms MS] [--queue-capacity N] [--read-threads N]
-//! [--stats-ms MS] [--history-nice N] [--history-policy P] [--push-nice N]`
+//! [--stats-ms MS] [--history-nice N] [--history-policy P] [--push-nice N]
+//! [--background-cpus EXPR] [--push-cpus LIST]`
 //!
 //! * `[history] enabled = true` in `DIR` (default: a fresh directory under the temporary
 //!   directory, removed at exit; a given `DIR` is kept).
@@ -39,6 +40,9 @@
 //!   store's writer, sync and reader threads; `--history-policy P` (default batch, the
 //!   server's): `history.writer_policy`, normal, batch or idle; `--push-nice N` (default 0):
 //!   the push threads' (the application's ingest) — both beside the shards' 0.
+//! * `--background-cpus EXPR` (default: not pinned): `runtime.background_cpus`, where the
+//!   store's threads run; `--push-cpus LIST` (default: not pinned): where the push threads
+//!   run (a CPU list like `1` or `2-3`).
 //! * SIGINT/SIGTERM stop it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +81,8 @@ struct Args {
     history_nice: i32,
     history_policy: String,
     push_nice: i32,
+    background_cpus: Option<String>,
+    push_cpus: Vec<usize>,
 }
 
 fn args() -> Result<Args, String> {
@@ -98,6 +104,8 @@ fn args() -> Result<Args, String> {
         history_nice: 10,
         history_policy: "batch".into(),
         push_nice: 0,
+        background_cpus: None,
+        push_cpus: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -139,6 +147,11 @@ fn args() -> Result<Args, String> {
             "--history-nice" => a.history_nice = num(&k, v()?)?,
             "--history-policy" => a.history_policy = v()?,
             "--push-nice" => a.push_nice = num(&k, v()?)?,
+            "--background-cpus" => a.background_cpus = Some(v()?),
+            "--push-cpus" => {
+                a.push_cpus = uaring_affinity::cpulist::parse_list(&v()?)
+                    .map_err(|e| format!("--push-cpus: {e}"))?
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -315,6 +328,9 @@ fn run(a: &Args, dir: &std::path::Path) -> Result<(), uaring::Error> {
     if let Some(n) = a.shards {
         b = b.shards(n);
     }
+    if let Some(c) = &a.background_cpus {
+        b = b.background_cpus(c);
+    }
     let ns = b.namespace(NAMESPACE);
     let folder = b
         .add_object(ObjectDef::folder(ns.id("History"), "History").organized_by(&objects_folder()));
@@ -424,9 +440,15 @@ fn run(a: &Args, dir: &std::path::Path) -> Result<(), uaring::Error> {
             let rate = a.rate_hz * mine.len() as f64;
             let pushed = pushed.clone();
             let nice = a.push_nice;
+            let cpus = a.push_cpus.clone();
             std::thread::Builder::new()
                 .name("push".into())
                 .spawn(move || {
+                    if !cpus.is_empty() {
+                        if let Err(e) = uaring_affinity::pin_current_thread(&cpus) {
+                            eprintln!("history_bench: cannot pin a push thread to {cpus:?}: {e}");
+                        }
+                    }
                     if nice != 0 {
                         // SAFETY: setpriority on the calling thread (its tid); a failure
                         // leaves nice 0.

@@ -1,8 +1,9 @@
 //! A plant of N Double sensors pushed by one application thread, a setpoint guarded by a
 //! write hook, a computed push counter, a method and events.
 //!
-//! `plant [--config FILE] [--listen HOST:PORT] [--variables N] [--rate HZ] [--pki DIR] [--shards N]`
-//! (defaults: the embedded configuration, 127.0.0.1:4840, 100, 1, ./pki, one shard per CPU).
+//! `plant [--config FILE] [--listen HOST:PORT] [--variables N] [--rate HZ] [--pki DIR] [--shards N]
+//! [--background-cpus EXPR]` (defaults: the embedded configuration, 127.0.0.1:4840, 100, 1, ./pki,
+//! one shard per CPU, background threads not pinned: `runtime.background_cpus`).
 //!
 //! * Namespace `urn:uaring:example:plant`; folder `s=Plant` under Objects (an event notifier).
 //! * `s=Plant.V<i>` for i in 0..N: Double, read-only. The thread named `push` pushes every one
@@ -85,6 +86,7 @@ struct Args {
     rate_hz: f64,
     pki: Option<String>,
     shards: Option<usize>,
+    background_cpus: Option<String>,
 }
 
 fn args() -> Result<Args, String> {
@@ -95,6 +97,7 @@ fn args() -> Result<Args, String> {
         rate_hz: 1.0,
         pki: None,
         shards: None,
+        background_cpus: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -106,6 +109,7 @@ fn args() -> Result<Args, String> {
             "--rate" => a.rate_hz = v()?.parse().map_err(|e| format!("--rate: {e}"))?,
             "--pki" => a.pki = Some(v()?),
             "--shards" => a.shards = Some(v()?.parse().map_err(|e| format!("--shards: {e}"))?),
+            "--background-cpus" => a.background_cpus = Some(v()?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -143,6 +147,9 @@ fn run(a: Args) -> Result<(), uaring::Error> {
     }
     if let Some(n) = a.shards {
         b = b.shards(n);
+    }
+    if let Some(c) = &a.background_cpus {
+        b = b.background_cpus(c);
     }
     let ns = b.namespace("urn:uaring:example:plant");
     let plant = b.add_object(

@@ -153,6 +153,13 @@ impl ServerBuilder {
         self.edit(|f| f.runtime.sqpoll = mode)
     }
 
+    /// Where the background threads run (`runtime.background_cpus`: the model writer, the
+    /// history store's threads and the method workers; `""` = not pinned).
+    pub fn background_cpus(self, expr: &str) -> Self {
+        let expr = expr.to_string();
+        self.edit(|f| f.runtime.background_cpus = expr)
+    }
+
     /// Where the SQPOLL pollers run (`runtime.sqpoll_cpu`: any, same, sibling, a CPU expression).
     pub fn sqpoll_cpu(self, expr: &str) -> Self {
         let expr = expr.to_string();
@@ -454,6 +461,7 @@ impl ServerBuilder {
             variables,
             events,
             gateway_servers,
+            workers,
             ..
         } = self;
         let mut file = file?;
@@ -461,12 +469,29 @@ impl ServerBuilder {
         crate::reverse::validate_all(&file.reverse_connect).map_err(Error::Config)?;
         let listen = resolve_listen(&file.runtime.listen)?;
         let (cpus, cpu_desc) = resolve_cpus(&file.runtime.cpus)?;
+        let background = match file.runtime.background_cpus.trim() {
+            "" => crate::background::BackgroundCpus::any(),
+            expr => {
+                let (b, desc) = resolve_cpus(expr).map_err(|e| match e {
+                    Error::Config(m) => Error::Config(format!("runtime.background_cpus: {m}")),
+                    e => e,
+                })?;
+                tracing::info!(
+                    "background threads (model writer, history, method workers) on {desc}"
+                );
+                crate::background::BackgroundCpus::of(&b)
+            }
+        };
+        if let Some(w) = &workers {
+            w.place(&background);
+        }
         let (sec_config, users) =
             crate::security::take_config(&mut file.server).map_err(Error::Config)?;
         let handshake =
             crate::handshake_pool::take_config(&mut file.server).map_err(Error::Config)?;
-        let history =
+        let mut history =
             crate::history::serve::take_config(&mut file.server).map_err(Error::Config)?;
+        history.cpus = background.clone();
         let push_config = crate::push::take_config(&mut file.server).map_err(Error::Config)?;
         let mut gateway_cfg =
             crate::gateway::config::take_config(&mut file.server).map_err(Error::Config)?;
@@ -646,7 +671,7 @@ impl ServerBuilder {
                 .config
                 .operation_limits
                 .max_node_management_requests_queued as usize;
-            let w = crate::workers::ModelWriter::start(queue, model_writer.clone())
+            let w = crate::workers::ModelWriter::start(queue, model_writer.clone(), background)
                 .map_err(|e| Error::Start(format!("model writer thread: {e}")))?;
             setup.shared.model.set_writer(w);
         }

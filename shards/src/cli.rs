@@ -188,6 +188,11 @@ pub struct ServeArgs {
     /// (its SMT sibling) or a CPU expression like --cpus (per-shard: poller i on the i-th CPU).
     #[arg(long, value_name = "EXPR")]
     pub sqpoll_cpu: Option<String>,
+    /// Where the background threads run: the model writer, the history store's threads and
+    /// the method workers (runtime.background_cpus; default: not pinned; a CPU expression like
+    /// --cpus, e.g. 1 or E).
+    #[arg(long, value_name = "EXPR")]
+    pub background_cpus: Option<String>,
     /// How long an idle SQPOLL poller polls before it sleeps, ms (runtime.sqpoll_idle_ms; 1..=10000).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub sqpoll_idle_ms: Option<u32>,
@@ -583,6 +588,9 @@ pub fn serve(a: ServeArgs) -> i32 {
     if let Some(v) = &a.sqpoll_cpu {
         b = b.sqpoll_cpu(v);
     }
+    if let Some(v) = &a.background_cpus {
+        b = b.background_cpus(v);
+    }
     if let Some(v) = a.sqpoll_idle_ms {
         b = b.sqpoll_idle_ms(v);
     }
@@ -773,6 +781,8 @@ mod tests {
         assert_eq!(a.sqpoll, Some(Sqpoll::Shared));
         assert_eq!(a.sqpoll_cpu.as_deref(), Some("sibling"));
         assert_eq!((a.sqpoll_idle_ms, a.busy_poll_us), (Some(5), Some(30)));
+        let a = parse_serve(&s(&["--background-cpus", "1"])).unwrap();
+        assert_eq!(a.background_cpus.as_deref(), Some("1"));
         assert!(parse_serve(&s(&["--sqpoll", "sometimes"])).is_err());
         assert!(parse_serve(&s(&["--sqpoll-idle-ms", "0"])).is_err());
         assert!(parse_serve(&s(&["--busy-poll-us", "10001"])).is_err());

@@ -217,6 +217,10 @@ pub struct RuntimeConfig {
     /// Where the poller threads run: `any` (unpinned), `same` (the shard's CPU), `sibling`
     /// (its SMT sibling) or a CPU expression like `cpus` (per-shard: poller i on the i-th CPU).
     pub sqpoll_cpu: String,
+    /// Where the server's background threads run: the model writer (NodeManagement edits),
+    /// the history store's threads and the method worker pool. `""` = not pinned (wherever
+    /// the process may run), or a CPU expression like `cpus`. `--background-cpus` overrides.
+    pub background_cpus: String,
     /// How long a poller keeps polling an empty submission queue before it sleeps, ms.
     pub sqpoll_idle_ms: u32,
     /// Spin-before-sleep (io_uring backend): when a shard has nothing to handle it peeks its
@@ -289,6 +293,7 @@ impl Default for RuntimeConfig {
             batch_completions: 32,
             sqpoll: Sqpoll::Off,
             sqpoll_cpu: SQPOLL_CPU_ANY.to_string(),
+            background_cpus: String::new(),
             sqpoll_idle_ms: 10,
             busy_poll_us: 0,
             fixed_files: false,

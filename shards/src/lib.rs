@@ -24,6 +24,7 @@
 //! or any other protocol (the load client, the echo handler). Nothing on the
 //! request path is shared between shards.
 
+pub mod background;
 mod builder;
 pub mod check;
 pub mod cli;

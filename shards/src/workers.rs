@@ -16,6 +16,8 @@ type Job = (AsyncCall, Box<dyn FnOnce(AsyncCall) + Send>);
 pub struct Workers {
     tx: SyncSender<Job>,
     threads: usize,
+    /// The threads' ids and where they are placed ([`Workers::place`]).
+    placement: Arc<Mutex<Placement>>,
 }
 
 impl std::fmt::Debug for Workers {
@@ -32,11 +34,18 @@ impl Workers {
         let threads = threads.max(1);
         let (tx, rx) = sync_channel::<Job>(queue_depth.max(1));
         let rx: Arc<Mutex<Receiver<Job>>> = Arc::new(Mutex::new(rx));
+        let placement = Arc::new(Mutex::new(Placement::default()));
         for i in 0..threads {
             let rx = rx.clone();
+            let placement = placement.clone();
             std::thread::Builder::new()
                 .name(format!("uaring-worker-{i}"))
                 .spawn(move || {
+                    if let Ok(mut p) = placement.lock() {
+                        let tid = crate::background::current_tid();
+                        p.cpus.place(tid, "uaring-worker");
+                        p.tids.push(tid);
+                    }
                     // SAFETY: setpriority on the calling thread (who = 0); a failure leaves nice 0.
                     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
                     loop {
@@ -51,7 +60,23 @@ impl Workers {
                     }
                 })?;
         }
-        Ok(Workers { tx, threads })
+        Ok(Workers {
+            tx,
+            threads,
+            placement,
+        })
+    }
+
+    /// Pins the pool's threads to `cpus` (`runtime.background_cpus`; the pool may have been
+    /// started before the server knew its configuration): those running now, and those that
+    /// start later.
+    pub(crate) fn place(&self, cpus: &crate::background::BackgroundCpus) {
+        if let Ok(mut p) = self.placement.lock() {
+            for &tid in p.tids.iter() {
+                cpus.place(tid, "uaring-worker");
+            }
+            p.cpus = cpus.clone();
+        }
     }
 
     /// The number of threads.
@@ -75,6 +100,13 @@ impl Workers {
     }
 }
 
+/// The pool's thread ids and CPUs.
+#[derive(Default)]
+struct Placement {
+    tids: Vec<i32>,
+    cpus: crate::background::BackgroundCpus,
+}
+
 /// The model writer: one thread that edits and commits the shards' NodeManagement requests
 /// (AddNodes, DeleteNodes, AddReferences, DeleteReferences: core's
 /// [`uaring_core::address_space::model::Writer`]), so that a shard keeps serving while a
@@ -82,8 +114,9 @@ impl Workers {
 /// (`turn`: the lock the library's `ServerHandle::edit` and the gateway take too), fed by
 /// a bounded queue of `operation_limits.max_node_management_requests_queued` requests: a
 /// shard only enqueues, and a full queue refuses at once. The thread is named
-/// `uaring-model-writer` and runs at nice 10 (as the workers do), so on a CPU shared with a
-/// shard the shard's reads come first; it ends when the server's model is dropped.
+/// `uaring-model-writer`, runs at nice 10 (as the workers do), so on a CPU shared with a
+/// shard the shard's reads come first, and on `runtime.background_cpus` where that is set;
+/// it ends when the server's model is dropped.
 pub(crate) struct ModelWriter {
     tx: SyncSender<uaring_core::address_space::model::WriterJob>,
 }
@@ -93,12 +126,14 @@ impl ModelWriter {
     pub(crate) fn start(
         queue_depth: usize,
         turn: Arc<Mutex<()>>,
+        cpus: crate::background::BackgroundCpus,
     ) -> std::io::Result<Arc<ModelWriter>> {
         let (tx, rx) =
             sync_channel::<uaring_core::address_space::model::WriterJob>(queue_depth.max(1));
         std::thread::Builder::new()
             .name("uaring-model-writer".into())
             .spawn(move || {
+                cpus.enter("uaring-model-writer");
                 // SAFETY: setpriority on the calling thread (who = 0); a failure leaves nice 0.
                 unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
                 while let Ok(job) = rx.recv() {

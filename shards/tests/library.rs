@@ -378,3 +378,51 @@ fn nodes_added_and_removed_from_threads_while_the_server_runs() {
         .shutdown()
         .unwrap();
 }
+
+/// The CPUs each of this process's threads whose name starts with `name_prefix` may run on, read from
+/// /proc/self/task (other tests' servers run in this process too, so a name may repeat).
+fn threads_named(name_prefix: &str) -> Vec<Vec<usize>> {
+    let mut found = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if !comm.trim().starts_with(name_prefix) {
+            continue;
+        }
+        let tid: i32 = t.file_name().to_string_lossy().parse().unwrap();
+        if let Ok(cpus) = uaring_affinity::allowed_cpus_of(tid) {
+            found.push(cpus);
+        }
+    }
+    found
+}
+
+#[test]
+fn background_threads_run_on_the_background_cpus() {
+    // The last CPU this process may use: on a machine with more than one, not what an
+    // unpinned thread is allowed (all of them).
+    let allowed = uaring_affinity::allowed_cpus().unwrap();
+    let last = *allowed.last().unwrap();
+    let dir = tempfile_dir::Dir::new("background");
+    let mut b = builder(&dir).background_cpus(&last.to_string());
+    // The worker pool starts before the server knows where background threads go.
+    let _workers = b.workers().unwrap();
+    let server = b.start().expect("start");
+    // (/proc shows a thread's name cut to 15 bytes: uaring-model-writer is uaring-model-wr.)
+    for name in ["uaring-model-wr", "uaring-worker-"] {
+        let cpus = threads_named(name);
+        assert!(
+            cpus.iter().any(|c| c == &[last]),
+            "no thread {name}* on CPU {last}: {cpus:?}"
+        );
+    }
+    server.shutdown().unwrap();
+
+    // An expression that selects nothing this process may use is refused at start.
+    let dir = tempfile_dir::Dir::new("background-bad");
+    let err = builder(&dir)
+        .background_cpus("4095")
+        .start()
+        .err()
+        .expect("a start with background_cpus 4095");
+    assert!(err.to_string().contains("runtime.background_cpus"), "{err}");
+}

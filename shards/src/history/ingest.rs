@@ -255,10 +255,11 @@ pub fn start_writer(store: Arc<Store>) -> Result<(Ingest, WriterHandle), StoreEr
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let bell2 = bell.clone();
-    let (nice, policy) = (cfg.nice, cfg.writer_policy);
+    let (nice, policy, cpus) = (cfg.nice, cfg.writer_policy, cfg.cpus.clone());
     let thread = std::thread::Builder::new()
         .name("uaring-history".into())
         .spawn(move || {
+            cpus.enter("uaring-history");
             policy.apply(nice);
             bell2.register(0);
             writer_loop(&store, &queue, &bell2, &stop2)
@@ -288,10 +289,11 @@ fn writer_loop(
     // fdatasync runs here, so the writer goes on taking samples meanwhile.
     let (sync_tx, sync_rx) = std::sync::mpsc::sync_channel::<(Arc<File>, u64)>(1);
     let sync_store = store.clone();
-    let (nice, policy) = (cfg.nice, cfg.writer_policy);
+    let (nice, policy, cpus) = (cfg.nice, cfg.writer_policy, cfg.cpus.clone());
     let syncer = std::thread::Builder::new()
         .name("uaring-hsync".into())
         .spawn(move || {
+            cpus.enter("uaring-hsync");
             policy.apply(nice);
             for (file, watermark) in sync_rx {
                 sync_store.flush_end(&file, watermark);

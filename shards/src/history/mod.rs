@@ -180,6 +180,8 @@ pub struct StoreConfig {
     pub nice: i32,
     /// The Linux scheduling policy of the writer and sync threads.
     pub writer_policy: WriterPolicy,
+    /// Where the store's threads run (`runtime.background_cpus`; default not pinned).
+    pub cpus: crate::background::BackgroundCpus,
 }
 
 /// The scheduling policy of the history writer threads (`history.writer_policy`): how they
@@ -242,6 +244,7 @@ impl StoreConfig {
             retention_check_ms: 1000,
             nice: 0,
             writer_policy: WriterPolicy::Normal,
+            cpus: crate::background::BackgroundCpus::any(),
         }
     }
 }

@@ -92,6 +92,8 @@ pub struct PgConfig {
     pub retention_check_ms: u32,
     pub nice: i32,
     pub writer_policy: super::WriterPolicy,
+    /// Where the writer threads run (`runtime.background_cpus`).
+    pub cpus: crate::background::BackgroundCpus,
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -901,6 +903,7 @@ pub(crate) fn start_writers(
             std::thread::Builder::new()
                 .name(format!("uaring-hpg-{i}"))
                 .spawn(move || {
+                    a.cfg.cpus.enter("uaring-hpg");
                     a.cfg.writer_policy.apply(a.cfg.nice);
                     b.register(i);
                     writer_loop(&a, &q, &b, i, &s)

@@ -93,6 +93,8 @@ pub struct Historian {
     registrar: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Nice value of the history threads.
     nice: i32,
+    /// Where the history threads run (`runtime.background_cpus`).
+    cpus: crate::background::BackgroundCpus,
 }
 
 /// Default of `[history] max_run_time_historized`.
@@ -379,7 +381,7 @@ impl Historian {
         read_threads: usize,
         read_queue: usize,
     ) -> Result<Arc<Historian>, StoreError> {
-        let nice = config.nice;
+        let (nice, cpus) = (config.nice, config.cpus.clone());
         let store = Store::open(config)?;
         let (ingest, writer) = super::start_writer(store.clone())?;
         let archive: Arc<dyn Archive> = store.clone();
@@ -387,7 +389,7 @@ impl Historian {
             archive,
             Backend::Embedded(store, Mutex::new(Some(writer))),
             ingest,
-            nice,
+            (nice, cpus),
             read_threads,
             read_queue,
         )
@@ -400,7 +402,7 @@ impl Historian {
         read_threads: usize,
         read_queue: usize,
     ) -> Result<Arc<Historian>, StoreError> {
-        let nice = config.nice;
+        let (nice, cpus) = (config.nice, config.cpus.clone());
         let pg = PgArchive::new(config);
         let cfg = pg.config().clone();
         let (ingest, queue, bell) = super::Ingest::new(
@@ -415,7 +417,7 @@ impl Historian {
             archive,
             Backend::Postgres(pg, Mutex::new(Some(writers))),
             ingest,
-            nice,
+            (nice, cpus),
             read_threads,
             read_queue,
         )
@@ -455,7 +457,7 @@ impl Historian {
         archive: Arc<dyn Archive>,
         backend: Backend,
         ingest: super::Ingest,
-        nice: i32,
+        (nice, cpus): (i32, crate::background::BackgroundCpus),
         read_threads: usize,
         read_queue: usize,
     ) -> Result<Arc<Historian>, StoreError> {
@@ -477,16 +479,19 @@ impl Historian {
             run_time: OnceLock::new(),
             registrar: Mutex::new(None),
             nice,
+            cpus: cpus.clone(),
         });
         let rx = Arc::new(Mutex::new(rx));
         let mut readers = Vec::with_capacity(read_threads.max(1));
         for i in 0..read_threads.max(1) {
             let h2 = Arc::downgrade(&h);
             let rx: Arc<Mutex<Receiver<_>>> = rx.clone();
+            let cpus = cpus.clone();
             readers.push(
                 std::thread::Builder::new()
                     .name(format!("uaring-hread-{i}"))
                     .spawn(move || {
+                        cpus.enter("uaring-hread");
                         crate::handshake_pool::set_nice(nice);
                         reader_loop(&h2, &rx)
                     })
@@ -499,6 +504,7 @@ impl Historian {
             std::thread::Builder::new()
                 .name("uaring-hupdate".into())
                 .spawn(move || {
+                    cpus.enter("uaring-hupdate");
                     crate::handshake_pool::set_nice(nice);
                     reader_loop(&h2, &updates_rx)
                 })
@@ -1838,10 +1844,11 @@ impl Historian {
         }
         if max > 0 {
             let h = Arc::downgrade(self);
-            let nice = self.nice;
+            let (nice, cpus) = (self.nice, self.cpus.clone());
             let t = std::thread::Builder::new()
                 .name("uaring-hreg".into())
                 .spawn(move || {
+                    cpus.enter("uaring-hreg");
                     crate::handshake_pool::set_nice(nice);
                     registrar_loop(&h, rx)
                 })
@@ -2277,6 +2284,10 @@ pub struct HistoryConfig {
     /// Most Variables historized while the server runs (added by AddNodes with
     /// Historizing, the library, or named by `nodes`), at once; 0: none. ≤ 1,000,000.
     pub max_run_time_historized: usize,
+    /// Where the history threads run: `runtime.background_cpus`, resolved at start (not a
+    /// `[history]` key).
+    #[serde(skip)]
+    pub cpus: crate::background::BackgroundCpus,
 }
 
 impl Default for HistoryConfig {
@@ -2297,6 +2308,7 @@ impl Default for HistoryConfig {
             writer_policy: "batch".to_string(),
             nodes: Vec::new(),
             max_run_time_historized: DEFAULT_MAX_RUN_TIME_HISTORIZED,
+            cpus: crate::background::BackgroundCpus::any(),
         }
     }
 }
@@ -2350,6 +2362,7 @@ impl HistoryConfig {
         c.queue_capacity = self.queue_capacity;
         c.on_full = on_full;
         c.nice = self.nice;
+        c.cpus = self.cpus.clone();
         Ok(c)
     }
 }
@@ -2375,6 +2388,7 @@ impl HistoryConfig {
             retention_check_ms: 60_000,
             nice: store.nice,
             writer_policy: store.writer_policy,
+            cpus: store.cpus,
         })
     }
 
