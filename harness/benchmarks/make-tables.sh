@@ -21,7 +21,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes recv-bundles ecc scale"
+ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes recv-bundles ecc scale churn"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -122,6 +122,9 @@ for t in $ALL; do
         # ROUNDS=3, longer when open62541 takes minutes to create a million items):
         # TABLES=scale harness/benchmarks/make-tables.sh
         scale) sweep scale scale.variants scale.scenarios --ratio uaring/open62541 ;;
+        # Nodes added and deleted while serving (issue 29), with the model writer's placements:
+        # TABLES=churn harness/benchmarks/make-tables.sh
+        churn) sweep churn churn.variants churn.scenarios --ratio uaring/open62541 --ratio uaring-bg1/uaring ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
@@ -147,7 +150,8 @@ done
     section library-cost "The uaring binary on the library against the one before it (c35c903), side by side"
     section content-move "The Demo folder and the contracts on the public library API: before (9f0da14) and after, side by side"
     section push "Pushed values: the application pushes, exception-based items receive every change (uaring's plant example and native open62541, one server CPU)"
-    section scale "Plant scale: a million variables, a million monitored items, nodes added and deleted while serving (uaring's plant example and native open62541, one server CPU)"
+    section scale "Plant scale: a million variables, a million monitored items (uaring's plant example and native open62541, one server CPU)"
+    section churn "Nodes added and deleted while serving: Read latency during a churn of 100,000 nodes, with the model writer beside the shard or on another CPU"
     section history "Historical Access: ingest beside Reads, raw and processed HistoryRead, storage (uaring's history_bench example, one server CPU)"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
