@@ -234,12 +234,6 @@ impl ReaderWork {
         }))
     }
 
-    /// Reads built or in flight below the cap.
-    fn has_slot(&self) -> bool {
-        self.reads_out + self.built.iter().filter(|o| **o != Out::Publish).count()
-            < self.spec.inflight
-    }
-
     fn next_read(&mut self, now: u64) -> Option<Request> {
         match self.pacer.as_mut() {
             None => Some(self.read(0)),
@@ -333,6 +327,23 @@ impl ReaderWork {
     }
 }
 
+impl Paced for ReaderWork {
+    fn pacer(&self) -> Option<&Pacer> {
+        self.pacer.as_ref()
+    }
+    fn pacer_mut(&mut self) -> Option<&mut Pacer> {
+        self.pacer.as_mut()
+    }
+    /// Reads built or in flight below the cap.
+    fn has_slot(&self) -> bool {
+        self.reads_out + self.built.iter().filter(|o| **o != Out::Publish).count()
+            < self.spec.inflight
+    }
+    fn next_due(&mut self, now: u64) -> Option<Request> {
+        self.next_read(now)
+    }
+}
+
 impl Workload for ReaderWork {
     fn setup(&mut self, step: usize, prev: Option<&Response>) -> Result<Option<Request>, String> {
         match step {
@@ -411,23 +422,11 @@ impl Workload for ReaderWork {
     }
 
     fn deadline(&self) -> Option<u64> {
-        // Only while a slot is free: otherwise the next answer sends what is due.
-        self.pacer.filter(|_| self.has_slot()).map(|p| p.next_due)
+        self.paced_deadline()
     }
 
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
-        let Some(p) = self.pacer.as_mut() else {
-            return Vec::new();
-        };
-        p.start(now);
-        let mut out = Vec::new();
-        while self.has_slot() {
-            match self.next_read(now) {
-                Some(r) => out.push(r),
-                None => break,
-            }
-        }
-        out
+        self.paced_timer(now)
     }
 
     fn on_response(

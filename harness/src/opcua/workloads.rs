@@ -113,12 +113,19 @@ impl ReadWork {
             ..Default::default()
         }))
     }
+}
 
+impl Paced for ReadWork {
+    fn pacer(&self) -> Option<&Pacer> {
+        self.pacer.as_ref()
+    }
+    fn pacer_mut(&mut self) -> Option<&mut Pacer> {
+        self.pacer.as_mut()
+    }
     /// Open loop: may another request go out (requests built or in flight below `inflight`)?
     fn has_slot(&self) -> bool {
         self.starts.len() + self.built.len() < self.inflight
     }
-
     /// Open loop: the next due request, if one is due at `now` (and takes its slot).
     fn next_due(&mut self, now: u64) -> Option<Request> {
         let due = self.pacer.as_mut()?.take(now)?;
@@ -147,22 +154,10 @@ impl Workload for ReadWork {
         }
     }
     fn deadline(&self) -> Option<u64> {
-        // Only while a slot is free: otherwise the next answer sends what is due.
-        self.pacer.filter(|_| self.has_slot()).map(|p| p.next_due)
+        self.paced_deadline()
     }
     fn on_timer(&mut self, now: u64, _ctx: &mut Ctx) -> Vec<Request> {
-        let Some(p) = self.pacer.as_mut() else {
-            return Vec::new();
-        };
-        p.start(now);
-        let mut out = Vec::new();
-        while self.has_slot() {
-            match self.next_due(now) {
-                Some(r) => out.push(r),
-                None => break,
-            }
-        }
-        out
+        self.paced_timer(now)
     }
     fn on_response(
         &mut self,
@@ -223,6 +218,39 @@ impl Pacer {
         let due = self.next_due;
         self.next_due += self.period_ns;
         Some(due)
+    }
+}
+
+/// An open-loop workload paced by a [`Pacer`] and capped by its slots in flight: its timer and
+/// deadline, the same for every paced workload.
+pub(super) trait Paced {
+    fn pacer(&self) -> Option<&Pacer>;
+    fn pacer_mut(&mut self) -> Option<&mut Pacer>;
+    /// A request may go out now (fewer in flight than the cap).
+    fn has_slot(&self) -> bool;
+    /// The next request if one is due at `now`.
+    fn next_due(&mut self, now: u64) -> Option<Request>;
+
+    /// When the timer should fire: only while a slot is free (otherwise the next answer sends
+    /// what is due).
+    fn paced_deadline(&self) -> Option<u64> {
+        self.pacer().filter(|_| self.has_slot()).map(|p| p.next_due)
+    }
+
+    /// The timer: starts the pacer and sends whatever is due while slots are free.
+    fn paced_timer(&mut self, now: u64) -> Vec<Request> {
+        let Some(p) = self.pacer_mut() else {
+            return Vec::new();
+        };
+        p.start(now);
+        let mut out = Vec::new();
+        while self.has_slot() {
+            match self.next_due(now) {
+                Some(r) => out.push(r),
+                None => break,
+            }
+        }
+        out
     }
 }
 
