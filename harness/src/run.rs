@@ -996,17 +996,10 @@ pub fn run_with_guard_then(
             o.insert((*k).to_string(), v.clone());
         }
         after(&window, &mut o)?;
-        if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
-            discarded += 1;
-            eprintln!(
-                "uaring-bench: foreign load {:.3} cores > {:.3}: run discarded ({discarded}/{})",
-                window.measured.foreign_cores, cfg.foreign_max_cores, cfg.max_repeats
-            );
+        if discard_for_foreign_load(cfg, window.measured.foreign_cores, &mut discarded) {
             continue;
         }
-        if window.measured.foreign_cores > cfg.foreign_max_cores {
-            o.insert("foreign_load_exceeded".into(), json!(true));
-        }
+        mark_foreign_load(cfg, window.measured.foreign_cores, &mut o);
         if let Some(rec) = recorded {
             let variant = cfg
                 .variant
@@ -1023,6 +1016,27 @@ pub fn run_with_guard_then(
         }
         report::add_host(&mut o);
         return Ok(o);
+    }
+}
+
+/// Whether a run is discarded for the foreign load beside it: past `--foreign-max` while
+/// repeats are left (`--max-repeats`); counted in `discarded` and said on stderr.
+pub fn discard_for_foreign_load(cfg: &RunConfig, foreign_cores: f64, discarded: &mut u32) -> bool {
+    if foreign_cores <= cfg.foreign_max_cores || *discarded >= cfg.max_repeats {
+        return false;
+    }
+    *discarded += 1;
+    eprintln!(
+        "uaring-bench: foreign load {foreign_cores:.3} cores > {:.3}: run discarded ({discarded}/{})",
+        cfg.foreign_max_cores, cfg.max_repeats
+    );
+    true
+}
+
+/// Marks a kept run whose foreign load was past `--foreign-max` (no repeats were left).
+pub fn mark_foreign_load(cfg: &RunConfig, foreign_cores: f64, o: &mut Map<String, Value>) {
+    if foreign_cores > cfg.foreign_max_cores {
+        o.insert("foreign_load_exceeded".into(), json!(true));
     }
 }
 

@@ -61,7 +61,10 @@ use crate::opcua::{
 };
 use crate::push::{PushItems, PushParams, PushSetup, Seen};
 use crate::report::{self, round};
-use crate::run::{info_for, measure, start_target, DynDriver, Plan, RunConfig, Window};
+use crate::run::{
+    discard_for_foreign_load, info_for, mark_foreign_load, measure, start_target, DynDriver, Plan,
+    RunConfig, Window,
+};
 
 /// The variables of `scale-nodes`' baseline server: the "100-variable figure".
 pub const BASELINE_VARIABLES: usize = 100;
@@ -433,12 +436,7 @@ pub fn run_scale_nodes(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             .measured
             .foreign_cores
             .max(big.window.measured.foreign_cores);
-        if foreign > cfg.foreign_max_cores && discarded < cfg.max_repeats {
-            discarded += 1;
-            eprintln!(
-                "uaring-bench: foreign load {foreign:.3} cores > {:.3}: run discarded ({discarded}/{})",
-                cfg.foreign_max_cores, cfg.max_repeats
-            );
+        if discard_for_foreign_load(cfg, foreign, &mut discarded) {
             continue;
         }
         let mut o = report::build(
@@ -453,9 +451,7 @@ pub fn run_scale_nodes(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             &base.window.measured,
             discarded,
         );
-        if foreign > cfg.foreign_max_cores {
-            o.insert("foreign_load_exceeded".into(), json!(true));
-        }
+        mark_foreign_load(cfg, foreign, &mut o);
         let f = |m: &Map<String, Value>, k: &str| m.get(k).and_then(Value::as_f64);
         let ratio = |k: &str| match (f(&o, k), f(&b, k)) {
             (Some(x), Some(y)) if y > 0.0 => json!(round(x / y, 3)),
@@ -607,12 +603,7 @@ pub fn run_scale_items(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         }
         let window = window?;
         let created = created.transpose()?;
-        if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
-            discarded += 1;
-            eprintln!(
-                "uaring-bench: foreign load {:.3} cores > {:.3}: run discarded ({discarded}/{})",
-                window.measured.foreign_cores, cfg.foreign_max_cores, cfg.max_repeats
-            );
+        if discard_for_foreign_load(&cfg, window.measured.foreign_cores, &mut discarded) {
             continue;
         }
         let mut o = report::build(
@@ -621,9 +612,7 @@ pub fn run_scale_items(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             &window.measured,
             discarded,
         );
-        if window.measured.foreign_cores > cfg.foreign_max_cores {
-            o.insert("foreign_load_exceeded".into(), json!(true));
-        }
+        mark_foreign_load(&cfg, window.measured.foreign_cores, &mut o);
         crate::push::finish(&mut o, &p, &setup);
         let all: Vec<ItemWindow> = records
             .lock()
@@ -1046,12 +1035,7 @@ pub fn run_scale_churn(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             pr.stop();
         }
         let window = window?;
-        if window.measured.foreign_cores > cfg.foreign_max_cores && discarded < cfg.max_repeats {
-            discarded += 1;
-            eprintln!(
-                "uaring-bench: foreign load {:.3} cores > {:.3}: run discarded ({discarded}/{})",
-                window.measured.foreign_cores, cfg.foreign_max_cores, cfg.max_repeats
-            );
+        if discard_for_foreign_load(&cfg, window.measured.foreign_cores, &mut discarded) {
             continue;
         }
         let mut o = report::build(
@@ -1060,9 +1044,7 @@ pub fn run_scale_churn(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
             &window.measured,
             discarded,
         );
-        if window.measured.foreign_cores > cfg.foreign_max_cores {
-            o.insert("foreign_load_exceeded".into(), json!(true));
-        }
+        mark_foreign_load(&cfg, window.measured.foreign_cores, &mut o);
         let phases = phases.lock().map_err(|_| "reader phases lock")?;
         let churn = churn.lock().map_err(|_| "churn stats lock")?.clone();
         for (k, v) in churn_figures(&p, &phases, &churn, &clock, &marks) {
