@@ -189,6 +189,11 @@ impl World {
 
     /// A subscription with one item on the server's CurrentTime (changes every sample).
     fn subscribe(&mut self, link: &mut Link) -> u32 {
+        self.subscribe_item(link).0
+    }
+
+    /// As [`World::subscribe`]: (subscription id, item id).
+    fn subscribe_item(&mut self, link: &mut Link) -> (u32, u32) {
         let r = self.call(
             link,
             Request::CreateSubscription(Box::new(CreateSubscriptionRequest {
@@ -232,7 +237,7 @@ impl World {
             panic!("{r:?}")
         };
         assert!(m.results[0].status_code.is_good());
-        cs.subscription_id
+        (cs.subscription_id, m.results[0].monitored_item_id)
     }
 
     /// Sends a Publish and runs the owning shard's timers until it is answered.
@@ -513,4 +518,128 @@ fn transfer_subscriptions_from_a_session_of_another_shard() {
     assert!(matches!(r, Response::Republish(_)), "{r:?}");
     let p2 = w.publish(&mut new);
     assert!(p2.notification_message.sequence_number > p.notification_message.sequence_number);
+}
+
+impl World {
+    /// SetMonitoringMode (Sampling) of `ids` in subscription `sub`: the results.
+    fn sampling(&mut self, link: &mut Link, sub: u32, ids: &[u32]) -> Vec<StatusCode> {
+        let r = self.call(
+            link,
+            Request::SetMonitoringMode(Box::new(SetMonitoringModeRequest {
+                subscription_id: sub,
+                monitoring_mode: MonitoringMode::Sampling,
+                monitored_item_ids: ids.to_vec(),
+                ..Default::default()
+            })),
+        );
+        let Response::SetMonitoringMode(m) = r else {
+            panic!("{r:?}")
+        };
+        m.results
+    }
+
+    /// DeleteMonitoredItems of `ids` in subscription `sub`: the results.
+    fn delete_items(&mut self, link: &mut Link, sub: u32, ids: &[u32]) -> Vec<StatusCode> {
+        let r = self.call(
+            link,
+            Request::DeleteMonitoredItems(Box::new(DeleteMonitoredItemsRequest {
+                subscription_id: sub,
+                monitored_item_ids: ids.to_vec(),
+                ..Default::default()
+            })),
+        );
+        let Response::DeleteMonitoredItems(d) = r else {
+            panic!("{r:?}")
+        };
+        d.results
+    }
+}
+
+/// A monitored item id names a slot of its shard, so an item that moves with its
+/// subscription to another shard may have the id of an item there. Ids are qualified by
+/// their subscription (Part 4 §5.13): each answers for its own item, a new item of the moved
+/// subscription never takes a moved item's id, and deleting one leaves the other.
+#[test]
+fn moved_item_ids_stay_unique_within_their_subscription() {
+    let mut w = World::new();
+    let mut here = w.connect(0);
+    w.open_session(&mut here);
+    let (sub_here, item_here) = w.subscribe_item(&mut here);
+    let mut there = w.connect(1);
+    w.open_session(&mut there);
+    let (sub_there, item_there) = w.subscribe_item(&mut there);
+    assert_eq!(
+        item_here, item_there,
+        "each shard's first item: slot 0, first generation"
+    );
+
+    // The session on shard 0 takes the subscription of shard 1.
+    let mut out = Vec::new();
+    here.client
+        .send_request(
+            Request::TransferSubscriptions(Box::new(TransferSubscriptionsRequest {
+                subscription_ids: vec![sub_there],
+                send_initial_values: false,
+                ..Default::default()
+            })),
+            w.now,
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(w.pump(&mut here, out), ConnStatus::Open);
+    w.exchange();
+    w.flush(&mut here);
+    let (_, r) = here.client.poll_response().expect("answered");
+    let Response::TransferSubscriptions(t) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(t.results[0].status_code, StatusCode::Good);
+    assert_eq!(w.shards[0].subscriptions().monitored_item_count(), 2);
+
+    // The same id in two subscriptions of shard 0: each answers for its own item.
+    let good = vec![StatusCode::Good];
+    assert_eq!(w.sampling(&mut here, sub_here, &[item_here]), good);
+    assert_eq!(w.sampling(&mut here, sub_there, &[item_there]), good);
+
+    // A new item of the moved subscription: another id than the moved item's.
+    let r = w.call(
+        &mut here,
+        Request::CreateMonitoredItems(Box::new(CreateMonitoredItemsRequest {
+            subscription_id: sub_there,
+            timestamps_to_return: TimestampsToReturn::Both,
+            items_to_create: vec![MonitoredItemCreateRequest {
+                item_to_monitor: ReadValueId {
+                    node_id: NodeId::ns0(
+                        uaring_core::generated::node_ids::Server_ServerStatus_CurrentTime,
+                    ),
+                    attribute_id: 13,
+                    ..Default::default()
+                },
+                monitoring_mode: MonitoringMode::Reporting,
+                requested_parameters: MonitoringParameters {
+                    client_handle: 43,
+                    sampling_interval: 100.0,
+                    queue_size: 1,
+                    ..Default::default()
+                },
+            }],
+            ..Default::default()
+        })),
+    );
+    let Response::CreateMonitoredItems(m) = r else {
+        panic!("{r:?}")
+    };
+    assert!(m.results[0].status_code.is_good());
+    let new_item = m.results[0].monitored_item_id;
+    assert_ne!(new_item, item_there);
+
+    // Deleting the moved item leaves the item of the same id in the other subscription.
+    assert_eq!(w.delete_items(&mut here, sub_there, &[item_there]), good);
+    assert_eq!(
+        w.delete_items(&mut here, sub_there, &[item_there]),
+        vec![StatusCode::BadMonitoredItemIdInvalid]
+    );
+    assert_eq!(w.sampling(&mut here, sub_here, &[item_here]), good);
+    assert_eq!(w.sampling(&mut here, sub_there, &[new_item]), good);
+    assert_eq!(w.shards[0].subscriptions().monitored_item_count(), 2);
 }

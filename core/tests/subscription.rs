@@ -904,3 +904,72 @@ fn an_item_leaving_its_deadband_reports_the_value_it_held_back() {
     }
     assert_eq!(publish(&mut s), vec![(2, Variant::Int32(6))]);
 }
+
+/// An item id names the item's slot and the slot's generation: a deleted item's id names
+/// nothing once its slot holds a new item (each new item there has another id), and an id
+/// answers only in its own subscription.
+#[test]
+fn a_deleted_items_id_names_nothing_after_its_slot_is_reused() {
+    let mut s = counters(3);
+    let sub = s.create(100.0, 10, 100, 0).subscription_id;
+    let other = s.create(100.0, 10, 100, 0).subscription_id;
+    let node = |i: u32| (NodeId::numeric(1, i), 10.0, 1);
+    let r = s.items(sub, &[node(1), node(2)]);
+    assert!(r.iter().all(|x| x.status_code == StatusCode::Good));
+    let keep = r[0].monitored_item_id;
+    let mut live = r[1].monitored_item_id;
+    let mut stale = Vec::new();
+    // Delete and create again, 200 times: the freed slot is reused each time.
+    for _ in 0..200 {
+        let hd = s.h.header(&s.token);
+        let Response::DeleteMonitoredItems(d) = s.h.call(Request::DeleteMonitoredItems(Box::new(
+            DeleteMonitoredItemsRequest {
+                request_header: hd,
+                subscription_id: sub,
+                monitored_item_ids: vec![live],
+            },
+        ))) else {
+            panic!("DeleteMonitoredItems")
+        };
+        assert_eq!(d.results, vec![StatusCode::Good]);
+        stale.push(live);
+        let r = s.items(sub, &[node(3)]);
+        assert_eq!(r[0].status_code, StatusCode::Good);
+        live = r[0].monitored_item_id;
+        assert!(
+            !stale.contains(&live),
+            "a new item takes no deleted item's id"
+        );
+        assert_ne!(live, keep);
+    }
+    // Every stale id is unknown; the live ones answer (in their subscription only).
+    let mode = |s: &mut Sub, sub: u32, ids: Vec<u32>| -> Vec<StatusCode> {
+        let hd = s.h.header(&s.token);
+        let Response::SetMonitoringMode(m) = s.h.call(Request::SetMonitoringMode(Box::new(
+            SetMonitoringModeRequest {
+                request_header: hd,
+                subscription_id: sub,
+                monitoring_mode: MonitoringMode::Sampling,
+                monitored_item_ids: ids,
+            },
+        ))) else {
+            panic!("SetMonitoringMode")
+        };
+        m.results
+    };
+    let n = stale.len();
+    assert_eq!(
+        mode(&mut s, sub, stale.clone()),
+        vec![StatusCode::BadMonitoredItemIdInvalid; n]
+    );
+    assert_eq!(
+        mode(&mut s, sub, vec![keep, live]),
+        vec![StatusCode::Good; 2]
+    );
+    assert_eq!(
+        mode(&mut s, other, vec![keep, live, 0, u32::MAX]),
+        vec![StatusCode::BadMonitoredItemIdInvalid; 4],
+        "another subscription's ids, 0 and a made-up one"
+    );
+    assert_eq!(s.h.state.subscriptions().monitored_item_count(), 2);
+}

@@ -64,13 +64,13 @@ impl SubscriptionEngine {
         let Some(Some(item)) = self.items.get(it as usize) else {
             return;
         };
-        if item.attribute_id != attr::Value
+        let node = item_node(&self.items, &self.sources, it);
+        if u32::from(item.attribute) != attr::Value
             || !matches!(item.sampling, Sampling::Timed | Sampling::Exception)
-            || !self.changes.demand_tracked(item.node_index)
+            || !self.changes.demand_tracked(node.0)
         {
             return;
         }
-        let node = (item.node_index, item.node_generation);
         let want = Want {
             item: it,
             sampling_ms: item.sampling_ms,
@@ -87,10 +87,7 @@ impl SubscriptionEngine {
     /// Item slot `it` stopped sampling (deleted, disabled, modified, moved away): it leaves
     /// its node's demand.
     pub(super) fn demand_stop(&mut self, it: u32) {
-        let Some(Some(item)) = self.items.get(it as usize) else {
-            return;
-        };
-        let node = (item.node_index, item.node_generation);
+        let node = item_node(&self.items, &self.sources, it);
         let Some(list) = self.demand.nodes.get_mut(&node) else {
             return;
         };

@@ -59,7 +59,7 @@ impl SubscriptionEngine {
             .get(slot as usize)
             .and_then(Option::as_ref)
             .ok_or(StatusCode::BadSubscriptionIdInvalid)?;
-        if self.item_ids.len() >= self.limits.max_monitored_items_per_shard as usize
+        if self.ids.live() >= self.limits.max_monitored_items_per_shard as usize
             || sub.items.len() >= self.limits.max_monitored_items_per_subscription as usize
         {
             return Err(StatusCode::BadTooManyMonitoredItems);
@@ -123,6 +123,9 @@ impl SubscriptionEngine {
                 return Err(s);
             }
         }
+        // Attribute ids are 1..=27: Read refused any other above.
+        let attribute =
+            u8::try_from(rv.attribute_id).map_err(|_| StatusCode::BadAttributeIdInvalid)?;
         let range = NumericRange::parse(rv.index_range.as_str())
             .map_err(|_| StatusCode::BadIndexRangeInvalid)?;
         let params = &r.requested_parameters;
@@ -143,13 +146,16 @@ impl SubscriptionEngine {
             ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
         });
         let queue_size = self.limits.revise_queue_size(params.queue_size);
-        let id = self.next_item_id();
+        let (it, id) = self
+            .ids
+            .create(slot)
+            .ok_or(StatusCode::BadTooManyMonitoredItems)?;
         let mut item = MonitoredItem::new(
             id,
             slot,
             params.client_handle,
             (node_index, node_generation),
-            rv.attribute_id,
+            attribute,
             ts,
             mode,
             sampling,
@@ -161,7 +167,7 @@ impl SubscriptionEngine {
             item.cold_mut().range = range;
         }
         item.set_aggregate(aggregate);
-        let it = self.insert_item(slot, id, item);
+        self.insert_item(slot, it, item);
         if mode != MonitoringMode::Disabled {
             self.start_sampling(it, now);
             // The first sample is taken at once: its value is the initial notification. An
@@ -226,13 +232,16 @@ impl SubscriptionEngine {
                 }
             };
         let queue_size = self.limits.revise_event_queue_size(params.queue_size);
-        let id = self.next_item_id();
+        let (it, id) = self
+            .ids
+            .create(slot)
+            .ok_or(StatusCode::BadTooManyMonitoredItems)?;
         let mut item = MonitoredItem::new(
             id,
             slot,
             params.client_handle,
             (node_index, node_generation),
-            rv.attribute_id,
+            EVENT_NOTIFIER,
             ts,
             r.monitoring_mode,
             Sampling::Event,
@@ -244,7 +253,7 @@ impl SubscriptionEngine {
             filter: compiled,
             roles,
         });
-        let it = self.insert_item(slot, id, item);
+        self.insert_item(slot, it, item);
         self.event_items.push(it);
         Ok(MonitoredItemCreateResult {
             status_code: StatusCode::Good,
@@ -255,14 +264,14 @@ impl SubscriptionEngine {
         })
     }
 
-    /// Stores a new item in the pool and in its subscription; returns its slot.
-    pub(super) fn insert_item(&mut self, slot: u32, id: u32, item: MonitoredItem) -> u32 {
-        let it = self.items.insert(&mut self.item_free, item);
-        self.index_item(it, id);
+    /// Stores a new item in item slot `it` (from `ids::ItemIds`) and in its
+    /// subscription (slot `slot`).
+    pub(super) fn insert_item(&mut self, slot: u32, it: u32, item: MonitoredItem) {
+        let put = self.items.put(it, item);
+        debug_assert!(put, "item slots come from the id table");
         if let Some(s) = self.subs.get_mut(slot as usize).and_then(Option::as_mut) {
             s.items.push(it);
         }
-        it
     }
 
     /// Revised sampling interval (Part 4 §5.12.1.2): negative = the publishing interval; 0 =
@@ -375,15 +384,10 @@ impl SubscriptionEngine {
         let Some(Some(item)) = self.items.get(it as usize) else {
             return;
         };
-        match item.sampling {
-            Sampling::Timed => {
+        match (item.sampling, item.own_node()) {
+            (Sampling::Timed, Some((node_index, node_generation))) => {
                 let interval_ns = ((item.sampling_ms * 1e6) as u64).max(1);
-                let key = (
-                    item.node_index,
-                    item.node_generation,
-                    item.attribute_id,
-                    interval_ns,
-                );
+                let key = (node_index, node_generation, item.attribute, interval_ns);
                 let aggregate = item.aggregate().is_some();
                 let src = match self.source_by_key(key) {
                     Some(s) => s,
@@ -392,17 +396,15 @@ impl SubscriptionEngine {
                 let mut next = NONE;
                 if let Some(Some(s)) = self.sources.get_mut(src as usize) {
                     next = std::mem::replace(&mut s.first, it);
-                    s.aggregate_items += u32::from(aggregate);
+                    s.aggregates |= aggregate;
                     self.aggregate_items += usize::from(aggregate);
                 }
                 if let Some(Some(item)) = self.items.get_mut(it as usize) {
-                    item.source = src;
-                    item.next = next;
+                    item.join(src, next);
                 }
                 self.settle_last(it);
             }
-            Sampling::Exception => {
-                let node = item.node_index;
+            (Sampling::Exception, Some((node, _))) => {
                 if self.exception_by_node.add(node, it) {
                     let shard = self.shard_index as usize;
                     self.changes
@@ -414,7 +416,8 @@ impl SubscriptionEngine {
                 // is in the value read (the change path's ordering).
                 self.resync_pending.push(it);
             }
-            Sampling::Once | Sampling::Event => {}
+            // Already on its source; or not sampled.
+            _ => {}
         }
         self.demand_start(it, now);
     }
@@ -422,50 +425,55 @@ impl SubscriptionEngine {
     /// Takes an item off its sampling path.
     pub(super) fn stop_sampling(&mut self, it: u32) {
         self.demand_stop(it);
-        // Off the source, the item keeps its last value itself.
+        // Off the source, the item keeps its last value itself, and its node.
         self.materialize_last(it);
+        let node = item_node(&self.items, &self.sources, it);
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
-        let src = std::mem::replace(&mut item.source, NONE);
-        let next = std::mem::replace(&mut item.next, NONE);
         let aggregate = item.aggregate().is_some();
-        match item.sampling {
-            Sampling::Timed if src != NONE => {
-                let empty = match self.sources.get_mut(src as usize) {
-                    Some(Some(s)) => {
-                        // Off the source's list of items.
-                        if s.first == it {
-                            s.first = next;
-                        } else {
-                            let mut at = s.first;
-                            while let Some(Some(x)) = self.items.get_mut(at as usize) {
-                                if x.next == it {
-                                    x.next = next;
-                                    break;
-                                }
-                                at = x.next;
+        if item.on_source {
+            let (src, next) = item.leave(node);
+            let empty = match self.sources.get_mut(src as usize) {
+                Some(Some(s)) => {
+                    // Off the source's list of items.
+                    if s.first == it {
+                        s.first = next;
+                    } else {
+                        let mut at = s.first;
+                        while let Some(Some(x)) = self.items.get_mut(at as usize) {
+                            if x.next() == it {
+                                x.set_next(next);
+                                break;
                             }
+                            at = x.next();
                         }
-                        if aggregate {
-                            s.aggregate_items = s.aggregate_items.saturating_sub(1);
-                            self.aggregate_items = self.aggregate_items.saturating_sub(1);
-                        }
-                        s.first == NONE
                     }
-                    _ => false,
-                };
-                if empty {
-                    self.remove_source(src);
+                    if aggregate {
+                        self.aggregate_items = self.aggregate_items.saturating_sub(1);
+                        // Any other item with an AggregateFilter left on it?
+                        let mut at = s.first;
+                        s.aggregates = false;
+                        while let Some(Some(x)) = self.items.get(at as usize) {
+                            if x.aggregate().is_some() {
+                                s.aggregates = true;
+                                break;
+                            }
+                            at = x.next();
+                        }
+                    }
+                    s.first == NONE
                 }
+                _ => false,
+            };
+            if empty {
+                self.remove_source(src);
             }
-            Sampling::Exception => {
-                let node = item.node_index;
-                if self.exception_by_node.remove(node, it) {
-                    self.changes.unwatch(self.shard_index as usize, node);
-                }
+        } else if item.sampling == Sampling::Exception {
+            let node = node.0;
+            if self.exception_by_node.remove(node, it) {
+                self.changes.unwatch(self.shard_index as usize, node);
             }
-            _ => {}
         }
     }
 
@@ -497,14 +505,14 @@ impl SubscriptionEngine {
         let source = Source {
             node_index: key.0,
             node_generation: key.1,
-            attribute_id: key.2,
             last: None,
             force: false,
             run_start_kept: false,
+            attribute: key.2,
+            aggregates: false,
             bucket: b,
             pos,
             first: NONE,
-            aggregate_items: 0,
         };
         let s = self.sources.insert(&mut self.source_free, source);
         if let Some(Some(bk)) = self.buckets.get_mut(b as usize) {
@@ -523,14 +531,14 @@ impl SubscriptionEngine {
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
-        if item.synced || item.source == NONE || !item.light() {
+        if item.synced || !item.on_source || !item.light() {
             return;
         }
-        let Some(Some(src)) = self.sources.get_mut(item.source as usize) else {
+        let Some(Some(src)) = self.sources.get_mut(item.source() as usize) else {
             return;
         };
         match (item.last.take(), &src.last) {
-            (Some(own), None) if src.first == it && item.next == NONE => {
+            (Some(own), None) if src.first == it && item.next() == NONE => {
                 // A new item's first value, queued, is now exactly the source's sample: it
                 // is held there (see `Entry::Held`) rather than kept twice.
                 if item.trigger == DataChangeTrigger::StatusValue
@@ -560,7 +568,7 @@ impl SubscriptionEngine {
         };
         if item.held {
             item.held = false;
-            if let Some(v) = run_start(&self.sources, &self.run_starts, item.source) {
+            if let Some(v) = run_start(&self.sources, &self.run_starts, item.source()) {
                 let v = item_value(item, v.get());
                 item.queue.push(Queued::Data(v));
             }
@@ -571,7 +579,7 @@ impl SubscriptionEngine {
         item.synced = false;
         item.last = self
             .sources
-            .get(item.source as usize)
+            .get(item.source() as usize)
             .and_then(Option::as_ref)
             .and_then(|s| s.last.clone())
             .map(OwnLast::new);
@@ -584,7 +592,7 @@ impl SubscriptionEngine {
     ) -> Option<&'a LastSample> {
         if item.synced {
             sources
-                .get(item.source as usize)
+                .get(item.source() as usize)
                 .and_then(Option::as_ref)
                 .and_then(|s| s.last.as_ref())
         } else {
@@ -636,19 +644,14 @@ impl SubscriptionEngine {
             self.event_items.swap_remove(i);
         }
         if let Some(item) = self.items.get_mut(it as usize).and_then(|x| x.take()) {
-            self.unindex_item(it, item.id);
-            self.item_free.push(it);
+            self.ids.release(it, item.id);
         }
     }
 
+    /// The slot of subscription slot `sub_slot`'s item `id`.
     pub(super) fn item_slot(&self, sub_slot: u32, id: u32) -> Result<u32, StatusCode> {
-        let it = self
-            .item_by_id(id)
-            .ok_or(StatusCode::BadMonitoredItemIdInvalid)?;
-        match self.items.get(it as usize) {
-            Some(Some(item)) if item.sub == sub_slot => Ok(it),
-            _ => Err(StatusCode::BadMonitoredItemIdInvalid),
-        }
+        self.find_item(sub_slot, id)
+            .ok_or(StatusCode::BadMonitoredItemIdInvalid)
     }
 
     /// ModifyMonitoredItems. `Err` is the service result.
@@ -690,8 +693,10 @@ impl SubscriptionEngine {
                         &r.requested_parameters,
                     );
                 }
+                let (node_index, node_generation) = item_node(&self.items, &self.sources, it);
+                let attribute_id = u32::from(item.attribute);
                 let node = space
-                    .node_at_generation(item.node_index, item.node_generation)
+                    .node_at_generation(node_index, node_generation)
                     .ok_or(StatusCode::BadNodeIdUnknown)?;
                 let current = DataValue {
                     value: item
@@ -702,11 +707,10 @@ impl SubscriptionEngine {
                     ..Default::default()
                 };
                 let p = &r.requested_parameters;
-                let filter =
-                    data_change_settings(space, node, item.attribute_id, &p.filter, &current)?;
+                let filter = data_change_settings(space, node, attribute_id, &p.filter, &current)?;
                 let (sampling, sampling_ms, filter, spec) = self.revise_filter(
                     node,
-                    item.attribute_id,
+                    attribute_id,
                     p.sampling_interval,
                     sub_interval,
                     filter,
@@ -754,7 +758,7 @@ impl SubscriptionEngine {
                     ExtensionObject::from_struct(&a.spec.result(a.interval_start()))
                 });
                 let enabled = item.mode != MonitoringMode::Disabled;
-                let src = item.source;
+                let src = item.source();
                 if resample && enabled {
                     self.start_sampling(it, now);
                 } else if let Some(Some(source)) = self.sources.get_mut(src as usize) {
@@ -914,7 +918,12 @@ impl SubscriptionEngine {
                 // Event items just start receiving events again.
             } else if old == MonitoringMode::Disabled {
                 self.start_sampling(it, now);
-                let (ni, a) = (item_node(&self.items, it), item_attr(&self.items, it));
+                let ni = item_node(&self.items, &self.sources, it);
+                let a = self
+                    .items
+                    .get(it as usize)
+                    .and_then(Option::as_ref)
+                    .map_or(0, |i| u32::from(i.attribute));
                 let s = sample_value(space, ni, a, now);
                 offer(
                     &mut self.items,
@@ -1003,6 +1012,10 @@ impl SubscriptionEngine {
         Ok((add_results, remove_results))
     }
 }
+
+/// The EventNotifier attribute id in the byte an item keeps.
+const EVENT_NOTIFIER: u8 = attr::EventNotifier as u8;
+const _: () = assert!(EVENT_NOTIFIER as u32 == attr::EventNotifier);
 
 /// Samples a node's attribute: the hot path for stored, dynamic and counter values; the
 /// generic Read path otherwise.

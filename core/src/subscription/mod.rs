@@ -43,10 +43,13 @@
 //!   all configured caps (`[subscriptions]`). A client that never publishes or never
 //!   acknowledges cannot grow the shard past them.
 //!
-//! Subscription and monitored item ids are `shard << 24 | counter` (never 0, unique among
-//! live ones), so a cross-shard TransferSubscriptions finds the owning shard from the id
-//! alone, and a subscription moved to another shard keeps its ids there
-//! ([`SubscriptionEngine::export_subscription`] / [`SubscriptionEngine::import_subscription`]).
+//! Subscription ids are `shard << 24 | counter` (never 0, unique among live ones), so a
+//! cross-shard TransferSubscriptions finds the owning shard from the id alone, and a
+//! subscription moved to another shard keeps its ids there
+//! ([`SubscriptionEngine::export_subscription`] /
+//! [`SubscriptionEngine::import_subscription`]). A monitored item id names the item's slot
+//! and the slot's generation (`ids`: no id table; a deleted item's id names nothing); the
+//! items of a moved subscription keep theirs, unique within their subscription.
 //!
 //! # Files
 //!
@@ -55,11 +58,12 @@
 //! the change inbox, events, asynchronous samples), `publish` (Publish requests, messages,
 //! acknowledgements, Republish), `services` (the subscription services and a session's life),
 //! `items` (the monitored item services, sources and buckets, filters). `item` is one item's
-//! queue and filter, `aggregate` the AggregateFilter, `pools` the reused buffers, `slots` and
-//! `watch` the dense tables.
+//! queue and filter, `aggregate` the AggregateFilter, `pools` the reused buffers, `ids` the
+//! item ids, `slots` and `watch` the dense tables.
 
 pub mod aggregate;
 mod demand;
+mod ids;
 pub mod item;
 mod items;
 mod pools;
@@ -167,19 +171,22 @@ enum Sampling {
 /// by the change path, and an item between joining a source and its first sample there keep
 /// one of their own (see [`SubscriptionEngine::settle_last`]).
 struct MonitoredItem {
+    /// Its id: its slot and the slot's generation (`ids::ItemIds`), or the id it came with
+    /// from another shard.
     id: u32,
     /// Slot of the owning subscription.
     sub: u32,
     client_handle: u32,
-    node_index: u32,
-    /// The node's generation when the item was created (a node removed and another added at
-    /// its index is not this item's node).
-    node_generation: u32,
-    attribute_id: u32,
-    /// Source slot while sampling on a timer (`NONE` otherwise).
-    source: u32,
-    /// The next item of the same source (`NONE`: the last).
-    next: u32,
+    /// Where the item is. On a source (`on_source`): the source's slot and the next item of
+    /// that source (`NONE`: the last). Otherwise: its node's index and the node's generation
+    /// when the item was created (a node removed and another added at its index is not this
+    /// item's node). The node of an item on a source is kept once, in the source (its key):
+    /// it comes back here when the item leaves the source (see `item_node`).
+    place: (u32, u32),
+    /// The attribute id (1..=27, checked at creation).
+    attribute: u8,
+    /// `place` is (source, next), not (node index, generation).
+    on_source: bool,
     mode: Mode,
     /// The DataChangeFilter's trigger (its deadband is in `cold`).
     trigger: Trigger,
@@ -201,8 +208,10 @@ struct MonitoredItem {
     cold: Option<Box<ItemCold>>,
 }
 
-const _: () = assert!(std::mem::size_of::<MonitoredItem>() == 72);
-const _: () = assert!(std::mem::size_of::<Source>() == 64);
+const _: () = assert!(std::mem::size_of::<MonitoredItem>() == 64);
+const _: () = assert!(std::mem::size_of::<Option<MonitoredItem>>() == 64);
+const _: () = assert!(std::mem::size_of::<Source>() == 56);
+const _: () = assert!(std::mem::size_of::<Option<Source>>() == 56);
 
 /// An item's own last value ([`MonitoredItem::last`]).
 #[derive(Clone, Debug)]
@@ -288,8 +297,8 @@ impl MonitoredItem {
         id: u32,
         sub: u32,
         client_handle: u32,
-        (node_index, node_generation): (u32, u32),
-        attribute_id: u32,
+        node: (u32, u32),
+        attribute: u8,
         timestamps: Timestamps,
         mode: MonitoringMode,
         sampling: Sampling,
@@ -300,11 +309,9 @@ impl MonitoredItem {
             id,
             sub,
             client_handle,
-            node_index,
-            node_generation,
-            attribute_id,
-            source: NONE,
-            next: NONE,
+            place: node,
+            attribute,
+            on_source: false,
             mode: Mode::from(mode),
             trigger: Trigger::from(DataChangeTrigger::StatusValue),
             timestamps,
@@ -320,6 +327,46 @@ impl MonitoredItem {
         }
     }
 
+    /// The source's slot while on a source, `NONE` otherwise.
+    #[inline]
+    fn source(&self) -> u32 {
+        if self.on_source {
+            self.place.0
+        } else {
+            NONE
+        }
+    }
+    /// The next item of its source (`NONE`: the last, or not on a source).
+    #[inline]
+    fn next(&self) -> u32 {
+        if self.on_source {
+            self.place.1
+        } else {
+            NONE
+        }
+    }
+    fn set_next(&mut self, next: u32) {
+        debug_assert!(self.on_source);
+        if self.on_source {
+            self.place.1 = next;
+        }
+    }
+    /// Its node (index, generation) when it is not on a source (there it is the source's).
+    fn own_node(&self) -> Option<(u32, u32)> {
+        (!self.on_source).then_some(self.place)
+    }
+    /// Joins source `src` in front of `next`: the node is the source's from now on.
+    fn join(&mut self, src: u32, next: u32) {
+        self.place = (src, next);
+        self.on_source = true;
+    }
+    /// Leaves its source for `node` (the source's); returns (source, next item).
+    fn leave(&mut self, node: (u32, u32)) -> (u32, u32) {
+        let was = (self.source(), self.next());
+        self.place = node;
+        self.on_source = false;
+        was
+    }
     fn cold_mut(&mut self) -> &mut ItemCold {
         self.cold.get_or_insert_with(Default::default)
     }
@@ -423,11 +470,10 @@ fn receives(space: &AddressSpace, roles: crate::roles::Roles, source: &NodeId) -
     )
 }
 
-/// A sampling source: 64 bytes, one cache line (its interval is its bucket's).
+/// A sampling source: 56 bytes (its interval is its bucket's).
 struct Source {
     node_index: u32,
     node_generation: u32,
-    attribute_id: u32,
     /// The previous sample, kept compact: an identical one (value, status, source
     /// timestamp) cannot change any item's report, so it is not fanned out. It is also the
     /// last value of every `synced` item on the source.
@@ -438,15 +484,18 @@ struct Source {
     /// `last` differs from the sample that started the current run of equal status and
     /// value only in its timestamps; that sample is in the engine's `run_starts`.
     run_start_kept: bool,
+    /// The attribute id (1..=27).
+    attribute: u8,
+    /// Some of its items have an AggregateFilter (their intervals end on this source's
+    /// ticks, whether or not the sample changed). Set when one joins; worked out again
+    /// from the items when one leaves.
+    aggregates: bool,
     bucket: u32,
     /// Position in the bucket's source list.
     pos: u32,
     /// The first of its items (`NONE`: none); each item names the next
     /// ([`MonitoredItem::next`]), so a source of one item holds no list of its own.
     first: u32,
-    /// How many of its items have an AggregateFilter (their intervals end on this source's
-    /// ticks, whether or not the sample changed).
-    aggregate_items: u32,
 }
 
 struct Bucket {
@@ -581,10 +630,8 @@ pub struct SubscriptionEngine {
     /// [`SubscriptionEngine::first_cycle`]).
     phase_counter: u64,
     items: Slots<MonitoredItem>,
-    item_free: Vec<u32>,
-    /// Item slots by item id (the id is the item's: 4 bytes an entry).
-    item_ids: HashTable<u32>,
-    item_counter: u32,
+    /// The items' ids, which name their slots, and the free slots.
+    ids: ids::ItemIds,
     sources: Slots<Source>,
     source_free: Vec<u32>,
     /// Source slots by (node index, node generation, attribute, interval), kept in the
@@ -646,6 +693,7 @@ impl SubscriptionEngine {
         shard_index: usize,
         changes: std::sync::Arc<crate::address_space::ChangeHub>,
     ) -> SubscriptionEngine {
+        let ids = ids::ItemIds::new(limits.max_monitored_items_per_shard);
         SubscriptionEngine {
             limits,
             shard_index: shard_index as u32,
@@ -655,9 +703,7 @@ impl SubscriptionEngine {
             sub_counter: 0,
             phase_counter: 0,
             items: Slots::default(),
-            item_free: Vec::new(),
-            item_ids: HashTable::new(),
-            item_counter: 0,
+            ids,
             sources: Slots::default(),
             source_free: Vec::new(),
             source_map: HashTable::new(),
@@ -733,7 +779,7 @@ impl SubscriptionEngine {
         src.force = false;
         let mut at = src.first;
         while let Some(Some(item)) = self.items.get(at as usize) {
-            let next = item.next;
+            let next = item.next();
             offer(
                 &mut self.items,
                 &mut self.subs,
@@ -763,7 +809,7 @@ impl SubscriptionEngine {
 
     /// Live monitored items on this shard.
     pub fn monitored_item_count(&self) -> usize {
-        self.item_ids.len()
+        self.ids.live()
     }
 
     /// Subscriptions owned by a session.
@@ -885,27 +931,10 @@ impl SubscriptionEngine {
             }
         }
     }
-
-    /// Monitored item ids are `shard << 24 | counter` like subscription ids, so the items of a
-    /// subscription moved here from another shard keep their ids without colliding.
-    fn next_item_id(&mut self) -> u32 {
-        loop {
-            self.item_counter = (self.item_counter + 1) & 0xFF_FFFF;
-            let id = self.shard_index << 24 | self.item_counter;
-            if id != 0 && self.item_by_id(id).is_none() {
-                return id;
-            }
-        }
-    }
-}
-
-fn id_hash(id: u32) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(id)
 }
 
 /// A source's key: (node index, node generation, attribute, interval in ns).
-type SourceKey = (u32, u32, u32, u64);
+type SourceKey = (u32, u32, u8, u64);
 
 fn source_hash(key: SourceKey) -> u64 {
     use std::hash::BuildHasher;
@@ -918,35 +947,17 @@ fn source_key(s: &Source, buckets: &[Option<Bucket>]) -> SourceKey {
         .get(s.bucket as usize)
         .and_then(Option::as_ref)
         .map_or(0, |b| b.interval_ns);
-    (s.node_index, s.node_generation, s.attribute_id, interval_ns)
+    (s.node_index, s.node_generation, s.attribute, interval_ns)
 }
 
 impl SubscriptionEngine {
-    /// The slot of the item with id `id`.
-    fn item_by_id(&self, id: u32) -> Option<u32> {
-        let items = &self.items;
-        self.item_ids
-            .find(
-                id_hash(id),
-                |&s| matches!(items.get(s as usize), Some(Some(i)) if i.id == id),
-            )
-            .copied()
-    }
-    /// Indexes the item in slot `it` by its id.
-    fn index_item(&mut self, it: u32, id: u32) {
-        let items = &self.items;
-        self.item_ids.insert_unique(id_hash(id), it, |&s| {
-            id_hash(
-                items
-                    .get(s as usize)
-                    .and_then(Option::as_ref)
-                    .map_or(0, |i| i.id),
-            )
-        });
-    }
-    fn unindex_item(&mut self, it: u32, id: u32) {
-        if let Ok(e) = self.item_ids.find_entry(id_hash(id), |&s| s == it) {
-            e.remove();
+    /// The slot of subscription slot `sub`'s item with id `id`: the slot the id names, or
+    /// (an item that came from another shard) the one the id table knows.
+    fn find_item(&self, sub: u32, id: u32) -> Option<u32> {
+        let slot = self.ids.slot_of(id);
+        match self.items.get(slot as usize) {
+            Some(Some(i)) if i.id == id && i.sub == sub => Some(slot),
+            _ => self.ids.foreign_slot(sub, id),
         }
     }
     /// The slot of the source with this key.
@@ -1018,17 +1029,17 @@ fn filter_result_object(r: &crate::generated::types::EventFilterResult) -> Exten
     }
 }
 
-fn item_node(items: &Slots<MonitoredItem>, it: u32) -> (u32, u32) {
-    items
-        .get(it as usize)
-        .and_then(|i| i.as_ref())
-        .map_or((NONE, 0), |i| (i.node_index, i.node_generation))
-}
-fn item_attr(items: &Slots<MonitoredItem>, it: u32) -> u32 {
-    items
-        .get(it as usize)
-        .and_then(|i| i.as_ref())
-        .map_or(0, |i| i.attribute_id)
+/// The node (index, generation) and attribute of item slot `it`: its own, or its source's.
+fn item_node(items: &Slots<MonitoredItem>, sources: &Slots<Source>, it: u32) -> (u32, u32) {
+    let Some(Some(item)) = items.get(it as usize) else {
+        return (NONE, 0);
+    };
+    item.own_node().unwrap_or_else(|| {
+        sources
+            .get(item.source() as usize)
+            .and_then(Option::as_ref)
+            .map_or((NONE, 0), |s| (s.node_index, s.node_generation))
+    })
 }
 
 /// The value of an item for the client: its IndexRange applied and its timestamps reduced

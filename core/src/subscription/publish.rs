@@ -411,7 +411,7 @@ pub(super) fn build_message(
             let reportable = item.mode == MonitoringMode::Reporting || item.triggered;
             while reportable && count < cap {
                 let entry = if std::mem::replace(&mut item.held, false) {
-                    run_start(sources, run_starts, item.source)
+                    run_start(sources, run_starts, item.source())
                         .map(|v| Queued::Data(item_value(item, v.get())))
                 } else {
                     item.queue.pop()

@@ -362,8 +362,7 @@ impl SubscriptionEngine {
             let Some(mut item) = self.items.get_mut(it as usize).and_then(|x| x.take()) else {
                 continue;
             };
-            self.unindex_item(it, item.id);
-            self.item_free.push(it);
+            self.ids.release(it, item.id);
             // Links to items of the same subscription become positions in `items`.
             if let Some(c) = item.cold.as_mut() {
                 c.links = c
@@ -416,7 +415,7 @@ impl SubscriptionEngine {
             return Err(StatusCode::BadTooManySubscriptions);
         }
         let free = (self.limits.max_monitored_items_per_shard as usize)
-            .saturating_sub(self.item_ids.len() + reserved_items);
+            .saturating_sub(self.ids.live() + reserved_items);
         Ok(free.min(self.limits.max_monitored_items_per_subscription as usize))
     }
 
@@ -424,9 +423,11 @@ impl SubscriptionEngine {
     /// another shard ([`SubscriptionEngine::export_subscription`], within the room
     /// [`SubscriptionEngine::import_room`] offered) to session `key`, restarts its timers
     /// and sampling here, and (`send_initial_values`) queues every item's last value.
-    /// Returns its available sequence numbers. Ids stay those the other shard gave; an id
-    /// that is live here (possible only after that shard's 24-bit counter wrapped onto a
-    /// live id) is BadSubscriptionIdInvalid and the subscription is dropped.
+    /// Returns its available sequence numbers. Ids stay those the other shard gave: a
+    /// subscription id that is live here (possible only after that shard's 24-bit counter
+    /// wrapped onto a live id) is BadSubscriptionIdInvalid and the subscription is dropped;
+    /// item ids stay unique within the subscription (an item of another subscription here
+    /// may have the same id, see `ids`).
     pub fn import_subscription(
         &mut self,
         key: SessionKey,
@@ -439,10 +440,12 @@ impl SubscriptionEngine {
             items,
             ready,
         } = moved;
-        if self.sub_ids.contains_key(&sub.id)
-            || items.iter().any(|i| self.item_by_id(i.id).is_some())
-        {
+        if self.sub_ids.contains_key(&sub.id) {
             return Err(StatusCode::BadSubscriptionIdInvalid);
+        }
+        if self.ids.room() < items.len() {
+            // Only with more items per shard than an id can name slots for.
+            return Err(StatusCode::BadTooManyMonitoredItems);
         }
         sub.session = Some(key);
         sub.late = false;
@@ -457,11 +460,17 @@ impl SubscriptionEngine {
         self.sub_heap.push(Reverse((next_ns, slot, 0)));
         let mut slots = Vec::with_capacity(items.len());
         for mut item in items {
+            // Exported off their sources: each keeps its node.
+            debug_assert!(!item.on_source);
             item.sub = slot;
-            item.source = NONE;
-            item.next = NONE;
-            let item_id = item.id;
-            slots.push(self.insert_item(slot, item_id, item));
+            // Its id stays the one the other shard gave (unique within the subscription).
+            match self.ids.adopt(slot, item.id) {
+                Some(it) => {
+                    self.insert_item(slot, it, item);
+                    slots.push(it);
+                }
+                None => slots.push(NONE), // not reached: room was checked
+            }
         }
         for &it in &slots {
             let Some(Some(item)) = self.items.get_mut(it as usize) else {

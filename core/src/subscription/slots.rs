@@ -44,6 +44,29 @@ impl<T> Slots<T> {
             .and_then(|c| c.get_mut(i % CHUNK))
     }
 
+    /// Puts `v` into slot `i`: a slot handed out before, or the next new one (`len`).
+    /// Returns false (and keeps nothing) for a slot past that.
+    pub(crate) fn put(&mut self, i: u32, v: T) -> bool {
+        let i = i as usize;
+        if i > self.len {
+            return false;
+        }
+        if i == self.len {
+            if i / CHUNK == self.chunks.len() {
+                self.chunks
+                    .push(std::iter::repeat_with(|| None).take(CHUNK).collect());
+            }
+            self.len += 1;
+        }
+        match self.get_mut(i) {
+            Some(slot) => {
+                *slot = Some(v);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Puts `v` into a free slot from `free` (or a new one) and returns the slot.
     pub(crate) fn insert(&mut self, free: &mut Vec<u32>, v: T) -> u32 {
         // A free list only holds slots of its own table; one out of range is dropped.
@@ -99,5 +122,21 @@ mod tests {
             s.insert(&mut free, i);
         }
         assert_eq!(first, s.get(0).unwrap() as *const Option<u64>);
+    }
+
+    #[test]
+    fn put_fills_a_given_slot_or_the_next_new_one() {
+        let mut s: Slots<u64> = Slots::default();
+        assert!(s.put(0, 7));
+        assert!(!s.put(2, 9), "past the next new slot");
+        assert_eq!(s.len(), 1);
+        assert!(s.put(1, 8));
+        assert!(s.put(0, 6));
+        assert_eq!((s.get(0), s.get(1)), (Some(&Some(6)), Some(&Some(8))));
+        for i in 2..(CHUNK as u32 + 1) {
+            assert!(s.put(i, u64::from(i)));
+        }
+        assert_eq!(s.chunks.len(), 2);
+        assert_eq!(s.get(CHUNK), Some(&Some(CHUNK as u64)));
     }
 }

@@ -202,7 +202,7 @@ impl SubscriptionEngine {
             let Some(Some(src)) = self.sources.get_mut(s as usize) else {
                 continue;
             };
-            if any_async && src.attribute_id == attr::Value {
+            if any_async && u32::from(src.attribute) == attr::Value {
                 if let Some(a) = space.async_source(src.node_index).filter(|_| {
                     space
                         .node_at_generation(src.node_index, src.node_generation)
@@ -249,7 +249,7 @@ impl SubscriptionEngine {
             let sample = sample_value(
                 space,
                 (src.node_index, src.node_generation),
-                src.attribute_id,
+                u32::from(src.attribute),
                 now,
             );
             self.stats.samples += 1;
@@ -266,7 +266,7 @@ impl SubscriptionEngine {
             src.force = false;
             let mut at = src.first;
             while let Some(Some(item)) = self.items.get(at as usize) {
-                let next = item.next;
+                let next = item.next();
                 offer(
                     &mut self.items,
                     &mut self.subs,
@@ -288,12 +288,12 @@ impl SubscriptionEngine {
                 let Some(Some(src)) = self.sources.get(s as usize) else {
                     continue;
                 };
-                if src.aggregate_items == 0 {
+                if !src.aggregates {
                     continue;
                 }
                 let mut at = src.first;
                 while let Some(Some(item)) = self.items.get(at as usize) {
-                    let next = item.next;
+                    let next = item.next();
                     close_aggregate_intervals(
                         &mut self.items,
                         &mut self.subs,
@@ -344,7 +344,7 @@ impl SubscriptionEngine {
                 };
                 if c.version <= item.version()
                     || item.mode == MonitoringMode::Disabled
-                    || c.generation != item.node_generation
+                    || item.own_node().map(|n| n.1) != Some(c.generation)
                 {
                     continue;
                 }
@@ -392,8 +392,9 @@ impl SubscriptionEngine {
         let Some(Some(item)) = self.items.get_mut(it as usize) else {
             return;
         };
-        let Some(cell) = space
-            .node_at_generation(item.node_index, item.node_generation)
+        let Some(cell) = item
+            .own_node()
+            .and_then(|(index, generation)| space.node_at_generation(index, generation))
             .and_then(|n| n.value_cell())
         else {
             return;
@@ -444,7 +445,7 @@ impl SubscriptionEngine {
             let Some(Some(item)) = self.items.get_mut(it as usize) else {
                 continue;
             };
-            if item.node_generation != generation {
+            if item.own_node().map(|n| n.1) != Some(generation) {
                 continue;
             }
             // No longer fed by the change path (and not again when re-enabled).
