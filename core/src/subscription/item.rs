@@ -680,6 +680,10 @@ impl LastSample {
     pub fn store_fresh(&mut self, fresh: Fresh, dv: DataValue) {
         if let Some(p) = fresh.0 {
             self.0 = p.kept();
+            // `dv` holds a fixed-size scalar (that is what gave `fresh` its parts): it owns
+            // nothing to free, and its drop was an out-of-line call on every sample.
+            debug_assert!(scalar_bits(&dv.value).is_some());
+            std::mem::forget(dv);
         } else if let Some(value) = self.reuse_box(&dv) {
             *value = dv.value;
         } else {

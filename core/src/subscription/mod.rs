@@ -777,18 +777,22 @@ impl SubscriptionEngine {
             return;
         }
         src.force = false;
+        let origin = Origin::Source(src.last.as_ref().zip(diff));
         let mut at = src.first;
-        while let Some(Some(item)) = self.items.get(at as usize) {
+        // One look-up of each item (its link to the next is read there too).
+        while let Some(Some(item)) = self.items.get_mut(at as usize) {
             let next = item.next();
-            offer(
-                &mut self.items,
+            if offer_to(
+                item,
                 &mut self.subs,
                 &mut self.stats,
                 at,
                 &sample,
-                Origin::Source(src.last.as_ref().zip(diff)),
+                origin,
                 now,
-            );
+            ) {
+                fire_links(&mut self.items, &mut self.subs, at);
+            }
             at = next;
         }
         advance_source(src, source, &mut self.run_starts, (sample, fresh), diff);
@@ -1089,8 +1093,25 @@ fn offer(
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
     };
+    if offer_to(item, subs, stats, it, sample, origin, now) {
+        fire_links(items, subs, it);
+    }
+}
+
+/// [`offer`] to item slot `it`, found already. True when it queued something it reports
+/// and has triggering links: the caller fires them ([`fire_links`]).
+#[inline(always)]
+fn offer_to(
+    item: &mut MonitoredItem,
+    subs: &mut [Option<Subscription>],
+    stats: &mut EngineStats,
+    it: u32,
+    sample: &DataValue,
+    origin: Origin<'_>,
+    now: Now,
+) -> bool {
     if item.mode == MonitoringMode::Disabled {
-        return;
+        return false;
     }
     let ranged;
     let sample = match item.range() {
@@ -1114,7 +1135,7 @@ fn offer(
         // Kept for the interval; its value is queued when the interval ends.
         a.offer(sample, now.utc);
         item.keep_last(sample);
-        return;
+        return false;
     }
     let filter = item.filter();
     let was_synced = item.synced;
@@ -1143,7 +1164,7 @@ fn offer(
         item.keep_last(sample);
     }
     if !changed {
-        return;
+        return false;
     }
     // A synced item whose sample starts a run of equal status and value at its source (it
     // changed against the source's last sample for StatusValue) holds it there, not here.
@@ -1156,7 +1177,7 @@ fn offer(
     } else {
         Entry::Value(sample.clone())
     };
-    queue_value(items, subs, stats, it, entry);
+    queue_entry(item, subs, stats, it, entry)
 }
 
 /// What an item queues: a value, or (a synced item with a queue of one, trigger
@@ -1240,10 +1261,7 @@ fn close_aggregate_intervals(
 }
 
 /// Queues a value for an item (its timestamps reduced to TimestampsToReturn) and puts the
-/// item on its subscription's ready list (and its triggered items with it). Inlined: it is
-/// the tail of every sample that changed, and out of line it copied the value into its frame
-/// once more (with the comparison below, 68 instructions per sample, callgrind).
-#[inline(always)]
+/// item on its subscription's ready list (and its triggered items with it).
 fn queue_value(
     items: &mut Slots<MonitoredItem>,
     subs: &mut [Option<Subscription>],
@@ -1254,6 +1272,23 @@ fn queue_value(
     let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
     };
+    if queue_entry(item, subs, stats, it, entry) {
+        fire_links(items, subs, it);
+    }
+}
+
+/// [`queue_value`] for item slot `it`, found already. True when the item reports and has
+/// triggering links (the caller fires them: [`fire_links`]). Inlined: it is the tail of
+/// every sample that changed, and out of line it copied the value into its frame once more
+/// (with the comparison below, 68 instructions per sample, callgrind).
+#[inline(always)]
+fn queue_entry(
+    item: &mut MonitoredItem,
+    subs: &mut [Option<Subscription>],
+    stats: &mut EngineStats,
+    it: u32,
+    entry: Entry,
+) -> bool {
     let overflows = match entry {
         Entry::Value(value) => {
             let dropped = u64::from(std::mem::replace(&mut item.held, false));
@@ -1265,21 +1300,30 @@ fn queue_value(
         }
     };
     stats.overflows += overflows;
-    let sub_slot = item.sub;
-    let Some(Some(sub)) = subs.get_mut(sub_slot as usize) else {
-        return;
+    let Some(Some(sub)) = subs.get_mut(item.sub as usize) else {
+        return false;
     };
     sub.diag.queue_overflows = sub.diag.queue_overflows.wrapping_add(overflows as u32);
     if item.mode != MonitoringMode::Reporting {
-        return;
+        return false;
     }
     if !item.in_ready {
         item.in_ready = true;
         sub.ready.push(it);
     }
-    if item.links().is_empty() {
+    !item.links().is_empty()
+}
+
+/// The items that reporting item slot `it` triggers (SetTriggering) report their queues
+/// too: each one in Sampling mode with something queued goes on the ready list.
+#[inline(never)]
+fn fire_links(items: &mut Slots<MonitoredItem>, subs: &mut [Option<Subscription>], it: u32) {
+    let Some(Some(item)) = items.get_mut(it as usize) else {
         return;
-    }
+    };
+    let Some(Some(sub)) = subs.get_mut(item.sub as usize) else {
+        return;
+    };
     let links = item
         .cold
         .as_mut()

@@ -264,18 +264,22 @@ impl SubscriptionEngine {
                 continue;
             }
             src.force = false;
+            let origin = Origin::Source(src.last.as_ref().zip(diff));
             let mut at = src.first;
-            while let Some(Some(item)) = self.items.get(at as usize) {
+            // One look-up of each item (its link to the next is read there too).
+            while let Some(Some(item)) = self.items.get_mut(at as usize) {
                 let next = item.next();
-                offer(
-                    &mut self.items,
+                if offer_to(
+                    item,
                     &mut self.subs,
                     &mut self.stats,
                     at,
                     &sample,
-                    Origin::Source(src.last.as_ref().zip(diff)),
+                    origin,
                     now,
-                );
+                ) {
+                    fire_links(&mut self.items, &mut self.subs, at);
+                }
                 at = next;
             }
             advance_source(src, s, &mut self.run_starts, (sample, fresh), diff);
