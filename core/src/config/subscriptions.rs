@@ -131,6 +131,12 @@ impl SubscriptionLimits {
         if self.change_queue_per_shard > 1 << 24 {
             return Err("subscriptions.change_queue_per_shard must be at most 16777216".into());
         }
+        // A monitored item's id is its slot (at most 24 bits) and a generation.
+        if self.max_monitored_items_per_shard > 1 << 24 {
+            return Err(
+                "subscriptions.max_monitored_items_per_shard must be at most 16777216".into(),
+            );
+        }
         if self.max_subscriptions_per_shard > 0xFF_FFFF {
             return Err(
                 "subscriptions.max_subscriptions_per_shard must be at most 16777215".into(),
@@ -239,6 +245,19 @@ mod tests {
             ..Default::default()
         };
         assert!(l.validate().is_err());
+        let l = SubscriptionLimits {
+            max_monitored_items_per_shard: (1 << 24) + 1,
+            ..Default::default()
+        };
+        assert!(l
+            .validate()
+            .unwrap_err()
+            .contains("max_monitored_items_per_shard"));
+        let l = SubscriptionLimits {
+            max_monitored_items_per_shard: 1 << 24,
+            ..Default::default()
+        };
+        l.validate().unwrap();
     }
 
     #[test]
