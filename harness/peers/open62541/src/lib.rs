@@ -8,13 +8,18 @@
 //! - `open62541-interop-client`: open62541's client against any server
 //!   (connect, read, write, browse; None and Basic256Sha256 SignAndEncrypt), or with
 //!   `--plant` a server of the plant contract (browse, read, a subscription, write, call).
+//! - `open62541-history-server`: the `history_bench` contract (uaring-bench's history
+//!   scenarios) on open62541's own history: its default history database and in-memory
+//!   backend ([`historydata`] declares them).
 //!
-//! This module holds the small safe helpers both share.
+//! This module holds the small safe helpers they share.
 
 use std::ffi::{c_void, CStr, CString};
 
 pub use open62541_sys as sys;
 use sys::*;
+
+pub mod historydata;
 
 /// The contract's application URI.
 pub const APPLICATION_URI: &str = "urn:o6:benchmark:server";
@@ -204,4 +209,107 @@ pub fn shallow<T>(v: &T) -> T {
 /// `ptr` as a `*mut c_void` (for open62541's void* APIs).
 pub fn void<T>(ptr: *const T) -> *mut c_void {
     ptr as *mut c_void
+}
+
+/// `HOST:PORT` of a `--listen` option; open62541's configuration needs a fixed port (not 0),
+/// and a host (`[::1]` or `::1` for IPv6).
+pub fn host_port(listen: &str) -> Result<(String, u16), String> {
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| format!("--listen {listen:?}: HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("--listen {listen:?}: bad port"))?;
+    if port == 0 {
+        return Err(format!(
+            "--listen {listen:?}: open62541's configuration needs a fixed port, not 0"
+        ));
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("--listen {listen:?}: no host"));
+    }
+    Ok((host.to_string(), port))
+}
+
+/// Makes the server listen on `host` only: the server URLs replace the default
+/// `opc.tcp://:PORT` (every interface) that `UA_ServerConfig_setMinimal…` sets.
+///
+/// # Safety
+/// `config` must be a configuration filled by open62541's setters.
+pub unsafe fn listen_only_on(
+    config: &mut UA_ServerConfig,
+    host: &str,
+    port: u16,
+) -> Result<(), String> {
+    // SAFETY: the URL array is open62541's (freed and replaced by one of its allocation).
+    unsafe {
+        UA_Array_delete(
+            config.serverUrls as *mut c_void,
+            config.serverUrlsSize,
+            data_type(UA_TYPES_STRING),
+        );
+        config.serverUrls = std::ptr::null_mut();
+        config.serverUrlsSize = 0;
+        let urls = UA_Array_new(1, data_type(UA_TYPES_STRING)) as *mut UA_String;
+        if urls.is_null() {
+            return Err("out of memory".into());
+        }
+        *urls = ua_string(&format!("opc.tcp://{host}:{port}"));
+        config.serverUrls = urls;
+        config.serverUrlsSize = 1;
+    }
+    Ok(())
+}
+
+/// A string NodeId owning a copy of `s` (cleared by the caller with UA_NodeId_clear).
+pub fn string_node(ns: u16, s: &str) -> UA_NodeId {
+    let c = CString::new(s).expect("no NUL in node ids");
+    // SAFETY: UA_NODEID_STRING_ALLOC copies the NUL-terminated string into a new NodeId.
+    unsafe { UA_NODEID_STRING_ALLOC(ns, c.as_ptr()) }
+}
+
+/// The benchmark contract's 100 Int32 variables `ns=1;i=1001..1100` (`BenchmarkValue<k>`,
+/// initial value k, readable and writable) under Objects.
+///
+/// # Safety
+/// `server` must be a live open62541 server.
+pub unsafe fn add_contract_variables(server: *mut UA_Server) -> Result<(), String> {
+    for k in 0..NODE_COUNT {
+        let name = CString::new(format!("BenchmarkValue{k}")).unwrap();
+        let locale = CString::new("en-US").unwrap();
+        // SAFETY: the attributes' value is a copy owned here (cleared after the call, which
+        // copies it into the node); the strings outlive the call.
+        unsafe {
+            let mut attr = shallow(&UA_VariableAttributes_default);
+            let v: i32 = k as i32;
+            check(
+                "Variant",
+                UA_Variant_setScalarCopy(
+                    &mut attr.value,
+                    &v as *const i32 as *const c_void,
+                    data_type(UA_TYPES_INT32),
+                ),
+            )?;
+            attr.displayName = UA_LOCALIZEDTEXT(locale.as_ptr() as *mut _, name.as_ptr() as *mut _);
+            attr.dataType = shallow(&(*data_type(UA_TYPES_INT32)).typeId);
+            attr.valueRank = UA_VALUERANK_SCALAR;
+            attr.accessLevel = (UA_ACCESSLEVELMASK_READ | UA_ACCESSLEVELMASK_WRITE) as u8;
+            attr.userAccessLevel = attr.accessLevel;
+            let rc = UA_Server_addVariableNode(
+                server,
+                numeric(1, FIRST_NODE + k),
+                numeric(0, UA_NS0ID_OBJECTSFOLDER),
+                numeric(0, UA_NS0ID_ORGANIZES),
+                UA_QUALIFIEDNAME(1, name.as_ptr() as *mut _),
+                numeric(0, UA_NS0ID_BASEDATAVARIABLETYPE),
+                shallow(&attr),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            UA_Variant_clear(&mut attr.value);
+            check(&format!("add BenchmarkValue{k}"), rc)?;
+        }
+    }
+    Ok(())
 }

@@ -76,50 +76,12 @@ extern "C" fn on_signal(_sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn host_port(listen: &str) -> Result<(String, u16), String> {
-    let (host, port) = listen
-        .rsplit_once(':')
-        .ok_or_else(|| format!("--listen {listen:?}: HOST:PORT"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("--listen {listen:?}: bad port"))?;
-    if port == 0 {
-        return Err(format!(
-            "--listen {listen:?}: open62541's configuration needs a fixed port, not 0"
-        ));
-    }
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() {
-        return Err(format!("--listen {listen:?}: no host"));
-    }
-    Ok((host.to_string(), port))
-}
-
-/// A string NodeId owning a copy of `s` (cleared by the caller with UA_NodeId_clear).
-fn string_node(ns: u16, s: &str) -> UA_NodeId {
-    let c = CString::new(s).expect("no NUL in node ids");
-    // SAFETY: UA_NODEID_STRING_ALLOC copies the NUL-terminated string into a new NodeId.
-    unsafe { UA_NODEID_STRING_ALLOC(ns, c.as_ptr()) }
-}
-
 unsafe fn configure(config: &mut UA_ServerConfig, host: &str, port: u16) -> Result<(), String> {
     check(
         "configuration",
         UA_ServerConfig_setMinimalCustomBuffer(config, port, std::ptr::null(), 0, 0),
     )?;
-    // Listen on HOST only: the server URLs replace the default `opc.tcp://:PORT` (all interfaces).
-    UA_Array_delete(
-        config.serverUrls as *mut c_void,
-        config.serverUrlsSize,
-        data_type(UA_TYPES_STRING),
-    );
-    let urls = UA_Array_new(1, data_type(UA_TYPES_STRING)) as *mut UA_String;
-    if urls.is_null() {
-        return Err("out of memory".into());
-    }
-    *urls = ua_string(&format!("opc.tcp://{host}:{port}"));
-    config.serverUrls = urls;
-    config.serverUrlsSize = 1;
+    listen_only_on(config, host, port)?;
     config.maxMonitoredItemsPerCall = 100_000;
     config.maxSecureChannels = 10_000;
     config.maxSessions = 10_000;

@@ -89,42 +89,6 @@ unsafe extern "C" fn read_counter(
     0
 }
 
-unsafe fn add_variables(server: *mut UA_Server) -> Result<(), String> {
-    for k in 0..NODE_COUNT {
-        let name = CString::new(format!("BenchmarkValue{k}")).unwrap();
-        let locale = CString::new("en-US").unwrap();
-        let mut attr = shallow(&UA_VariableAttributes_default);
-        let v: i32 = k as i32;
-        check(
-            "Variant",
-            UA_Variant_setScalarCopy(
-                &mut attr.value,
-                &v as *const i32 as *const std::ffi::c_void,
-                data_type(UA_TYPES_INT32),
-            ),
-        )?;
-        attr.displayName = UA_LOCALIZEDTEXT(locale.as_ptr() as *mut _, name.as_ptr() as *mut _);
-        attr.dataType = shallow(&(*data_type(UA_TYPES_INT32)).typeId);
-        attr.valueRank = UA_VALUERANK_SCALAR;
-        attr.accessLevel = (UA_ACCESSLEVELMASK_READ | UA_ACCESSLEVELMASK_WRITE) as u8;
-        attr.userAccessLevel = attr.accessLevel;
-        let rc = UA_Server_addVariableNode(
-            server,
-            numeric(1, FIRST_NODE + k),
-            numeric(0, UA_NS0ID_OBJECTSFOLDER),
-            numeric(0, UA_NS0ID_ORGANIZES),
-            UA_QUALIFIEDNAME(1, name.as_ptr() as *mut _),
-            numeric(0, UA_NS0ID_BASEDATAVARIABLETYPE),
-            shallow(&attr),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        );
-        UA_Variant_clear(&mut attr.value);
-        check(&format!("add BenchmarkValue{k}"), rc)?;
-    }
-    Ok(())
-}
-
 unsafe fn add_counters(server: *mut UA_Server, counters: &mut [u64]) -> Result<(), String> {
     let source = UA_CallbackValueSource {
         read: Some(read_counter),
@@ -280,7 +244,7 @@ fn main() {
         }
         let added = match o.counters {
             Some(_) => add_counters(server, &mut counters),
-            None => add_variables(server),
+            None => add_contract_variables(server),
         };
         let started = added.and_then(|_| check("startup", UA_Server_run_startup(server)));
         let code = match started {
