@@ -3,6 +3,28 @@
 
 use super::*;
 
+/// How far a value cell's version advances with each store (`address_space::value`: the
+/// seqlock's sequence number passes one odd value per write; a swapped value takes the
+/// previous version plus the same step). Pinned for a scalar cell by core/tests/change_path.rs.
+const STORE_VERSION_STEP: u64 = 2;
+
+/// Did a store fall between the change an item last saw (`seen`, 0: none yet) and the one
+/// of `version`? Then the item never had that value: its next one carries the Overflow bit.
+/// A cell initialised again (a node edit) jumps its versions and counts as a gap.
+#[inline]
+fn skipped_store(seen: u64, version: u64) -> bool {
+    seen != 0 && version > seen.saturating_add(STORE_VERSION_STEP)
+}
+
+/// Marks the value an offer just queued (the queue grew, or it was full and the offer
+/// replaced an entry) with the Overflow bit; a queue of one carries none.
+#[inline]
+fn mark_after_gap(item: &mut MonitoredItem, len_before: usize) {
+    if item.queue.len() > len_before || item.queue.len() == item.queue.capacity() {
+        item.queue.mark_newest_overflow();
+    }
+}
+
 impl SubscriptionEngine {
     // ---- timers ----------------------------------------------------------------------
 
@@ -319,8 +341,10 @@ impl SubscriptionEngine {
     /// exception-based items that watch their nodes (at most one inbox's worth per call, so
     /// a writer that never stops cannot keep the shard here). When changes were lost to a
     /// full inbox, the exception-based items of the nodes that lost them are brought to their
-    /// cells' current values, marked
-    /// with the Overflow bit.
+    /// cells' current values. A value reaches an item with the Overflow bit when the item
+    /// missed a store before it ([`skipped_store`]): a change lost to the inbox whose value
+    /// the resynchronisation still delivers (the only store of its node since the item's
+    /// last value) was not lost for the item, and carries no Overflow bit.
     pub fn drain_changes(&mut self, space: &AddressSpace, now: Now) {
         while let Some(it) = self.resync_pending.pop() {
             self.resync_exception_item(space, it, false, now);
@@ -352,6 +376,11 @@ impl SubscriptionEngine {
                 {
                     continue;
                 }
+                // A store between the item's last change and this one never reached it
+                // (lost to a full inbox and overtaken by this later one, or a writer that
+                // raced this one and lost).
+                let skipped = skipped_store(item.version(), c.version);
+                let before = item.queue.len();
                 let dv = sample.get_or_insert_with(|| {
                     let mut dv = c.value.data_value().clone();
                     if dv.server_timestamp.is_none() {
@@ -364,6 +393,9 @@ impl SubscriptionEngine {
                 // Offered, the item has a last value of its own: the version goes there.
                 if let Some(Some(item)) = items.get_mut(it as usize) {
                     item.set_version(c.version);
+                    if skipped {
+                        mark_after_gap(item, before);
+                    }
                 }
             }
         });
@@ -385,7 +417,8 @@ impl SubscriptionEngine {
     }
 
     /// Brings an exception-based item to its cell's current value (when newer than what it
-    /// saw); `overflow` marks that value with the Overflow bit (changes were dropped).
+    /// saw); with `overflow` (changes of the node were lost to a full inbox) that value is
+    /// marked with the Overflow bit when the item missed a store before it.
     pub(super) fn resync_exception_item(
         &mut self,
         space: &AddressSpace,
@@ -407,6 +440,7 @@ impl SubscriptionEngine {
         if item.last.is_some() && version <= item.version() {
             return;
         }
+        let skipped = overflow && skipped_store(item.version(), version);
         if dv.server_timestamp.is_none() {
             dv.server_timestamp = Some(now.utc);
         }
@@ -422,12 +456,8 @@ impl SubscriptionEngine {
         );
         if let Some(Some(item)) = self.items.get_mut(it as usize) {
             item.set_version(version);
-        }
-        if overflow {
-            if let Some(Some(item)) = self.items.get_mut(it as usize) {
-                if item.queue.len() > before || item.queue.len() == item.queue.capacity() {
-                    item.queue.mark_newest_overflow();
-                }
+            if skipped {
+                mark_after_gap(item, before);
             }
         }
     }
