@@ -12,7 +12,10 @@
 # monitored items the downstream server holds (uaring_gateway_monitored_items: one per
 # variable however many sessions watch it, against SESSIONS x VARIABLES directly).
 # Writes harness/benchmarks/results/gateway.jsonl (one JSON object per run, with
-# "downstream_items" added to the gateway runs).
+# "downstream_items" and "changes_lost" added to the gateway runs: the stores the gateway
+# made into the mirrored cells that found the shard's change inbox full over the whole run,
+# setup included, uaring_changes_lost_total; their items were brought to the cells' values,
+# with the Overflow bit only where an item missed a store).
 #   cargo build --release -p uaring -p uaring-harness -p uaring-peer-open62541
 #   VARIABLES=100000 RATE=10 SESSIONS=20 harness/benchmarks/gateway.sh      # the issue's shape
 #   PROFILE=debug VARIABLES=1000 SESSIONS=2 DURATION=5 harness/benchmarks/gateway.sh  # a smoke run
@@ -40,8 +43,16 @@ CLIENT_CPUS=${CLIENT_CPUS:-0}
 # The gateway's subscription on the downstream (gateway.servers.publishing_interval_ms): the
 # values arrive in bursts this often, so it adds up to this much latency over direct.
 GW_PUBLISH_MS=${GW_PUBLISH_MS:-10}
+# The gateway's subscriptions.change_queue_per_shard (empty: the server's default, 65536):
+# each downstream publish stores up to VARIABLES values at once; a smaller inbox shows at a
+# small VARIABLES what a burst larger than the default does at the issue's size.
+CHANGE_QUEUE=${CHANGE_QUEUE:-}
+# DIRECT=0 leaves out the direct runs (a trial of the gateway alone).
+DIRECT=${DIRECT:-1}
+# Set KEEP_TMP=1 to keep the run's directory (logs, the gateway's configuration).
 RES=harness/benchmarks/results
-OUT=$RES/gateway.jsonl
+# OUT: where the lines go (trial runs: another file than the checked-in results).
+OUT=${OUT:-$RES/gateway.jsonl}
 mkdir -p "$RES"
 tmp=$(mktemp -d)
 PIDS=()
@@ -82,6 +93,7 @@ max_buffered_bytes = $((SESSIONS * VARIABLES * 64 + 67108864))
 listen = "127.0.0.1:0"
 [subscriptions]
 max_monitored_items_per_shard = $((SESSIONS * VARIABLES + 1024))
+${CHANGE_QUEUE:+change_queue_per_shard = $CHANGE_QUEUE}
 [gateway]
 max_nodes = $((n + 1024))
 max_items = $n
@@ -113,6 +125,10 @@ items_of() {
     curl -s "$1" | sed -n 's/^uaring_gateway_monitored_items{server="plant"} //p'
 }
 
+lost_of() {
+    curl -s "$1" | sed -n 's/^uaring_changes_lost_total //p'
+}
+
 run() {
     # variant url pid
     "$B" run --scenario push --json --variant "$1" --url "$2" --server-pid "$3" \
@@ -135,10 +151,15 @@ for round in $(seq "$ROUNDS"); do
     line=$(run gateway "$gurl" "$gpid")
     wait "$sampler" || true
     items=$(cat "$tmp/items" 2>/dev/null || echo null)
-    echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["downstream_items"]='"${items:-null}"'; o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
-    echo "round $round gateway: downstream items ${items:-?} (sessions x variables = $((SESSIONS * VARIABLES)))"
+    lost=$(lost_of "$murl")
+    echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["downstream_items"]='"${items:-null}"'; o["changes_lost"]='"${lost:-null}"'; o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
+    echo "round $round gateway: downstream items ${items:-?} (sessions x variables = $((SESSIONS * VARIABLES))), changes lost to the inbox ${lost:-?}"
     kill "$gpid"; wait "$gpid" 2>/dev/null || true
     # The same sessions against the downstream directly.
+    if [ "$DIRECT" = 0 ]; then
+        cleanup
+        continue
+    fi
     if line=$(run direct "opc.tcp://127.0.0.1:$dport" "$dpid"); then
         echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
     else

@@ -407,8 +407,9 @@ pub struct Receipt {
 /// Accounts one notification of item `j` of a message received as `receipt`.
 /// Counters go to `ctx` (kept only in the measured window); the sequence advances in every
 /// phase, so the first change of the window is judged against the last one before it.
-/// The latency is SourceTimestamp → receipt; its server part SourceTimestamp → PublishTime
-/// (both clocks are this machine's wall clock when client and server share a host).
+/// The latency is SourceTimestamp → receipt; its server part SourceTimestamp → PublishTime,
+/// and SourceTimestamp → ServerTimestamp where the server stamped one (both clocks are this
+/// machine's wall clock when client and server share a host).
 pub fn see_notification(
     p: &mut PushItems,
     j: usize,
@@ -457,6 +458,13 @@ pub fn see_notification(
                 .and_then(|t| latency_ns(t, source))
             {
                 ctx.server_part(part);
+            }
+            if let Some(part) = dv
+                .server_timestamp
+                .filter(|t| !t.is_null())
+                .and_then(|t| latency_ns(t.unix_nanos(), source))
+            {
+                ctx.stamp_part(part);
             }
         }
         None => ctx.count("notifications_without_source_timestamp", 1),
@@ -932,10 +940,12 @@ mod tests {
         {
             let mut m = Ctx::new(PHASE_MEASURE, &mut stats, &shared);
             // Item 0: 2, then 5 (3 and 4 lost, the queue overflowed), then 4 again (stale).
+            let mut stamped = notification(0, 2.0, 0, Some(t + 1_000_000));
+            stamped.value.server_timestamp = Some(DateTime::from_unix_nanos(t + 1_500_000));
             see_notification(
                 &mut p,
                 0,
-                &notification(0, 2.0, 0, Some(t + 1_000_000)),
+                &stamped,
                 Receipt {
                     received_unix_ns: t + 3_000_000,
                     published_unix_ns: Some(t + 2_000_000),
@@ -1011,6 +1021,11 @@ mod tests {
             stats.server_part.max(),
             stats.server_part.highest_equivalent(1_000_000),
             "SourceTimestamp → PublishTime"
+        );
+        assert_eq!(
+            (stats.stamp_part.len(), stats.stamp_part.max()),
+            (1, stats.stamp_part.highest_equivalent(500_000)),
+            "SourceTimestamp → ServerTimestamp, where there was one"
         );
 
         // The figures of the run.

@@ -159,6 +159,13 @@ pub fn build(
         }
         o.insert("server_part_max_us".into(), json!(us(part.max())));
     }
+    let stamp = &stats.stamp_part;
+    if !stamp.is_empty() {
+        for (k, x) in [("stamp_part_p50_us", 0.5), ("stamp_part_p99_us", 0.99)] {
+            o.insert(k.into(), json!(us(stamp.value_at_quantile(x))));
+        }
+        o.insert("stamp_part_max_us".into(), json!(us(stamp.max())));
+    }
     o.insert(
         "max_us".into(),
         json!(if ops > 0 { us(h.max()) } else { 0.0 }),
@@ -391,6 +398,14 @@ pub fn readable(o: &Map<String, Value>) -> String {
             g("server_part_p50_us"),
             g("server_part_p99_us"),
             g("server_part_max_us")
+        ));
+    }
+    if o.contains_key("stamp_part_p50_us") {
+        s.push_str(&format!(
+            "  of which    to the ServerTimestamp p50 {}  p99 {}  max {}\n",
+            g("stamp_part_p50_us"),
+            g("stamp_part_p99_us"),
+            g("stamp_part_max_us")
         ));
     }
     s.push_str(&format!(

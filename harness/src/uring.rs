@@ -74,6 +74,9 @@ pub struct ThreadStats {
     /// The server's part of each latency where the protocol tells it (push: SourceTimestamp
     /// to the NotificationMessage's PublishTime); empty for the other scenarios.
     pub server_part: Histogram<u64>,
+    /// Push: SourceTimestamp to the notification's ServerTimestamp (through the gateway,
+    /// when the shard took the stored value from its change inbox); empty otherwise.
+    pub stamp_part: Histogram<u64>,
     pub ops: u64,
     pub errors: u64,
     pub warm_ops: u64,
@@ -94,6 +97,7 @@ impl Default for ThreadStats {
         ThreadStats {
             hist: new_histogram(),
             server_part: new_histogram(),
+            stamp_part: new_histogram(),
             ops: 0,
             errors: 0,
             warm_ops: 0,
@@ -109,6 +113,7 @@ impl ThreadStats {
     pub fn merge(&mut self, other: &ThreadStats) {
         let _ = self.hist.add(&other.hist);
         let _ = self.server_part.add(&other.server_part);
+        let _ = self.stamp_part.add(&other.stamp_part);
         self.ops += other.ops;
         self.errors += other.errors;
         self.warm_ops += other.warm_ops;
@@ -172,6 +177,15 @@ impl<'a> Ctx<'a> {
     pub fn server_part(&mut self, ns: u64) {
         if self.phase == PHASE_MEASURE {
             self.stats.server_part.saturating_record(ns.max(1));
+        }
+    }
+
+    /// SourceTimestamp → ServerTimestamp of the notification just accounted (measured
+    /// window only; reported as `stamp_part_p50_us` … when any was recorded).
+    #[inline]
+    pub fn stamp_part(&mut self, ns: u64) {
+        if self.phase == PHASE_MEASURE {
+            self.stats.stamp_part.saturating_record(ns.max(1));
         }
     }
 
