@@ -25,9 +25,10 @@
 //! * **Full inbox.** A change that finds the inbox full is counted as lost for that shard
 //!   (never blocking the writer), and its node is marked in the shard's lost-node bitmap.
 //!   The shard, when it next drains, resynchronises the exception-based items of those nodes
-//!   with their cells' current values and marks each with the Overflow bit (queues longer
-//!   than one), so a client learns that values were dropped and still ends on the current
-//!   one.
+//!   with their cells' current values and marks one with the Overflow bit (queues longer
+//!   than one) only where the cell's version moved past the item's by more than one store
+//!   (every store adds 2), so a client learns that values were dropped and still ends on the
+//!   current one, and a resynchronised item that missed nothing carries no bit.
 //!
 //! The ordering argument for a new watcher: the shard sets its bit, issues a SeqCst fence,
 //! then reads the cell; a writer stores into the cell, issues a SeqCst fence, then reads the
