@@ -445,6 +445,47 @@ fn a_removed_variables_cell_is_reused_once_no_version_can_read_it() {
     );
 }
 
+/// The free lists go from version to version without a copy (each edit takes them from
+/// its base): an edit dropped without a commit gives them back as it took them, so what it
+/// reused is free again and what it removed (still in the published version) is not.
+#[test]
+fn a_dropped_edit_gives_the_free_lists_back() {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let id = |i: u32| NodeId::string(1, format!("Drop.V{i}"));
+    let name = |i: u32| format!("Drop.V{i}");
+    let mut edit = shared.model.edit();
+    let a = edit.add_node(run_time_variable(&name(0), 0.0)).unwrap();
+    let b = edit.add_node(run_time_variable(&name(1), 1.0)).unwrap();
+    shared.model.commit(edit).unwrap();
+    let mut edit = shared.model.edit();
+    edit.delete_node(&id(0), true).unwrap();
+    shared.model.commit(edit).unwrap();
+    let cells = shared.model.load().value_cells();
+
+    let mut edit = shared.model.edit();
+    assert_eq!(edit.add_node(run_time_variable(&name(2), 2.0)), Ok(a));
+    edit.delete_node(&id(1), true).unwrap();
+    drop(edit);
+
+    let mut edit = shared.model.edit();
+    assert_eq!(
+        edit.add_node(run_time_variable(&name(2), 2.0)),
+        Ok(a),
+        "V0's index is free again"
+    );
+    let c = edit.add_node(run_time_variable(&name(3), 3.0)).unwrap();
+    assert!(c != a && c != b, "V1's index was not freed: {c}");
+    shared.model.commit(edit).unwrap();
+    let now = shared.model.load();
+    assert!(now.node(&id(1)).is_some());
+    assert_eq!(now.value_cells(), cells + 1, "V2 took V0's cell");
+    let v2 = now.node(&id(2)).unwrap();
+    assert_eq!(
+        now.variable_value(v2, start()).unwrap().value,
+        Variant::Double(2.0)
+    );
+}
+
 #[test]
 fn items_on_a_deleted_node_report_bad_node_id_unknown_and_a_readded_node_is_new() {
     let shared = content::new(ServerConfig::default(), start()).unwrap();

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::store::free::{FreeList, Handover};
 use super::store::{Key, Ref, NO_INDEX};
 use super::{ids, AddressSpace, ClassAttributes, Node, NodeClass, Reference};
 use crate::generated::types::ModelChangeStructureDataType;
@@ -34,9 +35,6 @@ pub mod verb {
 /// What the run-time writer keeps from one version to the next.
 #[derive(Clone, Debug, Default)]
 pub struct EditLog {
-    /// Indexes of removed nodes: (index, generation of the node removed, version that
-    /// removed it). Reused once every shard holds that version or a later one.
-    free: Vec<(u32, u32, u64)>,
     /// Nodes removed by recent versions: (version, index, generation), oldest first. A shard
     /// that takes a newer version tells its items of the ones after its old version; entries
     /// every shard has seen are dropped by the next edit.
@@ -53,6 +51,17 @@ impl EditLog {
     }
 }
 
+/// What an edit hands to the next one through the version it publishes
+/// ([`super::store::free`]): the free lists, moved, never copied.
+#[derive(Default)]
+pub(crate) struct Reusable {
+    /// Indexes of removed nodes: (index, generation of the node removed, version that
+    /// removed it). Reused once every shard holds that version or a later one.
+    pub free: FreeList<(u32, u32, u64)>,
+    /// Their cells, sources and class attributes.
+    pub freed: super::store::Freed,
+}
+
 /// A change of the address space under way (see the module documentation).
 pub struct Edit {
     base: Arc<AddressSpace>,
@@ -66,6 +75,11 @@ pub struct Edit {
     noted: FxHashMap<NodeId, usize>,
     /// References to remove from nodes' lists, by node (done in one pass per list).
     pending: FxHashMap<u32, FxHashSet<Ref>>,
+    /// The free indexes, taken from the base's hand-over (its cells and the rest are in
+    /// the store being edited).
+    free: FreeList<(u32, u32, u64)>,
+    /// Finished: nothing to give back when dropped.
+    finished: bool,
 }
 
 /// What a committed edit changed.
@@ -114,9 +128,21 @@ impl Edit {
         let mut space = (*base).clone();
         space.version = base.version.wrapping_add(1);
         space.token = Arc::default();
-        let log = Arc::make_mut(&mut space.log);
-        log.removed.retain(|(v, _, _)| *v > oldest_held);
-        space.store.freed.oldest_held = oldest_held;
+        space.handover = Arc::default();
+        if space.log.removed.iter().any(|(v, _, _)| *v <= oldest_held) {
+            let log = Arc::make_mut(&mut space.log);
+            log.removed.retain(|(v, _, _)| *v > oldest_held);
+        }
+        // The free lists moved out of the base (given back as they were if this edit is
+        // dropped uncommitted).
+        let Reusable {
+            mut free,
+            mut freed,
+        } = base.handover.take();
+        free.record(true);
+        freed.record(true);
+        freed.oldest_held = oldest_held;
+        space.store.freed = freed;
         Edit {
             base,
             space,
@@ -125,6 +151,8 @@ impl Edit {
             changes: Vec::new(),
             noted: FxHashMap::default(),
             pending: FxHashMap::default(),
+            free,
+            finished: false,
         }
     }
 
@@ -209,9 +237,7 @@ impl Edit {
     /// the next unused one (within the room the change path was built with).
     fn allocate(&mut self) -> Result<(u32, u32), StatusCode> {
         let oldest = self.oldest_held;
-        let log = Arc::make_mut(&mut self.space.log);
-        if let Some(pos) = log.free.iter().position(|&(_, _, v)| v <= oldest) {
-            let (i, g, _) = log.free.swap_remove(pos);
+        if let Some((i, g, _)) = self.free.take_first(|&(_, _, v)| v <= oldest) {
             return Ok((i, g.wrapping_add(1)));
         }
         let i = self.space.store.recs.len();
@@ -240,8 +266,7 @@ impl Edit {
         if let Err(e) = self.space.store.insert(index, generation, node) {
             // Not stored: the index goes back.
             if generation > 0 || index < self.space.store.recs.len() {
-                let log = Arc::make_mut(&mut self.space.log);
-                log.free.push((index, generation.wrapping_sub(1), 0));
+                self.free.push((index, generation.wrapping_sub(1), 0));
             }
             return Err(e);
         }
@@ -486,18 +511,19 @@ impl Edit {
                 .remove(&index);
         }
         let reusable = !keeps_index(NodeClass(class as i32));
-        let log = Arc::make_mut(&mut self.space.log);
         if self.added.remove(&index) {
             // Added and removed by this edit: no shard ever saw it.
             if reusable {
-                log.free.push((index, generation, 0));
+                self.free.push((index, generation, 0));
             }
         } else {
             let version = self.space.version;
             if reusable {
-                log.free.push((index, generation, version));
+                self.free.push((index, generation, version));
             }
-            log.removed.push((version, index, generation));
+            Arc::make_mut(&mut self.space.log)
+                .removed
+                .push((version, index, generation));
         }
         Ok(())
     }
@@ -564,10 +590,35 @@ impl Edit {
             .collect();
         let version = self.space.version;
         let after = After {
-            changes: self.changes,
+            changes: std::mem::take(&mut self.changes),
             removed,
             version,
         };
-        (self.base, self.space, after)
+        // The free lists go to the version published, for the next edit.
+        let mut free = std::mem::take(&mut self.free);
+        let mut freed = std::mem::take(&mut self.space.store.freed);
+        free.record(false);
+        freed.record(false);
+        self.space.handover = Arc::new(Handover::new(Reusable { free, freed }));
+        self.finished = true;
+        // (The base's copy left in its place is a handful of pointers, dropped with self.)
+        let space = std::mem::replace(&mut self.space, (*self.base).clone());
+        (self.base.clone(), space, after)
+    }
+}
+
+impl Drop for Edit {
+    /// An edit not committed gives the free lists back to its base as it took them.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let mut free = std::mem::take(&mut self.free);
+        let mut freed = std::mem::take(&mut self.space.store.freed);
+        free.rollback();
+        freed.rollback();
+        free.record(false);
+        freed.record(false);
+        self.base.handover.put(Reusable { free, freed });
     }
 }

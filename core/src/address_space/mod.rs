@@ -312,8 +312,11 @@ pub struct AddressSpace {
     views: Arc<HashMap<u32, std::collections::HashSet<u32>>>,
     /// RolePermissions of nodes and namespaces ([`AddressSpace::permissions`]).
     permissions: Arc<NodePermissions>,
-    /// What the run-time writer keeps between versions: free indexes, removed nodes.
+    /// What the run-time writer keeps between versions: removed nodes.
     pub(crate) log: Arc<edit::EditLog>,
+    /// The free lists (indexes, cells, sources, class attributes) for the next edit, which
+    /// takes them out ([`store::free`]).
+    pub(crate) handover: Arc<store::free::Handover<edit::Reusable>>,
 }
 
 use std::sync::Arc;

@@ -130,17 +130,23 @@ impl ValueCell {
     pub(crate) fn init_value(&self, dv: DataValue, fixed: Option<BuiltinType>, min_version: u64) {
         let s = self.lock();
         let scalar = fixed.filter(|&t| supports(t) && dv.value.scalar_type() == Some(t));
-        let any_version = self
-            .any
-            .load()
-            .as_ref()
-            .map_or(0, |v| v.version)
-            .max(s)
-            .max(min_version);
+        // Only an Any cell holds a value behind its pointer (the kind changes only under
+        // the lock): the others skip the pointer's load and store (each a walk of the
+        // readers' debt slots, which a build of a million cells noticed).
+        let was_any = self.kind() == kind::ANY;
+        let any_version = if was_any {
+            self.any.load().as_ref().map_or(0, |v| v.version)
+        } else {
+            0
+        }
+        .max(s)
+        .max(min_version);
         match scalar.and_then(|t| Some((t, to_bits(t as u8, &dv.value)?))) {
             Some((t, bits)) => {
                 self.write_fields(bits, &dv);
-                self.any.store(None);
+                if was_any {
+                    self.any.store(None);
+                }
                 self.meta
                     .store(kind::SCALAR | ((t as u32) << 4), Ordering::Relaxed);
             }
@@ -161,7 +167,9 @@ impl ValueCell {
         let s = self.lock();
         self.bits.store(state, Ordering::Relaxed);
         self.status.store(source_index, Ordering::Relaxed);
-        self.any.store(None);
+        if self.kind() == kind::ANY {
+            self.any.store(None);
+        }
         self.meta.store(kind::SOURCE, Ordering::Relaxed);
         self.seq.store(s + 2, Ordering::Release);
     }
@@ -169,7 +177,9 @@ impl ValueCell {
     /// Empties the cell (its node was removed; it may be reused for another).
     pub(crate) fn clear(&self) {
         let s = self.lock();
-        self.any.store(None);
+        if self.kind() == kind::ANY {
+            self.any.store(None);
+        }
         self.meta.store(kind::EMPTY, Ordering::Relaxed);
         self.seq.store(s + 2, Ordering::Release);
     }

@@ -87,6 +87,47 @@ impl Sub {
         }
     }
 
+    /// Inserts `entry` unless an entry `eq` accepts is under `h` already (that one is the
+    /// error): the duplicate check and the insert in one probe.
+    fn insert_unique(
+        &mut self,
+        h: Hash,
+        entry: u32,
+        mut eq: impl FnMut(u32) -> bool,
+        rehash: &dyn Fn(u32) -> Hash,
+    ) -> Result<(), u32> {
+        if (self.len + self.tombs + 1) as usize * 4 > self.slots.len() * 3 {
+            self.grow(rehash);
+        }
+        let mask = self.slots.len() - 1;
+        let tag = h.tag();
+        let mut i = h.start() & mask;
+        let mut tomb = None;
+        // At most three quarters of the slots are taken (entries and tombstones): the probe
+        // reaches an empty one.
+        for _ in 0..self.slots.len() {
+            let Some(&s) = self.slots.get(i) else { break };
+            if s == EMPTY {
+                break;
+            }
+            if s == TOMB {
+                tomb.get_or_insert(i);
+            } else if s & !ENTRY_MASK == tag && eq(s & ENTRY_MASK) {
+                return Err(s & ENTRY_MASK);
+            }
+            i = (i + 1) & mask;
+        }
+        let at = tomb.unwrap_or(i);
+        if let Some(s) = self.slots.get_mut(at) {
+            if *s == TOMB {
+                self.tombs -= 1;
+            }
+            *s = tag | entry;
+            self.len += 1;
+        }
+        Ok(())
+    }
+
     fn remove(&mut self, h: Hash, entry: u32) -> bool {
         let Some(mask) = self.slots.len().checked_sub(1) else {
             return false;
@@ -165,6 +206,28 @@ impl HashIndex {
         }
     }
 
+    /// Adds `entry` under hash `h` unless an entry `eq` accepts is there already (returned
+    /// as the error, nothing changed): one probe where a find and an insert take two. A
+    /// sub-table shared with another version is searched before it is copied, so a
+    /// duplicate copies nothing.
+    pub(crate) fn insert_unique(
+        &mut self,
+        h: Hash,
+        entry: u32,
+        mut eq: impl FnMut(u32) -> bool,
+        rehash: &dyn Fn(u32) -> Hash,
+    ) -> Result<(), u32> {
+        let Some(s) = self.subs.get_mut(h.sub()) else {
+            return Ok(());
+        };
+        if Arc::get_mut(s).is_none() {
+            if let Some(e) = s.find(h, &mut eq) {
+                return Err(e);
+            }
+        }
+        Arc::make_mut(s).insert_unique(h, entry & ENTRY_MASK, eq, rehash)
+    }
+
     /// Makes room for `extra` more entries spread evenly over the sub-tables, so a builder
     /// that knows how many nodes come rebuilds each sub-table once, not at every doubling.
     pub(crate) fn reserve(&mut self, extra: usize, rehash: &dyn Fn(u32) -> Hash) {
@@ -174,6 +237,16 @@ impl HashIndex {
             if need * 4 > s.slots.len() * 3 {
                 Arc::make_mut(s).grow_for(need, rehash);
             }
+        }
+    }
+
+    /// Reads the slot a probe for `h` starts at and throws it away: issued ahead of the
+    /// probe (and of another table's), the cache misses of both are waited for together.
+    #[inline]
+    pub(crate) fn touch(&self, h: Hash) {
+        if let Some(s) = self.subs.get(h.sub()) {
+            let mask = s.slots.len().wrapping_sub(1);
+            std::hint::black_box(s.slots.get(h.start() & mask).copied());
         }
     }
 
@@ -251,6 +324,22 @@ mod tests {
             assert_eq!(found.is_some(), e % 2 == 1, "{k}");
             // The clone taken before is untouched.
             assert_eq!(before.find(h(e), |x| keys[x as usize] == *k), Some(e));
+        }
+        // One probe: a key that is in is refused (and nothing changes), a new one goes in.
+        for e in (1..keys.len() as u32).step_by(2) {
+            let k = &keys[e as usize];
+            let found = ix.insert_unique(h(e), e + 1, |x| keys[x as usize] == *k, &h);
+            assert_eq!(found, Err(e));
+        }
+        let mut shared = ix.clone();
+        for e in (0..keys.len() as u32).step_by(2) {
+            let k = &keys[e as usize];
+            assert_eq!(
+                shared.insert_unique(h(e), e, |x| keys[x as usize] == *k, &h),
+                Ok(())
+            );
+            assert_eq!(shared.find(h(e), |x| keys[x as usize] == *k), Some(e));
+            assert_eq!(ix.find(h(e), |x| keys[x as usize] == *k), None);
         }
         // Re-inserting into tombstones works.
         for e in (0..keys.len() as u32).step_by(2) {

@@ -22,6 +22,7 @@
 //! * **Lookup.** Numeric ids of namespaces 0 and 1 below 2^20 through dense tables, all
 //!   others through a [`HashIndex`] of node indexes (the id is compared in the record).
 
+pub(crate) mod free;
 pub(crate) mod index;
 pub(crate) mod paged;
 pub(crate) mod strings;
@@ -30,6 +31,7 @@ mod view;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use free::FreeList;
 use index::{hash_key, hash_num, Hash, HashIndex};
 use paged::Paged;
 use strings::{Arena, Strings, NULL_STR};
@@ -455,8 +457,7 @@ impl CellTable {
     fn grow(&mut self) -> u32 {
         let i = self.len;
         if i as usize / CELL_PAGE >= self.pages.len() {
-            self.pages
-                .push(Arc::new(std::array::from_fn(|_| ValueCell::default())));
+            self.pages.push(paged::new_page());
         }
         self.len += 1;
         i
@@ -482,21 +483,47 @@ pub(crate) struct VersionToken;
 type Waiter = (std::sync::Weak<VersionToken>, u64);
 
 /// Cells, sources and class attributes freed by removed nodes, reused by later nodes once
-/// no shard and no holder of the base version can see the removed node.
-#[derive(Clone, Default, Debug)]
+/// no shard and no holder of the base version can see the removed node. A published version
+/// keeps them in its hand-over slot, not in its store ([`free`]).
+#[derive(Default, Debug)]
 pub(crate) struct Freed {
-    cells: Vec<(u32, Waiter)>,
-    sources: Vec<(u32, Waiter)>,
-    types: Vec<(u32, Waiter)>,
+    cells: FreeList<(u32, Waiter)>,
+    sources: FreeList<(u32, Waiter)>,
+    types: FreeList<(u32, Waiter)>,
     /// The oldest version a shard holds (set by the writer when its edit begins).
     pub oldest_held: u64,
 }
 
-fn take_free(list: &mut Vec<(u32, Waiter)>, oldest_held: u64) -> Option<u32> {
-    let pos = list
-        .iter()
-        .position(|(_, (w, v))| w.strong_count() == 0 && *v <= oldest_held)?;
-    Some(list.swap_remove(pos).0)
+impl Clone for Freed {
+    /// Empty lists: a store is cloned by an edit, which takes the lists from the hand-over
+    /// slot instead (a published version's store holds none).
+    fn clone(&self) -> Self {
+        Freed {
+            oldest_held: self.oldest_held,
+            ..Default::default()
+        }
+    }
+}
+
+impl Freed {
+    /// Starts (or stops) logging the changes, for [`Freed::rollback`].
+    pub(crate) fn record(&mut self, on: bool) {
+        self.cells.record(on);
+        self.sources.record(on);
+        self.types.record(on);
+    }
+
+    /// Undoes the changes logged since recording began.
+    pub(crate) fn rollback(&mut self) {
+        self.cells.rollback();
+        self.sources.rollback();
+        self.types.rollback();
+    }
+}
+
+fn take_free(list: &mut FreeList<(u32, Waiter)>, oldest_held: u64) -> Option<u32> {
+    list.take_first(|(_, (w, v))| w.strong_count() == 0 && *v <= oldest_held)
+        .map(|(i, _)| i)
 }
 
 /// The store. See the module documentation.
@@ -517,6 +544,9 @@ pub(crate) struct Store {
     texts_index: HashIndex,
     shapes: Paged<VariableShape, 256>,
     shapes_index: HashIndex,
+    /// The shape interned last: Variables added one after another are mostly alike (a
+    /// plant's million Doubles hash no shape).
+    last_shape: u32,
     types: Paged<TypeAttributes, 256>,
     masks: Arc<HashMap<u32, (u32, u32)>>,
     foreign: Paged<ExpandedNodeId, 256>,
@@ -531,6 +561,13 @@ fn foreign_hash(id: &ExpandedNodeId) -> Hash {
     let mut b = Vec::new();
     crate::encoding::Encode::encode(id, &mut b);
     hash_key(0, 3, &b)
+}
+
+/// Is `id` kept in the dense tables (a numeric id of namespace 0 or 1 below
+/// [`DENSE_ID_MAX`]) rather than the hash index?
+#[inline]
+fn is_dense(id: &NodeId) -> bool {
+    matches!(id.identifier, Identifier::Numeric(n) if n < DENSE_ID_MAX && id.namespace < 2)
 }
 
 /// The hash of a NodeId as the id index keeps it.
@@ -790,6 +827,15 @@ impl Store {
     }
 
     fn intern_shape(&mut self, s: VariableShape) -> u32 {
+        if self.shapes.get(self.last_shape) == Some(&s) {
+            return self.last_shape;
+        }
+        let i = self.intern_shape_hashed(s);
+        self.last_shape = i;
+        i
+    }
+
+    fn intern_shape_hashed(&mut self, s: VariableShape) -> u32 {
         let h = s.hash();
         if let Some(i) = self
             .shapes_index
@@ -863,9 +909,20 @@ impl Store {
         if index >= MAX_NODES {
             return Err(StatusCode::BadResourceUnavailable);
         }
-        if self.lookup(node_id).is_some() {
-            return Err(StatusCode::BadNodeIdExists);
+        // The first slots both probes below read (the id index's and the string index's
+        // for the BrowseName) are asked for together: a big build waits for the two cache
+        // misses at once, not one after the other.
+        let id_hash = (!is_dense(node_id)).then(|| id_hash(node_id));
+        let name_hash = node.browse_name.name.as_opt().map(Strings::hash);
+        if let Some(h) = id_hash {
+            self.ids.touch(h);
         }
+        if let Some(h) = name_hash {
+            self.strings.touch(h);
+        }
+        // The id claimed first, in one probe of its table: a taken one is refused before
+        // anything is stored.
+        let hashed = self.claim_id(index, node_id, id_hash)?;
         let Node {
             node_id: _,
             node_class,
@@ -887,51 +944,16 @@ impl Store {
             data: NO_INDEX,
             ..Default::default()
         };
-        match &node_id.identifier {
-            Identifier::Numeric(n) => {
-                r.id_kind = id_kind::NUMERIC;
-                r.id_pos = *n;
-            }
-            Identifier::String(s) => {
-                r.id_kind = id_kind::STRING;
-                r.id_len = u32::try_from(s.len()).map_err(|_| StatusCode::BadNodeIdInvalid)?;
-                r.id_pos = self
-                    .id_text
-                    .push(s)
-                    .ok_or(StatusCode::BadResourceUnavailable)?;
-            }
-            other => {
-                let (k, bytes): (u8, std::borrow::Cow<'_, [u8]>) = match other {
-                    Identifier::Guid(g) => (id_kind::GUID, guid_bytes(g).to_vec().into()),
-                    Identifier::ByteString(b) => (id_kind::BYTES, b.as_slice().into()),
-                    _ => (id_kind::BYTES, Vec::new().into()),
-                };
-                r.id_kind = k;
-                r.id_len = u32::try_from(bytes.len()).map_err(|_| StatusCode::BadNodeIdInvalid)?;
-                r.id_pos = self
-                    .id_bytes
-                    .push(&bytes)
-                    .ok_or(StatusCode::BadResourceUnavailable)?;
-            }
+        if let Err(e) = self.name_rec(
+            &mut r,
+            node_id,
+            (&browse_name, name_hash),
+            &display_name,
+            &description,
+        ) {
+            self.unclaim_id(index, node_id, hashed);
+            return Err(e);
         }
-        r.name = self.str_id(&browse_name.name)?;
-        let own_display = !(display_name.locale.is_null() && display_name.text == browse_name.name);
-        let texts = NodeTexts {
-            own_display,
-            display_locale: if own_display {
-                self.str_id(&display_name.locale)?
-            } else {
-                NULL_STR
-            },
-            display_text: if own_display {
-                self.str_id(&display_name.text)?
-            } else {
-                NULL_STR
-            },
-            description_locale: self.str_id(&description.locale)?,
-            description_text: self.str_id(&description.text)?,
-        };
-        r.texts = self.intern_texts(texts);
         if write_mask != 0 || user_write_mask != 0 {
             r.flags |= flag::MASKS;
             Arc::make_mut(&mut self.masks).insert(index, (write_mask, user_write_mask));
@@ -1026,21 +1048,8 @@ impl Store {
                 r.data = self.alloc_type(TypeAttributes::View { contains_no_loops });
             }
         }
-        // The id tables (before the references, so a reference to itself is local).
-        match node_id.identifier {
-            Identifier::Numeric(n) if n < DENSE_ID_MAX && node_id.namespace < 2 => {
-                if let Some(t) = self.dense.get_mut(node_id.namespace as usize) {
-                    set_dense(t, n, index);
-                }
-            }
-            _ => {
-                let h = self.rec_hash(&r);
-                let mut ix = self.ids.take();
-                let rehash = |i: u32| self.index_hash(i);
-                ix.insert(h, index, &rehash);
-                self.ids = ix;
-            }
-        }
+        // (The id is in the id tables since the claim, before the references: a reference
+        // to itself is local.)
         self.recs.set(index, r);
         self.count += 1;
         // The declared references.
@@ -1068,6 +1077,112 @@ impl Store {
         Ok(())
     }
 
+    /// Enters `node_id` in the id tables for the node at `index` (whose record is set
+    /// next): `BadNodeIdExists` when it is taken. Whether it went to the hash index.
+    /// `hash`: its [`id_hash`] when computed already.
+    fn claim_id(
+        &mut self,
+        index: u32,
+        node_id: &NodeId,
+        hash: Option<Hash>,
+    ) -> Result<bool, StatusCode> {
+        if let Identifier::Numeric(n) = node_id.identifier {
+            if is_dense(node_id) {
+                if let Some(t) = self.dense.get_mut(node_id.namespace as usize) {
+                    if t.get(n as usize).is_some_and(|&i| i != NO_INDEX) {
+                        return Err(StatusCode::BadNodeIdExists);
+                    }
+                    set_dense(t, n, index);
+                }
+                return Ok(false);
+            }
+        }
+        let mut ix = self.ids.take();
+        let taken = ix.insert_unique(
+            hash.unwrap_or_else(|| id_hash(node_id)),
+            index,
+            |i| self.recs.get(i).is_some_and(|r| self.id_eq(r, node_id)),
+            &|i| self.index_hash(i),
+        );
+        self.ids = ix;
+        taken
+            .map(|()| true)
+            .map_err(|_| StatusCode::BadNodeIdExists)
+    }
+
+    /// Takes back what [`Store::claim_id`] entered (the node could not be stored).
+    fn unclaim_id(&mut self, index: u32, node_id: &NodeId, hashed: bool) {
+        if hashed {
+            self.ids.remove(id_hash(node_id), index);
+        } else if let (Identifier::Numeric(n), Some(t)) = (
+            &node_id.identifier,
+            self.dense.get_mut(node_id.namespace as usize),
+        ) {
+            set_dense(t, *n, NO_INDEX);
+        }
+    }
+
+    /// Sets the NodeId, BrowseName and texts of a record being inserted (its id's bytes
+    /// stored, its strings interned).
+    fn name_rec(
+        &mut self,
+        r: &mut Rec,
+        node_id: &NodeId,
+        (browse_name, name_hash): (&crate::types::QualifiedName, Option<Hash>),
+        display_name: &LocalizedText,
+        description: &LocalizedText,
+    ) -> Result<(), StatusCode> {
+        match &node_id.identifier {
+            Identifier::Numeric(n) => {
+                r.id_kind = id_kind::NUMERIC;
+                r.id_pos = *n;
+            }
+            Identifier::String(s) => {
+                r.id_kind = id_kind::STRING;
+                r.id_len = u32::try_from(s.len()).map_err(|_| StatusCode::BadNodeIdInvalid)?;
+                r.id_pos = self
+                    .id_text
+                    .push(s)
+                    .ok_or(StatusCode::BadResourceUnavailable)?;
+            }
+            other => {
+                let (k, bytes): (u8, std::borrow::Cow<'_, [u8]>) = match other {
+                    Identifier::Guid(g) => (id_kind::GUID, guid_bytes(g).to_vec().into()),
+                    Identifier::ByteString(b) => (id_kind::BYTES, b.as_slice().into()),
+                    _ => (id_kind::BYTES, Vec::new().into()),
+                };
+                r.id_kind = k;
+                r.id_len = u32::try_from(bytes.len()).map_err(|_| StatusCode::BadNodeIdInvalid)?;
+                r.id_pos = self
+                    .id_bytes
+                    .push(&bytes)
+                    .ok_or(StatusCode::BadResourceUnavailable)?;
+            }
+        }
+        r.name = self
+            .strings
+            .intern_hashed(browse_name.name.as_opt(), name_hash)
+            .ok_or(StatusCode::BadResourceUnavailable)?;
+        let own_display = !(display_name.locale.is_null() && display_name.text == browse_name.name);
+        let texts = NodeTexts {
+            own_display,
+            display_locale: if own_display {
+                self.str_id(&display_name.locale)?
+            } else {
+                NULL_STR
+            },
+            display_text: if own_display {
+                self.str_id(&display_name.text)?
+            } else {
+                NULL_STR
+            },
+            description_locale: self.str_id(&description.locale)?,
+            description_text: self.str_id(&description.text)?,
+        };
+        r.texts = self.intern_texts(texts);
+        Ok(())
+    }
+
     /// Is the node at `i` the namespace-0 node `n`?
     #[inline]
     pub(crate) fn is_ns0(&self, i: u32, n: u32) -> bool {
@@ -1090,22 +1205,35 @@ impl Store {
     /// Adds, on every node of this store that the node at `index` references, the inverse
     /// reference (without a duplicate check: the node is new, nothing pointed at it).
     pub(crate) fn link_inverses(&mut self, index: u32) -> Vec<u32> {
-        let refs: Vec<Ref> = match self.rec(index) {
-            Some(r) => r.refs().collect(),
-            None => return Vec::new(),
-        };
         let mut touched = Vec::new();
+        self.link_inverses_with(index, |t| touched.push(t));
+        touched
+    }
+
+    /// [`Store::link_inverses`], telling `touched` of each node that got one (a build
+    /// links every node: no list is made per node).
+    pub(crate) fn link_inverses_with(&mut self, index: u32, mut touched: impl FnMut(u32)) {
+        // The node's own list is not changed here (a reference to itself gets no inverse):
+        // a second handle on it (no copy) is read while the others' lists change.
+        let (first, more) = match self.rec(index) {
+            Some(r) => (r.first, r.more.clone()),
+            None => return,
+        };
+        let refs = first
+            .is_some()
+            .then_some(first)
+            .into_iter()
+            .chain(more.iter().flat_map(|m| m.iter()));
         for r in refs {
             if let Key::Local(t) = r.target_key() {
                 if t != index {
                     if let Some(tr) = self.recs.get_mut(t).filter(|x| x.is_node()) {
                         tr.push_ref(r.inverse(index));
-                        touched.push(t);
+                        touched(t);
                     }
                 }
             }
         }
-        touched
     }
 
     /// Turns references kept by id whose node is here now into local ones, and a forward

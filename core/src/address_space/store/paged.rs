@@ -47,7 +47,7 @@ impl<T: Clone + Default, const N: usize> Paged<T, N> {
             return None;
         }
         let page = self.pages.get_mut((i >> Self::SHIFT) as usize)?;
-        Arc::make_mut(page).get_mut(i as usize & Self::MASK)
+        page_mut(page)?.get_mut(i as usize & Self::MASK)
     }
 
     /// One past the highest index in use.
@@ -60,11 +60,10 @@ impl<T: Clone + Default, const N: usize> Paged<T, N> {
     pub(crate) fn set(&mut self, i: u32, v: T) {
         let p = (i >> Self::SHIFT) as usize;
         while self.pages.len() <= p {
-            self.pages
-                .push(Arc::new(std::array::from_fn(|_| T::default())));
+            self.pages.push(new_page());
         }
         if let Some(page) = self.pages.get_mut(p) {
-            if let Some(slot) = Arc::make_mut(page).get_mut(i as usize & Self::MASK) {
+            if let Some(slot) = page_mut(page).and_then(|p| p.get_mut(i as usize & Self::MASK)) {
                 *slot = v;
             }
         }
@@ -82,6 +81,33 @@ impl<T: Clone + Default, const N: usize> Paged<T, N> {
     pub(crate) fn bytes(&self) -> usize {
         self.pages.len() * std::mem::size_of::<[T; N]>()
     }
+}
+
+/// A page of defaults. Out of line and cold: a page is a big array, and building it in a
+/// caller's frame gave every `set` and `get_mut` a frame of the page's size to probe
+/// (tens of KiB of stack touched per call, most of a million-node build's `set`).
+#[cold]
+#[inline(never)]
+pub(crate) fn new_page<T: Default, const N: usize>() -> Arc<[T; N]> {
+    Arc::new(std::array::from_fn(|_| T::default()))
+}
+
+/// The page to write: itself when no other version shares it (the usual case: no frame
+/// of the page's size, which `Arc::make_mut` has for its copy), else a copy
+/// ([`copy_page`]). `None` only if the copy were shared still, which it is not.
+#[inline]
+pub(crate) fn page_mut<T: Clone, const N: usize>(page: &mut Arc<[T; N]>) -> Option<&mut [T; N]> {
+    if Arc::get_mut(page).is_none() {
+        copy_page(page);
+    }
+    Arc::get_mut(page)
+}
+
+/// Replaces a shared page by a copy of it (out of line and cold, as [`new_page`]).
+#[cold]
+#[inline(never)]
+fn copy_page<T: Clone, const N: usize>(page: &mut Arc<[T; N]>) {
+    Arc::make_mut(page);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::index::{hash_key, HashIndex};
+use super::index::{hash_key, Hash, HashIndex};
 use super::paged::Paged;
 
 const CHUNK_BITS: u32 = 16;
@@ -179,37 +179,60 @@ impl Strings {
 
     /// The id of `s` (`None`: the null string), interning it when new. `None` when full.
     pub(crate) fn intern(&mut self, s: Option<&str>) -> Option<u32> {
+        let h = s.map(Strings::hash);
+        self.intern_hashed(s, h)
+    }
+
+    /// The index's hash of a string.
+    #[inline]
+    pub(crate) fn hash(s: &str) -> Hash {
+        hash_key(0, 0, s.as_bytes())
+    }
+
+    /// Reads ahead the first slot the index probes for `h` ([`HashIndex::touch`]).
+    #[inline]
+    pub(crate) fn touch(&self, h: Hash) {
+        self.index.touch(h);
+    }
+
+    /// [`Strings::intern`] with the string's hash computed already ([`Strings::hash`];
+    /// `None` with a null string).
+    pub(crate) fn intern_hashed(&mut self, s: Option<&str>, h: Option<Hash>) -> Option<u32> {
         let Some(s) = s else { return Some(NULL_STR) };
         if s.is_empty() {
             return Some(EMPTY_STR);
         }
-        let h = hash_key(0, 0, s.as_bytes());
+        let h = h.unwrap_or_else(|| Strings::hash(s));
         let (spans, bytes) = (&self.spans, &self.bytes);
         let same = |id: u32| {
             spans
                 .get(id)
                 .is_some_and(|sp| bytes.get(sp.pos, sp.len) == s)
         };
-        if let Some(id) = self.index.find(h, same) {
-            return Some(id);
-        }
         if self.spans.len() > super::index::MAX_ENTRY {
-            return None;
+            return self.index.find(h, same);
         }
-        let pos = self.bytes.push(s)?;
-        let id = self.spans.push(Span {
-            pos,
-            len: s.len() as u32,
-        });
-        let (spans, bytes) = (&self.spans, &self.bytes);
+        // Found, or entered under the id it gets next, in one probe (the closures borrow
+        // the spans and bytes; the index is a separate field).
+        let id = self.spans.len();
         let rehash = |id: u32| {
             let sp = spans.get(id).copied().unwrap_or_default();
             hash_key(0, 0, bytes.get(sp.pos, sp.len).as_bytes())
         };
-        // The closure borrows the spans and bytes; the index is a separate field.
         let mut index = self.index.take();
-        index.insert(h, id, &rehash);
+        let found = index.insert_unique(h, id, same, &rehash);
         self.index = index;
+        if let Err(id) = found {
+            return Some(id);
+        }
+        let Some(pos) = self.bytes.push(s) else {
+            self.index.remove(h, id);
+            return None;
+        };
+        self.spans.push(Span {
+            pos,
+            len: s.len() as u32,
+        });
         Some(id)
     }
 
