@@ -157,10 +157,17 @@ fn run(a: Args) -> Result<(), uaring::Error> {
             .organized_by(&objects_folder())
             .event_notifier(true),
     );
+    // The names are formatted into one buffer (a million sensors make no temporary
+    // strings beyond those the definitions keep).
+    let mut name = String::new();
     let sensors: Vec<_> = (0..a.variables)
         .map(|i| {
+            use std::fmt::Write;
+            name.clear();
+            let _ = write!(name, "Plant.V{i}");
+            let id = ns.id(&name);
             b.add_variable(
-                VariableDef::new(ns.id(&format!("Plant.V{i}")), &format!("V{i}"), 0.0)
+                VariableDef::new(id, name.strip_prefix("Plant.").unwrap_or(&name), 0.0)
                     .organized_by(&plant),
             )
         })

@@ -52,6 +52,14 @@ impl NodeRef {
         }
     }
 
+    /// The namespace's index once namespaces are known (added when new).
+    fn namespace_in(&self, b: &mut AddressSpaceBuilder) -> Result<u16, Error> {
+        match &self.ns {
+            Ns::Zero => Ok(0),
+            Ns::Uri(u) => b.add_namespace(u).map_err(Error::AddressSpace),
+        }
+    }
+
     /// The NodeId once namespaces are known.
     fn resolve(&self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
         let namespace = match &self.ns {
@@ -384,13 +392,21 @@ impl VariableDef {
         self
     }
 
-    /// Adds the node: its NodeId, its index in the address space and its hooks.
-    fn build(
-        self,
-        b: &mut AddressSpaceBuilder,
-    ) -> Result<(NodeId, u32, Option<WriteHook>, Option<AsyncWriteHook>), Error> {
-        let node_id = self.id.resolve(b)?;
-        let browse_name = QualifiedName::new(node_id.namespace, &self.name);
+    /// Adds the node: its index in the address space, and its hooks with its NodeId (no
+    /// NodeId is kept for a Variable without hooks: a plant's million sensors copy none).
+    fn build(self, b: &mut AddressSpaceBuilder) -> Result<(u32, Option<HooksOf>), Error> {
+        // The node's namespace, then the parent's (in this order: a new namespace gets its
+        // index here), then the identifier taken (no copy of a string one).
+        let namespace = self.id.namespace_in(b)?;
+        let parent = resolve_parent(b, &self.id, &self.parent)?;
+        let node_id = NodeId {
+            namespace,
+            identifier: self.id.id,
+        };
+        let browse_name = QualifiedName {
+            namespace_index: node_id.namespace,
+            name: self.name.into(),
+        };
         // What the node's value comes from, and the DataType, ValueRank and
         // ArrayDimensions that follow from it (a stored value says its own type and rank
         // unless set explicitly; computed and asynchronous ones are BaseDataType scalars
@@ -445,9 +461,10 @@ impl VariableDef {
                 "{node_id}: only a Variable with a stored value can be historized"
             )));
         }
-        let parent = resolve_parent(b, &self.id, &self.parent)?;
+        let hooked =
+            (self.on_write.is_some() || self.on_write_async.is_some()).then(|| node_id.clone());
         let mut node = make_variable(
-            node_id.clone(),
+            node_id,
             browse_name,
             data_type,
             value_rank,
@@ -470,9 +487,15 @@ impl VariableDef {
             self.historizing,
         );
         let index = b.add_indexed(node).map_err(Error::AddressSpace)?;
-        Ok((node_id, index, self.on_write, self.on_write_async))
+        Ok((
+            index,
+            hooked.map(|id| (id, self.on_write, self.on_write_async)),
+        ))
     }
 }
+
+/// A Variable's NodeId with its write hooks.
+type HooksOf = (NodeId, Option<WriteHook>, Option<AsyncWriteHook>);
 
 /// The DataType set with [`VariableDef::data_type`], else BaseDataType.
 fn explicit_data_type(
@@ -1464,15 +1487,15 @@ impl Def {
                 t.build(b)?;
             }
             Def::Variable(v, slot) => {
-                let (id, index, hook, async_hook) = v.build(b)?;
-                match (hook, async_hook) {
-                    (Some(h), Some(a)) => {
+                let (index, hooks) = v.build(b)?;
+                match hooks {
+                    Some((id, Some(h), Some(a))) => {
                         b.set_write_hook(id.clone(), h);
                         b.set_async_write_hook(id, a);
                     }
-                    (Some(h), None) => b.set_write_hook(id, h),
-                    (None, Some(a)) => b.set_async_write_hook(id, a),
-                    (None, None) => {}
+                    Some((id, Some(h), None)) => b.set_write_hook(id, h),
+                    Some((id, None, Some(a))) => b.set_async_write_hook(id, a),
+                    Some((_, None, None)) | None => {}
                 }
                 bound.push((slot, index));
             }
