@@ -21,7 +21,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes recv-bundles ecc scale churn"
+ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes io-modes-more recv-bundles ecc scale churn"
 
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
@@ -106,6 +106,16 @@ for t in $ALL; do
             --ratio zc-send-min-1/default --ratio fixed-bufs-zc-1/zc-send-min-1 \
             --ratio fixed-bufs-zc-4096/zc-send-min-4096 --ratio fixed-bufs-zc-1/default \
             --ratio default-profiled/default --ratio sqpoll-same-profiled/sqpoll-same --sched ;;
+        # The same variants in read 4x32, SignAndEncrypt and at a paced load:
+        # TABLES=io-modes-more harness/benchmarks/make-tables.sh
+        io-modes-more) sweep io-modes-more io-modes.variants io-modes-more.scenarios \
+            --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
+            --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default \
+            --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default \
+            --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same \
+            --ratio zc-send-min-1/default --ratio fixed-bufs-zc-1/zc-send-min-1 \
+            --ratio fixed-bufs-zc-4096/zc-send-min-4096 --ratio fixed-bufs-zc-1/default \
+            --ratio default-profiled/default --ratio sqpoll-same-profiled/sqpoll-same --sched ;;
         # SignAndEncrypt Reads per policy, RSA beside ECC; not in the default TABLES yet:
         # TABLES=ecc harness/benchmarks/make-tables.sh
         ecc) ecc_certs ecc
@@ -161,6 +171,7 @@ done
     section batching "Batched waiting: clients sending each request on its own, uaring with and without it, native open62541 and the echo floor"
     section paced "Paced per-request clients: latency and CPU at the same offered load (open loop)"
     section io-modes "I/O modes of the shard loop: SQPOLL placements, busy polling, fixed files, zero-copy sends and registered send buffers against the default, every server thread counted, with profiles and scheduler states"
+    section io-modes-more "I/O modes of the shard loop, continued: read 4×32, SignAndEncrypt, and a paced load (the same variants)"
     section ecc "SignAndEncrypt Reads per security policy: RSA beside ECC_nistP256 and ECC_nistP384"
     section recv-bundles "Receive bundles: 2 KiB receive buffers with and without bundles against the default 16 KiB"
     if [ -f "$RES/stalled.md" ]; then
