@@ -23,6 +23,17 @@ DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
 ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes io-modes-more recv-bundles ecc scale churn"
 
+# The ratios of both io-modes tables (the same variants).
+IO_MODES_RATIOS=(
+    --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default
+    --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default
+    --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default
+    --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same
+    --ratio zc-send-min-1/default --ratio fixed-bufs-zc-1/zc-send-min-1
+    --ratio fixed-bufs-zc-4096/zc-send-min-4096 --ratio fixed-bufs-zc-1/default
+    --ratio default-profiled/default --ratio sqpoll-same-profiled/sqpoll-same --sched
+)
+
 sweep() { # name variants scenarios [summarize args…]
     local name=$1 variants=$2 scenarios=$3
     shift 3
@@ -98,24 +109,10 @@ for t in $ALL; do
             --ratio uaring-1-shard-ecc-p256/uaring-1-shard --ratio uaring-1-shard-ecc-p384/uaring-1-shard \
             --ratio uaring-1-shard-ecc-bp256/uaring-1-shard ;;
         # The shard loop's I/O modes; not in the default TABLES yet: TABLES=io-modes harness/benchmarks/make-tables.sh
-        io-modes) sweep io-modes io-modes.variants io-modes.scenarios \
-            --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
-            --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default \
-            --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default \
-            --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same \
-            --ratio zc-send-min-1/default --ratio fixed-bufs-zc-1/zc-send-min-1 \
-            --ratio fixed-bufs-zc-4096/zc-send-min-4096 --ratio fixed-bufs-zc-1/default \
-            --ratio default-profiled/default --ratio sqpoll-same-profiled/sqpoll-same --sched ;;
+        io-modes) sweep io-modes io-modes.variants io-modes.scenarios "${IO_MODES_RATIOS[@]}" ;;
         # The same variants in read 4x32, SignAndEncrypt and at a paced load:
         # TABLES=io-modes-more harness/benchmarks/make-tables.sh
-        io-modes-more) sweep io-modes-more io-modes.variants io-modes-more.scenarios \
-            --ratio sqpoll-same/default --ratio sqpoll-cpu1/default --ratio busy-poll-50/default \
-            --ratio sqpoll-cpu1-busy-50/default --ratio fixed-files/default \
-            --ratio zc-send-min-4096/default --ratio fixed-files-zc-4096/default \
-            --ratio sqpoll-same-fixed-files-zc-4096/sqpoll-same \
-            --ratio zc-send-min-1/default --ratio fixed-bufs-zc-1/zc-send-min-1 \
-            --ratio fixed-bufs-zc-4096/zc-send-min-4096 --ratio fixed-bufs-zc-1/default \
-            --ratio default-profiled/default --ratio sqpoll-same-profiled/sqpoll-same --sched ;;
+        io-modes-more) sweep io-modes-more io-modes.variants io-modes-more.scenarios "${IO_MODES_RATIOS[@]}" ;;
         # SignAndEncrypt Reads per policy, RSA beside ECC; not in the default TABLES yet:
         # TABLES=ecc harness/benchmarks/make-tables.sh
         ecc) ecc_certs ecc
