@@ -18,6 +18,7 @@
 # with the Overflow bit only where an item missed a store).
 #   cargo build --release -p uaring -p uaring-harness -p uaring-peer-open62541
 #   VARIABLES=100000 RATE=10 SESSIONS=20 harness/benchmarks/gateway.sh      # the shape
+#   TABLES=gateway harness/benchmarks/make-tables.sh  # both shapes of the table, into docs/Benchmarks.md
 #   PROFILE=debug VARIABLES=1000 SESSIONS=2 DURATION=5 harness/benchmarks/gateway.sh  # a smoke run
 # CPUs: the downstream on DOWN_CPUS, the gateway (or, direct, open62541) measured on
 # SERVER_CPUS, the client on CLIENT_CPUS (defaults for a two-CPU machine: 0, 1, 0).
@@ -49,6 +50,8 @@ GW_PUBLISH_MS=${GW_PUBLISH_MS:-10}
 CHANGE_QUEUE=${CHANGE_QUEUE:-}
 # DIRECT=0 leaves out the direct runs (a trial of the gateway alone).
 DIRECT=${DIRECT:-1}
+# NAME: the table's scenario name for this shape (its runs are grouped by it).
+NAME=${NAME:-$((VARIABLES / 1000))k-vars-x$SESSIONS-at-${RATE}hz}
 # Set KEEP_TMP=1 to keep the run's directory (logs, the gateway's configuration).
 RES=harness/benchmarks/results
 # OUT: where the lines go (trial runs: another file than the checked-in results).
@@ -152,7 +155,7 @@ for round in $(seq "$ROUNDS"); do
     wait "$sampler" || true
     items=$(cat "$tmp/items" 2>/dev/null || echo null)
     lost=$(lost_of "$murl")
-    echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["downstream_items"]='"${items:-null}"'; o["changes_lost"]='"${lost:-null}"'; o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
+    echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["scenario_name"]="'"$NAME"'"; o["downstream_items"]='"${items:-null}"'; o["changes_lost"]='"${lost:-null}"'; o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
     echo "round $round gateway: downstream items ${items:-?} (sessions x variables = $((SESSIONS * VARIABLES))), changes lost to the inbox ${lost:-?}"
     kill "$gpid"; wait "$gpid" 2>/dev/null || true
     # The same sessions against the downstream directly.
@@ -161,7 +164,7 @@ for round in $(seq "$ROUNDS"); do
         continue
     fi
     if line=$(run direct "opc.tcp://127.0.0.1:$dport" "$dpid"); then
-        echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
+        echo "$line" | python3 -c 'import json,sys; o=json.loads(sys.stdin.read()); o["scenario_name"]="'"$NAME"'"; o["round"]='"$round"'; print(json.dumps(o))' >>"$OUT"
     else
         echo "round $round direct: open62541-plant did not survive $SESSIONS sessions of $VARIABLES items" >&2
     fi

@@ -21,7 +21,7 @@ RES=harness/benchmarks/results
 mkdir -p "$RES"
 DOC=docs/Benchmarks.md
 TABLES=${TABLES:-"headline headline-connect depth placement servers security distribution handshake batching paced floor establishment"}
-ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes io-modes-more recv-bundles ecc scale churn"
+ALL="headline headline-connect capacity subscriptions events push history library-cost content-move depth placement servers security distribution handshake batching paced floor establishment io-modes io-modes-more recv-bundles ecc scale churn gateway history-peers"
 
 # The ratios of both io-modes tables (the same variants).
 IO_MODES_RATIOS=(
@@ -52,6 +52,32 @@ sweep() { # name variants scenarios [summarize args…]
         --svg "$RES/$name" --svg-link-prefix "../$RES/" --command "$cmd" "$@"
 }
 
+# The gateway's table: harness/benchmarks/gateway.sh (not a sweep: a downstream open62541
+# plant server, uaring in front of it, the same sessions directly beside), in two shapes: the
+# issue's 100,000 variables x 20 sessions at the rate this 2-vCPU VM carries (1 Hz: 2 million
+# notifications a second upstream), and 10,000 x 2 at the issue's 10 Hz, where nothing
+# saturates and the latency is the gateway's own.
+GATEWAY_SHAPES=("VARIABLES=100000 RATE=1 SESSIONS=20" "VARIABLES=10000 RATE=10 SESSIONS=2")
+gateway_table() {
+    local cmd="" shape
+    for shape in "${GATEWAY_SHAPES[@]}"; do
+        cmd="${cmd:+$cmd; }$shape ROUNDS=$ROUNDS harness/benchmarks/gateway.sh"
+    done
+    if [ -z "${SKIP_RUN:-}" ] && [[ " $TABLES " == *" gateway "* ]]; then
+        rm -f "$RES/gateway.jsonl"
+        for shape in "${GATEWAY_SHAPES[@]}"; do
+            # shellcheck disable=SC2086
+            env $shape ROUNDS="$ROUNDS" bash harness/benchmarks/gateway.sh
+        done
+    elif [ -f "$RES/gateway.md" ]; then
+        local kept
+        kept=$(sed -n 's/^Reproduce: `\(.*\)`$/\1/p' "$RES/gateway.md" | head -1)
+        [ -n "$kept" ] && cmd=$kept
+    fi
+    "$B" summarize --in "$RES/gateway.jsonl" --md "$RES/gateway.md" --csv "$RES/gateway.csv" \
+        --svg "$RES/gateway" --svg-link-prefix "../$RES/" --command "$cmd" --ratio gateway/direct
+}
+
 ecc_certs() { # table: the server's ECC certificates in ./pki before the table runs (the RSA
     # one is made at the first start); the contract's ApplicationUri.
     if [ -z "${SKIP_RUN:-}" ] && [[ " $TABLES " == *" $1 "* ]]; then
@@ -80,6 +106,10 @@ for t in $ALL; do
         # Historical Access on the history_bench example; not in the default TABLES yet:
         # TABLES=history harness/benchmarks/make-tables.sh
         history) sweep history history.variants history.scenarios ;;
+        # The same history reads on asyncua's SQLite history and open62541's memory backend;
+        # TABLES=history-peers harness/benchmarks/make-tables.sh (needs .venv and the open62541 peer)
+        history-peers) sweep history-peers history-peers.variants history-peers.scenarios \
+            --ratio open62541-memory/uaring --ratio asyncua-sqlite/uaring ;;
         # Needs the binary of c35c903 in ../before (see library-cost.variants); run on demand:
         # TABLES=library-cost harness/benchmarks/make-tables.sh
         library-cost) sweep library-cost library-cost.variants library-cost.scenarios --ratio after/before ;;
@@ -132,6 +162,9 @@ for t in $ALL; do
         # Nodes added and deleted while serving (issue 29), with the model writer's placements:
         # TABLES=churn harness/benchmarks/make-tables.sh
         churn) sweep churn churn.variants churn.scenarios --ratio uaring/open62541 --ratio uaring-bg1/uaring ;;
+        # The aggregating gateway; not in the default TABLES (about 10 minutes a round):
+        # TABLES=gateway harness/benchmarks/make-tables.sh
+        gateway) gateway_table ;;
         floor) sweep floor floor.variants floor.scenarios \
             --ratio uaring-batched/echo-batched --ratio uaring-sae-batched/uaring-batched \
             --ratio uaring-sae-batched/open62541-sae-batched ;;
@@ -160,6 +193,8 @@ done
     section scale "Plant scale: a million variables, a million monitored items (uaring's plant example and native open62541, one server CPU)"
     section churn "Nodes added and deleted while serving: Read latency during a churn of 100,000 nodes, with the model writer beside the shard or on another CPU"
     section history "Historical Access: ingest beside Reads, raw and processed HistoryRead, storage (uaring's history_bench example, one server CPU)"
+    section history-peers "Historical Access beside other stacks' own history: asyncua's SQLite history and open62541's memory backend, the same client"
+    section gateway "The aggregating gateway: uaring in front of native open62541's plant server, every upstream session watching every variable, beside the same sessions on open62541 directly"
     section subscriptions "Subscriptions: delivered share and server CPU per notification"
     section events "Events: delivery from the cross-shard event bus"
     section handshake "Handshake offload: Read latency beside a SignAndEncrypt connect storm with UserName logins"

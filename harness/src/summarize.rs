@@ -63,6 +63,17 @@ pub const EXTRA_METRICS: &[(&str, &str, usize)] = &[
         "server RSS kept after the churn, kB",
         0,
     ),
+    // The gateway (harness/benchmarks/gateway.sh adds them to its gateway runs).
+    (
+        "downstream_items",
+        "monitored items at the downstream server",
+        0,
+    ),
+    (
+        "changes_lost",
+        "stores lost to the shard's change inbox (whole run)",
+        0,
+    ),
     ("capacity_items", "capacity, items", 0),
     ("min_sample_ratio", "min sample ratio", 3),
     ("delivered_ratio", "delivered share", 3),

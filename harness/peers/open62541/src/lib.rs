@@ -21,6 +21,40 @@ use sys::*;
 
 pub mod historydata;
 
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_sig: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes SIGTERM and SIGINT end [`serve_until_stopped`] (every peer server stops cleanly on
+/// them, exit code 0).
+pub fn stop_on_signals() {
+    // SAFETY: installing async-signal-safe handlers (an atomic store).
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            on_stop_signal as *const () as libc::sighandler_t,
+        );
+    }
+}
+
+/// Runs `server`'s event loop until SIGTERM or SIGINT ([`stop_on_signals`]).
+///
+/// # Safety
+/// `server` is a server that `UA_Server_run_startup` started and that nothing deletes
+/// meanwhile.
+pub unsafe fn serve_until_stopped(server: *mut UA_Server) {
+    while !STOP.load(std::sync::atomic::Ordering::SeqCst) {
+        // SAFETY: as the caller promises.
+        unsafe { UA_Server_run_iterate(server, true) };
+    }
+}
+
 /// The contract's application URI.
 pub const APPLICATION_URI: &str = "urn:o6:benchmark:server";
 /// The client's application URI (in its certificate too).

@@ -92,12 +92,6 @@ struct Opts {
     log_level: u32,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
 /// SplitMix64: a fixed-seed generator for the `slow` and `random` patterns.
 struct SplitMix(u64);
 
@@ -384,11 +378,7 @@ fn main() {
         fail("--rate (history-ingest) is not supported: open62541's memory backend keeps no writer counters".into());
     }
     let (host, port) = host_port(&o.listen).unwrap_or_else(|e| fail(e));
-    // SAFETY: installing async-signal-safe handlers (an atomic store).
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
+    stop_on_signals();
     // SAFETY: the open62541 API used as documented (its history tutorial's set-up): a zeroed
     // configuration is filled by the setters and given the default history database, which
     // owns the gathering (freed by the server's delete); the memory backend's store is shared
@@ -440,9 +430,7 @@ fn main() {
                 }
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
-                while !STOP.load(Ordering::SeqCst) {
-                    UA_Server_run_iterate(server, true);
-                }
+                serve_until_stopped(server);
                 check("shutdown", UA_Server_run_shutdown(server))
                     .map(|_| 0)
                     .unwrap_or_else(|e| {

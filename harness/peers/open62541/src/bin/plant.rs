@@ -70,12 +70,6 @@ fn positive_rate(s: &str) -> Result<f64, String> {
     }
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
 unsafe fn configure(config: &mut UA_ServerConfig, host: &str, port: u16) -> Result<(), String> {
     check(
         "configuration",
@@ -279,11 +273,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // SAFETY: installing async-signal-safe handlers (an atomic store).
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
+    stop_on_signals();
     // SAFETY: the open62541 API used as documented: a zeroed configuration is filled by the
     // setters and moved into the server; the push thread is joined before the server is shut
     // down and deleted.
@@ -319,9 +309,7 @@ fn main() {
                     .name("push".into())
                     .spawn(move || push_loop(srv, nodes, rate, stop2))
                     .expect("the push thread starts");
-                while !STOP.load(Ordering::SeqCst) {
-                    UA_Server_run_iterate(server, true);
-                }
+                serve_until_stopped(server);
                 stop.store(true, Ordering::SeqCst);
                 let pushed = pusher.join();
                 let mut code = match pushed {

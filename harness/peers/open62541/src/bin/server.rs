@@ -18,7 +18,6 @@
 //! pins the process).
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use uaring_peer_open62541::sys::*;
@@ -47,12 +46,6 @@ struct Opts {
     /// open62541's log level: 1 trace, 2 debug, 3 info, 4 warning, 5 error, 6 fatal.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=6))]
     log_level: u32,
-}
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
 }
 
 /// The value source of a counter: each read (a client's Read or a sample
@@ -221,11 +214,7 @@ unsafe fn configure(config: &mut UA_ServerConfig, o: &Opts) -> Result<(), String
 
 fn main() {
     let o = Opts::parse();
-    // SAFETY: installing async-signal-safe handlers (an atomic store).
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
+    stop_on_signals();
     let mut counters: Vec<u64> = vec![0; o.counters.unwrap_or(0) as usize];
     // SAFETY: the open62541 API used as documented: a zeroed configuration is
     // filled by the setters, moved into the server, which is deleted at the end;
@@ -257,9 +246,7 @@ fn main() {
                 println!("benchmark server ready");
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
-                while !STOP.load(Ordering::SeqCst) {
-                    UA_Server_run_iterate(server, true);
-                }
+                serve_until_stopped(server);
                 check("shutdown", UA_Server_run_shutdown(server))
                     .map(|_| 0)
                     .unwrap_or_else(|e| {
