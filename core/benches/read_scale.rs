@@ -203,7 +203,10 @@ impl Shard {
             spent += t.elapsed();
             for r in &out {
                 let ok = match r {
-                    Response::Read(r) => r.results.iter().all(|d| d.status.is_none_or(|s| s.is_good())),
+                    Response::Read(r) => r
+                        .results
+                        .iter()
+                        .all(|d| d.status.is_none_or(|s| s.is_good())),
                     Response::Browse(r) => r.results.iter().all(|b| b.status_code.is_good()),
                     _ => false,
                 };

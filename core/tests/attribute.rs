@@ -1058,3 +1058,67 @@ fn diagnostics_enabled_flag_is_true_and_read_only() {
         Variant::Boolean(true)
     );
 }
+
+/// A Read of many operations is answered in groups read ahead together (the node store's
+/// `prefetch_nodes`): the answers are exactly those of one Read per operation, in order,
+/// across the groups' boundaries, for known and unknown, dense, hashed and string ids, every
+/// kind of attribute and the errors; a recycled response of another length is reused.
+#[test]
+fn many_operations_answer_as_one_read_each() {
+    let s = shared();
+    let mut ops = Vec::new();
+    for i in 0..70u32 {
+        let id = match i % 7 {
+            0 => bench(i % 10),
+            1 => NodeId::string(1, "Demo.Static.Double"),
+            2 => NodeId::string(1, format!("Nope.{i}")),
+            3 => NodeId::ns0(2255),
+            4 => NodeId::numeric(1, 900_000 + i),
+            5 => NodeId::string(7, "Demo.Static.Double"),
+            _ => NodeId::string(1, "Demo"),
+        };
+        let attribute_id = match i % 5 {
+            0 | 1 => attr::VALUE,
+            2 => attr::BROWSE_NAME,
+            3 => attr::NODE_CLASS,
+            _ => 99,
+        };
+        let mut r = rv(id, attribute_id);
+        if i % 11 == 0 {
+            r.index_range = "0".into();
+        }
+        ops.push(r);
+    }
+    let one_each: Vec<DataValue> = ops
+        .iter()
+        .map(|r| read_with(&s, r.clone(), TimestampsToReturn::Both))
+        .collect();
+    assert!(one_each.iter().any(|d| d.status.is_none()));
+    assert!(one_each
+        .iter()
+        .any(|d| d.status == Some(StatusCode::BadNodeIdUnknown)));
+    let req = ReadRequest {
+        timestamps_to_return: TimestampsToReturn::Both,
+        nodes_to_read: ops.clone(),
+        ..Default::default()
+    };
+    let Response::Read(all) = attribute::read(&s, &req, now()) else {
+        panic!("Read")
+    };
+    assert_eq!(all.results, one_each);
+    // Into a recycled response holding fewer results, then more.
+    for n in [70, 23, 16, 1, 70] {
+        let req = ReadRequest {
+            timestamps_to_return: TimestampsToReturn::Both,
+            nodes_to_read: ops.get(70 - n..).unwrap().to_vec(),
+            ..Default::default()
+        };
+        let mut spare = Box::<uaring_core::generated::types::ReadResponse>::default();
+        spare.results = one_each.iter().take(30).cloned().collect();
+        let Response::Read(r) = attribute::read_into(&s, roles::Roles::ALL, &req, now(), spare)
+        else {
+            panic!("Read")
+        };
+        assert_eq!(r.results, one_each.get(70 - n..).unwrap(), "{n}");
+    }
+}

@@ -733,3 +733,37 @@ fn browse_within_a_view_sees_its_nodes_only() {
     let b = browse(&mut h, &token, 0, vec![hierarchical(NodeId::ns0(85))]);
     assert!(targets(&b.results[0]).contains(&outside));
 }
+
+/// A Browse of many nodes reads their lookups ahead in groups (the node store's
+/// `prefetch_nodes`): each result is exactly that of a Browse of its node alone, across the
+/// groups' boundaries, unknown nodes included.
+#[test]
+fn many_nodes_browse_as_one_each() {
+    let mut h = Harness::new();
+    let token = h.open_session();
+    let nodes: Vec<BrowseDescription> = (0..40u32)
+        .map(|i| {
+            let id = match i % 5 {
+                0 => NodeId::ns0(85),
+                1 => NodeId::string(1, "Demo"),
+                2 => NodeId::string(1, format!("Nope.{i}")),
+                3 => NodeId::ns0(2253),
+                _ => NodeId::numeric(1, 1001 + i),
+            };
+            BrowseDescription {
+                browse_direction: BrowseDirection::Both,
+                ..hierarchical(id)
+            }
+        })
+        .collect();
+    let one_each: Vec<BrowseResult> = nodes
+        .iter()
+        .map(|n| browse(&mut h, &token, 0, vec![n.clone()]).results.remove(0))
+        .collect();
+    assert!(one_each
+        .iter()
+        .any(|r| r.status_code == StatusCode::BadNodeIdUnknown));
+    assert!(one_each.iter().any(|r| !r.references.is_empty()));
+    let all = browse(&mut h, &token, 0, nodes);
+    assert_eq!(all.results, one_each);
+}

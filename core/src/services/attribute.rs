@@ -22,6 +22,7 @@ pub use crate::address_space::attributes::{
 };
 use crate::address_space::attributes::{bad, check_encoding, value_readable, write_mask};
 use crate::address_space::numeric_range::NumericRange;
+use crate::address_space::store::prefetch::AHEAD;
 use crate::address_space::AddressSpace;
 use crate::config::OperationLimits;
 use crate::generated::messages::Response;
@@ -67,15 +68,37 @@ pub fn read_into(
     // array or structure read into a slot that held one of its kind reuses its memory.
     let results = &mut spare.results;
     results.truncate(req.nodes_to_read.len());
-    for (i, rv) in req.nodes_to_read.iter().enumerate() {
-        match results.get_mut(i) {
-            Some(slot) => read_as_into(space, roles, rv, ts, now, slot),
-            None => results.push(read_as(space, roles, rv, ts, now)),
+    // With asynchronous nodes in the space, the dispatcher's [`reads_async`] walked these
+    // nodes just before (reading them ahead): they are in the cache.
+    let ahead = !space.has_async();
+    let mut i = 0;
+    for group in req.nodes_to_read.chunks(AHEAD) {
+        if ahead {
+            read_ahead(space, group);
+        }
+        for rv in group {
+            match results.get_mut(i) {
+                Some(slot) => read_as_into(space, roles, rv, ts, now, slot),
+                None => results.push(read_as(space, roles, rv, ts, now)),
+            }
+            i += 1;
         }
     }
     spare.diagnostic_infos.clear();
     spare.response_header = response_header(handle, now);
     Response::Read(spare)
+}
+
+/// Reads ahead the nodes of up to [`AHEAD`] operations of a Read: their lookups' index
+/// slots, records and ids, and the value cells of the Value reads, each stage's cache misses
+/// waited for together rather than one node after another (a Read of many nodes of a big
+/// address space; docs/Scaling.md, "Reading a million nodes").
+fn read_ahead(space: &AddressSpace, group: &[ReadValueId]) {
+    space.store.prefetch_nodes(
+        group
+            .iter()
+            .map(|rv| (&rv.node_id, rv.attribute_id == attr::VALUE)),
+    );
 }
 
 /// Is `attribute_id` one whose value depends on the user?
@@ -270,15 +293,21 @@ pub fn write_into(
 
 /// Does this Read touch a Variable with an asynchronous source (its Value), or a
 /// read-through Variable whose cell does not meet the Read's maxAge?
+///
+/// The first walk of the request's nodes when the space has asynchronous ones: it reads
+/// them ahead ([`read_ahead`]) for itself and for the Read that follows.
 pub fn reads_async(space: &AddressSpace, req: &ReadRequest, now: Now) -> bool {
-    req.nodes_to_read.iter().any(|rv| {
-        rv.attribute_id == attr::VALUE
-            && space.node_index(&rv.node_id).is_some_and(|i| {
-                space.async_source(i).is_some()
-                    || space
-                        .read_through(i)
-                        .is_some_and(|r| r.due(req.max_age, now))
-            })
+    req.nodes_to_read.chunks(AHEAD).any(|group| {
+        read_ahead(space, group);
+        group.iter().any(|rv| {
+            rv.attribute_id == attr::VALUE
+                && space.node_index(&rv.node_id).is_some_and(|i| {
+                    space.async_source(i).is_some()
+                        || space
+                            .read_through(i)
+                            .is_some_and(|r| r.due(req.max_age, now))
+                })
+        })
     })
 }
 

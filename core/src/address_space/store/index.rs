@@ -250,6 +250,40 @@ impl HashIndex {
         }
     }
 
+    /// Starts loading the slot a probe for `h` starts at, without waiting for it
+    /// ([`super::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch(&self, h: Hash) {
+        if let Some(s) = self.subs.get(h.sub()) {
+            let mask = s.slots.len().wrapping_sub(1);
+            if let Some(slot) = s.slots.get(h.start() & mask) {
+                super::prefetch::prefetch(slot);
+            }
+        }
+    }
+
+    /// The entry [`HashIndex::find`] most likely returns for `h`: the first one of the
+    /// probe whose tag bits match, its key not compared (a guess, for reading ahead; a
+    /// probe longer than a few slots is not followed).
+    #[inline]
+    pub(crate) fn likely(&self, h: Hash) -> Option<u32> {
+        let s = self.subs.get(h.sub())?;
+        let mask = s.slots.len().checked_sub(1)?;
+        let tag = h.tag();
+        let mut i = h.start() & mask;
+        for _ in 0..s.slots.len().min(8) {
+            let e = *s.slots.get(i)?;
+            if e == EMPTY {
+                return None;
+            }
+            if e != TOMB && e & !ENTRY_MASK == tag {
+                return Some(e & ENTRY_MASK);
+            }
+            i = (i + 1) & mask;
+        }
+        None
+    }
+
     /// Removes `entry` from under hash `h`; whether it was there.
     pub(crate) fn remove(&mut self, h: Hash, entry: u32) -> bool {
         match self.subs.get_mut(h.sub()) {
@@ -346,5 +380,27 @@ mod tests {
             ix.insert(h(e), e, &h);
         }
         assert!(ix.bytes() < keys.len() * 12, "{}", ix.bytes());
+    }
+
+    #[test]
+    fn likely_is_mostly_the_entry_found() {
+        let keys: Vec<String> = (0..20_000).map(|i| format!("key{i}")).collect();
+        let h = |e: u32| hash_key(1, 1, keys[e as usize].as_bytes());
+        let mut ix = HashIndex::default();
+        assert_eq!(ix.likely(h(0)), None);
+        for e in 0..keys.len() as u32 {
+            ix.insert(h(e), e, &h);
+        }
+        // A guess is an entry whose tag bits match; it is the right one unless an earlier
+        // entry of the probe shares them (one in 15 per entry passed).
+        let right = (0..keys.len() as u32)
+            .filter(|&e| ix.likely(h(e)) == Some(e))
+            .count();
+        assert!(right * 10 > keys.len() * 9, "{right}");
+        for e in (0..keys.len() as u32).step_by(7) {
+            if let Some(g) = ix.likely(h(e)) {
+                assert_eq!(h(g).tag(), h(e).tag());
+            }
+        }
     }
 }

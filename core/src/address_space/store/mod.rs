@@ -25,6 +25,7 @@
 pub(crate) mod free;
 pub(crate) mod index;
 pub(crate) mod paged;
+pub(crate) mod prefetch;
 pub(crate) mod strings;
 mod view;
 
