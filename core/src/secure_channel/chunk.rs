@@ -667,6 +667,17 @@ impl MessageAssembler {
     pub fn started_ns(&self) -> Option<u64> {
         self.started_ns
     }
+    /// Frees the buffer of a complete message that was assembled from several chunks (once
+    /// the caller is done with its body) when its capacity is over `keep` bytes: a
+    /// connection that once received a large request (a CreateMonitoredItems of 10,000
+    /// items is about 600 kB) does not hold a buffer of that size for its lifetime. A
+    /// message of one chunk never uses the buffer.
+    pub fn release_large(&mut self, keep: usize) {
+        if self.consumed && self.buf.capacity() > keep {
+            self.buf = Vec::new();
+            self.consumed = false;
+        }
+    }
     pub fn clear(&mut self) {
         self.buf = Vec::new();
         self.chunks = 0;

@@ -190,8 +190,6 @@ struct State {
     assembler: MessageAssembler,
     /// Decryption scratch (unused with SecurityPolicy None).
     scratch: Vec<u8>,
-    /// Response encoding buffer, reused.
-    body_out: Vec<u8>,
     /// A channel id obtained from the host and not yet reported closed.
     channel_to_report: Option<u32>,
     /// A session was activated on this connection: the full message size applies.
@@ -267,7 +265,6 @@ impl ServerConnection {
                 peer,
                 assembler: MessageAssembler::new(),
                 scratch: Vec::new(),
-                body_out: Vec::new(),
                 channel_to_report: None,
                 session_activated: false,
                 partial_since_ns: None,
@@ -427,14 +424,10 @@ impl ServerConnection {
             let handle = request.request_header().request_handle;
             let fault = crate::response::fault(handle, StatusCode::BadResourceUnavailable, now);
             let State {
-                phase,
-                negotiated,
-                body_out,
-                ..
+                phase, negotiated, ..
             } = &mut self.st;
             if let (Phase::Open(c), Some(n)) = (phase, *negotiated) {
-                if let Err(f) = send_response(c, body_out, &n, request_id, &fault, handle, now, out)
-                {
+                if let Err(f) = send_response(c, &n, request_id, &fault, handle, now, out) {
                     return self.close_with(host, f, out);
                 }
             }
@@ -610,7 +603,6 @@ impl ServerConnection {
         let State {
             phase,
             negotiated,
-            body_out,
             deferred,
             ..
         } = &mut self.st;
@@ -634,16 +626,7 @@ impl ServerConnection {
                 _ if failure.is_some() => continue,
                 Deferred::Response(response) => {
                     let handle = response.response_header().request_handle;
-                    send_response(
-                        c,
-                        body_out,
-                        &negotiated,
-                        request_id,
-                        &response,
-                        handle,
-                        now,
-                        out,
-                    )
+                    send_response(c, &negotiated, request_id, &response, handle, now, out)
                 }
                 Deferred::Encoded {
                     request_handle,
@@ -658,7 +641,7 @@ impl ServerConnection {
                         ),
                         ..negotiated
                     };
-                    let r = send_body(c, body_out, &n, request_id, &body, request_handle, now, out);
+                    let r = send_body(c, &n, request_id, &body, request_handle, now, out);
                     host.recycle_buffer(body);
                     r
                 }
@@ -755,7 +738,6 @@ impl ServerConnection {
         self.reader.clear();
         self.st.assembler.clear();
         self.st.scratch = Vec::new();
-        self.st.body_out = Vec::new();
         self.st.partial_since_ns = None;
         self.st.job = None;
         self.st.waiting = None;
@@ -947,7 +929,6 @@ impl State {
             negotiated,
             endpoint_url,
             peer,
-            body_out,
             session_activated,
             ..
         } = self;
@@ -967,16 +948,7 @@ impl State {
         {
             *session_activated = true;
         }
-        send_response(
-            c,
-            body_out,
-            &negotiated,
-            request_id,
-            &response,
-            handle,
-            now,
-            out,
-        )?;
+        send_response(c, &negotiated, request_id, &response, handle, now, out)?;
         if let Some(r) = host.recycler() {
             r.give_response(response);
         }
