@@ -607,7 +607,7 @@ impl SubscriptionEngine {
         self.source_free.push(s);
         self.unindex_source(s, source_key(&src, &self.buckets));
         self.pending_samples.remove(&s);
-        self.run_starts.remove(&s);
+        self.run_starts.remove(s);
         let b = src.bucket;
         let Some(entry) = self.buckets.get_mut(b as usize) else {
             return;

@@ -76,7 +76,7 @@ mod watch;
 use crate::config::SubscriptionLimits;
 
 use hashbrown::HashTable;
-use slots::Slots;
+use slots::{Slots, SparseSlots};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -642,8 +642,9 @@ pub struct SubscriptionEngine {
     pending_samples: HashMap<u32, (u32, u64)>,
     /// The first sample of a source's current run of equal status and value, for the sources
     /// whose last sample differs from it in timestamps only (`Source::run_start_kept`): what
-    /// their `held` items report.
-    run_starts: HashMap<u32, LastSample>,
+    /// their `held` items report. By source slot, in chunks allocated on first use (32 bytes a
+    /// source of such a chunk; none while no source keeps a run start).
+    run_starts: SparseSlots<LastSample>,
     buckets: Vec<Option<Bucket>>,
     bucket_free: Vec<u32>,
     bucket_map: HashMap<u64, u32>,
@@ -708,7 +709,7 @@ impl SubscriptionEngine {
             source_free: Vec::new(),
             source_map: HashTable::new(),
             pending_samples: HashMap::new(),
-            run_starts: HashMap::new(),
+            run_starts: SparseSlots::default(),
             buckets: Vec::new(),
             bucket_free: Vec::new(),
             bucket_map: HashMap::new(),
@@ -1197,7 +1198,7 @@ enum Entry {
 fn advance_source(
     src: &mut Source,
     slot: u32,
-    run_starts: &mut HashMap<u32, LastSample>,
+    run_starts: &mut SparseSlots<LastSample>,
     (sample, fresh): (DataValue, Fresh),
     diff: Option<Diff>,
 ) {
@@ -1205,7 +1206,7 @@ fn advance_source(
         (Some(l), Some(d)) if !d.status_or_value() => {
             if !src.run_start_kept {
                 src.run_start_kept = true;
-                match run_starts.get_mut(&slot) {
+                match run_starts.get_mut(slot) {
                     Some(v) => v.clone_from(l),
                     None => {
                         run_starts.insert(slot, l.clone());
@@ -1224,12 +1225,12 @@ fn advance_source(
 /// The sample a source's `held` items report (see [`Entry::Held`]).
 fn run_start<'a>(
     sources: &'a Slots<Source>,
-    run_starts: &'a HashMap<u32, LastSample>,
+    run_starts: &'a SparseSlots<LastSample>,
     s: u32,
 ) -> Option<&'a LastSample> {
     let src = sources.get(s as usize)?.as_ref()?;
     if src.run_start_kept {
-        run_starts.get(&s)
+        run_starts.get(s)
     } else {
         src.last.as_ref()
     }

@@ -387,7 +387,7 @@ pub(super) fn queue_event(
 pub(super) fn build_message(
     sub: &mut Subscription,
     items: &mut Slots<MonitoredItem>,
-    (sources, run_starts): (&Slots<Source>, &HashMap<u32, LastSample>),
+    (sources, run_starts): (&Slots<Source>, &SparseSlots<LastSample>),
     pools: &mut Pools,
     now: Now,
 ) -> (NotificationMessage, bool, usize) {

@@ -92,6 +92,64 @@ impl<T> Slots<T> {
     }
 }
 
+/// Values by slot number for a few of a table's slots: chunks of [`CHUNK`] slots, each
+/// allocated when a slot of its range first gets a value and kept after (no hashing, no
+/// doubling; a slot costs `size_of::<Option<T>>()` in an allocated chunk and nothing
+/// otherwise).
+pub(crate) struct SparseSlots<T> {
+    chunks: Vec<Option<Box<[Option<T>]>>>,
+}
+
+impl<T> Default for SparseSlots<T> {
+    fn default() -> Self {
+        SparseSlots { chunks: Vec::new() }
+    }
+}
+
+impl<T> SparseSlots<T> {
+    pub(crate) fn get(&self, i: u32) -> Option<&T> {
+        let i = i as usize;
+        self.chunks
+            .get(i / CHUNK)?
+            .as_ref()?
+            .get(i % CHUNK)?
+            .as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, i: u32) -> Option<&mut T> {
+        let i = i as usize;
+        self.chunks
+            .get_mut(i / CHUNK)?
+            .as_mut()?
+            .get_mut(i % CHUNK)?
+            .as_mut()
+    }
+
+    pub(crate) fn insert(&mut self, i: u32, v: T) {
+        let i = i as usize;
+        let c = i / CHUNK;
+        if self.chunks.len() <= c {
+            self.chunks.resize_with(c + 1, || None);
+        }
+        if let Some(chunk) = self.chunks.get_mut(c) {
+            let chunk =
+                chunk.get_or_insert_with(|| std::iter::repeat_with(|| None).take(CHUNK).collect());
+            if let Some(slot) = chunk.get_mut(i % CHUNK) {
+                *slot = Some(v);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, i: u32) -> Option<T> {
+        let i = i as usize;
+        self.chunks
+            .get_mut(i / CHUNK)?
+            .as_mut()?
+            .get_mut(i % CHUNK)?
+            .take()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +180,25 @@ mod tests {
             s.insert(&mut free, i);
         }
         assert_eq!(first, s.get(0).unwrap() as *const Option<u64>);
+    }
+
+    #[test]
+    fn sparse_slots_allocate_only_the_chunks_used() {
+        let mut s: SparseSlots<u64> = SparseSlots::default();
+        assert_eq!(s.get(5), None);
+        assert_eq!(s.remove(5), None);
+        s.insert(CHUNK as u32 * 3 + 1, 7);
+        assert_eq!(s.chunks.len(), 4);
+        assert_eq!(s.chunks.iter().filter(|c| c.is_some()).count(), 1);
+        assert_eq!(s.get(CHUNK as u32 * 3 + 1), Some(&7));
+        assert_eq!(s.get(CHUNK as u32 * 3), None);
+        assert_eq!(s.get(1), None);
+        *s.get_mut(CHUNK as u32 * 3 + 1).unwrap() = 8;
+        s.insert(2, 9);
+        assert_eq!(s.chunks.iter().filter(|c| c.is_some()).count(), 2);
+        assert_eq!(s.remove(CHUNK as u32 * 3 + 1), Some(8));
+        assert_eq!(s.get(CHUNK as u32 * 3 + 1), None);
+        assert_eq!((s.get(2), s.get(u32::MAX)), (Some(&9), None));
     }
 
     #[test]
