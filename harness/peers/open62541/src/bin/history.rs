@@ -45,7 +45,6 @@
 //! One thread: open62541's event loop runs where it is started (the harness pins the process).
 
 use std::ffi::{c_void, CString};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
