@@ -23,7 +23,8 @@ mod topology;
 pub use cli::{topology_command, topology_report, TopologyOutput, TopologyRequest};
 pub use mask::MaskError;
 pub use pin::{
-    allowed_cpus, allowed_cpus_of, pin_current_thread, pin_pid, pin_process_all_threads, CpuMask,
+    allowed_cpus, allowed_cpus_of, confine_process_threads, pin_current_thread, pin_pid,
+    pin_process_all_threads, CpuMask,
 };
 pub use topology::{
     class_name, Cache, ClassSource, CoreClass, CpuInfo, Node, Topology, TopologyError,

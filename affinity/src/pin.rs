@@ -167,6 +167,18 @@ pub fn pin_pid(pid: i32, cpus: &[usize]) -> io::Result<()> {
 /// started afterwards inherit the mask from their pinned creator). Threads
 /// that exit meanwhile are skipped; any other failure is returned.
 pub fn pin_process_all_threads(pid: i32, cpus: &[usize]) -> io::Result<()> {
+    pin_threads(pid, cpus, false)
+}
+
+/// Keeps every thread of process `pid` within `cpus` without undoing the process's own
+/// placement: a thread already restricted to a subset of `cpus` (a server's shard pinned to
+/// one of them, its background threads to others) keeps its mask; any other thread is
+/// restricted to `cpus`, as by [`pin_process_all_threads`].
+pub fn confine_process_threads(pid: i32, cpus: &[usize]) -> io::Result<()> {
+    pin_threads(pid, cpus, true)
+}
+
+fn pin_threads(pid: i32, cpus: &[usize], keep_subsets: bool) -> io::Result<()> {
     if pid <= 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -200,6 +212,14 @@ pub fn pin_process_all_threads(pid: i32, cpus: &[usize]) -> io::Result<()> {
                 continue;
             }
             found_new = true;
+            if keep_subsets {
+                if let Ok(now) = get_affinity(tid) {
+                    if now.iter().all(|c| cpus.contains(c)) {
+                        pinned.insert(tid);
+                        continue;
+                    }
+                }
+            }
             match set_affinity(tid, cpus) {
                 Ok(()) => {}
                 // The thread exited between listing and pinning.
@@ -226,6 +246,27 @@ mod tests {
 
     /// Tests that change the affinity of threads of this process.
     static AFFINITY_LOCK: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn confining_keeps_a_thread_placed_on_a_subset() {
+        // A child process, so that no other test's threads of this process are in the way.
+        let all = allowed_cpus().unwrap();
+        let one = vec![all[0]];
+        let mut child = match std::process::Command::new("sleep").arg("30").spawn() {
+            Ok(child) => child,
+            Err(e) => panic!("cannot start `sleep` for the test: {e}"),
+        };
+        let pid = i32::try_from(child.id()).unwrap();
+        let kept = pin_pid(pid, &one)
+            .and_then(|()| confine_process_threads(pid, &all))
+            .and_then(|()| allowed_cpus_of(pid));
+        let widened = pin_process_all_threads(pid, &all).and_then(|()| allowed_cpus_of(pid));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Placed on one CPU of the set, it keeps it; pinning all threads widens it.
+        assert_eq!(kept.unwrap(), one);
+        assert_eq!(widened.unwrap(), all);
+    }
 
     #[test]
     fn masks_beyond_1024_cpus() {

@@ -196,9 +196,10 @@ impl ServerProcess {
             lines: rx,
         };
         if let Some(cpus) = &spec.pin {
-            // Threads started after exec inherit the mask; pin again anyway in
-            // case the server changed its own affinity.
-            let _ = uaring_affinity::pin_process_all_threads(pid, cpus);
+            // Threads started after exec inherit the mask; a thread the server moved
+            // outside it is brought back, but one it placed on a subset (a shard on
+            // one of the CPUs, its background threads on another) keeps its place.
+            let _ = uaring_affinity::confine_process_threads(pid, cpus);
         }
         if let Some(p) = spec.priority {
             // Inherited from exec on; set again in case the server changed its own.
