@@ -74,8 +74,12 @@ async function rawHistory(start, end, options) {
 
 async function waitHistory(start, end, n) {
   for (let i = 0; i < 100; i++) {
-    const v = await rawHistory(start, end, { returnBounds: false });
-    if (v.length >= n) return v;
+    const r = await session.readHistoryValue(SETPOINT, start, end, { returnBounds: false });
+    // GoodNoData until the written values have reached the store: ask again.
+    if (r.statusCode.value !== StatusCodes.GoodNoData.value) {
+      assert.ok(r.statusCode.isGood(), r.statusCode.toString());
+      if (r.historyData.dataValues.length >= n) return r.historyData.dataValues;
+    }
     await sleep(100);
   }
   throw new Error(`fewer than ${n} values in the history`);
