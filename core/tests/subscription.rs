@@ -273,6 +273,50 @@ fn keep_alive_lifetime_and_publish_queue() {
     assert_eq!(fault_status(&f), Some(StatusCode::BadNoSubscription));
 }
 
+/// A subscription that reuses the slot of a deleted one keeps its own publishing rate: the
+/// timer entry the deleted one left behind must not drive it as well (it did, and every
+/// cycle then ran twice: a keep-alive after every cycle instead of every third, and the
+/// lifetime spent twice as fast).
+#[test]
+fn a_reused_slot_keeps_one_publishing_timer() {
+    let mut s = Sub::new(ServerConfig::default());
+    let first = s.create(100.0, 3, 9, 0).subscription_id;
+    s.run_ms(50, 10); // its first cycle is still ahead: its timer entry stays in the heap
+    let hd = s.h.header(&s.token);
+    match s.h.call(Request::DeleteSubscriptions(Box::new(
+        DeleteSubscriptionsRequest {
+            request_header: hd,
+            subscription_ids: vec![first],
+        },
+    ))) {
+        Response::DeleteSubscriptions(r) => assert_eq!(r.results, vec![StatusCode::Good]),
+        other => panic!("{other:?}"),
+    }
+    let r = s.create(100.0, 3, 9, 0);
+    assert_eq!(r.revised_max_keep_alive_count, 3);
+    for _ in 0..4 {
+        assert!(s.publish(vec![]).is_none());
+    }
+    // The first cycle falls within 100 ms: one keep-alive. The next one only three cycles
+    // (300 ms) later, so none in the next 190 ms and one by 310 ms after the first.
+    let mut keep_alives = Vec::new();
+    for step in 1..=60 {
+        s.run_ms(10, 10);
+        for k in s.responses() {
+            assert!(k.notification_message.notification_data.is_empty());
+            keep_alives.push(step * 10);
+        }
+    }
+    assert!(keep_alives.len() >= 2, "{keep_alives:?}");
+    assert!(keep_alives[0] <= 100, "{keep_alives:?}");
+    let gap = keep_alives[1] - keep_alives[0];
+    assert!(
+        (290..=310).contains(&gap),
+        "a keep-alive every third cycle: {keep_alives:?}"
+    );
+    assert_eq!(s.h.state.subscriptions().subscription_count(), 1);
+}
+
 #[test]
 fn too_many_publish_requests() {
     let mut cfg = ServerConfig::default();

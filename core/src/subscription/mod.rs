@@ -629,6 +629,10 @@ pub struct SubscriptionEngine {
     /// How many publishing timers this shard has placed: the next one's phase (see
     /// [`SubscriptionEngine::first_cycle`]).
     phase_counter: u64,
+    /// The last generation handed to a publishing timer. Every timer placed (a subscription
+    /// created, modified or transferred in) takes a new one, so an entry a deleted
+    /// subscription left in the heap never drives the subscription that reuses its slot.
+    sub_timer_generation: u32,
     items: Slots<MonitoredItem>,
     /// The items' ids, which name their slots, and the free slots.
     ids: ids::ItemIds,
@@ -703,6 +707,7 @@ impl SubscriptionEngine {
             sub_ids: HashMap::new(),
             sub_counter: 0,
             phase_counter: 0,
+            sub_timer_generation: 0,
             items: Slots::default(),
             ids,
             sources: Slots::default(),
@@ -925,6 +930,12 @@ impl SubscriptionEngine {
         self.phase_counter = self.phase_counter.wrapping_add(1);
         let early = ((u128::from(fraction) * u128::from(interval)) >> 64) as u64;
         now.mono_ns.saturating_add(interval - early)
+    }
+
+    /// A new generation for a publishing timer (see `sub_timer_generation`).
+    fn next_timer_generation(&mut self) -> u32 {
+        self.sub_timer_generation = self.sub_timer_generation.wrapping_add(1);
+        self.sub_timer_generation
     }
 
     fn next_sub_id(&mut self) -> u32 {

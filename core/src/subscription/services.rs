@@ -74,6 +74,7 @@ impl SubscriptionEngine {
         let id = self.next_sub_id();
         let interval_ns = (interval_ms * 1e6) as u64;
         let first_ns = self.first_cycle(interval_ns, now);
+        let generation = self.next_timer_generation();
         let sub = Subscription {
             id,
             session: Some(key),
@@ -88,7 +89,7 @@ impl SubscriptionEngine {
             priority: req.priority,
             publishing_enabled: req.publishing_enabled,
             next_ns: first_ns,
-            timer_generation: 0,
+            timer_generation: generation,
             keep_alive_counter: 0,
             lifetime_counter: 0,
             message_sent: false,
@@ -102,7 +103,7 @@ impl SubscriptionEngine {
         };
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
-        self.sub_heap.push(Reverse((first_ns, slot, 0)));
+        self.sub_heap.push(Reverse((first_ns, slot, generation)));
         self.sessions.entry(key).or_default().subs.push(slot);
         Ok(Revised {
             subscription_id: id,
@@ -137,10 +138,13 @@ impl SubscriptionEngine {
             .get(slot as usize)
             .and_then(Option::as_ref)
             .is_some_and(|sub| interval_ms != sub.interval_ms);
-        let first_ns = if changed {
-            self.first_cycle(interval_ns, now)
+        let (first_ns, generation) = if changed {
+            (
+                self.first_cycle(interval_ns, now),
+                self.next_timer_generation(),
+            )
         } else {
-            0
+            (0, 0)
         };
         let sub = self
             .subs
@@ -156,7 +160,7 @@ impl SubscriptionEngine {
         if changed {
             sub.interval_ms = interval_ms;
             sub.interval_ns = interval_ns;
-            sub.timer_generation = sub.timer_generation.wrapping_add(1);
+            sub.timer_generation = generation;
             sub.next_ns = first_ns;
             self.sub_heap
                 .push(Reverse((sub.next_ns, slot, sub.timer_generation)));
@@ -450,14 +454,15 @@ impl SubscriptionEngine {
         sub.session = Some(key);
         sub.late = false;
         sub.lifetime_counter = 0;
-        sub.timer_generation = 0;
+        let generation = self.next_timer_generation();
+        sub.timer_generation = generation;
         sub.diag.transfer_requests = sub.diag.transfer_requests.wrapping_add(1);
         sub.next_ns = self.first_cycle(sub.interval_ns, now);
         let id = sub.id;
         let next_ns = sub.next_ns;
         let slot = slab_insert(&mut self.subs, &mut self.sub_free, sub);
         self.sub_ids.insert(id, slot);
-        self.sub_heap.push(Reverse((next_ns, slot, 0)));
+        self.sub_heap.push(Reverse((next_ns, slot, generation)));
         let mut slots = Vec::with_capacity(items.len());
         for mut item in items {
             // Exported off their sources: each keeps its node.
