@@ -22,19 +22,19 @@
 #[allow(dead_code)]
 mod alloc_count;
 
+#[path = "support/mod.rs"]
+mod support;
+
 use alloc_count::{browse, read, write, Net};
-use uaring_core::address_space::build::make::{folder, variable, WRITABLE};
+use support::plant_id;
+use uaring_core::address_space::build::make::WRITABLE;
 use uaring_core::address_space::ids;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::{
     BrowseDescription, BrowseDirection, BrowseRequest, ReadRequest, ReadValueId, TimestampsToReturn,
 };
 use uaring_core::server::connection::ConnStatus;
-use uaring_core::types::{DataValue, NodeId, QualifiedName, Variant};
-
-fn plant_id(i: u32) -> NodeId {
-    NodeId::string(1, format!("Plant.V{i}"))
-}
+use uaring_core::types::NodeId;
 
 fn read_plant(i: u32) -> Request {
     Request::Read(Box::new(ReadRequest {
@@ -83,30 +83,7 @@ fn main() {
 
     let mut net = if plant > 0 {
         Net::with_session_and(uaring_core::config::ServerConfig::default(), |b| {
-            b.reserve(plant as usize + 1);
-            let folder_id = NodeId::string(1, "Plant");
-            b.add(folder(
-                folder_id.clone(),
-                QualifiedName::new(1, "Plant"),
-                NodeId::ns0(ids::OBJECTS_FOLDER),
-            ))?;
-            for i in 0..plant {
-                b.add(variable(
-                    plant_id(i),
-                    QualifiedName::new(1, &format!("V{i}")),
-                    NodeId::ns0(11),
-                    -1,
-                    Vec::new(),
-                    DataValue {
-                        value: Variant::Double(i as f64),
-                        ..Default::default()
-                    },
-                    WRITABLE,
-                    0.0,
-                    Some((folder_id.clone(), ids::ORGANIZES)),
-                ))?;
-            }
-            Ok(())
+            support::add_plant(b, plant, WRITABLE, ids::ORGANIZES)
         })
     } else {
         Net::with_session()

@@ -10,38 +10,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use uaring_core::address_space::build::make::{folder, variable};
 use uaring_core::address_space::ids;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::context::RequestContext;
 use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::dispatch;
 use uaring_core::shared::ServerShared;
-use uaring_core::types::{DataValue, QualifiedName, Variant};
-use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
+use uaring_core::NodeId;
 
 #[path = "../tests/support/content.rs"]
 mod content;
+#[path = "support/mod.rs"]
+mod support;
 
-fn ctx() -> RequestContext<'static> {
-    RequestContext {
-        channel_id: 7,
-        security_policy_uri: "http://opcfoundation.org/UA/SecurityPolicy#None",
-        security_mode: MessageSecurityMode::None,
-        client_certificate: None,
-        peer: None,
-        endpoint_url: "opc.tcp://bench:4840",
-    }
-}
-
-fn start() -> Now {
-    Now::new(
-        1_000_000_000,
-        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
-    )
-}
+use support::{ctx, start};
 
 /// The harness's stride (`spread_stride`): near n × 0.618, coprime with n.
 fn stride(n: usize) -> usize {
@@ -73,68 +56,27 @@ struct Shard {
 
 impl Shard {
     fn new(n: u32) -> Shard {
-        let plant = NodeId::string(1, "Plant");
         let mut config = ServerConfig::default();
         config.operation_limits.max_nodes_per_read = 1000;
         config.operation_limits.max_nodes_per_browse = 1000;
         let shared: Arc<ServerShared> = content::new_and(config, start(), |b| {
-            b.reserve(n as usize + 1);
-            b.add(folder(
-                plant.clone(),
-                QualifiedName::new(1, "Plant"),
-                NodeId::ns0(ids::OBJECTS_FOLDER),
-            ))?;
-            for i in 0..n {
-                b.add(variable(
-                    NodeId::string(1, format!("Plant.V{i}")),
-                    QualifiedName::new(1, &format!("V{i}")),
-                    NodeId::ns0(11),
-                    -1,
-                    Vec::new(),
-                    DataValue {
-                        value: Variant::Double(i as f64),
-                        ..Default::default()
-                    },
-                    1,
-                    0.0,
-                    Some((plant.clone(), ids::HAS_COMPONENT)),
-                ))?;
-            }
-            Ok(())
+            support::add_plant(b, n, 1, ids::HAS_COMPONENT)
         })
         .expect("server");
-        let state = ServiceState::new(
+        let mut state = ServiceState::new(
             shared,
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),
         );
-        let mut s = Shard {
+        let token = support::open_session(&mut state, start());
+        Shard {
             state,
-            token: NodeId::NULL,
-            handle: 0,
+            token,
+            handle: 1,
             n: n as usize,
             step: stride(n as usize),
             at: 0,
-        };
-        let Response::CreateSession(cs) =
-            s.call(Request::CreateSession(Box::new(CreateSessionRequest {
-                requested_session_timeout: 3_600_000.0,
-                ..Default::default()
-            })))
-        else {
-            panic!("CreateSession")
-        };
-        s.token = cs.authentication_token.clone();
-        let hd = s.header();
-        let r = s.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            request_header: hd,
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
-                policy_id: UaString::from("anonymous"),
-            }),
-            ..Default::default()
-        })));
-        assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
-        s
+        }
     }
 
     fn header(&mut self) -> RequestHeader {
@@ -153,7 +95,7 @@ impl Shard {
 
     fn next_id(&mut self) -> NodeId {
         self.at = (self.at + self.step) % self.n;
-        NodeId::string(1, format!("Plant.V{}", self.at))
+        support::plant_id(self.at as u32)
     }
 
     fn request(&mut self, browse: bool, k: usize) -> Request {

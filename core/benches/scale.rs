@@ -35,15 +35,18 @@ use uaring_core::address_space::ids;
 use uaring_core::config::ServerConfig;
 use uaring_core::generated::messages::{Request, Response};
 use uaring_core::generated::types::*;
-use uaring_core::server::context::RequestContext;
 use uaring_core::server::service_state::ServiceState;
 use uaring_core::services::dispatch;
 use uaring_core::shared::ServerShared;
 use uaring_core::types::{DataValue, QualifiedName, Variant};
-use uaring_core::{DateTime, ExtensionObject, NodeId, Now, UaString};
+use uaring_core::{NodeId, Now};
 
 #[path = "../tests/support/content.rs"]
 mod content;
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{ctx, start};
 
 /// Live heap bytes of the whole process (allocated less freed).
 static LIVE: AtomicI64 = AtomicI64::new(0);
@@ -77,26 +80,7 @@ fn live() -> i64 {
     LIVE.load(Ordering::Relaxed)
 }
 
-const CH: u32 = 7;
 const BATCH: u32 = 10_000;
-
-fn ctx() -> RequestContext<'static> {
-    RequestContext {
-        channel_id: CH,
-        security_policy_uri: "http://opcfoundation.org/UA/SecurityPolicy#None",
-        security_mode: MessageSecurityMode::None,
-        client_certificate: None,
-        peer: None,
-        endpoint_url: "opc.tcp://bench:4840",
-    }
-}
-
-fn start() -> Now {
-    Now::new(
-        1_000_000_000,
-        DateTime::from_unix_nanos(1_700_000_000_000_000_000),
-    )
-}
 
 fn config() -> ServerConfig {
     let mut c = ServerConfig::default();
@@ -132,56 +116,11 @@ fn server_bytes(
 
 fn node_memory(n: u32) {
     let base = server_bytes(|_| Ok(()));
-    let plant = NodeId::string(1, "Plant");
-    let (vars, vars_s) = server_bytes_timed(|b| {
-        b.reserve(n as usize + 1);
-        b.add(folder(
-            plant.clone(),
-            QualifiedName::new(1, "Plant"),
-            NodeId::ns0(ids::OBJECTS_FOLDER),
-        ))?;
-        for i in 0..n {
-            b.add(variable(
-                NodeId::string(1, format!("Plant.V{i}")),
-                QualifiedName::new(1, &format!("V{i}")),
-                NodeId::ns0(11),
-                -1,
-                Vec::new(),
-                DataValue {
-                    value: Variant::Double(i as f64),
-                    ..Default::default()
-                },
-                WRITABLE,
-                0.0,
-                Some((plant.clone(), ids::ORGANIZES)),
-            ))?;
-        }
-        Ok(())
-    });
+    let (vars, vars_s) = server_bytes_timed(|b| support::add_plant(b, n, WRITABLE, ids::ORGANIZES));
     let numeric = server_bytes(|b| {
-        b.reserve(n as usize + 1);
-        b.add(folder(
-            plant.clone(),
-            QualifiedName::new(1, "Plant"),
-            NodeId::ns0(ids::OBJECTS_FOLDER),
-        ))?;
-        for i in 0..n {
-            b.add(variable(
-                NodeId::numeric(1, 100_000 + i),
-                QualifiedName::new(1, &format!("V{i}")),
-                NodeId::ns0(11),
-                -1,
-                Vec::new(),
-                DataValue {
-                    value: Variant::Double(i as f64),
-                    ..Default::default()
-                },
-                WRITABLE,
-                0.0,
-                Some((plant.clone(), ids::ORGANIZES)),
-            ))?;
-        }
-        Ok(())
+        support::add_plant_named(b, n, WRITABLE, ids::ORGANIZES, |i| {
+            NodeId::numeric(1, 100_000 + i)
+        })
     });
     let folders = server_bytes(|b| {
         b.reserve(n as usize);
@@ -245,31 +184,15 @@ impl Shard {
             0,
             Box::new(uaring_core::random::ChaCha::from_u64(1)),
         );
+        let mut state = shard;
+        let token = support::open_session(&mut state, start());
         let mut s = Shard {
-            state: shard,
+            state,
             now: start(),
-            token: NodeId::NULL,
-            handle: 0,
+            token,
+            handle: 1,
             sub: 0,
         };
-        let Response::CreateSession(cs) =
-            s.call(Request::CreateSession(Box::new(CreateSessionRequest {
-                requested_session_timeout: 3_600_000.0,
-                ..Default::default()
-            })))
-        else {
-            panic!("CreateSession")
-        };
-        s.token = cs.authentication_token.clone();
-        let hd = s.header();
-        let r = s.call(Request::ActivateSession(Box::new(ActivateSessionRequest {
-            request_header: hd,
-            user_identity_token: ExtensionObject::from_struct(&AnonymousIdentityToken {
-                policy_id: UaString::from("anonymous"),
-            }),
-            ..Default::default()
-        })));
-        assert!(matches!(r, Response::ActivateSession(_)), "{r:?}");
         let hd = s.header();
         let Response::CreateSubscription(sub) = s.call(Request::CreateSubscription(Box::new(
             CreateSubscriptionRequest {
