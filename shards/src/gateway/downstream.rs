@@ -1247,6 +1247,17 @@ impl Downstream {
             attribute_id: 13,
             index_range: UaString::null(),
         });
+        // The condition fields (Part 9), null in events that are no conditions.
+        select.extend(
+            CONDITION_FIELDS
+                .iter()
+                .map(|&(ty, path)| SimpleAttributeOperand {
+                    type_definition_id: NodeId::ns0(ty),
+                    browse_path: path.split('/').map(|p| QualifiedName::new(0, p)).collect(),
+                    attribute_id: 13,
+                    index_range: UaString::null(),
+                }),
+        );
         let filter = EventFilter {
             select_clauses: select,
             where_clause: ContentFilter::default(),
@@ -1907,6 +1918,17 @@ impl Downstream {
                 }
                 _ => server.events.ids.next(),
             };
+            // The condition fields the server sent, under their paths; NodeIds in them
+            // (a limit alarm's InputNode, say) named here.
+            let mut fields = Vec::<EventField>::new();
+            for (i, &(_, path)) in CONDITION_FIELDS.iter().enumerate() {
+                let mut value = f(FIRST_CONDITION_FIELD + i);
+                if matches!(value, Variant::Empty) {
+                    continue;
+                }
+                self.names.value_in(&mut value);
+                fields.push(EventField::ns0(path, value));
+            }
             let event = Event {
                 event_id,
                 type_chain: uaring_core::events::type_chain(&space, &event_type),
@@ -1918,7 +1940,7 @@ impl Downstream {
                 message,
                 severity,
                 condition_id,
-                fields: Vec::<EventField>::new(),
+                fields,
                 notifiers: uaring_core::events::notifiers_of(&space, &source).into(),
             };
             server.events.bus.publish(event);
@@ -3429,6 +3451,47 @@ const EVENT_FIELDS: [&str; 8] = [
     "ReceiveTime",
     "Message",
     "Severity",
+];
+
+/// Where the condition fields begin in the event item's select clauses (after
+/// [`EVENT_FIELDS`], ConditionId and Changes).
+const FIRST_CONDITION_FIELD: usize = EVENT_FIELDS.len() + 2;
+
+/// The condition fields (Part 9 §5.5–5.8) the gateway's event item selects: (the type that
+/// defines the field, its browse path). A passed-on condition event carries those the server
+/// sent, so a client here filters on and shows AckedState/Id, ActiveState/Id, Retain, …
+/// as it would at the server.
+const CONDITION_FIELDS: [(u32, &str); 30] = [
+    (ids::ConditionType, "ConditionClassId"),
+    (ids::ConditionType, "ConditionClassName"),
+    (ids::ConditionType, "ConditionName"),
+    (ids::ConditionType, "BranchId"),
+    (ids::ConditionType, "Retain"),
+    (ids::ConditionType, "EnabledState"),
+    (ids::ConditionType, "EnabledState/Id"),
+    (ids::ConditionType, "Quality"),
+    (ids::ConditionType, "Quality/SourceTimestamp"),
+    (ids::ConditionType, "LastSeverity"),
+    (ids::ConditionType, "LastSeverity/SourceTimestamp"),
+    (ids::ConditionType, "Comment"),
+    (ids::ConditionType, "Comment/SourceTimestamp"),
+    (ids::ConditionType, "ClientUserId"),
+    (ids::AcknowledgeableConditionType, "AckedState"),
+    (ids::AcknowledgeableConditionType, "AckedState/Id"),
+    (ids::AcknowledgeableConditionType, "ConfirmedState"),
+    (ids::AcknowledgeableConditionType, "ConfirmedState/Id"),
+    (ids::AlarmConditionType, "ActiveState"),
+    (ids::AlarmConditionType, "ActiveState/Id"),
+    (ids::AlarmConditionType, "InputNode"),
+    (ids::AlarmConditionType, "SuppressedOrShelved"),
+    (ids::AlarmConditionType, "ShelvingState/CurrentState"),
+    (ids::AlarmConditionType, "ShelvingState/CurrentState/Id"),
+    (ids::AlarmConditionType, "ShelvingState/UnshelveTime"),
+    (ids::AlarmConditionType, "MaxTimeShelved"),
+    (ids::LimitAlarmType, "HighHighLimit"),
+    (ids::LimitAlarmType, "HighLimit"),
+    (ids::LimitAlarmType, "LowLimit"),
+    (ids::LimitAlarmType, "LowLowLimit"),
 ];
 
 /// A certificate file (DER or PEM) as DER.

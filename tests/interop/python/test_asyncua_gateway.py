@@ -844,6 +844,68 @@ def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
     run(go())
 
 
+def test_passed_on_alarm_events_carry_the_condition_fields(gateway):
+    """The plant's alarm event through the gateway carries the condition fields (Part 9) the
+    plant sent: an event filter here selects ConditionName, Retain, ActiveState and its Id,
+    AckedState/Id, HighLimit and the ConditionId, and gets them as the plant has them, before
+    and after an Acknowledge called here."""
+    from test_asyncua_events import collect_events, event_items, select
+    from test_asyncua_subscriptions import Raw
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c, Client(
+            gateway.pex.url, timeout=10
+        ) as d:
+            alarm = await mirrored(c, "p", "Plant", "HighSetpoint")
+            setpoint = await mirrored(c, "p", "Plant", "Setpoint")
+            ns = await d.get_namespace_index("urn:uaring:example:plant")
+            there = lambda s: d.get_node(ua.NodeId(s, ns))
+            await setpoint.write_value(ua.DataValue(ua.Variant(50.0, ua.VariantType.Double)))
+            r = Raw(c)
+            sub = await r.create_subscription(interval=50)
+            f = ua.EventFilter()
+            f.SelectClauses = [
+                select("EventType"),
+                select("EventId"),
+                select("ConditionName", type_id=ua.NodeId(2782, 0)),
+                select("Retain", type_id=ua.NodeId(2782, 0)),
+                select("ActiveState", type_id=ua.NodeId(2915, 0)),
+                select("ActiveState", "Id", type_id=ua.NodeId(2915, 0)),
+                select("AckedState", "Id", type_id=ua.NodeId(2881, 0)),
+                select("HighLimit", type_id=ua.NodeId(2955, 0)),
+                select(type_id=ua.NodeId(2782, 0), attr=ua.AttributeIds.NodeId),
+            ]
+            res = await event_items(r, sub.SubscriptionId, [(ua.NodeId(2253, 0), f)])
+            assert res[0].StatusCode.is_good(), res[0]
+            await setpoint.write_value(ua.DataValue(ua.Variant(95.0, ua.VariantType.Double)))
+
+            def active(g):
+                return [x for (_, x) in g if x[0] == ua.NodeId(10060, 0) and x[5] is True]
+
+            ev = active(await collect_events(r, active))[-1]
+            assert ev[2] == "HighSetpoint", ev
+            assert ev[3] is True, "an active alarm is retained"
+            assert ev[4].Text == "Active", ev[4]
+            assert ev[6] is False and await there("Plant.HighSetpoint.AckedState.Id").read_value() is False
+            assert ev[7] == 90.0, "the limit alarm's HighLimit"
+            assert ev[8] == alarm.nodeid, "the ConditionId names the mirrored condition"
+            await alarm.call_method(
+                ua.NodeId(9111, 0),
+                ua.Variant(ev[1], ua.VariantType.ByteString),
+                ua.Variant(ua.LocalizedText("seen through the gateway"), ua.VariantType.LocalizedText),
+            )
+
+            def acked(g):
+                return [x for (_, x) in g if x[0] == ua.NodeId(10060, 0) and x[6] is True]
+
+            ev2 = acked(await collect_events(r, acked))[-1]
+            assert ev2[1] != ev[1] and ev2[5] is True and ev2[2] == "HighSetpoint"
+            assert await there("Plant.HighSetpoint.AckedState.Id").read_value() is True
+            await setpoint.write_value(ua.DataValue(ua.Variant(50.0, ua.VariantType.Double)))
+
+    run(go())
+
+
 def test_configured_nodes_are_monitored_whatever_the_demand(gateway):
     """`monitor` (a NodeId and a browse path): two items on uaring downstream from the
     start, with no item here; the mirrored cells are kept current (read from the cell: maxAge
