@@ -6,10 +6,15 @@
 //!   notifications, and the encoding of that PublishResponse (as the connection does).
 //!   Reported per notification.
 //! * `fan_out`: K items on the same node share one sample (K = 1, 5, 15 sessions' worth).
+//! * `sample_scattered`: one tick of 200,000 items whose nodes are scattered over the address
+//!   space (item i on counter `i × 7919 mod N + 1`): items and sources sit in their tables in
+//!   creation order, the nodes' records and cells anywhere, as when clients subscribe in
+//!   their own order; too big for the caches, so the bucket walk's reading ahead shows here.
 //!
 //! `SAMPLE_TICKS=K` runs only the `sample` set-up and K ticks, no criterion: under
 //! `valgrind --tool=callgrind`, two values of K give instructions per tick that two builds
-//! can be compared by on a busy machine.
+//! can be compared by on a busy machine (`SAMPLE_ITEMS=N` for another number of items,
+//! `SAMPLE_SCATTERED=1` for the scattered nodes).
 //!
 //! After the timings the bench prints heap allocations per sample and per notification in
 //! steady state (`cargo bench -p uaring-core --bench subscription`): the server's side, from
@@ -246,6 +251,12 @@ impl Bench {
     }
 }
 
+/// The counter (1..=n) of item `i` when the items' nodes are scattered: a step of 7919 (a
+/// prime, so every counter once for n not a multiple of it) through the address space.
+fn scatter(i: u32, n: u32) -> u32 {
+    (u64::from(i) * 7919 % u64::from(n)) as u32 + 1
+}
+
 fn benches(c: &mut Criterion) {
     const N: u32 = 10_000;
     if let Some(ticks) = std::env::var("SAMPLE_TICKS")
@@ -255,7 +266,18 @@ fn benches(c: &mut Criterion) {
         // Just the `sample` set-up and that many ticks, for an instruction count under
         // callgrind (deterministic where wall-clock times are not): run it with two counts
         // and divide the difference.
-        let mut b = Bench::new(N, 3_600_000.0, N, |i| i + 1);
+        let n = std::env::var("SAMPLE_ITEMS")
+            .ok()
+            .and_then(|t| t.parse::<u32>().ok())
+            .unwrap_or(N);
+        let scattered = std::env::var_os("SAMPLE_SCATTERED").is_some();
+        let mut b = Bench::new(n, 3_600_000.0, n, |i| {
+            if scattered {
+                scatter(i, n)
+            } else {
+                i + 1
+            }
+        });
         for _ in 0..10 + ticks {
             b.tick();
         }
@@ -300,6 +322,17 @@ fn benches(c: &mut Criterion) {
         }
         let per = total as f64 / (100.0 * N as f64);
         println!("publish: {per:.4} heap allocations per notification ({} per message of {N}, encoded; steady state)", total as f64 / 100.0);
+    }
+    {
+        const M: u32 = 200_000;
+        g.throughput(Throughput::Elements(M as u64));
+        let mut b = Bench::new(M, 3_600_000.0, M, |i| scatter(i, M));
+        for _ in 0..3 {
+            b.tick();
+        }
+        g.bench_function(BenchmarkId::new("sample_scattered", M), |x| {
+            x.iter(|| b.tick())
+        });
     }
     g.finish();
     let mut g = c.benchmark_group("fan_out");

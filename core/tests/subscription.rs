@@ -1017,3 +1017,47 @@ fn a_deleted_items_id_names_nothing_after_its_slot_is_reused() {
     );
     assert_eq!(s.h.state.subscriptions().monitored_item_count(), 2);
 }
+
+/// A bucket big enough for the sampling walk to read ahead (more than 16,384 sources), its
+/// nodes scattered (items created in another order than the nodes): every counter is sampled
+/// once a tick and every item reports its own counter's value.
+#[test]
+fn a_big_bucket_samples_every_source_once_a_tick() {
+    const N: u32 = 20_000;
+    let mut config = ServerConfig::default();
+    config.operation_limits.max_monitored_items_per_call = N;
+    let mut s = Sub::with_content(config, &content::Content::counters(N));
+    let sub = s.create(1000.0, 10, 100, 0).subscription_id;
+    // Item i (client handle i + 1) on counter i × 7919 mod N + 1: 7919 is prime, so each
+    // counter once.
+    let node = |i: u32| (u64::from(i) * 7919 % u64::from(N)) as u32 + 1;
+    let nodes: Vec<(NodeId, f64, u32)> = (0..N)
+        .map(|i| (NodeId::numeric(1, node(i)), 10.0, 1))
+        .collect();
+    let r = s.items(sub, &nodes);
+    assert!(r.iter().all(|x| x.status_code == StatusCode::Good));
+    s.run_ms(50, 10);
+    let before = s.h.state.subscriptions().stats().samples;
+    s.run_ms(50, 10);
+    let st = s.h.state.subscriptions().stats();
+    assert_eq!(
+        st.samples - before,
+        5 * u64::from(N),
+        "every source once a tick"
+    );
+    assert_eq!(st.missed_ticks, 0);
+    assert!(s.publish(vec![]).is_none());
+    s.run_ms(1000, 10);
+    let resp = s.responses();
+    assert_eq!(resp.len(), 1);
+    let n = data_changes(&resp[0].notification_message);
+    assert_eq!(n.len(), N as usize, "queue of 1: the latest of each item");
+    // Every counter was read once at creation and then sampled on every tick: the same
+    // value for all, and every item reported.
+    let first = n[0].value.value.clone();
+    assert!(matches!(first, Variant::UInt64(v) if v > 100), "{first:?}");
+    assert!(n.iter().all(|x| x.value.value == first));
+    let mut handles: Vec<u32> = n.iter().map(|x| x.client_handle).collect();
+    handles.sort_unstable();
+    assert!(handles.iter().copied().eq(1..=N));
+}

@@ -675,8 +675,9 @@ impl LastSample {
     }
 
     /// Replaces the sample kept with `dv`, whose fixed-size parts are `fresh` (from
-    /// [`Fresh::of`]).
-    #[inline]
+    /// [`Fresh::of`]). The scalar case is inlined (out of line, the call took `dv`'s 80
+    /// bytes as an argument: 36 instructions a sample); the others are not.
+    #[inline(always)]
     pub fn store_fresh(&mut self, fresh: Fresh, dv: DataValue) {
         if let Some(p) = fresh.0 {
             self.0 = p.kept();
@@ -684,7 +685,16 @@ impl LastSample {
             // nothing to free, and its drop was an out-of-line call on every sample.
             debug_assert!(scalar_bits(&dv.value).is_some());
             std::mem::forget(dv);
-        } else if let Some(value) = self.reuse_box(&dv) {
+        } else {
+            self.store_other(dv);
+        }
+    }
+
+    /// [`LastSample::store_fresh`] of a sample that is no fixed-size scalar without
+    /// picoseconds.
+    #[inline(never)]
+    fn store_other(&mut self, dv: DataValue) {
+        if let Some(value) = self.reuse_box(&dv) {
             *value = dv.value;
         } else {
             match &mut self.0 {

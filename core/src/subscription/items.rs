@@ -1017,22 +1017,21 @@ impl SubscriptionEngine {
 const EVENT_NOTIFIER: u8 = attr::EventNotifier as u8;
 const _: () = assert!(EVENT_NOTIFIER as u32 == attr::EventNotifier);
 
-/// Samples a node's attribute: the hot path for stored, dynamic and counter values; the
-/// generic Read path otherwise.
+/// Samples a node's attribute: the hot path for stored, dynamic and counter values
+/// (inlined into the bucket walk: a call returning the 80-byte sample cost 16 instructions a
+/// sample for its frame alone); the generic Read path otherwise, out of line.
+#[inline(always)]
 pub(super) fn sample_value(
     space: &AddressSpace,
     (node_index, generation): (u32, u32),
     attribute_id: u32,
     now: Now,
 ) -> DataValue {
-    let Some(node) = space.node_at_generation(node_index, generation) else {
-        return DataValue {
-            status: Some(StatusCode::BadNodeIdUnknown),
-            ..Default::default()
-        };
-    };
     if attribute_id == attr::Value {
-        if let Some(v) = node.as_variable() {
+        if let Some(v) = space
+            .node_at_generation(node_index, generation)
+            .and_then(|n| n.as_variable())
+        {
             if v.access_level() & access_level::CURRENT_READ != 0 {
                 let source = v.source();
                 let mut dv = match source {
@@ -1048,6 +1047,25 @@ pub(super) fn sample_value(
             }
         }
     }
+    sample_other(space, (node_index, generation), attribute_id, now)
+}
+
+/// [`sample_value`] off its hot path: a node gone, an attribute other than a readable
+/// Variable's Value.
+#[cold]
+#[inline(never)]
+fn sample_other(
+    space: &AddressSpace,
+    (node_index, generation): (u32, u32),
+    attribute_id: u32,
+    now: Now,
+) -> DataValue {
+    let Some(node) = space.node_at_generation(node_index, generation) else {
+        return DataValue {
+            status: Some(StatusCode::BadNodeIdUnknown),
+            ..Default::default()
+        };
+    };
     read_attribute(
         space,
         &node.node_id(),

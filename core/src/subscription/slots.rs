@@ -44,6 +44,15 @@ impl<T> Slots<T> {
             .and_then(|c| c.get_mut(i % CHUNK))
     }
 
+    /// Starts loading slot `i`'s cache lines without reading it (the chunk table only): a
+    /// hint, nothing changes (see `address_space::store::prefetch`).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, i: usize) {
+        if let Some(slot) = self.get(i) {
+            crate::address_space::store::prefetch::prefetch(slot);
+        }
+    }
+
     /// Puts `v` into slot `i`: a slot handed out before, or the next new one (`len`).
     /// Returns false (and keeps nothing) for a slot past that.
     pub(crate) fn put(&mut self, i: u32, v: T) -> bool {

@@ -25,6 +25,61 @@ fn mark_after_gap(item: &mut MonitoredItem, len_before: usize) {
     }
 }
 
+/// How many sources apart the two stages of the bucket walk's reading ahead are (see
+/// [`ReadAhead`]). A sample takes about as long as a miss to memory, so a few sources ahead
+/// is far enough, and 2 × 4 sources' lines in flight stay well inside the first-level cache.
+const AHEAD: usize = 4;
+
+/// Buckets of fewer sources are walked without reading ahead: their sources, items and
+/// nodes (about 230 bytes a source of one item, 4 MB at this many) mostly stay in the caches
+/// from one tick to the next, and reading ahead adds 90 instructions a sample to the 419 of
+/// the walk (callgrind, `subscription/sample` at 10,000 items).
+const READ_AHEAD_MIN: usize = 16_384;
+
+/// Reads ahead what sampling the bucket's later sources will touch, in two stages (each
+/// address is known only once the line before it arrived, as in
+/// `address_space::store::prefetch`): the node's record and the first item of the source
+/// `2 × AHEAD` ahead, then, `AHEAD` sources later (the record arrived), the node's value
+/// cell (the Variable's state word, for a computed one). Items and sources live in slot
+/// tables in the order they were created, the nodes wherever the address space put them:
+/// when clients subscribe in their own order the records and cells are scattered, and each
+/// sample waited for its node's record, then its cell, in series. Hints only: nothing read
+/// here decides anything, and a slot freed meanwhile costs a wasted line. The source slots
+/// themselves are not read ahead: the bucket lists them in creation order, which the
+/// hardware's own prefetcher follows.
+struct ReadAhead {
+    /// The node indexes of the sources between the two stages, by position in the bucket.
+    nodes: [u32; 2 * AHEAD],
+}
+
+impl ReadAhead {
+    #[inline(always)]
+    fn step(
+        &mut self,
+        sources: &Slots<Source>,
+        items: &Slots<MonitoredItem>,
+        store: &crate::address_space::store::Store,
+        list: &[u32],
+        i: usize,
+    ) {
+        const MASK: usize = 2 * AHEAD - 1;
+        if let Some(&t) = list.get(i + 2 * AHEAD) {
+            if let Some(Some(src)) = sources.get(t as usize) {
+                store.prefetch_record(src.node_index);
+                items.prefetch(src.first as usize);
+                if let Some(n) = self.nodes.get_mut((i + 2 * AHEAD) & MASK) {
+                    *n = src.node_index;
+                }
+            }
+        }
+        if i + AHEAD < list.len() {
+            if let Some(&n) = self.nodes.get((i + AHEAD) & MASK) {
+                store.prefetch_cell(n);
+            }
+        }
+    }
+}
+
 impl SubscriptionEngine {
     // ---- timers ----------------------------------------------------------------------
 
@@ -220,7 +275,25 @@ impl SubscriptionEngine {
         self.bucket_heap.push(Reverse((next, b, generation)));
         let shard = self.shard_index as usize;
         let any_async = space.has_async();
-        for &s in &sources {
+        // Read ahead in big buckets (see `ReadAhead`); the first stage's first sources.
+        let mut ahead = (sources.len() >= READ_AHEAD_MIN).then_some(ReadAhead {
+            nodes: [NONE; 2 * AHEAD],
+        });
+        if let Some(a) = ahead.as_mut() {
+            for (j, &t) in sources.iter().enumerate().take(2 * AHEAD) {
+                if let Some(Some(src)) = self.sources.get(t as usize) {
+                    space.store.prefetch_record(src.node_index);
+                    self.items.prefetch(src.first as usize);
+                    if let Some(n) = a.nodes.get_mut(j) {
+                        *n = src.node_index;
+                    }
+                }
+            }
+        }
+        for (i, &s) in sources.iter().enumerate() {
+            if let Some(a) = ahead.as_mut() {
+                a.step(&self.sources, &self.items, &space.store, &sources, i);
+            }
             let Some(Some(src)) = self.sources.get_mut(s as usize) else {
                 continue;
             };
@@ -304,7 +377,7 @@ impl SubscriptionEngine {
                 }
                 at = next;
             }
-            advance_source(src, s, &mut self.run_starts, (sample, fresh), diff);
+            advance_source(src, s, &mut self.run_starts, sample, fresh, diff);
         }
         // Aggregate items end their processing intervals on their source's ticks, changed
         // sample or not.

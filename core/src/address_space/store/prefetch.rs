@@ -135,3 +135,28 @@ impl Store {
         }
     }
 }
+
+impl Store {
+    /// Reads ahead the record of the node at `index` (a sampling source's node, known by
+    /// index: no id to look up). A hint only, as [`prefetch`].
+    #[inline]
+    pub(crate) fn prefetch_record(&self, index: u32) {
+        if let Some(r) = self.recs.get(index) {
+            prefetch(r);
+        }
+    }
+
+    /// Reads ahead the value cell of the Variable at `index`, its record read (best called a
+    /// few steps after [`Store::prefetch_record`] of the same node, so the record is there).
+    /// A hint only, as [`prefetch`].
+    #[inline]
+    pub(crate) fn prefetch_cell(&self, index: u32) {
+        if let Some(r) = self.recs.get(index) {
+            if r.class == NodeClass::Variable.0 as u8 {
+                if let Some(c) = self.cells.get(r.data) {
+                    prefetch(c);
+                }
+            }
+        }
+    }
+}
