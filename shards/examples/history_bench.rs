@@ -42,7 +42,7 @@
 //!   the push threads' (the application's ingest) — both beside the shards' 0.
 //! * `--background-cpus EXPR` (default: not pinned): `runtime.background_cpus`, where the
 //!   store's threads run; `--push-cpus LIST` (default: not pinned): where the push threads
-//!   run (a CPU list like `1` or `2-3`).
+//!   and the `history-stats` thread run (a CPU list like `1` or `2-3`).
 //! * SIGINT/SIGTERM stop it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -463,15 +463,23 @@ fn run(a: &Args, dir: &std::path::Path) -> Result<(), uaring::Error> {
         }
         let every = Duration::from_millis(a.stats_ms.max(1));
         let store = server.history_store();
+        let cpus = a.push_cpus.clone();
         std::thread::Builder::new()
             .name("push-stats".into())
             .spawn(move || {
                 use std::io::Write;
+                // Part of the ingest load: beside the push threads, off the shards' CPUs
+                // (unpinned, the scheduler put it on the shard's CPU now and then).
+                if !cpus.is_empty() {
+                    let _ = uaring_affinity::pin_current_thread(&cpus);
+                }
                 let mut tick = Instant::now();
                 loop {
                     tick += every;
                     std::thread::sleep(tick.saturating_duration_since(Instant::now()));
-                    let s = store.as_ref().map(|s| s.stats()).unwrap_or_default();
+                    // The counters alone: `stats()` would take all N series' locks, which
+                    // the writer takes for every sample.
+                    let s = store.as_ref().map(|s| s.counters()).unwrap_or_default();
                     let mut o = std::io::stdout().lock();
                     let _ = writeln!(
                         o,

@@ -1565,10 +1565,8 @@ impl Store {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut st = StoreStats {
-            series: all.len() as u64,
-            ..StoreStats::default()
-        };
+        let mut st = self.counters();
+        st.series = all.len() as u64;
         for s in &all {
             let g = lock(&s.st);
             st.chunks += g.chunks.len() as u64;
@@ -1576,6 +1574,15 @@ impl Store {
                 g.chunks.iter().map(|c| c.count as u64).sum::<u64>() + g.head.len() as u64;
             st.head_samples += g.head.len() as u64;
         }
+        st
+    }
+
+    /// [`Store::stats`] without the sizes that need every series' lock (`series`,
+    /// `samples`, `head_samples` and `chunks` are 0): the counters alone, a few atomic
+    /// loads, for a caller that polls often (the walk takes each series' lock, which the
+    /// writer takes for every sample it appends).
+    pub fn counters(&self) -> StoreStats {
+        let mut st = StoreStats::default();
         let c = &self.c;
         st.segments = c.segments.load(Relaxed);
         st.segment_bytes = c.segment_bytes.load(Relaxed);
