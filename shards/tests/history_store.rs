@@ -186,6 +186,22 @@ fn every_variant_kind_round_trips_through_chunks_wal_and_reopen() {
     let st = store.stats();
     assert_eq!(st.samples, (kinds as i64 * n) as u64);
     assert!(st.chunks >= 2 * kinds as u64, "{st:?}");
+    // The counters alone: the same counters, and none of the sizes that walk the series.
+    let c = store.counters();
+    assert_eq!(
+        (c.series, c.samples, c.head_samples, c.chunks),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(
+        uaring::history::StoreStats {
+            series: st.series,
+            samples: st.samples,
+            head_samples: st.head_samples,
+            chunks: st.chunks,
+            ..c
+        },
+        st
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
