@@ -753,12 +753,23 @@ struct PhaseSampler {
 const MARK_POLL: Duration = Duration::from_millis(2);
 
 impl PhaseSampler {
-    fn start(pids: Vec<i32>, clock: Arc<ChurnClock>) -> Result<PhaseSampler, String> {
+    /// `cpus`: the client's CPUs (`--client-cpus`), where the sampler runs as the load
+    /// threads do: unpinned, its wake-ups every [`MARK_POLL`] landed on the server's CPU.
+    fn start(
+        pids: Vec<i32>,
+        clock: Arc<ChurnClock>,
+        cpus: Vec<usize>,
+    ) -> Result<PhaseSampler, String> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let handle = std::thread::Builder::new()
             .name("churn-sampler".into())
             .spawn(move || {
+                if !cpus.is_empty() {
+                    if let Err(e) = uaring_affinity::pin_current_thread(&cpus) {
+                        eprintln!("churn-sampler: cannot pin to the client CPUs {cpus:?}: {e}");
+                    }
+                }
                 let mut marks: [Option<PhaseMark>; 4] = Default::default();
                 while !stop2.load(Ordering::Acquire) {
                     let cells = [
@@ -1006,7 +1017,8 @@ pub fn run_scale_churn(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         let clock = Arc::new(ChurnClock::default());
         let phases = Arc::new(Mutex::new(ReaderPhases::default()));
         let churn = Arc::new(Mutex::new(ChurnStats::default()));
-        let sampler = PhaseSampler::start(running.pids.clone(), clock.clone())?;
+        let sampler =
+            PhaseSampler::start(running.pids.clone(), clock.clone(), cfg.client_cpus.clone())?;
         let (p2, clock2, phases2, churn2) =
             (p.clone(), clock.clone(), phases.clone(), churn.clone());
         let factory = Arc::new(move |i: usize| -> DynDriver {
