@@ -589,3 +589,79 @@ fn the_model_writer_edits_off_the_shard_within_its_bounds() {
         Some(StatusCode::BadInternalError)
     );
 }
+
+/// What a big AddNodes and DeleteNodes leave: the statuses, the folder's children after
+/// each, and some values read back.
+#[derive(Debug, PartialEq)]
+struct BigEdit {
+    added: Vec<StatusCode>,
+    children: Vec<NodeId>,
+    values: Vec<Variant>,
+    deleted: Vec<StatusCode>,
+    left: Vec<NodeId>,
+}
+
+fn big_edit() -> BigEdit {
+    let shared = content::new(ServerConfig::default(), start()).unwrap();
+    let (mut adm, at) = session(shared, 0, admin());
+    let folder = NodeId::string(1, "Big");
+    let id = |i: u32| NodeId::string(1, format!("Big.V{i}"));
+    let r = add(
+        &mut adm,
+        &at,
+        vec![object_item(NodeId::ns0(85), folder.clone(), "Big", 61)],
+    );
+    assert!(r[0].status_code.is_good(), "{r:?}");
+    // A full request (max_nodes_per_node_management), one name repeated.
+    let mut items: Vec<AddNodesItem> = (0..999)
+        .map(|i| variable_item(folder.clone(), id(i), &format!("V{i}"), i as f64))
+        .collect();
+    items.push(variable_item(folder.clone(), id(5000), "V17", 0.0));
+    let added = add(&mut adm, &at, items)
+        .iter()
+        .map(|r| r.status_code)
+        .collect();
+    let mut children = children_of(&mut adm, &at, folder.clone());
+    children.sort_by_key(|n| format!("{n:?}"));
+    let values = [0, 17, 500, 998]
+        .into_iter()
+        .map(|i| read_value(&mut adm, &at, id(i)).value)
+        .collect();
+    // Every other one, and one that is not there.
+    let mut gone: Vec<NodeId> = (0..999).step_by(2).map(id).collect();
+    gone.push(id(5000));
+    let deleted = delete(&mut adm, &at, gone);
+    let mut left = children_of(&mut adm, &at, folder);
+    left.sort_by_key(|n| format!("{n:?}"));
+    BigEdit {
+        added,
+        children,
+        values,
+        deleted,
+        left,
+    }
+}
+
+#[test]
+fn a_big_edit_calls_the_pause_hook_between_its_steps_and_ends_the_same() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use uaring_core::address_space::edit::set_pause;
+    // Without a hook (no writer here: the edits run on this thread, in the call).
+    let plain = big_edit();
+    assert_eq!(plain.children.len(), 999);
+    assert_eq!(plain.left.len(), 499);
+    let calls = Rc::new(Cell::new(0usize));
+    let c = calls.clone();
+    assert!(set_pause(Some(Box::new(move || c.set(c.get() + 1)))).is_none());
+    let paused = big_edit();
+    let n = calls.get();
+    // Every node added (1,001 asked, the folder's request included) and removed (501
+    // asked), at least.
+    assert!(n >= 1_001 + 501, "{n} pauses");
+    assert_eq!(paused, plain);
+    // Taken away: no more calls.
+    assert!(set_pause(None).is_some());
+    let _ = big_edit();
+    assert_eq!(calls.get(), n);
+}

@@ -9,11 +9,20 @@
 //! once; nothing is seen by a reader before the commit. Removing many references from one
 //! list (deleting the children of a big folder) is done in one pass at the end.
 //!
+//! **Pauses.** A big edit (an AddNodes of a thousand nodes, its commit) runs for several
+//! milliseconds on the model writer thread, which may share a CPU with a shard. Core reads
+//! no clock, so the caller decides when to give the CPU away: [`set_pause`] installs, for
+//! the calling thread, a hook the edit calls between its steps (each node or reference
+//! added or removed, each list the deletes filter, the phases of the commit). The runtime's
+//! writer yields the CPU there once about 0.1 ms has passed since it last did. The hook
+//! changes nothing in the edit: it is called between steps, never with a step half done.
+//!
 //! What the edit checks is the address space's consistency (an id used twice, a reference
 //! to or from nothing, an index beyond the room kept at start); the Part 4 rules of
 //! AddNodes (parent, type definition, browse name) are the caller's
 //! (`services::node_management`, the library).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -30,6 +39,41 @@ pub mod verb {
     pub const NODE_DELETED: u8 = 2;
     pub const REFERENCE_ADDED: u8 = 4;
     pub const REFERENCE_DELETED: u8 = 8;
+}
+
+/// A pause hook: called between the steps of an edit on the thread that installed it
+/// ([`set_pause`]).
+pub type PauseHook = Box<dyn FnMut()>;
+
+thread_local! {
+    static PAUSE: RefCell<Option<PauseHook>> = const { RefCell::new(None) };
+}
+
+/// Installs `hook` as the calling thread's pause hook (`None`: none), returning the one it
+/// replaces. Every [`Edit`] made on this thread, and [`super::Model::commit`] of it, calls
+/// the hook between its steps: after each node or reference added or removed, each
+/// reference list filtered by the deletes, and between the phases of the commit (none of
+/// them longer than a node's step or a list's pass). The hook decides whether to pause
+/// (the runtime's model writer looks at the clock and yields the CPU); it must not edit
+/// the address space.
+pub fn set_pause(hook: Option<PauseHook>) -> Option<PauseHook> {
+    PAUSE.with(|p| match p.try_borrow_mut() {
+        Ok(mut p) => std::mem::replace(&mut *p, hook),
+        // Called from inside the hook: left as it is.
+        Err(_) => hook,
+    })
+}
+
+/// Calls the calling thread's pause hook, if any (not from inside the hook itself).
+#[inline]
+pub(crate) fn pause() {
+    PAUSE.with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut() {
+            if let Some(h) = p.as_mut() {
+                h();
+            }
+        }
+    });
 }
 
 /// What the run-time writer keeps from one version to the next.
@@ -203,6 +247,7 @@ impl Edit {
         let owners: Vec<u32> = self.pending.keys().copied().collect();
         for i in owners {
             self.flush(i);
+            pause();
         }
     }
 
@@ -252,6 +297,7 @@ impl Edit {
     /// the id is taken, BadResourceUnavailable past the room for run-time nodes. The node's
     /// `generation` is set here.
     pub fn add_node(&mut self, node: Node) -> Result<u32, StatusCode> {
+        pause();
         if node.node_id.is_null() {
             return Err(StatusCode::BadNodeIdInvalid);
         }
@@ -318,6 +364,7 @@ impl Edit {
         is_forward: bool,
         target: &ExpandedNodeId,
     ) -> Result<(), StatusCode> {
+        pause();
         let s = self
             .space
             .index_of(source)
@@ -375,6 +422,7 @@ impl Edit {
         target: &ExpandedNodeId,
         bidirectional: bool,
     ) -> Result<(), StatusCode> {
+        pause();
         let s = self
             .space
             .index_of(source)
@@ -432,6 +480,7 @@ impl Edit {
         id: &NodeId,
         delete_target_references: bool,
     ) -> Result<(), StatusCode> {
+        pause();
         let index = self
             .space
             .index_of(id)
@@ -579,6 +628,7 @@ impl Edit {
         self.flush_all();
         if !self.space.views.is_empty() {
             self.space.compute_views();
+            pause();
         }
         let removed = self
             .space

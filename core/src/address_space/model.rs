@@ -16,6 +16,9 @@
 //!   also runs the shards' NodeManagement requests handed to it through [`Writer`]; a test
 //!   calls in turn). [`Model::commit`] refuses an edit made on a version that is no longer
 //!   the current one, so two writers that were not serialized cannot lose a change.
+//! * **Pauses.** An edit and its commit call the writer thread's pause hook between their
+//!   steps ([`super::edit::set_pause`]), where the runtime's writer gives a shard sharing
+//!   its CPU its turn.
 //! * **Reclaiming.** A removed node's memory goes when the last version holding it goes:
 //!   the shards drop the old version when they take the new one. Its index is reused only
 //!   once every shard has acknowledged the version that removed it (so no shard still has
@@ -198,6 +201,7 @@ impl Model {
     /// when another version was published since the edit began.
     pub fn commit(&self, edit: Edit) -> Result<super::edit::Committed, CommitError> {
         let (base, space, after) = edit.finish();
+        super::edit::pause();
         let space = Arc::new(space);
         let prev = self.current.compare_and_swap(&base, Arc::clone(&space));
         if !Arc::ptr_eq(&prev, &base) {
@@ -205,6 +209,7 @@ impl Model {
         }
         self.version.store(space.version(), Ordering::Release);
         let committed = after.apply(&space);
+        super::edit::pause();
         for shard in self.shards() {
             space.changes().wake(shard);
         }
