@@ -15,6 +15,9 @@ use crate::handler::{ConnId, Handler, Origin};
 use crate::loop_core::{LoopConfig, LoopCore, STOP_HARD_EXTRA_NS};
 use crate::net;
 
+/// io_uring_enter's flag for reaping completions (linux/io_uring.h).
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
 // user_data: kind (8 bits) | index (24 bits) | generation (32 bits).
 const K_ACCEPT: u64 = 1;
 const K_RECV: u64 = 2;
@@ -760,6 +763,30 @@ impl<H: Handler> UringLoop<H> {
             .ok_or_else(|| io::Error::other("connection table full or loop stopping"))?;
         self.core.table.mark_dirty(id);
         Ok(id)
+    }
+
+    /// Submits what is queued without waiting and, on a DEFER_TASKRUN ring, runs the
+    /// deferred task work: the kernel posts such a ring's completions (a socket's data,
+    /// a send done) only in an enter that carries GETEVENTS, and `submit()` adds it only
+    /// when IORING_SQ_TASKRUN is up, which needs TASKRUN_FLAG (busy polling only). Without
+    /// it a loop that never blocks (a timer always due: a shard sampling more items than
+    /// its interval allows) never saw another completion and stopped reading its sockets.
+    /// With GETEVENTS and no completion wanted the enter does not block.
+    fn submit_nowait(&mut self) -> io::Result<usize> {
+        if !self.features.defer_taskrun {
+            return self.ring.submit();
+        }
+        let to_submit = self.ring.submission().len() as u32;
+        // SAFETY: io_uring_enter on our own ring with no argument and no signal mask; the
+        // entries it submits are the ones `push` queued, whose buffers live in the loop.
+        unsafe {
+            self.ring.submitter().enter::<libc::sigset_t>(
+                to_submit,
+                0,
+                IORING_ENTER_GETEVENTS,
+                None,
+            )
+        }
     }
 
     fn push(&mut self, e: squeue::Entry) {
@@ -1597,7 +1624,7 @@ impl<H: Handler> UringLoop<H> {
             ShardStats::add(&stats.batch_wanted, u64::from(want));
         }
         let result = if !blocks {
-            self.ring.submit()
+            self.submit_nowait()
         } else if want > 1 && self.features.min_timeout {
             let args = types::SubmitArgs::new().min_wait_usec(batch_us);
             let idle = timespec(IDLE_WAIT_NS);
