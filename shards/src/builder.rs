@@ -546,6 +546,10 @@ impl ServerBuilder {
                     .clone()
                     .map(|h| h as Arc<dyn uaring_core::history::HistoryBackend>),
                 gateway_cfg.request_timeout_ms,
+                gateway_cfg
+                    .servers
+                    .iter()
+                    .any(|s| s.history && s.history_updates),
             ))
         });
         let mut bound = Vec::new();

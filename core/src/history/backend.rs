@@ -153,6 +153,9 @@ pub struct HistoryUpdateOp {
     /// The EventFilter of an UpdateEventDetails, compiled and checked by the server: an
     /// existing event is replaced only when its where clause accepts it.
     pub event_filter: Option<Arc<crate::events::filter::CompiledEventFilter>>,
+    /// The asking session's roles (Part 3 §4.9): a gateway maps the user and roles to an
+    /// identity on the server it forwards the update to.
+    pub roles: crate::roles::Roles,
 }
 
 /// The reply to one [`HistoryUpdateOp`]: answer it once, from any thread.

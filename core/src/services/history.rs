@@ -507,6 +507,7 @@ pub fn history_update(
                     details,
                     user: user.clone(),
                     event_filter,
+                    roles,
                 });
             }
             Err(s) => results.push(bad(s)),

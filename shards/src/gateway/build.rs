@@ -23,6 +23,8 @@ const BASE_DATA_TYPE: u32 = 24;
 /// EventNotifier bits: events can be subscribed to; their history can be read.
 const EVENT_NOTIFIER_SUBSCRIBE: u8 = 0x01;
 const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
+/// EventNotifier's HistoryWrite bit.
+const EVENT_NOTIFIER_HISTORY_WRITE: u8 = 0x08;
 
 fn reference(reference_type: u32, is_forward: bool, target: NodeId) -> Reference {
     Reference {
@@ -116,14 +118,18 @@ pub struct Instance<'a> {
     /// HistoryRead of the Variable, or of the Object's events, is forwarded (where the
     /// server keeps that history).
     pub history: bool,
+    /// HistoryUpdate of the Variable's values, or of the Object's events, is forwarded too
+    /// (where the server lets the gateway's user change that history).
+    pub history_updates: bool,
 }
 
 /// The node of a mirrored Object, Variable or Method. A Variable's value is stored here
 /// (a cell of any type: the server decides what it holds); its AccessLevel is what the
 /// gateway's user may do there (UserAccessLevel): current read, current write when Writes
-/// are forwarded, history read when HistoryRead is (never history write). An Object's
-/// EventNotifier keeps SubscribeToEvents, and HistoryRead when HistoryRead is forwarded and
-/// the server keeps its events (never HistoryWrite).
+/// are forwarded, history read when HistoryRead is, history write when HistoryUpdate is too.
+/// An Object's EventNotifier keeps SubscribeToEvents, HistoryRead when HistoryRead is
+/// forwarded and the server keeps its events, and HistoryWrite when HistoryUpdate is too and
+/// the server's EventNotifier has it.
 pub fn instance(i: Instance<'_>) -> Node {
     let mut refs = Vec::with_capacity(i.forward.len() + 1);
     let default_type = if i.class == NodeClass::Variable {
@@ -154,6 +160,11 @@ pub fn instance(i: Instance<'_>) -> Node {
             }
             if i.history && v.user_access_level & v.access_level & access_level::HISTORY_READ != 0 {
                 access |= access_level::HISTORY_READ;
+                if i.history_updates
+                    && v.user_access_level & v.access_level & access_level::HISTORY_WRITE != 0
+                {
+                    access |= access_level::HISTORY_WRITE;
+                }
             }
             let value =
                 if v.value.status.is_some_and(|s| s.is_bad()) && v.value.value == Variant::Empty {
@@ -182,6 +193,11 @@ pub fn instance(i: Instance<'_>) -> Node {
                 & (EVENT_NOTIFIER_SUBSCRIBE
                     | if i.history {
                         EVENT_NOTIFIER_HISTORY_READ
+                    } else {
+                        0
+                    }
+                    | if i.history && i.history_updates {
+                        EVENT_NOTIFIER_HISTORY_WRITE
                     } else {
                         0
                     }),
@@ -240,4 +256,80 @@ pub fn base_type(class: NodeClass) -> NodeId {
         NodeClass::ReferenceType => 31,
         _ => BASE_DATA_TYPE,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::crawl::VarAttrs;
+
+    fn mirrored(class: NodeClass, var: Option<&VarAttrs>, history: bool, updates: bool) -> Node {
+        instance(Instance {
+            local: NodeId::string(10, "X"),
+            class,
+            browse_name: QualifiedName::new(10, "X"),
+            display_name: LocalizedText::new("", "X"),
+            type_def: None,
+            forward: Vec::new(),
+            var,
+            data_type: NodeId::ns0(BASE_DATA_TYPE),
+            event_notifier: EVENT_NOTIFIER_SUBSCRIBE
+                | EVENT_NOTIFIER_HISTORY_READ
+                | EVENT_NOTIFIER_HISTORY_WRITE,
+            executable: false,
+            writable: true,
+            history,
+            history_updates: updates,
+        })
+    }
+
+    /// HistoryWrite shows on a mirror only where HistoryUpdate is forwarded
+    /// (`history_updates`, with `history`) and the server lets the gateway's user write
+    /// that history; HistoryRead where HistoryRead is forwarded.
+    #[test]
+    fn history_write_shows_only_where_updates_are_forwarded() {
+        let all = access_level::CURRENT_READ
+            | access_level::CURRENT_WRITE
+            | access_level::HISTORY_READ
+            | access_level::HISTORY_WRITE;
+        let var = |user: u8| VarAttrs {
+            access_level: all,
+            user_access_level: user,
+            ..VarAttrs::default()
+        };
+        let level = |user: u8, history: bool, updates: bool| {
+            let v = var(user);
+            let n = mirrored(NodeClass::Variable, Some(&v), history, updates);
+            n.as_variable().map(|v| v.access_level)
+        };
+        let hr = access_level::HISTORY_READ;
+        let hw = access_level::HISTORY_WRITE;
+        assert_eq!(level(all, true, true).map(|l| l & (hr | hw)), Some(hr | hw));
+        assert_eq!(level(all, true, false).map(|l| l & (hr | hw)), Some(hr));
+        assert_eq!(level(all, false, true).map(|l| l & (hr | hw)), Some(0));
+        // The gateway's user may not write that history there: nor may anyone here.
+        assert_eq!(
+            level(all & !hw, true, true).map(|l| l & (hr | hw)),
+            Some(hr)
+        );
+
+        let notifier = |history: bool, updates: bool| match mirrored(
+            NodeClass::Object,
+            None,
+            history,
+            updates,
+        )
+        .attributes
+        {
+            ClassAttributes::Object { event_notifier } => Some(event_notifier),
+            _ => None,
+        };
+        let (ehr, ehw) = (EVENT_NOTIFIER_HISTORY_READ, EVENT_NOTIFIER_HISTORY_WRITE);
+        assert_eq!(
+            notifier(true, true).map(|e| e & (ehr | ehw)),
+            Some(ehr | ehw)
+        );
+        assert_eq!(notifier(true, false).map(|e| e & (ehr | ehw)), Some(ehr));
+        assert_eq!(notifier(false, true).map(|e| e & (ehr | ehw)), Some(0));
+    }
 }

@@ -66,7 +66,7 @@ pub enum WhileAway {
     UncertainLastUsableValue,
 }
 
-/// What a forwarded Write, Call or HistoryRead of a caller no `identities` entry matches
+/// What a forwarded Write, Call, HistoryRead or HistoryUpdate of a caller no `identities` entry matches
 /// runs as.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -80,7 +80,7 @@ pub enum Unmapped {
 }
 
 /// One `[[gateway.servers.identities]]` entry: the callers it matches (a user name here, or
-/// a role here) and the identity their forwarded Writes, Calls and HistoryReads run as on
+/// a role here) and the identity their forwarded Writes, Calls, HistoryReads and HistoryUpdates run as on
 /// the server (docs/Gateway.md "Identity mapping").
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -197,6 +197,13 @@ pub struct ServerConfig {
     /// gateway user's UserAccessLevel), and event reads of mirrored notifiers whose events
     /// it keeps (HistoryRead in their EventNotifier); else neither shows HistoryRead here.
     pub history: bool,
+    /// With `history`, also forward clients' HistoryUpdate (UpdateDataDetails,
+    /// DeleteRawModifiedDetails, DeleteAtTimeDetails of mirrored Variables whose
+    /// AccessLevel there has HistoryWrite for the gateway's user; UpdateEventDetails and
+    /// DeleteEventDetails of mirrored notifiers whose EventNotifier there has HistoryWrite):
+    /// they then show HistoryWrite here. Off by default: an update changes the plant's
+    /// record on the server, so a gateway offers it only when asked to.
+    pub history_updates: bool,
     /// The mirrored Variables' values while the server is away.
     pub while_away: WhileAway,
     /// The publishing interval of the gateway's subscription on the server, ms.
@@ -244,6 +251,7 @@ impl Default for ServerConfig {
             calls: true,
             events: true,
             history: true,
+            history_updates: false,
             while_away: WhileAway::BadNotConnected,
             publishing_interval_ms: 100,
             session_timeout_ms: 60_000,
@@ -640,7 +648,7 @@ mod tests {
         assert_eq!(c.max_items, 5000);
         let s = &c.servers[0];
         assert_eq!(s.security_policy, "None");
-        assert!(s.writes && s.calls && s.events && s.history);
+        assert!(s.writes && s.calls && s.events && s.history && !s.history_updates);
         assert!(s.monitor.is_empty());
         assert_eq!(
             s.roots(),

@@ -1,7 +1,7 @@
 //! One mirrored server, as the gateway's client: its connection, session and subscription,
 //! its mirror (built from a [`Crawl`] and refreshed), the monitored items the demand asks
-//! for, the values and events it reports, and the Reads, Writes, Calls and HistoryReads
-//! forwarded to it.
+//! for, the values and events it reports, and the Reads, Writes, Calls, HistoryReads and
+//! HistoryUpdates forwarded to it.
 //!
 //! Everything here runs on the gateway thread, driven by [`super::handler`]: bytes in
 //! ([`Downstream::on_recv`]), timers ([`Downstream::on_timer`]), the demand of the shards
@@ -26,15 +26,15 @@ use uaring_core::generated::types::{
     BrowsePath, CallMethodRequest, CallRequest, CloseSessionRequest, ContentFilter,
     CreateMonitoredItemsRequest, CreateSessionRequest, CreateSubscriptionRequest,
     DataChangeNotification, DeleteMonitoredItemsRequest, EventFilter, EventNotificationList,
-    HistoryEvent, HistoryReadRequest, HistoryReadValueId, MessageSecurityMode,
-    ModifyMonitoredItemsRequest, MonitoredItemCreateRequest, MonitoredItemModifyRequest,
-    MonitoringMode, MonitoringParameters, NodeClass, PublishRequest, ReadEventDetails, ReadRequest,
-    ReadValueId, RelativePath, RelativePathElement, RequestHeader, SignatureData,
-    SimpleAttributeOperand, StatusChangeNotification, SubscriptionAcknowledgement,
+    HistoryEvent, HistoryReadRequest, HistoryReadValueId, HistoryUpdateRequest,
+    MessageSecurityMode, ModifyMonitoredItemsRequest, MonitoredItemCreateRequest,
+    MonitoredItemModifyRequest, MonitoringMode, MonitoringParameters, NodeClass, PublishRequest,
+    ReadEventDetails, ReadRequest, ReadValueId, RelativePath, RelativePathElement, RequestHeader,
+    SignatureData, SimpleAttributeOperand, StatusChangeNotification, SubscriptionAcknowledgement,
     TimestampsToReturn, TransferSubscriptionsRequest, TranslateBrowsePathsToNodeIdsRequest,
     UserNameIdentityToken, UserTokenType, WriteRequest, WriteValue,
 };
-use uaring_core::history::{HistoryReply, ReadDetails};
+use uaring_core::history::{HistoryReply, HistoryUpdateReply, ReadDetails, UpdateDetails};
 use uaring_core::types::{
     ByteString, DataValue, DateTime, ExtensionObject, LocalizedText, NodeId, QualifiedName,
     StatusCode, UaString, Variant,
@@ -121,6 +121,8 @@ enum Pending {
         session: u64,
         events: Option<(super::history::EventSelect, u32)>,
     },
+    /// A forwarded HistoryUpdate operation.
+    HistoryUpdate(HistoryUpdateReply),
     CloseSession,
     /// A continuation point released on the server (its answer is not needed).
     HistoryRelease,
@@ -147,6 +149,7 @@ impl Pending {
             Pending::Call(_) => "Call",
             Pending::Monitor => "TranslateBrowsePathsToNodeIds",
             Pending::History { .. } | Pending::HistoryRelease => "HistoryRead",
+            Pending::HistoryUpdate(_) => "HistoryUpdate",
             Pending::CloseSession => "CloseSession",
         }
     }
@@ -219,12 +222,13 @@ impl IdentSession {
 }
 
 /// Answers a forwarded operation with `s` (nothing sent).
-fn fail(f: Forward, s: StatusCode) {
+pub(super) fn fail(f: Forward, s: StatusCode) {
     match f {
         Forward::Read { read, .. } => read.fail(s),
         Forward::Write { write, .. } => write.complete(s),
         Forward::Call { call, .. } => call.complete(Err(s)),
         Forward::History { reply, .. } => reply.fail(s),
+        Forward::HistoryUpdate { reply, .. } => reply.fail(s),
         Forward::HistoryRelease { .. } => {}
     }
 }
@@ -430,7 +434,7 @@ pub(super) fn event_id_here(tag: u64, theirs: &[u8]) -> Vec<u8> {
 }
 
 /// The server's EventId of an EventId here, when it is one of server `tag`'s events.
-fn event_id_there(tag: u64, ours: &[u8]) -> Option<&[u8]> {
+pub(super) fn event_id_there(tag: u64, ours: &[u8]) -> Option<&[u8]> {
     let rest = ours.strip_prefix(EVENT_ID_PREFIX)?;
     let (t, theirs) = rest.split_at_checked(8)?;
     (t == tag.to_le_bytes() && !theirs.is_empty()).then_some(theirs)
@@ -620,6 +624,7 @@ impl Downstream {
                 Pending::Write(_, w) => w.complete(StatusCode::BadNotConnected),
                 Pending::Call(c) => c.complete(Err(StatusCode::BadNotConnected)),
                 Pending::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),
+                Pending::HistoryUpdate(reply) => reply.fail(StatusCode::BadNotConnected),
                 Pending::CreateItems(v) | Pending::ModifyItems(v) => {
                     for i in v {
                         if let Some(var) = self.vars.get_mut(i as usize) {
@@ -697,6 +702,7 @@ impl Downstream {
                 Pending::Write(..)
                     | Pending::Call(_)
                     | Pending::History { .. }
+                    | Pending::HistoryUpdate(_)
                     | Pending::HistoryRelease
             );
             if o.ident != MAIN && op && self.ident_done(o.ident, service_result(&resp)) {
@@ -1726,6 +1732,19 @@ impl Downstream {
                 reply.answer(result);
                 Ok(())
             }
+            Pending::HistoryUpdate(reply) => {
+                // The server's statuses as they are (they name no node).
+                match resp {
+                    Response::HistoryUpdate(r) if s.is_good() => {
+                        match r.results.into_iter().next() {
+                            Some(result) => reply.answer(result),
+                            None => reply.fail(StatusCode::BadInternalError),
+                        }
+                    }
+                    _ => reply.fail(refusal(s)),
+                }
+                Ok(())
+            }
             Pending::CloseSession | Pending::HistoryRelease => Ok(()),
             Pending::IdentCreate(i) => self.ident_created(env, i, resp),
             Pending::IdentActivate(i) => self.ident_activated(env, i, resp),
@@ -2227,8 +2246,8 @@ impl Downstream {
 
     // ---- forwarding ------------------------------------------------------------------
 
-    /// A Read, Write, Call or HistoryRead of one of this server's nodes. Writes, Calls and
-    /// HistoryReads run as the caller's mapped identity (`identities`), Reads on the main
+    /// A Read, Write, Call, HistoryRead or HistoryUpdate of one of this server's nodes.
+    /// All but Reads run as the caller's mapped identity (`identities`), Reads on the main
     /// session.
     pub fn forward(&mut self, env: &mut Env<'_>, f: Forward) {
         if let Forward::HistoryRelease { node_id, token } = f {
@@ -2258,6 +2277,7 @@ impl Downstream {
                 Forward::Write { write, .. } => write.complete(StatusCode::BadNotConnected),
                 Forward::Call { call, .. } => call.complete(Err(StatusCode::BadNotConnected)),
                 Forward::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),
+                Forward::HistoryUpdate { reply, .. } => reply.fail(StatusCode::BadNotConnected),
                 Forward::HistoryRelease { .. } => {}
             }
             return;
@@ -2340,6 +2360,7 @@ impl Downstream {
             Forward::Write { user, roles, .. } => (user.as_str(), *roles),
             Forward::Call { call, .. } => (call.user.as_str(), call.roles),
             Forward::History { op, .. } => (&*op.user, op.roles),
+            Forward::HistoryUpdate { op, .. } => (op.user.as_deref().unwrap_or(""), op.roles),
         };
         self.cfg
             .identity_for(user, roles)
@@ -2826,7 +2847,83 @@ impl Downstream {
                     ident,
                 )
             }
+            Forward::HistoryUpdate { op, reply } => {
+                if !(self.cfg.history && self.cfg.history_updates) {
+                    reply.fail(StatusCode::BadHistoryOperationUnsupported);
+                    return Ok(());
+                }
+                let details = match self.update_out(op.details) {
+                    Ok(d) => d,
+                    Err(s) => {
+                        reply.fail(s);
+                        return Ok(());
+                    }
+                };
+                let req = HistoryUpdateRequest {
+                    request_header: header(0),
+                    history_update_details: vec![details],
+                };
+                self.send_on(
+                    env,
+                    Request::HistoryUpdate(Box::new(req)),
+                    Pending::HistoryUpdate(reply),
+                    ident,
+                )
+            }
         }
+    }
+
+    /// A HistoryUpdate operation's details for the server: its node, values, event fields
+    /// and EventIds in the server's namespaces and names. `Err`: the node is not mirrored
+    /// from it (BadNodeIdUnknown).
+    fn update_out(&self, details: UpdateDetails) -> Result<ExtensionObject, StatusCode> {
+        let wire = self
+            .names
+            .remote_of_instance(details.node_id())
+            .and_then(|r| self.names.to_wire(&r))
+            .ok_or(StatusCode::BadNodeIdUnknown)?;
+        Ok(match details {
+            UpdateDetails::Data(mut d) => {
+                d.node_id = wire;
+                for dv in d.update_values.iter_mut() {
+                    self.names.value_out(&mut dv.value);
+                }
+                ExtensionObject::from_struct(&d)
+            }
+            UpdateDetails::DeleteRaw(mut d) => {
+                d.node_id = wire;
+                ExtensionObject::from_struct(&d)
+            }
+            UpdateDetails::DeleteAtTime(mut d) => {
+                d.node_id = wire;
+                ExtensionObject::from_struct(&d)
+            }
+            UpdateDetails::Events(mut d) => {
+                d.node_id = wire;
+                // The filter in the server's namespaces; each event's fields for the clauses
+                // sent there, in their order.
+                let (filter, select) = super::history::filter_out(&self.names, &d.filter);
+                d.filter = filter;
+                for e in d.event_data.iter_mut() {
+                    e.event_fields = select.event_out(
+                        &self.names,
+                        self.event_tag,
+                        std::mem::take(&mut e.event_fields),
+                    );
+                }
+                ExtensionObject::from_struct(&d)
+            }
+            UpdateDetails::DeleteEvents(mut d) => {
+                d.node_id = wire;
+                // EventIds of the server's events passed on here go back as its own.
+                for id in d.event_ids.iter_mut() {
+                    if let Some(theirs) = event_id_there(self.event_tag, id.as_bytes()) {
+                        *id = ByteString::from(theirs.to_vec());
+                    }
+                }
+                ExtensionObject::from_struct(&d)
+            }
+        })
     }
 
     /// Sends an operation's request on the main session or entry `ident`'s (counted out).
@@ -3053,6 +3150,7 @@ impl Downstream {
         let calls = self.cfg.calls;
         // HistoryRead is shown only where it is forwarded (docs/Gateway.md "History").
         let history = self.cfg.history && env.host.history.is_some();
+        let history_updates = history && self.cfg.history_updates;
         let now_ns = env.now.mono_ns.max(1);
 
         // Types (one edit).
@@ -3119,6 +3217,7 @@ impl Downstream {
                         executable: f.executable && calls,
                         writable: writes,
                         history,
+                        history_updates,
                     });
                     // References from nodes mirrored before, declared here (inverse).
                     if let Some(ps) = old_parents.get(&i) {
@@ -3340,6 +3439,8 @@ impl Downstream {
                     .for_each(|(_, r)| r.fail(StatusCode::BadNotConnected)),
                 Pending::Write(_, w) => w.complete(StatusCode::BadNotConnected),
                 Pending::Call(c) => c.complete(Err(StatusCode::BadNotConnected)),
+                Pending::History { reply, .. } => reply.fail(StatusCode::BadNotConnected),
+                Pending::HistoryUpdate(reply) => reply.fail(StatusCode::BadNotConnected),
                 _ => {}
             }
         }

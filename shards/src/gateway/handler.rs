@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
 use uaring_core::history::HistoryReadOp;
+use uaring_core::types::NodeId;
 use uaring_core::Now;
 
 use super::config::{GatewayConfig, ServerConfig};
@@ -192,47 +193,43 @@ impl GatewayHandler {
                 Forward::Read { server, .. }
                 | Forward::Write { server, .. }
                 | Forward::Call { server, .. } => *server,
-                // A Variable by its slot; a notifier (an event read) by the server that
-                // mirrors it (instance namespaces are a server's own).
                 Forward::History {
                     op: HistoryReadOp { node_id, .. },
                     ..
                 }
-                | Forward::HistoryRelease { node_id, .. } => self
-                    .host
-                    .server
-                    .model
-                    .current()
-                    .node_index(node_id)
-                    .and_then(|i| self.by_node.get(&i))
-                    .map(|&(server, _)| server)
-                    .or_else(|| {
-                        self.servers
-                            .iter()
-                            .position(|d| {
-                                d.as_ref()
-                                    .is_some_and(|d| !d.removing && d.mirrors(node_id))
-                            })
-                            .map(|i| i as u32)
-                    })
-                    .unwrap_or(u32::MAX),
+                | Forward::HistoryRelease { node_id, .. } => self.server_of(node_id),
+                Forward::HistoryUpdate { op, .. } => self.server_of(op.details.node_id()),
             };
             let (mut env, servers) = self.env();
             match servers.get_mut(server as usize) {
                 Some(Some(d)) if !d.removing => d.forward(&mut env, f),
-                _ => {
-                    let s = uaring_core::StatusCode::BadNodeIdUnknown;
-                    match f {
-                        Forward::Read { read, .. } => read.fail(s),
-                        Forward::Write { write, .. } => write.complete(s),
-                        Forward::Call { call, .. } => call.complete(Err(s)),
-                        Forward::History { reply, .. } => reply.fail(s),
-                        // Its server is gone, and its points with it.
-                        Forward::HistoryRelease { .. } => {}
-                    }
-                }
+                // Its server is gone (a released point went with it).
+                _ => super::downstream::fail(f, uaring_core::StatusCode::BadNodeIdUnknown),
             }
         }
+    }
+
+    /// The server that mirrors `node_id` (`u32::MAX`: none): a Variable by its slot; a
+    /// notifier (an event read or update) by the server that mirrors it (instance
+    /// namespaces are a server's own).
+    fn server_of(&self, node_id: &NodeId) -> u32 {
+        self.host
+            .server
+            .model
+            .current()
+            .node_index(node_id)
+            .and_then(|i| self.by_node.get(&i))
+            .map(|&(server, _)| server)
+            .or_else(|| {
+                self.servers
+                    .iter()
+                    .position(|d| {
+                        d.as_ref()
+                            .is_some_and(|d| !d.removing && d.mirrors(node_id))
+                    })
+                    .map(|i| i as u32)
+            })
+            .unwrap_or(u32::MAX)
     }
 
     fn dial_due(&mut self) {

@@ -71,6 +71,8 @@ pub struct GatewayHistory {
     shared: OnceLock<Arc<Shared>>,
     pub(crate) namespaces: Arc<InstanceNamespaces>,
     timeout_ms: u32,
+    /// A server of the configuration at start forwards HistoryUpdate (`history_updates`).
+    updates: bool,
 }
 
 impl std::fmt::Debug for GatewayHistory {
@@ -82,14 +84,20 @@ impl std::fmt::Debug for GatewayHistory {
 }
 
 impl GatewayHistory {
-    /// In front of the server's own store `local` (if any); a forwarded read unanswered
-    /// after `request_timeout_ms` (and a second) is BadTimeout.
-    pub fn new(local: Option<Arc<dyn HistoryBackend>>, request_timeout_ms: u32) -> GatewayHistory {
+    /// In front of the server's own store `local` (if any); a forwarded read or update
+    /// unanswered after `request_timeout_ms` (and a second) is BadTimeout. `updates`: some
+    /// server forwards HistoryUpdate (what HistoryServerCapabilities says).
+    pub fn new(
+        local: Option<Arc<dyn HistoryBackend>>,
+        request_timeout_ms: u32,
+        updates: bool,
+    ) -> GatewayHistory {
         GatewayHistory {
             local,
             shared: OnceLock::new(),
             namespaces: Arc::new(InstanceNamespaces::new()),
             timeout_ms: request_timeout_ms.saturating_add(1_000),
+            updates,
         }
     }
 
@@ -115,6 +123,19 @@ impl HistoryBackend for GatewayHistory {
         // applied in `read` for its nodes.
         c.access_history_data = true;
         c.modified_values = true;
+        // Updates of mirrored Variables and notifiers, where they are forwarded (their
+        // HistoryWrite bits say where): the server behind decides.
+        if self.updates {
+            c.insert_data = true;
+            c.replace_data = true;
+            c.update_data = true;
+            c.delete_raw = true;
+            c.delete_at_time = true;
+            c.insert_event = true;
+            c.replace_event = true;
+            c.update_event = true;
+            c.delete_event = true;
+        }
         for a in uaring_core::history::aggregate::Aggregate::ALL {
             let id = a.node_id();
             if !c.aggregates.contains(&id) {
@@ -167,20 +188,23 @@ impl HistoryBackend for GatewayHistory {
     }
 
     fn update(&self, op: HistoryUpdateOp, reply: HistoryUpdateReply) {
-        // HistoryUpdate is not forwarded (a mirror never shows HistoryWrite, so the service
-        // refuses it first with BadNotWritable); a mirrored node's history is never the
-        // local store's to change.
+        // A mirrored node shows HistoryWrite only where its server's updates are forwarded
+        // (`history_updates`; the service refuses the others with BadNotWritable); its
+        // history is never the local store's to change.
         if self.mirrored(op.details.node_id()) {
-            return reply.fail(StatusCode::BadHistoryOperationUnsupported);
+            match self.shared.get() {
+                Some(s) => s.forward(Forward::HistoryUpdate { op, reply }),
+                None => reply.fail(StatusCode::BadHistoryOperationUnsupported),
+            }
+            return;
         }
         let Some(local) = &self.local else {
             reply.fail(StatusCode::BadHistoryOperationUnsupported);
             return;
         };
-        if let UpdateDetails::DeleteRaw(d) = &op.details {
-            if d.is_delete_modified && !local.capabilities().modified_values {
-                return reply.fail(StatusCode::BadHistoryOperationUnsupported);
-            }
+        // What this backend claims beyond the local store's own capabilities.
+        if !offers(&local.capabilities(), &op.details) {
+            return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         }
         local.update(op, reply);
     }
@@ -205,6 +229,35 @@ impl HistoryBackend for GatewayHistory {
         } else if let Some(local) = &self.local {
             local.release_continuation_point(node_id, token);
         }
+    }
+}
+
+/// Whether a store with capabilities `c` offers the update `d` (the service checked it
+/// against this backend's wider claims).
+fn offers(c: &HistoryCapabilities, d: &UpdateDetails) -> bool {
+    use uaring_core::generated::types::PerformUpdateType;
+    let by_mode = |mode: PerformUpdateType, insert: bool, replace: bool, update: bool| match mode {
+        PerformUpdateType::Insert => insert,
+        PerformUpdateType::Replace => replace,
+        PerformUpdateType::Update => update,
+        _ => true,
+    };
+    match d {
+        UpdateDetails::Data(d) => by_mode(
+            d.perform_insert_replace,
+            c.insert_data,
+            c.replace_data,
+            c.update_data,
+        ),
+        UpdateDetails::DeleteRaw(d) => c.delete_raw && (!d.is_delete_modified || c.modified_values),
+        UpdateDetails::DeleteAtTime(_) => c.delete_at_time,
+        UpdateDetails::Events(d) => by_mode(
+            d.perform_insert_replace,
+            c.insert_event,
+            c.replace_event,
+            c.update_event,
+        ),
+        UpdateDetails::DeleteEvents(_) => c.delete_event,
     }
 }
 
@@ -411,6 +464,50 @@ impl EventSelect {
             })
             .collect()
     }
+
+    /// One event's fields as given here (an UpdateEventDetails entry, for the clauses asked
+    /// here) as the fields of the clauses sent to the server, translated: EventIds of the
+    /// server's events passed on here as its own, SourceNode and ConditionId as its nodes,
+    /// other values into its namespaces. A field whose clause was not sent is dropped.
+    pub(super) fn event_out(
+        &self,
+        names: &Names,
+        tag: u64,
+        mut ours: Vec<Variant>,
+    ) -> Vec<Variant> {
+        let sent = self
+            .fields
+            .iter()
+            .flatten()
+            .map(|(i, _)| i + 1)
+            .max()
+            .unwrap_or(1);
+        let mut theirs = vec![Variant::Empty; sent];
+        for (f, v) in self.fields.iter().zip(ours.iter_mut()) {
+            let Some((i, kind)) = *f else {
+                continue;
+            };
+            let mut v = std::mem::take(v);
+            match (kind, &mut v) {
+                (FieldKind::EventId, Variant::ByteString(b)) => {
+                    if let Some(t) = super::downstream::event_id_there(tag, b.as_bytes()) {
+                        *b = ByteString::from(t.to_vec());
+                    }
+                }
+                (FieldKind::Instance, Variant::NodeId(id)) => {
+                    match names.remote_of_instance(id).and_then(|r| names.to_wire(&r)) {
+                        Some(w) => **id = w,
+                        None => names.value_out(&mut v),
+                    }
+                }
+                _ => names.value_out(&mut v),
+            }
+            if let Some(slot) = theirs.get_mut(i) {
+                *slot = v;
+            }
+        }
+        theirs
+    }
 }
 
 /// A forwarded read's resume token: the gateway's session number, then the server's
@@ -586,7 +683,7 @@ mod tests {
             node(NodeId::string(1, "Alarm1")),
             node(NodeId::numeric(1, 5000)),
         ];
-        let here = select.event_in(&n, 7, theirs);
+        let here = select.event_in(&n, 7, theirs.clone());
         assert_eq!(
             here,
             vec![
@@ -605,6 +702,11 @@ mod tests {
         );
         // A short answer: the missing fields are Null.
         assert_eq!(select.event_in(&n, 7, Vec::new()), vec![Variant::Empty; 7]);
+        // An event given here (an UpdateEventDetails entry) goes out as the server's: the
+        // same fields back, the one of the clause not sent dropped.
+        assert_eq!(select.event_out(&n, 7, here), theirs);
+        // Fewer fields than clauses: the rest Null there.
+        assert_eq!(select.event_out(&n, 7, Vec::new()), vec![Variant::Empty; 6]);
     }
 
     #[test]

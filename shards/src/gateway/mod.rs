@@ -184,6 +184,12 @@ pub(crate) enum Forward {
         op: uaring_core::history::HistoryReadOp,
         reply: uaring_core::history::HistoryReply,
     },
+    /// A HistoryUpdate operation of a mirrored Variable or event notifier (its server found
+    /// by the gateway thread).
+    HistoryUpdate {
+        op: uaring_core::history::HistoryUpdateOp,
+        reply: uaring_core::history::HistoryUpdateReply,
+    },
     /// A continuation point of a forwarded HistoryRead, released by its client here: the
     /// resume token (the gateway's session number, the server's point) to release there.
     HistoryRelease {
@@ -234,14 +240,7 @@ impl Shared {
             Ok(()) => self.wake(),
             Err(f) => {
                 self.forward_refused.fetch_add(1, Ordering::Relaxed);
-                let s = uaring_core::StatusCode::BadResourceUnavailable;
-                match f {
-                    Forward::Read { read, .. } => read.fail(s),
-                    Forward::Write { write, .. } => write.complete(s),
-                    Forward::Call { call, .. } => call.complete(Err(s)),
-                    Forward::History { reply, .. } => reply.fail(s),
-                    Forward::HistoryRelease { .. } => {}
-                }
+                downstream::fail(f, uaring_core::StatusCode::BadResourceUnavailable);
             }
         }
     }

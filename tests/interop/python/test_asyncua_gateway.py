@@ -148,6 +148,7 @@ def gateway(tmp_path_factory):
         'name = "u"\n'
         f'endpoint = "{udown.url}"\n'
         'mirror = ["nsu=urn:uaring:server;s=Demo"]\n'
+        "history_updates = true\n"
         'monitor = ["nsu=urn:uaring:server;s=Demo.Dynamic.Counter", "/1:Demo/1:Dynamic/1:Sine"]\n'
         "monitor_sampling_interval_ms = 100\n"
         "[[gateway.servers]]\n"
@@ -729,6 +730,81 @@ def test_processed_and_at_time_history_reads_are_forwarded(gateway):
                 got = [(v.StatusCode.value, v.Value.Value, v.SourceTimestamp) for v in here.HistoryData.DataValues]
                 want = [(v.StatusCode.value, v.Value.Value, v.SourceTimestamp) for v in there.HistoryData.DataValues]
                 assert got and got == want, (details, got, want)
+
+    run(go())
+
+
+def test_history_updates_are_forwarded_where_configured(gateway):
+    """uaring downstream, mirrored with `history_updates = true`: its Demo.History.Setpoint
+    shows HistoryWrite here, and HistoryUpdate through the gateway (insert, replace, delete
+    at times, delete a range) changes the server's history, with the server's own
+    per-value statuses (without `history_updates` a mirror shows no HistoryWrite: the
+    event-update refusal of test_event_history_of_a_mirrored_notifier_is_forwarded, and
+    the gateway's unit tests)."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c, Client(
+            gateway.udown.url, timeout=10
+        ) as d:
+            node = await mirrored(c, "u", "Demo", "History", "Setpoint")
+            idx = await d.get_namespace_index("urn:uaring:server")
+            direct = d.get_node(ua.NodeId("Demo.History.Setpoint", idx))
+            level = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            want = ua.AccessLevel.HistoryRead.mask | ua.AccessLevel.HistoryWrite.mask
+            assert level & want == want, level
+
+            t0 = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=9)
+            ts = [t0 + timedelta(seconds=i) for i in range(4)]
+
+            def update(mode, values):
+                return ua.UpdateDataDetails(
+                    NodeId=node.nodeid,
+                    PerformInsertReplace=mode,
+                    UpdateValues=[
+                        ua.DataValue(ua.Variant(v, ua.VariantType.Double), SourceTimestamp=t)
+                        for t, v in values
+                    ],
+                )
+
+            async def history_update(*details):
+                return await c.uaclient.history_update(
+                    ua.HistoryUpdateParameters(HistoryUpdateDetails=list(details))
+                )
+
+            (r,) = await history_update(
+                update(ua.PerformUpdateType.Insert, [(t, float(i)) for i, t in enumerate(ts)])
+            )
+            assert r.StatusCode.is_good(), r
+            assert [s.value for s in r.OperationResults] == [ua.StatusCodes.GoodEntryInserted] * 4
+            r = await history_update(
+                update(ua.PerformUpdateType.Replace, [(ts[1], 11.0)]),
+                update(ua.PerformUpdateType.Insert, [(ts[2], 22.0)]),
+                ua.DeleteAtTimeDetails(NodeId=node.nodeid, ReqTimes=[ts[3]]),
+            )
+            assert [s.value for s in r[0].OperationResults] == [ua.StatusCodes.GoodEntryReplaced]
+            assert [s.value for s in r[1].OperationResults] == [ua.StatusCodes.BadEntryExists]
+            assert r[2].StatusCode.is_good(), r[2]
+
+            end = t0 + timedelta(seconds=10)
+            there = await direct.read_raw_history(t0, end, return_bounds=False)
+            assert [v.Value.Value for v in there] == [0.0, 11.0, 2.0], there
+            here = await node.read_raw_history(t0, end, return_bounds=False)
+            assert [v.Value.Value for v in here] == [0.0, 11.0, 2.0], here
+
+            (r,) = await history_update(
+                ua.DeleteRawModifiedDetails(
+                    NodeId=node.nodeid, IsDeleteModified=False, StartTime=t0, EndTime=end
+                )
+            )
+            assert r.StatusCode.is_good(), r
+            assert await direct.read_raw_history(t0, end, return_bounds=False) == []
+            # Nothing left to delete: the server's own status comes back.
+            (r,) = await history_update(
+                ua.DeleteRawModifiedDetails(
+                    NodeId=node.nodeid, IsDeleteModified=False, StartTime=t0, EndTime=end
+                )
+            )
+            assert r.StatusCode.value == ua.StatusCodes.BadNoData, r
 
     run(go())
 
