@@ -314,7 +314,23 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let mut n = start.max(1);
     let mut last: Option<Map<String, Value>> = None;
     for _ in 0..40 {
-        let (ok, o) = counters_step(&cfg, n, sessions, sampling_ms, publishing_ms)?;
+        let (ok, o) = match counters_step(&cfg, n, sessions, sampling_ms, publishing_ms) {
+            Ok(r) => r,
+            // Once a step has passed, the server and its configuration work: a larger step
+            // that cannot run (its items' creation outlasting the ready timeout, a server
+            // that stops answering) is past the capacity, not a reason to lose the search.
+            Err(e) if pass.is_some() => {
+                eprintln!("uaring-bench: counters step of {n} items failed: {e}");
+                steps.push(json!({"items": n, "pass": false, "error": e}));
+                fail = Some(n);
+                n = match next_counters_step(pass, fail, max) {
+                    Some(n) => n,
+                    None => break,
+                };
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         steps.push(json!({"items": n, "pass": ok, "min_ratio": o.get("min_sample_ratio").cloned().unwrap_or(Value::Null)}));
         if ok {
             pass = Some(n);
@@ -325,18 +341,9 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 last = Some(o);
             }
         }
-        n = match (pass, fail) {
-            (Some(p), None) if p * 2 <= max => p * 2,
-            (Some(_), None) => break,
-            (None, Some(f)) if f > 1 => f / 2,
-            (None, Some(_)) => break,
-            (Some(p), Some(f)) => {
-                if (f as f64 - p as f64) <= 0.1 * p as f64 || f <= p + 1 {
-                    break;
-                }
-                (p + f) / 2
-            }
-            (None, None) => break,
+        n = match next_counters_step(pass, fail, max) {
+            Some(n) => n,
+            None => break,
         };
     }
     let mut o = last.unwrap_or_default();
@@ -344,6 +351,26 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     o.insert("capacity_items".into(), json!(pass.unwrap_or(0)));
     o.insert("steps".into(), Value::Array(steps));
     Ok(o)
+}
+
+/// The next step of the capacity search from the largest passing and the smallest failing
+/// item counts so far: doubling up to `max` while every step passed, halving while none did,
+/// bisecting the bracket until it is within 10 %; `None` when the search is done.
+fn next_counters_step(pass: Option<usize>, fail: Option<usize>, max: usize) -> Option<usize> {
+    match (pass, fail) {
+        (Some(p), None) if p * 2 <= max => Some(p * 2),
+        (Some(_), None) => None,
+        (None, Some(f)) if f > 1 => Some(f / 2),
+        (None, Some(_)) => None,
+        (Some(p), Some(f)) => {
+            if (f as f64 - p as f64) <= 0.1 * p as f64 || f <= p + 1 {
+                None
+            } else {
+                Some((p + f) / 2)
+            }
+        }
+        (None, None) => None,
+    }
 }
 
 pub(super) fn counters_step(
@@ -432,4 +459,42 @@ pub(super) fn counters_step(
     o.insert("items_reporting".into(), json!(reported));
     o.insert("pass".into(), json!(ok));
     Ok((ok, o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_counters_step;
+
+    /// The search doubles from its start while steps pass, bisects the bracket after the
+    /// first failure, and stops within 10 % (a step that could not run counts as failed).
+    #[test]
+    fn the_capacity_search_doubles_then_bisects() {
+        let capacity = 150_000;
+        let (mut pass, mut fail, mut n) = (None, None, 1_000);
+        let mut tried = Vec::new();
+        while tried.len() < 40 {
+            tried.push(n);
+            if n <= capacity {
+                pass = Some(n);
+            } else {
+                fail = Some(n);
+            }
+            match next_counters_step(pass, fail, 10_000_000) {
+                Some(next) => n = next,
+                None => break,
+            }
+        }
+        assert_eq!(
+            &tried[..9],
+            &[1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000]
+        );
+        let (p, f) = (pass.unwrap(), fail.unwrap());
+        assert!(p <= capacity && f > capacity, "{p} {f}");
+        assert!((f - p) as f64 <= 0.1 * p as f64, "{p} {f}: {tried:?}");
+        // Nothing passes: halve down to one item, then stop.
+        assert_eq!(next_counters_step(None, Some(1_000), 10_000), Some(500));
+        assert_eq!(next_counters_step(None, Some(1), 10_000), None);
+        // Everything passes: stop at the maximum.
+        assert_eq!(next_counters_step(Some(6_000), None, 10_000), None);
+    }
 }
