@@ -265,6 +265,9 @@ pub(crate) struct LoopCore<H: Handler> {
     per_address: std::collections::HashMap<std::net::IpAddr, u32>,
     /// Messages for other shards whose queue was full: sent first next time.
     mail_out: Vec<(usize, crate::fleet::ShardMessage)>,
+    /// The connections whose deadlines are due, taken from the timer heap at once in
+    /// [`LoopCore::fire_timers`] (kept to reuse its room).
+    due: Vec<ConnId>,
 }
 
 /// Which budgets are past their bound: whether a connection may be read.
@@ -310,6 +313,7 @@ impl<H: Handler> LoopCore<H> {
             ready: Vec::new(),
             per_address: std::collections::HashMap::new(),
             mail_out: Vec::new(),
+            due: Vec::new(),
         }
     }
 
@@ -897,7 +901,14 @@ impl<H: Handler> LoopCore<H> {
         }
         self.send_mail();
         self.flush_ready();
+        // Every connection due now fires once: a handler whose deadline is still due after
+        // its timer ran (a load client's pacer while it stops sending) runs again on the
+        // next turn, after the sockets, instead of again and again at this frozen `now`.
+        let mut due = std::mem::take(&mut self.due);
         while let Some(id) = self.table.pop_expired(now.mono_ns) {
+            due.push(id);
+        }
+        for id in due.drain(..) {
             let Some(c) = self.table.get_mut(id) else {
                 continue;
             };
@@ -920,6 +931,7 @@ impl<H: Handler> LoopCore<H> {
                 self.table.mark_dirty(id);
             }
         }
+        self.due = due;
     }
 
     /// One connection from `ip` fewer on this shard.

@@ -258,3 +258,87 @@ fn an_overloaded_loop_still_serves_on_io_uring() {
 fn an_overloaded_loop_still_serves_on_epoll() {
     overloaded_loop_still_serves(IoBackend::Epoll);
 }
+
+/// An echo server whose connections' deadlines stay due after their timers run (a load
+/// client's pacer while it stops sending did that): each fires once a turn, and the loop
+/// goes on reading its sockets.
+#[derive(Default)]
+struct AlwaysDueConns {
+    conn_timers: u64,
+}
+
+impl Handler for AlwaysDueConns {
+    type Conn = ();
+    fn open(
+        &mut self,
+        _id: ConnId,
+        _peer: SocketAddr,
+        _o: Origin,
+        _now: Now,
+        _out: &mut Vec<u8>,
+    ) -> Option<()> {
+        Some(())
+    }
+    fn recv(&mut self, _conn: &mut (), _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
+        out.extend_from_slice(data);
+        ConnStatus::Open
+    }
+    fn conn_timer(&mut self, _conn: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        self.conn_timers += 1;
+        ConnStatus::Open
+    }
+    fn conn_deadline(&self, _conn: &()) -> u64 {
+        0
+    }
+}
+
+/// Before each due connection fired once per turn, the loop ran such a timer again and
+/// again at one frozen `now` and never came back to its sockets (a load client hung for
+/// 13 minutes in a history sweep).
+fn always_due_connections_still_serve(backend: IoBackend) {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let wiring = Fleet::standalone().expect("fleet");
+    let fleet = wiring.fleet.clone();
+    let server = std::thread::spawn(move || {
+        let mut lp = EventLoop::new(
+            backend,
+            AlwaysDueConns::default(),
+            wiring,
+            LoopConfig::default(),
+        )
+        .expect("server loop");
+        lp.add_listener(listener).expect("listener");
+        lp.run().expect("server run");
+        lp.handler().conn_timers
+    });
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    // A hang guard only.
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .expect("timeout");
+    for round in 0..20u8 {
+        let msg = [round; 100];
+        s.write_all(&msg).expect("send");
+        let mut back = [0u8; 100];
+        s.read_exact(&mut back)
+            .unwrap_or_else(|e| panic!("round {round}: no echo: {e}"));
+        assert_eq!(back, msg);
+    }
+    fleet.stop_all();
+    let timers = server.join().expect("server thread");
+    assert!(
+        timers >= 20,
+        "the connection's timer ran throughout ({timers} runs)"
+    );
+}
+
+#[test]
+fn always_due_connections_still_serve_on_io_uring() {
+    always_due_connections_still_serve(IoBackend::Uring);
+}
+
+#[test]
+fn always_due_connections_still_serve_on_epoll() {
+    always_due_connections_still_serve(IoBackend::Epoll);
+}
