@@ -142,6 +142,9 @@ pub struct UaDriver {
     /// The request id of the CloseSession sent, and its answer's service result.
     close_id: Option<u32>,
     close_result: Option<StatusCode>,
+    /// The run is stopping: the workload's timer sends nothing more, so its deadline no
+    /// longer counts (a pacer's due send would otherwise stay due).
+    stopping: bool,
 }
 
 impl UaDriver {
@@ -172,6 +175,7 @@ impl UaDriver {
             user_if_offered: false,
             close_id: None,
             close_result: None,
+            stopping: false,
         }
     }
 
@@ -479,9 +483,10 @@ impl Driver for UaDriver {
                 .on_timer(now_at(now), out)
                 .map_err(|s| format!("renew: {}", status_name(s)))?;
         }
+        self.stopping |= ctx.stopping();
         if self.stage == Stage::Running
             && self.work.deadline().is_some_and(|d| d <= now)
-            && !ctx.stopping()
+            && !self.stopping
         {
             for req in self.work.on_timer(now, ctx) {
                 self.send_work(req, now, out, ctx)?;
@@ -492,7 +497,7 @@ impl Driver for UaDriver {
 
     fn next_deadline(&self) -> Option<u64> {
         let a = self.conn.next_deadline();
-        let b = if self.stage == Stage::Running {
+        let b = if self.stage == Stage::Running && !self.stopping {
             self.work.deadline()
         } else {
             None
