@@ -210,42 +210,48 @@ impl Handler for OverloadedEcho {
     }
 }
 
-/// A loop whose timers are always due still reads its sockets: on io_uring with
-/// DEFER_TASKRUN the kernel posts a socket's completions only in an enter that asks for
-/// them, and the loop's enter that does not wait used to leave them queued (a shard
-/// sampling past its capacity stopped answering its clients).
-fn overloaded_loop_still_serves(backend: IoBackend) {
+/// Echoes 20 rounds of `size` bytes through an echo server loop running `handler`, stops
+/// it and gives back what `count` reads of its handler then.
+fn echo_rounds<H: Handler + Send + 'static>(
+    backend: IoBackend,
+    handler: H,
+    size: usize,
+    count: fn(&H) -> u64,
+) -> u64 {
     use std::io::{Read, Write};
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let wiring = Fleet::standalone().expect("fleet");
     let fleet = wiring.fleet.clone();
     let server = std::thread::spawn(move || {
-        let mut lp = EventLoop::new(
-            backend,
-            OverloadedEcho::default(),
-            wiring,
-            LoopConfig::default(),
-        )
-        .expect("server loop");
+        let mut lp =
+            EventLoop::new(backend, handler, wiring, LoopConfig::default()).expect("server loop");
         lp.add_listener(listener).expect("listener");
         lp.run().expect("server run");
-        lp.handler().timers
+        count(lp.handler())
     });
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    // A hang guard only: the answer takes a few timer runs (2 ms each).
+    // A hang guard only: an answer takes a few timer runs at most.
     s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
         .expect("timeout");
     for round in 0..20u8 {
-        let msg = [round; 1000];
+        let msg = vec![round; size];
         s.write_all(&msg).expect("send");
-        let mut back = [0u8; 1000];
+        let mut back = vec![0u8; size];
         s.read_exact(&mut back)
             .unwrap_or_else(|e| panic!("round {round}: no echo from a busy loop: {e}"));
         assert_eq!(back, msg);
     }
     fleet.stop_all();
-    let timers = server.join().expect("server thread");
+    server.join().expect("server thread")
+}
+
+/// A loop whose timers are always due still reads its sockets: on io_uring with
+/// DEFER_TASKRUN the kernel posts a socket's completions only in an enter that asks for
+/// them, and the loop's enter that does not wait used to leave them queued (a shard
+/// sampling past its capacity stopped answering its clients).
+fn overloaded_loop_still_serves(backend: IoBackend) {
+    let timers = echo_rounds(backend, OverloadedEcho::default(), 1000, |h| h.timers);
     assert!(timers >= 20, "the timer ran throughout ({timers} runs)");
 }
 
@@ -296,37 +302,7 @@ impl Handler for AlwaysDueConns {
 /// again at one frozen `now` and never came back to its sockets (a load client hung for
 /// 13 minutes in a history sweep).
 fn always_due_connections_still_serve(backend: IoBackend) {
-    use std::io::{Read, Write};
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let wiring = Fleet::standalone().expect("fleet");
-    let fleet = wiring.fleet.clone();
-    let server = std::thread::spawn(move || {
-        let mut lp = EventLoop::new(
-            backend,
-            AlwaysDueConns::default(),
-            wiring,
-            LoopConfig::default(),
-        )
-        .expect("server loop");
-        lp.add_listener(listener).expect("listener");
-        lp.run().expect("server run");
-        lp.handler().conn_timers
-    });
-    let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    // A hang guard only.
-    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
-        .expect("timeout");
-    for round in 0..20u8 {
-        let msg = [round; 100];
-        s.write_all(&msg).expect("send");
-        let mut back = [0u8; 100];
-        s.read_exact(&mut back)
-            .unwrap_or_else(|e| panic!("round {round}: no echo: {e}"));
-        assert_eq!(back, msg);
-    }
-    fleet.stop_all();
-    let timers = server.join().expect("server thread");
+    let timers = echo_rounds(backend, AlwaysDueConns::default(), 100, |h| h.conn_timers);
     assert!(
         timers >= 20,
         "the connection's timer ran throughout ({timers} runs)"

@@ -692,6 +692,16 @@ def literal(value):
 
 
 
+async def demo_history_variable(c, d, name):
+    """The uaring downstream's Demo.History.<name>: as mirrored here (client `c` of the
+    gateway), as the server has it (client `d` of the server), and its AccessLevel here."""
+    node = await mirrored(c, "u", "Demo", "History", name)
+    idx = await d.get_namespace_index("urn:uaring:server")
+    direct = d.get_node(ua.NodeId(f"Demo.History.{name}", idx))
+    level = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+    return node, direct, level
+
+
 def test_processed_and_at_time_history_reads_are_forwarded(gateway):
     """uaring downstream (its Demo.History.Count, +1 a second, historized): processed and
     at-time reads through the gateway give what the server itself gives."""
@@ -700,10 +710,7 @@ def test_processed_and_at_time_history_reads_are_forwarded(gateway):
         async with Client(gateway.url, timeout=10) as c, Client(
             gateway.udown.url, timeout=10
         ) as d:
-            node = await mirrored(c, "u", "Demo", "History", "Count")
-            idx = await d.get_namespace_index("urn:uaring:server")
-            direct = d.get_node(ua.NodeId("Demo.History.Count", idx))
-            level = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            node, direct, level = await demo_history_variable(c, d, "Count")
             assert level & ua.AccessLevel.HistoryRead.mask, level
             end = datetime.now(timezone.utc)
 
@@ -746,10 +753,7 @@ def test_history_updates_are_forwarded_where_configured(gateway):
         async with Client(gateway.url, timeout=10) as c, Client(
             gateway.udown.url, timeout=10
         ) as d:
-            node = await mirrored(c, "u", "Demo", "History", "Setpoint")
-            idx = await d.get_namespace_index("urn:uaring:server")
-            direct = d.get_node(ua.NodeId("Demo.History.Setpoint", idx))
-            level = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
+            node, direct, level = await demo_history_variable(c, d, "Setpoint")
             want = ua.AccessLevel.HistoryRead.mask | ua.AccessLevel.HistoryWrite.mask
             assert level & want == want, level
 
