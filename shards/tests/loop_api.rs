@@ -175,14 +175,18 @@ fn batched_waiting_on_io_uring() {
     );
 }
 
-/// An echo server whose shard-wide timer is always due and takes a while, as a shard
-/// sampling more items than its interval allows: the loop never blocks.
+/// An echo server kept busy by timers that are always due: the shard-wide one, taking a
+/// while each run (as a shard sampling more items than its interval allows), or each
+/// connection's, due again after it ran (as a load client's pacer while it stops sending).
 #[derive(Default)]
-struct OverloadedEcho {
+struct BusyEcho {
+    /// The connections' deadlines are always due (else the shard's is).
+    conns_due: bool,
     timers: u64,
+    conn_timers: u64,
 }
 
-impl Handler for OverloadedEcho {
+impl Handler for BusyEcho {
     type Conn = ();
     fn open(
         &mut self,
@@ -199,13 +203,28 @@ impl Handler for OverloadedEcho {
         ConnStatus::Open
     }
     fn deadline(&self) -> u64 {
-        0
+        if self.conns_due {
+            u64::MAX
+        } else {
+            0
+        }
     }
     fn timer(&mut self, _now: Now) {
         self.timers += 1;
         let until = uaring::clock::mono_ns() + 2_000_000;
         while uaring::clock::mono_ns() < until {
             std::hint::spin_loop();
+        }
+    }
+    fn conn_timer(&mut self, _conn: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
+        self.conn_timers += 1;
+        ConnStatus::Open
+    }
+    fn conn_deadline(&self, _conn: &()) -> u64 {
+        if self.conns_due {
+            0
+        } else {
+            u64::MAX
         }
     }
 }
@@ -251,7 +270,7 @@ fn echo_rounds<H: Handler + Send + 'static>(
 /// them, and the loop's enter that does not wait used to leave them queued (a shard
 /// sampling past its capacity stopped answering its clients).
 fn overloaded_loop_still_serves(backend: IoBackend) {
-    let timers = echo_rounds(backend, OverloadedEcho::default(), 1000, |h| h.timers);
+    let timers = echo_rounds(backend, BusyEcho::default(), 1000, |h| h.timers);
     assert!(timers >= 20, "the timer ran throughout ({timers} runs)");
 }
 
@@ -265,44 +284,15 @@ fn an_overloaded_loop_still_serves_on_epoll() {
     overloaded_loop_still_serves(IoBackend::Epoll);
 }
 
-/// An echo server whose connections' deadlines stay due after their timers run (a load
-/// client's pacer while it stops sending did that): each fires once a turn, and the loop
-/// goes on reading its sockets.
-#[derive(Default)]
-struct AlwaysDueConns {
-    conn_timers: u64,
-}
-
-impl Handler for AlwaysDueConns {
-    type Conn = ();
-    fn open(
-        &mut self,
-        _id: ConnId,
-        _peer: SocketAddr,
-        _o: Origin,
-        _now: Now,
-        _out: &mut Vec<u8>,
-    ) -> Option<()> {
-        Some(())
-    }
-    fn recv(&mut self, _conn: &mut (), _now: Now, data: &[u8], out: &mut Vec<u8>) -> ConnStatus {
-        out.extend_from_slice(data);
-        ConnStatus::Open
-    }
-    fn conn_timer(&mut self, _conn: &mut (), _now: Now, _out: &mut Vec<u8>) -> ConnStatus {
-        self.conn_timers += 1;
-        ConnStatus::Open
-    }
-    fn conn_deadline(&self, _conn: &()) -> u64 {
-        0
-    }
-}
-
 /// Before each due connection fired once per turn, the loop ran such a timer again and
 /// again at one frozen `now` and never came back to its sockets (a load client hung for
 /// 13 minutes in a history sweep).
 fn always_due_connections_still_serve(backend: IoBackend) {
-    let timers = echo_rounds(backend, AlwaysDueConns::default(), 100, |h| h.conn_timers);
+    let busy = BusyEcho {
+        conns_due: true,
+        ..BusyEcho::default()
+    };
+    let timers = echo_rounds(backend, busy, 100, |h| h.conn_timers);
     assert!(
         timers >= 20,
         "the connection's timer ran throughout ({timers} runs)"
