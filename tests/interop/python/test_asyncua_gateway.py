@@ -856,6 +856,15 @@ def test_released_continuation_points_are_released_on_the_downstream(gateway):
     run(go())
 
 
+async def plant_alarm(c, d):
+    """The plant example's alarm and Setpoint as mirrored here (client `c` of the gateway),
+    and a function naming the plant's own nodes (client `d` of the plant)."""
+    alarm = await mirrored(c, "p", "Plant", "HighSetpoint")
+    setpoint = await mirrored(c, "p", "Plant", "Setpoint")
+    ns = await d.get_namespace_index("urn:uaring:example:plant")
+    return alarm, setpoint, lambda s: d.get_node(ua.NodeId(s, ns))
+
+
 def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
     """The plant example's alarm (a NonExclusiveLevelAlarmType, active above Setpoint 90):
     its event passes through the gateway; Acknowledge and Confirm called here on the mirrored
@@ -866,10 +875,7 @@ def test_acknowledge_and_confirm_reach_the_downstream_condition(gateway):
         async with Client(gateway.url, timeout=10) as c, Client(
             gateway.pex.url, timeout=10
         ) as d:
-            alarm = await mirrored(c, "p", "Plant", "HighSetpoint")
-            setpoint = await mirrored(c, "p", "Plant", "Setpoint")
-            ns = await d.get_namespace_index("urn:uaring:example:plant")
-            there = lambda s: d.get_node(ua.NodeId(s, ns))
+            alarm, setpoint, there = await plant_alarm(c, d)
             acks = await there("Plant.AlarmAcks").read_value()
             h = Changes()
             sub = await c.create_subscription(50, h)
@@ -936,10 +942,7 @@ def test_passed_on_alarm_events_carry_the_condition_fields(gateway):
         async with Client(gateway.url, timeout=10) as c, Client(
             gateway.pex.url, timeout=10
         ) as d:
-            alarm = await mirrored(c, "p", "Plant", "HighSetpoint")
-            setpoint = await mirrored(c, "p", "Plant", "Setpoint")
-            ns = await d.get_namespace_index("urn:uaring:example:plant")
-            there = lambda s: d.get_node(ua.NodeId(s, ns))
+            alarm, setpoint, there = await plant_alarm(c, d)
             await setpoint.write_value(ua.DataValue(ua.Variant(50.0, ua.VariantType.Double)))
             r = Raw(c)
             sub = await r.create_subscription(interval=50)
