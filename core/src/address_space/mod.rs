@@ -77,6 +77,16 @@ pub mod access_level {
     pub const TIMESTAMP_WRITE: u8 = 0x40;
 }
 
+/// EventNotifier bits (Part 3 §8.59).
+pub mod event_notifier {
+    /// Events of the node can be subscribed to.
+    pub const SUBSCRIBE_TO_EVENTS: u8 = 0x01;
+    /// Its event history can be read.
+    pub const HISTORY_READ: u8 = 0x04;
+    /// Its event history can be updated.
+    pub const HISTORY_WRITE: u8 = 0x08;
+}
+
 /// One reference as stored on a node: its type, direction and the other end.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Reference {

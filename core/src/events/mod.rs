@@ -372,8 +372,7 @@ impl ServerEvents {
     }
 }
 
-/// EventNotifier bit SubscribeToEvents (Part 3 §8.59).
-pub const SUBSCRIBE_TO_EVENTS: u8 = 0x01;
+pub use crate::address_space::event_notifier::SUBSCRIBE_TO_EVENTS;
 
 /// Can a client subscribe to events of this node (an Object or View whose EventNotifier has
 /// SubscribeToEvents)? An event monitored item on any other node is refused (e.g.

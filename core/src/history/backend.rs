@@ -17,8 +17,9 @@ use crate::address_space::app::{Outcome, Reply};
 use crate::address_space::NumericRange;
 use crate::generated::types::{
     DeleteAtTimeDetails, DeleteEventDetails, DeleteRawModifiedDetails, HistoryReadResult,
-    HistoryUpdateResult, ReadAtTimeDetails, ReadEventDetails, ReadProcessedDetails,
-    ReadRawModifiedDetails, TimestampsToReturn, UpdateDataDetails, UpdateEventDetails,
+    HistoryUpdateResult, PerformUpdateType, ReadAtTimeDetails, ReadEventDetails,
+    ReadProcessedDetails, ReadRawModifiedDetails, TimestampsToReturn, UpdateDataDetails,
+    UpdateEventDetails,
 };
 use crate::types::{ExtensionObject, NodeId, StatusCode};
 
@@ -90,6 +91,37 @@ pub enum UpdateDetails {
 }
 
 impl UpdateDetails {
+    /// Whether a backend that can do `caps` offers this update. A mode other than Insert,
+    /// Replace and Update is the caller's to refuse first (true here).
+    pub fn offered_by(&self, caps: &HistoryCapabilities) -> bool {
+        let by_mode =
+            |mode: PerformUpdateType, insert: bool, replace: bool, update: bool| match mode {
+                PerformUpdateType::Insert => insert,
+                PerformUpdateType::Replace => replace,
+                PerformUpdateType::Update => update,
+                _ => true,
+            };
+        match self {
+            UpdateDetails::Data(d) => by_mode(
+                d.perform_insert_replace,
+                caps.insert_data,
+                caps.replace_data,
+                caps.update_data,
+            ),
+            UpdateDetails::DeleteRaw(d) => {
+                caps.delete_raw && (!d.is_delete_modified || caps.modified_values)
+            }
+            UpdateDetails::DeleteAtTime(_) => caps.delete_at_time,
+            UpdateDetails::Events(d) => by_mode(
+                d.perform_insert_replace,
+                caps.insert_event,
+                caps.replace_event,
+                caps.update_event,
+            ),
+            UpdateDetails::DeleteEvents(_) => caps.delete_event,
+        }
+    }
+
     /// Decodes one entry. `Err`: BadHistoryOperationInvalid for a null or undecodable one,
     /// BadHistoryOperationUnsupported for the kind this server does not update
     /// (UpdateStructureDataDetails).

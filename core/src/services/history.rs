@@ -36,10 +36,7 @@ use crate::session::SessionKey;
 use crate::time::Now;
 use crate::types::StatusCode;
 
-/// EventNotifier bit: the notifier's event history can be read.
-const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
-/// EventNotifier bit: the notifier's event history can be updated.
-const EVENT_NOTIFIER_HISTORY_WRITE: u8 = 0x08;
+use crate::address_space::event_notifier;
 
 fn result(status: StatusCode) -> HistoryReadResult {
     HistoryReadResult {
@@ -242,7 +239,7 @@ pub fn history_read(
                 let notifier = node
                     .event_notifier()
                     .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
-                if notifier & EVENT_NOTIFIER_HISTORY_READ == 0 {
+                if notifier & event_notifier::HISTORY_READ == 0 {
                     return Err(StatusCode::BadHistoryOperationUnsupported);
                 }
             } else {
@@ -427,7 +424,7 @@ pub fn history_update(
                 let notifier = node
                     .event_notifier()
                     .ok_or(StatusCode::BadHistoryOperationUnsupported)?;
-                if notifier & EVENT_NOTIFIER_HISTORY_WRITE == 0 {
+                if notifier & event_notifier::HISTORY_WRITE == 0 {
                     return Err(StatusCode::BadNotWritable);
                 }
             } else {
@@ -443,32 +440,24 @@ pub fn history_update(
             }
             let insert = PermissionType::InsertHistory.0;
             let modify = PermissionType::ModifyHistory.0;
-            let (offered, needed) = match &details {
-                UpdateDetails::Data(d) => match d.perform_insert_replace {
-                    PerformUpdateType::Insert => (caps.insert_data, insert),
-                    PerformUpdateType::Replace => (caps.replace_data, modify),
-                    PerformUpdateType::Update => (caps.update_data, insert | modify),
-                    _ => return Err(StatusCode::BadHistoryOperationInvalid),
-                },
-                UpdateDetails::DeleteRaw(d) => (
-                    caps.delete_raw && (!d.is_delete_modified || caps.modified_values),
-                    PermissionType::DeleteHistory.0,
-                ),
-                UpdateDetails::DeleteAtTime(_) => {
-                    (caps.delete_at_time, PermissionType::DeleteHistory.0)
-                }
-                // Part 11 §6.9.4: Delete (Remove) is not an event update: Bad_InvalidArgument.
-                UpdateDetails::Events(d) => match d.perform_insert_replace {
-                    PerformUpdateType::Insert => (caps.insert_event, insert),
-                    PerformUpdateType::Replace => (caps.replace_event, modify),
-                    PerformUpdateType::Update => (caps.update_event, insert | modify),
-                    _ => return Err(StatusCode::BadInvalidArgument),
-                },
-                UpdateDetails::DeleteEvents(_) => {
-                    (caps.delete_event, PermissionType::DeleteHistory.0)
-                }
+            let by_mode = |mode: PerformUpdateType| match mode {
+                PerformUpdateType::Insert => Some(insert),
+                PerformUpdateType::Replace => Some(modify),
+                PerformUpdateType::Update => Some(insert | modify),
+                _ => None,
             };
-            if !offered {
+            let needed = match &details {
+                UpdateDetails::Data(d) => by_mode(d.perform_insert_replace)
+                    .ok_or(StatusCode::BadHistoryOperationInvalid)?,
+                // Part 11 §6.9.4: Delete (Remove) is not an event update: Bad_InvalidArgument.
+                UpdateDetails::Events(d) => {
+                    by_mode(d.perform_insert_replace).ok_or(StatusCode::BadInvalidArgument)?
+                }
+                UpdateDetails::DeleteRaw(_)
+                | UpdateDetails::DeleteAtTime(_)
+                | UpdateDetails::DeleteEvents(_) => PermissionType::DeleteHistory.0,
+            };
+            if !details.offered_by(&caps) {
                 return Err(StatusCode::BadHistoryOperationUnsupported);
             }
             if !space

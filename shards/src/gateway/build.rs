@@ -20,11 +20,7 @@ const PROPERTY_TYPE: u32 = 68;
 const BASE_OBJECT_TYPE: u32 = 58;
 const BASE_DATA_VARIABLE_TYPE: u32 = 63;
 const BASE_DATA_TYPE: u32 = 24;
-/// EventNotifier bits: events can be subscribed to; their history can be read.
-const EVENT_NOTIFIER_SUBSCRIBE: u8 = 0x01;
-const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
-/// EventNotifier's HistoryWrite bit.
-const EVENT_NOTIFIER_HISTORY_WRITE: u8 = 0x08;
+use uaring_core::address_space::event_notifier;
 
 fn reference(reference_type: u32, is_forward: bool, target: NodeId) -> Reference {
     Reference {
@@ -190,14 +186,14 @@ pub fn instance(i: Instance<'_>) -> Node {
         },
         _ => ClassAttributes::Object {
             event_notifier: i.event_notifier
-                & (EVENT_NOTIFIER_SUBSCRIBE
+                & (event_notifier::SUBSCRIBE_TO_EVENTS
                     | if i.history {
-                        EVENT_NOTIFIER_HISTORY_READ
+                        event_notifier::HISTORY_READ
                     } else {
                         0
                     }
                     | if i.history && i.history_updates {
-                        EVENT_NOTIFIER_HISTORY_WRITE
+                        event_notifier::HISTORY_WRITE
                     } else {
                         0
                     }),
@@ -273,9 +269,9 @@ mod tests {
             forward: Vec::new(),
             var,
             data_type: NodeId::ns0(BASE_DATA_TYPE),
-            event_notifier: EVENT_NOTIFIER_SUBSCRIBE
-                | EVENT_NOTIFIER_HISTORY_READ
-                | EVENT_NOTIFIER_HISTORY_WRITE,
+            event_notifier: event_notifier::SUBSCRIBE_TO_EVENTS
+                | event_notifier::HISTORY_READ
+                | event_notifier::HISTORY_WRITE,
             executable: false,
             writable: true,
             history,
@@ -324,7 +320,7 @@ mod tests {
             ClassAttributes::Object { event_notifier } => Some(event_notifier),
             _ => None,
         };
-        let (ehr, ehw) = (EVENT_NOTIFIER_HISTORY_READ, EVENT_NOTIFIER_HISTORY_WRITE);
+        let (ehr, ehw) = (event_notifier::HISTORY_READ, event_notifier::HISTORY_WRITE);
         assert_eq!(
             notifier(true, true).map(|e| e & (ehr | ehw)),
             Some(ehr | ehw)

@@ -2318,9 +2318,7 @@ impl Downstream {
         let session = ident.map_or(self.session_number, |i| self.idents[i as usize].number);
         let (Some(point), Some(wire)) = (
             super::history::point_of(token, session),
-            self.names
-                .remote_of_instance(node_id)
-                .and_then(|r| self.names.to_wire(&r)),
+            self.names.wire_of_instance(node_id),
         ) else {
             return Ok(());
         };
@@ -2649,10 +2647,7 @@ impl Downstream {
             // Sent by `release_point`, never queued for a session.
             Forward::HistoryRelease { .. } => Ok(()),
             Forward::Read { read, .. } => {
-                let wire = self
-                    .names
-                    .remote_of_instance(&read.node_id)
-                    .and_then(|r| self.names.to_wire(&r));
+                let wire = self.names.wire_of_instance(&read.node_id);
                 let Some(wire) = wire else {
                     read.fail(StatusCode::BadNodeIdUnknown);
                     return Ok(());
@@ -2689,10 +2684,7 @@ impl Downstream {
                 write,
                 ..
             } => {
-                let wire = self
-                    .names
-                    .remote_of_instance(&node)
-                    .and_then(|r| self.names.to_wire(&r));
+                let wire = self.names.wire_of_instance(&node);
                 let Some(wire) = wire else {
                     write.complete(StatusCode::BadNodeIdUnknown);
                     return Ok(());
@@ -2724,18 +2716,13 @@ impl Downstream {
                 )
             }
             Forward::Call { call, .. } => {
-                let object = self
-                    .names
-                    .remote_of_instance(&call.object_id)
-                    .and_then(|r| self.names.to_wire(&r));
+                let object = self.names.wire_of_instance(&call.object_id);
                 // A namespace-0 method (a condition's Acknowledge, Confirm …) is the same
                 // there.
                 let method = if call.method_id.namespace == 0 {
                     Some(call.method_id.clone())
                 } else {
-                    self.names
-                        .remote_of_instance(&call.method_id)
-                        .and_then(|r| self.names.to_wire(&r))
+                    self.names.wire_of_instance(&call.method_id)
                 };
                 let (Some(object), Some(method)) = (object, method) else {
                     call.complete(Err(StatusCode::BadNodeIdUnknown));
@@ -2772,10 +2759,7 @@ impl Downstream {
                     reply.fail(StatusCode::BadHistoryOperationUnsupported);
                     return Ok(());
                 }
-                let wire = self
-                    .names
-                    .remote_of_instance(&op.node_id)
-                    .and_then(|r| self.names.to_wire(&r));
+                let wire = self.names.wire_of_instance(&op.node_id);
                 let Some(wire) = wire else {
                     reply.fail(StatusCode::BadNodeIdUnknown);
                     return Ok(());
@@ -2879,8 +2863,7 @@ impl Downstream {
     fn update_out(&self, details: UpdateDetails) -> Result<ExtensionObject, StatusCode> {
         let wire = self
             .names
-            .remote_of_instance(details.node_id())
-            .and_then(|r| self.names.to_wire(&r))
+            .wire_of_instance(details.node_id())
             .ok_or(StatusCode::BadNodeIdUnknown)?;
         Ok(match details {
             UpdateDetails::Data(mut d) => {

@@ -28,7 +28,7 @@ use uaring_core::generated::types::{
 };
 use uaring_core::history::{
     HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, HistoryUpdateOp,
-    HistoryUpdateReply, ReadDetails, UpdateDetails,
+    HistoryUpdateReply, ReadDetails,
 };
 use uaring_core::types::{ByteString, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant};
 
@@ -203,7 +203,7 @@ impl HistoryBackend for GatewayHistory {
             return;
         };
         // What this backend claims beyond the local store's own capabilities.
-        if !offers(&local.capabilities(), &op.details) {
+        if !op.details.offered_by(&local.capabilities()) {
             return reply.fail(StatusCode::BadHistoryOperationUnsupported);
         }
         local.update(op, reply);
@@ -229,35 +229,6 @@ impl HistoryBackend for GatewayHistory {
         } else if let Some(local) = &self.local {
             local.release_continuation_point(node_id, token);
         }
-    }
-}
-
-/// Whether a store with capabilities `c` offers the update `d` (the service checked it
-/// against this backend's wider claims).
-fn offers(c: &HistoryCapabilities, d: &UpdateDetails) -> bool {
-    use uaring_core::generated::types::PerformUpdateType;
-    let by_mode = |mode: PerformUpdateType, insert: bool, replace: bool, update: bool| match mode {
-        PerformUpdateType::Insert => insert,
-        PerformUpdateType::Replace => replace,
-        PerformUpdateType::Update => update,
-        _ => true,
-    };
-    match d {
-        UpdateDetails::Data(d) => by_mode(
-            d.perform_insert_replace,
-            c.insert_data,
-            c.replace_data,
-            c.update_data,
-        ),
-        UpdateDetails::DeleteRaw(d) => c.delete_raw && (!d.is_delete_modified || c.modified_values),
-        UpdateDetails::DeleteAtTime(_) => c.delete_at_time,
-        UpdateDetails::Events(d) => by_mode(
-            d.perform_insert_replace,
-            c.insert_event,
-            c.replace_event,
-            c.update_event,
-        ),
-        UpdateDetails::DeleteEvents(_) => c.delete_event,
     }
 }
 
@@ -494,12 +465,10 @@ impl EventSelect {
                         *b = ByteString::from(t.to_vec());
                     }
                 }
-                (FieldKind::Instance, Variant::NodeId(id)) => {
-                    match names.remote_of_instance(id).and_then(|r| names.to_wire(&r)) {
-                        Some(w) => **id = w,
-                        None => names.value_out(&mut v),
-                    }
-                }
+                (FieldKind::Instance, Variant::NodeId(id)) => match names.wire_of_instance(id) {
+                    Some(w) => **id = w,
+                    None => names.value_out(&mut v),
+                },
                 _ => names.value_out(&mut v),
             }
             if let Some(slot) = theirs.get_mut(i) {

@@ -222,6 +222,13 @@ impl Names {
         })
     }
 
+    /// A mirrored instance here as the server's NodeId on the wire now (its
+    /// [`Names::remote_of_instance`] through [`Names::to_wire`]).
+    pub fn wire_of_instance(&self, local: &NodeId) -> Option<NodeId> {
+        self.remote_of_instance(local)
+            .and_then(|r| self.to_wire(&r))
+    }
+
     /// A local name NodeId back as kept here.
     pub fn remote_of_name(&self, local: &NodeId) -> Option<NodeId> {
         let slot = *self.name_rev.get(&local.namespace)?;

@@ -52,8 +52,7 @@ use super::archive::Archive;
 use super::postgres::{PgArchive, PgConfig, PgWriters, PostgresConfig};
 use super::{Pushed, Resume, Sample, SeriesId, Store, StoreError};
 
-/// EventNotifier bit: the notifier's event history can be read.
-const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
+use uaring_core::address_space::event_notifier;
 
 /// Most raw values one processed operation reads to compute its answer (about 60 MB held
 /// by the reader thread while it computes; more is BadTooManyOperations: ask for a shorter
@@ -572,7 +571,7 @@ impl Historian {
             let node_id = node.node_id();
             if let Some(notifier) = node.event_notifier() {
                 let server = node_id == NodeId::ns0(uaring_core::generated::node_ids::Server);
-                if server || notifier & EVENT_NOTIFIER_HISTORY_READ != 0 {
+                if server || notifier & event_notifier::HISTORY_READ != 0 {
                     let id = self.archive.series(&format!("events:{node_id}"))?;
                     nodes.events.insert(node_id, id);
                 }
@@ -891,28 +890,15 @@ impl Historian {
         // The values whose SourceTimestamp has modified values kept (ExtraData): the raw
         // ones and the bounds that were found.
         let bound_ok = |d: &DataValue| d.status != Some(StatusCode::BadBoundNotFound);
-        let times = samples.iter().map(|s| s.source_ts).chain(
-            head.iter()
-                .chain(tail.iter())
-                .filter(|d| bound_ok(d))
-                .filter_map(|d| d.source_timestamp.map(|t| t.0)),
-        );
-        let (lo, hi) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
-        let modified = if lo <= hi {
-            self.modified_times(&op.node_id, lo, hi)?
-        } else {
-            Vec::new()
-        };
-        let extra = |d: &mut DataValue| {
-            if let Some(t) = d.source_timestamp {
-                if modified.binary_search(&t.0).is_ok() {
-                    d.status = Some(aggregate::with_bits(
-                        d.status.unwrap_or(StatusCode::Good),
-                        aggregate::bits::EXTRA_DATA,
-                    ));
-                }
-            }
-        };
+        let modified = self.modified_among(
+            &op.node_id,
+            samples.iter().map(|s| s.source_ts).chain(
+                head.iter()
+                    .chain(tail.iter())
+                    .filter(|d| bound_ok(d))
+                    .filter_map(|d| d.source_timestamp.map(|t| t.0)),
+            ),
+        )?;
         // HistoryData's body encoded straight from the samples: a raw read of 100,000
         // values made a DataValue of each (8 MB), then encoded them; with the allocator's
         // fixed mmap threshold every such buffer was fresh pages to fault in and give back,
@@ -922,7 +908,7 @@ impl Historian {
         (count as i32).encode(&mut body);
         let encode_bound = |b: &mut DataValue, body: &mut Vec<u8>| {
             if bound_ok(b) {
-                extra(b);
+                modified.mark(b);
             }
             b.encode(body);
         };
@@ -933,11 +919,10 @@ impl Historian {
             // The raw values as the operation asks for them (the bounds stay whole).
             if op.index_range.is_some() {
                 let mut dv = plain(sample);
-                extra(&mut dv);
+                modified.mark(&mut dv);
                 finish(dv, op).encode(&mut body);
             } else {
-                let marked =
-                    !modified.is_empty() && modified.binary_search(&sample.source_ts).is_ok();
+                let marked = modified.contains(sample.source_ts);
                 encode_raw(&sample, marked, op.timestamps, &mut body);
             }
         }
@@ -945,18 +930,14 @@ impl Historian {
             encode_bound(b, &mut body);
         }
         let token = next.map(|_| state.encode());
-        Ok(HistoryReadResult {
-            status_code: if count == 0 && token.is_none() {
-                StatusCode::GoodNoData
-            } else {
-                StatusCode::Good
-            },
-            continuation_point: token.map(Into::into).unwrap_or_default(),
-            history_data: ExtensionObject {
+        Ok(data_result(
+            count == 0,
+            token,
+            ExtensionObject {
                 type_id: NodeId::ns0(HistoryData::BINARY_ENCODING_ID),
                 body: ExtensionObjectBody::Binary(body),
             },
-        })
+        ))
     }
 
     /// ReadEventDetails (Part 11 §6.5.2): the notifier's events by Time, in the time domain
@@ -1095,37 +1076,37 @@ impl Historian {
         values: &mut [DataValue],
         only: impl Fn(&DataValue) -> bool,
     ) -> Result<(), StatusCode> {
-        let times = values
-            .iter()
-            .filter(|d| only(d))
-            .filter_map(|d| d.source_timestamp.map(|t| t.0));
-        let (lo, hi) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
-        if lo > hi {
-            return Ok(());
-        }
-        let modified = self.modified_times(node, lo, hi)?;
-        if modified.is_empty() {
+        let modified = self.modified_among(
+            node,
+            values
+                .iter()
+                .filter(|d| only(d))
+                .filter_map(|d| d.source_timestamp.map(|t| t.0)),
+        )?;
+        if modified.0.is_empty() {
             return Ok(());
         }
         for d in values.iter_mut().filter(|d| only(d)) {
-            if let Some(t) = d.source_timestamp {
-                if modified.binary_search(&t.0).is_ok() {
-                    d.status = Some(aggregate::with_bits(
-                        d.status.unwrap_or(StatusCode::Good),
-                        aggregate::bits::EXTRA_DATA,
-                    ));
-                }
-            }
+            modified.mark(d);
         }
         Ok(())
     }
 
-    /// The SourceTimestamps in `[lo, hi]` at which the node has modified values kept
-    /// (see [`Historian::mark_extra_data`]), ascending, each once; none (and no read) when
-    /// the node has no series of modified values. Read a page at a time.
-    fn modified_times(&self, node: &NodeId, lo: i64, hi: i64) -> Result<Vec<i64>, StatusCode> {
+    /// The SourceTimestamps between the least and the greatest of `times` at which the
+    /// node has modified values kept (see [`Historian::mark_extra_data`]); none (and no
+    /// read) when `times` is empty or the node has no series of modified values. Read a
+    /// page at a time.
+    fn modified_among(
+        &self,
+        node: &NodeId,
+        times: impl Iterator<Item = i64>,
+    ) -> Result<ModifiedTimes, StatusCode> {
+        let (lo, hi) = times.fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        if lo > hi {
+            return Ok(ModifiedTimes(Vec::new()));
+        }
         let Some(id) = self.existing_modified_series(node).map_err(store_status)? else {
-            return Ok(Vec::new());
+            return Ok(ModifiedTimes(Vec::new()));
         };
         let mut times = Vec::new();
         let mut page = Vec::new();
@@ -1146,7 +1127,7 @@ impl Historian {
         }
         times.sort_unstable();
         times.dedup();
-        Ok(times)
+        Ok(ModifiedTimes(times))
     }
 
     /// UpdateDataDetails (Part 11 §6.8.2): Insert puts a value where there is none at its
@@ -2342,16 +2323,50 @@ fn stamp(mut dv: DataValue, ts: TimestampsToReturn) -> DataValue {
 }
 
 fn history_result(values: Vec<DataValue>, token: Option<Vec<u8>>) -> HistoryReadResult {
+    data_result(
+        values.is_empty(),
+        token,
+        ExtensionObject::from_struct(&HistoryData {
+            data_values: values,
+        }),
+    )
+}
+
+/// A HistoryRead result of `history_data` (`empty`: it holds no values): GoodNoData when
+/// it is empty and nothing follows, else Good.
+fn data_result(
+    empty: bool,
+    token: Option<Vec<u8>>,
+    history_data: ExtensionObject,
+) -> HistoryReadResult {
     HistoryReadResult {
-        status_code: if values.is_empty() && token.is_none() {
+        status_code: if empty && token.is_none() {
             StatusCode::GoodNoData
         } else {
             StatusCode::Good
         },
         continuation_point: token.map(Into::into).unwrap_or_default(),
-        history_data: ExtensionObject::from_struct(&HistoryData {
-            data_values: values,
-        }),
+        history_data,
+    }
+}
+
+/// The SourceTimestamps at which a node has modified values kept, ascending, each once
+/// ([`Historian::modified_among`]): its values there carry the ExtraData bit.
+struct ModifiedTimes(Vec<i64>);
+
+impl ModifiedTimes {
+    fn contains(&self, t: i64) -> bool {
+        !self.0.is_empty() && self.0.binary_search(&t).is_ok()
+    }
+
+    /// Sets the ExtraData bit of `d` when modified values are kept at its SourceTimestamp.
+    fn mark(&self, d: &mut DataValue) {
+        if d.source_timestamp.is_some_and(|t| self.contains(t.0)) {
+            d.status = Some(aggregate::with_bits(
+                d.status.unwrap_or(StatusCode::Good),
+                aggregate::bits::EXTRA_DATA,
+            ));
+        }
     }
 }
 

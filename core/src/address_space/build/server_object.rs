@@ -751,10 +751,7 @@ pub fn install(
     }
 }
 
-/// EventNotifier bit: the notifier's event history can be read (Part 3 §5.4).
-const EVENT_NOTIFIER_HISTORY_READ: u8 = 0x04;
-/// EventNotifier bit: the notifier's event history can be updated.
-const EVENT_NOTIFIER_HISTORY_WRITE: u8 = 0x08;
+use crate::address_space::event_notifier;
 
 /// The HistoryServerCapabilities and HistoryRead limits of a server with a history store
 /// that can do `caps` (the nodes are kept by `ns0::HISTORY`): what it does is true, what it
@@ -870,9 +867,9 @@ pub fn install_history(
             caps.insert_event || caps.replace_event || caps.update_event || caps.delete_event;
         b.update(&NodeId::ns0(n::Server), |n| {
             if let ClassAttributes::Object { event_notifier } = &mut n.attributes {
-                *event_notifier |= EVENT_NOTIFIER_HISTORY_READ;
+                *event_notifier |= event_notifier::HISTORY_READ;
                 if write {
-                    *event_notifier |= EVENT_NOTIFIER_HISTORY_WRITE;
+                    *event_notifier |= event_notifier::HISTORY_WRITE;
                 }
             }
         });
