@@ -314,8 +314,19 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
     let mut n = start.max(1);
     let mut last: Option<Map<String, Value>> = None;
     for _ in 0..40 {
-        let (ok, o) = match counters_step(&cfg, n, sessions, sampling_ms, publishing_ms) {
-            Ok(r) => r,
+        match counters_step(&cfg, n, sessions, sampling_ms, publishing_ms) {
+            Ok((ok, o)) => {
+                steps.push(json!({"items": n, "pass": ok, "min_ratio": o.get("min_sample_ratio").cloned().unwrap_or(Value::Null)}));
+                if ok {
+                    pass = Some(n);
+                    last = Some(o);
+                } else {
+                    fail = Some(n);
+                    if last.is_none() {
+                        last = Some(o);
+                    }
+                }
+            }
             // Once a step has passed, the server and its configuration work: a larger step
             // that cannot run (its items' creation outlasting the ready timeout, a server
             // that stops answering) is past the capacity, not a reason to lose the search.
@@ -323,23 +334,8 @@ pub fn run_counters(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
                 eprintln!("uaring-bench: counters step of {n} items failed: {e}");
                 steps.push(json!({"items": n, "pass": false, "error": e}));
                 fail = Some(n);
-                n = match next_counters_step(pass, fail, max) {
-                    Some(n) => n,
-                    None => break,
-                };
-                continue;
             }
             Err(e) => return Err(e),
-        };
-        steps.push(json!({"items": n, "pass": ok, "min_ratio": o.get("min_sample_ratio").cloned().unwrap_or(Value::Null)}));
-        if ok {
-            pass = Some(n);
-            last = Some(o);
-        } else {
-            fail = Some(n);
-            if last.is_none() {
-                last = Some(o);
-            }
         }
         n = match next_counters_step(pass, fail, max) {
             Some(n) => n,
