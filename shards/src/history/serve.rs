@@ -31,7 +31,8 @@ use uaring_core::encoding::{Encode, UaStructure};
 use uaring_core::events::bus::EventRecorder;
 use uaring_core::events::Event;
 use uaring_core::generated::types::{
-    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, TimestampsToReturn,
+    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, ReadRawModifiedDetails,
+    TimestampsToReturn,
 };
 use uaring_core::generated::types::{
     HistoryModifiedData, HistoryUpdateResult, HistoryUpdateType, ModificationInfo,
@@ -187,6 +188,31 @@ const MODIFIED_PAGE: usize = 10_000;
 
 /// A raw read reserves room for at most this many samples up front (more grow the vector).
 const RAW_RESERVE_MAX: usize = 1 << 20;
+
+/// A reader thread keeps its raw read's sample buffer for the next read when it is at most
+/// this large (bytes of capacity; larger ones are freed): with the allocator's mmap
+/// threshold pinned (docs/Limits.md) a fresh buffer of a large read is fresh pages to
+/// fault in and give back at every read, a sixth of a 100,000-value read's CPU. At most
+/// this much per reader thread (`history.read_threads`) stays resident after a large read.
+const SAMPLES_KEEP_BYTES: usize = 8 << 20;
+
+thread_local! {
+    /// The reader thread's raw-read sample buffer (empty between reads).
+    static SAMPLES: std::cell::Cell<Vec<Sample>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `read` with the thread's sample buffer (empty), then empties it and keeps it for the
+/// next read unless it grew past [`SAMPLES_KEEP_BYTES`].
+fn with_sample_buffer<R>(read: impl FnOnce(&mut Vec<Sample>) -> R) -> R {
+    let mut samples = SAMPLES.take();
+    samples.clear();
+    let r = read(&mut samples);
+    samples.clear();
+    if samples.capacity() * std::mem::size_of::<Sample>() <= SAMPLES_KEEP_BYTES {
+        SAMPLES.set(samples);
+    }
+    r
+}
 
 /// Bytes a raw value's encoding is reserved (a scalar Double with its two timestamps and a
 /// status: 31); a bigger value grows the body.
@@ -851,8 +877,7 @@ impl Historian {
         let ReadDetails::Raw(d) = &*op.details else {
             return Err(StatusCode::BadInternalError);
         };
-        let (s, e) = (d.start_time, d.end_time);
-        let (first, bound, reverse) = time_domain(s, e)?;
+        let (first, _, reverse) = time_domain(d.start_time, d.end_time)?;
         let limit = op.max_values as usize;
         let mut state = RawState::decode(op.resume.as_deref())?;
         // The bounding values (returnBounds): the start's before the raw values, the end's
@@ -867,18 +892,36 @@ impl Historian {
         }
         state.started = true;
         let room = limit.saturating_sub(usize::from(head.is_some())).max(1);
-        let mut samples = Vec::with_capacity(room.min(RAW_RESERVE_MAX));
+        with_sample_buffer(|samples| {
+            samples.reserve(room.min(RAW_RESERVE_MAX));
+            self.encode_raw_page(id, op, d, state, head, room, samples)
+        })
+    }
+
+    /// The rest of [`Historian::read_raw`] once the start's bound is known: reads a page of
+    /// at most `room` raw values into `samples` (empty) and encodes the HistoryData.
+    #[allow(clippy::too_many_arguments)]
+    fn encode_raw_page(
+        &self,
+        id: SeriesId,
+        op: &HistoryReadOp,
+        d: &ReadRawModifiedDetails,
+        mut state: RawState,
+        mut head: Option<DataValue>,
+        room: usize,
+        samples: &mut Vec<Sample>,
+    ) -> Result<HistoryReadResult, StatusCode> {
+        let (s, e) = (d.start_time, d.end_time);
+        let (first, bound, reverse) = time_domain(s, e)?;
         let next = match state.resume {
-            Some(r) => self
-                .archive
-                .read_from(id, r, bound, reverse, room, &mut samples),
+            Some(r) => self.archive.read_from(id, r, bound, reverse, room, samples),
             None => {
                 let (lo, hi) = if reverse {
                     (bound, first)
                 } else {
                     (first, bound)
                 };
-                self.archive.read(id, lo, hi, reverse, room, &mut samples)
+                self.archive.read(id, lo, hi, reverse, room, samples)
             }
         }
         .map_err(store_status)?;
@@ -915,7 +958,7 @@ impl Historian {
         if let Some(b) = head.as_mut() {
             encode_bound(b, &mut body);
         }
-        for sample in samples {
+        for sample in samples.drain(..) {
             // The raw values as the operation asks for them (the bounds stay whole).
             if op.index_range.is_some() {
                 let mut dv = plain(sample);
