@@ -31,8 +31,8 @@ use uaring_core::encoding::{Encode, UaStructure};
 use uaring_core::events::bus::EventRecorder;
 use uaring_core::events::Event;
 use uaring_core::generated::types::{
-    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, ReadRawModifiedDetails,
-    TimestampsToReturn,
+    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, ReadProcessedDetails,
+    ReadRawModifiedDetails, TimestampsToReturn,
 };
 use uaring_core::generated::types::{
     HistoryModifiedData, HistoryUpdateResult, HistoryUpdateType, ModificationInfo,
@@ -189,29 +189,55 @@ const MODIFIED_PAGE: usize = 10_000;
 /// A raw read reserves room for at most this many samples up front (more grow the vector).
 const RAW_RESERVE_MAX: usize = 1 << 20;
 
-/// A reader thread keeps its raw read's sample buffer for the next read when it is at most
-/// this large (bytes of capacity; larger ones are freed): with the allocator's mmap
-/// threshold pinned (docs/Limits.md) a fresh buffer of a large read is fresh pages to
-/// fault in and give back at every read, a sixth of a 100,000-value read's CPU. At most
-/// this much per reader thread (`history.read_threads`) stays resident after a large read.
-const SAMPLES_KEEP_BYTES: usize = 8 << 20;
+/// A reader thread keeps the buffers of its raw and processed reads for the next read
+/// when each is at most this large (bytes of capacity; a larger one is freed after its
+/// read), and frees them once it has had no work for [`READ_BUFFERS_IDLE`]: with the
+/// allocator's mmap threshold pinned (docs/Limits.md) a fresh buffer of a large read is
+/// fresh pages to fault in and give back at every read, a fifth of a 100,000-value raw
+/// read's server CPU and a third of a processed read's of a day at 1 Hz.
+const READ_BUFFER_KEEP_BYTES: usize = 8 << 20;
+
+/// A reader thread without work for this long frees its kept buffers.
+const READ_BUFFERS_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+type Kept<T> = std::thread::LocalKey<std::cell::Cell<Vec<T>>>;
 
 thread_local! {
-    /// The reader thread's raw-read sample buffer (empty between reads).
+    /// The reader thread's raw samples of a read (empty between reads).
     static SAMPLES: std::cell::Cell<Vec<Sample>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The reader thread's raw values behind a processed read (empty between reads).
+    static RAW_VALUES: std::cell::Cell<Vec<DataValue>> =
+        const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Runs `read` with the thread's sample buffer (empty), then empties it and keeps it for the
-/// next read unless it grew past [`SAMPLES_KEEP_BYTES`].
-fn with_sample_buffer<R>(read: impl FnOnce(&mut Vec<Sample>) -> R) -> R {
-    let mut samples = SAMPLES.take();
-    samples.clear();
-    let r = read(&mut samples);
-    samples.clear();
-    if samples.capacity() * std::mem::size_of::<Sample>() <= SAMPLES_KEEP_BYTES {
-        SAMPLES.set(samples);
+/// Runs `read` with the thread's buffer `kept` (empty), then empties it and keeps it for the
+/// next read unless it grew past [`READ_BUFFER_KEEP_BYTES`].
+fn with_kept<T: 'static, R>(kept: &'static Kept<T>, read: impl FnOnce(&mut Vec<T>) -> R) -> R {
+    let mut buf = kept.take();
+    buf.clear();
+    let r = read(&mut buf);
+    buf.clear();
+    if buf.capacity() * std::mem::size_of::<T>() <= READ_BUFFER_KEEP_BYTES {
+        kept.set(buf);
     }
     r
+}
+
+/// Frees the thread's kept read buffers (an idle reader).
+fn free_read_buffers() {
+    SAMPLES.take();
+    RAW_VALUES.take();
+}
+
+/// Does the thread keep a read buffer?
+fn holds_read_buffers() -> bool {
+    fn holds<T>(kept: &'static Kept<T>) -> bool {
+        let buf = kept.take();
+        let held = buf.capacity() > 0;
+        kept.set(buf);
+        held
+    }
+    holds(&SAMPLES) || holds(&RAW_VALUES)
 }
 
 /// Bytes a raw value's encoding is reserved (a scalar Double with its two timestamps and a
@@ -892,7 +918,7 @@ impl Historian {
         }
         state.started = true;
         let room = limit.saturating_sub(usize::from(head.is_some())).max(1);
-        with_sample_buffer(|samples| {
+        with_kept(&SAMPLES, |samples| {
             samples.reserve(room.min(RAW_RESERVE_MAX));
             self.encode_raw_page(id, op, d, state, head, room, samples)
         })
@@ -1742,7 +1768,28 @@ impl Historian {
             d.start_time.0.min(d.end_time.0),
             d.start_time.0.max(d.end_time.0),
         );
-        let mut raw = Vec::new();
+        with_kept(&RAW_VALUES, |raw| {
+            with_kept(&SAMPLES, |inside| {
+                self.process_page(id, op, d, aggregate, &config, lo, hi, raw, inside)
+            })
+        })
+    }
+
+    /// The rest of [`Historian::read_processed`]: the raw values of `[lo, hi]` and the bounds'
+    /// into `raw` (read through `inside`; both empty), the aggregate over them, one page.
+    #[allow(clippy::too_many_arguments)]
+    fn process_page(
+        &self,
+        id: SeriesId,
+        op: &HistoryReadOp,
+        d: &ReadProcessedDetails,
+        aggregate: Aggregate,
+        config: &AggregateConfig,
+        lo: i64,
+        hi: i64,
+        raw: &mut Vec<DataValue>,
+        inside: &mut Vec<Sample>,
+    ) -> Result<HistoryReadResult, StatusCode> {
         // A value the bounding values may use (Part 13 §3.1.8: not Bad, nor Uncertain with
         // TreatUncertainAsBad).
         let usable = |s: &Sample| {
@@ -1765,15 +1812,14 @@ impl Historian {
         before.truncate(keep);
         before.reverse();
         raw.extend(before.into_iter().map(plain));
-        let mut inside = Vec::new();
         let cut = self
             .archive
-            .read(id, lo, hi, false, MAX_RAW_FOR_PROCESSING, &mut inside)
+            .read(id, lo, hi, false, MAX_RAW_FOR_PROCESSING, inside)
             .map_err(store_status)?;
         if cut.is_some() {
             return Err(StatusCode::BadTooManyOperations);
         }
-        raw.extend(inside.into_iter().map(plain));
+        raw.extend(inside.drain(..).map(plain));
         let mut after = Vec::new();
         self.archive
             .read(id, hi.saturating_add(1), i64::MAX, false, 1000, &mut after)
@@ -1783,11 +1829,11 @@ impl Historian {
         raw.extend(after.into_iter().map(plain));
         let mut values = aggregate::process(
             aggregate,
-            &raw,
+            raw,
             d.start_time,
             d.end_time,
             d.processing_interval,
-            &config,
+            config,
         )?;
         // A raw value passed through (Start, End, Minimum at a raw time, …; neither
         // Calculated nor Interpolated) that hides modified data carries ExtraData too.
@@ -1820,11 +1866,23 @@ impl Historian {
 /// A reader thread: takes operations off the job queue until the historian is gone.
 fn reader_loop(h: &std::sync::Weak<Historian>, rx: &Mutex<Receiver<Job>>) {
     loop {
+        // Waits without a timeout when there is nothing to free (an idle server's readers
+        // do not wake).
         let job = match rx.lock() {
-            Ok(r) => r.recv(),
+            Ok(r) if holds_read_buffers() => r.recv_timeout(READ_BUFFERS_IDLE),
+            Ok(r) => r
+                .recv()
+                .map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected),
             Err(_) => return,
         };
-        let Ok(job) = job else { return };
+        let job = match job {
+            Ok(job) => job,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                free_read_buffers();
+                continue;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        };
         if matches!(job, Job::Stop) {
             return;
         }
@@ -2701,6 +2759,29 @@ pub fn historize_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader thread keeps a read's buffer for the next read up to its bound, frees a
+    /// larger one after its read, and frees what it keeps when told it is idle.
+    #[test]
+    fn a_reader_keeps_its_read_buffers_up_to_their_bound() {
+        assert!(!holds_read_buffers());
+        let cap = with_kept(&SAMPLES, |b| {
+            b.reserve(1000);
+            b.capacity()
+        });
+        assert!(holds_read_buffers());
+        // The next read gets the same buffer, empty.
+        with_kept(&SAMPLES, |b| {
+            assert!(b.is_empty());
+            assert_eq!(b.capacity(), cap);
+        });
+        free_read_buffers();
+        assert!(!holds_read_buffers());
+        with_kept(&RAW_VALUES, |b| {
+            b.reserve(READ_BUFFER_KEEP_BYTES / std::mem::size_of::<DataValue>() + 1)
+        });
+        assert!(!holds_read_buffers());
+    }
 
     /// A raw value encoded straight from its sample has the bytes of the DataValue the read
     /// made before (`plain`, the ExtraData bit, the timestamps asked for).
