@@ -440,14 +440,19 @@ fn continuation_points_are_bounded_per_session_tied_to_their_details_and_release
         "two points at most; the third operation's data is dropped with its status"
     );
     assert!(r.results[2].history_data.is_null());
+    // The store's point for the third will not be used: it is told (its token: resume at 5).
+    let resume_at_5 = (temp(), 5u64.to_le_bytes().to_vec());
+    assert_eq!(*memory.released.lock().unwrap(), vec![resume_at_5.clone()]);
     let cp0 = r.results[0].continuation_point.clone();
     let cp1 = r.results[1].continuation_point.clone();
-    // Another details with the same point: refused (and the point is used up).
+    // Another details with the same point: refused (and the point is used up, the store
+    // told).
     let r = c.raw(raw(0, 50, 5), &[(temp(), cp0)]);
     assert_eq!(
         r.results[0].status_code,
         StatusCode::BadContinuationPointInvalid
     );
+    assert_eq!(memory.released.lock().unwrap().len(), 2);
     // Release: nothing is read, the point is gone.
     let mut req = c.request(
         ExtensionObject::from_struct(&d),
@@ -464,14 +469,43 @@ fn continuation_points_are_bounded_per_session_tied_to_their_details_and_release
     assert_eq!(r.results[0].status_code, StatusCode::Good);
     assert!(r.results[0].history_data.is_null());
     // The store is told, with the token it gave (the second operation's: resume at 5).
-    assert_eq!(
-        *memory.released.lock().unwrap(),
-        vec![(temp(), 5u64.to_le_bytes().to_vec())]
-    );
+    assert_eq!(*memory.released.lock().unwrap(), vec![resume_at_5; 3]);
     let r = c.raw(d, &[(temp(), cp1)]);
     assert_eq!(
         r.results[0].status_code,
         StatusCode::BadContinuationPointInvalid
+    );
+}
+
+/// A session that ends holding continuation points gives their tokens back to the store
+/// (a gateway's store releases them on the server it forwarded the reads to, whose own
+/// limit would otherwise fill).
+#[test]
+fn a_closed_sessions_continuation_points_go_back_to_the_store() {
+    let memory = store();
+    let mut c = Client::new(server_on(ServerConfig::default(), Some(memory.clone())));
+    let r = c.raw(
+        raw(0, 99, 5),
+        &[(temp(), ByteStr::null()), (temp(), ByteStr::null())],
+    );
+    assert!(r
+        .results
+        .iter()
+        .all(|r| r.status_code == StatusCode::Good && !r.continuation_point.as_bytes().is_empty()));
+    // A read that finishes leaves no point behind.
+    let r = c.raw(raw(0, 3, 0), &[(temp(), ByteStr::null())]);
+    assert!(r.results[0].continuation_point.as_bytes().is_empty());
+    assert!(memory.released.lock().unwrap().is_empty());
+    let hd = c.h.header(&c.token);
+    let r =
+        c.h.call(Request::CloseSession(Box::new(CloseSessionRequest {
+            request_header: hd,
+            delete_subscriptions: true,
+        })));
+    assert!(matches!(r, Response::CloseSession(_)), "{r:?}");
+    assert_eq!(
+        *memory.released.lock().unwrap(),
+        vec![(temp(), 5u64.to_le_bytes().to_vec()); 2]
     );
 }
 

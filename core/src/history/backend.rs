@@ -292,11 +292,12 @@ pub trait HistoryBackend: Send + Sync + std::fmt::Debug {
     fn timeout_ms(&self) -> u32 {
         30_000
     }
-    /// A continuation point of `node_id` that the backend gave `token` for was released
-    /// by its client (releaseContinuationPoints, Part 11 §6.3) before it was used. A
-    /// backend that keeps something per token frees it here (must return at once, as
-    /// `read`); the default keeps nothing. Points the server drops otherwise (its limit,
-    /// the session's end) are not told.
+    /// A continuation point of `node_id` that the backend gave `token` for will not be
+    /// used: its client released it (releaseContinuationPoints, Part 11 §6.3), its session
+    /// ended (closed, timed out) with it, or the session had no room for it
+    /// (`max_history_continuation_points`: the operation was answered
+    /// BadNoContinuationPoints). A backend that keeps something per token frees it here
+    /// (must return at once, as `read`; called on the shard); the default keeps nothing.
     fn release_continuation_point(&self, node_id: &NodeId, token: Vec<u8>) {
         let _ = (node_id, token);
     }

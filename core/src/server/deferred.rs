@@ -63,6 +63,8 @@ pub struct CallOp {
 #[derive(Debug)]
 pub struct HistoryOp {
     pub result: u32,
+    /// The node read (its continuation point is released to the backend by it).
+    pub node_id: crate::types::NodeId,
     /// The fingerprint of the request's details and node, kept with a continuation point
     /// so that a continuation with other details is refused.
     pub fingerprint: u64,

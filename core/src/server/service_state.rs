@@ -263,6 +263,8 @@ pub struct RequestSession {
 pub struct HistoryContinuationPoint {
     id: [u8; 16],
     pub fingerprint: u64,
+    /// The node read (the backend's release names it).
+    pub node_id: NodeId,
     pub token: Vec<u8>,
 }
 
@@ -349,10 +351,10 @@ impl Session {
         self.continuation_points.push_back(cp);
     }
 
-    /// Releases every continuation point.
-    pub fn release_continuation_points(&mut self) {
-        self.continuation_points.clear();
-        self.history_points.clear();
+    /// Takes the HistoryRead continuation points (the session ends: their tokens go back to
+    /// the history backend).
+    fn take_history_points(&mut self) -> VecDeque<HistoryContinuationPoint> {
+        std::mem::take(&mut self.history_points)
     }
 
     /// Number of live HistoryRead continuation points.
@@ -363,15 +365,17 @@ impl Session {
     /// Stores a HistoryRead continuation point, at most `max` per session: when they are
     /// all taken, BadNoContinuationPoints (Part 11 §6.3: the client releases or finishes
     /// the ones it holds; the server does not drop a client's place in a read).
+    /// `token` comes back in the error when there is no room.
     pub fn add_history_point(
         &mut self,
         max: usize,
         fingerprint: u64,
+        node_id: &NodeId,
         token: Vec<u8>,
         random: &mut dyn Random,
-    ) -> Result<ByteString, StatusCode> {
+    ) -> Result<ByteString, (StatusCode, Vec<u8>)> {
         if self.history_points.len() >= max {
-            return Err(StatusCode::BadNoContinuationPoints);
+            return Err((StatusCode::BadNoContinuationPoints, token));
         }
         self.cp_counter += 1;
         let mut id = [0u8; 16];
@@ -380,6 +384,7 @@ impl Session {
         self.history_points.push_back(HistoryContinuationPoint {
             id,
             fingerprint,
+            node_id: node_id.clone(),
             token,
         });
         Ok(ByteString::from(&id[..]))
@@ -1074,12 +1079,18 @@ impl ServiceState {
                 .as_bytes()
                 .to_vec();
             let added = match self.session_and_random(session) {
-                Some((s, random)) => s.add_history_point(max, o.fingerprint, token, random),
-                None => Err(StatusCode::BadNoContinuationPoints),
+                Some((s, random)) => {
+                    s.add_history_point(max, o.fingerprint, &o.node_id, token, random)
+                }
+                None => Err((StatusCode::BadNoContinuationPoints, token)),
             };
             match added {
                 Ok(cp) => r.continuation_point = cp,
-                Err(s) => {
+                Err((s, token)) => {
+                    // The backend's point will not be used: it may free what it keeps.
+                    if let Some(h) = &self.shared.history {
+                        h.release_continuation_point(&o.node_id, token);
+                    }
                     *r = crate::generated::types::HistoryReadResult {
                         status_code: s,
                         ..Default::default()
@@ -1402,7 +1413,8 @@ impl ServiceState {
         Some((&self.shared, s.session.as_mut()?, &mut *self.random))
     }
 
-    /// Closes a session: its continuation points are released and its slot freed; its
+    /// Closes a session: its continuation points are released (a HistoryRead's to the
+    /// history backend, which may keep something for it) and its slot freed; its
     /// subscriptions stay (orphaned) until their lifetime ends or a transfer takes them.
     /// Returns false when the key no longer names a session.
     pub fn remove_session(&mut self, key: SessionKey) -> bool {
@@ -1415,8 +1427,17 @@ impl ServiceState {
         let Some(s) = self.slots.get_mut(key.slot as usize) else {
             return false;
         };
-        if s.generation != key.generation || s.session.is_none() {
+        if s.generation != key.generation {
             return false;
+        }
+        let Some(session) = s.session.as_mut() else {
+            return false;
+        };
+        let points = session.take_history_points();
+        if let Some(h) = &self.shared.history {
+            for cp in points {
+                h.release_continuation_point(&cp.node_id, cp.token);
+            }
         }
         self.subscriptions
             .on_session_closed(key, delete_subscriptions, now);

@@ -289,6 +289,9 @@ pub fn history_read(
                     .take_history_point(n.continuation_point.as_bytes())
                     .ok_or(StatusCode::BadContinuationPointInvalid)?;
                 if cp.fingerprint != fp {
+                    // Used up by a continuation with other details: the backend's point
+                    // will not be used either.
+                    backend.release_continuation_point(&cp.node_id, cp.token);
                     return Err(StatusCode::BadContinuationPointInvalid);
                 }
                 Some(cp.token)
@@ -300,6 +303,7 @@ pub fn history_read(
                 results.push(result(StatusCode::Good));
                 ops.push(HistoryOp {
                     result: i as u32,
+                    node_id: n.node_id.clone(),
                     fingerprint: fp,
                 });
                 starts.push(HistoryReadOp {

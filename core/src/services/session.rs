@@ -409,9 +409,6 @@ pub fn close_session(
     req: &CloseSessionRequest,
     now: Now,
 ) -> Response {
-    if let Some(s) = state.session_mut(key) {
-        s.release_continuation_points();
-    }
     if let Some(id) = state.session(key).map(|s| s.session_id.clone()) {
         crate::events::audit::publish_session_closed(&state.shared().events, &id, false, now);
     }

@@ -818,7 +818,7 @@ def test_released_continuation_points_are_released_on_the_downstream(gateway):
     reads through the gateway, each leaving a point there and released here, all go through,
     since each release here releases the point on the downstream too (else the eleventh
     would get the downstream's BadNoContinuationPoints: the gateway's one session there
-    holds them all)."""
+    holds them all); and so do the points of a session here that ends holding them."""
 
     async def go():
         async with Client(gateway.url, timeout=10) as c:
@@ -852,6 +852,34 @@ def test_released_continuation_points_are_released_on_the_downstream(gateway):
                 )
                 (released,) = await node.session.history_read(p)
                 assert released.StatusCode.is_good(), (i, released)
+
+        # Points a session here ends with, never released by its client: released on the
+        # downstream with the session. Two sessions in turn each take the ten points a
+        # session may hold here (the eleventh read is refused here); the second's reads
+        # find room on the downstream (before, its session there still held the first's
+        # ten: BadNoContinuationPoints to every read until the gateway's session ended).
+        for s in range(2):
+            async with Client(gateway.url, timeout=10) as c:
+                node = await mirrored(c, "u", "Demo", "History", "Count")
+
+                async def first_point():
+                    r = await node.history_read(details)
+                    if r.StatusCode.value == ua.StatusCodes.BadNoContinuationPoints:
+                        return None  # the release of the session before may be on its way
+                    return r
+
+                r = await until(f"session {s}: a continuation point", first_point, timeout=10)
+                assert r.StatusCode.is_good() and r.ContinuationPoint, (s, r)
+                for i in range(1, 11):
+                    r = await node.history_read(details)
+                    if i < 10:
+                        assert r.StatusCode.is_good() and r.ContinuationPoint, (s, i, r)
+                    else:
+                        assert r.StatusCode.value == ua.StatusCodes.BadNoContinuationPoints, (
+                            s,
+                            i,
+                            r,
+                        )
 
     run(go())
 
