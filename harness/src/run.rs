@@ -56,9 +56,63 @@ pub enum Plan {
         conns: usize,
         factory: Arc<dyn Fn(usize) -> DynDriver + Send + Sync>,
     },
+    /// As `Ring`, but the last `apart` of the `conns` connections each run on a loop
+    /// thread of their own (pinned to the client CPUs like the others), so that their work
+    /// (`scale-churn`'s session encoding AddNodes of 1,000 nodes) never holds up the
+    /// answers of the others on their thread, as it would for clients in processes of
+    /// their own.
+    RingApart {
+        conns: usize,
+        apart: usize,
+        factory: Arc<dyn Fn(usize) -> DynDriver + Send + Sync>,
+    },
     /// One pinned OS thread per client running a closure until the phase is
     /// STOP (used by `connect`, whose unit of work is a whole connection).
     Threads { count: usize, body: ThreadBody },
+}
+
+/// Starts one client loop thread named `name` on `cpu` with connections `my` of `factory`.
+fn spawn_ring_thread(
+    cfg: &RunConfig,
+    running: &Running,
+    shared: &Arc<Shared>,
+    factory: &Arc<dyn Fn(usize) -> DynDriver + Send + Sync>,
+    name: String,
+    cpu: Option<usize>,
+    my: Vec<usize>,
+) -> Result<std::thread::JoinHandle<Result<ThreadStats, String>>, String> {
+    let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
+    let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
+    let modes = cfg.client_modes;
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || -> Result<ThreadStats, String> {
+            if let Some(cpu) = cpu {
+                uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+            }
+            if client_io == ClientIo::Shards {
+                let drivers: Vec<DynDriver> = my.iter().map(|&i| factory(i)).collect();
+                return crate::shards_loop::run_client(addr, drivers, shared, modes);
+            }
+            let mut stats = ThreadStats::default();
+            let mut conns = Vec::new();
+            for i in my {
+                match uring::connect(addr) {
+                    Ok(fd) => {
+                        shared.register_socket(fd);
+                        conns.push((fd, factory(i)))
+                    }
+                    Err(e) => {
+                        shared.failed.fetch_add(1, Ordering::SeqCst);
+                        return Err(format!("connect {addr}: {e}"));
+                    }
+                }
+            }
+            uring::run_loop(conns, &shared, &mut stats, per_request)
+                .map_err(|e| e.to_string())?;
+            Ok(stats)
+        })
+        .map_err(|e| e.to_string())
 }
 
 /// Which server is measured.
@@ -647,44 +701,54 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
                     .client_cpus
                     .get(t % cfg.client_cpus.len().max(1))
                     .copied();
-                let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
-                let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
-                let modes = cfg.client_modes;
-                handles.push(
-                    std::thread::Builder::new()
-                        .name(format!("load-{t}"))
-                        .spawn(move || -> Result<ThreadStats, String> {
-                            if let Some(cpu) = cpu {
-                                uaring_affinity::pin_current_thread(&[cpu])
-                                    .map_err(|e| e.to_string())?;
-                            }
-                            if client_io == ClientIo::Shards {
-                                let drivers: Vec<DynDriver> =
-                                    my.iter().map(|&i| factory(i)).collect();
-                                return crate::shards_loop::run_client(
-                                    addr, drivers, shared, modes,
-                                );
-                            }
-                            let mut stats = ThreadStats::default();
-                            let mut conns = Vec::new();
-                            for i in my {
-                                match uring::connect(addr) {
-                                    Ok(fd) => {
-                                        shared.register_socket(fd);
-                                        conns.push((fd, factory(i)))
-                                    }
-                                    Err(e) => {
-                                        shared.failed.fetch_add(1, Ordering::SeqCst);
-                                        return Err(format!("connect {addr}: {e}"));
-                                    }
-                                }
-                            }
-                            uring::run_loop(conns, &shared, &mut stats, per_request)
-                                .map_err(|e| e.to_string())?;
-                            Ok(stats)
-                        })
-                        .map_err(|e| e.to_string())?,
-                );
+                handles.push(spawn_ring_thread(
+                    cfg,
+                    running,
+                    &shared,
+                    &factory,
+                    format!("load-{t}"),
+                    cpu,
+                    my,
+                )?);
+            }
+        }
+        Plan::RingApart {
+            conns,
+            apart,
+            factory,
+        } => {
+            expected_ready = conns;
+            let together = conns.saturating_sub(apart);
+            for t in 0..threads.min(together.max(1)) {
+                let my: Vec<usize> = (0..together).filter(|i| i % threads == t).collect();
+                let cpu = cfg
+                    .client_cpus
+                    .get(t % cfg.client_cpus.len().max(1))
+                    .copied();
+                handles.push(spawn_ring_thread(
+                    cfg,
+                    running,
+                    &shared,
+                    &factory,
+                    format!("load-{t}"),
+                    cpu,
+                    my,
+                )?);
+            }
+            for (k, i) in (together..conns).enumerate() {
+                let cpu = cfg
+                    .client_cpus
+                    .get((threads + k) % cfg.client_cpus.len().max(1))
+                    .copied();
+                handles.push(spawn_ring_thread(
+                    cfg,
+                    running,
+                    &shared,
+                    &factory,
+                    format!("load-apart-{k}"),
+                    cpu,
+                    vec![i],
+                )?);
             }
         }
         Plan::Threads { count, body } => {

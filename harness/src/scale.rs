@@ -39,7 +39,11 @@
 //! It logs in as `--churn-user` where the server offers UserName tokens (uaring needs a user
 //! with the ConfigureAdmin role), else anonymously; its own subscription watches the first
 //! [`crate::opcua::WATCHED_ITEMS`] variables, whose items must report BadNodeIdUnknown once
-//! those are deleted (counted apart: expected). One server process, one window of
+//! those are deleted (counted apart: expected). The churn session runs on a client loop
+//! thread of its own (pinned to the client CPUs like the readers'), so that encoding its
+//! AddNodes of B nodes and decoding their answers never holds up the readers' answers on
+//! their thread: the readers' latency is what separate client processes would see, the
+//! server's part and the CPU they share. One server process, one window of
 //! 2 × `--duration` D: the first D is quiet, then the churn starts; a reader files each
 //! answer under the phase it arrived in (quiet, churn, after the churn's end). The result:
 //! Read p50/p99 per phase and the churn's p99 over the quiet one; nodes added and deleted a
@@ -1037,8 +1041,9 @@ pub fn run_scale_churn(cfg: &RunConfig) -> Result<Map<String, Value>, String> {
         let window = measure(
             &cfg,
             &mut running,
-            Plan::Ring {
+            Plan::RingApart {
                 conns: p.readers + 1,
+                apart: 1,
                 factory,
             },
         );
