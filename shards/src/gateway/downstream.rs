@@ -3461,7 +3461,7 @@ impl Downstream {
         }
         let space = env.host.server.model.current();
         let st = &self.status;
-        let values: [(&str, Variant); 7] = [
+        let values: [(&str, Variant); 8] = [
             ("State", Variant::String(st.state().name().into())),
             (
                 "Endpoint",
@@ -3484,6 +3484,10 @@ impl Downstream {
                 "ServiceLevel",
                 Variant::Byte(st.service_level.load(Ordering::Relaxed)),
             ),
+            (
+                "IdentitySessions",
+                Variant::UInt64(st.identity_sessions.load(Ordering::Relaxed)),
+            ),
         ];
         for (p, v) in values {
             let id = NodeId::string(self.gateway_ns, format!("{}.{p}", self.cfg.name));
@@ -3502,7 +3506,7 @@ impl Downstream {
 }
 
 /// The status Properties of a server's folder.
-const STATUS_PROPERTIES: [&str; 7] = [
+const STATUS_PROPERTIES: [&str; 8] = [
     "State",
     "Endpoint",
     "LastError",
@@ -3510,6 +3514,7 @@ const STATUS_PROPERTIES: [&str; 7] = [
     "MonitoredItems",
     "Nodes",
     "ServiceLevel",
+    "IdentitySessions",
 ];
 
 fn status_values(_name: &str, endpoint: &str) -> Vec<(&'static str, Variant)> {
@@ -3521,6 +3526,7 @@ fn status_values(_name: &str, endpoint: &str) -> Vec<(&'static str, Variant)> {
         ("MonitoredItems", Variant::UInt64(0)),
         ("Nodes", Variant::UInt64(0)),
         ("ServiceLevel", Variant::Byte(0)),
+        ("IdentitySessions", Variant::UInt64(0)),
     ]
 }
 

@@ -127,6 +127,9 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
                 assert not any("(user bob" in n for n in names), names
                 gauge = 'uaring_gateway_identity_sessions{server="s"}'
                 assert await metric(metrics_port, gauge) == 1
+                # The same count in the server's status Property (stored within a second).
+                sessions = await mirrored(alice, "s", "IdentitySessions")
+                await until("IdentitySessions 1", lambda: _value_is(sessions, 1))
 
                 b_double = bob.get_node(a_double.nodeid)
                 with pytest.raises(uaerrors.BadUserAccessDenied):
@@ -160,6 +163,7 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
                 names = await until("bob's idle session closed", closed)
                 assert any(n == "uaring gateway s" for n in names), names
                 assert await metric(metrics_port, gauge) == 0
+                await until("IdentitySessions 0", lambda: _value_is(sessions, 0))
 
                 # Alice again: her session is opened again, her write passes.
                 await a_double.write_value(ua.DataValue(ua.Variant(42.5, ua.VariantType.Double)))
@@ -234,6 +238,10 @@ def test_writes_run_as_the_callers_mapped_identity(tmp_path):
     finally:
         down.stop()
         assert gw.stop() == 0
+
+
+async def _value_is(node, value):
+    return await node.read_value() == value
 
 
 async def _with(c, part):
