@@ -71,6 +71,43 @@ pub enum Plan {
     Threads { count: usize, body: ThreadBody },
 }
 
+/// The client loop threads of a ring plan: `conns` connections of `factory`, the first
+/// `conns - apart` spread over the client threads, each of the last `apart` on a thread of
+/// its own; every thread pinned to a client CPU in turn.
+fn spawn_ring(
+    cfg: &RunConfig,
+    running: &Running,
+    shared: &Arc<Shared>,
+    factory: &Arc<dyn Fn(usize) -> DynDriver + Send + Sync>,
+    conns: usize,
+    apart: usize,
+) -> Result<Vec<std::thread::JoinHandle<Result<ThreadStats, String>>>, String> {
+    let threads = cfg.client_threads.max(1);
+    let together = conns.saturating_sub(apart);
+    let mut groups: Vec<(String, Vec<usize>)> = (0..threads.min(together.max(1)))
+        .map(|t| {
+            let my = (0..together).filter(|i| i % threads == t).collect();
+            (format!("load-{t}"), my)
+        })
+        .collect();
+    groups.extend(
+        (together..conns)
+            .enumerate()
+            .map(|(k, i)| (format!("load-apart-{k}"), vec![i])),
+    );
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(t, (name, my))| {
+            let cpu = cfg
+                .client_cpus
+                .get(t % cfg.client_cpus.len().max(1))
+                .copied();
+            spawn_ring_thread(cfg, running, shared, factory, name, cpu, my)
+        })
+        .collect()
+}
+
 /// Starts one client loop thread named `name` on `cpu` with connections `my` of `factory`.
 fn spawn_ring_thread(
     cfg: &RunConfig,
@@ -108,8 +145,7 @@ fn spawn_ring_thread(
                     }
                 }
             }
-            uring::run_loop(conns, &shared, &mut stats, per_request)
-                .map_err(|e| e.to_string())?;
+            uring::run_loop(conns, &shared, &mut stats, per_request).map_err(|e| e.to_string())?;
             Ok(stats)
         })
         .map_err(|e| e.to_string())
@@ -689,28 +725,12 @@ pub struct Window {
 /// warms up, measures, stops the load. The server keeps running.
 pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Window, String> {
     let shared = Arc::new(Shared::default());
-    let threads = cfg.client_threads.max(1);
     let mut handles = Vec::new();
     let expected_ready;
     match plan {
         Plan::Ring { conns, factory } => {
             expected_ready = conns;
-            for t in 0..threads.min(conns.max(1)) {
-                let my: Vec<usize> = (0..conns).filter(|i| i % threads == t).collect();
-                let cpu = cfg
-                    .client_cpus
-                    .get(t % cfg.client_cpus.len().max(1))
-                    .copied();
-                handles.push(spawn_ring_thread(
-                    cfg,
-                    running,
-                    &shared,
-                    &factory,
-                    format!("load-{t}"),
-                    cpu,
-                    my,
-                )?);
-            }
+            handles = spawn_ring(cfg, running, &shared, &factory, conns, 0)?;
         }
         Plan::RingApart {
             conns,
@@ -718,38 +738,7 @@ pub fn measure(cfg: &RunConfig, running: &mut Running, plan: Plan) -> Result<Win
             factory,
         } => {
             expected_ready = conns;
-            let together = conns.saturating_sub(apart);
-            for t in 0..threads.min(together.max(1)) {
-                let my: Vec<usize> = (0..together).filter(|i| i % threads == t).collect();
-                let cpu = cfg
-                    .client_cpus
-                    .get(t % cfg.client_cpus.len().max(1))
-                    .copied();
-                handles.push(spawn_ring_thread(
-                    cfg,
-                    running,
-                    &shared,
-                    &factory,
-                    format!("load-{t}"),
-                    cpu,
-                    my,
-                )?);
-            }
-            for (k, i) in (together..conns).enumerate() {
-                let cpu = cfg
-                    .client_cpus
-                    .get((threads + k) % cfg.client_cpus.len().max(1))
-                    .copied();
-                handles.push(spawn_ring_thread(
-                    cfg,
-                    running,
-                    &shared,
-                    &factory,
-                    format!("load-apart-{k}"),
-                    cpu,
-                    vec![i],
-                )?);
-            }
+            handles = spawn_ring(cfg, running, &shared, &factory, conns, apart)?;
         }
         Plan::Threads { count, body } => {
             expected_ready = count;
