@@ -103,52 +103,41 @@ fn spawn_ring(
                 .client_cpus
                 .get(t % cfg.client_cpus.len().max(1))
                 .copied();
-            spawn_ring_thread(cfg, running, shared, factory, name, cpu, my)
+            // One client loop thread `name` on `cpu` with connections `my`.
+            let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
+            let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
+            let modes = cfg.client_modes;
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || -> Result<ThreadStats, String> {
+                    if let Some(cpu) = cpu {
+                        uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
+                    }
+                    if client_io == ClientIo::Shards {
+                        let drivers: Vec<DynDriver> = my.iter().map(|&i| factory(i)).collect();
+                        return crate::shards_loop::run_client(addr, drivers, shared, modes);
+                    }
+                    let mut stats = ThreadStats::default();
+                    let mut conns = Vec::new();
+                    for i in my {
+                        match uring::connect(addr) {
+                            Ok(fd) => {
+                                shared.register_socket(fd);
+                                conns.push((fd, factory(i)))
+                            }
+                            Err(e) => {
+                                shared.failed.fetch_add(1, Ordering::SeqCst);
+                                return Err(format!("connect {addr}: {e}"));
+                            }
+                        }
+                    }
+                    uring::run_loop(conns, &shared, &mut stats, per_request)
+                        .map_err(|e| e.to_string())?;
+                    Ok(stats)
+                })
+                .map_err(|e| e.to_string())
         })
         .collect()
-}
-
-/// Starts one client loop thread named `name` on `cpu` with connections `my` of `factory`.
-fn spawn_ring_thread(
-    cfg: &RunConfig,
-    running: &Running,
-    shared: &Arc<Shared>,
-    factory: &Arc<dyn Fn(usize) -> DynDriver + Send + Sync>,
-    name: String,
-    cpu: Option<usize>,
-    my: Vec<usize>,
-) -> Result<std::thread::JoinHandle<Result<ThreadStats, String>>, String> {
-    let (shared, factory, addr) = (shared.clone(), factory.clone(), running.addr);
-    let (client_io, per_request) = (cfg.client_io, cfg.send == SendMode::PerRequest);
-    let modes = cfg.client_modes;
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || -> Result<ThreadStats, String> {
-            if let Some(cpu) = cpu {
-                uaring_affinity::pin_current_thread(&[cpu]).map_err(|e| e.to_string())?;
-            }
-            if client_io == ClientIo::Shards {
-                let drivers: Vec<DynDriver> = my.iter().map(|&i| factory(i)).collect();
-                return crate::shards_loop::run_client(addr, drivers, shared, modes);
-            }
-            let mut stats = ThreadStats::default();
-            let mut conns = Vec::new();
-            for i in my {
-                match uring::connect(addr) {
-                    Ok(fd) => {
-                        shared.register_socket(fd);
-                        conns.push((fd, factory(i)))
-                    }
-                    Err(e) => {
-                        shared.failed.fetch_add(1, Ordering::SeqCst);
-                        return Err(format!("connect {addr}: {e}"));
-                    }
-                }
-            }
-            uring::run_loop(conns, &shared, &mut stats, per_request).map_err(|e| e.to_string())?;
-            Ok(stats)
-        })
-        .map_err(|e| e.to_string())
 }
 
 /// Which server is measured.
