@@ -31,8 +31,7 @@ use uaring_core::encoding::{Encode, UaStructure};
 use uaring_core::events::bus::EventRecorder;
 use uaring_core::events::Event;
 use uaring_core::generated::types::{
-    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, ReadProcessedDetails,
-    ReadRawModifiedDetails, TimestampsToReturn,
+    HistoryData, HistoryEvent, HistoryEventFieldList, HistoryReadResult, TimestampsToReturn,
 };
 use uaring_core::generated::types::{
     HistoryModifiedData, HistoryUpdateResult, HistoryUpdateType, ModificationInfo,
@@ -884,9 +883,11 @@ impl Historian {
         };
         let r = match &*op.details {
             ReadDetails::Raw(d) if d.is_read_modified => self.read_modified(&op),
-            ReadDetails::Raw(_) => self.read_raw(id, &op),
+            ReadDetails::Raw(_) => with_kept(&SAMPLES, |samples| self.read_raw(id, &op, samples)),
             ReadDetails::AtTime(d) => self.read_at_time(id, &op, &d.req_times, d.use_simple_bounds),
-            ReadDetails::Processed(_) => self.read_processed(id, &op),
+            ReadDetails::Processed(_) => with_kept(&RAW_VALUES, |raw| {
+                with_kept(&SAMPLES, |inside| self.read_processed(id, &op, raw, inside))
+            }),
             ReadDetails::Events(_) => self.read_events(id, &op),
         };
         match r {
@@ -899,11 +900,18 @@ impl Historian {
     /// first when start < end, `(end, start]` newest first when end < start; one time and
     /// numValuesPerNode read on from that time (forwards from a start, backwards from an
     /// end); returnBounds adds the bounding values (BadBoundNotFound where there is none).
-    fn read_raw(&self, id: SeriesId, op: &HistoryReadOp) -> Result<HistoryReadResult, StatusCode> {
+    /// `samples`: the reader thread's buffer (empty).
+    fn read_raw(
+        &self,
+        id: SeriesId,
+        op: &HistoryReadOp,
+        samples: &mut Vec<Sample>,
+    ) -> Result<HistoryReadResult, StatusCode> {
         let ReadDetails::Raw(d) = &*op.details else {
             return Err(StatusCode::BadInternalError);
         };
-        let (first, _, reverse) = time_domain(d.start_time, d.end_time)?;
+        let (s, e) = (d.start_time, d.end_time);
+        let (first, bound, reverse) = time_domain(s, e)?;
         let limit = op.max_values as usize;
         let mut state = RawState::decode(op.resume.as_deref())?;
         // The bounding values (returnBounds): the start's before the raw values, the end's
@@ -918,27 +926,7 @@ impl Historian {
         }
         state.started = true;
         let room = limit.saturating_sub(usize::from(head.is_some())).max(1);
-        with_kept(&SAMPLES, |samples| {
-            samples.reserve(room.min(RAW_RESERVE_MAX));
-            self.encode_raw_page(id, op, d, state, head, room, samples)
-        })
-    }
-
-    /// The rest of [`Historian::read_raw`] once the start's bound is known: reads a page of
-    /// at most `room` raw values into `samples` (empty) and encodes the HistoryData.
-    #[allow(clippy::too_many_arguments)]
-    fn encode_raw_page(
-        &self,
-        id: SeriesId,
-        op: &HistoryReadOp,
-        d: &ReadRawModifiedDetails,
-        mut state: RawState,
-        mut head: Option<DataValue>,
-        room: usize,
-        samples: &mut Vec<Sample>,
-    ) -> Result<HistoryReadResult, StatusCode> {
-        let (s, e) = (d.start_time, d.end_time);
-        let (first, bound, reverse) = time_domain(s, e)?;
+        samples.reserve(room.min(RAW_RESERVE_MAX));
         let next = match state.resume {
             Some(r) => self.archive.read_from(id, r, bound, reverse, room, samples),
             None => {
@@ -1752,10 +1740,13 @@ impl Historian {
     /// ReadProcessedDetails (Part 11 §6.5.4, Part 13): the raw values of the range and
     /// its bounding values, through the aggregate engine; the intervals a continuation
     /// point resumes at are counted in the token.
+    /// `raw`, `inside`: the reader thread's buffers (empty).
     fn read_processed(
         &self,
         id: SeriesId,
         op: &HistoryReadOp,
+        raw: &mut Vec<DataValue>,
+        inside: &mut Vec<Sample>,
     ) -> Result<HistoryReadResult, StatusCode> {
         let ReadDetails::Processed(d) = &*op.details else {
             return Err(StatusCode::BadInternalError);
@@ -1768,28 +1759,6 @@ impl Historian {
             d.start_time.0.min(d.end_time.0),
             d.start_time.0.max(d.end_time.0),
         );
-        with_kept(&RAW_VALUES, |raw| {
-            with_kept(&SAMPLES, |inside| {
-                self.process_page(id, op, d, aggregate, &config, lo, hi, raw, inside)
-            })
-        })
-    }
-
-    /// The rest of [`Historian::read_processed`]: the raw values of `[lo, hi]` and the bounds'
-    /// into `raw` (read through `inside`; both empty), the aggregate over them, one page.
-    #[allow(clippy::too_many_arguments)]
-    fn process_page(
-        &self,
-        id: SeriesId,
-        op: &HistoryReadOp,
-        d: &ReadProcessedDetails,
-        aggregate: Aggregate,
-        config: &AggregateConfig,
-        lo: i64,
-        hi: i64,
-        raw: &mut Vec<DataValue>,
-        inside: &mut Vec<Sample>,
-    ) -> Result<HistoryReadResult, StatusCode> {
         // A value the bounding values may use (Part 13 §3.1.8: not Bad, nor Uncertain with
         // TreatUncertainAsBad).
         let usable = |s: &Sample| {
@@ -1833,7 +1802,7 @@ impl Historian {
             d.start_time,
             d.end_time,
             d.processing_interval,
-            config,
+            &config,
         )?;
         // A raw value passed through (Start, End, Minimum at a raw time, …; neither
         // Calculated nor Interpolated) that hides modified data carries ExtraData too.
