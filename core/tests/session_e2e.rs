@@ -270,3 +270,121 @@ fn channel_limit_per_shard() {
         Err(StatusCode::BadTcpNotEnoughResources)
     );
 }
+
+fn read_of(n: usize) -> Request {
+    Request::Read(Box::new(ReadRequest {
+        nodes_to_read: vec![
+            ReadValueId {
+                node_id: NodeId::numeric(1, 1010),
+                attribute_id: 13,
+                ..Default::default()
+            };
+            n
+        ],
+        ..ReadRequest::default()
+    }))
+}
+
+/// A request body over 64 KiB is decoded by a job when the host offloads its connections'
+/// expensive work, so its decoding does not stall the loop's other connections: the
+/// connection waits for the job (the input behind the request held, nothing answered), then
+/// answers the request and what followed it, in order. Decoded on another thread here, as the
+/// runtime's helpers do. A job the helpers refuse (their queue full) answers a ServiceFault
+/// BadResourceUnavailable with the request's handle, and the connection goes on.
+#[test]
+fn a_large_request_is_decoded_off_the_loop() {
+    use uaring_core::server::handshake::JobKind;
+    let mut w = World::new(ServerConfig::default());
+    w.state = ServiceState::new(
+        w.state.shared().clone(),
+        2,
+        Box::new(uaring_core::random::ChaCha::from_u64(1)),
+    )
+    .with_transport_limits(TransportLimits::default())
+    .with_handshake_offload(true);
+    let mut link = w.connect();
+    w.open_session(&mut link);
+    assert!(!link.server.is_waiting(), "no job for a None session");
+
+    // A small request is decoded on the loop, as before.
+    let r = w.call(&mut link, read_of(10));
+    assert!(
+        matches!(&r, Response::Read(rd) if rd.results.len() == 10),
+        "{r:?}"
+    );
+
+    let mut c2s = Vec::new();
+    let big = link
+        .client
+        .send_request(read_of(5000), w.now, &mut c2s)
+        .unwrap();
+    assert!(c2s.len() > 64 * 1024, "{} bytes", c2s.len());
+    let small = link
+        .client
+        .send_request(read_of(1), w.now, &mut c2s)
+        .unwrap();
+    let mut s2c = Vec::new();
+    let st = link.server.on_recv(&mut w.state, w.now, &c2s, &mut s2c);
+    assert_eq!(st, ConnStatus::Open);
+    assert!(s2c.is_empty(), "nothing answered before the job is done");
+    assert!(link.server.is_waiting());
+    assert!(
+        link.server.buffered_bytes() > 64 * 1024,
+        "the job's body counts against the buffer budget while it is out"
+    );
+    let job = link.server.take_job().expect("a decode job");
+    assert_eq!(job.kind(), JobKind::Decode);
+    let done = std::thread::spawn(move || job.run()).join().unwrap();
+    let st = link.server.on_job_done(&mut w.state, w.now, done, &mut s2c);
+    assert_eq!(st, ConnStatus::Open);
+    assert!(!link.server.is_waiting());
+    assert!(link.server.buffered_bytes() < 64 * 1024);
+    let mut back = Vec::new();
+    link.client.on_recv(w.now, &s2c, &mut back).unwrap();
+    let (id, r) = link
+        .client
+        .poll_response()
+        .expect("the large Read's answer");
+    assert_eq!(id, big);
+    let Response::Read(rd) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(rd.results.len(), 5000);
+    assert!(rd.results.iter().all(|v| v.value == Variant::Int32(9)));
+    let (id, r) = link.client.poll_response().expect("the held Read's answer");
+    assert_eq!(id, small);
+    assert!(
+        matches!(&r, Response::Read(rd) if rd.results.len() == 1),
+        "{r:?}"
+    );
+
+    // The helpers refuse the job: that request alone fails.
+    c2s.clear();
+    let refused = link
+        .client
+        .send_request(read_of(5000), w.now, &mut c2s)
+        .unwrap();
+    s2c.clear();
+    let st = link.server.on_recv(&mut w.state, w.now, &c2s, &mut s2c);
+    assert_eq!(st, ConnStatus::Open);
+    let job = link.server.take_job().expect("a decode job");
+    let st = link
+        .server
+        .on_job_done(&mut w.state, w.now, job.refuse(), &mut s2c);
+    assert_eq!(st, ConnStatus::Open);
+    back.clear();
+    link.client.on_recv(w.now, &s2c, &mut back).unwrap();
+    let (id, r) = link.client.poll_response().expect("the refusal");
+    assert_eq!(id, refused);
+    assert!(
+        matches!(&r, Response::ServiceFault(f)
+            if f.response_header.service_result == StatusCode::BadResourceUnavailable
+                && f.response_header.request_handle == refused),
+        "{r:?}"
+    );
+    let r = w.call(&mut link, read_of(2));
+    assert!(
+        matches!(&r, Response::Read(rd) if rd.results.len() == 2),
+        "{r:?}"
+    );
+}

@@ -12,9 +12,11 @@
 //!
 //! Handshake work (the RSA operations of OPN, CreateSession and ActivateSession, certificate
 //! validation, argon2id) leaves the connection as a [`HandshakeJob`] when the host offloads
-//! handshakes: the connection then waits — input held, deferred responses held — until the
-//! runtime hands the [`JobDone`] back through [`ServerConnection::on_job_done`]. See
-//! [`crate::server::handshake`].
+//! handshakes, and so does the decoding of a request body over 64 KiB (a NodeManagement
+//! request of a thousand nodes, a CreateMonitoredItems of thousands of items: work that
+//! would stall the loop's other connections in one piece): the connection then waits —
+//! input held, deferred responses held — until the runtime hands the [`JobDone`] back
+//! through [`ServerConnection::on_job_done`]. See [`crate::server::handshake`].
 //!
 //! This file holds the connection's states and life (accept, Hello, moves between shards,
 //! timers, close); `open` handles OpenSecureChannel (issue and renew), `message` the service
@@ -24,7 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::config::{TransportLimits, MIN_BUFFER_SIZE};
-use crate::encoding::{Decode, Decoder, Encode};
+use crate::encoding::{Decode, DecodeLimits, Decoder, Encode};
 use crate::generated::messages::{Request, Response};
 use crate::generated::node_ids;
 use crate::generated::types::{
@@ -210,6 +212,8 @@ struct State {
     held: Vec<u8>,
     /// The OPN being handled uses SecurityPolicy None: its jobs run inline.
     cheap_open: bool,
+    /// Bytes of the request body a decoding job took ([`Waiting::Decode`]), 0 when none is out.
+    decoding: usize,
 }
 
 /// What the connection waits for.
@@ -227,6 +231,9 @@ enum Waiting {
         handle: u32,
         is_activate: bool,
     },
+    /// A large request decoded off the loop (`message::DECODE_OFF_LOOP_BYTES`), then
+    /// answered as one decoded here.
+    Decode { request_id: u32, handle: u32 },
 }
 
 /// One accepted TCP connection. See the module documentation.
@@ -274,6 +281,7 @@ impl ServerConnection {
                 waiting: None,
                 held: Vec::new(),
                 cheap_open: false,
+                decoding: 0,
             },
         }
     }
@@ -344,9 +352,13 @@ impl ServerConnection {
         self.st.session_activated
     }
 
-    /// Bytes held for unfinished chunks and messages, and input held while a job is out.
+    /// Bytes held for unfinished chunks and messages, input held while a job is out, and
+    /// the request body a decoding job took (counted until its result is back).
     pub fn buffered_bytes(&self) -> usize {
-        self.reader.buffered() + self.st.assembler.buffered() + self.st.held.len()
+        self.reader.buffered()
+            + self.st.assembler.buffered()
+            + self.st.held.len()
+            + self.st.decoding
     }
 
     /// Is a move to another shard pending ([`ConnStatus::Move`] was returned)?
@@ -453,9 +465,9 @@ impl ServerConnection {
         self.st.job.take()
     }
 
-    /// A handshake job is out: the runtime should stop reading this connection (what it
-    /// still delivers is held, up to `max_message_size_pre_session` bytes) until
-    /// [`ServerConnection::on_job_done`].
+    /// A job is out (a handshake's, or a large request's decoding): the runtime should stop
+    /// reading this connection (what it still delivers is held, up to the message size
+    /// limit) until [`ServerConnection::on_job_done`].
     pub fn is_waiting(&self) -> bool {
         self.st.waiting.is_some()
     }
@@ -567,15 +579,15 @@ impl ServerConnection {
         self.flush_deferred(host, now, out)
     }
 
-    /// Keeps input that arrives while a job is out, within the pre-session message budget.
+    /// Keeps input that arrives while a job is out, within the message budget (the
+    /// pre-session one until a session was activated on the connection).
     fn hold<H: ConnectionHost + ?Sized>(
         &mut self,
         host: &mut H,
         data: &[u8],
         out: &mut Vec<u8>,
     ) -> ConnStatus {
-        let limit =
-            (self.st.limits.max_message_size_pre_session as usize).max(MIN_BUFFER_SIZE as usize);
+        let limit = self.st.max_message_size().max(MIN_BUFFER_SIZE as usize);
         if self.st.held.len() + data.len() > limit {
             let f = Failure {
                 status: StatusCode::BadTcpNotEnoughResources,
@@ -742,6 +754,7 @@ impl ServerConnection {
         self.st.job = None;
         self.st.waiting = None;
         self.st.held = Vec::new();
+        self.st.decoding = 0;
     }
 
     fn close_with<H: ConnectionHost + ?Sized>(
@@ -864,6 +877,16 @@ impl State {
         {
             // The host answers a refused job itself (and releases what it reserved).
             return self.finish_service(host, now, done, request_id, handle, is_activate, out);
+        }
+        if let Waiting::Decode { request_id, handle } = waiting {
+            self.decoding = 0;
+            let request = match done.output {
+                Some(Output::Request(r)) => r,
+                // The helpers' queue is full: the request was not decoded, nothing was done.
+                None => Err((handle, JobKind::Decode.refusal())),
+                Some(_) => return fail(StatusCode::BadTcpInternalError, "not a decoded request"),
+            };
+            return self.decoded(host, now, request_id, request, out);
         }
         let JobDone {
             kind,
