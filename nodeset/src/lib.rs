@@ -25,8 +25,13 @@
 //! Any error names the file, the line and the node; the caller discards the builder, so
 //! the server never starts with half a model. What the server does not do with the
 //! nodes, it does not advertise: Methods are not executable (Call answers
-//! BadNotExecutable), Historizing is false and the history bits of AccessLevel are
-//! cleared, WriteMask is 0.
+//! BadNotExecutable) and WriteMask is 0. History is kept as the file gives it only when
+//! the server keeps history (`history` of [`load_files`]: a store is configured): a
+//! Variable with `Historizing="true"` is then historized (its AccessLevel's HistoryRead
+//! bit set, HistoryWrite as the file gives it), and an Object or View whose EventNotifier
+//! has HistoryRead keeps the events reported on it (HistoryWrite as given). Otherwise
+//! Historizing is false and the history bits of AccessLevel and EventNotifier are
+//! cleared; so are the AccessLevel history bits of a Variable that is not historized.
 
 mod value;
 
@@ -38,8 +43,8 @@ use roxmltree::{Document, Node as XNode};
 use uaring_core::address_space::build::NS0_URI;
 use uaring_core::address_space::value::ValueCell;
 use uaring_core::address_space::{
-    access_level, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass, Reference,
-    ValueSource, VariableAttributes, VariableTypeAttributes,
+    access_level, event_notifier, ids, AddressSpaceBuilder, ClassAttributes, Node, NodeClass,
+    Reference, ValueSource, VariableAttributes, VariableTypeAttributes,
 };
 use uaring_core::generated::types::{
     EnumDefinition, EnumField, PermissionType, StructureDefinition, StructureField, StructureType,
@@ -106,10 +111,12 @@ pub struct Source {
     pub text: String,
 }
 
-/// Reads `paths` and loads them ([`load_sources`]).
+/// Reads `paths` and loads them ([`load_sources`]). `history`: the server keeps history
+/// (see the crate documentation).
 pub fn load_files(
     b: &mut AddressSpaceBuilder,
     paths: &[PathBuf],
+    history: bool,
 ) -> Result<Vec<ModelInfo>, LoadError> {
     let mut sources = Vec::with_capacity(paths.len());
     for p in paths {
@@ -131,7 +138,7 @@ pub fn load_files(
             text,
         });
     }
-    load_sources(b, &sources)
+    load_sources(b, &sources, history)
 }
 
 /// A model a file declares.
@@ -142,10 +149,12 @@ struct Model<'a, 'i> {
     required: Vec<XNode<'a, 'i>>,
 }
 
-/// Loads every source into the builder (see the crate documentation).
+/// Loads every source into the builder (see the crate documentation; `history` as in
+/// [`load_files`]).
 pub fn load_sources(
     b: &mut AddressSpaceBuilder,
     sources: &[Source],
+    history: bool,
 ) -> Result<Vec<ModelInfo>, LoadError> {
     let mut docs = Vec::with_capacity(sources.len());
     for s in sources {
@@ -340,7 +349,7 @@ pub fn load_sources(
     let mut infos = Vec::new();
     let mut loaded: Vec<Loaded> = Vec::new();
     for &i in &order {
-        let f = FileLoader::new(b, &sources[i].path, &docs[i])?;
+        let f = FileLoader::new(b, &sources[i].path, &docs[i], history)?;
         let (nodes, pending) = f.add_nodes(b)?;
         f.add_definitions(b, &pending)?;
         f.add_values(b, &pending)?;
@@ -431,6 +440,8 @@ pub(crate) struct FileLoader<'a, 'i> {
     /// File namespace index → server namespace index.
     ns_map: Vec<u16>,
     aliases: HashMap<&'a str, &'a str>,
+    /// The server keeps history: Historizing and the history bits as the file gives them.
+    history: bool,
 }
 
 impl<'a, 'i: 'a> FileLoader<'a, 'i> {
@@ -438,6 +449,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
         b: &mut AddressSpaceBuilder,
         path: &'a Path,
         doc: &'a Document<'i>,
+        history: bool,
     ) -> Result<Self, LoadError> {
         let root = doc.root_element();
         let mut f = FileLoader {
@@ -445,6 +457,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
             doc,
             ns_map: vec![0],
             aliases: HashMap::new(),
+            history,
         };
         if let Some(n) = child(root, "NamespaceUris") {
             for u in elements(n) {
@@ -587,15 +600,31 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                     .collect::<Result<_, _>>()?,
                 None => Vec::new(),
             };
-            // No history: the server keeps none.
-            let no_history = !(access_level::HISTORY_READ | access_level::HISTORY_WRITE);
+            // History as the file gives it only where the server keeps it.
+            let history_bits = access_level::HISTORY_READ | access_level::HISTORY_WRITE;
+            let notifier = |given: u8| {
+                let bits = event_notifier::HISTORY_READ | event_notifier::HISTORY_WRITE;
+                if self.history && given & event_notifier::HISTORY_READ != 0 {
+                    given
+                } else {
+                    given & !bits
+                }
+            };
             let attributes = match node_class {
                 NodeClass::Object => ClassAttributes::Object {
-                    event_notifier: byte("EventNotifier", 0)? & !0x0C,
+                    event_notifier: notifier(byte("EventNotifier", 0)?),
                 },
                 NodeClass::Variable => {
-                    let al = byte("AccessLevel", access_level::CURRENT_READ)? & no_history;
-                    let ual = byte("UserAccessLevel", al)? & al;
+                    let historizing = self.history && flag("Historizing");
+                    let keep = |level: u8| {
+                        if historizing {
+                            level | access_level::HISTORY_READ
+                        } else {
+                            level & !history_bits
+                        }
+                    };
+                    let al = keep(byte("AccessLevel", access_level::CURRENT_READ)?);
+                    let ual = keep(byte("UserAccessLevel", al)?) & al;
                     let access_level_ex = match n.attribute("AccessLevelEx") {
                         Some(v) => Some(
                             v.trim()
@@ -619,7 +648,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                         user_access_level: ual,
                         access_level_ex,
                         minimum_sampling_interval: num("MinimumSamplingInterval")?.unwrap_or(0.0),
-                        historizing: false,
+                        historizing,
                     })
                 }
                 NodeClass::Method => ClassAttributes::Method {
@@ -647,7 +676,7 @@ impl<'a, 'i: 'a> FileLoader<'a, 'i> {
                 },
                 _ => ClassAttributes::View {
                     contains_no_loops: flag("ContainsNoLoops"),
-                    event_notifier: byte("EventNotifier", 0)? & !0x0C,
+                    event_notifier: notifier(byte("EventNotifier", 0)?),
                 },
             };
             let mut references = Vec::new();

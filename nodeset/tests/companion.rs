@@ -27,7 +27,7 @@ fn now() -> Now {
 fn build(files: &[PathBuf]) -> Result<(AddressSpace, Vec<ModelInfo>), String> {
     let mut infos = Vec::new();
     let a = build_with(&ServerConfig::default(), now(), &mut |b| {
-        infos = load_files(b, files).map_err(|e| e.to_string())?;
+        infos = load_files(b, files, false).map_err(|e| e.to_string())?;
         Ok(())
     })?;
     Ok((a, infos))
@@ -43,7 +43,7 @@ fn build_text(texts: &[(&str, String)]) -> Result<AddressSpace, LoadError> {
         .collect();
     let mut err = None;
     let r = build_with(&ServerConfig::default(), now(), &mut |b| {
-        load_sources(b, &sources).map_err(|e| {
+        load_sources(b, &sources, false).map_err(|e| {
             err = Some(e.clone());
             e.to_string()
         })?;

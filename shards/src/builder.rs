@@ -588,6 +588,7 @@ impl ServerBuilder {
                     .clone()
                     .map(|h| h as Arc<dyn uaring_core::history::HistoryBackend>),
             },
+            historian.is_some(),
         )
         .map_err(|e| match e.strip_prefix("address space: ") {
             Some(rest) => Error::AddressSpace(rest.to_string()),

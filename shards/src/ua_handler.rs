@@ -549,17 +549,27 @@ pub fn build_with_nodesets(
     contract: bool,
     extra_nodesets: &[PathBuf],
 ) -> Result<Arc<ServerSetup>, String> {
-    build_with(server, contract, extra_nodesets, &mut |_| Ok(()), None)
+    build_with(
+        server,
+        contract,
+        extra_nodesets,
+        &mut |_| Ok(()),
+        None,
+        false,
+    )
 }
 
 /// [`build_with_nodesets`], then `extend` adds the application's nodes (errors come back
-/// prefixed `address space: `).
+/// prefixed `address space: `). `keeps_history`: a history store is open, so a NodeSet's
+/// Historizing Variables and history notifiers are kept as the file gives them (`history`
+/// may answer HistoryRead without one: a gateway's forwarding).
 pub fn build_with(
     server: &toml::Table,
     contract: bool,
     extra_nodesets: &[PathBuf],
     extend: &mut uaring_core::address_space::build::Extend<'_>,
     history: Option<Arc<dyn uaring_core::history::HistoryBackend>>,
+    keeps_history: bool,
 ) -> Result<Arc<ServerSetup>, String> {
     let config = server_config(server, contract)?;
     let mut files = nodeset_files(server)?;
@@ -571,8 +581,8 @@ pub fn build_with(
         crate::clock::now(),
         &mut |b| {
             if !files.is_empty() {
-                models =
-                    uaring_nodeset::load_files(b, &files).map_err(|e| format!("NodeSet: {e}"))?;
+                models = uaring_nodeset::load_files(b, &files, keeps_history)
+                    .map_err(|e| format!("NodeSet: {e}"))?;
             }
             extend(b).map_err(|e| format!("address space: {e}"))
         },
