@@ -577,6 +577,14 @@ impl ServerBuilder {
                 if historian.is_some() && !history.nodes.is_empty() {
                     crate::history::serve::historize_nodes(b, &history.nodes)?;
                 }
+                if historian.is_some() {
+                    // Every Variable historized at start (the application's, a NodeSet's,
+                    // `[history] nodes`) gets its HA Configuration.
+                    uaring_core::history::configuration::add(
+                        b,
+                        uaring_core::history::aggregate::AggregateConfig::default(),
+                    )?;
+                }
                 if let Some((p, w)) = &push {
                     p.install(b, w)?;
                 }

@@ -188,11 +188,23 @@ pub fn prepare_historized(
         } else {
             0
         };
+    let stepped = node
+        .value_cell()
+        .is_none_or(|c| super::history_configuration::stepped(&c.load().value));
     match &mut node.attributes {
         super::ClassAttributes::Variable(v) => {
             v.historizing = true;
             v.access_level |= bits;
             v.user_access_level |= bits;
+            // Its HistoricalDataConfiguration: the HA Configuration Objects exist wherever a
+            // run-time history does (`history::configuration::add` at start).
+            node.references.0.push(super::Reference {
+                reference_type: NodeId::ns0(crate::generated::node_ids::HasHistoricalConfiguration),
+                is_forward: true,
+                target: crate::types::ExpandedNodeId::local(
+                    super::history_configuration::configuration_of(stepped),
+                ),
+            });
             Ok(true)
         }
         _ => {

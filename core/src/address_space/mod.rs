@@ -18,6 +18,7 @@ pub mod attributes;
 pub mod build;
 pub mod change;
 pub mod edit;
+pub mod history_configuration;
 pub mod model;
 pub mod numeric_range;
 pub mod store;

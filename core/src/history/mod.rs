@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod backend;
+pub mod configuration;
 
 pub use backend::{
     HistoryBackend, HistoryCapabilities, HistoryReadOp, HistoryReply, HistoryUpdateOp,

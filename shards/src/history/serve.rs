@@ -636,10 +636,9 @@ impl Historian {
             }
             let id = self.archive.series(&node_id.to_string())?;
             let current = node.value_cell().map(|c| c.load());
-            let stepped = !matches!(
-                current.as_ref().map(|d| &d.value),
-                Some(Variant::Double(_)) | Some(Variant::Float(_))
-            );
+            let stepped = current.as_ref().is_none_or(|d| {
+                uaring_core::address_space::history_configuration::stepped(&d.value)
+            });
             nodes.by_id.insert(node_id, id);
             nodes.by_index.insert(index, id);
             nodes.stepped.insert(id, stepped);

@@ -99,6 +99,30 @@ def test_the_demo_history_is_kept_without_any_set_up(hist_server):
             assert hist is True
             level = (await count.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
             assert level & ua.AccessLevel.HistoryRead.mask
+            # Its HistoricalDataConfiguration (Part 11 §5.2.2): stepped for an Int32, sloped
+            # for a Double, with the AggregateConfiguration a processed read's server
+            # defaults are.
+            for name, stepped in (("Count", True), ("Setpoint", False)):
+                node = c.get_node(f"ns=1;s=Demo.History.{name}")
+                [ref] = await node.get_references(refs=ua.ObjectIds.HasHistoricalConfiguration)
+                ha = c.get_node(ref.NodeId)
+                assert ref.BrowseName.Name == "HA Configuration", ref
+                assert (await ha.read_type_definition()) == ua.NodeId(
+                    ua.ObjectIds.HistoricalDataConfigurationType
+                )
+                assert await (await ha.get_child("0:Stepped")).read_value() is stepped
+                agg = await ha.get_child("0:AggregateConfiguration")
+                got = [
+                    await (await agg.get_child(f"0:{p}")).read_value()
+                    for p in (
+                        "TreatUncertainAsBad",
+                        "PercentDataBad",
+                        "PercentDataGood",
+                        "UseSlopedExtrapolation",
+                    )
+                ]
+                assert got == [True, 100, 100, False], got
+                assert await (await ha.get_child("0:ServerTimestampSupported")).read_value()
             start = datetime.datetime.now(UTC) - datetime.timedelta(hours=1)
             vals = await wait_values(count, start, 3)
             counts = [v.Value.Value for v in vals]

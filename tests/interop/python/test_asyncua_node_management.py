@@ -190,6 +190,11 @@ def test_a_variable_added_with_historizing_keeps_its_history(hist_nm_server):
             assert (await node.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
             access = (await node.read_attribute(ua.AttributeIds.AccessLevel)).Value.Value
             assert access & 0x04, access
+            # Its HistoricalDataConfiguration (Part 11 §5.2.2): the server's sloped one.
+            [ref] = await node.get_references(refs=ua.ObjectIds.HasHistoricalConfiguration)
+            assert ref.BrowseName.Name == "HA Configuration", ref
+            ha = admin.get_node(ref.NodeId)
+            assert await (await ha.get_child("0:Stepped")).read_value() is False
             written = [1.25, 2.5, 3.75]
             for v in written:
                 await node.write_value(ua.DataValue(ua.Variant(v, ua.VariantType.Double)))
@@ -208,6 +213,12 @@ def test_a_variable_added_with_historizing_keeps_its_history(hist_nm_server):
             await admin.delete_nodes([node])
             with pytest.raises(uaerrors.BadNodeIdUnknown):
                 await node.read_raw_history(start, datetime.datetime.now(datetime.timezone.utc))
+            # The HA Configuration stays, without the reference from the deleted Variable.
+            back = await ha.get_references(
+                refs=ua.ObjectIds.HasHistoricalConfiguration,
+                direction=ua.BrowseDirection.Inverse,
+            )
+            assert nid not in [r.NodeId for r in back], back
         finally:
             await admin.disconnect()
 
