@@ -513,10 +513,11 @@ impl ServerBuilder {
             }
             _ => None,
         };
-        let historian = if history
-            .enabled
-            .unwrap_or(!history.nodes.is_empty() || defs.iter().any(|d| d.historizes()))
-        {
+        let historian = if history.enabled.unwrap_or(
+            !history.nodes.is_empty()
+                || !history.sampled.is_empty()
+                || defs.iter().any(|d| d.historizes()),
+        ) {
             match crate::history::serve::Historian::open(&history) {
                 Ok(h) => Some(h),
                 // Asked for: the start fails. On by default (something is historized, no
@@ -576,6 +577,14 @@ impl ServerBuilder {
                 }
                 if historian.is_some() && !history.nodes.is_empty() {
                     crate::history::serve::historize_nodes(b, &history.nodes)?;
+                }
+                let sampled: Vec<String> = history
+                    .sampled
+                    .iter()
+                    .flat_map(|s| s.nodes.clone())
+                    .collect();
+                if historian.is_some() && !sampled.is_empty() {
+                    crate::history::serve::historize_nodes(b, &sampled)?;
                 }
                 if historian.is_some() {
                     // Every Variable historized at start (the application's, a NodeSet's,

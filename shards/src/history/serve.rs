@@ -96,6 +96,89 @@ pub struct Historian {
     nice: i32,
     /// Where the history threads run (`runtime.background_cpus`).
     cpus: crate::background::BackgroundCpus,
+    /// `[[history.sampled]]`, for [`Historian::attach`].
+    sampled_config: Mutex<Vec<SampledConfig>>,
+    /// The sampler thread (`uaring-hsample`) and the end of its stop channel, stopped by
+    /// [`Historian::shutdown`].
+    sampler: Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
+}
+
+/// `[[history.sampled]]`: Variables (the patterns of `[history] nodes`, matched at start)
+/// historized on a sampling interval: every `interval_ms` the sampler thread reads each one's
+/// value and stores it when it differs from the last one stored (status, value or
+/// SourceTimestamp), so a Variable written faster than the interval keeps one value an
+/// interval, and one that does not change keeps none.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampledConfig {
+    pub nodes: Vec<String>,
+    pub interval_ms: u32,
+}
+
+/// Bounds of `[[history.sampled]] interval_ms`.
+pub const SAMPLED_INTERVAL_MIN_MS: u32 = 10;
+pub const SAMPLED_INTERVAL_MAX_MS: u32 = 86_400_000;
+
+/// Variables sampled on one interval (the sampler thread's).
+struct SampleGroup {
+    interval_ns: u64,
+    /// When the next pass is due (CLOCK_MONOTONIC ns; 0: at once).
+    next_ns: u64,
+    nodes: Vec<SampledNode>,
+}
+
+struct SampledNode {
+    index: u32,
+    /// The node's generation at start: a node deleted (its index taken again) is dropped.
+    generation: u32,
+    /// The last value stored.
+    last: Option<DataValue>,
+}
+
+/// The sampler thread: each group's Variables every interval, until `stopped` closes.
+fn sampler_loop(
+    h: &std::sync::Weak<Historian>,
+    mut groups: Vec<SampleGroup>,
+    stopped: &Receiver<()>,
+) {
+    loop {
+        let now = crate::clock::mono_ns();
+        let next = groups.iter().map(|g| g.next_ns).min().unwrap_or(u64::MAX);
+        if next > now {
+            let wait = std::time::Duration::from_nanos(next - now);
+            match stopped.recv_timeout(wait) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            continue;
+        }
+        let Some(h) = h.upgrade() else { return };
+        let Some(shared) = h.shared.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let space = shared.model.load();
+        for g in groups.iter_mut().filter(|g| g.next_ns <= now) {
+            g.next_ns = now.max(g.next_ns) + g.interval_ns;
+            g.nodes.retain_mut(|n| {
+                let Some(node) = space.node_at_generation(n.index, n.generation) else {
+                    return false;
+                };
+                let Some(dv) = node.value_cell().map(|c| c.load()) else {
+                    return false;
+                };
+                let same = n.last.as_ref().is_some_and(|l| {
+                    l.status == dv.status
+                        && l.value == dv.value
+                        && l.source_timestamp == dv.source_timestamp
+                });
+                if !same {
+                    ChangeRecorder::record(&*h, n.index, &dv);
+                    n.last = Some(dv);
+                }
+                true
+            });
+        }
+    }
 }
 
 /// Default of `[history] max_run_time_historized`.
@@ -486,6 +569,9 @@ impl Historian {
     pub fn open(config: &HistoryConfig) -> Result<Arc<Historian>, StoreError> {
         let h = Self::open_backend(config)?;
         h.set_run_time(config.nodes.clone(), config.max_run_time_historized);
+        if let Ok(mut c) = h.sampled_config.lock() {
+            c.clone_from(&config.sampled);
+        }
         Ok(h)
     }
 
@@ -537,6 +623,8 @@ impl Historian {
             run_time_config: Mutex::new((Vec::new(), DEFAULT_MAX_RUN_TIME_HISTORIZED)),
             run_time: OnceLock::new(),
             registrar: Mutex::new(None),
+            sampled_config: Mutex::new(Vec::new()),
+            sampler: Mutex::new(None),
             nice,
             cpus: cpus.clone(),
         });
@@ -654,7 +742,8 @@ impl Historian {
         nodes.lost = (0..max_id)
             .map(|_| std::sync::atomic::AtomicI64::new(NOTHING_LOST))
             .collect();
-        let indices: Vec<u32> = nodes.by_index.keys().copied().collect();
+        let all: Vec<u32> = nodes.by_index.keys().copied().collect();
+        let (indices, groups) = self.sampled_groups(space, &all)?;
         let events = !nodes.events.is_empty();
         if self.nodes.set(nodes).is_err() {
             return Err(StoreError::Invalid("history attached twice"));
@@ -668,11 +757,14 @@ impl Historian {
         // are recorded through it.
         let recorder: Arc<dyn ChangeRecorder> = self.clone();
         space.changes().record(recorder, indices.iter().copied());
+        if !groups.is_empty() {
+            self.start_sampler(groups)?;
+        }
         let h: Arc<dyn uaring_core::address_space::change::RunTimeHistory> = self.clone();
         space.changes().set_run_time_history(h);
-        if !indices.is_empty() {
+        if !all.is_empty() {
             // The value each one starts with is its first sample of this run.
-            for index in indices {
+            for index in all {
                 if let Some(dv) = space
                     .node_at(index)
                     .and_then(|n| n.value_cell())
@@ -702,6 +794,10 @@ impl Historian {
         let _ = self.updates.send(Job::Stop);
         for r in readers {
             let _ = r.join();
+        }
+        if let Some((stop, t)) = self.sampler.lock().ok().and_then(|mut s| s.take()) {
+            drop(stop);
+            let _ = t.join();
         }
         if let Some(rt) = self.run_time.get() {
             let _ = rt.registrations.send(Registration {
@@ -1990,6 +2086,82 @@ impl Historian {
         Ok(())
     }
 
+    /// Splits the historized Variables at `indices` into those recorded by change and those
+    /// `[[history.sampled]]` names, grouped by interval (the first entry naming a Variable
+    /// takes it).
+    fn sampled_groups(
+        &self,
+        space: &uaring_core::address_space::AddressSpace,
+        indices: &[u32],
+    ) -> Result<(Vec<u32>, Vec<SampleGroup>), StoreError> {
+        let config = self
+            .sampled_config
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        if config.is_empty() {
+            return Ok((indices.to_vec(), Vec::new()));
+        }
+        let uris = space.namespace_uris();
+        let mut patterns = Vec::with_capacity(config.len());
+        for c in &config {
+            let parsed = c
+                .nodes
+                .iter()
+                .map(|p| parse_pattern(p, uris))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| StoreError::Invalid("history.sampled: a pattern does not parse"))?;
+            patterns.push(parsed);
+        }
+        let mut groups: Vec<SampleGroup> = config
+            .iter()
+            .map(|c| SampleGroup {
+                interval_ns: u64::from(c.interval_ms) * 1_000_000,
+                next_ns: 0,
+                nodes: Vec::new(),
+            })
+            .collect();
+        let mut by_change = Vec::with_capacity(indices.len());
+        for &index in indices {
+            let Some(node) = space.node_at(index) else {
+                continue;
+            };
+            let id = node.node_id();
+            match patterns
+                .iter()
+                .position(|ps| ps.iter().any(|p| p.matches(&id)))
+            {
+                Some(g) => groups[g].nodes.push(SampledNode {
+                    index,
+                    generation: node.generation(),
+                    last: node.value_cell().map(|c| c.load()),
+                }),
+                None => by_change.push(index),
+            }
+        }
+        groups.retain(|g| !g.nodes.is_empty());
+        Ok((by_change, groups))
+    }
+
+    /// Starts the sampler thread (`uaring-hsample`) over `groups`.
+    fn start_sampler(self: &Arc<Self>, groups: Vec<SampleGroup>) -> Result<(), StoreError> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let h = Arc::downgrade(self);
+        let (nice, cpus) = (self.nice, self.cpus.clone());
+        let t = std::thread::Builder::new()
+            .name("uaring-hsample".into())
+            .spawn(move || {
+                cpus.enter("uaring-hsample");
+                crate::handshake_pool::set_nice(nice);
+                sampler_loop(&h, groups, &stopped)
+            })
+            .map_err(StoreError::Io)?;
+        if let Ok(mut s) = self.sampler.lock() {
+            *s = Some((stop, t));
+        }
+        Ok(())
+    }
+
     /// A value of a run-time historized Variable: to the ingest queue once its series is
     /// made, else into the place's pending queue (full: dropped, counted and marked).
     fn record_run_time(&self, slot: &RunTimeSlot, sample: Sample) {
@@ -2485,6 +2657,9 @@ pub struct HistoryConfig {
     /// Most Variables historized while the server runs (added by AddNodes with
     /// Historizing, the library, or named by `nodes`), at once; 0: none. ≤ 1,000,000.
     pub max_run_time_historized: usize,
+    /// Variables historized on a sampling interval instead of by change
+    /// (`[[history.sampled]]`): at start only.
+    pub sampled: Vec<SampledConfig>,
     /// Where the history threads run: `runtime.background_cpus`, resolved at start (not a
     /// `[history]` key).
     #[serde(skip)]
@@ -2509,6 +2684,7 @@ impl Default for HistoryConfig {
             writer_policy: "batch".to_string(),
             nodes: Vec::new(),
             max_run_time_historized: DEFAULT_MAX_RUN_TIME_HISTORIZED,
+            sampled: Vec::new(),
             cpus: crate::background::BackgroundCpus::any(),
         }
     }
@@ -2531,6 +2707,16 @@ impl HistoryConfig {
         }
         if self.max_run_time_historized > 1_000_000 {
             return Err("history.max_run_time_historized must be 0..=1000000".into());
+        }
+        for c in &self.sampled {
+            if !(SAMPLED_INTERVAL_MIN_MS..=SAMPLED_INTERVAL_MAX_MS).contains(&c.interval_ms) {
+                return Err(format!(
+                    "history.sampled interval_ms must be {SAMPLED_INTERVAL_MIN_MS}..={SAMPLED_INTERVAL_MAX_MS}"
+                ));
+            }
+            if c.nodes.is_empty() {
+                return Err("history.sampled: an entry without nodes".into());
+            }
         }
         let on_full = match self.on_full.as_str() {
             "drop-newest" => super::OnFull::DropNewest,
@@ -2727,6 +2913,35 @@ pub fn historize_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[[history.sampled]]` is parsed from the file and its bounds are checked.
+    #[test]
+    fn sampled_entries_are_read_and_checked() {
+        let c: HistoryConfig =
+            toml::from_str("[[sampled]]\nnodes = [\"ns=1;s=Boiler.*\"]\ninterval_ms = 500\n")
+                .unwrap();
+        assert_eq!(
+            c.sampled,
+            vec![SampledConfig {
+                nodes: vec!["ns=1;s=Boiler.*".into()],
+                interval_ms: 500
+            }]
+        );
+        assert!(c.store_config().is_ok());
+        for (nodes, ms) in [(vec!["ns=1;i=1".to_string()], 5), (Vec::new(), 500)] {
+            let bad = HistoryConfig {
+                sampled: vec![SampledConfig {
+                    nodes,
+                    interval_ms: ms,
+                }],
+                ..HistoryConfig::default()
+            };
+            assert!(bad.store_config().is_err());
+        }
+        assert!(
+            toml::from_str::<HistoryConfig>("[[sampled]]\nnodes = []\nintervalms = 5\n").is_err()
+        );
+    }
 
     /// A reader thread keeps a read's buffer for the next read up to its bound, frees a
     /// larger one after its read, and frees what it keeps when told it is idle.

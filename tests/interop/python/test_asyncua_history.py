@@ -6,6 +6,7 @@ the Part 13 engine, the Server object's events with read_event_history and an Ev
 and HistoryServerCapabilities saying what is served.
 """
 import asyncio
+import time
 import datetime
 
 import pytest
@@ -27,6 +28,7 @@ def hist_server(tmp_path_factory):
     cfg.write_text(
         f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n'
         'nodes = ["ns=1;s=Demo.Static.Int32", "nsu=urn:uaring:server;s=Demo.Static.Arrays.U*"]\n'
+        '[[history.sampled]]\nnodes = ["ns=1;s=Demo.Static.Float"]\ninterval_ms = 300\n'
     )
     s = Server("--config", str(cfg), "--pki", str(root / "pki"))
     yield s
@@ -424,6 +426,46 @@ def test_variables_named_in_the_configuration_are_historized(hist_server):
             assert vals[-1].Value.Value == [1, 2, 3]
             other = c.get_node("ns=1;s=Demo.Static.Arrays.Int16")
             assert (await other.read_attribute(ua.AttributeIds.Historizing)).Value.Value is False
+
+    run(body())
+
+
+def test_variables_sampled_on_an_interval_keep_one_value_an_interval(hist_server):
+    """[[history.sampled]]: Demo.Static.Float is sampled every 300 ms instead of recorded by
+    change. Twenty writes in a burst keep one value per sampling pass they straddle, the last
+    written among them; a value that does not change is not stored again."""
+
+    async def body():
+        async with session(hist_server.url) as c:
+            f = c.get_node("ns=1;s=Demo.Static.Float")
+            assert (await f.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            t0 = time.monotonic()
+            for i in range(20):
+                await f.write_value(ua.DataValue(ua.Variant(float(i), ua.VariantType.Float)))
+            burst_ms = (time.monotonic() - t0) * 1000
+
+            async def last_is_19():
+                end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+                vals = await f.read_raw_history(start, end, return_bounds=False)
+                return vals if vals and vals[-1].Value.Value == 19.0 else None
+
+            deadline = time.monotonic() + 20
+            vals = None
+            while vals is None and time.monotonic() < deadline:
+                vals = await last_is_19()
+                if vals is None:
+                    await asyncio.sleep(0.1)
+            assert vals is not None, "the last value written was sampled"
+            kept = [v.Value.Value for v in vals]
+            assert len(kept) <= burst_ms / 300 + 2 and len(kept) < 20, (kept, burst_ms)
+            assert kept == sorted(kept), kept
+            # Three more passes without a change: nothing more is stored.
+            await asyncio.sleep(1.0)
+            end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+            again = await f.read_raw_history(start, end, return_bounds=False)
+            assert [v.Value.Value for v in again] == kept
 
     run(body())
 
