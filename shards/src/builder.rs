@@ -516,6 +516,7 @@ impl ServerBuilder {
         let historian = if history.enabled.unwrap_or(
             !history.nodes.is_empty()
                 || !history.sampled.is_empty()
+                || !history.event_notifiers.is_empty()
                 || defs.iter().any(|d| d.historizes()),
         ) {
             match crate::history::serve::Historian::open(&history) {
@@ -576,7 +577,7 @@ impl ServerBuilder {
                         .map_err(|e| e.to_string())?;
                 }
                 if historian.is_some() && !history.nodes.is_empty() {
-                    crate::history::serve::historize_nodes(b, &history.nodes)?;
+                    crate::history::serve::historize_nodes(b, &history.nodes, "history.nodes")?;
                 }
                 let sampled: Vec<String> = history
                     .sampled
@@ -584,7 +585,10 @@ impl ServerBuilder {
                     .flat_map(|s| s.nodes.clone())
                     .collect();
                 if historian.is_some() && !sampled.is_empty() {
-                    crate::history::serve::historize_nodes(b, &sampled)?;
+                    crate::history::serve::historize_nodes(b, &sampled, "history.sampled")?;
+                }
+                if historian.is_some() && !history.event_notifiers.is_empty() {
+                    crate::history::serve::historize_notifiers(b, &history.event_notifiers)?;
                 }
                 if historian.is_some() {
                     // Every Variable historized at start (the application's, a NodeSet's,

@@ -2660,6 +2660,11 @@ pub struct HistoryConfig {
     /// Variables historized on a sampling interval instead of by change
     /// (`[[history.sampled]]`): at start only.
     pub sampled: Vec<SampledConfig>,
+    /// Objects and Views whose events are historized besides the Server object's (and a
+    /// NodeSet's notifiers with HistoryRead): the patterns of `nodes`, each naming a node
+    /// whose EventNotifier has SubscribeToEvents; they get HistoryRead and HistoryWrite in
+    /// it. At start only.
+    pub event_notifiers: Vec<String>,
     /// Where the history threads run: `runtime.background_cpus`, resolved at start (not a
     /// `[history]` key).
     #[serde(skip)]
@@ -2685,6 +2690,7 @@ impl Default for HistoryConfig {
             nodes: Vec::new(),
             max_run_time_historized: DEFAULT_MAX_RUN_TIME_HISTORIZED,
             sampled: Vec::new(),
+            event_notifiers: Vec::new(),
             cpus: crate::background::BackgroundCpus::any(),
         }
     }
@@ -2859,14 +2865,73 @@ impl Pattern {
     }
 }
 
-/// Marks the Variables `history.nodes` names as historized (Historizing, and the HistoryRead
-/// and HistoryWrite bits of their AccessLevel and UserAccessLevel). Run while the address
-/// space is built, after the NodeSets and the application's nodes.
+/// Gives the Variables with a stored value that `patterns` (`key`: `history.nodes`, or
+/// `history.sampled`) name Historizing and the HistoryRead and HistoryWrite bits. A NodeId
+/// that names no such Variable stops the start (a prefix may name only Variables added while
+/// the server runs). Run while the address space is built, after the NodeSets and the
+/// application's nodes. Returns how many there are.
 pub fn historize_nodes(
     b: &mut uaring_core::address_space::build::AddressSpaceBuilder,
     patterns: &[String],
+    key: &str,
 ) -> Result<usize, String> {
     use uaring_core::address_space::access_level::{HISTORY_READ, HISTORY_WRITE};
+    mark_named(
+        b,
+        patterns,
+        (key, "Variable with a stored value"),
+        |n| n.value_cell().is_some(),
+        |node| {
+            if let ClassAttributes::Variable(v) = &mut node.attributes {
+                v.historizing = true;
+                v.access_level |= HISTORY_READ | HISTORY_WRITE;
+                v.user_access_level |= HISTORY_READ | HISTORY_WRITE;
+            }
+        },
+    )
+}
+
+/// Gives the Objects and Views that `patterns` (`[history] event_notifiers`) name, whose
+/// EventNotifier has SubscribeToEvents, HistoryRead and HistoryWrite in it: the historian then
+/// keeps the events reported on them ([`Historian::attach`]). A NodeId that names no such node
+/// stops the start. Returns how many there are.
+pub fn historize_notifiers(
+    b: &mut uaring_core::address_space::build::AddressSpaceBuilder,
+    patterns: &[String],
+) -> Result<usize, String> {
+    use uaring_core::address_space::event_notifier::{
+        HISTORY_READ, HISTORY_WRITE, SUBSCRIBE_TO_EVENTS,
+    };
+    mark_named(
+        b,
+        patterns,
+        (
+            "history.event_notifiers",
+            "Object or View with SubscribeToEvents",
+        ),
+        |n| {
+            n.event_notifier()
+                .is_some_and(|e| e & SUBSCRIBE_TO_EVENTS != 0)
+        },
+        |node| {
+            if let ClassAttributes::Object { event_notifier }
+            | ClassAttributes::View { event_notifier, .. } = &mut node.attributes
+            {
+                *event_notifier |= HISTORY_READ | HISTORY_WRITE;
+            }
+        },
+    )
+}
+
+/// Applies `mark` to every node `eligible` accepts that one of `patterns` names; a NodeId
+/// pattern that names none is an error (`what`: the key and the kind of node, for it).
+fn mark_named(
+    b: &mut uaring_core::address_space::build::AddressSpaceBuilder,
+    patterns: &[String],
+    what: (&str, &str),
+    eligible: impl Fn(&uaring_core::address_space::store::NodeView<'_>) -> bool,
+    mut mark: impl FnMut(&mut uaring_core::address_space::Node),
+) -> Result<usize, String> {
     let uris = b.namespace_uris().to_vec();
     let parsed = patterns
         .iter()
@@ -2875,20 +2940,15 @@ pub fn historize_nodes(
     let mut hits = vec![0usize; parsed.len()];
     b.update_where(
         |n| {
-            n.value_cell().is_some() && {
+            eligible(&n) && {
                 let id = n.node_id();
                 parsed.iter().any(|p| p.matches(&id))
             }
         },
         |node| {
-            let ClassAttributes::Variable(v) = &mut node.attributes else {
-                return;
-            };
+            mark(node);
             for (i, p) in parsed.iter().enumerate() {
                 if p.matches(&node.node_id) {
-                    v.historizing = true;
-                    v.access_level |= HISTORY_READ | HISTORY_WRITE;
-                    v.user_access_level |= HISTORY_READ | HISTORY_WRITE;
                     if let Some(h) = hits.get_mut(i) {
                         *h += 1;
                     }
@@ -2896,15 +2956,16 @@ pub fn historize_nodes(
             }
         },
     );
-    // A prefix may name only Variables added while the server runs; a NodeId must be there.
     if let Some((i, _)) = hits
         .iter()
         .enumerate()
         .find(|(i, h)| **h == 0 && matches!(parsed.get(*i), Some(Pattern::Exact(_))))
     {
         return Err(format!(
-            "history.nodes {:?} matches no Variable with a stored value",
-            patterns.get(i).map(String::as_str).unwrap_or("")
+            "{} {:?} matches no {}",
+            what.0,
+            patterns.get(i).map(String::as_str).unwrap_or(""),
+            what.1
         ));
     }
     Ok(hits.iter().sum())

@@ -28,6 +28,7 @@ def hist_server(tmp_path_factory):
     cfg.write_text(
         f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n'
         'nodes = ["ns=1;s=Demo.Static.Int32", "nsu=urn:uaring:server;s=Demo.Static.Arrays.U*"]\n'
+        'event_notifiers = ["ns=1;s=Demo.Events"]\n'
         '[[history.sampled]]\nnodes = ["ns=1;s=Demo.Static.Float"]\ninterval_ms = 300\n'
     )
     s = Server("--config", str(cfg), "--pki", str(root / "pki"))
@@ -466,6 +467,37 @@ def test_variables_sampled_on_an_interval_keep_one_value_an_interval(hist_server
             end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
             again = await f.read_raw_history(start, end, return_bounds=False)
             assert [v.Value.Value for v in again] == kept
+
+    run(body())
+
+
+def test_events_of_a_configured_notifier_are_kept(hist_server):
+    """`[history] event_notifiers`: Demo.Events keeps the events reported on it (the Demo
+    events, raised once a second), read back with asyncua's read_event_history; its parent
+    Demo, not named, keeps none."""
+
+    async def body():
+        async with session(hist_server.url) as c:
+            events = c.get_node("ns=1;s=Demo.Events")
+            notifier = await events.read_event_notifier()
+            assert ua.EventNotifier.HistoryRead in notifier, notifier
+            demo = await c.get_node("ns=1;s=Demo").read_event_notifier()
+            assert ua.EventNotifier.HistoryRead not in demo, demo
+            start = datetime.datetime.now(UTC) - datetime.timedelta(minutes=5)
+            deadline = time.monotonic() + 20
+            got = []
+            while time.monotonic() < deadline:
+                end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+                got = [
+                    e
+                    for e in await events.read_event_history(start, end)
+                    if e.Message and (e.Message.Text or "").startswith("Demo event")
+                ]
+                if len(got) >= 2:
+                    break
+                await asyncio.sleep(0.2)
+            assert len(got) >= 2, got
+            assert all(e.SourceNode == events.nodeid for e in got), got
 
     run(body())
 
