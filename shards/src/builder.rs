@@ -572,9 +572,20 @@ impl ServerBuilder {
                 // Room for the application's nodes at once: the node table and its id
                 // index grow once, not at every doubling (a rehash reads every key).
                 b.reserve(defs.len());
+                // Without a store, what the application historizes is not advertised.
+                let unkept: Vec<crate::NodeRef> = if historian.is_none() {
+                    defs.iter()
+                        .filter_map(|d| d.historized().cloned())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 for d in defs.drain(..) {
                     d.build(b, &mut bound, &mut alarms)
                         .map_err(|e| e.to_string())?;
+                }
+                for id in &unkept {
+                    crate::nodes::without_history(b, id).map_err(|e| e.to_string())?;
                 }
                 if historian.is_some() && !history.nodes.is_empty() {
                     crate::history::serve::historize_nodes(b, &history.nodes, "history.nodes")?;

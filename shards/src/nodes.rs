@@ -61,7 +61,7 @@ impl NodeRef {
     }
 
     /// The NodeId once namespaces are known.
-    fn resolve(&self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+    pub(crate) fn resolve(&self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
         let namespace = match &self.ns {
             Ns::Zero => 0,
             Ns::Uri(u) => b.add_namespace(u).map_err(Error::AddressSpace)?,
@@ -555,6 +555,7 @@ pub struct ObjectDef {
     type_definition: NodeRef,
     parent: Option<(NodeRef, u32)>,
     events: bool,
+    history: bool,
     description: String,
 }
 
@@ -567,6 +568,7 @@ impl ObjectDef {
             type_definition: NodeRef::ns0(ids::FOLDER_TYPE),
             parent: Some((objects_folder(), ids::ORGANIZES)),
             events: false,
+            history: false,
             description: String::new(),
         }
     }
@@ -607,6 +609,23 @@ impl ObjectDef {
     /// events raised with it as source or notifier.
     pub fn event_notifier(mut self, on: bool) -> Self {
         self.events = on;
+        if !on {
+            self.history = false;
+        }
+        self
+    }
+
+    /// An event notifier whose events are kept in the history store: its EventNotifier has
+    /// SubscribeToEvents, HistoryRead and HistoryWrite, every event raised with it (or a
+    /// node below it in the notifier hierarchy) as source is stored as it is reported, and
+    /// clients read them with HistoryRead's ReadEventDetails and edit them with
+    /// HistoryUpdate (as the Server object's; docs/History.md "What is historized"). Like
+    /// [`VariableDef::historize`] it opens the history store (`[history]`) by default;
+    /// without one (`history.enabled = false`, or a store that cannot be opened) the
+    /// notifier is an event notifier without history.
+    pub fn historize_events(mut self) -> Self {
+        self.events = true;
+        self.history = true;
         self
     }
 
@@ -644,7 +663,17 @@ impl ObjectDef {
             });
         }
         if self.events {
-            node.attributes = ClassAttributes::Object { event_notifier: 1 };
+            use uaring_core::address_space::event_notifier::{
+                HISTORY_READ, HISTORY_WRITE, SUBSCRIBE_TO_EVENTS,
+            };
+            node.attributes = ClassAttributes::Object {
+                event_notifier: SUBSCRIBE_TO_EVENTS
+                    | if self.history {
+                        HISTORY_READ | HISTORY_WRITE
+                    } else {
+                        0
+                    },
+            };
         }
         if !self.description.is_empty() {
             node.description = LocalizedText::text(&self.description);
@@ -1446,6 +1475,26 @@ impl Alarm {
     }
 }
 
+/// Takes back what a definition's history advertises when the server keeps none: a
+/// Variable's Historizing and AccessLevel history bits, a notifier's EventNotifier history
+/// bits.
+pub(crate) fn without_history(b: &mut AddressSpaceBuilder, id: &NodeRef) -> Result<(), Error> {
+    use uaring_core::address_space::{access_level, event_notifier};
+    let id = id.resolve(b)?;
+    b.update(&id, |node| match &mut node.attributes {
+        ClassAttributes::Object { event_notifier: e } => {
+            *e &= !(event_notifier::HISTORY_READ | event_notifier::HISTORY_WRITE);
+        }
+        ClassAttributes::Variable(v) => {
+            v.historizing = false;
+            v.access_level &= !(access_level::HISTORY_READ | access_level::HISTORY_WRITE);
+            v.user_access_level &= !(access_level::HISTORY_READ | access_level::HISTORY_WRITE);
+        }
+        _ => {}
+    });
+    Ok(())
+}
+
 /// A definition waiting for the start.
 pub(crate) enum Def {
     Object(ObjectDef),
@@ -1467,7 +1516,17 @@ pub(crate) enum Def {
 impl Def {
     /// Is it a Variable whose history is kept ([`VariableDef::historize`])?
     pub(crate) fn historizes(&self) -> bool {
-        matches!(self, Def::Variable(v, _) if v.historizing)
+        self.historized().is_some()
+    }
+
+    /// The node whose history it keeps: a historized Variable, or a notifier whose events
+    /// are ([`ObjectDef::historize_events`]).
+    pub(crate) fn historized(&self) -> Option<&NodeRef> {
+        match self {
+            Def::Variable(v, _) if v.historizing => Some(&v.id),
+            Def::Object(o) if o.history => Some(&o.id),
+            _ => None,
+        }
     }
 }
 

@@ -218,3 +218,92 @@ fn attach_finds_a_historized_variable_added_after_a_deletion() {
     h.shutdown().unwrap();
     server.shutdown().unwrap();
 }
+
+/// A notifier the application historizes ([`uaring::ObjectDef::historize_events`]) keeps the
+/// events raised with it as source, readable with ReadEventDetails; a notifier that is not
+/// historized keeps none; without a store the notifier advertises no history.
+#[test]
+fn a_notifier_the_application_historizes_keeps_its_events() {
+    use uaring::{EventDef, NodeRef, ObjectDef};
+    let _serial = serial();
+    let dir = Dir::new("library-notifier");
+    let mut b = builder(&dir, &Backend::Embedded);
+    let ns = b.namespace("urn:test:history");
+    let plant = b.add_object(ObjectDef::folder(ns.id("Plant"), "Plant").historize_events());
+    let line = b.add_object(ObjectDef::folder(ns.id("Line"), "Line").event_notifier(true));
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let (plant_id, line_id) = (NodeId::string(nsi, "Plant"), NodeId::string(nsi, "Line"));
+    let mut c = session(&server.endpoint_url());
+    let notifiers = attributes(&mut c, &[(&plant_id, 12), (&line_id, 12)]);
+    assert_eq!(notifiers, [Variant::Byte(0x0d), Variant::Byte(0x01)]);
+    let from = uaring::clock::utc_now();
+    for i in 0..3 {
+        let event = EventDef::new(NodeRef::ns0(2041), &plant, &format!("plant {i}"), 500);
+        server.raise_event(event).unwrap();
+        let event = EventDef::new(NodeRef::ns0(2041), &line, &format!("line {i}"), 500);
+        server.raise_event(event).unwrap();
+    }
+    let to = uaring::DateTime(uaring::clock::utc_now().0 + 10_000_000);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let kept = loop {
+        let kept = notifier_events(&mut c, plant_id.clone(), from, to).expect("Plant's history");
+        if kept.len() >= 3 || std::time::Instant::now() > deadline {
+            break kept;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let messages: Vec<&str> = kept.iter().map(|(_, m)| m.as_str()).collect();
+    assert_eq!(messages, ["plant 0", "plant 1", "plant 2"]);
+    assert_eq!(
+        notifier_events(&mut c, line_id, from, to),
+        Err(StatusCode::BadHistoryOperationUnsupported)
+    );
+    let _ = c.close();
+    server.shutdown().unwrap();
+
+    // Without a store the same definition is a notifier without history.
+    let mut b = uaring::Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(1)
+        .pki(dir.0.join("pki"))
+        .config_toml("[history]\nenabled = false\n");
+    let ns = b.namespace("urn:test:history");
+    b.add_object(ObjectDef::folder(ns.id("Plant"), "Plant").historize_events());
+    b.add_variable(VariableDef::new(ns.id("Level"), "Level", 0.0).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let mut c = session(&server.endpoint_url());
+    let (plant_id, level) = (NodeId::string(nsi, "Plant"), NodeId::string(nsi, "Level"));
+    // EventNotifier; the Variable's AccessLevel (CurrentRead only) and Historizing.
+    assert_eq!(
+        attributes(&mut c, &[(&plant_id, 12), (&level, 17), (&level, 20)]),
+        [
+            Variant::Byte(0x01),
+            Variant::Byte(0x01),
+            Variant::Boolean(false)
+        ]
+    );
+    let _ = c.close();
+    server.shutdown().unwrap();
+}
+
+/// The values of attributes (node, AttributeId), each read Good.
+fn attributes(c: &mut uaring_harness::blocking::Client, of: &[(&NodeId, u32)]) -> Vec<Variant> {
+    let nodes: Vec<ReadValueId> = of
+        .iter()
+        .map(|(n, a)| ReadValueId {
+            node_id: (*n).clone(),
+            attribute_id: *a,
+            ..Default::default()
+        })
+        .collect();
+    c.read(&nodes)
+        .expect("Read")
+        .into_iter()
+        .map(|d| {
+            assert!(d.status.is_none_or(|s| s.is_good()), "{d:?}");
+            d.value
+        })
+        .collect()
+}

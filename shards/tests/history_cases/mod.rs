@@ -998,6 +998,17 @@ fn event_filter(names: &[&str]) -> EventFilter {
 
 /// The Server object's event history between `from` and `to`: (EventId, Message) each.
 fn server_events(c: &mut Client, from: DateTime, to: DateTime) -> Vec<(Vec<u8>, String)> {
+    notifier_events(c, NodeId::ns0(2253), from, to).unwrap_or_else(|s| panic!("{s:?}"))
+}
+
+/// The event history of `notifier` between `from` and `to`: (EventId, Message) each, or
+/// the operation's bad status.
+pub fn notifier_events(
+    c: &mut Client,
+    notifier: NodeId,
+    from: DateTime,
+    to: DateTime,
+) -> Result<Vec<(Vec<u8>, String)>, StatusCode> {
     let r = history_read(
         c,
         ExtensionObject::from_struct(&ReadEventDetails {
@@ -1007,21 +1018,23 @@ fn server_events(c: &mut Client, from: DateTime, to: DateTime) -> Vec<(Vec<u8>, 
             ..Default::default()
         }),
         vec![HistoryReadValueId {
-            node_id: NodeId::ns0(2253),
+            node_id: notifier,
             ..Default::default()
         }],
     );
     let res = &r.results[0];
-    assert!(res.status_code.is_good(), "{:?}", res.status_code);
+    if !res.status_code.is_good() {
+        return Err(res.status_code);
+    }
     if res.history_data.is_null() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let h = res
         .history_data
         .decode_as::<HistoryEvent>(DecodeLimits::default())
         .unwrap()
         .unwrap();
-    h.events
+    Ok(h.events
         .iter()
         .map(|e| {
             let id = match &e.event_fields[0] {
@@ -1034,7 +1047,7 @@ fn server_events(c: &mut Client, from: DateTime, to: DateTime) -> Vec<(Vec<u8>, 
             };
             (id, msg)
         })
-        .collect()
+        .collect())
 }
 
 /// HistoryUpdate of the Server object's event history (Part 11 §6.9.4, §6.9.7): events
