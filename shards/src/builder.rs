@@ -580,9 +580,20 @@ impl ServerBuilder {
                 } else {
                     Vec::new()
                 };
+                let sampled: Vec<(crate::NodeRef, u32)> = defs
+                    .iter()
+                    .filter_map(|d| d.history_sampled().map(|(id, ms)| (id.clone(), ms)))
+                    .collect();
                 for d in defs.drain(..) {
                     d.build(b, &mut bound, &mut alarms)
                         .map_err(|e| e.to_string())?;
+                }
+                if let Some(h) = &historian {
+                    let mut ids = Vec::with_capacity(sampled.len());
+                    for (id, ms) in &sampled {
+                        ids.push((id.resolve(b).map_err(|e| e.to_string())?, *ms));
+                    }
+                    h.sample_nodes(ids);
                 }
                 for id in &unkept {
                     crate::nodes::without_history(b, id).map_err(|e| e.to_string())?;

@@ -186,6 +186,8 @@ pub struct VariableDef {
     source: Source,
     writable: bool,
     historizing: bool,
+    /// Historized on this sampling interval (ms) instead of by change.
+    history_interval_ms: Option<u32>,
     minimum_sampling_interval_ms: f64,
     description: String,
     property: bool,
@@ -208,6 +210,7 @@ impl VariableDef {
             source: Source::Stored(DataValue::new(initial.into())),
             writable: false,
             historizing: false,
+            history_interval_ms: None,
             minimum_sampling_interval_ms: 0.0,
             description: String::new(),
             property: false,
@@ -361,10 +364,28 @@ impl VariableDef {
     /// application's push) goes to the server's history store, and clients read it back
     /// with HistoryRead (raw, at time, processed) and edit it with HistoryUpdate (users whose
     /// roles grant InsertHistory, ModifyHistory, DeleteHistory). Sets Historizing and the
-    /// AccessLevel's HistoryRead and HistoryWrite bits. Only a Variable with a stored value can be historized (a computed or
-    /// asynchronous one is refused at start with [`Error::AddressSpace`]). docs/History.md.
+    /// AccessLevel's HistoryRead and HistoryWrite bits. Only a Variable with a stored value
+    /// can be historized by change (a computed or asynchronous one is refused at start with
+    /// [`Error::AddressSpace`]: historize it with [`VariableDef::historize_every`]).
+    /// docs/History.md.
     pub fn historize(mut self) -> Self {
         self.historizing = true;
+        self.history_interval_ms = None;
+        self
+    }
+
+    /// Keeps the value's history on a sampling interval instead of by change: every
+    /// `interval_ms` (10 ms to a day, else the start fails with [`Error::AddressSpace`]) the
+    /// history sampler thread — never a shard — takes the value (a stored one from its cell,
+    /// a computed one by calling its function on the sampler thread, an asynchronous one by
+    /// asking the application with an [`AsyncRead`], at most one out at a time and within
+    /// [`VariableDef::max_in_flight`]) and stores it when it differs from the last one stored
+    /// (status, value or SourceTimestamp; a failed read is stored as its status, once while
+    /// it lasts). Otherwise as [`VariableDef::historize`]: Historizing, the history bits, the
+    /// store opened by default. docs/History.md "What is historized".
+    pub fn historize_every(mut self, interval_ms: u32) -> Self {
+        self.historizing = true;
+        self.history_interval_ms = Some(interval_ms);
         self
     }
 
@@ -456,9 +477,21 @@ impl VariableDef {
                 self.array_dimensions,
             ),
         };
-        if self.historizing && !matches!(value_source, ValueSource::Cell(_)) {
+        if self.historizing
+            && self.history_interval_ms.is_none()
+            && !matches!(value_source, ValueSource::Cell(_))
+        {
             return Err(Error::AddressSpace(format!(
-                "{node_id}: only a Variable with a stored value can be historized"
+                "{node_id}: only a Variable with a stored value can be historized by change (historize_every samples a computed or asynchronous one)"
+            )));
+        }
+        let bounds = crate::history::serve::SAMPLED_INTERVAL_MIN_MS
+            ..=crate::history::serve::SAMPLED_INTERVAL_MAX_MS;
+        if let Some(ms) = self.history_interval_ms.filter(|ms| !bounds.contains(ms)) {
+            return Err(Error::AddressSpace(format!(
+                "{node_id}: historize_every({ms}): the interval is {} to {} ms",
+                bounds.start(),
+                bounds.end()
             )));
         }
         let hooked =
@@ -1521,6 +1554,14 @@ impl Def {
 
     /// The node whose history it keeps: a historized Variable, or a notifier whose events
     /// are ([`ObjectDef::historize_events`]).
+    /// A Variable historized on a sampling interval: its id and the interval (ms).
+    pub(crate) fn history_sampled(&self) -> Option<(&NodeRef, u32)> {
+        match self {
+            Def::Variable(v, _) if v.historizing => v.history_interval_ms.map(|ms| (&v.id, ms)),
+            _ => None,
+        }
+    }
+
     pub(crate) fn historized(&self) -> Option<&NodeRef> {
         match self {
             Def::Variable(v, _) if v.historizing => Some(&v.id),

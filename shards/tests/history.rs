@@ -5,7 +5,7 @@
 mod history_cases;
 
 use history_cases::*;
-use uaring::{DataValue, NodeId, StatusCode, VariableDef, Variant};
+use uaring::{DataValue, DateTime, NodeId, StatusCode, VariableDef, Variant};
 use uaring_core::generated::types::*;
 use uaring_core::ExtensionObject;
 
@@ -244,7 +244,7 @@ fn a_notifier_the_application_historizes_keeps_its_events() {
         let event = EventDef::new(NodeRef::ns0(2041), &line, &format!("line {i}"), 500);
         server.raise_event(event).unwrap();
     }
-    let to = uaring::DateTime(uaring::clock::utc_now().0 + 10_000_000);
+    let to = DateTime(uaring::clock::utc_now().0 + 10_000_000);
     let deadline = std::time::Instant::now() + TIMEOUT;
     let kept = loop {
         let kept = notifier_events(&mut c, plant_id.clone(), from, to).expect("Plant's history");
@@ -306,4 +306,112 @@ fn attributes(c: &mut uaring_harness::blocking::Client, of: &[(&NodeId, u32)]) -
             d.value
         })
         .collect()
+}
+
+/// Computed and asynchronous Variables historized on a sampling interval: one by
+/// `[[history.sampled]]`, one by [`VariableDef::historize_every`]. Each change is stored once
+/// (not once a pass), a device's failed read once as its status; the sampler asks the
+/// device off the shards, one read out at a time.
+#[test]
+fn computed_and_asynchronous_variables_are_historized_on_an_interval() {
+    use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+    use std::sync::Arc;
+    use uaring::BuiltinType;
+    let _serial = serial();
+    let dir = Dir::new("sampled-sources");
+    let toml = format!(
+        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n\
+         [[history.sampled]]\nnodes = [\"nsu=urn:test:history;s=Calc\"]\ninterval_ms = 20\n",
+        dir.0.join("store").display().to_string()
+    );
+    let mut b = uaring::Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(2)
+        .pki(dir.0.join("pki"))
+        .config_toml(&toml);
+    let ns = b.namespace("urn:test:history");
+    let calc = Arc::new(AtomicI32::new(1));
+    let c2 = calc.clone();
+    b.add_variable(VariableDef::computed(
+        ns.id("Calc"),
+        "Calc",
+        BuiltinType::Int32,
+        move |_| DataValue::new(Variant::Int32(c2.load(Ordering::SeqCst))),
+    ));
+    // The device answers from a thread of its own; a negative value is a failed read.
+    let device = Arc::new(AtomicI32::new(10));
+    let (asks, asked) = std::sync::mpsc::channel::<uaring::AsyncRead>();
+    let d2 = device.clone();
+    let reads = Arc::new(AtomicU32::new(0));
+    let r2 = reads.clone();
+    std::thread::spawn(move || {
+        for read in asked {
+            r2.fetch_add(1, Ordering::SeqCst);
+            match d2.load(Ordering::SeqCst) {
+                v if v < 0 => read.fail(StatusCode::BadCommunicationError),
+                v => read.complete(DataValue::new(Variant::Int32(v))),
+            }
+        }
+    });
+    let asks = std::sync::Mutex::new(asks);
+    b.add_variable(
+        VariableDef::asynchronous(ns.id("Device"), "Device", BuiltinType::Int32, move |r| {
+            let _ = asks.lock().unwrap().send(r);
+        })
+        .historize_every(20),
+    );
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let (calc_id, device_id) = (NodeId::string(nsi, "Calc"), NodeId::string(nsi, "Device"));
+    let mut c = session(&server.endpoint_url());
+    // Both advertise their history.
+    assert_eq!(
+        attributes(&mut c, &[(&calc_id, 20), (&device_id, 20)]),
+        [Variant::Boolean(true), Variant::Boolean(true)]
+    );
+    let from = DateTime(uaring::clock::utc_now().0 - 10_000_000);
+    let kept = |c: &mut uaring_harness::blocking::Client, id: &NodeId, n: usize| {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            let to = DateTime(uaring::clock::utc_now().0 + 10_000_000);
+            let (v, _) = read_all(c, id, from, to, 0);
+            if v.len() >= n || std::time::Instant::now() > deadline {
+                return v
+                    .into_iter()
+                    .map(|d| match d.status {
+                        Some(s) if !s.is_good() => Err(s),
+                        _ => Ok(d.value),
+                    })
+                    .collect::<Vec<_>>();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    assert_eq!(kept(&mut c, &calc_id, 1), [Ok(Variant::Int32(1))]);
+    assert_eq!(kept(&mut c, &device_id, 1), [Ok(Variant::Int32(10))]);
+    calc.store(2, Ordering::SeqCst);
+    device.store(-1, Ordering::SeqCst);
+    assert_eq!(kept(&mut c, &device_id, 2).len(), 2);
+    device.store(20, Ordering::SeqCst);
+    // Many passes later: each change once.
+    let before = reads.load(Ordering::SeqCst);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        reads.load(Ordering::SeqCst) >= before + 5,
+        "the device is asked every interval"
+    );
+    assert_eq!(
+        kept(&mut c, &calc_id, 2),
+        [Ok(Variant::Int32(1)), Ok(Variant::Int32(2))]
+    );
+    assert_eq!(
+        kept(&mut c, &device_id, 3),
+        [
+            Ok(Variant::Int32(10)),
+            Err(StatusCode::BadCommunicationError),
+            Ok(Variant::Int32(20))
+        ]
+    );
+    let _ = c.close();
+    server.shutdown().unwrap();
 }

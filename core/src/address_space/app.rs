@@ -346,11 +346,22 @@ pub struct Completion {
 /// Dropped without an answer, it answers BadInternalError (the request is never left
 /// waiting for its timeout because a handle was lost).
 pub(crate) struct Reply {
-    hub: Arc<super::ChangeHub>,
-    shard: usize,
-    target: Target,
+    to: To,
     source: Option<Arc<AsyncSource>>,
     sent: bool,
+}
+
+/// Where a [`Reply`]'s answer goes.
+enum To {
+    /// The completion inbox of a shard.
+    Shard {
+        hub: Arc<super::ChangeHub>,
+        shard: usize,
+        target: Target,
+    },
+    /// A function of a reader outside the shards ([`AsyncSource::start_read`]); taken when
+    /// called.
+    Function(Option<Box<dyn FnOnce(Outcome) + Send>>),
 }
 
 impl Reply {
@@ -361,9 +372,7 @@ impl Reply {
         source: Option<Arc<AsyncSource>>,
     ) -> Reply {
         Reply {
-            hub,
-            shard,
-            target,
+            to: To::Shard { hub, shard, target },
             source,
             sent: false,
         }
@@ -392,13 +401,20 @@ impl Reply {
             s.in_flight
                 .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
-        self.hub.complete(
-            self.shard,
-            Completion {
-                target: self.target,
-                outcome,
-            },
-        );
+        match &mut self.to {
+            To::Shard { hub, shard, target } => hub.complete(
+                *shard,
+                Completion {
+                    target: *target,
+                    outcome,
+                },
+            ),
+            To::Function(f) => {
+                if let Some(f) = f.take() {
+                    f(outcome);
+                }
+            }
+        }
     }
 }
 
@@ -410,10 +426,14 @@ impl Drop for Reply {
 
 impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reply")
-            .field("shard", &self.shard)
-            .field("target", &self.target)
-            .finish()
+        match &self.to {
+            To::Shard { shard, target, .. } => f
+                .debug_struct("Reply")
+                .field("shard", shard)
+                .field("target", target)
+                .finish(),
+            To::Function(_) => f.debug_struct("Reply").field("to", &"function").finish(),
+        }
     }
 }
 
@@ -540,6 +560,29 @@ impl AsyncSource {
             timeout_ms: timeout_ms.max(1),
             in_flight: Default::default(),
         })
+    }
+
+    /// Starts a read of `node_id`'s value from outside the shards (the history sampler):
+    /// the application's read function gets an [`AsyncRead`] whose answer — a value, a
+    /// failure, or BadInternalError when the application drops it — is handed to `answer` on
+    /// the thread that completes it. It counts against `max_in_flight` like a shard's reads;
+    /// false (and `answer` is not called) when `max_in_flight` are out. There is no timeout:
+    /// a late answer is still handed over.
+    pub fn start_read(
+        self: &Arc<Self>,
+        node_id: NodeId,
+        answer: impl FnOnce(Outcome) + Send + 'static,
+    ) -> bool {
+        if !self.try_acquire() {
+            return false;
+        }
+        let reply = Reply {
+            to: To::Function(Some(Box::new(answer))),
+            source: Some(self.clone()),
+            sent: false,
+        };
+        (self.read)(AsyncRead::new(node_id, reply));
+        true
     }
 
     /// Operations out at the application now.

@@ -17,6 +17,23 @@ pub fn stepped(value: &Variant) -> bool {
     !matches!(value, Variant::Double(_) | Variant::Float(_))
 }
 
+/// Is the history of Variables of DataType `data_type` stepped? Double, Float and Duration
+/// (a Double) are sloped; every other type is stepped.
+pub fn stepped_type(data_type: &NodeId) -> bool {
+    !matches!(data_type.as_ns0(), Some(10 | 11 | 290))
+}
+
+/// Is `node`'s history stepped: by its stored value when it has one ([`stepped`]), else (a
+/// computed or asynchronous Variable, an empty cell) by its DataType ([`stepped_type`]).
+pub fn stepped_node(node: &crate::address_space::store::NodeView<'_>) -> bool {
+    match node.value_cell().map(|c| c.load().value) {
+        Some(v) if v != Variant::Empty => stepped(&v),
+        _ => node
+            .as_variable()
+            .is_none_or(|v| stepped_type(v.data_type())),
+    }
+}
+
 /// The HA Configuration of a Variable whose history is `stepped`.
 pub fn configuration_of(stepped: bool) -> NodeId {
     NodeId::string(1, if stepped { STEPPED } else { SLOPED })

@@ -15,7 +15,9 @@
 //! out: the store keeps every value it is given, at no interval and with no deviation.
 
 use crate::address_space::build::{make, AddressSpaceBuilder};
-use crate::address_space::history_configuration::{configuration_of, stepped, SLOPED, STEPPED};
+use crate::address_space::history_configuration::{
+    configuration_of, stepped_node, SLOPED, STEPPED,
+};
 use crate::address_space::{ids, Node, NodeClass, Reference};
 use crate::generated::node_ids;
 use crate::history::aggregate::AggregateConfig;
@@ -35,8 +37,7 @@ pub fn add(b: &mut AddressSpaceBuilder, defaults: AggregateConfig) -> Result<usi
             if !v.historizing() {
                 return None;
             }
-            let value = n.value_cell().map(|c| c.load().value);
-            Some((n.node_id(), value.as_ref().is_none_or(stepped)))
+            Some((n.node_id(), stepped_node(&n)))
         })
         .collect();
     for s in [false, true] {

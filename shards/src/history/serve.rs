@@ -98,9 +98,17 @@ pub struct Historian {
     cpus: crate::background::BackgroundCpus,
     /// `[[history.sampled]]`, for [`Historian::attach`].
     sampled_config: Mutex<Vec<SampledConfig>>,
+    /// The Variables the application historizes on an interval
+    /// ([`crate::VariableDef::historize_every`]): NodeId and interval (ms).
+    sampled_nodes: Mutex<Vec<(NodeId, u32)>>,
     /// The sampler thread (`uaring-hsample`) and the end of its stop channel, stopped by
     /// [`Historian::shutdown`].
-    sampler: Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
+    sampler: Mutex<
+        Option<(
+            std::sync::mpsc::Sender<SamplerMsg>,
+            std::thread::JoinHandle<()>,
+        )>,
+    >,
 }
 
 /// `[[history.sampled]]`: Variables (the patterns of `[history] nodes`, matched at start)
@@ -131,23 +139,71 @@ struct SampledNode {
     index: u32,
     /// The node's generation at start: a node deleted (its index taken again) is dropped.
     generation: u32,
-    /// The last value stored.
+    /// The last value stored (of an asynchronous Variable: the last one answered and
+    /// stored).
     last: Option<DataValue>,
+    /// An asynchronous Variable's read is out at the application.
+    reading: bool,
 }
 
-/// The sampler thread: each group's Variables every interval, until `stopped` closes.
+/// What reaches the sampler thread.
+enum SamplerMsg {
+    /// An asynchronous Variable's answer: node `index` of group `group`.
+    Answer {
+        group: usize,
+        index: u32,
+        outcome: uaring_core::address_space::app::Outcome,
+    },
+    Stop,
+}
+
+/// The sampler thread: each group's Variables every interval, until told to stop. A stored
+/// Variable's value is read from its cell, a computed one's computed on this thread, an
+/// asynchronous one's asked of the application (at most one read out per Variable; its
+/// answer comes back through `inbox`).
 fn sampler_loop(
     h: &std::sync::Weak<Historian>,
     mut groups: Vec<SampleGroup>,
-    stopped: &Receiver<()>,
+    inbox: &Receiver<SamplerMsg>,
+    answers: &std::sync::mpsc::Sender<SamplerMsg>,
 ) {
+    use uaring_core::address_space::app::Outcome;
+    use uaring_core::address_space::store::SourceView;
     loop {
         let now = crate::clock::mono_ns();
         let next = groups.iter().map(|g| g.next_ns).min().unwrap_or(u64::MAX);
         if next > now {
             let wait = std::time::Duration::from_nanos(next - now);
-            match stopped.recv_timeout(wait) {
+            match inbox.recv_timeout(wait) {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(SamplerMsg::Answer {
+                    group,
+                    index,
+                    outcome,
+                }) => {
+                    let Some(h) = h.upgrade() else { return };
+                    let Some(n) = groups
+                        .get_mut(group)
+                        .and_then(|g| g.nodes.iter_mut().find(|n| n.index == index))
+                    else {
+                        continue;
+                    };
+                    n.reading = false;
+                    let dv = match outcome {
+                        Outcome::Value(dv) => dv,
+                        // A failed read is kept as its status (at the server's time), once
+                        // while it lasts.
+                        Outcome::Status(s) => DataValue {
+                            status: Some(s),
+                            ..DataValue::default()
+                        },
+                        _ => DataValue {
+                            status: Some(StatusCode::BadInternalError),
+                            ..DataValue::default()
+                        },
+                    };
+                    store_if_new(&h, n, dv);
+                }
                 _ => return,
             }
             continue;
@@ -157,27 +213,54 @@ fn sampler_loop(
             return;
         };
         let space = shared.model.load();
-        for g in groups.iter_mut().filter(|g| g.next_ns <= now) {
+        for (g_ix, g) in groups
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, g)| g.next_ns <= now)
+        {
             g.next_ns = now.max(g.next_ns) + g.interval_ns;
             g.nodes.retain_mut(|n| {
                 let Some(node) = space.node_at_generation(n.index, n.generation) else {
                     return false;
                 };
-                let Some(dv) = node.value_cell().map(|c| c.load()) else {
+                let Some(v) = node.as_variable() else {
                     return false;
                 };
-                let same = n.last.as_ref().is_some_and(|l| {
-                    l.status == dv.status
-                        && l.value == dv.value
-                        && l.source_timestamp == dv.source_timestamp
-                });
-                if !same {
-                    ChangeRecorder::record(&*h, n.index, &dv);
-                    n.last = Some(dv);
-                }
+                let dv = match v.source() {
+                    SourceView::Cell(c) => c.load(),
+                    SourceView::Computed(c) => c.value(crate::clock::now()),
+                    SourceView::Async(a) => {
+                        if !n.reading {
+                            let (tx, index) = (answers.clone(), n.index);
+                            // Skipped while the application has max_in_flight reads out.
+                            n.reading = a.start_read(node.node_id(), move |outcome| {
+                                let _ = tx.send(SamplerMsg::Answer {
+                                    group: g_ix,
+                                    index,
+                                    outcome,
+                                });
+                            });
+                        }
+                        return true;
+                    }
+                    SourceView::Dynamic(_) => return false,
+                };
+                store_if_new(&h, n, dv);
                 true
             });
         }
+    }
+}
+
+/// Stores `dv` as `n`'s sample when it differs from the last one stored (status, value or
+/// SourceTimestamp).
+fn store_if_new(h: &Historian, n: &mut SampledNode, dv: DataValue) {
+    let same = n.last.as_ref().is_some_and(|l| {
+        l.status == dv.status && l.value == dv.value && l.source_timestamp == dv.source_timestamp
+    });
+    if !same {
+        ChangeRecorder::record(h, n.index, &dv);
+        n.last = Some(dv);
     }
 }
 
@@ -575,6 +658,14 @@ impl Historian {
         Ok(h)
     }
 
+    /// Sets the Variables the application historizes on a sampling interval (NodeId,
+    /// interval in ms); before [`Historian::attach`], which reads it.
+    pub fn sample_nodes(&self, nodes: Vec<(NodeId, u32)>) {
+        if let Ok(mut c) = self.sampled_nodes.lock() {
+            *c = nodes;
+        }
+    }
+
     /// Sets what Variables added while the server runs are historized by (the `[history]
     /// nodes` patterns) and how many at most; before [`Historian::attach`], which reads it.
     pub fn set_run_time(&self, patterns: Vec<String>, max: usize) {
@@ -624,6 +715,7 @@ impl Historian {
             run_time: OnceLock::new(),
             registrar: Mutex::new(None),
             sampled_config: Mutex::new(Vec::new()),
+            sampled_nodes: Mutex::new(Vec::new()),
             sampler: Mutex::new(None),
             nice,
             cpus: cpus.clone(),
@@ -719,14 +811,19 @@ impl Historian {
             let Some(v) = node.as_variable() else {
                 continue;
             };
-            if !v.historizing() || node.value_cell().is_none() {
+            // Stored Variables; computed and asynchronous ones that `[[history.sampled]]`
+            // historizes.
+            use uaring_core::address_space::store::SourceView;
+            if !v.historizing()
+                || !matches!(
+                    v.source(),
+                    SourceView::Cell(_) | SourceView::Computed(_) | SourceView::Async(_)
+                )
+            {
                 continue;
             }
             let id = self.archive.series(&node_id.to_string())?;
-            let current = node.value_cell().map(|c| c.load());
-            let stepped = current.as_ref().is_none_or(|d| {
-                uaring_core::address_space::history_configuration::stepped(&d.value)
-            });
+            let stepped = uaring_core::address_space::history_configuration::stepped_node(&node);
             nodes.by_id.insert(node_id, id);
             nodes.by_index.insert(index, id);
             nodes.stepped.insert(id, stepped);
@@ -796,7 +893,7 @@ impl Historian {
             let _ = r.join();
         }
         if let Some((stop, t)) = self.sampler.lock().ok().and_then(|mut s| s.take()) {
-            drop(stop);
+            let _ = stop.send(SamplerMsg::Stop);
             let _ = t.join();
         }
         if let Some(rt) = self.run_time.get() {
@@ -2099,7 +2196,12 @@ impl Historian {
             .lock()
             .map(|c| c.clone())
             .unwrap_or_default();
-        if config.is_empty() {
+        let by_id = self
+            .sampled_nodes
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
+        if config.is_empty() && by_id.is_empty() {
             return Ok((indices.to_vec(), Vec::new()));
         }
         let uris = space.namespace_uris();
@@ -2121,22 +2223,48 @@ impl Historian {
                 nodes: Vec::new(),
             })
             .collect();
+        // The application's, one group an interval after the patterns' (and before them:
+        // a Variable the application samples is sampled on its interval).
+        let mut of_id: HashMap<NodeId, usize> = HashMap::new();
+        for (id, ms) in by_id {
+            let interval_ns = u64::from(ms) * 1_000_000;
+            let g = match groups
+                .iter()
+                .skip(config.len())
+                .position(|g| g.interval_ns == interval_ns)
+            {
+                Some(g) => config.len() + g,
+                None => {
+                    groups.push(SampleGroup {
+                        interval_ns,
+                        next_ns: 0,
+                        nodes: Vec::new(),
+                    });
+                    groups.len() - 1
+                }
+            };
+            of_id.insert(id, g);
+        }
         let mut by_change = Vec::with_capacity(indices.len());
         for &index in indices {
             let Some(node) = space.node_at(index) else {
                 continue;
             };
             let id = node.node_id();
-            match patterns
-                .iter()
-                .position(|ps| ps.iter().any(|p| p.matches(&id)))
-            {
+            match of_id.get(&id).copied().or_else(|| {
+                patterns
+                    .iter()
+                    .position(|ps| ps.iter().any(|p| p.matches(&id)))
+            }) {
                 Some(g) => groups[g].nodes.push(SampledNode {
                     index,
                     generation: node.generation(),
                     last: node.value_cell().map(|c| c.load()),
+                    reading: false,
                 }),
-                None => by_change.push(index),
+                // Only a stored Variable changes by itself.
+                None if node.value_cell().is_some() => by_change.push(index),
+                None => {}
             }
         }
         groups.retain(|g| !g.nodes.is_empty());
@@ -2145,7 +2273,8 @@ impl Historian {
 
     /// Starts the sampler thread (`uaring-hsample`) over `groups`.
     fn start_sampler(self: &Arc<Self>, groups: Vec<SampleGroup>) -> Result<(), StoreError> {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let (stop, inbox) = std::sync::mpsc::channel::<SamplerMsg>();
+        let answers = stop.clone();
         let h = Arc::downgrade(self);
         let (nice, cpus) = (self.nice, self.cpus.clone());
         let t = std::thread::Builder::new()
@@ -2153,7 +2282,7 @@ impl Historian {
             .spawn(move || {
                 cpus.enter("uaring-hsample");
                 crate::handshake_pool::set_nice(nice);
-                sampler_loop(&h, groups, &stopped)
+                sampler_loop(&h, groups, &inbox, &answers)
             })
             .map_err(StoreError::Io)?;
         if let Ok(mut s) = self.sampler.lock() {
@@ -2876,11 +3005,28 @@ pub fn historize_nodes(
     key: &str,
 ) -> Result<usize, String> {
     use uaring_core::address_space::access_level::{HISTORY_READ, HISTORY_WRITE};
+    use uaring_core::address_space::store::SourceView;
+    // On a sampling interval a computed or asynchronous value is read as a stored one is;
+    // by change only a stored value has changes.
+    let sampled = key == "history.sampled";
     mark_named(
         b,
         patterns,
-        (key, "Variable with a stored value"),
-        |n| n.value_cell().is_some(),
+        (
+            key,
+            if sampled {
+                "Variable with a stored, computed or asynchronous value"
+            } else {
+                "Variable with a stored value"
+            },
+        ),
+        |n| {
+            n.value_cell().is_some()
+                || sampled
+                    && n.as_variable().is_some_and(|v| {
+                        matches!(v.source(), SourceView::Computed(_) | SourceView::Async(_))
+                    })
+        },
         |node| {
             if let ClassAttributes::Variable(v) = &mut node.attributes {
                 v.historizing = true;
