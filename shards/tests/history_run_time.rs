@@ -231,6 +231,55 @@ fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
     server.shutdown().unwrap();
 }
 
+/// A Variable added while the server runs that `[[history.sampled]]` names is sampled on its
+/// interval, not recorded by change: a burst of stores between two passes keeps one value
+/// (the last); deleting it stops the sampling.
+#[test]
+fn a_variable_added_at_run_time_is_sampled_when_history_sampled_names_it() {
+    let _serial = serial();
+    let dir = Dir::new("rt-sampled");
+    let b = Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(2)
+        .pki(dir.0.join("pki"))
+        .config_toml(&format!(
+            "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n\
+             [[history.sampled]]\nnodes = [\"ns=1;s=Slow.*\"]\ninterval_ms = 400\n",
+            dir.0.join("store").display().to_string()
+        ));
+    let server = b.start().expect("start");
+    let objects = NodeId::ns0(OBJECTS);
+    let t0 = t0();
+    let end = at(t0, 1000.0);
+    let mut c = session(&server.endpoint_url());
+    let id = NodeId::string(1, "Slow.Flow");
+    let flow = server
+        .add_variable(&objects, id.clone(), "Flow", 0.5, true)
+        .expect("add");
+    assert_eq!(read_attr(&mut c, &id, HISTORIZING), Variant::Boolean(true));
+    // Bursts of twenty stores, each well inside one 400 ms interval, keep one value each
+    // (their last), at its own SourceTimestamp (a day ago: the first value, stamped now, is
+    // outside the range read).
+    let mut want = Vec::new();
+    for burst in 0..2 {
+        for i in 0..20 {
+            let v = (burst * 100 + i) as f64;
+            flow.set_with(dv(at(t0, v), v)).unwrap();
+        }
+        want.push((burst * 100 + 19) as f64);
+        wait_raw(&mut c, &id, t0, end, &want);
+    }
+    // Nothing more while it stays.
+    std::thread::sleep(std::time::Duration::from_millis(900));
+    assert_eq!(raw(&mut c, &id, t0, end), want);
+    server.delete_nodes(std::slice::from_ref(&id)).unwrap();
+    assert_eq!(
+        history_status(&mut c, &id, t0, end),
+        StatusCode::BadNodeIdUnknown
+    );
+    server.shutdown().unwrap();
+}
+
 /// The case every backend runs (`history_postgres.rs` runs it on PostgreSQL).
 #[test]
 fn a_run_time_variable_is_historized_until_it_is_deleted() {

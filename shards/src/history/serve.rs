@@ -101,6 +101,8 @@ pub struct Historian {
     /// The Variables the application historizes on an interval
     /// ([`crate::VariableDef::historize_every`]): NodeId and interval (ms).
     sampled_nodes: Mutex<Vec<(NodeId, u32)>>,
+    /// The sampler thread's inbox, once it runs.
+    sampler_tx: std::sync::OnceLock<std::sync::mpsc::Sender<SamplerMsg>>,
     /// The sampler thread (`uaring-hsample`) and the end of its stop channel, stopped by
     /// [`Historian::shutdown`].
     sampler: Mutex<
@@ -154,6 +156,14 @@ enum SamplerMsg {
         index: u32,
         outcome: uaring_core::address_space::app::Outcome,
     },
+    /// A Variable historized while the server runs that `[[history.sampled]]` names, with
+    /// the value stored as its first sample.
+    Add {
+        index: u32,
+        generation: u32,
+        interval_ns: u64,
+        last: DataValue,
+    },
     Stop,
 }
 
@@ -203,6 +213,27 @@ fn sampler_loop(
                         },
                     };
                     store_if_new(&h, n, dv);
+                }
+                Ok(SamplerMsg::Add {
+                    index,
+                    generation,
+                    interval_ns,
+                    last,
+                }) => {
+                    let node = SampledNode {
+                        index,
+                        generation,
+                        last: Some(last),
+                        reading: false,
+                    };
+                    match groups.iter_mut().find(|g| g.interval_ns == interval_ns) {
+                        Some(g) => g.nodes.push(node),
+                        None => groups.push(SampleGroup {
+                            interval_ns,
+                            next_ns: crate::clock::mono_ns() + interval_ns,
+                            nodes: vec![node],
+                        }),
+                    }
                 }
                 _ => return,
             }
@@ -285,6 +316,9 @@ const NONE: u32 = u32::MAX;
 /// nothing on a shard waits for the store.
 struct RunTime {
     patterns: Vec<Pattern>,
+    /// The `[[history.sampled]]` entries: their patterns and interval (ns). A Variable they
+    /// name is sampled, not recorded by change.
+    sampled: Vec<(Vec<Pattern>, u64)>,
     /// Places taken (reserved or in use), ≤ `slots.len()`.
     taken: std::sync::atomic::AtomicUsize,
     /// By node index: 0, or 1 + the place of the run-time historized Variable there.
@@ -716,6 +750,7 @@ impl Historian {
             registrar: Mutex::new(None),
             sampled_config: Mutex::new(Vec::new()),
             sampled_nodes: Mutex::new(Vec::new()),
+            sampler_tx: std::sync::OnceLock::new(),
             sampler: Mutex::new(None),
             nice,
             cpus: cpus.clone(),
@@ -854,7 +889,10 @@ impl Historian {
         // are recorded through it.
         let recorder: Arc<dyn ChangeRecorder> = self.clone();
         space.changes().record(recorder, indices.iter().copied());
-        if !groups.is_empty() {
+        // With `[[history.sampled]]` the sampler runs even with nothing to sample yet: the
+        // Variables its patterns name may be added while the server runs.
+        let sampled_config = self.sampled_config.lock().is_ok_and(|c| !c.is_empty());
+        if !groups.is_empty() || sampled_config {
             self.start_sampler(groups)?;
         }
         let h: Arc<dyn uaring_core::address_space::change::RunTimeHistory> = self.clone();
@@ -2138,6 +2176,22 @@ impl Historian {
             .iter()
             .filter_map(|p| parse_pattern(p, &uris).ok())
             .collect();
+        let sampled = self
+            .sampled_config
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| {
+                (
+                    c.nodes
+                        .iter()
+                        .filter_map(|p| parse_pattern(p, &uris).ok())
+                        .collect(),
+                    u64::from(c.interval_ms) * 1_000_000,
+                )
+            })
+            .collect();
         let (tx, rx) = sync_channel::<Registration>(max.saturating_mul(2).max(1));
         let slots: Box<[RunTimeSlot]> = (0..max)
             .map(|_| RunTimeSlot {
@@ -2153,6 +2207,7 @@ impl Historian {
         let capacity = space.changes().index_capacity();
         let rt = RunTime {
             patterns,
+            sampled,
             taken: std::sync::atomic::AtomicUsize::new(0),
             by_index: (0..if max == 0 { 0 } else { capacity })
                 .map(|_| std::sync::atomic::AtomicU32::new(0))
@@ -2275,6 +2330,7 @@ impl Historian {
     fn start_sampler(self: &Arc<Self>, groups: Vec<SampleGroup>) -> Result<(), StoreError> {
         let (stop, inbox) = std::sync::mpsc::channel::<SamplerMsg>();
         let answers = stop.clone();
+        let _ = self.sampler_tx.set(stop.clone());
         let h = Arc::downgrade(self);
         let (nice, cpus) = (self.nice, self.cpus.clone());
         let t = std::thread::Builder::new()
@@ -2373,9 +2429,13 @@ fn registrar_loop(h: &std::sync::Weak<Historian>, rx: Receiver<Registration>) {
 
 impl uaring_core::address_space::change::RunTimeHistory for Historian {
     fn wants(&self, node_id: &NodeId) -> bool {
-        self.run_time
-            .get()
-            .is_some_and(|rt| rt.patterns.iter().any(|p| p.matches(node_id)))
+        self.run_time.get().is_some_and(|rt| {
+            rt.patterns.iter().any(|p| p.matches(node_id))
+                || rt
+                    .sampled
+                    .iter()
+                    .any(|(ps, _)| ps.iter().any(|p| p.matches(node_id)))
+        })
     }
 
     fn reserve(&self) -> Result<(), StatusCode> {
@@ -2442,11 +2502,33 @@ impl uaring_core::address_space::change::RunTimeHistory for Historian {
             return self.release();
         }
         by_index.store(place as u32 + 1, Ordering::Release);
-        space.changes().record_node(node_index);
-        // The value it starts with is its first sample (a store between the mark and this
-        // load is recorded twice at worst, never lost).
-        let dv = cell.load();
-        ChangeRecorder::record(self, node_index, &dv);
+        let node_id = node.node_id();
+        let interval_ns = rt
+            .sampled
+            .iter()
+            .find(|(ps, _)| ps.iter().any(|p| p.matches(&node_id)))
+            .map(|(_, ns)| *ns);
+        match interval_ns.zip(self.sampler_tx.get()) {
+            // Named by `[[history.sampled]]`: the sampler takes it, starting from the value
+            // it has now (its first sample).
+            Some((interval_ns, tx)) => {
+                let dv = cell.load();
+                ChangeRecorder::record(self, node_index, &dv);
+                let _ = tx.send(SamplerMsg::Add {
+                    index: node_index,
+                    generation: node.generation(),
+                    interval_ns,
+                    last: dv,
+                });
+            }
+            None => {
+                space.changes().record_node(node_index);
+                // The value it starts with is its first sample (a store between the mark
+                // and this load is recorded twice at worst, never lost).
+                let dv = cell.load();
+                ChangeRecorder::record(self, node_index, &dv);
+            }
+        }
     }
 }
 
