@@ -615,9 +615,20 @@ impl ServerBuilder {
                 if historian.is_some() {
                     // Every Variable historized at start (the application's, a NodeSet's,
                     // `[history] nodes`) gets its HA Configuration.
+                    // `[[history.collection]]` entries get HA Configurations of their own.
+                    let uris = b.namespace_uris().to_vec();
+                    let rules = crate::history::collection::Rules::new(&history.collection, &uris)?;
+                    rules.check_names(b)?;
+                    let collections = history
+                        .collection
+                        .iter()
+                        .map(|c| c.collection())
+                        .collect::<Result<Vec<_>, _>>()?;
                     uaring_core::history::configuration::add(
                         b,
                         uaring_core::history::aggregate::AggregateConfig::default(),
+                        &collections,
+                        &|id| rules.entry_of(id),
                     )?;
                 }
                 if let Some((p, w)) = &push {

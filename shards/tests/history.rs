@@ -319,16 +319,10 @@ fn computed_and_asynchronous_variables_are_historized_on_an_interval() {
     use uaring::BuiltinType;
     let _serial = serial();
     let dir = Dir::new("sampled-sources");
-    let toml = format!(
-        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n\
-         [[history.sampled]]\nnodes = [\"nsu=urn:test:history;s=Calc\"]\ninterval_ms = 20\n",
-        dir.0.join("store").display().to_string()
+    let mut b = embedded_builder_with(
+        &dir,
+        "[[history.sampled]]\nnodes = [\"nsu=urn:test:history;s=Calc\"]\ninterval_ms = 20\n",
     );
-    let mut b = uaring::Server::builder()
-        .listen("127.0.0.1:0")
-        .shards(2)
-        .pki(dir.0.join("pki"))
-        .config_toml(&toml);
     let ns = b.namespace("urn:test:history");
     let calc = Arc::new(AtomicI32::new(1));
     let c2 = calc.clone();
@@ -412,6 +406,114 @@ fn computed_and_asynchronous_variables_are_historized_on_an_interval() {
             Ok(Variant::Int32(20))
         ]
     );
+    let _ = c.close();
+    server.shutdown().unwrap();
+}
+
+/// `[[history.collection]]`: an ExceptionDeviation keeps only values that move far enough
+/// (or change status), a MaxTimeInterval keeps an unchanged value again, and the Variables'
+/// HA Configurations show both rules (Part 11 §5.2.2).
+#[test]
+fn collection_rules_keep_what_the_ha_configuration_says() {
+    let _serial = serial();
+    let dir = Dir::new("collection");
+    let mut b = embedded_builder_with(
+        &dir,
+        "[[history.collection]]\nnodes = [\"nsu=urn:test:history;s=Dev\"]\nexception_deviation = 0.5\n\
+         [[history.collection]]\nnodes = [\"nsu=urn:test:history;s=Slow\"]\nmax_time_interval_ms = 200\n",
+    );
+    let ns = b.namespace("urn:test:history");
+    let dev = b.add_variable(VariableDef::new(ns.id("Dev"), "Dev", 10.0).historize());
+    let slow = b.add_variable(VariableDef::new(ns.id("Slow"), "Slow", 1i32).historize());
+    let server = b.start().expect("start");
+    let nsi = server.namespace_index("urn:test:history").unwrap();
+    let (dev_id, slow_id) = (NodeId::string(nsi, "Dev"), NodeId::string(nsi, "Slow"));
+    let mut c = session(&server.endpoint_url());
+    let from = DateTime(uaring::clock::utc_now().0 - 100_000_000);
+    for v in [10.2, 10.4, 10.6, 10.7, 11.0, 11.2] {
+        dev.set(v).unwrap();
+    }
+    dev.set_with(DataValue {
+        status: Some(StatusCode::UncertainLastUsableValue),
+        ..DataValue::new(Variant::Double(11.2))
+    })
+    .unwrap();
+    let to = DateTime(uaring::clock::utc_now().0 + 100_000_000);
+    // 10.0 (the start), 10.6 (0.6 from it), 11.2 (0.6 from 10.6), the status change.
+    wait_for(&mut c, &dev_id, from, to, 4);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (v, _) = read_all(&mut c, &dev_id, from, to, 0);
+    let kept: Vec<(f64, Option<StatusCode>)> = v
+        .iter()
+        .map(|d| match d.value {
+            Variant::Double(x) => (x, d.status),
+            ref o => panic!("{o:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (10.0, None),
+            (10.6, None),
+            (11.2, None),
+            (11.2, Some(StatusCode::UncertainLastUsableValue))
+        ]
+    );
+    // Slow does not change: its value is kept again about every 200 ms, at the server's time.
+    slow.set(2i32).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let to = DateTime(uaring::clock::utc_now().0 + 100_000_000);
+    let (v, _) = read_all(&mut c, &slow_id, from, to, 0);
+    let twos: Vec<&DataValue> = v.iter().filter(|d| d.value == Variant::Int32(2)).collect();
+    // (At most six: one and one a 200 ms after it; at least one kept again, whatever the
+    // machine's load.)
+    assert!(
+        (2..=6).contains(&twos.len()),
+        "the value 2 kept once and again every 200 ms or a little more for 1.1 s: {}",
+        twos.len()
+    );
+    let gaps: Vec<i64> = twos
+        .windows(2)
+        .map(|w| (w[1].source_timestamp.unwrap().0 - w[0].source_timestamp.unwrap().0) / 10_000)
+        .collect();
+    assert!(gaps.iter().all(|g| *g >= 200), "never sooner: {gaps:?} ms");
+    // What the HA Configurations say, and which one each Variable references.
+    let config = |name: &str| NodeId::string(1, format!("HA Configuration.{name}"));
+    assert_eq!(
+        attributes(
+            &mut c,
+            &[
+                (&config("1.Sloped.ExceptionDeviation"), 13),
+                (&config("1.Sloped.ExceptionDeviationFormat"), 13),
+                (&config("2.Stepped.MaxTimeInterval"), 13),
+                (&config("2.Stepped.Stepped"), 13),
+            ]
+        ),
+        [
+            Variant::Double(0.5),
+            Variant::Int32(0),
+            Variant::Double(200.0),
+            Variant::Boolean(true)
+        ]
+    );
+    for (node, want) in [(&dev_id, "1.Sloped"), (&slow_id, "2.Stepped")] {
+        let r = c
+            .browse(&[BrowseDescription {
+                node_id: node.clone(),
+                browse_direction: BrowseDirection::Forward,
+                reference_type_id: NodeId::ns0(56),
+                include_subtypes: true,
+                node_class_mask: 0,
+                result_mask: 0x3f,
+            }])
+            .expect("Browse HasHistoricalConfiguration");
+        let refs: Vec<NodeId> = r[0]
+            .references
+            .iter()
+            .map(|d| d.node_id.node_id.clone())
+            .collect();
+        assert_eq!(refs, [config(want)], "{node}");
+    }
     let _ = c.close();
     server.shutdown().unwrap();
 }

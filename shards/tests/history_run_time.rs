@@ -88,14 +88,10 @@ fn history_status(
 fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
     let _serial = serial();
     let dir = Dir::new("rt-library");
-    let b = Server::builder()
-        .listen("127.0.0.1:0")
-        .shards(2)
-        .pki(dir.0.join("pki"))
-        .config_toml(&format!(
-        "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\nnodes = [\"ns=1;s=Auto.*\"]\nmax_run_time_historized = 2\n",
-        dir.0.join("store").display().to_string()
-    ));
+    let b = embedded_builder_with(
+        &dir,
+        "nodes = [\"ns=1;s=Auto.*\"]\nmax_run_time_historized = 2\n",
+    );
     let server = b.start().expect("start");
     let objects = NodeId::ns0(OBJECTS);
     let t0 = t0();
@@ -238,15 +234,10 @@ fn a_variable_added_by_the_library_is_historized_until_it_is_deleted() {
 fn a_variable_added_at_run_time_is_sampled_when_history_sampled_names_it() {
     let _serial = serial();
     let dir = Dir::new("rt-sampled");
-    let b = Server::builder()
-        .listen("127.0.0.1:0")
-        .shards(2)
-        .pki(dir.0.join("pki"))
-        .config_toml(&format!(
-            "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n\
-             [[history.sampled]]\nnodes = [\"ns=1;s=Slow.*\"]\ninterval_ms = 400\n",
-            dir.0.join("store").display().to_string()
-        ));
+    let b = embedded_builder_with(
+        &dir,
+        "[[history.sampled]]\nnodes = [\"ns=1;s=Slow.*\"]\ninterval_ms = 400\n",
+    );
     let server = b.start().expect("start");
     let objects = NodeId::ns0(OBJECTS);
     let t0 = t0();
@@ -276,6 +267,50 @@ fn a_variable_added_at_run_time_is_sampled_when_history_sampled_names_it() {
     assert_eq!(
         history_status(&mut c, &id, t0, end),
         StatusCode::BadNodeIdUnknown
+    );
+    server.shutdown().unwrap();
+}
+
+/// A Variable added while the server runs that a `[[history.collection]]` entry names gets
+/// that entry's HA Configuration and its rule: only values that move by more than the
+/// ExceptionDeviation are kept.
+#[test]
+fn a_variable_added_at_run_time_follows_its_collection_rule() {
+    let _serial = serial();
+    let dir = Dir::new("rt-collection");
+    let b = embedded_builder_with(
+        &dir,
+        "nodes = [\"ns=1;s=Auto.*\"]\n\
+         [[history.collection]]\nnodes = [\"ns=1;s=Auto.*\"]\nexception_deviation = 1\n",
+    );
+    let server = b.start().expect("start");
+    let mut c = session(&server.endpoint_url());
+    let id = NodeId::string(1, "Auto.Flow");
+    let from = uaring::DateTime(uaring::clock::utc_now().0 - 100_000_000);
+    let flow = server
+        .add_variable(&NodeId::ns0(OBJECTS), id.clone(), "Flow", 0.0, true)
+        .expect("add");
+    for v in [0.5, 1.5, 2.0, 2.5, 3.0] {
+        flow.set(v).unwrap();
+    }
+    let to = uaring::DateTime(uaring::clock::utc_now().0 + 100_000_000);
+    wait_raw(&mut c, &id, from, to, &[0.0, 1.5, 3.0]);
+    let r = c
+        .browse(&[BrowseDescription {
+            node_id: id.clone(),
+            browse_direction: BrowseDirection::Forward,
+            reference_type_id: NodeId::ns0(56),
+            include_subtypes: true,
+            node_class_mask: 0,
+            result_mask: 0x3f,
+        }])
+        .expect("Browse");
+    assert_eq!(
+        r[0].references
+            .iter()
+            .map(|d| d.node_id.node_id.clone())
+            .collect::<Vec<_>>(),
+        [NodeId::string(1, "HA Configuration.1.Sloped")]
     );
     server.shutdown().unwrap();
 }

@@ -144,6 +144,12 @@ pub trait RunTimeHistory: Send + Sync {
     /// Historizes the Variable at `node_index` of `space` (a published version), in the
     /// place a reserve took: its stores go to the store from now on.
     fn historize(&self, space: &super::AddressSpace, node_index: u32);
+    /// The collection rules (MinTimeInterval, MaxTimeInterval, ExceptionDeviation) that
+    /// apply to `node_id`: an index into the list its HA Configuration Objects were built
+    /// from ([`crate::history::configuration::add`]); `None`: every value is kept.
+    fn collection(&self, _node_id: &NodeId) -> Option<usize> {
+        None
+    }
 }
 
 /// Makes `node` (a Variable about to be added at run time) historized when `asked` (the
@@ -202,7 +208,10 @@ pub fn prepare_historized(
                 reference_type: NodeId::ns0(crate::generated::node_ids::HasHistoricalConfiguration),
                 is_forward: true,
                 target: crate::types::ExpandedNodeId::local(
-                    super::history_configuration::configuration_of(stepped),
+                    super::history_configuration::configuration_in(
+                        h.collection(&node.node_id),
+                        stepped,
+                    ),
                 ),
             });
             Ok(true)

@@ -38,3 +38,20 @@ pub fn stepped_node(node: &crate::address_space::store::NodeView<'_>) -> bool {
 pub fn configuration_of(stepped: bool) -> NodeId {
     NodeId::string(1, if stepped { STEPPED } else { SLOPED })
 }
+
+/// The HA Configuration of a Variable whose history is `stepped` and collected by the rules
+/// of `collection` (an index into the server's list, [`crate::history::configuration::Collection`];
+/// `None`: every value kept, the shared Objects of [`configuration_of`]).
+pub fn configuration_in(collection: Option<usize>, stepped: bool) -> NodeId {
+    match collection {
+        None => configuration_of(stepped),
+        Some(n) => NodeId::string(
+            1,
+            format!(
+                "HA Configuration.{}.{}",
+                n + 1,
+                if stepped { "Stepped" } else { "Sloped" }
+            ),
+        ),
+    }
+}

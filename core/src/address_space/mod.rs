@@ -578,6 +578,33 @@ impl AddressSpace {
         &self.server_info
     }
 
+    /// The value (low, high) of `node`'s Range Property `name` (EURange, InstrumentRange),
+    /// when it has one with finite bounds.
+    pub fn range_property(&self, node: NodeView<'_>, name: &str) -> Option<(f64, f64)> {
+        for r in node.refs() {
+            if !r.is_forward() || !r.type_is_ns0(ids::HAS_PROPERTY) {
+                continue;
+            }
+            let Some(p) = r.target_node() else {
+                continue;
+            };
+            if p.name() != (0, Some(name)) {
+                continue;
+            }
+            let dv = self.variable_value(p, Now::new(0, crate::types::DateTime::NULL))?;
+            let Variant::ExtensionObject(eo) = &dv.value else {
+                return None;
+            };
+            let range = eo
+                .decode_as::<crate::generated::types::Range>(crate::DecodeLimits::default())?
+                .ok()?;
+            if range.low.is_finite() && range.high.is_finite() {
+                return Some((range.low, range.high));
+            }
+        }
+        None
+    }
+
     /// The value of a Variable right now: the stored cell, or the dynamic value computed
     /// from `now`. `None` when the node is no Variable.
     pub fn variable_value(&self, node: NodeView<'_>, now: Now) -> Option<DataValue> {

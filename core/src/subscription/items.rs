@@ -1243,26 +1243,5 @@ pub(super) fn numeric_variable(
 
 /// The EURange property (Range: low, high) of a node, if it has one.
 pub(super) fn eu_range(space: &AddressSpace, node: NodeView<'_>) -> Option<(f64, f64)> {
-    for r in node.refs() {
-        if !r.is_forward() || !r.type_is_ns0(crate::address_space::ids::HAS_PROPERTY) {
-            continue;
-        }
-        let Some(p) = r.target_node() else {
-            continue;
-        };
-        if p.name() != (0, Some("EURange")) {
-            continue;
-        }
-        let dv = space.variable_value(p, Now::new(0, DateTime::NULL))?;
-        let Variant::ExtensionObject(eo) = &dv.value else {
-            return None;
-        };
-        let range = eo
-            .decode_as::<crate::generated::types::Range>(crate::DecodeLimits::default())?
-            .ok()?;
-        if range.low.is_finite() && range.high.is_finite() {
-            return Some((range.low, range.high));
-        }
-    }
-    None
+    space.range_property(node, "EURange")
 }

@@ -93,9 +93,7 @@ use crate::generated::types::{
 use crate::response::Deferred;
 use crate::session::SessionKey;
 use crate::time::Now;
-use crate::types::{
-    DataValue, DateTime, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant,
-};
+use crate::types::{DataValue, ExtensionObject, NodeId, QualifiedName, StatusCode, Variant};
 use crate::{Encode, UaStructure};
 
 use item::{DataChangeSettings, Diff, Fresh, ItemQueue, LastSample, Queued};

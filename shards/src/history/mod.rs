@@ -107,6 +107,7 @@
 
 pub mod archive;
 mod codec;
+pub mod collection;
 mod ingest;
 pub mod postgres;
 pub mod serve;

@@ -101,6 +101,9 @@ pub struct Historian {
     /// The Variables the application historizes on an interval
     /// ([`crate::VariableDef::historize_every`]): NodeId and interval (ms).
     sampled_nodes: Mutex<Vec<(NodeId, u32)>>,
+    /// `[[history.collection]]` as configured (set at open), and as applied from attach on.
+    collection_config: Mutex<Vec<super::collection::CollectionConfig>>,
+    rules: OnceLock<super::collection::Rules>,
     /// The sampler thread's inbox, once it runs.
     sampler_tx: std::sync::OnceLock<std::sync::mpsc::Sender<SamplerMsg>>,
     /// The sampler thread (`uaring-hsample`) and the end of its stop channel, stopped by
@@ -146,6 +149,27 @@ struct SampledNode {
     last: Option<DataValue>,
     /// An asynchronous Variable's read is out at the application.
     reading: bool,
+    /// A Variable recorded by change, here only to be kept again when its
+    /// `[[history.collection]]` MaxTimeInterval passes with nothing kept.
+    refresh: bool,
+}
+
+/// Puts `node` in the group of `interval_ns` (made when there is none).
+fn add_to_group(groups: &mut Vec<SampleGroup>, interval_ns: u64, node: SampledNode) {
+    match groups.iter_mut().find(|g| g.interval_ns == interval_ns) {
+        Some(g) => g.nodes.push(node),
+        None => groups.push(SampleGroup {
+            interval_ns,
+            next_ns: crate::clock::mono_ns() + interval_ns,
+            nodes: vec![node],
+        }),
+    }
+}
+
+/// How often the sampler looks whether a MaxTimeInterval of `max_ticks` (100 ns) passed:
+/// a tenth of it (at least 10 ms), so a value is kept again at most 10 % late.
+fn refresh_interval_ns(max_ticks: i64) -> u64 {
+    (max_ticks.max(0) as u64 * 100 / 10).max(10_000_000)
 }
 
 /// What reaches the sampler thread.
@@ -162,7 +186,8 @@ enum SamplerMsg {
         index: u32,
         generation: u32,
         interval_ns: u64,
-        last: DataValue,
+        last: Option<DataValue>,
+        refresh: bool,
     },
     Stop,
 }
@@ -219,22 +244,18 @@ fn sampler_loop(
                     generation,
                     interval_ns,
                     last,
-                }) => {
-                    let node = SampledNode {
+                    refresh,
+                }) => add_to_group(
+                    &mut groups,
+                    interval_ns,
+                    SampledNode {
                         index,
                         generation,
-                        last: Some(last),
+                        last,
                         reading: false,
-                    };
-                    match groups.iter_mut().find(|g| g.interval_ns == interval_ns) {
-                        Some(g) => g.nodes.push(node),
-                        None => groups.push(SampleGroup {
-                            interval_ns,
-                            next_ns: crate::clock::mono_ns() + interval_ns,
-                            nodes: vec![node],
-                        }),
-                    }
-                }
+                        refresh,
+                    },
+                ),
                 _ => return,
             }
             continue;
@@ -257,6 +278,15 @@ fn sampler_loop(
                 let Some(v) = node.as_variable() else {
                     return false;
                 };
+                if n.refresh {
+                    let now = crate::clock::utc_now();
+                    if let Some(cell) = v.cell().filter(|_| h.overdue(n.index, now.0)) {
+                        let mut dv = cell.load();
+                        dv.source_timestamp = Some(now);
+                        ChangeRecorder::record(&*h, n.index, &dv);
+                    }
+                    return true;
+                }
                 let dv = match v.source() {
                     SourceView::Cell(c) => c.load(),
                     SourceView::Computed(c) => c.value(crate::clock::now()),
@@ -284,7 +314,8 @@ fn sampler_loop(
 }
 
 /// Stores `dv` as `n`'s sample when it differs from the last one stored (status, value or
-/// SourceTimestamp).
+/// SourceTimestamp), or, the same, at the server's time when its `[[history.collection]]`
+/// MaxTimeInterval passed with nothing kept.
 fn store_if_new(h: &Historian, n: &mut SampledNode, dv: DataValue) {
     let same = n.last.as_ref().is_some_and(|l| {
         l.status == dv.status && l.value == dv.value && l.source_timestamp == dv.source_timestamp
@@ -292,6 +323,13 @@ fn store_if_new(h: &Historian, n: &mut SampledNode, dv: DataValue) {
     if !same {
         ChangeRecorder::record(h, n.index, &dv);
         n.last = Some(dv);
+    } else {
+        let now = crate::clock::utc_now();
+        if h.overdue(n.index, now.0) {
+            let mut again = dv;
+            again.source_timestamp = Some(now);
+            ChangeRecorder::record(h, n.index, &again);
+        }
     }
 }
 
@@ -344,6 +382,8 @@ struct RunTimeSlot {
     /// The earliest SourceTimestamp dropped since the series last got a value through.
     lost: std::sync::atomic::AtomicI64,
     stepped: std::sync::atomic::AtomicBool,
+    /// Its `[[history.collection]]` rule's gate (disarmed: every value kept).
+    gate: super::collection::Gate,
 }
 
 /// A series to make, for the registrar thread.
@@ -376,6 +416,8 @@ struct Nodes {
     by_index: HashMap<u32, SeriesId>,
     /// Stepped interpolation (non-float values) by series.
     stepped: HashMap<SeriesId, bool>,
+    /// The `[[history.collection]]` gates of the Variables a rule applies to, by series.
+    gates: HashMap<SeriesId, super::collection::Gate>,
     /// By series id: the earliest SourceTimestamp a full ingest queue dropped since the
     /// series last got a sample through ([`NOTHING_LOST`]: none).
     lost: Vec<std::sync::atomic::AtomicI64>,
@@ -689,6 +731,9 @@ impl Historian {
         if let Ok(mut c) = h.sampled_config.lock() {
             c.clone_from(&config.sampled);
         }
+        if let Ok(mut c) = h.collection_config.lock() {
+            c.clone_from(&config.collection);
+        }
         Ok(h)
     }
 
@@ -751,6 +796,8 @@ impl Historian {
             sampled_config: Mutex::new(Vec::new()),
             sampled_nodes: Mutex::new(Vec::new()),
             sampler_tx: std::sync::OnceLock::new(),
+            collection_config: Mutex::new(Vec::new()),
+            rules: OnceLock::new(),
             sampler: Mutex::new(None),
             nice,
             cpus: cpus.clone(),
@@ -829,8 +876,23 @@ impl Historian {
             events: HashMap::new(),
             by_index: HashMap::new(),
             stepped: HashMap::new(),
+            gates: HashMap::new(),
             lost: Vec::new(),
         };
+        let uris: Vec<String> = space
+            .namespace_uris()
+            .iter()
+            .map(|u| u.as_str().to_string())
+            .collect();
+        let rules = super::collection::Rules::new(
+            &self
+                .collection_config
+                .lock()
+                .map(|c| c.clone())
+                .unwrap_or_default(),
+            &uris,
+        )
+        .map_err(StoreError::Config)?;
         // By index up to the index bound, not the node count: after a deletion a node's index
         // may lie past the count.
         for (index, node) in space.indexed_nodes() {
@@ -859,6 +921,10 @@ impl Historian {
             }
             let id = self.archive.series(&node_id.to_string())?;
             let stepped = uaring_core::address_space::history_configuration::stepped_node(&node);
+            if let Some(entry) = rules.entry_of(&node_id) {
+                let gate = rules.gate(space, node, entry).map_err(StoreError::Config)?;
+                nodes.gates.insert(id, gate);
+            }
             nodes.by_id.insert(node_id, id);
             nodes.by_index.insert(index, id);
             nodes.stepped.insert(id, stepped);
@@ -875,7 +941,31 @@ impl Historian {
             .map(|_| std::sync::atomic::AtomicI64::new(NOTHING_LOST))
             .collect();
         let all: Vec<u32> = nodes.by_index.keys().copied().collect();
-        let (indices, groups) = self.sampled_groups(space, &all)?;
+        let (indices, mut groups) = self.sampled_groups(space, &all)?;
+        // Variables recorded by change whose rule has a MaxTimeInterval: the sampler keeps
+        // their value again when nothing was kept for that long.
+        for &index in &indices {
+            let Some(node) = space.node_at(index) else {
+                continue;
+            };
+            let Some(rule) = rules.entry_of(&node.node_id()).and_then(|e| rules.get(e)) else {
+                continue;
+            };
+            if rule.max_ticks > 0 {
+                add_to_group(
+                    &mut groups,
+                    refresh_interval_ns(rule.max_ticks),
+                    SampledNode {
+                        index,
+                        generation: node.generation(),
+                        last: None,
+                        reading: false,
+                        refresh: true,
+                    },
+                );
+            }
+        }
+        let _ = self.rules.set(rules);
         let events = !nodes.events.is_empty();
         if self.nodes.set(nodes).is_err() {
             return Err(StoreError::Invalid("history attached twice"));
@@ -892,7 +982,8 @@ impl Historian {
         // With `[[history.sampled]]` the sampler runs even with nothing to sample yet: the
         // Variables its patterns name may be added while the server runs.
         let sampled_config = self.sampled_config.lock().is_ok_and(|c| !c.is_empty());
-        if !groups.is_empty() || sampled_config {
+        let refreshes = self.rules.get().is_some_and(|r| r.has_max_interval());
+        if !groups.is_empty() || sampled_config || refreshes {
             self.start_sampler(groups)?;
         }
         let h: Arc<dyn uaring_core::address_space::change::RunTimeHistory> = self.clone();
@@ -2106,32 +2197,30 @@ impl ChangeRecorder for Historian {
             value: value.value.clone(),
         };
         // A Variable historized at run time (its index may have been a start-time node's).
-        if let Some(rt) = self.run_time.get() {
-            let place = rt
-                .by_index
-                .get(node_index as usize)
-                .map_or(0, |p| p.load(Ordering::Acquire));
-            if place != 0 {
-                // The place is still this node's (not freed by a deletion and taken again
-                // meanwhile).
-                if let Some(slot) = rt
-                    .slots
-                    .get(place as usize - 1)
-                    .filter(|s| s.node_index.load(Ordering::Acquire) == node_index)
-                {
-                    self.record_run_time(slot, sample());
+        if let Some(slot) = self.run_time_place(node_index) {
+            if let Some(slot) = slot {
+                let s = sample();
+                if self.admit(&slot.gate, &s) {
+                    self.record_run_time(slot, s);
                 }
-                return;
             }
+            return;
         }
-        let Some(id) = self
-            .nodes
-            .get()
-            .and_then(|n| n.by_index.get(&node_index).copied())
-        else {
+        let Some(nodes) = self.nodes.get() else {
             return;
         };
-        self.push(id, sample());
+        let Some(id) = nodes.by_index.get(&node_index).copied() else {
+            return;
+        };
+        let s = sample();
+        if !nodes.gates.is_empty() {
+            if let Some(g) = nodes.gates.get(&id) {
+                if !self.admit(g, &s) {
+                    return;
+                }
+            }
+        }
+        self.push(id, s);
     }
 
     fn forget(&self, node_index: u32) {
@@ -2202,6 +2291,7 @@ impl Historian {
                 pending: crossbeam_queue::ArrayQueue::new(PENDING_SAMPLES),
                 lost: std::sync::atomic::AtomicI64::new(NOTHING_LOST),
                 stepped: std::sync::atomic::AtomicBool::new(true),
+                gate: super::collection::Gate::default(),
             })
             .collect();
         let capacity = space.changes().index_capacity();
@@ -2316,6 +2406,7 @@ impl Historian {
                     generation: node.generation(),
                     last: node.value_cell().map(|c| c.load()),
                     reading: false,
+                    refresh: false,
                 }),
                 // Only a stored Variable changes by itself.
                 None if node.value_cell().is_some() => by_change.push(index),
@@ -2345,6 +2436,43 @@ impl Historian {
             *s = Some((stop, t));
         }
         Ok(())
+    }
+
+    /// `Some` when the node at `node_index` has a run-time place: the place's slot while it
+    /// is still that node's (not freed by a deletion and taken again meanwhile).
+    fn run_time_place(&self, node_index: u32) -> Option<Option<&RunTimeSlot>> {
+        let rt = self.run_time.get()?;
+        let place = rt
+            .by_index
+            .get(node_index as usize)
+            .map_or(0, |p| p.load(Ordering::Acquire));
+        (place != 0).then(|| {
+            rt.slots
+                .get(place as usize - 1)
+                .filter(|s| s.node_index.load(Ordering::Acquire) == node_index)
+        })
+    }
+
+    /// Does `gate`'s rule keep `sample`?
+    fn admit(&self, gate: &super::collection::Gate, sample: &Sample) -> bool {
+        self.rules.get().is_none_or(|r| r.admit(gate, sample))
+    }
+
+    /// Is a value of the Variable at `node_index` due again at `now` (100 ns ticks): its
+    /// rule's MaxTimeInterval passed with nothing kept?
+    fn overdue(&self, node_index: u32, now: i64) -> bool {
+        let Some(rules) = self.rules.get() else {
+            return false;
+        };
+        if let Some(slot) = self.run_time_place(node_index) {
+            return slot.is_some_and(|s| rules.overdue(&s.gate, now));
+        }
+        self.nodes.get().is_some_and(|n| {
+            n.by_index
+                .get(&node_index)
+                .and_then(|id| n.gates.get(id))
+                .is_some_and(|g| rules.overdue(g, now))
+        })
     }
 
     /// A value of a run-time historized Variable: to the ingest queue once its series is
@@ -2461,6 +2589,10 @@ impl uaring_core::address_space::change::RunTimeHistory for Historian {
         }
     }
 
+    fn collection(&self, node_id: &NodeId) -> Option<usize> {
+        self.rules.get()?.entry_of(node_id)
+    }
+
     fn historize(&self, space: &uaring_core::address_space::AddressSpace, node_index: u32) {
         let Some(rt) = self.run_time.get() else {
             return;
@@ -2501,8 +2633,22 @@ impl uaring_core::address_space::change::RunTimeHistory for Historian {
             slot.node_index.store(NONE, Ordering::Release);
             return self.release();
         }
-        by_index.store(place as u32 + 1, Ordering::Release);
         let node_id = node.node_id();
+        // Its `[[history.collection]]` rule, if one names it (a range it lacks: every value
+        // kept, and said).
+        let rule = self
+            .rules
+            .get()
+            .and_then(|r| r.entry_of(&node_id).map(|e| (r, e)));
+        slot.gate.disarm();
+        let mut max_ticks = 0;
+        if let Some((rules, entry)) = rule {
+            match rules.arm(&slot.gate, space, node, entry) {
+                Ok(()) => max_ticks = rules.get(entry).map_or(0, |r| r.max_ticks),
+                Err(e) => tracing::warn!("{e}: its values are all kept"),
+            }
+        }
+        by_index.store(place as u32 + 1, Ordering::Release);
         let interval_ns = rt
             .sampled
             .iter()
@@ -2518,7 +2664,8 @@ impl uaring_core::address_space::change::RunTimeHistory for Historian {
                     index: node_index,
                     generation: node.generation(),
                     interval_ns,
-                    last: dv,
+                    last: Some(dv),
+                    refresh: false,
                 });
             }
             None => {
@@ -2527,6 +2674,15 @@ impl uaring_core::address_space::change::RunTimeHistory for Historian {
                 // and this load is recorded twice at worst, never lost).
                 let dv = cell.load();
                 ChangeRecorder::record(self, node_index, &dv);
+                if let Some(tx) = self.sampler_tx.get().filter(|_| max_ticks > 0) {
+                    let _ = tx.send(SamplerMsg::Add {
+                        index: node_index,
+                        generation: node.generation(),
+                        interval_ns: refresh_interval_ns(max_ticks),
+                        last: None,
+                        refresh: true,
+                    });
+                }
             }
         }
     }
@@ -2876,6 +3032,9 @@ pub struct HistoryConfig {
     /// whose EventNotifier has SubscribeToEvents; they get HistoryRead and HistoryWrite in
     /// it. At start only.
     pub event_notifiers: Vec<String>,
+    /// Which values of the Variables named are kept (`[[history.collection]]`): their
+    /// HistoricalDataConfiguration's MinTimeInterval, MaxTimeInterval and ExceptionDeviation.
+    pub collection: Vec<super::collection::CollectionConfig>,
     /// Where the history threads run: `runtime.background_cpus`, resolved at start (not a
     /// `[history]` key).
     #[serde(skip)]
@@ -2902,6 +3061,7 @@ impl Default for HistoryConfig {
             max_run_time_historized: DEFAULT_MAX_RUN_TIME_HISTORIZED,
             sampled: Vec::new(),
             event_notifiers: Vec::new(),
+            collection: Vec::new(),
             cpus: crate::background::BackgroundCpus::any(),
         }
     }
@@ -2934,6 +3094,9 @@ impl HistoryConfig {
             if c.nodes.is_empty() {
                 return Err("history.sampled: an entry without nodes".into());
             }
+        }
+        for c in &self.collection {
+            c.collection()?;
         }
         let on_full = match self.on_full.as_str() {
             "drop-newest" => super::OnFull::DropNewest,
@@ -3028,12 +3191,12 @@ pub fn take_config(table: &mut toml::Table) -> Result<HistoryConfig, String> {
 /// One `history.nodes` entry: a namespace (by index or URI) and an identifier, exact or a
 /// string prefix.
 #[derive(Debug, Clone, PartialEq)]
-enum Pattern {
+pub(super) enum Pattern {
     Exact(NodeId),
     Prefix { namespace: u16, prefix: String },
 }
 
-fn parse_pattern(p: &str, uris: &[String]) -> Result<Pattern, String> {
+pub(super) fn parse_pattern(p: &str, uris: &[String]) -> Result<Pattern, String> {
     let (namespace, rest) = if let Some(r) = p.strip_prefix("nsu=") {
         let (uri, rest) = r
             .split_once(';')
@@ -3065,7 +3228,7 @@ fn parse_pattern(p: &str, uris: &[String]) -> Result<Pattern, String> {
 }
 
 impl Pattern {
-    fn matches(&self, id: &NodeId) -> bool {
+    pub(super) fn matches(&self, id: &NodeId) -> bool {
         match self {
             Pattern::Exact(x) => x == id,
             Pattern::Prefix { namespace, prefix } => {

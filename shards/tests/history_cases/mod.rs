@@ -88,6 +88,19 @@ pub fn builder(dir: &Dir, backend: &Backend) -> uaring::ServerBuilder {
         .config_toml(&toml)
 }
 
+/// [`builder`] of the embedded store with `extra` added to its `[history]` configuration
+/// (tables such as `[[history.sampled]]`).
+pub fn embedded_builder_with(dir: &Dir, extra: &str) -> uaring::ServerBuilder {
+    Server::builder()
+        .listen("127.0.0.1:0")
+        .shards(2)
+        .pki(dir.0.join("pki"))
+        .config_toml(&format!(
+            "[history]\nenabled = true\ndir = {:?}\nflush_interval_ms = 50\n{extra}",
+            dir.0.join("store").display().to_string()
+        ))
+}
+
 /// The nice value of this process's thread named `name` (/proc/self/task/*/stat), waiting
 /// a little for it to set it.
 pub fn thread_nice(name: &str) -> Option<i64> {
