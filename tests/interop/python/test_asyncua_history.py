@@ -27,9 +27,11 @@ def hist_server(tmp_path_factory):
     cfg = root / "history.toml"
     cfg.write_text(
         f'[history]\nenabled = true\ndir = "{root / "store"}"\nflush_interval_ms = 100\n'
-        'nodes = ["ns=1;s=Demo.Static.Int32", "nsu=urn:uaring:server;s=Demo.Static.Arrays.U*"]\n'
+        'nodes = ["ns=1;s=Demo.Static.Int32", "nsu=urn:uaring:server;s=Demo.Static.Arrays.U*",'
+        ' "ns=1;s=Demo.Static.UInt32"]\n'
         'event_notifiers = ["ns=1;s=Demo.Events"]\n'
         '[[history.sampled]]\nnodes = ["ns=1;s=Demo.Static.Float"]\ninterval_ms = 300\n'
+        '[[history.collection]]\nnodes = ["ns=1;s=Demo.Static.UInt32"]\nexception_deviation = 10\n'
     )
     s = Server("--config", str(cfg), "--pki", str(root / "pki"))
     yield s
@@ -427,6 +429,39 @@ def test_variables_named_in_the_configuration_are_historized(hist_server):
             assert vals[-1].Value.Value == [1, 2, 3]
             other = c.get_node("ns=1;s=Demo.Static.Arrays.Int16")
             assert (await other.read_attribute(ua.AttributeIds.Historizing)).Value.Value is False
+
+    run(body())
+
+
+def test_a_collection_rule_keeps_values_beyond_its_deviation(hist_server):
+    """[[history.collection]] with an ExceptionDeviation of 10 on Demo.Static.UInt32: of 100,
+    105, 111, 115, 130 written, the values more than 10 from the last one kept are kept; its
+    HA Configuration says so (ExceptionDeviation, ExceptionDeviationFormat AbsoluteValue)."""
+
+    async def body():
+        async with session(hist_server.url) as c:
+            u32 = c.get_node("ns=1;s=Demo.Static.UInt32")
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(0.01)
+            for v in (100, 105, 111, 115, 130):
+                await u32.write_value(ua.DataValue(ua.Variant(v, ua.VariantType.UInt32)))
+            deadline = time.monotonic() + 20
+            while True:
+                end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+                vals = await u32.read_raw_history(start, end, return_bounds=False)
+                kept = [v.Value.Value for v in vals]
+                if kept[-1:] == [130] or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert kept == [100, 111, 130], kept
+            [ref] = await u32.get_references(refs=ua.ObjectIds.HasHistoricalConfiguration)
+            config = c.get_node(ref.NodeId)
+            deviation = await config.get_child("0:ExceptionDeviation")
+            assert await deviation.read_value() == 10.0
+            fmt = await config.get_child("0:ExceptionDeviationFormat")
+            assert await fmt.read_value() == 0  # AbsoluteValue
+            stepped = await config.get_child("0:Stepped")
+            assert await stepped.read_value() is True
 
     run(body())
 
