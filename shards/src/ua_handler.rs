@@ -122,7 +122,8 @@ impl<S: ServiceHost> UaHandler<S> {
     }
 
     /// Hands the connection's handshake job (if any) to the pool; without a pool, or when
-    /// the pool refuses it, the result goes straight back (run inline, or refused).
+    /// the pool refuses it, the result goes straight back (run inline, or refused; a
+    /// refused decoding is run inline).
     fn start_jobs(
         &mut self,
         conn: &mut UaConn,
@@ -135,6 +136,12 @@ impl<S: ServiceHost> UaHandler<S> {
                 None => job.run(),
                 Some(pool) => match pool.submit(conn.id, job) {
                     Ok(()) => break,
+                    // A large request's decoding is work that must be done anyway, its
+                    // bytes already received and counted: with the helpers busy the loop
+                    // does it (a burst of large CreateMonitoredItems is not refused).
+                    Err(job) if job.kind() == uaring_core::server::handshake::JobKind::Decode => {
+                        job.run()
+                    }
                     Err(job) => {
                         tracing::debug!(
                             kind = job.kind().name(),

@@ -169,6 +169,55 @@ fn logins_past_the_pool_bound_are_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Large requests (over 64 KiB, decoded on the pool's helpers) that come while the pool is
+/// full — one helper busy with logins, a queue of one — are decoded on the loop instead of
+/// refused: every Read of 5,000 values is answered in full.
+#[test]
+fn large_requests_past_the_pool_bound_are_decoded_on_the_loop() {
+    use uaring_core::generated::types::ReadValueId;
+    let (server, dir) = start("threads = 1\nqueue_depth = 1", "decode");
+    let url = server.url();
+    let (logins, readers) = (4, 8);
+    let barrier = Arc::new(Barrier::new(logins + readers));
+    let mut handles = Vec::new();
+    for i in 0..logins + readers {
+        let (url, barrier) = (url.clone(), barrier.clone());
+        handles.push(std::thread::spawn(move || {
+            let mut c = session(&url);
+            if i >= logins {
+                c.activate_session_anonymous().expect("anonymous");
+            }
+            barrier.wait();
+            if i < logins {
+                // Keeps the helper busy (argon2id); refused or not, it does not matter here.
+                let _ = activate_user(&mut c);
+                return None;
+            }
+            let nodes: Vec<ReadValueId> = (0..5_000)
+                .map(|_| ReadValueId {
+                    node_id: NodeId::ns0(2258),
+                    attribute_id: 13,
+                    ..Default::default()
+                })
+                .collect();
+            let mut answered = Vec::new();
+            for _ in 0..3 {
+                answered.push(c.read(&nodes).map(|v| v.len()));
+            }
+            Some(answered)
+        }));
+    }
+    for h in handles {
+        if let Some(answered) = h.join().unwrap() {
+            for a in answered {
+                assert_eq!(a.map_err(|e| format!("{e:?}")), Ok(5_000));
+            }
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Two shards, connections dealt round robin: a UserName session resumed on new connections
 /// moves to its owning shard when the connection lands on the other one, and the ActivateSession
 /// it carries is then checked (argon2id) on the pool of the owning shard. Every resume succeeds,
