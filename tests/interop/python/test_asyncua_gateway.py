@@ -118,10 +118,12 @@ def gateway(tmp_path_factory):
         down.kill()
         raise
     tmp = tmp_path_factory.mktemp("gateway")
-    # uaring itself downstream: its Demo folder (historized Variables, an alarm), its history
-    # store in a directory of its own.
+    # uaring itself downstream: its Demo folder (historized Variables, an alarm, Demo.Events
+    # keeping its events), its history store in a directory of its own.
     ucfg = tmp / "downstream.toml"
-    ucfg.write_text(f'[history]\ndir = "{tmp / "down-history"}"\n')
+    ucfg.write_text(
+        f'[history]\ndir = "{tmp / "down-history"}"\nevent_notifiers = ["ns=1;s=Demo.Events"]\n'
+    )
     try:
         udown = Server("--config", str(ucfg))
     except Exception:
@@ -809,6 +811,80 @@ def test_history_updates_are_forwarded_where_configured(gateway):
                 )
             )
             assert r.StatusCode.value == ua.StatusCodes.BadNoData, r
+
+    run(go())
+
+
+def test_event_updates_are_forwarded_where_configured(gateway):
+    """uaring downstream, mirrored with `history_updates = true`: its Demo.Events keeps its
+    events (`event_notifiers` there) and shows HistoryRead and HistoryWrite here; an event
+    inserted through the gateway (UpdateEventDetails, its fields named by a filter built
+    here) is in the server's history, and deleted through the gateway by the EventId read
+    here (DeleteEventDetails) it is gone there."""
+
+    async def go():
+        async with Client(gateway.url, timeout=10) as c, Client(
+            gateway.udown.url, timeout=10
+        ) as d:
+            events = await mirrored(c, "u", "Demo", "Events")
+            notifier = await events.read_event_notifier()
+            assert ua.EventNotifier.HistoryRead in notifier, notifier
+            assert ua.EventNotifier.HistoryWrite in notifier, notifier
+            idx = await d.get_namespace_index("urn:uaring:server")
+            there = d.get_node(ua.NodeId("Demo.Events", idx))
+
+            def select(*names):
+                return ua.EventFilter(
+                    SelectClauses=[
+                        ua.SimpleAttributeOperand(
+                            TypeDefinitionId=ua.NodeId(ua.ObjectIds.BaseEventType),
+                            BrowsePath=[ua.QualifiedName(n, 0)],
+                            AttributeId=ua.AttributeIds.Value,
+                        )
+                        for n in names
+                    ]
+                )
+
+            # Ten minutes ahead: apart from the Demo's own events.
+            t = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=10)
+            insert = ua.UpdateEventDetails(
+                NodeId=events.nodeid,
+                PerformInsertReplace=ua.PerformUpdateType.Insert,
+                Filter=select("EventType", "Time", "Message", "Severity"),
+                EventData=[
+                    ua.HistoryEventFieldList(
+                        EventFields=[
+                            ua.Variant(ua.NodeId(ua.ObjectIds.BaseEventType)),
+                            ua.Variant(t, ua.VariantType.DateTime),
+                            ua.Variant(ua.LocalizedText("back-filled through the gateway")),
+                            ua.Variant(321, ua.VariantType.UInt16),
+                        ]
+                    )
+                ],
+            )
+            (r,) = await c.uaclient.history_update(
+                ua.HistoryUpdateParameters(HistoryUpdateDetails=[insert])
+            )
+            assert r.StatusCode.is_good(), r
+            assert [s.value for s in r.OperationResults] == [ua.StatusCodes.GoodEntryInserted], r
+
+            window = (t - timedelta(seconds=1), t + timedelta(seconds=1))
+            fields = select("EventId", "Message", "Severity")
+            kept, _ = await event_history(there, *window, 0, fields)
+            assert [(e.Message.Text, e.Severity) for e in kept] == [
+                ("back-filled through the gateway", 321)
+            ], kept
+            here, _ = await event_history(events, *window, 0, fields)
+            assert [e.Message.Text for e in here] == ["back-filled through the gateway"], here
+
+            delete = ua.DeleteEventDetails(NodeId=events.nodeid, EventIds=[here[0].EventId])
+            (r,) = await c.uaclient.history_update(
+                ua.HistoryUpdateParameters(HistoryUpdateDetails=[delete])
+            )
+            assert r.StatusCode.is_good(), r
+            assert [s.value for s in r.OperationResults] == [ua.StatusCodes.Good], r
+            gone, _ = await event_history(there, *window, 0, fields)
+            assert gone == [], gone
 
     run(go())
 
