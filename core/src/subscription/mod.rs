@@ -1242,6 +1242,9 @@ fn advance_source(
     diff: Option<Diff>,
 ) {
     match (&src.last, diff) {
+        // Identical (fanned out because an item joined): the sample kept stays, its
+        // ServerTimestamp the run's first; nothing to remember.
+        (Some(_), Some(d)) if d.same() => return,
         (Some(l), Some(d)) if !d.status_or_value() => {
             if !src.run_start_kept {
                 src.run_start_kept = true;
@@ -1253,7 +1256,14 @@ fn advance_source(
                 }
             }
         }
-        _ => src.run_start_kept = false,
+        // A new run: its first sample is the source's last, the one kept before goes (an
+        // entry left behind held 32 bytes, and its chunk 128 KiB, for as long as the source
+        // lived).
+        _ => {
+            if std::mem::take(&mut src.run_start_kept) {
+                run_starts.remove(slot);
+            }
+        }
     }
     match &mut src.last {
         Some(l) => l.store_fresh(fresh, sample),

@@ -102,16 +102,21 @@ impl<T> Slots<T> {
 }
 
 /// Values by slot number for a few of a table's slots: chunks of [`CHUNK`] slots, each
-/// allocated when a slot of its range first gets a value and kept after (no hashing, no
-/// doubling; a slot costs `size_of::<Option<T>>()` in an allocated chunk and nothing
-/// otherwise).
+/// allocated when a slot of its range first gets a value and freed when its last value is
+/// removed (no hashing, no doubling; a slot costs `size_of::<Option<T>>()` in an allocated
+/// chunk and nothing otherwise).
 pub(crate) struct SparseSlots<T> {
     chunks: Vec<Option<Box<[Option<T>]>>>,
+    /// Values in each chunk.
+    counts: Vec<u16>,
 }
 
 impl<T> Default for SparseSlots<T> {
     fn default() -> Self {
-        SparseSlots { chunks: Vec::new() }
+        SparseSlots {
+            chunks: Vec::new(),
+            counts: Vec::new(),
+        }
     }
 }
 
@@ -139,23 +144,39 @@ impl<T> SparseSlots<T> {
         let c = i / CHUNK;
         if self.chunks.len() <= c {
             self.chunks.resize_with(c + 1, || None);
+            self.counts.resize(c + 1, 0);
         }
         if let Some(chunk) = self.chunks.get_mut(c) {
             let chunk =
                 chunk.get_or_insert_with(|| std::iter::repeat_with(|| None).take(CHUNK).collect());
             if let Some(slot) = chunk.get_mut(i % CHUNK) {
-                *slot = Some(v);
+                if slot.replace(v).is_none() {
+                    if let Some(n) = self.counts.get_mut(c) {
+                        *n += 1;
+                    }
+                }
             }
         }
     }
 
     pub(crate) fn remove(&mut self, i: u32) -> Option<T> {
         let i = i as usize;
-        self.chunks
-            .get_mut(i / CHUNK)?
+        let c = i / CHUNK;
+        let v = self
+            .chunks
+            .get_mut(c)?
             .as_mut()?
             .get_mut(i % CHUNK)?
-            .take()
+            .take()?;
+        if let Some(n) = self.counts.get_mut(c) {
+            *n -= 1;
+            if *n == 0 {
+                if let Some(chunk) = self.chunks.get_mut(c) {
+                    *chunk = None;
+                }
+            }
+        }
+        Some(v)
     }
 }
 
@@ -208,6 +229,16 @@ mod tests {
         assert_eq!(s.remove(CHUNK as u32 * 3 + 1), Some(8));
         assert_eq!(s.get(CHUNK as u32 * 3 + 1), None);
         assert_eq!((s.get(2), s.get(u32::MAX)), (Some(&9), None));
+        // The chunk whose last value went is freed; a value put again where one is does not
+        // count twice.
+        assert_eq!(s.chunks.iter().filter(|c| c.is_some()).count(), 1);
+        s.insert(3, 1);
+        s.insert(3, 2);
+        assert_eq!(s.remove(2), Some(9));
+        assert!(s.chunks[0].is_some(), "slot 3 is still there");
+        assert_eq!(s.remove(3), Some(2));
+        assert_eq!(s.remove(3), None);
+        assert!(s.chunks.iter().all(Option::is_none));
     }
 
     #[test]
