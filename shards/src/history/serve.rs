@@ -116,9 +116,10 @@ pub struct Historian {
     >,
 }
 
-/// `[[history.sampled]]`: Variables (the patterns of `[history] nodes`, matched at start)
-/// historized on a sampling interval: every `interval_ms` the sampler thread reads each one's
-/// value and stores it when it differs from the last one stored (status, value or
+/// `[[history.sampled]]`: Variables (the patterns of `[history] nodes`, matched at start and
+/// against Variables added while the server runs) historized on a sampling interval: every
+/// `interval_ms` the sampler thread reads each one's value (a computed one's computed, an
+/// asynchronous one's asked of the application) and stores it when it differs from the last one stored (status, value or
 /// SourceTimestamp), so a Variable written faster than the interval keeps one value an
 /// interval, and one that does not change keeps none.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -3025,7 +3026,8 @@ pub struct HistoryConfig {
     /// Historizing, the library, or named by `nodes`), at once; 0: none. ≤ 1,000,000.
     pub max_run_time_historized: usize,
     /// Variables historized on a sampling interval instead of by change
-    /// (`[[history.sampled]]`): at start only.
+    /// (`[[history.sampled]]`): stored, computed and asynchronous ones at start, stored ones
+    /// added while the server runs.
     pub sampled: Vec<SampledConfig>,
     /// Objects and Views whose events are historized besides the Server object's (and a
     /// NodeSet's notifiers with HistoryRead): the patterns of `nodes`, each naming a node
