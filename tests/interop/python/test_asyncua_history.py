@@ -31,6 +31,7 @@ def hist_server(tmp_path_factory):
         ' "ns=1;s=Demo.Static.UInt32"]\n'
         'event_notifiers = ["ns=1;s=Demo.Events"]\n'
         '[[history.sampled]]\nnodes = ["ns=1;s=Demo.Static.Float"]\ninterval_ms = 300\n'
+        '[[history.sampled]]\nnodes = ["ns=1;s=Demo.Dynamic.Counter"]\ninterval_ms = 200\n'
         '[[history.collection]]\nnodes = ["ns=1;s=Demo.Static.UInt32"]\nexception_deviation = 10\n'
     )
     s = Server("--config", str(cfg), "--pki", str(root / "pki"))
@@ -429,6 +430,33 @@ def test_variables_named_in_the_configuration_are_historized(hist_server):
             assert vals[-1].Value.Value == [1, 2, 3]
             other = c.get_node("ns=1;s=Demo.Static.Arrays.Int16")
             assert (await other.read_attribute(ua.AttributeIds.Historizing)).Value.Value is False
+
+    run(body())
+
+
+def test_a_computed_variable_is_historized_on_its_interval(hist_server):
+    """[[history.sampled]] on Demo.Dynamic.Counter, a computed UInt32 (+1 every 100 ms): the
+    sampler computes it every 200 ms and keeps each value, so its raw history rises by about
+    two a value, about five values a second, and says Historizing."""
+
+    async def body():
+        async with session(hist_server.url) as c:
+            counter = c.get_node("ns=1;s=Demo.Dynamic.Counter")
+            assert (await counter.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
+            start = datetime.datetime.now(UTC)
+            await asyncio.sleep(1.5)
+            end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
+            deadline = time.monotonic() + 20
+            while True:
+                vals = await counter.read_raw_history(start, end, return_bounds=False)
+                if len(vals) >= 4 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            kept = [v.Value.Value for v in vals]
+            assert len(kept) >= 4, kept
+            assert all(b > a for a, b in zip(kept, kept[1:])), kept
+            steps = [b - a for a, b in zip(kept, kept[1:])]
+            assert sum(steps) / len(steps) >= 1.5, steps
 
     run(body())
 
