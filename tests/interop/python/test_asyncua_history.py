@@ -445,13 +445,7 @@ def test_a_computed_variable_is_historized_on_its_interval(hist_server):
             assert (await counter.read_attribute(ua.AttributeIds.Historizing)).Value.Value is True
             start = datetime.datetime.now(UTC)
             await asyncio.sleep(1.5)
-            end = datetime.datetime.now(UTC) + datetime.timedelta(seconds=5)
-            deadline = time.monotonic() + 20
-            while True:
-                vals = await counter.read_raw_history(start, end, return_bounds=False)
-                if len(vals) >= 4 or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.2)
+            vals = await wait_values(counter, start, 4, timeout=20.0)
             kept = [v.Value.Value for v in vals]
             assert len(kept) >= 4, kept
             assert all(b > a for a, b in zip(kept, kept[1:])), kept
