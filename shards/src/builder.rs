@@ -572,20 +572,14 @@ impl ServerBuilder {
                 // Room for the application's nodes at once: the node table and its id
                 // index grow once, not at every doubling (a rehash reads every key).
                 b.reserve(defs.len());
-                // Without a store, what the application historizes is not advertised.
-                let unkept: Vec<crate::NodeRef> = if historian.is_none() {
-                    defs.iter()
-                        .filter_map(|d| d.historized().cloned())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
                 let sampled: Vec<(crate::NodeRef, u32)> = defs
                     .iter()
                     .filter_map(|d| d.history_sampled().map(|(id, ms)| (id.clone(), ms)))
                     .collect();
+                // Without a store, what the application historizes is built without
+                // history: nothing advertises a history nobody keeps.
                 for d in defs.drain(..) {
-                    d.build(b, &mut bound, &mut alarms)
+                    d.build(b, &mut bound, &mut alarms, historian.is_some())
                         .map_err(|e| e.to_string())?;
                 }
                 if let Some(h) = &historian {
@@ -595,11 +589,12 @@ impl ServerBuilder {
                     }
                     h.sample_nodes(ids);
                 }
-                for id in &unkept {
-                    crate::nodes::without_history(b, id).map_err(|e| e.to_string())?;
-                }
                 if historian.is_some() && !history.nodes.is_empty() {
-                    crate::history::serve::historize_nodes(b, &history.nodes, "history.nodes")?;
+                    crate::history::serve::historize_nodes(
+                        b,
+                        &history.nodes,
+                        crate::history::serve::Recording::ByChange,
+                    )?;
                 }
                 let sampled: Vec<String> = history
                     .sampled
@@ -607,7 +602,11 @@ impl ServerBuilder {
                     .flat_map(|s| s.nodes.clone())
                     .collect();
                 if historian.is_some() && !sampled.is_empty() {
-                    crate::history::serve::historize_nodes(b, &sampled, "history.sampled")?;
+                    crate::history::serve::historize_nodes(
+                        b,
+                        &sampled,
+                        crate::history::serve::Recording::Sampled,
+                    )?;
                 }
                 if historian.is_some() && !history.event_notifiers.is_empty() {
                     crate::history::serve::historize_notifiers(b, &history.event_notifiers)?;
@@ -616,8 +615,10 @@ impl ServerBuilder {
                     // Every Variable historized at start (the application's, a NodeSet's,
                     // `[history] nodes`) gets its HA Configuration.
                     // `[[history.collection]]` entries get HA Configurations of their own.
-                    let uris = b.namespace_uris().to_vec();
-                    let rules = crate::history::collection::Rules::new(&history.collection, &uris)?;
+                    let rules = crate::history::collection::Rules::new(
+                        &history.collection,
+                        b.namespace_uris(),
+                    )?;
                     rules.check_names(b)?;
                     let collections = history
                         .collection

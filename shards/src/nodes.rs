@@ -415,7 +415,13 @@ impl VariableDef {
 
     /// Adds the node: its index in the address space, and its hooks with its NodeId (no
     /// NodeId is kept for a Variable without hooks: a plant's million sensors copy none).
-    fn build(self, b: &mut AddressSpaceBuilder) -> Result<(u32, Option<HooksOf>), Error> {
+    /// `keeps_history`: the server has a history store (without one a historized Variable
+    /// is built without Historizing and the history bits).
+    fn build(
+        self,
+        b: &mut AddressSpaceBuilder,
+        keeps_history: bool,
+    ) -> Result<(u32, Option<HooksOf>), Error> {
         // The node's namespace, then the parent's (in this order: a new namespace gets its
         // index here), then the identifier taken (no copy of a string one).
         let namespace = self.id.namespace_in(b)?;
@@ -494,6 +500,7 @@ impl VariableDef {
                 bounds.end()
             )));
         }
+        let historizing = self.historizing && keeps_history;
         let hooked =
             (self.on_write.is_some() || self.on_write_async.is_some()).then(|| node_id.clone());
         let mut node = make_variable(
@@ -504,7 +511,7 @@ impl VariableDef {
             dims,
             value_source,
             access(self.writable)
-                | if self.historizing {
+                | if historizing {
                     uaring_core::address_space::access_level::HISTORY_READ
                         | uaring_core::address_space::access_level::HISTORY_WRITE
                 } else {
@@ -513,12 +520,7 @@ impl VariableDef {
             self.minimum_sampling_interval_ms,
             parent,
         );
-        finish_variable(
-            &mut node,
-            self.property,
-            &self.description,
-            self.historizing,
-        );
+        finish_variable(&mut node, self.property, &self.description, historizing);
         let index = b.add_indexed(node).map_err(Error::AddressSpace)?;
         Ok((
             index,
@@ -668,7 +670,9 @@ impl ObjectDef {
         self
     }
 
-    fn build(self, b: &mut AddressSpaceBuilder) -> Result<NodeId, Error> {
+    /// `keeps_history`: the server has a history store (without one the notifier has no
+    /// history bits).
+    fn build(self, b: &mut AddressSpaceBuilder, keeps_history: bool) -> Result<NodeId, Error> {
         let node_id = self.id.resolve(b)?;
         let browse_name = QualifiedName::new(node_id.namespace, &self.name);
         let type_def = self.type_definition.resolve(b)?;
@@ -701,7 +705,7 @@ impl ObjectDef {
             };
             node.attributes = ClassAttributes::Object {
                 event_notifier: SUBSCRIBE_TO_EVENTS
-                    | if self.history {
+                    | if self.history && keeps_history {
                         HISTORY_READ | HISTORY_WRITE
                     } else {
                         0
@@ -1508,26 +1512,6 @@ impl Alarm {
     }
 }
 
-/// Takes back what a definition's history advertises when the server keeps none: a
-/// Variable's Historizing and AccessLevel history bits, a notifier's EventNotifier history
-/// bits.
-pub(crate) fn without_history(b: &mut AddressSpaceBuilder, id: &NodeRef) -> Result<(), Error> {
-    use uaring_core::address_space::{access_level, event_notifier};
-    let id = id.resolve(b)?;
-    b.update(&id, |node| match &mut node.attributes {
-        ClassAttributes::Object { event_notifier: e } => {
-            *e &= !(event_notifier::HISTORY_READ | event_notifier::HISTORY_WRITE);
-        }
-        ClassAttributes::Variable(v) => {
-            v.historizing = false;
-            v.access_level &= !(access_level::HISTORY_READ | access_level::HISTORY_WRITE);
-            v.user_access_level &= !(access_level::HISTORY_READ | access_level::HISTORY_WRITE);
-        }
-        _ => {}
-    });
-    Ok(())
-}
-
 /// A definition waiting for the start.
 pub(crate) enum Def {
     Object(ObjectDef),
@@ -1547,13 +1531,17 @@ pub(crate) enum Def {
 }
 
 impl Def {
-    /// Is it a Variable whose history is kept ([`VariableDef::historize`])?
+    /// Does it keep a history: a historized Variable ([`VariableDef::historize`],
+    /// [`VariableDef::historize_every`]), or a notifier whose events are kept
+    /// ([`ObjectDef::historize_events`])?
     pub(crate) fn historizes(&self) -> bool {
-        self.historized().is_some()
+        match self {
+            Def::Variable(v, _) => v.historizing,
+            Def::Object(o) => o.history,
+            _ => false,
+        }
     }
 
-    /// The node whose history it keeps: a historized Variable, or a notifier whose events
-    /// are ([`ObjectDef::historize_events`]).
     /// A Variable historized on a sampling interval: its id and the interval (ms).
     pub(crate) fn history_sampled(&self) -> Option<(&NodeRef, u32)> {
         match self {
@@ -1561,33 +1549,27 @@ impl Def {
             _ => None,
         }
     }
-
-    pub(crate) fn historized(&self) -> Option<&NodeRef> {
-        match self {
-            Def::Variable(v, _) if v.historizing => Some(&v.id),
-            Def::Object(o) if o.history => Some(&o.id),
-            _ => None,
-        }
-    }
 }
 
 impl Def {
-    /// Adds the node(s) to the address space being built.
+    /// Adds the node(s) to the address space being built (`keeps_history`: the server has a
+    /// history store; without one nothing is built with history).
     pub(crate) fn build(
         self,
         b: &mut AddressSpaceBuilder,
         bound: &mut Vec<(u32, u32)>,
         alarms: &mut Vec<(Alarm, NodeId)>,
+        keeps_history: bool,
     ) -> Result<(), Error> {
         match self {
             Def::Object(o) => {
-                o.build(b)?;
+                o.build(b, keeps_history)?;
             }
             Def::EventType(t) => {
                 t.build(b)?;
             }
             Def::Variable(v, slot) => {
-                let (index, hooks) = v.build(b)?;
+                let (index, hooks) = v.build(b, keeps_history)?;
                 match hooks {
                     Some((id, Some(h), Some(a))) => {
                         b.set_write_hook(id.clone(), h);

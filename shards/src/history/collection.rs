@@ -142,10 +142,6 @@ impl Rules {
         Ok(Rules { rules })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
-    }
-
     /// Every NodeId (not a prefix) the entries name is a historized Variable of `b` (a name
     /// that matches nothing is a mistake the start reports).
     pub fn check_names(
@@ -329,10 +325,6 @@ impl Gate {
     /// No rule: every value kept (a run-time place given back).
     pub fn disarm(&self) {
         self.entry.store(0, Ordering::Release);
-    }
-
-    pub fn is_armed(&self) -> bool {
-        self.entry.load(Ordering::Acquire) != 0
     }
 }
 

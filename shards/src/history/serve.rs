@@ -280,12 +280,7 @@ fn sampler_loop(
                     return false;
                 };
                 if n.refresh {
-                    let now = crate::clock::utc_now();
-                    if let Some(cell) = v.cell().filter(|_| h.overdue(n.index, now.0)) {
-                        let mut dv = cell.load();
-                        dv.source_timestamp = Some(now);
-                        ChangeRecorder::record(&*h, n.index, &dv);
-                    }
+                    keep_if_overdue(&h, n.index, || v.cell().map(|c| c.load()));
                     return true;
                 }
                 let dv = match v.source() {
@@ -325,13 +320,39 @@ fn store_if_new(h: &Historian, n: &mut SampledNode, dv: DataValue) {
         ChangeRecorder::record(h, n.index, &dv);
         n.last = Some(dv);
     } else {
-        let now = crate::clock::utc_now();
-        if h.overdue(n.index, now.0) {
-            let mut again = dv;
-            again.source_timestamp = Some(now);
-            ChangeRecorder::record(h, n.index, &again);
-        }
+        keep_if_overdue(h, n.index, || Some(dv));
     }
+}
+
+/// Keeps the value `value` gives again, at the server's time, when the Variable at `index`
+/// had nothing kept for its `[[history.collection]]` MaxTimeInterval.
+fn keep_if_overdue(h: &Historian, index: u32, value: impl FnOnce() -> Option<DataValue>) {
+    let now = crate::clock::utc_now();
+    if !h.overdue(index, now.0) {
+        return;
+    }
+    if let Some(mut dv) = value() {
+        dv.source_timestamp = Some(now);
+        ChangeRecorder::record(h, index, &dv);
+    }
+}
+
+/// Starts a history thread named `name`: on the background CPUs (`cpus`), at the history
+/// threads' `nice` value, running `run`.
+fn spawn_history_thread(
+    name: String,
+    cpus: crate::background::BackgroundCpus,
+    nice: i32,
+    run: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, StoreError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            cpus.enter(&name);
+            crate::handshake_pool::set_nice(nice);
+            run()
+        })
+        .map_err(StoreError::Io)
 }
 
 /// Default of `[history] max_run_time_historized`.
@@ -808,30 +829,21 @@ impl Historian {
         for i in 0..read_threads.max(1) {
             let h2 = Arc::downgrade(&h);
             let rx: Arc<Mutex<Receiver<_>>> = rx.clone();
-            let cpus = cpus.clone();
-            readers.push(
-                std::thread::Builder::new()
-                    .name(format!("uaring-hread-{i}"))
-                    .spawn(move || {
-                        cpus.enter("uaring-hread");
-                        crate::handshake_pool::set_nice(nice);
-                        reader_loop(&h2, &rx)
-                    })
-                    .map_err(StoreError::Io)?,
-            );
+            readers.push(spawn_history_thread(
+                format!("uaring-hread-{i}"),
+                cpus.clone(),
+                nice,
+                move || reader_loop(&h2, &rx),
+            )?);
         }
         let h2 = Arc::downgrade(&h);
         let updates_rx = Arc::new(Mutex::new(updates_rx));
-        readers.push(
-            std::thread::Builder::new()
-                .name("uaring-hupdate".into())
-                .spawn(move || {
-                    cpus.enter("uaring-hupdate");
-                    crate::handshake_pool::set_nice(nice);
-                    reader_loop(&h2, &updates_rx)
-                })
-                .map_err(StoreError::Io)?,
-        );
+        readers.push(spawn_history_thread(
+            "uaring-hupdate".into(),
+            cpus,
+            nice,
+            move || reader_loop(&h2, &updates_rx),
+        )?);
         if let Ok(mut r) = h.readers.lock() {
             *r = readers;
         }
@@ -880,18 +892,13 @@ impl Historian {
             gates: HashMap::new(),
             lost: Vec::new(),
         };
-        let uris: Vec<String> = space
-            .namespace_uris()
-            .iter()
-            .map(|u| u.as_str().to_string())
-            .collect();
         let rules = super::collection::Rules::new(
             &self
                 .collection_config
                 .lock()
                 .map(|c| c.clone())
                 .unwrap_or_default(),
-            &uris,
+            space.namespace_uris(),
         )
         .map_err(StoreError::Config)?;
         // By index up to the index bound, not the node count: after a deletion a node's index
@@ -2257,14 +2264,10 @@ impl Historian {
             .lock()
             .map(|c| c.clone())
             .unwrap_or_default();
-        let uris: Vec<String> = space
-            .namespace_uris()
-            .iter()
-            .map(|u| u.as_str().to_string())
-            .collect();
+        let uris = space.namespace_uris();
         let patterns = patterns
             .iter()
-            .filter_map(|p| parse_pattern(p, &uris).ok())
+            .filter_map(|p| parse_pattern(p, uris).ok())
             .collect();
         let sampled = self
             .sampled_config
@@ -2276,7 +2279,7 @@ impl Historian {
                 (
                     c.nodes
                         .iter()
-                        .filter_map(|p| parse_pattern(p, &uris).ok())
+                        .filter_map(|p| parse_pattern(p, uris).ok())
                         .collect(),
                     u64::from(c.interval_ms) * 1_000_000,
                 )
@@ -2313,15 +2316,12 @@ impl Historian {
         }
         if max > 0 {
             let h = Arc::downgrade(self);
-            let (nice, cpus) = (self.nice, self.cpus.clone());
-            let t = std::thread::Builder::new()
-                .name("uaring-hreg".into())
-                .spawn(move || {
-                    cpus.enter("uaring-hreg");
-                    crate::handshake_pool::set_nice(nice);
-                    registrar_loop(&h, rx)
-                })
-                .map_err(StoreError::Io)?;
+            let t = spawn_history_thread(
+                "uaring-hreg".into(),
+                self.cpus.clone(),
+                self.nice,
+                move || registrar_loop(&h, rx),
+            )?;
             if let Ok(mut r) = self.registrar.lock() {
                 *r = Some(t);
             }
@@ -2424,15 +2424,12 @@ impl Historian {
         let answers = stop.clone();
         let _ = self.sampler_tx.set(stop.clone());
         let h = Arc::downgrade(self);
-        let (nice, cpus) = (self.nice, self.cpus.clone());
-        let t = std::thread::Builder::new()
-            .name("uaring-hsample".into())
-            .spawn(move || {
-                cpus.enter("uaring-hsample");
-                crate::handshake_pool::set_nice(nice);
-                sampler_loop(&h, groups, &inbox, &answers)
-            })
-            .map_err(StoreError::Io)?;
+        let t = spawn_history_thread(
+            "uaring-hsample".into(),
+            self.cpus.clone(),
+            self.nice,
+            move || sampler_loop(&h, groups, &inbox, &answers),
+        )?;
         if let Ok(mut s) = self.sampler.lock() {
             *s = Some((stop, t));
         }
@@ -2618,7 +2615,7 @@ impl uaring_core::address_space::change::RunTimeHistory for Historian {
         slot.lost.store(NOTHING_LOST, Ordering::Release);
         let current = cell.load();
         slot.stepped.store(
-            !matches!(current.value, Variant::Double(_) | Variant::Float(_)),
+            uaring_core::address_space::history_configuration::stepped(&current.value),
             Ordering::Relaxed,
         );
         if rt
@@ -3241,26 +3238,44 @@ impl Pattern {
     }
 }
 
-/// Gives the Variables with a stored value that `patterns` (`key`: `history.nodes`, or
-/// `history.sampled`) name Historizing and the HistoryRead and HistoryWrite bits. A NodeId
-/// that names no such Variable stops the start (a prefix may name only Variables added while
-/// the server runs). Run while the address space is built, after the NodeSets and the
-/// application's nodes. Returns how many there are.
+/// How the Variables a configuration key names are historized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recording {
+    /// By change (`[history] nodes`): only a stored value has changes.
+    ByChange,
+    /// On a sampling interval (`[[history.sampled]]`): a computed or asynchronous value is
+    /// read as a stored one is.
+    Sampled,
+}
+
+impl Recording {
+    /// The configuration key, for errors.
+    fn key(self) -> &'static str {
+        match self {
+            Recording::ByChange => "history.nodes",
+            Recording::Sampled => "history.sampled",
+        }
+    }
+}
+
+/// Gives the Variables that `patterns` name (by `how`: with a stored value, or also a
+/// computed or asynchronous one when sampled) Historizing and the HistoryRead and
+/// HistoryWrite bits. A NodeId that names no such Variable stops the start (a prefix may
+/// name only Variables added while the server runs). Run while the address space is built,
+/// after the NodeSets and the application's nodes. Returns how many there are.
 pub fn historize_nodes(
     b: &mut uaring_core::address_space::build::AddressSpaceBuilder,
     patterns: &[String],
-    key: &str,
+    how: Recording,
 ) -> Result<usize, String> {
     use uaring_core::address_space::access_level::{HISTORY_READ, HISTORY_WRITE};
     use uaring_core::address_space::store::SourceView;
-    // On a sampling interval a computed or asynchronous value is read as a stored one is;
-    // by change only a stored value has changes.
-    let sampled = key == "history.sampled";
+    let sampled = how == Recording::Sampled;
     mark_named(
         b,
         patterns,
         (
-            key,
+            how.key(),
             if sampled {
                 "Variable with a stored, computed or asynchronous value"
             } else {
@@ -3325,10 +3340,9 @@ fn mark_named(
     eligible: impl Fn(&uaring_core::address_space::store::NodeView<'_>) -> bool,
     mut mark: impl FnMut(&mut uaring_core::address_space::Node),
 ) -> Result<usize, String> {
-    let uris = b.namespace_uris().to_vec();
     let parsed = patterns
         .iter()
-        .map(|p| parse_pattern(p, &uris))
+        .map(|p| parse_pattern(p, b.namespace_uris()))
         .collect::<Result<Vec<_>, _>>()?;
     let mut hits = vec![0usize; parsed.len()];
     b.update_where(
