@@ -143,20 +143,17 @@ def test_a_nodesets_historizing_variables_and_history_notifiers_keep_history(tmp
     NodeSet on a server without a store (`[history] enabled = false`) advertises none of it."""
     f = tmp_path / "historian.xml"
     f.write_text(HISTORIAN_NODESET)
-    cfg = tmp_path / "uaring.toml"
-    cfg.write_text(f'[history]\ndir = "{tmp_path / "history"}"\n[[nodesets]]\nfile = "{f}"\n')
-    s = Server("--config", str(cfg))
-    try:
-        run(historized(s.url))
-    finally:
-        assert s.stop() == 0
-    off = tmp_path / "off.toml"
-    off.write_text(f'[history]\nenabled = false\n[[nodesets]]\nfile = "{f}"\n')
-    s = Server("--config", str(off))
-    try:
-        run(not_historized(s.url))
-    finally:
-        assert s.stop() == 0
+    for name, history, check in (
+        ("uaring.toml", f'dir = "{tmp_path / "history"}"', historized),
+        ("off.toml", "enabled = false", not_historized),
+    ):
+        cfg = tmp_path / name
+        cfg.write_text(f'[history]\n{history}\n[[nodesets]]\nfile = "{f}"\n')
+        s = Server("--config", str(cfg))
+        try:
+            run(check(s.url))
+        finally:
+            assert s.stop() == 0
 
 
 async def nodes(c):
